@@ -1,0 +1,46 @@
+"""What applications import: connect to a group server, put, get, confirm.
+
+    async with connect("127.0.0.1:7001", queue="1.10") as q:
+        psb = await q.put(b"shift totals", target="2.20",
+                          delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
+        msg = await q.get(timeout=5.0)
+        await q.confirm(msg.seq)
+"""
+
+from clients.connection import Client, connect
+from clients.errors import (
+    BadSequence,
+    ConnectionLost,
+    MrsError,
+    MrsTimeout,
+    NoMoreMessages,
+    NoSuchQueue,
+    NotSupported,
+    ProtocolFailure,
+    TooManyUnconfirmed,
+)
+from clients.sync import SyncClient, connect_sync
+from mrs.model import Address, DeliveryMode, ForceJrn, Message, Psb, Status, Uma
+
+__all__ = [
+    "Address",
+    "BadSequence",
+    "Client",
+    "ConnectionLost",
+    "DeliveryMode",
+    "ForceJrn",
+    "Message",
+    "MrsError",
+    "MrsTimeout",
+    "NoMoreMessages",
+    "NoSuchQueue",
+    "NotSupported",
+    "ProtocolFailure",
+    "Psb",
+    "Status",
+    "SyncClient",
+    "TooManyUnconfirmed",
+    "Uma",
+    "connect",
+    "connect_sync",
+]

@@ -1,0 +1,89 @@
+"""The journal record and its on-disk format: versioned, checksummed msgpack.
+
+A record is what every journal (SAF, DQF, DLJ, PCJ) stores for one message. The
+format is `MAGIC (1 byte) | FORMAT_VERSION (1 byte) | CRC32 of payload (4 bytes, BE) |
+msgpack payload`. The payload is a fixed-order array so that decoding costs one
+`unpackb` and no dict lookups. A record that fails any check is a `CorruptRecord`,
+which names the journal and key: corrupt data is reported, never delivered.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field, fields
+
+import msgpack
+
+MAGIC = 0x4D  # 'M'
+FORMAT_VERSION = 1
+_HEADER = struct.Struct(">BBI")
+
+
+class CorruptRecord(Exception):
+    """A stored record failed its format, version or checksum check."""
+
+    def __init__(self, journal: str, key: bytes, problem: str) -> None:
+        self.journal = journal
+        self.key = key
+        self.problem = problem
+        super().__init__(f"corrupt record in {journal} at key {key.hex()}: {problem}")
+
+
+@dataclass(slots=True)
+class Record:
+    """One journaled message and its bookkeeping.
+
+    Addresses are plain ints so that the journal library needs nothing from `mrs`.
+    `reason` holds why a message was dead-lettered; `confirm_*` are set in the PCJ;
+    `extra` carries anything a later format wants without a version bump.
+    """
+
+    seq: int
+    target_group: int
+    target_queue: int
+    source_group: int
+    source_queue: int
+    body: bytes = b""
+    msg_class: int = 0
+    msg_type: int = 0
+    priority: int = 0
+    delivery: int = 0
+    uma: int = 0
+    correlation_id: bytes = b""
+    put_time_ns: int = 0
+    written_time_ns: int = 0
+    confirm_value: int = 0
+    confirm_time_ns: int = 0
+    reason: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Record))
+
+
+def encode_record(record: Record) -> bytes:
+    """Record -> bytes with header and checksum."""
+    payload = msgpack.packb(
+        [getattr(record, name) for name in _FIELD_NAMES], use_bin_type=True
+    )
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(payload)) + payload
+
+
+def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
+    """bytes -> Record; raises CorruptRecord on any inconsistency."""
+    if len(data) < _HEADER.size:
+        raise CorruptRecord(journal, key, f"{len(data)} bytes is shorter than the header")
+    magic, version, checksum = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptRecord(journal, key, f"bad magic byte 0x{magic:02x}")
+    if version != FORMAT_VERSION:
+        raise CorruptRecord(journal, key, f"unknown format version {version}")
+    payload = memoryview(data)[_HEADER.size :]
+    if zlib.crc32(payload) != checksum:
+        raise CorruptRecord(journal, key, "checksum mismatch")
+    try:
+        values = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        return Record(*values)
+    except Exception as error:  # noqa: BLE001 - any decode failure means corruption
+        raise CorruptRecord(journal, key, f"undecodable payload: {error}") from None

@@ -1,0 +1,272 @@
+"""One LMDB environment per group holding its SAF, DQF, DLJ and PCJ, plus metadata.
+
+Why this shape:
+- Every journal of a group lives in one environment so that a move between them
+  (confirm = delete from DQF + append to PCJ) is one atomic transaction.
+- Writes go through `GroupCommitWriter`: one long-lived thread that takes every
+  pending batch, applies them all in one write transaction, commits it with fsync,
+  and only then reports each batch durable. Many puts cost one fsync.
+- Reads (startup recovery, dump, selection scans) use read-only snapshots and may run
+  while the writer works, from this process or another one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import lmdb
+
+from journals.record import CorruptRecord, Record, decode_record, encode_record
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_QUEUE_SEQ = struct.Struct(">IQ")
+
+
+class Journal(StrEnum):
+    SAF = "saf"
+    DQF = "dqf"
+    DLJ = "dlj"
+    PCJ = "pcj"
+    META = "meta"
+    MARKS = "marks"
+    """DQF key -> times delivered; written on clean shutdown for exact POSSDUPL marks."""
+
+
+RECORD_JOURNALS = (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
+
+
+class JournalError(Exception):
+    """A journal write could not be made durable; nothing in the batch was stored."""
+
+
+class JournalFullError(JournalError):
+    """The LMDB map is full (MRS resource exhaustion)."""
+
+
+class JournalDeviceError(JournalError):
+    """The device failed the write or the fsync (EIO, ENOSPC, ...)."""
+
+    def __init__(self, message: str, errno_value: int | None = None) -> None:
+        super().__init__(message)
+        self.errno_value = errno_value
+
+
+def queue_key(queue: int, seq: int) -> bytes:
+    """DQF key: records of one queue sort together, oldest seq first."""
+    return _QUEUE_SEQ.pack(queue, seq)
+
+
+def group_key(group: int, seq: int) -> bytes:
+    """SAF key: records for one target group sort together, oldest seq first."""
+    return _QUEUE_SEQ.pack(group, seq)
+
+
+def seq_key(seq: int) -> bytes:
+    """DLJ/PCJ key: records sort by sequence number."""
+    return _U64.pack(seq)
+
+
+def split_key(key: bytes) -> tuple[int | None, int]:
+    """(queue or group, seq) for a 12-byte key, (None, seq) for an 8-byte key."""
+    if len(key) == _QUEUE_SEQ.size:
+        prefix, seq = _QUEUE_SEQ.unpack(key)
+        return prefix, seq
+    return None, _U64.unpack(key)[0]
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Operations that must be durable together, applied in order in one transaction."""
+
+    puts: list[tuple[Journal, bytes, bytes]]
+    deletes: list[tuple[Journal, bytes]]
+
+    @classmethod
+    def empty(cls) -> WriteBatch:
+        return cls([], [])
+
+    def put_record(self, journal: Journal, key: bytes, record: Record) -> WriteBatch:
+        self.puts.append((journal, key, encode_record(record)))
+        return self
+
+    def put_raw(self, journal: Journal, key: bytes, value: bytes) -> WriteBatch:
+        self.puts.append((journal, key, value))
+        return self
+
+    def delete(self, journal: Journal, key: bytes) -> WriteBatch:
+        self.deletes.append((journal, key))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.puts) + len(self.deletes)
+
+
+FaultHook = Callable[[str], None]
+"""Called by the writer before each commit with the phase name; may raise OSError.
+Only the fault-injection harness installs one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which records a scan yields. None means 'any'. Times are ns since the epoch."""
+
+    seq_min: int | None = None
+    seq_max: int | None = None
+    time_min_ns: int | None = None
+    time_max_ns: int | None = None
+    prefix: int | None = None
+    """Target queue (DQF) or target group (SAF): scanned as a key range."""
+    msg_class: int | None = None
+    msg_type: int | None = None
+
+    def matches(self, record: Record) -> bool:
+        if self.seq_min is not None and record.seq < self.seq_min:
+            return False
+        if self.seq_max is not None and record.seq > self.seq_max:
+            return False
+        time_ns = record.confirm_time_ns or record.written_time_ns
+        if self.time_min_ns is not None and time_ns < self.time_min_ns:
+            return False
+        if self.time_max_ns is not None and time_ns > self.time_max_ns:
+            return False
+        if self.msg_class is not None and record.msg_class != self.msg_class:
+            return False
+        return self.msg_type is None or record.msg_type == self.msg_type
+
+
+class JournalStore:
+    """The LMDB environment of one group. Open it once per process."""
+
+    def __init__(
+        self,
+        path: Path,
+        map_size_bytes: int = 1 << 30,
+        *,
+        readonly: bool = False,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.fault_hook = fault_hook
+        if not readonly:
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.env = lmdb.open(
+            str(self.path),
+            map_size=map_size_bytes,
+            max_dbs=len(Journal) + 1,
+            sync=True,
+            metasync=True,
+            readonly=readonly,
+            lock=True,
+            max_readers=256,
+        )
+        self._dbs = {
+            journal: self.env.open_db(journal.value.encode(), create=not readonly)
+            for journal in Journal
+        } if not readonly else self._open_readonly_dbs()
+
+    def _open_readonly_dbs(self) -> dict[Journal, object]:
+        dbs = {}
+        with self.env.begin() as txn:
+            for journal in Journal:
+                try:
+                    dbs[journal] = self.env.open_db(journal.value.encode(), txn=txn, create=False)
+                except lmdb.NotFoundError:
+                    dbs[journal] = None
+        return dbs
+
+    def db(self, journal: Journal):
+        return self._dbs[journal]
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ----- synchronous writes (startup, tools); the server's hot path uses the writer
+    def commit_now(self, batch: WriteBatch) -> None:
+        """Apply one batch in its own synced transaction, on the calling thread."""
+        apply_batches(self, [batch])
+
+    # ----- reads
+    def count(self, journal: Journal) -> int:
+        db = self._dbs[journal]
+        if db is None:
+            return 0
+        with self.env.begin(db=db) as txn:
+            return txn.stat(db)["entries"]
+
+    def meta_get(self, name: str) -> bytes | None:
+        db = self._dbs[Journal.META]
+        if db is None:
+            return None
+        with self.env.begin(db=db) as txn:
+            return txn.get(name.encode())
+
+    def scan(
+        self, journal: Journal, selection: Selection | None = None
+    ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+        """Yield (key, record) in key order from one consistent snapshot.
+
+        A corrupt record is yielded as a CorruptRecord, so callers can report it and
+        go on; nothing corrupt is ever returned as a Record.
+        """
+        selection = selection or Selection()
+        db = self._dbs[journal]
+        if db is None:
+            return
+        with self.env.begin(db=db, buffers=False) as txn:
+            cursor = txn.cursor(db)
+            if selection.prefix is not None:
+                start = _U32.pack(selection.prefix)
+                positioned = cursor.set_range(start)
+            else:
+                start = b""
+                positioned = cursor.first()
+            while positioned:
+                key, value = cursor.item()
+                if start and not key.startswith(start):
+                    break
+                try:
+                    record = decode_record(value, journal.value, key)
+                except CorruptRecord as corrupt:
+                    yield key, corrupt
+                else:
+                    if selection.matches(record):
+                        yield key, record
+                positioned = cursor.next()
+
+    def raw_items(self, journal: Journal) -> Iterator[tuple[bytes, bytes]]:
+        db = self._dbs[journal]
+        if db is None:
+            return
+        with self.env.begin(db=db) as txn:
+            yield from txn.cursor(db).iternext(keys=True, values=True)
+
+
+def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
+    """Apply batches in one write transaction and commit it (fsync). Raises JournalError."""
+    try:
+        if store.fault_hook is not None:
+            store.fault_hook("commit")
+        with store.env.begin(write=True) as txn:
+            for batch in batches:
+                for journal, key in batch.deletes:
+                    txn.delete(key, db=store.db(journal))
+                for journal, key, value in batch.puts:
+                    txn.put(key, value, db=store.db(journal))
+    except lmdb.MapFullError as error:
+        raise JournalFullError(f"journal map full: {error}") from None
+    except lmdb.DiskError as error:
+        raise JournalDeviceError(f"journal device failed: {error}", errno.EIO) from None
+    except OSError as error:
+        raise JournalDeviceError(
+            f"journal device failed: {os.strerror(error.errno or errno.EIO)}", error.errno
+        ) from None
+    except lmdb.Error as error:
+        raise JournalDeviceError(f"journal write failed: {error}") from None

@@ -1,0 +1,122 @@
+"""Group commit: one writer thread per environment, one fsync per batch of batches.
+
+Why a long-lived thread: an LMDB commit with fsync blocks for the disk's flush time.
+Done inline it would stall the event loop; a `to_thread` hop per commit costs about
+as much as the fsync itself. A single thread fed by a queue keeps the loop free and
+lets everything submitted during one fsync ride in the next commit.
+
+Callers submit a `WriteBatch` with a completion callback. The callback runs on the
+caller's side through `call_soon` (for trio: `TrioToken.run_sync_soon`), once per
+commit with all results, never on the writer thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from journals.store import JournalError, JournalStore, WriteBatch, apply_batches
+
+Done = Callable[[JournalError | None], None]
+CallSoon = Callable[[Callable[[], None]], None]
+
+BATCHES_PER_COMMIT_MAX = 8192
+_STOP = object()
+
+
+@dataclass(slots=True)
+class WriterStats:
+    commits: int = 0
+    batches: int = 0
+    operations: int = 0
+    failed_batches: int = 0
+    commit_time_s_total: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "commits": self.commits,
+            "batches": self.batches,
+            "operations": self.operations,
+            "failed_batches": self.failed_batches,
+            "batches_per_commit": round(self.batches / self.commits, 2) if self.commits else 0.0,
+            "commit_time_ms_mean": round(1000 * self.commit_time_s_total / self.commits, 3)
+            if self.commits
+            else 0.0,
+        }
+
+
+@dataclass
+class GroupCommitWriter:
+    """Owns the writer thread of one JournalStore. start() and stop() bracket its life."""
+
+    store: JournalStore
+    call_soon: CallSoon
+    stats: WriterStats = field(default_factory=WriterStats)
+    _queue: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        assert self._thread is None, "writer already started"
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Commit everything already submitted, then end the thread."""
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    def submit(self, batch: WriteBatch, done: Done) -> None:
+        """Queue a batch; `done(None)` once durable, `done(error)` if it could not be."""
+        assert self._thread is not None, "writer not started"
+        self._queue.put((batch, done))
+
+    # ----- the thread
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            pending = [self._queue.get()]
+            while len(pending) < BATCHES_PER_COMMIT_MAX:
+                try:
+                    pending.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if _STOP in pending:
+                stopping = True
+                pending = [item for item in pending if item is not _STOP]
+            if pending:
+                self._commit(pending)
+
+    def _commit(self, pending: list[tuple[WriteBatch, Done]]) -> None:
+        started_s = time.perf_counter()
+        try:
+            apply_batches(self.store, [batch for batch, _ in pending])
+            results = [(done, None) for _, done in pending]
+            self.stats.commits += 1
+        except JournalError:
+            # Isolate the batch at fault: retry each on its own so one oversized or
+            # failing batch does not fail its neighbours.
+            results = [(done, self._commit_alone(batch)) for batch, done in pending]
+        self.stats.commit_time_s_total += time.perf_counter() - started_s
+        self.stats.batches += len(pending)
+        self.stats.operations += sum(len(batch) for batch, _ in pending)
+        self.call_soon(lambda: _report(results))
+
+    def _commit_alone(self, batch: WriteBatch) -> JournalError | None:
+        try:
+            apply_batches(self.store, [batch])
+        except JournalError as error:
+            self.stats.failed_batches += 1
+            return error
+        self.stats.commits += 1
+        return None
+
+
+def _report(results: list[tuple[Done, JournalError | None]]) -> None:
+    for done, error in results:
+        done(error)

@@ -1,0 +1,5 @@
+import sys
+
+from mrs.cli import main
+
+sys.exit(main())

@@ -1,0 +1,112 @@
+"""The `mrs` command: one entry point, one subcommand per job (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from mrs.config import ConfigError, load_config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from mrs.server import serve
+
+    bus = load_config(args.config)
+    if args.group not in bus.groups:
+        raise ConfigError(bus.path, "--group", f"no group {args.group} (groups: "
+                          f"{', '.join(str(g) for g in bus.groups)})")
+    trio.run(serve, bus, args.group, args.ready_file)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mrs.demo import run_demo
+
+    return run_demo(args.messages, args.scratch)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mrs.bench import run_bench
+
+    return run_bench(args)
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    import trio
+
+    from clients import connect
+
+    bus = load_config(args.config)
+    group = bus.group(args.group)
+
+    async def fetch() -> dict:
+        address = f"{group.listen_host}:{group.listen_port}"
+        async with connect(address, queue=None, program="mrs status") as client:
+            return await client.status()
+
+    print(json.dumps(trio.run(fetch), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mrs", description="MRS: MessageQ-style message recovery service."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run one group's server")
+    serve.add_argument("--config", required=True, type=Path, help="bus configuration (TOML)")
+    serve.add_argument("--group", required=True, type=int, help="group id to run")
+    serve.add_argument("--ready-file", type=Path, default=None,
+                       help="write HOST:PORT here once listening")
+    serve.set_defaults(run=_serve)
+
+    demo = commands.add_parser("demo", help="run a bus on an embedded config, crash it, "
+                               "and show that nothing stored is lost")
+    demo.add_argument("--messages", type=int, default=2000, help="recoverable messages to send")
+    demo.add_argument("--scratch", type=Path, default=None,
+                      help="scratch directory (default: a new temporary one)")
+    demo.set_defaults(run=_demo)
+
+    bench = commands.add_parser("bench", help="durable throughput against the disk's fsync limit")
+    bench.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement")
+    bench.add_argument("--body-bytes", type=int, default=1024)
+    bench.add_argument("--clients", type=int, nargs="+", default=[1, 32],
+                       help="concurrent client counts to measure")
+    bench.add_argument("--scratch", type=Path, default=None,
+                       help="directory on the disk to measure (default: ./.bench)")
+    bench.set_defaults(run=_bench)
+
+    status = commands.add_parser("status", help="print a running group's status as JSON")
+    status.add_argument("--config", required=True, type=Path)
+    status.add_argument("--group", required=True, type=int)
+    status.set_defaults(run=_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return args.run(args)
+    except ConfigError as error:
+        print(f"mrs: config error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

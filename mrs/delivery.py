@@ -1,0 +1,112 @@
+"""The rules of delivery: which mode/UMA pairs exist, what status each outcome reports,
+how confirmation order is enforced. Pure functions, no I/O, so they are tested
+exhaustively on their own and the server just asks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mrs.model import (
+    UMA_FAILURE,
+    UMA_SUCCESS,
+    ConfirmStyle,
+    DeliveryMode,
+    ForceJrn,
+    Status,
+    Uma,
+)
+
+
+class Refused(Exception):
+    """A request the server answers with a failure status and a message."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:
+    """Validate a put's delivery mode and UMA (0 = not given); return them as enums.
+
+    Values that are no mode/UMA at all answer BADDELIVERY/BADUMA; real values that
+    MessageQ does not combine answer NOTSUPPORTED.
+    """
+    try:
+        mode = DeliveryMode(delivery)
+    except ValueError:
+        raise Refused(Status.BADDELIVERY, f"{delivery} is not a delivery mode") from None
+    if uma == 0:
+        if mode.recoverable:
+            raise Refused(
+                Status.BADUMA,
+                f"{mode.name} is recoverable: a UMA must be given (DISC, DISCL, RTS, DLQ, DLJ, SAF)",
+            )
+        return mode, Uma.DISC
+    try:
+        action = Uma(uma)
+    except ValueError:
+        raise Refused(Status.BADUMA, f"{uma} is not a UMA") from None
+    if not supported(mode, action):
+        raise Refused(
+            Status.NOTSUPPORTED, f"UMA {action.name} is not supported with {mode.name}"
+        )
+    return mode, action
+
+
+def supported(mode: DeliveryMode, action: Uma) -> bool:
+    """DLJ and SAF only for recoverable modes; SAF not when SAF is the interest point."""
+    if action in (Uma.DLJ, Uma.SAF) and not mode.recoverable:
+        return False
+    return not (action is Uma.SAF and mode.interest_point == "SAF")
+
+
+def reached_status(mode: DeliveryMode, target_attached: bool) -> Status:
+    """The delivery status reported when a message reaches its interest point."""
+    point = mode.interest_point
+    if point in ("SAF", "DQF"):
+        return Status.STORED
+    if point == "MEM":
+        return Status.ENQUEUED if target_attached else Status.UNATTACHEDQ
+    return Status.SUCCESS  # DEQ, ACK, CONF: the receiver has it
+
+
+def uma_status(action: Uma, succeeded: bool) -> Status:
+    return UMA_SUCCESS[action] if succeeded else UMA_FAILURE[action]
+
+
+def delivery_status_on_get(recoverable_or_ack: bool, times_delivered_before: int) -> Status:
+    """CONFIRMREQ on first delivery of a message that needs a confirm, POSSDUPL later."""
+    if not recoverable_or_ack:
+        return Status.SUCCESS
+    return Status.CONFIRMREQ if times_delivered_before == 0 else Status.POSSDUPL
+
+
+def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: int) -> None:
+    """Raise Refused(BADSEQ) unless `seq` may be confirmed now.
+
+    `unconfirmed` maps the delivered, unconfirmed seqs of the queue in delivery
+    order (oldest first). An in-order queue only accepts the oldest one.
+    """
+    if seq not in unconfirmed:
+        raise Refused(Status.BADSEQ, f"sequence number {seq} is not known to the MRS")
+    if style is ConfirmStyle.EXPLICIT_IN_ORDER:
+        oldest = next(iter(unconfirmed))
+        if seq != oldest:
+            raise Refused(
+                Status.BADSEQ, f"queue confirms in order: confirm {oldest} before {seq}"
+            )
+
+
+def journal_on_confirm(force_j: int, pcj_default: bool) -> bool:
+    """Whether a confirm writes the message to the PCJ."""
+    try:
+        choice = ForceJrn(force_j)
+    except ValueError:
+        raise Refused(Status.BADPARAM, f"force_j {force_j} is not DEFAULT_JRN, FORCE_JRN or NO_JRN") from None
+    if choice is ForceJrn.FORCE_JRN:
+        return True
+    if choice is ForceJrn.NO_JRN:
+        return False
+    return pcj_default

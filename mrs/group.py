@@ -1,0 +1,559 @@
+"""One group's message recovery service: put, get, confirm, recovery — without sockets.
+
+The group holds its target queues, its journal store and its writer, and answers
+requests from `Session`s (anything with an `id` and a `send(event)`). Storage,
+clock and timers are passed in, so the same code serves real TCP clients and runs
+inside a deterministic simulation.
+
+The path of a recoverable put: validate -> allocate seq -> submit the DQF record to
+the group-commit writer -> when durable, offer the message to its queue and report
+the interest point (or wait for the confirm, for CONF modes). Nothing is reported
+as stored before its transaction is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import msgpack
+
+from journals import (
+    CorruptRecord,
+    GroupCommitWriter,
+    Journal,
+    JournalError,
+    JournalFullError,
+    JournalStore,
+    Record,
+    WriteBatch,
+    queue_key,
+    seq_key,
+)
+from mrs import protocol as wire
+from mrs.config import BusConfig, GroupConfig
+from mrs.delivery import (
+    Refused,
+    check_confirm,
+    check_mode_and_uma,
+    delivery_status_on_get,
+    journal_on_confirm,
+    reached_status,
+    uma_status,
+)
+from mrs.model import (
+    DEAD_LETTER_QUEUE,
+    DEFAULT_PUT_TIMEOUT_S,
+    MRS_ACK_TYPE,
+    MRS_CLASS,
+    Address,
+    DeliveryMode,
+    Psb,
+    Status,
+    Uma,
+)
+from mrs.queues import Entry, GetWaiter, TargetQueue
+
+log = logging.getLogger("mrs.group")
+
+SEQ_COUNTER_BITS = 40
+"""A seq is (boot epoch << 40) | counter: unique and increasing across restarts
+without a disk write per message."""
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+
+class Session(Protocol):
+    id: int
+    attached: TargetQueue | None
+
+    def send(self, event: object) -> None: ...
+
+
+class Timers(Protocol):
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run callback after delay_s; returns a function that cancels it."""
+        ...
+
+
+@dataclass(eq=False)
+class PutReply:
+    """Where the outcome of one put goes: the WF caller, an MRS_ACK, or nowhere (NN)."""
+
+    group: Group
+    session: Session
+    request_id: int
+    mode: DeliveryMode
+    response_queue: Address
+    seq: int = 0
+    done: bool = False
+    cancel_timer: Callable[[], None] = lambda: None
+
+    def report(self, psb: Psb) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.cancel_timer()
+        notification = self.mode.notification
+        if notification == "WF":
+            self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
+        elif notification == "AK":
+            self.group.send_mrs_ack(self.response_queue, psb)
+
+    def time_out(self, timeout_s: float) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.session.send(
+            wire.Failure(
+                self.request_id,
+                Status.TIMEOUT,
+                f"interest point {self.mode.interest_point} not reached in {timeout_s:g} s; "
+                "the message may or may not have been stored",
+            )
+        )
+
+
+@dataclass(eq=False)
+class Group:
+    bus: BusConfig
+    config: GroupConfig
+    store: JournalStore
+    writer: GroupCommitWriter
+    timers: Timers
+    clock_ns: Callable[[], int] = time.time_ns
+    queues: dict[int, TargetQueue] = field(default_factory=dict)
+    dqf_count: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    epoch: int = 0
+    _seq_counter: int = 0
+    _event_log_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        for queue_config in self.config.queues.values():
+            address = Address(self.config.id, queue_config.id)
+            self.queues[queue_config.id] = TargetQueue(queue_config, address)
+        self._event_log_path = self.config.data_dir / "events.jsonl"
+
+    @property
+    def limits(self):
+        return self.config.limits
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> None:
+        """Start a new epoch and reload every unconfirmed DQF message into its queue."""
+        previous = self.store.meta_get("epoch")
+        self.epoch = (_U32.unpack(previous)[0] if previous else 0) + 1
+        self.store.commit_now(WriteBatch.empty().put_raw(Journal.META, b"epoch", _U32.pack(self.epoch)))
+        marks = {key: _U32.unpack(value)[0] for key, value in self.store.raw_items(Journal.MARKS)}
+        recovered = 0
+        for key, item in self.store.scan(Journal.DQF):
+            if isinstance(item, CorruptRecord):
+                self.corrupt.append(str(item))
+                log.error("%s; left in place, not delivered", item)
+                self.dqf_count += 1
+                continue
+            self.dqf_count += 1
+            queue = self.queues.get(item.target_queue)
+            if queue is None:
+                log.warning("DQF message %d for unconfigured queue %d kept, not delivered",
+                            item.seq, item.target_queue)
+                continue
+            entry = entry_from_record(item)
+            entry.times_delivered = marks.get(key, 0)
+            queue.put_back(entry, front=False)
+            recovered += 1
+        log.info("group %d epoch %d: recovered %d DQF messages", self.config.id, self.epoch, recovered)
+
+    def next_seq(self) -> int:
+        self._seq_counter += 1
+        return (self.epoch << SEQ_COUNTER_BITS) | self._seq_counter
+
+    # ------------------------------------------------------------------ attach
+    def attach(self, session: Session, request: wire.Attach) -> None:
+        if session.attached is not None:
+            raise Refused(Status.BADPARAM, f"already attached to {session.attached.address}")
+        address = self._resolve(request.queue)
+        if address.group != self.config.id:
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"{request.queue} is in group {address.group}: attach to a queue of group "
+                f"{self.config.id} (this server)",
+            )
+        queue = self.queues.get(address.queue)
+        if queue is None:
+            raise Refused(Status.NOSUCHQUEUE, f"group {self.config.id} has no queue {address.queue}")
+        if queue.attached_session is not None:
+            raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")
+        queue.attached_session = session.id
+        session.attached = queue
+        session.send(wire.Attached(request.request_id, address.group, address.queue))
+
+    def detach(self, session: Session) -> None:
+        queue = session.attached
+        if queue is None:
+            return
+        session.attached = None
+        returned = queue.detach()
+        if returned:
+            log.info("queue %s detached with %d unconfirmed messages; they will be redelivered",
+                     queue.address, len(returned))
+
+    # ------------------------------------------------------------------ put
+    def put(self, session: Session, request: wire.Put) -> None:
+        source = self._attached(session).address
+        mode, action = check_mode_and_uma(request.delivery, request.uma)
+        target = self._resolve(request.target)
+        if len(request.body) > self.limits.message_bytes_max:
+            raise Refused(
+                Status.MSGTOOBIG,
+                f"body of {len(request.body)} bytes exceeds message_bytes_max "
+                f"{self.limits.message_bytes_max}",
+            )
+        response_queue = self._resolve(request.resp_q) if request.resp_q else source
+        seq = self.next_seq()
+        reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
+        entry = Entry(
+            seq=seq, body=request.body, source=source, target=target, delivery=mode,
+            uma=action, msg_class=request.msg_class, msg_type=request.msg_type,
+            priority=request.priority, correlation_id=request.correlation_id,
+            put_time_ns=self.clock_ns(),
+        )
+        if mode.notification == "WF":
+            timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
+            reply.cancel_timer = self.timers.call_later(timeout_s, lambda: reply.time_out(timeout_s))
+        else:
+            session.send(wire.PutDone(request.request_id, Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA))
+        if target.group != self.config.id:
+            self.undeliverable(entry, reply, Status.LINK_DOWN,
+                               f"no link to group {target.group} is up")
+        elif mode.recoverable:
+            self._put_recoverable(entry, reply)
+        else:
+            self._put_memory(entry, reply)
+
+    def _put_recoverable(self, entry: Entry, reply: PutReply) -> None:
+        queue = self.queues.get(entry.target.queue)
+        if queue is None or entry.target.queue == DEAD_LETTER_QUEUE:
+            self.undeliverable(entry, reply, Status.NO_DQF, f"no DQF for target {entry.target}")
+            return
+        if self.dqf_count >= self.limits.dqf_messages_max:
+            self.undeliverable(entry, reply, Status.DQF_FULL,
+                               f"DQF holds dqf_messages_max={self.limits.dqf_messages_max}")
+            return
+        self.dqf_count += 1
+        entry.journaled = True
+        record = record_from_entry(entry, written_time_ns=self.clock_ns())
+        batch = WriteBatch.empty().put_record(Journal.DQF, queue_key(queue.address.queue, entry.seq), record)
+
+        def stored(error: JournalError | None) -> None:
+            if error is not None:
+                self.dqf_count -= 1
+                entry.journaled = False
+                cause = Status.MRS_RES_EXH if isinstance(error, JournalFullError) else Status.DQF_DEVICE_FAIL
+                self.undeliverable(entry, reply, cause, str(error))
+                return
+            if entry.delivery.interest_point == "CONF":
+                entry.on_confirm = lambda _entry: reply.report(
+                    Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA))
+            else:
+                reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
+            queue.offer(entry)
+
+        self.writer.submit(batch, stored)
+
+    def _put_memory(self, entry: Entry, reply: PutReply) -> None:
+        queue = self.queues.get(entry.target.queue)
+        if queue is None:
+            self.undeliverable(entry, reply, Status.NOSUCHQUEUE, f"no queue {entry.target}")
+            return
+        attached = queue.attached_session is not None
+        if not attached and not queue.config.permanent:
+            self.undeliverable(entry, reply, Status.NOTACTIVE, f"queue {entry.target} is not attached")
+            return
+        if queue.memory_count >= queue.config.messages_max:
+            self.undeliverable(entry, reply, Status.EXCEEDQUOTA,
+                               f"queue {entry.target} holds messages_max={queue.config.messages_max}")
+            return
+        point = entry.delivery.interest_point
+        done = Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
+        if point == "DEQ":
+            entry.on_dequeue = lambda _entry: reply.report(done)
+        elif point == "ACK":
+            entry.on_confirm = lambda _entry: reply.report(done)
+        else:
+            reply.report(Psb(Status.SUCCESS, reached_status(entry.delivery, attached), entry.seq,
+                             Status.NO_UMA))
+        queue.offer(entry)
+
+    # ------------------------------------------------------------------ UMAs
+    def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
+        """Take the entry's UMA and report cause + UMA status to the sender."""
+        action = Uma(entry.uma)
+
+        def finish(succeeded: bool) -> None:
+            reply.report(Psb(Status.SUCCESS, cause, entry.seq, uma_status(action, succeeded)))
+
+        if action is Uma.DISC:
+            finish(True)
+        elif action is Uma.DISCL:
+            finish(self._log_event("discarded", entry, cause, reason))
+        elif action is Uma.RTS:
+            finish(self._return_to_sender(entry, reply.response_queue, cause))
+        elif action is Uma.DLQ:
+            finish(self._to_dead_letter_queue(entry, cause, reason))
+        elif action is Uma.DLJ:
+            self._to_dead_letter_journal(entry, cause, finish)
+        else:
+            log.error("UMA SAF for %s: store and forward is not implemented yet", entry.target)
+            finish(False)
+
+    def _log_event(self, what: str, entry: Entry, cause: Status, reason: str) -> bool:
+        line = json.dumps({
+            "time_ns": self.clock_ns(), "event": what, "seq": entry.seq,
+            "sender": str(entry.source), "target": str(entry.target),
+            "cause": cause.name, "reason": reason,
+        })
+        try:
+            with open(self._event_log_path, "a", encoding="utf-8") as event_log:
+                event_log.write(line + "\n")
+        except OSError as error:
+            log.error("cannot write the event log %s: %s", self._event_log_path, error)
+            return False
+        return True
+
+    def _return_to_sender(self, entry: Entry, response_queue: Address, cause: Status) -> bool:
+        queue = self.queues.get(response_queue.queue) if response_queue.group == self.config.id else None
+        if queue is None or queue.memory_count >= queue.config.messages_max:
+            return False
+        returned = _copy_nonrecoverable(entry, target=response_queue)
+        returned.delivery_status = Status.MSGUNDEL
+        queue.offer(returned)
+        return True
+
+    def _to_dead_letter_queue(self, entry: Entry, cause: Status, reason: str) -> bool:
+        queue = self.queues[DEAD_LETTER_QUEUE]
+        if queue.memory_count >= queue.config.messages_max:
+            return False
+        dead = _copy_nonrecoverable(entry, target=queue.address)
+        dead.dead_letter_header = {
+            "reason": int(cause), "reason_name": cause.name, "text": reason,
+            "dest_group": entry.target.group, "dest_queue": entry.target.queue,
+            "format": "MRS", "put_appl_name": str(entry.source), "put_appl_type": "MRS",
+            "put_time_ns": entry.put_time_ns,
+        }
+        queue.offer(dead)
+        return True
+
+    def _to_dead_letter_journal(self, entry: Entry, cause: Status,
+                                finish: Callable[[bool], None]) -> None:
+        record = record_from_entry(entry, written_time_ns=self.clock_ns())
+        record.reason = int(cause)
+        batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
+        self.writer.submit(batch, lambda error: finish(error is None))
+
+    def send_mrs_ack(self, response_queue: Address, psb: Psb) -> None:
+        """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender."""
+        queue = self.queues.get(response_queue.queue) if response_queue.group == self.config.id else None
+        if queue is None:
+            log.error("MRS_ACK for seq %d: response queue %s is not in this group",
+                      psb.seq, response_queue)
+            return
+        ack = Entry(
+            seq=self.next_seq(), body=msgpack.packb(psb.to_wire()),
+            source=Address(self.config.id, 0), target=response_queue,
+            delivery=DeliveryMode.NN_MEM, msg_class=MRS_CLASS, msg_type=MRS_ACK_TYPE,
+            put_time_ns=self.clock_ns(),
+        )
+        queue.offer(ack)
+
+    # ------------------------------------------------------------------ get
+    def get(self, session: Session, request: wire.Get) -> None:
+        queue = self._attached(session)
+        if queue.config.confirm == "implicit":
+            self._confirm_implicitly(session, queue)
+        if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+            raise Refused(
+                Status.EXCMAXUNCONF,
+                f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "
+                f"(unconfirmed_max={queue.config.unconfirmed_max})",
+            )
+        entry = queue.take()
+        if entry is not None:
+            self._hand_over(session, request.request_id, queue, entry)
+            return
+        if request.timeout_ms == 0:
+            raise Refused(Status.NOMOREMSG, f"no message on {queue.address}")
+        waiter = GetWaiter(
+            deliver=lambda arrived: self._hand_over(session, request.request_id, queue, arrived),
+            session_id=session.id,
+        )
+        queue.park(waiter)
+        if request.timeout_ms > 0:
+            timeout_s = request.timeout_ms / 1000
+
+            def expire() -> None:
+                if queue.unpark(waiter):
+                    session.send(wire.Failure(request.request_id, Status.TIMEOUT,
+                                              f"no message on {queue.address} in {timeout_s:g} s"))
+
+            waiter.cancel_timer = self.timers.call_later(timeout_s, expire)
+
+    def _hand_over(self, session: Session, request_id: int, queue: TargetQueue, entry: Entry) -> None:
+        """Deliver one entry to a get. A journaled entry's delivery count is made durable
+        first, so a crash can never hide that it was delivered (POSSDUPL stays exact)."""
+        if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+            queue.put_back(entry)
+            session.send(wire.Failure(request_id, Status.EXCMAXUNCONF,
+                                      f"unconfirmed_max={queue.config.unconfirmed_max} reached"))
+            return
+        status = entry.delivery_status or delivery_status_on_get(entry.needs_confirm,
+                                                                  entry.times_delivered)
+        entry.times_delivered += 1
+        if entry.needs_confirm:
+            queue.unconfirmed[entry.seq] = entry
+        if not entry.journaled:
+            session.send(delivery_event(request_id, entry, status))
+            if entry.on_dequeue is not None:
+                entry.on_dequeue(entry)
+            return
+        key = queue_key(queue.address.queue, entry.seq)
+        batch = WriteBatch.empty().put_raw(Journal.MARKS, key, _U32.pack(entry.times_delivered))
+
+        def marked(error: JournalError | None) -> None:
+            if error is None:
+                session.send(delivery_event(request_id, entry, status))
+                return
+            if queue.unconfirmed.pop(entry.seq, None) is not None:
+                queue.put_back(entry)
+            session.send(wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}"))
+
+        self.writer.submit(batch, marked)
+
+    def _confirm_implicitly(self, session: Session, queue: TargetQueue) -> None:
+        for seq in list(queue.unconfirmed):
+            self._confirm_entry(session, queue, queue.unconfirmed.pop(seq), None, 0,
+                                journal_on_confirm(0, self.config.pcj_default))
+
+    # ------------------------------------------------------------------ confirm
+    def confirm(self, session: Session, request: wire.Confirm) -> None:
+        queue = self._attached(session)
+        journal = journal_on_confirm(request.force_j, self.config.pcj_default)
+        check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
+        entry = queue.unconfirmed.pop(request.seq)
+        self._confirm_entry(session, queue, entry, request.request_id, request.confirm_value, journal)
+
+    def _confirm_entry(self, session: Session, queue: TargetQueue, entry: Entry,
+                       request_id: int | None, confirm_value: int, journal: bool) -> None:
+        def confirmed(error: JournalError | None) -> None:
+            if error is not None:
+                queue.unconfirmed[entry.seq] = entry
+                _sort_unconfirmed(queue)
+                status = Status.MRS_RES_EXH if isinstance(error, JournalFullError) else Status.JOURNAL_FAIL
+                if request_id is not None:
+                    session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
+                return
+            if entry.journaled:
+                self.dqf_count -= 1
+            if request_id is not None:
+                session.send(wire.Confirmed(request_id, entry.seq, Status.SUCCESS))
+            if entry.on_confirm is not None:
+                entry.on_confirm(entry)
+
+        if not entry.journaled:
+            confirmed(None)
+            return
+        key = queue_key(queue.address.queue, entry.seq)
+        batch = WriteBatch.empty().delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        if journal:
+            now_ns = self.clock_ns()
+            record = record_from_entry(entry, written_time_ns=now_ns)
+            record.confirm_value = confirm_value
+            record.confirm_time_ns = now_ns
+            batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
+        self.writer.submit(batch, confirmed)
+
+    # ------------------------------------------------------------------ status
+    def status_info(self) -> dict:
+        return {
+            "group": self.config.id,
+            "name": self.config.name,
+            "epoch": self.epoch,
+            "dqf_messages": self.dqf_count,
+            "corrupt_records": list(self.corrupt),
+            "writer": self.writer.stats.as_dict(),
+            "queues": {
+                str(queue.address): {
+                    "name": queue.config.name,
+                    "pending": len(queue.pending),
+                    "unconfirmed": len(queue.unconfirmed),
+                    "attached": queue.attached_session is not None,
+                }
+                for queue in self.queues.values()
+            },
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def _attached(self, session: Session) -> TargetQueue:
+        if session.attached is None:
+            raise Refused(Status.NOTATTACHED, "attach to a queue first")
+        return session.attached
+
+    def _resolve(self, text: str) -> Address:
+        try:
+            address = self.bus.resolve(text, self.config.id)
+        except (LookupError, ValueError) as error:
+            raise Refused(Status.NOSUCHQUEUE, str(error).strip("'\"")) from None
+        if address.group not in self.bus.groups:
+            raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
+        return address
+
+
+def _sort_unconfirmed(queue: TargetQueue) -> None:
+    ordered = sorted(queue.unconfirmed.items())
+    queue.unconfirmed.clear()
+    queue.unconfirmed.update(ordered)
+
+
+def _copy_nonrecoverable(entry: Entry, target: Address) -> Entry:
+    return Entry(
+        seq=entry.seq, body=entry.body, source=entry.source, target=target,
+        delivery=entry.delivery, uma=entry.uma, msg_class=entry.msg_class,
+        msg_type=entry.msg_type, priority=entry.priority, correlation_id=entry.correlation_id,
+        put_time_ns=entry.put_time_ns,
+    )
+
+
+def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
+    return wire.Delivery(
+        request_id, entry.seq, entry.body, str(entry.source), str(entry.target),
+        entry.msg_class, entry.msg_type, entry.priority, int(entry.delivery), int(status),
+        entry.correlation_id, entry.put_time_ns, entry.dead_letter_header,
+    )
+
+
+def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
+    return Record(
+        seq=entry.seq, target_group=entry.target.group, target_queue=entry.target.queue,
+        source_group=entry.source.group, source_queue=entry.source.queue, body=entry.body,
+        msg_class=entry.msg_class, msg_type=entry.msg_type, priority=entry.priority,
+        delivery=int(entry.delivery), uma=int(entry.uma), correlation_id=entry.correlation_id,
+        put_time_ns=entry.put_time_ns, written_time_ns=written_time_ns,
+    )
+
+
+def entry_from_record(record: Record) -> Entry:
+    return Entry(
+        seq=record.seq, body=record.body,
+        source=Address(record.source_group, record.source_queue),
+        target=Address(record.target_group, record.target_queue),
+        delivery=DeliveryMode(record.delivery), uma=record.uma, msg_class=record.msg_class,
+        msg_type=record.msg_type, priority=record.priority,
+        correlation_id=record.correlation_id, put_time_ns=record.put_time_ns, journaled=True,
+    )

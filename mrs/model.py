@@ -1,0 +1,292 @@
+"""The vocabulary of MRS: MessageQ's constants, the PSB, messages and addresses.
+
+Every number here comes from `shared/reference/messageq-constants.md` so that people
+who know MessageQ recognise them. Nothing else in the code base spells a status or
+mode as a bare number.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+DEAD_LETTER_QUEUE = 96
+"""Queue 96 of every group is the dead letter queue (PAMS_DEAD_LETTER_QUEUE)."""
+
+MRS_CLASS = 28
+"""Message class of the messages the MRS itself sends."""
+
+MRS_ACK_TYPE = -801
+"""Message type of an MRS_ACK (carries the PSB of an AK-mode put)."""
+
+PRIORITY_MAX = 99
+CORRELATION_ID_BYTES_MAX = 32
+DEFAULT_PUT_TIMEOUT_S = 30.0
+"""MessageQ's default when the put timeout is 0."""
+
+
+class DeliveryMode(enum.IntEnum):
+    """PDEL_MODE_*: sender notification (WF/AK/NN) x delivery interest point."""
+
+    WF_SAF = 25
+    WF_DQF = 26
+    WF_MEM = 29
+    AK_SAF = 30
+    AK_DQF = 31
+    AK_MEM = 34
+    NN_SAF = 35
+    NN_DQF = 36
+    NN_MEM = 39
+    WF_DEQ = 40
+    AK_DEQ = 41
+    WF_CONF = 42
+    AK_CONF = 43
+    WF_ACK = 44
+    AK_ACK = 45
+
+    @property
+    def notification(self) -> str:
+        """'WF' (block), 'AK' (MRS_ACK message later) or 'NN' (nothing)."""
+        return self.name[:2]
+
+    @property
+    def interest_point(self) -> str:
+        """SAF, DQF, CONF, MEM, DEQ or ACK."""
+        return self.name[3:]
+
+    @property
+    def recoverable(self) -> bool:
+        return self.interest_point in ("SAF", "DQF", "CONF")
+
+
+class Uma(enum.IntEnum):
+    """PDEL_UMA_*: what happens to a message that cannot reach its interest point."""
+
+    RTS = 1
+    DLJ = 2
+    DLQ = 3
+    SAF = 4
+    DISC = 5
+    DISCL = 6
+
+
+class ForceJrn(enum.IntEnum):
+    """PDEL_*_JRN: whether a confirm writes the message to the PCJ."""
+
+    DEFAULT_JRN = 0
+    FORCE_JRN = 1
+    NO_JRN = 2
+
+
+class ConfirmStyle(enum.StrEnum):
+    """How a queue's recoverable messages are confirmed."""
+
+    IMPLICIT = "implicit"
+    EXPLICIT_IN_ORDER = "explicit-in-order"
+    EXPLICIT_OUT_OF_ORDER = "explicit-out-of-order"
+
+
+class Status(enum.IntEnum):
+    """PAMS__* status values (UNIX numbering). Odd positive = success/information.
+
+    The first block is MessageQ's own table. DQF_DEVICE_FAIL and the *_FAILED UMA
+    statuses have no published number; the values chosen do not collide. The last
+    block are MRS's own statuses for conditions MessageQ reports less precisely.
+    """
+
+    # success / information
+    SUCCESS = 1
+    LINK_UP = 3
+    JOURNAL_ON = 5
+    NOMOREMSG = 7
+    DISC_SUCCESS = 11
+    DISCL_SUCCESS = 13
+    DLJ_SUCCESS = 15
+    DLQ_SUCCESS = 17
+    RTS_SUCCESS = 19
+    SAF_SUCCESS = 21
+    NO_UMA = 25
+    UMA_NA = 27
+    STORED = 31
+    ENQUEUED = 33
+    UNATTACHEDQ = 35
+    CONFIRMREQ = 37
+    SAF_FORCED = 43
+    # failure
+    TIMEOUT = -14
+    ACKTMO = -16
+    MSGUNDEL = -18
+    NOTACTIVE = -54
+    EXCEEDQUOTA = -56
+    BADDELIVERY = -60
+    POSSDUPL = -158
+    EXCMAXUNCONF = -170
+    NOMRS = -188
+    DQF_DEVICE_FAIL = -200
+    DQF_FULL = -202
+    LINK_DOWN = -206
+    BADSEQ = -208
+    NOTJRN = -210
+    MRS_RES_EXH = -212
+    NOSUCHPCJ = -218
+    BADUMA = -222
+    NO_DQF = -228
+    NO_SAF = -230
+    SAF_DEVICE_FAIL = -234
+    DISC_FAILED = -240
+    DISCL_FAILED = -242
+    DLJ_FAILED = -244
+    DLQ_FAILED = -246
+    RTS_FAIL = -248
+    SAF_FAILED = -250
+    NOTSUPPORTED = -268
+    JOURNAL_FULL = -284
+    JOURNAL_FAIL = -286
+    # MRS's own
+    BADPARAM = -1002
+    """A request argument is out of range (priority, class, timeout...)."""
+    NOSUCHQUEUE = -1004
+    """The address names no group or queue of this bus."""
+    NOTATTACHED = -1006
+    """get/confirm on a connection that has not attached to a queue."""
+    QUEUE_BUSY = -1008
+    """Another connection is attached to that queue."""
+    MSGTOOBIG = -1010
+    """The body is larger than the target group's message_bytes_max."""
+    PROTOCOL_ERROR = -1012
+    """Malformed, oversized or out-of-order frame; the connection is closed."""
+    SERVER_ERROR = -1014
+    """An unexpected fault while serving the request; nothing stored was lost."""
+    SHUTTING_DOWN = -1016
+    """The server is stopping and takes no new work."""
+
+    @property
+    def ok(self) -> bool:
+        """True for success and information statuses (odd, positive)."""
+        return self.value > 0
+
+
+def status_of(value: int) -> Status | int:
+    """A Status member for a known value, the raw int for an unknown one."""
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+UMA_SUCCESS: dict[Uma, Status] = {
+    Uma.DISC: Status.DISC_SUCCESS,
+    Uma.DISCL: Status.DISCL_SUCCESS,
+    Uma.DLJ: Status.DLJ_SUCCESS,
+    Uma.DLQ: Status.DLQ_SUCCESS,
+    Uma.RTS: Status.RTS_SUCCESS,
+    Uma.SAF: Status.SAF_SUCCESS,
+}
+UMA_FAILURE: dict[Uma, Status] = {
+    Uma.DISC: Status.DISC_FAILED,
+    Uma.DISCL: Status.DISCL_FAILED,
+    Uma.DLJ: Status.DLJ_FAILED,
+    Uma.DLQ: Status.DLQ_FAILED,
+    Uma.RTS: Status.RTS_FAIL,
+    Uma.SAF: Status.SAF_FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """A queue on the bus: GROUP.QUEUE, e.g. 2.20."""
+
+    group: int
+    queue: int
+
+    def __str__(self) -> str:
+        return f"{self.group}.{self.queue}"
+
+    @classmethod
+    def parse(cls, text: str) -> Address:
+        """Parse 'G.Q'. Names are resolved by the config, not here."""
+        group_text, dot, queue_text = text.partition(".")
+        if not dot or not group_text.isdigit() or not queue_text.isdigit():
+            raise ValueError(f"not a queue address (GROUP.QUEUE): {text!r}")
+        return cls(int(group_text), int(queue_text))
+
+
+@dataclass(frozen=True, slots=True)
+class Psb:
+    """PAMS Status Block: the outcome of a put (or the status of a delivered message).
+
+    `status` is the function return status; `delivery_status` what the MRS did with
+    the message; `uma_status` what the undeliverable message action did.
+    """
+
+    status: Status | int
+    delivery_status: Status | int
+    seq: int
+    uma_status: Status | int
+    type_of_psb: int = 2
+    call_dependent: int = 0
+
+    @property
+    def stored(self) -> bool:
+        """True when the message reached its interest point (or was accepted for it)."""
+        return _is_ok(self.status) and _is_ok(self.delivery_status)
+
+    def to_wire(self) -> list[int]:
+        return [int(self.status), int(self.delivery_status), self.seq, int(self.uma_status)]
+
+    @classmethod
+    def from_wire(cls, fields: list[int]) -> Psb:
+        status, delivery_status, seq, uma_status = fields
+        return cls(status_of(status), status_of(delivery_status), seq, status_of(uma_status))
+
+
+def _is_ok(status: Status | int) -> bool:
+    return int(status) > 0
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as an application receives it."""
+
+    body: bytes
+    seq: int
+    source: Address
+    target: Address
+    msg_class: int = 0
+    msg_type: int = 0
+    priority: int = 0
+    delivery: DeliveryMode = DeliveryMode.NN_MEM
+    delivery_status: Status | int = Status.SUCCESS
+    correlation_id: bytes = b""
+    put_time_ns: int = 0
+    dead_letter_header: dict | None = None
+    _confirm: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def needs_confirm(self) -> bool:
+        """CONFIRMREQ/POSSDUPL messages must be confirmed with their seq."""
+        return self.delivery_status in (Status.CONFIRMREQ, Status.POSSDUPL)
+
+    @property
+    def possible_duplicate(self) -> bool:
+        return self.delivery_status == Status.POSSDUPL
+
+    async def confirm(self, confirm_value: int = 0,
+                      force_j: ForceJrn = ForceJrn.DEFAULT_JRN) -> None:
+        """Confirm this message on the queue it was got from (like a nats ack)."""
+        if self._confirm is None:
+            raise ValueError("this message was not received through a client connection")
+        await self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j)
+
+    @property
+    def is_mrs_ack(self) -> bool:
+        return self.msg_class == MRS_CLASS and self.msg_type == MRS_ACK_TYPE
+
+    def ack_psb(self) -> Psb:
+        """The PSB an MRS_ACK message carries (only for MRS_ACK messages)."""
+        import msgpack
+
+        if not self.is_mrs_ack:
+            raise ValueError("not an MRS_ACK message")
+        return Psb.from_wire(msgpack.unpackb(self.body))
+

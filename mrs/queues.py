@@ -1,0 +1,118 @@
+"""Target queues in memory: what waits to be got, what waits to be confirmed, who waits.
+
+A queue knows nothing of sockets or journals. It holds `Entry`s (a message plus
+the callbacks its sender is waiting on) in arrival order, the delivered but
+unconfirmed entries in delivery order, and the gets parked until something arrives.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mrs.config import QueueConfig
+from mrs.model import Address, DeliveryMode
+
+Notify = Callable[["Entry"], None]
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One message in a target queue."""
+
+    seq: int
+    body: bytes
+    source: Address
+    target: Address
+    delivery: DeliveryMode
+    uma: int = 0
+    msg_class: int = 0
+    msg_type: int = 0
+    priority: int = 0
+    correlation_id: bytes = b""
+    put_time_ns: int = 0
+    dead_letter_header: dict | None = None
+    delivery_status: int | None = None
+    """Forced delivery status (e.g. MSGUNDEL for a returned message); None = derive."""
+    journaled: bool = False
+    """True when the entry is backed by a DQF record (recoverable)."""
+    times_delivered: int = 0
+    on_dequeue: Notify | None = None
+    """WF/AK_DEQ: the sender waits for the get."""
+    on_confirm: Notify | None = None
+    """WF/AK_ACK and WF/AK_CONF: the sender waits for the confirm."""
+
+    @property
+    def needs_confirm(self) -> bool:
+        return self.journaled or self.delivery.interest_point == "ACK"
+
+
+@dataclass(slots=True, eq=False)
+class GetWaiter:
+    """A get parked on an empty queue."""
+
+    deliver: Callable[[Entry], None]
+    session_id: int
+    cancel_timer: Callable[[], None] = lambda: None
+
+
+@dataclass(eq=False)
+class TargetQueue:
+    config: QueueConfig
+    address: Address
+    pending: deque[Entry] = field(default_factory=deque)
+    unconfirmed: dict[int, Entry] = field(default_factory=dict)
+    waiters: deque[GetWaiter] = field(default_factory=deque)
+    attached_session: int | None = None
+    memory_count: int = 0
+    """Nonrecoverable messages waiting in `pending` (what messages_max bounds)."""
+
+    def offer(self, entry: Entry) -> None:
+        """Add an arriving entry: hand it to a parked get, or queue it."""
+        if self.waiters:
+            waiter = self.waiters.popleft()
+            waiter.cancel_timer()
+            waiter.deliver(entry)
+        else:
+            self.put_back(entry, front=False)
+
+    def put_back(self, entry: Entry, front: bool = True) -> None:
+        """Queue an entry without offering it to waiters (front: it was taken before)."""
+        if front:
+            self.pending.appendleft(entry)
+        else:
+            self.pending.append(entry)
+        if not entry.journaled:
+            self.memory_count += 1
+
+    def take(self) -> Entry | None:
+        if not self.pending:
+            return None
+        entry = self.pending.popleft()
+        if not entry.journaled:
+            self.memory_count -= 1
+        return entry
+
+    def park(self, waiter: GetWaiter) -> None:
+        self.waiters.append(waiter)
+
+    def unpark(self, waiter: GetWaiter) -> bool:
+        try:
+            self.waiters.remove(waiter)
+        except ValueError:
+            return False
+        return True
+
+    def detach(self) -> list[Entry]:
+        """The attached session left: unconfirmed entries return to the front of the
+        queue (oldest first) to be delivered again, marked POSSDUPL."""
+        returned = sorted(self.unconfirmed.values(), key=lambda entry: entry.seq)
+        self.unconfirmed.clear()
+        self.pending.extendleft(reversed(returned))
+        self.memory_count += sum(1 for entry in returned if not entry.journaled)
+        self.attached_session = None
+        for waiter in self.waiters:
+            waiter.cancel_timer()
+        self.waiters.clear()
+        return returned

@@ -1,0 +1,224 @@
+"""The group server: trio TCP sessions in front of a `Group`.
+
+Each connection has one receive loop and one send loop. The receive loop parses
+every frame a `recv` brings and dispatches each request synchronously to the group
+(no await per message); replies are appended to the session's outbox and the send
+loop writes everything ready in one `send_all`. A request that fails is answered
+with a Failure frame; a malformed frame gets a Fatal frame and only that connection
+closes. Nothing a client sends can stop the server for anyone else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from journals import GroupCommitWriter, JournalStore
+from mrs import protocol as wire
+from mrs.config import BusConfig, GroupConfig
+from mrs.delivery import Refused
+from mrs.group import Group
+from mrs.model import Status
+from mrs.queues import TargetQueue
+from mrs.timers import TrioTimers
+
+log = logging.getLogger("mrs.server")
+
+RECEIVE_BYTES_MAX = 256 * 1024
+OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
+"""Stop reading a client's requests while this much of its replies is unsent."""
+FRAME_OVERHEAD_BYTES = 4096
+
+_session_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class ServerSession:
+    """One client connection."""
+
+    stream: trio.SocketStream
+    connection: wire.Connection
+    id: int = field(default_factory=lambda: next(_session_ids))
+    attached: TargetQueue | None = None
+    peer: str = "?"
+    closed: bool = False
+    _outbox: list[bytes] = field(default_factory=list)
+    _outbox_bytes: int = 0
+    _ready: trio.Event = field(default_factory=trio.Event)
+    _drained: trio.Event = field(default_factory=trio.Event)
+
+    def send(self, event: object) -> None:
+        if self.closed:
+            return
+        data = self.connection.send(event)
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
+        self._ready.set()
+
+    async def send_loop(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready = trio.Event()
+            if not self._outbox:
+                continue
+            data = b"".join(self._outbox)
+            self._outbox.clear()
+            self._outbox_bytes = 0
+            await self.stream.send_all(data)
+            self._drained.set()
+
+    async def wait_drained(self) -> None:
+        while self._outbox_bytes > OUTBOX_BYTES_HIGH:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def flush(self) -> None:
+        if self._outbox:
+            data = b"".join(self._outbox)
+            self._outbox.clear()
+            self._outbox_bytes = 0
+            await self.stream.send_all(data)
+
+
+class GroupServer:
+    """Serves one group on its configured listen address."""
+
+    def __init__(self, bus: BusConfig, group_config: GroupConfig) -> None:
+        self.bus = bus
+        self.config = group_config
+        self.timers = TrioTimers()
+        self.store: JournalStore | None = None
+        self.group: Group | None = None
+        self.sessions: set[ServerSession] = set()
+        self.address: tuple[str, int] | None = None
+        self.frame_bytes_max = group_config.limits.message_bytes_max + FRAME_OVERHEAD_BYTES
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Open journals, recover, listen; on cancel, stop and make everything durable."""
+        self.store = JournalStore(
+            self.config.data_dir / "journals", self.config.limits.journal_bytes_max
+        )
+        token = trio.lowlevel.current_trio_token()
+        writer = GroupCommitWriter(self.store, token.run_sync_soon)
+        self.group = Group(self.bus, self.config, self.store, writer, self.timers)
+        self.group.recover()
+        writer.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.timers.run)
+                listeners = await nursery.start(
+                    partial(trio.serve_tcp, host=self.config.listen_host),
+                    self._serve_connection,
+                    self.config.listen_port,
+                )
+                host, port = listeners[0].socket.getsockname()[:2]
+                self.address = (self.config.listen_host, port)
+                task_status.started(self.address)
+        finally:
+            for session in list(self.sessions):
+                session.closed = True
+            writer.stop()
+            self.store.close()
+            log.info("group %d stopped; journals closed", self.config.id)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
+        session = ServerSession(stream, connection)
+        try:
+            session.peer = "%s:%s" % stream.socket.getpeername()[:2]
+        except OSError:
+            pass
+        self.sessions.add(session)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session.send_loop)
+                await self._receive_loop(session)
+                nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.sessions.discard(session)
+            session.closed = True
+            self.group.detach(session)
+            with trio.move_on_after(1):
+                await stream.aclose()
+
+    async def _receive_loop(self, session: ServerSession) -> None:
+        connection = session.connection
+        while True:
+            data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
+            connection.receive_data(data)
+            try:
+                events = connection.events()
+            except wire.ProtocolError as error:
+                log.warning("client %s: protocol error: %s", session.peer, error)
+                await self._fatal(session, error.status, str(error))
+                return
+            for event in events:
+                if event is wire.CLOSED:
+                    return
+                self._dispatch(session, event)
+            if not data:
+                return
+            await session.wait_drained()
+
+    async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:
+        try:
+            session.send(wire.Fatal(int(status), message))
+        except wire.ProtocolError:
+            pass
+        with trio.move_on_after(2):
+            await session.flush()
+
+    def _dispatch(self, session: ServerSession, event: object) -> None:
+        group = self.group
+        request_id = getattr(event, "request_id", 0)
+        try:
+            match event:
+                case wire.Hello():
+                    session.send(wire.Welcome(wire.PROTOCOL_VERSION, self.config.id, self.config.name))
+                case wire.Put():
+                    group.put(session, event)
+                case wire.Get():
+                    group.get(session, event)
+                case wire.Confirm():
+                    group.confirm(session, event)
+                case wire.Attach():
+                    group.attach(session, event)
+                case wire.StatusRequest():
+                    session.send(wire.StatusReply(request_id, group.status_info()))
+                case _:
+                    raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
+        except Refused as refused:
+            session.send(wire.Failure(request_id, int(refused.status), refused.message))
+        except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
+            log.exception("request %r from %s failed", event, session.peer)
+            session.send(wire.Failure(request_id, int(Status.SERVER_ERROR),
+                                      f"{type(error).__name__}: {error}"))
+
+
+async def serve(bus: BusConfig, group_id: int, ready_file: Path | None = None) -> None:
+    """Run a group until SIGTERM/SIGINT, then shut down gracefully."""
+    server = GroupServer(bus, bus.group(group_id))
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(server.run)
+            line = f"READY {host}:{port}"
+            print(line, flush=True)
+            if ready_file is not None:
+                ready_file.write_text(f"{host}:{port}\n")
+            log.info("group %d (%s) listening on %s:%d, pid %d", group_id,
+                     server.config.name, host, port, os.getpid())
+            async for signum in signals:
+                log.info("signal %s: shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+    print("STOPPED", flush=True, file=sys.stderr)
