@@ -66,7 +66,7 @@ def connected_pair(**kwargs: int) -> tuple[Connection, Connection]:
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({min(c, len(data)) for c in cuts})
     bounds = [0, *points, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
 def put(**changes: object) -> Put:
