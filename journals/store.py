@@ -174,12 +174,11 @@ class JournalStore:
 
     def _open_readonly_dbs(self) -> dict[Journal, object]:
         dbs = {}
-        with self.env.begin() as txn:
-            for journal in Journal:
-                try:
-                    dbs[journal] = self.env.open_db(journal.value.encode(), txn=txn, create=False)
-                except lmdb.NotFoundError:
-                    dbs[journal] = None
+        for journal in Journal:
+            try:
+                dbs[journal] = self.env.open_db(journal.value.encode(), create=False)
+            except lmdb.NotFoundError:
+                dbs[journal] = None
         return dbs
 
     def db(self, journal: Journal):

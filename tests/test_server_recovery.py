@@ -1,0 +1,213 @@
+"""Confirmation styles, POSSDUPL, the PCJ, timeouts and restarts against a real server."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients import (
+    BadSequence,
+    DeliveryMode,
+    ForceJrn,
+    MrsTimeout,
+    NoMoreMessages,
+    Status,
+    TooManyUnconfirmed,
+    Uma,
+    connect,
+    connect_sync,
+)
+from journals import Journal, JournalStore
+
+MODE = DeliveryMode
+
+
+async def _send(bus, target: str, bodies: list[bytes], mode=MODE.WF_DQF) -> list[int]:
+    async with connect(bus.address, queue="SENDER") as sender:
+        seqs = []
+        for body in bodies:
+            psb = await sender.put(body, target=target, delivery=mode, uma=Uma.DISC)
+            assert psb.delivery_status == Status.STORED
+            seqs.append(psb.seq)
+        return seqs
+
+
+def _pcj(bus) -> dict:
+    store = JournalStore(bus.data_dir / "journals", readonly=True)
+    try:
+        return {record.seq: record for _, record in store.scan(Journal.PCJ)}
+    finally:
+        store.close()
+
+
+async def test_in_order_queue_refuses_out_of_order_confirm(bus) -> None:
+    seqs = await _send(bus, "ORDERS", [b"a", b"b", b"c"])
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        messages = [await receiver.get(timeout=5) for _ in seqs]
+        assert [m.seq for m in messages] == seqs
+        with pytest.raises(BadSequence, match=f"confirm {seqs[0]} before {seqs[1]}"):
+            await receiver.confirm(seqs[1])
+        for seq in seqs:
+            await receiver.confirm(seq)
+        with pytest.raises(BadSequence, match="not known"):
+            await receiver.confirm(seqs[0])
+
+
+async def test_out_of_order_queue_accepts_any_order(bus) -> None:
+    seqs = await _send(bus, "ANYORDER", [b"a", b"b", b"c"])
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        for _ in seqs:
+            await receiver.get(timeout=5)
+        for seq in reversed(seqs):
+            await receiver.confirm(seq)
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        with pytest.raises(NoMoreMessages):
+            await receiver.get(timeout=0)
+
+
+async def test_implicit_queue_confirms_the_previous_message_on_the_next_get(bus) -> None:
+    seqs = await _send(bus, "IMPLICIT", [b"a", b"b"])
+    async with connect(bus.address, queue="IMPLICIT") as receiver:
+        first = await receiver.get(timeout=5)
+        second = await receiver.get(timeout=5)  # confirms `first`
+        assert (first.seq, second.seq) == tuple(seqs)
+    # `second` was never followed by a get: it comes back, marked POSSDUPL.
+    async with connect(bus.address, queue="IMPLICIT") as receiver:
+        again = await receiver.get(timeout=5)
+        assert (again.seq, again.delivery_status) == (seqs[1], Status.POSSDUPL)
+        with pytest.raises(NoMoreMessages):
+            await receiver.get(timeout=0)
+
+
+async def test_unconfirmed_cap_answers_excmaxunconf(bus) -> None:
+    async with connect(bus.address, queue="SENDER") as sender:
+        for body in (b"1", b"2", b"3"):
+            await sender.put(body, target="SMALL", delivery=MODE.WF_DQF, uma=Uma.DISC)
+    async with connect(bus.address, queue="SMALL") as receiver:
+        first = await receiver.get(timeout=5)
+        await receiver.get(timeout=5)
+        with pytest.raises(TooManyUnconfirmed):
+            await receiver.get(timeout=5)
+        await receiver.confirm(first.seq)
+        third = await receiver.get(timeout=5)
+    assert third.body == b"3"
+
+
+async def test_possdupl_after_reattach_and_confirmreq_only_first_time(bus) -> None:
+    seqs = await _send(bus, "ORDERS", [b"a", b"b"])
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        first = await receiver.get(timeout=5)
+        assert first.delivery_status == Status.CONFIRMREQ
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        again = await receiver.get(timeout=5)
+        fresh = await receiver.get(timeout=5)
+    assert (again.seq, again.delivery_status) == (seqs[0], Status.POSSDUPL)
+    assert (fresh.seq, fresh.delivery_status) == (seqs[1], Status.CONFIRMREQ)
+
+
+@pytest.mark.parametrize("graceful", [True, False], ids=["sigterm", "sigkill"])
+async def test_restart_recovers_unconfirmed_and_marks_exactly_the_delivered(bus, graceful) -> None:
+    seqs = await _send(bus, "ORDERS", [b"a", b"b", b"c"])
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        first = await receiver.get(timeout=5)
+        await receiver.confirm(first.seq)
+        delivered = await receiver.get(timeout=5)
+        assert delivered.delivery_status == Status.CONFIRMREQ
+    bus.restart(graceful=graceful)
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        again = await receiver.get(timeout=5)
+        never = await receiver.get(timeout=5)
+        with pytest.raises(NoMoreMessages):
+            await receiver.get(timeout=0)
+    assert (again.seq, again.body, again.delivery_status) == (seqs[1], b"b", Status.POSSDUPL)
+    assert (never.seq, never.body, never.delivery_status) == (seqs[2], b"c", Status.CONFIRMREQ)
+
+
+async def test_seqs_keep_increasing_across_restarts(bus) -> None:
+    before = await _send(bus, "ANYORDER", [b"a"])
+    bus.restart()
+    after = await _send(bus, "ANYORDER", [b"b"])
+    assert after[0] > before[0]
+
+
+@pytest.mark.parametrize(
+    "force_j, journaled",
+    [(ForceJrn.FORCE_JRN, True), (ForceJrn.NO_JRN, False), (ForceJrn.DEFAULT_JRN, True)],
+)
+async def test_confirm_writes_the_pcj_as_force_j_says(bus, force_j, journaled) -> None:
+    """The bus fixture's group has pcj_default = true."""
+    [seq] = await _send(bus, "ANYORDER", [b"audited"])
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        message = await receiver.get(timeout=5)
+        await receiver.confirm(message.seq, confirm_value=4242, force_j=force_j)
+    pcj = _pcj(bus)
+    assert (seq in pcj) == journaled
+    if journaled:
+        record = pcj[seq]
+        assert (record.body, record.confirm_value) == (b"audited", 4242)
+        assert record.confirm_time_ns >= record.put_time_ns > 0
+        assert (record.target_group, record.target_queue) == (1, 11)
+        assert (record.source_group, record.source_queue) == (1, 13)
+
+
+async def test_default_jrn_without_pcj_default_does_not_journal(make_bus) -> None:
+    bus = make_bus()
+    [seq] = await _send(bus, "ANYORDER", [b"x"])
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        await receiver.confirm((await receiver.get(timeout=5)).seq)
+    assert seq not in _pcj(bus)
+
+
+async def test_get_and_put_timeouts(bus) -> None:
+    async with connect(bus.address, queue="SENDER") as sender:
+        with pytest.raises(MrsTimeout) as get_timeout:
+            await sender.get(timeout=0.2)
+        assert get_timeout.value.status == Status.TIMEOUT
+        with pytest.raises(NoMoreMessages):
+            await sender.get(timeout=0)
+        with pytest.raises(MrsTimeout, match="may or may not have been stored"):
+            await sender.put(b"nobody gets this", target="ANYORDER", delivery=MODE.WF_DEQ,
+                             timeout=0.2)
+
+
+async def test_confirm_with_bad_force_j_is_refused(bus) -> None:
+    await _send(bus, "ANYORDER", [b"x"])
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        message = await receiver.get(timeout=5)
+        with pytest.raises(Exception) as refused:
+            await receiver.confirm(message.seq, force_j=7)
+        assert refused.value.status == Status.BADPARAM
+        await receiver.confirm(message.seq)
+
+
+async def test_queue_can_be_attached_once(bus) -> None:
+    async with connect(bus.address, queue="ORDERS"):
+        with pytest.raises(Exception) as busy:
+            async with connect(bus.address, queue="ORDERS"):
+                pass
+        assert busy.value.status == Status.QUEUE_BUSY
+
+
+async def test_async_iteration_and_message_confirm(bus) -> None:
+    seqs = await _send(bus, "ANYORDER", [b"1", b"2", b"3"])
+    received = []
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        async for message in receiver:
+            await message.confirm()
+            received.append(message.seq)
+            if len(received) == len(seqs):
+                break
+        with pytest.raises(NoMoreMessages):
+            await receiver.get(timeout=0)
+    assert received == seqs
+
+
+def test_sync_client_put_get_confirm(bus) -> None:
+    with connect_sync(bus.address, queue="SENDER") as sender, \
+            connect_sync(bus.address, queue="ANYORDER") as receiver:
+        psb = sender.put(b"blocking", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert psb.delivery_status == Status.STORED
+        message = receiver.get(timeout=5)
+        assert message.body == b"blocking"
+        receiver.confirm(message.seq)
+        with pytest.raises(NoMoreMessages):
+            receiver.get(timeout=0)
