@@ -84,6 +84,8 @@ def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
         raise CorruptRecord(journal, key, "checksum mismatch")
     try:
         values = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if not isinstance(values, list) or len(values) != len(_FIELD_NAMES):
+            raise ValueError(f"not an array of {len(_FIELD_NAMES)} record fields")
         return Record(*values)
     except Exception as error:  # noqa: BLE001 - any decode failure means corruption
         raise CorruptRecord(journal, key, f"undecodable payload: {error}") from None

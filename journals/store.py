@@ -261,8 +261,8 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
                     txn.put(key, value, db=store.db(journal))
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
-    except lmdb.DiskError as error:
-        raise JournalDeviceError(f"journal device failed: {error}", errno.EIO) from None
+    except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)
+        raise JournalDeviceError(f"journal device failed: {error}", errno.ENOSPC) from None
     except OSError as error:
         raise JournalDeviceError(
             f"journal device failed: {os.strerror(error.errno or errno.EIO)}", error.errno
