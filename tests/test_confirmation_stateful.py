@@ -174,10 +174,10 @@ class ConfirmationMachine(RuleBasedStateMachine):
     @invariant()
     def every_message_is_in_exactly_one_place(self) -> None:
         places = Counter(entry.seq for entry in self.queue.pending)
-        places.update(self.queue.unconfirmed)
+        places.update(self.queue.unconfirmed.keys())
         places.update(self.confirmed)
         places.update(self.finished)
-        assert places == Counter(self.offered), places
+        assert places == Counter(self.offered.keys()), places
         for seq, entry in self.queue.unconfirmed.items():
             assert entry is self.offered[seq] and entry.needs_confirm
 
