@@ -1,10 +1,10 @@
 """What applications import: connect to a group server, put, get, confirm.
 
-    async with connect("127.0.0.1:7001", queue="1.10") as q:
-        psb = await q.put(b"shift totals", target="2.20",
-                          delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
-        msg = await q.get(timeout=5.0)
-        await q.confirm(msg.seq)
+async with connect("127.0.0.1:7001", queue="1.10") as q:
+    psb = await q.put(b"shift totals", target="2.20",
+                      delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
+    msg = await q.get(timeout=5.0)
+    await q.confirm(msg.seq)
 """
 
 from clients.connection import Client, connect

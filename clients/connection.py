@@ -82,14 +82,26 @@ class Client:
             uma = Uma.DLJ
         timeout_ms = 0 if timeout is None else max(1, round(timeout * 1000))
         request = wire.Put(
-            self._next_id(), str(target), bytes(body), int(delivery), int(uma or 0),
-            msg_class, msg_type, priority, timeout_ms, correlation_id,
+            self._next_id(),
+            str(target),
+            bytes(body),
+            int(delivery),
+            int(uma or 0),
+            msg_class,
+            msg_type,
+            priority,
+            timeout_ms,
+            correlation_id,
             str(resp_q) if resp_q is not None else "",
         )
         wait_s = (timeout if timeout is not None else 30.0) + REPLY_GRACE_S
         reply = await self._request(request, wait_s)
-        psb = Psb(status_of(reply.status), status_of(reply.delivery_status), reply.seq,
-                  status_of(reply.uma_status))
+        psb = Psb(
+            status_of(reply.status),
+            status_of(reply.delivery_status),
+            reply.seq,
+            status_of(reply.uma_status),
+        )
         return psb
 
     async def get(self, timeout: float | None = None) -> Message:
@@ -102,8 +114,9 @@ class Client:
         reply = await self._request(wire.Get(self._next_id(), timeout_ms), wait_s)
         return self._message(reply)
 
-    async def confirm(self, seq: int, confirm_value: int = 0,
-                      force_j: ForceJrn = ForceJrn.DEFAULT_JRN) -> None:
+    async def confirm(
+        self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    ) -> None:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
         await self._request(wire.Confirm(self._next_id(), seq, confirm_value, int(force_j)), None)
@@ -123,12 +136,19 @@ class Client:
     # ------------------------------------------------------------------ plumbing
     def _message(self, reply: wire.Delivery) -> Message:
         return Message(
-            body=reply.body, seq=reply.seq, source=Address.parse(reply.source),
-            target=Address.parse(reply.target), msg_class=reply.msg_class,
-            msg_type=reply.msg_type, priority=reply.priority,
-            delivery=DeliveryMode(reply.delivery), delivery_status=status_of(reply.delivery_status),
-            correlation_id=reply.correlation_id, put_time_ns=reply.put_time_ns,
-            dead_letter_header=reply.dead_letter_header, _confirm=self.confirm,
+            body=reply.body,
+            seq=reply.seq,
+            source=Address.parse(reply.source),
+            target=Address.parse(reply.target),
+            msg_class=reply.msg_class,
+            msg_type=reply.msg_type,
+            priority=reply.priority,
+            delivery=DeliveryMode(reply.delivery),
+            delivery_status=status_of(reply.delivery_status),
+            correlation_id=reply.correlation_id,
+            put_time_ns=reply.put_time_ns,
+            dead_letter_header=reply.dead_letter_header,
+            _confirm=self.confirm,
         )
 
     def _next_id(self) -> int:
@@ -196,7 +216,9 @@ class Client:
                     if event is wire.CLOSED:
                         raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
                     if isinstance(event, wire.Fatal):
-                        raise error_for(event.status, f"server closed the connection: {event.message}")
+                        raise error_for(
+                            event.status, f"server closed the connection: {event.message}"
+                        )
                     pending = self._pending.get(event.request_id)
                     if pending is not None:
                         pending.result = event
@@ -231,8 +253,13 @@ def _split_address(address: str) -> tuple[str, int]:
 
 
 @asynccontextmanager
-async def connect(address: str, queue: str | Address | None, *, program: str = "mrs-client",
-                  connect_timeout_s: float = 10.0) -> AsyncIterator[Client]:
+async def connect(
+    address: str,
+    queue: str | Address | None,
+    *,
+    program: str = "mrs-client",
+    connect_timeout_s: float = 10.0,
+) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
     queue=None connects without attaching (enough for `status()`)."""
@@ -248,7 +275,9 @@ async def connect(address: str, queue: str | Address | None, *, program: str = "
             with trio.fail_after(connect_timeout_s):
                 await client._handshake(queue)
         except (trio.BrokenResourceError, OSError, trio.TooSlowError) as error:
-            raise ConnectionLost(Status.LINK_DOWN, f"handshake with {address} failed: {error}") from None
+            raise ConnectionLost(
+                Status.LINK_DOWN, f"handshake with {address} failed: {error}"
+            ) from None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(client._receive_loop)

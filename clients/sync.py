@@ -66,8 +66,9 @@ class SyncClient:
         message._confirm = None  # blocking code confirms with SyncClient.confirm(seq)
         return message
 
-    def confirm(self, seq: int, confirm_value: int = 0,
-                force_j: ForceJrn = ForceJrn.DEFAULT_JRN) -> None:
+    def confirm(
+        self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    ) -> None:
         self._call(self._client.confirm, seq, confirm_value, force_j)
 
     def status(self) -> dict:

@@ -64,9 +64,7 @@ _FIELD_NAMES = tuple(f.name for f in fields(Record))
 
 def encode_record(record: Record) -> bytes:
     """Record -> bytes with header and checksum."""
-    payload = msgpack.packb(
-        [getattr(record, name) for name in _FIELD_NAMES], use_bin_type=True
-    )
+    payload = msgpack.packb([getattr(record, name) for name in _FIELD_NAMES], use_bin_type=True)
     return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(payload)) + payload
 
 

@@ -167,10 +167,14 @@ class JournalStore:
             lock=True,
             max_readers=256,
         )
-        self._dbs = {
-            journal: self.env.open_db(journal.value.encode(), create=not readonly)
-            for journal in Journal
-        } if not readonly else self._open_readonly_dbs()
+        self._dbs = (
+            {
+                journal: self.env.open_db(journal.value.encode(), create=not readonly)
+                for journal in Journal
+            }
+            if not readonly
+            else self._open_readonly_dbs()
+        )
 
     def _open_readonly_dbs(self) -> dict[Journal, object]:
         dbs = {}

@@ -17,8 +17,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     bus = load_config(args.config)
     if args.group not in bus.groups:
-        raise ConfigError(bus.path, "--group", f"no group {args.group} (groups: "
-                          f"{', '.join(str(g) for g in bus.groups)})")
+        raise ConfigError(
+            bus.path,
+            "--group",
+            f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
+        )
     trio.run(serve, bus, args.group, args.ready_file)
     return 0
 
@@ -64,24 +67,40 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run one group's server")
     serve.add_argument("--config", required=True, type=Path, help="bus configuration (TOML)")
     serve.add_argument("--group", required=True, type=int, help="group id to run")
-    serve.add_argument("--ready-file", type=Path, default=None,
-                       help="write HOST:PORT here once listening")
+    serve.add_argument(
+        "--ready-file", type=Path, default=None, help="write HOST:PORT here once listening"
+    )
     serve.set_defaults(run=_serve)
 
-    demo = commands.add_parser("demo", help="run a bus on an embedded config, crash it, "
-                               "and show that nothing stored is lost")
+    demo = commands.add_parser(
+        "demo",
+        help="run a bus on an embedded config, crash it, and show that nothing stored is lost",
+    )
     demo.add_argument("--messages", type=int, default=2000, help="recoverable messages to send")
-    demo.add_argument("--scratch", type=Path, default=None,
-                      help="scratch directory (default: a new temporary one)")
+    demo.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="scratch directory (default: a new temporary one)",
+    )
     demo.set_defaults(run=_demo)
 
     bench = commands.add_parser("bench", help="durable throughput against the disk's fsync limit")
     bench.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement")
     bench.add_argument("--body-bytes", type=int, default=1024)
-    bench.add_argument("--clients", type=int, nargs="+", default=[1, 32],
-                       help="concurrent client counts to measure")
-    bench.add_argument("--scratch", type=Path, default=None,
-                       help="directory on the disk to measure (default: ./.bench)")
+    bench.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=[1, 32],
+        help="concurrent client counts to measure",
+    )
+    bench.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="directory on the disk to measure (default: ./.bench)",
+    )
     bench.set_defaults(run=_bench)
 
     status = commands.add_parser("status", help="print a running group's status as JSON")

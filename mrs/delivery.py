@@ -41,7 +41,8 @@ def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:
         if mode.recoverable:
             raise Refused(
                 Status.BADUMA,
-                f"{mode.name} is recoverable: a UMA must be given (DISC, DISCL, RTS, DLQ, DLJ, SAF)",
+                f"{mode.name} is recoverable: a UMA must be given "
+                "(DISC, DISCL, RTS, DLQ, DLJ, SAF)",
             )
         return mode, Uma.DISC
     try:
@@ -49,9 +50,7 @@ def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:
     except ValueError:
         raise Refused(Status.BADUMA, f"{uma} is not a UMA") from None
     if not supported(mode, action):
-        raise Refused(
-            Status.NOTSUPPORTED, f"UMA {action.name} is not supported with {mode.name}"
-        )
+        raise Refused(Status.NOTSUPPORTED, f"UMA {action.name} is not supported with {mode.name}")
     return mode, action
 
 
@@ -94,9 +93,7 @@ def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: i
     if style is ConfirmStyle.EXPLICIT_IN_ORDER:
         oldest = next(iter(unconfirmed))
         if seq != oldest:
-            raise Refused(
-                Status.BADSEQ, f"queue confirms in order: confirm {oldest} before {seq}"
-            )
+            raise Refused(Status.BADSEQ, f"queue confirms in order: confirm {oldest} before {seq}")
 
 
 def journal_on_confirm(force_j: int, pcj_default: bool) -> bool:
@@ -104,7 +101,9 @@ def journal_on_confirm(force_j: int, pcj_default: bool) -> bool:
     try:
         choice = ForceJrn(force_j)
     except ValueError:
-        raise Refused(Status.BADPARAM, f"force_j {force_j} is not DEFAULT_JRN, FORCE_JRN or NO_JRN") from None
+        raise Refused(
+            Status.BADPARAM, f"force_j {force_j} is not DEFAULT_JRN, FORCE_JRN or NO_JRN"
+        ) from None
     if choice is ForceJrn.FORCE_JRN:
         return True
     if choice is ForceJrn.NO_JRN:

@@ -58,19 +58,25 @@ class Tally:
     ticker_received: int = 0
 
 
-async def _send_orders(address: str, ids: list[bytes], tally: Tally, kill_at: int,
-                       half_way: trio.Event) -> None:
+async def _send_orders(
+    address: str, ids: list[bytes], tally: Tally, kill_at: int, half_way: trio.Event
+) -> None:
     """Put every id with SENDER_TASKS puts in flight on one connection."""
     pending = list(reversed(ids))
     try:
         async with connect(address, queue="SENDER", program="demo sender") as client:
+
             async def worker() -> None:
                 while pending:
                     order_id = pending.pop()
                     tally.unacknowledged.add(order_id)
-                    psb = await client.put(b"order " + order_id, target="ORDERS",
-                                           delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ,
-                                           correlation_id=order_id)
+                    psb = await client.put(
+                        b"order " + order_id,
+                        target="ORDERS",
+                        delivery=DeliveryMode.WF_DQF,
+                        uma=Uma.DLJ,
+                        correlation_id=order_id,
+                    )
                     if psb.delivery_status == Status.STORED:
                         tally.unacknowledged.discard(order_id)
                         tally.acknowledged.add(order_id)
@@ -114,24 +120,31 @@ async def _story(console: Console, server: GroupProcess, messages: int) -> Tally
     tally = Tally()
     ids = [b"%06d" % index for index in range(messages)]
     half_way = trio.Event()
-    console.print(f"[bold]1.[/] Sending {messages} recoverable orders (WF_DQF, UMA DLJ) and "
-                  f"as many nonrecoverable ticks (NN_MEM), {SENDER_TASKS} puts in flight.")
+    console.print(
+        f"[bold]1.[/] Sending {messages} recoverable orders (WF_DQF, UMA DLJ) and "
+        f"as many nonrecoverable ticks (NN_MEM), {SENDER_TASKS} puts in flight."
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_send_orders, server.address, ids, tally, messages // 2, half_way)
         nursery.start_soon(_receive_orders, server.address, tally, False)
         await half_way.wait()
         server.kill()
-        console.print(f"[bold red]2. SIGKILL[/] pid {server.process.pid} with "
-                      f"{len(tally.acknowledged)} orders acknowledged as stored, "
-                      f"{len(tally.deliveries)} delivered so far.")
+        console.print(
+            f"[bold red]2. SIGKILL[/] pid {server.process.pid} with "
+            f"{len(tally.acknowledged)} orders acknowledged as stored, "
+            f"{len(tally.deliveries)} delivered so far."
+        )
     address = await trio.to_thread.run_sync(server.start)
-    console.print(f"[bold]3.[/] Restarted on the same journals: pid {server.process.pid} "
-                  f"at {address}.")
+    console.print(
+        f"[bold]3.[/] Restarted on the same journals: pid {server.process.pid} at {address}."
+    )
     in_flight = len(tally.unacknowledged)
     resend = sorted(set(ids) - tally.acknowledged)
-    console.print(f"[bold]4.[/] Sending the {len(resend)} orders without an acknowledgement: "
-                  f"{in_flight} were in flight at the crash (they may be stored already; "
-                  "same correlation id, so a second copy can be spotted), the rest never sent.")
+    console.print(
+        f"[bold]4.[/] Sending the {len(resend)} orders without an acknowledgement: "
+        f"{in_flight} were in flight at the crash (they may be stored already; "
+        "same correlation id, so a second copy can be spotted), the rest never sent."
+    )
     tally.unacknowledged.clear()
     await _send_orders(address, resend, tally, messages + 1, trio.Event())
     await _receive_orders(address, tally, True)
@@ -153,19 +166,28 @@ def _report(console: Console, tally: Tally, data_dir: Path) -> int:
     table.add_column("measure")
     table.add_column("count", justify="right")
     table.add_column("meaning")
-    table.add_row("orders acknowledged as stored", str(len(tally.acknowledged)),
-                  "WF_DQF put returned STORED")
+    table.add_row(
+        "orders acknowledged as stored", str(len(tally.acknowledged)), "WF_DQF put returned STORED"
+    )
     table.add_row("orders delivered (distinct)", str(len(delivered)), "got by the receiver")
     table.add_row("[bold]acknowledged but lost[/]", f"[bold]{len(lost)}[/]", "must be 0")
-    table.add_row("redelivered, marked POSSDUPL", str(possdupl),
-                  "handed out before the crash, not yet confirmed")
-    table.add_row("second copies spotted by correlation id", str(copies),
-                  "re-sent after a lost acknowledgement")
+    table.add_row(
+        "redelivered, marked POSSDUPL",
+        str(possdupl),
+        "handed out before the crash, not yet confirmed",
+    )
+    table.add_row(
+        "second copies spotted by correlation id",
+        str(copies),
+        "re-sent after a lost acknowledgement",
+    )
     table.add_row("PCJ records (confirmed, journaled)", str(pcj), "the audit trail")
     table.add_row("DQF records left", str(dqf), "all confirmed: 0")
-    table.add_row("ticks sent / received (NN_MEM)",
-                  f"{tally.ticker_sent} / {tally.ticker_received}",
-                  "memory only: those queued at the crash are gone")
+    table.add_row(
+        "ticks sent / received (NN_MEM)",
+        f"{tally.ticker_sent} / {tally.ticker_received}",
+        "memory only: those queued at the crash are gone",
+    )
     console.print(table)
     if lost or dqf:
         console.print("[bold red]FAILED:[/] acknowledged messages were lost")

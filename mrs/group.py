@@ -150,7 +150,9 @@ class Group:
         """Start a new epoch and reload every unconfirmed DQF message into its queue."""
         previous = self.store.meta_get("epoch")
         self.epoch = (_U32.unpack(previous)[0] if previous else 0) + 1
-        self.store.commit_now(WriteBatch.empty().put_raw(Journal.META, b"epoch", _U32.pack(self.epoch)))
+        self.store.commit_now(
+            WriteBatch.empty().put_raw(Journal.META, b"epoch", _U32.pack(self.epoch))
+        )
         marks = {key: _U32.unpack(value)[0] for key, value in self.store.raw_items(Journal.MARKS)}
         recovered = 0
         for key, item in self.store.scan(Journal.DQF):
@@ -162,14 +164,19 @@ class Group:
             self.dqf_count += 1
             queue = self.queues.get(item.target_queue)
             if queue is None:
-                log.warning("DQF message %d for unconfigured queue %d kept, not delivered",
-                            item.seq, item.target_queue)
+                log.warning(
+                    "DQF message %d for unconfigured queue %d kept, not delivered",
+                    item.seq,
+                    item.target_queue,
+                )
                 continue
             entry = entry_from_record(item)
             entry.times_delivered = marks.get(key, 0)
             queue.put_back(entry, front=False)
             recovered += 1
-        log.info("group %d epoch %d: recovered %d DQF messages", self.config.id, self.epoch, recovered)
+        log.info(
+            "group %d epoch %d: recovered %d DQF messages", self.config.id, self.epoch, recovered
+        )
 
     def next_seq(self) -> int:
         self._seq_counter += 1
@@ -188,7 +195,9 @@ class Group:
             )
         queue = self.queues.get(address.queue)
         if queue is None:
-            raise Refused(Status.NOSUCHQUEUE, f"group {self.config.id} has no queue {address.queue}")
+            raise Refused(
+                Status.NOSUCHQUEUE, f"group {self.config.id} has no queue {address.queue}"
+            )
         if queue.attached_session is not None:
             raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")
         queue.attached_session = session.id
@@ -202,8 +211,11 @@ class Group:
         session.attached = None
         returned = queue.detach()
         if returned:
-            log.info("queue %s detached with %d unconfirmed messages; they will be redelivered",
-                     queue.address, len(returned))
+            log.info(
+                "queue %s detached with %d unconfirmed messages; they will be redelivered",
+                queue.address,
+                len(returned),
+            )
 
     # ------------------------------------------------------------------ put
     def put(self, session: Session, request: wire.Put) -> None:
@@ -220,19 +232,31 @@ class Group:
         seq = self.next_seq()
         reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
         entry = Entry(
-            seq=seq, body=request.body, source=source, target=target, delivery=mode,
-            uma=action, msg_class=request.msg_class, msg_type=request.msg_type,
-            priority=request.priority, correlation_id=request.correlation_id,
+            seq=seq,
+            body=request.body,
+            source=source,
+            target=target,
+            delivery=mode,
+            uma=action,
+            msg_class=request.msg_class,
+            msg_type=request.msg_type,
+            priority=request.priority,
+            correlation_id=request.correlation_id,
             put_time_ns=self.clock_ns(),
         )
         if mode.notification == "WF":
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
-            reply.cancel_timer = self.timers.call_later(timeout_s, lambda: reply.time_out(timeout_s))
+            reply.cancel_timer = self.timers.call_later(
+                timeout_s, lambda: reply.time_out(timeout_s)
+            )
         else:
-            session.send(wire.PutDone(request.request_id, Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA))
+            session.send(
+                wire.PutDone(request.request_id, Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
+            )
         if target.group != self.config.id:
-            self.undeliverable(entry, reply, Status.LINK_DOWN,
-                               f"no link to group {target.group} is up")
+            self.undeliverable(
+                entry, reply, Status.LINK_DOWN, f"no link to group {target.group} is up"
+            )
         elif mode.recoverable:
             self._put_recoverable(entry, reply)
         else:
@@ -244,24 +268,35 @@ class Group:
             self.undeliverable(entry, reply, Status.NO_DQF, f"no DQF for target {entry.target}")
             return
         if self.dqf_count >= self.limits.dqf_messages_max:
-            self.undeliverable(entry, reply, Status.DQF_FULL,
-                               f"DQF holds dqf_messages_max={self.limits.dqf_messages_max}")
+            self.undeliverable(
+                entry,
+                reply,
+                Status.DQF_FULL,
+                f"DQF holds dqf_messages_max={self.limits.dqf_messages_max}",
+            )
             return
         self.dqf_count += 1
         entry.journaled = True
         record = record_from_entry(entry, written_time_ns=self.clock_ns())
-        batch = WriteBatch.empty().put_record(Journal.DQF, queue_key(queue.address.queue, entry.seq), record)
+        batch = WriteBatch.empty().put_record(
+            Journal.DQF, queue_key(queue.address.queue, entry.seq), record
+        )
 
         def stored(error: JournalError | None) -> None:
             if error is not None:
                 self.dqf_count -= 1
                 entry.journaled = False
-                cause = Status.MRS_RES_EXH if isinstance(error, JournalFullError) else Status.DQF_DEVICE_FAIL
+                cause = (
+                    Status.MRS_RES_EXH
+                    if isinstance(error, JournalFullError)
+                    else Status.DQF_DEVICE_FAIL
+                )
                 self.undeliverable(entry, reply, cause, str(error))
                 return
             if entry.delivery.interest_point == "CONF":
                 entry.on_confirm = lambda _entry: reply.report(
-                    Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA))
+                    Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
+                )
             else:
                 reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
             queue.offer(entry)
@@ -275,11 +310,17 @@ class Group:
             return
         attached = queue.attached_session is not None
         if not attached and not queue.config.permanent:
-            self.undeliverable(entry, reply, Status.NOTACTIVE, f"queue {entry.target} is not attached")
+            self.undeliverable(
+                entry, reply, Status.NOTACTIVE, f"queue {entry.target} is not attached"
+            )
             return
         if queue.memory_count >= queue.config.messages_max:
-            self.undeliverable(entry, reply, Status.EXCEEDQUOTA,
-                               f"queue {entry.target} holds messages_max={queue.config.messages_max}")
+            self.undeliverable(
+                entry,
+                reply,
+                Status.EXCEEDQUOTA,
+                f"queue {entry.target} holds messages_max={queue.config.messages_max}",
+            )
             return
         point = entry.delivery.interest_point
         done = Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
@@ -288,8 +329,14 @@ class Group:
         elif point == "ACK":
             entry.on_confirm = lambda _entry: reply.report(done)
         else:
-            reply.report(Psb(Status.SUCCESS, reached_status(entry.delivery, attached), entry.seq,
-                             Status.NO_UMA))
+            reply.report(
+                Psb(
+                    Status.SUCCESS,
+                    reached_status(entry.delivery, attached),
+                    entry.seq,
+                    Status.NO_UMA,
+                )
+            )
         queue.offer(entry)
 
     # ------------------------------------------------------------------ UMAs
@@ -315,11 +362,17 @@ class Group:
             finish(False)
 
     def _log_event(self, what: str, entry: Entry, cause: Status, reason: str) -> bool:
-        line = json.dumps({
-            "time_ns": self.clock_ns(), "event": what, "seq": entry.seq,
-            "sender": str(entry.source), "target": str(entry.target),
-            "cause": cause.name, "reason": reason,
-        })
+        line = json.dumps(
+            {
+                "time_ns": self.clock_ns(),
+                "event": what,
+                "seq": entry.seq,
+                "sender": str(entry.source),
+                "target": str(entry.target),
+                "cause": cause.name,
+                "reason": reason,
+            }
+        )
         try:
             with open(self._event_log_path, "a", encoding="utf-8") as event_log:
                 event_log.write(line + "\n")
@@ -329,7 +382,11 @@ class Group:
         return True
 
     def _return_to_sender(self, entry: Entry, response_queue: Address, cause: Status) -> bool:
-        queue = self.queues.get(response_queue.queue) if response_queue.group == self.config.id else None
+        queue = (
+            self.queues.get(response_queue.queue)
+            if response_queue.group == self.config.id
+            else None
+        )
         if queue is None or queue.memory_count >= queue.config.messages_max:
             return False
         returned = _copy_nonrecoverable(entry, target=response_queue)
@@ -343,16 +400,22 @@ class Group:
             return False
         dead = _copy_nonrecoverable(entry, target=queue.address)
         dead.dead_letter_header = {
-            "reason": int(cause), "reason_name": cause.name, "text": reason,
-            "dest_group": entry.target.group, "dest_queue": entry.target.queue,
-            "format": "MRS", "put_appl_name": str(entry.source), "put_appl_type": "MRS",
+            "reason": int(cause),
+            "reason_name": cause.name,
+            "text": reason,
+            "dest_group": entry.target.group,
+            "dest_queue": entry.target.queue,
+            "format": "MRS",
+            "put_appl_name": str(entry.source),
+            "put_appl_type": "MRS",
             "put_time_ns": entry.put_time_ns,
         }
         queue.offer(dead)
         return True
 
-    def _to_dead_letter_journal(self, entry: Entry, cause: Status,
-                                finish: Callable[[bool], None]) -> None:
+    def _to_dead_letter_journal(
+        self, entry: Entry, cause: Status, finish: Callable[[bool], None]
+    ) -> None:
         record = record_from_entry(entry, written_time_ns=self.clock_ns())
         record.reason = int(cause)
         batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
@@ -360,15 +423,26 @@ class Group:
 
     def send_mrs_ack(self, response_queue: Address, psb: Psb) -> None:
         """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender."""
-        queue = self.queues.get(response_queue.queue) if response_queue.group == self.config.id else None
+        queue = (
+            self.queues.get(response_queue.queue)
+            if response_queue.group == self.config.id
+            else None
+        )
         if queue is None:
-            log.error("MRS_ACK for seq %d: response queue %s is not in this group",
-                      psb.seq, response_queue)
+            log.error(
+                "MRS_ACK for seq %d: response queue %s is not in this group",
+                psb.seq,
+                response_queue,
+            )
             return
         ack = Entry(
-            seq=self.next_seq(), body=msgpack.packb(psb.to_wire()),
-            source=Address(self.config.id, 0), target=response_queue,
-            delivery=DeliveryMode.NN_MEM, msg_class=MRS_CLASS, msg_type=MRS_ACK_TYPE,
+            seq=self.next_seq(),
+            body=msgpack.packb(psb.to_wire()),
+            source=Address(self.config.id, 0),
+            target=response_queue,
+            delivery=DeliveryMode.NN_MEM,
+            msg_class=MRS_CLASS,
+            msg_type=MRS_ACK_TYPE,
             put_time_ns=self.clock_ns(),
         )
         queue.offer(ack)
@@ -400,21 +474,34 @@ class Group:
 
             def expire() -> None:
                 if queue.unpark(waiter):
-                    session.send(wire.Failure(request.request_id, Status.TIMEOUT,
-                                              f"no message on {queue.address} in {timeout_s:g} s"))
+                    session.send(
+                        wire.Failure(
+                            request.request_id,
+                            Status.TIMEOUT,
+                            f"no message on {queue.address} in {timeout_s:g} s",
+                        )
+                    )
 
             waiter.cancel_timer = self.timers.call_later(timeout_s, expire)
 
-    def _hand_over(self, session: Session, request_id: int, queue: TargetQueue, entry: Entry) -> None:
+    def _hand_over(
+        self, session: Session, request_id: int, queue: TargetQueue, entry: Entry
+    ) -> None:
         """Deliver one entry to a get. A journaled entry's delivery count is made durable
         first, so a crash can never hide that it was delivered (POSSDUPL stays exact)."""
         if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
             queue.put_back(entry)
-            session.send(wire.Failure(request_id, Status.EXCMAXUNCONF,
-                                      f"unconfirmed_max={queue.config.unconfirmed_max} reached"))
+            session.send(
+                wire.Failure(
+                    request_id,
+                    Status.EXCMAXUNCONF,
+                    f"unconfirmed_max={queue.config.unconfirmed_max} reached",
+                )
+            )
             return
-        status = entry.delivery_status or delivery_status_on_get(entry.needs_confirm,
-                                                                  entry.times_delivered)
+        status = entry.delivery_status or delivery_status_on_get(
+            entry.needs_confirm, entry.times_delivered
+        )
         entry.times_delivered += 1
         if entry.needs_confirm:
             queue.unconfirmed[entry.seq] = entry
@@ -432,14 +519,22 @@ class Group:
                 return
             if queue.unconfirmed.pop(entry.seq, None) is not None:
                 queue.put_back(entry)
-            session.send(wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}"))
+            session.send(
+                wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
+            )
 
         self.writer.submit(batch, marked)
 
     def _confirm_implicitly(self, session: Session, queue: TargetQueue) -> None:
         for seq in list(queue.unconfirmed):
-            self._confirm_entry(session, queue, queue.unconfirmed.pop(seq), None, 0,
-                                journal_on_confirm(0, self.config.pcj_default))
+            self._confirm_entry(
+                session,
+                queue,
+                queue.unconfirmed.pop(seq),
+                None,
+                0,
+                journal_on_confirm(0, self.config.pcj_default),
+            )
 
     # ------------------------------------------------------------------ confirm
     def confirm(self, session: Session, request: wire.Confirm) -> None:
@@ -447,15 +542,28 @@ class Group:
         journal = journal_on_confirm(request.force_j, self.config.pcj_default)
         check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
         entry = queue.unconfirmed.pop(request.seq)
-        self._confirm_entry(session, queue, entry, request.request_id, request.confirm_value, journal)
+        self._confirm_entry(
+            session, queue, entry, request.request_id, request.confirm_value, journal
+        )
 
-    def _confirm_entry(self, session: Session, queue: TargetQueue, entry: Entry,
-                       request_id: int | None, confirm_value: int, journal: bool) -> None:
+    def _confirm_entry(
+        self,
+        session: Session,
+        queue: TargetQueue,
+        entry: Entry,
+        request_id: int | None,
+        confirm_value: int,
+        journal: bool,
+    ) -> None:
         def confirmed(error: JournalError | None) -> None:
             if error is not None:
                 queue.unconfirmed[entry.seq] = entry
                 _sort_unconfirmed(queue)
-                status = Status.MRS_RES_EXH if isinstance(error, JournalFullError) else Status.JOURNAL_FAIL
+                status = (
+                    Status.MRS_RES_EXH
+                    if isinstance(error, JournalFullError)
+                    else Status.JOURNAL_FAIL
+                )
                 if request_id is not None:
                     session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
                 return
@@ -523,37 +631,69 @@ def _sort_unconfirmed(queue: TargetQueue) -> None:
 
 def _copy_nonrecoverable(entry: Entry, target: Address) -> Entry:
     return Entry(
-        seq=entry.seq, body=entry.body, source=entry.source, target=target,
-        delivery=entry.delivery, uma=entry.uma, msg_class=entry.msg_class,
-        msg_type=entry.msg_type, priority=entry.priority, correlation_id=entry.correlation_id,
+        seq=entry.seq,
+        body=entry.body,
+        source=entry.source,
+        target=target,
+        delivery=entry.delivery,
+        uma=entry.uma,
+        msg_class=entry.msg_class,
+        msg_type=entry.msg_type,
+        priority=entry.priority,
+        correlation_id=entry.correlation_id,
         put_time_ns=entry.put_time_ns,
     )
 
 
 def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
     return wire.Delivery(
-        request_id, entry.seq, entry.body, str(entry.source), str(entry.target),
-        entry.msg_class, entry.msg_type, entry.priority, int(entry.delivery), int(status),
-        entry.correlation_id, entry.put_time_ns, entry.dead_letter_header,
+        request_id,
+        entry.seq,
+        entry.body,
+        str(entry.source),
+        str(entry.target),
+        entry.msg_class,
+        entry.msg_type,
+        entry.priority,
+        int(entry.delivery),
+        int(status),
+        entry.correlation_id,
+        entry.put_time_ns,
+        entry.dead_letter_header,
     )
 
 
 def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
     return Record(
-        seq=entry.seq, target_group=entry.target.group, target_queue=entry.target.queue,
-        source_group=entry.source.group, source_queue=entry.source.queue, body=entry.body,
-        msg_class=entry.msg_class, msg_type=entry.msg_type, priority=entry.priority,
-        delivery=int(entry.delivery), uma=int(entry.uma), correlation_id=entry.correlation_id,
-        put_time_ns=entry.put_time_ns, written_time_ns=written_time_ns,
+        seq=entry.seq,
+        target_group=entry.target.group,
+        target_queue=entry.target.queue,
+        source_group=entry.source.group,
+        source_queue=entry.source.queue,
+        body=entry.body,
+        msg_class=entry.msg_class,
+        msg_type=entry.msg_type,
+        priority=entry.priority,
+        delivery=int(entry.delivery),
+        uma=int(entry.uma),
+        correlation_id=entry.correlation_id,
+        put_time_ns=entry.put_time_ns,
+        written_time_ns=written_time_ns,
     )
 
 
 def entry_from_record(record: Record) -> Entry:
     return Entry(
-        seq=record.seq, body=record.body,
+        seq=record.seq,
+        body=record.body,
         source=Address(record.source_group, record.source_queue),
         target=Address(record.target_group, record.target_queue),
-        delivery=DeliveryMode(record.delivery), uma=record.uma, msg_class=record.msg_class,
-        msg_type=record.msg_type, priority=record.priority,
-        correlation_id=record.correlation_id, put_time_ns=record.put_time_ns, journaled=True,
+        delivery=DeliveryMode(record.delivery),
+        uma=record.uma,
+        msg_class=record.msg_class,
+        msg_type=record.msg_type,
+        priority=record.priority,
+        correlation_id=record.correlation_id,
+        put_time_ns=record.put_time_ns,
+        journaled=True,
     )

@@ -10,6 +10,7 @@ closes. Nothing a client sends can stop the server for anyone else.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -132,10 +133,9 @@ class GroupServer:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
-        try:
-            session.peer = "%s:%s" % stream.socket.getpeername()[:2]
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            host, port = stream.socket.getpeername()[:2]
+            session.peer = f"{host}:{port}"
         self.sessions.add(session)
         try:
             async with trio.open_nursery() as nursery:
@@ -171,10 +171,8 @@ class GroupServer:
             await session.wait_drained()
 
     async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:
-        try:
+        with contextlib.suppress(wire.ProtocolError):
             session.send(wire.Fatal(int(status), message))
-        except wire.ProtocolError:
-            pass
         with trio.move_on_after(2):
             await session.flush()
 
@@ -184,7 +182,9 @@ class GroupServer:
         try:
             match event:
                 case wire.Hello():
-                    session.send(wire.Welcome(wire.PROTOCOL_VERSION, self.config.id, self.config.name))
+                    session.send(
+                        wire.Welcome(wire.PROTOCOL_VERSION, self.config.id, self.config.name)
+                    )
                 case wire.Put():
                     group.put(session, event)
                 case wire.Get():
@@ -201,8 +201,11 @@ class GroupServer:
             session.send(wire.Failure(request_id, int(refused.status), refused.message))
         except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
             log.exception("request %r from %s failed", event, session.peer)
-            session.send(wire.Failure(request_id, int(Status.SERVER_ERROR),
-                                      f"{type(error).__name__}: {error}"))
+            session.send(
+                wire.Failure(
+                    request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}"
+                )
+            )
 
 
 async def serve(bus: BusConfig, group_id: int, ready_file: Path | None = None) -> None:
@@ -215,8 +218,14 @@ async def serve(bus: BusConfig, group_id: int, ready_file: Path | None = None) -
             print(line, flush=True)
             if ready_file is not None:
                 ready_file.write_text(f"{host}:{port}\n")
-            log.info("group %d (%s) listening on %s:%d, pid %d", group_id,
-                     server.config.name, host, port, os.getpid())
+            log.info(
+                "group %d (%s) listening on %s:%d, pid %d",
+                group_id,
+                server.config.name,
+                host,
+                port,
+                os.getpid(),
+            )
             async for signum in signals:
                 log.info("signal %s: shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

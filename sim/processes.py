@@ -37,9 +37,19 @@ class GroupProcess:
         log_path = self.log_path or self.config_path.parent / f"group{self.group_id}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - handed to the child process
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mrs.cli", "serve", "--config", str(self.config_path),
-             "--group", str(self.group_id)],
-            stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "mrs.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--group",
+                str(self.group_id),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env},
         )
         log_file.close()
@@ -74,8 +84,9 @@ class GroupProcess:
         return self.process is not None and self.process.poll() is None
 
 
-def write_single_group_config(directory: Path, queues: str = "", group_extra: str = "",
-                              limits: str = "") -> Path:
+def write_single_group_config(
+    directory: Path, queues: str = "", group_extra: str = "", limits: str = ""
+) -> Path:
     """A one-group bus listening on an ephemeral port, for tests and the demo."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "bus.toml"

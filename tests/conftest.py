@@ -45,10 +45,16 @@ name = "SENDER2"
 class Bus:
     """One group's server process and its config, restartable."""
 
-    def __init__(self, directory: Path, limits: str = "", group_extra: str = "",
-                 queues: str = STANDARD_QUEUES) -> None:
-        self.config_path = write_single_group_config(directory, queues=queues,
-                                                     group_extra=group_extra, limits=limits)
+    def __init__(
+        self,
+        directory: Path,
+        limits: str = "",
+        group_extra: str = "",
+        queues: str = STANDARD_QUEUES,
+    ) -> None:
+        self.config_path = write_single_group_config(
+            directory, queues=queues, group_extra=group_extra, limits=limits
+        )
         self.data_dir = directory / "g1"
         self.process = GroupProcess(self.config_path, 1)
 

@@ -20,10 +20,14 @@ from tests.conftest import Bus
 SENDERS = 6
 KILLS = 20
 
-QUEUES = "".join(
-    f'[[group.queue]]\nid = {20 + index}\nname = "S{index}"\nconfirm = "explicit-out-of-order"\n'
-    for index in range(SENDERS)
-) + '[[group.queue]]\nid = 10\nname = "ORDERS"\nconfirm = "explicit-in-order"\n'
+QUEUES = (
+    "".join(
+        f'[[group.queue]]\nid = {20 + index}\nname = "S{index}"\n'
+        'confirm = "explicit-out-of-order"\n'
+        for index in range(SENDERS)
+    )
+    + '[[group.queue]]\nid = 10\nname = "ORDERS"\nconfirm = "explicit-in-order"\n'
+)
 
 
 @dataclass
@@ -34,15 +38,20 @@ class History:
     acks_this_round: int = 0
 
 
-async def _sender(address: str, index: int, history: History, enough: trio.Event,
-                  threshold: int) -> None:
+async def _sender(
+    address: str, index: int, history: History, enough: trio.Event, threshold: int
+) -> None:
     try:
         async with connect(address, queue=f"S{index}") as client:
             while True:
                 counter = history.next_counter[index]
                 history.next_counter[index] += 1
-                psb = await client.put(f"{index}:{counter}".encode(), target="ORDERS",
-                                       delivery=DeliveryMode.WF_DQF, uma=Uma.DISC)
+                psb = await client.put(
+                    f"{index}:{counter}".encode(),
+                    target="ORDERS",
+                    delivery=DeliveryMode.WF_DQF,
+                    uma=Uma.DISC,
+                )
                 assert psb.delivery_status == Status.STORED, psb
                 history.acknowledged.add(f"{index}:{counter}")
                 history.acks_this_round += 1
@@ -98,10 +107,15 @@ async def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path) -> None:
     assert not lost, f"{len(lost)} acknowledged messages lost: {sorted(lost)[:10]}"
     assert not unmarked_duplicates, f"delivered twice without POSSDUPL: {unmarked_duplicates}"
     for index in range(SENDERS):
-        counters = [int(message_id.split(":")[1])
-                    for message_id in sorted(delivered_first, key=delivered_first.get)
-                    if message_id.startswith(f"{index}:")]
+        counters = [
+            int(message_id.split(":")[1])
+            for message_id in sorted(delivered_first, key=delivered_first.get)
+            if message_id.startswith(f"{index}:")
+        ]
         assert counters == sorted(counters), f"sender {index} out of order: {counters}"
-    sent = {f"{index}:{counter}" for index in range(SENDERS)
-            for counter in range(history.next_counter[index])}
+    sent = {
+        f"{index}:{counter}"
+        for index in range(SENDERS)
+        for counter in range(history.next_counter[index])
+    }
     assert delivered_first.keys() <= sent, "delivered something never sent"

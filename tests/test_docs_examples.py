@@ -27,13 +27,19 @@ def docs_server(tmp_path):
     "example, expected",
     [
         ("quickstart.py", ["stored as seq", "CONFIRMREQ", "confirmed and journaled"]),
-        ("ak_and_timeouts.py", ["MRS_ACK for seq", "STORED", "timed out (TIMEOUT)",
-                                "order-18: duplicate=True"]),
+        (
+            "ak_and_timeouts.py",
+            ["MRS_ACK for seq", "STORED", "timed out (TIMEOUT)", "order-18: duplicate=True"],
+        ),
     ],
 )
 def test_example_runs(docs_server, example, expected) -> None:
-    result = subprocess.run([sys.executable, str(EXAMPLES / example), docs_server.address],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / example), docs_server.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     for line in expected:
         assert line in result.stdout

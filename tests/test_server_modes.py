@@ -58,10 +58,14 @@ async def _put_in_background(nursery, sender, results: list, **options) -> trio.
 
 async def test_wf_deq_blocks_until_the_receiver_gets(bus) -> None:
     results: list = []
-    async with connect(bus.address, queue="SENDER") as sender, \
-            connect(bus.address, queue="ANYORDER") as receiver, trio.open_nursery() as nursery:
-        done = await _put_in_background(nursery, sender, results, target="1.11",
-                                        delivery=MODE.WF_DEQ)
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+        trio.open_nursery() as nursery,
+    ):
+        done = await _put_in_background(
+            nursery, sender, results, target="1.11", delivery=MODE.WF_DEQ
+        )
         # The put cannot complete before the get: prove the message is waiting first.
         status = await sender.status()
         while status["queues"]["1.11"]["pending"] == 0:
@@ -76,10 +80,14 @@ async def test_wf_deq_blocks_until_the_receiver_gets(bus) -> None:
 
 async def test_wf_ack_blocks_until_the_receiver_confirms(bus) -> None:
     results: list = []
-    async with connect(bus.address, queue="SENDER") as sender, \
-            connect(bus.address, queue="ANYORDER") as receiver, trio.open_nursery() as nursery:
-        done = await _put_in_background(nursery, sender, results, target="1.11",
-                                        delivery=MODE.WF_ACK)
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+        trio.open_nursery() as nursery,
+    ):
+        done = await _put_in_background(
+            nursery, sender, results, target="1.11", delivery=MODE.WF_ACK
+        )
         message = await receiver.get(timeout=5)
         assert message.delivery_status == Status.CONFIRMREQ
         assert not done.is_set()
@@ -91,8 +99,10 @@ async def test_wf_ack_blocks_until_the_receiver_confirms(bus) -> None:
 
 @pytest.mark.parametrize("mode, interest", [(MODE.AK_DEQ, "get"), (MODE.AK_ACK, "confirm")])
 async def test_ak_deq_and_ak_ack_acknowledge_at_their_interest_point(bus, mode, interest) -> None:
-    async with connect(bus.address, queue="SENDER") as sender, \
-            connect(bus.address, queue="ANYORDER") as receiver:
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+    ):
         psb = await sender.put(b"m", target="1.11", delivery=mode)
         with pytest.raises(NoMoreMessages):
             await sender.get(timeout=0)
@@ -108,11 +118,16 @@ async def test_ak_deq_and_ak_ack_acknowledge_at_their_interest_point(bus, mode, 
 
 @pytest.mark.parametrize("mode", [MODE.WF_SAF, MODE.WF_DQF])
 async def test_wf_recoverable_reports_stored_and_delivers_confirmreq(bus, mode) -> None:
-    async with connect(bus.address, queue="SENDER") as sender, \
-            connect(bus.address, queue="ANYORDER") as receiver:
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+    ):
         psb = await sender.put(b"durable", target="1.11", delivery=mode, uma=Uma.DISC)
         assert (psb.status, psb.delivery_status, psb.uma_status) == (
-            Status.SUCCESS, Status.STORED, Status.NO_UMA)
+            Status.SUCCESS,
+            Status.STORED,
+            Status.NO_UMA,
+        )
         message = await receiver.get(timeout=5)
         assert (message.seq, message.delivery_status) == (psb.seq, Status.CONFIRMREQ)
         await receiver.confirm(message.seq)
@@ -120,8 +135,10 @@ async def test_wf_recoverable_reports_stored_and_delivers_confirmreq(bus, mode) 
 
 @pytest.mark.parametrize("mode", [MODE.AK_SAF, MODE.AK_DQF, MODE.NN_SAF, MODE.NN_DQF])
 async def test_ak_and_nn_recoverable(bus, mode) -> None:
-    async with connect(bus.address, queue="SENDER") as sender, \
-            connect(bus.address, queue="ANYORDER") as receiver:
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+    ):
         psb = await sender.put(b"durable", target="1.11", delivery=mode, uma=Uma.DISC)
         message = await receiver.get(timeout=5)
         assert message.seq == psb.seq and message.delivery_status == Status.CONFIRMREQ
@@ -135,10 +152,14 @@ async def test_ak_and_nn_recoverable(bus, mode) -> None:
 
 async def test_wf_conf_waits_for_confirm_and_ak_conf_acks_after_it(bus) -> None:
     results: list = []
-    async with connect(bus.address, queue="SENDER") as sender, \
-            connect(bus.address, queue="ANYORDER") as receiver, trio.open_nursery() as nursery:
-        done = await _put_in_background(nursery, sender, results, target="1.11",
-                                        delivery=MODE.WF_CONF, uma=Uma.DISC)
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+        trio.open_nursery() as nursery,
+    ):
+        done = await _put_in_background(
+            nursery, sender, results, target="1.11", delivery=MODE.WF_CONF, uma=Uma.DISC
+        )
         message = await receiver.get(timeout=5)
         assert not done.is_set()
         await receiver.confirm(message.seq)
@@ -156,8 +177,14 @@ async def test_wf_conf_waits_for_confirm_and_ak_conf_acks_after_it(bus) -> None:
 
 @pytest.mark.parametrize(
     "mode, uma",
-    [(MODE.WF_SAF, Uma.SAF), (MODE.AK_SAF, Uma.SAF), (MODE.NN_SAF, Uma.SAF),
-     (MODE.WF_MEM, Uma.DLJ), (MODE.WF_MEM, Uma.SAF), (MODE.AK_DEQ, Uma.DLJ)],
+    [
+        (MODE.WF_SAF, Uma.SAF),
+        (MODE.AK_SAF, Uma.SAF),
+        (MODE.NN_SAF, Uma.SAF),
+        (MODE.WF_MEM, Uma.DLJ),
+        (MODE.WF_MEM, Uma.SAF),
+        (MODE.AK_DEQ, Uma.DLJ),
+    ],
 )
 async def test_unsupported_mode_uma_pairs_answer_notsupported(bus, mode, uma) -> None:
     async with connect(bus.address, queue="SENDER") as sender:
@@ -172,7 +199,10 @@ async def test_values_that_are_no_mode_or_uma(bus) -> None:
         with pytest.raises(NotSupported) as refused:
             await sender._request(
                 __import__("mrs.protocol", fromlist=["Put"]).Put(
-                    99, "1.11", b"", 27, 0, 0, 0, 0, 0, b"", ""), 5)
+                    99, "1.11", b"", 27, 0, 0, 0, 0, 0, b"", ""
+                ),
+                5,
+            )
         assert refused.value.status == Status.BADDELIVERY
 
 
@@ -209,11 +239,9 @@ async def test_dqf_full_takes_the_uma(bus) -> None:
     """The bus fixture's group holds dqf_messages_max = 40."""
     async with connect(bus.address, queue="SENDER") as sender:
         for index in range(40):
-            psb = await sender.put(b"%d" % index, target="1.11", delivery=MODE.WF_DQF,
-                                   uma=Uma.DISC)
+            psb = await sender.put(b"%d" % index, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
             assert psb.delivery_status == Status.STORED
-        psb = await sender.put(b"one too many", target="1.11", delivery=MODE.WF_DQF,
-                               uma=Uma.DLJ)
+        psb = await sender.put(b"one too many", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DLJ)
         assert (psb.delivery_status, psb.uma_status) == (Status.DQF_FULL, Status.DLJ_SUCCESS)
         async with connect(bus.address, queue="ANYORDER") as receiver:
             message = await receiver.get(timeout=5)

@@ -165,8 +165,9 @@ async def test_get_and_put_timeouts(bus) -> None:
         with pytest.raises(NoMoreMessages):
             await sender.get(timeout=0)
         with pytest.raises(MrsTimeout, match="may or may not have been stored"):
-            await sender.put(b"nobody gets this", target="ANYORDER", delivery=MODE.WF_DEQ,
-                             timeout=0.2)
+            await sender.put(
+                b"nobody gets this", target="ANYORDER", delivery=MODE.WF_DEQ, timeout=0.2
+            )
 
 
 async def test_confirm_with_bad_force_j_is_refused(bus) -> None:
@@ -202,8 +203,10 @@ async def test_async_iteration_and_message_confirm(bus) -> None:
 
 
 def test_sync_client_put_get_confirm(bus) -> None:
-    with connect_sync(bus.address, queue="SENDER") as sender, \
-            connect_sync(bus.address, queue="ANYORDER") as receiver:
+    with (
+        connect_sync(bus.address, queue="SENDER") as sender,
+        connect_sync(bus.address, queue="ANYORDER") as receiver,
+    ):
         psb = sender.put(b"blocking", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.STORED
         message = receiver.get(timeout=5)

@@ -48,15 +48,15 @@ def _frame(payload: bytes) -> bytes:
     ],
     ids=["garbage", "unknown-code", "oversized", "second-hello"],
 )
-async def test_malformed_frames_get_a_fatal_and_others_are_still_served(bus, payload,
-                                                                         expected) -> None:
+async def test_malformed_frames_get_a_fatal_and_others_are_still_served(
+    bus, payload, expected
+) -> None:
     async with connect(bus.address, queue="SENDER") as bystander:
         events = _raw_session(bus.address, payload)
         fatal = events[-1]
         assert isinstance(fatal, wire.Fatal) and fatal.status == Status.PROTOCOL_ERROR
         assert expected.lower() in fatal.message.lower()
-        psb = await bystander.put(b"still here", target="1.11", delivery=MODE.WF_DQF,
-                                  uma=Uma.DISC)
+        psb = await bystander.put(b"still here", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.STORED
 
 
@@ -72,10 +72,16 @@ async def test_random_bytes_from_many_clients_do_not_stop_the_server(bus) -> Non
 
 def test_bad_config_is_one_line_and_the_server_does_not_start(tmp_path) -> None:
     config = tmp_path / "bus.toml"
-    config.write_text('[[group]]\nid = 1\nname = "A"\nlisten = "127.0.0.1:0"\n'
-                      'data_dir = "g"\n[[group.queue]]\nid = 10\nname = "Q"\nconfrm = "implicit"\n')
-    result = subprocess.run([sys.executable, "-m", "mrs.cli", "serve", "--config", str(config),
-                             "--group", "1"], capture_output=True, text=True, timeout=60)
+    config.write_text(
+        '[[group]]\nid = 1\nname = "A"\nlisten = "127.0.0.1:0"\n'
+        'data_dir = "g"\n[[group.queue]]\nid = 10\nname = "Q"\nconfrm = "implicit"\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mrs.cli", "serve", "--config", str(config), "--group", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -86,8 +92,10 @@ def test_bad_config_is_one_line_and_the_server_does_not_start(tmp_path) -> None:
 
 async def test_corrupt_dqf_record_is_reported_and_not_delivered(bus) -> None:
     async with connect(bus.address, queue="SENDER") as sender:
-        seqs = [(await sender.put(body, target="1.11", delivery=MODE.WF_DQF,
-                                  uma=Uma.DISC)).seq for body in (b"a", b"b", b"c")]
+        seqs = [
+            (await sender.put(body, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)).seq
+            for body in (b"a", b"b", b"c")
+        ]
     assert bus.process.terminate() == 0
     env = lmdb.open(str(bus.data_dir / "journals"), max_dbs=8)
     dqf = env.open_db(b"dqf")
@@ -113,15 +121,18 @@ async def test_journal_full_answers_mrs_res_exh_and_keeps_what_is_stored(make_bu
     stored, outcome = [], None
     async with connect(bus.address, queue="SENDER") as sender:
         for index in range(50):
-            psb = await sender.put(bytes([index]) * 150_000, target="1.11",
-                                   delivery=MODE.WF_DQF, uma=Uma.DISC)
+            psb = await sender.put(
+                bytes([index]) * 150_000, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC
+            )
             if psb.delivery_status != Status.STORED:
                 outcome = psb
                 break
             stored.append(psb.seq)
     assert outcome is not None, "the 1 MiB journal never filled"
-    assert (outcome.delivery_status, outcome.uma_status) == (Status.MRS_RES_EXH,
-                                                             Status.DISC_SUCCESS)
+    assert (outcome.delivery_status, outcome.uma_status) == (
+        Status.MRS_RES_EXH,
+        Status.DISC_SUCCESS,
+    )
     async with connect(bus.address, queue="ANYORDER") as receiver:
         for seq in stored:
             message = await receiver.get(timeout=5)

@@ -8,27 +8,41 @@ import sys
 
 import trio
 
-from clients import DeliveryMode, MrsTimeout, Status, Uma, connect
+from clients import DeliveryMode, MrsTimeout, Uma, connect
 
 
 async def main(address: str) -> None:
     async with connect(address, queue="SENDER") as sender:
-        psb = await sender.put(b"order 17", target="ORDERS", delivery=DeliveryMode.AK_DQF,
-                               uma=Uma.DLJ, correlation_id=b"order-17")
-        ack = await sender.get(timeout=5.0)           # class 28, type -801
+        psb = await sender.put(
+            b"order 17",
+            target="ORDERS",
+            delivery=DeliveryMode.AK_DQF,
+            uma=Uma.DLJ,
+            correlation_id=b"order-17",
+        )
+        ack = await sender.get(timeout=5.0)  # class 28, type -801
         assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
         print(f"MRS_ACK for seq {psb.seq}: {ack.ack_psb().delivery_status.name}")
 
         try:
             # WF_DEQ waits until a receiver gets the message; nobody does here.
-            await sender.put(b"order 18", target="ORDERS", delivery=DeliveryMode.WF_DEQ,
-                             correlation_id=b"order-18", timeout=0.5)
+            await sender.put(
+                b"order 18",
+                target="ORDERS",
+                delivery=DeliveryMode.WF_DEQ,
+                correlation_id=b"order-18",
+                timeout=0.5,
+            )
         except MrsTimeout as timeout:
             # The message may or may not be queued: a resend can make two copies, which
             # the receiver tells apart by correlation id.
             print(f"timed out ({timeout.status.name}); resending order-18")
-            await sender.put(b"order 18", target="ORDERS", delivery=DeliveryMode.WF_MEM,
-                             correlation_id=b"order-18")
+            await sender.put(
+                b"order 18",
+                target="ORDERS",
+                delivery=DeliveryMode.WF_MEM,
+                correlation_id=b"order-18",
+            )
 
     async with connect(address, queue="ORDERS") as receiver:
         seen = set()

@@ -1,6 +1,6 @@
 """Put a recoverable message, get it, confirm it. Run against a group server:
 
-    python docs/examples/quickstart.py 127.0.0.1:7001
+python docs/examples/quickstart.py 127.0.0.1:7001
 """
 
 import sys
@@ -11,10 +11,17 @@ from clients import DeliveryMode, ForceJrn, Status, Uma, connect
 
 
 async def main(address: str) -> None:
-    async with connect(address, queue="SENDER") as sender, \
-            connect(address, queue="ORDERS") as receiver:
-        psb = await sender.put(b"shift totals", target="ORDERS",
-                               delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ, timeout=30.0)
+    async with (
+        connect(address, queue="SENDER") as sender,
+        connect(address, queue="ORDERS") as receiver,
+    ):
+        psb = await sender.put(
+            b"shift totals",
+            target="ORDERS",
+            delivery=DeliveryMode.WF_DQF,
+            uma=Uma.DLJ,
+            timeout=30.0,
+        )
         # Function status SUCCESS: read the delivery status to learn what happened.
         assert psb.delivery_status == Status.STORED, psb
         print(f"stored as seq {psb.seq}")
