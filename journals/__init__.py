@@ -18,12 +18,13 @@ from journals.store import (
     seq_key,
     split_key,
 )
-from journals.writer import GroupCommitWriter, WriterStats
+from journals.writer import GroupCommitWriter, InlineWriter, WriterStats
 
 __all__ = [
     "RECORD_JOURNALS",
     "CorruptRecord",
     "GroupCommitWriter",
+    "InlineWriter",
     "Journal",
     "JournalDeviceError",
     "JournalError",

@@ -93,28 +93,75 @@ class GroupCommitWriter:
                 self._commit(pending)
 
     def _commit(self, pending: list[tuple[WriteBatch, Done]]) -> None:
-        started_s = time.perf_counter()
-        try:
-            apply_batches(self.store, [batch for batch, _ in pending])
-            results = [(done, None) for _, done in pending]
-            self.stats.commits += 1
-        except JournalError:
-            # Isolate the batch at fault: retry each on its own so one oversized or
-            # failing batch does not fail its neighbours.
-            results = [(done, self._commit_alone(batch)) for batch, done in pending]
-        self.stats.commit_time_s_total += time.perf_counter() - started_s
-        self.stats.batches += len(pending)
-        self.stats.operations += sum(len(batch) for batch, _ in pending)
+        results = commit_together(self.store, pending, self.stats)
         self.call_soon(lambda: _report(results))
 
-    def _commit_alone(self, batch: WriteBatch) -> JournalError | None:
-        try:
-            apply_batches(self.store, [batch])
-        except JournalError as error:
-            self.stats.failed_batches += 1
-            return error
-        self.stats.commits += 1
-        return None
+
+class InlineWriter:
+    """Group commit on the caller's own thread, for an event loop that commits between
+    rounds of request handling: `submit` only queues, `commit_pending` commits
+    everything queued in one synced transaction and runs the callbacks.
+
+    It trades a loop stall of one fsync per commit for having no second thread that
+    must win the GIL back for every LMDB call (see `mrs.server` for the measurement).
+    """
+
+    def __init__(self, store: JournalStore, wake: Callable[[], None]) -> None:
+        self.store = store
+        self.wake = wake
+        self.stats = WriterStats()
+        self._pending: list[tuple[WriteBatch, Done]] = []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.commit_pending()
+
+    def submit(self, batch: WriteBatch, done: Done) -> None:
+        if not self._pending:
+            self.wake()
+        self._pending.append((batch, done))
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def commit_pending(self) -> None:
+        while self._pending:
+            pending = self._pending[:BATCHES_PER_COMMIT_MAX]
+            del self._pending[:BATCHES_PER_COMMIT_MAX]
+            _report(commit_together(self.store, pending, self.stats))
+
+
+def commit_together(
+    store: JournalStore, pending: list[tuple[WriteBatch, Done]], stats: WriterStats
+) -> list[tuple[Done, JournalError | None]]:
+    """Commit all batches in one synced transaction; on failure, each batch alone, so
+    one oversized or failing batch does not fail its neighbours."""
+    started_s = time.perf_counter()
+    try:
+        apply_batches(store, [batch for batch, _ in pending])
+        results = [(done, None) for _, done in pending]
+        stats.commits += 1
+    except JournalError:
+        results = [(done, _commit_alone(store, batch, stats)) for batch, done in pending]
+    stats.commit_time_s_total += time.perf_counter() - started_s
+    stats.batches += len(pending)
+    stats.operations += sum(len(batch) for batch, _ in pending)
+    return results
+
+
+def _commit_alone(
+    store: JournalStore, batch: WriteBatch, stats: WriterStats
+) -> JournalError | None:
+    try:
+        apply_batches(store, [batch])
+    except JournalError as error:
+        stats.failed_batches += 1
+        return error
+    stats.commits += 1
+    return None
 
 
 def _report(results: list[tuple[Done, JournalError | None]]) -> None:

@@ -136,8 +136,14 @@ def measure_lmdb(directory: Path, seconds: float) -> Result:
     finally:
         store.close()
         shutil.rmtree(path, ignore_errors=True)
-    return Result("LMDB synced commit, 1 put (1 KiB) per txn", "lmdb", len(latencies), elapsed,
-                  latencies)
+    return Result(
+        "LMDB synced commit, 1 put (1 KiB) per txn",
+        "lmdb",
+        len(latencies),
+        elapsed,
+        latencies,
+        msgs_per_commit=1.0,
+    )
 
 
 # ---------------------------------------------------------------------- the server
@@ -161,8 +167,9 @@ def _bench_config(directory: Path, senders: int) -> Path:
         dqf_messages_max = {DQF_MESSAGES_MAX}
         journal_bytes_max = {JOURNAL_BYTES_MAX}
         """)
-    return write_single_group_config(directory, queues="".join(textwrap.dedent(q) for q in queues),
-                                     limits=limits)
+    return write_single_group_config(
+        directory, queues="".join(textwrap.dedent(q) for q in queues), limits=limits
+    )
 
 
 def _process_cpu_s(pid: int) -> float | None:
@@ -174,11 +181,12 @@ def _process_cpu_s(pid: int) -> float | None:
         return None
 
 
-async def _server_phase(address: str, pid: int, connections: int, tasks_per_connection: int,
-                        seconds: float, body: bytes) -> Result:
+async def _server_phase(
+    address: str, pid: int, connections: int, tasks_per_connection: int, seconds: float, body: bytes
+) -> Result:
     """`connections` clients, each attached to its own sender queue, with
     `tasks_per_connection` tasks doing sequential WF_DQF puts on it, for `seconds`."""
-    from clients import DeliveryMode, Status, Uma, connect
+    from clients import DeliveryMode, MrsError, Status, Uma, connect
 
     latencies: list[float] = []
     counts = {"ok": 0, "failed": 0}
@@ -195,8 +203,15 @@ async def _server_phase(address: str, pid: int, connections: int, tasks_per_conn
             began = perf()
             if began >= deadline:
                 return
-            psb = await client.put(body, target=target, delivery=DeliveryMode.WF_DQF,
-                                   uma=Uma.DLJ)
+            try:
+                psb = await client.put(
+                    body, target=target, delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ
+                )
+            except MrsError as error:
+                counts["failed"] += 1
+                if not first_failure:
+                    first_failure.append(f"{type(error).__name__}: {error}")
+                return
             latencies.append(perf() - began)
             if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
                 counts["ok"] += 1
@@ -207,8 +222,10 @@ async def _server_phase(address: str, pid: int, connections: int, tasks_per_conn
 
     async def connection(index: int, *, task_status) -> None:
         queue = f"1.{SENDER_QUEUE_FIRST + index}"
-        async with connect(address, queue=queue, program=f"mrs bench {index}") as client, \
-                trio.open_nursery() as nursery:
+        async with (
+            connect(address, queue=queue, program=f"mrs bench {index}") as client,
+            trio.open_nursery() as nursery,
+        ):
             for _ in range(tasks_per_connection):
                 nursery.start_soon(putter, client)
             task_status.started()
@@ -231,47 +248,72 @@ async def _server_phase(address: str, pid: int, connections: int, tasks_per_conn
             after = await monitor.status()
 
     if first_failure:
-        print(f"mrs bench: {counts['failed']} puts not stored, first: {first_failure[0]}",
-              file=sys.stderr)
+        print(
+            f"mrs bench: {counts['failed']} puts not stored, first: {first_failure[0]}",
+            file=sys.stderr,
+        )
     writer_before, writer_after = before["writer"], after["writer"]
-    delta = {key: writer_after[key] - writer_before[key]
-             for key in ("commits", "batches", "operations", "failed_batches")}
-    commit_ms_total = (writer_after["commit_time_ms_mean"] * writer_after["commits"]
-                       - writer_before["commit_time_ms_mean"] * writer_before["commits"])
-    delta["commit_time_ms_mean"] = (round(commit_ms_total / delta["commits"], 3)
-                                    if delta["commits"] else None)
+    delta = {
+        key: writer_after[key] - writer_before[key]
+        for key in ("commits", "batches", "operations", "failed_batches")
+    }
+    commit_ms_total = (
+        writer_after["commit_time_ms_mean"] * writer_after["commits"]
+        - writer_before["commit_time_ms_mean"] * writer_before["commits"]
+    )
+    delta["commit_time_ms_mean"] = (
+        round(commit_ms_total / delta["commits"], 3) if delta["commits"] else None
+    )
     in_flight = connections * tasks_per_connection
     if tasks_per_connection == 1:
         name = f"WF_DQF puts, {connections} conn{'s' if connections != 1 else ''} x 1 in flight"
     else:
         name = f"WF_DQF puts, {connections} conns x {tasks_per_connection} in flight"
-    server_cpu = (None if server_cpu_before is None or server_cpu_after is None
-                  else 100 * (server_cpu_after - server_cpu_before) / elapsed)
+    server_cpu = (
+        None
+        if server_cpu_before is None or server_cpu_after is None
+        else 100 * (server_cpu_after - server_cpu_before) / elapsed
+    )
     return Result(
-        name, "server", counts["ok"], elapsed, latencies, connections=connections,
-        in_flight=in_flight, failures=counts["failed"],
+        name,
+        "server",
+        counts["ok"],
+        elapsed,
+        latencies,
+        connections=connections,
+        in_flight=in_flight,
+        failures=counts["failed"],
         msgs_per_commit=delta["batches"] / delta["commits"] if delta["commits"] else None,
-        writer_delta=delta, server_cpu_pct=server_cpu,
+        writer_delta=delta,
+        server_cpu_pct=server_cpu,
         client_cpu_pct=100 * (client_cpu_after - client_cpu_before) / elapsed,
         dqf_messages_after=after.get("dqf_messages"),
     )
 
 
-def measure_server(directory: Path, connections: int, tasks_per_connection: int,
-                   seconds: float, body_bytes: int) -> Result:
+def measure_server(
+    directory: Path, connections: int, tasks_per_connection: int, seconds: float, body_bytes: int
+) -> Result:
     """Start a fresh `mrs serve` on its own data directory, measure, stop it."""
     directory.mkdir(parents=True)
     config = _bench_config(directory, connections)
     server = GroupProcess(config, 1)
     try:
         address = server.start()
-        result = trio.run(_server_phase, address, server.process.pid, connections,
-                          tasks_per_connection, seconds, os.urandom(body_bytes))
+        result = trio.run(
+            _server_phase,
+            address,
+            server.process.pid,
+            connections,
+            tasks_per_connection,
+            seconds,
+            os.urandom(body_bytes),
+        )
         code = server.terminate(SERVER_STOP_TIMEOUT_S)
         if code != 0:
             print(f"mrs bench: server exited with code {code}", file=sys.stderr)
         return result
-    except BaseException:
+    except Exception:
         log_path = directory / "group1.log"
         if log_path.exists():
             tail = log_path.read_text(errors="replace")[-3000:]
@@ -332,8 +374,10 @@ def report(results: list[Result], facts: dict, args: argparse.Namespace) -> None
         f"{facts['python']}, {facts['platform']}"
     )
     console.print(f"disk: {facts['disk_path']} - {facts['filesystem']}")
-    console.print(f"{args.seconds:g} s per measurement, {args.body_bytes}-byte bodies; "
-                  "each server run starts on an empty DQF (fresh data directory)")
+    console.print(
+        f"{args.seconds:g} s per measurement, {args.body_bytes}-byte bodies; "
+        "each server run starts on an empty DQF (fresh data directory)"
+    )
     table = Table(title="Durable throughput vs. the disk's fsync rate")
     table.add_column("measurement")
     table.add_column("per second", justify="right")
@@ -348,24 +392,31 @@ def report(results: list[Result], facts: dict, args: argparse.Namespace) -> None
         if r.kind == "server":
             cpu = f"{_fmt(r.server_cpu_pct, 0)}/{_fmt(r.client_cpu_pct, 0)}"
         table.add_row(
-            r.name, _fmt(r.rate, 0), _fmt(_ratio(r.rate, fsync_rate)),
+            r.name,
+            _fmt(r.rate, 0),
+            _fmt(_ratio(r.rate, fsync_rate)),
             _fmt(_ratio(r.rate, lmdb_rate)),
-            _fmt(r.msgs_per_commit) if r.kind == "server" else "1.00" if r.kind == "lmdb" else "-",
-            _fmt(r.latency_ms(0.50), 3), _fmt(r.latency_ms(0.99), 3), cpu,
+            _fmt(r.msgs_per_commit),
+            _fmt(r.latency_ms(0.50), 3),
+            _fmt(r.latency_ms(0.99), 3),
+            cpu,
         )
     console.print(table)
     for r in results:
         if r.kind == "fsync":
-            console.print(f"raw fsync mean latency: {_fmt(r.mean_latency_ms, 3)} ms "
-                          f"({r.count} fsyncs)")
+            console.print(
+                f"raw fsync mean latency: {_fmt(r.mean_latency_ms, 3)} ms ({r.count} fsyncs)"
+            )
         if r.kind == "server" and r.writer_delta:
             d = r.writer_delta
-            console.print(f"{r.name}: {r.count} puts acknowledged in {r.elapsed_s:.2f} s; "
-                          f"server writer {d['commits']} commits, mean commit "
-                          f"{_fmt(d['commit_time_ms_mean'], 3)} ms (includes reacquiring "
-                          "the GIL)")
+            console.print(
+                f"{r.name}: {r.count} puts in {r.elapsed_s:.2f} s, {d['commits']} commits, "
+                f"mean commit {_fmt(d['commit_time_ms_mean'], 3)} ms (incl. GIL reacquire)"
+            )
         if r.failures:
-            console.print(f"[red]{r.name}: {r.failures} puts answered but not stored[/]")
+            console.print(
+                f"[red]{r.name}: {r.failures} puts failed or were not stored (not counted)[/]"
+            )
     payload = {
         "machine": facts,
         "seconds": args.seconds,
@@ -420,10 +471,14 @@ def run_bench(args: argparse.Namespace) -> int:
         phases = [(n, 1) for n in clients]
         phases.append((PIPELINE_CONNECTIONS, PIPELINE_TASKS_PER_CONNECTION))
         for index, (connections, tasks) in enumerate(phases):
-            _progress(f"mrs serve: {connections} connection(s) x {tasks} in flight "
-                      f"for {seconds:g} s")
-            results.append(measure_server(work / f"server{index}", connections, tasks,
-                                          seconds, args.body_bytes))
+            _progress(
+                f"mrs serve: {connections} connection(s) x {tasks} in flight for {seconds:g} s"
+            )
+            results.append(
+                measure_server(
+                    work / f"server{index}", connections, tasks, seconds, args.body_bytes
+                )
+            )
         report(results, facts, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)

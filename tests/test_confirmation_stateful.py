@@ -33,7 +33,7 @@ KINDS = {
     "memory": (DeliveryMode.NN_MEM, False),
     "deq": (DeliveryMode.AK_DEQ, False),
 }
-UNCONFIRMED_MAX = 3
+UNCONFIRMED_MAX = 2
 QUEUE = Address(2, 20)
 
 
@@ -203,7 +203,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
                 assert position == 0
 
 
-MACHINE_SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None)
+MACHINE_SETTINGS = settings(max_examples=300, stateful_step_count=50, deadline=None)
 
 
 class InOrderMachine(ConfirmationMachine):

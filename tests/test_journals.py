@@ -271,7 +271,7 @@ def _expected(rows, selection: Selection) -> list[bytes]:
     return sorted(chosen)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(rows=SCAN_RECORDS, selections=st.lists(SELECTIONS, min_size=1, max_size=8))
 def test_scan_selection_matches_a_brute_force_filter(tmp_path_factory, rows, selections):
     store = JournalStore(tmp_path_factory.mktemp("scan"), map_size_bytes=16 << 20)
