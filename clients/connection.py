@@ -28,6 +28,7 @@ from mrs.model import (
 )
 
 RECEIVE_BYTES_MAX = 256 * 1024
+_RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 FRAME_BYTES_MAX = 64 * 1024 * 1024
 REPLY_GRACE_S = 5.0
 """A WF put waits this much longer than its timeout for the server's own TIMEOUT."""
@@ -53,6 +54,8 @@ class Client:
         self._broken: MrsError | None = None
         self.group_id = 0
         self.group_name = ""
+        self.message_bytes_max = 0
+        """The server's body limit, from its Welcome (0 = unknown)."""
         self.queue: Address | None = None
 
     # ------------------------------------------------------------------ API
@@ -78,7 +81,13 @@ class Client:
         uma None picks DISC for nonrecoverable modes and DLJ for recoverable ones, so
         a recoverable message that cannot be stored still lands somewhere durable.
         """
-        if uma is None and DeliveryMode(delivery).recoverable:
+        if self.message_bytes_max and len(body) > self.message_bytes_max:
+            raise error_for(
+                Status.MSGTOOBIG,
+                f"body of {len(body)} bytes exceeds the group's message_bytes_max "
+                f"{self.message_bytes_max}",
+            )
+        if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
         timeout_ms = 0 if timeout is None else max(1, round(timeout * 1000))
         request = wire.Put(
@@ -189,6 +198,7 @@ class Client:
         if isinstance(welcome, wire.Fatal):
             raise error_for(welcome.status, welcome.message)
         self.group_id, self.group_name = welcome.group_id, welcome.group_name
+        self.message_bytes_max = welcome.message_bytes_max
         if queue is None:
             return
         request_id = self._next_id()

@@ -204,6 +204,15 @@ class JournalStore:
         with self.env.begin(db=db) as txn:
             return txn.stat(db)["entries"]
 
+    def get(self, journal: Journal, key: bytes) -> Record | None:
+        """One record by key (None if absent); raises CorruptRecord if it is corrupt."""
+        db = self._dbs[journal]
+        if db is None:
+            return None
+        with self.env.begin(db=db) as txn:
+            value = txn.get(key)
+        return None if value is None else decode_record(value, journal.value, key)
+
     def meta_get(self, name: str) -> bytes | None:
         db = self._dbs[Journal.META]
         if db is None:

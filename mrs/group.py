@@ -65,6 +65,9 @@ log = logging.getLogger("mrs.group")
 SEQ_COUNTER_BITS = 40
 """A seq is (boot epoch << 40) | counter: unique and increasing across restarts
 without a disk write per message."""
+BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
+"""A journaled message further back in its queue than this keeps its body only on
+disk (read back at delivery), so memory stays flat while a DQF backlog grows."""
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
@@ -172,6 +175,8 @@ class Group:
                 continue
             entry = entry_from_record(item)
             entry.times_delivered = marks.get(key, 0)
+            if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
+                entry.body = None
             queue.put_back(entry, front=False)
             recovered += 1
         log.info(
@@ -299,6 +304,8 @@ class Group:
                 )
             else:
                 reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
+            if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
+                entry.body = None
             queue.offer(entry)
 
         self.writer.submit(batch, stored)
@@ -458,8 +465,9 @@ class Group:
                 f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "
                 f"(unconfirmed_max={queue.config.unconfirmed_max})",
             )
-        entry = queue.take()
-        if entry is not None:
+        while (entry := queue.take()) is not None:
+            if entry.body is None and not self._load_body(queue, entry):
+                continue
             self._hand_over(session, request.request_id, queue, entry)
             return
         if request.timeout_ms == 0:

@@ -271,8 +271,9 @@ class Message:
     def possible_duplicate(self) -> bool:
         return self.delivery_status == Status.POSSDUPL
 
-    async def confirm(self, confirm_value: int = 0,
-                      force_j: ForceJrn = ForceJrn.DEFAULT_JRN) -> None:
+    async def confirm(
+        self, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    ) -> None:
         """Confirm this message on the queue it was got from (like a nats ack)."""
         if self._confirm is None:
             raise ValueError("this message was not received through a client connection")
@@ -289,4 +290,3 @@ class Message:
         if not self.is_mrs_ack:
             raise ValueError("not an MRS_ACK message")
         return Psb.from_wire(msgpack.unpackb(self.body))
-

@@ -360,13 +360,16 @@ class StatusRequest:
 
 
 @dataclass(frozen=True, slots=True)
-@_event(2, protocol_version=_I64, group_id=_I64, group_name=_STR)
+@_event(2, protocol_version=_I64, group_id=_I64, group_name=_STR, message_bytes_max=_I64)
 class Welcome:
-    """The server's answer to Hello."""
+    """The server's answer to Hello. message_bytes_max lets a client refuse an
+    oversized body itself (MSGTOOBIG) instead of sending a frame the server must
+    reject by closing the connection; 0 = not stated."""
 
     protocol_version: int
     group_id: int
     group_name: str
+    message_bytes_max: int = 0
 
 
 @dataclass(frozen=True, slots=True)

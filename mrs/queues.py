@@ -22,7 +22,8 @@ class Entry:
     """One message in a target queue."""
 
     seq: int
-    body: bytes
+    body: bytes | None
+    """None for a journaled entry whose body was left on disk (read at delivery)."""
     source: Address
     target: Address
     delivery: DeliveryMode

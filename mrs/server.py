@@ -214,7 +214,12 @@ class GroupServer:
             match event:
                 case wire.Hello():
                     session.send(
-                        wire.Welcome(wire.PROTOCOL_VERSION, self.config.id, self.config.name)
+                        wire.Welcome(
+                            wire.PROTOCOL_VERSION,
+                            self.config.id,
+                            self.config.name,
+                            self.config.limits.message_bytes_max,
+                        )
                     )
                 case wire.Put():
                     group.put(session, event)

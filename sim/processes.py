@@ -8,6 +8,7 @@ line (an event, not a sleep), and can stop it gracefully (SIGTERM) or kill it
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -53,13 +54,20 @@ class GroupProcess:
             env={**os.environ, **self.env},
         )
         log_file.close()
-        line = self.process.stdout.readline().decode(errors="replace").strip()
+        line = self._ready_line()
         if not line.startswith("READY "):
-            self.process.wait(timeout=READY_TIMEOUT_S)
+            self.kill()
             tail = log_path.read_text(errors="replace")[-2000:]
             raise ServerStartError(f"group {self.group_id} did not start: {line!r}\n{tail}")
         self.address = line.split(" ", 1)[1]
         return self.address
+
+    def _ready_line(self) -> str:
+        """The server's first stdout line, or "" if none comes in READY_TIMEOUT_S."""
+        readable, _, _ = select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
+        if not readable:
+            return ""
+        return self.process.stdout.readline().decode(errors="replace").strip()
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs; only what was committed survives."""

@@ -43,8 +43,12 @@ class ConfirmationMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         config = QueueConfig(
-            id=QUEUE.queue, name="ORDERS", confirm=self.style,
-            messages_max=1000, unconfirmed_max=UNCONFIRMED_MAX, permanent=True,
+            id=QUEUE.queue,
+            name="ORDERS",
+            confirm=self.style,
+            messages_max=1000,
+            unconfirmed_max=UNCONFIRMED_MAX,
+            permanent=True,
         )
         self.queue = TargetQueue(config, QUEUE)
         self.offered: dict[int, Entry] = {}

@@ -46,23 +46,61 @@ UMAS = {"RTS": 1, "DLJ": 2, "DLQ": 3, "SAF": 4, "DISC": 5, "DISCL": 6}
 UMA_DLJ, UMA_SAF, UMA_DISC = 2, 4, 5
 
 UMA_SUCCESS_VALUES = {
-    "DISC": 11, "DISCL": 13, "DLJ": 15, "DLQ": 17, "RTS": 19, "SAF": 21,
+    "DISC": 11,
+    "DISCL": 13,
+    "DLJ": 15,
+    "DLQ": 17,
+    "RTS": 19,
+    "SAF": 21,
 }
 UMA_FAILURE_NAMES = {
-    "DISC": "DISC_FAILED", "DISCL": "DISCL_FAILED", "DLJ": "DLJ_FAILED",
-    "DLQ": "DLQ_FAILED", "RTS": "RTS_FAIL", "SAF": "SAF_FAILED",
+    "DISC": "DISC_FAILED",
+    "DISCL": "DISCL_FAILED",
+    "DLJ": "DLJ_FAILED",
+    "DLQ": "DLQ_FAILED",
+    "RTS": "RTS_FAIL",
+    "SAF": "SAF_FAILED",
 }
 
 REFERENCE_STATUSES = {
-    "SUCCESS": 1, "LINK_UP": 3, "JOURNAL_ON": 5, "NOMOREMSG": 7,
-    "DISC_SUCCESS": 11, "DISCL_SUCCESS": 13, "DLJ_SUCCESS": 15, "DLQ_SUCCESS": 17,
-    "RTS_SUCCESS": 19, "SAF_SUCCESS": 21, "NO_UMA": 25, "UMA_NA": 27, "STORED": 31,
-    "ENQUEUED": 33, "UNATTACHEDQ": 35, "CONFIRMREQ": 37, "SAF_FORCED": 43,
-    "TIMEOUT": -14, "ACKTMO": -16, "MSGUNDEL": -18, "NOTACTIVE": -54, "EXCEEDQUOTA": -56,
-    "BADDELIVERY": -60, "POSSDUPL": -158, "EXCMAXUNCONF": -170, "NOMRS": -188,
-    "DQF_FULL": -202, "LINK_DOWN": -206, "BADSEQ": -208, "NOTJRN": -210,
-    "MRS_RES_EXH": -212, "NOSUCHPCJ": -218, "BADUMA": -222, "NO_DQF": -228,
-    "NO_SAF": -230, "SAF_DEVICE_FAIL": -234, "NOTSUPPORTED": -268, "JOURNAL_FULL": -284,
+    "SUCCESS": 1,
+    "LINK_UP": 3,
+    "JOURNAL_ON": 5,
+    "NOMOREMSG": 7,
+    "DISC_SUCCESS": 11,
+    "DISCL_SUCCESS": 13,
+    "DLJ_SUCCESS": 15,
+    "DLQ_SUCCESS": 17,
+    "RTS_SUCCESS": 19,
+    "SAF_SUCCESS": 21,
+    "NO_UMA": 25,
+    "UMA_NA": 27,
+    "STORED": 31,
+    "ENQUEUED": 33,
+    "UNATTACHEDQ": 35,
+    "CONFIRMREQ": 37,
+    "SAF_FORCED": 43,
+    "TIMEOUT": -14,
+    "ACKTMO": -16,
+    "MSGUNDEL": -18,
+    "NOTACTIVE": -54,
+    "EXCEEDQUOTA": -56,
+    "BADDELIVERY": -60,
+    "POSSDUPL": -158,
+    "EXCMAXUNCONF": -170,
+    "NOMRS": -188,
+    "DQF_FULL": -202,
+    "LINK_DOWN": -206,
+    "BADSEQ": -208,
+    "NOTJRN": -210,
+    "MRS_RES_EXH": -212,
+    "NOSUCHPCJ": -218,
+    "BADUMA": -222,
+    "NO_DQF": -228,
+    "NO_SAF": -230,
+    "SAF_DEVICE_FAIL": -234,
+    "NOTSUPPORTED": -268,
+    "JOURNAL_FULL": -284,
     "JOURNAL_FAIL": -286,
 }
 
@@ -149,7 +187,9 @@ def test_there_is_no_nn_deq_conf_or_ack():
 def test_uma_force_j_and_mrs_constants_match_the_reference():
     assert {uma.name: int(uma) for uma in Uma} == UMAS
     assert {choice.name: int(choice) for choice in ForceJrn} == {
-        "DEFAULT_JRN": 0, "FORCE_JRN": 1, "NO_JRN": 2,
+        "DEFAULT_JRN": 0,
+        "FORCE_JRN": 1,
+        "NO_JRN": 2,
     }
     assert (MRS_CLASS, MRS_ACK_TYPE) == (28, -801)
 

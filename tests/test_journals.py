@@ -279,8 +279,12 @@ def test_scan_selection_matches_a_brute_force_filter(tmp_path_factory, rows, sel
         batch = WriteBatch.empty()
         for queue, seq, written, confirmed, msg_class, msg_type in rows:
             record = small_record(
-                seq, queue, written_time_ns=written, confirm_time_ns=confirmed,
-                msg_class=msg_class, msg_type=msg_type,
+                seq,
+                queue,
+                written_time_ns=written,
+                confirm_time_ns=confirmed,
+                msg_class=msg_class,
+                msg_type=msg_type,
             )
             batch.put_record(Journal.DQF, queue_key(queue, seq), record)
         store.commit_now(batch)
@@ -505,9 +509,7 @@ def test_read_only_store_sees_consistent_snapshots_while_another_process_writes(
         rest = [key for key, _ in scan]
         assert [first_key, *rest] == [queue_key(10, s) for s in range(1, 10)]
         assert reader.count(Journal.DQF) == 19
-        assert [k for k, _ in reader.scan(Journal.DQF)] == [
-            queue_key(10, s) for s in range(1, 20)
-        ]
+        assert [k for k, _ in reader.scan(Journal.DQF)] == [queue_key(10, s) for s in range(1, 20)]
         with pytest.raises(JournalError):
             reader.commit_now(dqf_put(10, 99))
     finally:

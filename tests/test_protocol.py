@@ -327,7 +327,7 @@ def test_server_may_send_fatal_before_hello_and_then_nothing():
     ("first_frame", "message"),
     [
         (put_wire(), "client sent Put before Hello"),
-        ([2, PROTOCOL_VERSION, 1, "g"], "client sent Welcome, which only a server sends"),
+        ([2, PROTOCOL_VERSION, 1, "g", 0], "client sent Welcome, which only a server sends"),
         ([1, PROTOCOL_VERSION + 1, "p", "app"], "Hello with protocol_version 2"),
         ([1, 0, "p", "app"], "Hello with protocol_version 0"),
     ],
@@ -354,7 +354,7 @@ def test_server_refuses_a_second_hello_and_server_events():
 def test_client_refuses_out_of_order_server_events():
     # Welcome before our Hello
     client = Connection("client")
-    client.receive_data(frame([2, PROTOCOL_VERSION, 1, "g"]))
+    client.receive_data(frame([2, PROTOCOL_VERSION, 1, "g", 0]))
     with pytest.raises(RemoteProtocolError, match="Welcome before the client's Hello"):
         client.next_event()
     # a reply before Welcome
@@ -366,12 +366,12 @@ def test_client_refuses_out_of_order_server_events():
     # a Welcome of another version
     client = Connection("client")
     client.send(Hello(PROTOCOL_VERSION, "p"))
-    client.receive_data(frame([2, 9, 1, "g"]))
+    client.receive_data(frame([2, 9, 1, "g", 0]))
     with pytest.raises(RemoteProtocolError, match="protocol_version 9"):
         client.next_event()
     # a second Welcome, and a client event
     for bad, message in [
-        ([2, PROTOCOL_VERSION, 1, "g"], "server sent a second Welcome"),
+        ([2, PROTOCOL_VERSION, 1, "g", 0], "server sent a second Welcome"),
         ([14, 1, 0], "server sent Get, which only a client sends"),
     ]:
         client, _ = connected_pair()

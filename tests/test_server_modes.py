@@ -256,5 +256,9 @@ async def test_message_bigger_than_the_limit_is_refused(make_bus) -> None:
         with pytest.raises(Exception) as refused:
             await sender.put(b"x" * 1001, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert refused.value.status == Status.MSGTOOBIG
+        # Far over the frame limit too: refused by the client, the connection lives on.
+        with pytest.raises(Exception) as refused:
+            await sender.put(b"x" * 100_000, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert refused.value.status == Status.MSGTOOBIG
         psb = await sender.put(b"x" * 1000, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.STORED

@@ -214,3 +214,45 @@ def test_sync_client_put_get_confirm(bus) -> None:
         receiver.confirm(message.seq)
         with pytest.raises(NoMoreMessages):
             receiver.get(timeout=0)
+
+
+async def test_long_backlog_keeps_bodies_on_disk_and_delivers_them(make_bus) -> None:
+    """Beyond BODIES_IN_MEMORY_PER_QUEUE_MAX per queue, bodies are read back from the
+    DQF at delivery: every one must still arrive intact, before and after a restart."""
+    import trio
+
+    from mrs.group import BODIES_IN_MEMORY_PER_QUEUE_MAX
+
+    backlog = make_bus(limits="dqf_messages_max = 10000")
+    count = BODIES_IN_MEMORY_PER_QUEUE_MAX + 300
+    bodies = [b"body-%05d-" % index + bytes([index % 251]) * 100 for index in range(count)]
+    async with connect(backlog.address, queue="SENDER") as sender:
+
+        async def put_range(start: int) -> None:
+            for index in range(start, count, 16):
+                psb = await sender.put(
+                    bodies[index], target="ANYORDER", delivery=MODE.NN_DQF, uma=Uma.DISC
+                )
+                assert psb.status == Status.SUCCESS
+
+        async with trio.open_nursery() as nursery:
+            for start in range(16):
+                nursery.start_soon(put_range, start)
+        while (await sender.status())["dqf_messages"] < count:
+            await trio.lowlevel.checkpoint()
+    received = []
+    async with connect(backlog.address, queue="ANYORDER") as receiver:
+        for _ in range(count // 2):
+            message = await receiver.get(timeout=5)
+            received.append(message.body)
+            await receiver.confirm(message.seq)
+    backlog.restart()
+    async with connect(backlog.address, queue="ANYORDER") as receiver:
+        while True:
+            try:
+                message = await receiver.get(timeout=0)
+            except NoMoreMessages:
+                break
+            received.append(message.body)
+            await receiver.confirm(message.seq)
+    assert sorted(received) == sorted(bodies)
