@@ -492,6 +492,21 @@ class Group:
 
             waiter.cancel_timer = self.timers.call_later(timeout_s, expire)
 
+    def _load_body(self, queue: TargetQueue, entry: Entry) -> bool:
+        """Read a journaled body left on disk; False (and reported) if it is unusable."""
+        key = queue_key(queue.address.queue, entry.seq)
+        try:
+            record = self.store.get(Journal.DQF, key)
+        except CorruptRecord as corrupt:
+            self.corrupt.append(str(corrupt))
+            log.error("%s; left in place, not delivered", corrupt)
+            return False
+        if record is None:
+            log.error("DQF message %d of %s vanished from the journal", entry.seq, queue.address)
+            return False
+        entry.body = record.body
+        return True
+
     def _hand_over(
         self, session: Session, request_id: int, queue: TargetQueue, entry: Entry
     ) -> None:
