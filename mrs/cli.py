@@ -39,17 +39,22 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if not args.address and (args.config is None or args.group is None):
+        print("mrs status: give --config and --group, or --address", file=sys.stderr)
+        return 2
     import json
 
     import trio
 
     from clients import connect
 
-    bus = load_config(args.config)
-    group = bus.group(args.group)
+    if args.address:
+        address = args.address
+    else:
+        group = load_config(args.config).group(args.group)
+        address = f"{group.listen_host}:{group.listen_port}"
 
     async def fetch() -> dict:
-        address = f"{group.listen_host}:{group.listen_port}"
         async with connect(address, queue=None, program="mrs status") as client:
             return await client.status()
 
@@ -104,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_bench)
 
     status = commands.add_parser("status", help="print a running group's status as JSON")
-    status.add_argument("--config", required=True, type=Path)
-    status.add_argument("--group", required=True, type=int)
+    status.add_argument("--config", type=Path, help="bus configuration (TOML)")
+    status.add_argument("--group", type=int, help="group id whose listen address to use")
+    status.add_argument("--address", help="HOST:PORT instead of --config/--group")
     status.set_defaults(run=_status)
     return parser
 

@@ -35,6 +35,7 @@ from journals import GroupCommitWriter, InlineWriter, JournalStore
 from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
 from mrs.delivery import Refused
+from mrs.faults import fault_hook_from_env
 from mrs.group import Group
 from mrs.model import Status
 from mrs.queues import TargetQueue
@@ -118,7 +119,9 @@ class GroupServer:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open journals, recover, listen; on cancel, stop and make everything durable."""
         self.store = JournalStore(
-            self.config.data_dir / "journals", self.config.limits.journal_bytes_max
+            self.config.data_dir / "journals",
+            self.config.limits.journal_bytes_max,
+            fault_hook=fault_hook_from_env(),
         )
         writer = self._make_writer()
         self.group = Group(self.bus, self.config, self.store, writer, self.timers)

@@ -51,12 +51,13 @@ class Bus:
         limits: str = "",
         group_extra: str = "",
         queues: str = STANDARD_QUEUES,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.config_path = write_single_group_config(
             directory, queues=queues, group_extra=group_extra, limits=limits
         )
         self.data_dir = directory / "g1"
-        self.process = GroupProcess(self.config_path, 1)
+        self.process = GroupProcess(self.config_path, 1, env=env or {})
 
     @property
     def address(self) -> str:

@@ -145,3 +145,42 @@ def test_sigterm_stops_gracefully(bus) -> None:
     assert bus.process.terminate() == 0
     assert "stopped; journals closed" in bus.log_text()
     assert os.path.exists(bus.data_dir / "journals" / "data.mdb")
+
+
+async def test_journal_device_faults_take_the_uma_and_lose_nothing(make_bus, tmp_path) -> None:
+    fault_file = tmp_path / "faults"
+    bus = make_bus(env={"MRS_FAULT_FILE": str(fault_file)})
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="ANYORDER") as receiver,
+    ):
+        before = await sender.put(b"before", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert before.delivery_status == Status.STORED
+        delivered = await receiver.get(timeout=5)
+
+        fault_file.write_text("EIO")
+        psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert (psb.delivery_status, psb.uma_status) == (
+            Status.DQF_DEVICE_FAIL,
+            Status.DISC_SUCCESS,
+        )
+        psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+        assert (psb.delivery_status, psb.uma_status) == (Status.DQF_DEVICE_FAIL, Status.DLJ_FAILED)
+        with pytest.raises(Exception) as failed_confirm:
+            await receiver.confirm(delivered.seq)
+        assert failed_confirm.value.status == Status.JOURNAL_FAIL
+
+        fault_file.write_text("ENOSPC")
+        psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert psb.delivery_status == Status.DQF_DEVICE_FAIL
+        fault_file.write_text("MAPFULL")
+        psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert psb.delivery_status == Status.MRS_RES_EXH
+
+        fault_file.write_text("")
+        await receiver.confirm(delivered.seq)  # still unconfirmed, so confirmable now
+        after = await sender.put(b"after", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert after.delivery_status == Status.STORED
+        assert (await receiver.get(timeout=5)).body == b"after"
+        with pytest.raises(NoMoreMessages):
+            await receiver.get(timeout=0)

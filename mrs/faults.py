@@ -1,0 +1,39 @@
+"""Journal fault injection for the harness: the server honours it only when started
+with MRS_FAULT_FILE set (tests and `mrs sim` do that; nothing else should).
+
+The file holds one word, read before every commit: empty = no fault, EIO or ENOSPC =
+the commit fails as a device error, MAPFULL = the journal is full. A tester flips
+faults on and off by rewriting the file while the server runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import lmdb
+
+from journals.store import FaultHook
+
+FAULT_FILE_ENV = "MRS_FAULT_FILE"
+
+
+def fault_hook_from_env() -> FaultHook | None:
+    path = os.environ.get(FAULT_FILE_ENV)
+    return file_fault_hook(Path(path)) if path else None
+
+
+def file_fault_hook(path: Path) -> FaultHook:
+    def hook(phase: str) -> None:
+        try:
+            word = path.read_text().strip().upper()
+        except FileNotFoundError:
+            return
+        if word in ("EIO", "ENOSPC"):
+            code = getattr(errno, word)
+            raise OSError(code, f"injected {word} on {phase}")
+        if word == "MAPFULL":
+            raise lmdb.MapFullError(f"injected map full on {phase}")
+
+    return hook
