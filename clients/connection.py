@@ -72,6 +72,7 @@ class Client:
         timeout: float | None = None,
         correlation_id: bytes = b"",
         resp_q: str | Address | None = None,
+        headers: dict | None = None,
     ) -> Psb:
         """Send a message; returns the PSB. Raises MrsError if the put itself failed.
 
@@ -102,6 +103,7 @@ class Client:
             timeout_ms,
             correlation_id,
             str(resp_q) if resp_q is not None else "",
+            headers,
         )
         wait_s = (timeout if timeout is not None else 30.0) + REPLY_GRACE_S
         reply = await self._request(request, wait_s)
@@ -157,6 +159,7 @@ class Client:
             correlation_id=reply.correlation_id,
             put_time_ns=reply.put_time_ns,
             dead_letter_header=reply.dead_letter_header,
+            headers=reply.headers,
             _confirm=self.confirm,
         )
 

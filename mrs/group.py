@@ -248,6 +248,7 @@ class Group:
             priority=request.priority,
             correlation_id=request.correlation_id,
             put_time_ns=self.clock_ns(),
+            headers=request.headers,
         )
         if mode.notification == "WF":
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
@@ -665,6 +666,7 @@ def _copy_nonrecoverable(entry: Entry, target: Address) -> Entry:
         priority=entry.priority,
         correlation_id=entry.correlation_id,
         put_time_ns=entry.put_time_ns,
+        headers=entry.headers,
     )
 
 
@@ -683,6 +685,7 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
         entry.correlation_id,
         entry.put_time_ns,
         entry.dead_letter_header,
+        entry.headers,
     )
 
 
@@ -702,6 +705,7 @@ def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
         correlation_id=entry.correlation_id,
         put_time_ns=entry.put_time_ns,
         written_time_ns=written_time_ns,
+        extra={"headers": entry.headers} if entry.headers else {},
     )
 
 
@@ -718,5 +722,6 @@ def entry_from_record(record: Record) -> Entry:
         priority=record.priority,
         correlation_id=record.correlation_id,
         put_time_ns=record.put_time_ns,
+        headers=record.extra.get("headers"),
         journaled=True,
     )

@@ -260,6 +260,8 @@ class Message:
     correlation_id: bytes = b""
     put_time_ns: int = 0
     dead_letter_header: dict | None = None
+    headers: dict | None = None
+    """Metadata the sender attached (a replayed message carries its origin here)."""
     _confirm: object = field(default=None, repr=False, compare=False)
 
     @property

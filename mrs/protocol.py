@@ -311,9 +311,12 @@ class Attach:
     timeout_ms=_Int(0, _INT64[1], ">= 0"),
     correlation_id=_Bytes(CORRELATION_ID_BYTES_MAX),
     resp_q=_STR,
+    headers=_Dict(optional=True),
 )
 class Put:
-    """Send a message. uma 0 means "not given"; delivery/uma are checked by the server."""
+    """Send a message. uma 0 means "not given"; delivery/uma are checked by the server.
+    headers: application/tool metadata carried with the message (e.g. a replay's
+    origin), journaled with it and delivered as is."""
 
     request_id: int
     target: str
@@ -326,6 +329,7 @@ class Put:
     timeout_ms: int
     correlation_id: bytes
     resp_q: str
+    headers: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,6 +414,7 @@ class PutDone:
     correlation_id=_Bytes(CORRELATION_ID_BYTES_MAX),
     put_time_ns=_I64,
     dead_letter_header=_Dict(optional=True),
+    headers=_Dict(optional=True),
 )
 class Delivery:
     """A message for a Get. source and target are "G.Q" strings."""
@@ -427,6 +432,7 @@ class Delivery:
     correlation_id: bytes
     put_time_ns: int
     dead_letter_header: dict | None
+    headers: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ class Entry:
     correlation_id: bytes = b""
     put_time_ns: int = 0
     dead_letter_header: dict | None = None
+    headers: dict | None = None
     delivery_status: int | None = None
     """Forced delivery status (e.g. MSGUNDEL for a returned message); None = derive."""
     journaled: bool = False

@@ -256,3 +256,31 @@ async def _put_concurrently(bus, bodies: list[bytes], tasks: int = 16) -> None:
         async with trio.open_nursery() as nursery:
             for start in range(tasks):
                 nursery.start_soon(put_every, start)
+
+
+async def test_headers_travel_with_the_message_through_a_restart(bus) -> None:
+    headers = {"replay": {"journal": "pcj", "group": 1, "seq": 77, "source": "1.13"}}
+    async with connect(bus.address, queue="SENDER") as sender:
+        await sender.put(
+            b"h",
+            target="ANYORDER",
+            delivery=MODE.WF_DQF,
+            uma=Uma.DISC,
+            headers=headers,
+            correlation_id=b"c-1",
+            msg_class=5,
+            msg_type=-3,
+            priority=9,
+        )
+    bus.restart()
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        message = await receiver.get(timeout=5)
+        await receiver.confirm(message.seq, force_j=ForceJrn.FORCE_JRN)
+    assert message.headers == headers
+    assert (message.correlation_id, message.msg_class, message.msg_type, message.priority) == (
+        b"c-1",
+        5,
+        -3,
+        9,
+    )
+    assert _pcj(bus)[message.seq].extra["headers"] == headers
