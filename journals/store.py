@@ -36,7 +36,9 @@ class Journal(StrEnum):
     PCJ = "pcj"
     META = "meta"
     MARKS = "marks"
-    """DQF key -> times delivered; written on clean shutdown for exact POSSDUPL marks."""
+    """DQF key -> times delivered, committed before each delivery (exact POSSDUPL)."""
+    DEDUPE = "dedupe"
+    """Idempotency key -> seq of the first copy stored."""
 
 
 RECORD_JOURNALS = (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
@@ -212,6 +214,13 @@ class JournalStore:
         with self.env.begin(db=db) as txn:
             value = txn.get(key)
         return None if value is None else decode_record(value, journal.value, key)
+
+    def get_raw(self, journal: Journal, key: bytes) -> bytes | None:
+        db = self._dbs[journal]
+        if db is None:
+            return None
+        with self.env.begin(db=db) as txn:
+            return txn.get(key)
 
     def meta_get(self, name: str) -> bytes | None:
         db = self._dbs[Journal.META]

@@ -136,6 +136,7 @@ class Group:
     corrupt: list[str] = field(default_factory=list)
     epoch: int = 0
     _seq_counter: int = 0
+    _dedupe_waiting: dict[str, list[PutReply]] = field(default_factory=dict)
     _event_log_path: Path | None = None
 
     def __post_init__(self) -> None:
@@ -233,6 +234,7 @@ class Group:
                 f"body of {len(request.body)} bytes exceeds message_bytes_max "
                 f"{self.limits.message_bytes_max}",
             )
+        idempotency_key(request.headers)  # refuse a malformed key before anything else
         response_queue = self._resolve(request.resp_q) if request.resp_q else source
         seq = self.next_seq()
         reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
@@ -273,6 +275,9 @@ class Group:
         if queue is None or entry.target.queue == DEAD_LETTER_QUEUE:
             self.undeliverable(entry, reply, Status.NO_DQF, f"no DQF for target {entry.target}")
             return
+        key = idempotency_key(entry.headers)
+        if key is not None and self._answer_duplicate(key, reply):
+            return
         if self.dqf_count >= self.limits.dqf_messages_max:
             self.undeliverable(
                 entry,
@@ -287,8 +292,18 @@ class Group:
         batch = WriteBatch.empty().put_record(
             Journal.DQF, queue_key(queue.address.queue, entry.seq), record
         )
+        if key is not None:
+            self._dedupe_waiting[key] = []
+            batch.put_raw(Journal.DEDUPE, key.encode(), _U64.pack(entry.seq))
 
         def stored(error: JournalError | None) -> None:
+            duplicates = self._dedupe_waiting.pop(key, []) if key is not None else []
+            for duplicate in duplicates:
+                duplicate.report(
+                    Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA)
+                    if error is None
+                    else Psb(Status.SUCCESS, Status.DQF_DEVICE_FAIL, duplicate.seq, Status.UMA_NA)
+                )
             if error is not None:
                 self.dqf_count -= 1
                 entry.journaled = False
@@ -310,6 +325,18 @@ class Group:
             queue.offer(entry)
 
         self.writer.submit(batch, stored)
+
+    def _answer_duplicate(self, key: str, reply: PutReply) -> bool:
+        """A put whose idempotency key was already stored is answered with the first
+        copy's seq and not stored again (one in flight: answered when it lands)."""
+        if key in self._dedupe_waiting:
+            self._dedupe_waiting[key].append(reply)
+            return True
+        stored = self.store.get_raw(Journal.DEDUPE, key.encode())
+        if stored is None:
+            return False
+        reply.report(Psb(Status.SUCCESS, Status.STORED, _U64.unpack(stored)[0], Status.NO_UMA))
+        return True
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:
         queue = self.queues.get(entry.target.queue)
@@ -645,6 +672,26 @@ class Group:
         if address.group not in self.bus.groups:
             raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
         return address
+
+
+IDEMPOTENCY_HEADER = "idempotency_key"
+"""A recoverable put whose headers carry this key is stored at most once per group
+(the DQF-owning group remembers the keys it stored). jplay uses it so that a replay
+interrupted at any point can be re-run without double delivery."""
+IDEMPOTENCY_KEY_BYTES_MAX = 256
+
+
+def idempotency_key(headers: dict | None) -> str | None:
+    if not headers or IDEMPOTENCY_HEADER not in headers:
+        return None
+    key = headers[IDEMPOTENCY_HEADER]
+    if not isinstance(key, str) or not 0 < len(key.encode()) <= IDEMPOTENCY_KEY_BYTES_MAX:
+        raise Refused(
+            Status.BADPARAM,
+            f"headers.{IDEMPOTENCY_HEADER} must be a string of "
+            f"1..{IDEMPOTENCY_KEY_BYTES_MAX} bytes",
+        )
+    return key
 
 
 def _sort_unconfirmed(queue: TargetQueue) -> None:

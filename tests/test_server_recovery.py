@@ -284,3 +284,55 @@ async def test_headers_travel_with_the_message_through_a_restart(bus) -> None:
         9,
     )
     assert _pcj(bus)[message.seq].extra["headers"] == headers
+
+
+async def test_idempotency_key_stores_a_message_once(bus) -> None:
+    import trio
+
+    key = {"idempotency_key": "replay:pcj:1:42"}
+    async with connect(bus.address, queue="SENDER") as sender:
+        first = await sender.put(
+            b"once", target="ANYORDER", delivery=MODE.WF_DQF, uma=Uma.DISC, headers=key
+        )
+        again = await sender.put(
+            b"once", target="ANYORDER", delivery=MODE.WF_DQF, uma=Uma.DISC, headers=key
+        )
+        assert first.delivery_status == again.delivery_status == Status.STORED
+        assert again.seq == first.seq
+        both: list = []
+        other = {"idempotency_key": "in-flight-twice"}
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(lambda: _append_put(sender, other, both))
+        assert both[0].seq == both[1].seq
+        with pytest.raises(Exception) as refused:
+            await sender.put(
+                b"x",
+                target="ANYORDER",
+                delivery=MODE.WF_DQF,
+                uma=Uma.DISC,
+                headers={"idempotency_key": 5},
+            )
+        assert refused.value.status == Status.BADPARAM
+    bus.restart()
+    async with connect(bus.address, queue="SENDER") as sender:
+        after_restart = await sender.put(
+            b"once", target="ANYORDER", delivery=MODE.WF_DQF, uma=Uma.DISC, headers=key
+        )
+        assert after_restart.seq == first.seq
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        bodies = []
+        while True:
+            try:
+                bodies.append((await receiver.get(timeout=0)).body)
+            except NoMoreMessages:
+                break
+    assert sorted(bodies) == [b"once", b"twice"]
+
+
+async def _append_put(sender, headers: dict, results: list) -> None:
+    results.append(
+        await sender.put(
+            b"twice", target="ANYORDER", delivery=MODE.WF_DQF, uma=Uma.DISC, headers=headers
+        )
+    )
