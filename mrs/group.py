@@ -136,7 +136,9 @@ class Group:
     corrupt: list[str] = field(default_factory=list)
     epoch: int = 0
     _seq_counter: int = 0
-    _dedupe_waiting: dict[str, list[PutReply]] = field(default_factory=dict)
+    _dedupe_waiting: dict[str, list[Callable[[Status, int, str], None]]] = field(
+        default_factory=dict
+    )
     _event_log_path: Path | None = None
 
     def __post_init__(self) -> None:
@@ -271,18 +273,38 @@ class Group:
             self._put_memory(entry, reply)
 
     def _put_recoverable(self, entry: Entry, reply: PutReply) -> None:
+        if entry.delivery.interest_point == "CONF":
+            entry.on_confirm = lambda _entry: reply.report(
+                Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
+            )
+
+        def outcome(status: Status, seq: int, reason: str) -> None:
+            if status != Status.STORED:
+                self.undeliverable(entry, reply, status, reason)
+            elif entry.delivery.interest_point != "CONF" or seq != entry.seq:
+                reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+
+        keys = [key] if (key := idempotency_key(entry.headers)) is not None else []
+        self.store_in_dqf(entry, keys, outcome)
+
+    def store_in_dqf(
+        self, entry: Entry, dedupe_keys: list[str], outcome: Callable[[Status, int, str], None]
+    ) -> None:
+        """Store a recoverable entry in this group's DQF and offer it to its queue once
+        durable. `outcome(status, seq, reason)`: STORED with the seq stored (the first
+        copy's, for a duplicate key), or the cause that makes it undeliverable
+        (NO_DQF, DQF_FULL, MRS_RES_EXH, DQF_DEVICE_FAIL)."""
         queue = self.queues.get(entry.target.queue)
         if queue is None or entry.target.queue == DEAD_LETTER_QUEUE:
-            self.undeliverable(entry, reply, Status.NO_DQF, f"no DQF for target {entry.target}")
+            outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
-        key = idempotency_key(entry.headers)
-        if key is not None and self._answer_duplicate(key, reply):
-            return
+        for key in dedupe_keys:
+            if self._answer_duplicate(key, outcome):
+                return
         if self.dqf_count >= self.limits.dqf_messages_max:
-            self.undeliverable(
-                entry,
-                reply,
+            outcome(
                 Status.DQF_FULL,
+                entry.seq,
                 f"DQF holds dqf_messages_max={self.limits.dqf_messages_max}",
             )
             return
@@ -292,50 +314,40 @@ class Group:
         batch = WriteBatch.empty().put_record(
             Journal.DQF, queue_key(queue.address.queue, entry.seq), record
         )
-        if key is not None:
+        for key in dedupe_keys:
             self._dedupe_waiting[key] = []
             batch.put_raw(Journal.DEDUPE, key.encode(), _U64.pack(entry.seq))
 
         def stored(error: JournalError | None) -> None:
-            duplicates = self._dedupe_waiting.pop(key, []) if key is not None else []
-            for duplicate in duplicates:
-                duplicate.report(
-                    Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA)
-                    if error is None
-                    else Psb(Status.SUCCESS, Status.DQF_DEVICE_FAIL, duplicate.seq, Status.UMA_NA)
-                )
+            cause = Status.STORED
+            reason = ""
             if error is not None:
                 self.dqf_count -= 1
                 entry.journaled = False
-                cause = (
-                    Status.MRS_RES_EXH
-                    if isinstance(error, JournalFullError)
-                    else Status.DQF_DEVICE_FAIL
-                )
-                self.undeliverable(entry, reply, cause, str(error))
-                return
-            if entry.delivery.interest_point == "CONF":
-                entry.on_confirm = lambda _entry: reply.report(
-                    Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
-                )
-            else:
-                reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
-            if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
-                entry.body = None
-            queue.offer(entry)
+                full = isinstance(error, JournalFullError)
+                cause = Status.MRS_RES_EXH if full else Status.DQF_DEVICE_FAIL
+                reason = str(error)
+            for key in dedupe_keys:
+                for waiting in self._dedupe_waiting.pop(key, []):
+                    waiting(cause, entry.seq, reason)
+            if error is None:
+                if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
+                    entry.body = None
+                queue.offer(entry)
+            outcome(cause, entry.seq, reason)
 
         self.writer.submit(batch, stored)
 
-    def _answer_duplicate(self, key: str, reply: PutReply) -> bool:
-        """A put whose idempotency key was already stored is answered with the first
+    def _answer_duplicate(self, key: str, outcome: Callable[[Status, int, str], None]) -> bool:
+        """A message whose dedupe key was already stored is answered with the first
         copy's seq and not stored again (one in flight: answered when it lands)."""
         if key in self._dedupe_waiting:
-            self._dedupe_waiting[key].append(reply)
+            self._dedupe_waiting[key].append(outcome)
             return True
         stored = self.store.get_raw(Journal.DEDUPE, key.encode())
         if stored is None:
             return False
-        reply.report(Psb(Status.SUCCESS, Status.STORED, _U64.unpack(stored)[0], Status.NO_UMA))
+        outcome(Status.STORED, _U64.unpack(stored)[0], "")
         return True
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:

@@ -199,6 +199,18 @@ class _Dict(_Check):
         return _plain_data_problem(value)
 
 
+class _List(_Check):
+    """A list of plain msgpack data (link events carry batches as lists)."""
+
+    def bad_expr(self, v: str) -> str:
+        return "True"
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, list):
+            return f"must be a list, got {type(value).__name__}"
+        return _plain_data_problem({"items": value})
+
+
 _SCALARS = (bool, str, bytes, float, type(None))
 
 
@@ -473,8 +485,51 @@ class Fatal:
     message: str
 
 
-CLIENT_EVENTS = (Hello, Attach, Put, Get, Confirm, StatusRequest)
-SERVER_EVENTS = (Welcome, Attached, PutDone, Delivery, Confirmed, StatusReply, Failure, Fatal)
+# -- events: group <-> group, over a link (either side, after the handshake) ----------
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+@_event(40, request_id=_REQUEST_ID, messages=_List())
+class LinkTransfer:
+    """Messages for the peer group's queues, oldest first; answered by one LinkAck.
+    Each message is a list of fields in `mrs.links.TRANSFER_FIELDS` order."""
+
+    request_id: int
+    messages: list
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+@_event(41, request_id=_REQUEST_ID, results=_List())
+class LinkAck:
+    """Answer to a LinkTransfer or LinkNotice: one [seq, status] per item, in order."""
+
+    request_id: int
+    results: list
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+@_event(42, request_id=_REQUEST_ID, notices=_List())
+class LinkNotice:
+    """News for the origin group about messages it sent: [kind, seq, status] each
+    (kind "conf": the receiver confirmed; "deq": got; "ack": confirmed, ACK mode)."""
+
+    request_id: int
+    notices: list
+
+
+LINK_EVENTS = (LinkTransfer, LinkAck, LinkNotice)
+CLIENT_EVENTS = (Hello, Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS)
+SERVER_EVENTS = (
+    Welcome,
+    Attached,
+    PutDone,
+    Delivery,
+    Confirmed,
+    StatusReply,
+    Failure,
+    Fatal,
+    *LINK_EVENTS,
+)
 Event = (
     Hello
     | Attach
@@ -490,6 +545,9 @@ Event = (
     | StatusReply
     | Failure
     | Fatal
+    | LinkTransfer
+    | LinkAck
+    | LinkNotice
 )
 
 
@@ -517,7 +575,7 @@ _DECODERS: dict[int, tuple[type, int, Callable[..., Any]]] = {
     cls.code: (cls, len(cls.field_names) + 1, _wire_constructor(cls))
     for cls in CLIENT_EVENTS + SERVER_EVENTS
 }
-assert len(_DECODERS) == len(CLIENT_EVENTS) + len(SERVER_EVENTS), "duplicate event code"
+assert len(_DECODERS) == len(set(CLIENT_EVENTS + SERVER_EVENTS)), "duplicate event code"
 _ALL_EVENTS = frozenset(CLIENT_EVENTS + SERVER_EVENTS)
 
 
@@ -529,8 +587,10 @@ START = "START"
 OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
-_REQUESTS = dict.fromkeys((Attach, Put, Get, Confirm, StatusRequest), OPEN)
-_REPLIES = dict.fromkeys((Attached, PutDone, Delivery, Confirmed, StatusReply, Failure), OPEN)
+_REQUESTS = dict.fromkeys((Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS), OPEN)
+_REPLIES = dict.fromkeys(
+    (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure, *LINK_EVENTS), OPEN
+)
 
 _TRANSITIONS: dict[str, dict[Any, dict[type, Any]]] = {
     CLIENT: {
