@@ -37,6 +37,8 @@ class Journal(StrEnum):
     META = "meta"
     MARKS = "marks"
     """DQF key -> times delivered, committed before each delivery (exact POSSDUPL)."""
+    NOTICES = "notices"
+    """Origin group + seq -> a confirm notice still to be sent to that group."""
     DEDUPE = "dedupe"
     """Idempotency key -> seq of the first copy stored."""
 

@@ -47,6 +47,7 @@ from mrs.delivery import (
     reached_status,
     uma_status,
 )
+from mrs.forwarding import Forwarding
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     DEFAULT_PUT_TIMEOUT_S,
@@ -62,9 +63,13 @@ from mrs.queues import Entry, GetWaiter, TargetQueue
 
 log = logging.getLogger("mrs.group")
 
-SEQ_COUNTER_BITS = 40
-"""A seq is (boot epoch << 40) | counter: unique and increasing across restarts
-without a disk write per message."""
+SEQ_GROUP_SHIFT = 49
+SEQ_EPOCH_SHIFT = 32
+SEQ_EPOCH_MAX = (1 << (SEQ_GROUP_SHIFT - SEQ_EPOCH_SHIFT)) - 1
+SEQ_COUNTER_MAX = (1 << SEQ_EPOCH_SHIFT) - 1
+"""A seq is group (15 bits) | boot epoch (17 bits) | counter (32 bits): unique on the
+whole bus and increasing per group across restarts, without a disk write per
+message (the epoch is committed once per start, or when the counter wraps)."""
 BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
 """A journaled message further back in its queue than this keeps its body only on
 disk (read back at delivery), so memory stays flat while a DQF backlog grows."""
@@ -140,8 +145,10 @@ class Group:
         default_factory=dict
     )
     _event_log_path: Path | None = None
+    forwarding: Forwarding | None = None
 
     def __post_init__(self) -> None:
+        self.forwarding = Forwarding(self)
         for queue_config in self.config.queues.values():
             address = Address(self.config.id, queue_config.id)
             self.queues[queue_config.id] = TargetQueue(queue_config, address)
@@ -155,10 +162,8 @@ class Group:
     def recover(self) -> None:
         """Start a new epoch and reload every unconfirmed DQF message into its queue."""
         previous = self.store.meta_get("epoch")
-        self.epoch = (_U32.unpack(previous)[0] if previous else 0) + 1
-        self.store.commit_now(
-            WriteBatch.empty().put_raw(Journal.META, b"epoch", _U32.pack(self.epoch))
-        )
+        self._start_epoch((_U32.unpack(previous)[0] if previous else 0) + 1)
+        self.forwarding.recover()
         marks = {key: _U32.unpack(value)[0] for key, value in self.store.raw_items(Journal.MARKS)}
         recovered = 0
         for key, item in self.store.scan(Journal.DQF):
@@ -186,9 +191,22 @@ class Group:
             "group %d epoch %d: recovered %d DQF messages", self.config.id, self.epoch, recovered
         )
 
+    def _start_epoch(self, epoch: int) -> None:
+        if epoch > SEQ_EPOCH_MAX:
+            raise RuntimeError(f"boot epoch {epoch} exceeds {SEQ_EPOCH_MAX}")
+        self.store.commit_now(WriteBatch.empty().put_raw(Journal.META, b"epoch", _U32.pack(epoch)))
+        self.epoch = epoch
+        self._seq_counter = 0
+
     def next_seq(self) -> int:
+        if self._seq_counter >= SEQ_COUNTER_MAX:
+            self._start_epoch(self.epoch + 1)
         self._seq_counter += 1
-        return (self.epoch << SEQ_COUNTER_BITS) | self._seq_counter
+        return (
+            (self.config.id << SEQ_GROUP_SHIFT)
+            | (self.epoch << SEQ_EPOCH_SHIFT)
+            | self._seq_counter
+        )
 
     # ------------------------------------------------------------------ attach
     def attach(self, session: Session, request: wire.Attach) -> None:
@@ -264,9 +282,7 @@ class Group:
                 wire.PutDone(request.request_id, Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
             )
         if target.group != self.config.id:
-            self.undeliverable(
-                entry, reply, Status.LINK_DOWN, f"no link to group {target.group} is up"
-            )
+            self.forwarding.put(entry, reply)
         elif mode.recoverable:
             self._put_recoverable(entry, reply)
         else:
@@ -351,40 +367,33 @@ class Group:
         return True
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:
-        queue = self.queues.get(entry.target.queue)
-        if queue is None:
-            self.undeliverable(entry, reply, Status.NOSUCHQUEUE, f"no queue {entry.target}")
-            return
-        attached = queue.attached_session is not None
-        if not attached and not queue.config.permanent:
-            self.undeliverable(
-                entry, reply, Status.NOTACTIVE, f"queue {entry.target} is not attached"
-            )
-            return
-        if queue.memory_count >= queue.config.messages_max:
-            self.undeliverable(
-                entry,
-                reply,
-                Status.EXCEEDQUOTA,
-                f"queue {entry.target} holds messages_max={queue.config.messages_max}",
-            )
-            return
-        point = entry.delivery.interest_point
         done = Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
+        point = entry.delivery.interest_point
         if point == "DEQ":
             entry.on_dequeue = lambda _entry: reply.report(done)
         elif point == "ACK":
             entry.on_confirm = lambda _entry: reply.report(done)
-        else:
-            reply.report(
-                Psb(
-                    Status.SUCCESS,
-                    reached_status(entry.delivery, attached),
-                    entry.seq,
-                    Status.NO_UMA,
-                )
+        status, reason = self.enqueue_in_memory(entry)
+        if not status.ok:
+            self.undeliverable(entry, reply, status, reason)
+        elif point == "MEM":
+            reply.report(Psb(Status.SUCCESS, status, entry.seq, Status.NO_UMA))
+
+    def enqueue_in_memory(self, entry: Entry) -> tuple[Status, str]:
+        """Queue a nonrecoverable entry; ENQUEUED/UNATTACHEDQ, or why it cannot be."""
+        queue = self.queues.get(entry.target.queue)
+        if queue is None:
+            return Status.NOSUCHQUEUE, f"no queue {entry.target}"
+        attached = queue.attached_session is not None
+        if not attached and not queue.config.permanent:
+            return Status.NOTACTIVE, f"queue {entry.target} is not attached"
+        if queue.memory_count >= queue.config.messages_max:
+            return (
+                Status.EXCEEDQUOTA,
+                f"queue {entry.target} holds messages_max={queue.config.messages_max}",
             )
         queue.offer(entry)
+        return reached_status(entry.delivery, attached), ""
 
     # ------------------------------------------------------------------ UMAs
     def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
@@ -404,8 +413,11 @@ class Group:
             finish(self._to_dead_letter_queue(entry, cause, reason))
         elif action is Uma.DLJ:
             self._to_dead_letter_journal(entry, cause, finish)
+        elif entry.target.group != self.config.id and entry.target.group in self.forwarding.peers:
+            self.forwarding.store_in_saf(entry, lambda error: finish(error is None))
         else:
-            log.error("UMA SAF for %s: store and forward is not implemented yet", entry.target)
+            # Store and forward is for another group's DQF; the local DQF is the store.
+            log.error("UMA SAF for %s: no SAF towards the sender's own group", entry.target)
             finish(False)
 
     def _log_event(self, what: str, entry: Entry, cause: Status, reason: str) -> bool:
@@ -648,6 +660,8 @@ class Group:
             record.confirm_value = confirm_value
             record.confirm_time_ns = now_ns
             batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
+        if entry.origin_group is not None and entry.delivery.interest_point == "CONF":
+            self.forwarding.add_notice(batch, entry.origin_group, "conf", entry.seq)
         self.writer.submit(batch, confirmed)
 
     # ------------------------------------------------------------------ status
@@ -659,6 +673,7 @@ class Group:
             "dqf_messages": self.dqf_count,
             "corrupt_records": list(self.corrupt),
             "writer": self.writer.stats.as_dict(),
+            "links": self.forwarding.status_info(),
             "queues": {
                 str(queue.address): {
                     "name": queue.config.name,
@@ -748,6 +763,15 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
     )
 
 
+def _record_extra(entry: Entry) -> dict:
+    extra: dict = {}
+    if entry.headers:
+        extra["headers"] = entry.headers
+    if entry.origin_group is not None:
+        extra["origin"] = entry.origin_group
+    return extra
+
+
 def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
     return Record(
         seq=entry.seq,
@@ -764,7 +788,7 @@ def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
         correlation_id=entry.correlation_id,
         put_time_ns=entry.put_time_ns,
         written_time_ns=written_time_ns,
-        extra={"headers": entry.headers} if entry.headers else {},
+        extra=_record_extra(entry),
     )
 
 
@@ -782,5 +806,6 @@ def entry_from_record(record: Record) -> Entry:
         correlation_id=record.correlation_id,
         put_time_ns=record.put_time_ns,
         headers=record.extra.get("headers"),
+        origin_group=record.extra.get("origin"),
         journaled=True,
     )

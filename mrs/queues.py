@@ -35,6 +35,8 @@ class Entry:
     put_time_ns: int = 0
     dead_letter_header: dict | None = None
     headers: dict | None = None
+    origin_group: int | None = None
+    """For a message that came over a link: the group to tell about its confirm."""
     delivery_status: int | None = None
     """Forced delivery status (e.g. MSGUNDEL for a returned message); None = derive."""
     journaled: bool = False

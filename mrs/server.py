@@ -37,6 +37,7 @@ from mrs.config import BusConfig, GroupConfig
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
 from mrs.group import Group
+from mrs.links import PeerLink, dial_forever, parse_link_program
 from mrs.model import Status
 from mrs.queues import TargetQueue
 from mrs.timers import TrioTimers
@@ -63,6 +64,7 @@ class ServerSession:
     connection: wire.Connection
     id: int = field(default_factory=lambda: next(_session_ids))
     attached: TargetQueue | None = None
+    link: PeerLink | None = None
     peer: str = "?"
     closed: bool = False
     _outbox: list[bytes] = field(default_factory=list)
@@ -114,6 +116,7 @@ class GroupServer:
         self.group: Group | None = None
         self.sessions: set[ServerSession] = set()
         self.address: tuple[str, int] | None = None
+        self.links: dict[int, PeerLink] = {}
         self.frame_bytes_max = group_config.limits.message_bytes_max + FRAME_OVERHEAD_BYTES
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -132,6 +135,7 @@ class GroupServer:
                 await nursery.start(self.timers.run)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
+                self._start_links(nursery)
                 listeners = await nursery.start(
                     partial(trio.serve_tcp, host=self.config.listen_host),
                     self._serve_connection,
@@ -146,6 +150,56 @@ class GroupServer:
             writer.stop()
             self.store.close()
             log.info("group %d stopped; journals closed", self.config.id)
+
+    def _start_links(self, nursery: trio.Nursery) -> None:
+        """One PeerLink per linked group; this group dials the higher-numbered ones."""
+        for peer_id in self.group.forwarding.peers:
+            link = PeerLink(self.group, peer_id)
+            self.links[peer_id] = link
+            nursery.start_soon(link.pump)
+            if self.config.id < peer_id:
+                host, port = self._dial_address(peer_id)
+                if port == 0:
+                    log.error(
+                        "cannot dial group %d: its listen port is 0 and the link has no address",
+                        peer_id,
+                    )
+                    continue
+                nursery.start_soon(
+                    dial_forever, link, host, port, self.config.id, self.frame_bytes_max
+                )
+
+    def _dial_address(self, peer_id: int) -> tuple[str, int]:
+        link_config = self.bus.link_between(self.config.id, peer_id)
+        if link_config is not None and link_config.address_host is not None:
+            return link_config.address_host, link_config.address_port
+        peer = self.bus.group(peer_id)
+        return peer.listen_host, peer.listen_port
+
+    def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None:
+        """A lower-numbered peer dialed us: check who it is, then hand it the session."""
+        peer_id = parse_link_program(hello.program)
+        link = self.links.get(peer_id) if peer_id is not None else None
+        if link is None or peer_id >= self.config.id:
+            log.warning(
+                "refused link from %s claiming %r: not a lower-numbered group linked to group %d",
+                session.peer,
+                hello.program,
+                self.config.id,
+            )
+            raise wire.RemoteProtocolError(
+                f"group {self.config.id} has no link from {hello.program!r}"
+            )
+        session.send(
+            wire.Welcome(
+                wire.PROTOCOL_VERSION,
+                self.config.id,
+                self.config.name,
+                self.config.limits.message_bytes_max,
+            )
+        )
+        session.link = link
+        link.up(session)
 
     def _make_writer(self) -> GroupCommitWriter | InlineWriter:
         if WRITER_KIND == "thread":
@@ -182,6 +236,8 @@ class GroupServer:
             self.sessions.discard(session)
             session.closed = True
             self.group.detach(session)
+            if session.link is not None:
+                session.link.down("connection closed", session)
             with trio.move_on_after(1):
                 await stream.aclose()
 
@@ -191,15 +247,14 @@ class GroupServer:
             data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
             connection.receive_data(data)
             try:
-                events = connection.events()
+                for event in connection.events():
+                    if event is wire.CLOSED:
+                        return
+                    self._dispatch(session, event)
             except wire.ProtocolError as error:
                 log.warning("client %s: protocol error: %s", session.peer, error)
                 await self._fatal(session, error.status, str(error))
                 return
-            for event in events:
-                if event is wire.CLOSED:
-                    return
-                self._dispatch(session, event)
             if not data:
                 return
             await session.wait_drained()
@@ -215,6 +270,14 @@ class GroupServer:
         request_id = getattr(event, "request_id", 0)
         try:
             match event:
+                case wire.Hello(role="link"):
+                    self._adopt_link(session, event)
+                case wire.LinkTransfer() | wire.LinkNotice() | wire.LinkAck():
+                    if session.link is None:
+                        raise wire.RemoteProtocolError(
+                            f"{type(event).__name__} on a connection that is not a link"
+                        )
+                    session.link.handle(event, session)
                 case wire.Hello():
                     session.send(
                         wire.Welcome(
@@ -238,6 +301,8 @@ class GroupServer:
                     raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
         except Refused as refused:
             session.send(wire.Failure(request_id, int(refused.status), refused.message))
+        except wire.ProtocolError:
+            raise
         except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
             log.exception("request %r from %s failed", event, session.peer)
             session.send(

@@ -1,0 +1,336 @@
+"""`mrs dump` (dmqdump): print the records of a group's SAF, DQF, DLJ or PCJ.
+
+Why it looks like this: an operator inspects before acting. Dump reads the
+journals read-only from one LMDB snapshot, so it is safe while the server runs and
+what it shows is one consistent state, never half of a commit. Two outputs:
+
+- an aligned table (default, rich) for people;
+- `--json`: exactly one JSON object per record on stdout and nothing else, so it
+  pipes into `jq`; the summary and any corrupt-record reports go to stderr.
+
+Bytes (bodies, correlation ids) are shown as UTF-8 text when they are printable
+text, else as `hex:...` — the same convention `--contains` accepts.
+Exit status: 0, 1 if corrupt records were found (reported, never hidden), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from journals import CorruptRecord, Journal, Record
+from mrs.config import ConfigError
+from mrs.journal_files import JournalsNotFound, locate, open_store, scan
+from mrs.model import DeliveryMode, Status, Uma
+from mrs.selection import RecordFilter, SelectionError, filter_from_args, record_time_ns
+
+PREVIEW_BYTES = 48
+TABLE_PAGE_ROWS = 500
+JSON_FLUSH_LINES = 2000
+_UTC = datetime.UTC
+_DELIVERY_NAMES = {int(mode): mode.name for mode in DeliveryMode}
+_UMA_NAMES = {int(uma): uma.name for uma in Uma}
+
+
+def render_bytes(data: bytes, limit: int | None = None) -> tuple[str, bool]:
+    """(text, truncated): printable UTF-8 as is, anything else as 'hex:...'."""
+    truncated = limit is not None and len(data) > limit
+    shown = data[:limit] if truncated else data
+    try:
+        text = shown.decode()
+    except UnicodeDecodeError:
+        text = None
+        if truncated:  # the cut may have split a character: try a little shorter
+            for cut in (1, 2, 3):
+                try:
+                    text = shown[:-cut].decode()
+                    break
+                except UnicodeDecodeError:
+                    continue
+    if (
+        text is not None
+        and text.replace("\n", "").replace("\t", "").isprintable()
+        and not text.startswith("hex:")
+    ):
+        return text, truncated
+    return "hex:" + shown.hex(), truncated
+
+
+def iso_utc(time_ns: int) -> str | None:
+    if not time_ns:
+        return None
+    moment = datetime.datetime.fromtimestamp(time_ns / 1e9, _UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def local_time(time_ns: int) -> str:
+    if not time_ns:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(time_ns / 1e9)
+    return moment.isoformat(sep=" ", timespec="milliseconds")
+
+
+def status_name(value: int) -> str:
+    try:
+        return Status(value).name
+    except ValueError:
+        return str(value)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes):
+        return render_bytes(value)[0]
+    return str(value)
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+
+
+def record_json(journal: Journal, record: Record, body: str | None) -> str:
+    """One record as one JSON line. Every field is there (times also as ns), so a
+    script needs no second source; `body` is present only when asked for."""
+    item = {
+        "journal": journal.value,
+        "seq": record.seq,
+        "time": iso_utc(record_time_ns(record)),
+        "target": f"{record.target_group}.{record.target_queue}",
+        "source": f"{record.source_group}.{record.source_queue}",
+        "class": record.msg_class,
+        "type": record.msg_type,
+        "priority": record.priority,
+        "delivery": _DELIVERY_NAMES.get(record.delivery, record.delivery),
+        "uma": _UMA_NAMES.get(record.uma, record.uma),
+        "correlation_id": render_bytes(record.correlation_id)[0] if record.correlation_id else "",
+        "bytes": len(record.body),
+        "put_time_ns": record.put_time_ns,
+        "written_time_ns": record.written_time_ns,
+        "confirm_value": record.confirm_value,
+        "confirm_time_ns": record.confirm_time_ns,
+        "reason": record.reason,
+        "reason_name": status_name(record.reason) if record.reason else None,
+        "headers": record.extra.get("headers") if record.extra else None,
+    }
+    if body is not None:
+        text, truncated = render_bytes(record.body, PREVIEW_BYTES if body == "preview" else None)
+        item["body"] = text
+        item["body_truncated"] = truncated
+    return _encode(item)
+
+
+@dataclass
+class Summary:
+    """What a dump saw: the line an operator reads first."""
+
+    journal: Journal
+    group_id: int
+    records: int = 0
+    body_bytes: int = 0
+    oldest_ns: int = 0
+    newest_ns: int = 0
+    corrupt: int = 0
+
+    def add(self, record: Record) -> None:
+        self.records += 1
+        self.body_bytes += len(record.body)
+        moment = record_time_ns(record)
+        if moment:
+            if not self.oldest_ns or moment < self.oldest_ns:
+                self.oldest_ns = moment
+            if moment > self.newest_ns:
+                self.newest_ns = moment
+
+    def line(self) -> str:
+        which = "confirm time" if self.journal is Journal.PCJ else "time written"
+        text = (
+            f"{self.journal.value} of group {self.group_id}: {self.records} records, "
+            f"{self.body_bytes} body bytes"
+        )
+        if self.records:
+            text += (
+                f", oldest {local_time(self.oldest_ns)}, newest {local_time(self.newest_ns)} "
+                f"({which}, local)"
+            )
+        if self.corrupt:
+            text += f"; {self.corrupt} CORRUPT records (reported above, not shown)"
+        return text
+
+
+# ---------------------------------------------------------------------- table
+def _columns(journal: Journal, body: str | None) -> list[str]:
+    columns = ["seq", "time", "source", "target", "class", "type", "prio", "bytes"]
+    if journal is Journal.DLJ:
+        columns.append("reason")
+    if journal is Journal.PCJ:
+        columns.append("confirm")
+    if journal in (Journal.DQF, Journal.SAF):
+        columns.append("delivery")
+    columns.append("corr id")
+    if body is not None:
+        columns.append("body")
+    return columns
+
+
+def _row(journal: Journal, record: Record, body: str | None) -> list[str]:
+    row = [
+        str(record.seq),
+        local_time(record_time_ns(record)),
+        f"{record.source_group}.{record.source_queue}",
+        f"{record.target_group}.{record.target_queue}",
+        str(record.msg_class),
+        str(record.msg_type),
+        str(record.priority),
+        str(len(record.body)),
+    ]
+    if journal is Journal.DLJ:
+        row.append(status_name(record.reason))
+    if journal is Journal.PCJ:
+        row.append(str(record.confirm_value))
+    if journal in (Journal.DQF, Journal.SAF):
+        row.append(_DELIVERY_NAMES.get(record.delivery, str(record.delivery)))
+    row.append(render_bytes(record.correlation_id, 16)[0] if record.correlation_id else "")
+    if body is not None:
+        text, truncated = render_bytes(record.body, PREVIEW_BYTES if body == "preview" else None)
+        row.append(text + ("…" if truncated else ""))
+    return row
+
+
+class _TablePrinter:
+    """Prints rows in pages so a large dump streams; every page uses the column widths
+    of the first one, so the columns stay aligned from the first row to the last."""
+
+    def __init__(self, console: Console, columns: list[str]) -> None:
+        self.console = console
+        self.columns = columns
+        self.rows: list[list[str]] = []
+        self.widths: list[int] | None = None
+
+    def add(self, row: list[str]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= TABLE_PAGE_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows and self.widths is not None:
+            return
+        first = self.widths is None
+        if first:
+            self.widths = [
+                max([len(name)] + [len(row[i]) for row in self.rows])
+                for i, name in enumerate(self.columns)
+            ]
+        table = Table(show_header=first, box=None, pad_edge=False, header_style="bold")
+        for index, name in enumerate(self.columns):
+            last = index == len(self.columns) - 1
+            table.add_column(
+                name,
+                justify="right" if name in ("seq", "class", "type", "prio", "bytes") else "left",
+                min_width=self.widths[index],
+                max_width=None if last else self.widths[index],
+                no_wrap=not last,
+                overflow="fold" if last else "ellipsis",
+            )
+        for row in self.rows:
+            table.add_row(*row)
+        self.console.print(table, soft_wrap=False, highlight=False, markup=False)
+        self.rows.clear()
+
+
+# ---------------------------------------------------------------------- command
+def run_dump(args: argparse.Namespace) -> int:
+    journal = Journal(args.journal)
+    try:
+        where = locate(args)
+        selection = filter_from_args(args, journal, where.bus, where.group_id, time.time_ns())
+    except (SelectionError, JournalsNotFound) as error:
+        print(f"mrs dump: {error}", file=sys.stderr)
+        return 2
+    except ConfigError:
+        raise
+    store = open_store(where)
+    try:
+        if args.json:
+            summary = _dump_json(store, journal, selection, where.group_id, args.body)
+        else:
+            summary = _dump_table(store, journal, selection, where.group_id, args.body)
+    except BrokenPipeError:
+        _silence_stdout()  # `mrs dump ... | head`: the reader had enough
+        return 0
+    finally:
+        store.close()
+    print(summary.line(), file=sys.stderr if args.json else sys.stdout)
+    return 1 if summary.corrupt else 0
+
+
+def _report_corrupt(corrupt: CorruptRecord) -> None:
+    print(f"mrs dump: {corrupt}", file=sys.stderr)
+
+
+def _dump_json(store, journal, selection: RecordFilter, group_id: int, body) -> Summary:
+    summary = Summary(journal, group_id)
+    out = sys.stdout
+    lines: list[str] = []
+    limit = selection.limit
+    for _key, record in scan(store, journal, selection):
+        if isinstance(record, CorruptRecord):
+            summary.corrupt += 1
+            _report_corrupt(record)
+            continue
+        summary.add(record)
+        lines.append(record_json(journal, record, body))
+        if len(lines) >= JSON_FLUSH_LINES:
+            out.write("\n".join(lines) + "\n")
+            lines.clear()
+        if limit is not None and summary.records >= limit:
+            break
+    if lines:
+        out.write("\n".join(lines) + "\n")
+    out.flush()
+    return summary
+
+
+def _dump_table(store, journal, selection: RecordFilter, group_id: int, body) -> Summary:
+    summary = Summary(journal, group_id)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    printer = _TablePrinter(console, _columns(journal, body))
+    limit = selection.limit
+    for _key, record in scan(store, journal, selection):
+        if isinstance(record, CorruptRecord):
+            summary.corrupt += 1
+            _report_corrupt(record)
+            continue
+        summary.add(record)
+        printer.add(_row(journal, record, body))
+        if limit is not None and summary.records >= limit:
+            break
+    if summary.records:
+        printer.flush()
+    return summary
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def add_dump_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "journal", choices=[j.value for j in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)]
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per record on stdout (for jq)"
+    )
+    parser.add_argument(
+        "--body",
+        nargs="?",
+        const="preview",
+        choices=["preview", "full"],
+        help=f"show bodies: preview (first {PREVIEW_BYTES} bytes, the default) or full",
+    )

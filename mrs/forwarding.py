@@ -1,0 +1,486 @@
+"""Messages between groups, without sockets: where a remote put goes, the SAF backlog,
+what arrives over a link, and the notices that travel back.
+
+The rules (MessageQ MRS, DESIGN.md §2):
+- DQF/CONF modes go straight over the link when it is up and the target group has no
+  SAF backlog; the peer stores them in its DQF and answers once durable.
+- SAF modes, and every recoverable put to a group whose SAF backlog is not empty
+  (SAF_FORCED), are stored in the local SAF first; the link drains the SAF in seq
+  order (FIFO per target group) and deletes a record only when the peer has it.
+- A link that is down makes the put undeliverable (LINK_DOWN): its UMA runs, and UMA
+  SAF stores it in the local SAF (SAF_SUCCESS).
+- The receiving group dedupes by (origin group, seq), so a message resent after a
+  link drop is stored once. CONF confirms travel back as durable notices.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import msgpack
+
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalError,
+    JournalFullError,
+    Record,
+    WriteBatch,
+    group_key,
+    seq_key,
+    split_key,
+)
+from mrs.model import Address, DeliveryMode, Psb, Status
+
+if TYPE_CHECKING:
+    from mrs.group import Group, PutReply
+    from mrs.queues import Entry
+
+log = logging.getLogger("mrs.forwarding")
+
+TRANSFER_FIELDS = (
+    "seq", "target_queue", "source_group", "source_queue", "body", "msg_class", "msg_type",
+    "priority", "delivery", "uma", "correlation_id", "put_time_ns", "headers",
+)  # fmt: skip
+LINK_LOST = -1
+"""Result given to a message in flight when its link drops before the answer."""
+
+Result = Callable[[int, int], None]
+"""on_result(status, stored_seq) for one message sent over a link."""
+
+
+class LinkPort(Protocol):
+    """What a group needs of an up link (implemented by `mrs.links.PeerLink`)."""
+
+    def send_message(self, fields: list, on_result: Result) -> None: ...
+
+    def poke(self) -> None: ...
+
+    def send_notices(self, notices: list) -> None: ...
+
+
+class TransferError(ValueError):
+    """A peer sent a transfer that does not decode: the link is broken."""
+
+
+@dataclass(eq=False)
+class PeerState:
+    group_id: int
+    link: LinkPort | None = None
+    saf_backlog: int = 0
+    """SAF records for this group, committed or being committed."""
+    waiters: dict[int, Callable[[str, int], None]] = field(default_factory=dict)
+    """seq -> what to do when the peer reports the message confirmed / got."""
+    notices_pending: int = 0
+
+
+@dataclass(eq=False)
+class Forwarding:
+    group: Group
+    peers: dict[int, PeerState] = field(default_factory=dict)
+    saf_count: int = 0
+
+    def __post_init__(self) -> None:
+        for peer_id in self.group.config.links_to():
+            self.peers[peer_id] = PeerState(peer_id)
+
+    # ------------------------------------------------------------------ start-up
+    def recover(self) -> None:
+        """Count each target group's SAF backlog and the notices still to send."""
+        store = self.group.store
+        for key, item in store.scan(Journal.SAF):
+            peer_group, _seq = split_key(key)
+            self.saf_count += 1
+            if isinstance(item, CorruptRecord):
+                self.group.corrupt.append(str(item))
+                log.error("%s; left in place, not forwarded", item)
+                continue
+            peer = self.peers.get(peer_group)
+            if peer is None:
+                log.warning(
+                    "SAF holds messages for group %s, which is no longer linked", peer_group
+                )
+                continue
+            peer.saf_backlog += 1
+        for key, _ in store.raw_items(Journal.NOTICES):
+            peer = self.peers.get(split_key(key)[0])
+            if peer is not None:
+                peer.notices_pending += 1
+        for peer in self.peers.values():
+            if peer.saf_backlog:
+                log.info("SAF backlog for group %d: %d messages", peer.group_id, peer.saf_backlog)
+
+    # ------------------------------------------------------------------ sending side
+    def put(self, entry: Entry, reply: PutReply) -> None:
+        peer = self.peers.get(entry.target.group)
+        if peer is None:
+            self.group.undeliverable(
+                entry,
+                reply,
+                Status.LINK_DOWN,
+                f"group {entry.target.group} is not linked to group {self.group.config.id}",
+            )
+            return
+        mode = entry.delivery
+        if mode.recoverable and (mode.interest_point == "SAF" or peer.saf_backlog > 0):
+            reached = Status.STORED if mode.interest_point == "SAF" else Status.SAF_FORCED
+            self._put_via_saf(peer, entry, reply, reached)
+        elif peer.link is not None:
+            self._send_direct(peer, entry, reply)
+        else:
+            self.group.undeliverable(
+                entry, reply, Status.LINK_DOWN, f"link to group {peer.group_id} is down"
+            )
+
+    def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
+        if entry.delivery.interest_point == "CONF":
+            peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
+
+        def stored(error: JournalError | None) -> None:
+            if error is not None:
+                peer.waiters.pop(entry.seq, None)
+                cause = (
+                    Status.MRS_RES_EXH
+                    if isinstance(error, JournalFullError)
+                    else Status.SAF_DEVICE_FAIL
+                )
+                self.group.undeliverable(entry, reply, cause, str(error))
+            elif entry.delivery.interest_point != "CONF":
+                reply.report(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
+
+        self.store_in_saf(entry, stored)
+
+    def store_in_saf(self, entry: Entry, done: Callable[[JournalError | None], None]) -> None:
+        """Journal an entry in the SAF for its target group; `done(error)` when durable."""
+        from mrs.group import record_from_entry
+
+        peer = self.peers[entry.target.group]
+        limit = self.group.limits.saf_messages_max
+        if self.saf_count >= limit:
+            done(JournalFullError(f"SAF holds saf_messages_max={limit}"))
+            return
+        self.saf_count += 1
+        peer.saf_backlog += 1
+        record = record_from_entry(entry, written_time_ns=self.group.clock_ns())
+        batch = WriteBatch.empty().put_record(
+            Journal.SAF, group_key(peer.group_id, entry.seq), record
+        )
+
+        def stored(error: JournalError | None) -> None:
+            if error is not None:
+                self.saf_count -= 1
+                peer.saf_backlog -= 1
+            elif peer.link is not None:
+                peer.link.poke()
+            done(error)
+
+        self.group.writer.submit(batch, stored)
+
+    def _send_direct(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:
+        point = entry.delivery.interest_point
+
+        def on_result(status: int, stored_seq: int) -> None:
+            if status == LINK_LOST:
+                self.group.undeliverable(
+                    entry,
+                    reply,
+                    Status.LINK_DOWN,
+                    f"link to group {peer.group_id} dropped before it answered",
+                )
+            elif status < 0:
+                self.group.undeliverable(
+                    entry, reply, Status(status), f"group {peer.group_id} answered {status}"
+                )
+            elif point in ("CONF", "DEQ", "ACK") and stored_seq == entry.seq:
+                peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
+            else:
+                reply.report(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+
+        peer.link.send_message(transfer_fields(entry), on_result)
+
+    # ------------------------------------------------------------------ SAF drain
+    def saf_batch(
+        self, peer_id: int, after_key: bytes | None, count_max: int
+    ) -> tuple[list[tuple[bytes, list]], bytes | None]:
+        """Up to count_max SAF records for a peer after `after_key`, in seq order, as
+        (key, transfer fields), and the last key looked at (corrupt records are
+        reported and skipped, never forwarded)."""
+        prefix = group_key(peer_id, 0)[:4]
+        batch: list[tuple[bytes, list]] = []
+        last_key = after_key
+        store = self.group.store
+        with store.env.begin(db=store.db(Journal.SAF)) as txn:
+            cursor = txn.cursor(store.db(Journal.SAF))
+            if not cursor.set_range(after_key + b"\x00" if after_key else prefix):
+                return batch, last_key
+            for key, value in cursor:
+                if not key.startswith(prefix) or len(batch) >= count_max:
+                    break
+                last_key = key
+                try:
+                    batch.append((key, record_transfer_fields(_decode(value, key))))
+                except CorruptRecord as corrupt:
+                    if str(corrupt) not in self.group.corrupt:
+                        self.group.corrupt.append(str(corrupt))
+                        log.error("%s; left in place, not forwarded", corrupt)
+        return batch, last_key
+
+    def saf_answered(self, peer_id: int, answers: list[tuple[bytes, int]]) -> None:
+        """The peer answered SAF records: delete the stored ones (and the permanently
+        refused ones, which go to the DLJ with the reason)."""
+        peer = self.peers[peer_id]
+        batch = WriteBatch.empty()
+        for key, status in answers:
+            if status == LINK_LOST:
+                continue
+            if status < 0:
+                self._dead_letter_saf(batch, key, status)
+            batch.delete(Journal.SAF, key)
+        if not batch:
+            return
+        deleted = len(batch.deletes)
+
+        def done(error: JournalError | None) -> None:
+            if error is None:
+                self.saf_count -= deleted
+                peer.saf_backlog -= deleted
+            else:
+                log.error("could not delete %d drained SAF records: %s", deleted, error)
+            if peer.link is not None:
+                peer.link.poke()
+
+        self.group.writer.submit(batch, done)
+
+    def _dead_letter_saf(self, batch: WriteBatch, key: bytes, status: int) -> None:
+        value = self.group.store.get_raw(Journal.SAF, key)
+        try:
+            record = _decode(value, key)
+        except CorruptRecord as corrupt:
+            log.error("%s: dropped from the SAF after the peer refused it", corrupt)
+            return
+        record.reason = status
+        log.warning(
+            "group %d refused SAF message %d (%s): moved to the DLJ",
+            record.target_group,
+            record.seq,
+            _status_name(status),
+        )
+        batch.put_record(Journal.DLJ, seq_key(record.seq), record)
+
+    # ------------------------------------------------------------------ receiving side
+    def accept_transfer(
+        self, peer_id: int, messages: list, respond: Callable[[list], None]
+    ) -> None:
+        """Store/queue what a peer sent; `respond` gets one [seq, status] per message,
+        in order, once every recoverable one is durable."""
+        from mrs.group import idempotency_key
+
+        entries = [self._entry_from_fields(peer_id, fields) for fields in messages]
+        results: list = [None] * len(entries)
+        remaining = [len(entries)]
+
+        def answer(index: int, seq: int) -> Callable[[Status, int, str], None]:
+            def outcome(status: Status, stored_seq: int, reason: str) -> None:
+                results[index] = [seq, int(status), stored_seq]
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    respond(results)
+
+            return outcome
+
+        if not entries:
+            respond([])
+        for index, entry in enumerate(entries):
+            outcome = answer(index, entry.seq)
+            if entry.delivery.recoverable:
+                keys = [f"origin:{peer_id}:{entry.seq}"]
+                if (key := idempotency_key(entry.headers)) is not None:
+                    keys.append(key)
+                self.group.store_in_dqf(entry, keys, outcome)
+            else:
+                self._accept_memory(peer_id, entry, outcome)
+
+    def _accept_memory(
+        self, peer_id: int, entry: Entry, outcome: Callable[[Status, int, str], None]
+    ) -> None:
+        point = entry.delivery.interest_point
+        if point == "DEQ":
+            entry.on_dequeue = lambda _e: self.notify_now(peer_id, "deq", entry.seq)
+        elif point == "ACK":
+            entry.on_confirm = lambda _e: self.notify_now(peer_id, "ack", entry.seq)
+        status, reason = self.group.enqueue_in_memory(entry)
+        outcome(status, entry.seq, reason)
+
+    def _entry_from_fields(self, peer_id: int, fields: object) -> Entry:
+        from mrs.queues import Entry
+
+        if not isinstance(fields, list) or len(fields) != len(TRANSFER_FIELDS):
+            raise TransferError(
+                f"a transferred message must be a list of {len(TRANSFER_FIELDS)} fields"
+            )
+        values = dict(zip(TRANSFER_FIELDS, fields, strict=True))
+        try:
+            mode = DeliveryMode(values["delivery"])
+            entry = Entry(
+                seq=values["seq"],
+                body=values["body"],
+                source=Address(values["source_group"], values["source_queue"]),
+                target=Address(self.group.config.id, values["target_queue"]),
+                delivery=mode,
+                uma=values["uma"],
+                msg_class=values["msg_class"],
+                msg_type=values["msg_type"],
+                priority=values["priority"],
+                correlation_id=values["correlation_id"],
+                put_time_ns=values["put_time_ns"],
+                headers=values["headers"],
+                origin_group=peer_id if mode.recoverable else None,
+            )
+        except (ValueError, TypeError) as error:
+            raise TransferError(f"bad transferred message: {error}") from None
+        if not isinstance(entry.body, bytes) or not isinstance(entry.seq, int):
+            raise TransferError("bad transferred message: body must be bytes, seq an int")
+        return entry
+
+    # ------------------------------------------------------------------ notices
+    def add_notice(self, batch: WriteBatch, peer_id: int, kind: str, seq: int) -> None:
+        """Add a durable notice for the origin group to a confirm's batch."""
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            return
+        batch.put_raw(
+            Journal.NOTICES,
+            group_key(peer_id, seq),
+            msgpack.packb([kind, seq, int(Status.SUCCESS)]),
+        )
+        peer.notices_pending += 1
+        if peer.link is not None:
+            link = peer.link
+            self.group.timers.call_later(0, link.poke)
+
+    def notify_now(self, peer_id: int, kind: str, seq: int) -> None:
+        """A best-effort notice (nonrecoverable DEQ/ACK): lost if the link is down."""
+        peer = self.peers.get(peer_id)
+        if peer is not None and peer.link is not None:
+            peer.link.send_notices([[kind, seq, int(Status.SUCCESS)]])
+
+    def pending_notices(self, peer_id: int, count_max: int) -> list[tuple[bytes, list]]:
+        prefix = group_key(peer_id, 0)[:4]
+        notices = []
+        for key, value in self.group.store.raw_items(Journal.NOTICES):
+            if key.startswith(prefix):
+                notices.append((key, msgpack.unpackb(value)))
+                if len(notices) >= count_max:
+                    break
+        return notices
+
+    def notices_delivered(self, peer_id: int, keys: list[bytes]) -> None:
+        peer = self.peers[peer_id]
+        batch = WriteBatch.empty()
+        for key in keys:
+            batch.delete(Journal.NOTICES, key)
+
+        def done(error: JournalError | None) -> None:
+            if error is None:
+                peer.notices_pending -= len(keys)
+
+        self.group.writer.submit(batch, done)
+
+    def accept_notices(self, peer_id: int, notices: list) -> list:
+        """News from a peer about messages this group sent: report to the waiters."""
+        peer = self.peers[peer_id]
+        results = []
+        for notice in notices:
+            if not isinstance(notice, list) or len(notice) != 3:
+                raise TransferError("a notice must be [kind, seq, status]")
+            kind, seq, status = notice
+            waiter = peer.waiters.pop(seq, None)
+            if waiter is not None:
+                waiter(kind, status)
+            results.append([seq, int(Status.SUCCESS), seq])
+        return results
+
+    # ------------------------------------------------------------------ link state
+    def link_up(self, peer_id: int, link: LinkPort) -> None:
+        self.peers[peer_id].link = link
+        log.info("link to group %d up (SAF backlog %d)", peer_id, self.peers[peer_id].saf_backlog)
+
+    def link_down(self, peer_id: int) -> None:
+        self.peers[peer_id].link = None
+        log.warning("link to group %d down", peer_id)
+
+    def status_info(self) -> dict:
+        return {
+            str(peer.group_id): {
+                "state": "up" if peer.link is not None else "down",
+                "saf_backlog": peer.saf_backlog,
+                "notices_pending": peer.notices_pending,
+                **(
+                    peer.link.status_info()
+                    if peer.link is not None and hasattr(peer.link, "status_info")
+                    else {}
+                ),
+            }
+            for peer in self.peers.values()
+        }
+
+
+def transfer_fields(entry: Entry) -> list:
+    return [
+        entry.seq,
+        entry.target.queue,
+        entry.source.group,
+        entry.source.queue,
+        entry.body,
+        entry.msg_class,
+        entry.msg_type,
+        entry.priority,
+        int(entry.delivery),
+        int(entry.uma),
+        entry.correlation_id,
+        entry.put_time_ns,
+        entry.headers,
+    ]
+
+
+def record_transfer_fields(record: Record) -> list:
+    return [
+        record.seq,
+        record.target_queue,
+        record.source_group,
+        record.source_queue,
+        record.body,
+        record.msg_class,
+        record.msg_type,
+        record.priority,
+        record.delivery,
+        record.uma,
+        record.correlation_id,
+        record.put_time_ns,
+        record.extra.get("headers"),
+    ]
+
+
+def _decode(value: bytes | None, key: bytes) -> Record:
+    from journals import decode_record
+
+    if value is None:
+        raise CorruptRecord("saf", key, "record vanished")
+    return decode_record(value, "saf", key)
+
+
+def _confirmed_reporter(entry: Entry, reply: PutReply) -> Callable[[str, int], None]:
+    def report(kind: str, status: int) -> None:
+        reply.report(Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA))
+
+    return report
+
+
+def _status_name(status: int) -> str:
+    try:
+        return Status(status).name
+    except ValueError:
+        return str(status)

@@ -1,0 +1,168 @@
+"""The replay ledger: which journal records jplay has replayed, and how it went.
+
+Why it exists: a replay interrupted by Ctrl-C, a crash or a server going down must
+resume on the next run without sending anything twice that was acknowledged, and
+a second run must not replay the same records again by accident. So jplay keeps,
+per (journal, seq), the last replay's state and *generation*. The generation is
+part of the idempotency key of the replayed put (`replay:pcj:1:<seq>:<gen>`); the
+server stores a key at most once, so a record whose outcome is unknown (sent, but
+the tool died before the answer was recorded) is simply sent again under the same
+key and the server answers with the first copy's seq. `--again` starts a new
+generation, which is the only way to deliver a record a second time.
+
+Where: a small LMDB environment in `data_dir/replay-ledger/`, deliberately not
+inside the server's `data_dir/journals` environment (the server owns that one and
+its schema). Writes are synced (one fsync per flush, many records per flush).
+
+States:
+- `pending`: an intent — about to be sent (or sent) under `gen`; outcome unknown.
+- `stored`: the server acknowledged it as stored (`replay_seq` is the copy's seq).
+- `failed`: the server answered that it was not stored (`status` says why).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lmdb
+import msgpack
+
+from journals import Journal, seq_key
+
+LEDGER_DIRNAME = "replay-ledger"
+LEDGER_MAP_BYTES = 1 << 30
+PENDING = "pending"
+STORED = "stored"
+FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    state: str
+    gen: int
+    replay_seq: int = 0
+    status: int = 0
+    time_ns: int = 0
+    target: str = ""
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            [self.state, self.gen, self.replay_seq, self.status, self.time_ns, self.target]
+        )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> LedgerEntry:
+        return cls(*msgpack.unpackb(data))
+
+
+class ReplayLedger:
+    """Per-group replay ledger. Open once per process; `flush()` makes staged
+    entries durable in one synced transaction."""
+
+    def __init__(self, data_dir: Path, *, readonly: bool = False) -> None:
+        self.path = Path(data_dir) / LEDGER_DIRNAME
+        self.readonly = readonly
+        self._staged: dict[tuple[str, int], LedgerEntry] = {}
+        self.env: lmdb.Environment | None = None
+        self._dbs: dict[str, object] = {}
+        if readonly and not (self.path / "data.mdb").exists():
+            return  # nothing replayed yet: an empty ledger, and a dry run creates nothing
+        if not readonly:
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.env = lmdb.open(
+            str(self.path),
+            map_size=LEDGER_MAP_BYTES,
+            max_dbs=4,
+            sync=True,
+            metasync=True,
+            readonly=readonly,
+        )
+        for journal in (Journal.PCJ, Journal.DLJ):
+            try:
+                self._dbs[journal.value] = self.env.open_db(
+                    journal.value.encode(), create=not readonly
+                )
+            except lmdb.NotFoundError:
+                self._dbs[journal.value] = None
+
+    def get(self, journal: Journal, seq: int) -> LedgerEntry | None:
+        staged = self._staged.get((journal.value, seq))
+        if staged is not None:
+            return staged
+        db = self._dbs.get(journal.value)
+        if db is None:
+            return None
+        with self.env.begin(db=db) as txn:
+            value = txn.get(seq_key(seq))
+        return None if value is None else LedgerEntry.unpack(value)
+
+    def get_many(self, journal: Journal, seqs: list[int]) -> dict[int, LedgerEntry]:
+        """Entries for many seqs from one read transaction (jplay plans in chunks)."""
+        found: dict[int, LedgerEntry] = {}
+        db = self._dbs.get(journal.value)
+        if db is not None:
+            with self.env.begin(db=db) as txn:
+                for seq in seqs:
+                    value = txn.get(seq_key(seq))
+                    if value is not None:
+                        found[seq] = LedgerEntry.unpack(value)
+        for seq in seqs:
+            staged = self._staged.get((journal.value, seq))
+            if staged is not None:
+                found[seq] = staged
+        return found
+
+    def stage(
+        self,
+        journal: Journal,
+        seq: int,
+        state: str,
+        gen: int,
+        *,
+        replay_seq: int = 0,
+        status: int = 0,
+        target: str = "",
+    ) -> None:
+        """Remember an entry; it is durable after the next flush()."""
+        if self.readonly:
+            raise RuntimeError("the ledger was opened read-only (dry run)")
+        self._staged[(journal.value, seq)] = LedgerEntry(
+            state, gen, replay_seq, int(status), time.time_ns(), target
+        )
+
+    @property
+    def staged(self) -> int:
+        return len(self._staged)
+
+    def flush(self) -> None:
+        """Write every staged entry in one synced transaction."""
+        if not self._staged or self.env is None:
+            return
+        staged, self._staged = self._staged, {}
+        try:
+            with self.env.begin(write=True) as txn:
+                for (journal, seq), entry in staged.items():
+                    txn.put(seq_key(seq), entry.pack(), db=self._dbs[journal])
+        except BaseException:
+            staged.update(self._staged)
+            self._staged = staged
+            raise
+
+    def counts(self, journal: Journal) -> dict[str, int]:
+        """How many records of a journal are in each state (for `--json` summaries)."""
+        result: dict[str, int] = {}
+        db = self._dbs.get(journal.value)
+        if db is None:
+            return result
+        with self.env.begin(db=db) as txn:
+            for _key, value in txn.cursor(db):
+                state = LedgerEntry.unpack(value).state
+                result[state] = result.get(state, 0) + 1
+        return result
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None

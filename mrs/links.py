@@ -1,0 +1,344 @@
+"""Cross-group links: dial, handshake, pipelined transfers, SAF drain, reconnect.
+
+One TCP connection per linked pair; the lower-numbered group dials (to the peer's
+listen address, or the link's `address` override, e.g. a fault proxy). Both sides
+then send `LinkTransfer`s (messages), `LinkNotice`s (confirms travelling back) and
+answer each with one `LinkAck`. A bounded window of messages is in flight; each
+transfer carries many messages and the peer's DQF commit for them is one group
+commit. When the connection drops, everything in flight is answered LINK_LOST (the
+forwarding rules decide what that means), and the dialer reconnects with capped
+exponential backoff.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from mrs import protocol as wire
+from mrs.forwarding import LINK_LOST, Result, TransferError
+
+if TYPE_CHECKING:
+    from mrs.group import Group
+
+log = logging.getLogger("mrs.links")
+
+WINDOW_MESSAGES_MAX = 2048
+TRANSFER_MESSAGES_MAX = 256
+NOTICES_PER_FRAME_MAX = 512
+BACKOFF_S_MIN = 0.05
+BACKOFF_S_MAX = 2.0
+HANDSHAKE_TIMEOUT_S = 5.0
+RECEIVE_BYTES_MAX = 256 * 1024
+LINK_PROGRAM_PREFIX = "group:"
+
+
+class Channel(Protocol):
+    closed: bool
+
+    def send(self, event: object) -> None: ...
+
+
+@dataclass(eq=False)
+class _Outstanding:
+    kind: str  # "direct", "saf", "notice", "volatile"
+    items: list
+    count: int
+
+
+@dataclass(eq=False)
+class PeerLink:
+    """This group's side of the link to one peer group."""
+
+    group: Group
+    peer_id: int
+    channel: Channel | None = None
+    generation: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
+    _request_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _direct: deque = field(default_factory=deque)
+    _outstanding: dict[int, _Outstanding] = field(default_factory=dict)
+    _in_flight: int = 0
+    _saf_cursor: bytes | None = None
+    _notices_in_flight: set[bytes] = field(default_factory=set)
+    _wake: trio.Event = field(default_factory=trio.Event)
+
+    # ------------------------------------------------------------------ LinkPort
+    def send_message(self, fields: list, on_result: Result) -> None:
+        self._direct.append((fields, on_result))
+        self._wake.set()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def send_notices(self, notices: list) -> None:
+        if self.channel is not None:
+            self._send(wire.LinkNotice(self._next_id(), notices), "volatile", [], 0)
+
+    def status_info(self) -> dict:
+        return {
+            "in_flight": self._in_flight,
+            "queued": len(self._direct),
+            "connections": self.generation,
+            "messages_sent": self.messages_sent,
+            "messages_received": self.messages_received,
+        }
+
+    # ------------------------------------------------------------------ up / down
+    def up(self, channel: Channel) -> None:
+        if self.channel is not None:
+            self.down("replaced by a new connection")
+        self.channel = channel
+        self.generation += 1
+        self._saf_cursor = None
+        self._notices_in_flight.clear()
+        self.group.forwarding.link_up(self.peer_id, self)
+        self._wake.set()
+
+    def down(self, why: str, channel: Channel | None = None) -> None:
+        """The connection ended: answer everything in flight LINK_LOST."""
+        if self.channel is None or (channel is not None and channel is not self.channel):
+            return
+        self.channel = None
+        log.warning("link to group %d lost: %s", self.peer_id, why)
+        self.group.forwarding.link_down(self.peer_id)
+        outstanding, self._outstanding = self._outstanding, {}
+        self._in_flight = 0
+        for pending in outstanding.values():
+            if pending.kind == "direct":
+                for on_result in pending.items:
+                    on_result(LINK_LOST, 0)
+        while self._direct:
+            _, on_result = self._direct.popleft()
+            on_result(LINK_LOST, 0)
+
+    # ------------------------------------------------------------------ sending
+    async def pump(self) -> None:
+        """Forever: whenever woken, send what the window allows."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            if self.channel is not None:
+                self._flush()
+
+    def _flush(self) -> None:
+        forwarding = self.group.forwarding
+        peer = forwarding.peers[self.peer_id]
+        while peer.saf_backlog > 0 and self._in_flight < WINDOW_MESSAGES_MAX:
+            room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
+            records, last_key = forwarding.saf_batch(self.peer_id, self._saf_cursor, room)
+            if last_key == self._saf_cursor:
+                break  # nothing more committed yet; a commit will poke us
+            self._saf_cursor = last_key
+            if records:
+                keys = [key for key, _ in records]
+                transfer = wire.LinkTransfer(self._next_id(), [fields for _, fields in records])
+                self._send(transfer, "saf", keys, len(keys))
+        while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
+            room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
+            chunk = [self._direct.popleft() for _ in range(min(room, len(self._direct)))]
+            transfer = wire.LinkTransfer(self._next_id(), [fields for fields, _ in chunk])
+            self._send(transfer, "direct", [on_result for _, on_result in chunk], len(chunk))
+        if peer.notices_pending > len(self._notices_in_flight):
+            fresh = [
+                (key, notice)
+                for key, notice in forwarding.pending_notices(
+                    self.peer_id, NOTICES_PER_FRAME_MAX + len(self._notices_in_flight)
+                )
+                if key not in self._notices_in_flight
+            ][:NOTICES_PER_FRAME_MAX]
+            if fresh:
+                keys = [key for key, _ in fresh]
+                self._notices_in_flight.update(keys)
+                notice = wire.LinkNotice(self._next_id(), [item for _, item in fresh])
+                self._send(notice, "notice", keys, 0)
+
+    def _send(self, event: object, kind: str, items: list, count: int) -> None:
+        self._outstanding[event.request_id] = _Outstanding(kind, items, count)
+        self._in_flight += count
+        self.messages_sent += count
+        self.channel.send(event)
+
+    def _next_id(self) -> int:
+        return next(self._request_ids)
+
+    # ------------------------------------------------------------------ receiving
+    def handle(self, event: object, channel: Channel) -> None:
+        """A link event from the peer. Raises wire.RemoteProtocolError on nonsense."""
+        forwarding = self.group.forwarding
+        try:
+            match event:
+                case wire.LinkTransfer():
+                    self.messages_received += len(event.messages)
+                    forwarding.accept_transfer(
+                        self.peer_id,
+                        event.messages,
+                        lambda results, rid=event.request_id: (
+                            channel.send(wire.LinkAck(rid, results)) if not channel.closed else None
+                        ),
+                    )
+                case wire.LinkNotice():
+                    results = forwarding.accept_notices(self.peer_id, event.notices)
+                    channel.send(wire.LinkAck(event.request_id, results))
+                case wire.LinkAck():
+                    self._acknowledged(event)
+                case _:
+                    raise TransferError(f"unexpected {type(event).__name__} on a link")
+        except TransferError as error:
+            raise wire.RemoteProtocolError(str(error)) from None
+
+    def _acknowledged(self, ack: wire.LinkAck) -> None:
+        pending = self._outstanding.pop(ack.request_id, None)
+        if pending is None:
+            return  # an answer from a connection generation already given up
+        self._in_flight -= pending.count
+        if pending.kind in ("direct", "saf") and len(ack.results) != len(pending.items):
+            raise TransferError(
+                f"LinkAck answers {len(ack.results)} messages, {len(pending.items)} were sent"
+            )
+        if pending.kind == "direct":
+            for on_result, result in zip(pending.items, ack.results, strict=True):
+                _seq, status, stored_seq = _result(result)
+                on_result(status, stored_seq)
+        elif pending.kind == "saf":
+            answers = [
+                (key, _result(result)[1])
+                for key, result in zip(pending.items, ack.results, strict=True)
+            ]
+            self.group.forwarding.saf_answered(self.peer_id, answers)
+        elif pending.kind == "notice":
+            self._notices_in_flight.difference_update(pending.items)
+            self.group.forwarding.notices_delivered(self.peer_id, pending.items)
+        self._wake.set()
+
+
+def _result(result: object) -> tuple[int, int, int]:
+    if (
+        not isinstance(result, list)
+        or len(result) != 3
+        or not all(isinstance(value, int) for value in result)
+    ):
+        raise TransferError(f"a LinkAck result must be [seq, status, stored_seq], got {result!r}")
+    return result[0], result[1], result[2]
+
+
+# ---------------------------------------------------------------------- dialing side
+@dataclass(eq=False)
+class DialedChannel:
+    """The dialer's end of a link connection: a send loop like a server session's."""
+
+    stream: trio.SocketStream
+    connection: wire.Connection
+    closed: bool = False
+    _outbox: list[bytes] = field(default_factory=list)
+    _ready: trio.Event = field(default_factory=trio.Event)
+
+    def send(self, event: object) -> None:
+        if self.closed:
+            return
+        self._outbox.append(self.connection.send(event))
+        self._ready.set()
+
+    async def send_loop(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready = trio.Event()
+            if self._outbox:
+                data = b"".join(self._outbox)
+                self._outbox.clear()
+                await self.stream.send_all(data)
+
+
+async def dial_forever(
+    link: PeerLink, host: str, port: int, group_id: int, frame_bytes_max: int
+) -> None:
+    """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
+    failure wait (capped exponential backoff) and try again."""
+    backoff_s = BACKOFF_S_MIN
+    while True:
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                stream = await trio.open_tcp_stream(host, port)
+            async with stream:
+                channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
+                await _handshake(channel, link.peer_id, group_id)
+                backoff_s = BACKOFF_S_MIN
+                link.up(channel)
+                try:
+                    await _serve_dialed(link, channel)
+                finally:
+                    channel.closed = True
+                    link.down("connection closed", channel)
+        except (
+            OSError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.TooSlowError,
+            wire.ProtocolError,
+            LinkRefused,
+        ) as error:
+            log.info(
+                "link to group %d at %s:%d: %s; retrying in %.2f s",
+                link.peer_id,
+                host,
+                port,
+                error or type(error).__name__,
+                backoff_s,
+            )
+        await trio.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+
+
+class LinkRefused(Exception):
+    pass
+
+
+async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> None:
+    hello = wire.Hello(wire.PROTOCOL_VERSION, f"{LINK_PROGRAM_PREFIX}{group_id}", "link")
+    await channel.stream.send_all(channel.connection.send(hello))
+    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+        while True:
+            event = channel.connection.next_event()
+            if event is wire.NEED_DATA:
+                data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
+                if not data:
+                    raise LinkRefused("peer closed during the handshake")
+                channel.connection.receive_data(data)
+                continue
+            break
+    if isinstance(event, wire.Fatal):
+        raise LinkRefused(f"peer refused the link: {event.message}")
+    if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
+        found = getattr(event, "group_id", event)
+        raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
+
+
+async def _serve_dialed(link: PeerLink, channel: DialedChannel) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(channel.send_loop)
+        connection = channel.connection
+        while True:
+            data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
+            connection.receive_data(data)
+            for event in connection.events():
+                if event is wire.CLOSED or isinstance(event, wire.Fatal):
+                    nursery.cancel_scope.cancel()
+                    return
+                link.handle(event, channel)
+            if not data:
+                nursery.cancel_scope.cancel()
+                return
+
+
+def parse_link_program(program: str) -> int | None:
+    """The group id a link Hello names ("group:3" -> 3), None if malformed."""
+    if not program.startswith(LINK_PROGRAM_PREFIX):
+        return None
+    digits = program[len(LINK_PROGRAM_PREFIX) :]
+    return int(digits) if digits.isdigit() else None

@@ -1,0 +1,114 @@
+"""A TCP fault proxy to place on a link: cut, heal, added latency, one-way blackhole.
+
+It runs inside the caller's trio run (tests, `mrs demo`, `mrs sim`) and forwards
+every accepted connection to the real peer. `cut()` closes every connection it
+carries and refuses new ones until `heal()`; `blackhole("forward")` silently drops
+what the dialer sends (or "backward": what the peer answers) while the connection
+stays up, which is how a peer ends up storing a message whose acknowledgement
+never arrives.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from functools import partial
+
+import trio
+
+DIRECTIONS = ("forward", "backward")
+CHUNK_BYTES_MAX = 64 * 1024
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+@dataclass(eq=False)
+class FaultProxy:
+    listen_port: int
+    target_port: int
+    host: str = "127.0.0.1"
+    latency_s: float = 0.0
+    cuts: int = 0
+    _blackholed: set[str] = field(default_factory=set)
+    _cut: bool = False
+    _scopes: set[trio.CancelScope] = field(default_factory=set)
+    _connections_seen: int = 0
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.host)
+        task_status.started()
+        await trio.serve_listeners(self._carry, listeners)
+
+    def cut(self) -> None:
+        """Drop every connection now and refuse new ones until heal()."""
+        self._cut = True
+        self.cuts += 1
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    def heal(self) -> None:
+        self._cut = False
+        self._blackholed.clear()
+
+    def blackhole(self, direction: str) -> None:
+        """Silently drop bytes going one way ("forward": dialer -> peer)."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}")
+        self._blackholed.add(direction)
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut
+
+    async def _carry(self, inbound: trio.SocketStream) -> None:
+        async with inbound:
+            if self._cut:
+                return
+            try:
+                outbound = await trio.open_tcp_stream(self.host, self.target_port)
+            except OSError:
+                return
+            self._connections_seen += 1
+            async with outbound:
+                with trio.CancelScope() as scope:
+                    self._scopes.add(scope)
+                    try:
+                        async with trio.open_nursery() as nursery:
+                            nursery.start_soon(
+                                partial(
+                                    self._pipe, inbound, outbound, "forward", nursery.cancel_scope
+                                )
+                            )
+                            nursery.start_soon(
+                                partial(
+                                    self._pipe, outbound, inbound, "backward", nursery.cancel_scope
+                                )
+                            )
+                    finally:
+                        self._scopes.discard(scope)
+
+    async def _pipe(
+        self,
+        source: trio.SocketStream,
+        sink: trio.SocketStream,
+        direction: str,
+        both: trio.CancelScope,
+    ) -> None:
+        try:
+            while True:
+                data = await source.receive_some(CHUNK_BYTES_MAX)
+                if not data:
+                    break
+                if direction in self._blackholed:
+                    continue
+                if self.latency_s:
+                    await trio.sleep(self.latency_s)
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        both.cancel()
