@@ -180,24 +180,26 @@ class Forwarding:
         self.group.writer.submit(batch, stored)
 
     def _send_direct(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:
-        point = entry.delivery.interest_point
+        waits_for_receiver = entry.delivery.interest_point in ("CONF", "DEQ", "ACK")
+        if waits_for_receiver:
+            # Registered before sending: the peer's notice can overtake its LinkAck.
+            peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
 
         def on_result(status: int, stored_seq: int) -> None:
-            if status == LINK_LOST:
-                self.group.undeliverable(
-                    entry,
-                    reply,
-                    Status.LINK_DOWN,
-                    f"link to group {peer.group_id} dropped before it answered",
+            if status == LINK_LOST or status < 0:
+                peer.waiters.pop(entry.seq, None)
+                cause = Status.LINK_DOWN if status == LINK_LOST else Status(status)
+                reason = (
+                    f"link to group {peer.group_id} dropped before it answered"
+                    if status == LINK_LOST
+                    else f"group {peer.group_id} answered {status}"
                 )
-            elif status < 0:
-                self.group.undeliverable(
-                    entry, reply, Status(status), f"group {peer.group_id} answered {status}"
-                )
-            elif point in ("CONF", "DEQ", "ACK") and stored_seq == entry.seq:
-                peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
-            else:
+                self.group.undeliverable(entry, reply, cause, reason)
+            elif not waits_for_receiver:
                 reply.report(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+            elif stored_seq != entry.seq:  # a duplicate of a message stored before
+                peer.waiters.pop(entry.seq, None)
+                reply.report(Psb(Status.SUCCESS, Status.STORED, stored_seq, Status.NO_UMA))
 
         peer.link.send_message(transfer_fields(entry), on_result)
 

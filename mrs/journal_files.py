@@ -120,7 +120,7 @@ def scan(
     if after_seq is not None:
         start_seq = after_seq + 1 if start_seq is None else max(start_seq, after_seq + 1)
     seq_max = selection.seq_max if seq_keyed else None
-    matches = selection.matches
+    matches = None if selection.selects_all else selection.matches
     yielded = 0
     with store.env.begin(db=db, buffers=False) as txn:
         cursor = txn.cursor(db)
@@ -139,7 +139,7 @@ def scan(
                 yield key, corrupt
                 yielded += 1
             else:
-                if matches(record):
+                if matches is None or matches(record):
                     yield key, record
                     yielded += 1
             if chunk is not None and yielded >= chunk:

@@ -51,6 +51,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from clients import ConnectionLost, MrsError, MrsTimeout, connect
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.config import ConfigError
 from mrs.dump import status_name
@@ -321,8 +322,6 @@ class Replayer:
             await self._send(item, options)
 
     async def _send(self, item: Item, options: Options) -> None:
-        from clients import ConnectionLost, MrsError, MrsTimeout
-
         record = item.record
         try:
             psb = await self.client.put(
@@ -590,8 +589,6 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
 
 
 def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
-    from clients import ConnectionLost, MrsError, connect
-
     skipped_removals: list[bytes] = []
     planner = Planner(
         store,

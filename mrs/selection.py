@@ -306,6 +306,11 @@ class RecordFilter:
             high_value = self.confirm_max
             yield lambda r: r.confirm_value <= high_value
 
+    @property
+    def selects_all(self) -> bool:
+        """No criterion (a limit aside): scans can skip calling matches()."""
+        return not self._checks
+
     def matches(self, record: Record) -> bool:
         return all(check(record) for check in self._checks)
 

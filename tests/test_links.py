@@ -1,0 +1,245 @@
+"""Two real group processes linked through a fault proxy: every mode across the link,
+store-and-forward while it is cut, FIFO drain, duplicates, confirms travelling back."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from sim.bus import LinkedBus
+
+MODE = DeliveryMode
+QUEUES = """
+[[group.queue]]
+id = 10
+name = "IN"
+confirm = "explicit-in-order"
+[[group.queue]]
+id = 11
+name = "OUT"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 12
+name = "IN2"
+confirm = "explicit-out-of-order"
+"""
+LINK_WAIT_S = 20.0
+
+
+async def link_state(address: str, peer: int) -> dict:
+    async with connect(address, None) as client:
+        return (await client.status())["links"][str(peer)]
+
+
+async def wait_for_link(
+    bus: LinkedBus, group: int, peer: int, state: str = "up", backlog: int | None = None
+) -> dict:
+    """Poll the group's status until the link reaches `state` (another process's
+    state: there is no event to await, so this polls with a short pause)."""
+    with trio.fail_after(LINK_WAIT_S):
+        while True:
+            info = await link_state(bus.address(group), peer)
+            if info["state"] == state and (backlog is None or info["saf_backlog"] == backlog):
+                return info
+            await trio.sleep(0.02)
+
+
+@pytest.fixture
+async def bus(tmp_path, nursery):
+    linked = LinkedBus(tmp_path / "bus", queues=QUEUES)
+    await linked.start_proxies(nursery)
+    await trio.to_thread.run_sync(linked.start)
+    await wait_for_link(linked, 1, 2)
+    yield linked
+    linked.stop()
+
+
+async def drain(client, expected: int) -> list:
+    messages = []
+    for _ in range(expected):
+        message = await client.get(timeout=10)
+        messages.append(message)
+        if message.needs_confirm:
+            await client.confirm(message.seq)
+    with pytest.raises(NoMoreMessages):
+        await client.get(timeout=0)
+    return messages
+
+
+@pytest.mark.parametrize("mode", [MODE.WF_DQF, MODE.WF_SAF])
+async def test_wf_recoverable_across_the_link(bus, mode) -> None:
+    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+        psb = await sender.put(b"x", target="2.10", delivery=mode, uma=Uma.DISC)
+        assert (psb.delivery_status, psb.uma_status) == (Status.STORED, Status.NO_UMA)
+        message = await receiver.get(timeout=10)
+        assert (message.seq, message.delivery_status) == (psb.seq, Status.CONFIRMREQ)
+        assert str(message.source) == "1.11" and str(message.target) == "2.10"
+
+
+@pytest.mark.parametrize("mode", [MODE.AK_DQF, MODE.AK_SAF, MODE.AK_MEM])
+async def test_mrs_ack_comes_back_across_the_link(bus, mode) -> None:
+    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+        psb = await sender.put(b"x", target="G2.IN", delivery=mode, uma=Uma.DISC)
+        ack = await sender.get(timeout=10)
+        assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
+        assert ack.ack_psb().delivery_status in (Status.STORED, Status.ENQUEUED)
+        assert (await receiver.get(timeout=10)).body == b"x"
+
+
+async def test_nn_modes_across_the_link(bus) -> None:
+    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+        for mode in (MODE.NN_DQF, MODE.NN_SAF, MODE.NN_MEM):
+            await sender.put(mode.name.encode(), target="2.10", delivery=mode, uma=Uma.DISC)
+        bodies = [message.body for message in await drain(receiver, 3)]
+        with pytest.raises(NoMoreMessages):
+            await sender.get(timeout=0)
+    assert sorted(bodies) == sorted([b"NN_DQF", b"NN_SAF", b"NN_MEM"])
+
+
+@pytest.mark.parametrize("mode", [MODE.WF_CONF, MODE.WF_DEQ, MODE.WF_ACK])
+async def test_wf_modes_that_wait_for_the_remote_receiver(bus, mode) -> None:
+    results: list = []
+    async with (
+        connect(bus.address(1), "OUT") as sender,
+        connect(bus.address(2), "IN") as receiver,
+        trio.open_nursery() as nursery,
+    ):
+        done = trio.Event()
+
+        async def put() -> None:
+            results.append(await sender.put(b"w", target="2.10", delivery=mode, uma=Uma.DISC))
+            done.set()
+
+        nursery.start_soon(put)
+        message = await receiver.get(timeout=10)
+        if mode != MODE.WF_DEQ:
+            assert not done.is_set()
+            await receiver.confirm(message.seq)
+        await done.wait()
+    assert results[0].delivery_status == Status.SUCCESS and results[0].seq == message.seq
+
+
+async def test_ak_conf_confirm_that_could_not_travel_is_retried(bus) -> None:
+    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+        psb = await sender.put(b"c", target="2.10", delivery=MODE.AK_CONF, uma=Uma.DISC)
+        message = await receiver.get(timeout=10)
+        bus.proxy(1, 2).cut()
+        await wait_for_link(bus, 2, 1, "down")
+        await receiver.confirm(message.seq)  # the notice is journaled in group 2
+        assert (await link_state(bus.address(2), 1))["notices_pending"] == 1
+        with pytest.raises(NoMoreMessages):
+            await sender.get(timeout=0)
+        bus.proxy(1, 2).heal()
+        ack = await sender.get(timeout=20)
+        assert ack.ack_psb().seq == psb.seq and ack.ack_psb().delivery_status == Status.SUCCESS
+
+
+async def test_link_down_takes_the_uma_or_stores_and_forwards(bus) -> None:
+    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+        bus.proxy(1, 2).cut()
+        await wait_for_link(bus, 1, 2, "down")
+        discarded = await sender.put(b"lost", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert (discarded.delivery_status, discarded.uma_status) == (
+            Status.LINK_DOWN,
+            Status.DISC_SUCCESS,
+        )
+        memory = await sender.put(b"lost", target="2.10", delivery=MODE.WF_MEM)
+        assert memory.delivery_status == Status.LINK_DOWN
+        saf_uma = await sender.put(b"1", target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
+        assert (saf_uma.delivery_status, saf_uma.uma_status) == (
+            Status.LINK_DOWN,
+            Status.SAF_SUCCESS,
+        )
+        stored = await sender.put(b"2", target="2.10", delivery=MODE.WF_SAF, uma=Uma.DISC)
+        assert stored.delivery_status == Status.STORED
+        forced = await sender.put(b"3", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert (forced.delivery_status, forced.uma_status) == (Status.SAF_FORCED, Status.NO_UMA)
+        info = await link_state(bus.address(1), 2)
+        assert info == {**info, "state": "down", "saf_backlog": 3}
+        bus.proxy(1, 2).heal()
+        await wait_for_link(bus, 1, 2, "up", backlog=0)
+        after = await sender.put(b"4", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        assert after.delivery_status == Status.STORED
+        messages = await drain(receiver, 4)
+    assert [m.body for m in messages] == [b"1", b"2", b"3", b"4"]
+    assert all(m.delivery_status == Status.CONFIRMREQ for m in messages)
+
+
+async def test_backlog_drains_fifo_before_newer_messages(bus) -> None:
+    count = 300
+    async with connect(bus.address(1), "OUT") as sender:
+        bus.proxy(1, 2).cut()
+        await wait_for_link(bus, 1, 2, "down")
+        for index in range(count // 2):
+            await sender.put(b"%04d" % index, target="2.10", delivery=MODE.WF_SAF, uma=Uma.DISC)
+        bus.proxy(1, 2).heal()
+        statuses = set()
+        for index in range(count // 2, count):  # while the backlog drains
+            psb = await sender.put(
+                b"%04d" % index, target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC
+            )
+            statuses.add(psb.delivery_status)
+    assert statuses <= {Status.SAF_FORCED, Status.STORED}
+    async with connect(bus.address(2), "IN") as receiver:
+        messages = await drain(receiver, count)
+    assert [m.body for m in messages] == [b"%04d" % index for index in range(count)]
+
+
+async def test_message_resent_after_a_lost_ack_is_stored_once(bus) -> None:
+    """The receiving group stores the message; its acknowledgement is blackholed; the
+    link is cut and healed; the sender's SAF resends; group 2 recognises (origin, seq)."""
+    async with connect(bus.address(1), "OUT") as sender:
+        bus.proxy(1, 2).blackhole("backward")
+        results: list = []
+        async with trio.open_nursery() as nursery:
+
+            async def put() -> None:
+                results.append(
+                    await sender.put(
+                        b"once", target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF, timeout=20
+                    )
+                )
+
+            nursery.start_soon(put)
+            with trio.fail_after(LINK_WAIT_S):
+                while (await _status(bus, 2))["dqf_messages"] == 0:
+                    await trio.sleep(0.02)
+            bus.proxy(1, 2).cut()
+            bus.proxy(1, 2).heal()
+        assert (results[0].delivery_status, results[0].uma_status) == (
+            Status.LINK_DOWN,
+            Status.SAF_SUCCESS,
+        )
+        await wait_for_link(bus, 1, 2, "up", backlog=0)
+    async with connect(bus.address(2), "IN") as receiver:
+        [message] = await drain(receiver, 1)
+    assert message.body == b"once" and message.seq == results[0].seq
+
+
+async def test_restart_of_either_group_keeps_saf_and_dqf(bus) -> None:
+    async with connect(bus.address(1), "OUT") as sender:
+        bus.proxy(1, 2).cut()
+        await wait_for_link(bus, 1, 2, "down")
+        for index in range(5):
+            await sender.put(b"%d" % index, target="2.10", delivery=MODE.WF_SAF, uma=Uma.DISC)
+    await trio.to_thread.run_sync(bus.processes[1].restart)
+    assert (await link_state(bus.address(1), 2))["saf_backlog"] == 5
+    bus.proxy(1, 2).heal()
+    await wait_for_link(bus, 1, 2, "up", backlog=0)
+    await trio.to_thread.run_sync(bus.processes[2].restart)
+    async with connect(bus.address(2), "IN") as receiver:
+        messages = await drain(receiver, 5)
+    assert [m.body for m in messages] == [b"%d" % index for index in range(5)]
+
+
+async def test_status_shows_links_backlog_and_queue_depth(bus) -> None:
+    status = await _status(bus, 1)
+    assert status["links"]["2"]["state"] == "up"
+    assert status["queues"]["1.10"]["pending"] == 0
+    assert (await _status(bus, 2))["links"]["1"]["state"] == "up"
+
+
+async def _status(bus: LinkedBus, group: int) -> dict:
+    async with connect(bus.address(group), None) as client:
+        return await client.status()
