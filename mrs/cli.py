@@ -69,7 +69,7 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _jplay(args: argparse.Namespace) -> int:
-    from mrs.replay import run_jplay
+    from mrs.jplay import run_jplay
 
     return run_jplay(args)
 
@@ -78,7 +78,7 @@ def _add_journal_tools(commands) -> None:
     """`mrs dump` and `mrs jplay` (docs/journal-tools.md)."""
     from mrs.dump import add_dump_arguments
     from mrs.journal_files import add_location_arguments
-    from mrs.replay import add_jplay_arguments
+    from mrs.jplay import add_jplay_arguments
     from mrs.selection import add_selection_arguments
 
     dump = commands.add_parser(

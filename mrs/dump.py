@@ -201,6 +201,8 @@ _second_cache: list = [None, ""]
 def _iso_json(time_ns: int) -> str:
     """iso_utc as a JSON value, cheaply: records of one journal are close in time, so
     the formatted second is cached and only the microseconds change."""
+    if not time_ns:
+        return "null"
     second, rest = divmod(time_ns, 1_000_000_000)
     if _second_cache[0] != second:
         text = iso_utc(time_ns)
@@ -404,19 +406,3 @@ def _dump_table(store, journal, selection: RecordFilter, group_id: int, body) ->
 def _silence_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-
-
-def add_dump_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "journal", choices=[j.value for j in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)]
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="one JSON object per record on stdout (for jq)"
-    )
-    parser.add_argument(
-        "--body",
-        nargs="?",
-        const="preview",
-        choices=["preview", "full"],
-        help=f"show bodies: preview (first {PREVIEW_BYTES} bytes, the default) or full",
-    )

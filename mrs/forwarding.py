@@ -8,7 +8,8 @@ The rules (MessageQ MRS, DESIGN.md §2):
   (SAF_FORCED), are stored in the local SAF first; the link drains the SAF in seq
   order (FIFO per target group) and deletes a record only when the peer has it.
 - A link that is down makes the put undeliverable (LINK_DOWN): its UMA runs, and UMA
-  SAF stores it in the local SAF (SAF_SUCCESS).
+  SAF stores it in the local SAF (SAF_SUCCESS). A recoverable message in flight when
+  the link drops goes to the SAF (SAF_FORCED) and is resent: the peer may have it.
 - The receiving group dedupes by (origin group, seq), so a message resent after a
   link drop is stored once. CONF confirms travel back as durable notices.
 """
@@ -186,7 +187,12 @@ class Forwarding:
             peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
 
         def on_result(status: int, stored_seq: int) -> None:
-            if status == LINK_LOST or status < 0:
+            if status == LINK_LOST and entry.delivery.recoverable:
+                # The peer may or may not have it: keep it in the SAF and resend; the
+                # peer's (origin, seq) dedupe makes that safe. Taking the UMA here
+                # could deliver the message *and* dead-letter it.
+                self._put_via_saf(peer, entry, reply, Status.SAF_FORCED)
+            elif status == LINK_LOST or status < 0:
                 peer.waiters.pop(entry.seq, None)
                 cause = Status.LINK_DOWN if status == LINK_LOST else Status(status)
                 reason = (
@@ -348,20 +354,23 @@ class Forwarding:
         return entry
 
     # ------------------------------------------------------------------ notices
-    def add_notice(self, batch: WriteBatch, peer_id: int, kind: str, seq: int) -> None:
-        """Add a durable notice for the origin group to a confirm's batch."""
-        peer = self.peers.get(peer_id)
-        if peer is None:
-            return
+    def add_notice(self, batch: WriteBatch, peer_id: int, kind: str, seq: int) -> bool:
+        """Add a durable notice for the origin group to a confirm's batch; call
+        `notice_committed` once that batch is durable."""
+        if peer_id not in self.peers:
+            return False
         batch.put_raw(
             Journal.NOTICES,
             group_key(peer_id, seq),
             msgpack.packb([kind, seq, int(Status.SUCCESS)]),
         )
+        return True
+
+    def notice_committed(self, peer_id: int) -> None:
+        peer = self.peers[peer_id]
         peer.notices_pending += 1
         if peer.link is not None:
-            link = peer.link
-            self.group.timers.call_later(0, link.poke)
+            peer.link.poke()
 
     def notify_now(self, peer_id: int, kind: str, seq: int) -> None:
         """A best-effort notice (nonrecoverable DEQ/ACK): lost if the link is down."""
@@ -379,7 +388,7 @@ class Forwarding:
                     break
         return notices
 
-    def notices_delivered(self, peer_id: int, keys: list[bytes]) -> None:
+    def notices_delivered(self, peer_id: int, keys: list[bytes], then: Callable[[], None]) -> None:
         peer = self.peers[peer_id]
         batch = WriteBatch.empty()
         for key in keys:
@@ -388,6 +397,7 @@ class Forwarding:
         def done(error: JournalError | None) -> None:
             if error is None:
                 peer.notices_pending -= len(keys)
+            then()
 
         self.group.writer.submit(batch, done)
 

@@ -660,9 +660,18 @@ class Group:
             record.confirm_value = confirm_value
             record.confirm_time_ns = now_ns
             batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
-        if entry.origin_group is not None and entry.delivery.interest_point == "CONF":
-            self.forwarding.add_notice(batch, entry.origin_group, "conf", entry.seq)
-        self.writer.submit(batch, confirmed)
+        notice = (
+            entry.origin_group is not None
+            and entry.delivery.interest_point == "CONF"
+            and self.forwarding.add_notice(batch, entry.origin_group, "conf", entry.seq)
+        )
+
+        def confirmed_with_notice(error: JournalError | None) -> None:
+            if error is None and notice:
+                self.forwarding.notice_committed(entry.origin_group)
+            confirmed(error)
+
+        self.writer.submit(batch, confirmed_with_notice)
 
     # ------------------------------------------------------------------ status
     def status_info(self) -> dict:

@@ -213,8 +213,12 @@ class PeerLink:
             ]
             self.group.forwarding.saf_answered(self.peer_id, answers)
         elif pending.kind == "notice":
-            self._notices_in_flight.difference_update(pending.items)
-            self.group.forwarding.notices_delivered(self.peer_id, pending.items)
+            # Keep them "in flight" until their deletion is durable, or they would be
+            # read back from the journal and sent again meanwhile.
+            keys = pending.items
+            self.group.forwarding.notices_delivered(
+                self.peer_id, keys, lambda: self._notices_in_flight.difference_update(keys)
+            )
         self._wake.set()
 
 
@@ -323,9 +327,8 @@ async def _serve_dialed(link: PeerLink, channel: DialedChannel) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(channel.send_loop)
         connection = channel.connection
+        data = b"(events already buffered with the Welcome)"
         while True:
-            data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
-            connection.receive_data(data)
             for event in connection.events():
                 if event is wire.CLOSED or isinstance(event, wire.Fatal):
                     nursery.cancel_scope.cancel()
@@ -334,6 +337,8 @@ async def _serve_dialed(link: PeerLink, channel: DialedChannel) -> None:
             if not data:
                 nursery.cancel_scope.cancel()
                 return
+            data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
+            connection.receive_data(data)
 
 
 def parse_link_program(program: str) -> int | None:
