@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mrs.config import ConfigError, load_config
+from mrs.journal_cli import add_journal_tools
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -74,37 +75,6 @@ def _jplay(args: argparse.Namespace) -> int:
     return run_jplay(args)
 
 
-def _add_journal_tools(commands) -> None:
-    """`mrs dump` and `mrs jplay` (docs/journal-tools.md)."""
-    from mrs.dump import add_dump_arguments
-    from mrs.journal_files import add_location_arguments
-    from mrs.jplay import add_jplay_arguments
-    from mrs.selection import add_selection_arguments
-
-    dump = commands.add_parser(
-        "dump",
-        help="print a journal's records (table or JSON lines), with selection (alias dmqdump)",
-        description="Print the records of a group's SAF, DQF, DLJ or PCJ. Read-only and "
-        "safe while the server runs (one consistent snapshot).",
-    )
-    add_dump_arguments(dump)
-    add_location_arguments(dump)
-    add_selection_arguments(dump)
-    dump.set_defaults(run=_dump)
-
-    jplay = commands.add_parser(
-        "jplay",
-        help="replay PCJ or DLJ records through a running server (alias dmqjplay)",
-        description="Resend selected PCJ or DLJ records to their targets or --to QUEUE. "
-        "Each record is replayed at most once (a ledger in the data directory) unless "
-        "--again; an interrupted replay resumes. Exit 0 done, 1 some failed, 2 bad usage.",
-    )
-    add_jplay_arguments(jplay)
-    add_location_arguments(jplay)
-    add_selection_arguments(jplay)
-    jplay.set_defaults(run=_jplay)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrs", description="MRS: MessageQ-style message recovery service."
@@ -157,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--address", help="HOST:PORT instead of --config/--group")
     status.set_defaults(run=_status)
 
-    _add_journal_tools(commands)
+    add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
     return parser
 
 

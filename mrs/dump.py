@@ -28,11 +28,11 @@ from rich.table import Table
 
 from journals import CorruptRecord, Journal, Record
 from mrs.config import ConfigError
+from mrs.journal_cli import PREVIEW_BYTES
 from mrs.journal_files import JournalsNotFound, locate, open_store, scan
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.selection import RecordFilter, SelectionError, filter_from_args, record_time_ns
 
-PREVIEW_BYTES = 48
 TABLE_PAGE_ROWS = 500
 JSON_FLUSH_LINES = 2000
 _UTC = datetime.UTC

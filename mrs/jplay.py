@@ -36,6 +36,7 @@ from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config import ConfigError
 from mrs.dump import status_name
+from mrs.journal_cli import DEFAULT_SENDER_QUEUE
 from mrs.journal_files import GroupJournals, JournalsNotFound, locate, open_store, scan
 from mrs.ledger import ReplayLedger
 from mrs.model import DeliveryMode, Uma
@@ -43,9 +44,6 @@ from mrs.pacing import parse_rate
 from mrs.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 from mrs.selection import RecordFilter, SelectionError, filter_from_args, resolve_address
 
-DEFAULT_SENDER_QUEUE = "REPLAY"
-"""The queue jplay attaches to unless told `--as`: configure one per group."""
-DEFAULT_WINDOW = 64
 PROGRESS_REFRESH_S = 0.1
 
 

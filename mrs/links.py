@@ -279,24 +279,23 @@ async def dial_forever(
                 finally:
                     channel.closed = True
                     link.down("connection closed", channel)
-        except (
-            OSError,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-            trio.TooSlowError,
-            wire.ProtocolError,
-            LinkRefused,
-        ) as error:
+        except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
             log.info(
                 "link to group %d at %s:%d: %s; retrying in %.2f s",
                 link.peer_id,
                 host,
                 port,
-                error or type(error).__name__,
+                _describe(error),
                 backoff_s,
             )
         await trio.sleep(backoff_s)
         backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in error.exceptions)
+    return str(error) or type(error).__name__
 
 
 class LinkRefused(Exception):

@@ -230,8 +230,9 @@ class GroupServer:
                 nursery.start_soon(session.send_loop)
                 await self._receive_loop(session)
                 nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+        except Exception as error:  # noqa: BLE001 - one connection never stops the server
+            if not only_connection_errors(error):
+                log.exception("connection from %s failed", session.peer)
         finally:
             self.sessions.discard(session)
             session.closed = True
@@ -310,6 +311,16 @@ class GroupServer:
                     request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}"
                 )
             )
+
+
+CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def only_connection_errors(error: BaseException) -> bool:
+    """True when an error (or every error in a group) is the peer going away."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(only_connection_errors(inner) for inner in error.exceptions)
+    return isinstance(error, CONNECTION_ERRORS)
 
 
 async def serve(bus: BusConfig, group_id: int, ready_file: Path | None = None) -> None:
