@@ -1,19 +1,19 @@
-"""`mrs demo`: a group on an embedded config, a SIGKILL mid-stream, and the proof.
+"""`mrs demo`: two groups on an embedded config, a cut link, a SIGKILL, and the proof.
 
-The story: a sender puts recoverable orders (WF_DQF) and nonrecoverable ticker
-messages (NN_MEM) while a receiver gets and confirms orders. Half-way the server is
-killed with SIGKILL. It restarts on the same journals; the sender re-sends what was
-never acknowledged (same correlation id, so the receiver can spot a second copy);
-the receiver drains. Every order acknowledged as stored arrives; those the server
-had already handed out before the crash come back marked POSSDUPL; ticker messages
-in memory at the crash are gone, as nonrecoverable messages are.
+The story: in group 1 (NYC) a sender puts recoverable orders for group 2's ORDERS
+queue (WF_DQF, UMA SAF) and nonrecoverable ticks (NN_MEM) to its own TICKER queue;
+in group 2 (LDN) a receiver gets and confirms orders. The link between the groups
+runs through a fault proxy. The demo cuts the link (orders pile up in NYC's SAF),
+SIGKILLs NYC with that backlog on disk, restarts it, heals the link, and watches the
+backlog drain in order. Every order acknowledged as stored arrives, in order; those
+handed out twice are marked POSSDUPL; ticks queued in memory at the crash are gone,
+as nonrecoverable messages are.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,45 +23,43 @@ from rich.table import Table
 
 from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
-from sim.processes import GroupProcess
+from sim.bus import LinkedBus
 
-DEMO_CONFIG = textwrap.dedent("""\
-    # The demo's bus: one group, an in-order order queue, a sender, a ticker.
-    [[group]]
-    id = 1
-    name = "NYC"
-    listen = "127.0.0.1:0"
-    data_dir = "g1"
-    pcj_default = true
-    [[group.queue]]
-    id = 10
-    name = "ORDERS"
-    confirm = "explicit-in-order"
-    [[group.queue]]
-    id = 11
-    name = "SENDER"
-    [[group.queue]]
-    id = 12
-    name = "TICKER"
-    messages_max = 100000
-    """)
-
+DEMO_QUEUES = """
+[[group.queue]]
+id = 10
+name = "ORDERS"
+confirm = "explicit-in-order"
+[[group.queue]]
+id = 11
+name = "SENDER"
+[[group.queue]]
+id = 12
+name = "TICKER"
+messages_max = 100000
+"""
 SENDER_TASKS = 8
+STORED = {Status.STORED, Status.SAF_FORCED}
 
 
 @dataclass
 class Tally:
     acknowledged: set[bytes] = field(default_factory=set)
-    unacknowledged: set[bytes] = field(default_factory=set)
     deliveries: list[tuple[bytes, Status]] = field(default_factory=list)
-    ticker_sent: int = 0
-    ticker_received: int = 0
+    ticks_sent: int = 0
+    ticks_received: int = 0
+    saf_backlog_max: int = 0
+    progress: trio.Event = field(default_factory=trio.Event)
+
+    async def wait_acknowledged(self, count: int) -> None:
+        while len(self.acknowledged) < count:
+            self.progress = trio.Event()
+            await self.progress.wait()
 
 
-async def _send_orders(
-    address: str, ids: list[bytes], tally: Tally, kill_at: int, half_way: trio.Event
-) -> None:
-    """Put every id with SENDER_TASKS puts in flight on one connection."""
+async def _send(address: str, ids: list[bytes], tally: Tally) -> None:
+    """Put every id, SENDER_TASKS puts in flight on one connection, until all are
+    acknowledged or the server dies (the caller then re-sends the rest)."""
     pending = list(reversed(ids))
     try:
         async with connect(address, queue="SENDER", program="demo sender") as client:
@@ -69,30 +67,27 @@ async def _send_orders(
             async def worker() -> None:
                 while pending:
                     order_id = pending.pop()
-                    tally.unacknowledged.add(order_id)
                     psb = await client.put(
                         b"order " + order_id,
-                        target="ORDERS",
+                        target="2.ORDERS",
                         delivery=DeliveryMode.WF_DQF,
-                        uma=Uma.DLJ,
+                        uma=Uma.SAF,
                         correlation_id=order_id,
                     )
-                    if psb.delivery_status == Status.STORED:
-                        tally.unacknowledged.discard(order_id)
+                    if psb.delivery_status in STORED or psb.uma_status == Status.SAF_SUCCESS:
                         tally.acknowledged.add(order_id)
+                        tally.progress.set()
                     await client.put(b"tick", target="TICKER", delivery=DeliveryMode.NN_MEM)
-                    tally.ticker_sent += 1
-                    if len(tally.acknowledged) >= kill_at:
-                        half_way.set()
+                    tally.ticks_sent += 1
 
             async with trio.open_nursery() as nursery:
                 for _ in range(SENDER_TASKS):
                     nursery.start_soon(worker)
     except (MrsError, BaseExceptionGroup):
-        pass  # the server died under us: the unacknowledged ones are re-sent later
+        pass
 
 
-async def _receive_orders(address: str, tally: Tally, drain: bool) -> None:
+async def _receive(address: str, tally: Tally, drain: bool = False) -> None:
     try:
         async with connect(address, queue="ORDERS", program="demo receiver") as client:
             while True:
@@ -106,112 +101,166 @@ async def _receive_orders(address: str, tally: Tally, drain: bool) -> None:
         pass
 
 
-async def _drain_ticker(address: str, tally: Tally) -> None:
-    async with connect(address, queue="TICKER", program="demo ticker") as client:
+async def _status(address: str) -> dict:
+    async with connect(address, None, program="demo status") as client:
+        return await client.status()
+
+
+async def _watch_backlog(
+    console: Console,
+    bus: LinkedBus,
+    tally: Tally,
+    *,
+    until_at_least: int | None = None,
+    until_empty: bool = False,
+) -> None:
+    """Print NYC's SAF backlog for group 2 until it grows past / drains to a point."""
+    shown = -1
+    while True:
+        link = (await _status(bus.address(1)))["links"]["2"]
+        backlog = link["saf_backlog"]
+        tally.saf_backlog_max = max(tally.saf_backlog_max, backlog)
+        if backlog != shown:
+            console.print(f"   link {link['state']:4}  SAF backlog for group 2: {backlog:6}")
+            shown = backlog
+        if until_at_least is not None and backlog >= until_at_least:
+            return
+        if until_empty and backlog == 0 and link["state"] == "up":
+            return
+        await trio.sleep(0.1)
+
+
+async def _story(console: Console, bus: LinkedBus, messages: int) -> Tally:
+    tally = Tally()
+    ids = [b"%06d" % index for index in range(messages)]
+    proxy = bus.proxy(1, 2)
+    console.print(
+        f"[bold]1.[/] NYC sends {messages} recoverable orders to LDN (WF_DQF, UMA "
+        f"SAF) and as many NN_MEM ticks, {SENDER_TASKS} puts in flight; LDN confirms."
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send, bus.address(1), ids, tally)
+        nursery.start_soon(_receive, bus.address(2), tally)
+        await tally.wait_acknowledged(messages // 4)
+        proxy.cut()
+        console.print(
+            f"[bold yellow]2. Link cut[/] after {len(tally.acknowledged)} orders; "
+            "NYC keeps accepting them into its SAF:"
+        )
+        await _watch_backlog(console, bus, tally, until_at_least=messages // 4)
+        await tally.wait_acknowledged(messages // 2)
+        bus.processes[1].kill()
+        console.print(
+            f"[bold red]3. SIGKILL[/] NYC with {len(tally.acknowledged)} orders "
+            "acknowledged and the backlog on disk only."
+        )
+        nursery.cancel_scope.cancel()
+    await trio.to_thread.run_sync(bus.processes[1].start)
+    backlog = (await _status(bus.address(1)))["links"]["2"]["saf_backlog"]
+    console.print(f"[bold]4.[/] NYC restarted: SAF backlog recovered from its journal: {backlog}.")
+    proxy.heal()
+    console.print("[bold green]5. Link healed[/]: the backlog drains, oldest first.")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_receive, bus.address(2), tally)
+        await _watch_backlog(console, bus, tally, until_empty=True)
+        resend = sorted(set(ids) - tally.acknowledged)
+        console.print(
+            f"[bold]6.[/] NYC sends the {len(resend)} orders never acknowledged "
+            "(same correlation id: a second copy would be visible)."
+        )
+        await _send(bus.address(1), resend, tally)
+        nursery.cancel_scope.cancel()
+    await _receive(bus.address(2), tally, drain=True)
+    async with connect(bus.address(1), queue="TICKER", program="demo ticker") as client:
         while True:
             try:
                 await client.get(timeout=0)
             except NoMoreMessages:
-                return
-            tally.ticker_received += 1
-
-
-async def _story(console: Console, server: GroupProcess, messages: int) -> Tally:
-    tally = Tally()
-    ids = [b"%06d" % index for index in range(messages)]
-    half_way = trio.Event()
-    console.print(
-        f"[bold]1.[/] Sending {messages} recoverable orders (WF_DQF, UMA DLJ) and "
-        f"as many nonrecoverable ticks (NN_MEM), {SENDER_TASKS} puts in flight."
-    )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_send_orders, server.address, ids, tally, messages // 2, half_way)
-        nursery.start_soon(_receive_orders, server.address, tally, False)
-        await half_way.wait()
-        server.kill()
-        console.print(
-            f"[bold red]2. SIGKILL[/] pid {server.process.pid} with "
-            f"{len(tally.acknowledged)} orders acknowledged as stored, "
-            f"{len(tally.deliveries)} delivered so far."
-        )
-    address = await trio.to_thread.run_sync(server.start)
-    console.print(
-        f"[bold]3.[/] Restarted on the same journals: pid {server.process.pid} at {address}."
-    )
-    in_flight = len(tally.unacknowledged)
-    resend = sorted(set(ids) - tally.acknowledged)
-    console.print(
-        f"[bold]4.[/] Sending the {len(resend)} orders without an acknowledgement: "
-        f"{in_flight} were in flight at the crash (they may be stored already; "
-        "same correlation id, so a second copy can be spotted), the rest never sent."
-    )
-    tally.unacknowledged.clear()
-    await _send_orders(address, resend, tally, messages + 1, trio.Event())
-    await _receive_orders(address, tally, True)
-    await _drain_ticker(address, tally)
+                break
+            tally.ticks_received += 1
     return tally
 
 
-def _report(console: Console, tally: Tally, data_dir: Path) -> int:
-    delivered = {order_id for order_id, _ in tally.deliveries}
+def _report(console: Console, tally: Tally, bus: LinkedBus) -> int:
+    first_seen: dict[bytes, int] = {}
+    for position, (order_id, _) in enumerate(tally.deliveries):
+        first_seen.setdefault(order_id, position)
+    in_order = sorted(first_seen, key=first_seen.get)
+    order_violations = sum(1 for a, b in zip(in_order, in_order[1:], strict=False) if a > b)
     possdupl = sum(1 for _, status in tally.deliveries if status == Status.POSSDUPL)
-    copies = len(tally.deliveries) - len(delivered)
-    lost = tally.acknowledged - delivered
-    store = JournalStore(data_dir / "journals", readonly=True)
+    unmarked = len(tally.deliveries) - len(first_seen) - possdupl
+    lost = tally.acknowledged - first_seen.keys()
+    store = JournalStore(bus.data_dir(2) / "journals", readonly=True)
     try:
         pcj, dqf = store.count(Journal.PCJ), store.count(Journal.DQF)
     finally:
         store.close()
-    table = Table(title="What the crash did")
+    table = Table(title="What the cut link and the crash did")
     table.add_column("measure")
     table.add_column("count", justify="right")
     table.add_column("meaning")
-    table.add_row(
-        "orders acknowledged as stored", str(len(tally.acknowledged)), "WF_DQF put returned STORED"
-    )
-    table.add_row("orders delivered (distinct)", str(len(delivered)), "got by the receiver")
-    table.add_row("[bold]acknowledged but lost[/]", f"[bold]{len(lost)}[/]", "must be 0")
-    table.add_row(
-        "redelivered, marked POSSDUPL",
-        str(possdupl),
-        "handed out before the crash, not yet confirmed",
-    )
-    table.add_row(
-        "second copies spotted by correlation id",
-        str(copies),
-        "re-sent after a lost acknowledgement",
-    )
-    table.add_row("PCJ records (confirmed, journaled)", str(pcj), "the audit trail")
-    table.add_row("DQF records left", str(dqf), "all confirmed: 0")
-    table.add_row(
-        "ticks sent / received (NN_MEM)",
-        f"{tally.ticker_sent} / {tally.ticker_received}",
-        "memory only: those queued at the crash are gone",
-    )
+    rows = [
+        (
+            "orders acknowledged as stored",
+            len(tally.acknowledged),
+            "STORED, SAF_FORCED, or LINK_DOWN + SAF_SUCCESS",
+        ),
+        ("orders delivered in LDN (distinct)", len(first_seen), "got by the receiver"),
+        ("[bold]acknowledged but lost[/]", len(lost), "must be 0"),
+        ("redelivered, marked POSSDUPL", possdupl, "handed out before a failure, unconfirmed"),
+        ("[bold]second deliveries without POSSDUPL[/]", max(unmarked, 0), "must be 0"),
+        ("[bold]order violations[/]", order_violations, "must be 0 (in-order queue)"),
+        ("largest SAF backlog seen", tally.saf_backlog_max, "orders held in NYC while cut"),
+        ("PCJ records in LDN", pcj, "confirmed and journaled (pcj_default)"),
+        ("DQF records left in LDN", dqf, "all confirmed: 0"),
+        (
+            "ticks sent / received (NN_MEM)",
+            f"{tally.ticks_sent} / {tally.ticks_received}",
+            "memory only: those queued at the crash are gone",
+        ),
+    ]
+    for name, count, meaning in rows:
+        table.add_row(name, str(count), meaning)
     console.print(table)
-    if lost or dqf:
-        console.print("[bold red]FAILED:[/] acknowledged messages were lost")
+    if lost or unmarked > 0 or order_violations or dqf:
+        console.print("[bold red]FAILED[/]: a guarantee was broken")
         return 1
-    console.print("[bold green]Every message acknowledged as stored was delivered.[/]")
+    console.print("[bold green]Every order acknowledged as stored was delivered, in order.[/]")
     return 0
+
+
+async def _run(console: Console, bus: LinkedBus, messages: int) -> int:
+    async with trio.open_nursery() as nursery:
+        await bus.start_proxies(nursery)
+        await trio.to_thread.run_sync(bus.start)
+        try:
+            for group_id in (1, 2):
+                name = bus.names[group_id]
+                console.print(
+                    f"Group {group_id} ({name}) listening on "
+                    f"{bus.address(group_id)}, pid {bus.processes[group_id].process.pid}"
+                )
+            while (await _status(bus.address(1)))["links"]["2"]["state"] != "up":
+                await trio.sleep(0.05)
+            tally = await _story(console, bus, messages)
+            return _report(console, tally, bus)
+        finally:
+            bus.stop()
+            nursery.cancel_scope.cancel()
 
 
 def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console = Console()
     directory = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    config_path = directory / "bus.toml"
-    config_path.write_text(DEMO_CONFIG)
-    server = GroupProcess(config_path, 1)
-    console.rule("MRS demo: a recoverable stream through a SIGKILL")
-    console.print(f"Scratch directory {directory}; config {config_path.name}")
+    bus = LinkedBus(
+        directory, queues=DEMO_QUEUES, group_extra="pcj_default = true", names={1: "NYC", 2: "LDN"}
+    )
+    console.rule("MRS demo: recoverable orders through a cut link and a SIGKILL")
+    console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
-        address = server.start()
-        console.print(f"Group 1 (NYC) listening on {address}, pid {server.process.pid}")
-        tally = trio.run(_story, console, server, messages)
-        server.terminate()
-        return _report(console, tally, directory / "g1")
+        return trio.run(_run, console, bus, messages)
     finally:
-        server.kill()
+        for process in bus.processes.values():
+            process.kill()
         if scratch is None:
             shutil.rmtree(directory, ignore_errors=True)

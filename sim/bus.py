@@ -27,6 +27,8 @@ class LinkedBus:
     limits: str = ""
     group_extra: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    """Group names (default G<id>)."""
     ports: dict[int, int] = field(default_factory=dict)
     proxies: dict[tuple[int, int], FaultProxy] = field(default_factory=dict)
     processes: dict[int, GroupProcess] = field(default_factory=dict)
@@ -54,7 +56,7 @@ class LinkedBus:
                 textwrap.dedent(f"""\
                 [[group]]
                 id = {group_id}
-                name = "G{group_id}"
+                name = "{self.names.get(group_id, f"G{group_id}")}"
                 listen = "127.0.0.1:{self.ports[group_id]}"
                 data_dir = "g{group_id}"
                 {self.group_extra}
