@@ -244,3 +244,26 @@ async def test_status_shows_links_backlog_and_queue_depth(bus) -> None:
 async def _status(bus: LinkedBus, group: int) -> dict:
     async with connect(bus.address(group), None) as client:
         return await client.status()
+
+
+@pytest.mark.parametrize("program", ["group:7", "group:2", "nonsense"])
+async def test_link_from_a_wrong_group_is_refused(bus, program) -> None:
+    """Group 2 accepts a link only from group 1 (linked, lower-numbered)."""
+    from mrs import protocol as wire
+
+    host, port = bus.address(2).rsplit(":", 1)
+    connection = wire.Connection("client")
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(connection.send(wire.Hello(wire.PROTOCOL_VERSION, program, "link")))
+        events = []
+        while not events:
+            data = await stream.receive_some(65536)
+            connection.receive_data(data)
+            events = [e for e in connection.events() if e is not wire.CLOSED]
+            if not data:
+                break
+    assert isinstance(events[0], wire.Fatal) and program in events[0].message
+    log = (bus.directory / "group2.log").read_text()
+    assert "refused link from" in log and repr(program) in log
+    assert (await link_state(bus.address(1), 2))["state"] == "up"
