@@ -24,6 +24,9 @@ from mrs.protocol import (
     Fatal,
     Get,
     Hello,
+    LinkAck,
+    LinkNotice,
+    LinkTransfer,
     LocalProtocolError,
     ProtocolError,
     Put,
@@ -127,6 +130,7 @@ CLIENT_REQUESTS = st.one_of(
         st.integers(0, 2**63 - 1),
         CORRELATION_ID,
         st.text(),
+        st.none() | DICTS,
     ),
     st.builds(Get, REQUEST_ID, st.integers(-1, 2**63 - 1)),
     st.builds(Confirm, REQUEST_ID, SEQ, I64, I64),
@@ -150,11 +154,23 @@ SERVER_REPLIES = st.one_of(
         CORRELATION_ID,
         I64,
         st.none() | DICTS,
+        st.none() | DICTS,
     ),
     st.builds(Confirmed, REQUEST_ID, SEQ, I64),
     st.builds(StatusReply, REQUEST_ID, DICTS),
     st.builds(Failure, REQUEST_ID, I64, st.text()),
 )
+LINK_EVENTS = st.one_of(
+    st.builds(LinkTransfer, REQUEST_ID, st.lists(st.lists(PLAIN, max_size=13), max_size=5)),
+    st.builds(LinkAck, REQUEST_ID, st.lists(st.lists(I64, min_size=3, max_size=3), max_size=5)),
+    st.builds(
+        LinkNotice,
+        REQUEST_ID,
+        st.lists(st.tuples(st.sampled_from(["conf", "deq"]), SEQ, I64).map(list), max_size=5),
+    ),
+)
+CLIENT_REQUESTS = CLIENT_REQUESTS | LINK_EVENTS
+SERVER_REPLIES = SERVER_REPLIES | LINK_EVENTS
 CUTS = st.lists(st.integers(0, 100_000), max_size=12)
 
 
@@ -163,7 +179,7 @@ CUTS = st.lists(st.integers(0, 100_000), max_size=12)
 
 @given(
     st.builds(Hello, st.just(PROTOCOL_VERSION), st.text(), st.sampled_from(["app", "link"])),
-    st.builds(Welcome, st.just(PROTOCOL_VERSION), I64, st.text()),
+    st.builds(Welcome, st.just(PROTOCOL_VERSION), I64, st.text(), I64),
     st.lists(CLIENT_REQUESTS, max_size=20),
     st.lists(SERVER_REPLIES, max_size=20),
     CUTS,
