@@ -62,7 +62,9 @@ _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_PATTERN = re.compile(r"[0-9]+")
 
 _TOP_KEYS = frozenset({"group", "link"})
-_GROUP_KEYS = frozenset({"id", "name", "listen", "data_dir", "pcj_default", "limits", "queue"})
+_GROUP_KEYS = frozenset(
+    {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
+)
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
     {"dqf_messages_max", "saf_messages_max", "message_bytes_max", "journal_bytes_max"}
@@ -137,6 +139,8 @@ class GroupConfig:
     limits: Limits
     queues: dict[int, QueueConfig]
     linked_group_ids: tuple[int, ...] = ()
+    dead_letter_queue: bool = True
+    """False: the group has no queue 96 (DLQ UMA fails; links apply the no-DLQ rules)."""
 
     def queue_by_name(self, name: str) -> QueueConfig:
         """The queue called `name` (exact, case-sensitive); LookupError if none."""
@@ -361,7 +365,9 @@ class _Parser:
         raw_queues = self.tables(raw, "queue", where)
         queues = [self.queue(q, f"{where}.queue[{i}]") for i, q in enumerate(raw_queues)]
         self.check_queues_unique(queues, where, group_id)
-        queues.append(DEAD_LETTER_QUEUE_CONFIG)
+        dead_letter_queue = self.boolean(raw, "dead_letter_queue", where, default=True)
+        if dead_letter_queue:
+            queues.append(DEAD_LETTER_QUEUE_CONFIG)
         return GroupConfig(
             id=group_id,
             name=name,
@@ -371,6 +377,7 @@ class _Parser:
             pcj_default=pcj_default,
             limits=limits,
             queues={q.id: q for q in sorted(queues, key=lambda q: q.id)},
+            dead_letter_queue=dead_letter_queue,
         )
 
     def limits(self, group: dict[str, Any], group_where: str) -> Limits:

@@ -31,7 +31,6 @@ from journals import (
     Record,
     WriteBatch,
     group_key,
-    seq_key,
     split_key,
 )
 from mrs.model import Address, DeliveryMode, Psb, Status
@@ -46,6 +45,8 @@ TRANSFER_FIELDS = (
     "seq", "target_queue", "source_group", "source_queue", "body", "msg_class", "msg_type",
     "priority", "delivery", "uma", "correlation_id", "put_time_ns", "headers",
 )  # fmt: skip
+PERMANENT_REFUSALS = frozenset({Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG})
+"""Refusals that no retry will cure: the channel rules send these to the DLQ."""
 LINK_LOST = -1
 """Result given to a message in flight when its link drops before the answer."""
 
@@ -123,6 +124,16 @@ class Forwarding:
                 reply,
                 Status.LINK_DOWN,
                 f"group {entry.target.group} is not linked to group {self.group.config.id}",
+            )
+            return
+        limit = self.group.bus.group(peer.group_id).limits.message_bytes_max
+        if len(entry.body) > limit:
+            self.group.undeliverable(
+                entry,
+                reply,
+                Status.MSGTOOBIG,
+                f"body of {len(entry.body)} bytes exceeds group {peer.group_id}'s "
+                f"message_bytes_max {limit}",
             )
             return
         mode = entry.delivery
@@ -211,7 +222,7 @@ class Forwarding:
 
     # ------------------------------------------------------------------ SAF drain
     def saf_batch(
-        self, peer_id: int, after_key: bytes | None, count_max: int
+        self, peer_id: int, after_key: bytes | None, count_max: int, bytes_max: int = 1 << 20
     ) -> tuple[list[tuple[bytes, list]], bytes | None]:
         """Up to count_max SAF records for a peer after `after_key`, in seq order, as
         (key, transfer fields), and the last key looked at (corrupt records are
@@ -224,9 +235,13 @@ class Forwarding:
             cursor = txn.cursor(store.db(Journal.SAF))
             if not cursor.set_range(after_key + b"\x00" if after_key else prefix):
                 return batch, last_key
+            size = 0
             for key, value in cursor:
                 if not key.startswith(prefix) or len(batch) >= count_max:
                     break
+                if batch and size + len(value) > bytes_max:
+                    break
+                size += len(value)
                 last_key = key
                 try:
                     batch.append((key, record_transfer_fields(_decode(value, key))))
@@ -236,47 +251,65 @@ class Forwarding:
                         log.error("%s; left in place, not forwarded", corrupt)
         return batch, last_key
 
-    def saf_answered(self, peer_id: int, answers: list[tuple[bytes, int]]) -> None:
-        """The peer answered SAF records: delete the stored ones (and the permanently
-        refused ones, which go to the DLJ with the reason)."""
+    def saf_answered(self, peer_id: int, answers: list[tuple[bytes, int]]) -> bool:
+        """The peer answered SAF records. Stored ones are deleted from the SAF. A
+        permanent refusal (unknown queue, too big) follows the channel rules: the
+        message moves to the local DLQ with a dead-letter header; if that put fails
+        (no DLQ, DLQ full) it stays in the SAF and the link goes into RETRY. A passing
+        refusal (peer's DQF full, its disk failing) also keeps it, in RETRY.
+        Returns True when the link must back off and retry."""
         peer = self.peers[peer_id]
         batch = WriteBatch.empty()
+        retry = False
         for key, status in answers:
             if status == LINK_LOST:
                 continue
-            if status < 0:
-                self._dead_letter_saf(batch, key, status)
+            if status < 0 and not (
+                status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(key, status)
+            ):
+                retry = True
+                continue
             batch.delete(Journal.SAF, key)
-        if not batch:
-            return
-        deleted = len(batch.deletes)
+        if batch:
+            deleted = len(batch.deletes)
 
-        def done(error: JournalError | None) -> None:
-            if error is None:
-                self.saf_count -= deleted
-                peer.saf_backlog -= deleted
-            else:
-                log.error("could not delete %d drained SAF records: %s", deleted, error)
-            if peer.link is not None:
-                peer.link.poke()
+            def done(error: JournalError | None) -> None:
+                if error is None:
+                    self.saf_count -= deleted
+                    peer.saf_backlog -= deleted
+                else:
+                    log.error("could not delete %d drained SAF records: %s", deleted, error)
+                if peer.link is not None:
+                    peer.link.poke()
 
-        self.group.writer.submit(batch, done)
+            self.group.writer.submit(batch, done)
+        return retry
 
-    def _dead_letter_saf(self, batch: WriteBatch, key: bytes, status: int) -> None:
+    def _saf_to_dead_letter_queue(self, key: bytes, status: int) -> bool:
         value = self.group.store.get_raw(Journal.SAF, key)
         try:
             record = _decode(value, key)
         except CorruptRecord as corrupt:
-            log.error("%s: dropped from the SAF after the peer refused it", corrupt)
-            return
-        record.reason = status
+            log.error("%s: refused by the peer and unreadable; left in the SAF", corrupt)
+            return False
+        from mrs.group import entry_from_record
+
+        entry = entry_from_record(record)
+        entry.journaled = False
+        moved = self.group.put_on_dead_letter_queue(
+            entry,
+            Status(status),
+            f"group {record.target_group} refused it over the link",
+            f"link {self.group.config.id}->{record.target_group}",
+        )
         log.warning(
-            "group %d refused SAF message %d (%s): moved to the DLJ",
+            "group %d refused SAF message %d (%s): %s",
             record.target_group,
             record.seq,
             _status_name(status),
+            "moved to the DLQ" if moved else "DLQ put failed, link goes into RETRY",
         )
-        batch.put_record(Journal.DLJ, seq_key(record.seq), record)
+        return moved
 
     # ------------------------------------------------------------------ receiving side
     def accept_transfer(
@@ -345,6 +378,7 @@ class Forwarding:
                 correlation_id=values["correlation_id"],
                 put_time_ns=values["put_time_ns"],
                 headers=values["headers"],
+                dead_letter_header=(values["headers"] or {}).get("dead_letter_header"),
                 origin_group=peer_id if mode.recoverable else None,
             )
         except (ValueError, TypeError) as error:

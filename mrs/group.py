@@ -38,6 +38,7 @@ from journals import (
 )
 from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
+from mrs.deadletter import dead_letter_header, header_problem
 from mrs.delivery import (
     Refused,
     check_confirm,
@@ -255,6 +256,9 @@ class Group:
                 f"{self.limits.message_bytes_max}",
             )
         idempotency_key(request.headers)  # refuse a malformed key before anything else
+        own_header = (request.headers or {}).get(DEAD_LETTER_HEADER)
+        if own_header is not None and (problem := header_problem(own_header)) is not None:
+            raise Refused(Status.BADPARAM, problem)
         response_queue = self._resolve(request.resp_q) if request.resp_q else source
         seq = self.next_seq()
         reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
@@ -271,6 +275,7 @@ class Group:
             correlation_id=request.correlation_id,
             put_time_ns=self.clock_ns(),
             headers=request.headers,
+            dead_letter_header=own_header,
         )
         if mode.notification == "WF":
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
@@ -454,21 +459,20 @@ class Group:
         return True
 
     def _to_dead_letter_queue(self, entry: Entry, cause: Status, reason: str) -> bool:
-        queue = self.queues[DEAD_LETTER_QUEUE]
-        if queue.memory_count >= queue.config.messages_max:
+        return self.put_on_dead_letter_queue(entry, cause, reason, str(entry.source))
+
+    def put_on_dead_letter_queue(
+        self, entry: Entry, cause: Status | int, reason: str, put_appl_name: str
+    ) -> bool:
+        """Queue a copy of `entry` on this group's DLQ (memory only, as in MessageQ)
+        with a dead-letter header; False if the group has no DLQ or it is full."""
+        queue = self.queues.get(DEAD_LETTER_QUEUE)
+        if queue is None or queue.memory_count >= queue.config.messages_max:
             return False
         dead = _copy_nonrecoverable(entry, target=queue.address)
-        dead.dead_letter_header = {
-            "reason": int(cause),
-            "reason_name": cause.name,
-            "text": reason,
-            "dest_group": entry.target.group,
-            "dest_queue": entry.target.queue,
-            "format": "MRS",
-            "put_appl_name": str(entry.source),
-            "put_appl_type": "MRS",
-            "put_time_ns": entry.put_time_ns,
-        }
+        dead.dead_letter_header = dead_letter_header(
+            cause, entry.target, put_appl_name, entry.put_time_ns, reason
+        )
         queue.offer(dead)
         return True
 
@@ -710,6 +714,8 @@ class Group:
         return address
 
 
+DEAD_LETTER_HEADER = "dead_letter_header"
+"""An application putting its own message on a DLQ gives its header here."""
 IDEMPOTENCY_HEADER = "idempotency_key"
 """A recoverable put whose headers carry this key is stored at most once per group
 (the DQF-owning group remembers the keys it stored). jplay uses it so that a replay
@@ -815,6 +821,7 @@ def entry_from_record(record: Record) -> Entry:
         correlation_id=record.correlation_id,
         put_time_ns=record.put_time_ns,
         headers=record.extra.get("headers"),
+        dead_letter_header=(record.extra.get("headers") or {}).get(DEAD_LETTER_HEADER),
         origin_group=record.extra.get("origin"),
         journaled=True,
     )

@@ -30,6 +30,12 @@ log = logging.getLogger("mrs.links")
 
 WINDOW_MESSAGES_MAX = 2048
 TRANSFER_MESSAGES_MAX = 256
+TRANSFER_BYTES_MAX = 1 << 20
+"""Bodies per transfer frame (one bigger message still goes alone): with the peer's
+message_bytes_max this bounds every frame a link sends."""
+FRAME_OVERHEAD_BYTES = 64 * 1024
+RETRY_S_MIN = 0.2
+RETRY_S_MAX = 5.0
 NOTICES_PER_FRAME_MAX = 512
 BACKOFF_S_MIN = 0.05
 BACKOFF_S_MAX = 2.0
@@ -68,6 +74,9 @@ class PeerLink:
     _saf_cursor: bytes | None = None
     _notices_in_flight: set[bytes] = field(default_factory=set)
     _wake: trio.Event = field(default_factory=trio.Event)
+    retry_until: float = 0.0
+    """While trio.current_time() < this, the SAF drain is in RETRY (channel rules)."""
+    _retry_s: float = RETRY_S_MIN
 
     # ------------------------------------------------------------------ LinkPort
     def send_message(self, fields: list, on_result: Result) -> None:
@@ -83,6 +92,7 @@ class PeerLink:
 
     def status_info(self) -> dict:
         return {
+            "drain": "retry" if trio.current_time() < self.retry_until else "running",
             "in_flight": self._in_flight,
             "queued": len(self._direct),
             "connections": self.generation,
@@ -130,9 +140,12 @@ class PeerLink:
     def _flush(self) -> None:
         forwarding = self.group.forwarding
         peer = forwarding.peers[self.peer_id]
-        while peer.saf_backlog > 0 and self._in_flight < WINDOW_MESSAGES_MAX:
+        draining = trio.current_time() >= self.retry_until
+        while draining and peer.saf_backlog > 0 and self._in_flight < WINDOW_MESSAGES_MAX:
             room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
-            records, last_key = forwarding.saf_batch(self.peer_id, self._saf_cursor, room)
+            records, last_key = forwarding.saf_batch(
+                self.peer_id, self._saf_cursor, room, TRANSFER_BYTES_MAX
+            )
             if last_key == self._saf_cursor:
                 break  # nothing more committed yet; a commit will poke us
             self._saf_cursor = last_key
@@ -142,7 +155,13 @@ class PeerLink:
                 self._send(transfer, "saf", keys, len(keys))
         while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
             room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
-            chunk = [self._direct.popleft() for _ in range(min(room, len(self._direct)))]
+            chunk = [self._direct.popleft()]
+            size = len(chunk[0][0][4])  # the body
+            while self._direct and len(chunk) < room:
+                size += len(self._direct[0][0][4])
+                if size > TRANSFER_BYTES_MAX:
+                    break
+                chunk.append(self._direct.popleft())
             transfer = wire.LinkTransfer(self._next_id(), [fields for fields, _ in chunk])
             self._send(transfer, "direct", [on_result for _, on_result in chunk], len(chunk))
         if peer.notices_pending > len(self._notices_in_flight):
@@ -164,6 +183,17 @@ class PeerLink:
         self._in_flight += count
         self.messages_sent += count
         self.channel.send(event)
+
+    def _enter_retry(self) -> None:
+        """Channel rules: a message the peer refused and the DLQ could not take stays
+        in the SAF; the drain backs off and starts again from the oldest record."""
+        if trio.current_time() < self.retry_until:
+            return
+        log.warning("link to group %d: SAF drain in RETRY for %.1f s", self.peer_id, self._retry_s)
+        self.retry_until = trio.current_time() + self._retry_s
+        self.group.timers.call_later(self._retry_s, self.poke)
+        self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
+        self._saf_cursor = None
 
     def _next_id(self) -> int:
         return next(self._request_ids)
@@ -211,7 +241,10 @@ class PeerLink:
                 (key, _result(result)[1])
                 for key, result in zip(pending.items, ack.results, strict=True)
             ]
-            self.group.forwarding.saf_answered(self.peer_id, answers)
+            if self.group.forwarding.saf_answered(self.peer_id, answers):
+                self._enter_retry()
+            else:
+                self._retry_s = RETRY_S_MIN
         elif pending.kind == "notice":
             # Keep them "in flight" until their deletion is durable, or they would be
             # read back from the journal and sent again meanwhile.

@@ -37,7 +37,13 @@ from mrs.config import BusConfig, GroupConfig
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
 from mrs.group import Group
-from mrs.links import PeerLink, dial_forever, parse_link_program
+from mrs.links import (
+    FRAME_OVERHEAD_BYTES,
+    TRANSFER_BYTES_MAX,
+    PeerLink,
+    dial_forever,
+    parse_link_program,
+)
 from mrs.model import Status
 from mrs.queues import TargetQueue
 from mrs.timers import TrioTimers
@@ -47,7 +53,6 @@ log = logging.getLogger("mrs.server")
 RECEIVE_BYTES_MAX = 256 * 1024
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
-FRAME_OVERHEAD_BYTES = 4096
 
 WRITER_KIND = os.environ.get("MRS_WRITER", "inline")
 """Where commits run: "inline" on the event loop between request rounds, or "thread"
@@ -117,7 +122,9 @@ class GroupServer:
         self.sessions: set[ServerSession] = set()
         self.address: tuple[str, int] | None = None
         self.links: dict[int, PeerLink] = {}
-        self.frame_bytes_max = group_config.limits.message_bytes_max + FRAME_OVERHEAD_BYTES
+        self.frame_bytes_max = (
+            max(group_config.limits.message_bytes_max, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
+        )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open journals, recover, listen; on cancel, stop and make everything durable."""

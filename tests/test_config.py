@@ -259,7 +259,7 @@ BAD_CONFIGS = {
     "unknown group key": (
         MINIMAL_GROUP.replace("data_dir", "datadir"),
         "group[0].datadir",
-        "unknown key (did you mean 'data_dir'?); allowed keys: data_dir, id, limits",
+        "unknown key (did you mean 'data_dir'?); allowed keys: data_dir, dead_letter_queue, id, limits",
     ),
     "unknown queue key": (
         _queue(confrim='"implicit"'),
