@@ -623,7 +623,14 @@ def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Res
             processes = bus.processes
         else:
             processes = {LOCAL_GROUP: GroupProcess(_bench_config(directory, senders), 1)}
-        return trio.run(_run_phase, processes, bus, phase)
+        try:
+            return trio.run(_run_phase, processes, bus, phase)
+        except BaseExceptionGroup as group:
+            # Ctrl-C comes out of trio's nurseries wrapped in a group; `mrs` exits 130
+            # on a plain KeyboardInterrupt.
+            if group.subgroup(KeyboardInterrupt) is not None:
+                raise KeyboardInterrupt from None
+            raise
     except Exception:
         for group_id, process in processes.items():
             log_path = _log_path(group_id, process)

@@ -67,7 +67,13 @@ _GROUP_KEYS = frozenset(
 )
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
-    {"dqf_messages_max", "saf_messages_max", "message_bytes_max", "journal_bytes_max"}
+    {
+        "dqf_messages_max",
+        "saf_messages_max",
+        "dlj_messages_max",
+        "message_bytes_max",
+        "journal_bytes_max",
+    }
 )
 _QUEUE_KEYS = frozenset({"id", "name", "confirm", "messages_max", "unconfirmed_max", "permanent"})
 _QUEUE_REQUIRED = ("id", "name")
@@ -99,6 +105,7 @@ class Limits:
 
     dqf_messages_max: int = 100_000
     saf_messages_max: int = 100_000
+    dlj_messages_max: int = 1_000_000
     message_bytes_max: int = 1_048_576
     journal_bytes_max: int = 1 << 30
 

@@ -139,6 +139,8 @@ class Group:
     clock_ns: Callable[[], int] = time.time_ns
     queues: dict[int, TargetQueue] = field(default_factory=dict)
     dqf_count: int = 0
+    dlj_count: int = 0
+    """DLJ records, counted at start-up (jplay --remove may lower it on disk meanwhile)."""
     corrupt: list[str] = field(default_factory=list)
     epoch: int = 0
     _seq_counter: int = 0
@@ -164,6 +166,7 @@ class Group:
         """Start a new epoch and reload every unconfirmed DQF message into its queue."""
         previous = self.store.meta_get("epoch")
         self._start_epoch((_U32.unpack(previous)[0] if previous else 0) + 1)
+        self.dlj_count = self.store.count(Journal.DLJ)
         self.forwarding.recover()
         marks = {key: _U32.unpack(value)[0] for key, value in self.store.raw_items(Journal.MARKS)}
         recovered = 0
@@ -479,10 +482,25 @@ class Group:
     def _to_dead_letter_journal(
         self, entry: Entry, cause: Status, finish: Callable[[bool], None]
     ) -> None:
+        if self.dlj_count >= self.limits.dlj_messages_max:
+            log.error(
+                "DLJ holds dlj_messages_max=%d: message %d not dead-lettered",
+                self.limits.dlj_messages_max,
+                entry.seq,
+            )
+            finish(False)
+            return
+        self.dlj_count += 1
         record = record_from_entry(entry, written_time_ns=self.clock_ns())
         record.reason = int(cause)
         batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
-        self.writer.submit(batch, lambda error: finish(error is None))
+
+        def written(error: JournalError | None) -> None:
+            if error is not None:
+                self.dlj_count -= 1
+            finish(error is None)
+
+        self.writer.submit(batch, written)
 
     def send_mrs_ack(self, response_queue: Address, psb: Psb) -> None:
         """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender."""

@@ -28,6 +28,10 @@ class LinkedBus:
     group_extra: str = ""
     env: dict[str, str] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
+    group_limits: dict[int, str] = field(default_factory=dict)
+    """Extra [group.limits] lines for one group (after `limits`)."""
+    group_extras: dict[int, str] = field(default_factory=dict)
+    """Extra [[group]] keys for one group (after `group_extra`)."""
     """Group names (default G<id>)."""
     ports: dict[int, int] = field(default_factory=dict)
     proxies: dict[tuple[int, int], FaultProxy] = field(default_factory=dict)
@@ -60,8 +64,10 @@ class LinkedBus:
                 listen = "127.0.0.1:{self.ports[group_id]}"
                 data_dir = "g{group_id}"
                 {self.group_extra}
+                {self.group_extras.get(group_id, "")}
                 [group.limits]
                 {self.limits}
+                {self.group_limits.get(group_id, "")}
                 """)
                 + textwrap.dedent(self.queues)
             )

@@ -259,7 +259,8 @@ BAD_CONFIGS = {
     "unknown group key": (
         MINIMAL_GROUP.replace("data_dir", "datadir"),
         "group[0].datadir",
-        "unknown key (did you mean 'data_dir'?); allowed keys: data_dir, dead_letter_queue, id, limits",
+        "unknown key (did you mean 'data_dir'?); "
+        "allowed keys: data_dir, dead_letter_queue, id, limits",
     ),
     "unknown queue key": (
         _queue(confrim='"implicit"'),
@@ -269,7 +270,7 @@ BAD_CONFIGS = {
     "unknown limits key": (
         MINIMAL_GROUP + "[group.limits]\nmessage_size_max = 5\n",
         "group[0].limits.message_size_max",
-        "allowed keys: dqf_messages_max, journal_bytes_max, message_bytes_max",
+        "allowed keys: dlj_messages_max, dqf_messages_max, journal_bytes_max, message_bytes_max",
     ),
     "unknown link key": (
         MINIMAL_GROUP + SECOND_GROUP + "[[link]]\ngroups = [1, 2]\nadress = 'x:1'\n",
