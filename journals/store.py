@@ -200,6 +200,38 @@ class JournalStore:
         """Apply one batch in its own synced transaction, on the calling thread."""
         apply_batches(self, [batch])
 
+    def apply(self, batches: list[WriteBatch]) -> None:
+        """Apply batches in one synced transaction (what the writers call)."""
+        apply_batches(self, batches)
+
+    def items_after(
+        self,
+        journal: Journal,
+        prefix: bytes,
+        after_key: bytes | None,
+        count_max: int,
+        bytes_max: int,
+    ) -> list[tuple[bytes, bytes]]:
+        """Raw (key, value) pairs whose key starts with `prefix` and sorts after
+        `after_key`, in key order, at most count_max and about bytes_max (always one)."""
+        db = self._dbs[journal]
+        items: list[tuple[bytes, bytes]] = []
+        if db is None:
+            return items
+        with self.env.begin(db=db) as txn:
+            cursor = txn.cursor(db)
+            if not cursor.set_range(after_key + b"\x00" if after_key else prefix):
+                return items
+            size = 0
+            for key, value in cursor:
+                if not key.startswith(prefix) or len(items) >= count_max:
+                    break
+                if items and size + len(value) > bytes_max:
+                    break
+                size += len(value)
+                items.append((key, value))
+        return items
+
     # ----- reads
     def count(self, journal: Journal) -> int:
         db = self._dbs[journal]

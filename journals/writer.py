@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from journals.store import JournalError, JournalStore, WriteBatch, apply_batches
+from journals.store import JournalError, JournalStore, WriteBatch
 
 Done = Callable[[JournalError | None], None]
 CallSoon = Callable[[Callable[[], None]], None]
@@ -141,7 +141,7 @@ def commit_together(
     one oversized or failing batch does not fail its neighbours."""
     started_s = time.perf_counter()
     try:
-        apply_batches(store, [batch for batch, _ in pending])
+        store.apply([batch for batch, _ in pending])
         results = [(done, None) for _, done in pending]
         stats.commits += 1
     except JournalError:
@@ -156,7 +156,7 @@ def _commit_alone(
     store: JournalStore, batch: WriteBatch, stats: WriterStats
 ) -> JournalError | None:
     try:
-        apply_batches(store, [batch])
+        store.apply([batch])
     except JournalError as error:
         stats.failed_batches += 1
         return error

@@ -555,13 +555,13 @@ def _log_path(group_id: int, process: GroupProcess) -> Path:
     return process.log_path or process.config_path.parent / f"group{group_id}.log"
 
 
-def _stop_all(processes: dict[int, GroupProcess]) -> None:
+def _stop_all(processes: dict[int, GroupProcess], report: bool = True) -> None:
     """SIGTERM every running server and wait; report unclean exits. Raises on timeout
     (the caller kills what is left)."""
     for group_id, process in processes.items():
         if process.running:
             code = process.terminate(SERVER_STOP_TIMEOUT_S)
-            if code != 0:
+            if code != 0 and report:
                 print(f"mrs bench: group {group_id} exited with code {code}", file=sys.stderr)
 
 
@@ -601,12 +601,19 @@ async def _run_phase(
             )
             if bus is not None:
                 await _wait_link_up(servers.addresses[LOCAL_GROUP], REMOTE_GROUP)
-            return await phase(servers)
-        finally:
+            result = await phase(servers)
+        except BaseException:
+            # On Ctrl-C the servers got SIGINT too and may already be exiting: a
+            # SIGTERM landing after their handler is gone is no failure worth a line.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(_stop_all, processes, False)
+            raise
+        else:
             # Stop the servers while the link's proxy still runs, so the link does
             # not drop (and divert to the SAF) first.
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_stop_all, processes)
+            await trio.to_thread.run_sync(_stop_all, processes)
+            return result
+        finally:
             nursery.cancel_scope.cancel()
 
 

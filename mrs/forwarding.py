@@ -230,25 +230,16 @@ class Forwarding:
         prefix = group_key(peer_id, 0)[:4]
         batch: list[tuple[bytes, list]] = []
         last_key = after_key
-        store = self.group.store
-        with store.env.begin(db=store.db(Journal.SAF)) as txn:
-            cursor = txn.cursor(store.db(Journal.SAF))
-            if not cursor.set_range(after_key + b"\x00" if after_key else prefix):
-                return batch, last_key
-            size = 0
-            for key, value in cursor:
-                if not key.startswith(prefix) or len(batch) >= count_max:
-                    break
-                if batch and size + len(value) > bytes_max:
-                    break
-                size += len(value)
-                last_key = key
-                try:
-                    batch.append((key, record_transfer_fields(_decode(value, key))))
-                except CorruptRecord as corrupt:
-                    if str(corrupt) not in self.group.corrupt:
-                        self.group.corrupt.append(str(corrupt))
-                        log.error("%s; left in place, not forwarded", corrupt)
+        for key, value in self.group.store.items_after(
+            Journal.SAF, prefix, after_key, count_max, bytes_max
+        ):
+            last_key = key
+            try:
+                batch.append((key, record_transfer_fields(_decode(value, key))))
+            except CorruptRecord as corrupt:
+                if str(corrupt) not in self.group.corrupt:
+                    self.group.corrupt.append(str(corrupt))
+                    log.error("%s; left in place, not forwarded", corrupt)
         return batch, last_key
 
     def saf_answered(self, peer_id: int, answers: list[tuple[bytes, int]]) -> bool:
