@@ -8,7 +8,7 @@ putting through one `Client` pipeline instead of taking turns.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -43,7 +43,7 @@ class _Pending:
 class Client:
     """A connection attached to one queue: put anywhere, get and confirm from it."""
 
-    def __init__(self, stream: trio.SocketStream, program: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, program: str) -> None:
         self._stream = stream
         self._program = program
         self._connection = wire.Connection("client", frame_bytes_max=FRAME_BYTES_MAX)
@@ -272,6 +272,7 @@ async def connect(
     *,
     program: str = "mrs-client",
     connect_timeout_s: float = 10.0,
+    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
@@ -279,7 +280,7 @@ async def connect(
     host, port = _split_address(address)
     try:
         with trio.fail_after(connect_timeout_s):
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await (open_stream or trio.open_tcp_stream)(host, port)
     except (OSError, trio.TooSlowError) as error:
         raise ConnectionLost(Status.LINK_DOWN, f"cannot connect to {address}: {error}") from None
     async with stream:

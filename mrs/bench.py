@@ -617,6 +617,16 @@ async def _run_phase(
             nursery.cancel_scope.cancel()
 
 
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """The one exception inside nested groups; the group itself if there are several."""
+    while len(group.exceptions) == 1:
+        inner = group.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner
+        group = inner
+    return group
+
+
 def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Result:
     """Fresh servers on a fresh data directory (one group, or groups 1 and 2 with a
     link), `phase` against them, then stop them and remove the directory, whatever
@@ -633,11 +643,11 @@ def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Res
         try:
             return trio.run(_run_phase, processes, bus, phase)
         except BaseExceptionGroup as group:
-            # Ctrl-C comes out of trio's nurseries wrapped in a group; `mrs` exits 130
-            # on a plain KeyboardInterrupt.
+            # Errors come out of trio's nurseries wrapped in groups; `mrs` exits 130
+            # on a plain KeyboardInterrupt (Ctrl-C).
             if group.subgroup(KeyboardInterrupt) is not None:
                 raise KeyboardInterrupt from None
-            raise
+            raise _single(group) from None
     except Exception:
         for group_id, process in processes.items():
             log_path = _log_path(group_id, process)

@@ -22,6 +22,7 @@ import trio
 
 from mrs import protocol as wire
 from mrs.forwarding import LINK_LOST, Result, TransferError
+from mrs.network import TCP, Network
 
 if TYPE_CHECKING:
     from mrs.group import Group
@@ -270,7 +271,7 @@ def _result(result: object) -> tuple[int, int, int]:
 class DialedChannel:
     """The dialer's end of a link connection: a send loop like a server session's."""
 
-    stream: trio.SocketStream
+    stream: trio.abc.Stream
     connection: wire.Connection
     closed: bool = False
     _outbox: list[bytes] = field(default_factory=list)
@@ -293,7 +294,12 @@ class DialedChannel:
 
 
 async def dial_forever(
-    link: PeerLink, host: str, port: int, group_id: int, frame_bytes_max: int
+    link: PeerLink,
+    host: str,
+    port: int,
+    group_id: int,
+    frame_bytes_max: int,
+    network: Network = TCP,
 ) -> None:
     """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
     failure wait (capped exponential backoff) and try again."""
@@ -301,7 +307,7 @@ async def dial_forever(
     while True:
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await network.connect(host, port)
             async with stream:
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
                 await _handshake(channel, link.peer_id, group_id)

@@ -25,8 +25,9 @@ import logging
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import trio
@@ -45,6 +46,7 @@ from mrs.links import (
     parse_link_program,
 )
 from mrs.model import Status
+from mrs.network import TCP, Network
 from mrs.queues import TargetQueue
 from mrs.timers import TrioTimers
 
@@ -65,7 +67,7 @@ _session_ids = itertools.count(1)
 class ServerSession:
     """One client connection."""
 
-    stream: trio.SocketStream
+    stream: trio.abc.Stream
     connection: wire.Connection
     id: int = field(default_factory=lambda: next(_session_ids))
     attached: TargetQueue | None = None
@@ -113,9 +115,23 @@ class ServerSession:
 class GroupServer:
     """Serves one group on its configured listen address."""
 
-    def __init__(self, bus: BusConfig, group_config: GroupConfig) -> None:
+    def __init__(
+        self,
+        bus: BusConfig,
+        group_config: GroupConfig,
+        *,
+        network: Network = TCP,
+        open_store: Callable[[], JournalStore] | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.bus = bus
         self.config = group_config
+        self.network = network
+        self.open_store = open_store or self._open_lmdb
+        self.clock_ns = clock_ns
+        self.crashed = False
+        """Set by a simulation before cancelling run(): skip the graceful shutdown, so
+        what was not committed is lost, as in a SIGKILL."""
         self.timers = TrioTimers()
         self.store: JournalStore | None = None
         self.group: Group | None = None
@@ -128,13 +144,11 @@ class GroupServer:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open journals, recover, listen; on cancel, stop and make everything durable."""
-        self.store = JournalStore(
-            self.config.data_dir / "journals",
-            self.config.limits.journal_bytes_max,
-            fault_hook=fault_hook_from_env(),
-        )
+        self.store = self.open_store()
         writer = self._make_writer()
-        self.group = Group(self.bus, self.config, self.store, writer, self.timers)
+        self.group = Group(
+            self.bus, self.config, self.store, writer, self.timers, clock_ns=self.clock_ns
+        )
         self.group.recover()
         writer.start()
         try:
@@ -143,20 +157,28 @@ class GroupServer:
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self._start_links(nursery)
-                listeners = await nursery.start(
-                    partial(trio.serve_tcp, host=self.config.listen_host),
+                host, port = await nursery.start(
+                    self.network.serve,
                     self._serve_connection,
+                    self.config.listen_host,
                     self.config.listen_port,
                 )
-                host, port = listeners[0].socket.getsockname()[:2]
                 self.address = (self.config.listen_host, port)
                 task_status.started(self.address)
         finally:
             for session in list(self.sessions):
                 session.closed = True
-            writer.stop()
-            self.store.close()
+            if not self.crashed:
+                writer.stop()
+                self.store.close()
             log.info("group %d stopped; journals closed", self.config.id)
+
+    def _open_lmdb(self) -> JournalStore:
+        return JournalStore(
+            self.config.data_dir / "journals",
+            self.config.limits.journal_bytes_max,
+            fault_hook=fault_hook_from_env(),
+        )
 
     def _start_links(self, nursery: trio.Nursery) -> None:
         """One PeerLink per linked group; this group dials the higher-numbered ones."""
@@ -173,7 +195,13 @@ class GroupServer:
                     )
                     continue
                 nursery.start_soon(
-                    dial_forever, link, host, port, self.config.id, self.frame_bytes_max
+                    dial_forever,
+                    link,
+                    host,
+                    port,
+                    self.config.id,
+                    self.frame_bytes_max,
+                    self.network,
                 )
 
     def _dial_address(self, peer_id: int) -> tuple[str, int]:
@@ -225,10 +253,10 @@ class GroupServer:
             await trio.lowlevel.checkpoint()
             writer.commit_pending()
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, AttributeError):
             host, port = stream.socket.getpeername()[:2]
             session.peer = f"{host}:{port}"
         self.sessions.add(session)

@@ -1,0 +1,53 @@
+"""Where bytes travel: real TCP, or (in the deterministic simulation) memory.
+
+The server, its links and the client library reach the network only through this
+small interface, so `sim` can run a whole bus inside one trio run with an in-memory
+network that drops, delays, resets and partitions from a seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import trio
+
+Handler = Callable[[trio.abc.Stream], Awaitable[None]]
+
+
+class Network(Protocol):
+    async def serve(
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept connections on host:port forever; report (host, port) when listening."""
+        ...
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream: ...
+
+
+class TcpNetwork:
+    """The real network: trio TCP listeners and streams."""
+
+    async def serve(
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound_port = listeners[0].socket.getsockname()[1]
+        task_status.started((host, bound_port))
+        await trio.serve_listeners(handler, listeners)
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        return await trio.open_tcp_stream(host, port)
+
+
+TCP = TcpNetwork()

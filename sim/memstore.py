@@ -1,0 +1,120 @@
+"""An in-memory journal store with LMDB's commit semantics, for the deterministic
+simulation.
+
+A commit applies all its batches or none. Nothing uncommitted survives a crash:
+the group's writer holds uncommitted batches, and a crashed group's writer is simply
+dropped, while this store (the "disk") lives on for the restart. A `fault` callback,
+drawn from the simulation's seed, can fail any commit with EIO, ENOSPC or map full.
+It offers the same methods as `journals.JournalStore` that the server uses.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from journals.record import CorruptRecord, Record, decode_record
+from journals.store import (
+    Journal,
+    JournalDeviceError,
+    JournalFullError,
+    Selection,
+    WriteBatch,
+)
+
+Fault = Callable[[], str | None]
+"""Returns None, "EIO", "ENOSPC" or "MAPFULL" for each commit."""
+
+
+class MemoryJournalStore:
+    def __init__(self, path: Path | str = "memory", fault: Fault | None = None) -> None:
+        self.path = Path(path)
+        self.fault = fault
+        self.commits = 0
+        self._data: dict[Journal, dict[bytes, bytes]] = {journal: {} for journal in Journal}
+        self._keys: dict[Journal, list[bytes]] = {journal: [] for journal in Journal}
+
+    def close(self) -> None:
+        pass
+
+    # ----- writes
+    def commit_now(self, batch: WriteBatch) -> None:
+        self.apply([batch])
+
+    def apply(self, batches: list[WriteBatch]) -> None:
+        failure = self.fault() if self.fault is not None else None
+        if failure == "MAPFULL":
+            raise JournalFullError("journal map full (simulated)")
+        if failure in ("EIO", "ENOSPC"):
+            raise JournalDeviceError(f"journal device failed: {failure} (simulated)",
+                                     getattr(errno, failure))
+        for batch in batches:
+            for journal, key in batch.deletes:
+                self._delete(journal, key)
+            for journal, key, value in batch.puts:
+                self._put(journal, key, value)
+        self.commits += 1
+
+    def _put(self, journal: Journal, key: bytes, value: bytes) -> None:
+        data = self._data[journal]
+        if key not in data:
+            bisect.insort(self._keys[journal], key)
+        data[key] = value
+
+    def _delete(self, journal: Journal, key: bytes) -> None:
+        if self._data[journal].pop(key, None) is not None:
+            keys = self._keys[journal]
+            del keys[bisect.bisect_left(keys, key)]
+
+    # ----- reads
+    def count(self, journal: Journal) -> int:
+        return len(self._data[journal])
+
+    def meta_get(self, name: str) -> bytes | None:
+        return self._data[Journal.META].get(name.encode())
+
+    def get_raw(self, journal: Journal, key: bytes) -> bytes | None:
+        return self._data[journal].get(key)
+
+    def get(self, journal: Journal, key: bytes) -> Record | None:
+        value = self._data[journal].get(key)
+        return None if value is None else decode_record(value, journal.value, key)
+
+    def raw_items(self, journal: Journal) -> Iterator[tuple[bytes, bytes]]:
+        data = self._data[journal]
+        for key in list(self._keys[journal]):
+            yield key, data[key]
+
+    def scan(self, journal: Journal, selection: Selection | None = None
+             ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+        selection = selection or Selection()
+        prefix = selection.prefix.to_bytes(4, "big") if selection.prefix is not None else b""
+        for key, value in self.raw_items(journal):
+            if prefix and not key.startswith(prefix):
+                continue
+            try:
+                record = decode_record(value, journal.value, key)
+            except CorruptRecord as corrupt:
+                yield key, corrupt
+            else:
+                if selection.matches(record):
+                    yield key, record
+
+    def items_after(self, journal: Journal, prefix: bytes, after_key: bytes | None,
+                    count_max: int, bytes_max: int) -> list[tuple[bytes, bytes]]:
+        keys = self._keys[journal]
+        start = bisect.bisect_right(keys, after_key) if after_key else bisect.bisect_left(
+            keys, prefix)
+        items: list[tuple[bytes, bytes]] = []
+        size = 0
+        for key in keys[start:]:
+            if not key.startswith(prefix) or len(items) >= count_max:
+                break
+            value = self._data[journal][key]
+            if items and size + len(value) > bytes_max:
+                break
+            size += len(value)
+            items.append((key, value))
+        return items
