@@ -87,10 +87,19 @@ def split_key(key: bytes) -> tuple[int | None, int]:
 
 @dataclass(slots=True)
 class WriteBatch:
-    """Operations that must be durable together, applied in order in one transaction."""
+    """Operations that must be durable together, in one transaction: deletes first,
+    then puts.
+
+    `stream` names an ordered sequence of batches (e.g. what one link connection
+    delivered): once a batch of a stream fails, the writer does not commit the later
+    batches of that stream queued with it, so they cannot overtake it. `guard`, if
+    given, is asked just before committing; False skips the batch (not attempted).
+    """
 
     puts: list[tuple[Journal, bytes, bytes]]
     deletes: list[tuple[Journal, bytes]]
+    stream: object = None
+    guard: Callable[[], bool] | None = None
 
     @classmethod
     def empty(cls) -> WriteBatch:

@@ -138,18 +138,37 @@ def commit_together(
     store: JournalStore, pending: list[tuple[WriteBatch, Done]], stats: WriterStats
 ) -> list[tuple[Done, JournalError | None]]:
     """Commit all batches in one synced transaction; on failure, each batch alone, so
-    one oversized or failing batch does not fail its neighbours."""
+    one oversized or failing batch does not fail its neighbours (except the later
+    batches of the same stream, which must not overtake it)."""
     started_s = time.perf_counter()
+    skipped = {id(batch) for batch, _ in pending if batch.guard is not None and not batch.guard()}
+    attempted = [(batch, done) for batch, done in pending if id(batch) not in skipped]
     try:
-        store.apply([batch for batch, _ in pending])
-        results = [(done, None) for _, done in pending]
-        stats.commits += 1
+        if attempted:
+            store.apply([batch for batch, _ in attempted])
+            stats.commits += 1
+        outcome: dict[int, JournalError | None] = {}
     except JournalError:
-        results = [(done, _commit_alone(store, batch, stats)) for batch, done in pending]
+        outcome = {}
+        failed_streams: set[object] = set()
+        for batch, _ in attempted:
+            if batch.stream is not None and batch.stream in failed_streams:
+                outcome[id(batch)] = NOT_ATTEMPTED
+                continue
+            outcome[id(batch)] = _commit_alone(store, batch, stats)
+            if outcome[id(batch)] is not None and batch.stream is not None:
+                failed_streams.add(batch.stream)
+    results = [
+        (done, NOT_ATTEMPTED if id(batch) in skipped else outcome.get(id(batch)))
+        for batch, done in pending
+    ]
     stats.commit_time_s_total += time.perf_counter() - started_s
     stats.batches += len(pending)
     stats.operations += sum(len(batch) for batch, _ in pending)
     return results
+
+
+NOT_ATTEMPTED = JournalError("not attempted: an earlier write of the same stream failed")
 
 
 def _commit_alone(

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="directory on the disk to measure (default: ./.bench)",
     )
+    bench.add_argument(
+        "--skip-cross-group",
+        action="store_true",
+        help="leave out the runs that need a second group",
+    )
     bench.set_defaults(run=_bench)
 
     status = commands.add_parser("status", help="print a running group's status as JSON")

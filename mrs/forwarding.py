@@ -64,6 +64,12 @@ class LinkPort(Protocol):
     def send_notices(self, notices: list) -> None: ...
 
 
+class Inbound(Protocol):
+    """Per-connection state of what a peer sends (kept by `mrs.links.PeerLink`)."""
+
+    inbound_failed: bool
+
+
 class TransferError(ValueError):
     """A peer sent a transfer that does not decode: the link is broken."""
 
@@ -198,7 +204,7 @@ class Forwarding:
             peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
 
         def on_result(status: int, stored_seq: int) -> None:
-            if status == LINK_LOST and entry.delivery.recoverable:
+            if status in (LINK_LOST, Status.LINK_DOWN) and entry.delivery.recoverable:
                 # The peer may or may not have it: keep it in the SAF and resend; the
                 # peer's (origin, seq) dedupe makes that safe. Taking the UMA here
                 # could deliver the message *and* dead-letter it.
@@ -304,10 +310,15 @@ class Forwarding:
 
     # ------------------------------------------------------------------ receiving side
     def accept_transfer(
-        self, peer_id: int, messages: list, respond: Callable[[list], None]
+        self, peer_id: int, messages: list, respond: Callable[[list], None], inbound: Inbound
     ) -> None:
-        """Store/queue what a peer sent; `respond` gets one [seq, status] per message,
-        in order, once every recoverable one is durable."""
+        """Store/queue what a peer sent; `respond` gets one [seq, status, stored_seq]
+        per message, in order, once every recoverable one is durable.
+
+        FIFO across failures: once a recoverable message from this connection could
+        not be stored (for a reason a retry may cure), every later one is answered
+        LINK_DOWN without being stored, until the peer says it starts over
+        ("resync"), so nothing overtakes the message that failed."""
         from mrs.group import idempotency_key
 
         entries = [self._entry_from_fields(peer_id, fields) for fields in messages]
@@ -316,6 +327,12 @@ class Forwarding:
 
         def answer(index: int, seq: int) -> Callable[[Status, int, str], None]:
             def outcome(status: Status, stored_seq: int, reason: str) -> None:
+                if (
+                    status != Status.STORED
+                    and status not in PERMANENT_REFUSALS
+                    and entries[index].delivery.recoverable
+                ):
+                    inbound.inbound_failed = True
                 results[index] = [seq, int(status), stored_seq]
                 remaining[0] -= 1
                 if remaining[0] == 0:
@@ -327,11 +344,23 @@ class Forwarding:
             respond([])
         for index, entry in enumerate(entries):
             outcome = answer(index, entry.seq)
-            if entry.delivery.recoverable:
+            if entry.delivery.recoverable and inbound.inbound_failed:
+                outcome(Status.LINK_DOWN, entry.seq, "an earlier message of this link failed")
+            elif len(entry.body) > self.group.limits.message_bytes_max:
+                # This group's own limit, whatever the sender checked (e.g. a message
+                # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
+                outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")
+            elif entry.delivery.recoverable:
                 keys = [f"origin:{peer_id}:{entry.seq}"]
                 if (key := idempotency_key(entry.headers)) is not None:
                     keys.append(key)
-                self.group.store_in_dqf(entry, keys, outcome)
+                self.group.store_in_dqf(
+                    entry,
+                    keys,
+                    outcome,
+                    stream=inbound,
+                    guard=lambda: not inbound.inbound_failed,
+                )
             else:
                 self._accept_memory(peer_id, entry, outcome)
 
@@ -426,7 +455,7 @@ class Forwarding:
 
         self.group.writer.submit(batch, done)
 
-    def accept_notices(self, peer_id: int, notices: list) -> list:
+    def accept_notices(self, peer_id: int, notices: list, inbound: Inbound) -> list:
         """News from a peer about messages this group sent: report to the waiters."""
         peer = self.peers[peer_id]
         results = []
@@ -434,6 +463,10 @@ class Forwarding:
             if not isinstance(notice, list) or len(notice) != 3:
                 raise TransferError("a notice must be [kind, seq, status]")
             kind, seq, status = notice
+            if kind == "resync":
+                inbound.inbound_failed = False
+                results.append([seq, int(Status.SUCCESS), seq])
+                continue
             waiter = peer.waiters.pop(seq, None)
             if waiter is not None:
                 waiter(kind, status)

@@ -36,6 +36,7 @@ from journals import (
     queue_key,
     seq_key,
 )
+from journals.writer import NOT_ATTEMPTED
 from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
 from mrs.deadletter import dead_letter_header, header_problem
@@ -312,7 +313,12 @@ class Group:
         self.store_in_dqf(entry, keys, outcome)
 
     def store_in_dqf(
-        self, entry: Entry, dedupe_keys: list[str], outcome: Callable[[Status, int, str], None]
+        self,
+        entry: Entry,
+        dedupe_keys: list[str],
+        outcome: Callable[[Status, int, str], None],
+        stream: object = None,
+        guard: Callable[[], bool] | None = None,
     ) -> None:
         """Store a recoverable entry in this group's DQF and offer it to its queue once
         durable. `outcome(status, seq, reason)`: STORED with the seq stored (the first
@@ -338,6 +344,7 @@ class Group:
         batch = WriteBatch.empty().put_record(
             Journal.DQF, queue_key(queue.address.queue, entry.seq), record
         )
+        batch.stream, batch.guard = stream, guard
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []
             batch.put_raw(Journal.DEDUPE, key.encode(), _U64.pack(entry.seq))
@@ -350,6 +357,8 @@ class Group:
                 entry.journaled = False
                 full = isinstance(error, JournalFullError)
                 cause = Status.MRS_RES_EXH if full else Status.DQF_DEVICE_FAIL
+                if error is NOT_ATTEMPTED:
+                    cause = Status.LINK_DOWN  # an earlier message of its link failed
                 reason = str(error)
             for key in dedupe_keys:
                 for waiting in self._dedupe_waiting.pop(key, []):
@@ -473,8 +482,10 @@ class Group:
         if queue is None or queue.memory_count >= queue.config.messages_max:
             return False
         dead = _copy_nonrecoverable(entry, target=queue.address)
+        dead.delivery_status = Status.SUCCESS
+        # MQDLH: put date/time are when it was put on the DLQ, not the original put's.
         dead.dead_letter_header = dead_letter_header(
-            cause, entry.target, put_appl_name, entry.put_time_ns, reason
+            cause, entry.target, put_appl_name, self.clock_ns(), reason
         )
         queue.offer(dead)
         return True
@@ -596,11 +607,14 @@ class Group:
                 )
             )
             return
+        # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
+        # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
+        needs_confirm = entry.needs_confirm and entry.delivery_status is None
         status = entry.delivery_status or delivery_status_on_get(
-            entry.needs_confirm, entry.times_delivered
+            needs_confirm, entry.times_delivered
         )
         entry.times_delivered += 1
-        if entry.needs_confirm:
+        if needs_confirm:
             queue.unconfirmed[entry.seq] = entry
         if not entry.journaled:
             session.send(delivery_event(request_id, entry, status))

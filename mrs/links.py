@@ -75,6 +75,9 @@ class PeerLink:
     _saf_cursor: bytes | None = None
     _notices_in_flight: set[bytes] = field(default_factory=set)
     _wake: trio.Event = field(default_factory=trio.Event)
+    inbound_failed: bool = False
+    """Something this peer sent on the current connection could not be stored."""
+    _resync_due: bool = False
     retry_until: float = 0.0
     """While trio.current_time() < this, the SAF drain is in RETRY (channel rules)."""
     _retry_s: float = RETRY_S_MIN
@@ -107,6 +110,8 @@ class PeerLink:
             self.down("replaced by a new connection")
         self.channel = channel
         self.generation += 1
+        self.inbound_failed = False
+        self._resync_due = False
         self._saf_cursor = None
         self._notices_in_flight.clear()
         self.group.forwarding.link_up(self.peer_id, self)
@@ -142,6 +147,10 @@ class PeerLink:
         forwarding = self.group.forwarding
         peer = forwarding.peers[self.peer_id]
         draining = trio.current_time() >= self.retry_until
+        if draining and self._resync_due:
+            # Tell the peer we start over from the oldest record: it accepts again.
+            self._resync_due = False
+            self._send(wire.LinkNotice(self._next_id(), [["resync", 0, 0]]), "volatile", [], 0)
         while draining and peer.saf_backlog > 0 and self._in_flight < WINDOW_MESSAGES_MAX:
             room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
             records, last_key = forwarding.saf_batch(
@@ -192,6 +201,7 @@ class PeerLink:
             return
         log.warning("link to group %d: SAF drain in RETRY for %.1f s", self.peer_id, self._retry_s)
         self.retry_until = trio.current_time() + self._retry_s
+        self._resync_due = True
         self.group.timers.call_later(self._retry_s, self.poke)
         self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
         self._saf_cursor = None
@@ -213,9 +223,10 @@ class PeerLink:
                         lambda results, rid=event.request_id: (
                             channel.send(wire.LinkAck(rid, results)) if not channel.closed else None
                         ),
+                        self,
                     )
                 case wire.LinkNotice():
-                    results = forwarding.accept_notices(self.peer_id, event.notices)
+                    results = forwarding.accept_notices(self.peer_id, event.notices, self)
                     channel.send(wire.LinkAck(event.request_id, results))
                 case wire.LinkAck():
                     self._acknowledged(event)

@@ -55,8 +55,9 @@ class History:
     def record_send(self, sent: Sent) -> None:
         self.sent[sent.message_id] = sent
 
-    def record_outcome(self, message_id: str, delivery_status: int, uma_status: int,
-                       seq: int) -> None:
+    def record_outcome(
+        self, message_id: str, delivery_status: int, uma_status: int, seq: int
+    ) -> None:
         sent = self.sent[message_id]
         sent.delivery_status, sent.uma_status, sent.seq = delivery_status, uma_status, seq
 
@@ -68,17 +69,20 @@ class History:
         self.events.append({"fault": kind, "detail": detail})
 
     def to_json(self) -> str:
-        return json.dumps({
-            "seed": self.seed,
-            "sent": [asdict(sent) for sent in self.sent.values()],
-            "deliveries": self.deliveries,
-            "dead_letter_journal": sorted(self.dead_letter_journal),
-            "dead_letter_queue": sorted(self.dead_letter_queue),
-            "returned": sorted(self.returned),
-            "crashed_groups": sorted(self.crashed_groups),
-            "faults": dict(self.faults),
-            "events": self.events,
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "seed": self.seed,
+                "sent": [asdict(sent) for sent in self.sent.values()],
+                "deliveries": self.deliveries,
+                "dead_letter_journal": sorted(self.dead_letter_journal),
+                "dead_letter_queue": sorted(self.dead_letter_queue),
+                "returned": sorted(self.returned),
+                "crashed_groups": sorted(self.crashed_groups),
+                "faults": dict(self.faults),
+                "events": self.events,
+            },
+            sort_keys=True,
+        )
 
 
 @dataclass
@@ -94,13 +98,21 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.unexpected or self.unmarked_duplicates
-                    or self.order_violations or self.uma_mismatches)
+        return not (
+            self.lost
+            or self.unexpected
+            or self.unmarked_duplicates
+            or self.order_violations
+            or self.uma_mismatches
+        )
 
     def counts(self) -> dict[str, int]:
         return {
-            "sent": self.sent, "acknowledged": self.acknowledged, "delivered": self.delivered,
-            "lost": len(self.lost), "unexpected": len(self.unexpected),
+            "sent": self.sent,
+            "acknowledged": self.acknowledged,
+            "delivered": self.delivered,
+            "lost": len(self.lost),
+            "unexpected": len(self.unexpected),
             "unmarked_duplicates": len(self.unmarked_duplicates),
             "order_violations": len(self.order_violations),
             "uma_mismatches": len(self.uma_mismatches),
@@ -157,15 +169,21 @@ def _uma_mismatch(history: History, sent: Sent, delivered: bool) -> str | None:
     status = Status(sent.uma_status)
     if status == Status.DLJ_SUCCESS and sent.message_id not in history.dead_letter_journal:
         return "UMA DLJ succeeded but the message is not in the DLJ"
-    if status == Status.DLQ_SUCCESS and not crashed \
-            and sent.message_id not in history.dead_letter_queue:
+    if (
+        status == Status.DLQ_SUCCESS
+        and not crashed
+        and sent.message_id not in history.dead_letter_queue
+    ):
         return "UMA DLQ succeeded but the message is not on the DLQ"
     if status == Status.RTS_SUCCESS and not crashed and sent.message_id not in history.returned:
         return "UMA RTS succeeded but the message did not come back"
     if status == Status.SAF_SUCCESS and not delivered:
         return "UMA SAF succeeded but the message was never delivered"
-    if status in (Status.DISC_SUCCESS, Status.DISCL_SUCCESS) and delivered \
-            and sent.delivery_status in (int(Status.LINK_DOWN),):
+    if (
+        status in (Status.DISC_SUCCESS, Status.DISCL_SUCCESS)
+        and delivered
+        and sent.delivery_status in (int(Status.LINK_DOWN),)
+    ):
         return "discarded (link down) but delivered anyway"
     return None
 

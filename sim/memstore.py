@@ -48,8 +48,9 @@ class MemoryJournalStore:
         if failure == "MAPFULL":
             raise JournalFullError("journal map full (simulated)")
         if failure in ("EIO", "ENOSPC"):
-            raise JournalDeviceError(f"journal device failed: {failure} (simulated)",
-                                     getattr(errno, failure))
+            raise JournalDeviceError(
+                f"journal device failed: {failure} (simulated)", getattr(errno, failure)
+            )
         for batch in batches:
             for journal, key in batch.deletes:
                 self._delete(journal, key)
@@ -87,8 +88,9 @@ class MemoryJournalStore:
         for key in list(self._keys[journal]):
             yield key, data[key]
 
-    def scan(self, journal: Journal, selection: Selection | None = None
-             ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+    def scan(
+        self, journal: Journal, selection: Selection | None = None
+    ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
         selection = selection or Selection()
         prefix = selection.prefix.to_bytes(4, "big") if selection.prefix is not None else b""
         for key, value in self.raw_items(journal):
@@ -102,11 +104,18 @@ class MemoryJournalStore:
                 if selection.matches(record):
                     yield key, record
 
-    def items_after(self, journal: Journal, prefix: bytes, after_key: bytes | None,
-                    count_max: int, bytes_max: int) -> list[tuple[bytes, bytes]]:
+    def items_after(
+        self,
+        journal: Journal,
+        prefix: bytes,
+        after_key: bytes | None,
+        count_max: int,
+        bytes_max: int,
+    ) -> list[tuple[bytes, bytes]]:
         keys = self._keys[journal]
-        start = bisect.bisect_right(keys, after_key) if after_key else bisect.bisect_left(
-            keys, prefix)
+        start = (
+            bisect.bisect_right(keys, after_key) if after_key else bisect.bisect_left(keys, prefix)
+        )
         items: list[tuple[bytes, bytes]] = []
         size = 0
         for key in keys[start:]:

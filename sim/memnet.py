@@ -1,0 +1,145 @@
+"""An in-memory network for the deterministic simulation, with faults from a seed.
+
+Connections are trio in-memory stream pairs: bytes arrive in order, exactly as TCP
+promises, but every send may be delayed (by the simulation's clock), a connection
+may be reset, and two nodes may be partitioned (connects refused, open connections
+between them closed). Every decision comes from the simulation's `random.Random`,
+so one seed gives one history.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+from dataclasses import dataclass, field
+
+import trio
+import trio.testing
+
+from mrs.network import Handler
+
+
+@dataclass(eq=False)
+class FaultyStream(trio.abc.Stream):
+    """One end of a connection; sends may be delayed, the whole connection reset."""
+
+    inner: trio.abc.Stream
+    network: MemoryNetwork
+    nodes: frozenset[str]
+    closed: bool = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        delay_s = self.network.send_delay_s()
+        if delay_s:
+            await trio.sleep(delay_s)
+        if self.closed:
+            raise trio.BrokenResourceError("connection reset")
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self.closed:
+            raise trio.ClosedResourceError("connection reset")
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self.inner.aclose()
+
+
+@dataclass(eq=False)
+class MemoryNetwork:
+    rng: random.Random
+    delay_probability: float = 0.0
+    delay_s_max: float = 0.05
+    listeners: dict[tuple[str, int], tuple[Handler, trio.Nursery]] = field(default_factory=dict)
+    partitions: set[frozenset[str]] = field(default_factory=set)
+    connections: list[tuple[FaultyStream, FaultyStream]] = field(default_factory=list)
+    owners: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def node(self, name: str) -> NodeNetwork:
+        return NodeNetwork(self, name)
+
+    def send_delay_s(self) -> float:
+        if self.delay_probability and self.rng.random() < self.delay_probability:
+            return self.rng.uniform(0, self.delay_s_max)
+        return 0.0
+
+    # ----- faults
+    async def partition(self, node_a: str, node_b: str) -> None:
+        pair = frozenset((node_a, node_b))
+        self.partitions.add(pair)
+        for ends in list(self.connections):
+            if ends[0].nodes == pair:
+                await self._reset(ends)
+
+    def heal(self) -> None:
+        self.partitions.clear()
+
+    async def reset_one(self) -> bool:
+        """Reset one open connection chosen by the seed (False if none is open)."""
+        open_ends = [ends for ends in self.connections if not ends[0].closed]
+        if not open_ends:
+            return False
+        await self._reset(self.rng.choice(open_ends))
+        return True
+
+    async def _reset(self, ends: tuple[FaultyStream, FaultyStream]) -> None:
+        for end in ends:
+            end.closed = True
+            await end.inner.aclose()
+        if ends in self.connections:
+            self.connections.remove(ends)
+
+    # ----- plumbing
+    async def _serve(
+        self, owner: str, handler: Handler, host: str, port: int, task_status: trio.TaskStatus
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            self.listeners[(host, port)] = (handler, nursery)
+            self.owners[(host, port)] = owner
+            try:
+                task_status.started((host, port))
+                await trio.sleep_forever()
+            finally:
+                self.listeners.pop((host, port), None)
+                for ends in list(self.connections):
+                    if owner in ends[0].nodes:
+                        await self._reset(ends)
+
+    async def _connect(self, origin: str, host: str, port: int) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        entry = self.listeners.get((host, port))
+        owner = self.owners.get((host, port), "?")
+        if entry is None or frozenset((origin, owner)) in self.partitions:
+            raise OSError(errno.ECONNREFUSED, f"connection to {host}:{port} refused")
+        handler, nursery = entry
+        client_side, server_side = trio.testing.memory_stream_pair()
+        nodes = frozenset((origin, owner))
+        ends = (FaultyStream(client_side, self, nodes), FaultyStream(server_side, self, nodes))
+        self.connections.append(ends)
+        nursery.start_soon(handler, ends[1])
+        return ends[0]
+
+
+@dataclass(eq=False)
+class NodeNetwork:
+    """The network as one node (a group or the clients) sees it."""
+
+    network: MemoryNetwork
+    name: str
+
+    async def serve(
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self.network._serve(self.name, handler, host, port, task_status)
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        return await self.network._connect(self.name, host, port)
