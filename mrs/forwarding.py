@@ -248,7 +248,12 @@ class Forwarding:
                     log.error("%s; left in place, not forwarded", corrupt)
         return batch, last_key
 
-    def saf_answered(self, peer_id: int, answers: list[tuple[bytes, int]]) -> bool:
+    def saf_answered(
+        self,
+        peer_id: int,
+        answers: list[tuple[bytes, int]],
+        forgettable: Callable[[list[int]], None] = lambda seqs: None,
+    ) -> bool:
         """The peer answered SAF records. Stored ones are deleted from the SAF. A
         permanent refusal (unknown queue, too big) follows the channel rules: the
         message moves to the local DLQ with a dead-letter header; if that put fails
@@ -270,10 +275,13 @@ class Forwarding:
         if batch:
             deleted = len(batch.deletes)
 
+            stored = [split_key(key)[1] for key, status in answers if status == Status.STORED]
+
             def done(error: JournalError | None) -> None:
                 if error is None:
                     self.saf_count -= deleted
                     peer.saf_backlog -= deleted
+                    forgettable(stored)
                 else:
                     log.error("could not delete %d drained SAF records: %s", deleted, error)
                 if peer.link is not None:
@@ -459,6 +467,7 @@ class Forwarding:
         """News from a peer about messages this group sent: report to the waiters."""
         peer = self.peers[peer_id]
         results = []
+        forget = WriteBatch.empty()
         for notice in notices:
             if not isinstance(notice, list) or len(notice) != 3:
                 raise TransferError("a notice must be [kind, seq, status]")
@@ -467,10 +476,16 @@ class Forwarding:
                 inbound.inbound_failed = False
                 results.append([seq, int(Status.SUCCESS), seq])
                 continue
+            if kind == "forget":
+                forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
+                results.append([seq, int(Status.SUCCESS), seq])
+                continue
             waiter = peer.waiters.pop(seq, None)
             if waiter is not None:
                 waiter(kind, status)
             results.append([seq, int(Status.SUCCESS), seq])
+        if forget:
+            self.group.writer.submit(forget, lambda error: None)  # best effort: a kept key
         return results
 
     # ------------------------------------------------------------------ link state

@@ -716,6 +716,7 @@ class Group:
             "name": self.config.name,
             "epoch": self.epoch,
             "dqf_messages": self.dqf_count,
+            "dedupe_keys": self.store.count(Journal.DEDUPE),
             "corrupt_records": list(self.corrupt),
             "writer": self.writer.stats.as_dict(),
             "links": self.forwarding.status_info(),

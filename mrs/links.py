@@ -22,6 +22,7 @@ import trio
 
 from mrs import protocol as wire
 from mrs.forwarding import LINK_LOST, Result, TransferError
+from mrs.model import Status
 from mrs.network import TCP, Network
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class PeerLink:
     _saf_cursor: bytes | None = None
     _notices_in_flight: set[bytes] = field(default_factory=set)
     _wake: trio.Event = field(default_factory=trio.Event)
+    _forget: list[int] = field(default_factory=list)
+    """Seqs the peer stored and this side will never resend: the peer may drop their
+    dedupe keys (sent as "forget" notices)."""
     inbound_failed: bool = False
     """Something this peer sent on the current connection could not be stored."""
     _resync_due: bool = False
@@ -174,6 +178,13 @@ class PeerLink:
                 chunk.append(self._direct.popleft())
             transfer = wire.LinkTransfer(self._next_id(), [fields for fields, _ in chunk])
             self._send(transfer, "direct", [on_result for _, on_result in chunk], len(chunk))
+        if self._forget:
+            forget, self._forget = self._forget, []
+            for start in range(0, len(forget), NOTICES_PER_FRAME_MAX):
+                notices = [
+                    ["forget", seq, 0] for seq in forget[start : start + NOTICES_PER_FRAME_MAX]
+                ]
+                self._send(wire.LinkNotice(self._next_id(), notices), "volatile", [], 0)
         if peer.notices_pending > len(self._notices_in_flight):
             fresh = [
                 (key, notice)
@@ -193,6 +204,11 @@ class PeerLink:
         self._in_flight += count
         self.messages_sent += count
         self.channel.send(event)
+
+    def _forgettable(self, seqs: list[int]) -> None:
+        """SAF records the peer stored are deleted here for good: no resend possible."""
+        self._forget.extend(seqs)
+        self._wake.set()
 
     def _enter_retry(self) -> None:
         """Channel rules: a message the peer refused and the DLQ could not take stays
@@ -246,14 +262,16 @@ class PeerLink:
             )
         if pending.kind == "direct":
             for on_result, result in zip(pending.items, ack.results, strict=True):
-                _seq, status, stored_seq = _result(result)
+                seq, status, stored_seq = _result(result)
+                if status == Status.STORED:
+                    self._forget.append(seq)
                 on_result(status, stored_seq)
         elif pending.kind == "saf":
             answers = [
                 (key, _result(result)[1])
                 for key, result in zip(pending.items, ack.results, strict=True)
             ]
-            if self.group.forwarding.saf_answered(self.peer_id, answers):
+            if self.group.forwarding.saf_answered(self.peer_id, answers, self._forgettable):
                 self._enter_retry()
             else:
                 self._retry_s = RETRY_S_MIN

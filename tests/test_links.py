@@ -267,3 +267,21 @@ async def test_link_from_a_wrong_group_is_refused(bus, program) -> None:
     log = (bus.directory / "group2.log").read_text()
     assert "refused link from" in log and repr(program) in log
     assert (await link_state(bus.address(1), 2))["state"] == "up"
+
+
+async def test_receiver_forgets_dedupe_keys_once_the_sender_cannot_resend(bus) -> None:
+    """Dedupe keys live only while a resend is possible: the journal does not grow."""
+    async with connect(bus.address(1), "OUT") as sender:
+        for index in range(20):
+            await sender.put(b"%d" % index, target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        bus.proxy(1, 2).cut()
+        await wait_for_link(bus, 1, 2, "down")
+        for index in range(20, 30):
+            await sender.put(b"%d" % index, target="2.10", delivery=MODE.WF_SAF, uma=Uma.DISC)
+        bus.proxy(1, 2).heal()
+        await wait_for_link(bus, 1, 2, "up", backlog=0)
+    with trio.fail_after(LINK_WAIT_S):
+        while (await _status(bus, 2))["dedupe_keys"]:
+            await trio.sleep(0.02)
+    async with connect(bus.address(2), "IN") as receiver:
+        assert len(await drain(receiver, 30)) == 30
