@@ -75,6 +75,42 @@ def _jplay(args: argparse.Namespace) -> int:
     return run_jplay(args)
 
 
+def _sim_swarm(args: argparse.Namespace) -> int:
+    from sim.commands import run_swarm_command
+
+    return run_swarm_command(args)
+
+
+def _sim_run(args: argparse.Namespace) -> int:
+    from sim.commands import run_scenario_command
+
+    return run_scenario_command(args)
+
+
+SCENARIO_NAMES = ("crash-loop", "disk-full", "mixed", "partition-storm", "slow-consumer")
+
+
+def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
+    sim = commands.add_parser("sim", help="fault-injection scenarios and the simulation swarm")
+    kinds = sim.add_subparsers(dest="sim_command", required=True, metavar="KIND")
+    swarm = kinds.add_parser("swarm", help="deterministic simulation over many seeds")
+    swarm.add_argument("--seeds", type=int, default=200, help="how many seeds")
+    swarm.add_argument("--first", type=int, default=0, help="first seed")
+    swarm.add_argument("--seed", type=int, default=None, help="run just this seed (replay)")
+    swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
+    swarm.add_argument(
+        "--history", type=Path, default=None, help="write the history of --seed as JSON here"
+    )
+    swarm.set_defaults(run=_sim_swarm)
+    run = kinds.add_parser("run", help="a scenario against real processes")
+    run.add_argument("scenario", choices=SCENARIO_NAMES)
+    run.add_argument("--seconds", type=float, default=60.0, help="length of the fault phase")
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--history", type=Path, default=None, help="write the history JSON here")
+    run.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
+    run.set_defaults(run=_sim_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrs", description="MRS: MessageQ-style message recovery service."
@@ -125,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out the runs that need a second group",
     )
     bench.set_defaults(run=_bench)
+
+    _add_sim_parser(commands)
 
     status = commands.add_parser("status", help="print a running group's status as JSON")
     status.add_argument("--config", type=Path, help="bus configuration (TOML)")

@@ -72,6 +72,12 @@ SEQ_COUNTER_MAX = (1 << SEQ_EPOCH_SHIFT) - 1
 """A seq is group (15 bits) | boot epoch (17 bits) | counter (32 bits): unique on the
 whole bus and increasing per group across restarts, without a disk write per
 message (the epoch is committed once per start, or when the counter wraps)."""
+UNSAFE_ACK_BEFORE_COMMIT = "ack-before-commit"
+UNSAFE_SKIP_POSSDUPL = "skip-possdupl"
+UNSAFE_SWITCHES = frozenset({UNSAFE_ACK_BEFORE_COMMIT, UNSAFE_SKIP_POSSDUPL})
+"""Broken builds the fault harness can switch on to show the checker catches them;
+a server honours them only when started by the harness (MRS_HARNESS_UNSAFE)."""
+
 BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
 """A journaled message further back in its queue than this keeps its body only on
 disk (read back at delivery), so memory stays flat while a DQF backlog grows."""
@@ -150,6 +156,8 @@ class Group:
     )
     _event_log_path: Path | None = None
     forwarding: Forwarding | None = None
+    unsafe: frozenset[str] = frozenset()
+    """Deliberately broken behaviours, for proving the checker (harness only)."""
 
     def __post_init__(self) -> None:
         self.forwarding = Forwarding(self)
@@ -310,6 +318,8 @@ class Group:
                 reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
         keys = [key] if (key := idempotency_key(entry.headers)) is not None else []
+        if UNSAFE_ACK_BEFORE_COMMIT in self.unsafe and entry.delivery.interest_point != "CONF":
+            reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
         self.store_in_dqf(entry, keys, outcome)
 
     def store_in_dqf(
@@ -613,6 +623,8 @@ class Group:
         status = entry.delivery_status or delivery_status_on_get(
             needs_confirm, entry.times_delivered
         )
+        if UNSAFE_SKIP_POSSDUPL in self.unsafe and status == Status.POSSDUPL:
+            status = Status.CONFIRMREQ
         entry.times_delivered += 1
         if needs_confirm:
             queue.unconfirmed[entry.seq] = entry

@@ -37,7 +37,7 @@ from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
-from mrs.group import Group
+from mrs.group import UNSAFE_SWITCHES, Group
 from mrs.links import (
     FRAME_OVERHEAD_BYTES,
     TRANSFER_BYTES_MAX,
@@ -123,12 +123,14 @@ class GroupServer:
         network: Network = TCP,
         open_store: Callable[[], JournalStore] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        unsafe: frozenset[str] | None = None,
     ) -> None:
         self.bus = bus
         self.config = group_config
         self.network = network
         self.open_store = open_store or self._open_lmdb
         self.clock_ns = clock_ns
+        self.unsafe = unsafe if unsafe is not None else unsafe_from_env()
         self.crashed = False
         """Set by a simulation before cancelling run(): skip the graceful shutdown, so
         what was not committed is lost, as in a SIGKILL."""
@@ -147,8 +149,16 @@ class GroupServer:
         self.store = self.open_store()
         writer = self._make_writer()
         self.group = Group(
-            self.bus, self.config, self.store, writer, self.timers, clock_ns=self.clock_ns
+            self.bus,
+            self.config,
+            self.store,
+            writer,
+            self.timers,
+            clock_ns=self.clock_ns,
+            unsafe=self.unsafe,
         )
+        if self.unsafe:
+            log.warning("UNSAFE build switches on (harness only): %s", ", ".join(self.unsafe))
         self.group.recover()
         writer.start()
         try:
@@ -346,6 +356,18 @@ class GroupServer:
                     request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}"
                 )
             )
+
+
+UNSAFE_ENV = "MRS_HARNESS_UNSAFE"
+
+
+def unsafe_from_env() -> frozenset[str]:
+    """Switches the fault harness may set to prove the checker (never in production)."""
+    words = frozenset(filter(None, os.environ.get(UNSAFE_ENV, "").split(",")))
+    unknown = words - UNSAFE_SWITCHES
+    if unknown:
+        raise ValueError(f"{UNSAFE_ENV}: unknown switches {sorted(unknown)}")
+    return words
 
 
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)

@@ -70,6 +70,7 @@ class SimGroup:
     group_id: int
     network: MemoryNetwork
     store: MemoryJournalStore
+    unsafe: frozenset[str] = frozenset()
     server: GroupServer | None = None
     scope: trio.CancelScope | None = None
     up: bool = False
@@ -86,6 +87,7 @@ class SimGroup:
             network=self.network.node(f"g{self.group_id}"),
             open_store=lambda: self.store,
             clock_ns=lambda: int(trio.current_time() * 1e9),
+            unsafe=self.unsafe,
         )
         await nursery.start(self._run)
         self.up = True
@@ -129,10 +131,11 @@ async def _producer(sim: Simulation, group_id: int, index: int) -> None:
     name = f"{group_id}.{20 + index}"
     rng = random.Random(sim.rng.random())
     counter = 0
-    while counter < MESSAGES_PER_PRODUCER_MAX and not sim.stopping:
+    messages_max = getattr(sim, "messages_max", MESSAGES_PER_PRODUCER_MAX)
+    while counter < messages_max and not sim.stopping:
         try:
             async with await sim.connect(group_id, f"P{index}") as client:
-                while counter < MESSAGES_PER_PRODUCER_MAX and not sim.stopping:
+                while counter < messages_max and not sim.stopping:
                     mode, uma = PLANS[rng.randrange(len(PLANS))]
                     target_group = rng.choice(GROUPS)
                     message_id = f"{name}:{counter}"
@@ -233,7 +236,7 @@ async def _settled(sim: Simulation) -> bool:
     return True
 
 
-async def _run(seed: int, directory: Path) -> History:
+async def _run(seed: int, directory: Path, unsafe: frozenset[str]) -> History:
     rng = random.Random(seed)
     trio._core._run._r.seed(seed)  # trio's own scheduling choices, from the same seed
     network = MemoryNetwork(rng)
@@ -250,7 +253,9 @@ async def _run(seed: int, directory: Path) -> History:
                 return fault_rng.choice(("EIO", "ENOSPC", "MAPFULL"))
             return None
 
-        groups[group_id] = SimGroup(bus, group_id, network, MemoryJournalStore(fault=fault))
+        groups[group_id] = SimGroup(
+            bus, group_id, network, MemoryJournalStore(fault=fault), unsafe=unsafe
+        )
     async with trio.open_nursery() as nursery:
         for group in groups.values():
             await group.start(nursery)
@@ -282,9 +287,14 @@ async def _run(seed: int, directory: Path) -> History:
     return history
 
 
-def run_seed(seed: int) -> tuple[History, Verdict]:
+def run_seed(seed: int, unsafe: frozenset[str] = frozenset()) -> tuple[History, Verdict]:
+    """Simulate one seed; the history and the checker's verdict."""
     with tempfile.TemporaryDirectory(prefix="mrs-sim-") as scratch:
         history = trio.run(
-            _run, seed, Path(scratch), clock=trio.testing.MockClock(autojump_threshold=0)
+            _run,
+            seed,
+            Path(scratch),
+            unsafe,
+            clock=trio.testing.MockClock(autojump_threshold=0),
         )
     return history, check(history)

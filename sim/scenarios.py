@@ -1,0 +1,210 @@
+"""Real-process fault scenarios: a bus of `mrs serve` processes, the same workload as the
+deterministic simulation, and a nemesis that really kills, pauses, partitions and
+fills disks, on a schedule drawn from a seed. Then heal, drain and check.
+
+Scenarios (what each breaks):
+- crash-loop: SIGKILL + restart of either group, again and again;
+- partition-storm: link cuts, one-way blackholes and added latency on the proxy;
+- disk-full: journal commits failing with ENOSPC, EIO and map full (fault file);
+- slow-consumer: consumers that lag, and processes paused with SIGSTOP/SIGCONT;
+- mixed: all of the above at once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from clients import MrsError, connect
+from journals import Journal, JournalStore
+from sim.bus import LinkedBus
+from sim.checker import History
+from sim.swarm import GROUPS, PRODUCERS_PER_GROUP, _consumer, _producer
+
+SCENARIOS: dict[str, tuple[str, ...]] = {
+    "crash-loop": ("crash",),
+    "partition-storm": ("partition", "blackhole", "latency"),
+    "disk-full": ("disk",),
+    "slow-consumer": ("pause", "slow"),
+    "mixed": ("crash", "partition", "blackhole", "latency", "disk", "pause", "slow"),
+}
+QUEUES = '[[group.queue]]\nid = 10\nname = "IN"\nconfirm = "explicit-in-order"\n' + "".join(
+    f'[[group.queue]]\nid = {20 + index}\nname = "P{index}"\n'
+    for index in range(PRODUCERS_PER_GROUP)
+)
+SETTLE_S_MAX = 120.0
+
+
+@dataclass(eq=False)
+class RealRun:
+    """What the shared workload needs: connect, a history, a stop flag, a seed."""
+
+    bus: LinkedBus
+    rng: random.Random
+    history: History
+    stopping: bool = False
+    messages_max: int = 10**9
+    consumer_delay_s: float = 0.0
+    fault_files: dict[int, Path] = field(default_factory=dict)
+
+    async def connect(self, group_id: int, queue: str | None):
+        return connect(self.bus.address(group_id), queue, program="sim", connect_timeout_s=5)
+
+
+async def _nemesis(run: RealRun, actions: tuple[str, ...], duration_s: float) -> None:
+    rng = random.Random(run.rng.random())
+    bus = run.bus
+    proxy = bus.proxy(1, 2)
+    deadline = trio.current_time() + duration_s
+    while trio.current_time() < deadline:
+        await trio.sleep(rng.uniform(0.3, 2.0))
+        action = rng.choice(actions)
+        victim = rng.choice(GROUPS)
+        hold_s = rng.uniform(0.2, 2.5)
+        run.history.record_fault(action, f"g{victim}")
+        if action == "crash":
+            bus.processes[victim].kill()
+            run.history.crashed_groups.add(victim)
+            await trio.sleep(rng.uniform(0.05, 1.0))
+            await trio.to_thread.run_sync(bus.processes[victim].start)
+        elif action == "partition":
+            proxy.cut()
+            await trio.sleep(hold_s)
+            proxy.heal()
+        elif action == "blackhole":
+            proxy.blackhole(rng.choice(("forward", "backward")))
+            await trio.sleep(hold_s)
+            proxy.cut()  # a stream with bytes missing cannot go on: drop it
+            proxy.heal()
+        elif action == "latency":
+            proxy.latency_s = rng.uniform(0.005, 0.05)
+            await trio.sleep(hold_s)
+            proxy.latency_s = 0.0
+        elif action == "disk":
+            run.fault_files[victim].write_text(rng.choice(("ENOSPC", "EIO", "MAPFULL")))
+            await trio.sleep(hold_s)
+            run.fault_files[victim].write_text("")
+        elif action == "pause":
+            pid = bus.processes[victim].process.pid
+            os.kill(pid, signal.SIGSTOP)
+            await trio.sleep(hold_s)
+            os.kill(pid, signal.SIGCONT)
+        elif action == "slow":
+            run.consumer_delay_s = rng.uniform(0.05, 0.3)
+            await trio.sleep(hold_s * 2)
+            run.consumer_delay_s = 0.0
+
+
+async def _settled(run: RealRun) -> bool:
+    for group_id in GROUPS:
+        try:
+            async with await run.connect(group_id, None) as client:
+                status = await client.status()
+        except MrsError:
+            return False
+        for link in status["links"].values():
+            if (
+                link["state"] != "up"
+                or link["saf_backlog"]
+                or link.get("in_flight")
+                or link.get("notices_pending")
+            ):
+                return False
+    return True
+
+
+async def run_scenario(name: str, seed: int, duration_s: float, directory: Path) -> History:
+    """Run one scenario against real processes; the recorded history."""
+    actions = SCENARIOS[name]
+    rng = random.Random(seed)
+    fault_files = {group_id: directory / f"faults-g{group_id}" for group_id in GROUPS}
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in fault_files.values():
+        path.write_text("")
+    bus = LinkedBus(directory / "bus", queues=QUEUES)
+    for group_id, process in bus.processes.items():
+        process.env["MRS_FAULT_FILE"] = str(fault_files[group_id])
+    history = History(seed=seed)
+    run = RealRun(bus, rng, history, fault_files=fault_files)
+    async with trio.open_nursery() as nursery:
+        await bus.start_proxies(nursery)
+        await trio.to_thread.run_sync(bus.start)
+        try:
+            async with trio.open_nursery() as workload:
+                for group_id in GROUPS:
+                    workload.start_soon(_slowable_consumer, run, group_id)
+                    for index in range(PRODUCERS_PER_GROUP):
+                        workload.start_soon(_producer, run, group_id, index)
+                await _nemesis(run, actions, duration_s)
+                run.stopping = True
+                _heal(run)
+                with trio.move_on_after(SETTLE_S_MAX):
+                    while not await _settled(run):
+                        await trio.sleep(0.2)
+                workload.cancel_scope.cancel()
+            for group_id in GROUPS:
+                await _consumer(run, group_id, drain=True)
+        finally:
+            bus.stop()
+            nursery.cancel_scope.cancel()
+    for group_id in GROUPS:
+        store = JournalStore(bus.data_dir(group_id) / "journals", readonly=True)
+        try:
+            for _, record in store.scan(Journal.DLJ):
+                history.dead_letter_journal.add(record.body.decode())
+        finally:
+            store.close()
+    return history
+
+
+def _heal(run: RealRun) -> None:
+    proxy = run.bus.proxy(1, 2)
+    proxy.heal()
+    proxy.latency_s = 0.0
+    run.consumer_delay_s = 0.0
+    for path in run.fault_files.values():
+        path.write_text("")
+    for process in run.bus.processes.values():
+        if process.running:
+            os.kill(process.process.pid, signal.SIGCONT)
+
+
+async def _slowable_consumer(run: RealRun, group_id: int) -> None:
+    """The shared consumer, with the scenario's lag between gets."""
+
+    class Lagging:
+        def __init__(self, inner: RealRun) -> None:
+            self.inner = inner
+            self.history = inner.history
+
+        async def connect(self, group: int, queue: str | None):
+            return _LaggingConnect(await self.inner.connect(group, queue), self.inner)
+
+    await _consumer(Lagging(run), group_id)
+
+
+class _LaggingConnect:
+    def __init__(self, manager, run: RealRun) -> None:
+        self.manager = manager
+        self.run = run
+
+    async def __aenter__(self):
+        client = await self.manager.__aenter__()
+        run = self.run
+        original_get = client.get
+
+        async def get(timeout=None):
+            if run.consumer_delay_s:
+                await trio.sleep(run.consumer_delay_s)
+            return await original_get(timeout)
+
+        client.get = get
+        return client
+
+    async def __aexit__(self, *exc_info):
+        return await self.manager.__aexit__(*exc_info)
