@@ -28,6 +28,7 @@ The schema:
     messages_max = 10000
     unconfirmed_max = 1000
     permanent = true
+    recoverable = true             # false: no DQF (recoverable puts answer NO_DQF)
     [[link]]
     groups = [1, 2]
     address = "127.0.0.1:9000"     # optional: where the lower group dials
@@ -75,7 +76,9 @@ _LIMITS_KEYS = frozenset(
         "journal_bytes_max",
     }
 )
-_QUEUE_KEYS = frozenset({"id", "name", "confirm", "messages_max", "unconfirmed_max", "permanent"})
+_QUEUE_KEYS = frozenset(
+    {"id", "name", "confirm", "messages_max", "unconfirmed_max", "permanent", "recoverable"}
+)
 _QUEUE_REQUIRED = ("id", "name")
 _LINK_KEYS = frozenset({"groups", "address"})
 _LINK_REQUIRED = ("groups",)
@@ -120,6 +123,8 @@ class QueueConfig:
     messages_max: int = DEFAULT_MESSAGES_MAX
     unconfirmed_max: int = DEFAULT_UNCONFIRMED_MAX
     permanent: bool = True
+    recoverable: bool = True
+    """False: the queue has no DQF; recoverable puts to it answer NO_DQF."""
 
 
 DEAD_LETTER_QUEUE_CONFIG = QueueConfig(
@@ -129,8 +134,9 @@ DEAD_LETTER_QUEUE_CONFIG = QueueConfig(
     messages_max=10000,
     unconfirmed_max=10000,
     permanent=True,
+    recoverable=False,
 )
-"""Queue 96: present in every group without being declared."""
+"""Queue 96: present in every group without being declared; memory only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +427,7 @@ class _Parser:
                 raw, "unconfirmed_max", where, low=1, default=DEFAULT_UNCONFIRMED_MAX
             ),
             permanent=self.boolean(raw, "permanent", where, default=True),
+            recoverable=self.boolean(raw, "recoverable", where, default=True),
         )
 
     def link(self, raw: dict[str, Any], where: str, groups: dict[int, GroupConfig]) -> LinkConfig:

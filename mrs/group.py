@@ -335,7 +335,7 @@ class Group:
         copy's, for a duplicate key), or the cause that makes it undeliverable
         (NO_DQF, DQF_FULL, MRS_RES_EXH, DQF_DEVICE_FAIL)."""
         queue = self.queues.get(entry.target.queue)
-        if queue is None or entry.target.queue == DEAD_LETTER_QUEUE:
+        if queue is None or not queue.config.recoverable:
             outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
         for key in dedupe_keys:

@@ -141,6 +141,7 @@ def test_dead_letter_queue_in_every_group(bus: BusConfig) -> None:
         messages_max=10000,
         unconfirmed_max=10000,
         permanent=True,
+        recoverable=False,
     )
     assert expected == DEAD_LETTER_QUEUE_CONFIG
     for group in bus.groups.values():

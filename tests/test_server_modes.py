@@ -262,3 +262,16 @@ async def test_message_bigger_than_the_limit_is_refused(make_bus) -> None:
         assert refused.value.status == Status.MSGTOOBIG
         psb = await sender.put(b"x" * 1000, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.STORED
+
+
+async def test_recoverable_put_to_a_queue_without_dqf_answers_no_dqf(make_bus) -> None:
+    queues = (
+        '[[group.queue]]\nid = 13\nname = "SENDER"\n'
+        '[[group.queue]]\nid = 30\nname = "NODQF"\nrecoverable = false\n'
+    )
+    bus = make_bus(queues=queues)
+    async with connect(bus.address, queue="SENDER") as sender:
+        psb = await sender.put(b"x", target="NODQF", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+        assert (psb.delivery_status, psb.uma_status) == (Status.NO_DQF, Status.DLJ_SUCCESS)
+        memory = await sender.put(b"y", target="NODQF", delivery=MODE.WF_MEM)
+        assert memory.delivery_status == Status.UNATTACHEDQ
