@@ -34,6 +34,7 @@ from journals import (
     split_key,
 )
 from mrs.model import Address, DeliveryMode, Psb, Status
+from mrs.records import entry_from_record, idempotency_key, record_from_entry
 
 if TYPE_CHECKING:
     from mrs.group import Group, PutReply
@@ -173,8 +174,6 @@ class Forwarding:
 
     def store_in_saf(self, entry: Entry, done: Callable[[JournalError | None], None]) -> None:
         """Journal an entry in the SAF for its target group; `done(error)` when durable."""
-        from mrs.group import record_from_entry
-
         peer = self.peers[entry.target.group]
         limit = self.group.limits.saf_messages_max
         if self.saf_count >= limit:
@@ -297,8 +296,6 @@ class Forwarding:
         except CorruptRecord as corrupt:
             log.error("%s: refused by the peer and unreadable; left in the SAF", corrupt)
             return False
-        from mrs.group import entry_from_record
-
         entry = entry_from_record(record)
         entry.journaled = False
         moved = self.group.put_on_dead_letter_queue(
@@ -327,8 +324,6 @@ class Forwarding:
         not be stored (for a reason a retry may cure), every later one is answered
         LINK_DOWN without being stored, until the peer says it starts over
         ("resync"), so nothing overtakes the message that failed."""
-        from mrs.group import idempotency_key
-
         entries = [self._entry_from_fields(peer_id, fields) for fields in messages]
         results: list = [None] * len(entries)
         remaining = [len(entries)]

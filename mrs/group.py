@@ -31,7 +31,6 @@ from journals import (
     JournalError,
     JournalFullError,
     JournalStore,
-    Record,
     WriteBatch,
     queue_key,
     seq_key,
@@ -62,6 +61,12 @@ from mrs.model import (
     Uma,
 )
 from mrs.queues import Entry, GetWaiter, TargetQueue
+from mrs.records import (
+    DEAD_LETTER_HEADER,
+    entry_from_record,
+    idempotency_key,
+    record_from_entry,
+)
 
 log = logging.getLogger("mrs.group")
 
@@ -759,28 +764,6 @@ class Group:
         return address
 
 
-DEAD_LETTER_HEADER = "dead_letter_header"
-"""An application putting its own message on a DLQ gives its header here."""
-IDEMPOTENCY_HEADER = "idempotency_key"
-"""A recoverable put whose headers carry this key is stored at most once per group
-(the DQF-owning group remembers the keys it stored). jplay uses it so that a replay
-interrupted at any point can be re-run without double delivery."""
-IDEMPOTENCY_KEY_BYTES_MAX = 256
-
-
-def idempotency_key(headers: dict | None) -> str | None:
-    if not headers or IDEMPOTENCY_HEADER not in headers:
-        return None
-    key = headers[IDEMPOTENCY_HEADER]
-    if not isinstance(key, str) or not 0 < len(key.encode()) <= IDEMPOTENCY_KEY_BYTES_MAX:
-        raise Refused(
-            Status.BADPARAM,
-            f"headers.{IDEMPOTENCY_HEADER} must be a string of "
-            f"1..{IDEMPOTENCY_KEY_BYTES_MAX} bytes",
-        )
-    return key
-
-
 def _sort_unconfirmed(queue: TargetQueue) -> None:
     ordered = sorted(queue.unconfirmed.items())
     queue.unconfirmed.clear()
@@ -820,53 +803,4 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
         entry.put_time_ns,
         entry.dead_letter_header,
         entry.headers,
-    )
-
-
-def _record_extra(entry: Entry) -> dict:
-    extra: dict = {}
-    if entry.headers:
-        extra["headers"] = entry.headers
-    if entry.origin_group is not None:
-        extra["origin"] = entry.origin_group
-    return extra
-
-
-def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
-    return Record(
-        seq=entry.seq,
-        target_group=entry.target.group,
-        target_queue=entry.target.queue,
-        source_group=entry.source.group,
-        source_queue=entry.source.queue,
-        body=entry.body,
-        msg_class=entry.msg_class,
-        msg_type=entry.msg_type,
-        priority=entry.priority,
-        delivery=int(entry.delivery),
-        uma=int(entry.uma),
-        correlation_id=entry.correlation_id,
-        put_time_ns=entry.put_time_ns,
-        written_time_ns=written_time_ns,
-        extra=_record_extra(entry),
-    )
-
-
-def entry_from_record(record: Record) -> Entry:
-    return Entry(
-        seq=record.seq,
-        body=record.body,
-        source=Address(record.source_group, record.source_queue),
-        target=Address(record.target_group, record.target_queue),
-        delivery=DeliveryMode(record.delivery),
-        uma=record.uma,
-        msg_class=record.msg_class,
-        msg_type=record.msg_type,
-        priority=record.priority,
-        correlation_id=record.correlation_id,
-        put_time_ns=record.put_time_ns,
-        headers=record.extra.get("headers"),
-        dead_letter_header=(record.extra.get("headers") or {}).get(DEAD_LETTER_HEADER),
-        origin_group=record.extra.get("origin"),
-        journaled=True,
     )

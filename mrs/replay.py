@@ -33,11 +33,11 @@ import trio
 from clients import ConnectionLost, MrsError, MrsTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.dump import status_name
-from mrs.group import IDEMPOTENCY_HEADER
 from mrs.journal_files import scan
 from mrs.ledger import FAILED, PENDING, STORED, ReplayLedger
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.pacing import Pacer
+from mrs.records import IDEMPOTENCY_HEADER
 from mrs.selection import RecordFilter
 
 PLAN_CHUNK = 1024
