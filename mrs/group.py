@@ -742,6 +742,9 @@ class Group:
                     "name": queue.config.name,
                     "pending": len(queue.pending),
                     "unconfirmed": len(queue.unconfirmed),
+                    "dqf_depth": len(queue.pending)
+                    - queue.memory_count
+                    + sum(1 for entry in queue.unconfirmed.values() if entry.journaled),
                     "attached": queue.attached_session is not None,
                 }
                 for queue in self.queues.values()

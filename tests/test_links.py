@@ -235,9 +235,14 @@ async def test_restart_of_either_group_keeps_saf_and_dqf(bus) -> None:
 
 
 async def test_status_shows_links_backlog_and_queue_depth(bus) -> None:
+    async with connect(bus.address(1), "OUT") as sender:
+        for body in (b"a", b"b"):
+            await sender.put(body, target="1.12", delivery=MODE.WF_DQF, uma=Uma.DISC)
+        await sender.put(b"m", target="1.12", delivery=MODE.WF_MEM)
     status = await _status(bus, 1)
     assert status["links"]["2"]["state"] == "up"
-    assert status["queues"]["1.10"]["pending"] == 0
+    assert status["queues"]["1.12"]["pending"] == 3
+    assert status["queues"]["1.12"]["dqf_depth"] == 2
     assert (await _status(bus, 2))["links"]["1"]["state"] == "up"
 
 
