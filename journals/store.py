@@ -286,24 +286,10 @@ class JournalStore:
             return
         with self.env.begin(db=db, buffers=False) as txn:
             cursor = txn.cursor(db)
-            if selection.prefix is not None:
-                start = _U32.pack(selection.prefix)
-                positioned = cursor.set_range(start)
-            else:
-                start = b""
-                positioned = cursor.first()
-            while positioned:
-                key, value = cursor.item()
-                if start and not key.startswith(start):
-                    break
-                try:
-                    record = decode_record(value, journal.value, key)
-                except CorruptRecord as corrupt:
-                    yield key, corrupt
-                else:
-                    if selection.matches(record):
-                        yield key, record
-                positioned = cursor.next()
+            start = _U32.pack(selection.prefix) if selection.prefix is not None else b""
+            if not (cursor.set_range(start) if start else cursor.first()):
+                return
+            yield from decode_selected(journal, cursor.iternext(), selection, start)
 
     def raw_items(self, journal: Journal) -> Iterator[tuple[bytes, bytes]]:
         db = self._dbs[journal]
@@ -311,6 +297,26 @@ class JournalStore:
             return
         with self.env.begin(db=db) as txn:
             yield from txn.cursor(db).iternext(keys=True, values=True)
+
+
+def decode_selected(
+    journal: Journal,
+    items: Iterator[tuple[bytes, bytes]],
+    selection: Selection,
+    prefix: bytes = b"",
+) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+    """(key, record) for the items that match, in order, stopping at the first key
+    outside `prefix`; a corrupt value comes out as a CorruptRecord, never a Record."""
+    for key, value in items:
+        if prefix and not key.startswith(prefix):
+            break
+        try:
+            record = decode_record(value, journal.value, key)
+        except CorruptRecord as corrupt:
+            yield key, corrupt
+        else:
+            if selection.matches(record):
+                yield key, record
 
 
 def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:

@@ -30,6 +30,7 @@ from journals import (
     JournalFullError,
     Record,
     WriteBatch,
+    decode_record,
     group_key,
     split_key,
 )
@@ -240,7 +241,7 @@ class Forwarding:
         ):
             last_key = key
             try:
-                batch.append((key, record_transfer_fields(_decode(value, key))))
+                batch.append((key, transfer_fields(entry_from_record(_decode(value, key)))))
             except CorruptRecord as corrupt:
                 if str(corrupt) not in self.group.corrupt:
                     self.group.corrupt.append(str(corrupt))
@@ -526,27 +527,7 @@ def transfer_fields(entry: Entry) -> list:
     ]
 
 
-def record_transfer_fields(record: Record) -> list:
-    return [
-        record.seq,
-        record.target_queue,
-        record.source_group,
-        record.source_queue,
-        record.body,
-        record.msg_class,
-        record.msg_type,
-        record.priority,
-        record.delivery,
-        record.uma,
-        record.correlation_id,
-        record.put_time_ns,
-        record.extra.get("headers"),
-    ]
-
-
 def _decode(value: bytes | None, key: bytes) -> Record:
-    from journals import decode_record
-
     if value is None:
         raise CorruptRecord("saf", key, "record vanished")
     return decode_record(value, "saf", key)

@@ -272,7 +272,7 @@ class Group:
                 f"body of {len(request.body)} bytes exceeds message_bytes_max "
                 f"{self.limits.message_bytes_max}",
             )
-        idempotency_key(request.headers)  # refuse a malformed key before anything else
+        key = idempotency_key(request.headers)  # refuse a malformed key before anything else
         own_header = (request.headers or {}).get(DEAD_LETTER_HEADER)
         if own_header is not None and (problem := header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
@@ -306,11 +306,11 @@ class Group:
         if target.group != self.config.id:
             self.forwarding.put(entry, reply)
         elif mode.recoverable:
-            self._put_recoverable(entry, reply)
+            self._put_recoverable(entry, reply, key)
         else:
             self._put_memory(entry, reply)
 
-    def _put_recoverable(self, entry: Entry, reply: PutReply) -> None:
+    def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
         if entry.delivery.interest_point == "CONF":
             entry.on_confirm = lambda _entry: reply.report(
                 Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
@@ -322,7 +322,7 @@ class Group:
             elif entry.delivery.interest_point != "CONF" or seq != entry.seq:
                 reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
-        keys = [key] if (key := idempotency_key(entry.headers)) is not None else []
+        keys = [key] if key is not None else []
         if UNSAFE_ACK_BEFORE_COMMIT in self.unsafe and entry.delivery.interest_point != "CONF":
             reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
         self.store_in_dqf(entry, keys, outcome)

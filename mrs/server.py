@@ -91,12 +91,7 @@ class ServerSession:
         while True:
             await self._ready.wait()
             self._ready = trio.Event()
-            if not self._outbox:
-                continue
-            data = b"".join(self._outbox)
-            self._outbox.clear()
-            self._outbox_bytes = 0
-            await self.stream.send_all(data)
+            await self.flush()
             self._drained.set()
 
     async def wait_drained(self) -> None:

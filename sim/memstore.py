@@ -22,6 +22,7 @@ from journals.store import (
     JournalFullError,
     Selection,
     WriteBatch,
+    decode_selected,
 )
 
 Fault = Callable[[], str | None]
@@ -93,16 +94,10 @@ class MemoryJournalStore:
     ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
         selection = selection or Selection()
         prefix = selection.prefix.to_bytes(4, "big") if selection.prefix is not None else b""
-        for key, value in self.raw_items(journal):
-            if prefix and not key.startswith(prefix):
-                continue
-            try:
-                record = decode_record(value, journal.value, key)
-            except CorruptRecord as corrupt:
-                yield key, corrupt
-            else:
-                if selection.matches(record):
-                    yield key, record
+        start = bisect.bisect_left(self._keys[journal], prefix)
+        data = self._data[journal]
+        items = ((key, data[key]) for key in list(self._keys[journal][start:]))
+        yield from decode_selected(journal, items, selection, prefix)
 
     def items_after(
         self,
