@@ -54,7 +54,7 @@ class Channel(Protocol):
 
 @dataclass(eq=False)
 class _Outstanding:
-    kind: str  # "direct", "saf", "notice", "volatile"
+    kind: str  # "direct", "saf", "notice", "forget", "volatile"
     items: list
     count: int
 
@@ -131,6 +131,8 @@ class PeerLink:
         outstanding, self._outstanding = self._outstanding, {}
         self._in_flight = 0
         for pending in outstanding.values():
+            if pending.kind == "forget":
+                self._forget.extend(pending.items)
             if pending.kind == "direct":
                 for on_result in pending.items:
                     on_result(LINK_LOST, 0)
@@ -181,10 +183,10 @@ class PeerLink:
         if self._forget:
             forget, self._forget = self._forget, []
             for start in range(0, len(forget), NOTICES_PER_FRAME_MAX):
-                notices = [
-                    ["forget", seq, 0] for seq in forget[start : start + NOTICES_PER_FRAME_MAX]
-                ]
-                self._send(wire.LinkNotice(self._next_id(), notices), "volatile", [], 0)
+                seqs = forget[start : start + NOTICES_PER_FRAME_MAX]
+                notices = [["forget", seq, 0] for seq in seqs]
+                # kept until answered: a drop puts them back, so no dedupe key leaks
+                self._send(wire.LinkNotice(self._next_id(), notices), "forget", seqs, 0)
         if peer.notices_pending > len(self._notices_in_flight):
             fresh = [
                 (key, notice)
