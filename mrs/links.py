@@ -410,9 +410,19 @@ async def _serve_dialed(link: PeerLink, channel: DialedChannel) -> None:
             connection.receive_data(data)
 
 
+LINK_PROGRAM_DIGITS_MAX = 5
+"""Group ids are 1..32000: more digits than this is not a group (and int() of a few
+thousand digits would raise ValueError)."""
+
+
 def parse_link_program(program: str) -> int | None:
-    """The group id a link Hello names ("group:3" -> 3), None if malformed."""
+    """The group id a link Hello names ("group:3" -> 3), None if malformed.
+
+    Only ASCII digits count: str.isdigit() is also true for "²" or "٣", which int()
+    refuses or reads as another number."""
     if not program.startswith(LINK_PROGRAM_PREFIX):
         return None
     digits = program[len(LINK_PROGRAM_PREFIX) :]
-    return int(digits) if digits.isdigit() else None
+    if not (0 < len(digits) <= LINK_PROGRAM_DIGITS_MAX and digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)

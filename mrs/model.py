@@ -192,6 +192,11 @@ UMA_FAILURE: dict[Uma, Status] = {
 }
 
 
+def _ascii_number(text: str) -> bool:
+    """Digits 0-9 only, at most 19 of them (isdigit() alone also accepts "²")."""
+    return 0 < len(text) <= 19 and text.isascii() and text.isdigit()
+
+
 @dataclass(frozen=True, slots=True)
 class Address:
     """A queue on the bus: GROUP.QUEUE, e.g. 2.20."""
@@ -206,8 +211,8 @@ class Address:
     def parse(cls, text: str) -> Address:
         """Parse 'G.Q'. Names are resolved by the config, not here."""
         group_text, dot, queue_text = text.partition(".")
-        if not dot or not group_text.isdigit() or not queue_text.isdigit():
-            raise ValueError(f"not a queue address (GROUP.QUEUE): {text!r}")
+        if not (dot and _ascii_number(group_text) and _ascii_number(queue_text)):
+            raise ValueError(f"not a queue address (GROUP.QUEUE): {text[:60]!r}")
         return cls(int(group_text), int(queue_text))
 
 

@@ -43,6 +43,7 @@ still send is a Fatal telling the peer why.
 
 from __future__ import annotations
 
+import reprlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,8 +114,18 @@ CLOSED = _Sentinel("CLOSED")
 # and word the error.
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+"""Shows at most 4 levels of a value: a frame nested 1,000 deep must not make the
+error message itself raise RecursionError."""
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = _REPR.repr(value)
+    except Exception as exc:  # noqa: BLE001 - a value whose repr fails still gets a message
+        text = f"<{type(value).__name__}: unprintable ({type(exc).__name__})>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
