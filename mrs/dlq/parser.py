@@ -1,0 +1,344 @@
+"""The rules-table parser: text -> `RulesTable`, or every error with line and column.
+
+Pure (no I/O). Follows runmqdlq's conventions: comments (`*` first), blank lines,
+`+` (continue at the next line's first non-blank) and `-` (continue at its first
+column) continuations, 72 significant columns, keywords in any order, case
+insensitive, separated by blanks or commas, each at most once per rule, every
+value with at least one significant character (`FORMAT(' ')` yes, `FORMAT('')` no).
+As runmqdlq does, the first error in an entry ends the checking of that entry, so
+one mistake is reported once, not as a cascade.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mrs.dlq.codes import NUMERIC_KEYWORDS, number_for
+from mrs.dlq.table import (
+    ACTION_KEYWORDS,
+    COLUMNS_SIGNIFICANT,
+    CONTROL_KEYWORDS,
+    FORWARD_ONLY_KEYWORDS,
+    FWDQ_VARIABLES,
+    FWDQM_VARIABLES,
+    PATTERN_KEYWORDS,
+    RETRY_INTERVAL_S_DEFAULT,
+    RETRY_MAX,
+    WAIT_S_MAX,
+    Action,
+    Control,
+    PutAuthority,
+    Rule,
+    RulesTable,
+)
+
+RULE_KEYWORDS = PATTERN_KEYWORDS + ACTION_KEYWORDS
+ALL_KEYWORDS = RULE_KEYWORDS + CONTROL_KEYWORDS
+ERRORS_MAX = 100
+"""A table with more errors than this reports the first ERRORS_MAX."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}, column {self.column}: {self.message}"
+
+
+class RulesError(ValueError):
+    """The table is not valid; `problems` lists each error with its place."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(problem) for problem in problems))
+
+
+class _EntryError(Exception):
+    def __init__(self, position: tuple[int, int], message: str) -> None:
+        self.position = position
+        self.message = message
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One logical entry (lines joined by continuations) and where each char came from."""
+
+    text: str
+    places: list[tuple[int, int]]
+    end: tuple[int, int]
+
+    def place(self, index: int) -> tuple[int, int]:
+        return self.places[index] if index < len(self.places) else self.end
+
+
+def parse_table(text: str) -> RulesTable:
+    """Parse a whole rules table; RulesError with every problem found."""
+    problems: list[Problem] = []
+    entries = _entries(text, problems)
+    control = Control()
+    rules: list[Rule] = []
+    for index, entry in enumerate(entries):
+        try:
+            items = _items(entry)
+            if index == 0 and items and items[0][0] in CONTROL_KEYWORDS:
+                control = _control(items)
+            else:
+                rules.append(_rule(items, entry.place(0)[0]))
+        except _EntryError as error:
+            problems.append(Problem(*error.position, error.message))
+    if not rules and not problems:
+        end_line = text.count("\n") + 1
+        problems.append(Problem(end_line, 1, "the table has no rule (at least one is required)"))
+    if problems:
+        problems.sort(key=lambda problem: (problem.line, problem.column))
+        raise RulesError(problems[:ERRORS_MAX])
+    return RulesTable(control, tuple(rules))
+
+
+# ---------------------------------------------------------------------- lines -> entries
+def _entries(text: str, problems: list[Problem]) -> list[_Entry]:
+    entries: list[_Entry] = []
+    chars: list[str] = []
+    places: list[tuple[int, int]] = []
+    continuing: str | bool = False
+    broken = False
+    lines = text.split("\n")
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r")
+        stripped = line.rstrip()
+        if not continuing and (not stripped.strip() or stripped.lstrip().startswith("*")):
+            continue
+        if len(stripped) > COLUMNS_SIGNIFICANT:
+            problems.append(
+                Problem(
+                    number,
+                    COLUMNS_SIGNIFICANT + 1,
+                    f"text beyond column {COLUMNS_SIGNIFICANT}; continue the rule on the "
+                    "next line with '+' or '-'",
+                )
+            )
+            stripped = stripped[:COLUMNS_SIGNIFICANT].rstrip()
+            broken = True
+        start = 0
+        if continuing == "+":
+            start = len(stripped) - len(stripped.lstrip())
+        marker = stripped[-1:] if stripped else ""
+        end = len(stripped) - 1 if marker in ("+", "-") else len(stripped)
+        for column in range(start, end):
+            chars.append(stripped[column])
+            places.append((number, column + 1))
+        if marker in ("+", "-"):
+            continuing = marker
+            continue
+        continuing = False
+        if not broken:  # an entry with an error is reported once, not re-checked
+            entries.append(_Entry("".join(chars), places, (number, len(stripped) + 1)))
+        chars, places, broken = [], [], False
+    if continuing:
+        last = len(lines)
+        problems.append(Problem(last, 1, "the table ends inside a continued rule"))
+    return entries
+
+
+# ---------------------------------------------------------------------- entry -> items
+def _items(entry: _Entry) -> list[tuple[str, str, tuple[int, int]]]:
+    """(KEYWORD, value, place of the keyword) for each item of an entry."""
+    text = entry.text
+    items: list[tuple[str, str, tuple[int, int]]] = []
+    seen: set[str] = set()
+    index = 0
+    while True:
+        while index < len(text) and text[index] in " ,\t":
+            index += 1
+        if index >= len(text):
+            return items
+        start = index
+        while index < len(text) and (text[index].isalnum() or text[index] == "_"):
+            index += 1
+        word = text[start:index].upper()
+        place = entry.place(start)
+        if not word:
+            raise _EntryError(place, f"expected a keyword, found {text[start]!r}")
+        if word not in ALL_KEYWORDS:
+            raise _EntryError(place, f"unknown keyword {word}")
+        if word in seen:
+            raise _EntryError(place, f"keyword {word} given twice in one rule")
+        seen.add(word)
+        while index < len(text) and text[index] in " \t":
+            index += 1
+        if index >= len(text) or text[index] != "(":
+            raise _EntryError(place, f"keyword {word} needs a value in parentheses")
+        value, index = _value(entry, word, index + 1)
+        items.append((word, value, place))
+
+
+def _value(entry: _Entry, word: str, index: int) -> tuple[str, int]:
+    """The value after `(`; returns it and the index after `)`."""
+    text = entry.text
+    while index < len(text) and text[index] in " \t":
+        index += 1
+    if index < len(text) and text[index] == "'":
+        opening = index
+        chars: list[str] = []
+        index += 1
+        while True:
+            if index >= len(text):
+                raise _EntryError(entry.place(opening), f"{word}: quoted value not closed")
+            if text[index] == "'":
+                if text[index + 1 : index + 2] == "'":
+                    chars.append("'")
+                    index += 2
+                    continue
+                index += 1
+                break
+            chars.append(text[index])
+            index += 1
+        value = "".join(chars)
+        if not value:
+            raise _EntryError(
+                entry.place(opening),
+                f"{word}(''): a value needs at least one character (write ' ' for blank)",
+            )
+    else:
+        start = index
+        while index < len(text) and text[index] not in ") \t,('":
+            index += 1
+        value = text[start:index]
+        if not value:
+            raise _EntryError(
+                entry.place(start), f"{word}(): a value needs at least one significant character"
+            )
+    while index < len(text) and text[index] in " \t":
+        index += 1
+    if index >= len(text) or text[index] != ")":
+        raise _EntryError(entry.place(index), f"{word}: expected ')' after the value")
+    return value, index + 1
+
+
+# ---------------------------------------------------------------------- items -> meaning
+def _control(items: list[tuple[str, str, tuple[int, int]]]) -> Control:
+    values: dict[str, str | int | None] = {}
+    for word, value, place in items:
+        if word not in CONTROL_KEYWORDS:
+            raise _EntryError(
+                place,
+                f"{word} cannot be in the control data (the first entry holds only "
+                "INPUTQ, INPUTQM, RETRYINT, WAIT)",
+            )
+        if word in ("INPUTQ", "INPUTQM"):
+            values[word] = value
+        elif word == "RETRYINT":
+            values[word] = _number(value, place, word, 0, RETRY_MAX)
+        else:
+            upper = value.upper()
+            if upper == "YES":
+                values[word] = None
+            elif upper == "NO":
+                values[word] = 0
+            else:
+                values[word] = _number(value, place, "WAIT (YES, NO or seconds)", 0, WAIT_S_MAX)
+    return Control(
+        input_q=values.get("INPUTQ"),
+        input_qm=values.get("INPUTQM"),
+        retry_interval_s=values.get("RETRYINT", RETRY_INTERVAL_S_DEFAULT),
+        wait_s=values.get("WAIT"),
+        given=tuple(word for word in CONTROL_KEYWORDS if word in values),
+    )
+
+
+def _rule(items: list[tuple[str, str, tuple[int, int]]], line: int) -> Rule:
+    given = {word: (value, place) for word, value, place in items}
+    for word, (_, place) in given.items():
+        if word in CONTROL_KEYWORDS:
+            raise _EntryError(place, f"{word} belongs in the control data, the first entry")
+    if "ACTION" not in given:
+        place = items[0][2] if items else (line, 1)
+        raise _EntryError(place, "the rule has no ACTION (DISCARD, IGNORE, RETRY or FWD)")
+    value, place = given["ACTION"]
+    try:
+        action = Action(value.upper())
+    except ValueError:
+        raise _EntryError(
+            place, f"ACTION({value}): must be DISCARD, IGNORE, RETRY or FWD"
+        ) from None
+    if action is not Action.FWD:
+        for word in FORWARD_ONLY_KEYWORDS:
+            if word in given:
+                raise _EntryError(given[word][1], f"{word} is only valid with ACTION(FWD)")
+    elif "FWDQ" not in given:
+        raise _EntryError(place, "ACTION(FWD) needs FWDQ")
+    patterns = []
+    for word in PATTERN_KEYWORDS:
+        if word in given:
+            value, where = given[word]
+            _check_pattern(word, value, where)
+            patterns.append((word, value))
+    fwd_q = _forward_queue(given, "FWDQ", FWDQ_VARIABLES, blank_ok=False)
+    fwd_qm = _forward_queue(given, "FWDQM", FWDQM_VARIABLES, blank_ok=True)
+    header = _choice(given, "HEADER", {"YES": True, "NO": False}, True)
+    authority = _choice(
+        given, "PUTAUT", {"DEF": PutAuthority.DEF, "CTX": PutAuthority.CTX}, PutAuthority.DEF
+    )
+    retry = 1
+    if "RETRY" in given:
+        retry = _number(*given["RETRY"], "RETRY", 1, RETRY_MAX)
+    return Rule(
+        patterns=tuple(patterns),
+        action=action,
+        fwd_q=fwd_q,
+        fwd_qm=fwd_qm,
+        header=header,
+        put_authority=authority,
+        retry=retry,
+        given=tuple(word for word in ACTION_KEYWORDS[1:] if word in given),
+        line=line,
+    )
+
+
+def _check_pattern(word: str, value: str, place: tuple[int, int]) -> None:
+    wild = any(c in value for c in "*?")
+    if word in NUMERIC_KEYWORDS and not wild and number_for(word, value) is None:
+        raise _EntryError(place, f"{word}({value}): not a number or a known {word} name")
+
+
+def _forward_queue(
+    given: dict, word: str, variables: tuple[str, ...], blank_ok: bool
+) -> str | None:
+    if word not in given:
+        return None
+    value, place = given[word]
+    if value.startswith("&"):
+        if value.upper() not in variables:
+            raise _EntryError(
+                place, f"{word}({value}): the variables here are {' and '.join(variables)}"
+            )
+        return value.upper()
+    if not value.strip():
+        if not blank_ok:
+            raise _EntryError(place, f"{word}(' '): a queue name is required")
+        return value
+    if any(c in value for c in "*?"):
+        raise _EntryError(place, f"{word}({value}): no wildcards in a queue to forward to")
+    return value
+
+
+def _choice(given: dict, word: str, choices: dict, default):
+    if word not in given:
+        return default
+    value, place = given[word]
+    try:
+        return choices[value.upper()]
+    except KeyError:
+        raise _EntryError(place, f"{word}({value}): must be {' or '.join(choices)}") from None
+
+
+def _number(value: str, place: tuple[int, int], word: str, low: int, high: int) -> int:
+    if not value.isdigit() or not value.isascii():
+        raise _EntryError(place, f"{word}({value}): not a whole number")
+    number = int(value)
+    if not low <= number <= high:
+        raise _EntryError(place, f"{word}({value}): must be in {low}..{high}")
+    return number

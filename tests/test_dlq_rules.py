@@ -1,0 +1,251 @@
+"""The rules-table parser and printer: runmqdlq's grammar, errors with line and column,
+and property tests (print -> parse round trip; random text only ever a RulesError)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mrs.dlq.codes import MQFB, MQMT, MQPER, MQRC
+from mrs.dlq.parser import RulesError, parse_table
+from mrs.dlq.table import (
+    COLUMNS_SIGNIFICANT,
+    PATTERN_KEYWORDS,
+    RETRY_MAX,
+    Action,
+    Control,
+    PutAuthority,
+    Rule,
+    RulesTable,
+    print_table,
+)
+
+REFERENCE_TABLE = """\
+* Control data: the DLQ of this group, re-scan every 5 s, stop when idle.
+INPUTQ(' ') RETRYINT(5) WAIT(NO)
+* Queue full: put it back once the queue has drained.
+REASON(MQRC_Q_FULL) ACTION(RETRY) RETRY(3)
+* Replies to a queue that is gone go to the requester's reply queue.
+DESTQ(ORD*) MSGTYPE(MQMT_REPLY) ACTION(FWD) +
+   FWDQ(&REPLYQ) FWDQM(&REPLYQM) HEADER(NO)
+PERSIST(MQPER_PERSISTENT) FORMAT(' '), ACTION(DISCARD)
+ACTION (FWD) FWDQ (REALLY.DEAD.QUEUE) HEADER (YES)
+"""
+
+
+def only_problem(text: str) -> tuple[int, int, str]:
+    with pytest.raises(RulesError) as caught:
+        parse_table(text)
+    assert len(caught.value.problems) == 1, caught.value.problems
+    problem = caught.value.problems[0]
+    return problem.line, problem.column, problem.message
+
+
+def test_reference_table() -> None:
+    table = parse_table(REFERENCE_TABLE)
+    assert table.control == Control(" ", None, 5, 0, ("INPUTQ", "RETRYINT", "WAIT"))
+    retry, reply, discard, catch_all = table.rules
+    assert (retry.action, retry.retry, retry.pattern("REASON")) == (Action.RETRY, 3, "MQRC_Q_FULL")
+    assert reply.patterns == (("DESTQ", "ORD*"), ("MSGTYPE", "MQMT_REPLY"))
+    assert (reply.fwd_q, reply.fwd_qm, reply.header) == ("&REPLYQ", "&REPLYQM", False)
+    assert discard.pattern("FORMAT") == " " and discard.action is Action.DISCARD
+    assert (catch_all.patterns, catch_all.fwd_q, catch_all.header) == (
+        (),
+        "REALLY.DEAD.QUEUE",
+        True,
+    )
+    assert [rule.line for rule in table.rules] == [4, 6, 8, 9]
+    assert catch_all.pattern("DESTQ") == "*"  # every pattern keyword defaults to '*'
+
+
+def test_keywords_any_order_any_case_commas_or_blanks() -> None:
+    one = parse_table("action(fwd),fwdq(Q.A)  , destq(X)   header(no)")
+    two = parse_table("DESTQ(X) HEADER(NO) FWDQ(Q.A) ACTION(FWD)")
+    assert one == two
+    assert one.rules[0].fwd_q == "Q.A"  # values keep their case
+
+
+def test_plus_continues_at_first_nonblank_minus_from_column_one() -> None:
+    plus = parse_table("DESTQ(AB+\n      CD) ACTION(IGNORE)")
+    minus = parse_table("DESTQ(AB-\nCD) ACTION(IGNORE)")
+    assert plus.rules[0].pattern("DESTQ") == "ABCD" == minus.rules[0].pattern("DESTQ")
+    blank_kept = parse_table("FORMAT('A-\n  B') ACTION(IGNORE)")
+    assert blank_kept.rules[0].pattern("FORMAT") == "A  B"
+    rule = parse_table("ACTION(FWD) +\n  FWDQ(X) +\n\n").rules[0]
+    assert rule.fwd_q == "X"
+
+
+def test_seventy_two_columns() -> None:
+    exactly = "ACTION(FWD) FWDQ(" + "Q" * (COLUMNS_SIGNIFICANT - 18) + ")"
+    assert len(exactly) == COLUMNS_SIGNIFICANT
+    assert parse_table(exactly + "      ").rules[0].fwd_q == "Q" * 54  # trailing blanks ok
+    assert only_problem("* c\n" + exactly + "Z")[:2] == (2, 73)
+
+
+def test_comments_and_blank_lines() -> None:
+    table = parse_table("\n* ACTION(BAD)\n   * indented comment\n\nACTION(IGNORE)\n")
+    assert len(table.rules) == 1 and table.rules[0].line == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "words"),
+    [
+        ("ACTION(IGNORE)\nFORMAT('') ACTION(IGNORE)", 2, 8, "at least one"),
+        ("FORMAT() ACTION(IGNORE)", 1, 8, "at least one"),
+        ("FORMAT ACTION(IGNORE)", 1, 1, "needs a value"),
+        ("ACTION(IGNORE)\n\n  DESTQ(A) DESTQ(B) ACTION(IGNORE)", 3, 12, "twice"),
+        ("ACTION(FWD)", 1, 1, "needs FWDQ"),
+        ("ACTION(FWD) FWDQ(' ')", 1, 13, "queue name is required"),
+        ("ACTION(FWD) FWDQ(&DESTQM)", 1, 13, "&DESTQ and &REPLYQ"),
+        ("ACTION(FWD) FWDQ(A*)", 1, 13, "no wildcards"),
+        ("ACTION(RETRY) RETRY(0)", 1, 15, "1..999999999"),
+        (f"ACTION(RETRY) RETRY({RETRY_MAX + 1})", 1, 15, "1..999999999"),
+        ("ACTION(RETRY) RETRY(x)", 1, 15, "whole number"),
+        ("ACTION(SHOUT)", 1, 1, "DISCARD, IGNORE, RETRY or FWD"),
+        ("DESTQ(A)", 1, 1, "no ACTION"),
+        ("ACTION(IGNORE) HEADER(NO)", 1, 16, "only valid with ACTION(FWD)"),
+        ("ACTION(FWD) FWDQ(A) HEADER(MAYBE)", 1, 21, "YES or NO"),
+        ("ACTION(FWD) FWDQ(A) PUTAUT(ME)", 1, 21, "DEF or CTX"),
+        ("REASON(MQRC_NOPE) ACTION(IGNORE)", 1, 1, "known REASON name"),
+        ("COLOUR(RED) ACTION(IGNORE)", 1, 1, "unknown keyword COLOUR"),
+        ("ACTION(IGNORE) WAIT(NO)", 1, 16, "control data"),
+        ("WAIT(SOMETIMES)", 1, 1, "YES, NO or seconds"),
+        ("WAIT(NO) DESTQ(A) ACTION(IGNORE)", 1, 10, "cannot be in the control data"),
+        ("DESTQ('abc ACTION(IGNORE)", 1, 7, "not closed"),
+        ("DESTQ(a b) ACTION(IGNORE)", 1, 9, "expected ')'"),
+        ("ACTION(IGNORE) +", 1, 1, "ends inside a continued rule"),
+        ("* only a comment", 1, 1, "no rule"),
+        ("ACTION(IGNORE) )", 1, 16, "expected a keyword"),
+    ],
+)
+def test_errors_name_line_and_column(text: str, line: int, column: int, words: str) -> None:
+    found = only_problem(text)
+    assert found[:2] == (line, column), found
+    assert words in found[2]
+
+
+def test_every_bad_rule_is_reported_once() -> None:
+    text = "ACTION(FWD)\nACTION(IGNORE)\nDESTQ(A) DESTQ(B) ACTION(X)\n" + "A" * 80
+    with pytest.raises(RulesError) as caught:
+        parse_table(text)
+    assert [(p.line, p.column) for p in caught.value.problems] == [(1, 1), (3, 10), (4, 73)]
+    assert str(caught.value).splitlines()[0] == "line 1, column 1: ACTION(FWD) needs FWDQ"
+
+
+def test_continued_rule_error_points_into_the_right_line() -> None:
+    assert only_problem("ACTION(FWD) +\n    FWDQ(A) HEADER(X)")[:2] == (2, 13)
+
+
+def test_printer_splits_long_rules_within_72_columns() -> None:
+    rule = Rule(
+        patterns=tuple((keyword, "V" * 30) for keyword in ("APPLNAME", "DESTQ", "USERID")),
+        action=Action.FWD,
+        fwd_q="F" * 100,
+        given=("FWDQ",),
+    )
+    text = print_table(RulesTable(Control(), (rule,)))
+    assert all(len(line) <= COLUMNS_SIGNIFICANT for line in text.splitlines())
+    assert len(text.splitlines()) > 2
+    assert parse_table(text).rules == (rule,)
+
+
+# ---------------------------------------------------------------------- properties
+_VALUE_CHARS = st.characters(min_codepoint=32, max_codepoint=126)
+_NAME = st.from_regex(r"[A-Za-z0-9_.%/$#@:][A-Za-z0-9_.%/$#@:-]{0,60}", fullmatch=True)
+_TEXT_VALUE = st.text(_VALUE_CHARS, min_size=1, max_size=80)
+_WILD = st.from_regex(r"[A-Za-z0-9_.]*[*?][A-Za-z0-9_.*?]*", fullmatch=True)
+
+
+def _numeric(names: dict[str, int]) -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(sorted(names)),
+        st.integers(-(10**9), 10**9).map(str),
+        _WILD,
+    )
+
+
+_PATTERN_VALUES = {
+    "REASON": _numeric({**MQRC, **MQFB}),
+    "FEEDBACK": _numeric(MQFB),
+    "MSGTYPE": _numeric(MQMT),
+    "PERSIST": _numeric(MQPER),
+}
+
+
+@st.composite
+def rules(draw) -> Rule:
+    keywords = draw(st.lists(st.sampled_from(PATTERN_KEYWORDS), unique=True, max_size=5))
+    patterns = tuple(
+        (keyword, draw(_PATTERN_VALUES.get(keyword, _TEXT_VALUE)))
+        for keyword in PATTERN_KEYWORDS
+        if keyword in keywords
+    )
+    action = draw(st.sampled_from(list(Action)))
+    given = []
+    fields: dict = {}
+    if action is Action.FWD:
+        fields["fwd_q"] = draw(st.one_of(_NAME, st.sampled_from(["&DESTQ", "&REPLYQ"])))
+        given.append("FWDQ")
+        if draw(st.booleans()):
+            fields["fwd_qm"] = draw(st.one_of(_NAME, st.sampled_from(["&DESTQM", "&REPLYQM", " "])))
+            given.append("FWDQM")
+        if draw(st.booleans()):
+            fields["header"] = draw(st.booleans())
+            given.append("HEADER")
+        if draw(st.booleans()):
+            fields["put_authority"] = draw(st.sampled_from(list(PutAuthority)))
+            given.append("PUTAUT")
+    if draw(st.booleans()):
+        fields["retry"] = draw(st.integers(1, RETRY_MAX))
+        given.append("RETRY")
+    order = ("FWDQ", "FWDQM", "HEADER", "PUTAUT", "RETRY")
+    return Rule(patterns, action, given=tuple(k for k in order if k in given), **fields)
+
+
+@st.composite
+def controls(draw) -> Control:
+    given = draw(st.lists(st.sampled_from(["INPUTQ", "INPUTQM", "RETRYINT", "WAIT"]), unique=True))
+    return Control(
+        input_q=draw(st.one_of(_NAME, st.just(" "))) if "INPUTQ" in given else None,
+        input_qm=draw(st.one_of(_NAME, st.just(" "))) if "INPUTQM" in given else None,
+        retry_interval_s=draw(st.integers(0, RETRY_MAX)) if "RETRYINT" in given else 60,
+        wait_s=draw(st.one_of(st.none(), st.integers(0, 10**6))) if "WAIT" in given else None,
+        given=tuple(k for k in ("INPUTQ", "INPUTQM", "RETRYINT", "WAIT") if k in given),
+    )
+
+
+tables = st.builds(RulesTable, controls(), st.lists(rules(), min_size=1, max_size=6).map(tuple))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables)
+def test_print_then_parse_is_the_same_table(table: RulesTable) -> None:
+    text = print_table(table)
+    assert all(len(line.rstrip()) <= COLUMNS_SIGNIFICANT for line in text.splitlines())
+    assert parse_table(text) == table
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=300))
+def test_random_text_is_a_table_or_a_rules_error(text: str) -> None:
+    try:
+        parse_table(text)
+    except RulesError as error:
+        assert error.problems
+        assert all(problem.line >= 1 and problem.column >= 1 for problem in error.problems)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables, st.data())
+def test_damaged_tables_are_a_table_or_a_rules_error(table: RulesTable, data) -> None:
+    text = print_table(table)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 5))
+        insert = data.draw(st.text(alphabet="()'+-*,& \nAZ?", max_size=4))
+        text = text[:at] + insert + text[at + cut :]
+    try:
+        parse_table(text)
+    except RulesError as error:
+        assert error.problems
