@@ -23,7 +23,15 @@ def _serve(args: argparse.Namespace) -> int:
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
-    trio.run(serve, bus, args.group, args.ready_file)
+    from mrs.datadir import data_dir_error_in
+
+    try:
+        trio.run(serve, bus, args.group, args.ready_file)
+    except BaseException as error:
+        if (lost := data_dir_error_in(error)) is None:
+            raise
+        print(f"mrs: {lost}", file=sys.stderr)
+        return 1
     return 0
 
 

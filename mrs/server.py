@@ -35,6 +35,7 @@ import trio
 from journals import GroupCommitWriter, InlineWriter, JournalStore
 from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
+from mrs.datadir import IDENTITY_CHECK_INTERVAL_S, DataDirError, DataDirGuard
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
 from mrs.group import UNSAFE_SWITCHES, Group
@@ -135,6 +136,9 @@ class GroupServer:
         self.sessions: set[ServerSession] = set()
         self.address: tuple[str, int] | None = None
         self.links: dict[int, PeerLink] = {}
+        self.data_dir_guard: DataDirGuard | None = None
+        self.data_dir_lost: str | None = None
+        self._cancel_scope: trio.CancelScope | None = None
         self.frame_bytes_max = (
             max(group_config.limits.message_bytes_max, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
         )
@@ -158,7 +162,10 @@ class GroupServer:
         writer.start()
         try:
             async with trio.open_nursery() as nursery:
+                self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
+                if self.data_dir_guard is not None:
+                    nursery.start_soon(self._watch_data_dir)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self._start_links(nursery)
@@ -176,14 +183,51 @@ class GroupServer:
             if not self.crashed:
                 writer.stop()
                 self.store.close()
+            if self.data_dir_guard is not None:
+                self.data_dir_guard.release()
             log.info("group %d stopped; journals closed", self.config.id)
+        if self.data_dir_lost is not None:
+            raise DataDirError(self.data_dir_lost)
 
     def _open_lmdb(self) -> JournalStore:
-        return JournalStore(
-            self.config.data_dir / "journals",
-            self.config.limits.journal_bytes_max,
-            fault_hook=fault_hook_from_env(),
-        )
+        """Lock the data directory (one server per directory), then open its journals
+        with the directory's identity checked before every commit."""
+        guard = DataDirGuard.acquire(self.config.data_dir)
+        token = trio.lowlevel.current_trio_token()
+        try:
+            store = JournalStore(
+                self.config.data_dir / "journals",
+                self.config.limits.journal_bytes_max,
+                fault_hook=guard.commit_hook(
+                    fault_hook_from_env(),
+                    lambda reason: token.run_sync_soon(self._lose_data_dir, reason),
+                ),
+            )
+        except BaseException:
+            guard.release()
+            raise
+        guard.watch_journal(self.config.data_dir / "journals" / "data.mdb")
+        self.data_dir_guard = guard
+        return store
+
+    async def _watch_data_dir(self) -> None:
+        """Between commits, look at the data directory once a second."""
+        while True:
+            await trio.sleep(IDENTITY_CHECK_INTERVAL_S)
+            try:
+                self.data_dir_guard.check()
+            except DataDirError as error:
+                self._lose_data_dir(str(error))
+                return
+
+    def _lose_data_dir(self, reason: str) -> None:
+        """The data directory is gone or replaced: say so loudly and stop serving."""
+        if self.data_dir_lost is not None:
+            return
+        self.data_dir_lost = reason
+        log.critical("%s; stopping the server", reason)
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
 
     def _start_links(self, nursery: trio.Nursery) -> None:
         """One PeerLink per linked group; this group dials the higher-numbered ones."""
