@@ -645,13 +645,19 @@ class Group:
             if error is None:
                 session.send(delivery_event(request_id, entry, status))
                 return
+            entry.times_delivered -= 1  # never handed out: its first delivery is still due
             if queue.unconfirmed.pop(entry.seq, None) is not None:
                 queue.put_back(entry)
             session.send(
                 wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
             )
+            self.serve_waiting_gets(queue)
 
         self.writer.submit(batch, marked)
+
+    def serve_waiting_gets(self, queue: TargetQueue) -> None:
+        """Hand waiting messages to parked gets as far as the unconfirmed cap allows."""
+        queue.serve_waiters(lambda entry: entry.body is not None or self._load_body(queue, entry))
 
     def _confirm_implicitly(self, session: Session, queue: TargetQueue) -> None:
         for seq in list(queue.unconfirmed):
@@ -701,6 +707,7 @@ class Group:
                 session.send(wire.Confirmed(request_id, entry.seq, Status.SUCCESS))
             if entry.on_confirm is not None:
                 entry.on_confirm(entry)
+            self.serve_waiting_gets(queue)
 
         if not entry.journaled:
             confirmed(None)

@@ -42,6 +42,9 @@ class Entry:
     journaled: bool = False
     """True when the entry is backed by a DQF record (recoverable)."""
     times_delivered: int = 0
+    arrival: int = 0
+    """Place in its queue's arrival order: an entry taken but not delivered goes back
+    to this place, so a failed delivery never reorders the queue."""
     on_dequeue: Notify | None = None
     """WF/AK_DEQ: the sender waits for the get."""
     on_confirm: Notify | None = None
@@ -71,21 +74,49 @@ class TargetQueue:
     attached_session: int | None = None
     memory_count: int = 0
     """Nonrecoverable messages waiting in `pending` (what messages_max bounds)."""
+    arrivals: int = 0
+
+    def can_deliver(self) -> bool:
+        """False while unconfirmed_max messages wait for their confirm."""
+        return len(self.unconfirmed) < self.config.unconfirmed_max
 
     def offer(self, entry: Entry) -> None:
-        """Add an arriving entry: hand it to a parked get, or queue it."""
-        if self.waiters:
+        """Add an arriving entry: hand it to a parked get if one may have it now (nothing
+        older waits and the unconfirmed cap allows), or queue it behind the others."""
+        if self.waiters and not self.pending and self.can_deliver():
             waiter = self.waiters.popleft()
             waiter.cancel_timer()
             waiter.deliver(entry)
         else:
             self.put_back(entry, front=False)
 
+    def serve_waiters(self, ready: Callable[[Entry], bool] = lambda entry: True) -> None:
+        """Hand waiting entries to parked gets, oldest first, while the unconfirmed cap
+        allows: for whenever a delivery becomes possible again (a confirm; a delivery
+        that failed and put its entry back). `ready(entry)` False skips an entry that
+        cannot be delivered (e.g. its body is unreadable)."""
+        while self.waiters and self.can_deliver():
+            entry = self.take()
+            if entry is None:
+                return
+            if not ready(entry):
+                continue
+            waiter = self.waiters.popleft()
+            waiter.cancel_timer()
+            waiter.deliver(entry)
+
     def put_back(self, entry: Entry, front: bool = True) -> None:
-        """Queue an entry without offering it to waiters (front: it was taken before)."""
+        """Queue an entry without offering it to waiters. front: it was taken before
+        and goes back to its place in arrival order (before everything that came later)."""
         if front:
-            self.pending.appendleft(entry)
+            index = next(
+                (i for i, waiting in enumerate(self.pending) if waiting.arrival > entry.arrival),
+                len(self.pending),
+            )
+            self.pending.insert(index, entry)
         else:
+            self.arrivals += 1
+            entry.arrival = self.arrivals
             self.pending.append(entry)
         if not entry.journaled:
             self.memory_count += 1

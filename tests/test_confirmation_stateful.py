@@ -58,6 +58,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         self.finished: set[int] = set()  # delivered, needing no confirm
         self.deliveries: Counter[int] = Counter()
         self.waiting_gets = 0
+        self.serving = False
 
     @initialize()
     def attach(self) -> None:
@@ -66,10 +67,11 @@ class ConfirmationMachine(RuleBasedStateMachine):
     # ----------------------------------------------------------------- helpers
     def _hand_over(self, entry: Entry) -> None:
         """What the server does with an entry a get receives."""
-        if len(self.queue.unconfirmed) >= UNCONFIRMED_MAX:
-            self.queue.put_back(entry)  # EXCMAXUNCONF: it waits at the front again
-            self.pending.insert(0, entry.seq)
-            return
+        # A get is handed an entry only while the cap allows (parked ones wait).
+        assert len(self.queue.unconfirmed) < UNCONFIRMED_MAX
+        if self.serving:
+            assert entry.seq == self.pending.pop(0)
+            self.waiting_gets -= 1
         status = delivery_status_on_get(entry.needs_confirm, entry.times_delivered)
         if entry.needs_confirm:
             first = self.deliveries[entry.seq] == 0
@@ -91,6 +93,15 @@ class ConfirmationMachine(RuleBasedStateMachine):
             self.queue.unconfirmed.pop(seq)
         self.confirmed.update(self.unconfirmed)
         self.unconfirmed.clear()
+        self._serve_waiters()
+
+    def _serve_waiters(self) -> None:
+        """What the server does once a confirm frees room under the cap."""
+        self.serving = True
+        try:
+            self.queue.serve_waiters()
+        finally:
+            self.serving = False
 
     # ----------------------------------------------------------------- rules
     @rule(seq=st.integers(0, 60), kind=st.sampled_from(sorted(KINDS)))
@@ -100,7 +111,10 @@ class ConfirmationMachine(RuleBasedStateMachine):
         mode, journaled = KINDS[kind]
         entry = Entry(seq, b"m%d" % seq, Address(1, 10), QUEUE, mode, journaled=journaled)
         self.offered[seq] = entry
-        had_waiter = self.waiting_gets > 0
+        # To a parked get only if nothing older waits and the cap allows.
+        had_waiter = (
+            self.waiting_gets > 0 and not self.pending and len(self.unconfirmed) < UNCONFIRMED_MAX
+        )
         if not had_waiter:
             self.pending.append(seq)
         self.queue.offer(entry)
@@ -153,6 +167,7 @@ class ConfirmationMachine(RuleBasedStateMachine):
         self.queue.unconfirmed.pop(seq)
         self.unconfirmed.remove(seq)
         self.confirmed.add(seq)
+        self._serve_waiters()
 
     @rule()
     def detach(self) -> None:
@@ -184,6 +199,10 @@ class ConfirmationMachine(RuleBasedStateMachine):
         assert places == Counter(self.offered.keys()), places
         for seq, entry in self.queue.unconfirmed.items():
             assert entry is self.offered[seq] and entry.needs_confirm
+
+    @invariant()
+    def no_get_waits_while_a_message_could_be_delivered(self) -> None:
+        assert not (self.queue.waiters and self.queue.pending and self.queue.can_deliver())
 
     @invariant()
     def unconfirmed_stays_under_its_cap(self) -> None:
