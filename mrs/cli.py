@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mrs.config import ConfigError, load_config
+from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.journal_cli import add_journal_tools
 
 
@@ -81,6 +82,12 @@ def _jplay(args: argparse.Namespace) -> int:
     from mrs.jplay import run_jplay
 
     return run_jplay(args)
+
+
+def _dlq_handler(args: argparse.Namespace) -> int:
+    from mrs.dlq.command import run
+
+    return run(args)
 
 
 def _sim_swarm(args: argparse.Namespace) -> int:
@@ -179,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(run=_status)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
+    add_dlq_handler(commands, _dlq_handler)
     return parser
 
 

@@ -48,6 +48,13 @@ from mrs.delivery import (
     reached_status,
     uma_status,
 )
+from mrs.dlq_leases import (
+    CONTEXT_HEADER,
+    POSSIBLE_DUPLICATE_HEADER,
+    DlqReaders,
+    is_shared,
+    passed_source,
+)
 from mrs.forwarding import Forwarding
 from mrs.model import (
     DEAD_LETTER_QUEUE,
@@ -161,6 +168,7 @@ class Group:
     )
     _event_log_path: Path | None = None
     forwarding: Forwarding | None = None
+    dlq_readers: DlqReaders = field(default_factory=DlqReaders)
     unsafe: frozenset[str] = frozenset()
     """Deliberately broken behaviours, for proving the checker (harness only)."""
 
@@ -242,9 +250,12 @@ class Group:
             raise Refused(
                 Status.NOSUCHQUEUE, f"group {self.config.id} has no queue {address.queue}"
             )
-        if queue.attached_session is not None:
+        if is_shared(queue):  # several DLQ readers at once (mrs.dlq_leases)
+            self.dlq_readers.attach(queue, session.id, getattr(session, "peer", "?"))
+        elif queue.attached_session is not None:
             raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")
-        queue.attached_session = session.id
+        else:
+            queue.attached_session = session.id
         session.attached = queue
         session.send(wire.Attached(request.request_id, address.group, address.queue))
 
@@ -253,7 +264,10 @@ class Group:
         if queue is None:
             return
         session.attached = None
-        returned = queue.detach()
+        if is_shared(queue):
+            returned = self.dlq_readers.detach(queue, session.id)
+        else:
+            returned = queue.detach()
         if returned:
             log.info(
                 "queue %s detached with %d unconfirmed messages; they will be redelivered",
@@ -277,6 +291,11 @@ class Group:
         if own_header is not None and (problem := header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
         response_queue = self._resolve(request.resp_q) if request.resp_q else source
+        put_time_ns = self.clock_ns()
+        headers = request.headers
+        if headers is not None and CONTEXT_HEADER in headers:
+            source, put_time_ns = self._passed_context(session, headers, put_time_ns)
+            headers = {key: value for key, value in headers.items() if key != CONTEXT_HEADER}
         seq = self.next_seq()
         reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
         entry = Entry(
@@ -290,8 +309,8 @@ class Group:
             msg_type=request.msg_type,
             priority=request.priority,
             correlation_id=request.correlation_id,
-            put_time_ns=self.clock_ns(),
-            headers=request.headers,
+            put_time_ns=put_time_ns,
+            headers=headers,
             dead_letter_header=own_header,
         )
         if mode.notification == "WF":
@@ -309,6 +328,18 @@ class Group:
             self._put_recoverable(entry, reply, key)
         else:
             self._put_memory(entry, reply)
+
+    def _passed_context(
+        self, session: Session, headers: dict, put_time_ns: int
+    ) -> tuple[Address, int]:
+        """A DLQ reader forwarding a dead letter keeps its original sender and time."""
+        if session.attached is None or not is_shared(session.attached):
+            raise Refused(
+                Status.BADPARAM, f"only a dead-letter queue reader may pass {CONTEXT_HEADER}"
+            )
+        source_text, original_ns = passed_source(headers[CONTEXT_HEADER])
+        self.dlq_readers.counted_put(session.id)
+        return self._resolve(source_text), original_ns or put_time_ns
 
     def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
         if entry.delivery.interest_point == "CONF":
@@ -624,10 +655,15 @@ class Group:
             return
         # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
         # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
-        needs_confirm = entry.needs_confirm and entry.delivery_status is None
-        status = entry.delivery_status or delivery_status_on_get(
+        leased = is_shared(queue)  # a DLQ get is a lease (mrs.dlq_leases)
+        needs_confirm = leased or (entry.needs_confirm and entry.delivery_status is None)
+        status = (not leased and entry.delivery_status) or delivery_status_on_get(
             needs_confirm, entry.times_delivered
         )
+        if status == Status.CONFIRMREQ and (entry.headers or {}).get(POSSIBLE_DUPLICATE_HEADER):
+            status = Status.POSSDUPL
+        if leased:
+            self.dlq_readers.leased(session.id, entry)
         if UNSAFE_SKIP_POSSDUPL in self.unsafe and status == Status.POSSDUPL:
             status = Status.CONFIRMREQ
         entry.times_delivered += 1
@@ -675,6 +711,9 @@ class Group:
         queue = self._attached(session)
         journal = journal_on_confirm(request.force_j, self.config.pcj_default)
         check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
+        if is_shared(queue):
+            self.dlq_readers.check_holder(session.id, request.seq)
+            self.dlq_readers.removed(session.id, request.seq)
         entry = queue.unconfirmed.pop(request.seq)
         self._confirm_entry(
             session, queue, entry, request.request_id, request.confirm_value, journal
@@ -744,6 +783,7 @@ class Group:
             "corrupt_records": list(self.corrupt),
             "writer": self.writer.stats.as_dict(),
             "links": self.forwarding.status_info(),
+            "dlq_readers": self.dlq_readers.status_info(),
             "queues": {
                 str(queue.address): {
                     "name": queue.config.name,

@@ -114,7 +114,8 @@ async def test_system_dead_letter_header(bus) -> None:
     assert (message.delivery, message.correlation_id) == (MODE.WF_DQF, b"order-17")
     assert message.headers == {"app": "billing"}
     assert before_ns <= message.put_time_ns <= after_ns
-    assert message.delivery_status == Status.SUCCESS and not message.needs_confirm
+    # A get from the DLQ is a lease (mrs.dlq_leases): it leaves only when confirmed.
+    assert message.delivery_status == Status.CONFIRMREQ and message.needs_confirm
 
 
 @pytest.mark.parametrize(

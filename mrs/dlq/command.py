@@ -1,0 +1,118 @@
+"""`mrs dlq-handler`: read and check the rules table, run the handler, exit with a code.
+
+Exit codes: 0 the handler ended normally (WAIT(NO)/--once or WAIT(nnn) ran out, or
+--check found the table valid); 2 usage, bad configuration or an invalid rules table
+(every error printed with its line and column, nothing processed); 3 the group's
+server could not be reached or the connection was lost (unfinished messages stay on
+the DLQ, and go back to it by lease); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_CONNECTION = 3
+DLQ_NAMES = ("", "DLQ", "96", "PAMS_DEAD_LETTER_QUEUE", "SYSTEM.DEAD.LETTER.QUEUE")
+
+
+def add_parser(commands: argparse._SubParsersAction, run) -> None:
+    parser = commands.add_parser(
+        "dlq-handler", help="runmqdlq-style dead-letter handler driven by a rules table"
+    )
+    parser.add_argument("rules", nargs="?", type=Path, help="rules table (default: stdin)")
+    parser.add_argument("--config", type=Path, help="bus configuration (TOML)")
+    parser.add_argument("--group", type=int, help="the group whose DLQ to work")
+    parser.add_argument("--address", help="HOST:PORT of the group (default: from --config)")
+    parser.add_argument("--once", action="store_true", help="process what is there, then exit")
+    parser.add_argument("--check", action="store_true", help="validate the table and exit")
+    parser.add_argument("--json", action="store_true", help="report as JSON lines")
+    parser.add_argument("--window", type=int, default=32, help="actions in flight at most")
+    parser.add_argument(
+        "--seen-max", type=int, default=10_000, help="messages held but not removed at most"
+    )
+    parser.set_defaults(run=run)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"mrs dlq-handler: {message}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    from mrs.dlq.parser import RulesError, parse_table
+
+    source = str(args.rules) if args.rules else "stdin"
+    try:
+        text = args.rules.read_text(encoding="utf-8") if args.rules else sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as error:
+        return _fail(f"cannot read the rules table {source}: {error}")
+    try:
+        table = parse_table(text)
+    except RulesError as error:
+        for problem in error.problems:
+            print(f"mrs dlq-handler: {source}: {problem}", file=sys.stderr)
+        return _fail(f"{len(error.problems)} error(s) in the rules table; not started")
+    if args.check:
+        print(f"{source}: rules table valid: {len(table.rules)} rules")
+        return EXIT_OK
+    return _run_handler(args, table)
+
+
+def _run_handler(args: argparse.Namespace, table) -> int:
+    import trio
+
+    from clients import ConnectionLost, MrsError
+    from mrs.config import load_config
+    from mrs.dlq.engine import Engine
+    from mrs.dlq.handler import Handler, HandlerOptions
+    from mrs.dlq.report import Reporter
+
+    if args.config is None or args.group is None:
+        return _fail("give --config and --group")
+    if args.window < 1 or args.seen_max < 1:
+        return _fail("--window and --seen-max must be at least 1")
+    bus = load_config(args.config)
+    group = bus.group(args.group)
+    control = table.control
+    input_q = (control.input_q or "").strip()
+    if input_q.upper() not in DLQ_NAMES:
+        return _fail(f"INPUTQ({input_q}): this handler works the dead-letter queue (DLQ, 96)")
+    input_qm = (control.input_qm or "").strip()
+    if input_qm and input_qm not in (str(group.id), group.name):
+        return _fail(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
+    address = args.address or f"{group.listen_host}:{group.listen_port}"
+    wait_s = 0 if args.once else control.wait_s
+    options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max)
+    engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
+    reporter = Reporter(json_lines=args.json)
+    handler = Handler(engine, options, reporter)
+    code = EXIT_OK
+    try:
+        trio.run(handler.run)
+    except (ConnectionLost, OSError) as error:
+        reporter.note(f"connection to group {group.id} at {address} lost: {error}")
+        code = EXIT_CONNECTION
+    except MrsError as error:
+        reporter.note(f"group {group.id} refused: {error}")
+        code = EXIT_CONNECTION
+    except KeyboardInterrupt:
+        code = 130
+    reporter.summary(handler.summary())
+    return code
+
+
+def _names(bus):
+    def names(group_id: int, queue_id: int | None) -> str | None:
+        group = bus.groups.get(group_id)
+        if group is None:
+            return None
+        if queue_id is None:
+            return group.name
+        queue = group.queues.get(queue_id)
+        return queue.name if queue else None
+
+    return names

@@ -1,0 +1,249 @@
+"""The running handler: get dead letters under lease, apply the engine's steps, report.
+
+One connection attached to the group's DLQ (queue 96). Every get is a lease
+(`mrs.dlq_leases`): the message is this handler's until it confirms it, and goes
+back to the DLQ if the handler dies. A message is confirmed (removed) only after
+its DISCARD is decided or its FWD/RETRY put was acknowledged as stored. Each
+message is worked by its own task; at most `window` actions are in flight, and at
+most `seen_max` messages are held (the bounded record of messages seen but not
+removed); retries sleep between attempts without holding an action slot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from clients import MrsError, NoMoreMessages, connect
+from clients.errors import MrsTimeout
+from mrs.config import BusConfig
+from mrs.dlq.actions import NoTarget, plan_put, target_text, uma_for
+from mrs.dlq.engine import Engine, StepKind
+from mrs.dlq.match import Letter
+from mrs.dlq.report import Event, Reporter
+from mrs.dlq.table import Action, Rule
+from mrs.model import DEAD_LETTER_QUEUE, Message, Psb, Status
+
+WINDOW_DEFAULT = 32
+POLL_S = 1.0
+"""A parked get returns at least this often, so WAIT(nnn) and reports stay timely."""
+
+
+@dataclass
+class HandlerOptions:
+    address: str
+    group_id: int
+    bus: BusConfig
+    wait_s: float | None
+    """None: wait forever (WAIT(YES)); 0: stop when nothing is processable; n: idle s."""
+    window: int = WINDOW_DEFAULT
+    seen_max: int = 10_000
+    put_timeout_s: float = 30.0
+
+
+@dataclass(eq=False)
+class Handler:
+    engine: Engine
+    options: HandlerOptions
+    reporter: Reporter
+    clock: Callable[[], float] = trio.current_time
+    counts: Counter = field(default_factory=Counter)
+    _working: int = 0
+    _idle_since: float = 0.0
+    _no_header: dict[int, None] = field(default_factory=dict)
+    _all_done: trio.Event = field(default_factory=trio.Event)
+
+    async def run(self) -> None:
+        async with connect(
+            self.options.address, queue=str(DEAD_LETTER_QUEUE), program="mrs dlq-handler"
+        ) as client:
+            limiter = trio.CapacityLimiter(self.options.window)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._report_no_header_periodically)
+                await self._take(client, nursery, limiter)
+                nursery.cancel_scope.cancel()
+
+    async def _take(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
+        self._idle_since = self.clock()
+        wait_s = self.options.wait_s
+        while True:
+            if self.engine.full():
+                self.reporter.note(
+                    f"{self.engine.seen} messages held: taking no more until some leave"
+                )
+                await self._wait_for_room()
+                continue
+            if wait_s == 0:
+                try:
+                    message = await client.get(timeout=0)
+                except NoMoreMessages:
+                    if self._working == 0:
+                        return
+                    await self._all_done.wait()
+                    continue
+            else:
+                poll_s = POLL_S if wait_s is None else min(POLL_S, max(0.0, wait_s - self._idle()))
+                try:
+                    message = await client.get(timeout=poll_s)
+                except (MrsTimeout, NoMoreMessages):
+                    if wait_s is not None and self._idle() >= wait_s:
+                        return
+                    continue
+            self._idle_since = self.clock()
+            if self.engine.admit(letter_of(message), self.clock()):
+                self._working += 1
+                self._all_done = trio.Event()
+                nursery.start_soon(self._work, client, message, limiter)
+
+    def _idle(self) -> float:
+        return 0.0 if self._working else self.clock() - self._idle_since
+
+    async def _wait_for_room(self) -> None:
+        while self.engine.full():
+            await trio.sleep(POLL_S)
+
+    async def _work(self, client, message: Message, limiter: trio.CapacityLimiter) -> None:
+        try:
+            await self._work_one(client, message, limiter)
+        finally:
+            self._working -= 1
+            self._idle_since = self.clock()
+            if self._working == 0:
+                self._all_done.set()
+
+    async def _work_one(self, client, message: Message, limiter) -> None:
+        seq = message.seq
+        while True:
+            step = self.engine.step(seq, self.clock())
+            if step.kind is StepKind.NO_HEADER:
+                self._no_header[seq] = None
+                self.counts["no_header"] += 1
+                self._event(message, None, "NONE", 0, "left", step.reason)
+                return
+            if step.kind is StepKind.IGNORE:
+                self.counts["ignored"] += 1
+                self._event(message, step.rule, "IGNORE", step.attempt, "left", step.reason)
+                return
+            if step.kind is StepKind.WAIT:
+                await trio.sleep(step.wait_s)
+                continue
+            async with limiter:
+                outcome, target, detail = await self._act(client, step.rule, message)
+            if outcome in ("discarded", "forwarded", "retried"):
+                self.engine.forget(seq)
+                self.counts[outcome] += 1
+                self._event(
+                    message,
+                    step.rule,
+                    step.rule.action.value,
+                    step.attempt,
+                    outcome,
+                    detail,
+                    target,
+                )
+                return
+            self.engine.failed(seq, self.clock())
+            self.counts["attempts_failed"] += 1
+            self._event(
+                message, step.rule, step.rule.action.value, step.attempt, "failed", detail, target
+            )
+
+    async def _act(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
+        """(outcome, target, detail). The DLQ confirm comes only after a stored put."""
+        if rule.action is Action.DISCARD:
+            await client.confirm(message.seq)
+            return "discarded", "", ""
+        try:
+            target = target_text(rule, message)
+            address = self.options.bus.resolve(target, self.options.group_id)
+        except (NoTarget, LookupError, ValueError) as error:
+            return "failed", "", str(error)
+        plan = plan_put(rule, message, self.options.group_id, str(address))
+        uma = uma_for(plan.delivery, address.group != self.options.group_id)
+        try:
+            psb = await client.put(
+                message.body,
+                str(address),
+                delivery=plan.delivery,
+                uma=uma,
+                msg_class=message.msg_class,
+                msg_type=message.msg_type,
+                priority=message.priority,
+                correlation_id=message.correlation_id,
+                headers=plan.headers,
+                timeout=self.options.put_timeout_s,
+            )
+        except MrsError as error:
+            if error.status in (Status.TIMEOUT,):
+                return "failed", str(address), "put timed out; outcome unknown, will repeat"
+            return "failed", str(address), f"{_name(error.status)}: {error}"
+        if not _stored(psb):
+            return (
+                "failed",
+                str(address),
+                f"not stored: {_name(psb.delivery_status)}/" + _name(psb.uma_status),
+            )
+        await client.confirm(message.seq)
+        outcome = "forwarded" if rule.action is Action.FWD else "retried"
+        return outcome, str(address), _name(psb.delivery_status)
+
+    async def _report_no_header_periodically(self) -> None:
+        interval_s = max(self.engine.retry_interval_s, POLL_S)
+        while True:
+            await trio.sleep(interval_s)
+            if self._no_header:
+                seqs = ", ".join(str(seq) for seq in list(self._no_header)[:10])
+                self.reporter.note(
+                    f"{len(self._no_header)} messages without a dead-letter header stay on the "
+                    f"DLQ (seq {seqs})"
+                )
+
+    def _event(self, message, rule, action, attempt, outcome, detail, target="") -> None:
+        self.reporter.event(
+            Event(
+                seq=message.seq,
+                rule_line=rule.line if rule else 0,
+                action=action,
+                attempt=attempt,
+                outcome=outcome,
+                target=target,
+                detail=detail,
+                possdupl=message.delivery_status == Status.POSSDUPL,
+            )
+        )
+
+    def summary(self) -> dict:
+        keys = ("forwarded", "retried", "discarded", "ignored", "attempts_failed", "no_header")
+        result = {key: self.counts.get(key, 0) for key in keys}
+        result["held_not_removed"] = self.engine.seen
+        return result
+
+
+def _stored(psb: Psb) -> bool:
+    return (int(psb.status) > 0 and int(psb.delivery_status) > 0) or psb.uma_status == (
+        Status.SAF_SUCCESS
+    )
+
+
+def _name(status: object) -> str:
+    return getattr(status, "name", str(status))
+
+
+def letter_of(message: Message) -> Letter:
+    return Letter(
+        seq=message.seq,
+        header=message.dead_letter_header,
+        source=(message.source.group, message.source.queue),
+        msg_type=message.msg_type,
+        recoverable=message.delivery.recoverable,
+        correlation_id=message.correlation_id,
+        headers=message.headers,
+    )
+
+
+def infinite(value: float | None) -> float:
+    return math.inf if value is None else value

@@ -1,0 +1,402 @@
+"""The dead-letter handler against a real server: each keyword and action, wildcards and
+variables, retries, leases (two handlers side by side, a SIGKILLed handler), the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from mrs.config import load_config
+from mrs.dlq.command import _names
+from mrs.dlq.engine import Engine
+from mrs.dlq.handler import Handler, HandlerOptions
+from mrs.dlq.parser import parse_table
+from mrs.dlq.report import Reporter
+
+MODE = DeliveryMode
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def letter_header(**fields) -> dict:
+    """An application's own dead-letter header (MQDLH-like) with the given fields."""
+    header = {
+        "struc_id": "DLH ",
+        "version": 1,
+        "reason": 2053,
+        "dest_q_name": "10",
+        "dest_q_mgr_name": "1",
+        "format": "MRS",
+        "put_appl_type": "MRS",
+        "put_appl_name": "billing",
+        "put_date": "20261123",
+        "put_time": "12000000",
+    }
+    header.update(fields)
+    return header
+
+
+async def put_letter(client, body: bytes, header: dict | None = None, **options) -> None:
+    headers = dict(options.pop("headers", None) or {})
+    if header is not None:
+        headers["dead_letter_header"] = header
+    psb = await client.put(
+        body,
+        target="DLQ",
+        delivery=options.pop("delivery", MODE.WF_MEM),
+        headers=headers,
+        **options,
+    )
+    assert psb.delivery_status.ok, psb
+
+
+async def run_handler(bus, text: str, wait_s: float | None = 0, window: int = 8):
+    config = load_config(bus.config_path)
+    table = parse_table(text)
+    out = io.StringIO()
+    options = HandlerOptions(bus.address, 1, config, wait_s, window)
+    handler = Handler(Engine(table, names=_names(config)), options, Reporter(True, out))
+    await handler.run()
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    return handler, [event for event in events if "seq" in event]
+
+
+async def drain(client) -> list:
+    """Every message on the client's queue now, confirmed."""
+    messages = []
+    while True:
+        try:
+            message = await client.get(timeout=0)
+        except NoMoreMessages:
+            return messages
+        if message.needs_confirm:
+            await client.confirm(message.seq)
+        messages.append(message)
+
+
+async def dlq_bodies(bus) -> list[bytes]:
+    async with connect(bus.address, queue="DLQ") as dlq:
+        return sorted(message.body for message in await drain(dlq))
+
+
+# ---------------------------------------------------------------------- actions
+async def test_each_action(bus) -> None:
+    table = """\
+DESTQ(91) ACTION(DISCARD)
+DESTQ(92) ACTION(FWD) FWDQ(ANYORDER)
+DESTQ(10) ACTION(RETRY)
+DESTQ(94) ACTION(IGNORE)
+"""
+    async with connect(bus.address, queue="SENDER") as sender:
+        await put_letter(sender, b"discard me", letter_header(dest_q_name="91"))
+        await put_letter(
+            sender,
+            b"\x00\xffforward me",
+            letter_header(dest_q_name="92"),
+            msg_class=7,
+            msg_type=8,
+            priority=9,
+            correlation_id=b"corr-1",
+            headers={"app": "x"},
+        )
+        await put_letter(sender, b"retry me", letter_header(dest_q_name="10"))
+        await put_letter(sender, b"ignore me", letter_header(dest_q_name="94"))
+    handler, events = await run_handler(bus, table)
+    outcomes = {event["rule_line"]: event["outcome"] for event in events}
+    assert outcomes == {1: "discarded", 2: "forwarded", 3: "retried", 4: "left"}
+    assert handler.summary()["held_not_removed"] == 1
+    async with (
+        connect(bus.address, queue="ANYORDER") as forwarded_to,
+        connect(bus.address, queue="ORDERS") as retried_to,
+    ):
+        [forwarded] = await drain(forwarded_to)
+        [retried] = await drain(retried_to)
+    # FWD keeps all of the original context and, with HEADER(YES), the header.
+    assert forwarded.body == b"\x00\xffforward me"
+    assert (forwarded.msg_class, forwarded.msg_type, forwarded.priority) == (7, 8, 9)
+    assert forwarded.correlation_id == b"corr-1"
+    assert str(forwarded.source) == "1.13"  # the original sender, not the handler
+    assert forwarded.dead_letter_header["dest_q_name"] == "92"
+    assert forwarded.headers["app"] == "x" and "pass_context" not in forwarded.headers
+    # RETRY puts it back to its original destination, without the header.
+    assert retried.body == b"retry me" and retried.dead_letter_header is None
+    assert str(retried.source) == "1.13"
+    assert await dlq_bodies(bus) == [b"ignore me"]  # IGNORE leaves it on the DLQ
+
+
+async def test_header_no_strips_and_failed_forward_falls_through(bus) -> None:
+    table = """\
+ACTION(FWD) FWDQ(NOSUCHNAME) RETRY(2)
+ACTION(FWD) FWDQ(ANYORDER) HEADER(NO)
+"""
+    async with connect(bus.address, queue="SENDER") as sender:
+        await put_letter(sender, b"m", letter_header())
+    text = "RETRYINT(0)\n" + table
+    handler, events = await run_handler(bus, text)
+    assert [(e["rule_line"], e["attempt"], e["outcome"]) for e in events] == [
+        (2, 1, "failed"),
+        (2, 2, "failed"),
+        (3, 1, "forwarded"),
+    ]
+    async with connect(bus.address, queue="ANYORDER") as target:
+        [message] = await drain(target)
+    assert message.dead_letter_header is None and message.body == b"m"
+
+
+async def test_retry_waits_retryint_until_the_queue_drains(bus) -> None:
+    """The worked example: "queue full" dead letters go back once the queue drains."""
+    table = "RETRYINT(1)\nREASON(MQRC_Q_FULL) ACTION(RETRY) RETRY(30)\n"
+    async with connect(bus.address, queue="SENDER") as sender:
+        for index in range(2):  # SMALL holds 2 (messages_max)
+            await sender.put(b"fill%d" % index, target="SMALL", delivery=MODE.WF_MEM)
+        psb = await sender.put(b"late", target="SMALL", delivery=MODE.WF_MEM, uma=Uma.DLQ)
+        assert (psb.delivery_status, psb.uma_status) == (Status.EXCEEDQUOTA, Status.DLQ_SUCCESS)
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def handle() -> None:
+            results.append(await run_handler(bus, table))
+
+        nursery.start_soon(handle)
+        await trio.sleep(1.5)  # at least one attempt fails while SMALL is full
+        async with connect(bus.address, queue="SMALL") as small:
+            assert sorted(m.body for m in await drain(small)) == [b"fill0", b"fill1"]
+    [(handler, events)] = results
+    assert events[0]["outcome"] == "failed" and events[-1]["outcome"] == "retried"
+    assert all(e["attempt"] == i + 1 for i, e in enumerate(events))
+    async with connect(bus.address, queue="SMALL") as small:
+        assert [m.body for m in await drain(small)] == [b"late"]
+
+
+async def test_no_match_and_no_header_stay(bus) -> None:
+    async with connect(bus.address, queue="SENDER") as sender:
+        await put_letter(sender, b"no header", None)
+        await put_letter(sender, b"no match", letter_header(dest_q_name="99"))
+    handler, events = await run_handler(bus, "DESTQ(10) ACTION(DISCARD)\n")
+    assert sorted(e["outcome"] for e in events) == ["left", "left"]
+    assert handler.summary()["no_header"] == 1 and handler.summary()["ignored"] == 1
+    assert await dlq_bodies(bus) == [b"no header", b"no match"]
+
+
+# ---------------------------------------------------------------------- keywords
+KEYWORD_CASES = [
+    ("APPLIDAT", "ord*", {"correlation_id": b"order-1"}, {"correlation_id": b"x"}),
+    ("APPLNAME", "bill?ng", {}, {"header": {"put_appl_name": "payroll"}}),
+    ("APPLTYPE", "MRS", {}, {"header": {"put_appl_type": "APP"}}),
+    ("DESTQ", "ORDERS", {}, {"header": {"dest_q_name": "11"}}),  # by name
+    ("DESTQ", "1?", {}, {"header": {"dest_q_name": "2"}}),  # by number, wildcard
+    ("DESTQM", "NYC", {}, {"header": {"dest_q_mgr_name": "2"}}),
+    ("FEEDBACK", "EXCEEDQUOTA", {"header": {"mrs_status": -56}}, {"header": {"mrs_status": -202}}),
+    ("FORMAT", "' '", {"header": {"format": " "}}, {}),
+    ("MSGTYPE", "MQMT_REPLY", {"msg_type": 2}, {"msg_type": 8}),
+    ("PERSIST", "MQPER_NOT_PERSISTENT", {}, {"headers": {}, "persistent": True}),
+    ("REASON", "MQRC_Q_FULL", {}, {"header": {"reason": 2085}}),
+    ("REASON", "20?5", {"header": {"reason": 2085}}, {"header": {"reason": 2053}}),
+    ("REPLYQ", "SENDER", {}, {"queue": "SENDER2"}),
+    ("REPLYQM", "N?C", {}, {}),  # every sender is in group 1 (NYC): both match
+    ("USERID", "alice", {"headers": {"user_id": "alice"}}, {"headers": {"user_id": "bob"}}),
+]
+
+
+async def _put_case(bus, body: bytes, case: dict) -> None:
+    header = letter_header(**case.get("header", {}))
+    options = {}
+    if "correlation_id" in case:
+        options["correlation_id"] = case["correlation_id"]
+    if "msg_type" in case:
+        options["msg_type"] = case["msg_type"]
+    if case.get("headers"):
+        options["headers"] = case["headers"]
+    queue = case.get("queue", "SENDER")
+    async with connect(bus.address, queue=queue) as sender:
+        if case.get("persistent"):
+            # A recoverable message the DLQ UMA moved (reason 2085: no DQF for 1.50).
+            psb = await sender.put(body, target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
+            assert psb.uma_status == Status.DLQ_SUCCESS
+        else:
+            await put_letter(sender, body, header, **options)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "pattern", "matching", "other"),
+    KEYWORD_CASES,
+    ids=[f"{case[0]}({case[1]})" for case in KEYWORD_CASES],
+)
+async def test_each_pattern_keyword(bus, keyword, pattern, matching, other) -> None:
+    await _put_case(bus, b"matches", matching)
+    await _put_case(bus, b"other", other)
+    expected = [] if keyword == "REPLYQM" else [b"other"]
+    await run_handler(bus, f"{keyword}({pattern}) ACTION(DISCARD)\n")
+    assert await dlq_bodies(bus) == expected
+
+
+async def test_variables_forward_to_destination_and_reply_queue(bus) -> None:
+    table = """\
+APPLNAME(to-dest) ACTION(FWD) FWDQ(&DESTQ) FWDQM(&DESTQM)
+APPLNAME(to-reply) ACTION(FWD) FWDQ(&REPLYQ) FWDQM(&REPLYQM) HEADER(NO)
+"""
+    async with connect(bus.address, queue="SENDER2") as sender:
+        await put_letter(sender, b"a", letter_header(put_appl_name="to-dest", dest_q_name="11"))
+        await put_letter(sender, b"b", letter_header(put_appl_name="to-reply"))
+    _, events = await run_handler(bus, table)
+    assert sorted(e["target"] for e in events) == ["1.11", "1.16"]
+    async with (
+        connect(bus.address, queue="ANYORDER") as destination,
+        connect(bus.address, queue="SENDER2") as reply,
+    ):
+        assert [m.body for m in await drain(destination)] == [b"a"]
+        assert [m.body for m in await drain(reply)] == [b"b"]
+
+
+# ---------------------------------------------------------------------- leases
+async def test_two_handlers_side_by_side_never_act_twice(bus) -> None:
+    count = 120
+    async with connect(bus.address, queue="SENDER") as sender:
+        for index in range(count):
+            await put_letter(sender, b"%d" % index, letter_header(), correlation_id=b"%d" % index)
+    table = "WAIT(1)\nACTION(FWD) FWDQ(ANYORDER)\n"
+    results = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(_collect, results, run_handler(bus, table, wait_s=1))
+    seqs = [e["seq"] for _, events in results for e in events if e["outcome"] == "forwarded"]
+    assert len(seqs) == len(set(seqs)) == count  # each message forwarded by one handler
+    assert all(events for _, events in results), "both handlers worked"
+    async with connect(bus.address, queue="ANYORDER") as target:
+        bodies = sorted(int(m.body) for m in await drain(target))
+    assert bodies == list(range(count))
+
+
+async def _collect(results: list, awaitable) -> None:
+    results.append(await awaitable)
+
+
+async def test_a_lease_returns_when_its_holder_leaves(bus) -> None:
+    async with connect(bus.address, queue="SENDER") as sender:
+        await put_letter(sender, b"m", letter_header())
+    async with (
+        connect(bus.address, queue="DLQ") as first,
+        connect(bus.address, queue="DLQ") as second,
+    ):
+        message = await first.get(timeout=5)
+        assert message.delivery_status == Status.CONFIRMREQ
+        with pytest.raises(NoMoreMessages):  # held by `first`: not visible to `second`
+            await second.get(timeout=0)
+        status = await second.status()
+        assert [reader["held"] for reader in status["dlq_readers"]] == [1, 0]
+        with pytest.raises(Exception, match="not held"):
+            await second.confirm(message.seq)
+    async with connect(bus.address, queue="DLQ") as third:
+        again = await third.get(timeout=5)
+        assert again.seq == message.seq and again.delivery_status == Status.POSSDUPL
+
+
+def _handler_command(bus, rules: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "mrs",
+        "dlq-handler",
+        "--config",
+        str(bus.config_path),
+        "--group",
+        "1",
+        "--address",
+        bus.address,
+        "--json",
+        str(rules),
+        *extra,
+    ]
+
+
+async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp_path) -> None:
+    bus = make_bus(limits="dqf_messages_max = 1000")
+    count = 150
+    async with connect(bus.address, queue="SENDER") as sender:
+        for index in range(count):
+            # recoverable originals dead-lettered by the DLQ UMA (no DQF on 1.50)
+            psb = await sender.put(b"%d" % index, target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
+            assert psb.uma_status == Status.DLQ_SUCCESS
+    rules = tmp_path / "rules.txt"
+    rules.write_text("ACTION(FWD) FWDQ(ANYORDER)\n")
+    process = subprocess.Popen(
+        _handler_command(bus, rules, "--once", "--window", "2"),
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    seen = 0
+    with trio.fail_after(60):
+        while seen < 10:  # kill it in the middle of the work
+            line = await trio.to_thread.run_sync(process.stdout.readline)
+            assert line, "handler ended early"
+            seen += b'"forwarded"' in line
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stdout.close()
+    finished = subprocess.run(
+        _handler_command(bus, rules, "--once"),
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert finished.returncode == 0, finished.stderr
+    events = [json.loads(line) for line in finished.stdout.splitlines()]
+    summary = events[-1]["summary"]
+    assert 0 < summary["forwarded"] < count  # the killed handler did part of the work
+    assert any(event.get("possdupl") for event in events)  # its leases came back marked
+    assert await dlq_bodies(bus) == []
+    async with connect(bus.address, queue="ANYORDER") as target:
+        arrived = await drain(target)
+    bodies = [int(m.body) for m in arrived]
+    assert sorted(set(bodies)) == list(range(count))  # nothing lost
+    seen_once = set()
+    for message, body in zip(arrived, bodies, strict=True):
+        if body in seen_once:  # a repeat must be marked
+            assert message.delivery_status == Status.POSSDUPL
+        seen_once.add(body)
+    assert len(bodies) == count  # recoverable: the idempotency key stops repeats entirely
+
+
+# ---------------------------------------------------------------------- command line
+def test_check_reports_line_and_column(bus, tmp_path) -> None:
+    rules = tmp_path / "bad.txt"
+    rules.write_text("* ok\nACTION(FWD) +\n   FWDQ(X) HEADER(PERHAPS)\n" + "A" * 73 + "\n")
+    result = subprocess.run(
+        _handler_command(bus, rules, "--check"), capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert "line 3, column 12: HEADER(PERHAPS): must be YES or NO" in lines[0]
+    assert "line 4, column 73" in lines[1]
+    assert "not started" in lines[-1] and "Traceback" not in result.stderr
+
+
+def test_check_reads_stdin_and_72_columns(bus, tmp_path) -> None:
+    table = "ACTION(FWD) FWDQ(" + "Q" * 54 + ")\nDESTQ(A-\nB) ACTION(IGNORE)\n"
+    command = [
+        c for c in _handler_command(bus, tmp_path / "x", "--check") if c != str(tmp_path / "x")
+    ]
+    result = subprocess.run(command, input=table, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "2 rules" in result.stdout
+
+
+def test_unreachable_server_is_exit_3(bus, tmp_path) -> None:
+    rules = tmp_path / "rules.txt"
+    rules.write_text("ACTION(IGNORE)\n")
+    command = _handler_command(bus, rules, "--once")
+    command[command.index("--address") + 1] = "127.0.0.1:1"
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["summary"]["forwarded"] == 0
