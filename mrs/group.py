@@ -758,6 +758,7 @@ class Group:
             record = record_from_entry(entry, written_time_ns=now_ns)
             record.confirm_value = confirm_value
             record.confirm_time_ns = now_ns
+            record.extra["deliveries"] = entry.times_delivered  # POSSDUPL for the audit
             batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
         notice = (
             entry.origin_group is not None
