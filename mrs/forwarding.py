@@ -12,6 +12,12 @@ The rules (MessageQ MRS, DESIGN.md §2):
   the link drops goes to the SAF (SAF_FORCED) and is resent: the peer may have it.
 - The receiving group dedupes by (origin group, seq), so a message resent after a
   link drop is stored once. CONF confirms travel back as durable notices.
+- The SAF drain is ordered: the receiver stores the messages of a transfer that fit,
+  in order, and refuses the first one it cannot store and every later one (LINK_DOWN)
+  until the sender resyncs and resends from the refused one (channel rules: later
+  messages never overtake a stuck one). A direct message stands alone: its refusal
+  takes its own UMA and holds nothing up. A drain refused DQF_FULL waits for room
+  (`mrs.drain_room`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from journals import (
     group_key,
     split_key,
 )
+from mrs.drain_room import DqfRoom
 from mrs.model import Address, DeliveryMode, Psb, Status
 from mrs.records import entry_from_record, idempotency_key, record_from_entry
 
@@ -45,7 +52,7 @@ log = logging.getLogger("mrs.forwarding")
 
 TRANSFER_FIELDS = (
     "seq", "target_queue", "source_group", "source_queue", "body", "msg_class", "msg_type",
-    "priority", "delivery", "uma", "correlation_id", "put_time_ns", "headers",
+    "priority", "delivery", "uma", "correlation_id", "put_time_ns", "headers", "ordered",
 )  # fmt: skip
 PERMANENT_REFUSALS = frozenset({Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG})
 """Refusals that no retry will cure: the channel rules send these to the DLQ."""
@@ -69,7 +76,10 @@ class LinkPort(Protocol):
 class Inbound(Protocol):
     """Per-connection state of what a peer sends (kept by `mrs.links.PeerLink`)."""
 
-    inbound_failed: bool
+    inbound_failed_at: int | None
+    """Ordinal of the first ordered message of this connection that failed."""
+    inbound_ordinal: int
+    """Ordered messages received on this connection so far."""
 
 
 class TransferError(ValueError):
@@ -85,6 +95,22 @@ class PeerState:
     waiters: dict[int, Callable[[str, int], None]] = field(default_factory=dict)
     """seq -> what to do when the peer reports the message confirmed / got."""
     notices_pending: int = 0
+    deleting: set[bytes] = field(default_factory=set)
+    """SAF keys whose deletion is being committed: neither resent nor deleted again."""
+
+
+@dataclass(eq=False)
+class DrainAnswer:
+    """What the peer's answer to one SAF transfer means for the drain."""
+
+    restart: bool = False
+    """Something was not stored: the peer refuses the rest until a resync, so the
+    drain starts again from its oldest record."""
+    retry: bool = False
+    """...after a backoff (RETRY), for the stuck message below."""
+    stuck_seq: int = 0
+    stuck_status: int = 0
+    reason: str = ""
 
 
 @dataclass(eq=False)
@@ -92,6 +118,9 @@ class Forwarding:
     group: Group
     peers: dict[int, PeerState] = field(default_factory=dict)
     saf_count: int = 0
+    room: DqfRoom = field(default_factory=DqfRoom)
+    """Receiving side: slots of this group's DQF held for other groups' drains."""
+    _room_refused_at: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for peer_id in self.group.config.links_to():
@@ -240,8 +269,11 @@ class Forwarding:
             Journal.SAF, prefix, after_key, count_max, bytes_max
         ):
             last_key = key
+            if key in self.peers[peer_id].deleting:
+                continue
             try:
-                batch.append((key, transfer_fields(entry_from_record(_decode(value, key)))))
+                entry = entry_from_record(_decode(value, key))
+                batch.append((key, transfer_fields(entry, ordered=True)))
             except CorruptRecord as corrupt:
                 if str(corrupt) not in self.group.corrupt:
                     self.group.corrupt.append(str(corrupt))
@@ -253,31 +285,41 @@ class Forwarding:
         peer_id: int,
         answers: list[tuple[bytes, int]],
         forgettable: Callable[[list[int]], None] = lambda seqs: None,
-    ) -> bool:
+    ) -> DrainAnswer:
         """The peer answered SAF records. Stored ones are deleted from the SAF. A
         permanent refusal (unknown queue, too big) follows the channel rules: the
         message moves to the local DLQ with a dead-letter header; if that put fails
         (no DLQ, DLQ full) it stays in the SAF and the link goes into RETRY. A passing
-        refusal (peer's DQF full, its disk failing) also keeps it, in RETRY.
-        Returns True when the link must back off and retry."""
+        refusal (peer's DQF full, its disk failing) also keeps it, in RETRY. LINK_DOWN
+        (refused behind an earlier failure) keeps a record for the restarted drain."""
         peer = self.peers[peer_id]
         batch = WriteBatch.empty()
-        retry = False
+        outcome = DrainAnswer()
+        stored: list[int] = []
         for key, status in answers:
-            if status == LINK_LOST:
+            if status == LINK_LOST or key in peer.deleting:
                 continue
-            if status < 0 and not (
-                status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(key, status)
-            ):
-                retry = True
+            if status == Status.STORED:
+                batch.delete(Journal.SAF, key)
+                stored.append(split_key(key)[1])
                 continue
-            batch.delete(Journal.SAF, key)
+            outcome.restart = True
+            if status == Status.LINK_DOWN:
+                continue
+            if status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(key, status):
+                batch.delete(Journal.SAF, key)
+                continue
+            if not outcome.retry:
+                outcome.retry = True
+                outcome.stuck_seq, outcome.stuck_status = split_key(key)[1], status
+                outcome.reason = _refusal_reason(peer_id, status)
         if batch:
             deleted = len(batch.deletes)
-
-            stored = [split_key(key)[1] for key, status in answers if status == Status.STORED]
+            keys = [key for _, key in batch.deletes]
+            peer.deleting.update(keys)
 
             def done(error: JournalError | None) -> None:
+                peer.deleting.difference_update(keys)
                 if error is None:
                     self.saf_count -= deleted
                     peer.saf_backlog -= deleted
@@ -288,7 +330,7 @@ class Forwarding:
                     peer.link.poke()
 
             self.group.writer.submit(batch, done)
-        return retry
+        return outcome
 
     def _saf_to_dead_letter_queue(self, key: bytes, status: int) -> bool:
         value = self.group.store.get_raw(Journal.SAF, key)
@@ -309,7 +351,7 @@ class Forwarding:
             "group %d refused SAF message %d (%s): %s",
             record.target_group,
             record.seq,
-            _status_name(status),
+            status_name(status),
             "moved to the DLQ" if moved else "DLQ put failed, link goes into RETRY",
         )
         return moved
@@ -321,34 +363,46 @@ class Forwarding:
         """Store/queue what a peer sent; `respond` gets one [seq, status, stored_seq]
         per message, in order, once every recoverable one is durable.
 
-        FIFO across failures: once a recoverable message from this connection could
-        not be stored (for a reason a retry may cure), every later one is answered
-        LINK_DOWN without being stored, until the peer says it starts over
-        ("resync"), so nothing overtakes the message that failed."""
-        entries = [self._entry_from_fields(peer_id, fields) for fields in messages]
+        FIFO across failures: once an ordered (SAF drain) recoverable message of this
+        connection could not be stored, every later ordered one is answered LINK_DOWN
+        without being stored, until the peer says it starts over ("resync"), so
+        nothing overtakes the message that failed. The ordered messages before it
+        are stored (a transfer does not need room for all of its messages)."""
+        decoded = [self._entry_from_fields(peer_id, fields) for fields in messages]
+        entries = [entry for entry, _ in decoded]
         results: list = [None] * len(entries)
         remaining = [len(entries)]
+        all_ordered_stored = [any(ordered for _, ordered in decoded)]
+        first_ordinal = inbound.inbound_ordinal
 
-        def answer(index: int, seq: int) -> Callable[[Status, int, str], None]:
+        def answer(index: int, seq: int, ordinal: int | None) -> Callable[[Status, int, str], None]:
             def outcome(status: Status, stored_seq: int, reason: str) -> None:
-                if (
-                    status != Status.STORED
-                    and status not in PERMANENT_REFUSALS
-                    and entries[index].delivery.recoverable
-                ):
-                    inbound.inbound_failed = True
+                if ordinal is not None and status != Status.STORED:
+                    all_ordered_stored[0] = False
+                    failed_at = inbound.inbound_failed_at
+                    if failed_at is None or ordinal < failed_at:
+                        inbound.inbound_failed_at = ordinal
+                    if status == Status.DQF_FULL:
+                        self.room.refused(peer_id)
+                        self._room_refused_at[peer_id] = ordinal
                 results[index] = [seq, int(status), stored_seq]
                 remaining[0] -= 1
                 if remaining[0] == 0:
+                    if all_ordered_stored[0]:
+                        self._drain_satisfied(peer_id, first_ordinal)
                     respond(results)
 
             return outcome
 
         if not entries:
             respond([])
-        for index, entry in enumerate(entries):
-            outcome = answer(index, entry.seq)
-            if entry.delivery.recoverable and inbound.inbound_failed:
+        for index, (entry, ordered) in enumerate(decoded):
+            ordinal = None
+            if ordered and entry.delivery.recoverable:
+                ordinal = inbound.inbound_ordinal
+                inbound.inbound_ordinal += 1
+            outcome = answer(index, entry.seq, ordinal)
+            if ordinal is not None and inbound.inbound_failed_at is not None:
                 outcome(Status.LINK_DOWN, entry.seq, "an earlier message of this link failed")
             elif len(entry.body) > self.group.limits.message_bytes_max:
                 # This group's own limit, whatever the sender checked (e.g. a message
@@ -358,15 +412,40 @@ class Forwarding:
                 keys = [f"origin:{peer_id}:{entry.seq}"]
                 if (key := idempotency_key(entry.headers)) is not None:
                     keys.append(key)
+                if ordinal is None:
+                    self.group.store_in_dqf(entry, keys, outcome)
+                    continue
                 self.group.store_in_dqf(
                     entry,
                     keys,
                     outcome,
                     stream=inbound,
-                    guard=lambda: not inbound.inbound_failed,
+                    guard=lambda ordinal=ordinal: (
+                        inbound.inbound_failed_at is None or ordinal < inbound.inbound_failed_at
+                    ),
                 )
             else:
                 self._accept_memory(peer_id, entry, outcome)
+
+    # ------------------------------------------------------------------ DQF room
+    def dqf_freed(self) -> None:
+        """A DQF slot of this group freed: hold it for a waiting drain and tell it."""
+        peer_id = self.room.freed(self.group.dqf_count, self.group.limits.dqf_messages_max)
+        if peer_id is None:
+            return
+        peer = self.peers.get(peer_id)
+        if peer is not None and peer.link is not None:
+            peer.link.send_notices([["room", 0, 0]])
+
+    def _drain_satisfied(self, peer_id: int, first_ordinal: int) -> None:
+        """A transfer sent after the drain's last DQF_FULL stored everything: the
+        drain no longer waits; its unused held slots go to the next one."""
+        if self.room.held.get(peer_id) is None:
+            return
+        if first_ordinal <= self._room_refused_at.get(peer_id, -1):
+            return  # sent before the refusal: says nothing about room now
+        for _ in range(self.room.satisfied(peer_id)):
+            self.dqf_freed()
 
     def _accept_memory(
         self, peer_id: int, entry: Entry, outcome: Callable[[Status, int, str], None]
@@ -379,7 +458,7 @@ class Forwarding:
         status, reason = self.group.enqueue_in_memory(entry)
         outcome(status, entry.seq, reason)
 
-    def _entry_from_fields(self, peer_id: int, fields: object) -> Entry:
+    def _entry_from_fields(self, peer_id: int, fields: object) -> tuple[Entry, bool]:
         from mrs.queues import Entry
 
         if not isinstance(fields, list) or len(fields) != len(TRANSFER_FIELDS):
@@ -409,7 +488,7 @@ class Forwarding:
             raise TransferError(f"bad transferred message: {error}") from None
         if not isinstance(entry.body, bytes) or not isinstance(entry.seq, int):
             raise TransferError("bad transferred message: body must be bytes, seq an int")
-        return entry
+        return entry, values["ordered"] is True
 
     # ------------------------------------------------------------------ notices
     def add_notice(self, batch: WriteBatch, peer_id: int, kind: str, seq: int) -> bool:
@@ -469,7 +548,12 @@ class Forwarding:
                 raise TransferError("a notice must be [kind, seq, status]")
             kind, seq, status = notice
             if kind == "resync":
-                inbound.inbound_failed = False
+                inbound.inbound_failed_at = None
+                results.append([seq, int(Status.SUCCESS), seq])
+                continue
+            if kind == "room":
+                if peer.link is not None and hasattr(peer.link, "room"):
+                    peer.link.room()
                 results.append([seq, int(Status.SUCCESS), seq])
                 continue
             if kind == "forget":
@@ -492,6 +576,8 @@ class Forwarding:
     def link_down(self, peer_id: int) -> None:
         self.peers[peer_id].link = None
         log.warning("link to group %d down", peer_id)
+        for _ in range(self.room.satisfied(peer_id)):  # its drain restarts anyway
+            self.dqf_freed()
 
     def status_info(self) -> dict:
         return {
@@ -509,7 +595,8 @@ class Forwarding:
         }
 
 
-def transfer_fields(entry: Entry) -> list:
+def transfer_fields(entry: Entry, ordered: bool = False) -> list:
+    """An entry as sent over a link; `ordered` for the SAF drain (see accept_transfer)."""
     return [
         entry.seq,
         entry.target.queue,
@@ -524,6 +611,7 @@ def transfer_fields(entry: Entry) -> list:
         entry.correlation_id,
         entry.put_time_ns,
         entry.headers,
+        ordered,
     ]
 
 
@@ -540,7 +628,19 @@ def _confirmed_reporter(entry: Entry, reply: PutReply) -> Callable[[str, int], N
     return report
 
 
-def _status_name(status: int) -> str:
+def _refusal_reason(peer_id: int, status: int) -> str:
+    """Why a drain waits, for `mrs status`."""
+    if status == Status.DQF_FULL:
+        return f"group {peer_id}'s DQF is full: waiting for its receivers to confirm"
+    if status in PERMANENT_REFUSALS:
+        return (
+            f"group {peer_id} refused it ({status_name(status)}) and this group's DLQ "
+            "could not take it (no DLQ, or DLQ full)"
+        )
+    return f"group {peer_id} could not store it ({status_name(status)})"
+
+
+def status_name(status: int) -> str:
     try:
         return Status(status).name
     except ValueError:

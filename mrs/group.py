@@ -377,7 +377,9 @@ class Group:
         for key in dedupe_keys:
             if self._answer_duplicate(key, outcome):
                 return
-        if self.dqf_count >= self.limits.dqf_messages_max:
+        if not self.forwarding.room.may_store(
+            entry.origin_group, self.dqf_count, self.limits.dqf_messages_max
+        ):  # full, or its free slots are held for other groups' waiting SAF drains
             outcome(
                 Status.DQF_FULL,
                 entry.seq,
@@ -400,6 +402,7 @@ class Group:
             reason = ""
             if error is not None:
                 self.dqf_count -= 1
+                self.forwarding.dqf_freed()
                 entry.journaled = False
                 full = isinstance(error, JournalFullError)
                 cause = Status.MRS_RES_EXH if full else Status.DQF_DEVICE_FAIL
@@ -742,6 +745,7 @@ class Group:
                 return
             if entry.journaled:
                 self.dqf_count -= 1
+                self.forwarding.dqf_freed()
             if request_id is not None:
                 session.send(wire.Confirmed(request_id, entry.seq, Status.SUCCESS))
             if entry.on_confirm is not None:

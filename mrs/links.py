@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from mrs import protocol as wire
-from mrs.forwarding import LINK_LOST, Result, TransferError
+from mrs.forwarding import LINK_LOST, DrainAnswer, Result, TransferError, status_name
 from mrs.model import Status
 from mrs.network import TCP, Network
 
@@ -79,8 +79,17 @@ class PeerLink:
     _forget: list[int] = field(default_factory=list)
     """Seqs the peer stored and this side will never resend: the peer may drop their
     dedupe keys (sent as "forget" notices)."""
-    inbound_failed: bool = False
-    """Something this peer sent on the current connection could not be stored."""
+    inbound_failed_at: int | None = None
+    """Ordinal of the first ordered message this peer sent on the current connection
+    that could not be stored (later ones are refused until it resyncs)."""
+    inbound_ordinal: int = 0
+    _saf_copies: Counter = field(default_factory=Counter)
+    """SAF key -> copies sent and not yet answered (a restarted drain resends)."""
+    _saf_gone: set[bytes] = field(default_factory=set)
+    """Keys already stored by one copy while another copy is still unanswered."""
+    drain_wait: dict | None = None
+    """Why the SAF drain waits (RETRY): the stuck message, its status and reason."""
+    _room_seen: bool = False
     _resync_due: bool = False
     retry_until: float = 0.0
     """While trio.current_time() < this, the SAF drain is in RETRY (channel rules)."""
@@ -98,9 +107,25 @@ class PeerLink:
         if self.channel is not None:
             self._send(wire.LinkNotice(self._next_id(), notices), "volatile", [], 0)
 
+    def room(self) -> None:
+        """The peer holds a DQF slot for this drain: end the RETRY backoff now."""
+        self._room_seen = True
+        if self.retry_until > trio.current_time():
+            self.retry_until = trio.current_time()
+        self._wake.set()
+
     def status_info(self) -> dict:
+        wait = None
+        if self.drain_wait is not None:
+            backlog = self.group.forwarding.peers[self.peer_id].saf_backlog
+            wait = {
+                **self.drain_wait,
+                "waiting_behind": max(backlog - 1, 0),
+                "retry_in_s": round(max(self.retry_until - trio.current_time(), 0.0), 3),
+            }
         return {
             "drain": "retry" if trio.current_time() < self.retry_until else "running",
+            "drain_wait": wait,
             "in_flight": self._in_flight,
             "queued": len(self._direct),
             "connections": self.generation,
@@ -114,7 +139,9 @@ class PeerLink:
             self.down("replaced by a new connection")
         self.channel = channel
         self.generation += 1
-        self.inbound_failed = False
+        self.inbound_failed_at = None
+        self._saf_copies.clear()
+        self._saf_gone.clear()
         self._resync_due = False
         self._saf_cursor = None
         self._notices_in_flight.clear()
@@ -167,6 +194,7 @@ class PeerLink:
             self._saf_cursor = last_key
             if records:
                 keys = [key for key, _ in records]
+                self._saf_copies.update(keys)
                 transfer = wire.LinkTransfer(self._next_id(), [fields for _, fields in records])
                 self._send(transfer, "saf", keys, len(keys))
         while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
@@ -212,17 +240,56 @@ class PeerLink:
         self._forget.extend(seqs)
         self._wake.set()
 
-    def _enter_retry(self) -> None:
+    def _restart_drain(self) -> None:
+        """The peer refuses the rest of the drain until told we start over: resend
+        from the oldest record, after a resync notice."""
+        self._resync_due = True
+        self._saf_cursor = None
+
+    def _enter_retry(self, answer: DrainAnswer) -> None:
         """Channel rules: a message the peer refused and the DLQ could not take stays
-        in the SAF; the drain backs off and starts again from the oldest record."""
+        in the SAF; the drain backs off and starts again from the oldest record (a
+        "room" notice from the peer ends the backoff early)."""
+        self.drain_wait = {
+            "stuck_seq": answer.stuck_seq,
+            "status": status_name(answer.stuck_status),
+            "reason": answer.reason,
+        }
+        self._restart_drain()
         if trio.current_time() < self.retry_until:
             return
-        log.warning("link to group %d: SAF drain in RETRY for %.1f s", self.peer_id, self._retry_s)
+        if self._room_seen and answer.stuck_status == Status.DQF_FULL:
+            self._room_seen = False  # room was freed for us while the answer travelled
+            return
+        log.warning(
+            "link to group %d: SAF drain in RETRY for %.1f s: message %d %s",
+            self.peer_id,
+            self._retry_s,
+            answer.stuck_seq,
+            status_name(answer.stuck_status),
+        )
         self.retry_until = trio.current_time() + self._retry_s
-        self._resync_due = True
         self.group.timers.call_later(self._retry_s, self.poke)
         self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
-        self._saf_cursor = None
+
+    def _first_answers(self, answers: list[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
+        """Drop answers for records another copy already got stored (a restarted drain
+        resends records still in flight), so none is deleted twice."""
+        kept = []
+        for key, status in answers:
+            left = self._saf_copies[key] - 1
+            if left > 0:
+                self._saf_copies[key] = left
+            else:
+                self._saf_copies.pop(key, None)
+            if key in self._saf_gone:
+                if left <= 0:
+                    self._saf_gone.discard(key)
+                continue
+            if status == Status.STORED and left > 0:
+                self._saf_gone.add(key)
+            kept.append((key, status))
+        return kept
 
     def _next_id(self) -> int:
         return next(self._request_ids)
@@ -269,14 +336,22 @@ class PeerLink:
                     self._forget.append(seq)
                 on_result(status, stored_seq)
         elif pending.kind == "saf":
-            answers = [
-                (key, _result(result)[1])
-                for key, result in zip(pending.items, ack.results, strict=True)
-            ]
-            if self.group.forwarding.saf_answered(self.peer_id, answers, self._forgettable):
-                self._enter_retry()
+            answers = self._first_answers(
+                [
+                    (key, _result(result)[1])
+                    for key, result in zip(pending.items, ack.results, strict=True)
+                ]
+            )
+            answer = self.group.forwarding.saf_answered(self.peer_id, answers, self._forgettable)
+            if answer.retry:
+                self._enter_retry(answer)
+            elif answer.restart:
+                self._restart_drain()
             else:
                 self._retry_s = RETRY_S_MIN
+                self._room_seen = False
+                if answers:
+                    self.drain_wait = None
         elif pending.kind == "notice":
             # Keep them "in flight" until their deletion is durable, or they would be
             # read back from the journal and sent again meanwhile.

@@ -1,0 +1,130 @@
+"""MessageQ conformance (issue 9), against real `mrs serve` processes linked through a
+fault proxy: SAF drain progress into a partly-full remote DQF, each put's own UMA after
+DQF_FULL, FIFO across a link in RETRY, timeout 0, RTS original target, MRS_ACKs that
+survive restarts and travel to another group."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from sim.bus import LinkedBus
+
+MODE = DeliveryMode
+QUEUES = """
+[[group.queue]]
+id = 10
+name = "IN"
+confirm = "explicit-in-order"
+[[group.queue]]
+id = 11
+name = "OUT"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 12
+name = "OTHER"
+confirm = "explicit-out-of-order"
+"""
+WAIT_S = 30.0
+
+
+async def status_of(bus: LinkedBus, group: int) -> dict:
+    async with connect(bus.address(group), None) as client:
+        return await client.status()
+
+
+async def wait_until(bus: LinkedBus, group: int, predicate) -> dict:
+    """Poll another process's status until `predicate(status)` holds (no event to
+    await across processes, so a short pause between looks)."""
+    with trio.fail_after(WAIT_S):
+        while True:
+            status = await status_of(bus, group)
+            if predicate(status):
+                return status
+            await trio.sleep(0.02)
+
+
+async def start_bus(tmp_path, nursery, **options) -> LinkedBus:
+    bus = LinkedBus(tmp_path / "bus", queues=QUEUES, **options)
+    await bus.start_proxies(nursery)
+    await trio.to_thread.run_sync(bus.start)
+    await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "up")
+    return bus
+
+
+async def cut(bus: LinkedBus) -> None:
+    bus.proxy(1, 2).cut()
+    await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "down")
+
+
+# ---------------------------------------------------------------------- item 1
+async def test_saf_drain_progresses_one_free_slot_at_a_time(tmp_path, nursery) -> None:
+    """A backlog of 12 into a DQF of 3: each transfer stores what fits, in order, and
+    the drain resumes from the first refused message as the receiver confirms."""
+    count = 12
+    bus = await start_bus(tmp_path, nursery, group_limits={2: "dqf_messages_max = 3"})
+    try:
+        async with connect(bus.address(1), "OUT") as sender:
+            await cut(bus)
+            for index in range(count):
+                await sender.put(b"%02d" % index, target="2.10", delivery=MODE.WF_SAF)
+            bus.proxy(1, 2).heal()
+            waiting = await wait_until(
+                bus, 1, lambda status: status["links"]["2"].get("drain_wait") is not None
+            )
+            wait = waiting["links"]["2"]["drain_wait"]
+            assert wait["status"] == "DQF_FULL" and "DQF" in wait["reason"]
+            assert (await status_of(bus, 2))["dqf_messages"] == 3
+        bodies = []
+        async with connect(bus.address(2), "IN") as receiver:
+            for _ in range(count):
+                message = await receiver.get(timeout=WAIT_S)
+                bodies.append(message.body)
+                await receiver.confirm(message.seq)
+        assert bodies == [b"%02d" % index for index in range(count)]
+        await wait_until(bus, 1, lambda status: status["links"]["2"]["saf_backlog"] == 0)
+    finally:
+        bus.stop()
+
+
+async def test_saf_drain_is_not_starved_by_local_senders(tmp_path, nursery) -> None:
+    """Group 2's own sender puts as fast as slots free up; the drain still gets them."""
+    count = 10
+    bus = await start_bus(tmp_path, nursery, group_limits={2: "dqf_messages_max = 2"})
+    try:
+        async with connect(bus.address(1), "OUT") as sender:
+            await cut(bus)
+            for index in range(count):
+                await sender.put(b"%02d" % index, target="2.10", delivery=MODE.WF_SAF)
+        done = trio.Event()
+        competitor_stored = [0]
+
+        async def competitor() -> None:
+            async with (
+                connect(bus.address(2), "OUT") as local,
+                connect(bus.address(2), "OTHER") as other,
+            ):
+                while not done.is_set():
+                    psb = await local.put(b"local", target="2.12", delivery=MODE.WF_DQF)
+                    if psb.delivery_status == Status.STORED:
+                        competitor_stored[0] += 1
+                        message = await other.get(timeout=WAIT_S)
+                        await other.confirm(message.seq)
+                    else:
+                        await trio.sleep(0)
+
+        bodies = []
+        async with trio.open_nursery() as inner:
+            inner.start_soon(competitor)
+            bus.proxy(1, 2).heal()
+            async with connect(bus.address(2), "IN") as receiver:
+                with trio.fail_after(WAIT_S):
+                    for _ in range(count):
+                        message = await receiver.get(timeout=WAIT_S)
+                        bodies.append(message.body)
+                        await receiver.confirm(message.seq)
+            done.set()
+        assert bodies == [b"%02d" % index for index in range(count)]
+    finally:
+        bus.stop()
