@@ -46,7 +46,7 @@ async def wait_until(bus: LinkedBus, group: int, predicate) -> dict:
 
 
 async def start_bus(tmp_path, nursery, **options) -> LinkedBus:
-    bus = LinkedBus(tmp_path / "bus", queues=QUEUES, **options)
+    bus = LinkedBus(tmp_path / "bus", **{"queues": QUEUES, **options})
     await bus.start_proxies(nursery)
     await trio.to_thread.run_sync(bus.start)
     await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "up")
@@ -126,5 +126,60 @@ async def test_saf_drain_is_not_starved_by_local_senders(tmp_path, nursery) -> N
                         await receiver.confirm(message.seq)
             done.set()
         assert bodies == [b"%02d" % index for index in range(count)]
+    finally:
+        bus.stop()
+
+
+# ---------------------------------------------------------------------- item 2
+async def test_each_put_takes_its_own_uma_after_a_remote_dqf_full(tmp_path, nursery) -> None:
+    """A full remote DQF: every WF_DQF put with uma=DLJ is answered DQF_FULL +
+    DLJ_SUCCESS, not just the first (none is quietly moved to the SAF)."""
+    bus = await start_bus(tmp_path, nursery, group_limits={2: "dqf_messages_max = 2"})
+    try:
+        async with connect(bus.address(1), "OUT") as sender:
+            for body in (b"a", b"b"):
+                psb = await sender.put(body, target="2.10", delivery=MODE.WF_DQF)
+                assert psb.delivery_status == Status.STORED
+            answers = []
+            for body in (b"c", b"d", b"e"):
+                psb = await sender.put(body, target="2.10", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+                answers.append((psb.delivery_status, psb.uma_status))
+            assert answers == [(Status.DQF_FULL, Status.DLJ_SUCCESS)] * 3
+            assert (await status_of(bus, 1))["links"]["2"]["saf_backlog"] == 0
+    finally:
+        bus.stop()
+
+
+# ---------------------------------------------------------------------- item 7
+async def test_link_in_retry_keeps_fifo_behind_the_stuck_message(tmp_path, nursery) -> None:
+    """A SAF message group 2 refuses (too big there) and group 1 has no DLQ: the link
+    goes into RETRY and the three messages behind it wait, retry after retry (status
+    shows the stuck message, why, and how many wait). Before the fix they overtook it.
+    (tests/test_dead_letters.py shows the rest arriving in order once a DLQ has room.)"""
+    bus = await start_bus(
+        tmp_path,
+        nursery,
+        group_limits={2: "message_bytes_max = 100"},
+        group_extras={1: "dead_letter_queue = false"},
+    )
+    try:
+        async with connect(bus.address(1), "OUT") as sender:
+            big = await sender.put(b"x" * 200, target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
+            assert (big.delivery_status, big.uma_status) == (Status.MSGTOOBIG, Status.SAF_SUCCESS)
+            for body in (b"1", b"2", b"3"):
+                psb = await sender.put(body, target="2.10", delivery=MODE.WF_DQF)
+                assert psb.delivery_status == Status.SAF_FORCED
+            status = await wait_until(
+                bus, 1, lambda status: status["links"]["2"].get("drain_wait") is not None
+            )
+            wait = status["links"]["2"]["drain_wait"]
+            assert wait["stuck_seq"] == big.seq and wait["status"] == "MSGTOOBIG"
+            assert wait["waiting_behind"] == 3 and "DLQ" in wait["reason"]
+            # a negative check over time: let two more retry passes go by (0.2 + 0.4 s)
+            await trio.sleep(0.7)
+        async with connect(bus.address(2), "IN") as receiver:
+            with pytest.raises(NoMoreMessages):
+                await receiver.get(timeout=0)
+        assert (await status_of(bus, 1))["links"]["2"]["saf_backlog"] == 4
     finally:
         bus.stop()

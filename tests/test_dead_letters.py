@@ -385,11 +385,9 @@ async def test_refused_saf_message_without_a_dlq_puts_the_drain_in_retry(
     to 5 s, each time starting again from the oldest SAF record).
 
     While it sits in the SAF, the target group has a SAF backlog, so every later
-    recoverable put to group 2 -- even to a valid queue -- is SAF_FORCED. Those are not
-    stuck behind it: each retry pass resends the whole backlog, the peer stores the
-    good ones (they are deleted from the SAF) and refuses the bad one again. So they
-    arrive after the next retry interval rather than at once, the refused one stays,
-    and the backlog never drops below 1."""
+    recoverable put to group 2 -- even to a valid queue -- is SAF_FORCED, and it waits
+    behind the stuck message (FIFO holds: nothing overtakes it). Once the DLQ has room,
+    the next retry moves the stuck message there and the later ones follow in order."""
     group_1 = "dead_letter_queue = false" if no_dlq.startswith("dead") else ""
     linked = await make_linked(group_extras={1: group_1})
     journals = linked.data_dir(1) / "journals"
@@ -404,21 +402,27 @@ async def test_refused_saf_message_without_a_dlq_puts_the_drain_in_retry(
 
         later = await sender.put(b"valid", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert (later.delivery_status, later.uma_status) == (Status.SAF_FORCED, Status.NO_UMA)
+        info = await wait_link(linked, lambda info: info["drain_wait"] is not None)
+        assert info["drain_wait"]["stuck_seq"] == refused.seq
+        assert info["drain_wait"]["status"] == "NO_DQF"
         async with connect(linked.address(2), queue="IN") as receiver:
-            message = await receiver.get(timeout=10)  # on the next retry pass
-            await receiver.confirm(message.seq)
-        assert (message.seq, message.body) == (later.seq, b"valid")
-        await wait_link(linked, lambda info: info["saf_backlog"] == 1)
-        assert saf_seqs(journals) == [refused.seq]
-        assert (await link_info(linked, 1, 2))["state"] == "up"
+            await trio.sleep(0.7)  # a negative check: two more retry passes go by
+            with pytest.raises(NoMoreMessages):
+                await receiver.get(timeout=0)
+            assert saf_seqs(journals) == [refused.seq, later.seq]
+            assert (await link_info(linked, 1, 2))["state"] == "up"
 
-        if no_dlq == "DLQ full":
-            # A DLQ handler makes room: the next retry moves the message there.
-            async with connect(linked.address(1), queue="DLQ") as dlq:
-                await dlq.get(timeout=0)
-                await wait_link(linked, lambda info: info["saf_backlog"] == 0)
-                assert (await dlq.status())["queues"]["1.96"]["pending"] == DLQ_MESSAGES_MAX
-            assert saf_seqs(journals) == []
+            if no_dlq == "DLQ full":
+                # A DLQ handler makes room: the next retry moves the message there,
+                # and the one behind it follows.
+                async with connect(linked.address(1), queue="DLQ") as dlq:
+                    await dlq.get(timeout=0)
+                    message = await receiver.get(timeout=10)
+                    await receiver.confirm(message.seq)
+                    assert (message.seq, message.body) == (later.seq, b"valid")
+                    await wait_link(linked, lambda info: info["saf_backlog"] == 0)
+                    assert (await dlq.status())["queues"]["1.96"]["pending"] == DLQ_MESSAGES_MAX
+                assert saf_seqs(journals) == []
 
 
 # ---------------------------------------------------------------------- the docs
