@@ -17,6 +17,7 @@ import trio
 from clients.errors import ConnectionLost, MrsError, error_for
 from mrs import protocol as wire
 from mrs.model import (
+    DEFAULT_PUT_TIMEOUT_S,
     Address,
     DeliveryMode,
     ForceJrn,
@@ -78,7 +79,8 @@ class Client:
 
         A returned PSB may still report that the message could not reach its interest
         point (`psb.delivery_status` < 0) and what the UMA did (`psb.uma_status`).
-        timeout (seconds) bounds how long a WF put blocks; None = the 30 s default.
+        timeout (seconds) bounds how long a WF put blocks; None or 0 = the 30 s
+        default (0 means the default in MessageQ too, so ported code keeps working).
         uma None picks DISC for nonrecoverable modes and DLJ for recoverable ones, so
         a recoverable message that cannot be stored still lands somewhere durable.
         """
@@ -90,7 +92,11 @@ class Client:
             )
         if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
-        timeout_ms = 0 if timeout is None else max(1, round(timeout * 1000))
+        if timeout is not None and timeout < 0:
+            raise error_for(Status.BADPARAM, f"put timeout must be >= 0 s, got {timeout:g}")
+        # 0 on the wire is "the default" (MessageQ's meaning); a tiny positive timeout
+        # stays positive.
+        timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
         request = wire.Put(
             self._next_id(),
             str(target),
@@ -105,7 +111,7 @@ class Client:
             str(resp_q) if resp_q is not None else "",
             headers,
         )
-        wait_s = (timeout if timeout is not None else 30.0) + REPLY_GRACE_S
+        wait_s = (timeout or DEFAULT_PUT_TIMEOUT_S) + REPLY_GRACE_S
         reply = await self._request(request, wait_s)
         psb = Psb(
             status_of(reply.status),

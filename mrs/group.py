@@ -61,6 +61,7 @@ from mrs.model import (
     DEFAULT_PUT_TIMEOUT_S,
     MRS_ACK_TYPE,
     MRS_CLASS,
+    RETURNED_HEADER,
     Address,
     DeliveryMode,
     Psb,
@@ -474,7 +475,7 @@ class Group:
         elif action is Uma.DISCL:
             finish(self._log_event("discarded", entry, cause, reason))
         elif action is Uma.RTS:
-            finish(self._return_to_sender(entry, reply.response_queue, cause))
+            finish(self._return_to_sender(entry, reply.response_queue, cause, reason))
         elif action is Uma.DLQ:
             finish(self._to_dead_letter_queue(entry, cause, reason))
         elif action is Uma.DLJ:
@@ -506,7 +507,11 @@ class Group:
             return False
         return True
 
-    def _return_to_sender(self, entry: Entry, response_queue: Address, cause: Status) -> bool:
+    def _return_to_sender(
+        self, entry: Entry, response_queue: Address, cause: Status, reason: str = ""
+    ) -> bool:
+        """Queue a copy for the sender (MSGUNDEL) that says where it was going and why
+        (the RETURNED_HEADER, read as Message.original_target / return_reason)."""
         queue = (
             self.queues.get(response_queue.queue)
             if response_queue.group == self.config.id
@@ -516,6 +521,14 @@ class Group:
             return False
         returned = _copy_nonrecoverable(entry, target=response_queue)
         returned.delivery_status = Status.MSGUNDEL
+        returned.headers = {
+            **(entry.headers or {}),
+            RETURNED_HEADER: {
+                "original_target": str(entry.target),
+                "reason": int(cause),
+                "detail": reason,
+            },
+        }
         queue.offer(returned)
         return True
 

@@ -249,6 +249,10 @@ def _is_ok(status: Status | int) -> bool:
     return int(status) > 0
 
 
+RETURNED_HEADER = "mrs_returned"
+"""Header of a message returned to its sender: {"original_target", "reason", "detail"}."""
+
+
 @dataclass(slots=True)
 class Message:
     """A message as an application receives it."""
@@ -285,6 +289,19 @@ class Message:
         if self._confirm is None:
             raise ValueError("this message was not received through a client connection")
         await self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j)
+
+    @property
+    def original_target(self) -> Address | None:
+        """For a message returned to its sender (UMA RTS, delivery status MSGUNDEL):
+        the queue it was going to (MessageQ's show buffer `original_target`)."""
+        returned = (self.headers or {}).get(RETURNED_HEADER)
+        return Address.parse(returned["original_target"]) if returned else None
+
+    @property
+    def return_reason(self) -> Status | int | None:
+        """For a returned message: why it could not be delivered (e.g. DQF_FULL)."""
+        returned = (self.headers or {}).get(RETURNED_HEADER)
+        return status_of(returned["reason"]) if returned else None
 
     @property
     def is_mrs_ack(self) -> bool:

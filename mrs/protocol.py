@@ -338,6 +338,7 @@ class Attach:
 )
 class Put:
     """Send a message. uma 0 means "not given"; delivery/uma are checked by the server.
+    timeout_ms 0 means the default (30 s), as a MessageQ timeout of 0 does.
     headers: application/tool metadata carried with the message (e.g. a replay's
     origin), journaled with it and delivered as is."""
 

@@ -10,6 +10,7 @@ import trio
 
 from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from sim.bus import LinkedBus
+from tests.conftest import STANDARD_QUEUES
 
 MODE = DeliveryMode
 QUEUES = """
@@ -183,3 +184,60 @@ async def test_link_in_retry_keeps_fifo_behind_the_stuck_message(tmp_path, nurse
         assert (await status_of(bus, 1))["links"]["2"]["saf_backlog"] == 4
     finally:
         bus.stop()
+
+
+# ---------------------------------------------------------------------- item 5
+async def test_put_timeout_zero_means_the_default(make_bus) -> None:
+    """MessageQ code passes timeout 0 for "the default" (30 s): a WF_CONF put whose
+    receiver confirms after half a second succeeds instead of a false TIMEOUT."""
+    group = make_bus()
+    results = []
+    async with (
+        connect(group.address, "SENDER") as sender,
+        connect(group.address, "ANYORDER") as receiver,
+        trio.open_nursery() as inner,
+    ):
+
+        async def put() -> None:
+            results.append(
+                await sender.put(b"slow", target="1.11", delivery=MODE.WF_CONF, timeout=0)
+            )
+
+        inner.start_soon(put)
+        message = await receiver.get(timeout=WAIT_S)
+        await trio.sleep(0.5)  # the receiver takes its time (longer than 1 ms)
+        await receiver.confirm(message.seq)
+    assert results[0].status == Status.SUCCESS
+    assert (results[0].delivery_status, results[0].seq) == (Status.SUCCESS, message.seq)
+
+
+# ---------------------------------------------------------------------- item 6
+EXTRA_QUEUES = """
+[[group.queue]]
+id = 17
+name = "REPLIES"
+[[group.queue]]
+id = 18
+name = "MEMONLY"
+recoverable = false
+"""
+
+
+@pytest.mark.parametrize(
+    "mode, target, cause",
+    [(MODE.WF_MEM, "1.15", Status.NOTACTIVE), (MODE.WF_DQF, "1.18", Status.NO_DQF)],
+)
+async def test_returned_message_says_where_it_was_going_and_why(
+    make_bus, mode, target, cause
+) -> None:
+    group = make_bus(queues=STANDARD_QUEUES + EXTRA_QUEUES)
+    async with connect(group.address, "SENDER") as sender:
+        psb = await sender.put(
+            b"back", target=target, delivery=mode, uma=Uma.RTS, resp_q="1.17", headers={"k": 1}
+        )
+        assert (psb.delivery_status, psb.uma_status) == (cause, Status.RTS_SUCCESS)
+    async with connect(group.address, "REPLIES") as replies:
+        returned = await replies.get(timeout=WAIT_S)
+    assert (returned.body, returned.delivery_status) == (b"back", Status.MSGUNDEL)
+    assert str(returned.original_target) == target and returned.return_reason == cause
+    assert returned.headers["k"] == 1  # the sender's own headers are kept

@@ -31,6 +31,14 @@ def docs_server(tmp_path):
             "ak_and_timeouts.py",
             ["MRS_ACK for seq", "STORED", "timed out (TIMEOUT)", "order-18: duplicate=True"],
         ),
+        (
+            "messageq_conformance.py",
+            [
+                "WF_CONF with timeout=0: SUCCESS",
+                "put to DISPATCH: NOTACTIVE, RTS_SUCCESS",
+                "returned: original_target=1.12 reason=NOTACTIVE",
+            ],
+        ),
     ],
 )
 def test_example_runs(docs_server, example, expected) -> None:
