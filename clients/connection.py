@@ -31,6 +31,7 @@ from mrs.model import (
 RECEIVE_BYTES_MAX = 256 * 1024
 _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 FRAME_BYTES_MAX = 64 * 1024 * 1024
+_HEARTBEATS = (wire.Ping, wire.Pong)
 REPLY_GRACE_S = 5.0
 """A WF put waits this much longer than its timeout for the server's own TIMEOUT."""
 
@@ -193,6 +194,12 @@ class Client:
             raise error_for(result.status, result.message)
         return result
 
+    def _heartbeat(self, event: wire.Ping | wire.Pong) -> None:
+        """The server pings a quiet connection; a Pong tells it we are alive."""
+        if type(event) is wire.Ping:
+            self._outbox.append(self._connection.send(wire.Pong(event.nonce)))
+            self._ready.set()
+
     def _fail_all(self, error: MrsError) -> None:
         self._broken = error
         for pending in self._pending.values():
@@ -238,6 +245,9 @@ class Client:
                         raise error_for(
                             event.status, f"server closed the connection: {event.message}"
                         )
+                    if type(event) in _HEARTBEATS:
+                        self._heartbeat(event)
+                        continue
                     pending = self._pending.get(event.request_id)
                     if pending is not None:
                         pending.result = event

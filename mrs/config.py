@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from mrs.guards import Guards, parse_guards
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 
 GROUP_ID_MIN = 1
@@ -65,6 +66,7 @@ _NUMBER_PATTERN = re.compile(r"[0-9]+")
 _TOP_KEYS = frozenset({"group", "link"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
+    | {"guards"}
 )
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
@@ -154,6 +156,8 @@ class GroupConfig:
     linked_group_ids: tuple[int, ...] = ()
     dead_letter_queue: bool = True
     """False: the group has no queue 96 (DLQ UMA fails; links apply the no-DLQ rules)."""
+    guards: Guards = field(default_factory=Guards)
+    """Heartbeats, deadlines, memory and flood bounds ([group.guards], mrs.guards)."""
 
     def queue_by_name(self, name: str) -> QueueConfig:
         """The queue called `name` (exact, case-sensitive); LookupError if none."""
@@ -379,6 +383,10 @@ class _Parser:
         queues = [self.queue(q, f"{where}.queue[{i}]") for i, q in enumerate(raw_queues)]
         self.check_queues_unique(queues, where, group_id)
         dead_letter_queue = self.boolean(raw, "dead_letter_queue", where, default=True)
+        guards = parse_guards(raw.get("guards"))
+        if isinstance(guards, tuple):
+            key, problem = guards
+            self.fail(f"{where}.guards" + (f".{key}" if key else ""), problem)
         if dead_letter_queue:
             queues.append(DEAD_LETTER_QUEUE_CONFIG)
         return GroupConfig(
@@ -391,6 +399,7 @@ class _Parser:
             limits=limits,
             queues={q.id: q for q in sorted(queues, key=lambda q: q.id)},
             dead_letter_queue=dead_letter_queue,
+            guards=guards,
         )
 
     def limits(self, group: dict[str, Any], group_where: str) -> Limits:

@@ -68,7 +68,7 @@ from mrs.model import (
     Status,
     Uma,
 )
-from mrs.queues import Entry, GetWaiter, TargetQueue
+from mrs.queues import Entry, GetWaiter, TargetQueue, memory_quota_problem
 from mrs.records import (
     DEAD_LETTER_HEADER,
     entry_from_record,
@@ -313,6 +313,7 @@ class Group:
             put_time_ns=put_time_ns,
             headers=headers,
             dead_letter_header=own_header,
+            account=getattr(session, "account", None),
         )
         if mode.notification == "WF":
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
@@ -459,6 +460,8 @@ class Group:
                 Status.EXCEEDQUOTA,
                 f"queue {entry.target} holds messages_max={queue.config.messages_max}",
             )
+        if (problem := memory_quota_problem(queue, entry, self.config.guards)) is not None:
+            return Status.EXCEEDQUOTA, problem
         queue.offer(entry)
         return reached_status(entry.delivery, attached), ""
 

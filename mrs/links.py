@@ -12,6 +12,7 @@ exponential backoff.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections import Counter, deque
@@ -22,8 +23,10 @@ import trio
 
 from mrs import protocol as wire
 from mrs.forwarding import LINK_LOST, DrainAnswer, Result, TransferError, status_name
+from mrs.guards import Guards
 from mrs.model import Status
 from mrs.network import TCP, Network
+from mrs.watchdog import Liveness, next_nonce, watch
 
 if TYPE_CHECKING:
     from mrs.group import Group
@@ -315,6 +318,10 @@ class PeerLink:
                     channel.send(wire.LinkAck(event.request_id, results))
                 case wire.LinkAck():
                     self._acknowledged(event)
+                case wire.Ping():
+                    channel.send(wire.Pong(event.nonce))
+                case wire.Pong():
+                    pass  # heard: the watchdog has noted it
                 case _:
                     raise TransferError(f"unexpected {type(event).__name__} on a link")
         except TransferError as error:
@@ -406,6 +413,7 @@ async def dial_forever(
     group_id: int,
     frame_bytes_max: int,
     network: Network = TCP,
+    guards: Guards | None = None,
 ) -> None:
     """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
     failure wait (capped exponential backoff) and try again."""
@@ -420,7 +428,7 @@ async def dial_forever(
                 backoff_s = BACKOFF_S_MIN
                 link.up(channel)
                 try:
-                    await _serve_dialed(link, channel)
+                    await _serve_dialed(link, channel, guards or Guards())
                 finally:
                     channel.closed = True
                     link.down("connection closed", channel)
@@ -467,13 +475,16 @@ async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> Non
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
 
 
-async def _serve_dialed(link: PeerLink, channel: DialedChannel) -> None:
+async def _serve_dialed(link: PeerLink, channel: DialedChannel, guards: Guards) -> None:
+    liveness = Liveness(handshake_done=True)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(channel.send_loop)
+        nursery.start_soon(_watch_dialed, link, channel, liveness, guards, nursery.cancel_scope)
         connection = channel.connection
         data = b"(events already buffered with the Welcome)"
         while True:
-            for event in connection.events():
+            events = connection.events()
+            for event in events:
                 if event is wire.CLOSED or isinstance(event, wire.Fatal):
                     nursery.cancel_scope.cancel()
                     return
@@ -481,8 +492,33 @@ async def _serve_dialed(link: PeerLink, channel: DialedChannel) -> None:
             if not data:
                 nursery.cancel_scope.cancel()
                 return
+            liveness.heard(connection.buffered_bytes, len(events))
             data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
             connection.receive_data(data)
+
+
+def _ping(channel: DialedChannel) -> None:
+    with contextlib.suppress(wire.ProtocolError):
+        channel.send(wire.Ping(next_nonce()))
+
+
+async def _watch_dialed(
+    link: PeerLink,
+    channel: DialedChannel,
+    liveness: Liveness,
+    guards: Guards,
+    scope: trio.CancelScope,
+) -> None:
+    """Ping a quiet peer; after link_silence_s_max of silence, give the link up (the
+    dial loop reconnects; meanwhile LINK_DOWN and the UMAs apply)."""
+    why = await watch(
+        liveness,
+        guards,
+        lambda: guards.link_silence_s_max,
+        lambda: _ping(channel),
+    )
+    log.warning("link to group %d declared down: %s", link.peer_id, why)
+    scope.cancel()
 
 
 LINK_PROGRAM_DIGITS_MAX = 5

@@ -20,11 +20,12 @@ state of the side that sends it, following `_TRANSITIONS`:
 side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
-client   OPEN     Attach, Put, Get, Confirm, StatusRequest        OPEN
+client   OPEN     Attach, Put, Get, Confirm, StatusRequest,       OPEN
+                  Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, Confirmed,         OPEN
-                  StatusReply, Failure
+                  StatusReply, Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -529,8 +530,29 @@ class LinkNotice:
     notices: list
 
 
+# -- heartbeats (either side, after the handshake) ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+@_event(50, nonce=_I64)
+class Ping:
+    """Are you there? The receiver answers a Pong with the same nonce. Sent after a
+    silence (mrs.watchdog), so a peer that vanished without FIN or RST is noticed."""
+
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+@_event(51, nonce=_I64)
+class Pong:
+    """The answer to a Ping."""
+
+    nonce: int
+
+
+HEARTBEAT_EVENTS = (Ping, Pong)
 LINK_EVENTS = (LinkTransfer, LinkAck, LinkNotice)
-CLIENT_EVENTS = (Hello, Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS)
+CLIENT_EVENTS = (Hello, Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS, *HEARTBEAT_EVENTS)
 SERVER_EVENTS = (
     Welcome,
     Attached,
@@ -541,6 +563,7 @@ SERVER_EVENTS = (
     Failure,
     Fatal,
     *LINK_EVENTS,
+    *HEARTBEAT_EVENTS,
 )
 Event = (
     Hello
@@ -560,6 +583,8 @@ Event = (
     | LinkTransfer
     | LinkAck
     | LinkNotice
+    | Ping
+    | Pong
 )
 
 
@@ -599,9 +624,12 @@ START = "START"
 OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
-_REQUESTS = dict.fromkeys((Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS), OPEN)
+_REQUESTS = dict.fromkeys(
+    (Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS, *HEARTBEAT_EVENTS), OPEN
+)
 _REPLIES = dict.fromkeys(
-    (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure, *LINK_EVENTS), OPEN
+    (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure) + LINK_EVENTS + HEARTBEAT_EVENTS,
+    OPEN,
 )
 
 _TRANSITIONS: dict[str, dict[Any, dict[type, Any]]] = {
@@ -658,6 +686,11 @@ class Connection:
     def closed(self) -> bool:
         """True once a Fatal has been sent or received."""
         return self._closed
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet parsed: the start of an unfinished frame."""
+        return len(self._buf) - self._pos
 
     def _process(self, role: str, event: Any, error: type[ProtocolError]) -> None:
         """Move `role`'s state for an event it sends, or raise `error`."""

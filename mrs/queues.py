@@ -7,14 +7,26 @@ unconfirmed entries in delivery order, and the gets parked until something arriv
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mrs.config import QueueConfig
+from mrs.guards import Guards
 from mrs.model import Address, DeliveryMode
+from mrs.refusals import RefusalLog
 
 Notify = Callable[["Entry"], None]
+_refusals = RefusalLog(logging.getLogger("mrs.queues"))
+
+
+@dataclass(slots=True, eq=False)
+class ByteAccount:
+    """Bytes of message bodies one connection has waiting in memory queues (what the
+    guard connection_bytes_max bounds); queues charge and release it."""
+
+    held_bytes: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -49,6 +61,8 @@ class Entry:
     """WF/AK_DEQ: the sender waits for the get."""
     on_confirm: Notify | None = None
     """WF/AK_ACK and WF/AK_CONF: the sender waits for the confirm."""
+    account: ByteAccount | None = None
+    """The putting connection's account, charged while the body waits in memory."""
 
     @property
     def needs_confirm(self) -> bool:
@@ -74,6 +88,8 @@ class TargetQueue:
     attached_session: int | None = None
     memory_count: int = 0
     """Nonrecoverable messages waiting in `pending` (what messages_max bounds)."""
+    memory_bytes: int = 0
+    """Their bodies' bytes (what the guard queue_bytes_max bounds)."""
     arrivals: int = 0
 
     def can_deliver(self) -> bool:
@@ -120,6 +136,10 @@ class TargetQueue:
             self.pending.append(entry)
         if not entry.journaled:
             self.memory_count += 1
+            size = len(entry.body or b"")
+            self.memory_bytes += size
+            if entry.account is not None:
+                entry.account.held_bytes += size
 
     def take(self) -> Entry | None:
         if not self.pending:
@@ -127,6 +147,11 @@ class TargetQueue:
         entry = self.pending.popleft()
         if not entry.journaled:
             self.memory_count -= 1
+            size = len(entry.body or b"")
+            self.memory_bytes -= size
+            if entry.account is not None:
+                entry.account.held_bytes -= size
+                entry.account = None  # charged once: a redelivery is the queue's, not the sender's
         return entry
 
     def park(self, waiter: GetWaiter) -> None:
@@ -145,9 +170,42 @@ class TargetQueue:
         returned = sorted(self.unconfirmed.values(), key=lambda entry: entry.seq)
         self.unconfirmed.clear()
         self.pending.extendleft(reversed(returned))
-        self.memory_count += sum(1 for entry in returned if not entry.journaled)
+        for entry in returned:
+            if not entry.journaled:
+                self.memory_count += 1
+                self.memory_bytes += len(entry.body or b"")
         self.attached_session = None
         for waiter in self.waiters:
             waiter.cancel_timer()
         self.waiters.clear()
         return returned
+
+
+def memory_quota_problem(queue: TargetQueue, entry: Entry, guards: Guards) -> str | None:
+    """Why a nonrecoverable entry may not wait in `queue`'s memory, or None.
+
+    Counts alone (messages_max) let 2,000 puts of 512 KiB hold a gigabyte; these two
+    byte quotas bound what one queue and one connection can make the server hold.
+    Only an entry that would wait is charged: one handed straight to a parked get
+    costs nothing.
+    """
+    if queue.waiters and not queue.pending and queue.can_deliver():
+        return None
+    size = len(entry.body or b"")
+    account = entry.account
+    if queue.memory_bytes + size > guards.queue_bytes_max:
+        limit = "queue_bytes_max"
+        problem = (
+            f"queue {queue.address} holds {queue.memory_bytes} bytes in memory "
+            f"(queue_bytes_max={guards.queue_bytes_max})"
+        )
+    elif account is not None and account.held_bytes + size > guards.connection_bytes_max:
+        limit = "connection_bytes_max"
+        problem = (
+            f"the sending connection has {account.held_bytes} bytes waiting in queues "
+            f"(connection_bytes_max={guards.connection_bytes_max})"
+        )
+    else:
+        return None
+    _refusals.refused(limit, f"queue {queue.address}", f"EXCEEDQUOTA: {problem}")
+    return problem

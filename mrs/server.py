@@ -29,11 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import trio
 
 from journals import GroupCommitWriter, InlineWriter, JournalStore
 from mrs import protocol as wire
+from mrs.admission import Admission
 from mrs.config import BusConfig, GroupConfig
 from mrs.datadir import IDENTITY_CHECK_INTERVAL_S, DataDirError, DataDirGuard
 from mrs.delivery import Refused
@@ -48,8 +50,10 @@ from mrs.links import (
 )
 from mrs.model import Status
 from mrs.network import TCP, Network
-from mrs.queues import TargetQueue
+from mrs.queues import ByteAccount, TargetQueue
+from mrs.refusals import RefusalLog
 from mrs.timers import TrioTimers
+from mrs.watchdog import Liveness, next_nonce, watch
 
 log = logging.getLogger("mrs.server")
 
@@ -79,10 +83,21 @@ class ServerSession:
     _outbox_bytes: int = 0
     _ready: trio.Event = field(default_factory=trio.Event)
     _drained: trio.Event = field(default_factory=trio.Event)
+    liveness: Liveness = field(default_factory=Liveness)
+    in_flight: dict[int, int] = field(default_factory=dict)
+    """Requests not yet answered: request_id -> body bytes (requests_in_flight_max)."""
+    in_flight_bytes: int = 0
+    account: ByteAccount = field(default_factory=ByteAccount)
+    """Bodies of this connection's messages waiting in memory queues."""
 
     def send(self, event: object) -> None:
         if self.closed:
             return
+        in_flight = self.in_flight
+        if in_flight:  # every request is answered exactly once: the answer ends it
+            size = in_flight.pop(getattr(event, "request_id", 0), None)
+            if size is not None:
+                self.in_flight_bytes -= size
         data = self.connection.send(event)
         self._outbox.append(data)
         self._outbox_bytes += len(data)
@@ -94,6 +109,12 @@ class ServerSession:
             self._ready = trio.Event()
             await self.flush()
             self._drained.set()
+
+    async def flushed(self) -> None:
+        """Until the send loop has written everything queued so far."""
+        while self._outbox:
+            self._drained = trio.Event()
+            await self._drained.wait()
 
     async def wait_drained(self) -> None:
         while self._outbox_bytes > OUTBOX_BYTES_HIGH:
@@ -142,6 +163,9 @@ class GroupServer:
         self.frame_bytes_max = (
             max(group_config.limits.message_bytes_max, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
         )
+        self.guards = group_config.guards
+        self.admission = Admission(self.guards, trio.current_time)
+        self.refusals = RefusalLog(log)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open journals, recover, listen; on cancel, stop and make everything durable."""
@@ -251,6 +275,7 @@ class GroupServer:
                     self.config.id,
                     self.frame_bytes_max,
                     self.network,
+                    self.guards,
                 )
 
     def _dial_address(self, peer_id: int) -> tuple[str, int]:
@@ -305,19 +330,26 @@ class GroupServer:
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
+        host = ""
         with contextlib.suppress(OSError, AttributeError):
             host, port = stream.socket.getpeername()[:2]
             session.peer = f"{host}:{port}"
+        if host and (refusal := self.admission.admit(host)) is not None:
+            await self._refuse_connection(stream, connection, host, refusal)
+            return
         self.sessions.add(session)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(session.send_loop)
+                nursery.start_soon(self._watch, session, nursery.cancel_scope)
                 await self._receive_loop(session)
                 nursery.cancel_scope.cancel()
         except Exception as error:  # noqa: BLE001 - one connection never stops the server
             if not only_connection_errors(error):
                 log.exception("connection from %s failed", session.peer)
         finally:
+            if host:
+                self.admission.release(host)
             self.sessions.discard(session)
             session.closed = True
             self.group.detach(session)
@@ -326,15 +358,47 @@ class GroupServer:
             with trio.move_on_after(1):
                 await stream.aclose()
 
+    async def _refuse_connection(
+        self, stream: trio.abc.Stream, connection: wire.Connection, host: str, refusal: str
+    ) -> None:
+        """Admission said no: one Fatal frame, close, and a (throttled) log line."""
+        self.refusals.refused("accept", host, f"connection refused (EXCEEDQUOTA): {refusal}")
+        with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
+            await stream.send_all(connection.send(wire.Fatal(int(Status.EXCEEDQUOTA), refusal)))
+        with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
+            await stream.aclose()
+
+    async def _watch(self, session: ServerSession, scope: trio.CancelScope) -> None:
+        """Heartbeats and deadlines for one connection; closes it when one passes."""
+        guards = self.guards
+
+        def silence_s_max() -> float:
+            return guards.link_silence_s_max if session.link else guards.client_idle_s_max
+
+        def ping() -> None:
+            with contextlib.suppress(wire.ProtocolError):
+                session.send(wire.Ping(next_nonce()))
+
+        why = await watch(session.liveness, guards, silence_s_max, ping)
+        if session.link is not None:
+            log.warning("link from group %d declared down: %s", session.link.peer_id, why)
+        else:
+            self.refusals.refused("deadline", session.peer, f"closing connection (TIMEOUT): {why}")
+        with contextlib.suppress(wire.ProtocolError):
+            session.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))
+        with trio.move_on_after(1):
+            await session.flushed()
+        scope.cancel()
+
     async def _receive_loop(self, session: ServerSession) -> None:
         connection = session.connection
+        liveness = session.liveness
         while True:
             data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
             connection.receive_data(data)
             try:
-                for event in connection.events():
-                    if event is wire.CLOSED:
-                        return
+                events = connection.events()
+                for event in events:
                     self._dispatch(session, event)
             except wire.ProtocolError as error:
                 log.warning("client %s: protocol error: %s", session.peer, error)
@@ -342,6 +406,7 @@ class GroupServer:
                 return
             if not data:
                 return
+            liveness.heard(connection.buffered_bytes, len(events))
             await session.wait_drained()
 
     async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:
@@ -350,12 +415,63 @@ class GroupServer:
         with trio.move_on_after(2):
             await session.flush()
 
+    def _begin(self, session: ServerSession, request_id: int, body_bytes: int = 0) -> None:
+        """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
+        in_flight = session.in_flight
+        guards = self.guards
+        if request_id in in_flight:
+            raise wire.RemoteProtocolError(f"request_id {request_id} reused while in flight")
+        if len(in_flight) >= guards.requests_in_flight_max:
+            self._over_quota(
+                session,
+                "requests_in_flight_max",
+                f"{len(in_flight)} requests in flight "
+                f"(requests_in_flight_max={guards.requests_in_flight_max})",
+            )
+        if body_bytes:
+            held = session.in_flight_bytes + session.account.held_bytes
+            if held + body_bytes > guards.connection_bytes_max:
+                self._over_quota(
+                    session,
+                    "connection_bytes_max",
+                    f"connection holds {held} bytes of messages "
+                    f"(connection_bytes_max={guards.connection_bytes_max})",
+                )
+            session.in_flight_bytes += body_bytes
+        in_flight[request_id] = body_bytes
+
+    def _begin_get(self, session: ServerSession, request: wire.Get) -> None:
+        queue = session.attached
+        parked_max = self.guards.parked_gets_max
+        if queue is not None and request.timeout_ms != 0 and len(queue.waiters) >= parked_max:
+            self._over_quota(
+                session,
+                "parked_gets_max",
+                f"{len(queue.waiters)} gets parked on {queue.address} "
+                f"(parked_gets_max={parked_max})",
+            )
+        self._begin(session, request.request_id)
+
+    def _over_quota(self, session: ServerSession, limit: str, problem: str) -> NoReturn:
+        self.refusals.refused(limit, session.peer, f"request refused (EXCEEDQUOTA): {problem}")
+        raise Refused(Status.EXCEEDQUOTA, problem)
+
     def _dispatch(self, session: ServerSession, event: object) -> None:
         group = self.group
         request_id = getattr(event, "request_id", 0)
         try:
             match event:
+                case wire.Put():
+                    self._begin(session, request_id, len(event.body))
+                    group.put(session, event)
+                case wire.Get():
+                    self._begin_get(session, event)
+                    group.get(session, event)
+                case wire.Confirm():
+                    self._begin(session, request_id)
+                    group.confirm(session, event)
                 case wire.Hello(role="link"):
+                    session.liveness.handshake_done = True
                     self._adopt_link(session, event)
                 case wire.LinkTransfer() | wire.LinkNotice() | wire.LinkAck():
                     if session.link is None:
@@ -364,6 +480,7 @@ class GroupServer:
                         )
                     session.link.handle(event, session)
                 case wire.Hello():
+                    session.liveness.handshake_done = True
                     session.send(
                         wire.Welcome(
                             wire.PROTOCOL_VERSION,
@@ -372,16 +489,15 @@ class GroupServer:
                             self.config.limits.message_bytes_max,
                         )
                     )
-                case wire.Put():
-                    group.put(session, event)
-                case wire.Get():
-                    group.get(session, event)
-                case wire.Confirm():
-                    group.confirm(session, event)
                 case wire.Attach():
+                    self._begin(session, request_id)
                     group.attach(session, event)
                 case wire.StatusRequest():
                     session.send(wire.StatusReply(request_id, group.status_info()))
+                case wire.Ping():
+                    session.send(wire.Pong(event.nonce))
+                case wire.Pong():
+                    pass  # heard: the receive loop has noted it
                 case _:
                     raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
         except Refused as refused:

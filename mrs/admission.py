@@ -1,0 +1,75 @@
+"""Who may open a connection: a token bucket and a connection cap per peer address.
+
+Why: a flood of junk connections from one address costs the server an accept, a
+task and a buffer each; unbounded, it took a well-behaved producer from 8.7k to
+2.3k puts/s. A peer that opens connections faster than `accepts_per_s` (after a
+burst of `accept_burst`), or holds more than `connections_per_peer_max` open, has
+the new connection closed at once with one Fatal frame (EXCEEDQUOTA) and a log
+line. Other peers are not affected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrs.guards import Guards
+
+PEERS_MAX = 65_536
+"""Peer addresses remembered; idle ones are forgotten first when the table fills."""
+
+
+@dataclass(slots=True)
+class _Peer:
+    tokens: float
+    refilled_at: float
+    open: int = 0
+
+
+class Admission:
+    """Decides per accepted connection; `release` when it closes."""
+
+    def __init__(self, guards: Guards, clock_s: Callable[[], float]) -> None:
+        self.guards = guards
+        self.clock_s = clock_s
+        self._peers: dict[str, _Peer] = {}
+
+    def admit(self, host: str) -> str | None:
+        """None to admit a connection from `host` (then call release), or why not."""
+        guards = self.guards
+        now = self.clock_s()
+        peer = self._peers.get(host)
+        if peer is None:
+            if len(self._peers) >= PEERS_MAX:
+                self._forget_idle()
+            peer = self._peers[host] = _Peer(float(guards.accept_burst), now)
+        else:
+            refill = (now - peer.refilled_at) * guards.accepts_per_s
+            peer.tokens = min(float(guards.accept_burst), peer.tokens + refill)
+            peer.refilled_at = now
+        if peer.open >= guards.connections_per_peer_max:
+            return (
+                f"{peer.open} connections open from {host} "
+                f"(connections_per_peer_max={guards.connections_per_peer_max})"
+            )
+        if peer.tokens < 1.0:
+            return (
+                f"connections from {host} arrive faster than accepts_per_s="
+                f"{guards.accepts_per_s:g} (accept_burst={guards.accept_burst})"
+            )
+        peer.tokens -= 1.0
+        peer.open += 1
+        return None
+
+    def release(self, host: str) -> None:
+        peer = self._peers.get(host)
+        if peer is not None and peer.open > 0:
+            peer.open -= 1
+
+    def open_connections(self, host: str) -> int:
+        peer = self._peers.get(host)
+        return peer.open if peer is not None else 0
+
+    def _forget_idle(self) -> None:
+        """Drop peers with nothing open (their bucket refills to full anyway in time)."""
+        self._peers = {host: peer for host, peer in self._peers.items() if peer.open}
