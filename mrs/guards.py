@@ -43,9 +43,9 @@ class Guards:
     """Gets of one connection waiting for a message at once."""
     requests_in_flight_max: int = 10_000
     """Requests of one connection not yet answered (WF puts, parked gets, confirms)."""
-    accepts_per_s: float = 50.0
+    accepts_per_s: float = 100.0
     """New connections per second from one peer address (a token bucket)..."""
-    accept_burst: int = 200
+    accept_burst: int = 500
     """...with room for this many at once."""
     connections_per_peer_max: int = 1000
     """Open connections from one peer address."""
