@@ -1,0 +1,246 @@
+"""Bounds against one client growing server memory: each limit answers its status, logs
+a line, and spares everyone else (real `mrs serve` processes, real sockets)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import msgpack
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clients import DeliveryMode, MrsError, Status, Uma, connect
+from mrs import protocol as wire
+from mrs.config import ConfigError, parse_config
+from mrs.guards import GUARD_KEYS, Guards, parse_guards
+
+MODE = DeliveryMode
+BODY = b"x" * 30_000
+QUEUED = (Status.UNATTACHEDQ, Status.ENQUEUED)
+"""ENQUEUED while the server has not yet seen a receiver's close."""
+
+
+def guards(**values: object) -> str:
+    return "[group.guards]\n" + "".join(f"{key} = {value}\n" for key, value in values.items())
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, port = text.rsplit(":", 1)
+    return host, int(port)
+
+
+def _raw(address: str, payload: bytes, source: str = "127.0.0.1") -> socket.socket:
+    sock = socket.socket()
+    sock.settimeout(15)
+    sock.bind((source, 0))
+    sock.connect(_address(address))
+    sock.sendall(payload)
+    return sock
+
+
+def _frames(sock: socket.socket, count: int) -> list:
+    """Read `count` frames (decoded lists), or fewer if the server closes."""
+    buffer, frames = b"", []
+    while len(frames) < count:
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            size = struct.unpack(">I", buffer[:4])[0]
+            frames.append(msgpack.unpackb(buffer[4 : 4 + size]))
+            buffer = buffer[4 + size :]
+        if len(frames) >= count:
+            break
+        data = sock.recv(65536)
+        if not data:
+            break
+        buffer += data
+    return frames[:count]
+
+
+def _requests(*events: object) -> bytes:
+    client = wire.Connection("client")
+    return client.send_many([wire.Hello(wire.PROTOCOL_VERSION, "raw"), *events])
+
+
+def test_parked_gets_are_capped_per_connection(make_bus) -> None:
+    bus = make_bus(group_extra=guards(parked_gets_max=3))
+    gets = [wire.Get(request_id, -1) for request_id in range(2, 7)]
+    with _raw(bus.address, _requests(wire.Attach(1, "ORDERS"), *gets)) as sock:
+        welcome, attached, *refusals = _frames(sock, 4)
+    assert welcome[0] == wire.Welcome.code and attached[0] == wire.Attached.code
+    # gets 2, 3, 4 parked; 5 and 6 refused at once
+    assert [(frame[0], frame[1], frame[2]) for frame in refusals] == [
+        (wire.Failure.code, 5, Status.EXCEEDQUOTA),
+        (wire.Failure.code, 6, Status.EXCEEDQUOTA),
+    ]
+    assert "parked_gets_max=3" in refusals[0][3]
+    assert "request refused (EXCEEDQUOTA)" in bus.log_text()
+
+
+def test_requests_in_flight_are_capped_per_connection(make_bus) -> None:
+    bus = make_bus(group_extra=guards(requests_in_flight_max=4))
+    gets = [wire.Get(request_id, 60_000) for request_id in range(2, 8)]
+    with _raw(bus.address, _requests(wire.Attach(1, "ORDERS"), *gets)) as sock:
+        _, _, first, second = _frames(sock, 4)
+    # Attach was answered (no longer in flight): gets 2..5 wait, 6 and 7 are refused
+    assert (first[1], first[2]) == (6, Status.EXCEEDQUOTA)
+    assert (second[1], second[2]) == (7, Status.EXCEEDQUOTA)
+    assert "requests_in_flight_max=4" in first[3]
+
+
+def test_a_reused_request_id_in_flight_is_a_protocol_error(make_bus) -> None:
+    bus = make_bus()
+    payload = _requests(wire.Attach(1, "ORDERS"), wire.Get(2, -1), wire.Get(2, -1))
+    with _raw(bus.address, payload) as sock:
+        *_, fatal = _frames(sock, 3)
+    assert fatal[0] == wire.Fatal.code and fatal[1] == Status.PROTOCOL_ERROR
+    assert "reused while in flight" in fatal[2]
+
+
+async def test_memory_queue_bytes_are_capped(make_bus) -> None:
+    bus = make_bus(group_extra=guards(queue_bytes_max=100_000))
+    async with connect(bus.address, "SENDER") as sender:
+        statuses = []
+        for _ in range(4):
+            psb = await sender.put(BODY, target="1.11", delivery=MODE.WF_MEM, uma=Uma.DISC)
+            statuses.append((psb.delivery_status, psb.uma_status))
+        assert statuses[:3] == [(Status.UNATTACHEDQ, Status.NO_UMA)] * 3
+        assert statuses[3] == (Status.EXCEEDQUOTA, Status.DISC_SUCCESS)
+        async with connect(bus.address, "ANYORDER") as receiver:
+            await receiver.get(timeout=5)  # frees 30,000 bytes
+        psb = await sender.put(BODY, target="1.11", delivery=MODE.WF_MEM, uma=Uma.DISC)
+        assert psb.delivery_status in QUEUED
+    assert "queue_bytes_max=100000" in bus.log_text()
+
+
+async def test_connection_bytes_are_capped_and_other_connections_go_on(make_bus) -> None:
+    bus = make_bus(group_extra=guards(connection_bytes_max=100_000))
+    async with connect(bus.address, "SENDER") as greedy:
+        for target in ("1.11", "1.12", "1.11"):
+            psb = await greedy.put(BODY, target=target, delivery=MODE.WF_MEM, uma=Uma.DISC)
+            assert psb.delivery_status == Status.UNATTACHEDQ
+        with pytest.raises(MrsError) as refused:
+            await greedy.put(BODY, target="1.12", delivery=MODE.WF_MEM, uma=Uma.DISC)
+        assert refused.value.status == Status.EXCEEDQUOTA
+        async with connect(bus.address, "SENDER2") as modest:
+            psb = await modest.put(BODY, target="1.12", delivery=MODE.WF_MEM, uma=Uma.DISC)
+            assert psb.delivery_status == Status.UNATTACHEDQ
+        async with connect(bus.address, "ANYORDER") as receiver:
+            await receiver.get(timeout=5)  # one of greedy's messages leaves memory
+        psb = await greedy.put(BODY, target="1.12", delivery=MODE.WF_MEM, uma=Uma.DISC)
+        assert psb.delivery_status in QUEUED
+    assert "connection_bytes_max=100000" in bus.log_text()
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(10) == b""
+    except ConnectionResetError:  # closed with our Hello unread: RST instead of FIN
+        return True
+
+
+def _welcomed(sock: socket.socket) -> int:
+    """The code of the first frame the server sends on a fresh connection."""
+    frames = _frames(sock, 1)
+    return frames[0][0] if frames else 0
+
+
+def test_accept_rate_is_limited_per_peer_address(make_bus) -> None:
+    bus = make_bus(group_extra=guards(accepts_per_s=0.01, accept_burst=5))
+    hello = _requests()
+    held = [_raw(bus.address, hello) for _ in range(5)]
+    try:
+        assert [_welcomed(sock) for sock in held] == [wire.Welcome.code] * 5
+        with _raw(bus.address, hello) as refused:
+            frame = _frames(refused, 1)[0]
+            assert frame[0] == wire.Fatal.code and frame[1] == Status.EXCEEDQUOTA
+            assert "accepts_per_s" in frame[2]
+            assert _closed(refused)
+        with _raw(bus.address, hello, source="127.0.0.2") as other_peer:
+            assert _welcomed(other_peer) == wire.Welcome.code
+    finally:
+        for sock in held:
+            sock.close()
+    assert "connection refused (EXCEEDQUOTA)" in bus.log_text()
+
+
+async def test_open_connections_are_capped_per_peer_address(make_bus) -> None:
+    bus = make_bus(group_extra=guards(connections_per_peer_max=3))
+    hello = _requests()
+    held = [_raw(bus.address, hello) for _ in range(3)]
+    assert [_welcomed(sock) for sock in held] == [wire.Welcome.code] * 3
+    with _raw(bus.address, hello) as refused:
+        frame = _frames(refused, 1)[0]
+        assert (frame[0], frame[1]) == (wire.Fatal.code, Status.EXCEEDQUOTA)
+        assert "connections_per_peer_max=3" in frame[2]
+    held.pop().close()
+    with trio.fail_after(15):  # the server notices the close, then has room again
+        while True:
+            with _raw(bus.address, hello) as again:
+                if _welcomed(again) == wire.Welcome.code:
+                    break
+            await trio.sleep(0.05)
+    for sock in held:
+        sock.close()
+
+
+# -- the config table ---------------------------------------------------------------
+
+
+def _group_with(guards_text: str) -> str:
+    return (
+        '[[group]]\nid = 1\nname = "G"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+        + guards_text
+        + '[[group.queue]]\nid = 10\nname = "Q"\n'
+    )
+
+
+def test_defaults_when_the_table_is_absent(tmp_path) -> None:
+    config = parse_config(_group_with(""), tmp_path / "bus.toml")
+    assert config.group(1).guards == Guards()
+
+
+@pytest.mark.parametrize(
+    "text, key, problem",
+    [
+        ("heartbeat_interval_s = 0", "heartbeat_interval_s", "must be > 0"),
+        ("frame_s_max = 1e9", "frame_s_max", "<= 86400"),
+        ('handshake_s_max = "5"', "handshake_s_max", "must be a number"),
+        ("parked_gets_max = 1.5", "parked_gets_max", "must be an integer"),
+        ("queue_bytes_max = 0", "queue_bytes_max", "must be in 1.."),
+        ("link_silence_s_max = 2\nheartbeat_interval_s = 5", "link_silence_s_max", "longer than"),
+        ("heartbeat_s = 1", "heartbeat_s", "unknown key"),
+    ],
+)
+def test_bad_guards_are_one_line_naming_the_key(tmp_path, text, key, problem) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_group_with(f"[group.guards]\n{text}\n"), tmp_path / "bus.toml")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"group[0].guards.{key}: " in message and problem in message
+
+
+VALUES = st.one_of(
+    st.integers(-(10**15), 10**15),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=5),
+)
+
+
+@given(st.dictionaries(st.sampled_from(sorted(GUARD_KEYS)), VALUES, max_size=6))
+def test_parse_guards_accepts_exactly_the_valid_tables(table) -> None:
+    result = parse_guards(table)
+    if isinstance(result, tuple):
+        key, problem = result
+        # the key at fault, or a default that a given heartbeat_interval_s outgrew
+        assert key in table or "heartbeat_interval_s" in table
+        assert problem
+        return
+    for key, value in table.items():
+        got = getattr(result, key)
+        assert got == value and not isinstance(value, bool | str)
+        assert got > 0
+    assert result.link_silence_s_max > result.heartbeat_interval_s
+    assert result.client_idle_s_max > result.heartbeat_interval_s
