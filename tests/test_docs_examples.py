@@ -32,6 +32,14 @@ def docs_server(tmp_path):
             ["MRS_ACK for seq", "STORED", "timed out (TIMEOUT)", "order-18: duplicate=True"],
         ),
         (
+            "guards.py",
+            [
+                "101 parked gets: 1 refused with EXCEEDQUOTA",
+                "put 4 of 1 MiB: UNATTACHEDQ, NO_UMA",
+                "put 5 of 1 MiB: EXCEEDQUOTA, DISC_SUCCESS",
+            ],
+        ),
+        (
             "messageq_conformance.py",
             [
                 "WF_CONF with timeout=0: SUCCESS",
