@@ -42,6 +42,7 @@ from journals import (
 )
 from mrs.drain_room import DqfRoom
 from mrs.model import Address, DeliveryMode, Psb, Status
+from mrs.quarantine import PoisonTransfer, transfer_problem
 from mrs.records import entry_from_record, idempotency_key, record_from_entry
 
 if TYPE_CHECKING:
@@ -54,7 +55,9 @@ TRANSFER_FIELDS = (
     "seq", "target_queue", "source_group", "source_queue", "body", "msg_class", "msg_type",
     "priority", "delivery", "uma", "correlation_id", "put_time_ns", "headers", "ordered",
 )  # fmt: skip
-PERMANENT_REFUSALS = frozenset({Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG})
+PERMANENT_REFUSALS = frozenset(
+    {Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG, Status.BADPARAM}
+)
 """Refusals that no retry will cure: the channel rules send these to the DLQ."""
 LINK_LOST = -1
 """Result given to a message in flight when its link drops before the answer."""
@@ -274,7 +277,7 @@ class Forwarding:
             try:
                 entry = entry_from_record(_decode(value, key))
                 batch.append((key, transfer_fields(entry, ordered=True)))
-            except CorruptRecord as corrupt:
+            except (CorruptRecord, ValueError, TypeError) as corrupt:
                 if str(corrupt) not in self.group.corrupt:
                     self.group.corrupt.append(str(corrupt))
                     log.error("%s; left in place, not forwarded", corrupt)
@@ -368,7 +371,7 @@ class Forwarding:
         without being stored, until the peer says it starts over ("resync"), so
         nothing overtakes the message that failed. The ordered messages before it
         are stored (a transfer does not need room for all of its messages)."""
-        decoded = [self._entry_from_fields(peer_id, fields) for fields in messages]
+        decoded = [self._entry_or_poison(peer_id, fields) for fields in messages]
         entries = [entry for entry, _ in decoded]
         results: list = [None] * len(entries)
         remaining = [len(entries)]
@@ -398,12 +401,21 @@ class Forwarding:
             respond([])
         for index, (entry, ordered) in enumerate(decoded):
             ordinal = None
-            if ordered and entry.delivery.recoverable:
+            poison = isinstance(entry, PoisonTransfer)
+            if ordered and (poison or entry.delivery.recoverable):
                 ordinal = inbound.inbound_ordinal
                 inbound.inbound_ordinal += 1
             outcome = answer(index, entry.seq, ordinal)
             if ordinal is not None and inbound.inbound_failed_at is not None:
                 outcome(Status.LINK_DOWN, entry.seq, "an earlier message of this link failed")
+            elif poison:
+                log.error(
+                    "group %d sent message %d that no client could put (%s): refused BADPARAM",
+                    peer_id,
+                    entry.seq,
+                    entry.problem,
+                )
+                outcome(Status.BADPARAM, entry.seq, entry.problem)
             elif len(entry.body) > self.group.limits.message_bytes_max:
                 # This group's own limit, whatever the sender checked (e.g. a message
                 # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
@@ -458,6 +470,14 @@ class Forwarding:
         status, reason = self.group.enqueue_in_memory(entry)
         outcome(status, entry.seq, reason)
 
+    def _entry_or_poison(self, peer_id: int, fields: object) -> tuple[Entry | PoisonTransfer, bool]:
+        """The entry for a transferred message, or why a client could not have put it
+        (refused alone); a message with no usable seq breaks the link (TransferError)."""
+        try:
+            return self._entry_from_fields(peer_id, fields)
+        except PoisonTransfer as poison:
+            return poison, fields[-1] is True
+
     def _entry_from_fields(self, peer_id: int, fields: object) -> tuple[Entry, bool]:
         from mrs.queues import Entry
 
@@ -466,6 +486,10 @@ class Forwarding:
                 f"a transferred message must be a list of {len(TRANSFER_FIELDS)} fields"
             )
         values = dict(zip(TRANSFER_FIELDS, fields, strict=True))
+        if type(values["seq"]) is not int or not 0 <= values["seq"] < 1 << 64:
+            raise TransferError("bad transferred message: seq must be an int in 0..2**64-1")
+        if (problem := transfer_problem(values)) is not None:
+            raise PoisonTransfer(values["seq"], problem)
         try:
             mode = DeliveryMode(values["delivery"])
             entry = Entry(

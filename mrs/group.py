@@ -68,6 +68,7 @@ from mrs.model import (
     Status,
     Uma,
 )
+from mrs.quarantine import QUARANTINE_EXTRA, record_problem
 from mrs.queues import Entry, GetWaiter, TargetQueue, memory_quota_problem
 from mrs.records import (
     DEAD_LETTER_HEADER,
@@ -162,6 +163,8 @@ class Group:
     dlj_count: int = 0
     """DLJ records, counted at start-up (jplay --remove may lower it on disk meanwhile)."""
     corrupt: list[str] = field(default_factory=list)
+    quarantined: int = 0
+    """Messages moved to the DLJ because they could not be delivered (mrs.quarantine)."""
     epoch: int = 0
     _seq_counter: int = 0
     _dedupe_waiting: dict[str, list[Callable[[Status, int, str], None]]] = field(
@@ -199,6 +202,9 @@ class Group:
                 log.error("%s; left in place, not delivered", item)
                 self.dqf_count += 1
                 continue
+            if (problem := record_problem(item)) is not None:
+                self._quarantine_record(key, item, problem)
+                continue
             self.dqf_count += 1
             queue = self.queues.get(item.target_queue)
             if queue is None:
@@ -217,6 +223,52 @@ class Group:
         log.info(
             "group %d epoch %d: recovered %d DQF messages", self.config.id, self.epoch, recovered
         )
+
+    def _quarantine_record(self, key: bytes, record, problem: str) -> None:
+        """At start-up: move a DQF record that cannot become a message to the DLJ."""
+        record.reason = int(Status.BADPARAM)
+        record.extra = {**(record.extra or {}), QUARANTINE_EXTRA: problem}
+        batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(record.seq), record)
+        batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        try:
+            self.store.commit_now(batch)
+        except JournalError as error:
+            self.dqf_count += 1
+            self.corrupt.append(f"dqf record {key.hex()}: {problem}")
+            log.error(
+                "DQF message %d cannot be delivered (%s) nor quarantined (%s); left in place",
+                record.seq,
+                problem,
+                error,
+            )
+            return
+        self.dlj_count += 1
+        self.quarantined += 1
+        log.error("DQF message %d quarantined to the DLJ: %s", record.seq, problem)
+
+    def quarantine(self, queue: TargetQueue, entry: Entry, problem: str) -> None:
+        """A message that cannot be delivered goes to the DLJ (reason BADPARAM, the
+        problem in extra) in one transaction with its DQF removal; never fatal."""
+        log.error("message %d on %s quarantined to the DLJ: %s", entry.seq, queue.address, problem)
+        record = record_from_entry(entry, written_time_ns=self.clock_ns())
+        record.reason = int(Status.BADPARAM)
+        record.extra[QUARANTINE_EXTRA] = problem
+        batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
+        if entry.journaled:
+            key = queue_key(queue.address.queue, entry.seq)
+            batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+
+        def written(error: JournalError | None) -> None:
+            if error is not None:
+                # Still in the DQF (if it was journaled): quarantined again after a restart.
+                log.error("message %d could not be quarantined: %s", entry.seq, error)
+                return
+            self.quarantined += 1
+            self.dlj_count += 1
+            if entry.journaled:
+                self.dqf_count -= 1
+
+        self.writer.submit(batch, written)
 
     def _start_epoch(self, epoch: int) -> None:
         if epoch > SEQ_EPOCH_MAX:
@@ -618,8 +670,8 @@ class Group:
         while (entry := queue.take()) is not None:
             if entry.body is None and not self._load_body(queue, entry):
                 continue
-            self._hand_over(session, request.request_id, queue, entry)
-            return
+            if self._hand_over(session, request.request_id, queue, entry):
+                return
         if request.timeout_ms == 0:
             raise Refused(Status.NOMOREMSG, f"no message on {queue.address}")
         waiter = GetWaiter(
@@ -659,9 +711,11 @@ class Group:
 
     def _hand_over(
         self, session: Session, request_id: int, queue: TargetQueue, entry: Entry
-    ) -> None:
+    ) -> bool:
         """Deliver one entry to a get. A journaled entry's delivery count is made durable
-        first, so a crash can never hide that it was delivered (POSSDUPL stays exact)."""
+        first, so a crash can never hide that it was delivered (POSSDUPL stays exact).
+        False if the entry could not be delivered at all (quarantined): the get is
+        still waiting for a message."""
         if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
             queue.put_back(entry)
             session.send(
@@ -671,7 +725,7 @@ class Group:
                     f"unconfirmed_max={queue.config.unconfirmed_max} reached",
                 )
             )
-            return
+            return True
         # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
         # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
         leased = is_shared(queue)  # a DLQ get is a lease (mrs.dlq_leases)
@@ -685,20 +739,25 @@ class Group:
             self.dlq_readers.leased(session.id, entry)
         if UNSAFE_SKIP_POSSDUPL in self.unsafe and status == Status.POSSDUPL:
             status = Status.CONFIRMREQ
+        try:  # built first: a field no client could have put must not kill the server
+            event = delivery_event(request_id, entry, status)
+        except (wire.ProtocolError, ValueError, TypeError) as error:
+            self.quarantine(queue, entry, f"cannot be delivered: {error}")
+            return False
         entry.times_delivered += 1
         if needs_confirm:
             queue.unconfirmed[entry.seq] = entry
         if not entry.journaled:
-            session.send(delivery_event(request_id, entry, status))
+            session.send(event)
             if entry.on_dequeue is not None:
                 entry.on_dequeue(entry)
-            return
+            return True
         key = queue_key(queue.address.queue, entry.seq)
         batch = WriteBatch.empty().put_raw(Journal.MARKS, key, _U32.pack(entry.times_delivered))
 
         def marked(error: JournalError | None) -> None:
             if error is None:
-                session.send(delivery_event(request_id, entry, status))
+                session.send(event)
                 return
             entry.times_delivered -= 1  # never handed out: its first delivery is still due
             if queue.unconfirmed.pop(entry.seq, None) is not None:
@@ -709,6 +768,7 @@ class Group:
             self.serve_waiting_gets(queue)
 
         self.writer.submit(batch, marked)
+        return True
 
     def serve_waiting_gets(self, queue: TargetQueue) -> None:
         """Hand waiting messages to parked gets as far as the unconfirmed cap allows."""
@@ -802,6 +862,7 @@ class Group:
             "dqf_messages": self.dqf_count,
             "dedupe_keys": self.store.count(Journal.DEDUPE),
             "corrupt_records": list(self.corrupt),
+            "quarantined": self.quarantined,
             "writer": self.writer.stats.as_dict(),
             "links": self.forwarding.status_info(),
             "dlq_readers": self.dlq_readers.status_info(),

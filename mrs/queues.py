@@ -73,7 +73,8 @@ class Entry:
 class GetWaiter:
     """A get parked on an empty queue."""
 
-    deliver: Callable[[Entry], None]
+    deliver: Callable[[Entry], bool | None]
+    """False: the entry could not be delivered and the get still waits."""
     session_id: int
     cancel_timer: Callable[[], None] = lambda: None
 
@@ -100,11 +101,16 @@ class TargetQueue:
         """Add an arriving entry: hand it to a parked get if one may have it now (nothing
         older waits and the unconfirmed cap allows), or queue it behind the others."""
         if self.waiters and not self.pending and self.can_deliver():
-            waiter = self.waiters.popleft()
-            waiter.cancel_timer()
-            waiter.deliver(entry)
+            self._deliver_to_waiter(entry)
         else:
             self.put_back(entry, front=False)
+
+    def _deliver_to_waiter(self, entry: Entry) -> None:
+        waiter = self.waiters.popleft()
+        if waiter.deliver(entry) is False:
+            self.waiters.appendleft(waiter)  # not delivered (quarantined): still waiting
+        else:
+            waiter.cancel_timer()
 
     def serve_waiters(self, ready: Callable[[Entry], bool] = lambda entry: True) -> None:
         """Hand waiting entries to parked gets, oldest first, while the unconfirmed cap
@@ -117,9 +123,7 @@ class TargetQueue:
                 return
             if not ready(entry):
                 continue
-            waiter = self.waiters.popleft()
-            waiter.cancel_timer()
-            waiter.deliver(entry)
+            self._deliver_to_waiter(entry)
 
     def put_back(self, entry: Entry, front: bool = True) -> None:
         """Queue an entry without offering it to waiters. front: it was taken before
