@@ -57,6 +57,8 @@ QUEUE_ID_MAX = 999
 PORT_MAX = 65535
 
 DEAD_LETTER_QUEUE_NAME = "DLQ"
+DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
+"""MessageQ's name for the DLQ: attachable and addressable by it in every group."""
 DEFAULT_MESSAGES_MAX = 10000
 DEFAULT_UNCONFIRMED_MAX = 1000
 
@@ -66,7 +68,7 @@ _NUMBER_PATTERN = re.compile(r"[0-9]+")
 _TOP_KEYS = frozenset({"group", "link"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
-    | {"guards"}
+    | {"guards", "dead_letter_queue_recoverable"}
 )
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
@@ -164,6 +166,8 @@ class GroupConfig:
         for queue in self.queues.values():
             if queue.name == name:
                 return queue
+        if name == DEAD_LETTER_QUEUE_MESSAGEQ_NAME and DEAD_LETTER_QUEUE in self.queues:
+            return self.queues[DEAD_LETTER_QUEUE]
         known = ", ".join(q.name for q in self.queues.values())
         raise LookupError(
             f"group {self.id} ({self.name}) has no queue named {name!r} (queues: {known})"
@@ -387,8 +391,10 @@ class _Parser:
         if isinstance(guards, tuple):
             key, problem = guards
             self.fail(f"{where}.guards" + (f".{key}" if key else ""), problem)
+        recoverable_dlq = self.boolean(raw, "dead_letter_queue_recoverable", where, default=False)
         if dead_letter_queue:
-            queues.append(DEAD_LETTER_QUEUE_CONFIG)
+            # Memory-based as in MessageQ unless asked: journaled, it survives SIGKILL.
+            queues.append(replace(DEAD_LETTER_QUEUE_CONFIG, recoverable=recoverable_dlq))
         return GroupConfig(
             id=group_id,
             name=name,

@@ -17,6 +17,10 @@ VERSION = 1
 FORMAT_MRS = "MRS"
 """Format of the data after the header: an MRS message body, untouched."""
 PUT_APPL_TYPE_MRS = "MRS"
+MQENC_NATIVE = 546
+"""Encoding of the data after the header: MQ's native (little-endian) encoding."""
+CCSID_UTF8 = 1208
+"""CodedCharSetId of the data after the header (and of the header's text fields)."""
 
 MQRC_MSG_TOO_BIG_FOR_Q = 2030
 MQRC_MSG_TOO_BIG_FOR_Q_MGR = 2031
@@ -50,7 +54,8 @@ def reason_code(cause: Status | int) -> int:
 def dead_letter_header(
     cause: Status | int, destination: Address, put_appl_name: str, put_time_ns: int, text: str = ""
 ) -> dict:
-    """A header for a message the system moves to a DLQ."""
+    """A header for a message the system moves to a DLQ. `put_appl_name` is the
+    group's name (MQ: the queue manager's) when MRS itself redirects the message."""
     put_seconds = put_time_ns / 1e9 if put_time_ns else time.time()
     stamp = time.gmtime(put_seconds)
     hundredths = int(put_seconds * 100) % 100
@@ -62,6 +67,8 @@ def dead_letter_header(
         "mrs_status_name": cause.name if isinstance(cause, Status) else str(cause),
         "dest_q_name": str(destination.queue),
         "dest_q_mgr_name": str(destination.group),
+        "encoding": MQENC_NATIVE,
+        "coded_char_set_id": CCSID_UTF8,
         "format": FORMAT_MRS,
         "put_appl_type": PUT_APPL_TYPE_MRS,
         "put_appl_name": put_appl_name,

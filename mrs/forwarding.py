@@ -348,7 +348,6 @@ class Forwarding:
             entry,
             Status(status),
             f"group {record.target_group} refused it over the link",
-            f"link {self.group.config.id}->{record.target_group}",
         )
         log.warning(
             "group %d refused SAF message %d (%s): %s",

@@ -532,7 +532,7 @@ class Group:
         elif action is Uma.RTS:
             finish(self._return_to_sender(entry, reply.response_queue, cause, reason))
         elif action is Uma.DLQ:
-            finish(self._to_dead_letter_queue(entry, cause, reason))
+            self.put_on_dead_letter_queue(entry, cause, reason, finish)
         elif action is Uma.DLJ:
             self._to_dead_letter_journal(entry, cause, finish)
         elif entry.target.group != self.config.id and entry.target.group in self.forwarding.peers:
@@ -587,24 +587,33 @@ class Group:
         queue.offer(returned)
         return True
 
-    def _to_dead_letter_queue(self, entry: Entry, cause: Status, reason: str) -> bool:
-        return self.put_on_dead_letter_queue(entry, cause, reason, str(entry.source))
-
     def put_on_dead_letter_queue(
-        self, entry: Entry, cause: Status | int, reason: str, put_appl_name: str
+        self,
+        entry: Entry,
+        cause: Status | int,
+        reason: str,
+        done: Callable[[bool], None] = lambda moved: None,
     ) -> bool:
-        """Queue a copy of `entry` on this group's DLQ (memory only, as in MessageQ)
-        with a dead-letter header; False if the group has no DLQ or it is full."""
+        """Queue a copy of `entry` on this group's DLQ with a dead-letter header naming
+        this group as the putter (MRS redirected it). Memory only, as in MessageQ,
+        unless `dead_letter_queue_recoverable`: then the copy is journaled in the DQF
+        and `done(True)` comes once it is durable. False (and done(False)) if the group
+        has no DLQ or it is full."""
         queue = self.queues.get(DEAD_LETTER_QUEUE)
         if queue is None or queue.memory_count >= queue.config.messages_max:
+            done(False)
             return False
         dead = _copy_nonrecoverable(entry, target=queue.address)
-        dead.delivery_status = Status.SUCCESS
         # MQDLH: put date/time are when it was put on the DLQ, not the original put's.
-        dead.dead_letter_header = dead_letter_header(
-            cause, entry.target, put_appl_name, self.clock_ns(), reason
-        )
-        queue.offer(dead)
+        header = dead_letter_header(cause, entry.target, self.config.name, self.clock_ns(), reason)
+        dead.dead_letter_header = header
+        if not queue.config.recoverable:
+            dead.delivery_status = Status.SUCCESS
+            queue.offer(dead)
+            done(True)
+            return True
+        dead.headers = {**(entry.headers or {}), DEAD_LETTER_HEADER: header}
+        self.store_in_dqf(dead, [], lambda status, _seq, _reason: done(status == Status.STORED))
         return True
 
     def _to_dead_letter_journal(

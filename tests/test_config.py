@@ -261,7 +261,7 @@ BAD_CONFIGS = {
         MINIMAL_GROUP.replace("data_dir", "datadir"),
         "group[0].datadir",
         "unknown key (did you mean 'data_dir'?); "
-        "allowed keys: data_dir, dead_letter_queue, guards, id, limits",
+        "allowed keys: data_dir, dead_letter_queue, dead_letter_queue_recoverable, guards, id",
     ),
     "unknown queue key": (
         _queue(confrim='"implicit"'),

@@ -95,9 +95,11 @@ async def test_system_dead_letter_header(bus) -> None:
         "mrs_status_name": "NO_DQF",
         "dest_q_name": "50",
         "dest_q_mgr_name": "1",
+        "encoding": 546,  # MQENC_NATIVE: describes the data after the header
+        "coded_char_set_id": 1208,
         "format": "MRS",
         "put_appl_type": "MRS",
-        "put_appl_name": "1.13",  # the sender on whose behalf MRS dead-lettered it
+        "put_appl_name": "NYC",  # the group's name: MRS itself redirected it
         "put_date": header["put_date"],
         "put_time": header["put_time"],
         "text": "no DQF for target 1.50",
@@ -357,7 +359,7 @@ async def test_saf_message_refused_for_good_moves_to_the_dlq(
     header = message.dead_letter_header
     assert header["reason"] == reason
     assert f"{header['dest_q_mgr_name']}.{header['dest_q_name']}" == target
-    assert header["put_appl_name"] == "link 1->2"
+    assert header["put_appl_name"] == "G1"  # the group (MQ: queue manager) that moved it
     assert hundredths(healed_ns) <= header_time_ns(header) <= moved_ns
 
 

@@ -1,0 +1,53 @@
+"""A DLQ as faithful as IBM MQ's: Encoding/CodedCharSetId, PutApplName = the group when
+MRS redirected it, attachable as PAMS_DEAD_LETTER_QUEUE, and recoverable when asked."""
+
+from __future__ import annotations
+
+from clients import Address, DeliveryMode, Status, Uma, connect
+
+MODE = DeliveryMode
+
+
+async def test_attach_by_messageq_name_and_header_fields(bus) -> None:
+    async with (
+        connect(bus.address, queue="SENDER") as sender,
+        connect(bus.address, queue="PAMS_DEAD_LETTER_QUEUE") as dlq,
+    ):
+        assert dlq.queue == Address(1, 96)
+        psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_MEM, uma=Uma.DLQ)
+        assert psb.uma_status == Status.DLQ_SUCCESS
+        header = (await dlq.get(timeout=5)).dead_letter_header
+    assert (header["encoding"], header["coded_char_set_id"], header["format"]) == (
+        546,
+        1208,
+        "MRS",
+    )
+    assert header["put_appl_name"] == "NYC"  # the group redirected it, not the application
+    async with connect(bus.address, queue="SENDER") as sender:
+        psb = await sender.put(b"y", target="PAMS_DEAD_LETTER_QUEUE", delivery=MODE.WF_MEM)
+        assert psb.delivery_status.ok
+
+
+async def test_recoverable_dlq_survives_sigkill(make_bus) -> None:
+    bus = make_bus(group_extra="dead_letter_queue_recoverable = true")
+    async with connect(bus.address, queue="SENDER") as sender:
+        psb = await sender.put(
+            b"keep me", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ, correlation_id=b"c1"
+        )
+        assert (psb.delivery_status, psb.uma_status) == (Status.NO_DQF, Status.DLQ_SUCCESS)
+        memory = await sender.put(b"and me", target="1.50", delivery=MODE.WF_MEM, uma=Uma.DLQ)
+        assert memory.uma_status == Status.DLQ_SUCCESS
+    bus.restart()  # SIGKILL
+    async with connect(bus.address, queue="DLQ") as dlq:
+        first = await dlq.get(timeout=5)
+        second = await dlq.get(timeout=5)
+        for message in (first, second):
+            await dlq.confirm(message.seq)
+    assert sorted([first.body, second.body]) == [b"and me", b"keep me"]
+    kept = first if first.body == b"keep me" else second
+    assert kept.correlation_id == b"c1" and str(kept.source) == "1.13"
+    assert kept.dead_letter_header["reason"] == 2085
+    assert kept.dead_letter_header["put_appl_name"] == "NYC"
+    bus.restart()
+    async with connect(bus.address, queue="DLQ") as dlq:  # confirmed means gone for good
+        assert (await dlq.status())["queues"]["1.96"]["pending"] == 0
