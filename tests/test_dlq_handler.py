@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -395,7 +396,10 @@ def test_unreachable_server_is_exit_3(bus, tmp_path) -> None:
     rules = tmp_path / "rules.txt"
     rules.write_text("ACTION(IGNORE)\n")
     command = _handler_command(bus, rules, "--once")
-    command[command.index("--address") + 1] = "127.0.0.1:1"
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    command[command.index("--address") + 1] = f"127.0.0.1:{free_port}"
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
