@@ -7,7 +7,7 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
     await q.confirm(msg.seq)
 """
 
-from clients.connection import Client, connect
+from clients.connection import Client, JournalEvent, connect
 from clients.errors import (
     BadSequence,
     ConnectionLost,
@@ -17,8 +17,11 @@ from clients.errors import (
     NoSuchQueue,
     NotSupported,
     ProtocolFailure,
+    PutOutcomeUnknown,
     TooManyUnconfirmed,
 )
+from clients.reconnect import Reconnect
+from clients.saf_journal import JournalBusy, JournalFull
 from clients.sync import SyncClient, connect_sync
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Psb, Status, Uma
 
@@ -29,6 +32,9 @@ __all__ = [
     "ConnectionLost",
     "DeliveryMode",
     "ForceJrn",
+    "JournalBusy",
+    "JournalEvent",
+    "JournalFull",
     "Message",
     "MrsError",
     "MrsTimeout",
@@ -37,6 +43,8 @@ __all__ = [
     "NotSupported",
     "ProtocolFailure",
     "Psb",
+    "PutOutcomeUnknown",
+    "Reconnect",
     "Status",
     "SyncClient",
     "TooManyUnconfirmed",

@@ -1,20 +1,46 @@
-"""The async client: one TCP connection, many requests in flight, shared by many tasks.
+"""The async client: one TCP connection at a time, many requests in flight, shared by
+many tasks; it reconnects and re-attaches by itself, and (with `saf_journal=PATH`)
+journals recoverable puts on the client's disk while the server is unreachable.
 
-Every request carries an id; a receive task matches answers to the waiting
-callers, and a send task writes all queued requests in one `send_all`. So 32 tasks
-putting through one `Client` pipeline instead of taking turns.
+Every request carries an id; a receive task matches answers to the waiting callers,
+and a send task writes all queued requests in one `send_all`. So 32 tasks putting
+through one `Client` pipeline instead of taking turns.
+
+What a caller sees when the connection drops (see docs/client-saf.md):
+- a put that was sent but not answered raises `PutOutcomeUnknown`: the message may
+  or may not be stored (a request not yet written raises plain `ConnectionLost`);
+- other requests in flight raise `ConnectionLost`; new calls fail at once (LINK_DOWN
+  for puts, NOTACTIVE for gets and confirms) until the background reconnect, with
+  capped jittered backoff, has re-attached -- except recoverable puts on a client
+  with a SAF journal, which are journaled (JOURNAL_ON) and drained in FIFO order,
+  before any new put, once the server is back (then LINK_UP).
+- A cancelled get (timeout, cancel scope) is withdrawn on the server (CancelGet); a
+  message that was already on its way is kept and handed to the next get.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import trio
 
-from clients.errors import ConnectionLost, MrsError, error_for
+from clients.errors import ConnectionLost, MrsError, PutOutcomeUnknown, error_for
+from clients.reconnect import Reconnect
+from clients.saf_journal import (
+    BYTES_MAX_DEFAULT,
+    MESSAGES_MAX_DEFAULT,
+    ClientJournal,
+    JournalFull,
+    idempotency_key_for,
+)
+from journals import Record
 from mrs import protocol as wire
 from mrs.model import (
     DEFAULT_PUT_TIMEOUT_S,
@@ -28,37 +54,172 @@ from mrs.model import (
     status_of,
 )
 
+log = logging.getLogger("clients")
+
 RECEIVE_BYTES_MAX = 256 * 1024
 _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 FRAME_BYTES_MAX = 64 * 1024 * 1024
-_HEARTBEATS = (wire.Ping, wire.Pong)
 REPLY_GRACE_S = 5.0
 """A WF put waits this much longer than its timeout for the server's own TIMEOUT."""
+DRAIN_WINDOW = 256
+"""Journal records in flight at once while draining (pipelined, FIFO on the wire)."""
+DRAIN_BYTES_MAX = 8 * 1024 * 1024
+"""...and at most about this many body bytes (the server bounds each connection's)."""
+HELD_MESSAGES_MAX = 1024
+RECONNECT_DEFAULT = Reconnect()
+IDEMPOTENCY_HEADER = "idempotency_key"
+"""The server's dedupe header (mrs.records.IDEMPOTENCY_HEADER; a test pins them equal)."""
+CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
+"""Carried by a drained message: its seq in the sender's client journal (the seq the
+journaled put's PSB gave), so the receiver can map it."""
+_TRANSIENT = frozenset(
+    {
+        Status.TIMEOUT,
+        Status.SHUTTING_DOWN,
+        Status.SERVER_ERROR,
+        Status.JOURNAL_FAIL,
+        Status.QUEUE_BUSY,
+        Status.LINK_DOWN,
+    }
+)
+"""A drained record refused with one of these stays in the journal and is re-sent."""
 
 
 @dataclass(eq=False)
 class _Pending:
-    event: trio.Event
+    kind: str
+    """"put", "get", "drain" or "other": decides what a lost connection answers."""
+    event: trio.Event | None = None
+    callback: Callable[[object], None] | None = None
     result: object = None
+
+    def answer(self, result: object) -> None:
+        self.result = result
+        if self.event is not None:
+            self.event.set()
+        if self.callback is not None:
+            self.callback(result)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """What a SAF-journal listener hears.
+
+    kind "status": `status` is now JOURNAL_ON or LINK_UP. kind "drained": the record
+    with client seq `local_seq` was stored by the server; `psb` is the server's PSB
+    (its seq is the one the receiver sees). kind "rejected": the server refused the
+    record for good (`status`, `message`); it left the journal.
+    """
+
+    kind: str
+    status: Status | int
+    local_seq: int = 0
+    psb: Psb | None = None
+    message: str = ""
+
+
+@dataclass(eq=False)
+class _Link:
+    """One live connection: its stream, protocol state and outbox."""
+
+    stream: trio.abc.Stream
+    connection: wire.Connection
+    outbox: list[bytes] = field(default_factory=list)
+    unsent: set[int] = field(default_factory=set)
+    ready: trio.Event = field(default_factory=trio.Event)
+    lost: MrsError | None = None
 
 
 class Client:
     """A connection attached to one queue: put anywhere, get and confirm from it."""
 
-    def __init__(self, stream: trio.abc.Stream, program: str) -> None:
-        self._stream = stream
+    def __init__(
+        self,
+        address: str,
+        queue: str | Address | None,
+        program: str,
+        *,
+        reconnect: Reconnect | None = None,
+        connect_timeout_s: float = 10.0,
+        open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
+        journal: ClientJournal | None = None,
+    ) -> None:
+        self.address = address
+        self._host, self._port = _split_address(address)
+        self._queue_text = None if queue is None else str(queue)
         self._program = program
-        self._connection = wire.Connection("client", frame_bytes_max=FRAME_BYTES_MAX)
+        self._reconnect = reconnect
+        self._connect_timeout_s = connect_timeout_s
+        self._open_stream = open_stream or trio.open_tcp_stream
+        self._journal = journal
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._outbox: list[bytes] = []
-        self._ready = trio.Event()
+        self._link: _Link | None = None
         self._broken: MrsError | None = None
+        self._cancelled_gets: set[int] = set()
+        self._held: deque[Message] = deque()
+        self._listeners: list[Callable[[JournalEvent], None]] = []
+        self._changed = trio.Event()
+        self._drain_wake = trio.Event()
         self.group_id = 0
         self.group_name = ""
         self.message_bytes_max = 0
         """The server's body limit, from its Welcome (0 = unknown)."""
         self.queue: Address | None = None
+        self.attach_status: Status = Status.SUCCESS
+        """SUCCESS, or JOURNAL_ON when the server was unreachable at attach."""
+        self.journal_status: Status | None = None
+        """None without a SAF journal; JOURNAL_ON while recoverable puts are journaled
+        (server unreachable, or the backlog still draining); LINK_UP once drained."""
+        self.reconnects = 0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def connected(self) -> bool:
+        return self._link is not None
+
+    @property
+    def journal_backlog(self) -> int:
+        """Records in the client SAF journal not yet stored by the server."""
+        return 0 if self._journal is None else self._journal.count
+
+    def add_journal_listener(self, listener: Callable[[JournalEvent], None]) -> None:
+        """Call `listener(JournalEvent)` on every journal status change and drain."""
+        self._listeners.append(listener)
+
+    async def wait_journal_status(self, status: Status) -> None:
+        """Return once journal_status is `status` (e.g. LINK_UP after a drain)."""
+        while self.journal_status != status:
+            self._raise_if_broken()
+            await self._changed.wait()
+
+    async def wait_connected(self) -> None:
+        """Return once a connection is attached (raises if the client gave up)."""
+        while self._link is None:
+            self._raise_if_broken()
+            await self._changed.wait()
+
+    def _raise_if_broken(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+
+    def _notify(self, event: JournalEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the client
+                log.exception("journal listener failed")
+
+    def _set_journal_status(self, status: Status) -> None:
+        if self._journal is None or self.journal_status == status:
+            return
+        self.journal_status = status
+        self._wake()
+        self._notify(JournalEvent("status", status))
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
 
     # ------------------------------------------------------------------ API
     async def put(
@@ -84,6 +245,8 @@ class Client:
         default (0 means the default in MessageQ too, so ported code keeps working).
         uma None picks DISC for nonrecoverable modes and DLJ for recoverable ones, so
         a recoverable message that cannot be stored still lands somewhere durable.
+        With a SAF journal and journal_status JOURNAL_ON, a recoverable put is
+        journaled: psb.status is JOURNAL_ON and psb.seq the client journal's seq.
         """
         if self.message_bytes_max and len(body) > self.message_bytes_max:
             raise error_for(
@@ -91,6 +254,7 @@ class Client:
                 f"body of {len(body)} bytes exceeds the group's message_bytes_max "
                 f"{self.message_bytes_max}",
             )
+        delivery = DeliveryMode(delivery)
         if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
         if timeout is not None and timeout < 0:
@@ -98,6 +262,17 @@ class Client:
         # 0 on the wire is "the default" (MessageQ's meaning); a tiny positive timeout
         # stays positive.
         timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
+        resp_text = str(resp_q) if resp_q is not None else ""
+        if (
+            self._journal is not None
+            and delivery in _RECOVERABLE_MODES
+            and self.journal_status == Status.JOURNAL_ON
+        ):
+            fields = (body, target, delivery, uma, msg_class, msg_type, priority)
+            return await self._put_journaled(
+                *fields, timeout_ms, correlation_id, resp_text, headers
+            )
+        self._require_link(Status.LINK_DOWN, "put")
         request = wire.Put(
             self._next_id(),
             str(target),
@@ -109,27 +284,26 @@ class Client:
             priority,
             timeout_ms,
             correlation_id,
-            str(resp_q) if resp_q is not None else "",
+            resp_text,
             headers,
         )
         wait_s = (timeout or DEFAULT_PUT_TIMEOUT_S) + REPLY_GRACE_S
-        reply = await self._request(request, wait_s)
-        psb = Psb(
-            status_of(reply.status),
-            status_of(reply.delivery_status),
-            reply.seq,
-            status_of(reply.uma_status),
-        )
-        return psb
+        reply = await self._request(request, wait_s, "put")
+        return _psb(reply)
 
     async def get(self, timeout: float | None = None) -> Message:
         """The next message of the attached queue. timeout None waits forever, 0 polls.
 
         Raises MrsTimeout (TIMEOUT) or NoMoreMessages (NOMOREMSG) when none came.
+        Cancelling a get (a cancel scope, KeyboardInterrupt in the sync client) takes
+        it back on the server; a message already on its way goes to the next get.
         """
+        if self._held:
+            return self._held.popleft()
+        self._require_link(Status.NOTACTIVE, "get")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        reply = await self._request(wire.Get(self._next_id(), timeout_ms), wait_s)
+        reply = await self._request(wire.Get(self._next_id(), timeout_ms), wait_s, "get")
         return self._message(reply)
 
     async def confirm(
@@ -137,11 +311,14 @@ class Client:
     ) -> None:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
-        await self._request(wire.Confirm(self._next_id(), seq, confirm_value, int(force_j)), None)
+        self._require_link(Status.NOTACTIVE, "confirm")
+        request = wire.Confirm(self._next_id(), seq, confirm_value, int(force_j))
+        await self._request(request, None, "other")
 
     async def status(self) -> dict:
         """The group's status: queues, DQF depth, writer statistics."""
-        reply = await self._request(wire.StatusRequest(self._next_id()), None)
+        self._require_link(Status.NOTACTIVE, "status")
+        reply = await self._request(wire.StatusRequest(self._next_id()), None, "other")
         return reply.info
 
     def __aiter__(self) -> AsyncIterator[Message]:
@@ -150,6 +327,158 @@ class Client:
     async def _messages(self) -> AsyncIterator[Message]:
         while True:
             yield await self.get()
+
+    # ------------------------------------------------------------------ journal
+    async def _put_journaled(
+        self,
+        body: bytes,
+        target: str | Address,
+        delivery: DeliveryMode,
+        uma: Uma | None,
+        msg_class: int,
+        msg_type: int,
+        priority: int,
+        timeout_ms: int,
+        correlation_id: bytes,
+        resp_q: str,
+        headers: dict | None,
+    ) -> Psb:
+        # Refuse now what the server would refuse at drain time (types and ranges).
+        wire.Put(
+            1,
+            str(target),
+            bytes(body),
+            int(delivery),
+            int(uma or 0),
+            msg_class,
+            msg_type,
+            priority,
+            timeout_ms,
+            correlation_id,
+            resp_q,
+            headers,
+        )
+        target_group, target_queue = _numeric(str(target))
+        now_ns = time.time_ns()
+        record = Record(
+            seq=0,
+            target_group=target_group,
+            target_queue=target_queue,
+            source_group=self.queue.group if self.queue else 0,
+            source_queue=self.queue.queue if self.queue else 0,
+            body=bytes(body),
+            msg_class=msg_class,
+            msg_type=msg_type,
+            priority=priority,
+            delivery=int(delivery),
+            uma=int(uma or 0),
+            correlation_id=correlation_id,
+            put_time_ns=now_ns,
+            written_time_ns=now_ns,
+            extra={
+                "target": str(target),
+                "resp_q": resp_q,
+                "timeout_ms": timeout_ms,
+                "headers": headers,
+                "attach": self._queue_text or "",
+            },
+        )
+        try:
+            local_seq = await self._journal.append(record)
+        except JournalFull as full:
+            if uma in (Uma.DISC, Uma.DISCL):
+                if uma == Uma.DISCL:
+                    log.warning("client SAF journal full; message to %s discarded", target)
+                done = Status.DISC_SUCCESS if uma == Uma.DISC else Status.DISCL_SUCCESS
+                return Psb(Status.JOURNAL_ON, Status.JOURNAL_FULL, 0, done)
+            raise full
+        self._drain_wake.set()
+        return Psb(Status.JOURNAL_ON, Status.STORED, local_seq, Status.NO_UMA)
+
+    async def _drain(self, link: _Link) -> None:
+        """Send every journal record, oldest first, DRAIN_WINDOW in flight; a record is
+        deleted when the server answers it stored. LINK_UP when nothing is left."""
+        journal = self._journal
+        after_key: bytes | None = None
+        in_flight: dict[bytes, int] = {}  # key -> body bytes
+        while self._link is link:
+            self._drain_wake = trio.Event()
+            room = DRAIN_WINDOW - len(in_flight)
+            if sum(in_flight.values()) >= DRAIN_BYTES_MAX:
+                room = 0  # stay well inside the server's per-connection byte quota
+            items = journal.read_after(after_key, room) if room > 0 else []
+            for key, record in items:
+                in_flight[key] = len(record.body)
+                self._send_drained(link, key, record, in_flight)
+                after_key = key
+            if items:
+                await trio.lowlevel.checkpoint()
+                continue
+            if link.lost is not None:
+                return
+            if not in_flight and journal.idle and journal.count <= len(journal.corrupt):
+                self._set_journal_status(Status.LINK_UP)
+                return
+            changed = journal.changed
+            async with trio.open_nursery() as nursery:
+
+                async def wait_for(event: trio.Event, scope: trio.CancelScope) -> None:
+                    await event.wait()
+                    scope.cancel()
+
+                nursery.start_soon(wait_for, changed, nursery.cancel_scope)
+                nursery.start_soon(wait_for, self._drain_wake, nursery.cancel_scope)
+
+    def _send_drained(self, link: _Link, key: bytes, record: Record, in_flight: dict) -> None:
+        extra = record.extra
+        headers = dict(extra.get("headers") or {})
+        headers.setdefault(
+            IDEMPOTENCY_HEADER, idempotency_key_for(self._journal.journal_id, record.seq)
+        )
+        headers[wire.REPLY_WHEN_STORED_HEADER] = True
+        headers[CLIENT_SAF_SEQ_HEADER] = record.seq
+        request = wire.Put(
+            self._next_id(),
+            extra.get("target", f"{record.target_group}.{record.target_queue}"),
+            record.body,
+            record.delivery,
+            record.uma,
+            record.msg_class,
+            record.msg_type,
+            record.priority,
+            extra.get("timeout_ms", 0),
+            record.correlation_id,
+            extra.get("resp_q", ""),
+            headers,
+        )
+
+        def answered(result: object) -> None:
+            in_flight.pop(key, None)
+            self._drain_answered(link, key, record.seq, result)
+            self._drain_wake.set()
+
+        self._pending[request.request_id] = _Pending("drain", callback=answered)
+        self._send(link, request)
+
+    def _drain_answered(self, link: _Link, key: bytes, local_seq: int, result: object) -> None:
+        if isinstance(result, wire.PutDone):
+            self._journal.remove([key])
+            self._notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
+        elif isinstance(result, wire.Failure) and result.status not in _TRANSIENT:
+            log.warning(
+                "client SAF record %d refused by the server (%s): %s; removed",
+                local_seq,
+                _name(result.status),
+                result.message,
+            )
+            self._journal.remove([key])
+            self._notify(
+                JournalEvent("rejected", status_of(result.status), local_seq, None, result.message)
+            )
+        elif isinstance(result, wire.Failure) and self._link is link:
+            # Left in the journal; drop the connection so the drain restarts from the
+            # oldest record (the server dedupes what it already stored).
+            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"drain refused: {result.message}"))
 
     # ------------------------------------------------------------------ plumbing
     def _message(self, reply: wire.Delivery) -> Message:
@@ -173,20 +502,38 @@ class Client:
     def _next_id(self) -> int:
         return next(self._request_ids)
 
-    async def _request(self, request: object, wait_s: float | None) -> object:
-        if self._broken is not None:
-            raise self._broken
-        pending = _Pending(trio.Event())
-        self._pending[request.request_id] = pending
-        self._outbox.append(self._connection.send(request))
-        self._ready.set()
+    def _require_link(self, status: Status, what: str) -> None:
+        self._raise_if_broken()
+        if self._link is None:
+            raise ConnectionLost(
+                status, f"{what}: not connected to {self.address} (reconnecting in the background)"
+            )
+
+    def _send(self, link: _Link, request: object) -> None:
+        self._send_frame(link, request)
+        link.unsent.add(request.request_id)
+
+    def _send_frame(self, link: _Link, event: object) -> None:
+        link.outbox.append(link.connection.send(event))
+        link.ready.set()
+
+    async def _request(self, request: object, wait_s: float | None, kind: str = "other") -> object:
+        link = self._link
+        pending = _Pending(kind, trio.Event())
+        request_id = request.request_id
+        self._send(link, request)
+        self._pending[request_id] = pending
         try:
             with trio.fail_after(wait_s if wait_s is not None else float("inf")):
                 await pending.event.wait()
         except trio.TooSlowError:
+            self._abandon(link, request_id, pending)
             raise error_for(Status.TIMEOUT, "no answer from the server in time") from None
+        except BaseException:
+            self._abandon(link, request_id, pending)
+            raise
         finally:
-            self._pending.pop(request.request_id, None)
+            self._pending.pop(request_id, None)
         result = pending.result
         if isinstance(result, MrsError):
             raise result
@@ -194,84 +541,232 @@ class Client:
             raise error_for(result.status, result.message)
         return result
 
-    def _heartbeat(self, event: wire.Ping | wire.Pong) -> None:
-        """The server pings a quiet connection; a Pong tells it we are alive."""
-        if type(event) is wire.Ping:
-            self._outbox.append(self._connection.send(wire.Pong(event.nonce)))
-            self._ready.set()
+    def _abandon(self, link: _Link, request_id: int, pending: _Pending) -> None:
+        """The caller stopped waiting (cancelled, timed out, interrupted)."""
+        if pending.kind != "get":
+            return
+        if isinstance(pending.result, wire.Delivery):
+            self._hold(pending.result)  # it arrived as the caller gave up
+        elif pending.result is None and self._link is link and link.lost is None:
+            self._cancelled_gets.add(request_id)
+            self._send(link, wire.CancelGet(request_id))
 
-    def _fail_all(self, error: MrsError) -> None:
-        self._broken = error
-        for pending in self._pending.values():
-            pending.result = error
-            pending.event.set()
+    def _hold(self, delivery: wire.Delivery) -> None:
+        if len(self._held) >= HELD_MESSAGES_MAX:
+            log.error("more than %d messages held for later gets", HELD_MESSAGES_MAX)
+        self._held.append(self._message(delivery))
 
-    async def _handshake(self, queue: str | Address | None) -> None:
-        await self._stream.send_all(
-            self._connection.send(wire.Hello(wire.PROTOCOL_VERSION, self._program))
-        )
-        welcome = await self._next_event()
+    def _dispatch(self, link: _Link, event: object) -> None:
+        if type(event) is wire.Ping:  # the server pings a quiet connection: we are alive
+            self._send_frame(link, wire.Pong(event.nonce))
+            return
+        request_id = getattr(event, "request_id", None)
+        pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            pending.answer(event)
+        elif request_id in self._cancelled_gets:
+            self._cancelled_gets.discard(request_id)
+            if isinstance(event, wire.Delivery):
+                self._hold(event)
+
+    def _lose(self, link: _Link, error: MrsError) -> None:
+        """The connection is gone: answer everything in flight honestly."""
+        if link.lost is not None:
+            return
+        link.lost = error
+        if self._link is link:
+            self._link = None
+        link.ready.set()
+        pending, self._pending = self._pending, {}
+        for request_id, waiter in pending.items():
+            if request_id in link.unsent:
+                waiter.answer(
+                    ConnectionLost(Status.LINK_DOWN, f"{error.message}; the request was not sent")
+                )
+            elif waiter.kind == "put":
+                waiter.answer(
+                    PutOutcomeUnknown(
+                        Status.LINK_DOWN,
+                        f"{error.message} before the put was answered: the message may or "
+                        "may not be stored",
+                    )
+                )
+            else:
+                waiter.answer(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
+        self._cancelled_gets.clear()
+        # Held messages that need a confirm come back from the server (POSSDUPL).
+        self._held = deque(message for message in self._held if not message.needs_confirm)
+        self._set_journal_status(Status.JOURNAL_ON)
+        self._wake()
+
+    async def _open(self) -> _Link:
+        """Dial, handshake and attach. ConnectionLost if unreachable; MrsError if refused."""
+        try:
+            with trio.fail_after(self._connect_timeout_s):
+                stream = await self._open_stream(self._host, self._port)
+        except (OSError, trio.TooSlowError) as error:
+            raise ConnectionLost(
+                Status.LINK_DOWN, f"cannot connect to {self.address}: {error}"
+            ) from None
+        link = _Link(stream, wire.Connection("client", frame_bytes_max=FRAME_BYTES_MAX))
+        try:
+            with trio.fail_after(self._connect_timeout_s):
+                await self._handshake(link)
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            OSError,
+            trio.TooSlowError,
+        ) as error:
+            await trio.aclose_forcefully(stream)
+            raise ConnectionLost(
+                Status.LINK_DOWN, f"handshake with {self.address} failed: {error}"
+            ) from None
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return link
+
+    async def _handshake(self, link: _Link) -> None:
+        hello = wire.Hello(wire.PROTOCOL_VERSION, self._program)
+        await link.stream.send_all(link.connection.send(hello))
+        welcome = await _next_event(link)
         if isinstance(welcome, wire.Fatal):
             raise error_for(welcome.status, welcome.message)
         self.group_id, self.group_name = welcome.group_id, welcome.group_name
         self.message_bytes_max = welcome.message_bytes_max
-        if queue is None:
+        if self._queue_text is None:
             return
-        request_id = self._next_id()
-        await self._stream.send_all(self._connection.send(wire.Attach(request_id, str(queue))))
-        attached = await self._next_event()
+        attach = wire.Attach(self._next_id(), self._queue_text)
+        await link.stream.send_all(link.connection.send(attach))
+        attached = await _next_event(link)
         if isinstance(attached, wire.Failure | wire.Fatal):
             raise error_for(attached.status, attached.message)
         self.queue = Address(attached.group, attached.queue)
 
-    async def _next_event(self) -> object:
+    async def _run(self, link: _Link | None) -> None:
+        """Serve the connection; when it drops, reconnect with backoff (if enabled)."""
         while True:
-            event = self._connection.next_event()
-            if event is wire.CLOSED:
-                raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
-            if event is not wire.NEED_DATA:
-                return event
-            self._connection.receive_data(await self._stream.receive_some(RECEIVE_BYTES_MAX))
+            if link is not None:
+                await self._serve(link)
+            if self._reconnect is None:
+                self._broken = ConnectionLost(
+                    Status.LINK_DOWN, f"connection to {self.address} lost (reconnect is off)"
+                )
+                self._wake()
+                return
+            link = await self._reconnect_once()
+            if link is None:
+                return
 
-    async def _receive_loop(self) -> None:
+    async def _reconnect_once(self) -> _Link | None:
+        attempts = 0
+        for delay_s in self._reconnect.delays():
+            await trio.sleep(delay_s)
+            attempts += 1
+            try:
+                link = await self._open()
+            except ConnectionLost:
+                continue
+            except MrsError as refused:
+                if refused.status == Status.QUEUE_BUSY:
+                    continue  # the server has not yet noticed our old connection closed
+                self._broken = refused
+                self._wake()
+                return None
+            self.reconnects += 1
+            return link
+        self._broken = ConnectionLost(
+            Status.LINK_DOWN, f"gave up reconnecting to {self.address} after {attempts} attempts"
+        )
+        self._wake()
+        return None
+
+    def _install(self, link: _Link) -> None:
+        self._link = link
+        if self._journal is not None and self._journal.count == 0 and self._journal.idle:
+            self._set_journal_status(Status.LINK_UP)
+        self._wake()
+
+    async def _serve(self, link: _Link) -> None:
+        self._install(link)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
+                nursery.start_soon(self._send_loop, link, nursery.cancel_scope)
+                if self._journal is not None and self.journal_status != Status.LINK_UP:
+                    nursery.start_soon(self._drain, link)
+        finally:
+            self._lose(link, link.lost or ConnectionLost(Status.LINK_DOWN, "client closed"))
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await trio.aclose_forcefully(link.stream)
+
+    async def _receive_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
             while True:
-                data = await self._stream.receive_some(RECEIVE_BYTES_MAX)
-                self._connection.receive_data(data)
-                for event in self._connection.events():
-                    if event is wire.CLOSED:
-                        raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
+                data = await link.stream.receive_some(RECEIVE_BYTES_MAX)
+                link.connection.receive_data(data)
+                for event in link.connection.events():
                     if isinstance(event, wire.Fatal):
                         raise error_for(
                             event.status, f"server closed the connection: {event.message}"
                         )
-                    if type(event) in _HEARTBEATS:
-                        self._heartbeat(event)
-                        continue
-                    pending = self._pending.get(event.request_id)
-                    if pending is not None:
-                        pending.result = event
-                        pending.event.set()
-                if not data:
+                    self._dispatch(link, event)
+                if not data or link.connection.closed:
                     raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
         except MrsError as error:
-            self._fail_all(error)
+            self._lose(link, error)
         except wire.ProtocolError as error:
-            self._fail_all(error_for(Status.PROTOCOL_ERROR, str(error)))
+            self._lose(link, error_for(Status.PROTOCOL_ERROR, str(error)))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            self._fail_all(ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
+            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
+        scope.cancel()
 
-    async def _send_loop(self) -> None:
+    async def _send_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
-            while True:
-                await self._ready.wait()
-                self._ready = trio.Event()
-                if self._outbox:
-                    data = b"".join(self._outbox)
-                    self._outbox.clear()
-                    await self._stream.send_all(data)
+            while link.lost is None:
+                await link.ready.wait()
+                link.ready = trio.Event()
+                if link.outbox:
+                    data = b"".join(link.outbox)
+                    link.outbox.clear()
+                    link.unsent.clear()
+                    await link.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            self._fail_all(ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
+            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
+        scope.cancel()
+
+
+async def _next_event(link: _Link) -> object:
+    while True:
+        event = link.connection.next_event()
+        if event is wire.CLOSED:
+            raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
+        if event is not wire.NEED_DATA:
+            return event
+        link.connection.receive_data(await link.stream.receive_some(RECEIVE_BYTES_MAX))
+
+
+def _psb(reply: wire.PutDone) -> Psb:
+    return Psb(
+        status_of(reply.status),
+        status_of(reply.delivery_status),
+        reply.seq,
+        status_of(reply.uma_status),
+    )
+
+
+def _numeric(target: str) -> tuple[int, int]:
+    try:
+        address = Address.parse(target)
+    except ValueError:
+        return 0, 0  # a queue name: the server resolves it at drain time
+    return address.group, address.queue
+
+
+def _name(status: int) -> str:
+    value = status_of(status)
+    return value.name if isinstance(value, Status) else str(value)
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -289,35 +784,62 @@ async def connect(
     program: str = "mrs-client",
     connect_timeout_s: float = 10.0,
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
+    reconnect: Reconnect | None = RECONNECT_DEFAULT,
+    saf_journal: str | Path | None = None,
+    saf_messages_max: int = MESSAGES_MAX_DEFAULT,
+    saf_bytes_max: int = BYTES_MAX_DEFAULT,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
-    queue=None connects without attaching (enough for `status()`)."""
-    host, port = _split_address(address)
+    queue=None connects without attaching (enough for `status()`).
+    reconnect: the backoff policy for reconnecting after a drop; None switches it off
+    (the client then stays broken once its connection is lost).
+    saf_journal: a directory for the client-side SAF journal (off by default). With
+    it, attach succeeds while the server is unreachable (attach_status JOURNAL_ON)
+    and recoverable puts are journaled there until the server is back; one process
+    at a time may own a journal. saf_messages_max / saf_bytes_max cap it
+    (JOURNAL_FULL, then the put's UMA: DISC/DISCL discard, others raise).
+    """
+    journal = (
+        ClientJournal(saf_journal, messages_max=saf_messages_max, bytes_max=saf_bytes_max)
+        if saf_journal is not None
+        else None
+    )
     try:
-        with trio.fail_after(connect_timeout_s):
-            stream = await (open_stream or trio.open_tcp_stream)(host, port)
-    except (OSError, trio.TooSlowError) as error:
-        raise ConnectionLost(Status.LINK_DOWN, f"cannot connect to {address}: {error}") from None
-    async with stream:
-        client = Client(stream, program)
+        client = Client(
+            address,
+            queue,
+            program,
+            reconnect=reconnect,
+            connect_timeout_s=connect_timeout_s,
+            open_stream=open_stream,
+            journal=journal,
+        )
         try:
-            with trio.fail_after(connect_timeout_s):
-                await client._handshake(queue)
-        except (trio.BrokenResourceError, OSError, trio.TooSlowError) as error:
-            raise ConnectionLost(
-                Status.LINK_DOWN, f"handshake with {address} failed: {error}"
-            ) from None
+            link = await client._open()
+        except ConnectionLost:
+            if journal is None:
+                raise
+            link = None
+        if journal is not None:
+            client.attach_status = Status.SUCCESS if link is not None else Status.JOURNAL_ON
+            client.journal_status = Status.JOURNAL_ON
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(client._receive_loop)
-                nursery.start_soon(client._send_loop)
+                if journal is not None:
+                    nursery.start_soon(journal.run_writer)
+                if link is not None:
+                    client._install(link)  # usable as soon as connect returns
+                nursery.start_soon(client._run, link)
                 try:
                     yield client
                 finally:
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             raise _single(group) from None
+    finally:
+        if journal is not None:
+            journal.close()
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

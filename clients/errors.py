@@ -49,6 +49,13 @@ class ConnectionLost(MrsError):
     """The connection to the group server closed before the answer came."""
 
 
+class PutOutcomeUnknown(ConnectionLost):
+    """The connection dropped after a put was sent and before its answer came: the
+    message may or may not be stored. Re-sending may store it twice; put an
+    idempotency key in its headers (headers={"idempotency_key": ...}) to make a
+    re-send safe."""
+
+
 class ProtocolFailure(MrsError):
     """The server rejected a frame as malformed (a client library bug)."""
 

@@ -1,26 +1,44 @@
 """`connect_sync`: the same client, blocking, for scripts and REPLs.
 
 A background thread runs trio and owns the connection; each blocking call hands its
-coroutine to that thread with `trio.from_thread.run` and waits for the answer.
+coroutine to that thread with `trio.from_thread.run` and waits for the answer. A
+call interrupted in the caller's thread (KeyboardInterrupt) is cancelled in the trio
+thread too, so an interrupted get is withdrawn on the server and takes no message.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 import trio
 
-from clients.connection import Client, connect
-from mrs.model import Address, ForceJrn, Message, Psb
+from clients.connection import Client, JournalEvent, connect
+from mrs.model import Address, ForceJrn, Message, Psb, Status
+
+
+@dataclass(slots=True)
+class SyncMessage(Message):
+    """A message from a `SyncClient`: `confirm()` blocks until the server answered."""
+
+    def confirm(  # type: ignore[override] - blocking twin of Message.confirm
+        self, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    ) -> None:
+        if self._confirm is None:
+            raise ValueError("this message was not received through a client connection")
+        self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j)
+
+
+_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
 
 class SyncClient:
     """Blocking twin of `Client`: put, get, confirm, status, iteration."""
 
-    def __init__(self, address: str, queue: str | Address, program: str) -> None:
-        self._args = (address, queue, program)
+    def __init__(self, address: str, queue: str | Address | None, options: dict) -> None:
+        self._args = (address, queue, options)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._client: Client | None = None
@@ -43,28 +61,67 @@ class SyncClient:
             self._ready.set()
 
     async def _main(self) -> None:
-        address, queue, program = self._args
-        async with connect(address, queue, program=program) as client:
+        address, queue, options = self._args
+        async with connect(address, queue, **options) as client:
             self._client = client
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
             self._ready.set()
             await self._stop.wait()
 
-    def _call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        return trio.from_thread.run(lambda: function(*args, **kwargs), trio_token=self._token)
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        scopes: list[trio.CancelScope] = []
+
+        async def run() -> Any:
+            with trio.CancelScope() as scope:
+                scopes.append(scope)
+                return await function(*args, **kwargs)
+            return None  # cancelled after an interrupt: nobody reads this
+
+        try:
+            return trio.from_thread.run(run, trio_token=self._token)
+        except BaseException:
+            if scopes and self._thread.is_alive():  # e.g. KeyboardInterrupt: stop it there
+                trio.from_thread.run_sync(scopes[0].cancel, trio_token=self._token)
+            raise
 
     @property
     def queue(self) -> Address | None:
         return self._client.queue
 
+    @property
+    def attach_status(self) -> Status:
+        return self._client.attach_status
+
+    @property
+    def journal_status(self) -> Status | None:
+        return self._client.journal_status
+
+    @property
+    def journal_backlog(self) -> int:
+        return self._client.journal_backlog
+
+    def add_journal_listener(self, listener: Callable[[JournalEvent], None]) -> None:
+        """`listener` runs in the client's trio thread: keep it short."""
+        self._client.add_journal_listener(listener)
+
+    def wait_journal_status(self, status: Status, timeout: float | None = None) -> None:
+        """Block until journal_status is `status`; MrsTimeout-free: raises TimeoutError."""
+
+        async def wait() -> None:
+            with trio.fail_after(timeout if timeout is not None else float("inf")):
+                await self._client.wait_journal_status(status)
+
+        self._call(wait)
+
     def put(self, body: bytes, target: str | Address, **options: Any) -> Psb:
         return self._call(self._client.put, body, target, **options)
 
-    def get(self, timeout: float | None = None) -> Message:
+    def get(self, timeout: float | None = None) -> SyncMessage:
         message = self._call(self._client.get, timeout)
-        message._confirm = None  # blocking code confirms with SyncClient.confirm(seq)
-        return message
+        values = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
+        values["_confirm"] = self.confirm
+        return SyncMessage(**values)
 
     def confirm(
         self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
@@ -74,7 +131,7 @@ class SyncClient:
     def status(self) -> dict:
         return self._call(self._client.status)
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[SyncMessage]:
         while True:
             yield self.get()
 
@@ -90,6 +147,10 @@ class SyncClient:
         self.close()
 
 
-def connect_sync(address: str, queue: str | Address, *, program: str = "mrs-client") -> SyncClient:
-    """Connect and attach, blocking. Use as a context manager or call close()."""
-    return SyncClient(address, queue, program)
+def connect_sync(
+    address: str, queue: str | Address | None, *, program: str = "mrs-client", **options: Any
+) -> SyncClient:
+    """Connect and attach, blocking. Use as a context manager or call close().
+
+    Takes the same options as `connect` (reconnect, saf_journal, ...)."""
+    return SyncClient(address, queue, {"program": program, **options})

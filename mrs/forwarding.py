@@ -202,6 +202,8 @@ class Forwarding:
                 self.group.undeliverable(entry, reply, cause, str(error))
             elif entry.delivery.interest_point != "CONF":
                 reply.report(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
+            else:
+                reply.stored(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
 
         self.store_in_saf(entry, stored)
 
@@ -255,6 +257,8 @@ class Forwarding:
             elif stored_seq != entry.seq:  # a duplicate of a message stored before
                 peer.waiters.pop(entry.seq, None)
                 reply.report(Psb(Status.SUCCESS, Status.STORED, stored_seq, Status.NO_UMA))
+            elif entry.delivery.recoverable:
+                reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
 
         peer.link.send_message(transfer_fields(entry), on_result)
 

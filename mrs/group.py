@@ -124,14 +124,25 @@ class PutReply:
     seq: int = 0
     done: bool = False
     cancel_timer: Callable[[], None] = lambda: None
+    stored_reply: bool = False
+    """The put asked for its PutDone once stored, whatever its mode (a client SAF
+    journal draining: it may delete its record only then)."""
+    stored_answered: bool = False
+
+    def stored(self, psb: Psb) -> None:
+        """The message is durable here (DQF or SAF): answer a stored_reply put now."""
+        if self.stored_reply and not self.stored_answered:
+            self.stored_answered = True
+            self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
 
     def report(self, psb: Psb) -> None:
         if self.done:
             return
         self.done = True
         self.cancel_timer()
+        self.stored(psb)
         notification = self.mode.notification
-        if notification == "WF":
+        if notification == "WF" and not self.stored_reply:
             self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
         elif notification == "AK":
             self.group.send_mrs_ack(self.response_queue, psb)
@@ -140,6 +151,8 @@ class PutReply:
         if self.done:
             return
         self.done = True
+        if self.stored_answered:
+            return
         self.session.send(
             wire.Failure(
                 self.request_id,
@@ -351,6 +364,7 @@ class Group:
             headers = {key: value for key, value in headers.items() if key != CONTEXT_HEADER}
         seq = self.next_seq()
         reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
+        reply.stored_reply = bool((request.headers or {}).get(wire.REPLY_WHEN_STORED_HEADER))
         entry = Entry(
             seq=seq,
             body=request.body,
@@ -372,7 +386,7 @@ class Group:
             reply.cancel_timer = self.timers.call_later(
                 timeout_s, lambda: reply.time_out(timeout_s)
             )
-        else:
+        elif not reply.stored_reply:
             session.send(
                 wire.PutDone(request.request_id, Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
             )
@@ -406,6 +420,8 @@ class Group:
                 self.undeliverable(entry, reply, status, reason)
             elif entry.delivery.interest_point != "CONF" or seq != entry.seq:
                 reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+            else:
+                reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
         keys = [key] if key is not None else []
         if UNSAFE_ACK_BEFORE_COMMIT in self.unsafe and entry.delivery.interest_point != "CONF":
@@ -686,6 +702,7 @@ class Group:
         waiter = GetWaiter(
             deliver=lambda arrived: self._hand_over(session, request.request_id, queue, arrived),
             session_id=session.id,
+            request_id=request.request_id,
         )
         queue.park(waiter)
         if request.timeout_ms > 0:
@@ -702,6 +719,21 @@ class Group:
                     )
 
             waiter.cancel_timer = self.timers.call_later(timeout_s, expire)
+
+    def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
+        """The client gave up a get: unpark it so no message is handed to a caller
+        that is gone. A get already answered is left alone (its Delivery stands)."""
+        queue = session.attached
+        if queue is None:
+            return
+        for waiter in queue.waiters:
+            if waiter.session_id == session.id and waiter.request_id == request.request_id:
+                queue.unpark(waiter)
+                waiter.cancel_timer()
+                session.send(
+                    wire.Failure(request.request_id, Status.TIMEOUT, "get cancelled by the client")
+                )
+                return
 
     def _load_body(self, queue: TargetQueue, entry: Entry) -> bool:
         """Read a journaled body left on disk; False (and reported) if it is unusable."""

@@ -21,7 +21,7 @@ side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, Get, Confirm, StatusRequest,       OPEN
-                  Ping, Pong
+                  CancelGet, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, Confirmed,         OPEN
@@ -378,6 +378,24 @@ class Confirm:
 
 
 @dataclass(frozen=True, slots=True)
+@_event(20, request_id=_REQUEST_ID)
+class CancelGet:
+    """Withdraw the parked Get whose id is request_id. If it is still parked the
+    server answers that Get with Failure(TIMEOUT) and it takes no message; if a
+    message was already handed to it, its Delivery stands (the client keeps it for
+    the next get), so nothing is lost either way. No reply of its own."""
+
+    request_id: int
+
+
+REPLY_WHEN_STORED_HEADER = "reply_when_stored"
+"""A Put header (true) asking for the PutDone once the message is durably stored
+(DQF or SAF), whatever its notification mode; AK/CONF notifications still follow.
+The client-side SAF journal drains with it, so a record leaves the client's journal
+only when the server has stored it."""
+
+
+@dataclass(frozen=True, slots=True)
 @_event(18, request_id=_REQUEST_ID)
 class StatusRequest:
     """Ask the server for its status."""
@@ -552,7 +570,17 @@ class Pong:
 
 HEARTBEAT_EVENTS = (Ping, Pong)
 LINK_EVENTS = (LinkTransfer, LinkAck, LinkNotice)
-CLIENT_EVENTS = (Hello, Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS, *HEARTBEAT_EVENTS)
+CLIENT_EVENTS = (
+    Hello,
+    Attach,
+    Put,
+    Get,
+    Confirm,
+    StatusRequest,
+    CancelGet,
+    *LINK_EVENTS,
+    *HEARTBEAT_EVENTS,
+)
 SERVER_EVENTS = (
     Welcome,
     Attached,
@@ -572,6 +600,7 @@ Event = (
     | Get
     | Confirm
     | StatusRequest
+    | CancelGet
     | Welcome
     | Attached
     | PutDone
@@ -625,7 +654,8 @@ OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
 _REQUESTS = dict.fromkeys(
-    (Attach, Put, Get, Confirm, StatusRequest, *LINK_EVENTS, *HEARTBEAT_EVENTS), OPEN
+    (Attach, Put, Get, Confirm, StatusRequest, CancelGet, *LINK_EVENTS, *HEARTBEAT_EVENTS),
+    OPEN,
 )
 _REPLIES = dict.fromkeys(
     (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure) + LINK_EVENTS + HEARTBEAT_EVENTS,

@@ -76,6 +76,7 @@ class GetWaiter:
     deliver: Callable[[Entry], bool | None]
     """False: the entry could not be delivered and the get still waits."""
     session_id: int
+    request_id: int = 0
     cancel_timer: Callable[[], None] = lambda: None
 
 

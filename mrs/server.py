@@ -467,6 +467,8 @@ class GroupServer:
                 case wire.Get():
                     self._begin_get(session, event)
                     group.get(session, event)
+                case wire.CancelGet():  # no reply of its own: the get's answer ends both
+                    group.cancel_get(session, event)
                 case wire.Confirm():
                     self._begin(session, request_id)
                     group.confirm(session, event)

@@ -1,0 +1,220 @@
+"""The client-side SAF journal: recoverable puts kept on the client's disk while its
+server is unreachable, drained in FIFO order when it is back.
+
+One LMDB environment per journal path (the `journals` library: checksummed records,
+fsync, group commit), owned by one process at a time through an exclusive `flock`
+on `owner.lock`, so a second process gets a clear error instead of two writers
+interleaving. Records are keyed by a local sequence number (8 bytes, big-endian):
+key order is FIFO order. The next local seq is committed with every append, so a
+seq (and the idempotency key built from it) is never reused, even after the
+journal has drained empty.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from clients.errors import MrsError
+from journals import (
+    CorruptRecord,
+    InlineWriter,
+    Journal,
+    JournalError,
+    JournalFullError,
+    JournalStore,
+    Record,
+    WriteBatch,
+    decode_record,
+    seq_key,
+)
+from mrs.model import Status
+
+MESSAGES_MAX_DEFAULT = 1_000_000
+BYTES_MAX_DEFAULT = 1 << 30
+LOCK_FILE = "owner.lock"
+_META_ID = "client_journal_id"
+_META_NEXT_SEQ = "next_seq"
+_U64 = struct.Struct(">Q")
+
+
+class JournalBusy(MrsError):
+    """JOURNAL_FAIL: another process owns this client SAF journal."""
+
+
+class JournalFull(MrsError):
+    """JOURNAL_FULL: the client SAF journal is at its message or byte cap."""
+
+
+def idempotency_key_for(journal_id: str, local_seq: int) -> str:
+    """The key a drained record carries: the same for every re-send of one record, so
+    the server stores it once however often a crash makes the client re-send it."""
+    return f"csaf:{journal_id}:{local_seq}"
+
+
+class ClientJournal:
+    """One process's client SAF journal at `path`."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        messages_max: int = MESSAGES_MAX_DEFAULT,
+        bytes_max: int = BYTES_MAX_DEFAULT,
+    ) -> None:
+        self.path = Path(path)
+        self.messages_max = messages_max
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _take_ownership(self.path)
+        try:
+            self.store = JournalStore(self.path, bytes_max)
+        except Exception:
+            self._lock_file.close()
+            raise
+        self._commit_wanted = trio.Event()
+        self.writer = InlineWriter(self.store, self._wake_writer)
+        self.changed = trio.Event()
+        """Set (and replaced) whenever a record was added or removed."""
+        self.journal_id = self._identity()
+        raw = self.store.meta_get(_META_NEXT_SEQ)
+        self._next_seq = _U64.unpack(raw)[0] if raw else 1
+        self.count = self.store.count(Journal.SAF)
+        self.corrupt: list[str] = []
+
+    def _identity(self) -> str:
+        raw = self.store.meta_get(_META_ID)
+        if raw:
+            return raw.decode()
+        journal_id = uuid.uuid4().hex
+        self.store.commit_now(
+            WriteBatch.empty().put_raw(Journal.META, _META_ID.encode(), journal_id.encode())
+        )
+        return journal_id
+
+    # ----------------------------------------------------------------- writer
+    def _wake_writer(self) -> None:
+        self._commit_wanted.set()
+
+    async def run_writer(self) -> None:
+        """Group commit on the client's event loop: everything submitted while the
+        loop ran its other ready tasks goes into one synced transaction."""
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted = trio.Event()
+            await trio.lowlevel.checkpoint()
+            self.writer.commit_pending()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    @property
+    def idle(self) -> bool:
+        """No append or delete is waiting for its commit."""
+        return not self.writer.pending
+
+    # ----------------------------------------------------------------- records
+    async def append(self, record: Record) -> int:
+        """Journal one record durably (fsync, group commit); returns its local seq.
+        Raises JournalFull at the cap, MrsError(JOURNAL_FAIL) if the disk failed."""
+        if self.count >= self.messages_max:
+            raise JournalFull(
+                Status.JOURNAL_FULL,
+                f"client SAF journal {self.path} holds messages_max={self.messages_max}",
+            )
+        seq = self._next_seq
+        self._next_seq += 1
+        record.seq = seq
+        batch = (
+            WriteBatch.empty()
+            .put_record(Journal.SAF, seq_key(seq), record)
+            .put_raw(Journal.META, _META_NEXT_SEQ.encode(), _U64.pack(seq + 1))
+        )
+        self.count += 1
+        done = trio.Event()
+        outcome: list[JournalError | None] = []
+
+        def committed(error: JournalError | None) -> None:
+            outcome.append(error)
+            done.set()
+
+        self.writer.submit(batch, committed)
+        with trio.CancelScope(shield=True):  # once submitted, the caller learns the outcome
+            await done.wait()
+        error = outcome[0]
+        if error is not None:
+            self.count -= 1
+            if isinstance(error, JournalFullError):
+                raise JournalFull(Status.JOURNAL_FULL, f"client SAF journal is full: {error}")
+            raise MrsError(Status.JOURNAL_FAIL, f"client SAF journal write failed: {error}")
+        self._changed()
+        return seq
+
+    def read_after(self, after_key: bytes | None, count_max: int) -> list[tuple[bytes, Record]]:
+        """Up to count_max committed records after `after_key`, oldest first (a
+        corrupt record is reported in `corrupt` and skipped, never sent)."""
+        out: list[tuple[bytes, Record]] = []
+        for key, value in self.store.items_after(Journal.SAF, b"", after_key, count_max, 1 << 20):
+            try:
+                out.append((key, decode_record(value, Journal.SAF.value, key)))
+            except CorruptRecord as corrupt:
+                if str(corrupt) not in self.corrupt:
+                    self.corrupt.append(str(corrupt))
+        return out
+
+    def remove(self, keys: list[bytes], done: Callable[[], None] = lambda: None) -> None:
+        """Delete records the server has stored (one group-committed batch)."""
+        if not keys:
+            return
+        batch = WriteBatch.empty()
+        for key in keys:
+            batch.delete(Journal.SAF, key)
+
+        def committed(error: JournalError | None) -> None:
+            if error is None:
+                self.count -= len(keys)
+            # On a failed delete the records stay: they are re-sent and deduplicated.
+            self._changed()
+            done()
+
+        self.writer.submit(batch, committed)
+
+    def close(self) -> None:
+        self.writer.stop()
+        self.store.close()
+        self._lock_file.close()
+
+
+def _take_ownership(path: Path):
+    """Lock `path/owner.lock` for this process, or raise JournalBusy naming the owner."""
+    lock_file = open(path / LOCK_FILE, "a+")  # noqa: SIM115 - held for the journal's life
+    try:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.seek(0)
+        owner = lock_file.read().strip() or "?"
+        lock_file.close()
+        raise JournalBusy(
+            Status.JOURNAL_FAIL,
+            f"client SAF journal {path} is in use by another process (pid {owner}); "
+            "one process at a time owns a journal",
+        ) from None
+    lock_file.seek(0)
+    lock_file.truncate()
+    lock_file.write(f"{os.getpid()}\n")
+    lock_file.flush()
+    return lock_file
+
+
+def open_readonly(path: str | Path) -> JournalStore:
+    """The journal for reading (e.g. `mrs dump --client-saf`), owner or not."""
+    path = Path(path)
+    if not (path / "data.mdb").exists():
+        raise FileNotFoundError(f"no client SAF journal at {path}")
+    return JournalStore(path, readonly=True)

@@ -1,0 +1,235 @@
+"""The client library's three traps, against real server processes: a cancelled get
+loses and jams nothing, the sync confirm confirms, and a client reconnects to a
+restarted server (in-flight puts answered honestly)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clients import (
+    ConnectionLost,
+    DeliveryMode,
+    NoMoreMessages,
+    PutOutcomeUnknown,
+    Reconnect,
+    Status,
+    connect,
+    connect_sync,
+)
+from clients.connection import IDEMPOTENCY_HEADER
+from mrs.records import IDEMPOTENCY_HEADER as SERVER_IDEMPOTENCY_HEADER
+from tests.client_helpers import FixedPortServer
+
+MODE = DeliveryMode
+FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
+
+
+@pytest.fixture
+def server(tmp_path):
+    server = FixedPortServer(tmp_path / "bus")
+    server.start()
+    yield server
+    server.stop()
+
+
+# ----------------------------------------------------------------- cancellation
+async def test_cancelled_get_takes_no_memory_message(bus) -> None:
+    async with connect(bus.address, "ANYORDER") as receiver:
+        with trio.move_on_after(0.3):
+            await receiver.get()
+        async with connect(bus.address, "SENDER") as sender:
+            psb = await sender.put(b"not lost", target="ANYORDER", delivery=MODE.WF_MEM)
+        assert psb.delivery_status == Status.ENQUEUED
+        message = await receiver.get(timeout=5)
+    assert message.body == b"not lost"
+
+
+async def test_cancelled_get_leaves_an_in_order_queue_usable(bus) -> None:
+    async with connect(bus.address, "ORDERS") as receiver:
+        for _ in range(3):
+            with trio.move_on_after(0.1):
+                await receiver.get()
+        async with connect(bus.address, "SENDER") as sender:
+            for body in (b"first", b"second"):
+                await sender.put(body, target="ORDERS", delivery=MODE.WF_DQF)
+        first = await receiver.get(timeout=5)
+        await first.confirm()
+        second = await receiver.get(timeout=5)
+        await second.confirm()  # BADSEQ here if a cancelled get had swallowed one
+        with pytest.raises(NoMoreMessages):
+            await receiver.get(timeout=0)
+    assert [first.body, second.body] == [b"first", b"second"]
+    assert first.delivery_status == Status.CONFIRMREQ
+
+
+async def test_race_cancelled_get_loses_nothing(bus) -> None:
+    """Gets given up at about the moment a message arrives: each message is either
+    left on the server or kept for the next get, never dropped."""
+    got: list[bytes] = []
+    async with connect(bus.address, "ANYORDER") as receiver:
+        async with connect(bus.address, "SENDER") as sender:
+            for index in range(30):
+                async with trio.open_nursery() as nursery:
+
+                    async def take(wait_s: float) -> None:
+                        with trio.move_on_after(wait_s):
+                            got.append((await receiver.get()).body)
+
+                    nursery.start_soon(take, 0.002 * (index % 4))
+                    await sender.put(b"%d" % index, "ANYORDER", delivery=MODE.WF_MEM)
+        while True:
+            try:
+                got.append((await receiver.get(timeout=0.5)).body)
+            except Exception:  # noqa: BLE001 - TIMEOUT: nothing more
+                break
+    assert sorted(got, key=int) == [b"%d" % i for i in range(30)]
+
+
+# ----------------------------------------------------------------- sync confirm
+def test_sync_message_confirm_confirms(bus) -> None:
+    with connect_sync(bus.address, "SENDER") as sender:
+        sender.put(b"confirm me", target="ORDERS", delivery=MODE.WF_DQF)
+    with connect_sync(bus.address, "ORDERS") as receiver:
+        message = receiver.get(timeout=5)
+        assert message.confirm() is None  # blocking, no coroutine
+        status = receiver.status()
+        assert status["queues"]["1.10"]["unconfirmed"] == 0
+        assert status["dqf_messages"] == 0
+    with connect_sync(bus.address, "ORDERS") as receiver, pytest.raises(NoMoreMessages):
+        receiver.get(timeout=0)  # confirmed: not redelivered
+
+
+def test_keyboard_interrupt_withdraws_a_sync_get(server) -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        from clients import connect_sync
+        with connect_sync({server.address!r}, "ANYORDER") as q:
+            print("waiting", flush=True)
+            try:
+                q.get()
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+            sys.stdin.readline()
+            print(q.get(timeout=10).body.decode(), flush=True)
+    """)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=os.getcwd(),
+    )
+    try:
+        assert child.stdout.readline() == b"waiting\n"
+        trio.run(trio.sleep, 0.3)
+        child.send_signal(signal.SIGINT)
+        assert child.stdout.readline() == b"interrupted\n"
+        with connect_sync(server.address, "SENDER") as sender:
+            psb = sender.put(b"after the interrupt", "ANYORDER", delivery=MODE.WF_MEM)
+            assert psb.delivery_status == Status.ENQUEUED
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == b"after the interrupt\n"
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ----------------------------------------------------------------- reconnect
+async def test_client_reconnects_to_a_restarted_server(server) -> None:
+    async with connect(server.address, "SENDER", reconnect=FAST) as client:
+        await client.put(b"before", target="ORDERS", delivery=MODE.WF_DQF)
+        server.kill()
+        with pytest.raises(ConnectionLost) as lost:
+            for _ in range(100):  # until the client noticed the drop
+                await client.put(b"x", target="ORDERS", delivery=MODE.WF_MEM)
+                await trio.sleep(0.02)
+        assert lost.value.status == Status.LINK_DOWN
+        server.start()
+        with trio.fail_after(20):
+            await client.wait_connected()
+        psb = await client.put(b"after", target="ORDERS", delivery=MODE.WF_DQF)
+        assert psb.delivery_status == Status.STORED
+        assert client.reconnects >= 1
+    async with connect(server.address, "ORDERS") as receiver:
+        bodies = [(await receiver.get(timeout=5)).body for _ in range(2)]
+    assert bodies == [b"before", b"after"]
+
+
+async def test_put_in_flight_when_the_server_dies_is_outcome_unknown(server) -> None:
+    async with connect(server.address, "SENDER", reconnect=FAST) as client:
+        outcome: list[BaseException] = []
+
+        async def blocked_put() -> None:
+            try:
+                await client.put(b"waits for a confirm", target="ORDERS", delivery=MODE.WF_CONF)
+            except Exception as error:  # noqa: BLE001
+                outcome.append(error)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blocked_put)
+            await trio.sleep(0.3)
+            server.kill()
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], PutOutcomeUnknown)
+        assert "may or may not be stored" in str(outcome[0])
+
+
+async def test_reconnect_off_stays_down(server) -> None:
+    async with connect(server.address, "SENDER", reconnect=None) as client:
+        server.kill()
+        server.start()
+        with pytest.raises(ConnectionLost), trio.fail_after(10):
+            while True:
+                await client.put(b"x", target="ORDERS", delivery=MODE.WF_MEM)
+                await trio.sleep(0.02)
+        with pytest.raises(ConnectionLost):
+            await client.wait_connected()
+
+
+async def test_without_a_journal_attach_to_a_down_server_fails(server) -> None:
+    server.kill()
+    with pytest.raises(ConnectionLost) as lost:
+        async with connect(server.address, "SENDER", connect_timeout_s=2):
+            pass
+    assert lost.value.status == Status.LINK_DOWN
+
+
+# ----------------------------------------------------------------- backoff rules
+@given(
+    initial=st.floats(0.001, 1.0),
+    factor=st.floats(1.0, 2.0),
+    cap=st.floats(1.0, 10.0),
+    jitter=st.floats(0.0, 1.0),
+    attempts=st.integers(1, 40),
+    seed=st.integers(0, 2**32),
+)
+def test_backoff_is_capped_jittered_and_bounded(initial, factor, cap, jitter, attempts, seed):
+    policy = Reconnect(initial, cap, factor, jitter, attempts)
+    delays = list(policy.delays(random.Random(seed)))
+    assert len(delays) == attempts
+    step = initial
+    for delay in delays:
+        assert (1 - jitter) * step - 1e-9 <= delay <= step + 1e-9
+        assert delay <= cap + 1e-9
+        step = min(cap, step * factor)
+
+
+def test_backoff_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        Reconnect(delay_s_initial=0)
+    with pytest.raises(ValueError):
+        Reconnect(jitter=2)
+
+
+def test_client_uses_the_servers_idempotency_header() -> None:
+    assert IDEMPOTENCY_HEADER == SERVER_IDEMPOTENCY_HEADER
