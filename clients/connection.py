@@ -254,7 +254,6 @@ class Client:
                 f"body of {len(body)} bytes exceeds the group's message_bytes_max "
                 f"{self.message_bytes_max}",
             )
-        delivery = DeliveryMode(delivery)
         if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
         if timeout is not None and timeout < 0:
