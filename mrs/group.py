@@ -76,16 +76,10 @@ from mrs.records import (
     idempotency_key,
     record_from_entry,
 )
+from mrs.seqspace import SeqAllocator
 
 log = logging.getLogger("mrs.group")
 
-SEQ_GROUP_SHIFT = 49
-SEQ_EPOCH_SHIFT = 32
-SEQ_EPOCH_MAX = (1 << (SEQ_GROUP_SHIFT - SEQ_EPOCH_SHIFT)) - 1
-SEQ_COUNTER_MAX = (1 << SEQ_EPOCH_SHIFT) - 1
-"""A seq is group (15 bits) | boot epoch (17 bits) | counter (32 bits): unique on the
-whole bus and increasing per group across restarts, without a disk write per
-message (the epoch is committed once per start, or when the counter wraps)."""
 UNSAFE_ACK_BEFORE_COMMIT = "ack-before-commit"
 UNSAFE_SKIP_POSSDUPL = "skip-possdupl"
 UNSAFE_SWITCHES = frozenset({UNSAFE_ACK_BEFORE_COMMIT, UNSAFE_SKIP_POSSDUPL})
@@ -179,7 +173,8 @@ class Group:
     quarantined: int = 0
     """Messages moved to the DLJ because they could not be delivered (mrs.quarantine)."""
     epoch: int = 0
-    _seq_counter: int = 0
+    """How many times this group has started (status and logs; not part of seqs)."""
+    _seqs: SeqAllocator | None = None
     _dedupe_waiting: dict[str, list[Callable[[Status, int, str], None]]] = field(
         default_factory=dict
     )
@@ -202,9 +197,11 @@ class Group:
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> None:
-        """Start a new epoch and reload every unconfirmed DQF message into its queue."""
-        previous = self.store.meta_get("epoch")
-        self._start_epoch((_U32.unpack(previous)[0] if previous else 0) + 1)
+        """Count this start, reserve seqs (mrs.seqspace), and reload every unconfirmed
+        DQF message into its queue."""
+        self._seqs = SeqAllocator(self.store, self.config.id)
+        self._seqs.start()
+        self.epoch = self._seqs.boots
         self.dlj_count = self.store.count(Journal.DLJ)
         self.forwarding.recover()
         marks = {key: _U32.unpack(value)[0] for key, value in self.store.raw_items(Journal.MARKS)}
@@ -283,22 +280,8 @@ class Group:
 
         self.writer.submit(batch, written)
 
-    def _start_epoch(self, epoch: int) -> None:
-        if epoch > SEQ_EPOCH_MAX:
-            raise RuntimeError(f"boot epoch {epoch} exceeds {SEQ_EPOCH_MAX}")
-        self.store.commit_now(WriteBatch.empty().put_raw(Journal.META, b"epoch", _U32.pack(epoch)))
-        self.epoch = epoch
-        self._seq_counter = 0
-
     def next_seq(self) -> int:
-        if self._seq_counter >= SEQ_COUNTER_MAX:
-            self._start_epoch(self.epoch + 1)
-        self._seq_counter += 1
-        return (
-            (self.config.id << SEQ_GROUP_SHIFT)
-            | (self.epoch << SEQ_EPOCH_SHIFT)
-            | self._seq_counter
-        )
+        return self._seqs.next()
 
     # ------------------------------------------------------------------ attach
     def attach(self, session: Session, request: wire.Attach) -> None:
