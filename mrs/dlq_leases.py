@@ -22,8 +22,9 @@ from mrs.model import DEAD_LETTER_QUEUE, Status
 from mrs.queues import Entry, TargetQueue
 
 CONTEXT_HEADER = "pass_context"
-"""A put from a DLQ reader may carry {"source": "G.Q", "put_time_ns": n}: the message
-keeps its original sender (MQPMO_PASS_ALL_CONTEXT). Only DLQ readers may pass it."""
+"""A put from a DLQ reader may carry {"source": "G.Q", "put_time_ns": n, "dlq_seq": s}:
+the message keeps its original sender (MQPMO_PASS_ALL_CONTEXT), and the group counts
+it against the dead letter `s` the reader holds. Only DLQ readers may pass it."""
 POSSIBLE_DUPLICATE_HEADER = "possible_duplicate"
 """Set by a handler re-forwarding a dead letter it got as POSSDUPL: the copy it puts
 may have been put once before, so the receiver is handed it as POSSDUPL too."""
@@ -37,19 +38,22 @@ def is_shared(queue: TargetQueue) -> bool:
 class Reader:
     program: str
     got: int = 0
-    removed: int = 0
+    moved: int = 0
+    """Removed after a put passed its context (a FWD or RETRY stored)."""
+    discarded: int = 0
+    """Removed without a put."""
     put: int = 0
-    returned: int = 0
     leases: set[int] = field(default_factory=set)
+    put_for: set[int] = field(default_factory=set)
 
     def as_dict(self, session_id: int) -> dict:
         return {
             "session": session_id,
             "program": self.program,
             "got": self.got,
-            "removed": self.removed,
+            "moved": self.moved,
+            "discarded": self.discarded,
             "put": self.put,
-            "returned": self.returned,
             "held": len(self.leases),
         }
 
@@ -94,22 +98,30 @@ class DlqReaders:
         reader = self.readers.get(session_id)
         if reader is not None:
             reader.leases.discard(seq)
-            reader.removed += 1
+            if seq in reader.put_for:
+                reader.put_for.discard(seq)
+                reader.moved += 1
+            else:
+                reader.discarded += 1
 
-    def counted_put(self, session_id: int) -> None:
+    def counted_put(self, session_id: int, dlq_seq: int | None) -> None:
         reader = self.readers.get(session_id)
         if reader is not None:
             reader.put += 1
+            if dlq_seq in reader.leases:
+                reader.put_for.add(dlq_seq)
 
     def status_info(self) -> list[dict]:
         return [reader.as_dict(session_id) for session_id, reader in self.readers.items()]
 
 
-def passed_source(context: object) -> tuple[str, int | None]:
-    """The original sender (and put time) a DLQ reader passes; Refused if malformed."""
+def passed_source(context: object) -> tuple[str, int | None, int | None]:
+    """The original sender, put time and dead letter a DLQ reader passes; Refused if
+    malformed."""
     if not isinstance(context, dict) or not isinstance(context.get("source"), str):
         raise Refused(Status.BADPARAM, f'headers.{CONTEXT_HEADER} must be {{"source": "G.Q"}}')
     put_time_ns = context.get("put_time_ns")
     if put_time_ns is not None and (not isinstance(put_time_ns, int) or put_time_ns < 0):
         raise Refused(Status.BADPARAM, f"headers.{CONTEXT_HEADER}.put_time_ns must be an int")
-    return context["source"], put_time_ns
+    dlq_seq = context.get("dlq_seq")
+    return context["source"], put_time_ns, dlq_seq if isinstance(dlq_seq, int) else None

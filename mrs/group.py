@@ -388,8 +388,8 @@ class Group:
             raise Refused(
                 Status.BADPARAM, f"only a dead-letter queue reader may pass {CONTEXT_HEADER}"
             )
-        source_text, original_ns = passed_source(headers[CONTEXT_HEADER])
-        self.dlq_readers.counted_put(session.id)
+        source_text, original_ns, dlq_seq = passed_source(headers[CONTEXT_HEADER])
+        self.dlq_readers.counted_put(session.id, dlq_seq)
         return self._resolve(source_text), original_ns or put_time_ns
 
     def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:

@@ -404,3 +404,23 @@ def test_unreachable_server_is_exit_3(bus, tmp_path) -> None:
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["summary"]["forwarded"] == 0
+
+
+async def test_status_shows_a_running_handlers_counts(bus) -> None:
+    async with connect(bus.address, queue="SENDER") as sender:
+        await put_letter(sender, b"a", letter_header(dest_q_name="91"))
+        await put_letter(sender, b"b", letter_header(dest_q_name="92"))
+        await put_letter(sender, b"c", letter_header(dest_q_name="93"))
+    table = "DESTQ(91) ACTION(DISCARD)\nDESTQ(92) ACTION(FWD) FWDQ(ANYORDER)\nACTION(IGNORE)\n"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_handler, bus, table, None)  # WAIT(YES): keeps running
+        async with connect(bus.address, queue=None) as client:
+            with trio.fail_after(20):
+                while True:
+                    readers = (await client.status())["dlq_readers"]
+                    if readers and readers[0]["got"] == 3 and readers[0]["held"] == 1:
+                        break
+                    await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    [reader] = readers
+    assert (reader["moved"], reader["discarded"], reader["put"]) == (1, 1, 1)

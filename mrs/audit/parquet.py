@@ -119,9 +119,12 @@ def write_parquet(
     keyed = table.append_column("_date", dates)
     written: list[Path] = []
     keys = pa.Table.from_arrays([dates, table["group"]], names=["date", "group"])
-    for key in keys.group_by(["date", "group"]).aggregate([]).sort_by(
-        [("date", "ascending"), ("group", "ascending")]
-    ).to_pylist():
+    for key in (
+        keys.group_by(["date", "group"])
+        .aggregate([])
+        .sort_by([("date", "ascending"), ("group", "ascending")])
+        .to_pylist()
+    ):
         mask = pc.and_(
             pc.equal(keyed["_date"], key["date"]),
             pc.equal(keyed["group"], key["group"])

@@ -65,7 +65,11 @@ def plan_put(rule: Rule, message: Message, group_id: int, target: str) -> PutPla
         for key, value in (message.headers or {}).items()
         if key not in (DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER, POSSIBLE_DUPLICATE_HEADER)
     }
-    headers[CONTEXT_HEADER] = {"source": str(message.source), "put_time_ns": message.put_time_ns}
+    headers[CONTEXT_HEADER] = {
+        "source": str(message.source),
+        "put_time_ns": message.put_time_ns,
+        "dlq_seq": message.seq,
+    }
     if rule.action is Action.FWD and rule.header and message.dead_letter_header:
         headers[DEAD_LETTER_HEADER] = dict(message.dead_letter_header)
     if recoverable:
