@@ -40,6 +40,16 @@ def docs_server(tmp_path):
             ],
         ),
         (
+            "dlq_queue_full.py",
+            [
+                "put order 4: EXCEEDQUOTA, DLQ_SUCCESS",
+                "action=RETRY attempt=1 outcome=failed",
+                "SMALLQ received: order 0, order 1, order 2, order 3, order 4",
+                "retried=3",
+                "handler exit code 0",
+            ],
+        ),
+        (
             "messageq_conformance.py",
             [
                 "WF_CONF with timeout=0: SUCCESS",

@@ -234,6 +234,12 @@ def _name(status: object) -> str:
 
 
 def letter_of(message: Message) -> Letter:
+    reply_to = None
+    reply_text = (message.headers or {}).get("reply_q")
+    if isinstance(reply_text, str):
+        group_text, _, queue_text = reply_text.rpartition(".")
+        if group_text.isdigit() and queue_text.isdigit():
+            reply_to = (int(group_text), int(queue_text))
     return Letter(
         seq=message.seq,
         header=message.dead_letter_header,
@@ -242,6 +248,7 @@ def letter_of(message: Message) -> Letter:
         recoverable=message.delivery.recoverable,
         correlation_id=message.correlation_id,
         headers=message.headers,
+        reply_to=reply_to,
     )
 
 
