@@ -4,8 +4,12 @@ Why: a flood of junk connections from one address costs the server an accept, a
 task and a buffer each; unbounded, it took a well-behaved producer from 8.7k to
 2.3k puts/s. A peer that opens connections faster than `accepts_per_s` (after a
 burst of `accept_burst`), or holds more than `connections_per_peer_max` open, has
-the new connection closed at once with one Fatal frame (EXCEEDQUOTA) and a log
-line. Other peers are not affected.
+the new connection closed at once, and a log line. Other peers are not affected.
+
+The refused connection is told why with a Fatal frame (EXCEEDQUOTA) at most once
+per `ANSWER_EVERY_S` per peer, and otherwise just closed: measured under a flood,
+writing that frame cost several times more than accepting and closing the
+connection, so answering every junk connection would do the flood's work for it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 
 from mrs.guards import Guards
 
+ANSWER_EVERY_S = 1.0
 PEERS_MAX = 65_536
 """Peer addresses remembered; idle ones are forgotten first when the table fills."""
 
@@ -24,6 +29,7 @@ class _Peer:
     tokens: float
     refilled_at: float
     open: int = 0
+    answered_at: float = float("-inf")
 
 
 class Admission:
@@ -60,6 +66,18 @@ class Admission:
         peer.tokens -= 1.0
         peer.open += 1
         return None
+
+    def should_answer(self, host: str) -> bool:
+        """True if a refused connection from `host` is to get a Fatal frame (at most
+        one per ANSWER_EVERY_S); call after admit() refused it."""
+        peer = self._peers.get(host)
+        if peer is None:
+            return True
+        now = self.clock_s()
+        if now - peer.answered_at < ANSWER_EVERY_S:
+            return False
+        peer.answered_at = now
+        return True
 
     def release(self, host: str) -> None:
         peer = self._peers.get(host)

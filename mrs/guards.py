@@ -82,8 +82,9 @@ def parse_guards(raw: Any) -> Guards | tuple[str, str]:
         if key in _FLOAT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return key, f"must be a number, got {_describe(value)}"
-            if not 0 < value <= SECONDS_MAX:
-                return key, f"must be > 0 and <= {SECONDS_MAX:g}, got {value}"
+            high = COUNT_MAX if key == "accepts_per_s" else SECONDS_MAX
+            if not 0 < value <= high:
+                return key, f"must be > 0 and <= {high:g}, got {value}"
             values[key] = float(value)
         else:
             high = BYTES_MAX if key.endswith("_bytes_max") else COUNT_MAX

@@ -24,6 +24,8 @@ import itertools
 import logging
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -66,6 +68,7 @@ WRITER_KIND = os.environ.get("MRS_WRITER", "inline")
 (a long-lived writer thread). See the module docstring for the measurement."""
 
 _session_ids = itertools.count(1)
+_LINGER_RST = struct.pack("ii", 1, 0)
 
 
 @dataclass(eq=False)
@@ -78,6 +81,8 @@ class ServerSession:
     attached: TargetQueue | None = None
     link: PeerLink | None = None
     peer: str = "?"
+    host: str = "?"
+    """The peer's address without the port: what limits and log throttling key on."""
     closed: bool = False
     _outbox: list[bytes] = field(default_factory=list)
     _outbox_bytes: int = 0
@@ -337,13 +342,15 @@ class GroupServer:
         if host and (refusal := self.admission.admit(host)) is not None:
             await self._refuse_connection(stream, connection, host, refusal)
             return
+        session.host = host or session.peer
         self.sessions.add(session)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.send_loop)
-                nursery.start_soon(self._watch, session, nursery.cancel_scope)
-                await self._receive_loop(session)
-                nursery.cancel_scope.cancel()
+            if await self._handshake(session):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.send_loop)
+                    nursery.start_soon(self._watch, session, nursery.cancel_scope)
+                    await self._receive_loop(session)
+                    nursery.cancel_scope.cancel()
         except Exception as error:  # noqa: BLE001 - one connection never stops the server
             if not only_connection_errors(error):
                 log.exception("connection from %s failed", session.peer)
@@ -361,12 +368,52 @@ class GroupServer:
     async def _refuse_connection(
         self, stream: trio.abc.Stream, connection: wire.Connection, host: str, refusal: str
     ) -> None:
-        """Admission said no: one Fatal frame, close, and a (throttled) log line."""
+        """Admission said no: a Fatal frame (at most once a second per peer), close, and
+        a (throttled) log line."""
         self.refusals.refused("accept", host, f"connection refused (EXCEEDQUOTA): {refusal}")
-        with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
-            await stream.send_all(connection.send(wire.Fatal(int(Status.EXCEEDQUOTA), refusal)))
+        if self.admission.should_answer(host):
+            fatal = connection.send(wire.Fatal(int(Status.EXCEEDQUOTA), refusal))
+            with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
+                await stream.send_all(fatal)
+        else:  # close with RST: no FIN exchange, no TIME_WAIT left behind
+            with contextlib.suppress(OSError, AttributeError):
+                stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
         with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
             await stream.aclose()
+
+    async def _handshake(self, session: ServerSession) -> bool:
+        """Read until the client's Hello, within handshake_s_max; False if it never came.
+
+        No send loop and no watchdog yet: a junk connection (random bytes, silence,
+        half a Hello) costs this one task, which is what keeps a flood of them cheap.
+        Requests pipelined behind the Hello are dispatched; their answers wait in the
+        outbox for the send loop."""
+        connection = session.connection
+        with trio.move_on_after(self.guards.handshake_s_max):
+            while connection.their_state is wire.START:
+                data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
+                connection.receive_data(data)
+                try:
+                    events = connection.events()
+                    for event in events:
+                        self._dispatch(session, event)
+                except wire.ProtocolError as error:
+                    await self._protocol_error(session, error)
+                    return False
+                if not data:
+                    return False
+                session.liveness.heard(connection.buffered_bytes, len(events))
+            return True
+        why = f"no handshake within handshake_s_max={self.guards.handshake_s_max:g} s"
+        self.refusals.refused("deadline", session.host, f"closing connection (TIMEOUT): {why}")
+        await self._fatal(session, Status.TIMEOUT, f"closing: {why}")
+        return False
+
+    async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
+        self.refusals.refused(
+            "protocol", session.host, f"protocol error: {error} ({session.peer})"
+        )
+        await self._fatal(session, error.status, str(error))
 
     async def _watch(self, session: ServerSession, scope: trio.CancelScope) -> None:
         """Heartbeats and deadlines for one connection; closes it when one passes."""
@@ -383,7 +430,9 @@ class GroupServer:
         if session.link is not None:
             log.warning("link from group %d declared down: %s", session.link.peer_id, why)
         else:
-            self.refusals.refused("deadline", session.peer, f"closing connection (TIMEOUT): {why}")
+            self.refusals.refused(
+                "deadline", session.host, f"closing connection (TIMEOUT): {why} ({session.peer})"
+            )
         with contextlib.suppress(wire.ProtocolError):
             session.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))
         with trio.move_on_after(1):
@@ -401,8 +450,7 @@ class GroupServer:
                 for event in events:
                     self._dispatch(session, event)
             except wire.ProtocolError as error:
-                log.warning("client %s: protocol error: %s", session.peer, error)
-                await self._fatal(session, error.status, str(error))
+                await self._protocol_error(session, error)
                 return
             if not data:
                 return
@@ -453,7 +501,9 @@ class GroupServer:
         self._begin(session, request.request_id)
 
     def _over_quota(self, session: ServerSession, limit: str, problem: str) -> NoReturn:
-        self.refusals.refused(limit, session.peer, f"request refused (EXCEEDQUOTA): {problem}")
+        self.refusals.refused(
+            limit, session.host, f"request refused (EXCEEDQUOTA): {problem} ({session.peer})"
+        )
         raise Refused(Status.EXCEEDQUOTA, problem)
 
     def _dispatch(self, session: ServerSession, event: object) -> None:
