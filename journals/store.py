@@ -168,6 +168,8 @@ class JournalStore:
         self.path = Path(path)
         self.readonly = readonly
         self.fault_hook = fault_hook
+        self.grow_map: Callable[[], bool] | None = None
+        """Set by the server (mrs.journal_usage): grow the map; True if it grew."""
         if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
         self.env = lmdb.open(
@@ -207,11 +209,17 @@ class JournalStore:
     # ----- synchronous writes (startup, tools); the server's hot path uses the writer
     def commit_now(self, batch: WriteBatch) -> None:
         """Apply one batch in its own synced transaction, on the calling thread."""
-        apply_batches(self, [batch])
+        self.apply([batch])
 
     def apply(self, batches: list[WriteBatch]) -> None:
-        """Apply batches in one synced transaction (what the writers call)."""
-        apply_batches(self, batches)
+        """Apply batches in one synced transaction (what the writers call). A full map
+        that `grow_map` can still grow (towards its cap) is grown and tried once more."""
+        try:
+            apply_batches(self, batches)
+        except JournalFullError:
+            if self.grow_map is None or not self.grow_map():
+                raise
+            apply_batches(self, batches)
 
     def items_after(
         self,

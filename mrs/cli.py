@@ -7,6 +7,9 @@ import logging
 import sys
 from pathlib import Path
 
+from mrs import __version__
+from mrs.bus_status import add_status_parser
+from mrs.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.journal_cli import add_journal_tools
@@ -24,15 +27,7 @@ def _serve(args: argparse.Namespace) -> int:
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
-    from mrs.datadir import data_dir_error_in
-
-    try:
-        trio.run(serve, bus, args.group, args.ready_file)
-    except BaseException as error:
-        if (lost := data_dir_error_in(error)) is None:
-            raise
-        print(f"mrs: {lost}", file=sys.stderr)
-        return 1
+    trio.run(serve, bus, args.group, args.ready_file)
     return 0
 
 
@@ -49,27 +44,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    if not args.address and (args.config is None or args.group is None):
-        print("mrs status: give --config and --group, or --address", file=sys.stderr)
-        return 2
-    import json
+    from mrs.bus_status import run_status
 
-    import trio
-
-    from clients import connect
-
-    if args.address:
-        address = args.address
-    else:
-        group = load_config(args.config).group(args.group)
-        address = f"{group.listen_host}:{group.listen_port}"
-
-    async def fetch() -> dict:
-        async with connect(address, queue=None, program="mrs status") as client:
-            return await client.status()
-
-    print(json.dumps(trio.run(fetch), indent=2))
-    return 0
+    return run_status(args)
 
 
 def _dump(args: argparse.Namespace) -> int:
@@ -120,17 +97,16 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     run = kinds.add_parser("run", help="a scenario against real processes")
     run.add_argument("scenario", choices=SCENARIO_NAMES)
     run.add_argument("--seconds", type=float, default=60.0, help="length of the fault phase")
-    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
     run.add_argument("--history", type=Path, default=None, help="write the history JSON here")
     run.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
     run.set_defaults(run=_sim_run)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mrs", description="MRS: MessageQ-style message recovery service."
-    )
+    parser = OneLineParser(prog="mrs", description="MRS: MessageQ-style message recovery service.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"mrs {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run one group's server")
@@ -156,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="durable throughput against the disk's fsync limit")
     bench.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement")
-    bench.add_argument("--body-bytes", type=int, default=1024)
+    bench.add_argument("--body-bytes", type=int, default=1024, help="size of each message body")
     bench.add_argument(
         "--clients",
         type=int,
@@ -179,15 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_sim_parser(commands)
 
-    status = commands.add_parser("status", help="print a running group's status as JSON")
-    status.add_argument("--config", type=Path, help="bus configuration (TOML)")
-    status.add_argument("--group", type=int, help="group id whose listen address to use")
-    status.add_argument("--address", help="HOST:PORT instead of --config/--group")
-    status.set_defaults(run=_status)
+    add_status_parser(commands, run=_status)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
     add_dlq_handler(commands, _dlq_handler)
-    return parser
+    return finish_parser(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,13 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    try:
-        return args.run(args)
-    except ConfigError as error:
-        print(f"mrs: config error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_guarded(lambda: args.run(args), verbose=args.verbose)
 
 
 def dmqdump() -> int:

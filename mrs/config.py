@@ -49,6 +49,7 @@ from typing import Any, NoReturn
 
 from mrs.guards import Guards, parse_guards
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
+from mrs.ops_config import OpsConfig, parse_ops
 
 GROUP_ID_MIN = 1
 GROUP_ID_MAX = 32000
@@ -68,7 +69,7 @@ _NUMBER_PATTERN = re.compile(r"[0-9]+")
 _TOP_KEYS = frozenset({"group", "link"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
-    | {"guards", "dead_letter_queue_recoverable"}
+    | {"guards", "dead_letter_queue_recoverable", "ops"}
 )
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
@@ -86,6 +87,25 @@ _QUEUE_KEYS = frozenset(
 _QUEUE_REQUIRED = ("id", "name")
 _LINK_KEYS = frozenset({"groups", "address"})
 _LINK_REQUIRED = ("groups",)
+
+
+COUNT_LIMIT = 2**32 - 1
+"""Record counts are kept in 32 bits (the seq counter's width)."""
+MESSAGE_BYTES_LIMIT = 1 << 30
+"""A message travels in one frame (at most 2**32-1 bytes with its headers) and is held
+in memory and in one LMDB value: 1 GiB keeps every copy well inside those limits."""
+JOURNAL_BYTES_MIN = 1 << 20
+"""Below 1 MiB the LMDB map cannot hold the journals' tables and the start-up commit."""
+JOURNAL_BYTES_LIMIT = 1 << 44
+"""16 TiB: LMDB maps the whole file into the address space (47 bits on x86-64)."""
+LIMIT_RANGES = {
+    "dqf_messages_max": (1, COUNT_LIMIT),
+    "saf_messages_max": (1, COUNT_LIMIT),
+    "dlj_messages_max": (1, COUNT_LIMIT),
+    "message_bytes_max": (1, MESSAGE_BYTES_LIMIT),
+    "journal_bytes_max": (JOURNAL_BYTES_MIN, JOURNAL_BYTES_LIMIT),
+}
+"""(low, high) of each [group.limits] key: what the protocol and LMDB allow."""
 
 
 class ConfigError(Exception):
@@ -160,6 +180,8 @@ class GroupConfig:
     """False: the group has no queue 96 (DLQ UMA fails; links apply the no-DLQ rules)."""
     guards: Guards = field(default_factory=Guards)
     """Heartbeats, deadlines, memory and flood bounds ([group.guards], mrs.guards)."""
+    ops: OpsConfig = OpsConfig()
+    """Metrics, web view, journal warnings and growth, PCJ retention (mrs.ops_config)."""
 
     def queue_by_name(self, name: str) -> QueueConfig:
         """The queue called `name` (exact, case-sensitive); LookupError if none."""
@@ -406,6 +428,7 @@ class _Parser:
             queues={q.id: q for q in sorted(queues, key=lambda q: q.id)},
             dead_letter_queue=dead_letter_queue,
             guards=guards,
+            ops=parse_ops(self, raw, where, limits.journal_bytes_max),
         )
 
     def limits(self, group: dict[str, Any], group_where: str) -> Limits:
@@ -421,6 +444,19 @@ class _Parser:
             key: self.integer(raw, key, where, low=1, default=getattr(defaults, key))
             for key in sorted(_LIMITS_KEYS)
         }
+        for key, (low, high) in LIMIT_RANGES.items():
+            if not low <= values[key] <= high:
+                self.fail(
+                    f"{where}.{key}",
+                    f"must be in {low}..{high} (what the protocol and LMDB allow), "
+                    f"got {values[key]}",
+                )
+        if values["message_bytes_max"] * 2 > values["journal_bytes_max"]:
+            self.fail(
+                f"{where}.message_bytes_max",
+                f"must be at most half of journal_bytes_max ({values['journal_bytes_max']}) "
+                f"so a message fits the journal, got {values['message_bytes_max']}",
+            )
         return Limits(**values)
 
     def queue(self, raw: dict[str, Any], where: str) -> QueueConfig:

@@ -41,7 +41,21 @@ class TcpNetwork:
         *,
         task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await self.listen(host, port)
+        await self.serve_listeners(handler, host, listeners, task_status=task_status)
+
+    async def listen(self, host: str, port: int) -> list[trio.SocketListener]:
+        """Bind host:port now (raises OSError), to serve later with serve_listeners."""
+        return await trio.open_tcp_listeners(port, host=host)
+
+    async def serve_listeners(
+        self,
+        handler: Handler,
+        host: str,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         bound_port = listeners[0].socket.getsockname()[1]
         task_status.started((host, bound_port))
         await trio.serve_listeners(handler, listeners)

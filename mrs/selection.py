@@ -339,8 +339,22 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         help="target queue: 1.10, ORDERS, NYC.ORDERS or a wildcard like '1.*', 'NYC.ORD*'",
     )
     group.add_argument("--source", action="append", default=[], metavar="QUEUE", help="sender")
-    group.add_argument("--class", dest="msg_class", action="append", default=[], metavar="N")
-    group.add_argument("--type", dest="msg_type", action="append", default=[], metavar="N")
+    group.add_argument(
+        "--class",
+        dest="msg_class",
+        action="append",
+        default=[],
+        metavar="N",
+        help="only this message class (repeat or N,M,... for several; default: any)",
+    )
+    group.add_argument(
+        "--type",
+        dest="msg_type",
+        action="append",
+        default=[],
+        metavar="N",
+        help="only this message type (repeat or N,M,... for several; default: any)",
+    )
     group.add_argument(
         "--contains",
         action="append",

@@ -33,16 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+import lmdb
 import trio
 
-from journals import GroupCommitWriter, InlineWriter, JournalStore
+from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore
 from mrs import protocol as wire
+from mrs import startup
 from mrs.admission import Admission
 from mrs.config import BusConfig, GroupConfig
 from mrs.datadir import IDENTITY_CHECK_INTERVAL_S, DataDirError, DataDirGuard
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
 from mrs.group import UNSAFE_SWITCHES, Group
+from mrs.group_ops import GroupOps
 from mrs.links import (
     FRAME_OVERHEAD_BYTES,
     TRANSFER_BYTES_MAX,
@@ -51,7 +54,7 @@ from mrs.links import (
     parse_link_program,
 )
 from mrs.model import Status
-from mrs.network import TCP, Network
+from mrs.network import TCP, Network, TcpNetwork
 from mrs.queues import ByteAccount, TargetQueue
 from mrs.refusals import RefusalLog
 from mrs.timers import TrioTimers
@@ -165,6 +168,7 @@ class GroupServer:
         self.data_dir_guard: DataDirGuard | None = None
         self.data_dir_lost: str | None = None
         self._cancel_scope: trio.CancelScope | None = None
+        self.ops = GroupOps(self)
         self.frame_bytes_max = (
             max(group_config.limits.message_bytes_max, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
         )
@@ -173,8 +177,16 @@ class GroupServer:
         self.refusals = RefusalLog(log)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Open journals, recover, listen; on cancel, stop and make everything durable."""
-        self.store = self.open_store()
+        """Bind, open journals, recover, serve; on cancel, stop and make everything
+        durable. Whatever cannot start fails before the epoch is committed."""
+        listeners = await self._bind()
+        try:
+            self.store = self._open_journals()
+        except BaseException:
+            for listener in listeners or ():
+                await listener.aclose()
+            raise
+        self.ops.attach_store(can_grow=WRITER_KIND != "thread")
         writer = self._make_writer()
         self.group = Group(
             self.bus,
@@ -187,23 +199,38 @@ class GroupServer:
         )
         if self.unsafe:
             log.warning("UNSAFE build switches on (harness only): %s", ", ".join(self.unsafe))
-        self.group.recover()
+        try:
+            self.group.recover()
+        except JournalError as error:
+            self.store.close()
+            if self.data_dir_guard is not None:
+                self.data_dir_guard.release()
+            raise startup.journal_failure(self.bus, self.config, error) from None
         writer.start()
         try:
             async with trio.open_nursery() as nursery:
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
+                nursery.start_soon(self.ops.run)
                 if self.data_dir_guard is not None:
                     nursery.start_soon(self._watch_data_dir)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self._start_links(nursery)
-                host, port = await nursery.start(
-                    self.network.serve,
-                    self._serve_connection,
-                    self.config.listen_host,
-                    self.config.listen_port,
-                )
+                if listeners is not None:
+                    host, port = await nursery.start(
+                        self.network.serve_listeners,
+                        self._serve_connection,
+                        self.config.listen_host,
+                        listeners,
+                    )
+                else:
+                    host, port = await nursery.start(
+                        self.network.serve,
+                        self._serve_connection,
+                        self.config.listen_host,
+                        self.config.listen_port,
+                    )
                 self.address = (self.config.listen_host, port)
                 task_status.started(self.address)
         finally:
@@ -218,6 +245,29 @@ class GroupServer:
         if self.data_dir_lost is not None:
             raise DataDirError(self.data_dir_lost)
 
+    def status_info(self) -> dict:
+        """The group's status plus the operator's view (version, uptime, journal use)."""
+        return {**self.group.status_info(), **self.ops.status_extra()}
+
+    async def _bind(self) -> list[trio.SocketListener] | None:
+        """On real TCP, take the listen address first: a port in use or a foreign host
+        must fail the start before the journals (and the epoch) are touched."""
+        if not isinstance(self.network, TcpNetwork):
+            return None
+        try:
+            return await self.network.listen(self.config.listen_host, self.config.listen_port)
+        except OSError as error:
+            raise startup.listen_failure(self.bus, self.config, error) from None
+
+    def _open_journals(self) -> JournalStore:
+        """open_store, with the usual operator mistakes as one line each."""
+        if self.open_store == self._open_lmdb:
+            startup.check_data_dir(self.bus, self.config)
+        try:
+            return self.open_store()
+        except (lmdb.Error, MemoryError, JournalError) as error:
+            raise startup.journal_failure(self.bus, self.config, error) from None
+
     def _open_lmdb(self) -> JournalStore:
         """Lock the data directory (one server per directory), then open its journals
         with the directory's identity checked before every commit."""
@@ -226,7 +276,7 @@ class GroupServer:
         try:
             store = JournalStore(
                 self.config.data_dir / "journals",
-                self.config.limits.journal_bytes_max,
+                self.config.ops.journal_bytes_initial or self.config.limits.journal_bytes_max,
                 fault_hook=guard.commit_hook(
                     fault_hook_from_env(),
                     lambda reason: token.run_sync_soon(self._lose_data_dir, reason),
@@ -331,6 +381,7 @@ class GroupServer:
             self._commit_wanted = trio.Event()
             await trio.lowlevel.checkpoint()
             writer.commit_pending()
+            self.ops.after_commit()
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
@@ -545,7 +596,7 @@ class GroupServer:
                     self._begin(session, request_id)
                     group.attach(session, event)
                 case wire.StatusRequest():
-                    session.send(wire.StatusReply(request_id, group.status_info()))
+                    session.send(wire.StatusReply(request_id, self.status_info()))
                 case wire.Ping():
                     session.send(wire.Pong(event.nonce))
                 case wire.Pong():

@@ -21,7 +21,7 @@ def test_help_lists_every_subcommand() -> None:
 
 
 def test_status_reports_queues_and_writer(bus) -> None:
-    result = _mrs("status", "--address", bus.address)
+    result = _mrs("status", "--address", bus.address, "--json")
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     assert status["group"] == 1 and status["name"] == "NYC"

@@ -30,7 +30,7 @@ data_dir = "g1"
 pcj_default = true
 [group.limits]
 dqf_messages_max = 500
-journal_bytes_max = 4096
+journal_bytes_max = 4194304
 [[group.queue]]
 id = 10
 name = "ORDERS"
@@ -101,7 +101,7 @@ def test_full_config_loads(bus: BusConfig, tmp_path: Path) -> None:
         dqf_messages_max=500,
         saf_messages_max=100_000,
         message_bytes_max=1_048_576,
-        journal_bytes_max=4096,
+        journal_bytes_max=4_194_304,
     )
     assert nyc.queues[10] == QueueConfig(
         id=10,

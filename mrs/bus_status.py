@@ -1,0 +1,478 @@
+"""`mrs status`: the whole bus (or one group) as a table, JSON for scripts, or live.
+
+Why: an operator's first question is "is everything up, and is anything piling up?"
+— across every group of the bus, not one group's JSON at a time. This asks each
+group's server for its status concurrently (a group that does not answer is shown
+DOWN with why, it does not stop the others), then shows groups, links (state, SAF
+backlog, drain and why it waits), queues (depth, unconfirmed) and journal use.
+Fields other engineers add to a group's status (e.g. DLQ handlers, draining clients,
+a link's drain wait reason) are shown as they come, so the table never hides them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mrs.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
+
+CONNECT_TIMEOUT_S_DEFAULT = 3.0
+WATCH_S_DEFAULT = 2.0
+
+
+@dataclass
+class GroupView:
+    """One group as `mrs status` saw it: its status, or why it could not be read."""
+
+    address: str
+    group: int | None = None
+    name: str | None = None
+    status: dict[str, Any] | None = None
+    error: str | None = None
+    links_configured: list[int] = field(default_factory=list)
+
+    @property
+    def up(self) -> bool:
+        return self.status is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group if self.group is not None else (self.status or {}).get("group"),
+            "name": self.name if self.name is not None else (self.status or {}).get("name"),
+            "address": self.address,
+            "up": self.up,
+            "error": self.error,
+            "status": self.status,
+        }
+
+
+def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
+    status = commands.add_parser(
+        "status",
+        help="the bus (or one group) as a table: groups, links, SAF backlog, queues, journals",
+        description="Ask every group of the bus (--config), one group (--config --group) "
+        "or one server (--address) for its status. Exit 0 when every group answered, 1 "
+        "when one is down, 2 for bad usage. See docs/operations.md.",
+    )
+    status.add_argument("--config", type=Path, help="bus configuration (TOML): every group")
+    status.add_argument("--group", type=int, help="only this group of --config")
+    status.add_argument("--address", help="HOST:PORT of one server instead of --config")
+    status.add_argument("--json", action="store_true", help="JSON for scripts instead of the table")
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=WATCH_S_DEFAULT,
+        default=None,
+        metavar="SECONDS",
+        help=f"refresh every SECONDS (default when given alone: {WATCH_S_DEFAULT}) until Ctrl-C",
+    )
+    status.add_argument(
+        "--times", type=int, default=None, help="with --watch: stop after this many refreshes"
+    )
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=CONNECT_TIMEOUT_S_DEFAULT,
+        help="seconds to wait for each group",
+    )
+    status.set_defaults(run=run)
+
+
+def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path | None]:
+    """Which servers to ask; a usage mistake raises CommandError (exit 2)."""
+    from mrs.config import load_config
+
+    if args.address:
+        if args.config is not None or args.group is not None:
+            raise CommandError("give --address, or --config [--group], not both", 2)
+        host, _, port = args.address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise CommandError(
+                f"--address must be HOST:PORT (e.g. 127.0.0.1:7001), "
+                f"got {args.address!r}",
+                EXIT_USAGE,
+            )
+        return [GroupView(args.address)], None
+    if args.config is None:
+        raise CommandError(
+            "give --config BUS.TOML (every group), --config with --group, "
+            "or --address HOST:PORT",
+            EXIT_USAGE,
+        )
+    bus = load_config(args.config)
+    groups = list(bus.groups.values())
+    if args.group is not None:
+        if args.group not in bus.groups:
+            known = ", ".join(str(g) for g in bus.groups)
+            raise CommandError(
+                f"no group {args.group} in {bus.path} (groups: {known})", EXIT_USAGE
+            )
+        groups = [bus.groups[args.group]]
+    views = []
+    for group in groups:
+        if group.listen_port == 0:
+            views.append(
+                GroupView(
+                    f"{group.listen_host}:0",
+                    group.id,
+                    group.name,
+                    error="listen port is 0 (chosen at start): use --address HOST:PORT",
+                    links_configured=list(group.linked_group_ids),
+                )
+            )
+            continue
+        views.append(
+            GroupView(
+                f"{group.listen_host}:{group.listen_port}",
+                group.id,
+                group.name,
+                links_configured=list(group.linked_group_ids),
+            )
+        )
+    return views, bus.path
+
+
+async def fetch_all(views: list[GroupView], timeout_s: float) -> None:
+    """Fill in each view's status (or error), all groups at once."""
+    import trio
+
+    async with trio.open_nursery() as nursery:
+        for view in views:
+            if view.error is None:
+                nursery.start_soon(_fetch_one, view, timeout_s)
+
+
+async def _fetch_one(view: GroupView, timeout_s: float) -> None:
+    import trio
+
+    from clients import connect
+
+    try:
+        with trio.fail_after(timeout_s):
+            async with connect(
+                view.address, queue=None, program="mrs status", connect_timeout_s=timeout_s
+            ) as client:
+                view.status = await client.status()
+    except trio.TooSlowError:
+        view.error = f"no answer within {timeout_s:g} s"
+    except Exception as error:  # noqa: BLE001 - one group's failure is shown, not raised
+        view.error = root_cause(error)
+
+
+def root_cause(error: BaseException) -> str:
+    """The innermost OS error's text (e.g. "Connection refused"), else the error's."""
+    seen: list[BaseException] = []
+    stack = [error]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                stack.append(linked)
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def run_status(args: argparse.Namespace) -> int:
+    import trio
+
+    views, bus_path = targets_from_args(args)
+    single = args.address is not None or args.group is not None
+
+    def once() -> int:
+        for view in views:
+            view.status = None
+            if not view.error or "listen port is 0" not in view.error:
+                view.error = None
+        trio.run(fetch_all, views, args.timeout)
+        down = [view for view in views if not view.up]
+        if single and down:
+            view = down[0]
+            raise CommandError(
+                f"group at {view.address} did not answer ({view.error}); "
+                "is it running? (start it with `mrs serve`)",
+                EXIT_RUNTIME,
+            )
+        return EXIT_RUNTIME if down else 0
+
+    if args.watch is None:
+        code = once()
+        if args.json:
+            print(json.dumps(_json(views, bus_path, single), indent=2))
+        else:
+            _console().print(render(views, bus_path))
+        return code
+    return _watch(args, views, bus_path, single, once)
+
+
+def _watch(args, views, bus_path, single, once) -> int:
+    import trio
+
+    if args.watch <= 0:
+        raise CommandError("--watch SECONDS must be > 0", EXIT_USAGE)
+    code = 0
+    refreshes = 0
+    console = _console()
+    try:
+        if args.json:
+            while args.times is None or refreshes < args.times:
+                code = once()
+                print(json.dumps(_json(views, bus_path, single)), flush=True)
+                refreshes += 1
+                if args.times is None or refreshes < args.times:
+                    trio.run(trio.sleep, args.watch)
+            return code
+        from rich.live import Live
+
+        with Live(console=console, auto_refresh=False, screen=False) as live:
+            while args.times is None or refreshes < args.times:
+                code = once()
+                live.update(render(views, bus_path), refresh=True)
+                refreshes += 1
+                if args.times is None or refreshes < args.times:
+                    trio.run(trio.sleep, args.watch)
+    except KeyboardInterrupt:
+        return code
+    return code
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _json(views: list[GroupView], bus_path: Path | None, single: bool) -> dict:
+    if single:
+        return views[0].status or {}
+    return {
+        "bus": str(bus_path) if bus_path else None,
+        "time_s": round(time.time(), 3),
+        "groups": [view.as_dict() for view in views],
+    }
+
+
+# ---------------------------------------------------------------------- rendering
+_GROUP_KEYS_SHOWN = {
+    "group",
+    "name",
+    "epoch",
+    "dqf_messages",
+    "dedupe_keys",
+    "corrupt_records",
+    "writer",
+    "links",
+    "queues",
+    "version",
+    "pid",
+    "started_time_s",
+    "uptime_s",
+    "listen",
+    "connections",
+    "journal",
+    "endpoints",
+}
+_LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight", "notices_pending"}
+_QUEUE_KEYS_SHOWN = {"name", "pending", "unconfirmed", "dqf_depth", "attached"}
+_WAIT_KEYS = ("drain_wait", "drain_wait_reason", "wait_reason", "waiting_for", "why")
+
+
+def human_bytes(count: int | float | None) -> str:
+    if count is None:
+        return "-"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_compact(v)}" for k, v in value.items()) or "{}"
+    if isinstance(value, list):
+        return (
+            f"[{', '.join(_compact(v) for v in value)}]"
+            if len(value) <= 6
+            else f"{len(value)} items"
+        )
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def render(views: list[GroupView], bus_path: Path | None):
+    """Rich renderables: the groups, links and queues tables (with extras)."""
+    from rich.console import Group as Stack
+    from rich.table import Table
+    from rich.text import Text
+
+    up = sum(1 for view in views if view.up)
+    title = f"{bus_path or views[0].address}: {up} of {len(views)} groups up"
+    groups = Table(title=title, title_justify="left", expand=False)
+    for column in (
+        "Group",
+        "State",
+        "Listen",
+        "Version",
+        "Uptime",
+        "Epoch",
+        "Journal used",
+        "SAF",
+        "DQF",
+        "DLJ",
+        "PCJ",
+        "Clients",
+        "Notes",
+    ):
+        groups.add_column(
+            column, justify="right" if column in {"SAF", "DQF", "DLJ", "PCJ"} else "left"
+        )
+    links = Table(title="Links", title_justify="left")
+    for column in (
+        "From",
+        "To",
+        "State",
+        "SAF backlog",
+        "Drain",
+        "Waits because",
+        "In flight",
+        "More",
+    ):
+        links.add_column(column)
+    queues = Table(title="Queues", title_justify="left")
+    for column in ("Queue", "Name", "Depth", "DQF depth", "Unconfirmed", "Attached", "More"):
+        queues.add_column(column)
+
+    for view in views:
+        label = f"{view.group if view.group is not None else '?'} {view.name or ''}".strip()
+        status = view.status
+        if status is None:
+            groups.add_row(
+                label or view.address,
+                Text("DOWN", style="bold red"),
+                view.address,
+                *["-"] * 9,
+                Text(view.error or "", style="red"),
+            )
+            for peer in view.links_configured:
+                links.add_row(
+                    label,
+                    str(peer),
+                    Text("unknown", style="yellow"),
+                    "-",
+                    "-",
+                    "group down",
+                    "-",
+                    "",
+                )
+            continue
+        label = f"{status.get('group')} {status.get('name', '')}".strip()
+        journal = status.get("journal") or {}
+        records = journal.get("records") or {}
+        used = journal.get("used_bytes")
+        cap = journal.get("cap_bytes")
+        percent = journal.get("used_percent")
+        journal_text = Text(
+            f"{human_bytes(used)} / {human_bytes(cap)} ({percent:g}%)"
+            if percent is not None
+            else "-",
+            style=_percent_style(percent, journal.get("warn_percent")),
+        )
+        notes = []
+        if status.get("corrupt_records"):
+            notes.append(f"corrupt records: {len(status['corrupt_records'])}")
+        extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
+        notes.extend(f"{k}: {_compact(v)}" for k, v in extras.items())
+        connections = status.get("connections") or {}
+        groups.add_row(
+            label,
+            Text("UP", style="bold green"),
+            str(status.get("listen") or view.address),
+            str(status.get("version", "-")),
+            human_duration(status.get("uptime_s")),
+            str(status.get("epoch", "-")),
+            journal_text,
+            str(records.get("saf", "-")),
+            str(records.get("dqf", status.get("dqf_messages", "-"))),
+            str(records.get("dlj", "-")),
+            str(records.get("pcj", "-")),
+            str(connections.get("clients", "-")),
+            "; ".join(notes),
+        )
+        for peer, link in sorted((status.get("links") or {}).items(), key=lambda kv: int(kv[0])):
+            state = str(link.get("state", "?"))
+            waits = next((str(link[k]) for k in _WAIT_KEYS if link.get(k)), "")
+            if not waits and state != "up":
+                waits = "link down: SAF holds messages until it is up"
+            elif not waits and link.get("drain") == "retry":
+                waits = "peer answered RETRY (its DQF is full)"
+            more = {
+                k: v for k, v in link.items() if k not in _LINK_KEYS_SHOWN and k not in _WAIT_KEYS
+            }
+            links.add_row(
+                label,
+                str(peer),
+                Text(state, style="green" if state == "up" else "red"),
+                str(link.get("saf_backlog", "-")),
+                str(link.get("drain", "-")),
+                waits,
+                str(link.get("in_flight", "-")),
+                _compact(more) if more else "",
+            )
+        for address, queue in (status.get("queues") or {}).items():
+            more = {k: v for k, v in queue.items() if k not in _QUEUE_KEYS_SHOWN}
+            queues.add_row(
+                address,
+                str(queue.get("name", "")),
+                str(queue.get("pending", "-")),
+                str(queue.get("dqf_depth", "-")),
+                str(queue.get("unconfirmed", "-")),
+                "yes" if queue.get("attached") else "no",
+                _compact(more) if more else "",
+            )
+    parts = [groups]
+    if links.row_count:
+        parts.append(links)
+    if queues.row_count:
+        parts.append(queues)
+    return Stack(*parts)
+
+
+def _percent_style(percent: float | None, thresholds: list[int] | None) -> str:
+    if percent is None:
+        return ""
+    marks = sorted(thresholds or [80, 95])
+    if percent >= marks[-1]:
+        return "bold red"
+    if percent >= marks[0]:
+        return "yellow"
+    return ""

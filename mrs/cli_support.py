@@ -1,0 +1,146 @@
+"""How every `mrs` subcommand talks to an operator: one-line errors, exit codes, help.
+
+Why a module of its own: a mistake at the command line (a missing option, a config
+typo, a server that is down, a port in use) is the first thing a new operator meets,
+and a 50-line traceback hides the one fact they need. Every error therefore ends as
+one line on stderr saying what is wrong and what to do, with exit status 2 for usage
+and configuration mistakes and 1 for runtime failures; `-v` (before or after the
+subcommand) adds the traceback of unexpected errors for a bug report. The parser
+tweaks live here so `mrs/cli.py` stays a flat list of subcommands others can add to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from collections.abc import Callable, Iterator
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """An operator-facing failure: `str()` is the one line to print, `exit_code` the
+    status (EXIT_USAGE for a usage or config mistake, EXIT_RUNTIME otherwise)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_RUNTIME) -> None:
+        super().__init__(" ".join(message.split()))
+        self.exit_code = exit_code
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line naming the command and its --help."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default after its help, unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or default in ([], (), "")
+            or not action.option_strings
+        ):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+        return f"{text} (default: {shown})"
+
+
+def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every parser below `parser` (subcommands, and their subcommands), once each."""
+    seen: set[int] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+                yield sub
+                yield from subparsers_of(sub)
+
+
+def finish_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """After every subcommand is added: show defaults in each --help, accept -v after
+    the subcommand too, and make each usage error one line."""
+    for sub in [parser, *subparsers_of(parser)]:
+        sub.formatter_class = DefaultsHelpFormatter
+        if sub is parser:
+            continue
+        taken = {option for action in sub._actions for option in action.option_strings}
+        if "-v" not in taken and "--verbose" not in taken:
+            sub.add_argument(
+                "-v",
+                "--verbose",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="debug logging, and a traceback for unexpected errors",
+            )
+    return parser
+
+
+def walk_errors(error: BaseException) -> Iterator[BaseException]:
+    """`error` and, for an exception group (trio nurseries), every error inside it."""
+    yield error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from walk_errors(inner)
+    elif error.__cause__ is not None:
+        yield from walk_errors(error.__cause__)
+
+
+def one_line(error: BaseException) -> tuple[str, int] | None:
+    """The one line and exit code an error deserves, or None for an unexpected error
+    (a bug: shown as one line too, with the traceback under -v)."""
+    from mrs.config import ConfigError
+    from mrs.datadir import DataDirError
+
+    errors = list(walk_errors(error))
+    for kind, code in ((ConfigError, EXIT_USAGE), (CommandError, None), (DataDirError, 1)):
+        for inner in errors:
+            if isinstance(inner, kind):
+                prefix = "config error: " if kind is ConfigError else ""
+                return prefix + str(inner), code if code is not None else inner.exit_code
+    for inner in errors:
+        if isinstance(inner, OSError) and inner.errno is not None:
+            where = f"{inner.filename}: " if inner.filename else ""
+            problem = inner.strerror or errno.errorcode.get(inner.errno, str(inner.errno))
+            return f"{where}{problem}", EXIT_RUNTIME
+    return None
+
+
+def run_guarded(run: Callable[[], int], *, prog: str = "mrs", verbose: bool = False) -> int:
+    """Run a subcommand; turn whatever it raises into one line on stderr and an exit
+    code (130 for Ctrl-C)."""
+    try:
+        return run()
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the last line of defence
+        if any(isinstance(inner, KeyboardInterrupt) for inner in walk_errors(error)):
+            return 130
+        known = one_line(error)
+        if known is not None:
+            message, code = known
+            print(f"{prog}: {message}", file=sys.stderr)
+            return code
+        if verbose:
+            import traceback
+
+            traceback.print_exception(error)
+        detail = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        hint = "" if verbose else " (run with -v for the traceback)"
+        print(f"{prog}: unexpected error: {detail[:300]}{hint}", file=sys.stderr)
+        return EXIT_RUNTIME

@@ -1,0 +1,114 @@
+"""How full a group's journals are, warnings before they fill, and online map growth.
+
+Why: with the PCJ on, the LMDB map fills and recoverable puts start failing with
+MRS_RES_EXH; before this module nothing said so until it happened. `usage()` measures
+the map (bytes in use / map size, and the records of each journal) for status and
+metrics; `UsageWatch` logs a WARNING when use crosses each configured threshold of the
+cap (once per crossing, again after it falls back) and grows the map online towards
+the cap when the current map is nearly used (LMDB allows `set_mapsize` while no
+transaction of this process is open, which holds between inline commits).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from journals import JournalStore
+from journals.store import RECORD_JOURNALS
+
+log = logging.getLogger("mrs.journal")
+
+WARN_PERCENTS_DEFAULT = (80, 95)
+GROW_AT_FRACTION = 0.75
+"""Grow the map when this much of the current map is in use."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    used_bytes: int
+    map_bytes: int
+    cap_bytes: int
+    records: dict[str, int]
+
+    @property
+    def used_fraction(self) -> float:
+        """Of the cap (journal_bytes_max): what 'full' means to an operator."""
+        return self.used_bytes / self.cap_bytes if self.cap_bytes else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "used_bytes": self.used_bytes,
+            "map_bytes": self.map_bytes,
+            "cap_bytes": self.cap_bytes,
+            "used_percent": round(100.0 * self.used_fraction, 2),
+            "records": dict(self.records),
+        }
+
+
+def usage(store: JournalStore, cap_bytes: int | None = None) -> Usage:
+    """Bytes in use (pages up to the last one written) and records per journal."""
+    info = store.env.info()
+    page_bytes = store.env.stat()["psize"]
+    used = (info["last_pgno"] + 1) * page_bytes
+    map_bytes = info["map_size"]
+    records = {journal.value: store.count(journal) for journal in RECORD_JOURNALS}
+    return Usage(used, map_bytes, cap_bytes or map_bytes, records)
+
+
+@dataclass
+class UsageWatch:
+    """Warns at thresholds and grows the map; `check()` is cheap (one env.info)."""
+
+    store: JournalStore
+    cap_bytes: int
+    group_id: int
+    warn_percents: tuple[int, ...] = WARN_PERCENTS_DEFAULT
+    can_grow: bool = True
+    _warned: set[int] = field(default_factory=set)
+    grown_times: int = 0
+
+    def check(self) -> Usage:
+        current = usage(self.store, self.cap_bytes)
+        percent = 100.0 * current.used_fraction
+        for threshold in sorted(self.warn_percents):
+            if percent >= threshold and threshold not in self._warned:
+                self._warned.add(threshold)
+                log.warning(
+                    "group %d journal %.1f%% full (%d of %d bytes, threshold %d%%): "
+                    "archive the PCJ (`mrs pcj archive`), drain queues or raise "
+                    "journal_bytes_max",
+                    self.group_id,
+                    percent,
+                    current.used_bytes,
+                    self.cap_bytes,
+                    threshold,
+                )
+            elif percent < threshold - 5 and threshold in self._warned:
+                self._warned.discard(threshold)
+                log.info(
+                    "group %d journal back under %d%% (%.1f%%)", self.group_id, threshold, percent
+                )
+        if self.can_grow and self.grow_if_needed(current):
+            current = usage(self.store, self.cap_bytes)
+        return current
+
+    def grow_if_needed(self, current: Usage | None = None) -> bool:
+        """Double the map (up to the cap) once GROW_AT_FRACTION of it is used. Call only
+        when no transaction of this process is open."""
+        current = current or usage(self.store, self.cap_bytes)
+        if current.map_bytes >= self.cap_bytes:
+            return False
+        if current.used_bytes < GROW_AT_FRACTION * current.map_bytes:
+            return False
+        new_bytes = min(self.cap_bytes, current.map_bytes * 2)
+        self.store.env.set_mapsize(new_bytes)
+        self.grown_times += 1
+        log.info(
+            "group %d journal map grown from %d to %d bytes (cap %d)",
+            self.group_id,
+            current.map_bytes,
+            new_bytes,
+            self.cap_bytes,
+        )
+        return True

@@ -1,0 +1,118 @@
+"""`mrs status --config bus.toml`: every group of a real bus, as a table, JSON or live."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import mrs
+from clients import connect_sync
+from mrs.model import DeliveryMode
+from sim.processes import GroupProcess
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _mrs(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mrs", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def three_group_bus(tmp_path: Path):
+    """Groups 1 and 2 running and linked; group 3 configured but never started."""
+    ports = [_free_port() for _ in range(3)]
+    text = ""
+    for group_id, name, port in zip((1, 2, 3), ("NYC", "LDN", "TYO"), ports, strict=True):
+        text += f"""
+[[group]]
+id = {group_id}
+name = "{name}"
+listen = "127.0.0.1:{port}"
+data_dir = "g{group_id}"
+pcj_default = true
+[[group.queue]]
+id = 10
+name = "ORDERS"
+"""
+    text += "\n[[link]]\ngroups = [1, 2]\n"
+    config = tmp_path / "bus.toml"
+    config.write_text(text)
+    processes = [GroupProcess(config, 1), GroupProcess(config, 2)]
+    for process in processes:
+        process.start()
+    yield config, processes
+    for process in processes:
+        process.terminate()
+
+
+def _bus_json(config: Path) -> tuple[int, dict]:
+    result = _mrs("status", "--config", str(config), "--json")
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_whole_bus_json_shows_up_and_down_groups_links_and_journals(three_group_bus) -> None:
+    config, processes = three_group_bus
+    with connect_sync(processes[0].address, "ORDERS") as client:
+        for i in range(5):
+            client.put(f"m{i}".encode(), "1.10", delivery=DeliveryMode.WF_DQF)
+    deadline = time.monotonic() + 30
+    while True:
+        code, bus = _bus_json(config)
+        groups = {g["group"]: g for g in bus["groups"]}
+        link = groups[1]["status"]["links"]["2"] if groups[1]["up"] else {}
+        if link.get("state") == "up" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert code == 1  # one group is down
+    assert [g["up"] for g in bus["groups"]] == [True, True, False]
+    assert "refused" in groups[3]["error"].lower()
+    nyc = groups[1]["status"]
+    assert link["state"] == "up" and link["saf_backlog"] == 0
+    assert nyc["version"] == mrs.__version__ and nyc["uptime_s"] >= 0
+    assert nyc["queues"]["1.10"]["pending"] == 5
+    journal = nyc["journal"]
+    assert journal["records"]["dqf"] == 5
+    assert 0 < journal["used_bytes"] <= journal["map_bytes"] <= journal["cap_bytes"]
+
+
+def test_the_table_shows_what_the_json_says(three_group_bus) -> None:
+    config, processes = three_group_bus
+    with connect_sync(processes[1].address, "ORDERS") as client:
+        for i in range(3):
+            client.put(f"m{i}".encode(), "2.10", delivery=DeliveryMode.WF_DQF)
+    result = _mrs("status", "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    table = result.stdout
+    assert "2 of 3 groups up" in table
+    assert "DOWN" in table and "refused" in table.lower()
+    _, bus = _bus_json(config)
+    ldn = bus["groups"][1]["status"]
+    row = next(line for line in table.splitlines() if "2 LDN" in line and "UP" in line)
+    assert str(ldn["journal"]["records"]["dqf"]) in row and ldn["version"] in row
+    queue_row = next(line for line in table.splitlines() if "2.10" in line)
+    assert "ORDERS" in queue_row and " 3 " in queue_row
+    assert "Links" in table
+
+
+def test_one_group_and_watch(three_group_bus) -> None:
+    config, processes = three_group_bus
+    single = _mrs("status", "--config", str(config), "--group", "2", "--json")
+    assert single.returncode == 0 and json.loads(single.stdout)["name"] == "LDN"
+    watch = _mrs("status", "--config", str(config), "--json", "--watch", "0.1", "--times", "2")
+    frames = [json.loads(line) for line in watch.stdout.splitlines()]
+    assert len(frames) == 2 and frames[1]["time_s"] >= frames[0]["time_s"]
+    down = _mrs("status", "--config", str(config), "--group", "3")
+    assert down.returncode == 1 and down.stderr.strip().count("\n") == 0
+    assert "is it running" in down.stderr
