@@ -568,7 +568,7 @@ class Client:
             if isinstance(event, wire.Delivery):
                 self._hold(event)
 
-    def _lose(self, link: _Link, error: MrsError) -> None:
+    def _lose(self, link: _Link, error: MrsError, closing: bool = False) -> None:
         """The connection is gone: answer everything in flight honestly."""
         if link.lost is not None:
             return
@@ -595,7 +595,8 @@ class Client:
         self._cancelled_gets.clear()
         # Held messages that need a confirm come back from the server (POSSDUPL).
         self._held = deque(message for message in self._held if not message.needs_confirm)
-        self._set_journal_status(Status.JOURNAL_ON)
+        if not closing:
+            self._set_journal_status(Status.JOURNAL_ON)
         self._wake()
 
     async def _open(self) -> _Link:
@@ -696,7 +697,8 @@ class Client:
                 if self._journal is not None and self.journal_status != Status.LINK_UP:
                     nursery.start_soon(self._drain, link)
         finally:
-            self._lose(link, link.lost or ConnectionLost(Status.LINK_DOWN, "client closed"))
+            if link.lost is None:  # cancelled: the client is closing
+                self._lose(link, ConnectionLost(Status.LINK_DOWN, "client closed"), closing=True)
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await trio.aclose_forcefully(link.stream)
 

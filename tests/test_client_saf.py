@@ -1,0 +1,170 @@
+"""The client-side SAF journal with real server processes: attach while the server is
+down (JOURNAL_ON), recoverable puts journaled on the client's disk, FIFO drain before
+any new put once the server is up, LINK_UP, limits, one owner per journal."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from clients import (
+    ConnectionLost,
+    DeliveryMode,
+    JournalBusy,
+    JournalFull,
+    NoMoreMessages,
+    Reconnect,
+    Status,
+    Uma,
+    connect,
+    connect_sync,
+)
+from clients.connection import CLIENT_SAF_SEQ_HEADER
+from tests.client_helpers import FixedPortServer
+
+MODE = DeliveryMode
+FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Configured, not started: the tests start it when they want it up."""
+    server = FixedPortServer(tmp_path / "bus")
+    yield server
+    server.stop()
+
+
+async def receive_all(address: str, queue: str = "ORDERS", wait_s: float = 5.0) -> list:
+    """Every message on an explicit in-order queue, confirming each (BADSEQ if a
+    message came out of order)."""
+    messages = []
+    async with connect(address, queue) as receiver:
+        while True:
+            try:
+                message = await receiver.get(timeout=wait_s if not messages else 1.0)
+            except (NoMoreMessages, Exception) as error:  # noqa: BLE001 - TIMEOUT ends it
+                if getattr(error, "status", None) in (Status.TIMEOUT, Status.NOMOREMSG):
+                    return messages
+                raise
+            messages.append(message)
+            await message.confirm()
+
+
+async def test_attach_while_down_journals_then_drains_in_fifo(server, tmp_path) -> None:
+    journal = tmp_path / "client.saf"
+    events = []
+    async with connect(
+        server.address, "SENDER", saf_journal=journal, reconnect=FAST, connect_timeout_s=2
+    ) as client:
+        client.add_journal_listener(events.append)
+        assert client.attach_status == Status.JOURNAL_ON
+        assert client.journal_status == Status.JOURNAL_ON
+        psbs = [await client.put(b"m%d" % i, target="1.10", delivery=MODE.WF_DQF) for i in range(5)]
+        assert {(psb.status, psb.delivery_status) for psb in psbs} == {
+            (Status.JOURNAL_ON, Status.STORED)
+        }
+        assert [psb.seq for psb in psbs] == sorted(psb.seq for psb in psbs)
+        assert client.journal_backlog == 5
+        with pytest.raises(ConnectionLost) as refused:
+            await client.put(b"memory", target="1.10", delivery=MODE.WF_MEM)
+        assert refused.value.status == Status.LINK_DOWN
+        with pytest.raises(ConnectionLost) as refused:
+            await client.get(timeout=0)
+        assert refused.value.status == Status.NOTACTIVE
+
+        server.start()
+        with trio.fail_after(20):
+            await client.wait_journal_status(Status.LINK_UP)
+        assert client.journal_backlog == 0
+        after = await client.put(b"after", target="1.10", delivery=MODE.WF_DQF)
+        assert (after.status, after.delivery_status) == (Status.SUCCESS, Status.STORED)
+
+    drained = [event for event in events if event.kind == "drained"]
+    assert [event.local_seq for event in drained] == [psb.seq for psb in psbs]
+    assert [event.kind for event in events if event.kind == "status"] == ["status"]
+    assert events[-1].status == Status.LINK_UP
+    messages = await receive_all(server.address)
+    assert [m.body for m in messages] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
+    assert [m.headers[CLIENT_SAF_SEQ_HEADER] for m in messages[:5]] == [p.seq for p in psbs]
+    assert [m.seq for m in messages[:5]] == [e.psb.seq for e in drained]
+
+
+async def test_puts_during_the_drain_queue_behind_the_backlog(server, tmp_path) -> None:
+    journal = tmp_path / "client.saf"
+    async with connect(server.address, "SENDER", saf_journal=journal, reconnect=FAST) as client:
+        for i in range(300):
+            await client.put(b"old%d" % i, target="1.10", delivery=MODE.NN_DQF)
+        server.start()
+        with trio.fail_after(20):
+            await client.wait_connected()
+        new = [await client.put(b"new%d" % i, target="1.10") for i in range(20)]
+        with trio.fail_after(20):
+            await client.wait_journal_status(Status.LINK_UP)
+    assert new[0].status == Status.JOURNAL_ON  # the backlog was still draining
+    bodies = [m.body for m in await receive_all(server.address)]
+    assert bodies == [b"old%d" % i for i in range(300)] + [b"new%d" % i for i in range(20)]
+
+
+async def test_ak_mode_still_acknowledges_after_the_drain(server, tmp_path) -> None:
+    async with connect(
+        server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST, connect_timeout_s=2
+    ) as client:
+        psb = await client.put(b"ak", target="1.11", delivery=MODE.AK_DQF)
+        assert psb.status == Status.JOURNAL_ON
+        server.start()
+        with trio.fail_after(20):
+            await client.wait_journal_status(Status.LINK_UP)
+        ack = await client.get(timeout=10)
+    assert ack.is_mrs_ack and ack.ack_psb().delivery_status == Status.STORED
+
+
+async def test_connection_drop_turns_journaling_on(server, tmp_path) -> None:
+    server.start()
+    async with connect(server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST) as q:
+        assert (q.attach_status, q.journal_status) == (Status.SUCCESS, Status.LINK_UP)
+        await q.put(b"direct", target="1.10")
+        server.kill()
+        with trio.fail_after(10):
+            await q.wait_journal_status(Status.JOURNAL_ON)
+        psb = await q.put(b"journaled", target="1.10")
+        assert psb.status == Status.JOURNAL_ON
+        server.start()
+        with trio.fail_after(20):
+            await q.wait_journal_status(Status.LINK_UP)
+    assert [m.body for m in await receive_all(server.address)] == [b"direct", b"journaled"]
+
+
+async def test_one_process_owns_a_journal(server, tmp_path) -> None:
+    journal = tmp_path / "j"
+    async with connect(server.address, "SENDER", saf_journal=journal, connect_timeout_s=1):
+        with pytest.raises(JournalBusy) as busy:
+            async with connect(server.address, "SENDER2", saf_journal=journal):
+                pass
+    assert busy.value.status == Status.JOURNAL_FAIL
+    assert "in use by another process" in str(busy.value)
+
+
+async def test_a_full_journal_applies_the_uma(server, tmp_path) -> None:
+    async with connect(
+        server.address, "SENDER", saf_journal=tmp_path / "j", saf_messages_max=2
+    ) as client:
+        for i in range(2):
+            await client.put(b"%d" % i, target="1.10")
+        with pytest.raises(JournalFull) as full:
+            await client.put(b"dlj", target="1.10", uma=Uma.DLJ)
+        assert full.value.status == Status.JOURNAL_FULL
+        psb = await client.put(b"disc", target="1.10", uma=Uma.DISC)
+        assert (psb.delivery_status, psb.uma_status) == (Status.JOURNAL_FULL, Status.DISC_SUCCESS)
+
+
+def test_sync_client_journals_too(server, tmp_path) -> None:
+    with connect_sync(
+        server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST, connect_timeout_s=1
+    ) as client:
+        assert client.attach_status == Status.JOURNAL_ON
+        psb = client.put(b"sync", target="1.10")
+        assert psb.status == Status.JOURNAL_ON
+        server.start()
+        client.wait_journal_status(Status.LINK_UP, timeout=20)
+        assert client.journal_backlog == 0
+    assert [m.body for m in trio.run(receive_all, server.address)] == [b"sync"]
