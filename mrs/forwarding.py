@@ -59,6 +59,11 @@ PERMANENT_REFUSALS = frozenset(
     {Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG, Status.BADPARAM}
 )
 """Refusals that no retry will cure: the channel rules send these to the DLQ."""
+RECEIVER_DEAD_LETTERED = frozenset({Status.NO_DQF, Status.NOSUCHQUEUE})
+"""A SAF-drained message the receiving group refuses for these goes to the receiving
+group's DLQ ("receiver channels place undelivered messages to the local DLQ") and is
+answered DLQ_SUCCESS; the sender's own refusals (too big for the link, poison) and a
+failed receiver DLQ put stay with the sender's channel rules."""
 LINK_LOST = -1
 """Result given to a message in flight when its link drops before the answer."""
 
@@ -310,6 +315,9 @@ class Forwarding:
                 batch.delete(Journal.SAF, key)
                 stored.append(split_key(key)[1])
                 continue
+            if status == Status.DLQ_SUCCESS:  # the receiver dead-lettered it: done here
+                batch.delete(Journal.SAF, key)
+                continue
             outcome.restart = True
             if status == Status.LINK_DOWN:
                 continue
@@ -383,7 +391,7 @@ class Forwarding:
 
         def answer(index: int, seq: int, ordinal: int | None) -> Callable[[Status, int, str], None]:
             def outcome(status: Status, stored_seq: int, reason: str) -> None:
-                if ordinal is not None and status != Status.STORED:
+                if ordinal is not None and status not in (Status.STORED, Status.DLQ_SUCCESS):
                     all_ordered_stored[0] = False
                     failed_at = inbound.inbound_failed_at
                     if failed_at is None or ordinal < failed_at:
@@ -409,6 +417,8 @@ class Forwarding:
                 ordinal = inbound.inbound_ordinal
                 inbound.inbound_ordinal += 1
             outcome = answer(index, entry.seq, ordinal)
+            if ordinal is not None and not poison:
+                outcome = self._dead_letter_here(peer_id, entry, outcome)
             if ordinal is not None and inbound.inbound_failed_at is not None:
                 outcome(Status.LINK_DOWN, entry.seq, "an earlier message of this link failed")
             elif poison:
@@ -441,6 +451,25 @@ class Forwarding:
                 )
             else:
                 self._accept_memory(peer_id, entry, outcome)
+
+    def _dead_letter_here(
+        self, peer_id: int, entry: Entry, outcome: Callable[[Status, int, str], None]
+    ) -> Callable[[Status, int, str], None]:
+        """Channel rules, receiving side: a SAF-drained message this group refuses for
+        good goes to this group's DLQ, answered DLQ_SUCCESS once it is there."""
+
+        def refused_here(status: Status, stored_seq: int, reason: str) -> None:
+            if status not in RECEIVER_DEAD_LETTERED:
+                outcome(status, stored_seq, reason)
+                return
+
+            def moved(done: bool) -> None:
+                outcome(Status.DLQ_SUCCESS if done else status, stored_seq, reason)
+
+            text = f"group {self.group.config.id} refused it from group {peer_id}: {reason}"
+            self.group.put_on_dead_letter_queue(entry, status, text, moved)
+
+        return refused_here
 
     # ------------------------------------------------------------------ DQF room
     def dqf_freed(self) -> None:

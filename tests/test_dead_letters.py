@@ -318,7 +318,8 @@ async def make_linked(tmp_path, nursery):
 @pytest.mark.parametrize(
     "target, body, delivery, uma, answered, reason",
     [
-        # the SAF interest point is reached at once; group 2 has no queue 50
+        # the SAF interest point is reached at once; group 2 has no queue 50: the
+        # receiving group refuses it, so it goes to the receiving group's DLQ
         ("2.50", b"nowhere", MODE.WF_SAF, Uma.DISC, (Status.STORED, Status.NO_UMA), 2085),
         # too big for group 2: UMA SAF stores it; group 2 refuses it over the link
         (
@@ -335,12 +336,16 @@ async def make_linked(tmp_path, nursery):
 async def test_saf_message_refused_for_good_moves_to_the_dlq(
     make_linked, target, body, delivery, uma, answered, reason
 ) -> None:
-    """Channel rules: the peer refuses a SAF message permanently, so the sending side
-    moves it from its SAF to its own DLQ, with a header saying why and since when."""
+    """Channel rules: the peer refuses a SAF message permanently. A queue it does not
+    have is the receiver's refusal: the message goes to the receiving group's DLQ; too
+    big for the link is the sender's own: it moves from its SAF to its own DLQ. Either
+    way the header says why, since when, and which group put it there."""
     linked = await make_linked()
+    receiver = reason == 2085
+    dlq_group = 2 if receiver else 1
     async with (
         connect(linked.address(1), queue="OUT") as sender,
-        connect(linked.address(1), queue="DLQ") as dlq,
+        connect(linked.address(dlq_group), queue="DLQ") as dlq,
     ):
         linked.proxy(1, 2).cut()
         await wait_link(linked, lambda info: info["state"] == "down")
@@ -359,7 +364,8 @@ async def test_saf_message_refused_for_good_moves_to_the_dlq(
     header = message.dead_letter_header
     assert header["reason"] == reason
     assert f"{header['dest_q_mgr_name']}.{header['dest_q_name']}" == target
-    assert header["put_appl_name"] == "G1"  # the group (MQ: queue manager) that moved it
+    assert header["put_appl_name"] == f"G{dlq_group}"  # the group (MQ: queue manager)
+    assert message.target == Address(dlq_group, 96)
     assert hundredths(healed_ns) <= header_time_ns(header) <= moved_ns
 
 

@@ -316,8 +316,9 @@ class Cause:
     body_size: int = SMALL_BODY
     saf_then: str = ""
     """What follows a successful UMA SAF: "retry" (the peer refuses while the cause
-    lasts, then takes it), "link" (the link comes up) or "dlq" (the peer refuses it for
-    good: the channel rules move it to group 1's DLQ)."""
+    lasts, then takes it), "link" (the link comes up), "dlq" (the peer refuses it for
+    good as too big for the link: the channel rules move it to group 1's DLQ) or
+    "receiver-dlq" (the peer has no such queue: it puts it on its own DLQ)."""
 
     @property
     def fresh_link(self) -> bool:
@@ -364,7 +365,7 @@ CAUSES = [
     Cause("DQF_FULL-remote", Status.DQF_FULL, "armed", "2.10", fill=2, saf_then="retry"),
     Cause("DQF_FULL-local", Status.DQF_FULL, "armed", "1.10", fill=2),
     # no DQF for the target queue (no such queue)
-    Cause("NO_DQF-remote", Status.NO_DQF, "quiet", "2.50", saf_then="dlq"),
+    Cause("NO_DQF-remote", Status.NO_DQF, "quiet", "2.50", saf_then="receiver-dlq"),
     Cause("NO_DQF-local", Status.NO_DQF, "quiet", "1.50"),
     # journal device failure on commit
     Cause(
@@ -474,7 +475,7 @@ async def test_cell(env: Env, cause: Cause, uma: Uma) -> None:
                 cause.status,
                 expected_uma,
             )
-            if uma is Uma.SAF and cause.saf_then == "dlq":
+            if uma is Uma.SAF and cause.saf_then in ("dlq", "receiver-dlq"):
                 # The link is up: the SAF drains at once, the peer refuses the message
                 # for good, and the channel rules move it to this group's DLQ.
                 peer = cause.target_address.group
@@ -486,13 +487,20 @@ async def test_cell(env: Env, cause: Cause, uma: Uma) -> None:
                 "saf": journal_records(env.journals(1), Journal.SAF, psb.seq),
                 "events": event_lines(env.event_log(1), psb.seq),
             }
+            if uma is Uma.SAF and cause.saf_then == "receiver-dlq":
+                async with attached(env.address(2), "2.96") as receiver_dlq:
+                    found["receiver-dlq"] = await take_all(receiver_dlq)
+                    for message in found["receiver-dlq"]:
+                        await receiver_dlq.confirm(message.seq)
             found = {place: items for place, items in found.items() if items}
             expected_place = {
                 Status.DISCL_SUCCESS: "events",
                 Status.RTS_SUCCESS: "sender",
                 Status.DLQ_SUCCESS: "dlq",
                 Status.DLJ_SUCCESS: "dlj",
-                Status.SAF_SUCCESS: "dlq" if cause.saf_then == "dlq" else "saf",
+                Status.SAF_SUCCESS: (
+                    cause.saf_then if cause.saf_then in ("dlq", "receiver-dlq") else "saf"
+                ),
             }.get(expected_uma)
             assert set(found) == ({expected_place} if expected_place else set())
             if expected_place is None:
@@ -502,6 +510,7 @@ async def test_cell(env: Env, cause: Cause, uma: Uma) -> None:
                 "events": check_event_line,
                 "sender": check_returned,
                 "dlq": check_dead_lettered,
+                "receiver-dlq": check_receiver_dead_lettered,
                 "dlj": check_dlj_record,
                 "saf": check_saf_record,
             }[expected_place]
@@ -576,6 +585,20 @@ def check_dead_lettered(message, cause, uma, seq, body, before_ns, after_ns) -> 
     else:
         assert header["put_appl_name"] == "G1"
         assert_put_between(header, before_ns, after_ns)
+
+
+def check_receiver_dead_lettered(message, cause, uma, seq, body, before_ns, after_ns) -> None:
+    """The receiving group refused a SAF-drained message: on its own DLQ, put by it."""
+    assert (message.seq, message.body, message.source, message.target) == (
+        seq,
+        body,
+        SENDER,
+        Address(2, 96),
+    )
+    header = message.dead_letter_header
+    assert (header["reason"], header["put_appl_name"]) == (MQRC[cause.status], "G2")
+    assert f"{header['dest_q_mgr_name']}.{header['dest_q_name']}" == cause.target
+    assert_put_between(header, before_ns, time.time_ns())
 
 
 def check_dlj_record(record, cause, uma, seq, body, before_ns, after_ns) -> None:
