@@ -395,15 +395,19 @@ async def test_refused_saf_message_without_a_dlq_puts_the_drain_in_retry(
     While it sits in the SAF, the target group has a SAF backlog, so every later
     recoverable put to group 2 -- even to a valid queue -- is SAF_FORCED, and it waits
     behind the stuck message (FIFO holds: nothing overtakes it). Once the DLQ has room,
-    the next retry moves the stuck message there and the later ones follow in order."""
+    the next retry moves the stuck message there and the later ones follow in order.
+    (Too big for the link is the sender's own refusal, so the sender's DLQ it is.)"""
     group_1 = "dead_letter_queue = false" if no_dlq.startswith("dead") else ""
     linked = await make_linked(group_extras={1: group_1})
     journals = linked.data_dir(1) / "journals"
     async with connect(linked.address(1), queue="OUT") as sender:
         if no_dlq == "DLQ full":
             await fill_dead_letter_queue(sender)
-        refused = await sender.put(b"nowhere", target="2.50", delivery=MODE.WF_SAF, uma=Uma.DISC)
-        assert refused.delivery_status == Status.STORED
+        refused = await sender.put(b"B" * 2000, target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
+        assert (refused.delivery_status, refused.uma_status) == (
+            Status.MSGTOOBIG,
+            Status.SAF_SUCCESS,
+        )
         await wait_link(linked, lambda info: info["drain"] == "retry")
         assert (await link_info(linked, 1, 2))["saf_backlog"] == 1
         assert saf_seqs(journals) == [refused.seq]
@@ -412,7 +416,7 @@ async def test_refused_saf_message_without_a_dlq_puts_the_drain_in_retry(
         assert (later.delivery_status, later.uma_status) == (Status.SAF_FORCED, Status.NO_UMA)
         info = await wait_link(linked, lambda info: info["drain_wait"] is not None)
         assert info["drain_wait"]["stuck_seq"] == refused.seq
-        assert info["drain_wait"]["status"] == "NO_DQF"
+        assert info["drain_wait"]["status"] == "MSGTOOBIG"
         async with connect(linked.address(2), queue="IN") as receiver:
             await trio.sleep(0.7)  # a negative check: two more retry passes go by
             with pytest.raises(NoMoreMessages):
