@@ -74,6 +74,7 @@ _GROUP_KEYS = frozenset(
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
     {
+        "dedupe_window_s",
         "dqf_messages_max",
         "saf_messages_max",
         "dlj_messages_max",
@@ -135,6 +136,8 @@ class Limits:
     dlj_messages_max: int = 1_000_000
     message_bytes_max: int = 1_048_576
     journal_bytes_max: int = 1 << 30
+    dedupe_window_s: int = 7 * 24 * 3600
+    """How long an idempotency key dedupes (mrs.idempotency)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from journals import (
     split_key,
 )
 from mrs.drain_room import DqfRoom
+from mrs.idempotency import scoped_key
 from mrs.model import Address, DeliveryMode, Psb, Status
 from mrs.quarantine import PoisonTransfer, transfer_problem
 from mrs.records import entry_from_record, idempotency_key, record_from_entry
@@ -56,7 +57,7 @@ TRANSFER_FIELDS = (
     "priority", "delivery", "uma", "correlation_id", "put_time_ns", "headers", "ordered",
 )  # fmt: skip
 PERMANENT_REFUSALS = frozenset(
-    {Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG, Status.BADPARAM}
+    {Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG, Status.BADPARAM, Status.KEY_REUSED}
 )
 """Refusals that no retry will cure: the channel rules send these to the DLQ."""
 RECEIVER_DEAD_LETTERED = frozenset({Status.NO_DQF, Status.NOSUCHQUEUE})
@@ -436,7 +437,7 @@ class Forwarding:
             elif entry.delivery.recoverable:
                 keys = [f"origin:{peer_id}:{entry.seq}"]
                 if (key := idempotency_key(entry.headers)) is not None:
-                    keys.append(key)
+                    keys.append(scoped_key(entry.source, entry.target, key))
                 if ordinal is None:
                     self.group.store_in_dqf(entry, keys, outcome)
                     continue

@@ -56,6 +56,7 @@ from mrs.dlq_leases import (
     passed_source,
 )
 from mrs.forwarding import Forwarding
+from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys, fingerprint, scoped_key
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     DEFAULT_PUT_TIMEOUT_S,
@@ -175,6 +176,7 @@ class Group:
     epoch: int = 0
     """How many times this group has started (status and logs; not part of seqs)."""
     _seqs: SeqAllocator | None = None
+    app_keys: AppKeys | None = None
     _dedupe_waiting: dict[str, list[Callable[[Status, int, str], None]]] = field(
         default_factory=dict
     )
@@ -186,6 +188,7 @@ class Group:
 
     def __post_init__(self) -> None:
         self.forwarding = Forwarding(self)
+        self.app_keys = AppKeys(self.store, self.limits.dedupe_window_s, self.clock_ns)
         for queue_config in self.config.queues.values():
             address = Address(self.config.id, queue_config.id)
             self.queues[queue_config.id] = TargetQueue(queue_config, address)
@@ -202,6 +205,7 @@ class Group:
         self._seqs = SeqAllocator(self.store, self.config.id)
         self._seqs.start()
         self.epoch = self._seqs.boots
+        self.purge_dedupe_keys(now=True)
         self.dlj_count = self.store.count(Journal.DLJ)
         self.forwarding.recover()
         marks = {key: _U32.unpack(value)[0] for key, value in self.store.raw_items(Journal.MARKS)}
@@ -345,6 +349,11 @@ class Group:
         if headers is not None and CONTEXT_HEADER in headers:
             source, put_time_ns = self._passed_context(session, headers, put_time_ns)
             headers = {key: value for key, value in headers.items() if key != CONTEXT_HEADER}
+        if key is not None:
+            key = scoped_key(source, target, key)
+            local = target.group == self.config.id and mode.recoverable
+            if local and (conflict := self.app_keys.conflict(key, request.body)) is not None:
+                raise Refused(Status.KEY_REUSED, conflict)
         seq = self.next_seq()
         reply = PutReply(self, session, request.request_id, mode, response_queue, seq)
         reply.stored_reply = bool((request.headers or {}).get(wire.REPLY_WHEN_STORED_HEADER))
@@ -427,8 +436,9 @@ class Group:
         if queue is None or not queue.config.recoverable:
             outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
+        digest = fingerprint(entry.body)
         for key in dedupe_keys:
-            if self._answer_duplicate(key, outcome):
+            if self._answer_duplicate(key, outcome, digest):
                 return
         if not self.forwarding.room.may_store(
             entry.origin_group, self.dqf_count, self.limits.dqf_messages_max
@@ -448,7 +458,12 @@ class Group:
         batch.stream, batch.guard = stream, guard
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []
-            batch.put_raw(Journal.DEDUPE, key.encode(), _U64.pack(entry.seq))
+            if key.startswith(APP_PREFIX):
+                self.app_keys.inflight[key] = digest
+                value = self.app_keys.value(entry.seq, digest)
+            else:
+                value = _U64.pack(entry.seq)
+            batch.put_raw(Journal.DEDUPE, key.encode(), value)
 
         def stored(error: JournalError | None) -> None:
             cause = Status.STORED
@@ -463,6 +478,7 @@ class Group:
                     cause = Status.LINK_DOWN  # an earlier message of its link failed
                 reason = str(error)
             for key in dedupe_keys:
+                self.app_keys.inflight.pop(key, None)
                 for waiting in self._dedupe_waiting.pop(key, []):
                     waiting(cause, entry.seq, reason)
             if error is None:
@@ -473,17 +489,40 @@ class Group:
 
         self.writer.submit(batch, stored)
 
-    def _answer_duplicate(self, key: str, outcome: Callable[[Status, int, str], None]) -> bool:
+    def _answer_duplicate(
+        self, key: str, outcome: Callable[[Status, int, str], None], digest: bytes
+    ) -> bool:
         """A message whose dedupe key was already stored is answered with the first
-        copy's seq and not stored again (one in flight: answered when it lands)."""
+        copy's seq and not stored again (one in flight: answered when it lands); an
+        application key reused for another body is refused KEY_REUSED
+        (mrs.idempotency); an expired one stores the message again."""
         if key in self._dedupe_waiting:
-            self._dedupe_waiting[key].append(outcome)
+            if self.app_keys.inflight.get(key, digest) != digest:
+                outcome(Status.KEY_REUSED, 0, "idempotency key reused for another body")
+            else:
+                self._dedupe_waiting[key].append(outcome)
             return True
-        stored = self.store.get_raw(Journal.DEDUPE, key.encode())
-        if stored is None:
+        found = self.app_keys.lookup(key, digest)
+        if found is None:
             return False
-        outcome(Status.STORED, _U64.unpack(stored)[0], "")
+        seq, same = found
+        if not same:
+            outcome(Status.KEY_REUSED, seq, "idempotency key reused for another body")
+        else:
+            outcome(Status.STORED, seq, "")
         return True
+
+    def purge_dedupe_keys(self, *, now: bool = False) -> None:
+        """Delete expired application keys (and old unscoped ones); every
+        PURGE_INTERVAL_S, and at start-up (`now`, before the writer runs)."""
+        batch = self.app_keys.purge_batch()
+        if batch is not None:
+            log.info("purging %d expired idempotency keys", len(batch))
+            if now:
+                self.store.commit_now(batch)
+            else:
+                self.writer.submit(batch, lambda error: None)
+        self.timers.call_later(PURGE_INTERVAL_S, self.purge_dedupe_keys)
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:
         done = Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)

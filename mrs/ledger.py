@@ -4,7 +4,8 @@ Why it exists: a replay interrupted by Ctrl-C, a crash or a server going down mu
 resume on the next run without sending anything twice that was acknowledged, and
 a second run must not replay the same records again by accident. So jplay keeps,
 per (journal, seq), the last replay's state and *generation*. The generation is
-part of the idempotency key of the replayed put (`replay:pcj:1:<seq>:<gen>`); the
+part of the idempotency key of the replayed put (an HMAC of `pcj:1:<seq>:<gen>` under
+a random secret kept in the ledger directory, so nobody else can predict it); the
 server stores a key at most once, so a record whose outcome is unknown (sent, but
 the tool died before the answer was recorded) is simply sent again under the same
 key and the server answers with the first copy's seq. `--again` starts a new
@@ -22,6 +23,8 @@ States:
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ import msgpack
 from journals import Journal, seq_key
 
 LEDGER_DIRNAME = "replay-ledger"
+SECRET_FILENAME = "key-secret"
 LEDGER_MAP_BYTES = 1 << 30
 PENDING = "pending"
 STORED = "stored"
@@ -161,6 +165,26 @@ class ReplayLedger:
                 state = LedgerEntry.unpack(value).state
                 result[state] = result.get(state, 0) + 1
         return result
+
+    def key_secret(self) -> bytes:
+        """A random secret kept with the ledger (created on first use), for replay
+        idempotency keys nobody else can predict (mrs.replay.replay_key)."""
+        if getattr(self, "_secret", None) is not None:
+            return self._secret
+        path = self.path / SECRET_FILENAME
+        try:
+            self._secret = bytes.fromhex(path.read_text().strip())
+        except (OSError, ValueError):
+            self._secret = secrets.token_bytes(32)
+            if not self.readonly:
+                self.path.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(".tmp")
+                with open(partial, "w") as out:
+                    out.write(self._secret.hex() + "\n")
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(partial, path)
+        return self._secret
 
     def close(self) -> None:
         if self.env is not None:

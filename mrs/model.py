@@ -159,6 +159,8 @@ class Status(enum.IntEnum):
     """An unexpected fault while serving the request; nothing stored was lost."""
     SHUTTING_DOWN = -1016
     """The server is stopping and takes no new work."""
+    KEY_REUSED = -1030
+    """An idempotency key was reused, within its dedupe window, for another body."""
 
     @property
     def ok(self) -> bool:

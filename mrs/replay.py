@@ -4,7 +4,8 @@ Why it is built this way (what an operator needs at 3 a.m.):
 
 - **Never twice by accident.** A replay ledger (`mrs.ledger`) in the group's data
   directory records each record's replay generation and outcome. Each replayed put
-  carries the idempotency key `replay:<journal>:<group>:<seq>:<gen>`, so a re-run
+  carries the idempotency key `replay:<HMAC(ledger secret, journal:group:seq:gen)>`
+  (the same on every run, guessable by nobody else), so a re-run
   after Ctrl-C, SIGKILL or a server outage resends only what was not acknowledged,
   and a record that was stored but whose answer was lost is answered by the server
   as a duplicate (the first copy's seq) instead of being stored twice. Only
@@ -23,6 +24,8 @@ Why it is built this way (what an operator needs at 3 a.m.):
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import sys
 from collections import Counter, deque
 from collections.abc import Callable
@@ -213,7 +216,9 @@ class Planner:
 
 
 # ---------------------------------------------------------------------- sending
-def replay_headers(record: Record, journal: Journal, group_id: int, gen: int) -> dict:
+def replay_headers(
+    record: Record, journal: Journal, group_id: int, gen: int, secret: bytes = b""
+) -> dict:
     """The original headers plus where the message comes from, so a receiver can tell
     a replay (and which one) from an original, and the idempotency key."""
     extra = record.extra if isinstance(record.extra, dict) else {}
@@ -236,7 +241,7 @@ def replay_headers(record: Record, journal: Journal, group_id: int, gen: int) ->
     if "replay" in original:
         replay["previous"] = original["replay"]
     original["replay"] = replay
-    original[IDEMPOTENCY_HEADER] = f"replay:{journal.value}:{group_id}:{record.seq}:{gen}"
+    original[IDEMPOTENCY_HEADER] = replay_key(secret, journal, group_id, record.seq, gen)
     return original
 
 
@@ -316,7 +321,9 @@ class Replayer:
                 priority=record.priority,
                 correlation_id=record.correlation_id,
                 timeout=options.timeout_s,
-                headers=replay_headers(record, options.journal, options.group_id, item.gen),
+                headers=replay_headers(
+                    record, options.journal, options.group_id, item.gen, self.ledger.key_secret()
+                ),
             )
         except MrsTimeout as error:
             self.tally.fail(item, "TIMEOUT", error.message, in_doubt=True)
@@ -371,3 +378,11 @@ class Replayer:
             )
             uma = status_name(int(psb.uma_status))
             self.tally.fail(item, name, f"UMA {options.uma.name}: {uma}", in_doubt=False)
+
+
+def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: int) -> str:
+    """The idempotency key of one replay: the same on every run (so a re-run dedupes)
+    but unguessable without the ledger's secret, so no other client can claim it first
+    and make the replay vanish."""
+    name = f"{journal.value}:{group_id}:{seq}:{gen}".encode()
+    return "replay:" + hmac.new(secret, name, hashlib.sha256).hexdigest()[:32]

@@ -271,7 +271,8 @@ BAD_CONFIGS = {
     "unknown limits key": (
         MINIMAL_GROUP + "[group.limits]\nmessage_size_max = 5\n",
         "group[0].limits.message_size_max",
-        "allowed keys: dlj_messages_max, dqf_messages_max, journal_bytes_max, message_bytes_max",
+        "allowed keys: dedupe_window_s, dlj_messages_max, dqf_messages_max, journal_bytes_max, "
+        "message_bytes_max",
     ),
     "unknown link key": (
         MINIMAL_GROUP + SECOND_GROUP + "[[link]]\ngroups = [1, 2]\nadress = 'x:1'\n",

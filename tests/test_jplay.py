@@ -20,6 +20,7 @@ from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore, Record, seq_key
 from mrs.cli import build_parser, main
 from mrs.config import load_config
+from mrs.replay import replay_key
 from mrs.selection import filter_from_args
 from tests.conftest import STANDARD_QUEUES
 from tests.journal_helpers import (
@@ -178,7 +179,10 @@ async def test_replay_keeps_the_message_marks_it_and_never_repeats_by_accident(
             "confirm_time_ns": original.confirm_time_ns,
             "generation": 1,
         }
-        assert message.headers["idempotency_key"] == f"replay:pcj:1:{original.seq}:1"
+        secret_file = bus.data_dir / "replay-ledger" / "key-secret"
+        secret = bytes.fromhex(secret_file.read_text())
+        key = replay_key(secret, Journal.PCJ, 1, original.seq, 1)
+        assert message.headers["idempotency_key"] == key != f"replay:pcj:1:{original.seq}:1"
 
     code, summary, _ = await jplay(bus, "pcj", "--to", "RESTORE", "--json")
     assert code == 0 and (summary["sent"], summary["skipped"]) == (0, 6)

@@ -1,0 +1,130 @@
+"""Idempotency keys: scoped by sender and target, bound to the body, with a window.
+
+Why: a key used to be one name per group, so key `k` to queue 10 and then key `k`
+to queue 11 answered the second put STORED with the first's seq and never delivered
+it; anyone could claim a key first; keys never expired. Now
+
+- the stored key is `app:<sender>><target>:<key>` (sender = the putting queue, target
+  = the target queue), so the same key from another sender or to another target is
+  another message;
+- the stored value holds the first copy's seq, a fingerprint of its body and the end
+  of its dedupe window: a put reusing a live key with a *different* body is refused
+  with KEY_REUSED (nothing stored, no UMA); with the same body it is answered with
+  the first copy's seq (STORED) and not stored again;
+- after `limits.dedupe_window_s` (default 7 days) a key expires: the same key then
+  stores a new message, and expired keys are purged at start-up and every 10 minutes,
+  so the journal does not grow with old keys.
+
+Link dedupe keys (`origin:<group>:<seq>`) are not application keys: they are dropped
+when the sending group says it can no longer resend (forget notices).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from journals import Journal, WriteBatch
+from mrs.model import Address
+
+APP_PREFIX = "app:"
+ORIGIN_PREFIX = "origin:"
+PURGE_INTERVAL_S = 600.0
+PURGE_BATCH_MAX = 10_000
+_VALUE = struct.Struct(">QQ16s")
+"""seq, window end (ns since the epoch), body fingerprint."""
+_U64 = struct.Struct(">Q")
+
+
+def scoped_key(source: Address, target: Address, key: str) -> str:
+    return f"{APP_PREFIX}{source}>{target}:{key}"
+
+
+def fingerprint(body: bytes | None) -> bytes:
+    return hashlib.blake2b(body or b"", digest_size=16).digest()
+
+
+def pack_value(seq: int, expires_ns: int, digest: bytes) -> bytes:
+    return _VALUE.pack(seq, expires_ns, digest)
+
+
+def unpack_value(value: bytes) -> tuple[int, int | None, bytes | None]:
+    """(seq, window end or None, fingerprint or None): link keys hold only a seq."""
+    if len(value) == _VALUE.size:
+        return _VALUE.unpack(value)
+    return _U64.unpack(value[:8])[0], None, None
+
+
+@dataclass
+class AppKeys:
+    """The group's view of application keys: what is stored, what is in flight."""
+
+    store: object
+    window_s: float
+    clock_ns: Callable[[], int]
+    inflight: dict[str, bytes] = field(default_factory=dict)
+    """Key -> body fingerprint of a first copy not yet durable."""
+
+    def value(self, seq: int, digest: bytes) -> bytes:
+        return pack_value(seq, self.clock_ns() + int(self.window_s * 1e9), digest)
+
+    def lookup(self, key: str, digest: bytes) -> tuple[int, bool] | None:
+        """For a key stored and live: (first copy's seq, same body?); None if absent,
+        expired (the new put stores under it again) or in flight."""
+        raw = self.store.get_raw(Journal.DEDUPE, key.encode())
+        if raw is None:
+            return None
+        seq, expires_ns, stored_digest = unpack_value(raw)
+        if expires_ns is not None and expires_ns <= self.clock_ns():
+            return None
+        return seq, stored_digest is None or stored_digest == digest
+
+    def conflict(self, key: str, body: bytes) -> str | None:
+        """Why a put reusing `key` must be refused (another body), or None."""
+        digest = fingerprint(body)
+        inflight = self.inflight.get(key)
+        if inflight is not None:
+            same = inflight == digest
+            seq_text = "a put still in flight"
+        else:
+            found = self.lookup(key, digest)
+            if found is None:
+                return None
+            seq, same = found
+            seq_text = f"seq {seq}"
+        if same:
+            return None
+        scope, _, name = key[len(APP_PREFIX) :].partition(":")
+        return (
+            f"idempotency key {name!r} (sender>target {scope}) was already used for "
+            f"another body ({seq_text}) within the dedupe window"
+        )
+
+    def expired(self, count_max: int = PURGE_BATCH_MAX) -> list[bytes]:
+        """Keys to delete: expired application keys and unscoped keys of the old
+        format (they can no longer match any put)."""
+        now_ns = self.clock_ns()
+        stale: list[bytes] = []
+        for key, value in self.store.raw_items(Journal.DEDUPE):
+            name = bytes(key)
+            if name.startswith(ORIGIN_PREFIX.encode()):
+                continue
+            if name.startswith(APP_PREFIX.encode()):
+                _, expires_ns, _ = unpack_value(bytes(value))
+                if expires_ns is not None and expires_ns > now_ns:
+                    continue
+            stale.append(name)
+            if len(stale) >= count_max:
+                break
+        return stale
+
+    def purge_batch(self) -> WriteBatch | None:
+        stale = self.expired()
+        if not stale:
+            return None
+        batch = WriteBatch.empty()
+        for key in stale:
+            batch.delete(Journal.DEDUPE, key)
+        return batch
