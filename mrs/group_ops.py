@@ -38,6 +38,10 @@ class GroupOps:
 
     def attach_store(self, can_grow: bool) -> None:
         """Called once the journals are open (before recovery)."""
+        if self.server.config.ops.metrics_port is not None:
+            from mrs.metrics import GroupMetrics
+
+            self.metrics = GroupMetrics(self)
         if not hasattr(self.server.store, "env"):
             return  # the simulator's in-memory store: no map to watch
         config = self.server.config
@@ -50,8 +54,14 @@ class GroupOps:
         )
         self.server.store.grow_map = self.watch.grow_if_needed if can_grow else None
 
+    def reply_observer(self):
+        """What each session calls with every reply it sends (None: metrics off)."""
+        return self.metrics.observe_reply if self.metrics is not None else None
+
     def after_commit(self) -> None:
         """Grow the map between commits, before a burst can fill it."""
+        if self.metrics is not None:
+            self.metrics.after_commit()
         if self.watch is not None and self.watch.can_grow:
             self.watch.grow_if_needed()
 

@@ -97,10 +97,14 @@ class ServerSession:
     in_flight_bytes: int = 0
     account: ByteAccount = field(default_factory=ByteAccount)
     """Bodies of this connection's messages waiting in memory queues."""
+    observe: Callable[[object], None] | None = None
+    """Metrics (mrs.metrics): called with every reply sent, when metrics are on."""
 
     def send(self, event: object) -> None:
         if self.closed:
             return
+        if self.observe is not None:
+            self.observe(event)
         in_flight = self.in_flight
         if in_flight:  # every request is answered exactly once: the answer ends it
             size = in_flight.pop(getattr(event, "request_id", 0), None)
@@ -386,6 +390,7 @@ class GroupServer:
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
+        session.observe = self.ops.reply_observer()
         host = ""
         with contextlib.suppress(OSError, AttributeError):
             host, port = stream.socket.getpeername()[:2]
