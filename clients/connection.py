@@ -822,6 +822,12 @@ async def connect(
             if journal is None:
                 raise
             link = None
+        except MrsError as refused:
+            # QUEUE_BUSY: a killed predecessor's connection is not yet reaped; the
+            # journal lets us attach now and retry in the background.
+            if journal is None or refused.status != Status.QUEUE_BUSY:
+                raise
+            link = None
         if journal is not None:
             client.attach_status = Status.SUCCESS if link is not None else Status.JOURNAL_ON
             client.journal_status = Status.JOURNAL_ON

@@ -1,0 +1,49 @@
+"""A client process with a SAF journal, for crash tests (SIGKILL it at any point).
+
+    python tests/saf_client_process.py ADDRESS JOURNAL COUNT
+
+Attaches to SENDER with the journal, puts COUNT recoverable messages b"old<i>" to
+ANYORDER (journaled if the server is down), prints "journaled", then prints
+"drained <n>" as the journal drains (every 50 records) and "LINK_UP" at the end,
+and waits to be killed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import trio
+
+from clients import DeliveryMode, Reconnect, Status, connect
+
+
+async def put(client, body: bytes) -> None:
+    psb = await client.put(body, target="1.11", delivery=DeliveryMode.WF_DQF)
+    assert psb.status == Status.JOURNAL_ON, psb
+
+
+async def main(address: str, journal: str, count: int) -> None:
+    drained = [0]
+
+    def progress(event) -> None:
+        if event.kind == "drained":
+            drained[0] += 1
+            if drained[0] % 50 == 0:
+                print(f"drained {drained[0]}", flush=True)
+
+    reconnect = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
+    async with connect(
+        address, "SENDER", saf_journal=journal, reconnect=reconnect, connect_timeout_s=2
+    ) as client:
+        client.add_journal_listener(progress)
+        async with trio.open_nursery() as nursery:  # one group commit, not COUNT fsyncs
+            for index in range(count):
+                nursery.start_soon(put, client, b"old%d" % index)
+        print("journaled", flush=True)
+        await client.wait_journal_status(Status.LINK_UP)
+        print("LINK_UP", flush=True)
+        await trio.sleep_forever()
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
