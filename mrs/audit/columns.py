@@ -227,3 +227,34 @@ def batch_from_records(records: Iterable, group: int, journal: str) -> pa.Record
     from journals.record import _FIELD_VALUES
 
     return batch_from_values([list(_FIELD_VALUES(r)) for r in records], group, journal)
+
+
+def _timestamp(ns: int):
+    import datetime
+
+    if not ns:
+        return None
+    return datetime.datetime.fromtimestamp(ns // 1000 / 1e6, datetime.UTC)
+
+
+def row_from_values(values: list, group: int, journal: str) -> tuple:
+    """One decoded record as a tuple in schema order (the row-at-a-time path)."""
+    (seq, target_group, target_queue, source_group, source_queue, body, msg_class,
+     msg_type, priority, delivery, uma, correlation_id, put_time_ns, written_time_ns,
+     confirm_value, confirm_time_ns, reason, extra) = values  # fmt: skip
+    possdupl, deliveries, replayed = _extra_fields([extra])
+    is_dlj = journal == "dlj"
+    return (
+        journal, group, seq, f"{source_group}.{source_queue}", source_group, source_queue,
+        f"{target_group}.{target_queue}", target_group, target_queue, msg_class, msg_type,
+        priority, _name(_DELIVERY_NAMES, delivery), _name(_UMA_NAMES, uma),
+        _timestamp(put_time_ns), _timestamp(written_time_ns), _timestamp(confirm_time_ns),
+        confirm_value, possdupl[0], deliveries[0], replayed[0], correlation_id, len(body),
+        body, _reason_name(reason) if is_dlj else None, reason if is_dlj else None, None,
+    )  # fmt: skip
+
+
+def corrupt_row(key: bytes, problem: str, group: int, journal: str) -> tuple:
+    row: list = [None] * len(COLUMN_NAMES)
+    row[0], row[1], row[2], row[-1] = journal, group, seq_of_key(key), problem
+    return tuple(row)

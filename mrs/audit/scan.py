@@ -1,0 +1,296 @@
+"""Reading one group's PCJ or DLJ for the audit: plan key ranges, scan them to Arrow.
+
+Spark-free, so the planner and the scan can be tested and benchmarked on their own;
+`mrs.audit.source` wraps them as the `mrs-pcj` / `mrs-dlj` data source.
+
+The snapshot boundary. LMDB gives every reader a consistent snapshot, but one Spark
+scan is many readers (tasks, retries, other processes) opened at different moments
+while the group may keep writing. So a scan fixes its boundary once, at planning:
+a record belongs to the scan if its key is at most the last key seen at planning
+AND it was written (journaled) no later than the planning time. Planning waits
+`settle_s` after taking that time before it reads the keys, so a commit that was in
+flight at the planning time has landed before any task reads. Every task and every
+retry applies the same rule and so sees the same records, whatever the group wrote
+since. (PCJ keys are sequence numbers, and messages are confirmed out of sequence
+order, so a key bound alone would not do.) Records *deleted* after planning (a DLJ
+redrive with --remove, an archive) cannot be seen by a later task; the scan reports
+what is there.
+
+Each environment is opened read-only *with* LMDB's lock file, so a reader takes a
+reader slot like any other and the writer never reuses pages it still reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from journals import Journal, JournalStore
+from mrs.audit.columns import (
+    batch_from_values,
+    corrupt_batch,
+    decode_values,
+    seq_of_key,
+)
+
+BATCH_ROWS = 8192
+RECORDS_PER_PARTITION = 131_072
+SETTLE_S = 0.2
+"""Longer than a group commit takes on a healthy disk (milliseconds)."""
+PARTITIONS_PER_GROUP_MAX = 1024
+
+# Indices into a decoded record's field list (journals.Record order).
+SEQ, TARGET_GROUP, TARGET_QUEUE, SOURCE_GROUP, SOURCE_QUEUE = 0, 1, 2, 3, 4
+CLASS, TYPE, PRIORITY, PUT_TIME_NS, WRITTEN_TIME_NS, CONFIRM_TIME_NS = 6, 7, 8, 12, 13, 15
+TIME_FIELDS = {"put_time": PUT_TIME_NS, "written_time": WRITTEN_TIME_NS,
+               "confirm_time": CONFIRM_TIME_NS}  # fmt: skip
+INT_FIELDS = {
+    "target_group": TARGET_GROUP,
+    "target_queue": TARGET_QUEUE,
+    "source_group": SOURCE_GROUP,
+    "source_queue": SOURCE_QUEUE,
+    "class": CLASS,
+    "type": TYPE,
+    "priority": PRIORITY,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """An inclusive integer range with an optional set of allowed values."""
+
+    low: int | None = None
+    high: int | None = None
+    values: frozenset[int] | None = None
+
+    def both(self, other: Range) -> Range:
+        low = max((v for v in (self.low, other.low) if v is not None), default=None)
+        high = min((v for v in (self.high, other.high) if v is not None), default=None)
+        if self.values is not None and other.values is not None:
+            values = self.values & other.values
+        else:
+            values = self.values if self.values is not None else other.values
+        return Range(low, high, values)
+
+    def admits(self, value: int) -> bool:
+        if self.low is not None and value < self.low:
+            return False
+        if self.high is not None and value > self.high:
+            return False
+        return self.values is None or value in self.values
+
+    def empty(self) -> bool:
+        if self.low is not None and self.high is not None and self.low > self.high:
+            return True
+        return self.values is not None and not any(self.admits(v) for v in self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """What pushed filters ask for: a seq range, and ranges over record fields.
+
+    Time ranges are in microseconds (the columns' unit); a record whose time is
+    unset (0, e.g. no confirm time in the DLJ) fails any range on it, as NULL does.
+    """
+
+    seq: Range = Range()
+    group: Range = Range()
+    fields: tuple[tuple[int, bool, Range], ...] = ()
+    """(field index, is a time in ns, range)."""
+
+    def admits(self, values: list) -> bool:
+        for index, is_time, wanted in self.fields:
+            value = values[index]
+            if is_time:
+                if not value:
+                    return False
+                value //= 1000
+            if not wanted.admits(value):
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One task's work: a key range of one group's journal, and the scan's boundary."""
+
+    path: str
+    group: int
+    journal: str
+    low_key: bytes
+    high_key: bytes
+    """Inclusive; no greater than the last key at planning."""
+    boundary_ns: int
+    conditions: Conditions = field(default_factory=Conditions)
+
+
+def open_store(path: str | Path) -> JournalStore:
+    """A read-only handle with locking; a clear error if there is no journal there."""
+    directory = Path(path)
+    if not (directory / "data.mdb").is_file():
+        raise FileNotFoundError(f"no group journal (data.mdb) in {directory}")
+    return JournalStore(directory, readonly=True)
+
+
+def _key(seq: int) -> bytes:
+    return seq.to_bytes(8, "big")
+
+
+def plan(
+    sources: list[tuple[str, int]],
+    journal: str,
+    conditions: Conditions = Conditions(),  # noqa: B008 - immutable
+    *,
+    records_per_partition: int = RECORDS_PER_PARTITION,
+    settle_s: float = SETTLE_S,
+    boundary_ns: int | None = None,
+) -> list[Part]:
+    """Parts covering every record of `journal` in each (data dir, group) source."""
+    boundary_ns = time.time_ns() if boundary_ns is None else boundary_ns
+    if settle_s > 0:
+        time.sleep(settle_s)
+    parts: list[Part] = []
+    for path, group in sources:
+        if conditions.group.admits(group):
+            parts.extend(_plan_one(path, group, journal, conditions, boundary_ns,
+                                   max(1, records_per_partition)))  # fmt: skip
+    return parts
+
+
+def _plan_one(
+    path: str, group: int, journal: str, conditions: Conditions, boundary_ns: int, per_part: int
+) -> list[Part]:
+    if conditions.seq.empty():
+        return []
+    store = open_store(path)
+    try:
+        db = store.db(Journal(journal))
+        if db is None:
+            return []
+        low = _key(conditions.seq.low) if conditions.seq.low is not None else b""
+        high_limit = _key(conditions.seq.high) if conditions.seq.high is not None else None
+        splits: list[bytes] = []
+        last: bytes | None = None
+        count = 0
+        with store.env.begin(db=db) as txn:
+            cursor = txn.cursor(db)
+            found = cursor.set_range(low) if low else cursor.first()
+            if not found:
+                return []
+            for key in cursor.iternext(keys=True, values=False):
+                if high_limit is not None and key > high_limit:
+                    break
+                if count % per_part == 0 and len(splits) < PARTITIONS_PER_GROUP_MAX:
+                    splits.append(key)
+                last = key
+                count += 1
+    finally:
+        store.close()
+    if last is None:
+        return []
+    ends = [_before(key) for key in splits[1:]] + [last]
+    return [
+        Part(path, group, journal, start, end, boundary_ns, conditions)
+        for start, end in zip(splits, ends, strict=True)
+    ]
+
+
+def _before(key: bytes) -> bytes:
+    """The greatest key of the same length sorting before `key` (keys are distinct)."""
+    value = int.from_bytes(key, "big") - 1
+    return value.to_bytes(len(key), "big")
+
+
+def _seq_admits(conditions: Conditions, seq: int | None) -> bool:
+    return seq is None or conditions.seq.admits(seq)
+
+
+def scan_values(part: Part) -> Iterator[tuple[bytes, list | str]]:
+    """(key, field list or corruption reason) for every record of the part in its
+    boundary that the conditions admit, in key order, from one LMDB snapshot."""
+    store = open_store(part.path)
+    try:
+        db = store.db(Journal(part.journal))
+        if db is None:
+            return
+        conditions = part.conditions
+        filter_fields = bool(conditions.fields)
+        seq_values = conditions.seq.values is not None
+        boundary_ns, high = part.boundary_ns, part.high_key
+        with store.env.begin(db=db, buffers=False) as txn:
+            cursor = txn.cursor(db)
+            if not cursor.set_range(part.low_key):
+                return
+            for key, value in cursor.iternext():
+                if key > high:
+                    break
+                decoded = decode_values(key, value)
+                if isinstance(decoded, str):
+                    if not filter_fields and _seq_admits(conditions, seq_of_key(key)):
+                        yield key, decoded
+                    continue
+                if decoded[WRITTEN_TIME_NS] > boundary_ns:
+                    continue
+                if seq_values and not conditions.seq.admits(decoded[SEQ]):
+                    continue
+                if filter_fields and not conditions.admits(decoded):
+                    continue
+                yield key, decoded
+    finally:
+        store.close()
+
+
+def scan_batches(part: Part, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The part as Arrow batches in the audit schema; corrupt records as report rows."""
+    rows: list[list] = []
+    corrupt: list[tuple[bytes, str]] = []
+    for key, decoded in scan_values(part):
+        if isinstance(decoded, str):
+            corrupt.append((key, decoded))
+            continue
+        rows.append(decoded)
+        if len(rows) >= batch_rows:
+            yield _to_batch(rows, part)
+            rows = []
+    if rows:
+        yield _to_batch(rows, part)
+    if corrupt:
+        yield corrupt_batch(corrupt, part.group, part.journal)
+
+
+def _to_batch(rows: list[list], part: Part) -> pa.RecordBatch:
+    """One batch; if a checksummed record still holds fields of the wrong type, build
+    the batch record by record so only that record is reported as corrupt."""
+    try:
+        return batch_from_values(rows, part.group, part.journal)
+    except (TypeError, ValueError, OverflowError, pa.ArrowException):
+        good, bad = [], []
+        for values in rows:
+            try:
+                batch_from_values([values], part.group, part.journal)
+                good.append(values)
+            except (TypeError, ValueError, OverflowError, pa.ArrowException) as error:
+                seq = values[SEQ] if isinstance(values[SEQ], int) else 0
+                bad.append((_key(seq % (1 << 64)), f"field of the wrong type: {error}"))
+        batches = [batch_from_values(good, part.group, part.journal)] if good else []
+        if bad:
+            batches.append(corrupt_batch(bad, part.group, part.journal))
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+__all__ = [
+    "BATCH_ROWS",
+    "Conditions",
+    "INT_FIELDS",
+    "Part",
+    "Range",
+    "TIME_FIELDS",
+    "open_store",
+    "plan",
+    "scan_batches",
+    "scan_values",
+]

@@ -1,0 +1,308 @@
+"""The `mrs-pcj` and `mrs-dlj` Spark formats: a PySpark Python data source (pyspark>=4.1).
+
+    from mrs.audit import register
+    register(spark)
+    spark.read.format("mrs-pcj").load("/var/mrs/g1")                 # one data dir
+    spark.read.format("mrs-pcj").load(["/var/mrs/g1", "/var/mrs/g2"])  # several
+    spark.read.format("mrs-dlj").option("config", "bus.toml").option("groups", "1,2").load()
+
+Options: `path`/`paths` or `config` + `groups` (default: every group of the config);
+`group` names the group of a single path (otherwise the PCJ's records or the
+directory's trailing digits tell); `recordsPerPartition` (131072);
+`snapshotSettleMs` (200); `arrow` (true: Arrow batches; false: row tuples).
+
+Planning (in a Spark Python worker) fixes the snapshot boundary and splits each
+group's journal into key ranges (see `mrs.audit.scan`); each task reads its range
+read-only with LMDB locking. Pushed filters on seq, group, the times and the
+queue/group/class/type/priority columns are applied exactly while scanning, and seq
+bounds narrow the key ranges themselves.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from journals import Journal
+from mrs.audit import scan
+from mrs.audit.columns import SCHEMA, corrupt_row, row_from_values
+
+log = logging.getLogger("mrs.audit")
+
+_SPARK_TYPES = {
+    "string": StringType(),
+    "int32": IntegerType(),
+    "int64": LongType(),
+    "bool": BooleanType(),
+    "binary": BinaryType(),
+    "timestamp[us, tz=UTC]": TimestampType(),
+}
+SPARK_SCHEMA = StructType(
+    [StructField(f.name, _SPARK_TYPES[str(f.type)], nullable=True) for f in SCHEMA]
+)
+
+
+class SourceError(ValueError):
+    """The options do not name a readable journal (one line, for the operator)."""
+
+
+def _options(options) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def _paths(options: dict[str, str]) -> list[str]:
+    paths: list[str] = []
+    if "paths" in options:
+        text = options["paths"]
+        try:
+            loaded = json.loads(text)
+            paths.extend(loaded if isinstance(loaded, list) else [str(loaded)])
+        except json.JSONDecodeError:
+            paths.extend(p for p in text.split(",") if p)
+    if options.get("path"):
+        paths.append(options["path"])
+    return list(dict.fromkeys(paths))
+
+
+def infer_group(path: str) -> int:
+    """The group of a data dir: its PCJ's target group, else trailing digits, else 0."""
+    store = scan.open_store(path)
+    try:
+        for _, item in store.scan(Journal.PCJ):
+            if not isinstance(item, Exception):
+                return item.target_group
+            break
+    finally:
+        store.close()
+    match = re.search(r"(\d+)$", Path(path).name)
+    return int(match.group(1)) if match else 0
+
+
+def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
+    """(data dir, group) pairs named by the options."""
+    if "config" in options:
+        from mrs.config import ConfigError, load_config
+
+        try:
+            bus = load_config(options["config"])
+        except (ConfigError, OSError) as error:
+            raise SourceError(f"config: {error}") from None
+        wanted = options.get("groups", "")
+        ids = [int(g) for g in re.split(r"[,\s]+", wanted) if g] if wanted else list(bus.groups)
+        try:
+            return [(str(bus.group(g).data_dir), g) for g in ids]
+        except LookupError as error:
+            raise SourceError(str(error)) from None
+    paths = _paths(options)
+    if not paths:
+        raise SourceError("give a data directory (load(PATH) or option path) or a config")
+    if "group" in options:
+        if len(paths) != 1:
+            raise SourceError("option group goes with exactly one path")
+        return [(paths[0], int(options["group"]))]
+    for path in paths:
+        if not (Path(path) / "data.mdb").is_file():
+            raise SourceError(f"no group journal (data.mdb) in {path}")
+    return [(path, infer_group(path)) for path in paths]
+
+
+# ------------------------------------------------------------------ filters
+def _micros(value) -> int | None:
+    if not isinstance(value, datetime.datetime):
+        return None
+    if value.tzinfo is None:  # Spark hands naive datetimes in the local time zone
+        value = value.astimezone()
+    delta = value - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_RANGE_FILTERS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual, In)
+
+
+def _as_range(flt: Filter, convert) -> scan.Range | None:
+    if not isinstance(flt, _RANGE_FILTERS):
+        return None
+    if isinstance(flt, In):
+        values = [convert(v) for v in flt.value]
+        if any(v is None for v in values):
+            return None
+        return scan.Range(values=frozenset(values))
+    value = convert(flt.value)
+    if value is None:
+        return None
+    if isinstance(flt, EqualTo):
+        return scan.Range(value, value)
+    if isinstance(flt, GreaterThan):
+        return scan.Range(low=value + 1)
+    if isinstance(flt, GreaterThanOrEqual):
+        return scan.Range(low=value)
+    if isinstance(flt, LessThan):
+        return scan.Range(high=value - 1)
+    if isinstance(flt, LessThanOrEqual):
+        return scan.Range(high=value)
+    return None
+
+
+def _integer(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def push(conditions: scan.Conditions, flt: Filter) -> scan.Conditions | None:
+    """`conditions` narrowed by `flt`, or None if this filter cannot be pushed."""
+    if len(flt.attribute) != 1:
+        return None
+    column = flt.attribute[0]
+    if column in scan.TIME_FIELDS:
+        wanted = _as_range(flt, _micros)
+        key = (scan.TIME_FIELDS[column], True)
+    elif column in scan.INT_FIELDS or column in ("seq", "group"):
+        wanted = _as_range(flt, _integer)
+        key = (scan.INT_FIELDS.get(column, -1), False)
+    else:
+        return None
+    if wanted is None:
+        return None
+    if column == "seq":
+        return scan.Conditions(conditions.seq.both(wanted), conditions.group, conditions.fields)
+    if column == "group":
+        return scan.Conditions(conditions.seq, conditions.group.both(wanted), conditions.fields)
+    return scan.Conditions(conditions.seq, conditions.group, (*conditions.fields, (*key, wanted)))
+
+
+# ------------------------------------------------------------------ reader
+class _PartInput(InputPartition):
+    def __init__(self, part: scan.Part | None) -> None:
+        super().__init__(part)
+
+
+class JournalReader(DataSourceReader):
+    """Plans parts at a fixed snapshot boundary and reads them as Arrow batches."""
+
+    def __init__(self, journal: str, options: dict[str, str]) -> None:
+        self.journal = journal
+        self.options = options
+        self.sources = resolve_sources(options)
+        self.conditions = scan.Conditions()
+        self.arrow = options.get("arrow", "true").lower() != "false"
+
+    def partitions(self) -> list[InputPartition]:
+        parts = scan.plan(
+            self.sources,
+            self.journal,
+            self.conditions,
+            records_per_partition=int(
+                self.options.get("recordsperpartition", scan.RECORDS_PER_PARTITION)
+            ),
+            settle_s=float(self.options.get("snapshotsettlems", scan.SETTLE_S * 1000)) / 1000,
+        )
+        return [_PartInput(part) for part in parts] or [_PartInput(None)]
+
+    def read(self, partition: InputPartition) -> Iterator:
+        part = partition.value
+        if part is None:
+            return
+        if self.arrow:
+            yield from scan.scan_batches(part)
+            return
+        for key, decoded in scan.scan_values(part):
+            if isinstance(decoded, str):
+                yield corrupt_row(key, decoded, part.group, part.journal)
+            else:
+                yield row_from_values(decoded, part.group, part.journal)
+
+
+class PushdownJournalReader(JournalReader):
+    """The same reader, taking the filters Spark pushes (seq, group, times, queues).
+
+    A separate class because Spark refuses a reader that implements pushFilters
+    while `spark.sql.python.filterPushdown.enabled` is off."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for flt in filters:
+            narrowed = push(self.conditions, flt)
+            if narrowed is None:
+                yield flt
+            else:
+                self.conditions = narrowed
+
+
+class _JournalSource(DataSource):
+    journal = "pcj"
+    pushdown = False
+    """Set by `register` from the session's filterPushdown conf; option `pushdown`
+    (true/false) overrides it per read."""
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = _options(self.options)
+        pushdown = options.get("pushdown", str(self.pushdown)).lower() == "true"
+        reader_type = PushdownJournalReader if pushdown else JournalReader
+        return reader_type(self.journal, options)
+
+
+class PcjSource(_JournalSource):
+    """Format `mrs-pcj`: the postconfirmation journal (confirmed messages)."""
+
+    journal = Journal.PCJ.value
+
+    @classmethod
+    def name(cls) -> str:
+        return "mrs-pcj"
+
+
+class DljSource(_JournalSource):
+    """Format `mrs-dlj`: the dead letter journal."""
+
+    journal = Journal.DLJ.value
+
+    @classmethod
+    def name(cls) -> str:
+        return "mrs-dlj"
+
+
+class PcjPushdownSource(PcjSource):
+    pushdown = True
+
+
+class DljPushdownSource(DljSource):
+    pushdown = True
+
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def register(spark) -> None:
+    """Register `mrs-pcj` and `mrs-dlj` with this SparkSession. Filters are pushed if
+    the session has `spark.sql.python.filterPushdown.enabled` on at this moment."""
+    pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
+    spark.dataSource.register(PcjPushdownSource if pushdown else PcjSource)
+    spark.dataSource.register(DljPushdownSource if pushdown else DljSource)
