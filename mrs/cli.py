@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mrs import __version__
+from mrs.audit.command import add_parser as add_audit
 from mrs.bus_status import add_status_parser
 from mrs.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.config import ConfigError, load_config
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
     add_dlq_handler(commands, _dlq_handler)
+    add_audit(commands)
     return finish_parser(parser)
 
 

@@ -128,12 +128,19 @@ class Part:
     conditions: Conditions = field(default_factory=Conditions)
 
 
+def journal_dir(path: str | Path) -> Path:
+    """The LMDB directory of a group: `path` itself or its `journals/` (a data_dir)."""
+    directory = Path(path)
+    if (directory / "data.mdb").is_file():
+        return directory
+    if (directory / "journals" / "data.mdb").is_file():
+        return directory / "journals"
+    raise FileNotFoundError(f"no group journal (data.mdb) in {directory} or {directory}/journals")
+
+
 def open_store(path: str | Path) -> JournalStore:
     """A read-only handle with locking; a clear error if there is no journal there."""
-    directory = Path(path)
-    if not (directory / "data.mdb").is_file():
-        raise FileNotFoundError(f"no group journal (data.mdb) in {directory}")
-    return JournalStore(directory, readonly=True)
+    return JournalStore(journal_dir(path), readonly=True)
 
 
 def _key(seq: int) -> bytes:

@@ -10,6 +10,7 @@ lmdb and msgpack installed (and the journal paths readable).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -33,6 +34,27 @@ def code_zip(directory: Path) -> Path:
     return path
 
 
+LOG4J2_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark %p %c{1}: %m%n
+"""
+"""Spark's JVM says only errors: the audit's own output is the progress line."""
+
+
+def _log4j2_file() -> Path:
+    path = Path(tempfile.gettempdir()) / "mrs-audit-log4j2.properties"
+    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
+        scratch = path.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(LOG4J2_PROPERTIES)
+        os.replace(scratch, path)
+    return path
+
+
 def is_local(master: str) -> bool:
     return master.startswith("local")
 
@@ -45,12 +67,17 @@ def build_session(master: str = "local[*]", app_name: str = "mrs audit", conf=No
 
     from mrs.audit import register
 
+    for name in ("py4j", "matplotlib"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    java_options = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.enabled", "false")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))

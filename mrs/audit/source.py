@@ -25,7 +25,6 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -101,7 +100,9 @@ def infer_group(path: str) -> int:
             break
     finally:
         store.close()
-    match = re.search(r"(\d+)$", Path(path).name)
+    directory = scan.journal_dir(path)
+    name = directory.parent.name if directory.name == "journals" else directory.name
+    match = re.search(r"(\d+)$", name)
     return int(match.group(1)) if match else 0
 
 
@@ -127,10 +128,10 @@ def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
         if len(paths) != 1:
             raise SourceError("option group goes with exactly one path")
         return [(paths[0], int(options["group"]))]
-    for path in paths:
-        if not (Path(path) / "data.mdb").is_file():
-            raise SourceError(f"no group journal (data.mdb) in {path}")
-    return [(path, infer_group(path)) for path in paths]
+    try:
+        return [(str(scan.journal_dir(path)), infer_group(path)) for path in paths]
+    except FileNotFoundError as error:
+        raise SourceError(str(error)) from None
 
 
 # ------------------------------------------------------------------ filters

@@ -1,0 +1,196 @@
+"""The audit report as files and on the terminal: Parquet + CSV per table, one
+self-contained HTML page (charts as inline base64 PNG), a short rich table, JSON.
+
+Why self-contained: the page is mailed to auditors and opened from a file share,
+so it carries its charts and styles and loads nothing from the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from mrs.audit.report import TABLES, Report, _plain
+
+
+def write_tables(report: Report, out_dir: Path) -> list[Path]:
+    """tables/NAME.parquet and tables/NAME.csv for each table, plus totals."""
+    directory = out_dir / "tables"
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    named = {"totals": [_plain(report.totals)], **report.tables}
+    for name, rows in named.items():
+        table = pa.Table.from_pylist(rows) if rows else pa.table({"empty": pa.array([], pa.int8())})
+        for suffix, write in (
+            (".parquet", lambda t, p: pq.write_table(t, p)),
+            (".csv", lambda t, p: pacsv.write_csv(t, p)),
+        ):
+            path = directory / f"{name}{suffix}"
+            write(table, path)
+            written.append(path)
+    return written
+
+
+def write_json(report: Report, path: Path) -> None:
+    path.write_text(json.dumps(report.as_json(), indent=2) + "\n")
+
+
+# ------------------------------------------------------------------ charts
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _bar_chart(title: str, labels: list[str], values: list[float], ylabel: str) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    if not labels:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 3))
+    axes.bar(range(len(labels)), values, color="#3b6ea5")
+    axes.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 6 else 0,
+                    ha="right" if len(labels) > 6 else "center")  # fmt: skip
+    axes.set_title(title)
+    axes.set_ylabel(ylabel)
+    axes.grid(axis="y", alpha=0.3)
+    encoded = _png(figure)
+    plt.close(figure)
+    return encoded
+
+
+def _latency_chart(rows: list[dict]) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    if not rows:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 3))
+    labels = [r["target"] for r in rows]
+    width = 0.27
+    for offset, key in ((-width, "p50_ms"), (0.0, "p95_ms"), (width, "p99_ms")):
+        axes.bar([i + offset for i in range(len(rows))], [r[key] or 0 for r in rows],
+                 width=width, label=key.replace("_ms", ""))  # fmt: skip
+    axes.set_xticks(range(len(rows)), labels)
+    axes.set_title("Confirm latency per queue")
+    axes.set_ylabel("ms")
+    axes.legend()
+    axes.grid(axis="y", alpha=0.3)
+    encoded = _png(figure)
+    plt.close(figure)
+    return encoded
+
+
+def charts(report: Report) -> list[tuple[str, str]]:
+    """(title, base64 PNG) for each chart that has data."""
+    t = report.tables
+    hour_labels = [_plain(r["hour"])[5:16].replace("T", " ") for r in t["per_hour"]]
+    made = [
+        ("Confirmed messages per queue", _bar_chart(
+            "Confirmed messages per queue", [r["target"] for r in t["per_queue"]],
+            [r["messages"] for r in t["per_queue"]], "messages")),
+        ("Confirmed messages per sender", _bar_chart(
+            "Confirmed messages per sender", [r["source"] for r in t["per_sender"]],
+            [r["messages"] for r in t["per_sender"]], "messages")),
+        ("Confirmed messages per hour (UTC)", _bar_chart(
+            "Confirmed messages per hour (UTC)", hour_labels,
+            [r["messages"] for r in t["per_hour"]], "messages")),
+        ("Confirm latency per queue", _latency_chart(t["latency"])),
+        ("Dead letters by reason", _bar_chart(
+            "Dead letters by reason", [str(r["dead_letter_reason"]) for r in t["dead_letters"]],
+            [r["messages"] for r in t["dead_letters"]], "dead letters")),
+    ]  # fmt: skip
+    return [(title, image) for title, image in made if image]
+
+
+# ------------------------------------------------------------------ html
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
+h1{font-size:1.5em} h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:.25em .6em}
+th{background:#f2f4f7;text-align:left} td.n{text-align:right;font-variant-numeric:tabular-nums}
+img{max-width:100%} .meta{color:#666}
+"""
+
+
+def _format(value) -> str:
+    value = _plain(value)
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1 else f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "" if value is None else str(value)
+
+
+def _html_table(rows: list[dict]) -> str:
+    if not rows:
+        return "<p>none</p>"
+    columns = list(rows[0])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="{"n" if isinstance(r[c], int | float) else ""}">'
+            f"{html.escape(_format(r[c]))}</td>"
+            for c in columns
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def write_html(report: Report, path: Path, title: str, description: str) -> Path:
+    sections = [
+        f"<h1>{html.escape(title)}</h1><p class=meta>{html.escape(description)}</p>",
+        "<h2>Totals</h2>",
+        _html_table([{"figure": k, "value": v} for k, v in report.totals.items()]),
+    ]
+    for chart_title, image in charts(report):
+        sections.append(f"<h2>{html.escape(chart_title)}</h2>")
+        alt = html.escape(chart_title)
+        sections.append(f'<img alt="{alt}" src="data:image/png;base64,{image}">')
+    for name in TABLES:
+        sections.append(f"<h2>{html.escape(name.replace('_', ' '))}</h2>")
+        sections.append(_html_table(report.tables[name]))
+    page = (
+        "<!doctype html><html><head><meta charset=utf-8>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+        + "\n".join(sections)
+        + "</body></html>\n"
+    )
+    path.write_text(page)
+    return path
+
+
+# ------------------------------------------------------------------ terminal
+def print_summary(report: Report, console) -> None:
+    from rich.table import Table
+
+    totals = report.totals
+    table = Table(title="MRS audit", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in ("confirmed", "dead_letters", "possdupl", "possdupl_rate", "replayed",
+                "corrupt_records"):  # fmt: skip
+        value = totals[key]
+        table.add_row(key.replace("_", " "), f"{value:.2%}" if key.endswith("rate") else
+                      f"{value:,}")  # fmt: skip
+    for row in report.tables["latency"][:8]:
+        table.add_row(
+            f"latency {row['target']} p50/p95/p99 ms",
+            f"{row['p50_ms']:.1f} / {row['p95_ms']:.1f} / {row['p99_ms']:.1f}",
+        )
+    console.print(table)
