@@ -77,6 +77,7 @@ def build_session(master: str = "local[*]", app_name: str = "mrs audit", conf=No
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
