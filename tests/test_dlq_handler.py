@@ -424,3 +424,77 @@ async def test_status_shows_a_running_handlers_counts(bus) -> None:
         nursery.cancel_scope.cancel()
     [reader] = readers
     assert (reader["moved"], reader["discarded"], reader["put"]) == (1, 1, 1)
+
+
+# ---------------------------------------------------------------------- INPUTQ(DLJ)
+def dlj_seqs(bus) -> list[int]:
+    from journals import Journal, JournalStore
+
+    store = JournalStore(bus.data_dir / "journals", readonly=True)
+    try:
+        return [record.seq for _key, record in store.scan(Journal.DLJ)]
+    finally:
+        store.close()
+
+
+async def test_inputq_dlj_works_the_dead_letter_journal(bus, tmp_path) -> None:
+    async with connect(bus.address, queue="SENDER") as sender:
+        seqs = []
+        for body, queue in ((b"fwd", "1.50"), (b"drop", "1.51"), (b"keep", "1.52")):
+            psb = await sender.put(
+                body, target=queue, delivery=MODE.WF_DQF, uma=Uma.DLJ, correlation_id=body
+            )
+            assert psb.uma_status == Status.DLJ_SUCCESS
+            seqs.append(psb.seq)
+    assert dlj_seqs(bus) == seqs
+    rules = tmp_path / "rules.txt"
+    rules.write_text(
+        "INPUTQ(DLJ) WAIT(NO)\n"
+        "REASON(MQRC_UNKNOWN_OBJECT_NAME) DESTQ(50) ACTION(FWD) FWDQ(ANYORDER)\n"
+        "DESTQ(51) ACTION(DISCARD)\n"
+        "ACTION(IGNORE)\n"
+    )
+    result = subprocess.run(
+        _handler_command(bus, rules), capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    outcomes = {
+        event["seq"]: event["outcome"]
+        for event in map(json.loads, result.stdout.splitlines())
+        if "seq" in event
+    }
+    assert outcomes == dict(zip(seqs, ["forwarded", "discarded", "left"], strict=True))
+    assert dlj_seqs(bus) == [seqs[2]]  # removed once the forward was stored / discarded
+    async with connect(bus.address, queue="ANYORDER") as target:
+        [message] = await drain(target)
+    assert (message.body, message.correlation_id, str(message.source)) == (b"fwd", b"fwd", "1.13")
+    assert message.dead_letter_header["reason"] == 2085
+    assert message.dead_letter_header["put_appl_name"] == "NYC"
+
+
+async def test_dlj_attempt_before_put_marks_a_repeat(bus) -> None:
+    from mrs.dlq.sources import DljSource
+    from mrs.journal_files import locate
+
+    async with connect(bus.address, queue="SENDER") as sender:
+        psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+    where = locate(argparse_namespace(bus))
+    first = DljSource(where, "NYC")
+    await first.open(print)
+    message = await first.take(0)
+    assert (message.seq, message.delivery_status) == (psb.seq, Status.CONFIRMREQ)
+    await first.before_put(message)  # ... and the handler is killed before the removal
+    first.close()
+    second = DljSource(where, "NYC")
+    await second.open(print)
+    again = await second.take(0)
+    assert (again.seq, again.delivery_status) == (psb.seq, Status.POSSDUPL)
+    await second.remove(again)
+    second.close()
+    assert dlj_seqs(bus) == []
+
+
+def argparse_namespace(bus):
+    import argparse
+
+    return argparse.Namespace(config=bus.config_path, group=1, data_dir=None)

@@ -79,14 +79,23 @@ def _run_handler(args: argparse.Namespace, table) -> int:
     group = bus.group(args.group)
     control = table.control
     input_q = (control.input_q or "").strip()
-    if input_q.upper() not in DLQ_NAMES:
-        return _fail(f"INPUTQ({input_q}): this handler works the dead-letter queue (DLQ, 96)")
+    dlj = None
+    if input_q.upper() == "DLJ":
+        from mrs.journal_files import JournalsNotFound, locate
+
+        where = argparse.Namespace(config=args.config, group=args.group, data_dir=None)
+        try:
+            dlj = locate(where)
+        except JournalsNotFound as error:
+            return _fail(f"INPUTQ(DLJ): {error}")
+    elif input_q.upper() not in DLQ_NAMES:
+        return _fail(f"INPUTQ({input_q}): a handler works the group's DLQ (DLQ, 96) or its DLJ")
     input_qm = (control.input_qm or "").strip()
     if input_qm and input_qm not in (str(group.id), group.name):
         return _fail(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
     address = args.address or f"{group.listen_host}:{group.listen_port}"
     wait_s = 0 if args.once else control.wait_s
-    options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max)
+    options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max, dlj=dlj)
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)
     handler = Handler(engine, options, reporter)

@@ -1,9 +1,10 @@
-"""The running handler: get dead letters under lease, apply the engine's steps, report.
+"""The running handler: take dead letters, apply the engine's steps, report.
 
-One connection attached to the group's DLQ (queue 96). Every get is a lease
-(`mrs.dlq_leases`): the message is this handler's until it confirms it, and goes
-back to the DLQ if the handler dies. A message is confirmed (removed) only after
-its DISCARD is decided or its FWD/RETRY put was acknowledged as stored. Each
+One connection attached to the group's DLQ (queue 96). The dead letters come from a
+source (`mrs.dlq.sources`): the DLQ itself, where every get is a lease
+(`mrs.dlq_leases`) that goes back to the DLQ if the handler dies, or the DLJ. A
+message is removed only after its DISCARD is decided or its FWD/RETRY put was
+acknowledged as stored. Each
 message is worked by its own task; at most `window` actions are in flight, and at
 most `seen_max` messages are held (the bounded record of messages seen but not
 removed); retries sleep between attempts without holding an action slot.
@@ -18,13 +19,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from clients import MrsError, NoMoreMessages, connect
-from clients.errors import MrsTimeout
+from clients import MrsError, connect
 from mrs.config import BusConfig
 from mrs.dlq.actions import NoTarget, plan_put, target_text, uma_for
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
+from mrs.dlq.sources import DljSource, DlqSource
 from mrs.dlq.table import Action, Rule
 from mrs.model import DEAD_LETTER_QUEUE, Message, Psb, Status
 
@@ -43,6 +44,8 @@ class HandlerOptions:
     window: int = WINDOW_DEFAULT
     seen_max: int = 10_000
     put_timeout_s: float = 30.0
+    dlj: object = None
+    """A `GroupJournals` when the input is the DLJ (INPUTQ(DLJ)); None for the DLQ."""
 
 
 @dataclass(eq=False)
@@ -56,16 +59,26 @@ class Handler:
     _idle_since: float = 0.0
     _no_header: dict[int, None] = field(default_factory=dict)
     _all_done: trio.Event = field(default_factory=trio.Event)
+    source: DlqSource | DljSource | None = None
 
     async def run(self) -> None:
         async with connect(
             self.options.address, queue=str(DEAD_LETTER_QUEUE), program="mrs dlq-handler"
         ) as client:
-            limiter = trio.CapacityLimiter(self.options.window)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._report_no_header_periodically)
-                await self._take(client, nursery, limiter)
-                nursery.cancel_scope.cancel()
+            if self.options.dlj is not None:
+                group_name = self.options.bus.group(self.options.group_id).name
+                self.source = DljSource(self.options.dlj, group_name)
+                await self.source.open(self.reporter.note)
+            else:
+                self.source = DlqSource(client)
+            try:
+                limiter = trio.CapacityLimiter(self.options.window)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._report_no_header_periodically)
+                    await self._take(client, nursery, limiter)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.source.close()
 
     async def _take(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
         self._idle_since = self.clock()
@@ -78,18 +91,16 @@ class Handler:
                 await self._wait_for_room()
                 continue
             if wait_s == 0:
-                try:
-                    message = await client.get(timeout=0)
-                except NoMoreMessages:
+                message = await self.source.take(0)
+                if message is None:
                     if self._working == 0:
                         return
                     await self._all_done.wait()
                     continue
             else:
                 poll_s = POLL_S if wait_s is None else min(POLL_S, max(0.0, wait_s - self._idle()))
-                try:
-                    message = await client.get(timeout=poll_s)
-                except (MrsTimeout, NoMoreMessages):
+                message = await self.source.take(poll_s)
+                if message is None:
                     if wait_s is not None and self._idle() >= wait_s:
                         return
                     continue
@@ -155,7 +166,7 @@ class Handler:
     async def _act(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
         """(outcome, target, detail). The DLQ confirm comes only after a stored put."""
         if rule.action is Action.DISCARD:
-            await client.confirm(message.seq)
+            await self.source.remove(message)
             return "discarded", "", ""
         try:
             target = target_text(rule, message)
@@ -164,6 +175,7 @@ class Handler:
             return "failed", "", str(error)
         plan = plan_put(rule, message, self.options.group_id, str(address))
         uma = uma_for(plan.delivery, address.group != self.options.group_id)
+        await self.source.before_put(message)
         try:
             psb = await client.put(
                 message.body,
@@ -187,7 +199,7 @@ class Handler:
                 str(address),
                 f"not stored: {_name(psb.delivery_status)}/" + _name(psb.uma_status),
             )
-        await client.confirm(message.seq)
+        await self.source.remove(message)
         outcome = "forwarded" if rule.action is Action.FWD else "retried"
         return outcome, str(address), _name(psb.delivery_status)
 

@@ -1,0 +1,161 @@
+"""Where the handler's dead letters come from: the group's DLQ, or its DLJ.
+
+The DLQ (`DlqSource`): every get is a lease, removing is the confirm (see
+`mrs.dlq_leases`). The DLJ (`DljSource`, `INPUTQ(DLJ)`): the group's dead letter
+journal, read from its LMDB environment while the server runs (as `mrs jplay` does);
+a record is removed only after its action is durable (DISCARD, or a FWD/RETRY put
+acknowledged as stored). Before each put the attempt is committed, so a handler killed
+after the put and before the removal marks the repeat as a possible duplicate. One
+handler works a DLJ at a time (an exclusive lock file); another waits for it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from collections import deque
+from pathlib import Path
+
+import trio
+
+from clients import MrsTimeout, NoMoreMessages
+from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
+from mrs.deadletter import dead_letter_header
+from mrs.journal_files import GroupJournals, open_store, scan, seq_of_key
+from mrs.model import Address, DeliveryMode, Message, Status, status_of
+from mrs.selection import RecordFilter
+
+SCAN_CHUNK = 1000
+LOCK_FILE = "dlq-handler-dlj.lock"
+_ATTEMPT_PREFIX = b"dlq-handler-attempt:"
+_U64 = struct.Struct(">Q")
+
+
+class DlqSource:
+    """The group's DLQ through the handler's client connection."""
+
+    name = "DLQ"
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    async def take(self, timeout_s: float) -> Message | None:
+        try:
+            return await self.client.get(timeout=timeout_s)
+        except (MrsTimeout, NoMoreMessages):
+            return None
+
+    async def before_put(self, message: Message) -> None:
+        """Nothing to do: a lease that comes back is already delivered POSSDUPL."""
+
+    async def remove(self, message: Message) -> None:
+        await self.client.confirm(message.seq)
+
+    def close(self) -> None:
+        pass
+
+
+class DljSource:
+    """The group's DLJ, read and trimmed directly in its LMDB environment."""
+
+    name = "DLJ"
+
+    def __init__(self, journals: GroupJournals, group_name: str) -> None:
+        self.journals = journals
+        self.group_name = group_name
+        self.store: JournalStore | None = None
+        self._lock_fd: int | None = None
+        self._ready: deque[Message] = deque()
+        self._handed: set[int] = set()
+        self._after_seq: int | None = None
+
+    async def open(self, note) -> None:
+        """Take the DLJ lock (waiting while another handler holds it), open the store."""
+        path = Path(self.journals.data_dir) / LOCK_FILE
+        self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        told = False
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    note(
+                        f"another handler works the DLJ of group {self.journals.group_id}; "
+                        "waiting for it to finish"
+                    )
+                    told = True
+                await trio.sleep(1.0)
+        self.store = open_store(self.journals, writable=True)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
+
+    async def take(self, timeout_s: float) -> Message | None:
+        if not self._ready:
+            self._scan()
+        if self._ready:
+            return self._ready.popleft()
+        if timeout_s > 0:
+            await trio.sleep(timeout_s)
+            self._after_seq = None  # new records may have landed anywhere: look again
+        return None
+
+    def _scan(self) -> None:
+        selection = RecordFilter(Journal.DLJ)
+        for key, record in scan(
+            self.store, Journal.DLJ, selection, after_seq=self._after_seq, chunk=SCAN_CHUNK
+        ):
+            self._after_seq = seq_of_key(key)
+            if isinstance(record, CorruptRecord):
+                continue  # `mrs dump` reports it; a handler cannot match it
+            if record.seq in self._handed:
+                continue
+            self._handed.add(record.seq)
+            self._ready.append(self._message(record))
+
+    def _message(self, record: Record) -> Message:
+        target = Address(record.target_group, record.target_queue)
+        headers = record.extra.get("headers") if isinstance(record.extra, dict) else None
+        cause = status_of(record.reason)
+        attempted = self.store.get_raw(Journal.META, _attempt_key(record.seq)) is not None
+        return Message(
+            body=record.body,
+            seq=record.seq,
+            source=Address(record.source_group, record.source_queue),
+            target=target,
+            msg_class=record.msg_class,
+            msg_type=record.msg_type,
+            priority=record.priority,
+            delivery=DeliveryMode(record.delivery),
+            delivery_status=Status.POSSDUPL if attempted else Status.CONFIRMREQ,
+            correlation_id=record.correlation_id,
+            put_time_ns=record.put_time_ns,
+            dead_letter_header=dead_letter_header(
+                cause, target, self.group_name, record.written_time_ns, "dead letter journal"
+            ),
+            headers=headers,
+        )
+
+    async def before_put(self, message: Message) -> None:
+        batch = WriteBatch.empty().put_raw(Journal.META, _attempt_key(message.seq), b"1")
+        await trio.to_thread.run_sync(self.store.commit_now, batch)
+
+    async def remove(self, message: Message) -> None:
+        batch = (
+            WriteBatch.empty()
+            .delete(Journal.DLJ, seq_key(message.seq))
+            .delete(Journal.META, _attempt_key(message.seq))
+        )
+        await trio.to_thread.run_sync(self.store.commit_now, batch)
+        self._handed.discard(message.seq)
+
+
+def _attempt_key(seq: int) -> bytes:
+    return _ATTEMPT_PREFIX + _U64.pack(seq)
