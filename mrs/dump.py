@@ -333,6 +333,14 @@ class _TablePrinter:
 
 # ---------------------------------------------------------------------- command
 def run_dump(args: argparse.Namespace) -> int:
+    if getattr(args, "client_saf", None) is not None and args.journal in (None, "saf"):
+        args.journal = "saf"  # a client journal holds only SAF records
+    elif args.journal is None or getattr(args, "client_saf", None) is not None:
+        print(
+            "mrs dump: give a journal (saf, dqf, dlj or pcj), or --client-saf PATH alone",
+            file=sys.stderr,
+        )
+        return 2
     journal = Journal(args.journal)
     try:
         where = locate(args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 from mrs.journal_files import add_location_arguments
 from mrs.selection import add_selection_arguments
@@ -49,7 +50,13 @@ def add_journal_tools(commands, run_dump: Callable, run_jplay: Callable) -> None
 
 
 def add_dump_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("journal", choices=["saf", "dqf", "dlj", "pcj"])
+    parser.add_argument("journal", nargs="?", choices=["saf", "dqf", "dlj", "pcj"])
+    parser.add_argument(
+        "--client-saf",
+        type=Path,
+        metavar="PATH",
+        help="read a client library's SAF journal (connect(..., saf_journal=PATH)) instead",
+    )
     parser.add_argument(
         "--json", action="store_true", help="one JSON object per record on stdout (for jq)"
     )

@@ -61,6 +61,11 @@ def add_location_arguments(parser: argparse.ArgumentParser) -> None:
 
 def locate(args: argparse.Namespace) -> GroupJournals:
     """Resolve --config/--group/--data-dir; raises ConfigError or JournalsNotFound."""
+    client_saf = getattr(args, "client_saf", None)
+    if client_saf is not None:  # a client library's own SAF journal (group 0: none)
+        if not (client_saf / "data.mdb").exists():
+            raise JournalsNotFound(f"no client SAF journal in {client_saf} (no data.mdb)")
+        return GroupJournals(0, client_saf, client_saf, None, None)
     if args.group is None:
         raise JournalsNotFound("give --group N (and --config FILE, or --data-dir DIR)")
     bus = group = None
