@@ -14,6 +14,7 @@ from mrs.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.journal_cli import add_journal_tools
+from mrs.web import add_web_parser
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -48,6 +49,12 @@ def _status(args: argparse.Namespace) -> int:
     from mrs.bus_status import run_status
 
     return run_status(args)
+
+
+def _web(args: argparse.Namespace) -> int:
+    from mrs.web import run_web
+
+    return run_web(args)
 
 
 def _dump(args: argparse.Namespace) -> int:
@@ -157,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_parser(commands)
 
     add_status_parser(commands, run=_status)
+    add_web_parser(commands, run=_web)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
     add_dlq_handler(commands, _dlq_handler)
