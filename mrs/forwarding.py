@@ -40,6 +40,7 @@ from journals import (
     group_key,
     split_key,
 )
+from mrs.ack_waits import AckWaits
 from mrs.drain_room import DqfRoom
 from mrs.idempotency import scoped_key
 from mrs.model import Address, DeliveryMode, Psb, Status
@@ -130,8 +131,11 @@ class Forwarding:
     room: DqfRoom = field(default_factory=DqfRoom)
     """Receiving side: slots of this group's DQF held for other groups' drains."""
     _room_refused_at: dict[int, int] = field(default_factory=dict)
+    ack_waits: AckWaits | None = None
+    """Sending side: MRS_ACKs owed for AK_CONF puts to other groups (journaled)."""
 
     def __post_init__(self) -> None:
+        self.ack_waits = AckWaits(self.group)
         for peer_id in self.group.config.links_to():
             self.peers[peer_id] = PeerState(peer_id)
 
@@ -196,6 +200,7 @@ class Forwarding:
     def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
         if entry.delivery.interest_point == "CONF":
             peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
+            self._owe_ack(entry, reply)
 
         def stored(error: JournalError | None) -> None:
             if error is not None:
@@ -212,6 +217,30 @@ class Forwarding:
                 reply.stored(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
 
         self.store_in_saf(entry, stored)
+
+    def _owe_ack(self, entry: Entry, reply: PutReply) -> None:
+        """AK_CONF: journal the MRS_ACK owed, so it survives a restart of this group."""
+        if reply.mode.notification != "AK" or reply.done:
+            return
+        seq = entry.seq
+        self.ack_waits.journal(seq, reply.response_queue)
+        reply.on_done = lambda: self.ack_waits.done(seq)
+
+    def send_memory(self, entry: Entry, what: str) -> None:
+        """Send a nonrecoverable entry (e.g. an MRS_ACK) to another group, best effort:
+        if the link is down or the peer refuses it, it is lost, and logged."""
+        peer = self.peers.get(entry.target.group)
+        if peer is None or peer.link is None:
+            log.error(
+                "%s for %s lost: link to group %s is down", what, entry.target, entry.target.group
+            )
+            return
+
+        def on_result(status: int, stored_seq: int) -> None:
+            if status == LINK_LOST or status < 0:
+                log.error("%s for %s lost: %s", what, entry.target, status_name(status))
+
+        peer.link.send_message(transfer_fields(entry), on_result)
 
     def store_in_saf(self, entry: Entry, done: Callable[[JournalError | None], None]) -> None:
         """Journal an entry in the SAF for its target group; `done(error)` when durable."""
@@ -242,6 +271,8 @@ class Forwarding:
         if waits_for_receiver:
             # Registered before sending: the peer's notice can overtake its LinkAck.
             peer.waiters[entry.seq] = _confirmed_reporter(entry, reply)
+            if entry.delivery.interest_point == "CONF":
+                self._owe_ack(entry, reply)
 
         def on_result(status: int, stored_seq: int) -> None:
             if status in (LINK_LOST, Status.LINK_DOWN) and entry.delivery.recoverable:
@@ -620,6 +651,11 @@ class Forwarding:
             waiter = peer.waiters.pop(seq, None)
             if waiter is not None:
                 waiter(kind, status)
+            elif kind == "conf" and (response_queue := self.ack_waits.take(seq)) is not None:
+                # this group restarted since the AK_CONF put: the journal knows where
+                self.group.send_mrs_ack(
+                    response_queue, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA)
+                )
             results.append([seq, int(Status.SUCCESS), seq])
         if forget:
             self.group.writer.submit(forget, lambda error: None)  # best effort: a kept key
@@ -698,6 +734,8 @@ def _refusal_reason(peer_id: int, status: int) -> str:
 
 
 def status_name(status: int) -> str:
+    if status == LINK_LOST:
+        return "LINK_LOST"
     try:
         return Status(status).name
     except ValueError:

@@ -119,6 +119,8 @@ class PutReply:
     seq: int = 0
     done: bool = False
     cancel_timer: Callable[[], None] = lambda: None
+    on_done: Callable[[], None] = lambda: None
+    """Called once the outcome is reported (e.g. forget a journaled MRS_ACK owed)."""
     stored_reply: bool = False
     """The put asked for its PutDone once stored, whatever its mode (a client SAF
     journal draining: it may delete its record only then)."""
@@ -135,6 +137,7 @@ class PutReply:
             return
         self.done = True
         self.cancel_timer()
+        self.on_done()
         self.stored(psb)
         notification = self.mode.notification
         if notification == "WF" and not self.stored_reply:
@@ -230,6 +233,8 @@ class Group:
                 continue
             entry = entry_from_record(item)
             entry.times_delivered = marks.get(key, 0)
+            if entry.response_queue is not None and entry.origin_group is None:
+                entry.on_confirm = self._ack_after_restart
             if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
                 entry.body = None
             queue.put_back(entry, front=False)
@@ -344,6 +349,16 @@ class Group:
         if own_header is not None and (problem := header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
         response_queue = self._resolve(request.resp_q) if request.resp_q else source
+        if (
+            mode.notification == "AK"
+            and response_queue.group != self.config.id
+            and response_queue.group not in self.forwarding.peers
+        ):
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"response queue {response_queue}: group {response_queue.group} is not "
+                f"linked to group {self.config.id}, so no MRS_ACK could reach it",
+            )
         put_time_ns = self.clock_ns()
         headers = request.headers
         if headers is not None and CONTEXT_HEADER in headers:
@@ -406,6 +421,9 @@ class Group:
             entry.on_confirm = lambda _entry: reply.report(
                 Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
             )
+            if entry.delivery.notification == "AK":
+                # journaled with the message: the MRS_ACK is owed after a restart too
+                entry.response_queue = reply.response_queue
 
         def outcome(status: Status, seq: int, reason: str) -> None:
             if status != Status.STORED:
@@ -677,17 +695,22 @@ class Group:
 
         self.writer.submit(batch, written)
 
-    def send_mrs_ack(self, response_queue: Address, psb: Psb) -> None:
-        """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender."""
-        queue = (
-            self.queues.get(response_queue.queue)
-            if response_queue.group == self.config.id
-            else None
+    def _ack_after_restart(self, entry: Entry) -> None:
+        """A recovered AK_CONF message was confirmed: the MRS_ACK its sender asked for."""
+        self.send_mrs_ack(
+            entry.response_queue, Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
         )
-        if queue is None:
+
+    def send_mrs_ack(self, response_queue: Address, psb: Psb) -> None:
+        """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender; a
+        response queue in another group gets it over the link, like any message."""
+        remote = response_queue.group != self.config.id
+        queue = None if remote else self.queues.get(response_queue.queue)
+        if queue is None and not remote:
             log.error(
-                "MRS_ACK for seq %d: response queue %s is not in this group",
+                "MRS_ACK for seq %d: group %d has no queue %s",
                 psb.seq,
+                self.config.id,
                 response_queue,
             )
             return
@@ -701,6 +724,9 @@ class Group:
             msg_type=MRS_ACK_TYPE,
             put_time_ns=self.clock_ns(),
         )
+        if remote:
+            self.forwarding.send_memory(ack, f"MRS_ACK for seq {psb.seq}")
+            return
         queue.offer(ack)
 
     # ------------------------------------------------------------------ get

@@ -49,6 +49,8 @@ class Entry:
     headers: dict | None = None
     origin_group: int | None = None
     """For a message that came over a link: the group to tell about its confirm."""
+    response_queue: Address | None = None
+    """AK_CONF put in this group: where its MRS_ACK goes (journaled, for a restart)."""
     delivery_status: int | None = None
     """Forced delivery status (e.g. MSGUNDEL for a returned message); None = derive."""
     journaled: bool = False

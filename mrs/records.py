@@ -39,6 +39,8 @@ def _record_extra(entry: Entry) -> dict:
         extra["headers"] = entry.headers
     if entry.origin_group is not None:
         extra["origin"] = entry.origin_group
+    if entry.response_queue is not None:
+        extra["resp_q"] = [entry.response_queue.group, entry.response_queue.queue]
     return extra
 
 
@@ -78,5 +80,6 @@ def entry_from_record(record: Record) -> Entry:
         headers=record.extra.get("headers"),
         dead_letter_header=(record.extra.get("headers") or {}).get(DEAD_LETTER_HEADER),
         origin_group=record.extra.get("origin"),
+        response_queue=Address(*record.extra["resp_q"]) if "resp_q" in record.extra else None,
         journaled=True,
     )

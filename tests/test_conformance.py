@@ -241,3 +241,70 @@ async def test_returned_message_says_where_it_was_going_and_why(
     assert (returned.body, returned.delivery_status) == (b"back", Status.MSGUNDEL)
     assert str(returned.original_target) == target and returned.return_reason == cause
     assert returned.headers["k"] == 1  # the sender's own headers are kept
+
+
+# ---------------------------------------------------------------------- item 3
+async def test_ak_conf_ack_survives_a_restart_of_the_senders_group_local(make_bus) -> None:
+    group = make_bus()
+    async with connect(group.address, "SENDER") as sender:
+        psb = await sender.put(b"conf me", target="1.11", delivery=MODE.AK_CONF)
+        assert psb.status == Status.SUCCESS
+    await trio.to_thread.run_sync(group.restart)  # SIGKILL before the receiver confirms
+    async with (
+        connect(group.address, "SENDER") as sender,
+        connect(group.address, "ANYORDER") as receiver,
+    ):
+        message = await receiver.get(timeout=WAIT_S)
+        await receiver.confirm(message.seq)
+        ack = await sender.get(timeout=WAIT_S)
+        assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
+        assert ack.ack_psb().delivery_status == Status.SUCCESS
+        with pytest.raises(NoMoreMessages):
+            await sender.get(timeout=0)
+
+
+@pytest.mark.parametrize("restarted", [1, 2])
+async def test_ak_conf_ack_survives_a_restart_of_either_group_remote(
+    tmp_path, nursery, restarted
+) -> None:
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        async with connect(bus.address(1), "OUT") as sender:
+            psb = await sender.put(b"conf me", target="2.10", delivery=MODE.AK_CONF)
+        await wait_until(bus, 2, lambda status: status["dqf_messages"] == 1)
+        await trio.to_thread.run_sync(bus.processes[restarted].restart)  # SIGKILL
+        async with connect(bus.address(2), "IN") as receiver:
+            message = await receiver.get(timeout=WAIT_S)
+            await receiver.confirm(message.seq)
+        async with connect(bus.address(1), "OUT") as sender:
+            ack = await sender.get(timeout=WAIT_S)
+            assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
+            assert ack.ack_psb().delivery_status == Status.SUCCESS
+            await wait_until(bus, 2, lambda status: status["links"]["1"]["notices_pending"] == 0)
+            with pytest.raises(NoMoreMessages):
+                await sender.get(timeout=0)
+    finally:
+        bus.stop()
+
+
+# ---------------------------------------------------------------------- item 4
+async def test_mrs_ack_for_a_response_queue_in_another_group(tmp_path, nursery) -> None:
+    """AK_DQF from group 1 with resp_q 2.12: the MRS_ACK travels to group 2."""
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        async with (
+            connect(bus.address(1), "OUT") as sender,
+            connect(bus.address(2), "OTHER") as replies,
+        ):
+            local = await sender.put(b"a", target="1.10", delivery=MODE.AK_DQF, resp_q="2.12")
+            remote = await sender.put(b"b", target="2.10", delivery=MODE.AK_DQF, resp_q="2.12")
+            seqs = set()
+            for _ in range(2):
+                ack = await replies.get(timeout=WAIT_S)
+                assert ack.is_mrs_ack and ack.ack_psb().delivery_status == Status.STORED
+                seqs.add(ack.ack_psb().seq)
+            assert seqs == {local.seq, remote.seq}
+            with pytest.raises(NoMoreMessages):
+                await sender.get(timeout=0)
+    finally:
+        bus.stop()
