@@ -249,6 +249,9 @@ async def test_ak_conf_ack_survives_a_restart_of_the_senders_group_local(make_bu
     async with connect(group.address, "SENDER") as sender:
         psb = await sender.put(b"conf me", target="1.11", delivery=MODE.AK_CONF)
         assert psb.status == Status.SUCCESS
+        with trio.fail_after(WAIT_S):  # AK answers at once; wait until it is durable
+            while (await sender.status())["dqf_messages"] != 1:
+                await trio.sleep(0.02)
     await trio.to_thread.run_sync(group.restart)  # SIGKILL before the receiver confirms
     async with (
         connect(group.address, "SENDER") as sender,
