@@ -14,6 +14,7 @@ from mrs.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.journal_cli import add_journal_tools
+from mrs.journal_repair import add_journal_repair
 from mrs.web import add_web_parser
 
 
@@ -167,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_web_parser(commands, run=_web)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
+    add_journal_repair(commands)
     add_dlq_handler(commands, _dlq_handler)
     add_audit(commands)
     return finish_parser(parser)

@@ -46,6 +46,7 @@ from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
 from mrs.group import UNSAFE_SWITCHES, Group
 from mrs.group_ops import GroupOps
+from mrs.journal_check import verify_before_open
 from mrs.links import (
     FRAME_OVERHEAD_BYTES,
     TRANSFER_BYTES_MAX,
@@ -276,6 +277,10 @@ class GroupServer:
         """Lock the data directory (one server per directory), then open its journals
         with the directory's identity checked before every commit."""
         guard = DataDirGuard.acquire(self.config.data_dir)
+        # Read it in a child first: a damaged file must not abort this process.
+        if (damage := verify_before_open(self.config.data_dir / "journals")) is not None:
+            guard.release()
+            raise DataDirError(damage)
         token = trio.lowlevel.current_trio_token()
         try:
             store = JournalStore(

@@ -1,0 +1,218 @@
+"""`mrs journal verify` and `mrs journal salvage`: what is intact in a damaged journal.
+
+Why: a journal can be damaged on disk (a bad sector, a bad copy, someone's editor).
+The server refuses to start on one it cannot read (one line naming the file), and
+the operator then needs to know what is wrong and to get every intact record out.
+Both commands read the journals in child processes (`mrs.journal_check`), so even an
+LMDB abort cannot kill them, and never write to the damaged environment:
+
+- `verify` walks every database and checks every record's format and checksum;
+  exit 0 all intact, 1 damage found, 2 bad usage.
+- `salvage --to DIR` copies every readable entry into a fresh environment at
+  `DIR/journals`: records that pass their checks, and the bookkeeping databases
+  (meta, marks, notices, dedupe) as they are. Where LMDB itself cannot read past a
+  damaged page, it reads the rest of that database backwards from its end, so only
+  what sits on the damaged pages is lost, and it says which key range that is.
+  Start a server on the copy by pointing `data_dir` at DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from journals import CorruptRecord, Journal, JournalStore, WriteBatch, decode_record
+from mrs.config import ConfigError
+from mrs.journal_check import DATABASES, walk
+from mrs.journal_files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
+
+RECORD_DATABASES = frozenset(
+    journal.value for journal in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
+)
+COPY_BATCH_MAX = 5000
+
+
+@dataclass
+class DatabaseReport:
+    name: str
+    readable: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    damage: str | None = None
+    """LMDB could not read all of it: why, and which keys were lost."""
+
+    def as_dict(self) -> dict:
+        return {
+            "database": self.name,
+            "readable": self.readable,
+            "corrupt": self.corrupt,
+            "damage": self.damage,
+        }
+
+
+@dataclass
+class Survey:
+    """Every readable entry of an environment, per database, and what is wrong."""
+
+    entries: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    reports: dict[str, DatabaseReport] = field(default_factory=dict)
+
+    @property
+    def intact(self) -> bool:
+        return all(not r.corrupt and r.damage is None for r in self.reports.values())
+
+
+def survey(journals_path: Path) -> Survey:
+    """Read everything readable: forward; past a damaged page, backwards from the end."""
+    result = Survey()
+    start_db: str | None = None
+    while True:
+        report = walk(journals_path, records=True, start_db=start_db)
+        for name, key, value in report.items:
+            result.entries.setdefault(name, {})[key] = value
+        for name in report.counts:
+            result.entries.setdefault(name, {})
+        if report.failure is None:
+            break
+        failed = report.failed_in
+        if failed is None:  # could not even open it, or failed between databases
+            result.reports["(environment)"] = DatabaseReport("(environment)", damage=report.failure)
+            break
+        forward = result.entries.setdefault(failed, {})
+        last_forward = max(forward) if forward else None
+        backward = walk(journals_path, records=True, reverse_db=failed)
+        first_backward = None
+        for _, key, value in backward.items:
+            if last_forward is not None and key <= last_forward:
+                break
+            forward[key] = value
+            first_backward = key
+        lost_from = last_forward.hex() if last_forward is not None else "the start"
+        lost_to = first_backward.hex() if first_backward is not None else "the end"
+        result.reports[failed] = DatabaseReport(
+            failed,
+            damage=f"{report.failure}; keys after {lost_from} and before {lost_to} unreadable",
+        )
+        following = DATABASES[DATABASES.index(failed) + 1 :]
+        if not following:
+            break
+        start_db = following[0]
+    for name, entries in result.entries.items():
+        report = result.reports.setdefault(name, DatabaseReport(name))
+        if name in RECORD_DATABASES:
+            for key, value in list(entries.items()):
+                try:
+                    decode_record(value, name, key)
+                except CorruptRecord as corrupt:
+                    report.corrupt.append(f"key {key.hex()}: {corrupt.problem}")
+                    del entries[key]
+        report.readable = len(entries)
+    return result
+
+
+def copy_out(found: Survey, destination: Path) -> int:
+    """Write every intact entry into a fresh environment at destination/journals."""
+    target = destination / "journals"
+    if (target / "data.mdb").exists():
+        raise FileExistsError(f"{target} already holds journals: salvage into a new directory")
+    size = sum(len(k) + len(v) for e in found.entries.values() for k, v in e.items())
+    store = JournalStore(target, max(DEFAULT_MAP_BYTES, 4 * size))
+    copied = 0
+    try:
+        batch = WriteBatch.empty()
+        for name, entries in found.entries.items():
+            for key, value in sorted(entries.items()):
+                batch.put_raw(Journal(name), key, value)
+                copied += 1
+                if len(batch) >= COPY_BATCH_MAX:
+                    store.commit_now(batch)
+                    batch = WriteBatch.empty()
+        if len(batch):
+            store.commit_now(batch)
+    finally:
+        store.close()
+    return copied
+
+
+# ---------------------------------------------------------------------- command line
+def add_journal_repair(commands) -> None:
+    """Add `mrs journal verify` and `mrs journal salvage` to the `mrs` subparsers."""
+    from mrs.journal_files import add_location_arguments
+
+    journal = commands.add_parser(
+        "journal",
+        help="verify a group's journals, or salvage every intact record from damaged ones",
+        description="Check or rescue a group's journals without writing to them. "
+        "See docs/journal-repair.md.",
+    )
+    actions = journal.add_subparsers(dest="journal_action", required=True, metavar="ACTION")
+    verify = actions.add_parser(
+        "verify", help="check every database and record; exit 0 intact, 1 damaged"
+    )
+    add_location_arguments(verify)
+    verify.add_argument("--json", action="store_true", help="the report as one JSON object")
+    verify.set_defaults(run=_run_verify)
+    salvage = actions.add_parser(
+        "salvage", help="copy every intact record into a fresh data directory (--to DIR)"
+    )
+    add_location_arguments(salvage)
+    salvage.add_argument("--to", type=Path, required=True, help="new data directory to fill")
+    salvage.add_argument("--json", action="store_true", help="the report as one JSON object")
+    salvage.set_defaults(run=_run_salvage)
+
+
+def _locate(args: argparse.Namespace) -> Path | None:
+    if args.group is None and args.data_dir is not None:
+        args.group = 0  # a bare --data-dir needs no group number
+    try:
+        return locate(args).journals_path
+    except (JournalsNotFound, ConfigError) as error:
+        print(f"mrs journal: {error}", file=sys.stderr)
+        return None
+
+
+def _print(found: Survey, journals_path: Path, as_json: bool, extra: dict) -> None:
+    if as_json:
+        reports = [r.as_dict() for r in found.reports.values()]
+        payload = {"journals": str(journals_path), "intact": found.intact, **extra}
+        print(json.dumps({**payload, "databases": reports}))
+        return
+    for report in found.reports.values():
+        state = "ok" if not report.corrupt and report.damage is None else "DAMAGED"
+        print(
+            f"{report.name:8} {report.readable:>9} readable  {len(report.corrupt):>6} corrupt  "
+            f"{state}"
+        )
+        for line in report.corrupt[:20]:
+            print(f"         corrupt {line}")
+        if len(report.corrupt) > 20:
+            print(f"         ... and {len(report.corrupt) - 20} more")
+        if report.damage is not None:
+            print(f"         LMDB: {report.damage}")
+    verdict = "intact" if found.intact else "DAMAGED"
+    print(f"{journals_path}: {verdict}" + "".join(f", {k} {v}" for k, v in extra.items()))
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    journals_path = _locate(args)
+    if journals_path is None:
+        return 2
+    found = survey(journals_path)
+    _print(found, journals_path, args.json, {})
+    return 0 if found.intact else 1
+
+
+def _run_salvage(args: argparse.Namespace) -> int:
+    journals_path = _locate(args)
+    if journals_path is None:
+        return 2
+    found = survey(journals_path)
+    try:
+        copied = copy_out(found, args.to)
+    except (FileExistsError, OSError) as error:
+        print(f"mrs journal salvage: {error}", file=sys.stderr)
+        return 2
+    _print(found, journals_path, args.json, {"copied": copied, "to": str(args.to / "journals")})
+    return 0
