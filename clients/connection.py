@@ -436,6 +436,7 @@ class Client:
         )
         headers[wire.REPLY_WHEN_STORED_HEADER] = True
         headers[CLIENT_SAF_SEQ_HEADER] = record.seq
+        headers[wire.CLIENT_SAF_BACKLOG_HEADER] = self._journal.count
         request = wire.Put(
             self._next_id(),
             extra.get("target", f"{record.target_group}.{record.target_queue}"),

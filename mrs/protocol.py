@@ -393,6 +393,8 @@ REPLY_WHEN_STORED_HEADER = "reply_when_stored"
 (DQF or SAF), whatever its notification mode; AK/CONF notifications still follow.
 The client-side SAF journal drains with it, so a record leaves the client's journal
 only when the server has stored it."""
+CLIENT_SAF_BACKLOG_HEADER = "client_saf_backlog"
+"""On a drained put: records still in the client's journal (`mrs status` shows it)."""
 
 
 @dataclass(frozen=True, slots=True)

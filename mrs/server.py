@@ -40,6 +40,7 @@ from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore
 from mrs import protocol as wire
 from mrs import startup
 from mrs.admission import Admission
+from mrs.client_drains import ClientDrains
 from mrs.config import BusConfig, GroupConfig
 from mrs.datadir import IDENTITY_CHECK_INTERVAL_S, DataDirError, DataDirGuard
 from mrs.delivery import Refused
@@ -180,6 +181,7 @@ class GroupServer:
         self.guards = group_config.guards
         self.admission = Admission(self.guards, trio.current_time)
         self.refusals = RefusalLog(log)
+        self.client_drains = ClientDrains()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
@@ -252,7 +254,11 @@ class GroupServer:
 
     def status_info(self) -> dict:
         """The group's status plus the operator's view (version, uptime, journal use)."""
-        return {**self.group.status_info(), **self.ops.status_extra()}
+        return {
+            **self.group.status_info(),
+            **self.ops.status_extra(),
+            **self.client_drains.status_info(),
+        }
 
     async def _bind(self) -> list[trio.SocketListener] | None:
         """On real TCP, take the listen address first: a port in use or a foreign host
@@ -419,6 +425,7 @@ class GroupServer:
             if host:
                 self.admission.release(host)
             self.sessions.discard(session)
+            self.client_drains.forget(session.id)
             session.closed = True
             self.group.detach(session)
             if session.link is not None:
@@ -574,6 +581,8 @@ class GroupServer:
             match event:
                 case wire.Put():
                     self._begin(session, request_id, len(event.body))
+                    if event.headers:  # a client SAF journal draining? (mrs status)
+                        self.client_drains.note(session, event)
                     group.put(session, event)
                 case wire.Get():
                     self._begin_get(session, event)

@@ -4,6 +4,11 @@ any new put once the server is up, LINK_UP, limits, one owner per journal."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from functools import partial
+
 import pytest
 import trio
 
@@ -168,3 +173,50 @@ def test_sync_client_journals_too(server, tmp_path) -> None:
         client.wait_journal_status(Status.LINK_UP, timeout=20)
         assert client.journal_backlog == 0
     assert [m.body for m in trio.run(receive_all, server.address)] == [b"sync"]
+
+
+async def test_status_shows_a_draining_client(server, tmp_path) -> None:
+    some_drained = trio.Event()
+
+    def progress(event) -> None:
+        if event.kind == "drained":
+            some_drained.set()
+
+    async with connect(
+        server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST, connect_timeout_s=2
+    ) as client:
+        client.add_journal_listener(progress)
+        async with trio.open_nursery() as nursery:
+            for i in range(1000):
+                nursery.start_soon(partial(client.put, b"%d" % i, "1.11", delivery=MODE.NN_DQF))
+        server.start()
+        with trio.fail_after(20):
+            await some_drained.wait()
+        async with connect(server.address, None) as observer:
+            status = await observer.status()
+        with trio.fail_after(30):
+            await client.wait_journal_status(Status.LINK_UP)
+    [draining] = status["clients_draining"]
+    assert draining["queue"] == "1.13" and draining["sent"] >= 1
+    assert 0 < draining["backlog"] <= 1000
+
+
+def test_mrs_dump_reads_a_client_journal(server, tmp_path) -> None:
+    journal = tmp_path / "j"
+    with connect_sync(server.address, "SENDER", saf_journal=journal, connect_timeout_s=1) as c:
+        for i in range(3):
+            c.put(b"body %d" % i, target="1.10", msg_class=7, delivery=MODE.WF_DQF)
+    result = subprocess.run(
+        [sys.executable, "-m", "mrs.cli", "dump", "--client-saf", str(journal), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["seq"], r["class"], r["delivery"]) for r in records] == [
+        (1, 7, "WF_DQF"),
+        (2, 7, "WF_DQF"),
+        (3, 7, "WF_DQF"),
+    ]
+    assert "3 records" in result.stderr
