@@ -261,6 +261,7 @@ while not stop.exists() and position < len(seqs):
     store.commit_now(batch)
     position += 200
     print(position, flush=True)
+    time.sleep(0.02)  # a steady writer, not a flood: the scans must stay short
 store.close()
 """
 

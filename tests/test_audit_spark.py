@@ -143,9 +143,9 @@ def test_a_scan_while_another_process_writes_sees_a_consistent_snapshot(spark, t
     try:
         for _ in range(10):  # let it commit a few batches first
             writer.stdout.readline()
-        for _ in range(3):
+        for _ in range(2):
             before = _seqs(journals)
-            frame = spark.read.format("mrs-pcj").option("recordsPerPartition", 700).load(
+            frame = spark.read.format("mrs-pcj").option("recordsPerPartition", 1500).load(
                 str(journals)
             )
             rows = [(r.seq, r.body, r.corrupt, r.target_queue) for r in frame.collect()]
