@@ -243,7 +243,7 @@ def _report(console: Console, tally: Tally, bus: LinkedBus) -> int:
     return 0
 
 
-async def _run(console: Console, bus: LinkedBus, messages: int) -> int:
+async def _run(console: Console, bus: LinkedBus, messages: int) -> tuple[int, Tally]:
     async with trio.open_nursery() as nursery:
         await bus.start_proxies(nursery)
         await trio.to_thread.run_sync(bus.start)
@@ -257,10 +257,23 @@ async def _run(console: Console, bus: LinkedBus, messages: int) -> int:
             while (await _status(bus.address(1)))["links"]["2"]["state"] != "up":
                 await trio.sleep(0.05)
             tally = await _story(console, bus, messages)
-            return _report(console, tally, bus)
+            return _report(console, tally, bus), tally
         finally:
             bus.stop()
             nursery.cancel_scope.cancel()
+
+
+def _audit(console: Console, bus: LinkedBus, out_dir: Path) -> int:
+    from mrs.audit.demo import run_demo_audit
+
+    pcj = 0
+    for group_id in (1, 2):
+        store = JournalStore(bus.data_dir(group_id) / "journals", readonly=True)
+        try:
+            pcj += store.count(Journal.PCJ)
+        finally:
+            store.close()
+    return run_demo_audit(console, bus.config_path, out_dir, pcj)
 
 
 def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
@@ -272,7 +285,11 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console.rule("MRS demo: recoverable orders through a cut link and a SIGKILL")
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
-        return trio.run(_run, console, bus, messages)
+        code, _ = trio.run(_run, console, bus, messages)
+        audit_dir = directory / "audit" if scratch else Path(
+            tempfile.mkdtemp(prefix="mrs-demo-audit-")
+        )  # the report outlives the scratch directory
+        return code or _audit(console, bus, audit_dir)
     finally:
         for process in bus.processes.values():
             process.kill()

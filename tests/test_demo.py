@@ -9,8 +9,12 @@ def test_demo_shows_nothing_acknowledged_was_lost(tmp_path) -> None:
         [sys.executable, "-m", "mrs", "demo", "--messages", "400", "--scratch", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # the audit starts Spark
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Every order acknowledged as stored was delivered, in order." in result.stdout
     assert "SIGKILL" in result.stdout and "Link healed" in result.stdout
+    # It ends with Spark's audit of the journals it made, and the report's path:
+    assert "Spark's audit agrees with the journal." in result.stdout
+    page = tmp_path / "audit" / "report.html"
+    assert f"HTML report: {page}" in result.stdout.replace("\n", "") and page.is_file()
