@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
@@ -220,3 +221,31 @@ def test_mrs_dump_reads_a_client_journal(server, tmp_path) -> None:
         (3, 7, "WF_DQF"),
     ]
     assert "3 records" in result.stderr
+
+
+def test_docs_example_drains_after_the_server_starts(server, tmp_path) -> None:
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "client_saf.py"
+    child = subprocess.Popen(
+        [sys.executable, str(example), server.address, str(tmp_path / "client.saf")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        for line in child.stdout:
+            lines.append(line.strip())
+            if line.startswith("waiting for the server"):
+                break
+        server.start()
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    lines += out.splitlines()
+    assert child.returncode == 0, err
+    assert lines[0] == "attach status: JOURNAL_ON"
+    assert "put -> JOURNAL_ON, STORED, client seq 1" in lines
+    assert "journal status: LINK_UP" in lines
+    assert [line for line in lines if line.startswith("got ")] == [
+        f"got order {i}" for i in range(6)
+    ]
