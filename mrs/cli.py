@@ -15,6 +15,7 @@ from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.journal_cli import add_journal_tools
 from mrs.journal_repair import add_journal_repair
+from mrs.pcj_archive import add_pcj_parser
 from mrs.web import add_web_parser
 
 
@@ -56,6 +57,12 @@ def _web(args: argparse.Namespace) -> int:
     from mrs.web import run_web
 
     return run_web(args)
+
+
+def _pcj_archive(args: argparse.Namespace) -> int:
+    from mrs.pcj_archive import run_pcj_archive
+
+    return run_pcj_archive(args)
 
 
 def _dump(args: argparse.Namespace) -> int:
@@ -166,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(commands, run=_status)
     add_web_parser(commands, run=_web)
+    add_pcj_parser(commands, run=_pcj_archive)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
     add_journal_repair(commands)

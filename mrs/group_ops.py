@@ -35,6 +35,8 @@ class GroupOps:
         self.metrics: Any = None
         """mrs.metrics.GroupMetrics once the endpoint is on."""
         self.endpoints: dict[str, str] = {}
+        self.last_archive: dict | None = None
+        """The automatic PCJ archive's last summary (mrs.pcj_archive)."""
 
     def attach_store(self, can_grow: bool) -> None:
         """Called once the journals are open (before recovery)."""
@@ -102,4 +104,5 @@ class GroupOps:
             "connections": {"clients": clients, "links": len(server.sessions) - clients},
             "journal": journal,
             "endpoints": dict(self.endpoints),
+            **({"pcj_archive": self.last_archive} if self.last_archive is not None else {}),
         }

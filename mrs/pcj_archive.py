@@ -1,0 +1,293 @@
+"""PCJ retention: move confirmed records to Parquet, then remove them from the journal.
+
+Why: with the PCJ on, every confirmed message stays in the LMDB map until it fills
+(MRS_RES_EXH). `mrs pcj archive --until TIME` (or the server's automatic policy,
+`[group.ops] pcj_archive_after_s`) writes the PCJ records confirmed up to TIME to
+hive-partitioned Parquet files with the audit export's writer (mrs.audit.parquet:
+readable by Spark, pyarrow, DuckDB) and deletes them from the PCJ only once those
+files are durable.
+
+Nothing lost, nothing duplicated, whatever is killed when: each chunk is
+1. an intent committed to the journal's META (the chunk's file prefix),
+2. its Parquet files written (temporary name, fsync, rename, directory fsync),
+3. its PCJ keys deleted and the intent cleared in one transaction.
+A run first finishes any intent left by a killed run: the records in the files that
+made it to disk are deleted (they are archived), stray temporary files are removed,
+and whatever was not written stays in the PCJ for this run to archive. So a record
+is in exactly one place — the PCJ or one archive file — after every step.
+
+It runs beside a live server: LMDB serialises the two writers, each delete
+transaction is short (one chunk), and the map size is the server's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from journals import CorruptRecord, Journal, JournalStore, WriteBatch, seq_key
+
+if TYPE_CHECKING:
+    from mrs.group_ops import GroupOps
+
+log = logging.getLogger("mrs.pcj_archive")
+
+CHUNK_RECORDS = 5000
+INTENT_KEY = "pcj_archive_intent"
+PREFIX_HEAD = "pcj-archive"
+KILL_AT_ENV = "MRS_PCJ_ARCHIVE_KILL_AT"
+"""Harness only: SIGKILL this process at a named step (intent, file, written)."""
+
+
+@dataclass
+class ArchiveResult:
+    archived: int = 0
+    files: list[str] = field(default_factory=list)
+    recovered: int = 0
+    """Records of a killed run's files found on disk and removed from the PCJ now."""
+    corrupt_kept: int = 0
+    remaining: int = 0
+
+    def as_dict(self) -> dict:
+        return {
+            "archived": self.archived,
+            "files": self.files,
+            "recovered": self.recovered,
+            "corrupt_kept": self.corrupt_kept,
+            "pcj_remaining": self.remaining,
+        }
+
+
+def _kill_point(step: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def archive_pcj(
+    store: JournalStore,
+    group_id: int,
+    out_dir: Path,
+    until_ns: int,
+    *,
+    chunk_records: int = CHUNK_RECORDS,
+) -> ArchiveResult:
+    """Archive every PCJ record confirmed at or before `until_ns`; see the module doc."""
+    out_dir = Path(out_dir)
+    result = ArchiveResult()
+    result.recovered = finish_intent(store, out_dir)
+    after: bytes | None = None
+    while True:
+        keys: list[bytes] = []
+        records = []
+        scanned = 0
+        for key, record in _scan_after(store, after, chunk_records):
+            after = key
+            scanned += 1
+            if isinstance(record, CorruptRecord):
+                result.corrupt_kept += 1
+                continue
+            if (record.confirm_time_ns or record.written_time_ns) <= until_ns:
+                keys.append(key)
+                records.append(record)
+        if keys:
+            _archive_chunk(store, group_id, out_dir, keys, records, result)
+        if scanned < chunk_records:
+            break
+    result.remaining = store.count(Journal.PCJ)
+    return result
+
+
+def _archive_chunk(store, group_id, out_dir, keys, records, result: ArchiveResult) -> None:
+    """Intent, durable files, then delete + clear intent: the three steps of one chunk."""
+    from mrs.audit.parquet import write_records
+
+    prefix = f"{PREFIX_HEAD}-g{group_id}-{uuid.uuid4().hex[:16]}"
+    store.commit_now(WriteBatch.empty().put_raw(Journal.META, INTENT_KEY.encode(), prefix.encode()))
+    _kill_point("intent")
+    files = write_records(records, out_dir, group=group_id, journal="pcj", prefix=prefix)
+    _kill_point("written")
+    batch = WriteBatch.empty()
+    for key in keys:
+        batch.delete(Journal.PCJ, key)
+    batch.delete(Journal.META, INTENT_KEY.encode())
+    store.commit_now(batch)
+    result.archived += len(keys)
+    result.files.extend(str(path) for path in files)
+
+
+def _scan_after(store: JournalStore, after: bytes | None, count_max: int):
+    """Up to count_max (key, record) of the PCJ after `after`, from one snapshot."""
+    items = store.items_after(Journal.PCJ, b"", after, count_max, 1 << 62)
+    from journals import decode_record
+
+    for key, value in items:
+        try:
+            yield key, decode_record(value, Journal.PCJ.value, key)
+        except CorruptRecord as corrupt:
+            yield key, corrupt
+
+
+def finish_intent(store: JournalStore, out_dir: Path) -> int:
+    """Complete what a killed run left: remove from the PCJ the records that are in its
+    files on disk, delete its temporary files, clear the intent. Returns the count."""
+    prefix_bytes = store.meta_get(INTENT_KEY)
+    if not prefix_bytes:
+        return 0
+    prefix = bytes(prefix_bytes).decode()
+    import pyarrow.parquet as pq
+
+    seqs: list[int] = []
+    if out_dir.exists():
+        for path in out_dir.rglob(f"*{prefix}-*"):
+            if path.name.startswith("."):
+                path.unlink(missing_ok=True)  # a temporary file never renamed: not archived
+                continue
+            seqs.extend(pq.read_table(path, columns=["seq"]).column("seq").to_pylist())
+    batch = WriteBatch.empty()
+    present = 0
+    for seq in seqs:
+        key = seq_key(seq)
+        if store.get_raw(Journal.PCJ, key) is not None:
+            batch.delete(Journal.PCJ, key)
+            present += 1
+    batch.delete(Journal.META, INTENT_KEY.encode())
+    store.commit_now(batch)
+    log.warning(
+        "finished an interrupted PCJ archive (%s): %d archived records removed from the PCJ",
+        prefix,
+        present,
+    )
+    return present
+
+
+# ---------------------------------------------------------------------- the command
+def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
+    from mrs.journal_files import add_location_arguments
+
+    pcj = commands.add_parser("pcj", help="PCJ retention: archive confirmed records to Parquet")
+    actions = pcj.add_subparsers(dest="pcj_command", required=True, metavar="ACTION")
+    archive = actions.add_parser(
+        "archive",
+        help="move PCJ records confirmed up to --until into Parquet files",
+        description="Write the PCJ records confirmed at or before --until to Parquet "
+        "(date=/group= partitions, the audit export's schema), then remove them from the "
+        "PCJ once the files are durable. Safe while the server runs and if killed: run "
+        "it again. Exit 0 done, 1 failed, 2 bad usage. See docs/operations.md.",
+    )
+    archive.add_argument(
+        "--until",
+        required=True,
+        metavar="TIME",
+        help="archive records confirmed at or before TIME: ISO (naive = local time), "
+        "'now', or a duration back from now such as 7d or 12h",
+    )
+    archive.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the Parquet files go (default: [group.ops] pcj_archive_dir, "
+        "relative to data_dir: pcj-archive)",
+    )
+    archive.add_argument(
+        "--chunk",
+        type=int,
+        default=CHUNK_RECORDS,
+        help="records per step (one Parquet write and one delete transaction)",
+    )
+    archive.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    add_location_arguments(archive)
+    archive.set_defaults(run=run)
+
+
+def run_pcj_archive(args: argparse.Namespace) -> int:
+    from mrs.cli_support import EXIT_USAGE, CommandError
+    from mrs.journal_files import JournalsNotFound, locate, open_store
+    from mrs.ops_config import OpsConfig
+    from mrs.selection import SelectionError, parse_time_ns
+
+    try:
+        until_ns = parse_time_ns(args.until, time.time_ns(), "--until")
+    except SelectionError as error:
+        raise CommandError(str(error), EXIT_USAGE) from None
+    try:
+        where = locate(args)
+    except JournalsNotFound as error:
+        raise CommandError(str(error), EXIT_USAGE) from None
+    ops = where.group.ops if where.group is not None else OpsConfig()
+    out_dir = args.dir if args.dir is not None else ops.archive_dir(where.data_dir)
+    store = open_store(where, writable=True)
+    try:
+        result = archive_pcj(
+            store, where.group_id, out_dir, until_ns, chunk_records=max(1, args.chunk)
+        )
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"group": where.group_id, "dir": str(out_dir), **result.as_dict()}))
+    else:
+        recovered = f"; {result.recovered} from an interrupted run" if result.recovered else ""
+        corrupt = f"; {result.corrupt_kept} corrupt records kept" if result.corrupt_kept else ""
+        print(
+            f"archived {result.archived} PCJ records of group {where.group_id} to {out_dir} "
+            f"in {len(result.files)} files{recovered}{corrupt}; "
+            f"{result.remaining} records left in the PCJ"
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------- automatic
+async def archive_forever(ops: GroupOps) -> None:
+    """The server's automatic policy: every pcj_archive_interval_s, archive what was
+    confirmed more than pcj_archive_after_s ago — in a child process, so the event
+    loop never waits on Parquet writing and a failure never touches the server."""
+    import trio
+
+    server = ops.server
+    config = server.config
+    while True:
+        command = [
+            sys.executable,
+            "-m",
+            "mrs",
+            "pcj",
+            "archive",
+            "--config",
+            str(server.bus.path),
+            "--group",
+            str(config.id),
+            "--until",
+            f"{config.ops.pcj_archive_after_s}s",
+            "--json",
+        ]
+        try:
+            done = await trio.run_process(
+                command, capture_stdout=True, capture_stderr=True, check=False
+            )
+        except OSError as error:
+            log.error("automatic PCJ archive could not start: %s", error)
+        else:
+            if done.returncode == 0:
+                summary = json.loads(done.stdout.decode() or "{}")
+                ops.last_archive = summary
+                if summary.get("archived"):
+                    log.info(
+                        "automatic PCJ archive: %d records to %s",
+                        summary["archived"],
+                        summary.get("dir"),
+                    )
+            else:
+                log.error(
+                    "automatic PCJ archive failed (exit %d): %s",
+                    done.returncode,
+                    done.stderr.decode(errors="replace").strip()[-500:],
+                )
+        await trio.sleep(config.ops.pcj_archive_interval_s)
