@@ -60,6 +60,7 @@ class Handler:
     _no_header: dict[int, None] = field(default_factory=dict)
     _all_done: trio.Event = field(default_factory=trio.Event)
     source: DlqSource | DljSource | None = None
+    _full_told: bool = False
 
     async def run(self) -> None:
         async with connect(
@@ -81,13 +82,17 @@ class Handler:
                 self.source.close()
 
     async def _take(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
+        """`window` takers side by side: gets are pipelined, so a server that commits
+        between rounds hands out a batch per round, not one message per fsync."""
         self._idle_since = self.clock()
+        async with trio.open_nursery() as takers:
+            for _ in range(self.options.window):
+                takers.start_soon(self._taker, client, nursery, limiter)
+
+    async def _taker(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
         wait_s = self.options.wait_s
         while True:
             if self.engine.full():
-                self.reporter.note(
-                    f"{self.engine.seen} messages held: taking no more until some leave"
-                )
                 await self._wait_for_room()
                 continue
             if wait_s == 0:
@@ -105,15 +110,20 @@ class Handler:
                         return
                     continue
             self._idle_since = self.clock()
-            if self.engine.admit(letter_of(message), self.clock()):
-                self._working += 1
+            while not self.engine.admit(letter_of(message), self.clock()):
+                await self._wait_for_room()  # another taker filled the record meanwhile
+            self._working += 1
+            if self._all_done.is_set():
                 self._all_done = trio.Event()
-                nursery.start_soon(self._work, client, message, limiter)
+            nursery.start_soon(self._work, client, message, limiter)
 
     def _idle(self) -> float:
         return 0.0 if self._working else self.clock() - self._idle_since
 
     async def _wait_for_room(self) -> None:
+        if not self._full_told:
+            self._full_told = True
+            self.reporter.note(f"{self.engine.seen} messages held: taking no more until some leave")
         while self.engine.full():
             await trio.sleep(POLL_S)
 
