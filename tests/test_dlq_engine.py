@@ -3,9 +3,19 @@ spacing, IGNORE when all fail or none match, no-header messages, the bounded rec
 
 from __future__ import annotations
 
+import io
+
+import pytest
+import trio
+import trio.testing
+
+from mrs.config import load_config
 from mrs.dlq.engine import Engine, StepKind
+from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.match import Letter
 from mrs.dlq.parser import parse_table
+from mrs.dlq.report import Reporter
+from mrs.model import Address, DeliveryMode, Message, Psb, Status
 
 HEADER = {"reason": 2053, "dest_q_name": "10", "dest_q_mgr_name": "1", "format": "MRS"}
 
@@ -67,3 +77,78 @@ def test_record_of_seen_messages_is_bounded() -> None:
     assert engine.admit(letter(2), 0)  # one already seen is still known
     engine.forget(1)
     assert engine.admit(letter(3), 0)
+
+
+# ---------------------------------------------------------------------- the handler loop
+class FakeClient:
+    """Puts refused as EXCEEDQUOTA until `room_at_s` (test time), then ENQUEUED."""
+
+    def __init__(self, room_at_s: float) -> None:
+        self.room_at_s = room_at_s
+        self.puts: list[tuple[float, str]] = []
+
+    async def put(self, body, target, **options):
+        now = trio.current_time()
+        self.puts.append((now, target))
+        if now < self.room_at_s:
+            return Psb(Status.SUCCESS, Status.EXCEEDQUOTA, 1, Status.DISC_SUCCESS)
+        return Psb(Status.SUCCESS, Status.ENQUEUED, 1, Status.NO_UMA)
+
+
+class FakeSource:
+    def __init__(self, messages) -> None:
+        self.messages = list(messages)
+        self.removed: list[int] = []
+
+    async def take(self, timeout_s):
+        if self.messages:
+            return self.messages.pop(0)
+        await trio.sleep(timeout_s)
+        return None
+
+    async def before_put(self, message) -> None:
+        pass
+
+    async def remove(self, message) -> None:
+        self.removed.append(message.seq)
+
+
+def dead_letter(seq: int) -> Message:
+    header = {**HEADER, "dest_q_name": "14", "put_date": "20261123", "put_time": "12000000"}
+    return Message(
+        body=b"m",
+        seq=seq,
+        source=Address(1, 13),
+        target=Address(1, 96),
+        delivery=DeliveryMode.WF_MEM,
+        delivery_status=Status.CONFIRMREQ,
+        dead_letter_header=header,
+    )
+
+
+async def test_handler_retries_every_retryint_under_a_mock_clock(autojump_clock, tmp_path) -> None:
+    """RETRY(5) RETRYINT(60): attempts at 0, 60, 120 s fail while the queue is full;
+    the one at 180 s is stored and only then is the message removed."""
+    table = parse_table("RETRYINT(60) WAIT(NO)\nREASON(MQRC_Q_FULL) ACTION(RETRY) RETRY(5)\n")
+    client = FakeClient(room_at_s=trio.current_time() + 150)
+    source = FakeSource([dead_letter(7)])
+    start = trio.current_time()
+    out = io.StringIO()
+    config = tmp_path / "bus.toml"
+    config.write_text('[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n')
+    options = HandlerOptions("unused:0", 1, load_config(config), wait_s=0)
+    handler = Handler(Engine(table), options, Reporter(True, out))
+    await handler.serve(client, source)
+    assert [(round(at - start), target) for at, target in client.puts] == [
+        (0, "1.14"),
+        (60, "1.14"),
+        (120, "1.14"),
+        (180, "1.14"),
+    ]
+    assert source.removed == [7]
+    assert handler.summary()["retried"] == 1 and handler.summary()["attempts_failed"] == 3
+
+
+@pytest.fixture
+def autojump_clock():
+    return trio.testing.MockClock(autojump_threshold=0)

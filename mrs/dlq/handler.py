@@ -73,13 +73,19 @@ class Handler:
             else:
                 self.source = DlqSource(client)
             try:
-                limiter = trio.CapacityLimiter(self.options.window)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._report_no_header_periodically)
-                    await self._take(client, nursery, limiter)
-                    nursery.cancel_scope.cancel()
+                await self.serve(client, self.source)
             finally:
                 self.source.close()
+
+    async def serve(self, client, source) -> None:
+        """Work `source` with puts through `client` until WAIT says stop (the part a
+        test drives under a MockClock with a fake client and source)."""
+        self.source = source
+        limiter = trio.CapacityLimiter(self.options.window)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._report_no_header_periodically)
+            await self._take(client, nursery, limiter)
+            nursery.cancel_scope.cancel()
 
     async def _take(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
         """`window` takers side by side: gets are pipelined, so a server that commits
