@@ -21,6 +21,7 @@ bound of the server's share.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import random
@@ -100,7 +101,7 @@ def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
     host, port = address.rsplit(":", 1)
     hello = wire.Connection("client").send(wire.Hello(wire.PROTOCOL_VERSION, "junk"))
     rng = random.Random(seed)
-    counts = {"opened": 0, "refused_connect": 0, "kinds": {}}
+    counts = {"opened": 0, "refused_connect": 0, "kinds": {}, "connect_errors": {}}
 
     async def one() -> None:
         kind = rng.choice(("close", "random", "silent", "half-frame", "garbage-frames"))
@@ -108,8 +109,10 @@ def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
         try:
             await sock.bind((FLOOD_ADDRESS, 0))
             await sock.connect((host, int(port)))
-        except OSError:
+        except OSError as error:
             counts["refused_connect"] += 1
+            name = errno.errorcode.get(error.errno or 0, str(error.errno))
+            counts["connect_errors"][name] = counts["connect_errors"].get(name, 0) + 1
             sock.close()
             return
         counts["opened"] += 1
@@ -145,6 +148,15 @@ def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
         return counts
 
     return trio.run(main)
+
+
+def burn(seconds: float) -> dict:
+    """The control: no connections at all, only the flooder's CPU use (a busy loop)."""
+    deadline = time.monotonic() + seconds
+    loops = 0
+    while time.monotonic() < deadline:
+        loops += 1
+    return {"opened": 0, "refused_connect": 0, "kinds": {"burn": loops}}
 
 
 # ---------------------------------------------------------------------- the run
@@ -199,7 +211,7 @@ def run(options: argparse.Namespace) -> dict:
             producer = _child("produce", address, options.seconds, options.in_flight, 100)
             flooder = (
                 _child(
-                    "flood",
+                    "burn" if options.control_burn else "flood",
                     address,
                     options.seconds,
                     options.flood_tasks,
@@ -237,13 +249,18 @@ def run(options: argparse.Namespace) -> dict:
     flood_seconds = options.seconds * len(floods)
     return {
         "guards": "relaxed" if options.relaxed else "default",
+        "flooder": "cpu burn only (control)" if options.control_burn else "junk connections",
         "flood_nice": options.flood_nice,
         "quiet_puts_per_s": round(quiet_rate),
         "flooded_puts_per_s": round(flooded_rate),
         "cost_percent": round(100 * (1 - flooded_rate / quiet_rate), 1),
-        "junk_connections_per_s": round(opened / flood_seconds),
+        "junk_connections_per_s": round(
+            (opened + sum(item["refused_connect"] for item in floods)) / flood_seconds
+        ),
+        "junk_connections_past_connect_per_s": round(opened / flood_seconds),
         "junk_kinds": _merge([item["kinds"] for item in floods]),
         "connect_failures": sum(item["refused_connect"] for item in floods),
+        "connect_errors": _merge([item.get("connect_errors", {}) for item in floods]),
         "server_rss_max_mib": round(rss_max_kib / 1024, 1),
         "server_cpu_share_quiet": round(server_cpu_s["quiet"] / max(quiet["seconds"], 1e-9), 2),
         "server_cpu_share_flooded": round(
@@ -269,6 +286,8 @@ def main() -> None:
         role, address, seconds, *rest = sys.argv[2:]
         if role == "produce":
             result = produce(address, float(seconds), int(rest[0]), int(rest[1]))
+        elif role == "burn":
+            result = burn(float(seconds))
         else:
             result = flood(address, float(seconds), int(rest[0]), int(rest[1]))
         print(json.dumps(result))
@@ -284,6 +303,11 @@ def main() -> None:
         default=0,
         help="niceness of the flooder (19: it only gets CPU the others leave, as if it ran "
         "on another host)",
+    )
+    parser.add_argument(
+        "--control-burn",
+        action="store_true",
+        help="control run: the 'flooder' only burns CPU, opens no connection",
     )
     parser.add_argument("--relaxed", action="store_true", help="flood guards set out of reach")
     parser.add_argument("--scratch", default=None, help="directory on the disk to measure")

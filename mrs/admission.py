@@ -50,9 +50,7 @@ class Admission:
                 self._forget_idle()
             peer = self._peers[host] = _Peer(float(guards.accept_burst), now)
         else:
-            refill = (now - peer.refilled_at) * guards.accepts_per_s
-            peer.tokens = min(float(guards.accept_burst), peer.tokens + refill)
-            peer.refilled_at = now
+            self._refill(peer)
         if peer.open >= guards.connections_per_peer_max:
             return (
                 f"{peer.open} connections open from {host} "
@@ -66,6 +64,27 @@ class Admission:
         peer.tokens -= 1.0
         peer.open += 1
         return None
+
+    def refused_unanswered(self, host: str) -> str | None:
+        """Why admit() would refuse `host` and should_answer() say nothing, or None.
+
+        For the accept loop: such a connection is closed before any task exists for
+        it. Anything else (admitted, or refused with an answer) goes on to admit()."""
+        peer = self._peers.get(host)
+        if peer is None or self.clock_s() - peer.answered_at >= ANSWER_EVERY_S:
+            return None
+        if peer.open >= self.guards.connections_per_peer_max:
+            return f"{peer.open} connections open from {host}"
+        self._refill(peer)
+        if peer.tokens < 1.0:
+            return f"connections from {host} arrive faster than accepts_per_s"
+        return None
+
+    def _refill(self, peer: _Peer) -> None:
+        now = self.clock_s()
+        refill = (now - peer.refilled_at) * self.guards.accepts_per_s
+        peer.tokens = min(float(self.guards.accept_burst), peer.tokens + refill)
+        peer.refilled_at = now
 
     def should_answer(self, host: str) -> bool:
         """True if a refused connection from `host` is to get a Fatal frame (at most

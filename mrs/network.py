@@ -7,12 +7,27 @@ network that drops, delays, resets and partitions from a seed.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
 
 Handler = Callable[[trio.abc.Stream], Awaitable[None]]
+Gate = Callable[[str], bool]
+"""Called with a new connection's peer host before any task exists for it: False
+closes it at once (with RST). How a flood of junk connections is kept cheap."""
+
+log = logging.getLogger("mrs.network")
+_LINGER_RST = struct.pack("ii", 1, 0)
+_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+"""accept() failures that mean "out of resources for now": wait, then go on (as
+trio.serve_listeners does)."""
+_CAPACITY_SLEEP_S = 0.1
 
 
 class Network(Protocol):
@@ -40,9 +55,10 @@ class TcpNetwork:
         port: int,
         *,
         task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+        gate: Gate | None = None,
     ) -> None:
         listeners = await self.listen(host, port)
-        await self.serve_listeners(handler, host, listeners, task_status=task_status)
+        await self.serve_listeners(handler, host, listeners, task_status=task_status, gate=gate)
 
     async def listen(self, host: str, port: int) -> list[trio.SocketListener]:
         """Bind host:port now (raises OSError), to serve later with serve_listeners."""
@@ -55,13 +71,42 @@ class TcpNetwork:
         listeners: list[trio.SocketListener],
         *,
         task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+        gate: Gate | None = None,
     ) -> None:
+        """Serve already bound listeners. gate: see `Gate` (None: accept everything)."""
         bound_port = listeners[0].socket.getsockname()[1]
         task_status.started((host, bound_port))
-        await trio.serve_listeners(handler, listeners)
+        if gate is None:
+            await trio.serve_listeners(handler, listeners)
+            return
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(_accept_loop, listener, handler, gate, nursery)
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
         return await trio.open_tcp_stream(host, port)
 
 
 TCP = TcpNetwork()
+
+
+async def _accept_loop(
+    listener: trio.SocketListener, handler: Handler, gate: Gate, nursery: trio.Nursery
+) -> None:
+    """Accept forever; a connection the gate refuses is closed before it costs a task."""
+    listening = listener.socket
+    while True:
+        try:
+            sock, address = await listening.accept()
+        except OSError as error:
+            if error.errno not in _CAPACITY_ERRNOS:
+                raise
+            log.error("accept: %s; waiting %.1f s", error, _CAPACITY_SLEEP_S)
+            await trio.sleep(_CAPACITY_SLEEP_S)
+            continue
+        if not gate(address[0]):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+            sock.close()
+            continue
+        nursery.start_soon(handler, trio.SocketStream(sock))

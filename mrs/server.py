@@ -20,6 +20,7 @@ selects the thread for comparison.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -226,7 +227,7 @@ class GroupServer:
                 self._start_links(nursery)
                 if listeners is not None:
                     host, port = await nursery.start(
-                        self.network.serve_listeners,
+                        functools.partial(self.network.serve_listeners, gate=self._gate),
                         self._serve_connection,
                         self.config.listen_host,
                         listeners,
@@ -432,6 +433,14 @@ class GroupServer:
                 session.link.down("connection closed", session)
             with trio.move_on_after(1):
                 await stream.aclose()
+
+    def _gate(self, host: str) -> bool:
+        """Before a task exists: close a refused connection that gets no answer."""
+        refusal = self.admission.refused_unanswered(host)
+        if refusal is None:
+            return True
+        self.refusals.refused("accept", host, f"connection refused (EXCEEDQUOTA): {refusal}")
+        return False
 
     async def _refuse_connection(
         self, stream: trio.abc.Stream, connection: wire.Connection, host: str, refusal: str

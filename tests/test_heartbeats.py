@@ -70,8 +70,13 @@ async def test_a_half_open_link_is_declared_down_and_the_uma_runs(linked) -> Non
         after = await sender.put(
             b"after", target="2.10", delivery=DeliveryMode.WF_DQF, uma=Uma.SAF, timeout=60
         )
-        assert Status.SAF_SUCCESS in (after.uma_status, after.delivery_status) or (
-            after.delivery_status == Status.SAF_FORCED
+        assert after.delivery_status == Status.SAF_FORCED  # in order, behind "during"
+        memory = await sender.put(
+            b"memory", target="2.10", delivery=DeliveryMode.WF_MEM, uma=Uma.DISC, timeout=60
+        )
+        assert (memory.delivery_status, memory.uma_status) == (
+            Status.LINK_DOWN,
+            Status.DISC_SUCCESS,
         )
     assert "declared down" in (linked.directory / f"group{linked.quick}.log").read_text()
 
