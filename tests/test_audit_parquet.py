@@ -89,3 +89,16 @@ def test_any_bytes_decode_to_a_record_or_a_reason_never_an_exception(data):
     if isinstance(decoded, list):
         batch = batch_from_values([decoded], 1, "pcj")
         assert batch.schema == SCHEMA
+
+
+def test_docs_schema_table_lists_every_column_in_order():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "audit.md").read_text()
+    section = text.split("## Schema", 1)[1].split("\n## ", 1)[0]
+    documented = [
+        line.split("|")[1].strip().strip("`")
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    assert documented == list(COLUMN_NAMES)

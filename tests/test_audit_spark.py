@@ -187,3 +187,22 @@ def test_export_writes_parquet_by_date_and_group(spark, audit_journal, tmp_path)
         "group=1",
         "group=2",
     }
+
+
+def test_the_docs_example_prints_what_the_journal_holds(spark, audit_journal, capsys):  # noqa: F811
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "examples" / "audit_queries.py"
+    spec = importlib.util.spec_from_file_location("audit_queries", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main(spark, [str(audit_journal.bus.data_dir(g)) for g in (1, 2)])
+    printed = capsys.readouterr().out
+    figures = direct_figures(audit_journal.records(Journal.PCJ), audit_journal.records(Journal.DLJ))
+    for queue, count in figures["per_queue"].items():
+        assert f"queue {queue}: {count} confirmed" in printed
+    sql_line = f"SQL: {figures['confirmed']} confirmed, {figures['possdupl']} marked POSSDUPL"
+    assert sql_line in printed
+    assert f"dead letters NO_DQF: {figures['dead_letters']}" in printed
+    assert "corrupt records: 0" in printed
