@@ -548,10 +548,10 @@ class _Parser:
                     f"(also {where}.queue[{ids[queue.id]}])",
                 )
             ids[queue.id] = i
-            if queue.name == DEAD_LETTER_QUEUE_NAME:
+            if queue.name in (DEAD_LETTER_QUEUE_NAME, DEAD_LETTER_QUEUE_MESSAGEQ_NAME):
                 self.fail(
                     f"{where}.queue[{i}].name",
-                    f"queue name {DEAD_LETTER_QUEUE_NAME!r} belongs to the dead letter "
+                    f"queue name {queue.name!r} belongs to the dead letter "
                     f"queue ({DEAD_LETTER_QUEUE}) of every group",
                 )
             if queue.name in names:

@@ -51,3 +51,17 @@ async def test_recoverable_dlq_survives_sigkill(make_bus) -> None:
     bus.restart()
     async with connect(bus.address, queue="DLQ") as dlq:  # confirmed means gone for good
         assert (await dlq.status())["queues"]["1.96"]["pending"] == 0
+
+
+def test_a_queue_cannot_take_the_messageq_dlq_name(tmp_path) -> None:
+    import pytest
+
+    from mrs.config import ConfigError, load_config
+
+    config = tmp_path / "bus.toml"
+    config.write_text(
+        '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+        '[[group.queue]]\nid = 10\nname = "PAMS_DEAD_LETTER_QUEUE"\n'
+    )
+    with pytest.raises(ConfigError, match="belongs to the dead letter queue"):
+        load_config(config)

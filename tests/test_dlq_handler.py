@@ -498,3 +498,31 @@ def argparse_namespace(bus):
     import argparse
 
     return argparse.Namespace(config=bus.config_path, group=1, data_dir=None)
+
+
+async def test_continued_and_full_width_rules_against_the_server(bus, tmp_path) -> None:
+    """A rule continued with '+' and '-' and one exactly 72 columns wide do what they say."""
+    wide = "DESTQ(92) APPLNAME(bill*)    ACTION(FWD)   FWDQ(ANYORDER)     HEADER(NO)"
+    assert len(wide) == 72
+    rules = tmp_path / "rules.txt"
+    rules.write_text("* continued rules\nDESTQ(9+\n      1) ACTION(DIS-\nCARD)\n" + wide + "\n")
+    async with connect(bus.address, queue="SENDER") as sender:
+        await put_letter(sender, b"gone", letter_header(dest_q_name="91"))
+        await put_letter(sender, b"moved", letter_header(dest_q_name="92"))
+    result = subprocess.run(
+        _handler_command(bus, rules, "--once"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted((e["rule_line"], e["outcome"]) for e in events if "seq" in e) == [
+        (2, "discarded"),
+        (5, "forwarded"),
+    ]
+    async with connect(bus.address, queue="ANYORDER") as target:
+        [message] = await drain(target)
+    assert message.body == b"moved" and message.dead_letter_header is None
+    assert await dlq_bodies(bus) == []
