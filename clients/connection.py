@@ -61,8 +61,10 @@ _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable
 FRAME_BYTES_MAX = 64 * 1024 * 1024
 REPLY_GRACE_S = 5.0
 """A WF put waits this much longer than its timeout for the server's own TIMEOUT."""
-DRAIN_WINDOW = 256
-"""Journal records in flight at once while draining (pipelined, FIFO on the wire)."""
+DRAIN_WINDOW = 1024
+"""Journal records in flight at once while draining (pipelined, FIFO on the wire)..."""
+DRAIN_REFILL = 128
+"""...topped up once this many have been answered."""
 DRAIN_BYTES_MAX = 8 * 1024 * 1024
 """...and at most about this many body bytes (the server bounds each connection's)."""
 HELD_MESSAGES_MAX = 1024
@@ -99,6 +101,21 @@ class _Pending:
             self.event.set()
         if self.callback is not None:
             self.callback(result)
+
+
+@dataclass(eq=False)
+class _Window:
+    """Drained records in flight: key -> body bytes, and their total."""
+
+    keys: dict[bytes, int] = field(default_factory=dict)
+    bytes: int = 0
+
+    def add(self, key: bytes, size: int) -> None:
+        self.keys[key] = size
+        self.bytes += size
+
+    def remove(self, key: bytes) -> None:
+        self.bytes -= self.keys.pop(key, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,37 +415,33 @@ class Client:
         """Send every journal record, oldest first, DRAIN_WINDOW in flight; a record is
         deleted when the server answers it stored. LINK_UP when nothing is left."""
         journal = self._journal
+        journal.on_change = self._drain_wake.set
         after_key: bytes | None = None
-        in_flight: dict[bytes, int] = {}  # key -> body bytes
+        window = _Window()
         while self._link is link:
             self._drain_wake = trio.Event()
-            room = DRAIN_WINDOW - len(in_flight)
-            if sum(in_flight.values()) >= DRAIN_BYTES_MAX:
-                room = 0  # stay well inside the server's per-connection byte quota
+            journal.on_change = self._drain_wake.set
+            room = DRAIN_WINDOW - len(window.keys)
+            # Refill in chunks (one read transaction for many records), and stay well
+            # inside the server's per-connection byte quota.
+            if window.keys and (room < DRAIN_REFILL or window.bytes >= DRAIN_BYTES_MAX):
+                room = 0
             items = journal.read_after(after_key, room) if room > 0 else []
             for key, record in items:
-                in_flight[key] = len(record.body)
-                self._send_drained(link, key, record, in_flight)
+                window.add(key, len(record.body))
+                self._send_drained(link, key, record, window)
                 after_key = key
             if items:
                 await trio.lowlevel.checkpoint()
                 continue
             if link.lost is not None:
                 return
-            if not in_flight and journal.idle and journal.count <= len(journal.corrupt):
+            if not window.keys and journal.idle and journal.count <= len(journal.corrupt):
                 self._set_journal_status(Status.LINK_UP)
                 return
-            changed = journal.changed
-            async with trio.open_nursery() as nursery:
+            await self._drain_wake.wait()
 
-                async def wait_for(event: trio.Event, scope: trio.CancelScope) -> None:
-                    await event.wait()
-                    scope.cancel()
-
-                nursery.start_soon(wait_for, changed, nursery.cancel_scope)
-                nursery.start_soon(wait_for, self._drain_wake, nursery.cancel_scope)
-
-    def _send_drained(self, link: _Link, key: bytes, record: Record, in_flight: dict) -> None:
+    def _send_drained(self, link: _Link, key: bytes, record: Record, window: _Window) -> None:
         extra = record.extra
         headers = dict(extra.get("headers") or {})
         headers.setdefault(
@@ -453,7 +466,7 @@ class Client:
         )
 
         def answered(result: object) -> None:
-            in_flight.pop(key, None)
+            window.remove(key)
             self._drain_answered(link, key, record.seq, result)
             self._drain_wake.set()
 

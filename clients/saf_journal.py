@@ -79,8 +79,8 @@ class ClientJournal:
             raise
         self._commit_wanted = trio.Event()
         self.writer = InlineWriter(self.store, self._wake_writer)
-        self.changed = trio.Event()
-        """Set (and replaced) whenever a record was added or removed."""
+        self.on_change: Callable[[], None] = lambda: None
+        """Called whenever a record was added or removed (the drain waits on it)."""
         self.journal_id = self._identity()
         raw = self.store.meta_get(_META_NEXT_SEQ)
         self._next_seq = _U64.unpack(raw)[0] if raw else 1
@@ -111,8 +111,7 @@ class ClientJournal:
             self.writer.commit_pending()
 
     def _changed(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
+        self.on_change()
 
     @property
     def idle(self) -> bool:

@@ -152,11 +152,12 @@ async def test_client_killed_mid_drain(server, tmp_path) -> None:
     child = Child(server.address, journal, count)
     await trio.to_thread.run_sync(child.wait_for, "journaled")
     server.start()
-    await trio.to_thread.run_sync(child.wait_for, "drained 300")
+    await trio.to_thread.run_sync(child.wait_for, "drained 1000")
     child.kill()  # SIGKILL mid-drain: records stored but not yet deleted are re-sent
 
     async with connect(server.address, "SENDER", saf_journal=journal, reconnect=FAST) as client:
-        assert 0 < client.journal_backlog < count
+        # stored records whose delete was not yet committed are still here: re-sent
+        assert 0 < client.journal_backlog <= count
         with trio.fail_after(60):
             await client.wait_journal_status(Status.LINK_UP)
     check_fifo_exactly_once(await receive_all(server.address), count)
