@@ -106,11 +106,15 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
     from mrs.datadir import DataDirError
 
     errors = list(walk_errors(error))
-    for kind, code in ((ConfigError, EXIT_USAGE), (CommandError, None), (DataDirError, 1)):
-        for inner in errors:
-            if isinstance(inner, kind):
-                prefix = "config error: " if kind is ConfigError else ""
-                return prefix + str(inner), code if code is not None else inner.exit_code
+    for inner in errors:
+        if isinstance(inner, ConfigError):
+            return f"config error: {inner}", EXIT_USAGE
+    for inner in errors:
+        if isinstance(inner, CommandError):
+            return str(inner), inner.exit_code
+    for inner in errors:
+        if isinstance(inner, DataDirError):
+            return str(inner), EXIT_RUNTIME
     for inner in errors:
         if isinstance(inner, OSError) and inner.errno is not None:
             where = f"{inner.filename}: " if inner.filename else ""

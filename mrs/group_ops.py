@@ -44,17 +44,18 @@ class GroupOps:
             from mrs.metrics import GroupMetrics
 
             self.metrics = GroupMetrics(self)
-        if not hasattr(self.server.store, "env"):
+        store = self.server.store
+        if store is None or not hasattr(store, "env"):
             return  # the simulator's in-memory store: no map to watch
         config = self.server.config
         self.watch = UsageWatch(
-            self.server.store,
+            store,
             config.limits.journal_bytes_max,
             config.id,
             warn_percents=config.ops.journal_warn_percents,
             can_grow=can_grow,
         )
-        self.server.store.grow_map = self.watch.grow_if_needed if can_grow else None
+        store.grow_map = self.watch.grow_if_needed if can_grow else None
 
     def reply_observer(self):
         """What each session calls with every reply it sends (None: metrics off)."""

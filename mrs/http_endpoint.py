@@ -46,7 +46,7 @@ async def serve_http(
     port: int,
     routes: dict[str, Route],
     *,
-    task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `routes` (exact paths) on host:port; reports (host, bound port)."""
     listeners = await trio.open_tcp_listeners(port, host=host)

@@ -25,7 +25,19 @@ DEFAULT_PUT_TIMEOUT_S = 30.0
 """MessageQ's default when the put timeout is 0."""
 
 
-class DeliveryMode(enum.IntEnum):
+class NamedIntEnum(enum.IntEnum):
+    """An IntEnum that prints as its name (`Status.STORED`, not `31`) in logs, errors
+    and f-strings; the wire, the journals and JSON still carry the number (int(x),
+    format(x, "d"))."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, spec: str) -> str:
+        return str(self) if not spec else int(self).__format__(spec)
+
+
+class DeliveryMode(NamedIntEnum):
     """PDEL_MODE_*: sender notification (WF/AK/NN) x delivery interest point."""
 
     WF_SAF = 25
@@ -59,7 +71,7 @@ class DeliveryMode(enum.IntEnum):
         return self.interest_point in ("SAF", "DQF", "CONF")
 
 
-class Uma(enum.IntEnum):
+class Uma(NamedIntEnum):
     """PDEL_UMA_*: what happens to a message that cannot reach its interest point."""
 
     RTS = 1
@@ -70,7 +82,7 @@ class Uma(enum.IntEnum):
     DISCL = 6
 
 
-class ForceJrn(enum.IntEnum):
+class ForceJrn(NamedIntEnum):
     """PDEL_*_JRN: whether a confirm writes the message to the PCJ."""
 
     DEFAULT_JRN = 0
@@ -86,7 +98,7 @@ class ConfirmStyle(enum.StrEnum):
     EXPLICIT_OUT_OF_ORDER = "explicit-out-of-order"
 
 
-class Status(enum.IntEnum):
+class Status(NamedIntEnum):
     """PAMS__* status values (UNIX numbering). Odd positive = success/information.
 
     The first block is MessageQ's own table. DQF_DEVICE_FAIL and the *_FAILED UMA
