@@ -65,3 +65,20 @@ def test_a_queue_cannot_take_the_messageq_dlq_name(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match="belongs to the dead letter queue"):
         load_config(config)
+
+
+async def test_handler_on_a_recoverable_dlq_keeps_dead_letters_out_of_the_pcj(make_bus) -> None:
+    from journals import Journal, JournalStore
+    from tests.test_dlq_handler import run_handler
+
+    bus = make_bus(group_extra="dead_letter_queue_recoverable = true\npcj_default = true")
+    async with connect(bus.address, queue="SENDER") as sender:
+        psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
+        assert psb.uma_status == Status.DLQ_SUCCESS
+    handler, events = await run_handler(bus, "ACTION(DISCARD)\n")
+    assert [event["outcome"] for event in events] == ["discarded"]
+    store = JournalStore(bus.data_dir / "journals", readonly=True)
+    try:
+        assert store.count(Journal.PCJ) == 0 and store.count(Journal.DQF) == 0
+    finally:
+        store.close()

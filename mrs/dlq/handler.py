@@ -12,7 +12,6 @@ removed); retries sleep between attempts without holding an action slot.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -278,7 +277,3 @@ def letter_of(message: Message) -> Letter:
         headers=message.headers,
         reply_to=reply_to,
     )
-
-
-def infinite(value: float | None) -> float:
-    return math.inf if value is None else value

@@ -23,7 +23,7 @@ from clients import MrsTimeout, NoMoreMessages
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.deadletter import dead_letter_header
 from mrs.journal_files import GroupJournals, open_store, scan, seq_of_key
-from mrs.model import Address, DeliveryMode, Message, Status, status_of
+from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
 from mrs.selection import RecordFilter
 
 SCAN_CHUNK = 1000
@@ -50,7 +50,9 @@ class DlqSource:
         """Nothing to do: a lease that comes back is already delivered POSSDUPL."""
 
     async def remove(self, message: Message) -> None:
-        await self.client.confirm(message.seq)
+        # NO_JRN: removing a dead letter is not an application's confirmation, so it
+        # never lands in the PCJ (the audit trail), even from a recoverable DLQ.
+        await self.client.confirm(message.seq, force_j=ForceJrn.NO_JRN)
 
     def close(self) -> None:
         pass
