@@ -430,7 +430,7 @@ def render(views: list[GroupView], bus_path: Path | None):
         )
         for peer, link in sorted((status.get("links") or {}).items(), key=lambda kv: int(kv[0])):
             state = str(link.get("state", "?"))
-            waits = next((str(link[k]) for k in _WAIT_KEYS if link.get(k)), "")
+            waits = next((describe_wait(link[k]) for k in _WAIT_KEYS if link.get(k)), "")
             if not waits and state != "up":
                 waits = "link down: SAF holds messages until it is up"
             elif not waits and link.get("drain") == "retry":
@@ -465,6 +465,23 @@ def render(views: list[GroupView], bus_path: Path | None):
     if queues.row_count:
         parts.append(queues)
     return Stack(*parts)
+
+
+def describe_wait(wait: Any) -> str:
+    """Why a link's drain waits, in words (the peer's drain_wait, or any text)."""
+    if not isinstance(wait, dict):
+        return str(wait)
+    words = str(wait.get("reason") or wait.get("status") or "waiting")
+    details = []
+    if wait.get("status") and wait.get("reason"):
+        details.append(str(wait["status"]))
+    if wait.get("stuck_seq") is not None:
+        details.append(f"seq {wait['stuck_seq']}")
+    if wait.get("waiting_behind"):
+        details.append(f"{wait['waiting_behind']} behind it")
+    if wait.get("retry_in_s"):
+        details.append(f"retry in {wait['retry_in_s']:g} s")
+    return f"{words} ({', '.join(details)})" if details else words
 
 
 def _percent_style(percent: float | None, thresholds: list[int] | None) -> str:

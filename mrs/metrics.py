@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mrs import protocol as wire
@@ -188,7 +188,7 @@ def _link_metrics(group: str, links: dict):
     backlog = GaugeMetricFamily(
         "mrs_saf_backlog", "SAF messages waiting for the peer", labels=labels
     )
-    sent = GaugeMetricFamily(
+    sent = CounterMetricFamily(
         "mrs_link_messages_sent", "Messages sent on the link (rate() = drain rate)", labels=labels
     )
     retry = GaugeMetricFamily(

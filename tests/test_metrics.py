@@ -44,7 +44,7 @@ def test_metrics_endpoint_counts_traffic_and_matches_status(make_bus) -> None:
     bus = make_bus(
         limits="journal_bytes_max = 2097152\nmessage_bytes_max = 100000",
         group_extra='pcj_default = true\n[group.ops]\nmetrics_listen = "127.0.0.1:0"\n'
-        'journal_warn_percent = [40]',
+        "journal_warn_percent = [40]",
     )
     url = _status(bus.address)["endpoints"]["metrics"]
     with connect_sync(bus.address, "ORDERS") as client:
@@ -113,3 +113,74 @@ def test_the_grafana_dashboard_queries_only_metrics_the_server_exports(make_bus)
     queried |= set(re.findall(r"\bmrs_[a-z_]+", dashboard["templating"]["list"][0]["query"]))
     missing = {name for name in queried if name not in exported}
     assert not missing, f"dashboard queries metrics the server does not export: {missing}"
+
+
+def test_saf_backlog_and_drain_per_link(tmp_path) -> None:
+    import socket
+    import time
+
+    from sim.processes import GroupProcess
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    config = tmp_path / "bus.toml"
+    config.write_text(f"""
+[[group]]
+id = 1
+name = "NYC"
+listen = "127.0.0.1:{ports[0]}"
+data_dir = "g1"
+[group.ops]
+metrics_listen = "127.0.0.1:0"
+[[group.queue]]
+id = 10
+name = "ORDERS"
+[[group]]
+id = 2
+name = "LDN"
+listen = "127.0.0.1:{ports[1]}"
+data_dir = "g2"
+[[group.queue]]
+id = 10
+name = "ORDERS"
+[[link]]
+groups = [1, 2]
+""")
+    nyc, ldn = GroupProcess(config, 1), GroupProcess(config, 2)
+    nyc.start()
+    try:
+        with connect_sync(nyc.address, "ORDERS") as client:
+            for i in range(12):
+                assert client.put(f"m{i}".encode(), "2.10", delivery=DeliveryMode.WF_SAF).stored
+        url = _status(nyc.address)["endpoints"]["metrics"]
+        link = (("group", "1"), ("peer", "2"))
+        samples = _scrape(url)
+        assert samples[("mrs_saf_backlog", link)] == 12
+        assert samples[("mrs_link_up", link)] == 0
+        ldn.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            samples = _scrape(url)
+            if samples[("mrs_saf_backlog", link)] == 0:
+                break
+            time.sleep(0.2)
+        assert samples[("mrs_saf_backlog", link)] == 0
+        assert samples[("mrs_link_up", link)] == 1
+        assert samples[("mrs_link_messages_sent_total", link)] == 12
+    finally:
+        nyc.terminate()
+        ldn.terminate()
+
+
+def test_a_drain_wait_is_shown_in_words() -> None:
+    from mrs.bus_status import describe_wait
+
+    wait = {"stuck_seq": 7, "status": "DQF_FULL", "reason": "target queue full",
+            "waiting_behind": 3, "retry_in_s": 0.5}  # fmt: skip
+    assert describe_wait(wait) == (
+        "target queue full (DQF_FULL, seq 7, 3 behind it, retry in 0.5 s)"
+    )
+    assert describe_wait("link down") == "link down"
