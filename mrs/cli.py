@@ -22,7 +22,7 @@ from mrs.web import add_web_parser
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from mrs.server import serve
+    from mrs.server import serve, unsafe_from_env
 
     bus = load_config(args.config)
     if args.group not in bus.groups:
@@ -31,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
-    trio.run(serve, bus, args.group, args.ready_file)
+    trio.run(serve, bus, args.group, args.ready_file, unsafe_from_env())
     return 0
 
 
@@ -106,6 +106,9 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     swarm.add_argument("--first", type=int, default=0, help="first seed")
     swarm.add_argument("--seed", type=int, default=None, help="run just this seed (replay)")
     swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
+    swarm.add_argument(
+        "--workload", choices=("default", "quick"), default="default", help="size of a seed"
+    )
     swarm.add_argument(
         "--history", type=Path, default=None, help="write the history of --seed as JSON here"
     )

@@ -83,9 +83,21 @@ log = logging.getLogger("mrs.group")
 
 UNSAFE_ACK_BEFORE_COMMIT = "ack-before-commit"
 UNSAFE_SKIP_POSSDUPL = "skip-possdupl"
-UNSAFE_SWITCHES = frozenset({UNSAFE_ACK_BEFORE_COMMIT, UNSAFE_SKIP_POSSDUPL})
+UNSAFE_POSSDUPL_ALWAYS = "possdupl-always"
+UNSAFE_CONFIRM_WITHOUT_DELETE = "confirm-without-delete"
+UNSAFE_FORGET_UNCONFIRMED_ON_DETACH = "forget-unconfirmed-on-detach"
+UNSAFE_SWITCHES = frozenset(
+    {
+        UNSAFE_ACK_BEFORE_COMMIT,
+        UNSAFE_SKIP_POSSDUPL,
+        UNSAFE_POSSDUPL_ALWAYS,
+        UNSAFE_CONFIRM_WITHOUT_DELETE,
+        UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
+    }
+)
 """Broken builds the fault harness can switch on to show the checker catches them;
-a server honours them only when started by the harness (MRS_HARNESS_UNSAFE)."""
+a server honours them only when given them (`GroupServer(unsafe=...)`; `mrs serve`
+reads MRS_HARNESS_UNSAFE at the CLI edge)."""
 
 BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
 """A journaled message further back in its queue than this keeps its body only on
@@ -326,6 +338,10 @@ class Group:
             returned = self.dlq_readers.detach(queue, session.id)
         else:
             returned = queue.detach()
+            if UNSAFE_FORGET_UNCONFIRMED_ON_DETACH in self.unsafe:
+                for entry in returned:
+                    queue.pending.remove(entry)
+                    queue.memory_count -= not entry.journaled
         if returned:
             log.info(
                 "queue %s detached with %d unconfirmed messages; they will be redelivered",
@@ -828,6 +844,8 @@ class Group:
             self.dlq_readers.leased(session.id, entry)
         if UNSAFE_SKIP_POSSDUPL in self.unsafe and status == Status.POSSDUPL:
             status = Status.CONFIRMREQ
+        if UNSAFE_POSSDUPL_ALWAYS in self.unsafe and status == Status.CONFIRMREQ:
+            status = Status.POSSDUPL
         try:  # built first: a field no client could have put must not kill the server
             event = delivery_event(request_id, entry, status)
         except (wire.ProtocolError, ValueError, TypeError) as error:
@@ -922,6 +940,8 @@ class Group:
             return
         key = queue_key(queue.address.queue, entry.seq)
         batch = WriteBatch.empty().delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        if UNSAFE_CONFIRM_WITHOUT_DELETE in self.unsafe:
+            batch = WriteBatch.empty()
         if journal:
             now_ns = self.clock_ns()
             record = record_from_entry(entry, written_time_ns=now_ns)

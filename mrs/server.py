@@ -162,7 +162,7 @@ class GroupServer:
         self.network = network
         self.open_store = open_store or self._open_lmdb
         self.clock_ns = clock_ns
-        self.unsafe = unsafe if unsafe is not None else unsafe_from_env()
+        self.unsafe = unsafe or frozenset()
         self.crashed = False
         """Set by a simulation before cancelling run(): skip the graceful shutdown, so
         what was not committed is lost, as in a SIGKILL."""
@@ -666,9 +666,14 @@ def only_connection_errors(error: BaseException) -> bool:
     return isinstance(error, CONNECTION_ERRORS)
 
 
-async def serve(bus: BusConfig, group_id: int, ready_file: Path | None = None) -> None:
+async def serve(
+    bus: BusConfig,
+    group_id: int,
+    ready_file: Path | None = None,
+    unsafe: frozenset[str] = frozenset(),
+) -> None:
     """Run a group until SIGTERM/SIGINT, then shut down gracefully."""
-    server = GroupServer(bus, bus.group(group_id))
+    server = GroupServer(bus, bus.group(group_id), unsafe=unsafe)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(server.run)

@@ -8,6 +8,16 @@ and which groups crashed. `check(history)` returns the violations:
   CONF's SUCCESS, or UMA SAF_SUCCESS) but never delivered to its target;
 - unexpected: delivered but never sent;
 - unmarked duplicates: a recoverable message delivered again without POSSDUPL;
+- marked first deliveries: a first delivery marked POSSDUPL that no lost get explains
+  (the contract marks only a redelivery; a get whose answer was lost — connection
+  dropped, group crashed, reply after the client gave up — may hide one delivery);
+- redelivered after confirm: delivered again after its confirm was answered;
+- unconfirmed lost: delivered, never confirmed (no confirm attempt whose answer was
+  lost), and never delivered again: what a detach or reconnect must give back; and,
+  on an in-order queue with one get at a time, a consumer that left with a message
+  unconfirmed must get a redelivery (POSSDUPL) first when it comes back, unless its
+  group crashed meanwhile (recovery reloads in sequence order);
+- stuck: records left in a DQF or SAF after the final drain (every journal drains);
 - order violations: on an in-order queue, a producer's recoverable messages first
   delivered out of the order they were sent;
 - UMA mismatches: a failed put whose UMA says where the message went, and it is not
@@ -51,6 +61,24 @@ class History:
     crashed_groups: set[int] = field(default_factory=set)
     faults: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     events: list[dict] = field(default_factory=list)
+    confirms: list[tuple[str, str, int]] = field(default_factory=list)
+    """(message id, queue, position in `deliveries` when its confirm was answered)."""
+    lost_gets: list[tuple[str, int]] = field(default_factory=list)
+    """(queue, position in `deliveries`) of gets whose answer never arrived."""
+    unsure_confirms: set[str] = field(default_factory=set)
+    """Messages whose confirm was sent but whose answer never arrived."""
+    walk_aways: list[tuple[str, str, int]] = field(default_factory=list)
+    """(queue, message id, position): a consumer left with this message unconfirmed."""
+    crashes: list[tuple[int, int]] = field(default_factory=list)
+    """(group, position in `deliveries`) of each crash."""
+    in_order_queues: set[str] = field(default_factory=set)
+    """Queues confirmed in order with one get at a time (what comes back first is known)."""
+    observed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """How often each notable status was seen (puts' PSBs, refused gets): coverage."""
+    refused: set[str] = field(default_factory=set)
+    """Puts the server refused (e.g. NOTSUPPORTED): they must never arrive."""
+    leftovers: dict[str, list[str]] = field(default_factory=dict)
+    """After the final drain: "g<N> DQF" / "g<N> SAF" -> message ids still there."""
 
     def record_send(self, sent: Sent) -> None:
         self.sent[sent.message_id] = sent
@@ -60,9 +88,31 @@ class History:
     ) -> None:
         sent = self.sent[message_id]
         sent.delivery_status, sent.uma_status, sent.seq = delivery_status, uma_status, seq
+        self.record_observed(f"put {_status_name(delivery_status)}")
+        if uma_status not in (int(Status.NO_UMA), int(Status.UMA_NA)):
+            self.record_observed(f"uma {_status_name(uma_status)}")
+
+    def record_observed(self, what: str) -> None:
+        self.observed[what] += 1
 
     def record_delivery(self, message_id: str, queue: str, status: int) -> None:
         self.deliveries.append((message_id, queue, int(status)))
+
+    def record_confirm(self, message_id: str, queue: str) -> None:
+        self.confirms.append((message_id, queue, len(self.deliveries)))
+
+    def record_lost_get(self, queue: str) -> None:
+        self.lost_gets.append((queue, len(self.deliveries)))
+
+    def record_walk_away(self, queue: str, message_id: str) -> None:
+        self.walk_aways.append((queue, message_id, len(self.deliveries)))
+
+    def record_crash(self, group_id: int) -> None:
+        self.crashed_groups.add(group_id)
+        self.crashes.append((group_id, len(self.deliveries)))
+
+    def record_unsure_confirm(self, message_id: str) -> None:
+        self.unsure_confirms.add(message_id)
 
     def record_fault(self, kind: str, detail: str = "") -> None:
         self.faults[kind] += 1
@@ -80,6 +130,15 @@ class History:
                 "crashed_groups": sorted(self.crashed_groups),
                 "faults": dict(self.faults),
                 "events": self.events,
+                "confirms": self.confirms,
+                "lost_gets": self.lost_gets,
+                "unsure_confirms": sorted(self.unsure_confirms),
+                "walk_aways": self.walk_aways,
+                "crashes": self.crashes,
+                "in_order_queues": sorted(self.in_order_queues),
+                "observed": dict(self.observed),
+                "refused": sorted(self.refused),
+                "leftovers": self.leftovers,
             },
             sort_keys=True,
         )
@@ -95,16 +154,14 @@ class Verdict:
     unmarked_duplicates: list[str] = field(default_factory=list)
     order_violations: list[str] = field(default_factory=list)
     uma_mismatches: list[str] = field(default_factory=list)
+    marked_first_deliveries: list[str] = field(default_factory=list)
+    redelivered_after_confirm: list[str] = field(default_factory=list)
+    unconfirmed_lost: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (
-            self.lost
-            or self.unexpected
-            or self.unmarked_duplicates
-            or self.order_violations
-            or self.uma_mismatches
-        )
+        return not any(getattr(self, name) for name in PROBLEMS)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -116,14 +173,40 @@ class Verdict:
             "unmarked_duplicates": len(self.unmarked_duplicates),
             "order_violations": len(self.order_violations),
             "uma_mismatches": len(self.uma_mismatches),
+            "marked_first_deliveries": len(self.marked_first_deliveries),
+            "redelivered_after_confirm": len(self.redelivered_after_confirm),
+            "unconfirmed_lost": len(self.unconfirmed_lost),
+            "stuck": len(self.stuck),
         }
+
+
+PROBLEMS = (
+    "lost",
+    "unexpected",
+    "unmarked_duplicates",
+    "order_violations",
+    "uma_mismatches",
+    "marked_first_deliveries",
+    "redelivered_after_confirm",
+    "unconfirmed_lost",
+    "stuck",
+)
+"""The Verdict lists that must be empty, in the order reports show them."""
+
+
+def _status_name(value: int) -> str:
+    try:
+        return Status(value).name
+    except ValueError:
+        return str(value)
 
 
 def acknowledged_as_stored(sent: Sent) -> bool:
     if sent.delivery_status is None:
         return False
-    if not DeliveryMode(sent.mode).recoverable:
-        return False
+    mode = DeliveryMode(sent.mode)
+    if not mode.recoverable or mode.notification != "WF":
+        return False  # an AK/NN put's immediate answer only says it was accepted
     if sent.delivery_status in STORED_STATUSES:
         return True
     if DeliveryMode(sent.mode).interest_point == "CONF" and sent.delivery_status == 1:
@@ -133,19 +216,7 @@ def acknowledged_as_stored(sent: Sent) -> bool:
 
 def check(history: History) -> Verdict:
     verdict = Verdict(sent=len(history.sent))
-    first_delivery: dict[str, int] = {}
-    for position, (message_id, queue, status) in enumerate(history.deliveries):
-        sent = history.sent.get(message_id)
-        if sent is None:
-            verdict.unexpected.append(message_id)
-            continue
-        if queue != sent.target:
-            continue  # returned or dead-lettered copies are checked below
-        if message_id in first_delivery:
-            if DeliveryMode(sent.mode).recoverable and status != int(Status.POSSDUPL):
-                verdict.unmarked_duplicates.append(message_id)
-            continue
-        first_delivery[message_id] = position
+    first_delivery = _check_deliveries(history, verdict)
     verdict.delivered = len(first_delivery)
     for sent in history.sent.values():
         if acknowledged_as_stored(sent):
@@ -156,7 +227,82 @@ def check(history: History) -> Verdict:
         if mismatch:
             verdict.uma_mismatches.append(f"{sent.message_id}: {mismatch}")
     verdict.order_violations = _order_violations(history, first_delivery)
+    verdict.unconfirmed_lost = _unconfirmed_lost(history, first_delivery) + _skipped_returns(
+        history
+    )
+    verdict.stuck = [
+        f"{where}: {message_id}"
+        for where, message_ids in sorted(history.leftovers.items())
+        for message_id in message_ids
+    ]
     return verdict
+
+
+def _check_deliveries(history: History, verdict: Verdict) -> dict[str, int]:
+    """Walk the deliveries in order; the position of each message's first delivery."""
+    first_delivery: dict[str, int] = {}
+    confirmed_at: dict[str, int] = {}
+    for message_id, _, position in history.confirms:
+        confirmed_at.setdefault(message_id, position)
+    lost_gets_at: dict[str, list[int]] = defaultdict(list)
+    for queue, position in history.lost_gets:
+        lost_gets_at[queue].append(position)
+    marked_first: dict[str, int] = defaultdict(int)
+    for position, (message_id, queue, status) in enumerate(history.deliveries):
+        sent = history.sent.get(message_id)
+        if sent is None or message_id in history.refused:
+            verdict.unexpected.append(message_id)
+            continue
+        if queue != sent.target:
+            continue  # returned or dead-lettered copies are checked below
+        if confirmed_at.get(message_id, position) < position:
+            verdict.redelivered_after_confirm.append(message_id)
+        if message_id in first_delivery:
+            if DeliveryMode(sent.mode).recoverable and status != int(Status.POSSDUPL):
+                verdict.unmarked_duplicates.append(message_id)
+            continue
+        first_delivery[message_id] = position
+        if status == int(Status.POSSDUPL):
+            # each get whose answer was lost before this point may hide one delivery
+            marked_first[queue] += 1
+            explained = sum(1 for lost in lost_gets_at[queue] if lost <= position)
+            if marked_first[queue] > explained:
+                verdict.marked_first_deliveries.append(message_id)
+    return first_delivery
+
+
+def _unconfirmed_lost(history: History, first_delivery: dict[str, int]) -> list[str]:
+    """Recoverable messages delivered for a confirm that never came, and never again."""
+    confirmed = {message_id for message_id, _, _ in history.confirms}
+    lost = []
+    for message_id in first_delivery:
+        sent = history.sent[message_id]
+        if not DeliveryMode(sent.mode).recoverable:
+            continue
+        if message_id not in confirmed and message_id not in history.unsure_confirms:
+            lost.append(message_id)
+    return lost
+
+
+def _skipped_returns(history: History) -> list[str]:
+    """Walk-aways on in-order queues whose next delivery was not a redelivery."""
+    skipped = []
+    for queue, message_id, position in history.walk_aways:
+        if queue not in history.in_order_queues:
+            continue
+        group_id = int(queue.split(".")[0])
+        following = (
+            (later, delivery)
+            for later, delivery in enumerate(history.deliveries[position:], position)
+            if delivery[1] == queue
+        )
+        later, delivery = next(following, (None, None))
+        if delivery is None or delivery[2] == int(Status.POSSDUPL):
+            continue
+        if any(g == group_id and position <= at <= later for g, at in history.crashes):
+            continue
+        skipped.append(f"{message_id} (left unconfirmed; {delivery[0]} came first)")
+    return skipped
 
 
 def _uma_mismatch(history: History, sent: Sent, delivered: bool) -> str | None:

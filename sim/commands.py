@@ -12,9 +12,9 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from sim.checker import History, Verdict, check
+from sim.checker import PROBLEMS, History, Verdict, check
 from sim.scenarios import run_scenario
-from sim.swarm import run_seed
+from sim.swarm import WORKLOADS, run_seed
 
 
 def run_swarm_command(args: argparse.Namespace) -> int:
@@ -22,32 +22,45 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     console = Console()
     unsafe = frozenset(filter(None, args.unsafe.split(",")))
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    shape = WORKLOADS[getattr(args, "workload", "default")]
     started_s = time.perf_counter()
+    started_cpu_s = time.process_time()
     failing: list[tuple[int, Verdict]] = []
     totals: dict[str, int] = {}
     faults: dict[str, int] = {}
+    observed: dict[str, int] = {}
     for seed in seeds:
-        history, verdict = run_seed(seed, unsafe)
+        history, verdict = run_seed(seed, unsafe, shape)
         for key, value in verdict.counts().items():
             totals[key] = totals.get(key, 0) + value
         for kind, count in history.faults.items():
             faults[kind] = faults.get(kind, 0) + count
+        for what, count in history.observed.items():
+            observed[what] = observed.get(what, 0) + count
         if not verdict.ok:
             failing.append((seed, verdict))
         if args.history is not None and args.seed is not None:
             args.history.write_text(history.to_json())
     elapsed_s = time.perf_counter() - started_s
+    cpu_s = time.process_time() - started_cpu_s
     table = _verdict_table(
-        f"swarm: {len(seeds)} seeds in {elapsed_s:.1f} s ({len(seeds) / elapsed_s:.1f} seeds/s)",
+        f"swarm: {len(seeds)} seeds in {elapsed_s:.1f} s ({len(seeds) / elapsed_s:.2f} seeds/s; "
+        f"CPU {cpu_s:.1f} s, {len(seeds) / max(cpu_s, 1e-9):.2f} seeds per CPU-second)",
         totals,
     )
     console.print(table)
     console.print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+    console.print("statuses seen: " + ", ".join(f"{k} {v}" for k, v in sorted(observed.items())))
     for seed, verdict in failing[:20]:
         console.print(
             f"[red]seed {seed} failed[/]: {_problems(verdict)}\n"
             f"  replay: mrs sim swarm --seed {seed}"
             + (f" --unsafe {args.unsafe}" if args.unsafe else "")
+            + (
+                f" --workload {args.workload}"
+                if getattr(args, "workload", "default") != "default"
+                else ""
+            )
             + f" --history seed{seed}.json"
         )
     if failing:
@@ -98,7 +111,7 @@ def _verdict_table(title: str, counts: dict[str, int]) -> Table:
 
 def _problems(verdict: Verdict) -> str:
     parts = []
-    for name in ("lost", "unexpected", "unmarked_duplicates", "order_violations", "uma_mismatches"):
+    for name in PROBLEMS:
         items = getattr(verdict, name)
         if items:
             parts.append(f"{name} {len(items)} (e.g. {items[0]})")

@@ -2,9 +2,11 @@
 
 Connections are trio in-memory stream pairs: bytes arrive in order, exactly as TCP
 promises, but every send may be delayed (by the simulation's clock), a connection
-may be reset, and two nodes may be partitioned (connects refused, open connections
-between them closed). Every decision comes from the simulation's `random.Random`,
-so one seed gives one history.
+may be reset, two nodes may be partitioned (connects refused, open connections
+between them closed), and a pair may go half-open (a blackhole: sends between them
+vanish without an error, as when a peer loses power; healing resets those
+connections, since a stream with bytes missing cannot go on). Every decision comes
+from the simulation's `random.Random`, so one seed gives one history.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class FaultyStream(trio.abc.Stream):
     inner: trio.abc.Stream
     network: MemoryNetwork
     nodes: frozenset[str]
+    node: str = ""
+    """The node holding this end."""
     closed: bool = False
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -34,6 +38,9 @@ class FaultyStream(trio.abc.Stream):
             await trio.sleep(delay_s)
         if self.closed:
             raise trio.BrokenResourceError("connection reset")
+        if self.nodes in self.network.blackholes:
+            await trio.lowlevel.checkpoint()
+            return  # the bytes vanish; the sender cannot tell
         await self.inner.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -56,6 +63,7 @@ class MemoryNetwork:
     delay_s_max: float = 0.05
     listeners: dict[tuple[str, int], tuple[Handler, trio.Nursery]] = field(default_factory=dict)
     partitions: set[frozenset[str]] = field(default_factory=set)
+    blackholes: set[frozenset[str]] = field(default_factory=set)
     connections: list[tuple[FaultyStream, FaultyStream]] = field(default_factory=list)
     owners: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -75,8 +83,17 @@ class MemoryNetwork:
             if ends[0].nodes == pair:
                 await self._reset(ends)
 
-    def heal(self) -> None:
+    def blackhole(self, node_a: str, node_b: str) -> None:
+        """Half-open: open connections between the two stay up, their bytes vanish."""
+        self.blackholes.add(frozenset((node_a, node_b)))
+
+    async def heal(self) -> None:
         self.partitions.clear()
+        if self.blackholes:
+            for ends in list(self.connections):
+                if ends[0].nodes in self.blackholes:
+                    await self._reset(ends)
+            self.blackholes.clear()
 
     async def reset_one(self) -> bool:
         """Reset one open connection chosen by the seed (False if none is open)."""
@@ -85,6 +102,16 @@ class MemoryNetwork:
             return False
         await self._reset(self.rng.choice(open_ends))
         return True
+
+    async def _close_side(self, ends: tuple[FaultyStream, FaultyStream], node: str) -> None:
+        """The node is gone (stopped or killed): as its kernel would, close its end
+        so the peer still reads what was sent before, then end-of-stream."""
+        for end in ends:
+            if end.node == node:
+                end.closed = True
+                await end.inner.aclose()
+        if ends in self.connections:
+            self.connections.remove(ends)
 
     async def _reset(self, ends: tuple[FaultyStream, FaultyStream]) -> None:
         for end in ends:
@@ -107,18 +134,22 @@ class MemoryNetwork:
                 self.listeners.pop((host, port), None)
                 for ends in list(self.connections):
                     if owner in ends[0].nodes:
-                        await self._reset(ends)
+                        await self._close_side(ends, owner)
 
     async def _connect(self, origin: str, host: str, port: int) -> trio.abc.Stream:
         await trio.lowlevel.checkpoint()
         entry = self.listeners.get((host, port))
         owner = self.owners.get((host, port), "?")
-        if entry is None or frozenset((origin, owner)) in self.partitions:
+        pair = frozenset((origin, owner))
+        if entry is None or pair in self.partitions or pair in self.blackholes:
             raise OSError(errno.ECONNREFUSED, f"connection to {host}:{port} refused")
         handler, nursery = entry
         client_side, server_side = trio.testing.memory_stream_pair()
         nodes = frozenset((origin, owner))
-        ends = (FaultyStream(client_side, self, nodes), FaultyStream(server_side, self, nodes))
+        ends = (
+            FaultyStream(client_side, self, nodes, origin),
+            FaultyStream(server_side, self, nodes, owner),
+        )
         self.connections.append(ends)
         nursery.start_soon(handler, ends[1])
         return ends[0]

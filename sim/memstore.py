@@ -4,7 +4,8 @@ simulation.
 A commit applies all its batches or none. Nothing uncommitted survives a crash:
 the group's writer holds uncommitted batches, and a crashed group's writer is simply
 dropped, while this store (the "disk") lives on for the restart. A `fault` callback,
-drawn from the simulation's seed, can fail any commit with EIO, ENOSPC or map full.
+drawn from the simulation's seed, can fail any commit with EIO, ENOSPC or map full,
+and `bytes_max` (the map size) makes a commit that would hold more fail as map full.
 It offers the same methods as `journals.JournalStore` that the server uses.
 """
 
@@ -25,14 +26,22 @@ from journals.store import (
     decode_selected,
 )
 
-Fault = Callable[[], str | None]
-"""Returns None, "EIO", "ENOSPC" or "MAPFULL" for each commit."""
+Fault = Callable[[list[WriteBatch]], str | None]
+"""Given a commit's batches, returns None, "EIO", "ENOSPC" or "MAPFULL"."""
 
 
 class MemoryJournalStore:
-    def __init__(self, path: Path | str = "memory", fault: Fault | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | str = "memory",
+        fault: Fault | None = None,
+        bytes_max: int | None = None,
+    ) -> None:
         self.path = Path(path)
         self.fault = fault
+        self.bytes_max = bytes_max
+        self.size_bytes = 0
+        """Keys and values held (what `bytes_max` bounds)."""
         self.commits = 0
         self._data: dict[Journal, dict[bytes, bytes]] = {journal: {} for journal in Journal}
         self._keys: dict[Journal, list[bytes]] = {journal: [] for journal in Journal}
@@ -45,13 +54,15 @@ class MemoryJournalStore:
         self.apply([batch])
 
     def apply(self, batches: list[WriteBatch]) -> None:
-        failure = self.fault() if self.fault is not None else None
+        failure = self.fault(batches) if self.fault is not None else None
         if failure == "MAPFULL":
             raise JournalFullError("journal map full (simulated)")
         if failure in ("EIO", "ENOSPC"):
             raise JournalDeviceError(
                 f"journal device failed: {failure} (simulated)", getattr(errno, failure)
             )
+        if self.bytes_max is not None and self._size_after(batches) > self.bytes_max:
+            raise JournalFullError(f"journal map full ({self.bytes_max} bytes, simulated)")
         for batch in batches:
             for journal, key in batch.deletes:
                 self._delete(journal, key)
@@ -59,14 +70,40 @@ class MemoryJournalStore:
                 self._put(journal, key, value)
         self.commits += 1
 
+    def _size_after(self, batches: list[WriteBatch]) -> int:
+        size = self.size_bytes
+        changed: dict[tuple[Journal, bytes], int] = {}
+
+        def held(journal: Journal, key: bytes) -> int:
+            if (journal, key) in changed:
+                return changed[(journal, key)]
+            value = self._data[journal].get(key)
+            return 0 if value is None else len(key) + len(value)
+
+        for batch in batches:
+            for journal, key in batch.deletes:
+                size -= held(journal, key)
+                changed[(journal, key)] = 0
+            for journal, key, value in batch.puts:
+                size += len(key) + len(value) - held(journal, key)
+                changed[(journal, key)] = len(key) + len(value)
+        return size
+
     def _put(self, journal: Journal, key: bytes, value: bytes) -> None:
         data = self._data[journal]
-        if key not in data:
+        old = data.get(key)
+        if old is None:
             bisect.insort(self._keys[journal], key)
+            self.size_bytes += len(key)
+        else:
+            self.size_bytes -= len(old)
         data[key] = value
+        self.size_bytes += len(value)
 
     def _delete(self, journal: Journal, key: bytes) -> None:
-        if self._data[journal].pop(key, None) is not None:
+        old = self._data[journal].pop(key, None)
+        if old is not None:
+            self.size_bytes -= len(key) + len(old)
             keys = self._keys[journal]
             del keys[bisect.bisect_left(keys, key)]
 

@@ -22,9 +22,10 @@ import trio
 
 from clients import MrsError, connect
 from journals import Journal, JournalStore
+from sim import workload
 from sim.bus import LinkedBus
 from sim.checker import History
-from sim.swarm import GROUPS, PRODUCERS_PER_GROUP, _consumer, _producer
+from sim.swarm import GROUPS, PRODUCERS_PER_GROUP
 
 SCENARIOS: dict[str, tuple[str, ...]] = {
     "crash-loop": ("crash",),
@@ -33,10 +34,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "slow-consumer": ("pause", "slow"),
     "mixed": ("crash", "partition", "blackhole", "latency", "disk", "pause", "slow"),
 }
-QUEUES = '[[group.queue]]\nid = 10\nname = "IN"\nconfirm = "explicit-in-order"\n' + "".join(
-    f'[[group.queue]]\nid = {20 + index}\nname = "P{index}"\n'
-    for index in range(PRODUCERS_PER_GROUP)
-)
+QUEUES = workload.queues_toml(PRODUCERS_PER_GROUP)
 SETTLE_S_MAX = 120.0
 
 
@@ -51,6 +49,8 @@ class RealRun:
     messages_max: int = 10**9
     consumer_delay_s: float = 0.0
     fault_files: dict[int, Path] = field(default_factory=dict)
+    group_ids: tuple[int, ...] = GROUPS
+    paused_consumers: set[int] = field(default_factory=set)
 
     async def connect(self, group_id: int, queue: str | None):
         return connect(self.bus.address(group_id), queue, program="sim", connect_timeout_s=5)
@@ -69,7 +69,7 @@ async def _nemesis(run: RealRun, actions: tuple[str, ...], duration_s: float) ->
         run.history.record_fault(action, f"g{victim}")
         if action == "crash":
             bus.processes[victim].kill()
-            run.history.crashed_groups.add(victim)
+            run.history.record_crash(victim)
             await trio.sleep(rng.uniform(0.05, 1.0))
             await trio.to_thread.run_sync(bus.processes[victim].start)
         elif action == "partition":
@@ -135,31 +135,49 @@ async def run_scenario(name: str, seed: int, duration_s: float, directory: Path)
         await bus.start_proxies(nursery)
         await trio.to_thread.run_sync(bus.start)
         try:
-            async with trio.open_nursery() as workload:
+            async with trio.open_nursery() as load:
                 for group_id in GROUPS:
-                    workload.start_soon(_slowable_consumer, run, group_id)
+                    load.start_soon(workload.consumer, run, group_id, workload.IN_ORDER_QUEUE, 1)
+                    load.start_soon(
+                        workload.consumer,
+                        run,
+                        group_id,
+                        workload.PARALLEL_QUEUE,
+                        workload.PARALLEL_GETS,
+                    )
                     for index in range(PRODUCERS_PER_GROUP):
-                        workload.start_soon(_producer, run, group_id, index)
+                        load.start_soon(workload.producer, run, group_id, index, run.messages_max)
                 await _nemesis(run, actions, duration_s)
                 run.stopping = True
                 _heal(run)
                 with trio.move_on_after(SETTLE_S_MAX):
                     while not await _settled(run):
                         await trio.sleep(0.2)
-                workload.cancel_scope.cancel()
+                load.cancel_scope.cancel()
             for group_id in GROUPS:
-                await _consumer(run, group_id, drain=True)
+                for queue_id in (workload.IN_ORDER_QUEUE, workload.PARALLEL_QUEUE):
+                    await workload.drain(run, group_id, queue_id)
+                await workload.drain_side_queues(run, group_id, PRODUCERS_PER_GROUP)
         finally:
             bus.stop()
             nursery.cancel_scope.cancel()
     for group_id in GROUPS:
-        store = JournalStore(bus.data_dir(group_id) / "journals", readonly=True)
-        try:
-            for _, record in store.scan(Journal.DLJ):
-                history.dead_letter_journal.add(record.body.decode())
-        finally:
-            store.close()
+        _read_journals(history, group_id, bus.data_dir(group_id) / "journals")
     return history
+
+
+def _read_journals(history: History, group_id: int, path: Path) -> None:
+    """After the drain: what the DLJ holds, and anything left in a DQF or SAF."""
+    store = JournalStore(path, readonly=True)
+    try:
+        for _, record in store.scan(Journal.DLJ):
+            history.dead_letter_journal.add(record.body.decode())
+        for journal in (Journal.DQF, Journal.SAF):
+            left = [record.body.decode() for _, record in store.scan(journal)]
+            if left:
+                history.leftovers[f"g{group_id} {journal.name}"] = left
+    finally:
+        store.close()
 
 
 def _heal(run: RealRun) -> None:
@@ -172,39 +190,3 @@ def _heal(run: RealRun) -> None:
     for process in run.bus.processes.values():
         if process.running:
             os.kill(process.process.pid, signal.SIGCONT)
-
-
-async def _slowable_consumer(run: RealRun, group_id: int) -> None:
-    """The shared consumer, with the scenario's lag between gets."""
-
-    class Lagging:
-        def __init__(self, inner: RealRun) -> None:
-            self.inner = inner
-            self.history = inner.history
-
-        async def connect(self, group: int, queue: str | None):
-            return _LaggingConnect(await self.inner.connect(group, queue), self.inner)
-
-    await _consumer(Lagging(run), group_id)
-
-
-class _LaggingConnect:
-    def __init__(self, manager, run: RealRun) -> None:
-        self.manager = manager
-        self.run = run
-
-    async def __aenter__(self):
-        client = await self.manager.__aenter__()
-        run = self.run
-        original_get = client.get
-
-        async def get(timeout=None):
-            if run.consumer_delay_s:
-                await trio.sleep(run.consumer_delay_s)
-            return await original_get(timeout)
-
-        client.get = get
-        return client
-
-    async def __aexit__(self, *exc_info):
-        return await self.manager.__aexit__(*exc_info)
