@@ -188,6 +188,7 @@ class Simulation:
             program="sim",
             open_stream=self.client_network().connect,
             connect_timeout_s=5,
+            reconnect=None,  # the workload reconnects itself: jitter would not be seeded
         )
 
     async def start(self, group_id: int, nursery: trio.Nursery) -> None:
