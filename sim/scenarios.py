@@ -7,7 +7,7 @@ Scenarios (what each breaks):
 - partition-storm: link cuts, one-way blackholes and added latency on the proxy;
 - disk-full: journal commits failing with ENOSPC, EIO and map full (fault file);
 - slow-consumer: consumers that lag, and processes paused with SIGSTOP/SIGCONT;
-- mixed: all of the above at once.
+- mixed: all of the above at once, and a malformed peer's bytes (`sim.hostile`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from journals import Journal, JournalStore
 from sim import workload
 from sim.bus import LinkedBus
 from sim.checker import History
+from sim.hostile import malformed
 from sim.swarm import GROUPS, PRODUCERS_PER_GROUP
 
 SCENARIOS: dict[str, tuple[str, ...]] = {
@@ -32,7 +33,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "partition-storm": ("partition", "blackhole", "latency"),
     "disk-full": ("disk",),
     "slow-consumer": ("pause", "slow"),
-    "mixed": ("crash", "partition", "blackhole", "latency", "disk", "pause", "slow"),
+    "mixed": ("crash", "partition", "blackhole", "latency", "disk", "pause", "slow", "malformed"),
 }
 QUEUES = workload.queues_toml(PRODUCERS_PER_GROUP)
 SETTLE_S_MAX = 120.0
@@ -94,10 +95,30 @@ async def _nemesis(run: RealRun, actions: tuple[str, ...], duration_s: float) ->
             os.kill(pid, signal.SIGSTOP)
             await trio.sleep(hold_s)
             os.kill(pid, signal.SIGCONT)
+        elif action == "malformed":
+            await _malformed_peer(run, rng, victim)
         elif action == "slow":
             run.consumer_delay_s = rng.uniform(0.05, 0.3)
             await trio.sleep(hold_s * 2)
             run.consumer_delay_s = 0.0
+
+
+async def _malformed_peer(run: RealRun, rng: random.Random, victim: int) -> None:
+    """A broken program's bytes to a group's port; the server must shrug them off."""
+    name, data = malformed(rng)
+    run.history.events.append({"malformed": f"g{victim} {name}"})
+    host, port = run.bus.address(victim).rsplit(":", 1)
+    try:
+        with trio.move_on_after(2):
+            stream = await trio.open_tcp_stream(host, int(port))
+            async with stream:
+                await stream.send_all(data)
+                while await stream.receive_some(65536):
+                    pass
+    except OSError:
+        pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
 
 
 async def _settled(run: RealRun) -> bool:

@@ -70,12 +70,14 @@ class Workload:
     messages_per_producer_max: int = 45
     put_pause_s_max: float = 0.4
     backlog_seed_fraction: float = 0.1
-    """Seeds that also build one queue's backlog past the in-memory window."""
+    """Seeds that also burst a backlog into one group while its consumers hold off:
+    into the first group, past the server's in-memory window; into the second, until
+    its journal map is full; into the last, until its DQF is full."""
     backlog_messages: int = 1100
-    map_bytes_max: int = 150_000
-    """The last group's journal map: small enough that backlogs fill it."""
+    map_bytes_max: int = 60_000
+    """The second group's journal map: a backlog fills it (MRS_RES_EXH)."""
     dqf_messages_max: int = 300
-    """The last group's DQF limit, so DQF_FULL is reached."""
+    """The last group's DQF limit: a backlog reaches it (DQF_FULL)."""
     actions: tuple[str, ...] = NEMESIS_ACTIONS
     fails_at_commit_armed: int = 0
     """Commits of waited-for messages each group fails from the start (as if the
@@ -307,15 +309,13 @@ async def _settled(sim: Simulation) -> bool:
 
 
 async def _backlog(sim: Simulation) -> None:
-    """One group's consumers hold off while a burst builds a long backlog there: past
-    the in-memory window, or, on the last group, into its DQF limit and map size."""
+    """One group's consumers hold off while a burst builds a long backlog there (see
+    `Workload.backlog_seed_fraction`)."""
     victim = sim.rng.choice(sim.group_ids)
     sim.paused_consumers.add(victim)
     sim.history.record_fault("backlog", f"g{victim}")
     try:
-        await workload.burst(
-            sim, victim, f"{victim}.{workload.IN_ORDER_QUEUE}", sim.shape.backlog_messages
-        )
+        await workload.burst(sim, victim, sim.shape.backlog_messages)
     except MrsError:
         pass
     finally:
@@ -360,7 +360,7 @@ def _make_groups(sim: Simulation, bus: BusConfig, unsafe: frozenset[str]) -> Non
                 return fault_rng.choice(("EIO", "ENOSPC", "MAPFULL"))
             return None
 
-        map_bytes_max = sim.shape.map_bytes_max if group_id == sim.group_ids[-1] else None
+        map_bytes_max = sim.shape.map_bytes_max if group_id == sim.group_ids[1] else None
         sim.groups[group_id] = SimGroup(
             bus,
             group_id,

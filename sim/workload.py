@@ -133,19 +133,25 @@ async def put_one(
     run.history.record_outcome(message_id, int(psb.delivery_status), int(psb.uma_status), psb.seq)
 
 
-async def burst(run: Run, group_id: int, target: str, count: int) -> None:
-    """A long backlog: `count` recoverable NN/AK puts to one queue as fast as they go
-    (its consumers are paused by the caller), past the server's in-memory window."""
+async def burst(run: Run, group_id: int, count: int) -> None:
+    """A long backlog: `count` puts to one group's queues as fast as they go (its
+    consumers are paused by the caller): recoverable ones to the in-order queue, past
+    the server's in-memory window, and every tenth a WF_MEM to the parallel queue,
+    past its messages_max (EXCEEDQUOTA)."""
     name = f"{group_id}.{PRODUCER_QUEUE_FIRST}/burst"  # its own FIFO stream
     rng = random.Random(run.rng.random())
-    counter = 0
     async with await run.connect(group_id, "P0") as client:
-        while counter < count and not run.stopping:
+        for counter in range(count):
+            if run.stopping:
+                return
+            target = f"{group_id}.{IN_ORDER_QUEUE}"
             mode = rng.choice(BURST_MODES)
             uma = Uma.DLJ if mode.interest_point == "SAF" else rng.choice((Uma.DLJ, Uma.SAF))
+            if counter % 10 == 9:
+                target, mode, uma = f"{group_id}.{PARALLEL_QUEUE}", DeliveryMode.WF_MEM, Uma.DISC
             message_id = f"{name}:{counter}"
-            counter += 1
-            run.history.record_send(Sent(message_id, name, target, int(mode), int(uma), True))
+            in_order = target.endswith(f".{IN_ORDER_QUEUE}")
+            run.history.record_send(Sent(message_id, name, target, int(mode), int(uma), in_order))
             psb = await client.put(message_id.encode(), target=target, delivery=mode, uma=uma)
             run.history.record_outcome(
                 message_id, int(psb.delivery_status), int(psb.uma_status), psb.seq
