@@ -107,7 +107,10 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     swarm.add_argument("--seed", type=int, default=None, help="run just this seed (replay)")
     swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
     swarm.add_argument(
-        "--workload", choices=("default", "quick"), default="default", help="size of a seed"
+        "--workload",
+        choices=("default", "quick", "map-full"),
+        default="default",
+        help="what a seed does (quick: the broken-build proof; map-full: fill a journal map)",
     )
     swarm.add_argument(
         "--history", type=Path, default=None, help="write the history of --seed as JSON here"

@@ -80,6 +80,8 @@ class LinkPort(Protocol):
 
     def poke(self) -> None: ...
 
+    def resend_saf(self) -> None: ...
+
     def send_notices(self, notices: list) -> None: ...
 
 
@@ -373,7 +375,9 @@ class Forwarding:
                     forgettable(stored)
                 else:
                     log.error("could not delete %d drained SAF records: %s", deleted, error)
-                if peer.link is not None:
+                if peer.link is not None and error is not None:
+                    peer.link.resend_saf()  # the peer answers STORED again; delete again
+                elif peer.link is not None:
                     peer.link.poke()
 
             self.group.writer.submit(batch, done)

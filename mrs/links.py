@@ -106,6 +106,12 @@ class PeerLink:
     def poke(self) -> None:
         self._wake.set()
 
+    def resend_saf(self) -> None:
+        """Drained records could not be deleted: drain again from the oldest record
+        (the peer answers its copies STORED again), so they are deleted in the end."""
+        self._restart_drain()
+        self._wake.set()
+
     def send_notices(self, notices: list) -> None:
         if self.channel is not None:
             self._send(wire.LinkNotice(self._next_id(), notices), "volatile", [], 0)

@@ -255,7 +255,7 @@ def _check_deliveries(history: History, verdict: Verdict) -> dict[str, int]:
             continue
         if queue != sent.target:
             continue  # returned or dead-lettered copies are checked below
-        if confirmed_at.get(message_id, position) < position:
+        if confirmed_at.get(message_id, position + 1) <= position:  # came after the answer
             verdict.redelivered_after_confirm.append(message_id)
         if message_id in first_delivery:
             if DeliveryMode(sent.mode).recoverable and status != int(Status.POSSDUPL):

@@ -74,11 +74,14 @@ class Workload:
     into the first group, past the server's in-memory window; into the second, until
     its journal map is full; into the last, until its DQF is full."""
     backlog_messages: int = 1100
-    map_bytes_max: int = 60_000
-    """The second group's journal map: a backlog fills it (MRS_RES_EXH)."""
+    map_bytes_max: int | None = None
+    """The second group's journal map (None: unbounded). 60_000 lets a backlog fill
+    it (MRS_RES_EXH): the "map-full" workload. Off by default until a full journal
+    can still record deliveries and confirms (issue 10 item 2): today it wedges."""
     dqf_messages_max: int = 300
     """The last group's DQF limit: a backlog reaches it (DQF_FULL)."""
     actions: tuple[str, ...] = NEMESIS_ACTIONS
+    walk_away_probability: float = workload.WALK_AWAY_PROBABILITY
     fails_at_commit_armed: int = 0
     """Commits of waited-for messages each group fails from the start (as if the
     first action were a "fail-at-commit")."""
@@ -86,15 +89,19 @@ class Workload:
 
 DEFAULT_WORKLOAD = Workload()
 QUICK_WORKLOAD = Workload(
-    safety_phase_s=10.0,
-    messages_per_producer_max=40,
+    safety_phase_s=5.0,
+    messages_per_producer_max=20,
     backlog_seed_fraction=0,
     actions=NEMESIS_ACTIONS + ("fail-at-commit",) * 10,
+    walk_away_probability=0.1,
     fails_at_commit_armed=FAILS_AT_COMMIT,
 )
 """Small seeds for proving the checker (`tests/test_sim.py`): the same workload and
-faults, shorter, with more faults aimed at commits, so each broken build shows."""
-WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD}
+faults, shorter, with consumers walking away more often and more faults aimed at
+commits, so each broken build shows within seconds."""
+MAP_FULL_WORKLOAD = Workload(map_bytes_max=60_000, backlog_seed_fraction=0.5)
+"""The default workload with the second group's map small enough to fill."""
+WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD, "map-full": MAP_FULL_WORKLOAD}
 
 
 def bus_config(directory: Path, shape: Workload = DEFAULT_WORKLOAD) -> BusConfig:
@@ -179,6 +186,10 @@ class Simulation:
     @property
     def group_ids(self) -> tuple[int, ...]:
         return self.shape.groups
+
+    @property
+    def walk_away_probability(self) -> float:
+        return self.shape.walk_away_probability
 
     def client_network(self):
         return self.network.node("clients")

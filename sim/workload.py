@@ -10,7 +10,7 @@ saw from a first delivery wrongly marked POSSDUPL.
 A run object (`sim.swarm.Simulation`, `sim.scenarios.RealRun`) gives the workload
 `rng`, `history`, `stopping`, `group_ids`, `connect(group_id, queue)`,
 `paused_consumers` (group ids whose consumers hold off, so backlogs build) and,
-optionally, `consumer_delay_s` (a lagging consumer).
+optionally, `consumer_delay_s` (a lagging consumer) and `walk_away_probability`.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ async def consume_one(run: Run, client: Any, queue: str, timeout_s: float, rng) 
     run.history.record_delivery(message_id, queue, message.delivery_status)
     run.history.record_observed(f"get {message.delivery.name}")
     if message.needs_confirm:
-        if rng is not None and rng.random() < WALK_AWAY_PROBABILITY:
+        walk_away_probability = getattr(run, "walk_away_probability", WALK_AWAY_PROBABILITY)
+        if rng is not None and rng.random() < walk_away_probability:
             run.history.record_walk_away(queue, message_id)
             raise _WalkAway
         if rng is not None and rng.random() < 0.3:
