@@ -29,10 +29,13 @@ class RefusalLog:
         self.clock_s = clock_s
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
         self.total = 0
+        self.by_limit: dict[str, int] = {}
+        """Hits per limit since start (for status: what the guards turned away)."""
 
     def refused(self, limit: str, peer: str, message: str) -> None:
         """Count a hit of `limit` by `peer`; log `message` unless logged just now."""
         self.total += 1
+        self.by_limit[limit] = self.by_limit.get(limit, 0) + 1
         key = (limit, peer)
         now = self.clock_s()
         last = self._last.get(key)

@@ -259,6 +259,7 @@ class GroupServer:
             **self.group.status_info(),
             **self.ops.status_extra(),
             **self.client_drains.status_info(),
+            "guards": {"refused": dict(sorted(self.refusals.by_limit.items()))},
         }
 
     async def _bind(self) -> list[trio.SocketListener] | None:
