@@ -282,6 +282,7 @@ _GROUP_KEYS_SHOWN = {
     "connections",
     "journal",
     "endpoints",
+    "dlq_readers",
 }
 _LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight", "notices_pending"}
 _QUEUE_KEYS_SHOWN = {"name", "pending", "unconfirmed", "dqf_depth", "attached"}
@@ -464,6 +465,8 @@ def render(views: list[GroupView], bus_path: Path | None):
         parts.append(links)
     if queues.row_count:
         parts.append(queues)
+    if (handlers := _dlq_readers_table(views, Table)).row_count:
+        parts.append(handlers)
     return Stack(*parts)
 
 
@@ -482,6 +485,19 @@ def describe_wait(wait: Any) -> str:
     if wait.get("retry_in_s"):
         details.append(f"retry in {wait['retry_in_s']:g} s")
     return f"{words} ({', '.join(details)})" if details else words
+
+
+def _dlq_readers_table(views: list[GroupView], table_type):
+    """Running dead-letter handlers (every reader of a DLQ) and their counts."""
+    table = table_type(title="DLQ readers (mrs dlq-handler)", title_justify="left")
+    for column in ("Group", "Session", "Peer", "Got", "Moved", "Discarded", "Put", "Held"):
+        table.add_column(column, justify="left" if column == "Peer" else "right")
+    keys = ("session", "program", "got", "moved", "discarded", "put", "held")
+    for view in views:
+        status = view.status or {}
+        for reader in status.get("dlq_readers") or []:
+            table.add_row(str(status.get("group", "")), *(str(reader.get(k, "-")) for k in keys))
+    return table
 
 
 def _percent_style(percent: float | None, thresholds: list[int] | None) -> str:

@@ -421,7 +421,13 @@ async def test_status_shows_a_running_handlers_counts(bus) -> None:
                     if readers and readers[0]["got"] == 3 and readers[0]["held"] == 1:
                         break
                     await trio.sleep(0.05)
+        table = await trio.run_process(
+            [sys.executable, "-m", "mrs", "status", "--address", bus.address],
+            capture_stdout=True,
+            cwd=ROOT,
+        )
         nursery.cancel_scope.cancel()
+    assert "DLQ readers" in table.stdout.decode()
     [reader] = readers
     assert (reader["moved"], reader["discarded"], reader["put"]) == (1, 1, 1)
 
