@@ -88,9 +88,10 @@ def journal_failure(bus: BusConfig, config: GroupConfig, error: BaseException) -
     journals = Path(config.data_dir) / "journals"
     size = config.limits.journal_bytes_max
     size_key = _group_key(bus, config, f"limits.journal_bytes_max = {size}")
-    if isinstance(error, MemoryError):
+    if isinstance(error, MemoryError | lmdb.MemoryError):
         return CommandError(
-            f"{size_key}: cannot map a journal that large on this machine; lower it",
+            f"{size_key}: cannot map a journal that large here (out of address space "
+            "or memory limits); lower it",
             EXIT_USAGE,
         )
     if isinstance(error, lmdb.MapFullError | JournalFullError):

@@ -172,3 +172,58 @@ def test_full_disk_at_start_is_one_line_exit_1_and_does_not_bump_the_epoch(tmp_p
     result = _mrs("serve", "--config", str(config), "--group", "1", env=env)
     _one_line(result, 1, "no space left", "journal")
     assert _epoch(config) == 2
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 2 MiB filesystem (tmpfs), so a full disk is a real ENOSPC."""
+    mountpoint = tmp_path / "small-disk"
+    mountpoint.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root): " + mounted.stderr.decode().strip())
+    yield mountpoint
+    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+def test_a_really_full_disk_is_one_line_exit_1_and_does_not_bump_the_epoch(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    config = _config(tmp_path, limits="journal_bytes_max = 8388608\nmessage_bytes_max = 100000")
+    config.write_text(
+        config.read_text().replace('data_dir = "g1"', f'data_dir = "{small_disk}/g1"')
+    )
+    assert _epoch(config) == 1
+    filler = small_disk / "filler"
+    with open(filler, "wb") as out:  # fill every free block of the filesystem
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+    result = _mrs("serve", "--config", str(config), "--group", "1")
+    _one_line(result, 1, "no space left", str(small_disk))
+    filler.unlink()
+    assert _epoch(config) == 2
+
+
+def test_a_map_larger_than_the_address_space_is_one_line_exit_2(tmp_path: Path) -> None:
+    import resource
+
+    config = _config(tmp_path, limits="journal_bytes_max = 4294967296")
+
+    def limit_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mrs", "serve", "--config", str(config), "--group", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit_address_space,
+    )
+    _one_line(result, 2, "journal_bytes_max = 4294967296", "lower it")
+    assert _epoch(config) == 1  # nothing was committed by the failed start
