@@ -8,11 +8,13 @@ import io
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mrs.config import load_config
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.handler import Handler, HandlerOptions
-from mrs.dlq.match import Letter
+from mrs.dlq.match import Letter, value_matches
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
 from mrs.model import Address, DeliveryMode, Message, Psb, Status
@@ -152,3 +154,46 @@ async def test_handler_retries_every_retryint_under_a_mock_clock(autojump_clock,
 @pytest.fixture
 def autojump_clock():
     return trio.testing.MockClock(autojump_threshold=0)
+
+
+# ---------------------------------------------------------------------- properties
+def _reference_match(pattern: str, text: str) -> bool:
+    """`*` any run, `?` one character, everything else literal (a plain recursion)."""
+    if not pattern:
+        return not text
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        return any(_reference_match(rest, text[i:]) for i in range(len(text) + 1))
+    return bool(text) and (head == "?" or head == text[0]) and _reference_match(rest, text[1:])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text("ab*?.[]\\\\", max_size=8), st.text("ab.[]\\\\", max_size=8))
+def test_wildcards_match_like_the_reference(pattern: str, text: str) -> None:
+    expected = _reference_match(pattern.rstrip(), text.rstrip())
+    assert value_matches("APPLNAME", pattern, (text,)) is expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=5), st.integers(0, 100))
+def test_every_matching_rule_gets_exactly_its_retry_attempts(retries, interval_s) -> None:
+    """All attempts fail: each rule in order, RETRY(n) attempts each, RETRYINT apart,
+    then IGNORE. (The property behind runmqdlq's processing rules.)"""
+    text = f"RETRYINT({interval_s})\n" + "".join(
+        f"ACTION(FWD) FWDQ(Q{index}) RETRY({count})\n" for index, count in enumerate(retries)
+    )
+    engine = Engine(parse_table(text))
+    engine.admit(letter(), 0)
+    now, acts = 0.0, []
+    while (step := engine.step(1, now)).kind is not StepKind.IGNORE:
+        if step.kind is StepKind.WAIT:
+            now += step.wait_s
+            continue
+        acts.append((step.rule.fwd_q, step.attempt, now))
+        engine.failed(1, now)
+    expected, at = [], 0.0
+    for index, count in enumerate(retries):
+        for attempt in range(1, count + 1):
+            expected.append((f"Q{index}", attempt, at))
+            at += interval_s if attempt < count else 0
+    assert acts == expected
