@@ -227,3 +227,28 @@ def test_a_map_larger_than_the_address_space_is_one_line_exit_2(tmp_path: Path) 
     )
     _one_line(result, 2, "journal_bytes_max = 4294967296", "lower it")
     assert _epoch(config) == 1  # nothing was committed by the failed start
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["dump", "--group", "1", "pcj"],
+        ["dump", "--config", "nosuch.toml", "--group", "1", "pcj"],
+        ["dump", "--config", "{config}", "--group", "1", "pcj", "--since", "yesterday"],
+        ["sim", "run", "nosuch"],
+        ["bench", "--seconds", "-1"],
+        ["status", "--config", "nosuch.toml"],
+        ["status", "--config", "{config}", "--group", "9"],
+        ["web", "--config", "{config}", "--listen", "nope"],
+        ["pcj", "archive", "--config", "{config}", "--group", "1", "--until", "someday"],
+        ["serve", "--config", "{config}", "--group", "one"],
+    ],
+    ids=lambda args: " ".join(args[:2]),
+)
+def test_usage_mistakes_of_every_subcommand_are_one_line_exit_2(tmp_path: Path, args) -> None:
+    config = _config(tmp_path)
+    (tmp_path / "g1" / "journals").mkdir(parents=True)
+    real = [a.replace("{config}", str(config)) for a in args]
+    if real[0] == "dump" and "--since" in real:  # needs journals to exist first
+        assert _epoch(config) == 1
+    _one_line(_mrs(*real), 2)
