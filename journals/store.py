@@ -347,4 +347,25 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
             f"journal device failed: {os.strerror(error.errno or errno.EIO)}", error.errno
         ) from None
     except lmdb.Error as error:
+        if (full := _disk_full(store.path, batches)) is not None:
+            raise JournalDeviceError(full, errno.ENOSPC) from None
         raise JournalDeviceError(f"journal write failed: {error}") from None
+
+
+DISK_SLACK_BYTES = 1 << 20
+
+
+def _disk_full(path: Path, batches: list[WriteBatch]) -> str | None:
+    """LMDB reports a write that hit a full disk as EIO (a short write): tell the
+    operator what it really is when the disk has no room for the batch."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    free_bytes = stats.f_bavail * stats.f_frsize
+    needed = DISK_SLACK_BYTES + sum(len(value) for b in batches for _, _, value in b.puts)
+    if free_bytes >= needed:
+        return None
+    return (
+        f"journal device full: no space left on device (ENOSPC) for {path}: {free_bytes} bytes free"
+    )

@@ -251,6 +251,10 @@ class Forwarding:
         if self.saf_count >= limit:
             done(JournalFullError(f"SAF holds saf_messages_max={limit}"))
             return
+        reserve = self.group.reserve
+        if reserve is not None and (full := reserve.accepts(len(entry.body or b""))):
+            done(JournalFullError(full))
+            return
         self.saf_count += 1
         peer.saf_backlog += 1
         record = record_from_entry(entry, written_time_ns=self.group.clock_ns())

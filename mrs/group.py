@@ -57,6 +57,7 @@ from mrs.dlq_leases import (
 )
 from mrs.forwarding import Forwarding
 from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys, fingerprint, scoped_key
+from mrs.journal_reserve import JournalReserve
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     DEFAULT_PUT_TIMEOUT_S,
@@ -192,6 +193,8 @@ class Group:
     """How many times this group has started (status and logs; not part of seqs)."""
     _seqs: SeqAllocator | None = None
     app_keys: AppKeys | None = None
+    reserve: JournalReserve | None = None
+    """Refuses new messages before the journal is full (mrs.journal_reserve)."""
     _dedupe_waiting: dict[str, list[Callable[[Status, int, str], None]]] = field(
         default_factory=dict
     )
@@ -204,6 +207,9 @@ class Group:
     def __post_init__(self) -> None:
         self.forwarding = Forwarding(self)
         self.app_keys = AppKeys(self.store, self.limits.dedupe_window_s, self.clock_ns)
+        self.reserve = JournalReserve.for_store(
+            self.store, self.limits.journal_bytes_max, self.limits.message_bytes_max
+        )
         for queue_config in self.config.queues.values():
             address = Address(self.config.id, queue_config.id)
             self.queues[queue_config.id] = TargetQueue(queue_config, address)
@@ -474,6 +480,9 @@ class Group:
         for key in dedupe_keys:
             if self._answer_duplicate(key, outcome, digest):
                 return
+        if self.reserve is not None and (full := self.reserve.accepts(len(entry.body or b""))):
+            outcome(Status.MRS_RES_EXH, entry.seq, full)
+            return
         if not self.forwarding.room.may_store(
             entry.origin_group, self.dqf_count, self.limits.dqf_messages_max
         ):  # full, or its free slots are held for other groups' waiting SAF drains
@@ -691,6 +700,10 @@ class Group:
     def _to_dead_letter_journal(
         self, entry: Entry, cause: Status, finish: Callable[[bool], None]
     ) -> None:
+        if self.reserve is not None and (full := self.reserve.accepts(len(entry.body or b""))):
+            log.error("message %d not dead-lettered: %s", entry.seq, full)
+            finish(False)
+            return
         if self.dlj_count >= self.limits.dlj_messages_max:
             log.error(
                 "DLJ holds dlj_messages_max=%d: message %d not dead-lettered",

@@ -49,6 +49,7 @@ from mrs.faults import fault_hook_from_env
 from mrs.group import UNSAFE_SWITCHES, Group
 from mrs.group_ops import GroupOps
 from mrs.journal_check import verify_before_open
+from mrs.journal_reserve import ensure_headroom
 from mrs.links import (
     FRAME_OVERHEAD_BYTES,
     TRANSFER_BYTES_MAX,
@@ -302,6 +303,8 @@ class GroupServer:
         except BaseException:
             guard.release()
             raise
+        limits = self.config.limits
+        ensure_headroom(store, limits.journal_bytes_max, limits.message_bytes_max)
         guard.watch_journal(self.config.data_dir / "journals" / "data.mdb")
         self.data_dir_guard = guard
         return store

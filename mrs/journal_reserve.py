@@ -1,0 +1,145 @@
+"""The journal reserve: new messages stop before the journal is full, so the group can
+always record deliveries, confirms and deletes — and drain.
+
+Why: once the LMDB map (or the disk) was full, a get could not write its delivery
+mark, a confirm could not delete its message, so nothing could drain, and after a
+restart the group could not even commit its start. Now new recoverable messages
+(DQF, SAF, DLJ records) are refused with MRS_RES_EXH (and take their UMA) once the
+journal's pages in use come within `reserve_bytes` of `journal_bytes_max`, or the
+disk holding it has less than `reserve_bytes` free. Everything else (delivery marks,
+confirms with their PCJ record, deletes, seq reservations, quarantine) may use the
+reserve. A group that starts with a journal already in its reserve (a lowered cap,
+an older version) gets its map grown by the reserve, so it starts and drains.
+
+The reserve is max(5% of journal_bytes_max, 4 x message_bytes_max), at most half the
+cap. Pages in use are measured (one read transaction, a stat per database) at most
+every MEASURE_INTERVAL_S, plus an estimate of what was accepted since.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from journals import Journal
+
+log = logging.getLogger("mrs.journal")
+
+RESERVE_FRACTION = 0.05
+MEASURE_INTERVAL_S = 0.05
+RECORD_OVERHEAD_BYTES = 256
+"""Estimated B-tree and record-header bytes per message on top of its body."""
+
+
+def reserve_bytes(cap_bytes: int, message_bytes_max: int) -> int:
+    return min(cap_bytes // 2, max(int(cap_bytes * RESERVE_FRACTION), 4 * message_bytes_max))
+
+
+def pages_in_use_bytes(store) -> int:
+    """Bytes of the pages the journals hold now (freed pages, reusable, not counted)."""
+    env = store.env
+    stat = env.stat()
+    pages = 2 + stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
+    with env.begin() as txn:
+        for journal in Journal:
+            db = store.db(journal)
+            if db is None:
+                continue
+            db_stat = txn.stat(db)
+            pages += db_stat["branch_pages"] + db_stat["leaf_pages"] + db_stat["overflow_pages"]
+    return pages * stat["psize"]
+
+
+def disk_free_bytes(path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+@dataclass
+class JournalReserve:
+    """Decides whether a new message may be journaled; cheap per call."""
+
+    store: object
+    cap_bytes: int
+    reserve: int
+    refusing: str | None = None
+    """Why new messages are refused now (None: they are accepted)."""
+    _measured_at: float = -1.0
+    _used_bytes: int = 0
+    _disk_free: int = 1 << 62
+    _accepted_bytes: int = 0
+
+    @classmethod
+    def for_store(cls, store, cap_bytes: int, message_bytes_max: int) -> JournalReserve | None:
+        """None for a store without an LMDB map (the simulator's)."""
+        if not hasattr(store, "env"):
+            return None
+        return cls(store, cap_bytes, reserve_bytes(cap_bytes, message_bytes_max))
+
+    def accepts(self, size_bytes: int) -> str | None:
+        """None if a new message of about size_bytes may be journaled; else why not."""
+        now = time.monotonic()
+        if now - self._measured_at >= MEASURE_INTERVAL_S:
+            self._measure(now)
+        needed = size_bytes + RECORD_OVERHEAD_BYTES
+        used = self._used_bytes + 2 * self._accepted_bytes
+        if used + needed > self.cap_bytes - self.reserve:
+            problem = (
+                f"journal {used} of {self.cap_bytes} bytes in use: within its reserve of "
+                f"{self.reserve} bytes kept for deliveries, confirms and deletes"
+            )
+        elif self._disk_free - self._accepted_bytes - needed < self.reserve:
+            problem = (
+                f"disk holding the journal has {self._disk_free} bytes free, under the "
+                f"journal reserve of {self.reserve} bytes (ENOSPC ahead)"
+            )
+        else:
+            problem = None
+        if problem is None:
+            self._accepted_bytes += needed
+        self._note(problem)
+        return problem
+
+    def _measure(self, now: float) -> None:
+        self._measured_at = now
+        self._accepted_bytes = 0
+        try:
+            self._used_bytes = pages_in_use_bytes(self.store)
+            self._disk_free = disk_free_bytes(self.store.path)
+        except Exception as error:  # noqa: BLE001 - a failed measure must not fail a put
+            log.warning("cannot measure the journal: %s", error)
+
+    def _note(self, problem: str | None) -> None:
+        if (problem is None) == (self.refusing is None):
+            return
+        if problem is not None:
+            log.warning(
+                "%s: new recoverable messages are refused (MRS_RES_EXH) until it drains", problem
+            )
+        else:
+            log.info("journal back out of its reserve: new recoverable messages accepted")
+        self.refusing = problem
+
+
+def ensure_headroom(store, cap_bytes: int, message_bytes_max: int) -> None:
+    """At start-up, before any transaction: give a journal already in its reserve a
+    map with the reserve free above what it holds, so it can start and drain."""
+    if not hasattr(store, "env"):
+        return
+    reserve = reserve_bytes(cap_bytes, message_bytes_max)
+    used = pages_in_use_bytes(store)
+    map_bytes = store.env.info()["map_size"]
+    if used <= cap_bytes - reserve or used + reserve <= map_bytes:
+        return
+    wanted = -(-(used + reserve) // (1 << 20)) * (1 << 20)
+    store.env.set_mapsize(wanted)
+    log.warning(
+        "journal holds %d bytes, within its reserve of %d: map grown from %d to %d bytes "
+        "so the group can start and drain (new messages are refused until it has)",
+        used,
+        reserve,
+        map_bytes,
+        wanted,
+    )
