@@ -69,6 +69,10 @@ DRAIN_BYTES_MAX = 8 * 1024 * 1024
 """...and at most about this many body bytes (the server bounds each connection's)."""
 HELD_MESSAGES_MAX = 1024
 RECONNECT_DEFAULT = Reconnect()
+HEARTBEAT_S_DEFAULT = 5.0
+"""Ping the server after this long without a byte from it..."""
+SILENCE_HEARTBEATS = 3
+"""...and count the connection lost after this many intervals of silence."""
 IDEMPOTENCY_HEADER = "idempotency_key"
 """The server's dedupe header (mrs.records.IDEMPOTENCY_HEADER; a test pins them equal)."""
 CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
@@ -145,6 +149,8 @@ class _Link:
     unsent: set[int] = field(default_factory=set)
     ready: trio.Event = field(default_factory=trio.Event)
     lost: MrsError | None = None
+    heard_s: float = field(default_factory=trio.current_time)
+    """trio.current_time() when the server last sent a byte."""
 
 
 class Client:
@@ -160,8 +166,10 @@ class Client:
         connect_timeout_s: float = 10.0,
         open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
         journal: ClientJournal | None = None,
+        heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
     ) -> None:
         self.address = address
+        self._heartbeat_s = heartbeat_s
         self._host, self._port = _split_address(address)
         self._queue_text = None if queue is None else str(queue)
         self._program = program
@@ -707,6 +715,8 @@ class Client:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
+                if self._heartbeat_s is not None:
+                    nursery.start_soon(self._watch, link)
                 nursery.start_soon(self._send_loop, link, nursery.cancel_scope)
                 if self._journal is not None and self.journal_status != Status.LINK_UP:
                     nursery.start_soon(self._drain, link)
@@ -716,10 +726,30 @@ class Client:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await trio.aclose_forcefully(link.stream)
 
+    async def _watch(self, link: _Link) -> None:
+        """Ping a quiet server; a server silent for SILENCE_HEARTBEATS intervals (host
+        gone, process stopped, cable cut without FIN or RST) counts as lost, so the
+        client reconnects (and journals) instead of waiting forever."""
+        interval_s = self._heartbeat_s
+        nonces = itertools.count(1)
+        while link.lost is None:
+            await trio.sleep(interval_s)
+            silent_s = trio.current_time() - link.heard_s
+            if silent_s >= interval_s * SILENCE_HEARTBEATS:
+                error = ConnectionLost(
+                    Status.LINK_DOWN, f"server {self.address} silent for {silent_s:.1f} s"
+                )
+                self._lose(link, error)
+                await trio.aclose_forcefully(link.stream)  # wakes the receive loop
+                return
+            if silent_s >= interval_s:
+                self._send_frame(link, wire.Ping(next(nonces)))
+
     async def _receive_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
             while True:
                 data = await link.stream.receive_some(RECEIVE_BYTES_MAX)
+                link.heard_s = trio.current_time()
                 link.connection.receive_data(data)
                 for event in link.connection.events():
                     if isinstance(event, wire.Fatal):
@@ -803,6 +833,7 @@ async def connect(
     saf_journal: str | Path | None = None,
     saf_messages_max: int = MESSAGES_MAX_DEFAULT,
     saf_bytes_max: int = BYTES_MAX_DEFAULT,
+    heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
@@ -814,6 +845,8 @@ async def connect(
     and recoverable puts are journaled there until the server is back; one process
     at a time may own a journal. saf_messages_max / saf_bytes_max cap it
     (JOURNAL_FULL, then the put's UMA: DISC/DISCL discard, others raise).
+    heartbeat_s: ping a server quiet for this long; after 3 silent intervals the
+    connection counts as lost (reconnect, JOURNAL_ON). None: never ping.
     """
     journal = (
         ClientJournal(saf_journal, messages_max=saf_messages_max, bytes_max=saf_bytes_max)
@@ -829,6 +862,7 @@ async def connect(
             connect_timeout_s=connect_timeout_s,
             open_stream=open_stream,
             journal=journal,
+            heartbeat_s=heartbeat_s,
         )
         try:
             link = await client._open()

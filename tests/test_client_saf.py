@@ -5,6 +5,7 @@ any new put once the server is up, LINK_UP, limits, one owner per journal."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from functools import partial
@@ -249,3 +250,24 @@ def test_docs_example_drains_after_the_server_starts(server, tmp_path) -> None:
     assert [line for line in lines if line.startswith("got ")] == [
         f"got order {i}" for i in range(6)
     ]
+
+
+async def test_a_silent_server_counts_as_lost(server, tmp_path) -> None:
+    """SIGSTOP: the server's socket stays open but nothing answers. The client's
+    heartbeat notices, journals, and drains once the server runs again."""
+    server.start()
+    async with connect(
+        server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST, heartbeat_s=0.2
+    ) as client:
+        assert client.journal_status == Status.LINK_UP
+        server.process.process.send_signal(signal.SIGSTOP)
+        try:
+            with trio.fail_after(10):
+                await client.wait_journal_status(Status.JOURNAL_ON)
+            psb = await client.put(b"while stopped", target="1.10")
+            assert psb.status == Status.JOURNAL_ON
+        finally:
+            server.process.process.send_signal(signal.SIGCONT)
+        with trio.fail_after(30):
+            await client.wait_journal_status(Status.LINK_UP)
+    assert [m.body for m in await receive_all(server.address)] == [b"while stopped"]
