@@ -5,7 +5,8 @@ A `History` records what producers sent and were told (the PSB), what consumers 
 and which groups crashed. `check(history)` returns the violations:
 
 - lost: acknowledged as stored at a recoverable interest point (STORED, SAF_FORCED,
-  CONF's SUCCESS, or UMA SAF_SUCCESS) but never delivered to its target;
+  CONF's SUCCESS, or UMA SAF_SUCCESS) -- in a WF put's answer, or in the MRS_ACK an
+  AK put's sender got back -- but never delivered to its target;
 - unexpected: delivered but never sent;
 - unmarked duplicates: a recoverable message delivered again without POSSDUPL;
 - marked first deliveries: a first delivery marked POSSDUPL that no lost get explains
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from mrs.model import DeliveryMode, Status
 
@@ -47,6 +48,8 @@ class Sent:
     delivery_status: int | None = None
     uma_status: int | None = None
     seq: int = 0
+    mrs_acked: bool = False
+    """An AK put whose statuses come from its MRS_ACK (its final PSB)."""
 
 
 @dataclass
@@ -73,6 +76,8 @@ class History:
     """(group, position in `deliveries`) of each crash."""
     in_order_queues: set[str] = field(default_factory=set)
     """Queues confirmed in order with one get at a time (what comes back first is known)."""
+    mrs_acks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """seq -> (delivery status, UMA status) from the MRS_ACKs AK senders got back."""
     observed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """How often each notable status was seen (puts' PSBs, refused gets): coverage."""
     refused: set[str] = field(default_factory=set)
@@ -91,6 +96,10 @@ class History:
         self.record_observed(f"put {_status_name(delivery_status)}")
         if uma_status not in (int(Status.NO_UMA), int(Status.UMA_NA)):
             self.record_observed(f"uma {_status_name(uma_status)}")
+
+    def record_mrs_ack(self, seq: int, delivery_status: int, uma_status: int) -> None:
+        self.mrs_acks[seq] = (delivery_status, uma_status)
+        self.record_observed(f"mrs_ack {_status_name(delivery_status)}")
 
     def record_observed(self, what: str) -> None:
         self.observed[what] += 1
@@ -136,6 +145,7 @@ class History:
                 "walk_aways": self.walk_aways,
                 "crashes": self.crashes,
                 "in_order_queues": sorted(self.in_order_queues),
+                "mrs_acks": sorted(self.mrs_acks.items()),
                 "observed": dict(self.observed),
                 "refused": sorted(self.refused),
                 "leftovers": self.leftovers,
@@ -205,7 +215,7 @@ def acknowledged_as_stored(sent: Sent) -> bool:
     if sent.delivery_status is None:
         return False
     mode = DeliveryMode(sent.mode)
-    if not mode.recoverable or mode.notification != "WF":
+    if not mode.recoverable or (mode.notification != "WF" and not sent.mrs_acked):
         return False  # an AK/NN put's immediate answer only says it was accepted
     if sent.delivery_status in STORED_STATUSES:
         return True
@@ -214,11 +224,20 @@ def acknowledged_as_stored(sent: Sent) -> bool:
     return sent.uma_status == int(Status.SAF_SUCCESS)
 
 
+def _with_mrs_ack(history: History, sent: Sent) -> Sent:
+    """An AK put as its MRS_ACK reported it (its PSB), if the ack came back."""
+    ack = history.mrs_acks.get(sent.seq) if sent.seq else None
+    if ack is None or DeliveryMode(sent.mode).notification != "AK":
+        return sent
+    return replace(sent, delivery_status=ack[0], uma_status=ack[1], mrs_acked=True)
+
+
 def check(history: History) -> Verdict:
     verdict = Verdict(sent=len(history.sent))
     first_delivery = _check_deliveries(history, verdict)
     verdict.delivered = len(first_delivery)
     for sent in history.sent.values():
+        sent = _with_mrs_ack(history, sent)  # noqa: PLW2901 - judged by what the sender knows
         if acknowledged_as_stored(sent):
             verdict.acknowledged += 1
             if sent.message_id not in first_delivery:

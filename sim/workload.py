@@ -18,11 +18,12 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
+import msgpack
 import trio
 
 from clients import DeliveryMode, MrsError, NoMoreMessages
 from mrs.delivery import supported
-from mrs.model import DEAD_LETTER_QUEUE, MRS_CLASS, Status, Uma
+from mrs.model import DEAD_LETTER_QUEUE, MRS_ACK_TYPE, MRS_CLASS, Status, Uma
 from sim.checker import History, Sent
 
 IN_ORDER_QUEUE = 10
@@ -274,7 +275,8 @@ async def drain(run: Run, group_id: int, queue_id: int) -> None:
 
 
 async def drain_side_queues(run: Run, group_id: int, producers_per_group: int) -> None:
-    """Collect returned (RTS) copies from producers' queues and the DLQ's contents."""
+    """Collect returned (RTS) copies and MRS_ACKs (the outcome of AK puts) from
+    producers' queues, and the DLQ's contents."""
     for index in range(producers_per_group):
         await _collect(run, group_id, f"{group_id}.{PRODUCER_QUEUE_FIRST + index}", "returned")
     await _collect(run, group_id, f"{group_id}.{DEAD_LETTER_QUEUE}", "dead_letter_queue")
@@ -291,6 +293,9 @@ async def _collect(run: Run, group_id: int, queue: str, into: str) -> None:
                     return
                 if message.msg_class != MRS_CLASS:
                     found.add(message.body.decode())
+                elif message.msg_type == MRS_ACK_TYPE:
+                    _, delivery_status, seq, uma_status = msgpack.unpackb(message.body)
+                    run.history.record_mrs_ack(seq, delivery_status, uma_status)
                 if message.needs_confirm:
                     await client.confirm(message.seq)
     except MrsError:
