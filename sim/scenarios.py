@@ -3,7 +3,8 @@ deterministic simulation, and a nemesis that really kills, pauses, partitions an
 fills disks, on a schedule drawn from a seed. Then heal, drain and check.
 
 Scenarios (what each breaks):
-- crash-loop: SIGKILL + restart of either group, again and again;
+- crash-loop: SIGKILL + restart of either group, again and again, also while it
+  recovers (killed again within 0.3 s of being ready);
 - partition-storm: link cuts, one-way blackholes and added latency on the proxy;
 - disk-full: journal commits failing with ENOSPC, EIO and map full (fault file);
 - slow-consumer: consumers that lag, and processes paused with SIGSTOP/SIGCONT;
@@ -29,11 +30,21 @@ from sim.hostile import malformed
 from sim.swarm import GROUPS, PRODUCERS_PER_GROUP
 
 SCENARIOS: dict[str, tuple[str, ...]] = {
-    "crash-loop": ("crash",),
+    "crash-loop": ("crash", "crash", "crash-in-recovery"),
     "partition-storm": ("partition", "blackhole", "latency"),
     "disk-full": ("disk",),
     "slow-consumer": ("pause", "slow"),
-    "mixed": ("crash", "partition", "blackhole", "latency", "disk", "pause", "slow", "malformed"),
+    "mixed": (
+        "crash",
+        "crash-in-recovery",
+        "partition",
+        "blackhole",
+        "latency",
+        "disk",
+        "pause",
+        "slow",
+        "malformed",
+    ),
 }
 QUEUES = workload.queues_toml(PRODUCERS_PER_GROUP)
 SETTLE_S_MAX = 120.0
@@ -68,11 +79,16 @@ async def _nemesis(run: RealRun, actions: tuple[str, ...], duration_s: float) ->
         victim = rng.choice(GROUPS)
         hold_s = rng.uniform(0.2, 2.5)
         run.history.record_fault(action, f"g{victim}")
-        if action == "crash":
+        if action in ("crash", "crash-in-recovery"):
             bus.processes[victim].kill()
             run.history.record_crash(victim)
             await trio.sleep(rng.uniform(0.05, 1.0))
             await trio.to_thread.run_sync(bus.processes[victim].start)
+            if action == "crash-in-recovery":  # again, while it redelivers and drains
+                await trio.sleep(rng.uniform(0.0, 0.3))
+                bus.processes[victim].kill()
+                run.history.record_crash(victim)
+                await trio.to_thread.run_sync(bus.processes[victim].start)
         elif action == "partition":
             proxy.cut()
             await trio.sleep(hold_s)
