@@ -153,6 +153,7 @@ def main() -> int:
         def query(factory):
             return lambda: factory().where(f"seq >= {low} AND seq < {high} AND target_queue = 11")
 
+        source(arrow="true")().limit(1).collect()  # warm up: the first job starts executors
         timed("spark scan, Arrow batches", source(arrow="true"), results)
         timed("spark scan, row tuples", source(arrow="false"), results)
         everything = args.records

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import msgpack
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from journals.record import FORMAT_VERSION, MAGIC
 from mrs.model import DeliveryMode, Uma, status_of
@@ -104,7 +105,7 @@ _DELIVERY_NAMES = _enum_names(DeliveryMode)
 _UMA_NAMES = _enum_names(Uma)
 
 
-def _name(names: dict[int, str], value: int) -> str:
+def _name(names: dict[int, str], value: int) -> str:  # the row-at-a-time path
     return names.get(value) or str(value)
 
 
@@ -139,71 +140,99 @@ def seq_of_key(key: bytes) -> int | None:
     return _U64.unpack_from(key, len(key) - 8)[0] if len(key) >= 8 else None
 
 
-def _us(ns_values: Iterable[int]) -> list[int | None]:
-    return [ns // 1000 if ns else None for ns in ns_values]
+def _timestamps(ns_values) -> pa.Array:
+    """ns since the epoch -> UTC microsecond timestamps; 0 (unset) -> null."""
+    ns = pa.array(ns_values, pa.int64())
+    micros = pc.divide(ns, 1000)  # integer division: values are never negative
+    return pc.if_else(pc.equal(ns, 0), None, micros).cast(_TIMESTAMP)
 
 
-def _extra_fields(extras: Iterable) -> tuple[list, list, list]:
-    possdupl: list[bool | None] = []
+def _addresses(groups: pa.Array, queues: pa.Array) -> pa.Array:
+    return pc.binary_join_element_wise(groups.cast(pa.string()), queues.cast(pa.string()), ".")
+
+
+def _names(names: dict[int, str], values) -> pa.Array:
+    get = names.get
+    return pa.array([get(v) or str(v) for v in values], pa.string())
+
+
+def _extra_fields(extras) -> tuple[list, list, list]:
+    """(possdupl, deliveries, replayed_from) from each record's `extra` map."""
+    possdupl: list[bool] = []
     deliveries: list[int | None] = []
     replayed: list[str | None] = []
+    add_possdupl, add_deliveries, add_replayed = (
+        possdupl.append, deliveries.append, replayed.append,
+    )  # fmt: skip
     for extra in extras:
-        if not extra or not isinstance(extra, dict):
-            possdupl.append(False)
-            deliveries.append(None)
-            replayed.append(None)
+        if not extra:
+            add_possdupl(False)
+            add_deliveries(None)
+            add_replayed(None)
             continue
         count = extra.get("deliveries")
-        deliveries.append(count if isinstance(count, int) else None)
-        possdupl.append(bool(extra.get("possdupl")) or (isinstance(count, int) and count > 1))
+        if type(count) is not int:
+            count = None
+        add_deliveries(count)
+        add_possdupl(bool(extra.get("possdupl")) or (count is not None and count > 1))
         headers = extra.get("headers")
-        replay = headers.get("replay") if isinstance(headers, dict) else None
-        replayed.append(
+        replay = headers.get("replay") if type(headers) is dict else None
+        add_replayed(
             f"{replay.get('journal')}:{replay.get('group')}:{replay.get('seq')}"
-            if isinstance(replay, dict)
+            if type(replay) is dict
             else None
         )
     return possdupl, deliveries, replayed
 
 
 def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBatch:
-    """Decoded records (field lists) -> one Arrow batch in the audit schema."""
+    """Decoded records (field lists) -> one Arrow batch in the audit schema.
+
+    Columns are built with Arrow compute where it can (addresses, times, sizes):
+    per-row Python work is what limits a scan."""
     if not rows:
         return _empty_batch()
     columns = list(zip(*rows, strict=True))
     count = len(rows)
-    source_group, source_queue = columns[_SOURCE_GROUP], columns[_SOURCE_QUEUE]
-    target_group, target_queue = columns[_TARGET_GROUP], columns[_TARGET_QUEUE]
+    source_group = pa.array(columns[_SOURCE_GROUP], pa.int32())
+    source_queue = pa.array(columns[_SOURCE_QUEUE], pa.int32())
+    target_group = pa.array(columns[_TARGET_GROUP], pa.int32())
+    target_queue = pa.array(columns[_TARGET_QUEUE], pa.int32())
+    body = pa.array(columns[_BODY], pa.binary())
     possdupl, deliveries, replayed = _extra_fields(columns[_EXTRA])
-    reasons = columns[_REASON]
-    is_dlj = journal == "dlj"
+    if journal == "dlj":
+        reasons = columns[_REASON]
+        reason_names = pa.array([_reason_name(r) for r in reasons], pa.string())
+        reason_codes = pa.array(reasons, pa.int32())
+    else:
+        reason_names, reason_codes = pa.nulls(count, pa.string()), pa.nulls(count, pa.int32())
     arrays = [
         pa.array([journal] * count, pa.string()),
         pa.array([group] * count, pa.int32()),
         pa.array(columns[_SEQ], pa.int64()),
-        pa.array([f"{g}.{q}" for g, q in zip(source_group, source_queue, strict=True)]),
-        pa.array(source_group, pa.int32()),
-        pa.array(source_queue, pa.int32()),
-        pa.array([f"{g}.{q}" for g, q in zip(target_group, target_queue, strict=True)]),
-        pa.array(target_group, pa.int32()),
-        pa.array(target_queue, pa.int32()),
+        _addresses(source_group, source_queue),
+        source_group,
+        source_queue,
+        _addresses(target_group, target_queue),
+        target_group,
+        target_queue,
         pa.array(columns[_CLASS], pa.int32()),
         pa.array(columns[_TYPE], pa.int32()),
         pa.array(columns[_PRIORITY], pa.int32()),
-        pa.array([_name(_DELIVERY_NAMES, v) for v in columns[_DELIVERY]], pa.string()),
-        pa.array([_name(_UMA_NAMES, v) for v in columns[_UMA]], pa.string()),
-        pa.array(_us(columns[_PUT_TIME_NS]), _TIMESTAMP),
-        pa.array(_us(columns[_WRITTEN_TIME_NS]), _TIMESTAMP),
-        pa.array(_us(columns[_CONFIRM_TIME_NS]), _TIMESTAMP),
+        _names(_DELIVERY_NAMES, columns[_DELIVERY]),
+        _names(_UMA_NAMES, columns[_UMA]),
+        _timestamps(columns[_PUT_TIME_NS]),
+        _timestamps(columns[_WRITTEN_TIME_NS]),
+        _timestamps(columns[_CONFIRM_TIME_NS]),
         pa.array(columns[_CONFIRM_VALUE], pa.int64()),
         pa.array(possdupl, pa.bool_()),
         pa.array(deliveries, pa.int32()),
         pa.array(replayed, pa.string()),
         pa.array(columns[_CORRELATION_ID], pa.binary()),
-        pa.array([len(body) for body in columns[_BODY]], pa.int32()),
-        pa.array(columns[_BODY], pa.binary()),
-        pa.array([_reason_name(r) if is_dlj else None for r in reasons], pa.string()),
-        pa.array([r if is_dlj else None for r in reasons], pa.int32()),
+        pc.binary_length(body).cast(pa.int32()),
+        body,
+        reason_names,
+        reason_codes,
         pa.nulls(count, pa.string()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)

@@ -23,13 +23,16 @@ reader slot like any other and the writer never reuses pages it still reads.
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgpack
 import pyarrow as pa
 
 from journals import Journal, JournalStore
+from journals.record import FORMAT_VERSION, MAGIC
 from mrs.audit.columns import (
     batch_from_values,
     corrupt_batch,
@@ -216,9 +219,21 @@ def _seq_admits(conditions: Conditions, seq: int | None) -> bool:
     return seq is None or conditions.seq.admits(seq)
 
 
-def scan_values(part: Part) -> Iterator[tuple[bytes, list | str]]:
-    """(key, field list or corruption reason) for every record of the part in its
-    boundary that the conditions admit, in key order, from one LMDB snapshot."""
+_GOOD_HEADER = bytes([MAGIC, FORMAT_VERSION])
+_HEADER_BYTES = 6
+_FIELDS = 18
+
+
+def scan_chunks(
+    part: Part, chunk_rows: int = BATCH_ROWS
+) -> Iterator[tuple[list[list], list[tuple[bytes, str]]]]:
+    """(decoded records, corrupt (key, reason) pairs) in chunks of about chunk_rows,
+    for every record of the part inside its boundary that the conditions admit, in
+    key order, from one LMDB snapshot.
+
+    The loop is the scan's hot path: a well-formed record costs one slice, one CRC,
+    one unpackb and a few comparisons; anything unusual goes through `decode_values`,
+    which says exactly what is wrong."""
     store = open_store(part.path)
     try:
         db = store.db(Journal(part.journal))
@@ -228,45 +243,68 @@ def scan_values(part: Part) -> Iterator[tuple[bytes, list | str]]:
         filter_fields = bool(conditions.fields)
         seq_values = conditions.seq.values is not None
         boundary_ns, high = part.boundary_ns, part.high_key
+        unpackb, crc32, from_bytes = msgpack.unpackb, zlib.crc32, int.from_bytes
         with store.env.begin(db=db, buffers=False) as txn:
             cursor = txn.cursor(db)
             if not cursor.set_range(part.low_key):
                 return
+            rows: list[list] = []
+            corrupt: list[tuple[bytes, str]] = []
             for key, value in cursor.iternext():
                 if key > high:
                     break
-                decoded = decode_values(key, value)
-                if isinstance(decoded, str):
-                    if not filter_fields and _seq_admits(conditions, seq_of_key(key)):
-                        yield key, decoded
-                    continue
-                if decoded[WRITTEN_TIME_NS] > boundary_ns:
+                payload = value[_HEADER_BYTES:]
+                decoded = None
+                if value[:2] == _GOOD_HEADER and crc32(payload) == from_bytes(value[2:6], "big"):
+                    try:
+                        decoded = unpackb(payload, raw=False, strict_map_key=False)
+                    except Exception:  # noqa: BLE001 - decode_values names the problem
+                        decoded = None
+                    if type(decoded) is not list or len(decoded) != _FIELDS:
+                        decoded = None
+                if decoded is None:
+                    problem = decode_values(key, value)
+                    if isinstance(problem, str):
+                        if not filter_fields and _seq_admits(conditions, seq_of_key(key)):
+                            corrupt.append((key, problem))
+                        continue
+                    decoded = problem
+                written = decoded[WRITTEN_TIME_NS]
+                if type(written) is int and written > boundary_ns:
                     continue
                 if seq_values and not conditions.seq.admits(decoded[SEQ]):
                     continue
                 if filter_fields and not conditions.admits(decoded):
                     continue
-                yield key, decoded
+                rows.append(decoded)
+                if len(rows) >= chunk_rows:
+                    yield rows, corrupt
+                    rows, corrupt = [], []
+            if rows or corrupt:
+                yield rows, corrupt
     finally:
         store.close()
 
 
+def scan_values(part: Part) -> Iterator[tuple[bytes | None, list | str]]:
+    """(key, field list) per record, or (key, reason) per corrupt record (the
+    row-at-a-time path and tests; a chunk's corrupt records come after its rows)."""
+    for rows, corrupt in scan_chunks(part):
+        for values in rows:
+            yield None, values
+        yield from corrupt
+
+
 def scan_batches(part: Part, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """The part as Arrow batches in the audit schema; corrupt records as report rows."""
-    rows: list[list] = []
-    corrupt: list[tuple[bytes, str]] = []
-    for key, decoded in scan_values(part):
-        if isinstance(decoded, str):
-            corrupt.append((key, decoded))
-            continue
-        rows.append(decoded)
-        if len(rows) >= batch_rows:
+    for rows, corrupt in scan_chunks(part, batch_rows):
+        if rows:
             yield _to_batch(rows, part)
-            rows = []
-    if rows:
-        yield _to_batch(rows, part)
-    if corrupt:
-        yield corrupt_batch(corrupt, part.group, part.journal)
+        if corrupt:
+            yield corrupt_batch(corrupt, part.group, part.journal)
+
+
+_WRONG_FIELDS = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException)
 
 
 def _to_batch(rows: list[list], part: Part) -> pa.RecordBatch:
@@ -274,13 +312,13 @@ def _to_batch(rows: list[list], part: Part) -> pa.RecordBatch:
     the batch record by record so only that record is reported as corrupt."""
     try:
         return batch_from_values(rows, part.group, part.journal)
-    except (TypeError, ValueError, OverflowError, pa.ArrowException):
+    except _WRONG_FIELDS:
         good, bad = [], []
         for values in rows:
             try:
                 batch_from_values([values], part.group, part.journal)
                 good.append(values)
-            except (TypeError, ValueError, OverflowError, pa.ArrowException) as error:
+            except _WRONG_FIELDS as error:
                 seq = values[SEQ] if isinstance(values[SEQ], int) else 0
                 bad.append((_key(seq % (1 << 64)), f"field of the wrong type: {error}"))
         batches = [batch_from_values(good, part.group, part.journal)] if good else []
