@@ -57,12 +57,16 @@ def test_same_seed_same_history_byte_for_byte() -> None:
 
 @pytest.mark.parametrize("switch", sorted(UNSAFE_SWITCHES))
 def test_checker_catches_each_broken_build_in_nine_seeds_of_ten(switch) -> None:
-    caught = sum(
-        not run_seed(seed, frozenset({switch}), QUICK_WORKLOAD)[1].ok for seed in range(PROOF_SEEDS)
-    )
-    assert caught >= CATCH_RATE_MIN * PROOF_SEEDS, (
-        f"{switch}: caught in {caught} of {PROOF_SEEDS} seeds"
-    )
+    needed = round(CATCH_RATE_MIN * PROOF_SEEDS)
+    caught = missed = 0
+    for seed in range(PROOF_SEEDS):  # stop as soon as the verdict on 100 seeds is known
+        if run_seed(seed, frozenset({switch}), QUICK_WORKLOAD)[1].ok:
+            missed += 1
+        else:
+            caught += 1
+        if caught >= needed or missed > PROOF_SEEDS - needed:
+            break
+    assert caught >= needed, f"{switch}: missed in {missed} seeds (replay with --unsafe)"
 
 
 def _history(*deliveries: tuple[str, str, int], **outcomes: tuple[int, int]) -> History:
