@@ -94,15 +94,13 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
         host, _, port = args.address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise CommandError(
-                f"--address must be HOST:PORT (e.g. 127.0.0.1:7001), "
-                f"got {args.address!r}",
+                f"--address must be HOST:PORT (e.g. 127.0.0.1:7001), got {args.address!r}",
                 EXIT_USAGE,
             )
         return [GroupView(args.address)], None
     if args.config is None:
         raise CommandError(
-            "give --config BUS.TOML (every group), --config with --group, "
-            "or --address HOST:PORT",
+            "give --config BUS.TOML (every group), --config with --group, or --address HOST:PORT",
             EXIT_USAGE,
         )
     bus = load_config(args.config)
@@ -110,9 +108,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
     if args.group is not None:
         if args.group not in bus.groups:
             known = ", ".join(str(g) for g in bus.groups)
-            raise CommandError(
-                f"no group {args.group} in {bus.path} (groups: {known})", EXIT_USAGE
-            )
+            raise CommandError(f"no group {args.group} in {bus.path} (groups: {known})", EXIT_USAGE)
         groups = [bus.groups[args.group]]
     views = []
     for group in groups:
@@ -209,7 +205,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.watch is None:
         code = once()
         if args.json:
-            print(json.dumps(_json(views, bus_path, single), indent=2))
+            print(json.dumps(bus_json(views, bus_path, single), indent=2))
         else:
             _console().print(render(views, bus_path))
         return code
@@ -228,7 +224,7 @@ def _watch(args, views, bus_path, single, once) -> int:
         if args.json:
             while args.times is None or refreshes < args.times:
                 code = once()
-                print(json.dumps(_json(views, bus_path, single)), flush=True)
+                print(json.dumps(bus_json(views, bus_path, single)), flush=True)
                 refreshes += 1
                 if args.times is None or refreshes < args.times:
                     trio.run(trio.sleep, args.watch)
@@ -253,7 +249,7 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _json(views: list[GroupView], bus_path: Path | None, single: bool) -> dict:
+def bus_json(views: list[GroupView], bus_path: Path | None, single: bool) -> dict:
     if single:
         return views[0].status or {}
     return {
@@ -330,126 +326,42 @@ def _compact(value: Any) -> str:
     return str(value)
 
 
+GROUP_COLUMNS = (
+    "Group", "State", "Listen", "Version", "Uptime", "Epoch", "Journal used",
+    "SAF", "DQF", "DLJ", "PCJ", "Clients", "Notes",
+)  # fmt: skip
+LINK_COLUMNS = ("From", "To", "State", "SAF backlog", "Drain", "Waits because", "In flight", "More")
+QUEUE_COLUMNS = ("Queue", "Name", "Depth", "DQF depth", "Unconfirmed", "Attached", "More")
+_NUMBER_COLUMNS = {"SAF", "DQF", "DLJ", "PCJ"}
+
+
 def render(views: list[GroupView], bus_path: Path | None):
     """Rich renderables: the groups, links and queues tables (with extras)."""
     from rich.console import Group as Stack
     from rich.table import Table
-    from rich.text import Text
 
     up = sum(1 for view in views if view.up)
     title = f"{bus_path or views[0].address}: {up} of {len(views)} groups up"
     groups = Table(title=title, title_justify="left", expand=False)
-    for column in (
-        "Group",
-        "State",
-        "Listen",
-        "Version",
-        "Uptime",
-        "Epoch",
-        "Journal used",
-        "SAF",
-        "DQF",
-        "DLJ",
-        "PCJ",
-        "Clients",
-        "Notes",
-    ):
-        groups.add_column(
-            column, justify="right" if column in {"SAF", "DQF", "DLJ", "PCJ"} else "left"
-        )
+    for column in GROUP_COLUMNS:
+        groups.add_column(column, justify="right" if column in _NUMBER_COLUMNS else "left")
     links = Table(title="Links", title_justify="left")
-    for column in (
-        "From",
-        "To",
-        "State",
-        "SAF backlog",
-        "Drain",
-        "Waits because",
-        "In flight",
-        "More",
-    ):
+    for column in LINK_COLUMNS:
         links.add_column(column)
     queues = Table(title="Queues", title_justify="left")
-    for column in ("Queue", "Name", "Depth", "DQF depth", "Unconfirmed", "Attached", "More"):
+    for column in QUEUE_COLUMNS:
         queues.add_column(column)
-
     for view in views:
-        label = f"{view.group if view.group is not None else '?'} {view.name or ''}".strip()
-        status = view.status
-        if status is None:
-            groups.add_row(
-                label or view.address,
-                Text("DOWN", style="bold red"),
-                view.address,
-                *["-"] * 9,
-                Text(view.error or "", style="red"),
-            )
-            for peer in view.links_configured:
-                links.add_row(
-                    label,
-                    str(peer),
-                    Text("unknown", style="yellow"),
-                    "-",
-                    "-",
-                    "group down",
-                    "-",
-                    "",
-                )
+        if view.status is None:
+            _add_down_group(view, groups, links)
             continue
-        label = f"{status.get('group')} {status.get('name', '')}".strip()
-        journal = status.get("journal") or {}
-        records = journal.get("records") or {}
-        used = journal.get("used_bytes")
-        cap = journal.get("cap_bytes")
-        percent = journal.get("used_percent")
-        journal_text = Text(
-            f"{human_bytes(used)} / {human_bytes(cap)} ({percent:g}%)"
-            if percent is not None
-            else "-",
-            style=_percent_style(percent, journal.get("warn_percent")),
-        )
-        notes = []
-        if status.get("corrupt_records"):
-            notes.append(f"corrupt records: {len(status['corrupt_records'])}")
-        extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
-        notes.extend(f"{k}: {_compact(v)}" for k, v in extras.items())
-        connections = status.get("connections") or {}
-        groups.add_row(
-            label,
-            Text("UP", style="bold green"),
-            str(status.get("listen") or view.address),
-            str(status.get("version", "-")),
-            human_duration(status.get("uptime_s")),
-            str(status.get("epoch", "-")),
-            journal_text,
-            str(records.get("saf", "-")),
-            str(records.get("dqf", status.get("dqf_messages", "-"))),
-            str(records.get("dlj", "-")),
-            str(records.get("pcj", "-")),
-            str(connections.get("clients", "-")),
-            "; ".join(notes),
-        )
-        for peer, link in sorted((status.get("links") or {}).items(), key=lambda kv: int(kv[0])):
-            state = str(link.get("state", "?"))
-            waits = next((describe_wait(link[k]) for k in _WAIT_KEYS if link.get(k)), "")
-            if not waits and state != "up":
-                waits = "link down: SAF holds messages until it is up"
-            elif not waits and link.get("drain") == "retry":
-                waits = "peer answered RETRY (its DQF is full)"
-            more = {
-                k: v for k, v in link.items() if k not in _LINK_KEYS_SHOWN and k not in _WAIT_KEYS
-            }
-            links.add_row(
-                label,
-                str(peer),
-                Text(state, style="green" if state == "up" else "red"),
-                str(link.get("saf_backlog", "-")),
-                str(link.get("drain", "-")),
-                waits,
-                str(link.get("in_flight", "-")),
-                _compact(more) if more else "",
-            )
-        for address, queue in (status.get("queues") or {}).items():
+        groups.add_row(*_group_row(view))
+        label = _label(view.status)
+        for peer, link in sorted(
+            (view.status.get("links") or {}).items(), key=lambda kv: int(kv[0])
+        ):
+            links.add_row(*_link_row(label, peer, link))
+        for address, queue in (view.status.get("queues") or {}).items():
             more = {k: v for k, v in queue.items() if k not in _QUEUE_KEYS_SHOWN}
             queues.add_row(
                 address,
@@ -460,14 +372,86 @@ def render(views: list[GroupView], bus_path: Path | None):
                 "yes" if queue.get("attached") else "no",
                 _compact(more) if more else "",
             )
-    parts = [groups]
-    if links.row_count:
-        parts.append(links)
-    if queues.row_count:
-        parts.append(queues)
-    if (handlers := _dlq_readers_table(views, Table)).row_count:
-        parts.append(handlers)
-    return Stack(*parts)
+    return Stack(
+        *[table for table in (groups, links, queues) if table.row_count or table is groups]
+    )
+
+
+def _label(status: dict) -> str:
+    return f"{status.get('group')} {status.get('name', '')}".strip()
+
+
+def _add_down_group(view: GroupView, groups, links) -> None:
+    from rich.text import Text
+
+    label = f"{view.group if view.group is not None else '?'} {view.name or ''}".strip()
+    groups.add_row(
+        label or view.address,
+        Text("DOWN", style="bold red"),
+        view.address,
+        *["-"] * (len(GROUP_COLUMNS) - 4),
+        Text(view.error or "", style="red"),
+    )
+    for peer in view.links_configured:
+        links.add_row(
+            label, str(peer), Text("unknown", style="yellow"), "-", "-", "group down", "-", ""
+        )
+
+
+def _group_row(view: GroupView) -> list:
+    from rich.text import Text
+
+    status = view.status or {}
+    journal = status.get("journal") or {}
+    records = journal.get("records") or {}
+    percent = journal.get("used_percent")
+    used = f"{human_bytes(journal.get('used_bytes'))} / {human_bytes(journal.get('cap_bytes'))}"
+    journal_text = Text(
+        f"{used} ({percent:g}%)" if percent is not None else "-",
+        style=_percent_style(percent, journal.get("warn_percent")),
+    )
+    notes = []
+    if status.get("corrupt_records"):
+        notes.append(f"corrupt records: {len(status['corrupt_records'])}")
+    extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
+    notes.extend(f"{k}: {_compact(v)}" for k, v in extras.items())
+    return [
+        _label(status),
+        Text("UP", style="bold green"),
+        str(status.get("listen") or view.address),
+        str(status.get("version", "-")),
+        human_duration(status.get("uptime_s")),
+        str(status.get("epoch", "-")),
+        journal_text,
+        str(records.get("saf", "-")),
+        str(records.get("dqf", status.get("dqf_messages", "-"))),
+        str(records.get("dlj", "-")),
+        str(records.get("pcj", "-")),
+        str((status.get("connections") or {}).get("clients", "-")),
+        "; ".join(notes),
+    ]
+
+
+def _link_row(label: str, peer: str, link: dict) -> list:
+    from rich.text import Text
+
+    state = str(link.get("state", "?"))
+    waits = next((describe_wait(link[k]) for k in _WAIT_KEYS if link.get(k)), "")
+    if not waits and state != "up":
+        waits = "link down: SAF holds messages until it is up"
+    elif not waits and link.get("drain") == "retry":
+        waits = "peer answered RETRY (its DQF is full)"
+    more = {k: v for k, v in link.items() if k not in _LINK_KEYS_SHOWN and k not in _WAIT_KEYS}
+    return [
+        label,
+        str(peer),
+        Text(state, style="green" if state == "up" else "red"),
+        str(link.get("saf_backlog", "-")),
+        str(link.get("drain", "-")),
+        waits,
+        str(link.get("in_flight", "-")),
+        _compact(more) if more else "",
+    ]
 
 
 def describe_wait(wait: Any) -> str:

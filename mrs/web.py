@@ -143,7 +143,7 @@ def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
 
 
 def run_web(args: argparse.Namespace) -> int:
-    from mrs.bus_status import _json, fetch_all, targets_from_args
+    from mrs.bus_status import bus_json, fetch_all, targets_from_args
     from mrs.cli_support import EXIT_USAGE, CommandError
 
     host, _, port_text = args.listen.rpartition(":")
@@ -164,7 +164,7 @@ def run_web(args: argparse.Namespace) -> int:
                         if not (view.error and "listen port is 0" in view.error):
                             view.error = None
                     await fetch_all(views, args.timeout)
-                    cache["payload"] = _json(views, bus_path, single=False)
+                    cache["payload"] = bus_json(views, bus_path, single=False)
                     cache["time"] = time.monotonic()
                 return cache["payload"]
 
