@@ -67,6 +67,8 @@ group's DLQ ("receiver channels place undelivered messages to the local DLQ") an
 answered DLQ_SUCCESS; the sender's own refusals (too big for the link, poison) and a
 failed receiver DLQ put stay with the sender's channel rules."""
 LINK_LOST = -1
+WAITING_FOR_LINK_MAX = 10_000
+"""MRS_ACKs for another group's queues kept while the link to it is down."""
 """Result given to a message in flight when its link drops before the answer."""
 
 Result = Callable[[int, int], None]
@@ -109,6 +111,8 @@ class PeerState:
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
+    waiting_for_link: list = field(default_factory=list)
+    """Nonrecoverable entries (MRS_ACKs) to send once the link is up (bounded)."""
 
 
 @dataclass(eq=False)
@@ -229,13 +233,26 @@ class Forwarding:
         reply.on_done = lambda: self.ack_waits.done(seq)
 
     def send_memory(self, entry: Entry, what: str) -> None:
-        """Send a nonrecoverable entry (e.g. an MRS_ACK) to another group, best effort:
-        if the link is down or the peer refuses it, it is lost, and logged."""
+        """Send a nonrecoverable entry (e.g. an MRS_ACK) to another group. While the
+        link is down it waits in memory (at most WAITING_FOR_LINK_MAX) and goes when the
+        link is up; it is lost (and logged) if this group stops first, the peer refuses
+        it, or the link drops while it is in flight."""
         peer = self.peers.get(entry.target.group)
-        if peer is None or peer.link is None:
+        if peer is None:
             log.error(
-                "%s for %s lost: link to group %s is down", what, entry.target, entry.target.group
+                "%s for %s lost: group %s is not linked", what, entry.target, entry.target.group
             )
+            return
+        if peer.link is None:
+            if len(peer.waiting_for_link) >= WAITING_FOR_LINK_MAX:
+                log.error(
+                    "%s for %s lost: %d already wait for the link",
+                    what,
+                    entry.target,
+                    WAITING_FOR_LINK_MAX,
+                )
+                return
+            peer.waiting_for_link.append((entry, what))
             return
 
         def on_result(status: int, stored_seq: int) -> None:
@@ -671,8 +688,12 @@ class Forwarding:
 
     # ------------------------------------------------------------------ link state
     def link_up(self, peer_id: int, link: LinkPort) -> None:
-        self.peers[peer_id].link = link
-        log.info("link to group %d up (SAF backlog %d)", peer_id, self.peers[peer_id].saf_backlog)
+        peer = self.peers[peer_id]
+        peer.link = link
+        log.info("link to group %d up (SAF backlog %d)", peer_id, peer.saf_backlog)
+        waiting, peer.waiting_for_link = peer.waiting_for_link, []
+        for entry, what in waiting:
+            self.send_memory(entry, what)
 
     def link_down(self, peer_id: int) -> None:
         self.peers[peer_id].link = None

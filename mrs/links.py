@@ -109,7 +109,7 @@ class PeerLink:
     def resend_saf(self) -> None:
         """Drained records could not be deleted: drain again from the oldest record
         (the peer answers its copies STORED again), so they are deleted in the end."""
-        self._restart_drain()
+        self.restart_drain()
         self._wake.set()
 
     def send_notices(self, notices: list) -> None:
@@ -249,7 +249,7 @@ class PeerLink:
         self._forget.extend(seqs)
         self._wake.set()
 
-    def _restart_drain(self) -> None:
+    def restart_drain(self) -> None:
         """The peer refuses the rest of the drain until told we start over: resend
         from the oldest record, after a resync notice."""
         self._resync_due = True
@@ -264,7 +264,7 @@ class PeerLink:
             "status": status_name(answer.stuck_status),
             "reason": answer.reason,
         }
-        self._restart_drain()
+        self.restart_drain()
         if trio.current_time() < self.retry_until:
             return
         if self._room_seen and answer.stuck_status == Status.DQF_FULL:
@@ -359,7 +359,7 @@ class PeerLink:
             if answer.retry:
                 self._enter_retry(answer)
             elif answer.restart:
-                self._restart_drain()
+                self.restart_drain()
             else:
                 self._retry_s = RETRY_S_MIN
                 self._room_seen = False

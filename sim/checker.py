@@ -24,6 +24,14 @@ and which groups crashed. `check(history)` returns the violations:
 - UMA mismatches: a failed put whose UMA says where the message went, and it is not
   there (DLJ, DLQ, RTS unless the group crashed, since those are memory), or a
   discarded message that was delivered anyway.
+
+MessageQ conformance (issue 9; separate functions at the end of this module):
+- wrong UMAs: a failed put answered with another UMA's status than its sender chose,
+  or a WF put answered SAF_FORCED with no SAF backlog that may be ahead of it and no
+  fault near the put (after one DQF_FULL, the next puts must take their own UMA);
+- MRS_ACK violations: an AK put acknowledged twice;
+- drain progress: a SAF drain that stalls leaves records in the SAF after the final
+  drain ("stuck" above), and FIFO across a link in RETRY is the order rule above.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 
-from mrs.model import DeliveryMode, Status
+from mrs.delivery import UMA_FAILURE, UMA_SUCCESS
+from mrs.model import DeliveryMode, Status, Uma
 
 STORED_STATUSES = {int(Status.STORED), int(Status.SAF_FORCED)}
 
@@ -50,6 +59,10 @@ class Sent:
     seq: int = 0
     mrs_acked: bool = False
     """An AK put whose statuses come from its MRS_ACK (its final PSB)."""
+    faults_at_put: int = 0
+    """Faults recorded before the put was sent, and before its answer (set by History)."""
+    faults_at_answer: int = -1
+    deliveries_at_put: int = 0
 
 
 @dataclass
@@ -84,21 +97,26 @@ class History:
     """Puts the server refused (e.g. NOTSUPPORTED): they must never arrive."""
     leftovers: dict[str, list[str]] = field(default_factory=dict)
     """After the final drain: "g<N> DQF" / "g<N> SAF" -> message ids still there."""
+    mrs_ack_counts: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    """seq -> how many MRS_ACKs came back for it (exactly one is the rule)."""
 
     def record_send(self, sent: Sent) -> None:
         self.sent[sent.message_id] = sent
+        sent.faults_at_put, sent.deliveries_at_put = len(self.events), len(self.deliveries)
 
     def record_outcome(
         self, message_id: str, delivery_status: int, uma_status: int, seq: int
     ) -> None:
         sent = self.sent[message_id]
         sent.delivery_status, sent.uma_status, sent.seq = delivery_status, uma_status, seq
+        sent.faults_at_answer = len(self.events)
         self.record_observed(f"put {_status_name(delivery_status)}")
         if uma_status not in (int(Status.NO_UMA), int(Status.UMA_NA)):
             self.record_observed(f"uma {_status_name(uma_status)}")
 
     def record_mrs_ack(self, seq: int, delivery_status: int, uma_status: int) -> None:
         self.mrs_acks[seq] = (delivery_status, uma_status)
+        self.mrs_ack_counts[seq] += 1
         self.record_observed(f"mrs_ack {_status_name(delivery_status)}")
 
     def record_observed(self, what: str) -> None:
@@ -168,6 +186,8 @@ class Verdict:
     redelivered_after_confirm: list[str] = field(default_factory=list)
     unconfirmed_lost: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
+    wrong_umas: list[str] = field(default_factory=list)
+    mrs_ack_violations: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -187,6 +207,8 @@ class Verdict:
             "redelivered_after_confirm": len(self.redelivered_after_confirm),
             "unconfirmed_lost": len(self.unconfirmed_lost),
             "stuck": len(self.stuck),
+            "wrong_umas": len(self.wrong_umas),
+            "mrs_ack_violations": len(self.mrs_ack_violations),
         }
 
 
@@ -200,6 +222,8 @@ PROBLEMS = (
     "redelivered_after_confirm",
     "unconfirmed_lost",
     "stuck",
+    "wrong_umas",
+    "mrs_ack_violations",
 )
 """The Verdict lists that must be empty, in the order reports show them."""
 
@@ -254,6 +278,8 @@ def check(history: History) -> Verdict:
         for where, message_ids in sorted(history.leftovers.items())
         for message_id in message_ids
     ]
+    verdict.wrong_umas = wrong_umas(history)
+    verdict.mrs_ack_violations = mrs_ack_violations(history, first_delivery)
     return verdict
 
 
@@ -370,3 +396,69 @@ def _order_violations(history: History, first_delivery: dict[str, int]) -> list[
         if counters != sorted(counters):
             violations.append(f"{producer} -> {target}")
     return violations
+
+
+# ---------------------------------------------------------------------- issue 9
+def wrong_umas(history: History) -> list[str]:
+    """Each put that could not reach its interest point takes the UMA its sender chose;
+    SAF_FORCED only behind a SAF backlog for that group (or when a fault caught the
+    put in flight), never instead of the UMA."""
+    problems = []
+    maybe_in_saf: set[tuple[int, int]] = set()
+    for sent in history.sent.values():  # in the order the puts were made
+        sent = _with_mrs_ack(history, sent)  # noqa: PLW2901 - judged by what the sender knows
+        mode = DeliveryMode(sent.mode)
+        route = (_group(sent.producer), _group(sent.target))
+        status = sent.delivery_status
+        if status is not None and status < 0 and sent.uma_status is not None and sent.uma:
+            action = Uma(sent.uma)
+            if sent.uma_status not in (UMA_SUCCESS[action], UMA_FAILURE[action]):
+                problems.append(
+                    f"{sent.message_id}: {_status_name(status)} with UMA {action.name} "
+                    f"answered {_status_name(sent.uma_status)}"
+                )
+        impossible = mode.interest_point == "SAF" or route[0] == route[1]
+        unexplained = (
+            route not in maybe_in_saf
+            and sent.faults_at_answer == 0  # no fault yet that could have caught it in flight
+            and mode.notification == "WF"
+        )
+        if status == int(Status.SAF_FORCED) and (impossible or unexplained):
+            problems.append(
+                f"{sent.message_id}: SAF_FORCED with no SAF backlog that could be ahead "
+                "of it (its UMA should have run)"
+            )
+        if mode.recoverable and (status is None or not _known_not_in_saf(sent)):
+            maybe_in_saf.add(route)
+    return problems
+
+
+def mrs_ack_violations(history: History, first_delivery: dict[str, int]) -> list[str]:
+    """No AK put gets its MRS_ACK twice. (That every owed MRS_ACK arrives is checked
+    against real processes in tests/test_conformance.py: the swarm collects MRS_ACKs
+    only at the end, from memory queues that crashes and walk-aways empty, so a
+    missing one is not yet told apart from one a fault excuses.)"""
+    del first_delivery
+    return [
+        f"{sent.message_id}: {history.mrs_ack_counts[sent.seq]} MRS_ACKs"
+        for sent in history.sent.values()
+        if sent.seq
+        and DeliveryMode(sent.mode).notification == "AK"
+        and history.mrs_ack_counts.get(sent.seq, 0) > 1
+    ]
+
+
+def _known_not_in_saf(sent: Sent) -> bool:
+    """The sender knows this put did not leave a record in its SAF."""
+    mode = DeliveryMode(sent.mode)
+    if mode.notification != "WF" and not sent.mrs_acked:
+        return False
+    if sent.delivery_status == int(Status.SAF_FORCED):
+        return False
+    if mode.interest_point == "SAF" and sent.delivery_status == int(Status.STORED):
+        return False
+    return sent.uma_status != int(Status.SAF_SUCCESS)
+
+
+def _group(address: str) -> int:
+    return int(address.split(".")[0])

@@ -101,6 +101,7 @@ def test_checker_verdicts_on_hand_made_histories() -> None:
     )
     assert stranger.unexpected == ["9.99:0"]
     dlj_claimed = _history(("1.20:0", "2.10", 37), **{"1_20_1": (-206, 15)})
+    dlj_claimed.sent["1.20:1"].uma = 2  # DLJ: the UMA its DLJ_SUCCESS belongs to
     assert check(dlj_claimed).uma_mismatches  # DLJ_SUCCESS but not in the DLJ
     dlj_claimed.dead_letter_journal.add("1.20:1")
     assert check(dlj_claimed).ok
