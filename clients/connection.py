@@ -899,7 +899,11 @@ async def connect(
 
 def _single(group: BaseExceptionGroup) -> BaseException:
     """The one exception inside nested groups, so callers can `except MrsError`; the
-    group itself when there really were several."""
+    group itself when there really were several. Cancellations that rode along with
+    a real error (a background task torn down as the error left) are dropped."""
+    _, rest = group.split(trio.Cancelled)
+    if rest is not None:
+        group = rest
     while len(group.exceptions) == 1:
         inner = group.exceptions[0]
         if not isinstance(inner, BaseExceptionGroup):

@@ -23,6 +23,8 @@ class Reconnect:
     """Each delay is drawn from [(1 - jitter) * d, d], d the capped exponential step."""
     attempts_max: int | None = None
     """Give up (the client stays broken) after this many failed attempts; None = never."""
+    seed: float | None = None
+    """Seed the jitter (deterministic simulation); None = fresh randomness."""
 
     def __post_init__(self) -> None:
         if not 0 < self.delay_s_initial <= self.delay_s_max:
@@ -36,7 +38,7 @@ class Reconnect:
 
     def delays(self, rng: random.Random | None = None) -> Iterator[float]:
         """The waits before each attempt, in seconds (finite if attempts_max is set)."""
-        rng = rng or random.Random()
+        rng = rng or random.Random(self.seed)
         step = self.delay_s_initial
         attempt = 0
         while self.attempts_max is None or attempt < self.attempts_max:

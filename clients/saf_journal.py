@@ -86,6 +86,7 @@ class ClientJournal:
         self._next_seq = _U64.unpack(raw)[0] if raw else 1
         self.count = self.store.count(Journal.SAF)
         self.corrupt: list[str] = []
+        self.crashed = False
 
     def _identity(self) -> str:
         raw = self.store.meta_get(_META_ID)
@@ -122,6 +123,8 @@ class ClientJournal:
     async def append(self, record: Record) -> int:
         """Journal one record durably (fsync, group commit); returns its local seq.
         Raises JournalFull at the cap, MrsError(JOURNAL_FAIL) if the disk failed."""
+        if self.crashed:
+            raise MrsError(Status.JOURNAL_FAIL, "the client crashed")
         if self.count >= self.messages_max:
             raise JournalFull(
                 Status.JOURNAL_FULL,
@@ -169,7 +172,7 @@ class ClientJournal:
 
     def remove(self, keys: list[bytes], done: Callable[[], None] = lambda: None) -> None:
         """Delete records the server has stored (one group-committed batch)."""
-        if not keys:
+        if not keys or self.crashed:
             return
         batch = WriteBatch.empty()
         for key in keys:
@@ -183,6 +186,14 @@ class ClientJournal:
             done()
 
         self.writer.submit(batch, committed)
+
+    def crash(self) -> None:
+        """Behave as if the process were SIGKILLed now (the simulator's client kill):
+        writes not yet committed are lost, and nothing is written any more."""
+        self.crashed = True
+        pending, self.writer._pending = self.writer._pending, []
+        for _batch, done in pending:
+            done(JournalError("the client crashed before the commit"))
 
     def close(self) -> None:
         self.writer.stop()
