@@ -987,6 +987,7 @@ class Group:
             "quarantined": self.quarantined,
             "writer": self.writer.stats.as_dict(),
             "links": self.forwarding.status_info(),
+            "dqf_held_for_drains": self.forwarding.room.status_info(),
             "dlq_readers": self.dlq_readers.status_info(),
             "queues": {
                 str(queue.address): {

@@ -76,7 +76,9 @@ async def test_saf_drain_progresses_one_free_slot_at_a_time(tmp_path, nursery) -
             )
             wait = waiting["links"]["2"]["drain_wait"]
             assert wait["status"] == "DQF_FULL" and "DQF" in wait["reason"]
-            assert (await status_of(bus, 2))["dqf_messages"] == 3
+            receiving = await status_of(bus, 2)
+            assert receiving["dqf_messages"] == 3
+            assert "1" in receiving["dqf_held_for_drains"]  # group 1's drain waits in line
         bodies = []
         async with connect(bus.address(2), "IN") as receiver:
             for _ in range(count):
