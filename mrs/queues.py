@@ -18,6 +18,10 @@ from mrs.model import Address, DeliveryMode
 from mrs.refusals import RefusalLog
 
 Notify = Callable[["Entry"], None]
+JOURNALED_BODIES_BYTES_MAX = 64 * 1024 * 1024
+"""Bodies of recoverable messages a queue keeps in memory while they wait; later
+arrivals keep theirs only on disk (read back at delivery). A count alone (the group's
+first 1,000) let 1,000 messages of 1 MiB hold a gigabyte per queue."""
 _refusals = RefusalLog(logging.getLogger("mrs.queues"))
 
 
@@ -94,6 +98,8 @@ class TargetQueue:
     """Nonrecoverable messages waiting in `pending` (what messages_max bounds)."""
     memory_bytes: int = 0
     """Their bodies' bytes (what the guard queue_bytes_max bounds)."""
+    journaled_body_bytes: int = 0
+    """Bodies of journaled entries in `pending` kept in memory (a cache of the DQF)."""
     arrivals: int = 0
 
     def can_deliver(self) -> bool:
@@ -141,7 +147,15 @@ class TargetQueue:
             self.arrivals += 1
             entry.arrival = self.arrivals
             self.pending.append(entry)
-        if not entry.journaled:
+            if (
+                entry.journaled
+                and entry.body is not None
+                and self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX
+            ):
+                entry.body = None  # on disk already: read back at delivery
+        if entry.journaled:
+            self.journaled_body_bytes += len(entry.body or b"")
+        else:
             self.memory_count += 1
             size = len(entry.body or b"")
             self.memory_bytes += size
@@ -152,7 +166,9 @@ class TargetQueue:
         if not self.pending:
             return None
         entry = self.pending.popleft()
-        if not entry.journaled:
+        if entry.journaled:
+            self.journaled_body_bytes -= len(entry.body or b"")
+        else:
             self.memory_count -= 1
             size = len(entry.body or b"")
             self.memory_bytes -= size
@@ -178,7 +194,9 @@ class TargetQueue:
         self.unconfirmed.clear()
         self.pending.extendleft(reversed(returned))
         for entry in returned:
-            if not entry.journaled:
+            if entry.journaled:
+                self.journaled_body_bytes += len(entry.body or b"")
+            else:
                 self.memory_count += 1
                 self.memory_bytes += len(entry.body or b"")
         self.attached_session = None
