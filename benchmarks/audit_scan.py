@@ -52,47 +52,71 @@ def make_journal(path: Path, records: int) -> float:
     return time.perf_counter() - started
 
 
-class PeakMemory:
-    """Peak resident memory of this process and all its descendants (JVM, Python
-    workers), sampled from /proc every 50 ms."""
+class TreeMeter:
+    """Peak resident memory and CPU time of this process and all its descendants
+    (the JVM, Spark's Python workers), sampled from /proc every 50 ms. CPU time
+    matters on a shared machine: rows per CPU-second do not depend on the load."""
 
     def __init__(self) -> None:
         self.peak_bytes = 0
+        self.cpu_first: dict[int, int] = {}
+        self.cpu_last: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._baseline = False
 
-    def __enter__(self) -> PeakMemory:
+    def __enter__(self) -> TreeMeter:
+        self._baseline = True
+        self._sample()
+        self._baseline = False
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()
+
+    @property
+    def cpu_s(self) -> float:
+        ticks = sum(last - self.cpu_first.get(pid, 0) for pid, last in self.cpu_last.items())
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def _run(self) -> None:
-        page = os.sysconf("SC_PAGE_SIZE")
         while not self._stop.wait(0.05):
-            parents: dict[int, int] = {}
-            rss: dict[int, int] = {}
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                    fields = stat.rsplit(")", 1)[1].split()
-                    parents[int(entry)] = int(fields[1])
-                    rss[int(entry)] = int(fields[21]) * page
-                except (OSError, IndexError, ValueError):
-                    continue
-            tree = {os.getpid()}
-            changed = True
-            while changed:
-                changed = False
-                for pid, parent in parents.items():
-                    if parent in tree and pid not in tree:
-                        tree.add(pid)
-                        changed = True
-            self.peak_bytes = max(self.peak_bytes, sum(rss.get(pid, 0) for pid in tree))
+            self._sample()
+
+    def _sample(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        parents: dict[int, int] = {}
+        stats: dict[int, tuple[int, int]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry)] = int(fields[1])
+                stats[int(entry)] = (int(fields[21]) * page, int(fields[11]) + int(fields[12]))
+            except (OSError, IndexError, ValueError):
+                continue
+        tree = {os.getpid()}
+        changed = True
+        while changed:
+            changed = False
+            for pid, parent in parents.items():
+                if parent in tree and pid not in tree:
+                    tree.add(pid)
+                    changed = True
+        rss = 0
+        for pid in tree:
+            if pid not in stats:
+                continue
+            size, cpu = stats[pid]
+            rss += size
+            # Running before the measurement: count from now; started during it: from 0.
+            self.cpu_first.setdefault(pid, cpu if self._baseline else 0)
+            self.cpu_last[pid] = cpu
+        self.peak_bytes = max(self.peak_bytes, rss)
 
 
 def timed(label: str, frame_factory, results: list, scanned: int | None = None) -> None:
@@ -101,17 +125,18 @@ def timed(label: str, frame_factory, results: list, scanned: int | None = None) 
     started = time.perf_counter()
     frame_factory().limit(1).collect()
     first_s = time.perf_counter() - started
-    with PeakMemory() as memory:
+    frame = frame_factory()
+    with TreeMeter() as memory:
         started = time.perf_counter()
-        frame = frame_factory()
         frame.write.format("noop").mode("overwrite").save()
         total_s = time.perf_counter() - started
     rows = frame_factory().count()
     rate = (scanned or rows) / total_s
-    results.append((label, rows, total_s, rate, first_s, memory.peak_bytes))
-    print(f"{label}: {rows:,} rows in {total_s:.1f} s = {rate:,.0f} rows/s scanned; "
-          f"first result {first_s:.1f} s; peak memory {memory.peak_bytes / 2**20:,.0f} MiB",
-          flush=True)  # fmt: skip
+    per_cpu = (scanned or rows) / memory.cpu_s if memory.cpu_s else 0.0
+    results.append((label, rows, total_s, rate, per_cpu, first_s, memory.peak_bytes))
+    print(f"{label}: {rows:,} rows in {total_s:.1f} s = {rate:,.0f} rows/s scanned "
+          f"({per_cpu:,.0f} per CPU-second); first result {first_s:.1f} s; "
+          f"peak memory {memory.peak_bytes / 2**20:,.0f} MiB", flush=True)  # fmt: skip
 
 
 def main() -> int:
@@ -132,11 +157,13 @@ def main() -> int:
         started = time.perf_counter()
         parts = scan.plan([(str(journal), 1)], "pcj", settle_s=0)
         plan_s = time.perf_counter() - started
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         rows = sum(b.num_rows for p in parts for b in scan.scan_batches(p))
         direct_s = time.perf_counter() - started
+        direct_cpu_s = time.process_time() - cpu_started
         print(f"reader alone (1 core, no Spark): planning {plan_s:.2f} s ({len(parts)} parts); "
-              f"{rows:,} rows in {direct_s:.1f} s = {rows / direct_s:,.0f} rows/s", flush=True)
+              f"{rows:,} rows in {direct_s:.1f} s = {rows / direct_s:,.0f} rows/s "
+              f"({rows / direct_cpu_s:,.0f} per CPU-second)", flush=True)
 
         from mrs.audit.report import export
         from mrs.audit.session import build_session
@@ -173,10 +200,11 @@ def main() -> int:
               query(lambda: spark.read.parquet(str(parquet / "pcj"))), results,
               everything)  # fmt: skip
         spark.stop()
-        print("\n| measurement | rows out | seconds | rows/s scanned | first result s | peak MiB |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
-        for label, count, total_s, rate, first_s, peak in results:
-            print(f"| {label} | {count:,} | {total_s:.1f} | {rate:,.0f} | "
+        print("\n| measurement | rows out | seconds | rows/s scanned | rows per CPU-s "
+              "| first result s | peak MiB |")  # fmt: skip
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for label, count, total_s, rate, per_cpu, first_s, peak in results:
+            print(f"| {label} | {count:,} | {total_s:.1f} | {rate:,.0f} | {per_cpu:,.0f} | "
                   f"{first_s:.1f} | {peak / 2**20:,.0f} |")
     finally:
         if not args.keep and args.scratch is None:
