@@ -9,7 +9,8 @@
 Options: `path`/`paths` or `config` + `groups` (default: every group of the config);
 `group` names the group of a single path (otherwise the PCJ's records or the
 directory's trailing digits tell); `recordsPerPartition` (131072);
-`snapshotSettleMs` (200); `arrow` (true: Arrow batches; false: row tuples).
+`snapshotSettleMs` (200); `arrow` (true: Arrow batches; false: row tuples);
+`batchRows` (rows per Arrow batch, 8192).
 
 Planning (in a Spark Python worker) fixes the snapshot boundary and splits each
 group's journal into key ranges (see `mrs.audit.scan`); each task reads its range
@@ -230,7 +231,7 @@ class JournalReader(DataSourceReader):
         if part is None:
             return
         if self.arrow:
-            yield from scan.scan_batches(part)
+            yield from scan.scan_batches(part, int(self.options.get("batchrows", scan.BATCH_ROWS)))
             return
         for key, decoded in scan.scan_values(part):
             if isinstance(decoded, str):
