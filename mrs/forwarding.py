@@ -44,7 +44,7 @@ from mrs.ack_waits import AckWaits
 from mrs.drain_room import DqfRoom
 from mrs.idempotency import scoped_key
 from mrs.model import Address, DeliveryMode, Psb, Status
-from mrs.quarantine import PoisonTransfer, transfer_problem
+from mrs.quarantine import PoisonTransfer, quarantine_batch, record_problem, transfer_problem
 from mrs.records import entry_from_record, idempotency_key, record_from_entry
 
 if TYPE_CHECKING:
@@ -339,13 +339,44 @@ class Forwarding:
             if key in self.peers[peer_id].deleting:
                 continue
             try:
-                entry = entry_from_record(_decode(value, key))
-                batch.append((key, transfer_fields(entry, ordered=True)))
-            except (CorruptRecord, ValueError, TypeError) as corrupt:
+                record = _decode(value, key)
+            except CorruptRecord as corrupt:
                 if str(corrupt) not in self.group.corrupt:
                     self.group.corrupt.append(str(corrupt))
                     log.error("%s; left in place, not forwarded", corrupt)
+                continue
+            if (problem := record_problem(record)) is not None:
+                self._quarantine_saf(peer_id, key, record, problem)
+                continue
+            batch.append((key, transfer_fields(entry_from_record(record), ordered=True)))
         return batch, last_key
+
+    def _quarantine_saf(self, peer_id: int, key: bytes, record: Record, problem: str) -> None:
+        """A SAF record no peer could accept (e.g. a delivery mode that does not exist)
+        moves to the DLJ with its reason, instead of blocking the drain or vanishing."""
+        peer = self.peers[peer_id]
+        peer.deleting.add(key)
+        batch = quarantine_batch(record, problem).delete(Journal.SAF, key)
+
+        def done(error: JournalError | None) -> None:
+            peer.deleting.discard(key)
+            if error is not None:
+                log.error("SAF message %d could not be quarantined: %s", record.seq, error)
+                return
+            self.saf_count -= 1
+            peer.saf_backlog -= 1
+            self.group.dlj_count += 1
+            self.group.quarantined += 1
+            log.error(
+                "SAF message %d for group %d quarantined to the DLJ: %s",
+                record.seq,
+                peer_id,
+                problem,
+            )
+            if peer.link is not None:
+                peer.link.poke()
+
+        self.group.writer.submit(batch, done)
 
     def saf_answered(
         self,

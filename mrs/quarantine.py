@@ -17,10 +17,11 @@ died, recovery reloaded it, and the next get killed it again. So
 
 from __future__ import annotations
 
+from journals import Journal, WriteBatch, seq_key
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
 from mrs.delivery import Refused, check_mode_and_uma
-from mrs.model import DeliveryMode
+from mrs.model import DeliveryMode, Status
 from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
 QUARANTINE_EXTRA = "quarantine"
@@ -88,3 +89,10 @@ def record_problem(record: object) -> str | None:
         if type(value) is not int or not 0 <= value <= U32_MAX:
             return f"{name} must be an int in 0..{U32_MAX}, got {value!r:.60}"
     return None
+
+
+def quarantine_batch(record, problem: str) -> WriteBatch:
+    """A batch putting `record` in the DLJ with reason BADPARAM and its problem."""
+    record.reason = int(Status.BADPARAM)
+    record.extra = {**(record.extra or {}), QUARANTINE_EXTRA: problem}
+    return WriteBatch.empty().put_record(Journal.DLJ, seq_key(record.seq), record)
