@@ -74,10 +74,9 @@ class Workload:
     into the first group, past the server's in-memory window; into the second, until
     its journal map is full; into the last, until its DQF is full."""
     backlog_messages: int = 1100
-    map_bytes_max: int | None = None
-    """The second group's journal map (None: unbounded). 60_000 lets a backlog fill
-    it (MRS_RES_EXH): the "map-full" workload. Off by default until a full journal
-    can still record deliveries and confirms (issue 10 item 2): today it wedges."""
+    map_bytes_max: int | None = 60_000
+    """The second group's journal map (None: unbounded): a backlog fills it
+    (MRS_RES_EXH), and the group must still record deliveries and confirms."""
     dqf_messages_max: int = 300
     """The last group's DQF limit: a backlog reaches it (DQF_FULL)."""
     actions: tuple[str, ...] = NEMESIS_ACTIONS
@@ -99,8 +98,8 @@ QUICK_WORKLOAD = Workload(
 """Small seeds for proving the checker (`tests/test_sim.py`): the same workload and
 faults, shorter, with consumers walking away more often and more faults aimed at
 commits, so each broken build shows within seconds."""
-MAP_FULL_WORKLOAD = Workload(map_bytes_max=60_000, backlog_seed_fraction=0.5)
-"""The default workload with the second group's map small enough to fill."""
+MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)
+"""The default workload with a backlog in half the seeds: the map fills more often."""
 WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD, "map-full": MAP_FULL_WORKLOAD}
 
 

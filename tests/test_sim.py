@@ -44,8 +44,9 @@ def test_swarm_keeps_every_invariant_and_covers_the_workload() -> None:
     assert delivered_modes == {mode.name for mode in DeliveryMode}
     umas_taken = {uma.name for uma in Uma if observed[f"uma {uma.name}_SUCCESS"]}
     assert umas_taken == {uma.name for uma in Uma}, observed
-    for cap in ("get EXCMAXUNCONF", "put DQF_FULL", "put NOTSUPPORTED"):
+    for cap in ("get EXCMAXUNCONF", "put DQF_FULL", "put EXCEEDQUOTA", "put NOTSUPPORTED"):
         assert observed[cap], f"the workload never reached {cap}"
+    assert observed["put MRS_RES_EXH"] + observed["mrs_ack MRS_RES_EXH"], "no map filled"
 
 
 def test_same_seed_same_history_byte_for_byte() -> None:
