@@ -4,10 +4,10 @@ One connection attached to the group's DLQ (queue 96). The dead letters come fro
 source (`mrs.dlq.sources`): the DLQ itself, where every get is a lease
 (`mrs.dlq_leases`) that goes back to the DLQ if the handler dies, or the DLJ. A
 message is removed only after its DISCARD is decided or its FWD/RETRY put was
-acknowledged as stored. Each
-message is worked by its own task; at most `window` actions are in flight, and at
-most `seen_max` messages are held (the bounded record of messages seen but not
-removed); retries sleep between attempts without holding an action slot.
+acknowledged as stored. Each message is worked by its own task; at most `window`
+actions are in flight, and at most `seen_max` messages are held (the bounded record
+of messages seen but not removed); retries sleep between attempts without holding
+an action slot.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from clients import MrsError, connect
+from clients import ConnectionLost, MrsError, connect
 from mrs.config import BusConfig
 from mrs.dlq.actions import NoTarget, plan_put, target_text, uma_for
 from mrs.dlq.engine import Engine, StepKind
@@ -204,8 +204,10 @@ class Handler:
                 headers=plan.headers,
                 timeout=self.options.put_timeout_s,
             )
+        except ConnectionLost:
+            raise  # the handler ends (exit 3); what it held goes back to the DLQ
         except MrsError as error:
-            if error.status in (Status.TIMEOUT,):
+            if error.status == Status.TIMEOUT:
                 return "failed", str(address), "put timed out; outcome unknown, will repeat"
             return "failed", str(address), f"{_name(error.status)}: {error}"
         if not _stored(psb):
