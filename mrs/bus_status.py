@@ -372,8 +372,13 @@ def render(views: list[GroupView], bus_path: Path | None):
                 "yes" if queue.get("attached") else "no",
                 _compact(more) if more else "",
             )
+    handlers = _dlq_readers_table(views, Table)
     return Stack(
-        *[table for table in (groups, links, queues) if table.row_count or table is groups]
+        *[
+            table
+            for table in (groups, links, queues, handlers)
+            if table.row_count or table is groups
+        ]
     )
 
 
