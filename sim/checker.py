@@ -63,6 +63,8 @@ class Sent:
     """Faults recorded before the put was sent, and before its answer (set by History)."""
     faults_at_answer: int = -1
     deliveries_at_put: int = 0
+    sends_at_answer: int = 0
+    """Puts recorded before this one's answer came (they may have reached the server first)."""
 
 
 @dataclass
@@ -109,7 +111,7 @@ class History:
     ) -> None:
         sent = self.sent[message_id]
         sent.delivery_status, sent.uma_status, sent.seq = delivery_status, uma_status, seq
-        sent.faults_at_answer = len(self.events)
+        sent.faults_at_answer, sent.sends_at_answer = len(self.events), len(self.sent)
         self.record_observed(f"put {_status_name(delivery_status)}")
         if uma_status not in (int(Status.NO_UMA), int(Status.UMA_NA)):
             self.record_observed(f"uma {_status_name(uma_status)}")
@@ -404,9 +406,13 @@ def wrong_umas(history: History) -> list[str]:
     SAF_FORCED only behind a SAF backlog for that group (or when a fault caught the
     put in flight), never instead of the UMA."""
     problems = []
-    maybe_in_saf: set[tuple[int, int]] = set()
-    for sent in history.sent.values():  # in the order the puts were made
-        sent = _with_mrs_ack(history, sent)  # noqa: PLW2901 - judged by what the sender knows
+    sends = [_with_mrs_ack(history, sent) for sent in history.sent.values()]  # put order
+    maybe_in_saf = [
+        DeliveryMode(sent.mode).recoverable
+        and (sent.delivery_status is None or not _known_not_in_saf(sent))
+        for sent in sends
+    ]
+    for index, sent in enumerate(sends):
         mode = DeliveryMode(sent.mode)
         route = (_group(sent.producer), _group(sent.target))
         status = sent.delivery_status
@@ -417,19 +423,25 @@ def wrong_umas(history: History) -> list[str]:
                     f"{sent.message_id}: {_status_name(status)} with UMA {action.name} "
                     f"answered {_status_name(sent.uma_status)}"
                 )
+        if status != int(Status.SAF_FORCED):
+            continue
         impossible = mode.interest_point == "SAF" or route[0] == route[1]
+        backlog_possible = any(
+            maybe_in_saf[other]
+            and (_group(sends[other].producer), _group(sends[other].target)) == route
+            for other in range(min(sent.sends_at_answer, len(sends)))
+            if other != index
+        )
         unexplained = (
-            route not in maybe_in_saf
+            not backlog_possible
             and sent.faults_at_answer == 0  # no fault yet that could have caught it in flight
             and mode.notification == "WF"
         )
-        if status == int(Status.SAF_FORCED) and (impossible or unexplained):
+        if impossible or unexplained:
             problems.append(
                 f"{sent.message_id}: SAF_FORCED with no SAF backlog that could be ahead "
                 "of it (its UMA should have run)"
             )
-        if mode.recoverable and (status is None or not _known_not_in_saf(sent)):
-            maybe_in_saf.add(route)
     return problems
 
 
