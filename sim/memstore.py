@@ -36,10 +36,13 @@ class MemoryJournalStore:
         path: Path | str = "memory",
         fault: Fault | None = None,
         bytes_max: int | None = None,
+        on_full: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.fault = fault
         self.bytes_max = bytes_max
+        self.on_full = on_full
+        """Told whenever `bytes_max` refuses a commit (the history records it)."""
         self.size_bytes = 0
         """Keys and values held (what `bytes_max` bounds)."""
         self.commits = 0
@@ -62,6 +65,8 @@ class MemoryJournalStore:
                 f"journal device failed: {failure} (simulated)", getattr(errno, failure)
             )
         if self.bytes_max is not None and self._size_after(batches) > self.bytes_max:
+            if self.on_full is not None:
+                self.on_full()
             raise JournalFullError(f"journal map full ({self.bytes_max} bytes, simulated)")
         for batch in batches:
             for journal, key in batch.deletes:

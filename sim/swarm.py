@@ -375,7 +375,13 @@ def _make_groups(sim: Simulation, bus: BusConfig, unsafe: frozenset[str]) -> Non
             bus,
             group_id,
             sim.network,
-            MemoryJournalStore(fault=fault, bytes_max=map_bytes_max),
+            MemoryJournalStore(
+                fault=fault,
+                bytes_max=map_bytes_max,
+                on_full=lambda group_id=group_id: sim.history.record_fault(
+                    "map-full", f"g{group_id} at {trio.current_time():.3f}"
+                ),
+            ),
             unsafe=unsafe,
         )
 
