@@ -85,6 +85,12 @@ class JournalReserve:
             self._measure(now)
         needed = size_bytes + RECORD_OVERHEAD_BYTES
         used = self._used_bytes + 2 * self._accepted_bytes
+        if used + needed > self.cap_bytes - self.reserve and now > self._measured_at:
+            # The estimate (twice what was accepted since the last measure) is
+            # deliberately pessimistic; before refusing on it, measure what the pages
+            # really hold, so a burst of puts is not refused early.
+            self._measure(now)
+            used = self._used_bytes + 2 * self._accepted_bytes
         if used + needed > self.cap_bytes - self.reserve:
             problem = (
                 f"journal {used} of {self.cap_bytes} bytes in use: within its reserve of "
