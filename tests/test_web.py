@@ -27,7 +27,9 @@ from sim.processes import GroupProcess
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs chromium (.ci/system-packages --tests installs it)"
+)
 DOCS_IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 
 
