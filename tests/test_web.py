@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,20 @@ def _shown(dom: str) -> dict[str, str]:
         key.replace("&gt;", ">"): value
         for key, value in re.findall(r'data-key="([^"]+)"[^>]*>([^<]*)<', dom)
     }
+
+
+def _await_web_payload(url: str, status: dict, timeout_s: float = 30.0) -> None:
+    """Wait until the page's own API (refreshed once a second) has caught up with
+    `status`, so the browser renders the same numbers the status API gave."""
+    wanted = status["groups"][0]["status"]["journal"]["records"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/status", timeout=10) as response:
+            payload = json.loads(response.read())
+        if payload["groups"][0]["status"]["journal"]["records"] == wanted:
+            return
+        assert time.monotonic() < deadline, "the web view never caught up with mrs status"
+        time.sleep(0.1)
 
 
 def _status(config: Path) -> dict:
@@ -134,8 +149,9 @@ def test_bus_page_in_a_real_browser_shows_the_status_api_numbers(bus: Path, tmp_
             for i in range(40):
                 client.put(f"event {i}".encode(), "1.11", delivery=DeliveryMode.WF_DQF)
                 time.sleep(0.05)
-        dom = _browser(url, "--dump-dom").stdout
         status = _status(bus)
+        _await_web_payload(url, status)
+        dom = _browser(url, "--dump-dom").stdout
         shot = (
             DOCS_IMAGES / "web-view.png"
             if os.environ.get("MRS_DOCS_SCREENSHOTS")
