@@ -286,17 +286,8 @@ class Client:
         # 0 on the wire is "the default" (MessageQ's meaning); a tiny positive timeout
         # stays positive.
         timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
-        resp_text = str(resp_q) if resp_q is not None else ""
-        if (
-            self._journal is not None
-            and delivery in _RECOVERABLE_MODES
-            and self.journal_status == Status.JOURNAL_ON
-        ):
-            fields = (body, target, delivery, uma, msg_class, msg_type, priority)
-            return await self._put_journaled(
-                *fields, timeout_ms, correlation_id, resp_text, headers
-            )
-        self._require_link(Status.LINK_DOWN, "put")
+        # Built (and so checked: types and ranges) once, whether it is sent now or
+        # journaled and sent at drain time.
         request = wire.Put(
             self._next_id(),
             str(target),
@@ -308,9 +299,16 @@ class Client:
             priority,
             timeout_ms,
             correlation_id,
-            resp_text,
+            str(resp_q) if resp_q is not None else "",
             headers,
         )
+        if (
+            self._journal is not None
+            and delivery in _RECOVERABLE_MODES
+            and self.journal_status == Status.JOURNAL_ON
+        ):
+            return await self._put_journaled(request)
+        self._require_link(Status.LINK_DOWN, "put")
         wait_s = (timeout or DEFAULT_PUT_TIMEOUT_S) + REPLY_GRACE_S
         reply = await self._request(request, wait_s, "put")
         return _psb(reply)
@@ -353,35 +351,10 @@ class Client:
             yield await self.get()
 
     # ------------------------------------------------------------------ journal
-    async def _put_journaled(
-        self,
-        body: bytes,
-        target: str | Address,
-        delivery: DeliveryMode,
-        uma: Uma | None,
-        msg_class: int,
-        msg_type: int,
-        priority: int,
-        timeout_ms: int,
-        correlation_id: bytes,
-        resp_q: str,
-        headers: dict | None,
-    ) -> Psb:
-        # Refuse now what the server would refuse at drain time (types and ranges).
-        wire.Put(
-            1,
-            str(target),
-            bytes(body),
-            int(delivery),
-            int(uma or 0),
-            msg_class,
-            msg_type,
-            priority,
-            timeout_ms,
-            correlation_id,
-            resp_q,
-            headers,
-        )
+    async def _put_journaled(self, request: wire.Put) -> Psb:
+        """Journal a checked put locally (JOURNAL_ON); the drain sends it later."""
+        target = request.target
+        uma = request.uma
         target_group, target_queue = _numeric(str(target))
         now_ns = time.time_ns()
         record = Record(
@@ -390,20 +363,20 @@ class Client:
             target_queue=target_queue,
             source_group=self.queue.group if self.queue else 0,
             source_queue=self.queue.queue if self.queue else 0,
-            body=bytes(body),
-            msg_class=msg_class,
-            msg_type=msg_type,
-            priority=priority,
-            delivery=int(delivery),
-            uma=int(uma or 0),
-            correlation_id=correlation_id,
+            body=request.body,
+            msg_class=request.msg_class,
+            msg_type=request.msg_type,
+            priority=request.priority,
+            delivery=request.delivery,
+            uma=uma,
+            correlation_id=request.correlation_id,
             put_time_ns=now_ns,
             written_time_ns=now_ns,
             extra={
-                "target": str(target),
-                "resp_q": resp_q,
-                "timeout_ms": timeout_ms,
-                "headers": headers,
+                "target": target,
+                "resp_q": request.resp_q,
+                "timeout_ms": request.timeout_ms,
+                "headers": request.headers,
                 "attach": self._queue_text or "",
             },
         )
