@@ -11,32 +11,7 @@ import trio
 from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore, WriteBatch
 from sim.bus import LinkedBus
-
-QUEUES = """
-[[group.queue]]
-id = 10
-name = "IN"
-confirm = "explicit-in-order"
-[[group.queue]]
-id = 11
-name = "OUT"
-confirm = "explicit-out-of-order"
-"""
-WAIT_S = 30.0
-
-
-async def _link(bus: LinkedBus, group: int, peer: int) -> dict:
-    async with connect(bus.address(group), None) as client:
-        return (await client.status())["links"][str(peer)]
-
-
-async def _wait(bus: LinkedBus, state: str, backlog: int | None = None) -> None:
-    with trio.fail_after(WAIT_S):
-        while True:
-            info = await _link(bus, 1, 2)
-            if info["state"] == state and (backlog is None or info["saf_backlog"] == backlog):
-                return
-            await trio.sleep(0.05)  # another process's state: no event to await
+from tests.test_links import QUEUES, wait_for_link
 
 
 @pytest.fixture
@@ -44,14 +19,14 @@ async def bus(tmp_path, nursery):
     linked = LinkedBus(tmp_path / "bus", queues=QUEUES)
     await linked.start_proxies(nursery)
     await trio.to_thread.run_sync(linked.start)
-    await _wait(linked, "up")
+    await wait_for_link(linked, 1, 2, "up")
     yield linked
     linked.stop()
 
 
 async def test_a_poisoned_saf_record_is_quarantined_and_the_drain_goes_on(bus) -> None:
     bus.proxy(1, 2).cut()
-    await _wait(bus, "down")
+    await wait_for_link(bus, 1, 2, "down")
     async with connect(bus.address(1), "OUT") as sender:
         seqs = []
         for body in (b"first", b"poisoned", b"third"):
@@ -68,7 +43,7 @@ async def test_a_poisoned_saf_record_is_quarantined_and_the_drain_goes_on(bus) -
     store.close()
     bus.proxy(1, 2).heal()
     await trio.to_thread.run_sync(bus.processes[1].start)
-    await _wait(bus, "up", backlog=0)
+    await wait_for_link(bus, 1, 2, "up", backlog=0)
     async with connect(bus.address(2), "IN") as receiver:
         got = []
         for _ in range(2):
