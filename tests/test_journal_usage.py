@@ -3,25 +3,15 @@ with a real server on a small real LMDB map."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 from clients import connect_sync
 from mrs.model import DeliveryMode
+from tests.cli_helpers import status_json
 
 BODY = b"x" * 20_000
 
 
 def _status(address: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "mrs", "status", "--address", address, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return status_json("--address", address)
 
 
 def _put(address: str, count: int) -> int:

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import connect_sync
 from mrs.model import DeliveryMode
+from tests.cli_helpers import status_json
 
 BODY = b"y" * 20_000
 
 
 def _status(address: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "mrs", "status", "--address", address, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return status_json("--address", address)
 
 
 def _families(url: str) -> list:
