@@ -469,21 +469,10 @@ class GroupServer:
         half a Hello) costs this one task, which is what keeps a flood of them cheap.
         Requests pipelined behind the Hello are dispatched; their answers wait in the
         outbox for the send loop."""
-        connection = session.connection
         with trio.move_on_after(self.guards.handshake_s_max):
-            while connection.their_state is wire.START:
-                data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
-                connection.receive_data(data)
-                try:
-                    events = connection.events()
-                    for event in events:
-                        self._dispatch(session, event)
-                except wire.ProtocolError as error:
-                    await self._protocol_error(session, error)
+            while session.connection.their_state is wire.START:
+                if not await self._receive_once(session):
                     return False
-                if not data:
-                    return False
-                session.liveness.heard(connection.buffered_bytes, len(events))
             return True
         why = f"no handshake within handshake_s_max={self.guards.handshake_s_max:g} s"
         self.refusals.refused("deadline", session.host, f"closing connection (TIMEOUT): {why}")
@@ -521,22 +510,26 @@ class GroupServer:
         scope.cancel()
 
     async def _receive_loop(self, session: ServerSession) -> None:
-        connection = session.connection
-        liveness = session.liveness
-        while True:
-            data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
-            connection.receive_data(data)
-            try:
-                events = connection.events()
-                for event in events:
-                    self._dispatch(session, event)
-            except wire.ProtocolError as error:
-                await self._protocol_error(session, error)
-                return
-            if not data:
-                return
-            liveness.heard(connection.buffered_bytes, len(events))
+        while await self._receive_once(session):
             await session.wait_drained()
+
+    async def _receive_once(self, session: ServerSession) -> bool:
+        """Read what one recv brings and dispatch every event in it (handshake and
+        receive loop alike); False once the connection ended (EOF, protocol error)."""
+        connection = session.connection
+        data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
+        connection.receive_data(data)
+        try:
+            events = connection.events()
+            for event in events:
+                self._dispatch(session, event)
+        except wire.ProtocolError as error:
+            await self._protocol_error(session, error)
+            return False
+        if not data:
+            return False
+        session.liveness.heard(connection.buffered_bytes, len(events))
+        return True
 
     async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:
         with contextlib.suppress(wire.ProtocolError):
