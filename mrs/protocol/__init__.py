@@ -1,0 +1,123 @@
+"""The MRS wire protocol, sans-I/O: bytes in, events out; events in, bytes out.
+
+No sockets and no trio here (the shape is h11's): the caller feeds whatever it read to
+`Connection.receive_data`, takes events from `Connection.next_event` (or all of them
+at once from `Connection.events`), and writes whatever `Connection.send` returns.
+
+Frames
+------
+Each frame is a 4-byte big-endian unsigned length N, then N bytes of msgpack encoding
+an array ``[code, field1, field2, ...]``. Bodies are msgpack bin (bytes), names are
+msgpack str. A frame longer than ``frame_bytes_max`` is refused as soon as its header
+is seen, and never sent.
+
+State machine
+-------------
+Each side (client, server) has a state: START, OPEN or CLOSED. An event moves the
+state of the side that sends it, following `_TRANSITIONS`:
+
+=======  =======  ==============================================  =======
+side     state    event                                           becomes
+=======  =======  ==============================================  =======
+client   START    Hello                                           OPEN
+client   OPEN     Attach, Put, Get, Confirm, StatusRequest,       OPEN
+                  CancelGet, Ping, Pong
+server   START    Welcome (only once the client is OPEN)          OPEN
+server   START    Fatal                                           CLOSED
+server   OPEN     Attached, PutDone, Delivery, Confirmed,         OPEN
+                  StatusReply, Failure, Ping, Pong
+server   OPEN     Fatal                                           CLOSED
+=======  =======  ==============================================  =======
+
+So a client sends Hello first and exactly once; the server receives Hello before it
+sends Welcome (or Fatal, which it may send at any time). The client may pipeline
+requests right after its Hello without waiting for Welcome. Hello and Welcome must
+carry `PROTOCOL_VERSION`. Anything not in the table -- an event of the wrong
+direction, any event before the handshake, a second Hello or Welcome -- is a
+`RemoteProtocolError` when received and a `LocalProtocolError` when sent.
+
+Once a Fatal has been sent or received the connection is closed: `next_event` returns
+`CLOSED` and `send` refuses everything. After a `RemoteProtocolError` the connection
+is broken: `next_event` raises the same error again, and the only thing a server may
+still send is a Fatal telling the peer why.
+"""
+
+from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION
+from mrs.protocol.connection import (
+    CLIENT,
+    CLOSED,
+    NEED_DATA,
+    OPEN,
+    SERVER,
+    START,
+    Connection,
+)
+from mrs.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from mrs.protocol.events import (
+    CLIENT_EVENTS,
+    CLIENT_SAF_BACKLOG_HEADER,
+    HEARTBEAT_EVENTS,
+    REPLY_WHEN_STORED_HEADER,
+    SERVER_EVENTS,
+    Attach,
+    Attached,
+    CancelGet,
+    Confirm,
+    Confirmed,
+    Delivery,
+    Event,
+    Failure,
+    Fatal,
+    Get,
+    Hello,
+    Ping,
+    Pong,
+    Put,
+    PutDone,
+    StatusReply,
+    StatusRequest,
+    Welcome,
+)
+from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
+
+__all__ = [
+    "CLIENT",
+    "CLIENT_EVENTS",
+    "CLIENT_SAF_BACKLOG_HEADER",
+    "CLOSED",
+    "FRAME_BYTES_MAX_DEFAULT",
+    "HEARTBEAT_EVENTS",
+    "LINK_EVENTS",
+    "NEED_DATA",
+    "OPEN",
+    "PROTOCOL_VERSION",
+    "REPLY_WHEN_STORED_HEADER",
+    "SERVER",
+    "SERVER_EVENTS",
+    "START",
+    "Attach",
+    "Attached",
+    "CancelGet",
+    "Confirm",
+    "Confirmed",
+    "Connection",
+    "Delivery",
+    "Event",
+    "Failure",
+    "Fatal",
+    "Get",
+    "Hello",
+    "LinkAck",
+    "LinkNotice",
+    "LinkTransfer",
+    "LocalProtocolError",
+    "Ping",
+    "Pong",
+    "ProtocolError",
+    "Put",
+    "PutDone",
+    "RemoteProtocolError",
+    "StatusReply",
+    "StatusRequest",
+    "Welcome",
+]

@@ -1,0 +1,334 @@
+"""The connection state machine: bytes in, events out; events in, bytes out."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import msgpack
+
+from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION, _short
+from mrs.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from mrs.protocol.events import (
+    CLIENT_EVENTS,
+    HEARTBEAT_EVENTS,
+    SERVER_EVENTS,
+    Attach,
+    Attached,
+    CancelGet,
+    Confirm,
+    Confirmed,
+    Delivery,
+    Event,
+    Failure,
+    Fatal,
+    Get,
+    Hello,
+    Put,
+    PutDone,
+    StatusReply,
+    StatusRequest,
+    Welcome,
+)
+from mrs.protocol.link_events import LINK_EVENTS
+
+_HEADER = struct.Struct(">I")
+_HEADER_BYTES = _HEADER.size
+_UINT32_MAX = 2**32 - 1
+
+
+# -- sentinels ----------------------------------------------------------------------
+
+
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+NEED_DATA = _Sentinel("NEED_DATA")
+"""`next_event`: no complete frame is buffered; feed more bytes."""
+CLOSED = _Sentinel("CLOSED")
+"""`next_event`: the peer closed (EOF with an empty buffer), or a Fatal was exchanged."""
+
+
+def _wire_constructor(cls: type) -> Callable[..., Any]:
+    """A constructor for decoding, from the fields in wire order.
+
+    A frozen dataclass's __init__ sets each field through object.__setattr__, which
+    costs more than the decode itself; this one sets the slots directly, then runs the
+    same __post_init__ validation, so a decoded event is exactly as checked as a built
+    one.
+    """
+    names = cls.field_names
+    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
+    for i, name in enumerate(names):
+        namespace[f"set{i}"] = cls.__dict__[name].__set__  # the slot's descriptor
+    args = ", ".join(names)
+    lines = [f"def make({args}):", "    self = new(cls)"]
+    lines += [f"    set{i}(self, {name})" for i, name in enumerate(names)]
+    lines += ["    self.__post_init__()", "    return self"]
+    exec("\n".join(lines), namespace)  # source built from the field names
+    return namespace["make"]
+
+
+_DECODERS: dict[int, tuple[type, int, Callable[..., Any]]] = {
+    cls.code: (cls, len(cls.field_names) + 1, _wire_constructor(cls))
+    for cls in CLIENT_EVENTS + SERVER_EVENTS
+}
+assert len(_DECODERS) == len(set(CLIENT_EVENTS + SERVER_EVENTS)), "duplicate event code"
+_ALL_EVENTS = frozenset(CLIENT_EVENTS + SERVER_EVENTS)
+
+
+# -- state machine ------------------------------------------------------------------
+
+CLIENT = "client"
+SERVER = "server"
+START = "START"
+OPEN = "OPEN"
+# CLOSED (the sentinel above) doubles as the state after a Fatal.
+
+_REQUESTS = dict.fromkeys(
+    (Attach, Put, Get, Confirm, StatusRequest, CancelGet, *LINK_EVENTS, *HEARTBEAT_EVENTS),
+    OPEN,
+)
+_REPLIES = dict.fromkeys(
+    (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure) + LINK_EVENTS + HEARTBEAT_EVENTS,
+    OPEN,
+)
+
+_TRANSITIONS: dict[str, dict[Any, dict[type, Any]]] = {
+    CLIENT: {
+        START: {Hello: OPEN},
+        OPEN: _REQUESTS,
+    },
+    SERVER: {
+        START: {Welcome: OPEN, Fatal: CLOSED},
+        OPEN: {**_REPLIES, Fatal: CLOSED},
+    },
+}
+_SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
+_OTHER = {CLIENT: SERVER, SERVER: CLIENT}
+
+
+_unpackb = msgpack.unpackb
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise RemoteProtocolError(f"frame holds a msgpack ext type ({code})")
+
+
+class Connection:
+    """One end of an MRS connection. our_role is "client" or "server"."""
+
+    def __init__(self, our_role: str, frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> None:
+        if our_role not in (CLIENT, SERVER):
+            raise ValueError(f"our_role must be 'client' or 'server', got {our_role!r}")
+        if not 1 <= frame_bytes_max <= _UINT32_MAX:
+            raise ValueError(f"frame_bytes_max must be 1..2**32-1, got {frame_bytes_max}")
+        self.our_role = our_role
+        self.their_role = _OTHER[our_role]
+        self.frame_bytes_max = frame_bytes_max
+        self._states = {CLIENT: START, SERVER: START}
+        self._buf = bytearray()
+        self._pos = 0  # start of the first unparsed frame in _buf
+        self._eof = False
+        self._closed = False  # a Fatal went one way or the other
+        self._error: RemoteProtocolError | None = None
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def our_state(self) -> str | _Sentinel:
+        return self._states[self.our_role]
+
+    @property
+    def their_state(self) -> str | _Sentinel:
+        return self._states[self.their_role]
+
+    @property
+    def closed(self) -> bool:
+        """True once a Fatal has been sent or received."""
+        return self._closed
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet parsed: the start of an unfinished frame."""
+        return len(self._buf) - self._pos
+
+    def _process(self, role: str, event: Any, error: type[ProtocolError]) -> None:
+        """Move `role`'s state for an event it sends, or raise `error`."""
+        state = self._states[role]
+        new = _TRANSITIONS[role][state].get(type(event))
+        if new is None:
+            raise error(self._refusal(role, event, error))
+        if new is not state:  # Hello, Welcome or Fatal
+            if type(event) is Welcome and self._states[CLIENT] is not OPEN:
+                raise error(self._wording(role, "Welcome before the client's Hello", error))
+            if type(event) in (Hello, Welcome) and event.protocol_version != PROTOCOL_VERSION:
+                what = (
+                    f"{type(event).__name__} with protocol_version {event.protocol_version}"
+                    f" (this side speaks {PROTOCOL_VERSION})"
+                )
+                raise error(self._wording(role, what, error))
+            self._states[role] = new
+            if new is CLOSED:
+                self._closed = True
+
+    def _refusal(self, role: str, event: Any, error: type) -> str:
+        name = type(event).__name__
+        if type(event) not in _SENDS[role]:
+            if type(event) in _SENDS[_OTHER[role]]:
+                what = f"{name}, which only a {_OTHER[role]} sends"
+            else:
+                what = f"{_short(event)}, which is not an MRS event"
+        elif type(event) is Hello:
+            what = "a second Hello"
+        elif type(event) is Welcome:
+            what = "a second Welcome"
+        else:
+            what = f"{name} before {'Hello' if role == CLIENT else 'Welcome'}"
+        return self._wording(role, what, error)
+
+    @staticmethod
+    def _wording(role: str, what: str, error: type) -> str:
+        verb = "sent" if error is RemoteProtocolError else "cannot send"
+        return f"{role} {verb} {what}"
+
+    # -- receiving ------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes read from the peer; b"" means the peer closed (EOF)."""
+        if self._closed or self._error is not None:
+            return
+        if self._eof:
+            raise LocalProtocolError("receive_data after EOF")
+        if not data:
+            self._eof = True
+            return
+        buf = self._buf
+        if self._pos:
+            del buf[: self._pos]  # cheap: bytearray trims its front without copying
+            self._pos = 0
+        buf += data
+
+    def next_event(self) -> Event | _Sentinel:
+        """The next event, NEED_DATA, or CLOSED. Raises RemoteProtocolError."""
+        if self._error is not None:
+            raise self._error.with_traceback(None)
+        if self._closed:
+            return CLOSED
+        buf = self._buf
+        pos = self._pos
+        have = len(buf) - pos
+        if have >= _HEADER_BYTES:
+            size = _HEADER.unpack_from(buf, pos)[0]
+            if size > self.frame_bytes_max:
+                self._fail(f"frame of {size} bytes exceeds frame_bytes_max {self.frame_bytes_max}")
+            if size == 0:
+                self._fail("empty frame")
+            start = pos + _HEADER_BYTES
+            end = start + size
+            if len(buf) >= end:
+                self._pos = end
+                event = self._decode(buf, start, end)
+                try:
+                    self._process(self.their_role, event, RemoteProtocolError)
+                except RemoteProtocolError as exc:
+                    self._error = exc
+                    raise
+                return event
+        if self._eof:
+            if have == 0:
+                return CLOSED
+            self._fail("connection closed mid-frame")
+        return NEED_DATA
+
+    def events(self) -> list[Event]:
+        """Every complete event now buffered (stops at NEED_DATA, CLOSED or a Fatal).
+
+        If a frame is bad, raises RemoteProtocolError and the events before it in this
+        batch are dropped: the connection is broken anyway.
+        """
+        out: list[Event] = []
+        append = out.append
+        next_event = self.next_event
+        while True:
+            event = next_event()
+            if event is NEED_DATA or event is CLOSED:
+                return out
+            append(event)
+
+    def _fail(self, message: str) -> NoReturn:
+        self._error = RemoteProtocolError(message)
+        raise self._error
+
+    def _decode(self, buf: bytearray, start: int, end: int) -> Any:
+        view = memoryview(buf)[start:end]
+        try:
+            obj = _unpackb(view, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
+        except Exception as exc:  # msgpack raises many kinds: all mean "not msgpack"
+            self._fail(f"frame is not valid msgpack: {type(exc).__name__}: {exc}")
+        finally:
+            view.release()  # the buffer cannot grow or shrink while a view is alive
+        if type(obj) is not list or not obj:
+            self._fail(f"frame is not a non-empty msgpack array: {_short(obj)}")
+        code = obj[0]
+        decoder = _DECODERS.get(code) if type(code) is int else None
+        if decoder is None:
+            self._fail(f"unknown event code {_short(code)}")
+        cls, arity, make = decoder
+        if len(obj) != arity:
+            self._fail(
+                f"{cls.__name__} frame has {len(obj) - 1} fields, expected {len(cls.field_names)}"
+            )
+        try:
+            return make(*obj[1:])
+        except LocalProtocolError as exc:
+            self._fail(exc.message)
+
+    # -- sending --------------------------------------------------------------------
+
+    def send(self, event: Event) -> bytes:
+        """The bytes of one frame for `event`. Raises LocalProtocolError."""
+        return b"".join(self._encode(event))
+
+    def send_many(self, events: list[Event]) -> bytes:
+        """The bytes of one frame per event, concatenated, for one write."""
+        parts: list[bytes] = []
+        for event in events:
+            parts += self._encode(event)
+        return b"".join(parts)
+
+    def _encode(self, event: Any) -> tuple[bytes, bytes]:
+        if self._closed:
+            raise LocalProtocolError(f"connection is closed; cannot send {type(event).__name__}")
+        if self._error is not None and type(event) is not Fatal:
+            raise LocalProtocolError(
+                f"connection is broken ({self._error.message}); only a Fatal may be sent"
+            )
+        cls = type(event)
+        if cls not in _ALL_EVENTS:
+            raise LocalProtocolError(f"not an MRS event: {_short(event)}")
+        try:
+            payload = self._packer.pack(event._wire())
+        except Exception as exc:  # the packer raises many kinds
+            raise LocalProtocolError(
+                f"cannot encode {cls.__name__}: {type(exc).__name__}: {exc}"
+            ) from None
+        if len(payload) > self.frame_bytes_max:
+            raise LocalProtocolError(
+                f"{cls.__name__} frame of {len(payload)} bytes exceeds frame_bytes_max"
+                f" {self.frame_bytes_max}"
+            )
+        self._process(self.our_role, event, LocalProtocolError)
+        return _HEADER.pack(len(payload)), payload
