@@ -13,6 +13,7 @@ from mrs.model import (
     ConfirmStyle,
     DeliveryMode,
     ForceJrn,
+    InterestPoint,
     Status,
     Uma,
 )
@@ -58,15 +59,15 @@ def supported(mode: DeliveryMode, action: Uma) -> bool:
     """DLJ and SAF only for recoverable modes; SAF not when SAF is the interest point."""
     if action in (Uma.DLJ, Uma.SAF) and not mode.recoverable:
         return False
-    return not (action is Uma.SAF and mode.interest_point == "SAF")
+    return not (action is Uma.SAF and mode.interest_point is InterestPoint.SAF)
 
 
 def reached_status(mode: DeliveryMode, target_attached: bool) -> Status:
     """The delivery status reported when a message reaches its interest point."""
     point = mode.interest_point
-    if point in ("SAF", "DQF"):
+    if point is InterestPoint.SAF or point is InterestPoint.DQF:
         return Status.STORED
-    if point == "MEM":
+    if point is InterestPoint.MEM:
         return Status.ENQUEUED if target_attached else Status.UNATTACHEDQ
     return Status.SUCCESS  # DEQ, ACK, CONF: the receiver has it
 

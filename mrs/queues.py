@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from mrs.config import QueueConfig
 from mrs.guards import Guards
-from mrs.model import Address, DeliveryMode
+from mrs.model import Address, DeliveryMode, InterestPoint
 from mrs.refusals import RefusalLog
 
 Notify = Callable[["Entry"], None]
@@ -72,7 +72,7 @@ class Entry:
 
     @property
     def needs_confirm(self) -> bool:
-        return self.journaled or self.delivery.interest_point == "ACK"
+        return self.journaled or self.delivery.interest_point is InterestPoint.ACK
 
 
 @dataclass(slots=True, eq=False)
