@@ -62,6 +62,12 @@ class Record:
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))
 _FIELD_VALUES = operator.attrgetter(*_FIELD_NAMES)
+_FIELD_TYPES = tuple(
+    {"body": bytes, "correlation_id": bytes, "extra": dict}.get(name, int) for name in _FIELD_NAMES
+)
+"""What encode_record writes in each place: a payload with the right checksum but a
+str where an int belongs (a bug or a hand-edited file) is corrupt here, not a crash
+in whichever reader meets it later (found by fuzzing, tests/test_fuzz.py)."""
 """All fields as a tuple in one C call: encoding is on every put's path."""
 
 
@@ -87,6 +93,9 @@ def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
         values = msgpack.unpackb(payload, raw=False, strict_map_key=False)
         if not isinstance(values, list) or len(values) != len(_FIELD_NAMES):
             raise ValueError(f"not an array of {len(_FIELD_NAMES)} record fields")
+        for name, value, kind in zip(_FIELD_NAMES, values, _FIELD_TYPES, strict=True):
+            if type(value) is not kind:
+                raise ValueError(f"{name} is {type(value).__name__}, not {kind.__name__}")
         return Record(*values)
     except Exception as error:  # noqa: BLE001 - any decode failure means corruption
         raise CorruptRecord(journal, key, f"undecodable payload: {error}") from None
