@@ -1,5 +1,5 @@
 import sys
 
-from mrs.cli import main
+from mrs.tools.cli import main
 
 sys.exit(main())

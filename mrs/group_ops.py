@@ -36,7 +36,7 @@ class GroupOps:
         """mrs.metrics.GroupMetrics once the endpoint is on."""
         self.endpoints: dict[str, str] = {}
         self.last_archive: dict | None = None
-        """The automatic PCJ archive's last summary (mrs.pcj_archive)."""
+        """The automatic PCJ archive's last summary (mrs.pcj_retention)."""
 
     def attach_store(self, can_grow: bool) -> None:
         """Called once the journals are open (before recovery)."""
@@ -81,7 +81,7 @@ class GroupOps:
 
                 await nursery.start(serve_group_web, self)
             if ops.pcj_archive_after_s is not None:
-                from mrs.pcj_archive import archive_forever
+                from mrs.pcj_retention import archive_forever
 
                 nursery.start_soon(archive_forever, self)
             while self.watch is not None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import lmdb
 
-from mrs.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
 from mrs.config import BusConfig, GroupConfig
+from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
 
 JOURNAL_FILES = ("data.mdb", "lock.mdb")
 

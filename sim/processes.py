@@ -41,7 +41,7 @@ class GroupProcess:
             [
                 sys.executable,
                 "-m",
-                "mrs.cli",
+                "mrs",
                 "serve",
                 "--config",
                 str(self.config_path),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import mrs
-from mrs.cli import build_parser
-from mrs.cli_support import DefaultsHelpFormatter, subparsers_of
+from mrs.tools.cli import build_parser
+from mrs.tools.cli_support import DefaultsHelpFormatter, subparsers_of
 from sim.processes import GroupProcess, write_single_group_config
 
 QUEUES = """

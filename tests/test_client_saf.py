@@ -209,7 +209,7 @@ def test_mrs_dump_reads_a_client_journal(server, tmp_path) -> None:
         for i in range(3):
             c.put(b"body %d" % i, target="1.10", msg_class=7, delivery=MODE.WF_DQF)
     result = subprocess.run(
-        [sys.executable, "-m", "mrs.cli", "dump", "--client-saf", str(journal), "--json"],
+        [sys.executable, "-m", "mrs", "dump", "--client-saf", str(journal), "--json"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,7 +18,7 @@ def _serve_command(bus) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "mrs.cli",
+        "mrs",
         "serve",
         "--config",
         str(bus.config_path),
@@ -55,7 +55,7 @@ async def test_a_second_server_on_the_same_data_dir_is_refused_naming_the_pid(ma
         [
             sys.executable,
             "-m",
-            "mrs.cli",
+            "mrs",
             "dump",
             "dqf",
             "--json",

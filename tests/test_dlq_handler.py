@@ -480,7 +480,7 @@ async def test_inputq_dlj_works_the_dead_letter_journal(bus, tmp_path) -> None:
 
 async def test_dlj_attempt_before_put_marks_a_repeat(bus) -> None:
     from mrs.dlq.sources import DljSource
-    from mrs.journal_files import locate
+    from mrs.tools.journal.files import locate
 
     async with connect(bus.address, queue="SENDER") as sender:
         psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLJ)

@@ -9,7 +9,7 @@ import pytest
 
 from clients import DeliveryMode, MrsError, Status, Uma, connect
 from journals import Journal
-from mrs.replay import replay_key
+from mrs.tools.journal.replay import replay_key
 
 MODE = DeliveryMode
 

@@ -31,7 +31,7 @@ async def _fill(bus, count: int) -> None:
 
 def _mrs(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mrs.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "mrs", *args], capture_output=True, text=True, timeout=120
     )
 
 

@@ -18,10 +18,10 @@ import trio
 
 from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore, Record, seq_key
-from mrs.cli import build_parser, main
 from mrs.config import load_config
-from mrs.replay import replay_key
-from mrs.selection import filter_from_args
+from mrs.tools.cli import build_parser, main
+from mrs.tools.journal.replay import replay_key
+from mrs.tools.journal.selection import filter_from_args
 from tests.conftest import STANDARD_QUEUES
 from tests.journal_helpers import (
     REPLAY_QUEUES,

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals import Journal, Record
-from mrs.cli import build_parser
 from mrs.config import parse_config
-from mrs.pacing import Pacer, parse_rate
-from mrs.selection import (
+from mrs.tools.cli import build_parser
+from mrs.tools.journal.pacing import Pacer, parse_rate
+from mrs.tools.journal.selection import (
     SelectionError,
     filter_from_args,
     parse_bytes_pattern,

@@ -77,7 +77,7 @@ def test_bad_config_is_one_line_and_the_server_does_not_start(tmp_path) -> None:
         'data_dir = "g"\n[[group.queue]]\nid = 10\nname = "Q"\nconfrm = "implicit"\n'
     )
     result = subprocess.run(
-        [sys.executable, "-m", "mrs.cli", "serve", "--config", str(config), "--group", "1"],
+        [sys.executable, "-m", "mrs", "serve", "--config", str(config), "--group", "1"],
         capture_output=True,
         text=True,
         timeout=60,

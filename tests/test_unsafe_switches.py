@@ -41,7 +41,7 @@ def test_an_unknown_switch_is_refused_in_one_line(tmp_path) -> None:
     config = tmp_path / "bus.toml"
     config.write_text('[[group]]\nid = 1\nname = "A"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n')
     result = subprocess.run(
-        [sys.executable, "-m", "mrs.cli", "serve", "--config", str(config), "--group", "1"],
+        [sys.executable, "-m", "mrs", "serve", "--config", str(config), "--group", "1"],
         env={**os.environ, UNSAFE_ENV: "bogus"},
         capture_output=True,
         text=True,

@@ -191,8 +191,8 @@ def test_status_table_screenshot(bus: Path, tmp_path: Path) -> None:
     import trio
     from rich.console import Console
 
-    from mrs.bus_status import GroupView, fetch_all, render
     from mrs.config import load_config
+    from mrs.tools.bus_status import GroupView, fetch_all, render
 
     config = load_config(bus)
     views = [

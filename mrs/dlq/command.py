@@ -81,7 +81,7 @@ def _run_handler(args: argparse.Namespace, table) -> int:
     input_q = (control.input_q or "").strip()
     dlj = None
     if input_q.upper() == "DLJ":
-        from mrs.journal_files import JournalsNotFound, locate
+        from mrs.tools.journal.files import JournalsNotFound, locate
 
         where = argparse.Namespace(config=args.config, group=args.group, data_dir=None)
         try:

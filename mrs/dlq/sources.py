@@ -22,9 +22,9 @@ import trio
 from clients import MrsTimeout, NoMoreMessages
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.deadletter import dead_letter_header
-from mrs.journal_files import GroupJournals, open_store, scan, seq_of_key
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
-from mrs.selection import RecordFilter
+from mrs.tools.journal.files import GroupJournals, open_store, scan, seq_of_key
+from mrs.tools.journal.selection import RecordFilter
 
 SCAN_CHUNK = 1000
 LOCK_FILE = "dlq-handler-dlj.lock"

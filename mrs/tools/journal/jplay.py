@@ -1,6 +1,6 @@
 """`mrs jplay` (dmqjplay): resend selected PCJ or DLJ records through a running server.
 
-The command around `mrs.replay`: it validates every argument before anything is
+The command around `mrs.tools.journal.replay`: it validates every argument before anything is
 read or sent (exit 2), plans a `--dry-run` exactly as a real run (same selection,
 same ledger) without sending or writing anything, shows a progress bar with rate
 and ETA on a terminal (quiet with `--json` or without a TTY), and ends with a
@@ -35,14 +35,19 @@ from rich.text import Text
 from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config import ConfigError
-from mrs.dump import status_name
-from mrs.journal_cli import DEFAULT_SENDER_QUEUE
-from mrs.journal_files import GroupJournals, JournalsNotFound, locate, open_store, scan
-from mrs.ledger import ReplayLedger
 from mrs.model import DeliveryMode, Uma
-from mrs.pacing import parse_rate
-from mrs.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
-from mrs.selection import RecordFilter, SelectionError, filter_from_args, resolve_address
+from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
+from mrs.tools.journal.dump import status_name
+from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
+from mrs.tools.journal.ledger import ReplayLedger
+from mrs.tools.journal.pacing import parse_rate
+from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
+from mrs.tools.journal.selection import (
+    RecordFilter,
+    SelectionError,
+    filter_from_args,
+    resolve_address,
+)
 
 PROGRESS_REFRESH_S = 0.1
 

@@ -28,10 +28,15 @@ from rich.table import Table
 
 from journals import CorruptRecord, Journal, Record
 from mrs.config import ConfigError
-from mrs.journal_cli import PREVIEW_BYTES
-from mrs.journal_files import JournalsNotFound, locate, open_store, scan
 from mrs.model import DeliveryMode, Status, Uma
-from mrs.selection import RecordFilter, SelectionError, filter_from_args, record_time_ns
+from mrs.tools.journal.arguments import PREVIEW_BYTES
+from mrs.tools.journal.files import JournalsNotFound, locate, open_store, scan
+from mrs.tools.journal.selection import (
+    RecordFilter,
+    SelectionError,
+    filter_from_args,
+    record_time_ns,
+)
 
 TABLE_PAGE_ROWS = 500
 JSON_FLUSH_LINES = 2000

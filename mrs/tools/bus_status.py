@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mrs.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
+from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
 
 CONNECT_TIMEOUT_S_DEFAULT = 3.0
 WATCH_S_DEFAULT = 2.0

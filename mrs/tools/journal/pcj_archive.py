@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -37,9 +36,9 @@ from typing import TYPE_CHECKING
 from journals import CorruptRecord, Journal, JournalStore, WriteBatch, seq_key
 
 if TYPE_CHECKING:
-    from mrs.group_ops import GroupOps
+    pass
 
-log = logging.getLogger("mrs.pcj_archive")
+log = logging.getLogger("mrs.tools.journal.pcj_archive")
 
 CHUNK_RECORDS = 5000
 INTENT_KEY = "pcj_archive_intent"
@@ -171,7 +170,7 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
 
 # ---------------------------------------------------------------------- the command
 def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
-    from mrs.journal_files import add_location_arguments
+    from mrs.tools.journal.files import add_location_arguments
 
     pcj = commands.add_parser("pcj", help="PCJ retention: archive confirmed records to Parquet")
     actions = pcj.add_subparsers(dest="pcj_command", required=True, metavar="ACTION")
@@ -209,10 +208,10 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
 
 
 def run_pcj_archive(args: argparse.Namespace) -> int:
-    from mrs.cli_support import EXIT_USAGE, CommandError
-    from mrs.journal_files import JournalsNotFound, locate, open_store
     from mrs.ops_config import OpsConfig
-    from mrs.selection import SelectionError, parse_time_ns
+    from mrs.tools.cli_support import EXIT_USAGE, CommandError
+    from mrs.tools.journal.files import JournalsNotFound, locate, open_store
+    from mrs.tools.journal.selection import SelectionError, parse_time_ns
 
     try:
         until_ns = parse_time_ns(args.until, time.time_ns(), "--until")
@@ -242,52 +241,3 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
             f"{result.remaining} records left in the PCJ"
         )
     return 0
-
-
-# ---------------------------------------------------------------------- automatic
-async def archive_forever(ops: GroupOps) -> None:
-    """The server's automatic policy: every pcj_archive_interval_s, archive what was
-    confirmed more than pcj_archive_after_s ago — in a child process, so the event
-    loop never waits on Parquet writing and a failure never touches the server."""
-    import trio
-
-    server = ops.server
-    config = server.config
-    while True:
-        command = [
-            sys.executable,
-            "-m",
-            "mrs",
-            "pcj",
-            "archive",
-            "--config",
-            str(server.bus.path),
-            "--group",
-            str(config.id),
-            "--until",
-            f"{config.ops.pcj_archive_after_s}s",
-            "--json",
-        ]
-        try:
-            done = await trio.run_process(
-                command, capture_stdout=True, capture_stderr=True, check=False
-            )
-        except OSError as error:
-            log.error("automatic PCJ archive could not start: %s", error)
-        else:
-            if done.returncode == 0:
-                summary = json.loads(done.stdout.decode() or "{}")
-                ops.last_archive = summary
-                if summary.get("archived"):
-                    log.info(
-                        "automatic PCJ archive: %d records to %s",
-                        summary["archived"],
-                        summary.get("dir"),
-                    )
-            else:
-                log.error(
-                    "automatic PCJ archive failed (exit %d): %s",
-                    done.returncode,
-                    done.stderr.decode(errors="replace").strip()[-500:],
-                )
-        await trio.sleep(config.ops.pcj_archive_interval_s)

@@ -6,7 +6,7 @@ and a 50-line traceback hides the one fact they need. Every error therefore ends
 one line on stderr saying what is wrong and what to do, with exit status 2 for usage
 and configuration mistakes and 1 for runtime failures; `-v` (before or after the
 subcommand) adds the traceback of unexpected errors for a bug report. The parser
-tweaks live here so `mrs/cli.py` stays a flat list of subcommands others can add to.
+tweaks live here so `mrs/tools/cli.py` stays a flat list of subcommands others can add to.
 """
 
 from __future__ import annotations
@@ -16,18 +16,9 @@ import errno
 import sys
 from collections.abc import Callable, Iterator
 
-EXIT_OK = 0
-EXIT_RUNTIME = 1
-EXIT_USAGE = 2
+from mrs.exit_status import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError
 
-
-class CommandError(Exception):
-    """An operator-facing failure: `str()` is the one line to print, `exit_code` the
-    status (EXIT_USAGE for a usage or config mistake, EXIT_RUNTIME otherwise)."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_RUNTIME) -> None:
-        super().__init__(" ".join(message.split()))
-        self.exit_code = exit_code
+__all__ = ["EXIT_OK", "EXIT_RUNTIME", "EXIT_USAGE", "CommandError"]
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -27,7 +27,7 @@ from pathlib import Path
 from journals import CorruptRecord, Journal, JournalStore, WriteBatch, decode_record
 from mrs.config import ConfigError
 from mrs.journal_check import DATABASES, walk
-from mrs.journal_files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
+from mrs.tools.journal.files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
 
 RECORD_DATABASES = frozenset(
     journal.value for journal in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
@@ -139,7 +139,7 @@ def copy_out(found: Survey, destination: Path) -> int:
 # ---------------------------------------------------------------------- command line
 def add_journal_repair(commands) -> None:
     """Add `mrs journal verify` and `mrs journal salvage` to the `mrs` subparsers."""
-    from mrs.journal_files import add_location_arguments
+    from mrs.tools.journal.files import add_location_arguments
 
     journal = commands.add_parser(
         "journal",

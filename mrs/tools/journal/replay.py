@@ -2,7 +2,7 @@
 
 Why it is built this way (what an operator needs at 3 a.m.):
 
-- **Never twice by accident.** A replay ledger (`mrs.ledger`) in the group's data
+- **Never twice by accident.** A replay ledger (`mrs.tools.journal.ledger`) in the group's data
   directory records each record's replay generation and outcome. Each replayed put
   carries the idempotency key `replay:<HMAC(ledger secret, journal:group:seq:gen)>`
   (the same on every run, guessable by nobody else), so a re-run
@@ -35,13 +35,13 @@ import trio
 
 from clients import ConnectionLost, MrsError, MrsTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
-from mrs.dump import status_name
-from mrs.journal_files import scan
-from mrs.ledger import FAILED, PENDING, STORED, ReplayLedger
 from mrs.model import DeliveryMode, Status, Uma
-from mrs.pacing import Pacer
 from mrs.records import IDEMPOTENCY_HEADER
-from mrs.selection import RecordFilter
+from mrs.tools.journal.dump import status_name
+from mrs.tools.journal.files import scan
+from mrs.tools.journal.ledger import FAILED, PENDING, STORED, ReplayLedger
+from mrs.tools.journal.pacing import Pacer
+from mrs.tools.journal.selection import RecordFilter
 
 PLAN_CHUNK = 1024
 LEDGER_FLUSH_S = 0.25

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
-from mrs.bus_status import add_status_parser
-from mrs.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
-from mrs.journal_cli import add_journal_tools
-from mrs.journal_repair import add_journal_repair
-from mrs.pcj_archive import add_pcj_parser
-from mrs.web import add_web_parser
+from mrs.tools.bus_status import add_status_parser
+from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
+from mrs.tools.journal.arguments import add_journal_tools
+from mrs.tools.journal.pcj_archive import add_pcj_parser
+from mrs.tools.journal.repair import add_journal_repair
+from mrs.tools.web import add_web_parser
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -36,43 +36,43 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from mrs.demo import run_demo
+    from mrs.tools.demo import run_demo
 
     return run_demo(args.messages, args.scratch)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from mrs.bench import run_bench
+    from mrs.tools.bench import run_bench
 
     return run_bench(args)
 
 
 def _status(args: argparse.Namespace) -> int:
-    from mrs.bus_status import run_status
+    from mrs.tools.bus_status import run_status
 
     return run_status(args)
 
 
 def _web(args: argparse.Namespace) -> int:
-    from mrs.web import run_web
+    from mrs.tools.web import run_web
 
     return run_web(args)
 
 
 def _pcj_archive(args: argparse.Namespace) -> int:
-    from mrs.pcj_archive import run_pcj_archive
+    from mrs.tools.journal.pcj_archive import run_pcj_archive
 
     return run_pcj_archive(args)
 
 
 def _dump(args: argparse.Namespace) -> int:
-    from mrs.dump import run_dump
+    from mrs.tools.journal.dump import run_dump
 
     return run_dump(args)
 
 
 def _jplay(args: argparse.Namespace) -> int:
-    from mrs.jplay import run_jplay
+    from mrs.tools.journal.jplay import run_jplay
 
     return run_jplay(args)
 

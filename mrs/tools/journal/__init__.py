@@ -1,0 +1,1 @@
+"""Journal tools run from the shell: locate, select, dump, jplay, ledger, repair, archive."""
