@@ -20,6 +20,7 @@ from clients.errors import (
     PutOutcomeUnknown,
     TooManyUnconfirmed,
 )
+from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
 from clients.saf_journal import JournalBusy, JournalFull
 from clients.sync import SyncClient, connect_sync
@@ -43,6 +44,8 @@ __all__ = [
     "NotSupported",
     "ProtocolFailure",
     "Psb",
+    "Protection",
+    "ProtectionRefused",
     "PutOutcomeUnknown",
     "Reconnect",
     "Status",

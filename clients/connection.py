@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -42,6 +43,9 @@ from clients.saf_journal import (
 )
 from journals import Record
 from mrs import protocol as wire
+
+if TYPE_CHECKING:
+    from clients.protection import Protection
 from mrs.model import (
     DEFAULT_PUT_TIMEOUT_S,
     Address,
@@ -167,8 +171,11 @@ class Client:
         open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
         journal: ClientJournal | None = None,
         heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
+        protection: Protection | None = None,
     ) -> None:
         self.address = address
+        self.protection = protection
+        """Seals puts to / checks gets from protected queues (clients.protection)."""
         self._heartbeat_s = heartbeat_s
         self._host, self._port = _split_address(address)
         self._queue_text = None if queue is None else str(queue)
@@ -261,6 +268,7 @@ class Client:
         correlation_id: bytes = b"",
         resp_q: str | Address | None = None,
         headers: dict | None = None,
+        protect: bool = True,
     ) -> Psb:
         """Send a message; returns the PSB. Raises MrsError if the put itself failed.
 
@@ -272,7 +280,11 @@ class Client:
         a recoverable message that cannot be stored still lands somewhere durable.
         With a SAF journal and journal_status JOURNAL_ON, a recoverable put is
         journaled: psb.status is JOURNAL_ON and psb.seq the client journal's seq.
+        With `protection`, a put to a protected queue is signed/encrypted here first
+        (protect=False sends the body as it is).
         """
+        if self.protection is not None and protect:
+            body = self.protection.seal_for(target, body, self.group_id)
         if self.message_bytes_max and len(body) > self.message_bytes_max:
             raise error_for(
                 Status.MSGTOOBIG,
@@ -321,12 +333,18 @@ class Client:
         it back on the server; a message already on its way goes to the next get.
         """
         if self._held:
-            return self._held.popleft()
+            return await self._checked(self._held.popleft())
         self._require_link(Status.NOTACTIVE, "get")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         reply = await self._request(wire.Get(self._next_id(), timeout_ms), wait_s, "get")
-        return self._message(reply)
+        return await self._checked(self._message(reply))
+
+    async def _checked(self, message: Message) -> Message:
+        """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""
+        if self.protection is None:
+            return message
+        return await self.protection.deliver(self, message)
 
     async def confirm(
         self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
@@ -807,6 +825,7 @@ async def connect(
     saf_messages_max: int = MESSAGES_MAX_DEFAULT,
     saf_bytes_max: int = BYTES_MAX_DEFAULT,
     heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
+    protection: Protection | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
@@ -820,6 +839,8 @@ async def connect(
     (JOURNAL_FULL, then the put's UMA: DISC/DISCL discard, others raise).
     heartbeat_s: ping a server quiet for this long; after 3 silent intervals the
     connection counts as lost (reconnect, JOURNAL_ON). None: never ping.
+    protection: a clients.protection.Protection (identity + policies): puts to
+    protected queues are signed/encrypted and gets verified/decrypted in this process.
     """
     journal = (
         ClientJournal(saf_journal, messages_max=saf_messages_max, bytes_max=saf_bytes_max)
@@ -836,6 +857,7 @@ async def connect(
             open_stream=open_stream,
             journal=journal,
             heartbeat_s=heartbeat_s,
+            protection=protection,
         )
         try:
             link = await client._open()

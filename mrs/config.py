@@ -66,7 +66,7 @@ DEFAULT_UNCONFIRMED_MAX = 1000
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_PATTERN = re.compile(r"[0-9]+")
 
-_TOP_KEYS = frozenset({"group", "link"})
+_TOP_KEYS = frozenset({"group", "link", "protection"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
     | {"guards", "dead_letter_queue_recoverable", "ops"}
@@ -233,6 +233,8 @@ class BusConfig:
     path: Path
     groups: dict[int, GroupConfig]
     links: tuple[LinkConfig, ...]
+    protection: Path | None = None
+    """The message protection policy file (mrs.protection.policy), if any."""
 
     def group(self, group_id: int) -> GroupConfig:
         """The group with id `group_id`; LookupError if it is not configured."""
@@ -398,7 +400,12 @@ class _Parser:
             gid: replace(by_id[gid], linked_group_ids=tuple(sorted(linked[gid])))
             for gid in sorted(by_id)
         }
-        return BusConfig(path=self.path.absolute(), groups=final, links=links)
+        protection = None
+        if "protection" in document:
+            protection = self.path.absolute().parent / self.string(document, "protection", "")
+        return BusConfig(
+            path=self.path.absolute(), groups=final, links=links, protection=protection
+        )
 
     def group(self, raw: dict[str, Any], where: str) -> GroupConfig:
         self.check_keys(raw, where, _GROUP_KEYS, _GROUP_REQUIRED)

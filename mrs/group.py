@@ -70,6 +70,11 @@ from mrs.model import (
     Status,
     Uma,
 )
+from mrs.protection.dead_letter import (
+    DeadLetterProtection,
+    DeadLetterRefused,
+    dead_letter_protection,
+)
 from mrs.quarantine import QUARANTINE_EXTRA, record_problem
 from mrs.queues import Entry, GetWaiter, TargetQueue, memory_quota_problem
 from mrs.records import (
@@ -203,8 +208,11 @@ class Group:
     dlq_readers: DlqReaders = field(default_factory=DlqReaders)
     unsafe: frozenset[str] = frozenset()
     """Deliberately broken behaviours, for proving the checker (harness only)."""
+    dead_letter_protection: DeadLetterProtection | None = None
+    """The DLQ's AMS-style policy (mrs.protection.dead_letter), None without one."""
 
     def __post_init__(self) -> None:
+        self.dead_letter_protection = dead_letter_protection(self.bus, self.config.id)
         self.forwarding = Forwarding(self)
         self.app_keys = AppKeys(self.store, self.limits.dedupe_window_s, self.clock_ns)
         self.reserve = JournalReserve.for_store(
@@ -685,6 +693,13 @@ class Group:
             done(False)
             return False
         dead = _copy_nonrecoverable(entry, target=queue.address)
+        if self.dead_letter_protection is not None:
+            try:
+                dead.body = self.dead_letter_protection.place(dead.body)
+            except DeadLetterRefused as refused:
+                log.warning("message %d not put on the DLQ: %s", entry.seq, refused)
+                done(False)
+                return False
         # MQDLH: put date/time are when it was put on the DLQ, not the original put's.
         header = dead_letter_header(cause, entry.target, self.config.name, self.clock_ns(), reason)
         dead.dead_letter_header = header

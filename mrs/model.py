@@ -225,6 +225,8 @@ class Status(NamedIntEnum):
     """The server is stopping and takes no new work."""
     KEY_REUSED = -1030
     """An idempotency key was reused, within its dedupe window, for another body."""
+    PROTECTION_ERROR = -1050
+    """A message failed its queue's protection policy (clients.protection)."""
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.tools.journal.arguments import add_journal_tools
 from mrs.tools.journal.pcj_archive import add_pcj_parser
 from mrs.tools.journal.repair import add_journal_repair
+from mrs.tools.keys import add_keys_parser
 from mrs.tools.web import add_web_parser
 
 
@@ -185,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_journal_repair(commands)
     add_dlq_handler(commands, _dlq_handler)
     add_audit(commands)
+    add_keys_parser(commands)
     return finish_parser(parser)
 
 

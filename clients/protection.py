@@ -1,0 +1,243 @@
+"""Client-side message protection: seal on put, verify/decrypt on get (IBM MQ AMS style).
+
+The keys stay with the application: a put to a queue with a policy is signed (and
+for privacy encrypted) here, before it leaves the process, so the group, its
+journals, `mrs dump` and the audit see an opaque envelope; a get from a protected
+queue is verified (and decrypted) here. A message that fails its queue's policy
+(unsigned on an integrity queue, tampered, signed by someone the policy does not
+name, only signed on a privacy queue, not encrypted to this reader) is never handed
+to the application: as AMS moves it to SYSTEM.PROTECTION.ERROR.QUEUE, the client
+puts it as it is on its group's DLQ with a dead-letter header (reason 2063,
+MQRC_SECURITY_ERROR), confirms it on the queue, and the get raises ProtectionRefused.
+
+    protection = Protection.load("protection.toml", identity="keys/SHOP.key")
+    async with connect(address, queue="1.11", protection=protection) as q: ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from clients.errors import MrsError
+from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status
+from mrs.protection.envelope import Opened, Quality, is_protected, open_envelope, seal
+from mrs.protection.errors import (
+    MQRC_NOT_AUTHORIZED,
+    MQRC_SECURITY_ERROR,
+    PolicyError,
+    ProtectionError,
+)
+from mrs.protection.keys import Identity, load_identity
+from mrs.protection.policy import Policy, PolicySet, load_policies, resolve_queue
+
+if TYPE_CHECKING:
+    from clients.connection import Client
+
+log = logging.getLogger(__name__)
+
+PROTECTION_HEADER = "mrs_protection"
+"""Header added to an opened message: {"signer": NAME, "quality": "integrity"|"privacy"}."""
+
+
+class ProtectionRefused(MrsError):
+    """PROTECTION_ERROR: a put could not be protected as its target's policy requires,
+    or a got message failed the policy of this queue. `reason` is the MQRC code
+    (2063 MQRC_SECURITY_ERROR, 2035 MQRC_NOT_AUTHORIZED); `seq` the refused message's
+    seq on a get (None on a put); `dead_lettered` whether it is now on the DLQ."""
+
+    def __init__(
+        self, message: str, reason: int, seq: int | None = None, dead_lettered: bool = False
+    ) -> None:
+        super().__init__(Status.PROTECTION_ERROR, message)
+        self.reason = reason
+        self.seq = seq
+        self.dead_lettered = dead_lettered
+
+
+@dataclass(frozen=True)
+class Protection:
+    """An application's identity (None: it can only read unprotected queues and put
+    to unprotected ones) and the bus's policies."""
+
+    policies: PolicySet
+    identity: Identity | None = None
+    bus: Any = None
+    """A BusConfig, so targets can be written as names; None: GROUP.QUEUE only."""
+
+    @classmethod
+    def load(
+        cls,
+        policies: str | os.PathLike[str],
+        identity: str | os.PathLike[str] | None = None,
+        bus_config: str | os.PathLike[str] | None = None,
+    ) -> Protection:
+        """Read the policy file, this application's NAME.key and, optionally, the bus
+        config (for queue names). Raises PolicyError naming the file and key."""
+        bus = None
+        if bus_config is not None:
+            from mrs.config import load_config
+
+            bus = load_config(bus_config)
+        return cls(
+            load_policies(policies, bus),
+            load_identity(identity) if identity is not None else None,
+            bus,
+        )
+
+    def policy_for(self, target: str | Address, default_group: int) -> Policy | None:
+        """The policy of the queue `target` names (None: unprotected)."""
+        if isinstance(target, Address):
+            return self.policies.for_queue(target)
+        try:
+            address = resolve_queue(str(target), self.bus, default_group)
+        except LookupError as error:
+            # Fail closed: an address we cannot resolve might name a protected queue.
+            raise ProtectionRefused(
+                f"cannot tell whether {target!r} is protected: {error}", MQRC_SECURITY_ERROR
+            ) from None
+        return self.policies.for_queue(address)
+
+    def seal_for(self, target: str | Address, body: bytes, default_group: int) -> bytes:
+        """The body to send to `target`: sealed as its policy requires, or as is when
+        it has no policy or the body is protected already (never protected twice)."""
+        policy = self.policy_for(target, default_group)
+        if policy is None or is_protected(body):
+            return body
+        if self.identity is None:
+            raise ProtectionRefused(
+                f"{target} requires {policy.quality.value} protection and this application "
+                "has no identity (Protection.load(..., identity=NAME.key))",
+                MQRC_SECURITY_ERROR,
+            )
+        if not policy.allows_signer(self.identity.name):
+            raise ProtectionRefused(
+                f"{self.identity.name!r} may not put to {policy.queue}: the policy's signers "
+                f"are {', '.join(policy.signers)}",
+                MQRC_NOT_AUTHORIZED,
+            )
+        try:
+            recipients = [self.policies.keyring.get(name) for name in policy.recipients]
+            return seal(self.identity, policy.quality, body, recipients)
+        except (PolicyError, ProtectionError) as error:
+            raise ProtectionRefused(
+                f"cannot protect for {policy.queue}: {error}", MQRC_SECURITY_ERROR
+            ) from None
+
+    def check(self, queue: Address, body: bytes) -> Opened | None:
+        """Check a body got from `queue` against its policy: the opened envelope, or
+        None to deliver the body as is (no policy, or tolerated unprotected).
+        ProtectionError says why it fails the policy."""
+        policy = self.policies.for_queue(queue)
+        if policy is None:
+            return None
+        if not is_protected(body):
+            if policy.tolerate:
+                return None
+            raise ProtectionError(
+                f"unprotected message on {queue}, whose policy requires {policy.quality.value} "
+                "and does not tolerate unprotected messages"
+            )
+        opened = open_envelope(body, self.policies.keyring, self.identity)
+        if opened.quality.rank < policy.quality.rank:
+            raise ProtectionError(
+                f"message protected for {opened.quality.value} only; {queue} requires "
+                f"{policy.quality.value}"
+            )
+        if not policy.allows_signer(opened.signer):
+            raise ProtectionError(
+                f"signed by {opened.signer!r}, who is not a signer of {queue}'s policy"
+            )
+        return opened
+
+    def open(self, message: Message, queue: str | Address | None = None) -> Message:
+        """`message` with its body verified and opened, checked against the policy of
+        `queue` (default: where it was got from). For explicit use, e.g. by a reader of
+        a DLQ with its own policy. Raises ProtectionRefused."""
+        address = message.target if queue is None else self._address(queue)
+        try:
+            opened = self.check(address, message.body)
+        except ProtectionError as error:
+            raise ProtectionRefused(str(error), error.reason, message.seq) from None
+        return message if opened is None else _with_opened(message, opened)
+
+    async def deliver(self, client: Client, message: Message) -> Message:
+        """The client's get hook: the message opened, or refused (moved to the DLQ,
+        confirmed, ProtectionRefused raised). DLQ messages pass as they are: a
+        dead-letter handler works from the dead-letter header alone."""
+        queue = client.queue
+        if queue is None or queue.queue == DEAD_LETTER_QUEUE:
+            return message
+        try:
+            opened = self.check(queue, message.body)
+        except ProtectionError as error:
+            moved = await _to_dead_letter_queue(client, queue, message, error)
+            where = "moved to the DLQ" if moved else "the DLQ put failed: left on the queue"
+            raise ProtectionRefused(
+                f"message {message.seq} on {queue} refused: {error} ({where})",
+                error.reason,
+                message.seq,
+                moved,
+            ) from None
+        return message if opened is None else _with_opened(message, opened)
+
+    def _address(self, queue: str | Address) -> Address:
+        if isinstance(queue, Address):
+            return queue
+        return resolve_queue(queue, self.bus)
+
+
+def _with_opened(message: Message, opened: Opened) -> Message:
+    marker = {"signer": opened.signer, "quality": opened.quality.value}
+    headers = {**(message.headers or {}), PROTECTION_HEADER: marker}
+    return dataclasses.replace(message, body=opened.data, headers=headers)
+
+
+async def _to_dead_letter_queue(
+    client: Client, queue: Address, message: Message, error: ProtectionError
+) -> bool:
+    """Put the refused message, as it is, on this group's DLQ, then confirm it here."""
+    header = {
+        "reason": error.reason,
+        "dest_q_name": str(queue.queue),
+        "dest_q_mgr_name": str(queue.group),
+        "format": "MRS",
+        "put_appl_type": "MRS",
+        "put_appl_name": client._program,
+        "text": f"refused by the protection policy of {queue}: {error}",
+    }
+    try:
+        psb = await client.put(
+            message.body,
+            target=Address(queue.group, DEAD_LETTER_QUEUE),
+            delivery=DeliveryMode.WF_MEM,
+            msg_class=message.msg_class,
+            msg_type=message.msg_type,
+            priority=message.priority,
+            correlation_id=message.correlation_id,
+            headers={"dead_letter_header": header},
+            protect=False,
+        )
+    except MrsError as failed:
+        log.error("refused message %d not moved to the DLQ: %s", message.seq, failed)
+        return False
+    if psb.delivery_status != Status.ENQUEUED and not (
+        isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
+    ):
+        log.error("refused message %d not moved to the DLQ: %s", message.seq, psb.delivery_status)
+        return False
+    if message.needs_confirm:
+        try:
+            await client.confirm(message.seq)
+        except MrsError as failed:
+            log.error(
+                "refused message %d moved to the DLQ but not confirmed: %s", message.seq, failed
+            )
+    log.warning("message %d on %s refused (%s): moved to the DLQ", message.seq, queue, error)
+    return True
+
+
+__all__ = ["PROTECTION_HEADER", "Protection", "ProtectionRefused", "Quality"]

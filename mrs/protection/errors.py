@@ -1,0 +1,22 @@
+"""The errors of message protection: a refused seal/open, and a bad policy file."""
+
+from __future__ import annotations
+
+MQRC_NOT_AUTHORIZED = 2035
+"""IBM MQ's reason when the putter may not protect for this policy (not a signer)."""
+MQRC_SECURITY_ERROR = 2063
+"""IBM MQ's reason for a message that fails its policy on get (AMS moves it to
+SYSTEM.PROTECTION.ERROR.QUEUE; MRS moves it to the receiver's DLQ with this reason)."""
+
+
+class ProtectionError(Exception):
+    """A body could not be sealed or opened under its queue's policy. `reason` is the
+    MQRC code a dead-letter header carries for it."""
+
+    def __init__(self, message: str, reason: int = MQRC_SECURITY_ERROR) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PolicyError(Exception):
+    """The policy file or a key file is unreadable or wrong; the text says where."""

@@ -1,0 +1,178 @@
+"""Application identities: a signing and an encryption key per application, on disk.
+
+Each application (and each group that protects what it puts on its DLQ) owns one
+identity: an Ed25519 key that signs and an X25519 key that messages are encrypted
+to. The private half lives in `NAME.key`, readable by its owner only (0600 in a 0700
+directory, whatever the umask); the public half in `NAME.pub`, which is copied to
+everyone's public-key directory. The server never needs an application's private
+key: that is what keeps a protected body unreadable to the group and its tools.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from mrs.protection.errors import PolicyError
+
+PRIVATE_KIND = "mrs-identity-v1"
+PUBLIC_KIND = "mrs-public-key-v1"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+"""An identity name: also a file name, so no separators and no leading dot."""
+
+
+@dataclass(frozen=True)
+class PublicKeys:
+    """What others need to verify an application's signature and encrypt to it."""
+
+    name: str
+    verify_key: Ed25519PublicKey
+    encrypt_key: X25519PublicKey
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An application's private keys (and its name, the signer name on its messages)."""
+
+    name: str
+    signing_key: Ed25519PrivateKey
+    decrypt_key: X25519PrivateKey
+
+    @classmethod
+    def generate(cls, name: str) -> Identity:
+        check_name(name)
+        return cls(name, Ed25519PrivateKey.generate(), X25519PrivateKey.generate())
+
+    @property
+    def public(self) -> PublicKeys:
+        return PublicKeys(self.name, self.signing_key.public_key(), self.decrypt_key.public_key())
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise PolicyError(
+            f"identity name must be 1-64 of A-Z a-z 0-9 _ . - (not starting with . or -), "
+            f"got {name!r}"
+        )
+    return name
+
+
+def write_identity(identity: Identity, out_dir: Path) -> tuple[Path, Path]:
+    """Write NAME.key (0600) and NAME.pub (0644) into `out_dir` (made 0700 if new).
+    Refuses to overwrite an existing key: a lost private key cannot be recovered."""
+    out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_path = out_dir / f"{identity.name}.key"
+    public_path = out_dir / f"{identity.name}.pub"
+    for path in (private_path, public_path):
+        if path.exists():
+            raise PolicyError(f"{path} exists: remove it first to make a new key")
+    _write_new(private_path, _private_document(identity), 0o600)
+    _write_new(public_path, _public_document(identity.public), 0o644)
+    return private_path, public_path
+
+
+def load_identity(path: str | os.PathLike[str]) -> Identity:
+    """An identity from its NAME.key file; PolicyError if it is not one."""
+    document = _read_document(Path(path), PRIVATE_KIND)
+    try:
+        return Identity(
+            check_name(document["name"]),
+            Ed25519PrivateKey.from_private_bytes(_b64(document["sign_private"])),
+            X25519PrivateKey.from_private_bytes(_b64(document["encrypt_private"])),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise PolicyError(f"{path}: not a valid identity key file ({error})") from None
+
+
+def load_public_keys(path: str | os.PathLike[str]) -> PublicKeys:
+    """Someone's public keys from their NAME.pub file; PolicyError if it is not one."""
+    document = _read_document(Path(path), PUBLIC_KIND)
+    try:
+        return PublicKeys(
+            check_name(document["name"]),
+            Ed25519PublicKey.from_public_bytes(_b64(document["sign_public"])),
+            X25519PublicKey.from_public_bytes(_b64(document["encrypt_public"])),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise PolicyError(f"{path}: not a valid public key file ({error})") from None
+
+
+class Keyring:
+    """The public keys of a directory of NAME.pub files, read when first asked for."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._keys: dict[str, PublicKeys] = {}
+
+    def get(self, name: str) -> PublicKeys:
+        """The public keys of `name`; PolicyError when there is no NAME.pub."""
+        if name not in self._keys:
+            path = self.directory / f"{check_name(name)}.pub"
+            if not path.exists():
+                raise PolicyError(f"no public key for {name!r} ({path} does not exist)")
+            keys = load_public_keys(path)
+            if keys.name != name:
+                raise PolicyError(f"{path} holds the key of {keys.name!r}, not {name!r}")
+            self._keys[name] = keys
+        return self._keys[name]
+
+
+def _private_document(identity: Identity) -> dict:
+    return {
+        "kind": PRIVATE_KIND,
+        "name": identity.name,
+        "sign_private": _text(identity.signing_key.private_bytes_raw()),
+        "encrypt_private": _text(identity.decrypt_key.private_bytes_raw()),
+    }
+
+
+def _public_document(keys: PublicKeys) -> dict:
+    return {
+        "kind": PUBLIC_KIND,
+        "name": keys.name,
+        "sign_public": _text(keys.verify_key.public_bytes_raw()),
+        "encrypt_public": _text(keys.encrypt_key.public_bytes_raw()),
+    }
+
+
+def _write_new(path: Path, document: dict, mode: int) -> None:
+    # O_EXCL: never follow a planted file; fchmod: the umask cannot widen or narrow it.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(descriptor, mode)
+        os.write(descriptor, (json.dumps(document, indent=1) + "\n").encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _read_document(path: Path, kind: str) -> dict:
+    try:
+        document = json.loads(path.read_text())
+    except OSError as error:
+        raise PolicyError(f"{path}: cannot read: {error.strerror or error}") from None
+    except ValueError:
+        raise PolicyError(f"{path}: not a key file (not JSON)") from None
+    if not isinstance(document, dict) or document.get("kind") != kind:
+        raise PolicyError(f"{path}: not a {kind} file")
+    return document
+
+
+def _text(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _b64(text: object) -> bytes:
+    if not isinstance(text, str):
+        raise TypeError("key must be a base64 string")
+    return base64.b64decode(text, validate=True)
