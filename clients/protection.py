@@ -208,6 +208,8 @@ async def _to_dead_letter_queue(
         "put_appl_type": "MRS",
         "put_appl_name": client._program,
         "text": f"refused by the protection policy of {queue}: {error}",
+        "original_seq": message.seq,
+        "original_source": str(message.source),
     }
     try:
         psb = await client.put(

@@ -1,0 +1,356 @@
+"""End-to-end message protection against real `mrs serve` processes: a protected message
+is readable by its receiver and by no one else (not `mrs dump`, not the journal file);
+an unsigned or tampered message is refused to the receiver and moved to the DLQ; and
+each dead-letter case of the AMS channel document
+(shared/reference/undelivered-messages-channels.txt)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from clients import (
+    DeliveryMode,
+    ForceJrn,
+    NoMoreMessages,
+    Protection,
+    ProtectionRefused,
+    Status,
+    Uma,
+    connect,
+)
+from journals import Journal, JournalStore
+from mrs.protection import is_protected
+from mrs.protection.envelope import open_envelope
+from mrs.protection.errors import MQRC_SECURITY_ERROR
+from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
+from sim.bus import LinkedBus
+from sim.processes import GroupProcess, write_single_group_config
+
+MODE = DeliveryMode
+IDENTITIES = ("SHOP", "BILLING", "AUDITOR", "NYC")
+SECRET = b"card 4111-1111-1111-1111 exp 12/29"
+QUEUES = """
+[[group.queue]]
+id = 10
+name = "PAYMENTS"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 11
+name = "SIGNED"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 13
+name = "SENDER"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 14
+name = "PLAIN"
+"""
+POLICIES = """
+[[policy]]
+queue = "1.10"
+protection = "privacy"
+signers = ["SHOP"]
+recipients = ["BILLING"]
+[[policy]]
+queue = "1.11"
+protection = "integrity"
+[[policy]]
+queue = "1.50"
+protection = "privacy"
+recipients = ["BILLING"]
+[[policy]]
+queue = "2.10"
+protection = "privacy"
+recipients = ["BILLING"]
+"""
+NYC_KEY = '[[group_key]]\ngroup = 1\nkey = "{keys}/NYC.key"\n'
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("keys")
+    for name in IDENTITIES:
+        write_identity(Identity.generate(name), directory)
+    return directory
+
+
+def write_policies(directory: Path, keys: Path, extra: str = "") -> Path:
+    path = directory / "protection.toml"
+    path.write_text(f'keys_dir = "{keys}"\n' + POLICIES + extra.format(keys=keys))
+    return path
+
+
+def with_protection(config_path: Path) -> None:
+    """Point the bus config at the policy file beside it (a top-level key)."""
+    config_path.write_text('protection = "protection.toml"\n' + config_path.read_text())
+
+
+@pytest.fixture
+def start_group(tmp_path, keys):
+    """Start group 1 (QUEUES) with a policy file; `dlq_policy` is appended to it."""
+    started: list[GroupProcess] = []
+
+    def start(dlq_policy: str = "") -> tuple[GroupProcess, Path]:
+        directory = tmp_path / f"bus{len(started)}"
+        config = write_single_group_config(directory, queues=QUEUES)
+        with_protection(config)
+        write_policies(directory, keys, dlq_policy)
+        process = GroupProcess(config, 1)
+        process.start()
+        started.append(process)
+        return process, directory
+
+    yield start
+    for process in started:
+        process.terminate()
+
+
+def app(directory: Path, keys: Path, name: str | None) -> Protection:
+    identity = None if name is None else keys / f"{name}.key"
+    return Protection.load(directory / "protection.toml", identity=identity)
+
+
+def dump(directory: Path, journal: str) -> str:
+    command = [sys.executable, "-m", "mrs.cli", "dump", "--config", str(directory / "bus.toml")]
+    command += ["--group", "1", journal, "--json", "--body-full"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# ---------------------------------------------------------------------- privacy
+async def test_a_protected_message_is_readable_by_its_receiver_only(start_group, keys) -> None:
+    group, directory = start_group()
+    async with connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
+        psb = await shop.put(SECRET, target="1.10", delivery=MODE.WF_DQF)
+        assert psb.delivery_status == Status.STORED
+    # The group, its journal file and `mrs dump` hold an envelope, not the secret.
+    records = [json.loads(line) for line in dump(directory, "dqf").splitlines()]
+    assert [record["seq"] for record in records] == [psb.seq]
+    body_text = records[0]["body"]
+    assert SECRET.decode() not in body_text and SECRET.hex() not in body_text
+    assert body_text.startswith("hex:" + b"MRSPDMQ1".hex())
+    assert SECRET not in (directory / "g1" / "journals" / "data.mdb").read_bytes()
+
+    # The receiver named by the policy reads it, and knows who signed it.
+    async with connect(group.address, "1.10", protection=app(directory, keys, "BILLING")) as q:
+        message = await q.get(timeout=5)
+        assert (message.seq, message.body) == (psb.seq, SECRET)
+        assert message.headers["mrs_protection"] == {"signer": "SHOP", "quality": "privacy"}
+        await q.confirm(message.seq, force_j=ForceJrn.FORCE_JRN)
+    # The audit trail (PCJ, what Spark reads) keeps the headers and the envelope only.
+    pcj = dump(directory, "pcj")
+    assert str(psb.seq) in pcj and SECRET.hex() not in pcj and SECRET.decode() not in pcj
+
+    # Another application attached to the queue cannot read the next one.
+    async with connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
+        second = await shop.put(SECRET, target="1.10", delivery=MODE.WF_DQF)
+    async with connect(group.address, "1.10", protection=app(directory, keys, "AUDITOR")) as thief:
+        with pytest.raises(ProtectionRefused, match="not a recipient") as refused:
+            await thief.get(timeout=5)
+        assert refused.value.seq == second.seq
+    async with connect(group.address, "DLQ") as dead:  # refused: on the DLQ, still sealed
+        moved = await dead.get(timeout=5)
+    assert is_protected(moved.body) and SECRET not in moved.body
+    header = moved.dead_letter_header
+    assert (header["reason"], header["original_seq"]) == (MQRC_SECURITY_ERROR, second.seq)
+    assert header["original_source"] == "1.13"
+
+
+# ---------------------------------------------------------------------- integrity
+async def test_unsigned_and_tampered_messages_are_refused_and_dead_lettered(
+    start_group, keys
+) -> None:
+    group, directory = start_group()
+    shop = app(directory, keys, "SHOP")
+    signed = shop.seal_for("1.11", b"pay 10 to BOB", 1)
+    tampered = signed.replace(b"pay 10 to BOB", b"pay 99 to EVE")
+    assert tampered != signed
+    async with connect(group.address, "SENDER") as plain:  # no protection: puts as is
+        for body in (b"unsigned order", tampered):
+            await plain.put(body, target="1.11", delivery=MODE.WF_DQF)
+    async with connect(group.address, "SENDER", protection=shop) as sender:
+        good = await sender.put(b"pay 20 to BOB", target="1.11", delivery=MODE.WF_DQF)
+
+    async with connect(group.address, "1.11", protection=app(directory, keys, "BILLING")) as q:
+        for problem in ("unprotected message", "does not verify"):
+            with pytest.raises(ProtectionRefused, match=problem) as refused:
+                await q.get(timeout=5)
+            assert refused.value.status == Status.PROTECTION_ERROR
+            assert refused.value.dead_lettered and refused.value.reason == MQRC_SECURITY_ERROR
+        message = await q.get(timeout=5)
+        assert (message.seq, message.body) == (good.seq, b"pay 20 to BOB")
+        await q.confirm(message.seq)
+    # Never silently delivered, never lost: both are on the DLQ as they were, with a
+    # header a handler can match on, and gone from the queue (nothing redelivered).
+    async with connect(group.address, "DLQ") as dead:
+        moved = [await dead.get(timeout=5) for _ in range(2)]
+    assert [m.body for m in moved] == [b"unsigned order", tampered]
+    for m in moved:
+        header = m.dead_letter_header
+        assert (header["reason"], header["dest_q_mgr_name"], header["dest_q_name"]) == (
+            MQRC_SECURITY_ERROR,
+            "1",
+            "11",
+        )
+    async with connect(group.address, "1.11", protection=app(directory, keys, "BILLING")) as q:
+        with pytest.raises(NoMoreMessages):
+            await q.get(timeout=0)
+
+
+# ---------------------------------------------------------------------- DLQ cases
+DLQ_PRIVACY = '[[policy]]\nqueue = "1.96"\nprotection = "privacy"\nrecipients = ["AUDITOR"]\n'
+DLQ_STRICT = '[[policy]]\nqueue = "1.96"\nprotection = "integrity"\ntolerate = false\n'
+DLQ_SHOP_ONLY = (
+    '[[policy]]\nqueue = "1.96"\nprotection = "integrity"\nsigners = ["SHOP"]\n' + NYC_KEY
+)
+
+
+async def dead_letter_both(group: GroupProcess, directory: Path, keys: Path, delivery) -> dict:
+    """A protected and an unprotected message to 1.50 (no such queue) with UMA DLQ:
+    their PSBs, and what reached the DLQ (body by correlation id)."""
+    outcome = {}
+    async with (
+        connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop,
+        connect(group.address, "PLAIN") as plain,
+    ):
+        for name, client in (("protected", shop), ("plain", plain)):
+            psb = await client.put(
+                SECRET, target="1.50", delivery=delivery, uma=Uma.DLQ, correlation_id=name.encode()
+            )
+            outcome[name] = psb.uma_status
+    async with connect(group.address, "DLQ") as dead:
+        while True:
+            try:
+                message = await dead.get(timeout=0)
+            except NoMoreMessages:
+                break
+            assert message.dead_letter_header["reason"] == 2085  # in clear, always
+            outcome[message.correlation_id.decode() + " body"] = message.body
+    return outcome
+
+
+def opened(body: bytes, keys: Path, reader: str):
+    return open_envelope(body, Keyring(keys), load_identity(keys / f"{reader}.key"))
+
+
+@pytest.mark.parametrize("delivery", [MODE.WF_DQF, MODE.WF_MEM], ids=["recoverable", "memory"])
+async def test_dlq_without_a_policy_places_messages_as_they_are(start_group, keys, delivery):
+    group, directory = start_group()
+    outcome = await dead_letter_both(group, directory, keys, delivery)
+    assert outcome["protected"] == outcome["plain"] == Status.DLQ_SUCCESS
+    assert outcome["plain body"] == SECRET
+    assert opened(outcome["protected body"], keys, "BILLING").signer == "SHOP"
+
+
+async def test_dlq_with_a_policy_protects_what_it_receives_but_never_twice(start_group, keys):
+    group, directory = start_group(DLQ_PRIVACY + NYC_KEY)
+    outcome = await dead_letter_both(group, directory, keys, MODE.WF_DQF)
+    assert outcome["protected"] == outcome["plain"] == Status.DLQ_SUCCESS
+    now_sealed = opened(outcome["plain body"], keys, "AUDITOR")  # the DLQ's recipient
+    assert (now_sealed.signer, now_sealed.data) == ("NYC", SECRET)  # the group protected it
+    as_it_was = opened(outcome["protected body"], keys, "BILLING")  # not sealed again
+    assert (as_it_was.signer, as_it_was.data) == ("SHOP", SECRET)
+
+
+@pytest.mark.parametrize(
+    "policy", [DLQ_STRICT, DLQ_SHOP_ONLY], ids=["tolerate-off", "group-not-permitted"]
+)
+async def test_dlq_policy_refuses_unprotected_messages(start_group, keys, policy) -> None:
+    """Tolerate off and a group that does not protect, or a policy that does not let
+    the group's identity protect: the DLQ put fails (DLQ_FAILED, the message is
+    discarded); a protected message still goes on as it is."""
+    group, directory = start_group(policy)
+    outcome = await dead_letter_both(group, directory, keys, MODE.WF_MEM)
+    assert (outcome["protected"], outcome["plain"]) == (Status.DLQ_SUCCESS, Status.DLQ_FAILED)
+    assert "plain body" not in outcome
+    assert is_protected(outcome["protected body"])
+    assert "not put on the DLQ" in (directory / "group1.log").read_text()
+
+
+# ---------------------------------------------------------------------- channel rules
+LINK_QUEUES = """
+[[group.queue]]
+id = 10
+name = "IN"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 11
+name = "OUT"
+confirm = "explicit-out-of-order"
+"""
+
+
+async def link_info(linked: LinkedBus, group: int, peer: int) -> dict:
+    async with connect(linked.address(group), None) as client:
+        return (await client.status())["links"][str(peer)]
+
+
+async def wait_link(linked: LinkedBus, condition, group: int = 1, peer: int = 2) -> dict:
+    """Poll another process's link status (no event to await) until `condition`."""
+    with trio.fail_after(20):
+        while True:
+            info = await link_info(linked, group, peer)
+            if condition(info):
+                return info
+            await trio.sleep(0.02)
+
+
+def saf_seqs(journals: Path) -> list[int]:
+    store = JournalStore(journals, readonly=True)
+    try:
+        return [record.seq for _key, record in store.scan(Journal.SAF)]
+    finally:
+        store.close()
+
+
+async def test_channel_backs_off_into_retry_when_the_dlq_refuses(tmp_path, keys, nursery):
+    """A recoverable message group 2 refuses for good (too big for it) moves to group
+    1's DLQ; group 1's DLQ does not tolerate unprotected messages: a protected one is
+    placed as it is, an unprotected one stays in the SAF and the link's drain goes
+    into RETRY (the channel document: backed out, RETRY state)."""
+    linked = LinkedBus(
+        tmp_path / "bus", queues=LINK_QUEUES, group_limits={2: "message_bytes_max = 1000"}
+    )
+    with_protection(linked.config_path)
+    write_policies(linked.directory, keys, DLQ_STRICT)
+    await linked.start_proxies(nursery)
+    await trio.to_thread.run_sync(linked.start)
+    try:
+        await wait_link(linked, lambda info: info["state"] == "up")
+        big = SECRET * 60
+        shop_keys = app(linked.directory, keys, "SHOP")
+        async with (
+            connect(linked.address(1), "OUT", protection=shop_keys) as shop,
+            connect(linked.address(1), "DLQ") as dead,
+        ):
+            protected = await shop.put(big, target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
+            assert (protected.delivery_status, protected.uma_status) == (
+                Status.MSGTOOBIG,
+                Status.SAF_SUCCESS,
+            )
+            message = await dead.get(timeout=10)  # moved by the channel rules, as it is
+            assert message.seq == protected.seq and is_protected(message.body)
+            assert opened(message.body, keys, "BILLING").data == big
+            assert message.dead_letter_header["reason"] == 2030
+            await dead.confirm(message.seq)
+
+            plain = await shop.put(
+                big, target="2.11", delivery=MODE.WF_DQF, uma=Uma.SAF
+            )  # 2.11 has no policy: sent unprotected
+            assert plain.uma_status == Status.SAF_SUCCESS
+            info = await wait_link(linked, lambda info: info["drain"] == "retry")
+            assert info["saf_backlog"] == 1
+            assert saf_seqs(linked.data_dir(1) / "journals") == [plain.seq]
+            with pytest.raises(NoMoreMessages):
+                await dead.get(timeout=0)
+    finally:
+        linked.stop()
+    assert "does not tolerate unprotected" in (linked.directory / "group1.log").read_text()
