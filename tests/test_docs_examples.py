@@ -50,6 +50,15 @@ def docs_server(tmp_path):
             ],
         ),
         (
+            "protection.py",
+            [
+                "BILLING read: b'card 4111 for order 17' signed by SHOP",
+                "MALLORY refused: PROTECTION_ERROR 2063",
+                "DLQ: reason 2063 from 1.10",
+                "DLQ body is still sealed: b'MRSPDMQ1' True",
+            ],
+        ),
+        (
             "messageq_conformance.py",
             [
                 "WF_CONF with timeout=0: SUCCESS",

@@ -354,3 +354,27 @@ async def test_channel_backs_off_into_retry_when_the_dlq_refuses(tmp_path, keys,
     finally:
         linked.stop()
     assert "does not tolerate unprotected" in (linked.directory / "group1.log").read_text()
+
+
+async def test_the_dlq_handler_works_from_the_header_alone(start_group, keys) -> None:
+    """`mrs dlq-handler` matches on the dead-letter header (in clear) and forwards the
+    envelope untouched: it needs no key, and the forwarded message still opens for the
+    recipient at its new queue."""
+    group, directory = start_group()
+    async with connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
+        psb = await shop.put(SECRET, target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
+        assert psb.uma_status == Status.DLQ_SUCCESS
+    rules = directory / "rules.txt"
+    rules.write_text("REASON(MQRC_UNKNOWN_OBJECT_NAME) ACTION(FWD) FWDQ(PAYMENTS) HEADER(NO)\n")
+    command = [sys.executable, "-m", "mrs.cli", "dlq-handler", "--config"]
+    command += [str(directory / "bus.toml"), "--group", "1", "--address", group.address]
+    command += ["--once", str(rules)]
+    done = await trio.to_thread.run_sync(
+        lambda: subprocess.run(command, capture_output=True, text=True, timeout=60)
+    )
+    assert done.returncode == 0, done.stderr
+    assert "forwarded=1" in done.stdout + done.stderr
+    async with connect(group.address, "1.10", protection=app(directory, keys, "BILLING")) as q:
+        message = await q.get(timeout=5)
+    assert message.body == SECRET
+    assert message.headers["mrs_protection"]["signer"] == "SHOP"

@@ -1,0 +1,68 @@
+"""End-to-end message protection: SHOP encrypts for BILLING; nobody else can read it.
+
+Run against the example group: `python protection.py 127.0.0.1:7001`
+(docs/security-protection.md explains each step).
+"""
+
+import sys
+import tempfile
+from pathlib import Path
+
+import trio
+
+from clients import DeliveryMode, Protection, ProtectionRefused, connect
+from mrs.protection.keys import Identity, write_identity
+
+POLICIES = """
+keys_dir = "keys"
+
+[[policy]]
+queue = "1.10"              # ORDERS of group 1 (NYC)
+protection = "privacy"      # signed by the putter, encrypted for the recipients
+signers = ["SHOP"]
+recipients = ["BILLING"]
+"""
+
+
+async def main(address: str, scratch: Path) -> None:
+    for name in ("SHOP", "BILLING", "MALLORY"):  # what `mrs keys new NAME --out keys` does
+        write_identity(Identity.generate(name), scratch / "keys")
+    (scratch / "protection.toml").write_text(POLICIES)
+
+    def keys_of(name: str) -> Protection:
+        return Protection.load(scratch / "protection.toml", identity=scratch / f"keys/{name}.key")
+
+    async with connect(address, queue="SENDER", protection=keys_of("SHOP")) as shop:
+        psb = await shop.put(b"card 4111 for order 17", target="1.10", delivery=DeliveryMode.WF_DQF)
+        print("SHOP put seq", psb.seq, psb.delivery_status.name)
+        await shop.put(b"card 4242 for order 18", target="1.10", delivery=DeliveryMode.WF_DQF)
+
+    async with connect(address, queue="ORDERS", protection=keys_of("BILLING")) as billing:
+        message = await billing.get(timeout=5)
+        print(
+            "BILLING read:", message.body, "signed by", message.headers["mrs_protection"]["signer"]
+        )
+        await message.confirm()
+
+    async with connect(address, queue="ORDERS", protection=keys_of("MALLORY")) as thief:
+        try:
+            await thief.get(timeout=5)
+        except ProtectionRefused as refused:
+            print("MALLORY refused:", refused.status.name, refused.reason)
+
+    async with connect(address, queue="DLQ") as handler:  # works from the header alone
+        dead = await handler.get(timeout=5)
+        header = dead.dead_letter_header
+        print(
+            "DLQ: reason",
+            header["reason"],
+            "from",
+            header["dest_q_mgr_name"] + "." + header["dest_q_name"],
+        )
+        print("DLQ body is still sealed:", dead.body[:8], b"4242" not in dead.body)
+        await dead.confirm()
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as scratch:
+        trio.run(main, sys.argv[1], Path(scratch))
