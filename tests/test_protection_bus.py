@@ -118,7 +118,7 @@ def app(directory: Path, keys: Path, name: str | None) -> Protection:
 
 
 def dump(directory: Path, journal: str) -> str:
-    command = [sys.executable, "-m", "mrs.cli", "dump", "--config", str(directory / "bus.toml")]
+    command = [sys.executable, "-m", "mrs", "dump", "--config", str(directory / "bus.toml")]
     command += ["--group", "1", journal, "--json", "--body-full"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -366,7 +366,7 @@ async def test_the_dlq_handler_works_from_the_header_alone(start_group, keys) ->
         assert psb.uma_status == Status.DLQ_SUCCESS
     rules = directory / "rules.txt"
     rules.write_text("REASON(MQRC_UNKNOWN_OBJECT_NAME) ACTION(FWD) FWDQ(PAYMENTS) HEADER(NO)\n")
-    command = [sys.executable, "-m", "mrs.cli", "dlq-handler", "--config"]
+    command = [sys.executable, "-m", "mrs", "dlq-handler", "--config"]
     command += [str(directory / "bus.toml"), "--group", "1", "--address", group.address]
     command += ["--once", str(rules)]
     done = await trio.to_thread.run_sync(

@@ -1,13 +1,13 @@
-"""`mrs keys new APP --out DIR`: make an application's (or a group's) identity files."""
+"""`mrs keys new APP --out DIR`: make an identity for end-to-end message protection."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from mrs.tools.cli_support import EXIT_USAGE, CommandError
 from mrs.protection.errors import PolicyError
 from mrs.protection.keys import Identity, write_identity
+from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
 
 def add_keys_parser(commands: argparse._SubParsersAction) -> None:
