@@ -23,6 +23,7 @@ from clients import (
     Status,
     Uma,
     connect,
+    connect_sync,
 )
 from journals import Journal, JournalStore
 from mrs.protection import is_protected
@@ -67,6 +68,10 @@ protection = "privacy"
 recipients = ["BILLING"]
 [[policy]]
 queue = "2.10"
+protection = "privacy"
+recipients = ["BILLING"]
+[[policy]]
+queue = "2.50"
 protection = "privacy"
 recipients = ["BILLING"]
 """
@@ -311,49 +316,97 @@ def saf_seqs(journals: Path) -> list[int]:
         store.close()
 
 
-async def test_channel_backs_off_into_retry_when_the_dlq_refuses(tmp_path, keys, nursery):
+@pytest.fixture
+async def start_linked(tmp_path, keys, nursery):
+    """Groups 1 and 2 (group 2: message_bytes_max = 1000) linked through a proxy, with
+    the policies plus `extra`."""
+    started: list[LinkedBus] = []
+
+    async def start(extra: str) -> LinkedBus:
+        linked = LinkedBus(
+            tmp_path / f"bus{len(started)}",
+            queues=LINK_QUEUES,
+            group_limits={2: "message_bytes_max = 1000"},
+        )
+        with_protection(linked.config_path)
+        write_policies(linked.directory, keys, extra)
+        await linked.start_proxies(nursery)
+        await trio.to_thread.run_sync(linked.start)
+        started.append(linked)
+        await wait_link(linked, lambda info: info["state"] == "up")
+        return linked
+
+    yield start
+    for linked in started:
+        linked.stop()
+
+
+async def test_channel_backs_off_into_retry_when_the_dlq_refuses(start_linked, keys) -> None:
     """A recoverable message group 2 refuses for good (too big for it) moves to group
     1's DLQ; group 1's DLQ does not tolerate unprotected messages: a protected one is
     placed as it is, an unprotected one stays in the SAF and the link's drain goes
     into RETRY (the channel document: backed out, RETRY state)."""
-    linked = LinkedBus(
-        tmp_path / "bus", queues=LINK_QUEUES, group_limits={2: "message_bytes_max = 1000"}
-    )
-    with_protection(linked.config_path)
-    write_policies(linked.directory, keys, DLQ_STRICT)
-    await linked.start_proxies(nursery)
-    await trio.to_thread.run_sync(linked.start)
-    try:
-        await wait_link(linked, lambda info: info["state"] == "up")
-        big = SECRET * 60
-        shop_keys = app(linked.directory, keys, "SHOP")
-        async with (
-            connect(linked.address(1), "OUT", protection=shop_keys) as shop,
-            connect(linked.address(1), "DLQ") as dead,
-        ):
-            protected = await shop.put(big, target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
-            assert (protected.delivery_status, protected.uma_status) == (
-                Status.MSGTOOBIG,
-                Status.SAF_SUCCESS,
-            )
-            message = await dead.get(timeout=10)  # moved by the channel rules, as it is
-            assert message.seq == protected.seq and is_protected(message.body)
-            assert opened(message.body, keys, "BILLING").data == big
-            assert message.dead_letter_header["reason"] == 2030
-            await dead.confirm(message.seq)
+    linked = await start_linked(DLQ_STRICT)
+    big = SECRET * 60
+    shop_keys = app(linked.directory, keys, "SHOP")
+    async with (
+        connect(linked.address(1), "OUT", protection=shop_keys) as shop,
+        connect(linked.address(1), "DLQ") as dead,
+    ):
+        protected = await shop.put(big, target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
+        assert (protected.delivery_status, protected.uma_status) == (
+            Status.MSGTOOBIG,
+            Status.SAF_SUCCESS,
+        )
+        message = await dead.get(timeout=10)  # moved by the channel rules, as it is
+        assert message.seq == protected.seq and is_protected(message.body)
+        assert opened(message.body, keys, "BILLING").data == big
+        assert message.dead_letter_header["reason"] == 2030
+        await dead.confirm(message.seq)
 
-            plain = await shop.put(
-                big, target="2.11", delivery=MODE.WF_DQF, uma=Uma.SAF
-            )  # 2.11 has no policy: sent unprotected
-            assert plain.uma_status == Status.SAF_SUCCESS
-            info = await wait_link(linked, lambda info: info["drain"] == "retry")
-            assert info["saf_backlog"] == 1
-            assert saf_seqs(linked.data_dir(1) / "journals") == [plain.seq]
+        # 2.11 has no policy: sent unprotected
+        plain = await shop.put(big, target="2.11", delivery=MODE.WF_DQF, uma=Uma.SAF)
+        assert plain.uma_status == Status.SAF_SUCCESS
+        info = await wait_link(linked, lambda info: info["drain"] == "retry")
+        assert info["saf_backlog"] == 1
+        assert saf_seqs(linked.data_dir(1) / "journals") == [plain.seq]
+        with pytest.raises(NoMoreMessages):
+            await dead.get(timeout=0)
+    assert "does not tolerate unprotected" in (linked.directory / "group1.log").read_text()
+
+
+DLQ_2_STRICT = '[[policy]]\nqueue = "2.96"\nprotection = "integrity"\ntolerate = false\n'
+
+
+async def test_receiving_group_dlq_refuses_and_the_sender_dead_letters(start_linked, keys):
+    """Receiver channels place undelivered messages on their own DLQ: group 2 has no
+    queue 50, so it puts what group 1 sends there on its DLQ, whose policy does not
+    tolerate unprotected messages. The protected message goes on group 2's DLQ as it
+    is; the unprotected one is refused there, so group 2 answers NO_DQF and group 1's
+    channel rules put it on group 1's DLQ (no policy: as it is)."""
+    linked = await start_linked(DLQ_2_STRICT)
+    async with connect(
+        linked.address(1), "OUT", protection=app(linked.directory, keys, "SHOP")
+    ) as shop:
+        protected = await shop.put(SECRET, target="2.50", delivery=MODE.WF_SAF, uma=Uma.DISC)
+        plain = await shop.put(SECRET, target="2.51", delivery=MODE.WF_SAF, uma=Uma.DISC)
+    assert protected.delivery_status == plain.delivery_status == Status.STORED
+    await wait_link(linked, lambda info: info["saf_backlog"] == 0)
+    async with (
+        connect(linked.address(2), "DLQ") as receiving,
+        connect(linked.address(1), "DLQ") as sending,
+    ):
+        at_2 = await receiving.get(timeout=10)
+        at_1 = await sending.get(timeout=10)
+        for dead in (receiving, sending):
             with pytest.raises(NoMoreMessages):
                 await dead.get(timeout=0)
-    finally:
-        linked.stop()
-    assert "does not tolerate unprotected" in (linked.directory / "group1.log").read_text()
+    assert at_2.seq == protected.seq and at_2.dead_letter_header["put_appl_name"] == "G2"
+    assert opened(at_2.body, keys, "BILLING").data == SECRET
+    assert (at_1.seq, at_1.body) == (plain.seq, SECRET)
+    assert at_1.dead_letter_header["put_appl_name"] == "G1"
+    assert at_1.dead_letter_header["reason"] == 2085
+    assert "does not tolerate unprotected" in (linked.directory / "group2.log").read_text()
 
 
 async def test_the_dlq_handler_works_from_the_header_alone(start_group, keys) -> None:
@@ -378,3 +431,30 @@ async def test_the_dlq_handler_works_from_the_header_alone(start_group, keys) ->
         message = await q.get(timeout=5)
     assert message.body == SECRET
     assert message.headers["mrs_protection"]["signer"] == "SHOP"
+
+
+def test_the_blocking_client_seals_and_refuses_too(start_group, keys) -> None:
+    group, directory = start_group()
+    with connect_sync(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
+        psb = shop.put(SECRET, target="1.10", delivery=MODE.WF_DQF)
+    with connect_sync(group.address, "SENDER") as plain:
+        plain.put(b"unsigned", target="1.10", delivery=MODE.WF_DQF)
+    with connect_sync(group.address, "1.10", protection=app(directory, keys, "BILLING")) as q:
+        message = q.get(timeout=5)
+        assert (message.seq, message.body) == (psb.seq, SECRET)
+        q.confirm(message.seq)
+        with pytest.raises(ProtectionRefused, match="unprotected"):
+            q.get(timeout=5)
+
+
+def test_a_bad_policy_file_stops_mrs_serve_with_one_line(tmp_path, keys) -> None:
+    config = write_single_group_config(tmp_path, queues=QUEUES)
+    with_protection(config)
+    (tmp_path / "protection.toml").write_text(
+        f'keys_dir = "{keys}"\n[[policy]]\nqueue = "1.96"\nprotection = "secret"\n'
+    )
+    command = [sys.executable, "-m", "mrs", "serve", "--config", str(config), "--group", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "config error" in done.stderr and "policy[0].protection" in done.stderr
