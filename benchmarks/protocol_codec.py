@@ -7,7 +7,13 @@ to mrs.protocol can be judged by itself. Run it before and after such a change:
     .venv/bin/python benchmarks/protocol_codec.py            # 1 KiB body
     .venv/bin/python benchmarks/protocol_codec.py --body-bytes 100
 
-It prints microseconds per frame (the best of several repeats, so a busy machine
+To compare with an older commit in the same minutes, unpack that commit's `mrs/` and
+put it first on the path:
+
+    git archive OLD mrs | tar -x -C /tmp/old
+    PYTHONPATH=/tmp/old .venv/bin/python benchmarks/protocol_codec.py
+
+It prints CPU microseconds per frame (the best of several repeats, so a busy machine
 hurts it least) for: building a Put, encoding it (Connection.send), decoding it
 (receive_data + next_event), and the same for a batch of 1,000 frames in one buffer.
 """
@@ -15,6 +21,7 @@ hurts it least) for: building a Put, encoding it (Connection.send), decoding it
 from __future__ import annotations
 
 import argparse
+import time
 import timeit
 
 from mrs import protocol as wire
@@ -50,8 +57,10 @@ def _pair() -> tuple[wire.Connection, wire.Connection]:
 
 
 def _best_us(statement, number: int) -> float:
-    """Microseconds per call: the best of REPEATS runs of `number` calls."""
-    return min(timeit.repeat(statement, number=number, repeat=REPEATS)) / number * 1e6
+    """CPU microseconds per call: the best of REPEATS runs of `number` calls (CPU time,
+    so other processes on a shared machine disturb it less than wall time would)."""
+    runs = timeit.repeat(statement, number=number, repeat=REPEATS, timer=time.process_time)
+    return min(runs) / number * 1e6
 
 
 def measure(body_bytes: int, number: int) -> dict[str, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import msgpack
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,7 @@ from mrs.protocol import (
     StatusRequest,
     Welcome,
 )
+from mrs.protocol import events as wire_events
 
 # -- helpers --------------------------------------------------------------------------
 
@@ -636,3 +638,70 @@ def test_random_arrays_with_event_codes_only_raise_protocol_error(role, code, fi
 def test_random_bytes_before_handshake_only_raise_protocol_error(garbage):
     feed_and_drain(Connection("server"), [garbage])
     feed_and_drain(Connection("client"), [garbage])
+
+
+def test_the_frames_example_in_the_docs_runs(capsys):
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "protocol_frames.py"
+    runpy.run_path(str(example), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "00 00 00 04 93 0e 07 00" in out
+    assert "refused: Put.priority must be 0..99, got 120" in out
+    assert "peer refused: Get.request_id must be 1..2**63-1, got 0 (status PROTOCOL_ERROR)" in out
+
+
+# -- msgspec and the field rules agree ------------------------------------------------
+
+_AFTER_HANDSHAKE = sorted(
+    {*wire_events.CLIENT_EVENTS, *wire_events.SERVER_EVENTS} - {Hello, Welcome, Fatal},
+    key=lambda cls: cls.code,
+)
+_ANY_VALUE = st.one_of(
+    I64,
+    st.integers(-(2**63), 2**64 - 1),
+    st.integers(-3, 120),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+    st.binary(max_size=40),
+    st.lists(PLAIN, max_size=3),
+    DICTS,
+)
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(_AFTER_HANDSHAKE), st.data())
+def test_the_fast_decoder_accepts_exactly_what_the_field_rules_accept(cls, data):
+    """msgspec checks a frame from the annotations; the worded rules are derived from
+    the same annotations. A frame either passes both or is refused by both."""
+    values = [data.draw(_ANY_VALUE, label=name) for name in cls.field_names]
+    checks = [rule[2] for rule in cls._rules]
+    rules_ok = all(c.problem(v) is None for c, v in zip(checks, values, strict=True))
+    client, server = connected_pair()
+    conn = server if cls in wire_events.CLIENT_EVENTS else client
+    conn.receive_data(frame([cls.code, *values]))
+    try:
+        event = conn.next_event()
+    except RemoteProtocolError as error:
+        assert not rules_ok, f"refused a frame the rules accept: {error}"
+        assert error.message.startswith(f"{cls.__name__}.")  # the refusal names the field
+    else:
+        assert rules_ok, f"accepted a frame the rules refuse: {event}"
+        assert list(msgspec.structs.astuple(event)) == values
+
+
+def test_trailing_fields_with_a_default_may_be_left_out():
+    server = Connection("server")
+    server.receive_data(frame([1, PROTOCOL_VERSION, "p"]))
+    assert server.events() == [Hello(PROTOCOL_VERSION, "p", "app")]
+
+
+def test_the_protocol_generates_no_code():
+    from pathlib import Path
+
+    import mrs.protocol
+
+    for module in Path(mrs.protocol.__file__).parent.glob("*.py"):
+        assert "exec(" not in module.read_text(), module.name

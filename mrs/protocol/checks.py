@@ -1,23 +1,34 @@
-"""Field checks for events: each field's rule, and the wording of what is wrong.
+"""Field rules of events: derived from their msgspec annotations, worded for humans.
 
-Each event class declares one check per field. From those, `event` generates the
-class's __post_init__: a fast inline test per field (exact types, ranges); only when
-that test trips does the check's `problem` run to decide (an IntEnum is a fine int)
-and word the error.
+msgspec checks a decoded frame against each event's annotations (types, ranges,
+lengths, literals) in C. Two things it cannot do are done here, in Python:
+
+- check an event built in Python (msgspec does not validate `__init__`), so a bad
+  Put is refused where it is built, naming the field, as before;
+- word a refusal the way the protocol always has ("Put.priority must be 0..99, got
+  120"), and check what msgspec lets through in free-form dict/list fields (msgpack
+  ext types, timestamps, tuple keys, nesting deeper than `NEST_MAX`).
+
+Each field's `Check` is derived once per class from `msgspec.inspect.type_info`, so
+the annotation is the single source of a field's rule.
 """
 
 from __future__ import annotations
 
 import reprlib
+import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
+
+import msgspec
+from msgspec import inspect as mi
+from msgspec.structs import astuple
 
 from mrs.protocol.errors import LocalProtocolError
 
 PROTOCOL_VERSION = 1
 FRAME_BYTES_MAX_DEFAULT = 2 * 1024 * 1024
 
-_T = TypeVar("_T", bound=type)
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 UINT64_MAX = 2**64 - 1
@@ -39,23 +50,38 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _Check:
-    def bad_expr(self, v: str) -> str:
-        """A Python expression over variable `v`, true when `v` may be invalid."""
-        raise NotImplementedError
+def _never(value: Any) -> bool:
+    return False
+
+
+class Check:
+    """One field's rule: `ok` is the fast test (a closure: no attribute lookups), and
+    only when it fails does `problem` decide (an IntEnum is a fine int) and word it."""
+
+    deep = False
+    """True for free-form fields that must be looked into even after msgspec decoded them."""
+    ok: Callable[[Any], bool] = staticmethod(_never)
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with `value` ("must be ..., got ..."), or None if it is fine."""
         raise NotImplementedError
 
 
-class _Int(_Check):
-    def __init__(self, lo: int, hi: int, what: str | None = None) -> None:
-        self.lo, self.hi = lo, hi
-        self.what = what or f"{lo}..{hi}"
+_RANGE_WORDS = {
+    (1, INT64[1]): "1..2**63-1",
+    (0, UINT64_MAX): "0..2**64-1",
+    INT64: "in int64 range",
+    INT32: "in int32 range",
+}
 
-    def bad_expr(self, v: str) -> str:
-        return f"type({v}) is not int or not {self.lo} <= {v} <= {self.hi}"
+
+class IntCheck(Check):
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+        self.what = _RANGE_WORDS.get((lo, hi)) or (f">= {lo}" if hi == INT64[1] else f"{lo}..{hi}")
+
+    def ok(self, value: Any) -> bool:
+        return type(value) is int and self.lo <= value <= self.hi
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, int) or isinstance(value, bool):
@@ -65,20 +91,21 @@ class _Int(_Check):
         return None
 
 
-class _Str(_Check):
-    def bad_expr(self, v: str) -> str:
-        return f"type({v}) is not str"
+def _is_str(value: Any) -> bool:
+    return type(value) is str
+
+
+class StrCheck(Check):
+    ok = staticmethod(_is_str)
 
     def problem(self, value: Any) -> str | None:
         return None if isinstance(value, str) else f"must be a str, got {type(value).__name__}"
 
 
-class _OneOf(_Check):
-    def __init__(self, *choices: str) -> None:
+class OneOfCheck(Check):
+    def __init__(self, choices: tuple[str, ...]) -> None:
         self.choices = choices
-
-    def bad_expr(self, v: str) -> str:
-        return f"type({v}) is not str or {v} not in {self.choices!r}"
+        self.ok = lambda value: type(value) is str and value in choices
 
     def problem(self, value: Any) -> str | None:
         if isinstance(value, str) and value in self.choices:
@@ -86,30 +113,26 @@ class _OneOf(_Check):
         return f"must be one of {', '.join(map(repr, self.choices))}, got {_short(value)}"
 
 
-class _Bytes(_Check):
+class BytesCheck(Check):
     def __init__(self, max_len: int | None = None) -> None:
-        self.max_len = max_len
-
-    def bad_expr(self, v: str) -> str:
-        expr = f"type({v}) is not bytes"
-        return expr if self.max_len is None else f"{expr} or len({v}) > {self.max_len}"
+        self.max_len = top = max_len if max_len is not None else UINT64_MAX
+        self.ok = lambda value: type(value) is bytes and len(value) <= top
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, bytes):
             return f"must be bytes, got {type(value).__name__}"
-        if self.max_len is not None and len(value) > self.max_len:
+        if len(value) > self.max_len:
             return f"must be at most {self.max_len} bytes, got {len(value)}"
         return None
 
 
-class _Dict(_Check):
+class DictCheck(Check):
     """A dict of plain msgpack data (no ext types, no Timestamp), or None if optional."""
+
+    deep = True
 
     def __init__(self, optional: bool = False) -> None:
         self.optional = optional
-
-    def bad_expr(self, v: str) -> str:
-        return "True"  # rare events: always look inside
 
     def problem(self, value: Any) -> str | None:
         if value is None and self.optional:
@@ -117,25 +140,42 @@ class _Dict(_Check):
         if not isinstance(value, dict):
             wanted = "a dict or None" if self.optional else "a dict"
             return f"must be {wanted}, got {type(value).__name__}"
-        return _plain_data_problem(value)
+        return plain_data_problem(value)
 
 
-class _List(_Check):
-    """A list of plain msgpack data (link events carry batches as lists)."""
+class ListCheck(Check):
+    """A list of plain msgpack data."""
 
-    def bad_expr(self, v: str) -> str:
-        return "True"
+    deep = True
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, list):
             return f"must be a list, got {type(value).__name__}"
-        return _plain_data_problem({"items": value})
+        return plain_data_problem({"items": value})
+
+
+class StructListCheck(Check):
+    """A list of typed items (msgspec structs): each item is checked field by field."""
+
+    deep = True
+
+    def __init__(self, item_type: type) -> None:
+        self.item_type = item_type
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, list):
+            return f"must be a list, got {type(value).__name__}"
+        for index, item in enumerate(value):
+            if type(item) is not self.item_type:
+                return f"[{index}] must be a {self.item_type.__name__}, got {_short(item)}"
+        return None
 
 
 _SCALARS = (bool, str, bytes, float, type(None))
 
 
-def _plain_data_problem(root: dict) -> str | None:
+def plain_data_problem(root: dict) -> str | None:
+    """What keeps `root` from being plain msgpack data, or None."""
     stack: list[tuple[Any, int]] = [(root, 0)]
     while stack:
         item, depth = stack.pop()
@@ -160,49 +200,54 @@ def _plain_data_problem(root: dict) -> str | None:
     return None
 
 
-_REQUEST_ID = _Int(1, INT64[1], "1..2**63-1")
-_SEQ = _Int(0, UINT64_MAX, "0..2**64-1")
-_I64 = _Int(*INT64, "in int64 range")
-_I32 = _Int(*INT32, "in int32 range")
-_STR = _Str()
-_BYTES = _Bytes()
+def check_for(info: mi.Type) -> Check:
+    """The Check of one field, from msgspec's description of its annotation."""
+    if isinstance(info, mi.IntType):
+        lo = INT64[0] if info.ge is None else info.ge
+        return IntCheck(lo, UINT64_MAX if info.le is None else info.le)
+    if isinstance(info, mi.StrType):
+        return StrCheck()
+    if isinstance(info, mi.BytesType):
+        return BytesCheck(info.max_length)
+    if isinstance(info, mi.LiteralType):
+        return OneOfCheck(tuple(info.values))
+    if isinstance(info, mi.DictType):
+        return DictCheck()
+    if isinstance(info, mi.UnionType):
+        kinds = {type(t) for t in info.types}
+        if kinds == {mi.DictType, mi.NoneType}:
+            return DictCheck(optional=True)
+    if isinstance(info, mi.ListType):
+        if isinstance(info.item_type, mi.StructType):
+            return StructListCheck(info.item_type.cls)
+        return ListCheck()
+    raise TypeError(f"no protocol check for a field of type {info}")
 
 
-def _reject(event: Any, name: str, value: Any, check: _Check) -> None:
-    problem = check.problem(value)
-    if problem is not None:
-        raise LocalProtocolError(f"{type(event).__name__}.{name} {problem}")
+# -- validation on construction --------------------------------------------------------
 
 
-def _event(code: int, **checks: _Check) -> Callable[[_T], _T]:
-    """Give an event class its wire code and a generated, validating __post_init__.
+class _DecodeState(threading.local):
+    decoding = False
+    """True while msgspec decodes a frame in this thread: it has checked the fields."""
 
-    Goes under @dataclass, so the dataclass sees the __post_init__.
-    """
 
-    def attach(cls: _T) -> _T:
-        names = tuple(cls.__annotations__)
-        if names != tuple(checks):
-            raise TypeError(f"{cls.__name__}: checks {tuple(checks)} != fields {names}")
-        lines = ["def __post_init__(self):"]
-        namespace: dict[str, Any] = {"_reject": _reject}
-        for i, (name, check) in enumerate(checks.items()):
-            namespace[f"c{i}"] = check
-            lines += [
-                f"    v = self.{name}",
-                f"    if {check.bad_expr('v')}:",
-                f"        _reject(self, {name!r}, v, c{i})",
-            ]
-        # The wire form, without reflection per frame: [code, self.f1, self.f2, ...]
-        lines += [
-            "def _wire(self):",
-            f"    return [{code}, {', '.join('self.' + name for name in names)}]",
-        ]
-        exec("\n".join(lines), namespace)  # source built from the constants above
-        cls.__post_init__ = namespace["__post_init__"]
-        cls._wire = namespace["_wire"]
-        cls.code = code
-        cls.field_names = names
-        return cls
+DECODE_STATE = _DecodeState()
+Rules = tuple[tuple[str, Callable[[Any], bool], Check], ...]
 
-    return attach
+
+def rules_of(cls: type[msgspec.Struct]) -> tuple[Rules, Rules]:
+    """(every field's rule, the deep fields' rules) of an event class."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    rules = tuple((f.name, check.ok, check) for f in info.fields for check in [check_for(f.type)])
+    return rules, tuple(rule for rule in rules if rule[2].deep)
+
+
+def validate(event: Any, rules: Rules) -> None:
+    """Raise LocalProtocolError naming the first field of `event` that breaks its rule."""
+    for (name, ok, check), value in zip(rules, astuple(event), strict=True):
+        if not ok(value):
+            problem = check.problem(value)
+            if problem is not None:
+                raise LocalProtocolError(f"{type(event).__name__}.{name} {problem}")

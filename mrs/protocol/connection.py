@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Union
 
-import msgpack
+import msgspec
 
-from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION, _short
+from mrs.protocol.checks import DECODE_STATE, FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION, _short
 from mrs.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from mrs.protocol.events import (
     CLIENT_EVENTS,
@@ -31,6 +30,7 @@ from mrs.protocol.events import (
     StatusRequest,
     Welcome,
 )
+from mrs.protocol.explain import explain
 from mrs.protocol.link_events import LINK_EVENTS
 
 _HEADER = struct.Struct(">I")
@@ -57,32 +57,21 @@ CLOSED = _Sentinel("CLOSED")
 """`next_event`: the peer closed (EOF with an empty buffer), or a Fatal was exchanged."""
 
 
-def _wire_constructor(cls: type) -> Callable[..., Any]:
-    """A constructor for decoding, from the fields in wire order.
-
-    A frozen dataclass's __init__ sets each field through object.__setattr__, which
-    costs more than the decode itself; this one sets the slots directly, then runs the
-    same __post_init__ validation, so a decoded event is exactly as checked as a built
-    one.
-    """
-    names = cls.field_names
-    namespace: dict[str, Any] = {"cls": cls, "new": object.__new__}
-    for i, name in enumerate(names):
-        namespace[f"set{i}"] = cls.__dict__[name].__set__  # the slot's descriptor
-    args = ", ".join(names)
-    lines = [f"def make({args}):", "    self = new(cls)"]
-    lines += [f"    set{i}(self, {name})" for i, name in enumerate(names)]
-    lines += ["    self.__post_init__()", "    return self"]
-    exec("\n".join(lines), namespace)  # source built from the field names
-    return namespace["make"]
-
-
-_DECODERS: dict[int, tuple[type, int, Callable[..., Any]]] = {
-    cls.code: (cls, len(cls.field_names) + 1, _wire_constructor(cls))
-    for cls in CLIENT_EVENTS + SERVER_EVENTS
-}
-assert len(_DECODERS) == len(set(CLIENT_EVENTS + SERVER_EVENTS)), "duplicate event code"
 _ALL_EVENTS = frozenset(CLIENT_EVENTS + SERVER_EVENTS)
+_BY_CODE = {cls.code: cls for cls in _ALL_EVENTS}
+assert len(_BY_CODE) == len(_ALL_EVENTS), "duplicate event code"
+
+
+def _refuse_ext(code: int, data: memoryview) -> Any:
+    """msgpack ext types are not MRS data: refuse them (explain words it)."""
+    raise ValueError(f"ext type {code}")
+
+
+_DECODE = msgspec.msgpack.Decoder(
+    Union[tuple(sorted(_ALL_EVENTS, key=lambda c: c.code))],  # noqa: UP007 - built at runtime
+    ext_hook=_refuse_ext,
+).decode
+_ENCODE_INTO = msgspec.msgpack.Encoder().encode_into
 
 
 # -- state machine ------------------------------------------------------------------
@@ -116,13 +105,6 @@ _SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
 _OTHER = {CLIENT: SERVER, SERVER: CLIENT}
 
 
-_unpackb = msgpack.unpackb
-
-
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise RemoteProtocolError(f"frame holds a msgpack ext type ({code})")
-
-
 class Connection:
     """One end of an MRS connection. our_role is "client" or "server"."""
 
@@ -140,7 +122,6 @@ class Connection:
         self._eof = False
         self._closed = False  # a Fatal went one way or the other
         self._error: RemoteProtocolError | None = None
-        self._packer = msgpack.Packer(use_bin_type=True)
 
     # -- state ----------------------------------------------------------------------
 
@@ -270,46 +251,38 @@ class Connection:
         raise self._error
 
     def _decode(self, buf: bytearray, start: int, end: int) -> Any:
+        """The event in buf[start:end]: msgspec decodes and checks it; a refusal is
+        worded by `explain` (the slow path, for bad frames only)."""
         view = memoryview(buf)[start:end]
+        state = DECODE_STATE
+        state.decoding = True
         try:
-            obj = _unpackb(view, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
-        except RemoteProtocolError as exc:
-            self._error = exc
-            raise
-        except Exception as exc:  # msgpack raises many kinds: all mean "not msgpack"
-            self._fail(f"frame is not valid msgpack: {type(exc).__name__}: {exc}")
-        finally:
-            view.release()  # the buffer cannot grow or shrink while a view is alive
-        if type(obj) is not list or not obj:
-            self._fail(f"frame is not a non-empty msgpack array: {_short(obj)}")
-        code = obj[0]
-        decoder = _DECODERS.get(code) if type(code) is int else None
-        if decoder is None:
-            self._fail(f"unknown event code {_short(code)}")
-        cls, arity, make = decoder
-        if len(obj) != arity:
-            self._fail(
-                f"{cls.__name__} frame has {len(obj) - 1} fields, expected {len(cls.field_names)}"
-            )
-        try:
-            return make(*obj[1:])
-        except LocalProtocolError as exc:
+            return _DECODE(view)
+        except ProtocolError as exc:  # a free-form field's check in __post_init__
             self._fail(exc.message)
+        except Exception as exc:  # noqa: BLE001 - msgspec raises many kinds: word them
+            self._fail(explain(bytes(view), _BY_CODE, exc))
+        finally:
+            state.decoding = False
+            view.release()  # the buffer cannot grow or shrink while a view is alive
 
     # -- sending --------------------------------------------------------------------
 
     def send(self, event: Event) -> bytes:
         """The bytes of one frame for `event`. Raises LocalProtocolError."""
-        return b"".join(self._encode(event))
+        out = bytearray()
+        self._encode_into(event, out)
+        return bytes(out)
 
     def send_many(self, events: list[Event]) -> bytes:
         """The bytes of one frame per event, concatenated, for one write."""
-        parts: list[bytes] = []
+        out = bytearray()
         for event in events:
-            parts += self._encode(event)
-        return b"".join(parts)
+            self._encode_into(event, out)
+        return bytes(out)
 
-    def _encode(self, event: Any) -> tuple[bytes, bytes]:
+    def _encode_into(self, event: Any, out: bytearray) -> None:
+        """Append `event`'s frame (header, then msgpack) to `out`."""
         if self._closed:
             raise LocalProtocolError(f"connection is closed; cannot send {type(event).__name__}")
         if self._error is not None and type(event) is not Fatal:
@@ -319,16 +292,24 @@ class Connection:
         cls = type(event)
         if cls not in _ALL_EVENTS:
             raise LocalProtocolError(f"not an MRS event: {_short(event)}")
+        start = len(out)
         try:
-            payload = self._packer.pack(event._wire())
-        except Exception as exc:  # the packer raises many kinds
+            _ENCODE_INTO(event, out, start + _HEADER_BYTES)
+        except Exception as exc:  # noqa: BLE001 - the encoder raises many kinds
+            del out[start:]
             raise LocalProtocolError(
                 f"cannot encode {cls.__name__}: {type(exc).__name__}: {exc}"
             ) from None
-        if len(payload) > self.frame_bytes_max:
+        size = len(out) - start - _HEADER_BYTES
+        if size > self.frame_bytes_max:
+            del out[start:]
             raise LocalProtocolError(
-                f"{cls.__name__} frame of {len(payload)} bytes exceeds frame_bytes_max"
+                f"{cls.__name__} frame of {size} bytes exceeds frame_bytes_max"
                 f" {self.frame_bytes_max}"
             )
-        self._process(self.our_role, event, LocalProtocolError)
-        return _HEADER.pack(len(payload)), payload
+        try:
+            self._process(self.our_role, event, LocalProtocolError)
+        except LocalProtocolError:
+            del out[start:]
+            raise
+        _HEADER.pack_into(out, start, size)

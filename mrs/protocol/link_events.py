@@ -2,38 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from mrs.protocol.base import EventStruct, finish
+from mrs.protocol.fields import RequestId
 
-from mrs.protocol.checks import _REQUEST_ID, _event, _List
 
-
-@dataclass(frozen=True, slots=True, eq=True)
-@_event(40, request_id=_REQUEST_ID, messages=_List())
-class LinkTransfer:
+class LinkTransfer(EventStruct, tag=40):
     """Messages for the peer group's queues, oldest first; answered by one LinkAck.
     Each message is a list of fields in `mrs.links.TRANSFER_FIELDS` order."""
 
-    request_id: int
+    request_id: RequestId
     messages: list
 
 
-@dataclass(frozen=True, slots=True, eq=True)
-@_event(41, request_id=_REQUEST_ID, results=_List())
-class LinkAck:
+class LinkAck(EventStruct, tag=41):
     """Answer to a LinkTransfer or LinkNotice: one [seq, status] per item, in order."""
 
-    request_id: int
+    request_id: RequestId
     results: list
 
 
-@dataclass(frozen=True, slots=True, eq=True)
-@_event(42, request_id=_REQUEST_ID, notices=_List())
-class LinkNotice:
+class LinkNotice(EventStruct, tag=42):
     """News for the origin group about messages it sent: [kind, seq, status] each
     (kind "conf": the receiver confirmed; "deq": got; "ack": confirmed, ACK mode)."""
 
-    request_id: int
+    request_id: RequestId
     notices: list
 
 
 LINK_EVENTS = (LinkTransfer, LinkAck, LinkNotice)
+finish(*LINK_EVENTS)

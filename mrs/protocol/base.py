@@ -1,0 +1,51 @@
+"""The event base: a frozen, array-like msgspec struct whose wire form is [code, *fields].
+
+Every event is a `msgspec.Struct` with `array_like=True` and its event code as the
+tag, so msgspec encodes it as the msgpack array ``[code, field1, field2, ...]`` and
+decodes such an array straight into the right class, checking each field against its
+annotation (the `mrs.protocol.fields` types) in C. `gc=False`: events hold no
+cycles, so the collector need not track the millions a busy server makes.
+
+An event built in Python is checked in `__post_init__` (msgspec does not check
+`__init__`), by the rules `mrs.protocol.checks` derives from the same annotations.
+While msgspec decodes a frame it has checked the fields itself, so only the
+free-form ones (dicts, lists) are looked into.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from mrs.protocol.checks import DECODE_STATE, Rules, rules_of, validate
+from mrs.protocol.errors import LocalProtocolError
+
+
+class EventStruct(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, forbid_unknown_fields=True
+):
+    """Base of every MRS event. `code` is its wire code; `field_names` its fields in
+    wire order."""
+
+    code: ClassVar[int]
+    field_names: ClassVar[tuple[str, ...]]
+    _rules: ClassVar[Rules]
+    _deep_rules: ClassVar[Rules]
+
+    def __post_init__(self) -> None:
+        if DECODE_STATE.decoding:
+            for name, _ok, check in self._deep_rules:
+                problem = check.problem(getattr(self, name))
+                if problem is not None:
+                    raise LocalProtocolError(f"{type(self).__name__}.{name} {problem}")
+        else:
+            validate(self, self._rules)
+
+
+def finish(*classes: Any) -> None:
+    """Give each event class its code, field names and rules (once all are defined)."""
+    for cls in classes:
+        cls.code = cls.__struct_config__.tag
+        cls.field_names = cls.__struct_fields__
+        cls._rules, cls._deep_rules = rules_of(cls)

@@ -1,0 +1,65 @@
+"""Why a frame was refused: the slow path that words a decode failure, naming the field.
+
+msgspec decodes good frames fast but words its refusals in its own terms ("Expected
+`int` >= 1 - at `$[1]`"). When it refuses a frame, the frame is decoded again here
+with the plain msgpack library and looked at step by step, so the peer is told what
+the protocol has always told it: "frame is not valid msgpack: ...", "unknown event
+code 99", "Get frame has 1 fields, expected 2", "Put.priority must be 0..99, got
+120". Only refused frames come here, so its speed does not matter.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgpack
+
+from mrs.protocol.checks import _short
+
+_FIELD_INDEX = re.compile(r"`\$\[(\d+)\]")
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise _Refusal(f"frame holds a msgpack ext type ({code})")
+
+
+class _Refusal(Exception):
+    """The wording found, raised out of the msgpack ext hook or the checks."""
+
+
+def explain(payload: bytes, by_code: dict[int, Any], msgspec_error: BaseException) -> str:
+    """The one-line reason a frame whose msgpack is `payload` is refused."""
+    try:
+        return _explain(payload, by_code, msgspec_error)
+    except _Refusal as refusal:
+        return str(refusal)
+
+
+def _explain(payload: bytes, by_code: dict[int, Any], msgspec_error: BaseException) -> str:
+    try:
+        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
+    except _Refusal:
+        raise
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many kinds: all mean "not msgpack"
+        return f"frame is not valid msgpack: {type(exc).__name__}: {exc}"
+    if type(obj) is not list or not obj:
+        return f"frame is not a non-empty msgpack array: {_short(obj)}"
+    code = obj[0]
+    cls = by_code.get(code) if type(code) is int else None
+    if cls is None:
+        return f"unknown event code {_short(code)}"
+    names = cls.field_names
+    required = len(names) - len(cls.__struct_defaults__)  # defaults are the trailing fields
+    if not required <= len(obj) - 1 <= len(names):
+        return f"{cls.__name__} frame has {len(obj) - 1} fields, expected {len(names)}"
+    for (name, _ok, check), value in zip(cls._rules, obj[1:], strict=False):
+        problem = check.problem(value)
+        if problem is not None:
+            return f"{cls.__name__}.{name} {problem}"
+    # The checks found nothing msgspec did not like: say it in msgspec's words, by field.
+    text = str(msgspec_error) or type(msgspec_error).__name__
+    match = _FIELD_INDEX.search(text)
+    if match and 1 <= int(match.group(1)) <= len(names):
+        text = f"{text[: match.start()]}{cls.__name__}.{names[int(match.group(1)) - 1]}"
+    return f"{cls.__name__} frame refused: {text[:200]}"
