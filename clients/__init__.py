@@ -24,6 +24,7 @@ from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
 from clients.saf_journal import JournalBusy, JournalFull
 from clients.sync import SyncClient, connect_sync
+from clients.tls import TlsRefused, tls_context
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Psb, Status, Uma
 
 __all__ = [
@@ -50,8 +51,10 @@ __all__ = [
     "Reconnect",
     "Status",
     "SyncClient",
+    "TlsRefused",
     "TooManyUnconfirmed",
     "Uma",
     "connect",
     "connect_sync",
+    "tls_context",
 ]

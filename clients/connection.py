@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,6 +42,7 @@ from clients.saf_journal import (
     JournalFull,
     idempotency_key_for,
 )
+from clients.tls import tls_opener, tls_refusal
 from journals import Record
 from mrs import protocol as wire
 
@@ -632,6 +634,8 @@ class Client:
             trio.TooSlowError,
         ) as error:
             await trio.aclose_forcefully(stream)
+            if (refused := tls_refusal(error, self.address)) is not None:
+                raise refused from None
             raise ConnectionLost(
                 Status.LINK_DOWN, f"handshake with {self.address} failed: {error}"
             ) from None
@@ -826,6 +830,8 @@ async def connect(
     saf_bytes_max: int = BYTES_MAX_DEFAULT,
     heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
     protection: Protection | None = None,
+    tls: ssl.SSLContext | None = None,
+    tls_server_name: str | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
@@ -841,7 +847,11 @@ async def connect(
     connection counts as lost (reconnect, JOURNAL_ON). None: never ping.
     protection: a clients.protection.Protection (identity + policies): puts to
     protected queues are signed/encrypted and gets verified/decrypted in this process.
+    tls: a context from `clients.tls_context(ca, cert, key)` for a group with
+    [group.tls]; the server is verified as tls_server_name (default: the host).
     """
+    if tls is not None and open_stream is None:
+        open_stream = tls_opener(tls, tls_server_name)
     journal = (
         ClientJournal(saf_journal, messages_max=saf_messages_max, bytes_max=saf_bytes_max)
         if saf_journal is not None

@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 from mrs.guards import Guards, parse_guards
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 from mrs.ops_config import OpsConfig, parse_ops
+from mrs.security.tls import TlsConfig, check_link_tls, parse_tls
 
 GROUP_ID_MIN = 1
 GROUP_ID_MAX = 32000
@@ -69,7 +70,7 @@ _NUMBER_PATTERN = re.compile(r"[0-9]+")
 _TOP_KEYS = frozenset({"group", "link", "protection"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
-    | {"guards", "dead_letter_queue_recoverable", "ops"}
+    | {"guards", "dead_letter_queue_recoverable", "ops", "tls"}
 )
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
@@ -185,6 +186,8 @@ class GroupConfig:
     """Heartbeats, deadlines, memory and flood bounds ([group.guards], mrs.guards)."""
     ops: OpsConfig = OpsConfig()
     """Metrics, web view, journal warnings and growth, PCJ retention (mrs.ops_config)."""
+    tls: TlsConfig | None = None
+    """[group.tls]: TLS on the port and links (mrs.security.tls); None: plaintext."""
 
     def queue_by_name(self, name: str) -> QueueConfig:
         """The queue called `name` (exact, case-sensitive); LookupError if none."""
@@ -391,6 +394,8 @@ class _Parser:
             for i, raw in enumerate(self.tables(document, "link", ""))
         )
         self.check_links_unique(links)
+        for i, link in enumerate(links):
+            check_link_tls(self, by_id, f"link[{i}]", link.groups)
         linked: dict[int, set[int]] = {g.id: set() for g in groups}
         for link in links:
             low, high = link.groups
@@ -439,6 +444,7 @@ class _Parser:
             dead_letter_queue=dead_letter_queue,
             guards=guards,
             ops=parse_ops(self, raw, where, limits.journal_bytes_max),
+            tls=parse_tls(self, raw, where),
         )
 
     def limits(self, group: dict[str, Any], group_where: str) -> Limits:

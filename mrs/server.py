@@ -61,6 +61,7 @@ from mrs.model import Status
 from mrs.network import TCP, Network, TcpNetwork
 from mrs.queues import ByteAccount, TargetQueue
 from mrs.refusals import RefusalLog
+from mrs.security.tls import check_link_peer, tls_network, transport_socket
 from mrs.timers import TrioTimers
 from mrs.watchdog import Liveness, next_nonce, watch
 
@@ -161,6 +162,8 @@ class GroupServer:
         self.bus = bus
         self.config = group_config
         self.network = network
+        if group_config.tls is not None and network is TCP:
+            self.network = tls_network(bus, group_config)
         self.open_store = open_store or self._open_lmdb
         self.clock_ns = clock_ns
         self.unsafe = unsafe or frozenset()
@@ -374,6 +377,9 @@ class GroupServer:
             raise wire.RemoteProtocolError(
                 f"group {self.config.id} has no link from {hello.program!r}"
             )
+        if (problem := check_link_peer(session.stream, peer_id)) is not None:
+            log.warning("refused link from %s: %s", session.peer, problem)
+            raise wire.RemoteProtocolError(problem)
         session.send(
             wire.Welcome(
                 wire.PROTOCOL_VERSION,
@@ -409,7 +415,7 @@ class GroupServer:
         session.observe = self.ops.reply_observer()
         host = ""
         with contextlib.suppress(OSError, AttributeError):
-            host, port = stream.socket.getpeername()[:2]
+            host, port = transport_socket(stream).getpeername()[:2]
             session.peer = f"{host}:{port}"
         if host and (refusal := self.admission.admit(host)) is not None:
             await self._refuse_connection(stream, connection, host, refusal)
@@ -458,7 +464,8 @@ class GroupServer:
                 await stream.send_all(fatal)
         else:  # close with RST: no FIN exchange, no TIME_WAIT left behind
             with contextlib.suppress(OSError, AttributeError):
-                stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+                sock = transport_socket(stream)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
         with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
             await stream.aclose()
 

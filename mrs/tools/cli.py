@@ -12,6 +12,7 @@ from mrs.audit.command import add_parser as add_audit
 from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.tools.bus_status import add_status_parser
+from mrs.tools.certs import add_certs_parser
 from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.tools.journal.arguments import add_journal_tools
 from mrs.tools.journal.pcj_archive import add_pcj_parser
@@ -187,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dlq_handler(commands, _dlq_handler)
     add_audit(commands)
     add_keys_parser(commands)
+    add_certs_parser(commands)
     return finish_parser(parser)
 
 

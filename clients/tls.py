@@ -1,0 +1,79 @@
+"""TLS for applications: a context from CA/cert/key files, and the stream opener.
+
+Why in the client library: an application holds its own client certificate (the
+server never sees its key) and must verify the group's certificate before sending
+a byte. A failed verification is `TlsRefused`, not a lost connection: it will not
+get better by retrying, so the client does not retry it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from clients.errors import MrsError
+from mrs.model import Status
+
+OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+class TlsRefused(MrsError):
+    """The TLS handshake failed: wrong CA, a name the certificate does not carry, no
+    TLS on the server's port, or a client certificate the server does not accept."""
+
+
+def tls_context(
+    ca: str | Path, cert: str | Path | None = None, key: str | Path | None = None
+) -> ssl.SSLContext:
+    """Verify the server with `ca`; present `cert`/`key` when the group asks for a
+    client certificate (`client_cert = "required"`). Verification is always on."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None:
+        context.load_cert_chain(str(cert), None if key is None else str(key))
+    return context
+
+
+def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenStream:
+    """open_stream for `Client`: TCP, then a finished TLS handshake with the server
+    verified as `server_name` (default: the host dialed)."""
+
+    async def open_stream(host: str, port: int) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream(host, port)
+        tls_stream = trio.SSLStream(stream, context, server_hostname=server_name or host)
+        try:
+            await tls_stream.do_handshake()
+        except BaseException as error:
+            await trio.aclose_forcefully(stream)
+            refused = tls_refusal(error, f"{host}:{port}")
+            if refused is None:
+                raise
+            raise refused from None
+        return tls_stream
+
+    return open_stream
+
+
+def tls_refusal(error: BaseException, address: str) -> TlsRefused | None:
+    """TlsRefused when `error` is a failed TLS handshake (with TLS 1.3 a server that
+    refuses our certificate says so on the first read, after do_handshake returned)."""
+    reason = _ssl_reason(error)
+    if reason is None:
+        return None
+    return TlsRefused(Status.LINK_DOWN, f"TLS handshake with {address} failed: {reason}")
+
+
+def _ssl_reason(error: BaseException) -> str | None:
+    """The SSL reason behind trio's BrokenResourceError; None if it is no TLS failure
+    (a refused or reset TCP connection: the usual reconnect rules apply)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {cause.verify_message}"
+        if isinstance(cause, ssl.SSLError):
+            return str(cause.reason or cause).lower().replace("_", " ")
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -1,0 +1,1 @@
+"""Security: who may connect and what travels protected (TLS, auth, permissions)."""

@@ -1,0 +1,276 @@
+"""TLS for a group's port and its links: the `[group.tls]` table and trio SSL streams.
+
+Why: without TLS anyone on the path reads message bodies and can pose as a group.
+With `[group.tls]` a group serves TLS only (a plaintext client is refused at the
+handshake, costing the server nothing but that connection), verifies the
+certificate of every group it dials, and, with `client_cert = "required"`, admits
+only clients (applications and other groups) holding a certificate of its CA.
+
+    [group.tls]
+    ca = "certs/ca.pem"           # verifies peers: linked groups, and clients' certificates
+    cert = "certs/group-1.pem"    # this group's certificate (server, and client on links)
+    key = "certs/group-1.key"
+    client_cert = "required"      # or "optional", "none" (default: "none")
+
+A group dialing a link checks the peer's certificate names `mrs-group-N` for the
+group N it meant to reach (`mrs certs` writes that name into every group
+certificate), so a certificate of the same CA issued to another group or to a client
+cannot pose as that group. With `client_cert = "required"` the accepting side checks
+the same for the group a link's Hello claims (`check_link_peer`). Paths are
+relative to the config file; every file is read and checked when the config loads,
+so a bad path or a key that does not match its certificate is a one-line config
+error, not a failure on the first connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from mrs.network import Gate, Handler, TcpNetwork
+
+log = logging.getLogger("mrs.tls")
+
+TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
+CLIENT_CERT_CHOICES = {
+    "none": ssl.CERT_NONE,
+    "optional": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A TLS handshake not done by then is dropped: a silent client holds nothing longer."""
+GROUP_NAME_PREFIX = "mrs-group-"
+"""Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
+
+
+def group_server_name(group_id: int) -> str:
+    """The name a link verifies in the certificate of group `group_id`."""
+    return f"{GROUP_NAME_PREFIX}{group_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """One group's `[group.tls]`: absolute paths, already checked to load."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: str = "none"
+    _contexts: dict[str, ssl.SSLContext] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+
+    def server_context(self) -> ssl.SSLContext:
+        """For accepting: our certificate; client certificates checked as configured."""
+        if "server" not in self._contexts:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
+            context.load_cert_chain(str(self.cert), str(self.key))
+            context.verify_mode = CLIENT_CERT_CHOICES[self.client_cert]
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._contexts["server"] = context
+        return self._contexts["server"]
+
+    def dial_context(self) -> ssl.SSLContext:
+        """For dialing a linked group: verify it (name and CA), show our certificate."""
+        if "dial" not in self._contexts:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
+            context.load_cert_chain(str(self.cert), str(self.key))
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._contexts["dial"] = context
+        return self._contexts["dial"]
+
+
+def parse_tls(parser: Any, group: dict[str, Any], group_where: str) -> TlsConfig | None:
+    """Validate `[group.tls]` with the config parser's helpers (one-line errors)."""
+    if "tls" not in group:
+        return None
+    where = f"{group_where}.tls"
+    raw = group["tls"]
+    if not isinstance(raw, dict):
+        parser.fail(where, "must be a table ([group.tls])")
+    parser.check_keys(raw, where, TLS_KEYS, ("ca", "cert", "key"))
+    client_cert = raw.get("client_cert", "none")
+    if client_cert not in CLIENT_CERT_CHOICES:
+        choices = ", ".join(repr(choice) for choice in CLIENT_CERT_CHOICES)
+        parser.fail(f"{where}.client_cert", f"must be one of {choices}, got {client_cert!r}")
+    paths = {key: _path(parser, raw, key, where) for key in ("ca", "cert", "key")}
+    config = TlsConfig(paths["ca"], paths["cert"], paths["key"], client_cert)
+    _check_loads(parser, config, where)
+    return config
+
+
+def _path(parser: Any, raw: dict[str, Any], key: str, where: str) -> Path:
+    text = parser.string(raw, key, where)
+    if not text.strip() or "\0" in text:
+        parser.fail(f"{where}.{key}", f"must be a file path, got {text!r}")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = parser.path.absolute().parent / path
+    if not path.is_file():
+        parser.fail(f"{where}.{key}", f"no such file: {path}")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as error:
+        parser.fail(f"{where}.{key}", f"cannot read {path}: {error.strerror or error}")
+    return path
+
+
+def _check_loads(parser: Any, config: TlsConfig, where: str) -> None:
+    """Load the files now: a PEM that is not one, or a key of another certificate,
+    fails the config load instead of the first handshake."""
+    try:
+        ssl.create_default_context(cafile=str(config.ca))
+    except (ssl.SSLError, ValueError) as error:
+        parser.fail(f"{where}.ca", f"{config.ca} is not a PEM CA certificate: {_reason(error)}")
+    try:
+        ssl.create_default_context().load_cert_chain(str(config.cert), str(config.key))
+    except (ssl.SSLError, ValueError) as error:
+        parser.fail(
+            f"{where}.cert",
+            f"{config.cert} with key {config.key} does not load "
+            f"(not PEM, or the key is not this certificate's): {_reason(error)}",
+        )
+
+
+def check_link_tls(parser: Any, groups: dict[int, Any], link_where: str, pair: tuple) -> None:
+    """A link is TLS on both ends or on neither: a dialer without TLS could not reach
+    a TLS port, and one with TLS would be refused by a plaintext one."""
+    low, high = (groups[group_id] for group_id in pair)
+    if (low.tls is None) != (high.tls is None):
+        with_tls, without = (low, high) if low.tls is not None else (high, low)
+        parser.fail(
+            f"{link_where}.groups",
+            f"group {with_tls.id} has [group.tls] and group {without.id} has not; "
+            "a link needs TLS on both groups or on neither",
+        )
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, ssl.SSLError) and error.reason:
+        return str(error.reason).lower().replace("_", " ")
+    return str(error) or type(error).__name__
+
+
+def describe_tls_error(error: BaseException) -> str:
+    """One line for a failed handshake: the SSL reason behind trio's BrokenResourceError."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {cause.verify_message}"
+        if isinstance(cause, ssl.SSLError):
+            return _reason(cause)
+        cause = cause.__cause__ or cause.__context__
+    return str(error) or type(error).__name__
+
+
+class TlsNetwork(TcpNetwork):
+    """Real TCP with TLS on top: every accepted connection and every dial."""
+
+    def __init__(self, config: TlsConfig, peer_names: dict[tuple[str, int], str]) -> None:
+        self.config = config
+        self.peer_names = peer_names
+        """(host, port) dialed -> the name its certificate must carry (mrs-group-N)."""
+        self.server_context = config.server_context()
+        self.dial_context = config.dial_context()
+        self.refused = 0
+        """Handshakes that failed (plaintext clients, wrong CA, no certificate)."""
+
+    async def serve_listeners(
+        self,
+        handler: Handler,
+        host: str,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+        gate: Gate | None = None,
+    ) -> None:
+        await super().serve_listeners(
+            self._tls_handler(handler), host, listeners, task_status=task_status, gate=gate
+        )
+
+    def _tls_handler(self, handler: Handler) -> Handler:
+        async def handle(stream: trio.abc.Stream) -> None:
+            tls_stream = trio.SSLStream(stream, self.server_context, server_side=True)
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    await tls_stream.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
+                self.refused += 1
+                log.info("TLS handshake from %s refused: %s", _peer(stream), _why(error))
+                await trio.aclose_forcefully(stream)
+                return
+            await handler(tls_stream)
+
+        return handle
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """Dial and finish the handshake (a wrong certificate fails here, clearly)."""
+        stream = await trio.open_tcp_stream(host, port)
+        name = self.peer_names.get((host, port), host)
+        tls_stream = trio.SSLStream(stream, self.dial_context, server_hostname=name)
+        try:
+            await tls_stream.do_handshake()
+        except BaseException as error:
+            await trio.aclose_forcefully(stream)
+            if isinstance(error, trio.BrokenResourceError | OSError):
+                raise ConnectionError(f"TLS to {host}:{port} ({name}): {_why(error)}") from None
+            raise
+        return tls_stream
+
+
+def tls_network(bus: Any, group: Any) -> TlsNetwork:
+    """The TLS network of `group` (its config has `tls`): each group it dials is
+    verified by the name mrs-group-N at the address it dials (a link's address, or
+    the peer's listen address)."""
+    peer_names: dict[tuple[str, int], str] = {}
+    for peer_id in group.linked_group_ids:
+        link = bus.link_between(group.id, peer_id)
+        if link is not None and link.address_host is not None:
+            address = (link.address_host, link.address_port)
+        else:
+            peer = bus.group(peer_id)
+            address = (peer.listen_host, peer.listen_port)
+        peer_names[address] = group_server_name(peer_id)
+    return TlsNetwork(group.tls, peer_names)
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, trio.TooSlowError):
+        return f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"
+    return describe_tls_error(error)
+
+
+def _peer(stream: trio.abc.Stream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
+    except (OSError, AttributeError):
+        return "?"
+    return f"{host}:{port}"
+
+
+def transport_socket(stream: trio.abc.Stream) -> Any:
+    """The socket under a TCP or TLS stream (for the peer address, SO_LINGER)."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    return stream.socket  # type: ignore[attr-defined]
+
+
+def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
+    """None when a link claiming to be `group_id` may proceed, else why not: over
+    TLS with a client certificate, the certificate must name mrs-group-N."""
+    if not isinstance(stream, trio.SSLStream):
+        return None
+    certificate = stream.getpeercert()
+    if not certificate:
+        return None  # no client certificate asked for: TLS protects the wire only
+    names = {value for kind, value in certificate.get("subjectAltName", ()) if kind == "DNS"}
+    if group_server_name(group_id) in names:
+        return None
+    shown = ", ".join(sorted(names)) or "no DNS names"
+    return f"link claims group {group_id} but its certificate names {shown}"

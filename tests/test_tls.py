@@ -1,0 +1,196 @@
+"""TLS with real processes: a two-group bus made TLS-only by `mrs certs --apply`.
+
+Clients and the link deliver over TLS; a wrong CA, a missing client certificate, a
+plaintext client and a certificate posing as another group are each refused with a
+clear error while the server goes on serving everyone else.
+"""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trio
+
+from clients import ConnectionLost, DeliveryMode, TlsRefused, connect, tls_context
+from mrs import protocol as wire
+from sim.processes import GroupProcess
+from sim.proxy import free_port
+
+QUEUES = """
+[[group.queue]]
+id = 10
+name = "IN"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 11
+name = "OUT"
+confirm = "explicit-out-of-order"
+"""
+LINK_WAIT_S = 30.0
+
+
+def write_bus(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    groups = []
+    for group_id in (1, 2):
+        groups.append(
+            textwrap.dedent(f"""\
+                [[group]]
+                id = {group_id}
+                name = "G{group_id}"
+                listen = "127.0.0.1:{free_port()}"
+                data_dir = "g{group_id}"
+                """)
+            + textwrap.dedent(QUEUES)
+        )
+    path = directory / "bus.toml"
+    path.write_text("\n".join(groups) + "\n[[link]]\ngroups = [1, 2]\n")
+    return path
+
+
+def mrs(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mrs.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+class TlsBus:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.config = write_bus(directory)
+        made = mrs(
+            "certs", "--config", str(self.config), "--out", str(directory / "certs"), "--apply"
+        )
+        assert made.returncode == 0, made.stderr
+        self.certs = directory / "certs"
+        self.processes = {g: GroupProcess(self.config, g) for g in (1, 2)}
+
+    def start(self) -> None:
+        for process in self.processes.values():
+            process.start()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.terminate()
+
+    def address(self, group: int) -> str:
+        return self.processes[group].address
+
+    def client_tls(self) -> ssl.SSLContext:
+        c = self.certs
+        return tls_context(ca=c / "ca.pem", cert=c / "client.pem", key=c / "client.key")
+
+    def log(self, group: int) -> str:
+        return (self.directory / f"group{group}.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def tls_bus(tmp_path_factory):
+    bus = TlsBus(tmp_path_factory.mktemp("tls") / "bus")
+    bus.start()
+    yield bus
+    bus.stop()
+
+
+async def wait_link_up(bus: TlsBus) -> None:
+    with trio.fail_after(LINK_WAIT_S):
+        while True:
+            async with connect(bus.address(1), None, tls=bus.client_tls()) as client:
+                if (await client.status())["links"]["2"]["state"] == "up":
+                    return
+            await trio.sleep(0.05)
+
+
+async def test_client_and_link_deliver_over_tls(tls_bus) -> None:
+    await wait_link_up(tls_bus)
+    tls = tls_bus.client_tls()
+    async with (
+        connect(tls_bus.address(1), "OUT", tls=tls) as sender,
+        connect(tls_bus.address(2), "IN", tls=tls) as receiver,
+    ):
+        for index in range(5):
+            psb = await sender.put(
+                f"over tls {index}".encode(), "2.10", delivery=DeliveryMode.WF_DQF
+            )
+            assert psb.status.name == "SUCCESS"
+        bodies = []
+        for _ in range(5):
+            message = await receiver.get(timeout=10)
+            bodies.append(message.body)
+            await receiver.confirm(message.seq)
+    assert bodies == [f"over tls {index}".encode() for index in range(5)]
+
+
+async def test_a_client_trusting_another_ca_is_refused_clearly(tls_bus, tmp_path) -> None:
+    other = tmp_path / "other"
+    made = mrs("certs", "--config", str(write_bus(other)), "--out", str(other / "certs"))
+    assert made.returncode == 0, made.stderr
+    wrong = tls_context(ca=other / "certs" / "ca.pem")
+    with pytest.raises(TlsRefused, match="certificate verify failed"):
+        async with connect(tls_bus.address(1), "IN", tls=wrong, reconnect=None):
+            pass
+    await _server_still_serves(tls_bus)
+
+
+async def test_a_client_without_a_certificate_is_refused(tls_bus) -> None:
+    """client_cert = "required" (what mrs certs writes): the CA alone is not enough."""
+    no_cert = tls_context(ca=tls_bus.certs / "ca.pem")
+    with pytest.raises(TlsRefused, match="TLS handshake with .* failed"):
+        async with connect(tls_bus.address(1), "IN", tls=no_cert, reconnect=None):
+            pass
+    await _server_still_serves(tls_bus)
+    assert "peer did not return a certificate" in tls_bus.log(1)
+
+
+async def test_a_plaintext_client_is_refused_without_harming_the_server(tls_bus) -> None:
+    for _ in range(3):
+        with pytest.raises(ConnectionLost):
+            async with connect(tls_bus.address(1), "IN", reconnect=None, connect_timeout_s=5):
+                pass
+    # Raw junk and a half-open silent connection: each costs only its own handshake.
+    host, port = tls_bus.address(1).rsplit(":", 1)
+    async with await trio.open_tcp_stream(host, int(port)) as junk:
+        await junk.send_all(b"GET / HTTP/1.0\r\n\r\n")
+        with trio.fail_after(10):
+            while await junk.receive_some(4096):
+                pass
+    await _server_still_serves(tls_bus)
+    assert "TLS handshake from 127.0.0.1" in tls_bus.log(1)
+
+
+async def test_a_certificate_of_the_ca_cannot_pose_as_a_group(tls_bus) -> None:
+    """The client certificate is signed by the bus CA, but it does not name
+    mrs-group-1: a link Hello claiming group 1 over it is refused."""
+    await wait_link_up(tls_bus)
+    host, port = tls_bus.address(2).rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    tls = trio.SSLStream(stream, tls_bus.client_tls(), server_hostname="mrs-group-2")
+    connection = wire.Connection("client")
+    async with tls:
+        await tls.send_all(connection.send(wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link")))
+        events: list = []
+        with trio.fail_after(10):
+            while not events:
+                data = await tls.receive_some(65536)
+                connection.receive_data(data)
+                events = [e for e in connection.events() if e is not wire.CLOSED]
+                if not data:
+                    break
+    assert events and isinstance(events[0], wire.Fatal), events
+    assert "certificate names" in events[0].message
+    assert "link claims group 1 but its certificate names mrs-client" in tls_bus.log(2)
+    await wait_link_up(tls_bus)  # the real link was not replaced
+
+
+async def _server_still_serves(bus: TlsBus) -> None:
+    async with connect(bus.address(1), "OUT", tls=bus.client_tls()) as client:
+        psb = await client.put(b"still here", "1.11", delivery=DeliveryMode.WF_DQF)
+        assert psb.status.name == "SUCCESS"
+        message = await client.get(timeout=10)
+        assert message.body == b"still here"
+        await client.confirm(message.seq)
