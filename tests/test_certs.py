@@ -20,7 +20,7 @@ GOOD = 'ca = "certs/ca.pem"\ncert = "certs/group-1.pem"\nkey = "certs/group-1.ke
 
 
 def mrs(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mrs.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "mrs", *args], capture_output=True, text=True)
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def write_bus(directory: Path) -> Path:
 
 def mrs(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mrs.cli", *args], capture_output=True, text=True, cwd=cwd
+        [sys.executable, "-m", "mrs", *args], capture_output=True, text=True, cwd=cwd
     )
 
 
