@@ -29,9 +29,9 @@ import trio.testing
 
 from clients import DeliveryMode, MrsError, Reconnect, Status, connect
 from mrs.config import parse_config
+from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
-from sim.swarm import SimGroup
 
 SAFETY_PHASE_S = 20.0
 LIVENESS_PHASE_S_MAX = 120.0

@@ -27,10 +27,10 @@ from journals import Journal, WriteBatch
 from journals.record import decode_record
 from mrs.config import BusConfig, parse_config
 from mrs.model import DeliveryMode
-from mrs.server import GroupServer
 from sim import workload
 from sim.checker import History, Verdict, check
 from sim.hostile import malformed
+from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
 
@@ -122,46 +122,6 @@ def bus_config(directory: Path, shape: Workload = DEFAULT_WORKLOAD) -> BusConfig
     for group_id in shape.groups:
         (directory / f"g{group_id}").mkdir(exist_ok=True)  # DISCL's event log lives there
     return parse_config(text, directory / "bus.toml")
-
-
-@dataclass(eq=False)
-class SimGroup:
-    bus: BusConfig
-    group_id: int
-    network: MemoryNetwork
-    store: MemoryJournalStore
-    unsafe: frozenset[str] = frozenset()
-    server: GroupServer | None = None
-    scope: trio.CancelScope | None = None
-    up: bool = False
-
-    @property
-    def address(self) -> str:
-        config = self.bus.group(self.group_id)
-        return f"{config.listen_host}:{config.listen_port}"
-
-    async def start(self, nursery: trio.Nursery) -> None:
-        self.server = GroupServer(
-            self.bus,
-            self.bus.group(self.group_id),
-            network=self.network.node(f"g{self.group_id}"),
-            open_store=lambda: self.store,
-            clock_ns=lambda: int(trio.current_time() * 1e9),
-            unsafe=self.unsafe,
-        )
-        await nursery.start(self._run)
-        self.up = True
-
-    async def _run(self, *, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
-        with trio.CancelScope() as scope:
-            self.scope = scope
-            await self.server.run(task_status=task_status)
-
-    def crash(self) -> None:
-        """Like SIGKILL: nothing uncommitted survives, no shutdown code runs."""
-        self.server.crashed = True
-        self.scope.cancel()
-        self.up = False
 
 
 @dataclass(eq=False)

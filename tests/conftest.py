@@ -1,12 +1,17 @@
-"""Fixtures: real `mrs serve` processes on ephemeral ports, one bus directory per test."""
+"""Fixtures: real `mrs serve` processes on ephemeral ports, one bus directory per test;
+and the fast seam, the same group in this trio run under MockClock (`mem_bus`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
+from mrs.config import load_config
+from sim.membus import MemoryBus, MemoryGroup
 from sim.processes import GroupProcess, write_single_group_config
 
 STANDARD_QUEUES = """
@@ -100,3 +105,49 @@ def make_bus(tmp_path: Path) -> Iterator:
 def bus(make_bus) -> Bus:
     """A running group 1 with the standard queues, pcj_default = true."""
     return make_bus(group_extra="pcj_default = true", limits="dqf_messages_max = 40")
+
+
+# ------------------------------------------------------------------ the fast seam
+MEMORY_BUS_FIXTURES = frozenset({"mem_bus", "make_mem_bus"})
+
+
+def run_under_autojump_clock(fn, clock=None, instruments=()):
+    """trio.run with MockClock(autojump_threshold=0): a test whose tasks all wait jumps
+    to the next deadline, so timeouts of the rules under test cost no wall time."""
+    clock = clock or trio.testing.MockClock(autojump_threshold=0)
+    return trio.run(fn, clock=clock, instruments=instruments)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if MEMORY_BUS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.trio(run=run_under_autojump_clock))
+
+
+@pytest.fixture
+async def make_mem_bus(tmp_path: Path, nursery: trio.Nursery):
+    """Like `make_bus`, but group 1 is a `GroupServer` in this trio run on the
+    in-memory network and journals (sim/membus.py); `await make_mem_bus(...)`."""
+    count = 0
+
+    async def make(
+        limits: str = "", group_extra: str = "", queues: str = STANDARD_QUEUES
+    ) -> MemoryGroup:
+        nonlocal count
+        directory = tmp_path / f"membus{count}"
+        count += 1
+        path = write_single_group_config(
+            directory, queues=queues, group_extra=group_extra, limits=limits
+        )
+        memory = MemoryBus(load_config(path), nursery)
+        await memory.start(1)
+        return MemoryGroup(memory, 1, path)
+
+    return make
+
+
+@pytest.fixture
+async def mem_bus(make_mem_bus) -> AsyncIterator[MemoryGroup]:
+    """The `bus` fixture's group (standard queues, pcj_default, dqf_messages_max = 40)
+    in this trio run under MockClock: connect with `mem_bus.connect(queue)`."""
+    yield await make_mem_bus(group_extra="pcj_default = true", limits="dqf_messages_max = 40")

@@ -1,4 +1,4 @@
-"""Every delivery mode to a target in the same group, against a real server process."""
+"""Every delivery mode to a target in the same group, against the real server code (in process)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ from clients import (
     NotSupported,
     Status,
     Uma,
-    connect,
 )
 
 MODE = DeliveryMode
 
 
-async def test_wf_mem_reports_enqueued_and_unattachedq(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_wf_mem_reports_enqueued_and_unattachedq(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"to nobody", target="1.11", delivery=MODE.WF_MEM)
         assert (psb.status, psb.delivery_status) == (Status.SUCCESS, Status.UNATTACHEDQ)
-        async with connect(bus.address, queue="ANYORDER") as receiver:
+        async with mem_bus.connect(queue="ANYORDER") as receiver:
             psb = await sender.put(b"to someone", target="1.11", delivery=MODE.WF_MEM)
             assert psb.delivery_status == Status.ENQUEUED
             first = await receiver.get(timeout=5)
@@ -32,8 +31,8 @@ async def test_wf_mem_reports_enqueued_and_unattachedq(bus) -> None:
     assert str(first.source) == "1.13" and str(first.target) == "1.11"
 
 
-async def test_ak_mem_sends_mrs_ack_and_nn_mem_sends_nothing(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_ak_mem_sends_mrs_ack_and_nn_mem_sends_nothing(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="ANYORDER", delivery=MODE.AK_MEM)
         assert psb.status == Status.SUCCESS
         ack = await sender.get(timeout=5)
@@ -56,11 +55,11 @@ async def _put_in_background(nursery, sender, results: list, **options) -> trio.
     return done
 
 
-async def test_wf_deq_blocks_until_the_receiver_gets(bus) -> None:
+async def test_wf_deq_blocks_until_the_receiver_gets(mem_bus) -> None:
     results: list = []
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="ANYORDER") as receiver,
         trio.open_nursery() as nursery,
     ):
         done = await _put_in_background(
@@ -78,11 +77,11 @@ async def test_wf_deq_blocks_until_the_receiver_gets(bus) -> None:
     assert results[0].delivery_status == Status.SUCCESS
 
 
-async def test_wf_ack_blocks_until_the_receiver_confirms(bus) -> None:
+async def test_wf_ack_blocks_until_the_receiver_confirms(mem_bus) -> None:
     results: list = []
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="ANYORDER") as receiver,
         trio.open_nursery() as nursery,
     ):
         done = await _put_in_background(
@@ -98,10 +97,12 @@ async def test_wf_ack_blocks_until_the_receiver_confirms(bus) -> None:
 
 
 @pytest.mark.parametrize("mode, interest", [(MODE.AK_DEQ, "get"), (MODE.AK_ACK, "confirm")])
-async def test_ak_deq_and_ak_ack_acknowledge_at_their_interest_point(bus, mode, interest) -> None:
+async def test_ak_deq_and_ak_ack_acknowledge_at_their_interest_point(
+    mem_bus, mode, interest
+) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="ANYORDER") as receiver,
     ):
         psb = await sender.put(b"m", target="1.11", delivery=mode)
         with pytest.raises(NoMoreMessages):
@@ -117,10 +118,10 @@ async def test_ak_deq_and_ak_ack_acknowledge_at_their_interest_point(bus, mode, 
 
 
 @pytest.mark.parametrize("mode", [MODE.WF_SAF, MODE.WF_DQF])
-async def test_wf_recoverable_reports_stored_and_delivers_confirmreq(bus, mode) -> None:
+async def test_wf_recoverable_reports_stored_and_delivers_confirmreq(mem_bus, mode) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="ANYORDER") as receiver,
     ):
         psb = await sender.put(b"durable", target="1.11", delivery=mode, uma=Uma.DISC)
         assert (psb.status, psb.delivery_status, psb.uma_status) == (
@@ -134,10 +135,10 @@ async def test_wf_recoverable_reports_stored_and_delivers_confirmreq(bus, mode) 
 
 
 @pytest.mark.parametrize("mode", [MODE.AK_SAF, MODE.AK_DQF, MODE.NN_SAF, MODE.NN_DQF])
-async def test_ak_and_nn_recoverable(bus, mode) -> None:
+async def test_ak_and_nn_recoverable(mem_bus, mode) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="ANYORDER") as receiver,
     ):
         psb = await sender.put(b"durable", target="1.11", delivery=mode, uma=Uma.DISC)
         message = await receiver.get(timeout=5)
@@ -150,11 +151,11 @@ async def test_ak_and_nn_recoverable(bus, mode) -> None:
                 await sender.get(timeout=0)
 
 
-async def test_wf_conf_waits_for_confirm_and_ak_conf_acks_after_it(bus) -> None:
+async def test_wf_conf_waits_for_confirm_and_ak_conf_acks_after_it(mem_bus) -> None:
     results: list = []
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="ANYORDER") as receiver,
         trio.open_nursery() as nursery,
     ):
         done = await _put_in_background(
@@ -186,16 +187,16 @@ async def test_wf_conf_waits_for_confirm_and_ak_conf_acks_after_it(bus) -> None:
         (MODE.AK_DEQ, Uma.DLJ),
     ],
 )
-async def test_unsupported_mode_uma_pairs_answer_notsupported(bus, mode, uma) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_unsupported_mode_uma_pairs_answer_notsupported(mem_bus, mode, uma) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         with pytest.raises(NotSupported) as refused:
             await sender.put(b"x", target="1.11", delivery=mode, uma=uma)
         assert refused.value.status == Status.NOTSUPPORTED
         assert uma.name in refused.value.message
 
 
-async def test_values_that_are_no_mode_or_uma(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_values_that_are_no_mode_or_uma(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         with pytest.raises(NotSupported) as refused:
             await sender._request(
                 __import__("mrs.protocol", fromlist=["Put"]).Put(
@@ -206,8 +207,8 @@ async def test_values_that_are_no_mode_or_uma(bus) -> None:
         assert refused.value.status == Status.BADDELIVERY
 
 
-async def test_unknown_targets(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_unknown_targets(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         recoverable = await sender.put(b"x", target="1.77", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert recoverable.delivery_status == Status.NO_DQF
         assert recoverable.uma_status == Status.DISC_SUCCESS
@@ -220,8 +221,8 @@ async def test_unknown_targets(bus) -> None:
             await sender.put(b"x", target="NOPE", delivery=MODE.WF_MEM)
 
 
-async def test_queue_over_quota_answers_exceedquota(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_queue_over_quota_answers_exceedquota(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         for _ in range(2):
             psb = await sender.put(b"x", target="SMALL", delivery=MODE.WF_MEM)
             assert psb.delivery_status == Status.UNATTACHEDQ
@@ -229,30 +230,30 @@ async def test_queue_over_quota_answers_exceedquota(bus) -> None:
         assert (psb.delivery_status, psb.uma_status) == (Status.EXCEEDQUOTA, Status.DISC_SUCCESS)
 
 
-async def test_temporary_queue_not_attached_answers_notactive(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_temporary_queue_not_attached_answers_notactive(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="TEMP", delivery=MODE.WF_MEM)
         assert (psb.delivery_status, psb.uma_status) == (Status.NOTACTIVE, Status.DISC_SUCCESS)
 
 
-async def test_dqf_full_takes_the_uma(bus) -> None:
-    """The bus fixture's group holds dqf_messages_max = 40."""
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_dqf_full_takes_the_uma(mem_bus) -> None:
+    """The mem_bus fixture's group holds dqf_messages_max = 40."""
+    async with mem_bus.connect(queue="SENDER") as sender:
         for index in range(40):
             psb = await sender.put(b"%d" % index, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
             assert psb.delivery_status == Status.STORED
         psb = await sender.put(b"one too many", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DLJ)
         assert (psb.delivery_status, psb.uma_status) == (Status.DQF_FULL, Status.DLJ_SUCCESS)
-        async with connect(bus.address, queue="ANYORDER") as receiver:
+        async with mem_bus.connect(queue="ANYORDER") as receiver:
             message = await receiver.get(timeout=5)
             await receiver.confirm(message.seq)
         psb = await sender.put(b"room again", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.STORED
 
 
-async def test_message_bigger_than_the_limit_is_refused(make_bus) -> None:
-    bus = make_bus(limits="message_bytes_max = 1000")
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_message_bigger_than_the_limit_is_refused(make_mem_bus) -> None:
+    mem_bus = await make_mem_bus(limits="message_bytes_max = 1000")
+    async with mem_bus.connect(queue="SENDER") as sender:
         with pytest.raises(Exception) as refused:
             await sender.put(b"x" * 1001, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert refused.value.status == Status.MSGTOOBIG
@@ -264,13 +265,13 @@ async def test_message_bigger_than_the_limit_is_refused(make_bus) -> None:
         assert psb.delivery_status == Status.STORED
 
 
-async def test_recoverable_put_to_a_queue_without_dqf_answers_no_dqf(make_bus) -> None:
+async def test_recoverable_put_to_a_queue_without_dqf_answers_no_dqf(make_mem_bus) -> None:
     queues = (
         '[[group.queue]]\nid = 13\nname = "SENDER"\n'
         '[[group.queue]]\nid = 30\nname = "NODQF"\nrecoverable = false\n'
     )
-    bus = make_bus(queues=queues)
-    async with connect(bus.address, queue="SENDER") as sender:
+    mem_bus = await make_mem_bus(queues=queues)
+    async with mem_bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="NODQF", delivery=MODE.WF_DQF, uma=Uma.DLJ)
         assert (psb.delivery_status, psb.uma_status) == (Status.NO_DQF, Status.DLJ_SUCCESS)
         memory = await sender.put(b"y", target="NODQF", delivery=MODE.WF_MEM)

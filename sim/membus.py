@@ -1,0 +1,144 @@
+"""One in-process bus: the real group servers in this trio run, over memory, no processes.
+
+Why: a test of a delivery rule (a mode, a UMA, a confirm style) needs the real server
+code, not a real process. Spawning `mrs serve` costs ~0.3 s per test and its timeouts
+cost wall time; here every group is a `GroupServer` on the in-memory network
+(sim/memnet.py) with the in-memory journals (sim/memstore.py), so under
+`trio.testing.MockClock(autojump_threshold=0)` a 10 s timeout takes no time at all.
+The swarm (sim/swarm.py) runs its groups as `SimGroup`s too. Real processes stay for
+what only they can show: SIGKILL, signals, the CLI, the demo.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from clients import connect
+from mrs.config import BusConfig, load_config
+from mrs.server import GroupServer
+from sim.memnet import MemoryNetwork
+from sim.memstore import MemoryJournalStore
+
+CLIENT_NODE = "clients"
+"""The memory network's node every test client connects from."""
+
+
+@dataclass(eq=False)
+class SimGroup:
+    """One group's real server on the memory network; its store outlives a crash."""
+
+    bus: BusConfig
+    group_id: int
+    network: MemoryNetwork
+    store: MemoryJournalStore
+    unsafe: frozenset[str] = frozenset()
+    server: GroupServer | None = None
+    scope: trio.CancelScope | None = None
+    up: bool = False
+
+    @property
+    def address(self) -> str:
+        config = self.bus.group(self.group_id)
+        return f"{config.listen_host}:{config.listen_port}"
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self.server = GroupServer(
+            self.bus,
+            self.bus.group(self.group_id),
+            network=self.network.node(f"g{self.group_id}"),
+            open_store=lambda: self.store,
+            clock_ns=lambda: int(trio.current_time() * 1e9),
+            unsafe=self.unsafe,
+        )
+        await nursery.start(self._run)
+        self.up = True
+
+    async def _run(self, *, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            self.scope = scope
+            await self.server.run(task_status=task_status)
+
+    def crash(self) -> None:
+        """Like SIGKILL: nothing uncommitted survives, no shutdown code runs."""
+        self.server.crashed = True
+        self.scope.cancel()
+        self.up = False
+
+
+@dataclass(eq=False)
+class MemoryBus:
+    """Every group of a bus config, started in one nursery; crash and restart any."""
+
+    bus: BusConfig
+    nursery: trio.Nursery
+    network: MemoryNetwork = field(default_factory=lambda: MemoryNetwork(random.Random(0)))
+    groups: dict[int, SimGroup] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for group_id in self.bus.groups:
+            Path(self.bus.group(group_id).data_dir).mkdir(parents=True, exist_ok=True)
+            self.groups[group_id] = SimGroup(
+                self.bus, group_id, self.network, MemoryJournalStore(f"memory-g{group_id}")
+            )
+
+    async def start(self, group_id: int) -> None:
+        await self.groups[group_id].start(self.nursery)
+
+    async def restart(self, group_id: int) -> None:
+        """Crash the group (as SIGKILL would) and start it again on the same journals."""
+        group = self.groups[group_id]
+        if group.up:
+            group.crash()
+            await trio.lowlevel.checkpoint()
+        await self.start(group_id)
+
+    def address(self, group_id: int) -> str:
+        return self.groups[group_id].address
+
+    def connect(self, group_id: int, queue: Any = None, **options: Any):
+        """`clients.connect` to a group over the memory network (same options)."""
+        options.setdefault("open_stream", self.network.node(CLIENT_NODE).connect)
+        return connect(self.address(group_id), queue, **options)
+
+
+@asynccontextmanager
+async def memory_bus(config_path: Path, start: bool = True) -> AsyncIterator[MemoryBus]:
+    """The bus of `config_path` in this trio run; every group started unless start=False."""
+    async with trio.open_nursery() as nursery:
+        bus = MemoryBus(load_config(config_path), nursery)
+        if start:
+            for group_id in bus.bus.groups:
+                await bus.start(group_id)
+        yield bus
+        nursery.cancel_scope.cancel()
+
+
+@dataclass(eq=False)
+class MemoryGroup:
+    """One group of a `MemoryBus`, shaped like tests/conftest.py's `Bus` (a process):
+    `address`, `restart()`, plus `connect(queue)` since the address is not TCP."""
+
+    memory: MemoryBus
+    group_id: int
+    config_path: Path
+
+    @property
+    def address(self) -> str:
+        return self.memory.address(self.group_id)
+
+    @property
+    def server(self) -> GroupServer:
+        return self.memory.groups[self.group_id].server
+
+    def connect(self, queue: Any = None, **options: Any):
+        return self.memory.connect(self.group_id, queue, **options)
+
+    async def restart(self) -> None:
+        await self.memory.restart(self.group_id)
