@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clients.errors import MrsError
-from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status
+from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status, Uma
 from mrs.protection.envelope import Opened, Quality, is_protected, open_envelope, seal
 from mrs.protection.errors import (
     MQRC_NOT_AUTHORIZED,
@@ -174,13 +174,13 @@ class Protection:
         try:
             opened = self.check(queue, message.body)
         except ProtectionError as error:
-            moved = await _to_dead_letter_queue(client, queue, message, error)
-            where = "moved to the DLQ" if moved else "the DLQ put failed: left on the queue"
+            where = await _to_dead_letter_queue(client, queue, message, error)
+            moved = f"moved to {where}" if where else "the DLQ put failed: left on the queue"
             raise ProtectionRefused(
-                f"message {message.seq} on {queue} refused: {error} ({where})",
+                f"message {message.seq} on {queue} refused: {error} ({moved})",
                 error.reason,
                 message.seq,
-                moved,
+                where is not None,
             ) from None
         return message if opened is None else _with_opened(message, opened)
 
@@ -198,8 +198,13 @@ def _with_opened(message: Message, opened: Opened) -> Message:
 
 async def _to_dead_letter_queue(
     client: Client, queue: Address, message: Message, error: ProtectionError
-) -> bool:
-    """Put the refused message, as it is, on this group's DLQ, then confirm it here."""
+) -> str | None:
+    """Put the refused message, as it is, on this group's DLQ, then confirm it here.
+
+    A recoverable message stays durable: it is put WF_DQF with UMA DLJ, so a
+    journaled DLQ (`dead_letter_queue_recoverable`) stores it, and a memory DLQ
+    (which takes no recoverable put: NO_DQF) hands it to the DLJ with its header.
+    Where it went ("the DLQ", "the DLJ ..."), or None if it could not be moved."""
     header = {
         "reason": error.reason,
         "dest_q_name": str(queue.queue),
@@ -211,11 +216,13 @@ async def _to_dead_letter_queue(
         "original_seq": message.seq,
         "original_source": str(message.source),
     }
+    recoverable = message.delivery.recoverable
     try:
         psb = await client.put(
             message.body,
             target=Address(queue.group, DEAD_LETTER_QUEUE),
-            delivery=DeliveryMode.WF_MEM,
+            delivery=DeliveryMode.WF_DQF if recoverable else DeliveryMode.WF_MEM,
+            uma=Uma.DLJ if recoverable else Uma.DISC,
             msg_class=message.msg_class,
             msg_type=message.msg_type,
             priority=message.priority,
@@ -225,21 +232,24 @@ async def _to_dead_letter_queue(
         )
     except MrsError as failed:
         log.error("refused message %d not moved to the DLQ: %s", message.seq, failed)
-        return False
-    if psb.delivery_status != Status.ENQUEUED and not (
-        isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
-    ):
-        log.error("refused message %d not moved to the DLQ: %s", message.seq, psb.delivery_status)
-        return False
+        return None
+    stored = isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
+    if not stored and psb.uma_status != Status.DLJ_SUCCESS:
+        log.error(
+            "refused message %d not moved to the DLQ: %s/%s",
+            message.seq,
+            psb.delivery_status,
+            psb.uma_status,
+        )
+        return None
     if message.needs_confirm:
         try:
             await client.confirm(message.seq)
         except MrsError as failed:
-            log.error(
-                "refused message %d moved to the DLQ but not confirmed: %s", message.seq, failed
-            )
-    log.warning("message %d on %s refused (%s): moved to the DLQ", message.seq, queue, error)
-    return True
+            log.error("refused message %d dead-lettered but not confirmed: %s", message.seq, failed)
+    where = "the DLQ" if stored else "the DLJ (the DLQ is memory only)"
+    log.warning("message %d on %s refused (%s): moved to %s", message.seq, queue, error, where)
+    return where
 
 
 __all__ = ["PROTECTION_HEADER", "Protection", "ProtectionRefused", "Quality"]

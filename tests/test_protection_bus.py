@@ -102,9 +102,9 @@ def start_group(tmp_path, keys):
     """Start group 1 (QUEUES) with a policy file; `dlq_policy` is appended to it."""
     started: list[GroupProcess] = []
 
-    def start(dlq_policy: str = "") -> tuple[GroupProcess, Path]:
+    def start(dlq_policy: str = "", group_extra: str = "") -> tuple[GroupProcess, Path]:
         directory = tmp_path / f"bus{len(started)}"
-        config = write_single_group_config(directory, queues=QUEUES)
+        config = write_single_group_config(directory, queues=QUEUES, group_extra=group_extra)
         with_protection(config)
         write_policies(directory, keys, dlq_policy)
         process = GroupProcess(config, 1)
@@ -132,7 +132,7 @@ def dump(directory: Path, journal: str) -> str:
 
 # ---------------------------------------------------------------------- privacy
 async def test_a_protected_message_is_readable_by_its_receiver_only(start_group, keys) -> None:
-    group, directory = start_group()
+    group, directory = start_group(group_extra="dead_letter_queue_recoverable = true")
     async with connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
         psb = await shop.put(SECRET, target="1.10", delivery=MODE.WF_DQF)
         assert psb.delivery_status == Status.STORED
@@ -160,8 +160,10 @@ async def test_a_protected_message_is_readable_by_its_receiver_only(start_group,
     async with connect(group.address, "1.10", protection=app(directory, keys, "AUDITOR")) as thief:
         with pytest.raises(ProtectionRefused, match="not a recipient") as refused:
             await thief.get(timeout=5)
-        assert refused.value.seq == second.seq
-    async with connect(group.address, "DLQ") as dead:  # refused: on the DLQ, still sealed
+        assert refused.value.seq == second.seq and refused.value.dead_lettered
+    # Refused, it is on the (journaled) DLQ, still sealed, and survives a SIGKILL.
+    address = await trio.to_thread.run_sync(group.restart)
+    async with connect(address, "DLQ") as dead:
         moved = await dead.get(timeout=5)
     assert is_protected(moved.body) and SECRET not in moved.body
     header = moved.dead_letter_header
@@ -193,13 +195,13 @@ async def test_unsigned_and_tampered_messages_are_refused_and_dead_lettered(
         message = await q.get(timeout=5)
         assert (message.seq, message.body) == (good.seq, b"pay 20 to BOB")
         await q.confirm(message.seq)
-    # Never silently delivered, never lost: both are on the DLQ as they were, with a
+    # Never silently delivered, never lost: the group's DLQ is memory only, so the
+    # refused recoverable messages are in its DLJ (durable), as they were, with a
     # header a handler can match on, and gone from the queue (nothing redelivered).
-    async with connect(group.address, "DLQ") as dead:
-        moved = [await dead.get(timeout=5) for _ in range(2)]
-    assert [m.body for m in moved] == [b"unsigned order", tampered]
-    for m in moved:
-        header = m.dead_letter_header
+    records = [json.loads(line) for line in dump(directory, "dlj").splitlines()]
+    assert [r["body"] for r in records] == ["unsigned order", "hex:" + tampered.hex()]
+    for record in records:
+        header = record["headers"]["dead_letter_header"]
         assert (header["reason"], header["dest_q_mgr_name"], header["dest_q_name"]) == (
             MQRC_SECURITY_ERROR,
             "1",

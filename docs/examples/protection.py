@@ -35,7 +35,9 @@ async def main(address: str, scratch: Path) -> None:
     async with connect(address, queue="SENDER", protection=keys_of("SHOP")) as shop:
         psb = await shop.put(b"card 4111 for order 17", target="1.10", delivery=DeliveryMode.WF_DQF)
         print("SHOP put seq", psb.seq, psb.delivery_status.name)
-        await shop.put(b"card 4242 for order 18", target="1.10", delivery=DeliveryMode.WF_DQF)
+        # A memory message: refused, it goes to the (memory) DLQ; a refused recoverable
+        # message goes to the DLJ, or to the DLQ when it is journaled.
+        await shop.put(b"card 4242 for order 18", target="1.10", delivery=DeliveryMode.WF_MEM)
 
     async with connect(address, queue="ORDERS", protection=keys_of("BILLING")) as billing:
         message = await billing.get(timeout=5)
