@@ -1,0 +1,121 @@
+"""What TLS costs a producer: durable puts/s and connect time, TLS on as a ratio of off.
+
+    python benchmarks/security_cost.py [--messages 4000] [--rounds 3] [--connections 4]
+
+Two one-group buses run side by side, the same config but one with `[group.tls]`
+(made by `mrs certs`, client certificates required). Each round puts the same
+durable WF_DQF load into each (interleaved, so machine noise hits both alike):
+`--connections` clients, each with 32 tasks sharing its connection; and times 50
+connect+attach+close cycles (a TLS handshake each). Prints the means and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+from clients import DeliveryMode, connect, tls_context
+from sim.processes import GroupProcess, write_single_group_config
+
+TASKS_PER_CONNECTION = 32
+CONNECTS = 50
+PRODUCERS_MAX = 64
+QUEUES = '[[group.queue]]\nid = 10\nname = "SINK"\n' + "".join(
+    f'[[group.queue]]\nid = {100 + i}\nname = "P{i}"\n' for i in range(PRODUCERS_MAX)
+)
+"""SINK takes the puts; each producer connection attaches to its own P<i>."""
+
+
+def start_group(directory: Path, tls: bool) -> tuple[GroupProcess, dict]:
+    config = write_single_group_config(
+        directory, queues=QUEUES, limits="dqf_messages_max = 10000000"
+    )
+    options: dict = {}
+    if tls:
+        certs = directory / "certs"
+        subprocess.run(
+            [sys.executable, "-m", "mrs", "certs", "--config", str(config), "--out", str(certs)]
+            + ["--apply"],
+            check=True,
+            capture_output=True,
+        )
+        options["tls"] = tls_context(certs / "ca.pem", certs / "client.pem", certs / "client.key")
+    group = GroupProcess(config, 1)
+    group.start()
+    return group, options
+
+
+async def put_rate(address: str, options: dict, messages: int, connections: int) -> float:
+    per_task = messages // (connections * TASKS_PER_CONNECTION)
+    body = b"x" * 1024
+
+    async def producer(index: int) -> None:
+        queue = f"1.{100 + index}"
+        async with connect(address, queue, **options) as client, trio.open_nursery() as nursery:
+            for _ in range(TASKS_PER_CONNECTION):
+                nursery.start_soon(worker, client)
+
+    async def worker(client) -> None:
+        for _ in range(per_task):
+            await client.put(body, "1.10", delivery=DeliveryMode.WF_DQF)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in range(connections):
+            nursery.start_soon(producer, index)
+    return per_task * TASKS_PER_CONNECTION * connections / (time.perf_counter() - started)
+
+
+async def connect_ms(address: str, options: dict) -> float:
+    started = time.perf_counter()
+    for _ in range(CONNECTS):
+        async with connect(address, "1.100", **options):
+            pass
+    return (time.perf_counter() - started) / CONNECTS * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=4)
+    args = parser.parse_args()
+    if not 1 <= args.connections <= PRODUCERS_MAX:
+        parser.error(f"--connections must be 1..{PRODUCERS_MAX}")
+    with tempfile.TemporaryDirectory() as scratch:
+        groups = {
+            kind: start_group(Path(scratch) / kind, tls=kind == "tls") for kind in ("off", "tls")
+        }
+        rates: dict[str, list[float]] = {kind: [] for kind in groups}
+        connects: dict[str, list[float]] = {kind: [] for kind in groups}
+        try:
+            for _ in range(args.rounds):
+                for kind, (group, options) in groups.items():
+                    rate = trio.run(
+                        put_rate, group.address, options, args.messages, args.connections
+                    )
+                    rates[kind].append(rate)
+                    connects[kind].append(trio.run(connect_ms, group.address, options))
+        finally:
+            for group, _ in groups.values():
+                group.terminate()
+    base_rate = statistics.mean(rates["off"])
+    base_connect = statistics.mean(connects["off"])
+    for kind in groups:
+        rate, ms = statistics.mean(rates[kind]), statistics.mean(connects[kind])
+        label = "on" if kind == "tls" else "off"
+        print(
+            f"TLS {label:3}  {rate:7.0f} durable puts/s ({rate / base_rate:.2f} of off)   "
+            f"connect+attach {ms:6.2f} ms ({ms / base_connect:.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
