@@ -194,3 +194,14 @@ async def _server_still_serves(bus: TlsBus) -> None:
         message = await client.get(timeout=10)
         assert message.body == b"still here"
         await client.confirm(message.seq)
+
+
+async def test_mrs_status_reads_a_tls_bus_from_its_config(tls_bus) -> None:
+    """Operator tools reach a TLS group with the CA and certificate its config names."""
+    await wait_link_up(tls_bus)
+    result = await trio.to_thread.run_sync(
+        lambda: mrs("status", "--config", str(tls_bus.config), "--json")
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"up": true' in result.stdout and '"error": null' in result.stdout
+    assert result.stdout.count('"up": true') == 2

@@ -240,6 +240,15 @@ def tls_network(bus: Any, group: Any) -> TlsNetwork:
     return TlsNetwork(group.tls, peer_names)
 
 
+def operator_connect_options(group: Any) -> dict[str, Any]:
+    """`connect()` options for an operator tool reaching `group` from the config: TLS
+    with the group's CA and, as client certificate, the group's own (the tool runs
+    where the group's files are); the server verified by its name mrs-group-N."""
+    if group.tls is None:
+        return {}
+    return {"tls": group.tls.dial_context(), "tls_server_name": group_server_name(group.id)}
+
+
 def _why(error: BaseException) -> str:
     if isinstance(error, trio.TooSlowError):
         return f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
 
 CONNECT_TIMEOUT_S_DEFAULT = 3.0
@@ -35,6 +36,8 @@ class GroupView:
     status: dict[str, Any] | None = None
     error: str | None = None
     links_configured: list[int] = field(default_factory=list)
+    connect_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    """TLS settings from the config (mrs.security.tls.operator_connect_options)."""
 
     @property
     def up(self) -> bool:
@@ -129,6 +132,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
                 group.id,
                 group.name,
                 links_configured=list(group.linked_group_ids),
+                connect_options=operator_connect_options(group),
             )
         )
     return views, bus.path
@@ -152,7 +156,11 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     try:
         with trio.fail_after(timeout_s):
             async with connect(
-                view.address, queue=None, program="mrs status", connect_timeout_s=timeout_s
+                view.address,
+                queue=None,
+                program="mrs status",
+                connect_timeout_s=timeout_s,
+                **view.connect_options,
             ) as client:
                 view.status = await client.status()
     except trio.TooSlowError:
