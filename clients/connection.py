@@ -45,6 +45,7 @@ from clients.saf_journal import (
 from clients.tls import tls_opener, tls_refusal
 from journals import Record
 from mrs import protocol as wire
+from mrs.framed import FramedStream, StreamClosed
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -62,7 +63,6 @@ from mrs.model import (
 
 log = logging.getLogger("clients")
 
-RECEIVE_BYTES_MAX = 256 * 1024
 _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 FRAME_BYTES_MAX = 64 * 1024 * 1024
 REPLY_GRACE_S = 5.0
@@ -146,14 +146,11 @@ class JournalEvent:
 
 
 @dataclass(eq=False)
-class _Link:
-    """One live connection: its stream, protocol state and outbox."""
+class _Link(FramedStream):
+    """One live connection: its framed stream, plus what the client tracks of it."""
 
-    stream: trio.abc.Stream
-    connection: wire.Connection
-    outbox: list[bytes] = field(default_factory=list)
     unsent: set[int] = field(default_factory=set)
-    ready: trio.Event = field(default_factory=trio.Event)
+    """Requests queued but not yet handed to the stream: safe to retry if it is lost."""
     lost: MrsError | None = None
     heard_s: float = field(default_factory=trio.current_time)
     """trio.current_time() when the server last sent a byte."""
@@ -528,8 +525,7 @@ class Client:
         link.unsent.add(request.request_id)
 
     def _send_frame(self, link: _Link, event: object) -> None:
-        link.outbox.append(link.connection.send(event))
-        link.ready.set()
+        link.send(event)
 
     async def _request(self, request: object, wait_s: float | None, kind: str = "other") -> object:
         link = self._link
@@ -590,7 +586,7 @@ class Client:
         link.lost = error
         if self._link is link:
             self._link = None
-        link.ready.set()
+        link.wake()
         pending, self._pending = self._pending, {}
         for request_id, waiter in pending.items():
             if request_id in link.unsent:
@@ -646,7 +642,7 @@ class Client:
 
     async def _handshake(self, link: _Link) -> None:
         hello = wire.Hello(wire.PROTOCOL_VERSION, self._program)
-        await link.stream.send_all(link.connection.send(hello))
+        await link.send_now(hello)
         welcome = await _next_event(link)
         if isinstance(welcome, wire.Fatal):
             raise error_for(welcome.status, welcome.message)
@@ -655,7 +651,7 @@ class Client:
         if self._queue_text is None:
             return
         attach = wire.Attach(self._next_id(), self._queue_text)
-        await link.stream.send_all(link.connection.send(attach))
+        await link.send_now(attach)
         attached = await _next_event(link)
         if isinstance(attached, wire.Failure | wire.Fatal):
             raise error_for(attached.status, attached.message)
@@ -743,16 +739,15 @@ class Client:
     async def _receive_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
             while True:
-                data = await link.stream.receive_some(RECEIVE_BYTES_MAX)
+                events, still_open = await link.receive_events()
                 link.heard_s = trio.current_time()
-                link.connection.receive_data(data)
-                for event in link.connection.events():
+                for event in events:
                     if isinstance(event, wire.Fatal):
                         raise error_for(
                             event.status, f"server closed the connection: {event.message}"
                         )
                     self._dispatch(link, event)
-                if not data or link.connection.closed:
+                if not still_open or link.connection.closed:
                     raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
         except MrsError as error:
             self._lose(link, error)
@@ -765,11 +760,8 @@ class Client:
     async def _send_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
             while link.lost is None:
-                await link.ready.wait()
-                link.ready = trio.Event()
-                if link.outbox:
-                    data = b"".join(link.outbox)
-                    link.outbox.clear()
+                data = await link.next_batch()
+                if data:
                     link.unsent.clear()
                     await link.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
@@ -778,13 +770,10 @@ class Client:
 
 
 async def _next_event(link: _Link) -> object:
-    while True:
-        event = link.connection.next_event()
-        if event is wire.CLOSED:
-            raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
-        if event is not wire.NEED_DATA:
-            return event
-        link.connection.receive_data(await link.stream.receive_some(RECEIVE_BYTES_MAX))
+    try:
+        return await link.next_event()
+    except StreamClosed:
+        raise ConnectionLost(Status.LINK_DOWN, "server closed the connection") from None
 
 
 def _psb(reply: wire.PutDone) -> Psb:

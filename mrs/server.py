@@ -46,6 +46,7 @@ from mrs.config import BusConfig, GroupConfig
 from mrs.datadir import IDENTITY_CHECK_INTERVAL_S, DataDirError, DataDirGuard
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
+from mrs.framed import FramedStream
 from mrs.group import UNSAFE_SWITCHES, Group
 from mrs.group_ops import GroupOps
 from mrs.journal_check import verify_before_open
@@ -67,7 +68,6 @@ from mrs.watchdog import Liveness, next_nonce, watch
 
 log = logging.getLogger("mrs.server")
 
-RECEIVE_BYTES_MAX = 256 * 1024
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
 
@@ -80,22 +80,15 @@ _LINGER_RST = struct.pack("ii", 1, 0)
 
 
 @dataclass(eq=False)
-class ServerSession:
-    """One client connection."""
+class ServerSession(FramedStream):
+    """One client connection: its framed stream, plus what the server tracks of it."""
 
-    stream: trio.abc.Stream
-    connection: wire.Connection
     id: int = field(default_factory=lambda: next(_session_ids))
     attached: TargetQueue | None = None
     link: PeerLink | None = None
     peer: str = "?"
     host: str = "?"
     """The peer's address without the port: what limits and log throttling key on."""
-    closed: bool = False
-    _outbox: list[bytes] = field(default_factory=list)
-    _outbox_bytes: int = 0
-    _ready: trio.Event = field(default_factory=trio.Event)
-    _drained: trio.Event = field(default_factory=trio.Event)
     liveness: Liveness = field(default_factory=Liveness)
     in_flight: dict[int, int] = field(default_factory=dict)
     """Requests not yet answered: request_id -> body bytes (requests_in_flight_max)."""
@@ -115,35 +108,7 @@ class ServerSession:
             size = in_flight.pop(getattr(event, "request_id", 0), None)
             if size is not None:
                 self.in_flight_bytes -= size
-        data = self.connection.send(event)
-        self._outbox.append(data)
-        self._outbox_bytes += len(data)
-        self._ready.set()
-
-    async def send_loop(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready = trio.Event()
-            await self.flush()
-            self._drained.set()
-
-    async def flushed(self) -> None:
-        """Until the send loop has written everything queued so far."""
-        while self._outbox:
-            self._drained = trio.Event()
-            await self._drained.wait()
-
-    async def wait_drained(self) -> None:
-        while self._outbox_bytes > OUTBOX_BYTES_HIGH:
-            self._drained = trio.Event()
-            await self._drained.wait()
-
-    async def flush(self) -> None:
-        if self._outbox:
-            data = b"".join(self._outbox)
-            self._outbox.clear()
-            self._outbox_bytes = 0
-            await self.stream.send_all(data)
+        super().send(event)
 
 
 class GroupServer:
@@ -518,24 +483,21 @@ class GroupServer:
 
     async def _receive_loop(self, session: ServerSession) -> None:
         while await self._receive_once(session):
-            await session.wait_drained()
+            await session.wait_drained(OUTBOX_BYTES_HIGH)
 
     async def _receive_once(self, session: ServerSession) -> bool:
         """Read what one recv brings and dispatch every event in it (handshake and
         receive loop alike); False once the connection ended (EOF, protocol error)."""
-        connection = session.connection
-        data = await session.stream.receive_some(RECEIVE_BYTES_MAX)
-        connection.receive_data(data)
         try:
-            events = connection.events()
+            events, still_open = await session.receive_events()
             for event in events:
                 self._dispatch(session, event)
         except wire.ProtocolError as error:
             await self._protocol_error(session, error)
             return False
-        if not data:
+        if not still_open:
             return False
-        session.liveness.heard(connection.buffered_bytes, len(events))
+        session.liveness.heard(session.buffered_bytes, len(events))
         return True
 
     async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:

@@ -1,0 +1,138 @@
+"""One framed stream: a trio stream carrying MRS frames, the I/O half of a wire.Connection.
+
+The server session, the dialed end of a link and the client library all did the same
+three things around their sans-I/O `mrs.protocol.Connection`: queue frames and write
+them in one `send_all` per wake-up (so replies ready together share a write), read
+what one recv brings and take every complete event out of it, and during a handshake
+wait for the next event within a deadline. `FramedStream` does them once.
+
+Bounds: a frame longer than the connection's `frame_bytes_max` is refused from its
+header (the Connection raises RemoteProtocolError); one read takes at most
+`RECEIVE_BYTES_MAX` bytes; `wait_drained` lets a reader pause while more than a given
+number of bytes wait to be written, so a peer that does not read cannot make the
+outbox grow without bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import trio
+
+from mrs import protocol as wire
+
+RECEIVE_BYTES_MAX = 256 * 1024
+"""Bytes asked of one receive_some."""
+
+
+class StreamClosed(Exception):
+    """The peer closed the stream (or sent a Fatal) while an event was awaited."""
+
+
+@dataclass(eq=False)
+class FramedStream:
+    """A stream and its protocol state, with an outbox written by one send loop."""
+
+    stream: trio.abc.Stream
+    connection: wire.Connection
+    closed: bool = False
+    """Set by the owner when the connection is over: later sends are dropped."""
+    _outbox: list[bytes] = field(default_factory=list)
+    _outbox_bytes: int = 0
+    _ready: trio.Event = field(default_factory=trio.Event)
+    _drained: trio.Event = field(default_factory=trio.Event)
+
+    # -- sending --------------------------------------------------------------------
+
+    def send(self, event: object) -> None:
+        """Queue `event`'s frame for the send loop (dropped once closed).
+
+        Raises LocalProtocolError, as Connection.send does."""
+        if self.closed:
+            return
+        data = self.connection.send(event)  # type: ignore[arg-type]
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
+        self._ready.set()
+
+    @property
+    def outbox_bytes(self) -> int:
+        """Bytes queued and not yet handed to the stream."""
+        return self._outbox_bytes
+
+    def take(self) -> bytes:
+        """Everything queued, as one buffer; the outbox is empty afterwards."""
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        self._outbox_bytes = 0
+        return data
+
+    def wake(self) -> None:
+        """Wake whoever waits in `next_batch` (e.g. to notice the connection is lost)."""
+        self._ready.set()
+
+    async def next_batch(self) -> bytes:
+        """Wait for a send or a wake, then take everything queued (b"" after a bare
+        wake): the step of a custom send loop."""
+        await self._ready.wait()
+        self._ready = trio.Event()
+        return self.take()
+
+    async def send_loop(self) -> None:
+        """Write whatever is queued, one send_all per wake-up, until cancelled."""
+        while True:
+            await self._ready.wait()
+            self._ready = trio.Event()
+            await self.flush()
+            self._drained.set()
+
+    async def flush(self) -> None:
+        """Write everything queued now (when no send loop runs, e.g. a last Fatal)."""
+        if self._outbox:
+            await self.stream.send_all(self.take())
+
+    async def flushed(self) -> None:
+        """Until the send loop has written everything queued so far."""
+        while self._outbox:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def wait_drained(self, high_bytes: int) -> None:
+        """Until at most `high_bytes` wait in the outbox (backpressure for a reader)."""
+        while self._outbox_bytes > high_bytes:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def send_now(self, event: object) -> None:
+        """Write one frame directly (a handshake, before any send loop runs)."""
+        await self.stream.send_all(self.connection.send(event))  # type: ignore[arg-type]
+
+    # -- receiving ------------------------------------------------------------------
+
+    async def receive_events(self) -> tuple[list[wire.Event], bool]:
+        """Read what one recv brings: (the complete events in it, False at EOF).
+
+        Raises RemoteProtocolError for a bad frame (the connection is then broken)."""
+        data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+        self.connection.receive_data(data)
+        return self.connection.events(), bool(data)
+
+    async def next_event(self, timeout_s: float = math.inf) -> wire.Event:
+        """The next event, reading as needed, within `timeout_s` (trio.TooSlowError).
+
+        Raises StreamClosed at EOF, and RemoteProtocolError for a bad frame."""
+        connection = self.connection
+        with trio.fail_after(timeout_s):
+            while True:
+                event = connection.next_event()
+                if event is wire.CLOSED:
+                    raise StreamClosed("peer closed the connection")
+                if event is not wire.NEED_DATA:
+                    return event  # type: ignore[return-value]
+                connection.receive_data(await self.stream.receive_some(RECEIVE_BYTES_MAX))
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet a complete frame."""
+        return self.connection.buffered_bytes
