@@ -12,7 +12,8 @@ what only they can show: SIGKILL, signals, the CLI, the demo.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ class SimGroup:
     network: MemoryNetwork
     store: MemoryJournalStore
     unsafe: frozenset[str] = frozenset()
+    clock_ns: Callable[[], int] | None = None
+    """The group's wall clock; None: trio's clock (the swarm: one seed, one history)."""
     server: GroupServer | None = None
     scope: trio.CancelScope | None = None
     up: bool = False
@@ -54,7 +57,7 @@ class SimGroup:
             self.bus.group(self.group_id),
             network=self.network.node(f"g{self.group_id}"),
             open_store=lambda: self.store,
-            clock_ns=lambda: int(trio.current_time() * 1e9),
+            clock_ns=self.clock_ns or (lambda: int(trio.current_time() * 1e9)),
             unsafe=self.unsafe,
         )
         await nursery.start(self._run)
@@ -80,13 +83,25 @@ class MemoryBus:
     nursery: trio.Nursery
     network: MemoryNetwork = field(default_factory=lambda: MemoryNetwork(random.Random(0)))
     groups: dict[int, SimGroup] = field(default_factory=dict)
+    faults: dict[int, str | None] = field(default_factory=dict)
+    started_s: float = field(default_factory=trio.current_time)
+    """Per group: None, or "EIO", "ENOSPC" or "MAPFULL" to fail every commit from now
+    on (what MRS_FAULT_FILE does to a real process)."""
 
     def __post_init__(self) -> None:
         for group_id in self.bus.groups:
             Path(self.bus.group(group_id).data_dir).mkdir(parents=True, exist_ok=True)
-            self.groups[group_id] = SimGroup(
-                self.bus, group_id, self.network, MemoryJournalStore(f"memory-g{group_id}")
+            store = MemoryJournalStore(
+                f"memory-g{group_id}", fault=lambda _batches, g=group_id: self.faults.get(g)
             )
+            self.groups[group_id] = SimGroup(
+                self.bus, group_id, self.network, store, clock_ns=self.clock_ns
+            )
+
+    def clock_ns(self) -> int:
+        """Wall time plus the time MockClock skipped: put times read like real ones, and
+        a window of N seconds has passed after `await trio.sleep(N)`."""
+        return time.time_ns() + int((trio.current_time() - self.started_s) * 1e9)
 
     async def start(self, group_id: int) -> None:
         await self.groups[group_id].start(self.nursery)
@@ -137,8 +152,16 @@ class MemoryGroup:
     def server(self) -> GroupServer:
         return self.memory.groups[self.group_id].server
 
+    @property
+    def store(self) -> MemoryJournalStore:
+        return self.memory.groups[self.group_id].store
+
     def connect(self, queue: Any = None, **options: Any):
         return self.memory.connect(self.group_id, queue, **options)
+
+    def fail_commits(self, word: str | None) -> None:
+        """Fail every commit from now on ("EIO", "ENOSPC", "MAPFULL"); None heals."""
+        self.memory.faults[self.group_id] = word or None
 
     async def restart(self) -> None:
         await self.memory.restart(self.group_id)

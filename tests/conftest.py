@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from clients import connect
 from mrs.config import load_config
 from sim.membus import MemoryBus, MemoryGroup
 from sim.processes import GroupProcess, write_single_group_config
@@ -70,6 +71,10 @@ class Bus:
 
     def start(self) -> str:
         return self.process.start()
+
+    def connect(self, queue=None, **options):
+        """`clients.connect` to this group: the same call as `MemoryGroup.connect`."""
+        return connect(self.address, queue, **options)
 
     def kill(self) -> None:
         self.process.kill()

@@ -63,13 +63,13 @@ def saf_seqs(journals: Path) -> list[int]:
 
 
 # ---------------------------------------------------------------------- the header
-async def test_system_dead_letter_header(bus) -> None:
+async def test_system_dead_letter_header(mem_bus) -> None:
     """A message the DLQ UMA moves carries an MQDLH-style header; its body and
     descriptor are the original ones."""
     body = bytes(range(256))  # binary, untouched
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="DLQ") as dlq,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="DLQ") as dlq,
     ):
         before_ns = time.time_ns()
         psb = await sender.put(
@@ -130,11 +130,11 @@ async def test_system_dead_letter_header(bus) -> None:
     ids=["EXCEEDQUOTA", "NOTACTIVE", "NOSUCHQUEUE"],
 )
 async def test_header_reason_for_nonrecoverable_causes(
-    bus, cause_target, delivery, status, reason
+    mem_bus, cause_target, delivery, status, reason
 ) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="DLQ") as dlq,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="DLQ") as dlq,
     ):
         for _ in range(2):
             await sender.put(b"fill", target="1.14", delivery=MODE.WF_MEM)
@@ -158,10 +158,10 @@ APP_HEADER = {
 }
 
 
-async def test_application_puts_its_own_dead_letter_header(bus) -> None:
+async def test_application_puts_its_own_dead_letter_header(mem_bus) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="DLQ") as dlq,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="DLQ") as dlq,
     ):
         psb = await sender.put(
             b'{"order": 17}',
@@ -188,10 +188,10 @@ async def test_application_puts_its_own_dead_letter_header(bus) -> None:
     ],
     ids=["not-a-dict", "no-reason", "reason-str", "reason-bool", "queue-int", "no-group"],
 )
-async def test_malformed_dead_letter_header_is_badparam(bus, header, problem) -> None:
+async def test_malformed_dead_letter_header_is_badparam(mem_bus, header, problem) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="DLQ") as dlq,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="DLQ") as dlq,
     ):
         with pytest.raises(MrsError) as refused:
             await sender.put(
@@ -203,9 +203,9 @@ async def test_malformed_dead_letter_header_is_badparam(bus, header, problem) ->
             await dlq.get(timeout=0)
 
 
-async def test_the_dlq_takes_no_recoverable_messages(bus) -> None:
+async def test_the_dlq_takes_no_recoverable_messages(mem_bus) -> None:
     """Queue 96 is memory only: a recoverable put to it has no DQF (NO_DQF)."""
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with mem_bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="DLQ", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert (psb.delivery_status, psb.uma_status) == (Status.NO_DQF, Status.DISC_SUCCESS)
 
@@ -222,8 +222,8 @@ async def fill_dead_letter_queue(sender) -> None:
             nursery.start_soon(worker, first)
 
 
-async def test_full_dlq_answers_dlq_failed(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_full_dlq_answers_dlq_failed(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         await fill_dead_letter_queue(sender)
         assert (await sender.status())["queues"]["1.96"]["pending"] == DLQ_MESSAGES_MAX
         psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
@@ -235,7 +235,7 @@ async def test_full_dlq_answers_dlq_failed(bus) -> None:
 async def test_sigkill_keeps_the_dlj_and_loses_the_dlq(bus) -> None:
     """The DLJ is a journal (committed before DLJ_SUCCESS is answered); the DLQ is a
     queue in memory, as in MessageQ: a crash loses what it held."""
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         journaled = await sender.put(
             b"keep me",
             target="1.50",
@@ -270,7 +270,7 @@ async def test_sigkill_keeps_the_dlj_and_loses_the_dlq(bus) -> None:
         b"c-1",
     )
     assert 0 < record.put_time_ns <= record.written_time_ns
-    async with connect(bus.address, queue="DLQ") as dlq:
+    async with bus.connect(queue="DLQ") as dlq:
         with pytest.raises(NoMoreMessages):
             await dlq.get(timeout=0)
         assert (await dlq.status())["queues"]["1.96"]["pending"] == 0

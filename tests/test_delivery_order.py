@@ -1,12 +1,12 @@
 """Queue order and parked gets at the unconfirmed cap and when a delivery mark fails,
-against a real server process."""
+against the real server code in process (tests/conftest.py `make_mem_bus`)."""
 
 from __future__ import annotations
 
 import trio
 import trio.testing
 
-from clients import DeliveryMode, MrsError, Status, Uma, connect
+from clients import DeliveryMode, MrsError, Status, Uma
 
 ONE_AT_A_TIME = """
 [[group.queue]]
@@ -43,11 +43,11 @@ async def _parked_gets(receiver, count: int, results: trio.MemorySendChannel, nu
     await receiver.status()
 
 
-async def test_in_order_queue_at_its_cap_keeps_order_and_serves_parked_gets(make_bus) -> None:
-    bus = make_bus(queues=ONE_AT_A_TIME)
+async def test_in_order_queue_at_its_cap_keeps_order_and_serves_parked_gets(make_mem_bus) -> None:
+    bus = await make_mem_bus(queues=ONE_AT_A_TIME)
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ORDERS") as receiver,
+        bus.connect(queue="SENDER") as sender,
+        bus.connect(queue="ORDERS") as receiver,
     ):
         send, results = trio.open_memory_channel(10)
         got = []
@@ -68,19 +68,17 @@ async def test_in_order_queue_at_its_cap_keeps_order_and_serves_parked_gets(make
 
 
 async def test_a_failed_delivery_mark_keeps_order_and_first_delivery_status(
-    make_bus, tmp_path
+    make_mem_bus,
 ) -> None:
-    fault_file = tmp_path / "fault"
-    bus = make_bus(
+    bus = await make_mem_bus(
         queues=ONE_AT_A_TIME.replace("unconfirmed_max = 1", "unconfirmed_max = 5"),
-        env={"MRS_FAULT_FILE": str(fault_file)},
     )
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ORDERS") as receiver,
+        bus.connect(queue="SENDER") as sender,
+        bus.connect(queue="ORDERS") as receiver,
     ):
         await _put(sender, b"A")
-        fault_file.write_text("EIO")
+        bus.fail_commits("EIO")
         send, results = trio.open_memory_channel(10)
         with trio.fail_after(15):  # a get left parked would wait its whole 30 s
             async with trio.open_nursery() as nursery:
@@ -90,17 +88,17 @@ async def test_a_failed_delivery_mark_keeps_order_and_first_delivery_status(
             Status.JOURNAL_FAIL,
             Status.JOURNAL_FAIL,
         ]
-        fault_file.write_text("")
+        bus.fail_commits(None)
         await _put(sender, b"B")
         await _put(sender, b"C")
-        fault_file.write_text("EIO")
+        bus.fail_commits("EIO")
         # Two deliveries whose marks fail together go back in their order.
         with trio.fail_after(15):
             async with trio.open_nursery() as nursery:
                 await _parked_gets(receiver, 2, send, nursery)
                 answers = [await results.receive() for _ in range(2)]
         assert all(isinstance(answer, MrsError) for answer in answers)
-        fault_file.write_text("")
+        bus.fail_commits(None)
         got = [await receiver.get(timeout=5) for _ in range(3)]
         # Never handed out, so still a first delivery (CONFIRMREQ, not POSSDUPL).
         assert [(m.body, m.delivery_status) for m in got] == [

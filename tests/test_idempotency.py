@@ -1,13 +1,14 @@
-"""Idempotency keys against a real server: scoped by sender and target, refused when
-reused for another body, expiring after the dedupe window; replay keys unguessable."""
+"""Idempotency keys: scoped by sender and target, refused when reused for another body
+(durably: against a real server that is killed), expiring after the dedupe window
+(in process under MockClock, so the window costs no wall time); replay keys
+unguessable."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
+import trio
 
-from clients import DeliveryMode, MrsError, Status, Uma, connect
+from clients import DeliveryMode, MrsError, Status, Uma
 from journals import Journal
 from mrs.tools.journal.replay import replay_key
 
@@ -20,9 +21,9 @@ async def _put(client, body: bytes, target: str, key: str):
     )
 
 
-async def _bodies(address: str, queue: str) -> list[bytes]:
+async def _bodies(bus, queue: str) -> list[bytes]:
     bodies = []
-    async with connect(address, queue=queue) as receiver:
+    async with bus.connect(queue=queue) as receiver:
         while True:
             try:
                 message = await receiver.get(timeout=0)
@@ -32,10 +33,11 @@ async def _bodies(address: str, queue: str) -> list[bytes]:
             await receiver.confirm(message.seq)
 
 
-async def test_a_key_is_scoped_by_sender_and_target(bus) -> None:
+async def test_a_key_is_scoped_by_sender_and_target(mem_bus) -> None:
+    bus = mem_bus
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="SENDER2") as other_sender,
+        bus.connect(queue="SENDER") as sender,
+        bus.connect(queue="SENDER2") as other_sender,
     ):
         to_orders = await _put(sender, b"k to ORDERS", "ORDERS", "k")
         to_anyorder = await _put(sender, b"k to ANYORDER", "ANYORDER", "k")
@@ -43,12 +45,12 @@ async def test_a_key_is_scoped_by_sender_and_target(bus) -> None:
     psbs = [to_orders, to_anyorder, from_other]
     assert {psb.delivery_status for psb in psbs} == {Status.STORED}
     assert len({psb.seq for psb in psbs}) == 3
-    assert await _bodies(bus.address, "ORDERS") == [b"k to ORDERS", b"k from SENDER2"]
-    assert await _bodies(bus.address, "ANYORDER") == [b"k to ANYORDER"]
+    assert await _bodies(bus, "ORDERS") == [b"k to ORDERS", b"k from SENDER2"]
+    assert await _bodies(bus, "ANYORDER") == [b"k to ANYORDER"]
 
 
 async def test_a_key_reused_for_another_body_is_refused(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         first = await _put(sender, b"pay 10", "ORDERS", "invoice-7")
         same = await _put(sender, b"pay 10", "ORDERS", "invoice-7")
         assert (same.delivery_status, same.seq) == (Status.STORED, first.seq)
@@ -57,29 +59,29 @@ async def test_a_key_reused_for_another_body_is_refused(bus) -> None:
         assert refused.value.status == Status.KEY_REUSED
         assert "invoice-7" in refused.value.message and "another body" in refused.value.message
     bus.restart()  # the key and its body fingerprint are durable
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         with pytest.raises(MrsError) as refused:
             await _put(sender, b"pay 99", "ORDERS", "invoice-7")
         assert refused.value.status == Status.KEY_REUSED
         again = await _put(sender, b"pay 10", "ORDERS", "invoice-7")
         assert again.seq == first.seq
-    assert await _bodies(bus.address, "ORDERS") == [b"pay 10"]
+    assert await _bodies(bus, "ORDERS") == [b"pay 10"]
 
 
-async def test_keys_expire_after_the_dedupe_window_and_are_purged(make_bus) -> None:
-    bus = make_bus(limits="dedupe_window_s = 1")
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_keys_expire_after_the_dedupe_window_and_are_purged(make_mem_bus) -> None:
+    bus = await make_mem_bus(limits="dedupe_window_s = 1")
+    async with bus.connect(queue="SENDER") as sender:
         first = await _put(sender, b"daily report", "ORDERS", "report")
         assert (await _put(sender, b"daily report", "ORDERS", "report")).seq == first.seq
-        time.sleep(1.2)  # the window is wall-clock time in another process: no event to await
+        await trio.sleep(1.2)  # the group's clock is the MockClock: this takes no time
         later = await _put(sender, b"daily report", "ORDERS", "report")
         assert later.delivery_status == Status.STORED and later.seq > first.seq
         assert (await sender.status())["dedupe_keys"] == 1
-    time.sleep(1.2)
-    bus.restart()  # start-up purges expired keys
-    async with connect(bus.address, queue="SENDER") as sender:
+    await trio.sleep(1.2)
+    await bus.restart()  # start-up purges expired keys
+    async with bus.connect(queue="SENDER") as sender:
         assert (await sender.status())["dedupe_keys"] == 0
-    assert await _bodies(bus.address, "ORDERS") == [b"daily report", b"daily report"]
+    assert await _bodies(bus, "ORDERS") == [b"daily report", b"daily report"]
 
 
 def test_replay_keys_are_unguessable_but_stable() -> None:
