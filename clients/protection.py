@@ -162,7 +162,7 @@ class Protection:
             opened = self.check(address, message.body)
         except ProtectionError as error:
             raise ProtectionRefused(str(error), error.reason, message.seq) from None
-        return message if opened is None else _with_opened(message, opened)
+        return _without_marker(message) if opened is None else _with_opened(message, opened)
 
     async def deliver(self, client: Client, message: Message) -> Message:
         """The client's get hook: the message opened, or refused (moved to the DLQ,
@@ -170,7 +170,7 @@ class Protection:
         dead-letter handler works from the dead-letter header alone."""
         queue = client.queue
         if queue is None or queue.queue == DEAD_LETTER_QUEUE:
-            return message
+            return _without_marker(message)
         try:
             opened = self.check(queue, message.body)
         except ProtectionError as error:
@@ -182,12 +182,21 @@ class Protection:
                 message.seq,
                 where is not None,
             ) from None
-        return message if opened is None else _with_opened(message, opened)
+        return _without_marker(message) if opened is None else _with_opened(message, opened)
 
     def _address(self, queue: str | Address) -> Address:
         if isinstance(queue, Address):
             return queue
         return resolve_queue(queue, self.bus)
+
+
+def _without_marker(message: Message) -> Message:
+    """A body delivered as is: a `mrs_protection` header can only be a sender's
+    forgery (only this library sets it, after verifying), so it is dropped."""
+    if not message.headers or PROTECTION_HEADER not in message.headers:
+        return message
+    headers = {k: v for k, v in message.headers.items() if k != PROTECTION_HEADER}
+    return dataclasses.replace(message, headers=headers or None)
 
 
 def _with_opened(message: Message, opened: Opened) -> Message:

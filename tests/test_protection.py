@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clients.protection import Protection, ProtectionRefused
-from mrs.model import Address
+from mrs.model import Address, Message
 from mrs.protection.dead_letter import DeadLetterProtection, DeadLetterRefused
 from mrs.protection.envelope import MAGIC, Quality, is_protected, open_envelope, seal
 from mrs.protection.errors import MQRC_NOT_AUTHORIZED, PolicyError, ProtectionError
@@ -243,3 +243,12 @@ def test_mrs_keys_new(tmp_path) -> None:
     )
     again = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "exists" in again.stderr
+
+
+def test_a_forged_protection_header_is_dropped(keys, tmp_path) -> None:
+    """Only the library sets `mrs_protection`, after verifying; a sender's own is dropped."""
+    billing = protection(keys, tmp_path, "BILLING", POLICIES)
+    forged = {"mrs_protection": {"signer": "SHOP", "quality": "privacy"}, "app": 1}
+    for queue in ("1.13", "1.12"):  # no policy; a tolerated unprotected message
+        message = Message(b"plain", 7, Address(1, 20), Address.parse(queue), headers=forged)
+        assert billing.open(message).headers == {"app": 1}

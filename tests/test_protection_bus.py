@@ -32,6 +32,7 @@ from mrs.protection.errors import MQRC_SECURITY_ERROR
 from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
 from sim.bus import LinkedBus
 from sim.processes import GroupProcess, write_single_group_config
+from sim.proxy import free_port
 
 MODE = DeliveryMode
 IDENTITIES = ("SHOP", "BILLING", "AUDITOR", "NYC")
@@ -460,3 +461,20 @@ def test_a_bad_policy_file_stops_mrs_serve_with_one_line(tmp_path, keys) -> None
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "config error" in done.stderr and "policy[0].protection" in done.stderr
+
+
+async def test_the_client_saf_journal_holds_the_envelope(tmp_path, keys) -> None:
+    """With the group unreachable, a protected put is journaled on the client's disk
+    already sealed: the client's journal file is no more readable than the group's."""
+    write_policies(tmp_path, keys)
+    shop = app(tmp_path, keys, "SHOP")
+    journal = tmp_path / "client.saf"
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    async with connect(
+        address, "SENDER", saf_journal=journal, protection=shop, connect_timeout_s=1
+    ) as client:
+        assert client.attach_status == Status.JOURNAL_ON
+        psb = await client.put(SECRET, target="1.10", delivery=MODE.WF_DQF)
+        assert psb.status == Status.JOURNAL_ON and client.journal_backlog == 1
+    stored = b"".join(path.read_bytes() for path in journal.rglob("*") if path.is_file())
+    assert b"MRSPDMQ1" in stored and SECRET not in stored
