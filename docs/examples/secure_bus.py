@@ -1,15 +1,18 @@
-"""docs/security.md's worked example: a two-group bus with TLS turned on in one step.
+"""docs/security.md's worked example: TLS and end-to-end protection on a two-group bus.
 
     python docs/examples/secure_bus.py [DIRECTORY]
 
 Writes a two-group bus config into DIRECTORY (default: a scratch directory), runs
-`mrs certs --apply` on it, starts both groups with `mrs serve`, and shows that
-a client holding the client certificate delivers across the TLS link, while a
-client that trusts another CA and a plaintext client are refused.
+`mrs certs --apply` on it (TLS), makes keys for two applications with `mrs keys
+new` and a privacy policy for LDN.SHIPPING (AMS-style protection), starts both
+groups with `mrs serve`, and shows that: SHOP's message crosses the TLS link sealed,
+`mrs dump` of LDN's journal sees only the envelope, BILLING reads it; a client that
+trusts another CA and a plaintext client are refused.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -19,7 +22,17 @@ from pathlib import Path
 
 import trio
 
-from clients import ConnectionLost, DeliveryMode, TlsRefused, connect, tls_context
+from clients import ConnectionLost, DeliveryMode, Protection, TlsRefused, connect, tls_context
+
+POLICIES = """\
+keys_dir = "keys"
+
+[[policy]]
+queue = "LDN.SHIPPING"      # group 2's queue 20
+protection = "privacy"      # signed by SHOP, encrypted for BILLING
+signers = ["SHOP"]
+recipients = ["BILLING"]
+"""
 
 
 def free_port() -> int:
@@ -77,6 +90,10 @@ async def main(directory: Path) -> None:
     config = write_bus(directory)
     # Step 1: the one step that turns TLS on (test CA; use your own in production).
     print(mrs("certs", "--config", str(config), "--out", str(directory / "certs"), "--apply"))
+    # Step 2: each application makes its own keys; the policy file names who may do what.
+    for name in ("SHOP", "BILLING"):
+        mrs("keys", "new", name, "--out", str(directory / "keys"))
+    (directory / "protection.toml").write_text(POLICIES)
     servers = [serve(config, group) for group in (1, 2)]
     try:
         await exchange(directory, servers[0][1], servers[1][1])
@@ -86,20 +103,48 @@ async def main(directory: Path) -> None:
             server.wait()
 
 
+FULL = ("--json", "--body-full")
+
+
+def record_body(json_line: str) -> bytes:
+    """The body of one `mrs dump --json --body-full` line ("hex:..." or text)."""
+    body = json.loads(json_line)["body"]
+    return bytes.fromhex(body[4:]) if body.startswith("hex:") else body.encode()
+
+
+def keys_of(directory: Path, name: str) -> Protection:
+    return Protection.load(
+        directory / "protection.toml",
+        identity=directory / "keys" / f"{name}.key",
+        bus_config=directory / "bus.toml",
+    )
+
+
 async def exchange(directory: Path, nyc: str, ldn: str) -> None:
     certs = directory / "certs"
     tls = tls_context(ca=certs / "ca.pem", cert=certs / "client.pem", key=certs / "client.key")
-    async with connect(nyc, "ORDERS", tls=tls) as sender:
+    async with connect(nyc, "ORDERS", tls=tls, protection=keys_of(directory, "SHOP")) as shop:
         with trio.fail_after(30):  # the groups dial each other over TLS
-            while (await sender.status())["links"]["2"]["state"] != "up":
+            while (await shop.status())["links"]["2"]["state"] != "up":
                 await trio.sleep(0.1)
         print("link 1 -> 2 is up over TLS (each side checked the other's certificate)")
-        psb = await sender.put(b"order 1: 12 crates", "LDN.SHIPPING", delivery=DeliveryMode.WF_DQF)
-        print(f"put over TLS: {psb.status.name}")
-    async with connect(ldn, "SHIPPING", tls=tls) as receiver:
-        message = await receiver.get(timeout=10)
-        await receiver.confirm(message.seq)
-        print(f"LDN.SHIPPING received over TLS: {message.body.decode()}")
+        body = b"order 1: 12 crates, card 4111"
+        psb = await shop.put(body, "LDN.SHIPPING", delivery=DeliveryMode.WF_DQF)
+        print(f"SHOP put over TLS, sealed for BILLING: {psb.status.name}")
+    # What the group holds (and `mrs dump`, the PCJ audit, an operator) is the envelope.
+    dump = mrs("dump", "--config", str(directory / "bus.toml"), "--group", "2", "dqf", *FULL)
+    stored = [record_body(line) for line in dump.splitlines() if line.startswith("{")]
+    print(
+        f"mrs dump of LDN's DQF: {len(stored)} record, an envelope ({stored[0][:8].decode()}), "
+        f"card number readable: {b'4111' in stored[0]}"
+    )
+    async with connect(
+        ldn, "SHIPPING", tls=tls, protection=keys_of(directory, "BILLING")
+    ) as billing:
+        message = await billing.get(timeout=10)
+        await billing.confirm(message.seq)
+        signer = message.headers["mrs_protection"]["signer"]
+        print(f"BILLING at LDN.SHIPPING read: {message.body.decode()} (signed by {signer})")
 
     other = tls_context(ca=certs / "group-1.pem")  # not the CA that signed the servers
     try:
