@@ -5,6 +5,7 @@ and the key files. The same rules against real processes: test_protection_bus.py
 from __future__ import annotations
 
 import os
+import random
 import stat
 import subprocess
 import sys
@@ -16,12 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clients.protection import Protection, ProtectionRefused
+from mrs.fuzz_targets import mutate
 from mrs.model import Address, Message
 from mrs.protection.dead_letter import DeadLetterProtection, DeadLetterRefused
 from mrs.protection.envelope import MAGIC, Quality, is_protected, open_envelope, seal
 from mrs.protection.errors import MQRC_NOT_AUTHORIZED, PolicyError, ProtectionError
 from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
-from mrs.protection.policy import Policy, load_policies
+from mrs.protection.policy import Policy, load_policies, parse_policies
 
 NAMES = ("SHOP", "BILLING", "AUDITOR", "MALLORY", "NYC")
 
@@ -252,3 +254,44 @@ def test_a_forged_protection_header_is_dropped(keys, tmp_path) -> None:
     for queue in ("1.13", "1.12"):  # no policy; a tolerated unprotected message
         message = Message(b"plain", 7, Address(1, 20), Address.parse(queue), headers=forged)
         assert billing.open(message).headers == {"app": 1}
+
+
+# ---------------------------------------------------------------------- mutation fuzz
+FUZZ_INPUTS = 3000
+
+
+def test_mutated_envelopes_open_or_raise_protection_error(keys, keyring) -> None:
+    """Byte-level mutations (mrs.fuzz_targets' mutator) of real envelopes: each opens
+    to exactly what was sealed or raises ProtectionError, never anything else."""
+    shop, billing = ids(keys)["SHOP"], ids(keys)["BILLING"]
+    recipients = [keyring.get("BILLING"), keyring.get("AUDITOR")]
+    samples = [seal(shop, q, b"pay 100 to BOB", recipients) for q in Quality if q.rank]
+    rng = random.Random(15)
+    opened_count = 0
+    for _ in range(FUZZ_INPUTS):
+        data = mutate(rng.choice(samples), rng, samples)
+        try:
+            opened = open_envelope(data, keyring, billing)
+        except ProtectionError:
+            continue
+        opened_count += 1
+        assert (opened.signer, opened.data) == ("SHOP", b"pay 100 to BOB")
+    assert opened_count < FUZZ_INPUTS  # the mutations did reach the checks
+
+
+def test_mutated_policy_files_load_or_raise_policy_error(tmp_path) -> None:
+    sample = (
+        b'keys_dir = "keys"\n[[policy]]\nqueue = "1.10"\nprotection = "privacy"\n'
+        b'signers = ["SHOP"]\nrecipients = ["BILLING"]\ntolerate = false\n'
+        b'[[group_key]]\ngroup = 1\nkey = "keys/NYC.key"\n'
+    )
+    rng = random.Random(15)
+    loaded = 0
+    for _ in range(FUZZ_INPUTS):
+        data = mutate(sample, rng, [sample])
+        try:
+            parse_policies(data.decode("utf-8", errors="replace"), tmp_path / "p.toml")
+        except PolicyError:
+            continue
+        loaded += 1
+    assert 0 < loaded < FUZZ_INPUTS

@@ -71,9 +71,19 @@ def load_policies(path: str | os.PathLike[str], bus: Any = None) -> PolicySet:
     name; without it they must be GROUP.QUEUE numbers. PolicyError names the key."""
     path = Path(path)
     try:
-        document = tomllib.loads(path.read_text())
+        text = path.read_text()
     except OSError as error:
         raise PolicyError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"{path}: not UTF-8 text") from None
+    return parse_policies(text, path, bus)
+
+
+def parse_policies(text: str, path: Path, bus: Any = None) -> PolicySet:
+    """The policies in `text`, as if read from `path` (relative paths resolve beside
+    it). PolicyError for anything wrong."""
+    try:
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise PolicyError(f"{path}: not valid TOML: {error}") from None
     _check_keys(path, document, "", _TOP_KEYS)
