@@ -205,3 +205,26 @@ async def test_mrs_status_reads_a_tls_bus_from_its_config(tls_bus) -> None:
     assert result.returncode == 0, result.stderr
     assert '"up": true' in result.stdout and '"error": null' in result.stdout
     assert result.stdout.count('"up": true') == 2
+
+
+async def test_a_group_dialing_a_link_refuses_a_peer_without_its_group_name(tmp_path) -> None:
+    """Group 2 serves a certificate of the bus CA that does not name mrs-group-2 (the
+    client certificate): group 1 refuses to bring the link up, and says why."""
+    bus = TlsBus(tmp_path / "bus")
+    text = bus.config.read_text()
+    bus.config.write_text(
+        text.replace('cert = "certs/group-2.pem"', 'cert = "certs/client.pem"').replace(
+            'key = "certs/group-2.key"', 'key = "certs/client.key"'
+        )
+    )
+    bus.start()
+    try:
+        with trio.fail_after(LINK_WAIT_S):
+            while "certificate verify failed" not in bus.log(1):
+                await trio.sleep(0.05)
+        refusal = next(line for line in bus.log(1).splitlines() if "verify failed" in line)
+        assert "link to group 2" in refusal and "mrs-group-2" in refusal, refusal
+        async with connect(bus.address(1), None, tls=bus.client_tls()) as client:
+            assert (await client.status())["links"]["2"]["state"] != "up"
+    finally:
+        bus.stop()
