@@ -7,6 +7,7 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
     await q.confirm(msg.seq)
 """
 
+from clients.auth import ClientCredentials
 from clients.connection import Client, JournalEvent, connect
 from clients.errors import (
     BadSequence,
@@ -15,6 +16,7 @@ from clients.errors import (
     MrsTimeout,
     NoMoreMessages,
     NoSuchQueue,
+    NotAuthorized,
     NotSupported,
     ProtocolFailure,
     PutOutcomeUnknown,
@@ -31,6 +33,7 @@ __all__ = [
     "Address",
     "BadSequence",
     "Client",
+    "ClientCredentials",
     "ConnectionLost",
     "DeliveryMode",
     "ForceJrn",
@@ -42,6 +45,7 @@ __all__ = [
     "MrsTimeout",
     "NoMoreMessages",
     "NoSuchQueue",
+    "NotAuthorized",
     "NotSupported",
     "ProtocolFailure",
     "Psb",

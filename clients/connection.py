@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.errors import ConnectionLost, MrsError, PutOutcomeUnknown, error_for
 from clients.reconnect import Reconnect
 from clients.saf_journal import (
@@ -821,6 +822,7 @@ async def connect(
     protection: Protection | None = None,
     tls: ssl.SSLContext | None = None,
     tls_server_name: str | None = None,
+    credentials: ClientCredentials | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
@@ -838,9 +840,14 @@ async def connect(
     protected queues are signed/encrypted and gets verified/decrypted in this process.
     tls: a context from `clients.tls_context(ca, cert, key)` for a group with
     [group.tls]; the server is verified as tls_server_name (default: the host).
+    credentials: a name and password for a group with auth on (clients.auth); without
+    them, the process default (set by the `mrs` command from MRS_AUTH_*), if any.
     """
     if tls is not None and open_stream is None:
         open_stream = tls_opener(tls, tls_server_name)
+    credentials = credentials or default_credentials()
+    if credentials is not None:
+        open_stream = authenticating_opener(credentials, open_stream)
     journal = (
         ClientJournal(saf_journal, messages_max=saf_messages_max, bytes_max=saf_bytes_max)
         if saf_journal is not None

@@ -60,6 +60,10 @@ class ProtocolFailure(MrsError):
     """The server rejected a frame as malformed (a client library bug)."""
 
 
+class NotAuthorized(MrsError):
+    """NOTAUTHORIZED: authentication failed, or the credentials lack the permission."""
+
+
 _BY_STATUS: dict[int, type[MrsError]] = {
     Status.TIMEOUT: MrsTimeout,
     Status.NOMOREMSG: NoMoreMessages,
@@ -70,6 +74,7 @@ _BY_STATUS: dict[int, type[MrsError]] = {
     Status.EXCMAXUNCONF: TooManyUnconfirmed,
     Status.NOSUCHQUEUE: NoSuchQueue,
     Status.PROTOCOL_ERROR: ProtocolFailure,
+    Status.NOTAUTHORIZED: NotAuthorized,
 }
 
 

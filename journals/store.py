@@ -12,6 +12,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import struct
@@ -171,9 +172,10 @@ class JournalStore:
         self.grow_map: Callable[[], bool] | None = None
         """Set by the server (mrs.journal_usage): grow the map; True if it grew."""
         if not readonly:
-            self.path.mkdir(parents=True, exist_ok=True)
+            _owner_only(self.path)
         self.env = lmdb.open(
             str(self.path),
+            mode=FILE_MODE,
             map_size=map_size_bytes,
             max_dbs=len(Journal) + 1,
             sync=True,
@@ -369,3 +371,17 @@ def _disk_full(path: Path, batches: list[WriteBatch]) -> str | None:
     return (
         f"journal device full: no space left on device (ENOSPC) for {path}: {free_bytes} bytes free"
     )
+
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+"""Journals hold message bodies: owner-only whatever the umask (a umask only removes
+bits), and files left wider by an older version are narrowed when opened for writing."""
+
+
+def _owner_only(path: Path) -> None:
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(path, DIR_MODE)
+    for name in ("data.mdb", "lock.mdb"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path / name, FILE_MODE)

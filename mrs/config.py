@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 from mrs.guards import Guards, parse_guards
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 from mrs.ops_config import OpsConfig, parse_ops
+from mrs.security.config import AuthConfig, parse_auth
 from mrs.security.tls import TlsConfig, check_link_tls, parse_tls
 
 GROUP_ID_MIN = 1
@@ -67,7 +68,7 @@ DEFAULT_UNCONFIRMED_MAX = 1000
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_PATTERN = re.compile(r"[0-9]+")
 
-_TOP_KEYS = frozenset({"group", "link", "protection"})
+_TOP_KEYS = frozenset({"group", "link", "protection", "auth"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
     | {"guards", "dead_letter_queue_recoverable", "ops", "tls"}
@@ -238,6 +239,8 @@ class BusConfig:
     links: tuple[LinkConfig, ...]
     protection: Path | None = None
     """The message protection policy file (mrs.protection.policy), if any."""
+    auth: AuthConfig | None = None
+    """[auth] (mrs.security.config): None = every connection trusted (the default)."""
 
     def group(self, group_id: int) -> GroupConfig:
         """The group with id `group_id`; LookupError if it is not configured."""
@@ -408,8 +411,11 @@ class _Parser:
         protection = None
         if "protection" in document:
             protection = self.path.absolute().parent / self.string(document, "protection", "")
+        auth = parse_auth(document.get("auth"), self.path.absolute().parent)
+        if isinstance(auth, tuple):
+            self.fail(_join("auth", auth[0]), auth[1])
         return BusConfig(
-            path=self.path.absolute(), groups=final, links=links, protection=protection
+            path=self.path.absolute(), groups=final, links=links, protection=protection, auth=auth
         )
 
     def group(self, raw: dict[str, Any], where: str) -> GroupConfig:

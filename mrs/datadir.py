@@ -55,8 +55,8 @@ class DataDirGuard:
         """Take the exclusive lock or refuse with the pid of the server that holds it."""
         data_dir = Path(data_dir)
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(data_dir / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(data_dir / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise DataDirError(
                 f"data_dir {data_dir}: cannot create {LOCK_FILE_NAME}: {error.strerror}"

@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import logging
 from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -420,15 +421,20 @@ async def dial_forever(
     frame_bytes_max: int,
     network: Network = TCP,
     guards: Guards | None = None,
+    secure: Callable[[trio.abc.Stream, int], Awaitable[None]] | None = None,
 ) -> None:
     """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
-    failure wait (capped exponential backoff) and try again."""
+    failure wait (capped exponential backoff) and try again. secure: authenticate the
+    new stream to the peer (mrs.security) before the link Hello."""
     backoff_s = BACKOFF_S_MIN
     while True:
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 stream = await network.connect(host, port)
             async with stream:
+                if secure is not None:
+                    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                        await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
                 await _handshake(channel, link.peer_id, group_id)
                 backoff_s = BACKOFF_S_MIN

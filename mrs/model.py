@@ -223,6 +223,9 @@ class Status(NamedIntEnum):
     """An unexpected fault while serving the request; nothing stored was lost."""
     SHUTTING_DOWN = -1016
     """The server is stopping and takes no new work."""
+    NOTAUTHORIZED = -1018
+    """Authentication failed or is missing, or the principal lacks the permission for
+    the request (MessageQ's table has no such status; see docs/security-auth.md)."""
     KEY_REUSED = -1030
     """An idempotency key was reused, within its dedupe window, for another body."""
     PROTECTION_ERROR = -1050

@@ -62,6 +62,7 @@ from mrs.model import Status
 from mrs.network import TCP, Network, TcpNetwork
 from mrs.queues import ByteAccount, TargetQueue
 from mrs.refusals import RefusalLog
+from mrs.security import session_auth
 from mrs.security.tls import check_link_peer, tls_network, transport_socket
 from mrs.timers import TrioTimers
 from mrs.watchdog import Liveness, next_nonce, watch
@@ -97,6 +98,8 @@ class ServerSession(FramedStream):
     """Bodies of this connection's messages waiting in memory queues."""
     observe: Callable[[object], None] | None = None
     """Metrics (mrs.metrics): called with every reply sent, when metrics are on."""
+    principal: str | None = None
+    """Who authenticated on this connection (mrs.security), None with auth off."""
 
     def send(self, event: object) -> None:
         if self.closed:
@@ -152,6 +155,7 @@ class GroupServer:
         self.admission = Admission(self.guards, trio.current_time)
         self.refusals = RefusalLog(log)
         self.client_drains = ClientDrains()
+        self.authority, self.gate = session_auth.build(bus, group_config)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
@@ -311,7 +315,10 @@ class GroupServer:
                     )
                     continue
                 nursery.start_soon(
-                    dial_forever,
+                    functools.partial(
+                        dial_forever,
+                        secure=self.authority.dial_link if self.authority is not None else None,
+                    ),
                     link,
                     host,
                     port,
@@ -345,6 +352,7 @@ class GroupServer:
         if (problem := check_link_peer(session.stream, peer_id)) is not None:
             log.warning("refused link from %s: %s", session.peer, problem)
             raise wire.RemoteProtocolError(problem)
+        session_auth.check_link(self.authority, session, peer_id)
         session.send(
             wire.Welcome(
                 wire.PROTOCOL_VERSION,
@@ -388,7 +396,10 @@ class GroupServer:
         session.host = host or session.peer
         self.sessions.add(session)
         try:
-            if await self._handshake(session):
+            admitted = self.authority is None or await session_auth.admit(
+                self.authority, session, self.guards.handshake_s_max, self.refusals
+            )
+            if admitted and await self._handshake(session):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(session.send_loop)
                     nursery.start_soon(self._watch, session, nursery.cancel_scope)
@@ -553,6 +564,8 @@ class GroupServer:
         group = self.group
         request_id = getattr(event, "request_id", 0)
         try:
+            if self.gate is not None:
+                self.gate.check(session, event)
             match event:
                 case wire.Put():
                     self._begin(session, request_id, len(event.body))
@@ -640,7 +653,7 @@ async def serve(
 ) -> None:
     """Run a group until SIGTERM/SIGINT, then shut down gracefully."""
     server = GroupServer(bus, bus.group(group_id), unsafe=unsafe)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(server.run)
             line = f"READY {host}:{port}"
@@ -656,6 +669,10 @@ async def serve(
                 os.getpid(),
             )
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    if server.authority is not None:
+                        server.authority.reload("SIGHUP")
+                    continue
                 log.info("signal %s: shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break

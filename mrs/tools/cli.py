@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.tools.bus_status import add_status_parser
 from mrs.tools.certs import add_certs_parser
 from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
+from mrs.tools.creds import add_parser as add_creds
+from mrs.tools.creds import tool_credentials_from_env
 from mrs.tools.journal.arguments import add_journal_tools
 from mrs.tools.journal.pcj_archive import add_pcj_parser
 from mrs.tools.journal.repair import add_journal_repair
@@ -189,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit(commands)
     add_keys_parser(commands)
     add_certs_parser(commands)
+    add_creds(commands)
     return finish_parser(parser)
 
 
@@ -200,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return run_guarded(lambda: args.run(args), verbose=args.verbose)
+    return run_guarded(
+        lambda: tool_credentials_from_env(os.environ) or args.run(args), verbose=args.verbose
+    )
 
 
 def dmqdump() -> int:

@@ -95,6 +95,7 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
     (a bug: shown as one line too, with the traceback under -v)."""
     from mrs.config import ConfigError
     from mrs.datadir import DataDirError
+    from mrs.security.creds import CredsError
 
     errors = list(walk_errors(error))
     for inner in errors:
@@ -104,7 +105,7 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
         if isinstance(inner, CommandError):
             return str(inner), inner.exit_code
     for inner in errors:
-        if isinstance(inner, DataDirError):
+        if isinstance(inner, DataDirError | CredsError):
             return str(inner), EXIT_RUNTIME
     for inner in errors:
         if isinstance(inner, OSError) and inner.errno is not None:

@@ -74,9 +74,10 @@ class ReplayLedger:
         if readonly and not (self.path / "data.mdb").exists():
             return  # nothing replayed yet: an empty ledger, and a dry run creates nothing
         if not readonly:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.env = lmdb.open(
             str(self.path),
+            mode=0o600,
             map_size=LEDGER_MAP_BYTES,
             max_dbs=4,
             sync=True,

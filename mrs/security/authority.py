@@ -1,0 +1,211 @@
+"""A group's side of authentication: who may connect, as whom, with which grants.
+
+Holds the credentials file's verifiers and grants and this group's own link secret;
+reloads both when the file changes (checked at every new connection) or on SIGHUP,
+so `mrs creds rotate/remove/grant` take effect without a restart. A file that fails
+to load keeps the previous credentials in force (logged), so a typo cannot lock
+everyone out or let everyone in.
+
+Runs the server half of the exchange in mrs.security.handshake for each new
+connection (`accept`), and the dialing half for this group's outgoing links
+(`dial_link`), where it also checks the peer group's proof of *its* link secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import trio
+
+from mrs.model import Status
+from mrs.security import scram
+from mrs.security.config import AuthConfig
+from mrs.security.creds import (
+    LINK_PREFIX,
+    Credentials,
+    CredsError,
+    link_principal,
+    load,
+    read_secret,
+)
+from mrs.security.handshake import (
+    AUTH_VERSION,
+    LINK_PROOF_SUFFIX,
+    AuthFailed,
+    ClientCredentials,
+    FrameReader,
+    auth_message,
+    authenticate,
+    encode,
+    field,
+)
+from mrs.security.permissions import NONE, Permissions
+
+log = logging.getLogger("mrs.security")
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    mtime_ns: int
+    size: int
+    inode: int
+
+
+def _stamp(path) -> _Stamp | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _Stamp(st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class Authority:
+    """Credentials in force for one group (built only when [auth] is configured)."""
+
+    def __init__(self, config: AuthConfig, group_id: int, linked_group_ids: tuple[int, ...]):
+        self.config = config
+        self.group_id = group_id
+        self.linked_group_ids = linked_group_ids
+        self._decoy_secret = os.urandom(32)
+        self.reloads = 0
+        self.creds, self._link_salted, self._link_password = self._load()  # CredsError: no start
+        self._stamps = self._current_stamps()
+
+    # -- loading --------------------------------------------------------------------
+
+    def _current_stamps(self) -> tuple[_Stamp | None, _Stamp | None]:
+        return (
+            _stamp(self.config.credentials_path),
+            _stamp(self.config.link_secret_path(self.group_id)),
+        )
+
+    def _load(self) -> tuple[Credentials, bytes | None, str | None]:
+        creds = load(self.config.credentials_path)
+        if not self.linked_group_ids:
+            return creds, None, None
+        own = creds.get(link_principal(self.group_id))
+        if own is None:
+            raise CredsError(
+                f"group {self.group_id} has links but the credentials file "
+                f"{self.config.credentials_path} has no principal "
+                f"{link_principal(self.group_id)!r} (mrs creds add-group)"
+            )
+        password = read_secret(self.config.link_secret_path(self.group_id))
+        salted = scram.salted_password(password, own.verifier.salt, own.verifier.iterations)
+        if not scram.proof_valid(
+            own.verifier, b"self-check", scram.client_proof(salted, b"self-check")
+        ):
+            raise CredsError(
+                f"link secret {self.config.link_secret_path(self.group_id)} does not match "
+                f"principal {link_principal(self.group_id)!r} in the credentials file"
+            )
+        return creds, salted, password
+
+    def reload(self, why: str) -> bool:
+        """Load the files again; on any problem keep the credentials in force."""
+        self._stamps = self._current_stamps()
+        try:
+            self.creds, self._link_salted, self._link_password = self._load()
+        except CredsError as error:
+            log.error(
+                "credentials not reloaded (%s): %s; the previous ones stay in force", why, error
+            )
+            return False
+        self.reloads += 1
+        log.info(
+            "credentials reloaded (%s): %d principals from %s",
+            why,
+            len(self.creds.principals),
+            self.config.credentials_path,
+        )
+        return True
+
+    def reload_if_changed(self) -> None:
+        if self._current_stamps() != self._stamps:
+            self.reload("file changed")
+
+    def permissions(self, name: str | None) -> Permissions:
+        """Grants of a principal as of now (a removed principal has none)."""
+        principal = self.creds.get(name) if name is not None else None
+        return principal.permissions if principal is not None else NONE
+
+    # -- accepting ------------------------------------------------------------------
+
+    async def accept(self, stream: trio.abc.Stream) -> tuple[str, bytes]:
+        """Server half of the exchange: (principal name, bytes read past it), or
+        AuthFailed. The caller bounds the time and answers the failure."""
+        self.reload_if_changed()
+        reader = FrameReader(stream)
+        first = await reader.frame()
+        if isinstance(first, list):
+            raise AuthFailed(
+                Status.NOTAUTHORIZED,
+                f"group {self.group_id} requires authentication: connect with credentials",
+                protocol_answer=True,
+            )
+        if not isinstance(first, dict) or first.get("auth") != AUTH_VERSION:
+            raise AuthFailed(Status.PROTOCOL_ERROR, f"expected auth version {AUTH_VERSION}")
+        name = field(first, "name", str, "client hello")
+        client_nonce = field(first, "nonce", bytes, "client hello")
+        principal = self.creds.get(name)
+        verifier = (
+            principal.verifier
+            if principal is not None
+            else scram.decoy_verifier(self._decoy_secret, name)
+        )
+        server_nonce = scram.nonce()
+        challenge = {
+            "auth": AUTH_VERSION,
+            "salt": verifier.salt,
+            "iterations": verifier.iterations,
+            "nonce": server_nonce,
+            "group": self.group_id,
+        }
+        await stream.send_all(encode(challenge))
+        proof = field(await reader.frame(), "proof", bytes, "client proof")
+        message = auth_message(
+            name, client_nonce, server_nonce, verifier.salt, verifier.iterations, self.group_id
+        )
+        if principal is None or not scram.proof_valid(verifier, message, proof):
+            raise AuthFailed(Status.NOTAUTHORIZED, f"authentication failed for {name!r}")
+        answer = {"ok": True, "signature": scram.server_signature(verifier.server_key, message)}
+        if name.startswith(LINK_PREFIX) and self._link_salted is not None:
+            answer["peer_proof"] = scram.client_proof(
+                self._link_salted, message + LINK_PROOF_SUFFIX
+            )
+        await stream.send_all(encode(answer))
+        return name, reader.rest()
+
+    async def refuse(self, stream: trio.abc.Stream, failure: AuthFailed) -> None:
+        """Answer a failed exchange in the form its client reads (best effort)."""
+        frame = encode({"ok": False, "status": int(failure.status), "message": failure.message})
+        await stream.send_all(frame)
+
+    # -- dialing --------------------------------------------------------------------
+
+    async def dial_link(self, stream: trio.abc.Stream, peer_id: int) -> None:
+        """Authenticate as this group to peer_id and check that the peer proves it is
+        peer_id; AuthFailed otherwise (the dialer retries with backoff)."""
+        self.reload_if_changed()
+        if self._link_password is None:
+            raise AuthFailed(Status.NOTAUTHORIZED, f"group {self.group_id} has no link secret")
+        peer = self.creds.get(link_principal(peer_id))
+        if peer is None:
+            raise AuthFailed(
+                Status.NOTAUTHORIZED, f"no principal {link_principal(peer_id)!r} to check the peer"
+            )
+        credentials = ClientCredentials(link_principal(self.group_id), self._link_password)
+        proven = await authenticate(stream, credentials)
+        if proven.group != peer_id:
+            raise AuthFailed(
+                Status.NOTAUTHORIZED, f"expected group {peer_id}, the peer says {proven.group}"
+            )
+        if proven.peer_proof is None or not scram.proof_valid(
+            peer.verifier, proven.auth_message + LINK_PROOF_SUFFIX, proven.peer_proof
+        ):
+            raise AuthFailed(
+                Status.NOTAUTHORIZED,
+                f"the peer at this address cannot prove it is group {peer_id}",
+            )

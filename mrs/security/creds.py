@@ -1,0 +1,228 @@
+"""The credentials file: each principal's SCRAM verifier and grants, never a password.
+
+    # MRS credentials (edit with `mrs creds`)
+    [principal."app1"]
+    salt = "base64..."
+    iterations = 100000
+    stored_key = "base64..."
+    server_key = "base64..."
+    attach = ["1.10"]
+    put = ["2.*"]
+    confirm = ["1.10"]
+    admin = ["status"]
+
+A principal is an application name, or "group:N" for group N's link credential.
+The file is written whole to a temporary file (0600) and renamed over the old one,
+so a server reloading it (SIGHUP, or seeing it change) reads the old or the new
+file, never half of one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import secrets
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from mrs.security import scram
+from mrs.security.files import write_private
+from mrs.security.permissions import NONE, Permissions, parse_permissions
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}|group:[0-9]{1,5}")
+LINK_PREFIX = "group:"
+_VERIFIER_KEYS = ("salt", "iterations", "stored_key", "server_key")
+_KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin"))
+
+
+class CredsError(Exception):
+    """A credentials file or `mrs creds` argument that cannot be used (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    verifier: scram.Verifier
+    permissions: Permissions = NONE
+
+
+@dataclass(slots=True)
+class Credentials:
+    principals: dict[str, Principal] = field(default_factory=dict)
+
+    def get(self, name: str) -> Principal | None:
+        return self.principals.get(name)
+
+
+def link_principal(group_id: int) -> str:
+    return f"{LINK_PREFIX}{group_id}"
+
+
+def name_problem(name: str) -> str | None:
+    if NAME_PATTERN.fullmatch(name) is None:
+        return (
+            f"principal name {name!r}: use 1-64 of A-Z a-z 0-9 _ . - "
+            "(or group:N for a group's link credential)"
+        )
+    return None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: object, where: str) -> bytes:
+    if not isinstance(text, str):
+        raise CredsError(f"{where}: expected a base64 string")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise CredsError(f"{where}: not valid base64") from None
+
+
+def load(path: Path) -> Credentials:
+    """Read and check the file; CredsError (one line) on anything unusable."""
+    try:
+        document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CredsError(
+            f"credentials file {path} does not exist (create it with `mrs creds add`)"
+        ) from None
+    except OSError as error:
+        raise CredsError(f"credentials file {path}: {error.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise CredsError(f"credentials file {path}: not valid TOML: {error}") from None
+    unknown = set(document) - {"principal"}
+    if unknown:
+        raise CredsError(f"credentials file {path}: unknown keys {sorted(unknown)}")
+    table = document.get("principal", {})
+    if not isinstance(table, dict):
+        raise CredsError(f"credentials file {path}: [principal] must be a table")
+    creds = Credentials()
+    for name, raw in table.items():
+        creds.principals[name] = _principal(path, name, raw)
+    return creds
+
+
+def _principal(path: Path, name: str, raw: object) -> Principal:
+    where = f"credentials file {path}: principal {name!r}"
+    if (problem := name_problem(name)) is not None:
+        raise CredsError(f"credentials file {path}: {problem}")
+    if not isinstance(raw, dict):
+        raise CredsError(f"{where} must be a table")
+    unknown = set(raw) - _KEYS
+    missing = [key for key in _VERIFIER_KEYS if key not in raw]
+    if unknown or missing:
+        raise CredsError(f"{where}: unknown keys {sorted(unknown)}, missing {missing}")
+    iterations = raw["iterations"]
+    if (
+        not isinstance(iterations, int)
+        or not scram.ITERATIONS_MIN <= iterations <= scram.ITERATIONS_MAX
+    ):
+        raise CredsError(
+            f"{where}: iterations must be {scram.ITERATIONS_MIN}..{scram.ITERATIONS_MAX}"
+        )
+    verifier = scram.Verifier(
+        _unb64(raw["salt"], f"{where}.salt"),
+        iterations,
+        _unb64(raw["stored_key"], f"{where}.stored_key"),
+        _unb64(raw["server_key"], f"{where}.server_key"),
+    )
+    if len(verifier.stored_key) != scram.KEY_BYTES or len(verifier.server_key) != scram.KEY_BYTES:
+        raise CredsError(f"{where}: stored_key and server_key must be {scram.KEY_BYTES} bytes")
+    perms = parse_permissions(raw)
+    if isinstance(perms, str):
+        raise CredsError(f"{where}: {perms}")
+    return Principal(name, verifier, perms)
+
+
+def render(creds: Credentials) -> str:
+    lines = [
+        "# MRS credentials: salted SCRAM-SHA-256 verifiers (PBKDF2-HMAC-SHA256) and grants.",
+        "# No passwords are stored here. Edit with `mrs creds add/rotate/remove/grant`.",
+    ]
+    for name in sorted(creds.principals):
+        principal = creds.principals[name]
+        verifier = principal.verifier
+        lines += [
+            "",
+            f"[principal.{json.dumps(name)}]",
+            f"salt = {json.dumps(_b64(verifier.salt))}",
+            f"iterations = {verifier.iterations}",
+            f"stored_key = {json.dumps(_b64(verifier.stored_key))}",
+            f"server_key = {json.dumps(_b64(verifier.server_key))}",
+        ]
+        for kind, values in principal.permissions.as_dict().items():
+            lines.append(f"{kind} = {json.dumps(values)}")
+    return "\n".join(lines) + "\n"
+
+
+def save(path: Path, creds: Credentials) -> None:
+    """Write atomically, owner-only (0600) whatever the umask."""
+    write_private(Path(path), render(creds).encode("utf-8"))
+
+
+def load_or_empty(path: Path) -> Credentials:
+    return load(path) if Path(path).exists() else Credentials()
+
+
+def generate_password() -> str:
+    """A random secret for a link credential (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def add(
+    creds: Credentials,
+    name: str,
+    password: str,
+    permissions: Permissions,
+    iterations: int = scram.ITERATIONS_DEFAULT,
+) -> None:
+    if (problem := name_problem(name)) is not None:
+        raise CredsError(problem)
+    if name in creds.principals:
+        raise CredsError(f"principal {name!r} exists: use `mrs creds rotate` or `grant`")
+    creds.principals[name] = Principal(name, scram.make_verifier(password, iterations), permissions)
+
+
+def rotate(
+    creds: Credentials, name: str, password: str, iterations: int = scram.ITERATIONS_DEFAULT
+) -> None:
+    """A new password (new salt) for an existing principal; its grants stay."""
+    principal = _existing(creds, name)
+    creds.principals[name] = replace(principal, verifier=scram.make_verifier(password, iterations))
+
+
+def grant(creds: Credentials, name: str, permissions: Permissions) -> None:
+    """Replace a principal's grants (its password stays)."""
+    creds.principals[name] = replace(_existing(creds, name), permissions=permissions)
+
+
+def remove(creds: Credentials, name: str) -> None:
+    _existing(creds, name)
+    del creds.principals[name]
+
+
+def _existing(creds: Credentials, name: str) -> Principal:
+    principal = creds.principals.get(name)
+    if principal is None:
+        raise CredsError(f"no principal {name!r} in the credentials file")
+    return principal
+
+
+def read_secret(path: Path) -> str:
+    """A password kept in a file (a group's link secret, a tool's password)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise CredsError(f"secret file {path}: {error.strerror}") from None
+    if not text:
+        raise CredsError(f"secret file {path} is empty")
+    return text
+
+
+def file_mode(path: Path) -> int:
+    return os.stat(path).st_mode & 0o777

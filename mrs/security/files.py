@@ -1,0 +1,51 @@
+"""Owner-only files and directories (0600 / 0700), whatever the process umask.
+
+A umask can only take bits away, so creating with 0600/0700 is owner-only under any
+umask; files that already exist with wider modes are narrowed explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """mkdir -p, then make the last directory 0700."""
+    path = Path(path)
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(path, DIR_MODE)
+    return path
+
+
+def narrow(path: Path) -> None:
+    """Take group/other bits off an existing file (0600 for a file, 0700 for a dir)."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = DIR_MODE if Path(path).is_dir() else FILE_MODE
+        os.chmod(path, mode)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a whole file atomically (temp file, fsync, rename), created 0600."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    with contextlib.suppress(OSError):
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

@@ -1,0 +1,148 @@
+"""Per-queue permissions of a principal, and the rule that says what a request needs.
+
+A principal's grants live with its verifier in the credentials file (mrs.security.creds):
+
+    attach  = ["1.10", "ORDERS"]   queues it may attach to (and get from)
+    put     = ["2.*", "1.20"]      targets it may put to
+    confirm = ["1.10"]             queues on which it may confirm (any force_j)
+    admin   = ["status", "dlq"]    status, dlq, dlj, replay
+
+A pattern is matched (fnmatch) against the queue's address "G.Q" and against its
+configured name, so "2.*" is every queue of group 2, "*" everything, "ORDERS" one
+queue by name. Nothing is granted by default: a principal without grants can
+authenticate and nothing else. What each admin right opens:
+
+    status  the group status (seqs, epochs, link state: no longer public)
+    dlq     attach to / put to a dead letter queue, pass a dead-letter header or a
+            DLQ reader's context (the dlq-handler's rights)
+    dlj     replay a DLJ record (with replay)
+    replay  put a message carrying a replay header (mrs jplay)
+
+Pure: the server hands in the request's facts; the answer is None (allowed) or the
+sentence that goes into the NOTAUTHORIZED answer and the log.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay"})
+GRANT_KINDS = ("attach", "put", "confirm", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    attach: tuple[str, ...] = ()
+    put: tuple[str, ...] = ()
+    confirm: tuple[str, ...] = ()
+    admin: frozenset[str] = frozenset()
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {
+            "attach": list(self.attach),
+            "put": list(self.put),
+            "confirm": list(self.confirm),
+            "admin": sorted(self.admin),
+        }
+
+
+NONE = Permissions()
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why a grant pattern is unusable (None if fine): kept to what fnmatch reads plainly."""
+    if not pattern or len(pattern) > 200:
+        return f"pattern {pattern!r} must be 1..200 characters"
+    if any(ch.isspace() for ch in pattern):
+        return f"pattern {pattern!r} contains whitespace"
+    return None
+
+
+def parse_permissions(raw: dict) -> Permissions | str:
+    """Grants from a credentials-file table; a problem sentence when malformed."""
+    lists: dict[str, tuple[str, ...]] = {}
+    for kind in GRANT_KINDS:
+        value = raw.get(kind, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            return f"{kind} must be a list of strings"
+        for item in value:
+            if (problem := pattern_problem(item)) is not None:
+                return f"{kind}: {problem}"
+        lists[kind] = tuple(value)
+    unknown = set(lists["admin"]) - ADMIN_RIGHTS
+    if unknown:
+        return f"admin: unknown rights {sorted(unknown)} (known: {sorted(ADMIN_RIGHTS)})"
+    return Permissions(lists["attach"], lists["put"], lists["confirm"], frozenset(lists["admin"]))
+
+
+def matches(patterns: Iterable[str], address: str, name: str | None) -> bool:
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(address, pattern):
+            return True
+        if name is not None and fnmatch.fnmatchcase(name, pattern):
+            return True
+    return False
+
+
+def may_attach(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+    if is_dlq:
+        if "dlq" in perms.admin:
+            return None
+        return f"attach to dead letter queue {address} needs the admin right 'dlq'"
+    if matches(perms.attach, address, name):
+        return None
+    return f"attach to {address} is not granted"
+
+
+def may_get(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+    """Get from the attached queue: the attach grant, still held (grants reload live)."""
+    problem = may_attach(perms, address, name, is_dlq)
+    return None if problem is None else problem.replace("attach to", "get from", 1)
+
+
+def may_confirm(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+    if is_dlq and "dlq" in perms.admin:
+        return None
+    if matches(perms.confirm, address, name):
+        return None
+    return f"confirm on {address} is not granted"
+
+
+@dataclass(frozen=True, slots=True)
+class PutFacts:
+    """What a put asks for, as far as permissions care."""
+
+    target: str
+    target_name: str | None
+    target_is_dlq: bool
+    dead_letter_header: bool
+    dlq_context: bool
+    replay_journal: str | None
+    """"pcj"/"dlj" when the put carries a replay header, else None."""
+
+
+def may_put(perms: Permissions, facts: PutFacts) -> str | None:
+    dead_letter = facts.target_is_dlq or facts.dead_letter_header or facts.dlq_context
+    if dead_letter and "dlq" not in perms.admin:
+        what = (
+            f"put to dead letter queue {facts.target}"
+            if facts.target_is_dlq
+            else "put with a dead-letter header or DLQ context"
+        )
+        return f"{what} needs the admin right 'dlq'"
+    if facts.replay_journal is not None:
+        if "replay" not in perms.admin:
+            return "put with a replay header needs the admin right 'replay'"
+        if facts.replay_journal == "dlj" and "dlj" not in perms.admin:
+            return "replaying a DLJ record needs the admin right 'dlj'"
+    if facts.target_is_dlq or matches(perms.put, facts.target, facts.target_name):
+        return None
+    return f"put to {facts.target} is not granted"
+
+
+def may_admin(perms: Permissions, right: str) -> str | None:
+    if right in perms.admin:
+        return None
+    return f"{right} needs the admin right {right!r}"

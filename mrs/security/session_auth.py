@@ -1,0 +1,86 @@
+"""Hooks the group server calls: build the authority, authenticate a new connection.
+
+Kept here so the server's own change is a few lines: `build` once at start,
+`admit` before the protocol handshake of every connection, `check_link` when a
+link Hello arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import trio
+
+from mrs import protocol as wire
+from mrs.config import BusConfig, GroupConfig
+from mrs.model import Status
+from mrs.security.authority import Authority
+from mrs.security.creds import link_principal
+from mrs.security.gate import Gate
+from mrs.security.handshake import AuthFailed
+
+log = logging.getLogger("mrs.security")
+
+_CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def build(bus: BusConfig, group: GroupConfig) -> tuple[Authority | None, Gate | None]:
+    """(None, None) when [auth] is off; CredsError (one line) if the files are unusable."""
+    if bus.auth is None:
+        return None, None
+    authority = Authority(bus.auth, group.id, group.linked_group_ids)
+    return authority, Gate(authority, bus, group.id)
+
+
+async def admit(authority: Authority, session, deadline_s: float, refusals) -> bool:
+    """Authenticate a new connection within deadline_s; on success the session gets
+    its principal (and the bytes read past the exchange go to its protocol parser).
+    On failure answer, log who and why, and return False (the caller closes)."""
+    failure: AuthFailed | None = None
+    with trio.move_on_after(deadline_s) as scope:
+        try:
+            name, rest = await authority.accept(session.stream)
+        except AuthFailed as failed:
+            failure = failed
+        except _CONNECTION_ERRORS:
+            return False
+    if scope.cancelled_caught:
+        failure = AuthFailed(Status.TIMEOUT, f"no authentication within {deadline_s:g} s")
+    if failure is not None:
+        refusals.refused(
+            "auth",
+            session.host,
+            f"authentication refused ({failure.status.name}): {failure.message} ({session.peer})",
+        )
+        with contextlib.suppress(*_CONNECTION_ERRORS), trio.move_on_after(1):
+            if failure.protocol_answer:
+                fatal = session.connection.send(wire.Fatal(int(failure.status), failure.message))
+                await session.stream.send_all(fatal)
+            else:
+                await authority.refuse(session.stream, failure)
+        return False
+    session.principal = name
+    log.info("connection from %s authenticated as %r", session.peer, name)
+    if rest:
+        session.connection.receive_data(rest)
+    return True
+
+
+def check_link(authority: Authority | None, session, peer_id: int) -> None:
+    """A link Hello for peer_id: only a connection that proved it is that group."""
+    if authority is None:
+        return
+    expected = link_principal(peer_id)
+    if session.principal != expected:
+        log.warning(
+            "refused link Hello claiming group %d from %r at %s: not authenticated as %r",
+            peer_id,
+            session.principal,
+            session.peer,
+            expected,
+        )
+        raise wire.RemoteProtocolError(
+            f"a link from group {peer_id} must authenticate as {expected!r}",
+            Status.NOTAUTHORIZED,
+        )

@@ -1,0 +1,247 @@
+"""`mrs creds`: add, rotate, grant, remove and list principals in the credentials file.
+
+    mrs creds add app1 --config bus.toml --password-file app1.pw --attach 1.10 --put '2.*'
+    mrs creds add-group 1 --config bus.toml      # group 1's link secret + principal group:1
+    mrs creds rotate app1 --config bus.toml --password-stdin
+    mrs creds grant app1 --config bus.toml --attach 1.10 --confirm 1.10 --admin status
+    mrs creds remove app1 --config bus.toml
+    mrs creds list --config bus.toml
+
+The file (and every secret written) is owner-only (0600, directories 0700). A running
+group reloads the file when it changes (or on SIGHUP): no restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from pathlib import Path
+
+from mrs.security import creds as store
+from mrs.security import scram
+from mrs.security.files import private_dir, write_private
+from mrs.security.permissions import ADMIN_RIGHTS, Permissions, parse_permissions
+from mrs.tools.cli_support import EXIT_USAGE, CommandError
+
+
+def add_parser(commands) -> None:
+    creds = commands.add_parser("creds", help="credentials file (hashed) and link secrets")
+    actions = creds.add_subparsers(dest="creds_command", required=True, metavar="ACTION")
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--config", type=Path, help="bus config: use its [auth] paths")
+        where.add_argument("--file", type=Path, help="the credentials file itself")
+
+    def password(parser: argparse.ArgumentParser) -> None:
+        source = parser.add_mutually_exclusive_group()
+        source.add_argument("--password-file", type=Path, help="read the password from a file")
+        source.add_argument(
+            "--password-stdin", action="store_true", help="read the password from stdin"
+        )
+        source.add_argument(
+            "--generate", action="store_true", help="generate a password and print it once"
+        )
+        parser.add_argument(
+            "--iterations",
+            type=int,
+            default=scram.ITERATIONS_DEFAULT,
+            help="PBKDF2-HMAC-SHA256 rounds",
+        )
+
+    def grants(parser: argparse.ArgumentParser) -> None:
+        for kind, what in (
+            ("attach", "queue pattern it may attach to and get from"),
+            ("put", "target pattern it may put to"),
+            ("confirm", "queue pattern on which it may confirm"),
+        ):
+            parser.add_argument(
+                f"--{kind}", action="append", default=[], metavar="PATTERN", help=what
+            )
+        parser.add_argument(
+            "--admin",
+            action="append",
+            default=[],
+            choices=sorted(ADMIN_RIGHTS),
+            help="an admin right",
+        )
+
+    add = actions.add_parser("add", help="add an application principal")
+    add.add_argument("name")
+    common(add)
+    password(add)
+    grants(add)
+    add.set_defaults(run=_add)
+
+    group = actions.add_parser("add-group", help="make a group's link secret and principal")
+    group.add_argument("group", type=int)
+    common(group)
+    group.add_argument("--secrets", type=Path, help="link secrets directory (with --file)")
+    group.add_argument("--iterations", type=int, default=scram.ITERATIONS_DEFAULT)
+    group.add_argument("--rotate", action="store_true", help="replace an existing secret")
+    group.set_defaults(run=_add_group)
+
+    rotate = actions.add_parser("rotate", help="new password for a principal (grants stay)")
+    rotate.add_argument("name")
+    common(rotate)
+    password(rotate)
+    rotate.set_defaults(run=_rotate)
+
+    grant = actions.add_parser("grant", help="replace a principal's grants")
+    grant.add_argument("name")
+    common(grant)
+    grants(grant)
+    grant.set_defaults(run=_grant)
+
+    remove = actions.add_parser("remove", help="remove a principal")
+    remove.add_argument("name")
+    common(remove)
+    remove.set_defaults(run=_remove)
+
+    listing = actions.add_parser("list", help="principals and their grants (no secrets)")
+    common(listing)
+    listing.set_defaults(run=_list)
+
+
+def _paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    if args.file is not None:
+        return args.file, getattr(args, "secrets", None)
+    from mrs.config import load_config
+
+    bus = load_config(args.config)
+    if bus.auth is None:
+        raise CommandError(f"{args.config} has no [auth] table (or enabled = false)", EXIT_USAGE)
+    return bus.auth.credentials_path, bus.auth.link_secrets_dir
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password_file is not None:
+        return store.read_secret(args.password_file)
+    if args.password_stdin:
+        text = sys.stdin.readline().strip()
+        if not text:
+            raise CommandError("no password on stdin", EXIT_USAGE)
+        return text
+    if args.generate:
+        password = store.generate_password()
+        print(password)
+        return password
+    if not sys.stdin.isatty():
+        raise CommandError(
+            "give the password with --password-file, --password-stdin or --generate", EXIT_USAGE
+        )
+    first = getpass.getpass("password: ")
+    if not first or first != getpass.getpass("again: "):
+        raise CommandError("passwords empty or not the same", EXIT_USAGE)
+    return first
+
+
+def _grants(args: argparse.Namespace) -> Permissions:
+    perms = parse_permissions(
+        {"attach": args.attach, "put": args.put, "confirm": args.confirm, "admin": args.admin}
+    )
+    if isinstance(perms, str):
+        raise CommandError(perms, EXIT_USAGE)
+    return perms
+
+
+def _iterations(args: argparse.Namespace) -> int:
+    if not scram.ITERATIONS_MIN <= args.iterations <= scram.ITERATIONS_MAX:
+        raise CommandError(
+            f"--iterations must be {scram.ITERATIONS_MIN}..{scram.ITERATIONS_MAX}", EXIT_USAGE
+        )
+    return args.iterations
+
+
+def _add(args: argparse.Namespace) -> int:
+    path, _ = _paths(args)
+    creds = store.load_or_empty(path)
+    iterations = _iterations(args)
+    if store.name_problem(args.name) is None and args.name.startswith(store.LINK_PREFIX):
+        raise CommandError("group principals are made by `mrs creds add-group N`", EXIT_USAGE)
+    store.add(creds, args.name, _password(args), _grants(args), iterations)
+    store.save(path, creds)
+    print(f"added {args.name} to {path}", file=sys.stderr)
+    return 0
+
+
+def _add_group(args: argparse.Namespace) -> int:
+    path, secrets = _paths(args)
+    if secrets is None:
+        raise CommandError("give --secrets DIR (or --config with [auth])", EXIT_USAGE)
+    if not 1 <= args.group <= 32000:
+        raise CommandError("group must be 1..32000", EXIT_USAGE)
+    creds = store.load_or_empty(path)
+    name = store.link_principal(args.group)
+    password = store.generate_password()
+    if name in creds.principals:
+        if not args.rotate:
+            raise CommandError(f"{name} exists: add --rotate to replace its secret", EXIT_USAGE)
+        store.rotate(creds, name, password, _iterations(args))
+    else:
+        store.add(creds, name, password, Permissions(), _iterations(args))
+    secret_path = private_dir(secrets) / f"group-{args.group}.secret"
+    write_private(secret_path, (password + "\n").encode("ascii"))
+    store.save(path, creds)
+    print(f"{name}: secret in {secret_path}, verifier in {path}", file=sys.stderr)
+    return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    path, _ = _paths(args)
+    creds = store.load(path)
+    store.rotate(creds, args.name, _password(args), _iterations(args))
+    store.save(path, creds)
+    print(f"rotated {args.name} in {path}", file=sys.stderr)
+    return 0
+
+
+def _grant(args: argparse.Namespace) -> int:
+    path, _ = _paths(args)
+    creds = store.load(path)
+    store.grant(creds, args.name, _grants(args))
+    store.save(path, creds)
+    print(f"grants of {args.name} replaced in {path}", file=sys.stderr)
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    path, _ = _paths(args)
+    creds = store.load(path)
+    store.remove(creds, args.name)
+    store.save(path, creds)
+    print(f"removed {args.name} from {path}", file=sys.stderr)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    path, _ = _paths(args)
+    creds = store.load(path)
+    for name in sorted(creds.principals):
+        grants = creds.principals[name].permissions.as_dict()
+        shown = " ".join(f"{kind}={','.join(values)}" for kind, values in grants.items() if values)
+        print(f"{name}\t{shown or '(no grants)'}")
+    return 0
+
+
+def tool_credentials_from_env(environ) -> None:
+    """At the CLI edge: MRS_AUTH_NAME with MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD)
+    become the credentials every tool's connect() uses (`mrs status`, `jplay`, ...)."""
+    name = environ.get("MRS_AUTH_NAME")
+    if not name:
+        return
+    from clients.auth import ClientCredentials, set_default
+
+    password_file = environ.get("MRS_AUTH_PASSWORD_FILE")
+    password = (
+        store.read_secret(Path(password_file))
+        if password_file
+        else environ.get("MRS_AUTH_PASSWORD")
+    )
+    if not password:
+        raise CommandError(
+            "MRS_AUTH_NAME is set: set MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD) too",
+            EXIT_USAGE,
+        )
+    set_default(ClientCredentials(name, password))
