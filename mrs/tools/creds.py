@@ -56,13 +56,10 @@ def add_parser(commands) -> None:
             ("put", "target pattern it may put to"),
             ("confirm", "queue pattern on which it may confirm"),
         ):
-            parser.add_argument(
-                f"--{kind}", action="append", default=[], metavar="PATTERN", help=what
-            )
+            parser.add_argument(f"--{kind}", action="append", metavar="PATTERN", help=what)
         parser.add_argument(
             "--admin",
             action="append",
-            default=[],
             choices=sorted(ADMIN_RIGHTS),
             help="an admin right",
         )
@@ -78,7 +75,12 @@ def add_parser(commands) -> None:
     group.add_argument("group", type=int)
     common(group)
     group.add_argument("--secrets", type=Path, help="link secrets directory (with --file)")
-    group.add_argument("--iterations", type=int, default=scram.ITERATIONS_DEFAULT)
+    group.add_argument(
+        "--iterations",
+        type=int,
+        default=scram.ITERATIONS_DEFAULT,
+        help="PBKDF2-HMAC-SHA256 rounds",
+    )
     group.add_argument("--rotate", action="store_true", help="replace an existing secret")
     group.set_defaults(run=_add_group)
 
@@ -139,7 +141,12 @@ def _password(args: argparse.Namespace) -> str:
 
 def _grants(args: argparse.Namespace) -> Permissions:
     perms = parse_permissions(
-        {"attach": args.attach, "put": args.put, "confirm": args.confirm, "admin": args.admin}
+        {
+            "attach": args.attach or [],
+            "put": args.put or [],
+            "confirm": args.confirm or [],
+            "admin": args.admin or [],
+        }
     )
     if isinstance(perms, str):
         raise CommandError(perms, EXIT_USAGE)
