@@ -231,7 +231,7 @@ async def test_status_needs_the_status_right(secure) -> None:
 def test_the_status_command_takes_credentials_from_the_environment(secure) -> None:
     def status(**env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "mrs.cli", "status", "--address", secure.address(1), "--json"],
+            [sys.executable, "-m", "mrs", "status", "--address", secure.address(1), "--json"],
             capture_output=True,
             text=True,
             env={**os.environ, **env},
