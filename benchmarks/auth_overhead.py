@@ -1,0 +1,138 @@
+"""What authentication and permission checks cost: put throughput and connect time
+with [auth] on vs off, measured in one run on two servers of the same shape.
+
+    python benchmarks/auth_overhead.py [--seconds 3] [--rounds 3]
+
+Rounds alternate off/on so drift on a shared machine hits both alike. Puts are
+WF_DQF (durable: one fsync per group commit) to a local queue, from 4 connections
+with 32 puts in flight each; connect time is connect + authenticate + attach, with
+the default 100,000 PBKDF2 rounds (paid by the client, once per connection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from clients import ClientCredentials, DeliveryMode, Uma, connect  # noqa: E402
+from mrs.tools.cli import main as mrs_main  # noqa: E402
+from sim.processes import GroupProcess  # noqa: E402
+
+CONNECTIONS = 4
+IN_FLIGHT = 32
+CREDS = ClientCredentials("bench", "bench-password")
+
+
+def make_server(directory: Path, auth: bool) -> GroupProcess:
+    directory.mkdir(parents=True)
+    config = directory / "bus.toml"
+    config.write_text(
+        textwrap.dedent("""\
+        [[group]]
+        id = 1
+        name = "B"
+        listen = "127.0.0.1:0"
+        data_dir = "g1"
+        [group.limits]
+        dqf_messages_max = 10000000
+        journal_bytes_max = 4294967296
+        [group.guards]
+        requests_in_flight_max = 1024
+        [[group.queue]]
+        id = 10
+        name = "IN"
+        messages_max = 10000000
+        [[group.queue]]
+        id = 11
+        name = "OUT"
+        """)
+        + ('[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n' if auth else "")
+    )
+    if auth:
+        password = directory / "bench.pw"
+        password.write_text(CREDS.password)
+        argv = ["creds", "add", "bench", "--config", str(config), "--password-file"]
+        argv += [str(password), "--attach", "1.11", "--put", "1.10"]
+        assert mrs_main(argv) == 0
+    server = GroupProcess(config, 1)
+    server.start()
+    return server
+
+
+async def put_round(address: str, credentials, seconds: float) -> float:
+    """Puts per second once every connection is up (connect time is measured apart)."""
+    count = 0
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(connect(address, "1.11", credentials=credentials))
+            for _ in range(CONNECTIONS)
+        ]
+        deadline = trio.current_time() + seconds
+
+        async def worker(client) -> None:
+            nonlocal count
+            while trio.current_time() < deadline:
+                await client.put(b"x" * 100, target="1.10", delivery=DeliveryMode.WF_DQF,
+                                 uma=Uma.DISC)  # fmt: skip
+                count += 1
+
+        async with trio.open_nursery() as nursery:
+            for client in clients:
+                for _ in range(IN_FLIGHT):
+                    nursery.start_soon(worker, client)
+    return count / seconds
+
+
+async def connect_time_ms(address: str, credentials, times: int = 10) -> float:
+    samples = []
+    for _ in range(times):
+        started = time.perf_counter()
+        async with connect(address, "1.11", credentials=credentials):
+            samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+async def measure(servers: dict[str, GroupProcess], seconds: float, rounds: int) -> None:
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(rounds):
+        for mode in ("off", "on"):
+            credentials = CREDS if mode == "on" else None
+            rates[mode].append(await put_round(servers[mode].address, credentials, seconds))
+    connects = {
+        mode: await connect_time_ms(servers[mode].address, CREDS if mode == "on" else None)
+        for mode in ("off", "on")
+    }
+    off, on = (statistics.median(rates[mode]) for mode in ("off", "on"))
+    print(f"WF_DQF puts/s, {CONNECTIONS} connections x {IN_FLIGHT} in flight, median of {rounds}")
+    print(f"  auth off: {off:8.0f}   rounds {[round(r) for r in rates['off']]}")
+    print(f"  auth on:  {on:8.0f}   rounds {[round(r) for r in rates['on']]}")
+    print(f"  ratio on/off: {on / off:.3f}")
+    print(f"connect+attach median ms: off {connects['off']:.1f}, on {connects['on']:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        servers = {mode: make_server(Path(scratch) / mode, mode == "on") for mode in ("off", "on")}
+        try:
+            trio.run(measure, servers, args.seconds, args.rounds)
+        finally:
+            for server in servers.values():
+                server.terminate()
+
+
+if __name__ == "__main__":
+    main()
