@@ -26,11 +26,13 @@ from clients import (
     connect_sync,
 )
 from journals import Journal, JournalStore
+from mrs.config import load_config
 from mrs.protection import is_protected
 from mrs.protection.envelope import open_envelope
 from mrs.protection.errors import MQRC_SECURITY_ERROR
 from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
 from sim.bus import LinkedBus
+from sim.membus import MemoryBus, MemoryGroup
 from sim.processes import GroupProcess, write_single_group_config
 from sim.proxy import free_port
 
@@ -221,20 +223,38 @@ DLQ_SHOP_ONLY = (
 )
 
 
-async def dead_letter_both(group: GroupProcess, directory: Path, keys: Path, delivery) -> dict:
+@pytest.fixture
+async def start_memory_group(tmp_path, keys, nursery):
+    """Group 1 (QUEUES) with a policy file, in this trio run on the in-memory network
+    and journals (sim/membus.py): the DLQ rules need no process of their own."""
+
+    async def start(dlq_policy: str = "") -> MemoryGroup:
+        directory = tmp_path / "membus"
+        config = write_single_group_config(directory, queues=QUEUES)
+        with_protection(config)
+        write_policies(directory, keys, dlq_policy)
+        memory = MemoryBus(load_config(config), nursery)
+        await memory.start(1)
+        return MemoryGroup(memory, 1, config)
+
+    return start
+
+
+async def dead_letter_both(group: MemoryGroup, keys: Path, delivery) -> dict:
     """A protected and an unprotected message to 1.50 (no such queue) with UMA DLQ:
     their PSBs, and what reached the DLQ (body by correlation id)."""
     outcome = {}
+    shop = app(group.config_path.parent, keys, "SHOP")
     async with (
-        connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop,
-        connect(group.address, "PLAIN") as plain,
+        group.connect("SENDER", protection=shop) as sender,
+        group.connect("PLAIN") as plain,
     ):
-        for name, client in (("protected", shop), ("plain", plain)):
+        for name, client in (("protected", sender), ("plain", plain)):
             psb = await client.put(
                 SECRET, target="1.50", delivery=delivery, uma=Uma.DLQ, correlation_id=name.encode()
             )
             outcome[name] = psb.uma_status
-    async with connect(group.address, "DLQ") as dead:
+    async with group.connect("DLQ") as dead:
         while True:
             try:
                 message = await dead.get(timeout=0)
@@ -250,17 +270,21 @@ def opened(body: bytes, keys: Path, reader: str):
 
 
 @pytest.mark.parametrize("delivery", [MODE.WF_DQF, MODE.WF_MEM], ids=["recoverable", "memory"])
-async def test_dlq_without_a_policy_places_messages_as_they_are(start_group, keys, delivery):
-    group, directory = start_group()
-    outcome = await dead_letter_both(group, directory, keys, delivery)
+async def test_dlq_without_a_policy_places_messages_as_they_are(
+    start_memory_group, keys, delivery
+) -> None:
+    group = await start_memory_group()
+    outcome = await dead_letter_both(group, keys, delivery)
     assert outcome["protected"] == outcome["plain"] == Status.DLQ_SUCCESS
     assert outcome["plain body"] == SECRET
     assert opened(outcome["protected body"], keys, "BILLING").signer == "SHOP"
 
 
-async def test_dlq_with_a_policy_protects_what_it_receives_but_never_twice(start_group, keys):
-    group, directory = start_group(DLQ_PRIVACY + NYC_KEY)
-    outcome = await dead_letter_both(group, directory, keys, MODE.WF_DQF)
+async def test_dlq_with_a_policy_protects_what_it_receives_but_never_twice(
+    start_memory_group, keys
+) -> None:
+    group = await start_memory_group(DLQ_PRIVACY + NYC_KEY)
+    outcome = await dead_letter_both(group, keys, MODE.WF_DQF)
     assert outcome["protected"] == outcome["plain"] == Status.DLQ_SUCCESS
     now_sealed = opened(outcome["plain body"], keys, "AUDITOR")  # the DLQ's recipient
     assert (now_sealed.signer, now_sealed.data) == ("NYC", SECRET)  # the group protected it
@@ -271,16 +295,18 @@ async def test_dlq_with_a_policy_protects_what_it_receives_but_never_twice(start
 @pytest.mark.parametrize(
     "policy", [DLQ_STRICT, DLQ_SHOP_ONLY], ids=["tolerate-off", "group-not-permitted"]
 )
-async def test_dlq_policy_refuses_unprotected_messages(start_group, keys, policy) -> None:
+async def test_dlq_policy_refuses_unprotected_messages(
+    start_memory_group, keys, policy, caplog
+) -> None:
     """Tolerate off and a group that does not protect, or a policy that does not let
     the group's identity protect: the DLQ put fails (DLQ_FAILED, the message is
     discarded); a protected message still goes on as it is."""
-    group, directory = start_group(policy)
-    outcome = await dead_letter_both(group, directory, keys, MODE.WF_MEM)
+    group = await start_memory_group(policy)
+    outcome = await dead_letter_both(group, keys, MODE.WF_MEM)
     assert (outcome["protected"], outcome["plain"]) == (Status.DLQ_SUCCESS, Status.DLQ_FAILED)
     assert "plain body" not in outcome
     assert is_protected(outcome["protected body"])
-    assert "not put on the DLQ" in (directory / "group1.log").read_text()
+    assert "not put on the DLQ" in caplog.text
 
 
 # ---------------------------------------------------------------------- channel rules
