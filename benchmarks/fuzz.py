@@ -3,7 +3,7 @@
     python benchmarks/fuzz.py TARGET [--runs N] [--seconds S] [--corpus DIR]
     python benchmarks/fuzz.py all --runs N      # each target in turn, N inputs each
 
-TARGET is one of protocol, record, config, rules. The corpus directory (default
+TARGET is one of protocol, record, config, rules, envelope, policies. The corpus directory (default
 `fuzz-corpus/TARGET` under the current directory) starts from the real sample inputs
 and keeps what libFuzzer finds interesting, so a second run goes on from the first.
 A finding (any exception but the decoder's own error) stops the run with the input
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-TARGET_NAMES = ("protocol", "record", "config", "rules")
+TARGET_NAMES = ("protocol", "record", "config", "rules", "envelope", "policies")
 
 
 def main() -> int:
@@ -111,6 +111,8 @@ def _atheris(options: argparse.Namespace) -> int:
     import atheris
 
     with atheris.instrument_imports(include=["mrs", "journals", "msgpack", "tomllib"]):
+        import mrs.protection.envelope
+        import mrs.protection.policy  # noqa: F401 - instrumented here, used lazily
         from mrs import fuzz_targets
 
     run = fuzz_targets.TARGETS[options.target]

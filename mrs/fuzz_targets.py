@@ -15,6 +15,10 @@ The targets:
   stop at the checksum and the msgpack decoding behind it would go untested).
 - `config`: a bus configuration file's bytes into `mrs.config`'s loader.
 - `rules`: a DLQ handler rules table into `mrs.dlq.parser.parse_table`.
+- `envelope`: a protected message body into `mrs.protection.envelope.open_envelope`
+  (it opens to exactly what was sealed, or raises `ProtectionError`).
+- `policies`: a protection policy file into `mrs.protection.policy.parse_policies`
+  (`PolicyError`).
 
 `mutate` and `run_mutations` are the driver used where atheris is absent (and by the
 short run in the tests): byte-level mutations of the seeds, reproducible from a seed.
@@ -22,12 +26,15 @@ short run in the tests): byte-level mutations of the seeds, reproducible from a 
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import struct
+import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from journals.record import MAGIC, CorruptRecord, Record, decode_record, encode_record
 from mrs import protocol as wire
@@ -118,11 +125,53 @@ def fuzz_rules(data: bytes) -> None:
         return
 
 
+_SEALED_DATA = b"pay 100 to BOB"
+
+
+@functools.cache
+def _envelope_keys() -> tuple[Any, Any, Any]:
+    """SHOP (signer), BILLING (reader) and a keyring with their public keys, made
+    once per process in a scratch directory that lives as long as the process."""
+    from mrs.protection.keys import Identity, Keyring, write_identity
+
+    directory = Path(tempfile.mkdtemp(prefix="mrs-fuzz-keys-"))
+    shop, billing = Identity.generate("SHOP"), Identity.generate("BILLING")
+    for identity in (shop, billing):
+        write_identity(identity, directory)
+    return shop, billing, Keyring(directory)
+
+
+def fuzz_envelope(data: bytes) -> None:
+    """A body that claims to be protected: opens to what SHOP sealed, or is refused."""
+    from mrs.protection.envelope import open_envelope
+    from mrs.protection.errors import ProtectionError
+
+    _, billing, keyring = _envelope_keys()
+    try:
+        opened = open_envelope(data, keyring, billing)
+    except ProtectionError:
+        return
+    assert (opened.signer, opened.data) == ("SHOP", _SEALED_DATA), opened
+
+
+def fuzz_policies(data: bytes) -> None:
+    """A policy file as the applications and groups read it."""
+    from mrs.protection.errors import PolicyError
+    from mrs.protection.policy import parse_policies
+
+    try:
+        parse_policies(data.decode("utf-8", errors="replace"), _CONFIG_PATH)
+    except PolicyError:
+        return
+
+
 TARGETS: dict[str, Target] = {
     "protocol": fuzz_protocol,
     "record": fuzz_record,
     "config": fuzz_config,
     "rules": fuzz_rules,
+    "envelope": fuzz_envelope,
+    "policies": fuzz_policies,
 }
 
 
@@ -133,7 +182,43 @@ def seeds(target: str) -> list[bytes]:
         "record": _record_seeds,
         "config": _config_seeds,
         "rules": _rules_seeds,
+        "envelope": _envelope_seeds,
+        "policies": _policies_seeds,
     }[target]()
+
+
+def _envelope_seeds() -> list[bytes]:
+    from mrs.protection.envelope import Quality, seal
+
+    shop, billing, keyring = _envelope_keys()
+    return [
+        seal(shop, Quality.INTEGRITY, _SEALED_DATA),
+        seal(shop, Quality.PRIVACY, _SEALED_DATA, [keyring.get("BILLING")]),
+        seal(shop, Quality.PRIVACY, _SEALED_DATA, [keyring.get("BILLING"), keyring.get("SHOP")]),
+    ]
+
+
+def _policies_seeds() -> list[bytes]:
+    docs = (_ROOT / "docs" / "security-protection.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", docs, flags=re.DOTALL)
+    return [_POLICIES_SEED, *(block.encode() for block in blocks if "[[policy]]" in block)]
+
+
+_POLICIES_SEED = b"""\
+keys_dir = "keys"
+[[policy]]
+queue = "1.10"
+protection = "privacy"
+signers = ["SHOP"]
+recipients = ["BILLING"]
+tolerate = false
+[[policy]]
+queue = "2.96"
+protection = "integrity"
+[[group_key]]
+group = 1
+key = "keys/NYC.key"
+"""
 
 
 def _protocol_seeds() -> list[bytes]:
