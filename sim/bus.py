@@ -54,28 +54,11 @@ class LinkedBus:
             )
 
     def _config_text(self) -> str:
-        parts = []
-        for group_id in self.group_ids:
-            parts.append(
-                textwrap.dedent(f"""\
-                [[group]]
-                id = {group_id}
-                name = "{self.names.get(group_id, f"G{group_id}")}"
-                listen = "127.0.0.1:{self.ports[group_id]}"
-                data_dir = "g{group_id}"
-                {self.group_extra}
-                {self.group_extras.get(group_id, "")}
-                [group.limits]
-                {self.limits}
-                {self.group_limits.get(group_id, "")}
-                """)
-                + textwrap.dedent(self.queues)
-            )
-        for (low, high), proxy in self.proxies.items():
-            parts.append(
-                f'[[link]]\ngroups = [{low}, {high}]\naddress = "127.0.0.1:{proxy.listen_port}"\n'
-            )
-        return "\n".join(parts)
+        return bus_config_text(
+            self,
+            {group_id: f"127.0.0.1:{port}" for group_id, port in self.ports.items()},
+            {pair: f"127.0.0.1:{proxy.listen_port}" for pair, proxy in self.proxies.items()},
+        )
 
     async def start_proxies(self, nursery: trio.Nursery) -> None:
         for proxy in self.proxies.values():
@@ -93,8 +76,56 @@ class LinkedBus:
     def address(self, group_id: int) -> str:
         return self.processes[group_id].address
 
+    def connect(self, group_id: int, queue=None, **options):
+        """`clients.connect` to a group: the same call as `MemoryLinkedBus.connect`."""
+        from clients import connect
+
+        return connect(self.address(group_id), queue, **options)
+
     def proxy(self, group_a: int, group_b: int) -> FaultProxy:
         return self.proxies[(min(group_a, group_b), max(group_a, group_b))]
 
     def data_dir(self, group_id: int) -> Path:
         return self.directory / f"g{group_id}"
+
+
+def bus_config_text(
+    shape: LinkedBus | MemoryBusShape,
+    listen: dict[int, str],
+    links: dict[tuple[int, int], str],
+) -> str:
+    """The TOML of a bus of `shape`'s groups listening on `listen`, each pair of groups
+    linked through the address in `links` (a fault proxy, or the higher group itself)."""
+    parts = []
+    for group_id in shape.group_ids:
+        parts.append(
+            textwrap.dedent(f"""\
+            [[group]]
+            id = {group_id}
+            name = "{shape.names.get(group_id, f"G{group_id}")}"
+            listen = "{listen[group_id]}"
+            data_dir = "g{group_id}"
+            {shape.group_extra}
+            {shape.group_extras.get(group_id, "")}
+            [group.limits]
+            {shape.limits}
+            {shape.group_limits.get(group_id, "")}
+            """)
+            + textwrap.dedent(shape.queues)
+        )
+    for (low, high), address in links.items():
+        parts.append(f'[[link]]\ngroups = [{low}, {high}]\naddress = "{address}"\n')
+    return "\n".join(parts)
+
+
+@dataclass
+class MemoryBusShape:
+    """What a bus of in-process groups holds (sim/membus.py): LinkedBus's options."""
+
+    group_ids: tuple[int, ...] = (1, 2)
+    queues: str = ""
+    limits: str = ""
+    group_extra: str = ""
+    names: dict[int, str] = field(default_factory=dict)
+    group_limits: dict[int, str] = field(default_factory=dict)
+    group_extras: dict[int, str] = field(default_factory=dict)

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,12 @@ import trio
 from clients import connect
 from mrs.config import BusConfig, load_config
 from mrs.server import GroupServer
+from sim.bus import MemoryBusShape, bus_config_text
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
 
+MEMORY_PORT_BASE = 17000
+"""Group N listens on 127.0.0.1:(17000 + N) of the memory network (no real port)."""
 CLIENT_NODE = "clients"
 """The memory network's node every test client connects from."""
 
@@ -165,3 +169,90 @@ class MemoryGroup:
 
     async def restart(self) -> None:
         await self.memory.restart(self.group_id)
+
+
+@dataclass(eq=False)
+class MemoryLink:
+    """The link between two in-process groups, cut and healed like a `FaultProxy`."""
+
+    memory: MemoryBus
+    nodes: frozenset[str]
+    cuts: int = 0
+
+    def cut(self) -> None:
+        """Drop the link's connections now and refuse new ones until heal()."""
+        network = self.memory.network
+        network.partitions.add(self.nodes)
+        self.cuts += 1
+        for ends in list(network.connections):
+            if ends[0].nodes == self.nodes:
+                for end in ends:
+                    end.closed = True
+                self.memory.nursery.start_soon(network._reset, ends)
+
+    def heal(self) -> None:
+        self.memory.network.partitions.discard(self.nodes)
+        self.memory.network.blackholes.discard(self.nodes)
+
+    @property
+    def is_cut(self) -> bool:
+        return self.nodes in self.memory.network.partitions
+
+
+def write_linked_config(directory: Path, shape: MemoryBusShape) -> Path:
+    """A bus of `shape` for the memory network: each link dials the higher group itself
+    (a `MemoryLink` cuts it; there is no proxy in between)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    listen = {group_id: f"127.0.0.1:{MEMORY_PORT_BASE + group_id}" for group_id in shape.group_ids}
+    links = {(low, high): listen[high] for low, high in combinations(sorted(shape.group_ids), 2)}
+    path = directory / "bus.toml"
+    path.write_text(bus_config_text(shape, listen, links))
+    return path
+
+
+@dataclass(eq=False)
+class MemoryLinkedBus:
+    """`sim.bus.LinkedBus`'s shape (address, proxy(a, b).cut/heal, kill, stop) for
+    groups in this trio run: tests of link rules run on it under MockClock."""
+
+    memory: MemoryBus
+    directory: Path
+
+    @classmethod
+    async def start(cls, directory: Path, nursery: trio.Nursery, **options: Any):
+        path = write_linked_config(directory, MemoryBusShape(**options))
+        bus = cls(MemoryBus(load_config(path), nursery), directory)
+        for group_id in bus.memory.bus.groups:
+            await bus.memory.start(group_id)
+        return bus
+
+    def address(self, group_id: int) -> str:
+        return self.memory.address(group_id)
+
+    def connect(self, group_id: int, queue: Any = None, **options: Any):
+        return self.memory.connect(group_id, queue, **options)
+
+    def proxy(self, group_a: int, group_b: int) -> MemoryLink:
+        return MemoryLink(self.memory, frozenset((f"g{group_a}", f"g{group_b}")))
+
+    def server(self, group_id: int) -> GroupServer:
+        return self.memory.groups[group_id].server
+
+    def store(self, group_id: int) -> MemoryJournalStore:
+        return self.memory.groups[group_id].store
+
+    def data_dir(self, group_id: int) -> Path:
+        return self.directory / f"g{group_id}"
+
+    def kill(self, group_id: int) -> None:
+        """As SIGKILL: the group stops, its committed journals stay."""
+        self.memory.groups[group_id].crash()
+
+    async def restart(self, group_id: int) -> None:
+        await self.memory.restart(group_id)
+
+    def stop(self) -> None:
+        for group in self.memory.groups.values():
+            if group.up:
+                group.scope.cancel()
+                group.up = False

@@ -12,7 +12,7 @@ import trio.testing
 
 from clients import connect
 from mrs.config import load_config
-from sim.membus import MemoryBus, MemoryGroup
+from sim.membus import MemoryBus, MemoryGroup, MemoryLinkedBus
 from sim.processes import GroupProcess, write_single_group_config
 
 STANDARD_QUEUES = """
@@ -113,7 +113,7 @@ def bus(make_bus) -> Bus:
 
 
 # ------------------------------------------------------------------ the fast seam
-MEMORY_BUS_FIXTURES = frozenset({"mem_bus", "make_mem_bus"})
+MEMORY_BUS_FIXTURES = frozenset({"mem_bus", "make_mem_bus", "make_mem_linked"})
 
 
 def run_under_autojump_clock(fn, clock=None, instruments=()):
@@ -156,3 +156,17 @@ async def mem_bus(make_mem_bus) -> AsyncIterator[MemoryGroup]:
     """The `bus` fixture's group (standard queues, pcj_default, dqf_messages_max = 40)
     in this trio run under MockClock: connect with `mem_bus.connect(queue)`."""
     yield await make_mem_bus(group_extra="pcj_default = true", limits="dqf_messages_max = 40")
+
+
+@pytest.fixture
+async def make_mem_linked(tmp_path: Path, nursery: trio.Nursery):
+    """Like sim.bus.LinkedBus (same options), but every group runs in this trio run
+    under MockClock; `proxy(a, b).cut()` partitions the memory network instead."""
+    count = 0
+
+    async def make(**options) -> MemoryLinkedBus:
+        nonlocal count
+        count += 1
+        return await MemoryLinkedBus.start(tmp_path / f"memlinked{count}", nursery, **options)
+
+    return make

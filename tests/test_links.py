@@ -1,12 +1,14 @@
-"""Two real group processes linked through a fault proxy: every mode across the link,
-store-and-forward while it is cut, FIFO drain, duplicates, confirms travelling back."""
+"""Two linked groups: every mode across the link, store-and-forward while it is cut,
+FIFO drain, duplicates, confirms travelling back. The rules run in process under
+MockClock (`bus`); restarts, a one-way blackhole and raw sockets use real processes
+behind a fault proxy (`proc_bus`)."""
 
 from __future__ import annotations
 
 import pytest
 import trio
 
-from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from clients import DeliveryMode, NoMoreMessages, Status, Uma
 from sim.bus import LinkedBus
 
 MODE = DeliveryMode
@@ -27,8 +29,8 @@ confirm = "explicit-out-of-order"
 LINK_WAIT_S = 20.0
 
 
-async def link_state(address: str, peer: int) -> dict:
-    async with connect(address, None) as client:
+async def link_state(bus, group: int, peer: int) -> dict:
+    async with bus.connect(group, None) as client:
         return (await client.status())["links"][str(peer)]
 
 
@@ -36,17 +38,28 @@ async def wait_for_link(
     bus: LinkedBus, group: int, peer: int, state: str = "up", backlog: int | None = None
 ) -> dict:
     """Poll the group's status until the link reaches `state` (another process's
-    state: there is no event to await, so this polls with a short pause)."""
+    state: there is no event to await, so this polls with a short pause; on the
+    in-process bus the pause is MockClock time and costs nothing)."""
     with trio.fail_after(LINK_WAIT_S):
         while True:
-            info = await link_state(bus.address(group), peer)
+            info = await link_state(bus, group, peer)
             if info["state"] == state and (backlog is None or info["saf_backlog"] == backlog):
                 return info
             await trio.sleep(0.02)
 
 
 @pytest.fixture
-async def bus(tmp_path, nursery):
+async def bus(make_mem_linked):
+    """Groups 1 and 2 in this trio run (the link rules need no process)."""
+    linked = await make_mem_linked(queues=QUEUES)
+    await wait_for_link(linked, 1, 2)
+    return linked
+
+
+@pytest.fixture
+async def proc_bus(tmp_path, nursery):
+    """Two real `mrs serve` processes behind a fault proxy: for restarts, a one-way
+    blackhole and raw sockets."""
     linked = LinkedBus(tmp_path / "bus", queues=QUEUES)
     await linked.start_proxies(nursery)
     await trio.to_thread.run_sync(linked.start)
@@ -69,7 +82,7 @@ async def drain(client, expected: int) -> list:
 
 @pytest.mark.parametrize("mode", [MODE.WF_DQF, MODE.WF_SAF])
 async def test_wf_recoverable_across_the_link(bus, mode) -> None:
-    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(1, "OUT") as sender, bus.connect(2, "IN") as receiver:
         psb = await sender.put(b"x", target="2.10", delivery=mode, uma=Uma.DISC)
         assert (psb.delivery_status, psb.uma_status) == (Status.STORED, Status.NO_UMA)
         message = await receiver.get(timeout=10)
@@ -79,7 +92,7 @@ async def test_wf_recoverable_across_the_link(bus, mode) -> None:
 
 @pytest.mark.parametrize("mode", [MODE.AK_DQF, MODE.AK_SAF, MODE.AK_MEM])
 async def test_mrs_ack_comes_back_across_the_link(bus, mode) -> None:
-    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(1, "OUT") as sender, bus.connect(2, "IN") as receiver:
         psb = await sender.put(b"x", target="G2.IN", delivery=mode, uma=Uma.DISC)
         ack = await sender.get(timeout=10)
         assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
@@ -88,7 +101,7 @@ async def test_mrs_ack_comes_back_across_the_link(bus, mode) -> None:
 
 
 async def test_nn_modes_across_the_link(bus) -> None:
-    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(1, "OUT") as sender, bus.connect(2, "IN") as receiver:
         for mode in (MODE.NN_DQF, MODE.NN_SAF, MODE.NN_MEM):
             await sender.put(mode.name.encode(), target="2.10", delivery=mode, uma=Uma.DISC)
         bodies = [message.body for message in await drain(receiver, 3)]
@@ -101,8 +114,8 @@ async def test_nn_modes_across_the_link(bus) -> None:
 async def test_wf_modes_that_wait_for_the_remote_receiver(bus, mode) -> None:
     results: list = []
     async with (
-        connect(bus.address(1), "OUT") as sender,
-        connect(bus.address(2), "IN") as receiver,
+        bus.connect(1, "OUT") as sender,
+        bus.connect(2, "IN") as receiver,
         trio.open_nursery() as nursery,
     ):
         done = trio.Event()
@@ -121,13 +134,13 @@ async def test_wf_modes_that_wait_for_the_remote_receiver(bus, mode) -> None:
 
 
 async def test_ak_conf_confirm_that_could_not_travel_is_retried(bus) -> None:
-    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(1, "OUT") as sender, bus.connect(2, "IN") as receiver:
         psb = await sender.put(b"c", target="2.10", delivery=MODE.AK_CONF, uma=Uma.DISC)
         message = await receiver.get(timeout=10)
         bus.proxy(1, 2).cut()
         await wait_for_link(bus, 2, 1, "down")
         await receiver.confirm(message.seq)  # the notice is journaled in group 2
-        assert (await link_state(bus.address(2), 1))["notices_pending"] == 1
+        assert (await link_state(bus, 2, 1))["notices_pending"] == 1
         with pytest.raises(NoMoreMessages):
             await sender.get(timeout=0)
         bus.proxy(1, 2).heal()
@@ -136,7 +149,7 @@ async def test_ak_conf_confirm_that_could_not_travel_is_retried(bus) -> None:
 
 
 async def test_link_down_takes_the_uma_or_stores_and_forwards(bus) -> None:
-    async with connect(bus.address(1), "OUT") as sender, connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(1, "OUT") as sender, bus.connect(2, "IN") as receiver:
         bus.proxy(1, 2).cut()
         await wait_for_link(bus, 1, 2, "down")
         discarded = await sender.put(b"lost", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
@@ -155,7 +168,7 @@ async def test_link_down_takes_the_uma_or_stores_and_forwards(bus) -> None:
         assert stored.delivery_status == Status.STORED
         forced = await sender.put(b"3", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert (forced.delivery_status, forced.uma_status) == (Status.SAF_FORCED, Status.NO_UMA)
-        info = await link_state(bus.address(1), 2)
+        info = await link_state(bus, 1, 2)
         assert info == {**info, "state": "down", "saf_backlog": 3}
         bus.proxy(1, 2).heal()
         await wait_for_link(bus, 1, 2, "up", backlog=0)
@@ -168,7 +181,7 @@ async def test_link_down_takes_the_uma_or_stores_and_forwards(bus) -> None:
 
 async def test_backlog_drains_fifo_before_newer_messages(bus) -> None:
     count = 300
-    async with connect(bus.address(1), "OUT") as sender:
+    async with bus.connect(1, "OUT") as sender:
         bus.proxy(1, 2).cut()
         await wait_for_link(bus, 1, 2, "down")
         for index in range(count // 2):
@@ -181,16 +194,16 @@ async def test_backlog_drains_fifo_before_newer_messages(bus) -> None:
             )
             statuses.add(psb.delivery_status)
     assert statuses <= {Status.SAF_FORCED, Status.STORED}
-    async with connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(2, "IN") as receiver:
         messages = await drain(receiver, count)
     assert [m.body for m in messages] == [b"%04d" % index for index in range(count)]
 
 
-async def test_message_resent_after_a_lost_ack_is_stored_once(bus) -> None:
+async def test_message_resent_after_a_lost_ack_is_stored_once(proc_bus) -> None:
     """The receiving group stores the message; its acknowledgement is blackholed; the
     link is cut and healed; the sender's SAF resends; group 2 recognises (origin, seq)."""
-    async with connect(bus.address(1), "OUT") as sender:
-        bus.proxy(1, 2).blackhole("backward")
+    async with proc_bus.connect(1, "OUT") as sender:
+        proc_bus.proxy(1, 2).blackhole("backward")
         results: list = []
         async with trio.open_nursery() as nursery:
 
@@ -203,39 +216,39 @@ async def test_message_resent_after_a_lost_ack_is_stored_once(bus) -> None:
 
             nursery.start_soon(put)
             with trio.fail_after(LINK_WAIT_S):
-                while (await _status(bus, 2))["dqf_messages"] == 0:
+                while (await _status(proc_bus, 2))["dqf_messages"] == 0:
                     await trio.sleep(0.02)
-            bus.proxy(1, 2).cut()
-            bus.proxy(1, 2).heal()
+            proc_bus.proxy(1, 2).cut()
+            proc_bus.proxy(1, 2).heal()
         # In flight when the link dropped: kept in the SAF and resent, whatever the UMA.
         assert (results[0].delivery_status, results[0].uma_status) == (
             Status.SAF_FORCED,
             Status.NO_UMA,
         )
-        await wait_for_link(bus, 1, 2, "up", backlog=0)
-    async with connect(bus.address(2), "IN") as receiver:
+        await wait_for_link(proc_bus, 1, 2, "up", backlog=0)
+    async with proc_bus.connect(2, "IN") as receiver:
         [message] = await drain(receiver, 1)
     assert message.body == b"once" and message.seq == results[0].seq
 
 
-async def test_restart_of_either_group_keeps_saf_and_dqf(bus) -> None:
-    async with connect(bus.address(1), "OUT") as sender:
-        bus.proxy(1, 2).cut()
-        await wait_for_link(bus, 1, 2, "down")
+async def test_restart_of_either_group_keeps_saf_and_dqf(proc_bus) -> None:
+    async with proc_bus.connect(1, "OUT") as sender:
+        proc_bus.proxy(1, 2).cut()
+        await wait_for_link(proc_bus, 1, 2, "down")
         for index in range(5):
             await sender.put(b"%d" % index, target="2.10", delivery=MODE.WF_SAF, uma=Uma.DISC)
-    await trio.to_thread.run_sync(bus.processes[1].restart)
-    assert (await link_state(bus.address(1), 2))["saf_backlog"] == 5
-    bus.proxy(1, 2).heal()
-    await wait_for_link(bus, 1, 2, "up", backlog=0)
-    await trio.to_thread.run_sync(bus.processes[2].restart)
-    async with connect(bus.address(2), "IN") as receiver:
+    await trio.to_thread.run_sync(proc_bus.processes[1].restart)
+    assert (await link_state(proc_bus, 1, 2))["saf_backlog"] == 5
+    proc_bus.proxy(1, 2).heal()
+    await wait_for_link(proc_bus, 1, 2, "up", backlog=0)
+    await trio.to_thread.run_sync(proc_bus.processes[2].restart)
+    async with proc_bus.connect(2, "IN") as receiver:
         messages = await drain(receiver, 5)
     assert [m.body for m in messages] == [b"%d" % index for index in range(5)]
 
 
 async def test_status_shows_links_backlog_and_queue_depth(bus) -> None:
-    async with connect(bus.address(1), "OUT") as sender:
+    async with bus.connect(1, "OUT") as sender:
         for body in (b"a", b"b"):
             await sender.put(body, target="1.12", delivery=MODE.WF_DQF, uma=Uma.DISC)
         await sender.put(b"m", target="1.12", delivery=MODE.WF_MEM)
@@ -247,16 +260,16 @@ async def test_status_shows_links_backlog_and_queue_depth(bus) -> None:
 
 
 async def _status(bus: LinkedBus, group: int) -> dict:
-    async with connect(bus.address(group), None) as client:
+    async with bus.connect(group, None) as client:
         return await client.status()
 
 
 @pytest.mark.parametrize("program", ["group:7", "group:2", "nonsense"])
-async def test_link_from_a_wrong_group_is_refused(bus, program) -> None:
+async def test_link_from_a_wrong_group_is_refused(proc_bus, program) -> None:
     """Group 2 accepts a link only from group 1 (linked, lower-numbered)."""
     from mrs import protocol as wire
 
-    host, port = bus.address(2).rsplit(":", 1)
+    host, port = proc_bus.address(2).rsplit(":", 1)
     connection = wire.Connection("client")
     stream = await trio.open_tcp_stream(host, int(port))
     async with stream:
@@ -269,14 +282,14 @@ async def test_link_from_a_wrong_group_is_refused(bus, program) -> None:
             if not data:
                 break
     assert isinstance(events[0], wire.Fatal) and program in events[0].message
-    log = (bus.directory / "group2.log").read_text()
+    log = (proc_bus.directory / "group2.log").read_text()
     assert "refused link from" in log and repr(program) in log
-    assert (await link_state(bus.address(1), 2))["state"] == "up"
+    assert (await link_state(proc_bus, 1, 2))["state"] == "up"
 
 
 async def test_receiver_forgets_dedupe_keys_once_the_sender_cannot_resend(bus) -> None:
     """Dedupe keys live only while a resend is possible: the journal does not grow."""
-    async with connect(bus.address(1), "OUT") as sender:
+    async with bus.connect(1, "OUT") as sender:
         for index in range(20):
             await sender.put(b"%d" % index, target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
         bus.proxy(1, 2).cut()
@@ -288,5 +301,5 @@ async def test_receiver_forgets_dedupe_keys_once_the_sender_cannot_resend(bus) -
     with trio.fail_after(LINK_WAIT_S):
         while (await _status(bus, 2))["dedupe_keys"]:
             await trio.sleep(0.02)
-    async with connect(bus.address(2), "IN") as receiver:
+    async with bus.connect(2, "IN") as receiver:
         assert len(await drain(receiver, 30)) == 30
