@@ -295,3 +295,13 @@ def test_mutated_policy_files_load_or_raise_policy_error(tmp_path) -> None:
             continue
         loaded += 1
     assert 0 < loaded < FUZZ_INPUTS
+
+
+def test_a_private_key_others_can_read_is_refused(tmp_path) -> None:
+    _, public_path = write_identity(Identity.generate("APP"), tmp_path)
+    private_path = tmp_path / "APP.key"
+    private_path.chmod(0o644)
+    with pytest.raises(PolicyError, match="chmod 600"):
+        load_identity(private_path)
+    private_path.chmod(0o600)
+    assert load_identity(private_path).name == "APP"

@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,9 @@ def write_identity(identity: Identity, out_dir: Path) -> tuple[Path, Path]:
 
 
 def load_identity(path: str | os.PathLike[str]) -> Identity:
-    """An identity from its NAME.key file; PolicyError if it is not one."""
+    """An identity from its NAME.key file; PolicyError if it is not one, or if others
+    than its owner may read it (as ssh refuses such a key: it may have leaked)."""
+    _check_owner_only(Path(path))
     document = _read_document(Path(path), PRIVATE_KIND)
     try:
         return Identity(
@@ -154,6 +157,18 @@ def _write_new(path: Path, document: dict, mode: int) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _check_owner_only(path: Path) -> None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError as error:
+        raise PolicyError(f"{path}: cannot read: {error.strerror or error}") from None
+    if mode & 0o077:
+        raise PolicyError(
+            f"{path}: permissions {mode:04o} let others read this private key; "
+            f"chmod 600 {path} (and make a new key if it may have leaked)"
+        )
 
 
 def _read_document(path: Path, kind: str) -> dict:
