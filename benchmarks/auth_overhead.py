@@ -52,17 +52,15 @@ def make_server(directory: Path, auth: bool) -> GroupProcess:
         id = 10
         name = "IN"
         messages_max = 10000000
-        [[group.queue]]
-        id = 11
-        name = "OUT"
         """)
+        + "".join(f'[[group.queue]]\nid = {11 + n}\nname = "OUT{n}"\n' for n in range(CONNECTIONS))
         + ('[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n' if auth else "")
     )
     if auth:
         password = directory / "bench.pw"
         password.write_text(CREDS.password)
         argv = ["creds", "add", "bench", "--config", str(config), "--password-file"]
-        argv += [str(password), "--attach", "1.11", "--put", "1.10"]
+        argv += [str(password), "--attach", "1.1[1-9]", "--put", "1.10"]
         assert mrs_main(argv) == 0
     server = GroupProcess(config, 1)
     server.start()
@@ -74,8 +72,10 @@ async def put_round(address: str, credentials, seconds: float) -> float:
     count = 0
     async with contextlib.AsyncExitStack() as stack:
         clients = [
-            await stack.enter_async_context(connect(address, "1.11", credentials=credentials))
-            for _ in range(CONNECTIONS)
+            await stack.enter_async_context(
+                connect(address, f"1.{11 + n}", credentials=credentials)
+            )
+            for n in range(CONNECTIONS)
         ]
         deadline = trio.current_time() + seconds
 

@@ -39,6 +39,8 @@ async def test_rotation_and_removal_take_effect_without_a_restart(single, tmp_pa
     address, pid = single.address(1), single.processes[1].process.pid
     config = str(single.config_path)
     async with connect(address, "1.10", credentials=creds("consumer")) as live:
+        with pytest.raises(NoMoreMessages):
+            await live.get(timeout=0)  # allowed (and the server remembers the answer)
         new_password = tmp_path / "new.pw"
         new_password.write_text("a new password")
         mrs("creds", "rotate", "consumer", "--config", config,

