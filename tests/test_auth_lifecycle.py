@@ -8,6 +8,8 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 
 import pytest
 import trio
@@ -15,7 +17,7 @@ import trio
 from clients import DeliveryMode, NoMoreMessages, NotAuthorized, Uma, connect
 from mrs.security.creds import load
 from sim.processes import GroupProcess
-from tests.auth_helpers import SecureBus, creds, mrs
+from tests.auth_helpers import SecureBus, creds, mrs, password_of
 
 WAIT_S = 20.0
 
@@ -149,3 +151,35 @@ def test_an_old_journal_left_world_readable_is_narrowed(tmp_path) -> None:
     JournalStore(path, 1 << 20).close()
     assert stat.S_IMODE(os.stat(path / "data.mdb").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+
+
+async def test_jplay_through_the_server_honours_the_replay_right(single) -> None:
+    """`mrs jplay` reads the PCJ locally but puts through the server: with credentials
+    that lack the replay right nothing is replayed; with them the message is back."""
+    address = single.address(1)
+    async with connect(address, "1.13", credentials=creds("producer")) as producer:
+        await producer.put(b"audited", target="1.10", delivery=DeliveryMode.WF_DQF, uma=Uma.SAF)
+    async with connect(address, "1.10", credentials=creds("consumer")) as consumer:
+        message = await consumer.get(timeout=10)
+        await consumer.confirm(message.seq)  # pcj_default: into the PCJ
+
+    def jplay(name: str) -> subprocess.CompletedProcess:
+        argv = ["jplay", "pcj", "--config", str(single.config_path), "--group", "1"]
+        return subprocess.run(
+            [sys.executable, "-m", "mrs", *argv, "--as", "1.13", "--json"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MRS_AUTH_NAME": name, "MRS_AUTH_PASSWORD": password_of(name)},
+            timeout=120,
+        )
+
+    denied = await trio.to_thread.run_sync(jplay, "producer")
+    assert denied.returncode != 0 and "NOTAUTHORIZED" in denied.stdout + denied.stderr
+    async with connect(address, "1.10", credentials=creds("consumer")) as consumer:
+        with pytest.raises(NoMoreMessages):
+            await consumer.get(timeout=0)
+    allowed = await trio.to_thread.run_sync(jplay, "replayer")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    async with connect(address, "1.10", credentials=creds("consumer")) as consumer:
+        again = await consumer.get(timeout=10)
+        assert again.body == b"audited"
