@@ -29,7 +29,9 @@ MessageQ conformance (issue 9; separate functions at the end of this module):
 - wrong UMAs: a failed put answered with another UMA's status than its sender chose,
   or a WF put answered SAF_FORCED with no SAF backlog that may be ahead of it and no
   fault near the put (after one DQF_FULL, the next puts must take their own UMA);
-- MRS_ACK violations: an AK put acknowledged twice;
+- MRS_ACK violations: every requested MRS_ACK arrives exactly once: an AK put
+  acknowledged twice, or never although its message reached its interest point (and
+  no crash or link fault excuses it), or with a status its mode cannot report;
 - drain progress: a SAF drain that stalls leaves records in the SAF after the final
   drain ("stuck" above), and FIFO across a link in RETRY is the order rule above.
 """
@@ -446,18 +448,92 @@ def wrong_umas(history: History) -> list[str]:
 
 
 def mrs_ack_violations(history: History, first_delivery: dict[str, int]) -> list[str]:
-    """No AK put gets its MRS_ACK twice. (That every owed MRS_ACK arrives is checked
-    against real processes in tests/test_conformance.py: the swarm collects MRS_ACKs
-    only at the end, from memory queues that crashes and walk-aways empty, so a
-    missing one is not yet told apart from one a fault excuses.)"""
-    del first_delivery
-    return [
-        f"{sent.message_id}: {history.mrs_ack_counts[sent.seq]} MRS_ACKs"
-        for sent in history.sent.values()
-        if sent.seq
-        and DeliveryMode(sent.mode).notification == "AK"
-        and history.mrs_ack_counts.get(sent.seq, 0) > 1
-    ]
+    """Every requested MRS_ACK arrives exactly once, with a status its mode can report
+    (issue 9): an AK put answered with a seq whose message reached its interest point
+    (delivered for SAF/DQF/MEM/DEQ, confirmed for CONF/ACK) or whose UMA put it
+    somewhere (DLJ, returned, DLQ) must have one MRS_ACK at its response queue after
+    the final drain. Excused: puts whose response queue's group crashed after the put
+    (the MRS_ACK sits in a memory queue a crash empties) and, for nonrecoverable
+    DEQ/ACK puts to another group, puts with a link fault after them (their notice
+    travels best-effort, like the message). A put that was never answered (timed out,
+    cancelled, refused) has no seq and is not judged."""
+    confirmed = {message_id for message_id, _, _ in history.confirms}
+    confirm_sent = confirmed | history.unsure_confirms
+    problems = []
+    for sent in history.sent.values():
+        mode = DeliveryMode(sent.mode)
+        if not sent.seq or mode.notification != "AK" or sent.message_id in history.refused:
+            continue
+        count = history.mrs_ack_counts.get(sent.seq, 0)
+        if count > 1:
+            problems.append(f"{sent.message_id}: {count} MRS_ACKs")
+        elif count == 1:
+            problem = _wrong_ack_status(mode, history.mrs_acks[sent.seq], sent, confirm_sent)
+            if problem:
+                problems.append(f"{sent.message_id}: {problem}")
+        elif _ack_owed(history, sent, first_delivery, confirmed) and not _ack_excused(
+            history, sent
+        ):
+            problems.append(f"{sent.message_id}: no MRS_ACK ({mode.name} reached its point)")
+    return problems
+
+
+ACK_SUCCESS_STATUSES = {
+    "SAF": {int(Status.STORED)},
+    "DQF": {int(Status.STORED), int(Status.SAF_FORCED)},
+    "CONF": {int(Status.SUCCESS), int(Status.STORED)},  # STORED: a duplicate's first copy
+    "MEM": {int(Status.ENQUEUED), int(Status.UNATTACHEDQ)},
+    "DEQ": {int(Status.SUCCESS)},
+    "ACK": {int(Status.SUCCESS)},
+}
+"""What an MRS_ACK may say when its message reached its interest point."""
+LINK_FAULTS = frozenset(
+    {"crash", "crash-at-commit", "crash-in-recovery", "start-fails", "partition",
+     "half-open", "reset", "delay"}
+)  # fmt: skip
+"""Faults that can drop a link (and a best-effort notice on it)."""
+
+
+def _wrong_ack_status(
+    mode: DeliveryMode, ack: tuple[int, int], sent: Sent, confirm_sent: set[str]
+) -> str | None:
+    delivery_status, _ = ack
+    if delivery_status < 0:
+        return None  # a failure: its UMA status is judged by wrong_umas
+    if delivery_status not in ACK_SUCCESS_STATUSES[mode.interest_point]:
+        return f"{mode.name}'s MRS_ACK says {_status_name(delivery_status)}"
+    if mode.interest_point in ("CONF", "ACK") and sent.message_id not in confirm_sent:
+        return f"{mode.name}'s MRS_ACK says confirmed, but no confirm was ever sent"
+    return None
+
+
+def _ack_owed(
+    history: History, sent: Sent, first_delivery: dict[str, int], confirmed: set[str]
+) -> bool:
+    """The history shows the put's outcome was decided (so its MRS_ACK was sent)."""
+    mode = DeliveryMode(sent.mode)
+    message_id = sent.message_id
+    if mode.interest_point in ("CONF", "ACK"):
+        reached = message_id in confirmed
+    else:
+        reached = message_id in first_delivery or message_id in history.dead_letter_queue
+    return reached or message_id in history.dead_letter_journal or message_id in history.returned
+
+
+def _ack_excused(history: History, sent: Sent) -> bool:
+    """A fault after the put may have lost its MRS_ACK legitimately."""
+    response_group = _group(sent.producer)  # the workload's response queue: its own
+    if any(
+        group == response_group and position >= sent.deliveries_at_put
+        for group, position in history.crashes
+    ):
+        return True
+    mode = DeliveryMode(sent.mode)
+    if mode.recoverable or mode.interest_point not in ("DEQ", "ACK"):
+        return False
+    if _group(sent.target) == response_group:
+        return False
+    return any(event.get("fault") in LINK_FAULTS for event in history.events[sent.faults_at_put :])
 
 
 def _known_not_in_saf(sent: Sent) -> bool:

@@ -12,6 +12,7 @@ TigerBeetle's VOPR is the model. `Workload` says how big a seed is.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import tempfile
 import textwrap
@@ -398,9 +399,18 @@ async def _heal_and_settle(sim: Simulation, nursery: trio.Nursery) -> None:
 
 
 async def _final_drain(sim: Simulation) -> None:
+    """Drain every target queue, let the notices the confirms made travel (an AK_CONF
+    put's MRS_ACK is sent by its sender's group when the confirm notice arrives), then
+    collect the response queues and the DLQs. (Collecting group 1's MRS_ACKs before
+    group 2's queues were drained missed the acknowledgement of a message confirmed in
+    that drain: seed 2's "missing" AK_CONF MRS_ACK.)"""
     for group_id in sim.group_ids:
         for queue_id in (workload.IN_ORDER_QUEUE, workload.PARALLEL_QUEUE):
             await workload.drain(sim, group_id, queue_id)
+    with trio.move_on_after(sim.shape.drain_phase_s_max):
+        while not await _settled(sim):
+            await trio.sleep(0.5)
+    for group_id in sim.group_ids:
         await workload.drain_side_queues(sim, group_id, sim.shape.producers_per_group)
     for group_id, group in sim.groups.items():
         for _, record in group.store.scan(Journal.DLJ):
@@ -437,7 +447,7 @@ def run_seed(
     seed: int, unsafe: frozenset[str] = frozenset(), shape: Workload = DEFAULT_WORKLOAD
 ) -> tuple[History, Verdict]:
     """Simulate one seed; the history and the checker's verdict."""
-    with tempfile.TemporaryDirectory(prefix="mrs-sim-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="mrs-sim-") as scratch, _seeded_scheduling():
         history = trio.run(
             _run,
             seed,
@@ -447,3 +457,20 @@ def run_seed(
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
     return history, check(history)
+
+
+@contextlib.contextmanager
+def _seeded_scheduling():
+    """Trio's seeded scheduler (ready tasks sorted, then shuffled from the seed) in the
+    shell as in the tests. Trio switches it on only when Hypothesis is imported (its
+    pytest plugin does); without it, the run order of tasks woken together (e.g. by a
+    cancel) may follow memory addresses, so `mrs sim swarm --seed N` neither repeated
+    itself byte for byte nor replayed what pytest ran (seed 2: 1,200 puts from the
+    shell, 251 under pytest)."""
+    run_module = trio._core._run
+    saved = run_module._ALLOW_DETERMINISTIC_SCHEDULING
+    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
+    try:
+        yield
+    finally:
+        run_module._ALLOW_DETERMINISTIC_SCHEDULING = saved
