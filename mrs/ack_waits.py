@@ -1,11 +1,13 @@
-"""MRS_ACKs a sender's group still owes for AK_CONF puts to other groups, journaled so
-the acknowledgement survives a restart of the sender's group.
+"""MRS_ACKs a group still owes, journaled so that none is lost when the group restarts:
+the AK_CONF waits for other groups' confirms (`AckWaits`) and the MRS_ACKs on their way
+to response queues in other groups (`AckOutbox`, and `RecentAcks` on the receiving side).
 
 Why: an AK_CONF put returns at once; its MRS_ACK is due when the remote receiver
 confirms, which may be after this group restarted. The remote group's confirm notice
 travels durably, but the in-memory waiter that knew the response queue is gone after
 a restart. So the response queue is journaled (META, key "ackwait:" + seq) when the
-put is made and deleted when the acknowledgement is sent (or the put ends otherwise);
+put is made, before the put is answered and before the message leaves, and deleted
+when the acknowledgement is sent (or the put ends otherwise);
 a confirm notice with no waiter in memory finds it here. A notice resent after a link
 drop finds nothing (deleted, or being deleted), so the MRS_ACK is sent once.
 """
@@ -14,20 +16,28 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgpack
 
 from journals import Journal, JournalError, WriteBatch
-from mrs.model import Address
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode
 
 if TYPE_CHECKING:
     from mrs.group import Group
+    from mrs.queues import Entry
 
 log = logging.getLogger("mrs.ack_waits")
 
 KEY_PREFIX = b"ackwait:"
+OUT_PREFIX = b"ackout:"
+ACKS_OWED_PER_PEER_MAX = 10_000
+"""MRS_ACKs for one other group's queues journaled and not yet answered by it."""
+RECENT_ACKS_MAX = 100_000
+"""MRS_ACKs from other groups remembered (by origin group and seq), to drop a resent one."""
+_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
@@ -40,11 +50,24 @@ class AckWaits:
     group: Group
     _deleting: set[int] = field(default_factory=set)
 
-    def journal(self, seq: int, response_queue: Address) -> None:
-        """Remember (durably) that an MRS_ACK for `seq` is owed to `response_queue`."""
+    def journal(
+        self,
+        seq: int,
+        response_queue: Address,
+        then: Callable[[JournalError | None], None] | None = None,
+    ) -> None:
+        """Remember (durably) that an MRS_ACK for `seq` is owed to `response_queue`;
+        `then(error)` once that is durable (the put is answered only then)."""
         value = msgpack.packb([response_queue.group, response_queue.queue])
         batch = WriteBatch.empty().put_raw(Journal.META, ack_wait_key(seq), value)
-        self.group.writer.submit(batch, _log_failure(seq, "journal"))
+        report = _log_failure(seq, "journal")
+
+        def journaled(error: JournalError | None) -> None:
+            report(error)
+            if then is not None:
+                then(error)
+
+        self.group.writer.submit(batch, journaled)
 
     def done(self, seq: int) -> None:
         """The MRS_ACK was sent (or the put ended otherwise): forget it."""
@@ -60,14 +83,16 @@ class AckWaits:
 
         self.group.writer.submit(batch, deleted)
 
-    def take(self, seq: int) -> Address | None:
-        """The response queue still owed an MRS_ACK for `seq` (and forget it), or None."""
+    def owed_to(self, seq: int) -> Address | None:
+        """The response queue still owed an MRS_ACK for `seq`, or None. The caller sends
+        it, then calls `done(seq)`: the MRS_ACK (journaled, for another group's queue)
+        is submitted before the record is deleted, so a crash between the two commits
+        leaves the record behind, never loses the acknowledgement."""
         if seq in self._deleting:
             return None
         value = self.group.store.get_raw(Journal.META, ack_wait_key(seq))
         if value is None:
             return None
-        self.done(seq)
         group, queue = msgpack.unpackb(value)
         return Address(group, queue)
 
@@ -83,3 +108,142 @@ def _log_failure(seq: int, what: str):
             log.error("could not %s the MRS_ACK owed for seq %d: %s", what, seq, error)
 
     return report
+
+
+# ---------------------------------------------------------------------- the outbox
+def ack_out_key(peer_id: int, ack_seq: int) -> bytes:
+    return OUT_PREFIX + _U32.pack(peer_id) + _U64.pack(ack_seq)
+
+
+@dataclass(eq=False)
+class AckOutbox:
+    """MRS_ACKs for response queues in other groups, journaled before they leave.
+
+    Why: such an MRS_ACK waits while the link is down, and a restart of this group
+    must not lose it. So it is journaled (META, "ackout:" + peer + seq), sent over the
+    link once durable and the link is up, and deleted when the peer answered it; one
+    whose link dropped before the answer, and every one found at start-up, is sent
+    again with the same seq, and the receiving group drops a copy it already queued
+    (`RecentAcks`). At most `ACKS_OWED_PER_PEER_MAX` are owed to one peer: beyond that
+    an MRS_ACK is refused and logged, as the bound on everything says."""
+
+    group: Group
+    owed: dict[int, int] = field(default_factory=dict)
+    """Peer group -> MRS_ACKs journaled (or being journaled) for it and not yet answered."""
+    unsent: dict[int, list[Entry]] = field(default_factory=dict)
+    """Peer group -> durable MRS_ACKs waiting for the link (sent when it comes up)."""
+
+    def recover(self) -> None:
+        """Every MRS_ACK still owed after a restart is sent again once its link is up."""
+        for key, value in self.group.store.raw_items(Journal.META):
+            if not key.startswith(OUT_PREFIX):
+                continue
+            try:
+                entry = self._entry(*msgpack.unpackb(value))
+            except (ValueError, TypeError) as error:
+                log.error("unreadable owed MRS_ACK %r left in place: %s", key, error)
+                continue
+            peer_id = entry.target.group
+            self.owed[peer_id] = self.owed.get(peer_id, 0) + 1
+            self.unsent.setdefault(peer_id, []).append(entry)
+        if self.owed:
+            log.info("MRS_ACKs owed to other groups' queues after restart: %s", self.owed)
+
+    def send(self, ack_seq: int, response_queue: Address, psb_wire: list, put_time_ns: int) -> None:
+        """Journal an MRS_ACK for another group's queue; it leaves once durable."""
+        peer_id = response_queue.group
+        if self.owed.get(peer_id, 0) >= ACKS_OWED_PER_PEER_MAX:
+            log.error(
+                "MRS_ACK for seq %s to %s lost: %d already owed to group %d",
+                psb_wire[2],
+                response_queue,
+                ACKS_OWED_PER_PEER_MAX,
+                peer_id,
+            )
+            return
+        self.owed[peer_id] = self.owed.get(peer_id, 0) + 1
+        fields = [ack_seq, response_queue.group, response_queue.queue, psb_wire, put_time_ns]
+        batch = WriteBatch.empty().put_raw(
+            Journal.META, ack_out_key(peer_id, ack_seq), msgpack.packb(fields)
+        )
+        entry = self._entry(*fields)
+
+        def journaled(error: JournalError | None) -> None:
+            if error is not None:
+                self.owed[peer_id] -= 1
+                log.error("MRS_ACK for seq %s to %s lost: %s", psb_wire[2], response_queue, error)
+                return
+            self._go(entry)
+
+        self.group.writer.submit(batch, journaled)
+
+    def link_up(self, peer_id: int) -> None:
+        for entry in self.unsent.pop(peer_id, []):
+            self._go(entry)
+
+    def count(self) -> int:
+        return sum(self.owed.values())
+
+    def _go(self, entry: Entry) -> None:
+        from mrs.forwarding import LINK_LOST, transfer_fields
+
+        peer_id = entry.target.group
+        peer = self.group.forwarding.peers.get(peer_id)
+        if peer is None or peer.link is None:
+            self.unsent.setdefault(peer_id, []).append(entry)
+            return
+
+        def on_result(status: int, _stored_seq: int) -> None:
+            if status == LINK_LOST:
+                self.unsent.setdefault(peer_id, []).append(entry)  # sent again at link up
+                return
+            if status < 0:
+                log.error("group %d refused the MRS_ACK %d: status %d", peer_id, entry.seq, status)
+            self._forget(peer_id, entry.seq)
+
+        peer.link.send_message(transfer_fields(entry), on_result)
+
+    def _forget(self, peer_id: int, ack_seq: int) -> None:
+        batch = WriteBatch.empty().delete(Journal.META, ack_out_key(peer_id, ack_seq))
+
+        def deleted(error: JournalError | None) -> None:
+            if error is None:
+                self.owed[peer_id] -= 1
+            else:  # still on disk: sent again after a restart, dropped there as a copy
+                log.error("could not forget the MRS_ACK %d sent: %s", ack_seq, error)
+
+        self.group.writer.submit(batch, deleted)
+
+    def _entry(
+        self, ack_seq: int, group: int, queue: int, psb_wire: list, put_time_ns: int
+    ) -> Entry:
+        from mrs.queues import Entry
+
+        return Entry(
+            seq=ack_seq,
+            body=msgpack.packb(psb_wire),
+            source=Address(self.group.config.id, 0),
+            target=Address(group, queue),
+            delivery=DeliveryMode.NN_MEM,
+            msg_class=MRS_CLASS,
+            msg_type=MRS_ACK_TYPE,
+            put_time_ns=put_time_ns,
+        )
+
+
+@dataclass(eq=False)
+class RecentAcks:
+    """Receiving side: MRS_ACKs other groups sent here lately, by (origin, seq), so one
+    resent after a link drop (its answer was lost) is not queued twice. In memory,
+    like the MRS_ACKs themselves: a restart of this group empties both."""
+
+    seen: dict[tuple[int, int], None] = field(default_factory=dict)
+
+    def first_time(self, origin_group: int, ack_seq: int) -> bool:
+        key = (origin_group, ack_seq)
+        if key in self.seen:
+            return False
+        self.seen[key] = None
+        if len(self.seen) > RECENT_ACKS_MAX:
+            del self.seen[next(iter(self.seen))]  # the oldest
+        return True

@@ -40,10 +40,10 @@ from journals import (
     group_key,
     split_key,
 )
-from mrs.ack_waits import AckWaits
+from mrs.ack_waits import AckOutbox, AckWaits, RecentAcks
 from mrs.drain_room import DqfRoom
 from mrs.idempotency import scoped_key
-from mrs.model import Address, DeliveryMode, Psb, Status
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode, Psb, Status
 from mrs.quarantine import PoisonTransfer, quarantine_batch, record_problem, transfer_problem
 from mrs.records import entry_from_record, idempotency_key, record_from_entry
 
@@ -67,8 +67,6 @@ group's DLQ ("receiver channels place undelivered messages to the local DLQ") an
 answered DLQ_SUCCESS; the sender's own refusals (too big for the link, poison) and a
 failed receiver DLQ put stay with the sender's channel rules."""
 LINK_LOST = -1
-WAITING_FOR_LINK_MAX = 10_000
-"""MRS_ACKs for another group's queues kept while the link to it is down."""
 """Result given to a message in flight when its link drops before the answer."""
 
 Result = Callable[[int, int], None]
@@ -111,8 +109,6 @@ class PeerState:
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
-    waiting_for_link: list = field(default_factory=list)
-    """Nonrecoverable entries (MRS_ACKs) to send once the link is up (bounded)."""
 
 
 @dataclass(eq=False)
@@ -139,9 +135,14 @@ class Forwarding:
     _room_refused_at: dict[int, int] = field(default_factory=dict)
     ack_waits: AckWaits | None = None
     """Sending side: MRS_ACKs owed for AK_CONF puts to other groups (journaled)."""
+    ack_outbox: AckOutbox | None = None
+    """MRS_ACKs on their way to other groups' queues (journaled until answered)."""
+    recent_acks: RecentAcks = field(default_factory=RecentAcks)
+    """Receiving side: MRS_ACKs other groups sent here, so a resent one is dropped."""
 
     def __post_init__(self) -> None:
         self.ack_waits = AckWaits(self.group)
+        self.ack_outbox = AckOutbox(self.group)
         for peer_id in self.group.config.links_to():
             self.peers[peer_id] = PeerState(peer_id)
 
@@ -170,6 +171,7 @@ class Forwarding:
         for peer in self.peers.values():
             if peer.saf_backlog:
                 log.info("SAF backlog for group %d: %d messages", peer.group_id, peer.saf_backlog)
+        self.ack_outbox.recover()
 
     # ------------------------------------------------------------------ sending side
     def put(self, entry: Entry, reply: PutReply) -> None:
@@ -224,42 +226,30 @@ class Forwarding:
 
         self.store_in_saf(entry, stored)
 
+    def put_owing_ack(
+        self, entry: Entry, reply: PutReply, answer: Callable[[int, Status | None], None]
+    ) -> None:
+        """AK_CONF to another group: journal the MRS_ACK owed (mrs.ack_waits) before the
+        put is answered and before the message leaves, so no restart of this group
+        loses it. `answer(seq, None)` accepts the put; `answer(seq, status)` refuses it."""
+
+        def journaled(error: JournalError | None) -> None:
+            if error is not None:
+                full = isinstance(error, JournalFullError)
+                answer(entry.seq, Status.MRS_RES_EXH if full else Status.SAF_DEVICE_FAIL)
+                return
+            answer(entry.seq, None)
+            reply.on_done = lambda: self.ack_waits.done(entry.seq)  # whatever its outcome
+            self.put(entry, reply)
+
+        self.ack_waits.journal(entry.seq, reply.response_queue, journaled)
+
     def _owe_ack(self, entry: Entry, reply: PutReply) -> None:
-        """AK_CONF: journal the MRS_ACK owed, so it survives a restart of this group."""
+        """AK_CONF: once its outcome is reported, forget the MRS_ACK journaled as owed."""
         if reply.mode.notification != "AK" or reply.done:
             return
         seq = entry.seq
-        self.ack_waits.journal(seq, reply.response_queue)
         reply.on_done = lambda: self.ack_waits.done(seq)
-
-    def send_memory(self, entry: Entry, what: str) -> None:
-        """Send a nonrecoverable entry (e.g. an MRS_ACK) to another group. While the
-        link is down it waits in memory (at most WAITING_FOR_LINK_MAX) and goes when the
-        link is up; it is lost (and logged) if this group stops first, the peer refuses
-        it, or the link drops while it is in flight."""
-        peer = self.peers.get(entry.target.group)
-        if peer is None:
-            log.error(
-                "%s for %s lost: group %s is not linked", what, entry.target, entry.target.group
-            )
-            return
-        if peer.link is None:
-            if len(peer.waiting_for_link) >= WAITING_FOR_LINK_MAX:
-                log.error(
-                    "%s for %s lost: %d already wait for the link",
-                    what,
-                    entry.target,
-                    WAITING_FOR_LINK_MAX,
-                )
-                return
-            peer.waiting_for_link.append((entry, what))
-            return
-
-        def on_result(status: int, stored_seq: int) -> None:
-            if status == LINK_LOST or status < 0:
-                log.error("%s for %s lost: %s", what, entry.target, status_name(status))
-
-        peer.link.send_message(transfer_fields(entry), on_result)
 
     def store_in_saf(self, entry: Entry, done: Callable[[JournalError | None], None]) -> None:
         """Journal an entry in the SAF for its target group; `done(error)` when durable."""
@@ -582,6 +572,10 @@ class Forwarding:
     def _accept_memory(
         self, peer_id: int, entry: Entry, outcome: Callable[[Status, int, str], None]
     ) -> None:
+        is_ack = entry.msg_class == MRS_CLASS and entry.msg_type == MRS_ACK_TYPE
+        if is_ack and not self.recent_acks.first_time(peer_id, entry.seq):
+            outcome(Status.ENQUEUED, entry.seq, "")  # resent after a link drop: queued once
+            return
         point = entry.delivery.interest_point
         if point == "DEQ":
             entry.on_dequeue = lambda _e: self.notify_now(peer_id, "deq", entry.seq)
@@ -707,11 +701,12 @@ class Forwarding:
             waiter = peer.waiters.pop(seq, None)
             if waiter is not None:
                 waiter(kind, status)
-            elif kind == "conf" and (response_queue := self.ack_waits.take(seq)) is not None:
+            elif kind == "conf" and (response_queue := self.ack_waits.owed_to(seq)) is not None:
                 # this group restarted since the AK_CONF put: the journal knows where
                 self.group.send_mrs_ack(
                     response_queue, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA)
                 )
+                self.ack_waits.done(seq)
             results.append([seq, int(Status.SUCCESS), seq])
         if forget:
             self.group.writer.submit(forget, lambda error: None)  # best effort: a kept key
@@ -722,9 +717,7 @@ class Forwarding:
         peer = self.peers[peer_id]
         peer.link = link
         log.info("link to group %d up (SAF backlog %d)", peer_id, peer.saf_backlog)
-        waiting, peer.waiting_for_link = peer.waiting_for_link, []
-        for entry, what in waiting:
-            self.send_memory(entry, what)
+        self.ack_outbox.link_up(peer_id)
 
     def link_down(self, peer_id: int) -> None:
         self.peers[peer_id].link = None
@@ -738,6 +731,7 @@ class Forwarding:
                 "state": "up" if peer.link is not None else "down",
                 "saf_backlog": peer.saf_backlog,
                 "notices_pending": peer.notices_pending,
+                "mrs_acks_owed": self.ack_outbox.owed.get(peer.group_id, 0),
                 **(
                     peer.link.status_info()
                     if peer.link is not None and hasattr(peer.link, "status_info")

@@ -423,7 +423,16 @@ class Group:
             reply.cancel_timer = self.timers.call_later(
                 timeout_s, lambda: reply.time_out(timeout_s)
             )
-        elif not reply.stored_reply:
+        answer_now = mode.notification != "WF" and not reply.stored_reply
+        if (
+            mode.notification == "AK"
+            and mode.interest_point == "CONF"
+            and target.group != self.config.id
+        ):
+            # the MRS_ACK owed is journaled before the put is answered (mrs.ack_waits)
+            self.forwarding.put_owing_ack(entry, reply, _accepted(session, request, answer_now))
+            return
+        if answer_now:
             session.send(
                 wire.PutDone(request.request_id, Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
             )
@@ -768,8 +777,8 @@ class Group:
             msg_type=MRS_ACK_TYPE,
             put_time_ns=self.clock_ns(),
         )
-        if remote:
-            self.forwarding.send_memory(ack, f"MRS_ACK for seq {psb.seq}")
+        if remote:  # journaled until the peer has it (mrs.ack_waits.AckOutbox)
+            self.forwarding.ack_outbox.send(ack.seq, response_queue, psb.to_wire(), ack.put_time_ns)
             return
         queue.offer(ack)
 
@@ -1032,6 +1041,23 @@ class Group:
         if address.group not in self.bus.groups:
             raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
         return address
+
+
+def _accepted(
+    session: Session, request: wire.Put, answer_now: bool
+) -> Callable[[int, Status | None], None]:
+    """How a put is answered once what it owes is durable: accepted (if its mode
+    answers at once), or refused whatever its mode."""
+
+    def answer(seq: int, refused: Status | None) -> None:
+        if refused is not None:
+            message = "could not journal the MRS_ACK owed for this put"
+            session.send(wire.Failure(request.request_id, refused, message))
+        elif answer_now:
+            accepted = (Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
+            session.send(wire.PutDone(request.request_id, *accepted))
+
+    return answer
 
 
 def _sort_unconfirmed(queue: TargetQueue) -> None:

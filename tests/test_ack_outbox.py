@@ -1,0 +1,104 @@
+"""MRS_ACKs owed to another group's response queue survive a restart of the group that
+owes them, and arrive exactly once (issue 9; real `mrs serve` processes, SIGKILL, a
+fault proxy on the link)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from clients import DeliveryMode, NoMoreMessages, Status, connect
+from sim.bus import LinkedBus
+from tests.test_conformance import QUEUES, WAIT_S, cut, start_bus, wait_until
+
+MODE = DeliveryMode
+
+
+def owed(status: dict, peer: int = 2) -> int:
+    return status["links"][str(peer)]["mrs_acks_owed"]
+
+
+async def test_an_mrs_ack_waiting_for_the_link_survives_a_sigkill(tmp_path, nursery) -> None:
+    """Group 1 owes group 2's queue an MRS_ACK while the link is down; group 1 is
+    killed and restarted; once the link heals the MRS_ACK arrives, once."""
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        async with connect(bus.address(2), "OTHER") as replies:  # group 2 stays up
+            await cut(bus)
+            async with connect(bus.address(1), "OUT") as sender:
+                psb = await sender.put(b"a", target="1.10", delivery=MODE.AK_DQF, resp_q="2.12")
+            await wait_until(bus, 1, lambda status: owed(status) == 1)
+            await trio.to_thread.run_sync(bus.processes[1].restart)  # SIGKILL, start again
+            assert owed(await wait_until(bus, 1, lambda status: True)) == 1
+            bus.proxy(1, 2).heal()
+            ack = await replies.get(timeout=WAIT_S)
+            assert ack.is_mrs_ack
+            assert (ack.ack_psb().seq, ack.ack_psb().delivery_status) == (psb.seq, Status.STORED)
+            await wait_until(bus, 1, lambda status: owed(status) == 0)
+            with pytest.raises(NoMoreMessages):
+                await replies.get(timeout=0)
+    finally:
+        bus.stop()
+
+
+async def test_an_ak_conf_put_is_answered_only_once_its_ack_is_owed_durably(
+    tmp_path, nursery
+) -> None:
+    """AK_CONF from group 1 to group 2 with its response queue in group 2: group 1 is
+    killed the moment the put is answered, and the MRS_ACK still comes, once, when the
+    receiver confirms (the wait was journaled before the answer; the MRS_ACK travels
+    from group 1's journal to group 2)."""
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        async with connect(bus.address(2), "OTHER") as replies:
+            async with connect(bus.address(1), "OUT") as sender:
+                psb = await sender.put(b"c", target="2.10", delivery=MODE.AK_CONF, resp_q="2.12")
+            assert psb.status == Status.SUCCESS
+            await trio.to_thread.run_sync(bus.processes[1].restart)  # SIGKILL at once
+            await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "up")
+            async with connect(bus.address(2), "IN") as receiver:
+                message = await receiver.get(timeout=WAIT_S)
+                assert message.body == b"c"
+                await receiver.confirm(message.seq)
+            ack = await replies.get(timeout=WAIT_S)
+            assert (ack.ack_psb().seq, ack.ack_psb().delivery_status) == (psb.seq, Status.SUCCESS)
+            await wait_until(bus, 1, lambda status: owed(status) == 0)
+            await wait_until(bus, 2, lambda status: status["links"]["1"]["notices_pending"] == 0)
+            with pytest.raises(NoMoreMessages):
+                await replies.get(timeout=0)
+    finally:
+        bus.stop()
+
+
+SILENT_LINK_GUARDS = """
+[group.guards]
+heartbeat_interval_s = 0.2
+link_silence_s_max = 1.5
+"""
+
+
+async def test_an_mrs_ack_resent_after_its_answer_was_lost_is_queued_once(
+    tmp_path, nursery
+) -> None:
+    """The peer queues the MRS_ACK but its answer never comes back (the return path is
+    blackholed): group 1 gives the link up and sends the MRS_ACK again when the link is
+    back; group 2 knows it and queues it once."""
+    bus = LinkedBus(tmp_path / "bus", queues=QUEUES, group_extras={1: SILENT_LINK_GUARDS})
+    await bus.start_proxies(nursery)
+    await trio.to_thread.run_sync(bus.start)
+    try:
+        await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "up")
+        async with connect(bus.address(2), "OTHER") as replies:
+            bus.proxy(1, 2).blackhole("backward")  # group 2 -> group 1 bytes vanish
+            async with connect(bus.address(1), "OUT") as sender:
+                psb = await sender.put(b"a", target="1.10", delivery=MODE.AK_DQF, resp_q="2.12")
+            ack = await replies.get(timeout=WAIT_S)  # queued; its answer is lost
+            assert ack.ack_psb().seq == psb.seq
+            await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "down")
+            assert owed(await wait_until(bus, 1, lambda status: True)) == 1
+            bus.proxy(1, 2).heal()
+            await wait_until(bus, 1, lambda status: owed(status) == 0)  # sent again, answered
+            with pytest.raises(NoMoreMessages):
+                await replies.get(timeout=0)
+    finally:
+        bus.stop()
