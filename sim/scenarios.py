@@ -150,6 +150,7 @@ async def _settled(run: RealRun) -> bool:
                 or link["saf_backlog"]
                 or link.get("in_flight")
                 or link.get("notices_pending")
+                or link.get("mrs_acks_owed")
             ):
                 return False
     return True
@@ -194,6 +195,10 @@ async def run_scenario(name: str, seed: int, duration_s: float, directory: Path)
             for group_id in GROUPS:
                 for queue_id in (workload.IN_ORDER_QUEUE, workload.PARALLEL_QUEUE):
                     await workload.drain(run, group_id, queue_id)
+            with trio.move_on_after(SETTLE_S_MAX):  # the drain's confirm notices travel:
+                while not await _settled(run):  # AK_CONF MRS_ACKs are sent on arrival
+                    await trio.sleep(0.2)
+            for group_id in GROUPS:
                 await workload.drain_side_queues(run, group_id, PRODUCERS_PER_GROUP)
         finally:
             bus.stop()

@@ -274,7 +274,7 @@ async def _settled(sim: Simulation) -> bool:
         for link in status["links"].values():
             if link["state"] != "up" or link["saf_backlog"] or link.get("in_flight"):
                 return False
-            if link.get("notices_pending"):
+            if link.get("notices_pending") or link.get("mrs_acks_owed"):
                 return False
     return True
 
