@@ -26,6 +26,7 @@ from clients import (
     connect_sync,
 )
 from journals import Journal, JournalStore
+from mrs.audit import scan
 from mrs.config import load_config
 from mrs.protection import is_protected
 from mrs.protection.envelope import open_envelope
@@ -156,6 +157,10 @@ async def test_a_protected_message_is_readable_by_its_receiver_only(start_group,
     # The audit trail (PCJ, what Spark reads) keeps the headers and the envelope only.
     pcj = dump(directory, "pcj")
     assert str(psb.seq) in pcj and SECRET.hex() not in pcj and SECRET.decode() not in pcj
+    parts = scan.plan([(str(directory / "g1"), 1)], "pcj", settle_s=0)
+    rows = [row for part in parts for b in scan.scan_batches(part) for row in b.to_pylist()]
+    assert [(row["seq"], is_protected(row["body"])) for row in rows] == [(psb.seq, True)]
+    assert SECRET not in rows[0]["body"]
 
     # Another application attached to the queue cannot read the next one.
     async with connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
