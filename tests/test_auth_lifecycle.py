@@ -16,7 +16,7 @@ import trio
 
 from clients import DeliveryMode, NoMoreMessages, NotAuthorized, Uma, connect
 from mrs.security.creds import load
-from sim.processes import GroupProcess
+from sim.processes import GroupProcess, ServerStartError
 from tests.auth_helpers import SecureBus, creds, mrs, password_of
 
 WAIT_S = 20.0
@@ -183,3 +183,22 @@ async def test_jplay_through_the_server_honours_the_replay_right(single) -> None
     async with connect(address, "1.10", credentials=creds("consumer")) as consumer:
         again = await consumer.get(timeout=10)
         assert again.body == b"audited"
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("creds", "not valid TOML"),
+        ("secret", "does not match principal 'group:1'"),
+    ],
+)
+def test_serve_with_unusable_credentials_stops_with_one_line(tmp_path, damage, said) -> None:
+    bus = SecureBus(tmp_path / "bad")
+    if damage == "creds":
+        (bus.directory / "creds.toml").write_text("[principal\n")
+    else:
+        (bus.directory / "secrets" / "group-1.secret").write_text("not the secret\n")
+    with pytest.raises(ServerStartError):
+        bus.processes[1].start()
+    log = bus.log(1)
+    assert said in log and "Traceback" not in log

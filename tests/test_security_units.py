@@ -192,3 +192,70 @@ async def test_any_bytes_decode_to_a_frame_or_an_auth_failure(data) -> None:
             await reader.frame()
     except AuthFailed as failed:
         assert isinstance(failed.status, Status)
+
+
+def _gate(tmp_path, grants: Permissions):
+    from mrs.config import parse_config
+    from mrs.security.authority import Authority
+    from mrs.security.gate import Gate
+
+    creds = store.Credentials()
+    store.add(creds, "app", "pw", grants, ITERATIONS)
+    store.save(tmp_path / "creds.toml", creds)
+    text = (
+        '[[group]]\nid = 1\nname = "A"\nlisten = "127.0.0.1:0"\ndata_dir = "g"\n'
+        '[[group.queue]]\nid = 10\nname = "IN"\n'
+        '[auth]\ncredentials = "creds.toml"\nlink_secrets = "s"\n'
+    )
+    bus = parse_config(text, tmp_path / "bus.toml")
+    authority = Authority(bus.auth, 1, ())
+    return authority, Gate(authority, bus, 1)
+
+
+class _Session:
+    principal = "app"
+    peer = "127.0.0.1:1"
+    attached = None
+
+
+def _put(target: str):
+    from mrs import protocol as wire
+
+    return wire.Put(1, target, b"x", 26, 0, 0, 0, 0, 0, b"", "", None)
+
+
+def test_a_repeated_denial_is_logged_once_a_second_not_once_a_request(tmp_path, caplog) -> None:
+    from mrs.delivery import Refused
+
+    _, gate = _gate(tmp_path, Permissions(put=("1.10",)))
+    for _ in range(100):
+        with pytest.raises(Refused) as refused:
+            gate.check(_Session, _put("1.96"))
+        assert refused.value.status == Status.NOTAUTHORIZED
+    lines = [r.getMessage() for r in caplog.records if r.name == "mrs.security"]
+    assert 1 <= len(lines) <= 3 and "denied Put from 'app'" in lines[0]
+    assert gate.denied == 100
+
+
+def test_remembered_answers_are_forgotten_when_the_credentials_reload(tmp_path) -> None:
+    from mrs.delivery import Refused
+
+    authority, gate = _gate(tmp_path, Permissions(put=("1.10",)))
+    gate.check(_Session, _put("1.10"))  # allowed, and remembered
+    creds = store.load(tmp_path / "creds.toml")
+    store.grant(creds, "app", Permissions())
+    store.save(tmp_path / "creds.toml", creds)
+    assert authority.reload("test")
+    with pytest.raises(Refused):
+        gate.check(_Session, _put("1.10"))
+
+
+def test_creds_command_mistakes_are_one_line(tmp_path, capsys) -> None:
+    from mrs.tools.cli import main
+
+    missing = tmp_path / "nothing.toml"
+    assert main(["creds", "rotate", "app", "--file", str(missing), "--generate"]) != 0
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "does not exist" in error and "Traceback" not in error
+    assert main(["creds", "add", "bad name", "--file", str(missing), "--generate"]) != 0
+    assert "principal name" in capsys.readouterr().err

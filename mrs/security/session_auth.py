@@ -22,6 +22,7 @@ from mrs.security.handshake import AuthFailed
 
 log = logging.getLogger("mrs.security")
 
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 _CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -30,6 +31,17 @@ def build(bus: BusConfig, group: GroupConfig) -> tuple[Authority | None, Gate | 
     if bus.auth is None:
         return None, None
     authority = Authority(bus.auth, group.id, group.linked_group_ids)
+    for what, host in (
+        ("web_listen", group.ops.web_host),
+        ("metrics_listen", group.ops.metrics_host),
+    ):
+        if host is not None and host not in LOOPBACK_HOSTS:
+            log.warning(
+                "[auth] is on but %s listens on %s without authentication: "
+                "bind it to 127.0.0.1 (docs/security-auth.md)",
+                what,
+                host,
+            )
     return authority, Gate(authority, bus, group.id)
 
 
