@@ -160,3 +160,27 @@ def test_an_ak_conf_mrs_ack_is_collected_after_the_drain_that_confirms_it() -> N
     assert history.mrs_ack_counts[sent.seq] == 1
     assert history.mrs_acks[sent.seq][0] == int(Status.SUCCESS)
     assert verdict.ok, verdict.counts()
+
+
+def test_a_build_that_drops_mrs_acks_is_caught_in_the_swarm(monkeypatch) -> None:
+    """A broken build that loses one MRS_ACK in seven (the server's own send_mrs_ack,
+    patched): the checker reports each of three quick seeds."""
+    import logging
+
+    import mrs.group
+    from sim.swarm import QUICK_WORKLOAD, run_seed
+
+    send = mrs.group.Group.send_mrs_ack
+
+    def lossy(group, response_queue, psb) -> None:
+        if psb.seq % 7:
+            send(group, response_queue, psb)
+
+    monkeypatch.setattr(mrs.group.Group, "send_mrs_ack", lossy)
+    logging.disable(logging.CRITICAL)
+    try:
+        verdicts = [run_seed(seed, shape=QUICK_WORKLOAD)[1] for seed in range(3)]
+    finally:
+        logging.disable(logging.NOTSET)
+    for verdict in verdicts:
+        assert any("no MRS_ACK" in problem for problem in verdict.mrs_ack_violations)
