@@ -1,12 +1,15 @@
-"""What TLS costs a producer: durable puts/s and connect time, TLS on as a ratio of off.
+"""What TLS and authentication cost a producer: durable puts/s and connect time, as
+a ratio of everything off, measured in one run.
 
     python benchmarks/security_cost.py [--messages 4000] [--rounds 3] [--connections 4]
 
-Two one-group buses run side by side, the same config but one with `[group.tls]`
-(made by `mrs certs`, client certificates required). Each round puts the same
-durable WF_DQF load into each (interleaved, so machine noise hits both alike):
-`--connections` clients, each with 32 tasks sharing its connection; and times 50
-connect+attach+close cycles (a TLS handshake each). Prints the means and ratios.
+Four one-group buses run side by side with the same config: security off; TLS
+(`[group.tls]` made by `mrs certs`, client certificates required); `[auth]` (SCRAM,
+a principal granted its queues); and auth with TLS. Each round puts the same
+durable WF_DQF load into each (interleaved, so machine noise hits all alike):
+`--connections` clients, each with 32 tasks sharing its connection; and times 20
+connect+attach+close cycles (a TLS handshake and/or a SCRAM exchange, whose PBKDF2
+the client pays, each). Prints the means and ratios.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from pathlib import Path
 
 import trio
 
-from clients import DeliveryMode, connect, tls_context
+from clients import ClientCredentials, DeliveryMode, connect, tls_context
 from sim.processes import GroupProcess, write_single_group_config
 
 TASKS_PER_CONNECTION = 32
-CONNECTS = 50
+CONNECTS = 20
+KINDS = ("off", "tls", "auth", "auth+tls")
+PASSWORD = "bench-password-0123456789"
 PRODUCERS_MAX = 64
 QUEUES = '[[group.queue]]\nid = 10\nname = "SINK"\n' + "".join(
     f'[[group.queue]]\nid = {100 + i}\nname = "P{i}"\n' for i in range(PRODUCERS_MAX)
@@ -33,12 +38,24 @@ QUEUES = '[[group.queue]]\nid = 10\nname = "SINK"\n' + "".join(
 """SINK takes the puts; each producer connection attaches to its own P<i>."""
 
 
-def start_group(directory: Path, tls: bool) -> tuple[GroupProcess, dict]:
+def start_group(directory: Path, kind: str) -> tuple[GroupProcess, dict]:
     config = write_single_group_config(
         directory, queues=QUEUES, limits="dqf_messages_max = 10000000"
     )
     options: dict = {}
-    if tls:
+    if "auth" in kind:
+        config.write_text(
+            '[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n' + config.read_text()
+        )
+        (directory / "bench.pw").write_text(PASSWORD)
+        subprocess.run(
+            [sys.executable, "-m", "mrs", "creds", "add", "bench", "--config", str(config)]
+            + ["--password-file", str(directory / "bench.pw"), "--attach", "1.*", "--put", "1.*"],
+            check=True,
+            capture_output=True,
+        )
+        options["credentials"] = ClientCredentials("bench", PASSWORD)
+    if "tls" in kind:
         certs = directory / "certs"
         subprocess.run(
             [sys.executable, "-m", "mrs", "certs", "--config", str(config), "--out", str(certs)]
@@ -90,9 +107,7 @@ def main() -> None:
     if not 1 <= args.connections <= PRODUCERS_MAX:
         parser.error(f"--connections must be 1..{PRODUCERS_MAX}")
     with tempfile.TemporaryDirectory() as scratch:
-        groups = {
-            kind: start_group(Path(scratch) / kind, tls=kind == "tls") for kind in ("off", "tls")
-        }
+        groups = {kind: start_group(Path(scratch) / kind.replace("+", "-"), kind) for kind in KINDS}
         rates: dict[str, list[float]] = {kind: [] for kind in groups}
         connects: dict[str, list[float]] = {kind: [] for kind in groups}
         try:
@@ -110,9 +125,8 @@ def main() -> None:
     base_connect = statistics.mean(connects["off"])
     for kind in groups:
         rate, ms = statistics.mean(rates[kind]), statistics.mean(connects[kind])
-        label = "on" if kind == "tls" else "off"
         print(
-            f"TLS {label:3}  {rate:7.0f} durable puts/s ({rate / base_rate:.2f} of off)   "
+            f"{kind:8}  {rate:7.0f} durable puts/s ({rate / base_rate:.2f} of off)   "
             f"connect+attach {ms:6.2f} ms ({ms / base_connect:.2f}x)"
         )
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from clients.errors import ConnectionLost, error_for
+from clients.tls import tls_refusal
 from mrs.model import Status
 from mrs.security.handshake import AuthFailed, ClientCredentials, authenticate
 
@@ -52,6 +53,8 @@ def authenticating_opener(
             raise error_for(failed.status, failed.message) from None
         except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
             await trio.aclose_forcefully(stream)
+            if (refused := tls_refusal(error, f"{host}:{port}")) is not None:
+                raise refused from None  # TLS 1.3: a refused client cert shows up here
             raise ConnectionLost(Status.LINK_DOWN, f"authentication cut off: {error}") from None
         except BaseException:
             await trio.aclose_forcefully(stream)

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import ConnectionLost, DeliveryMode, TlsRefused, connect, tls_context
+from clients import (
+    ClientCredentials,
+    ConnectionLost,
+    DeliveryMode,
+    TlsRefused,
+    connect,
+    tls_context,
+)
 from mrs import protocol as wire
 from sim.processes import GroupProcess
 from sim.proxy import free_port
@@ -145,6 +152,14 @@ async def test_a_client_without_a_certificate_is_refused(tls_bus) -> None:
             pass
     await _server_still_serves(tls_bus)
     assert "peer did not return a certificate" in tls_bus.log(1)
+    # With credentials, the refusal surfaces in the SCRAM exchange (TLS 1.3 sends it
+    # after the client's handshake is done): still TlsRefused, not a retried drop.
+    with pytest.raises(TlsRefused, match="TLS handshake with .* failed"):
+        credentials = ClientCredentials("shop", "any")
+        async with connect(
+            tls_bus.address(1), "IN", tls=no_cert, credentials=credentials, reconnect=None
+        ):
+            pass
 
 
 async def test_a_plaintext_client_is_refused_without_harming_the_server(tls_bus) -> None:

@@ -1,18 +1,23 @@
-"""docs/security.md's worked example: TLS and end-to-end protection on a two-group bus.
+"""docs/security.md's worked example: auth, permissions, TLS and end-to-end protection
+on a two-group bus.
 
     python docs/examples/secure_bus.py [DIRECTORY]
 
-Writes a two-group bus config into DIRECTORY (default: a scratch directory), runs
-`mrs certs --apply` on it (TLS), makes keys for two applications with `mrs keys
-new` and a privacy policy for LDN.SHIPPING (AMS-style protection), starts both
-groups with `mrs serve`, and shows that: SHOP's message crosses the TLS link sealed,
-`mrs dump` of LDN's journal sees only the envelope, BILLING reads it; a client that
-trusts another CA and a plaintext client are refused.
+Writes a two-group bus config into DIRECTORY (default: a scratch directory) and
+turns security on with the shell commands an operator would use: `mrs certs
+--apply` (TLS), `mrs creds` (a link secret per group, a password and grants per
+application), `mrs keys new` and a policy file (AMS-style protection). Then it
+starts both groups with `mrs serve` and shows that SHOP's order crosses the TLS
+link sealed, `mrs dump` of LDN's journal sees only the envelope, BILLING reads it;
+and that SHOP reading BILLING's queue, a wrong password, a client trusting another
+CA and a plaintext client are each refused.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -22,7 +27,16 @@ from pathlib import Path
 
 import trio
 
-from clients import ConnectionLost, DeliveryMode, Protection, TlsRefused, connect, tls_context
+from clients import (
+    ClientCredentials,
+    ConnectionLost,
+    DeliveryMode,
+    NotAuthorized,
+    Protection,
+    TlsRefused,
+    connect,
+    tls_context,
+)
 
 POLICIES = """\
 keys_dir = "keys"
@@ -33,6 +47,11 @@ protection = "privacy"      # signed by SHOP, encrypted for BILLING
 signers = ["SHOP"]
 recipients = ["BILLING"]
 """
+APPLICATIONS = {  # principal -> grants (mrs creds add NAME --config bus.toml ...)
+    "shop": ["--attach", "1.10", "--put", "2.20"],
+    "billing": ["--attach", "2.20", "--confirm", "2.20"],
+    "operator": ["--admin", "status"],
+}
 
 
 def free_port() -> int:
@@ -42,8 +61,8 @@ def free_port() -> int:
 
 
 def write_bus(directory: Path) -> Path:
-    """Two groups, NYC (1) and LDN (2), one queue each, linked."""
-    text = ""
+    """Two groups, NYC (1) and LDN (2), one queue each, linked; auth on."""
+    text = '[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n\n'
     for group_id, name, queue in ((1, "NYC", "ORDERS"), (2, "LDN", "SHIPPING")):
         text += textwrap.dedent(f"""\
             [[group]]
@@ -72,6 +91,30 @@ def mrs(*args: str) -> str:
     return result.stdout
 
 
+def password_file(directory: Path, name: str) -> Path:
+    """A generated password in an owner-only file (what the application is given)."""
+    path = directory / f"{name}.pw"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secrets.token_urlsafe(24))
+    return path
+
+
+def turn_security_on(directory: Path, config: Path) -> None:
+    # 1. TLS: a test CA, a certificate per group and one for clients; [group.tls].
+    print(mrs("certs", "--config", str(config), "--out", str(directory / "certs"), "--apply"))
+    # 2. Authentication and permissions: link secrets, then each application.
+    for group in ("1", "2"):
+        mrs("creds", "add-group", group, "--config", str(config))
+    for name, grants in APPLICATIONS.items():
+        pw = str(password_file(directory, name))
+        mrs("creds", "add", name, "--config", str(config), "--password-file", pw, *grants)
+    # 3. End-to-end protection: each application's keys, and the policy.
+    for name in ("SHOP", "BILLING"):
+        mrs("keys", "new", name, "--out", str(directory / "keys"))
+    (directory / "protection.toml").write_text(POLICIES)
+
+
 def serve(config: Path, group: int) -> tuple[subprocess.Popen, str]:
     """`mrs serve` in the background; returns the process and its HOST:PORT."""
     log = open(config.parent / f"group{group}.log", "wb")  # noqa: SIM115 - the child's
@@ -88,22 +131,67 @@ def serve(config: Path, group: int) -> tuple[subprocess.Popen, str]:
 
 async def main(directory: Path) -> None:
     config = write_bus(directory)
-    # Step 1: the one step that turns TLS on (test CA; use your own in production).
-    print(mrs("certs", "--config", str(config), "--out", str(directory / "certs"), "--apply"))
-    # Step 2: each application makes its own keys; the policy file names who may do what.
-    for name in ("SHOP", "BILLING"):
-        mrs("keys", "new", name, "--out", str(directory / "keys"))
-    (directory / "protection.toml").write_text(POLICIES)
+    turn_security_on(directory, config)
     servers = [serve(config, group) for group in (1, 2)]
     try:
-        await exchange(directory, servers[0][1], servers[1][1])
+        await exchange(Session(directory), servers[0][1], servers[1][1])
     finally:
         for server, _ in servers:
             server.terminate()
             server.wait()
 
 
-FULL = ("--json", "--body-full")
+class Session:
+    """What each application holds: the TLS context, its password, its keys."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        certs = directory / "certs"
+        self.tls = tls_context(certs / "ca.pem", certs / "client.pem", certs / "client.key")
+
+    def credentials(self, name: str) -> ClientCredentials:
+        password = (self.directory / f"{name}.pw").read_text()
+        return ClientCredentials(name, password)
+
+    def options(self, name: str) -> dict:
+        options = {"tls": self.tls, "credentials": self.credentials(name)}
+        if name in ("shop", "billing"):
+            options["protection"] = Protection.load(
+                self.directory / "protection.toml",
+                identity=self.directory / "keys" / f"{name.upper()}.key",
+                bus_config=self.directory / "bus.toml",
+            )
+        return options
+
+
+async def exchange(session: Session, nyc: str, ldn: str) -> None:
+    async with connect(nyc, None, **session.options("operator")) as operator:
+        with trio.fail_after(30):  # the groups prove to each other who they are
+            while (await operator.status())["links"]["2"]["state"] != "up":
+                await trio.sleep(0.1)
+    print("link 1 -> 2 is up: TLS (certificates) and link credentials checked both ways")
+    async with connect(nyc, "ORDERS", **session.options("shop")) as shop:
+        body = b"order 1: 12 crates, card 4111"
+        psb = await shop.put(body, "LDN.SHIPPING", delivery=DeliveryMode.WF_DQF)
+        print(f"shop put over TLS, sealed for BILLING: {psb.status.name}")
+    show_what_the_group_holds(session.directory)
+    async with connect(ldn, "SHIPPING", **session.options("billing")) as billing:
+        message = await billing.get(timeout=10)
+        await billing.confirm(message.seq)
+        signer = message.headers["mrs_protection"]["signer"]
+        print(f"billing at LDN.SHIPPING read: {message.body.decode()} (signed by {signer})")
+    await show_refusals(session, nyc, ldn)
+
+
+def show_what_the_group_holds(directory: Path) -> None:
+    """`mrs dump` reads the journal files (owner-only): the body is the envelope."""
+    bus = str(directory / "bus.toml")
+    dump = mrs("dump", "--config", bus, "--group", "2", "dqf", "--json", "--body-full")
+    stored = [record_body(line) for line in dump.splitlines() if line.startswith("{")]
+    print(
+        f"mrs dump of LDN's DQF: {len(stored)} record, an envelope ({stored[0][:8].decode()}), "
+        f"card number readable: {b'4111' in stored[0]}"
+    )
 
 
 def record_body(json_line: str) -> bytes:
@@ -112,43 +200,21 @@ def record_body(json_line: str) -> bytes:
     return bytes.fromhex(body[4:]) if body.startswith("hex:") else body.encode()
 
 
-def keys_of(directory: Path, name: str) -> Protection:
-    return Protection.load(
-        directory / "protection.toml",
-        identity=directory / "keys" / f"{name}.key",
-        bus_config=directory / "bus.toml",
-    )
-
-
-async def exchange(directory: Path, nyc: str, ldn: str) -> None:
-    certs = directory / "certs"
-    tls = tls_context(ca=certs / "ca.pem", cert=certs / "client.pem", key=certs / "client.key")
-    async with connect(nyc, "ORDERS", tls=tls, protection=keys_of(directory, "SHOP")) as shop:
-        with trio.fail_after(30):  # the groups dial each other over TLS
-            while (await shop.status())["links"]["2"]["state"] != "up":
-                await trio.sleep(0.1)
-        print("link 1 -> 2 is up over TLS (each side checked the other's certificate)")
-        body = b"order 1: 12 crates, card 4111"
-        psb = await shop.put(body, "LDN.SHIPPING", delivery=DeliveryMode.WF_DQF)
-        print(f"SHOP put over TLS, sealed for BILLING: {psb.status.name}")
-    # What the group holds (and `mrs dump`, the PCJ audit, an operator) is the envelope.
-    dump = mrs("dump", "--config", str(directory / "bus.toml"), "--group", "2", "dqf", *FULL)
-    stored = [record_body(line) for line in dump.splitlines() if line.startswith("{")]
-    print(
-        f"mrs dump of LDN's DQF: {len(stored)} record, an envelope ({stored[0][:8].decode()}), "
-        f"card number readable: {b'4111' in stored[0]}"
-    )
-    async with connect(
-        ldn, "SHIPPING", tls=tls, protection=keys_of(directory, "BILLING")
-    ) as billing:
-        message = await billing.get(timeout=10)
-        await billing.confirm(message.seq)
-        signer = message.headers["mrs_protection"]["signer"]
-        print(f"BILLING at LDN.SHIPPING read: {message.body.decode()} (signed by {signer})")
-
-    other = tls_context(ca=certs / "group-1.pem")  # not the CA that signed the servers
+async def show_refusals(session: Session, nyc: str, ldn: str) -> None:
+    try:  # shop's password and certificate are fine, but it has no grant on SHIPPING
+        async with connect(ldn, "SHIPPING", reconnect=None, **session.options("shop")):
+            pass
+    except NotAuthorized as refused:
+        print(f"shop attaching LDN.SHIPPING: {refused.status.name}")
+    wrong = {"tls": session.tls, "credentials": ClientCredentials("shop", "guess")}
     try:
-        async with connect(nyc, "ORDERS", tls=other, reconnect=None):
+        async with connect(nyc, "ORDERS", reconnect=None, **wrong):
+            pass
+    except NotAuthorized as refused:
+        print(f"a wrong password: {refused.status.name}")
+    other_ca = tls_context(ca=session.directory / "certs" / "group-1.pem")
+    try:
+        async with connect(nyc, "ORDERS", tls=other_ca, reconnect=None):
             pass
     except TlsRefused as refused:
         print(f"a client trusting another CA: refused ({refused.message})")
