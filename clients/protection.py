@@ -169,7 +169,7 @@ class Protection:
         confirmed, ProtectionRefused raised). DLQ messages pass as they are: a
         dead-letter handler works from the dead-letter header alone."""
         queue = client.queue
-        if queue is None or queue.queue == DEAD_LETTER_QUEUE:
+        if queue is None or queue.queue == DEAD_LETTER_QUEUE or _from_a_group(message):
             return _without_marker(message)
         try:
             opened = self.check(queue, message.body)
@@ -188,6 +188,19 @@ class Protection:
         if isinstance(queue, Address):
             return queue
         return resolve_queue(queue, self.bus)
+
+
+def _from_a_group(message: Message) -> bool:
+    """What a group itself sends to a response queue carries no application's
+    protection and passes as it is: an MRS_ACK (from queue 0, where only a group
+    sends from), and a message returned to its sender (MSGUNDEL, set only by a group)
+    whose body is an envelope, sealed for the original target's policy: delivered
+    unopened (`Protection.open(message, message.original_target)` opens it for a
+    recipient). An unprotected returned message is checked like any other, since any
+    application may name this queue as its resp_q."""
+    if message.is_mrs_ack and message.source.queue == 0:
+        return True
+    return message.delivery_status == Status.MSGUNDEL and is_protected(message.body)
 
 
 def _without_marker(message: Message) -> Message:

@@ -314,6 +314,35 @@ async def test_dlq_policy_refuses_unprotected_messages(
     assert "not put on the DLQ" in caplog.text
 
 
+async def test_what_a_group_sends_to_a_protected_response_queue_passes(
+    start_memory_group, keys
+) -> None:
+    """A sender attached to a protected queue (1.11, integrity) still gets its MRS_ACKs
+    and its returned (protected) messages: a group sends those, not an application."""
+    group = await start_memory_group()
+    shop = app(group.config_path.parent, keys, "SHOP")
+    async with group.connect("1.11", protection=shop) as sender:
+        acked = await sender.put(SECRET, target="1.10", delivery=MODE.AK_DQF)
+        returned = await sender.put(SECRET, target="1.50", delivery=MODE.WF_DQF, uma=Uma.RTS)
+        assert returned.uma_status == Status.RTS_SUCCESS
+        got = [await sender.get(timeout=5) for _ in range(2)]
+    ack = next(m for m in got if m.is_mrs_ack)
+    assert ack.ack_psb().seq == acked.seq
+    back = next(m for m in got if not m.is_mrs_ack)
+    assert back.delivery_status == Status.MSGUNDEL and back.seq == returned.seq
+    assert opened(back.body, keys, "BILLING").data == SECRET  # as SHOP sealed it
+    # An unprotected message returned here (any application may name 1.11 as its
+    # resp_q) is checked like any other: refused on an integrity queue.
+    async with group.connect("PLAIN") as plain:
+        psb = await plain.put(
+            b"forged", target="1.50", delivery=MODE.WF_MEM, uma=Uma.RTS, resp_q="1.11"
+        )
+        assert psb.uma_status == Status.RTS_SUCCESS
+    async with group.connect("1.11", protection=shop) as sender:
+        with pytest.raises(ProtectionRefused, match="unprotected"):
+            await sender.get(timeout=5)
+
+
 # ---------------------------------------------------------------------- channel rules
 LINK_QUEUES = """
 [[group.queue]]
