@@ -1,9 +1,10 @@
 """What authentication and permission checks cost: put throughput and connect time
-with [auth] on vs off, measured in one run on two servers of the same shape.
+with [auth] on, and with [auth] and TLS on, against off, in one run on three servers
+of the same shape.
 
     python benchmarks/auth_overhead.py [--seconds 3] [--rounds 3]
 
-Rounds alternate off/on so drift on a shared machine hits both alike. Puts are
+Rounds alternate between the servers so drift on a shared machine hits both alike. Puts are
 WF_DQF (durable: one fsync per group commit) to a local queue, from 4 connections
 with 32 puts in flight each; connect time is connect + authenticate + attach, with
 the default 100,000 PBKDF2 rounds (paid by the client, once per connection).
@@ -24,7 +25,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clients import ClientCredentials, DeliveryMode, Uma, connect  # noqa: E402
+from clients import ClientCredentials, DeliveryMode, Uma, connect, tls_context  # noqa: E402
 from mrs.tools.cli import main as mrs_main  # noqa: E402
 from sim.processes import GroupProcess  # noqa: E402
 
@@ -33,7 +34,11 @@ IN_FLIGHT = 32
 CREDS = ClientCredentials("bench", "bench-password")
 
 
-def make_server(directory: Path, auth: bool) -> GroupProcess:
+MODES = ("off", "auth", "auth+tls")
+
+
+def make_server(directory: Path, mode: str) -> tuple[GroupProcess, dict]:
+    """A one-group server; (process, connect options) for `mode`."""
     directory.mkdir(parents=True)
     config = directory / "bus.toml"
     config.write_text(
@@ -54,27 +59,32 @@ def make_server(directory: Path, auth: bool) -> GroupProcess:
         messages_max = 10000000
         """)
         + "".join(f'[[group.queue]]\nid = {11 + n}\nname = "OUT{n}"\n' for n in range(CONNECTIONS))
-        + ('[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n' if auth else "")
     )
-    if auth:
+    options: dict = {}
+    if mode == "auth+tls":
+        certs = directory / "certs"
+        assert mrs_main(["certs", "--config", str(config), "--out", str(certs), "--apply"]) == 0
+        options["tls"] = tls_context(certs / "ca.pem", certs / "client.pem", certs / "client.key")
+    if mode != "off":
+        with config.open("a") as text:
+            text.write('\n[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n')
         password = directory / "bench.pw"
         password.write_text(CREDS.password)
         argv = ["creds", "add", "bench", "--config", str(config), "--password-file"]
         argv += [str(password), "--attach", "1.1[1-9]", "--put", "1.10"]
         assert mrs_main(argv) == 0
+        options["credentials"] = CREDS
     server = GroupProcess(config, 1)
     server.start()
-    return server
+    return server, options
 
 
-async def put_round(address: str, credentials, seconds: float) -> float:
+async def put_round(address: str, options: dict, seconds: float) -> float:
     """Puts per second once every connection is up (connect time is measured apart)."""
     count = 0
     async with contextlib.AsyncExitStack() as stack:
         clients = [
-            await stack.enter_async_context(
-                connect(address, f"1.{11 + n}", credentials=credentials)
-            )
+            await stack.enter_async_context(connect(address, f"1.{11 + n}", **options))
             for n in range(CONNECTIONS)
         ]
         deadline = trio.current_time() + seconds
@@ -93,31 +103,32 @@ async def put_round(address: str, credentials, seconds: float) -> float:
     return count / seconds
 
 
-async def connect_time_ms(address: str, credentials, times: int = 10) -> float:
+async def connect_time_ms(address: str, options: dict, times: int = 10) -> float:
     samples = []
     for _ in range(times):
         started = time.perf_counter()
-        async with connect(address, "1.11", credentials=credentials):
+        async with connect(address, "1.11", **options):
             samples.append((time.perf_counter() - started) * 1000)
     return statistics.median(samples)
 
 
-async def measure(servers: dict[str, GroupProcess], seconds: float, rounds: int) -> None:
-    rates: dict[str, list[float]] = {"off": [], "on": []}
+async def measure(servers: dict, seconds: float, rounds: int) -> None:
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     for _ in range(rounds):
-        for mode in ("off", "on"):
-            credentials = CREDS if mode == "on" else None
-            rates[mode].append(await put_round(servers[mode].address, credentials, seconds))
+        for mode in MODES:
+            server, options = servers[mode]
+            rates[mode].append(await put_round(server.address, options, seconds))
     connects = {
-        mode: await connect_time_ms(servers[mode].address, CREDS if mode == "on" else None)
-        for mode in ("off", "on")
+        mode: await connect_time_ms(servers[mode][0].address, servers[mode][1]) for mode in MODES
     }
-    off, on = (statistics.median(rates[mode]) for mode in ("off", "on"))
+    base = statistics.median(rates["off"])
     print(f"WF_DQF puts/s, {CONNECTIONS} connections x {IN_FLIGHT} in flight, median of {rounds}")
-    print(f"  auth off: {off:8.0f}   rounds {[round(r) for r in rates['off']]}")
-    print(f"  auth on:  {on:8.0f}   rounds {[round(r) for r in rates['on']]}")
-    print(f"  ratio on/off: {on / off:.3f}")
-    print(f"connect+attach median ms: off {connects['off']:.1f}, on {connects['on']:.1f}")
+    for mode in MODES:
+        rate = statistics.median(rates[mode])
+        print(
+            f"  {mode:9} {rate:7.0f} ({rate / base:.3f} of off)   rounds "
+            f"{[round(r) for r in rates[mode]]}   connect+attach {connects[mode]:.1f} ms"
+        )
 
 
 def main() -> None:
@@ -126,11 +137,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        servers = {mode: make_server(Path(scratch) / mode, mode == "on") for mode in ("off", "on")}
+        servers = {
+            mode: make_server(Path(scratch) / mode.replace("+", "-"), mode) for mode in MODES
+        }
         try:
             trio.run(measure, servers, args.seconds, args.rounds)
         finally:
-            for server in servers.values():
+            for server, _ in servers.values():
                 server.terminate()
 
 
