@@ -269,6 +269,9 @@ async def test_link_impersonation_is_refused_and_the_real_link_stays(secure) -> 
             await authenticate(stream, creds("group:1", "guessed"))
     assert "refused link Hello claiming group 1 from 'producer'" in secure.log(2)
     await wait_link_up(secure)
+    # Group 2's own view: its link to group 1 was never replaced, so it never went down.
+    assert (await status_of(secure.address(2)))["links"]["1"]["state"] == "up"
+    assert "link to group 1 down" not in secure.log(2)
     psb = await put(secure.address(1), "producer", "1.13", "2.10", body=b"across",
                     delivery=DeliveryMode.WF_DQF, uma=Uma.SAF)  # fmt: skip
     assert psb.delivery_status == Status.STORED
