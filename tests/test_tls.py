@@ -7,6 +7,7 @@ clear error while the server goes on serving everyone else.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import subprocess
 import sys
@@ -243,3 +244,28 @@ async def test_a_group_dialing_a_link_refuses_a_peer_without_its_group_name(tmp_
             assert (await client.status())["links"]["2"]["state"] != "up"
     finally:
         bus.stop()
+
+
+async def test_silent_connections_cannot_pile_up_tls_handshakes(tls_bus) -> None:
+    """Before TLS there is no session to count against the per-host limits: the
+    handshakes in progress from one host are bounded, the extra closed at once."""
+    from mrs.security.tls import HANDSHAKES_PER_HOST_MAX
+
+    host, port = tls_bus.address(1).rsplit(":", 1)
+    extra = 6
+    silent = [
+        await trio.open_tcp_stream(host, int(port)) for _ in range(HANDSHAKES_PER_HOST_MAX + extra)
+    ]
+    closed_at_once = 0
+    try:
+        for stream in silent[HANDSHAKES_PER_HOST_MAX - 2 :]:
+            with trio.move_on_after(2):  # a bounded one waits 10 s for a ClientHello
+                with contextlib.suppress(trio.BrokenResourceError):
+                    assert await stream.receive_some(1) == b""
+                closed_at_once += 1
+    finally:
+        for stream in silent:
+            await trio.aclose_forcefully(stream)
+    assert extra <= closed_at_once < extra + 2, closed_at_once
+    assert f"{HANDSHAKES_PER_HOST_MAX} handshakes from 127.0.0.1 in progress" in tls_bus.log(1)
+    await _server_still_serves(tls_bus)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,11 @@ CLIENT_CERT_CHOICES = {
 }
 HANDSHAKE_TIMEOUT_S = 10.0
 """A TLS handshake not done by then is dropped: a silent client holds nothing longer."""
+HANDSHAKES_PER_HOST_MAX = 64
+"""TLS handshakes in progress from one host; more are closed at once."""
+HANDSHAKES_MAX = 1024
+"""TLS handshakes in progress from everyone."""
+LOG_LINES_PER_S_MAX = 10
 GROUP_NAME_PREFIX = "mrs-group-"
 """Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
 
@@ -179,7 +185,11 @@ class TlsNetwork(TcpNetwork):
         self.server_context = config.server_context()
         self.dial_context = config.dial_context()
         self.refused = 0
-        """Handshakes that failed (plaintext clients, wrong CA, no certificate)."""
+        """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
+        self._handshaking: Counter[str] = Counter()
+        self._log_second = 0
+        self._log_lines = 0
+        self._log_suppressed = 0
 
     async def serve_listeners(
         self,
@@ -196,18 +206,50 @@ class TlsNetwork(TcpNetwork):
 
     def _tls_handler(self, handler: Handler) -> Handler:
         async def handle(stream: trio.abc.Stream) -> None:
+            peer = _peer(stream)
+            host = peer.rpartition(":")[0]
+            if not self._may_handshake(host):
+                self._refuse(peer, f"{HANDSHAKES_PER_HOST_MAX} handshakes from {host} in progress")
+                await trio.aclose_forcefully(stream)
+                return
+            self._handshaking[host] += 1
             tls_stream = trio.SSLStream(stream, self.server_context, server_side=True)
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                     await tls_stream.do_handshake()
             except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
-                self.refused += 1
-                log.info("TLS handshake from %s refused: %s", _peer(stream), _why(error))
+                self._refuse(peer, _why(error))
                 await trio.aclose_forcefully(stream)
                 return
+            finally:
+                self._handshaking[host] -= 1
+                if not self._handshaking[host]:
+                    del self._handshaking[host]
             await handler(tls_stream)
 
         return handle
+
+    def _may_handshake(self, host: str) -> bool:
+        """Bounds on handshakes in progress: before TLS there is no session, so the
+        server's per-host connection limits cannot count them yet; these do."""
+        if self._handshaking[host] >= HANDSHAKES_PER_HOST_MAX:
+            return False
+        return self._handshaking.total() < HANDSHAKES_MAX
+
+    def _refuse(self, peer: str, why: str) -> None:
+        """Count it; log it, at most LOG_LINES_PER_S_MAX lines a second (a flood of
+        junk connections must not flood the log)."""
+        self.refused += 1
+        second = int(trio.current_time())
+        if second != self._log_second:
+            if self._log_suppressed:
+                log.info("%d more TLS handshakes refused", self._log_suppressed)
+            self._log_second, self._log_lines, self._log_suppressed = second, 0, 0
+        if self._log_lines >= LOG_LINES_PER_S_MAX:
+            self._log_suppressed += 1
+            return
+        self._log_lines += 1
+        log.info("TLS handshake from %s refused: %s", peer, why)
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
         """Dial and finish the handshake (a wrong certificate fails here, clearly)."""
