@@ -10,27 +10,39 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
 from clients.auth import ClientCredentials
 from clients.connection import Client, JournalEvent, connect
 from clients.errors import (
+    BadParameter,
     BadSequence,
     ConnectionLost,
+    JournalBusy,
+    JournalFailed,
+    JournalFull,
+    KeyReused,
+    MessageTooBig,
     MrsError,
     MrsTimeout,
     NoMoreMessages,
     NoSuchQueue,
+    NotAttached,
     NotAuthorized,
     NotSupported,
     ProtocolFailure,
     PutOutcomeUnknown,
+    QueueBusy,
+    QuotaExceeded,
+    ReplyTimeout,
+    ServerError,
+    ShuttingDown,
     TooManyUnconfirmed,
 )
 from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
-from clients.saf_journal import JournalBusy, JournalFull
 from clients.sync import SyncClient, connect_sync
 from clients.tls import TlsRefused, tls_context
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Psb, Status, Uma
 
 __all__ = [
     "Address",
+    "BadParameter",
     "BadSequence",
     "Client",
     "ClientCredentials",
@@ -39,12 +51,16 @@ __all__ = [
     "ForceJrn",
     "JournalBusy",
     "JournalEvent",
+    "JournalFailed",
     "JournalFull",
+    "KeyReused",
     "Message",
+    "MessageTooBig",
     "MrsError",
     "MrsTimeout",
     "NoMoreMessages",
     "NoSuchQueue",
+    "NotAttached",
     "NotAuthorized",
     "NotSupported",
     "ProtocolFailure",
@@ -52,7 +68,12 @@ __all__ = [
     "Protection",
     "ProtectionRefused",
     "PutOutcomeUnknown",
+    "QueueBusy",
+    "QuotaExceeded",
     "Reconnect",
+    "ReplyTimeout",
+    "ServerError",
+    "ShuttingDown",
     "Status",
     "SyncClient",
     "TlsRefused",

@@ -29,12 +29,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
-from clients.errors import ConnectionLost, MrsError, PutOutcomeUnknown, error_for
+from clients.errors import (
+    BadParameter,
+    ConnectionLost,
+    MrsError,
+    PutOutcomeUnknown,
+    ReplyTimeout,
+    error_for,
+)
 from clients.reconnect import Reconnect
 from clients.saf_journal import (
     BYTES_MAX_DEFAULT,
@@ -300,7 +307,8 @@ class Client:
         timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
         # Built (and so checked: types and ranges) once, whether it is sent now or
         # journaled and sent at drain time.
-        request = wire.Put(
+        request = _built(
+            wire.Put,
             self._next_id(),
             str(target),
             bytes(body),
@@ -337,7 +345,8 @@ class Client:
         self._require_link(Status.NOTACTIVE, "get")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        reply = await self._request(wire.Get(self._next_id(), timeout_ms), wait_s, "get")
+        request = _built(wire.Get, self._next_id(), timeout_ms)
+        reply = await self._request(request, wait_s, "get")
         return await self._checked(self._message(reply))
 
     async def _checked(self, message: Message) -> Message:
@@ -352,7 +361,7 @@ class Client:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
         self._require_link(Status.NOTACTIVE, "confirm")
-        request = wire.Confirm(self._next_id(), seq, confirm_value, int(force_j))
+        request = _built(wire.Confirm, self._next_id(), seq, confirm_value, int(force_j))
         await self._request(request, None, "other")
 
     async def status(self) -> dict:
@@ -539,7 +548,7 @@ class Client:
                 await pending.event.wait()
         except trio.TooSlowError:
             self._abandon(link, request_id, pending)
-            raise error_for(Status.TIMEOUT, "no answer from the server in time") from None
+            raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time") from None
         except BaseException:
             self._abandon(link, request_id, pending)
             raise
@@ -750,10 +759,10 @@ class Client:
                     self._dispatch(link, event)
                 if not still_open or link.connection.closed:
                     raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
+        except wire.ProtocolError as error:  # an MrsError too: caught first, on purpose
+            self._lose(link, error_for(Status.PROTOCOL_ERROR, str(error)))
         except MrsError as error:
             self._lose(link, error)
-        except wire.ProtocolError as error:
-            self._lose(link, error_for(Status.PROTOCOL_ERROR, str(error)))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             self._lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
         scope.cancel()
@@ -896,6 +905,15 @@ async def connect(
     finally:
         if journal is not None:
             journal.close()
+
+
+def _built(build: Callable[..., Any], *fields: object) -> Any:
+    """Build a request from the caller's arguments: a field out of its range is the
+    caller's BADPARAM (`BadParameter`), not a fault of the protocol."""
+    try:
+        return build(*fields)
+    except wire.LocalProtocolError as error:
+        raise BadParameter(Status.BADPARAM, error.message) from None
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

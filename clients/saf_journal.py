@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-from clients.errors import MrsError
+from clients.errors import JournalBusy, JournalFailed, JournalFull
 from journals import (
     CorruptRecord,
     InlineWriter,
@@ -42,14 +42,6 @@ LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
 _META_NEXT_SEQ = "next_seq"
 _U64 = struct.Struct(">Q")
-
-
-class JournalBusy(MrsError):
-    """JOURNAL_FAIL: another process owns this client SAF journal."""
-
-
-class JournalFull(MrsError):
-    """JOURNAL_FULL: the client SAF journal is at its message or byte cap."""
 
 
 def idempotency_key_for(journal_id: str, local_seq: int) -> str:
@@ -124,7 +116,7 @@ class ClientJournal:
         """Journal one record durably (fsync, group commit); returns its local seq.
         Raises JournalFull at the cap, MrsError(JOURNAL_FAIL) if the disk failed."""
         if self.crashed:
-            raise MrsError(Status.JOURNAL_FAIL, "the client crashed")
+            raise JournalFailed(Status.JOURNAL_FAIL, "the client crashed")
         if self.count >= self.messages_max:
             raise JournalFull(
                 Status.JOURNAL_FULL,
@@ -154,7 +146,7 @@ class ClientJournal:
             self.count -= 1
             if isinstance(error, JournalFullError):
                 raise JournalFull(Status.JOURNAL_FULL, f"client SAF journal is full: {error}")
-            raise MrsError(Status.JOURNAL_FAIL, f"client SAF journal write failed: {error}")
+            raise JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal write failed: {error}")
         self._changed()
         return seq
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from mrs.errors import OperatorError
 from mrs.guards import Guards, parse_guards
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 from mrs.ops_config import OpsConfig, parse_ops
@@ -111,7 +112,7 @@ LIMIT_RANGES = {
 """(low, high) of each [group.limits] key: what the protocol and LMDB allow."""
 
 
-class ConfigError(Exception):
+class ConfigError(OperatorError):
     """A bus configuration that cannot be used.
 
     `str(err)` is one line: ``"{path}: {key}: {problem}"``, where `key` is a dotted
@@ -124,6 +125,7 @@ class ConfigError(Exception):
         self.key = key
         self.problem = " ".join(problem.split())
         super().__init__(f"{path}: {key}: {self.problem}")
+        self.args = (path, key, problem)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.path, self.key, self.problem))

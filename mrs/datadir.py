@@ -20,12 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrs.errors import OperatorError
+
 LOCK_FILE_NAME = "mrs.lock"
 IDENTITY_CHECK_INTERVAL_S = 1.0
 """How often a running server looks at its data directory between commits."""
 
 
-class DataDirError(Exception):
+class DataDirError(OperatorError):
     """The data directory cannot be used (in use, deleted, replaced): one line for the
     operator; the server exits with status 1."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mrs.errors import Refused
 from mrs.model import (
     UMA_FAILURE,
     UMA_SUCCESS,
@@ -17,15 +18,6 @@ from mrs.model import (
     Status,
     Uma,
 )
-
-
-class Refused(Exception):
-    """A request the server answers with a failure status and a message."""
-
-    def __init__(self, status: Status, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:

@@ -8,15 +8,18 @@ mrs/tools/cli_support.py, where every subcommand looks for them.
 
 from __future__ import annotations
 
+from mrs.errors import OperatorError
+
 EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 
 
-class CommandError(Exception):
+class CommandError(OperatorError):
     """An operator-facing failure: `str()` is the one line to print, `exit_code` the
     status (EXIT_USAGE for a usage or config mistake, EXIT_RUNTIME otherwise)."""
 
     def __init__(self, message: str, exit_code: int = EXIT_RUNTIME) -> None:
         super().__init__(" ".join(message.split()))
         self.exit_code = exit_code
+        self.args = (message, exit_code)

@@ -42,6 +42,7 @@ from journals import (
 )
 from mrs.ack_waits import AckOutbox, AckWaits, RecentAcks
 from mrs.drain_room import DqfRoom
+from mrs.errors import ProtocolError
 from mrs.idempotency import scoped_key
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode, Psb, Status
 from mrs.quarantine import PoisonTransfer, quarantine_batch, record_problem, transfer_problem
@@ -94,7 +95,7 @@ class Inbound(Protocol):
     """Ordered messages received on this connection so far."""
 
 
-class TransferError(ValueError):
+class TransferError(ProtocolError, ValueError):
     """A peer sent a transfer that does not decode: the link is broken."""
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from mrs import protocol as wire
+from mrs.errors import MrsError
 from mrs.forwarding import LINK_LOST, DrainAnswer, Result, TransferError, status_name
 from mrs.guards import Guards
 from mrs.model import Status
@@ -463,8 +464,11 @@ def _describe(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-class LinkRefused(Exception):
-    pass
+class LinkRefused(MrsError):
+    """The peer closed, refused or was not the group we dialed: the link stays down."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Status.LINK_DOWN, message)
 
 
 async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> None:

@@ -25,6 +25,8 @@ import struct
 from dataclasses import dataclass
 
 from journals import Journal, WriteBatch
+from mrs.errors import MrsError
+from mrs.model import Status
 
 GROUP_SHIFT = 49
 COUNTER_MAX = (1 << GROUP_SHIFT) - 1
@@ -39,8 +41,11 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
-class SeqSpaceExhausted(RuntimeError):
+class SeqSpaceExhausted(MrsError, RuntimeError):
     """All 2**49 counters of this group were reserved (never in practice)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Status.MRS_RES_EXH, message)
 
 
 @dataclass

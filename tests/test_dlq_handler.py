@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from clients import BadSequence, DeliveryMode, NoMoreMessages, Status, Uma, connect
 from mrs.config import load_config
 from mrs.dlq.command import _names
 from mrs.dlq.engine import Engine
@@ -293,7 +293,7 @@ async def test_a_lease_returns_when_its_holder_leaves(bus) -> None:
             await second.get(timeout=0)
         status = await second.status()
         assert [reader["held"] for reader in status["dlq_readers"]] == [1, 0]
-        with pytest.raises(Exception, match="not held"):
+        with pytest.raises(BadSequence, match="not held"):
             await second.confirm(message.seq)
     async with connect(bus.address, queue="DLQ") as third:
         again = await third.get(timeout=5)

@@ -28,6 +28,18 @@ def docs_server(tmp_path):
     [
         ("quickstart.py", ["stored as seq", "CONFIRMREQ", "confirmed and journaled"]),
         (
+            "errors.py",
+            [
+                "NoSuchQueue: status NOSUCHQUEUE",
+                "MessageTooBig: status MSGTOOBIG",
+                "BadSequence: status BADSEQ",
+                "NoMoreMessages: status NOMOREMSG",
+                "QueueBusy: status QUEUE_BUSY",
+                "BadParameter: status BADPARAM",
+                "MrsError: mrs: NOSUCHQUEUE: ",
+            ],
+        ),
+        (
             "ak_and_timeouts.py",
             ["MRS_ACK for seq", "STORED", "timed out (TIMEOUT)", "order-18: duplicate=True"],
         ),

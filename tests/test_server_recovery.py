@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from clients import (
+    BadParameter,
     BadSequence,
     DeliveryMode,
     ForceJrn,
     MrsTimeout,
     NoMoreMessages,
+    QueueBusy,
     Status,
     TooManyUnconfirmed,
     Uma,
@@ -174,7 +176,7 @@ async def test_confirm_with_bad_force_j_is_refused(bus) -> None:
     await _send(bus, "ANYORDER", [b"x"])
     async with connect(bus.address, queue="ANYORDER") as receiver:
         message = await receiver.get(timeout=5)
-        with pytest.raises(Exception) as refused:
+        with pytest.raises(BadParameter) as refused:
             await receiver.confirm(message.seq, force_j=7)
         assert refused.value.status == Status.BADPARAM
         await receiver.confirm(message.seq)
@@ -182,7 +184,7 @@ async def test_confirm_with_bad_force_j_is_refused(bus) -> None:
 
 async def test_queue_can_be_attached_once(bus) -> None:
     async with connect(bus.address, queue="ORDERS"):
-        with pytest.raises(Exception) as busy:
+        with pytest.raises(QueueBusy) as busy:
             async with connect(bus.address, queue="ORDERS"):
                 pass
         assert busy.value.status == Status.QUEUE_BUSY
@@ -305,7 +307,7 @@ async def test_idempotency_key_stores_a_message_once(bus) -> None:
             for _ in range(2):
                 nursery.start_soon(lambda: _append_put(sender, other, both))
         assert both[0].seq == both[1].seq
-        with pytest.raises(Exception) as refused:
+        with pytest.raises(BadParameter) as refused:
             await sender.put(
                 b"x",
                 target="ANYORDER",

@@ -12,7 +12,7 @@ import lmdb
 import msgpack
 import pytest
 
-from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from clients import DeliveryMode, JournalFailed, NoMoreMessages, Status, Uma, connect
 from mrs import protocol as wire
 
 MODE = DeliveryMode
@@ -166,7 +166,7 @@ async def test_journal_device_faults_take_the_uma_and_lose_nothing(make_bus, tmp
         )
         psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DLJ)
         assert (psb.delivery_status, psb.uma_status) == (Status.DQF_DEVICE_FAIL, Status.DLJ_FAILED)
-        with pytest.raises(Exception) as failed_confirm:
+        with pytest.raises(JournalFailed) as failed_confirm:
             await receiver.confirm(delivered.seq)
         assert failed_confirm.value.status == Status.JOURNAL_FAIL
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from clients import MrsTimeout, NoMoreMessages
+from clients import MrsTimeout, NoMoreMessages, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.deadletter import dead_letter_header
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
@@ -43,7 +43,7 @@ class DlqSource:
     async def take(self, timeout_s: float) -> Message | None:
         try:
             return await self.client.get(timeout=timeout_s)
-        except (MrsTimeout, NoMoreMessages):
+        except (MrsTimeout, ReplyTimeout, NoMoreMessages):
             return None
 
     async def before_put(self, message: Message) -> None:

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from mrs.model import Status
+from mrs.errors import ProtocolError
 
-
-class ProtocolError(Exception):
-    """A frame or an event broke the protocol. `.status` is the status to answer with."""
-
-    def __init__(self, message: str, status: Status = Status.PROTOCOL_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
+__all__ = ["LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
 
 
 class LocalProtocolError(ProtocolError):

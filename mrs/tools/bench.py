@@ -457,7 +457,16 @@ async def _end_to_end_phase(
     one consumer connection attached to queue 10 of `target_group`, on which 32 tasks
     each loop get -> confirm. Counts the messages whose confirm was answered within
     the window; the latency is from the start of the put to the confirm's answer."""
-    from clients import DeliveryMode, MrsError, MrsTimeout, NoMoreMessages, Status, Uma, connect
+    from clients import (
+        DeliveryMode,
+        MrsError,
+        MrsTimeout,
+        NoMoreMessages,
+        ReplyTimeout,
+        Status,
+        Uma,
+        connect,
+    )
 
     target = f"{target_group}.{TARGET_QUEUE}"
     latencies: list[float] = []
@@ -488,7 +497,7 @@ async def _end_to_end_phase(
         while now() < deadline:
             try:
                 message = await client.get(timeout=E2E_GET_TIMEOUT_S)
-            except (MrsTimeout, NoMoreMessages):
+            except (MrsTimeout, ReplyTimeout, NoMoreMessages):
                 continue
             except MrsError as error:
                 consume_failures.add(f"get: {type(error).__name__}: {error}")

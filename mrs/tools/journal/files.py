@@ -17,13 +17,14 @@ from pathlib import Path
 from journals import CorruptRecord, Journal, JournalStore, Record, decode_record, seq_key
 from journals.store import split_key
 from mrs.config import BusConfig, ConfigError, GroupConfig, load_config
+from mrs.errors import OperatorError
 from mrs.tools.journal.selection import RecordFilter
 
 DEFAULT_MAP_BYTES = 1 << 30
 SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
 
 
-class JournalsNotFound(Exception):
+class JournalsNotFound(OperatorError):
     """No journals where the operator pointed; the message says where we looked."""
 
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 import trio
 
-from clients import ConnectionLost, MrsError, MrsTimeout
+from clients import ConnectionLost, MrsError, MrsTimeout, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
+from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.records import IDEMPOTENCY_HEADER
 from mrs.tools.journal.dump import status_name
@@ -51,7 +52,7 @@ REPLAY_MODES = (DeliveryMode.WF_DQF, DeliveryMode.WF_SAF, DeliveryMode.WF_CONF)
 idempotency key, so only these modes are accepted."""
 
 
-class UsageError(Exception):
+class UsageError(OperatorError):
     """Bad arguments: exit status 2, nothing read or sent."""
 
 
@@ -325,7 +326,7 @@ class Replayer:
                     record, options.journal, options.group_id, item.gen, self.ledger.key_secret()
                 ),
             )
-        except MrsTimeout as error:
+        except (MrsTimeout, ReplyTimeout) as error:  # the answer never came: in doubt
             self.tally.fail(item, "TIMEOUT", error.message, in_doubt=True)
             return
         except ConnectionLost as error:

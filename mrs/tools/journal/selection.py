@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from journals import Journal, Record
 from mrs.config import BusConfig
+from mrs.errors import OperatorError
 from mrs.model import Status
 
 _DURATION_UNITS_NS = {
@@ -41,7 +42,7 @@ HEX_PREFIX = "hex:"
 TEXT_PREFIX = "text:"
 
 
-class SelectionError(ValueError):
+class SelectionError(OperatorError, ValueError):
     """A selection argument that cannot be used; the message says which and why."""
 
 

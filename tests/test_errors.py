@@ -1,0 +1,122 @@
+"""One error tree: every status a user can see has its class; timeouts are told apart."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+import clients
+import clients.connection
+from mrs import errors
+from mrs import protocol as wire
+from mrs.config import ConfigError
+from mrs.delivery import Refused
+from mrs.model import Status
+from mrs.tools.journal.selection import SelectionError
+
+# The statuses a client can be answered with, and the class it must raise for each.
+CLASS_FOR_STATUS = {
+    Status.TIMEOUT: clients.MrsTimeout,
+    Status.NOMOREMSG: clients.NoMoreMessages,
+    Status.NOTSUPPORTED: clients.NotSupported,
+    Status.BADDELIVERY: clients.NotSupported,
+    Status.BADUMA: clients.NotSupported,
+    Status.BADSEQ: clients.BadSequence,
+    Status.EXCMAXUNCONF: clients.TooManyUnconfirmed,
+    Status.NOSUCHQUEUE: clients.NoSuchQueue,
+    Status.NOTATTACHED: clients.NotAttached,
+    Status.QUEUE_BUSY: clients.QueueBusy,
+    Status.MSGTOOBIG: clients.MessageTooBig,
+    Status.BADPARAM: clients.BadParameter,
+    Status.EXCEEDQUOTA: clients.QuotaExceeded,
+    Status.JOURNAL_FAIL: clients.JournalFailed,
+    Status.JOURNAL_FULL: clients.JournalFull,
+    Status.SERVER_ERROR: clients.ServerError,
+    Status.SHUTTING_DOWN: clients.ShuttingDown,
+    Status.KEY_REUSED: clients.KeyReused,
+    Status.PROTOCOL_ERROR: clients.ProtocolFailure,
+}
+
+
+@pytest.mark.parametrize("status", list(CLASS_FOR_STATUS), ids=lambda status: status.name)
+def test_each_status_a_user_sees_has_its_class(status: Status) -> None:
+    error = errors.error_for(int(status), "why")
+    assert type(error) is CLASS_FOR_STATUS[status]
+    assert isinstance(error, clients.MrsError)
+    assert error.status is status
+    assert str(error) == f"mrs: {status.name}: why"
+
+
+@given(st.integers(min_value=-(2**31), max_value=2**31), st.text(max_size=40))
+def test_any_status_gives_a_one_root_error(status: int, message: str) -> None:
+    error = errors.error_for(status, message)
+    assert isinstance(error, clients.MrsError)
+    assert int(error.status) == status
+    assert error.message == message
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert (again.status, again.message, str(again)) == (error.status, error.message, str(error))
+
+
+def test_a_reply_timeout_is_not_a_server_timeout() -> None:
+    assert not issubclass(clients.ReplyTimeout, clients.MrsTimeout)
+    assert not issubclass(clients.MrsTimeout, clients.ReplyTimeout)
+    assert issubclass(clients.ReplyTimeout, TimeoutError)
+    assert issubclass(clients.MrsTimeout, TimeoutError)
+
+
+def test_the_server_families_share_the_root() -> None:
+    """What the server, the protocol and the tools raise is an MrsError with a status;
+    callers that catch ValueError keep working where they did."""
+    cases = [
+        (Refused(Status.BADSEQ, "no such seq"), Status.BADSEQ, "no such seq"),
+        (wire.RemoteProtocolError("bad frame"), Status.PROTOCOL_ERROR, "bad frame"),
+        (ConfigError("bus.toml", "group[0].id", "must be  an int"), Status.BADPARAM, None),
+        (SelectionError("not a duration: 'x'"), Status.BADPARAM, "not a duration: 'x'"),
+    ]
+    for error, status, text in cases:
+        assert isinstance(error, errors.MrsError)
+        assert error.status is status
+        if text is not None:
+            assert str(error) == text
+    assert str(cases[2][0]) == "bus.toml: group[0].id: must be an int"
+    assert isinstance(cases[3][0], ValueError)
+
+
+async def _silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Answers the handshake and the attach, then never answers a request."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def serve(stream: trio.SocketStream) -> None:
+        connection = wire.Connection("server")
+        while data := await stream.receive_some(65536):
+            connection.receive_data(data)
+            for event in connection.events():
+                if isinstance(event, wire.Hello):
+                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
+                    await stream.send_all(connection.send(reply))
+                elif isinstance(event, wire.Attach):
+                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, serve, listeners)
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.sleep_forever()
+
+
+async def test_a_silent_server_gives_a_reply_timeout(monkeypatch) -> None:
+    """No answer at all is ReplyTimeout (the request may have been acted on), not the
+    server's TIMEOUT answer."""
+    monkeypatch.setattr(clients.connection, "REPLY_GRACE_S", 0.05)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_silent_server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10") as client:
+            with pytest.raises(clients.ReplyTimeout) as timed_out:
+                await client.get(timeout=0.05)
+            assert timed_out.value.status is Status.TIMEOUT
+            assert not isinstance(timed_out.value, clients.MrsTimeout)
+        nursery.cancel_scope.cancel()
