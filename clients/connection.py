@@ -35,8 +35,8 @@ import trio
 
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.errors import (
-    BadParameter,
     ConnectionLost,
+    FieldRefused,
     MrsError,
     PutOutcomeUnknown,
     ReplyTimeout,
@@ -909,11 +909,11 @@ async def connect(
 
 def _built(build: Callable[..., Any], *fields: object) -> Any:
     """Build a request from the caller's arguments: a field out of its range is the
-    caller's BADPARAM (`BadParameter`), not a fault of the protocol."""
+    caller's BADPARAM (`FieldRefused`, a `BadParameter`), not a protocol fault."""
     try:
         return build(*fields)
     except wire.LocalProtocolError as error:
-        raise BadParameter(Status.BADPARAM, error.message) from None
+        raise FieldRefused(Status.BADPARAM, error.message) from None
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

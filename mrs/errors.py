@@ -28,6 +28,7 @@ __all__ = [
     "BadParameter",
     "BadSequence",
     "ConnectionLost",
+    "FieldRefused",
     "JournalBusy",
     "JournalFailed",
     "JournalFull",
@@ -142,6 +143,11 @@ class MessageTooBig(MrsError):
 
 class BadParameter(MrsError):
     """BADPARAM: a request argument is out of range (priority, timeout, force_j...)."""
+
+
+class FieldRefused(BadParameter):
+    """BADPARAM found by the library itself: a field the wire format cannot carry
+    (out of range, wrong type). Nothing was sent."""
 
 
 class QuotaExceeded(MrsError):

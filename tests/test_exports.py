@@ -55,6 +55,7 @@ CLIENTS_API = {
     "KeyReused",
     "ProtocolFailure",
     "ConnectionLost",
+    "FieldRefused",
     "PutOutcomeUnknown",
     # from clients.protection and clients.tls (MrsError subclasses)
     "ProtectionRefused",
@@ -65,6 +66,7 @@ ERRORS_API = {
     "BadParameter",
     "BadSequence",
     "ConnectionLost",
+    "FieldRefused",
     "JournalBusy",
     "JournalFailed",
     "JournalFull",

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from clients import ConnectionLost, MrsError, MrsTimeout, ReplyTimeout
+from clients import ConnectionLost, FieldRefused, MrsError, MrsTimeout, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
@@ -333,6 +333,9 @@ class Replayer:
             self.stop = True
             self.tally.stopped = f"connection lost: {error.message}"
             self.tally.fail(item, "LINK_DOWN", error.message, in_doubt=True)
+            return
+        except FieldRefused as error:  # a field the wire format cannot carry: never sent
+            self.tally.fail(item, "REFUSED_LOCALLY", str(error), in_doubt=False)
             return
         except MrsError as error:  # refused: the server (or the library) did not take it
             name = status_name(int(error.status))
