@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mrs.config import ConfigError
+from mrs.config import BusConfig, ConfigError
 from mrs.model import DEAD_LETTER_QUEUE, Address
 from mrs.protection.envelope import is_protected, seal
 from mrs.protection.errors import PolicyError
@@ -68,11 +68,11 @@ class DeadLetterProtection:
         return seal(self.identity, policy.quality, body, recipients)
 
 
-def dead_letter_protection(bus: object, group_id: int) -> DeadLetterProtection | None:
+def dead_letter_protection(bus: BusConfig, group_id: int) -> DeadLetterProtection | None:
     """The DLQ protection of group `group_id`, or None when the bus has no policy
     file (`protection = "..."` in the bus config). ConfigError if it is wrong, so
     `mrs serve` refuses to start with one line saying what to fix."""
-    path = getattr(bus, "protection", None)
+    path = bus.protection
     if path is None:
         return None
     try:

@@ -17,6 +17,7 @@ constructions from `cryptography`, nothing home-made:
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -68,7 +69,7 @@ def is_protected(body: bytes) -> bool:
 
 
 def seal(
-    identity: Identity, quality: Quality, data: bytes, recipients: list[PublicKeys] = ()
+    identity: Identity, quality: Quality, data: bytes, recipients: Sequence[PublicKeys] = ()
 ) -> bytes:
     """`data` signed by `identity`, and for PRIVACY encrypted to `recipients`."""
     if quality is Quality.INTEGRITY:
@@ -117,7 +118,7 @@ def open_envelope(body: bytes, keyring: Keyring, reader: Identity | None) -> Ope
 
 
 def _encrypt(
-    signer: str, data: bytes, signature: bytes, recipients: list[PublicKeys], names: list[str]
+    signer: str, data: bytes, signature: bytes, recipients: Sequence[PublicKeys], names: list[str]
 ) -> bytes:
     ephemeral = X25519PrivateKey.generate()
     ephemeral_public = ephemeral.public_key().public_bytes_raw()
