@@ -472,7 +472,7 @@ class LinkRefused(MrsError):
 
 
 async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> None:
-    hello = wire.Hello(wire.PROTOCOL_VERSION, f"{LINK_PROGRAM_PREFIX}{group_id}", "link")
+    hello = wire.Hello(wire.PROTOCOL_VERSION, f"{LINK_PROGRAM_PREFIX}{group_id}", "link", group_id)
     await channel.stream.send_all(channel.connection.send(hello))
     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
         while True:

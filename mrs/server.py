@@ -56,7 +56,6 @@ from mrs.links import (
     TRANSFER_BYTES_MAX,
     PeerLink,
     dial_forever,
-    parse_link_program,
 )
 from mrs.model import Status
 from mrs.network import TCP, Network, TcpNetwork
@@ -337,17 +336,19 @@ class GroupServer:
 
     def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None:
         """A lower-numbered peer dialed us: check who it is, then hand it the session."""
-        peer_id = parse_link_program(hello.program)
-        link = self.links.get(peer_id) if peer_id is not None else None
+        peer_id = hello.group
+        link = self.links.get(peer_id)
         if link is None or peer_id >= self.config.id:
             log.warning(
-                "refused link from %s claiming %r: not a lower-numbered group linked to group %d",
+                "refused link from %s claiming group %d (%r): "
+                "not a lower-numbered group linked to group %d",
                 session.peer,
+                peer_id,
                 hello.program,
                 self.config.id,
             )
             raise wire.RemoteProtocolError(
-                f"group {self.config.id} has no link from {hello.program!r}"
+                f"group {self.config.id} has no link from group {peer_id} ({hello.program!r})"
             )
         if (problem := check_link_peer(session.stream, peer_id)) is not None:
             log.warning("refused link from %s: %s", session.peer, problem)
@@ -521,8 +522,6 @@ class GroupServer:
         """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
         in_flight = session.in_flight
         guards = self.guards
-        if request_id in in_flight:
-            raise wire.RemoteProtocolError(f"request_id {request_id} reused while in flight")
         if len(in_flight) >= guards.requests_in_flight_max:
             self._over_quota(
                 session,

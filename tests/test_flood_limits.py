@@ -66,6 +66,14 @@ def _requests(*events: object) -> bytes:
     return client.send_many([wire.Hello(wire.PROTOCOL_VERSION, "raw"), *events])
 
 
+def _misbehaving_frame(event: object) -> bytes:
+    """One frame for `event` from a fresh client: past the checks of the client that
+    sent the others (its Connection refuses e.g. a request id still in flight)."""
+    client = wire.Connection("client")
+    client.send(wire.Hello(wire.PROTOCOL_VERSION, "raw"))
+    return client.send(event)
+
+
 def test_parked_gets_are_capped_per_connection(make_bus) -> None:
     bus = make_bus(group_extra=guards(parked_gets_max=3))
     gets = [wire.Get(request_id, -1) for request_id in range(2, 7)]
@@ -94,7 +102,8 @@ def test_requests_in_flight_are_capped_per_connection(make_bus) -> None:
 
 def test_a_reused_request_id_in_flight_is_a_protocol_error(make_bus) -> None:
     bus = make_bus()
-    payload = _requests(wire.Attach(1, "ORDERS"), wire.Get(2, -1), wire.Get(2, -1))
+    payload = _requests(wire.Attach(1, "ORDERS"), wire.Get(2, -1))
+    payload += _misbehaving_frame(wire.Get(2, -1))
     with _raw(bus.address, payload) as sock:
         *_, fatal = _frames(sock, 3)
     assert fatal[0] == wire.Fatal.code and fatal[1] == Status.PROTOCOL_ERROR

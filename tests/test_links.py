@@ -264,8 +264,8 @@ async def _status(bus: LinkedBus, group: int) -> dict:
         return await client.status()
 
 
-@pytest.mark.parametrize("program", ["group:7", "group:2", "nonsense"])
-async def test_link_from_a_wrong_group_is_refused(proc_bus, program) -> None:
+@pytest.mark.parametrize(("program", "group"), [("group:7", 7), ("group:2", 2), ("nonsense", 0)])
+async def test_link_from_a_wrong_group_is_refused(proc_bus, program, group) -> None:
     """Group 2 accepts a link only from group 1 (linked, lower-numbered)."""
     from mrs import protocol as wire
 
@@ -273,7 +273,8 @@ async def test_link_from_a_wrong_group_is_refused(proc_bus, program) -> None:
     connection = wire.Connection("client")
     stream = await trio.open_tcp_stream(host, int(port))
     async with stream:
-        await stream.send_all(connection.send(wire.Hello(wire.PROTOCOL_VERSION, program, "link")))
+        hello = wire.Hello(wire.PROTOCOL_VERSION, program, "link", group)
+        await stream.send_all(connection.send(hello))
         events = []
         while not events:
             data = await stream.receive_some(65536)

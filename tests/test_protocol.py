@@ -7,7 +7,7 @@ import struct
 import msgpack
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrs.model import DeliveryMode, Status, Uma
@@ -17,6 +17,7 @@ from mrs.protocol import (
     PROTOCOL_VERSION,
     Attach,
     Attached,
+    CancelGet,
     Confirm,
     Confirmed,
     Connection,
@@ -179,11 +180,12 @@ CUTS = st.lists(st.integers(0, 100_000), max_size=12)
 # -- round trips ----------------------------------------------------------------------
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)  # shared 2-core box
 @given(
     st.builds(Hello, st.just(PROTOCOL_VERSION), st.text(), st.sampled_from(["app", "link"])),
     st.builds(Welcome, st.just(PROTOCOL_VERSION), I64, st.text(), I64),
-    st.lists(CLIENT_REQUESTS, max_size=20),
-    st.lists(SERVER_REPLIES, max_size=20),
+    st.lists(CLIENT_REQUESTS, max_size=20, unique_by=lambda event: event.request_id),
+    st.lists(SERVER_REPLIES, max_size=20, unique_by=lambda event: event.request_id),
     CUTS,
     CUTS,
 )
@@ -208,7 +210,8 @@ def test_every_event_round_trips_through_a_split_stream(
     assert client.next_event() is NEED_DATA
 
 
-@given(st.lists(CLIENT_REQUESTS, min_size=1, max_size=10))
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(CLIENT_REQUESTS, min_size=1, max_size=10, unique_by=lambda e: e.request_id))
 def test_send_many_equals_sends_one_by_one(requests):
     many, one = connected_pair()[0], connected_pair()[0]
     assert many.send_many(requests) == b"".join(one.send(r) for r in requests)
@@ -705,3 +708,57 @@ def test_the_protocol_generates_no_code():
 
     for module in Path(mrs.protocol.__file__).parent.glob("*.py"):
         assert "exec(" not in module.read_text(), module.name
+
+
+# -- request ids ----------------------------------------------------------------------
+
+
+def test_a_request_id_in_flight_may_not_be_reused_until_answered():
+    client, server = connected_pair()
+    server.receive_data(client.send(Get(5, -1)))
+    assert server.events() == [Get(5, -1)]
+    assert client.our_requests_in_flight == server.their_requests_in_flight == 1
+    with pytest.raises(LocalProtocolError, match="request_id 5 reused while in flight"):
+        client.send(put(request_id=5))
+    client.receive_data(server.send(Failure(5, int(Status.TIMEOUT), "no message")))
+    assert client.events() == [Failure(5, int(Status.TIMEOUT), "no message")]
+    assert client.our_requests_in_flight == server.their_requests_in_flight == 0
+    server.receive_data(client.send(put(request_id=5)))  # answered: free again
+    assert server.events() == [put(request_id=5)]
+
+
+def test_a_peer_reusing_a_request_id_in_flight_breaks_the_connection():
+    _, server = connected_pair()
+    server.receive_data(frame([14, 7, -1]) + frame([14, 7, 0]))
+    with pytest.raises(RemoteProtocolError, match="request_id 7 reused while in flight"):
+        server.events()
+
+
+def test_cancel_get_ping_and_the_other_sides_ids_are_not_counted():
+    client, server = connected_pair()
+    server.receive_data(client.send_many([Get(1, -1), CancelGet(1), LinkTransfer(2, [])]))
+    assert len(server.events()) == 3
+    assert server.their_requests_in_flight == 2
+    # the server's own requests on a link have ids of their own
+    client.receive_data(server.send_many([LinkTransfer(1, []), LinkAck(2, [])]))
+    assert len(client.events()) == 2
+    assert client.their_requests_in_flight == 1 and client.our_requests_in_flight == 1
+
+
+def test_a_link_hello_carries_the_group_as_a_field():
+    client, server = Connection("client"), Connection("server")
+    server.receive_data(client.send(Hello(PROTOCOL_VERSION, "group:3", "link", 3)))
+    (hello,) = server.events()
+    assert (hello.role, hello.group) == ("link", 3)
+    with pytest.raises(LocalProtocolError, match="Hello.group must be 0..32000, got 32001"):
+        Hello(PROTOCOL_VERSION, "p", "link", 32001)
+    server = Connection("server")
+    server.receive_data(frame([1, PROTOCOL_VERSION, "p", "link", -1]))
+    with pytest.raises(RemoteProtocolError, match="Hello.group must be 0..32000, got -1"):
+        server.next_event()
+
+
+def test_the_group_bound_is_the_configs():
+    from mrs.config import GROUP_ID_MAX
+
+    assert Hello._rules[3][2].hi == GROUP_ID_MAX

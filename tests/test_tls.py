@@ -188,7 +188,8 @@ async def test_a_certificate_of_the_ca_cannot_pose_as_a_group(tls_bus) -> None:
     tls = trio.SSLStream(stream, tls_bus.client_tls(), server_hostname="mrs-group-2")
     connection = wire.Connection("client")
     async with tls:
-        await tls.send_all(connection.send(wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link")))
+        hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
+        await tls.send_all(connection.send(hello))
         events: list = []
         with trio.fail_after(10):
             while not events:

@@ -31,7 +31,7 @@ from mrs.protocol.events import (
     Welcome,
 )
 from mrs.protocol.explain import explain
-from mrs.protocol.link_events import LINK_EVENTS
+from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
 
 _HEADER = struct.Struct(">I")
 _HEADER_BYTES = _HEADER.size
@@ -102,6 +102,23 @@ _TRANSITIONS: dict[str, dict[Any, dict[type, Any]]] = {
     },
 }
 _SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
+
+# Request-id tracking: each request is answered exactly once (a Get by its Delivery or
+# Failure; a CancelGet, a Ping and a Pong are not requests), and while it waits for
+# that answer its id may not be used again by the same side.
+_ASKS, _ANSWERS, _OTHER_KIND = "asks", "answers", "other"
+_REQUEST_KIND = {
+    **dict.fromkeys((Attach, Put, Get, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS),
+    **dict.fromkeys(
+        (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure, LinkAck), _ANSWERS
+    ),
+}
+_STEADY = {
+    role: {
+        cls: _REQUEST_KIND.get(cls) for cls, new in _TRANSITIONS[role][OPEN].items() if new is OPEN
+    }
+    for role in (CLIENT, SERVER)
+}
 _OTHER = {CLIENT: SERVER, SERVER: CLIENT}
 
 
@@ -122,6 +139,10 @@ class Connection:
         self._eof = False
         self._closed = False  # a Fatal went one way or the other
         self._error: RemoteProtocolError | None = None
+        self._in_flight: dict[str, set[int]] = {CLIENT: set(), SERVER: set()}
+        """Ids of the requests each side sent that are not answered yet."""
+        self._steady: dict[str, dict[type, str | None]] = {CLIENT: {}, SERVER: {}}
+        """Per side, once it is OPEN: the events that keep it OPEN (see _process)."""
 
     # -- state ----------------------------------------------------------------------
 
@@ -134,6 +155,16 @@ class Connection:
         return self._states[self.their_role]
 
     @property
+    def our_requests_in_flight(self) -> int:
+        """Requests we sent that are not answered yet."""
+        return len(self._in_flight[self.our_role])
+
+    @property
+    def their_requests_in_flight(self) -> int:
+        """Requests the peer sent that we have not answered yet."""
+        return len(self._in_flight[self.their_role])
+
+    @property
     def closed(self) -> bool:
         """True once a Fatal has been sent or received."""
         return self._closed
@@ -144,7 +175,24 @@ class Connection:
         return len(self._buf) - self._pos
 
     def _process(self, role: str, event: Any, error: type[ProtocolError]) -> None:
-        """Move `role`'s state for an event it sends, or raise `error`."""
+        """Move `role`'s state for an event it sends, or raise `error`.
+
+        Most events are requests and answers between open sides: `_steady` says in one
+        lookup that such an event keeps the state, and whether it takes or frees a
+        request id; everything else (handshake, Fatal, refusals) takes the long way."""
+        kind = self._steady[role].get(type(event), _OTHER_KIND)
+        if kind is _ASKS:  # a request: its id is taken until its answer comes
+            in_flight = self._in_flight[role]
+            request_id = event.request_id
+            if request_id in in_flight:
+                raise error(f"request_id {request_id} reused while in flight")
+            in_flight.add(request_id)
+            return
+        if kind is _ANSWERS:  # the one answer to the other side's request
+            self._in_flight[_OTHER[role]].discard(event.request_id)
+            return
+        if kind is None:
+            return
         state = self._states[role]
         new = _TRANSITIONS[role][state].get(type(event))
         if new is None:
@@ -159,6 +207,7 @@ class Connection:
                 )
                 raise error(self._wording(role, what, error))
             self._states[role] = new
+            self._steady[role] = _STEADY[role] if new is OPEN else {}
             if new is CLOSED:
                 self._closed = True
 

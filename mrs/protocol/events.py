@@ -8,6 +8,7 @@ from mrs.protocol.fields import (
     I64,
     CorrelationId,
     GetTimeoutMs,
+    GroupId,
     NonNegativeMs,
     Priority,
     RequestId,
@@ -20,11 +21,14 @@ from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTrans
 
 
 class Hello(EventStruct, tag=1):
-    """First frame of a client: who it is. role is "app" or "link" (another group)."""
+    """First frame of a client: who it is. role is "app" or "link" (another group);
+    a link's Hello names the dialing group in `group` (0 for an application), and its
+    program is free text for logs."""
 
     protocol_version: I64
     program: str
     role: Role = "app"
+    group: GroupId = 0
 
 
 class Attach(EventStruct, tag=10):
