@@ -259,7 +259,7 @@ async def test_link_impersonation_is_refused_and_the_real_link_stays(secure) -> 
             if name is not None:
                 await authenticate(stream, creds(name))
             connection = wire.Connection("client")
-            hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link")
+            hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
             await stream.send_all(connection.send(hello))
             event = await first_event(stream, connection)
         assert isinstance(event, wire.Fatal) and event.status == Status.NOTAUTHORIZED, event
