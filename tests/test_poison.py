@@ -100,7 +100,8 @@ async def _send_as_group_1(address: str, messages: list[list]) -> list:
     connection = wire.Connection("client")
     stream = await trio.open_tcp_stream(host, int(port))
     async with stream:
-        await stream.send_all(connection.send(wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link")))
+        hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
+        await stream.send_all(connection.send(hello))
         await stream.send_all(connection.send(wire.LinkTransfer(1, messages)))
         with trio.fail_after(20):
             while True:
