@@ -43,17 +43,19 @@ PROTECTION_HEADER = "mrs_protection"
 """Header added to an opened message: {"signer": NAME, "quality": "integrity"|"privacy"}."""
 
 
-class ProtectionRefused(MrsError):
+class ProtectionRefused(ProtectionError):
     """PROTECTION_ERROR: a put could not be protected as its target's policy requires,
     or a got message failed the policy of this queue. `reason` is the MQRC code
     (2063 MQRC_SECURITY_ERROR, 2035 MQRC_NOT_AUTHORIZED); `seq` the refused message's
-    seq on a get (None on a put); `dead_lettered` whether it is now on the DLQ."""
+    seq on a get (None on a put); `dead_lettered` whether it is now on the DLQ (or
+    the DLJ)."""
+
+    status_prefix = True
 
     def __init__(
         self, message: str, reason: int, seq: int | None = None, dead_lettered: bool = False
     ) -> None:
-        super().__init__(Status.PROTECTION_ERROR, message)
-        self.reason = reason
+        super().__init__(message, reason)
         self.seq = seq
         self.dead_lettered = dead_lettered
 
