@@ -46,6 +46,7 @@ from mrs.errors import ProtocolError
 from mrs.idempotency import scoped_key
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode, Psb, Status
 from mrs.quarantine import PoisonTransfer, quarantine_batch, record_problem, transfer_problem
+from mrs.receipts import Receipts
 from mrs.records import entry_from_record, idempotency_key, record_from_entry
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class LinkPort(Protocol):
 
     def resend_saf(self) -> None: ...
 
-    def send_notices(self, notices: list) -> None: ...
+    def send_notices(self, notices: list, answered: Callable[[], None] | None = None) -> None: ...
 
 
 class Inbound(Protocol):
@@ -140,6 +141,8 @@ class Forwarding:
     """MRS_ACKs on their way to other groups' queues (journaled until answered)."""
     recent_acks: RecentAcks = field(default_factory=RecentAcks)
     """Receiving side: MRS_ACKs other groups sent here, so a resent one is dropped."""
+    receipts: Receipts = field(default_factory=Receipts)
+    """Receiving side: DEQ/ACK notices of other groups' messages, kept until answered."""
 
     def __post_init__(self) -> None:
         self.ack_waits = AckWaits(self.group)
@@ -649,10 +652,11 @@ class Forwarding:
             peer.link.poke()
 
     def notify_now(self, peer_id: int, kind: str, seq: int) -> None:
-        """A best-effort notice (nonrecoverable DEQ/ACK): lost if the link is down."""
+        """A notice for a nonrecoverable DEQ/ACK message: kept until the peer answers
+        it, sent again when the link comes back (mrs.receipts)."""
         peer = self.peers.get(peer_id)
-        if peer is not None and peer.link is not None:
-            peer.link.send_notices([[kind, seq, int(Status.SUCCESS)]])
+        if peer is not None:
+            self.receipts.add(peer_id, kind, seq, peer.link)
 
     def pending_notices(self, peer_id: int, count_max: int) -> list[tuple[bytes, list]]:
         prefix = group_key(peer_id, 0)[:4]
@@ -719,6 +723,7 @@ class Forwarding:
         peer.link = link
         log.info("link to group %d up (SAF backlog %d)", peer_id, peer.saf_backlog)
         self.ack_outbox.link_up(peer_id)
+        self.receipts.link_up(peer_id, link)
 
     def link_down(self, peer_id: int) -> None:
         self.peers[peer_id].link = None
@@ -733,6 +738,7 @@ class Forwarding:
                 "saf_backlog": peer.saf_backlog,
                 "notices_pending": peer.notices_pending,
                 "mrs_acks_owed": self.ack_outbox.owed.get(peer.group_id, 0),
+                "receipts_pending": self.receipts.count(peer.group_id),
                 **(
                     peer.link.status_info()
                     if peer.link is not None and hasattr(peer.link, "status_info")

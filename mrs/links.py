@@ -114,9 +114,11 @@ class PeerLink:
         self.restart_drain()
         self._wake.set()
 
-    def send_notices(self, notices: list) -> None:
+    def send_notices(self, notices: list, answered: Callable[[], None] | None = None) -> None:
+        """Notices not journaled here; `answered()` once the peer answered them."""
         if self.channel is not None:
-            self._send(wire.LinkNotice(self._next_id(), notices), "volatile", [], 0)
+            items = [answered] if answered is not None else []
+            self._send(wire.LinkNotice(self._next_id(), notices), "volatile", items, 0)
 
     def room(self) -> None:
         """The peer holds a DQF slot for this drain: end the RETRY backoff now."""
@@ -367,6 +369,8 @@ class PeerLink:
                 self._room_seen = False
                 if answers:
                     self.drain_wait = None
+        elif pending.kind == "volatile" and pending.items:
+            pending.items[0]()  # mrs.receipts: the peer has them
         elif pending.kind == "notice":
             # Keep them "in flight" until their deletion is durable, or they would be
             # read back from the journal and sent again meanwhile.

@@ -31,7 +31,7 @@ MessageQ conformance (issue 9; separate functions at the end of this module):
   fault near the put (after one DQF_FULL, the next puts must take their own UMA);
 - MRS_ACK violations: every requested MRS_ACK arrives exactly once: an AK put
   acknowledged twice, or never although its message reached its interest point (and
-  no crash or link fault excuses it), or with a status its mode cannot report;
+  no crash excuses it), or with a status its mode cannot report;
 - drain progress: a SAF drain that stalls leaves records in the SAF after the final
   drain ("stuck" above), and FIFO across a link in RETRY is the order rule above.
 """
@@ -454,9 +454,10 @@ def mrs_ack_violations(history: History, first_delivery: dict[str, int]) -> list
     somewhere (DLJ, returned, DLQ) must have one MRS_ACK at its response queue after
     the final drain. Excused: puts whose response queue's group crashed after the put
     (the MRS_ACK sits in a memory queue a crash empties) and, for nonrecoverable
-    DEQ/ACK puts to another group, puts with a link fault after them (their notice
-    travels best-effort, like the message). A put that was never answered (timed out,
-    cancelled, refused) has no seq and is not judged."""
+    DEQ/ACK puts to another group, puts whose target group crashed after them (the
+    notice of the get or confirm is kept in memory until the sender's group has it).
+    A put that was never answered (timed out, cancelled, refused) has no seq and is
+    not judged."""
     confirmed = {message_id for message_id, _, _ in history.confirms}
     confirm_sent = confirmed | history.unsure_confirms
     problems = []
@@ -487,11 +488,6 @@ ACK_SUCCESS_STATUSES = {
     "ACK": {int(Status.SUCCESS)},
 }
 """What an MRS_ACK may say when its message reached its interest point."""
-LINK_FAULTS = frozenset(
-    {"crash", "crash-at-commit", "crash-in-recovery", "start-fails", "partition",
-     "half-open", "reset", "delay"}
-)  # fmt: skip
-"""Faults that can drop a link (and a best-effort notice on it)."""
 
 
 def _wrong_ack_status(
@@ -521,19 +517,19 @@ def _ack_owed(
 
 
 def _ack_excused(history: History, sent: Sent) -> bool:
-    """A fault after the put may have lost its MRS_ACK legitimately."""
+    """A crash after the put may have lost its MRS_ACK legitimately: of the response
+    queue's group (the MRS_ACK waits in a memory queue there) or, for a nonrecoverable
+    DEQ/ACK put to another group, of the target group (the message and the notice of
+    its get or confirm are kept in memory there)."""
     response_group = _group(sent.producer)  # the workload's response queue: its own
-    if any(
-        group == response_group and position >= sent.deliveries_at_put
-        for group, position in history.crashes
-    ):
-        return True
     mode = DeliveryMode(sent.mode)
-    if mode.recoverable or mode.interest_point not in ("DEQ", "ACK"):
-        return False
-    if _group(sent.target) == response_group:
-        return False
-    return any(event.get("fault") in LINK_FAULTS for event in history.events[sent.faults_at_put :])
+    groups = {response_group}
+    if not mode.recoverable and mode.interest_point in ("DEQ", "ACK"):
+        groups.add(_group(sent.target))
+    return any(
+        group in groups and position >= sent.deliveries_at_put
+        for group, position in history.crashes
+    )
 
 
 def _known_not_in_saf(sent: Sent) -> bool:

@@ -151,6 +151,7 @@ async def _settled(run: RealRun) -> bool:
                 or link.get("in_flight")
                 or link.get("notices_pending")
                 or link.get("mrs_acks_owed")
+                or link.get("receipts_pending")
             ):
                 return False
     return True

@@ -276,6 +276,8 @@ async def _settled(sim: Simulation) -> bool:
                 return False
             if link.get("notices_pending") or link.get("mrs_acks_owed"):
                 return False
+            if link.get("receipts_pending"):
+                return False
     return True
 
 

@@ -102,3 +102,31 @@ async def test_an_mrs_ack_resent_after_its_answer_was_lost_is_queued_once(
                 await replies.get(timeout=0)
     finally:
         bus.stop()
+
+
+async def test_a_confirm_notice_made_while_the_link_is_down_reaches_the_sender(
+    tmp_path, nursery
+) -> None:
+    """AK_ACK (nonrecoverable) from group 1 to group 2: the receiver confirms while
+    the link is down; the notice waits in group 2 and, once the link heals, group 1
+    sends the MRS_ACK, once."""
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        async with (
+            connect(bus.address(1), "OUT") as sender,
+            connect(bus.address(2), "OTHER") as receiver,
+        ):
+            psb = await sender.put(b"ack me", target="2.12", delivery=MODE.AK_ACK)
+            message = await receiver.get(timeout=WAIT_S)
+            await cut(bus)
+            await receiver.confirm(message.seq)
+            status = await wait_until(bus, 2, lambda status: True)
+            assert status["links"]["1"]["receipts_pending"] == 1
+            bus.proxy(1, 2).heal()
+            ack = await sender.get(timeout=WAIT_S)
+            assert (ack.ack_psb().seq, ack.ack_psb().delivery_status) == (psb.seq, Status.SUCCESS)
+            await wait_until(bus, 2, lambda status: status["links"]["1"]["receipts_pending"] == 0)
+            with pytest.raises(NoMoreMessages):
+                await sender.get(timeout=0)
+    finally:
+        bus.stop()

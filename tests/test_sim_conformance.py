@@ -110,15 +110,18 @@ def test_a_crash_of_the_response_queues_group_excuses_a_missing_mrs_ack() -> Non
     assert check(history).ok
 
 
-def test_a_link_fault_excuses_only_a_nonrecoverable_notice() -> None:
-    """AK_DEQ to another group: its dequeue notice travels best-effort, so a link fault
-    after the put excuses a missing MRS_ACK; it excuses nothing for AK_DQF."""
+def test_a_crash_of_the_target_group_excuses_only_a_nonrecoverable_notice() -> None:
+    """AK_DEQ to another group: the notice of its get is kept in memory there, so a
+    crash of the target group after the put excuses a missing MRS_ACK; a link fault
+    does not (the notice is sent again), and the crash excuses nothing for AK_DQF."""
     history = History()
     _ak_put(history, "1.20:0", MODE.AK_DEQ, seq=7)
     _ak_put(history, "1.20:1", MODE.AK_DQF, seq=8)
     for message_id in ("1.20:0", "1.20:1"):
         _delivered_and_confirmed(history, message_id)
     history.record_fault("partition", "g1")
+    assert [problem.split(":")[1] for problem in check(history).mrs_ack_violations] == ["0", "1"]
+    history.record_crash(2)
     assert check(history).mrs_ack_violations == ["1.20:1: no MRS_ACK (AK_DQF reached its point)"]
 
 
