@@ -305,3 +305,25 @@ def test_a_private_key_others_can_read_is_refused(tmp_path) -> None:
         load_identity(private_path)
     private_path.chmod(0o600)
     assert load_identity(private_path).name == "APP"
+
+
+def test_policies_name_queues_and_groups_with_the_bus_config(keys, tmp_path) -> None:
+    (tmp_path / "bus.toml").write_text(
+        '[[group]]\nid = 3\nname = "LDN"\nlisten = "127.0.0.1:0"\ndata_dir = "g3"\n'
+        '[[group.queue]]\nid = 20\nname = "SHIPPING"\n'
+    )
+    (tmp_path / "protection.toml").write_text(
+        f'keys_dir = "{keys[0]}"\n[[policy]]\nqueue = "LDN.SHIPPING"\nprotection = "integrity"\n'
+        '[[group_key]]\ngroup = "LDN"\nkey = "keys/LDN.key"\n'
+    )
+    shop = Protection.load(
+        tmp_path / "protection.toml", keys[0] / "SHOP.key", bus_config=tmp_path / "bus.toml"
+    )
+    assert set(shop.policies.policies) == {Address(3, 20)}
+    assert shop.policies.group_keys == {3: tmp_path / "keys" / "LDN.key"}
+    for target in ("LDN.SHIPPING", "3.20", "SHIPPING", Address(3, 20)):
+        assert is_protected(shop.seal_for(target, b"x", default_group=3))
+    assert shop.seal_for("LDN.20", b"x", default_group=1) != b"x"
+    assert shop.seal_for("3.21", b"x", default_group=3) == b"x"  # no policy
+    with pytest.raises(PolicyError, match="GROUP.QUEUE"):
+        Protection.load(tmp_path / "protection.toml", keys[0] / "SHOP.key")  # no bus config
