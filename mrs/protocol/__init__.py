@@ -9,7 +9,14 @@ Frames
 Each frame is a 4-byte big-endian unsigned length N, then N bytes of msgpack encoding
 an array ``[code, field1, field2, ...]``. Bodies are msgpack bin (bytes), names are
 msgpack str. A frame longer than ``frame_bytes_max`` is refused as soon as its header
-is seen, and never sent.
+is seen, and never sent. Each event is a msgspec struct whose wire form is exactly
+that array, decoded and checked by msgspec (docs/protocol.md draws a frame byte by
+byte).
+
+Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
+from them, and their wording), `base` (the event base class), `events` and
+`link_events` (the events), `explain` (why a refused frame was refused, naming the
+field), `connection` (the state machine). The I/O half is `mrs.framed`.
 
 State machine
 -------------
@@ -34,7 +41,8 @@ sends Welcome (or Fatal, which it may send at any time). The client may pipeline
 requests right after its Hello without waiting for Welcome. Hello and Welcome must
 carry `PROTOCOL_VERSION`. Anything not in the table -- an event of the wrong
 direction, any event before the handshake, a second Hello or Welcome -- is a
-`RemoteProtocolError` when received and a `LocalProtocolError` when sent.
+`RemoteProtocolError` when received and a `LocalProtocolError` when sent. So is a
+request whose id the same side already uses for an unanswered request.
 
 Once a Fatal has been sent or received the connection is closed: `next_event` returns
 `CLOSED` and `send` refuses everything. After a `RemoteProtocolError` the connection
