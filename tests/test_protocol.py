@@ -39,6 +39,7 @@ from mrs.protocol import (
     Welcome,
 )
 from mrs.protocol import events as wire_events
+from mrs.protocol import link_events as wire_link
 
 # -- helpers --------------------------------------------------------------------------
 
@@ -762,3 +763,22 @@ def test_the_group_bound_is_the_configs():
     from mrs.config import GROUP_ID_MAX
 
     assert Hello._rules[3][2].hi == GROUP_ID_MAX
+
+
+# -- typed link notices ---------------------------------------------------------------
+
+
+@given(st.sampled_from(wire_link.NOTICES), SEQ, I64)
+def test_a_typed_notice_is_the_kind_seq_status_list_on_the_wire(cls, seq, status):
+    """The notice journal and older frames hold [kind, seq, status]: a typed notice
+    encodes to exactly those bytes and decodes back from them."""
+    notice = cls(seq, status)
+    as_list = msgpack.packb([cls.kind, seq, status], use_bin_type=True)
+    assert msgspec.msgpack.encode(notice) == as_list
+    assert msgspec.msgpack.decode(as_list, type=wire_link.AnyNotice) == notice
+    assert wire_link.NOTICE_OF_KIND[cls.kind] is cls
+
+
+def test_a_notice_of_an_unknown_kind_does_not_decode():
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.msgpack.decode(msgpack.packb(["bogus", 1, 0]), type=wire_link.AnyNotice)

@@ -155,19 +155,20 @@ class ListCheck(Check):
 
 
 class StructListCheck(Check):
-    """A list of typed items (msgspec structs): each item is checked field by field."""
+    """A list of typed items (msgspec structs of the given classes)."""
 
     deep = True
 
-    def __init__(self, item_type: type) -> None:
-        self.item_type = item_type
+    def __init__(self, item_types: tuple[type, ...]) -> None:
+        self.item_types = item_types
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, list):
             return f"must be a list, got {type(value).__name__}"
         for index, item in enumerate(value):
-            if type(item) is not self.item_type:
-                return f"[{index}] must be a {self.item_type.__name__}, got {_short(item)}"
+            if type(item) not in self.item_types:
+                names = " or ".join(t.__name__ for t in self.item_types)
+                return f"[{index}] must be a {names}, got {_short(item)}"
         return None
 
 
@@ -218,8 +219,11 @@ def check_for(info: mi.Type) -> Check:
         if kinds == {mi.DictType, mi.NoneType}:
             return DictCheck(optional=True)
     if isinstance(info, mi.ListType):
-        if isinstance(info.item_type, mi.StructType):
-            return StructListCheck(info.item_type.cls)
+        item = info.item_type
+        if isinstance(item, mi.StructType):
+            return StructListCheck((item.cls,))
+        if isinstance(item, mi.UnionType) and all(isinstance(t, mi.StructType) for t in item.types):
+            return StructListCheck(tuple(t.cls for t in item.types))
         return ListCheck()
     raise TypeError(f"no protocol check for a field of type {info}")
 
