@@ -50,7 +50,7 @@ from clients.saf_journal import (
     JournalFull,
     idempotency_key_for,
 )
-from clients.tls import tls_opener, tls_refusal
+from clients.tls import default_tls, tls_opener, tls_refusal
 from journals import Record
 from mrs import protocol as wire
 from mrs.framed import FramedStream, StreamClosed
@@ -849,9 +849,11 @@ async def connect(
     protected queues are signed/encrypted and gets verified/decrypted in this process.
     tls: a context from `clients.tls_context(ca, cert, key)` for a group with
     [group.tls]; the server is verified as tls_server_name (default: the host).
+    Without it, the process default (set by the `mrs` command from MRS_TLS_*), if any.
     credentials: a name and password for a group with auth on (clients.auth); without
     them, the process default (set by the `mrs` command from MRS_AUTH_*), if any.
     """
+    tls = tls if tls is not None else default_tls()
     if tls is not None and open_stream is None:
         open_stream = tls_opener(tls, tls_server_name)
     credentials = credentials or default_credentials()

@@ -20,6 +20,19 @@ from mrs.model import Status
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
+_default: ssl.SSLContext | None = None
+
+
+def set_default_tls(context: ssl.SSLContext | None) -> None:
+    """TLS for connect() calls that give none (set once by the CLI edge, MRS_TLS_*)."""
+    global _default
+    _default = context
+
+
+def default_tls() -> ssl.SSLContext | None:
+    return _default
+
+
 class TlsRefused(MrsError):
     """The TLS handshake failed: wrong CA, a name the certificate does not carry, no
     TLS on the server's port, or a client certificate the server does not accept."""

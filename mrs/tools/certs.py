@@ -28,7 +28,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mrs.config import BusConfig, GroupConfig, load_config
 from mrs.security.tls import group_server_name
-from mrs.tools.cli_support import CommandError
+from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
 VALID_DAYS = 825
 """What browsers and most TLS stacks accept for a leaf certificate."""
@@ -285,3 +285,28 @@ def run_certs(args: argparse.Namespace) -> int:
     print("\n# an application connects with the client certificate:")
     print(client_snippet(bus, issued))
     return 0
+
+
+def tool_tls_from_env(environ) -> None:
+    """At the CLI edge: MRS_TLS_CA (with MRS_TLS_CERT and MRS_TLS_KEY when the group
+    asks for a client certificate) becomes the TLS every tool's connect() uses when
+    it has none from the config (`mrs status --address`, `jplay`, `dlq-handler`)."""
+    ca, cert, key = (environ.get(f"MRS_TLS_{name}") for name in ("CA", "CERT", "KEY"))
+    if not (ca or cert or key):
+        return
+    if not ca or bool(cert) != bool(key):
+        raise CommandError(
+            "MRS_TLS_*: set MRS_TLS_CA, and MRS_TLS_CERT with MRS_TLS_KEY or neither",
+            EXIT_USAGE,
+        )
+    import ssl
+
+    from clients.tls import set_default_tls, tls_context
+
+    try:
+        set_default_tls(tls_context(ca, cert, key))
+    except (OSError, ssl.SSLError) as error:
+        reason = getattr(error, "reason", None) or error.strerror or error
+        raise CommandError(
+            f"MRS_TLS_*: cannot load {ca}, {cert}, {key}: {reason}", EXIT_USAGE
+        ) from None

@@ -13,7 +13,7 @@ from mrs.audit.command import add_parser as add_audit
 from mrs.config import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.tools.bus_status import add_status_parser
-from mrs.tools.certs import add_certs_parser
+from mrs.tools.certs import add_certs_parser, tool_tls_from_env
 from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.tools.creds import add_parser as add_creds
 from mrs.tools.creds import tool_credentials_from_env
@@ -204,9 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return run_guarded(
-        lambda: tool_credentials_from_env(os.environ) or args.run(args), verbose=args.verbose
-    )
+
+    def run() -> int:
+        tool_credentials_from_env(os.environ)
+        tool_tls_from_env(os.environ)
+        return args.run(args)
+
+    return run_guarded(run, verbose=args.verbose)
 
 
 def dmqdump() -> int:
