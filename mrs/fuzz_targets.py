@@ -279,7 +279,23 @@ def _record_seeds() -> list[bytes]:
 
 
 def _config_seeds() -> list[bytes]:
-    return [(_ROOT / "docs" / "examples" / "bus.toml").read_bytes(), _CONFIG_SEED]
+    secured = _SECURITY_KEYS + _CONFIG_SEED + _TLS_TABLE
+    return [(_ROOT / "docs" / "examples" / "bus.toml").read_bytes(), _CONFIG_SEED, secured]
+
+
+_SECURITY_KEYS = b"""\
+protection = "protection.toml"
+[auth]
+credentials = "creds.toml"
+link_secrets = "secrets"
+"""
+_TLS_TABLE = b"""\
+[group.tls]
+ca = "certs/ca.pem"
+cert = "certs/group-2.pem"
+key = "certs/group-2.key"
+client_cert = "required"
+"""
 
 
 _CONFIG_SEED = b"""\
