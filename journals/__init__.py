@@ -1,6 +1,10 @@
 """A small durable-journal library: LMDB, versioned checksummed records, group commit.
 
 It imports nothing of `mrs` or `clients`; `mrs` converts its messages to `Record`s.
+The only MRS words inside are the names of the journals a group keeps (SAF, DQF, DLJ,
+PCJ, META, MARKS, NOTICES, DEDUPE) and the record's address fields. Any store the
+server runs on satisfies `journals.protocol.Store`, checked by one suite,
+`journals.conformance` (the LMDB store here and the simulator's in-memory store).
 """
 
 from journals.record import CorruptRecord, Record, decode_record, encode_record
