@@ -4,6 +4,11 @@ fault proxy on the link)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import trio
 
@@ -130,3 +135,23 @@ async def test_a_confirm_notice_made_while_the_link_is_down_reaches_the_sender(
                 await sender.get(timeout=0)
     finally:
         bus.stop()
+
+
+def test_the_remote_acks_example_runs_as_documented(tmp_path) -> None:
+    """docs/links.md's example (two `mrs serve` processes, a kill -9) prints what the
+    page says, and the MRS_ACK names the seq the put was answered with."""
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, str(root / "docs" / "examples" / "remote_acks.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    page = (root / "docs" / "links.md").read_text()
+    shown = page.split("It prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    for line in shown.strip().splitlines():
+        pattern = ".*".join(re.escape(part) for part in line.split("..."))
+        assert re.search(pattern, result.stdout), f"{line!r} not in:\n{result.stdout}"
+    put_seq = re.search(r"put answered: seq (\d+)", result.stdout).group(1)
+    assert f"MRS_ACK for seq {put_seq}: STORED" in result.stdout
