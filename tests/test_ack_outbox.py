@@ -46,20 +46,21 @@ async def test_an_mrs_ack_waiting_for_the_link_survives_a_sigkill(tmp_path, nurs
         bus.stop()
 
 
-async def test_an_ak_conf_put_is_answered_only_once_its_ack_is_owed_durably(
+async def test_an_ak_conf_ack_for_another_groups_queue_survives_a_sigkill(
     tmp_path, nursery
 ) -> None:
     """AK_CONF from group 1 to group 2 with its response queue in group 2: group 1 is
-    killed the moment the put is answered, and the MRS_ACK still comes, once, when the
-    receiver confirms (the wait was journaled before the answer; the MRS_ACK travels
-    from group 1's journal to group 2)."""
+    killed once group 2 stored the message, and the MRS_ACK still comes, once, when the
+    receiver confirms (the wait was journaled before the put was answered; the
+    MRS_ACK travels from group 1's journal to group 2)."""
     bus = await start_bus(tmp_path, nursery)
     try:
         async with connect(bus.address(2), "OTHER") as replies:
             async with connect(bus.address(1), "OUT") as sender:
                 psb = await sender.put(b"c", target="2.10", delivery=MODE.AK_CONF, resp_q="2.12")
             assert psb.status == Status.SUCCESS
-            await trio.to_thread.run_sync(bus.processes[1].restart)  # SIGKILL at once
+            await wait_until(bus, 2, lambda status: status["dqf_messages"] == 1)
+            await trio.to_thread.run_sync(bus.processes[1].restart)  # SIGKILL
             await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "up")
             async with connect(bus.address(2), "IN") as receiver:
                 message = await receiver.get(timeout=WAIT_S)
@@ -123,6 +124,8 @@ async def test_a_confirm_notice_made_while_the_link_is_down_reaches_the_sender(
         ):
             psb = await sender.put(b"ack me", target="2.12", delivery=MODE.AK_ACK)
             message = await receiver.get(timeout=WAIT_S)
+            # group 1 has the transfer's answer (else the cut makes it LINK_DOWN)
+            await wait_until(bus, 1, lambda status: status["links"]["2"]["in_flight"] == 0)
             await cut(bus)
             await receiver.confirm(message.seq)
             status = await wait_until(bus, 2, lambda status: True)
