@@ -44,8 +44,6 @@ from clients.errors import (
 )
 from clients.reconnect import Reconnect
 from clients.saf_journal import (
-    BYTES_MAX_DEFAULT,
-    MESSAGES_MAX_DEFAULT,
     ClientJournal,
     JournalFull,
     idempotency_key_for,
@@ -54,11 +52,23 @@ from clients.tls import default_tls, tls_opener, tls_refusal
 from journals import Record
 from mrs import protocol as wire
 from mrs.framed import FramedStream, StreamClosed
+from mrs.limits import (
+    CLIENT_DRAIN_BYTES_MAX,
+    CLIENT_DRAIN_REFILL_MESSAGES,
+    CLIENT_DRAIN_WINDOW_MESSAGES,
+    CLIENT_FRAME_BYTES_MAX,
+    CLIENT_SAF_BYTES_MAX_DEFAULT,
+    CLIENT_SAF_MESSAGES_MAX_DEFAULT,
+    HEARTBEAT_S_DEFAULT,
+    HEARTBEATS_SILENT_MAX,
+    HELD_MESSAGES_MAX,
+    PUT_TIMEOUT_S_DEFAULT,
+    REPLY_GRACE_S,
+)
 
 if TYPE_CHECKING:
     from clients.protection import Protection
 from mrs.model import (
-    DEFAULT_PUT_TIMEOUT_S,
     Address,
     DeliveryMode,
     ForceJrn,
@@ -72,21 +82,7 @@ from mrs.model import (
 log = logging.getLogger("clients")
 
 _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
-FRAME_BYTES_MAX = 64 * 1024 * 1024
-REPLY_GRACE_S = 5.0
-"""A WF put waits this much longer than its timeout for the server's own TIMEOUT."""
-DRAIN_WINDOW = 1024
-"""Journal records in flight at once while draining (pipelined, FIFO on the wire)..."""
-DRAIN_REFILL = 128
-"""...topped up once this many have been answered."""
-DRAIN_BYTES_MAX = 8 * 1024 * 1024
-"""...and at most about this many body bytes (the server bounds each connection's)."""
-HELD_MESSAGES_MAX = 1024
 RECONNECT_DEFAULT = Reconnect()
-HEARTBEAT_S_DEFAULT = 5.0
-"""Ping the server after this long without a byte from it..."""
-SILENCE_HEARTBEATS = 3
-"""...and count the connection lost after this many intervals of silence."""
 IDEMPOTENCY_HEADER = "idempotency_key"
 """The server's dedupe header (mrs.records.IDEMPOTENCY_HEADER; a test pins them equal)."""
 CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
@@ -329,7 +325,7 @@ class Client:
         ):
             return await self._put_journaled(request)
         self._require_link(Status.LINK_DOWN, "put")
-        wait_s = (timeout or DEFAULT_PUT_TIMEOUT_S) + REPLY_GRACE_S
+        wait_s = (timeout or PUT_TIMEOUT_S_DEFAULT) + REPLY_GRACE_S
         reply = await self._request(request, wait_s, "put")
         return _psb(reply)
 
@@ -420,8 +416,9 @@ class Client:
         return Psb(Status.JOURNAL_ON, Status.STORED, local_seq, Status.NO_UMA)
 
     async def _drain(self, link: _Link) -> None:
-        """Send every journal record, oldest first, DRAIN_WINDOW in flight; a record is
-        deleted when the server answers it stored. LINK_UP when nothing is left."""
+        """Send every journal record, oldest first, CLIENT_DRAIN_WINDOW_MESSAGES in
+        flight; a record is deleted when the server answers it stored. LINK_UP when
+        nothing is left."""
         journal = self._journal
         journal.on_change = self._drain_wake.set
         after_key: bytes | None = None
@@ -429,10 +426,11 @@ class Client:
         while self._link is link:
             self._drain_wake = trio.Event()
             journal.on_change = self._drain_wake.set
-            room = DRAIN_WINDOW - len(window.keys)
+            room = CLIENT_DRAIN_WINDOW_MESSAGES - len(window.keys)
             # Refill in chunks (one read transaction for many records), and stay well
             # inside the server's per-connection byte quota.
-            if window.keys and (room < DRAIN_REFILL or window.bytes >= DRAIN_BYTES_MAX):
+            full = window.bytes >= CLIENT_DRAIN_BYTES_MAX
+            if window.keys and (room < CLIENT_DRAIN_REFILL_MESSAGES or full):
                 room = 0
             items = journal.read_after(after_key, room) if room > 0 else []
             for key, record in items:
@@ -629,7 +627,7 @@ class Client:
             raise ConnectionLost(
                 Status.LINK_DOWN, f"cannot connect to {self.address}: {error}"
             ) from None
-        link = _Link(stream, wire.Connection("client", frame_bytes_max=FRAME_BYTES_MAX))
+        link = _Link(stream, wire.Connection("client", frame_bytes_max=CLIENT_FRAME_BYTES_MAX))
         try:
             with trio.fail_after(self._connect_timeout_s):
                 await self._handshake(link)
@@ -728,7 +726,7 @@ class Client:
                 await trio.aclose_forcefully(link.stream)
 
     async def _watch(self, link: _Link) -> None:
-        """Ping a quiet server; a server silent for SILENCE_HEARTBEATS intervals (host
+        """Ping a quiet server; a server silent for HEARTBEATS_SILENT_MAX intervals (host
         gone, process stopped, cable cut without FIN or RST) counts as lost, so the
         client reconnects (and journals) instead of waiting forever."""
         interval_s = self._heartbeat_s
@@ -736,7 +734,7 @@ class Client:
         while link.lost is None:
             await trio.sleep(interval_s)
             silent_s = trio.current_time() - link.heard_s
-            if silent_s >= interval_s * SILENCE_HEARTBEATS:
+            if silent_s >= interval_s * HEARTBEATS_SILENT_MAX:
                 error = ConnectionLost(
                     Status.LINK_DOWN, f"server {self.address} silent for {silent_s:.1f} s"
                 )
@@ -825,8 +823,8 @@ async def connect(
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
     reconnect: Reconnect | None = RECONNECT_DEFAULT,
     saf_journal: str | Path | None = None,
-    saf_messages_max: int = MESSAGES_MAX_DEFAULT,
-    saf_bytes_max: int = BYTES_MAX_DEFAULT,
+    saf_messages_max: int = CLIENT_SAF_MESSAGES_MAX_DEFAULT,
+    saf_bytes_max: int = CLIENT_SAF_BYTES_MAX_DEFAULT,
     heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
     protection: Protection | None = None,
     tls: ssl.SSLContext | None = None,

@@ -34,10 +34,9 @@ from journals import (
     decode_record,
     seq_key,
 )
+from mrs.limits import CLIENT_SAF_BYTES_MAX_DEFAULT, CLIENT_SAF_MESSAGES_MAX_DEFAULT
 from mrs.model import Status
 
-MESSAGES_MAX_DEFAULT = 1_000_000
-BYTES_MAX_DEFAULT = 1 << 30
 LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
 _META_NEXT_SEQ = "next_seq"
@@ -57,8 +56,8 @@ class ClientJournal:
         self,
         path: str | Path,
         *,
-        messages_max: int = MESSAGES_MAX_DEFAULT,
-        bytes_max: int = BYTES_MAX_DEFAULT,
+        messages_max: int = CLIENT_SAF_MESSAGES_MAX_DEFAULT,
+        bytes_max: int = CLIENT_SAF_BYTES_MAX_DEFAULT,
     ) -> None:
         self.path = Path(path)
         self.messages_max = messages_max

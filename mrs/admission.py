@@ -7,7 +7,7 @@ burst of `accept_burst`), or holds more than `connections_per_peer_max` open, ha
 the new connection closed at once, and a log line. Other peers are not affected.
 
 The refused connection is told why with a Fatal frame (EXCEEDQUOTA) at most once
-per `ANSWER_EVERY_S` per peer, and otherwise just closed: measured under a flood,
+per `ADMISSION_ANSWER_INTERVAL_S` per peer, and otherwise just closed: measured under a flood,
 writing that frame cost several times more than accepting and closing the
 connection, so answering every junk connection would do the flood's work for it.
 """
@@ -18,10 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mrs.guards import Guards
-
-ANSWER_EVERY_S = 1.0
-PEERS_MAX = 65_536
-"""Peer addresses remembered; idle ones are forgotten first when the table fills."""
+from mrs.limits import ADMISSION_ANSWER_INTERVAL_S, ADMISSION_PEERS_MAX
 
 
 @dataclass(slots=True)
@@ -46,7 +43,7 @@ class Admission:
         now = self.clock_s()
         peer = self._peers.get(host)
         if peer is None:
-            if len(self._peers) >= PEERS_MAX:
+            if len(self._peers) >= ADMISSION_PEERS_MAX:
                 self._forget_idle()
             peer = self._peers[host] = _Peer(float(guards.accept_burst), now)
         else:
@@ -71,7 +68,7 @@ class Admission:
         For the accept loop: such a connection is closed before any task exists for
         it. Anything else (admitted, or refused with an answer) goes on to admit()."""
         peer = self._peers.get(host)
-        if peer is None or self.clock_s() - peer.answered_at >= ANSWER_EVERY_S:
+        if peer is None or self.clock_s() - peer.answered_at >= ADMISSION_ANSWER_INTERVAL_S:
             return None
         if peer.open >= self.guards.connections_per_peer_max:
             return f"{peer.open} connections open from {host}"
@@ -88,12 +85,12 @@ class Admission:
 
     def should_answer(self, host: str) -> bool:
         """True if a refused connection from `host` is to get a Fatal frame (at most
-        one per ANSWER_EVERY_S); call after admit() refused it."""
+        one per ADMISSION_ANSWER_INTERVAL_S); call after admit() refused it."""
         peer = self._peers.get(host)
         if peer is None:
             return True
         now = self.clock_s()
-        if now - peer.answered_at < ANSWER_EVERY_S:
+        if now - peer.answered_at < ADMISSION_ANSWER_INTERVAL_S:
             return False
         peer.answered_at = now
         return True

@@ -3,7 +3,7 @@ group, for `mrs status`: seen from the headers of the puts a drain sends.
 
 A draining client marks each put `reply_when_stored` and says how many records its
 journal still holds (`client_saf_backlog`); a connection is listed while such puts
-keep coming (the last one less than DRAIN_IDLE_S ago) and it is connected.
+keep coming (the last one less than CLIENT_DRAIN_IDLE_S ago) and it is connected.
 """
 
 from __future__ import annotations
@@ -12,11 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from mrs import protocol as wire
-
-DRAIN_IDLE_S = 5.0
-"""A connection that sent no drained put for this long has finished draining."""
-CLIENTS_MAX = 1000
-"""Connections listed at most (the status stays small whatever happens)."""
+from mrs.limits import CLIENT_DRAIN_IDLE_S, CLIENT_DRAINS_LISTED_MAX
 
 
 @dataclass
@@ -31,7 +27,7 @@ class ClientDrains:
         backlog = backlog if type(backlog) is int else None
         entry = self.sessions.get(session.id)
         if entry is None:
-            if len(self.sessions) >= CLIENTS_MAX:
+            if len(self.sessions) >= CLIENT_DRAINS_LISTED_MAX:
                 return
             attached = getattr(session, "attached", None)
             entry = self.sessions[session.id] = {
@@ -50,7 +46,7 @@ class ClientDrains:
         """{"clients_draining": [...]} while any client drains, else {}."""
         now_s = time.monotonic()
         for session_id, entry in list(self.sessions.items()):
-            if now_s - entry["_seen_s"] > DRAIN_IDLE_S:
+            if now_s - entry["_seen_s"] > CLIENT_DRAIN_IDLE_S:
                 del self.sessions[session_id]
         if not self.sessions:
             return {}

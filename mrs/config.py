@@ -49,6 +49,14 @@ from typing import Any, NoReturn
 
 from mrs.errors import OperatorError
 from mrs.guards import Guards, parse_guards
+from mrs.limits import (
+    CONFIG_COUNT_MAX,
+    CONFIG_JOURNAL_BYTES_MAX,
+    CONFIG_JOURNAL_BYTES_MIN,
+    CONFIG_MESSAGE_BYTES_MAX,
+    QUEUE_MESSAGES_MAX_DEFAULT,
+    QUEUE_UNCONFIRMED_MAX_DEFAULT,
+)
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 from mrs.ops_config import OpsConfig, parse_ops
 from mrs.security.config import AuthConfig, parse_auth
@@ -63,8 +71,6 @@ PORT_MAX = 65535
 DEAD_LETTER_QUEUE_NAME = "DLQ"
 DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
 """MessageQ's name for the DLQ: attachable and addressable by it in every group."""
-DEFAULT_MESSAGES_MAX = 10000
-DEFAULT_UNCONFIRMED_MAX = 1000
 
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_PATTERN = re.compile(r"[0-9]+")
@@ -93,21 +99,12 @@ _LINK_KEYS = frozenset({"groups", "address"})
 _LINK_REQUIRED = ("groups",)
 
 
-COUNT_LIMIT = 2**32 - 1
-"""Record counts are kept in 32 bits (the seq counter's width)."""
-MESSAGE_BYTES_LIMIT = 1 << 30
-"""A message travels in one frame (at most 2**32-1 bytes with its headers) and is held
-in memory and in one LMDB value: 1 GiB keeps every copy well inside those limits."""
-JOURNAL_BYTES_MIN = 1 << 20
-"""Below 1 MiB the LMDB map cannot hold the journals' tables and the start-up commit."""
-JOURNAL_BYTES_LIMIT = 1 << 44
-"""16 TiB: LMDB maps the whole file into the address space (47 bits on x86-64)."""
 LIMIT_RANGES = {
-    "dqf_messages_max": (1, COUNT_LIMIT),
-    "saf_messages_max": (1, COUNT_LIMIT),
-    "dlj_messages_max": (1, COUNT_LIMIT),
-    "message_bytes_max": (1, MESSAGE_BYTES_LIMIT),
-    "journal_bytes_max": (JOURNAL_BYTES_MIN, JOURNAL_BYTES_LIMIT),
+    "dqf_messages_max": (1, CONFIG_COUNT_MAX),
+    "saf_messages_max": (1, CONFIG_COUNT_MAX),
+    "dlj_messages_max": (1, CONFIG_COUNT_MAX),
+    "message_bytes_max": (1, CONFIG_MESSAGE_BYTES_MAX),
+    "journal_bytes_max": (CONFIG_JOURNAL_BYTES_MIN, CONFIG_JOURNAL_BYTES_MAX),
 }
 """(low, high) of each [group.limits] key: what the protocol and LMDB allow."""
 
@@ -151,8 +148,8 @@ class QueueConfig:
     id: int
     name: str
     confirm: ConfirmStyle = ConfirmStyle.EXPLICIT_IN_ORDER
-    messages_max: int = DEFAULT_MESSAGES_MAX
-    unconfirmed_max: int = DEFAULT_UNCONFIRMED_MAX
+    messages_max: int = QUEUE_MESSAGES_MAX_DEFAULT
+    unconfirmed_max: int = QUEUE_UNCONFIRMED_MAX_DEFAULT
     permanent: bool = True
     recoverable: bool = True
     """False: the queue has no DQF; recoverable puts to it answer NO_DQF."""
@@ -496,10 +493,10 @@ class _Parser:
             name=self.name(raw, "name", where),
             confirm=self.confirm_style(raw, where),
             messages_max=self.integer(
-                raw, "messages_max", where, low=1, default=DEFAULT_MESSAGES_MAX
+                raw, "messages_max", where, low=1, default=QUEUE_MESSAGES_MAX_DEFAULT
             ),
             unconfirmed_max=self.integer(
-                raw, "unconfirmed_max", where, low=1, default=DEFAULT_UNCONFIRMED_MAX
+                raw, "unconfirmed_max", where, low=1, default=QUEUE_UNCONFIRMED_MAX_DEFAULT
             ),
             permanent=self.boolean(raw, "permanent", where, default=True),
             recoverable=self.boolean(raw, "recoverable", where, default=True),

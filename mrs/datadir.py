@@ -23,8 +23,6 @@ from pathlib import Path
 from mrs.errors import OperatorError
 
 LOCK_FILE_NAME = "mrs.lock"
-IDENTITY_CHECK_INTERVAL_S = 1.0
-"""How often a running server looks at its data directory between commits."""
 
 
 class DataDirError(OperatorError):

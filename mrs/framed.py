@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 import trio
 
 from mrs import protocol as wire
-
-RECEIVE_BYTES_MAX = 256 * 1024
-"""Bytes asked of one receive_some."""
+from mrs.limits import RECEIVE_BYTES_MAX
 
 
 class StreamClosed(Exception):

@@ -17,13 +17,13 @@ import trio
 
 from mrs import __version__
 from mrs.journal_usage import UsageWatch
+from mrs.limits import JOURNAL_CHECK_INTERVAL_S
 
 if TYPE_CHECKING:
     from mrs.server import GroupServer
 
 log = logging.getLogger("mrs.ops")
 
-JOURNAL_CHECK_INTERVAL_S = 1.0
 
 
 class GroupOps:

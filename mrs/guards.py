@@ -14,10 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-SECONDS_MAX = 86_400.0
-"""No deadline or interval may exceed a day: a typo of 1e9 would disable the guard."""
-COUNT_MAX = 10_000_000
-BYTES_MAX = 1 << 40
+from mrs.limits import GUARD_BYTES_MAX, GUARD_COUNT_MAX, GUARD_SECONDS_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +79,12 @@ def parse_guards(raw: Any) -> Guards | tuple[str, str]:
         if key in _FLOAT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return key, f"must be a number, got {_describe(value)}"
-            high = COUNT_MAX if key == "accepts_per_s" else SECONDS_MAX
+            high = GUARD_COUNT_MAX if key == "accepts_per_s" else GUARD_SECONDS_MAX
             if not 0 < value <= high:
                 return key, f"must be > 0 and <= {high:g}, got {value}"
             values[key] = float(value)
         else:
-            high = BYTES_MAX if key.endswith("_bytes_max") else COUNT_MAX
+            high = GUARD_BYTES_MAX if key.endswith("_bytes_max") else GUARD_COUNT_MAX
             if isinstance(value, bool) or not isinstance(value, int):
                 return key, f"must be an integer, got {_describe(value)}"
             if not 1 <= value <= high:

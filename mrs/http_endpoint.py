@@ -3,8 +3,8 @@
 Why not prometheus_client's own server or http.server: those answer from a thread,
 and a scrape reads the group's live state (queues, links, journal) which only the
 event loop may touch. This one runs in the server's own trio nursery, answers GET
-and HEAD only, reads at most REQUEST_BYTES_MAX of headers within
-REQUEST_DEADLINE_S, serves one request per connection and never lets a bad client
+and HEAD only, reads at most HTTP_REQUEST_BYTES_MAX of headers within
+HTTP_REQUEST_DEADLINE_S, serves one request per connection and never lets a bad client
 disturb the group: every failure closes that connection only.
 """
 
@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import trio
 
+from mrs.limits import HTTP_CONNECTIONS_MAX, HTTP_REQUEST_BYTES_MAX, HTTP_REQUEST_DEADLINE_S
+
 log = logging.getLogger("mrs.http")
 
-REQUEST_BYTES_MAX = 8 * 1024
-REQUEST_DEADLINE_S = 5.0
-CONNECTIONS_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +50,13 @@ async def serve_http(
     """Serve `routes` (exact paths) on host:port; reports (host, bound port)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
+    limiter = trio.CapacityLimiter(HTTP_CONNECTIONS_MAX)
     task_status.started((host, bound))
 
     async def handle(stream: trio.SocketStream) -> None:
         async with limiter:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                with trio.move_on_after(REQUEST_DEADLINE_S):
+                with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
                     await _answer(stream, routes)
             with contextlib.suppress(Exception), trio.move_on_after(1):
                 await stream.aclose()
@@ -68,11 +67,11 @@ async def serve_http(
 async def _answer(stream: trio.SocketStream, routes: dict[str, Route]) -> None:
     data = b""
     while b"\r\n\r\n" not in data and b"\n\n" not in data:
-        chunk = await stream.receive_some(REQUEST_BYTES_MAX)
+        chunk = await stream.receive_some(HTTP_REQUEST_BYTES_MAX)
         if not chunk:
             return
         data += chunk
-        if len(data) > REQUEST_BYTES_MAX:
+        if len(data) > HTTP_REQUEST_BYTES_MAX:
             await _send(stream, text(400, "request too large\n"), head=False)
             return
     request_line = data.split(b"\n", 1)[0].decode("latin-1").strip()

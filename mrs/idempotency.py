@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from journals import Journal, WriteBatch
+from mrs.limits import DEDUPE_PURGE_BATCH_MAX
+from mrs.limits import DEDUPE_PURGE_INTERVAL_S as PURGE_INTERVAL_S  # noqa: F401 (old name)
 from mrs.model import Address
 
 APP_PREFIX = "app:"
 ORIGIN_PREFIX = "origin:"
-PURGE_INTERVAL_S = 600.0
-PURGE_BATCH_MAX = 10_000
 _VALUE = struct.Struct(">QQ16s")
 """seq, window end (ns since the epoch), body fingerprint."""
 _U64 = struct.Struct(">Q")
@@ -102,7 +102,7 @@ class AppKeys:
             f"another body ({seq_text}) within the dedupe window"
         )
 
-    def expired(self, count_max: int = PURGE_BATCH_MAX) -> list[bytes]:
+    def expired(self, count_max: int = DEDUPE_PURGE_BATCH_MAX) -> list[bytes]:
         """Keys to delete: expired application keys and unscoped keys of the old
         format (they can no longer match any put)."""
         now_ns = self.clock_ns()

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import msgpack
 
-WALK_TIMEOUT_S = 600.0
+from mrs.limits import JOURNAL_WALK_TIMEOUT_S
+
 FLUSH_EVERY = 64
 DATABASES = ("saf", "dqf", "dlj", "pcj", "meta", "marks", "notices", "dedupe")
 
@@ -117,7 +118,7 @@ def walk(
     start_db: str | None = None,
     after: bytes | None = None,
     reverse_db: str | None = None,
-    timeout_s: float = WALK_TIMEOUT_S,
+    timeout_s: float = JOURNAL_WALK_TIMEOUT_S,
 ) -> Walk:
     """Walk a journal environment in a child process and collect its report."""
     command = [sys.executable, "-m", "mrs.journal_check", str(journals_path)]

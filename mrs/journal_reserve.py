@@ -13,7 +13,7 @@ an older version) gets its map grown by the reserve, so it starts and drains.
 
 The reserve is max(5% of journal_bytes_max, 4 x message_bytes_max), at most half the
 cap. Pages in use are measured (one read transaction, a stat per database) at most
-every MEASURE_INTERVAL_S, plus an estimate of what was accepted since.
+every RESERVE_MEASURE_INTERVAL_S, plus an estimate of what was accepted since.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 
 from journals import Journal
+from mrs.limits import RESERVE_MEASURE_INTERVAL_S
 
 log = logging.getLogger("mrs.journal")
 
 RESERVE_FRACTION = 0.05
-MEASURE_INTERVAL_S = 0.05
 RECORD_OVERHEAD_BYTES = 256
 """Estimated B-tree and record-header bytes per message on top of its body."""
 
@@ -81,7 +81,7 @@ class JournalReserve:
     def accepts(self, size_bytes: int) -> str | None:
         """None if a new message of about size_bytes may be journaled; else why not."""
         now = time.monotonic()
-        if now - self._measured_at >= MEASURE_INTERVAL_S:
+        if now - self._measured_at >= RESERVE_MEASURE_INTERVAL_S:
             self._measure(now)
         needed = size_bytes + RECORD_OVERHEAD_BYTES
         used = self._used_bytes + 2 * self._accepted_bytes

@@ -26,6 +26,7 @@ from mrs import protocol as wire
 from mrs.errors import MrsError
 from mrs.forwarding import LINK_LOST, DrainAnswer, Result, TransferError, status_name
 from mrs.guards import Guards
+from mrs.limits import RECEIVE_BYTES_MAX
 from mrs.model import Status
 from mrs.network import TCP, Network
 from mrs.watchdog import Liveness, next_nonce, watch
@@ -47,7 +48,6 @@ NOTICES_PER_FRAME_MAX = 512
 BACKOFF_S_MIN = 0.05
 BACKOFF_S_MAX = 2.0
 HANDSHAKE_TIMEOUT_S = 5.0
-RECEIVE_BYTES_MAX = 256 * 1024
 LINK_PROGRAM_PREFIX = "group:"
 
 

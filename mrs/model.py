@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from mrs.limits import PUT_TIMEOUT_S_DEFAULT as DEFAULT_PUT_TIMEOUT_S  # noqa: F401 (old name)
+
 DEAD_LETTER_QUEUE = 96
 """Queue 96 of every group is the dead letter queue (PAMS_DEAD_LETTER_QUEUE)."""
 
@@ -19,10 +21,6 @@ MRS_CLASS = 28
 MRS_ACK_TYPE = -801
 """Message type of an MRS_ACK (carries the PSB of an AK-mode put)."""
 
-PRIORITY_MAX = 99
-CORRELATION_ID_BYTES_MAX = 32
-DEFAULT_PUT_TIMEOUT_S = 30.0
-"""MessageQ's default when the put timeout is 0."""
 
 
 class NamedIntEnum(enum.IntEnum):

@@ -14,14 +14,11 @@ from dataclasses import dataclass, field
 
 from mrs.config import QueueConfig
 from mrs.guards import Guards
+from mrs.limits import JOURNALED_BODIES_BYTES_MAX
 from mrs.model import Address, DeliveryMode, InterestPoint
 from mrs.refusals import RefusalLog
 
 Notify = Callable[["Entry"], None]
-JOURNALED_BODIES_BYTES_MAX = 64 * 1024 * 1024
-"""Bodies of recoverable messages a queue keeps in memory while they wait; later
-arrivals keep theirs only on disk (read back at delivery). A count alone (the group's
-first 1,000) let 1,000 messages of 1 MiB hold a gigabyte per queue."""
 _refusals = RefusalLog(logging.getLogger("mrs.queues"))
 
 

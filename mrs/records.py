@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from journals import Record
 from mrs.delivery import Refused
+from mrs.limits import IDEMPOTENCY_KEY_BYTES_MAX
 from mrs.model import Address, DeliveryMode, Status
 from mrs.queues import Entry
 
@@ -17,7 +18,6 @@ IDEMPOTENCY_HEADER = "idempotency_key"
 """A recoverable put whose headers carry this key is stored at most once per group
 (the DQF-owning group remembers the keys it stored). jplay uses it so that a replay
 interrupted at any point can be re-run without double delivery."""
-IDEMPOTENCY_KEY_BYTES_MAX = 256
 
 
 def idempotency_key(headers: dict | None) -> str | None:

@@ -12,16 +12,14 @@ import logging
 import time
 from collections.abc import Callable
 
-EVERY_S = 10.0
-KEYS_MAX = 4096
-"""Distinct (limit, peer) pairs remembered; beyond this the table starts afresh."""
+from mrs.limits import REFUSAL_KEYS_MAX, REFUSAL_LOG_INTERVAL_S
 
 
 class RefusalLog:
     def __init__(
         self,
         logger: logging.Logger,
-        every_s: float = EVERY_S,
+        every_s: float = REFUSAL_LOG_INTERVAL_S,
         clock_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self.logger = logger
@@ -42,7 +40,7 @@ class RefusalLog:
         if last is not None and now - last[0] < self.every_s:
             self._last[key] = (last[0], last[1] + 1)
             return
-        if len(self._last) >= KEYS_MAX:
+        if len(self._last) >= REFUSAL_KEYS_MAX:
             self._last.clear()
         suppressed = last[1] if last is not None else 0
         more = f" ({suppressed} more since the last such line)" if suppressed else ""

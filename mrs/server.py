@@ -43,7 +43,7 @@ from mrs import startup
 from mrs.admission import Admission
 from mrs.client_drains import ClientDrains
 from mrs.config import BusConfig, GroupConfig
-from mrs.datadir import IDENTITY_CHECK_INTERVAL_S, DataDirError, DataDirGuard
+from mrs.datadir import DataDirError, DataDirGuard
 from mrs.delivery import Refused
 from mrs.faults import fault_hook_from_env
 from mrs.framed import FramedStream
@@ -51,6 +51,7 @@ from mrs.group import UNSAFE_SWITCHES, Group
 from mrs.group_ops import GroupOps
 from mrs.journal_check import verify_before_open
 from mrs.journal_reserve import ensure_headroom
+from mrs.limits import DATA_DIR_CHECK_INTERVAL_S, OUTBOX_BYTES_HIGH
 from mrs.links import (
     FRAME_OVERHEAD_BYTES,
     TRANSFER_BYTES_MAX,
@@ -68,8 +69,6 @@ from mrs.watchdog import Liveness, next_nonce, watch
 
 log = logging.getLogger("mrs.server")
 
-OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
-"""Stop reading a client's requests while this much of its replies is unsent."""
 
 WRITER_KIND = os.environ.get("MRS_WRITER", "inline")
 """Where commits run: "inline" on the event loop between request rounds, or "thread"
@@ -283,7 +282,7 @@ class GroupServer:
     async def _watch_data_dir(self) -> None:
         """Between commits, look at the data directory once a second."""
         while True:
-            await trio.sleep(IDENTITY_CHECK_INTERVAL_S)
+            await trio.sleep(DATA_DIR_CHECK_INTERVAL_S)
             try:
                 self.data_dir_guard.check()
             except DataDirError as error:

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from mrs.dlq.match import Letter, Names, _no_names, letter_values, rule_matches
 from mrs.dlq.table import Action, Rule, RulesTable
-
-SEEN_MAX_DEFAULT = 10_000
+from mrs.limits import DLQ_HANDLER_SEEN_MAX_DEFAULT
 
 
 class StepKind(enum.StrEnum):
@@ -57,7 +56,7 @@ class _Progress:
 class Engine:
     table: RulesTable
     names: Names = _no_names
-    seen_max: int = SEEN_MAX_DEFAULT
+    seen_max: int = DLQ_HANDLER_SEEN_MAX_DEFAULT
     _seen: dict[int, _Progress] = field(default_factory=dict)
 
     @property

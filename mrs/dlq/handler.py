@@ -26,11 +26,8 @@ from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
 from mrs.dlq.sources import DljSource, DlqSource
 from mrs.dlq.table import Action, Rule
+from mrs.limits import DLQ_HANDLER_POLL_S, DLQ_HANDLER_WINDOW_DEFAULT, PUT_TIMEOUT_S_DEFAULT
 from mrs.model import DEAD_LETTER_QUEUE, Message, Psb, Status
-
-WINDOW_DEFAULT = 32
-POLL_S = 1.0
-"""A parked get returns at least this often, so WAIT(nnn) and reports stay timely."""
 
 
 @dataclass
@@ -40,9 +37,9 @@ class HandlerOptions:
     bus: BusConfig
     wait_s: float | None
     """None: wait forever (WAIT(YES)); 0: stop when nothing is processable; n: idle s."""
-    window: int = WINDOW_DEFAULT
+    window: int = DLQ_HANDLER_WINDOW_DEFAULT
     seen_max: int = 10_000
-    put_timeout_s: float = 30.0
+    put_timeout_s: float = PUT_TIMEOUT_S_DEFAULT
     dlj: object = None
     """A `GroupJournals` when the input is the DLJ (INPUTQ(DLJ)); None for the DLQ."""
 
@@ -108,7 +105,9 @@ class Handler:
                     await self._all_done.wait()
                     continue
             else:
-                poll_s = POLL_S if wait_s is None else min(POLL_S, max(0.0, wait_s - self._idle()))
+                poll_s = DLQ_HANDLER_POLL_S
+                if wait_s is not None:
+                    poll_s = min(DLQ_HANDLER_POLL_S, max(0.0, wait_s - self._idle()))
                 message = await self.source.take(poll_s)
                 if message is None:
                     if wait_s is not None and self._idle() >= wait_s:
@@ -130,7 +129,7 @@ class Handler:
             self._full_told = True
             self.reporter.note(f"{self.engine.seen} messages held: taking no more until some leave")
         while self.engine.full():
-            await trio.sleep(POLL_S)
+            await trio.sleep(DLQ_HANDLER_POLL_S)
 
     async def _work(self, client, message: Message, limiter: trio.CapacityLimiter) -> None:
         try:
@@ -221,7 +220,7 @@ class Handler:
         return outcome, str(address), _name(psb.delivery_status)
 
     async def _report_no_header_periodically(self) -> None:
-        interval_s = max(self.engine.retry_interval_s, POLL_S)
+        interval_s = max(self.engine.retry_interval_s, DLQ_HANDLER_POLL_S)
         while True:
             await trio.sleep(interval_s)
             if self._no_header:

@@ -24,16 +24,15 @@ import msgspec
 from msgspec import inspect as mi
 from msgspec.structs import astuple
 
+from mrs.limits import FRAME_BYTES_MAX_DEFAULT as FRAME_BYTES_MAX_DEFAULT  # re-exported
+from mrs.limits import NEST_DEPTH_MAX as NEST_MAX
 from mrs.protocol.errors import LocalProtocolError
 
 PROTOCOL_VERSION = 1
-FRAME_BYTES_MAX_DEFAULT = 2 * 1024 * 1024
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 UINT64_MAX = 2**64 - 1
-NEST_MAX = 100
-"""Deepest nesting accepted inside the dict fields (info, dead_letter_header)."""
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 4

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from mrs.model import CORRELATION_ID_BYTES_MAX, PRIORITY_MAX
+from mrs.limits import CORRELATION_ID_BYTES_MAX, PRIORITY_MAX
 from mrs.protocol.checks import INT32, INT64
 
 RequestId = Annotated[int, Meta(ge=1, le=INT64[1])]

@@ -1,0 +1,122 @@
+"""Every built-in bound and default of MRS in one place, names with units last.
+
+A bound that an operator may change lives in the config (`[group.limits]`,
+`[group.guards]`); what is here are the values the code itself is built around: the
+defaults those settings start from, the ranges they may take, and the fixed caps on
+every queue, buffer and table in memory. A module imports the names it needs; nothing
+else spells these numbers. Values that belong to a format (the seq layout, the
+journal record) stay with the format; `journals` keeps its own (it imports nothing
+of `mrs`).
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------ messages
+PRIORITY_MAX = 99
+"""MessageQ priorities are 0..99."""
+CORRELATION_ID_BYTES_MAX = 32
+"""MessageQ's correlation id is 32 bytes."""
+PUT_TIMEOUT_S_DEFAULT = 30.0
+"""MessageQ's default when the put timeout is 0 (also the DLQ handler's and jplay's)."""
+IDEMPOTENCY_KEY_BYTES_MAX = 256
+"""Longest idempotency key a put may carry."""
+
+# ------------------------------------------------------------------ wire
+FRAME_BYTES_MAX_DEFAULT = 2 * 1024 * 1024
+"""Largest frame a connection accepts unless told otherwise."""
+CLIENT_FRAME_BYTES_MAX = 64 * 1024 * 1024
+"""Largest frame the client library accepts (a delivery carries a whole message)."""
+NEST_DEPTH_MAX = 100
+"""Deepest nesting accepted inside the dict fields of an event (info,
+dead_letter_header): a hostile frame cannot exhaust the stack."""
+RECEIVE_BYTES_MAX = 256 * 1024
+"""Bytes asked of one receive_some (server sessions, links, clients)."""
+OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
+"""Stop reading a client's requests while this much of its replies is unsent."""
+
+HTTP_REQUEST_BYTES_MAX = 8 * 1024
+"""Largest request head the metrics/status HTTP endpoint reads."""
+HTTP_REQUEST_DEADLINE_S = 5.0
+"""An HTTP request must arrive whole within this long."""
+HTTP_CONNECTIONS_MAX = 64
+"""HTTP connections served at once; more wait in the listen backlog."""
+
+# ------------------------------------------------------------------ server, per group
+QUEUE_MESSAGES_MAX_DEFAULT = 10_000
+"""A queue's messages_max when the config gives none."""
+QUEUE_UNCONFIRMED_MAX_DEFAULT = 1_000
+"""A queue's unconfirmed_max (EXCMAXUNCONF) when the config gives none."""
+JOURNALED_BODIES_BYTES_MAX = 64 * 1024 * 1024
+"""Bodies of recoverable messages a queue keeps in memory while they wait; later
+arrivals keep theirs only on disk (read back at delivery). A count alone (the group's
+first 1,000) let 1,000 messages of 1 MiB hold a gigabyte per queue."""
+CLIENT_DRAIN_IDLE_S = 5.0
+"""A connection that sent no drained put for this long has finished draining."""
+CLIENT_DRAINS_LISTED_MAX = 1000
+"""Draining client connections listed in the status at most."""
+DEDUPE_PURGE_INTERVAL_S = 600.0
+"""How often expired idempotency keys are purged."""
+DEDUPE_PURGE_BATCH_MAX = 10_000
+"""Keys purged in one transaction at most."""
+ADMISSION_ANSWER_INTERVAL_S = 1.0
+"""A refused peer is answered (not just dropped) at most this often."""
+ADMISSION_PEERS_MAX = 65_536
+"""Peer addresses remembered; idle ones are forgotten first when the table fills."""
+REFUSAL_LOG_INTERVAL_S = 10.0
+"""One log line per (limit, peer) at most this often."""
+REFUSAL_KEYS_MAX = 4096
+"""Distinct (limit, peer) pairs remembered; beyond this the table starts afresh."""
+DATA_DIR_CHECK_INTERVAL_S = 1.0
+"""How often a running server looks at its data directory between commits."""
+JOURNAL_CHECK_INTERVAL_S = 1.0
+"""How often the journal-usage warnings are re-evaluated."""
+JOURNAL_WALK_TIMEOUT_S = 600.0
+"""Longest a full journal check may walk before it gives up."""
+RESERVE_MEASURE_INTERVAL_S = 0.05
+"""How often the journal reserve re-measures the free space of the map."""
+
+# ------------------------------------------------------------------ config ranges
+CONFIG_COUNT_MAX = 2**32 - 1
+"""Record counts are kept in 32 bits (the seq counter's width)."""
+CONFIG_MESSAGE_BYTES_MAX = 1 << 30
+"""A message travels in one frame (at most 2**32-1 bytes with its headers) and is held
+in memory and in one LMDB value: 1 GiB keeps every copy well inside those limits."""
+CONFIG_JOURNAL_BYTES_MIN = 1 << 20
+"""Below 1 MiB the LMDB map cannot hold the journals' tables and the start-up commit."""
+CONFIG_JOURNAL_BYTES_MAX = 1 << 44
+"""16 TiB: LMDB maps the whole file into the address space (47 bits on x86-64)."""
+GUARD_SECONDS_MAX = 86_400.0
+"""No guard deadline or interval may exceed a day: a typo of 1e9 would disable it."""
+GUARD_COUNT_MAX = 10_000_000
+"""Highest count a guard may be set to."""
+GUARD_BYTES_MAX = 1 << 40
+"""Highest byte count a guard may be set to."""
+
+# ------------------------------------------------------------------ client library
+REPLY_GRACE_S = 5.0
+"""A request waits this much longer than its own timeout for the server's answer
+before the client gives up (ReplyTimeout)."""
+CLIENT_DRAIN_WINDOW_MESSAGES = 1024
+"""Client SAF journal records in flight at once while draining (pipelined, FIFO)..."""
+CLIENT_DRAIN_REFILL_MESSAGES = 128
+"""...topped up once this many have been answered."""
+CLIENT_DRAIN_BYTES_MAX = 8 * 1024 * 1024
+"""...and at most about this many body bytes (the server bounds each connection's)."""
+HELD_MESSAGES_MAX = 1024
+"""Messages a client holds back (delivered while no get waited) at most."""
+HEARTBEAT_S_DEFAULT = 5.0
+"""Ping the server after this long without a byte from it..."""
+HEARTBEATS_SILENT_MAX = 3
+"""...and count the connection lost after this many intervals of silence."""
+CLIENT_SAF_MESSAGES_MAX_DEFAULT = 1_000_000
+"""Records a client SAF journal holds at most unless told otherwise."""
+CLIENT_SAF_BYTES_MAX_DEFAULT = 1 << 30
+"""Bytes a client SAF journal holds at most unless told otherwise."""
+
+# ------------------------------------------------------------------ DLQ handler
+DLQ_HANDLER_WINDOW_DEFAULT = 32
+"""Dead letters the handler has in flight at once."""
+DLQ_HANDLER_POLL_S = 1.0
+"""A parked get returns at least this often, so WAIT(nnn) and reports stay timely."""
+DLQ_HANDLER_SEEN_MAX_DEFAULT = 10_000
+"""Dead letters whose retry count the handler remembers at most."""
