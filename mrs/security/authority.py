@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import trio
@@ -126,6 +127,10 @@ class Authority:
         if self._current_stamps() != self._stamps:
             self.reload("file changed")
 
+    def _usual_iterations(self) -> int:
+        counts = Counter(p.verifier.iterations for p in self.creds.principals.values())
+        return counts.most_common(1)[0][0] if counts else scram.ITERATIONS_DEFAULT
+
     def permissions(self, name: str | None) -> Permissions:
         """Grants of a principal as of now (a removed principal has none)."""
         principal = self.creds.get(name) if name is not None else None
@@ -153,7 +158,7 @@ class Authority:
         verifier = (
             principal.verifier
             if principal is not None
-            else scram.decoy_verifier(self._decoy_secret, name)
+            else scram.decoy_verifier(self._decoy_secret, name, self._usual_iterations())
         )
         server_nonce = scram.nonce()
         challenge = {

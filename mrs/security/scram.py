@@ -99,8 +99,9 @@ def nonce() -> bytes:
     return os.urandom(NONCE_BYTES)
 
 
-def decoy_verifier(secret: bytes, name: str) -> Verifier:
+def decoy_verifier(secret: bytes, name: str, iterations: int = ITERATIONS_DEFAULT) -> Verifier:
     """A stable fake verifier for an unknown name, so the answer to "who?" does not
-    tell an attacker which names exist (the proof then simply fails)."""
+    tell an attacker which names exist (the proof then simply fails). `iterations`:
+    what most real principals use, so the rounds do not tell either."""
     salt = _hmac(secret, b"salt:" + name.encode("utf-8"))[:SALT_BYTES]
-    return Verifier(salt, ITERATIONS_DEFAULT, os.urandom(KEY_BYTES), os.urandom(KEY_BYTES))
+    return Verifier(salt, iterations, os.urandom(KEY_BYTES), os.urandom(KEY_BYTES))
