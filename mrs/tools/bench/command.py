@@ -1,0 +1,93 @@
+"""`mrs bench`: measure the disk, then the servers, then print the report.
+
+Part of `mrs bench` (see mrs/tools/bench/__init__.py for what it measures and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from mrs.tools.bench.disk import measure_fsync, measure_lmdb
+from mrs.tools.bench.report import machine_facts, report
+from mrs.tools.bench.results import (
+    CROSS_GROUP_CONNECTIONS,
+    LOCAL_GROUP,
+    PIPELINE_CONNECTIONS,
+    PIPELINE_TASKS_PER_CONNECTION,
+    REMOTE_GROUP,
+    SENDER_QUEUE_FIRST,
+    SENDER_QUEUE_LAST,
+    TARGET_QUEUE,
+    Result,
+)
+from mrs.tools.bench.runner import measure_cross_group, measure_end_to_end, measure_server
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    seconds = float(args.seconds)
+    clients = list(args.clients or [1, 32])
+    skip_cross_group = bool(getattr(args, "skip_cross_group", False))
+    senders_max = SENDER_QUEUE_LAST - SENDER_QUEUE_FIRST + 1
+    if seconds <= 0 or args.body_bytes < 0:
+        print("mrs bench: --seconds must be > 0 and --body-bytes >= 0", file=sys.stderr)
+        return 2
+    if any(n < 1 or n > senders_max for n in clients):
+        print(f"mrs bench: --clients must each be 1..{senders_max}", file=sys.stderr)
+        return 2
+
+    base = Path(args.scratch) if args.scratch is not None else Path.cwd() / ".bench"
+    created_base = not base.exists()
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=base))
+    try:
+        facts = machine_facts(work)
+        results: list[Result] = []
+        _progress(f"raw fsync on {work} for {seconds:g} s")
+        results.append(measure_fsync(work, seconds))
+        _progress(f"LMDB one synced commit per put for {seconds:g} s")
+        results.append(measure_lmdb(work, seconds))
+        phases = [(n, 1) for n in clients]
+        phases.append((PIPELINE_CONNECTIONS, PIPELINE_TASKS_PER_CONNECTION))
+        for index, (connections, tasks) in enumerate(phases):
+            _progress(
+                f"mrs serve: {connections} connection(s) x {tasks} in flight for {seconds:g} s"
+            )
+            results.append(
+                measure_server(
+                    work / f"server{index}", connections, tasks, seconds, args.body_bytes
+                )
+            )
+        if not skip_cross_group:
+            _progress(
+                f"groups 1+2: {CROSS_GROUP_CONNECTIONS} connections x 1 in flight, "
+                f"1 -> {REMOTE_GROUP}.{TARGET_QUEUE} for {seconds:g} s"
+            )
+            results.append(
+                measure_cross_group(
+                    work / "cross", CROSS_GROUP_CONNECTIONS, seconds, args.body_bytes
+                )
+            )
+        targets = [LOCAL_GROUP] if skip_cross_group else [LOCAL_GROUP, REMOTE_GROUP]
+        for target_group in targets:
+            _progress(f"put -> get -> confirm via {target_group}.{TARGET_QUEUE} for {seconds:g} s")
+            results.append(
+                measure_end_to_end(
+                    work / f"e2e{target_group}", target_group, seconds, args.body_bytes
+                )
+            )
+        report(results, facts, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if created_base:
+            with contextlib.suppress(OSError):
+                base.rmdir()
+    return 0
+
+
+def _progress(text: str) -> None:
+    print(f"mrs bench: {text} ...", file=sys.stderr, flush=True)
