@@ -691,7 +691,12 @@ class _Parser:
         text = self.string(group, "data_dir", where)
         if not text.strip():
             self.fail(_join(where, "data_dir"), "must not be empty")
-        directory = Path(text).expanduser()
+        if "\0" in text:  # found by fuzzing: the OS refuses it with a ValueError
+            self.fail(_join(where, "data_dir"), "must not contain a NUL character")
+        try:
+            directory = Path(text).expanduser()
+        except RuntimeError:  # "~nosuchuser/..."
+            self.fail(_join(where, "data_dir"), f"cannot expand the home directory in {text!r}")
         if not directory.is_absolute():
             directory = self.path.absolute().parent / directory
         directory = directory.resolve()

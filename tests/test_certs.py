@@ -121,6 +121,12 @@ def test_apply_adds_a_table_to_each_group_and_the_config_loads(tmp_path) -> None
             "verify",
             "unknown key",
         ),
+        (GOOD + '\nclient_cert = ["required"]', "client_cert", "must be one of"),
+        ('ca = "certs/ca.pem"\ncert = 7\nkey = "certs/group-1.key"', "cert", "must be"),
+        ('ca = "certs/ca.pem\\u0000"\ncert = "c"\nkey = "k"', "ca", "must be a file path"),
+        (f'ca = "{"x" * 5000}"\ncert = "c"\nkey = "k"', "ca", "cannot read"),
+        ('ca = "certs"\ncert = "c"\nkey = "k"', "ca", "cannot read"),
+        ('ca = "~nosuchuser__mrs/ca.pem"\ncert = "c"\nkey = "k"', "ca", "cannot expand"),
     ],
 )
 def test_a_bad_tls_table_is_a_one_line_config_error(bus_with_certs, table, key, problem) -> None:

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals.record import MAGIC, CorruptRecord, Record, decode_record, encode_record
+from mrs.config import ConfigError, parse_config
 from mrs.fuzz_targets import TARGETS, fuzz_record, mutate, run_mutations, seeds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,3 +90,15 @@ def test_finding_record_with_a_wrong_field_type_is_corrupt_not_a_record() -> Non
 def test_fuzz_record_checks_types_of_what_decodes() -> None:
     """The oracle itself: a well-typed record passes, and it sees every field."""
     fuzz_record(b"\x00" + encode_record(Record(2**63, 1, 1, 1, 1, extra={"a": 1})))
+
+
+@pytest.mark.parametrize(
+    "data_dir, problem",
+    [("g\\u0000x", "must not contain a NUL"), ("~nosuchuser__mrs/g", "cannot expand")],
+)
+def test_finding_a_data_dir_the_os_refuses_is_a_config_error(data_dir, problem) -> None:
+    """Fuzzing found `data_dir = "g\\u0000x"` escaping the loader as a ValueError from
+    the OS (and `~nosuchuser` as a RuntimeError): both are one-line ConfigErrors."""
+    text = f'[[group]]\nid = 1\nname = "A"\nlisten = "127.0.0.1:1"\ndata_dir = "{data_dir}"\n'
+    with pytest.raises(ConfigError, match=f"group\\[0\\].data_dir: {problem}"):
+        parse_config(text, "/nonexistent/bus.toml")

@@ -101,7 +101,7 @@ def parse_tls(parser: Any, group: dict[str, Any], group_where: str) -> TlsConfig
         parser.fail(where, "must be a table ([group.tls])")
     parser.check_keys(raw, where, TLS_KEYS, ("ca", "cert", "key"))
     client_cert = raw.get("client_cert", "none")
-    if client_cert not in CLIENT_CERT_CHOICES:
+    if not isinstance(client_cert, str) or client_cert not in CLIENT_CERT_CHOICES:
         choices = ", ".join(repr(choice) for choice in CLIENT_CERT_CHOICES)
         parser.fail(f"{where}.client_cert", f"must be one of {choices}, got {client_cert!r}")
     paths = {key: _path(parser, raw, key, where) for key in ("ca", "cert", "key")}
@@ -114,15 +114,18 @@ def _path(parser: Any, raw: dict[str, Any], key: str, where: str) -> Path:
     text = parser.string(raw, key, where)
     if not text.strip() or "\0" in text:
         parser.fail(f"{where}.{key}", f"must be a file path, got {text!r}")
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~nosuchuser/..."
+        parser.fail(f"{where}.{key}", f"cannot expand the home directory in {text!r}")
     if not path.is_absolute():
         path = parser.path.absolute().parent / path
-    if not path.is_file():
-        parser.fail(f"{where}.{key}", f"no such file: {path}")
     try:
         with path.open("rb"):
             pass
-    except OSError as error:
+    except FileNotFoundError:
+        parser.fail(f"{where}.{key}", f"no such file: {path}")
+    except OSError as error:  # a directory, no permission, a name too long, ...
         parser.fail(f"{where}.{key}", f"cannot read {path}: {error.strerror or error}")
     return path
 
