@@ -43,23 +43,23 @@ def server(tmp_path):
 
 
 # ----------------------------------------------------------------- cancellation
-async def test_cancelled_get_takes_no_memory_message(bus) -> None:
-    async with connect(bus.address, "ANYORDER") as receiver:
+async def test_cancelled_get_takes_no_memory_message(mem_bus) -> None:
+    async with mem_bus.connect("ANYORDER") as receiver:
         with trio.move_on_after(0.3):
             await receiver.get()
-        async with connect(bus.address, "SENDER") as sender:
+        async with mem_bus.connect("SENDER") as sender:
             psb = await sender.put(b"not lost", target="ANYORDER", delivery=MODE.WF_MEM)
         assert psb.delivery_status == Status.ENQUEUED
         message = await receiver.get(timeout=5)
     assert message.body == b"not lost"
 
 
-async def test_cancelled_get_leaves_an_in_order_queue_usable(bus) -> None:
-    async with connect(bus.address, "ORDERS") as receiver:
+async def test_cancelled_get_leaves_an_in_order_queue_usable(mem_bus) -> None:
+    async with mem_bus.connect("ORDERS") as receiver:
         for _ in range(3):
             with trio.move_on_after(0.1):
                 await receiver.get()
-        async with connect(bus.address, "SENDER") as sender:
+        async with mem_bus.connect("SENDER") as sender:
             for body in (b"first", b"second"):
                 await sender.put(body, target="ORDERS", delivery=MODE.WF_DQF)
         first = await receiver.get(timeout=5)
@@ -72,12 +72,12 @@ async def test_cancelled_get_leaves_an_in_order_queue_usable(bus) -> None:
     assert first.delivery_status == Status.CONFIRMREQ
 
 
-async def test_race_cancelled_get_loses_nothing(bus) -> None:
+async def test_race_cancelled_get_loses_nothing(mem_bus) -> None:
     """Gets given up at about the moment a message arrives: each message is either
     left on the server or kept for the next get, never dropped."""
     got: list[bytes] = []
-    async with connect(bus.address, "ANYORDER") as receiver:
-        async with connect(bus.address, "SENDER") as sender:
+    async with mem_bus.connect("ANYORDER") as receiver:
+        async with mem_bus.connect("SENDER") as sender:
             for index in range(30):
                 async with trio.open_nursery() as nursery:
 

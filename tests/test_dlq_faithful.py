@@ -3,15 +3,15 @@ MRS redirected it, attachable as PAMS_DEAD_LETTER_QUEUE, and recoverable when as
 
 from __future__ import annotations
 
-from clients import Address, DeliveryMode, Status, Uma, connect
+from clients import Address, DeliveryMode, Status, Uma
 
 MODE = DeliveryMode
 
 
-async def test_attach_by_messageq_name_and_header_fields(bus) -> None:
+async def test_attach_by_messageq_name_and_header_fields(mem_bus) -> None:
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="PAMS_DEAD_LETTER_QUEUE") as dlq,
+        mem_bus.connect(queue="SENDER") as sender,
+        mem_bus.connect(queue="PAMS_DEAD_LETTER_QUEUE") as dlq,
     ):
         assert dlq.queue == Address(1, 96)
         psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_MEM, uma=Uma.DLQ)
@@ -23,14 +23,14 @@ async def test_attach_by_messageq_name_and_header_fields(bus) -> None:
         "MRS",
     )
     assert header["put_appl_name"] == "NYC"  # the group redirected it, not the application
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with mem_bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"y", target="PAMS_DEAD_LETTER_QUEUE", delivery=MODE.WF_MEM)
         assert psb.delivery_status.ok
 
 
 async def test_recoverable_dlq_survives_sigkill(make_bus) -> None:
     bus = make_bus(group_extra="dead_letter_queue_recoverable = true")
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         psb = await sender.put(
             b"keep me", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ, correlation_id=b"c1"
         )
@@ -38,7 +38,7 @@ async def test_recoverable_dlq_survives_sigkill(make_bus) -> None:
         memory = await sender.put(b"and me", target="1.50", delivery=MODE.WF_MEM, uma=Uma.DLQ)
         assert memory.uma_status == Status.DLQ_SUCCESS
     bus.restart()  # SIGKILL
-    async with connect(bus.address, queue="DLQ") as dlq:
+    async with bus.connect(queue="DLQ") as dlq:
         first = await dlq.get(timeout=5)
         second = await dlq.get(timeout=5)
         for message in (first, second):
@@ -49,7 +49,7 @@ async def test_recoverable_dlq_survives_sigkill(make_bus) -> None:
     assert kept.dead_letter_header["reason"] == 2085
     assert kept.dead_letter_header["put_appl_name"] == "NYC"
     bus.restart()
-    async with connect(bus.address, queue="DLQ") as dlq:  # confirmed means gone for good
+    async with bus.connect(queue="DLQ") as dlq:  # confirmed means gone for good
         assert (await dlq.status())["queues"]["1.96"]["pending"] == 0
 
 
@@ -72,7 +72,7 @@ async def test_handler_on_a_recoverable_dlq_keeps_dead_letters_out_of_the_pcj(ma
     from tests.test_dlq_handler import run_handler
 
     bus = make_bus(group_extra="dead_letter_queue_recoverable = true\npcj_default = true")
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
         assert psb.uma_status == Status.DLQ_SUCCESS
     handler, events = await run_handler(bus, "ACTION(DISCARD)\n")
