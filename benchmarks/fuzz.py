@@ -3,9 +3,11 @@
     python benchmarks/fuzz.py TARGET [--runs N] [--seconds S] [--corpus DIR]
     python benchmarks/fuzz.py all --runs N      # each target in turn, N inputs each
 
-TARGET is one of protocol, record, config, rules, envelope, policies. The corpus directory (default
-`fuzz-corpus/TARGET` under the current directory) starts from the real sample inputs
-and keeps what libFuzzer finds interesting, so a second run goes on from the first.
+TARGET is one of protocol, record, config, rules, envelope, policies, or mixed
+(all six in one process, the first byte picking one: what the test suite runs).
+The corpus directory (default `fuzz-corpus/TARGET` under the current directory)
+starts from the real sample inputs and keeps what libFuzzer finds interesting, so a
+second run goes on from the first.
 A finding (any exception but the decoder's own error) stops the run with the input
 saved as `crash-*` in the current directory and exit status 1; replay it with
 `python benchmarks/fuzz.py TARGET --replay crash-...`.
@@ -13,8 +15,9 @@ saved as `crash-*` in the current directory and exit status 1; replay it with
 Without atheris (it has wheels for CPython up to 3.11/3.12 on Linux), `--mutate`
 runs the same targets under mrs.fuzz_targets' pure-Python mutation loop.
 
-Each run ends with a line `fuzz TARGET: N inputs, F findings, S s` (the count
-libFuzzer printed as "Done N runs").
+libFuzzer ends a run with "Done N runs" on stderr; `all` sums them into one line
+`fuzz all: N inputs, F targets with findings`; `--mutate` prints
+`fuzz TARGET: N inputs, F findings, S s`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ TARGET_NAMES = ("protocol", "record", "config", "rules", "envelope", "policies")
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", choices=(*TARGET_NAMES, "all"))
+    parser.add_argument("target", choices=(*TARGET_NAMES, "mixed", "all"))
     parser.add_argument("--runs", type=int, default=0, help="inputs to try (0: no limit)")
     parser.add_argument("--seconds", type=int, default=0, help="stop after this long")
     parser.add_argument("--corpus", type=Path, default=None)
@@ -81,9 +84,9 @@ def _inputs_done(output: str) -> int:
 
 
 def _replay(target: str, path: Path) -> int:
-    from mrs.fuzz_targets import TARGETS
+    from mrs.fuzz_targets import TARGETS, fuzz_mixed
 
-    TARGETS[target](path.read_bytes())
+    TARGETS.get(target, fuzz_mixed)(path.read_bytes())
     print(f"fuzz {target}: {path} decodes or is refused with the decoder's own error")
     return 0
 
@@ -115,7 +118,7 @@ def _atheris(options: argparse.Namespace) -> int:
         import mrs.protection.policy  # noqa: F401 - instrumented here, used lazily
         from mrs import fuzz_targets
 
-    run = fuzz_targets.TARGETS[options.target]
+    run = fuzz_targets.TARGETS.get(options.target, fuzz_targets.fuzz_mixed)
     corpus = options.corpus or Path("fuzz-corpus") / options.target
     corpus.mkdir(parents=True, exist_ok=True)
     for index, seed in enumerate(fuzz_targets.seeds(options.target)):

@@ -175,8 +175,19 @@ TARGETS: dict[str, Target] = {
 }
 
 
+def fuzz_mixed(data: bytes) -> None:
+    """All targets in one: the first byte picks one (for a short run in one process,
+    which pays the instrumentation of the imports once)."""
+    if data:
+        names = sorted(TARGETS)
+        TARGETS[names[data[0] % len(names)]](data[1:])
+
+
 def seeds(target: str) -> list[bytes]:
-    """Real sample inputs for `target`: what a mutation starts from."""
+    """Real sample inputs for `target` ("mixed": all, each behind its selector byte)."""
+    if target == "mixed":
+        names = sorted(TARGETS)
+        return [bytes([index]) + seed for index, name in enumerate(names) for seed in seeds(name)]
     return {
         "protocol": _protocol_seeds,
         "record": _record_seeds,
