@@ -29,6 +29,10 @@ The schema:
     unconfirmed_max = 1000
     permanent = true
     recoverable = true             # false: no DQF (recoverable puts answer NO_DQF)
+    [group.tls]                    # optional: TLS on the port and links (mrs.security.tls)
+    ca = "certs/ca.pem"
+    cert = "certs/group-1.pem"
+    key = "certs/group-1.key"
     [[link]]
     groups = [1, 2]
     address = "127.0.0.1:9000"     # optional: where the lower group dials
