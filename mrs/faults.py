@@ -1,5 +1,6 @@
-"""Journal fault injection for the harness: the server honours it only when started
-with MRS_FAULT_FILE set (tests and `mrs sim` do that; nothing else should).
+"""Journal fault injection for the harness: the server honours it only when given a
+fault file (`GroupServer(fault_file=...)`; `mrs serve` takes it from MRS_FAULT_FILE at
+the CLI edge, see mrs.harness; tests and `mrs sim` do that, nothing else should).
 
 The file holds one word, read before every commit: empty = no fault, EIO or ENOSPC =
 the commit fails as a device error, MAPFULL = the journal is full. A tester flips
@@ -9,19 +10,11 @@ faults on and off by rewriting the file while the server runs.
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
 
 import lmdb
 
 from journals.store import FaultHook
-
-FAULT_FILE_ENV = "MRS_FAULT_FILE"
-
-
-def fault_hook_from_env() -> FaultHook | None:
-    path = os.environ.get(FAULT_FILE_ENV)
-    return file_fault_hook(Path(path)) if path else None
 
 
 def file_fault_hook(path: Path) -> FaultHook:

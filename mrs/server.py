@@ -13,8 +13,8 @@ busy event loop, so its 50-put commits took 1.5-2.5 ms against 0.6 ms alone. Com
 inline on the event loop, after every ready receive loop has had its turn, stall the
 loop for one fsync but batch more and avoid the hand-offs: 32 connections x 1 put
 in flight gave 6.7k puts/s at 15 msgs/commit inline vs 5.5k at 9.8 with the thread;
-4 x 32 in flight gave 15.5k vs 12.5k. Inline is the default; MRS_WRITER=thread
-selects the thread for comparison.
+4 x 32 in flight gave 15.5k vs 12.5k. Inline is the default; `writer_kind="thread"`
+(MRS_WRITER=thread for `mrs serve`, see mrs.harness) selects the thread for comparison.
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ from mrs.client_drains import ClientDrains
 from mrs.config import BusConfig, GroupConfig
 from mrs.datadir import DataDirError, DataDirGuard
 from mrs.delivery import Refused
-from mrs.faults import fault_hook_from_env
+from mrs.faults import file_fault_hook
 from mrs.framed import FramedStream
-from mrs.group import UNSAFE_SWITCHES, Group
+from mrs.group import Group
 from mrs.group_ops import GroupOps
+from mrs.harness import ServeOptions
 from mrs.journal_check import verify_before_open
 from mrs.journal_reserve import ensure_headroom
 from mrs.limits import DATA_DIR_CHECK_INTERVAL_S, OUTBOX_BYTES_HIGH
@@ -69,10 +70,6 @@ from mrs.watchdog import Liveness, next_nonce, watch
 
 log = logging.getLogger("mrs.server")
 
-
-WRITER_KIND = os.environ.get("MRS_WRITER", "inline")
-"""Where commits run: "inline" on the event loop between request rounds, or "thread"
-(a long-lived writer thread). See the module docstring for the measurement."""
 
 _session_ids = itertools.count(1)
 _LINGER_RST = struct.pack("ii", 1, 0)
@@ -124,6 +121,8 @@ class GroupServer:
         open_store: Callable[[], JournalStore] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         unsafe: frozenset[str] | None = None,
+        writer_kind: str = "inline",
+        fault_file: Path | None = None,
     ) -> None:
         self.bus = bus
         self.config = group_config
@@ -133,6 +132,11 @@ class GroupServer:
         self.open_store = open_store or self._open_lmdb
         self.clock_ns = clock_ns
         self.unsafe = unsafe or frozenset()
+        self.writer_kind = writer_kind
+        """Where commits run: "inline" on the event loop between request rounds, or
+        "thread" (a long-lived writer thread). See the module docstring for why."""
+        self.fault_file = fault_file
+        """Journal fault injection for the harness (mrs.faults); None in production."""
         self.crashed = False
         """Set by a simulation before cancelling run(): skip the graceful shutdown, so
         what was not committed is lost, as in a SIGKILL."""
@@ -165,7 +169,7 @@ class GroupServer:
             for listener in listeners or ():
                 await listener.aclose()
             raise
-        self.ops.attach_store(can_grow=WRITER_KIND != "thread")
+        self.ops.attach_store(can_grow=self.writer_kind != "thread")
         writer = self._make_writer()
         self.group = Group(
             self.bus,
@@ -266,7 +270,7 @@ class GroupServer:
                 self.config.data_dir / "journals",
                 self.config.ops.journal_bytes_initial or self.config.limits.journal_bytes_max,
                 fault_hook=guard.commit_hook(
-                    fault_hook_from_env(),
+                    file_fault_hook(self.fault_file) if self.fault_file else None,
                     lambda reason: token.run_sync_soon(self._lose_data_dir, reason),
                 ),
             )
@@ -365,7 +369,7 @@ class GroupServer:
         link.up(session)
 
     def _make_writer(self) -> GroupCommitWriter | InlineWriter:
-        if WRITER_KIND == "thread":
+        if self.writer_kind == "thread":
             token = trio.lowlevel.current_trio_token()
             return GroupCommitWriter(self.store, token.run_sync_soon)
         self._commit_wanted = trio.Event()
@@ -621,18 +625,6 @@ class GroupServer:
             )
 
 
-UNSAFE_ENV = "MRS_HARNESS_UNSAFE"
-
-
-def unsafe_from_env() -> frozenset[str]:
-    """Switches the fault harness may set to prove the checker (never in production)."""
-    words = frozenset(filter(None, os.environ.get(UNSAFE_ENV, "").split(",")))
-    unknown = words - UNSAFE_SWITCHES
-    if unknown:
-        raise ValueError(f"{UNSAFE_ENV}: unknown switches {sorted(unknown)}")
-    return words
-
-
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -647,10 +639,18 @@ async def serve(
     bus: BusConfig,
     group_id: int,
     ready_file: Path | None = None,
-    unsafe: frozenset[str] = frozenset(),
+    options: ServeOptions | None = None,
 ) -> None:
-    """Run a group until SIGTERM/SIGINT, then shut down gracefully."""
-    server = GroupServer(bus, bus.group(group_id), unsafe=unsafe)
+    """Run a group until SIGTERM/SIGINT, then shut down gracefully. `options` are the
+    harness switches the CLI read from its environment (mrs.harness)."""
+    options = options or ServeOptions()
+    server = GroupServer(
+        bus,
+        bus.group(group_id),
+        unsafe=options.unsafe,
+        writer_kind=options.writer_kind,
+        fault_file=options.fault_file,
+    )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(server.run)

@@ -10,7 +10,8 @@ import sys
 from clients import DeliveryMode, Status, Uma, connect_sync
 from mrs.config import parse_config
 from mrs.group import UNSAFE_POSSDUPL_ALWAYS
-from mrs.server import UNSAFE_ENV, GroupServer, unsafe_from_env
+from mrs.harness import UNSAFE_ENV, unsafe_from
+from mrs.server import GroupServer
 
 
 def test_the_server_never_reads_the_environment(monkeypatch, tmp_path) -> None:
@@ -22,7 +23,7 @@ def test_the_server_never_reads_the_environment(monkeypatch, tmp_path) -> None:
     assert GroupServer(bus, bus.group(1)).unsafe == frozenset()
     given = frozenset({UNSAFE_POSSDUPL_ALWAYS})
     assert GroupServer(bus, bus.group(1), unsafe=given).unsafe == given
-    assert unsafe_from_env() == given  # what `mrs serve` passes in
+    assert unsafe_from(os.environ) == given  # what `mrs serve` passes in
 
 
 def test_mrs_serve_honours_the_switch_from_its_environment(make_bus) -> None:

@@ -27,7 +27,8 @@ from mrs.tools.web import add_web_parser
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from mrs.server import serve, unsafe_from_env
+    from mrs.harness import serve_options_from
+    from mrs.server import serve
 
     bus = load_config(args.config)
     if args.group not in bus.groups:
@@ -36,7 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
-    trio.run(serve, bus, args.group, args.ready_file, unsafe_from_env())
+    options = serve_options_from(os.environ)  # the one place the environment is read
+    trio.run(serve, bus, args.group, args.ready_file, options)
     return 0
 
 

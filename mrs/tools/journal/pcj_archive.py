@@ -66,8 +66,8 @@ class ArchiveResult:
         }
 
 
-def _kill_point(step: str) -> None:
-    if os.environ.get(KILL_AT_ENV) == step:
+def _kill_point(step: str, kill_at: str | None) -> None:
+    if kill_at == step:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -78,8 +78,11 @@ def archive_pcj(
     until_ns: int,
     *,
     chunk_records: int = CHUNK_RECORDS,
+    kill_at: str | None = None,
 ) -> ArchiveResult:
-    """Archive every PCJ record confirmed at or before `until_ns`; see the module doc."""
+    """Archive every PCJ record confirmed at or before `until_ns`; see the module doc.
+    `kill_at` (harness only, from KILL_AT_ENV at the command's edge) SIGKILLs this
+    process at that step."""
     out_dir = Path(out_dir)
     result = ArchiveResult()
     result.recovered = finish_intent(store, out_dir)
@@ -98,22 +101,24 @@ def archive_pcj(
                 keys.append(key)
                 records.append(record)
         if keys:
-            _archive_chunk(store, group_id, out_dir, keys, records, result)
+            _archive_chunk(store, group_id, out_dir, keys, records, result, kill_at)
         if scanned < chunk_records:
             break
     result.remaining = store.count(Journal.PCJ)
     return result
 
 
-def _archive_chunk(store, group_id, out_dir, keys, records, result: ArchiveResult) -> None:
+def _archive_chunk(
+    store, group_id, out_dir, keys, records, result: ArchiveResult, kill_at: str | None
+) -> None:
     """Intent, durable files, then delete + clear intent: the three steps of one chunk."""
     from mrs.audit.parquet import write_records
 
     prefix = f"{PREFIX_HEAD}-g{group_id}-{uuid.uuid4().hex[:16]}"
     store.commit_now(WriteBatch.empty().put_raw(Journal.META, INTENT_KEY.encode(), prefix.encode()))
-    _kill_point("intent")
+    _kill_point("intent", kill_at)
     files = write_records(records, out_dir, group=group_id, journal="pcj", prefix=prefix)
-    _kill_point("written")
+    _kill_point("written", kill_at)
     batch = WriteBatch.empty()
     for key in keys:
         batch.delete(Journal.PCJ, key)
@@ -226,7 +231,12 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     store = open_store(where, writable=True)
     try:
         result = archive_pcj(
-            store, where.group_id, out_dir, until_ns, chunk_records=max(1, args.chunk)
+            store,
+            where.group_id,
+            out_dir,
+            until_ns,
+            chunk_records=max(1, args.chunk),
+            kill_at=os.environ.get(KILL_AT_ENV),  # the command's edge: harness only
         )
     finally:
         store.close()
