@@ -39,6 +39,7 @@ from clients.errors import (
     FieldRefused,
     MrsError,
     PutOutcomeUnknown,
+    QuotaExceeded,
     ReplyTimeout,
     error_for,
 )
@@ -57,6 +58,7 @@ from mrs.limits import (
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
     CLIENT_FRAME_BYTES_MAX,
+    CLIENT_REQUESTS_IN_FLIGHT_MAX,
     CLIENT_SAF_BYTES_MAX_DEFAULT,
     CLIENT_SAF_MESSAGES_MAX_DEFAULT,
     HEARTBEAT_S_DEFAULT,
@@ -536,6 +538,12 @@ class Client:
         link.send(event)
 
     async def _request(self, request: object, wait_s: float | None, kind: str = "other") -> object:
+        if len(self._pending) >= CLIENT_REQUESTS_IN_FLIGHT_MAX:
+            raise QuotaExceeded(
+                Status.EXCEEDQUOTA,
+                f"{len(self._pending)} requests already await an answer on this connection "
+                f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX})",
+            )
         link = self._link
         pending = _Pending(kind, trio.Event())
         request_id = request.request_id

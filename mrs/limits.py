@@ -102,6 +102,10 @@ CLIENT_DRAIN_REFILL_MESSAGES = 128
 """...topped up once this many have been answered."""
 CLIENT_DRAIN_BYTES_MAX = 8 * 1024 * 1024
 """...and at most about this many body bytes (the server bounds each connection's)."""
+CLIENT_REQUESTS_IN_FLIGHT_MAX = 10_000
+"""Requests of one client connection awaiting an answer at once; one more is refused
+at once with EXCEEDQUOTA (QuotaExceeded), as the server refuses beyond its
+requests_in_flight_max guard (same default)."""
 HELD_MESSAGES_MAX = 1024
 """Messages a client holds back (delivered while no get waited) at most."""
 HEARTBEAT_S_DEFAULT = 5.0
