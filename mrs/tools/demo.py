@@ -24,6 +24,7 @@ from rich.table import Table
 from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
 from sim.bus import LinkedBus
+from sim.checker import check_delivered
 
 DEMO_QUEUES = """
 [[group.queue]]
@@ -185,20 +186,13 @@ async def _story(console: Console, bus: LinkedBus, messages: int) -> Tally:
 
 
 def _report(console: Console, tally: Tally, bus: LinkedBus) -> int:
-    first_seen: dict[bytes, int] = {}
-    seqs_seen: set[int] = set()
-    unmarked = copies = 0
-    possdupl = sum(1 for _, _, status in tally.deliveries if status == Status.POSSDUPL)
-    for position, (order_id, seq, status) in enumerate(tally.deliveries):
-        if seq in seqs_seen:
-            unmarked += status != Status.POSSDUPL  # the same stored message again
-        elif order_id in first_seen:
-            copies += 1  # a resend after a lost acknowledgement: another message
-        seqs_seen.add(seq)
-        first_seen.setdefault(order_id, position)
-    in_order = sorted(first_seen, key=first_seen.get)
-    order_violations = sum(1 for a, b in zip(in_order, in_order[1:], strict=False) if a > b)
-    lost = tally.acknowledged - first_seen.keys()
+    verdict = check_delivered(
+        (order_id.decode() for order_id in tally.acknowledged),
+        ((order_id.decode(), status, seq) for order_id, seq, status in tally.deliveries),
+        stream_of=lambda order_id: ("NYC", int(order_id)),
+    )
+    lost, unmarked = verdict.lost, len(verdict.unmarked_duplicates)
+    order_violations = len(verdict.order_violations)
     store = JournalStore(bus.data_dir(2) / "journals", readonly=True)
     try:
         pcj, dqf = store.count(Journal.PCJ), store.count(Journal.DQF)
@@ -214,13 +208,17 @@ def _report(console: Console, tally: Tally, bus: LinkedBus) -> int:
             len(tally.acknowledged),
             "STORED, SAF_FORCED, or LINK_DOWN + SAF_SUCCESS",
         ),
-        ("orders delivered in LDN (distinct)", len(first_seen), "got by the receiver"),
+        ("orders delivered in LDN (distinct)", verdict.delivered, "got by the receiver"),
         ("[bold]acknowledged but lost[/]", len(lost), "must be 0"),
-        ("redelivered, marked POSSDUPL", possdupl, "handed out before a failure, unconfirmed"),
+        (
+            "redelivered, marked POSSDUPL",
+            verdict.marked_redeliveries,
+            "handed out before a failure, unconfirmed",
+        ),
         ("[bold]redelivered without POSSDUPL[/]", unmarked, "must be 0"),
         (
             "second copies spotted by correlation id",
-            copies,
+            verdict.resent_copies,
             "in flight at the crash, stored, then re-sent",
         ),
         ("[bold]order violations[/]", order_violations, "must be 0 (in-order queue)"),
