@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from clients import (
     ConnectionLost,
     DeliveryMode,
+    MrsError,
+    MrsTimeout,
     NoMoreMessages,
     PutOutcomeUnknown,
     Reconnect,
@@ -90,7 +92,7 @@ async def test_race_cancelled_get_loses_nothing(mem_bus) -> None:
         while True:
             try:
                 got.append((await receiver.get(timeout=0.5)).body)
-            except Exception:  # noqa: BLE001 - TIMEOUT: nothing more
+            except MrsTimeout:  # nothing more
                 break
     assert sorted(got, key=int) == [b"%d" % i for i in range(30)]
 
@@ -172,7 +174,7 @@ async def test_put_in_flight_when_the_server_dies_is_outcome_unknown(server) -> 
         async def blocked_put() -> None:
             try:
                 await client.put(b"waits for a confirm", target="ORDERS", delivery=MODE.WF_CONF)
-            except Exception as error:  # noqa: BLE001
+            except MrsError as error:
                 outcome.append(error)
 
         async with trio.open_nursery() as nursery:
