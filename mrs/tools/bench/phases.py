@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass, field
 
 import trio
 
@@ -89,7 +90,20 @@ async def _put_phase(
         await monitors.after()
 
     failures.report("puts not stored")
-    in_flight = connections * tasks_per_connection
+    return _put_result(monitors, connections, tasks_per_connection, target_group, stored[0],
+                       latencies, failures.count)
+
+
+def _put_result(
+    monitors: _Monitors,
+    connections: int,
+    tasks_per_connection: int,
+    target_group: int,
+    stored: int,
+    latencies: list[float],
+    failures: int,
+) -> Result:
+    """The put phase's row: puts stored in the window, named by its shape and route."""
     plural = "s" if connections != 1 else ""
     name = (
         f"WF_DQF puts, {connections} conn{plural} x {tasks_per_connection} in flight"
@@ -98,17 +112,77 @@ async def _put_phase(
     result = Result(
         name,
         "server",
-        stored[0],
+        stored,
         monitors.elapsed,
         latencies,
         connections=connections,
-        in_flight=in_flight,
-        failures=failures.count,
+        in_flight=connections * tasks_per_connection,
+        failures=failures,
         workload="put",
     )
     monitors.fill(result, target_group)
     result.msgs_per_commit = result.batches_per_commit
     return result
+
+
+@dataclass
+class _EndToEnd:
+    """What the end-to-end phase's producers and consumers share."""
+
+    target: str
+    deadline: float
+    timed: bool
+    filler: bytes
+    latencies: list[float] = field(default_factory=list)
+    stored: int = 0
+    confirmed: int = 0
+    put_failures: _Failures = field(default_factory=_Failures)
+    consume_failures: _Failures = field(default_factory=_Failures)
+
+
+async def _produce(run: _EndToEnd, client) -> None:
+    """Sequential WF_DQF puts until the deadline; counts those STORED in the window."""
+    from clients import DeliveryMode, MrsError, Status, Uma
+
+    now, perf = trio.current_time, time.perf_counter
+    while now() < run.deadline:
+        body = _STAMP.pack(perf()) + run.filler if run.timed else run.filler
+        try:
+            psb = await client.put(
+                body, target=run.target, delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ
+            )
+        except MrsError as error:
+            run.put_failures.add(f"{type(error).__name__}: {error}")
+            return
+        if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
+            if now() <= run.deadline:
+                run.stored += 1
+        else:
+            run.put_failures.add(repr(psb))
+
+
+async def _consume(run: _EndToEnd, client) -> None:
+    """get -> confirm until the deadline; the latency runs from the put's stamp."""
+    from clients import MrsError, MrsTimeout, NoMoreMessages, ReplyTimeout
+
+    now, perf = trio.current_time, time.perf_counter
+    while now() < run.deadline:
+        try:
+            message = await client.get(timeout=E2E_GET_TIMEOUT_S)
+        except (MrsTimeout, ReplyTimeout, NoMoreMessages):
+            continue
+        except MrsError as error:
+            run.consume_failures.add(f"get: {type(error).__name__}: {error}")
+            return
+        try:
+            await client.confirm(message.seq)
+        except MrsError as error:
+            run.consume_failures.add(f"confirm: {type(error).__name__}: {error}")
+            return
+        if now() <= run.deadline:
+            run.confirmed += 1
+            if run.timed:
+                run.latencies.append(perf() - _STAMP.unpack_from(message.body)[0])
 
 
 async def _end_to_end_phase(
@@ -118,104 +192,53 @@ async def _end_to_end_phase(
     one consumer connection attached to queue 10 of `target_group`, on which 32 tasks
     each loop get -> confirm. Counts the messages whose confirm was answered within
     the window; the latency is from the start of the put to the confirm's answer."""
-    from clients import (
-        DeliveryMode,
-        MrsError,
-        MrsTimeout,
-        NoMoreMessages,
-        ReplyTimeout,
-        Status,
-        Uma,
-        connect,
-    )
+    from clients import connect
 
     target = f"{target_group}.{TARGET_QUEUE}"
-    latencies: list[float] = []
-    counts = {"stored": 0, "confirmed": 0}
-    put_failures, consume_failures = _Failures(), _Failures()
     timed = body_bytes >= _STAMP.size
     filler = os.urandom(body_bytes - _STAMP.size if timed else body_bytes)
-    perf = time.perf_counter
-    now = trio.current_time
-
-    async def producer(client, deadline: float) -> None:
-        while now() < deadline:
-            body = _STAMP.pack(perf()) + filler if timed else filler
-            try:
-                psb = await client.put(
-                    body, target=target, delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ
-                )
-            except MrsError as error:
-                put_failures.add(f"{type(error).__name__}: {error}")
-                return
-            if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
-                if now() <= deadline:
-                    counts["stored"] += 1
-            else:
-                put_failures.add(repr(psb))
-
-    async def consumer(client, deadline: float) -> None:
-        while now() < deadline:
-            try:
-                message = await client.get(timeout=E2E_GET_TIMEOUT_S)
-            except (MrsTimeout, ReplyTimeout, NoMoreMessages):
-                continue
-            except MrsError as error:
-                consume_failures.add(f"get: {type(error).__name__}: {error}")
-                return
-            try:
-                await client.confirm(message.seq)
-            except MrsError as error:
-                consume_failures.add(f"confirm: {type(error).__name__}: {error}")
-                return
-            if now() <= deadline:
-                counts["confirmed"] += 1
-                if timed:
-                    latencies.append(perf() - _STAMP.unpack_from(message.body)[0])
-
     async with contextlib.AsyncExitStack() as stack:
-        producers = []
-        for index in range(E2E_PRODUCER_CONNECTIONS):
-            producers.append(
-                await stack.enter_async_context(
-                    connect(
-                        servers.addresses[LOCAL_GROUP],
-                        queue=f"{LOCAL_GROUP}.{SENDER_QUEUE_FIRST + index}",
-                        program=f"mrs bench producer {index}",
-                    )
+        producers = [
+            await stack.enter_async_context(
+                connect(
+                    servers.addresses[LOCAL_GROUP],
+                    queue=f"{LOCAL_GROUP}.{SENDER_QUEUE_FIRST + index}",
+                    program=f"mrs bench producer {index}",
                 )
             )
+            for index in range(E2E_PRODUCER_CONNECTIONS)
+        ]
         consumer_client = await stack.enter_async_context(
             connect(servers.addresses[target_group], queue=target, program="mrs bench consumer")
         )
         monitors = await _Monitors.open(servers, stack)
         await monitors.before()
-        deadline = now() + seconds
+        run = _EndToEnd(target, trio.current_time() + seconds, timed, filler)
         # Whatever is still in flight at the deadline is cancelled and not counted.
-        with trio.move_on_at(deadline):
+        with trio.move_on_at(run.deadline):
             async with trio.open_nursery() as nursery:
                 for client in producers:
                     for _ in range(E2E_PRODUCER_TASKS_PER_CONNECTION):
-                        nursery.start_soon(producer, client, deadline)
+                        nursery.start_soon(_produce, run, client)
                 for _ in range(E2E_CONSUMER_TASKS):
-                    nursery.start_soon(consumer, consumer_client, deadline)
+                    nursery.start_soon(_consume, run, consumer_client)
         monitors.stop_clock()
         await monitors.after()
 
-    put_failures.report("end-to-end puts not stored")
-    consume_failures.report("end-to-end gets/confirms failed")
+    run.put_failures.report("end-to-end puts not stored")
+    run.consume_failures.report("end-to-end gets/confirms failed")
     route = "same group" if target_group == LOCAL_GROUP else "across the link"
     result = Result(
         f"put -> get -> confirm, {route} ({target})",
         "server",
-        counts["confirmed"],
+        run.confirmed,
         seconds,
-        latencies,
+        run.latencies,
         connections=E2E_PRODUCER_CONNECTIONS,
         in_flight=E2E_PRODUCER_CONNECTIONS * E2E_PRODUCER_TASKS_PER_CONNECTION,
-        failures=put_failures.count + consume_failures.count,
+        failures=run.put_failures.count + run.consume_failures.count,
         workload="put-get-confirm",
         consumer_in_flight=E2E_CONSUMER_TASKS,
-        puts_stored=counts["stored"],
+        puts_stored=run.stored,
     )
     return monitors.fill(result, target_group)

@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -91,13 +91,30 @@ def _cpu_cell(r: Result) -> str:
     return f"{servers}/{_fmt(r.client_cpu_pct, 0)}"
 
 
+@dataclass(frozen=True)
+class _Bases:
+    """What each figure is divided by: the disk's ceilings and its same-group partner."""
+
+    fsync_rate: float
+    lmdb_rate: float
+    same_ratio: dict[int, float | None]
+
+    @classmethod
+    def of(cls, results: list[Result]) -> _Bases:
+        same_ratio = {}
+        for r in results:
+            partner = same_group_counterpart(r, results)
+            same_ratio[id(r)] = None if partner is None else _ratio(r.rate, partner.rate)
+        return cls(
+            next(r.rate for r in results if r.kind == "fsync"),
+            next(r.rate for r in results if r.kind == "lmdb"),
+            same_ratio,
+        )
+
+
 def report(results: list[Result], facts: dict, args: argparse.Namespace) -> None:
-    fsync_rate = next(r.rate for r in results if r.kind == "fsync")
-    lmdb_rate = next(r.rate for r in results if r.kind == "lmdb")
-    same_ratio = {}
-    for r in results:
-        partner = same_group_counterpart(r, results)
-        same_ratio[id(r)] = None if partner is None else _ratio(r.rate, partner.rate)
+    """The table, a note per figure, and one BENCH_JSON line for scripts."""
+    bases = _Bases.of(results)
     console = Console()
     if not console.is_terminal:
         console = Console(width=170)
@@ -110,90 +127,104 @@ def report(results: list[Result], facts: dict, args: argparse.Namespace) -> None
         f"{args.seconds:g} s per measurement, {args.body_bytes}-byte bodies; "
         "each server run starts on an empty DQF (fresh data directory)"
     )
+    console.print(_table(results, bases))
+    for r in display_order(results):
+        _print_notes(console, r)
+    payload = {
+        "machine": facts,
+        "seconds": args.seconds,
+        "body_bytes": args.body_bytes,
+        "results": [_json_row(r, bases) for r in display_order(results)],
+    }
+    print("BENCH_JSON " + json.dumps(payload, separators=(",", ":")), flush=True)
+
+
+def _table(results: list[Result], bases: _Bases) -> Table:
     table = Table(title="Durable throughput vs. the disk's fsync rate")
     table.add_column("measurement")
-    table.add_column("per second", justify="right")
-    table.add_column("x raw fsync", justify="right")
-    table.add_column("x LMDB 1 put/commit", justify="right")
-    table.add_column("x same group", justify="right")
-    table.add_column("batches/commit", justify="right")
-    table.add_column("p50 ms", justify="right")
-    table.add_column("p99 ms", justify="right")
-    table.add_column("CPU % srv/bench", justify="right")
+    for column in (
+        "per second",
+        "x raw fsync",
+        "x LMDB 1 put/commit",
+        "x same group",
+        "batches/commit",
+        "p50 ms",
+        "p99 ms",
+        "CPU % srv/bench",
+    ):
+        table.add_column(column, justify="right")
     for r in display_order(results):
         table.add_row(
             r.name,
             _fmt(r.rate, 0),
-            _fmt(_ratio(r.rate, fsync_rate)),
-            _fmt(_ratio(r.rate, lmdb_rate)),
-            _fmt(same_ratio[id(r)]),
+            _fmt(_ratio(r.rate, bases.fsync_rate)),
+            _fmt(_ratio(r.rate, bases.lmdb_rate)),
+            _fmt(bases.same_ratio[id(r)]),
             _fmt(r.batches_per_commit if r.kind == "server" else r.msgs_per_commit),
             _fmt(r.latency_ms(0.50), 3),
             _fmt(r.latency_ms(0.99), 3),
             _cpu_cell(r),
         )
-    console.print(table)
-    for r in display_order(results):
-        if r.kind == "fsync":
+    return table
+
+
+def _print_notes(console: Console, r: Result) -> None:
+    """The lines under the table: fsync latency, commits per run, a dropped link,
+    failures."""
+    if r.kind == "fsync":
+        console.print(
+            f"raw fsync mean latency: {_fmt(r.mean_latency_ms, 3)} ms ({r.count} fsyncs)"
+        )
+    if r.kind == "server" and r.writer_delta:
+        d = r.writer_delta
+        where = f"group {r.dqf_group}: " if r.route == "cross-group" else ""
+        if r.workload == "put-get-confirm":
             console.print(
-                f"raw fsync mean latency: {_fmt(r.mean_latency_ms, 3)} ms ({r.count} fsyncs)"
+                f"{r.name}: {r.count} confirmed in {r.elapsed_s:.2f} s of "
+                f"{r.puts_stored} puts stored, {r.dqf_messages_after} left in the DQF; "
+                f"{where}{d['commits']} commits, mean commit "
+                f"{_fmt(d['commit_time_ms_mean'], 3)} ms"
             )
-        if r.kind == "server" and r.writer_delta:
-            d = r.writer_delta
-            where = f"group {r.dqf_group}: " if r.route == "cross-group" else ""
-            if r.workload == "put-get-confirm":
-                console.print(
-                    f"{r.name}: {r.count} confirmed in {r.elapsed_s:.2f} s of "
-                    f"{r.puts_stored} puts stored, {r.dqf_messages_after} left in the DQF; "
-                    f"{where}{d['commits']} commits, mean commit "
-                    f"{_fmt(d['commit_time_ms_mean'], 3)} ms"
-                )
-            else:
-                console.print(
-                    f"{r.name}: {r.count} puts in {r.elapsed_s:.2f} s, {where}{d['commits']} "
-                    f"commits, mean commit {_fmt(d['commit_time_ms_mean'], 3)} ms "
-                    "(incl. GIL reacquire)"
-                )
-            link = r.link_after or {}
-            if link.get("saf_backlog") or (link and link.get("state") != "up"):
-                console.print(
-                    f"[red]{r.name}: link {link.get('state')} with SAF backlog "
-                    f"{link.get('saf_backlog')} at the end (the link dropped)[/]"
-                )
-        if r.failures:
+        else:
             console.print(
-                f"[red]{r.name}: {r.failures} requests failed or puts were not stored "
-                "(not counted)[/]"
+                f"{r.name}: {r.count} puts in {r.elapsed_s:.2f} s, {where}{d['commits']} "
+                f"commits, mean commit {_fmt(d['commit_time_ms_mean'], 3)} ms "
+                "(incl. GIL reacquire)"
             )
-    payload = {
-        "machine": facts,
-        "seconds": args.seconds,
-        "body_bytes": args.body_bytes,
-        "results": [
-            {
-                **{k: v for k, v in asdict(r).items() if k != "latencies_s"},
-                "rate_per_s": round(r.rate, 1),
-                "ratio_to_fsync": _round(_ratio(r.rate, fsync_rate), 3),
-                "ratio_to_lmdb_commit": _round(_ratio(r.rate, lmdb_rate), 3),
-                "ratio_to_same_group": _round(same_ratio[id(r)], 3),
-                "p50_ms": _round(r.latency_ms(0.50), 3),
-                "p99_ms": _round(r.latency_ms(0.99), 3),
-                "mean_ms": _round(r.mean_latency_ms, 3),
-                "elapsed_s": round(r.elapsed_s, 3),
-                "msgs_per_commit": _round(r.msgs_per_commit, 2),
-                "batches_per_commit": _round(r.batches_per_commit, 2),
-                "server_cpu_pct": _round(r.server_cpu_pct, 1),
-                "server_cpu_pct_by_group": (
-                    None
-                    if r.server_cpu_pct_by_group is None
-                    else {g: _round(v, 1) for g, v in r.server_cpu_pct_by_group.items()}
-                ),
-                "client_cpu_pct": _round(r.client_cpu_pct, 1),
-            }
-            for r in display_order(results)
-        ],
+        link = r.link_after or {}
+        if link.get("saf_backlog") or (link and link.get("state") != "up"):
+            console.print(
+                f"[red]{r.name}: link {link.get('state')} with SAF backlog "
+                f"{link.get('saf_backlog')} at the end (the link dropped)[/]"
+            )
+    if r.failures:
+        console.print(
+            f"[red]{r.name}: {r.failures} requests failed or puts were not stored "
+            "(not counted)[/]"
+        )
+
+
+def _json_row(r: Result, bases: _Bases) -> dict:
+    return {
+        **{k: v for k, v in asdict(r).items() if k != "latencies_s"},
+        "rate_per_s": round(r.rate, 1),
+        "ratio_to_fsync": _round(_ratio(r.rate, bases.fsync_rate), 3),
+        "ratio_to_lmdb_commit": _round(_ratio(r.rate, bases.lmdb_rate), 3),
+        "ratio_to_same_group": _round(bases.same_ratio[id(r)], 3),
+        "p50_ms": _round(r.latency_ms(0.50), 3),
+        "p99_ms": _round(r.latency_ms(0.99), 3),
+        "mean_ms": _round(r.mean_latency_ms, 3),
+        "elapsed_s": round(r.elapsed_s, 3),
+        "msgs_per_commit": _round(r.msgs_per_commit, 2),
+        "batches_per_commit": _round(r.batches_per_commit, 2),
+        "server_cpu_pct": _round(r.server_cpu_pct, 1),
+        "server_cpu_pct_by_group": (
+            None
+            if r.server_cpu_pct_by_group is None
+            else {g: _round(v, 1) for g, v in r.server_cpu_pct_by_group.items()}
+        ),
+        "client_cpu_pct": _round(r.client_cpu_pct, 1),
     }
-    print("BENCH_JSON " + json.dumps(payload, separators=(",", ":")), flush=True)
 
 
 def _round(value: float | None, digits: int) -> float | None:
