@@ -9,7 +9,7 @@ a principal granted its queues); and auth with TLS. Each round puts the same
 durable WF_DQF load into each (interleaved, so machine noise hits all alike):
 `--connections` clients, each with 32 tasks sharing its connection; and times 20
 connect+attach+close cycles (a TLS handshake and/or a SCRAM exchange, whose PBKDF2
-the client pays, each). Prints the means and ratios.
+the client pays, each). Prints the medians and ratios.
 """
 
 from __future__ import annotations
@@ -121,10 +121,10 @@ def main() -> None:
         finally:
             for group, _ in groups.values():
                 group.terminate()
-    base_rate = statistics.mean(rates["off"])
-    base_connect = statistics.mean(connects["off"])
+    base_rate = statistics.median(rates["off"])
+    base_connect = statistics.median(connects["off"])
     for kind in groups:
-        rate, ms = statistics.mean(rates[kind]), statistics.mean(connects[kind])
+        rate, ms = statistics.median(rates[kind]), statistics.median(connects[kind])
         print(
             f"{kind:8}  {rate:7.0f} durable puts/s ({rate / base_rate:.2f} of off)   "
             f"connect+attach {ms:6.2f} ms ({ms / base_connect:.2f}x)"
