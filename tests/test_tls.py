@@ -22,6 +22,7 @@ from clients import (
     ClientCredentials,
     ConnectionLost,
     DeliveryMode,
+    MrsError,
     TlsRefused,
     connect,
     tls_context,
@@ -165,10 +166,12 @@ async def test_a_client_without_a_certificate_is_refused(tls_bus) -> None:
 
 
 async def test_a_plaintext_client_is_refused_without_harming_the_server(tls_bus) -> None:
-    for _ in range(3):
-        with pytest.raises(ConnectionLost):
-            async with connect(tls_bus.address(1), "IN", reconnect=None, connect_timeout_s=5):
+    for _ in range(3):  # answered in plaintext, so it stops with a clear error
+        with pytest.raises(MrsError, match="speaks TLS only") as refused:
+            async with connect(tls_bus.address(1), "IN", connect_timeout_s=5):
                 pass
+        assert not isinstance(refused.value, ConnectionLost)  # not retried
+    assert "a plaintext MRS client (answered: TLS only)" in tls_bus.log(1)
     # Raw junk and a half-open silent connection: each costs only its own handshake.
     host, port = tls_bus.address(1).rsplit(":", 1)
     async with await trio.open_tcp_stream(host, int(port)) as junk:

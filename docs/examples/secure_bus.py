@@ -29,8 +29,8 @@ import trio
 
 from clients import (
     ClientCredentials,
-    ConnectionLost,
     DeliveryMode,
+    MrsError,
     NotAuthorized,
     Protection,
     TlsRefused,
@@ -221,8 +221,8 @@ async def show_refusals(session: Session, nyc: str, ldn: str) -> None:
     try:
         async with connect(nyc, "ORDERS", reconnect=None):
             pass
-    except ConnectionLost:
-        print("a plaintext client: refused at the TLS handshake")
+    except MrsError as refused:
+        print(f"a plaintext client: {refused.message}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ error, not a failure on the first connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 from collections import Counter
@@ -33,6 +34,8 @@ from typing import Any
 
 import trio
 
+from mrs import protocol as wire
+from mrs.model import Status
 from mrs.network import Gate, Handler, TcpNetwork
 
 log = logging.getLogger("mrs.tls")
@@ -50,6 +53,13 @@ HANDSHAKES_PER_HOST_MAX = 64
 HANDSHAKES_MAX = 1024
 """TLS handshakes in progress from everyone."""
 LOG_LINES_PER_S_MAX = 10
+RECEIVE_BYTES_MAX = 16384
+TLS_HANDSHAKE_RECORD = b"\x16"
+"""The first byte of every TLS connection (a handshake record: the ClientHello)."""
+PLAINTEXT_REFUSAL = (
+    "this group speaks TLS only: connect with tls=clients.tls_context(ca, cert, key)"
+    " (docs/security.md)"
+)
 GROUP_NAME_PREFIX = "mrs-group-"
 """Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
 
@@ -216,11 +226,10 @@ class TlsNetwork(TcpNetwork):
                 await trio.aclose_forcefully(stream)
                 return
             self._handshaking[host] += 1
-            tls_stream = trio.SSLStream(stream, self.server_context, server_side=True)
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    await tls_stream.do_handshake()
-            except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
+                    tls_stream = await self._handshake(stream)
+            except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
                 self._refuse(peer, _why(error))
                 await trio.aclose_forcefully(stream)
                 return
@@ -231,6 +240,24 @@ class TlsNetwork(TcpNetwork):
             await handler(tls_stream)
 
         return handle
+
+    async def _handshake(self, stream: trio.abc.Stream) -> trio.SSLStream:
+        """Look at the first bytes: a TLS record goes on to the handshake; an MRS frame
+        (a plaintext client) is answered with a Fatal saying this port speaks TLS, so
+        the client stops with a clear error instead of reconnecting forever."""
+        first = await stream.receive_some(RECEIVE_BYTES_MAX)
+        if first[:1] != TLS_HANDSHAKE_RECORD:
+            if first[:1] == b"\0":  # a frame's length prefix: an MRS client without TLS
+                fatal = wire.Connection("server").send(
+                    wire.Fatal(int(Status.PROTOCOL_ERROR), PLAINTEXT_REFUSAL)
+                )
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await stream.send_all(fatal)
+                raise NotTls("a plaintext MRS client (answered: TLS only)")
+            raise NotTls("not a TLS handshake" if first else "closed before a TLS handshake")
+        tls_stream = trio.SSLStream(_Replayed(stream, first), self.server_context, server_side=True)
+        await tls_stream.do_handshake()
+        return tls_stream
 
     def _may_handshake(self, host: str) -> bool:
         """Bounds on handshakes in progress: before TLS there is no session, so the
@@ -269,6 +296,37 @@ class TlsNetwork(TcpNetwork):
         return tls_stream
 
 
+class NotTls(Exception):
+    """The first bytes of an accepted connection are not a TLS handshake."""
+
+
+class _Replayed(trio.abc.Stream):
+    """A stream whose first bytes (already read, to look at them) are read again."""
+
+    def __init__(self, inner: trio.abc.Stream, first: bytes) -> None:
+        self.inner = inner
+        self._first = first
+
+    @property
+    def socket(self) -> Any:
+        return transport_socket(self.inner)
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._first:
+            data, self._first = self._first, b""
+            return data
+        return await self.inner.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 def tls_network(bus: Any, group: Any) -> TlsNetwork:
     """The TLS network of `group` (its config has `tls`): each group it dials is
     verified by the name mrs-group-N at the address it dials (a link's address, or
@@ -295,6 +353,8 @@ def operator_connect_options(group: Any) -> dict[str, Any]:
 
 
 def _why(error: BaseException) -> str:
+    if isinstance(error, NotTls):
+        return str(error)
     if isinstance(error, trio.TooSlowError):
         return f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"
     return describe_tls_error(error)
