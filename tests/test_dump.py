@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from clients import DeliveryMode, Uma, connect
 from journals import Journal, Record, seq_key
 from mrs.tools.cli import main
-from mrs.tools.journal.dump import record_json, record_json_general
+from mrs.tools.journal.render import record_json, record_json_general
 from tests.journal_helpers import (
     HOUR_NS,
     REPLAY_QUEUES,

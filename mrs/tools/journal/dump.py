@@ -16,8 +16,6 @@ Exit status: 0, 1 if corrupt records were found (reported, never hidden), 2 bad 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import time
@@ -28,9 +26,15 @@ from rich.table import Table
 
 from journals import CorruptRecord, Journal, Record
 from mrs.config import ConfigError
-from mrs.model import DeliveryMode, Status, Uma
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 from mrs.tools.journal.files import JournalsNotFound, locate, open_store, scan
+from mrs.tools.journal.render import (
+    DELIVERY_NAMES,
+    local_time,
+    record_json,
+    render_bytes,
+    status_name,
+)
 from mrs.tools.journal.selection import (
     RecordFilter,
     SelectionError,
@@ -40,184 +44,6 @@ from mrs.tools.journal.selection import (
 
 TABLE_PAGE_ROWS = 500
 JSON_FLUSH_LINES = 2000
-_UTC = datetime.UTC
-_DELIVERY_NAMES = {int(mode): mode.name for mode in DeliveryMode}
-_UMA_NAMES = {int(uma): uma.name for uma in Uma}
-
-
-def render_bytes(data: bytes, limit: int | None = None) -> tuple[str, bool]:
-    """(text, truncated): printable UTF-8 as is, anything else as 'hex:...'."""
-    truncated = limit is not None and len(data) > limit
-    shown = data[:limit] if truncated else data
-    try:
-        text = shown.decode()
-    except UnicodeDecodeError:
-        text = None
-        if truncated:  # the cut may have split a character: try a little shorter
-            for cut in (1, 2, 3):
-                try:
-                    text = shown[:-cut].decode()
-                    break
-                except UnicodeDecodeError:
-                    continue
-    if (
-        text is not None
-        and text.replace("\n", "").replace("\t", "").isprintable()
-        and not text.startswith("hex:")
-    ):
-        return text, truncated
-    return "hex:" + shown.hex(), truncated
-
-
-def iso_utc(time_ns: int) -> str | None:
-    """ns since the epoch -> '2024-05-01T10:00:00.123456Z' (None for 0 or nonsense)."""
-    if not time_ns:
-        return None
-    second, rest = divmod(time_ns, 1_000_000_000)
-    try:
-        moment = datetime.datetime.fromtimestamp(second, _UTC)
-    except (OverflowError, ValueError, OSError):
-        return None
-    text = moment.replace(microsecond=rest // 1000).isoformat(timespec="microseconds")
-    return text.replace("+00:00", "Z")
-
-
-def local_time(time_ns: int) -> str:
-    if not time_ns:
-        return "-"
-    try:
-        moment = datetime.datetime.fromtimestamp(time_ns // 1_000_000_000)
-    except (OverflowError, ValueError, OSError):
-        return str(time_ns)
-    moment = moment.replace(microsecond=(time_ns % 1_000_000_000) // 1000)
-    return moment.isoformat(sep=" ", timespec="milliseconds")
-
-
-def status_name(value: int) -> str:
-    try:
-        return Status(value).name
-    except ValueError:
-        return str(value)
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, bytes):
-        return render_bytes(value)[0]
-    return str(value)
-
-
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
-
-
-def record_json(journal: Journal, record: Record, body: str | None) -> str:
-    """One record as one JSON line. Every field is there (times also as ns), so a
-    script needs no second source; `body` is present only when asked for.
-
-    Built by hand rather than through json.dumps of a dict: that halves the cost per
-    record, which is what lets a dump stream ~100k records/s. Integers are written
-    as is, strings through the stdlib's C string encoder; a record whose fields are
-    not the ints the format promises takes the slow, general path instead.
-    """
-    r = record
-    if not (
-        type(r.seq) is int
-        and type(r.target_group) is int
-        and type(r.target_queue) is int
-        and type(r.source_group) is int
-        and type(r.source_queue) is int
-        and type(r.msg_class) is int
-        and type(r.msg_type) is int
-        and type(r.priority) is int
-        and type(r.put_time_ns) is int
-        and type(r.written_time_ns) is int
-        and type(r.confirm_value) is int
-        and type(r.confirm_time_ns) is int
-        and type(r.reason) is int
-        and type(r.body) is bytes
-        and type(r.correlation_id) is bytes
-        and type(r.extra) is dict
-    ):
-        return record_json_general(journal, record, body)
-    delivery = _DELIVERY_JSON.get(r.delivery) or _encode(r.delivery)
-    uma = _UMA_JSON.get(r.uma) or _encode(r.uma)
-    correlation = _string(render_bytes(r.correlation_id)[0]) if r.correlation_id else '""'
-    reason_name = _string(status_name(r.reason)) if r.reason else "null"
-    headers = r.extra.get("headers")
-    headers_json = "null" if headers is None else _encode(headers)
-    moment = r.confirm_time_ns or r.written_time_ns
-    line = (
-        f'{{"journal":"{journal.value}","seq":{r.seq},"time":{_iso_json(moment)},'
-        f'"target":"{r.target_group}.{r.target_queue}",'
-        f'"source":"{r.source_group}.{r.source_queue}",'
-        f'"class":{r.msg_class},"type":{r.msg_type},"priority":{r.priority},'
-        f'"delivery":{delivery},"uma":{uma},"correlation_id":{correlation},'
-        f'"bytes":{len(r.body)},"put_time_ns":{r.put_time_ns},'
-        f'"written_time_ns":{r.written_time_ns},"confirm_value":{r.confirm_value},'
-        f'"confirm_time_ns":{r.confirm_time_ns},"reason":{r.reason},'
-        f'"reason_name":{reason_name},"headers":{headers_json}'
-    )
-    if body is None:
-        return line + "}"
-    text, truncated = render_bytes(r.body, PREVIEW_BYTES if body == "preview" else None)
-    return f'{line},"body":{_string(text)},"body_truncated":{"true" if truncated else "false"}}}'
-
-
-def record_json_general(journal: Journal, record: Record, body: str | None) -> str:
-    """The same object as record_json, through json.dumps: for odd records, and the
-    reference the fast path is tested against."""
-    item = {
-        "journal": journal.value,
-        "seq": record.seq,
-        "time": iso_utc(record_time_ns(record)),
-        "target": f"{record.target_group}.{record.target_queue}",
-        "source": f"{record.source_group}.{record.source_queue}",
-        "class": record.msg_class,
-        "type": record.msg_type,
-        "priority": record.priority,
-        "delivery": _DELIVERY_NAMES.get(record.delivery, record.delivery),
-        "uma": _UMA_NAMES.get(record.uma, record.uma),
-        "correlation_id": render_bytes(bytes(record.correlation_id))[0]
-        if record.correlation_id
-        else "",
-        "bytes": len(record.body),
-        "put_time_ns": record.put_time_ns,
-        "written_time_ns": record.written_time_ns,
-        "confirm_value": record.confirm_value,
-        "confirm_time_ns": record.confirm_time_ns,
-        "reason": record.reason,
-        "reason_name": status_name(record.reason) if record.reason else None,
-        "headers": record.extra.get("headers") if isinstance(record.extra, dict) else None,
-    }
-    if body is not None:
-        text, truncated = render_bytes(
-            bytes(record.body), PREVIEW_BYTES if body == "preview" else None
-        )
-        item["body"] = text
-        item["body_truncated"] = truncated
-    return _encode(item)
-
-
-_DELIVERY_JSON = {value: f'"{name}"' for value, name in _DELIVERY_NAMES.items()}
-_UMA_JSON = {value: f'"{name}"' for value, name in _UMA_NAMES.items()}
-_string = json.encoder.encode_basestring  # the C encoder when available; no ASCII escaping
-_second_cache: list = [None, ""]
-
-
-def _iso_json(time_ns: int) -> str:
-    """iso_utc as a JSON value, cheaply: records of one journal are close in time, so
-    the formatted second is cached and only the microseconds change."""
-    if not time_ns:
-        return "null"
-    second, rest = divmod(time_ns, 1_000_000_000)
-    if _second_cache[0] != second:
-        text = iso_utc(time_ns)
-        if text is None:
-            return "null"
-        _second_cache[0] = second
-        _second_cache[1] = text[:19]
-    return f'"{_second_cache[1]}.{rest // 1000:06d}Z"'
-
-
 @dataclass
 class Summary:
     """What a dump saw: the line an operator reads first."""
@@ -287,7 +113,7 @@ def _row(journal: Journal, record: Record, body: str | None) -> list[str]:
     if journal is Journal.PCJ:
         row.append(str(record.confirm_value))
     if journal in (Journal.DQF, Journal.SAF):
-        row.append(_DELIVERY_NAMES.get(record.delivery, str(record.delivery)))
+        row.append(DELIVERY_NAMES.get(record.delivery, str(record.delivery)))
     row.append(render_bytes(record.correlation_id, 16)[0] if record.correlation_id else "")
     if body is not None:
         text, truncated = render_bytes(record.body, PREVIEW_BYTES if body == "preview" else None)

@@ -37,10 +37,10 @@ from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config import ConfigError
 from mrs.model import DeliveryMode, Uma
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
-from mrs.tools.journal.dump import status_name
 from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
 from mrs.tools.journal.ledger import ReplayLedger
 from mrs.tools.journal.pacing import parse_rate
+from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 from mrs.tools.journal.selection import (
     RecordFilter,

@@ -38,10 +38,10 @@ from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.records import IDEMPOTENCY_HEADER
-from mrs.tools.journal.dump import status_name
 from mrs.tools.journal.files import scan
 from mrs.tools.journal.ledger import FAILED, PENDING, STORED, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
+from mrs.tools.journal.render import status_name
 from mrs.tools.journal.selection import RecordFilter
 
 PLAN_CHUNK = 1024
