@@ -1,8 +1,9 @@
 """End-to-end message protection against real `mrs serve` processes: a protected message
-is readable by its receiver and by no one else (not `mrs dump`, not the journal file);
-an unsigned or tampered message is refused to the receiver and moved to the DLQ; and
-each dead-letter case of the AMS channel document
-(shared/reference/undelivered-messages-channels.txt)."""
+is readable by its receiver and by no one else (not `mrs dump`, not the journal file,
+not the audit scan); an unsigned or tampered message is refused to the receiver and
+moved to the DLQ (or DLJ); and each dead-letter case of the AMS channel document
+(shared/reference/undelivered-messages-channels.txt), the single-group DLQ rules on
+the in-process bus (sim/membus.py: the same server code, no process to start)."""
 
 from __future__ import annotations
 
