@@ -3,6 +3,8 @@ and the fast seam, the same group in this trio run under MockClock (`mem_bus`)."
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -116,11 +118,39 @@ def bus(make_bus) -> Bus:
 MEMORY_BUS_FIXTURES = frozenset({"mem_bus", "make_mem_bus", "make_mem_linked"})
 
 
+MEMORY_TEST_WALL_S_MAX = 180.0
+"""A test on the in-process bus that has not finished after this much wall time is
+failed, not left hanging: under the autojump clock a task that never waits (a busy
+loop) stops virtual time, so a deadline of the rule under test would never come."""
+
+
 def run_under_autojump_clock(fn, clock=None, instruments=()):
     """trio.run with MockClock(autojump_threshold=0): a test whose tasks all wait jumps
     to the next deadline, so timeouts of the rules under test cost no wall time."""
     clock = clock or trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(fn, clock=clock, instruments=instruments)
+
+    async def guarded() -> None:
+        token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as scope:
+
+            def cancel() -> None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    trio.from_thread.run_sync(scope.cancel, trio_token=token)
+
+            timer = threading.Timer(MEMORY_TEST_WALL_S_MAX, cancel)
+            timer.daemon = True
+            timer.start()
+            try:
+                await fn()
+            finally:
+                timer.cancel()
+        if scope.cancelled_caught:
+            raise TimeoutError(
+                f"still running after {MEMORY_TEST_WALL_S_MAX:.0f} s of wall time under the "
+                "autojump clock: a task that never waits keeps virtual time from passing"
+            )
+
+    return trio.run(guarded, clock=clock, instruments=instruments)
 
 
 def pytest_collection_modifyitems(items) -> None:
