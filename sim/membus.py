@@ -244,6 +244,10 @@ class MemoryLinkedBus:
     def data_dir(self, group_id: int) -> Path:
         return self.directory / f"g{group_id}"
 
+    def clock_ns(self) -> int:
+        """The groups' wall clock (wall time plus what MockClock skipped)."""
+        return self.memory.clock_ns()
+
     def kill(self, group_id: int) -> None:
         """As SIGKILL: the group stops, its committed journals stay."""
         self.memory.groups[group_id].crash()

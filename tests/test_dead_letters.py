@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import Address, DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
+from clients import Address, DeliveryMode, MrsError, NoMoreMessages, Status, Uma
 from journals import Journal, JournalStore
-from sim.bus import LinkedBus
 from sim.processes import GroupProcess
 
 MODE = DeliveryMode
@@ -277,13 +276,13 @@ async def test_sigkill_keeps_the_dlj_and_loses_the_dlq(bus) -> None:
 
 
 # ---------------------------------------------------------------------- channel rules
-async def link_info(linked: LinkedBus, group: int, peer: int) -> dict:
-    async with connect(linked.address(group), None) as client:
+async def link_info(linked, group: int, peer: int) -> dict:
+    async with linked.connect(group, None) as client:
         return (await client.status())["links"][str(peer)]
 
 
-async def wait_link(linked: LinkedBus, condition, group: int = 1, peer: int = 2) -> dict:
-    """Poll another process's link status (no event to await) until `condition`."""
+async def wait_link(linked, condition, group: int = 1, peer: int = 2) -> dict:
+    """Poll a group's link status until `condition` (MockClock time: costs nothing)."""
     with trio.fail_after(WAIT_S):
         while True:
             info = await link_info(linked, group, peer)
@@ -293,26 +292,21 @@ async def wait_link(linked: LinkedBus, condition, group: int = 1, peer: int = 2)
 
 
 @pytest.fixture
-async def make_linked(tmp_path, nursery):
-    """Start groups 1 and 2 (group 2: message_bytes_max = 1000) linked through a proxy."""
-    started: list[LinkedBus] = []
+async def make_linked(make_mem_linked):
+    """Groups 1 and 2 (group 2: message_bytes_max = 1000) linked, in this trio run."""
 
-    async def make(**options) -> LinkedBus:
-        linked = LinkedBus(
-            tmp_path / f"bus{len(started)}",
-            queues=LINK_QUEUES,
-            group_limits={2: "message_bytes_max = 1000"},
-            **options,
+    async def make(**options):
+        linked = await make_mem_linked(
+            queues=LINK_QUEUES, group_limits={2: "message_bytes_max = 1000"}, **options
         )
-        await linked.start_proxies(nursery)
-        await trio.to_thread.run_sync(linked.start)
-        started.append(linked)
         await wait_link(linked, lambda info: info["state"] == "up")
         return linked
 
-    yield make
-    for linked in started:
-        linked.stop()
+    return make
+
+
+def saf_seqs_of(linked, group: int) -> list[int]:
+    return [record.seq for _key, record in linked.store(group).scan(Journal.SAF)]
 
 
 @pytest.mark.parametrize(
@@ -344,21 +338,21 @@ async def test_saf_message_refused_for_good_moves_to_the_dlq(
     receiver = reason == 2085
     dlq_group = 2 if receiver else 1
     async with (
-        connect(linked.address(1), queue="OUT") as sender,
-        connect(linked.address(dlq_group), queue="DLQ") as dlq,
+        linked.connect(1, queue="OUT") as sender,
+        linked.connect(dlq_group, queue="DLQ") as dlq,
     ):
         linked.proxy(1, 2).cut()
         await wait_link(linked, lambda info: info["state"] == "down")
         psb = await sender.put(body, target=target, delivery=delivery, uma=uma)
         assert (psb.delivery_status, psb.uma_status) == answered
-        assert saf_seqs(linked.data_dir(1) / "journals") == [psb.seq]
+        assert saf_seqs_of(linked, 1) == [psb.seq]
         await trio.sleep(0.05)  # let time pass: the DLQ put time is the move, not the put
-        healed_ns = time.time_ns()
+        healed_ns = linked.clock_ns()
         linked.proxy(1, 2).heal()
         await wait_link(linked, lambda info: info["state"] == "up" and info["saf_backlog"] == 0)
         message = await dlq.get(timeout=10)
-        moved_ns = time.time_ns()
-    assert saf_seqs(linked.data_dir(1) / "journals") == []
+        moved_ns = linked.clock_ns()
+    assert saf_seqs_of(linked, 1) == []
     assert (message.seq, message.body, message.source) == (psb.seq, body, Address(1, 11))
     assert message.put_time_ns < hundredths(healed_ns)  # the descriptor keeps the original
     header = message.dead_letter_header
@@ -371,7 +365,7 @@ async def test_saf_message_refused_for_good_moves_to_the_dlq(
 
 async def test_application_dead_letter_header_travels_over_a_link(make_linked) -> None:
     linked = await make_linked()
-    async with connect(linked.address(1), queue="OUT") as sender:
+    async with linked.connect(1, queue="OUT") as sender:
         psb = await sender.put(
             b"for LDN's handler",
             target="2.96",
@@ -379,7 +373,7 @@ async def test_application_dead_letter_header_travels_over_a_link(make_linked) -
             headers={"dead_letter_header": APP_HEADER},
         )
         assert psb.delivery_status in (Status.ENQUEUED, Status.UNATTACHEDQ)
-    async with connect(linked.address(2), queue="DLQ") as dlq:
+    async with linked.connect(2, queue="DLQ") as dlq:
         message = await dlq.get(timeout=5)
     assert (message.body, message.dead_letter_header) == (b"for LDN's handler", APP_HEADER)
 
@@ -399,8 +393,7 @@ async def test_refused_saf_message_without_a_dlq_puts_the_drain_in_retry(
     (Too big for the link is the sender's own refusal, so the sender's DLQ it is.)"""
     group_1 = "dead_letter_queue = false" if no_dlq.startswith("dead") else ""
     linked = await make_linked(group_extras={1: group_1})
-    journals = linked.data_dir(1) / "journals"
-    async with connect(linked.address(1), queue="OUT") as sender:
+    async with linked.connect(1, queue="OUT") as sender:
         if no_dlq == "DLQ full":
             await fill_dead_letter_queue(sender)
         refused = await sender.put(b"B" * 2000, target="2.10", delivery=MODE.WF_DQF, uma=Uma.SAF)
@@ -410,31 +403,31 @@ async def test_refused_saf_message_without_a_dlq_puts_the_drain_in_retry(
         )
         await wait_link(linked, lambda info: info["drain"] == "retry")
         assert (await link_info(linked, 1, 2))["saf_backlog"] == 1
-        assert saf_seqs(journals) == [refused.seq]
+        assert saf_seqs_of(linked, 1) == [refused.seq]
 
         later = await sender.put(b"valid", target="2.10", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert (later.delivery_status, later.uma_status) == (Status.SAF_FORCED, Status.NO_UMA)
         info = await wait_link(linked, lambda info: info["drain_wait"] is not None)
         assert info["drain_wait"]["stuck_seq"] == refused.seq
         assert info["drain_wait"]["status"] == "MSGTOOBIG"
-        async with connect(linked.address(2), queue="IN") as receiver:
-            await trio.sleep(0.7)  # a negative check: two more retry passes go by
+        async with linked.connect(2, queue="IN") as receiver:
+            await trio.sleep(0.7)  # a negative check: two more retry passes go by (bus time)
             with pytest.raises(NoMoreMessages):
                 await receiver.get(timeout=0)
-            assert saf_seqs(journals) == [refused.seq, later.seq]
+            assert saf_seqs_of(linked, 1) == [refused.seq, later.seq]
             assert (await link_info(linked, 1, 2))["state"] == "up"
 
             if no_dlq == "DLQ full":
                 # A DLQ handler makes room: the next retry moves the message there,
                 # and the one behind it follows.
-                async with connect(linked.address(1), queue="DLQ") as dlq:
+                async with linked.connect(1, queue="DLQ") as dlq:
                     await dlq.get(timeout=0)
                     message = await receiver.get(timeout=10)
                     await receiver.confirm(message.seq)
                     assert (message.seq, message.body) == (later.seq, b"valid")
                     await wait_link(linked, lambda info: info["saf_backlog"] == 0)
                     assert (await dlq.status())["queues"]["1.96"]["pending"] == DLQ_MESSAGES_MAX
-                assert saf_seqs(journals) == []
+                assert saf_seqs_of(linked, 1) == []
 
 
 # ---------------------------------------------------------------------- the docs
