@@ -147,18 +147,19 @@ def test_sigterm_stops_gracefully(bus) -> None:
     assert os.path.exists(bus.data_dir / "journals" / "data.mdb")
 
 
-async def test_journal_device_faults_take_the_uma_and_lose_nothing(make_bus, tmp_path) -> None:
-    fault_file = tmp_path / "faults"
-    bus = make_bus(env={"MRS_FAULT_FILE": str(fault_file)})
+async def test_journal_device_faults_take_the_uma_and_lose_nothing(make_mem_bus) -> None:
+    """In process: each commit fails with the fault word set on the group's store, as
+    MRS_FAULT_FILE does to a real process."""
+    bus = await make_mem_bus()
     async with (
-        connect(bus.address, queue="SENDER") as sender,
-        connect(bus.address, queue="ANYORDER") as receiver,
+        bus.connect(queue="SENDER") as sender,
+        bus.connect(queue="ANYORDER") as receiver,
     ):
         before = await sender.put(b"before", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert before.delivery_status == Status.STORED
         delivered = await receiver.get(timeout=5)
 
-        fault_file.write_text("EIO")
+        bus.fail_commits("EIO")
         psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert (psb.delivery_status, psb.uma_status) == (
             Status.DQF_DEVICE_FAIL,
@@ -170,14 +171,14 @@ async def test_journal_device_faults_take_the_uma_and_lose_nothing(make_bus, tmp
             await receiver.confirm(delivered.seq)
         assert failed_confirm.value.status == Status.JOURNAL_FAIL
 
-        fault_file.write_text("ENOSPC")
+        bus.fail_commits("ENOSPC")
         psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.DQF_DEVICE_FAIL
-        fault_file.write_text("MAPFULL")
+        bus.fail_commits("MAPFULL")
         psb = await sender.put(b"x", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert psb.delivery_status == Status.MRS_RES_EXH
 
-        fault_file.write_text("")
+        bus.fail_commits(None)
         await receiver.confirm(delivered.seq)  # still unconfirmed, so confirmable now
         after = await sender.put(b"after", target="1.11", delivery=MODE.WF_DQF, uma=Uma.DISC)
         assert after.delivery_status == Status.STORED
