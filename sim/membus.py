@@ -163,6 +163,11 @@ class MemoryGroup:
     def connect(self, queue: Any = None, **options: Any):
         return self.memory.connect(self.group_id, queue, **options)
 
+    @property
+    def open_stream(self):
+        """What `clients.connect(..., open_stream=)` needs to reach this group."""
+        return self.memory.network.node(CLIENT_NODE).connect
+
     def fail_commits(self, word: str | None) -> None:
         """Fail every commit from now on ("EIO", "ENOSPC", "MAPFULL"); None heals."""
         self.memory.faults[self.group_id] = word or None

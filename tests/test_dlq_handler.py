@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import BadSequence, DeliveryMode, NoMoreMessages, Status, Uma, connect
+from clients import BadSequence, DeliveryMode, NoMoreMessages, Status, Uma
 from mrs.config import load_config
 from mrs.dlq.command import _names
 from mrs.dlq.engine import Engine
@@ -63,7 +63,9 @@ async def run_handler(bus, text: str, wait_s: float | None = 0, window: int = 8)
     config = load_config(bus.config_path)
     table = parse_table(text)
     out = io.StringIO()
-    options = HandlerOptions(bus.address, 1, config, wait_s, window)
+    options = HandlerOptions(
+        bus.address, 1, config, wait_s, window, open_stream=getattr(bus, "open_stream", None)
+    )
     handler = Handler(Engine(table, names=_names(config)), options, Reporter(True, out))
     await handler.run()
     events = [json.loads(line) for line in out.getvalue().splitlines()]
@@ -84,19 +86,19 @@ async def drain(client) -> list:
 
 
 async def dlq_bodies(bus) -> list[bytes]:
-    async with connect(bus.address, queue="DLQ") as dlq:
+    async with bus.connect(queue="DLQ") as dlq:
         return sorted(message.body for message in await drain(dlq))
 
 
 # ---------------------------------------------------------------------- actions
-async def test_each_action(bus) -> None:
+async def test_each_action(mem_bus) -> None:
     table = """\
 DESTQ(91) ACTION(DISCARD)
 DESTQ(92) ACTION(FWD) FWDQ(ANYORDER)
 DESTQ(10) ACTION(RETRY)
 DESTQ(94) ACTION(IGNORE)
 """
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with mem_bus.connect(queue="SENDER") as sender:
         await put_letter(sender, b"discard me", letter_header(dest_q_name="91"))
         await put_letter(
             sender,
@@ -110,13 +112,13 @@ DESTQ(94) ACTION(IGNORE)
         )
         await put_letter(sender, b"retry me", letter_header(dest_q_name="10"))
         await put_letter(sender, b"ignore me", letter_header(dest_q_name="94"))
-    handler, events = await run_handler(bus, table)
+    handler, events = await run_handler(mem_bus, table)
     outcomes = {event["rule_line"]: event["outcome"] for event in events}
     assert outcomes == {1: "discarded", 2: "forwarded", 3: "retried", 4: "left"}
     assert handler.summary()["held_not_removed"] == 1
     async with (
-        connect(bus.address, queue="ANYORDER") as forwarded_to,
-        connect(bus.address, queue="ORDERS") as retried_to,
+        mem_bus.connect(queue="ANYORDER") as forwarded_to,
+        mem_bus.connect(queue="ORDERS") as retried_to,
     ):
         [forwarded] = await drain(forwarded_to)
         [retried] = await drain(retried_to)
@@ -130,32 +132,32 @@ DESTQ(94) ACTION(IGNORE)
     # RETRY puts it back to its original destination, without the header.
     assert retried.body == b"retry me" and retried.dead_letter_header is None
     assert str(retried.source) == "1.13"
-    assert await dlq_bodies(bus) == [b"ignore me"]  # IGNORE leaves it on the DLQ
+    assert await dlq_bodies(mem_bus) == [b"ignore me"]  # IGNORE leaves it on the DLQ
 
 
-async def test_header_no_strips_and_failed_forward_falls_through(bus) -> None:
+async def test_header_no_strips_and_failed_forward_falls_through(mem_bus) -> None:
     table = """\
 ACTION(FWD) FWDQ(NOSUCHNAME) RETRY(2)
 ACTION(FWD) FWDQ(ANYORDER) HEADER(NO)
 """
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with mem_bus.connect(queue="SENDER") as sender:
         await put_letter(sender, b"m", letter_header())
     text = "RETRYINT(0)\n" + table
-    handler, events = await run_handler(bus, text)
+    handler, events = await run_handler(mem_bus, text)
     assert [(e["rule_line"], e["attempt"], e["outcome"]) for e in events] == [
         (2, 1, "failed"),
         (2, 2, "failed"),
         (3, 1, "forwarded"),
     ]
-    async with connect(bus.address, queue="ANYORDER") as target:
+    async with mem_bus.connect(queue="ANYORDER") as target:
         [message] = await drain(target)
     assert message.dead_letter_header is None and message.body == b"m"
 
 
-async def test_retry_waits_retryint_until_the_queue_drains(bus) -> None:
+async def test_retry_waits_retryint_until_the_queue_drains(mem_bus) -> None:
     """The worked example: "queue full" dead letters go back once the queue drains."""
     table = "RETRYINT(1)\nREASON(MQRC_Q_FULL) ACTION(RETRY) RETRY(30)\n"
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with mem_bus.connect(queue="SENDER") as sender:
         for index in range(2):  # SMALL holds 2 (messages_max)
             await sender.put(b"fill%d" % index, target="SMALL", delivery=MODE.WF_MEM)
         psb = await sender.put(b"late", target="SMALL", delivery=MODE.WF_MEM, uma=Uma.DLQ)
@@ -164,27 +166,27 @@ async def test_retry_waits_retryint_until_the_queue_drains(bus) -> None:
         results = []
 
         async def handle() -> None:
-            results.append(await run_handler(bus, table))
+            results.append(await run_handler(mem_bus, table))
 
         nursery.start_soon(handle)
         await trio.sleep(1.5)  # at least one attempt fails while SMALL is full
-        async with connect(bus.address, queue="SMALL") as small:
+        async with mem_bus.connect(queue="SMALL") as small:
             assert sorted(m.body for m in await drain(small)) == [b"fill0", b"fill1"]
     [(handler, events)] = results
     assert events[0]["outcome"] == "failed" and events[-1]["outcome"] == "retried"
     assert all(e["attempt"] == i + 1 for i, e in enumerate(events))
-    async with connect(bus.address, queue="SMALL") as small:
+    async with mem_bus.connect(queue="SMALL") as small:
         assert [m.body for m in await drain(small)] == [b"late"]
 
 
-async def test_no_match_and_no_header_stay(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_no_match_and_no_header_stay(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         await put_letter(sender, b"no header", None)
         await put_letter(sender, b"no match", letter_header(dest_q_name="99"))
-    handler, events = await run_handler(bus, "DESTQ(10) ACTION(DISCARD)\n")
+    handler, events = await run_handler(mem_bus, "DESTQ(10) ACTION(DISCARD)\n")
     assert sorted(e["outcome"] for e in events) == ["left", "left"]
     assert handler.summary()["no_header"] == 1 and handler.summary()["ignored"] == 1
-    assert await dlq_bodies(bus) == [b"no header", b"no match"]
+    assert await dlq_bodies(mem_bus) == [b"no header", b"no match"]
 
 
 # ---------------------------------------------------------------------- keywords
@@ -217,7 +219,7 @@ async def _put_case(bus, body: bytes, case: dict) -> None:
     if case.get("headers"):
         options["headers"] = case["headers"]
     queue = case.get("queue", "SENDER")
-    async with connect(bus.address, queue=queue) as sender:
+    async with bus.connect(queue=queue) as sender:
         if case.get("persistent"):
             # A recoverable message the DLQ UMA moved (reason 2085: no DQF for 1.50).
             psb = await sender.put(body, target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
@@ -231,47 +233,47 @@ async def _put_case(bus, body: bytes, case: dict) -> None:
     KEYWORD_CASES,
     ids=[f"{case[0]}({case[1]})" for case in KEYWORD_CASES],
 )
-async def test_each_pattern_keyword(bus, keyword, pattern, matching, other) -> None:
-    await _put_case(bus, b"matches", matching)
-    await _put_case(bus, b"other", other)
+async def test_each_pattern_keyword(mem_bus, keyword, pattern, matching, other) -> None:
+    await _put_case(mem_bus, b"matches", matching)
+    await _put_case(mem_bus, b"other", other)
     expected = [] if keyword == "REPLYQM" else [b"other"]
-    await run_handler(bus, f"{keyword}({pattern}) ACTION(DISCARD)\n")
-    assert await dlq_bodies(bus) == expected
+    await run_handler(mem_bus, f"{keyword}({pattern}) ACTION(DISCARD)\n")
+    assert await dlq_bodies(mem_bus) == expected
 
 
-async def test_variables_forward_to_destination_and_reply_queue(bus) -> None:
+async def test_variables_forward_to_destination_and_reply_queue(mem_bus) -> None:
     table = """\
 APPLNAME(to-dest) ACTION(FWD) FWDQ(&DESTQ) FWDQM(&DESTQM)
 APPLNAME(to-reply) ACTION(FWD) FWDQ(&REPLYQ) FWDQM(&REPLYQM) HEADER(NO)
 """
-    async with connect(bus.address, queue="SENDER2") as sender:
+    async with mem_bus.connect(queue="SENDER2") as sender:
         await put_letter(sender, b"a", letter_header(put_appl_name="to-dest", dest_q_name="11"))
         await put_letter(sender, b"b", letter_header(put_appl_name="to-reply"))
-    _, events = await run_handler(bus, table)
+    _, events = await run_handler(mem_bus, table)
     assert sorted(e["target"] for e in events) == ["1.11", "1.16"]
     async with (
-        connect(bus.address, queue="ANYORDER") as destination,
-        connect(bus.address, queue="SENDER2") as reply,
+        mem_bus.connect(queue="ANYORDER") as destination,
+        mem_bus.connect(queue="SENDER2") as reply,
     ):
         assert [m.body for m in await drain(destination)] == [b"a"]
         assert [m.body for m in await drain(reply)] == [b"b"]
 
 
 # ---------------------------------------------------------------------- leases
-async def test_two_handlers_side_by_side_never_act_twice(bus) -> None:
+async def test_two_handlers_side_by_side_never_act_twice(mem_bus) -> None:
     count = 120
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with mem_bus.connect(queue="SENDER") as sender:
         for index in range(count):
             await put_letter(sender, b"%d" % index, letter_header(), correlation_id=b"%d" % index)
     table = "WAIT(1)\nACTION(FWD) FWDQ(ANYORDER)\n"
     results = []
     async with trio.open_nursery() as nursery:
         for _ in range(2):
-            nursery.start_soon(_collect, results, run_handler(bus, table, wait_s=1))
+            nursery.start_soon(_collect, results, run_handler(mem_bus, table, wait_s=1))
     seqs = [e["seq"] for _, events in results for e in events if e["outcome"] == "forwarded"]
     assert len(seqs) == len(set(seqs)) == count  # each message forwarded by one handler
     assert all(events for _, events in results), "both handlers worked"
-    async with connect(bus.address, queue="ANYORDER") as target:
+    async with mem_bus.connect(queue="ANYORDER") as target:
         bodies = sorted(int(m.body) for m in await drain(target))
     assert bodies == list(range(count))
 
@@ -280,12 +282,12 @@ async def _collect(results: list, awaitable) -> None:
     results.append(await awaitable)
 
 
-async def test_a_lease_returns_when_its_holder_leaves(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+async def test_a_lease_returns_when_its_holder_leaves(mem_bus) -> None:
+    async with mem_bus.connect(queue="SENDER") as sender:
         await put_letter(sender, b"m", letter_header())
     async with (
-        connect(bus.address, queue="DLQ") as first,
-        connect(bus.address, queue="DLQ") as second,
+        mem_bus.connect(queue="DLQ") as first,
+        mem_bus.connect(queue="DLQ") as second,
     ):
         message = await first.get(timeout=5)
         assert message.delivery_status == Status.CONFIRMREQ
@@ -295,7 +297,7 @@ async def test_a_lease_returns_when_its_holder_leaves(bus) -> None:
         assert [reader["held"] for reader in status["dlq_readers"]] == [1, 0]
         with pytest.raises(BadSequence, match="not held"):
             await second.confirm(message.seq)
-    async with connect(bus.address, queue="DLQ") as third:
+    async with mem_bus.connect(queue="DLQ") as third:
         again = await third.get(timeout=5)
         assert again.seq == message.seq and again.delivery_status == Status.POSSDUPL
 
@@ -321,7 +323,7 @@ def _handler_command(bus, rules: Path, *extra: str) -> list[str]:
 async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp_path) -> None:
     bus = make_bus(limits="dqf_messages_max = 1000")
     count = 150
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         for index in range(count):
             # recoverable originals dead-lettered by the DLQ UMA (no DQF on 1.50)
             psb = await sender.put(b"%d" % index, target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLQ)
@@ -356,7 +358,7 @@ async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp
     assert 0 < summary["forwarded"] < count  # the killed handler did part of the work
     assert any(event.get("possdupl") for event in events)  # its leases came back marked
     assert await dlq_bodies(bus) == []
-    async with connect(bus.address, queue="ANYORDER") as target:
+    async with bus.connect(queue="ANYORDER") as target:
         arrived = await drain(target)
     bodies = [int(m.body) for m in arrived]
     assert sorted(set(bodies)) == list(range(count))  # nothing lost
@@ -407,14 +409,14 @@ def test_unreachable_server_is_exit_3(bus, tmp_path) -> None:
 
 
 async def test_status_shows_a_running_handlers_counts(bus) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         await put_letter(sender, b"a", letter_header(dest_q_name="91"))
         await put_letter(sender, b"b", letter_header(dest_q_name="92"))
         await put_letter(sender, b"c", letter_header(dest_q_name="93"))
     table = "DESTQ(91) ACTION(DISCARD)\nDESTQ(92) ACTION(FWD) FWDQ(ANYORDER)\nACTION(IGNORE)\n"
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_handler, bus, table, None)  # WAIT(YES): keeps running
-        async with connect(bus.address, queue=None) as client:
+        async with bus.connect(queue=None) as client:
             with trio.fail_after(20):
                 while True:
                     readers = (await client.status())["dlq_readers"]
@@ -444,7 +446,7 @@ def dlj_seqs(bus) -> list[int]:
 
 
 async def test_inputq_dlj_works_the_dead_letter_journal(bus, tmp_path) -> None:
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         seqs = []
         for body, queue in ((b"fwd", "1.50"), (b"drop", "1.51"), (b"keep", "1.52")):
             psb = await sender.put(
@@ -471,7 +473,7 @@ async def test_inputq_dlj_works_the_dead_letter_journal(bus, tmp_path) -> None:
     }
     assert outcomes == dict(zip(seqs, ["forwarded", "discarded", "left"], strict=True))
     assert dlj_seqs(bus) == [seqs[2]]  # removed once the forward was stored / discarded
-    async with connect(bus.address, queue="ANYORDER") as target:
+    async with bus.connect(queue="ANYORDER") as target:
         [message] = await drain(target)
     assert (message.body, message.correlation_id, str(message.source)) == (b"fwd", b"fwd", "1.13")
     assert message.dead_letter_header["reason"] == 2085
@@ -482,7 +484,7 @@ async def test_dlj_attempt_before_put_marks_a_repeat(bus) -> None:
     from mrs.dlq.sources import DljSource
     from mrs.tools.journal.files import locate
 
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLJ)
     where = locate(argparse_namespace(bus))
     first = DljSource(where, "NYC")
@@ -512,7 +514,7 @@ async def test_continued_and_full_width_rules_against_the_server(bus, tmp_path) 
     assert len(wide) == 72
     rules = tmp_path / "rules.txt"
     rules.write_text("* continued rules\nDESTQ(9+\n      1) ACTION(DIS-\nCARD)\n" + wide + "\n")
-    async with connect(bus.address, queue="SENDER") as sender:
+    async with bus.connect(queue="SENDER") as sender:
         await put_letter(sender, b"gone", letter_header(dest_q_name="91"))
         await put_letter(sender, b"moved", letter_header(dest_q_name="92"))
     result = subprocess.run(
@@ -528,7 +530,7 @@ async def test_continued_and_full_width_rules_against_the_server(bus, tmp_path) 
         (2, "discarded"),
         (5, "forwarded"),
     ]
-    async with connect(bus.address, queue="ANYORDER") as target:
+    async with bus.connect(queue="ANYORDER") as target:
         [message] = await drain(target)
     assert message.body == b"moved" and message.dead_letter_header is None
     assert await dlq_bodies(bus) == []

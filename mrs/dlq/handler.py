@@ -42,6 +42,8 @@ class HandlerOptions:
     put_timeout_s: float = PUT_TIMEOUT_S_DEFAULT
     dlj: object = None
     """A `GroupJournals` when the input is the DLJ (INPUTQ(DLJ)); None for the DLQ."""
+    open_stream: Callable | None = None
+    """How to reach `address` (None: TCP); the in-process test bus passes its own."""
 
 
 @dataclass(eq=False)
@@ -60,7 +62,10 @@ class Handler:
 
     async def run(self) -> None:
         async with connect(
-            self.options.address, queue=str(DEAD_LETTER_QUEUE), program="mrs dlq-handler"
+            self.options.address,
+            queue=str(DEAD_LETTER_QUEUE),
+            program="mrs dlq-handler",
+            open_stream=self.options.open_stream,
         ) as client:
             if self.options.dlj is not None:
                 group_name = self.options.bus.group(self.options.group_id).name
