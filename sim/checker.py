@@ -44,7 +44,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from mrs.delivery import UMA_FAILURE, UMA_SUCCESS
-from mrs.model import DeliveryMode, Status, Uma
+from mrs.model import DeliveryMode, InterestPoint, Notification, Status, Uma
 
 STORED_STATUSES = {int(Status.STORED), int(Status.SAF_FORCED)}
 
@@ -244,11 +244,11 @@ def acknowledged_as_stored(sent: Sent) -> bool:
     if sent.delivery_status is None:
         return False
     mode = DeliveryMode(sent.mode)
-    if not mode.recoverable or (mode.notification != "WF" and not sent.mrs_acked):
+    if not mode.recoverable or (mode.notification is not Notification.WF and not sent.mrs_acked):
         return False  # an AK/NN put's immediate answer only says it was accepted
     if sent.delivery_status in STORED_STATUSES:
         return True
-    if DeliveryMode(sent.mode).interest_point == "CONF" and sent.delivery_status == 1:
+    if DeliveryMode(sent.mode).interest_point is InterestPoint.CONF and sent.delivery_status == 1:
         return True
     return sent.uma_status == int(Status.SAF_SUCCESS)
 
@@ -256,7 +256,7 @@ def acknowledged_as_stored(sent: Sent) -> bool:
 def _with_mrs_ack(history: History, sent: Sent) -> Sent:
     """An AK put as its MRS_ACK reported it (its PSB), if the ack came back."""
     ack = history.mrs_acks.get(sent.seq) if sent.seq else None
-    if ack is None or DeliveryMode(sent.mode).notification != "AK":
+    if ack is None or DeliveryMode(sent.mode).notification is not Notification.AK:
         return sent
     return replace(sent, delivery_status=ack[0], uma_status=ack[1], mrs_acked=True)
 
@@ -423,7 +423,7 @@ def wrong_umas(history: History) -> list[str]:
                 )
         if status != int(Status.SAF_FORCED):
             continue
-        impossible = mode.interest_point == "SAF" or route[0] == route[1]
+        impossible = mode.interest_point is InterestPoint.SAF or route[0] == route[1]
         backlog_possible = any(
             maybe_in_saf[other]
             and (_group(sends[other].producer), _group(sends[other].target)) == route
@@ -433,7 +433,7 @@ def wrong_umas(history: History) -> list[str]:
         unexplained = (
             not backlog_possible
             and sent.faults_at_answer == 0  # no fault yet that could have caught it in flight
-            and mode.notification == "WF"
+            and mode.notification is Notification.WF
         )
         if impossible or unexplained:
             problems.append(
@@ -459,7 +459,11 @@ def mrs_ack_violations(history: History, first_delivery: dict[str, int]) -> list
     problems = []
     for sent in history.sent.values():
         mode = DeliveryMode(sent.mode)
-        if not sent.seq or mode.notification != "AK" or sent.message_id in history.refused:
+        if (
+            not sent.seq
+            or mode.notification is not Notification.AK
+            or sent.message_id in history.refused
+        ):
             continue
         count = history.mrs_ack_counts.get(sent.seq, 0)
         if count > 1:
@@ -494,7 +498,10 @@ def _wrong_ack_status(
         return None  # a failure: its UMA status is judged by wrong_umas
     if delivery_status not in ACK_SUCCESS_STATUSES[mode.interest_point]:
         return f"{mode.name}'s MRS_ACK says {_status_name(delivery_status)}"
-    if mode.interest_point in ("CONF", "ACK") and sent.message_id not in confirm_sent:
+    if (
+        mode.interest_point in (InterestPoint.CONF, InterestPoint.ACK)
+        and sent.message_id not in confirm_sent
+    ):
         return f"{mode.name}'s MRS_ACK says confirmed, but no confirm was ever sent"
     return None
 
@@ -505,7 +512,7 @@ def _ack_owed(
     """The history shows the put's outcome was decided (so its MRS_ACK was sent)."""
     mode = DeliveryMode(sent.mode)
     message_id = sent.message_id
-    if mode.interest_point in ("CONF", "ACK"):
+    if mode.interest_point in (InterestPoint.CONF, InterestPoint.ACK):
         reached = message_id in confirmed
     else:
         reached = message_id in first_delivery or message_id in history.dead_letter_queue
@@ -520,7 +527,7 @@ def _ack_excused(history: History, sent: Sent) -> bool:
     response_group = _group(sent.producer)  # the workload's response queue: its own
     mode = DeliveryMode(sent.mode)
     groups = {response_group}
-    if not mode.recoverable and mode.interest_point in ("DEQ", "ACK"):
+    if not mode.recoverable and mode.interest_point in (InterestPoint.DEQ, InterestPoint.ACK):
         groups.add(_group(sent.target))
     return any(
         group in groups and position >= sent.deliveries_at_put
@@ -531,11 +538,11 @@ def _ack_excused(history: History, sent: Sent) -> bool:
 def _known_not_in_saf(sent: Sent) -> bool:
     """The sender knows this put did not leave a record in its SAF."""
     mode = DeliveryMode(sent.mode)
-    if mode.notification != "WF" and not sent.mrs_acked:
+    if mode.notification is not Notification.WF and not sent.mrs_acked:
         return False
     if sent.delivery_status == int(Status.SAF_FORCED):
         return False
-    if mode.interest_point == "SAF" and sent.delivery_status == int(Status.STORED):
+    if mode.interest_point is InterestPoint.SAF and sent.delivery_status == int(Status.STORED):
         return False
     return sent.uma_status != int(Status.SAF_SUCCESS)
 

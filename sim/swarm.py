@@ -27,7 +27,7 @@ from clients import MrsError, connect
 from journals import Journal, WriteBatch
 from journals.record import decode_record
 from mrs.config import BusConfig, parse_config
-from mrs.model import DeliveryMode
+from mrs.model import DeliveryMode, InterestPoint, Notification
 from sim import workload
 from sim.checker import History, Verdict, check
 from sim.hostile import malformed
@@ -358,7 +358,10 @@ def _waited_message_batch(batches: list[WriteBatch], group_id: int) -> WriteBatc
             if journal is Journal.DQF:
                 record = decode_record(value, journal.value, key)
                 mode = DeliveryMode(record.delivery)
-                waited = mode.notification == "WF" and mode.interest_point != "CONF"
+                waited = (
+                    mode.notification is Notification.WF
+                    and mode.interest_point is not InterestPoint.CONF
+                )
                 if waited and record.source_group == group_id:
                     return batch
     return None

@@ -23,7 +23,7 @@ import trio
 
 from clients import DeliveryMode, MrsError, NoMoreMessages
 from mrs.delivery import supported
-from mrs.model import DEAD_LETTER_QUEUE, MRS_ACK_TYPE, MRS_CLASS, Status, Uma
+from mrs.model import DEAD_LETTER_QUEUE, MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status, Uma
 from sim.checker import History, Sent
 
 IN_ORDER_QUEUE = 10
@@ -147,7 +147,11 @@ async def burst(run: Run, group_id: int, count: int) -> None:
                 return
             target = f"{group_id}.{IN_ORDER_QUEUE}"
             mode = rng.choice(BURST_MODES)
-            uma = Uma.DLJ if mode.interest_point == "SAF" else rng.choice((Uma.DLJ, Uma.SAF))
+            uma = (
+                Uma.DLJ
+                if mode.interest_point is InterestPoint.SAF
+                else rng.choice((Uma.DLJ, Uma.SAF))
+            )
             if counter % 10 == 9:
                 target, mode, uma = f"{group_id}.{PARALLEL_QUEUE}", DeliveryMode.WF_MEM, Uma.DISC
             message_id = f"{name}:{counter}"

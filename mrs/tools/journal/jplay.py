@@ -35,7 +35,7 @@ from rich.text import Text
 from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config import ConfigError
-from mrs.model import DeliveryMode, Uma
+from mrs.model import DeliveryMode, InterestPoint, Uma
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
 from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
 from mrs.tools.journal.ledger import ReplayLedger
@@ -122,7 +122,7 @@ def _prepare(args: argparse.Namespace):
         uma = Uma[args.uma.upper()]
     except KeyError:
         raise UsageError(f"--uma: no UMA {args.uma!r} (DISC, DISCL, RTS, DLQ, DLJ, SAF)") from None
-    if uma is Uma.SAF and delivery.interest_point == "SAF":
+    if uma is Uma.SAF and delivery.interest_point is InterestPoint.SAF:
         raise UsageError("--uma SAF is not supported with WF_SAF")
     if args.remove and journal is not Journal.DLJ:
         raise UsageError("--remove applies to the dlj: the pcj is the audit trail and stays")
