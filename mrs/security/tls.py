@@ -53,7 +53,8 @@ HANDSHAKES_PER_HOST_MAX = 64
 HANDSHAKES_MAX = 1024
 """TLS handshakes in progress from everyone."""
 LOG_LINES_PER_S_MAX = 10
-RECEIVE_BYTES_MAX = 16384
+FIRST_READ_BYTES_MAX = 16384
+"""Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
 TLS_HANDSHAKE_RECORD = b"\x16"
 """The first byte of every TLS connection (a handshake record: the ClientHello)."""
 PLAINTEXT_REFUSAL = (
@@ -245,7 +246,7 @@ class TlsNetwork(TcpNetwork):
         """Look at the first bytes: a TLS record goes on to the handshake; an MRS frame
         (a plaintext client) is answered with a Fatal saying this port speaks TLS, so
         the client stops with a clear error instead of reconnecting forever."""
-        first = await stream.receive_some(RECEIVE_BYTES_MAX)
+        first = await stream.receive_some(FIRST_READ_BYTES_MAX)
         if first[:1] != TLS_HANDSHAKE_RECORD:
             if first[:1] == b"\0":  # a frame's length prefix: an MRS client without TLS
                 fatal = wire.Connection("server").send(
