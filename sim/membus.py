@@ -224,10 +224,18 @@ class MemoryLinkedBus:
     directory: Path
 
     @classmethod
-    async def start(cls, directory: Path, nursery: trio.Nursery, **options: Any):
+    async def start(
+        cls,
+        directory: Path,
+        nursery: trio.Nursery,
+        started: tuple[int, ...] | None = None,
+        **options: Any,
+    ):
+        """Write the bus of `options` (LinkedBus's) and start the groups in `started`
+        (None: all; the others are configured and linked, but down)."""
         path = write_linked_config(directory, MemoryBusShape(**options))
         bus = cls(MemoryBus(load_config(path), nursery), directory)
-        for group_id in bus.memory.bus.groups:
+        for group_id in bus.memory.bus.groups if started is None else started:
             await bus.memory.start(group_id)
         return bus
 

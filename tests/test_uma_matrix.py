@@ -7,21 +7,19 @@ with a dead-letter header (DLQ), in the dead letter journal (DLJ), in the sender
 SAF and delivered once the cause clears (SAF). Then each UMA's own failure, and the
 mode/UMA pairs MessageQ refuses.
 
-Server processes are shared per module (starting a linked bus costs ~0.6 s): each
-cell arms its cause (a journal fault, a full DQF), puts, checks, and disarms, leaving
-the bus as it found it. The fault proxies of a shared `LinkedBus` run on a thread
-with their own trio loop, because pytest-trio gives every test its own trio run.
+Each cell runs on its own in-process bus (sim/membus.py: the real server code on the
+in-memory network and journals, under MockClock): it arms its cause (a journal fault
+word, a full DQF), puts and checks.
 """
 
 from __future__ import annotations
 
 import calendar
 import json
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,11 +36,10 @@ from clients import (
     Psb,
     Status,
     Uma,
-    connect,
 )
-from journals import Journal, JournalStore
+from journals import Journal
 from mrs import protocol as wire
-from sim.bus import LinkedBus
+from sim.membus import MemoryLinkedBus
 
 MODE = DeliveryMode
 WAIT_S = 20.0
@@ -94,166 +91,116 @@ MQRC = {
 EVENT_KEYS = {"time_ns", "seq", "sender", "target", "cause", "reason"}
 
 
-# ---------------------------------------------------------------------- shared buses
+# ---------------------------------------------------------------------- the buses
 @dataclass
 class Env:
-    """A running LinkedBus shared by the cells of one module."""
+    """One cell's in-process bus (groups 1-3; those not started are down)."""
 
-    linked: LinkedBus
-    fault_files: dict[int, Path] = field(default_factory=dict)
-    proxies: ProxyThread | None = None
+    linked: MemoryLinkedBus
 
     def address(self, group: int) -> str:
         return self.linked.address(group)
 
-    def journals(self, group: int) -> Path:
-        return self.linked.data_dir(group) / "journals"
+    def connect(self, group: int, queue):
+        return self.linked.connect(group, queue)
+
+    def store(self, group: int):
+        return self.linked.store(group)
 
     def event_log(self, group: int) -> Path:
         return self.linked.data_dir(group) / "events.jsonl"
 
+    def fail(self, group: int, word: str) -> None:
+        """Every commit of `group` fails with `word` ("": none), as MRS_FAULT_FILE."""
+        self.linked.memory.faults[group] = word or None
+
+    def clock_ns(self) -> int:
+        return self.linked.clock_ns()
+
+    async def start(self, group: int) -> None:
+        await self.linked.memory.start(group)
+
+    def kill(self, group: int) -> None:
+        self.linked.kill(group)
+
     async def fresh_link(self, group: int, peer: int) -> None:
         """Cut and heal the link so that it runs on a new connection."""
         proxy = self.linked.proxy(group, peer)
-        await self.proxies.call(proxy.cut)
+        proxy.cut()
         await wait_for_link(self, group, peer, lambda info: info["state"] == "down")
-        await self.proxies.call(proxy.heal)
+        proxy.heal()
         await wait_for_link(self, group, peer, lambda info: info["state"] == "up")
 
 
-class ProxyThread:
-    """Run a LinkedBus's fault proxies in a trio loop of their own, on a thread."""
-
-    def __init__(self, linked: LinkedBus) -> None:
-        self._linked = linked
-        self._ready = threading.Event()
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="proxies", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            trio.run(self._main)
-        finally:
-            self._ready.set()
-
-    async def _main(self) -> None:
-        async with trio.open_nursery() as nursery:
-            await self._linked.start_proxies(nursery)
-            self._token = trio.lowlevel.current_trio_token()
-            self._stop = trio.Event()
-            self._ready.set()
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
-
-    def start(self) -> None:
-        self._thread.start()
-        self._ready.wait(WAIT_S)
-        assert self._token is not None, "the fault proxies did not start"
-
-    def stop(self) -> None:
-        trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join(WAIT_S)
-
-    async def call(self, function) -> None:
-        """Run function() in the proxies' trio loop (from a test's own trio run)."""
-        await trio.to_thread.run_sync(
-            lambda: trio.from_thread.run_sync(function, trio_token=self._token)
-        )
+@pytest.fixture
+async def quiet(make_mem_linked) -> Env:
+    return await make_quiet(make_mem_linked)
 
 
-@contextmanager
-def running(env: Env, groups: tuple[int, ...], proxies: bool = True) -> Iterator[None]:
-    linked = env.linked
-    thread = env.proxies = ProxyThread(linked) if proxies else None
-    if thread is not None:
-        thread.start()
-    try:
-        for group in groups:
-            linked.processes[group].start()
-        yield
-    finally:
-        linked.stop()
-        if thread is not None:
-            thread.stop()
-
-
-def with_fault_files(linked: LinkedBus, groups: tuple[int, ...]) -> dict[int, Path]:
-    """Give each group its own MRS_FAULT_FILE (the bus's `env` would share one)."""
-    files = {}
-    for group in groups:
-        files[group] = linked.directory / f"faults{group}"
-        linked.processes[group].env = {"MRS_FAULT_FILE": str(files[group])}
-    return files
-
-
-@pytest.fixture(scope="module")
-def quiet(tmp_path_factory) -> Iterator[Env]:
+async def make_quiet(make_mem_linked) -> Env:
     """Causes that need no arming. Group 2 takes bodies of at most 1000 bytes; group 3
     is configured and linked but not running (its link is down); the SMALL queues
     (messages_max = 2) of groups 1 and 2 are full; TEMP is never attached."""
-    linked = LinkedBus(
-        tmp_path_factory.mktemp("quiet"),
+    linked = await make_mem_linked(
         group_ids=(1, 2, 3),
         queues=QUEUES,
         group_limits={2: "message_bytes_max = 1000"},
+        started=(1, 2),
     )
     env = Env(linked)
-    with running(env, (1, 2)):
-        trio.run(_prepare_quiet, env)
-        yield env
+    await _prepare_quiet(env)
+    return env
 
 
 async def _prepare_quiet(env: Env) -> None:
     await wait_for_link(env, 1, 2, lambda info: info["state"] == "up")
-    async with connect(env.address(1), str(SENDER)) as sender:
+    async with env.connect(1, str(SENDER)) as sender:
         for target in ("1.14", "2.14"):
             for index in range(2):
                 psb = await sender.put(b"fill %d" % index, target=target, delivery=MODE.WF_MEM)
                 assert psb.delivery_status in (Status.ENQUEUED, Status.UNATTACHEDQ)
 
 
-@pytest.fixture(scope="module")
-def armed(tmp_path_factory) -> Iterator[Env]:
-    """Causes a cell arms and disarms: each group has its own fault file and a DQF of
-    at most 2 messages."""
-    linked = LinkedBus(
-        tmp_path_factory.mktemp("armed"),
-        queues=QUEUES,
-        limits="dqf_messages_max = 2",
-    )
-    env = Env(linked, with_fault_files(linked, (1, 2)))
-    with running(env, (1, 2)):
-        trio.run(wait_for_link, env, 1, 2, lambda info: info["state"] == "up")
-        yield env
+@pytest.fixture
+async def armed(make_mem_linked) -> Env:
+    return await make_armed(make_mem_linked)
+
+
+async def make_armed(make_mem_linked) -> Env:
+    """Causes a cell arms and disarms: a fault word per group and a DQF of at most 2
+    messages."""
+    linked = await make_mem_linked(queues=QUEUES, limits="dqf_messages_max = 2")
+    env = Env(linked)
+    await wait_for_link(env, 1, 2, lambda info: info["state"] == "up")
+    return env
 
 
 # ---------------------------------------------------------------------- helpers
-async def group_status(address: str) -> dict:
-    async with connect(address, None) as client:
+async def group_status(env: Env, group: int) -> dict:
+    async with env.connect(group, None) as client:
         return await client.status()
 
 
 async def wait_for_link(env: Env, group: int, peer: int, condition) -> dict:
-    """Poll a group's status until its link to `peer` meets `condition` (another
-    process's state: there is no event to await, so this polls with a short pause)."""
+    """Poll a group's status until its link to `peer` meets `condition` (a short pause
+    between looks: MockClock time, so it costs no wall time)."""
     with trio.fail_after(WAIT_S):
         while True:
-            info = (await group_status(env.address(group)))["links"][str(peer)]
+            info = (await group_status(env, group))["links"][str(peer)]
             if condition(info):
                 return info
             await trio.sleep(0.02)
 
 
 @asynccontextmanager
-async def attached(address: str, queue: str) -> AsyncIterator[Client]:
+async def attached(env: Env, group: int, queue: str) -> AsyncIterator[Client]:
     """connect() to a queue. The previous test's connection to the same queue may still
     be closing on the server (QUEUE_BUSY until it reads the EOF): retry briefly."""
     deadline = trio.current_time() + WAIT_S
     while True:
         stack = AsyncExitStack()
         try:
-            client = await stack.enter_async_context(connect(address, queue))
+            client = await stack.enter_async_context(env.connect(group, queue))
             break
         except MrsError as error:
             if error.status != Status.QUEUE_BUSY or trio.current_time() > deadline:
@@ -273,12 +220,8 @@ async def take_all(client: Client) -> list:
             return messages
 
 
-def journal_records(journals: Path, journal: Journal, seq: int) -> list:
-    store = JournalStore(journals, readonly=True)
-    try:
-        return [record for _key, record in store.scan(journal) if record.seq == seq]
-    finally:
-        store.close()
+def journal_records(store, journal: Journal, seq: int) -> list:
+    return [record for _key, record in store.scan(journal) if record.seq == seq]
 
 
 def event_lines(event_log: Path, seq: int) -> list[dict]:
@@ -292,6 +235,12 @@ def header_time_ns(header: dict) -> int:
     """The put date and time of a dead-letter header (UTC, hundredths) in ns."""
     stamp = time.strptime(header["put_date"] + header["put_time"][:6], "%Y%m%d%H%M%S")
     return (calendar.timegm(stamp) * 100 + int(header["put_time"][6:8])) * 10_000_000
+
+
+def now_bound_ns() -> int:
+    """At least any in-process group's clock now (wall time plus all MockClock skipped
+    in this run): an upper bound for times the groups wrote."""
+    return time.time_ns() + int(trio.current_time() * 1e9)
 
 
 def assert_put_between(header: dict, before_ns: int, after_ns: int) -> None:
@@ -425,15 +374,15 @@ async def cause_armed(env: Env, cause: Cause, sender: Client) -> AsyncIterator[N
             )
             assert psb.delivery_status == Status.STORED
     if cause.fault is not None:
-        env.fault_files[cause.fault[0]].write_text(cause.fault[1])
+        env.fail(cause.fault[0], cause.fault[1])
     try:
         yield
     finally:
         if cause.fault is not None:
-            env.fault_files[cause.fault[0]].write_text("")
+            env.fail(cause.fault[0], "")
         if cause.fill:
             target = cause.target_address
-            async with attached(env.address(target.group), str(target)) as receiver:
+            async with attached(env, target.group, str(target)) as receiver:
                 for index in range(cause.fill):
                     message = await receiver.get(timeout=10)
                     assert message.body == b"fill %d" % index
@@ -442,9 +391,10 @@ async def cause_armed(env: Env, cause: Cause, sender: Client) -> AsyncIterator[N
 
 # ---------------------------------------------------------------------- the matrix
 @pytest.fixture
-def env(request) -> Env:
-    """The shared bus serving this cell's cause (set up outside the test's trio run)."""
-    return request.getfixturevalue(request.node.callspec.params["cause"].env)
+async def env(request, make_mem_linked) -> Env:
+    """The bus serving this cell's cause, "quiet" or "armed"."""
+    make = {"quiet": make_quiet, "armed": make_armed}[request.node.callspec.params["cause"].env]
+    return await make(make_mem_linked)
 
 
 @pytest.mark.parametrize("cause, uma", CELLS)
@@ -454,11 +404,11 @@ async def test_cell(env: Env, cause: Cause, uma: Uma) -> None:
     if cause.fresh_link:
         await env.fresh_link(1, cause.target_address.group)
     async with (
-        attached(env.address(1), str(SENDER)) as sender,
-        attached(env.address(1), DLQ) as dlq,
+        attached(env, 1, str(SENDER)) as sender,
+        attached(env, 1, DLQ) as dlq,
     ):
         async with cause_armed(env, cause, sender):
-            before_ns = time.time_ns()
+            before_ns = env.clock_ns()
             psb = await sender.put(
                 body,
                 target=cause.target,
@@ -469,7 +419,7 @@ async def test_cell(env: Env, cause: Cause, uma: Uma) -> None:
                 priority=5,
                 correlation_id=b"cell",
             )
-            after_ns = time.time_ns()
+            after_ns = env.clock_ns()
             assert (psb.status, psb.delivery_status, psb.uma_status) == (
                 Status.SUCCESS,
                 cause.status,
@@ -483,12 +433,12 @@ async def test_cell(env: Env, cause: Cause, uma: Uma) -> None:
             found = {
                 "sender": await take_all(sender),
                 "dlq": await take_all(dlq),
-                "dlj": journal_records(env.journals(1), Journal.DLJ, psb.seq),
-                "saf": journal_records(env.journals(1), Journal.SAF, psb.seq),
+                "dlj": journal_records(env.store(1), Journal.DLJ, psb.seq),
+                "saf": journal_records(env.store(1), Journal.SAF, psb.seq),
                 "events": event_lines(env.event_log(1), psb.seq),
             }
             if uma is Uma.SAF and cause.saf_then == "receiver-dlq":
-                async with attached(env.address(2), "2.96") as receiver_dlq:
+                async with attached(env, 2, "2.96") as receiver_dlq:
                     found["receiver-dlq"] = await take_all(receiver_dlq)
                     for message in found["receiver-dlq"]:
                         await receiver_dlq.confirm(message.seq)
@@ -581,7 +531,7 @@ def check_dead_lettered(message, cause, uma, seq, body, before_ns, after_ns) -> 
     }
     if uma is Uma.SAF:  # moved by the channel rules when the peer refused it
         assert header["put_appl_name"] == "G1"  # the group that redirected it
-        assert_put_between(header, before_ns, time.time_ns())
+        assert_put_between(header, before_ns, now_bound_ns())
     else:
         assert header["put_appl_name"] == "G1"
         assert_put_between(header, before_ns, after_ns)
@@ -598,7 +548,7 @@ def check_receiver_dead_lettered(message, cause, uma, seq, body, before_ns, afte
     header = message.dead_letter_header
     assert (header["reason"], header["put_appl_name"]) == (MQRC[cause.status], "G2")
     assert f"{header['dest_q_mgr_name']}.{header['dest_q_name']}" == cause.target
-    assert_put_between(header, before_ns, time.time_ns())
+    assert_put_between(header, before_ns, now_bound_ns())
 
 
 def check_dlj_record(record, cause, uma, seq, body, before_ns, after_ns) -> None:
@@ -623,7 +573,7 @@ async def check_forwarded_after_recovery(env: Env, cause: Cause, seq: int, body:
     """A message the SAF UMA stored is delivered once the cause has cleared."""
     target = cause.target_address
     if cause.saf_then == "link":
-        await trio.to_thread.run_sync(env.linked.processes[target.group].start)
+        await env.start(target.group)
     try:
         await wait_for_link(
             env,
@@ -631,14 +581,14 @@ async def check_forwarded_after_recovery(env: Env, cause: Cause, seq: int, body:
             target.group,
             lambda info: info["state"] == "up" and info["saf_backlog"] == 0,
         )
-        async with attached(env.address(target.group), str(target)) as receiver:
+        async with attached(env, target.group, str(target)) as receiver:
             message = await receiver.get(timeout=10)
             assert (message.seq, message.body) == (seq, body)
             assert message.delivery_status == Status.CONFIRMREQ
             await receiver.confirm(message.seq)
     finally:
         if cause.saf_then == "link":  # back to "group 3 is down" for the next cells
-            await trio.to_thread.run_sync(env.linked.processes[target.group].kill)
+            env.kill(target.group)
             await wait_for_link(env, 1, target.group, lambda info: info["state"] == "down")
 
 
@@ -646,7 +596,7 @@ async def check_forwarded_after_recovery(env: Env, cause: Cause, seq: int, body:
 @pytest.mark.parametrize("uma", [Uma.DISC, Uma.RTS, Uma.DLJ], ids=lambda uma: uma.name)
 async def test_ak_put_reports_cause_and_uma_in_the_mrs_ack(quiet: Env, uma: Uma) -> None:
     """AK_DQF: the put answers at once (UMA_NA); the outcome comes as an MRS_ACK."""
-    async with attached(quiet.address(1), str(SENDER)) as sender:
+    async with attached(quiet, 1, str(SENDER)) as sender:
         psb = await sender.put(b"ak", target="1.50", delivery=MODE.AK_DQF, uma=uma)
         assert (psb.delivery_status, psb.uma_status) == (Status.SUCCESS, Status.UMA_NA)
         messages = [await sender.get(timeout=10)]
@@ -665,28 +615,28 @@ async def test_ak_put_reports_cause_and_uma_in_the_mrs_ack(quiet: Env, uma: Uma)
 
 
 # ---------------------------------------------------------------------- UMA failures
-@pytest.fixture(scope="module")
-def failing(tmp_path_factory) -> Iterator[Env]:
+@pytest.fixture
+async def failing(make_mem_linked) -> Env:
     """Group 1 where every UMA that can fail does: the event log path is a directory,
     the sender's queue (FULLSENDER, messages_max = 1) holds one message, there is no
     DLQ, the DLJ (dlj_messages_max = 1) and the SAF (saf_messages_max = 1) each hold
     one message already. Groups 2 and 3 are not running."""
-    linked = LinkedBus(
-        tmp_path_factory.mktemp("failing"),
+    linked = await make_mem_linked(
         group_ids=(1, 2, 3),
         queues=QUEUES,
         group_extras={1: "dead_letter_queue = false"},
         group_limits={1: "dlj_messages_max = 1\nsaf_messages_max = 1\ndqf_messages_max = 1"},
+        started=(),
     )
     env = Env(linked)
     env.event_log(1).mkdir(parents=True)
-    with running(env, (1,), proxies=False):
-        trio.run(_prepare_failing, env)
-        yield env
+    await env.start(1)
+    await _prepare_failing(env)
+    return env
 
 
 async def _prepare_failing(env: Env) -> None:
-    async with connect(env.address(1), str(FULL_SENDER)) as sender:
+    async with env.connect(1, str(FULL_SENDER)) as sender:
         psb = await sender.put(b"fills my queue", target=FULL_SENDER, delivery=MODE.WF_MEM)
         assert psb.delivery_status == Status.ENQUEUED
         psb = await sender.put(b"fills the DLJ", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLJ)
@@ -723,7 +673,7 @@ FAILING_CAUSES = [
 )
 async def test_uma_failure(failing: Env, cause: Cause, uma: Uma) -> None:
     """When the UMA itself fails the message is lost: the PSB says so."""
-    async with attached(failing.address(1), str(FULL_SENDER)) as sender:
+    async with attached(failing, 1, str(FULL_SENDER)) as sender:
         psb = await sender.put(b"doomed", target=cause.target, delivery=cause.mode, uma=uma)
         assert (psb.status, psb.delivery_status, psb.uma_status) == (
             Status.SUCCESS,
@@ -733,15 +683,15 @@ async def test_uma_failure(failing: Env, cause: Cause, uma: Uma) -> None:
         # Nowhere: the sender's queue still holds only its one message, and the DLJ,
         # the SAF and the (unwritable) event log have nothing new.
         assert (await sender.status())["queues"][str(FULL_SENDER)]["pending"] == 1
-    assert journal_records(failing.journals(1), Journal.DLJ, psb.seq) == []
-    assert journal_records(failing.journals(1), Journal.SAF, psb.seq) == []
+    assert journal_records(failing.store(1), Journal.DLJ, psb.seq) == []
+    assert journal_records(failing.store(1), Journal.SAF, psb.seq) == []
     assert failing.event_log(1).is_dir()
-    assert "1.96" not in (await group_status(failing.address(1)))["queues"]
+    assert "1.96" not in (await group_status(failing, 1))["queues"]
 
 
 async def test_a_group_without_dlq_has_no_queue_96(failing: Env) -> None:
     with pytest.raises(NoSuchQueue):
-        async with connect(failing.address(1), DLQ):
+        async with failing.connect(1, DLQ):
             pass
 
 
@@ -758,7 +708,7 @@ NOT_SUPPORTED = [
 async def test_pair_not_supported(quiet: Env, mode: DeliveryMode, uma: Uma) -> None:
     """DLJ/SAF with a nonrecoverable mode, SAF with a SAF mode: the put is refused
     (NOTSUPPORTED) before anything is queued or stored."""
-    async with attached(quiet.address(1), str(SENDER)) as sender:
+    async with attached(quiet, 1, str(SENDER)) as sender:
         with pytest.raises(NotSupported) as refused:
             await sender.put(b"refused", target="1.10", delivery=mode, uma=uma)
         assert refused.value.status == Status.NOTSUPPORTED
@@ -774,26 +724,27 @@ def test_the_refused_pairs_are_exactly_the_reference_ones() -> None:
     )
 
 
-def _raw_put(address: str, put: wire.Put) -> object:
-    """Hello, attach to RAW, one Put, on a raw connection; the server's answer."""
-    import socket
-
-    host, port = address.rsplit(":", 1)
+async def _raw_put(env: Env, put: wire.Put) -> object:
+    """Hello, attach to RAW, one Put, on a raw connection (no client library, which
+    would refuse the put itself); the server's answer."""
+    host, port = env.address(1).rsplit(":", 1)
     connection = wire.Connection("client")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(
+    stream = await env.linked.memory.network.node("raw").connect(host, int(port))
+    async with stream:
+        await stream.send_all(
             connection.send(wire.Hello(wire.PROTOCOL_VERSION, "raw"))
             + connection.send(wire.Attach(1, "RAW"))
             + connection.send(put)
         )
-        while True:
-            data = sock.recv(65536)
-            assert data, "the server closed the connection"
-            connection.receive_data(data)
-            for event in connection.events():
-                if getattr(event, "request_id", None) == put.request_id:
-                    return event
-                assert not isinstance(event, wire.Failure | wire.Fatal), event
+        with trio.fail_after(10):
+            while True:
+                data = await stream.receive_some(65536)
+                assert data, "the server closed the connection"
+                connection.receive_data(data)
+                for event in connection.events():
+                    if getattr(event, "request_id", None) == put.request_id:
+                        return event
+                    assert not isinstance(event, wire.Failure | wire.Fatal), event
 
 
 @pytest.mark.parametrize(
@@ -803,7 +754,7 @@ async def test_recoverable_put_without_uma_is_baduma(quiet: Env, mode: DeliveryM
     """MessageQ requires a UMA with recoverable modes. The client library defaults it
     (to DLJ), so the raw protocol shows the server's answer to uma = 0."""
     put = wire.Put(2, "1.10", b"no uma", int(mode), 0, 0, 0, 0, 0, b"", "", None)
-    answer = await trio.to_thread.run_sync(_raw_put, quiet.address(1), put)
+    answer = await _raw_put(quiet, put)
     assert isinstance(answer, wire.Failure) and answer.status == Status.BADUMA
 
 
@@ -813,7 +764,7 @@ async def test_recoverable_put_without_uma_is_baduma(quiet: Env, mode: DeliveryM
     ids=["not-a-uma", "not-a-mode"],
 )
 async def test_values_that_are_no_mode_or_uma(quiet: Env, delivery, uma, status) -> None:
-    async with attached(quiet.address(1), str(SENDER)) as sender:
+    async with attached(quiet, 1, str(SENDER)) as sender:
         with pytest.raises(NotSupported) as refused:
             await sender.put(b"x", target="1.10", delivery=delivery, uma=uma)
         assert refused.value.status == status
@@ -821,6 +772,6 @@ async def test_values_that_are_no_mode_or_uma(quiet: Env, delivery, uma, status)
 
 async def test_nonrecoverable_put_without_uma_defaults_to_disc(quiet: Env) -> None:
     put = wire.Put(2, "1.15", b"nobody there", int(MODE.WF_MEM), 0, 0, 0, 0, 0, b"", "", None)
-    answer = await trio.to_thread.run_sync(_raw_put, quiet.address(1), put)
+    answer = await _raw_put(quiet, put)
     assert isinstance(answer, wire.PutDone)
     assert (answer.delivery_status, answer.uma_status) == (Status.NOTACTIVE, Status.DISC_SUCCESS)
