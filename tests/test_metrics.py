@@ -168,7 +168,7 @@ groups = [1, 2]
 
 
 def test_a_drain_wait_is_shown_in_words() -> None:
-    from mrs.tools.bus_status import describe_wait
+    from mrs.tools.status_render import describe_wait
 
     wait = {"stuck_seq": 7, "status": "DQF_FULL", "reason": "target queue full",
             "waiting_behind": 3, "retry_in_s": 0.5}  # fmt: skip

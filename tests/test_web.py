@@ -192,7 +192,8 @@ def test_status_table_screenshot(bus: Path, tmp_path: Path) -> None:
     from rich.console import Console
 
     from mrs.config import load_config
-    from mrs.tools.bus_status import GroupView, fetch_all, render
+    from mrs.tools.bus_status import GroupView, fetch_all
+    from mrs.tools.status_render import render
 
     config = load_config(bus)
     views = [
