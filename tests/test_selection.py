@@ -16,16 +16,15 @@ from journals import Journal, Record
 from mrs.config import parse_config
 from mrs.tools.cli import build_parser
 from mrs.tools.journal.pacing import Pacer, parse_rate
-from mrs.tools.journal.selection import (
+from mrs.tools.journal.scalars import (
     SelectionError,
-    filter_from_args,
     parse_bytes_pattern,
     parse_duration_ns,
     parse_int_range,
     parse_reason,
     parse_time_ns,
-    queue_matcher,
 )
+from mrs.tools.journal.selection import filter_from_args, queue_matcher
 
 NOW = 1_700_000_000_000_000_000
 UNITS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}

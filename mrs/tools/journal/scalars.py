@@ -1,0 +1,141 @@
+"""What an operator types, parsed: durations, times, integer ranges, byte patterns,
+reasons. Every mistake is a `SelectionError` naming the option and what it expects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import re
+from collections.abc import Iterable
+
+from mrs.errors import OperatorError
+from mrs.model import Status
+
+_DURATION_UNITS_NS = {
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    "d": 86_400_000_000_000,
+    "w": 7 * 86_400_000_000_000,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+")
+INTEGER_PATTERN = re.compile(r"[+-]?\d+")
+WILDCARD_PATTERN = re.compile(r"[*?\[]")
+HEX_PREFIX = "hex:"
+TEXT_PREFIX = "text:"
+
+
+class SelectionError(OperatorError, ValueError):
+    """A selection argument that cannot be used; the message says which and why."""
+
+
+# ---------------------------------------------------------------------- scalars
+def parse_duration_ns(text: str) -> int:
+    """'90s', '30m', '2h', '1d', '1w', '1h30m', '250ms' -> nanoseconds."""
+    cleaned = text.strip().lower()
+    if not _DURATION.fullmatch(cleaned):
+        raise SelectionError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1d, 1w or 1h30m)")
+    total = 0
+    for number, unit in _DURATION_PART.findall(cleaned):
+        total += int(float(number) * _DURATION_UNITS_NS[unit])
+    return total
+
+
+def parse_time_ns(text: str, now_ns: int, option: str = "--since") -> int:
+    """An ISO time ('2024-05-01T10:00', '...Z', '...+02:00'; naive = local time),
+    a duration back from now ('2h' = two hours ago), or 'now' -> ns since the epoch."""
+    cleaned = text.strip()
+    if cleaned.lower() == "now":
+        return now_ns
+    if _DURATION.fullmatch(cleaned.lower()):
+        return now_ns - parse_duration_ns(cleaned)
+    try:
+        moment = datetime.datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise SelectionError(
+            f"{option}: not a time: {text!r} (use an ISO time like 2024-05-01T10:00, "
+            "2024-05-01T10:00:00Z, or a duration back from now like 2h, 30m, 1d)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # naive times are the operator's local time
+    delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def parse_int_range(
+    text: str, option: str, *, minimum: int | None = None
+) -> tuple[int | None, int | None]:
+    """'5..9' (inclusive), '5..', '..9' or '7' -> (low, high); None = open end."""
+    cleaned = text.strip()
+    low_text, dots, high_text = cleaned.partition("..")
+    if not dots:
+        low_text = high_text = cleaned
+    if not low_text and not high_text:
+        raise SelectionError(f"{option}: give at least one end of the range, e.g. 5..9, 5.. or ..9")
+    bounds: list[int | None] = []
+    for part in (low_text, high_text):
+        if not part:
+            bounds.append(None)
+            continue
+        if not INTEGER_PATTERN.fullmatch(part):
+            raise SelectionError(
+                f"{option}: {text!r} is not a number or range (use 7, 5..9, 5.. or ..9)"
+            )
+        value = int(part)
+        if minimum is not None and value < minimum:
+            raise SelectionError(f"{option}: {value} is below {minimum}")
+        bounds.append(value)
+    low, high = bounds
+    if low is not None and high is not None and low > high:
+        raise SelectionError(f"{option}: empty range {text!r} (the start is after the end)")
+    return low, high
+
+
+def parse_bytes_pattern(text: str, option: str = "--contains") -> bytes:
+    """Text (UTF-8), 'hex:0a1b...' for raw bytes, or 'text:...' to search for a
+    string that itself starts with 'hex:'."""
+    if text.startswith(HEX_PREFIX):
+        digits = text[len(HEX_PREFIX) :].replace(" ", "")
+        try:
+            pattern = bytes.fromhex(digits)
+        except ValueError:
+            raise SelectionError(
+                f"{option}: {text!r} is not hex (use pairs of hex digits after 'hex:')"
+            ) from None
+    elif text.startswith(TEXT_PREFIX):
+        pattern = text[len(TEXT_PREFIX) :].encode()
+    else:
+        pattern = text.encode()
+    if not pattern:
+        raise SelectionError(f"{option}: the pattern is empty")
+    return pattern
+
+
+def parse_reason(text: str) -> int:
+    """A dead-letter reason: a status name ('NO_DQF', 'PAMS__DQF_FULL') or number (-228)."""
+    cleaned = text.strip()
+    if INTEGER_PATTERN.fullmatch(cleaned):
+        return int(cleaned)
+    name = cleaned.upper().removeprefix("PAMS__")
+    try:
+        return int(Status[name])
+    except KeyError:
+        close = difflib.get_close_matches(name, Status.__members__, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise SelectionError(
+            f"--reason: no status named {text!r}{hint}; give a name like NO_DQF or a number"
+        ) from None
+
+
+def parse_int_list(values: Iterable[str], option: str) -> frozenset[int]:
+    """Repeated and/or comma-separated integers -> a set."""
+    result = set()
+    for value in values:
+        for part in value.split(","):
+            if not INTEGER_PATTERN.fullmatch(part.strip()):
+                raise SelectionError(f"{option}: {part!r} is not an integer")
+            result.add(int(part))
+    return frozenset(result)
