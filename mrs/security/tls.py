@@ -55,6 +55,10 @@ HANDSHAKES_MAX = 1024
 LOG_LINES_PER_S_MAX = 10
 FIRST_READ_BYTES_MAX = 16384
 """Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
+CLOSE_DRAIN_S = 1.0
+"""After a refused handshake: how long to read what the peer still sends (no RST)."""
+CLOSE_DRAIN_BYTES_MAX = 65536
+"""... and how much of it."""
 TLS_HANDSHAKE_RECORD = b"\x16"
 """The first byte of every TLS connection (a handshake record: the ClientHello)."""
 PLAINTEXT_REFUSAL = (
@@ -232,7 +236,7 @@ class TlsNetwork(TcpNetwork):
                     tls_stream = await self._handshake(stream)
             except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
                 self._refuse(peer, _why(error))
-                await trio.aclose_forcefully(stream)
+                await _close_gently(stream)
                 return
             finally:
                 self._handshaking[host] -= 1
@@ -295,6 +299,26 @@ class TlsNetwork(TcpNetwork):
                 raise ConnectionError(f"TLS to {host}:{port} ({name}): {_why(error)}") from None
             raise
         return tls_stream
+
+
+async def _close_gently(stream: trio.abc.Stream) -> None:
+    """FIN, then read what the peer still sends, then close: closing with unread data
+    would send an RST, and a TLS 1.3 client whose certificate was refused (it has
+    already sent its first frame) would see "connection reset" instead of the end of
+    the TLS stream, a failure it cannot tell from a crash. Bounded in time and bytes."""
+    with (
+        trio.move_on_after(CLOSE_DRAIN_S),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+    ):
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            await stream.send_eof()
+        drained = 0
+        while drained < CLOSE_DRAIN_BYTES_MAX:
+            data = await stream.receive_some(FIRST_READ_BYTES_MAX)
+            if not data:
+                break
+            drained += len(data)
+    await trio.aclose_forcefully(stream)
 
 
 class NotTls(Exception):
