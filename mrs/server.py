@@ -48,17 +48,13 @@ from mrs.delivery import Refused
 from mrs.faults import file_fault_hook
 from mrs.framed import FramedStream
 from mrs.group import Group
+from mrs.group.link_driver import dial_forever, new_link, pump
+from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX, PeerLink
 from mrs.group_ops import GroupOps
 from mrs.harness import ServeOptions
 from mrs.journal_check import verify_before_open
 from mrs.journal_reserve import ensure_headroom
 from mrs.limits import DATA_DIR_CHECK_INTERVAL_S, OUTBOX_BYTES_HIGH
-from mrs.links import (
-    FRAME_OVERHEAD_BYTES,
-    TRANSFER_BYTES_MAX,
-    PeerLink,
-    dial_forever,
-)
 from mrs.model import Status
 from mrs.network import TCP, Network, TcpNetwork
 from mrs.queues import ByteAccount, TargetQueue
@@ -304,10 +300,10 @@ class GroupServer:
 
     def _start_links(self, nursery: trio.Nursery) -> None:
         """One PeerLink per linked group; this group dials the higher-numbered ones."""
-        for peer_id in self.group.forwarding.peers:
-            link = PeerLink(self.group, peer_id)
+        for peer_id in self.group.peers:
+            link = new_link(self.group.link_rooms, peer_id)
             self.links[peer_id] = link
-            nursery.start_soon(link.pump)
+            nursery.start_soon(pump, link)
             if self.config.id < peer_id:
                 host, port = self._dial_address(peer_id)
                 if port == 0:

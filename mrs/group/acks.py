@@ -1,4 +1,4 @@
-"""MRS_ACKs a group still owes, journaled so that none is lost when the group restarts:
+"""Room: MRS_ACKs a group still owes, journaled so that none is lost when the group restarts:
 the AK_CONF waits for other groups' confirms (`AckWaits`) and the MRS_ACKs on their way
 to response queues in other groups (`AckOutbox`, and `RecentAcks` on the receiving side).
 
@@ -18,16 +18,15 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import msgpack
 
 from journals import Journal, JournalError, WriteBatch
+from mrs.group.context import GroupContext
+from mrs.group.peers import Peers
+from mrs.group.transfer import LINK_LOST, transfer_fields
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode
-
-if TYPE_CHECKING:
-    from mrs.group import Group
-    from mrs.queues import Entry
+from mrs.queues import Entry
 
 log = logging.getLogger("mrs.ack_waits")
 
@@ -47,7 +46,7 @@ def ack_wait_key(seq: int) -> bytes:
 
 @dataclass(eq=False)
 class AckWaits:
-    group: Group
+    ctx: GroupContext
     _deleting: set[int] = field(default_factory=set)
 
     def journal(
@@ -67,7 +66,7 @@ class AckWaits:
             if then is not None:
                 then(error)
 
-        self.group.writer.submit(batch, journaled)
+        self.ctx.writer.submit(batch, journaled)
 
     def done(self, seq: int) -> None:
         """The MRS_ACK was sent (or the put ended otherwise): forget it."""
@@ -81,7 +80,7 @@ class AckWaits:
             self._deleting.discard(seq)
             report(error)
 
-        self.group.writer.submit(batch, deleted)
+        self.ctx.writer.submit(batch, deleted)
 
     def owed_to(self, seq: int) -> Address | None:
         """The response queue still owed an MRS_ACK for `seq`, or None. The caller sends
@@ -90,7 +89,7 @@ class AckWaits:
         leaves the record behind, never loses the acknowledgement."""
         if seq in self._deleting:
             return None
-        value = self.group.store.get_raw(Journal.META, ack_wait_key(seq))
+        value = self.ctx.store.get_raw(Journal.META, ack_wait_key(seq))
         if value is None:
             return None
         group, queue = msgpack.unpackb(value)
@@ -98,7 +97,7 @@ class AckWaits:
 
     def count(self) -> int:
         return sum(
-            1 for key, _ in self.group.store.raw_items(Journal.META) if key.startswith(KEY_PREFIX)
+            1 for key, _ in self.ctx.store.raw_items(Journal.META) if key.startswith(KEY_PREFIX)
         )
 
 
@@ -127,7 +126,8 @@ class AckOutbox:
     (`RecentAcks`). At most `ACKS_OWED_PER_PEER_MAX` are owed to one peer: beyond that
     an MRS_ACK is refused and logged, as the bound on everything says."""
 
-    group: Group
+    ctx: GroupContext
+    peers: Peers
     owed: dict[int, int] = field(default_factory=dict)
     """Peer group -> MRS_ACKs journaled (or being journaled) for it and not yet answered."""
     unsent: dict[int, list[Entry]] = field(default_factory=dict)
@@ -135,7 +135,7 @@ class AckOutbox:
 
     def recover(self) -> None:
         """Every MRS_ACK still owed after a restart is sent again once its link is up."""
-        for key, value in self.group.store.raw_items(Journal.META):
+        for key, value in self.ctx.store.raw_items(Journal.META):
             if not key.startswith(OUT_PREFIX):
                 continue
             try:
@@ -175,7 +175,7 @@ class AckOutbox:
                 return
             self._go(entry)
 
-        self.group.writer.submit(batch, journaled)
+        self.ctx.writer.submit(batch, journaled)
 
     def link_up(self, peer_id: int) -> None:
         for entry in self.unsent.pop(peer_id, []):
@@ -185,10 +185,8 @@ class AckOutbox:
         return sum(self.owed.values())
 
     def _go(self, entry: Entry) -> None:
-        from mrs.forwarding import LINK_LOST, transfer_fields
-
         peer_id = entry.target.group
-        peer = self.group.forwarding.peers.get(peer_id)
+        peer = self.peers.get(peer_id)
         if peer is None or peer.link is None:
             self.unsent.setdefault(peer_id, []).append(entry)
             return
@@ -212,17 +210,15 @@ class AckOutbox:
             else:  # still on disk: sent again after a restart, dropped there as a copy
                 log.error("could not forget the MRS_ACK %d sent: %s", ack_seq, error)
 
-        self.group.writer.submit(batch, deleted)
+        self.ctx.writer.submit(batch, deleted)
 
     def _entry(
         self, ack_seq: int, group: int, queue: int, psb_wire: list, put_time_ns: int
     ) -> Entry:
-        from mrs.queues import Entry
-
         return Entry(
             seq=ack_seq,
             body=msgpack.packb(psb_wire),
-            source=Address(self.group.config.id, 0),
+            source=Address(self.ctx.config.id, 0),
             target=Address(group, queue),
             delivery=DeliveryMode.NN_MEM,
             msg_class=MRS_CLASS,

@@ -1,0 +1,40 @@
+"""One group's message recovery service, as rooms with one job each (docs/architecture.md).
+
+The public names: `Group` (the switchboard the server talks to), the link session
+and its trio driver, and the harness switches. Each room is a module of this
+package: context, sequence, dqf, umas, outbound, drain, inbound, notices, intake,
+handover, recovery; links in link_session (sans-I/O) and link_driver (trio).
+"""
+
+from mrs.group.context import (
+    BODIES_IN_MEMORY_PER_QUEUE_MAX,
+    UNSAFE_ACK_BEFORE_COMMIT,
+    UNSAFE_CONFIRM_WITHOUT_DELETE,
+    UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
+    UNSAFE_POSSDUPL_ALWAYS,
+    UNSAFE_SKIP_POSSDUPL,
+    UNSAFE_SWITCHES,
+    GroupContext,
+    Session,
+    Timers,
+)
+from mrs.group.handover import delivery_event
+from mrs.group.reply import PutReply
+from mrs.group.wiring import Group, LinkRooms
+
+__all__ = [
+    "BODIES_IN_MEMORY_PER_QUEUE_MAX",
+    "UNSAFE_ACK_BEFORE_COMMIT",
+    "UNSAFE_CONFIRM_WITHOUT_DELETE",
+    "UNSAFE_FORGET_UNCONFIRMED_ON_DETACH",
+    "UNSAFE_POSSDUPL_ALWAYS",
+    "UNSAFE_SKIP_POSSDUPL",
+    "UNSAFE_SWITCHES",
+    "Group",
+    "GroupContext",
+    "LinkRooms",
+    "PutReply",
+    "Session",
+    "Timers",
+    "delivery_event",
+]

@@ -1,0 +1,127 @@
+"""The state every room of a group shares: config, store, writer, timers, clock, counters.
+
+Why one object: the rooms (sequence, DQF, UMAs, hand-over, outbound, drain,
+inbound, notices) each do one job over the same journals and queues. They take
+this context instead of reaching into each other through a god object; what one
+room needs of another it is given explicitly when the group is wired (mrs.group.wiring).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from journals import GroupCommitWriter, JournalStore
+from mrs.config import BusConfig, GroupConfig
+from mrs.delivery import Refused
+from mrs.model import Address, Status
+from mrs.queues import TargetQueue
+
+log = logging.getLogger("mrs.group")
+
+UNSAFE_ACK_BEFORE_COMMIT = "ack-before-commit"
+UNSAFE_SKIP_POSSDUPL = "skip-possdupl"
+UNSAFE_POSSDUPL_ALWAYS = "possdupl-always"
+UNSAFE_CONFIRM_WITHOUT_DELETE = "confirm-without-delete"
+UNSAFE_FORGET_UNCONFIRMED_ON_DETACH = "forget-unconfirmed-on-detach"
+UNSAFE_SWITCHES = frozenset(
+    {
+        UNSAFE_ACK_BEFORE_COMMIT,
+        UNSAFE_SKIP_POSSDUPL,
+        UNSAFE_POSSDUPL_ALWAYS,
+        UNSAFE_CONFIRM_WITHOUT_DELETE,
+        UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
+    }
+)
+"""Broken builds the fault harness can switch on to show the checker catches them;
+a server honours them only when given them (`GroupServer(unsafe=...)`; `mrs serve`
+reads MRS_HARNESS_UNSAFE at the CLI edge)."""
+
+BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
+"""A journaled message further back in its queue than this keeps its body only on
+disk (read back at delivery), so memory stays flat while a DQF backlog grows."""
+U32 = struct.Struct(">I")
+U64 = struct.Struct(">Q")
+
+Outcome = Callable[[Status, int, str], None]
+"""outcome(status, stored_seq, reason) of storing one message in the DQF."""
+
+
+class Session(Protocol):
+    id: int
+    attached: TargetQueue | None
+
+    def send(self, event: object) -> None: ...
+
+
+class Timers(Protocol):
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run callback after delay_s; returns a function that cancels it."""
+        ...
+
+
+@dataclass(eq=False)
+class GroupContext:
+    """What the rooms of one group share (no behaviour beyond lookups)."""
+
+    bus: BusConfig
+    config: GroupConfig
+    store: JournalStore
+    writer: GroupCommitWriter
+    timers: Timers
+    clock_ns: Callable[[], int] = time.time_ns
+    unsafe: frozenset[str] = frozenset()
+    """Deliberately broken behaviours, for proving the checker (harness only)."""
+    queues: dict[int, TargetQueue] = field(default_factory=dict)
+    dqf_count: int = 0
+    dlj_count: int = 0
+    """DLJ records, counted at start-up (jplay --remove may lower it on disk meanwhile)."""
+    saf_count: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    quarantined: int = 0
+    """Messages moved to the DLJ because they could not be delivered (mrs.quarantine)."""
+    epoch: int = 0
+    """How many times this group has started (status and logs; not part of seqs)."""
+
+    def __post_init__(self) -> None:
+        for queue_config in self.config.queues.values():
+            address = Address(self.config.id, queue_config.id)
+            self.queues[queue_config.id] = TargetQueue(queue_config, address)
+
+    @property
+    def limits(self):
+        return self.config.limits
+
+    @property
+    def group_id(self) -> int:
+        return self.config.id
+
+    def resolve(self, text: str) -> Address:
+        """A queue name or address as an Address on this bus, or Refused NOSUCHQUEUE."""
+        try:
+            address = self.bus.resolve(text, self.config.id)
+        except (LookupError, ValueError) as error:
+            raise Refused(Status.NOSUCHQUEUE, str(error).strip("'\"")) from None
+        if address.group not in self.bus.groups:
+            raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
+        return address
+
+    def report_corrupt(
+        self, corrupt: object, what: str = "not delivered", once: bool = False
+    ) -> None:
+        """Note a record that does not decode (status shows it) and log it (`once`:
+        unless already noted, for a record read again and again, as the SAF drain does)."""
+        if once and str(corrupt) in self.corrupt:
+            return
+        self.corrupt.append(str(corrupt))
+        log.error("%s; left in place, %s", corrupt, what)
+
+
+def attached_queue(session: Session) -> TargetQueue:
+    if session.attached is None:
+        raise Refused(Status.NOTATTACHED, "attach to a queue first")
+    return session.attached

@@ -1,0 +1,224 @@
+"""Room: the DQF and its dedupe keys — store a recoverable message once, read it back,
+move one that cannot be delivered to the DLJ.
+
+Nothing is reported stored before its transaction is durable: `store_in_dqf`
+answers through `outcome` from the writer's callback. A message whose dedupe key
+(origin group and seq, or an application idempotency key) was stored before is
+answered with the first copy's seq and not stored again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalError,
+    JournalFullError,
+    WriteBatch,
+    queue_key,
+    seq_key,
+)
+from journals.writer import NOT_ATTEMPTED
+from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, U64, GroupContext, Outcome
+from mrs.group.peers import Peers
+from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys, fingerprint
+from mrs.journal_reserve import JournalReserve
+from mrs.model import Status
+from mrs.quarantine import QUARANTINE_EXTRA
+from mrs.queues import Entry, TargetQueue
+from mrs.records import record_from_entry
+
+log = logging.getLogger("mrs.group")
+
+
+@dataclass(eq=False)
+class Dqf:
+    ctx: GroupContext
+    peers: Peers
+    app_keys: AppKeys | None = None
+    reserve: JournalReserve | None = None
+    """Refuses new messages before the journal is full (mrs.journal_reserve)."""
+    _dedupe_waiting: dict[str, list[Outcome]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        limits = self.ctx.limits
+        self.app_keys = AppKeys(self.ctx.store, limits.dedupe_window_s, self.ctx.clock_ns)
+        self.reserve = JournalReserve.for_store(
+            self.ctx.store, limits.journal_bytes_max, limits.message_bytes_max
+        )
+
+    def journal_full(self, size_bytes: int) -> str | None:
+        """Why the journal cannot take a message of this size now, or None."""
+        return self.reserve.accepts(size_bytes) if self.reserve is not None else None
+
+    def store_in_dqf(
+        self,
+        entry: Entry,
+        dedupe_keys: list[str],
+        outcome: Outcome,
+        stream: object = None,
+        guard: Callable[[], bool] | None = None,
+    ) -> None:
+        """Store a recoverable entry in this group's DQF and offer it to its queue once
+        durable. `outcome(status, seq, reason)`: STORED with the seq stored (the first
+        copy's, for a duplicate key), or the cause that makes it undeliverable
+        (NO_DQF, DQF_FULL, MRS_RES_EXH, DQF_DEVICE_FAIL)."""
+        ctx = self.ctx
+        queue = ctx.queues.get(entry.target.queue)
+        if queue is None or not queue.config.recoverable:
+            outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
+            return
+        digest = fingerprint(entry.body)
+        for key in dedupe_keys:
+            if self._answer_duplicate(key, outcome, digest):
+                return
+        if full := self.journal_full(len(entry.body or b"")):
+            outcome(Status.MRS_RES_EXH, entry.seq, full)
+            return
+        if not self.peers.may_store(entry.origin_group):
+            outcome(
+                Status.DQF_FULL,
+                entry.seq,
+                f"DQF holds dqf_messages_max={ctx.limits.dqf_messages_max}",
+            )
+            return
+        ctx.dqf_count += 1
+        entry.journaled = True
+        record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
+        batch = WriteBatch.empty().put_record(
+            Journal.DQF, queue_key(queue.address.queue, entry.seq), record
+        )
+        batch.stream, batch.guard = stream, guard
+        for key in dedupe_keys:
+            self._dedupe_waiting[key] = []
+            if key.startswith(APP_PREFIX):
+                self.app_keys.inflight[key] = digest
+                value = self.app_keys.value(entry.seq, digest)
+            else:
+                value = U64.pack(entry.seq)
+            batch.put_raw(Journal.DEDUPE, key.encode(), value)
+        ctx.writer.submit(batch, _Stored(self, queue, entry, dedupe_keys, outcome))
+
+    def _stored(
+        self,
+        queue: TargetQueue,
+        entry: Entry,
+        dedupe_keys: list[str],
+        outcome: Outcome,
+        error: JournalError | None,
+    ) -> None:
+        """The DQF commit of one message ended: answer it and any duplicate waiting."""
+        cause = Status.STORED
+        reason = ""
+        if error is not None:
+            self.ctx.dqf_count -= 1
+            self.peers.dqf_freed()
+            entry.journaled = False
+            full = isinstance(error, JournalFullError)
+            cause = Status.MRS_RES_EXH if full else Status.DQF_DEVICE_FAIL
+            if error is NOT_ATTEMPTED:
+                cause = Status.LINK_DOWN  # an earlier message of its link failed
+            reason = str(error)
+        for key in dedupe_keys:
+            self.app_keys.inflight.pop(key, None)
+            for waiting in self._dedupe_waiting.pop(key, []):
+                waiting(cause, entry.seq, reason)
+        if error is None:
+            if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
+                entry.body = None
+            queue.offer(entry)
+        outcome(cause, entry.seq, reason)
+
+    def _answer_duplicate(self, key: str, outcome: Outcome, digest: bytes) -> bool:
+        """A message whose dedupe key was already stored is answered with the first
+        copy's seq and not stored again (one in flight: answered when it lands); an
+        application key reused for another body is refused KEY_REUSED
+        (mrs.idempotency); an expired one stores the message again."""
+        if key in self._dedupe_waiting:
+            if self.app_keys.inflight.get(key, digest) != digest:
+                outcome(Status.KEY_REUSED, 0, "idempotency key reused for another body")
+            else:
+                self._dedupe_waiting[key].append(outcome)
+            return True
+        found = self.app_keys.lookup(key, digest)
+        if found is None:
+            return False
+        seq, same = found
+        if not same:
+            outcome(Status.KEY_REUSED, seq, "idempotency key reused for another body")
+        else:
+            outcome(Status.STORED, seq, "")
+        return True
+
+    def purge_dedupe_keys(self, *, now: bool = False) -> None:
+        """Delete expired application keys (and old unscoped ones); every
+        PURGE_INTERVAL_S, and at start-up (`now`, before the writer runs)."""
+        batch = self.app_keys.purge_batch()
+        if batch is not None:
+            log.info("purging %d expired idempotency keys", len(batch))
+            if now:
+                self.ctx.store.commit_now(batch)
+            else:
+                self.ctx.writer.submit(batch, lambda error: None)
+        self.ctx.timers.call_later(PURGE_INTERVAL_S, self.purge_dedupe_keys)
+
+    def load_body(self, queue: TargetQueue, entry: Entry) -> bool:
+        """Read a journaled body left on disk; False (and reported) if it is unusable."""
+        key = queue_key(queue.address.queue, entry.seq)
+        try:
+            record = self.ctx.store.get(Journal.DQF, key)
+        except CorruptRecord as corrupt:
+            self.ctx.report_corrupt(corrupt)
+            return False
+        if record is None:
+            log.error("DQF message %d of %s vanished from the journal", entry.seq, queue.address)
+            return False
+        entry.body = record.body
+        return True
+
+    def quarantine(self, queue: TargetQueue, entry: Entry, problem: str) -> None:
+        """A message that cannot be delivered goes to the DLJ (reason BADPARAM, the
+        problem in extra) in one transaction with its DQF removal; never fatal."""
+        log.error("message %d on %s quarantined to the DLJ: %s", entry.seq, queue.address, problem)
+        record = record_from_entry(entry, written_time_ns=self.ctx.clock_ns())
+        record.reason = int(Status.BADPARAM)
+        record.extra[QUARANTINE_EXTRA] = problem
+        batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
+        if entry.journaled:
+            key = queue_key(queue.address.queue, entry.seq)
+            batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        self.ctx.writer.submit(batch, _Quarantined(self.ctx, entry))
+
+
+@dataclass(eq=False, slots=True)
+class _Stored:
+    """Writer callback of one DQF store (a class, not a closure: its state is named)."""
+
+    dqf: Dqf
+    queue: TargetQueue
+    entry: Entry
+    dedupe_keys: list[str]
+    outcome: Outcome
+
+    def __call__(self, error: JournalError | None) -> None:
+        self.dqf._stored(self.queue, self.entry, self.dedupe_keys, self.outcome, error)
+
+
+@dataclass(eq=False, slots=True)
+class _Quarantined:
+    ctx: GroupContext
+    entry: Entry
+
+    def __call__(self, error: JournalError | None) -> None:
+        if error is not None:
+            # Still in the DQF (if it was journaled): quarantined again after a restart.
+            log.error("message %d could not be quarantined: %s", self.entry.seq, error)
+            return
+        self.ctx.quarantined += 1
+        self.ctx.dlj_count += 1
+        if self.entry.journaled:
+            self.ctx.dqf_count -= 1

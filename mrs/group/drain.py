@@ -1,0 +1,209 @@
+"""Room: the SAF drain's journal side — read the backlog in order, settle the peer's answers.
+
+The drain is ordered (channel rules): the receiver stores the messages of a transfer
+that fit, in order, and refuses the first one it cannot store and every later one
+(LINK_DOWN) until the sender resyncs and resends from the refused one, so later
+messages never overtake a stuck one. A stored record is deleted here only once the
+peer has it; a permanent refusal moves the message to this group's DLQ; anything
+else keeps it and puts the drain in RETRY (the link session's backoff).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from journals import CorruptRecord, Journal, JournalError, Record, WriteBatch, group_key, split_key
+from mrs.group.context import GroupContext
+from mrs.group.peers import Peers, PeerState
+from mrs.group.transfer import (
+    LINK_LOST,
+    PERMANENT_REFUSALS,
+    decode_saf,
+    status_name,
+    transfer_fields,
+)
+from mrs.group.umas import Umas
+from mrs.model import Status
+from mrs.quarantine import quarantine_batch, record_problem
+from mrs.records import entry_from_record
+
+log = logging.getLogger("mrs.forwarding")
+
+
+@dataclass(eq=False)
+class DrainAnswer:
+    """What the peer's answer to one SAF transfer means for the drain."""
+
+    restart: bool = False
+    """Something was not stored: the peer refuses the rest until a resync, so the
+    drain starts again from its oldest record."""
+    retry: bool = False
+    """...after a backoff (RETRY), for the stuck message below."""
+    stuck_seq: int = 0
+    stuck_status: int = 0
+    reason: str = ""
+
+
+def _no_forget(seqs: list[int]) -> None:
+    pass
+
+
+@dataclass(eq=False)
+class Drain:
+    ctx: GroupContext
+    peers: Peers
+    umas: Umas
+
+    def saf_batch(
+        self, peer_id: int, after_key: bytes | None, count_max: int, bytes_max: int = 1 << 20
+    ) -> tuple[list[tuple[bytes, list]], bytes | None]:
+        """Up to count_max SAF records for a peer after `after_key`, in seq order, as
+        (key, transfer fields), and the last key looked at (corrupt records are
+        reported and skipped, never forwarded)."""
+        prefix = group_key(peer_id, 0)[:4]
+        batch: list[tuple[bytes, list]] = []
+        last_key = after_key
+        deleting = self.peers[peer_id].deleting
+        for key, value in self.ctx.store.items_after(
+            Journal.SAF, prefix, after_key, count_max, bytes_max
+        ):
+            last_key = key
+            if key in deleting:
+                continue
+            try:
+                record = decode_saf(value, key)
+            except CorruptRecord as corrupt:
+                self.ctx.report_corrupt(corrupt, "not forwarded", once=True)
+                continue
+            if (problem := record_problem(record)) is not None:
+                self._quarantine_saf(peer_id, key, record, problem)
+                continue
+            batch.append((key, transfer_fields(entry_from_record(record), ordered=True)))
+        return batch, last_key
+
+    def _quarantine_saf(self, peer_id: int, key: bytes, record: Record, problem: str) -> None:
+        """A SAF record no peer could accept (e.g. a delivery mode that does not exist)
+        moves to the DLJ with its reason, instead of blocking the drain or vanishing."""
+        ctx = self.ctx
+        peer = self.peers[peer_id]
+        peer.deleting.add(key)
+        batch = quarantine_batch(record, problem).delete(Journal.SAF, key)
+
+        def done(error: JournalError | None) -> None:
+            peer.deleting.discard(key)
+            if error is not None:
+                log.error("SAF message %d could not be quarantined: %s", record.seq, error)
+                return
+            ctx.saf_count -= 1
+            peer.saf_backlog -= 1
+            ctx.dlj_count += 1
+            ctx.quarantined += 1
+            log.error(
+                "SAF message %d for group %d quarantined to the DLJ: %s",
+                record.seq,
+                peer_id,
+                problem,
+            )
+            if peer.link is not None:
+                peer.link.poke()
+
+        ctx.writer.submit(batch, done)
+
+    def saf_answered(
+        self, peer_id: int, answers: list[tuple[bytes, int]], forgettable=_no_forget
+    ) -> DrainAnswer:
+        """The peer answered SAF records. Stored ones are deleted from the SAF. A
+        permanent refusal (unknown queue, too big) follows the channel rules: the
+        message moves to the local DLQ with a dead-letter header; if that put fails
+        (no DLQ, DLQ full) it stays in the SAF and the link goes into RETRY. A passing
+        refusal (peer's DQF full, its disk failing) also keeps it, in RETRY. LINK_DOWN
+        (refused behind an earlier failure) keeps a record for the restarted drain.
+        `forgettable(seqs)`: the stored ones, once their deletion is durable."""
+        peer = self.peers[peer_id]
+        batch = WriteBatch.empty()
+        outcome = DrainAnswer()
+        stored: list[int] = []
+        for key, status in answers:
+            if status == LINK_LOST or key in peer.deleting:
+                continue
+            if status == Status.STORED:
+                batch.delete(Journal.SAF, key)
+                stored.append(split_key(key)[1])
+                continue
+            if status == Status.DLQ_SUCCESS:  # the receiver dead-lettered it: done here
+                batch.delete(Journal.SAF, key)
+                continue
+            outcome.restart = True
+            if status == Status.LINK_DOWN:
+                continue
+            if status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(key, status):
+                batch.delete(Journal.SAF, key)
+                continue
+            if not outcome.retry:
+                outcome.retry = True
+                outcome.stuck_seq, outcome.stuck_status = split_key(key)[1], status
+                outcome.reason = refusal_reason(peer_id, status)
+        if batch:
+            self._delete_drained(peer, batch, stored, forgettable)
+        return outcome
+
+    def _delete_drained(
+        self, peer: PeerState, batch: WriteBatch, stored: list[int], forgettable
+    ) -> None:
+        """Commit the deletion of answered SAF records; a failed one is drained again
+        (the peer answers its copies STORED again, so they are deleted in the end)."""
+        ctx = self.ctx
+        deleted = len(batch.deletes)
+        keys = [key for _, key in batch.deletes]
+        peer.deleting.update(keys)
+
+        def done(error: JournalError | None) -> None:
+            peer.deleting.difference_update(keys)
+            if error is None:
+                ctx.saf_count -= deleted
+                peer.saf_backlog -= deleted
+                forgettable(stored)
+            else:
+                log.error("could not delete %d drained SAF records: %s", deleted, error)
+            if peer.link is not None and error is not None:
+                peer.link.resend_saf()
+            elif peer.link is not None:
+                peer.link.poke()
+
+        ctx.writer.submit(batch, done)
+
+    def _saf_to_dead_letter_queue(self, key: bytes, status: int) -> bool:
+        value = self.ctx.store.get_raw(Journal.SAF, key)
+        try:
+            record = decode_saf(value, key)
+        except CorruptRecord as corrupt:
+            log.error("%s: refused by the peer and unreadable; left in the SAF", corrupt)
+            return False
+        entry = entry_from_record(record)
+        entry.journaled = False
+        moved = self.umas.put_on_dead_letter_queue(
+            entry,
+            Status(status),
+            f"group {record.target_group} refused it over the link",
+        )
+        log.warning(
+            "group %d refused SAF message %d (%s): %s",
+            record.target_group,
+            record.seq,
+            status_name(status),
+            "moved to the DLQ" if moved else "DLQ put failed, link goes into RETRY",
+        )
+        return moved
+
+
+def refusal_reason(peer_id: int, status: int) -> str:
+    """Why a drain waits, for `mrs status`."""
+    if status == Status.DQF_FULL:
+        return f"group {peer_id}'s DQF is full: waiting for its receivers to confirm"
+    if status in PERMANENT_REFUSALS:
+        return (
+            f"group {peer_id} refused it ({status_name(status)}) and this group's DLQ "
+            "could not take it (no DLQ, or DLQ full)"
+        )
+    return f"group {peer_id} could not store it ({status_name(status)})"

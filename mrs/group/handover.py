@@ -1,0 +1,286 @@
+"""Room: hand messages to gets, and take their confirms — get, delivery marks, confirm, PCJ.
+
+A journaled entry's delivery count is made durable before it is handed over, so a
+crash can never hide that it was delivered (POSSDUPL stays exact). A confirm deletes
+the DQF record (and writes the PCJ record, and the origin group's CONF notice) in
+one transaction before it is answered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
+from mrs import protocol as wire
+from mrs.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
+from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders, is_shared
+from mrs.group.context import (
+    U32,
+    UNSAFE_CONFIRM_WITHOUT_DELETE,
+    UNSAFE_POSSDUPL_ALWAYS,
+    UNSAFE_SKIP_POSSDUPL,
+    GroupContext,
+    Session,
+    attached_queue,
+)
+from mrs.group.dqf import Dqf
+from mrs.group.notices import Notices
+from mrs.model import Status
+from mrs.queues import Entry, GetWaiter, TargetQueue
+from mrs.records import record_from_entry
+
+
+@dataclass(eq=False)
+class Handover:
+    ctx: GroupContext
+    dqf: Dqf
+    notices: Notices
+    dlq_readers: DlqReaders
+
+    # ------------------------------------------------------------------ get
+    def get(self, session: Session, request: wire.Get) -> None:
+        queue = attached_queue(session)
+        if queue.config.confirm == "implicit":
+            self._confirm_implicitly(session, queue)
+        if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+            raise Refused(
+                Status.EXCMAXUNCONF,
+                f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "
+                f"(unconfirmed_max={queue.config.unconfirmed_max})",
+            )
+        while (entry := queue.take()) is not None:
+            if entry.body is None and not self.dqf.load_body(queue, entry):
+                continue
+            if self.hand_over(session, request.request_id, queue, entry):
+                return
+        if request.timeout_ms == 0:
+            raise Refused(Status.NOMOREMSG, f"no message on {queue.address}")
+        self._park(session, request, queue)
+
+    def _park(self, session: Session, request: wire.Get, queue: TargetQueue) -> None:
+        """Wait for a message (a negative timeout waits for ever)."""
+        waiter = GetWaiter(
+            deliver=lambda arrived: self.hand_over(session, request.request_id, queue, arrived),
+            session_id=session.id,
+            request_id=request.request_id,
+        )
+        queue.park(waiter)
+        if request.timeout_ms > 0:
+            timeout_s = request.timeout_ms / 1000
+
+            def expire() -> None:
+                if queue.unpark(waiter):
+                    session.send(
+                        wire.Failure(
+                            request.request_id,
+                            Status.TIMEOUT,
+                            f"no message on {queue.address} in {timeout_s:g} s",
+                        )
+                    )
+
+            waiter.cancel_timer = self.ctx.timers.call_later(timeout_s, expire)
+
+    def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
+        """The client gave up a get: unpark it so no message is handed to a caller
+        that is gone. A get already answered is left alone (its Delivery stands)."""
+        queue = session.attached
+        if queue is None:
+            return
+        for waiter in queue.waiters:
+            if waiter.session_id == session.id and waiter.request_id == request.request_id:
+                queue.unpark(waiter)
+                waiter.cancel_timer()
+                session.send(
+                    wire.Failure(request.request_id, Status.TIMEOUT, "get cancelled by the client")
+                )
+                return
+
+    def _delivery_status(self, queue: TargetQueue, entry: Entry) -> tuple[int, bool]:
+        """The status a delivery carries, and whether it needs a confirm."""
+        # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
+        # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
+        leased = is_shared(queue)  # a DLQ get is a lease (mrs.dlq_leases)
+        needs_confirm = leased or (entry.needs_confirm and entry.delivery_status is None)
+        status = (not leased and entry.delivery_status) or delivery_status_on_get(
+            needs_confirm, entry.times_delivered
+        )
+        if status == Status.CONFIRMREQ and (entry.headers or {}).get(POSSIBLE_DUPLICATE_HEADER):
+            status = Status.POSSDUPL
+        unsafe = self.ctx.unsafe
+        if UNSAFE_SKIP_POSSDUPL in unsafe and status == Status.POSSDUPL:
+            status = Status.CONFIRMREQ
+        if UNSAFE_POSSDUPL_ALWAYS in unsafe and status == Status.CONFIRMREQ:
+            status = Status.POSSDUPL
+        return status, needs_confirm
+
+    def hand_over(
+        self, session: Session, request_id: int, queue: TargetQueue, entry: Entry
+    ) -> bool:
+        """Deliver one entry to a get. A journaled entry's delivery count is made durable
+        first, so a crash can never hide that it was delivered (POSSDUPL stays exact).
+        False if the entry could not be delivered at all (quarantined): the get is
+        still waiting for a message."""
+        if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+            queue.put_back(entry)
+            session.send(
+                wire.Failure(
+                    request_id,
+                    Status.EXCMAXUNCONF,
+                    f"unconfirmed_max={queue.config.unconfirmed_max} reached",
+                )
+            )
+            return True
+        status, needs_confirm = self._delivery_status(queue, entry)
+        if is_shared(queue):
+            self.dlq_readers.leased(session.id, entry)
+        try:  # built first: a field no client could have put must not kill the server
+            event = delivery_event(request_id, entry, status)
+        except (wire.ProtocolError, ValueError, TypeError) as error:
+            self.dqf.quarantine(queue, entry, f"cannot be delivered: {error}")
+            return False
+        entry.times_delivered += 1
+        if needs_confirm:
+            queue.unconfirmed[entry.seq] = entry
+        if not entry.journaled:
+            session.send(event)
+            if entry.on_dequeue is not None:
+                entry.on_dequeue(entry)
+            return True
+        key = queue_key(queue.address.queue, entry.seq)
+        batch = WriteBatch.empty().put_raw(Journal.MARKS, key, U32.pack(entry.times_delivered))
+
+        def marked(error: JournalError | None) -> None:
+            if error is None:
+                session.send(event)
+                return
+            entry.times_delivered -= 1  # never handed out: its first delivery is still due
+            if queue.unconfirmed.pop(entry.seq, None) is not None:
+                queue.put_back(entry)
+            session.send(
+                wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
+            )
+            self.serve_waiting_gets(queue)
+
+        self.ctx.writer.submit(batch, marked)
+        return True
+
+    def serve_waiting_gets(self, queue: TargetQueue) -> None:
+        """Hand waiting messages to parked gets as far as the unconfirmed cap allows."""
+        queue.serve_waiters(
+            lambda entry: entry.body is not None or self.dqf.load_body(queue, entry)
+        )
+
+    def _confirm_implicitly(self, session: Session, queue: TargetQueue) -> None:
+        for seq in list(queue.unconfirmed):
+            self._confirm_entry(
+                session,
+                queue,
+                queue.unconfirmed.pop(seq),
+                None,
+                0,
+                journal_on_confirm(0, self.ctx.config.pcj_default),
+            )
+
+    # ------------------------------------------------------------------ confirm
+    def confirm(self, session: Session, request: wire.Confirm) -> None:
+        queue = attached_queue(session)
+        journal = journal_on_confirm(request.force_j, self.ctx.config.pcj_default)
+        check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
+        if is_shared(queue):
+            self.dlq_readers.check_holder(session.id, request.seq)
+            self.dlq_readers.removed(session.id, request.seq)
+        entry = queue.unconfirmed.pop(request.seq)
+        self._confirm_entry(
+            session, queue, entry, request.request_id, request.confirm_value, journal
+        )
+
+    def _confirm_entry(
+        self,
+        session: Session,
+        queue: TargetQueue,
+        entry: Entry,
+        request_id: int | None,
+        confirm_value: int,
+        journal: bool,
+    ) -> None:
+        """Delete the DQF record (PCJ record, CONF notice) in one transaction, then answer."""
+        if not entry.journaled:
+            self._confirmed(session, queue, entry, request_id, None, None)
+            return
+        ctx = self.ctx
+        key = queue_key(queue.address.queue, entry.seq)
+        batch = WriteBatch.empty().delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        if UNSAFE_CONFIRM_WITHOUT_DELETE in ctx.unsafe:
+            batch = WriteBatch.empty()
+        if journal:
+            now_ns = ctx.clock_ns()
+            record = record_from_entry(entry, written_time_ns=now_ns)
+            record.confirm_value = confirm_value
+            record.confirm_time_ns = now_ns
+            record.extra["deliveries"] = entry.times_delivered  # POSSDUPL for the audit
+            batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
+        notice = (
+            entry.origin_group is not None
+            and entry.delivery.interest_point == "CONF"
+            and self.notices.add_notice(batch, entry.origin_group, "conf", entry.seq)
+        )
+        notify = entry.origin_group if notice else None
+        ctx.writer.submit(
+            batch,
+            lambda error: self._confirmed(session, queue, entry, request_id, notify, error),
+        )
+
+    def _confirmed(
+        self,
+        session: Session,
+        queue: TargetQueue,
+        entry: Entry,
+        request_id: int | None,
+        notify: int | None,
+        error: JournalError | None,
+    ) -> None:
+        """A confirm's transaction ended: answer it; on success free the DQF slot, tell
+        the origin group (its notice is durable now) and whoever waits for the confirm."""
+        if error is None and notify is not None:
+            self.notices.notice_committed(notify)
+        if error is not None:
+            queue.unconfirmed[entry.seq] = entry
+            _sort_unconfirmed(queue)
+            full = isinstance(error, JournalFullError)
+            status = Status.MRS_RES_EXH if full else Status.JOURNAL_FAIL
+            if request_id is not None:
+                session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
+            return
+        if entry.journaled:
+            self.ctx.dqf_count -= 1
+            self.notices.peers.dqf_freed()
+        if request_id is not None:
+            session.send(wire.Confirmed(request_id, entry.seq, Status.SUCCESS))
+        if entry.on_confirm is not None:
+            entry.on_confirm(entry)
+        self.serve_waiting_gets(queue)
+
+
+def _sort_unconfirmed(queue: TargetQueue) -> None:
+    ordered = sorted(queue.unconfirmed.items())
+    queue.unconfirmed.clear()
+    queue.unconfirmed.update(ordered)
+
+
+def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
+    return wire.Delivery(
+        request_id,
+        entry.seq,
+        entry.body,
+        str(entry.source),
+        str(entry.target),
+        entry.msg_class,
+        entry.msg_type,
+        entry.priority,
+        int(entry.delivery),
+        int(status),
+        entry.correlation_id,
+        entry.put_time_ns,
+        entry.dead_letter_header,
+        entry.headers,
+    )

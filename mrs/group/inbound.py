@@ -1,0 +1,217 @@
+"""Room: what a peer group sends — store or queue each transferred message and answer.
+
+The receiving group dedupes by (origin group, seq), so a message resent after a link
+drop is stored once. FIFO across failures: once an ordered (SAF drain) recoverable
+message of a connection could not be stored, every later ordered one is answered
+LINK_DOWN without being stored, until the peer says it starts over ("resync"), so
+nothing overtakes the message that failed. A direct message stands alone: its
+refusal takes its own UMA and holds nothing up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrs.group.acks import RecentAcks
+from mrs.group.context import GroupContext, Outcome
+from mrs.group.dqf import Dqf
+from mrs.group.intake import enqueue_in_memory
+from mrs.group.notices import Notices
+from mrs.group.peers import Inbound as InboundStream
+from mrs.group.peers import Peers
+from mrs.group.transfer import RECEIVER_DEAD_LETTERED, entry_from_fields
+from mrs.group.umas import Umas
+from mrs.idempotency import scoped_key
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Status
+from mrs.quarantine import PoisonTransfer
+from mrs.queues import Entry
+from mrs.records import idempotency_key
+
+log = logging.getLogger("mrs.forwarding")
+
+
+@dataclass(eq=False)
+class Inbound:
+    ctx: GroupContext
+    peers: Peers
+    dqf: Dqf
+    umas: Umas
+    notices: Notices
+    recent_acks: RecentAcks
+    """MRS_ACKs other groups sent here, so a resent one is dropped."""
+
+    def accept_transfer(
+        self,
+        peer_id: int,
+        messages: list,
+        respond: Callable[[list], None],
+        inbound: InboundStream,
+    ) -> None:
+        """Store/queue what a peer sent; `respond` gets one [seq, status, stored_seq]
+        per message, in order, once every recoverable one is durable. The ordered
+        messages before a failed one are stored (a transfer does not need room for
+        all of its messages)."""
+        decoded = [self._entry_or_poison(peer_id, fields) for fields in messages]
+        answers = _TransferAnswers(
+            self.peers, peer_id, inbound, respond, [None] * len(decoded), len(decoded)
+        )
+        answers.all_ordered_stored = any(ordered for _, ordered in decoded)
+        answers.first_ordinal = inbound.inbound_ordinal
+        if not decoded:
+            respond([])
+        for index, (entry, ordered) in enumerate(decoded):
+            ordinal = None
+            poison = isinstance(entry, PoisonTransfer)
+            if ordered and (poison or entry.delivery.recoverable):
+                ordinal = inbound.inbound_ordinal
+                inbound.inbound_ordinal += 1
+            outcome: Outcome = _Answer(answers, index, entry.seq, ordinal)
+            if ordinal is not None and not poison:
+                outcome = _DeadLetterHere(self, peer_id, entry, outcome)
+            self._accept_one(peer_id, entry, ordinal, outcome, inbound)
+
+    def _accept_one(
+        self,
+        peer_id: int,
+        entry: Entry | PoisonTransfer,
+        ordinal: int | None,
+        outcome: Outcome,
+        inbound: InboundStream,
+    ) -> None:
+        if ordinal is not None and inbound.inbound_failed_at is not None:
+            outcome(Status.LINK_DOWN, entry.seq, "an earlier message of this link failed")
+        elif isinstance(entry, PoisonTransfer):
+            log.error(
+                "group %d sent message %d that no client could put (%s): refused BADPARAM",
+                peer_id,
+                entry.seq,
+                entry.problem,
+            )
+            outcome(Status.BADPARAM, entry.seq, entry.problem)
+        elif len(entry.body) > self.ctx.limits.message_bytes_max:
+            # This group's own limit, whatever the sender checked (e.g. a message
+            # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
+            outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")
+        elif entry.delivery.recoverable:
+            keys = [f"origin:{peer_id}:{entry.seq}"]
+            if (key := idempotency_key(entry.headers)) is not None:
+                keys.append(scoped_key(entry.source, entry.target, key))
+            if ordinal is None:
+                self.dqf.store_in_dqf(entry, keys, outcome)
+            else:
+                guard = _StillInOrder(inbound, ordinal)
+                self.dqf.store_in_dqf(entry, keys, outcome, stream=inbound, guard=guard)
+        else:
+            self._accept_memory(peer_id, entry, outcome)
+
+    def dead_letter_here(
+        self,
+        peer_id: int,
+        entry: Entry,
+        outcome: Outcome,
+        status: Status,
+        stored_seq: int,
+        reason: str,
+    ) -> None:
+        """Channel rules, receiving side: a SAF-drained message this group refuses for
+        good goes to this group's DLQ, answered DLQ_SUCCESS once it is there."""
+        if status not in RECEIVER_DEAD_LETTERED:
+            outcome(status, stored_seq, reason)
+            return
+        text = f"group {self.ctx.group_id} refused it from group {peer_id}: {reason}"
+        self.umas.put_on_dead_letter_queue(
+            entry,
+            status,
+            text,
+            lambda done: outcome(Status.DLQ_SUCCESS if done else status, stored_seq, reason),
+        )
+
+    def _accept_memory(self, peer_id: int, entry: Entry, outcome: Outcome) -> None:
+        is_ack = entry.msg_class == MRS_CLASS and entry.msg_type == MRS_ACK_TYPE
+        if is_ack and not self.recent_acks.first_time(peer_id, entry.seq):
+            outcome(Status.ENQUEUED, entry.seq, "")  # resent after a link drop: queued once
+            return
+        point = entry.delivery.interest_point
+        if point == "DEQ":
+            entry.on_dequeue = lambda _e: self.notices.notify_now(peer_id, "deq", entry.seq)
+        elif point == "ACK":
+            entry.on_confirm = lambda _e: self.notices.notify_now(peer_id, "ack", entry.seq)
+        status, reason = enqueue_in_memory(self.ctx, entry)
+        outcome(status, entry.seq, reason)
+
+    def _entry_or_poison(self, peer_id: int, fields: object) -> tuple[Entry | PoisonTransfer, bool]:
+        """The entry for a transferred message, or why a client could not have put it
+        (refused alone); a message with no usable seq breaks the link (TransferError)."""
+        try:
+            return entry_from_fields(self.ctx.group_id, peer_id, fields)
+        except PoisonTransfer as poison:
+            return poison, fields[-1] is True
+
+
+@dataclass(eq=False)
+class _TransferAnswers:
+    """The answers of one transfer, sent together once every message has one."""
+
+    peers: Peers
+    peer_id: int
+    inbound: InboundStream
+    respond: Callable[[list], None]
+    results: list
+    remaining: int
+    all_ordered_stored: bool = False
+    first_ordinal: int = 0
+
+    def answer(
+        self, index: int, seq: int, ordinal: int | None, status: Status, stored_seq: int
+    ) -> None:
+        if ordinal is not None and status not in (Status.STORED, Status.DLQ_SUCCESS):
+            self.all_ordered_stored = False
+            failed_at = self.inbound.inbound_failed_at
+            if failed_at is None or ordinal < failed_at:
+                self.inbound.inbound_failed_at = ordinal
+            if status == Status.DQF_FULL:
+                self.peers.drain_refused(self.peer_id, ordinal)
+        self.results[index] = [seq, int(status), stored_seq]
+        self.remaining -= 1
+        if self.remaining == 0:
+            if self.all_ordered_stored:
+                self.peers.drain_satisfied(self.peer_id, self.first_ordinal)
+            self.respond(self.results)
+
+
+@dataclass(eq=False, slots=True)
+class _Answer:
+    answers: _TransferAnswers
+    index: int
+    seq: int
+    ordinal: int | None
+
+    def __call__(self, status: Status, stored_seq: int, reason: str) -> None:
+        self.answers.answer(self.index, self.seq, self.ordinal, status, stored_seq)
+
+
+@dataclass(eq=False, slots=True)
+class _DeadLetterHere:
+    inbound: Inbound
+    peer_id: int
+    entry: Entry
+    outcome: Outcome
+
+    def __call__(self, status: Status, stored_seq: int, reason: str) -> None:
+        self.inbound.dead_letter_here(
+            self.peer_id, self.entry, self.outcome, status, stored_seq, reason
+        )
+
+
+@dataclass(eq=False, slots=True)
+class _StillInOrder:
+    """Writer guard: commit an ordered message only if nothing before it failed."""
+
+    inbound: InboundStream
+    ordinal: int
+
+    def __call__(self) -> bool:
+        failed_at = self.inbound.inbound_failed_at
+        return failed_at is None or self.ordinal < failed_at

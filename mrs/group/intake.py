@@ -1,0 +1,261 @@
+"""Room: a client's attach, detach and put — check it, number it, send it on its way.
+
+The path of a recoverable put: validate -> allocate seq -> the DQF room journals it
+-> when durable, it is offered to its queue and the interest point is reported (or
+the confirm awaited, for CONF modes). A put for another group goes to the outbound
+room; a nonrecoverable one is queued in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from mrs import protocol as wire
+from mrs.deadletter import header_problem
+from mrs.delivery import Refused, check_mode_and_uma, reached_status
+from mrs.dlq_leases import CONTEXT_HEADER, DlqReaders, is_shared, passed_source
+from mrs.group.context import (
+    UNSAFE_ACK_BEFORE_COMMIT,
+    UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
+    GroupContext,
+    Session,
+    attached_queue,
+)
+from mrs.group.dqf import Dqf
+from mrs.group.outbound import Outbound
+from mrs.group.reply import PutReply
+from mrs.group.sequence import Sequence
+from mrs.group.umas import Umas
+from mrs.idempotency import scoped_key
+from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
+from mrs.queues import Entry, memory_quota_problem
+from mrs.records import DEAD_LETTER_HEADER, idempotency_key
+
+log = logging.getLogger("mrs.group")
+
+
+@dataclass(eq=False)
+class Intake:
+    ctx: GroupContext
+    sequence: Sequence
+    dqf: Dqf
+    umas: Umas
+    outbound: Outbound
+    dlq_readers: DlqReaders
+
+    # ------------------------------------------------------------------ attach
+    def attach(self, session: Session, request: wire.Attach) -> None:
+        ctx = self.ctx
+        if session.attached is not None:
+            raise Refused(Status.BADPARAM, f"already attached to {session.attached.address}")
+        address = ctx.resolve(request.queue)
+        if address.group != ctx.group_id:
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"{request.queue} is in group {address.group}: attach to a queue of group "
+                f"{ctx.group_id} (this server)",
+            )
+        queue = ctx.queues.get(address.queue)
+        if queue is None:
+            raise Refused(Status.NOSUCHQUEUE, f"group {ctx.group_id} has no queue {address.queue}")
+        if is_shared(queue):  # several DLQ readers at once (mrs.dlq_leases)
+            self.dlq_readers.attach(queue, session.id, getattr(session, "peer", "?"))
+        elif queue.attached_session is not None:
+            raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")
+        else:
+            queue.attached_session = session.id
+        session.attached = queue
+        session.send(wire.Attached(request.request_id, address.group, address.queue))
+
+    def detach(self, session: Session) -> None:
+        queue = session.attached
+        if queue is None:
+            return
+        session.attached = None
+        if is_shared(queue):
+            returned = self.dlq_readers.detach(queue, session.id)
+        else:
+            returned = queue.detach()
+            if UNSAFE_FORGET_UNCONFIRMED_ON_DETACH in self.ctx.unsafe:
+                for entry in returned:
+                    queue.pending.remove(entry)
+                    queue.memory_count -= not entry.journaled
+        if returned:
+            log.info(
+                "queue %s detached with %d unconfirmed messages; they will be redelivered",
+                queue.address,
+                len(returned),
+            )
+
+    # ------------------------------------------------------------------ put
+    def put(self, session: Session, request: wire.Put) -> None:
+        """Check a put, number it, answer NN puts at once, and send it on its way."""
+        ctx = self.ctx
+        source = attached_queue(session).address
+        mode, action = check_mode_and_uma(request.delivery, request.uma)
+        target = ctx.resolve(request.target)
+        key, own_header = self._check_put(request)
+        response_queue = ctx.resolve(request.resp_q) if request.resp_q else source
+        if (
+            mode.notification == "AK"
+            and response_queue.group != ctx.group_id
+            and response_queue.group not in self.outbound.peers
+        ):
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"response queue {response_queue}: group {response_queue.group} is not "
+                f"linked to group {ctx.group_id}, so no MRS_ACK could reach it",
+            )
+        put_time_ns = ctx.clock_ns()
+        headers = request.headers
+        if headers is not None and CONTEXT_HEADER in headers:
+            source, put_time_ns = self._passed_context(session, headers, put_time_ns)
+            headers = {key: value for key, value in headers.items() if key != CONTEXT_HEADER}
+        if key is not None:
+            key = scoped_key(source, target, key)
+            local = target.group == ctx.group_id and mode.recoverable
+            if local and (conflict := self.dqf.app_keys.conflict(key, request.body)) is not None:
+                raise Refused(Status.KEY_REUSED, conflict)
+        seq = self.sequence.next()
+        reply = PutReply(
+            self.umas.send_mrs_ack, session, request.request_id, mode, response_queue, seq
+        )
+        reply.stored_reply = bool((request.headers or {}).get(wire.REPLY_WHEN_STORED_HEADER))
+        entry = Entry(
+            seq=seq,
+            body=request.body,
+            source=source,
+            target=target,
+            delivery=mode,
+            uma=action,
+            msg_class=request.msg_class,
+            msg_type=request.msg_type,
+            priority=request.priority,
+            correlation_id=request.correlation_id,
+            put_time_ns=put_time_ns,
+            headers=headers,
+            dead_letter_header=own_header,
+            account=getattr(session, "account", None),
+        )
+        if mode.notification == "WF":
+            self._time_out_later(request, reply)
+        answer = _Accepted(session, request.request_id, answer_now=not reply.stored_reply)
+        if (
+            mode.notification == "AK"
+            and mode.interest_point == "CONF"
+            and target.group != ctx.group_id
+        ):
+            # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)
+            self.outbound.put_owing_ack(entry, reply, answer)
+            return
+        if mode.notification != "WF":
+            answer(seq, None)
+        if target.group != ctx.group_id:
+            self.outbound.put(entry, reply)
+        elif mode.recoverable:
+            self._put_recoverable(entry, reply, key)
+        else:
+            self._put_memory(entry, reply)
+
+    def _check_put(self, request: wire.Put) -> tuple[str | None, dict | None]:
+        """Refuse a put no mode could store; its idempotency key and own DLQ header."""
+        limit = self.ctx.limits.message_bytes_max
+        if len(request.body) > limit:
+            raise Refused(
+                Status.MSGTOOBIG,
+                f"body of {len(request.body)} bytes exceeds message_bytes_max {limit}",
+            )
+        key = idempotency_key(request.headers)  # refuse a malformed key before anything else
+        own_header = (request.headers or {}).get(DEAD_LETTER_HEADER)
+        if own_header is not None and (problem := header_problem(own_header)) is not None:
+            raise Refused(Status.BADPARAM, problem)
+        return key, own_header
+
+    def _time_out_later(self, request: wire.Put, reply: PutReply) -> None:
+        """WF: answer TIMEOUT if the interest point is not reached in time."""
+        timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
+        reply.cancel_timer = self.ctx.timers.call_later(
+            timeout_s, lambda: reply.time_out(timeout_s)
+        )
+
+    def _passed_context(
+        self, session: Session, headers: dict, put_time_ns: int
+    ) -> tuple[Address, int]:
+        """A DLQ reader forwarding a dead letter keeps its original sender and time."""
+        if session.attached is None or not is_shared(session.attached):
+            raise Refused(
+                Status.BADPARAM, f"only a dead-letter queue reader may pass {CONTEXT_HEADER}"
+            )
+        source_text, original_ns, dlq_seq = passed_source(headers[CONTEXT_HEADER])
+        self.dlq_readers.counted_put(session.id, dlq_seq)
+        return self.ctx.resolve(source_text), original_ns or put_time_ns
+
+    def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
+        if entry.delivery.interest_point == "CONF":
+            entry.on_confirm = reply.reporter(entry.seq)
+            if entry.delivery.notification == "AK":
+                # journaled with the message: the MRS_ACK is owed after a restart too
+                entry.response_queue = reply.response_queue
+
+        def outcome(status: Status, seq: int, reason: str) -> None:
+            if status != Status.STORED:
+                self.umas.undeliverable(entry, reply, status, reason)
+            elif entry.delivery.interest_point != "CONF" or seq != entry.seq:
+                reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+            else:
+                reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+
+        keys = [key] if key is not None else []
+        if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and entry.delivery.interest_point != "CONF":
+            reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
+        self.dqf.store_in_dqf(entry, keys, outcome)
+
+    def _put_memory(self, entry: Entry, reply: PutReply) -> None:
+        point = entry.delivery.interest_point
+        if point == "DEQ":
+            entry.on_dequeue = reply.reporter(entry.seq)
+        elif point == "ACK":
+            entry.on_confirm = reply.reporter(entry.seq)
+        status, reason = enqueue_in_memory(self.ctx, entry)
+        if not status.ok:
+            self.umas.undeliverable(entry, reply, status, reason)
+        elif point == "MEM":
+            reply.report(Psb(Status.SUCCESS, status, entry.seq, Status.NO_UMA))
+
+
+def enqueue_in_memory(ctx: GroupContext, entry: Entry) -> tuple[Status, str]:
+    """Queue a nonrecoverable entry; ENQUEUED/UNATTACHEDQ, or why it cannot be."""
+    queue = ctx.queues.get(entry.target.queue)
+    if queue is None:
+        return Status.NOSUCHQUEUE, f"no queue {entry.target}"
+    attached = queue.attached_session is not None
+    if not attached and not queue.config.permanent:
+        return Status.NOTACTIVE, f"queue {entry.target} is not attached"
+    if queue.memory_count >= queue.config.messages_max:
+        return (
+            Status.EXCEEDQUOTA,
+            f"queue {entry.target} holds messages_max={queue.config.messages_max}",
+        )
+    if (problem := memory_quota_problem(queue, entry, ctx.config.guards)) is not None:
+        return Status.EXCEEDQUOTA, problem
+    queue.offer(entry)
+    return reached_status(entry.delivery, attached), ""
+
+
+@dataclass(eq=False, slots=True)
+class _Accepted:
+    """How an NN/AK put is answered once what it owes is durable: accepted (unless it
+    asked to hear only when stored), or refused whatever its mode."""
+
+    session: Session
+    request_id: int
+    answer_now: bool
+
+    def __call__(self, seq: int, refused: Status | None) -> None:
+        if refused is not None:
+            message = "could not journal the MRS_ACK owed for this put"
+            self.session.send(wire.Failure(self.request_id, refused, message))
+        elif self.answer_now:
+            accepted = (Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
+            self.session.send(wire.PutDone(self.request_id, *accepted))

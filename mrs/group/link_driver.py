@@ -1,0 +1,224 @@
+"""The trio driver of link sessions: wake-ups, dialing with backoff, handshake, receive loop.
+
+One TCP connection per linked pair; the lower-numbered group dials (to the peer's
+listen address, or the link's `address` override, e.g. a fault proxy). The session
+(mrs.group.link_session) decides what to send; this module only moves bytes, keeps
+time, and reconnects with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from mrs import protocol as wire
+from mrs.errors import MrsError
+from mrs.group.link_session import PeerLink
+from mrs.group.wiring import LinkRooms
+from mrs.guards import Guards
+from mrs.limits import RECEIVE_BYTES_MAX
+from mrs.model import Status
+from mrs.network import TCP, Network
+from mrs.watchdog import Liveness, next_nonce, watch
+
+log = logging.getLogger("mrs.links")
+
+BACKOFF_S_MIN = 0.05
+BACKOFF_S_MAX = 2.0
+HANDSHAKE_TIMEOUT_S = 5.0
+LINK_PROGRAM_PREFIX = "group:"
+
+
+def new_link(rooms: LinkRooms, peer_id: int) -> PeerLink:
+    """A link session on trio's clock (what the timers and the RETRY backoff use)."""
+    return PeerLink(rooms, peer_id, now_s=trio.current_time)
+
+
+async def pump(link: PeerLink) -> None:
+    """Drive one session for ever: give it trio's clock, and flush whenever it asks
+    (at once, too, in case it was woken before this task started)."""
+    wanted = trio.Event()
+    wanted.set()
+
+    def wake() -> None:
+        wanted.set()
+
+    link.now_s = trio.current_time
+    link.wake = wake
+    while True:
+        await wanted.wait()
+        wanted = trio.Event()
+        if link.channel is not None:
+            link.flush()
+
+
+# ---------------------------------------------------------------------- dialing side
+@dataclass(eq=False)
+class DialedChannel:
+    """The dialer's end of a link connection: a send loop like a server session's."""
+
+    stream: trio.abc.Stream
+    connection: wire.Connection
+    closed: bool = False
+    _outbox: list[bytes] = field(default_factory=list)
+    _ready: trio.Event = field(default_factory=trio.Event)
+
+    def send(self, event: object) -> None:
+        if self.closed:
+            return
+        self._outbox.append(self.connection.send(event))
+        self._ready.set()
+
+    async def send_loop(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready = trio.Event()
+            if self._outbox:
+                data = b"".join(self._outbox)
+                self._outbox.clear()
+                await self.stream.send_all(data)
+
+
+async def dial_forever(
+    link: PeerLink,
+    host: str,
+    port: int,
+    group_id: int,
+    frame_bytes_max: int,
+    network: Network = TCP,
+    guards: Guards | None = None,
+    secure: Callable[[trio.abc.Stream, int], Awaitable[None]] | None = None,
+) -> None:
+    """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
+    failure wait (capped exponential backoff) and try again. secure: authenticate the
+    new stream to the peer (mrs.security) before the link Hello."""
+    backoff_s = BACKOFF_S_MIN
+    while True:
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                stream = await network.connect(host, port)
+            async with stream:
+                if secure is not None:
+                    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                        await secure(stream, link.peer_id)
+                channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
+                await _handshake(channel, link.peer_id, group_id)
+                backoff_s = BACKOFF_S_MIN
+                link.up(channel)
+                try:
+                    await _serve_dialed(link, channel, guards or Guards())
+                finally:
+                    channel.closed = True
+                    link.down("connection closed", channel)
+        except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
+            log.info(
+                "link to group %d at %s:%d: %s; retrying in %.2f s",
+                link.peer_id,
+                host,
+                port,
+                _describe(error),
+                backoff_s,
+            )
+        await trio.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in error.exceptions)
+    return str(error) or type(error).__name__
+
+
+class LinkRefused(MrsError):
+    """The peer closed, refused or was not the group we dialed: the link stays down."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Status.LINK_DOWN, message)
+
+
+async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> None:
+    hello = wire.Hello(wire.PROTOCOL_VERSION, f"{LINK_PROGRAM_PREFIX}{group_id}", "link", group_id)
+    await channel.stream.send_all(channel.connection.send(hello))
+    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+        while True:
+            event = channel.connection.next_event()
+            if event is wire.NEED_DATA:
+                data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
+                if not data:
+                    raise LinkRefused("peer closed during the handshake")
+                channel.connection.receive_data(data)
+                continue
+            break
+    if isinstance(event, wire.Fatal):
+        raise LinkRefused(f"peer refused the link: {event.message}")
+    if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
+        found = getattr(event, "group_id", event)
+        raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
+
+
+async def _serve_dialed(link: PeerLink, channel: DialedChannel, guards: Guards) -> None:
+    liveness = Liveness(handshake_done=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(channel.send_loop)
+        nursery.start_soon(_watch_dialed, link, channel, liveness, guards, nursery.cancel_scope)
+        connection = channel.connection
+        data = b"(events already buffered with the Welcome)"
+        while True:
+            events = connection.events()
+            for event in events:
+                if event is wire.CLOSED or isinstance(event, wire.Fatal):
+                    nursery.cancel_scope.cancel()
+                    return
+                link.handle(event, channel)
+            if not data:
+                nursery.cancel_scope.cancel()
+                return
+            liveness.heard(connection.buffered_bytes, len(events))
+            data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
+            connection.receive_data(data)
+
+
+def _ping(channel: DialedChannel) -> None:
+    with contextlib.suppress(wire.ProtocolError):
+        channel.send(wire.Ping(next_nonce()))
+
+
+async def _watch_dialed(
+    link: PeerLink,
+    channel: DialedChannel,
+    liveness: Liveness,
+    guards: Guards,
+    scope: trio.CancelScope,
+) -> None:
+    """Ping a quiet peer; after link_silence_s_max of silence, give the link up (the
+    dial loop reconnects; meanwhile LINK_DOWN and the UMAs apply)."""
+    why = await watch(
+        liveness,
+        guards,
+        lambda: guards.link_silence_s_max,
+        lambda: _ping(channel),
+    )
+    log.warning("link to group %d declared down: %s", link.peer_id, why)
+    scope.cancel()
+
+
+LINK_PROGRAM_DIGITS_MAX = 5
+"""Group ids are 1..32000: more digits than this is not a group (and int() of a few
+thousand digits would raise ValueError)."""
+
+
+def parse_link_program(program: str) -> int | None:
+    """The group id a link Hello names ("group:3" -> 3), None if malformed.
+
+    Only ASCII digits count: str.isdigit() is also true for "²" or "٣", which int()
+    refuses or reads as another number."""
+    if not program.startswith(LINK_PROGRAM_PREFIX):
+        return None
+    digits = program[len(LINK_PROGRAM_PREFIX) :]
+    if not (0 < len(digits) <= LINK_PROGRAM_DIGITS_MAX and digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)

@@ -1,0 +1,109 @@
+"""Room: notices between groups — confirms (durable), gets and acks (best effort),
+"room", "resync" and "forget" — sent to and received from peers.
+
+A CONF notice is written in the confirm's own transaction, so the origin group
+hears of every confirm even across restarts; it is deleted once the peer answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgpack
+
+from journals import Journal, JournalError, WriteBatch, group_key
+from mrs.group.acks import AckWaits
+from mrs.group.context import GroupContext
+from mrs.group.peers import Inbound, Peers
+from mrs.group.transfer import TransferError
+from mrs.group.umas import Umas
+from mrs.model import Psb, Status
+from mrs.receipts import Receipts
+
+
+@dataclass(eq=False)
+class Notices:
+    ctx: GroupContext
+    peers: Peers
+    umas: Umas
+    ack_waits: AckWaits
+    receipts: Receipts
+    """Receiving side: DEQ/ACK notices of other groups' messages, kept until answered."""
+
+    def add_notice(self, batch: WriteBatch, peer_id: int, kind: str, seq: int) -> bool:
+        """Add a durable notice for the origin group to a confirm's batch; call
+        `notice_committed` once that batch is durable."""
+        if peer_id not in self.peers:
+            return False
+        batch.put_raw(
+            Journal.NOTICES,
+            group_key(peer_id, seq),
+            msgpack.packb([kind, seq, int(Status.SUCCESS)]),
+        )
+        return True
+
+    def notice_committed(self, peer_id: int) -> None:
+        peer = self.peers[peer_id]
+        peer.notices_pending += 1
+        if peer.link is not None:
+            peer.link.poke()
+
+    def notify_now(self, peer_id: int, kind: str, seq: int) -> None:
+        """A notice for a nonrecoverable DEQ/ACK message: kept until the peer answers
+        it, sent again when the link comes back (mrs.receipts)."""
+        peer = self.peers.get(peer_id)
+        if peer is not None:
+            self.receipts.add(peer_id, kind, seq, peer.link)
+
+    def pending_notices(self, peer_id: int, count_max: int) -> list[tuple[bytes, list]]:
+        prefix = group_key(peer_id, 0)[:4]
+        notices = []
+        for key, value in self.ctx.store.raw_items(Journal.NOTICES):
+            if key.startswith(prefix):
+                notices.append((key, msgpack.unpackb(value)))
+                if len(notices) >= count_max:
+                    break
+        return notices
+
+    def notices_delivered(self, peer_id: int, keys: list[bytes], then: Callable[[], None]) -> None:
+        peer = self.peers[peer_id]
+        batch = WriteBatch.empty()
+        for key in keys:
+            batch.delete(Journal.NOTICES, key)
+
+        def done(error: JournalError | None) -> None:
+            if error is None:
+                peer.notices_pending -= len(keys)
+            then()
+
+        self.ctx.writer.submit(batch, done)
+
+    def accept_notices(self, peer_id: int, notices: list, inbound: Inbound) -> list:
+        """News from a peer about messages this group sent: report to the waiters."""
+        peer = self.peers[peer_id]
+        results = []
+        forget = WriteBatch.empty()
+        for notice in notices:
+            if not isinstance(notice, list) or len(notice) != 3:
+                raise TransferError("a notice must be [kind, seq, status]")
+            kind, seq, status = notice
+            results.append([seq, int(Status.SUCCESS), seq])
+            if kind == "resync":
+                inbound.inbound_failed_at = None
+            elif kind == "room":
+                if peer.link is not None and hasattr(peer.link, "room"):
+                    peer.link.room()
+            elif kind == "forget":
+                forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
+            elif (waiter := peer.waiters.pop(seq, None)) is not None:
+                waiter(kind, status)
+            elif kind == "conf" and (response_queue := self.ack_waits.owed_to(seq)) is not None:
+                # this group restarted since the AK_CONF put: the journal knows where
+                self.umas.send_mrs_ack(
+                    response_queue, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA)
+                )
+                self.ack_waits.done(seq)
+        if forget:
+            self.ctx.writer.submit(forget, lambda error: None)  # best effort: a kept key
+        return results

@@ -1,0 +1,236 @@
+"""Room: messages for another group — direct over an up link, or via the local SAF.
+
+The rules (MessageQ MRS, DESIGN.md §2):
+- DQF/CONF modes go straight over the link when it is up and the target group has no
+  SAF backlog; the peer stores them in its DQF and answers once durable.
+- SAF modes, and every recoverable put to a group whose SAF backlog is not empty
+  (SAF_FORCED), are stored in the local SAF first; the link drains the SAF in seq
+  order (mrs.group.drain).
+- A link that is down makes the put undeliverable (LINK_DOWN): its UMA runs, and UMA
+  SAF stores it in the local SAF (SAF_SUCCESS). A recoverable message in flight when
+  the link drops goes to the SAF (SAF_FORCED) and is resent: the peer may have it
+  (its (origin group, seq) dedupe stores it once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalError,
+    JournalFullError,
+    WriteBatch,
+    group_key,
+    split_key,
+)
+from mrs.group.acks import AckOutbox, AckWaits
+from mrs.group.context import GroupContext
+from mrs.group.peers import LinkPort, Peers, PeerState
+from mrs.group.reply import PutReply
+from mrs.group.transfer import LINK_LOST, transfer_fields
+from mrs.group.umas import Umas
+from mrs.model import Psb, Status
+from mrs.queues import Entry
+from mrs.receipts import Receipts
+from mrs.records import record_from_entry
+
+log = logging.getLogger("mrs.forwarding")
+
+
+@dataclass(eq=False)
+class Outbound:
+    ctx: GroupContext
+    peers: Peers
+    umas: Umas
+    ack_waits: AckWaits
+    """MRS_ACKs owed for AK_CONF puts to other groups (journaled)."""
+    ack_outbox: AckOutbox
+    """MRS_ACKs on their way to other groups' queues (journaled until answered)."""
+    receipts: Receipts
+    """DEQ/ACK notices for other groups' messages, sent again when their link is up."""
+
+    def recover(self) -> None:
+        """Count each target group's SAF backlog and the notices still to send."""
+        store = self.ctx.store
+        for key, item in store.scan(Journal.SAF):
+            peer_group, _seq = split_key(key)
+            self.ctx.saf_count += 1
+            if isinstance(item, CorruptRecord):
+                self.ctx.report_corrupt(item, "not forwarded")
+                continue
+            peer = self.peers.get(peer_group)
+            if peer is None:
+                log.warning(
+                    "SAF holds messages for group %s, which is no longer linked", peer_group
+                )
+                continue
+            peer.saf_backlog += 1
+        for key, _ in store.raw_items(Journal.NOTICES):
+            peer = self.peers.get(split_key(key)[0])
+            if peer is not None:
+                peer.notices_pending += 1
+        for peer in self.peers.values():
+            if peer.saf_backlog:
+                log.info("SAF backlog for group %d: %d messages", peer.group_id, peer.saf_backlog)
+        self.ack_outbox.recover()
+
+    def put(self, entry: Entry, reply: PutReply) -> None:
+        """A put for another group: direct, via the SAF, or undeliverable."""
+        peer = self.peers.get(entry.target.group)
+        undeliverable = self.umas.undeliverable
+        if peer is None:
+            reason = f"group {entry.target.group} is not linked to group {self.ctx.group_id}"
+            undeliverable(entry, reply, Status.LINK_DOWN, reason)
+            return
+        limit = self.ctx.bus.group(peer.group_id).limits.message_bytes_max
+        if len(entry.body) > limit:
+            reason = (
+                f"body of {len(entry.body)} bytes exceeds group {peer.group_id}'s "
+                f"message_bytes_max {limit}"
+            )
+            undeliverable(entry, reply, Status.MSGTOOBIG, reason)
+            return
+        mode = entry.delivery
+        if mode.recoverable and (mode.interest_point == "SAF" or peer.saf_backlog > 0):
+            reached = Status.STORED if mode.interest_point == "SAF" else Status.SAF_FORCED
+            self._put_via_saf(peer, entry, reply, reached)
+        elif peer.link is not None:
+            self._send_direct(peer, entry, reply)
+        else:
+            undeliverable(entry, reply, Status.LINK_DOWN, f"link to group {peer.group_id} is down")
+
+    def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
+        if entry.delivery.interest_point == "CONF":
+            peer.waiters[entry.seq] = reply.reporter(entry.seq)
+            self._owe_ack(entry, reply)
+
+        def stored(error: JournalError | None) -> None:
+            if error is not None:
+                peer.waiters.pop(entry.seq, None)
+                cause = (
+                    Status.MRS_RES_EXH
+                    if isinstance(error, JournalFullError)
+                    else Status.SAF_DEVICE_FAIL
+                )
+                self.umas.undeliverable(entry, reply, cause, str(error))
+            elif entry.delivery.interest_point != "CONF":
+                reply.report(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
+            else:
+                reply.stored(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
+
+        self.store_in_saf(entry, stored)
+
+    def put_owing_ack(
+        self, entry: Entry, reply: PutReply, answer: Callable[[int, Status | None], None]
+    ) -> None:
+        """AK_CONF to another group: journal the MRS_ACK owed (mrs.group.acks) before the
+        put is answered and before the message leaves, so no restart of this group
+        loses it. `answer(seq, None)` accepts the put; `answer(seq, status)` refuses it."""
+
+        def journaled(error: JournalError | None) -> None:
+            if error is not None:
+                full = isinstance(error, JournalFullError)
+                answer(entry.seq, Status.MRS_RES_EXH if full else Status.SAF_DEVICE_FAIL)
+                return
+            answer(entry.seq, None)
+            reply.on_done = lambda: self.ack_waits.done(entry.seq)  # whatever its outcome
+            self.put(entry, reply)
+
+        self.ack_waits.journal(entry.seq, reply.response_queue, journaled)
+
+    def _owe_ack(self, entry: Entry, reply: PutReply) -> None:
+        """AK_CONF: once its outcome is reported, forget the MRS_ACK journaled as owed."""
+        if reply.mode.notification != "AK" or reply.done:
+            return
+        seq = entry.seq
+        reply.on_done = lambda: self.ack_waits.done(seq)
+
+    def store_in_saf(self, entry: Entry, done: Callable[[JournalError | None], None]) -> None:
+        """Journal an entry in the SAF for its target group; `done(error)` when durable."""
+        ctx = self.ctx
+        peer = self.peers[entry.target.group]
+        limit = ctx.limits.saf_messages_max
+        if ctx.saf_count >= limit:
+            done(JournalFullError(f"SAF holds saf_messages_max={limit}"))
+            return
+        if full := self.umas.dqf.journal_full(len(entry.body or b"")):
+            done(JournalFullError(full))
+            return
+        ctx.saf_count += 1
+        peer.saf_backlog += 1
+        record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
+        batch = WriteBatch.empty().put_record(
+            Journal.SAF, group_key(peer.group_id, entry.seq), record
+        )
+
+        def stored(error: JournalError | None) -> None:
+            if error is not None:
+                ctx.saf_count -= 1
+                peer.saf_backlog -= 1
+            elif peer.link is not None:
+                peer.link.poke()
+            done(error)
+
+        ctx.writer.submit(batch, stored)
+
+    def _send_direct(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:
+        waits_for_receiver = entry.delivery.interest_point in ("CONF", "DEQ", "ACK")
+        if waits_for_receiver:
+            # Registered before sending: the peer's notice can overtake its LinkAck.
+            peer.waiters[entry.seq] = reply.reporter(entry.seq)
+            if entry.delivery.interest_point == "CONF":
+                self._owe_ack(entry, reply)
+
+        def on_result(status: int, stored_seq: int) -> None:
+            self._direct_answered(peer, entry, reply, waits_for_receiver, status, stored_seq)
+
+        peer.link.send_message(transfer_fields(entry), on_result)
+
+    def _direct_answered(
+        self,
+        peer: PeerState,
+        entry: Entry,
+        reply: PutReply,
+        waits_for_receiver: bool,
+        status: int,
+        stored_seq: int,
+    ) -> None:
+        """The peer answered a direct message (or its link dropped first)."""
+        if status in (LINK_LOST, Status.LINK_DOWN) and entry.delivery.recoverable:
+            # The peer may or may not have it: keep it in the SAF and resend; the
+            # peer's (origin, seq) dedupe makes that safe. Taking the UMA here
+            # could deliver the message *and* dead-letter it.
+            self._put_via_saf(peer, entry, reply, Status.SAF_FORCED)
+        elif status == LINK_LOST or status < 0:
+            peer.waiters.pop(entry.seq, None)
+            cause = Status.LINK_DOWN if status == LINK_LOST else Status(status)
+            reason = (
+                f"link to group {peer.group_id} dropped before it answered"
+                if status == LINK_LOST
+                else f"group {peer.group_id} answered {status}"
+            )
+            self.umas.undeliverable(entry, reply, cause, reason)
+        elif not waits_for_receiver:
+            reply.report(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+        elif stored_seq != entry.seq:  # a duplicate of a message stored before
+            peer.waiters.pop(entry.seq, None)
+            reply.report(Psb(Status.SUCCESS, Status.STORED, stored_seq, Status.NO_UMA))
+        elif entry.delivery.recoverable:
+            reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+
+    def link_up(self, peer_id: int, link: LinkPort) -> None:
+        peer = self.peers[peer_id]
+        peer.link = link
+        log.info("link to group %d up (SAF backlog %d)", peer_id, peer.saf_backlog)
+        self.ack_outbox.link_up(peer_id)
+        self.receipts.link_up(peer_id, link)
+
+    def link_down(self, peer_id: int) -> None:
+        self.peers[peer_id].link = None
+        log.warning("link to group %d down", peer_id)
+        for _ in range(self.peers.room.satisfied(peer_id)):  # its drain restarts anyway
+            self.peers.dqf_freed()

@@ -1,0 +1,130 @@
+"""The groups this group is linked to: per-peer state, and DQF room held for their drains.
+
+Shared by the outbound room (what goes to a peer), the drain, the inbound room
+(what a peer sends) and the notices; none of them owns another's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mrs.drain_room import DqfRoom
+from mrs.group.context import GroupContext
+
+Result = Callable[[int, int], None]
+"""on_result(status, stored_seq) for one message sent over a link."""
+
+
+class LinkPort(Protocol):
+    """What a group needs of an up link (implemented by `mrs.group.link_session.PeerLink`)."""
+
+    def send_message(self, fields: list, on_result: Result) -> None: ...
+
+    def poke(self) -> None: ...
+
+    def resend_saf(self) -> None: ...
+
+    def send_notices(self, notices: list, answered: Callable[[], None] | None = None) -> None: ...
+
+
+class Inbound(Protocol):
+    """Per-connection state of what a peer sends (kept by the link session)."""
+
+    inbound_failed_at: int | None
+    """Ordinal of the first ordered message of this connection that failed."""
+    inbound_ordinal: int
+    """Ordered messages received on this connection so far."""
+
+
+@dataclass(eq=False)
+class PeerState:
+    group_id: int
+    link: LinkPort | None = None
+    saf_backlog: int = 0
+    """SAF records for this group, committed or being committed."""
+    waiters: dict[int, Callable[[str, int], None]] = field(default_factory=dict)
+    """seq -> what to do when the peer reports the message confirmed / got."""
+    notices_pending: int = 0
+    deleting: set[bytes] = field(default_factory=set)
+    """SAF keys whose deletion is being committed: neither resent nor deleted again."""
+
+
+@dataclass(eq=False)
+class Peers:
+    ctx: GroupContext
+    by_id: dict[int, PeerState] = field(default_factory=dict)
+    room: DqfRoom = field(default_factory=DqfRoom)
+    """Receiving side: slots of this group's DQF held for other groups' drains."""
+    room_refused_at: dict[int, int] = field(default_factory=dict)
+    """Peer -> inbound ordinal of its drain's last DQF_FULL refusal."""
+
+    def __post_init__(self) -> None:
+        for peer_id in self.ctx.config.links_to():
+            self.by_id[peer_id] = PeerState(peer_id)
+
+    def get(self, peer_id: int | None) -> PeerState | None:
+        return self.by_id.get(peer_id)
+
+    def __getitem__(self, peer_id: int) -> PeerState:
+        return self.by_id[peer_id]
+
+    def __contains__(self, peer_id: object) -> bool:
+        return peer_id in self.by_id
+
+    def __iter__(self):
+        return iter(self.by_id)
+
+    def values(self):
+        return self.by_id.values()
+
+    def may_store(self, origin_group: int | None) -> bool:
+        """Whether a message may take a DQF slot now: not full, and the free slots are
+        not held for other groups' waiting SAF drains (uses one held for its group)."""
+        return self.room.may_store(
+            origin_group, self.ctx.dqf_count, self.ctx.limits.dqf_messages_max
+        )
+
+    def dqf_freed(self) -> None:
+        """A DQF slot of this group freed: hold it for a waiting drain and tell it."""
+        peer_id = self.room.freed(self.ctx.dqf_count, self.ctx.limits.dqf_messages_max)
+        if peer_id is None:
+            return
+        peer = self.by_id.get(peer_id)
+        if peer is not None and peer.link is not None:
+            peer.link.send_notices([["room", 0, 0]])
+
+    def drain_satisfied(self, peer_id: int, first_ordinal: int) -> None:
+        """A transfer sent after the drain's last DQF_FULL stored everything: the
+        drain no longer waits; its unused held slots go to the next one."""
+        if self.room.held.get(peer_id) is None:
+            return
+        if first_ordinal <= self.room_refused_at.get(peer_id, -1):
+            return  # sent before the refusal: says nothing about room now
+        for _ in range(self.room.satisfied(peer_id)):
+            self.dqf_freed()
+
+    def drain_refused(self, peer_id: int, ordinal: int) -> None:
+        """The peer's drain was refused DQF_FULL at `ordinal`: it waits for room."""
+        self.room.refused(peer_id)
+        self.room_refused_at[peer_id] = ordinal
+
+    def status_info(self, acks_owed: dict[int, int], receipts: Callable[[int], int]) -> dict:
+        """Each link for `mrs status`; `acks_owed`: MRS_ACKs owed per peer (mrs.group.acks),
+        `receipts(peer)`: its DEQ/ACK notices not yet answered (mrs.receipts)."""
+        return {
+            str(peer.group_id): {
+                "state": "up" if peer.link is not None else "down",
+                "saf_backlog": peer.saf_backlog,
+                "notices_pending": peer.notices_pending,
+                "mrs_acks_owed": acks_owed.get(peer.group_id, 0),
+                "receipts_pending": receipts(peer.group_id),
+                **(
+                    peer.link.status_info()
+                    if peer.link is not None and hasattr(peer.link, "status_info")
+                    else {}
+                ),
+            }
+            for peer in self.by_id.values()
+        }

@@ -1,0 +1,81 @@
+"""Where the outcome of one put goes: the WF caller, an MRS_ACK, or nowhere (NN)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrs import protocol as wire
+from mrs.group.context import Session
+from mrs.model import Address, DeliveryMode, Psb, Status
+
+SendAck = Callable[[Address, Psb], None]
+"""send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
+
+
+@dataclass(eq=False)
+class PutReply:
+    """One put's answer, given once: PutDone (WF), an MRS_ACK (AK) or a timeout."""
+
+    send_ack: SendAck
+    session: Session
+    request_id: int
+    mode: DeliveryMode
+    response_queue: Address
+    seq: int = 0
+    done: bool = False
+    cancel_timer: Callable[[], None] = lambda: None
+    on_done: Callable[[], None] = lambda: None
+    """Called once the outcome is reported (e.g. forget a journaled MRS_ACK owed)."""
+    stored_reply: bool = False
+    """The put asked for its PutDone once stored, whatever its mode (a client SAF
+    journal draining: it may delete its record only then)."""
+    stored_answered: bool = False
+
+    def stored(self, psb: Psb) -> None:
+        """The message is durable here (DQF or SAF): answer a stored_reply put now."""
+        if self.stored_reply and not self.stored_answered:
+            self.stored_answered = True
+            self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
+
+    def report(self, psb: Psb) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.cancel_timer()
+        self.on_done()
+        self.stored(psb)
+        notification = self.mode.notification
+        if notification == "WF" and not self.stored_reply:
+            self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
+        elif notification == "AK":
+            self.send_ack(self.response_queue, psb)
+
+    def reporter(self, seq: int) -> Callable[..., None]:
+        """A callback that reports the put done (SUCCESS) whatever it is called with:
+        for a confirm, a get or a peer's notice, the sender's wait is over."""
+        return _Done(self, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA))
+
+    def time_out(self, timeout_s: float) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.stored_answered:
+            return
+        self.session.send(
+            wire.Failure(
+                self.request_id,
+                Status.TIMEOUT,
+                f"interest point {self.mode.interest_point} not reached in {timeout_s:g} s; "
+                "the message may or may not have been stored",
+            )
+        )
+
+
+@dataclass(eq=False, slots=True)
+class _Done:
+    reply: PutReply
+    psb: Psb
+
+    def __call__(self, *_args: object) -> None:
+        self.reply.report(self.psb)

@@ -1,0 +1,23 @@
+"""Room: the group's message sequence numbers (reserved in blocks, mrs.seqspace)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mrs.group.context import GroupContext
+from mrs.seqspace import SeqAllocator
+
+
+@dataclass(eq=False)
+class Sequence:
+    ctx: GroupContext
+    _seqs: SeqAllocator | None = None
+
+    def start(self) -> None:
+        """Count this start (the epoch) and reserve the first block of seqs."""
+        self._seqs = SeqAllocator(self.ctx.store, self.ctx.config.id)
+        self._seqs.start()
+        self.ctx.epoch = self._seqs.boots
+
+    def next(self) -> int:
+        return self._seqs.next()

@@ -1,0 +1,253 @@
+"""Room: undeliverable messages — the UMAs (discard, log, return, DLQ, DLJ, SAF) and
+the MRS_ACKs owed to AK senders.
+
+Why together: both make a new message out of an old one for someone other than its
+receiver; the outcome is reported to the sender with the UMA's status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgpack
+
+from journals import Journal, JournalError, WriteBatch, seq_key
+from mrs.deadletter import dead_letter_header
+from mrs.delivery import uma_status
+from mrs.group.acks import AckOutbox
+from mrs.group.context import GroupContext
+from mrs.group.dqf import Dqf
+from mrs.group.peers import Peers
+from mrs.group.reply import PutReply
+from mrs.group.sequence import Sequence
+from mrs.model import (
+    DEAD_LETTER_QUEUE,
+    MRS_ACK_TYPE,
+    MRS_CLASS,
+    RETURNED_HEADER,
+    Address,
+    DeliveryMode,
+    Psb,
+    Status,
+    Uma,
+)
+from mrs.protection.dead_letter import (
+    DeadLetterProtection,
+    DeadLetterRefused,
+    dead_letter_protection,
+)
+from mrs.queues import Entry
+from mrs.records import DEAD_LETTER_HEADER, record_from_entry
+
+log = logging.getLogger("mrs.group")
+
+
+class SafPort(Protocol):
+    """What the UMAs need of the outbound room (mrs.group.outbound.Outbound)."""
+
+    def store_in_saf(self, entry: Entry, done: Callable[[JournalError | None], None]) -> None: ...
+
+
+@dataclass(eq=False)
+class Umas:
+    ctx: GroupContext
+    sequence: Sequence
+    dqf: Dqf
+    peers: Peers
+    ack_outbox: AckOutbox
+    outbound: SafPort | None = None
+    """Set once the outbound room exists (it needs this room too)."""
+    dead_letter_protection: DeadLetterProtection | None = None
+    """The DLQ's AMS-style policy (mrs.protection.dead_letter), None without one."""
+
+    def __post_init__(self) -> None:
+        self.dead_letter_protection = dead_letter_protection(self.ctx.bus, self.ctx.group_id)
+
+    def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
+        """Take the entry's UMA and report cause + UMA status to the sender."""
+        action = Uma(entry.uma)
+
+        def finish(succeeded: bool) -> None:
+            reply.report(Psb(Status.SUCCESS, cause, entry.seq, uma_status(action, succeeded)))
+
+        if action is Uma.DISC:
+            finish(True)
+        elif action is Uma.DISCL:
+            finish(self._log_event("discarded", entry, cause, reason))
+        elif action is Uma.RTS:
+            finish(self._return_to_sender(entry, reply.response_queue, cause, reason))
+        elif action is Uma.DLQ:
+            self.put_on_dead_letter_queue(entry, cause, reason, finish)
+        elif action is Uma.DLJ:
+            self._to_dead_letter_journal(entry, cause, finish)
+        elif entry.target.group != self.ctx.group_id and entry.target.group in self.peers:
+            self.outbound.store_in_saf(entry, lambda error: finish(error is None))
+        else:
+            # Store and forward is for another group's DQF; the local DQF is the store.
+            log.error("UMA SAF for %s: no SAF towards the sender's own group", entry.target)
+            finish(False)
+
+    def _log_event(self, what: str, entry: Entry, cause: Status, reason: str) -> bool:
+        line = json.dumps(
+            {
+                "time_ns": self.ctx.clock_ns(),
+                "event": what,
+                "seq": entry.seq,
+                "sender": str(entry.source),
+                "target": str(entry.target),
+                "cause": cause.name,
+                "reason": reason,
+            }
+        )
+        path = self.ctx.config.data_dir / "events.jsonl"
+        try:
+            with open(path, "a", encoding="utf-8") as event_log:
+                event_log.write(line + "\n")
+        except OSError as error:
+            log.error("cannot write the event log %s: %s", path, error)
+            return False
+        return True
+
+    def _return_to_sender(
+        self, entry: Entry, response_queue: Address, cause: Status, reason: str = ""
+    ) -> bool:
+        """Queue a copy for the sender (MSGUNDEL) that says where it was going and why
+        (the RETURNED_HEADER, read as Message.original_target / return_reason)."""
+        queue = (
+            self.ctx.queues.get(response_queue.queue)
+            if response_queue.group == self.ctx.group_id
+            else None
+        )
+        if queue is None or queue.memory_count >= queue.config.messages_max:
+            return False
+        returned = copy_nonrecoverable(entry, target=response_queue)
+        returned.delivery_status = Status.MSGUNDEL
+        returned.headers = {
+            **(entry.headers or {}),
+            RETURNED_HEADER: {
+                "original_target": str(entry.target),
+                "reason": int(cause),
+                "detail": reason,
+            },
+        }
+        queue.offer(returned)
+        return True
+
+    def put_on_dead_letter_queue(
+        self,
+        entry: Entry,
+        cause: Status | int,
+        reason: str,
+        done: Callable[[bool], None] = lambda moved: None,
+    ) -> bool:
+        """Queue a copy of `entry` on this group's DLQ with a dead-letter header naming
+        this group as the putter (MRS redirected it). Memory only, as in MessageQ,
+        unless `dead_letter_queue_recoverable`: then the copy is journaled in the DQF
+        and `done(True)` comes once it is durable. False (and done(False)) if the group
+        has no DLQ or it is full."""
+        queue = self.ctx.queues.get(DEAD_LETTER_QUEUE)
+        if queue is None or queue.memory_count >= queue.config.messages_max:
+            done(False)
+            return False
+        dead = copy_nonrecoverable(entry, target=queue.address)
+        if self.dead_letter_protection is not None:
+            try:
+                dead.body = self.dead_letter_protection.place(dead.body)
+            except DeadLetterRefused as refused:
+                log.warning("message %d not put on the DLQ: %s", entry.seq, refused)
+                done(False)
+                return False
+        # MQDLH: put date/time are when it was put on the DLQ, not the original put's.
+        header = dead_letter_header(
+            cause, entry.target, self.ctx.config.name, self.ctx.clock_ns(), reason
+        )
+        dead.dead_letter_header = header
+        if not queue.config.recoverable:
+            dead.delivery_status = Status.SUCCESS
+            queue.offer(dead)
+            done(True)
+            return True
+        dead.headers = {**(entry.headers or {}), DEAD_LETTER_HEADER: header}
+        self.dqf.store_in_dqf(dead, [], lambda status, _seq, _reason: done(status == Status.STORED))
+        return True
+
+    def _to_dead_letter_journal(
+        self, entry: Entry, cause: Status, finish: Callable[[bool], None]
+    ) -> None:
+        ctx = self.ctx
+        if full := self.dqf.journal_full(len(entry.body or b"")):
+            log.error("message %d not dead-lettered: %s", entry.seq, full)
+            finish(False)
+            return
+        if ctx.dlj_count >= ctx.limits.dlj_messages_max:
+            log.error(
+                "DLJ holds dlj_messages_max=%d: message %d not dead-lettered",
+                ctx.limits.dlj_messages_max,
+                entry.seq,
+            )
+            finish(False)
+            return
+        ctx.dlj_count += 1
+        record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
+        record.reason = int(cause)
+        batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
+
+        def written(error: JournalError | None) -> None:
+            if error is not None:
+                ctx.dlj_count -= 1
+            finish(error is None)
+
+        ctx.writer.submit(batch, written)
+
+    def ack_after_restart(self, entry: Entry) -> None:
+        """A recovered AK_CONF message was confirmed: the MRS_ACK its sender asked for."""
+        self.send_mrs_ack(
+            entry.response_queue, Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
+        )
+
+    def send_mrs_ack(self, response_queue: Address, psb: Psb) -> None:
+        """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender; a
+        response queue in another group gets it over the link, like any message."""
+        group_id = self.ctx.group_id
+        remote = response_queue.group != group_id
+        queue = None if remote else self.ctx.queues.get(response_queue.queue)
+        if queue is None and not remote:
+            log.error(
+                "MRS_ACK for seq %d: group %d has no queue %s", psb.seq, group_id, response_queue
+            )
+            return
+        ack = Entry(
+            seq=self.sequence.next(),
+            body=msgpack.packb(psb.to_wire()),
+            source=Address(group_id, 0),
+            target=response_queue,
+            delivery=DeliveryMode.NN_MEM,
+            msg_class=MRS_CLASS,
+            msg_type=MRS_ACK_TYPE,
+            put_time_ns=self.ctx.clock_ns(),
+        )
+        if remote:  # journaled until the peer has it (mrs.group.acks.AckOutbox)
+            self.ack_outbox.send(ack.seq, response_queue, psb.to_wire(), ack.put_time_ns)
+            return
+        queue.offer(ack)
+
+
+def copy_nonrecoverable(entry: Entry, target: Address) -> Entry:
+    return Entry(
+        seq=entry.seq,
+        body=entry.body,
+        source=entry.source,
+        target=target,
+        delivery=entry.delivery,
+        uma=entry.uma,
+        msg_class=entry.msg_class,
+        msg_type=entry.msg_type,
+        priority=entry.priority,
+        correlation_id=entry.correlation_id,
+        put_time_ns=entry.put_time_ns,
+        headers=entry.headers,
+    )

@@ -1,0 +1,158 @@
+"""Wire one group's rooms together over a shared context, and face the server with them.
+
+`Group` is only the switchboard: it builds the context and the rooms in dependency
+order (sequence, peers, DQF, UMAs, outbound, notices, drain, inbound, intake,
+hand-over, recovery) and forwards each client request to the room that serves it.
+No room holds a reference to `Group`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from journals import GroupCommitWriter, Journal, JournalStore
+from mrs import protocol as wire
+from mrs.config import BusConfig, GroupConfig
+from mrs.dlq_leases import DlqReaders
+from mrs.group.acks import AckOutbox, AckWaits, RecentAcks
+from mrs.group.context import GroupContext, Session, Timers
+from mrs.group.dqf import Dqf
+from mrs.group.drain import Drain
+from mrs.group.handover import Handover
+from mrs.group.inbound import Inbound
+from mrs.group.intake import Intake
+from mrs.group.notices import Notices
+from mrs.group.outbound import Outbound
+from mrs.group.peers import Peers
+from mrs.group.recovery import Recovery
+from mrs.group.sequence import Sequence
+from mrs.group.umas import Umas
+from mrs.queues import TargetQueue
+from mrs.receipts import Receipts
+
+
+@dataclass(eq=False)
+class LinkRooms:
+    """What a link session needs of its group: the rooms that send, drain, receive
+    and notify, the peers' state, and the timers (for the drain's RETRY backoff)."""
+
+    peers: Peers
+    outbound: Outbound
+    drain: Drain
+    inbound: Inbound
+    notices: Notices
+    timers: Timers
+
+
+class Group:
+    """One group's message recovery service: put, get, confirm, recovery — without sockets.
+
+    Storage, clock and timers are passed in, so the same code serves real TCP
+    clients and runs inside a deterministic simulation. Nothing is reported as
+    stored before its transaction is on disk."""
+
+    def __init__(
+        self,
+        bus: BusConfig,
+        config: GroupConfig,
+        store: JournalStore,
+        writer: GroupCommitWriter,
+        timers: Timers,
+        clock_ns: Callable[[], int] = time.time_ns,
+        unsafe: frozenset[str] = frozenset(),
+    ) -> None:
+        ctx = GroupContext(bus, config, store, writer, timers, clock_ns, unsafe)
+        self.ctx = ctx
+        self.sequence = Sequence(ctx)
+        self.peers = Peers(ctx)
+        self.dqf = Dqf(ctx, self.peers)
+        self.ack_outbox = AckOutbox(ctx, self.peers)
+        self.umas = Umas(ctx, self.sequence, self.dqf, self.peers, self.ack_outbox)
+        ack_waits = AckWaits(ctx)
+        self.receipts = Receipts()
+        self.outbound = Outbound(
+            ctx, self.peers, self.umas, ack_waits, self.ack_outbox, self.receipts
+        )
+        self.umas.outbound = self.outbound
+        self.notices = Notices(ctx, self.peers, self.umas, ack_waits, self.receipts)
+        self.drain = Drain(ctx, self.peers, self.umas)
+        self.inbound = Inbound(ctx, self.peers, self.dqf, self.umas, self.notices, RecentAcks())
+        self.dlq_readers = DlqReaders()
+        self.intake = Intake(
+            ctx, self.sequence, self.dqf, self.umas, self.outbound, self.dlq_readers
+        )
+        self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
+        self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
+        self.link_rooms = LinkRooms(
+            self.peers, self.outbound, self.drain, self.inbound, self.notices, timers
+        )
+
+    # What the server and the operator's tools read.
+    @property
+    def config(self) -> GroupConfig:
+        return self.ctx.config
+
+    @property
+    def store(self) -> JournalStore:
+        return self.ctx.store
+
+    @property
+    def writer(self) -> GroupCommitWriter:
+        return self.ctx.writer
+
+    @property
+    def queues(self) -> dict[int, TargetQueue]:
+        return self.ctx.queues
+
+    # Requests, each served by one room.
+    def recover(self) -> None:
+        self.recovery.recover()
+
+    def attach(self, session: Session, request: wire.Attach) -> None:
+        self.intake.attach(session, request)
+
+    def detach(self, session: Session) -> None:
+        self.intake.detach(session)
+
+    def put(self, session: Session, request: wire.Put) -> None:
+        self.intake.put(session, request)
+
+    def get(self, session: Session, request: wire.Get) -> None:
+        self.handover.get(session, request)
+
+    def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
+        self.handover.cancel_get(session, request)
+
+    def confirm(self, session: Session, request: wire.Confirm) -> None:
+        self.handover.confirm(session, request)
+
+    def status_info(self) -> dict:
+        ctx = self.ctx
+        return {
+            "group": ctx.config.id,
+            "name": ctx.config.name,
+            "epoch": ctx.epoch,
+            "dqf_messages": ctx.dqf_count,
+            "dedupe_keys": ctx.store.count(Journal.DEDUPE),
+            "corrupt_records": list(ctx.corrupt),
+            "quarantined": ctx.quarantined,
+            "writer": ctx.writer.stats.as_dict(),
+            "links": self.peers.status_info(self.ack_outbox.owed, self.receipts.count),
+            "dqf_held_for_drains": self.peers.room.status_info(),
+            "dlq_readers": self.dlq_readers.status_info(),
+            "queues": {str(queue.address): _queue_status(queue) for queue in ctx.queues.values()},
+        }
+
+
+def _queue_status(queue: TargetQueue) -> dict:
+    return {
+        "name": queue.config.name,
+        "pending": len(queue.pending),
+        "unconfirmed": len(queue.unconfirmed),
+        "dqf_depth": len(queue.pending)
+        - queue.memory_count
+        + sum(1 for entry in queue.unconfirmed.values() if entry.journaled),
+        "attached": queue.attached_session is not None,
+    }
