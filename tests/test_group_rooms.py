@@ -269,6 +269,7 @@ def test_link_down_saf_put_is_stored_in_the_saf(node: Node) -> None:
         "state": "down",
         "saf_backlog": 1,
         "notices_pending": 0,
+        "mrs_acks_owed": 0,
     }
 
 
