@@ -270,6 +270,7 @@ def test_link_down_saf_put_is_stored_in_the_saf(node: Node) -> None:
         "saf_backlog": 1,
         "notices_pending": 0,
         "mrs_acks_owed": 0,
+        "receipts_pending": 0,
     }
 
 
