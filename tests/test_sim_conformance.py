@@ -170,16 +170,16 @@ def test_a_build_that_drops_mrs_acks_is_caught_in_the_swarm(monkeypatch) -> None
     patched): the checker reports each of three quick seeds."""
     import logging
 
-    import mrs.group
+    import mrs.group.umas
     from sim.swarm import QUICK_WORKLOAD, run_seed
 
-    send = mrs.group.Group.send_mrs_ack
+    send = mrs.group.umas.Umas.send_mrs_ack
 
     def lossy(group, response_queue, psb) -> None:
         if psb.seq % 7:
             send(group, response_queue, psb)
 
-    monkeypatch.setattr(mrs.group.Group, "send_mrs_ack", lossy)
+    monkeypatch.setattr(mrs.group.umas.Umas, "send_mrs_ack", lossy)
     logging.disable(logging.CRITICAL)
     try:
         verdicts = [run_seed(seed, shape=QUICK_WORKLOAD)[1] for seed in range(3)]

@@ -34,24 +34,28 @@ LINK_PROGRAM_PREFIX = "group:"
 
 
 def new_link(rooms: LinkRooms, peer_id: int) -> PeerLink:
-    """A link session on trio's clock (what the timers and the RETRY backoff use)."""
-    return PeerLink(rooms, peer_id, now_s=trio.current_time)
+    """A link session on trio's clock (what the timers and the RETRY backoff use),
+    woken through a trio event from the start, so no wake-up is lost before `pump`."""
+    return PeerLink(rooms, peer_id, now_s=trio.current_time, wake=_Wakeup())
+
+
+@dataclass(eq=False)
+class _Wakeup:
+    """The session's wake(): sets the event `pump` waits on."""
+
+    event: trio.Event = field(default_factory=trio.Event)
+
+    def __call__(self) -> None:
+        self.event.set()
 
 
 async def pump(link: PeerLink) -> None:
-    """Drive one session for ever: give it trio's clock, and flush whenever it asks
-    (at once, too, in case it was woken before this task started)."""
-    wanted = trio.Event()
-    wanted.set()
-
-    def wake() -> None:
-        wanted.set()
-
-    link.now_s = trio.current_time
-    link.wake = wake
+    """Drive one session (made by `new_link`) for ever: flush whenever it asks."""
+    wakeup = link.wake
+    assert isinstance(wakeup, _Wakeup), "pump() drives sessions made by new_link()"
     while True:
-        await wanted.wait()
-        wanted = trio.Event()
+        await wakeup.event.wait()
+        wakeup.event = trio.Event()
         if link.channel is not None:
             link.flush()
 
