@@ -103,20 +103,40 @@ _TRANSIENT = frozenset(
 """A drained record refused with one of these stays in the journal and is re-sent."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Pending:
+    """One request awaiting its answer. The waiting task parks itself directly
+    (trio.lowlevel) instead of on a trio.Event: one request, one waiter, so the
+    Event's parking lot is pure cost on the per-request path (issue 17)."""
+
     kind: str
     """"put", "get", "drain" or "other": decides what a lost connection answers."""
-    event: trio.Event | None = None
     callback: Callable[[object], None] | None = None
     result: object = None
+    answered: bool = False
+    waiter: trio.lowlevel.Task | None = None
 
     def answer(self, result: object) -> None:
         self.result = result
-        if self.event is not None:
-            self.event.set()
+        self.answered = True
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
         if self.callback is not None:
             self.callback(result)
+
+    async def wait(self) -> None:
+        """Until answered; a checkpoint even when the answer is already here."""
+        if self.answered:
+            await trio.lowlevel.checkpoint()
+            return
+        self.waiter = trio.lowlevel.current_task()
+
+        def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+            self.waiter = None  # a late answer must not wake a task that has moved on
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
 
 @dataclass(eq=False)
@@ -545,13 +565,16 @@ class Client:
                 f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX})",
             )
         link = self._link
-        pending = _Pending(kind, trio.Event())
+        pending = _Pending(kind)
         request_id = request.request_id
         self._send(link, request)
         self._pending[request_id] = pending
         try:
-            with trio.fail_after(wait_s if wait_s is not None else float("inf")):
-                await pending.event.wait()
+            if wait_s is None:  # no cancel scope per request when there is no deadline
+                await pending.wait()
+            else:
+                with trio.fail_after(wait_s):
+                    await pending.wait()
         except trio.TooSlowError:
             self._abandon(link, request_id, pending)
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time") from None
