@@ -10,7 +10,9 @@ simulator, fast tests) is configured by arguments alone.
 - `MRS_FAULT_FILE` -> `fault_file`: a file whose word (EIO, ENOSPC, MAPFULL) fails
   the next commits;
 - `MRS_HARNESS_UNSAFE` -> `unsafe`: comma-separated switches that break a guarantee
-  on purpose, so the checker can be shown to catch it (never in production).
+  on purpose, so the checker can be shown to catch it (never in production);
+- `MRS_GC_THRESHOLDS` -> `gc_thresholds`: the collector's settings once recovered
+  (mrs.gc_tuning): unset for the measured default, `off`, or `gen0,gen1,gen2`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.gc_tuning import SERVER_GC_THRESHOLDS, thresholds_from
 from mrs.group import UNSAFE_SWITCHES
 
 WRITER_ENV = "MRS_WRITER"
@@ -38,6 +41,9 @@ class ServeOptions:
     """Journal fault injection (mrs.faults): None in production."""
     unsafe: frozenset[str] = frozenset()
     """Guarantees broken on purpose to prove the checker (mrs.group.UNSAFE_SWITCHES)."""
+    gc_thresholds: tuple[int, int, int] | None = SERVER_GC_THRESHOLDS
+    """Collector thresholds set (after a gc.freeze) once recovered; None leaves
+    CPython's defaults (mrs.gc_tuning, MRS_GC_THRESHOLDS)."""
 
 
 def unsafe_from(environ: Mapping[str, str]) -> frozenset[str]:
@@ -60,4 +66,5 @@ def serve_options_from(environ: Mapping[str, str]) -> ServeOptions:
         writer_kind=writer_kind,
         fault_file=Path(fault_text) if fault_text else None,
         unsafe=unsafe_from(environ),
+        gc_thresholds=thresholds_from(environ),
     )

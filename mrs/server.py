@@ -38,8 +38,8 @@ import lmdb
 import trio
 
 from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore
+from mrs import gc_tuning, startup
 from mrs import protocol as wire
-from mrs import startup
 from mrs.admission import Admission
 from mrs.client_drains import ClientDrains
 from mrs.config import BusConfig, GroupConfig
@@ -650,6 +650,8 @@ async def serve(
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(server.run)
+            if options.gc_thresholds is not None:  # recovered: freeze what start-up built
+                gc_tuning.tune_gc(options.gc_thresholds)
             line = f"READY {host}:{port}"
             print(line, flush=True)
             if ready_file is not None:
