@@ -75,6 +75,11 @@ JOURNAL_WALK_TIMEOUT_S = 600.0
 RESERVE_MEASURE_INTERVAL_S = 0.05
 """How often the journal reserve re-measures the free space of the map."""
 
+LINK_DIRECT_MESSAGES_MAX = 10_000
+"""Messages waiting for a link's window (sent directly, not through the SAF) at most.
+A put beyond it does not wait in memory: a recoverable one goes to the SAF
+(SAF_FORCED, drained in order), a nonrecoverable one takes its UMA (MRS_RES_EXH)."""
+
 # ------------------------------------------------------------------ config ranges
 CONFIG_COUNT_MAX = 2**32 - 1
 """Record counts are kept in 32 bits (the seq counter's width)."""

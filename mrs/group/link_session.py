@@ -23,6 +23,7 @@ from mrs.group.drain import DrainAnswer
 from mrs.group.peers import Result
 from mrs.group.transfer import LINK_LOST, TransferError, link_result, status_name
 from mrs.group.wiring import LinkRooms
+from mrs.limits import LINK_DIRECT_MESSAGES_MAX
 from mrs.model import Status
 
 log = logging.getLogger("mrs.links")
@@ -99,6 +100,10 @@ class PeerLink:
     """Ask the driver to call flush() soon (set by mrs.group.link_driver)."""
 
     # ------------------------------------------------------------------ LinkPort
+    @property
+    def direct_full(self) -> bool:
+        return len(self._direct) >= LINK_DIRECT_MESSAGES_MAX
+
     def send_message(self, fields: list, on_result: Result) -> None:
         self._direct.append((fields, on_result))
         self.wake()

@@ -33,6 +33,7 @@ from mrs.group.peers import LinkPort, Peers, PeerState
 from mrs.group.reply import PutReply
 from mrs.group.transfer import LINK_LOST, transfer_fields
 from mrs.group.umas import Umas
+from mrs.limits import LINK_DIRECT_MESSAGES_MAX
 from mrs.model import Psb, Status
 from mrs.queues import Entry
 from mrs.receipts import Receipts
@@ -98,6 +99,8 @@ class Outbound:
         if mode.recoverable and (mode.interest_point == "SAF" or peer.saf_backlog > 0):
             reached = Status.STORED if mode.interest_point == "SAF" else Status.SAF_FORCED
             self._put_via_saf(peer, entry, reply, reached)
+        elif peer.link is not None and peer.link.direct_full:
+            self._link_full(peer, entry, reply)
         elif peer.link is not None:
             self._send_direct(peer, entry, reply)
         else:
@@ -176,6 +179,18 @@ class Outbound:
             done(error)
 
         ctx.writer.submit(batch, stored)
+
+    def _link_full(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:
+        """The link's direct queue is at its bound: nothing more waits in memory; a
+        recoverable put goes to the SAF (and later ones follow it there, in order)."""
+        if entry.delivery.recoverable:
+            self._put_via_saf(peer, entry, reply, Status.SAF_FORCED)
+            return
+        reason = (
+            f"{LINK_DIRECT_MESSAGES_MAX} messages already wait for the link to group "
+            f"{peer.group_id}"
+        )
+        self.umas.undeliverable(entry, reply, Status.MRS_RES_EXH, reason)
 
     def _send_direct(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:
         waits_for_receiver = entry.delivery.interest_point in ("CONF", "DEQ", "ACK")
