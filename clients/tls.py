@@ -14,7 +14,7 @@ from pathlib import Path
 
 import trio
 
-from clients.errors import MrsError
+from clients.errors import ConnectionLost, MrsError
 from mrs.model import Status
 
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
@@ -62,9 +62,13 @@ def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenS
         except BaseException as error:
             await trio.aclose_forcefully(stream)
             refused = tls_refusal(error, f"{host}:{port}")
-            if refused is None:
-                raise
-            raise refused from None
+            if refused is not None:
+                raise refused from None
+            if isinstance(error, trio.BrokenResourceError):  # reset, not a TLS verdict
+                raise ConnectionLost(
+                    Status.LINK_DOWN, f"TLS handshake with {host}:{port} cut off: {error}"
+                ) from None
+            raise
         return tls_stream
 
     return open_stream

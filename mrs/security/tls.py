@@ -59,6 +59,8 @@ CLOSE_DRAIN_S = 1.0
 """After a refused handshake: how long to read what the peer still sends (no RST)."""
 CLOSE_DRAIN_BYTES_MAX = 65536
 """... and how much of it."""
+CLOSE_DRAINS_MAX = 64
+"""Refused connections being closed gently at once; more are closed at once."""
 TLS_HANDSHAKE_RECORD = b"\x16"
 """The first byte of every TLS connection (a handshake record: the ClientHello)."""
 PLAINTEXT_REFUSAL = (
@@ -205,6 +207,7 @@ class TlsNetwork(TcpNetwork):
         self.refused = 0
         """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
         self._handshaking: Counter[str] = Counter()
+        self._draining = 0
         self._log_second = 0
         self._log_lines = 0
         self._log_suppressed = 0
@@ -236,12 +239,14 @@ class TlsNetwork(TcpNetwork):
                     tls_stream = await self._handshake(stream)
             except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
                 self._refuse(peer, _why(error))
-                await _close_gently(stream)
-                return
+                tls_stream = None
             finally:
                 self._handshaking[host] -= 1
                 if not self._handshaking[host]:
                     del self._handshaking[host]
+            if tls_stream is None:
+                await self._close_refused(stream)
+                return
             await handler(tls_stream)
 
         return handle
@@ -263,6 +268,18 @@ class TlsNetwork(TcpNetwork):
         tls_stream = trio.SSLStream(_Replayed(stream, first), self.server_context, server_side=True)
         await tls_stream.do_handshake()
         return tls_stream
+
+    async def _close_refused(self, stream: trio.abc.Stream) -> None:
+        """Gently (see _close_gently) while fewer than CLOSE_DRAINS_MAX are at it;
+        beyond that a flood of refused connections is closed at once."""
+        if self._draining >= CLOSE_DRAINS_MAX:
+            await trio.aclose_forcefully(stream)
+            return
+        self._draining += 1
+        try:
+            await _close_gently(stream)
+        finally:
+            self._draining -= 1
 
     def _may_handshake(self, host: str) -> bool:
         """Bounds on handshakes in progress: before TLS there is no session, so the
