@@ -25,7 +25,7 @@ from mrs.group.context import (
 )
 from mrs.group.dqf import Dqf
 from mrs.group.notices import Notices
-from mrs.model import Status
+from mrs.model import InterestPoint, Status
 from mrs.queues import Entry, GetWaiter, TargetQueue
 from mrs.records import record_from_entry
 
@@ -221,7 +221,7 @@ class Handover:
             batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
         notice = (
             entry.origin_group is not None
-            and entry.delivery.interest_point == "CONF"
+            and entry.delivery.interest_point is InterestPoint.CONF
             and self.notices.add_notice(batch, entry.origin_group, "conf", entry.seq)
         )
         notify = entry.origin_group if notice else None

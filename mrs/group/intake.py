@@ -28,7 +28,7 @@ from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
-from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
+from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, InterestPoint, Notification, Psb, Status
 from mrs.queues import Entry, memory_quota_problem
 from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
@@ -98,7 +98,7 @@ class Intake:
         key, own_header = self._check_put(request)
         response_queue = ctx.resolve(request.resp_q) if request.resp_q else source
         if (
-            mode.notification == "AK"
+            mode.notification is Notification.AK
             and response_queue.group != ctx.group_id
             and response_queue.group not in self.outbound.peers
         ):
@@ -138,18 +138,18 @@ class Intake:
             dead_letter_header=own_header,
             account=getattr(session, "account", None),
         )
-        if mode.notification == "WF":
+        if mode.notification is Notification.WF:
             self._time_out_later(request, reply)
         answer = _Accepted(session, request.request_id, answer_now=not reply.stored_reply)
         if (
-            mode.notification == "AK"
-            and mode.interest_point == "CONF"
+            mode.notification is Notification.AK
+            and mode.interest_point is InterestPoint.CONF
             and target.group != ctx.group_id
         ):
             # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)
             self.outbound.put_owing_ack(entry, reply, answer)
             return
-        if mode.notification != "WF":
+        if mode.notification is not Notification.WF:
             answer(seq, None)
         if target.group != ctx.group_id:
             self.outbound.put(entry, reply)
@@ -192,22 +192,23 @@ class Intake:
         return self.ctx.resolve(source_text), original_ns or put_time_ns
 
     def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
-        if entry.delivery.interest_point == "CONF":
+        if entry.delivery.interest_point is InterestPoint.CONF:
             entry.on_confirm = reply.reporter(entry.seq)
-            if entry.delivery.notification == "AK":
+            if entry.delivery.notification is Notification.AK:
                 # journaled with the message: the MRS_ACK is owed after a restart too
                 entry.response_queue = reply.response_queue
 
         def outcome(status: Status, seq: int, reason: str) -> None:
             if status != Status.STORED:
                 self.umas.undeliverable(entry, reply, status, reason)
-            elif entry.delivery.interest_point != "CONF" or seq != entry.seq:
+            elif entry.delivery.interest_point is not InterestPoint.CONF or seq != entry.seq:
                 reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
             else:
                 reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
         keys = [key] if key is not None else []
-        if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and entry.delivery.interest_point != "CONF":
+        confirmed_point = entry.delivery.interest_point is InterestPoint.CONF
+        if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and not confirmed_point:
             reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
         self.dqf.store_in_dqf(entry, keys, outcome)
 

@@ -34,7 +34,7 @@ from mrs.group.reply import PutReply
 from mrs.group.transfer import LINK_LOST, transfer_fields
 from mrs.group.umas import Umas
 from mrs.limits import LINK_DIRECT_MESSAGES_MAX
-from mrs.model import Psb, Status
+from mrs.model import InterestPoint, Notification, Psb, Status
 from mrs.queues import Entry
 from mrs.receipts import Receipts
 from mrs.records import record_from_entry
@@ -96,8 +96,9 @@ class Outbound:
             undeliverable(entry, reply, Status.MSGTOOBIG, reason)
             return
         mode = entry.delivery
-        if mode.recoverable and (mode.interest_point == "SAF" or peer.saf_backlog > 0):
-            reached = Status.STORED if mode.interest_point == "SAF" else Status.SAF_FORCED
+        to_saf_point = mode.interest_point is InterestPoint.SAF
+        if mode.recoverable and (to_saf_point or peer.saf_backlog > 0):
+            reached = Status.STORED if to_saf_point else Status.SAF_FORCED
             self._put_via_saf(peer, entry, reply, reached)
         elif peer.link is not None and peer.link.direct_full:
             self._link_full(peer, entry, reply)
@@ -107,7 +108,7 @@ class Outbound:
             undeliverable(entry, reply, Status.LINK_DOWN, f"link to group {peer.group_id} is down")
 
     def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
-        if entry.delivery.interest_point == "CONF":
+        if entry.delivery.interest_point is InterestPoint.CONF:
             peer.waiters[entry.seq] = reply.reporter(entry.seq)
             self._owe_ack(entry, reply)
 
@@ -120,7 +121,7 @@ class Outbound:
                     else Status.SAF_DEVICE_FAIL
                 )
                 self.umas.undeliverable(entry, reply, cause, str(error))
-            elif entry.delivery.interest_point != "CONF":
+            elif entry.delivery.interest_point is not InterestPoint.CONF:
                 reply.report(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
             else:
                 reply.stored(Psb(Status.SUCCESS, reached, entry.seq, Status.NO_UMA))
@@ -147,7 +148,7 @@ class Outbound:
 
     def _owe_ack(self, entry: Entry, reply: PutReply) -> None:
         """AK_CONF: once its outcome is reported, forget the MRS_ACK journaled as owed."""
-        if reply.mode.notification != "AK" or reply.done:
+        if reply.mode.notification is not Notification.AK or reply.done:
             return
         seq = entry.seq
         reply.on_done = lambda: self.ack_waits.done(seq)
@@ -193,11 +194,11 @@ class Outbound:
         self.umas.undeliverable(entry, reply, Status.MRS_RES_EXH, reason)
 
     def _send_direct(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:
-        waits_for_receiver = entry.delivery.interest_point in ("CONF", "DEQ", "ACK")
+        waits_for_receiver = entry.delivery.waits_for_receiver
         if waits_for_receiver:
             # Registered before sending: the peer's notice can overtake its LinkAck.
             peer.waiters[entry.seq] = reply.reporter(entry.seq)
-            if entry.delivery.interest_point == "CONF":
+            if entry.delivery.interest_point is InterestPoint.CONF:
                 self._owe_ack(entry, reply)
 
         def on_result(status: int, stored_seq: int) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from mrs import protocol as wire
 from mrs.group.context import Session
-from mrs.model import Address, DeliveryMode, Psb, Status
+from mrs.model import Address, DeliveryMode, Notification, Psb, Status
 
 SendAck = Callable[[Address, Psb], None]
 """send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
@@ -46,9 +46,9 @@ class PutReply:
         self.on_done()
         self.stored(psb)
         notification = self.mode.notification
-        if notification == "WF" and not self.stored_reply:
+        if notification is Notification.WF and not self.stored_reply:
             self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
-        elif notification == "AK":
+        elif notification is Notification.AK:
             self.send_ack(self.response_queue, psb)
 
     def reporter(self, seq: int) -> Callable[..., None]:
