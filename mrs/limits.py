@@ -129,3 +129,37 @@ DLQ_HANDLER_POLL_S = 1.0
 """A parked get returns at least this often, so WAIT(nnn) and reports stay timely."""
 DLQ_HANDLER_SEEN_MAX_DEFAULT = 10_000
 """Dead letters whose retry count the handler remembers at most."""
+
+# ------------------------------------------------------------------ links and groups
+LINK_BACKOFF_S_MIN = 0.05
+"""A link's first redial waits this long..."""
+LINK_BACKOFF_S_MAX = 2.0
+"""...doubling up to this."""
+LINK_HANDSHAKE_TIMEOUT_S = 5.0
+"""A dialed link must finish its Hello/Welcome within this long."""
+LINK_WINDOW_MESSAGES_MAX = 2048
+"""Messages a link has sent and not yet had answered at most (its window)."""
+LINK_TRANSFER_MESSAGES_MAX = 256
+"""Messages in one transfer frame at most."""
+LINK_TRANSFER_BYTES_MAX = 1 << 20
+"""Bodies per transfer frame (one bigger message still goes alone): with the peer's
+message_bytes_max this bounds every frame a link sends."""
+LINK_FRAME_OVERHEAD_BYTES = 64 * 1024
+"""Room for a transfer frame's fields around its bodies."""
+LINK_RETRY_S_MIN = 0.2
+"""A link whose drain is refused (RETRY) waits this long at first..."""
+LINK_RETRY_S_MAX = 5.0
+"""...doubling up to this."""
+LINK_NOTICES_PER_FRAME_MAX = 512
+"""Notices (confirmed, dequeued, ...) in one link frame at most."""
+BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
+"""A journaled message further back in its queue than this keeps its body only on
+disk (read back at delivery), so memory stays flat while a DQF backlog grows."""
+ACKS_OWED_PER_PEER_MAX = 10_000
+"""MRS_ACKs for one other group's queues journaled and not yet answered by it."""
+RECENT_ACKS_MAX = 100_000
+"""MRS_ACKs from other groups remembered (by origin group and seq), to drop a resent one."""
+RECEIPTS_PER_PEER_MAX = 10_000
+"""Notices kept for one group whose link is down (beyond: dropped, and logged)."""
+RECEIPTS_PER_FRAME_MAX = 512
+"""Receipts in one link frame at most."""

@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mrs.limits import RECEIPTS_PER_FRAME_MAX as RECEIPTS_PER_FRAME_MAX
+from mrs.limits import RECEIPTS_PER_PEER_MAX as RECEIPTS_PER_PEER_MAX
 from mrs.model import Status
 
 if TYPE_CHECKING:
@@ -24,9 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mrs.receipts")
 
-RECEIPTS_PER_PEER_MAX = 10_000
-"""Notices kept for one group whose link is down (beyond: dropped, and logged)."""
-RECEIPTS_PER_FRAME_MAX = 512
 
 
 @dataclass(eq=False)

@@ -25,6 +25,8 @@ from journals import Journal, JournalError, WriteBatch
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers
 from mrs.group.transfer import LINK_LOST, transfer_fields
+from mrs.limits import ACKS_OWED_PER_PEER_MAX as ACKS_OWED_PER_PEER_MAX
+from mrs.limits import RECENT_ACKS_MAX as RECENT_ACKS_MAX
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode
 from mrs.queues import Entry
 
@@ -32,10 +34,6 @@ log = logging.getLogger("mrs.ack_waits")
 
 KEY_PREFIX = b"ackwait:"
 OUT_PREFIX = b"ackout:"
-ACKS_OWED_PER_PEER_MAX = 10_000
-"""MRS_ACKs for one other group's queues journaled and not yet answered by it."""
-RECENT_ACKS_MAX = 100_000
-"""MRS_ACKs from other groups remembered (by origin group and seq), to drop a resent one."""
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from journals import GroupCommitWriter, JournalStore
 from mrs.config import BusConfig, GroupConfig
 from mrs.delivery import Refused
+from mrs.limits import BODIES_IN_MEMORY_PER_QUEUE_MAX as BODIES_IN_MEMORY_PER_QUEUE_MAX
 from mrs.model import Address, Status
 from mrs.queues import TargetQueue
 
@@ -41,9 +42,6 @@ UNSAFE_SWITCHES = frozenset(
 a server honours them only when given them (`GroupServer(unsafe=...)`; `mrs serve`
 reads MRS_HARNESS_UNSAFE at the CLI edge)."""
 
-BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
-"""A journaled message further back in its queue than this keeps its body only on
-disk (read back at delivery), so memory stays flat while a DQF backlog grows."""
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 

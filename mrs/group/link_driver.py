@@ -20,6 +20,9 @@ from mrs.errors import MrsError
 from mrs.group.link_session import PeerLink
 from mrs.group.wiring import LinkRooms
 from mrs.guards import Guards
+from mrs.limits import LINK_BACKOFF_S_MAX as BACKOFF_S_MAX
+from mrs.limits import LINK_BACKOFF_S_MIN as BACKOFF_S_MIN
+from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
 from mrs.limits import RECEIVE_BYTES_MAX
 from mrs.model import Status
 from mrs.network import TCP, Network
@@ -27,9 +30,6 @@ from mrs.watchdog import Liveness, next_nonce, watch
 
 log = logging.getLogger("mrs.links")
 
-BACKOFF_S_MIN = 0.05
-BACKOFF_S_MAX = 2.0
-HANDSHAKE_TIMEOUT_S = 5.0
 LINK_PROGRAM_PREFIX = "group:"
 
 

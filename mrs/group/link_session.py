@@ -24,19 +24,17 @@ from mrs.group.peers import Result
 from mrs.group.transfer import LINK_LOST, TransferError, link_result, status_name
 from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_DIRECT_MESSAGES_MAX
+from mrs.limits import LINK_FRAME_OVERHEAD_BYTES as FRAME_OVERHEAD_BYTES  # noqa: F401 (re-exported)
+from mrs.limits import LINK_NOTICES_PER_FRAME_MAX as NOTICES_PER_FRAME_MAX
+from mrs.limits import LINK_RETRY_S_MAX as RETRY_S_MAX
+from mrs.limits import LINK_RETRY_S_MIN as RETRY_S_MIN
+from mrs.limits import LINK_TRANSFER_BYTES_MAX as TRANSFER_BYTES_MAX
+from mrs.limits import LINK_TRANSFER_MESSAGES_MAX as TRANSFER_MESSAGES_MAX
+from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
 from mrs.model import Status
 
 log = logging.getLogger("mrs.links")
 
-WINDOW_MESSAGES_MAX = 2048
-TRANSFER_MESSAGES_MAX = 256
-TRANSFER_BYTES_MAX = 1 << 20
-"""Bodies per transfer frame (one bigger message still goes alone): with the peer's
-message_bytes_max this bounds every frame a link sends."""
-FRAME_OVERHEAD_BYTES = 64 * 1024
-RETRY_S_MIN = 0.2
-RETRY_S_MAX = 5.0
-NOTICES_PER_FRAME_MAX = 512
 
 
 def _no_clock() -> float:
