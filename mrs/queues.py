@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
 from mrs.guards import Guards
 from mrs.limits import JOURNALED_BODIES_BYTES_MAX
@@ -98,6 +99,15 @@ class TargetQueue:
     journaled_body_bytes: int = 0
     """Bodies of journaled entries in `pending` kept in memory (a cache of the DQF)."""
     arrivals: int = 0
+    cold: ColdBacklog = field(default_factory=ColdBacklog)
+    """Journaled messages behind the in-memory window, as seqs (mrs.backlog)."""
+    load_cold: Loader | None = None
+    """Reads cold messages back from the DQF; None keeps every entry in memory."""
+
+    @property
+    def waiting(self) -> int:
+        """Messages waiting to be got: the window in memory and the cold backlog."""
+        return len(self.pending) + len(self.cold)
 
     def can_deliver(self) -> bool:
         """False while unconfirmed_max messages wait for their confirm."""
@@ -140,6 +150,11 @@ class TargetQueue:
                 len(self.pending),
             )
             self.pending.insert(index, entry)
+        elif self._goes_cold(entry):
+            self.cold.append(entry)
+            entry.body = None if entry.journaled else entry.body  # on disk: read back later
+            if entry.journaled:
+                return
         else:
             self.arrivals += 1
             entry.arrival = self.arrivals
@@ -159,7 +174,29 @@ class TargetQueue:
             if entry.account is not None:
                 entry.account.held_bytes += size
 
+    def _goes_cold(self, entry: Entry) -> bool:
+        """Behind cold ones (arrival order), or journaled beyond the window."""
+        if self.load_cold is None:
+            return False
+        if self.cold:
+            return True
+        return len(self.pending) >= WINDOW_ENTRIES_MAX and self.cold.can_go_cold(entry)
+
+    def _refill(self) -> None:
+        """Read the next cold messages back into the window, in arrival order."""
+        while self.cold and len(self.pending) < WINDOW_ENTRIES_MAX:
+            for entry in self.cold.take(WINDOW_ENTRIES_MAX - len(self.pending), self.load_cold):
+                self.arrivals += 1
+                entry.arrival = self.arrivals
+                self.pending.append(entry)
+                if entry.journaled and entry.body is not None:
+                    if self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX:
+                        entry.body = None
+                    self.journaled_body_bytes += len(entry.body or b"")
+
     def take(self) -> Entry | None:
+        if self.cold and len(self.pending) < REFILL_BELOW:
+            self._refill()
         if not self.pending:
             return None
         entry = self.pending.popleft()

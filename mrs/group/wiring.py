@@ -149,9 +149,9 @@ class Group:
 def _queue_status(queue: TargetQueue) -> dict:
     return {
         "name": queue.config.name,
-        "pending": len(queue.pending),
+        "pending": queue.waiting,
         "unconfirmed": len(queue.unconfirmed),
-        "dqf_depth": len(queue.pending)
+        "dqf_depth": queue.waiting
         - queue.memory_count
         + sum(1 for entry in queue.unconfirmed.values() if entry.journaled),
         "attached": queue.attached_session is not None,

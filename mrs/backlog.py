@@ -1,0 +1,89 @@
+"""A queue's cold backlog: the journaled messages behind its in-memory window, kept as
+seqs in one compact array and read back from the DQF when the window runs low.
+
+Why: a DQF of a million messages must not keep a million Python objects in the
+server (an `Entry` costs some 300 bytes before its body; the seq alone costs 8 in
+an `array`). A message goes cold only when nothing in memory waits on it (no
+callbacks): its record and delivery mark on disk say all there is to say. An entry
+that cannot go cold (a nonrecoverable message, or one whose sender waits for its
+confirm) but arrives behind cold ones is held here by seq, so arrival order stays
+exact. Held entries are bounded by what bounds them anyway (messages_max, the
+senders' outstanding requests).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from typing import Protocol
+
+WINDOW_ENTRIES_MAX = 1000
+"""Entries a queue keeps in memory before later journaled arrivals go cold."""
+REFILL_BELOW = 500
+"""The window is refilled from the cold backlog when it holds fewer entries than this."""
+COMPACT_AFTER = 1 << 16
+"""Consumed array slots dropped once there are this many (and they are most of it)."""
+
+
+class Entry(Protocol):
+    """What the backlog reads of a queued message (mrs.queues.Entry)."""
+
+    seq: int
+    journaled: bool
+    on_confirm: object
+    on_dequeue: object
+
+
+Loader = Callable[[list[int]], list]
+"""Read journaled messages back by seq, in the order given (a missing one is skipped)."""
+
+
+class ColdBacklog:
+    """Seqs in arrival order; entries held in memory for the few that cannot go cold."""
+
+    def __init__(self) -> None:
+        self._seqs = array("Q")
+        self._head = 0
+        self._held: dict[int, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._seqs) - self._head
+
+    @staticmethod
+    def can_go_cold(entry: Entry) -> bool:
+        """Only a journaled entry nobody waits on: the DQF record says all about it."""
+        return entry.journaled and entry.on_confirm is None and entry.on_dequeue is None
+
+    def append(self, entry: Entry) -> None:
+        self._seqs.append(entry.seq)
+        if not self.can_go_cold(entry):
+            self._held[entry.seq] = entry
+
+    def take(self, count: int, load: Loader) -> list[Entry]:
+        """The next `count` messages, oldest first, cold ones read back with `load`."""
+        end = min(self._head + count, len(self._seqs))
+        seqs = self._seqs[self._head : end].tolist()
+        self._head = end
+        self._compact()
+        taken: list[Entry] = []
+        cold: list[int] = []
+        for seq in seqs:
+            held = self._held.pop(seq, None)
+            if held is None:
+                cold.append(seq)
+                continue
+            if cold:
+                taken.extend(load(cold))
+                cold = []
+            taken.append(held)
+        if cold:
+            taken.extend(load(cold))
+        return taken
+
+    def _compact(self) -> None:
+        if self._head == len(self._seqs):
+            self._seqs = array("Q")
+            self._head = 0
+        elif self._head >= COMPACT_AFTER and self._head * 2 >= len(self._seqs):
+            del self._seqs[: self._head]
+            self._head = 0
