@@ -1,7 +1,7 @@
 """One framed stream: a trio stream carrying MRS frames, the I/O half of a wire.Connection.
 
 The server session, the dialed end of a link and the client library all did the same
-three things around their sans-I/O `mrs.protocol.Connection`: queue frames and write
+three things around their sans-I/O `mrs.protocol.Connection` (now done here): queue frames and write
 them in one `send_all` per wake-up (so replies ready together share a write), read
 what one recv brings and take every complete event out of it, and during a handshake
 wait for the next event within a deadline. `FramedStream` does them once.

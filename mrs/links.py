@@ -7,7 +7,6 @@ from mrs.group.link_driver import (
     HANDSHAKE_TIMEOUT_S,
     LINK_PROGRAM_DIGITS_MAX,
     LINK_PROGRAM_PREFIX,
-    RECEIVE_BYTES_MAX,
     DialedChannel,
     LinkRefused,
     dial_forever,
@@ -26,6 +25,7 @@ from mrs.group.link_session import (
     Channel,
     PeerLink,
 )
+from mrs.limits import RECEIVE_BYTES_MAX
 
 __all__ = [
     "BACKOFF_S_MAX",

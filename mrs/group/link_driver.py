@@ -17,13 +17,13 @@ import trio
 
 from mrs import protocol as wire
 from mrs.errors import MrsError
+from mrs.framed import FramedStream, StreamClosed
 from mrs.group.link_session import PeerLink
 from mrs.group.wiring import LinkRooms
 from mrs.guards import Guards
 from mrs.limits import LINK_BACKOFF_S_MAX as BACKOFF_S_MAX
 from mrs.limits import LINK_BACKOFF_S_MIN as BACKOFF_S_MIN
 from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
-from mrs.limits import RECEIVE_BYTES_MAX
 from mrs.model import Status
 from mrs.network import TCP, Network
 from mrs.watchdog import Liveness, next_nonce, watch
@@ -61,30 +61,9 @@ async def pump(link: PeerLink) -> None:
 
 
 # ---------------------------------------------------------------------- dialing side
-@dataclass(eq=False)
-class DialedChannel:
-    """The dialer's end of a link connection: a send loop like a server session's."""
-
-    stream: trio.abc.Stream
-    connection: wire.Connection
-    closed: bool = False
-    _outbox: list[bytes] = field(default_factory=list)
-    _ready: trio.Event = field(default_factory=trio.Event)
-
-    def send(self, event: object) -> None:
-        if self.closed:
-            return
-        self._outbox.append(self.connection.send(event))
-        self._ready.set()
-
-    async def send_loop(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready = trio.Event()
-            if self._outbox:
-                data = b"".join(self._outbox)
-                self._outbox.clear()
-                await self.stream.send_all(data)
+class DialedChannel(FramedStream):
+    """The dialer's end of a link connection: a framed stream (mrs.framed), the same
+    outbox and send loop as a server session's."""
 
 
 async def dial_forever(
@@ -146,17 +125,11 @@ class LinkRefused(MrsError):
 
 async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> None:
     hello = wire.Hello(wire.PROTOCOL_VERSION, f"{LINK_PROGRAM_PREFIX}{group_id}", "link", group_id)
-    await channel.stream.send_all(channel.connection.send(hello))
-    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-        while True:
-            event = channel.connection.next_event()
-            if event is wire.NEED_DATA:
-                data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
-                if not data:
-                    raise LinkRefused("peer closed during the handshake")
-                channel.connection.receive_data(data)
-                continue
-            break
+    await channel.send_now(hello)
+    try:
+        event = await channel.next_event(HANDSHAKE_TIMEOUT_S)
+    except StreamClosed:
+        raise LinkRefused("peer closed during the handshake") from None
     if isinstance(event, wire.Fatal):
         raise LinkRefused(f"peer refused the link: {event.message}")
     if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
@@ -169,21 +142,18 @@ async def _serve_dialed(link: PeerLink, channel: DialedChannel, guards: Guards) 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(channel.send_loop)
         nursery.start_soon(_watch_dialed, link, channel, liveness, guards, nursery.cancel_scope)
-        connection = channel.connection
-        data = b"(events already buffered with the Welcome)"
+        events, still_open = channel.connection.events(), True  # buffered with the Welcome
         while True:
-            events = connection.events()
             for event in events:
                 if event is wire.CLOSED or isinstance(event, wire.Fatal):
                     nursery.cancel_scope.cancel()
                     return
                 link.handle(event, channel)
-            if not data:
+            if not still_open:
                 nursery.cancel_scope.cancel()
                 return
-            liveness.heard(connection.buffered_bytes, len(events))
-            data = await channel.stream.receive_some(RECEIVE_BYTES_MAX)
-            connection.receive_data(data)
+            liveness.heard(channel.buffered_bytes, len(events))
+            events, still_open = await channel.receive_events()
 
 
 def _ping(channel: DialedChannel) -> None:
