@@ -3,17 +3,20 @@ strictly, and tuning freezes what is alive and sets the thresholds asked for."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mrs.exit_status import CommandError
+from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.gc_tuning import GC_ENV, SERVER_GC_THRESHOLDS, thresholds_from
 from mrs.harness import serve_options_from
 
+ROOT = Path(__file__).resolve().parent.parent
 positive = st.integers(min_value=1, max_value=10**9)
 
 
@@ -61,3 +64,19 @@ def test_tuning_freezes_what_is_alive_and_sets_the_thresholds() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_mrs_serve_refuses_a_bad_switch_in_one_line() -> None:
+    config = "docs/examples/bus.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "mrs", "serve", "--config", config, "--group", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, GC_ENV: "1,2"},
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.strip().splitlines() == [
+        "mrs: MRS_GC_THRESHOLDS: '1,2' is not 'off' or three integers gen0,gen1,gen2"
+    ]
