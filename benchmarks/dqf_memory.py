@@ -46,7 +46,7 @@ READY_TIMEOUT_S = 1800.0
 
 
 def write_config(directory: Path, messages: int, body_bytes: int) -> Path:
-    journal_bytes = messages * (body_bytes + 600) + (256 << 20)
+    journal_bytes = messages * (body_bytes + 2048) + (256 << 20)
     path = directory / "bus.toml"
     path.write_text(
         textwrap.dedent(f"""\
@@ -156,7 +156,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.scratch, prefix="dqf-memory-") as scratch:
         directory = Path(scratch)
         config = write_config(directory, args.messages, args.body_bytes)
-        journal_bytes = args.messages * (args.body_bytes + 600) + (256 << 20)
+        journal_bytes = args.messages * (args.body_bytes + 2048) + (256 << 20)
         process, _, empty_ready_s = start(config, args.code)
         empty = settled_memory(process.pid)
         stop(process)
