@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -200,23 +201,32 @@ def _report_corrupt(corrupt: CorruptRecord) -> None:
     print(f"mrs dump: {corrupt}", file=sys.stderr)
 
 
-def _dump_json(store, journal, selection: RecordFilter, group_id: int, body) -> Summary:
-    summary = Summary(journal, group_id)
-    out = sys.stdout
-    lines: list[str] = []
-    limit = selection.limit
+def _selected(store, journal, selection: RecordFilter, summary: Summary) -> Iterator[Record]:
+    """The selected records, counted into `summary`, up to the selection's limit.
+
+    Why one place: both output formats must count, report corrupt records and stop at
+    the limit the same way; a corrupt record is reported and counted, never yielded.
+    """
     for _key, record in scan(store, journal, selection):
         if isinstance(record, CorruptRecord):
             summary.corrupt += 1
             _report_corrupt(record)
             continue
         summary.add(record)
+        yield record
+        if selection.limit is not None and summary.records >= selection.limit:
+            return
+
+
+def _dump_json(store, journal, selection: RecordFilter, group_id: int, body) -> Summary:
+    summary = Summary(journal, group_id)
+    out = sys.stdout
+    lines: list[str] = []
+    for record in _selected(store, journal, selection, summary):
         lines.append(record_json(journal, record, body))
         if len(lines) >= JSON_FLUSH_LINES:
             out.write("\n".join(lines) + "\n")
             lines.clear()
-        if limit is not None and summary.records >= limit:
-            break
     if lines:
         out.write("\n".join(lines) + "\n")
     out.flush()
@@ -227,16 +237,8 @@ def _dump_table(store, journal, selection: RecordFilter, group_id: int, body) ->
     summary = Summary(journal, group_id)
     console = Console(width=None if sys.stdout.isatty() else 200)
     printer = _TablePrinter(console, _columns(journal, body))
-    limit = selection.limit
-    for _key, record in scan(store, journal, selection):
-        if isinstance(record, CorruptRecord):
-            summary.corrupt += 1
-            _report_corrupt(record)
-            continue
-        summary.add(record)
+    for record in _selected(store, journal, selection, summary):
         printer.add(_row(journal, record, body))
-        if limit is not None and summary.records >= limit:
-            break
     if summary.records:
         printer.flush()
     return summary
