@@ -56,7 +56,9 @@ def test_mutation_is_reproducible_from_its_seed() -> None:
 def test_atheris_short_run_covers_every_target(tmp_path) -> None:
     """The long-run script itself: coverage-guided inputs spread over all targets,
     in one process (instrumenting the imports once is most of its cost)."""
-    pytest.importorskip("atheris")
+    pytest.importorskip(
+        "atheris", reason="atheris is in the [test] extra only for Python < 3.13 on Linux"
+    )
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "fuzz.py"), "mixed", "--runs", "6000"],
         cwd=tmp_path,
