@@ -48,7 +48,10 @@ RECORD_JOURNALS = (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
 
 
 class JournalError(Exception):
-    """A journal write could not be made durable; nothing in the batch was stored."""
+    """A journal write could not be made durable; nothing in the batch was stored.
+
+    Its own root by design, outside `mrs.errors`: journals/ is a library without MRS
+    concepts (no statuses); the group turns these into JOURNAL_FAIL/JOURNAL_FULL."""
 
 
 class JournalFullError(JournalError):

@@ -120,3 +120,47 @@ async def test_a_silent_server_gives_a_reply_timeout(monkeypatch) -> None:
             assert timed_out.value.status is Status.TIMEOUT
             assert not isinstance(timed_out.value, clients.MrsTimeout)
         nursery.cancel_scope.cancel()
+
+
+def test_the_tool_errors_share_the_root() -> None:
+    """The DLQ rules table, the audit's source options and its command line: each an
+    operator's mistake under the one root with BADPARAM, its text kept as it was."""
+    from mrs.audit.command import AuditUsageError
+    from mrs.dlq.parser import RulesError, parse_table
+
+    with pytest.raises(RulesError) as caught:
+        parse_table("INPUTQ(1.10) NOSUCHKEYWORD\nACTION(DISCARD)\n")
+    rules_error = caught.value
+    assert isinstance(rules_error, errors.OperatorError)
+    assert isinstance(rules_error, ValueError)
+    assert rules_error.status is Status.BADPARAM
+    assert rules_error.problems
+    assert str(rules_error) == "\n".join(str(problem) for problem in rules_error.problems)
+    again = pickle.loads(pickle.dumps(rules_error))
+    assert (type(again), str(again), again.problems) == (
+        RulesError,
+        str(rules_error),
+        rules_error.problems,
+    )
+
+    usage = AuditUsageError("--group goes with --config")
+    assert isinstance(usage, errors.OperatorError)
+    assert usage.status is Status.BADPARAM
+    assert str(usage) == "--group goes with --config"
+
+
+def test_the_audit_source_error_shares_the_root() -> None:
+    source = pytest.importorskip("mrs.audit.source", reason="the audit source needs pyspark")
+    error = source.SourceError("option group goes with exactly one path")
+    assert isinstance(error, errors.OperatorError)
+    assert isinstance(error, ValueError)
+    assert error.status is Status.BADPARAM
+    assert str(error) == "option group goes with exactly one path"
+
+
+def test_journal_errors_stay_outside_by_design() -> None:
+    """journals/ is a library without MRS concepts: its root is its own."""
+    import journals
+
+    assert not issubclass(journals.JournalError, errors.MrsError)
+    assert "imports nothing of `mrs`" in journals.__doc__

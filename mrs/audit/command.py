@@ -22,12 +22,15 @@ import threading
 import time
 from pathlib import Path
 
+from mrs.errors import OperatorError
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 
 
-class AuditUsageError(Exception):
-    """The command line does not describe a readable audit (one line)."""
+class AuditUsageError(OperatorError):
+    """The command line does not describe a readable audit (one line; status
+    BADPARAM, under the one root `mrs.errors.MrsError`)."""
 
 
 def add_parser(commands) -> argparse.ArgumentParser:

@@ -53,6 +53,7 @@ from pyspark.sql.types import (
 from journals import Journal
 from mrs.audit import scan
 from mrs.audit.columns import SCHEMA, corrupt_row, row_from_values
+from mrs.errors import OperatorError
 
 log = logging.getLogger("mrs.audit")
 
@@ -69,8 +70,9 @@ SPARK_SCHEMA = StructType(
 )
 
 
-class SourceError(ValueError):
-    """The options do not name a readable journal (one line, for the operator)."""
+class SourceError(OperatorError, ValueError):
+    """The options do not name a readable journal (one line, for the operator;
+    status BADPARAM, under the one root `mrs.errors.MrsError`)."""
 
 
 def _options(options) -> dict[str, str]:

@@ -31,6 +31,7 @@ from mrs.dlq.table import (
     Rule,
     RulesTable,
 )
+from mrs.errors import OperatorError
 
 RULE_KEYWORDS = PATTERN_KEYWORDS + ACTION_KEYWORDS
 ALL_KEYWORDS = RULE_KEYWORDS + CONTROL_KEYWORDS
@@ -48,8 +49,9 @@ class Problem:
         return f"line {self.line}, column {self.column}: {self.message}"
 
 
-class RulesError(ValueError):
-    """The table is not valid; `problems` lists each error with its place."""
+class RulesError(OperatorError, ValueError):
+    """The table is not valid; `problems` lists each error with its place (status
+    BADPARAM: an operator's table, under the one root `mrs.errors.MrsError`)."""
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
