@@ -66,6 +66,11 @@ REFUSAL_LOG_INTERVAL_S = 10.0
 """One log line per (limit, peer) at most this often."""
 REFUSAL_KEYS_MAX = 4096
 """Distinct (limit, peer) pairs remembered; beyond this the table starts afresh."""
+DENIAL_LOG_INTERVAL_S = 1.0
+"""The permission gate: one log line per (principal, problem) at most this often."""
+TLS_REFUSAL_LOG_INTERVAL_S = 1.0
+"""The TLS listener: one log line per (host, reason) a refused handshake had at most
+this often."""
 DATA_DIR_CHECK_INTERVAL_S = 1.0
 """How often a running server looks at its data directory between commits."""
 JOURNAL_CHECK_INTERVAL_S = 1.0

@@ -2,47 +2,64 @@
 
 Every guard that refuses something (a connection, a request, a message) says so in
 the log, naming the limit and the peer. A hostile client can hit a limit thousands
-of times a second, so per (limit, peer) the first hit is logged at once and later
-ones at most every `every_s`, with the count of those not shown.
+of times a second, so per key the first hit is logged at once and later ones at
+most every `every_s`, with the count of those not shown. The key is what one line
+stands for: by default (limit, peer); the permission gate keys on (principal,
+problem), the TLS listener on (host, reason), so two different reasons from one
+host are each logged. The table of keys is bounded (`REFUSAL_KEYS_MAX`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from mrs.limits import REFUSAL_KEYS_MAX, REFUSAL_LOG_INTERVAL_S
 
 
 class RefusalLog:
+    """Counts refusals and logs them, at most one line per key per `every_s`."""
+
     def __init__(
         self,
         logger: logging.Logger,
         every_s: float = REFUSAL_LOG_INTERVAL_S,
         clock_s: Callable[[], float] = time.monotonic,
+        level: int = logging.WARNING,
+        line_format: str = "{peer}: {message}",
     ) -> None:
         self.logger = logger
         self.every_s = every_s
         self.clock_s = clock_s
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        self.level = level
+        self.line_format = line_format
+        """How a line reads, from {peer} and {message} (the count of hits not shown
+        is appended)."""
+        self._last: dict[Hashable, tuple[float, int]] = {}
         self.total = 0
         self.by_limit: dict[str, int] = {}
         """Hits per limit since start (for status: what the guards turned away)."""
 
-    def refused(self, limit: str, peer: str, message: str) -> None:
-        """Count a hit of `limit` by `peer`; log `message` unless logged just now."""
+    def refused(self, limit: str, peer: str, message: str, key: Hashable = None) -> bool:
+        """Count a hit of `limit` by `peer`; log its line unless a line for the
+        same `key` (default: (limit, peer)) was logged less than `every_s` ago.
+        Returns whether it was logged."""
         self.total += 1
         self.by_limit[limit] = self.by_limit.get(limit, 0) + 1
-        key = (limit, peer)
+        if key is None:
+            key = (limit, peer)
         now = self.clock_s()
         last = self._last.get(key)
         if last is not None and now - last[0] < self.every_s:
             self._last[key] = (last[0], last[1] + 1)
-            return
+            return False
         if len(self._last) >= REFUSAL_KEYS_MAX:
             self._last.clear()
         suppressed = last[1] if last is not None else 0
         more = f" ({suppressed} more since the last such line)" if suppressed else ""
-        self.logger.warning("%s: %s%s", peer, message, more)
+        self.logger.log(
+            self.level, "%s%s", self.line_format.format(peer=peer, message=message), more
+        )
         self._last[key] = (now, 0)
+        return True

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 
 from mrs import protocol as wire
 from mrs.config import BusConfig
 from mrs.delivery import Refused
 from mrs.dlq_leases import CONTEXT_HEADER
+from mrs.limits import DENIAL_LOG_INTERVAL_S
 from mrs.model import DEAD_LETTER_QUEUE, Address, Status
 from mrs.records import DEAD_LETTER_HEADER
+from mrs.refusals import RefusalLog
 from mrs.security import permissions as rules
 from mrs.security.authority import Authority
 
@@ -40,23 +41,11 @@ class Gate:
         self.denied = 0
         self._decisions: dict[tuple, str | None] = {}
         self._generation = authority.reloads
-        self._logged: dict[tuple[str, str], list] = {}
-        """(who, problem) -> [second last logged, denials not logged since]."""
-
-    def _should_log(self, who: str, problem: str) -> bool:
-        """One line per (principal, problem) per second, so a client repeating a denied
-        request cannot flood the log; the next line says how many were not logged."""
-        now = int(time.monotonic())
-        entry = self._logged.get((who, problem))
-        if entry is not None and entry[0] == now:
-            entry[1] += 1
-            return False
-        if entry is not None and entry[1]:
-            log.warning("%d more denials of %r: %s", entry[1], who, problem)
-        if len(self._logged) >= DECISIONS_MAX:
-            self._logged.clear()
-        self._logged[(who, problem)] = [now, 0]
-        return True
+        self._denials = RefusalLog(
+            log, every_s=DENIAL_LOG_INTERVAL_S, line_format="denied {message}"
+        )
+        """One line per (principal, problem) per second, so a client repeating a
+        denied request cannot flood the log; the next line says how many were not."""
 
     def check(self, session, event: object) -> None:
         """Raise Refused(NOTAUTHORIZED) if the session's principal may not do `event`."""
@@ -75,10 +64,12 @@ class Gate:
             return
         self.denied += 1
         who = getattr(session, "principal", None) or "(unauthenticated)"
-        if self._should_log(who, problem):
-            log.warning(
-                "denied %s from %r at %s: %s", type(event).__name__, who, session.peer, problem
-            )
+        self._denials.refused(
+            "permission",
+            str(session.peer),
+            f"{type(event).__name__} from {who!r} at {session.peer}: {problem}",
+            key=(who, problem),
+        )
         raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
     @staticmethod

@@ -35,8 +35,10 @@ from typing import Any
 import trio
 
 from mrs import protocol as wire
+from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
 from mrs.network import Gate, Handler, TcpNetwork
+from mrs.refusals import RefusalLog
 
 log = logging.getLogger("mrs.tls")
 
@@ -52,7 +54,6 @@ HANDSHAKES_PER_HOST_MAX = 64
 """TLS handshakes in progress from one host; more are closed at once."""
 HANDSHAKES_MAX = 1024
 """TLS handshakes in progress from everyone."""
-LOG_LINES_PER_S_MAX = 10
 FIRST_READ_BYTES_MAX = 16384
 """Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
 CLOSE_DRAIN_S = 1.0
@@ -208,9 +209,12 @@ class TlsNetwork(TcpNetwork):
         """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
         self._handshaking: Counter[str] = Counter()
         self._draining = 0
-        self._log_second = 0
-        self._log_lines = 0
-        self._log_suppressed = 0
+        self._refusals = RefusalLog(
+            log,
+            every_s=TLS_REFUSAL_LOG_INTERVAL_S,
+            level=logging.INFO,
+            line_format="TLS handshake from {peer} refused: {message}",
+        )
 
     async def serve_listeners(
         self,
@@ -289,19 +293,11 @@ class TlsNetwork(TcpNetwork):
         return self._handshaking.total() < HANDSHAKES_MAX
 
     def _refuse(self, peer: str, why: str) -> None:
-        """Count it; log it, at most LOG_LINES_PER_S_MAX lines a second (a flood of
-        junk connections must not flood the log)."""
+        """Count it; log it, at most one line per (host, reason) a second (a flood of
+        junk connections must not flood the log; a new reason is logged at once)."""
         self.refused += 1
-        second = int(trio.current_time())
-        if second != self._log_second:
-            if self._log_suppressed:
-                log.info("%d more TLS handshakes refused", self._log_suppressed)
-            self._log_second, self._log_lines, self._log_suppressed = second, 0, 0
-        if self._log_lines >= LOG_LINES_PER_S_MAX:
-            self._log_suppressed += 1
-            return
-        self._log_lines += 1
-        log.info("TLS handshake from %s refused: %s", peer, why)
+        host = peer.rpartition(":")[0]
+        self._refusals.refused("tls", peer, why, key=(host, why))
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
         """Dial and finish the handshake (a wrong certificate fails here, clearly)."""
