@@ -58,6 +58,11 @@ DEDUPE_PURGE_INTERVAL_S = 600.0
 """How often expired idempotency keys are purged."""
 DEDUPE_PURGE_BATCH_MAX = 10_000
 """Keys purged in one transaction at most."""
+DEDUPE_WAITERS_MAX = 1_000
+"""Copies of a message waiting for the commit of an earlier copy with the same dedupe
+key (one group, all keys). Beyond it an application's put is refused QUEUE_BUSY
+before it is answered (try again later); a peer's copy is answered LINK_DOWN, so the
+peer keeps it in its SAF and sends it again (the dedupe stores it once)."""
 ADMISSION_ANSWER_INTERVAL_S = 1.0
 """A refused peer is answered (not just dropped) at most this often."""
 ADMISSION_PEERS_MAX = 65_536

@@ -27,6 +27,7 @@ from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, U64, GroupContext,
 from mrs.group.peers import Peers
 from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys, fingerprint
 from mrs.journal_reserve import JournalReserve
+from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import Status
 from mrs.quarantine import QUARANTINE_EXTRA
 from mrs.queues import Entry, TargetQueue
@@ -43,6 +44,9 @@ class Dqf:
     reserve: JournalReserve | None = None
     """Refuses new messages before the journal is full (mrs.journal_reserve)."""
     _dedupe_waiting: dict[str, list[Outcome]] = field(default_factory=dict)
+    """Dedupe key in flight -> the copies waiting for its commit."""
+    dedupe_waiters: int = 0
+    """Copies waiting, over all keys: at most `DEDUPE_WAITERS_MAX`."""
 
     def __post_init__(self) -> None:
         limits = self.ctx.limits
@@ -125,7 +129,9 @@ class Dqf:
             reason = str(error)
         for key in dedupe_keys:
             self.app_keys.inflight.pop(key, None)
-            for waiting in self._dedupe_waiting.pop(key, []):
+            waiters = self._dedupe_waiting.pop(key, [])
+            self.dedupe_waiters -= len(waiters)
+            for waiting in waiters:
                 waiting(cause, entry.seq, reason)
         if error is None:
             if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
@@ -141,8 +147,11 @@ class Dqf:
         if key in self._dedupe_waiting:
             if self.app_keys.inflight.get(key, digest) != digest:
                 outcome(Status.KEY_REUSED, 0, "idempotency key reused for another body")
+            elif self.dedupe_waiters >= DEDUPE_WAITERS_MAX:
+                outcome(Status.LINK_DOWN, 0, self._waiters_full())
             else:
                 self._dedupe_waiting[key].append(outcome)
+                self.dedupe_waiters += 1
             return True
         found = self.app_keys.lookup(key, digest)
         if found is None:
@@ -153,6 +162,20 @@ class Dqf:
         else:
             outcome(Status.STORED, seq, "")
         return True
+
+    def dedupe_busy(self, key: str) -> str | None:
+        """Why a put with this dedupe key must be refused QUEUE_BUSY now (an earlier
+        copy is in flight and the copies waiting for commits are at their bound), or
+        None. Asked before a put is answered, so the refusal takes no UMA."""
+        if key in self._dedupe_waiting and self.dedupe_waiters >= DEDUPE_WAITERS_MAX:
+            return self._waiters_full()
+        return None
+
+    def _waiters_full(self) -> str:
+        return (
+            f"{DEDUPE_WAITERS_MAX} copies already wait for earlier copies with the same "
+            "dedupe key to commit: try again later"
+        )
 
     def purge_dedupe_keys(self, *, now: bool = False) -> None:
         """Delete expired application keys (and old unscoped ones); every

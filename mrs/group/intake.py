@@ -117,6 +117,8 @@ class Intake:
             local = target.group == ctx.group_id and mode.recoverable
             if local and (conflict := self.dqf.app_keys.conflict(key, request.body)) is not None:
                 raise Refused(Status.KEY_REUSED, conflict)
+            if local and (busy := self.dqf.dedupe_busy(key)) is not None:
+                raise Refused(Status.QUEUE_BUSY, busy)
         seq = self.sequence.next()
         reply = PutReply(
             self.umas.send_mrs_ack, session, request.request_id, mode, response_queue, seq
