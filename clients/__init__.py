@@ -8,7 +8,8 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
 """
 
 from clients.auth import ClientCredentials
-from clients.connection import Client, JournalEvent, connect
+from clients.connecting import connect
+from clients.connection import Client, JournalEvent
 from clients.errors import (
     BadParameter,
     BadSequence,

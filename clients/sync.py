@@ -15,7 +15,8 @@ from typing import Any
 
 import trio
 
-from clients.connection import Client, JournalEvent, connect
+from clients.connecting import connect
+from clients.connection import Client, JournalEvent
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
 

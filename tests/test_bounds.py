@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 import clients
-import clients.connection
+import clients.pending
 import mrs.group.link_session
 import mrs.group.outbound
 from mrs.model import DeliveryMode, Status, Uma
@@ -18,7 +18,7 @@ from tests.test_errors import _silent_server
 async def test_the_client_refuses_a_request_beyond_its_in_flight_bound(monkeypatch) -> None:
     """Requests awaiting an answer are bounded: one more is QuotaExceeded (EXCEEDQUOTA)
     at once, and nothing of the earlier ones is disturbed."""
-    monkeypatch.setattr(clients.connection, "CLIENT_REQUESTS_IN_FLIGHT_MAX", 3)
+    monkeypatch.setattr(clients.pending, "CLIENT_REQUESTS_IN_FLIGHT_MAX", 3)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(_silent_server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10") as client:

@@ -28,7 +28,7 @@ from clients import (
     connect,
     connect_sync,
 )
-from clients.connection import IDEMPOTENCY_HEADER
+from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs.records import IDEMPOTENCY_HEADER as SERVER_IDEMPOTENCY_HEADER
 from tests.client_helpers import FixedPortServer
 

@@ -1,4 +1,4 @@
-"""The client's per-request wait (clients.connection._Pending): it parks the caller
+"""The client's per-request wait (clients.pending._Pending): it parks the caller
 without a trio.Event (issue 17), so these check the cases an Event got right for free —
 an answer wakes the waiter with its result, a cancelled waiter is not woken by a late
 answer, and an answer that came first still returns at a checkpoint."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from clients.connection import _Pending
+from clients.pending import _Pending
 
 
 async def test_answer_wakes_the_waiter_with_its_result() -> None:

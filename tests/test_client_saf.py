@@ -26,7 +26,7 @@ from clients import (
     connect,
     connect_sync,
 )
-from clients.connection import CLIENT_SAF_SEQ_HEADER
+from clients.saf_drain import CLIENT_SAF_SEQ_HEADER
 from tests.client_helpers import FixedPortServer
 
 MODE = DeliveryMode

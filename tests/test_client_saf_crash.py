@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from clients import DeliveryMode, MrsError, Reconnect, Status, connect
-from clients.connection import CLIENT_SAF_SEQ_HEADER
+from clients.saf_drain import CLIENT_SAF_SEQ_HEADER
 from tests.client_helpers import FixedPortServer
 
 CHILD = Path(__file__).with_name("saf_client_process.py")

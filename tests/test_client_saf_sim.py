@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-import clients.connection
+import clients.saf_drain
 from sim.client_saf_sim import check, run_seed, simulate
 
 
@@ -29,7 +29,7 @@ def test_a_seed_replays_exactly() -> None:
 def test_a_drain_without_stable_dedupe_keys_is_caught(monkeypatch) -> None:
     """Broken build: each re-send of a journal record gets a fresh key, so a record
     the server stored before a client kill is stored again."""
-    monkeypatch.setattr(clients.connection, "idempotency_key_for", lambda *_: uuid.uuid4().hex)
+    monkeypatch.setattr(clients.saf_drain, "idempotency_key_for", lambda *_: uuid.uuid4().hex)
     verdict = check(2, simulate(2))
     assert not verdict.ok
     assert any("delivered twice" in problem for problem in verdict.problems)

@@ -1,0 +1,147 @@
+"""`connect`: the async context manager that opens a `Client`, runs its background
+tasks (connection loops, reconnects, the SAF journal writer) and closes it."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from clients.auth import ClientCredentials, authenticating_opener, default_credentials
+from clients.connection import Client
+from clients.errors import ConnectionLost, MrsError
+from clients.reconnect import Reconnect
+from clients.saf_journal import ClientJournal
+from clients.tls import default_tls, tls_opener
+from mrs.limits import (
+    CLIENT_SAF_BYTES_MAX_DEFAULT,
+    CLIENT_SAF_MESSAGES_MAX_DEFAULT,
+    HEARTBEAT_S_DEFAULT,
+)
+from mrs.model import Address, Status
+
+if TYPE_CHECKING:
+    from clients.link import _Link
+    from clients.protection import Protection
+
+RECONNECT_DEFAULT = Reconnect()
+
+
+@asynccontextmanager
+async def connect(
+    address: str,
+    queue: str | Address | None,
+    *,
+    program: str = "mrs-client",
+    connect_timeout_s: float = 10.0,
+    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
+    reconnect: Reconnect | None = RECONNECT_DEFAULT,
+    saf_journal: str | Path | None = None,
+    saf_messages_max: int = CLIENT_SAF_MESSAGES_MAX_DEFAULT,
+    saf_bytes_max: int = CLIENT_SAF_BYTES_MAX_DEFAULT,
+    heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
+    protection: Protection | None = None,
+    tls: ssl.SSLContext | None = None,
+    tls_server_name: str | None = None,
+    credentials: ClientCredentials | None = None,
+) -> AsyncIterator[Client]:
+    """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
+
+    queue=None connects without attaching (enough for `status()`).
+    reconnect: the backoff policy for reconnecting after a drop; None switches it off
+    (the client then stays broken once its connection is lost).
+    saf_journal: a directory for the client-side SAF journal (off by default). With
+    it, attach succeeds while the server is unreachable (attach_status JOURNAL_ON)
+    and recoverable puts are journaled there until the server is back; one process
+    at a time may own a journal. saf_messages_max / saf_bytes_max cap it
+    (JOURNAL_FULL, then the put's UMA: DISC/DISCL discard, others raise).
+    heartbeat_s: ping a server quiet for this long; after 3 silent intervals the
+    connection counts as lost (reconnect, JOURNAL_ON). None: never ping.
+    protection: a clients.protection.Protection (identity + policies): puts to
+    protected queues are signed/encrypted and gets verified/decrypted in this process.
+    tls: a context from `clients.tls_context(ca, cert, key)` for a group with
+    [group.tls]; the server is verified as tls_server_name (default: the host).
+    Without it, the process default (set by the `mrs` command from MRS_TLS_*), if any.
+    credentials: a name and password for a group with auth on (clients.auth); without
+    them, the process default (set by the `mrs` command from MRS_AUTH_*), if any.
+    """
+    tls = tls if tls is not None else default_tls()
+    if tls is not None and open_stream is None:
+        open_stream = tls_opener(tls, tls_server_name)
+    credentials = credentials or default_credentials()
+    if credentials is not None:
+        open_stream = authenticating_opener(credentials, open_stream)
+    journal = (
+        ClientJournal(saf_journal, messages_max=saf_messages_max, bytes_max=saf_bytes_max)
+        if saf_journal is not None
+        else None
+    )
+    try:
+        client = Client(
+            address,
+            queue,
+            program,
+            reconnect=reconnect,
+            connect_timeout_s=connect_timeout_s,
+            open_stream=open_stream,
+            journal=journal,
+            heartbeat_s=heartbeat_s,
+            protection=protection,
+        )
+        link = await _first_link(client, journal)
+        if journal is not None:
+            client.attach_status = Status.SUCCESS if link is not None else Status.JOURNAL_ON
+            client.journal_status = Status.JOURNAL_ON
+        try:
+            async with trio.open_nursery() as nursery:
+                if journal is not None:
+                    nursery.start_soon(journal.run_writer)
+                if link is not None:
+                    client._install(link)  # usable as soon as connect returns
+                nursery.start_soon(client._run, link)
+                try:
+                    yield client
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+    finally:
+        if journal is not None:
+            journal.close()
+
+
+async def _first_link(client: Client, journal: ClientJournal | None) -> _Link | None:
+    """The first connection, or None when the server is unreachable (or still holds a
+    killed predecessor's connection: QUEUE_BUSY) and a journal lets the client attach
+    now and keep dialing in the background."""
+    try:
+        return await client._open()
+    except ConnectionLost:
+        if journal is None:
+            raise
+        return None
+    except MrsError as refused:
+        # QUEUE_BUSY: a killed predecessor's connection is not yet reaped; the
+        # journal lets us attach now and retry in the background.
+        if journal is None or refused.status != Status.QUEUE_BUSY:
+            raise
+        return None
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """The one exception inside nested groups, so callers can `except MrsError`; the
+    group itself when there really were several. Cancellations that rode along with
+    a real error (a background task torn down as the error left) are dropped."""
+    _, rest = group.split(trio.Cancelled)
+    if rest is not None:
+        group = rest
+    while len(group.exceptions) == 1:
+        inner = group.exceptions[0]
+        if not isinstance(inner, BaseExceptionGroup):
+            return inner
+        group = inner
+    return group

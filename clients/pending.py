@@ -1,0 +1,195 @@
+"""Request tracking for the client: request ids, the bounded map of requests awaiting
+an answer, answers matched to their callers, abandoned requests, and what a lost
+connection answers each request still in flight.
+
+`_Requests` is the part of `Client` (clients.connection) that does this; it works on
+the client's state (`_pending`, `_link`, `_held`, `_cancelled_gets`, ...), set up in
+`Client.__init__`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from clients.errors import (
+    ConnectionLost,
+    MrsError,
+    PutOutcomeUnknown,
+    QuotaExceeded,
+    ReplyTimeout,
+    error_for,
+)
+from mrs import protocol as wire
+from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX, HELD_MESSAGES_MAX
+from mrs.model import Address, DeliveryMode, Message, Status, status_of
+
+if TYPE_CHECKING:
+    from clients.link import _Link
+
+log = logging.getLogger("clients")
+
+
+@dataclass(eq=False, slots=True)
+class _Pending:
+    """One request awaiting its answer. The waiting task parks itself directly
+    (trio.lowlevel) instead of on a trio.Event: one request, one waiter, so the
+    Event's parking lot is pure cost on the per-request path (issue 17)."""
+
+    kind: str
+    """"put", "get", "drain" or "other": decides what a lost connection answers."""
+    callback: Callable[[object], None] | None = None
+    result: object = None
+    answered: bool = False
+    waiter: trio.lowlevel.Task | None = None
+
+    def answer(self, result: object) -> None:
+        self.result = result
+        self.answered = True
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
+        if self.callback is not None:
+            self.callback(result)
+
+    async def wait(self) -> None:
+        """Until answered; a checkpoint even when the answer is already here."""
+        if self.answered:
+            await trio.lowlevel.checkpoint()
+            return
+        self.waiter = trio.lowlevel.current_task()
+
+        def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+            self.waiter = None  # a late answer must not wake a task that has moved on
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+class _Requests:
+    """Client's request plumbing: send, wait for the answer, abandon, lose."""
+
+    def _message(self, reply: wire.Delivery) -> Message:
+        return Message(
+            body=reply.body,
+            seq=reply.seq,
+            source=Address.parse(reply.source),
+            target=Address.parse(reply.target),
+            msg_class=reply.msg_class,
+            msg_type=reply.msg_type,
+            priority=reply.priority,
+            delivery=DeliveryMode(reply.delivery),
+            delivery_status=status_of(reply.delivery_status),
+            correlation_id=reply.correlation_id,
+            put_time_ns=reply.put_time_ns,
+            dead_letter_header=reply.dead_letter_header,
+            headers=reply.headers,
+            _confirm=self.confirm,
+        )
+
+    def _next_id(self) -> int:
+        return next(self._request_ids)
+
+    def _send(self, link: _Link, request: object) -> None:
+        self._send_frame(link, request)
+        link.unsent.add(request.request_id)
+
+    def _send_frame(self, link: _Link, event: object) -> None:
+        link.send(event)
+
+    async def _request(self, request: object, wait_s: float | None, kind: str = "other") -> object:
+        if len(self._pending) >= CLIENT_REQUESTS_IN_FLIGHT_MAX:
+            raise QuotaExceeded(
+                Status.EXCEEDQUOTA,
+                f"{len(self._pending)} requests already await an answer on this connection "
+                f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX})",
+            )
+        link = self._link
+        pending = _Pending(kind)
+        request_id = request.request_id
+        self._send(link, request)
+        self._pending[request_id] = pending
+        try:
+            if wait_s is None:  # no cancel scope per request when there is no deadline
+                await pending.wait()
+            else:
+                with trio.fail_after(wait_s):
+                    await pending.wait()
+        except trio.TooSlowError:
+            self._abandon(link, request_id, pending)
+            raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time") from None
+        except BaseException:
+            self._abandon(link, request_id, pending)
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        result = pending.result
+        if isinstance(result, MrsError):
+            raise result
+        if isinstance(result, wire.Failure):
+            raise error_for(result.status, result.message)
+        return result
+
+    def _abandon(self, link: _Link, request_id: int, pending: _Pending) -> None:
+        """The caller stopped waiting (cancelled, timed out, interrupted)."""
+        if pending.kind != "get":
+            return
+        if isinstance(pending.result, wire.Delivery):
+            self._hold(pending.result)  # it arrived as the caller gave up
+        elif pending.result is None and self._link is link and link.lost is None:
+            self._cancelled_gets.add(request_id)
+            self._send(link, wire.CancelGet(request_id))
+
+    def _hold(self, delivery: wire.Delivery) -> None:
+        if len(self._held) >= HELD_MESSAGES_MAX:
+            log.error("more than %d messages held for later gets", HELD_MESSAGES_MAX)
+        self._held.append(self._message(delivery))
+
+    def _dispatch(self, link: _Link, event: object) -> None:
+        if type(event) is wire.Ping:  # the server pings a quiet connection: we are alive
+            self._send_frame(link, wire.Pong(event.nonce))
+            return
+        request_id = getattr(event, "request_id", None)
+        pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            pending.answer(event)
+        elif request_id in self._cancelled_gets:
+            self._cancelled_gets.discard(request_id)
+            if isinstance(event, wire.Delivery):
+                self._hold(event)
+
+    def _lose(self, link: _Link, error: MrsError, closing: bool = False) -> None:
+        """The connection is gone: answer everything in flight honestly."""
+        if link.lost is not None:
+            return
+        link.lost = error
+        if self._link is link:
+            self._link = None
+        link.wake()
+        pending, self._pending = self._pending, {}
+        for request_id, waiter in pending.items():
+            if request_id in link.unsent:
+                waiter.answer(
+                    ConnectionLost(Status.LINK_DOWN, f"{error.message}; the request was not sent")
+                )
+            elif waiter.kind == "put":
+                waiter.answer(
+                    PutOutcomeUnknown(
+                        Status.LINK_DOWN,
+                        f"{error.message} before the put was answered: the message may or "
+                        "may not be stored",
+                    )
+                )
+            else:
+                waiter.answer(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
+        self._cancelled_gets.clear()
+        # Held messages that need a confirm come back from the server (POSSDUPL).
+        self._held = deque(message for message in self._held if not message.needs_confirm)
+        if not closing:
+            self._set_journal_status(Status.JOURNAL_ON)
+        self._wake()

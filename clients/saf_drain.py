@@ -1,0 +1,232 @@
+"""The client-side SAF journal path: journal a recoverable put while the server is
+unreachable, and drain the journal in FIFO order, a window of records in flight, once it
+is back (JOURNAL_ON -> LINK_UP). See docs/client-saf.md.
+
+`_SafDrain` is the part of `Client` (clients.connection) that does this.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from clients.errors import ConnectionLost
+from clients.pending import _Pending
+from clients.saf_journal import JournalFull, idempotency_key_for
+from journals import Record
+from mrs import protocol as wire
+from mrs.limits import (
+    CLIENT_DRAIN_BYTES_MAX,
+    CLIENT_DRAIN_REFILL_MESSAGES,
+    CLIENT_DRAIN_WINDOW_MESSAGES,
+)
+from mrs.model import Address, Psb, Status, Uma, status_of
+
+if TYPE_CHECKING:
+    from clients.link import _Link
+
+log = logging.getLogger("clients")
+
+IDEMPOTENCY_HEADER = "idempotency_key"
+"""The server's dedupe header (mrs.records.IDEMPOTENCY_HEADER; a test pins them equal)."""
+CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
+"""Carried by a drained message: its seq in the sender's client journal (the seq the
+journaled put's PSB gave), so the receiver can map it."""
+_TRANSIENT = frozenset(
+    {
+        Status.TIMEOUT,
+        Status.SHUTTING_DOWN,
+        Status.SERVER_ERROR,
+        Status.JOURNAL_FAIL,
+        Status.QUEUE_BUSY,
+        Status.LINK_DOWN,
+    }
+)
+"""A drained record refused with one of these stays in the journal and is re-sent."""
+
+
+@dataclass(eq=False)
+class _Window:
+    """Drained records in flight: key -> body bytes, and their total."""
+
+    keys: dict[bytes, int] = field(default_factory=dict)
+    bytes: int = 0
+
+    def add(self, key: bytes, size: int) -> None:
+        self.keys[key] = size
+        self.bytes += size
+
+    def remove(self, key: bytes) -> None:
+        self.bytes -= self.keys.pop(key, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """What a SAF-journal listener hears.
+
+    kind "status": `status` is now JOURNAL_ON or LINK_UP. kind "drained": the record
+    with client seq `local_seq` was stored by the server; `psb` is the server's PSB
+    (its seq is the one the receiver sees). kind "rejected": the server refused the
+    record for good (`status`, `message`); it left the journal.
+    """
+
+    kind: str
+    status: Status | int
+    local_seq: int = 0
+    psb: Psb | None = None
+    message: str = ""
+
+
+class _SafDrain:
+    """Client's journal-while-down and drain-when-back."""
+
+    async def _put_journaled(self, request: wire.Put) -> Psb:
+        """Journal a checked put locally (JOURNAL_ON); the drain sends it later."""
+        target = request.target
+        uma = request.uma
+        target_group, target_queue = _numeric(str(target))
+        now_ns = time.time_ns()
+        record = Record(
+            seq=0,
+            target_group=target_group,
+            target_queue=target_queue,
+            source_group=self.queue.group if self.queue else 0,
+            source_queue=self.queue.queue if self.queue else 0,
+            body=request.body,
+            msg_class=request.msg_class,
+            msg_type=request.msg_type,
+            priority=request.priority,
+            delivery=request.delivery,
+            uma=uma,
+            correlation_id=request.correlation_id,
+            put_time_ns=now_ns,
+            written_time_ns=now_ns,
+            extra={
+                "target": target,
+                "resp_q": request.resp_q,
+                "timeout_ms": request.timeout_ms,
+                "headers": request.headers,
+                "attach": self._queue_text or "",
+            },
+        )
+        try:
+            local_seq = await self._journal.append(record)
+        except JournalFull as full:
+            if uma in (Uma.DISC, Uma.DISCL):
+                if uma == Uma.DISCL:
+                    log.warning("client SAF journal full; message to %s discarded", target)
+                done = Status.DISC_SUCCESS if uma == Uma.DISC else Status.DISCL_SUCCESS
+                return Psb(Status.JOURNAL_ON, Status.JOURNAL_FULL, 0, done)
+            raise full
+        self._drain_wake.set()
+        return Psb(Status.JOURNAL_ON, Status.STORED, local_seq, Status.NO_UMA)
+
+    async def _drain(self, link: _Link) -> None:
+        """Send every journal record, oldest first, CLIENT_DRAIN_WINDOW_MESSAGES in
+        flight; a record is deleted when the server answers it stored. LINK_UP when
+        nothing is left."""
+        journal = self._journal
+        journal.on_change = self._drain_wake.set
+        after_key: bytes | None = None
+        window = _Window()
+        while self._link is link:
+            self._drain_wake = trio.Event()
+            journal.on_change = self._drain_wake.set
+            room = CLIENT_DRAIN_WINDOW_MESSAGES - len(window.keys)
+            # Refill in chunks (one read transaction for many records), and stay well
+            # inside the server's per-connection byte quota.
+            full = window.bytes >= CLIENT_DRAIN_BYTES_MAX
+            if window.keys and (room < CLIENT_DRAIN_REFILL_MESSAGES or full):
+                room = 0
+            items = journal.read_after(after_key, room) if room > 0 else []
+            for key, record in items:
+                window.add(key, len(record.body))
+                self._send_drained(link, key, record, window)
+                after_key = key
+            if items:
+                await trio.lowlevel.checkpoint()
+                continue
+            if link.lost is not None:
+                return
+            if not window.keys and journal.idle and journal.count <= len(journal.corrupt):
+                self._set_journal_status(Status.LINK_UP)
+                return
+            await self._drain_wake.wait()
+
+    def _send_drained(self, link: _Link, key: bytes, record: Record, window: _Window) -> None:
+        extra = record.extra
+        headers = dict(extra.get("headers") or {})
+        headers.setdefault(
+            IDEMPOTENCY_HEADER, idempotency_key_for(self._journal.journal_id, record.seq)
+        )
+        headers[wire.REPLY_WHEN_STORED_HEADER] = True
+        headers[CLIENT_SAF_SEQ_HEADER] = record.seq
+        headers[wire.CLIENT_SAF_BACKLOG_HEADER] = self._journal.count
+        request = wire.Put(
+            self._next_id(),
+            extra.get("target", f"{record.target_group}.{record.target_queue}"),
+            record.body,
+            record.delivery,
+            record.uma,
+            record.msg_class,
+            record.msg_type,
+            record.priority,
+            extra.get("timeout_ms", 0),
+            record.correlation_id,
+            extra.get("resp_q", ""),
+            headers,
+        )
+
+        def answered(result: object) -> None:
+            window.remove(key)
+            self._drain_answered(link, key, record.seq, result)
+            self._drain_wake.set()
+
+        self._pending[request.request_id] = _Pending("drain", callback=answered)
+        self._send(link, request)
+
+    def _drain_answered(self, link: _Link, key: bytes, local_seq: int, result: object) -> None:
+        if isinstance(result, wire.PutDone):
+            self._journal.remove([key])
+            self._notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
+        elif isinstance(result, wire.Failure) and result.status not in _TRANSIENT:
+            log.warning(
+                "client SAF record %d refused by the server (%s): %s; removed",
+                local_seq,
+                _name(result.status),
+                result.message,
+            )
+            self._journal.remove([key])
+            self._notify(
+                JournalEvent("rejected", status_of(result.status), local_seq, None, result.message)
+            )
+        elif isinstance(result, wire.Failure) and self._link is link:
+            # Left in the journal; drop the connection so the drain restarts from the
+            # oldest record (the server dedupes what it already stored).
+            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"drain refused: {result.message}"))
+
+
+def _psb(reply: wire.PutDone) -> Psb:
+    return Psb(
+        status_of(reply.status),
+        status_of(reply.delivery_status),
+        reply.seq,
+        status_of(reply.uma_status),
+    )
+
+
+def _numeric(target: str) -> tuple[int, int]:
+    try:
+        address = Address.parse(target)
+    except ValueError:
+        return 0, 0  # a queue name: the server resolves it at drain time
+    return address.group, address.queue
+
+
+def _name(status: int) -> str:
+    value = status_of(status)
+    return value.name if isinstance(value, Status) else str(value)
