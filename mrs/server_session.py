@@ -1,0 +1,65 @@
+"""One client or link connection as the server holds it: the framed stream and its accounts.
+
+`ServerSession.send` ends a request's in-flight account when its answer goes out,
+so every request is counted until answered exactly once (requests_in_flight_max,
+connection_bytes_max); the connection errors below are what a peer going away raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from mrs.framed import FramedStream
+from mrs.group.link_session import PeerLink
+from mrs.queues import ByteAccount, TargetQueue
+from mrs.watchdog import Liveness
+
+_session_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class ServerSession(FramedStream):
+    """One client connection: its framed stream, plus what the server tracks of it."""
+
+    id: int = field(default_factory=lambda: next(_session_ids))
+    attached: TargetQueue | None = None
+    link: PeerLink | None = None
+    peer: str = "?"
+    host: str = "?"
+    """The peer's address without the port: what limits and log throttling key on."""
+    liveness: Liveness = field(default_factory=Liveness)
+    in_flight: dict[int, int] = field(default_factory=dict)
+    """Requests not yet answered: request_id -> body bytes (requests_in_flight_max)."""
+    in_flight_bytes: int = 0
+    account: ByteAccount = field(default_factory=ByteAccount)
+    """Bodies of this connection's messages waiting in memory queues."""
+    observe: Callable[[object], None] | None = None
+    """Metrics (mrs.metrics): called with every reply sent, when metrics are on."""
+    principal: str | None = None
+    """Who authenticated on this connection (mrs.security), None with auth off."""
+
+    def send(self, event: object) -> None:
+        if self.closed:
+            return
+        if self.observe is not None:
+            self.observe(event)
+        in_flight = self.in_flight
+        if in_flight:  # every request is answered exactly once: the answer ends it
+            size = in_flight.pop(getattr(event, "request_id", 0), None)
+            if size is not None:
+                self.in_flight_bytes -= size
+        super().send(event)
+
+
+CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def only_connection_errors(error: BaseException) -> bool:
+    """True when an error (or every error in a group) is the peer going away."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(only_connection_errors(inner) for inner in error.exceptions)
+    return isinstance(error, CONNECTION_ERRORS)
