@@ -26,6 +26,9 @@ def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:
     Values that are no mode/UMA at all answer BADDELIVERY/BADUMA; real values that
     MessageQ does not combine answer NOTSUPPORTED.
     """
+    found = _VALID_PAIRS.get((delivery, uma))
+    if found is not None:  # every put takes this path: one dict lookup
+        return found
     try:
         mode = DeliveryMode(delivery)
     except ValueError:
@@ -52,6 +55,19 @@ def supported(mode: DeliveryMode, action: Uma) -> bool:
     if action in (Uma.DLJ, Uma.SAF) and not mode.recoverable:
         return False
     return not (action is Uma.SAF and mode.interest_point is InterestPoint.SAF)
+
+
+_VALID_PAIRS: dict[tuple[int, int], tuple[DeliveryMode, Uma]] = {
+    (int(mode), int(action)): (mode, action)
+    for mode in DeliveryMode
+    for action in Uma
+    if supported(mode, action)
+}
+_VALID_PAIRS.update(
+    {(int(mode), 0): (mode, Uma.DISC) for mode in DeliveryMode if not mode.recoverable}
+)
+"""Every accepted (delivery, uma) pair as the enums check_mode_and_uma returns,
+computed once from `supported` (an Enum constructor per put showed in profiles)."""
 
 
 def reached_status(mode: DeliveryMode, target_attached: bool) -> Status:

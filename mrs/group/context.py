@@ -84,6 +84,7 @@ class GroupContext:
     """Messages moved to the DLJ because they could not be delivered (mrs.quarantine)."""
     epoch: int = 0
     """How many times this group has started (status and logs; not part of seqs)."""
+    _resolved: _ResolvedCache = field(default_factory=lambda: _ResolvedCache(None))
 
     def __post_init__(self) -> None:
         for queue_config in self.config.queues.values():
@@ -99,7 +100,22 @@ class GroupContext:
         return self.config.id
 
     def resolve(self, text: str) -> Address:
-        """A queue name or address as an Address on this bus, or Refused NOSUCHQUEUE."""
+        """A queue name or address as an Address on this bus, or Refused NOSUCHQUEUE.
+
+        Cached per text (every put resolves its target and response queue; parsing
+        them showed in profiles), for this bus config only, at most
+        RESOLVED_CACHE_MAX texts; refusals are not cached."""
+        cache = self._resolved
+        if cache.bus is not self.bus:
+            cache.reset(self.bus)
+        address = cache.addresses.get(text)
+        if address is not None:
+            return address
+        address = self._resolve_uncached(text)
+        cache.remember(text, address)
+        return address
+
+    def _resolve_uncached(self, text: str) -> Address:
         try:
             address = self.bus.resolve(text, self.config.id)
         except (LookupError, ValueError) as error:
@@ -117,6 +133,26 @@ class GroupContext:
             return
         self.corrupt.append(str(corrupt))
         log.error("%s; left in place, %s", corrupt, what)
+
+
+RESOLVED_CACHE_MAX = 4096
+"""Distinct address texts remembered; a client cycling through more only costs the
+parse again (the cache starts over when full)."""
+
+
+@dataclass(eq=False, slots=True)
+class _ResolvedCache:
+    bus: BusConfig | None
+    addresses: dict[str, Address] = field(default_factory=dict)
+
+    def reset(self, bus: BusConfig) -> None:
+        self.bus = bus
+        self.addresses = {}
+
+    def remember(self, text: str, address: Address) -> None:
+        if len(self.addresses) >= RESOLVED_CACHE_MAX:
+            self.addresses = {}
+        self.addresses[text] = address
 
 
 def attached_queue(session: Session) -> TargetQueue:

@@ -76,7 +76,7 @@ class Dqf:
         if queue is None or not queue.config.recoverable:
             outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
-        digest = fingerprint(entry.body)
+        digest = fingerprint(entry.body) if dedupe_keys else b""  # only keys need it
         for key in dedupe_keys:
             if self._answer_duplicate(key, outcome, digest):
                 return

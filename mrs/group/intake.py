@@ -9,7 +9,7 @@ room; a nonrecoverable one is queued in memory.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
@@ -24,6 +24,7 @@ from mrs.group.context import (
 )
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
+from mrs.group.put_deadlines import PutDeadlines
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
@@ -43,6 +44,10 @@ class Intake:
     umas: Umas
     outbound: Outbound
     dlq_readers: DlqReaders
+    deadlines: PutDeadlines = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadlines = PutDeadlines(self.ctx.timers)
 
     # ------------------------------------------------------------------ attach
     def attach(self, session: Session, request: wire.Attach) -> None:
@@ -90,15 +95,19 @@ class Intake:
 
     # ------------------------------------------------------------------ put
     def put(self, session: Session, request: wire.Put) -> None:
-        """Check a put, number it, answer NN puts at once, and send it on its way."""
+        """Check a put, number it, answer NN puts at once, and send it on its way.
+
+        Every put of every client runs this: it makes one Entry and one PutReply and
+        nothing else per put (no closures, no timer: WF timeouts share buckets)."""
         ctx = self.ctx
         source = attached_queue(session).address
         mode, action = check_mode_and_uma(request.delivery, request.uma)
         target = ctx.resolve(request.target)
         key, own_header = self._check_put(request)
         response_queue = ctx.resolve(request.resp_q) if request.resp_q else source
+        notification = mode.notification
         if (
-            mode.notification is Notification.AK
+            notification is Notification.AK
             and response_queue.group != ctx.group_id
             and response_queue.group not in self.outbound.peers
         ):
@@ -123,36 +132,38 @@ class Intake:
         reply = PutReply(
             self.umas.send_mrs_ack, session, request.request_id, mode, response_queue, seq
         )
-        reply.stored_reply = bool((request.headers or {}).get(wire.REPLY_WHEN_STORED_HEADER))
+        if request.headers:
+            reply.stored_reply = bool(request.headers.get(wire.REPLY_WHEN_STORED_HEADER))
         entry = Entry(
-            seq=seq,
-            body=request.body,
-            source=source,
-            target=target,
-            delivery=mode,
-            uma=action,
-            msg_class=request.msg_class,
-            msg_type=request.msg_type,
-            priority=request.priority,
-            correlation_id=request.correlation_id,
-            put_time_ns=put_time_ns,
-            headers=headers,
-            dead_letter_header=own_header,
+            seq,
+            request.body,
+            source,
+            target,
+            mode,
+            action,
+            request.msg_class,
+            request.msg_type,
+            request.priority,
+            request.correlation_id,
+            put_time_ns,
+            own_header,
+            headers,
             account=getattr(session, "account", None),
         )
-        if mode.notification is Notification.WF:
-            self._time_out_later(request, reply)
-        answer = _Accepted(session, request.request_id, answer_now=not reply.stored_reply)
-        if (
-            mode.notification is Notification.AK
+        if notification is Notification.WF:
+            timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
+            reply.deadline = self.deadlines.add(timeout_s, reply)
+        elif (
+            notification is Notification.AK
             and mode.interest_point is InterestPoint.CONF
             and target.group != ctx.group_id
         ):
             # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)
+            answer = _Accepted(session, request.request_id, answer_now=not reply.stored_reply)
             self.outbound.put_owing_ack(entry, reply, answer)
             return
-        if mode.notification is not Notification.WF:
-            answer(seq, None)
+        else:
+            _Accepted(session, request.request_id, not reply.stored_reply)(seq, None)
         if target.group != ctx.group_id:
             self.outbound.put(entry, reply)
         elif mode.recoverable:
@@ -168,18 +179,13 @@ class Intake:
                 Status.MSGTOOBIG,
                 f"body of {len(request.body)} bytes exceeds message_bytes_max {limit}",
             )
+        if not request.headers:
+            return None, None
         key = idempotency_key(request.headers)  # refuse a malformed key before anything else
-        own_header = (request.headers or {}).get(DEAD_LETTER_HEADER)
+        own_header = request.headers.get(DEAD_LETTER_HEADER)
         if own_header is not None and (problem := header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
         return key, own_header
-
-    def _time_out_later(self, request: wire.Put, reply: PutReply) -> None:
-        """WF: answer TIMEOUT if the interest point is not reached in time."""
-        timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
-        reply.cancel_timer = self.ctx.timers.call_later(
-            timeout_s, lambda: reply.time_out(timeout_s)
-        )
 
     def _passed_context(
         self, session: Session, headers: dict, put_time_ns: int
@@ -199,20 +205,11 @@ class Intake:
             if entry.delivery.notification is Notification.AK:
                 # journaled with the message: the MRS_ACK is owed after a restart too
                 entry.response_queue = reply.response_queue
-
-        def outcome(status: Status, seq: int, reason: str) -> None:
-            if status != Status.STORED:
-                self.umas.undeliverable(entry, reply, status, reason)
-            elif entry.delivery.interest_point is not InterestPoint.CONF or seq != entry.seq:
-                reply.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
-            else:
-                reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
-
         keys = [key] if key is not None else []
         confirmed_point = entry.delivery.interest_point is InterestPoint.CONF
         if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and not confirmed_point:
             reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
-        self.dqf.store_in_dqf(entry, keys, outcome)
+        self.dqf.store_in_dqf(entry, keys, _StoreOutcome(self.umas, entry, reply))
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:
         point = entry.delivery.interest_point
@@ -244,6 +241,23 @@ def enqueue_in_memory(ctx: GroupContext, entry: Entry) -> tuple[Status, str]:
         return Status.EXCEEDQUOTA, problem
     queue.offer(entry)
     return reached_status(entry.delivery, attached), ""
+
+
+@dataclass(eq=False, slots=True)
+class _StoreOutcome:
+    """The DQF's outcome(status, seq, reason) for one put: the answer once durable."""
+
+    umas: Umas
+    entry: Entry
+    reply: PutReply
+
+    def __call__(self, status: Status, seq: int, reason: str) -> None:
+        if status != Status.STORED:
+            self.umas.undeliverable(self.entry, self.reply, status, reason)
+        elif self.entry.delivery.interest_point is not InterestPoint.CONF or seq != self.entry.seq:
+            self.reply.report_stored(seq)
+        else:
+            self.reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
 
 @dataclass(eq=False, slots=True)

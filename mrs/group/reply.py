@@ -12,10 +12,16 @@ from mrs.model import Address, DeliveryMode, Notification, Psb, Status
 SendAck = Callable[[Address, Psb], None]
 """send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
 
+_SUCCESS = int(Status.SUCCESS)
+_STORED = int(Status.STORED)
+_NO_UMA = int(Status.NO_UMA)
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)
 class PutReply:
-    """One put's answer, given once: PutDone (WF), an MRS_ACK (AK) or a timeout."""
+    """One put's answer, given once: PutDone (WF), an MRS_ACK (AK) or a timeout.
+
+    Slotted, with no per-put closures: one is made for every put."""
 
     send_ack: SendAck
     session: Session
@@ -24,8 +30,9 @@ class PutReply:
     response_queue: Address
     seq: int = 0
     done: bool = False
-    cancel_timer: Callable[[], None] = lambda: None
-    on_done: Callable[[], None] = lambda: None
+    deadline: dict | None = None
+    """The WF timeout bucket holding this put (mrs.group.put_deadlines), left when done."""
+    on_done: Callable[[], None] | None = None
     """Called once the outcome is reported (e.g. forget a journaled MRS_ACK owed)."""
     stored_reply: bool = False
     """The put asked for its PutDone once stored, whatever its mode (a client SAF
@@ -41,15 +48,32 @@ class PutReply:
     def report(self, psb: Psb) -> None:
         if self.done:
             return
-        self.done = True
-        self.cancel_timer()
-        self.on_done()
+        self._finish()
         self.stored(psb)
         notification = self.mode.notification
         if notification is Notification.WF and not self.stored_reply:
             self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
         elif notification is Notification.AK:
             self.send_ack(self.response_queue, psb)
+
+    def report_stored(self, seq: int) -> None:
+        """report(SUCCESS, STORED, seq, NO_UMA): the common outcome of a recoverable
+        put, without building a Psb when the answer is a plain WF PutDone."""
+        if self.done:
+            return
+        if self.stored_reply or self.mode.notification is not Notification.WF:
+            self.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+            return
+        self._finish()
+        self.session.send(wire.PutDone(self.request_id, _SUCCESS, _STORED, seq, _NO_UMA))
+
+    def _finish(self) -> None:
+        self.done = True
+        if self.deadline is not None:
+            self.deadline.pop(self, None)
+            self.deadline = None
+        if self.on_done is not None:
+            self.on_done()
 
     def reporter(self, seq: int) -> Callable[..., None]:
         """A callback that reports the put done (SUCCESS) whatever it is called with:
@@ -60,6 +84,7 @@ class PutReply:
         if self.done:
             return
         self.done = True
+        self.deadline = None
         if self.stored_answered:
             return
         self.session.send(
