@@ -8,6 +8,7 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
 """
 
 from clients.auth import ClientCredentials
+from clients.batch import PutItem
 from clients.connecting import connect
 from clients.connection import Client, JournalEvent
 from clients.errors import (
@@ -69,6 +70,7 @@ __all__ = [
     "ProtocolFailure",
     "Psb",
     "Protection",
+    "PutItem",
     "ProtectionRefused",
     "PutOutcomeUnknown",
     "QueueBusy",

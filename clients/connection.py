@@ -28,11 +28,12 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.dialing import _Dialer, _split_address
 from clients.errors import ConnectionLost, FieldRefused, MrsError, error_for
 from clients.link import _Link, _LinkLoops
@@ -228,6 +229,14 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         wait_s = (timeout or PUT_TIMEOUT_S_DEFAULT) + REPLY_GRACE_S
         reply = await self._request(request, wait_s, "put")
         return _psb(reply)
+
+    async def put_many(self, items: Sequence[PutItem]) -> list[Psb | MrsError]:
+        """Send many messages in few frames (clients.batch); one result per item, in
+        order: its Psb, or the MrsError that put alone would have raised (returned in
+        its place, not raised: one refused put never fails the others)."""
+        if self._journal is not None:
+            return await put_one_by_one(self, items)
+        return await send_batches(self, items)
 
     async def get(self, timeout: float | None = None) -> Message:
         """The next message of the attached queue. timeout None waits forever, 0 polls.

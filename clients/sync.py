@@ -9,14 +9,16 @@ thread too, so an interrupted get is withdrawn on the server and takes no messag
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import trio
 
+from clients.batch import PutItem
 from clients.connecting import connect
 from clients.connection import Client, JournalEvent
+from mrs.errors import MrsError
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
 
@@ -117,6 +119,9 @@ class SyncClient:
 
     def put(self, body: bytes, target: str | Address, **options: Any) -> Psb:
         return self._call(self._client.put, body, target, **options)
+
+    def put_many(self, items: Sequence[PutItem]) -> list[Psb | MrsError]:
+        return self._call(self._client.put_many, items)
 
     def get(self, timeout: float | None = None) -> SyncMessage:
         message = self._call(self._client.get, timeout)

@@ -33,6 +33,12 @@ RECEIVE_BYTES_MAX = 256 * 1024
 """Bytes asked of one receive_some (server sessions, links, clients)."""
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
+PUT_BATCH_ITEMS_MAX = 1000
+"""Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
+PUT_BATCH_BYTES_MAX = 1 << 20
+"""Bodies in one PutBatch frame at most; the client also keeps the whole frame near
+this size, so it fits the server's frame limit (at least this plus 64 KiB). A
+bigger message goes alone as a plain Put."""
 
 HTTP_REQUEST_BYTES_MAX = 8 * 1024
 """Largest request head the metrics/status HTTP endpoint reads."""

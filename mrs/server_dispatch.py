@@ -76,6 +76,10 @@ class ServerDispatch:
         raise Refused(Status.EXCEEDQUOTA, problem)
 
     def _dispatch(self, session: ServerSession, event: object) -> None:
+        if type(event) is wire.PutBatch:  # each put answered on its own, as if alone;
+            for put in event.puts:  # all in this pass, so one commit stores them
+                self._dispatch(session, put)
+            return
         group = self.group
         request_id = getattr(event, "request_id", 0)
         try:

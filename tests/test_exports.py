@@ -24,6 +24,7 @@ CLIENTS_API = {
     "ClientCredentials",
     "Protection",
     "tls_context",
+    "PutItem",
     # the vocabulary (from mrs.model)
     "Address",
     "DeliveryMode",

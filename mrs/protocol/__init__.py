@@ -27,8 +27,8 @@ state of the side that sends it, following `_TRANSITIONS`:
 side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
-client   OPEN     Attach, Put, Get, Confirm, StatusRequest,       OPEN
-                  CancelGet, Ping, Pong
+client   OPEN     Attach, Put, PutBatch, Get, Confirm,            OPEN
+                  StatusRequest, CancelGet, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, Confirmed,         OPEN
@@ -42,7 +42,8 @@ requests right after its Hello without waiting for Welcome. Hello and Welcome mu
 carry `PROTOCOL_VERSION`. Anything not in the table -- an event of the wrong
 direction, any event before the handshake, a second Hello or Welcome -- is a
 `RemoteProtocolError` when received and a `LocalProtocolError` when sent. So is a
-request whose id the same side already uses for an unanswered request.
+request whose id the same side already uses for an unanswered request. A PutBatch
+has no id of its own: each of its puts takes its own id, answered one by one.
 
 Once a Fatal has been sent or received the connection is closed: `next_event` returns
 `CLOSED` and `send` refuses everything. After a `RemoteProtocolError` the connection
@@ -81,6 +82,7 @@ from mrs.protocol.events import (
     Ping,
     Pong,
     Put,
+    PutBatch,
     PutDone,
     StatusReply,
     StatusRequest,
@@ -123,6 +125,7 @@ __all__ = [
     "Pong",
     "ProtocolError",
     "Put",
+    "PutBatch",
     "PutDone",
     "RemoteProtocolError",
     "StatusReply",

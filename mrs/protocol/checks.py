@@ -154,16 +154,28 @@ class ListCheck(Check):
 
 
 class StructListCheck(Check):
-    """A list of typed items (msgspec structs of the given classes)."""
+    """A list of typed items (msgspec structs of the given classes), with its length
+    bounds if the annotation gives them."""
 
     deep = True
 
-    def __init__(self, item_types: tuple[type, ...]) -> None:
+    def __init__(
+        self, item_types: tuple[type, ...], length_min: int = 0, length_max: int | None = None
+    ) -> None:
         self.item_types = item_types
+        self.length_min, self.length_max = length_min, length_max
+
+    def length_words(self) -> str:
+        if self.length_max is None:
+            return f"at least {self.length_min}"
+        return f"{self.length_min}..{self.length_max}"
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, list):
             return f"must be a list, got {type(value).__name__}"
+        top = len(value) if self.length_max is None else self.length_max
+        if not self.length_min <= len(value) <= top:
+            return f"must hold {self.length_words()} items, got {len(value)}"
         for index, item in enumerate(value):
             if type(item) not in self.item_types:
                 names = " or ".join(t.__name__ for t in self.item_types)
@@ -220,7 +232,7 @@ def check_for(info: mi.Type) -> Check:
     if isinstance(info, mi.ListType):
         item = info.item_type
         if isinstance(item, mi.StructType):
-            return StructListCheck((item.cls,))
+            return StructListCheck((item.cls,), info.min_length or 0, info.max_length)
         if isinstance(item, mi.UnionType) and all(isinstance(t, mi.StructType) for t in item.types):
             return StructListCheck(tuple(t.cls for t in item.types))
         return ListCheck()

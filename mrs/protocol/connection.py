@@ -25,6 +25,7 @@ from mrs.protocol.events import (
     Get,
     Hello,
     Put,
+    PutBatch,
     PutDone,
     StatusReply,
     StatusRequest,
@@ -83,7 +84,8 @@ OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
 _REQUESTS = dict.fromkeys(
-    (Attach, Put, Get, Confirm, StatusRequest, CancelGet, *LINK_EVENTS, *HEARTBEAT_EVENTS),
+    (Attach, Put, PutBatch, Get, Confirm, StatusRequest, CancelGet, *LINK_EVENTS)
+    + HEARTBEAT_EVENTS,
     OPEN,
 )
 _REPLIES = dict.fromkeys(
@@ -106,8 +108,9 @@ _SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
 # Request-id tracking: each request is answered exactly once (a Get by its Delivery or
 # Failure; a CancelGet, a Ping and a Pong are not requests), and while it waits for
 # that answer its id may not be used again by the same side.
-_ASKS, _ANSWERS, _OTHER_KIND = "asks", "answers", "other"
+_ASKS, _ASKS_MANY, _ANSWERS, _OTHER_KIND = "asks", "asks many", "answers", "other"
 _REQUEST_KIND = {
+    PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
     **dict.fromkeys((Attach, Put, Get, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS),
     **dict.fromkeys(
         (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure, LinkAck), _ANSWERS
@@ -188,6 +191,9 @@ class Connection:
                 raise error(f"request_id {request_id} reused while in flight")
             in_flight.add(request_id)
             return
+        if kind is _ASKS_MANY:
+            self._take_ids(role, event.puts, error)
+            return
         if kind is _ANSWERS:  # the one answer to the other side's request
             self._in_flight[_OTHER[role]].discard(event.request_id)
             return
@@ -210,6 +216,19 @@ class Connection:
             self._steady[role] = _STEADY[role] if new is OPEN else {}
             if new is CLOSED:
                 self._closed = True
+
+    def _take_ids(self, role: str, requests: list, error: type[ProtocolError]) -> None:
+        """Every request of a batch takes its id, all or none: a reused id (in flight
+        or twice in the batch) refuses the whole batch."""
+        in_flight = self._in_flight[role]
+        ids = {request.request_id for request in requests}
+        if len(ids) != len(requests) or not in_flight.isdisjoint(ids):
+            seen: set[int] = set()
+            for request in requests:
+                if request.request_id in seen or request.request_id in in_flight:
+                    raise error(f"request_id {request.request_id} reused while in flight")
+                seen.add(request.request_id)
+        in_flight |= ids
 
     def _refusal(self, role: str, event: Any, error: type) -> str:
         name = type(event).__name__

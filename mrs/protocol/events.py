@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from msgspec import Meta
+
+from mrs.limits import PUT_BATCH_BYTES_MAX, PUT_BATCH_ITEMS_MAX
 from mrs.protocol.base import EventStruct, finish
+from mrs.protocol.errors import LocalProtocolError
 from mrs.protocol.fields import (
     I32,
     I64,
@@ -58,6 +64,10 @@ class Put(EventStruct, tag=12):
     headers: dict | None = None
 
 
+PutList = Annotated[list[Put], Meta(min_length=1, max_length=PUT_BATCH_ITEMS_MAX)]
+"""The items of a PutBatch: 1..PUT_BATCH_ITEMS_MAX whole Puts."""
+
+
 class Get(EventStruct, tag=14):
     """Take the next message. timeout_ms: -1 wait forever, 0 poll, > 0 wait that long."""
 
@@ -81,6 +91,27 @@ class CancelGet(EventStruct, tag=20):
     the next get), so nothing is lost either way. No reply of its own."""
 
     request_id: RequestId
+
+
+class PutBatch(EventStruct, tag=22):
+    """Many puts in one frame (the client's `put_many`). Each item is a whole Put with
+    its own request_id and is answered on its own (PutDone or Failure), exactly as if
+    it had come alone: one bad item never fails the others. The batch itself has no
+    id and no reply. At most PUT_BATCH_ITEMS_MAX items and PUT_BATCH_BYTES_MAX bytes
+    of bodies (mrs.limits); a frame beyond either is a protocol error."""
+
+    puts: PutList
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        body_bytes = 0
+        for put in self.puts:
+            body_bytes += len(put.body)
+        if body_bytes > PUT_BATCH_BYTES_MAX:
+            raise LocalProtocolError(
+                f"PutBatch.puts hold {body_bytes} bytes of bodies, more than "
+                f"PUT_BATCH_BYTES_MAX {PUT_BATCH_BYTES_MAX}: send them in smaller batches"
+            )
 
 
 REPLY_WHEN_STORED_HEADER = "reply_when_stored"
@@ -200,6 +231,7 @@ CLIENT_EVENTS = (
     Hello,
     Attach,
     Put,
+    PutBatch,
     Get,
     Confirm,
     StatusRequest,
@@ -223,6 +255,7 @@ Event = (
     Hello
     | Attach
     | Put
+    | PutBatch
     | Get
     | Confirm
     | StatusRequest
@@ -246,6 +279,7 @@ finish(
     Hello,
     Attach,
     Put,
+    PutBatch,
     Get,
     Confirm,
     CancelGet,

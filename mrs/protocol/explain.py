@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from mrs.protocol.checks import _short
+from mrs.protocol.checks import StructListCheck, _short
 
 _FIELD_INDEX = re.compile(r"`\$\[(\d+)\]")
 
@@ -49,17 +49,50 @@ def _explain(payload: bytes, by_code: dict[int, Any], msgspec_error: BaseExcepti
     cls = by_code.get(code) if type(code) is int else None
     if cls is None:
         return f"unknown event code {_short(code)}"
+    problem = _fields_problem(cls, obj, cls.__name__)
+    if problem is not None:
+        return problem
     names = cls.field_names
-    required = len(names) - len(cls.__struct_defaults__)  # defaults are the trailing fields
-    if not required <= len(obj) - 1 <= len(names):
-        return f"{cls.__name__} frame has {len(obj) - 1} fields, expected {len(names)}"
-    for (name, _ok, check), value in zip(cls._rules, obj[1:], strict=False):
-        problem = check.problem(value)
-        if problem is not None:
-            return f"{cls.__name__}.{name} {problem}"
     # The checks found nothing msgspec did not like: say it in msgspec's words, by field.
     text = str(msgspec_error) or type(msgspec_error).__name__
     match = _FIELD_INDEX.search(text)
     if match and 1 <= int(match.group(1)) <= len(names):
         text = f"{text[: match.start()]}{cls.__name__}.{names[int(match.group(1)) - 1]}"
     return f"{cls.__name__} frame refused: {text[:200]}"
+
+
+def _fields_problem(cls: Any, obj: list, where: str) -> str | None:
+    """The first field of the array `obj` (an event of class `cls`) that breaks its
+    rule, worded with `where` (e.g. "PutBatch.puts[3]") in front; None if all pass."""
+    names = cls.field_names
+    required = len(names) - len(cls.__struct_defaults__)  # defaults are the trailing fields
+    if not required <= len(obj) - 1 <= len(names):
+        noun = f"{where} frame" if where == cls.__name__ else where
+        return f"{noun} has {len(obj) - 1} fields, expected {len(names)}"
+    for (name, _ok, check), value in zip(cls._rules, obj[1:], strict=False):
+        if isinstance(check, StructListCheck) and type(value) is list:
+            problem = _items_problem(check, value, f"{where}.{name}")
+            if problem is not None:
+                return problem
+            continue
+        problem = check.problem(value)
+        if problem is not None:
+            return f"{where}.{name} {problem}"
+    return None
+
+
+def _items_problem(check: StructListCheck, items: list, where: str) -> str | None:
+    """A list of typed items, as raw arrays: its length, then each item's fields."""
+    top = check.length_max if check.length_max is not None else len(items)
+    if not check.length_min <= len(items) <= top:
+        return f"{where} must hold {check.length_words()} items, got {len(items)}"
+    by_code = {getattr(cls, "code", None): cls for cls in check.item_types}
+    for index, item in enumerate(items):
+        cls = by_code.get(item[0]) if type(item) is list and item else None
+        if cls is None:
+            names = " or ".join(t.__name__ for t in check.item_types)
+            return f"{where}[{index}] must be a {names}, got {_short(item)}"
+        problem = _fields_problem(cls, item, f"{where}[{index}]")
+        if problem is not None:
+            return problem
+    return None

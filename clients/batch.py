@@ -1,0 +1,287 @@
+"""`Client.put_many`: many puts in few PutBatch frames, each answered on its own.
+
+Why: a put costs the client a request object, a task switch and a frame, and the
+server a frame and a trip through its receive loop. A batch of up to
+PUT_BATCH_ITEMS_MAX puts (PUT_BATCH_BYTES_MAX bytes) travels as one frame and is
+stored by one commit, while every put keeps its own request id and its own answer:
+one refused put never fails the others.
+
+`put_many` returns one result per item, in order: the put's `Psb`, or the `MrsError`
+that put alone would have raised (`KeyReused`, `NoSuchQueue`, `FieldRefused`,
+`PutOutcomeUnknown` if the connection dropped after it was sent, ...), in its place
+and not raised (as `asyncio.gather(return_exceptions=True)` does). It raises only
+when nothing could be tried (not connected, the client broken) or when cancelled.
+
+On a client with a SAF journal, put_many simply puts one item after the other, so
+each is journaled or sent exactly as `put` would (JOURNAL_ON and the drain keep
+their order); batching is for the connected path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import trio
+
+from mrs import protocol as wire
+from mrs.errors import (
+    ConnectionLost,
+    FieldRefused,
+    MrsError,
+    MrsTimeout,
+    QuotaExceeded,
+    ReplyTimeout,
+    error_for,
+)
+from mrs.limits import (
+    CLIENT_REQUESTS_IN_FLIGHT_MAX,
+    PUT_BATCH_BYTES_MAX,
+    PUT_BATCH_ITEMS_MAX,
+    PUT_TIMEOUT_S_DEFAULT,
+    REPLY_GRACE_S,
+)
+from mrs.model import Address, DeliveryMode, Psb, Status, Uma, status_of
+
+ITEM_OVERHEAD_BYTES = 64
+"""A Put's fixed fields on the wire, at most (code, id, ints, lengths): with the
+variable fields this bounds an item's share of the frame."""
+_ENCODE = msgspec.msgpack.Encoder().encode
+_RECOVERABLE = frozenset(mode for mode in DeliveryMode if mode.recoverable)
+Result = Psb | MrsError
+
+
+@dataclass(frozen=True, slots=True)
+class PutItem:
+    """One message for `Client.put_many`: the arguments `Client.put` takes."""
+
+    body: bytes
+    target: str | Address
+    delivery: DeliveryMode = DeliveryMode.WF_DQF
+    uma: Uma | None = None
+    msg_class: int = 0
+    msg_type: int = 0
+    priority: int = 0
+    timeout: float | None = None
+    correlation_id: bytes = b""
+    resp_q: str | Address | None = None
+    headers: dict | None = None
+    protect: bool = True
+
+    def put_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of `Client.put` for this item."""
+        return {name: getattr(self, name) for name in self.__slots__ if name != "body"}
+
+
+async def put_one_by_one(client: Any, items: Sequence[PutItem]) -> list[Result]:
+    """The journaling client's put_many: `put` each item in turn (see the module doc)."""
+    results: list[Result] = []
+    for item in items:
+        try:
+            results.append(await client.put(item.body, **item.put_arguments()))
+        except MrsError as error:
+            results.append(error)
+    return results
+
+
+def build_put(client: Any, item: PutItem) -> wire.Put:
+    """The Put of one item, checked as `Client.put` checks it; MrsError if refused."""
+    body = item.body
+    if client.protection is not None and item.protect:
+        body = client.protection.seal_for(item.target, body, client.group_id)
+    if client.message_bytes_max and len(body) > client.message_bytes_max:
+        raise error_for(
+            Status.MSGTOOBIG,
+            f"body of {len(body)} bytes exceeds the group's message_bytes_max "
+            f"{client.message_bytes_max}",
+        )
+    uma = item.uma
+    if uma is None and item.delivery in _RECOVERABLE:
+        uma = Uma.DLJ
+    timeout = item.timeout
+    if timeout is not None and timeout < 0:
+        raise error_for(Status.BADPARAM, f"put timeout must be >= 0 s, got {timeout:g}")
+    try:
+        return wire.Put(
+            client._next_id(),
+            str(item.target),
+            bytes(body),
+            int(item.delivery),
+            int(uma or 0),
+            item.msg_class,
+            item.msg_type,
+            item.priority,
+            0 if not timeout else max(1, round(timeout * 1000)),
+            item.correlation_id,
+            str(item.resp_q) if item.resp_q is not None else "",
+            item.headers,
+        )
+    except wire.LocalProtocolError as error:
+        raise FieldRefused(Status.BADPARAM, error.message) from None
+
+
+def wire_bytes(put: wire.Put) -> int:
+    """About how many bytes `put` takes in a frame (never less)."""
+    size = ITEM_OVERHEAD_BYTES + len(put.body) + len(put.target) * 4 + len(put.resp_q) * 4
+    size += len(put.correlation_id)
+    if put.headers:
+        size += len(_ENCODE(put.headers))
+    return size
+
+
+def frames(puts: list[tuple[int, wire.Put]]) -> list[list[tuple[int, wire.Put]]]:
+    """Split (index, put) pairs into frames of at most PUT_BATCH_ITEMS_MAX puts and
+    about PUT_BATCH_BYTES_MAX bytes; a put bigger than that travels alone."""
+    out: list[list[tuple[int, wire.Put]]] = []
+    frame: list[tuple[int, wire.Put]] = []
+    frame_bytes = 0
+    for pair in puts:
+        size = wire_bytes(pair[1])
+        if frame and (
+            len(frame) >= PUT_BATCH_ITEMS_MAX or frame_bytes + size > PUT_BATCH_BYTES_MAX
+        ):
+            out.append(frame)
+            frame, frame_bytes = [], 0
+        frame.append(pair)
+        frame_bytes += size
+    if frame:
+        out.append(frame)
+    return out
+
+
+class _Answers:
+    """The results of one put_many, and the one task waiting for enough of them."""
+
+    __slots__ = ("missing", "results", "target", "waiter")
+
+    def __init__(self, results: list[Any]) -> None:
+        self.results = results
+        self.missing = 0
+        self.target = -1
+        self.waiter: trio.lowlevel.Task | None = None
+
+    def answer(self, index: int, result: object) -> None:
+        self.results[index] = result
+        self.missing -= 1
+        if self.missing <= self.target and self.waiter is not None:
+            waiter, self.waiter = self.waiter, None
+            trio.lowlevel.reschedule(waiter)
+
+    async def wait_until(self, missing: int) -> None:
+        """Until at most `missing` answers are still owed."""
+        if self.missing <= missing:
+            await trio.lowlevel.checkpoint()
+            return
+        self.target = missing
+        self.waiter = trio.lowlevel.current_task()
+
+        def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+            self.waiter = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+class _ItemPending:
+    """What the client's table of requests holds for one put of a batch: the client
+    answers it (a PutDone, a Failure, or an MrsError when the connection drops)."""
+
+    __slots__ = ("answers", "index")
+    kind = "put"
+
+    def __init__(self, answers: _Answers, index: int) -> None:
+        self.answers, self.index = answers, index
+
+    def answer(self, result: object) -> None:
+        self.answers.answer(self.index, result)
+
+
+async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
+    """The connected put_many: build, split into frames, send with at most
+    CLIENT_REQUESTS_IN_FLIGHT_MAX requests in flight, and collect every answer."""
+    client._require_link(Status.LINK_DOWN, "put_many")
+    link = client._link
+    results: list[Any] = [None] * len(items)
+    puts: list[tuple[int, wire.Put]] = []
+    for index, item in enumerate(items):
+        try:
+            puts.append((index, build_put(client, item)))
+        except MrsError as error:
+            results[index] = error
+    answers = _Answers(results)
+    wait_s = max((_timeout_s(items[index]) for index, _ in puts), default=0) + REPLY_GRACE_S
+    pending = client._pending
+    sent: list[int] = []
+    unsent = frames(puts)
+    unsent.reverse()
+    try:
+        with trio.move_on_after(wait_s):
+            while unsent:
+                frame = unsent.pop()
+                if not await _room_for(client, answers, len(frame)) or client._link is not link:
+                    _not_sent(client, link, results, frame)
+                    continue
+                for index, put in frame:
+                    pending[put.request_id] = _ItemPending(answers, index)
+                    link.unsent.add(put.request_id)
+                    sent.append(put.request_id)
+                answers.missing += len(frame)
+                if len(frame) == 1:
+                    link.send(frame[0][1])
+                else:
+                    link.send(wire.PutBatch([put for _, put in frame]))
+            await answers.wait_until(0)
+    finally:
+        for request_id in sent:  # abandoned (timeout, cancelled): nobody waits for these
+            pending.pop(request_id, None)
+    for frame in unsent:  # the deadline passed while waiting for room
+        for index, _put in frame:
+            results[index] = MrsTimeout(Status.TIMEOUT, "not sent in time; it was not sent")
+    return [_result(result) for result in results]
+
+
+async def _room_for(client: Any, answers: _Answers, count: int) -> bool:
+    """Wait for our own answers until `count` more requests fit the client's cap;
+    False if other tasks hold so many that they never would."""
+    excess = len(client._pending) + count - CLIENT_REQUESTS_IN_FLIGHT_MAX
+    if excess > 0:
+        await answers.wait_until(max(0, answers.missing - excess))
+    return len(client._pending) + count <= CLIENT_REQUESTS_IN_FLIGHT_MAX
+
+
+def _not_sent(client: Any, link: Any, results: list[Any], frame: list) -> None:
+    if client._link is not link:
+        error: MrsError = ConnectionLost(
+            Status.LINK_DOWN, "connection lost before this put was sent; it was not sent"
+        )
+    else:
+        error = QuotaExceeded(
+            Status.EXCEEDQUOTA,
+            f"{len(client._pending)} requests already await an answer on this connection "
+            f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this put was not sent",
+        )
+    for index, _put in frame:
+        results[index] = error
+
+
+def _timeout_s(item: PutItem) -> float:
+    return item.timeout or PUT_TIMEOUT_S_DEFAULT
+
+
+def _result(result: object) -> Result:
+    if type(result) is wire.PutDone:
+        return Psb(
+            status_of(result.status),
+            status_of(result.delivery_status),
+            result.seq,
+            status_of(result.uma_status),
+        )
+    if isinstance(result, MrsError):
+        return result
+    if isinstance(result, wire.Failure):
+        return error_for(result.status, result.message)
+    if result is None:
+        return ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
+    return error_for(Status.PROTOCOL_ERROR, f"unexpected answer to a put: {type(result).__name__}")
