@@ -184,32 +184,55 @@ class StructListCheck(Check):
 
 
 _SCALARS = (bool, str, bytes, float, type(None))
+_LEAF_TYPES = frozenset(_SCALARS)
+"""Exact types that need no look at all: the common header values."""
 
 
 def plain_data_problem(root: dict) -> str | None:
-    """What keeps `root` from being plain msgpack data, or None."""
-    stack: list[tuple[Any, int]] = [(root, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, _SCALARS):
-            continue
-        if isinstance(item, int):
-            if not INT64[0] <= item <= UINT64_MAX:
-                return f"holds an int out of msgpack range: {item}"
-            continue
-        if depth >= NEST_MAX:
-            return f"is nested deeper than {NEST_MAX} levels"
-        if isinstance(item, dict):
-            for key, val in item.items():
+    """What keeps `root` from being plain msgpack data, or None.
+
+    Recursive, at most NEST_MAX deep (a deeper container is refused before it is
+    entered), and quick for the usual case of str keys and scalar values: it is run
+    on the headers of every put (the client's check and the server's decode)."""
+    return _container_problem(root, 0)
+
+
+def _container_problem(item: Any, depth: int) -> str | None:
+    if depth >= NEST_MAX:
+        return f"is nested deeper than {NEST_MAX} levels"
+    leaves, low, high = _LEAF_TYPES, INT64[0], UINT64_MAX
+    if isinstance(item, dict):
+        for key, value in item.items():
+            if type(key) is not str:
                 if not isinstance(key, (int, *_SCALARS)):
                     return f"holds a key of type {type(key).__name__}"
-                stack.append((key, depth + 1))
-                stack.append((val, depth + 1))
-        elif isinstance(item, list | tuple):
-            stack.extend((x, depth + 1) for x in item)
-        else:
-            return f"holds a value of type {type(item).__name__}"
+                if (problem := _value_problem(key, depth + 1)) is not None:
+                    return problem
+            kind = type(value)
+            if kind in leaves or (kind is int and low <= value <= high):
+                continue
+            if (problem := _value_problem(value, depth + 1)) is not None:
+                return problem
+    else:
+        for value in item:
+            kind = type(value)
+            if kind in leaves or (kind is int and low <= value <= high):
+                continue
+            if (problem := _value_problem(value, depth + 1)) is not None:
+                return problem
     return None
+
+
+def _value_problem(value: Any, depth: int) -> str | None:
+    if isinstance(value, _SCALARS):
+        return None
+    if isinstance(value, int):
+        if not INT64[0] <= value <= UINT64_MAX:
+            return f"holds an int out of msgpack range: {value}"
+        return None
+    if isinstance(value, dict | list | tuple):
+        return _container_problem(value, depth)
+    return f"holds a value of type {type(value).__name__}"
 
 
 def check_for(info: mi.Type) -> Check:
