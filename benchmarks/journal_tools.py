@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -97,11 +98,25 @@ def mrs(*args: str, stdout=subprocess.PIPE) -> tuple[subprocess.CompletedProcess
     return result, time.perf_counter() - started
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of the finished children waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--body-bytes", type=int, default=256)
-    parser.add_argument("--window", type=int, default=64, help="jplay --window")
+    parser.add_argument(
+        "--window", type=int, default=0, help="jplay --window (default: jplay's own)"
+    )
     parser.add_argument("--scratch", type=Path, default=None, help="directory on the disk to use")
     args = parser.parse_args()
     base = args.scratch or Path(tempfile.gettempdir())
@@ -123,19 +138,30 @@ def main() -> int:
         server = GroupProcess(config, 1)
         address = server.start()
         try:
+            server_cpu_s = process_cpu_s(server.process.pid)
+            jplay_cpu_s = children_cpu_s()
+            window = ["--window", str(args.window)] if args.window else []
             result, wall = mrs(
                 "jplay", *common, "pcj", "--to", "RESTORE", "--address", address,
-                "--window", str(args.window), "--json",
+                *window, "--json",
             )  # fmt: skip
+            jplay_cpu_s = children_cpu_s() - jplay_cpu_s
+            server_cpu_s = process_cpu_s(server.process.pid) - server_cpu_s
         finally:
             server.terminate()
         assert result.returncode == 0, result.stderr
         summary = json.loads(result.stdout)
         assert summary["sent"] == args.records, summary
         print(
-            f"jplay pcj --to RESTORE (unthrottled, window {args.window}): "
+            f"jplay pcj --to RESTORE (unthrottled, window {args.window or 'default'}): "
             f"{summary['msgs_per_s']:,.0f} msgs/s ({summary['elapsed_s']:.2f} s replaying, "
             f"{wall:.2f} s wall incl. start-up and ledger)"
+        )
+        server_us = server_cpu_s / args.records * 1e6
+        jplay_us = jplay_cpu_s / args.records * 1e6
+        print(
+            f"CPU per message: server {server_us:.1f} us, jplay {jplay_us:.1f} us "
+            "(load-robust: compare these between builds on a busy machine)"
         )
         print(
             "JOURNAL_TOOLS_JSON "
@@ -148,6 +174,8 @@ def main() -> int:
                     "jplay_msgs_per_s": summary["msgs_per_s"],
                     "jplay_elapsed_s": summary["elapsed_s"],
                     "jplay_wall_s": round(wall, 3),
+                    "server_cpu_us_per_msg": round(server_us, 1),
+                    "jplay_cpu_us_per_msg": round(jplay_us, 1),
                     "cpus": os.cpu_count(),
                 }
             )

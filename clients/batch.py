@@ -223,15 +223,11 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
                 if not await _room_for(client, answers, len(frame)) or client._link is not link:
                     _not_sent(client, link, results, frame)
                     continue
-                for index, put in frame:
+                for index, put in _send_frame(link, frame, results):
                     pending[put.request_id] = _ItemPending(answers, index)
                     link.unsent.add(put.request_id)
                     sent.append(put.request_id)
-                answers.missing += len(frame)
-                if len(frame) == 1:
-                    link.send(frame[0][1])
-                else:
-                    link.send(wire.PutBatch([put for _, put in frame]))
+                    answers.missing += 1
             await answers.wait_until(0)
     finally:
         for request_id in sent:  # abandoned (timeout, cancelled): nobody waits for these
@@ -240,6 +236,22 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
         for index, _put in frame:
             results[index] = MrsTimeout(Status.TIMEOUT, "not sent in time; it was not sent")
     return [_result(result) for result in results]
+
+
+def _send_frame(link: Any, frame: list, results: list[Any]) -> list[tuple[int, wire.Put]]:
+    """Queue one frame; if it cannot be encoded, each put alone, so one put the wire
+    cannot carry is refused (FieldRefused) and the others still go. What was sent."""
+    try:
+        link.send(frame[0][1] if len(frame) == 1 else wire.PutBatch([put for _, put in frame]))
+        return frame
+    except wire.LocalProtocolError as error:
+        if len(frame) == 1:
+            results[frame[0][0]] = FieldRefused(Status.BADPARAM, error.message)
+            return []
+    sent: list[tuple[int, wire.Put]] = []
+    for pair in frame:
+        sent.extend(_send_frame(link, [pair], results))
+    return sent
 
 
 async def _room_for(client: Any, answers: _Answers, count: int) -> bool:

@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 
 import trio
 
-from clients import ConnectionLost, FieldRefused, MrsError, MrsTimeout, ReplyTimeout
+from clients import (
+    ConnectionLost,
+    FieldRefused,
+    MrsError,
+    MrsTimeout,
+    Psb,
+    PutItem,
+    ReplyTimeout,
+)
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
@@ -45,6 +53,8 @@ from mrs.tools.journal.render import status_name
 from mrs.tools.journal.selection import RecordFilter
 
 PLAN_CHUNK = 1024
+BATCH_PUTS_MAX = 512
+"""Puts one worker sends in one put_many (one frame, one commit on the server)."""
 LEDGER_FLUSH_S = 0.25
 FAILURES_LISTED = 20
 REPLAY_MODES = (DeliveryMode.WF_DQF, DeliveryMode.WF_SAF, DeliveryMode.WF_CONF)
@@ -269,17 +279,23 @@ class Replayer:
         self.removals: list[bytes] = []
         self.stop = False
 
-    def next_item(self) -> Item | None:
+    def next_items(self, count: int) -> list[Item]:
+        """Up to `count` planned items, in order ([] once everything is planned)."""
         if self.stop:
-            return None
+            return []
         if not self.queue:
             self.queue.extend(self.planner.next_chunk())
-        return self.queue.popleft() if self.queue else None
+        queue = self.queue
+        return [queue.popleft() for _ in range(min(count, len(queue)))]
 
     async def run(self) -> None:
-        async with trio.open_nursery() as workers:
-            for _ in range(self.options.window):
-                workers.start_soon(self._worker)
+        """`window` puts in flight: batches of up to BATCH_PUTS_MAX puts (one frame
+        and one commit each, `Client.put_many`), or single puts under a rate cap."""
+        batch = 1 if self.pacer is not None else min(self.options.window, BATCH_PUTS_MAX)
+        workers = -(-self.options.window // batch)
+        async with trio.open_nursery() as nursery:
+            for _ in range(workers):
+                nursery.start_soon(self._worker, batch)
         self.flush()
 
     async def flusher(self) -> None:
@@ -299,89 +315,90 @@ class Replayer:
             self.tally.removed += len(self.removals)
             self.removals.clear()
 
-    async def _worker(self) -> None:
-        options = self.options
-        while (item := self.next_item()) is not None:
+    async def _worker(self, batch: int) -> None:
+        while items := self.next_items(batch):
             if self.pacer is not None:
                 await self.pacer.wait()
             if self.stop:
-                self.tally.not_attempted += 1
+                self.tally.not_attempted += len(items)
                 continue
-            await self._send(item, options)
+            try:
+                results = await self.client.put_many([self._put_item(item) for item in items])
+            except MrsError as error:  # nothing could be sent (e.g. not connected)
+                self.stop = True
+                self.tally.stopped = self.tally.stopped or f"connection lost: {error.message}"
+                self.tally.not_attempted += len(items)
+                continue
+            for item, result in zip(items, results, strict=True):
+                self._outcome(item, result)
 
-    async def _send(self, item: Item, options: Options) -> None:
-        record = item.record
-        try:
-            psb = await self.client.put(
-                record.body,
-                item.target,
-                delivery=options.delivery,
-                uma=options.uma,
-                msg_class=record.msg_class,
-                msg_type=record.msg_type,
-                priority=record.priority,
-                correlation_id=record.correlation_id,
-                timeout=options.timeout_s,
-                headers=replay_headers(
-                    record, options.journal, options.group_id, item.gen, self.ledger.key_secret()
-                ),
-            )
-        except (MrsTimeout, ReplyTimeout) as error:  # the answer never came: in doubt
-            self.tally.fail(item, "TIMEOUT", error.message, in_doubt=True)
+    def _put_item(self, item: Item) -> PutItem:
+        record, options = item.record, self.options
+        return PutItem(
+            record.body,
+            item.target,
+            delivery=options.delivery,
+            uma=options.uma,
+            msg_class=record.msg_class,
+            msg_type=record.msg_type,
+            priority=record.priority,
+            correlation_id=record.correlation_id,
+            timeout=options.timeout_s,
+            headers=replay_headers(
+                record, options.journal, options.group_id, item.gen, self.ledger.key_secret()
+            ),
+        )
+
+    def _outcome(self, item: Item, result: Psb | MrsError) -> None:
+        """Tally and stage one put's answer: stored, refused, or in doubt."""
+        if isinstance(result, MrsError):
+            self._refused(item, result)
             return
-        except ConnectionLost as error:
+        options, record = self.options, item.record
+        stored = result.stored or result.uma_status == Status.SAF_SUCCESS
+        name = status_name(int(result.delivery_status))
+        status = int(result.delivery_status)
+        if not stored:
+            self.ledger.stage(
+                options.journal, record.seq, FAILED, item.gen, status=status, target=item.target
+            )
+            uma = status_name(int(result.uma_status))
+            self.tally.fail(item, name, f"UMA {options.uma.name}: {uma}", in_doubt=False)
+            return
+        self.ledger.stage(
+            options.journal,
+            record.seq,
+            STORED,
+            item.gen,
+            replay_seq=result.seq,
+            status=status,
+            target=item.target,
+        )
+        self.tally.sent += 1
+        self.tally.statuses[name] += 1
+        if options.remove:
+            self.removals.append(item.key)
+
+    def _refused(self, item: Item, error: MrsError) -> None:
+        if isinstance(error, MrsTimeout | ReplyTimeout):  # the answer never came: in doubt
+            self.tally.fail(item, "TIMEOUT", error.message, in_doubt=True)
+        elif isinstance(error, ConnectionLost):  # PutOutcomeUnknown too: in doubt
             self.stop = True
             self.tally.stopped = f"connection lost: {error.message}"
             self.tally.fail(item, "LINK_DOWN", error.message, in_doubt=True)
-            return
-        except FieldRefused as error:  # a field the wire format cannot carry: never sent
+        elif isinstance(error, FieldRefused):  # a field the wire cannot carry: never sent
             self.tally.fail(item, "REFUSED_LOCALLY", str(error), in_doubt=False)
-            return
-        except MrsError as error:  # refused: the server (or the library) did not take it
-            name = status_name(int(error.status))
+        else:  # refused: the server (or the library) did not take it
+            status = int(error.status)
             self.ledger.stage(
-                options.journal,
-                record.seq,
+                self.options.journal,
+                item.record.seq,
                 FAILED,
                 item.gen,
-                status=int(error.status),
+                status=status,
                 target=item.target,
             )
-            self.tally.fail(item, name, error.message, in_doubt=False)
-            return
-        except Exception as error:  # noqa: BLE001 - an odd record must not stop the replay
-            # e.g. a field the wire format refuses: the put never left this process
-            self.tally.fail(
-                item, "REFUSED_LOCALLY", f"{type(error).__name__}: {error}", in_doubt=False
-            )
-            return
-        stored = psb.stored or psb.uma_status == Status.SAF_SUCCESS
-        name = status_name(int(psb.delivery_status))
-        if stored:
-            self.ledger.stage(
-                options.journal,
-                record.seq,
-                STORED,
-                item.gen,
-                replay_seq=psb.seq,
-                status=int(psb.delivery_status),
-                target=item.target,
-            )
-            self.tally.sent += 1
-            self.tally.statuses[name] += 1
-            if options.remove:
-                self.removals.append(item.key)
-        else:
-            self.ledger.stage(
-                options.journal,
-                record.seq,
-                FAILED,
-                item.gen,
-                status=int(psb.delivery_status),
-                target=item.target,
-            )
-            uma = status_name(int(psb.uma_status))
-            self.tally.fail(item, name, f"UMA {options.uma.name}: {uma}", in_doubt=False)
+            self.tally.fail(item, status_name(status), error.message, in_doubt=False)
 
 
 def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: int) -> str:
