@@ -71,6 +71,16 @@ def docs_server(tmp_path):
             ],
         ),
         (
+            "put_many.py",
+            [
+                "2501 of 2503 stored, seqs in order: True",
+                "b'second' -> KeyReused: KEY_REUSED",
+                "b'nowhere' -> NoSuchQueue: NOSUCHQUEUE",
+                "received b'line 1'",
+                "received b'line 3'",
+            ],
+        ),
+        (
             "messageq_conformance.py",
             [
                 "WF_CONF with timeout=0: SUCCESS",

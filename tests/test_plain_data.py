@@ -51,9 +51,11 @@ _leaves = (
 _keys = st.text(max_size=3) | st.integers(-(2**64), 2**65) | st.sampled_from([(1, 2), None, b"k"])
 _data = st.recursive(
     _leaves,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(_keys, inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_keys, inner, max_size=4)
+    ),
     max_leaves=30,
 )
 

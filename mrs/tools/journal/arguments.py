@@ -18,7 +18,7 @@ from mrs.tools.journal.selection import add_selection_arguments
 PREVIEW_BYTES = 48
 DEFAULT_SENDER_QUEUE = "REPLAY"
 """The queue jplay attaches to unless told `--as`: configure one per group."""
-DEFAULT_WINDOW = 64
+DEFAULT_WINDOW = 2048
 
 
 def add_journal_tools(commands, run_dump: Callable, run_jplay: Callable) -> None:
@@ -100,7 +100,7 @@ def add_jplay_arguments(parser: argparse.ArgumentParser) -> None:
         "--window",
         type=int,
         default=DEFAULT_WINDOW,
-        help=f"puts in flight (default {DEFAULT_WINDOW})",
+        help=f"puts in flight, sent in batches of up to 512 (default {DEFAULT_WINDOW})",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="show what would be sent; send nothing"

@@ -55,6 +55,9 @@ from mrs.tools.journal.selection import RecordFilter
 PLAN_CHUNK = 1024
 BATCH_PUTS_MAX = 512
 """Puts one worker sends in one put_many (one frame, one commit on the server)."""
+BYTES_IN_FLIGHT_MAX = 64 * 1024 * 1024
+"""Bodies in flight at most, whatever the window: a quarter of the server's default
+connection_bytes_max, beyond which it would refuse puts (EXCEEDQUOTA)."""
 LEDGER_FLUSH_S = 0.25
 FAILURES_LISTED = 20
 REPLAY_MODES = (DeliveryMode.WF_DQF, DeliveryMode.WF_SAF, DeliveryMode.WF_CONF)
@@ -279,23 +282,33 @@ class Replayer:
         self.removals: list[bytes] = []
         self.stop = False
 
-    def next_items(self, count: int) -> list[Item]:
-        """Up to `count` planned items, in order ([] once everything is planned)."""
+    def next_items(self, count: int, bytes_max: int) -> list[Item]:
+        """Up to `count` planned items, in order, with at most about `bytes_max` bytes
+        of bodies (always at least one); [] once everything is planned."""
         if self.stop:
             return []
         if not self.queue:
             self.queue.extend(self.planner.next_chunk())
         queue = self.queue
-        return [queue.popleft() for _ in range(min(count, len(queue)))]
+        items: list[Item] = []
+        body_bytes = 0
+        while queue and len(items) < count and body_bytes < bytes_max:
+            item = queue.popleft()
+            body_bytes += len(item.record.body)
+            items.append(item)
+        return items
 
     async def run(self) -> None:
         """`window` puts in flight: batches of up to BATCH_PUTS_MAX puts (one frame
-        and one commit each, `Client.put_many`), or single puts under a rate cap."""
+        and one commit each, `Client.put_many`), or single puts under a rate cap; and
+        at most about BYTES_IN_FLIGHT_MAX bytes of bodies, so big dead letters stay
+        inside the server's per-connection byte quota."""
         batch = 1 if self.pacer is not None else min(self.options.window, BATCH_PUTS_MAX)
         workers = -(-self.options.window // batch)
+        bytes_max = max(1, BYTES_IN_FLIGHT_MAX // workers)
         async with trio.open_nursery() as nursery:
             for _ in range(workers):
-                nursery.start_soon(self._worker, batch)
+                nursery.start_soon(self._worker, batch, bytes_max)
         self.flush()
 
     async def flusher(self) -> None:
@@ -315,8 +328,8 @@ class Replayer:
             self.tally.removed += len(self.removals)
             self.removals.clear()
 
-    async def _worker(self, batch: int) -> None:
-        while items := self.next_items(batch):
+    async def _worker(self, batch: int, bytes_max: int) -> None:
+        while items := self.next_items(batch, bytes_max):
             if self.pacer is not None:
                 await self.pacer.wait()
             if self.stop:

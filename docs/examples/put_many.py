@@ -1,0 +1,42 @@
+"""Put many messages in few frames with `put_many`; every put keeps its own answer.
+
+python docs/examples/put_many.py 127.0.0.1:7001
+"""
+
+import sys
+
+import trio
+
+from clients import KeyReused, MrsError, PutItem, Status, connect
+
+
+async def main(address: str) -> None:
+    async with (
+        connect(address, queue="SENDER") as sender,
+        connect(address, queue="RESTORE") as receiver,
+    ):
+        items = [PutItem(f"line {n}".encode(), "RESTORE") for n in range(1, 2501)]
+        # The same idempotency key with another body: that put alone is refused.
+        items.append(PutItem(b"first", "RESTORE", headers={"idempotency_key": "order-7"}))
+        items.append(PutItem(b"second", "RESTORE", headers={"idempotency_key": "order-7"}))
+        items.append(PutItem(b"nowhere", "NO_SUCH_QUEUE"))
+        results = await sender.put_many(items)  # 3 frames: at most 1000 puts in each
+
+        stored = [r for r in results if not isinstance(r, MrsError) and r.stored]
+        print(
+            f"{len(stored)} of {len(items)} stored, seqs in order: "
+            f"{[p.seq for p in stored] == sorted(p.seq for p in stored)}"
+        )
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, MrsError):  # returned in its place, not raised
+                print(f"{item.body!r} -> {type(result).__name__}: {Status(result.status).name}")
+        assert isinstance(results[-2], KeyReused)
+
+        for _ in range(3):  # they arrive in the order they were put
+            message = await receiver.get(timeout=10)
+            await receiver.confirm(message.seq)
+            print(f"received {message.body!r}")
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1])
