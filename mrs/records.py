@@ -7,6 +7,7 @@ so neither has to import the other for it.
 from __future__ import annotations
 
 from journals import Record
+from journals.record import encode_values
 from mrs.delivery import Refused
 from mrs.limits import IDEMPOTENCY_KEY_BYTES_MAX
 from mrs.model import Address, DeliveryMode, Status
@@ -61,6 +62,35 @@ def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
         put_time_ns=entry.put_time_ns,
         written_time_ns=written_time_ns,
         extra=_record_extra(entry),
+    )
+
+
+def encode_entry(entry: Entry, written_time_ns: int) -> bytes:
+    """encode_record(record_from_entry(entry, written_time_ns)), without the Record:
+    every recoverable put is encoded here (tests/test_records_encode.py holds the two
+    equal)."""
+    target, source = entry.target, entry.source
+    return encode_values(
+        (
+            entry.seq,
+            target.group,
+            target.queue,
+            source.group,
+            source.queue,
+            entry.body,
+            entry.msg_class,
+            entry.msg_type,
+            entry.priority,
+            int(entry.delivery),
+            int(entry.uma),
+            entry.correlation_id,
+            entry.put_time_ns,
+            written_time_ns,
+            0,  # confirm_value
+            0,  # confirm_time_ns
+            0,  # reason
+            _record_extra(entry),
+        )
     )
 
 

@@ -31,7 +31,7 @@ from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import Status
 from mrs.quarantine import QUARANTINE_EXTRA
 from mrs.queues import Entry, TargetQueue
-from mrs.records import record_from_entry
+from mrs.records import encode_entry, record_from_entry
 
 log = logging.getLogger("mrs.group")
 
@@ -92,9 +92,10 @@ class Dqf:
             return
         ctx.dqf_count += 1
         entry.journaled = True
-        record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
-        batch = WriteBatch.empty().put_record(
-            Journal.DQF, queue_key(queue.address.queue, entry.seq), record
+        batch = WriteBatch.empty().put_raw(
+            Journal.DQF,
+            queue_key(queue.address.queue, entry.seq),
+            encode_entry(entry, ctx.clock_ns()),
         )
         batch.stream, batch.guard = stream, guard
         for key in dedupe_keys:
