@@ -104,6 +104,8 @@ class WriteBatch:
     deletes: list[tuple[Journal, bytes]]
     stream: object = None
     guard: Callable[[], bool] | None = None
+    submitted_s: float = 0.0
+    """perf_counter() when handed to a writer thread (its commit_wait statistic)."""
 
     @classmethod
     def empty(cls) -> WriteBatch:

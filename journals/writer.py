@@ -34,6 +34,9 @@ class WriterStats:
     operations: int = 0
     failed_batches: int = 0
     commit_time_s_total: float = 0.0
+    wait_time_s_total: float = 0.0
+    """Summed over commits: from the first batch submitted to the commit's start (how
+    long the oldest write of each commit waited for its fsync to begin)."""
 
     def as_dict(self) -> dict:
         return {
@@ -43,6 +46,9 @@ class WriterStats:
             "failed_batches": self.failed_batches,
             "batches_per_commit": round(self.batches / self.commits, 2) if self.commits else 0.0,
             "commit_time_ms_mean": round(1000 * self.commit_time_s_total / self.commits, 3)
+            if self.commits
+            else 0.0,
+            "commit_wait_ms_mean": round(1000 * self.wait_time_s_total / self.commits, 3)
             if self.commits
             else 0.0,
         }
@@ -74,6 +80,7 @@ class GroupCommitWriter:
     def submit(self, batch: WriteBatch, done: Done) -> None:
         """Queue a batch; `done(None)` once durable, `done(error)` if it could not be."""
         assert self._thread is not None, "writer not started"
+        batch.submitted_s = time.perf_counter()
         self._queue.put((batch, done))
 
     # ----- the thread
@@ -93,6 +100,7 @@ class GroupCommitWriter:
                 self._commit(pending)
 
     def _commit(self, pending: list[tuple[WriteBatch, Done]]) -> None:
+        self.stats.wait_time_s_total += time.perf_counter() - pending[0][0].submitted_s
         results = commit_together(self.store, pending, self.stats)
         self.call_soon(lambda: _report(results))
 
@@ -111,6 +119,7 @@ class InlineWriter:
         self.wake = wake
         self.stats = WriterStats()
         self._pending: list[tuple[WriteBatch, Done]] = []
+        self._first_submitted_s = 0.0
 
     def start(self) -> None:
         pass
@@ -120,6 +129,7 @@ class InlineWriter:
 
     def submit(self, batch: WriteBatch, done: Done) -> None:
         if not self._pending:
+            self._first_submitted_s = time.perf_counter()
             self.wake()
         self._pending.append((batch, done))
 
@@ -128,6 +138,8 @@ class InlineWriter:
         return bool(self._pending)
 
     def commit_pending(self) -> None:
+        if self._pending:
+            self.stats.wait_time_s_total += time.perf_counter() - self._first_submitted_s
         while self._pending:
             pending = self._pending[:BATCHES_PER_COMMIT_MAX]
             del self._pending[:BATCHES_PER_COMMIT_MAX]

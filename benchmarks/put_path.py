@@ -1,0 +1,132 @@
+"""The server's put path in process: CPU per WF_DQF put, with no socket and no client.
+
+Why: on a loaded machine a bench's rates are noise, and even the server's CPU per put
+carries the event loop and socket costs. This drives `Group.put` directly (the
+rooms, real LMDB journals with fsync, the production InlineWriter committing every
+`--batch` puts, as the server's commit loop does under load) and prints the
+process CPU time per put, so two versions of the put path can be set side by side.
+`--profile` prints the top functions by own time (cProfile) instead.
+
+    .venv/bin/python benchmarks/put_path.py
+    .venv/bin/python benchmarks/put_path.py --puts 50000 --batch 400 --key   # idempotency keys
+    .venv/bin/python benchmarks/put_path.py --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from journals import InlineWriter, JournalStore
+from mrs import gc_tuning
+from mrs import protocol as wire
+from mrs.config import parse_config
+from mrs.group import Group
+from mrs.model import DeliveryMode, Uma
+
+BUS = """
+[[group]]
+id = 1
+name = "G1"
+listen = "127.0.0.1:0"
+data_dir = "g1"
+[group.limits]
+dqf_messages_max = 10000000
+[[group.queue]]
+id = 10
+name = "TARGET"
+confirm = "explicit-out-of-order"
+[[group.queue]]
+id = 100
+name = "SENDER"
+"""
+JOURNAL_BYTES = 4 << 30
+
+
+class NoTimers:
+    def call_later(self, delay_s, callback):
+        return lambda: None
+
+
+@dataclass(eq=False)
+class Session:
+    id: int = 1
+    attached: object = None
+    peer: str = "bench"
+    sent: list = field(default_factory=list)
+
+    def send(self, event: object) -> None:
+        self.sent.append(event)
+
+
+def run(puts: int, batch: int, with_key: bool, body_bytes: int) -> float:
+    """CPU seconds per put over `puts` WF_DQF puts, a commit every `batch`."""
+    directory = Path(tempfile.mkdtemp(prefix="mrs-put-path-", dir=Path.cwd()))
+    try:
+        bus = parse_config(BUS, directory / "bus.toml")
+        config = bus.group(1)
+        config.data_dir.mkdir(parents=True)
+        store = JournalStore(config.data_dir / "journals", JOURNAL_BYTES)
+        writer = InlineWriter(store, lambda: None)
+        group = Group(bus, config, store, writer, NoTimers())
+        group.recover()
+        session = Session()
+        group.attach(session, wire.Attach(request_id=1, queue="1.100"))
+        body = b"x" * body_bytes
+        requests = [
+            wire.Put(
+                request_id=index + 1,
+                target="1.10",
+                body=body,
+                delivery=int(DeliveryMode.WF_DQF),
+                uma=int(Uma.DLJ),
+                msg_class=0,
+                msg_type=0,
+                priority=0,
+                timeout_ms=0,
+                correlation_id=b"",
+                resp_q="",
+                headers={"idempotency_key": f"k{index}"} if with_key else None,
+            )
+            for index in range(puts)
+        ]
+        gc_tuning.tune_gc_for_server()  # as `mrs serve` does once it has started
+        started_s = time.process_time()
+        for index, request in enumerate(requests, 1):
+            group.put(session, request)
+            if index % batch == 0:
+                writer.commit_pending()
+                session.sent.clear()
+        writer.commit_pending()
+        spent_s = time.process_time() - started_s
+        store.close()
+        return spent_s / puts
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--puts", type=int, default=30_000)
+    parser.add_argument("--batch", type=int, default=400, help="puts per commit")
+    parser.add_argument("--body-bytes", type=int, default=1024)
+    parser.add_argument("--key", action="store_true", help="each put has an idempotency key")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(run, args.puts, args.batch, args.key, args.body_bytes)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+        return
+    per_put_s = run(args.puts, args.batch, args.key, args.body_bytes)
+    print(f"{1e6 * per_put_s:.2f} us CPU per put ({args.puts} puts, {args.batch} per commit)")
+
+
+if __name__ == "__main__":
+    main()
