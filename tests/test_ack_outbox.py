@@ -1,6 +1,7 @@
 """MRS_ACKs owed to another group's response queue survive a restart of the group that
 owes them, and arrive exactly once (issue 9; real `mrs serve` processes, SIGKILL, a
-fault proxy on the link)."""
+fault proxy on the link; a confirm notice across a cut, a rule without a restart, on
+the in-process bus)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import trio
 
 from clients import DeliveryMode, NoMoreMessages, Status, connect
 from sim.bus import LinkedBus
-from tests.test_conformance import QUEUES, WAIT_S, cut, start_bus, wait_until
+from tests.test_conformance import QUEUES, WAIT_S, cut, start_bus, start_mem_bus, wait_until
 
 MODE = DeliveryMode
 
@@ -111,16 +112,16 @@ async def test_an_mrs_ack_resent_after_its_answer_was_lost_is_queued_once(
 
 
 async def test_a_confirm_notice_made_while_the_link_is_down_reaches_the_sender(
-    tmp_path, nursery
+    make_mem_linked,
 ) -> None:
     """AK_ACK (nonrecoverable) from group 1 to group 2: the receiver confirms while
     the link is down; the notice waits in group 2 and, once the link heals, group 1
-    sends the MRS_ACK, once."""
-    bus = await start_bus(tmp_path, nursery)
+    sends the MRS_ACK, once. (A rule, no restart: on the in-process bus.)"""
+    bus = await start_mem_bus(make_mem_linked)
     try:
         async with (
-            connect(bus.address(1), "OUT") as sender,
-            connect(bus.address(2), "OTHER") as receiver,
+            bus.connect(1, "OUT") as sender,
+            bus.connect(2, "OTHER") as receiver,
         ):
             psb = await sender.put(b"ack me", target="2.12", delivery=MODE.AK_ACK)
             message = await receiver.get(timeout=WAIT_S)
