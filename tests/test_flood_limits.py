@@ -1,5 +1,7 @@
 """Bounds against one client growing server memory: each limit answers its status, logs
-a line, and spares everyone else (real `mrs serve` processes, real sockets)."""
+a line, and spares everyone else (real `mrs serve` processes and real sockets for the
+per-connection and per-peer limits and RSS; the queue and connection byte caps, rules
+a client sees, on the in-process bus)."""
 
 from __future__ import annotations
 
@@ -110,39 +112,41 @@ def test_a_reused_request_id_in_flight_is_a_protocol_error(make_bus) -> None:
     assert "reused while in flight" in fatal[2]
 
 
-async def test_memory_queue_bytes_are_capped(make_bus) -> None:
-    bus = make_bus(group_extra=guards(queue_bytes_max=100_000))
-    async with connect(bus.address, "SENDER") as sender:
+async def test_memory_queue_bytes_are_capped(make_mem_bus, caplog) -> None:
+    bus = await make_mem_bus(group_extra=guards(queue_bytes_max=100_000))
+    async with bus.connect("SENDER") as sender:
         statuses = []
         for _ in range(4):
             psb = await sender.put(BODY, target="1.11", delivery=MODE.WF_MEM, uma=Uma.DISC)
             statuses.append((psb.delivery_status, psb.uma_status))
         assert statuses[:3] == [(Status.UNATTACHEDQ, Status.NO_UMA)] * 3
         assert statuses[3] == (Status.EXCEEDQUOTA, Status.DISC_SUCCESS)
-        async with connect(bus.address, "ANYORDER") as receiver:
+        async with bus.connect("ANYORDER") as receiver:
             await receiver.get(timeout=5)  # frees 30,000 bytes
         psb = await sender.put(BODY, target="1.11", delivery=MODE.WF_MEM, uma=Uma.DISC)
         assert psb.delivery_status in QUEUED
-    assert "queue_bytes_max=100000" in bus.log_text()
+    assert "queue_bytes_max=100000" in caplog.text
 
 
-async def test_connection_bytes_are_capped_and_other_connections_go_on(make_bus) -> None:
-    bus = make_bus(group_extra=guards(connection_bytes_max=100_000))
-    async with connect(bus.address, "SENDER") as greedy:
+async def test_connection_bytes_are_capped_and_other_connections_go_on(
+    make_mem_bus, caplog
+) -> None:
+    bus = await make_mem_bus(group_extra=guards(connection_bytes_max=100_000))
+    async with bus.connect("SENDER") as greedy:
         for target in ("1.11", "1.12", "1.11"):
             psb = await greedy.put(BODY, target=target, delivery=MODE.WF_MEM, uma=Uma.DISC)
             assert psb.delivery_status == Status.UNATTACHEDQ
         with pytest.raises(MrsError) as refused:
             await greedy.put(BODY, target="1.12", delivery=MODE.WF_MEM, uma=Uma.DISC)
         assert refused.value.status == Status.EXCEEDQUOTA
-        async with connect(bus.address, "SENDER2") as modest:
+        async with bus.connect("SENDER2") as modest:
             psb = await modest.put(BODY, target="1.12", delivery=MODE.WF_MEM, uma=Uma.DISC)
             assert psb.delivery_status == Status.UNATTACHEDQ
-        async with connect(bus.address, "ANYORDER") as receiver:
+        async with bus.connect("ANYORDER") as receiver:
             await receiver.get(timeout=5)  # one of greedy's messages leaves memory
         psb = await greedy.put(BODY, target="1.12", delivery=MODE.WF_MEM, uma=Uma.DISC)
         assert psb.delivery_status in QUEUED
-    assert "connection_bytes_max=100000" in bus.log_text()
+    assert "connection_bytes_max=100000" in caplog.text
 
 
 def _status(address: str) -> dict:
