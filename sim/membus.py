@@ -195,9 +195,23 @@ class MemoryLink:
                     end.closed = True
                 self.memory.nursery.start_soon(network._reset, ends)
 
+    def blackhole(self) -> None:
+        """Half-open both ways, as a peer that lost power: open connections stay up and
+        their bytes vanish (no FIN, no RST); new ones are refused until heal()."""
+        self.memory.network.blackhole(*self.nodes)
+
     def heal(self) -> None:
-        self.memory.network.partitions.discard(self.nodes)
-        self.memory.network.blackholes.discard(self.nodes)
+        """Let connections through again; one still open across a blackhole is reset,
+        since a stream with bytes missing cannot go on."""
+        network = self.memory.network
+        network.partitions.discard(self.nodes)
+        if self.nodes in network.blackholes:
+            network.blackholes.discard(self.nodes)
+            for ends in list(network.connections):
+                if ends[0].nodes == self.nodes:
+                    for end in ends:
+                        end.closed = True
+                    self.memory.nursery.start_soon(network._reset, ends)
 
     @property
     def is_cut(self) -> bool:
