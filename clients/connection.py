@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from clients.batch import PutItem, put_one_by_one, send_batches
+from clients.deadlines import ReplyDeadlines
 from clients.dialing import _Dialer, _split_address
 from clients.errors import ConnectionLost, FieldRefused, MrsError, error_for
 from clients.link import _Link, _LinkLoops
@@ -90,6 +91,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._journal = journal
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
+        self._deadlines = ReplyDeadlines()
         self._link: _Link | None = None
         self._broken: MrsError | None = None
         self._cancelled_gets: set[int] = set()

@@ -47,6 +47,7 @@ class _LinkLoops:
                 if self._heartbeat_s is not None:
                     nursery.start_soon(self._watch, link)
                 nursery.start_soon(self._send_loop, link, nursery.cancel_scope)
+                nursery.start_soon(self._deadlines.run)
                 if self._journal is not None and self.journal_status != Status.LINK_UP:
                     nursery.start_soon(self._drain, link)
         finally:

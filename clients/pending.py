@@ -47,25 +47,40 @@ class _Pending:
     result: object = None
     answered: bool = False
     waiter: trio.lowlevel.Task | None = None
+    """The parked caller; None once it was woken (answer, expiry) or cancelled."""
+    timed_out: bool = False
+    """Its reply deadline passed before the answer came (clients.deadlines)."""
+    done: bool = False
+    """Nobody waits any more (answered, timed out or cancelled): its deadline is moot."""
 
     def answer(self, result: object) -> None:
         self.result = result
-        self.answered = True
+        self.answered = self.done = True
         waiter, self.waiter = self.waiter, None
         if waiter is not None:
             trio.lowlevel.reschedule(waiter)
         if self.callback is not None:
             self.callback(result)
 
+    def expire(self) -> None:
+        """The reply deadline passed: the wait ends with `timed_out` (no-op once done)."""
+        if self.done:
+            return
+        self.timed_out = self.done = True
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
+
     async def wait(self) -> None:
-        """Until answered; a checkpoint even when the answer is already here."""
-        if self.answered:
+        """Until answered or expired; a checkpoint even when that already happened."""
+        if self.done:
             await trio.lowlevel.checkpoint()
             return
         self.waiter = trio.lowlevel.current_task()
 
         def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
             self.waiter = None  # a late answer must not wake a task that has moved on
+            self.done = True
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
@@ -115,19 +130,17 @@ class _Requests:
         self._send(link, request)
         self._pending[request_id] = pending
         try:
-            if wait_s is None:  # no cancel scope per request when there is no deadline
-                await pending.wait()
-            else:
-                with trio.fail_after(wait_s):
-                    await pending.wait()
-        except trio.TooSlowError:
-            self._abandon(link, request_id, pending)
-            raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time") from None
+            if wait_s is not None:  # one sweeper for every deadline, no scope per request
+                self._deadlines.add(trio.current_time() + wait_s, request_id, pending)
+            await pending.wait()
         except BaseException:
             self._abandon(link, request_id, pending)
             raise
         finally:
             self._pending.pop(request_id, None)
+        if pending.timed_out:
+            self._abandon(link, request_id, pending)
+            raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
         result = pending.result
         if isinstance(result, MrsError):
             raise result
@@ -172,6 +185,7 @@ class _Requests:
             self._link = None
         link.wake()
         pending, self._pending = self._pending, {}
+        self._deadlines.clear()  # each request gets its answer below
         for request_id, waiter in pending.items():
             if request_id in link.unsent:
                 waiter.answer(

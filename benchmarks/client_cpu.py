@@ -1,0 +1,128 @@
+"""The client library's CPU per request, in peerbench's shapes, against a real `mrs serve`.
+
+Why: on a put-only load the producer's process, not the server, is the limit (issue 17),
+and on a machine shared with other work wall-clock rates are noise. CPU time spent by
+this process per request is the figure that survives the load. The shapes are
+peerbench's (../shared/peerbench/bench_mrs.py): one connection, `--window` tasks each
+doing `await client.put(...)` in a loop (1 KiB bodies, WF_DQF, UMA DLJ); then one
+consumer connection, `--gets` tasks each doing `get()` then `confirm(seq)`.
+
+Every round puts `--messages` and takes them all back; it prints the client's CPU
+microseconds per put and per get+confirm (process_time, all threads), and the wall rate.
+Run it with two interpreters (two checkouts) one round after the other to compare:
+
+    .venv/bin/python benchmarks/client_cpu.py --rounds 3
+    ../base/.venv/bin/python benchmarks/client_cpu.py --rounds 3     # the "before"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+from clients import DeliveryMode, MrsTimeout, NoMoreMessages, Uma, connect
+from sim.processes import GroupProcess, write_single_group_config
+
+TARGET = "1.10"
+SENDER = "1.100"
+QUEUES_TOML = """
+[[group.queue]]
+id = 10
+name = "TARGET"
+confirm = "explicit-out-of-order"
+unconfirmed_max = 100000
+[[group.queue]]
+id = 100
+name = "SENDER"
+"""
+LIMITS = f"dqf_messages_max = 10000000\njournal_bytes_max = {8 << 30}\n"
+
+
+async def put_phase(address: str, messages: int, window: int) -> tuple[float, float]:
+    """`messages` puts by `window` tasks on one connection: (CPU s, wall s)."""
+    body = b"x" * 1024
+    left = [messages]
+    async with connect(address, queue=SENDER, program="client_cpu producer") as client:
+
+        async def lane() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                psb = await client.put(body, TARGET, delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
+                assert psb.seq > 0, psb
+
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(window):
+                nursery.start_soon(lane)
+        return time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+async def get_phase(address: str, messages: int, gets: int) -> tuple[float, float]:
+    """Take `messages` back by `gets` tasks doing get -> confirm: (CPU s, wall s)."""
+    done = [0]
+    async with connect(address, queue=TARGET, program="client_cpu consumer") as client:
+
+        async def lane(all_done: trio.CancelScope) -> None:
+            while True:
+                try:
+                    message = await client.get(timeout=1.0)
+                except (MrsTimeout, NoMoreMessages):
+                    continue
+                await client.confirm(message.seq)
+                done[0] += 1
+                if done[0] >= messages:
+                    all_done.cancel()
+
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(gets):
+                nursery.start_soon(lane, nursery.cancel_scope)
+        return time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=30000, help="per round")
+    parser.add_argument("--window", type=int, default=1000, help="put tasks")
+    parser.add_argument("--gets", type=int, default=1000, help="get -> confirm tasks")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--label", default="", help="a name for this run's JSON line")
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="mrs-client-cpu-"))
+    config = write_single_group_config(directory, queues=QUEUES_TOML, limits=LIMITS)
+    server = GroupProcess(config, 1)
+    address = server.start()
+    put_us, get_us, put_rate, get_rate = [], [], [], []
+    try:
+        for _ in range(args.rounds):
+            cpu_s, wall_s = trio.run(put_phase, address, args.messages, args.window)
+            put_us.append(cpu_s / args.messages * 1e6)
+            put_rate.append(args.messages / wall_s)
+            cpu_s, wall_s = trio.run(get_phase, address, args.messages, args.gets)
+            get_us.append(cpu_s / args.messages * 1e6)
+            get_rate.append(args.messages / wall_s)
+    finally:
+        server.terminate()
+    print(
+        json.dumps(
+            {
+                "label": args.label,
+                "put_cpu_us_median": round(statistics.median(put_us), 1),
+                "get_confirm_cpu_us_median": round(statistics.median(get_us), 1),
+                "put_cpu_us": [round(v, 1) for v in put_us],
+                "get_confirm_cpu_us": [round(v, 1) for v in get_us],
+                "puts_per_s": [round(v) for v in put_rate],
+                "get_confirms_per_s": [round(v) for v in get_rate],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

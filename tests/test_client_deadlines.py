@@ -1,0 +1,143 @@
+"""The client's reply deadlines (clients.deadlines): one sweeper task instead of a
+cancel scope per request, so these check what fail_after got right for free — the
+earliest deadline fires first even when it was added last, an answered or cancelled
+request is never expired, the heap of stale entries stays bounded — and, against a
+server that never answers, that a put and a get still end in ReplyTimeout."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import clients
+import clients.connection
+from clients.deadlines import COMPACT_ENTRIES_MIN, ReplyDeadlines
+from clients.pending import _Pending
+from mrs import protocol as wire
+from mrs.model import Status
+
+
+async def _wait_and_record(pending: _Pending, name: str, woken: list[tuple[str, float]]) -> None:
+    await pending.wait()
+    woken.append((name, trio.current_time()))
+
+
+async def test_the_earliest_deadline_fires_first_even_when_added_last(autojump_clock) -> None:
+    deadlines = ReplyDeadlines()
+    woken: list[tuple[str, float]] = []
+    late, early = _Pending("put"), _Pending("get")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+        await trio.testing.wait_all_tasks_blocked()
+        start = trio.current_time()
+        deadlines.add(start + 30, 1, late)
+        nursery.start_soon(_wait_and_record, late, "late", woken)
+        await trio.testing.wait_all_tasks_blocked()
+        deadlines.add(start + 1, 2, early)  # wakes the sweeper sleeping until +30
+        nursery.start_soon(_wait_and_record, early, "early", woken)
+        while len(woken) < 2:
+            await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert [name for name, _ in woken] == ["early", "late"]
+    assert woken[0][1] - start == pytest.approx(1, abs=0.01)
+    assert woken[1][1] - start == pytest.approx(30, abs=0.01)
+    assert early.timed_out and late.timed_out
+
+
+async def test_an_answered_or_cancelled_request_is_not_expired(autojump_clock) -> None:
+    deadlines = ReplyDeadlines()
+    answered, cancelled = _Pending("put"), _Pending("get")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+
+        async def waits_for_answer() -> None:
+            deadlines.add(trio.current_time() + 5, 1, answered)
+            await answered.wait()
+
+        async def gives_up() -> None:
+            with trio.move_on_after(1):
+                deadlines.add(trio.current_time() + 5, 2, cancelled)
+                await cancelled.wait()
+
+        nursery.start_soon(waits_for_answer)
+        nursery.start_soon(gives_up)
+        await trio.testing.wait_all_tasks_blocked()
+        answered.answer("stored")
+        await trio.sleep(10)  # both deadlines pass
+        nursery.cancel_scope.cancel()
+    assert answered.result == "stored" and not answered.timed_out
+    assert not cancelled.timed_out and cancelled.result is None
+
+
+async def test_stale_entries_are_compacted_away() -> None:
+    """Answered requests leave entries behind: the heap stays within a small multiple
+    of the waiters, not the number of requests ever made."""
+    deadlines = ReplyDeadlines()
+    waiting = _Pending("put")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+        deadlines.add(trio.current_time() + 30, 0, waiting)
+        nursery.start_soon(waiting.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        for request_id in range(1, 50 * COMPACT_ENTRIES_MIN):
+            done = _Pending("put")
+            deadlines.add(trio.current_time() + 30, request_id, done)
+            done.answer("stored")
+            if request_id % 100 == 0:
+                await trio.testing.wait_all_tasks_blocked()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(deadlines) <= COMPACT_ENTRIES_MIN + 100
+        waiting.answer("stored")
+        nursery.cancel_scope.cancel()
+    assert not waiting.timed_out
+
+
+async def _silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Handshakes and attaches, then never answers a request."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def serve(stream: trio.SocketStream) -> None:
+        connection = wire.Connection("server")
+        while data := await stream.receive_some(65536):
+            connection.receive_data(data)
+            for event in connection.events():
+                if isinstance(event, wire.Hello):
+                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
+                    await stream.send_all(connection.send(reply))
+                elif isinstance(event, wire.Attach):
+                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, serve, listeners)
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.sleep_forever()
+
+
+async def test_unanswered_puts_and_gets_end_in_reply_timeout(monkeypatch) -> None:
+    """Many puts and a get at once, none answered: each raises ReplyTimeout (not the
+    server's TIMEOUT), and the client is still usable for the next request."""
+    monkeypatch.setattr(clients.connection, "REPLY_GRACE_S", 0.05)
+    outcomes: list[BaseException] = []
+
+    async def one(call) -> None:
+        try:
+            await call()
+        except clients.MrsError as error:
+            outcomes.append(error)
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_silent_server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10") as client:
+            async with trio.open_nursery() as calls:
+                for _ in range(20):
+                    calls.start_soon(one, lambda: client.put(b"x", "1.10", timeout=0.1))
+                calls.start_soon(one, lambda: client.get(timeout=0.05))
+            assert len(outcomes) == 21
+            for error in outcomes:
+                assert type(error) is clients.ReplyTimeout
+                assert error.status is Status.TIMEOUT
+            assert client.connected
+            with pytest.raises(clients.ReplyTimeout):
+                await client.put(b"x", "1.10", timeout=0.05)
+        nursery.cancel_scope.cancel()
