@@ -188,6 +188,43 @@ def check_items_after_pages_by_prefix_count_and_bytes(store: Store, harness: Sto
     assert store.items_after(Journal.SAF, prefix, queue_key(2, 5), 10, 1 << 20) == []
 
 
+def check_keys_follow_every_commit(store: Store, harness: StoreHarness) -> None:
+    """keys() (what recovery reads instead of the records) always lists exactly the
+    keys raw_items() holds: after puts, deletes, a replacement, a failed commit and
+    a reopen."""
+
+    def agree(store: Store) -> list[bytes]:
+        for journal in Journal:
+            assert list(store.keys(journal)) == [key for key, _ in store.raw_items(journal)]
+        return list(store.keys(Journal.DQF))
+
+    assert agree(store) == []
+    _put(store, Journal.DQF, *(record(seq, queue=11) for seq in (3, 1, 2)), record(9, queue=10))
+    store.commit_now(
+        WriteBatch.empty()
+        .delete(Journal.DQF, queue_key(11, 2))
+        .put_record(Journal.DQF, queue_key(11, 3), record(3, queue=11, body=b"again"))
+        .put_record(Journal.PCJ, seq_key(2), record(2, queue=11))
+    )
+    expected = [queue_key(10, 9), queue_key(11, 1), queue_key(11, 3)]
+    assert agree(store) == expected
+    harness.fail_commits(store, True)
+    try:
+        store.commit_now(WriteBatch.empty().delete(Journal.DQF, queue_key(10, 9)))
+    except JournalError:
+        harness.fail_commits(store, False)
+    else:
+        raise AssertionError("a failing commit did not raise JournalError")
+    assert agree(store) == expected
+    again = harness.reopen(store)
+    try:
+        assert agree(again) == expected
+        assert again.release_pages() >= 0  # whatever it can let go of, it never fails
+    finally:
+        if again is not store:
+            again.close()
+
+
 CHECKS: dict[str, Callable[[Store, StoreHarness], None]] = {
     check.__name__.removeprefix("check_"): check
     for check in (
@@ -201,6 +238,7 @@ CHECKS: dict[str, Callable[[Store, StoreHarness], None]] = {
         check_commits_survive_a_reopen,
         check_corrupt_values_are_never_records,
         check_items_after_pages_by_prefix_count_and_bytes,
+        check_keys_follow_every_commit,
     )
 }
 

@@ -50,6 +50,12 @@ class Store(Protocol):
     def raw_items(self, journal: Journal) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) in key order, undecoded."""
 
+    def keys(self, journal: Journal) -> Iterator[bytes]:
+        """Every key in key order, without reading the values (start-up recovery)."""
+
+    def release_pages(self) -> int:
+        """Let go of whatever memory reads left mapped (LMDB's pages); bytes covered."""
+
     def items_after(
         self,
         journal: Journal,

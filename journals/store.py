@@ -23,6 +23,7 @@ from pathlib import Path
 
 import lmdb
 
+from journals import dqf_index, residency
 from journals.record import CorruptRecord, Record, decode_record, encode_record
 
 _U32 = struct.Struct(">I")
@@ -182,7 +183,7 @@ class JournalStore:
             str(self.path),
             mode=FILE_MODE,
             map_size=map_size_bytes,
-            max_dbs=len(Journal) + 1,
+            max_dbs=len(Journal) + 2,
             sync=True,
             metasync=True,
             readonly=readonly,
@@ -197,6 +198,8 @@ class JournalStore:
             if not readonly
             else self._open_readonly_dbs()
         )
+        self.dqf_index = dqf_index.open_index(self.env, self._dbs[Journal.DQF], readonly=readonly)
+        """The DQF's keys alone (journals.dqf_index); None: read the DQF's own keys."""
 
     def _open_readonly_dbs(self) -> dict[Journal, object]:
         dbs = {}
@@ -313,6 +316,17 @@ class JournalStore:
         with self.env.begin(db=db) as txn:
             yield from txn.cursor(db).iternext(keys=True, values=True)
 
+    def keys(self, journal: Journal) -> Iterator[bytes]:
+        """Every key in key order, no value read: the DQF's from its index."""
+        if journal is Journal.DQF and self.dqf_index is not None:
+            yield from dqf_index.keys(self.env, self.dqf_index, dqf_index.FIRST_KEY)
+        elif (db := self._dbs[journal]) is not None:
+            yield from dqf_index.keys(self.env, db)
+
+    def release_pages(self) -> int:
+        """Drop the data file's pages from this process's map (journals.residency)."""
+        return residency.release(self.path / "data.mdb")
+
 
 def decode_selected(
     journal: Journal,
@@ -339,12 +353,19 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
     try:
         if store.fault_hook is not None:
             store.fault_hook("commit")
+        index = store.dqf_index
         with store.env.begin(write=True) as txn:
             for batch in batches:
                 for journal, key in batch.deletes:
                     txn.delete(key, db=store.db(journal))
+                    if journal is Journal.DQF and index is not None:
+                        txn.delete(key, db=index)
                 for journal, key, value in batch.puts:
                     txn.put(key, value, db=store.db(journal))
+                    if journal is Journal.DQF and index is not None:
+                        txn.put(key, b"", db=index)
+            if index is not None:
+                dqf_index.stamp(txn, index)
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
     except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)

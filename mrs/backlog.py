@@ -59,6 +59,11 @@ class ColdBacklog:
         if not self.can_go_cold(entry):
             self._held[entry.seq] = entry
 
+    def extend(self, seqs: array) -> None:
+        """Append journaled messages known by seq alone (start-up recovery: every
+        one can be read back, whatever its mode)."""
+        self._seqs.extend(seqs)
+
     def take(self, count: int, load: Loader) -> list[Entry]:
         """The next `count` messages, oldest first, cold ones read back with `load`."""
         end = min(self._head + count, len(self._seqs))

@@ -131,6 +131,12 @@ class MemoryJournalStore:
         for key in list(self._keys[journal]):
             yield key, data[key]
 
+    def keys(self, journal: Journal) -> Iterator[bytes]:
+        yield from list(self._keys[journal])
+
+    def release_pages(self) -> int:
+        return 0
+
     def scan(
         self, journal: Journal, selection: Selection | None = None
     ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:

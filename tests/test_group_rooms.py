@@ -521,7 +521,8 @@ def test_restart_with_a_cold_backlog_keeps_order_and_delivery_marks(
         first.commit()
     first.close()
     second = open_node(tmp_path, 1, dqf_messages_max=100)
-    assert len(second.group.queues[10].cold) == 12
+    queue = second.group.queues[10]
+    assert (len(queue.pending), len(queue.cold)) == (0, 20)  # start-up read keys, no record
     got = take_all(second, "IN", 20)
     assert [delivery.body for delivery in got] == [b"r%d" % index for index in range(1, 21)]
     statuses = [delivery.delivery_status for delivery in got]
@@ -539,3 +540,5 @@ def test_architecture_example_runs() -> None:
     assert "ORDERS got b'order 17' (CONFIRMREQ)" in result.stdout
     assert "confirmed: DQF 0, PCJ 1" in result.stdout
     assert "2500 waiting: 1000 in memory, 1500 as seqs on disk" in result.stdout
+    assert "after a restart: 2500 waiting: 0 in memory, 2500 as seqs on disk" in result.stdout
+    assert "one get later: 999 in memory, 1500 as seqs, got b'xxxxx'" in result.stdout

@@ -4,7 +4,9 @@ no sockets (docs/architecture.md).
 Shows the first and third hot paths as the code runs them: a put is answered only
 after the commit that makes it durable; a get is handed over only after its delivery
 mark is durable; a confirm deletes the DQF record and writes the PCJ. Then 2,500
-messages wait, and the queue keeps 1,000 in memory and the rest as seqs.
+messages wait, and the queue keeps 1,000 in memory and the rest as seqs. After a
+restart all 2,500 are seqs read from the DQF's key index (docs/journals.md), and
+the first get reads a window of records back.
 
     .venv/bin/python docs/examples/group_in_process.py
 """
@@ -110,6 +112,29 @@ def main() -> None:
             f"{len(queue.cold)} as seqs on disk"
         )
         store.close()
+        restart(bus, config)
+
+
+def restart(bus, config) -> None:
+    """The same journals opened again: start-up reads keys, a get reads records."""
+    store = JournalStore(config.data_dir / "journals", 256 << 20)
+    writer = InlineWriter(store, lambda: None)
+    group = Group(bus, config, store, writer, NoTimers())
+    group.recover()
+    queue = group.queues[10]
+    print(
+        f"after a restart: {queue.waiting} waiting: {len(queue.pending)} in memory, "
+        f"{len(queue.cold)} as seqs on disk"
+    )
+    orders = Session(1)
+    group.attach(orders, wire.Attach(request_id=1, queue="ORDERS"))
+    group.get(orders, wire.Get(request_id=2, timeout_ms=0))
+    writer.commit_pending()
+    print(
+        f"one get later: {len(queue.pending)} in memory, {len(queue.cold)} as seqs, "
+        f"got {orders.events[-1].body[:5]!r}"
+    )
+    store.close()
 
 
 if __name__ == "__main__":

@@ -1,28 +1,46 @@
-"""Room: read DQF messages back into their queues — all of them at start-up, and a
-queue's cold backlog (mrs.backlog) a window at a time.
+"""Room: read DQF messages back into their queues — at start-up their seqs only,
+from the DQF's key index, and a queue's cold backlog (mrs.backlog) a window at a time.
 
-A record that does not decode is left in place and reported; one that decodes but
-could never be delivered is quarantined to the DLJ (mrs.quarantine).
+Why keys first: a server with a million messages in its DQF must serve within a
+second or two of starting, and decoding every record took 12-40 s (and mapped in
+every page of the file). Start-up reads the 12-byte keys (journals.dqf_index) into
+each queue's cold backlog; `ColdReader` reads the records when the queue's window
+runs low, with their delivery marks. So a record is checked when it is first read,
+not at start-up: one that does not decode is left in place and reported then; one
+that decodes but could never be delivered is quarantined to the DLJ
+(mrs.quarantine) then. Until then both count as waiting in their queue's status.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import struct
+from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import groupby, islice
+from operator import itemgetter
 
-from journals import CorruptRecord, Journal, JournalError, Record, WriteBatch, queue_key, seq_key
-from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, U32, GroupContext
+from journals import CorruptRecord, Journal, JournalError, Record, queue_key
+from mrs.group.context import U32, GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
-from mrs.model import Status
-from mrs.quarantine import QUARANTINE_EXTRA, record_problem
+from mrs.quarantine import quarantine_batch, record_problem
 from mrs.queues import Entry
 from mrs.records import entry_from_record
 
 log = logging.getLogger("mrs.group")
+
+KEYS_PER_CHUNK = 1 << 16
+"""DQF keys turned into seqs at a time: a million keys never exist as objects at once."""
+RELEASE_AFTER_BYTES = 4 << 20
+"""Record bytes read back before the journal's pages are unmapped again (RSS flat:
+within a few MB of an empty server's; a release costs ~1 ms per 4 MB mapped)."""
+RELEASE_INTERVAL_S = 2.0
+"""And this often whatever else mapped pages in (commits, bodies read at delivery)."""
+_KEY = struct.Struct(">IQ")
 
 
 @dataclass(eq=False)
@@ -34,65 +52,55 @@ class Recovery:
     outbound: Outbound
 
     def __post_init__(self) -> None:
+        self.pages = PageRelease(self.ctx.store)
         for queue in self.ctx.queues.values():
-            queue.load_cold = ColdReader(self.ctx, queue.address.queue, self.umas.ack_after_restart)
+            queue.load_cold = ColdReader(
+                self.ctx, queue.address.queue, self.umas.ack_after_restart, self.pages
+            )
 
     def recover(self) -> None:
-        """Count this start, reserve seqs (mrs.seqspace), and reload every unconfirmed
-        DQF message into its queue."""
+        """Count this start, reserve seqs (mrs.seqspace), and put the seq of every
+        unconfirmed DQF message in its queue's cold backlog, in seq order."""
         ctx = self.ctx
         self.sequence.start()
         self.dqf.purge_dedupe_keys(now=True)
         ctx.dlj_count = ctx.store.count(Journal.DLJ)
         self.outbound.recover()
-        marks = {key: U32.unpack(value)[0] for key, value in ctx.store.raw_items(Journal.MARKS)}
+        ctx.dqf_count += ctx.store.count(Journal.DQF)
         recovered = 0
-        for key, item in ctx.store.scan(Journal.DQF):
-            if isinstance(item, CorruptRecord):
-                ctx.report_corrupt(item)
-                ctx.dqf_count += 1
-                continue
-            if (problem := record_problem(item)) is not None:
-                self._quarantine_record(key, item, problem)
-                continue
-            ctx.dqf_count += 1
-            queue = ctx.queues.get(item.target_queue)
+        unconfigured: dict[int, int] = {}
+        for queue_id, seqs in dqf_seqs(ctx.store):
+            queue = ctx.queues.get(queue_id)
             if queue is None:
-                log.warning(
-                    "DQF message %d for unconfigured queue %d kept, not delivered",
-                    item.seq,
-                    item.target_queue,
-                )
+                unconfigured[queue_id] = unconfigured.get(queue_id, 0) + len(seqs)
                 continue
-            entry = reloaded_entry(item, marks.get(key, 0), self.umas.ack_after_restart)
-            if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
-                entry.body = None
-            queue.put_back(entry, front=False)
-            recovered += 1
+            queue.cold.extend(seqs)
+            recovered += len(seqs)
+        for queue_id, count in unconfigured.items():
+            log.warning(
+                "%d DQF messages for unconfigured queue %d kept, not delivered", count, queue_id
+            )
+        self.release_pages()
         log.info("group %d epoch %d: recovered %d DQF messages", ctx.group_id, ctx.epoch, recovered)
 
-    def _quarantine_record(self, key: bytes, record, problem: str) -> None:
-        """At start-up: move a DQF record that cannot become a message to the DLJ."""
-        ctx = self.ctx
-        record.reason = int(Status.BADPARAM)
-        record.extra = {**(record.extra or {}), QUARANTINE_EXTRA: problem}
-        batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(record.seq), record)
-        batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
-        try:
-            ctx.store.commit_now(batch)
-        except JournalError as error:
-            ctx.dqf_count += 1
-            ctx.corrupt.append(f"dqf record {key.hex()}: {problem}")
-            log.error(
-                "DQF message %d cannot be delivered (%s) nor quarantined (%s); left in place",
-                record.seq,
-                problem,
-                error,
-            )
-            return
-        ctx.dlj_count += 1
-        ctx.quarantined += 1
-        log.error("DQF message %d quarantined to the DLJ: %s", record.seq, problem)
+    def release_pages(self) -> None:
+        """Unmap the journal's pages now and every RELEASE_INTERVAL_S."""
+        self.pages.release()
+        self.ctx.timers.call_later(RELEASE_INTERVAL_S, self.release_pages)
+
+
+def dqf_seqs(store) -> Iterator[tuple[int, array]]:
+    """(queue, seqs) runs in key order from the DQF's keys (never its records), a
+    chunk of keys at a time; one queue's run may come in several pieces."""
+    keys = store.keys(Journal.DQF)
+    while chunk := list(islice(keys, KEYS_PER_CHUNK)):
+        blob = b"".join(chunk)
+        if len(blob) != _KEY.size * len(chunk):
+            bad = [key for key in chunk if len(key) != _KEY.size]
+            log.error("DQF keys not of a queue and a seq skipped: %s", bad[:5])
+            blob = b"".join(key for key in chunk if len(key) == _KEY.size)
+        for queue_id, pairs in groupby(_KEY.iter_unpack(blob), itemgetter(0)):
+            yield queue_id, array("Q", map(itemgetter(1), pairs))
 
 
 def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], None]) -> Entry:
@@ -106,16 +114,37 @@ def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], 
 
 
 @dataclass(eq=False, slots=True)
+class PageRelease:
+    """Unmaps the journal's pages after every RELEASE_AFTER_BYTES of records read back,
+    so reading a backlog of any size leaves the server's resident size where it was."""
+
+    store: object
+    read_bytes: int = 0
+
+    def read(self, size_bytes: int) -> None:
+        self.read_bytes += size_bytes
+        if self.read_bytes >= RELEASE_AFTER_BYTES:
+            self.release()
+
+    def release(self) -> None:
+        self.read_bytes = 0
+        self.store.release_pages()
+
+
+@dataclass(eq=False, slots=True)
 class ColdReader:
-    """Reads one queue's cold messages back from the DQF (TargetQueue.load_cold)."""
+    """Reads one queue's cold messages back from the DQF (TargetQueue.load_cold), and
+    sets aside what cannot be delivered, since this is the first time it is read."""
 
     ctx: GroupContext
     queue_id: int
     ack: Callable[[Entry], None]
+    pages: PageRelease
 
     def __call__(self, seqs: list[int]) -> list[Entry]:
         entries = []
         store = self.ctx.store
+        read_bytes = 0
         for seq in seqs:
             key = queue_key(self.queue_id, seq)
             try:
@@ -128,7 +157,35 @@ class ColdReader:
                     "DQF message %d of queue %d vanished from the journal", seq, self.queue_id
                 )
                 continue
+            read_bytes += len(record.body)
+            if (problem := record_problem(record)) is not None:
+                self._quarantine(key, record, problem)
+                continue
             marks = store.get_raw(Journal.MARKS, key)
             times_delivered = U32.unpack(marks)[0] if marks is not None else 0
             entries.append(reloaded_entry(record, times_delivered, self.ack))
+        self.pages.read(read_bytes)
         return entries
+
+    def _quarantine(self, key: bytes, record: Record, problem: str) -> None:
+        """Move a record that cannot become a message from the DQF to the DLJ."""
+        log.error("DQF message %d quarantined to the DLJ: %s", record.seq, problem)
+        batch = quarantine_batch(record, problem)
+        batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        self.ctx.writer.submit(batch, _Quarantined(self.ctx, key, problem))
+
+
+@dataclass(eq=False, slots=True)
+class _Quarantined:
+    ctx: GroupContext
+    key: bytes
+    problem: str
+
+    def __call__(self, error: JournalError | None) -> None:
+        if error is not None:  # still in the DQF: read and quarantined again after a restart
+            self.ctx.corrupt.append(f"dqf record {self.key.hex()}: {self.problem}")
+            log.error("DQF record %s could not be quarantined: %s", self.key.hex(), error)
+            return
+        self.ctx.quarantined += 1
+        self.ctx.dlj_count += 1
+        self.ctx.dqf_count -= 1
