@@ -27,6 +27,7 @@ from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
+from mrs.heap import trim
 from mrs.quarantine import quarantine_batch, record_problem
 from mrs.queues import Entry
 from mrs.records import entry_from_record
@@ -81,6 +82,7 @@ class Recovery:
                 "%d DQF messages for unconfigured queue %d kept, not delivered", count, queue_id
             )
         self.release_pages()
+        trim()  # what growing the backlogs' arrays left in the heap
         log.info("group %d epoch %d: recovered %d DQF messages", ctx.group_id, ctx.epoch, recovered)
 
     def release_pages(self) -> None:
