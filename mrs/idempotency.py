@@ -66,13 +66,32 @@ class AppKeys:
     clock_ns: Callable[[], int]
     inflight: dict[str, bytes] = field(default_factory=dict)
     """Key -> body fingerprint of a first copy not yet durable."""
+    _checked: tuple | None = field(default=None, repr=False)
+    """(key, body, fingerprint, lookup result) of the put `conflict` just checked:
+    the store of that same put (`digest_of`, `lookup`, in the same synchronous pass,
+    so no commit can come between) reuses them instead of hashing the body and
+    reading the key again. Taken by the next lookup, whichever key it asks for."""
 
     def value(self, seq: int, digest: bytes) -> bytes:
         return pack_value(seq, self.clock_ns() + int(self.window_s * 1e9), digest)
 
+    def digest_of(self, body: bytes | None) -> bytes:
+        """The body's fingerprint: the one `conflict` computed for this very body
+        object, or a fresh one."""
+        checked = self._checked
+        if checked is not None and checked[1] is body:
+            return checked[2]
+        return fingerprint(body)
+
     def lookup(self, key: str, digest: bytes) -> tuple[int, bool] | None:
         """For a key stored and live: (first copy's seq, same body?); None if absent,
         expired (the new put stores under it again) or in flight."""
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] == key and checked[2] == digest:
+            return checked[3]
+        return self._read(key, digest)
+
+    def _read(self, key: str, digest: bytes) -> tuple[int, bool] | None:
         raw = self.store.get_raw(Journal.DEDUPE, key.encode())
         if raw is None:
             return None
@@ -89,7 +108,8 @@ class AppKeys:
             same = inflight == digest
             seq_text = "a put still in flight"
         else:
-            found = self.lookup(key, digest)
+            found = self._read(key, digest)
+            self._checked = (key, body, digest, found)
             if found is None:
                 return None
             seq, same = found

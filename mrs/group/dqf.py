@@ -25,7 +25,7 @@ from journals import (
 from journals.writer import NOT_ATTEMPTED
 from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, U64, GroupContext, Outcome
 from mrs.group.peers import Peers
-from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys, fingerprint
+from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys
 from mrs.journal_reserve import JournalReserve
 from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import Status
@@ -76,7 +76,7 @@ class Dqf:
         if queue is None or not queue.config.recoverable:
             outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
-        digest = fingerprint(entry.body) if dedupe_keys else b""  # only keys need it
+        digest = self.app_keys.digest_of(entry.body) if dedupe_keys else b""  # keys need it
         for key in dedupe_keys:
             if self._answer_duplicate(key, outcome, digest):
                 return
