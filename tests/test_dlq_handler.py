@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from mrs.dlq.engine import Engine
 from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
+from sim.processes import write_single_group_config
+from tests.conftest import STANDARD_QUEUES
 
 MODE = DeliveryMode
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,7 +374,22 @@ async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp
 
 
 # ---------------------------------------------------------------------- command line
-def test_check_reports_line_and_column(bus, tmp_path) -> None:
+@dataclass
+class Configured:
+    """A group's config and an address for the command line, no server: --check and
+    an unreachable server need no process."""
+
+    config_path: Path
+    address: str = "127.0.0.1:9"
+
+
+@pytest.fixture
+def configured(tmp_path) -> Configured:
+    return Configured(write_single_group_config(tmp_path / "bus", queues=STANDARD_QUEUES))
+
+
+def test_check_reports_line_and_column(configured, tmp_path) -> None:
+    bus = configured
     rules = tmp_path / "bad.txt"
     rules.write_text("* ok\nACTION(FWD) +\n   FWDQ(X) HEADER(PERHAPS)\n" + "A" * 73 + "\n")
     result = subprocess.run(
@@ -384,7 +402,8 @@ def test_check_reports_line_and_column(bus, tmp_path) -> None:
     assert "not started" in lines[-1] and "Traceback" not in result.stderr
 
 
-def test_check_reads_stdin_and_72_columns(bus, tmp_path) -> None:
+def test_check_reads_stdin_and_72_columns(configured, tmp_path) -> None:
+    bus = configured
     table = "ACTION(FWD) FWDQ(" + "Q" * 54 + ")\nDESTQ(A-\nB) ACTION(IGNORE)\n"
     command = [
         c for c in _handler_command(bus, tmp_path / "x", "--check") if c != str(tmp_path / "x")
@@ -394,7 +413,8 @@ def test_check_reads_stdin_and_72_columns(bus, tmp_path) -> None:
     assert "2 rules" in result.stdout
 
 
-def test_unreachable_server_is_exit_3(bus, tmp_path) -> None:
+def test_unreachable_server_is_exit_3(configured, tmp_path) -> None:
+    bus = configured
     rules = tmp_path / "rules.txt"
     rules.write_text("ACTION(IGNORE)\n")
     command = _handler_command(bus, rules, "--once")
