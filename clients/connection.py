@@ -253,8 +253,10 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request = _built(wire.Get, self._next_id(), timeout_ms)
-        reply = await self._request(request, wait_s, "get")
-        return await self._checked(self._message(reply))
+        message = self._message(await self._request(request, wait_s, "get"))
+        if self.protection is None:  # no second await on the common path
+            return message
+        return await self.protection.deliver(self, message)
 
     async def _checked(self, message: Message) -> Message:
         """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""

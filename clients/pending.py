@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clients")
 
+_ANSWERS = frozenset({wire.PutDone, wire.Delivery, wire.Confirmed, wire.StatusReply})
+"""Answers that are the request's result as they are (no error to raise)."""
+
 
 @dataclass(eq=False, slots=True)
 class _Pending:
@@ -93,12 +96,12 @@ class _Requests:
         return Message(
             body=reply.body,
             seq=reply.seq,
-            source=Address.parse(reply.source),
-            target=Address.parse(reply.target),
+            source=_address(reply.source),
+            target=_address(reply.target),
             msg_class=reply.msg_class,
             msg_type=reply.msg_type,
             priority=reply.priority,
-            delivery=DeliveryMode(reply.delivery),
+            delivery=_delivery_mode(reply.delivery),
             delivery_status=status_of(reply.delivery_status),
             correlation_id=reply.correlation_id,
             put_time_ns=reply.put_time_ns,
@@ -127,7 +130,8 @@ class _Requests:
         link = self._link
         pending = _Pending(kind)
         request_id = request.request_id
-        self._send(link, request)
+        link.send(request)  # what _send does, inline: this is the per-request path
+        link.unsent.add(request_id)
         self._pending[request_id] = pending
         try:
             if wait_s is not None:  # one sweeper for every deadline, no scope per request
@@ -142,6 +146,8 @@ class _Requests:
             self._abandon(link, request_id, pending)
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
         result = pending.result
+        if type(result) in _ANSWERS:
+            return result
         if isinstance(result, MrsError):
             raise result
         if isinstance(result, wire.Failure):
@@ -207,3 +213,30 @@ class _Requests:
         if not closing:
             self._set_journal_status(Status.JOURNAL_ON)
         self._wake()
+
+
+_ADDRESSES: dict[str, Address] = {}
+ADDRESSES_CACHED_MAX = 4096
+"""Parsed "G.Q" texts kept for the next delivery (an Address is immutable); the cache
+is emptied when full, so a client that sees many queues stays bounded."""
+_DELIVERY_MODES: dict[int, DeliveryMode] = {mode.value: mode for mode in DeliveryMode}
+
+
+def _address(text: str) -> Address:
+    """Address.parse(text), remembered: a consumer sees the same few queues again and
+    again, and parsing them was a visible share of a get's CPU (issue 17)."""
+    address = _ADDRESSES.get(text)
+    if address is None:
+        address = Address.parse(text)
+        if len(_ADDRESSES) >= ADDRESSES_CACHED_MAX:
+            _ADDRESSES.clear()
+        _ADDRESSES[text] = address
+    return address
+
+
+def _delivery_mode(value: int) -> DeliveryMode:
+    """DeliveryMode(value) by a dict lookup; an unknown value raises as the enum does."""
+    try:
+        return _DELIVERY_MODES[value]
+    except KeyError:
+        return DeliveryMode(value)

@@ -1,0 +1,54 @@
+"""The lookups that replaced enum calls and parsing on the client's per-answer path
+(issue 17) give exactly what the slow forms gave: `status_of` as `Status(value)` (the
+raw int when unknown), a delivery's addresses as `Address.parse` (with its errors), its
+mode as `DeliveryMode(value)`; and the address cache stays bounded."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clients import pending
+from mrs.model import Address, DeliveryMode, Status, status_of
+
+
+def _status_slow(value: int) -> Status | int:
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+@given(
+    st.one_of(st.sampled_from([member.value for member in Status]), st.integers(-(2**63), 2**63))
+)
+def test_status_of_is_the_enum_lookup(value: int) -> None:
+    got = status_of(value)
+    assert got == _status_slow(value)
+    assert type(got) is type(_status_slow(value))
+
+
+@given(st.one_of(st.from_regex(r"\A[0-9]{1,5}\.[0-9]{1,5}\Z"), st.text(max_size=12)))
+def test_a_delivery_address_is_what_parse_gives(text: str) -> None:
+    try:
+        expected = Address.parse(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            pending._address(text)
+        return
+    assert pending._address(text) == expected
+    assert pending._address(text) == expected  # and again, from the cache
+
+
+def test_the_address_cache_is_bounded() -> None:
+    for queue in range(pending.ADDRESSES_CACHED_MAX + 10):
+        assert pending._address(f"1.{queue}") == Address(1, queue)
+    assert len(pending._ADDRESSES) <= pending.ADDRESSES_CACHED_MAX
+
+
+def test_delivery_mode_lookup_matches_the_enum() -> None:
+    for mode in DeliveryMode:
+        assert pending._delivery_mode(int(mode)) is mode
+    with pytest.raises(ValueError):
+        pending._delivery_mode(12345)
