@@ -77,11 +77,17 @@ class Entry:
 class GetWaiter:
     """A get parked on an empty queue."""
 
-    deliver: Callable[[Entry], bool | None]
-    """False: the entry could not be delivered and the get still waits."""
+    deliver: Callable[..., bool | None]
+    """deliver(entry, premarked=False); False: the entry could not be delivered and
+    the get still waits. premarked: its delivery mark was committed with the message."""
     session_id: int
     request_id: int = 0
     cancel_timer: Callable[[], None] = lambda: None
+    reserved: bool = False
+    """Taken by a message whose commit is under way (`TargetQueue.reserve_waiter`)."""
+    timed_out: Callable[[], None] | None = None
+    """Set when the get's timeout passed while it was reserved: answers it TIMEOUT
+    should the reserved message not be delivered after all."""
 
 
 @dataclass(eq=False)
@@ -103,6 +109,10 @@ class TargetQueue:
     """Journaled messages behind the in-memory window, as seqs (mrs.backlog)."""
     load_cold: Loader | None = None
     """Reads cold messages back from the DQF; None keeps every entry in memory."""
+    storing: int = 0
+    """DQF stores for this queue submitted and not yet committed (mrs.group.dqf)."""
+    reserved: int = 0
+    """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
 
     @property
     def waiting(self) -> int:
@@ -110,8 +120,26 @@ class TargetQueue:
         return len(self.pending) + len(self.cold)
 
     def can_deliver(self) -> bool:
-        """False while unconfirmed_max messages wait for their confirm."""
-        return len(self.unconfirmed) < self.config.unconfirmed_max
+        """False while unconfirmed_max messages wait for their confirm (counting the
+        deliveries reserved by commits under way)."""
+        return len(self.unconfirmed) + self.reserved < self.config.unconfirmed_max
+
+    def reserve_waiter(self) -> GetWaiter | None:
+        """The parked get an arriving journaled message may take with it, or None.
+
+        Why: the message's delivery mark can then be written in the same transaction
+        as the message itself, so a parked get is answered after one commit, not two.
+        Only when arrival order allows it: nothing waits in memory or cold, and every
+        store under way for this queue reserved a get as well (they are delivered in
+        commit order, which is submission order)."""
+        if self.storing != self.reserved or self.pending or self.cold or not self.waiters:
+            return None
+        if not self.can_deliver():
+            return None
+        waiter = self.waiters.popleft()
+        waiter.reserved = True
+        self.reserved += 1
+        return waiter
 
     def offer(self, entry: Entry) -> None:
         """Add an arriving entry: hand it to a parked get if one may have it now (nothing

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from journals import (
     CorruptRecord,
@@ -30,10 +31,20 @@ from mrs.journal_reserve import JournalReserve
 from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import Status
 from mrs.quarantine import QUARANTINE_EXTRA
-from mrs.queues import Entry, TargetQueue
+from mrs.queues import Entry, GetWaiter, TargetQueue
 from mrs.records import encode_entry, record_from_entry
 
 log = logging.getLogger("mrs.group")
+
+
+class Premark(Protocol):
+    """What the DQF asks of the hand-over room (mrs.group.handover) around a store."""
+
+    def premark(self, queue: TargetQueue, entry: Entry, batch: WriteBatch) -> GetWaiter | None: ...
+
+    def deliver_premarked(self, queue: TargetQueue, entry: Entry, waiter: GetWaiter) -> None: ...
+
+    def unreserve(self, queue: TargetQueue, waiter: GetWaiter) -> None: ...
 
 
 @dataclass(eq=False)
@@ -43,6 +54,9 @@ class Dqf:
     app_keys: AppKeys | None = None
     reserve: JournalReserve | None = None
     """Refuses new messages before the journal is full (mrs.journal_reserve)."""
+    premark: Premark | None = None
+    """The hand-over's `premark`/`deliver_premarked`/`unreserve` (set when wired):
+    a parked get is answered from the message's own commit."""
     _dedupe_waiting: dict[str, list[Outcome]] = field(default_factory=dict)
     """Dedupe key in flight -> the copies waiting for its commit."""
     dedupe_waiters: int = 0
@@ -106,7 +120,9 @@ class Dqf:
             else:
                 value = U64.pack(entry.seq)
             batch.put_raw(Journal.DEDUPE, key.encode(), value)
-        ctx.writer.submit(batch, _Stored(self, queue, entry, dedupe_keys, outcome))
+        waiter = self.premark.premark(queue, entry, batch) if self.premark else None
+        queue.storing += 1
+        ctx.writer.submit(batch, _Stored(self, queue, entry, dedupe_keys, outcome, waiter))
 
     def _stored(
         self,
@@ -115,8 +131,14 @@ class Dqf:
         dedupe_keys: list[str],
         outcome: Outcome,
         error: JournalError | None,
+        waiter: GetWaiter | None = None,
     ) -> None:
         """The DQF commit of one message ended: answer it and any duplicate waiting."""
+        queue.storing -= 1
+        if waiter is not None:
+            queue.reserved -= 1
+            if error is not None:
+                self.premark.unreserve(queue, waiter)
         cause = Status.STORED
         reason = ""
         if error is not None:
@@ -135,9 +157,12 @@ class Dqf:
             for waiting in waiters:
                 waiting(cause, entry.seq, reason)
         if error is None:
-            if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
-                entry.body = None
-            queue.offer(entry)
+            if waiter is not None:
+                self.premark.deliver_premarked(queue, entry, waiter)
+            else:
+                if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
+                    entry.body = None
+                queue.offer(entry)
         outcome(cause, entry.seq, reason)
 
     def _answer_duplicate(self, key: str, outcome: Outcome, digest: bytes) -> bool:
@@ -227,9 +252,11 @@ class _Stored:
     entry: Entry
     dedupe_keys: list[str]
     outcome: Outcome
+    waiter: GetWaiter | None = None
+    """The parked get reserved for this message (its mark is in the same batch)."""
 
     def __call__(self, error: JournalError | None) -> None:
-        self.dqf._stored(self.queue, self.entry, self.dedupe_keys, self.outcome, error)
+        self.dqf._stored(self.queue, self.entry, self.dedupe_keys, self.outcome, error, self.waiter)
 
 
 @dataclass(eq=False, slots=True)

@@ -60,7 +60,9 @@ class Handover:
     def _park(self, session: Session, request: wire.Get, queue: TargetQueue) -> None:
         """Wait for a message (a negative timeout waits for ever)."""
         waiter = GetWaiter(
-            deliver=lambda arrived: self.hand_over(session, request.request_id, queue, arrived),
+            deliver=lambda arrived, premarked=False: self.hand_over(
+                session, request.request_id, queue, arrived, premarked
+            ),
             session_id=session.id,
             request_id=request.request_id,
         )
@@ -68,15 +70,20 @@ class Handover:
         if request.timeout_ms > 0:
             timeout_s = request.timeout_ms / 1000
 
+            def time_out() -> None:
+                session.send(
+                    wire.Failure(
+                        request.request_id,
+                        Status.TIMEOUT,
+                        f"no message on {queue.address} in {timeout_s:g} s",
+                    )
+                )
+
             def expire() -> None:
                 if queue.unpark(waiter):
-                    session.send(
-                        wire.Failure(
-                            request.request_id,
-                            Status.TIMEOUT,
-                            f"no message on {queue.address} in {timeout_s:g} s",
-                        )
-                    )
+                    time_out()
+                elif waiter.reserved:  # answered by its message's commit, unless that fails
+                    waiter.timed_out = time_out
 
             waiter.cancel_timer = self.ctx.timers.call_later(timeout_s, expire)
 
@@ -114,13 +121,20 @@ class Handover:
         return status, needs_confirm
 
     def hand_over(
-        self, session: Session, request_id: int, queue: TargetQueue, entry: Entry
+        self,
+        session: Session,
+        request_id: int,
+        queue: TargetQueue,
+        entry: Entry,
+        premarked: bool = False,
     ) -> bool:
         """Deliver one entry to a get. A journaled entry's delivery count is made durable
-        first, so a crash can never hide that it was delivered (POSSDUPL stays exact).
+        first, so a crash can never hide that it was delivered (POSSDUPL stays exact);
+        `premarked`: it was, in the message's own transaction (`premark`), and the
+        unconfirmed cap was counted when the get was reserved.
         False if the entry could not be delivered at all (quarantined): the get is
         still waiting for a message."""
-        if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+        if not premarked and len(queue.unconfirmed) >= queue.config.unconfirmed_max:
             queue.put_back(entry)
             session.send(
                 wire.Failure(
@@ -146,6 +160,9 @@ class Handover:
             if entry.on_dequeue is not None:
                 entry.on_dequeue(entry)
             return True
+        if premarked:
+            session.send(event)
+            return True
         key = queue_key(queue.address.queue, entry.seq)
         batch = WriteBatch.empty().put_raw(Journal.MARKS, key, U32.pack(entry.times_delivered))
 
@@ -163,6 +180,45 @@ class Handover:
 
         self.ctx.writer.submit(batch, marked)
         return True
+
+    # ------------------------------------------------------------------ premarked
+    def premark(self, queue: TargetQueue, entry: Entry, batch: WriteBatch) -> GetWaiter | None:
+        """For a journaled message about to be stored: reserve a parked get for it and
+        write its delivery mark into the same `batch`, or None (it is offered to its
+        queue when durable, as usual). The get is answered by `deliver_premarked`
+        after that one commit instead of after a second commit for the mark."""
+        if is_shared(queue) or self.ctx.unsafe:
+            return None
+        waiter = queue.reserve_waiter()
+        if waiter is None:
+            return None
+        key = queue_key(queue.address.queue, entry.seq)
+        batch.put_raw(Journal.MARKS, key, U32.pack(entry.times_delivered + 1))
+        return waiter
+
+    def deliver_premarked(self, queue: TargetQueue, entry: Entry, waiter: GetWaiter) -> None:
+        """The message and its mark are durable: answer the reserved get. If its
+        session left meanwhile, the message is queued as delivered once (its get's
+        answer was lost: a redelivery is POSSDUPL, as after any lost get)."""
+        waiter.reserved = False
+        if queue.attached_session != waiter.session_id:
+            entry.times_delivered += 1
+            queue.offer(entry)
+            return
+        if waiter.deliver(entry, True) is False:  # quarantined: the get still waits
+            self.unreserve(queue, waiter)
+        else:
+            waiter.cancel_timer()
+
+    def unreserve(self, queue: TargetQueue, waiter: GetWaiter) -> None:
+        """A reserved get whose message was not delivered (its commit failed): it
+        waits again at the front, or is answered TIMEOUT if its time ran out."""
+        waiter.reserved = False
+        if waiter.timed_out is not None:
+            waiter.timed_out()
+        elif queue.attached_session == waiter.session_id:
+            queue.waiters.appendleft(waiter)
+            self.serve_waiting_gets(queue)
 
     def serve_waiting_gets(self, queue: TargetQueue) -> None:
         """Hand waiting messages to parked gets as far as the unconfirmed cap allows."""

@@ -84,6 +84,7 @@ class Group:
             ctx, self.sequence, self.dqf, self.umas, self.outbound, self.dlq_readers
         )
         self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
+        self.dqf.premark = self.handover
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
         self.link_rooms = LinkRooms(
             self.peers, self.outbound, self.drain, self.inbound, self.notices, timers
