@@ -131,11 +131,13 @@ def test_a_failed_commit_leaves_the_get_waiting_and_marks_nothing(node: Node) ->
 
 def test_a_get_that_timed_out_during_a_failed_commit_is_answered_timeout(node: Node) -> None:
     sender, receiver = node.session("OUT"), node.session("IN")
+    timers = node.group.ctx.timers
+    before = len(timers.calls)
     node.group.get(receiver, wire.Get(request_id=3, timeout_ms=50))
+    [(delay_s, expire)] = timers.calls[before:]  # the get's timeout
+    assert delay_s == 0.05
     fail_commits(node)
     node.group.put(sender, put("IN", b"lost", DeliveryMode.WF_DQF, request_id=1))
-    timers = node.group.ctx.timers
-    [(delay_s, expire)] = [call for call in timers.calls if call[0] == 0.05]
     expire()  # the get's time runs out while its message is being committed
     assert receiver.events == []
     node.commit()
