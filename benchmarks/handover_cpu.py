@@ -12,6 +12,8 @@ hand-over can be judged by itself:
 It prints, best of several repeats (a busy machine hurts that least):
 - `get+confirm`: CPU microseconds per message for a get (timeout 0) and its confirm,
   messages already stored, batches of BATCH per commit as under load;
+- `cold`: the same for a backlog three times as long, most of it cold (read back
+  from the DQF a window at a time);
 - `parked`: CPU microseconds per message when BATCH gets are parked before BATCH puts
   land (put + get + confirm), and how many commits each message needed.
 
@@ -32,6 +34,7 @@ from pathlib import Path
 from journals import InlineWriter, JournalStore
 from mrs import protocol as wire
 from mrs.config import parse_config
+from mrs.gc_tuning import tune_gc_for_server
 from mrs.group import Group
 from mrs.model import DeliveryMode, Uma
 
@@ -136,6 +139,29 @@ def get_confirm(rounds: int, body: bytes) -> float:
     return spent_s / (rounds * BATCH) * 1e6
 
 
+def cold(rounds: int, body: bytes) -> float:
+    """CPU µs per message of get + confirm with a backlog of rounds x BATCH messages
+    stored first, so all but the queue's in-memory window go cold (mrs.backlog) and
+    are read back from the DQF as the consumer gets to them."""
+    with tempfile.TemporaryDirectory() as scratch:
+        group, writer, sender, receiver = open_group(Path(scratch))
+        ids = itertools.count(100)
+        for _ in range(rounds):
+            puts(group, sender, ids, body)
+            writer.commit_pending()
+        sender.events.clear()
+        started = time.process_time()
+        for _ in range(rounds):
+            for _ in range(BATCH):
+                group.get(receiver, wire.Get(next(ids), 0))
+            writer.commit_pending()
+            confirm_all(group, receiver, ids)
+            writer.commit_pending()
+        spent_s = time.process_time() - started
+        group.store.close()
+    return spent_s / (rounds * BATCH) * 1e6
+
+
 def parked(rounds: int, body: bytes) -> tuple[float, float]:
     """CPU µs per message of put + get + confirm with the gets parked first, and
     commits per message."""
@@ -164,9 +190,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="batches of 100 per repeat")
     parser.add_argument("--body-bytes", type=int, default=1024)
     args = parser.parse_args()
+    tune_gc_for_server()  # as `mrs serve` runs
     body = b"x" * args.body_bytes
     best = min(get_confirm(args.rounds, body) for _ in range(REPEATS))
     print(f"get+confirm: {best:.1f} µs CPU per message (best of {REPEATS})")
+    best = min(cold(args.rounds * 3, body) for _ in range(REPEATS))
+    print(f"cold: {best:.1f} µs CPU per message (get + confirm, backlog read back)")
     runs = [parked(args.rounds, body) for _ in range(REPEATS)]
     cpu, commits_per_round = min(runs)
     print(

@@ -70,6 +70,10 @@ def check_put_and_read_back(store: Store, harness: StoreHarness) -> None:
     assert store.get_raw(Journal.DQF, key) == encode_record(first)
     assert store.count(Journal.DQF) == 1
     assert store.count(Journal.SAF) == 0 and store.get(Journal.SAF, key) is None
+    absent = queue_key(10, 8)
+    many = store.get_raw_many(Journal.DQF, [absent, key, key])
+    assert many == [None, encode_record(first), encode_record(first)]
+    assert store.get_raw_many(Journal.SAF, [key]) == [None]
 
 
 def check_journals_are_separate_and_meta_is_by_name(store: Store, harness: StoreHarness) -> None:

@@ -39,6 +39,9 @@ class Store(Protocol):
 
     def get_raw(self, journal: Journal, key: bytes) -> bytes | None: ...
 
+    def get_raw_many(self, journal: Journal, keys: list[bytes]) -> list[bytes | None]:
+        """The values at `keys` (None where absent), read in one read transaction."""
+
     def meta_get(self, name: str) -> bytes | None:
         """The META journal's value under `name` (a str key)."""
 

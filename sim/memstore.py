@@ -122,6 +122,10 @@ class MemoryJournalStore:
     def get_raw(self, journal: Journal, key: bytes) -> bytes | None:
         return self._data[journal].get(key)
 
+    def get_raw_many(self, journal: Journal, keys: list[bytes]) -> list[bytes | None]:
+        data = self._data[journal]
+        return [data.get(key) for key in keys]
+
     def get(self, journal: Journal, key: bytes) -> Record | None:
         value = self._data[journal].get(key)
         return None if value is None else decode_record(value, journal.value, key)

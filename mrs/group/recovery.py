@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import groupby, islice
 from operator import itemgetter
 
-from journals import CorruptRecord, Journal, JournalError, Record, queue_key
+from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
 from mrs.group.context import U32, GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
@@ -144,27 +144,30 @@ class ColdReader:
     pages: PageRelease
 
     def __call__(self, seqs: list[int]) -> list[Entry]:
+        """The messages at `seqs`, read in two read transactions (records, marks)."""
         entries = []
         store = self.ctx.store
         read_bytes = 0
-        for seq in seqs:
-            key = queue_key(self.queue_id, seq)
-            try:
-                record = store.get(Journal.DQF, key)
-            except CorruptRecord as corrupt:
-                self.ctx.report_corrupt(corrupt)
-                continue
-            if record is None:
+        keys = [queue_key(self.queue_id, seq) for seq in seqs]
+        values = store.get_raw_many(Journal.DQF, keys)
+        marks = store.get_raw_many(Journal.MARKS, keys)
+        dqf = Journal.DQF.value
+        for seq, key, value, mark in zip(seqs, keys, values, marks, strict=True):
+            if value is None:
                 log.error(
                     "DQF message %d of queue %d vanished from the journal", seq, self.queue_id
                 )
+                continue
+            try:
+                record = decode_record(value, dqf, key)
+            except CorruptRecord as corrupt:
+                self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
             if (problem := record_problem(record)) is not None:
                 self._quarantine(key, record, problem)
                 continue
-            marks = store.get_raw(Journal.MARKS, key)
-            times_delivered = U32.unpack(marks)[0] if marks is not None else 0
+            times_delivered = U32.unpack(mark)[0] if mark is not None else 0
             entries.append(reloaded_entry(record, times_delivered, self.ack))
         self.pages.read(read_bytes)
         return entries
