@@ -105,16 +105,23 @@ def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: i
             raise Refused(Status.BADSEQ, f"queue confirms in order: confirm {oldest} before {seq}")
 
 
+_PCJ_CHOICE: dict[int, bool | None] = {
+    ForceJrn.DEFAULT_JRN: None,
+    ForceJrn.FORCE_JRN: True,
+    ForceJrn.NO_JRN: False,
+}
+"""force_j -> whether the confirm writes the PCJ (None: as pcj_default says); a dict
+lookup, not an enum construction, since every confirm asks."""
+
+
 def journal_on_confirm(force_j: int, pcj_default: bool) -> bool:
     """Whether a confirm writes the message to the PCJ."""
     try:
-        choice = ForceJrn(force_j)
-    except ValueError:
+        choice = _PCJ_CHOICE.get(force_j, ...)
+    except TypeError:  # unhashable: not a force_j either
+        choice = ...
+    if choice is ...:
         raise Refused(
             Status.BADPARAM, f"force_j {force_j} is not DEFAULT_JRN, FORCE_JRN or NO_JRN"
-        ) from None
-    if choice is ForceJrn.FORCE_JRN:
-        return True
-    if choice is ForceJrn.NO_JRN:
-        return False
-    return pcj_default
+        )
+    return pcj_default if choice is None else choice
