@@ -1,8 +1,17 @@
 """MRS: a MessageQ-style message recovery service (guaranteed delivery on trio and LMDB)."""
 
-from importlib import metadata as _metadata
 
-try:
-    __version__ = _metadata.version("mrs")
-except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
+def __getattr__(name: str) -> str:
+    """`mrs.__version__`, looked up when first asked for: importing `importlib.metadata`
+    and scanning the installed distributions costs ~0.1 s, which every process
+    importing `mrs` paid at start (the server's journal check child among them)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'mrs' has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        version = metadata.version("mrs")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version
