@@ -1,10 +1,11 @@
 """A queue's cold backlog: the journaled messages behind its in-memory window, kept as
-seqs in one compact array and read back from the DQF when the window runs low.
+seqs in compact arrays and read back from the DQF when the window runs low.
 
 Why: a DQF of a million messages must not keep a million Python objects in the
-server (an `Entry` costs some 300 bytes before its body; the seq alone costs 8 in
-an `array`). A message goes cold only when nothing in memory waits on it (no
-callbacks): its record and delivery mark on disk say all there is to say. An entry
+server (an `Entry` costs some 300 bytes before its body; the seq alone costs 4, as
+its difference from the one before, mrs.seq_deltas). A message goes cold only
+when nothing in memory waits on it (no callbacks): its record and delivery mark
+on disk say all there is to say. An entry
 that cannot go cold (a nonrecoverable message, or one whose sender waits for its
 confirm) but arrives behind cold ones is held here by seq, so arrival order stays
 exact. Held entries are bounded by what bounds them anyway (messages_max, the
@@ -17,12 +18,12 @@ from array import array
 from collections.abc import Callable
 from typing import Protocol
 
+from mrs.seq_deltas import SeqDeltas
+
 WINDOW_ENTRIES_MAX = 1000
 """Entries a queue keeps in memory before later journaled arrivals go cold."""
 REFILL_BELOW = 500
 """The window is refilled from the cold backlog when it holds fewer entries than this."""
-COMPACT_AFTER = 1 << 16
-"""Consumed array slots dropped once there are this many (and they are most of it)."""
 
 
 class Entry(Protocol):
@@ -42,12 +43,11 @@ class ColdBacklog:
     """Seqs in arrival order; entries held in memory for the few that cannot go cold."""
 
     def __init__(self) -> None:
-        self._seqs = array("Q")
-        self._head = 0
+        self._seqs = SeqDeltas()
         self._held: dict[int, Entry] = {}
 
     def __len__(self) -> int:
-        return len(self._seqs) - self._head
+        return len(self._seqs)
 
     @staticmethod
     def can_go_cold(entry: Entry) -> bool:
@@ -66,10 +66,7 @@ class ColdBacklog:
 
     def take(self, count: int, load: Loader) -> list[Entry]:
         """The next `count` messages, oldest first, cold ones read back with `load`."""
-        end = min(self._head + count, len(self._seqs))
-        seqs = self._seqs[self._head : end].tolist()
-        self._head = end
-        self._compact()
+        seqs = self._seqs.take(count)
         taken: list[Entry] = []
         cold: list[int] = []
         for seq in seqs:
@@ -84,11 +81,3 @@ class ColdBacklog:
         if cold:
             taken.extend(load(cold))
         return taken
-
-    def _compact(self) -> None:
-        if self._head == len(self._seqs):
-            self._seqs = array("Q")
-            self._head = 0
-        elif self._head >= COMPACT_AFTER and self._head * 2 >= len(self._seqs):
-            del self._seqs[: self._head]
-            self._head = 0
