@@ -36,10 +36,10 @@ log = logging.getLogger("mrs.group")
 
 KEYS_PER_CHUNK = 1 << 16
 """DQF keys turned into seqs at a time: a million keys never exist as objects at once."""
-RELEASE_AFTER_BYTES = 4 << 20
+RELEASE_AFTER_BYTES = 1 << 20
 """Record bytes read back before the journal's pages are unmapped again (RSS flat:
 within a few MB of an empty server's; a release costs ~1 ms per 4 MB mapped)."""
-RELEASE_INTERVAL_S = 2.0
+RELEASE_INTERVAL_S = 0.5
 """And this often whatever else mapped pages in (commits, bodies read at delivery)."""
 _KEY = struct.Struct(">IQ")
 
