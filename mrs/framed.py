@@ -36,8 +36,8 @@ class FramedStream:
     connection: wire.Connection
     closed: bool = False
     """Set by the owner when the connection is over: later sends are dropped."""
-    _outbox: list[bytes] = field(default_factory=list)
-    _outbox_bytes: int = 0
+    _outbox: bytearray = field(default_factory=bytearray)
+    """Frames queued, encoded straight into one buffer (no bytes object per frame)."""
     _ready: trio.Event = field(default_factory=trio.Event)
     _drained: trio.Event = field(default_factory=trio.Event)
 
@@ -49,28 +49,26 @@ class FramedStream:
         Raises LocalProtocolError, as Connection.send does."""
         if self.closed:
             return
-        data = self.connection.send(event)  # type: ignore[arg-type]
-        self._outbox.append(data)
-        self._outbox_bytes += len(data)
+        self.connection.send_into(event, self._outbox)  # type: ignore[arg-type]
         self._ready.set()
 
     @property
     def outbox_bytes(self) -> int:
         """Bytes queued and not yet handed to the stream."""
-        return self._outbox_bytes
+        return len(self._outbox)
 
-    def take(self) -> bytes:
-        """Everything queued, as one buffer; the outbox is empty afterwards."""
-        data = b"".join(self._outbox)
-        self._outbox.clear()
-        self._outbox_bytes = 0
+    def take(self) -> bytes | bytearray:
+        """Everything queued, as one buffer (handed over, not copied); the outbox is
+        empty afterwards."""
+        data = self._outbox
+        self._outbox = bytearray()
         return data
 
     def wake(self) -> None:
         """Wake whoever waits in `next_batch` (e.g. to notice the connection is lost)."""
         self._ready.set()
 
-    async def next_batch(self) -> bytes:
+    async def next_batch(self) -> bytes | bytearray:
         """Wait for a send or a wake, then take everything queued (b"" after a bare
         wake): the step of a custom send loop."""
         await self._ready.wait()
@@ -98,7 +96,7 @@ class FramedStream:
 
     async def wait_drained(self, high_bytes: int) -> None:
         """Until at most `high_bytes` wait in the outbox (backpressure for a reader)."""
-        while self._outbox_bytes > high_bytes:
+        while len(self._outbox) > high_bytes:
             self._drained = trio.Event()
             await self._drained.wait()
 

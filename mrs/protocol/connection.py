@@ -342,6 +342,11 @@ class Connection:
         self._encode_into(event, out)
         return bytes(out)
 
+    def send_into(self, event: Event, out: bytearray) -> None:
+        """Append the frame for `event` to `out` (an outbox written in one go later);
+        on LocalProtocolError `out` is left as it was."""
+        self._encode_into(event, out)
+
     def send_many(self, events: list[Event]) -> bytes:
         """The bytes of one frame per event, concatenated, for one write."""
         out = bytearray()
