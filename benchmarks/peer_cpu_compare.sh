@@ -8,7 +8,12 @@
 # PEERBENCH (default ../shared/peerbench) is where bench_mrs.py lives.
 ROUNDS=$1; ARGS=$2; shift 2
 HERE=$PWD
-cd "${PEERBENCH:-$(dirname "$0")/../../shared/peerbench}" || exit 2
+if [ -z "${PEERBENCH:-}" ]; then   # ../shared/peerbench beside the checkout (or a worktree's)
+  for candidate in "$(dirname "$0")/../../shared/peerbench" "$(dirname "$0")/../../../shared/peerbench"; do
+    [ -f "$candidate/bench_mrs.py" ] && PEERBENCH=$candidate && break
+  done
+fi
+cd "${PEERBENCH:?no bench_mrs.py found: set PEERBENCH}" || exit 2
 for r in $(seq $ROUNDS); do
   for lp in "$@"; do
     L=${lp%%=*}; PY=${lp#*=}

@@ -65,8 +65,11 @@ class Session:
         self.sent.append(event)
 
 
-def run(puts: int, batch: int, with_key: bool, body_bytes: int) -> float:
-    """CPU seconds per put over `puts` WF_DQF puts, a commit every `batch`."""
+def run(
+    puts: int, batch: int, with_key: bool, body_bytes: int, mode: DeliveryMode = DeliveryMode.WF_DQF
+) -> float:
+    """CPU seconds per put over `puts` puts in `mode`, a commit every `batch` (an AK
+    mode's MRS_ACKs are queued on the sender's queue, left there)."""
     directory = Path(tempfile.mkdtemp(prefix="mrs-put-path-", dir=Path.cwd()))
     try:
         bus = parse_config(BUS, directory / "bus.toml")
@@ -84,7 +87,7 @@ def run(puts: int, batch: int, with_key: bool, body_bytes: int) -> float:
                 request_id=index + 1,
                 target="1.10",
                 body=body,
-                delivery=int(DeliveryMode.WF_DQF),
+                delivery=int(mode),
                 uma=int(Uma.DLJ),
                 msg_class=0,
                 msg_type=0,
@@ -117,15 +120,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=400, help="puts per commit")
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--key", action="store_true", help="each put has an idempotency key")
+    parser.add_argument("--mode", default="WF_DQF", choices=[m.name for m in DeliveryMode])
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    mode = DeliveryMode[args.mode]
     if args.profile:
         profile = cProfile.Profile()
-        profile.runcall(run, args.puts, args.batch, args.key, args.body_bytes)
+        profile.runcall(run, args.puts, args.batch, args.key, args.body_bytes, mode)
         pstats.Stats(profile).sort_stats("tottime").print_stats(20)
         return
-    per_put_s = run(args.puts, args.batch, args.key, args.body_bytes)
-    print(f"{1e6 * per_put_s:.2f} us CPU per put ({args.puts} puts, {args.batch} per commit)")
+    per_put_s = run(args.puts, args.batch, args.key, args.body_bytes, mode)
+    print(
+        f"{1e6 * per_put_s:.2f} us CPU per {mode.name} put "
+        f"({args.puts} puts, {args.batch} per commit)"
+    )
 
 
 if __name__ == "__main__":

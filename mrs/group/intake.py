@@ -35,6 +35,9 @@ from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
 log = logging.getLogger("mrs.group")
 
+_SUCCESS = int(Status.SUCCESS)
+_UMA_NA = int(Status.UMA_NA)
+
 
 @dataclass(eq=False)
 class Intake:
@@ -274,5 +277,5 @@ class _Accepted:
             message = "could not journal the MRS_ACK owed for this put"
             self.session.send(wire.Failure(self.request_id, refused, message))
         elif self.answer_now:
-            accepted = (Status.SUCCESS, Status.SUCCESS, seq, Status.UMA_NA)
-            self.session.send(wire.PutDone(self.request_id, *accepted))
+            # plain ints: an IntEnum member fails the wire check's exact-int fast path
+            self.session.send(wire.PutDone(self.request_id, _SUCCESS, _SUCCESS, seq, _UMA_NA))
