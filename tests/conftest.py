@@ -153,10 +153,33 @@ def run_under_autojump_clock(fn, clock=None, instruments=()):
     return trio.run(guarded, clock=clock, instruments=instruments)
 
 
+LONG_TESTS_FIRST = (
+    "tests/test_sim.py::test_swarm_keeps_every_invariant",
+    "tests/test_sim.py::test_checker_catches_each_broken_build",
+    "tests/test_link_faults.py::",
+    "tests/test_demo.py::",
+    "tests/test_audit_cluster.py::",
+    "tests/test_sim.py::test_real_process_mixed_scenario",
+    "tests/test_crash.py::",
+)
+"""The suite's longest tests, longest first (minutes on a loaded machine; the swarm's
+200 seeds alone are a sixth of the suite), run before all others: under `pytest -n 2`
+each worker takes the next test as it frees up, so a long test started last would
+leave the other core idle at the end; longest first keeps both busy to the end."""
+
+
+def _run_order(item) -> int:
+    for rank, prefix in enumerate(LONG_TESTS_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(LONG_TESTS_FIRST)
+
+
 def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if MEMORY_BUS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.trio(run=run_under_autojump_clock))
+    items.sort(key=_run_order)  # stable: the rest keep their order
 
 
 @pytest.fixture
