@@ -29,17 +29,18 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.deadlines import ReplyDeadlines
 from clients.dialing import _Dialer, _split_address
-from clients.errors import ConnectionLost, FieldRefused, MrsError, error_for
+from clients.errors import ConnectionLost, MrsError, error_for
 from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
+from clients.requests import confirm_request, get_request, put_request
 from clients.saf_drain import JournalEvent, _psb, _SafDrain
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
@@ -206,13 +207,12 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
         # Built (and so checked: types and ranges) once, whether it is sent now or
         # journaled and sent at drain time.
-        request = _built(
-            wire.Put,
+        request = put_request(
             self._next_id(),
             str(target),
             bytes(body),
-            int(delivery),
-            int(uma or 0),
+            delivery,
+            uma or 0,
             msg_class,
             msg_type,
             priority,
@@ -252,7 +252,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "get")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        request = _built(wire.Get, self._next_id(), timeout_ms)
+        request = get_request(self._next_id(), timeout_ms)
         message = self._message(await self._request(request, wait_s, "get"))
         if self.protection is None:  # no second await on the common path
             return message
@@ -270,7 +270,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
         self._require_link(Status.NOTACTIVE, "confirm")
-        request = _built(wire.Confirm, self._next_id(), seq, confirm_value, int(force_j))
+        request = confirm_request(self._next_id(), seq, confirm_value, force_j)
         await self._request(request, None, "other")
 
     async def status(self) -> dict:
@@ -293,12 +293,3 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
             raise ConnectionLost(
                 status, f"{what}: not connected to {self.address} (reconnecting in the background)"
             )
-
-
-def _built(build: Callable[..., Any], *fields: object) -> Any:
-    """Build a request from the caller's arguments: a field out of its range is the
-    caller's BADPARAM (`FieldRefused`, a `BadParameter`), not a protocol fault."""
-    try:
-        return build(*fields)
-    except wire.LocalProtocolError as error:
-        raise FieldRefused(Status.BADPARAM, error.message) from None

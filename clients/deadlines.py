@@ -46,13 +46,20 @@ class ReplyDeadlines:
         """Expire `pending` at trio time `deadline_s` unless it is answered before.
 
         An entry whose request is done (answered, expired, its caller cancelled) is
-        stale: dropped when it reaches the top or at the next compaction."""
+        stale: dropped when it reaches the top (here or in the sweeper) or at the next
+        compaction. Answers come back about in the order of the requests, so popping
+        stale tops here keeps the heap near the number of requests waiting."""
         heap = self._heap
         heapq.heappush(heap, (deadline_s, request_id, pending))
-        if deadline_s < self._wake_s or len(heap) > self._compact_at:
+        while heap[0][2].done:
+            heapq.heappop(heap)
+        if len(heap) > self._compact_at:
+            self._compact()
+        if deadline_s < self._wake_s:
             self._wake_s = deadline_s
             if self._scope is not None:
-                self._scope.cancel()  # the sweeper looks again now
+                # Not scope.cancel(): that formats the calling task's repr every time.
+                self._scope.deadline = deadline_s
 
     def clear(self) -> None:
         """Forget every entry (the connection is lost: every request was answered)."""
@@ -73,10 +80,13 @@ class ReplyDeadlines:
 
     def _sweep(self, now_s: float) -> None:
         heap = self._heap
-        if len(heap) > self._compact_at:
-            heap[:] = [entry for entry in heap if not entry[2].done]
-            heapq.heapify(heap)
-            self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(heap))
         while heap and (heap[0][0] <= now_s or heap[0][2].done):
             heapq.heappop(heap)[2].expire()
         self._wake_s = heap[0][0] if heap else math.inf
+
+    def _compact(self) -> None:
+        """Drop every stale entry: the heap then holds only requests still waiting."""
+        heap = self._heap
+        heap[:] = [entry for entry in heap if not entry[2].done]
+        heapq.heapify(heap)
+        self._compact_at = max(COMPACT_ENTRIES_MIN, 2 * len(heap))

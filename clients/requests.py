@@ -1,0 +1,112 @@
+"""Build the client's requests from the caller's arguments, checked once and cheaply.
+
+A request built in Python is checked field by field (mrs.protocol.base), and for a
+Put that generic check cost more than building it (issue 17). The calls an
+application makes most -- a put with its defaults and enum members, a get, a confirm
+of a delivered seq -- have fields the client made itself (ids, str(), bytes()) or
+values that are valid by construction (0, b"", None, an enum member); for those the
+few fields still in doubt are checked here and the event is built unchecked. Any
+other call takes the generic check, so a bad value is refused as before: a
+`FieldRefused` (BADPARAM) naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from clients.errors import FieldRefused
+from mrs import protocol as wire
+from mrs.model import DeliveryMode, ForceJrn, Status, Uma
+from mrs.protocol.base import build_unchecked
+from mrs.protocol.checks import INT64, UINT64_MAX
+
+_INT64_MAX = INT64[1]
+
+
+def built(build: Callable[..., Any], *fields: object) -> Any:
+    """Build a request from the caller's arguments: a field out of its range is the
+    caller's BADPARAM (`FieldRefused`, a `BadParameter`), not a protocol fault."""
+    try:
+        return build(*fields)
+    except wire.LocalProtocolError as error:
+        raise FieldRefused(Status.BADPARAM, error.message) from None
+
+
+def put_request(
+    request_id: int,
+    target: str,
+    body: bytes,
+    delivery: Any,
+    uma: Any,
+    msg_class: Any,
+    msg_type: Any,
+    priority: Any,
+    timeout_ms: Any,
+    correlation_id: Any,
+    resp_q: Any,
+    headers: Any,
+) -> wire.Put:
+    """The Put; unchecked when the caller left every optional field at its default
+    and gave enum members (what `Client.put` passes: str(target), bytes(body))."""
+    if (
+        type(delivery) is DeliveryMode
+        and (type(uma) is Uma or uma == 0)
+        and type(msg_class) is int
+        and type(msg_type) is int
+        and type(priority) is int
+        and type(timeout_ms) is int
+        and type(correlation_id) is bytes
+        and (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q, headers)
+        == (0, 0, 0, 0, b"", "", None)
+    ):
+        return build_unchecked(
+            wire.Put,
+            request_id,
+            target,
+            body,
+            int(delivery),
+            int(uma),
+            0,
+            0,
+            0,
+            0,
+            b"",
+            "",
+            None,
+        )
+    return built(
+        wire.Put,
+        request_id,
+        target,
+        body,
+        int(delivery),
+        int(uma),
+        msg_class,
+        msg_type,
+        priority,
+        timeout_ms,
+        correlation_id,
+        resp_q,
+        headers,
+    )
+
+
+def get_request(request_id: int, timeout_ms: Any) -> wire.Get:
+    """The Get; its one field from the caller checked here (-1 .. 2**63-1 ms)."""
+    if type(timeout_ms) is int and -1 <= timeout_ms <= _INT64_MAX:
+        return build_unchecked(wire.Get, request_id, timeout_ms)
+    return built(wire.Get, request_id, timeout_ms)
+
+
+def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any) -> wire.Confirm:
+    """The Confirm; unchecked for an int seq in range, confirm value 0 and a ForceJrn."""
+    if (
+        type(seq) is int
+        and 0 <= seq <= UINT64_MAX
+        and type(confirm_value) is int
+        and confirm_value == 0
+        and type(force_j) is ForceJrn
+    ):
+        return build_unchecked(wire.Confirm, request_id, seq, 0, int(force_j))
+    return built(wire.Confirm, request_id, seq, confirm_value, int(force_j))
