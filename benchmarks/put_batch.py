@@ -47,6 +47,7 @@ def write_config(directory: Path, puts: int) -> Path:
             id = 11
             name = "TARGET"
             messages_max = {puts * 4}
+            confirm = "explicit-out-of-order"
             """)
     )
     return path

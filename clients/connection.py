@@ -258,6 +258,29 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
             return message
         return await self.protection.deliver(self, message)
 
+    async def get_many(self, count_max: int, timeout: float | None = None) -> list[Message]:
+        """Up to count_max messages of the attached queue in one request (a prefetch:
+        mrs.group.batch_get): those ready now, or the first to arrive within timeout
+        with whatever else is ready then. Each is delivered as by `get` (confirm it
+        the same way; unconfirmed when the connection drops, it comes again marked
+        POSSDUPL). Raises as `get` does when none came. With `protection`, one message
+        per call (each is verified on its own); on a queue that confirms implicitly the
+        server refuses it (BadParameter): use `get`."""
+        if self._held:
+            held = [self._held.popleft() for _ in range(min(count_max, len(self._held)))]
+            if self.protection is None:
+                return held
+            self._held.extendleft(reversed(held[1:]))
+            return [await self._checked(held[0])]
+        if self.protection is not None:
+            return [await self.get(timeout)]
+        self._require_link(Status.NOTACTIVE, "get_many")
+        timeout_ms = -1 if timeout is None else round(timeout * 1000)
+        wait_s = None if timeout is None else timeout + REPLY_GRACE_S
+        request = _built(wire.GetBatch, self._next_id(), count_max, timeout_ms)
+        reply = await self._request(request, wait_s, "get")
+        return [self._message(delivery) for delivery in reply.deliveries]
+
     async def _checked(self, message: Message) -> Message:
         """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""
         if self.protection is None:

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clients")
 
-_ANSWERS = frozenset({wire.PutDone, wire.Delivery, wire.Confirmed, wire.StatusReply})
+_ANSWERS = frozenset(
+    {wire.PutDone, wire.Delivery, wire.DeliveryBatch, wire.Confirmed, wire.StatusReply}
+)
 """Answers that are the request's result as they are (no error to raise)."""
 
 
@@ -158,16 +160,17 @@ class _Requests:
         """The caller stopped waiting (cancelled, timed out, interrupted)."""
         if pending.kind != "get":
             return
-        if isinstance(pending.result, wire.Delivery):
+        if isinstance(pending.result, wire.Delivery | wire.DeliveryBatch):
             self._hold(pending.result)  # it arrived as the caller gave up
         elif pending.result is None and self._link is link and link.lost is None:
             self._cancelled_gets.add(request_id)
             self._send(link, wire.CancelGet(request_id))
 
-    def _hold(self, delivery: wire.Delivery) -> None:
-        if len(self._held) >= HELD_MESSAGES_MAX:
+    def _hold(self, delivery: wire.Delivery | wire.DeliveryBatch) -> None:
+        batch = delivery.deliveries if type(delivery) is wire.DeliveryBatch else (delivery,)
+        if len(self._held) + len(batch) > HELD_MESSAGES_MAX:
             log.error("more than %d messages held for later gets", HELD_MESSAGES_MAX)
-        self._held.append(self._message(delivery))
+        self._held.extend(self._message(one) for one in batch)
 
     def _dispatch(self, link: _Link, event: object) -> None:
         if type(event) is wire.Ping:  # the server pings a quiet connection: we are alive
@@ -179,7 +182,7 @@ class _Requests:
             pending.answer(event)
         elif request_id in self._cancelled_gets:
             self._cancelled_gets.discard(request_id)
-            if isinstance(event, wire.Delivery):
+            if isinstance(event, wire.Delivery | wire.DeliveryBatch):
                 self._hold(event)
 
     def _lose(self, link: _Link, error: MrsError, closing: bool = False) -> None:

@@ -124,10 +124,16 @@ class SyncClient:
         return self._call(self._client.put_many, items)
 
     def get(self, timeout: float | None = None) -> SyncMessage:
-        message = self._call(self._client.get, timeout)
+        return self._sync_message(self._call(self._client.get, timeout))
+
+    def _sync_message(self, message: Message) -> SyncMessage:
         values = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
         values["_confirm"] = self.confirm
         return SyncMessage(**values)
+
+    def get_many(self, count_max: int, timeout: float | None = None) -> list[SyncMessage]:
+        messages = self._call(self._client.get_many, count_max, timeout)
+        return [self._sync_message(message) for message in messages]
 
     def confirm(
         self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN

@@ -35,6 +35,11 @@ OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
 PUT_BATCH_ITEMS_MAX = 1000
 """Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
+GET_BATCH_ITEMS_MAX = 1000
+"""Messages one GetBatch may ask for at most (the client's get_many)."""
+DELIVERY_BATCH_BYTES_MAX = 1 << 20
+"""A DeliveryBatch stops adding messages once it holds this many bytes of bodies
+(it always holds at least one)."""
 PUT_BATCH_BYTES_MAX = 1 << 20
 """Bodies in one PutBatch frame at most; the client also keeps the whole frame near
 this size, so it fits the server's frame limit (at least this plus 64 KiB). A

@@ -93,6 +93,9 @@ class GroupMetrics:
             self.puts.labels(group, _status_name(event.status)).inc()
         elif isinstance(event, wire.Delivery):
             self.deliveries.labels(group, _status_name(event.delivery_status)).inc()
+        elif isinstance(event, wire.DeliveryBatch):  # a get_many: each message counts
+            for delivery in event.deliveries:
+                self.deliveries.labels(group, _status_name(delivery.delivery_status)).inc()
         elif isinstance(event, wire.Confirmed):
             self.confirms.labels(group, _status_name(event.status)).inc()
         elif isinstance(event, wire.Failure):

@@ -57,7 +57,7 @@ class ServerDispatch:
             session.in_flight_bytes += body_bytes
         in_flight[request_id] = body_bytes
 
-    def _begin_get(self, session: ServerSession, request: wire.Get) -> None:
+    def _begin_get(self, session: ServerSession, request: wire.Get | wire.GetBatch) -> None:
         queue = session.attached
         parked_max = self.guards.parked_gets_max
         if queue is not None and request.timeout_ms != 0 and len(queue.waiters) >= parked_max:
@@ -94,6 +94,9 @@ class ServerDispatch:
                 case wire.Get():
                     self._begin_get(session, event)
                     group.get(session, event)
+                case wire.GetBatch():
+                    self._begin_get(session, event)
+                    group.get_batch(session, event)
                 case wire.CancelGet():  # no reply of its own: the get's answer ends both
                     group.cancel_get(session, event)
                 case wire.Confirm():

@@ -76,8 +76,8 @@ def docs_server(tmp_path):
                 "2501 of 2503 stored, seqs in order: True",
                 "b'second' -> KeyReused: KEY_REUSED",
                 "b'nowhere' -> NoSuchQueue: NOSUCHQUEUE",
-                "received b'line 1'",
-                "received b'line 3'",
+                "get_many: 100 messages, b'line 1' .. b'line 100'",
+                "confirmed 100; next: b'line 101'",
             ],
         ),
         (

@@ -1,4 +1,5 @@
-"""Put many messages in few frames with `put_many`; every put keeps its own answer.
+"""Put many messages in few frames with `put_many` (every put keeps its own answer),
+and take many in one request with `get_many`.
 
 python docs/examples/put_many.py 127.0.0.1:7001
 """
@@ -32,10 +33,13 @@ async def main(address: str) -> None:
                 print(f"{item.body!r} -> {type(result).__name__}: {Status(result.status).name}")
         assert isinstance(results[-2], KeyReused)
 
-        for _ in range(3):  # they arrive in the order they were put
-            message = await receiver.get(timeout=10)
+        # get_many: up to 100 of them in one request (a prefetch), oldest first,
+        # each delivered as a get delivers it: confirm each the same way.
+        batch = await receiver.get_many(100, timeout=10)
+        print(f"get_many: {len(batch)} messages, {batch[0].body!r} .. {batch[-1].body!r}")
+        for message in batch:
             await receiver.confirm(message.seq)
-            print(f"received {message.body!r}")
+        print(f"confirmed {len(batch)}; next: {(await receiver.get(timeout=10)).body!r}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
 from mrs.dlq_leases import DlqReaders
 from mrs.group.acks import AckOutbox, AckWaits, RecentAcks
+from mrs.group.batch_get import BatchGet
 from mrs.group.context import GroupContext, Session, Timers
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
@@ -85,6 +86,7 @@ class Group:
         )
         self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
         self.dqf.premark = self.handover
+        self.batch_get = BatchGet(ctx, self.handover)
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
         self.link_rooms = LinkRooms(
             self.peers, self.outbound, self.drain, self.inbound, self.notices, timers
@@ -122,6 +124,9 @@ class Group:
 
     def get(self, session: Session, request: wire.Get) -> None:
         self.handover.get(session, request)
+
+    def get_batch(self, session: Session, request: wire.GetBatch) -> None:
+        self.batch_get.get_batch(session, request)
 
     def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
         self.handover.cancel_get(session, request)

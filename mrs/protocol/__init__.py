@@ -27,12 +27,12 @@ state of the side that sends it, following `_TRANSITIONS`:
 side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
-client   OPEN     Attach, Put, PutBatch, Get, Confirm,            OPEN
+client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
                   StatusRequest, CancelGet, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
-server   OPEN     Attached, PutDone, Delivery, Confirmed,         OPEN
-                  StatusReply, Failure, Ping, Pong
+server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
+                  Confirmed, StatusReply, Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -74,10 +74,12 @@ from mrs.protocol.events import (
     Confirm,
     Confirmed,
     Delivery,
+    DeliveryBatch,
     Event,
     Failure,
     Fatal,
     Get,
+    GetBatch,
     Hello,
     Ping,
     Pong,
@@ -112,10 +114,12 @@ __all__ = [
     "Confirmed",
     "Connection",
     "Delivery",
+    "DeliveryBatch",
     "Event",
     "Failure",
     "Fatal",
     "Get",
+    "GetBatch",
     "Hello",
     "LinkAck",
     "LinkNotice",

@@ -19,10 +19,12 @@ from mrs.protocol.events import (
     Confirm,
     Confirmed,
     Delivery,
+    DeliveryBatch,
     Event,
     Failure,
     Fatal,
     Get,
+    GetBatch,
     Hello,
     Put,
     PutBatch,
@@ -84,12 +86,14 @@ OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
 _REQUESTS = dict.fromkeys(
-    (Attach, Put, PutBatch, Get, Confirm, StatusRequest, CancelGet, *LINK_EVENTS)
+    (Attach, Put, PutBatch, Get, GetBatch, Confirm, StatusRequest, CancelGet, *LINK_EVENTS)
     + HEARTBEAT_EVENTS,
     OPEN,
 )
 _REPLIES = dict.fromkeys(
-    (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure) + LINK_EVENTS + HEARTBEAT_EVENTS,
+    (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, StatusReply, Failure)
+    + LINK_EVENTS
+    + HEARTBEAT_EVENTS,
     OPEN,
 )
 
@@ -111,9 +115,12 @@ _SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
 _ASKS, _ASKS_MANY, _ANSWERS, _OTHER_KIND = "asks", "asks many", "answers", "other"
 _REQUEST_KIND = {
     PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
-    **dict.fromkeys((Attach, Put, Get, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS),
     **dict.fromkeys(
-        (Attached, PutDone, Delivery, Confirmed, StatusReply, Failure, LinkAck), _ANSWERS
+        (Attach, Put, Get, GetBatch, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS
+    ),
+    **dict.fromkeys(
+        (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, StatusReply, Failure, LinkAck),
+        _ANSWERS,
     ),
 }
 _STEADY = {

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from mrs.limits import PUT_BATCH_BYTES_MAX, PUT_BATCH_ITEMS_MAX
+from mrs.limits import GET_BATCH_ITEMS_MAX, PUT_BATCH_BYTES_MAX, PUT_BATCH_ITEMS_MAX
 from mrs.protocol.base import EventStruct, finish
 from mrs.protocol.errors import LocalProtocolError
 from mrs.protocol.fields import (
@@ -64,6 +64,8 @@ class Put(EventStruct, tag=12):
     headers: dict | None = None
 
 
+GetCount = Annotated[int, Meta(ge=1, le=GET_BATCH_ITEMS_MAX)]
+"""How many messages a GetBatch asks for at most."""
 PutList = Annotated[list[Put], Meta(min_length=1, max_length=PUT_BATCH_ITEMS_MAX)]
 """The items of a PutBatch: 1..PUT_BATCH_ITEMS_MAX whole Puts."""
 
@@ -72,6 +74,18 @@ class Get(EventStruct, tag=14):
     """Take the next message. timeout_ms: -1 wait forever, 0 poll, > 0 wait that long."""
 
     request_id: RequestId
+    timeout_ms: GetTimeoutMs
+
+
+class GetBatch(EventStruct, tag=23):
+    """Take up to count_max messages at once (the client's get_many, a prefetch).
+    Answered by one DeliveryBatch holding 1..count_max messages: those ready now, or
+    the first to arrive within timeout_ms (-1 wait forever, 0 poll: NOMOREMSG if
+    none). Each message is delivered as a Get would deliver it (delivery mark,
+    CONFIRMREQ/POSSDUPL, the unconfirmed cap); CancelGet withdraws it as a Get."""
+
+    request_id: RequestId
+    count_max: GetCount
     timeout_ms: GetTimeoutMs
 
 
@@ -180,6 +194,17 @@ class Delivery(EventStruct, tag=15):
     headers: dict | None = None
 
 
+DeliveryList = Annotated[list[Delivery], Meta(min_length=1)]
+"""The messages of a DeliveryBatch, oldest first, each with the GetBatch's id."""
+
+
+class DeliveryBatch(EventStruct, tag=24):
+    """The answer to a GetBatch: its messages, oldest first."""
+
+    request_id: RequestId
+    deliveries: DeliveryList
+
+
 class Confirmed(EventStruct, tag=17):
     """The outcome of a Confirm."""
 
@@ -233,6 +258,7 @@ CLIENT_EVENTS = (
     Put,
     PutBatch,
     Get,
+    GetBatch,
     Confirm,
     StatusRequest,
     CancelGet,
@@ -244,6 +270,7 @@ SERVER_EVENTS = (
     Attached,
     PutDone,
     Delivery,
+    DeliveryBatch,
     Confirmed,
     StatusReply,
     Failure,
@@ -257,6 +284,7 @@ Event = (
     | Put
     | PutBatch
     | Get
+    | GetBatch
     | Confirm
     | StatusRequest
     | CancelGet
@@ -264,6 +292,7 @@ Event = (
     | Attached
     | PutDone
     | Delivery
+    | DeliveryBatch
     | Confirmed
     | StatusReply
     | Failure
@@ -281,6 +310,7 @@ finish(
     Put,
     PutBatch,
     Get,
+    GetBatch,
     Confirm,
     CancelGet,
     StatusRequest,
@@ -288,6 +318,7 @@ finish(
     Attached,
     PutDone,
     Delivery,
+    DeliveryBatch,
     Confirmed,
     StatusReply,
     Failure,

@@ -92,7 +92,7 @@ class Gate:
                 if address is None:
                     return None  # the group answers NOSUCHQUEUE
                 return rules.may_attach(perms, *self._facts(address))
-            case wire.Get():
+            case wire.Get() | wire.GetBatch():
                 return self._on_attached(session, perms, rules.may_get)
             case wire.Confirm():
                 return self._on_attached(session, perms, rules.may_confirm)

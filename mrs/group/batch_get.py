@@ -1,0 +1,203 @@
+"""Room: a batch get (GetBatch) — up to N messages for one request, in one DeliveryBatch.
+
+A prefetch, as RabbitMQ's prefetch and Redis's COUNT: the client asks for up to
+`count_max` messages and gets those ready now (or, if none is, the first to arrive
+within its timeout, with whatever else is ready then). Each message is delivered
+exactly as a Get delivers it (`Handover`): it counts against the queue's
+unconfirmed cap, carries CONFIRMREQ or POSSDUPL, and a journaled one's delivery
+count is durable before the batch is sent — one commit holds the marks of the whole
+batch. A message delivered and not confirmed when the connection drops is what it
+is after a Get: back to the front of the queue, delivered again with POSSDUPL.
+
+Queues that confirm implicitly (each get confirms the message before) and the
+dead-letter queue read under leases take their messages one get at a time: a batch
+get there is refused BADPARAM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from journals import Journal, JournalError, WriteBatch, queue_key
+from mrs import protocol as wire
+from mrs.delivery import Refused
+from mrs.dlq_leases import is_shared
+from mrs.group.context import U32, GroupContext, Session, attached_queue
+from mrs.group.handover import Handover, delivery_event
+from mrs.limits import DELIVERY_BATCH_BYTES_MAX
+from mrs.model import Status
+from mrs.queues import Entry, GetWaiter, TargetQueue
+
+DELIVERY_OVERHEAD_BYTES = 256
+"""A Delivery's fields besides its body and maps (ints, addresses), at most."""
+
+
+@dataclass(eq=False)
+class BatchGet:
+    ctx: GroupContext
+    handover: Handover
+
+    def get_batch(self, session: Session, request: wire.GetBatch) -> None:
+        queue = attached_queue(session)
+        if queue.config.confirm == "implicit" or is_shared(queue):
+            why = "confirms implicitly" if not is_shared(queue) else "is read under leases"
+            raise Refused(
+                Status.BADPARAM,
+                f"queue {queue.address} {why}: take its messages one get at a time",
+            )
+        if not queue.can_deliver():
+            raise Refused(
+                Status.EXCMAXUNCONF,
+                f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "
+                f"(unconfirmed_max={queue.config.unconfirmed_max})",
+            )
+        if self._hand_over(session, request, queue, None):
+            return
+        if request.timeout_ms == 0:
+            raise Refused(Status.NOMOREMSG, f"no message on {queue.address}")
+        self._park(session, request, queue)
+
+    def _park(self, session: Session, request: wire.GetBatch, queue: TargetQueue) -> None:
+        """Wait for a message, as a parked Get does (`Handover._park`), including one
+        that reserves this get and commits its delivery mark with itself (premark)."""
+        waiter = GetWaiter(
+            deliver=lambda arrived, premarked=False: self._hand_over(
+                session, request, queue, arrived, premarked
+            ),
+            session_id=session.id,
+            request_id=request.request_id,
+        )
+        queue.park(waiter)
+        if request.timeout_ms > 0:
+            timeout_s = request.timeout_ms / 1000
+
+            def time_out() -> None:
+                session.send(
+                    wire.Failure(
+                        request.request_id,
+                        Status.TIMEOUT,
+                        f"no message on {queue.address} in {timeout_s:g} s",
+                    )
+                )
+
+            def expire() -> None:
+                if queue.unpark(waiter):
+                    time_out()
+                elif waiter.reserved:  # answered by its message's commit, unless that fails
+                    waiter.timed_out = time_out
+
+            waiter.cancel_timer = self.ctx.timers.call_later(timeout_s, expire)
+
+    def _hand_over(
+        self,
+        session: Session,
+        request: wire.GetBatch,
+        queue: TargetQueue,
+        first: Entry | None,
+        premarked: bool = False,
+    ) -> bool:
+        """Deliver `first` (an arrival for a parked batch; `premarked`: its delivery
+        mark was committed with it) and what else is ready, up to count_max, the
+        unconfirmed cap and about DELIVERY_BATCH_BYTES_MAX; False if nothing could be
+        delivered (the get still waits)."""
+        taken: list[tuple[Entry, wire.Delivery, bool]] = []
+        frame_bytes = 0
+        entry = first
+        while len(taken) < request.count_max:
+            if entry is None:
+                if not queue.can_deliver() or (entry := queue.take()) is None:
+                    break
+                if entry.body is None and not self.handover.dqf.load_body(queue, entry):
+                    entry = None
+                    continue
+            size = _wire_bytes(entry)
+            if taken and frame_bytes + size > DELIVERY_BATCH_BYTES_MAX:
+                queue.put_back(entry)  # not taken: first in line for the next get
+                break
+            delivered = self._take_one(request.request_id, queue, entry)
+            if delivered is not None:
+                taken.append(delivered)
+                frame_bytes += size
+            entry = None
+        if not taken:
+            return False
+        premarked_entry = first if premarked else None
+        self._send_when_marked(session, request.request_id, queue, taken, premarked_entry)
+        return True
+
+    def _take_one(
+        self, request_id: int, queue: TargetQueue, entry: Entry
+    ) -> tuple[Entry, wire.Delivery, bool] | None:
+        """Count one entry as delivered (as Handover.hand_over does); None if it cannot
+        be delivered at all (quarantined to the DLJ)."""
+        status, needs_confirm = self.handover._delivery_status(queue, entry)
+        try:  # built first: a field no client could have put must not kill the server
+            event = delivery_event(request_id, entry, status)
+        except (wire.ProtocolError, ValueError, TypeError) as error:
+            self.handover.dqf.quarantine(queue, entry, f"cannot be delivered: {error}")
+            return None
+        entry.times_delivered += 1
+        if needs_confirm:
+            queue.unconfirmed[entry.seq] = entry
+        return entry, event, needs_confirm
+
+    def _send_when_marked(
+        self,
+        session: Session,
+        request_id: int,
+        queue: TargetQueue,
+        taken: list[tuple[Entry, wire.Delivery, bool]],
+        premarked: Entry | None = None,
+    ) -> None:
+        """Send the batch once the delivery counts of its journaled entries are
+        durable (one commit; a premarked entry's already is); if that commit fails,
+        every entry goes back."""
+        answer = wire.DeliveryBatch(request_id, [event for _, event, _ in taken])
+        marks = [entry for entry, _, _ in taken if entry.journaled and entry is not premarked]
+        if not marks:
+            self._sent(session, answer, taken)
+            return
+        batch = WriteBatch.empty()
+        for entry in marks:
+            key = queue_key(queue.address.queue, entry.seq)
+            batch.put_raw(Journal.MARKS, key, U32.pack(entry.times_delivered))
+
+        def marked(error: JournalError | None) -> None:
+            if error is None:
+                self._sent(session, answer, taken)
+                return
+            for entry, _, _ in reversed(taken):  # never handed out: each is still due
+                entry.times_delivered -= 1
+                queue.unconfirmed.pop(entry.seq, None)
+                queue.put_back(entry)
+            session.send(
+                wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
+            )
+            self.handover.serve_waiting_gets(queue)
+
+        self.ctx.writer.submit(batch, marked)
+
+    @staticmethod
+    def _sent(
+        session: Session, answer: wire.DeliveryBatch, taken: list[tuple[Entry, wire.Delivery, bool]]
+    ) -> None:
+        session.send(answer)
+        for entry, _, _ in taken:
+            if not entry.journaled and entry.on_dequeue is not None:
+                entry.on_dequeue(entry)
+
+
+_ENCODE = msgspec.msgpack.Encoder().encode
+
+
+def _wire_bytes(entry: Entry) -> int:
+    """About how many bytes an entry's Delivery takes (never less): the frame of a
+    batch stays within DELIVERY_BATCH_BYTES_MAX, well inside the frame limit."""
+    size = DELIVERY_OVERHEAD_BYTES + len(entry.body or b"") + len(entry.correlation_id)
+    if entry.headers:
+        size += len(_ENCODE(entry.headers))
+    if entry.dead_letter_header:
+        size += len(_ENCODE(entry.dead_letter_header))
+    return size
