@@ -40,7 +40,7 @@ from clients.errors import ConnectionLost, MrsError, error_for
 from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
-from clients.requests import confirm_request, get_request, put_request
+from clients.requests import built, confirm_request, get_request, put_request
 from clients.saf_drain import JournalEvent, _psb, _SafDrain
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
@@ -277,7 +277,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "get_many")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        request = _built(wire.GetBatch, self._next_id(), count_max, timeout_ms)
+        request = built(wire.GetBatch, self._next_id(), count_max, timeout_ms)
         reply = await self._request(request, wait_s, "get")
         return [self._message(delivery) for delivery in reply.deliveries]
 
