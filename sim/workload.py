@@ -7,7 +7,7 @@ a get or a confirm whose answer never came (connection lost, group crashed, canc
 is recorded as such, so the checker can tell a marked redelivery the consumer never
 saw from a first delivery wrongly marked POSSDUPL.
 
-A run object (`sim.swarm.Simulation`, `sim.scenarios.RealRun`) gives the workload
+A run object (`sim.simulation.Simulation`, `sim.scenarios.RealRun`) gives the workload
 `rng`, `history`, `stopping`, `group_ids`, `connect(group_id, queue)`,
 `paused_consumers` (group ids whose consumers hold off, so backlogs build) and,
 optionally, `consumer_delay_s` (a lagging consumer) and `walk_away_probability`.

@@ -1,0 +1,163 @@
+"""One seed's world: the workload's shape, the bus, the groups and what the nemesis armed.
+
+`Workload` says how big a seed is (CI, the long runs and the broken-build test
+each pick one); `Simulation` is the run object the workload (`sim.workload`), the
+nemesis (`sim.nemesis`) and the swarm's phases (`sim.swarm`) share.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+import trio
+
+from clients import connect
+from mrs.config import BusConfig, parse_config
+from sim import workload
+from sim.checker import History
+from sim.membus import SimGroup
+from sim.memnet import MemoryNetwork
+
+GROUPS = (1, 2)
+"""The real-process scenarios' bus (the simulation's is `Workload.groups`)."""
+PRODUCERS_PER_GROUP = 2
+NEMESIS_ACTIONS = (
+    "crash",
+    "crash-at-commit",
+    "crash-at-commit",
+    "fail-at-commit",
+    "fail-at-commit",
+    "crash-in-recovery",
+    "start-fails",
+    "partition",
+    "half-open",
+    "reset",
+    "disk",
+    "delay",
+    "pause-consumers",
+    "malformed-peer",
+)
+
+
+FAILS_AT_COMMIT = 2
+"""Commits of waited-for messages each "fail-at-commit" fails, per group."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How big one seed is; CI, the long runs and the broken-build test pick one."""
+
+    groups: tuple[int, ...] = (1, 2, 3)
+    producers_per_group: int = PRODUCERS_PER_GROUP
+    safety_phase_s: float = 12.0
+    drain_phase_s_max: float = 120.0
+    messages_per_producer_max: int = 45
+    put_pause_s_max: float = 0.4
+    backlog_seed_fraction: float = 0.1
+    """Seeds that also burst a backlog into one group while its consumers hold off:
+    into the first group, past the server's in-memory window; into the second, until
+    its journal map is full; into the last, until its DQF is full."""
+    backlog_messages: int = 1100
+    map_bytes_max: int | None = 60_000
+    """The second group's journal map (None: unbounded): a backlog fills it
+    (MRS_RES_EXH), and the group must still record deliveries and confirms."""
+    dqf_messages_max: int = 300
+    """The last group's DQF limit: a backlog reaches it (DQF_FULL)."""
+    actions: tuple[str, ...] = NEMESIS_ACTIONS
+    walk_away_probability: float = workload.WALK_AWAY_PROBABILITY
+    fails_at_commit_armed: int = 0
+    """Commits of waited-for messages each group fails from the start (as if the
+    first action were a "fail-at-commit")."""
+
+
+DEFAULT_WORKLOAD = Workload()
+QUICK_WORKLOAD = Workload(
+    safety_phase_s=5.0,
+    messages_per_producer_max=20,
+    backlog_seed_fraction=0,
+    actions=NEMESIS_ACTIONS + ("fail-at-commit",) * 10,
+    walk_away_probability=0.1,
+    fails_at_commit_armed=FAILS_AT_COMMIT,
+)
+"""Small seeds for proving the checker (`tests/test_sim.py`): the same workload and
+faults, shorter, with consumers walking away more often and more faults aimed at
+commits, so each broken build shows within seconds."""
+MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)
+"""The default workload with a backlog in half the seeds: the map fills more often."""
+WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD, "map-full": MAP_FULL_WORKLOAD}
+
+
+def bus_config(directory: Path, shape: Workload = DEFAULT_WORKLOAD) -> BusConfig:
+    queues = workload.queues_toml(shape.producers_per_group)
+    last = shape.groups[-1]
+    text = "".join(
+        textwrap.dedent(f"""\
+            [[group]]
+            id = {group_id}
+            name = "G{group_id}"
+            listen = "sim:{7000 + group_id}"
+            data_dir = "g{group_id}"
+            """)
+        + (f"[group.limits]\ndqf_messages_max = {shape.dqf_messages_max}\n" * (group_id == last))
+        + queues
+        for group_id in shape.groups
+    )
+    text += "".join(f"[[link]]\ngroups = [{a}, {b}]\n" for a, b in combinations(shape.groups, 2))
+    for group_id in shape.groups:
+        (directory / f"g{group_id}").mkdir(exist_ok=True)  # DISCL's event log lives there
+    return parse_config(text, directory / "bus.toml")
+
+
+@dataclass(eq=False)
+class Simulation:
+    seed: int
+    rng: random.Random
+    network: MemoryNetwork
+    groups: dict[int, SimGroup]
+    history: History
+    shape: Workload = DEFAULT_WORKLOAD
+    stores_failing: dict[int, bool] = field(default_factory=dict)
+    start_faults: dict[int, int] = field(default_factory=dict)
+    """Commits left to fail at a group's next start (a crash during start-up)."""
+    crash_at_commit: dict[int, bool] = field(default_factory=dict)
+    fails_at_commit: dict[int, int] = field(default_factory=dict)
+    """Kill the group, or fail (a disk error) its next few commits, that store a
+    message a sender waits for: where an early acknowledgement is a lie."""
+    paused_consumers: set[int] = field(default_factory=set)
+    stopping: bool = False
+
+    @property
+    def group_ids(self) -> tuple[int, ...]:
+        return self.shape.groups
+
+    @property
+    def walk_away_probability(self) -> float:
+        return self.shape.walk_away_probability
+
+    def client_network(self):
+        return self.network.node("clients")
+
+    async def connect(self, group_id: int, queue: str | None):
+        return connect(
+            self.groups[group_id].address,
+            queue,
+            program="sim",
+            open_stream=self.client_network().connect,
+            connect_timeout_s=5,
+            reconnect=None,  # the workload reconnects itself: jitter would not be seeded
+        )
+
+    async def start(self, group_id: int, nursery: trio.Nursery) -> None:
+        """Start a group; a start that fails (a journal fault during recovery) is
+        retried, as a supervisor would."""
+        while True:
+            try:
+                await self.groups[group_id].start(nursery)
+                return
+            except Exception as error:  # noqa: BLE001 - a failed start is a result here
+                self.history.events.append({"start_failed": f"g{group_id}: {error}"})
+                await trio.sleep(0.5)
