@@ -20,7 +20,7 @@ from mrs.limits import QUEUE_MESSAGES_MAX_DEFAULT, QUEUE_UNCONFIRMED_MAX_DEFAULT
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 from mrs.ops_config import OpsConfig
 from mrs.security.config import AuthConfig
-from mrs.security.tls import TlsConfig
+from mrs.security.tls_config import TlsConfig
 
 GROUP_ID_MIN = 1
 GROUP_ID_MAX = 32000

@@ -38,7 +38,7 @@ from mrs.limits import (
 from mrs.model import DEAD_LETTER_QUEUE
 from mrs.ops_config import parse_ops
 from mrs.security.config import parse_auth
-from mrs.security.tls import check_link_tls, parse_tls
+from mrs.security.tls_config import check_link_tls, parse_tls
 
 _TOP_KEYS = frozenset({"group", "link", "protection", "auth"})
 _GROUP_KEYS = frozenset(

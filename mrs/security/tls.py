@@ -20,409 +20,63 @@ the same for the group a link's Hello claims (`check_link_peer`). Paths are
 relative to the config file; every file is read and checked when the config loads,
 so a bad path or a key that does not match its certificate is a one-line config
 error, not a failure on the first connection.
+
+The parts: the config table and SSL contexts (`mrs.security.tls_config`), the TLS
+network and stream checks (`mrs.security.tls_network`); this module re-exports them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import ssl
-from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
-import trio
-
-from mrs import protocol as wire
-from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
-from mrs.model import Status
-from mrs.network import Gate, Handler, TcpNetwork
-from mrs.refusals import RefusalLog
-
-log = logging.getLogger("mrs.tls")
-
-TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
-CLIENT_CERT_CHOICES = {
-    "none": ssl.CERT_NONE,
-    "optional": ssl.CERT_OPTIONAL,
-    "required": ssl.CERT_REQUIRED,
-}
-HANDSHAKE_TIMEOUT_S = 10.0
-"""A TLS handshake not done by then is dropped: a silent client holds nothing longer."""
-HANDSHAKES_PER_HOST_MAX = 64
-"""TLS handshakes in progress from one host; more are closed at once."""
-HANDSHAKES_MAX = 1024
-"""TLS handshakes in progress from everyone."""
-FIRST_READ_BYTES_MAX = 16384
-"""Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
-CLOSE_DRAIN_S = 1.0
-"""After a refused handshake: how long to read what the peer still sends (no RST)."""
-CLOSE_DRAIN_BYTES_MAX = 65536
-"""... and how much of it."""
-CLOSE_DRAINS_MAX = 64
-"""Refused connections being closed gently at once; more are closed at once."""
-TLS_HANDSHAKE_RECORD = b"\x16"
-"""The first byte of every TLS connection (a handshake record: the ClientHello)."""
-PLAINTEXT_REFUSAL = (
-    "this group speaks TLS only: connect with tls=clients.tls_context(ca, cert, key)"
-    " (docs/security.md)"
+from mrs.security.tls_config import (
+    CLIENT_CERT_CHOICES,
+    GROUP_NAME_PREFIX,
+    TLS_KEYS,
+    TlsConfig,
+    check_link_tls,
+    describe_tls_error,
+    group_server_name,
+    operator_connect_options,
+    parse_tls,
 )
-GROUP_NAME_PREFIX = "mrs-group-"
-"""Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
+from mrs.security.tls_network import (
+    CLOSE_DRAIN_BYTES_MAX,
+    CLOSE_DRAIN_S,
+    CLOSE_DRAINS_MAX,
+    FIRST_READ_BYTES_MAX,
+    HANDSHAKE_TIMEOUT_S,
+    HANDSHAKES_MAX,
+    HANDSHAKES_PER_HOST_MAX,
+    PLAINTEXT_REFUSAL,
+    TLS_HANDSHAKE_RECORD,
+    NotTls,
+    TlsNetwork,
+    check_link_peer,
+    tls_network,
+    transport_socket,
+)
 
-
-def group_server_name(group_id: int) -> str:
-    """The name a link verifies in the certificate of group `group_id`."""
-    return f"{GROUP_NAME_PREFIX}{group_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class TlsConfig:
-    """One group's `[group.tls]`: absolute paths, already checked to load."""
-
-    ca: Path
-    cert: Path
-    key: Path
-    client_cert: str = "none"
-    _contexts: dict[str, ssl.SSLContext] = field(
-        default_factory=dict, compare=False, repr=False, hash=False
-    )
-
-    def server_context(self) -> ssl.SSLContext:
-        """For accepting: our certificate; client certificates checked as configured."""
-        if "server" not in self._contexts:
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
-            context.load_cert_chain(str(self.cert), str(self.key))
-            context.verify_mode = CLIENT_CERT_CHOICES[self.client_cert]
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts["server"] = context
-        return self._contexts["server"]
-
-    def dial_context(self) -> ssl.SSLContext:
-        """For dialing a linked group: verify it (name and CA), show our certificate."""
-        if "dial" not in self._contexts:
-            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
-            context.load_cert_chain(str(self.cert), str(self.key))
-            context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts["dial"] = context
-        return self._contexts["dial"]
-
-
-def parse_tls(parser: Any, group: dict[str, Any], group_where: str) -> TlsConfig | None:
-    """Validate `[group.tls]` with the config parser's helpers (one-line errors)."""
-    if "tls" not in group:
-        return None
-    where = f"{group_where}.tls"
-    raw = group["tls"]
-    if not isinstance(raw, dict):
-        parser.fail(where, "must be a table ([group.tls])")
-    parser.check_keys(raw, where, TLS_KEYS, ("ca", "cert", "key"))
-    client_cert = raw.get("client_cert", "none")
-    if not isinstance(client_cert, str) or client_cert not in CLIENT_CERT_CHOICES:
-        choices = ", ".join(repr(choice) for choice in CLIENT_CERT_CHOICES)
-        parser.fail(f"{where}.client_cert", f"must be one of {choices}, got {client_cert!r}")
-    paths = {key: _path(parser, raw, key, where) for key in ("ca", "cert", "key")}
-    config = TlsConfig(paths["ca"], paths["cert"], paths["key"], client_cert)
-    _check_loads(parser, config, where)
-    return config
-
-
-def _path(parser: Any, raw: dict[str, Any], key: str, where: str) -> Path:
-    text = parser.string(raw, key, where)
-    if not text.strip() or "\0" in text:
-        parser.fail(f"{where}.{key}", f"must be a file path, got {text!r}")
-    try:
-        path = Path(text).expanduser()
-    except RuntimeError:  # "~nosuchuser/..."
-        parser.fail(f"{where}.{key}", f"cannot expand the home directory in {text!r}")
-    if not path.is_absolute():
-        path = parser.path.absolute().parent / path
-    try:
-        with path.open("rb"):
-            pass
-    except FileNotFoundError:
-        parser.fail(f"{where}.{key}", f"no such file: {path}")
-    except OSError as error:  # a directory, no permission, a name too long, ...
-        parser.fail(f"{where}.{key}", f"cannot read {path}: {error.strerror or error}")
-    return path
-
-
-def _check_loads(parser: Any, config: TlsConfig, where: str) -> None:
-    """Load the files now: a PEM that is not one, or a key of another certificate,
-    fails the config load instead of the first handshake."""
-    try:
-        ssl.create_default_context(cafile=str(config.ca))
-    except (ssl.SSLError, ValueError) as error:
-        parser.fail(f"{where}.ca", f"{config.ca} is not a PEM CA certificate: {_reason(error)}")
-    try:
-        ssl.create_default_context().load_cert_chain(str(config.cert), str(config.key))
-    except (ssl.SSLError, ValueError) as error:
-        parser.fail(
-            f"{where}.cert",
-            f"{config.cert} with key {config.key} does not load "
-            f"(not PEM, or the key is not this certificate's): {_reason(error)}",
-        )
-
-
-def check_link_tls(parser: Any, groups: dict[int, Any], link_where: str, pair: tuple) -> None:
-    """A link is TLS on both ends or on neither: a dialer without TLS could not reach
-    a TLS port, and one with TLS would be refused by a plaintext one."""
-    low, high = (groups[group_id] for group_id in pair)
-    if (low.tls is None) != (high.tls is None):
-        with_tls, without = (low, high) if low.tls is not None else (high, low)
-        parser.fail(
-            f"{link_where}.groups",
-            f"group {with_tls.id} has [group.tls] and group {without.id} has not; "
-            "a link needs TLS on both groups or on neither",
-        )
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, ssl.SSLError) and error.reason:
-        return str(error.reason).lower().replace("_", " ")
-    return str(error) or type(error).__name__
-
-
-def describe_tls_error(error: BaseException) -> str:
-    """One line for a failed handshake: the SSL reason behind trio's BrokenResourceError."""
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"certificate verify failed: {cause.verify_message}"
-        if isinstance(cause, ssl.SSLError):
-            return _reason(cause)
-        cause = cause.__cause__ or cause.__context__
-    return str(error) or type(error).__name__
-
-
-class TlsNetwork(TcpNetwork):
-    """Real TCP with TLS on top: every accepted connection and every dial."""
-
-    def __init__(self, config: TlsConfig, peer_names: dict[tuple[str, int], str]) -> None:
-        self.config = config
-        self.peer_names = peer_names
-        """(host, port) dialed -> the name its certificate must carry (mrs-group-N)."""
-        self.server_context = config.server_context()
-        self.dial_context = config.dial_context()
-        self.refused = 0
-        """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
-        self._handshaking: Counter[str] = Counter()
-        self._draining = 0
-        self._refusals = RefusalLog(
-            log,
-            every_s=TLS_REFUSAL_LOG_INTERVAL_S,
-            level=logging.INFO,
-            line_format="TLS handshake from {peer} refused: {message}",
-        )
-
-    async def serve_listeners(
-        self,
-        handler: Handler,
-        host: str,
-        listeners: list[trio.SocketListener],
-        *,
-        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
-        gate: Gate | None = None,
-    ) -> None:
-        await super().serve_listeners(
-            self._tls_handler(handler), host, listeners, task_status=task_status, gate=gate
-        )
-
-    def _tls_handler(self, handler: Handler) -> Handler:
-        async def handle(stream: trio.abc.Stream) -> None:
-            peer = _peer(stream)
-            host = peer.rpartition(":")[0]
-            if not self._may_handshake(host):
-                self._refuse(peer, f"{HANDSHAKES_PER_HOST_MAX} handshakes from {host} in progress")
-                await trio.aclose_forcefully(stream)
-                return
-            self._handshaking[host] += 1
-            try:
-                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    tls_stream = await self._handshake(stream)
-            except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
-                self._refuse(peer, _why(error))
-                tls_stream = None
-            finally:
-                self._handshaking[host] -= 1
-                if not self._handshaking[host]:
-                    del self._handshaking[host]
-            if tls_stream is None:
-                await self._close_refused(stream)
-                return
-            await handler(tls_stream)
-
-        return handle
-
-    async def _handshake(self, stream: trio.abc.Stream) -> trio.SSLStream:
-        """Look at the first bytes: a TLS record goes on to the handshake; an MRS frame
-        (a plaintext client) is answered with a Fatal saying this port speaks TLS, so
-        the client stops with a clear error instead of reconnecting forever."""
-        first = await stream.receive_some(FIRST_READ_BYTES_MAX)
-        if first[:1] != TLS_HANDSHAKE_RECORD:
-            if first[:1] == b"\0":  # a frame's length prefix: an MRS client without TLS
-                fatal = wire.Connection("server").send(
-                    wire.Fatal(int(Status.PROTOCOL_ERROR), PLAINTEXT_REFUSAL)
-                )
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stream.send_all(fatal)
-                raise NotTls("a plaintext MRS client (answered: TLS only)")
-            raise NotTls("not a TLS handshake" if first else "closed before a TLS handshake")
-        tls_stream = trio.SSLStream(_Replayed(stream, first), self.server_context, server_side=True)
-        await tls_stream.do_handshake()
-        return tls_stream
-
-    async def _close_refused(self, stream: trio.abc.Stream) -> None:
-        """Gently (see _close_gently) while fewer than CLOSE_DRAINS_MAX are at it;
-        beyond that a flood of refused connections is closed at once."""
-        if self._draining >= CLOSE_DRAINS_MAX:
-            await trio.aclose_forcefully(stream)
-            return
-        self._draining += 1
-        try:
-            await _close_gently(stream)
-        finally:
-            self._draining -= 1
-
-    def _may_handshake(self, host: str) -> bool:
-        """Bounds on handshakes in progress: before TLS there is no session, so the
-        server's per-host connection limits cannot count them yet; these do."""
-        if self._handshaking[host] >= HANDSHAKES_PER_HOST_MAX:
-            return False
-        return self._handshaking.total() < HANDSHAKES_MAX
-
-    def _refuse(self, peer: str, why: str) -> None:
-        """Count it; log it, at most one line per (host, reason) a second (a flood of
-        junk connections must not flood the log; a new reason is logged at once)."""
-        self.refused += 1
-        host = peer.rpartition(":")[0]
-        self._refusals.refused("tls", peer, why, key=(host, why))
-
-    async def connect(self, host: str, port: int) -> trio.abc.Stream:
-        """Dial and finish the handshake (a wrong certificate fails here, clearly)."""
-        stream = await trio.open_tcp_stream(host, port)
-        name = self.peer_names.get((host, port), host)
-        tls_stream = trio.SSLStream(stream, self.dial_context, server_hostname=name)
-        try:
-            await tls_stream.do_handshake()
-        except BaseException as error:
-            await trio.aclose_forcefully(stream)
-            if isinstance(error, trio.BrokenResourceError | OSError):
-                raise ConnectionError(f"TLS to {host}:{port} ({name}): {_why(error)}") from None
-            raise
-        return tls_stream
-
-
-async def _close_gently(stream: trio.abc.Stream) -> None:
-    """FIN, then read what the peer still sends, then close: closing with unread data
-    would send an RST, and a TLS 1.3 client whose certificate was refused (it has
-    already sent its first frame) would see "connection reset" instead of the end of
-    the TLS stream, a failure it cannot tell from a crash. Bounded in time and bytes."""
-    with (
-        trio.move_on_after(CLOSE_DRAIN_S),
-        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
-    ):
-        if isinstance(stream, trio.abc.HalfCloseableStream):
-            await stream.send_eof()
-        drained = 0
-        while drained < CLOSE_DRAIN_BYTES_MAX:
-            data = await stream.receive_some(FIRST_READ_BYTES_MAX)
-            if not data:
-                break
-            drained += len(data)
-    await trio.aclose_forcefully(stream)
-
-
-class NotTls(Exception):
-    """The first bytes of an accepted connection are not a TLS handshake."""
-
-
-class _Replayed(trio.abc.Stream):
-    """A stream whose first bytes (already read, to look at them) are read again."""
-
-    def __init__(self, inner: trio.abc.Stream, first: bytes) -> None:
-        self.inner = inner
-        self._first = first
-
-    @property
-    def socket(self) -> Any:
-        return transport_socket(self.inner)
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._first:
-            data, self._first = self._first, b""
-            return data
-        return await self.inner.receive_some(max_bytes)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-def tls_network(bus: Any, group: Any) -> TlsNetwork:
-    """The TLS network of `group` (its config has `tls`): each group it dials is
-    verified by the name mrs-group-N at the address it dials (a link's address, or
-    the peer's listen address)."""
-    peer_names: dict[tuple[str, int], str] = {}
-    for peer_id in group.linked_group_ids:
-        link = bus.link_between(group.id, peer_id)
-        if link is not None and link.address_host is not None:
-            address = (link.address_host, link.address_port)
-        else:
-            peer = bus.group(peer_id)
-            address = (peer.listen_host, peer.listen_port)
-        peer_names[address] = group_server_name(peer_id)
-    return TlsNetwork(group.tls, peer_names)
-
-
-def operator_connect_options(group: Any) -> dict[str, Any]:
-    """`connect()` options for an operator tool reaching `group` from the config: TLS
-    with the group's CA and, as client certificate, the group's own (the tool runs
-    where the group's files are); the server verified by its name mrs-group-N."""
-    if group.tls is None:
-        return {}
-    return {"tls": group.tls.dial_context(), "tls_server_name": group_server_name(group.id)}
-
-
-def _why(error: BaseException) -> str:
-    if isinstance(error, NotTls):
-        return str(error)
-    if isinstance(error, trio.TooSlowError):
-        return f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"
-    return describe_tls_error(error)
-
-
-def _peer(stream: trio.abc.Stream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
-    except (OSError, AttributeError):
-        return "?"
-    return f"{host}:{port}"
-
-
-def transport_socket(stream: trio.abc.Stream) -> Any:
-    """The socket under a TCP or TLS stream (for the peer address, SO_LINGER)."""
-    while isinstance(stream, trio.SSLStream):
-        stream = stream.transport_stream
-    return stream.socket  # type: ignore[attr-defined]
-
-
-def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
-    """None when a link claiming to be `group_id` may proceed, else why not: over
-    TLS with a client certificate, the certificate must name mrs-group-N."""
-    if not isinstance(stream, trio.SSLStream):
-        return None
-    certificate = stream.getpeercert()
-    if not certificate:
-        return None  # no client certificate asked for: TLS protects the wire only
-    names = {value for kind, value in certificate.get("subjectAltName", ()) if kind == "DNS"}
-    if group_server_name(group_id) in names:
-        return None
-    shown = ", ".join(sorted(names)) or "no DNS names"
-    return f"link claims group {group_id} but its certificate names {shown}"
+__all__ = [
+    "CLIENT_CERT_CHOICES",
+    "CLOSE_DRAINS_MAX",
+    "CLOSE_DRAIN_BYTES_MAX",
+    "CLOSE_DRAIN_S",
+    "FIRST_READ_BYTES_MAX",
+    "GROUP_NAME_PREFIX",
+    "HANDSHAKES_MAX",
+    "HANDSHAKES_PER_HOST_MAX",
+    "HANDSHAKE_TIMEOUT_S",
+    "PLAINTEXT_REFUSAL",
+    "TLS_HANDSHAKE_RECORD",
+    "TLS_KEYS",
+    "NotTls",
+    "TlsConfig",
+    "TlsNetwork",
+    "check_link_peer",
+    "check_link_tls",
+    "describe_tls_error",
+    "group_server_name",
+    "operator_connect_options",
+    "parse_tls",
+    "tls_network",
+    "transport_socket",
+]

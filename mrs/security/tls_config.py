@@ -1,0 +1,155 @@
+"""The `[group.tls]` table: parsed, its files checked to load, and the SSL contexts it makes.
+
+Every file is read and checked when the config loads, so a bad path or a key that
+does not match its certificate is a one-line config error, not a failure on the
+first connection. Group certificates name `mrs-group-N` (`group_server_name`).
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
+CLIENT_CERT_CHOICES = {
+    "none": ssl.CERT_NONE,
+    "optional": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+GROUP_NAME_PREFIX = "mrs-group-"
+"""Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
+
+
+def group_server_name(group_id: int) -> str:
+    """The name a link verifies in the certificate of group `group_id`."""
+    return f"{GROUP_NAME_PREFIX}{group_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """One group's `[group.tls]`: absolute paths, already checked to load."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: str = "none"
+    _contexts: dict[str, ssl.SSLContext] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+
+    def server_context(self) -> ssl.SSLContext:
+        """For accepting: our certificate; client certificates checked as configured."""
+        if "server" not in self._contexts:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
+            context.load_cert_chain(str(self.cert), str(self.key))
+            context.verify_mode = CLIENT_CERT_CHOICES[self.client_cert]
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._contexts["server"] = context
+        return self._contexts["server"]
+
+    def dial_context(self) -> ssl.SSLContext:
+        """For dialing a linked group: verify it (name and CA), show our certificate."""
+        if "dial" not in self._contexts:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
+            context.load_cert_chain(str(self.cert), str(self.key))
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            self._contexts["dial"] = context
+        return self._contexts["dial"]
+
+
+def parse_tls(parser: Any, group: dict[str, Any], group_where: str) -> TlsConfig | None:
+    """Validate `[group.tls]` with the config parser's helpers (one-line errors)."""
+    if "tls" not in group:
+        return None
+    where = f"{group_where}.tls"
+    raw = group["tls"]
+    if not isinstance(raw, dict):
+        parser.fail(where, "must be a table ([group.tls])")
+    parser.check_keys(raw, where, TLS_KEYS, ("ca", "cert", "key"))
+    client_cert = raw.get("client_cert", "none")
+    if not isinstance(client_cert, str) or client_cert not in CLIENT_CERT_CHOICES:
+        choices = ", ".join(repr(choice) for choice in CLIENT_CERT_CHOICES)
+        parser.fail(f"{where}.client_cert", f"must be one of {choices}, got {client_cert!r}")
+    paths = {key: _path(parser, raw, key, where) for key in ("ca", "cert", "key")}
+    config = TlsConfig(paths["ca"], paths["cert"], paths["key"], client_cert)
+    _check_loads(parser, config, where)
+    return config
+
+
+def _path(parser: Any, raw: dict[str, Any], key: str, where: str) -> Path:
+    text = parser.string(raw, key, where)
+    if not text.strip() or "\0" in text:
+        parser.fail(f"{where}.{key}", f"must be a file path, got {text!r}")
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~nosuchuser/..."
+        parser.fail(f"{where}.{key}", f"cannot expand the home directory in {text!r}")
+    if not path.is_absolute():
+        path = parser.path.absolute().parent / path
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        parser.fail(f"{where}.{key}", f"no such file: {path}")
+    except OSError as error:  # a directory, no permission, a name too long, ...
+        parser.fail(f"{where}.{key}", f"cannot read {path}: {error.strerror or error}")
+    return path
+
+
+def _check_loads(parser: Any, config: TlsConfig, where: str) -> None:
+    """Load the files now: a PEM that is not one, or a key of another certificate,
+    fails the config load instead of the first handshake."""
+    try:
+        ssl.create_default_context(cafile=str(config.ca))
+    except (ssl.SSLError, ValueError) as error:
+        parser.fail(f"{where}.ca", f"{config.ca} is not a PEM CA certificate: {_reason(error)}")
+    try:
+        ssl.create_default_context().load_cert_chain(str(config.cert), str(config.key))
+    except (ssl.SSLError, ValueError) as error:
+        parser.fail(
+            f"{where}.cert",
+            f"{config.cert} with key {config.key} does not load "
+            f"(not PEM, or the key is not this certificate's): {_reason(error)}",
+        )
+
+
+def check_link_tls(parser: Any, groups: dict[int, Any], link_where: str, pair: tuple) -> None:
+    """A link is TLS on both ends or on neither: a dialer without TLS could not reach
+    a TLS port, and one with TLS would be refused by a plaintext one."""
+    low, high = (groups[group_id] for group_id in pair)
+    if (low.tls is None) != (high.tls is None):
+        with_tls, without = (low, high) if low.tls is not None else (high, low)
+        parser.fail(
+            f"{link_where}.groups",
+            f"group {with_tls.id} has [group.tls] and group {without.id} has not; "
+            "a link needs TLS on both groups or on neither",
+        )
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, ssl.SSLError) and error.reason:
+        return str(error.reason).lower().replace("_", " ")
+    return str(error) or type(error).__name__
+
+
+def describe_tls_error(error: BaseException) -> str:
+    """One line for a failed handshake: the SSL reason behind trio's BrokenResourceError."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {cause.verify_message}"
+        if isinstance(cause, ssl.SSLError):
+            return _reason(cause)
+        cause = cause.__cause__ or cause.__context__
+    return str(error) or type(error).__name__
+
+
+def operator_connect_options(group: Any) -> dict[str, Any]:
+    """`connect()` options for an operator tool reaching `group` from the config: TLS
+    with the group's CA and, as client certificate, the group's own (the tool runs
+    where the group's files are); the server verified by its name mrs-group-N."""
+    if group.tls is None:
+        return {}
+    return {"tls": group.tls.dial_context(), "tls_server_name": group_server_name(group.id)}

@@ -1,0 +1,269 @@
+"""TLS on real TCP: bounded handshakes, plaintext clients refused clearly, links verified by name.
+
+Accepted connections are told apart by their first byte (a TLS record, or an MRS
+frame from a client without TLS, answered with a Fatal saying so); handshakes in
+progress are bounded per host and in all; refused connections are closed gently
+(bounded) so a client sees the end of the stream, not a reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from typing import Any
+
+import trio
+
+from mrs import protocol as wire
+from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
+from mrs.model import Status
+from mrs.network import Gate, Handler, TcpNetwork
+from mrs.refusals import RefusalLog
+from mrs.security.tls_config import TlsConfig, describe_tls_error, group_server_name
+
+log = logging.getLogger("mrs.tls")
+
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A TLS handshake not done by then is dropped: a silent client holds nothing longer."""
+HANDSHAKES_PER_HOST_MAX = 64
+"""TLS handshakes in progress from one host; more are closed at once."""
+HANDSHAKES_MAX = 1024
+"""TLS handshakes in progress from everyone."""
+FIRST_READ_BYTES_MAX = 16384
+"""Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
+CLOSE_DRAIN_S = 1.0
+"""After a refused handshake: how long to read what the peer still sends (no RST)."""
+CLOSE_DRAIN_BYTES_MAX = 65536
+"""... and how much of it."""
+CLOSE_DRAINS_MAX = 64
+"""Refused connections being closed gently at once; more are closed at once."""
+TLS_HANDSHAKE_RECORD = b"\x16"
+"""The first byte of every TLS connection (a handshake record: the ClientHello)."""
+PLAINTEXT_REFUSAL = (
+    "this group speaks TLS only: connect with tls=clients.tls_context(ca, cert, key)"
+    " (docs/security.md)"
+)
+
+
+class TlsNetwork(TcpNetwork):
+    """Real TCP with TLS on top: every accepted connection and every dial."""
+
+    def __init__(self, config: TlsConfig, peer_names: dict[tuple[str, int], str]) -> None:
+        self.config = config
+        self.peer_names = peer_names
+        """(host, port) dialed -> the name its certificate must carry (mrs-group-N)."""
+        self.server_context = config.server_context()
+        self.dial_context = config.dial_context()
+        self.refused = 0
+        """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
+        self._handshaking: Counter[str] = Counter()
+        self._draining = 0
+        self._refusals = RefusalLog(
+            log,
+            every_s=TLS_REFUSAL_LOG_INTERVAL_S,
+            level=logging.INFO,
+            line_format="TLS handshake from {peer} refused: {message}",
+        )
+
+    async def serve_listeners(
+        self,
+        handler: Handler,
+        host: str,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+        gate: Gate | None = None,
+    ) -> None:
+        await super().serve_listeners(
+            self._tls_handler(handler), host, listeners, task_status=task_status, gate=gate
+        )
+
+    def _tls_handler(self, handler: Handler) -> Handler:
+        async def handle(stream: trio.abc.Stream) -> None:
+            peer = _peer(stream)
+            host = peer.rpartition(":")[0]
+            if not self._may_handshake(host):
+                self._refuse(peer, f"{HANDSHAKES_PER_HOST_MAX} handshakes from {host} in progress")
+                await trio.aclose_forcefully(stream)
+                return
+            self._handshaking[host] += 1
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    tls_stream = await self._handshake(stream)
+            except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
+                self._refuse(peer, _why(error))
+                tls_stream = None
+            finally:
+                self._handshaking[host] -= 1
+                if not self._handshaking[host]:
+                    del self._handshaking[host]
+            if tls_stream is None:
+                await self._close_refused(stream)
+                return
+            await handler(tls_stream)
+
+        return handle
+
+    async def _handshake(self, stream: trio.abc.Stream) -> trio.SSLStream:
+        """Look at the first bytes: a TLS record goes on to the handshake; an MRS frame
+        (a plaintext client) is answered with a Fatal saying this port speaks TLS, so
+        the client stops with a clear error instead of reconnecting forever."""
+        first = await stream.receive_some(FIRST_READ_BYTES_MAX)
+        if first[:1] != TLS_HANDSHAKE_RECORD:
+            if first[:1] == b"\0":  # a frame's length prefix: an MRS client without TLS
+                fatal = wire.Connection("server").send(
+                    wire.Fatal(int(Status.PROTOCOL_ERROR), PLAINTEXT_REFUSAL)
+                )
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await stream.send_all(fatal)
+                raise NotTls("a plaintext MRS client (answered: TLS only)")
+            raise NotTls("not a TLS handshake" if first else "closed before a TLS handshake")
+        tls_stream = trio.SSLStream(_Replayed(stream, first), self.server_context, server_side=True)
+        await tls_stream.do_handshake()
+        return tls_stream
+
+    async def _close_refused(self, stream: trio.abc.Stream) -> None:
+        """Gently (see _close_gently) while fewer than CLOSE_DRAINS_MAX are at it;
+        beyond that a flood of refused connections is closed at once."""
+        if self._draining >= CLOSE_DRAINS_MAX:
+            await trio.aclose_forcefully(stream)
+            return
+        self._draining += 1
+        try:
+            await _close_gently(stream)
+        finally:
+            self._draining -= 1
+
+    def _may_handshake(self, host: str) -> bool:
+        """Bounds on handshakes in progress: before TLS there is no session, so the
+        server's per-host connection limits cannot count them yet; these do."""
+        if self._handshaking[host] >= HANDSHAKES_PER_HOST_MAX:
+            return False
+        return self._handshaking.total() < HANDSHAKES_MAX
+
+    def _refuse(self, peer: str, why: str) -> None:
+        """Count it; log it, at most one line per (host, reason) a second (a flood of
+        junk connections must not flood the log; a new reason is logged at once)."""
+        self.refused += 1
+        host = peer.rpartition(":")[0]
+        self._refusals.refused("tls", peer, why, key=(host, why))
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """Dial and finish the handshake (a wrong certificate fails here, clearly)."""
+        stream = await trio.open_tcp_stream(host, port)
+        name = self.peer_names.get((host, port), host)
+        tls_stream = trio.SSLStream(stream, self.dial_context, server_hostname=name)
+        try:
+            await tls_stream.do_handshake()
+        except BaseException as error:
+            await trio.aclose_forcefully(stream)
+            if isinstance(error, trio.BrokenResourceError | OSError):
+                raise ConnectionError(f"TLS to {host}:{port} ({name}): {_why(error)}") from None
+            raise
+        return tls_stream
+
+
+async def _close_gently(stream: trio.abc.Stream) -> None:
+    """FIN, then read what the peer still sends, then close: closing with unread data
+    would send an RST, and a TLS 1.3 client whose certificate was refused (it has
+    already sent its first frame) would see "connection reset" instead of the end of
+    the TLS stream, a failure it cannot tell from a crash. Bounded in time and bytes."""
+    with (
+        trio.move_on_after(CLOSE_DRAIN_S),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError),
+    ):
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            await stream.send_eof()
+        drained = 0
+        while drained < CLOSE_DRAIN_BYTES_MAX:
+            data = await stream.receive_some(FIRST_READ_BYTES_MAX)
+            if not data:
+                break
+            drained += len(data)
+    await trio.aclose_forcefully(stream)
+
+
+class NotTls(Exception):
+    """The first bytes of an accepted connection are not a TLS handshake."""
+
+
+class _Replayed(trio.abc.Stream):
+    """A stream whose first bytes (already read, to look at them) are read again."""
+
+    def __init__(self, inner: trio.abc.Stream, first: bytes) -> None:
+        self.inner = inner
+        self._first = first
+
+    @property
+    def socket(self) -> Any:
+        return transport_socket(self.inner)
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._first:
+            data, self._first = self._first, b""
+            return data
+        return await self.inner.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def tls_network(bus: Any, group: Any) -> TlsNetwork:
+    """The TLS network of `group` (its config has `tls`): each group it dials is
+    verified by the name mrs-group-N at the address it dials (a link's address, or
+    the peer's listen address)."""
+    peer_names: dict[tuple[str, int], str] = {}
+    for peer_id in group.linked_group_ids:
+        link = bus.link_between(group.id, peer_id)
+        if link is not None and link.address_host is not None:
+            address = (link.address_host, link.address_port)
+        else:
+            peer = bus.group(peer_id)
+            address = (peer.listen_host, peer.listen_port)
+        peer_names[address] = group_server_name(peer_id)
+    return TlsNetwork(group.tls, peer_names)
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, NotTls):
+        return str(error)
+    if isinstance(error, trio.TooSlowError):
+        return f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"
+    return describe_tls_error(error)
+
+
+def _peer(stream: trio.abc.Stream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
+    except (OSError, AttributeError):
+        return "?"
+    return f"{host}:{port}"
+
+
+def transport_socket(stream: trio.abc.Stream) -> Any:
+    """The socket under a TCP or TLS stream (for the peer address, SO_LINGER)."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    return stream.socket  # type: ignore[attr-defined]
+
+
+def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
+    """None when a link claiming to be `group_id` may proceed, else why not: over
+    TLS with a client certificate, the certificate must name mrs-group-N."""
+    if not isinstance(stream, trio.SSLStream):
+        return None
+    certificate = stream.getpeercert()
+    if not certificate:
+        return None  # no client certificate asked for: TLS protects the wire only
+    names = {value for kind, value in certificate.get("subjectAltName", ()) if kind == "DNS"}
+    if group_server_name(group_id) in names:
+        return None
+    shown = ", ".join(sorted(names)) or "no DNS names"
+    return f"link claims group {group_id} but its certificate names {shown}"
