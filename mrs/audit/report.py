@@ -80,6 +80,21 @@ def compute(spark, sources: dict[str, str], since=None, until=None) -> Report:
     dlj_all = dlj_all.drop("body").cache()
     pcj = pcj_all.where(F.col("corrupt").isNull())
     dlj = dlj_all.where(F.col("corrupt").isNull())
+    corrupt = (
+        pcj_all.where(F.col("corrupt").isNotNull()).count()
+        + dlj_all.where(F.col("corrupt").isNotNull()).count()
+    )
+    totals = _totals(pcj, dlj, corrupt)
+    tables = _tables(pcj, dlj)
+    pcj_all.unpersist()
+    dlj_all.unpersist()
+    return Report(totals, tables)
+
+
+def _totals(pcj, dlj, corrupt: int) -> dict:
+    """The `totals` figure: one aggregation over the sound PCJ rows, plus counts."""
+    from pyspark.sql import functions as F
+
     summary = pcj.agg(
         F.count(F.lit(1)).alias("confirmed"),
         F.sum(F.col("possdupl").cast("long")).alias("possdupl"),
@@ -88,12 +103,8 @@ def compute(spark, sources: dict[str, str], since=None, until=None) -> Report:
         F.max("confirm_time").alias("last_confirm"),
         F.sum("body_size").alias("body_bytes"),
     ).collect()[0]
-    corrupt = (
-        pcj_all.where(F.col("corrupt").isNotNull()).count()
-        + dlj_all.where(F.col("corrupt").isNotNull()).count()
-    )
     confirmed = summary["confirmed"]
-    totals = {
+    return {
         "confirmed": confirmed,
         "dead_letters": dlj.count(),
         "possdupl": summary["possdupl"] or 0,
@@ -104,10 +115,16 @@ def compute(spark, sources: dict[str, str], since=None, until=None) -> Report:
         "first_confirm": summary["first_confirm"],
         "last_confirm": summary["last_confirm"],
     }
+
+
+def _tables(pcj, dlj) -> dict[str, list[dict]]:
+    """The small tables (TABLES), each collected to the driver."""
+    from pyspark.sql import functions as F
+
     latency_ms = (
         F.unix_micros("confirm_time") - F.unix_micros("put_time")
     ).cast("double") / 1000.0
-    tables = {
+    return {
         "per_queue": _rows(
             pcj.groupBy("target").agg(F.count(F.lit(1)).alias("messages")).orderBy("target")
         ),
@@ -142,9 +159,6 @@ def compute(spark, sources: dict[str, str], since=None, until=None) -> Report:
             .orderBy(F.desc("messages"), "dead_letter_reason")
         ),
     }
-    pcj_all.unpersist()
-    dlj_all.unpersist()
-    return Report(totals, tables)
 
 
 def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,

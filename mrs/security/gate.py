@@ -26,7 +26,7 @@ from mrs.security.authority import Authority
 log = logging.getLogger("mrs.security")
 
 REPLAY_HEADER = "replay"
-"""Set by mrs.replay.replay_headers on every replayed message."""
+"""Set by mrs.tools.journal.replay_keys.replay_headers on every replayed message."""
 DECISIONS_MAX = 4096
 """Remembered answers (principal, request kind, queue) -> problem; cleared when the
 credentials reload or when full. A put costs a dict lookup instead of resolving the

@@ -29,51 +29,16 @@ def add_parser(commands) -> None:
     creds = commands.add_parser("creds", help="credentials file (hashed) and link secrets")
     actions = creds.add_subparsers(dest="creds_command", required=True, metavar="ACTION")
 
-    def common(parser: argparse.ArgumentParser) -> None:
-        where = parser.add_mutually_exclusive_group(required=True)
-        where.add_argument("--config", type=Path, help="bus config: use its [auth] paths")
-        where.add_argument("--file", type=Path, help="the credentials file itself")
-
-    def password(parser: argparse.ArgumentParser) -> None:
-        source = parser.add_mutually_exclusive_group()
-        source.add_argument("--password-file", type=Path, help="read the password from a file")
-        source.add_argument(
-            "--password-stdin", action="store_true", help="read the password from stdin"
-        )
-        source.add_argument(
-            "--generate", action="store_true", help="generate a password and print it once"
-        )
-        parser.add_argument(
-            "--iterations",
-            type=int,
-            default=scram.ITERATIONS_DEFAULT,
-            help="PBKDF2-HMAC-SHA256 rounds",
-        )
-
-    def grants(parser: argparse.ArgumentParser) -> None:
-        for kind, what in (
-            ("attach", "queue pattern it may attach to and get from"),
-            ("put", "target pattern it may put to"),
-            ("confirm", "queue pattern on which it may confirm"),
-        ):
-            parser.add_argument(f"--{kind}", action="append", metavar="PATTERN", help=what)
-        parser.add_argument(
-            "--admin",
-            action="append",
-            choices=sorted(ADMIN_RIGHTS),
-            help="an admin right",
-        )
-
     add = actions.add_parser("add", help="add an application principal")
     add.add_argument("name")
-    common(add)
-    password(add)
-    grants(add)
+    _where_options(add)
+    _password_options(add)
+    _grant_options(add)
     add.set_defaults(run=_add)
 
     group = actions.add_parser("add-group", help="make a group's link secret and principal")
     group.add_argument("group", type=int)
-    common(group)
+    _where_options(group)
     group.add_argument("--secrets", type=Path, help="link secrets directory (with --file)")
     group.add_argument(
         "--iterations",
@@ -86,24 +51,65 @@ def add_parser(commands) -> None:
 
     rotate = actions.add_parser("rotate", help="new password for a principal (grants stay)")
     rotate.add_argument("name")
-    common(rotate)
-    password(rotate)
+    _where_options(rotate)
+    _password_options(rotate)
     rotate.set_defaults(run=_rotate)
 
     grant = actions.add_parser("grant", help="replace a principal's grants")
     grant.add_argument("name")
-    common(grant)
-    grants(grant)
+    _where_options(grant)
+    _grant_options(grant)
     grant.set_defaults(run=_grant)
 
     remove = actions.add_parser("remove", help="remove a principal")
     remove.add_argument("name")
-    common(remove)
+    _where_options(remove)
     remove.set_defaults(run=_remove)
 
     listing = actions.add_parser("list", help="principals and their grants (no secrets)")
-    common(listing)
+    _where_options(listing)
     listing.set_defaults(run=_list)
+
+
+def _where_options(parser: argparse.ArgumentParser) -> None:
+    """--config or --file: where the credentials file is."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", type=Path, help="bus config: use its [auth] paths")
+    where.add_argument("--file", type=Path, help="the credentials file itself")
+
+
+def _password_options(parser: argparse.ArgumentParser) -> None:
+    """Where the password comes from, and its hashing rounds."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--password-file", type=Path, help="read the password from a file")
+    source.add_argument(
+        "--password-stdin", action="store_true", help="read the password from stdin"
+    )
+    source.add_argument(
+        "--generate", action="store_true", help="generate a password and print it once"
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=scram.ITERATIONS_DEFAULT,
+        help="PBKDF2-HMAC-SHA256 rounds",
+    )
+
+
+def _grant_options(parser: argparse.ArgumentParser) -> None:
+    """The grants a principal gets: queue patterns per right, admin rights."""
+    for kind, what in (
+        ("attach", "queue pattern it may attach to and get from"),
+        ("put", "target pattern it may put to"),
+        ("confirm", "queue pattern on which it may confirm"),
+    ):
+        parser.add_argument(f"--{kind}", action="append", metavar="PATTERN", help=what)
+    parser.add_argument(
+        "--admin",
+        action="append",
+        choices=sorted(ADMIN_RIGHTS),
+        help="an admin right",
+    )
 
 
 def _paths(args: argparse.Namespace) -> tuple[Path, Path | None]:

@@ -20,17 +20,7 @@ import time
 import lmdb
 import trio
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
 from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
@@ -40,6 +30,7 @@ from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
 from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
 from mrs.tools.journal.ledger import ReplayLedger
 from mrs.tools.journal.pacing import parse_rate
+from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
 from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 from mrs.tools.journal.selection import (
@@ -48,25 +39,6 @@ from mrs.tools.journal.selection import (
     filter_from_args,
     resolve_address,
 )
-
-PROGRESS_REFRESH_S = 0.1
-
-
-# ---------------------------------------------------------------------- progress
-class _RateColumn(ProgressColumn):
-    def render(self, task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("-- msg/s" if speed is None else f"{speed:,.0f} msg/s")
-
-
-def _progress_wanted(options: Options) -> bool:
-    return not options.json and not options.dry_run and sys.stderr.isatty()
-
-
-async def _show_progress(progress: Progress, task_id, tally: Tally) -> None:
-    while True:
-        progress.update(task_id, completed=tally.sent + tally.failed + tally.skipped)
-        await trio.sleep(PROGRESS_REFRESH_S)
 
 
 def _count_selected(store: JournalStore, journal: Journal, selection: RecordFilter) -> int:
@@ -256,6 +228,8 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
 
 
 def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
+    """Send the selected records (see Planner and Replayer), then flush the ledger and
+    print the summary, whatever stopped the run; the exit code."""
     skipped_removals: list[bytes] = []
     planner = Planner(
         store,
@@ -267,32 +241,21 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
         target_of,
         skipped_removals.append if options.remove else (lambda key: None),
     )
-    replayer: Replayer | None = None
-    show_progress = _progress_wanted(options)
+    replayers: list[Replayer] = []
+    """The replayer, once connected (the finally flushes what it holds)."""
+    show_progress = progress_wanted(options)
     total = _count_selected(store, options.journal, selection) if show_progress else None
     started = time.perf_counter()
 
     async def main() -> None:
-        nonlocal replayer
         async with connect(options.address, queue=options.sender, program="mrs jplay") as client:
             replayer = Replayer(client, planner, ledger, store, options, tally)
+            replayers.append(replayer)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(replayer.flusher)
                 progress = None
                 if show_progress:
-                    progress = Progress(
-                        TextColumn(f"replay {options.journal.value}"),
-                        BarColumn(),
-                        MofNCompleteColumn(),
-                        _RateColumn(),
-                        TextColumn("ETA"),
-                        TimeRemainingColumn(),
-                        TimeElapsedColumn(),
-                        console=Console(stderr=True),
-                    )
-                    progress.start()
-                    task_id = progress.add_task("replay", total=total)
-                    nursery.start_soon(_show_progress, progress, task_id, tally)
+                    progress = start_progress(nursery, options, total, tally)
                 try:
                     await replayer.run()
                     replayer.removals.extend(skipped_removals)
@@ -300,41 +263,51 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
                     replayer.flush()
                 finally:
                     if progress is not None:
-                        progress.update(
-                            task_id, completed=tally.sent + tally.failed + tally.skipped
-                        )
-                        progress.stop()
+                        stop_progress(*progress, tally)
                 nursery.cancel_scope.cancel()
 
     code = 0
     try:
-        trio.run(main)
-    except KeyboardInterrupt:
-        tally.stopped = "interrupted (Ctrl-C)"
-        code = 130
-    except ConnectionLost as error:
-        tally.stopped = tally.stopped or f"cannot reach the server: {error.message}"
-    except MrsError as error:
-        tally.stopped = f"{status_name(int(error.status))}: {error.message}"
-    except (lmdb.Error, JournalError) as error:
-        tally.stopped = f"cannot write the ledger or the journal: {error}"
+        code = _run_until_stopped(main, tally)
     finally:
         tally.elapsed_s = time.perf_counter() - started
-        try:
-            if replayer is not None:
-                tally.not_attempted += len(replayer.queue)
-                replayer.queue.clear()
-                replayer.flush()
-            else:
-                ledger.flush()
-        except (lmdb.Error, JournalError) as error:
-            tally.stopped = f"cannot write the ledger or the journal: {error}"
+        _flush_at_end(replayers[0] if replayers else None, ledger, tally)
     if tally.stopped:
         tally.not_attempted += planner.count_rest()
     _print_summary(options, tally)
     if code:
         return code
     return 0 if tally.ok else 1
+
+
+def _run_until_stopped(main, tally: Tally) -> int:
+    """Run the replay; what stopped it early goes into `tally.stopped`. 130 after Ctrl-C."""
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        tally.stopped = "interrupted (Ctrl-C)"
+        return 130
+    except ConnectionLost as error:
+        tally.stopped = tally.stopped or f"cannot reach the server: {error.message}"
+    except MrsError as error:
+        tally.stopped = f"{status_name(int(error.status))}: {error.message}"
+    except (lmdb.Error, JournalError) as error:
+        tally.stopped = f"cannot write the ledger or the journal: {error}"
+    return 0
+
+
+def _flush_at_end(replayer: Replayer | None, ledger, tally: Tally) -> None:
+    """Whatever stopped the run: records queued but not sent count as not attempted,
+    and what the ledger and the journal still hold in memory is written."""
+    try:
+        if replayer is not None:
+            tally.not_attempted += len(replayer.queue)
+            replayer.queue.clear()
+            replayer.flush()
+        else:
+            ledger.flush()
+    except (lmdb.Error, JournalError) as error:
+        tally.stopped = f"cannot write the ledger or the journal: {error}"
 
 
 def _print_summary(options: Options, tally: Tally) -> None:

@@ -169,7 +169,7 @@ class ReplayLedger:
 
     def key_secret(self) -> bytes:
         """A random secret kept with the ledger (created on first use), for replay
-        idempotency keys nobody else can predict (mrs.tools.journal.replay.replay_key)."""
+        idempotency keys nobody else can predict (mrs.tools.journal.replay_keys.replay_key)."""
         if getattr(self, "_secret", None) is not None:
             return self._secret
         path = self.path / SECRET_FILENAME

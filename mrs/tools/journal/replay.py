@@ -24,7 +24,6 @@ Why it is built this way (what an operator needs at 3 a.m.):
 
 from __future__ import annotations
 
-import hmac
 import sys
 from collections import Counter, deque
 from collections.abc import Callable
@@ -44,11 +43,11 @@ from clients import (
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
-from mrs.records import IDEMPOTENCY_HEADER
 from mrs.tools.journal.files import scan
 from mrs.tools.journal.ledger import FAILED, PENDING, STORED, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
+from mrs.tools.journal.replay_keys import replay_headers, replay_key  # noqa: F401 - re-exported
 from mrs.tools.journal.selection import RecordFilter
 
 PLAN_CHUNK = 1024
@@ -229,35 +228,6 @@ class Planner:
 
 
 # ---------------------------------------------------------------------- sending
-def replay_headers(
-    record: Record, journal: Journal, group_id: int, gen: int, secret: bytes = b""
-) -> dict:
-    """The original headers plus where the message comes from, so a receiver can tell
-    a replay (and which one) from an original, and the idempotency key."""
-    extra = record.extra if isinstance(record.extra, dict) else {}
-    headers = extra.get("headers")
-    original = dict(headers) if isinstance(headers, dict) else {}
-    replay = {
-        "journal": journal.value,
-        "group": group_id,
-        "seq": record.seq,
-        "source": f"{record.source_group}.{record.source_queue}",
-        "target": f"{record.target_group}.{record.target_queue}",
-        "put_time_ns": record.put_time_ns,
-        "confirm_value": record.confirm_value,
-        "confirm_time_ns": record.confirm_time_ns,
-        "generation": gen,
-    }
-    if journal is Journal.DLJ:
-        replay["reason"] = record.reason
-        replay["reason_name"] = status_name(record.reason)
-    if "replay" in original:
-        replay["previous"] = original["replay"]
-    original["replay"] = replay
-    original[IDEMPOTENCY_HEADER] = replay_key(secret, journal, group_id, record.seq, gen)
-    return original
-
-
 class Replayer:
     """Sends planned items through one client connection, `window` at a time."""
 
@@ -411,11 +381,3 @@ class Replayer:
                 target=item.target,
             )
             self.tally.fail(item, status_name(status), error.message, in_doubt=False)
-
-
-def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: int) -> str:
-    """The idempotency key of one replay: the same on every run (so a re-run dedupes)
-    but unguessable without the ledger's secret, so no other client can claim it first
-    and make the replay vanish."""
-    name = f"{journal.value}:{group_id}:{seq}:{gen}".encode()
-    return "replay:" + hmac.digest(secret, name, "sha256").hex()[:32]  # one C call
