@@ -15,117 +15,47 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import lmdb
 
 from journals import dqf_index, residency
-from journals.record import CorruptRecord, Record, decode_record, encode_record
+from journals.batch import (
+    JournalDeviceError,
+    JournalError,
+    JournalFullError,
+    WriteBatch,
+)
+from journals.keys import (
+    PREFIX,
+    RECORD_JOURNALS,
+    Journal,
+    group_key,
+    queue_key,
+    seq_key,
+    split_key,
+)
+from journals.record import CorruptRecord, Record, decode_record
 
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_QUEUE_SEQ = struct.Struct(">IQ")
-
-
-class Journal(StrEnum):
-    SAF = "saf"
-    DQF = "dqf"
-    DLJ = "dlj"
-    PCJ = "pcj"
-    META = "meta"
-    MARKS = "marks"
-    """DQF key -> times delivered, committed before each delivery (exact POSSDUPL)."""
-    NOTICES = "notices"
-    """Origin group + seq -> a confirm notice still to be sent to that group."""
-    DEDUPE = "dedupe"
-    """Idempotency key -> seq of the first copy stored."""
-
-
-RECORD_JOURNALS = (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
-
-
-class JournalError(Exception):
-    """A journal write could not be made durable; nothing in the batch was stored.
-
-    Its own root by design, outside `mrs.errors`: journals/ is a library without MRS
-    concepts (no statuses); the group turns these into JOURNAL_FAIL/JOURNAL_FULL."""
-
-
-class JournalFullError(JournalError):
-    """The LMDB map is full (MRS resource exhaustion)."""
-
-
-class JournalDeviceError(JournalError):
-    """The device failed the write or the fsync (EIO, ENOSPC, ...)."""
-
-    def __init__(self, message: str, errno_value: int | None = None) -> None:
-        super().__init__(message)
-        self.errno_value = errno_value
-
-
-def queue_key(queue: int, seq: int) -> bytes:
-    """DQF key: records of one queue sort together, oldest seq first."""
-    return _QUEUE_SEQ.pack(queue, seq)
-
-
-def group_key(group: int, seq: int) -> bytes:
-    """SAF key: records for one target group sort together, oldest seq first."""
-    return _QUEUE_SEQ.pack(group, seq)
-
-
-def seq_key(seq: int) -> bytes:
-    """DLJ/PCJ key: records sort by sequence number."""
-    return _U64.pack(seq)
-
-
-def split_key(key: bytes) -> tuple[int | None, int]:
-    """(queue or group, seq) for a 12-byte key, (None, seq) for an 8-byte key."""
-    if len(key) == _QUEUE_SEQ.size:
-        prefix, seq = _QUEUE_SEQ.unpack(key)
-        return prefix, seq
-    return None, _U64.unpack(key)[0]
-
-
-@dataclass(slots=True)
-class WriteBatch:
-    """Operations that must be durable together, in one transaction: deletes first,
-    then puts.
-
-    `stream` names an ordered sequence of batches (e.g. what one link connection
-    delivered): once a batch of a stream fails, the writer does not commit the later
-    batches of that stream queued with it, so they cannot overtake it. `guard`, if
-    given, is asked just before committing; False skips the batch (not attempted).
-    """
-
-    puts: list[tuple[Journal, bytes, bytes]]
-    deletes: list[tuple[Journal, bytes]]
-    stream: object = None
-    guard: Callable[[], bool] | None = None
-    submitted_s: float = 0.0
-    """perf_counter() when handed to a writer thread (its commit_wait statistic)."""
-
-    @classmethod
-    def empty(cls) -> WriteBatch:
-        return cls([], [])
-
-    def put_record(self, journal: Journal, key: bytes, record: Record) -> WriteBatch:
-        self.puts.append((journal, key, encode_record(record)))
-        return self
-
-    def put_raw(self, journal: Journal, key: bytes, value: bytes) -> WriteBatch:
-        self.puts.append((journal, key, value))
-        return self
-
-    def delete(self, journal: Journal, key: bytes) -> WriteBatch:
-        self.deletes.append((journal, key))
-        return self
-
-    def __len__(self) -> int:
-        return len(self.puts) + len(self.deletes)
+__all__ = [
+    "RECORD_JOURNALS",
+    "FaultHook",
+    "Journal",
+    "JournalDeviceError",
+    "JournalError",
+    "JournalFullError",
+    "JournalStore",
+    "Selection",
+    "WriteBatch",
+    "apply_batches",
+    "decode_selected",
+    "group_key",
+    "queue_key",
+    "seq_key",
+    "split_key",
+]
 
 
 FaultHook = Callable[[str], None]
@@ -314,7 +244,7 @@ class JournalStore:
             return
         with self.env.begin(db=db, buffers=False) as txn:
             cursor = txn.cursor(db)
-            start = _U32.pack(selection.prefix) if selection.prefix is not None else b""
+            start = PREFIX.pack(selection.prefix) if selection.prefix is not None else b""
             if not (cursor.set_range(start) if start else cursor.first()):
                 return
             yield from decode_selected(journal, cursor.iternext(), selection, start)

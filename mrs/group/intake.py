@@ -109,16 +109,8 @@ class Intake:
         key, own_header = self._check_put(request)
         response_queue = ctx.resolve(request.resp_q) if request.resp_q else source
         notification = mode.notification
-        if (
-            notification is Notification.AK
-            and response_queue.group != ctx.group_id
-            and response_queue.group not in self.outbound.peers
-        ):
-            raise Refused(
-                Status.NOSUCHQUEUE,
-                f"response queue {response_queue}: group {response_queue.group} is not "
-                f"linked to group {ctx.group_id}, so no MRS_ACK could reach it",
-            )
+        if notification is Notification.AK:
+            self._check_ack_reachable(response_queue)
         put_time_ns = ctx.clock_ns()
         headers = request.headers
         if headers is not None and CONTEXT_HEADER in headers:
@@ -173,6 +165,16 @@ class Intake:
             self._put_recoverable(entry, reply, key)
         else:
             self._put_memory(entry, reply)
+
+    def _check_ack_reachable(self, response_queue: Address) -> None:
+        """An AK put's MRS_ACK must be able to reach its response queue's group."""
+        group_id = self.ctx.group_id
+        if response_queue.group != group_id and response_queue.group not in self.outbound.peers:
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"response queue {response_queue}: group {response_queue.group} is not "
+                f"linked to group {group_id}, so no MRS_ACK could reach it",
+            )
 
     def _check_put(self, request: wire.Put) -> tuple[str | None, dict | None]:
         """Refuse a put no mode could store; its idempotency key and own DLQ header."""

@@ -1,0 +1,70 @@
+"""A unit of durability: the write batch, and the errors that say it was not stored.
+
+A `WriteBatch` is made durable whole or not at all; `JournalError` (and its kinds)
+means nothing in the batch was stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from journals.keys import Journal
+from journals.record import Record, encode_record
+
+
+class JournalError(Exception):
+    """A journal write could not be made durable; nothing in the batch was stored.
+
+    Its own root by design, outside `mrs.errors`: journals/ is a library without MRS
+    concepts (no statuses); the group turns these into JOURNAL_FAIL/JOURNAL_FULL."""
+
+
+class JournalFullError(JournalError):
+    """The LMDB map is full (MRS resource exhaustion)."""
+
+
+class JournalDeviceError(JournalError):
+    """The device failed the write or the fsync (EIO, ENOSPC, ...)."""
+
+    def __init__(self, message: str, errno_value: int | None = None) -> None:
+        super().__init__(message)
+        self.errno_value = errno_value
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Operations that must be durable together, in one transaction: deletes first,
+    then puts.
+
+    `stream` names an ordered sequence of batches (e.g. what one link connection
+    delivered): once a batch of a stream fails, the writer does not commit the later
+    batches of that stream queued with it, so they cannot overtake it. `guard`, if
+    given, is asked just before committing; False skips the batch (not attempted).
+    """
+
+    puts: list[tuple[Journal, bytes, bytes]]
+    deletes: list[tuple[Journal, bytes]]
+    stream: object = None
+    guard: Callable[[], bool] | None = None
+    submitted_s: float = 0.0
+    """perf_counter() when handed to a writer thread (its commit_wait statistic)."""
+
+    @classmethod
+    def empty(cls) -> WriteBatch:
+        return cls([], [])
+
+    def put_record(self, journal: Journal, key: bytes, record: Record) -> WriteBatch:
+        self.puts.append((journal, key, encode_record(record)))
+        return self
+
+    def put_raw(self, journal: Journal, key: bytes, value: bytes) -> WriteBatch:
+        self.puts.append((journal, key, value))
+        return self
+
+    def delete(self, journal: Journal, key: bytes) -> WriteBatch:
+        self.deletes.append((journal, key))
+        return self
+
+    def __len__(self) -> int:
+        return len(self.puts) + len(self.deletes)

@@ -1,0 +1,55 @@
+"""The journals a group keeps and how their keys are laid out (queue or group, then seq).
+
+Keys are big-endian so LMDB's byte order is the numeric order: a queue's DQF
+records, or a target group's SAF records, sort together oldest first.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import StrEnum
+
+PREFIX = struct.Struct(">I")
+"""The queue or group that starts a 12-byte key (a selection's prefix seeks to it)."""
+_U64 = struct.Struct(">Q")
+_QUEUE_SEQ = struct.Struct(">IQ")
+
+
+class Journal(StrEnum):
+    SAF = "saf"
+    DQF = "dqf"
+    DLJ = "dlj"
+    PCJ = "pcj"
+    META = "meta"
+    MARKS = "marks"
+    """DQF key -> times delivered, committed before each delivery (exact POSSDUPL)."""
+    NOTICES = "notices"
+    """Origin group + seq -> a confirm notice still to be sent to that group."""
+    DEDUPE = "dedupe"
+    """Idempotency key -> seq of the first copy stored."""
+
+
+RECORD_JOURNALS = (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
+
+
+def queue_key(queue: int, seq: int) -> bytes:
+    """DQF key: records of one queue sort together, oldest seq first."""
+    return _QUEUE_SEQ.pack(queue, seq)
+
+
+def group_key(group: int, seq: int) -> bytes:
+    """SAF key: records for one target group sort together, oldest seq first."""
+    return _QUEUE_SEQ.pack(group, seq)
+
+
+def seq_key(seq: int) -> bytes:
+    """DLJ/PCJ key: records sort by sequence number."""
+    return _U64.pack(seq)
+
+
+def split_key(key: bytes) -> tuple[int | None, int]:
+    """(queue or group, seq) for a 12-byte key, (None, seq) for an 8-byte key."""
+    if len(key) == _QUEUE_SEQ.size:
+        prefix, seq = _QUEUE_SEQ.unpack(key)
+        return prefix, seq
+    return None, _U64.unpack(key)[0]
