@@ -68,6 +68,9 @@ async def connect(
     Without it, the process default (set by the `mrs` command from MRS_TLS_*), if any.
     credentials: a name and password for a group with auth on (clients.auth); without
     them, the process default (set by the `mrs` command from MRS_AUTH_*), if any.
+
+    Long because the signature and this docstring name every option; the body is
+    four steps: the stream opener, the journal, the first link, the background tasks.
     """
     tls = tls if tls is not None else default_tls()
     if tls is not None and open_stream is None:
