@@ -67,6 +67,14 @@ class UsageWatch:
     can_grow: bool = True
     _warned: set[int] = field(default_factory=set)
     grown_times: int = 0
+    _page_bytes: int = 0
+
+    def _map_fill(self) -> tuple[int, int]:
+        """(bytes in use up to the last page written, map size), as usage() has them."""
+        if not self._page_bytes:
+            self._page_bytes = self.store.env.stat()["psize"]
+        info = self.store.env.info()
+        return (info["last_pgno"] + 1) * self._page_bytes, info["map_size"]
 
     def check(self) -> Usage:
         current = usage(self.store, self.cap_bytes)
@@ -95,19 +103,26 @@ class UsageWatch:
 
     def grow_if_needed(self, current: Usage | None = None) -> bool:
         """Double the map (up to the cap) once GROW_AT_FRACTION of it is used. Call only
-        when no transaction of this process is open."""
-        current = current or usage(self.store, self.cap_bytes)
-        if current.map_bytes >= self.cap_bytes:
+        when no transaction of this process is open.
+
+        Runs after every commit, so without `current` it reads only the map's fill
+        (one env.info), not the record counts usage() takes a read transaction per
+        journal for: that was ~17 us per commit, a commit per message at low load."""
+        if current is None:
+            used_bytes, map_bytes = self._map_fill()
+        else:
+            used_bytes, map_bytes = current.used_bytes, current.map_bytes
+        if map_bytes >= self.cap_bytes:
             return False
-        if current.used_bytes < GROW_AT_FRACTION * current.map_bytes:
+        if used_bytes < GROW_AT_FRACTION * map_bytes:
             return False
-        new_bytes = min(self.cap_bytes, current.map_bytes * 2)
+        new_bytes = min(self.cap_bytes, map_bytes * 2)
         self.store.env.set_mapsize(new_bytes)
         self.grown_times += 1
         log.info(
             "group %d journal map grown from %d to %d bytes (cap %d)",
             self.group_id,
-            current.map_bytes,
+            map_bytes,
             new_bytes,
             self.cap_bytes,
         )
