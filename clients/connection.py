@@ -41,6 +41,8 @@ from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
 from clients.requests import built, confirm_request, get_request, put_request
+from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
+from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import JournalEvent, _psb, _SafDrain
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
@@ -316,3 +318,13 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
             raise ConnectionLost(
                 status, f"{what}: not connected to {self.address} (reconnecting in the background)"
             )
+
+
+def __getattr__(name: str) -> object:
+    """`clients.connection.connect`, the old import path of `connect`: it moved to
+    clients.connecting, which imports this module, so it is looked up on first use."""
+    if name == "connect":
+        from clients.connecting import connect
+
+        return connect
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,3 +52,23 @@ def test_delivery_mode_lookup_matches_the_enum() -> None:
         assert pending._delivery_mode(int(mode)) is mode
     with pytest.raises(ValueError):
         pending._delivery_mode(12345)
+
+
+def test_the_old_import_paths_of_the_split_client_still_work() -> None:
+    """clients/connection.py was split (issue 14); code that imported from it keeps working."""
+    import clients
+    from clients.connection import (
+        CLIENT_SAF_SEQ_HEADER,
+        IDEMPOTENCY_HEADER,
+        Client,
+        JournalEvent,
+        connect,
+    )
+
+    assert connect is clients.connect
+    assert (Client, JournalEvent) == (clients.Client, clients.JournalEvent)
+    assert (IDEMPOTENCY_HEADER, CLIENT_SAF_SEQ_HEADER) == ("idempotency_key", "client_saf_seq")
+    with pytest.raises(AttributeError):
+        import clients.connection as module
+
+        module.no_such_name  # noqa: B018 - the lookup itself is the test
