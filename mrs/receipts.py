@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from mrs.limits import RECEIPTS_PER_FRAME_MAX as RECEIPTS_PER_FRAME_MAX
 from mrs.limits import RECEIPTS_PER_PEER_MAX as RECEIPTS_PER_PEER_MAX
 from mrs.model import Status
+from mrs.protocol.link_events import Notice
 
 if TYPE_CHECKING:
     from mrs.forwarding import LinkPort
@@ -30,16 +31,16 @@ log = logging.getLogger("mrs.receipts")
 
 @dataclass(eq=False)
 class Receipts:
-    pending: dict[int, dict[int, str]] = field(default_factory=dict)
-    """Peer group -> seq -> "deq" or "ack", not yet answered by that group."""
+    pending: dict[int, dict[int, type[Notice]]] = field(default_factory=dict)
+    """Peer group -> seq -> DeqNotice or AckNotice, not yet answered by that group."""
 
-    def add(self, peer_id: int, kind: str, seq: int, link: LinkPort | None) -> None:
+    def add(self, peer_id: int, kind: type[Notice], seq: int, link: LinkPort | None) -> None:
         """Keep a notice for `peer_id`; send it now if its link is up."""
         kept = self.pending.setdefault(peer_id, {})
         if seq not in kept and len(kept) >= RECEIPTS_PER_PEER_MAX:
             log.error(
                 "%s notice for message %d lost: %d already wait for group %d",
-                kind,
+                kind.kind,
                 seq,
                 RECEIPTS_PER_PEER_MAX,
                 peer_id,
@@ -60,7 +61,7 @@ class Receipts:
 
     def _send(self, peer_id: int, seqs: list[int], link: LinkPort) -> None:
         kept = self.pending[peer_id]
-        notices = [[kept[seq], seq, int(Status.SUCCESS)] for seq in seqs]
+        notices = [kept[seq](seq, int(Status.SUCCESS)) for seq in seqs]
 
         def answered() -> None:
             for seq in seqs:

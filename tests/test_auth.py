@@ -290,7 +290,11 @@ async def test_forged_transfers_are_refused(secure) -> None:
         connection = wire.Connection("client", frame_bytes_max=1 << 20)
         await stream.send_all(connection.send(wire.Hello(wire.PROTOCOL_VERSION, "forger")))
         assert isinstance(await first_event(stream, connection), wire.Welcome)
-        forged = wire.LinkTransfer(1, [[1, 10, 2, 10, 1, b"forged"]])
+        message = wire.TransferredMessage(
+            1, 10, 2, 10, b"forged", 0, 0, 0, int(DeliveryMode.WF_DQF), int(Uma.DISC), b"", 1,
+            None, False,
+        )  # fmt: skip
+        forged = wire.LinkTransfer(1, [message])
         await stream.send_all(connection.send(forged))
         event = await first_event(stream, connection)
     # Closed, with a Fatal when the server's send loop is idle at that moment.

@@ -94,7 +94,7 @@ POISON = {
 }
 
 
-async def _send_as_group_1(address: str, messages: list[list]) -> list:
+async def _send_as_group_1(address: str, messages: list[wire.TransferredMessage]) -> list:
     """Dial group 2 as its linked group 1 would and send one LinkTransfer."""
     host, port = address.rsplit(":", 1)
     connection = wire.Connection("client")
@@ -114,7 +114,7 @@ async def _send_as_group_1(address: str, messages: list[list]) -> list:
                         return event.results
 
 
-def _transfer(seq: int, body: bytes, **fields) -> list:
+def _transfer(seq: int, body: bytes, **fields) -> wire.TransferredMessage:
     values = {
         "seq": seq, "target_queue": 10, "source_group": 1, "source_queue": 13, "body": body,
         "msg_class": 0, "msg_type": 0, "priority": 0, "delivery": int(DeliveryMode.WF_DQF),
@@ -122,7 +122,7 @@ def _transfer(seq: int, body: bytes, **fields) -> list:
         "ordered": False,
     }  # fmt: skip
     values.update(fields)
-    return list(values.values())
+    return wire.TransferredMessage(**values)
 
 
 @pytest.mark.parametrize("field", sorted(POISON))
@@ -144,7 +144,7 @@ async def test_a_hostile_peer_cannot_poison_the_group(tmp_path, field) -> None:
                 ),
             ],
         )
-        assert [result[:2] for result in results] == [
+        assert [[result.seq, result.status] for result in results] == [
             [101, Status.BADPARAM],
             [102, Status.STORED],
             [103, Status.BADPARAM],

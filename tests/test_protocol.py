@@ -27,7 +27,6 @@ from mrs.protocol import (
     Get,
     Hello,
     LinkAck,
-    LinkNotice,
     LinkTransfer,
     LocalProtocolError,
     ProtocolError,
@@ -40,6 +39,7 @@ from mrs.protocol import (
 )
 from mrs.protocol import events as wire_events
 from mrs.protocol import link_events as wire_link
+from tests.test_link_events import LINK_EVENTS
 
 # -- helpers --------------------------------------------------------------------------
 
@@ -164,16 +164,7 @@ SERVER_REPLIES = st.one_of(
     st.builds(StatusReply, REQUEST_ID, DICTS),
     st.builds(Failure, REQUEST_ID, I64, st.text()),
 )
-LINK_EVENTS = st.one_of(
-    st.builds(LinkTransfer, REQUEST_ID, st.lists(st.lists(PLAIN, max_size=13), max_size=5)),
-    st.builds(LinkAck, REQUEST_ID, st.lists(st.lists(I64, min_size=3, max_size=3), max_size=5)),
-    st.builds(
-        LinkNotice,
-        REQUEST_ID,
-        st.lists(st.tuples(st.sampled_from(["conf", "deq"]), SEQ, I64).map(list), max_size=5),
-    ),
-)
-CLIENT_REQUESTS = CLIENT_REQUESTS | LINK_EVENTS
+CLIENT_REQUESTS = CLIENT_REQUESTS | LINK_EVENTS  # typed link items: tests.test_link_events
 SERVER_REPLIES = SERVER_REPLIES | LINK_EVENTS
 CUTS = st.lists(st.integers(0, 100_000), max_size=12)
 

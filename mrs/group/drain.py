@@ -25,6 +25,7 @@ from mrs.group.transfer import (
 )
 from mrs.group.umas import Umas
 from mrs.model import Status
+from mrs.protocol.link_events import TransferredMessage
 from mrs.quarantine import quarantine_batch, record_problem
 from mrs.records import entry_from_record
 
@@ -57,12 +58,12 @@ class Drain:
 
     def saf_batch(
         self, peer_id: int, after_key: bytes | None, count_max: int, bytes_max: int = 1 << 20
-    ) -> tuple[list[tuple[bytes, list]], bytes | None]:
+    ) -> tuple[list[tuple[bytes, TransferredMessage]], bytes | None]:
         """Up to count_max SAF records for a peer after `after_key`, in seq order, as
-        (key, transfer fields), and the last key looked at (corrupt records are
+        (key, message), and the last key looked at (corrupt records are
         reported and skipped, never forwarded)."""
         prefix = group_key(peer_id, 0)[:4]
-        batch: list[tuple[bytes, list]] = []
+        batch: list[tuple[bytes, TransferredMessage]] = []
         last_key = after_key
         deleting = self.peers[peer_id].deleting
         for key, value in self.ctx.store.items_after(

@@ -278,7 +278,7 @@ class Handover:
         notice = (
             entry.origin_group is not None
             and entry.delivery.interest_point is InterestPoint.CONF
-            and self.notices.add_notice(batch, entry.origin_group, "conf", entry.seq)
+            and self.notices.add_notice(batch, entry.origin_group, wire.ConfNotice, entry.seq)
         )
         notify = entry.origin_group if notice else None
         ctx.writer.submit(

@@ -25,6 +25,7 @@ from mrs.group.transfer import RECEIVER_DEAD_LETTERED, entry_from_fields
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Status
+from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
 from mrs.quarantine import PoisonTransfer
 from mrs.queues import Entry
 from mrs.records import idempotency_key
@@ -45,15 +46,14 @@ class Inbound:
     def accept_transfer(
         self,
         peer_id: int,
-        messages: list,
-        respond: Callable[[list], None],
+        messages: list[TransferredMessage],
+        respond: Callable[[list[LinkResult]], None],
         inbound: InboundStream,
     ) -> None:
-        """Store/queue what a peer sent; `respond` gets one [seq, status, stored_seq]
-        per message, in order, once every recoverable one is durable. The ordered
-        messages before a failed one are stored (a transfer does not need room for
-        all of its messages)."""
-        decoded = [self._entry_or_poison(peer_id, fields) for fields in messages]
+        """Store/queue what a peer sent; `respond` gets one LinkResult per message, in
+        order, once every recoverable one is durable. The ordered messages before a
+        failed one are stored (a transfer does not need room for all of its messages)."""
+        decoded = [self._entry_or_poison(peer_id, message) for message in messages]
         answers = _TransferAnswers(
             self.peers, peer_id, inbound, respond, [None] * len(decoded), len(decoded)
         )
@@ -135,19 +135,21 @@ class Inbound:
             return
         point = entry.delivery.interest_point
         if point == "DEQ":
-            entry.on_dequeue = lambda _e: self.notices.notify_now(peer_id, "deq", entry.seq)
+            entry.on_dequeue = lambda _e: self.notices.notify_now(peer_id, DeqNotice, entry.seq)
         elif point == "ACK":
-            entry.on_confirm = lambda _e: self.notices.notify_now(peer_id, "ack", entry.seq)
+            entry.on_confirm = lambda _e: self.notices.notify_now(peer_id, AckNotice, entry.seq)
         status, reason = enqueue_in_memory(self.ctx, entry)
         outcome(status, entry.seq, reason)
 
-    def _entry_or_poison(self, peer_id: int, fields: object) -> tuple[Entry | PoisonTransfer, bool]:
+    def _entry_or_poison(
+        self, peer_id: int, message: TransferredMessage
+    ) -> tuple[Entry | PoisonTransfer, bool]:
         """The entry for a transferred message, or why a client could not have put it
-        (refused alone); a message with no usable seq breaks the link (TransferError)."""
+        (refused alone)."""
         try:
-            return entry_from_fields(self.ctx.group_id, peer_id, fields)
+            return entry_from_fields(self.ctx.group_id, peer_id, message)
         except PoisonTransfer as poison:
-            return poison, fields[-1] is True
+            return poison, message.ordered
 
 
 @dataclass(eq=False)
@@ -157,7 +159,7 @@ class _TransferAnswers:
     peers: Peers
     peer_id: int
     inbound: InboundStream
-    respond: Callable[[list], None]
+    respond: Callable[[list[LinkResult]], None]
     results: list
     remaining: int
     all_ordered_stored: bool = False
@@ -173,7 +175,7 @@ class _TransferAnswers:
                 self.inbound.inbound_failed_at = ordinal
             if status == Status.DQF_FULL:
                 self.peers.drain_refused(self.peer_id, ordinal)
-        self.results[index] = [seq, int(status), stored_seq]
+        self.results[index] = LinkResult(seq, int(status), stored_seq)
         self.remaining -= 1
         if self.remaining == 0:
             if self.all_ordered_stored:

@@ -11,6 +11,7 @@ LINK_LOST (the outbound rules decide what that means).
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 from collections import Counter, deque
@@ -21,7 +22,7 @@ from typing import Protocol
 from mrs import protocol as wire
 from mrs.group.drain import DrainAnswer
 from mrs.group.peers import Result
-from mrs.group.transfer import LINK_LOST, TransferError, link_result, status_name
+from mrs.group.transfer import LINK_LOST, TransferError, status_name
 from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_DIRECT_MESSAGES_MAX
 from mrs.limits import LINK_FRAME_OVERHEAD_BYTES as FRAME_OVERHEAD_BYTES  # noqa: F401 (re-exported)
@@ -51,9 +52,24 @@ class Channel(Protocol):
     def send(self, event: object) -> None: ...
 
 
+class Sent(enum.Enum):
+    """What an unanswered frame carried, so its LinkAck is settled the right way."""
+
+    DIRECT = "direct"
+    """Messages sent straight from a put; items: their on_result callbacks."""
+    SAF = "saf"
+    """A SAF drain transfer; items: the SAF keys."""
+    NOTICE = "notice"
+    """Journaled notices; items: their journal keys."""
+    FORGET = "forget"
+    """Forget notices; items: their seqs (put back if the link drops)."""
+    VOLATILE = "volatile"
+    """Notices kept nowhere but the sender's memory; items: [answered()] or []."""
+
+
 @dataclass(eq=False)
 class _Outstanding:
-    kind: str  # "direct", "saf", "notice", "forget", "volatile"
+    sent: Sent
     items: list
     count: int
 
@@ -102,8 +118,8 @@ class PeerLink:
     def direct_full(self) -> bool:
         return len(self._direct) >= LINK_DIRECT_MESSAGES_MAX
 
-    def send_message(self, fields: list, on_result: Result) -> None:
-        self._direct.append((fields, on_result))
+    def send_message(self, message: wire.TransferredMessage, on_result: Result) -> None:
+        self._direct.append((message, on_result))
         self.wake()
 
     def poke(self) -> None:
@@ -115,11 +131,13 @@ class PeerLink:
         self.restart_drain()
         self.wake()
 
-    def send_notices(self, notices: list, answered: Callable[[], None] | None = None) -> None:
+    def send_notices(
+        self, notices: list[wire.AnyNotice], answered: Callable[[], None] | None = None
+    ) -> None:
         """Notices not journaled here; `answered()` once the peer answered them."""
         if self.channel is not None:
             items = [answered] if answered is not None else []
-            self._send(wire.LinkNotice(self._next_id(), notices), "volatile", items, 0)
+            self._send(wire.LinkNotice(self._next_id(), notices), Sent.VOLATILE, items, 0)
 
     def room(self) -> None:
         """The peer holds a DQF slot for this drain: end the RETRY backoff now."""
@@ -172,9 +190,9 @@ class PeerLink:
         outstanding, self._outstanding = self._outstanding, {}
         self._in_flight = 0
         for pending in outstanding.values():
-            if pending.kind == "forget":
+            if pending.sent is Sent.FORGET:
                 self._forget.extend(pending.items)
-            if pending.kind == "direct":
+            if pending.sent is Sent.DIRECT:
                 for on_result in pending.items:
                     on_result(LINK_LOST, 0)
         while self._direct:
@@ -189,7 +207,8 @@ class PeerLink:
         if draining and self._resync_due:
             # Tell the peer we start over from the oldest record: it accepts again.
             self._resync_due = False
-            self._send(wire.LinkNotice(self._next_id(), [["resync", 0, 0]]), "volatile", [], 0)
+            resync = wire.LinkNotice(self._next_id(), [wire.ResyncNotice(0, 0)])
+            self._send(resync, Sent.VOLATILE, [], 0)
         while draining and peer.saf_backlog > 0 and self._in_flight < WINDOW_MESSAGES_MAX:
             room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
             records, last_key = rooms.drain.saf_batch(
@@ -201,26 +220,26 @@ class PeerLink:
             if records:
                 keys = [key for key, _ in records]
                 self._saf_copies.update(keys)
-                transfer = wire.LinkTransfer(self._next_id(), [fields for _, fields in records])
-                self._send(transfer, "saf", keys, len(keys))
+                transfer = wire.LinkTransfer(self._next_id(), [message for _, message in records])
+                self._send(transfer, Sent.SAF, keys, len(keys))
         while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
             room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
             chunk = [self._direct.popleft()]
-            size = len(chunk[0][0][4])  # the body
+            size = len(chunk[0][0].body)
             while self._direct and len(chunk) < room:
-                size += len(self._direct[0][0][4])
+                size += len(self._direct[0][0].body)
                 if size > TRANSFER_BYTES_MAX:
                     break
                 chunk.append(self._direct.popleft())
-            transfer = wire.LinkTransfer(self._next_id(), [fields for fields, _ in chunk])
-            self._send(transfer, "direct", [on_result for _, on_result in chunk], len(chunk))
+            transfer = wire.LinkTransfer(self._next_id(), [message for message, _ in chunk])
+            self._send(transfer, Sent.DIRECT, [on_result for _, on_result in chunk], len(chunk))
         if self._forget:
             forget, self._forget = self._forget, []
             for start in range(0, len(forget), NOTICES_PER_FRAME_MAX):
                 seqs = forget[start : start + NOTICES_PER_FRAME_MAX]
-                notices = [["forget", seq, 0] for seq in seqs]
+                notices = [wire.ForgetNotice(seq, 0) for seq in seqs]
                 # kept until answered: a drop puts them back, so no dedupe key leaks
-                self._send(wire.LinkNotice(self._next_id(), notices), "forget", seqs, 0)
+                self._send(wire.LinkNotice(self._next_id(), notices), Sent.FORGET, seqs, 0)
         if peer.notices_pending > len(self._notices_in_flight):
             fresh = [
                 (key, notice)
@@ -233,10 +252,10 @@ class PeerLink:
                 keys = [key for key, _ in fresh]
                 self._notices_in_flight.update(keys)
                 notice = wire.LinkNotice(self._next_id(), [item for _, item in fresh])
-                self._send(notice, "notice", keys, 0)
+                self._send(notice, Sent.NOTICE, keys, 0)
 
-    def _send(self, event: object, kind: str, items: list, count: int) -> None:
-        self._outstanding[event.request_id] = _Outstanding(kind, items, count)
+    def _send(self, event: object, sent: Sent, items: list, count: int) -> None:
+        self._outstanding[event.request_id] = _Outstanding(sent, items, count)
         self._in_flight += count
         self.messages_sent += count
         self.channel.send(event)
@@ -335,20 +354,20 @@ class PeerLink:
         if pending is None:
             return  # an answer from a connection generation already given up
         self._in_flight -= pending.count
-        if pending.kind in ("direct", "saf") and len(ack.results) != len(pending.items):
+        sent = pending.sent
+        if sent in (Sent.DIRECT, Sent.SAF) and len(ack.results) != len(pending.items):
             raise TransferError(
                 f"LinkAck answers {len(ack.results)} messages, {len(pending.items)} were sent"
             )
-        if pending.kind == "direct":
+        if sent is Sent.DIRECT:
             for on_result, result in zip(pending.items, ack.results, strict=True):
-                seq, status, stored_seq = link_result(result)
-                if status == Status.STORED:
-                    self._forget.append(seq)
-                on_result(status, stored_seq)
-        elif pending.kind == "saf":
+                if result.status == Status.STORED:
+                    self._forget.append(result.seq)
+                on_result(result.status, result.stored_seq)
+        elif sent is Sent.SAF:
             answers = self._first_answers(
                 [
-                    (key, link_result(result)[1])
+                    (key, result.status)
                     for key, result in zip(pending.items, ack.results, strict=True)
                 ]
             )
@@ -362,9 +381,9 @@ class PeerLink:
                 self._room_seen = False
                 if answers:
                     self.drain_wait = None
-        elif pending.kind == "volatile" and pending.items:
+        elif sent is Sent.VOLATILE and pending.items:
             pending.items[0]()  # mrs.receipts: the peer has them
-        elif pending.kind == "notice":
+        elif sent is Sent.NOTICE:
             # Keep them "in flight" until their deletion is durable, or they would be
             # read back from the journal and sent again meanwhile.
             keys = pending.items

@@ -1,25 +1,40 @@
 """Room: notices between groups — confirms (durable), gets and acks (best effort),
-"room", "resync" and "forget" — sent to and received from peers.
+room, resync and forget — sent to and received from peers, as the typed notices of
+`mrs.protocol.link_events`.
 
 A CONF notice is written in the confirm's own transaction, so the origin group
 hears of every confirm even across restarts; it is deleted once the peer answered.
+The notice journal keeps a notice in its wire form (``[kind, seq, status]``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgpack
+import msgspec
 
 from journals import Journal, JournalError, WriteBatch, group_key
 from mrs.group.acks import AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import Inbound, Peers
-from mrs.group.transfer import TransferError
 from mrs.group.umas import Umas
 from mrs.model import Psb, Status
+from mrs.protocol.link_events import (
+    AnyNotice,
+    ConfNotice,
+    ForgetNotice,
+    LinkResult,
+    Notice,
+    ResyncNotice,
+    RoomNotice,
+    decode_notice,
+    encode_notice,
+)
 from mrs.receipts import Receipts
+
+log = logging.getLogger("mrs.forwarding")
 
 
 @dataclass(eq=False)
@@ -31,16 +46,13 @@ class Notices:
     receipts: Receipts
     """Receiving side: DEQ/ACK notices of other groups' messages, kept until answered."""
 
-    def add_notice(self, batch: WriteBatch, peer_id: int, kind: str, seq: int) -> bool:
-        """Add a durable notice for the origin group to a confirm's batch; call
-        `notice_committed` once that batch is durable."""
+    def add_notice(self, batch: WriteBatch, peer_id: int, kind: type[Notice], seq: int) -> bool:
+        """Add a durable notice (e.g. ConfNotice) for the origin group to a confirm's
+        batch; call `notice_committed` once that batch is durable."""
         if peer_id not in self.peers:
             return False
-        batch.put_raw(
-            Journal.NOTICES,
-            group_key(peer_id, seq),
-            msgpack.packb([kind, seq, int(Status.SUCCESS)]),
-        )
+        notice = kind(seq, int(Status.SUCCESS))
+        batch.put_raw(Journal.NOTICES, group_key(peer_id, seq), encode_notice(notice))
         return True
 
     def notice_committed(self, peer_id: int) -> None:
@@ -49,19 +61,25 @@ class Notices:
         if peer.link is not None:
             peer.link.poke()
 
-    def notify_now(self, peer_id: int, kind: str, seq: int) -> None:
-        """A notice for a nonrecoverable DEQ/ACK message: kept until the peer answers
-        it, sent again when the link comes back (mrs.receipts)."""
+    def notify_now(self, peer_id: int, kind: type[Notice], seq: int) -> None:
+        """A notice (DeqNotice, AckNotice) for a nonrecoverable message: kept until the
+        peer answers it, sent again when the link comes back (mrs.receipts)."""
         peer = self.peers.get(peer_id)
         if peer is not None:
             self.receipts.add(peer_id, kind, seq, peer.link)
 
-    def pending_notices(self, peer_id: int, count_max: int) -> list[tuple[bytes, list]]:
+    def pending_notices(self, peer_id: int, count_max: int) -> list[tuple[bytes, AnyNotice]]:
+        """Up to count_max journaled notices for a peer, with their keys (one that does
+        not decode is reported and left out)."""
         prefix = group_key(peer_id, 0)[:4]
         notices = []
         for key, value in self.ctx.store.raw_items(Journal.NOTICES):
             if key.startswith(prefix):
-                notices.append((key, msgpack.unpackb(value)))
+                try:
+                    notices.append((key, decode_notice(value)))
+                except msgspec.DecodeError as error:
+                    log.error("notice %s for group %d unreadable: %s", key.hex(), peer_id, error)
+                    continue
                 if len(notices) >= count_max:
                     break
         return notices
@@ -79,31 +97,32 @@ class Notices:
 
         self.ctx.writer.submit(batch, done)
 
-    def accept_notices(self, peer_id: int, notices: list, inbound: Inbound) -> list:
+    def accept_notices(
+        self, peer_id: int, notices: list[AnyNotice], inbound: Inbound
+    ) -> list[LinkResult]:
         """News from a peer about messages this group sent: report to the waiters."""
         peer = self.peers[peer_id]
         results = []
         forget = WriteBatch.empty()
         for notice in notices:
-            if not isinstance(notice, list) or len(notice) != 3:
-                raise TransferError("a notice must be [kind, seq, status]")
-            kind, seq, status = notice
-            results.append([seq, int(Status.SUCCESS), seq])
-            if kind == "resync":
-                inbound.inbound_failed_at = None
-            elif kind == "room":
-                if peer.link is not None and hasattr(peer.link, "room"):
-                    peer.link.room()
-            elif kind == "forget":
-                forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
-            elif (waiter := peer.waiters.pop(seq, None)) is not None:
-                waiter(kind, status)
-            elif kind == "conf" and (response_queue := self.ack_waits.owed_to(seq)) is not None:
-                # this group restarted since the AK_CONF put: the journal knows where
-                self.umas.send_mrs_ack(
-                    response_queue, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA)
-                )
-                self.ack_waits.done(seq)
+            seq = notice.seq
+            results.append(LinkResult(seq, int(Status.SUCCESS), seq))
+            match notice:
+                case ResyncNotice():
+                    inbound.inbound_failed_at = None
+                case RoomNotice():
+                    if peer.link is not None and hasattr(peer.link, "room"):
+                        peer.link.room()
+                case ForgetNotice():
+                    forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
+                case _ if (waiter := peer.waiters.pop(seq, None)) is not None:
+                    waiter(notice)
+                case ConfNotice() if (response_queue := self.ack_waits.owed_to(seq)) is not None:
+                    # this group restarted since the AK_CONF put: the journal knows where
+                    self.umas.send_mrs_ack(
+                        response_queue, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA)
+                    )
+                    self.ack_waits.done(seq)
         if forget:
             self.ctx.writer.submit(forget, lambda error: None)  # best effort: a kept key
         return results

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from mrs.drain_room import DqfRoom
 from mrs.group.context import GroupContext
+from mrs.protocol.link_events import AnyNotice, RoomNotice, TransferredMessage
 
 Result = Callable[[int, int], None]
 """on_result(status, stored_seq) for one message sent over a link."""
@@ -20,7 +21,7 @@ Result = Callable[[int, int], None]
 class LinkPort(Protocol):
     """What a group needs of an up link (implemented by `mrs.group.link_session.PeerLink`)."""
 
-    def send_message(self, fields: list, on_result: Result) -> None: ...
+    def send_message(self, message: TransferredMessage, on_result: Result) -> None: ...
 
     @property
     def direct_full(self) -> bool:
@@ -31,7 +32,9 @@ class LinkPort(Protocol):
 
     def resend_saf(self) -> None: ...
 
-    def send_notices(self, notices: list, answered: Callable[[], None] | None = None) -> None: ...
+    def send_notices(
+        self, notices: list[AnyNotice], answered: Callable[[], None] | None = None
+    ) -> None: ...
 
 
 class Inbound(Protocol):
@@ -49,8 +52,8 @@ class PeerState:
     link: LinkPort | None = None
     saf_backlog: int = 0
     """SAF records for this group, committed or being committed."""
-    waiters: dict[int, Callable[[str, int], None]] = field(default_factory=dict)
-    """seq -> what to do when the peer reports the message confirmed / got."""
+    waiters: dict[int, Callable[[AnyNotice], None]] = field(default_factory=dict)
+    """seq -> what to do when the peer's notice reports the message confirmed / got."""
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
@@ -98,7 +101,7 @@ class Peers:
             return
         peer = self.by_id.get(peer_id)
         if peer is not None and peer.link is not None:
-            peer.link.send_notices([["room", 0, 0]])
+            peer.link.send_notices([RoomNotice(0, 0)])
 
     def drain_satisfied(self, peer_id: int, first_ordinal: int) -> None:
         """A transfer sent after the drain's last DQF_FULL stored everything: the

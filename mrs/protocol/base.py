@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from mrs.protocol.checks import DECODE_STATE, Rules, rules_of, validate
+from mrs.protocol.checks import DECODE_STATE, Rules, rules_of, validate, worded
 from mrs.protocol.errors import LocalProtocolError
 from mrs.protocol.fastcheck import compile_rules
 
@@ -41,7 +41,7 @@ class EventStruct(
             for name, _ok, check in self._deep_rules:
                 problem = check.problem(getattr(self, name))
                 if problem is not None:
-                    raise LocalProtocolError(f"{type(self).__name__}.{name} {problem}")
+                    raise LocalProtocolError(worded(type(self).__name__, name, problem))
         elif not self._all_ok(self):
             validate(self, self._rules)
 

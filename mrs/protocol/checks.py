@@ -49,6 +49,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def worded(owner: str, name: str, problem: str) -> str:
+    """ "Put.priority must be 0..99, got 120"; an item's problem names its place
+    ("LinkNotice.notices[0].seq must be ...")."""
+    return f"{owner}.{name}{'' if problem[:1] in '[.' else ' '}{problem}"
+
+
 def _never(value: Any) -> bool:
     return False
 
@@ -154,8 +160,10 @@ class ListCheck(Check):
 
 
 class StructListCheck(Check):
-    """A list of typed items (msgspec structs of the given classes), with its length
-    bounds if the annotation gives them."""
+    """A list of typed items (msgspec structs of the given classes: a batch's puts,
+    a link frame's messages, results and notices), with its length bounds if the
+    annotation gives them. Built or decoded items are structs; a refused frame's raw
+    arrays are worded field by field (`raw_problem`, for `mrs.protocol.explain`)."""
 
     deep = True
 
@@ -164,6 +172,10 @@ class StructListCheck(Check):
     ) -> None:
         self.item_types = item_types
         self.length_min, self.length_max = length_min, length_max
+        tags = [cls.__struct_config__.tag for cls in item_types]
+        self.by_tag = dict(zip(tags, item_types, strict=True)) if tags[0] is not None else None
+        self.tag_field = item_types[0].__struct_config__.tag_field
+        self.names = " or ".join(t.__name__ for t in item_types)
 
     def length_words(self) -> str:
         if self.length_max is None:
@@ -178,9 +190,50 @@ class StructListCheck(Check):
             return f"must hold {self.length_words()} items, got {len(value)}"
         for index, item in enumerate(value):
             if type(item) not in self.item_types:
-                names = " or ".join(t.__name__ for t in self.item_types)
-                return f"[{index}] must be a {names}, got {_short(item)}"
+                return f"[{index}] must be a {self.names}, got {_short(item)}"
         return None
+
+    def raw_problem(self, value: Any) -> str | None:
+        """`problem` for a refused frame's field, whose items are still raw arrays."""
+        if not isinstance(value, list):
+            return f"must be a list, got {type(value).__name__}"
+        top = len(value) if self.length_max is None else self.length_max
+        if not self.length_min <= len(value) <= top:
+            return f"must hold {self.length_words()} items, got {len(value)}"
+        for index, item in enumerate(value):
+            problem = self._item_problem(item)
+            if problem is not None:
+                return f"[{index}]{problem}"
+        return None
+
+    def _item_problem(self, item: Any) -> str | None:
+        """Why one raw item (an array of a refused frame) is not one of the item
+        types, naming its field; None if it would be."""
+        if not isinstance(item, list):
+            return f" must be a {self.names}, got {_short(item)}"
+        fields = item
+        cls = self.item_types[0]
+        if self.by_tag is not None:
+            tag = item[0] if item else None
+            if type(tag) not in (str, int) or tag not in self.by_tag:
+                kinds = ", ".join(map(repr, self.by_tag))
+                return f".{self.tag_field} must be one of {kinds}, got {_short(tag)}"
+            cls, fields = self.by_tag[tag], item[1:]
+        names = cls.__struct_fields__
+        if len(fields) != len(names):
+            return f" ({cls.__name__}) has {len(fields)} fields, expected {len(names)}"
+        for (name, _ok, check), field_value in zip(rules_of(cls)[0], fields, strict=True):
+            if (problem := check.problem(field_value)) is not None:
+                return f".{name} {problem}"
+        return None
+
+
+class BoolCheck(Check):
+    def ok(self, value: Any) -> bool:
+        return type(value) is bool
+
+    def problem(self, value: Any) -> str | None:
+        return None if type(value) is bool else f"must be a bool, got {type(value).__name__}"
 
 
 _SCALARS = (bool, str, bytes, float, type(None))
@@ -242,6 +295,8 @@ def check_for(info: mi.Type) -> Check:
         return IntCheck(lo, UINT64_MAX if info.le is None else info.le)
     if isinstance(info, mi.StrType):
         return StrCheck()
+    if isinstance(info, mi.BoolType):
+        return BoolCheck()
     if isinstance(info, mi.BytesType):
         return BytesCheck(info.max_length)
     if isinstance(info, mi.LiteralType):
@@ -288,4 +343,4 @@ def validate(event: Any, rules: Rules) -> None:
         if not ok(value):
             problem = check.problem(value)
             if problem is not None:
-                raise LocalProtocolError(f"{type(event).__name__}.{name} {problem}")
+                raise LocalProtocolError(worded(type(event).__name__, name, problem))

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from mrs.protocol.checks import StructListCheck, _short
+from mrs.protocol.checks import StructListCheck, _short, worded
 
 _FIELD_INDEX = re.compile(r"`\$\[(\d+)\]")
 
@@ -71,13 +71,17 @@ def _fields_problem(cls: Any, obj: list, where: str) -> str | None:
         return f"{noun} has {len(obj) - 1} fields, expected {len(names)}"
     for (name, _ok, check), value in zip(cls._rules, obj[1:], strict=False):
         if isinstance(check, StructListCheck) and type(value) is list:
-            problem = _items_problem(check, value, f"{where}.{name}")
+            if hasattr(check.item_types[0], "code"):  # items that are events (a batch)
+                problem = _items_problem(check, value, f"{where}.{name}")
+            else:  # a link frame's items: "LinkNotice.notices[0].seq must be ..."
+                problem = check.raw_problem(value)
+                problem = None if problem is None else worded(where, name, problem)
             if problem is not None:
                 return problem
             continue
         problem = check.problem(value)
         if problem is not None:
-            return f"{where}.{name} {problem}"
+            return worded(where, name, problem)
     return None
 
 
