@@ -99,6 +99,10 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._broken: MrsError | None = None
         self._cancelled_gets: set[int] = set()
         self._held: deque[Message] = deque()
+        self._get_rooms: dict[int, int] = {}
+        """Request id of a get waiting or given up -> messages it may bring (held if
+        its caller gave up): see `_reserve_get`."""
+        self._get_room_reserved = 0
         self._listeners: list[Callable[[JournalEvent], None]] = []
         self._changed = trio.Event()
         self._drain_wake = trio.Event()
@@ -254,8 +258,14 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "get")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        request = get_request(self._next_id(), timeout_ms)
-        message = self._message(await self._request(request, wait_s, "get"))
+        request_id = self._next_id()
+        self._reserve_get(request_id, 1)
+        request = get_request(request_id, timeout_ms)
+        try:
+            message = self._message(await self._request(request, wait_s, "get"))
+        finally:
+            if request_id not in self._cancelled_gets:
+                self._release_get(request_id)
         if self.protection is None:  # no second await on the common path
             return message
         return await self.protection.deliver(self, message)
@@ -279,8 +289,16 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "get_many")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        request = built(wire.GetBatch, self._next_id(), count_max, timeout_ms)
-        reply = await self._request(request, wait_s, "get")
+        request_id = self._next_id()
+        request = built(wire.GetBatch, request_id, count_max, timeout_ms)  # refuses a bad count
+        count = self._reserve_get(request_id, count_max)
+        try:
+            if count < count_max:  # the room for held messages is short: ask for fewer
+                request = built(wire.GetBatch, request_id, count, timeout_ms)
+            reply = await self._request(request, wait_s, "get")
+        finally:
+            if request_id not in self._cancelled_gets:
+                self._release_get(request_id)
         return [self._message(delivery) for delivery in reply.deliveries]
 
     async def _checked(self, message: Message) -> Message:

@@ -167,10 +167,32 @@ class _Requests:
             self._send(link, wire.CancelGet(request_id))
 
     def _hold(self, delivery: wire.Delivery | wire.DeliveryBatch) -> None:
+        """Keep the messages that came for a get its caller gave up (served to the
+        next gets). Bounded by `_reserve_get`: only a get that reserved room brings any."""
         batch = delivery.deliveries if type(delivery) is wire.DeliveryBatch else (delivery,)
-        if len(self._held) + len(batch) > HELD_MESSAGES_MAX:
-            log.error("more than %d messages held for later gets", HELD_MESSAGES_MAX)
         self._held.extend(self._message(one) for one in batch)
+
+    def _reserve_get(self, request_id: int, count_max: int) -> int:
+        """Room for what a get may bring if its caller gives up (held messages): held
+        messages plus what gets waiting or given up may still bring stay within
+        HELD_MESSAGES_MAX. Returns how many this get may ask for (a get_many asks for
+        fewer when room is short); EXCEEDQUOTA at once, nothing sent, when none is left."""
+        room = HELD_MESSAGES_MAX - len(self._held) - self._get_room_reserved
+        if room <= 0:
+            raise QuotaExceeded(
+                Status.EXCEEDQUOTA,
+                f"{HELD_MESSAGES_MAX - room} messages are held or may still come for gets "
+                f"that wait or were given up (at most {HELD_MESSAGES_MAX}): take the held "
+                "ones, or let those gets be answered, before asking for more",
+            )
+        count = min(count_max, room)
+        self._get_rooms[request_id] = count
+        self._get_room_reserved += count
+        return count
+
+    def _release_get(self, request_id: int) -> None:
+        """A get's answer came (to its caller, or held): its room is free again."""
+        self._get_room_reserved -= self._get_rooms.pop(request_id, 0)
 
     def _dispatch(self, link: _Link, event: object) -> None:
         if type(event) is wire.Ping:  # the server pings a quiet connection: we are alive
@@ -182,6 +204,7 @@ class _Requests:
             pending.answer(event)
         elif request_id in self._cancelled_gets:
             self._cancelled_gets.discard(request_id)
+            self._release_get(request_id)
             if isinstance(event, wire.Delivery | wire.DeliveryBatch):
                 self._hold(event)
 
@@ -210,6 +233,8 @@ class _Requests:
                 )
             else:
                 waiter.answer(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
+        for request_id in self._cancelled_gets:
+            self._release_get(request_id)
         self._cancelled_gets.clear()
         # Held messages that need a confirm come back from the server (POSSDUPL).
         self._held = deque(message for message in self._held if not message.needs_confirm)

@@ -1,0 +1,101 @@
+"""The client's held messages are bounded: a message that came for a get its caller
+gave up is held for the next get, and a get is refused EXCEEDQUOTA at once (nothing
+sent) while held messages, gets waiting and gets given up reach HELD_MESSAGES_MAX.
+A scripted server over a real TCP socket decides when each answer comes."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import clients
+import clients.pending
+from mrs import protocol as wire
+from mrs.model import DeliveryMode, Status
+
+HELD_MAX = 3
+
+
+class ScriptedServer:
+    """Answers the handshake and the attach; records Gets and CancelGets and answers
+    them only when the test says so."""
+
+    def __init__(self) -> None:
+        self.gets: list[int] = []
+        self.cancels: list[int] = []
+        self.heard = trio.Event()
+        self.stream: trio.SocketStream | None = None
+        self.connection = wire.Connection("server")
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        while data := await stream.receive_some(65536):
+            self.connection.receive_data(data)
+            for event in self.connection.events():
+                if isinstance(event, wire.Hello):
+                    await self.send(wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0))
+                elif isinstance(event, wire.Attach):
+                    await self.send(wire.Attached(event.request_id, 1, 10))
+                elif isinstance(event, wire.Get):
+                    self.gets.append(event.request_id)
+                elif isinstance(event, wire.CancelGet):
+                    self.cancels.append(event.request_id)
+                self.heard.set()
+
+    async def send(self, event: object) -> None:
+        await self.stream.send_all(self.connection.send(event))
+
+    async def deliver(self, request_id: int, body: bytes) -> None:
+        delivery = wire.Delivery(
+            request_id, request_id, body, "1.11", "1.10", 0, 0, 0,
+            int(DeliveryMode.WF_MEM), int(Status.ENQUEUED), b"", 1, None,
+        )  # fmt: skip
+        await self.send(delivery)
+
+    async def until(self, done) -> None:
+        with trio.fail_after(10):
+            while not done():
+                self.heard = trio.Event()
+                await self.heard.wait()
+
+
+async def _start(nursery: trio.Nursery, server: ScriptedServer) -> int:
+    listeners = await nursery.start(trio.serve_tcp, server.serve, 0)
+    return listeners[0].socket.getsockname()[1]
+
+
+async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatch) -> None:
+    monkeypatch.setattr(clients.pending, "HELD_MESSAGES_MAX", HELD_MAX)
+    server = ScriptedServer()
+    async with trio.open_nursery() as nursery:
+        port = await _start(nursery, server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
+            for _ in range(HELD_MAX):  # gets given up: the server has not answered them
+                with trio.move_on_after(0.05):
+                    await client.get()
+            await server.until(lambda: len(server.cancels) == HELD_MAX)
+            with pytest.raises(clients.QuotaExceeded) as refused:
+                await client.get(timeout=0)
+            assert refused.value.status is Status.EXCEEDQUOTA
+            assert f"at most {HELD_MAX}" in refused.value.message
+            assert len(server.gets) == HELD_MAX  # the refused get sent nothing
+
+            # The messages were already on their way: each comes to the next get.
+            for request_id in server.cancels:
+                await server.deliver(request_id, f"held {request_id}".encode())
+            bodies = [(await client.get(timeout=0)).body for _ in range(HELD_MAX)]
+            assert bodies == [f"held {request_id}".encode() for request_id in server.gets]
+            assert len(server.gets) == HELD_MAX  # served from what was held
+
+            # Below the bound again: a get goes to the server.
+            got: list[bytes] = []
+
+            async def get_one() -> None:
+                got.append((await client.get()).body)
+
+            async with trio.open_nursery() as waiting:
+                waiting.start_soon(get_one)
+                await server.until(lambda: len(server.gets) == HELD_MAX + 1)
+                await server.deliver(server.gets[-1], b"fresh")
+            assert got == [b"fresh"]
+        nursery.cancel_scope.cancel()
