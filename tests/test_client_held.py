@@ -83,6 +83,9 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
             # The messages were already on their way: each comes to the next get.
             for request_id in server.cancels:
                 await server.deliver(request_id, f"held {request_id}".encode())
+            with trio.fail_after(10):  # the client reads them in its own task
+                while len(client._held) < HELD_MAX:
+                    await trio.sleep(0.005)
             bodies = [(await client.get(timeout=0)).body for _ in range(HELD_MAX)]
             assert bodies == [f"held {request_id}".encode() for request_id in server.gets]
             assert len(server.gets) == HELD_MAX  # served from what was held
