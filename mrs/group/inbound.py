@@ -24,7 +24,7 @@ from mrs.group.peers import Peers
 from mrs.group.transfer import RECEIVER_DEAD_LETTERED, entry_from_fields
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
-from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Status
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
 from mrs.quarantine import PoisonTransfer
 from mrs.queues import Entry
@@ -134,9 +134,9 @@ class Inbound:
             outcome(Status.ENQUEUED, entry.seq, "")  # resent after a link drop: queued once
             return
         point = entry.delivery.interest_point
-        if point == "DEQ":
+        if point is InterestPoint.DEQ:
             entry.on_dequeue = lambda _e: self.notices.notify_now(peer_id, DeqNotice, entry.seq)
-        elif point == "ACK":
+        elif point is InterestPoint.ACK:
             entry.on_confirm = lambda _e: self.notices.notify_now(peer_id, AckNotice, entry.seq)
         status, reason = enqueue_in_memory(self.ctx, entry)
         outcome(status, entry.seq, reason)
