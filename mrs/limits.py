@@ -133,9 +133,9 @@ CLIENT_REQUESTS_IN_FLIGHT_MAX = 10_000
 at once with EXCEEDQUOTA (QuotaExceeded), as the server refuses beyond its
 requests_in_flight_max guard (same default)."""
 HELD_MESSAGES_MAX = 1024
-"""Messages a client holds back (delivered for a get its caller gave up) at most: a
-get is refused EXCEEDQUOTA while held messages, gets waiting and gets given up and
-not yet answered reach this many (clients.pending `_admit_get`)."""
+"""Messages a client holds back (delivered for a get its caller gave up) at most:
+held messages plus what gets waiting or given up may still bring stay within it; a
+get beyond it is refused EXCEEDQUOTA (clients.pending `_reserve_get`)."""
 HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""
 HEARTBEATS_SILENT_MAX = 3

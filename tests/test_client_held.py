@@ -23,6 +23,7 @@ class ScriptedServer:
     def __init__(self) -> None:
         self.gets: list[int] = []
         self.cancels: list[int] = []
+        self.batch_counts: list[int] = []
         self.heard = trio.Event()
         self.stream: trio.SocketStream | None = None
         self.connection = wire.Connection("server")
@@ -38,6 +39,9 @@ class ScriptedServer:
                     await self.send(wire.Attached(event.request_id, 1, 10))
                 elif isinstance(event, wire.Get):
                     self.gets.append(event.request_id)
+                elif isinstance(event, wire.GetBatch):
+                    self.gets.append(event.request_id)
+                    self.batch_counts.append(event.count_max)
                 elif isinstance(event, wire.CancelGet):
                     self.cancels.append(event.request_id)
                 self.heard.set()
@@ -45,12 +49,19 @@ class ScriptedServer:
     async def send(self, event: object) -> None:
         await self.stream.send_all(self.connection.send(event))
 
-    async def deliver(self, request_id: int, body: bytes) -> None:
-        delivery = wire.Delivery(
-            request_id, request_id, body, "1.11", "1.10", 0, 0, 0,
-            int(DeliveryMode.WF_MEM), int(Status.ENQUEUED), b"", 1, None,
-        )  # fmt: skip
-        await self.send(delivery)
+    async def deliver(self, request_id: int, body: bytes, count: int = 0) -> None:
+        """A Delivery, or (count > 0) a DeliveryBatch of `count` messages."""
+        deliveries = [
+            wire.Delivery(
+                request_id, request_id * 100 + index, body, "1.11", "1.10", 0, 0, 0,
+                int(DeliveryMode.WF_MEM), int(Status.ENQUEUED), b"", 1, None,
+            )  # fmt: skip
+            for index in range(max(count, 1))
+        ]
+        if count:
+            await self.send(wire.DeliveryBatch(request_id, deliveries))
+        else:
+            await self.send(deliveries[0])
 
     async def until(self, done) -> None:
         with trio.fail_after(10):
@@ -101,4 +112,30 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
                 await server.until(lambda: len(server.gets) == HELD_MAX + 1)
                 await server.deliver(server.gets[-1], b"fresh")
             assert got == [b"fresh"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_batch_get_reserves_what_it_may_bring(monkeypatch) -> None:
+    """A get_many given up may bring all it asked for: it counts that many, and asks
+    for fewer when the room left for held messages is short."""
+    monkeypatch.setattr(clients.pending, "HELD_MESSAGES_MAX", 10)
+    server = ScriptedServer()
+    async with trio.open_nursery() as nursery:
+        port = await _start(nursery, server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
+            with trio.move_on_after(0.05):
+                await client.get_many(7)  # given up: up to 7 may still come
+            await server.until(lambda: len(server.cancels) == 1)
+            with trio.move_on_after(0.05):
+                await client.get_many(7)  # only 3 left: it asks for 3
+            await server.until(lambda: len(server.cancels) == 2)
+            assert server.batch_counts == [7, 3]
+            with pytest.raises(clients.QuotaExceeded):
+                await client.get_many(1, timeout=0)
+            for request_id, count in zip(server.cancels, server.batch_counts, strict=True):
+                await server.deliver(request_id, b"late", count=count)
+            with trio.fail_after(10):
+                while len(client._held) < 10:
+                    await trio.sleep(0.005)
+            assert len(await client.get_many(100, timeout=0)) == 10  # all held, served
         nursery.cancel_scope.cancel()
