@@ -20,10 +20,10 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clients.errors import MrsError
-from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status, Uma
+from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Psb, Status, Uma
 from mrs.protection.envelope import Opened, Quality, is_protected, open_envelope, seal
 from mrs.protection.errors import (
     MQRC_NOT_AUTHORIZED,
@@ -34,10 +34,20 @@ from mrs.protection.errors import (
 from mrs.protection.keys import Identity, load_identity
 from mrs.protection.policy import Policy, PolicySet, load_policies, resolve_queue
 
-if TYPE_CHECKING:
-    from clients.connection import Client
-
 log = logging.getLogger(__name__)
+
+
+class ProtectedClient(Protocol):
+    """What protection uses of its client (`clients.connection.Client`): a protocol,
+    so this module does not import the connection that imports it."""
+
+    queue: Address | None
+    _program: str
+
+    async def put(self, body: bytes, target: str | Address, **options: Any) -> Psb: ...
+
+    async def confirm(self, seq: int) -> Any: ...
+
 
 PROTECTION_HEADER = "mrs_protection"
 """Header added to an opened message: {"signer": NAME, "quality": "integrity"|"privacy"}."""
@@ -166,7 +176,7 @@ class Protection:
             raise ProtectionRefused(str(error), error.reason, message.seq) from None
         return _without_marker(message) if opened is None else _with_opened(message, opened)
 
-    async def deliver(self, client: Client, message: Message) -> Message:
+    async def deliver(self, client: ProtectedClient, message: Message) -> Message:
         """The client's get hook: the message opened, or refused (moved to the DLQ,
         confirmed, ProtectionRefused raised). DLQ messages pass as they are: a
         dead-letter handler works from the dead-letter header alone."""
@@ -221,7 +231,7 @@ def _with_opened(message: Message, opened: Opened) -> Message:
 
 
 async def _to_dead_letter_queue(
-    client: Client, queue: Address, message: Message, error: ProtectionError
+    client: ProtectedClient, queue: Address, message: Message, error: ProtectionError
 ) -> str | None:
     """Put the refused message, as it is, on this group's DLQ, then confirm it here.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -20,14 +20,35 @@ from mrs.journal_usage import UsageWatch
 from mrs.limits import JOURNAL_CHECK_INTERVAL_S
 
 if TYPE_CHECKING:
-    from mrs.server import GroupServer
+    from journals import JournalStore
+    from mrs.config import BusConfig, GroupConfig
+    from mrs.group import Group
+    from mrs.server_session import ServerSession
 
 log = logging.getLogger("mrs.ops")
 
 
+class OwningServer(Protocol):
+    """What the operator's side reads of the server that owns it (`mrs.server.GroupServer`):
+    a protocol, so this module does not import the server that imports it."""
+
+    @property
+    def bus(self) -> BusConfig: ...
+    @property
+    def config(self) -> GroupConfig: ...
+    @property
+    def store(self) -> JournalStore | None: ...
+    @property
+    def address(self) -> tuple[str, int] | None: ...
+    @property
+    def sessions(self) -> set[ServerSession]: ...
+    @property
+    def group(self) -> Group | None: ...
+    def status_info(self) -> dict: ...
+
 
 class GroupOps:
-    def __init__(self, server: GroupServer) -> None:
+    def __init__(self, server: OwningServer) -> None:
         self.server = server
         self.started_time_s = time.time()
         self._started_monotonic_s = time.monotonic()

@@ -15,44 +15,15 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
+from mrs.tools.group_view import GroupView
 from mrs.tools.status_render import render
 
 CONNECT_TIMEOUT_S_DEFAULT = 3.0
 WATCH_S_DEFAULT = 2.0
-
-
-@dataclass
-class GroupView:
-    """One group as `mrs status` saw it: its status, or why it could not be read."""
-
-    address: str
-    group: int | None = None
-    name: str | None = None
-    status: dict[str, Any] | None = None
-    error: str | None = None
-    links_configured: list[int] = field(default_factory=list)
-    connect_options: dict[str, Any] = field(default_factory=dict, repr=False)
-    """TLS settings from the config (mrs.security.tls.operator_connect_options)."""
-
-    @property
-    def up(self) -> bool:
-        return self.status is not None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "group": self.group if self.group is not None else (self.status or {}).get("group"),
-            "name": self.name if self.name is not None else (self.status or {}).get("name"),
-            "address": self.address,
-            "up": self.up,
-            "error": self.error,
-            "status": self.status,
-        }
 
 
 def add_status_parser(commands: argparse._SubParsersAction, run) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mrs.tools.bus_status import GroupView
+    from mrs.tools.group_view import GroupView
 
 _GROUP_KEYS_SHOWN = {
     "group",

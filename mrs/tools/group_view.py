@@ -1,0 +1,38 @@
+"""One group as `mrs status` saw it: its status, or why it could not be read.
+
+Made by `mrs.tools.bus_status` (which asks the servers) and drawn by
+`mrs.tools.status_render`; a module of its own so neither imports the other both ways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class GroupView:
+    """One group as `mrs status` saw it: its status, or why it could not be read."""
+
+    address: str
+    group: int | None = None
+    name: str | None = None
+    status: dict[str, Any] | None = None
+    error: str | None = None
+    links_configured: list[int] = field(default_factory=list)
+    connect_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    """TLS settings from the config (mrs.security.tls.operator_connect_options)."""
+
+    @property
+    def up(self) -> bool:
+        return self.status is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group if self.group is not None else (self.status or {}).get("group"),
+            "name": self.name if self.name is not None else (self.status or {}).get("name"),
+            "address": self.address,
+            "up": self.up,
+            "error": self.error,
+            "status": self.status,
+        }
