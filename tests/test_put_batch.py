@@ -7,14 +7,17 @@ Protocol round trips and bounds are pure; the put_many tests run against a real
 
 from __future__ import annotations
 
+import signal
 import struct
 
 import msgpack
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clients import (
+    ConnectionLost,
     DeliveryMode,
     FieldRefused,
     KeyReused,
@@ -22,6 +25,7 @@ from clients import (
     NoSuchQueue,
     Psb,
     PutItem,
+    PutOutcomeUnknown,
     Status,
     connect,
 )
@@ -210,3 +214,35 @@ async def test_put_many_to_an_unknown_queue_name_refuses_that_item_alone(make_bu
         results = await sender.put_many([PutItem(b"a", "NOWHERE"), PutItem(b"b", "ORDERS")])
     assert isinstance(results[0], NoSuchQueue)
     assert isinstance(results[1], Psb) and results[1].stored
+
+
+async def test_put_many_after_the_connection_dropped_answers_each_put_outcome_unknown(
+    make_bus,
+) -> None:
+    """Sent and never answered (the server frozen, then killed): every put of the
+    batch is a PutOutcomeUnknown in its place, nothing is raised, nothing is lost
+    silently; a put_many with no connection at all raises ConnectionLost."""
+    bus = make_bus()
+    async with connect(bus.address, queue="SENDER", reconnect=None) as sender:
+        bus.process.process.send_signal(signal.SIGSTOP)  # reads nothing, answers nothing
+        try:
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    results: list = []
+
+                    async def put_them() -> None:
+                        results.extend(
+                            await sender.put_many([PutItem(b"x", "ORDERS") for _ in range(50)])
+                        )
+
+                    nursery.start_soon(put_them)
+                    await trio.sleep(0.05)
+                    while sender._link.unsent:  # until the batch is on the wire
+                        await trio.sleep(0.01)
+                    bus.process.process.send_signal(signal.SIGKILL)
+        finally:
+            bus.process.process.wait()
+        assert len(results) == 50
+        assert all(isinstance(result, PutOutcomeUnknown) for result in results)
+        with pytest.raises(ConnectionLost):
+            await sender.put_many([PutItem(b"y", "ORDERS")])
