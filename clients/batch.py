@@ -20,7 +20,6 @@ their order); batching is for the connected path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -53,9 +52,9 @@ _RECOVERABLE = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 Result = Psb | MrsError
 
 
-@dataclass(frozen=True, slots=True)
-class PutItem:
-    """One message for `Client.put_many`: the arguments `Client.put` takes."""
+class PutItem(msgspec.Struct, frozen=True, gc=False):
+    """One message for `Client.put_many`: the arguments `Client.put` takes. (A msgspec
+    struct: built in C, about a tenth of a frozen dataclass's cost per item.)"""
 
     body: bytes
     target: str | Address
@@ -72,7 +71,7 @@ class PutItem:
 
     def put_arguments(self) -> dict[str, Any]:
         """The keyword arguments of `Client.put` for this item."""
-        return {name: getattr(self, name) for name in self.__slots__ if name != "body"}
+        return {name: getattr(self, name) for name in self.__struct_fields__ if name != "body"}
 
 
 async def put_one_by_one(client: Any, items: Sequence[PutItem]) -> list[Result]:

@@ -6,6 +6,7 @@ run, so a re-run after a crash dedupes, but unguessable without the ledger's sec
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from journals import Journal, Record
@@ -45,6 +46,16 @@ def replay_headers(
 def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: int) -> str:
     """The idempotency key of one replay: the same on every run (so a re-run dedupes)
     but unguessable without the ledger's secret, so no other client can claim it first
-    and make the replay vanish."""
-    name = f"{journal.value}:{group_id}:{seq}:{gen}".encode()
-    return "replay:" + hmac.digest(secret, name, "sha256").hex()[:32]  # one C call
+    and make the replay vanish. HMAC-SHA256, from a keyed state made once per secret."""
+    keyed = _KEYED.get(secret)
+    if keyed is None:
+        if len(_KEYED) >= 8:  # one secret per ledger: a handful at most
+            _KEYED.clear()
+        keyed = _KEYED[secret] = hmac.new(secret, digestmod=hashlib.sha256)
+    mac = keyed.copy()
+    mac.update(f"{journal.value}:{group_id}:{seq}:{gen}".encode())
+    return "replay:" + mac.hexdigest()[:32]
+
+
+_KEYED: dict[bytes, hmac.HMAC] = {}
+"""Secret -> its keyed HMAC state: copying it skips re-keying for every record."""
