@@ -141,3 +141,22 @@ async def test_unanswered_puts_and_gets_end_in_reply_timeout(monkeypatch) -> Non
             with pytest.raises(clients.ReplyTimeout):
                 await client.put(b"x", "1.10", timeout=0.05)
         nursery.cancel_scope.cancel()
+
+
+async def test_many_distinct_waits_expire_in_deadline_order(autojump_clock) -> None:
+    """Requests with 100 different timeouts, added latest first: each expires at its
+    own time, and nothing is left behind."""
+    deadlines = ReplyDeadlines()
+    woken: list[tuple[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+        start = trio.current_time()
+        for wait_s in range(100, 0, -1):
+            pending = _Pending("get")
+            deadlines.add(start + wait_s, wait_s, pending)
+            nursery.start_soon(_wait_and_record, pending, str(wait_s), woken)
+        await trio.sleep(101)
+        nursery.cancel_scope.cancel()
+    assert [name for name, _ in woken] == [str(wait_s) for wait_s in range(1, 101)]
+    assert all(at - start == pytest.approx(int(name), abs=0.01) for name, at in woken)
+    assert len(deadlines) == 0
