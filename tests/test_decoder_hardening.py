@@ -161,3 +161,18 @@ def test_a_real_server_answers_a_frame_nested_1000_deep_with_a_fatal(bus) -> Non
     assert events[-1].status == Status.PROTOCOL_ERROR
     assert "Traceback" not in bus.log_text()
     assert bus.process.running
+
+
+@pytest.mark.parametrize("item", [[[]], [{}], [b"x"], [None], [1.5]])
+def test_a_batch_item_that_is_not_an_event_is_a_protocol_error(item) -> None:
+    """A PutBatch whose item starts with something that is no event code (a list, a
+    map) is refused PROTOCOL_ERROR naming the item, never a TypeError."""
+    server = Connection("server")
+    server.receive_data(Connection("client").send(Hello(PROTOCOL_VERSION, "p")))
+    server.events()
+    payload = msgpack.packb([wire.events.PutBatch.code, [item]])
+    server.receive_data(struct.pack(">I", len(payload)) + payload)
+    with pytest.raises(wire.RemoteProtocolError) as refused:
+        server.next_event()
+    assert refused.value.status is Status.PROTOCOL_ERROR
+    assert str(refused.value).startswith("PutBatch.puts[0] must be a Put")

@@ -92,7 +92,7 @@ def _items_problem(check: StructListCheck, items: list, where: str) -> str | Non
         return f"{where} must hold {check.length_words()} items, got {len(items)}"
     by_code = {getattr(cls, "code", None): cls for cls in check.item_types}
     for index, item in enumerate(items):
-        cls = by_code.get(item[0]) if type(item) is list and item else None
+        cls = by_code.get(item[0]) if type(item) is list and item and type(item[0]) is int else None
         if cls is None:
             names = " or ".join(t.__name__ for t in check.item_types)
             return f"{where}[{index}] must be a {names}, got {_short(item)}"
