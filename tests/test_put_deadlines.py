@@ -16,22 +16,38 @@ from mrs.group.put_deadlines import TICK_FRACTION, TICK_S_MAX, PutDeadlines
 
 
 class ClockTimers:
-    """Timers on a virtual clock the test advances."""
+    """Timers on a virtual clock the test advances; cancellable, as TrioTimers are."""
 
     def __init__(self) -> None:
         self.now_s = 0.0
         self._heap: list = []
         self._order = itertools.count()
+        self._live = 0
 
     def call_later(self, delay_s: float, callback):
-        heapq.heappush(self._heap, (self.now_s + delay_s, next(self._order), callback))
-        return lambda: None
+        slot = [callback]
+        heapq.heappush(self._heap, (self.now_s + delay_s, next(self._order), slot))
+        self._live += 1
+
+        def cancel() -> None:
+            if slot[0] is not None:
+                slot[0] = None
+                self._live -= 1
+
+        return cancel
+
+    def live(self) -> int:
+        """Timers neither fired nor cancelled."""
+        return self._live
 
     def advance_to(self, when_s: float) -> None:
         while self._heap and self._heap[0][0] <= when_s:
-            due_s, _, callback = heapq.heappop(self._heap)
+            due_s, _, slot = heapq.heappop(self._heap)
             self.now_s = due_s
-            callback()
+            if slot[0] is not None:
+                callback, slot[0] = slot[0], None
+                self._live -= 1
+                callback()
         self.now_s = when_s
 
 
@@ -48,7 +64,7 @@ class Put:
         self.timed_out_at = self.timers.now_s
 
     def answer(self) -> None:
-        self.bucket.pop(self, None)
+        self.bucket.leave(self)
 
 
 puts_strategy = st.lists(
@@ -92,8 +108,8 @@ def test_a_put_times_out_after_its_timeout_within_a_tick_unless_answered(puts) -
         assert put.timed_out_at is not None, "a put never answered was never timed out"
         assert arrival_s + timeout_s - 1e-9 <= put.timed_out_at
         assert put.timed_out_at <= arrival_s + timeout_s + tick_s + 1e-9
-    assert deadlines.waiting == 0
-    assert all(not put.bucket for put in made.values()), "a bucket kept a put"
+    assert deadlines.waiting == 0 and timers.live() == 0
+    assert all(not put.bucket.replies for put in made.values()), "a bucket kept a put"
 
 
 def test_answered_puts_leave_their_bucket_so_memory_stays_flat() -> None:
@@ -101,17 +117,33 @@ def test_answered_puts_leave_their_bucket_so_memory_stays_flat() -> None:
     buckets are bounded by timeout / tick, whatever the rate."""
     timers = ClockTimers()
     deadlines = PutDeadlines(timers)
-    buckets_max = 0
+    live_max = 0
     for index in range(100_000):
         timers.advance_to(index * 1e-4)
         put = Put(timers)
         put.bucket = deadlines.add(30.0, put)
         put.answer()
-        assert not put.bucket
-        buckets_max = max(buckets_max, deadlines.waiting)
-    assert buckets_max <= 30.0 / TICK_S_MAX + 2
+        assert not put.bucket.replies
+        live_max = max(live_max, timers.live())
+    assert live_max <= 2 * (30.0 / TICK_S_MAX + 2)
     timers.advance_to(100.0)
-    assert deadlines.waiting == 0
+    assert deadlines.waiting == 0 and timers.live() == 0
+
+
+def test_puts_with_ever_different_timeouts_leave_no_timer_once_answered() -> None:
+    """A client passing what is left of its own deadline gives every put another
+    timeout: each opens a bucket, and once answered and closed the bucket's expiry
+    timer is cancelled, so live timers stay bounded by the puts of one tick."""
+    timers = ClockTimers()
+    deadlines = PutDeadlines(timers)
+    for index in range(20_000):
+        timers.advance_to(index * 1e-3)
+        put = Put(timers)
+        put.bucket = deadlines.add(30.0 - index * 1e-3, put)
+        put.answer()
+        assert timers.live() <= 2 * 60  # a tick of 50 ms holds at most 50 puts here
+    timers.advance_to(timers.now_s + 0.06)
+    assert timers.live() == 0 and deadlines.waiting == 0
 
 
 async def test_a_wf_conf_put_nobody_gets_times_out_and_a_stored_one_does_not(mem_bus) -> None:
@@ -157,9 +189,9 @@ def test_a_reply_answered_leaves_its_bucket_and_is_never_timed_out() -> None:
     )
     bucket = answered.deadline = deadlines.add(1.0, answered)
     waiting.deadline = deadlines.add(1.0, waiting)
-    assert waiting.deadline is bucket and list(bucket) == [answered, waiting]
+    assert waiting.deadline is bucket and list(bucket.replies) == [answered, waiting]
     answered.report_stored(7)
-    assert list(bucket) == [waiting]
+    assert list(bucket.replies) == [waiting]
     timers.advance_to(5.0)
     assert [type(event) for event in session.events] == [wire.PutDone, wire.Failure]
     assert session.events[0].request_id == 1 and session.events[0].seq == 7

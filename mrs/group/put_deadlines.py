@@ -5,15 +5,18 @@ fire, one to cancel) cost about 2.5% of a put's server CPU. Here puts with the s
 timeout that arrive within one tick share a bucket: the first put of a bucket sets
 two timers (close the bucket for new puts after one tick; time out what is left in
 it after timeout + tick), every other put is one dict insert, and a put answered in
-time removes itself with one dict pop, so a bucket holds only puts still waiting
-(memory stays flat at any rate). A put times out no earlier than its timeout and at
-most one tick later.
+time leaves with one dict pop, so a bucket holds only puts still waiting. A bucket
+closed and empty cancels its expiry timer, so puts with many different timeouts
+(a client passing what is left of its own deadline) leave no timer behind once
+answered: the timers stay bounded by the puts waiting. A put times out no earlier
+than its timeout and at most one tick later.
 
 Only `Timers.call_later` is used, so the simulator's and the tests' timers serve.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from mrs.group.context import Timers
@@ -28,8 +31,28 @@ class Expiring(Protocol):
     def time_out(self, timeout_s: float) -> None: ...
 
 
-Bucket = dict[Expiring, None]
-"""Puts waiting in one bucket, in arrival order (a dict: O(1) removal when answered)."""
+class Bucket:
+    """Puts waiting with one timeout, arrived within one tick, in arrival order (a
+    dict: O(1) removal when answered)."""
+
+    __slots__ = ("replies", "closed", "cancel_expiry")
+
+    def __init__(self) -> None:
+        self.replies: dict[Expiring, None] = {}
+        self.closed = False
+        self.cancel_expiry: Callable[[], None] | None = None
+
+    def leave(self, reply: Expiring) -> None:
+        """`reply` was answered: it no longer times out."""
+        replies = self.replies
+        replies.pop(reply, None)
+        if not replies and self.closed:
+            self._drop_expiry()
+
+    def _drop_expiry(self) -> None:
+        if self.cancel_expiry is not None:
+            self.cancel_expiry()
+            self.cancel_expiry = None
 
 
 class PutDeadlines:
@@ -38,50 +61,60 @@ class PutDeadlines:
     def __init__(self, timers: Timers) -> None:
         self._timers = timers
         self._open: dict[float, Bucket] = {}
-        self.waiting = 0
-        """Buckets not yet expired (status and tests: it stays bounded by timeout/tick)."""
+
+    @property
+    def waiting(self) -> int:
+        """Buckets open for new puts (status and tests: bounded by puts per tick)."""
+        return len(self._open)
 
     def add(self, timeout_s: float, reply: Expiring) -> Bucket:
-        """Time `reply` out after `timeout_s` unless it is removed from the returned
-        bucket first (`bucket.pop(reply, None)` when it is answered)."""
+        """Time `reply` out after `timeout_s` unless it leaves the returned bucket
+        first (`bucket.leave(reply)` when it is answered)."""
         bucket = self._open.get(timeout_s)
         if bucket is None:
-            bucket = self._open[timeout_s] = {}
+            bucket = self._open[timeout_s] = Bucket()
             tick_s = min(TICK_S_MAX, timeout_s * TICK_FRACTION)
-            self.waiting += 1
             self._timers.call_later(tick_s, _Close(self._open, timeout_s, bucket))
-            self._timers.call_later(timeout_s + tick_s, _Expire(self, timeout_s, bucket))
-        bucket[reply] = None
+            bucket.cancel_expiry = self._timers.call_later(
+                timeout_s + tick_s, _Expire(self._open, timeout_s, bucket)
+            )
+        bucket.replies[reply] = None
         return bucket
 
-    def _expire(self, timeout_s: float, bucket: Bucket) -> None:
-        self.waiting -= 1
-        if self._open.get(timeout_s) is bucket:  # a timer that never closed it
-            del self._open[timeout_s]
-        replies = list(bucket)  # arrival order
-        bucket.clear()
-        for reply in replies:
-            reply.time_out(timeout_s)
 
-
-class _Close:
-    """Timer: the bucket takes no more puts (later ones open a new bucket)."""
-
+class _BucketTimer:
     __slots__ = ("open", "timeout_s", "bucket")
 
     def __init__(self, open_buckets: dict[float, Bucket], timeout_s: float, bucket: Bucket):
         self.open, self.timeout_s, self.bucket = open_buckets, timeout_s, bucket
 
-    def __call__(self) -> None:
+    def _close(self) -> None:
         if self.open.get(self.timeout_s) is self.bucket:
             del self.open[self.timeout_s]
+        self.bucket.closed = True
 
 
-class _Expire:
-    __slots__ = ("deadlines", "timeout_s", "bucket")
+class _Close(_BucketTimer):
+    """Timer: the bucket takes no more puts (later ones open a new bucket)."""
 
-    def __init__(self, deadlines: PutDeadlines, timeout_s: float, bucket: Bucket):
-        self.deadlines, self.timeout_s, self.bucket = deadlines, timeout_s, bucket
+    __slots__ = ()
 
     def __call__(self) -> None:
-        self.deadlines._expire(self.timeout_s, self.bucket)
+        self._close()
+        if not self.bucket.replies:
+            self.bucket._drop_expiry()
+
+
+class _Expire(_BucketTimer):
+    """Timer: every put still in the bucket is answered TIMEOUT."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        self._close()  # already closed, unless the close timer never ran
+        bucket = self.bucket
+        bucket.cancel_expiry = None
+        replies = list(bucket.replies)  # arrival order
+        bucket.replies.clear()
+        for reply in replies:
+            reply.time_out(self.timeout_s)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from mrs import protocol as wire
 from mrs.group.context import Session
+from mrs.group.put_deadlines import Bucket
 from mrs.model import Address, DeliveryMode, Notification, Psb, Status
 
 SendAck = Callable[[Address, Psb], None]
@@ -30,7 +31,7 @@ class PutReply:
     response_queue: Address
     seq: int = 0
     done: bool = False
-    deadline: dict | None = None
+    deadline: Bucket | None = None
     """The WF timeout bucket holding this put (mrs.group.put_deadlines), left when done."""
     on_done: Callable[[], None] | None = None
     """Called once the outcome is reported (e.g. forget a journaled MRS_ACK owed)."""
@@ -70,7 +71,7 @@ class PutReply:
     def _finish(self) -> None:
         self.done = True
         if self.deadline is not None:
-            self.deadline.pop(self, None)
+            self.deadline.leave(self)
             self.deadline = None
         if self.on_done is not None:
             self.on_done()
