@@ -26,6 +26,10 @@ from tests.audit_fixtures import (  # noqa: F401 - fixtures
 )
 from tests.journal_helpers import record
 
+pytestmark = pytest.mark.xdist_group("spark")
+"""Under `pytest -n 2 --dist loadgroup` these tests share one worker, so the test
+session starts one local Spark session, not one per worker."""
+
 
 def _sorted_rows(frame) -> list[dict]:
     return sorted((r.asDict() for r in frame.collect()), key=lambda r: (r["group"], r["seq"]))
