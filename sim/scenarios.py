@@ -68,12 +68,25 @@ class RealRun:
         return connect(self.bus.address(group_id), queue, program="sim", connect_timeout_s=5)
 
 
-async def _nemesis(run: RealRun, actions: tuple[str, ...], duration_s: float) -> None:
+FAULTS_MIN_S_FACTOR = 3.0
+"""How far past its duration a run may go to inject its minimum of faults."""
+
+
+async def _nemesis(
+    run: RealRun, actions: tuple[str, ...], duration_s: float, faults_min: int = 0
+) -> None:
+    """Faults for `duration_s`, and on until `faults_min` were injected (a loaded
+    machine restarts a process slowly, so fewer fit in the time), but never past
+    FAULTS_MIN_S_FACTOR times the duration."""
     rng = random.Random(run.rng.random())
     bus = run.bus
     proxy = bus.proxy(1, 2)
-    deadline = trio.current_time() + duration_s
-    while trio.current_time() < deadline:
+    started = trio.current_time()
+    deadline = started + duration_s
+    cap = started + duration_s * FAULTS_MIN_S_FACTOR
+    while trio.current_time() < deadline or (
+        sum(run.history.faults.values()) < faults_min and trio.current_time() < cap
+    ):
         await trio.sleep(rng.uniform(0.3, 2.0))
         action = rng.choice(actions)
         victim = rng.choice(GROUPS)
@@ -157,8 +170,11 @@ async def _settled(run: RealRun) -> bool:
     return True
 
 
-async def run_scenario(name: str, seed: int, duration_s: float, directory: Path) -> History:
-    """Run one scenario against real processes; the recorded history."""
+async def run_scenario(
+    name: str, seed: int, duration_s: float, directory: Path, faults_min: int = 0
+) -> History:
+    """Run one scenario against real processes; the recorded history. The nemesis
+    goes on past `duration_s` until it injected `faults_min` faults (bounded)."""
     actions = SCENARIOS[name]
     rng = random.Random(seed)
     fault_files = {group_id: directory / f"faults-g{group_id}" for group_id in GROUPS}
@@ -186,7 +202,7 @@ async def run_scenario(name: str, seed: int, duration_s: float, directory: Path)
                     )
                     for index in range(PRODUCERS_PER_GROUP):
                         load.start_soon(workload.producer, run, group_id, index, run.messages_max)
-                await _nemesis(run, actions, duration_s)
+                await _nemesis(run, actions, duration_s, faults_min)
                 run.stopping = True
                 _heal(run)
                 with trio.move_on_after(SETTLE_S_MAX):
