@@ -48,7 +48,16 @@ handler = subprocess.Popen(
     text=True,
 )
 
-time.sleep(2)  # SMALLQ is still full: the handler's first attempts fail, it waits RETRYINT
+# SMALLQ is still full: the handler's first attempt fails, and it waits RETRYINT.
+# Start the consumer only once that attempt reached the server (a slow start of the
+# handler's process would otherwise let the consumer make room first).
+deadline = time.monotonic() + 30
+with connect_sync(address, None) as watcher:
+    while time.monotonic() < deadline:
+        readers = watcher.status()["dlq_readers"]
+        if readers and readers[0]["put"] >= 1:
+            break
+        time.sleep(0.05)
 received = []
 with connect_sync(address, "SMALLQ") as small:  # the consumer drains SMALLQ slowly
     while len(received) < 5:
