@@ -18,6 +18,7 @@ import pytest
 
 from journals import Journal, JournalDeviceError, queue_key
 from mrs import protocol as wire
+from mrs.errors import Refused
 from mrs.group.context import U32
 from mrs.model import DeliveryMode, Status
 from tests.test_group_rooms import Node, only, open_node, put
@@ -145,3 +146,25 @@ def test_a_get_that_timed_out_during_a_failed_commit_is_answered_timeout(node: N
     failure = only(receiver.events, wire.Failure)
     assert (failure.request_id, failure.status) == (3, Status.TIMEOUT)
     assert not node.group.queues[10].waiters
+
+
+def test_a_get_while_a_reserved_delivery_is_committing_respects_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """unconfirmed_max counts the delivery a commit under way will make: a second get
+    taking a memory message meanwhile is refused, not delivered past the cap."""
+    import tests.test_group_rooms as rooms
+
+    capped = rooms.BUS.replace('name = "IN"\n', 'name = "IN"\nunconfirmed_max = 1\n', 1)
+    monkeypatch.setattr(rooms, "BUS", capped)
+    node = open_node(tmp_path, 1)
+    sender, receiver = node.session("OUT"), node.session("IN")
+    node.group.get(receiver, wire.Get(request_id=1, timeout_ms=-1))
+    node.group.put(sender, put("IN", b"stored", DeliveryMode.WF_DQF, request_id=10))
+    node.group.put(sender, put("IN", b"memory", DeliveryMode.NN_MEM, request_id=11))
+    with pytest.raises(Refused) as refused:
+        node.group.get(receiver, wire.Get(request_id=2, timeout_ms=0))
+    assert refused.value.status == Status.EXCMAXUNCONF
+    node.commit()
+    assert [event.body for event in deliveries(receiver.events)] == [b"stored"]
+    node.close()

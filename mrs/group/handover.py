@@ -42,10 +42,11 @@ class Handover:
         queue = attached_queue(session)
         if queue.config.confirm == "implicit":
             self._confirm_implicitly(session, queue)
-        if len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+        if not queue.can_deliver():  # counts deliveries reserved by commits under way
             raise Refused(
                 Status.EXCMAXUNCONF,
-                f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "
+                f"{len(queue.unconfirmed) + queue.reserved} messages unconfirmed on "
+                f"{queue.address} "
                 f"(unconfirmed_max={queue.config.unconfirmed_max})",
             )
         while (entry := queue.take()) is not None:
@@ -134,7 +135,7 @@ class Handover:
         unconfirmed cap was counted when the get was reserved.
         False if the entry could not be delivered at all (quarantined): the get is
         still waiting for a message."""
-        if not premarked and len(queue.unconfirmed) >= queue.config.unconfirmed_max:
+        if not premarked and not queue.can_deliver():
             queue.put_back(entry)
             session.send(
                 wire.Failure(
