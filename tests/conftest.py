@@ -4,6 +4,7 @@ and the fast seam, the same group in this trio run under MockClock (`mem_bus`)."
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -173,6 +174,19 @@ def _run_order(item) -> int:
         if item.nodeid.startswith(prefix):
             return rank
     return len(LONG_TESTS_FIRST)
+
+
+def pytest_configure(config) -> None:
+    """Ctrl-C works in the processes the tests start and interrupt with SIGINT.
+
+    Why: a suite started as a background job of a non-interactive shell (`cmd &`,
+    as CI runners and scripts do) inherits SIGINT ignored, and an ignored signal stays
+    ignored across exec — so a child client or `mrs jplay` would never see the
+    KeyboardInterrupt its test sends and the test would wait forever. A handler
+    (unlike SIG_IGN) is reset to the default on exec, so children start as from a
+    terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import trio
@@ -130,6 +131,9 @@ def test_keyboard_interrupt_withdraws_a_sync_get(server) -> None:
         stdout=subprocess.PIPE,
         cwd=os.getcwd(),
     )
+    # A child that never reacts must fail this test, not hang the suite.
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.start()
     try:
         assert child.stdout.readline() == b"waiting\n"
         trio.run(trio.sleep, 0.3)
@@ -142,6 +146,7 @@ def test_keyboard_interrupt_withdraws_a_sync_get(server) -> None:
         child.stdin.flush()
         assert child.stdout.readline() == b"after the interrupt\n"
     finally:
+        watchdog.cancel()
         child.kill()
         child.wait()
 
