@@ -28,7 +28,7 @@ from mrs.group.context import U32, GroupContext, Session, attached_queue
 from mrs.group.handover import Handover, delivery_event
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
 from mrs.model import Status
-from mrs.queues import Entry, GetWaiter, TargetQueue
+from mrs.queues import Entry, TargetQueue
 
 DELIVERY_OVERHEAD_BYTES = 256
 """A Delivery's fields besides its body and maps (ints, addresses), at most."""
@@ -60,35 +60,17 @@ class BatchGet:
         self._park(session, request, queue)
 
     def _park(self, session: Session, request: wire.GetBatch, queue: TargetQueue) -> None:
-        """Wait for a message, as a parked Get does (`Handover._park`), including one
+        """Wait for a message, as a parked Get does (`Handover.park`), including one
         that reserves this get and commits its delivery mark with itself (premark)."""
-        waiter = GetWaiter(
-            deliver=lambda arrived, premarked=False: self._hand_over(
+        self.handover.park(
+            session,
+            queue,
+            request.request_id,
+            request.timeout_ms,
+            lambda arrived, premarked=False: self._hand_over(
                 session, request, queue, arrived, premarked
             ),
-            session_id=session.id,
-            request_id=request.request_id,
         )
-        queue.park(waiter)
-        if request.timeout_ms > 0:
-            timeout_s = request.timeout_ms / 1000
-
-            def time_out() -> None:
-                session.send(
-                    wire.Failure(
-                        request.request_id,
-                        Status.TIMEOUT,
-                        f"no message on {queue.address} in {timeout_s:g} s",
-                    )
-                )
-
-            def expire() -> None:
-                if queue.unpark(waiter):
-                    time_out()
-                elif waiter.reserved:  # answered by its message's commit, unless that fails
-                    waiter.timed_out = time_out
-
-            waiter.cancel_timer = self.ctx.timers.call_later(timeout_s, expire)
 
     def _hand_over(
         self,

@@ -8,6 +8,7 @@ one transaction before it is answered.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
@@ -60,21 +61,36 @@ class Handover:
 
     def _park(self, session: Session, request: wire.Get, queue: TargetQueue) -> None:
         """Wait for a message (a negative timeout waits for ever)."""
-        waiter = GetWaiter(
-            deliver=lambda arrived, premarked=False: self.hand_over(
+        self.park(
+            session,
+            queue,
+            request.request_id,
+            request.timeout_ms,
+            lambda arrived, premarked=False: self.hand_over(
                 session, request.request_id, queue, arrived, premarked
             ),
-            session_id=session.id,
-            request_id=request.request_id,
         )
+
+    def park(
+        self,
+        session: Session,
+        queue: TargetQueue,
+        request_id: int,
+        timeout_ms: int,
+        deliver: Callable[..., bool | None],
+    ) -> None:
+        """Park a get (single or batch) until `deliver` takes a message, or answer it
+        TIMEOUT when `timeout_ms` passes. A get reserved by a commit under way
+        (premark) is answered by that commit; it times out only if the commit fails."""
+        waiter = GetWaiter(deliver=deliver, session_id=session.id, request_id=request_id)
         queue.park(waiter)
-        if request.timeout_ms > 0:
-            timeout_s = request.timeout_ms / 1000
+        if timeout_ms > 0:
+            timeout_s = timeout_ms / 1000
 
             def time_out() -> None:
                 session.send(
                     wire.Failure(
-                        request.request_id,
+                        request_id,
                         Status.TIMEOUT,
                         f"no message on {queue.address} in {timeout_s:g} s",
                     )
