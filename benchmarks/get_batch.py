@@ -22,7 +22,8 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from put_batch import process_cpu_s, write_config  # noqa: E402 - the sibling benchmark
+from procstat import process_cpu_s  # noqa: E402 - a sibling module
+from put_batch import write_config  # noqa: E402 - the sibling benchmark
 
 from clients import DeliveryMode, PutItem, Uma, connect  # noqa: E402
 from sim.processes import GroupProcess  # noqa: E402

@@ -25,6 +25,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from procstat import process_cpu_s  # the sibling module (benchmarks/ is on sys.path)
+
 from journals import Journal, JournalStore, Record, WriteBatch, seq_key
 from sim.processes import GroupProcess
 
@@ -102,12 +104,6 @@ def children_cpu_s() -> float:
     """CPU seconds (user + system) of the finished children waited for so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a running process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:

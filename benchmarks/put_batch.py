@@ -14,7 +14,6 @@ client process: on a loaded machine rates are noise, CPU per message is not.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import trio
+from procstat import process_cpu_s  # the sibling module (benchmarks/ is on sys.path)
 
 from clients import DeliveryMode, Psb, PutItem, Uma, connect
 from sim.processes import GroupProcess
@@ -51,12 +51,6 @@ def write_config(directory: Path, puts: int) -> Path:
             """)
     )
     return path
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a running process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def items(count: int, start: int, headers: bool) -> list[PutItem]:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import trio
+
+from mrs import protocol as wire
 from sim.processes import GroupProcess, write_single_group_config
 from tests.conftest import STANDARD_QUEUES
 
@@ -36,3 +39,24 @@ class FixedPortServer:
     def stop(self) -> None:
         if self.process.running:
             self.process.terminate()
+
+
+async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Answers the handshake and the attach, then never answers a request."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def serve(stream: trio.SocketStream) -> None:
+        connection = wire.Connection("server")
+        while data := await stream.receive_some(65536):
+            connection.receive_data(data)
+            for event in connection.events():
+                if isinstance(event, wire.Hello):
+                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
+                    await stream.send_all(connection.send(reply))
+                elif isinstance(event, wire.Attach):
+                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, serve, listeners)
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.sleep_forever()

@@ -11,8 +11,8 @@ import clients.pending
 import mrs.group.link_session
 import mrs.group.outbound
 from mrs.model import DeliveryMode, Status, Uma
+from tests.client_helpers import silent_server
 from tests.test_conformance import WAIT_S, start_mem_bus
-from tests.test_errors import _silent_server
 
 
 async def test_the_client_refuses_a_request_beyond_its_in_flight_bound(monkeypatch) -> None:
@@ -20,7 +20,7 @@ async def test_the_client_refuses_a_request_beyond_its_in_flight_bound(monkeypat
     at once, and nothing of the earlier ones is disturbed."""
     monkeypatch.setattr(clients.pending, "CLIENT_REQUESTS_IN_FLIGHT_MAX", 3)
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(_silent_server)
+        port = await nursery.start(silent_server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10") as client:
             waiting = trio.Semaphore(0)
 

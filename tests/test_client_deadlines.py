@@ -14,8 +14,8 @@ import clients
 import clients.connection
 from clients.deadlines import COMPACT_ENTRIES_MIN, ReplyDeadlines
 from clients.pending import _Pending
-from mrs import protocol as wire
 from mrs.model import Status
+from tests.client_helpers import silent_server
 
 
 async def _wait_and_record(pending: _Pending, name: str, woken: list[tuple[str, float]]) -> None:
@@ -93,27 +93,6 @@ async def test_stale_entries_are_compacted_away() -> None:
     assert not waiting.timed_out
 
 
-async def _silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Handshakes and attaches, then never answers a request."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-
-    async def serve(stream: trio.SocketStream) -> None:
-        connection = wire.Connection("server")
-        while data := await stream.receive_some(65536):
-            connection.receive_data(data)
-            for event in connection.events():
-                if isinstance(event, wire.Hello):
-                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
-                    await stream.send_all(connection.send(reply))
-                elif isinstance(event, wire.Attach):
-                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, serve, listeners)
-        task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.sleep_forever()
-
-
 async def test_unanswered_puts_and_gets_end_in_reply_timeout(monkeypatch) -> None:
     """Many puts and a get at once, none answered: each raises ReplyTimeout (not the
     server's TIMEOUT), and the client is still usable for the next request."""
@@ -127,7 +106,7 @@ async def test_unanswered_puts_and_gets_end_in_reply_timeout(monkeypatch) -> Non
             outcomes.append(error)
 
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(_silent_server)
+        port = await nursery.start(silent_server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10") as client:
             async with trio.open_nursery() as calls:
                 for _ in range(20):

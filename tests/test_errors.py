@@ -17,6 +17,7 @@ from mrs.config import ConfigError
 from mrs.delivery import Refused
 from mrs.model import Status
 from mrs.tools.journal.selection import SelectionError
+from tests.client_helpers import silent_server
 
 # The statuses a client can be answered with, and the class it must raise for each.
 CLASS_FOR_STATUS = {
@@ -87,33 +88,12 @@ def test_the_server_families_share_the_root() -> None:
     assert isinstance(cases[3][0], ValueError)
 
 
-async def _silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Answers the handshake and the attach, then never answers a request."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-
-    async def serve(stream: trio.SocketStream) -> None:
-        connection = wire.Connection("server")
-        while data := await stream.receive_some(65536):
-            connection.receive_data(data)
-            for event in connection.events():
-                if isinstance(event, wire.Hello):
-                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
-                    await stream.send_all(connection.send(reply))
-                elif isinstance(event, wire.Attach):
-                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, serve, listeners)
-        task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.sleep_forever()
-
-
-async def test_a_silent_server_gives_a_reply_timeout(monkeypatch) -> None:
+async def test_asilent_server_gives_a_reply_timeout(monkeypatch) -> None:
     """No answer at all is ReplyTimeout (the request may have been acted on), not the
     server's TIMEOUT answer."""
     monkeypatch.setattr(clients.connection, "REPLY_GRACE_S", 0.05)
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(_silent_server)
+        port = await nursery.start(silent_server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10") as client:
             with pytest.raises(clients.ReplyTimeout) as timed_out:
                 await client.get(timeout=0.05)
