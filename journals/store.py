@@ -295,16 +295,19 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
             store.fault_hook("commit")
         index = store.dqf_index
         indexed: list[tuple[bytes, bytes]] = []  # DQF keys put, for the index in one call
+        dbs = store._dbs
+        dqf = Journal.DQF
         with store.env.begin(write=True) as txn:
+            put, delete = txn.put, txn.delete
             for batch in batches:
                 for journal, key in batch.deletes:
-                    txn.delete(key, db=store.db(journal))
-                    if journal is Journal.DQF and index is not None:
+                    delete(key, db=dbs[journal])
+                    if journal is dqf and index is not None:
                         dqf_index.put_keys(txn, index, indexed)  # in order: puts first
-                        txn.delete(key, db=index)
+                        delete(key, db=index)
                 for journal, key, value in batch.puts:
-                    txn.put(key, value, db=store.db(journal))
-                    if journal is Journal.DQF:
+                    put(key, value, db=dbs[journal])
+                    if journal is dqf:
                         indexed.append((key, b""))
             if index is not None:
                 dqf_index.put_keys(txn, index, indexed)

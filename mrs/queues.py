@@ -243,10 +243,13 @@ class TargetQueue:
         self.waiters.append(waiter)
 
     def unpark(self, waiter: GetWaiter) -> bool:
-        try:
-            self.waiters.remove(waiter)
-        except ValueError:
+        """Take a parked get off the queue; False if it is no longer parked (a message
+        took it). Asked first, not caught: deque.remove's ValueError formats the
+        waiter's repr, and at 1,000 gets timing out a second that was the server's
+        main cost (issue 17)."""
+        if waiter not in self.waiters:  # identity: GetWaiter compares by id
             return False
+        self.waiters.remove(waiter)
         return True
 
     def detach(self) -> list[Entry]:

@@ -21,9 +21,13 @@ from mrs.watchdog import Liveness
 _session_ids = itertools.count(1)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ServerSession(FramedStream):
-    """One client connection: its framed stream, plus what the server tracks of it."""
+    """One client connection: its framed stream, plus what the server tracks of it.
+
+    Its repr is one short line: a generated one would spell out the outbox and every
+    request in flight, and anything that formats a session (an error message, a log
+    line) would then cost as much as the whole connection's state."""
 
     id: int = field(default_factory=lambda: next(_session_ids))
     attached: TargetQueue | None = None
@@ -41,6 +45,9 @@ class ServerSession(FramedStream):
     """Metrics (mrs.metrics): called with every reply sent, when metrics are on."""
     principal: str | None = None
     """Who authenticated on this connection (mrs.security), None with auth off."""
+
+    def __repr__(self) -> str:
+        return f"<ServerSession {self.id} {self.peer}>"
 
     def send(self, event: object) -> None:
         if self.closed:

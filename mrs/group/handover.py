@@ -8,8 +8,9 @@ one transaction before it is answered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
@@ -26,9 +27,13 @@ from mrs.group.context import (
 )
 from mrs.group.dqf import Dqf
 from mrs.group.notices import Notices
+from mrs.group.put_deadlines import Bucket, PutDeadlines
 from mrs.model import InterestPoint, Status
+from mrs.protocol.base import build_unchecked
 from mrs.queues import Entry, GetWaiter, TargetQueue
 from mrs.records import record_from_entry
+
+_SUCCESS = int(Status.SUCCESS)
 
 
 @dataclass(eq=False)
@@ -37,6 +42,12 @@ class Handover:
     dqf: Dqf
     notices: Notices
     dlq_readers: DlqReaders
+    get_deadlines: PutDeadlines = field(init=False)
+    """Parked gets' timeouts, in shared buckets as WF puts' are: a dict entry per get,
+    not a timer and three closures (mrs.group.put_deadlines)."""
+
+    def __post_init__(self) -> None:
+        self.get_deadlines = PutDeadlines(self.ctx.timers)
 
     # ------------------------------------------------------------------ get
     def get(self, session: Session, request: wire.Get) -> None:
@@ -85,24 +96,9 @@ class Handover:
         waiter = GetWaiter(deliver=deliver, session_id=session.id, request_id=request_id)
         queue.park(waiter)
         if timeout_ms > 0:
-            timeout_s = timeout_ms / 1000
-
-            def time_out() -> None:
-                session.send(
-                    wire.Failure(
-                        request_id,
-                        Status.TIMEOUT,
-                        f"no message on {queue.address} in {timeout_s:g} s",
-                    )
-                )
-
-            def expire() -> None:
-                if queue.unpark(waiter):
-                    time_out()
-                elif waiter.reserved:  # answered by its message's commit, unless that fails
-                    waiter.timed_out = time_out
-
-            waiter.cancel_timer = self.ctx.timers.call_later(timeout_s, expire)
+            expiry = GetExpiry(session, queue, waiter)
+            expiry.bucket = self.get_deadlines.add(timeout_ms / 1000, expiry)
+            waiter.cancel_timer = expiry
 
     def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
         """The client gave up a get: unpark it so no message is handed to a caller
@@ -328,10 +324,43 @@ class Handover:
             self.ctx.dqf_count -= 1
             self.notices.peers.dqf_freed()
         if request_id is not None:
-            session.send(wire.Confirmed(request_id, entry.seq, Status.SUCCESS))
+            session.send(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
         if entry.on_confirm is not None:
             entry.on_confirm(entry)
         self.serve_waiting_gets(queue)
+
+
+@dataclass(eq=False, slots=True, repr=False)
+class GetExpiry:
+    """A parked get's timeout: called, it is cancelled (the get was answered); timed
+    out, the get is answered TIMEOUT, or, if a commit under way reserved it, marked to
+    be answered so should that message not be delivered after all."""
+
+    session: Session
+    queue: TargetQueue
+    waiter: GetWaiter
+    bucket: Bucket | None = None
+
+    def __call__(self) -> None:
+        if self.bucket is not None:
+            self.bucket.leave(self)
+            self.bucket = None
+
+    def time_out(self, timeout_s: float) -> None:
+        self.bucket = None
+        if self.queue.unpark(self.waiter):
+            self._answer_timeout(timeout_s)
+        elif self.waiter.reserved:  # answered by its message's commit, unless that fails
+            self.waiter.timed_out = functools.partial(self._answer_timeout, timeout_s)
+
+    def _answer_timeout(self, timeout_s: float) -> None:
+        self.session.send(
+            wire.Failure(
+                self.waiter.request_id,
+                Status.TIMEOUT,
+                f"no message on {self.queue.address} in {timeout_s:g} s",
+            )
+        )
 
 
 def _sort_unconfirmed(queue: TargetQueue) -> None:
@@ -341,6 +370,9 @@ def _sort_unconfirmed(queue: TargetQueue) -> None:
 
 
 def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
+    """The Delivery of `entry`, checked: this is where a record read back from the
+    journal with a field no client could have put (tampered, or written by a bug) is
+    refused, and `hand_over` quarantines it (tests/test_poison.py)."""
     return wire.Delivery(
         request_id,
         entry.seq,

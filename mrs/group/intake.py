@@ -30,6 +30,7 @@ from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, InterestPoint, Notification, Psb, Status
+from mrs.protocol.base import build_unchecked
 from mrs.queues import Entry, memory_quota_problem
 from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
@@ -280,4 +281,6 @@ class _Accepted:
             self.session.send(wire.Failure(self.request_id, refused, message))
         elif self.answer_now:
             # plain ints: an IntEnum member fails the wire check's exact-int fast path
-            self.session.send(wire.PutDone(self.request_id, _SUCCESS, _SUCCESS, seq, _UMA_NA))
+            self.session.send(
+                build_unchecked(wire.PutDone, self.request_id, _SUCCESS, _SUCCESS, seq, _UMA_NA)
+            )

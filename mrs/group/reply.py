@@ -9,6 +9,7 @@ from mrs import protocol as wire
 from mrs.group.context import Session
 from mrs.group.put_deadlines import Bucket
 from mrs.model import Address, DeliveryMode, Notification, Psb, Status
+from mrs.protocol.base import build_unchecked
 
 SendAck = Callable[[Address, Psb], None]
 """send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
@@ -22,7 +23,9 @@ _NO_UMA = int(Status.NO_UMA)
 class PutReply:
     """One put's answer, given once: PutDone (WF), an MRS_ACK (AK) or a timeout.
 
-    Slotted, with no per-put closures: one is made for every put."""
+    Slotted, with no per-put closures: one is made for every put. Its PutDone is
+    built unchecked: every field is an int this server made (the request id was
+    checked when its Put was decoded), and the client checks every frame it reads."""
 
     send_ack: SendAck
     session: Session
@@ -44,7 +47,7 @@ class PutReply:
         """The message is durable here (DQF or SAF): answer a stored_reply put now."""
         if self.stored_reply and not self.stored_answered:
             self.stored_answered = True
-            self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
+            self.session.send(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
 
     def report(self, psb: Psb) -> None:
         if self.done:
@@ -53,7 +56,7 @@ class PutReply:
         self.stored(psb)
         notification = self.mode.notification
         if notification is Notification.WF and not self.stored_reply:
-            self.session.send(wire.PutDone(self.request_id, *psb.to_wire()))
+            self.session.send(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
         elif notification is Notification.AK:
             self.send_ack(self.response_queue, psb)
 
@@ -66,7 +69,9 @@ class PutReply:
             self.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
             return
         self._finish()
-        self.session.send(wire.PutDone(self.request_id, _SUCCESS, _STORED, seq, _NO_UMA))
+        self.session.send(
+            build_unchecked(wire.PutDone, self.request_id, _SUCCESS, _STORED, seq, _NO_UMA)
+        )
 
     def _finish(self) -> None:
         self.done = True

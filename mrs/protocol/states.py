@@ -1,0 +1,133 @@
+"""The connection's states, its event kinds and the frame codec (mrs.protocol.connection's tables).
+
+Which events each side may send in each state, which of them take or free a request
+id, and the msgspec decoder of every event: data, kept apart from the state machine
+that reads it so that each module stays one job long.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Union
+
+import msgspec
+
+from mrs.protocol.events import (
+    CLIENT_EVENTS,
+    HEARTBEAT_EVENTS,
+    SERVER_EVENTS,
+    Attach,
+    Attached,
+    CancelGet,
+    Confirm,
+    Confirmed,
+    Delivery,
+    DeliveryBatch,
+    Failure,
+    Fatal,
+    Get,
+    GetBatch,
+    Hello,
+    Put,
+    PutBatch,
+    PutDone,
+    StatusReply,
+    StatusRequest,
+    Welcome,
+)
+from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
+
+_HEADER = struct.Struct(">I")
+_HEADER_BYTES = _HEADER.size
+_UINT32_MAX = 2**32 - 1
+
+
+# -- sentinels ----------------------------------------------------------------------
+
+
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+NEED_DATA = _Sentinel("NEED_DATA")
+"""`next_event`: no complete frame is buffered; feed more bytes."""
+CLOSED = _Sentinel("CLOSED")
+"""`next_event`: the peer closed (EOF with an empty buffer), or a Fatal was exchanged."""
+
+
+_ALL_EVENTS = frozenset(CLIENT_EVENTS + SERVER_EVENTS)
+_BY_CODE = {cls.code: cls for cls in _ALL_EVENTS}
+assert len(_BY_CODE) == len(_ALL_EVENTS), "duplicate event code"
+
+
+def _refuse_ext(code: int, data: memoryview) -> Any:
+    """msgpack ext types are not MRS data: refuse them (explain words it)."""
+    raise ValueError(f"ext type {code}")
+
+
+_DECODE = msgspec.msgpack.Decoder(
+    Union[tuple(sorted(_ALL_EVENTS, key=lambda c: c.code))],  # noqa: UP007 - built at runtime
+    ext_hook=_refuse_ext,
+).decode
+_ENCODE_INTO = msgspec.msgpack.Encoder().encode_into
+
+
+# -- state machine ------------------------------------------------------------------
+
+CLIENT = "client"
+SERVER = "server"
+START = "START"
+OPEN = "OPEN"
+# CLOSED (the sentinel above) doubles as the state after a Fatal.
+
+_REQUESTS = dict.fromkeys(
+    (Attach, Put, PutBatch, Get, GetBatch, Confirm, StatusRequest, CancelGet, *LINK_EVENTS)
+    + HEARTBEAT_EVENTS,
+    OPEN,
+)
+_REPLIES = dict.fromkeys(
+    (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, StatusReply, Failure)
+    + LINK_EVENTS
+    + HEARTBEAT_EVENTS,
+    OPEN,
+)
+
+_TRANSITIONS: dict[str, dict[Any, dict[type, Any]]] = {
+    CLIENT: {
+        START: {Hello: OPEN},
+        OPEN: _REQUESTS,
+    },
+    SERVER: {
+        START: {Welcome: OPEN, Fatal: CLOSED},
+        OPEN: {**_REPLIES, Fatal: CLOSED},
+    },
+}
+_SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
+
+# Request-id tracking: each request is answered exactly once (a Get by its Delivery or
+# Failure; a CancelGet, a Ping and a Pong are not requests), and while it waits for
+# that answer its id may not be used again by the same side.
+_ASKS, _ASKS_MANY, _ANSWERS, _OTHER_KIND = "asks", "asks many", "answers", "other"
+_REQUEST_KIND = {
+    PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
+    **dict.fromkeys(
+        (Attach, Put, Get, GetBatch, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS
+    ),
+    **dict.fromkeys(
+        (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, StatusReply, Failure, LinkAck),
+        _ANSWERS,
+    ),
+}
+_STEADY = {
+    role: {
+        cls: _REQUEST_KIND.get(cls) for cls, new in _TRANSITIONS[role][OPEN].items() if new is OPEN
+    }
+    for role in (CLIENT, SERVER)
+}
+_OTHER = {CLIENT: SERVER, SERVER: CLIENT}
