@@ -49,6 +49,12 @@ class DataDirGuard:
     journal_file: Path | None = None
     journal_fd: int | None = None
     lost: str | None = None
+    _lock_path: str = ""
+    _journal_path: str = ""
+    """The paths `check` stats, as strings made once: it runs before every commit."""
+
+    def __post_init__(self) -> None:
+        self._lock_path = str(Path(self.data_dir) / LOCK_FILE_NAME)
 
     @classmethod
     def acquire(cls, data_dir: Path) -> DataDirGuard:
@@ -81,6 +87,7 @@ class DataDirGuard:
     def watch_journal(self, journal_file: Path) -> None:
         """Remember the journal file (data.mdb) as opened, to notice a replacement."""
         self.journal_file = Path(journal_file)
+        self._journal_path = str(self.journal_file)
         with contextlib.suppress(OSError):
             self.journal_fd = os.open(self.journal_file, os.O_RDONLY | os.O_CLOEXEC)
 
@@ -99,14 +106,14 @@ class DataDirGuard:
             lock = os.fstat(self.lock_fd)
             if lock.st_nlink == 0:
                 return f"was deleted ({LOCK_FILE_NAME} is gone)"
-            now = os.stat(self.data_dir / LOCK_FILE_NAME)
+            now = os.stat(self._lock_path)
             if (now.st_dev, now.st_ino) != (lock.st_dev, lock.st_ino):
                 return "was replaced (another lock file is in its place)"
             if self.journal_fd is not None:
                 journal = os.fstat(self.journal_fd)
                 if journal.st_nlink == 0:
                     return f"was deleted ({self.journal_file.name} is gone)"
-                now = os.stat(self.journal_file)
+                now = os.stat(self._journal_path)
                 if (now.st_dev, now.st_ino) != (journal.st_dev, journal.st_ino):
                     return f"was replaced (another {self.journal_file.name} is in its place)"
         except FileNotFoundError:

@@ -36,6 +36,10 @@ from mrs.records import encode_entry, record_from_entry
 
 log = logging.getLogger("mrs.group")
 
+_DQF = Journal.DQF
+_STORED = Status.STORED
+"""Read on every store: looked up once (an enum attribute costs a class lookup)."""
+
 
 class Premark(Protocol):
     """What the DQF asks of the hand-over room (mrs.group.handover) around a store."""
@@ -107,7 +111,7 @@ class Dqf:
         ctx.dqf_count += 1
         entry.journaled = True
         batch = WriteBatch.empty().put_raw(
-            Journal.DQF,
+            _DQF,
             queue_key(queue.address.queue, entry.seq),
             encode_entry(entry, ctx.clock_ns()),
         )
@@ -139,7 +143,7 @@ class Dqf:
             queue.reserved -= 1
             if error is not None:
                 self.premark.unreserve(queue, waiter)
-        cause = Status.STORED
+        cause = _STORED
         reason = ""
         if error is not None:
             self.ctx.dqf_count -= 1

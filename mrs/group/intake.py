@@ -38,6 +38,10 @@ log = logging.getLogger("mrs.group")
 
 _SUCCESS = int(Status.SUCCESS)
 _UMA_NA = int(Status.UMA_NA)
+# Members read on every put, looked up once (an enum attribute costs a class lookup).
+_AK, _WF = Notification.AK, Notification.WF
+_CONF = InterestPoint.CONF
+_STORED_STATUS = Status.STORED
 
 
 @dataclass(eq=False)
@@ -110,7 +114,7 @@ class Intake:
         key, own_header = self._check_put(request)
         response_queue = ctx.resolve(request.resp_q) if request.resp_q else source
         notification = mode.notification
-        if notification is Notification.AK:
+        if notification is _AK:
             self._check_ack_reachable(response_queue)
         put_time_ns = ctx.clock_ns()
         headers = request.headers
@@ -146,12 +150,12 @@ class Intake:
             headers,
             account=getattr(session, "account", None),
         )
-        if notification is Notification.WF:
+        if notification is _WF:
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
             reply.deadline = self.deadlines.add(timeout_s, reply)
         elif (
-            notification is Notification.AK
-            and mode.interest_point is InterestPoint.CONF
+            notification is _AK
+            and mode.interest_point is _CONF
             and target.group != ctx.group_id
         ):
             # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)
@@ -206,13 +210,13 @@ class Intake:
         return self.ctx.resolve(source_text), original_ns or put_time_ns
 
     def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
-        if entry.delivery.interest_point is InterestPoint.CONF:
+        if entry.delivery.interest_point is _CONF:
             entry.on_confirm = reply.reporter(entry.seq)
-            if entry.delivery.notification is Notification.AK:
+            if entry.delivery.notification is _AK:
                 # journaled with the message: the MRS_ACK is owed after a restart too
                 entry.response_queue = reply.response_queue
         keys = [key] if key is not None else []
-        confirmed_point = entry.delivery.interest_point is InterestPoint.CONF
+        confirmed_point = entry.delivery.interest_point is _CONF
         if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and not confirmed_point:
             reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
         self.dqf.store_in_dqf(entry, keys, _StoreOutcome(self.umas, entry, reply))
@@ -258,9 +262,9 @@ class _StoreOutcome:
     reply: PutReply
 
     def __call__(self, status: Status, seq: int, reason: str) -> None:
-        if status != Status.STORED:
+        if status != _STORED_STATUS:
             self.umas.undeliverable(self.entry, self.reply, status, reason)
-        elif self.entry.delivery.interest_point is not InterestPoint.CONF or seq != self.entry.seq:
+        elif self.entry.delivery.interest_point is not _CONF or seq != self.entry.seq:
             self.reply.report_stored(seq)
         else:
             self.reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))

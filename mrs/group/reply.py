@@ -17,6 +17,7 @@ SendAck = Callable[[Address, Psb], None]
 _SUCCESS = int(Status.SUCCESS)
 _STORED = int(Status.STORED)
 _NO_UMA = int(Status.NO_UMA)
+_WF = Notification.WF
 
 
 @dataclass(eq=False, slots=True)
@@ -65,7 +66,7 @@ class PutReply:
         put, without building a Psb when the answer is a plain WF PutDone."""
         if self.done:
             return
-        if self.stored_reply or self.mode.notification is not Notification.WF:
+        if self.stored_reply or self.mode.notification is not _WF:
             self.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
             return
         self._finish()
