@@ -297,6 +297,7 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
         indexed: list[tuple[bytes, bytes]] = []  # DQF keys put, for the index in one call
         dbs = store._dbs
         dqf = Journal.DQF
+        dqf_db = dbs[dqf]
         with store.env.begin(write=True) as txn:
             put, delete = txn.put, txn.delete
             for batch in batches:
@@ -306,9 +307,14 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
                         dqf_index.put_keys(txn, index, indexed)  # in order: puts first
                         delete(key, db=index)
                 for journal, key, value in batch.puts:
-                    put(key, value, db=dbs[journal])
                     if journal is dqf:
+                        # A queue's seqs only grow: appended, its pages are filled
+                        # instead of split in half (a refused append is put as usual)
+                        if not put(key, value, db=dqf_db, append=True):
+                            put(key, value, db=dqf_db)
                         indexed.append((key, b""))
+                    else:
+                        put(key, value, db=dbs[journal])
             if index is not None:
                 dqf_index.put_keys(txn, index, indexed)
                 dqf_index.stamp(txn, index)

@@ -43,21 +43,30 @@ operation = st.tuples(st.booleans(), st.integers(10, 12), st.integers(1, 40))
 
 
 @settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(commits=st.lists(st.lists(operation, max_size=8), max_size=6))
 def test_the_index_lists_exactly_the_dqf_keys_after_any_commits(tmp_path_factory, commits) -> None:
+    """Puts in any key order (several queues, seqs going back, a key put again) and
+    deletes: the index keeps exactly the DQF's keys, and the DQF holds the last value
+    put at each key (puts are appended when they can be, put as usual when not)."""
     path = tmp_path_factory.mktemp("index") / "journals"
     store = JournalStore(path, 1 << 22)
-    for operations in commits:
+    expected: dict[bytes, bytes] = {}
+    for number, operations in enumerate(commits):
         batch = WriteBatch.empty()
+        for put, queue, seq in operations:  # a batch applies its deletes, then its puts
+            if not put:
+                batch.delete(Journal.DQF, queue_key(queue, seq))
+                expected.pop(queue_key(queue, seq), None)
         for put, queue, seq in operations:
             if put:
-                batch.put_record(Journal.DQF, queue_key(queue, seq), record(queue, seq))
-            else:
-                batch.delete(Journal.DQF, queue_key(queue, seq))
+                body = b"commit %d seq %d" % (number, seq)
+                batch.put_record(Journal.DQF, queue_key(queue, seq), record(queue, seq, body))
+                expected[queue_key(queue, seq)] = body
         store.commit_now(batch)
-        assert list(store.keys(Journal.DQF)) == raw_keys(store)
+        assert list(store.keys(Journal.DQF)) == raw_keys(store) == sorted(expected)
+        assert {key: store.get(Journal.DQF, key).body for key in expected} == expected
     store.close()
     again = JournalStore(path, 1 << 22)
     try:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import msgpack
+import msgspec
 
 from journals import Journal, JournalError, WriteBatch, seq_key
 from mrs.deadletter import dead_letter_header
@@ -43,6 +43,8 @@ from mrs.protection.dead_letter import (
 from mrs.queues import Entry
 from mrs.records import DEAD_LETTER_HEADER, record_from_entry
 
+_ENCODE = msgspec.msgpack.Encoder().encode
+"""An MRS_ACK's body: msgpack of the PSB (the bytes msgpack.packb writes), per AK put."""
 log = logging.getLogger("mrs.group")
 
 
@@ -222,7 +224,7 @@ class Umas:
             return
         ack = Entry(
             seq=self.sequence.next(),
-            body=msgpack.packb(psb.to_wire()),
+            body=_ENCODE(psb.to_wire()),
             source=Address(group_id, 0),
             target=response_queue,
             delivery=DeliveryMode.NN_MEM,
