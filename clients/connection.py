@@ -94,6 +94,9 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._journal = journal
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
+        self._confirm_message = self.confirm
+        """Bound once: every Message delivered holds it (a bound method made per
+        message is one more object per message for the collector)."""
         self._deadlines = ReplyDeadlines()
         self._link: _Link | None = None
         self._broken: MrsError | None = None

@@ -111,7 +111,7 @@ class _Requests:
             put_time_ns=reply.put_time_ns,
             dead_letter_header=reply.dead_letter_header,
             headers=reply.headers,
-            _confirm=self.confirm,
+            _confirm=self._confirm_message,
         )
 
     def _next_id(self) -> int:

@@ -39,7 +39,10 @@ class EventStruct(
     def __post_init__(self) -> None:
         if DECODE_STATE.decoding:
             for name, _ok, check in self._deep_rules:
-                problem = check.problem(getattr(self, name))
+                value = getattr(self, name)
+                if value is None:  # msgspec let None through: the field is Optional
+                    continue
+                problem = check.problem(value)
                 if problem is not None:
                     raise LocalProtocolError(worded(type(self).__name__, name, problem))
         elif not self._all_ok(self):
@@ -59,7 +62,9 @@ def build_unchecked(cls: type[EventStruct], *fields: Any) -> Any:
     """Build an event without the Python-side check of its fields (only free-form
     fields are looked into, as after a decode), for a caller that made or checked
     every field itself: the client's request path, where the generic check cost more
-    than the rest of building a Put (issue 17). The encoder still refuses what
+    than the rest of building a Put (issue 17). A free-form field given None is taken
+    as an absent Optional one, as after a decode (msgspec lets None through only
+    there): callers pass None only for those. The encoder still refuses what
     msgpack cannot carry, and the peer checks every frame it decodes."""
     state = DECODE_STATE
     state.decoding = True
