@@ -95,21 +95,51 @@ def encode_entry(entry: Entry, written_time_ns: int) -> bytes:
 
 
 def entry_from_record(record: Record) -> Entry:
+    """The queue entry of a journaled record. Every message read back from a cold
+    backlog passes here (issue 17): addresses come from a bounded cache and the mode
+    from a dict, not a frozen dataclass and an enum call each."""
+    extra = record.extra
+    headers = extra.get("headers")
+    resp_q = extra.get("resp_q")
     return Entry(
-        seq=record.seq,
-        body=record.body,
-        source=Address(record.source_group, record.source_queue),
-        target=Address(record.target_group, record.target_queue),
-        delivery=DeliveryMode(record.delivery),
-        uma=record.uma,
-        msg_class=record.msg_class,
-        msg_type=record.msg_type,
-        priority=record.priority,
-        correlation_id=record.correlation_id,
-        put_time_ns=record.put_time_ns,
-        headers=record.extra.get("headers"),
-        dead_letter_header=(record.extra.get("headers") or {}).get(DEAD_LETTER_HEADER),
-        origin_group=record.extra.get("origin"),
-        response_queue=Address(*record.extra["resp_q"]) if "resp_q" in record.extra else None,
+        record.seq,
+        record.body,
+        address_of(record.source_group, record.source_queue),
+        address_of(record.target_group, record.target_queue),
+        delivery_mode(record.delivery),
+        record.uma,
+        record.msg_class,
+        record.msg_type,
+        record.priority,
+        record.correlation_id,
+        record.put_time_ns,
+        headers.get(DEAD_LETTER_HEADER) if headers else None,
+        headers,
+        extra.get("origin"),
+        Address(*resp_q) if resp_q is not None else None,
         journaled=True,
     )
+
+
+_ADDRESSES: dict[tuple[int, int], Address] = {}
+ADDRESSES_CACHED_MAX = 4096
+"""Addresses kept for the next record (an Address is immutable); emptied when full,
+so a group that sees many queues stays bounded."""
+_DELIVERY_MODES: dict[int, DeliveryMode] = {int(mode): mode for mode in DeliveryMode}
+
+
+def address_of(group: int, queue: int) -> Address:
+    """Address(group, queue), remembered."""
+    address = _ADDRESSES.get((group, queue))
+    if address is None:
+        address = Address(group, queue)
+        if len(_ADDRESSES) >= ADDRESSES_CACHED_MAX:
+            _ADDRESSES.clear()
+        _ADDRESSES[group, queue] = address
+    return address
+
+
+def delivery_mode(value: int) -> DeliveryMode:
+    """DeliveryMode(value) by a dict lookup; an unknown value raises as the enum does."""
+    mode = _DELIVERY_MODES.get(value)
+    return mode if mode is not None else DeliveryMode(value)

@@ -82,3 +82,47 @@ def test_record_payload_is_msgpack_packb_bytes(values: tuple) -> None:
     from journals.record import _ENCODE
 
     assert _ENCODE(values) == msgpack.packb(values, use_bin_type=True)
+
+
+good_record_values = st.tuples(
+    st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.binary(max_size=64),
+    i64, i64, st.integers(0, 99), st.integers(0, 40), st.integers(0, 9), st.binary(max_size=8),
+    i64, i64, i64, i64, i64, st.dictionaries(st.text(max_size=6), header_values, max_size=3),
+)  # fmt: skip
+
+
+@st.composite
+def record_payloads(draw) -> list:
+    """Record payloads, good or broken: a field of another type, one too many or few."""
+    values = list(draw(good_record_values))
+    for _ in range(draw(st.integers(0, 2))):
+        if values and draw(st.booleans()):
+            values[draw(st.integers(0, len(values) - 1))] = draw(plain_values)
+        elif draw(st.booleans()):
+            values.pop()
+        else:
+            values.append(draw(plain_values))
+    return values
+
+
+@settings(max_examples=600, deadline=None)
+@given(record_payloads())
+def test_the_fast_record_decode_accepts_exactly_what_the_checked_one_does(values: list) -> None:
+    """decode_record decodes a payload with msgspec's typed decoder (the field types
+    checked in C) and words a refusal with `checked_values`: both must agree on every
+    payload, to the value."""
+    import msgpack
+
+    from journals.record import _DECODE_TYPED, CorruptRecord, checked_values
+
+    payload = msgpack.packb(values, use_bin_type=True)
+    try:
+        slow = list(checked_values(payload))
+    except CorruptRecord:
+        slow = None
+    try:
+        fast = list(_DECODE_TYPED(payload))
+    except Exception:  # noqa: BLE001 - whatever msgspec raises: a refusal
+        fast = None
+    assert fast == slow
