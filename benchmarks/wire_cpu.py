@@ -27,30 +27,13 @@ import time
 from pathlib import Path
 
 import msgspec
+from client_cpu import LIMITS, QUEUES_TOML  # the same queues as the client's bench
 from procstat import process_cpu_s  # the sibling module (benchmarks/ is on sys.path)
 
 from mrs import protocol as wire
 from mrs.model import DeliveryMode, Uma
-from sim.processes import GroupProcess
+from sim.processes import GroupProcess, write_single_group_config
 
-CONFIG = """
-[[group]]
-id = 1
-name = "WIRE"
-listen = "127.0.0.1:0"
-data_dir = "g1"
-[group.limits]
-dqf_messages_max = 10000000
-journal_bytes_max = 8589934592
-[[group.queue]]
-id = 10
-name = "TARGET"
-confirm = "explicit-out-of-order"
-unconfirmed_max = 100000
-[[group.queue]]
-id = 100
-name = "SENDER"
-"""
 _HEADER = struct.Struct(">I")
 _ENCODE = msgspec.msgpack.Encoder().encode
 _DECODE = msgspec.msgpack.Decoder().decode
@@ -95,8 +78,19 @@ class RawConnection:
 
 def put_frame(request_id: int, body: bytes) -> tuple:
     return (
-        wire.Put.code, request_id, "1.10", body, int(DeliveryMode.WF_DQF), int(Uma.DLJ),
-        0, 0, 0, 0, b"", "", None,
+        wire.Put.code,
+        request_id,
+        "1.10",
+        body,
+        int(DeliveryMode.WF_DQF),
+        int(Uma.DLJ),
+        0,
+        0,
+        0,
+        0,
+        b"",
+        "",
+        None,
     )
 
 
@@ -170,8 +164,7 @@ def measure(shape: str, messages: int, window: int) -> tuple[float, float, float
     for one fresh server."""
     directory = Path(tempfile.mkdtemp(prefix="mrs-wire-", dir=Path.cwd()))
     try:
-        config = directory / "bus.toml"
-        config.write_text(CONFIG)
+        config = write_single_group_config(directory, queues=QUEUES_TOML, limits=LIMITS)
         server = GroupProcess(config, 1)
         address = server.start()
         try:
