@@ -111,7 +111,8 @@ class InlineWriter:
     everything queued in one synced transaction and runs the callbacks.
 
     It trades a loop stall of one fsync per commit for having no second thread that
-    must win the GIL back for every LMDB call (see `mrs.server` for the measurement).
+    must win the GIL back from the busy loop for its own Python work and after every
+    commit (see `mrs.server` for the measurement).
     """
 
     def __init__(self, store: JournalStore, wake: Callable[[], None]) -> None:

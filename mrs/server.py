@@ -13,8 +13,10 @@ closes. Nothing a client sends can stop the server for anyone else.
 module starts and stops them and runs the commits.
 
 Where commits run (measured with `mrs bench --seconds 3`, same disk, same run):
-a writer thread loses the GIL on every LMDB call and waits to win it back from the
-busy event loop, so its 50-put commits took 1.5-2.5 ms against 0.6 ms alone. Commits
+a writer thread must win the GIL back from the busy event loop for its Python work
+and after the commit (py-lmdb 3.0 holds the GIL through `put` and releases it only
+around the commit: measured, issue 17), so its 50-put commits took 1.5-2.5 ms against
+0.6 ms alone. Commits
 inline on the event loop, after every ready receive loop has had its turn, stall the
 loop for one fsync but batch more and avoid the hand-offs: 32 connections x 1 put
 in flight gave 6.7k puts/s at 15 msgs/commit inline vs 5.5k at 9.8 with the thread;
