@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,8 +26,8 @@ from clients.errors import (
     error_for,
 )
 from mrs import protocol as wire
-from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX, HELD_MESSAGES_MAX
-from mrs.model import Address, DeliveryMode, Message, Status, status_of
+from mrs.limits import ADDRESSES_CACHED_MAX, CLIENT_REQUESTS_IN_FLIGHT_MAX, HELD_MESSAGES_MAX
+from mrs.model import Address, Message, Status, delivery_mode_of, status_of
 
 if TYPE_CHECKING:
     from clients.link import _Link
@@ -78,11 +78,16 @@ class _Pending:
 
     async def wait(self) -> None:
         """Until answered or expired; a checkpoint even when that already happened."""
+        await self.waited()
+
+    def waited(self) -> Awaitable[object]:
+        """What `wait` awaits, for the caller's own task to await: `_request` awaits it
+        directly, so a request in flight holds no coroutine of `wait` for the collector
+        to walk (issue 17)."""
         if self.done:
-            await trio.lowlevel.checkpoint()
-            return
+            return trio.lowlevel.checkpoint()
         self.waiter = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self)
+        return trio.lowlevel.wait_task_rescheduled(self)
 
     def __call__(self, _raise_cancel: object) -> trio.lowlevel.Abort:
         """The wait's abort function (the caller was cancelled): itself, not a closure
@@ -105,7 +110,7 @@ class _Requests:
             msg_class=reply.msg_class,
             msg_type=reply.msg_type,
             priority=reply.priority,
-            delivery=_delivery_mode(reply.delivery),
+            delivery=delivery_mode_of(reply.delivery),
             delivery_status=status_of(reply.delivery_status),
             correlation_id=reply.correlation_id,
             put_time_ns=reply.put_time_ns,
@@ -140,11 +145,7 @@ class _Requests:
         try:
             if wait_s is not None:  # one sweeper for every deadline, no scope per request
                 self._deadlines.add(trio.current_time() + wait_s, request_id, pending)
-            if pending.done:  # pending.wait(), inline: one coroutine fewer per request
-                await trio.lowlevel.checkpoint()
-            else:
-                pending.waiter = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(pending)
+            await pending.waited()
         except BaseException:
             self._abandon(link, request_id, pending)
             raise
@@ -250,10 +251,8 @@ class _Requests:
 
 
 _ADDRESSES: dict[str, Address] = {}
-ADDRESSES_CACHED_MAX = 4096
-"""Parsed "G.Q" texts kept for the next delivery (an Address is immutable); the cache
-is emptied when full, so a client that sees many queues stays bounded."""
-_DELIVERY_MODES: dict[int, DeliveryMode] = {mode.value: mode for mode in DeliveryMode}
+"""Parsed "G.Q" texts kept for the next delivery (an Address is immutable), at most
+ADDRESSES_CACHED_MAX."""
 
 
 def _address(text: str) -> Address:
@@ -266,11 +265,3 @@ def _address(text: str) -> Address:
             _ADDRESSES.clear()
         _ADDRESSES[text] = address
     return address
-
-
-def _delivery_mode(value: int) -> DeliveryMode:
-    """DeliveryMode(value) by a dict lookup; an unknown value raises as the enum does."""
-    try:
-        return _DELIVERY_MODES[value]
-    except KeyError:
-        return DeliveryMode(value)

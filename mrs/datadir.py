@@ -17,7 +17,7 @@ import errno
 import fcntl
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mrs.errors import OperatorError
@@ -49,8 +49,8 @@ class DataDirGuard:
     journal_file: Path | None = None
     journal_fd: int | None = None
     lost: str | None = None
-    _lock_path: str = ""
-    _journal_path: str = ""
+    _lock_path: str = field(init=False, repr=False, default="")
+    _journal_path: str = field(init=False, repr=False, default="")
     """The paths `check` stats, as strings made once: it runs before every commit."""
 
     def __post_init__(self) -> None:

@@ -236,6 +236,14 @@ class Status(NamedIntEnum):
 
 
 _STATUS_BY_VALUE: dict[int, Status] = {int(member): member for member in Status}
+_MODE_BY_VALUE: dict[int, DeliveryMode] = {int(mode): mode for mode in DeliveryMode}
+
+def delivery_mode_of(value: int) -> DeliveryMode:
+    """DeliveryMode(value) by a dict lookup (every delivery a client reads and every
+    record read back runs it); an unknown value raises as the enum does."""
+    mode = _MODE_BY_VALUE.get(value)
+    return mode if mode is not None else DeliveryMode(value)
+
 
 def status_of(value: int) -> Status | int:
     """A Status member for a known value, the raw int for an unknown one (a dict

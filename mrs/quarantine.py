@@ -21,8 +21,8 @@ from journals import Journal, WriteBatch, seq_key
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
 from mrs.delivery import Refused, check_mode_and_uma
-from mrs.model import Status
-from mrs.records import DEAD_LETTER_HEADER, delivery_mode, idempotency_key
+from mrs.model import Status, delivery_mode_of
+from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
 QUARANTINE_EXTRA = "quarantine"
 """Key in a DLJ record's `extra` holding why the message was quarantined."""
@@ -81,7 +81,7 @@ def record_problem(record: object) -> str | None:
     """Why a journal record cannot become a queue entry (e.g. a delivery mode that does
     not exist, written by a tampered or foreign journal), or None."""
     try:
-        delivery_mode(record.delivery)
+        delivery_mode_of(record.delivery)
     except (ValueError, TypeError):
         return f"delivery {record.delivery!r:.60} is not a delivery mode"
     for name in ("target_queue", "source_group", "source_queue"):

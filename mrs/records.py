@@ -9,8 +9,8 @@ from __future__ import annotations
 from journals import Record
 from journals.record import encode_values
 from mrs.delivery import Refused
-from mrs.limits import IDEMPOTENCY_KEY_BYTES_MAX
-from mrs.model import Address, DeliveryMode, Status
+from mrs.limits import ADDRESSES_CACHED_MAX, IDEMPOTENCY_KEY_BYTES_MAX
+from mrs.model import Address, Status, delivery_mode_of
 from mrs.queues import Entry
 
 DEAD_LETTER_HEADER = "dead_letter_header"
@@ -106,7 +106,7 @@ def entry_from_record(record: Record) -> Entry:
         record.body,
         address_of(record.source_group, record.source_queue),
         address_of(record.target_group, record.target_queue),
-        delivery_mode(record.delivery),
+        delivery_mode_of(record.delivery),
         record.uma,
         record.msg_class,
         record.msg_type,
@@ -122,10 +122,8 @@ def entry_from_record(record: Record) -> Entry:
 
 
 _ADDRESSES: dict[tuple[int, int], Address] = {}
-ADDRESSES_CACHED_MAX = 4096
-"""Addresses kept for the next record (an Address is immutable); emptied when full,
-so a group that sees many queues stays bounded."""
-_DELIVERY_MODES: dict[int, DeliveryMode] = {int(mode): mode for mode in DeliveryMode}
+"""Addresses kept for the next record (an Address is immutable), at most
+ADDRESSES_CACHED_MAX."""
 
 
 def address_of(group: int, queue: int) -> Address:
@@ -137,9 +135,3 @@ def address_of(group: int, queue: int) -> Address:
             _ADDRESSES.clear()
         _ADDRESSES[group, queue] = address
     return address
-
-
-def delivery_mode(value: int) -> DeliveryMode:
-    """DeliveryMode(value) by a dict lookup; an unknown value raises as the enum does."""
-    mode = _DELIVERY_MODES.get(value)
-    return mode if mode is not None else DeliveryMode(value)

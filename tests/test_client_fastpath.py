@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clients import pending
-from mrs.model import Address, DeliveryMode, Status, status_of
+from mrs.model import Address, DeliveryMode, Status, delivery_mode_of, status_of
 
 
 def _status_slow(value: int) -> Status | int:
@@ -49,9 +49,9 @@ def test_the_address_cache_is_bounded() -> None:
 
 def test_delivery_mode_lookup_matches_the_enum() -> None:
     for mode in DeliveryMode:
-        assert pending._delivery_mode(int(mode)) is mode
+        assert delivery_mode_of(int(mode)) is mode
     with pytest.raises(ValueError):
-        pending._delivery_mode(12345)
+        delivery_mode_of(12345)
 
 
 def test_the_old_import_paths_of_the_split_client_still_work() -> None:

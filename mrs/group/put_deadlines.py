@@ -1,4 +1,5 @@
-"""WF put timeouts swept in buckets: a few timers per tick, not a timer per put.
+"""WF put and parked get timeouts swept in buckets: a few timers per tick, not a
+timer per request (the hand-over room's `GetExpiry` uses the same buckets).
 
 Why: every WF put needs a deadline, and a timer with two closures per put (one to
 fire, one to cancel) cost about 2.5% of a put's server CPU. Here puts with the same

@@ -184,28 +184,12 @@ class Connection:
             raise self._error.with_traceback(None)
         if self._closed:
             return CLOSED
-        buf = self._buf
-        pos = self._pos
-        have = len(buf) - pos
-        if have >= _HEADER_BYTES:
-            size = _HEADER.unpack_from(buf, pos)[0]
-            if size > self.frame_bytes_max:
-                self._fail(f"frame of {size} bytes exceeds frame_bytes_max {self.frame_bytes_max}")
-            if size == 0:
-                self._fail("empty frame")
-            start = pos + _HEADER_BYTES
-            end = start + size
-            if len(buf) >= end:
-                self._pos = end
-                event = self._decode(buf, start, end)
-                try:
-                    self._process(self.their_role, event, RemoteProtocolError)
-                except RemoteProtocolError as exc:
-                    self._error = exc
-                    raise
-                return event
+        out: list[Event] = []
+        pos = self._decode_all(self._buf, self._pos, len(self._buf), out, first_only=True)
+        if out:
+            return out[0]
         if self._eof:
-            if have == 0:
+            if pos == len(self._buf):
                 return CLOSED
             self._fail("connection closed mid-frame")
         return NEED_DATA
@@ -227,19 +211,18 @@ class Connection:
         out: list[Event] = []
         if self._closed:
             return out
-        buf = self._buf
-        pos = self._pos
-        have = len(buf)
-        if have - pos >= _HEADER_BYTES:
-            pos = self._decode_all(buf, pos, have, out)
-        if self._eof and not self._closed and pos == have:
-            return out  # the peer closed after whole frames: CLOSED comes next
-        if self._eof and not self._closed:
+        pos = self._decode_all(self._buf, self._pos, len(self._buf), out)
+        if self._eof and not self._closed and pos != len(self._buf):
             self._fail("connection closed mid-frame")
-        return out
+        return out  # the peer closed after whole frames: CLOSED comes next
 
-    def _decode_all(self, buf: bytearray, pos: int, have: int, out: list[Event]) -> int:
-        """Decode the whole frames of buf[pos:have] into `out`; the new position."""
+    def _decode_all(
+        self, buf: bytearray, pos: int, have: int, out: list[Event], first_only: bool = False
+    ) -> int:
+        """Decode the whole frames of buf[pos:have] into `out` (the first one only, for
+        `next_event`); the new position."""
+        if have - pos < _HEADER_BYTES:
+            return pos
         role = self.their_role
         steady = self._steady[role]
         asked = self._in_flight[role]
@@ -254,7 +237,6 @@ class Connection:
             while have - pos >= _HEADER_BYTES:
                 size = unpack_from(buf, pos)[0]
                 if size > frame_bytes_max or size == 0:
-                    self._pos = pos
                     self._fail(
                         "empty frame"
                         if size == 0
@@ -282,12 +264,11 @@ class Connection:
                     except RemoteProtocolError as exc:
                         self._error = exc
                         raise
-                    out.append(event)
-                    if self._closed:  # a Fatal: nothing after it counts
-                        break
                     steady = self._steady[role]
-                    continue
+                    first_only = first_only or self._closed  # after a Fatal nothing counts
                 out.append(event)
+                if first_only:
+                    break
         finally:
             state.decoding = False
             view.release()  # the buffer cannot grow or shrink while a view is alive
@@ -296,22 +277,6 @@ class Connection:
     def _fail(self, message: str) -> NoReturn:
         self._error = RemoteProtocolError(message)
         raise self._error
-
-    def _decode(self, buf: bytearray, start: int, end: int) -> Any:
-        """The event in buf[start:end]: msgspec decodes and checks it; a refusal is
-        worded by `explain` (the slow path, for bad frames only)."""
-        view = memoryview(buf)[start:end]
-        state = DECODE_STATE
-        state.decoding = True
-        try:
-            return _DECODE(view)
-        except ProtocolError as exc:  # a free-form field's check in __post_init__
-            self._fail(exc.message)
-        except Exception as exc:  # noqa: BLE001 - msgspec raises many kinds: word them
-            self._fail(explain(bytes(view), _BY_CODE, exc))
-        finally:
-            state.decoding = False
-            view.release()  # the buffer cannot grow or shrink while a view is alive
 
     # -- sending --------------------------------------------------------------------
 
