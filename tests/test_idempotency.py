@@ -84,10 +84,18 @@ async def test_keys_expire_after_the_dedupe_window_and_are_purged(make_mem_bus) 
     assert await _bodies(bus, "ORDERS") == [b"daily report", b"daily report"]
 
 
-def test_replay_keys_are_unguessable_but_stable() -> None:
+def test_replay_keys_are_unguessable_but_stable_and_in_put_order() -> None:
     one, other = b"\x01" * 32, b"\x02" * 32
     key = replay_key(one, Journal.PCJ, 1, 42, 1)
     assert key == replay_key(one, Journal.PCJ, 1, 42, 1)  # a re-run dedupes
     assert key != replay_key(other, Journal.PCJ, 1, 42, 1)  # nobody else can predict it
     assert key != replay_key(one, Journal.PCJ, 1, 42, 2)  # --again: a new key
-    assert "42" not in key.removeprefix("replay:")
+    _, run, _, tag = key.split(":")
+    stranger = replay_key(other, Journal.PCJ, 1, 42, 1).split(":")
+    assert run != stranger[1] and tag != stranger[3]  # both parts come from the secret
+    # Seeing one key does not give the next: its tag is the secret's too.
+    assert replay_key(one, Journal.PCJ, 1, 43, 1).split(":")[3] != tag
+    # A replay's keys sort in put (seq) order: the server appends them to its key
+    # journal instead of inserting each into a random page.
+    keys = [replay_key(one, Journal.PCJ, 1, seq, 1) for seq in (1, 2, 255, 256, 2**40, 2**63)]
+    assert keys == sorted(keys)

@@ -4,7 +4,7 @@ Why it is built this way (what an operator needs at 3 a.m.):
 
 - **Never twice by accident.** A replay ledger (`mrs.tools.journal.ledger`) in the group's data
   directory records each record's replay generation and outcome. Each replayed put
-  carries the idempotency key `replay:<HMAC(ledger secret, journal:group:seq:gen)>`
+  carries the idempotency key `replay:<run>:<seq>:<tag>` (mrs.tools.journal.replay_keys)
   (the same on every run, guessable by nobody else), so a re-run
   after Ctrl-C, SIGKILL or a server outage resends only what was not acknowledged,
   and a record that was stored but whose answer was lost is answered by the server

@@ -1,7 +1,7 @@
 """What each replayed put carries: its idempotency key and the headers saying what it replays.
 
-The key is `replay:<HMAC(ledger secret, journal:group:seq:gen)>`: the same on every
-run, so a re-run after a crash dedupes, but unguessable without the ledger's secret.
+The key is `replay:<run>:<seq>:<tag>` (`replay_key`): the same on every run, so a re-run
+after a crash dedupes, unguessable without the ledger's secret, and in put order.
 """
 
 from __future__ import annotations
@@ -44,18 +44,42 @@ def replay_headers(
 
 
 def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: int) -> str:
-    """The idempotency key of one replay: the same on every run (so a re-run dedupes)
-    but unguessable without the ledger's secret, so no other client can claim it first
-    and make the replay vanish. HMAC-SHA256, from a keyed state made once per secret."""
+    """The idempotency key of one replay: `replay:<run>:<seq>:<tag>`, the same on every
+    run (so a re-run dedupes) but unguessable without the ledger's secret, so no other
+    client can claim it first and make the replay vanish.
+
+    `run` = HMAC(secret, journal:group:gen) and `tag` = HMAC(secret,
+    journal:group:seq:gen), 16 hex digits each; `seq` is 16 hex digits. Why the seq in
+    the clear: a replay's keys then sort in the order they are put, so the server
+    appends them to its key journal instead of inserting each into a random page.
+    Random keys dirtied a page per key per commit: 7.4 against 1.1 µs CPU per key
+    stored, in commits of 1,000 (issue 17, `mrs jplay` throughput). The tag keeps each
+    key unguessable even to someone who saw another key of the same run."""
+    keyed = _keyed(secret)
+    scope = f"{journal.value}:{group_id}"
+    run = _RUNS.get((secret, scope, gen))
+    if run is None:
+        if len(_RUNS) >= 64:  # a few (journal, group, generation) per ledger at most
+            _RUNS.clear()
+        mac = keyed.copy()
+        mac.update(f"{scope}:{gen}".encode())
+        run = _RUNS[(secret, scope, gen)] = mac.hexdigest()[:16]
+    mac = keyed.copy()
+    mac.update(f"{scope}:{seq}:{gen}".encode())
+    return f"replay:{run}:{seq:016x}:{mac.hexdigest()[:16]}"
+
+
+def _keyed(secret: bytes) -> hmac.HMAC:
+    """The keyed HMAC state of a secret, made once: copying it skips re-keying."""
     keyed = _KEYED.get(secret)
     if keyed is None:
         if len(_KEYED) >= 8:  # one secret per ledger: a handful at most
             _KEYED.clear()
         keyed = _KEYED[secret] = hmac.new(secret, digestmod=hashlib.sha256)
-    mac = keyed.copy()
-    mac.update(f"{journal.value}:{group_id}:{seq}:{gen}".encode())
-    return "replay:" + mac.hexdigest()[:32]
+    return keyed
 
 
 _KEYED: dict[bytes, hmac.HMAC] = {}
-"""Secret -> its keyed HMAC state: copying it skips re-keying for every record."""
+"""Secret -> its keyed HMAC state."""
+_RUNS: dict[tuple[bytes, str, int], str] = {}
+"""(secret, journal:group, generation) -> the run part of its keys."""
