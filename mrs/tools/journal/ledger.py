@@ -4,7 +4,7 @@ Why it exists: a replay interrupted by Ctrl-C, a crash or a server going down mu
 resume on the next run without sending anything twice that was acknowledged, and
 a second run must not replay the same records again by accident. So jplay keeps,
 per (journal, seq), the last replay's state and *generation*. The generation is
-part of the idempotency key of the replayed put (an HMAC of `pcj:1:<seq>:<gen>` under
+part of the idempotency key of the replayed put (a MAC of `pcj:1:<seq>:<gen>` under
 a random secret kept in the ledger directory, so nobody else can predict it); the
 server stores a key at most once, so a record whose outcome is unknown (sent, but
 the tool died before the answer was recorded) is simply sent again under the same
