@@ -57,6 +57,12 @@ class Entry:
     """Forced delivery status (e.g. MSGUNDEL for a returned message); None = derive."""
     journaled: bool = False
     """True when the entry is backed by a DQF record (recoverable)."""
+    trusted: bool = False
+    """Every field came from a Put this server checked, or from the server itself
+    (an MRS_ACK): its Delivery is built without checking them again. False for what
+    was read back from a journal or came over a link, which `delivery_event` checks,
+    and for a put that passed its own MQDLH or a dead letter's context (fields the
+    server took from headers)."""
     times_delivered: int = 0
     arrival: int = 0
     """Place in its queue's arrival order: an entry taken but not delivered goes back

@@ -231,6 +231,7 @@ class Dqf:
             log.error("DQF message %d of %s vanished from the journal", entry.seq, queue.address)
             return False
         entry.body = record.body
+        entry.trusted = False  # read back from disk: its Delivery is checked
         return True
 
     def quarantine(self, queue: TargetQueue, entry: Entry, problem: str) -> None:

@@ -149,6 +149,7 @@ class Intake:
             own_header,
             headers,
             account=getattr(session, "account", None),
+            trusted=own_header is None and headers is request.headers,  # see Entry.trusted
         )
         if notification is _WF:
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S

@@ -231,6 +231,7 @@ class Umas:
             msg_class=MRS_CLASS,
             msg_type=MRS_ACK_TYPE,
             put_time_ns=self.ctx.clock_ns(),
+            trusted=True,
         )
         if remote:  # journaled until the peer has it (mrs.group.acks.AckOutbox)
             self.ack_outbox.send(ack.seq, response_queue, psb.to_wire(), ack.put_time_ns)
