@@ -47,7 +47,7 @@ def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: in
     run (so a re-run dedupes) but unguessable without the ledger's secret, so no other
     client can claim it first and make the replay vanish.
 
-    `run` = MAC(journal:group:gen) and `tag` = MAC(journal:group:seq:gen), 16 hex
+    `run` = MAC(run:journal:group:gen) and `tag` = MAC(tag:journal:group:seq:gen), 16 hex
     digits each, the MAC being BLAKE2b keyed with the secret (a MAC by design, one C
     call); `seq` is 16 hex digits. Why the seq in the clear: a replay's keys then sort
     in the order they are put, so the server appends them to its key journal instead
@@ -60,8 +60,8 @@ def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: in
     if run is None:
         if len(_RUNS) >= 64:  # a few (journal, group, generation) per ledger at most
             _RUNS.clear()
-        run = _RUNS[(secret, scope, gen)] = _mac(secret, f"{scope}:{gen}")
-    return f"replay:{run}:{seq:016x}:{_mac(secret, f'{scope}:{seq}:{gen}')}"
+        run = _RUNS[(secret, scope, gen)] = _mac(secret, f"run:{scope}:{gen}")
+    return f"replay:{run}:{seq:016x}:{_mac(secret, f'tag:{scope}:{seq}:{gen}')}"
 
 
 def _mac(secret: bytes, text: str) -> str:
