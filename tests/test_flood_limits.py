@@ -180,8 +180,11 @@ def test_accept_rate_is_limited_per_peer_address(make_bus) -> None:
             assert _closed(refused)
         answered = 0
         for _ in range(5):  # within about a second: closed, at most one more answer
-            with _raw(bus.address, hello) as flooding:
-                answered += len(_frames(flooding, 1))
+            try:
+                with _raw(bus.address, hello) as flooding:
+                    answered += len(_frames(flooding, 1))
+            except ConnectionResetError:  # reset before connect() returned: no answer
+                pass
         assert answered <= 1
         with _raw(bus.address, hello, source="127.0.0.2") as other_peer:
             assert _welcomed(other_peer) == wire.Welcome.code
