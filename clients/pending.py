@@ -9,6 +9,7 @@ the client's state (`_pending`, `_link`, `_held`, `_cancelled_gets`, ...), set u
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -250,18 +251,7 @@ class _Requests:
         self._wake()
 
 
-_ADDRESSES: dict[str, Address] = {}
-"""Parsed "G.Q" texts kept for the next delivery (an Address is immutable), at most
-ADDRESSES_CACHED_MAX."""
-
-
-def _address(text: str) -> Address:
-    """Address.parse(text), remembered: a consumer sees the same few queues again and
-    again, and parsing them was a visible share of a get's CPU (issue 17)."""
-    address = _ADDRESSES.get(text)
-    if address is None:
-        address = Address.parse(text)
-        if len(_ADDRESSES) >= ADDRESSES_CACHED_MAX:
-            _ADDRESSES.clear()
-        _ADDRESSES[text] = address
-    return address
+_address = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address.parse)
+"""Address.parse(text), remembered (an Address is immutable): a consumer sees the same
+few queues again and again, parsing them was a visible share of a get's CPU (issue
+17), and the cache is bounded. A text that does not parse raises and is not kept."""

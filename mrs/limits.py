@@ -40,8 +40,8 @@ since a consumer's gets and confirms no longer wait behind a producer's 230-put
 rounds; 16 and 32 KiB made rounds too small (more commits), 96-128 KiB sat between."""
 ADDRESSES_CACHED_MAX = 4096
 """Addresses remembered by the caches on the per-message paths (a client's deliveries,
-the server's records read back); a cache is emptied when full, so a process that sees
-many queues stays bounded."""
+the server's records read back): least recently used ones are dropped beyond it, so a
+process that sees many queues stays bounded."""
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
 PUT_BATCH_ITEMS_MAX = 1000

@@ -238,6 +238,7 @@ class Status(NamedIntEnum):
 _STATUS_BY_VALUE: dict[int, Status] = {int(member): member for member in Status}
 _MODE_BY_VALUE: dict[int, DeliveryMode] = {int(mode): mode for mode in DeliveryMode}
 
+
 def delivery_mode_of(value: int) -> DeliveryMode:
     """DeliveryMode(value) by a dict lookup (every delivery a client reads and every
     record read back runs it); an unknown value raises as the enum does."""

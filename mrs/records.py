@@ -6,6 +6,8 @@ so neither has to import the other for it.
 
 from __future__ import annotations
 
+import functools
+
 from journals import Record
 from journals.record import encode_values
 from mrs.delivery import Refused
@@ -121,17 +123,6 @@ def entry_from_record(record: Record) -> Entry:
     )
 
 
-_ADDRESSES: dict[tuple[int, int], Address] = {}
-"""Addresses kept for the next record (an Address is immutable), at most
-ADDRESSES_CACHED_MAX."""
-
-
-def address_of(group: int, queue: int) -> Address:
-    """Address(group, queue), remembered."""
-    address = _ADDRESSES.get((group, queue))
-    if address is None:
-        address = Address(group, queue)
-        if len(_ADDRESSES) >= ADDRESSES_CACHED_MAX:
-            _ADDRESSES.clear()
-        _ADDRESSES[group, queue] = address
-    return address
+address_of = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address)
+"""Address(group, queue), remembered (an Address is immutable): the same few queues
+come back on every record read, and the cache is bounded."""

@@ -44,7 +44,7 @@ def test_a_delivery_address_is_what_parse_gives(text: str) -> None:
 def test_the_address_cache_is_bounded() -> None:
     for queue in range(pending.ADDRESSES_CACHED_MAX + 10):
         assert pending._address(f"1.{queue}") == Address(1, queue)
-    assert len(pending._ADDRESSES) <= pending.ADDRESSES_CACHED_MAX
+    assert pending._address.cache_info().currsize <= pending.ADDRESSES_CACHED_MAX
 
 
 def test_delivery_mode_lookup_matches_the_enum() -> None:

@@ -19,24 +19,10 @@ from mrs import protocol as wire
 from mrs.group.handover import delivery_event
 from mrs.model import Address, DeliveryMode, Status
 from mrs.queues import Entry
+from tests.test_records_encode import plain_values
 
 _ENCODE = msgspec.msgpack.Encoder().encode
 
-plain_scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**64 - 1),
-    st.floats(allow_nan=False),
-    st.text(max_size=8),
-    st.binary(max_size=8),
-)
-plain_data = st.recursive(
-    plain_scalars,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=5), children, max_size=3)
-    ),
-    max_leaves=12,
-)
 wide_ints = st.one_of(
     st.integers(-(2**63), 2**63 - 1), st.integers(-(2**70), 2**70), st.integers(-5, 300)
 )
@@ -58,7 +44,7 @@ def checked_puts(draw) -> wire.Put:
             0,
             draw(st.binary(max_size=40)),
             "",
-            draw(st.none() | st.dictionaries(st.text(max_size=6), plain_data, max_size=4)),
+            draw(st.none() | st.dictionaries(st.text(max_size=6), plain_values, max_size=4)),
         )
     except (wire.ProtocolError, ValueError, TypeError):
         assume(False)
