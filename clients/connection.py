@@ -17,9 +17,10 @@ What a caller sees when the connection drops (see docs/client-saf.md):
 - A cancelled get (timeout, cancel scope) is withdrawn on the server (CancelGet); a
   message that was already on its way is kept and handed to the next get.
 
-The parts, one job each: request tracking (clients.pending), the connection's loops
-(clients.link), dialing and reconnecting (clients.dialing), the SAF journal path
-(clients.saf_drain), and `connect` (clients.connecting). `Client` here is the public
+The parts, one job each: request tracking (clients.pending), gets that wait together
+(clients.get_pool), the connection's loops (clients.link), dialing and reconnecting
+(clients.dialing), the SAF journal path (clients.saf_drain), and `connect`
+(clients.connecting). `Client` here is the public
 facade over them and holds the state they share.
 """
 
@@ -37,6 +38,7 @@ from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.deadlines import ReplyDeadlines
 from clients.dialing import _Dialer, _split_address
 from clients.errors import ConnectionLost, MrsError, error_for
+from clients.get_pool import GetPool
 from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
@@ -106,6 +108,8 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         """Request id of a get waiting or given up -> messages it may bring (held if
         its caller gave up): see `_reserve_get`."""
         self._get_room_reserved = 0
+        self._gets = GetPool(self)
+        """Gets that wait share GetBatch requests (clients.get_pool)."""
         self._listeners: list[Callable[[JournalEvent], None]] = []
         self._changed = trio.Event()
         self._drain_wake = trio.Event()
@@ -255,10 +259,18 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         Raises MrsTimeout (TIMEOUT) or NoMoreMessages (NOMOREMSG) when none came.
         Cancelling a get (a cancel scope, KeyboardInterrupt in the sync client) takes
         it back on the server; a message already on its way goes to the next get.
+        Gets that wait at the same time share GetBatch requests (clients.get_pool);
+        a poll (timeout 0) is one Get.
         """
         if self._held:
             return await self._checked(self._held.popleft())
         self._require_link(Status.NOTACTIVE, "get")
+        if (timeout is None or timeout > 0) and not self._gets.refused:  # else: checked below
+            pooled = await self._gets.get(timeout)
+            if pooled is not None:
+                if self.protection is None:
+                    return pooled
+                return await self.protection.deliver(self, pooled)
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = self._next_id()

@@ -99,7 +99,9 @@ class _LinkLoops:
     async def _send_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
             while link.lost is None:
-                data = await link.next_batch()
+                await link.wait_ready()
+                self._gets.ask(link)  # the gets that joined since the last write
+                data = link.take()
                 if data:
                     link.unsent.clear()
                     await link.stream.send_all(data)

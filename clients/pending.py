@@ -180,23 +180,32 @@ class _Requests:
         batch = delivery.deliveries if type(delivery) is wire.DeliveryBatch else (delivery,)
         self._held.extend(self._message(one) for one in batch)
 
+    def _get_room(self) -> int:
+        """How many more messages gets may ask for now (see `_reserve_get`)."""
+        return HELD_MESSAGES_MAX - len(self._held) - self._get_room_reserved
+
     def _reserve_get(self, request_id: int, count_max: int) -> int:
         """Room for what a get may bring if its caller gives up (held messages): held
         messages plus what gets waiting or given up may still bring stay within
         HELD_MESSAGES_MAX. Returns how many this get may ask for (a get_many asks for
         fewer when room is short); EXCEEDQUOTA at once, nothing sent, when none is left."""
-        room = HELD_MESSAGES_MAX - len(self._held) - self._get_room_reserved
+        room = self._get_room()
         if room <= 0:
-            raise QuotaExceeded(
-                Status.EXCEEDQUOTA,
-                f"{HELD_MESSAGES_MAX - room} messages are held or may still come for gets "
-                f"that wait or were given up (at most {HELD_MESSAGES_MAX}): take the held "
-                "ones, or let those gets be answered, before asking for more",
-            )
+            raise self._no_get_room(room)
         count = min(count_max, room)
         self._get_rooms[request_id] = count
         self._get_room_reserved += count
         return count
+
+    def _no_get_room(self, room: int) -> QuotaExceeded:
+        """The refusal of a get when held messages and what gets may bring fill the
+        bound (`room` is what is left of it, at most 0)."""
+        return QuotaExceeded(
+            Status.EXCEEDQUOTA,
+            f"{HELD_MESSAGES_MAX - room} messages are held or may still come for gets "
+            f"that wait or were given up (at most {HELD_MESSAGES_MAX}): take the held "
+            "ones, or let those gets be answered, before asking for more",
+        )
 
     def _release_get(self, request_id: int) -> None:
         """A get's answer came (to its caller, or held): its room is free again."""
@@ -241,6 +250,7 @@ class _Requests:
                 )
             else:
                 waiter.answer(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
+        self._gets.lose(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
         for request_id in self._cancelled_gets:
             self._release_get(request_id)
         self._cancelled_gets.clear()

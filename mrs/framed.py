@@ -71,9 +71,13 @@ class FramedStream:
     async def next_batch(self) -> bytes | bytearray:
         """Wait for a send or a wake, then take everything queued (b"" after a bare
         wake): the step of a custom send loop."""
+        await self.wait_ready()
+        return self.take()
+
+    async def wait_ready(self) -> None:
+        """Wait for a send or a wake (a custom send loop may queue more, then `take`)."""
         await self._ready.wait()
         self._ready = trio.Event()
-        return self.take()
 
     async def send_loop(self) -> None:
         """Write whatever is queued, one send_all per wake-up, until cancelled."""

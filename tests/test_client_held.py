@@ -24,6 +24,8 @@ class ScriptedServer:
         self.gets: list[int] = []
         self.cancels: list[int] = []
         self.batch_counts: list[int] = []
+        self.batches: list[wire.GetBatch] = []
+        self.singles: list[wire.Get] = []
         self.heard = trio.Event()
         self.stream: trio.SocketStream | None = None
         self.connection = wire.Connection("server")
@@ -39,15 +41,20 @@ class ScriptedServer:
                     await self.send(wire.Attached(event.request_id, 1, 10))
                 elif isinstance(event, wire.Get):
                     self.gets.append(event.request_id)
+                    self.singles.append(event)
                 elif isinstance(event, wire.GetBatch):
                     self.gets.append(event.request_id)
                     self.batch_counts.append(event.count_max)
+                    self.batches.append(event)
                 elif isinstance(event, wire.CancelGet):
                     self.cancels.append(event.request_id)
                 self.heard.set()
 
     async def send(self, event: object) -> None:
         await self.stream.send_all(self.connection.send(event))
+
+    async def fail(self, request_id: int, status: Status, message: str) -> None:
+        await self.send(wire.Failure(request_id, int(status), message))
 
     async def deliver(self, request_id: int, body: bytes, count: int = 0) -> None:
         """A Delivery, or (count > 0) a DeliveryBatch of `count` messages."""
@@ -81,25 +88,29 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
     async with trio.open_nursery() as nursery:
         port = await _start(nursery, server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            for _ in range(HELD_MAX):  # gets given up: the server has not answered them
-                with trio.move_on_after(0.05):
-                    await client.get()
-            await server.until(lambda: len(server.cancels) == HELD_MAX)
+            # Gets given up: the server has not answered the batch asked for them.
+            with trio.move_on_after(0.05):
+                async with trio.open_nursery() as waiting:
+                    for _ in range(HELD_MAX):
+                        waiting.start_soon(client.get)
+            await server.until(lambda: len(server.cancels) == 1)
+            assert server.batch_counts == [HELD_MAX]  # the three shared one GetBatch
             with pytest.raises(clients.QuotaExceeded) as refused:
                 await client.get(timeout=0)
             assert refused.value.status is Status.EXCEEDQUOTA
             assert f"at most {HELD_MAX}" in refused.value.message
-            assert len(server.gets) == HELD_MAX  # the refused get sent nothing
+            with pytest.raises(clients.QuotaExceeded):
+                await client.get()  # a waiting get counts against the same bound
+            assert len(server.gets) == 1  # the refused gets sent nothing
 
             # The messages were already on their way: each comes to the next get.
-            for request_id in server.cancels:
-                await server.deliver(request_id, f"held {request_id}".encode())
+            await server.deliver(server.cancels[0], b"held", count=HELD_MAX)
             with trio.fail_after(10):  # the client reads them in its own task
                 while len(client._held) < HELD_MAX:
                     await trio.sleep(0.005)
-            bodies = [(await client.get(timeout=0)).body for _ in range(HELD_MAX)]
-            assert bodies == [f"held {request_id}".encode() for request_id in server.gets]
-            assert len(server.gets) == HELD_MAX  # served from what was held
+            seqs = [(await client.get(timeout=0)).seq for _ in range(HELD_MAX)]
+            assert seqs == [server.gets[0] * 100 + index for index in range(HELD_MAX)]
+            assert len(server.gets) == 1  # served from what was held
 
             # Below the bound again: a get goes to the server.
             got: list[bytes] = []
@@ -109,8 +120,8 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
 
             async with trio.open_nursery() as waiting:
                 waiting.start_soon(get_one)
-                await server.until(lambda: len(server.gets) == HELD_MAX + 1)
-                await server.deliver(server.gets[-1], b"fresh")
+                await server.until(lambda: len(server.gets) == 2)
+                await server.deliver(server.gets[-1], b"fresh", count=1)
             assert got == [b"fresh"]
         nursery.cancel_scope.cancel()
 

@@ -16,14 +16,16 @@ MIB = 1024 * 1024
 
 
 async def park_too_many_gets(address: str) -> None:
-    """101 gets waiting at once on one connection: the last is refused, the rest wait."""
+    """101 get requests waiting at once on one connection: the last is refused, the
+    rest wait. (Plain `get()` calls that wait together share one GetBatch request, so
+    this takes 101 separate `get_many` requests.)"""
     refused: list[Status] = []
 
     async with connect(address, queue="BULK") as receiver:
 
         async def wait_for_one() -> None:
             try:
-                await receiver.get(timeout=30.0)
+                await receiver.get_many(1, timeout=30.0)
             except MrsError as error:
                 refused.append(error.status)
 

@@ -48,6 +48,9 @@ class BatchGet:
                 f"queue {queue.address} {why}: take its messages one get at a time",
             )
         if not queue.can_deliver():
+            if request.wait_at_cap and request.timeout_ms != 0:
+                self._park(session, request, queue)  # served once a confirm frees room
+                return
             raise Refused(
                 Status.EXCMAXUNCONF,
                 f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "

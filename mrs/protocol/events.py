@@ -82,11 +82,15 @@ class GetBatch(EventStruct, tag=23):
     Answered by one DeliveryBatch holding 1..count_max messages: those ready now, or
     the first to arrive within timeout_ms (-1 wait forever, 0 poll: NOMOREMSG if
     none). Each message is delivered as a Get would deliver it (delivery mark,
-    CONFIRMREQ/POSSDUPL, the unconfirmed cap); CancelGet withdraws it as a Get."""
+    CONFIRMREQ/POSSDUPL, the unconfirmed cap); CancelGet withdraws it as a Get.
+    wait_at_cap: at the unconfirmed cap, wait (as gets parked before the cap was
+    reached do) instead of being refused EXCMAXUNCONF: the client's pool sets it when
+    it asks again for gets that were already waiting (clients.get_pool)."""
 
     request_id: RequestId
     count_max: GetCount
     timeout_ms: GetTimeoutMs
+    wait_at_cap: bool = False
 
 
 class Confirm(EventStruct, tag=16):

@@ -1,0 +1,294 @@
+"""Gets waiting at the same time share GetBatch requests: a prefetch the caller does
+not have to ask for.
+
+Why: a consumer with many tasks each looping get -> confirm sent one Get per message,
+and the server parked, answered and marked each on its own. Here every `Client.get`
+that has to wait joins one pool of callers; the send loop, when it next writes, asks
+for as many messages as there are callers not yet covered by a GetBatch in flight
+(`GetPool.ask`), in one GetBatch. The server answers it with the messages ready now
+(one commit marks them all), or with the first to arrive; they go to the waiting
+callers oldest first. A batch answered with fewer messages than it asked for leaves
+callers uncovered, and the next write asks again at once, so several batches may be
+in flight: no caller waits for another round to finish (a single round in flight
+starved the consumer, benchmarks/README.md).
+
+What each caller still sees is a Get's behaviour:
+- its own timeout: a batch waits at most as long as the earliest uncovered caller
+  still may; when the server answers TIMEOUT, the callers whose time is up raise
+  MrsTimeout and the others are asked for again;
+- cancelling: the caller leaves the pool; when no caller is left, the batches in
+  flight are withdrawn (CancelGet). A message already on its way, or one more than
+  the callers still waiting, is held and handed to the next get, as a cancelled
+  Get's is (bounded by HELD_MESSAGES_MAX through `_reserve_get`);
+- a lost connection: every waiting caller raises ConnectionLost;
+- a queue the server serves one get at a time (implicit confirm, the dead-letter
+  queue under leases) refuses GetBatch with BADPARAM: the pool turns itself off and
+  its callers take the single-Get path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from clients.errors import MrsError, ReplyTimeout, error_for
+from clients.pending import _Pending
+from mrs import protocol as wire
+from mrs.limits import GET_BATCH_ITEMS_MAX, REPLY_GRACE_S
+from mrs.model import Message, Status
+from mrs.protocol.base import build_unchecked
+
+if TYPE_CHECKING:
+    from clients.deadlines import ReplyDeadlines
+    from clients.errors import QuotaExceeded
+    from clients.link import _Link
+
+_RETRY_SINGLE = object()
+"""A caller's answer when the server refuses batch gets on this queue: use a Get."""
+
+_TIMEOUT_MS_MAX = (1 << 31) - 1
+
+CALLERS_SLACK = 64
+"""Callers that left may stay in the deque until this many more than twice those
+waiting: then it is rebuilt (they are skipped, not served, in the meantime)."""
+
+
+class _Owner(Protocol):
+    """What the pool uses of its `Client` (clients.connection imports this module)."""
+
+    _link: _Link | None
+    _held: deque[Message]
+    _pending: dict[int, _Pending]
+    _deadlines: ReplyDeadlines
+
+    def _next_id(self) -> int: ...
+    def _get_room(self) -> int: ...
+    def _no_get_room(self, room: int) -> QuotaExceeded: ...
+    def _reserve_get(self, request_id: int, count_max: int) -> int: ...
+    def _release_get(self, request_id: int) -> None: ...
+    def _message(self, reply: wire.Delivery) -> Message: ...
+
+
+@dataclass(eq=False, slots=True)
+class _Caller(_Pending):
+    """One `get` waiting in the pool; `deadline_s` is when its own timeout ends (trio
+    time, inf for none). Leaving the pool (cancelled, reply deadline passed) tells it."""
+
+    pool: GetPool | None = None
+    deadline_s: float = math.inf
+    asked: bool = False
+    """A batch was asked for it before: the server has parked it (see `ask`)."""
+
+    def expire(self) -> None:
+        if not self.done and self.pool is not None:
+            self.pool.left()
+        _Pending.expire(self)
+
+    def __call__(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        if not self.done and self.pool is not None:
+            self.pool.left()
+        return _Pending.__call__(self, raise_cancel)
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    """A GetBatch in flight: what it may still bring, and the callers it was asked for
+    (those its refusal concerns)."""
+
+    count: int
+    callers: list[_Caller]
+
+
+class GetPool:
+    """The callers of one client waiting for a message, and the GetBatch requests
+    asked for them. `live` callers wait; `asked` messages may still come."""
+
+    def __init__(self, client: _Owner) -> None:
+        self._client = client
+        self._callers: deque[_Caller] = deque()
+        self.live = 0
+        """Callers waiting (cancelled or expired ones leave at once)."""
+        self.asked = 0
+        """Messages the batches in flight may still bring."""
+        self._batches: dict[int, _Batch] = {}
+        """Request id of a GetBatch in flight -> what it asked for."""
+        self.refused = False
+        """The server serves this queue one Get at a time: the pool is off."""
+
+    async def get(self, timeout_s: float | None) -> Message | None:
+        """The next message for this caller; None: use a single Get instead (the
+        server refused batch gets on this queue). Raises as `Client.get` does."""
+        client = self._client
+        room = client._get_room() - (self.live - self.asked)  # uncovered callers need it too
+        if room <= 0:
+            raise client._no_get_room(room)
+        now_s = trio.current_time()
+        caller = _Caller("get", pool=self)
+        if timeout_s is not None:
+            caller.deadline_s = now_s + timeout_s
+            client._deadlines.add(caller.deadline_s + REPLY_GRACE_S, client._next_id(), caller)
+        self._callers.append(caller)
+        self.live += 1
+        if len(self._callers) > 2 * self.live + CALLERS_SLACK:
+            self._compact()
+        if self.live > self.asked and client._link is not None:
+            client._link.wake()  # the send loop asks (`ask`) once this tick's gets joined
+        await caller.waited()
+        if caller.timed_out:
+            raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
+        result = caller.result
+        if type(result) is Message:
+            return result
+        if result is _RETRY_SINGLE:
+            return None
+        raise result  # type: ignore[misc]
+
+    def left(self) -> None:
+        """A caller left (cancelled, or its reply deadline passed); with none left,
+        the send loop withdraws the batches in flight."""
+        self.live -= 1
+        link = self._client._link
+        if self.live == 0 and self.asked and link is not None:
+            link.wake()
+
+    # ------------------------------------------------------------- the send loop's part
+    def ask(self, link: _Link) -> None:
+        """Queue GetBatches for the callers no batch in flight covers, or withdraw the
+        batches when no caller is left (called by the send loop before it writes)."""
+        if self.live == 0:
+            if self.asked:
+                self._withdraw(link)
+            return
+        need = min(self.live - self.asked, GET_BATCH_ITEMS_MAX, self._client._get_room())
+        if need <= 0 or self.refused:  # no room: answers on their way free it, then ask
+            return
+        uncovered: list[_Caller] = []
+        for caller in reversed(self._callers):
+            if not caller.done:
+                uncovered.append(caller)
+                if len(uncovered) == need:
+                    break
+        uncovered.reverse()
+        # A caller asked for before and not served was parked on the server, and a
+        # parked get waits at the cap; a new one is refused there (EXCMAXUNCONF).
+        now_s = trio.current_time()
+        waited = [caller for caller in uncovered if caller.asked]
+        if waited:
+            self._send_batch(link, waited, True, now_s)
+        if len(waited) < len(uncovered):
+            fresh = [caller for caller in uncovered if not caller.asked]
+            self._send_batch(link, fresh, False, now_s)
+
+    def _send_batch(
+        self, link: _Link, callers: list[_Caller], wait_at_cap: bool, now_s: float
+    ) -> None:
+        """One GetBatch for `callers`; it waits as long as the earliest of them may."""
+        client = self._client
+        count = len(callers)
+        deadline_s = min(caller.deadline_s for caller in callers)
+        timeout_ms = (
+            -1
+            if deadline_s == math.inf
+            else min(_TIMEOUT_MS_MAX, max(1, math.ceil((deadline_s - now_s) * 1000)))
+        )
+        request_id = client._next_id()
+        request = build_unchecked(wire.GetBatch, request_id, count, timeout_ms, wait_at_cap)
+        client._reserve_get(request_id, count)
+        for caller in callers:
+            caller.asked = True
+        self._batches[request_id] = _Batch(count, callers)
+        self.asked += count
+        client._pending[request_id] = _Pending("get", callback=self._answer_of(request_id))
+        link.send(request)
+        link.unsent.add(request_id)
+
+    def _withdraw(self, link: _Link) -> None:
+        """CancelGet every batch in flight; they no longer count as asked (a message
+        one brings anyway is held, or given to a caller that came since)."""
+        for request_id, batch in self._batches.items():
+            if batch.count:
+                batch.count = 0
+                link.send(wire.CancelGet(request_id))
+        self.asked = 0
+
+    # ------------------------------------------------------------- answers
+    def _answer_of(self, request_id: int):  # noqa: ANN202 - a callback
+        return lambda result: self._answered(request_id, result)
+
+    def _answered(self, request_id: int, result: object) -> None:
+        """A batch's answer: its messages to the callers, oldest first (any surplus is
+        held), or its failure to the callers it concerns."""
+        client = self._client
+        batch = self._batches.pop(request_id, None)
+        if batch is None:
+            return
+        self.asked -= batch.count
+        client._release_get(request_id)
+        if type(result) is wire.Delivery:
+            self._give(client._message(result))
+        elif type(result) is wire.DeliveryBatch:
+            for delivery in result.deliveries:
+                self._give(client._message(delivery))
+        elif type(result) is wire.Failure:
+            self._failed(result, batch.callers)
+        elif isinstance(result, MrsError):  # the connection is lost
+            self.lose(result)
+        link = client._link
+        if self.live > self.asked and link is not None:
+            link.wake()
+
+    def _give(self, message: Message) -> None:
+        callers = self._callers
+        while callers:
+            caller = callers.popleft()
+            if not caller.done:
+                self.live -= 1
+                caller.answer(message)
+                return
+        self._client._held.append(message)
+
+    def _failed(self, failure: wire.Failure, callers: list[_Caller]) -> None:
+        if failure.status == Status.TIMEOUT:
+            # The batch waited as long as its earliest caller may: whoever's time is
+            # up raises it; the others are asked for again.
+            now_s = trio.current_time()
+            for caller in self._callers:
+                if not caller.done and caller.deadline_s <= now_s:
+                    self._resolve(caller, error_for(failure.status, failure.message))
+        elif failure.status == Status.BADPARAM:  # this queue takes single Gets only
+            self.refused = True
+            self._answer_all(_RETRY_SINGLE)
+        else:  # e.g. EXCMAXUNCONF: what the Gets of its callers would have raised
+            error = error_for(failure.status, failure.message)
+            for caller in callers:
+                if not caller.done:
+                    self._resolve(caller, error)
+        waiting = self._callers
+        while waiting and waiting[0].done:
+            waiting.popleft()
+
+    def lose(self, error: MrsError) -> None:
+        """The connection is lost: every waiting caller raises `error`, and the
+        batches in flight are forgotten (their messages come back marked POSSDUPL)."""
+        self._answer_all(error)
+        self._batches.clear()
+        self.asked = 0
+
+    def _answer_all(self, result: object) -> None:
+        for caller in self._callers:
+            if not caller.done:
+                self._resolve(caller, result)
+        self._callers.clear()
+
+    def _resolve(self, caller: _Caller, result: object) -> None:
+        self.live -= 1
+        caller.answer(result)
+
+    def _compact(self) -> None:
+        """Drop callers that left: a caller waiting for ever at the head must not
+        keep every caller that timed out behind it."""
+        self._callers = deque(caller for caller in self._callers if not caller.done)
