@@ -38,7 +38,7 @@ import trio
 from clients.errors import MrsError, ReplyTimeout, error_for
 from clients.pending import _Pending
 from mrs import protocol as wire
-from mrs.limits import GET_BATCH_ITEMS_MAX, REPLY_GRACE_S
+from mrs.limits import GET_BATCH_ITEMS_MAX, GET_POOL_BATCH_MAX, REPLY_GRACE_S
 from mrs.model import Message, Status
 from mrs.protocol.base import build_unchecked
 
@@ -177,11 +177,12 @@ class GetPool:
         # parked get waits at the cap; a new one is refused there (EXCMAXUNCONF).
         now_s = trio.current_time()
         waited = [caller for caller in uncovered if caller.asked]
-        if waited:
-            self._send_batch(link, waited, True, now_s)
-        if len(waited) < len(uncovered):
-            fresh = [caller for caller in uncovered if not caller.asked]
-            self._send_batch(link, fresh, False, now_s)
+        fresh = [caller for caller in uncovered if not caller.asked]
+        for callers, wait_at_cap in ((waited, True), (fresh, False)):
+            for first in range(0, len(callers), GET_POOL_BATCH_MAX):
+                self._send_batch(
+                    link, callers[first : first + GET_POOL_BATCH_MAX], wait_at_cap, now_s
+                )
 
     def _send_batch(
         self, link: _Link, callers: list[_Caller], wait_at_cap: bool, now_s: float

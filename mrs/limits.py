@@ -48,6 +48,13 @@ PUT_BATCH_ITEMS_MAX = 1000
 """Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
 GET_BATCH_ITEMS_MAX = 1000
 """Messages one GetBatch may ask for at most (the client's get_many)."""
+GET_POOL_BATCH_MAX = 128
+"""Messages one GetBatch of the client's pool of waiting gets asks for at most
+(clients.get_pool); more waiting callers are asked for in several batches. Why not
+GET_BATCH_ITEMS_MAX: a 1,000-message DeliveryBatch is a 1 MiB frame the client must
+receive whole before it decodes its first message, and a consumer's lanes all served
+by one answer then confirm together and ask together, in lockstep. Chosen by
+measurement (benchmarks/README.md, "Gets that wait together")."""
 DELIVERY_BATCH_BYTES_MAX = 1 << 20
 """A DeliveryBatch stops adding messages once it holds this many bytes of bodies
 (it always holds at least one)."""

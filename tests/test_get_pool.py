@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 import clients
+from mrs.limits import GET_POOL_BATCH_MAX
 from mrs.model import Status
 from tests.test_client_held import ScriptedServer, _start
 
@@ -70,6 +71,24 @@ async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_firs
                 assert len(server.batches) == 4
                 await server.deliver(older.request_id, b"to the next", count=1)
             assert [message.body for message in order] == [b"to the oldest", b"to the next"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_many_waiting_gets_are_asked_for_in_batches_of_a_bounded_size() -> None:
+    server = ScriptedServer()
+    async with trio.open_nursery() as nursery:
+        port = await _start(nursery, server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
+            got: list = []
+            async with trio.open_nursery() as waiting:
+                for _ in range(GET_POOL_BATCH_MAX + 2):
+                    waiting.start_soon(_get_into, client, got)
+                await server.until(lambda: len(server.batches) == 2)
+                assert server.batch_counts == [GET_POOL_BATCH_MAX, 2]
+                for batch in server.batches:
+                    await server.deliver(batch.request_id, b"m", count=batch.count_max)
+            assert len(got) == GET_POOL_BATCH_MAX + 2
+            assert all(isinstance(message, clients.Message) for message in got)
         nursery.cancel_scope.cancel()
 
 
