@@ -1,10 +1,12 @@
 """get + confirm vs `get_many` + confirm: CPU per consumed message, server and client.
 
     python benchmarks/get_batch.py                 # 10,000 messages each way, 2 rounds
+    python benchmarks/get_batch.py --tasks 1000    # a consumer with 1,000 get lanes
 
 Starts one `mrs serve` (real LMDB, fsync), fills its queue with N durable messages
 (put_many), then consumes them two ways, interleaved `--rounds` times: 50 tasks each
-doing get then confirm, and `get_many(500)` batches whose messages 50 tasks confirm.
+doing get then confirm (gets that wait together share GetBatch requests:
+clients.get_pool), and `get_many(500)` batches whose messages 50 tasks confirm.
 Confirms are one request per message either way; only the get side changes. It
 prints the rate and the CPU microseconds per message of the server (/proc) and of
 this client process: on a loaded machine rates are noise, CPU per message is not.
@@ -37,7 +39,7 @@ async def fill(sender, count: int) -> None:
         await sender.put_many(items[start : start + 1000])
 
 
-async def one_by_one(receiver, count: int) -> None:
+async def one_by_one(receiver, count: int, tasks: int) -> None:
     left = count
 
     async def worker() -> None:
@@ -48,7 +50,7 @@ async def one_by_one(receiver, count: int) -> None:
             await receiver.confirm(message.seq)
 
     async with trio.open_nursery() as nursery:
-        for _ in range(TASKS):
+        for _ in range(tasks):
             nursery.start_soon(worker)
 
 
@@ -74,7 +76,7 @@ async def measure(args, address: str, pid: int) -> None:
                 server_s, client_s = process_cpu_s(pid), time.process_time()
                 started = time.perf_counter()
                 if way == "get":
-                    await one_by_one(receiver, args.messages)
+                    await one_by_one(receiver, args.messages, args.tasks)
                 else:
                     await batched(receiver, args.messages, args.batch)
                 elapsed = time.perf_counter() - started
@@ -92,6 +94,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500, help="get_many count_max")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=TASKS, help="get -> confirm lanes")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="get-batch-"))
     server = GroupProcess(write_config(directory, args.messages * args.rounds * 2), 1)
