@@ -20,8 +20,8 @@ What a caller sees when the connection drops (see docs/client-saf.md):
 The parts, one job each: request tracking (clients.pending), gets that wait together
 (clients.get_pool), the connection's loops (clients.link), dialing and reconnecting
 (clients.dialing), the SAF journal path (clients.saf_drain), and `connect`
-(clients.connecting). `Client` here is the public
-facade over them and holds the state they share.
+(clients.connecting). `Client` here is the public facade over them and holds the
+state they share.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ Why: a consumer with many tasks each looping get -> confirm sent one Get per mes
 and the server parked, answered and marked each on its own. Here every `Client.get`
 that has to wait joins one pool of callers; the send loop, when it next writes, asks
 for as many messages as there are callers not yet covered by a GetBatch in flight
-(`GetPool.ask`), in one GetBatch. The server answers it with the messages ready now
-(one commit marks them all), or with the first to arrive; they go to the waiting
-callers oldest first. A batch answered with fewer messages than it asked for leaves
-callers uncovered, and the next write asks again at once, so several batches may be
-in flight: no caller waits for another round to finish (a single round in flight
-starved the consumer, benchmarks/README.md).
+(`GetPool.ask`), in GetBatches of up to GET_POOL_BATCH_MAX. The server answers each
+with the messages ready now (one commit marks them all), or with the first to
+arrive; they go to the waiting callers oldest first. A batch answered with fewer
+messages than it asked for leaves callers uncovered, and the next write asks again
+at once, so several batches may be in flight: no caller waits for another round to
+finish (a single round in flight starved the consumer, benchmarks/README.md).
 
 What each caller still sees is a Get's behaviour:
 - its own timeout: a batch waits at most as long as the earliest uncovered caller
