@@ -184,3 +184,58 @@ async def test_waiting_callers_raise_connection_lost_when_the_server_goes() -> N
             with pytest.raises(clients.ConnectionLost):
                 await client.get()
         nursery.cancel_scope.cancel()
+
+
+CAPPED = """
+[[group.queue]]
+id = 10
+name = "ORDERS"
+confirm = "explicit-out-of-order"
+unconfirmed_max = 5
+[[group.queue]]
+id = 13
+name = "SENDER"
+"""
+
+
+async def test_fifty_lanes_at_a_cap_of_five_take_every_message_once(make_mem_bus) -> None:
+    """The pool against the server's own code: 50 tasks looping get -> confirm on a
+    queue that lets 5 messages wait for their confirm. A get that arrives at the cap
+    is refused (TooManyUnconfirmed, as a lone Get would be) and the lane asks again;
+    every message is delivered exactly once, none marked POSSDUPL."""
+    bus = await make_mem_bus(queues=CAPPED)
+    messages_count = 120
+    async with bus.connect(queue="SENDER") as sender, bus.connect(queue="ORDERS") as receiver:
+        for number in range(messages_count):
+            psb = await sender.put(
+                number.to_bytes(4, "big"),
+                target="ORDERS",
+                delivery=clients.DeliveryMode.WF_DQF,
+                uma=clients.Uma.DISC,
+            )
+            assert psb.delivery_status == Status.STORED
+        bodies: list[bytes] = []
+        refusals: list[Status] = []
+
+        async def lane() -> None:
+            while len(bodies) < messages_count:
+                try:
+                    message = await receiver.get(timeout=5)
+                except clients.TooManyUnconfirmed as refused:
+                    refusals.append(refused.status)
+                    await trio.sleep(0.001)  # as an application backs off
+                    continue
+                except clients.MrsTimeout:
+                    continue
+                assert message.delivery_status == Status.CONFIRMREQ
+                bodies.append(message.body)
+                await receiver.confirm(message.seq)
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for _ in range(50):
+                    nursery.start_soon(lane)
+        assert sorted(bodies) == [number.to_bytes(4, "big") for number in range(messages_count)]
+        assert set(refusals) <= {Status.EXCMAXUNCONF}
+        status = await receiver.status()
+        assert status["dqf_messages"] == 0
