@@ -229,11 +229,12 @@ class GetPool:
             return
         self.asked -= batch.count
         client._release_get(request_id)
-        if type(result) is wire.Delivery:
-            self._give(client._message(result))
-        elif type(result) is wire.DeliveryBatch:
-            for delivery in result.deliveries:
-                self._give(client._message(delivery))
+        if isinstance(result, wire.Delivery | wire.DeliveryBatch):
+            deliveries = result.deliveries if type(result) is wire.DeliveryBatch else (result,)
+            for delivery in deliveries:  # any more than the callers waiting are held
+                message = client._message(delivery)
+                if not self._give(message):
+                    client._held.append(message)
         elif type(result) is wire.Failure:
             self._failed(result, batch.callers)
         elif isinstance(result, MrsError):  # the connection is lost
@@ -242,15 +243,23 @@ class GetPool:
         if self.live > self.asked and link is not None:
             link.wake()
 
-    def _give(self, message: Message) -> None:
+    def serve_held(self) -> None:
+        """Messages held (they came for a get its caller gave up) go to the callers
+        already waiting, oldest first, before any later get takes them."""
+        held = self._client._held
+        while held and self._give(held[0]):
+            held.popleft()
+
+    def _give(self, message: Message) -> bool:
+        """Answer the oldest waiting caller `message`; False if none waits."""
         callers = self._callers
         while callers:
             caller = callers.popleft()
             if not caller.done:
                 self.live -= 1
                 caller.answer(message)
-                return
-        self._client._held.append(message)
+                return True
+        return False
 
     def _failed(self, failure: wire.Failure, callers: list[_Caller]) -> None:
         if failure.status == Status.TIMEOUT:

@@ -179,6 +179,7 @@ class _Requests:
         next gets). Bounded by `_reserve_get`: only a get that reserved room brings any."""
         batch = delivery.deliveries if type(delivery) is wire.DeliveryBatch else (delivery,)
         self._held.extend(self._message(one) for one in batch)
+        self._gets.serve_held()  # gets already waiting in the pool come first
 
     def _get_room(self) -> int:
         """How many more messages gets may ask for now (see `_reserve_get`)."""

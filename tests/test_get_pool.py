@@ -239,3 +239,23 @@ async def test_fifty_lanes_at_a_cap_of_five_take_every_message_once(make_mem_bus
         assert set(refusals) <= {Status.EXCMAXUNCONF}
         status = await receiver.status()
         assert status["dqf_messages"] == 0
+
+
+async def test_a_message_held_for_a_get_given_up_goes_to_a_get_already_waiting() -> None:
+    server = ScriptedServer()
+    async with trio.open_nursery() as nursery:
+        port = await _start(nursery, server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
+            waiting_got: list = []
+            with trio.fail_after(10):
+                async with trio.open_nursery() as waiting:
+                    waiting.start_soon(_get_into, client, waiting_got)
+                    await server.until(lambda: len(server.batches) == 1)
+                    with trio.move_on_after(0.05):  # a poll given up before its answer
+                        await client.get(timeout=0)
+                    await server.until(lambda: len(server.cancels) == 1)
+                    # Its message was already on its way: the waiting get takes it.
+                    await server.deliver(server.singles[0].request_id, b"crossed")
+            assert [message.body for message in waiting_got] == [b"crossed"]
+            assert len(client._held) == 0
+        nursery.cancel_scope.cancel()
