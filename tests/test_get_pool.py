@@ -6,6 +6,9 @@ socket decides when each answer comes (tests/test_client_held.py)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 import trio.testing
@@ -14,6 +17,17 @@ import clients
 from mrs.limits import GET_POOL_BATCH_MAX
 from mrs.model import Status
 from tests.test_client_held import ScriptedServer, _start
+
+
+@asynccontextmanager
+async def _scripted() -> AsyncIterator[tuple[ScriptedServer, clients.Client]]:
+    """A client attached to 1.10 of a scripted server (tests/test_client_held.py)."""
+    server = ScriptedServer()
+    async with trio.open_nursery() as nursery:
+        port = await _start(nursery, server)
+        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
+            yield server, client
+        nursery.cancel_scope.cancel()
 
 
 async def _answered(done) -> None:
@@ -31,159 +45,135 @@ async def _get_into(client, results: list, *, timeout: float | None = None) -> N
 
 
 async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_first() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            together: list = []
-            async with trio.open_nursery() as waiting:
-                for _ in range(5):
-                    waiting.start_soon(_get_into, client, together)
-                await server.until(lambda: len(server.batches) == 1)
-                first = server.batches[0]
-                assert (first.count_max, first.timeout_ms, first.wait_at_cap) == (5, -1, False)
-                assert server.singles == []
-                await server.deliver(first.request_id, b"m", count=2)
-                # Two served; the three still waiting are asked for again, as gets the
-                # server had parked (they wait at the unconfirmed cap).
-                await server.until(lambda: len(server.batches) == 2)
-                again = server.batches[1]
-                assert (again.count_max, again.wait_at_cap) == (3, True)
-                await server.deliver(again.request_id, b"m", count=3)
-            seqs = sorted(message.seq for message in together)
-            assert seqs == [first.request_id * 100 + i for i in range(2)] + [
-                again.request_id * 100 + i for i in range(3)
-            ]
+    async with _scripted() as (server, client):
+        together: list = []
+        async with trio.open_nursery() as waiting:
+            for _ in range(5):
+                waiting.start_soon(_get_into, client, together)
+            await server.until(lambda: len(server.batches) == 1)
+            first = server.batches[0]
+            assert (first.count_max, first.timeout_ms, first.wait_at_cap) == (5, -1, False)
+            assert server.singles == []
+            await server.deliver(first.request_id, b"m", count=2)
+            # Two served; the three still waiting are asked for again, as gets the
+            # server had parked (they wait at the unconfirmed cap).
+            await server.until(lambda: len(server.batches) == 2)
+            again = server.batches[1]
+            assert (again.count_max, again.wait_at_cap) == (3, True)
+            await server.deliver(again.request_id, b"m", count=3)
+        seqs = sorted(message.seq for message in together)
+        assert seqs == [first.request_id * 100 + i for i in range(2)] + [
+            again.request_id * 100 + i for i in range(3)
+        ]
 
-            # One caller after another: the first batch's message goes to the oldest.
-            order: list = []
-            async with trio.open_nursery() as waiting:
-                waiting.start_soon(_get_into, client, order)
-                await server.until(lambda: len(server.batches) == 3)
-                await trio.testing.wait_all_tasks_blocked()
-                older = server.batches[2]
-                waiting.start_soon(_get_into, client, order)
-                await server.until(lambda: len(server.batches) == 4)
-                newer = server.batches[3]
-                await server.deliver(newer.request_id, b"to the oldest", count=1)
-                await _answered(lambda: order)
-                # The newer caller is still covered by the older batch: nothing asked.
-                assert len(server.batches) == 4
-                await server.deliver(older.request_id, b"to the next", count=1)
-            assert [message.body for message in order] == [b"to the oldest", b"to the next"]
-        nursery.cancel_scope.cancel()
+        # One caller after another: the first batch's message goes to the oldest.
+        order: list = []
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(_get_into, client, order)
+            await server.until(lambda: len(server.batches) == 3)
+            await trio.testing.wait_all_tasks_blocked()
+            older = server.batches[2]
+            waiting.start_soon(_get_into, client, order)
+            await server.until(lambda: len(server.batches) == 4)
+            newer = server.batches[3]
+            await server.deliver(newer.request_id, b"to the oldest", count=1)
+            await _answered(lambda: order)
+            # The newer caller is still covered by the older batch: nothing asked.
+            assert len(server.batches) == 4
+            await server.deliver(older.request_id, b"to the next", count=1)
+        assert [message.body for message in order] == [b"to the oldest", b"to the next"]
 
 
 async def test_many_waiting_gets_are_asked_for_in_batches_of_a_bounded_size() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            got: list = []
-            async with trio.open_nursery() as waiting:
-                for _ in range(GET_POOL_BATCH_MAX + 2):
-                    waiting.start_soon(_get_into, client, got)
-                await server.until(lambda: len(server.batches) == 2)
-                assert server.batch_counts == [GET_POOL_BATCH_MAX, 2]
-                for batch in server.batches:
-                    await server.deliver(batch.request_id, b"m", count=batch.count_max)
-            assert len(got) == GET_POOL_BATCH_MAX + 2
-            assert all(isinstance(message, clients.Message) for message in got)
-        nursery.cancel_scope.cancel()
+    async with _scripted() as (server, client):
+        got: list = []
+        async with trio.open_nursery() as waiting:
+            for _ in range(GET_POOL_BATCH_MAX + 2):
+                waiting.start_soon(_get_into, client, got)
+            await server.until(lambda: len(server.batches) == 2)
+            assert server.batch_counts == [GET_POOL_BATCH_MAX, 2]
+            for batch in server.batches:
+                await server.deliver(batch.request_id, b"m", count=batch.count_max)
+        assert len(got) == GET_POOL_BATCH_MAX + 2
+        assert all(isinstance(message, clients.Message) for message in got)
 
 
 async def test_each_caller_keeps_its_own_timeout() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            short: list = []
-            patient: list = []
-            async with trio.open_nursery() as waiting:
-                waiting.start_soon(lambda: _get_into(client, short, timeout=0.05))
-                waiting.start_soon(_get_into, client, patient)
-                await server.until(lambda: len(server.batches) == 1)
-                batch = server.batches[0]
-                assert batch.count_max == 2
-                assert 0 < batch.timeout_ms <= 50  # as long as the earliest caller may wait
-                await trio.sleep(0.06)  # the short caller's time passes on the server
-                await server.fail(batch.request_id, Status.TIMEOUT, "no message in 0.05 s")
-                await server.until(lambda: len(server.batches) == 2)
-                again = server.batches[1]
-                assert (again.count_max, again.timeout_ms, again.wait_at_cap) == (1, -1, True)
-                await server.deliver(again.request_id, b"late", count=1)
-            assert isinstance(short[0], clients.MrsTimeout)
-            assert short[0].status is Status.TIMEOUT
-            assert [message.body for message in patient] == [b"late"]
-        nursery.cancel_scope.cancel()
+    async with _scripted() as (server, client):
+        short: list = []
+        patient: list = []
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(lambda: _get_into(client, short, timeout=0.05))
+            waiting.start_soon(_get_into, client, patient)
+            await server.until(lambda: len(server.batches) == 1)
+            batch = server.batches[0]
+            assert batch.count_max == 2
+            assert 0 < batch.timeout_ms <= 50  # as long as the earliest caller may wait
+            await trio.sleep(0.06)  # the short caller's time passes on the server
+            await server.fail(batch.request_id, Status.TIMEOUT, "no message in 0.05 s")
+            await server.until(lambda: len(server.batches) == 2)
+            again = server.batches[1]
+            assert (again.count_max, again.timeout_ms, again.wait_at_cap) == (1, -1, True)
+            await server.deliver(again.request_id, b"late", count=1)
+        assert isinstance(short[0], clients.MrsTimeout)
+        assert short[0].status is Status.TIMEOUT
+        assert [message.body for message in patient] == [b"late"]
 
 
 async def test_a_refused_batch_refuses_only_the_callers_it_was_asked_for() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            parked: list = []
-            fresh: list = []
-            async with trio.open_nursery() as waiting:
-                waiting.start_soon(_get_into, client, parked)
-                waiting.start_soon(_get_into, client, parked)
-                await server.until(lambda: len(server.batches) == 1)
-                await server.deliver(server.batches[0].request_id, b"one", count=1)
-                await server.until(lambda: len(server.batches) == 2)  # the other, again
-                await trio.testing.wait_all_tasks_blocked()
-                waiting.start_soon(_get_into, client, fresh)
-                await server.until(lambda: len(server.batches) == 3)
-                assert [b.wait_at_cap for b in server.batches[1:]] == [True, False]
-                await server.fail(
-                    server.batches[2].request_id, Status.EXCMAXUNCONF, "1 messages unconfirmed"
-                )
-                await _answered(lambda: fresh)
-                await server.deliver(server.batches[1].request_id, b"two", count=1)
-            assert isinstance(fresh[0], clients.TooManyUnconfirmed)
-            assert [message.body for message in parked] == [b"one", b"two"]
-        nursery.cancel_scope.cancel()
+    async with _scripted() as (server, client):
+        parked: list = []
+        fresh: list = []
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(_get_into, client, parked)
+            waiting.start_soon(_get_into, client, parked)
+            await server.until(lambda: len(server.batches) == 1)
+            await server.deliver(server.batches[0].request_id, b"one", count=1)
+            await server.until(lambda: len(server.batches) == 2)  # the other, again
+            await trio.testing.wait_all_tasks_blocked()
+            waiting.start_soon(_get_into, client, fresh)
+            await server.until(lambda: len(server.batches) == 3)
+            assert [b.wait_at_cap for b in server.batches[1:]] == [True, False]
+            await server.fail(
+                server.batches[2].request_id, Status.EXCMAXUNCONF, "1 messages unconfirmed"
+            )
+            await _answered(lambda: fresh)
+            await server.deliver(server.batches[1].request_id, b"two", count=1)
+        assert isinstance(fresh[0], clients.TooManyUnconfirmed)
+        assert [message.body for message in parked] == [b"one", b"two"]
 
 
 async def test_a_queue_served_one_get_at_a_time_takes_single_gets() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            got: list = []
-            async with trio.open_nursery() as waiting:
-                waiting.start_soon(_get_into, client, got)
-                await server.until(lambda: len(server.batches) == 1)
-                await server.fail(
-                    server.batches[0].request_id, Status.BADPARAM, "queue 1.10 confirms implicitly"
-                )
-                await server.until(lambda: len(server.singles) == 1)
-                await server.deliver(server.singles[0].request_id, b"single")
-            assert [message.body for message in got] == [b"single"]
-            async with trio.open_nursery() as waiting:  # and from then on
-                waiting.start_soon(_get_into, client, got)
-                await server.until(lambda: len(server.singles) == 2)
-                await server.deliver(server.singles[1].request_id, b"single again")
-            assert len(server.batches) == 1
-        nursery.cancel_scope.cancel()
+    async with _scripted() as (server, client):
+        got: list = []
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(_get_into, client, got)
+            await server.until(lambda: len(server.batches) == 1)
+            await server.fail(
+                server.batches[0].request_id, Status.BADPARAM, "queue 1.10 confirms implicitly"
+            )
+            await server.until(lambda: len(server.singles) == 1)
+            await server.deliver(server.singles[0].request_id, b"single")
+        assert [message.body for message in got] == [b"single"]
+        async with trio.open_nursery() as waiting:  # and from then on
+            waiting.start_soon(_get_into, client, got)
+            await server.until(lambda: len(server.singles) == 2)
+            await server.deliver(server.singles[1].request_id, b"single again")
+        assert len(server.batches) == 1
 
 
 async def test_waiting_callers_raise_connection_lost_when_the_server_goes() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            got: list = []
-            async with trio.open_nursery() as waiting:
-                for _ in range(3):
-                    waiting.start_soon(_get_into, client, got)
-                await server.until(lambda: len(server.batches) == 1)
-                await server.stream.send_eof()  # the server goes away
-            assert len(got) == 3
-            assert all(isinstance(error, clients.ConnectionLost) for error in got)
-            with pytest.raises(clients.ConnectionLost):
-                await client.get()
-        nursery.cancel_scope.cancel()
+    async with _scripted() as (server, client):
+        got: list = []
+        async with trio.open_nursery() as waiting:
+            for _ in range(3):
+                waiting.start_soon(_get_into, client, got)
+            await server.until(lambda: len(server.batches) == 1)
+            await server.stream.send_eof()  # the server goes away
+        assert len(got) == 3
+        assert all(isinstance(error, clients.ConnectionLost) for error in got)
+        with pytest.raises(clients.ConnectionLost):
+            await client.get()
 
 
 CAPPED = """
@@ -242,20 +232,16 @@ async def test_fifty_lanes_at_a_cap_of_five_take_every_message_once(make_mem_bus
 
 
 async def test_a_message_held_for_a_get_given_up_goes_to_a_get_already_waiting() -> None:
-    server = ScriptedServer()
-    async with trio.open_nursery() as nursery:
-        port = await _start(nursery, server)
-        async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            waiting_got: list = []
-            with trio.fail_after(10):
-                async with trio.open_nursery() as waiting:
-                    waiting.start_soon(_get_into, client, waiting_got)
-                    await server.until(lambda: len(server.batches) == 1)
-                    with trio.move_on_after(0.05):  # a poll given up before its answer
-                        await client.get(timeout=0)
-                    await server.until(lambda: len(server.cancels) == 1)
-                    # Its message was already on its way: the waiting get takes it.
-                    await server.deliver(server.singles[0].request_id, b"crossed")
-            assert [message.body for message in waiting_got] == [b"crossed"]
-            assert len(client._held) == 0
-        nursery.cancel_scope.cancel()
+    async with _scripted() as (server, client):
+        waiting_got: list = []
+        with trio.fail_after(10):
+            async with trio.open_nursery() as waiting:
+                waiting.start_soon(_get_into, client, waiting_got)
+                await server.until(lambda: len(server.batches) == 1)
+                with trio.move_on_after(0.05):  # a poll given up before its answer
+                    await client.get(timeout=0)
+                await server.until(lambda: len(server.cancels) == 1)
+                # Its message was already on its way: the waiting get takes it.
+                await server.deliver(server.singles[0].request_id, b"crossed")
+        assert [message.body for message in waiting_got] == [b"crossed"]
+        assert len(client._held) == 0
