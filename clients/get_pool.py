@@ -277,9 +277,6 @@ class GetPool:
             for caller in callers:
                 if not caller.done:
                     self._resolve(caller, error)
-        waiting = self._callers
-        while waiting and waiting[0].done:
-            waiting.popleft()
 
     def lose(self, error: MrsError) -> None:
         """The connection is lost: every waiting caller raises `error`, and the

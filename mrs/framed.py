@@ -65,17 +65,12 @@ class FramedStream:
         return data
 
     def wake(self) -> None:
-        """Wake whoever waits in `next_batch` (e.g. to notice the connection is lost)."""
+        """Wake whoever waits in `wait_ready` (e.g. to notice the connection is lost)."""
         self._ready.set()
 
-    async def next_batch(self) -> bytes | bytearray:
-        """Wait for a send or a wake, then take everything queued (b"" after a bare
-        wake): the step of a custom send loop."""
-        await self.wait_ready()
-        return self.take()
-
     async def wait_ready(self) -> None:
-        """Wait for a send or a wake (a custom send loop may queue more, then `take`)."""
+        """Wait for a send or a wake: the first step of a custom send loop, which may
+        queue more and then `take` everything queued (b"" after a bare wake)."""
         await self._ready.wait()
         self._ready = trio.Event()
 

@@ -60,8 +60,19 @@ class ScriptedServer:
         """A Delivery, or (count > 0) a DeliveryBatch of `count` messages."""
         deliveries = [
             wire.Delivery(
-                request_id, request_id * 100 + index, body, "1.11", "1.10", 0, 0, 0,
-                int(DeliveryMode.WF_MEM), int(Status.ENQUEUED), b"", 1, None,
+                request_id,
+                request_id * 100 + index,
+                body,
+                "1.11",
+                "1.10",
+                0,
+                0,
+                0,
+                int(DeliveryMode.WF_MEM),
+                int(Status.ENQUEUED),
+                b"",
+                1,
+                None,
             )  # fmt: skip
             for index in range(max(count, 1))
         ]
@@ -89,10 +100,12 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
         port = await _start(nursery, server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
             # Gets given up: the server has not answered the batch asked for them.
-            with trio.move_on_after(0.05):
+            with trio.CancelScope() as giving_up:
                 async with trio.open_nursery() as waiting:
                     for _ in range(HELD_MAX):
                         waiting.start_soon(client.get)
+                    await server.until(lambda: len(server.batches) == 1)
+                    giving_up.cancel()
             await server.until(lambda: len(server.cancels) == 1)
             assert server.batch_counts == [HELD_MAX]  # the three shared one GetBatch
             with pytest.raises(clients.QuotaExceeded) as refused:

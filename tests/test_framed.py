@@ -40,7 +40,8 @@ async def test_frames_queued_together_are_written_in_one_batch_and_all_arrive():
         for request in requests:
             client.send(request)
         assert client.outbox_bytes == 8 * len(requests)  # a Get frame is 8 bytes
-        batch = await client.next_batch()
+        await client.wait_ready()
+        batch = client.take()
         assert client.outbox_bytes == 0 and len(batch) == 800
         await client.stream.send_all(batch)
         received: list = []

@@ -30,14 +30,26 @@ async def _scripted() -> AsyncIterator[tuple[ScriptedServer, clients.Client]]:
         nursery.cancel_scope.cancel()
 
 
-async def _answered(done) -> None:
-    """Until `done()`: the client reads answers in its own task."""
-    with trio.fail_after(10):
-        while not done():
-            await trio.sleep(0.005)
+class _Got(list):
+    """What the gets of a test returned (a Message or the MrsError raised), in the
+    order they returned; `until(n)` waits for the n-th."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = trio.Event()
+
+    def append(self, item: object) -> None:
+        super().append(item)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def until(self, count: int) -> None:
+        with trio.fail_after(10):
+            while len(self) < count:
+                await self._changed.wait()
 
 
-async def _get_into(client, results: list, *, timeout: float | None = None) -> None:
+async def _get_into(client, results: _Got, *, timeout: float | None = None) -> None:
     try:
         results.append(await client.get(timeout=timeout))
     except clients.MrsError as error:
@@ -46,7 +58,7 @@ async def _get_into(client, results: list, *, timeout: float | None = None) -> N
 
 async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_first() -> None:
     async with _scripted() as (server, client):
-        together: list = []
+        together: _Got = _Got()
         async with trio.open_nursery() as waiting:
             for _ in range(5):
                 waiting.start_soon(_get_into, client, together)
@@ -67,7 +79,7 @@ async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_firs
         ]
 
         # One caller after another: the first batch's message goes to the oldest.
-        order: list = []
+        order: _Got = _Got()
         async with trio.open_nursery() as waiting:
             waiting.start_soon(_get_into, client, order)
             await server.until(lambda: len(server.batches) == 3)
@@ -77,7 +89,7 @@ async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_firs
             await server.until(lambda: len(server.batches) == 4)
             newer = server.batches[3]
             await server.deliver(newer.request_id, b"to the oldest", count=1)
-            await _answered(lambda: order)
+            await order.until(1)
             # The newer caller is still covered by the older batch: nothing asked.
             assert len(server.batches) == 4
             await server.deliver(older.request_id, b"to the next", count=1)
@@ -86,7 +98,7 @@ async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_firs
 
 async def test_many_waiting_gets_are_asked_for_in_batches_of_a_bounded_size() -> None:
     async with _scripted() as (server, client):
-        got: list = []
+        got: _Got = _Got()
         async with trio.open_nursery() as waiting:
             for _ in range(GET_POOL_BATCH_MAX + 2):
                 waiting.start_soon(_get_into, client, got)
@@ -98,10 +110,11 @@ async def test_many_waiting_gets_are_asked_for_in_batches_of_a_bounded_size() ->
         assert all(isinstance(message, clients.Message) for message in got)
 
 
-async def test_each_caller_keeps_its_own_timeout() -> None:
+async def test_each_caller_keeps_its_own_timeout(mock_clock) -> None:
+    """Under a MockClock that moves only when told (pytest-trio's `mock_clock`)."""
     async with _scripted() as (server, client):
-        short: list = []
-        patient: list = []
+        short: _Got = _Got()
+        patient: _Got = _Got()
         async with trio.open_nursery() as waiting:
             waiting.start_soon(lambda: _get_into(client, short, timeout=0.05))
             waiting.start_soon(_get_into, client, patient)
@@ -109,7 +122,7 @@ async def test_each_caller_keeps_its_own_timeout() -> None:
             batch = server.batches[0]
             assert batch.count_max == 2
             assert 0 < batch.timeout_ms <= 50  # as long as the earliest caller may wait
-            await trio.sleep(0.06)  # the short caller's time passes on the server
+            mock_clock.jump(0.06)  # the short caller's time passes on the server
             await server.fail(batch.request_id, Status.TIMEOUT, "no message in 0.05 s")
             await server.until(lambda: len(server.batches) == 2)
             again = server.batches[1]
@@ -122,8 +135,8 @@ async def test_each_caller_keeps_its_own_timeout() -> None:
 
 async def test_a_refused_batch_refuses_only_the_callers_it_was_asked_for() -> None:
     async with _scripted() as (server, client):
-        parked: list = []
-        fresh: list = []
+        parked: _Got = _Got()
+        fresh: _Got = _Got()
         async with trio.open_nursery() as waiting:
             waiting.start_soon(_get_into, client, parked)
             waiting.start_soon(_get_into, client, parked)
@@ -137,7 +150,7 @@ async def test_a_refused_batch_refuses_only_the_callers_it_was_asked_for() -> No
             await server.fail(
                 server.batches[2].request_id, Status.EXCMAXUNCONF, "1 messages unconfirmed"
             )
-            await _answered(lambda: fresh)
+            await fresh.until(1)
             await server.deliver(server.batches[1].request_id, b"two", count=1)
         assert isinstance(fresh[0], clients.TooManyUnconfirmed)
         assert [message.body for message in parked] == [b"one", b"two"]
@@ -145,7 +158,7 @@ async def test_a_refused_batch_refuses_only_the_callers_it_was_asked_for() -> No
 
 async def test_a_queue_served_one_get_at_a_time_takes_single_gets() -> None:
     async with _scripted() as (server, client):
-        got: list = []
+        got: _Got = _Got()
         async with trio.open_nursery() as waiting:
             waiting.start_soon(_get_into, client, got)
             await server.until(lambda: len(server.batches) == 1)
@@ -164,7 +177,7 @@ async def test_a_queue_served_one_get_at_a_time_takes_single_gets() -> None:
 
 async def test_waiting_callers_raise_connection_lost_when_the_server_goes() -> None:
     async with _scripted() as (server, client):
-        got: list = []
+        got: _Got = _Got()
         async with trio.open_nursery() as waiting:
             for _ in range(3):
                 waiting.start_soon(_get_into, client, got)
@@ -213,7 +226,7 @@ async def test_fifty_lanes_at_a_cap_of_five_take_every_message_once(make_mem_bus
                     message = await receiver.get(timeout=5)
                 except clients.TooManyUnconfirmed as refused:
                     refusals.append(refused.status)
-                    await trio.sleep(0.001)  # as an application backs off
+                    await trio.sleep(0.001)  # an application backs off (autojump clock)
                     continue
                 except clients.MrsTimeout:
                     continue
@@ -233,13 +246,20 @@ async def test_fifty_lanes_at_a_cap_of_five_take_every_message_once(make_mem_bus
 
 async def test_a_message_held_for_a_get_given_up_goes_to_a_get_already_waiting() -> None:
     async with _scripted() as (server, client):
-        waiting_got: list = []
+        waiting_got: _Got = _Got()
         with trio.fail_after(10):
             async with trio.open_nursery() as waiting:
                 waiting.start_soon(_get_into, client, waiting_got)
                 await server.until(lambda: len(server.batches) == 1)
-                with trio.move_on_after(0.05):  # a poll given up before its answer
-                    await client.get(timeout=0)
+                poll = trio.CancelScope()
+
+                async def give_up_a_poll() -> None:
+                    with poll:
+                        await client.get(timeout=0)
+
+                waiting.start_soon(give_up_a_poll)
+                await server.until(lambda: len(server.singles) == 1)
+                poll.cancel()  # given up before its answer came
                 await server.until(lambda: len(server.cancels) == 1)
                 # Its message was already on its way: the waiting get takes it.
                 await server.deliver(server.singles[0].request_id, b"crossed")

@@ -6,6 +6,7 @@ after a crash dedupes, unguessable without the ledger's secret, and in put order
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from journals import Journal, Record
@@ -56,19 +57,17 @@ def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: in
     `mrs jplay` throughput). The tag keeps each key unguessable even to someone who
     saw another key of the same run."""
     scope = f"{journal.value}:{group_id}"
-    run = _RUNS.get((secret, scope, gen))
-    if run is None:
-        if len(_RUNS) >= 64:  # a few (journal, group, generation) per ledger at most
-            _RUNS.clear()
-        run = _RUNS[(secret, scope, gen)] = _mac(secret, f"run:{scope}:{gen}")
+    run = _run(secret, scope, gen)
     return f"replay:{run}:{seq:016x}:{_mac(secret, f'tag:{scope}:{seq}:{gen}')}"
+
+
+@functools.lru_cache(maxsize=64)  # a few (journal, group, generation) per ledger at most
+def _run(secret: bytes, scope: str, gen: int) -> str:
+    """The run part of a replay's keys: the same for all its records."""
+    return _mac(secret, f"run:{scope}:{gen}")
 
 
 def _mac(secret: bytes, text: str) -> str:
     if len(secret) > 64:  # BLAKE2b takes keys of up to 64 bytes (the ledger makes 32)
         secret = hashlib.blake2b(secret).digest()
     return hashlib.blake2b(text.encode(), key=secret, digest_size=8).hexdigest()
-
-
-_RUNS: dict[tuple[bytes, str, int], str] = {}
-"""(secret, journal:group, generation) -> the run part of its keys."""
