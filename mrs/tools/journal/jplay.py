@@ -25,6 +25,7 @@ from rich.table import Table
 from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config import ConfigError
+from mrs.gc_tuning import tune_gc_for_throughput
 from mrs.model import DeliveryMode, InterestPoint, Uma
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
 from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
@@ -267,6 +268,10 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
                 nursery.cancel_scope.cancel()
 
     code = 0
+    # A replay makes a few dicts per record that live until its answer: with CPython's
+    # default thresholds the collector walked them again and again (10.5% of jplay's
+    # CPU, py-spy --native). What start-up built is frozen; the collector stays on.
+    tune_gc_for_throughput()
     try:
         code = _run_until_stopped(main, tally)
     finally:
