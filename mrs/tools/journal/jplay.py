@@ -13,6 +13,7 @@ were not attempted, 2 bad usage, 130 interrupted (Ctrl-C; re-run to resume).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -271,10 +272,13 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
     # A replay makes a few dicts per record that live until its answer: with CPython's
     # default thresholds the collector walked them again and again (10.5% of jplay's
     # CPU, py-spy --native). What start-up built is frozen; the collector stays on.
-    tune_gc_for_throughput()
+    # Put back afterwards, for a caller that runs jplay in its own process (tests).
+    previous_thresholds = tune_gc_for_throughput()
     try:
         code = _run_until_stopped(main, tally)
     finally:
+        gc.unfreeze()
+        gc.set_threshold(*previous_thresholds)
         tally.elapsed_s = time.perf_counter() - started
         _flush_at_end(replayers[0] if replayers else None, ledger, tally)
     if tally.stopped:
