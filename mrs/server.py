@@ -14,14 +14,18 @@ module starts and stops them and runs the commits.
 
 Where commits run (measured with `mrs bench --seconds 3`, same disk, same run):
 a writer thread must win the GIL back from the busy event loop for its Python work
-and after the commit (py-lmdb 3.0 holds the GIL through `put` and releases it only
-around the commit: measured, issue 17), so its 50-put commits took 1.5-2.5 ms against
+and inside the commit's puts (a thread doing 20,000 py-lmdb puts took 66 ms alone and
+4.4 s beside one busy Python thread, `putmulti` 21 ms and 2.6 s: the GIL is handed
+over within the puts, issue 17), so its 50-put commits took 1.5-2.5 ms against
 0.6 ms alone. Commits
 inline on the event loop, after every ready receive loop has had its turn, stall the
 loop for one fsync but batch more and avoid the hand-offs: 32 connections x 1 put
 in flight gave 6.7k puts/s at 15 msgs/commit inline vs 5.5k at 9.8 with the thread;
-4 x 32 in flight gave 15.5k vs 12.5k. Inline is the default; `writer_kind="thread"`
-(MRS_WRITER=thread for `mrs serve`, see mrs.harness) selects the thread for comparison.
+4 x 32 in flight gave 15.5k vs 12.5k. In peerbench's puts shape the thread lost with
+every GIL switch interval tried (5, 1 and 0.2 ms: 18.8k, 20.4-23.7k and 20.4k puts/s
+against 24.5-27.9k inline, commits 2.9-5.7 ms against 1.4-1.8 ms). Inline is the
+default; `writer_kind="thread"` (MRS_WRITER=thread for `mrs serve`, see mrs.harness)
+selects the thread for comparison.
 """
 
 from __future__ import annotations
