@@ -272,12 +272,15 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
     # A replay makes a few dicts per record that live until its answer: with CPython's
     # default thresholds the collector walked them again and again (10.5% of jplay's
     # CPU, py-spy --native). What start-up built is frozen; the collector stays on.
-    # Put back afterwards, for a caller that runs jplay in its own process (tests).
+    # Put back afterwards, for a caller that runs jplay in its own process (tests); a
+    # caller that froze objects itself keeps them frozen.
+    frozen_before = gc.get_freeze_count()
     previous_thresholds = tune_gc_for_throughput()
     try:
         code = _run_until_stopped(main, tally)
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
         gc.set_threshold(*previous_thresholds)
         tally.elapsed_s = time.perf_counter() - started
         _flush_at_end(replayers[0] if replayers else None, ledger, tally)
