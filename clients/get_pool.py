@@ -84,14 +84,17 @@ class _Caller(_Pending):
     """A batch was asked for it before: the server has parked it (see `ask`)."""
 
     def expire(self) -> None:
-        if not self.done and self.pool is not None:
-            self.pool.left()
+        self._leave()
         _Pending.expire(self)
 
     def __call__(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        self._leave()
+        return _Pending.__call__(self, raise_cancel)
+
+    def _leave(self) -> None:
+        """Stop waiting without an answer (reply deadline, cancelled): tell the pool."""
         if not self.done and self.pool is not None:
             self.pool.left()
-        return _Pending.__call__(self, raise_cancel)
 
 
 @dataclass(eq=False, slots=True)
@@ -256,8 +259,7 @@ class GetPool:
         while callers:
             caller = callers.popleft()
             if not caller.done:
-                self.live -= 1
-                caller.answer(message)
+                self._resolve(caller, message)
                 return True
         return False
 

@@ -250,8 +250,8 @@ class _Requests:
                     )
                 )
             else:
-                waiter.answer(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
-        self._gets.lose(ConnectionLost(Status.LINK_DOWN, f"{error.message}"))
+                waiter.answer(ConnectionLost(Status.LINK_DOWN, error.message))
+        self._gets.lose(ConnectionLost(Status.LINK_DOWN, error.message))
         for request_id in self._cancelled_gets:
             self._release_get(request_id)
         self._cancelled_gets.clear()

@@ -16,8 +16,9 @@ benchmarks/README.md for the RSS check and the measured figures).
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from mrs.exit_status import EXIT_USAGE, CommandError
 
@@ -77,3 +78,18 @@ def tune_gc_for_throughput() -> tuple[int, int, int]:
     """Opt-in for a client process that puts or gets many messages: freeze what it
     has built so far and raise the thresholds (CLIENT_GC_THRESHOLDS)."""
     return tune_gc(CLIENT_GC_THRESHOLDS)
+
+
+@contextlib.contextmanager
+def tuned_for_throughput() -> Iterator[None]:
+    """`tune_gc_for_throughput()` for the length of the block, then CPython's settings
+    as they were: for a bulk job (`mrs jplay`) that may run inside a caller's process.
+    Objects the caller froze itself stay frozen."""
+    frozen_before = gc.get_freeze_count()
+    previous = tune_gc_for_throughput()
+    try:
+        yield
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
+        gc.set_threshold(*previous)

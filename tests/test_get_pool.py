@@ -56,12 +56,17 @@ async def _get_into(client, results: _Got, *, timeout: float | None = None) -> N
         results.append(error)
 
 
+def _start_gets(nursery, client, got: _Got, count: int) -> None:
+    """`count` gets waiting at once, each answer (message or error) into `got`."""
+    for _ in range(count):
+        nursery.start_soon(_get_into, client, got)
+
+
 async def test_waiting_gets_share_one_batch_and_the_oldest_caller_is_served_first() -> None:
     async with _scripted() as (server, client):
         together: _Got = _Got()
         async with trio.open_nursery() as waiting:
-            for _ in range(5):
-                waiting.start_soon(_get_into, client, together)
+            _start_gets(waiting, client, together, 5)
             await server.until(lambda: len(server.batches) == 1)
             first = server.batches[0]
             assert (first.count_max, first.timeout_ms, first.wait_at_cap) == (5, -1, False)
@@ -100,8 +105,7 @@ async def test_many_waiting_gets_are_asked_for_in_batches_of_a_bounded_size() ->
     async with _scripted() as (server, client):
         got: _Got = _Got()
         async with trio.open_nursery() as waiting:
-            for _ in range(GET_POOL_BATCH_MAX + 2):
-                waiting.start_soon(_get_into, client, got)
+            _start_gets(waiting, client, got, GET_POOL_BATCH_MAX + 2)
             await server.until(lambda: len(server.batches) == 2)
             assert server.batch_counts == [GET_POOL_BATCH_MAX, 2]
             for batch in server.batches:
@@ -179,8 +183,7 @@ async def test_waiting_callers_raise_connection_lost_when_the_server_goes() -> N
     async with _scripted() as (server, client):
         got: _Got = _Got()
         async with trio.open_nursery() as waiting:
-            for _ in range(3):
-                waiting.start_soon(_get_into, client, got)
+            _start_gets(waiting, client, got, 3)
             await server.until(lambda: len(server.batches) == 1)
             await server.stream.send_eof()  # the server goes away
         assert len(got) == 3

@@ -13,7 +13,6 @@ were not attempted, 2 bad usage, 130 interrupted (Ctrl-C; re-run to resume).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import time
@@ -26,7 +25,7 @@ from rich.table import Table
 from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config import ConfigError
-from mrs.gc_tuning import tune_gc_for_throughput
+from mrs.gc_tuning import tuned_for_throughput
 from mrs.model import DeliveryMode, InterestPoint, Uma
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
 from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
@@ -269,19 +268,13 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
                 nursery.cancel_scope.cancel()
 
     code = 0
-    # A replay makes a few dicts per record that live until its answer: with CPython's
-    # default thresholds the collector walked them again and again (10.5% of jplay's
-    # CPU, py-spy --native). What start-up built is frozen; the collector stays on.
-    # Put back afterwards, for a caller that runs jplay in its own process (tests); a
-    # caller that froze objects itself keeps them frozen.
-    frozen_before = gc.get_freeze_count()
-    previous_thresholds = tune_gc_for_throughput()
     try:
-        code = _run_until_stopped(main, tally)
+        # A replay makes a few dicts per record that live until its answer: with
+        # CPython's default thresholds the collector walked them again and again
+        # (10.5% of jplay's CPU, py-spy --native).
+        with tuned_for_throughput():
+            code = _run_until_stopped(main, tally)
     finally:
-        if not frozen_before:
-            gc.unfreeze()
-        gc.set_threshold(*previous_thresholds)
         tally.elapsed_s = time.perf_counter() - started
         _flush_at_end(replayers[0] if replayers else None, ledger, tally)
     if tally.stopped:
