@@ -16,6 +16,7 @@ outbox grow without bound.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import trio
@@ -40,6 +41,8 @@ class FramedStream:
     """Frames queued, encoded straight into one buffer (no bytes object per frame)."""
     _ready: trio.Event = field(default_factory=trio.Event)
     _drained: trio.Event = field(default_factory=trio.Event)
+    _writing: bool = False
+    """The send loop is inside a write: only it may write now, so bytes stay in order."""
 
     # -- sending --------------------------------------------------------------------
 
@@ -82,10 +85,34 @@ class FramedStream:
             await self.flush()
             self._drained.set()
 
+    def write_now(self) -> None:
+        """Hand what is queued to a plain TCP socket at once, as far as it takes it
+        without blocking; the send loop writes the rest (and meets any error).
+
+        Why: a server answers most requests right after a commit, and the send loop
+        runs only when the scheduler comes round to it, about 0.14 ms later at low
+        load (issue 17's paced latency). Nothing is written while the send loop is
+        inside a write, so the bytes keep their order."""
+        outbox = self._outbox
+        if not outbox or self._writing or self.closed:
+            return
+        stream = self.stream
+        if type(stream) is not trio.SocketStream:
+            return  # TLS: the bytes must go through the TLS stream
+        try:
+            written = os.write(stream.socket.fileno(), outbox)
+        except OSError:  # would block, or the peer is gone: the send loop's business
+            return
+        del outbox[:written]
+
     async def flush(self) -> None:
         """Write everything queued now (when no send loop runs, e.g. a last Fatal)."""
         if self._outbox:
-            await self.stream.send_all(self.take())
+            self._writing = True
+            try:
+                await self.stream.send_all(self.take())
+            finally:
+                self._writing = False
 
     async def flushed(self) -> None:
         """Until the send loop has written everything queued so far."""
@@ -101,7 +128,11 @@ class FramedStream:
 
     async def send_now(self, event: object) -> None:
         """Write one frame directly (a handshake, before any send loop runs)."""
-        await self.stream.send_all(self.connection.send(event))  # type: ignore[arg-type]
+        self._writing = True
+        try:
+            await self.stream.send_all(self.connection.send(event))  # type: ignore[arg-type]
+        finally:
+            self._writing = False
 
     # -- receiving ------------------------------------------------------------------
 

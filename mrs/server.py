@@ -102,6 +102,11 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         self.store: JournalStore | None = None
         self.group: Group | None = None
         self.sessions: set[ServerSession] = set()
+        self.answered_sessions: set[ServerSession] | None = (
+            set() if writer_kind == "inline" else None
+        )
+        """Sessions given answers since the last commit (see `_commit`); None with
+        the writer thread, whose commits do not run on the loop."""
         self.address: tuple[str, int] | None = None
         self.links: dict[int, PeerLink] = {}
         self.data_dir_guard: DataDirGuard | None = None
@@ -220,8 +225,17 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             await self._commit_wanted.wait()
             self._commit_wanted = trio.Event()
             await trio.lowlevel.checkpoint()
-            writer.commit_pending()
-            self.ops.after_commit()
+            self._commit(writer)
+
+    def _commit(self, writer: InlineWriter) -> None:
+        """Commit what is pending, then hand the answers it made to the sockets."""
+        writer.commit_pending()
+        answered = self.answered_sessions
+        assert answered is not None  # the inline writer's commits run here
+        for session in answered:  # the answers go out now, not at the send loops' turn
+            session.write_now()
+        answered.clear()
+        self.ops.after_commit()
 
 
 async def serve(

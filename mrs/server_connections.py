@@ -40,6 +40,7 @@ class ServerConnections:
 
     group: Group | None
     sessions: set[ServerSession]
+    answered_sessions: set[ServerSession] | None
     frame_bytes_max: int
     ops: GroupOps
     admission: Admission
@@ -51,6 +52,7 @@ class ServerConnections:
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
+        session.written_after_commit = self.answered_sessions
         session.observe = self.ops.reply_observer()
         host = ""
         with contextlib.suppress(OSError, AttributeError):

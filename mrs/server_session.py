@@ -45,6 +45,9 @@ class ServerSession(FramedStream):
     """Metrics (mrs.metrics): called with every reply sent, when metrics are on."""
     principal: str | None = None
     """Who authenticated on this connection (mrs.security), None with auth off."""
+    written_after_commit: set[ServerSession] | None = None
+    """The server's sessions with answers queued: after each commit it hands their
+    outboxes to the sockets at once (`FramedStream.write_now`)."""
 
     def __repr__(self) -> str:
         return f"<ServerSession {self.id} {self.peer}>"
@@ -60,6 +63,8 @@ class ServerSession(FramedStream):
             if size is not None:
                 self.in_flight_bytes -= size
         super().send(event)
+        if self.written_after_commit is not None:
+            self.written_after_commit.add(self)
 
 
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 
+import msgpack
 import pytest
 import trio
 import trio.testing
 
 from mrs import protocol as wire
 from mrs.framed import FramedStream, StreamClosed
+
+HEADER = struct.Struct(">I")
 
 
 async def tcp_pair(nursery: trio.Nursery) -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -21,9 +26,12 @@ async def tcp_pair(nursery: trio.Nursery) -> tuple[trio.SocketStream, trio.Socke
     return client, server
 
 
-async def opened_pair(nursery: trio.Nursery) -> tuple[FramedStream, FramedStream]:
-    """A client and a server FramedStream over TCP that have done their handshake."""
-    a, b = await tcp_pair(nursery)
+async def opened_pair(
+    nursery: trio.Nursery, streams: tuple[trio.abc.Stream, trio.abc.Stream] | None = None
+) -> tuple[FramedStream, FramedStream]:
+    """A client and a server FramedStream (over TCP unless `streams` are given) that
+    have done their handshake."""
+    a, b = streams or await tcp_pair(nursery)
     client = FramedStream(a, wire.Connection("client"))
     server = FramedStream(b, wire.Connection("server"))
     await client.send_now(wire.Hello(wire.PROTOCOL_VERSION, "test"))
@@ -123,4 +131,74 @@ async def test_sends_after_close_are_dropped():
         client.closed = True
         client.send(wire.Get(1, 0))
         assert client.outbox_bytes == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_write_now_hands_queued_frames_to_the_socket_without_the_send_loop():
+    async with trio.open_nursery() as nursery:
+        client, server = await opened_pair(nursery)  # no send loop runs on either side
+        for i in range(1, 4):
+            server.send(wire.Failure(i, -14, "x"))
+        server.write_now()
+        assert server.outbox_bytes == 0
+        with trio.fail_after(10):
+            got = [await client.next_event() for _ in range(3)]
+        assert [event.request_id for event in got] == [1, 2, 3]
+        nursery.cancel_scope.cancel()
+
+
+async def test_write_now_keeps_what_the_socket_does_not_take_for_the_send_loop():
+    async with trio.open_nursery() as nursery:
+        client, server = await opened_pair(nursery)
+        frames = 20_000  # ~4 MB: more than the socket buffers take while nobody reads
+        for i in range(1, frames + 1):
+            server.send(wire.Failure(i, -14, "x" * 200))
+        server.write_now()
+        left_bytes = server.outbox_bytes
+        assert left_bytes > 0  # the rest waits in the outbox, in order
+        nursery.start_soon(server.send_loop)
+        with trio.fail_after(30):
+            got = [await client.next_event() for _ in range(frames)]
+        assert [event.request_id for event in got] == list(range(1, frames + 1))
+        nursery.cancel_scope.cancel()
+
+
+async def test_write_now_does_not_write_while_the_send_loop_is_inside_a_write():
+    async with trio.open_nursery() as nursery:
+        client, server = await opened_pair(nursery)
+        nursery.start_soon(server.send_loop)
+        frames = 20_000  # the send loop blocks mid-write: the client does not read yet
+        for i in range(1, frames + 1):
+            server.send(wire.Failure(i, -14, "x" * 200))
+        await trio.testing.wait_all_tasks_blocked()
+        assert server.outbox_bytes == 0  # taken by the send loop, still being written
+        server.send(wire.Failure(frames + 1, -14, "last"))
+        client_fd = client.stream.socket.fileno()  # type: ignore[attr-defined]
+        data = bytearray()
+        with contextlib.suppress(BlockingIOError):  # read all there is now, before the
+            while True:  # send loop's next turn, so that the socket has room for a write
+                data += os.read(client_fd, 1 << 16)
+        assert len(data) > 1 << 16
+        server.write_now()  # ... and still nothing jumps ahead of the send loop's bytes
+        assert server.outbox_bytes > 0
+        ids: list[int] = []
+        with trio.fail_after(30):
+            while len(ids) < frames + 1:
+                data += await client.stream.receive_some(1 << 16)
+                while len(data) >= 4 and len(data) >= 4 + (size := HEADER.unpack_from(data)[0]):
+                    ids.append(msgpack.unpackb(bytes(data[4 : 4 + size]))[1])
+                    del data[: 4 + size]
+        assert ids == list(range(1, frames + 2))
+        nursery.cancel_scope.cancel()
+
+
+async def test_write_now_leaves_a_stream_that_is_not_a_plain_socket_to_its_send_loop():
+    async with trio.open_nursery() as nursery:  # e.g. TLS: bytes must pass through it
+        client, server = await opened_pair(nursery, trio.testing.memory_stream_pair())
+        server.send(wire.Pong(1))
+        server.write_now()
+        assert server.outbox_bytes > 0
+        nursery.start_soon(server.send_loop)
+        with trio.fail_after(10):
+            assert await client.next_event() == wire.Pong(1)
         nursery.cancel_scope.cancel()

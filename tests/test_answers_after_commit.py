@@ -1,0 +1,59 @@
+"""A commit hands its answers to the clients' sockets itself (issue 17's paced latency):
+every durable put is answered, and the server keeps no session for it afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from clients import DeliveryMode, Status, Uma, connect
+from mrs.config import parse_config
+from mrs.server import GroupServer
+
+CONFIG = """
+[[group]]
+id = 1
+name = "A"
+listen = "127.0.0.1:0"
+data_dir = "g1"
+[[group.queue]]
+id = 10
+name = "TARGET"
+[[group.queue]]
+id = 20
+name = "SENDER"
+"""
+
+
+@pytest.mark.parametrize("writer_kind", ["inline", "thread"])
+async def test_durable_puts_are_answered_and_no_session_is_kept_for_them(
+    tmp_path: Path, writer_kind: str
+) -> None:
+    bus = parse_config(CONFIG, tmp_path / "bus.toml")
+    server = GroupServer(bus, bus.group(1), writer_kind=writer_kind)
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(server.run)
+        async with connect(f"{host}:{port}", "SENDER") as client:
+            answers: list = []
+
+            async def put_one(index: int) -> None:
+                body = b"%d" % index
+                answers.append(
+                    await client.put(body, "TARGET", delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
+                )
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as puts:
+                    for index in range(200):
+                        puts.start_soon(put_one, index)
+            assert len(answers) == 200
+            assert {(psb.status, psb.delivery_status) for psb in answers} == {
+                (Status.SUCCESS, Status.STORED)
+            }
+            if writer_kind == "inline":
+                assert server.answered_sessions == set()  # emptied by every commit
+            else:  # the writer thread's commits do not run on the loop: nothing to track
+                assert server.answered_sessions is None
+        nursery.cancel_scope.cancel()
