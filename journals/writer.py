@@ -77,8 +77,9 @@ class GroupCommitWriter:
         self._thread.join()
         self._thread = None
 
-    def submit(self, batch: WriteBatch, done: Done) -> None:
-        """Queue a batch; `done(None)` once durable, `done(error)` if it could not be."""
+    def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
+        """Queue a batch; `done(None)` once durable, `done(error)` if it could not be.
+        `can_wait` is InlineWriter's; this thread commits whatever is queued anyway."""
         assert self._thread is not None, "writer not started"
         batch.submitted_s = time.perf_counter()
         self._queue.put((batch, done))
@@ -121,6 +122,8 @@ class InlineWriter:
         self.stats = WriterStats()
         self._pending: list[tuple[WriteBatch, Done]] = []
         self._first_submitted_s = 0.0
+        self.urgent = False
+        """Some batch pending cannot wait: its commit should start at once."""
 
     def start(self) -> None:
         pass
@@ -128,9 +131,17 @@ class InlineWriter:
     def stop(self) -> None:
         self.commit_pending()
 
-    def submit(self, batch: WriteBatch, done: Done) -> None:
+    def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
+        """Queue a batch for the next commit and wake the committer: when it is the
+        first one, and again when the first batch that cannot wait joins batches that
+        can (`can_wait`: a batch whose answer holds nobody up, which the committer
+        may keep a moment for company, see mrs.server)."""
         if not self._pending:
             self._first_submitted_s = time.perf_counter()
+            self.urgent = not can_wait
+            self.wake()
+        elif not can_wait and not self.urgent:
+            self.urgent = True
             self.wake()
         self._pending.append((batch, done))
 
@@ -139,6 +150,7 @@ class InlineWriter:
         return bool(self._pending)
 
     def commit_pending(self) -> None:
+        self.urgent = False
         if self._pending:
             self.stats.wait_time_s_total += time.perf_counter() - self._first_submitted_s
         while self._pending:

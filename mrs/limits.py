@@ -44,6 +44,9 @@ the server's records read back): least recently used ones are dropped beyond it,
 process that sees many queues stays bounded."""
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
+COMMIT_COMPANY_WAIT_S = 0.001
+"""How long a commit of batches that can wait (confirms of consumers with gets parked)
+waits for one that cannot, to share its fsync (mrs.server's commit loop)."""
 PUT_BATCH_ITEMS_MAX = 1000
 """Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
 GET_BATCH_ITEMS_MAX = 1000

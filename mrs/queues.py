@@ -125,6 +125,12 @@ class TargetQueue:
         """Messages waiting to be got: the window in memory and the cold backlog."""
         return len(self.pending) + len(self.cold)
 
+    @property
+    def drained(self) -> bool:
+        """Gets are parked and no message waits for one: the consumers are waiting for
+        new messages, so a confirm answered a moment later holds none of them up."""
+        return bool(self.waiters) and not self.pending and not self.cold
+
     def can_deliver(self) -> bool:
         """False while unconfirmed_max messages wait for their confirm (counting the
         deliveries reserved by commits under way)."""

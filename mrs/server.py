@@ -51,6 +51,7 @@ from mrs.group import Group
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX, PeerLink
 from mrs.group_ops import GroupOps
 from mrs.harness import ServeOptions
+from mrs.limits import COMMIT_COMPANY_WAIT_S
 from mrs.network import TCP, Network, TcpNetwork
 from mrs.refusals import RefusalLog
 from mrs.security import session_auth
@@ -220,11 +221,22 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
     async def _commit_loop(self, writer: InlineWriter) -> None:
         """Commit whenever something is pending, after letting every task that is
         ready (receive loops holding fresh requests) run once, so one fsync covers
-        all of them."""
+        all of them.
+
+        When all that is pending can wait (confirms whose consumers have gets parked,
+        mrs.group.handover), the commit waits up to COMMIT_COMPANY_WAIT_S for a batch
+        that cannot, and goes with it. Why: at a steady 1,000 msgs/s every message
+        needed two commits (its put, then its confirm), and the loop sat in commits
+        more than half of the time, so a put usually arrived during one and waited for
+        it to end; a confirm that rides with the next put halves that (issue 17)."""
         while True:
             await self._commit_wanted.wait()
             self._commit_wanted = trio.Event()
             await trio.lowlevel.checkpoint()
+            if not writer.urgent:
+                with trio.move_on_after(COMMIT_COMPANY_WAIT_S):
+                    await self._commit_wanted.wait()  # set by the first urgent batch
+                self._commit_wanted = trio.Event()
             self._commit(writer)
 
     def _commit(self, writer: InlineWriter) -> None:

@@ -297,6 +297,7 @@ class Handover:
         ctx.writer.submit(
             batch,
             lambda error: self._confirmed(session, queue, entry, request_id, notify, error),
+            can_wait=queue.drained,  # the commit may wait a moment for a put (mrs.server)
         )
 
     def _confirmed(
