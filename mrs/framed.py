@@ -42,7 +42,8 @@ class FramedStream:
     _ready: trio.Event = field(default_factory=trio.Event)
     _drained: trio.Event = field(default_factory=trio.Event)
     _writing: bool = False
-    """The send loop is inside a write: only it may write now, so bytes stay in order."""
+    """A write is under way (the send loop's, `flush` or `send_now`): `write_now` waits
+    its turn, so the bytes stay in order."""
 
     # -- sending --------------------------------------------------------------------
 
@@ -91,8 +92,8 @@ class FramedStream:
 
         Why: a server answers most requests right after a commit, and the send loop
         runs only when the scheduler comes round to it, about 0.14 ms later at low
-        load (issue 17's paced latency). Nothing is written while the send loop is
-        inside a write, so the bytes keep their order."""
+        load (issue 17's paced latency). Nothing is written while another write is
+        under way, so the bytes keep their order."""
         outbox = self._outbox
         if not outbox or self._writing or self.closed:
             return
