@@ -104,7 +104,7 @@ class _LinkLoops:
                 data = link.take()
                 if data:
                     link.unsent.clear()
-                    await link.stream.send_all(data)
+                    await link.write(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             self._lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
         scope.cancel()

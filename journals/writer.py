@@ -150,13 +150,13 @@ class InlineWriter:
         return bool(self._pending)
 
     def commit_pending(self) -> None:
-        self.urgent = False
         if self._pending:
             self.stats.wait_time_s_total += time.perf_counter() - self._first_submitted_s
         while self._pending:
             pending = self._pending[:BATCHES_PER_COMMIT_MAX]
             del self._pending[:BATCHES_PER_COMMIT_MAX]
             _report(commit_together(self.store, pending, self.stats))
+        self.urgent = False  # nothing pending (callbacks' batches were committed too)
 
 
 def commit_together(

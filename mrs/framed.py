@@ -42,8 +42,8 @@ class FramedStream:
     _ready: trio.Event = field(default_factory=trio.Event)
     _drained: trio.Event = field(default_factory=trio.Event)
     _writing: bool = False
-    """A write is under way (the send loop's, `flush` or `send_now`): `write_now` waits
-    its turn, so the bytes stay in order."""
+    """A write is under way (`write`): `write_now` waits its turn, so the bytes stay
+    in order."""
 
     # -- sending --------------------------------------------------------------------
 
@@ -109,11 +109,16 @@ class FramedStream:
     async def flush(self) -> None:
         """Write everything queued now (when no send loop runs, e.g. a last Fatal)."""
         if self._outbox:
-            self._writing = True
-            try:
-                await self.stream.send_all(self.take())
-            finally:
-                self._writing = False
+            await self.write(self.take())
+
+    async def write(self, data: bytes | bytearray) -> None:
+        """Write `data` to the stream; every write goes through here, so `write_now`
+        knows when one is under way and waits its turn."""
+        self._writing = True
+        try:
+            await self.stream.send_all(data)
+        finally:
+            self._writing = False
 
     async def flushed(self) -> None:
         """Until the send loop has written everything queued so far."""
@@ -129,11 +134,7 @@ class FramedStream:
 
     async def send_now(self, event: object) -> None:
         """Write one frame directly (a handshake, before any send loop runs)."""
-        self._writing = True
-        try:
-            await self.stream.send_all(self.connection.send(event))  # type: ignore[arg-type]
-        finally:
-            self._writing = False
+        await self.write(self.connection.send(event))  # type: ignore[arg-type]
 
     # -- receiving ------------------------------------------------------------------
 

@@ -62,9 +62,9 @@ class ServerSession(FramedStream):
             size = in_flight.pop(getattr(event, "request_id", 0), None)
             if size is not None:
                 self.in_flight_bytes -= size
+        if not self.outbox_bytes and self.written_after_commit is not None:
+            self.written_after_commit.add(self)  # once per batch of answers, not per answer
         super().send(event)
-        if self.written_after_commit is not None:
-            self.written_after_commit.add(self)
 
 
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)

@@ -32,6 +32,27 @@ def commits(mem_bus) -> int:
     return mem_bus.server.group.writer.stats.commits
 
 
+async def park_next_get(mem_bus, consumer, nursery) -> list[bytes]:
+    """Start a get for the next message; return once the server has parked it. The
+    list it returns receives that message's body."""
+    got: list[bytes] = []
+
+    async def get_next() -> None:
+        got.append((await consumer.get(timeout=60)).body)
+
+    nursery.start_soon(get_next)
+    queue = mem_bus.server.group.queues[ANYORDER_ID]
+    while not queue.waiters:  # no time passes: this task never blocks meanwhile
+        await trio.lowlevel.checkpoint()
+    return got
+
+
+async def arrived(got: list[bytes]) -> list[bytes]:
+    while not got:
+        await trio.lowlevel.checkpoint()
+    return got
+
+
 async def test_a_consumer_with_no_get_parked_has_its_confirm_committed_at_once(
     mem_bus,
 ) -> None:
@@ -54,38 +75,21 @@ async def test_a_confirm_of_a_drained_queue_waits_for_company_at_most_the_limit(
     async with mem_bus.connect("ANYORDER") as consumer, mem_bus.connect("SENDER") as sender:
         await sender.put(b"one", "ANYORDER", delivery=WF, uma=Uma.DLJ)
         message = await consumer.get(timeout=1)
-        parked = trio.Event()
-
-        async def wait_for_next() -> None:
-            parked.set()
-            assert (await consumer.get(timeout=60)).body == b"two"
-
-        nursery.start_soon(wait_for_next)
-        await parked.wait()
-        queue = mem_bus.server.group.queues[ANYORDER_ID]
-        while not queue.waiters:  # the get has reached the server and is parked
-            await trio.lowlevel.checkpoint()
+        got = await park_next_get(mem_bus, consumer, nursery)
         started_s = trio.current_time()
         await message.confirm()  # nobody comes: it goes alone after the limit
         waited_s = trio.current_time() - started_s
         assert COMMIT_COMPANY_WAIT_S <= waited_s < 2 * COMMIT_COMPANY_WAIT_S
         await sender.put(b"two", "ANYORDER", delivery=WF, uma=Uma.DLJ)
+        assert await arrived(got) == [b"two"]
 
 
 async def test_a_confirm_waiting_for_company_goes_with_the_next_put(mem_bus, nursery) -> None:
     async with mem_bus.connect("ANYORDER") as consumer, mem_bus.connect("SENDER") as sender:
         await sender.put(b"one", "ANYORDER", delivery=WF, uma=Uma.DLJ)
         message = await consumer.get(timeout=1)
-        got: list[bytes] = []
-
-        async def wait_for_next() -> None:
-            got.append((await consumer.get(timeout=60)).body)
-
-        nursery.start_soon(wait_for_next)
-        queue = mem_bus.server.group.queues[ANYORDER_ID]
+        got = await park_next_get(mem_bus, consumer, nursery)
         writer = mem_bus.server.group.writer
-        while not queue.waiters:  # the get has reached the server and is parked
-            await trio.lowlevel.checkpoint()
         before = commits(mem_bus)
         started_s = trio.current_time()
         async with trio.open_nursery() as both:
@@ -98,6 +102,4 @@ async def test_a_confirm_waiting_for_company_goes_with_the_next_put(mem_bus, nur
             )
         assert trio.current_time() - started_s < COMMIT_COMPANY_WAIT_S
         assert commits(mem_bus) == before + 1  # the confirm, the put and its delivery mark
-        while not got:
-            await trio.lowlevel.checkpoint()
-        assert got == [b"two"]
+        assert await arrived(got) == [b"two"]
