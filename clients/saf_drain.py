@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from mrs.limits import (
     CLIENT_DRAIN_BYTES_MAX,
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
+    PUT_TIMEOUT_S_DEFAULT,
+    REPLY_GRACE_S,
 )
 from mrs.model import Address, Psb, Status, Uma, status_of
 
@@ -62,6 +65,25 @@ class _Window:
 
     def remove(self, key: bytes) -> None:
         self.bytes -= self.keys.pop(key, 0)
+
+
+@dataclass(eq=False, slots=True)
+class _DrainedPut(_Pending):
+    """A drained record's put awaiting its answer. Past its reply deadline (the put's
+    own timeout, else the 30 s default, plus REPLY_GRACE_S) the server is taken to have
+    lost it: `unanswered` drops the connection, and the drain starts again from the
+    oldest record on the next one (the server answers what it already stored as a
+    duplicate). Without a deadline one put the server never answered kept the window
+    from emptying, and the journal in JOURNAL_ON, for ever."""
+
+    unanswered: Callable[[], None] | None = None
+
+    def expire(self) -> None:
+        if self.done:
+            return
+        _Pending.expire(self)
+        if self.unanswered is not None:
+            self.unanswered()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +208,20 @@ class _SafDrain:
             self._drain_answered(link, key, record.seq, result)
             self._drain_wake.set()
 
-        self._pending[request.request_id] = _Pending("drain", callback=answered)
+        wait_s = (request.timeout_ms / 1000 or PUT_TIMEOUT_S_DEFAULT) + REPLY_GRACE_S
+
+        def unanswered() -> None:
+            log.warning(
+                "client SAF record %d: no answer from the server in %.0f s; reconnecting "
+                "to drain again from the oldest record",
+                record.seq,
+                wait_s,
+            )
+            self._lose(link, ConnectionLost(Status.LINK_DOWN, "drained put not answered"))
+
+        pending = _DrainedPut("drain", callback=answered, unanswered=unanswered)
+        self._pending[request.request_id] = pending
+        self._deadlines.add(trio.current_time() + wait_s, request.request_id, pending)
         self._send(link, request)
 
     def _drain_answered(self, link: _Link, key: bytes, local_seq: int, result: object) -> None:

@@ -24,7 +24,6 @@ MRS_ACK_TYPE = -801
 """Message type of an MRS_ACK (carries the PSB of an AK-mode put)."""
 
 
-
 class NamedIntEnum(enum.IntEnum):
     """An IntEnum that prints as its name (`Status.STORED`, not `31`) in logs, errors
     and f-strings; the wire, the journals and JSON still carry the number (int(x),
