@@ -41,6 +41,21 @@ class FixedPortServer:
             self.process.terminate()
 
 
+async def answer_handshake(
+    stream: trio.SocketStream, connection: wire.Connection, event: object
+) -> bool:
+    """A fake server's answer to Hello (group 1) and Attach (queue 1.10); False for
+    any other event, which the fake handles (or ignores) itself."""
+    if isinstance(event, wire.Hello):
+        reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
+        await stream.send_all(connection.send(reply))
+    elif isinstance(event, wire.Attach):
+        await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
+    else:
+        return False
+    return True
+
+
 async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Answers the handshake and the attach, then never answers a request."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -50,11 +65,7 @@ async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
         while data := await stream.receive_some(65536):
             connection.receive_data(data)
             for event in connection.events():
-                if isinstance(event, wire.Hello):
-                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "one", 0)
-                    await stream.send_all(connection.send(reply))
-                elif isinstance(event, wire.Attach):
-                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
+                await answer_handshake(stream, connection, event)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, serve, listeners)

@@ -14,7 +14,7 @@ import trio.testing
 from clients import DeliveryMode, Reconnect, Status, connect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs import protocol as wire
-from tests.client_helpers import free_port
+from tests.client_helpers import answer_handshake, free_port
 from tests.conftest import run_under_autojump_clock
 
 FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
@@ -43,12 +43,8 @@ class DeafServer:
         while data := await stream.receive_some(65536):
             connection.receive_data(data)
             for event in connection.events():
-                if isinstance(event, wire.Hello):
-                    reply = wire.Welcome(wire.PROTOCOL_VERSION, 1, "deaf", 0)
-                    await stream.send_all(connection.send(reply))
-                elif isinstance(event, wire.Attach):
-                    await stream.send_all(connection.send(wire.Attached(event.request_id, 1, 10)))
-                    if len(self.keys_by_connection) >= 2:
+                if await answer_handshake(stream, connection, event):
+                    if isinstance(event, wire.Attach) and len(self.keys_by_connection) >= 2:
                         self.second_attach.set()
                 elif isinstance(event, wire.Ping):
                     await stream.send_all(connection.send(wire.Pong(event.nonce)))
