@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import trio
 
+from clients.requests import put_reply_wait_s
 from mrs import protocol as wire
 from mrs.errors import (
     ConnectionLost,
@@ -39,7 +40,6 @@ from mrs.limits import (
     CLIENT_REQUESTS_IN_FLIGHT_MAX,
     PUT_BATCH_BYTES_MAX,
     PUT_BATCH_ITEMS_MAX,
-    PUT_TIMEOUT_S_DEFAULT,
     REPLY_GRACE_S,
 )
 from mrs.model import Address, DeliveryMode, Psb, Status, Uma, status_of
@@ -210,7 +210,9 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
         except MrsError as error:
             results[index] = error
     answers = _Answers(results)
-    wait_s = max((_timeout_s(items[index]) for index, _ in puts), default=0) + REPLY_GRACE_S
+    wait_s = max(
+        (put_reply_wait_s(items[index].timeout) for index, _ in puts), default=REPLY_GRACE_S
+    )
     pending = client._pending
     sent: list[int] = []
     unsent = frames(puts)
@@ -275,10 +277,6 @@ def _not_sent(client: Any, link: Any, results: list[Any], frame: list) -> None:
         )
     for index, _put in frame:
         results[index] = error
-
-
-def _timeout_s(item: PutItem) -> float:
-    return item.timeout or PUT_TIMEOUT_S_DEFAULT
 
 
 def _result(result: object) -> Result:

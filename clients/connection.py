@@ -42,13 +42,13 @@ from clients.get_pool import GetPool
 from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
-from clients.requests import built, confirm_request, get_request, put_request
+from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import JournalEvent, _psb, _SafDrain
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
-from mrs.limits import HEARTBEAT_S_DEFAULT, PUT_TIMEOUT_S_DEFAULT, REPLY_GRACE_S
+from mrs.limits import HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -241,8 +241,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         ):
             return await self._put_journaled(request)
         self._require_link(Status.LINK_DOWN, "put")
-        wait_s = (timeout or PUT_TIMEOUT_S_DEFAULT) + REPLY_GRACE_S
-        reply = await self._request(request, wait_s, "put")
+        reply = await self._request(request, put_reply_wait_s(timeout), "put")
         return _psb(reply)
 
     async def put_many(self, items: Sequence[PutItem]) -> list[Psb | MrsError]:

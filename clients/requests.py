@@ -17,6 +17,7 @@ from typing import Any
 
 from clients.errors import FieldRefused
 from mrs import protocol as wire
+from mrs.limits import PUT_TIMEOUT_S_DEFAULT, REPLY_GRACE_S
 from mrs.model import DeliveryMode, ForceJrn, Status, Uma
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.checks import INT64, UINT64_MAX
@@ -31,6 +32,13 @@ def built(build: Callable[..., Any], *fields: object) -> Any:
         return build(*fields)
     except wire.LocalProtocolError as error:
         raise FieldRefused(Status.BADPARAM, error.message) from None
+
+
+def put_reply_wait_s(timeout_s: float | None) -> float:
+    """How long a client waits for a put's answer before it takes the server to have
+    lost it: the put's own timeout (None or 0: the 30 s default, as on the wire) plus
+    REPLY_GRACE_S. A put the application awaits and a put the SAF drain sends alike."""
+    return (timeout_s or PUT_TIMEOUT_S_DEFAULT) + REPLY_GRACE_S
 
 
 def put_request(

@@ -17,6 +17,7 @@ import trio
 
 from clients.errors import ConnectionLost
 from clients.pending import _Pending
+from clients.requests import put_reply_wait_s
 from clients.saf_journal import JournalFull, idempotency_key_for
 from journals import Record
 from mrs import protocol as wire
@@ -24,8 +25,6 @@ from mrs.limits import (
     CLIENT_DRAIN_BYTES_MAX,
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
-    PUT_TIMEOUT_S_DEFAULT,
-    REPLY_GRACE_S,
 )
 from mrs.model import Address, Psb, Status, Uma, status_of
 
@@ -69,8 +68,8 @@ class _Window:
 
 @dataclass(eq=False, slots=True)
 class _DrainedPut(_Pending):
-    """A drained record's put awaiting its answer. Past its reply deadline (the put's
-    own timeout, else the 30 s default, plus REPLY_GRACE_S) the server is taken to have
+    """A drained record's put awaiting its answer. Past its reply deadline
+    (clients.requests.put_reply_wait_s, as for any put) the server is taken to have
     lost it: `unanswered` drops the connection, and the drain starts again from the
     oldest record on the next one (the server answers what it already stored as a
     duplicate). Without a deadline one put the server never answered kept the window
@@ -208,7 +207,7 @@ class _SafDrain:
             self._drain_answered(link, key, record.seq, result)
             self._drain_wake.set()
 
-        wait_s = (request.timeout_ms / 1000 or PUT_TIMEOUT_S_DEFAULT) + REPLY_GRACE_S
+        wait_s = put_reply_wait_s(request.timeout_ms / 1000)
 
         def unanswered() -> None:
             log.warning(

@@ -81,7 +81,9 @@ class ServerConnections:
                 self.admission.release(host)
             self.sessions.discard(session)
             self.client_drains.forget(session.id)
-            session.closed = True
+            session.closed = True  # from now on its answers join no answered set
+            if self.answered_sessions is not None:
+                self.answered_sessions.discard(session)
             self.group.detach(session)
             if session.link is not None:
                 session.link.down("connection closed", session)

@@ -47,7 +47,8 @@ class ServerSession(FramedStream):
     """Who authenticated on this connection (mrs.security), None with auth off."""
     written_after_commit: set[ServerSession] | None = None
     """The server's sessions with answers queued: after each commit it hands their
-    outboxes to the sockets at once (`FramedStream.write_now`)."""
+    outboxes to the sockets at once (`FramedStream.write_now`). A closed session
+    leaves it (mrs.server_connections), so it holds live connections only."""
 
     def __repr__(self) -> str:
         return f"<ServerSession {self.id} {self.peer}>"
@@ -62,7 +63,7 @@ class ServerSession(FramedStream):
             size = in_flight.pop(getattr(event, "request_id", 0), None)
             if size is not None:
                 self.in_flight_bytes -= size
-        if not self.outbox_bytes and self.written_after_commit is not None:
+        if not self.outbox_bytes and self.written_after_commit is not None and not self.closed:
             self.written_after_commit.add(self)  # once per batch of answers, not per answer
         super().send(event)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from clients import DeliveryMode, Status, Uma, connect
 from mrs.config import load_config
@@ -44,4 +45,23 @@ async def test_durable_puts_are_answered_and_no_session_is_kept_for_them(
                 assert server.answered_sessions == set()  # emptied by every commit
             else:  # the writer thread's commits do not run on the loop: nothing to track
                 assert server.answered_sessions is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_closed_session_is_not_kept_for_a_commit_that_never_comes(tmp_path: Path) -> None:
+    """Answers made without a commit (nonrecoverable puts) also put a session in the
+    set; a connection that closes leaves it at once, so connection churn with no
+    journaled traffic cannot grow it."""
+    bus = load_config(write_single_group_config(tmp_path, queues=STANDARD_QUEUES))
+    server = GroupServer(bus, bus.group(1))
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(server.run)
+        for index in range(3):
+            async with connect(f"{host}:{port}", "SENDER") as client:
+                psb = await client.put(b"%d" % index, "ANYORDER", delivery=DeliveryMode.NN_MEM)
+                assert psb.status == Status.SUCCESS
+        with trio.fail_after(10):
+            while server.sessions:  # each server task notices its client closed
+                await trio.testing.wait_all_tasks_blocked()
+        assert server.answered_sessions == set()
         nursery.cancel_scope.cancel()
