@@ -13,7 +13,11 @@ no trio, no task per request): the server is the busy side, and its CPU time fro
 Shapes (1 KiB bodies, WF_DQF, UMA DLJ, window --window requests in flight):
 - `puts`: durable puts to queue 1.10, nothing consumes them;
 - `e2e`: the same puts on one connection, and a second connection attached to 1.10
-  keeping --window gets in flight, each message confirmed as soon as it arrives.
+  keeping --window gets in flight, each message confirmed as soon as it arrives;
+- `memputs`: the puts as NN_MEM (nothing journaled, nothing consumed: the queue holds
+  them in memory), the put's own logic without the journal;
+- `pings`: Ping -> Pong, a request that touches no queue: the floor every request
+  pays for framing, decoding, dispatch, the answer and the socket.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import socket
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -76,14 +81,14 @@ class RawConnection:
         return frames
 
 
-def put_frame(request_id: int, body: bytes) -> tuple:
+def put_frame(request_id: int, body: bytes, mode: DeliveryMode = DeliveryMode.WF_DQF) -> tuple:
     return (
         wire.Put.code,
         request_id,
         "1.10",
         body,
-        int(DeliveryMode.WF_DQF),
-        int(Uma.DLJ),
+        int(mode),
+        int(Uma.DLJ if mode.recoverable else Uma.DISC),
         0,
         0,
         0,
@@ -95,12 +100,25 @@ def put_frame(request_id: int, body: bytes) -> tuple:
 
 
 def run_puts(address: str, messages: int, window: int, body: bytes) -> None:
+    _pipelined(address, messages, window, lambda i: put_frame(i, body))
+
+
+def run_memputs(address: str, messages: int, window: int, body: bytes) -> None:
+    _pipelined(address, messages, window, lambda i: put_frame(i, body, DeliveryMode.NN_MEM))
+
+
+def run_pings(address: str, messages: int, window: int, body: bytes) -> None:
+    _pipelined(address, messages, window, lambda i: (wire.Ping.code, i))
+
+
+def _pipelined(address: str, messages: int, window: int, frame: Callable[[int], tuple]) -> None:
+    """`messages` requests on one connection, `window` in flight, one answer each."""
     producer = RawConnection(address, "1.100")
     sent = answered = 0
     while answered < messages:
         room = min(window - (sent - answered), messages - sent)
         if room > 0:
-            producer.send_frames([put_frame(sent + 100 + i, body) for i in range(room)])
+            producer.send_frames([frame(sent + 100 + i) for i in range(room)])
             sent += room
         answered += len(producer.read_frames(1))
 
@@ -170,7 +188,7 @@ def measure(shape: str, messages: int, window: int) -> tuple[float, float, float
         try:
             body = bytes(1024)
             cpu0, t0 = process_cpu_s(server.process.pid), time.perf_counter()
-            (run_puts if shape == "puts" else run_e2e)(address, messages, window, body)
+            RUNS[shape](address, messages, window, body)
             cpu1, t1 = process_cpu_s(server.process.pid), time.perf_counter()
             writer = status(address)["writer"]
         finally:
@@ -180,9 +198,12 @@ def measure(shape: str, messages: int, window: int) -> tuple[float, float, float
         shutil.rmtree(directory, ignore_errors=True)
 
 
+RUNS = {"puts": run_puts, "e2e": run_e2e, "memputs": run_memputs, "pings": run_pings}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=["puts", "e2e", "both"], default="both")
+    parser.add_argument("--shape", choices=[*RUNS, "both"], default="both")
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
