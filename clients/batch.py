@@ -150,7 +150,7 @@ def frames(puts: list[tuple[int, wire.Put]]) -> list[list[tuple[int, wire.Put]]]
     return out
 
 
-class _Answers:
+class Answers:
     """The results of one put_many, and the one task waiting for enough of them."""
 
     __slots__ = ("missing", "results", "target", "waiter")
@@ -190,7 +190,7 @@ class _ItemPending:
     __slots__ = ("answers", "index")
     kind = "put"
 
-    def __init__(self, answers: _Answers, index: int) -> None:
+    def __init__(self, answers: Answers, index: int) -> None:
         self.answers, self.index = answers, index
 
     def answer(self, result: object) -> None:
@@ -209,7 +209,7 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
             puts.append((index, build_put(client, item)))
         except MrsError as error:
             results[index] = error
-    answers = _Answers(results)
+    answers = Answers(results)
     wait_s = max(
         (put_reply_wait_s(items[index].timeout) for index, _ in puts), default=REPLY_GRACE_S
     )
@@ -221,7 +221,7 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
         with trio.move_on_after(wait_s):
             while unsent:
                 frame = unsent.pop()
-                if not await _room_for(client, answers, len(frame)) or client._link is not link:
+                if not await room_for(client, answers, len(frame)) or client._link is not link:
                     _not_sent(client, link, results, frame)
                     continue
                 for index, put in _send_frame(link, frame, results):
@@ -255,7 +255,7 @@ def _send_frame(link: Any, frame: list, results: list[Any]) -> list[tuple[int, w
     return sent
 
 
-async def _room_for(client: Any, answers: _Answers, count: int) -> bool:
+async def room_for(client: Any, answers: Answers, count: int) -> bool:
     """Wait for our own answers until `count` more requests fit the client's cap;
     False if other tasks hold so many that they never would."""
     excess = len(client._pending) + count - CLIENT_REQUESTS_IN_FLIGHT_MAX

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from clients.batch import PutItem, put_one_by_one, send_batches
+from clients.confirm_batch import confirm_many
 from clients.deadlines import ReplyDeadlines
 from clients.dialing import _Dialer, _split_address
 from clients.errors import ConnectionLost, MrsError, error_for
@@ -329,6 +330,14 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "confirm")
         request = confirm_request(self._next_id(), seq, confirm_value, force_j)
         await self._request(request, None, "other")
+
+    async def confirm_many(
+        self, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    ) -> list[MrsError | None]:
+        """Confirm many messages with one wait (clients.confirm_batch): every Confirm
+        is sent at once and the server commits them together. One result per seq, in
+        order: None if confirmed, else the MrsError `confirm` would have raised."""
+        return await confirm_many(self, seqs, force_j)
 
     async def status(self) -> dict:
         """The group's status: queues, DQF depth, writer statistics."""

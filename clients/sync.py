@@ -140,6 +140,11 @@ class SyncClient:
     ) -> None:
         self._call(self._client.confirm, seq, confirm_value, force_j)
 
+    def confirm_many(
+        self, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    ) -> list[MrsError | None]:
+        return self._call(self._client.confirm_many, seqs, force_j)
+
     def status(self) -> dict:
         return self._call(self._client.status)
 

@@ -1,5 +1,6 @@
 """Put many messages in few frames with `put_many` (every put keeps its own answer),
-and take many in one request with `get_many`.
+take many in one request with `get_many`, and confirm them with one wait with
+`confirm_many`.
 
 python docs/examples/put_many.py 127.0.0.1:7001
 """
@@ -34,12 +35,12 @@ async def main(address: str) -> None:
         assert isinstance(results[-2], KeyReused)
 
         # get_many: up to 100 of them in one request (a prefetch), oldest first,
-        # each delivered as a get delivers it: confirm each the same way.
+        # each delivered as a get delivers it; confirm_many confirms them all with
+        # one wait (one result per seq: None, or the error confirm would raise).
         batch = await receiver.get_many(100, timeout=10)
         print(f"get_many: {len(batch)} messages, {batch[0].body!r} .. {batch[-1].body!r}")
-        for message in batch:
-            await receiver.confirm(message.seq)
-        print(f"confirmed {len(batch)}; next: {(await receiver.get(timeout=10)).body!r}")
+        results = await receiver.confirm_many([message.seq for message in batch])
+        print(f"confirmed {results.count(None)}; next: {(await receiver.get(timeout=10)).body!r}")
 
 
 if __name__ == "__main__":

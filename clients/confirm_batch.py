@@ -1,0 +1,107 @@
+"""`Client.confirm_many`: confirm many messages with one wait, as a pipeline does.
+
+Why: a consumer that takes a batch (`get_many`, Redis's `XREADGROUP COUNT`, RabbitMQ's
+prefetch) and then confirms each message with its own `await confirm()` pays a
+request object, a task switch and a wake-up per message, one after the other. Here
+every Confirm of the batch is queued at once (the send loop writes them together,
+the server commits them together) and one task waits for all the answers, as a
+pipelined `XACK` or RabbitMQ's `basic.ack(multiple=True)` does.
+
+Each confirm is still its own request with its own answer: one refused confirm (a
+seq not delivered on this connection, already confirmed) never fails the others.
+`confirm_many` returns one result per seq, in order: None when confirmed, else the
+MrsError that `confirm` alone would have raised (returned in its place, not raised).
+It raises only when nothing could be tried (not connected) or when cancelled; a
+connection lost meanwhile answers each unanswered confirm `ConnectionLost` (the
+message is still unconfirmed on the server and comes again marked POSSDUPL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clients.batch import Answers, room_for
+from clients.requests import confirm_request
+from mrs import protocol as wire
+from mrs.errors import ConnectionLost, MrsError, QuotaExceeded, error_for
+from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX
+from mrs.model import ForceJrn, Status
+
+CONFIRM_CHUNK = 256
+"""Confirms queued before the caller checks the client's cap on requests in flight."""
+
+
+class _ConfirmPending:
+    """What the client's table of requests holds for one confirm of a batch."""
+
+    __slots__ = ("answers", "index")
+    kind = "other"
+
+    def __init__(self, answers: Answers, index: int) -> None:
+        self.answers, self.index = answers, index
+
+    def answer(self, result: object) -> None:
+        self.answers.answer(self.index, result)
+
+
+async def confirm_many(
+    client: Any, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+) -> list[MrsError | None]:
+    """Confirm every seq (see the module doc); one result per seq, in order."""
+    client._require_link(Status.NOTACTIVE, "confirm_many")
+    link = client._link
+    results: list[Any] = [None] * len(seqs)
+    requests: list[tuple[int, wire.Confirm]] = []
+    for index, seq in enumerate(seqs):
+        try:
+            requests.append((index, confirm_request(client._next_id(), seq, 0, force_j)))
+        except MrsError as error:
+            results[index] = error
+    answers = Answers(results)
+    pending = client._pending
+    sent: list[int] = []
+    try:
+        for start in range(0, len(requests), CONFIRM_CHUNK):
+            chunk = requests[start : start + CONFIRM_CHUNK]
+            if not await room_for(client, answers, len(chunk)) or client._link is not link:
+                _not_sent(client, link, results, chunk)
+                continue
+            for index, request in chunk:
+                link.send(request)
+                link.unsent.add(request.request_id)
+                pending[request.request_id] = _ConfirmPending(answers, index)
+                sent.append(request.request_id)
+                answers.missing += 1
+        await answers.wait_until(0)
+    finally:
+        for request_id in sent:  # abandoned (cancelled): nobody waits for these
+            pending.pop(request_id, None)
+    return [_result(result) for result in results]
+
+
+def _not_sent(client: Any, link: Any, results: list[Any], chunk: list) -> None:
+    if client._link is not link:
+        error: MrsError = ConnectionLost(
+            Status.LINK_DOWN, "connection lost before this confirm was sent; it was not sent"
+        )
+    else:
+        error = QuotaExceeded(
+            Status.EXCEEDQUOTA,
+            f"{len(client._pending)} requests already await an answer on this connection "
+            f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this confirm was not sent",
+        )
+    for index, _request in chunk:
+        results[index] = error
+
+
+def _result(result: object) -> MrsError | None:
+    if result is None or type(result) is wire.Confirmed:
+        return None
+    if isinstance(result, MrsError):
+        return result
+    if isinstance(result, wire.Failure):
+        return error_for(result.status, result.message)
+    return error_for(
+        Status.PROTOCOL_ERROR, f"unexpected answer to a confirm: {type(result).__name__}"
+    )
