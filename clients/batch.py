@@ -183,7 +183,7 @@ class Answers:
         await trio.lowlevel.wait_task_rescheduled(abort)
 
 
-class _ItemPending:
+class ItemPending:
     """What the client's table of requests holds for one put of a batch: the client
     answers it (a PutDone, a Failure, or an MrsError when the connection drops)."""
 
@@ -225,7 +225,7 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
                     _not_sent(client, link, results, frame)
                     continue
                 for index, put in _send_frame(link, frame, results):
-                    pending[put.request_id] = _ItemPending(answers, index)
+                    pending[put.request_id] = ItemPending(answers, index)
                     link.unsent.add(put.request_id)
                     sent.append(put.request_id)
                     answers.missing += 1
@@ -265,18 +265,23 @@ async def room_for(client: Any, answers: Answers, count: int) -> bool:
 
 
 def _not_sent(client: Any, link: Any, results: list[Any], frame: list) -> None:
-    if client._link is not link:
-        error: MrsError = ConnectionLost(
-            Status.LINK_DOWN, "connection lost before this put was sent; it was not sent"
-        )
-    else:
-        error = QuotaExceeded(
-            Status.EXCEEDQUOTA,
-            f"{len(client._pending)} requests already await an answer on this connection "
-            f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this put was not sent",
-        )
+    error = not_sent_error(client, link, "put")
     for index, _put in frame:
         results[index] = error
+
+
+def not_sent_error(client: Any, link: Any, what: str) -> MrsError:
+    """Why a request of a batch was not sent: the connection it was for is gone, or
+    the client's cap on requests in flight left no room."""
+    if client._link is not link:
+        return ConnectionLost(
+            Status.LINK_DOWN, f"connection lost before this {what} was sent; it was not sent"
+        )
+    return QuotaExceeded(
+        Status.EXCEEDQUOTA,
+        f"{len(client._pending)} requests already await an answer on this connection "
+        f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this {what} was not sent",
+    )
 
 
 def _result(result: object) -> Result:

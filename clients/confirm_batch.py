@@ -21,28 +21,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clients.batch import Answers, room_for
+from clients.batch import Answers, ItemPending, not_sent_error, room_for
 from clients.requests import confirm_request
 from mrs import protocol as wire
-from mrs.errors import ConnectionLost, MrsError, QuotaExceeded, error_for
-from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX
+from mrs.errors import MrsError, error_for
 from mrs.model import ForceJrn, Status
 
 CONFIRM_CHUNK = 256
 """Confirms queued before the caller checks the client's cap on requests in flight."""
 
 
-class _ConfirmPending:
-    """What the client's table of requests holds for one confirm of a batch."""
+class _ConfirmPending(ItemPending):
+    """What the client's table of requests holds for one confirm of a batch: on a
+    lost connection a confirm is ConnectionLost, not a put's PutOutcomeUnknown."""
 
-    __slots__ = ("answers", "index")
+    __slots__ = ()
     kind = "other"
-
-    def __init__(self, answers: Answers, index: int) -> None:
-        self.answers, self.index = answers, index
-
-    def answer(self, result: object) -> None:
-        self.answers.answer(self.index, result)
 
 
 async def confirm_many(
@@ -81,16 +75,7 @@ async def confirm_many(
 
 
 def _not_sent(client: Any, link: Any, results: list[Any], chunk: list) -> None:
-    if client._link is not link:
-        error: MrsError = ConnectionLost(
-            Status.LINK_DOWN, "connection lost before this confirm was sent; it was not sent"
-        )
-    else:
-        error = QuotaExceeded(
-            Status.EXCEEDQUOTA,
-            f"{len(client._pending)} requests already await an answer on this connection "
-            f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this confirm was not sent",
-        )
+    error = not_sent_error(client, link, "confirm")
     for index, _request in chunk:
         results[index] = error
 
