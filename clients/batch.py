@@ -151,7 +151,8 @@ def frames(puts: list[tuple[int, wire.Put]]) -> list[list[tuple[int, wire.Put]]]
 
 
 class Answers:
-    """The results of one put_many, and the one task waiting for enough of them."""
+    """The results of one batch call (put_many, confirm_many), and the one task
+    waiting for enough of them."""
 
     __slots__ = ("missing", "results", "target", "waiter")
 
@@ -185,7 +186,8 @@ class Answers:
 
 class ItemPending:
     """What the client's table of requests holds for one put of a batch: the client
-    answers it (a PutDone, a Failure, or an MrsError when the connection drops)."""
+    answers it (a PutDone, a Failure, or an MrsError when the connection drops).
+    `kind` says what a lost connection makes of it (clients.pending._lose)."""
 
     __slots__ = ("answers", "index")
     kind = "put"
