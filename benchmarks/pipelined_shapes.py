@@ -64,6 +64,11 @@ def queues_toml(producers: int) -> str:
     return text
 
 
+async def sleep_until_wall(start: float) -> None:
+    """Until the wall-clock time every process of the run starts at."""
+    await trio.sleep(max(0.0, start - time.time()))
+
+
 async def producer(address: str, index: int, pipelines: int, depth: int, start: float,
                    seconds: float) -> dict:  # fmt: skip
     stored = [0]
@@ -76,7 +81,7 @@ async def producer(address: str, index: int, pipelines: int, depth: int, start: 
                 if time.time() >= start:
                     stored[0] += sum(isinstance(r, Psb) and r.stored for r in results)
 
-        await trio.sleep_until(trio.current_time() + max(0.0, start - time.time()))
+        await sleep_until_wall(start)
         cpu_s = time.process_time()
         async with trio.open_nursery() as nursery:
             for _ in range(pipelines):
@@ -88,7 +93,7 @@ async def producer(address: str, index: int, pipelines: int, depth: int, start: 
 async def consumer(address: str, start: float, seconds: float) -> dict:
     confirmed = 0
     async with connect(address, queue=TARGET, program="pipelined consumer") as client:
-        await trio.sleep_until(trio.current_time() + max(0.0, start - time.time()))
+        await sleep_until_wall(start)
         cpu_s = time.process_time()
         while time.time() < start + seconds:
             try:

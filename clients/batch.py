@@ -294,10 +294,19 @@ def _result(result: object) -> Result:
             result.seq,
             status_of(result.uma_status),
         )
+    if result is None:
+        return ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
+    return error_of(result, "put")
+
+
+def error_of(result: object, what: str) -> MrsError:
+    """The error an answer other than the expected one stands for, for one request of
+    a batch (put_many, confirm_many): the MrsError it already is (the connection
+    dropped), the server's Failure, or an unexpected answer."""
     if isinstance(result, MrsError):
         return result
     if isinstance(result, wire.Failure):
         return error_for(result.status, result.message)
-    if result is None:
-        return ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
-    return error_for(Status.PROTOCOL_ERROR, f"unexpected answer to a put: {type(result).__name__}")
+    return error_for(
+        Status.PROTOCOL_ERROR, f"unexpected answer to a {what}: {type(result).__name__}"
+    )

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clients.batch import Answers, ItemPending, not_sent_error, room_for
+from clients.batch import Answers, ItemPending, error_of, not_sent_error, room_for
 from clients.requests import confirm_request
 from mrs import protocol as wire
-from mrs.errors import MrsError, error_for
+from mrs.errors import MrsError
 from mrs.model import ForceJrn, Status
 
 CONFIRM_CHUNK = 256
@@ -81,12 +81,8 @@ def _not_sent(client: Any, link: Any, results: list[Any], chunk: list) -> None:
 
 
 def _result(result: object) -> MrsError | None:
+    """None for a confirm answered Confirmed; every item is answered or given an error
+    before `confirm_many` returns, so None left in place is never a missing answer."""
     if result is None or type(result) is wire.Confirmed:
         return None
-    if isinstance(result, MrsError):
-        return result
-    if isinstance(result, wire.Failure):
-        return error_for(result.status, result.message)
-    return error_for(
-        Status.PROTOCOL_ERROR, f"unexpected answer to a confirm: {type(result).__name__}"
-    )
+    return error_of(result, "confirm")
