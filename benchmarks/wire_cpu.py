@@ -107,6 +107,27 @@ def run_memputs(address: str, messages: int, window: int, body: bytes) -> None:
     _pipelined(address, messages, window, lambda i: put_frame(i, body, DeliveryMode.NN_MEM))
 
 
+def run_batchputs(address: str, messages: int, window: int, body: bytes) -> None:
+    """The puts of `puts`, sent as PutBatch frames of up to BATCH_PUTS puts."""
+    producer = RawConnection(address, "1.100")
+    sent = answered = 0
+    while answered < messages:
+        room = min(window - (sent - answered), messages - sent)
+        if room > 0:
+            ids = range(sent + 100, sent + 100 + room)
+            frames = [
+                (wire.PutBatch.code, [put_frame(i, body) for i in ids[at : at + BATCH_PUTS]])
+                for at in range(0, room, BATCH_PUTS)
+            ]
+            producer.send_frames(frames)
+            sent += room
+        answered += len(producer.read_frames(1))
+
+
+BATCH_PUTS = 64
+"""Puts per PutBatch frame in the `batchputs` shape."""
+
+
 def run_pings(address: str, messages: int, window: int, body: bytes) -> None:
     _pipelined(address, messages, window, lambda i: (wire.Ping.code, i))
 
@@ -198,7 +219,13 @@ def measure(shape: str, messages: int, window: int) -> tuple[float, float, float
         shutil.rmtree(directory, ignore_errors=True)
 
 
-RUNS = {"puts": run_puts, "e2e": run_e2e, "memputs": run_memputs, "pings": run_pings}
+RUNS = {
+    "puts": run_puts,
+    "batchputs": run_batchputs,
+    "e2e": run_e2e,
+    "memputs": run_memputs,
+    "pings": run_pings,
+}
 
 
 def main() -> None:

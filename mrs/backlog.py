@@ -45,9 +45,12 @@ class ColdBacklog:
     def __init__(self) -> None:
         self._seqs = SeqDeltas()
         self._held: dict[int, Entry] = {}
+        self.count = 0
+        """Messages in the backlog: a plain attribute, because a queue asks whether
+        it is empty several times per message (`len()` was two Python calls)."""
 
     def __len__(self) -> int:
-        return len(self._seqs)
+        return self.count
 
     @staticmethod
     def can_go_cold(entry: Entry) -> bool:
@@ -56,6 +59,7 @@ class ColdBacklog:
 
     def append(self, entry: Entry) -> None:
         self._seqs.append(entry.seq)
+        self.count += 1
         if not self.can_go_cold(entry):
             self._held[entry.seq] = entry
 
@@ -63,10 +67,12 @@ class ColdBacklog:
         """Append journaled messages known by seq alone (start-up recovery: every
         one can be read back, whatever its mode)."""
         self._seqs.extend(seqs)
+        self.count = len(self._seqs)
 
     def take(self, count: int, load: Loader) -> list[Entry]:
         """The next `count` messages, oldest first, cold ones read back with `load`."""
         seqs = self._seqs.take(count)
+        self.count = len(self._seqs)
         taken: list[Entry] = []
         cold: list[int] = []
         for seq in seqs:

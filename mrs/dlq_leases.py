@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mrs.delivery import Refused
-from mrs.model import DEAD_LETTER_QUEUE, Status
+from mrs.model import Status
 from mrs.queues import Entry, TargetQueue
 
 CONTEXT_HEADER = "pass_context"
@@ -31,7 +31,8 @@ may have been put once before, so the receiver is handed it as POSSDUPL too."""
 
 
 def is_shared(queue: TargetQueue) -> bool:
-    return queue.address.queue == DEAD_LETTER_QUEUE
+    """Read under leases (the dead-letter queue): `TargetQueue.shared`."""
+    return queue.shared
 
 
 @dataclass(slots=True)

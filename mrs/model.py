@@ -282,9 +282,14 @@ class Address:
 
     group: int
     queue: int
+    text: str = field(init=False, repr=False, compare=False)
+    """"G.Q", made once: every delivery carries its source and target as text."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", f"{self.group}.{self.queue}")
 
     def __str__(self) -> str:
-        return f"{self.group}.{self.queue}"
+        return self.text
 
     @classmethod
     def parse(cls, text: str) -> Address:

@@ -16,7 +16,7 @@ from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
 from mrs.guards import Guards
 from mrs.limits import JOURNALED_BODIES_BYTES_MAX
-from mrs.model import Address, DeliveryMode, InterestPoint
+from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, InterestPoint
 from mrs.refusals import RefusalLog
 
 Notify = Callable[["Entry"], None]
@@ -119,17 +119,23 @@ class TargetQueue:
     """DQF stores for this queue submitted and not yet committed (mrs.group.dqf)."""
     reserved: int = 0
     """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
+    shared: bool = field(init=False)
+    """The dead-letter queue: read by several handlers at once, each get a lease
+    (mrs.dlq_leases). Set once: the get and confirm paths ask it for every message."""
+
+    def __post_init__(self) -> None:
+        self.shared = self.address.queue == DEAD_LETTER_QUEUE
 
     @property
     def waiting(self) -> int:
         """Messages waiting to be got: the window in memory and the cold backlog."""
-        return len(self.pending) + len(self.cold)
+        return len(self.pending) + self.cold.count
 
     @property
     def drained(self) -> bool:
         """Gets are parked and no message waits for one: the consumers are waiting for
         new messages, so a confirm answered a moment later holds none of them up."""
-        return bool(self.waiters) and not self.pending and not self.cold
+        return bool(self.waiters) and not self.pending and not self.cold.count
 
     def can_deliver(self) -> bool:
         """False while unconfirmed_max messages wait for their confirm (counting the
@@ -144,7 +150,7 @@ class TargetQueue:
         Only when arrival order allows it: nothing waits in memory or cold, and every
         store under way for this queue reserved a get as well (they are delivered in
         commit order, which is submission order)."""
-        if self.storing != self.reserved or self.pending or self.cold or not self.waiters:
+        if self.storing != self.reserved or self.pending or self.cold.count or not self.waiters:
             return None
         if not self.can_deliver():
             return None
@@ -218,13 +224,13 @@ class TargetQueue:
         """Behind cold ones (arrival order), or journaled beyond the window."""
         if self.load_cold is None:
             return False
-        if self.cold:
+        if self.cold.count:
             return True
         return len(self.pending) >= WINDOW_ENTRIES_MAX and self.cold.can_go_cold(entry)
 
     def _refill(self) -> None:
         """Read the next cold messages back into the window, in arrival order."""
-        while self.cold and len(self.pending) < WINDOW_ENTRIES_MAX:
+        while self.cold.count and len(self.pending) < WINDOW_ENTRIES_MAX:
             for entry in self.cold.take(WINDOW_ENTRIES_MAX - len(self.pending), self.load_cold):
                 self.arrivals += 1
                 entry.arrival = self.arrivals
@@ -235,7 +241,7 @@ class TargetQueue:
                     self.journaled_body_bytes += len(entry.body or b"")
 
     def take(self) -> Entry | None:
-        if self.cold and len(self.pending) < REFILL_BELOW:
+        if self.cold.count and len(self.pending) < REFILL_BELOW:
             self._refill()
         if not self.pending:
             return None

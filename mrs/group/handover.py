@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
 from mrs.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
-from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders, is_shared
+from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
 from mrs.group.context import (
     U32,
     UNSAFE_CONFIRM_WITHOUT_DELETE,
@@ -119,7 +119,7 @@ class Handover:
         """The status a delivery carries, and whether it needs a confirm."""
         # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
         # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
-        leased = is_shared(queue)  # a DLQ get is a lease (mrs.dlq_leases)
+        leased = queue.shared  # a DLQ get is a lease (mrs.dlq_leases)
         needs_confirm = leased or (entry.needs_confirm and entry.delivery_status is None)
         status = (not leased and entry.delivery_status) or delivery_status_on_get(
             needs_confirm, entry.times_delivered
@@ -158,7 +158,7 @@ class Handover:
             )
             return True
         status, needs_confirm = self._delivery_status(queue, entry)
-        if is_shared(queue):
+        if queue.shared:
             self.dlq_readers.leased(session.id, entry)
         try:  # built first: a field no client could have put must not kill the server
             event = delivery_event(request_id, entry, status)
@@ -200,7 +200,7 @@ class Handover:
         write its delivery mark into the same `batch`, or None (it is offered to its
         queue when durable, as usual). The get is answered by `deliver_premarked`
         after that one commit instead of after a second commit for the mark."""
-        if is_shared(queue) or self.ctx.unsafe:
+        if queue.shared or self.ctx.unsafe:
             return None
         waiter = queue.reserve_waiter()
         if waiter is None:
@@ -255,7 +255,7 @@ class Handover:
         queue = attached_queue(session)
         journal = journal_on_confirm(request.force_j, self.ctx.config.pcj_default)
         check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
-        if is_shared(queue):
+        if queue.shared:
             self.dlq_readers.check_holder(session.id, request.seq)
             self.dlq_readers.removed(session.id, request.seq)
         entry = queue.unconfirmed.pop(request.seq)
@@ -380,8 +380,8 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
         request_id,
         entry.seq,
         entry.body,
-        str(entry.source),
-        str(entry.target),
+        entry.source.text,
+        entry.target.text,
         entry.msg_class,
         entry.msg_type,
         entry.priority,
