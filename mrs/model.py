@@ -278,12 +278,12 @@ def _ascii_number(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Address:
-    """A queue on the bus: GROUP.QUEUE, e.g. 2.20."""
+    """A queue on the bus: GROUP.QUEUE, e.g. 2.20; `text` is "G.Q", made once (every
+    delivery carries its source and target as text)."""
 
     group: int
     queue: int
     text: str = field(init=False, repr=False, compare=False)
-    """"G.Q", made once: every delivery carries its source and target as text."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", f"{self.group}.{self.queue}")
@@ -322,7 +322,7 @@ class Psb(msgspec.Struct, frozen=True, gc=False):
     @property
     def stored(self) -> bool:
         """True when the message reached its interest point (or was accepted for it)."""
-        return _is_ok(self.status) and _is_ok(self.delivery_status)
+        return int(self.status) > 0 and int(self.delivery_status) > 0  # > 0: a success
 
     def to_wire(self) -> list[int]:
         return [int(self.status), int(self.delivery_status), self.seq, int(self.uma_status)]
@@ -331,10 +331,6 @@ class Psb(msgspec.Struct, frozen=True, gc=False):
     def from_wire(cls, fields: list[int]) -> Psb:
         status, delivery_status, seq, uma_status = fields
         return cls(status_of(status), status_of(delivery_status), seq, status_of(uma_status))
-
-
-def _is_ok(status: Status | int) -> bool:
-    return int(status) > 0
 
 
 RETURNED_HEADER = "mrs_returned"
