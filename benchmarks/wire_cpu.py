@@ -100,28 +100,28 @@ def put_frame(request_id: int, body: bytes, mode: DeliveryMode = DeliveryMode.WF
 
 
 def run_puts(address: str, messages: int, window: int, body: bytes) -> None:
-    _pipelined(address, messages, window, lambda i: put_frame(i, body))
+    _pipelined(address, messages, window, lambda ids: [put_frame(i, body) for i in ids])
 
 
 def run_memputs(address: str, messages: int, window: int, body: bytes) -> None:
-    _pipelined(address, messages, window, lambda i: put_frame(i, body, DeliveryMode.NN_MEM))
+    _pipelined(
+        address,
+        messages,
+        window,
+        lambda ids: [put_frame(i, body, DeliveryMode.NN_MEM) for i in ids],
+    )
 
 
 def run_batchputs(address: str, messages: int, window: int, body: bytes) -> None:
     """The puts of `puts`, sent as PutBatch frames of up to BATCH_PUTS puts."""
-    producer = RawConnection(address, "1.100")
-    sent = answered = 0
-    while answered < messages:
-        room = min(window - (sent - answered), messages - sent)
-        if room > 0:
-            ids = range(sent + 100, sent + 100 + room)
-            frames = [
-                (wire.PutBatch.code, [put_frame(i, body) for i in ids[at : at + BATCH_PUTS]])
-                for at in range(0, room, BATCH_PUTS)
-            ]
-            producer.send_frames(frames)
-            sent += room
-        answered += len(producer.read_frames(1))
+
+    def frames(ids: range) -> list[tuple]:
+        return [
+            (wire.PutBatch.code, [put_frame(i, body) for i in ids[at : at + BATCH_PUTS]])
+            for at in range(0, len(ids), BATCH_PUTS)
+        ]
+
+    _pipelined(address, messages, window, frames)
 
 
 BATCH_PUTS = 64
@@ -129,17 +129,20 @@ BATCH_PUTS = 64
 
 
 def run_pings(address: str, messages: int, window: int, body: bytes) -> None:
-    _pipelined(address, messages, window, lambda i: (wire.Ping.code, i))
+    _pipelined(address, messages, window, lambda ids: [(wire.Ping.code, i) for i in ids])
 
 
-def _pipelined(address: str, messages: int, window: int, frame: Callable[[int], tuple]) -> None:
-    """`messages` requests on one connection, `window` in flight, one answer each."""
+def _pipelined(
+    address: str, messages: int, window: int, frames: Callable[[range], list[tuple]]
+) -> None:
+    """`messages` requests on one connection, `window` in flight, one answer each;
+    `frames(ids)` makes the frames carrying the requests with those ids."""
     producer = RawConnection(address, "1.100")
     sent = answered = 0
     while answered < messages:
         room = min(window - (sent - answered), messages - sent)
         if room > 0:
-            producer.send_frames([frame(sent + 100 + i) for i in range(room)])
+            producer.send_frames(frames(range(sent + 100, sent + 100 + room)))
             sent += room
         answered += len(producer.read_frames(1))
 

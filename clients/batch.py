@@ -19,7 +19,7 @@ their order); batching is for the connected path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -204,13 +204,7 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
     CLIENT_REQUESTS_IN_FLIGHT_MAX requests in flight, and collect every answer."""
     client._require_link(Status.LINK_DOWN, "put_many")
     link = client._link
-    results: list[Any] = [None] * len(items)
-    puts: list[tuple[int, wire.Put]] = []
-    for index, item in enumerate(items):
-        try:
-            puts.append((index, build_put(client, item)))
-        except MrsError as error:
-            results[index] = error
+    results, puts = build_each(items, lambda item: build_put(client, item))
     answers = Answers(results)
     wait_s = max(
         (put_reply_wait_s(items[index].timeout) for index, _ in puts), default=REPLY_GRACE_S
@@ -224,13 +218,10 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
             while unsent:
                 frame = unsent.pop()
                 if not await room_for(client, answers, len(frame)) or client._link is not link:
-                    _not_sent(client, link, results, frame)
+                    mark_not_sent(client, link, results, frame, "put")
                     continue
                 for index, put in _send_frame(link, frame, results):
-                    pending[put.request_id] = ItemPending(answers, index)
-                    link.unsent.add(put.request_id)
-                    sent.append(put.request_id)
-                    answers.missing += 1
+                    expect(pending, link, sent, put.request_id, ItemPending(answers, index))
             await answers.wait_until(0)
     finally:
         for request_id in sent:  # abandoned (timeout, cancelled): nobody waits for these
@@ -266,24 +257,45 @@ async def room_for(client: Any, answers: Answers, count: int) -> bool:
     return len(client._pending) + count <= CLIENT_REQUESTS_IN_FLIGHT_MAX
 
 
-def _not_sent(client: Any, link: Any, results: list[Any], frame: list) -> None:
-    error = not_sent_error(client, link, "put")
-    for index, _put in frame:
-        results[index] = error
+def build_each(items: Sequence[Any], build: Callable[[Any], Any]) -> tuple[list[Any], list]:
+    """(results, built) for a batch call: `build(item)` for every item, as (index,
+    request); an item whose build raises an MrsError has that error as its result
+    (None for the others, to be answered) and is not sent."""
+    results: list[Any] = [None] * len(items)
+    requests: list[tuple[int, Any]] = []
+    for index, item in enumerate(items):
+        try:
+            requests.append((index, build(item)))
+        except MrsError as error:
+            results[index] = error
+    return results, requests
 
 
-def not_sent_error(client: Any, link: Any, what: str) -> MrsError:
-    """Why a request of a batch was not sent: the connection it was for is gone, or
-    the client's cap on requests in flight left no room."""
+def expect(pending: dict, link: Any, sent: list[int], request_id: int, item: ItemPending) -> None:
+    """A request of a batch was queued on `link`: its answer goes to `item` (the
+    client's table), it counts as unsent until written, and its batch waits for it."""
+    pending[request_id] = item
+    link.unsent.add(request_id)
+    sent.append(request_id)
+    item.answers.missing += 1
+
+
+def mark_not_sent(client: Any, link: Any, results: list[Any], indexed: list, what: str) -> None:
+    """Give each (index, request) of `indexed` the error saying why it was not sent:
+    the connection it was for is gone, or the client's cap on requests in flight
+    left no room."""
     if client._link is not link:
-        return ConnectionLost(
+        error: MrsError = ConnectionLost(
             Status.LINK_DOWN, f"connection lost before this {what} was sent; it was not sent"
         )
-    return QuotaExceeded(
-        Status.EXCEEDQUOTA,
-        f"{len(client._pending)} requests already await an answer on this connection "
-        f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this {what} was not sent",
-    )
+    else:
+        error = QuotaExceeded(
+            Status.EXCEEDQUOTA,
+            f"{len(client._pending)} requests already await an answer on this connection "
+            f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this {what} was not sent",
+        )
+    for index, _request in indexed:
+        results[index] = error
 
 
 def _result(result: object) -> Result:

@@ -21,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clients.batch import Answers, ItemPending, error_of, not_sent_error, room_for
+from clients.batch import (
+    Answers,
+    ItemPending,
+    build_each,
+    error_of,
+    expect,
+    mark_not_sent,
+    room_for,
+)
 from clients.requests import confirm_request
 from mrs import protocol as wire
 from mrs.errors import MrsError
@@ -45,13 +53,9 @@ async def confirm_many(
     """Confirm every seq (see the module doc); one result per seq, in order."""
     client._require_link(Status.NOTACTIVE, "confirm_many")
     link = client._link
-    results: list[Any] = [None] * len(seqs)
-    requests: list[tuple[int, wire.Confirm]] = []
-    for index, seq in enumerate(seqs):
-        try:
-            requests.append((index, confirm_request(client._next_id(), seq, 0, force_j)))
-        except MrsError as error:
-            results[index] = error
+    results, requests = build_each(
+        seqs, lambda seq: confirm_request(client._next_id(), seq, 0, force_j)
+    )
     answers = Answers(results)
     pending = client._pending
     sent: list[int] = []
@@ -59,25 +63,16 @@ async def confirm_many(
         for start in range(0, len(requests), CONFIRM_CHUNK):
             chunk = requests[start : start + CONFIRM_CHUNK]
             if not await room_for(client, answers, len(chunk)) or client._link is not link:
-                _not_sent(client, link, results, chunk)
+                mark_not_sent(client, link, results, chunk, "confirm")
                 continue
             for index, request in chunk:
                 link.send(request)
-                link.unsent.add(request.request_id)
-                pending[request.request_id] = _ConfirmPending(answers, index)
-                sent.append(request.request_id)
-                answers.missing += 1
+                expect(pending, link, sent, request.request_id, _ConfirmPending(answers, index))
         await answers.wait_until(0)
     finally:
         for request_id in sent:  # abandoned (cancelled): nobody waits for these
             pending.pop(request_id, None)
     return [_result(result) for result in results]
-
-
-def _not_sent(client: Any, link: Any, results: list[Any], chunk: list) -> None:
-    error = not_sent_error(client, link, "confirm")
-    for index, _request in chunk:
-        results[index] = error
 
 
 def _result(result: object) -> MrsError | None:

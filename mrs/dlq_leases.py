@@ -30,11 +30,6 @@ POSSIBLE_DUPLICATE_HEADER = "possible_duplicate"
 may have been put once before, so the receiver is handed it as POSSDUPL too."""
 
 
-def is_shared(queue: TargetQueue) -> bool:
-    """Read under leases (the dead-letter queue): `TargetQueue.shared`."""
-    return queue.shared
-
-
 @dataclass(slots=True)
 class Reader:
     program: str

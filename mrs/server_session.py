@@ -63,7 +63,7 @@ class ServerSession(FramedStream):
             size = in_flight.pop(getattr(event, "request_id", 0), None)
             if size is not None:
                 self.in_flight_bytes -= size
-        if not self.outbox_bytes and self.written_after_commit is not None and not self.closed:
+        if not self._outbox and self.written_after_commit is not None and not self.closed:
             self.written_after_commit.add(self)  # once per batch of answers, not per answer
         super().send(event)
 

@@ -23,7 +23,6 @@ import msgspec
 from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
 from mrs.delivery import Refused
-from mrs.dlq_leases import is_shared
 from mrs.group.context import U32, GroupContext, Session, attached_queue
 from mrs.group.handover import Handover, delivery_event
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
@@ -41,8 +40,8 @@ class BatchGet:
 
     def get_batch(self, session: Session, request: wire.GetBatch) -> None:
         queue = attached_queue(session)
-        if queue.config.confirm == "implicit" or is_shared(queue):
-            why = "confirms implicitly" if not is_shared(queue) else "is read under leases"
+        if queue.config.confirm == "implicit" or queue.shared:
+            why = "confirms implicitly" if not queue.shared else "is read under leases"
             raise Refused(
                 Status.BADPARAM,
                 f"queue {queue.address} {why}: take its messages one get at a time",

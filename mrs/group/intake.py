@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
 from mrs.delivery import Refused, check_mode_and_uma, reached_status
-from mrs.dlq_leases import CONTEXT_HEADER, DlqReaders, is_shared, passed_source
+from mrs.dlq_leases import CONTEXT_HEADER, DlqReaders, passed_source
 from mrs.group.context import (
     UNSAFE_ACK_BEFORE_COMMIT,
     UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
@@ -72,7 +72,7 @@ class Intake:
         queue = ctx.queues.get(address.queue)
         if queue is None:
             raise Refused(Status.NOSUCHQUEUE, f"group {ctx.group_id} has no queue {address.queue}")
-        if is_shared(queue):  # several DLQ readers at once (mrs.dlq_leases)
+        if queue.shared:  # several DLQ readers at once (mrs.dlq_leases)
             self.dlq_readers.attach(queue, session.id, getattr(session, "peer", "?"))
         elif queue.attached_session is not None:
             raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")
@@ -86,7 +86,7 @@ class Intake:
         if queue is None:
             return
         session.attached = None
-        if is_shared(queue):
+        if queue.shared:
             returned = self.dlq_readers.detach(queue, session.id)
         else:
             returned = queue.detach()
@@ -202,7 +202,7 @@ class Intake:
         self, session: Session, headers: dict, put_time_ns: int
     ) -> tuple[Address, int]:
         """A DLQ reader forwarding a dead letter keeps its original sender and time."""
-        if session.attached is None or not is_shared(session.attached):
+        if session.attached is None or not session.attached.shared:
             raise Refused(
                 Status.BADPARAM, f"only a dead-letter queue reader may pass {CONTEXT_HEADER}"
             )
