@@ -31,9 +31,13 @@ def server(tmp_path):
 class Child:
     """The client process of tests/saf_client_process.py, read line by line."""
 
-    def __init__(self, address: str, journal: Path, count: int) -> None:
+    def __init__(
+        self, address: str, journal: Path, count: int, freeze_at: int | None = None
+    ) -> None:
+        freeze = [] if freeze_at is None else [str(freeze_at)]
         self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), address, str(journal), str(count)],
+            [sys.executable, str(CHILD), address, str(journal), str(count), *freeze],
+            stdin=subprocess.PIPE,  # a frozen child blocks reading it until killed
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -49,6 +53,7 @@ class Child:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait()
+        self.process.stdin.close()
 
 
 async def receive_all(address: str, workers: int = 32) -> list:
@@ -149,10 +154,10 @@ async def test_server_killed_mid_drain(server, tmp_path) -> None:
 async def test_client_killed_mid_drain(server, tmp_path) -> None:
     journal = tmp_path / "client.saf"
     count = 2000
-    child = Child(server.address, journal, count)
+    child = Child(server.address, journal, count, freeze_at=1000)
     await trio.to_thread.run_sync(child.wait_for, "journaled")
     server.start()
-    await trio.to_thread.run_sync(child.wait_for, "drained 1000")
+    await trio.to_thread.run_sync(child.wait_for, "frozen 1000")
     child.kill()  # SIGKILL mid-drain: records stored but not yet deleted are re-sent
 
     async with connect(server.address, "SENDER", saf_journal=journal, reconnect=FAST) as client:
