@@ -16,6 +16,7 @@ import trio
 
 from clients.errors import ConnectionLost, MrsError
 from mrs.model import Status
+from mrs.security.tls_config import strict_eof
 
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
@@ -47,12 +48,14 @@ def tls_context(
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert is not None:
         context.load_cert_chain(str(cert), None if key is None else str(key))
-    return context
+    return strict_eof(context)
 
 
 def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenStream:
     """open_stream for `Client`: TCP, then a finished TLS handshake with the server
-    verified as `server_name` (default: the host dialed)."""
+    verified as `server_name` (default: the host dialed). A context the application
+    made itself gets `strict_eof` too (a refused certificate must read as TlsRefused)."""
+    strict_eof(context)
 
     async def open_stream(host: str, port: int) -> trio.abc.Stream:
         stream = await trio.open_tcp_stream(host, port)

@@ -22,6 +22,18 @@ GROUP_NAME_PREFIX = "mrs-group-"
 """Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
 
 
+def strict_eof(context: ssl.SSLContext) -> ssl.SSLContext:
+    """`context` with an end of stream without TLS's close_notify reported as an error.
+
+    Why: CPython 3.11.0-3.11.3 (Debian's 3.11.2 among them) set OpenSSL's
+    OP_IGNORE_UNEXPECTED_EOF on every context, so a cut stream read as a clean end.
+    A refused client certificate then looked like "server closed the connection" (a
+    drop the client retries for ever) instead of a TLS failure (TlsRefused), and a
+    truncated stream could pass for a finished one. Later versions leave it off."""
+    context.options &= ~getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)
+    return context
+
+
 def group_server_name(group_id: int) -> str:
     """The name a link verifies in the certificate of group `group_id`."""
     return f"{GROUP_NAME_PREFIX}{group_id}"
@@ -46,7 +58,7 @@ class TlsConfig:
             context.load_cert_chain(str(self.cert), str(self.key))
             context.verify_mode = CLIENT_CERT_CHOICES[self.client_cert]
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts["server"] = context
+            self._contexts["server"] = strict_eof(context)
         return self._contexts["server"]
 
     def dial_context(self) -> ssl.SSLContext:
@@ -55,7 +67,7 @@ class TlsConfig:
             context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
             context.load_cert_chain(str(self.cert), str(self.key))
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts["dial"] = context
+            self._contexts["dial"] = strict_eof(context)
         return self._contexts["dial"]
 
 
