@@ -48,13 +48,14 @@ def tls_context(
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert is not None:
         context.load_cert_chain(str(cert), None if key is None else str(key))
-    return strict_eof(context)
+    return context
 
 
 def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenStream:
     """open_stream for `Client`: TCP, then a finished TLS handshake with the server
-    verified as `server_name` (default: the host dialed). A context the application
-    made itself gets `strict_eof` too (a refused certificate must read as TlsRefused)."""
+    verified as `server_name` (default: the host dialed). Every client context passes
+    here, ours (`tls_context`) or the application's: `strict_eof` is set once, here
+    (a refused certificate must read as TlsRefused, not as a drop to retry)."""
     strict_eof(context)
 
     async def open_stream(host: str, port: int) -> trio.abc.Stream:

@@ -17,14 +17,20 @@ async def put_all(address: str, target: str, count: int) -> list[int]:
         return [(await sender.put(f"m{index}".encode(), target)).seq for index in range(count)]
 
 
+async def get_all(receiver, seqs: list[int]) -> list:
+    """The messages of `seqs`, in one get_many: every one delivered, in put order."""
+    messages = await receiver.get_many(len(seqs))
+    assert [message.seq for message in messages] == seqs
+    return messages
+
+
 async def test_confirm_many_confirms_every_message_of_a_batch_and_none_comes_again(
     make_bus,
 ) -> None:
     bus = make_bus()
     seqs = await put_all(bus.address, "ANYORDER", 300)
     async with connect(bus.address, queue="ANYORDER") as receiver:
-        messages = await receiver.get_many(300)
-        assert [message.seq for message in messages] == seqs
+        messages = await get_all(receiver, seqs)
         assert await receiver.confirm_many([message.seq for message in messages]) == [None] * 300
         depth = (await receiver.status())["dqf_messages"]
     assert depth == 0
@@ -40,8 +46,7 @@ async def test_a_refused_confirm_is_answered_in_its_place_and_the_others_are_con
     bus = make_bus()
     seqs = await put_all(bus.address, "ANYORDER", 3)
     async with connect(bus.address, queue="ANYORDER") as receiver:
-        delivered = [message.seq for message in await receiver.get_many(3)]
-        assert delivered == seqs
+        await get_all(receiver, seqs)
         results = await receiver.confirm_many([seqs[0], 987_654_321, seqs[1], -1, seqs[2]])
         assert results[0] is None and results[2] is None and results[4] is None
         assert results[1].status == Status.BADSEQ  # the server's refusal, this item alone
@@ -58,7 +63,7 @@ async def test_confirms_unanswered_when_the_connection_drops_are_each_connection
     bus = make_bus()
     seqs = await put_all(bus.address, "ANYORDER", 20)
     async with connect(bus.address, queue="ANYORDER", reconnect=None) as receiver:
-        messages = await receiver.get_many(20)
+        messages = await get_all(receiver, seqs)
         bus.process.process.send_signal(signal.SIGSTOP)  # reads nothing, answers nothing
         results: list = []
         try:

@@ -96,7 +96,7 @@ class Recovery:
         pages = self.pages
         pages.release()
         if pages.read_since_trim_bytes >= TRIM_AFTER_BYTES and not any(
-            queue.cold for queue in self.ctx.queues.values()
+            queue.cold.count for queue in self.ctx.queues.values()
         ):
             pages.read_since_trim_bytes = 0
             trim()
