@@ -139,3 +139,29 @@ async def test_many_distinct_waits_expire_in_deadline_order(autojump_clock) -> N
     assert [name for name, _ in woken] == [str(wait_s) for wait_s in range(1, 101)]
     assert all(at - start == pytest.approx(int(name), abs=0.01) for name, at in woken)
     assert len(deadlines) == 0
+
+
+async def test_interleaved_waits_expire_in_deadline_order(autojump_clock) -> None:
+    """Puts with a long wait and gets with a short one, made alternately and over
+    time (each wait's requests in order, the two mixed): every request expires at
+    its own deadline, in deadline order, and nothing is left behind."""
+    deadlines = ReplyDeadlines()
+    woken: list[tuple[str, float]] = []
+    expected: list[tuple[float, str]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+        start = trio.current_time()
+        for step in range(20):
+            for kind, wait_s in (("put", 30), ("get", 1 + 0.7 * (step % 3))):
+                name = f"{kind}{step}"
+                pending = _Pending(kind)
+                deadlines.add(trio.current_time() + wait_s, step, pending)
+                expected.append((trio.current_time() + wait_s - start, name))
+                nursery.start_soon(_wait_and_record, pending, name, woken)
+            await trio.sleep(0.5)
+        await trio.sleep(40)
+        nursery.cancel_scope.cancel()
+    assert [name for name, _ in woken] == [name for _, name in sorted(expected)]
+    at_by_name = {name: at - start for name, at in woken}
+    assert all(at_by_name[name] == pytest.approx(due, abs=0.01) for due, name in expected)
+    assert len(deadlines) == 0
