@@ -112,6 +112,10 @@ def run_memputs(address: str, messages: int, window: int, body: bytes) -> None:
     )
 
 
+BATCH_PUTS = 64
+"""Puts per PutBatch frame in the `batchputs` shape."""
+
+
 def run_batchputs(address: str, messages: int, window: int, body: bytes) -> None:
     """The puts of `puts`, sent as PutBatch frames of up to BATCH_PUTS puts."""
 
@@ -122,10 +126,6 @@ def run_batchputs(address: str, messages: int, window: int, body: bytes) -> None
         ]
 
     _pipelined(address, messages, window, frames)
-
-
-BATCH_PUTS = 64
-"""Puts per PutBatch frame in the `batchputs` shape."""
 
 
 def run_pings(address: str, messages: int, window: int, body: bytes) -> None:
