@@ -70,6 +70,11 @@ class JournalReserve:
     _used_bytes: int = 0
     _disk_free: int = 1 << 62
     _accepted_bytes: int = 0
+    _fresh_until_s: float = -1.0
+    """When the last measure goes stale (`_measured_at` + RESERVE_MEASURE_INTERVAL_S)."""
+    _room_bytes: int = -1
+    """How many bytes may be accepted since the last measure before either test could
+    say no (-1 while refusing): below it, `accepts` answers without the tests."""
 
     @classmethod
     def for_store(cls, store, cap_bytes: int, message_bytes_max: int) -> JournalReserve | None:
@@ -79,11 +84,22 @@ class JournalReserve:
         return cls(store, cap_bytes, reserve_bytes(cap_bytes, message_bytes_max))
 
     def accepts(self, size_bytes: int) -> str | None:
-        """None if a new message of about size_bytes may be journaled; else why not."""
+        """None if a new message of about size_bytes may be journaled; else why not.
+
+        Every recoverable put asks, so the common answer takes one comparison with the
+        room left since the last measure (`_room_bytes`, counted so that both tests
+        below would pass); near a limit, or with the measure stale, the tests decide."""
+        needed = size_bytes + RECORD_OVERHEAD_BYTES
+        accepted = self._accepted_bytes + needed
+        if accepted <= self._room_bytes and time.monotonic() < self._fresh_until_s:
+            self._accepted_bytes = accepted
+            return None
+        return self._accepts_tested(needed)
+
+    def _accepts_tested(self, needed: int) -> str | None:
         now = time.monotonic()
         if now - self._measured_at >= RESERVE_MEASURE_INTERVAL_S:
             self._measure(now)
-        needed = size_bytes + RECORD_OVERHEAD_BYTES
         used = self._used_bytes + 2 * self._accepted_bytes
         if used + needed > self.cap_bytes - self.reserve and now > self._measured_at:
             # The estimate (twice what was accepted since the last measure) is
@@ -110,17 +126,24 @@ class JournalReserve:
 
     def _measure(self, now: float) -> None:
         self._measured_at = now
+        self._fresh_until_s = now + RESERVE_MEASURE_INTERVAL_S
         self._accepted_bytes = 0
         try:
             self._used_bytes = pages_in_use_bytes(self.store)
             self._disk_free = disk_free_bytes(self.store.path)
         except Exception as error:  # noqa: BLE001 - a failed measure must not fail a put
             log.warning("cannot measure the journal: %s", error)
+        # The journal test counts accepted bytes twice (used + 2 x accepted + needed),
+        # so room for both tests is half the journal's headroom, at most the disk's.
+        journal_room = (self.cap_bytes - self.reserve - self._used_bytes) // 2
+        disk_room = self._disk_free - self.reserve
+        self._room_bytes = -1 if self.refusing is not None else min(journal_room, disk_room)
 
     def _note(self, problem: str | None) -> None:
         if (problem is None) == (self.refusing is None):
             return
         if problem is not None:
+            self._room_bytes = -1  # refusing: every put is tested until a measure clears it
             log.warning(
                 "%s: new recoverable messages are refused (MRS_RES_EXH) until it drains", problem
             )
