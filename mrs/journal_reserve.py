@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass
+from time import monotonic
 
 from journals import Journal
 from mrs.limits import RESERVE_MEASURE_INTERVAL_S
@@ -91,13 +91,13 @@ class JournalReserve:
         below would pass); near a limit, or with the measure stale, the tests decide."""
         needed = size_bytes + RECORD_OVERHEAD_BYTES
         accepted = self._accepted_bytes + needed
-        if accepted <= self._room_bytes and time.monotonic() < self._fresh_until_s:
+        if accepted <= self._room_bytes and monotonic() < self._fresh_until_s:
             self._accepted_bytes = accepted
             return None
         return self._accepts_tested(needed)
 
     def _accepts_tested(self, needed: int) -> str | None:
-        now = time.monotonic()
+        now = monotonic()
         if now - self._measured_at >= RESERVE_MEASURE_INTERVAL_S:
             self._measure(now)
         used = self._used_bytes + 2 * self._accepted_bytes

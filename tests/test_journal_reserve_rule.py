@@ -33,7 +33,7 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> _Machine:
     state = _Machine()
     monkeypatch.setattr(journal_reserve, "pages_in_use_bytes", lambda store: state.used_bytes)
     monkeypatch.setattr(journal_reserve, "disk_free_bytes", lambda path: state.disk_free_bytes)
-    monkeypatch.setattr(journal_reserve.time, "monotonic", lambda: state.now_s)
+    monkeypatch.setattr(journal_reserve, "monotonic", lambda: state.now_s)
     return state
 
 
