@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from journals.keys import Journal
 from journals.record import Record, encode_record
@@ -45,7 +46,7 @@ class WriteBatch:
 
     puts: list[tuple[Journal, bytes, bytes]]
     deletes: list[tuple[Journal, bytes]]
-    stream: object = None
+    stream: Any = None  # any hashable; `object` here trips mypyc (journals.native)
     guard: Callable[[], bool] | None = None
     submitted_s: float = 0.0
     """perf_counter() when handed to a writer thread (its commit_wait statistic)."""

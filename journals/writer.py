@@ -62,25 +62,25 @@ class GroupCommitWriter:
     call_soon: CallSoon
     stats: WriterStats = field(default_factory=WriterStats)
     _queue: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
-    _thread: threading.Thread | None = None
+    _worker_thread: threading.Thread | None = None
 
     def start(self) -> None:
-        assert self._thread is None, "writer already started"
-        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
-        self._thread.start()
+        assert self._worker_thread is None, "writer already started"
+        self._worker_thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._worker_thread.start()
 
     def stop(self) -> None:
         """Commit everything already submitted, then end the thread."""
-        if self._thread is None:
+        if self._worker_thread is None:
             return
         self._queue.put(_STOP)
-        self._thread.join()
-        self._thread = None
+        self._worker_thread.join()
+        self._worker_thread = None
 
     def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
         """Queue a batch; `done(None)` once durable, `done(error)` if it could not be.
         `can_wait` is InlineWriter's; this thread commits whatever is queued anyway."""
-        assert self._thread is not None, "writer not started"
+        assert self._worker_thread is not None, "writer not started"
         batch.submitted_s = time.perf_counter()
         self._queue.put((batch, done))
 

@@ -1,5 +1,7 @@
 """MRS: a MessageQ-style message recovery service (guaranteed delivery on trio and LMDB)."""
 
+import journals  # noqa: F401 - first: it decides whether the compiled hot path is used
+
 
 def __getattr__(name: str) -> str:
     """`mrs.__version__`, looked up when first asked for: importing `importlib.metadata`

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from mrs.seq_deltas import SeqDeltas
 
@@ -27,24 +27,32 @@ REFILL_BELOW = 500
 
 
 class Entry(Protocol):
-    """What the backlog reads of a queued message (mrs.queues.Entry)."""
+    """What the backlog reads of a queued message (mrs.queues.Entry); read-only, so
+    an entry whose callbacks are typed more narrowly still is one."""
 
-    seq: int
-    journaled: bool
-    on_confirm: object
-    on_dequeue: object
+    @property
+    def seq(self) -> int: ...
+    @property
+    def journaled(self) -> bool: ...
+    @property
+    def on_confirm(self) -> object: ...
+    @property
+    def on_dequeue(self) -> object: ...
+
+
+E = TypeVar("E", bound=Entry)
 
 
 Loader = Callable[[list[int]], list]
 """Read journaled messages back by seq, in the order given (a missing one is skipped)."""
 
 
-class ColdBacklog:
+class ColdBacklog(Generic[E]):
     """Seqs in arrival order; entries held in memory for the few that cannot go cold."""
 
     def __init__(self) -> None:
         self._seqs = SeqDeltas()
-        self._held: dict[int, Entry] = {}
+        self._held: dict[int, E] = {}
         self.count = 0
         """Messages in the backlog: a plain attribute, because a queue asks whether
         it is empty several times per message (`len()` was two Python calls)."""
@@ -57,7 +65,7 @@ class ColdBacklog:
         """Only a journaled entry nobody waits on: the DQF record says all about it."""
         return entry.journaled and entry.on_confirm is None and entry.on_dequeue is None
 
-    def append(self, entry: Entry) -> None:
+    def append(self, entry: E) -> None:
         self._seqs.append(entry.seq)
         self.count += 1
         if not self.can_go_cold(entry):
@@ -69,11 +77,11 @@ class ColdBacklog:
         self._seqs.extend(seqs)
         self.count = len(self._seqs)
 
-    def take(self, count: int, load: Loader) -> list[Entry]:
+    def take(self, count: int, load: Loader) -> list[E]:
         """The next `count` messages, oldest first, cold ones read back with `load`."""
         seqs = self._seqs.take(count)
         self.count = len(self._seqs)
-        taken: list[Entry] = []
+        taken: list[E] = []
         cold: list[int] = []
         for seq in seqs:
             held = self._held.pop(seq, None)

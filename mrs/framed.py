@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 import trio
+from mypy_extensions import mypyc_attr
 
 from mrs import protocol as wire
 from mrs.limits import RECEIVE_BYTES_MAX
@@ -29,6 +30,7 @@ class StreamClosed(Exception):
     """The peer closed the stream (or sent a Fatal) while an event was awaited."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the client's and links' streams
 @dataclass(eq=False)
 class FramedStream:
     """A stream and its protocol state, with an outbox written by one send loop."""

@@ -96,6 +96,10 @@ class GetWaiter:
     should the reserved message not be delivered after all."""
 
 
+def _always_ready(entry: Entry) -> bool:
+    return True
+
+
 @dataclass(eq=False)
 class TargetQueue:
     config: QueueConfig
@@ -111,7 +115,7 @@ class TargetQueue:
     journaled_body_bytes: int = 0
     """Bodies of journaled entries in `pending` kept in memory (a cache of the DQF)."""
     arrivals: int = 0
-    cold: ColdBacklog = field(default_factory=ColdBacklog)
+    cold: ColdBacklog[Entry] = field(default_factory=ColdBacklog)
     """Journaled messages behind the in-memory window, as seqs (mrs.backlog)."""
     load_cold: Loader | None = None
     """Reads cold messages back from the DQF; None keeps every entry in memory."""
@@ -174,7 +178,7 @@ class TargetQueue:
         else:
             waiter.cancel_timer()
 
-    def serve_waiters(self, ready: Callable[[Entry], bool] = lambda entry: True) -> None:
+    def serve_waiters(self, ready: Callable[[Entry], bool] = _always_ready) -> None:
         """Hand waiting entries to parked gets, oldest first, while the unconfirmed cap
         allows: for whenever a delivery becomes possible again (a confirm; a delivery
         that failed and put its entry back). `ready(entry)` False skips an entry that
@@ -230,8 +234,10 @@ class TargetQueue:
 
     def _refill(self) -> None:
         """Read the next cold messages back into the window, in arrival order."""
+        load = self.load_cold
+        assert load is not None  # nothing goes cold without a loader (_goes_cold)
         while self.cold.count and len(self.pending) < WINDOW_ENTRIES_MAX:
-            for entry in self.cold.take(WINDOW_ENTRIES_MAX - len(self.pending), self.load_cold):
+            for entry in self.cold.take(WINDOW_ENTRIES_MAX - len(self.pending), load):
                 self.arrivals += 1
                 entry.arrival = self.arrivals
                 self.pending.append(entry)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import trio
 
-from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore
+from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore, native
 from mrs import gc_tuning, startup
 from mrs.admission import Admission
 from mrs.client_drains import ClientDrains
@@ -283,6 +283,7 @@ async def serve(
                 port,
                 os.getpid(),
             )
+            log.info("hot path: %s", _hot_path())
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     if server.authority is not None:
@@ -292,3 +293,11 @@ async def serve(
                 nursery.cancel_scope.cancel()
                 break
     print("STOPPED", flush=True, file=sys.stderr)
+
+
+def _hot_path() -> str:
+    """Which code the server runs per message (journals.native), for its log."""
+    state = native.STATE or native.install()
+    if state.compiled:
+        return f"compiled ({state.reason})"
+    return f"pure Python ({state.status}: {state.reason})"

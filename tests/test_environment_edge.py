@@ -18,8 +18,10 @@ from mrs.harness import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-EDGE = ("mrs/tools/", "mrs/audit/")
-"""The command-line tools (mrs/tools) and the Spark job's session set-up (mrs/audit)."""
+EDGE = ("mrs/tools/", "mrs/audit/", "journals/native.py")
+"""The command-line tools (mrs/tools), the Spark job's session set-up (mrs/audit), and
+the compiled hot path's MRS_PURE_PYTHON (journals.native): which code a process runs
+is settled at its first import, before any edge could pass a switch, as PYTHONPATH is."""
 
 
 def _reads_environment(path: Path) -> bool:

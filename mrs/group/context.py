@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from journals import GroupCommitWriter, JournalStore
+from journals import GroupCommitWriter, InlineWriter, JournalStore
 from mrs.config import BusConfig, GroupConfig
 from mrs.delivery import Refused
 from mrs.limits import BODIES_IN_MEMORY_PER_QUEUE_MAX as BODIES_IN_MEMORY_PER_QUEUE_MAX
@@ -69,7 +69,7 @@ class GroupContext:
     bus: BusConfig
     config: GroupConfig
     store: JournalStore
-    writer: GroupCommitWriter
+    writer: GroupCommitWriter | InlineWriter
     timers: Timers
     clock_ns: Callable[[], int] = time.time_ns
     unsafe: frozenset[str] = frozenset()

@@ -55,7 +55,8 @@ class Premark(Protocol):
 class Dqf:
     ctx: GroupContext
     peers: Peers
-    app_keys: AppKeys | None = None
+    app_keys: AppKeys = field(init=False)
+    """Idempotency keys (mrs.idempotency), opened in `__post_init__`."""
     reserve: JournalReserve | None = None
     """Refuses new messages before the journal is full (mrs.journal_reserve)."""
     premark: Premark | None = None
@@ -142,6 +143,7 @@ class Dqf:
         if waiter is not None:
             queue.reserved -= 1
             if error is not None:
+                assert self.premark is not None  # the waiter came from it
                 self.premark.unreserve(queue, waiter)
         cause = _STORED
         reason = ""
@@ -162,6 +164,7 @@ class Dqf:
                 waiting(cause, entry.seq, reason)
         if error is None:
             if waiter is not None:
+                assert self.premark is not None  # the waiter came from it
                 self.premark.deliver_premarked(queue, entry, waiter)
             else:
                 if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:

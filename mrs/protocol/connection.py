@@ -163,7 +163,7 @@ class Connection:
 
     # -- receiving ------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Buffer bytes read from the peer; b"" means the peer closed (EOF)."""
         if self._closed or self._error is not None:
             return
@@ -297,13 +297,13 @@ class Connection:
         if self._error is None:
             if kind is _ANSWERS:
                 self._frame_into(event, out)
-                self._in_flight[self.their_role].discard(event.request_id)  # type: ignore[attr-defined]
+                self._in_flight[self.their_role].discard(event.request_id)  # type: ignore[attr-defined,union-attr]
                 return
             if kind is _ASKS:
                 asked = self._in_flight[self.our_role]
-                if event.request_id not in asked:  # type: ignore[attr-defined]
+                if event.request_id not in asked:  # type: ignore[attr-defined,union-attr]
                     self._frame_into(event, out)
-                    asked.add(event.request_id)  # type: ignore[attr-defined]
+                    asked.add(event.request_id)  # type: ignore[attr-defined,union-attr]
                     return
         self._encode_into(event, out)
 

@@ -1,0 +1,114 @@
+"""The compiled hot path (journals.native) is used only while its build matches every
+source, all modules or none, and a process can always be told to run the sources.
+
+In process: the decision, over a scratch checkout with a hand-made manifest. Real
+processes: what a fresh interpreter of this checkout actually imports."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from journals import native
+from journals.native import (
+    COMPILED_MODULES,
+    MANIFEST_NAME,
+    PURE_PYTHON_ENV,
+    build_dir,
+    inspect_build,
+    source_digests,
+    source_file,
+)
+from journals.native_build import _module_name
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch checkout: a source per compiled module and a build made from them."""
+    monkeypatch.delenv(PURE_PYTHON_ENV, raising=False)
+    for module in COMPILED_MODULES:
+        source = source_file(tmp_path, module)
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text(f"# {module}\n")
+    built = build_dir(tmp_path)
+    files = {}
+    for module in COMPILED_MODULES:
+        relative = module.replace(".", "/") + ".so"
+        (built / relative).parent.mkdir(parents=True, exist_ok=True)
+        (built / relative).write_bytes(b"")
+        files[module] = relative
+    manifest = {"sources": source_digests(tmp_path), "files": files}
+    (built / MANIFEST_NAME).write_text(json.dumps(manifest))
+    return tmp_path
+
+
+def test_a_build_matching_every_source_is_used(checkout: Path) -> None:
+    state = inspect_build(checkout)
+    assert state.status == "compiled"
+    assert set(state.files) == set(COMPILED_MODULES)
+
+
+def test_one_edited_source_makes_the_whole_build_stale(checkout: Path) -> None:
+    edited = source_file(checkout, "mrs.group.intake")
+    edited.write_text(edited.read_text() + "x = 1\n")
+    state = inspect_build(checkout)
+    assert state.status == "stale"
+    assert "mrs.group.intake" in state.reason
+    assert state.files == {}  # nothing of it is used, not even the unchanged modules
+
+
+def test_the_sources_run_when_asked_even_with_a_current_build(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+    assert inspect_build(checkout).status == "off"
+
+
+def test_no_build_or_a_broken_one_runs_the_sources(checkout: Path) -> None:
+    manifest = build_dir(checkout) / MANIFEST_NAME
+    (build_dir(checkout) / "mrs/queues.so").unlink()
+    state = inspect_build(checkout)
+    assert (state.status, state.files) == ("absent", {})
+    assert "mrs.queues" in state.reason
+    manifest.write_text("{not json")
+    assert inspect_build(checkout).status == "absent"
+    manifest.unlink()
+    assert inspect_build(checkout).status == "absent"
+
+
+def test_built_files_are_named_as_the_modules_they_hold(tmp_path: Path) -> None:
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # the interpreter-tagged one
+    assert _module_name(tmp_path, tmp_path / "mrs" / "group" / f"intake{suffix}") == (
+        "mrs.group.intake"
+    )
+    assert _module_name(tmp_path, tmp_path / "manifest.json") is None
+
+
+def _imported_file(module: str, env: dict[str, str]) -> str:
+    code = f"import {module} as m, journals.native as n; print(n.STATE.status, m.__file__)"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=native.source_root(),
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_a_process_imports_what_the_build_state_says() -> None:
+    """In CI the build is made first (.ci/run), so this checks the compiled modules are
+    the ones loaded; without a build, that the sources are."""
+    state = inspect_build(native.source_root())
+    status, file = _imported_file("mrs.group.intake", {}).split(" ", 1)
+    assert status == state.status
+    assert file.endswith(".py") != state.compiled
+    status, file = _imported_file("mrs.group.intake", {PURE_PYTHON_ENV: "1"}).split(" ", 1)
+    assert (status, Path(file).suffix) == ("off", ".py")
