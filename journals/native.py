@@ -51,6 +51,11 @@ COMPILED_MODULES = (
     "mrs.group.handover",
     "mrs.group.batch_get",
     "mrs.group.reply",
+    "mrs.group.context",
+    "mrs.group.wiring",
+    "mrs.delivery",
+    "mrs.records",
+    "clients.deadlines",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc
@@ -131,6 +136,8 @@ def inspect_build(root: Path) -> NativeState:
         now = source_digests(root)
     except OSError as error:
         return NativeState("absent", f"cannot read the sources: {error}")
+    if set(built_from) != set(COMPILED_MODULES):  # a module added or dropped since
+        return NativeState("stale", "built from another list of modules: build again")
     changed = sorted(module for module in COMPILED_MODULES if built_from.get(module) != now[module])
     if changed:
         return NativeState("stale", f"changed since the build: {', '.join(changed)}")

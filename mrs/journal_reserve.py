@@ -22,6 +22,7 @@ import logging
 import os
 from dataclasses import dataclass
 from time import monotonic
+from typing import Any
 
 from journals import Journal
 from mrs.limits import RESERVE_MEASURE_INTERVAL_S
@@ -61,7 +62,8 @@ def disk_free_bytes(path) -> int:
 class JournalReserve:
     """Decides whether a new message may be journaled; cheap per call."""
 
-    store: object
+    store: Any
+    """A store with an LMDB map (`env`, `path`): see `for_store`."""
     cap_bytes: int
     reserve: int
     refusing: str | None = None

@@ -48,13 +48,15 @@ def _record_extra(entry: Entry) -> dict:
 
 
 def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
+    """The journal record of an entry. A body that could not be read back (an entry
+    quarantined for it, mrs.group.dqf) is recorded empty: a record's body is bytes."""
     return Record(
         seq=entry.seq,
         target_group=entry.target.group,
         target_queue=entry.target.queue,
         source_group=entry.source.group,
         source_queue=entry.source.queue,
-        body=entry.body,
+        body=entry.body if entry.body is not None else b"",
         msg_class=entry.msg_class,
         msg_type=entry.msg_type,
         priority=entry.priority,

@@ -63,6 +63,14 @@ def test_one_edited_source_makes_the_whole_build_stale(checkout: Path) -> None:
     assert state.files == {}  # nothing of it is used, not even the unchanged modules
 
 
+def test_a_build_of_another_module_list_is_not_used(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "COMPILED_MODULES", COMPILED_MODULES[:-1])
+    state = inspect_build(checkout)
+    assert (state.status, state.files) == ("stale", {})
+
+
 def test_the_sources_run_when_asked_even_with_a_current_build(
     checkout: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from journals import GroupCommitWriter, InlineWriter, JournalStore
 from mrs.config import BusConfig, GroupConfig
+from mrs.config_model import Limits
 from mrs.delivery import Refused
 from mrs.limits import BODIES_IN_MEMORY_PER_QUEUE_MAX as BODIES_IN_MEMORY_PER_QUEUE_MAX
 from mrs.model import Address, Status
@@ -92,7 +93,7 @@ class GroupContext:
             self.queues[queue_config.id] = TargetQueue(queue_config, address)
 
     @property
-    def limits(self):
+    def limits(self) -> Limits:
         return self.config.limits
 
     @property

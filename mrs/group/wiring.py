@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from journals import GroupCommitWriter, Journal, JournalStore
+from journals import GroupCommitWriter, InlineWriter, Journal, JournalStore
 from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
 from mrs.dlq_leases import DlqReaders
@@ -59,7 +59,7 @@ class Group:
         bus: BusConfig,
         config: GroupConfig,
         store: JournalStore,
-        writer: GroupCommitWriter,
+        writer: GroupCommitWriter | InlineWriter,
         timers: Timers,
         clock_ns: Callable[[], int] = time.time_ns,
         unsafe: frozenset[str] = frozenset(),
@@ -102,7 +102,7 @@ class Group:
         return self.ctx.store
 
     @property
-    def writer(self) -> GroupCommitWriter:
+    def writer(self) -> GroupCommitWriter | InlineWriter:
         return self.ctx.writer
 
     @property
