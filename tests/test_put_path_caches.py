@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from journals import Journal, JournalStore, WriteBatch
+from journals import InlineWriter, Journal, JournalStore, WriteBatch
 from mrs.config import parse_config
 from mrs.errors import Refused
 from mrs.group import context as context_module
@@ -71,7 +71,9 @@ def test_a_key_lookup_sees_every_commit(tmp_path: Path) -> None:
 
 def _context(tmp_path: Path) -> GroupContext:
     bus = parse_config(BUS, tmp_path / "bus.toml")
-    return GroupContext(bus, bus.group(1), store=None, writer=None, timers=None)
+    store = JournalStore(tmp_path / "journals")  # the real kinds: a compiled context checks
+    writer = InlineWriter(store, wake=lambda: None)
+    return GroupContext(bus, bus.group(1), store=store, writer=writer, timers=None)
 
 
 def test_resolve_caches_per_text_and_per_bus_config(tmp_path: Path) -> None:
