@@ -42,6 +42,7 @@ COMPILED_MODULES = (
     "journals.keys",
     "journals.record",
     "journals.writer",
+    "journals.store",
     "mrs.framed",
     "mrs.server_session",
     "mrs.protocol.connection",

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lmdb
 
@@ -120,7 +121,7 @@ class JournalStore:
             lock=True,
             max_readers=256,
         )
-        self._dbs = (
+        self._dbs: dict[Journal, Any] = (  # an lmdb database; None: absent (read-only)
             {
                 journal: self.env.open_db(journal.value.encode(), create=not readonly)
                 for journal in Journal
@@ -131,8 +132,8 @@ class JournalStore:
         self.dqf_index = dqf_index.open_index(self.env, self._dbs[Journal.DQF], readonly=readonly)
         """The DQF's keys alone (journals.dqf_index); None: read the DQF's own keys."""
 
-    def _open_readonly_dbs(self) -> dict[Journal, object]:
-        dbs = {}
+    def _open_readonly_dbs(self) -> dict[Journal, Any]:
+        dbs: dict[Journal, Any] = {}
         for journal in Journal:
             try:
                 dbs[journal] = self.env.open_db(journal.value.encode(), create=False)
@@ -140,7 +141,7 @@ class JournalStore:
                 dbs[journal] = None
         return dbs
 
-    def db(self, journal: Journal):
+    def db(self, journal: Journal) -> Any:
         return self._dbs[journal]
 
     def close(self) -> None:
