@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from journals.store import JournalError, JournalStore, WriteBatch
+from journals.protocol import Store
+from journals.store import JournalError, WriteBatch
 
 Done = Callable[[JournalError | None], None]
 CallSoon = Callable[[Callable[[], None]], None]
@@ -58,7 +59,7 @@ class WriterStats:
 class GroupCommitWriter:
     """Owns the writer thread of one JournalStore. start() and stop() bracket its life."""
 
-    store: JournalStore
+    store: Store
     call_soon: CallSoon
     stats: WriterStats = field(default_factory=WriterStats)
     _queue: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
@@ -116,7 +117,7 @@ class InlineWriter:
     commit (see `mrs.server` for the measurement).
     """
 
-    def __init__(self, store: JournalStore, wake: Callable[[], None]) -> None:
+    def __init__(self, store: Store, wake: Callable[[], None]) -> None:
         self.store = store
         self.wake = wake
         self.stats = WriterStats()
@@ -160,7 +161,7 @@ class InlineWriter:
 
 
 def commit_together(
-    store: JournalStore, pending: list[tuple[WriteBatch, Done]], stats: WriterStats
+    store: Store, pending: list[tuple[WriteBatch, Done]], stats: WriterStats
 ) -> list[tuple[Done, JournalError | None]]:
     """Commit all batches in one synced transaction; on failure, each batch alone, so
     one oversized or failing batch does not fail its neighbours (except the later
@@ -195,7 +196,7 @@ def commit_together(
 
 
 def _commit_one_by_one(
-    store: JournalStore, batches: list[WriteBatch], stats: WriterStats
+    store: Store, batches: list[WriteBatch], stats: WriterStats
 ) -> dict[int, JournalError | None]:
     """After a failed commit: each batch in its own commit, by id; the later batches
     of a stream whose batch failed are not attempted."""
@@ -214,9 +215,7 @@ def _commit_one_by_one(
 NOT_ATTEMPTED = JournalError("not attempted: an earlier write of the same stream failed")
 
 
-def _commit_alone(
-    store: JournalStore, batch: WriteBatch, stats: WriterStats
-) -> JournalError | None:
+def _commit_alone(store: Store, batch: WriteBatch, stats: WriterStats) -> JournalError | None:
     try:
         store.apply([batch])
     except JournalError as error:

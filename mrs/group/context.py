@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from journals import GroupCommitWriter, InlineWriter, JournalStore
+from journals import GroupCommitWriter, InlineWriter
+from journals.protocol import Store
 from mrs.config import BusConfig, GroupConfig
 from mrs.config_model import Limits
 from mrs.delivery import Refused
@@ -69,7 +70,8 @@ class GroupContext:
 
     bus: BusConfig
     config: GroupConfig
-    store: JournalStore
+    store: Store
+    """The LMDB store, or any other `journals.protocol.Store` (the simulator's)."""
     writer: GroupCommitWriter | InlineWriter
     timers: Timers
     clock_ns: Callable[[], int] = time.time_ns

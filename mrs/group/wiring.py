@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from journals import GroupCommitWriter, InlineWriter, Journal, JournalStore
+from journals import GroupCommitWriter, InlineWriter, Journal
+from journals.protocol import Store
 from mrs import protocol as wire
 from mrs.config import BusConfig, GroupConfig
 from mrs.dlq_leases import DlqReaders
@@ -58,7 +59,7 @@ class Group:
         self,
         bus: BusConfig,
         config: GroupConfig,
-        store: JournalStore,
+        store: Store,
         writer: GroupCommitWriter | InlineWriter,
         timers: Timers,
         clock_ns: Callable[[], int] = time.time_ns,
@@ -98,7 +99,7 @@ class Group:
         return self.ctx.config
 
     @property
-    def store(self) -> JournalStore:
+    def store(self) -> Store:
         return self.ctx.store
 
     @property
