@@ -18,6 +18,8 @@ from sim.memstore import MemoryJournalStore
 def lmdb_harness(directory: Path) -> StoreHarness:
     counter = itertools.count()
     failing: dict[int, bool] = {}
+    keys: dict[int, int] = {}
+    """id(store) -> its key (a compiled JournalStore takes no attributes of ours)."""
 
     def hook_for(key: int):
         def hook(phase: str) -> None:
@@ -29,7 +31,7 @@ def lmdb_harness(directory: Path) -> StoreHarness:
     def open_store() -> JournalStore:
         key = next(counter)
         store = JournalStore(directory / f"env{key}", 1 << 22, fault_hook=hook_for(key))
-        store.harness_key = key  # type: ignore[attr-defined]
+        keys[id(store)] = key
         return store
 
     def reopen(store: JournalStore) -> JournalStore:
@@ -37,7 +39,7 @@ def lmdb_harness(directory: Path) -> StoreHarness:
         return JournalStore(store.path, 1 << 22)
 
     def fail_commits(store: JournalStore, on: bool) -> None:
-        failing[store.harness_key] = on  # type: ignore[attr-defined]
+        failing[keys[id(store)]] = on
 
     return StoreHarness(open_store, reopen, fail_commits)
 
