@@ -65,8 +65,6 @@ code marked `@mypyc_attr(allow_interpreted_subclasses=True)`."""
 
 PURE_PYTHON_ENV = "MRS_PURE_PYTHON"
 MANIFEST_NAME = "manifest.json"
-SHARED_LIBRARY_SUFFIX = "__mypyc"
-"""mypyc puts the compiled code of all modules in one library with this suffix."""
 
 
 def source_root() -> Path:
@@ -133,13 +131,13 @@ def inspect_build(root: Path) -> NativeState:
         return NativeState("absent", "no build (python -m journals.native_build build)")
     except (OSError, ValueError, KeyError, TypeError) as error:
         return NativeState("absent", f"unreadable manifest {manifest_path}: {error}")
+    if set(built_from) != set(COMPILED_MODULES):  # a module added or dropped since
+        return NativeState("stale", "built from another list of modules: build again")
     try:
         now = source_digests(root)
     except OSError as error:
         return NativeState("absent", f"cannot read the sources: {error}")
-    if set(built_from) != set(COMPILED_MODULES):  # a module added or dropped since
-        return NativeState("stale", "built from another list of modules: build again")
-    changed = sorted(module for module in COMPILED_MODULES if built_from.get(module) != now[module])
+    changed = sorted(module for module in COMPILED_MODULES if built_from[module] != now[module])
     if changed:
         return NativeState("stale", f"changed since the build: {', '.join(changed)}")
     missing = [module for module in COMPILED_MODULES if not files.get(module, Path()).is_file()]

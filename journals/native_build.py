@@ -11,6 +11,7 @@ build makes the new build stale at once, not silently current.
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -87,6 +88,12 @@ def main(argv: list[str]) -> int:
     command = argv[0] if argv else "status"
     root = source_root()
     if command == "build":
+        if importlib.util.find_spec("mypyc") is None:
+            print(
+                "journals.native: mypyc is not installed (pip install -e '.[native]')",
+                file=sys.stderr,
+            )
+            return 1
         try:
             target = build(root)
         except subprocess.CalledProcessError as error:

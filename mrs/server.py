@@ -297,7 +297,7 @@ async def serve(
 
 def _hot_path() -> str:
     """Which code the server runs per message (journals.native), for its log."""
-    state = native.STATE or native.install()
+    state = native.install()  # decided at the first import of journals; this reads it
     if state.compiled:
         return f"compiled ({state.reason})"
     return f"pure Python ({state.status}: {state.reason})"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from journals import native
+from journals import native, native_build
 from journals.native import (
     COMPILED_MODULES,
     MANIFEST_NAME,
@@ -120,3 +120,13 @@ def test_a_process_imports_what_the_build_state_says() -> None:
     assert file.endswith(".py") != state.compiled
     status, file = _imported_file("mrs.group.intake", {PURE_PYTHON_ENV: "1"}).split(" ", 1)
     assert (status, Path(file).suffix) == ("off", ".py")
+
+
+def test_a_build_without_mypyc_says_what_to_install_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(native_build.importlib.util, "find_spec", lambda name: None)
+    assert native_build.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install -e '.[native]'" in err
+    assert native_build.main(["rebuild"]) == 2
