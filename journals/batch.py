@@ -33,7 +33,7 @@ class JournalDeviceError(JournalError):
         self.errno_value = errno_value
 
 
-@dataclass(slots=True)
+@dataclass
 class WriteBatch:
     """Operations that must be durable together, in one transaction: deletes first,
     then puts.
@@ -50,6 +50,22 @@ class WriteBatch:
     guard: Callable[[], bool] | None = None
     submitted_s: float = 0.0
     """perf_counter() when handed to a writer thread (its commit_wait statistic)."""
+
+    def __init__(
+        self,
+        puts: list[tuple[Journal, bytes, bytes]],
+        deletes: list[tuple[Journal, bytes]],
+        stream: Any = None,
+        guard: Callable[[], bool] | None = None,
+        submitted_s: float = 0.0,
+    ) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.puts = puts
+        self.deletes = deletes
+        self.stream = stream
+        self.guard = guard
+        self.submitted_s = submitted_s
 
     @classmethod
     def empty(cls) -> WriteBatch:

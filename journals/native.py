@@ -57,6 +57,7 @@ COMPILED_MODULES = (
     "mrs.delivery",
     "mrs.records",
     "clients.deadlines",
+    "mrs.protocol.fastcheck",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

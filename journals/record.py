@@ -32,7 +32,7 @@ class CorruptRecord(Exception):
         super().__init__(f"corrupt record in {journal} at key {key.hex()}: {problem}")
 
 
-@dataclass(slots=True)
+@dataclass
 class Record:
     """One journaled message and its bookkeeping.
 
@@ -59,6 +59,48 @@ class Record:
     confirm_time_ns: int = 0
     reason: int = 0
     extra: dict = field(default_factory=dict)
+
+    def __init__(
+        self,
+        seq: int,
+        target_group: int,
+        target_queue: int,
+        source_group: int,
+        source_queue: int,
+        body: bytes = b"",
+        msg_class: int = 0,
+        msg_type: int = 0,
+        priority: int = 0,
+        delivery: int = 0,
+        uma: int = 0,
+        correlation_id: bytes = b"",
+        put_time_ns: int = 0,
+        written_time_ns: int = 0,
+        confirm_value: int = 0,
+        confirm_time_ns: int = 0,
+        reason: int = 0,
+        extra: dict | None = None,
+    ) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.seq = seq
+        self.target_group = target_group
+        self.target_queue = target_queue
+        self.source_group = source_group
+        self.source_queue = source_queue
+        self.body = body
+        self.msg_class = msg_class
+        self.msg_type = msg_type
+        self.priority = priority
+        self.delivery = delivery
+        self.uma = uma
+        self.correlation_id = correlation_id
+        self.put_time_ns = put_time_ns
+        self.written_time_ns = written_time_ns
+        self.confirm_value = confirm_value
+        self.confirm_time_ns = confirm_time_ns
+        self.reason = reason
+        self.extra = dict() if extra is None else extra
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))

@@ -251,7 +251,7 @@ class Dqf:
         self.ctx.writer.submit(batch, _Quarantined(self.ctx, entry))
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _Stored:
     """Writer callback of one DQF store (a class, not a closure: its state is named)."""
 
@@ -262,6 +262,24 @@ class _Stored:
     outcome: Outcome
     waiter: GetWaiter | None = None
     """The parked get reserved for this message (its mark is in the same batch)."""
+
+    def __init__(
+        self,
+        dqf: Dqf,
+        queue: TargetQueue,
+        entry: Entry,
+        dedupe_keys: list[str],
+        outcome: Outcome,
+        waiter: GetWaiter | None = None,
+    ) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.dqf = dqf
+        self.queue = queue
+        self.entry = entry
+        self.dedupe_keys = dedupe_keys
+        self.outcome = outcome
+        self.waiter = waiter
 
     def __call__(self, error: JournalError | None) -> None:
         self.dqf._stored(self.queue, self.entry, self.dedupe_keys, self.outcome, error, self.waiter)

@@ -154,11 +154,7 @@ class Intake:
         if notification is _WF:
             timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
             reply.deadline = self.deadlines.add(timeout_s, reply)
-        elif (
-            notification is _AK
-            and mode.interest_point is _CONF
-            and target.group != ctx.group_id
-        ):
+        elif notification is _AK and mode.interest_point is _CONF and target.group != ctx.group_id:
             # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)
             answer = _Accepted(session, request.request_id, answer_now=not reply.stored_reply)
             self.outbound.put_owing_ack(entry, reply, answer)
@@ -254,13 +250,20 @@ def enqueue_in_memory(ctx: GroupContext, entry: Entry) -> tuple[Status, str]:
     return reached_status(entry.delivery, attached), ""
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _StoreOutcome:
     """The DQF's outcome(status, seq, reason) for one put: the answer once durable."""
 
     umas: Umas
     entry: Entry
     reply: PutReply
+
+    def __init__(self, umas: Umas, entry: Entry, reply: PutReply) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.umas = umas
+        self.entry = entry
+        self.reply = reply
 
     def __call__(self, status: Status, seq: int, reason: str) -> None:
         if status != _STORED_STATUS:
@@ -271,7 +274,7 @@ class _StoreOutcome:
             self.reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _Accepted:
     """How an NN/AK put is answered once what it owes is durable: accepted (unless it
     asked to hear only when stored), or refused whatever its mode."""
@@ -279,6 +282,13 @@ class _Accepted:
     session: Session
     request_id: int
     answer_now: bool
+
+    def __init__(self, session: Session, request_id: int, answer_now: bool) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.session = session
+        self.request_id = request_id
+        self.answer_now = answer_now
 
     def __call__(self, seq: int, refused: Status | None) -> None:
         if refused is not None:

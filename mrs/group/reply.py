@@ -20,7 +20,7 @@ _NO_UMA = int(Status.NO_UMA)
 _WF = Notification.WF
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class PutReply:
     """One put's answer, given once: PutDone (WF), an MRS_ACK (AK) or a timeout.
 
@@ -43,6 +43,34 @@ class PutReply:
     """The put asked for its PutDone once stored, whatever its mode (a client SAF
     journal draining: it may delete its record only then)."""
     stored_answered: bool = False
+
+    def __init__(
+        self,
+        send_ack: SendAck,
+        session: Session,
+        request_id: int,
+        mode: DeliveryMode,
+        response_queue: Address,
+        seq: int = 0,
+        done: bool = False,
+        deadline: Bucket | None = None,
+        on_done: Callable[[], None] | None = None,
+        stored_reply: bool = False,
+        stored_answered: bool = False,
+    ) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.send_ack = send_ack
+        self.session = session
+        self.request_id = request_id
+        self.mode = mode
+        self.response_queue = response_queue
+        self.seq = seq
+        self.done = done
+        self.deadline = deadline
+        self.on_done = on_done
+        self.stored_reply = stored_reply
+        self.stored_answered = stored_answered
 
     def stored(self, psb: Psb) -> None:
         """The message is durable here (DQF or SAF): answer a stored_reply put now."""
@@ -104,10 +132,16 @@ class PutReply:
         )
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _Done:
     reply: PutReply
     psb: Psb
+
+    def __init__(self, reply: PutReply, psb: Psb) -> None:
+        """Written out, not generated: compiled, a generated `__init__` stays
+        interpreted (journals.native, issue 17)."""
+        self.reply = reply
+        self.psb = psb
 
     def __call__(self, *_args: object) -> None:
         self.reply.report(self.psb)
