@@ -58,6 +58,8 @@ COMPILED_MODULES = (
     "mrs.records",
     "clients.deadlines",
     "mrs.protocol.fastcheck",
+    "mrs.group.recovery",
+    "mrs.group.delivery_event",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

@@ -27,6 +27,8 @@ class DqfRoom:
 
     def may_store(self, origin_group: int | None, stored: int, stored_max: int) -> bool:
         """Whether a message may take a DQF slot now (uses one held for its group)."""
+        if not self.held:  # no drain waits: the common case, once per put (issue 17)
+            return stored < stored_max
         held = self.held.get(origin_group, 0) if origin_group is not None else 0
         if held > 0:
             self.held[origin_group] = held - 1

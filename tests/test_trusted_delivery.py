@@ -1,4 +1,4 @@
-"""A Delivery built unchecked for a trusted entry (mrs.group.handover.delivery_event).
+"""A Delivery built unchecked for a trusted entry (mrs.group.delivery_event).
 
 The server skips the Delivery's field check for an entry made from a Put it checked
 at decode (or made by itself). That is only sound if every Put the checked decode
@@ -16,7 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from mrs import protocol as wire
-from mrs.group.handover import delivery_event
+from mrs.group.delivery_event import delivery_event
 from mrs.model import Address, DeliveryMode, Status
 from mrs.queues import Entry
 from tests.test_records_encode import plain_values

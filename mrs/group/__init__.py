@@ -18,7 +18,7 @@ from mrs.group.context import (
     Session,
     Timers,
 )
-from mrs.group.handover import delivery_event
+from mrs.group.delivery_event import delivery_event
 from mrs.group.reply import PutReply
 from mrs.group.wiring import Group, LinkRooms
 

@@ -24,7 +24,8 @@ from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
 from mrs.delivery import Refused
 from mrs.group.context import U32, GroupContext, Session, attached_queue
-from mrs.group.handover import Handover, delivery_event
+from mrs.group.delivery_event import delivery_event
+from mrs.group.handover import Handover
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
 from mrs.model import Status
 from mrs.queues import Entry, TargetQueue

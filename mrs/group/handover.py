@@ -25,6 +25,7 @@ from mrs.group.context import (
     Session,
     attached_queue,
 )
+from mrs.group.delivery_event import delivery_event
 from mrs.group.dqf import Dqf
 from mrs.group.notices import Notices
 from mrs.group.put_deadlines import Bucket, PutDeadlines
@@ -378,30 +379,3 @@ def _sort_unconfirmed(queue: TargetQueue) -> None:
     ordered = sorted(queue.unconfirmed.items())
     queue.unconfirmed.clear()
     queue.unconfirmed.update(ordered)
-
-
-def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
-    """The Delivery of `entry`, checked: this is where a record read back from the
-    journal with a field no client could have put (tampered, or written by a bug) is
-    refused, and `hand_over` quarantines it (tests/test_poison.py). A trusted entry
-    (`Entry.trusted`: made from a Put checked at decode, or by the server) is not
-    checked twice: that check was about 5% of the server's CPU per get."""
-    fields = (
-        request_id,
-        entry.seq,
-        entry.body,
-        entry.source.text,
-        entry.target.text,
-        entry.msg_class,
-        entry.msg_type,
-        entry.priority,
-        int(entry.delivery),
-        int(status),
-        entry.correlation_id,
-        entry.put_time_ns,
-        entry.dead_letter_header,
-        entry.headers,
-    )
-    if entry.trusted:
-        return build_unchecked(wire.Delivery, *fields)
-    return wire.Delivery(*fields)  # type: ignore[arg-type]  # checked here: the point

@@ -22,6 +22,7 @@ from itertools import groupby, islice
 from operator import itemgetter
 
 from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
+from journals.protocol import Store
 from mrs.group.context import U32, GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
@@ -127,12 +128,12 @@ def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], 
     return entry
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class PageRelease:
     """Unmaps the journal's pages after every RELEASE_AFTER_BYTES of records read back,
     so reading a backlog of any size leaves the server's resident size where it was."""
 
-    store: object
+    store: Store
     read_bytes: int = 0
     read_since_trim_bytes: int = 0
 
@@ -147,7 +148,7 @@ class PageRelease:
         self.store.release_pages()
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class ColdReader:
     """Reads one queue's cold messages back from the DQF (TargetQueue.load_cold), and
     sets aside what cannot be delivered, since this is the first time it is read."""
@@ -194,7 +195,7 @@ class ColdReader:
         self.ctx.writer.submit(batch, _Quarantined(self.ctx, key, problem))
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False)
 class _Quarantined:
     ctx: GroupContext
     key: bytes
