@@ -60,6 +60,11 @@ COMPILED_MODULES = (
     "mrs.protocol.fastcheck",
     "mrs.group.recovery",
     "mrs.group.delivery_event",
+    "mrs.group.peers",
+    "mrs.drain_room",
+    "mrs.backlog",
+    "mrs.seq_deltas",
+    "journals.dqf_index",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

@@ -30,7 +30,7 @@ class DqfRoom:
         if not self.held:  # no drain waits: the common case, once per put (issue 17)
             return stored < stored_max
         held = self.held.get(origin_group, 0) if origin_group is not None else 0
-        if held > 0:
+        if held > 0 and origin_group is not None:
             self.held[origin_group] = held - 1
             return True
         return stored + self.held_total < stored_max

@@ -8,6 +8,9 @@ each is kept as that difference in an `array('I')`: 4 MB. A difference that does
 not fit (the first seq, a message from another group, an older seq put back) is
 stored whole in a second array, marked by ESCAPE, so any order of any 64-bit seqs
 costs at most 12 bytes each and is given back exactly.
+
+Compiled (journals.native): a compiled instance has a fixed layout, so the class
+declares no `__slots__`.
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ COMPACT_AFTER = 1 << 16
 
 class SeqDeltas:
     """Seqs in arrival order: append at the end, take from the front."""
-
-    __slots__ = ("_deltas", "_escaped", "_head", "_escaped_head", "_before_head", "_last")
 
     def __init__(self) -> None:
         self._deltas = array("I")

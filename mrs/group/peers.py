@@ -73,7 +73,7 @@ class Peers:
             self.by_id[peer_id] = PeerState(peer_id)
 
     def get(self, peer_id: int | None) -> PeerState | None:
-        return self.by_id.get(peer_id)
+        return self.by_id.get(peer_id) if peer_id is not None else None
 
     def __getitem__(self, peer_id: int) -> PeerState:
         return self.by_id[peer_id]
