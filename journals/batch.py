@@ -59,8 +59,7 @@ class WriteBatch:
         guard: Callable[[], bool] | None = None,
         submitted_s: float = 0.0,
     ) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
+        # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.puts = puts
         self.deletes = deletes
         self.stream = stream

@@ -81,8 +81,7 @@ class Record:
         reason: int = 0,
         extra: dict | None = None,
     ) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
+        # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.seq = seq
         self.target_group = target_group
         self.target_queue = target_queue
@@ -100,7 +99,7 @@ class Record:
         self.confirm_value = confirm_value
         self.confirm_time_ns = confirm_time_ns
         self.reason = reason
-        self.extra = dict() if extra is None else extra
+        self.extra = {} if extra is None else extra
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))

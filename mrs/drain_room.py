@@ -29,8 +29,7 @@ class DqfRoom:
         """Whether a message may take a DQF slot now (uses one held for its group)."""
         if not self.held:  # no drain waits: the common case, once per put (issue 17)
             return stored < stored_max
-        held = self.held.get(origin_group, 0) if origin_group is not None else 0
-        if held > 0 and origin_group is not None:
+        if origin_group is not None and (held := self.held.get(origin_group, 0)) > 0:
             self.held[origin_group] = held - 1
             return True
         return stored + self.held_total < stored_max

@@ -251,17 +251,9 @@ class Dqf:
         self.ctx.writer.submit(batch, _Quarantined(self.ctx, entry))
 
 
-@dataclass(eq=False)
 class _Stored:
-    """Writer callback of one DQF store (a class, not a closure: its state is named)."""
-
-    dqf: Dqf
-    queue: TargetQueue
-    entry: Entry
-    dedupe_keys: list[str]
-    outcome: Outcome
-    waiter: GetWaiter | None = None
-    """The parked get reserved for this message (its mark is in the same batch)."""
+    """Writer callback of one DQF store (a class, not a closure: its state is named).
+    `waiter`: the parked get reserved for this message (its mark is in the same batch)."""
 
     def __init__(
         self,
@@ -272,8 +264,6 @@ class _Stored:
         outcome: Outcome,
         waiter: GetWaiter | None = None,
     ) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
         self.dqf = dqf
         self.queue = queue
         self.entry = entry

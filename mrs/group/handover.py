@@ -332,22 +332,14 @@ class Handover:
         self.serve_waiting_gets(queue)
 
 
-@dataclass(eq=False, repr=False)
 class GetExpiry:
     """A parked get's timeout: called, it is cancelled (the get was answered); timed
     out, the get is answered TIMEOUT, or, if a commit under way reserved it, marked to
     be answered so should that message not be delivered after all."""
 
-    session: Session
-    queue: TargetQueue
-    waiter: GetWaiter
-    bucket: Bucket | None = None
-
     def __init__(
         self, session: Session, queue: TargetQueue, waiter: GetWaiter, bucket: Bucket | None = None
     ) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
         self.session = session
         self.queue = queue
         self.waiter = waiter

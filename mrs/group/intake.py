@@ -250,17 +250,10 @@ def enqueue_in_memory(ctx: GroupContext, entry: Entry) -> tuple[Status, str]:
     return reached_status(entry.delivery, attached), ""
 
 
-@dataclass(eq=False)
 class _StoreOutcome:
     """The DQF's outcome(status, seq, reason) for one put: the answer once durable."""
 
-    umas: Umas
-    entry: Entry
-    reply: PutReply
-
     def __init__(self, umas: Umas, entry: Entry, reply: PutReply) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
         self.umas = umas
         self.entry = entry
         self.reply = reply
@@ -274,18 +267,11 @@ class _StoreOutcome:
             self.reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
 
 
-@dataclass(eq=False)
 class _Accepted:
     """How an NN/AK put is answered once what it owes is durable: accepted (unless it
     asked to hear only when stored), or refused whatever its mode."""
 
-    session: Session
-    request_id: int
-    answer_now: bool
-
     def __init__(self, session: Session, request_id: int, answer_now: bool) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
         self.session = session
         self.request_id = request_id
         self.answer_now = answer_now

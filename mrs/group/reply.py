@@ -58,8 +58,7 @@ class PutReply:
         stored_reply: bool = False,
         stored_answered: bool = False,
     ) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
+        # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.send_ack = send_ack
         self.session = session
         self.request_id = request_id
@@ -132,14 +131,10 @@ class PutReply:
         )
 
 
-@dataclass(eq=False)
 class _Done:
-    reply: PutReply
-    psb: Psb
+    """Called (by the writer, or an ack), it reports `psb` as its put's outcome."""
 
     def __init__(self, reply: PutReply, psb: Psb) -> None:
-        """Written out, not generated: compiled, a generated `__init__` stays
-        interpreted (journals.native, issue 17)."""
         self.reply = reply
         self.psb = psb
 
