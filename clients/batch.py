@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import trio
 
+from clients.pending import resume
 from clients.requests import put_reply_wait_s
 from mrs import protocol as wire
 from mrs.errors import (
@@ -167,7 +168,7 @@ class Answers:
         self.missing -= 1
         if self.missing <= self.target and self.waiter is not None:
             waiter, self.waiter = self.waiter, None
-            trio.lowlevel.reschedule(waiter)
+            resume(waiter)
 
     async def wait_until(self, missing: int) -> None:
         """Until at most `missing` answers are still owed."""
