@@ -47,6 +47,13 @@ OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 COMMIT_COMPANY_WAIT_S = 0.001
 """How long a commit of batches that can wait (confirms of consumers with gets parked)
 waits for one that cannot, to share its fsync (mrs.server's commit loop)."""
+COMMIT_GAP_S = 0.002
+"""After a busy commit (at least COMMIT_GAP_BATCHES_MIN batches), the next one starts no
+sooner than this after it ended (mrs.commit_pacing): the loop takes in more requests
+first, so fewer fsyncs stall it per message."""
+COMMIT_GAP_BATCHES_MIN = 32
+"""A commit with fewer batches than this is not busy: the next one goes at once (a
+lightly loaded group answers as soon as its disk allows)."""
 PUT_BATCH_ITEMS_MAX = 1000
 """Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
 GET_BATCH_ITEMS_MAX = 1000

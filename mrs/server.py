@@ -45,6 +45,7 @@ from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore
 from mrs import gc_tuning, startup
 from mrs.admission import Admission
 from mrs.client_drains import ClientDrains
+from mrs.commit_pacing import CommitPacing
 from mrs.config import BusConfig, GroupConfig
 from mrs.datadir import DataDirError, DataDirGuard
 from mrs.group import Group
@@ -229,6 +230,7 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         needed two commits (its put, then its confirm), and the loop sat in commits
         more than half of the time, so a put usually arrived during one and waited for
         it to end; a confirm that rides with the next put halves that (issue 17)."""
+        pacing = CommitPacing()
         while True:
             await self._commit_wanted.wait()
             self._commit_wanted = trio.Event()
@@ -237,7 +239,12 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 with trio.move_on_after(COMMIT_COMPANY_WAIT_S):
                     await self._commit_wanted.wait()  # set by the first urgent batch
                 self._commit_wanted = trio.Event()
+            wait_s = pacing.wait_s(trio.current_time())
+            if wait_s > 0:  # the last commit was busy: take in more first (commit_pacing)
+                await trio.sleep(wait_s)
+            batches_before = writer.stats.batches
             self._commit(writer)
+            pacing.committed(writer.stats.batches - batches_before, trio.current_time())
 
     def _commit(self, writer: InlineWriter) -> None:
         """Commit what is pending, then hand the answers it made to the sockets."""
