@@ -300,13 +300,25 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
         dqf = Journal.DQF
         dqf_db = dbs[dqf]
         with store.env.begin(write=True) as txn:
-            put, delete = txn.put, txn.delete
+            put = txn.put
+            # One cursor per database deletes everything of this commit: confirms
+            # delete neighbouring keys, and a cursor already on the right leaf page
+            # finds the next one there instead of searching from the root.
+            deleters: dict[Journal, Any] = {}
+            index_deleter: Any = None
             for batch in batches:
                 for journal, key in batch.deletes:
-                    delete(key, db=dbs[journal])
+                    deleter = deleters.get(journal)
+                    if deleter is None:
+                        deleter = deleters[journal] = txn.cursor(db=dbs[journal])
+                    if deleter.set_key(key):
+                        deleter.delete()
                     if journal is dqf and index is not None:
                         dqf_index.put_keys(txn, index, indexed)  # in order: puts first
-                        delete(key, db=index)
+                        if index_deleter is None:
+                            index_deleter = txn.cursor(db=index)
+                        if index_deleter.set_key(key):
+                            index_deleter.delete()
                 for journal, key, value in batch.puts:
                     if journal is dqf:
                         # A queue's seqs only grow: appended, its pages are filled
