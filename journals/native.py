@@ -65,6 +65,8 @@ COMPILED_MODULES = (
     "mrs.backlog",
     "mrs.seq_deltas",
     "journals.dqf_index",
+    "mrs.request_dispatch",
+    "mrs.group.put_deadlines",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

@@ -36,8 +36,6 @@ class Bucket:
     """Puts waiting with one timeout, arrived within one tick, in arrival order (a
     dict: O(1) removal when answered)."""
 
-    __slots__ = ("replies", "closed", "cancel_expiry")
-
     def __init__(self) -> None:
         self.replies: dict[Expiring, None] = {}
         self.closed = False
@@ -48,9 +46,9 @@ class Bucket:
         replies = self.replies
         replies.pop(reply, None)
         if not replies and self.closed:
-            self._drop_expiry()
+            self.drop_expiry()
 
-    def _drop_expiry(self) -> None:
+    def drop_expiry(self) -> None:
         if self.cancel_expiry is not None:
             self.cancel_expiry()
             self.cancel_expiry = None
@@ -75,45 +73,38 @@ class PutDeadlines:
         if bucket is None:
             bucket = self._open[timeout_s] = Bucket()
             tick_s = min(TICK_S_MAX, timeout_s * TICK_FRACTION)
-            self._timers.call_later(tick_s, _Close(self._open, timeout_s, bucket))
+            self._timers.call_later(tick_s, BucketTimer(self._open, timeout_s, bucket, False))
             bucket.cancel_expiry = self._timers.call_later(
-                timeout_s + tick_s, _Expire(self._open, timeout_s, bucket)
+                timeout_s + tick_s, BucketTimer(self._open, timeout_s, bucket, True)
             )
         bucket.replies[reply] = None
         return bucket
 
 
-class _BucketTimer:
-    __slots__ = ("open", "timeout_s", "bucket")
+class BucketTimer:
+    """Timer of one bucket. Closing (`expires` False): the bucket takes no more puts
+    (later ones open a new bucket). Expiring: every put still in it is answered
+    TIMEOUT. One class with one `__call__`, not a subclass per kind: the module is
+    compiled (journals.native), and a compiled subclass's `__call__` run as a timer
+    crashed the interpreter."""
 
-    def __init__(self, open_buckets: dict[float, Bucket], timeout_s: float, bucket: Bucket):
-        self.open, self.timeout_s, self.bucket = open_buckets, timeout_s, bucket
-
-    def _close(self) -> None:
-        if self.open.get(self.timeout_s) is self.bucket:
-            del self.open[self.timeout_s]
-        self.bucket.closed = True
-
-
-class _Close(_BucketTimer):
-    """Timer: the bucket takes no more puts (later ones open a new bucket)."""
-
-    __slots__ = ()
+    def __init__(
+        self, open_buckets: dict[float, Bucket], timeout_s: float, bucket: Bucket, expires: bool
+    ) -> None:
+        self.open = open_buckets
+        self.timeout_s = timeout_s
+        self.bucket = bucket
+        self.expires = expires
 
     def __call__(self) -> None:
-        self._close()
-        if not self.bucket.replies:
-            self.bucket._drop_expiry()
-
-
-class _Expire(_BucketTimer):
-    """Timer: every put still in the bucket is answered TIMEOUT."""
-
-    __slots__ = ()
-
-    def __call__(self) -> None:
-        self._close()  # already closed, unless the close timer never ran
         bucket = self.bucket
+        if self.open.get(self.timeout_s) is bucket:
+            del self.open[self.timeout_s]
+        bucket.closed = True  # the expiry closes it too, should the close timer not run
+        if not self.expires:
+            if not bucket.replies:
+                bucket.drop_expiry()
+            return
         bucket.cancel_expiry = None
         replies = list(bucket.replies)  # arrival order
         bucket.replies.clear()

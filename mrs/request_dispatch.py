@@ -1,0 +1,183 @@
+"""Dispatches each request of a connection to the group, within the connection's quotas.
+
+Synchronous, one call per frame (no await per message): a request over a quota is
+answered EXCEEDQUOTA, a refused one with its status, an unexpected failure with
+SERVER_ERROR; only a protocol error closes the connection.
+
+Functions of the server (`DispatchHost`), not methods of its mixin: every request
+of every connection passes here, so the module is compiled (journals.native), and a
+compiled class cannot be one of the interpreted `GroupServer`'s several bases. The
+mixin (`mrs.server_dispatch.ServerDispatch`) hands its server to these.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn, Protocol
+
+from mrs import protocol as wire
+from mrs.client_drains import ClientDrains
+from mrs.config import GroupConfig
+from mrs.delivery import Refused
+from mrs.group import Group
+from mrs.guards import Guards
+from mrs.model import Status
+from mrs.refusals import RefusalLog
+from mrs.security.gate import Gate
+from mrs.server_session import ServerSession
+
+log = logging.getLogger("mrs.server")
+
+
+class DispatchHost(Protocol):
+    """What dispatching uses of `mrs.server.GroupServer`."""
+
+    config: GroupConfig
+    group: Group | None
+    gate: Gate | None
+    guards: Guards
+    refusals: RefusalLog
+    client_drains: ClientDrains
+
+    def status_info(self) -> dict: ...
+
+    def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None: ...
+
+
+def begin(host: DispatchHost, session: ServerSession, request_id: int, body_bytes: int) -> None:
+    """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
+    in_flight = session.in_flight
+    guards = host.guards
+    if len(in_flight) >= guards.requests_in_flight_max:
+        over_quota(
+            host,
+            session,
+            "requests_in_flight_max",
+            f"{len(in_flight)} requests in flight "
+            f"(requests_in_flight_max={guards.requests_in_flight_max})",
+        )
+    if body_bytes:
+        held = session.in_flight_bytes + session.account.held_bytes
+        if held + body_bytes > guards.connection_bytes_max:
+            over_quota(
+                host,
+                session,
+                "connection_bytes_max",
+                f"connection holds {held} bytes of messages "
+                f"(connection_bytes_max={guards.connection_bytes_max})",
+            )
+        session.in_flight_bytes += body_bytes
+    in_flight[request_id] = body_bytes
+
+
+def begin_get(host: DispatchHost, session: ServerSession, request_id: int, timeout_ms: int) -> None:
+    """`begin` for a Get or GetBatch, which also counts against parked_gets_max."""
+    queue = session.attached
+    parked_max = host.guards.parked_gets_max
+    if queue is not None and timeout_ms != 0 and len(queue.waiters) >= parked_max:
+        over_quota(
+            host,
+            session,
+            "parked_gets_max",
+            f"{len(queue.waiters)} gets parked on {queue.address} (parked_gets_max={parked_max})",
+        )
+    begin(host, session, request_id, 0)
+
+
+def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: str) -> NoReturn:
+    host.refusals.refused(
+        limit, session.host, f"request refused (EXCEEDQUOTA): {problem} ({session.peer})"
+    )
+    raise Refused(Status.EXCEEDQUOTA, problem)
+
+
+def dispatch(host: DispatchHost, session: ServerSession, event: object) -> None:
+    """One request (or a PutBatch's puts, each answered as if alone)."""
+    if type(event) is wire.PutBatch:  # all in this pass, so one commit stores them
+        for put in event.puts:
+            dispatch(host, session, put)
+        return
+    request_id: int = getattr(event, "request_id", 0)
+    try:
+        _dispatch_one(host, session, event, request_id)
+    except Refused as refused:
+        session.send(wire.Failure(request_id, int(refused.status), refused.message))
+    except wire.ProtocolError:
+        raise
+    except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
+        log.exception("request %r from %s failed", event, session.peer)
+        session.send(
+            wire.Failure(request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}")
+        )
+
+
+def _dispatch_one(
+    host: DispatchHost, session: ServerSession, event: object, request_id: int
+) -> None:
+    gate = host.gate
+    if gate is not None:
+        gate.check(session, event)
+    group = host.group
+    assert group is not None  # set before any connection is served
+    # The requests of a busy connection first, each an exact type test.
+    kind = type(event)
+    if kind is wire.Put:
+        put = event
+        assert isinstance(put, wire.Put)
+        begin(host, session, request_id, len(put.body))
+        if put.headers:  # a client SAF journal draining? (mrs status)
+            host.client_drains.note(session, put)
+        group.put(session, put)
+    elif kind is wire.Confirm:
+        assert isinstance(event, wire.Confirm)
+        begin(host, session, request_id, 0)
+        group.confirm(session, event)
+    elif kind is wire.GetBatch:
+        assert isinstance(event, wire.GetBatch)
+        begin_get(host, session, request_id, event.timeout_ms)
+        group.get_batch(session, event)
+    elif kind is wire.Get:
+        assert isinstance(event, wire.Get)
+        begin_get(host, session, request_id, event.timeout_ms)
+        group.get(session, event)
+    elif kind is wire.CancelGet:  # no reply of its own: the get's answer ends both
+        assert isinstance(event, wire.CancelGet)
+        group.cancel_get(session, event)
+    else:
+        _dispatch_rare(host, session, event, request_id)
+
+
+def _dispatch_rare(
+    host: DispatchHost, session: ServerSession, event: object, request_id: int
+) -> None:
+    group = host.group
+    assert group is not None
+    if isinstance(event, wire.Ping):
+        session.send(wire.Pong(event.nonce))
+    elif isinstance(event, wire.Hello) and event.role == "link":
+        session.liveness.handshake_done = True
+        host._adopt_link(session, event)
+    elif isinstance(event, wire.LinkTransfer | wire.LinkNotice | wire.LinkAck):
+        link = session.link
+        if link is None:
+            raise wire.RemoteProtocolError(
+                f"{type(event).__name__} on a connection that is not a link"
+            )
+        link.handle(event, session)
+    elif isinstance(event, wire.Hello):
+        session.liveness.handshake_done = True
+        config = host.config
+        session.send(
+            wire.Welcome(
+                wire.PROTOCOL_VERSION, config.id, config.name, config.limits.message_bytes_max
+            )
+        )
+    elif isinstance(event, wire.Attach):
+        begin(host, session, request_id, 0)
+        group.attach(session, event)
+    elif isinstance(event, wire.StatusRequest):
+        session.send(wire.StatusReply(request_id, host.status_info()))
+    elif isinstance(event, wire.Pong):
+        pass  # heard: the receive loop has noted it
+    else:
+        raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
