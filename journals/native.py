@@ -67,6 +67,7 @@ COMPILED_MODULES = (
     "journals.dqf_index",
     "mrs.request_dispatch",
     "mrs.group.put_deadlines",
+    "mrs.protocol.plain_data",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

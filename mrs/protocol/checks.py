@@ -25,14 +25,15 @@ from msgspec import inspect as mi
 from msgspec.structs import astuple
 
 from mrs.limits import FRAME_BYTES_MAX_DEFAULT as FRAME_BYTES_MAX_DEFAULT  # re-exported
-from mrs.limits import NEST_DEPTH_MAX as NEST_MAX
 from mrs.protocol.errors import LocalProtocolError
+from mrs.protocol.plain_data import INT64 as INT64  # re-exported
+from mrs.protocol.plain_data import NEST_MAX as NEST_MAX  # re-exported
+from mrs.protocol.plain_data import UINT64_MAX as UINT64_MAX  # re-exported
+from mrs.protocol.plain_data import plain_data_problem as plain_data_problem  # re-exported
 
 PROTOCOL_VERSION = 1
 
 INT32 = (-(2**31), 2**31 - 1)
-INT64 = (-(2**63), 2**63 - 1)
-UINT64_MAX = 2**64 - 1
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 4
@@ -234,58 +235,6 @@ class BoolCheck(Check):
 
     def problem(self, value: Any) -> str | None:
         return None if type(value) is bool else f"must be a bool, got {type(value).__name__}"
-
-
-_SCALARS = (bool, str, bytes, float, type(None))
-_LEAF_TYPES = frozenset(_SCALARS)
-"""Exact types that need no look at all: the common header values."""
-
-
-def plain_data_problem(root: dict) -> str | None:
-    """What keeps `root` from being plain msgpack data, or None.
-
-    Recursive, at most NEST_MAX deep (a deeper container is refused before it is
-    entered), and quick for the usual case of str keys and scalar values: it is run
-    on the headers of every put (the client's check and the server's decode)."""
-    return _container_problem(root, 0)
-
-
-def _container_problem(item: Any, depth: int) -> str | None:
-    if depth >= NEST_MAX:
-        return f"is nested deeper than {NEST_MAX} levels"
-    leaves, low, high = _LEAF_TYPES, INT64[0], UINT64_MAX
-    if isinstance(item, dict):
-        for key, value in item.items():
-            if type(key) is not str:
-                if not isinstance(key, (int, *_SCALARS)):
-                    return f"holds a key of type {type(key).__name__}"
-                if (problem := _value_problem(key, depth + 1)) is not None:
-                    return problem
-            kind = type(value)
-            if kind in leaves or (kind is int and low <= value <= high):
-                continue
-            if (problem := _value_problem(value, depth + 1)) is not None:
-                return problem
-    else:
-        for value in item:
-            kind = type(value)
-            if kind in leaves or (kind is int and low <= value <= high):
-                continue
-            if (problem := _value_problem(value, depth + 1)) is not None:
-                return problem
-    return None
-
-
-def _value_problem(value: Any, depth: int) -> str | None:
-    if isinstance(value, _SCALARS):
-        return None
-    if isinstance(value, int):
-        if not INT64[0] <= value <= UINT64_MAX:
-            return f"holds an int out of msgpack range: {value}"
-        return None
-    if isinstance(value, dict | list | tuple):
-        return _container_problem(value, depth)
-    return f"holds a value of type {type(value).__name__}"
 
 
 def check_for(info: mi.Type) -> Check:
