@@ -144,14 +144,12 @@ def _dispatch_one(
         assert isinstance(event, wire.CancelGet)
         group.cancel_get(session, event)
     else:
-        _dispatch_rare(host, session, event, request_id)
+        _dispatch_rare(host, group, session, event, request_id)
 
 
 def _dispatch_rare(
-    host: DispatchHost, session: ServerSession, event: object, request_id: int
+    host: DispatchHost, group: Group, session: ServerSession, event: object, request_id: int
 ) -> None:
-    group = host.group
-    assert group is not None
     if isinstance(event, wire.Ping):
         session.send(wire.Pong(event.nonce))
     elif isinstance(event, wire.Hello) and event.role == "link":

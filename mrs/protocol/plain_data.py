@@ -19,6 +19,7 @@ _INT_MIN = INT64[0]
 _SCALARS = (bool, str, bytes, float, type(None))
 _LEAF_TYPES = frozenset(_SCALARS)
 """Exact types that need no look at all: the common header values."""
+_KEY_TYPES = (int, *_SCALARS)
 
 
 def plain_data_problem(root: dict) -> str | None:
@@ -36,7 +37,7 @@ def _container_problem(item: Any, depth: int) -> str | None:
     if isinstance(item, dict):
         for key, value in item.items():
             if type(key) is not str:
-                if not isinstance(key, (int, bool, str, bytes, float, type(None))):
+                if not isinstance(key, _KEY_TYPES):
                     return f"holds a key of type {type(key).__name__}"
                 if (problem := _value_problem(key, depth + 1)) is not None:
                     return problem
@@ -56,7 +57,7 @@ def _container_problem(item: Any, depth: int) -> str | None:
 
 
 def _value_problem(value: Any, depth: int) -> str | None:
-    if isinstance(value, (bool, str, bytes, float, type(None))):
+    if isinstance(value, _SCALARS):
         return None
     if isinstance(value, int):
         if not _INT_MIN <= value <= UINT64_MAX:
