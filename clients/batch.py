@@ -26,7 +26,7 @@ import msgspec
 import trio
 
 from clients.pending import resume
-from clients.requests import put_reply_wait_s
+from clients.requests import put_reply_wait_s, put_request
 from mrs import protocol as wire
 from mrs.errors import (
     ConnectionLost,
@@ -103,23 +103,20 @@ def build_put(client: Any, item: PutItem) -> wire.Put:
     timeout = item.timeout
     if timeout is not None and timeout < 0:
         raise error_for(Status.BADPARAM, f"put timeout must be >= 0 s, got {timeout:g}")
-    try:
-        return wire.Put(
-            client._next_id(),
-            str(item.target),
-            bytes(body),
-            int(item.delivery),
-            int(uma or 0),
-            item.msg_class,
-            item.msg_type,
-            item.priority,
-            0 if not timeout else max(1, round(timeout * 1000)),
-            item.correlation_id,
-            str(item.resp_q) if item.resp_q is not None else "",
-            item.headers,
-        )
-    except wire.LocalProtocolError as error:
-        raise FieldRefused(Status.BADPARAM, error.message) from None
+    return put_request(
+        client._next_id(),
+        str(item.target),
+        bytes(body),
+        item.delivery,
+        uma or 0,
+        item.msg_class,
+        item.msg_type,
+        item.priority,
+        0 if not timeout else max(1, round(timeout * 1000)),
+        item.correlation_id,
+        str(item.resp_q) if item.resp_q is not None else "",
+        item.headers,
+    )
 
 
 def wire_bytes(put: wire.Put) -> int:

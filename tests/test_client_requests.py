@@ -70,7 +70,8 @@ def test_a_confirm_is_built_as_the_checked_construction_builds_it(
 
 
 def test_the_fast_path_is_taken_for_a_plain_put(monkeypatch) -> None:
-    """The common put really skips the generic check (else this work was for nothing)."""
+    """Common puts, with headers or not, really skip the generic check (else this work
+    was for nothing)."""
     calls = []
     original = wire.Put._all_ok
 
@@ -80,7 +81,11 @@ def test_the_fast_path_is_taken_for_a_plain_put(monkeypatch) -> None:
 
     monkeypatch.setattr(wire.Put, "_all_ok", staticmethod(counting))
     put_request(1, "1.10", b"x", DeliveryMode.WF_DQF, Uma.DLJ, 0, 0, 0, 0, b"", "", None)
+    replayed = {"replay": {"journal": "pcj", "seq": 7}, "idempotency_key": "replay:a:7:b"}
+    put_request(1, "1.10", b"x", DeliveryMode.WF_DQF, 0, 3, 4, 5, 250, b"c-1", "1.20", replayed)
     assert calls == []
+    with pytest.raises(FieldRefused):  # free-form headers are still looked into
+        put_request(1, "1.10", b"x", DeliveryMode.WF_DQF, 0, 0, 0, 0, 0, b"", "", {"t": 1.5j})
     with pytest.raises(FieldRefused):
         put_request(1, "1.10", b"x", DeliveryMode.WF_DQF, Uma.DLJ, 0, 0, 120, 0, b"", "", None)
     assert len(calls) == 1

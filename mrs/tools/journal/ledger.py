@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import lmdb
 import msgpack
@@ -42,8 +42,10 @@ STORED = "stored"
 FAILED = "failed"
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
+class LedgerEntry(NamedTuple):
+    """One record's replay state. A named tuple: a replay stages one per record, and
+    building a frozen dataclass cost several times as much (issue 17, jplay)."""
+
     state: str
     gen: int
     replay_seq: int = 0
@@ -52,13 +54,16 @@ class LedgerEntry:
     target: str = ""
 
     def pack(self) -> bytes:
-        return msgpack.packb(
-            [self.state, self.gen, self.replay_seq, self.status, self.time_ns, self.target]
-        )
+        """[state, gen, replay_seq, status, time_ns, target] in msgpack."""
+        return _PACKER.pack(self)
 
     @classmethod
     def unpack(cls, data: bytes) -> LedgerEntry:
         return cls(*msgpack.unpackb(data))
+
+
+_PACKER = msgpack.Packer()
+"""Packs a tuple as the array it always was; one packer for every entry."""
 
 
 class ReplayLedger:

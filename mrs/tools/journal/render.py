@@ -7,6 +7,7 @@ format is what `mrs dump --json` promises scripts (docs/journal-tools.md).
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 
 from journals import Journal, Record
@@ -67,7 +68,9 @@ def local_time(time_ns: int) -> str:
     return moment.isoformat(sep=" ", timespec="milliseconds")
 
 
+@functools.lru_cache(maxsize=1024)  # a few dozen statuses; bounded for corrupt values
 def status_name(value: int) -> str:
+    """The Status's name, or the number as text when it names none."""
     try:
         return Status(value).name
     except ValueError:

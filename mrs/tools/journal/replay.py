@@ -338,8 +338,8 @@ class Replayer:
             return
         options, record = self.options, item.record
         stored = result.stored or result.uma_status == Status.SAF_SUCCESS
-        name = status_name(int(result.delivery_status))
         status = int(result.delivery_status)
+        name = status_name(status)
         if not stored:
             self.ledger.stage(
                 options.journal, record.seq, FAILED, item.gen, status=status, target=item.target
