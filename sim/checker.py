@@ -89,6 +89,8 @@ class Verdict:
     stuck: list[str] = field(default_factory=list)
     wrong_umas: list[str] = field(default_factory=list)
     mrs_ack_violations: list[str] = field(default_factory=list)
+    never_started: list[str] = field(default_factory=list)
+    """A group could not be started at all: the seed ended there, unjudged."""
 
     @property
     def ok(self) -> bool:
@@ -110,6 +112,7 @@ class Verdict:
             "stuck": len(self.stuck),
             "wrong_umas": len(self.wrong_umas),
             "mrs_ack_violations": len(self.mrs_ack_violations),
+            "never_started": len(self.never_started),
         }
 
 
@@ -125,6 +128,7 @@ PROBLEMS = (
     "stuck",
     "wrong_umas",
     "mrs_ack_violations",
+    "never_started",
 )
 """The Verdict lists that must be empty, in the order reports show them."""
 
@@ -144,6 +148,9 @@ def acknowledged_as_stored(sent: Sent) -> bool:
 
 def check(history: History) -> Verdict:
     verdict = Verdict(sent=len(history.sent))
+    if history.never_started:  # the seed stopped early: the other checks would only
+        verdict.never_started = list(history.never_started)  # list its missing drain
+        return verdict
     first_delivery = _check_deliveries(history, verdict)
     verdict.delivered = len(first_delivery)
     for sent in history.sent.values():

@@ -69,6 +69,8 @@ class History:
     """Puts the server refused (e.g. NOTSUPPORTED): they must never arrive."""
     leftovers: dict[str, list[str]] = field(default_factory=dict)
     """After the final drain: "g<N> DQF" / "g<N> SAF" -> message ids still there."""
+    never_started: list[str] = field(default_factory=list)
+    """Groups that could not be started at all (the seed ended there), and why."""
     mrs_ack_counts: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     """seq -> how many MRS_ACKs came back for it (exactly one is the rule)."""
 
@@ -139,6 +141,7 @@ class History:
                 "observed": dict(self.observed),
                 "refused": sorted(self.refused),
                 "leftovers": self.leftovers,
+                "never_started": self.never_started,
             },
             sort_keys=True,
         )

@@ -12,7 +12,9 @@ import pytest
 from mrs.group import UNSAFE_SWITCHES
 from mrs.model import DeliveryMode, Uma
 from sim.checker import History, Sent, check
+from sim.membus import SimGroup
 from sim.scenarios import run_scenario
+from sim.simulation import START_ATTEMPTS_MAX
 from sim.swarm import NEMESIS_ACTIONS, QUICK_WORKLOAD, run_seed
 
 SWARM_SEEDS = 200
@@ -50,6 +52,27 @@ def test_swarm_keeps_every_invariant_and_covers_the_workload() -> None:
     for cap in ("get EXCMAXUNCONF", "put DQF_FULL", "put EXCEEDQUOTA", "put NOTSUPPORTED"):
         assert observed[cap], f"the workload never reached {cap}"
     assert observed["put MRS_RES_EXH"] + observed["mrs_ack MRS_RES_EXH"], "no map filled"
+
+
+def test_a_group_that_can_never_start_fails_its_seed_instead_of_hanging(monkeypatch) -> None:
+    """A build whose group cannot start at all gets a verdict (never_started) after a
+    bounded number of attempts, not an endless restart loop under the mock clock."""
+    start = SimGroup.start
+
+    async def broken_start(group: SimGroup, nursery) -> None:
+        if group.group_id == 2:
+            raise RuntimeError("recovery failed: journal unreadable")
+        await start(group, nursery)
+
+    monkeypatch.setattr(SimGroup, "start", broken_start)
+    history, verdict = run_seed(7, shape=QUICK_WORKLOAD)
+    assert not verdict.ok
+    assert verdict.counts()["never_started"] == 1
+    (why,) = verdict.never_started
+    assert why.startswith(f"g2: {START_ATTEMPTS_MAX} starts in a row failed")
+    assert "journal unreadable" in why
+    failed = [event for event in history.events if "start_failed" in event]
+    assert len(failed) == START_ATTEMPTS_MAX
 
 
 def test_same_seed_same_history_byte_for_byte() -> None:
