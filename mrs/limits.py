@@ -44,9 +44,11 @@ the server's records read back): least recently used ones are dropped beyond it,
 process that sees many queues stays bounded."""
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
-COMMIT_COMPANY_WAIT_S = 0.001
+COMMIT_COMPANY_WAIT_S = 0.003
 """How long a commit of batches that can wait (confirms of consumers with gets parked)
-waits for one that cannot, to share its fsync (mrs.server's commit loop)."""
+waits for one that cannot, to share its fsync (mrs.server's commit loop). Longer than
+the gap between puts at 1,000 msgs/s: at 1 ms the wait often ran out just before the
+next put came (docs/journals.md "Group commit")."""
 COMMIT_GAP_S = 0.002
 """After a busy commit (at least COMMIT_GAP_BATCHES_MIN batches), the next one starts no
 sooner than this after it ended (mrs.commit_pacing): the loop takes in more requests
