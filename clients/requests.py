@@ -12,6 +12,7 @@ other call takes the generic check, so a bad value is refused as before: a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -66,52 +67,29 @@ def put_request(
     field by field (a `FieldRefused` naming the field). Why: the generic check cost
     more than building the Put (issue 17); a put with a correlation id, a priority or
     headers now skips it as a put with defaults did."""
-    if type(delivery) is DeliveryMode and (type(uma) is Uma or uma == 0):
-        if (
-            type(msg_class) is int
-            and type(msg_type) is int
-            and type(priority) is int
-            and type(timeout_ms) is int
-            and type(correlation_id) is bytes
-            and (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q, headers)
-            == (0, 0, 0, 0, b"", "", None)
-        ):  # every optional field at its default: the put most applications make
-            return build_unchecked(
-                wire.Put,
-                request_id,
-                target,
-                body,
-                int(delivery),
-                int(uma),
-                0,
-                0,
-                0,
-                0,
-                b"",
-                "",
-                None,
-            )
-        scalars = (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q)
-        if (headers is None or type(headers) is dict) and _plain_put_fields(*scalars):
-            # headers, a free-form field, are still looked into (FieldRefused if not plain)
-            return built(
-                build_unchecked,
-                wire.Put,
-                request_id,
-                target,
-                body,
-                int(delivery),
-                int(uma),
-                msg_class,
-                msg_type,
-                priority,
-                timeout_ms,
-                correlation_id,
-                resp_q,
-                headers,
-            )
+    enums = type(delivery) is DeliveryMode and (type(uma) is Uma or uma == 0)
+    if (
+        enums
+        and type(msg_class) is int
+        and type(msg_type) is int
+        and type(priority) is int
+        and type(timeout_ms) is int
+        and type(correlation_id) is bytes
+        and (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q, headers)
+        == (0, 0, 0, 0, b"", "", None)
+    ):  # every optional field at its default: the put most applications make
+        return build_unchecked(
+            wire.Put, request_id, target, body, int(delivery), int(uma), 0, 0, 0, 0, b"", "", None
+        )
+    build: Callable[..., Any] = wire.Put  # checked field by field
+    if (
+        enums
+        and (headers is None or type(headers) is dict)
+        and _plain_put_fields(msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q)
+    ):  # headers, a free-form field, are still looked into (FieldRefused if not plain)
+        build = _UNCHECKED_PUT
     return built(
-        wire.Put,
+        build,
         request_id,
         target,
         body,
@@ -125,6 +103,9 @@ def put_request(
         resp_q,
         headers,
     )
+
+
+_UNCHECKED_PUT = functools.partial(build_unchecked, wire.Put)
 
 
 def _plain_put_fields(
