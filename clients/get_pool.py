@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from clients.errors import MrsError, ReplyTimeout, error_for
-from clients.pending import _Pending
+from clients.waiting import Pending
 from mrs import protocol as wire
 from mrs.limits import GET_BATCH_ITEMS_MAX, GET_POOL_BATCH_MAX, REPLY_GRACE_S
 from mrs.model import Message, Status
@@ -62,7 +62,7 @@ class _Owner(Protocol):
 
     _link: _Link | None
     _held: deque[Message]
-    _pending: dict[int, _Pending]
+    _pending: dict[int, Pending]
     _deadlines: ReplyDeadlines
 
     def _next_id(self) -> int: ...
@@ -73,23 +73,24 @@ class _Owner(Protocol):
     def _message(self, reply: wire.Delivery) -> Message: ...
 
 
-@dataclass(eq=False, slots=True)
-class _Caller(_Pending):
+class _Caller(Pending):
     """One `get` waiting in the pool; `deadline_s` is when its own timeout ends (trio
     time, inf for none). Leaving the pool (cancelled, reply deadline passed) tells it."""
 
-    pool: GetPool | None = None
-    deadline_s: float = math.inf
-    asked: bool = False
-    """A batch was asked for it before: the server has parked it (see `ask`)."""
+    def __init__(self, pool: GetPool | None) -> None:
+        super().__init__("get")
+        self.pool = pool
+        self.deadline_s = math.inf
+        self.asked = False
+        """A batch was asked for it before: the server has parked it (see `ask`)."""
 
     def expire(self) -> None:
         self._leave()
-        _Pending.expire(self)
+        Pending.expire(self)
 
     def __call__(self, raise_cancel: object) -> trio.lowlevel.Abort:
         self._leave()
-        return _Pending.__call__(self, raise_cancel)
+        return Pending.__call__(self, raise_cancel)
 
     def _leave(self) -> None:
         """Stop waiting without an answer (reply deadline, cancelled): tell the pool."""
@@ -97,13 +98,13 @@ class _Caller(_Pending):
             self.pool.left()
 
 
-@dataclass(eq=False, slots=True)
 class _Batch:
     """A GetBatch in flight: what it may still bring, and the callers it was asked for
     (those its refusal concerns)."""
 
-    count: int
-    callers: list[_Caller]
+    def __init__(self, count: int, callers: list[_Caller]) -> None:
+        self.count = count
+        self.callers = callers
 
 
 class GetPool:
@@ -130,7 +131,7 @@ class GetPool:
         if room <= 0:
             raise client._no_get_room(room)
         now_s = trio.current_time()
-        caller = _Caller("get", pool=self)
+        caller = _Caller(self)
         if timeout_s is not None:
             caller.deadline_s = now_s + timeout_s
             client._deadlines.add(caller.deadline_s + REPLY_GRACE_S, client._next_id(), caller)
@@ -148,7 +149,8 @@ class GetPool:
             return result
         if result is _RETRY_SINGLE:
             return None
-        raise result  # type: ignore[misc]
+        assert isinstance(result, BaseException)  # an MrsError: what a Get would raise
+        raise result
 
     def left(self) -> None:
         """A caller left (cancelled, or its reply deadline passed); with none left,
@@ -206,7 +208,7 @@ class GetPool:
             caller.asked = True
         self._batches[request_id] = _Batch(count, callers)
         self.asked += count
-        client._pending[request_id] = _Pending("get", callback=self._answer_of(request_id))
+        client._pending[request_id] = Pending("get", self._answer_of(request_id))
         link.send(request)
         link.unsent.add(request_id)
 
@@ -220,7 +222,7 @@ class GetPool:
         self.asked = 0
 
     # ------------------------------------------------------------- answers
-    def _answer_of(self, request_id: int):  # noqa: ANN202 - a callback
+    def _answer_of(self, request_id: int) -> Callable[[object], None]:
         return lambda result: self._answered(request_id, result)
 
     def _answered(self, request_id: int, result: object) -> None:
@@ -232,8 +234,8 @@ class GetPool:
             return
         self.asked -= batch.count
         client._release_get(request_id)
-        if isinstance(result, wire.Delivery | wire.DeliveryBatch):
-            deliveries = result.deliveries if type(result) is wire.DeliveryBatch else (result,)
+        if isinstance(result, (wire.Delivery, wire.DeliveryBatch)):
+            deliveries = result.deliveries if isinstance(result, wire.DeliveryBatch) else [result]
             for delivery in deliveries:  # any more than the callers waiting are held
                 message = client._message(delivery)
                 if not self._give(message):

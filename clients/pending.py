@@ -12,9 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -26,6 +24,9 @@ from clients.errors import (
     ReplyTimeout,
     error_for,
 )
+from clients.waiting import RESUMED as RESUMED  # re-exported (benchmarks/resume_cost.py)
+from clients.waiting import Pending as _Pending
+from clients.waiting import resume as resume  # re-exported (clients.batch)
 from mrs import protocol as wire
 from mrs.limits import ADDRESSES_CACHED_MAX, CLIENT_REQUESTS_IN_FLIGHT_MAX, HELD_MESSAGES_MAX
 from mrs.model import Address, Message, Status, delivery_mode_of, status_of
@@ -39,89 +40,6 @@ _ANSWERS = frozenset(
     {wire.PutDone, wire.Delivery, wire.DeliveryBatch, wire.Confirmed, wire.StatusReply}
 )
 """Answers that are the request's result as they are (no error to raise)."""
-
-
-class _Resumed:
-    """What a woken request's task resumes with: `wait_task_rescheduled` returns
-    `unwrap()` of what `reschedule` was given, and a request's wait returns nothing.
-
-    Why one shared object: `reschedule(task)` builds an `outcome.Value(None)` per
-    wake-up, an attrs class whose `__init__` was 6.8% of a consumer's CPU in the e2e
-    shape (issue 17). A Value may be unwrapped only once; this one holds nothing, so
-    it can be resumed with any number of times. A cancelled wait never sees it (trio
-    resumes that one with the Cancelled error)."""
-
-    __slots__ = ()
-
-    def unwrap(self) -> None:
-        return None
-
-
-RESUMED: Any = _Resumed()
-"""The one `_Resumed`, typed Any: trio's signature asks for an `outcome.Outcome`."""
-
-
-def resume(task: trio.lowlevel.Task) -> None:
-    """Wake a task parked in `wait_task_rescheduled`, its wait returning None."""
-    trio.lowlevel.reschedule(task, RESUMED)
-
-
-@dataclass(eq=False, slots=True)
-class _Pending:
-    """One request awaiting its answer. The waiting task parks itself directly
-    (trio.lowlevel) instead of on a trio.Event: one request, one waiter, so the
-    Event's parking lot is pure cost on the per-request path (issue 17)."""
-
-    kind: str
-    """"put", "get", "drain" or "other": decides what a lost connection answers."""
-    callback: Callable[[object], None] | None = None
-    result: object = None
-    answered: bool = False
-    waiter: trio.lowlevel.Task | None = None
-    """The parked caller; None once it was woken (answer, expiry) or cancelled."""
-    timed_out: bool = False
-    """Its reply deadline passed before the answer came (clients.deadlines)."""
-    done: bool = False
-    """Nobody waits any more (answered, timed out or cancelled): its deadline is moot."""
-
-    def answer(self, result: object) -> None:
-        self.result = result
-        self.answered = self.done = True
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None:
-            resume(waiter)
-        if self.callback is not None:
-            self.callback(result)
-
-    def expire(self) -> None:
-        """The reply deadline passed: the wait ends with `timed_out` (no-op once done)."""
-        if self.done:
-            return
-        self.timed_out = self.done = True
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None:
-            resume(waiter)
-
-    async def wait(self) -> None:
-        """Until answered or expired; a checkpoint even when that already happened."""
-        await self.waited()
-
-    def waited(self) -> Awaitable[object]:
-        """What `wait` awaits, for the caller's own task to await: `_request` awaits it
-        directly, so a request in flight holds no coroutine of `wait` for the collector
-        to walk (issue 17)."""
-        if self.done:
-            return trio.lowlevel.checkpoint()
-        self.waiter = trio.lowlevel.current_task()
-        return trio.lowlevel.wait_task_rescheduled(self)
-
-    def __call__(self, _raise_cancel: object) -> trio.lowlevel.Abort:
-        """The wait's abort function (the caller was cancelled): itself, not a closure
-        made per wait, so a request in flight holds one object fewer for the collector
-        to walk (issue 17)."""
-        self.waiter = None  # a late answer must not wake a task that has moved on
-        self.done = True
-        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Requests:

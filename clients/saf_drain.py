@@ -66,7 +66,6 @@ class _Window:
         self.bytes -= self.keys.pop(key, 0)
 
 
-@dataclass(eq=False, slots=True)
 class _DrainedPut(_Pending):
     """A drained record's put awaiting its answer. Past its reply deadline
     (clients.requests.put_reply_wait_s, as for any put) the server is taken to have
@@ -75,7 +74,14 @@ class _DrainedPut(_Pending):
     duplicate). Without a deadline one put the server never answered kept the window
     from emptying, and the journal in JOURNAL_ON, for ever."""
 
-    unanswered: Callable[[], None] | None = None
+    def __init__(
+        self,
+        kind: str,
+        callback: Callable[[object], None] | None = None,
+        unanswered: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(kind, callback)
+        self.unanswered = unanswered
 
     def expire(self) -> None:
         if self.done:

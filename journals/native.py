@@ -68,6 +68,8 @@ COMPILED_MODULES = (
     "mrs.request_dispatch",
     "mrs.group.put_deadlines",
     "mrs.protocol.plain_data",
+    "clients.waiting",
+    "clients.get_pool",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc
