@@ -62,34 +62,46 @@ def put_request(
     headers: Any,
 ) -> wire.Put:
     """The Put; built unchecked when every field is already what the wire takes (what
-    `Client.put` and `put_many` pass: str(target), bytes(body), enum members, ints in
-    range, headers a dict, whose plain data the build still looks into), else checked
-    field by field (a `FieldRefused` naming the field). Why: the generic check cost
-    more than building the Put (issue 17); a put with a correlation id, a priority or
-    headers now skips it as a put with defaults did."""
-    enums = type(delivery) is DeliveryMode and (type(uma) is Uma or uma == 0)
+    `Client.put` and `put_many` pass), else checked field by field (a `FieldRefused`
+    naming the field): the generic check cost more than building the Put (issue 17)."""
+    unchecked = False  # else checked field by field
     if (
-        enums
+        type(delivery) is DeliveryMode
+        and (type(uma) is Uma or uma == 0)
         and type(msg_class) is int
         and type(msg_type) is int
         and type(priority) is int
         and type(timeout_ms) is int
         and type(correlation_id) is bytes
-        and (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q, headers)
-        == (0, 0, 0, 0, b"", "", None)
-    ):  # every optional field at its default: the put most applications make
-        return build_unchecked(
-            wire.Put, request_id, target, body, int(delivery), int(uma), 0, 0, 0, 0, b"", "", None
+    ):
+        optional = (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q, headers)
+        if optional == (0, 0, 0, 0, b"", "", None):  # all at their defaults: most puts
+            return build_unchecked(
+                wire.Put,
+                request_id,
+                target,
+                body,
+                int(delivery),
+                int(uma),
+                0,
+                0,
+                0,
+                0,
+                b"",
+                "",
+                None,
+            )
+        unchecked = (  # headers, free-form, are still looked into (FieldRefused if not plain)
+            type(resp_q) is str
+            and _INT64_MIN <= msg_class <= _INT64_MAX
+            and _INT64_MIN <= msg_type <= _INT64_MAX
+            and 0 <= priority <= PRIORITY_MAX
+            and 0 <= timeout_ms <= _INT64_MAX
+            and len(correlation_id) <= CORRELATION_ID_BYTES_MAX
+            and (headers is None or type(headers) is dict)
         )
-    build: Callable[..., Any] = wire.Put  # checked field by field
-    if (
-        enums
-        and (headers is None or type(headers) is dict)
-        and _plain_put_fields(msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q)
-    ):  # headers, a free-form field, are still looked into (FieldRefused if not plain)
-        build = _UNCHECKED_PUT
     return built(
-        build,
+        _UNCHECKED_PUT if unchecked else wire.Put,
         request_id,
         target,
         body,
@@ -106,30 +118,6 @@ def put_request(
 
 
 _UNCHECKED_PUT = functools.partial(build_unchecked, wire.Put)
-
-
-def _plain_put_fields(
-    msg_class: Any,
-    msg_type: Any,
-    priority: Any,
-    timeout_ms: Any,
-    correlation_id: Any,
-    resp_q: Any,
-) -> bool:
-    """The Put's scalar fields are exactly the wire's types and within its ranges."""
-    return (
-        type(msg_class) is int
-        and type(msg_type) is int
-        and type(priority) is int
-        and type(timeout_ms) is int
-        and type(correlation_id) is bytes
-        and type(resp_q) is str
-        and _INT64_MIN <= msg_class <= _INT64_MAX
-        and _INT64_MIN <= msg_type <= _INT64_MAX
-        and 0 <= priority <= PRIORITY_MAX
-        and 0 <= timeout_ms <= _INT64_MAX
-        and len(correlation_id) <= CORRELATION_ID_BYTES_MAX
-    )
 
 
 def get_request(request_id: int, timeout_ms: Any) -> wire.Get:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import trio
 
+from clients import NoMoreMessages
 from mrs import protocol as wire
 from sim.processes import GroupProcess, write_single_group_config
 from tests.conftest import STANDARD_QUEUES
@@ -71,3 +72,17 @@ async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
         await nursery.start(trio.serve_listeners, serve, listeners)
         task_status.started(listeners[0].socket.getsockname()[1])
         await trio.sleep_forever()
+
+
+async def take_all(client) -> list:
+    """Every message waiting now on the queue `client` is attached to, in order; each
+    that asks for a confirm (CONFIRMREQ, POSSDUPL) confirmed."""
+    messages = []
+    while True:
+        try:
+            message = await client.get(timeout=0)
+        except NoMoreMessages:
+            return messages
+        if message.needs_confirm:
+            await client.confirm(message.seq)
+        messages.append(message)

@@ -24,6 +24,7 @@ from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
 from sim.processes import write_single_group_config
+from tests.client_helpers import take_all
 from tests.conftest import STANDARD_QUEUES
 
 MODE = DeliveryMode
@@ -75,22 +76,9 @@ async def run_handler(bus, text: str, wait_s: float | None = 0, window: int = 8)
     return handler, [event for event in events if "seq" in event]
 
 
-async def drain(client) -> list:
-    """Every message on the client's queue now, confirmed."""
-    messages = []
-    while True:
-        try:
-            message = await client.get(timeout=0)
-        except NoMoreMessages:
-            return messages
-        if message.needs_confirm:
-            await client.confirm(message.seq)
-        messages.append(message)
-
-
 async def dlq_bodies(bus) -> list[bytes]:
     async with bus.connect(queue="DLQ") as dlq:
-        return sorted(message.body for message in await drain(dlq))
+        return sorted(message.body for message in await take_all(dlq))
 
 
 # ---------------------------------------------------------------------- actions
@@ -123,8 +111,8 @@ DESTQ(94) ACTION(IGNORE)
         mem_bus.connect(queue="ANYORDER") as forwarded_to,
         mem_bus.connect(queue="ORDERS") as retried_to,
     ):
-        [forwarded] = await drain(forwarded_to)
-        [retried] = await drain(retried_to)
+        [forwarded] = await take_all(forwarded_to)
+        [retried] = await take_all(retried_to)
     # FWD keeps all of the original context and, with HEADER(YES), the header.
     assert forwarded.body == b"\x00\xffforward me"
     assert (forwarded.msg_class, forwarded.msg_type, forwarded.priority) == (7, 8, 9)
@@ -153,7 +141,7 @@ ACTION(FWD) FWDQ(ANYORDER) HEADER(NO)
         (3, 1, "forwarded"),
     ]
     async with mem_bus.connect(queue="ANYORDER") as target:
-        [message] = await drain(target)
+        [message] = await take_all(target)
     assert message.dead_letter_header is None and message.body == b"m"
 
 
@@ -174,12 +162,12 @@ async def test_retry_waits_retryint_until_the_queue_drains(mem_bus) -> None:
         nursery.start_soon(handle)
         await trio.sleep(1.5)  # at least one attempt fails while SMALL is full
         async with mem_bus.connect(queue="SMALL") as small:
-            assert sorted(m.body for m in await drain(small)) == [b"fill0", b"fill1"]
+            assert sorted(m.body for m in await take_all(small)) == [b"fill0", b"fill1"]
     [(handler, events)] = results
     assert events[0]["outcome"] == "failed" and events[-1]["outcome"] == "retried"
     assert all(e["attempt"] == i + 1 for i, e in enumerate(events))
     async with mem_bus.connect(queue="SMALL") as small:
-        assert [m.body for m in await drain(small)] == [b"late"]
+        assert [m.body for m in await take_all(small)] == [b"late"]
 
 
 async def test_no_match_and_no_header_stay(mem_bus) -> None:
@@ -258,8 +246,8 @@ APPLNAME(to-reply) ACTION(FWD) FWDQ(&REPLYQ) FWDQM(&REPLYQM) HEADER(NO)
         mem_bus.connect(queue="ANYORDER") as destination,
         mem_bus.connect(queue="SENDER2") as reply,
     ):
-        assert [m.body for m in await drain(destination)] == [b"a"]
-        assert [m.body for m in await drain(reply)] == [b"b"]
+        assert [m.body for m in await take_all(destination)] == [b"a"]
+        assert [m.body for m in await take_all(reply)] == [b"b"]
 
 
 # ---------------------------------------------------------------------- leases
@@ -277,7 +265,7 @@ async def test_two_handlers_side_by_side_never_act_twice(mem_bus) -> None:
     assert len(seqs) == len(set(seqs)) == count  # each message forwarded by one handler
     assert all(events for _, events in results), "both handlers worked"
     async with mem_bus.connect(queue="ANYORDER") as target:
-        bodies = sorted(int(m.body) for m in await drain(target))
+        bodies = sorted(int(m.body) for m in await take_all(target))
     assert bodies == list(range(count))
 
 
@@ -362,7 +350,7 @@ async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp
     assert any(event.get("possdupl") for event in events)  # its leases came back marked
     assert await dlq_bodies(bus) == []
     async with bus.connect(queue="ANYORDER") as target:
-        arrived = await drain(target)
+        arrived = await take_all(target)
     bodies = [int(m.body) for m in arrived]
     assert sorted(set(bodies)) == list(range(count))  # nothing lost
     seen_once = set()
@@ -494,7 +482,7 @@ async def test_inputq_dlj_works_the_dead_letter_journal(bus, tmp_path) -> None:
     assert outcomes == dict(zip(seqs, ["forwarded", "discarded", "left"], strict=True))
     assert dlj_seqs(bus) == [seqs[2]]  # removed once the forward was stored / discarded
     async with bus.connect(queue="ANYORDER") as target:
-        [message] = await drain(target)
+        [message] = await take_all(target)
     assert (message.body, message.correlation_id, str(message.source)) == (b"fwd", b"fwd", "1.13")
     assert message.dead_letter_header["reason"] == 2085
     assert message.dead_letter_header["put_appl_name"] == "NYC"
@@ -551,6 +539,6 @@ async def test_continued_and_full_width_rules_against_the_server(bus, tmp_path) 
         (5, "forwarded"),
     ]
     async with bus.connect(queue="ANYORDER") as target:
-        [message] = await drain(target)
+        [message] = await take_all(target)
     assert message.body == b"moved" and message.dead_letter_header is None
     assert await dlq_bodies(bus) == []

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from clients import DeliveryMode, Status, Uma, connect
 from journals import Journal, JournalStore, Record, seq_key
 from mrs.config import load_config
 from mrs.tools.cli import build_parser, main
 from mrs.tools.journal.replay import replay_key
 from mrs.tools.journal.selection import filter_from_args
+from tests.client_helpers import take_all
 from tests.conftest import STANDARD_QUEUES
 from tests.journal_helpers import (
     REPLAY_QUEUES,
@@ -75,19 +76,7 @@ async def jplay(bus, *args: str) -> tuple[int, dict | str, str]:
 async def drain(bus, queue: str = "RESTORE") -> list:
     """Every message waiting on `queue`, each confirmed."""
     async with connect(bus.address, queue=queue) as receiver:
-        return await drain_attached(receiver)
-
-
-async def drain_attached(receiver) -> list:
-    """Every message waiting on the queue `receiver` is attached to, each confirmed."""
-    got = []
-    while True:
-        try:
-            message = await receiver.get(timeout=0)
-        except NoMoreMessages:
-            return got
-        got.append(message)
-        await receiver.confirm(message.seq)
+        return await take_all(receiver)
 
 
 def replayed_seqs(messages) -> list[int]:
@@ -367,7 +356,7 @@ async def test_an_interrupted_replay_resumes_and_delivers_each_record_exactly_on
             receiving.cancel()
         # The rest through the same attachment: a new one right after this one's close
         # could find the queue still attached (QUEUE_BUSY) until the server reads the EOF.
-        rest = await drain_attached(receiver)
+        rest = await take_all(receiver)
 
     assert at_stop < count, "the first run was stopped mid-way"
     if stop_signal == signal.SIGINT:
