@@ -77,7 +77,7 @@ class _Caller(Pending):
     """One `get` waiting in the pool; `deadline_s` is when its own timeout ends (trio
     time, inf for none). Leaving the pool (cancelled, reply deadline passed) tells it."""
 
-    def __init__(self, pool: GetPool | None) -> None:
+    def __init__(self, pool: GetPool) -> None:
         super().__init__("get")
         self.pool = pool
         self.deadline_s = math.inf
@@ -94,7 +94,7 @@ class _Caller(Pending):
 
     def _leave(self) -> None:
         """Stop waiting without an answer (reply deadline, cancelled): tell the pool."""
-        if not self.done and self.pool is not None:
+        if not self.done:
             self.pool.left()
 
 
