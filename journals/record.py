@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import operator
 import struct
-import zlib
 from dataclasses import dataclass, field, fields
 
 import msgpack
 import msgspec
+
+from journals.checksum import crc32
 
 MAGIC = 0x4D  # 'M'
 FORMAT_VERSION = 1
@@ -129,7 +130,7 @@ def encode_values(values: tuple) -> bytes:
     writes. For the put path, which has the fields at hand: building a Record only to
     read it back costs an object per message."""
     payload = _ENCODE(values)
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(payload)) + payload
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, crc32(payload)) + payload
 
 
 def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
@@ -142,7 +143,7 @@ def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
     if version != FORMAT_VERSION:
         raise CorruptRecord(journal, key, f"unknown format version {version}")
     payload = memoryview(data)[_HEADER.size :]
-    if zlib.crc32(payload) != checksum:
+    if crc32(payload) != checksum:
         raise CorruptRecord(journal, key, "checksum mismatch")
     try:  # msgspec checks every field's type in C; a refusal is worded below
         return Record(*_DECODE_TYPED(payload))

@@ -41,7 +41,14 @@ from pathlib import Path
 
 import trio
 
-from journals import GroupCommitWriter, InlineWriter, JournalError, JournalStore, native
+from journals import (
+    GroupCommitWriter,
+    InlineWriter,
+    JournalError,
+    JournalStore,
+    checksum,
+    native,
+)
 from mrs import gc_tuning, startup
 from mrs.admission import Admission
 from mrs.client_drains import ClientDrains
@@ -305,6 +312,7 @@ async def serve(
 def _hot_path() -> str:
     """Which code the server runs per message (journals.native), for its log."""
     state = native.install()  # decided at the first import of journals; this reads it
+    crc = "CRC-32 by ISA-L" if checksum.ISAL else "CRC-32 by zlib (isal not installed)"
     if state.compiled:
-        return f"compiled ({state.reason})"
-    return f"pure Python ({state.status}: {state.reason})"
+        return f"compiled ({state.reason}); {crc}"
+    return f"pure Python ({state.status}: {state.reason}); {crc}"

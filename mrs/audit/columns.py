@@ -15,13 +15,13 @@ filled: reported, never dropped, never a crash.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 
 import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from journals.checksum import crc32
 from journals.record import FORMAT_VERSION, MAGIC
 from mrs.model import DeliveryMode, Uma, status_of
 
@@ -124,7 +124,7 @@ def decode_values(key: bytes, value: bytes) -> list | str:
     if version != FORMAT_VERSION:
         return f"unknown format version {version}"
     payload = memoryview(value)[_HEADER.size :]
-    if zlib.crc32(payload) != checksum:
+    if crc32(payload) != checksum:
         return "checksum mismatch"
     try:
         values = msgpack.unpackb(payload, raw=False, strict_map_key=False)

@@ -23,7 +23,6 @@ reader slot like any other and the writer never reuses pages it still reads.
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 import msgpack
 import pyarrow as pa
 
-from journals import Journal, JournalStore
+from journals import Journal, JournalStore, checksum
 from journals.record import FORMAT_VERSION, MAGIC
 from mrs.audit.columns import (
     batch_from_values,
@@ -243,7 +242,7 @@ def scan_chunks(
         filter_fields = bool(conditions.fields)
         seq_values = conditions.seq.values is not None
         boundary_ns, high = part.boundary_ns, part.high_key
-        unpackb, crc32, from_bytes = msgpack.unpackb, zlib.crc32, int.from_bytes
+        unpackb, crc32, from_bytes = msgpack.unpackb, checksum.crc32, int.from_bytes
         with store.env.begin(db=db, buffers=False) as txn:
             cursor = txn.cursor(db)
             if not cursor.set_range(part.low_key):
