@@ -68,6 +68,7 @@ COMPILED_MODULES = (
     "mrs.request_dispatch",
     "mrs.group.put_deadlines",
     "mrs.protocol.plain_data",
+    "mrs.protocol.post_init",
     "clients.waiting",
     "clients.get_pool",
 )

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from mrs.protocol.checks import DECODE_STATE, Rules, rules_of, validate, worded
-from mrs.protocol.errors import LocalProtocolError
+from mrs.protocol.checks import DECODE_STATE, Rules, rules_of
 from mrs.protocol.fastcheck import compile_rules
+from mrs.protocol.post_init import event_post_init
 
 
 class EventStruct(
@@ -36,17 +36,10 @@ class EventStruct(
     _all_ok: ClassVar[Any]
     """`_rules` compiled into one test (mrs.protocol.fastcheck); `validate` words a no."""
 
-    def __post_init__(self) -> None:
-        if DECODE_STATE.decoding:
-            for name, _ok, check in self._deep_rules:
-                value = getattr(self, name)
-                if value is None:  # msgspec let None through: the field is Optional
-                    continue
-                problem = check.problem(value)
-                if problem is not None:
-                    raise LocalProtocolError(worded(type(self).__name__, name, problem))
-        elif not self._all_ok(self):
-            validate(self, self._rules)
+    __post_init__ = event_post_init
+    """Checks the event as it is made (mrs.protocol.post_init, compiled: msgspec calls
+    it unbound, with the event, for every event decoded as well as built). A subclass
+    with checks of its own calls `event_post_init(self)` first."""
 
 
 def finish(*classes: Any) -> None:

@@ -22,6 +22,7 @@ from mrs.protocol.fields import (
     Seq,
 )
 from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
+from mrs.protocol.post_init import event_post_init
 
 # -- events: client -> server -------------------------------------------------------
 
@@ -121,7 +122,7 @@ class PutBatch(EventStruct, tag=22):
     puts: PutList
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        event_post_init(self)
         body_bytes = 0
         for put in self.puts:
             body_bytes += len(put.body)

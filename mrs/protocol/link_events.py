@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 import msgspec
 
 from mrs.protocol.base import EventStruct, finish
-from mrs.protocol.checks import DECODE_STATE, Rules, rules_of, validate
+from mrs.protocol.checks import Rules, rules_of
 from mrs.protocol.fastcheck import compile_rules
 from mrs.protocol.fields import I64, RequestId, Seq
+from mrs.protocol.post_init import item_post_init
 
 
 class LinkItem(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_unknown_fields=True):
@@ -37,9 +38,8 @@ class LinkItem(msgspec.Struct, array_like=True, frozen=True, gc=False, forbid_un
     _all_ok: ClassVar[Any]
     """`_rules` compiled into one test (mrs.protocol.fastcheck); `validate` words a no."""
 
-    def __post_init__(self) -> None:
-        if not DECODE_STATE.decoding and not self._all_ok(self):
-            validate(self, self._rules)
+    __post_init__ = item_post_init
+    """Checks an item built in Python (mrs.protocol.post_init, compiled)."""
 
 
 class TransferredMessage(LinkItem):
