@@ -54,7 +54,14 @@ class ServerSession(FramedStream):
         return f"<ServerSession {self.id} {self.peer}>"
 
     def send(self, event: object) -> None:
-        if self.closed:
+        """Queue an answer or event for this connection. Dropped once the session is
+        closed, and also once its connection can no longer carry it: a commit's
+        callbacks answer later, and between the peer breaking the protocol (a peer
+        killed mid-frame) and this session being closed, an answer made then raised
+        LocalProtocolError inside the commit loop and stopped the whole server. The
+        peer is gone: a client's requests in flight end with its connection, a link
+        peer sends again what was not acknowledged (tests/test_server_session.py)."""
+        if self.closed or not self.connection.can_send(event):
             return
         if self.observe is not None:
             self.observe(event)

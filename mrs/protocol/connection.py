@@ -83,6 +83,11 @@ class Connection:
         """True once a Fatal has been sent or received."""
         return self._closed
 
+    def can_send(self, event: object) -> bool:
+        """Whether `event` may still be sent, as `send` would judge it: nothing once a
+        Fatal went either way, only a Fatal once the peer's bytes broke the protocol."""
+        return not self._closed and (self._error is None or type(event) is Fatal)
+
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet parsed: the start of an unfinished frame."""
