@@ -166,3 +166,21 @@ class FramedStream:
     def buffered_bytes(self) -> int:
         """Bytes received but not yet a complete frame."""
         return self.connection.buffered_bytes
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # the dialer's link channel
+@dataclass(eq=False)
+class GroupChannel(FramedStream):
+    """A group's end of a connection: a client's or a peer group's session, or a link
+    the group dialed. Much of what a group sends is an answer its commit made later
+    (PutDone, Confirmed, LinkAck, the next LinkTransfer), and between the peer breaking
+    the protocol (killed mid-frame) and the channel being closed, such an answer raised
+    LocalProtocolError inside the commit loop and stopped the whole group. So an event
+    the connection can no longer carry is dropped: the peer is gone, a client's
+    requests end with its connection, a peer group sends again what was not
+    acknowledged (tests/test_server_session.py). A client's own link keeps
+    FramedStream's rule: a send on a closed connection raises to its caller."""
+
+    def send(self, event: object) -> None:
+        if self.connection.can_send(event):
+            FramedStream.send(self, event)

@@ -60,3 +60,17 @@ async def test_nothing_is_queued_once_a_fatal_closed_the_connection() -> None:
     before = session.outbox_bytes
     session.send(wire.PutDone(2, 1, 1, 7, 1))
     assert session.outbox_bytes == before
+
+
+async def test_a_dialed_link_drops_what_its_closed_connection_cannot_carry() -> None:
+    """The dialing side of a link answers after commits too (LinkAck, the next
+    LinkTransfer): the same rule as a server session's."""
+    from mrs.group.link_driver import DialedChannel
+
+    channel = DialedChannel(stream=None, connection=wire.Connection("client"))  # type: ignore[arg-type]
+    channel.connection.receive_data(wire.Connection("server").send(wire.Fatal(-1, "bye")))
+    assert isinstance(channel.connection.events()[0], wire.Fatal)
+    assert channel.connection.closed
+    before = channel.outbox_bytes
+    channel.send(wire.Pong(7))
+    assert channel.outbox_bytes == before

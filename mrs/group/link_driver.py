@@ -17,7 +17,7 @@ import trio
 
 from mrs import protocol as wire
 from mrs.errors import MrsError
-from mrs.framed import FramedStream, StreamClosed
+from mrs.framed import GroupChannel, StreamClosed
 from mrs.group.link_session import PeerLink
 from mrs.group.wiring import LinkRooms
 from mrs.guards import Guards
@@ -61,9 +61,10 @@ async def pump(link: PeerLink) -> None:
 
 
 # ---------------------------------------------------------------------- dialing side
-class DialedChannel(FramedStream):
+class DialedChannel(GroupChannel):
     """The dialer's end of a link connection: a framed stream (mrs.framed), the same
-    outbox and send loop as a server session's."""
+    outbox and send loop as a server session's, and the same drop of what a broken
+    connection can no longer carry (mrs.framed.GroupChannel)."""
 
 
 async def dial_forever(
