@@ -109,6 +109,7 @@ async def connect(
                 try:
                     yield client
                 finally:
+                    await client._give_back_held()  # shielded, bounded
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             raise _single(group) from None

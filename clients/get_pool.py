@@ -38,7 +38,7 @@ import trio
 from clients.errors import MrsError, ReplyTimeout, error_for
 from clients.waiting import Pending
 from mrs import protocol as wire
-from mrs.limits import GET_BATCH_ITEMS_MAX, GET_POOL_BATCH_MAX, REPLY_GRACE_S
+from mrs.limits import GET_BATCH_ITEMS_MAX, GET_POOL_BATCH_MAX, READ_AHEAD_MAX, REPLY_GRACE_S
 from mrs.model import Message, Status
 from mrs.protocol.base import build_unchecked
 
@@ -122,6 +122,12 @@ class GetPool:
         """Request id of a GetBatch in flight -> what it asked for."""
         self.refused = False
         """The server serves this queue one Get at a time: the pool is off."""
+        self._reading_ahead: int | None = None
+        """Request id of the batch in flight that may bring read-ahead messages."""
+        self.closing = False
+        """The client is closing: no more read-ahead (`settle`)."""
+        self._settled: trio.Event | None = None
+        """Set when the last batch in flight is answered (`settle` waits for it)."""
 
     async def get(self, timeout_s: float | None) -> Message | None:
         """The next message for this caller; None: use a single Get instead (the
@@ -164,7 +170,7 @@ class GetPool:
     def ask(self, link: _Link) -> None:
         """Queue GetBatches for the callers no batch in flight covers, or withdraw the
         batches when no caller is left (called by the send loop before it writes)."""
-        if self.live == 0:
+        if self.live == 0 or self.closing:
             if self.asked:
                 self._withdraw(link)
             return
@@ -183,18 +189,37 @@ class GetPool:
         now_s = trio.current_time()
         waited = [caller for caller in uncovered if caller.asked]
         fresh = [caller for caller in uncovered if not caller.asked]
-        for callers, wait_at_cap in ((waited, True), (fresh, False)):
-            for first in range(0, len(callers), GET_POOL_BATCH_MAX):
-                self._send_batch(
-                    link, callers[first : first + GET_POOL_BATCH_MAX], wait_at_cap, now_s
-                )
+        groups = [
+            (callers[first : first + GET_POOL_BATCH_MAX], wait_at_cap)
+            for callers, wait_at_cap in ((waited, True), (fresh, False))
+            for first in range(0, len(callers), GET_POOL_BATCH_MAX)
+        ]
+        for index, (callers, wait_at_cap) in enumerate(groups):
+            last = index == len(groups) - 1
+            self._send_batch(link, callers, wait_at_cap, now_s, read_ahead=last)
+
+    def _read_ahead_count(self, count: int) -> int:
+        """How many messages beyond `count` the next batch may take (read-ahead): the
+        room left once its callers are covered, when no read-ahead is on its way and
+        nothing is held; 0 when the pool is closing."""
+        if self.closing or self._reading_ahead is not None or self._client._held:
+            return 0
+        return max(0, min(READ_AHEAD_MAX, self._client._get_room() - count))
 
     def _send_batch(
-        self, link: _Link, callers: list[_Caller], wait_at_cap: bool, now_s: float
+        self,
+        link: _Link,
+        callers: list[_Caller],
+        wait_at_cap: bool,
+        now_s: float,
+        read_ahead: bool = False,
     ) -> None:
-        """One GetBatch for `callers`; it waits as long as the earliest of them may."""
+        """One GetBatch for `callers`; it waits as long as the earliest of them may.
+        read_ahead: it may also take messages no caller waits for yet (held for the
+        next gets), those the server may lend (in memory, no confirm: MRS_ACKs)."""
         client = self._client
         count = len(callers)
+        extra = self._read_ahead_count(count) if read_ahead else 0
         deadline_s = min(caller.deadline_s for caller in callers)
         timeout_ms = (
             -1
@@ -202,8 +227,10 @@ class GetPool:
             else min(_TIMEOUT_MS_MAX, max(1, math.ceil((deadline_s - now_s) * 1000)))
         )
         request_id = client._next_id()
-        request = build_unchecked(wire.GetBatch, request_id, count, timeout_ms, wait_at_cap)
-        client._reserve_get(request_id, count)
+        request = build_unchecked(wire.GetBatch, request_id, count, timeout_ms, wait_at_cap, extra)
+        client._reserve_get(request_id, count + extra)
+        if extra:
+            self._reading_ahead = request_id
         for caller in callers:
             caller.asked = True
         self._batches[request_id] = _Batch(count, callers)
@@ -232,6 +259,10 @@ class GetPool:
         batch = self._batches.pop(request_id, None)
         if batch is None:
             return
+        if self._reading_ahead == request_id:
+            self._reading_ahead = None
+        if not self._batches and self._settled is not None:
+            self._settled.set()
         self.asked -= batch.count
         client._release_get(request_id)
         if isinstance(result, (wire.Delivery, wire.DeliveryBatch)):
@@ -282,12 +313,25 @@ class GetPool:
                 if not caller.done:
                     self._resolve(caller, error)
 
+    async def settle(self, link: _Link) -> None:
+        """Closing: withdraw every batch in flight and wait for their answers, so that
+        what they bring is held (and can be given back) before the client goes."""
+        self.closing = True
+        if not self._batches:
+            return
+        self._withdraw(link)
+        self._settled = trio.Event()
+        await self._settled.wait()
+
     def lose(self, error: MrsError) -> None:
         """The connection is lost: every waiting caller raises `error`, and the
         batches in flight are forgotten (their messages come back marked POSSDUPL)."""
         self._answer_all(error)
         self._batches.clear()
         self.asked = 0
+        self._reading_ahead = None
+        if self._settled is not None:
+            self._settled.set()
 
     def _answer_all(self, result: object) -> None:
         for caller in self._callers:

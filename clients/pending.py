@@ -28,7 +28,13 @@ from clients.waiting import RESUMED as RESUMED  # re-exported (benchmarks/resume
 from clients.waiting import Pending as _Pending
 from clients.waiting import resume as resume  # re-exported (clients.batch)
 from mrs import protocol as wire
-from mrs.limits import ADDRESSES_CACHED_MAX, CLIENT_REQUESTS_IN_FLIGHT_MAX, HELD_MESSAGES_MAX
+from mrs.limits import (
+    ADDRESSES_CACHED_MAX,
+    CLIENT_REQUESTS_IN_FLIGHT_MAX,
+    GIVE_BACK_WAIT_S,
+    HELD_MESSAGES_MAX,
+    LENT_REMEMBERED_MAX,
+)
 from mrs.model import Address, Message, Status, delivery_mode_of, status_of
 
 if TYPE_CHECKING:
@@ -123,6 +129,26 @@ class _Requests:
         batch = delivery.deliveries if type(delivery) is wire.DeliveryBatch else (delivery,)
         self._held.extend(self._message(one) for one in batch)
         self._gets.serve_held()  # gets already waiting in the pool come first
+
+    async def _give_back_held(self) -> None:
+        """Closing: the read-ahead messages no get took go back to the queue, so a
+        clean close loses none of them. First the pool's batches in flight are
+        withdrawn and answered (what they bring is held too); then one GiveBack
+        names every held message that needs no confirm (the server takes back those
+        it lent and ignores the rest; held recoverable ones are unconfirmed and come
+        again by themselves, marked POSSDUPL). Bounded by GIVE_BACK_WAIT_S: a server
+        that does not answer in time loses only what it lent (not recoverable)."""
+        link = self._link
+        if link is None or link.lost is not None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(GIVE_BACK_WAIT_S):
+            await self._gets.settle(link)
+            seqs = [message.seq for message in self._held if not message.needs_confirm]
+            for first in range(0, len(seqs), LENT_REMEMBERED_MAX):
+                self._send_frame(link, wire.GiveBack(seqs[first : first + LENT_REMEMBERED_MAX]))
+            if seqs:
+                self._held = deque(message for message in self._held if message.needs_confirm)
+                await link.written()
 
     def _get_room(self) -> int:
         """How many more messages gets may ask for now (see `_reserve_get`)."""

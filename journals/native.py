@@ -47,6 +47,7 @@ COMPILED_MODULES = (
     "mrs.server_session",
     "mrs.protocol.connection",
     "mrs.queues",
+    "mrs.memory_quota",
     "mrs.group.intake",
     "mrs.group.dqf",
     "mrs.group.handover",

@@ -121,10 +121,18 @@ class FramedStream:
             await self.stream.send_all(data)
         finally:
             self._writing = False
+            self._drained.set()  # for `written` (and `flushed`) whichever loop wrote
 
     async def flushed(self) -> None:
         """Until the send loop has written everything queued so far."""
         while self._outbox:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def written(self) -> None:
+        """Until everything queued so far is handed to the stream whole: nothing in
+        the outbox and no write under way (a client closing after a last frame)."""
+        while self._outbox or self._writing:
             self._drained = trio.Event()
             await self._drained.wait()
 

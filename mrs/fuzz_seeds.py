@@ -90,6 +90,8 @@ def _protocol_seeds() -> list[bytes]:
             wire.Get(3, 1000),
             wire.Confirm(4, 7, 0, 0),
             wire.CancelGet(3),
+            wire.GetBatch(6, 8, 0, False, 16),
+            wire.GiveBack([7, 8]),
             wire.StatusRequest(5),
         )
     )

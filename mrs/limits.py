@@ -67,6 +67,17 @@ GET_BATCH_ITEMS_MAX: a 1,000-message DeliveryBatch is a 1 MiB frame the client m
 receive whole before it decodes its first message, and a consumer's lanes all served
 by one answer then confirm together and ask together, in lockstep. Chosen by
 measurement (benchmarks/README.md, "Gets that wait together")."""
+READ_AHEAD_MAX = 512
+"""Messages one GetBatch may take beyond count_max (its read_ahead_max): memory-only
+messages that need no confirm and nobody waits on (e.g. MRS_ACKs), lent to the
+client ahead of its gets and given back if it closes first (mrs.group.batch_get)."""
+LENT_REMEMBERED_MAX = 2 * 1024
+"""Read-ahead messages a queue remembers as lent (the client may still give them
+back) at most; the oldest are forgotten first: a client holds at most
+HELD_MESSAGES_MAX, so one lent that long ago was taken."""
+GIVE_BACK_WAIT_S = 1.0
+"""A closing client waits at most this long for its batches in flight to be answered
+and its GiveBack written (clients.pending `_give_back_held`)."""
 DELIVERY_BATCH_BYTES_MAX = 1 << 20
 """A DeliveryBatch stops adding messages once it holds this many bytes of bodies
 (it always holds at least one)."""

@@ -7,20 +7,16 @@ unconfirmed entries in delivery order, and the gets parked until something arriv
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
-from mrs.guards import Guards
-from mrs.limits import JOURNALED_BODIES_BYTES_MAX
+from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_REMEMBERED_MAX
 from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, InterestPoint
-from mrs.refusals import RefusalLog
 
 Notify = Callable[["Entry"], None]
-_refusals = RefusalLog(logging.getLogger("mrs.queues"))
 
 
 @dataclass(slots=True, eq=False)
@@ -195,6 +191,10 @@ class TargetQueue:
     """DQF stores for this queue submitted and not yet committed (mrs.group.dqf)."""
     reserved: int = 0
     """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
+    lent: dict[int, Entry] = field(default_factory=dict)
+    """Read-ahead entries delivered beyond what a GetBatch asked for, by seq, oldest
+    first: the attached client may give them back (`give_back`) if it closes before
+    a get takes them. At most LENT_REMEMBERED_MAX; forgotten at detach."""
     shared: bool = field(init=False)
     """The dead-letter queue: read by several handlers at once, each get a lease
     (mrs.dlq_leases). Set once: the get and confirm paths ask it for every message."""
@@ -348,6 +348,27 @@ class TargetQueue:
         self.waiters.remove(waiter)
         return True
 
+    def lend(self, entry: Entry) -> None:
+        """Remember a read-ahead entry as lent to the attached client (`lent`)."""
+        lent = self.lent
+        if len(lent) >= LENT_REMEMBERED_MAX:
+            del lent[next(iter(lent))]  # taken long ago: the client cannot hold it still
+        lent[entry.seq] = entry
+
+    def give_back(self, seqs: list[int]) -> int:
+        """Read-ahead entries the client never handed to a get: each seq lent goes
+        back to its place in arrival order, waiting in memory again; a seq not lent
+        (or already given back) is ignored. Returns how many came back."""
+        returned = 0
+        for seq in seqs:
+            entry = self.lent.pop(seq, None)
+            if entry is None:
+                continue
+            entry.times_delivered -= 1
+            self.put_back(entry)  # counted as waiting again (memory_count, bytes)
+            returned += 1
+        return returned
+
     def detach(self) -> list[Entry]:
         """The attached session left: unconfirmed entries return to the front of the
         queue (oldest first) to be delivered again, marked POSSDUPL."""
@@ -361,37 +382,8 @@ class TargetQueue:
                 self.memory_count += 1
                 self.memory_bytes += len(entry.body or b"")
         self.attached_session = None
+        self.lent.clear()  # what the client still held is its own now (not recoverable)
         for waiter in self.waiters:
             waiter.cancel_timer()
         self.waiters.clear()
         return returned
-
-
-def memory_quota_problem(queue: TargetQueue, entry: Entry, guards: Guards) -> str | None:
-    """Why a nonrecoverable entry may not wait in `queue`'s memory, or None.
-
-    Counts alone (messages_max) let 2,000 puts of 512 KiB hold a gigabyte; these two
-    byte quotas bound what one queue and one connection can make the server hold.
-    Only an entry that would wait is charged: one handed straight to a parked get
-    costs nothing.
-    """
-    if queue.waiters and not queue.pending and queue.can_deliver():
-        return None
-    size = len(entry.body or b"")
-    account = entry.account
-    if queue.memory_bytes + size > guards.queue_bytes_max:
-        limit = "queue_bytes_max"
-        problem = (
-            f"queue {queue.address} holds {queue.memory_bytes} bytes in memory "
-            f"(queue_bytes_max={guards.queue_bytes_max})"
-        )
-    elif account is not None and account.held_bytes + size > guards.connection_bytes_max:
-        limit = "connection_bytes_max"
-        problem = (
-            f"the sending connection has {account.held_bytes} bytes waiting in queues "
-            f"(connection_bytes_max={guards.connection_bytes_max})"
-        )
-    else:
-        return None
-    _refusals.refused(limit, f"queue {queue.address}", f"EXCEEDQUOTA: {problem}")
-    return problem

@@ -177,5 +177,7 @@ def _dispatch_rare(
         session.send(wire.StatusReply(request_id, host.status_info()))
     elif isinstance(event, wire.Pong):
         pass  # heard: the receive loop has noted it
+    elif isinstance(event, wire.GiveBack):  # no reply of its own
+        group.give_back(session, event)
     else:
         raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")

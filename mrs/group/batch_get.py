@@ -108,9 +108,55 @@ class BatchGet:
             entry = None
         if not taken:
             return False
+        if request.read_ahead_max and len(taken) == request.count_max:
+            frame_bytes = self._read_ahead(request, queue, taken, frame_bytes)
         premarked_entry = first if premarked else None
         self._send_when_marked(session, request.request_id, queue, taken, premarked_entry)
         return True
+
+    def _read_ahead(
+        self,
+        request: wire.GetBatch,
+        queue: TargetQueue,
+        taken: list[tuple[Entry, wire.Delivery, bool]],
+        frame_bytes: int,
+    ) -> int:
+        """Add up to read_ahead_max more entries that may be lent: in memory only,
+        needing no confirm, no sender waiting on their dequeue. Stops at the first
+        that may not (it waits for a get of its own, in order). Returns the frame's
+        bytes so far."""
+        lent = 0
+        while lent < request.read_ahead_max:
+            entry = queue.take()
+            if entry is None:
+                break
+            size = _wire_bytes(entry)
+            if (
+                entry.journaled
+                or entry.needs_confirm
+                or entry.on_dequeue is not None
+                or entry.on_confirm is not None
+                or frame_bytes + size > DELIVERY_BATCH_BYTES_MAX
+            ):
+                queue.put_back(entry)
+                break
+            delivered = self._take_one(request.request_id, queue, entry)
+            if delivered is None:
+                continue
+            taken.append(delivered)
+            queue.lend(entry)
+            frame_bytes += size
+            lent += 1
+        return frame_bytes
+
+    def give_back(self, session: Session, request: wire.GiveBack) -> None:
+        """The client closes with read-ahead messages no get took: they wait again
+        (in order, before what came later) for the next reader."""
+        queue = session.attached
+        if queue is None or queue.shared:
+            return
+        if queue.give_back(request.seqs):
+            self.handover.serve_waiting_gets(queue)
 
     def _take_one(
         self, request_id: int, queue: TargetQueue, entry: Entry

@@ -29,9 +29,10 @@ from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
+from mrs.memory_quota import memory_quota_problem
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, InterestPoint, Notification, Psb, Status
 from mrs.protocol.base import build_unchecked
-from mrs.queues import Entry, memory_quota_problem
+from mrs.queues import Entry
 from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
 log = logging.getLogger("mrs.group")

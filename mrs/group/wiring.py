@@ -129,6 +129,9 @@ class Group:
     def get_batch(self, session: Session, request: wire.GetBatch) -> None:
         self.batch_get.get_batch(session, request)
 
+    def give_back(self, session: Session, request: wire.GiveBack) -> None:
+        self.batch_get.give_back(session, request)
+
     def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
         self.handover.cancel_get(session, request)
 

@@ -28,7 +28,7 @@ side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
-                  StatusRequest, CancelGet, Ping, Pong
+                  StatusRequest, CancelGet, GiveBack, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
@@ -80,6 +80,7 @@ from mrs.protocol.events import (
     Fatal,
     Get,
     GetBatch,
+    GiveBack,
     Hello,
     Ping,
     Pong,
@@ -144,6 +145,7 @@ __all__ = [
     "ForgetNotice",
     "Get",
     "GetBatch",
+    "GiveBack",
     "Hello",
     "LinkAck",
     "LinkNotice",

@@ -229,6 +229,26 @@ class StructListCheck(Check):
         return None
 
 
+class IntListCheck(Check):
+    """A list of ints within bounds (GiveBack's seqs), at most `length_max` long."""
+
+    deep = True
+
+    def __init__(self, item: IntCheck, length_max: int | None) -> None:
+        self.item = item
+        self.length_max = length_max
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, list):
+            return f"must be a list, got {type(value).__name__}"
+        if self.length_max is not None and len(value) > self.length_max:
+            return f"must hold at most {self.length_max} items, got {len(value)}"
+        for index, item in enumerate(value):
+            if (problem := self.item.problem(item)) is not None:
+                return f"[{index}] {problem}"
+        return None
+
+
 class BoolCheck(Check):
     def ok(self, value: Any) -> bool:
         return type(value) is bool
@@ -262,6 +282,10 @@ def check_for(info: mi.Type) -> Check:
             return StructListCheck((item.cls,), info.min_length or 0, info.max_length)
         if isinstance(item, mi.UnionType) and all(isinstance(t, mi.StructType) for t in item.types):
             return StructListCheck(tuple(t.cls for t in item.types))
+        if isinstance(item, mi.IntType):
+            item_check = check_for(item)
+            assert isinstance(item_check, IntCheck)
+            return IntListCheck(item_check, info.max_length)
         return ListCheck()
     raise TypeError(f"no protocol check for a field of type {info}")
 

@@ -6,7 +6,13 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from mrs.limits import GET_BATCH_ITEMS_MAX, PUT_BATCH_BYTES_MAX, PUT_BATCH_ITEMS_MAX
+from mrs.limits import (
+    GET_BATCH_ITEMS_MAX,
+    LENT_REMEMBERED_MAX,
+    PUT_BATCH_BYTES_MAX,
+    PUT_BATCH_ITEMS_MAX,
+    READ_AHEAD_MAX,
+)
 from mrs.protocol.base import EventStruct, finish
 from mrs.protocol.errors import LocalProtocolError
 from mrs.protocol.fields import (
@@ -67,6 +73,10 @@ class Put(EventStruct, tag=12):
 
 GetCount = Annotated[int, Meta(ge=1, le=GET_BATCH_ITEMS_MAX)]
 """How many messages a GetBatch asks for at most."""
+ReadAheadCount = Annotated[int, Meta(ge=0, le=READ_AHEAD_MAX)]
+"""How many messages a GetBatch may take beyond count_max (read-ahead)."""
+GivenBackSeqs = Annotated[list[Seq], Meta(max_length=LENT_REMEMBERED_MAX)]
+"""The seqs of a GiveBack: at most as many as a queue remembers lent."""
 PutList = Annotated[list[Put], Meta(min_length=1, max_length=PUT_BATCH_ITEMS_MAX)]
 """The items of a PutBatch: 1..PUT_BATCH_ITEMS_MAX whole Puts."""
 
@@ -86,12 +96,17 @@ class GetBatch(EventStruct, tag=23):
     CONFIRMREQ/POSSDUPL, the unconfirmed cap); CancelGet withdraws it as a Get.
     wait_at_cap: at the unconfirmed cap, wait (as gets parked before the cap was
     reached do) instead of being refused EXCMAXUNCONF: the client's pool sets it when
-    it asks again for gets that were already waiting (clients.get_pool)."""
+    it asks again for gets that were already waiting (clients.get_pool).
+    read_ahead_max: after count_max messages, up to this many more that are in
+    memory only, need no confirm and have no sender waiting on their dequeue (an
+    MRS_ACK, a plain NN message): a read-ahead, lent to the client for its next
+    gets and taken back by GiveBack."""
 
     request_id: RequestId
     count_max: GetCount
     timeout_ms: GetTimeoutMs
     wait_at_cap: bool = False
+    read_ahead_max: ReadAheadCount = 0
 
 
 class Confirm(EventStruct, tag=16):
@@ -110,6 +125,15 @@ class CancelGet(EventStruct, tag=20):
     the next get), so nothing is lost either way. No reply of its own."""
 
     request_id: RequestId
+
+
+class GiveBack(EventStruct, tag=25):
+    """Return read-ahead messages the application never took (a client closing with
+    them held): the server puts each seq it lent to this connection's queue back at
+    the front, in arrival order; a seq it did not lend is ignored, so a client can
+    neither add a message nor take one twice. No reply of its own."""
+
+    seqs: GivenBackSeqs
 
 
 class PutBatch(EventStruct, tag=22):
@@ -267,6 +291,7 @@ CLIENT_EVENTS = (
     Confirm,
     StatusRequest,
     CancelGet,
+    GiveBack,
     *LINK_EVENTS,
     *HEARTBEAT_EVENTS,
 )
@@ -305,6 +330,7 @@ Event = (
     | LinkTransfer
     | LinkAck
     | LinkNotice
+    | GiveBack
     | Ping
     | Pong
 )
@@ -318,6 +344,7 @@ finish(
     GetBatch,
     Confirm,
     CancelGet,
+    GiveBack,
     StatusRequest,
     Welcome,
     Attached,

@@ -27,6 +27,7 @@ from mrs.protocol.events import (
     Fatal,
     Get,
     GetBatch,
+    GiveBack,
     Hello,
     Put,
     PutBatch,
@@ -87,7 +88,8 @@ OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
 _REQUESTS = dict.fromkeys(
-    (Attach, Put, PutBatch, Get, GetBatch, Confirm, StatusRequest, CancelGet, *LINK_EVENTS)
+    (Attach, Put, PutBatch, Get, GetBatch, Confirm, StatusRequest, CancelGet, GiveBack)
+    + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
 )
@@ -111,7 +113,7 @@ _TRANSITIONS: dict[str, dict[Any, dict[type, Any]]] = {
 _SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
 
 # Request-id tracking: each request is answered exactly once (a Get by its Delivery or
-# Failure; a CancelGet, a Ping and a Pong are not requests), and while it waits for
+# Failure; a CancelGet, a GiveBack, a Ping and a Pong are not requests), and while it waits for
 # that answer its id may not be used again by the same side.
 _ASKS, _ASKS_MANY, _ANSWERS, _OTHER_KIND = "asks", "asks many", "answers", "other"
 _REQUEST_KIND = {

@@ -1,0 +1,174 @@
+"""Read-ahead: the gets of a client's pool take, beyond the messages their callers wait
+for, messages the server may lend (in memory only, no confirm, nobody waiting on their
+dequeue: MRS_ACKs, plain NN messages), held for the next gets; a client that closes
+gives back the ones no get took (GiveBack), so a clean close loses none of them.
+
+The rules run against the server's own code in process (make_mem_bus, MockClock); the
+AK round trip that read-ahead exists for runs against a real `mrs serve` process.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import trio
+import trio.testing
+
+import clients
+from clients import DeliveryMode, Status, Uma, connect
+from mrs import protocol as wire
+from mrs.config import QueueConfig
+from mrs.limits import LENT_REMEMBERED_MAX, READ_AHEAD_MAX
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, Psb
+from mrs.queues import Entry, TargetQueue
+
+SENDER_QUEUE_ID = 13
+ANYORDER_QUEUE_ID = 11
+
+
+async def put_memory_messages(bus, target: str, count: int, first: int = 0) -> None:
+    async with bus.connect(queue="SENDER2") as sender:
+        for number in range(first, first + count):
+            await sender.put(number.to_bytes(4, "big"), target, delivery=DeliveryMode.NN_MEM)
+
+
+async def take(receiver, count: int) -> list[int]:
+    """`count` gets, one after the other: the numbers their bodies carry."""
+    return [int.from_bytes((await receiver.get(timeout=5)).body, "big") for _ in range(count)]
+
+
+def queue_of(bus, queue_id: int) -> TargetQueue:
+    return bus.server.group.queues[queue_id]
+
+
+async def test_memory_messages_are_read_ahead_and_each_got_once_in_order(make_mem_bus) -> None:
+    bus = await make_mem_bus()
+    await put_memory_messages(bus, "ANYORDER", 300)
+    async with bus.connect(queue="ANYORDER") as receiver:
+        first = await take(receiver, 1)
+        queue = queue_of(bus, ANYORDER_QUEUE_ID)
+        # one GetBatch asked for 1 and took up to READ_AHEAD_MAX more, lent to us
+        assert len(queue.lent) == min(299, READ_AHEAD_MAX)
+        assert queue.waiting == 299 - len(queue.lent)
+        rest = await take(receiver, 299)
+    assert first + rest == list(range(300))
+
+
+async def test_a_clean_close_gives_back_what_no_get_took(make_mem_bus) -> None:
+    bus = await make_mem_bus()
+    await put_memory_messages(bus, "ANYORDER", 200)
+    async with bus.connect(queue="ANYORDER") as receiver:
+        taken = await take(receiver, 10)
+        assert len(queue_of(bus, ANYORDER_QUEUE_ID).lent) == 199  # 9 of them got since
+    await trio.testing.wait_all_tasks_blocked()  # the server has seen the close
+    queue = queue_of(bus, ANYORDER_QUEUE_ID)
+    assert not queue.lent and queue.waiting == 190 and queue.memory_count == 190
+    async with bus.connect(queue="ANYORDER") as again:
+        rest = await take(again, 190)
+    assert taken + rest == list(range(200))  # nothing lost, nothing twice, same order
+
+
+async def test_recoverable_messages_are_never_read_ahead(make_mem_bus) -> None:
+    """A journaled message is delivered only to a get that asked for it, so one the
+    application never saw is not marked POSSDUPL when it comes again."""
+    bus = await make_mem_bus()
+    async with bus.connect(queue="SENDER2") as sender:
+        for number in range(20):
+            await sender.put(
+                number.to_bytes(4, "big"), "ANYORDER", delivery=DeliveryMode.WF_DQF, uma=Uma.DISC
+            )
+    async with bus.connect(queue="ANYORDER") as receiver:
+        message = await receiver.get(timeout=5)
+        queue = queue_of(bus, ANYORDER_QUEUE_ID)
+        assert list(queue.unconfirmed) == [message.seq] and not queue.lent
+    async with bus.connect(queue="ANYORDER") as again:
+        statuses = [(await again.get(timeout=5)).delivery_status for _ in range(20)]
+    assert statuses == [Status.POSSDUPL] + [Status.CONFIRMREQ] * 19
+
+
+async def test_read_ahead_stops_at_a_message_that_needs_its_own_get(make_mem_bus) -> None:
+    bus = await make_mem_bus()
+    await put_memory_messages(bus, "ANYORDER", 5)
+    async with bus.connect(queue="SENDER2") as sender:
+        await sender.put((5).to_bytes(4, "big"), "ANYORDER", delivery=DeliveryMode.WF_DQF)
+    await put_memory_messages(bus, "ANYORDER", 5, first=6)
+    async with bus.connect(queue="ANYORDER") as receiver:
+        assert await take(receiver, 1) == [0]
+        assert len(queue_of(bus, ANYORDER_QUEUE_ID).lent) == 4  # 1..4, not the journaled 5
+        numbers = await take(receiver, 10)
+    assert numbers == list(range(1, 11))
+
+
+async def test_a_seq_not_lent_cannot_be_given_back(make_mem_bus) -> None:
+    """A client that lies (gives back what it was not lent, or one seq twice) adds
+    nothing to the queue: each lent message comes back at most once."""
+    bus = await make_mem_bus()
+    await put_memory_messages(bus, "ANYORDER", 3)
+    async with bus.connect(queue="ANYORDER") as receiver:
+        message = await receiver.get(timeout=5)  # asked for: not lent
+        lent = list(queue_of(bus, ANYORDER_QUEUE_ID).lent)
+        assert len(lent) == 2
+        receiver._send_frame(receiver._link, wire.GiveBack([message.seq, lent[0], lent[0], 999]))
+        await receiver._link.written()
+        rest = await take(receiver, 2)  # the held ones: the client does not know
+    queue = queue_of(bus, ANYORDER_QUEUE_ID)
+    assert rest == [1, 2] and queue.waiting == 1  # lent[0] came back once, not twice
+    async with bus.connect(queue="ANYORDER") as again:
+        assert await take(again, 1) == [1]
+        try:
+            await again.get(timeout=0)
+            raise AssertionError("a message came back that was never lent")
+        except clients.NoMoreMessages:
+            pass
+
+
+def test_a_queue_remembers_a_bounded_number_of_lent_messages() -> None:
+    queue = TargetQueue(QueueConfig(id=11, name="Q"), Address(1, 11))
+    for seq in range(LENT_REMEMBERED_MAX + 10):
+        entry = Entry(seq, b"x", Address(1, 13), Address(1, 11), DeliveryMode.NN_MEM)
+        entry.times_delivered = 1
+        queue.lend(entry)
+    assert len(queue.lent) == LENT_REMEMBERED_MAX
+    assert next(iter(queue.lent)) == 10  # the oldest were forgotten first
+    assert queue.give_back([0, 10, 11]) == 2
+    assert [entry.seq for entry in queue.pending] == [10, 11]
+    assert queue.memory_count == 2 and queue.memory_bytes == 2
+
+
+async def test_mrs_acks_read_ahead_reach_their_sender_once_across_a_close(make_bus) -> None:
+    """The AK round trip against a real server: a producer's MRS_ACKs are got by four
+    tasks (read-ahead brings the rest of each batch); it closes with acks held, and
+    the next program attached to its queue gets exactly the acks not yet got."""
+    bus = make_bus()
+    puts_count = 400
+    got: list[int] = []
+    async with connect(bus.address, queue="SENDER") as producer:
+        seqs = []
+        for number in range(puts_count):
+            psb = await producer.put(
+                number.to_bytes(4, "big"), "ANYORDER", delivery=DeliveryMode.AK_DQF, uma=Uma.DLJ
+            )
+            assert psb.status == Status.SUCCESS
+            seqs.append(psb.seq)
+
+        async def ack_getter() -> None:
+            while len(got) < 50:
+                message = await producer.get(timeout=10)
+                assert (message.msg_class, message.msg_type) == (MRS_CLASS, MRS_ACK_TYPE)
+                psb = Psb.from_wire(msgpack.unpackb(message.body))
+                assert (psb.status, psb.delivery_status) == (Status.SUCCESS, Status.STORED)
+                got.append(psb.seq)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(ack_getter)
+        assert len(producer._held) > 0  # closing with read-ahead acks held
+    async with connect(bus.address, queue="SENDER") as again:
+        while len(got) < puts_count:
+            message = await again.get(timeout=10)
+            got.append(Psb.from_wire(msgpack.unpackb(message.body)).seq)
+        try:
+            await again.get(timeout=0)
+            raise AssertionError("an MRS_ACK came twice")
+        except clients.NoMoreMessages:
+            pass
+    assert sorted(got) == sorted(seqs)
