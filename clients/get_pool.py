@@ -198,13 +198,16 @@ class GetPool:
             last = index == len(groups) - 1
             self._send_batch(link, callers, wait_at_cap, now_s, read_ahead=last)
 
-    def _read_ahead_count(self, count: int) -> int:
-        """How many messages beyond `count` the next batch may take (read-ahead): the
-        room left once its callers are covered, when no read-ahead is on its way and
-        nothing is held; 0 when the pool is closing."""
+    def _read_ahead(self) -> int:
+        """How many messages beyond its callers' the next batch may take (read-ahead):
+        READ_AHEAD_MAX when nothing is held and no read-ahead is on its way, else 0
+        (and 0 once the pool is closing). Not counted against the gets' room
+        (HELD_MESSAGES_MAX): a get finds these held and never waits for room, and a
+        consumer with many lanes must never be refused because of them; what is held
+        stays within HELD_MESSAGES_MAX + READ_AHEAD_MAX."""
         if self.closing or self._reading_ahead is not None or self._client._held:
             return 0
-        return max(0, min(READ_AHEAD_MAX, self._client._get_room() - count))
+        return READ_AHEAD_MAX
 
     def _send_batch(
         self,
@@ -219,7 +222,7 @@ class GetPool:
         next gets), those the server may lend (in memory, no confirm: MRS_ACKs)."""
         client = self._client
         count = len(callers)
-        extra = self._read_ahead_count(count) if read_ahead else 0
+        extra = self._read_ahead() if read_ahead else 0
         deadline_s = min(caller.deadline_s for caller in callers)
         timeout_ms = (
             -1
@@ -228,7 +231,7 @@ class GetPool:
         )
         request_id = client._next_id()
         request = build_unchecked(wire.GetBatch, request_id, count, timeout_ms, wait_at_cap, extra)
-        client._reserve_get(request_id, count + extra)
+        client._reserve_get(request_id, count)
         if extra:
             self._reading_ahead = request_id
         for caller in callers:

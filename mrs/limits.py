@@ -75,6 +75,9 @@ LENT_REMEMBERED_MAX = 2 * 1024
 """Read-ahead messages a queue remembers as lent (the client may still give them
 back) at most; the oldest are forgotten first: a client holds at most
 HELD_MESSAGES_MAX, so one lent that long ago was taken."""
+LENT_BYTES_MAX = 4 << 20
+"""...and bodies of at most about this many bytes (a client reads ahead one
+DeliveryBatch, about DELIVERY_BATCH_BYTES_MAX, at a time)."""
 GIVE_BACK_WAIT_S = 1.0
 """A closing client waits at most this long for its batches in flight to be answered
 and its GiveBack written (clients.pending `_give_back_held`)."""
@@ -176,7 +179,8 @@ requests_in_flight_max guard (same default)."""
 HELD_MESSAGES_MAX = 1024
 """Messages a client holds back (delivered for a get its caller gave up) at most:
 held messages plus what gets waiting or given up may still bring stay within it; a
-get beyond it is refused EXCEEDQUOTA (clients.pending `_reserve_get`)."""
+get beyond it is refused EXCEEDQUOTA (clients.pending `_reserve_get`). Read-ahead
+messages come on top (at most READ_AHEAD_MAX, asked for only when none is held)."""
 HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""
 HEARTBEATS_SILENT_MAX = 3

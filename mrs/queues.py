@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
-from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_REMEMBERED_MAX
+from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_BYTES_MAX, LENT_REMEMBERED_MAX
 from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
@@ -194,7 +194,9 @@ class TargetQueue:
     lent: dict[int, Entry] = field(default_factory=dict)
     """Read-ahead entries delivered beyond what a GetBatch asked for, by seq, oldest
     first: the attached client may give them back (`give_back`) if it closes before
-    a get takes them. At most LENT_REMEMBERED_MAX; forgotten at detach."""
+    a get takes them. At most LENT_REMEMBERED_MAX entries and about LENT_BYTES_MAX
+    of bodies; forgotten at detach."""
+    lent_bytes: int = 0
     shared: bool = field(init=False)
     """The dead-letter queue: read by several handlers at once, each get a lease
     (mrs.dlq_leases). Set once: the get and confirm paths ask it for every message."""
@@ -351,9 +353,11 @@ class TargetQueue:
     def lend(self, entry: Entry) -> None:
         """Remember a read-ahead entry as lent to the attached client (`lent`)."""
         lent = self.lent
-        if len(lent) >= LENT_REMEMBERED_MAX:
-            del lent[next(iter(lent))]  # taken long ago: the client cannot hold it still
         lent[entry.seq] = entry
+        self.lent_bytes += len(entry.body or b"")
+        while len(lent) > LENT_REMEMBERED_MAX or self.lent_bytes > LENT_BYTES_MAX:
+            oldest = lent.pop(next(iter(lent)))  # lent long ago: the client took it
+            self.lent_bytes -= len(oldest.body or b"")
 
     def give_back(self, seqs: list[int]) -> int:
         """Read-ahead entries the client never handed to a get: each seq lent goes
@@ -364,6 +368,7 @@ class TargetQueue:
             entry = self.lent.pop(seq, None)
             if entry is None:
                 continue
+            self.lent_bytes -= len(entry.body or b"")
             entry.times_delivered -= 1
             self.put_back(entry)  # counted as waiting again (memory_count, bytes)
             returned += 1
@@ -383,6 +388,7 @@ class TargetQueue:
                 self.memory_bytes += len(entry.body or b"")
         self.attached_session = None
         self.lent.clear()  # what the client still held is its own now (not recoverable)
+        self.lent_bytes = 0
         for waiter in self.waiters:
             waiter.cancel_timer()
         self.waiters.clear()

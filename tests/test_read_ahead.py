@@ -14,10 +14,10 @@ import trio
 import trio.testing
 
 import clients
-from clients import DeliveryMode, Status, Uma, connect
+from clients import DeliveryMode, PutItem, Status, Uma, connect
 from mrs import protocol as wire
 from mrs.config import QueueConfig
-from mrs.limits import LENT_REMEMBERED_MAX, READ_AHEAD_MAX
+from mrs.limits import LENT_BYTES_MAX, LENT_REMEMBERED_MAX, READ_AHEAD_MAX
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, Psb
 from mrs.queues import Entry, TargetQueue
 
@@ -121,6 +121,41 @@ async def test_a_seq_not_lent_cannot_be_given_back(make_mem_bus) -> None:
             pass
 
 
+async def test_a_thousand_lanes_are_never_refused_for_read_ahead(make_mem_bus) -> None:
+    """Read-ahead takes no room from the gets (HELD_MESSAGES_MAX): a consumer with
+    1,000 lanes looping get -> confirm, as peerbench's, is never refused EXCEEDQUOTA,
+    even when its first 100 lanes asked (with a read-ahead) before the other 900
+    came, on recoverable messages (never lent) and memory ones (lent) alike."""
+    bus = await make_mem_bus(limits="dqf_messages_max = 10000")
+    count = 3000
+    got: list[int] = []
+    async with bus.connect(queue="ANYORDER") as receiver:
+
+        async def lane(done: trio.CancelScope) -> None:
+            while True:
+                message = await receiver.get(timeout=60)
+                got.append(int.from_bytes(message.body, "big"))
+                if message.needs_confirm:
+                    await receiver.confirm(message.seq)
+                if len(got) == count:
+                    done.cancel()
+
+        async with trio.open_nursery() as nursery:
+            for lanes in (100, 900):  # the first 100 wait on the server, then the rest
+                for _ in range(lanes):
+                    nursery.start_soon(lane, nursery.cancel_scope)
+                await trio.testing.wait_all_tasks_blocked()
+            async with bus.connect(queue="SENDER2") as sender:
+                items = [
+                    PutItem(number.to_bytes(4, "big"), "ANYORDER", delivery=mode, uma=Uma.DISC)
+                    for number in range(count)
+                    for mode in [DeliveryMode.WF_DQF if number % 2 else DeliveryMode.NN_MEM]
+                ]
+                results = await sender.put_many(items)
+                assert all(isinstance(result, Psb) for result in results)
+    assert sorted(got) == list(range(count))
+
+
 def test_a_queue_remembers_a_bounded_number_of_lent_messages() -> None:
     queue = TargetQueue(QueueConfig(id=11, name="Q"), Address(1, 11))
     for seq in range(LENT_REMEMBERED_MAX + 10):
@@ -132,6 +167,15 @@ def test_a_queue_remembers_a_bounded_number_of_lent_messages() -> None:
     assert queue.give_back([0, 10, 11]) == 2
     assert [entry.seq for entry in queue.pending] == [10, 11]
     assert queue.memory_count == 2 and queue.memory_bytes == 2
+    assert queue.lent_bytes == LENT_REMEMBERED_MAX - 2
+
+
+def test_a_queue_remembers_lent_bodies_up_to_a_bound_in_bytes() -> None:
+    queue = TargetQueue(QueueConfig(id=11, name="Q"), Address(1, 11))
+    body = b"x" * (1 << 20)
+    for seq in range(10):
+        queue.lend(Entry(seq, body, Address(1, 13), Address(1, 11), DeliveryMode.NN_MEM))
+    assert queue.lent_bytes <= LENT_BYTES_MAX and list(queue.lent) == [6, 7, 8, 9]
 
 
 async def test_mrs_acks_read_ahead_reach_their_sender_once_across_a_close(make_bus) -> None:
