@@ -216,3 +216,22 @@ async def test_mrs_acks_read_ahead_reach_their_sender_once_across_a_close(make_b
         except clients.NoMoreMessages:
             pass
     assert sorted(got) == sorted(seqs)
+
+
+def test_the_blocking_client_gives_back_at_close_too(make_bus) -> None:
+    """`connect_sync`'s close runs the same give-back: what one blocking reader read
+    ahead and never took, the next one gets, in order."""
+    bus = make_bus()
+    with clients.connect_sync(bus.address, "SENDER") as sender:
+        for number in range(100):
+            sender.put(number.to_bytes(4, "big"), "ANYORDER", delivery=DeliveryMode.NN_MEM)
+    with clients.connect_sync(bus.address, "ANYORDER") as reader:
+        first = int.from_bytes(reader.get(timeout=5).body, "big")
+    with clients.connect_sync(bus.address, "ANYORDER") as again:
+        rest = [int.from_bytes(again.get(timeout=5).body, "big") for _ in range(99)]
+        try:
+            again.get(timeout=0)
+            raise AssertionError("a message came back twice")
+        except clients.NoMoreMessages:
+            pass
+    assert [first, *rest] == list(range(100))
