@@ -72,6 +72,8 @@ COMPILED_MODULES = (
     "mrs.protocol.post_init",
     "clients.waiting",
     "clients.get_pool",
+    "mrs.seqspace",
+    "mrs.group.sequence",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

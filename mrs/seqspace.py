@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from journals import Journal, WriteBatch
 from mrs.errors import MrsError
@@ -41,6 +44,7 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
+@mypyc_attr(native_class=False)  # two bases: an interpreted class in the compiled module
 class SeqSpaceExhausted(MrsError, RuntimeError):
     """All 2**49 counters of this group were reserved (never in practice)."""
 
@@ -52,7 +56,8 @@ class SeqSpaceExhausted(MrsError, RuntimeError):
 class SeqAllocator:
     """Hands out a group's seqs; `store` is anything with meta_get and commit_now."""
 
-    store: object
+    store: Any
+    """Anything with meta_get and commit_now (a JournalStore, the simulator's)."""
     group_id: int
     boots: int = 0
     """How many times the group started (for status and logs)."""

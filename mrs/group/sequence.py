@@ -20,4 +20,6 @@ class Sequence:
         self.ctx.epoch = self._seqs.boots
 
     def next(self) -> int:
-        return self._seqs.next()
+        seqs = self._seqs
+        assert seqs is not None  # started before any put
+        return seqs.next()
