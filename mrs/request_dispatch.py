@@ -91,6 +91,14 @@ def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: 
     raise Refused(Status.EXCEEDQUOTA, problem)
 
 
+def dispatch_all(host: DispatchHost, session: ServerSession, events: list) -> None:
+    """Every event one receive brought, in order: the receive loop's one call per
+    receive, so no interpreted frame per event. A ProtocolError stops the rest (the
+    connection is broken), as it did one call at a time."""
+    for event in events:
+        dispatch(host, session, event)
+
+
 def dispatch(host: DispatchHost, session: ServerSession, event: object) -> None:
     """One request (or a PutBatch's puts, each answered as if alone)."""
     if type(event) is wire.PutBatch:  # all in this pass, so one commit stores them

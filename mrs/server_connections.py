@@ -36,7 +36,7 @@ _LINGER_RST = struct.pack("ii", 1, 0)
 
 class ServerConnections:
     """The connection part of `mrs.server.GroupServer` (a mixin); requests go to
-    `_dispatch` (mrs.server_dispatch)."""
+    `_dispatch_all` (mrs.server_dispatch)."""
 
     group: Group | None
     sessions: set[ServerSession]
@@ -169,8 +169,7 @@ class ServerConnections:
         receive loop alike); False once the connection ended (EOF, protocol error)."""
         try:
             events, still_open = await session.receive_events()
-            for event in events:
-                self._dispatch(session, event)
+            self._dispatch_all(session, events)
         except wire.ProtocolError as error:
             await self._protocol_error(session, error)
             return False
