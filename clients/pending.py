@@ -144,11 +144,12 @@ class _Requests:
         with trio.CancelScope(shield=True), trio.move_on_after(GIVE_BACK_WAIT_S):
             await self._gets.settle(link)
             seqs = [message.seq for message in self._held if not message.needs_confirm]
-            for first in range(0, len(seqs), LENT_REMEMBERED_MAX):
+            if not seqs:
+                return
+            self._held = deque(message for message in self._held if message.needs_confirm)
+            for first in range(0, len(seqs), LENT_REMEMBERED_MAX):  # one frame in practice
                 self._send_frame(link, wire.GiveBack(seqs[first : first + LENT_REMEMBERED_MAX]))
-            if seqs:
-                self._held = deque(message for message in self._held if message.needs_confirm)
-                await link.written()
+            await link.flushed()
 
     def _get_room(self) -> int:
         """How many more messages gets may ask for now (see `_reserve_get`)."""

@@ -85,8 +85,7 @@ class FramedStream:
         while True:
             await self._ready.wait()
             self._ready = trio.Event()
-            await self.flush()
-            self._drained.set()
+            await self.flush()  # `write` wakes whoever waits in `flushed`
 
     def write_now(self) -> None:
         """Hand what is queued to a plain TCP socket at once, as far as it takes it
@@ -121,17 +120,11 @@ class FramedStream:
             await self.stream.send_all(data)
         finally:
             self._writing = False
-            self._drained.set()  # for `written` (and `flushed`) whichever loop wrote
+            self._drained.set()  # for `flushed` and `wait_drained`, whichever loop wrote
 
     async def flushed(self) -> None:
-        """Until the send loop has written everything queued so far."""
-        while self._outbox:
-            self._drained = trio.Event()
-            await self._drained.wait()
-
-    async def written(self) -> None:
         """Until everything queued so far is handed to the stream whole: nothing in
-        the outbox and no write under way (a client closing after a last frame)."""
+        the outbox and no write under way (a last Fatal, a client's last GiveBack)."""
         while self._outbox or self._writing:
             self._drained = trio.Event()
             await self._drained.wait()

@@ -108,7 +108,7 @@ async def test_a_seq_not_lent_cannot_be_given_back(make_mem_bus) -> None:
         lent = list(queue_of(bus, ANYORDER_QUEUE_ID).lent)
         assert len(lent) == 2
         receiver._send_frame(receiver._link, wire.GiveBack([message.seq, lent[0], lent[0], 999]))
-        await receiver._link.written()
+        await receiver._link.flushed()
         rest = await take(receiver, 2)  # the held ones: the client does not know
     queue = queue_of(bus, ANYORDER_QUEUE_ID)
     assert rest == [1, 2] and queue.waiting == 1  # lent[0] came back once, not twice
