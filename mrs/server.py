@@ -255,7 +255,9 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
 
     def _commit(self, writer: InlineWriter) -> None:
         """Commit what is pending, then hand the answers it made to the sockets."""
-        writer.commit_pending()
+        assert self.group is not None  # the commit loop runs once the group exists
+        with self.group.answers_held():
+            writer.commit_pending()
         answered = self.answered_sessions
         assert answered is not None  # the inline writer's commits run here
         for session in answered:  # the answers go out now, not at the send loops' turn

@@ -156,6 +156,35 @@ async def test_a_thousand_lanes_are_never_refused_for_read_ahead(make_mem_bus) -
     assert sorted(got) == list(range(count))
 
 
+async def test_the_mrs_acks_of_one_commit_reach_a_waiting_sender_in_one_batch(
+    make_mem_bus,
+) -> None:
+    """A commit's MRS_ACKs are offered together when its report ends (held_offers):
+    the sender's parked GetBatch takes the first and lends the rest in the same
+    answer, instead of the first alone and the rest a round trip later. In order."""
+    bus = await make_mem_bus(limits="dqf_messages_max = 1000")
+    puts_count = 50
+    async with bus.connect(queue="SENDER") as producer:
+        firsts: list[clients.Message] = []
+
+        async def first_get() -> None:
+            firsts.append(await producer.get(timeout=5))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first_get)
+            await trio.testing.wait_all_tasks_blocked()  # its GetBatch waits on the server
+            items = [
+                PutItem(bytes([number]), "ANYORDER", delivery=DeliveryMode.AK_DQF, uma=Uma.DLJ)
+                for number in range(puts_count)
+            ]
+            psbs = await producer.put_many(items)  # one frame: one commit
+        queue = bus.server.group.queues[SENDER_QUEUE_ID]
+        assert len(queue.lent) == puts_count - 1 and queue.waiting == 0
+        acks = firsts + [await producer.get(timeout=0) for _ in range(puts_count - 1)]
+    assert [ack.ack_psb().seq for ack in acks] == [psb.seq for psb in psbs]
+    assert all(ack.ack_psb().delivery_status == Status.STORED for ack in acks)
+
+
 def test_a_queue_remembers_a_bounded_number_of_lent_messages() -> None:
     queue = TargetQueue(QueueConfig(id=11, name="Q"), Address(1, 11))
     for seq in range(LENT_REMEMBERED_MAX + 10):

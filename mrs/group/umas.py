@@ -21,6 +21,7 @@ from mrs.delivery import uma_status
 from mrs.group.acks import AckOutbox
 from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
+from mrs.group.held_offers import HeldOffers
 from mrs.group.peers import Peers
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
@@ -65,6 +66,8 @@ class Umas:
     """Set once the outbound room exists (it needs this room too)."""
     dead_letter_protection: DeadLetterProtection | None = None
     """The DLQ's AMS-style policy (mrs.protection.dead_letter), None without one."""
+    offers: HeldOffers | None = None
+    """Set once the hand-over room exists: MRS_ACKs of one commit go out together."""
 
     def __post_init__(self) -> None:
         self.dead_letter_protection = dead_letter_protection(self.ctx.bus, self.ctx.group_id)
@@ -236,7 +239,10 @@ class Umas:
         if remote:  # journaled until the peer has it (mrs.group.acks.AckOutbox)
             self.ack_outbox.send(ack.seq, response_queue, psb.to_wire(), ack.put_time_ns)
             return
-        queue.offer(ack)
+        if self.offers is None:
+            queue.offer(ack)
+        else:
+            self.offers.offer(queue, ack)
 
 
 def copy_nonrecoverable(entry: Entry, target: Address) -> Entry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from journals import GroupCommitWriter, InlineWriter, Journal
@@ -23,6 +24,7 @@ from mrs.group.context import GroupContext, Session, Timers
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
 from mrs.group.handover import Handover
+from mrs.group.held_offers import HeldOffers
 from mrs.group.inbound import Inbound
 from mrs.group.intake import Intake
 from mrs.group.notices import Notices
@@ -87,6 +89,7 @@ class Group:
         )
         self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
         self.dqf.premark = self.handover
+        self.umas.offers = HeldOffers(self.handover.serve_waiting_gets)
         self.batch_get = BatchGet(ctx, self.handover)
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
         self.link_rooms = LinkRooms(
@@ -111,6 +114,12 @@ class Group:
         return self.ctx.queues
 
     # Requests, each served by one room.
+    def answers_held(self) -> AbstractContextManager[None]:
+        """Around a commit's report: the MRS_ACKs it makes are offered together at
+        its end (mrs.group.held_offers)."""
+        assert self.umas.offers is not None
+        return self.umas.offers.holding()
+
     def recover(self) -> None:
         self.recovery.recover()
 

@@ -25,7 +25,12 @@ from mrs.tools.bench.results import (
     TARGET_QUEUE,
     Result,
 )
-from mrs.tools.bench.runner import measure_cross_group, measure_end_to_end, measure_server
+from mrs.tools.bench.runner import (
+    measure_ak,
+    measure_cross_group,
+    measure_end_to_end,
+    measure_server,
+)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -51,17 +56,7 @@ def run_bench(args: argparse.Namespace) -> int:
         results.append(measure_fsync(work, seconds))
         _progress(f"LMDB one synced commit per put for {seconds:g} s")
         results.append(measure_lmdb(work, seconds))
-        phases = [(n, 1) for n in clients]
-        phases.append((PIPELINE_CONNECTIONS, PIPELINE_TASKS_PER_CONNECTION))
-        for index, (connections, tasks) in enumerate(phases):
-            _progress(
-                f"mrs serve: {connections} connection(s) x {tasks} in flight for {seconds:g} s"
-            )
-            results.append(
-                measure_server(
-                    work / f"server{index}", connections, tasks, seconds, args.body_bytes
-                )
-            )
+        results.extend(_same_group_puts(work, clients, seconds, args.body_bytes))
         if not skip_cross_group:
             _progress(
                 f"groups 1+2: {CROSS_GROUP_CONNECTIONS} connections x 1 in flight, "
@@ -87,6 +82,35 @@ def run_bench(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 base.rmdir()
     return 0
+
+
+def _same_group_puts(
+    work: Path, clients: list[int], seconds: float, body_bytes: int
+) -> list[Result]:
+    """WF_DQF puts for each client count, pipelined, then AK_DQF puts in the
+    pipelined shape (each row on a fresh server)."""
+    results: list[Result] = []
+    phases = [(n, 1) for n in clients]
+    phases.append((PIPELINE_CONNECTIONS, PIPELINE_TASKS_PER_CONNECTION))
+    for index, (connections, tasks) in enumerate(phases):
+        _progress(f"mrs serve: {connections} connection(s) x {tasks} in flight for {seconds:g} s")
+        results.append(
+            measure_server(work / f"server{index}", connections, tasks, seconds, body_bytes)
+        )
+    _progress(
+        f"mrs serve: AK_DQF puts, {PIPELINE_CONNECTIONS} connection(s) x "
+        f"{PIPELINE_TASKS_PER_CONNECTION} unacknowledged for {seconds:g} s"
+    )
+    results.append(
+        measure_ak(
+            work / "ak",
+            PIPELINE_CONNECTIONS,
+            PIPELINE_TASKS_PER_CONNECTION,
+            seconds,
+            body_bytes,
+        )
+    )
+    return results
 
 
 def _progress(text: str) -> None:

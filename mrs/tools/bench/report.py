@@ -68,6 +68,21 @@ def same_group_counterpart(result: Result, results: list[Result]) -> Result | No
     return None
 
 
+def wf_counterpart(result: Result, results: list[Result]) -> Result | None:
+    """The WF_DQF put row an AK row is compared with: same connections and window."""
+    if result.workload != "put-ak":
+        return None
+    for other in results:
+        if (
+            other.workload == "put"
+            and other.route == "same-group"
+            and other.connections == result.connections
+            and other.in_flight == result.in_flight
+        ):
+            return other
+    return None
+
+
 def display_order(results: list[Result]) -> list[Result]:
     """Measurement order, with each cross-group row right after its counterpart."""
     partners = {id(r): same_group_counterpart(r, results) for r in results}
@@ -98,17 +113,22 @@ class _Bases:
     fsync_rate: float
     lmdb_rate: float
     same_ratio: dict[int, float | None]
+    wf_ratio: dict[int, float | None]
+    """AK rows: the rate over the WF row of the same window."""
 
     @classmethod
     def of(cls, results: list[Result]) -> _Bases:
-        same_ratio = {}
+        same_ratio, wf_ratio = {}, {}
         for r in results:
             partner = same_group_counterpart(r, results)
             same_ratio[id(r)] = None if partner is None else _ratio(r.rate, partner.rate)
+            wf = wf_counterpart(r, results)
+            wf_ratio[id(r)] = None if wf is None else _ratio(r.rate, wf.rate)
         return cls(
             next(r.rate for r in results if r.kind == "fsync"),
             next(r.rate for r in results if r.kind == "lmdb"),
             same_ratio,
+            wf_ratio,
         )
 
 
@@ -130,6 +150,11 @@ def report(results: list[Result], facts: dict, args: argparse.Namespace) -> None
     console.print(_table(results, bases))
     for r in display_order(results):
         _print_notes(console, r)
+        if bases.wf_ratio[id(r)] is not None:
+            console.print(
+                f"{r.name}: {_fmt(bases.wf_ratio[id(r)])} x the WF_DQF puts of the "
+                "same window (durable answers by MRS_ACK against PutDone)"
+            )
     payload = {
         "machine": facts,
         "seconds": args.seconds,
@@ -211,6 +236,7 @@ def _json_row(r: Result, bases: _Bases) -> dict:
         "ratio_to_fsync": _round(_ratio(r.rate, bases.fsync_rate), 3),
         "ratio_to_lmdb_commit": _round(_ratio(r.rate, bases.lmdb_rate), 3),
         "ratio_to_same_group": _round(bases.same_ratio[id(r)], 3),
+        "ratio_to_wf": _round(bases.wf_ratio[id(r)], 3),
         "p50_ms": _round(r.latency_ms(0.50), 3),
         "p99_ms": _round(r.latency_ms(0.99), 3),
         "mean_ms": _round(r.mean_latency_ms, 3),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from mrs.tools.bench.ak_phase import _ak_phase
 from mrs.tools.bench.phases import _end_to_end_phase, _put_phase
 from mrs.tools.bench.results import (
     E2E_PRODUCER_CONNECTIONS,
@@ -146,6 +147,19 @@ def measure_server(
         linked=False,
         senders=connections,
         phase=lambda servers: _put_phase(servers, connections, tasks_per_connection, seconds, body),
+    )
+
+
+def measure_ak(
+    directory: Path, connections: int, tasks_per_connection: int, seconds: float, body_bytes: int
+) -> Result:
+    """AK_DQF puts to queue 1.10 of one fresh `mrs serve`, each answered by its MRS_ACK."""
+    body = os.urandom(body_bytes)
+    return measure(
+        directory,
+        linked=False,
+        senders=connections,
+        phase=lambda servers: _ak_phase(servers, connections, tasks_per_connection, seconds, body),
     )
 
 

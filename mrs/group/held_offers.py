@@ -1,0 +1,52 @@
+"""MRS_ACKs made while one commit's answers are reported, offered to their queues
+together once the report ends.
+
+Why: one commit reports hundreds of AK puts at once. Offered one by one, the first
+MRS_ACK wakes the sender's parked GetBatch and leaves alone in its frame, and the
+rest wait for the client's next GetBatch: a round trip more per commit for every AK
+producer (issue 17). Held until the report ends, the parked GetBatch takes them all
+(with read-ahead, up to READ_AHEAD_MAX) in one frame. The order does not change:
+they join the queue in the order they were made, and parked gets are served oldest
+first, as `TargetQueue.offer` would have.
+
+Only the inline writer's commits are held (`mrs.server` wraps `commit_pending`);
+an MRS_ACK made anywhere else (an AK_DEQ put's get, a recovered AK_CONF confirm,
+the thread writer's reports) is offered at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from mrs.queues import Entry, TargetQueue
+
+
+class HeldOffers:
+    """Offers to queues, held while `holding()` is open."""
+
+    def __init__(self, serve_waiting_gets: Callable[[TargetQueue], None]) -> None:
+        self._serve_waiting_gets = serve_waiting_gets
+        self._holding = False
+        self._queues: list[TargetQueue] = []
+        """The queues offered to while holding, each once (a group has few)."""
+
+    def offer(self, queue: TargetQueue, entry: Entry) -> None:
+        if not self._holding:
+            queue.offer(entry)
+            return
+        queue.put_back(entry, front=False)
+        if not any(held is queue for held in self._queues):
+            self._queues.append(queue)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold offers until the block ends, then let every parked get take its share."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            queues, self._queues = self._queues, []
+            for queue in queues:
+                self._serve_waiting_gets(queue)

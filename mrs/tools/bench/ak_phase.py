@@ -1,0 +1,165 @@
+"""AK_DQF puts answered by MRS_ACKs, in the pipelined WF row's shape.
+
+Part of `mrs bench` (see mrs/tools/bench/__init__.py for what it measures and why).
+
+An AK put returns at once; the durable answer is the MRS_ACK (class 28, type -801,
+body = the PSB) the server queues on the sender's own queue after the commit. This
+phase keeps `tasks_per_connection` puts per connection whose MRS_ACK has not come
+yet, as the WF row keeps that many WF puts in flight, so the two rows compare the
+same window. It is written the way an AK producer should be: one reader per
+connection gets the MRS_ACKs (the server lends them ahead, clients.get_pool) and
+frees a window slot per ack; no task waits on an event of its own per put.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import trio
+
+from mrs.tools.bench.results import (
+    E2E_GET_TIMEOUT_S,
+    LOCAL_GROUP,
+    SENDER_QUEUE_FIRST,
+    TARGET_QUEUE,
+    Result,
+)
+from mrs.tools.bench.servers import Servers, _Failures, _Monitors
+
+
+class _AckWindow:
+    """One connection's puts whose MRS_ACK has not come: put time by seq, bounded by
+    the window (a semaphore slot per put, given back by its ack)."""
+
+    def __init__(self, window: int) -> None:
+        self.room = trio.Semaphore(window)
+        self.put_at: dict[int, float] = {}
+        self.acked_early: set[int] = set()
+        """MRS_ACKs read before their put's task resumed (same connection, one loop)."""
+
+
+class _AkRun:
+    """What every connection's putters and ack reader share: the body, the deadline
+    and the tallies."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.target = f"{LOCAL_GROUP}.{TARGET_QUEUE}"
+        self.start = trio.Event()
+        self.deadline = 0.0
+        self.latencies: list[float] = []
+        self.stored = 0
+        self.failures = _Failures()
+
+    async def putter(self, client, window: _AckWindow) -> None:
+        """AK_DQF puts, each once a window slot is free, until the deadline."""
+        from clients import DeliveryMode, MrsError, Status, Uma
+
+        await self.start.wait()
+        perf = time.perf_counter
+        while True:
+            await window.room.acquire()
+            began = perf()
+            if began >= self.deadline:
+                return
+            try:
+                psb = await client.put(
+                    self.body, target=self.target, delivery=DeliveryMode.AK_DQF, uma=Uma.DLJ
+                )
+            except MrsError as error:
+                self.failures.add(f"{type(error).__name__}: {error}")
+                return
+            if psb.status != Status.SUCCESS:
+                self.failures.add(f"AK put refused: {psb!r}")
+                window.room.release()
+            elif psb.seq in window.acked_early:
+                window.acked_early.discard(psb.seq)
+                self.latencies.append(perf() - began)
+            else:
+                window.put_at[psb.seq] = began
+
+    async def ack_reader(self, client, window: _AckWindow) -> None:
+        """Get the MRS_ACKs; count those reporting (SUCCESS, STORED) in the window."""
+        from clients import MrsTimeout, NoMoreMessages, Status
+
+        perf = time.perf_counter
+        while True:
+            try:
+                message = await client.get(timeout=E2E_GET_TIMEOUT_S)
+            except (MrsTimeout, NoMoreMessages):
+                continue
+            if not message.is_mrs_ack:
+                self.failures.add(f"not an MRS_ACK on the sender queue: {message.msg_class}")
+                continue
+            psb = message.ack_psb()
+            began = window.put_at.pop(psb.seq, None)
+            if began is None:
+                window.acked_early.add(psb.seq)
+            else:
+                self.latencies.append(perf() - began)
+            if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
+                self.stored += perf() <= self.deadline
+            else:
+                self.failures.add(repr(psb))
+            window.room.release()
+
+
+async def _ak_phase(
+    servers: Servers, connections: int, tasks_per_connection: int, seconds: float, body: bytes
+) -> Result:
+    """`connections` clients, each with `tasks_per_connection` AK_DQF puts whose
+    MRS_ACK is outstanding, for `seconds`; counts MRS_ACKs reporting (SUCCESS, STORED)."""
+    from clients import connect
+
+    run = _AkRun(body)
+
+    async def connection(index: int, *, task_status) -> None:
+        queue = f"{LOCAL_GROUP}.{SENDER_QUEUE_FIRST + index}"
+        window = _AckWindow(tasks_per_connection)
+        address = servers.addresses[LOCAL_GROUP]
+        async with (
+            connect(address, queue=queue, program=f"mrs bench ak {index}") as client,
+            trio.open_nursery() as nursery,
+        ):
+            for _ in range(tasks_per_connection):
+                nursery.start_soon(run.putter, client, window)
+            nursery.start_soon(run.ack_reader, client, window)
+            task_status.started()
+
+    async with contextlib.AsyncExitStack() as stack:
+        monitors = await _Monitors.open(servers, stack)
+        async with trio.open_nursery() as nursery:
+            for index in range(connections):
+                await nursery.start(connection, index)
+            await monitors.before()
+            run.deadline = monitors.started + seconds
+            run.start.set()
+            # The window closes at the deadline: what is still unacknowledged then
+            # is not counted, and the readers stop with it.
+            await trio.sleep(seconds)
+            monitors.stop_clock()
+            nursery.cancel_scope.cancel()
+        await monitors.after()
+    run.failures.report("AK puts not acknowledged STORED")
+    return _ak_result(monitors, connections, tasks_per_connection, run)
+
+
+def _ak_result(
+    monitors: _Monitors, connections: int, tasks_per_connection: int, run: _AkRun
+) -> Result:
+    plural = "s" if connections != 1 else ""
+    result = Result(
+        f"AK_DQF puts + MRS_ACKs, {connections} conn{plural} x {tasks_per_connection} unacked",
+        "server",
+        run.stored,
+        monitors.elapsed,
+        run.latencies,
+        connections=connections,
+        in_flight=connections * tasks_per_connection,
+        failures=run.failures.count,
+        workload="put-ak",
+    )
+    monitors.fill(result, LOCAL_GROUP)
+    result.msgs_per_commit = result.batches_per_commit
+    return result
