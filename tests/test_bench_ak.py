@@ -7,11 +7,11 @@ from pathlib import Path
 
 from mrs.tools.bench.report import wf_counterpart
 from mrs.tools.bench.results import Result
-from mrs.tools.bench.runner import measure_ak
+from mrs.tools.bench.runner import measure_server
 
 
 def test_every_ak_put_counted_was_acknowledged_stored_and_is_in_the_dqf(tmp_path: Path) -> None:
-    result = measure_ak(tmp_path / "ak", 2, 8, 0.5, 256)
+    result = measure_server(tmp_path / "ak", 2, 8, 0.5, 256, ak=True)
     assert result.failures == 0
     assert result.count > 0 and result.workload == "put-ak"
     assert len(result.latencies_s) >= result.count  # every counted put had its MRS_ACK

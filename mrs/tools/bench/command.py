@@ -26,7 +26,6 @@ from mrs.tools.bench.results import (
     Result,
 )
 from mrs.tools.bench.runner import (
-    measure_ak,
     measure_cross_group,
     measure_end_to_end,
     measure_server,
@@ -102,12 +101,13 @@ def _same_group_puts(
         f"{PIPELINE_TASKS_PER_CONNECTION} unacknowledged for {seconds:g} s"
     )
     results.append(
-        measure_ak(
+        measure_server(
             work / "ak",
             PIPELINE_CONNECTIONS,
             PIPELINE_TASKS_PER_CONNECTION,
             seconds,
             body_bytes,
+            ak=True,
         )
     )
     return results

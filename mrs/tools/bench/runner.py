@@ -138,28 +138,23 @@ def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Res
 
 
 def measure_server(
-    directory: Path, connections: int, tasks_per_connection: int, seconds: float, body_bytes: int
+    directory: Path,
+    connections: int,
+    tasks_per_connection: int,
+    seconds: float,
+    body_bytes: int,
+    *,
+    ak: bool = False,
 ) -> Result:
-    """WF_DQF puts to queue 1.10 of one fresh `mrs serve`."""
+    """WF_DQF puts to queue 1.10 of one fresh `mrs serve`; with `ak`, AK_DQF puts,
+    each answered by its MRS_ACK (mrs.tools.bench.ak_phase)."""
     body = os.urandom(body_bytes)
+    run_phase = _ak_phase if ak else _put_phase
     return measure(
         directory,
         linked=False,
         senders=connections,
-        phase=lambda servers: _put_phase(servers, connections, tasks_per_connection, seconds, body),
-    )
-
-
-def measure_ak(
-    directory: Path, connections: int, tasks_per_connection: int, seconds: float, body_bytes: int
-) -> Result:
-    """AK_DQF puts to queue 1.10 of one fresh `mrs serve`, each answered by its MRS_ACK."""
-    body = os.urandom(body_bytes)
-    return measure(
-        directory,
-        linked=False,
-        senders=connections,
-        phase=lambda servers: _ak_phase(servers, connections, tasks_per_connection, seconds, body),
+        phase=lambda servers: run_phase(servers, connections, tasks_per_connection, seconds, body),
     )
 
 
