@@ -9,9 +9,10 @@ producer (issue 17). Held until the report ends, the parked GetBatch takes them 
 they join the queue in the order they were made, and parked gets are served oldest
 first, as `TargetQueue.offer` would have.
 
-Only the inline writer's commits are held (`mrs.server` wraps `commit_pending`);
-an MRS_ACK made anywhere else (an AK_DEQ put's get, a recovered AK_CONF confirm,
-the thread writer's reports) is offered at once.
+Only the inline writer's commits are held (`mrs.server` wraps `commit_pending`):
+an AK_DQF put's MRS_ACK and an AK_CONF put's (made when the confirm's commit is
+reported) wait for the report's end; one made outside a commit's report (an AK_DEQ
+message taken by a get) or in the thread writer's reports is offered at once.
 """
 
 from __future__ import annotations

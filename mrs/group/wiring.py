@@ -113,13 +113,13 @@ class Group:
     def queues(self) -> dict[int, TargetQueue]:
         return self.ctx.queues
 
-    # Requests, each served by one room.
     def answers_held(self) -> AbstractContextManager[None]:
         """Around a commit's report: the MRS_ACKs it makes are offered together at
         its end (mrs.group.held_offers)."""
         assert self.umas.offers is not None
         return self.umas.offers.holding()
 
+    # Requests, each served by one room.
     def recover(self) -> None:
         self.recovery.recover()
 
