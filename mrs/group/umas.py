@@ -71,6 +71,8 @@ class Umas:
 
     def __post_init__(self) -> None:
         self.dead_letter_protection = dead_letter_protection(self.ctx.bus, self.ctx.group_id)
+        self._ack_source = Address(self.ctx.group_id, 0)
+        """Every MRS_ACK's source (queue 0 of this group): one Address, not one per ack."""
 
     def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
         """Take the entry's UMA and report cause + UMA status to the sender."""
@@ -228,7 +230,7 @@ class Umas:
         ack = Entry(
             seq=self.sequence.next(),
             body=_ENCODE(psb.to_wire()),
-            source=Address(group_id, 0),
+            source=self._ack_source,
             target=response_queue,
             delivery=DeliveryMode.NN_MEM,
             msg_class=MRS_CLASS,
