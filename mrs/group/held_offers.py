@@ -26,28 +26,27 @@ from mrs.queues import Entry, TargetQueue
 class HeldOffers:
     """Offers to queues, held while `holding()` is open."""
 
-    def __init__(self, serve_waiting_gets: Callable[[TargetQueue], None]) -> None:
-        self._serve_waiting_gets = serve_waiting_gets
+    def __init__(self) -> None:
         self._holding = False
-        self._queues: list[TargetQueue] = []
-        """The queues offered to while holding, each once (a group has few)."""
+        self._queues: dict[int, TargetQueue] = {}
+        """The queues offered to while holding, by id, in first-offer order."""
 
     def offer(self, queue: TargetQueue, entry: Entry) -> None:
         if not self._holding:
             queue.offer(entry)
             return
         queue.put_back(entry, front=False)
-        if not any(held is queue for held in self._queues):
-            self._queues.append(queue)
+        self._queues[id(queue)] = queue
 
     @contextmanager
-    def holding(self) -> Iterator[None]:
-        """Hold offers until the block ends, then let every parked get take its share."""
+    def holding(self, serve_waiting_gets: Callable[[TargetQueue], None]) -> Iterator[None]:
+        """Hold offers until the block ends, then let every parked get take its share
+        (`serve_waiting_gets`: the hand-over's)."""
         self._holding = True
         try:
             yield
         finally:
             self._holding = False
-            queues, self._queues = self._queues, []
-            for queue in queues:
-                self._serve_waiting_gets(queue)
+            queues, self._queues = self._queues, {}
+            for queue in queues.values():
+                serve_waiting_gets(queue)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgspec
@@ -66,8 +66,8 @@ class Umas:
     """Set once the outbound room exists (it needs this room too)."""
     dead_letter_protection: DeadLetterProtection | None = None
     """The DLQ's AMS-style policy (mrs.protection.dead_letter), None without one."""
-    offers: HeldOffers | None = None
-    """Set once the hand-over room exists: MRS_ACKs of one commit go out together."""
+    offers: HeldOffers = field(default_factory=HeldOffers)
+    """MRS_ACKs made in one commit's report go out together (mrs.group.held_offers)."""
 
     def __post_init__(self) -> None:
         self.dead_letter_protection = dead_letter_protection(self.ctx.bus, self.ctx.group_id)
@@ -241,10 +241,7 @@ class Umas:
         if remote:  # journaled until the peer has it (mrs.group.acks.AckOutbox)
             self.ack_outbox.send(ack.seq, response_queue, psb.to_wire(), ack.put_time_ns)
             return
-        if self.offers is None:
-            queue.offer(ack)
-        else:
-            self.offers.offer(queue, ack)
+        self.offers.offer(queue, ack)
 
 
 def copy_nonrecoverable(entry: Entry, target: Address) -> Entry:

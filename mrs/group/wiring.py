@@ -24,7 +24,6 @@ from mrs.group.context import GroupContext, Session, Timers
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
 from mrs.group.handover import Handover
-from mrs.group.held_offers import HeldOffers
 from mrs.group.inbound import Inbound
 from mrs.group.intake import Intake
 from mrs.group.notices import Notices
@@ -89,7 +88,6 @@ class Group:
         )
         self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
         self.dqf.premark = self.handover
-        self.umas.offers = HeldOffers(self.handover.serve_waiting_gets)
         self.batch_get = BatchGet(ctx, self.handover)
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
         self.link_rooms = LinkRooms(
@@ -116,8 +114,7 @@ class Group:
     def answers_held(self) -> AbstractContextManager[None]:
         """Around a commit's report: the MRS_ACKs it makes are offered together at
         its end (mrs.group.held_offers)."""
-        assert self.umas.offers is not None
-        return self.umas.offers.holding()
+        return self.umas.offers.holding(self.handover.serve_waiting_gets)
 
     # Requests, each served by one room.
     def recover(self) -> None:

@@ -130,10 +130,9 @@ async def _ak_phase(
     async with contextlib.AsyncExitStack() as stack:
         monitors = await _Monitors.open(servers, stack)
         async with trio.open_nursery() as nursery:
-            for index in range(connections):
-                await nursery.start(connection, index)
-            await monitors.before()
-            run.deadline = monitors.started + seconds
+            run.deadline = await monitors.start_connections(
+                nursery, connection, connections, seconds
+            )
             run.start.set()
             # The window closes at the deadline: what is still unacknowledged then
             # is not counted, and the readers stop with it.

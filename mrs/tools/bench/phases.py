@@ -81,10 +81,9 @@ async def _put_phase(
     async with contextlib.AsyncExitStack() as stack:
         monitors = await _Monitors.open(servers, stack)
         async with trio.open_nursery() as nursery:
-            for index in range(connections):
-                await nursery.start(connection, index)
-            await monitors.before()
-            timing["deadline"] = monitors.started + seconds
+            timing["deadline"] = await monitors.start_connections(
+                nursery, connection, connections, seconds
+            )
             start.set()
         monitors.stop_clock()
         await monitors.after()

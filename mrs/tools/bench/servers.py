@@ -121,6 +121,16 @@ class _Monitors:
         self.client_cpu_before = time.process_time()
         self.started = time.perf_counter()
 
+    async def start_connections(
+        self, nursery: trio.Nursery, connection: Callable, connections: int, seconds: float
+    ) -> float:
+        """Start `connections` client connections (`nursery.start(connection, index)`),
+        take the readings before, and return the window's deadline (perf_counter)."""
+        for index in range(connections):
+            await nursery.start(connection, index)
+        await self.before()
+        return self.started + seconds
+
     def stop_clock(self) -> None:
         self.elapsed = time.perf_counter() - self.started
         self.cpu_after = {g: _process_cpu_s(pid) for g, pid in self.servers.pids.items()}
