@@ -51,6 +51,8 @@ COMPILED_MODULES = (
     "mrs.group.intake",
     "mrs.group.dqf",
     "mrs.group.handover",
+    "mrs.group.confirm_run",
+    "mrs.group.get_expiry",
     "mrs.group.batch_get",
     "mrs.group.reply",
     "mrs.group.context",

@@ -20,6 +20,7 @@ from mrs.client_drains import ClientDrains
 from mrs.config import GroupConfig
 from mrs.delivery import Refused
 from mrs.group import Group
+from mrs.group.confirm_run import ConfirmRun
 from mrs.guards import Guards
 from mrs.model import Status
 from mrs.refusals import RefusalLog
@@ -94,20 +95,42 @@ def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: 
 def dispatch_all(host: DispatchHost, session: ServerSession, events: list) -> None:
     """Every event one receive brought, in order: the receive loop's one call per
     receive, so no interpreted frame per event. A ProtocolError stops the rest (the
-    connection is broken), as it did one call at a time."""
-    for event in events:
-        dispatch(host, session, event)
+    connection is broken), as it did one call at a time.
+
+    Confirms in a row share one write batch (mrs.group.confirm_run), submitted before
+    the next other request and at the end: a request that breaks the protocol comes
+    after the confirms before it were submitted, so they are written and answered
+    all the same (and `finally` submits them whatever else ends the pass)."""
+    group = host.group
+    assert group is not None  # set before any connection is served
+    run: ConfirmRun | None = None
+    try:
+        for event in events:
+            if type(event) is wire.Confirm:
+                if run is None:
+                    run = ConfirmRun(session)
+                dispatch(host, session, event, run)
+                continue
+            if run is not None:
+                group.end_confirm_run(run)
+            dispatch(host, session, event)
+    finally:
+        if run is not None:
+            group.end_confirm_run(run)
 
 
-def dispatch(host: DispatchHost, session: ServerSession, event: object) -> None:
-    """One request (or a PutBatch's puts, each answered as if alone)."""
+def dispatch(
+    host: DispatchHost, session: ServerSession, event: object, run: ConfirmRun | None = None
+) -> None:
+    """One request (or a PutBatch's puts, each answered as if alone); a Confirm's
+    deletes join `run` when one is given."""
     if type(event) is wire.PutBatch:  # all in this pass, so one commit stores them
         for put in event.puts:
             dispatch(host, session, put)
         return
     request_id: int = getattr(event, "request_id", 0)
     try:
-        _dispatch_one(host, session, event, request_id)
+        _dispatch_one(host, session, event, request_id, run)
     except Refused as refused:
         session.send(wire.Failure(request_id, int(refused.status), refused.message))
     except wire.ProtocolError:
@@ -120,7 +143,11 @@ def dispatch(host: DispatchHost, session: ServerSession, event: object) -> None:
 
 
 def _dispatch_one(
-    host: DispatchHost, session: ServerSession, event: object, request_id: int
+    host: DispatchHost,
+    session: ServerSession,
+    event: object,
+    request_id: int,
+    run: ConfirmRun | None,
 ) -> None:
     gate = host.gate
     if gate is not None:
@@ -139,7 +166,7 @@ def _dispatch_one(
     elif kind is wire.Confirm:
         assert isinstance(event, wire.Confirm)
         begin(host, session, request_id, 0)
-        group.confirm(session, event)
+        group.confirm(session, event, run)
     elif kind is wire.GetBatch:
         assert isinstance(event, wire.GetBatch)
         begin_get(host, session, request_id, event.timeout_ms)

@@ -8,7 +8,6 @@ one transaction before it is answered.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_
 from mrs import protocol as wire
 from mrs.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
 from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
+from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import (
     U32,
     UNSAFE_CONFIRM_WITHOUT_DELETE,
@@ -27,8 +27,9 @@ from mrs.group.context import (
 )
 from mrs.group.delivery_event import delivery_event
 from mrs.group.dqf import Dqf
+from mrs.group.get_expiry import GetExpiry
 from mrs.group.notices import Notices
-from mrs.group.put_deadlines import Bucket, PutDeadlines
+from mrs.group.put_deadlines import PutDeadlines
 from mrs.model import InterestPoint, Status
 from mrs.protocol.base import build_unchecked
 from mrs.queues import Entry, GetWaiter, TargetQueue
@@ -252,7 +253,11 @@ class Handover:
             )
 
     # ------------------------------------------------------------------ confirm
-    def confirm(self, session: Session, request: wire.Confirm) -> None:
+    def confirm(
+        self, session: Session, request: wire.Confirm, run: ConfirmRun | None = None
+    ) -> None:
+        """Checked now; its deletes join `run` (the other confirms of the same receive,
+        mrs.group.confirm_run) when they are all it writes, else go alone."""
         queue = attached_queue(session)
         journal = journal_on_confirm(request.force_j, self.ctx.config.pcj_default)
         check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
@@ -260,9 +265,68 @@ class Handover:
             self.dlq_readers.check_holder(session.id, request.seq)
             self.dlq_readers.removed(session.id, request.seq)
         entry = queue.unconfirmed.pop(request.seq)
+        if run is not None and not journal and self._deletes_only(entry):
+            if run.queue is not queue:
+                self.end_confirm_run(run)
+            run.add(queue, entry, request.request_id, queue_key(queue.address.queue, entry.seq))
+            return
         self._confirm_entry(
             session, queue, entry, request.request_id, request.confirm_value, journal
         )
+
+    def _deletes_only(self, entry: Entry) -> bool:
+        """A confirm of `entry` writes its two deletes and nothing else (no CONF notice
+        to its origin group, no unsafe switch), so it can share a batch."""
+        return (
+            entry.journaled
+            and not self.ctx.unsafe
+            and (
+                entry.origin_group is None
+                or entry.delivery.interest_point is not InterestPoint.CONF
+            )
+        )
+
+    def end_confirm_run(self, run: ConfirmRun) -> None:
+        """Submit the confirms gathered in `run` as one batch; each is answered after
+        its commit (or fails with it)."""
+        taken = run.take()
+        if taken is None:
+            return
+        queue, batch, confirms = taken
+        session = run.session
+        self.ctx.writer.submit(
+            batch,
+            lambda error: self._run_confirmed(session, queue, confirms, error),
+            can_wait=queue.drained,  # the commit may wait a moment for a put (mrs.server)
+        )
+
+    def _run_confirmed(
+        self,
+        session: Session,
+        queue: TargetQueue,
+        confirms: list[tuple[Entry, int]],
+        error: JournalError | None,
+    ) -> None:
+        """A run's commit ended: what `_confirmed` does for each of its confirms, and
+        the queue's parked gets served once."""
+        if error is not None:
+            for entry, _ in confirms:
+                queue.unconfirmed[entry.seq] = entry
+            sort_unconfirmed(queue)
+            full = isinstance(error, JournalFullError)
+            status = Status.MRS_RES_EXH if full else Status.JOURNAL_FAIL
+            for _, request_id in confirms:
+                session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
+            return
+        ctx = self.ctx
+        peers = self.notices.peers
+        for entry, request_id in confirms:
+            ctx.dqf_count -= 1
+            peers.dqf_freed()
+            session.send(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
+            if entry.on_confirm is not None:
+                entry.on_confirm(entry)
+        self.serve_waiting_gets(queue)
 
     def _confirm_entry(
         self,
@@ -316,7 +380,7 @@ class Handover:
             self.notices.notice_committed(notify)
         if error is not None:
             queue.unconfirmed[entry.seq] = entry
-            _sort_unconfirmed(queue)
+            sort_unconfirmed(queue)
             full = isinstance(error, JournalFullError)
             status = Status.MRS_RES_EXH if full else Status.JOURNAL_FAIL
             if request_id is not None:
@@ -330,44 +394,3 @@ class Handover:
         if entry.on_confirm is not None:
             entry.on_confirm(entry)
         self.serve_waiting_gets(queue)
-
-
-class GetExpiry:
-    """A parked get's timeout: called, it is cancelled (the get was answered); timed
-    out, the get is answered TIMEOUT, or, if a commit under way reserved it, marked to
-    be answered so should that message not be delivered after all."""
-
-    def __init__(
-        self, session: Session, queue: TargetQueue, waiter: GetWaiter, bucket: Bucket | None = None
-    ) -> None:
-        self.session = session
-        self.queue = queue
-        self.waiter = waiter
-        self.bucket = bucket
-
-    def __call__(self) -> None:
-        if self.bucket is not None:
-            self.bucket.leave(self)
-            self.bucket = None
-
-    def time_out(self, timeout_s: float) -> None:
-        self.bucket = None
-        if self.queue.unpark(self.waiter):
-            self._answer_timeout(timeout_s)
-        elif self.waiter.reserved:  # answered by its message's commit, unless that fails
-            self.waiter.timed_out = functools.partial(self._answer_timeout, timeout_s)
-
-    def _answer_timeout(self, timeout_s: float) -> None:
-        self.session.send(
-            wire.Failure(
-                self.waiter.request_id,
-                Status.TIMEOUT,
-                f"no message on {self.queue.address} in {timeout_s:g} s",
-            )
-        )
-
-
-def _sort_unconfirmed(queue: TargetQueue) -> None:
-    ordered = sorted(queue.unconfirmed.items())
-    queue.unconfirmed.clear()
-    queue.unconfirmed.update(ordered)

@@ -20,6 +20,7 @@ from mrs.config import BusConfig, GroupConfig
 from mrs.dlq_leases import DlqReaders
 from mrs.group.acks import AckOutbox, AckWaits, RecentAcks
 from mrs.group.batch_get import BatchGet
+from mrs.group.confirm_run import ConfirmRun
 from mrs.group.context import GroupContext, Session, Timers
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
@@ -141,8 +142,14 @@ class Group:
     def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
         self.handover.cancel_get(session, request)
 
-    def confirm(self, session: Session, request: wire.Confirm) -> None:
-        self.handover.confirm(session, request)
+    def confirm(
+        self, session: Session, request: wire.Confirm, run: ConfirmRun | None = None
+    ) -> None:
+        self.handover.confirm(session, request, run)
+
+    def end_confirm_run(self, run: ConfirmRun) -> None:
+        """Submit the confirms `run` gathered (mrs.group.confirm_run)."""
+        self.handover.end_confirm_run(run)
 
     def status_info(self) -> dict:
         ctx = self.ctx

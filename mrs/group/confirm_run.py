@@ -1,0 +1,58 @@
+"""The confirms of one receive share one write batch, one commit callback and one
+serve of the queue's parked gets (compiled: journals.native).
+
+Why: a consumer that confirms each message on its own sends one Confirm per message,
+and a busy one's Confirms arrive by the hundred in one receive. Each built its own
+WriteBatch (two deletes), a closure, an entry in the writer's pending list and a
+report call, and served the queue's parked gets again after its commit (issue 17).
+
+What stays per confirm: its checks (an unknown or out-of-order seq is refused at
+once, alone), the unconfirmed slot freed at once, and its own Confirmed answer, sent
+only after the commit that made its deletes durable. A confirm that writes more than
+its deletes (a PCJ record, a CONF notice to the origin group) goes alone, as before.
+If the shared commit fails, every confirm in it fails (JOURNAL_FAIL or MRS_RES_EXH)
+and its message is unconfirmed again, exactly as a confirm alone whose commit failed.
+"""
+
+from __future__ import annotations
+
+from journals import Journal, WriteBatch
+from mrs.group.context import Session
+from mrs.queues import Entry, TargetQueue
+
+
+class ConfirmRun:
+    """The confirms gathered so far in one receive, for one session and queue."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.queue: TargetQueue | None = None
+        self.batch = WriteBatch.empty()
+        self.confirms: list[tuple[Entry, int]] = []
+        """Each confirmed entry with its Confirm's request id, in arrival order."""
+
+    def add(self, queue: TargetQueue, entry: Entry, request_id: int, key: bytes) -> None:
+        """One confirmed entry of `queue` (the run's queue: `Handover` ends a run
+        before a confirm of another queue joins)."""
+        self.queue = queue
+        self.batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        self.confirms.append((entry, request_id))
+
+    def take(self) -> tuple[TargetQueue, WriteBatch, list[tuple[Entry, int]]] | None:
+        """What was gathered (None if nothing), leaving the run empty for more."""
+        queue = self.queue
+        if queue is None or not self.confirms:
+            return None
+        taken = (queue, self.batch, self.confirms)
+        self.queue = None
+        self.batch = WriteBatch.empty()
+        self.confirms = []
+        return taken
+
+
+def sort_unconfirmed(queue: TargetQueue) -> None:
+    """Put the queue's unconfirmed messages back in seq order (after confirms that
+    failed put theirs back)."""
+    ordered = sorted(queue.unconfirmed.items())
+    queue.unconfirmed.clear()
+    queue.unconfirmed.update(ordered)
