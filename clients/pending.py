@@ -52,21 +52,24 @@ class _Requests:
     """Client's request plumbing: send, wait for the answer, abandon, lose."""
 
     def _message(self, reply: wire.Delivery) -> Message:
+        """The Message of a delivery. Positional, in Message's field order: its
+        dataclass `__init__` took 0.9 µs with keywords against 0.4 µs without, once
+        per message a consumer gets (issue 17)."""
         return Message(
-            body=reply.body,
-            seq=reply.seq,
-            source=_address(reply.source),
-            target=_address(reply.target),
-            msg_class=reply.msg_class,
-            msg_type=reply.msg_type,
-            priority=reply.priority,
-            delivery=delivery_mode_of(reply.delivery),
-            delivery_status=status_of(reply.delivery_status),
-            correlation_id=reply.correlation_id,
-            put_time_ns=reply.put_time_ns,
-            dead_letter_header=reply.dead_letter_header,
-            headers=reply.headers,
-            _confirm=self._confirm_message,
+            reply.body,
+            reply.seq,
+            _address(reply.source),
+            _address(reply.target),
+            reply.msg_class,
+            reply.msg_type,
+            reply.priority,
+            delivery_mode_of(reply.delivery),
+            status_of(reply.delivery_status),
+            reply.correlation_id,
+            reply.put_time_ns,
+            reply.dead_letter_header,
+            reply.headers,
+            self._confirm_message,
         )
 
     def _next_id(self) -> int:

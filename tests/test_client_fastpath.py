@@ -72,3 +72,39 @@ def test_the_old_import_paths_of_the_split_client_still_work() -> None:
         import clients.connection as module
 
         module.no_such_name  # noqa: B018 - the lookup itself is the test
+
+
+def test_every_field_of_a_delivery_lands_in_its_message_field() -> None:
+    """`_message` builds the Message positionally (cheaper than by keyword): each
+    Delivery field must still reach the Message field of the same meaning."""
+    from clients.connection import Client
+    from mrs import protocol as wire
+
+    client = Client("127.0.0.1:1", "ORDERS", "test")
+    delivery = wire.Delivery(
+        7,  # request id: not the message's
+        123_456,
+        b"body",
+        "1.13",
+        "1.10",
+        5,
+        -6,
+        3,
+        int(DeliveryMode.WF_DQF),
+        int(Status.POSSDUPL),
+        b"corr",
+        1_700_000_000_000_000_000,
+        {"reason": 1},
+        {"header": "value"},
+    )
+    message = client._message(delivery)
+    assert (message.body, message.seq) == (b"body", 123_456)
+    assert (message.source, message.target) == (Address(1, 13), Address(1, 10))
+    assert (message.msg_class, message.msg_type, message.priority) == (5, -6, 3)
+    assert message.delivery is DeliveryMode.WF_DQF
+    assert message.delivery_status is Status.POSSDUPL
+    assert message.correlation_id == b"corr"
+    assert message.put_time_ns == 1_700_000_000_000_000_000
+    assert message.dead_letter_header == {"reason": 1}
+    assert message.headers == {"header": "value"}
+    assert message._confirm == client.confirm  # message.confirm() confirms on this client
