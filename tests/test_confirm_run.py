@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from clients import DeliveryMode, MrsError, NoMoreMessages, PutItem, Status, Uma
+from journals import Journal
 from mrs import protocol as wire
 
 COUNT = 30
@@ -54,6 +55,7 @@ async def test_the_confirms_of_one_receive_are_written_in_one_batch_and_each_ans
         assert await receiver.confirm_many(seqs) == [None] * COUNT
         assert writer_batches(bus) - before == 1
         assert bus.server.group.ctx.dqf_count == 0
+        assert bus.store.count(Journal.DQF) == bus.store.count(Journal.MARKS) == 0
         assert unconfirmed(bus) == []
 
 
@@ -100,6 +102,8 @@ async def test_confirms_that_write_a_pcj_record_each_go_alone(make_mem_bus) -> N
         assert await receiver.confirm_many(seqs) == [None] * COUNT
         assert writer_batches(bus) - before == COUNT
         assert bus.server.group.ctx.dqf_count == 0
+        assert bus.store.count(Journal.PCJ) == COUNT
+        assert bus.store.count(Journal.DQF) == 0
 
 
 async def test_confirms_before_a_protocol_error_in_the_same_receive_are_still_written(
