@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import msgpack
 import msgspec
 
 from mrs.limits import PUT_TIMEOUT_S_DEFAULT as DEFAULT_PUT_TIMEOUT_S  # noqa: F401 (old name)
@@ -393,8 +394,6 @@ class Message:
 
     def ack_psb(self) -> Psb:
         """The PSB an MRS_ACK message carries (only for MRS_ACK messages)."""
-        import msgpack
-
         if not self.is_mrs_ack:
             raise ValueError("not an MRS_ACK message")
         return Psb.from_wire(msgpack.unpackb(self.body))
