@@ -222,7 +222,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         # Built (and so checked: types and ranges) once, whether it is sent now or
         # journaled and sent at drain time.
         request = put_request(
-            next(self._request_ids),
+            self._next_id(),
             str(target),
             bytes(body),
             delivery,
@@ -241,8 +241,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
             and self.journal_status == Status.JOURNAL_ON
         ):
             return await self._put_journaled(request)
-        if self._link is None or self._broken is not None:  # the common case: one test
-            self._require_link(Status.LINK_DOWN, "put")
+        self._require_link(Status.LINK_DOWN, "put")
         reply = await self._request(request, put_reply_wait_s(timeout), "put")
         return _psb(reply)
 
@@ -265,8 +264,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         """
         if self._held:
             return await self._checked(self._held.popleft())
-        if self._link is None or self._broken is not None:
-            self._require_link(Status.NOTACTIVE, "get")
+        self._require_link(Status.NOTACTIVE, "get")
         if (timeout is None or timeout > 0) and not self._gets.refused:  # else: checked below
             pooled = await self._gets.get(timeout)
             if pooled is not None:
@@ -329,9 +327,8 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
     ) -> None:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
-        if self._link is None or self._broken is not None:
-            self._require_link(Status.NOTACTIVE, "confirm")
-        request = confirm_request(next(self._request_ids), seq, confirm_value, force_j)
+        self._require_link(Status.NOTACTIVE, "confirm")
+        request = confirm_request(self._next_id(), seq, confirm_value, force_j)
         await self._request(request, None, "other")
 
     async def confirm_many(

@@ -8,6 +8,8 @@ so the server takes them in one receive.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 import trio.testing
@@ -30,10 +32,16 @@ async def put_durable(bus, count: int = COUNT) -> None:
         assert all(psb.stored for psb in await sender.put_many(items))
 
 
-async def got_all(receiver, count: int = COUNT) -> list[int]:
-    messages = await receiver.get_many(count, timeout=5)
-    assert len(messages) == count
-    return [message.seq for message in messages]
+@contextlib.asynccontextmanager
+async def delivered(make_mem_bus, count: int = COUNT, group_extra: str = ""):
+    """A fresh group holding `count` stored messages on ANYORDER, and a receiver that
+    got them all (each now waits for its confirm): (bus, receiver, seqs)."""
+    bus = await make_mem_bus(limits="dqf_messages_max = 1000", group_extra=group_extra)
+    await put_durable(bus, count)
+    async with bus.connect(queue="ANYORDER") as receiver:
+        messages = await receiver.get_many(count, timeout=5)
+        assert len(messages) == count
+        yield bus, receiver, [message.seq for message in messages]
 
 
 def writer_batches(bus) -> int:
@@ -47,10 +55,7 @@ def unconfirmed(bus) -> list[int]:
 async def test_the_confirms_of_one_receive_are_written_in_one_batch_and_each_answered(
     make_mem_bus,
 ) -> None:
-    bus = await make_mem_bus(limits="dqf_messages_max = 1000")
-    await put_durable(bus)
-    async with bus.connect(queue="ANYORDER") as receiver:
-        seqs = await got_all(receiver)
+    async with delivered(make_mem_bus) as (bus, receiver, seqs):
         before = writer_batches(bus)
         assert await receiver.confirm_many(seqs) == [None] * COUNT
         assert writer_batches(bus) - before == 1
@@ -62,10 +67,7 @@ async def test_the_confirms_of_one_receive_are_written_in_one_batch_and_each_ans
 async def test_a_refused_confirm_in_a_run_is_answered_alone_and_the_others_share_a_batch(
     make_mem_bus,
 ) -> None:
-    bus = await make_mem_bus(limits="dqf_messages_max = 1000")
-    await put_durable(bus, 3)
-    async with bus.connect(queue="ANYORDER") as receiver:
-        seqs = await got_all(receiver, 3)
+    async with delivered(make_mem_bus, 3) as (bus, receiver, seqs):
         before = writer_batches(bus)
         results = await receiver.confirm_many([seqs[0], 987_654_321, seqs[1], seqs[2]])
         assert results[0] is None and results[2] is None and results[3] is None
@@ -77,10 +79,7 @@ async def test_a_refused_confirm_in_a_run_is_answered_alone_and_the_others_share
 async def test_when_the_shared_commit_fails_every_confirm_fails_and_can_be_made_again(
     make_mem_bus,
 ) -> None:
-    bus = await make_mem_bus(limits="dqf_messages_max = 1000")
-    await put_durable(bus)
-    async with bus.connect(queue="ANYORDER") as receiver:
-        seqs = await got_all(receiver)
+    async with delivered(make_mem_bus) as (bus, receiver, seqs):
         bus.fail_commits("EIO")
         failed = await receiver.confirm_many(seqs)
         assert all(isinstance(result, MrsError) for result in failed)
@@ -94,10 +93,7 @@ async def test_when_the_shared_commit_fails_every_confirm_fails_and_can_be_made_
 async def test_confirms_that_write_a_pcj_record_each_go_alone(make_mem_bus) -> None:
     """With pcj_default every confirm also journals its message to the PCJ: those are
     not deletes only, so each keeps its own batch (and its PCJ record)."""
-    bus = await make_mem_bus(limits="dqf_messages_max = 1000", group_extra="pcj_default = true")
-    await put_durable(bus)
-    async with bus.connect(queue="ANYORDER") as receiver:
-        seqs = await got_all(receiver)
+    async with delivered(make_mem_bus, group_extra="pcj_default = true") as (bus, receiver, seqs):
         before = writer_batches(bus)
         assert await receiver.confirm_many(seqs) == [None] * COUNT
         assert writer_batches(bus) - before == COUNT

@@ -12,6 +12,8 @@ only after the commit that made its deletes durable. A confirm that writes more 
 its deletes (a PCJ record, a CONF notice to the origin group) goes alone, as before.
 If the shared commit fails, every confirm in it fails (JOURNAL_FAIL or MRS_RES_EXH)
 and its message is unconfirmed again, exactly as a confirm alone whose commit failed.
+A run is bounded: it holds the confirms of one receive, each already counted against
+the connection's requests_in_flight_max, and it is submitted before the receive ends.
 """
 
 from __future__ import annotations

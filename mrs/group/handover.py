@@ -8,7 +8,7 @@ one transaction before it is answered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
@@ -296,37 +296,9 @@ class Handover:
         session = run.session
         self.ctx.writer.submit(
             batch,
-            lambda error: self._run_confirmed(session, queue, confirms, error),
+            lambda error: self._commit_ended(session, queue, confirms, error),
             can_wait=queue.drained,  # the commit may wait a moment for a put (mrs.server)
         )
-
-    def _run_confirmed(
-        self,
-        session: Session,
-        queue: TargetQueue,
-        confirms: list[tuple[Entry, int]],
-        error: JournalError | None,
-    ) -> None:
-        """A run's commit ended: what `_confirmed` does for each of its confirms, and
-        the queue's parked gets served once."""
-        if error is not None:
-            for entry, _ in confirms:
-                queue.unconfirmed[entry.seq] = entry
-            sort_unconfirmed(queue)
-            full = isinstance(error, JournalFullError)
-            status = Status.MRS_RES_EXH if full else Status.JOURNAL_FAIL
-            for _, request_id in confirms:
-                session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
-            return
-        ctx = self.ctx
-        peers = self.notices.peers
-        for entry, request_id in confirms:
-            ctx.dqf_count -= 1
-            peers.dqf_freed()
-            session.send(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
-            if entry.on_confirm is not None:
-                entry.on_confirm(entry)
-        self.serve_waiting_gets(queue)
 
     def _confirm_entry(
         self,
@@ -374,23 +346,41 @@ class Handover:
         notify: int | None,
         error: JournalError | None,
     ) -> None:
-        """A confirm's transaction ended: answer it; on success free the DQF slot, tell
-        the origin group (its notice is durable now) and whoever waits for the confirm."""
+        """A confirm's transaction ended: tell the origin group (its notice is durable
+        now), then answer it as `_commit_ended` does."""
         if error is None and notify is not None:
             self.notices.notice_committed(notify)
+        self._commit_ended(session, queue, [(entry, request_id)], error)
+
+    def _commit_ended(
+        self,
+        session: Session,
+        queue: TargetQueue,
+        confirms: Sequence[tuple[Entry, int | None]],
+        error: JournalError | None,
+    ) -> None:
+        """The transaction of these confirms (one, or a run's) ended. Failed: each
+        message is unconfirmed again and each confirm answered with the failure. Done:
+        each frees its DQF slot, is answered and tells whoever waits for it; then the
+        queue's parked gets are served once. A request id None (an implicit confirm)
+        gets no answer."""
         if error is not None:
-            queue.unconfirmed[entry.seq] = entry
+            for entry, _ in confirms:
+                queue.unconfirmed[entry.seq] = entry
             sort_unconfirmed(queue)
             full = isinstance(error, JournalFullError)
             status = Status.MRS_RES_EXH if full else Status.JOURNAL_FAIL
-            if request_id is not None:
-                session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
+            for _, request_id in confirms:
+                if request_id is not None:
+                    session.send(wire.Failure(request_id, status, f"confirm not recorded: {error}"))
             return
-        if entry.journaled:
-            self.ctx.dqf_count -= 1
-            self.notices.peers.dqf_freed()
-        if request_id is not None:
-            session.send(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
-        if entry.on_confirm is not None:
-            entry.on_confirm(entry)
+        ctx = self.ctx
+        for entry, request_id in confirms:
+            if entry.journaled:
+                ctx.dqf_count -= 1
+                self.notices.peers.dqf_freed()
+            if request_id is not None:
+                session.send(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
+            if entry.on_confirm is not None:
+                entry.on_confirm(entry)
         self.serve_waiting_gets(queue)

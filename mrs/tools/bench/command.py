@@ -25,11 +25,7 @@ from mrs.tools.bench.results import (
     TARGET_QUEUE,
     Result,
 )
-from mrs.tools.bench.runner import (
-    measure_cross_group,
-    measure_end_to_end,
-    measure_server,
-)
+from mrs.tools.bench.runner import measure_cross_group, measure_end_to_end, measure_server
 
 
 def run_bench(args: argparse.Namespace) -> int:
