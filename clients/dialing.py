@@ -50,7 +50,8 @@ class _Dialer:
         return link
 
     async def _handshake(self, link: _Link) -> None:
-        hello = wire.Hello(wire.PROTOCOL_VERSION, self._program)
+        # answer_batches: this client reads AnswerBatch frames (clients.pending._dispatch)
+        hello = wire.Hello(wire.PROTOCOL_VERSION, self._program, "app", 0, True)
         await link.send_now(hello)
         welcome = await _next_event(link)
         if isinstance(welcome, wire.Fatal):

@@ -186,6 +186,10 @@ class _Requests:
         self._get_room_reserved -= self._get_rooms.pop(request_id, 0)
 
     def _dispatch(self, link: _Link, event: object) -> None:
+        if type(event) is wire.AnswerBatch:  # each item answers its own request
+            for answer in event.answers:
+                self._dispatch(link, answer)
+            return
         if type(event) is wire.Ping:  # the server pings a quiet connection: we are alive
             self._send_frame(link, wire.Pong(event.nonce))
             return

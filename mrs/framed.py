@@ -23,7 +23,8 @@ import trio
 from mypy_extensions import mypyc_attr
 
 from mrs import protocol as wire
-from mrs.limits import RECEIVE_BYTES_MAX
+from mrs.limits import ANSWER_BATCH_ITEMS_MAX, RECEIVE_BYTES_MAX
+from mrs.protocol.base import build_unchecked
 
 
 class StreamClosed(Exception):
@@ -46,6 +47,8 @@ class FramedStream:
     _writing: bool = False
     """A write is under way (`write`): `write_now` waits its turn, so the bytes stay
     in order."""
+    _answers: list = field(default_factory=list)
+    """Answers queued by `answer`, not yet framed: at most ANSWER_BATCH_ITEMS_MAX."""
 
     # -- sending --------------------------------------------------------------------
 
@@ -55,8 +58,32 @@ class FramedStream:
         Raises LocalProtocolError, as Connection.send does."""
         if self.closed:
             return
+        if self._answers:  # the answers queued before it go first
+            self._frame_answers()
         self.connection.send_into(event, self._outbox)  # type: ignore[arg-type]
         self._ready.set()
+
+    def answer(self, event: object) -> None:
+        """Queue an answer (PutDone, Confirmed) to share one AnswerBatch frame with the
+        answers queued with it: they are framed together when anything else is sent,
+        when the outbox is taken or written, or when ANSWER_BATCH_ITEMS_MAX wait. Only
+        for a peer that reads AnswerBatch (its Hello's `answer_batches`)."""
+        if self.closed:
+            return
+        answers = self._answers
+        answers.append(event)
+        if len(answers) >= ANSWER_BATCH_ITEMS_MAX:
+            self._frame_answers()
+        self._ready.set()
+
+    def _frame_answers(self) -> None:
+        """Frame the queued answers into the outbox: one alone as itself, more as one
+        AnswerBatch (built unchecked: each is an event this side built)."""
+        answers = self._answers
+        self._answers = []
+        event = answers[0] if len(answers) == 1 else build_unchecked(wire.AnswerBatch, answers)
+        if self.connection.can_send(event):  # else the peer broke the protocol: dropped
+            self.connection.send_into(event, self._outbox)  # type: ignore[arg-type]
 
     @property
     def outbox_bytes(self) -> int:
@@ -66,6 +93,8 @@ class FramedStream:
     def take(self) -> bytes | bytearray:
         """Everything queued, as one buffer (handed over, not copied); the outbox is
         empty afterwards."""
+        if self._answers:
+            self._frame_answers()
         data = self._outbox
         self._outbox = bytearray()
         return data
@@ -95,6 +124,8 @@ class FramedStream:
         runs only when the scheduler comes round to it, about 0.14 ms later at low
         load (issue 17's paced latency). Nothing is written while another write is
         under way, so the bytes keep their order."""
+        if self._answers:
+            self._frame_answers()
         outbox = self._outbox
         if not outbox or self._writing or self.closed:
             return
@@ -109,7 +140,7 @@ class FramedStream:
 
     async def flush(self) -> None:
         """Write everything queued now (when no send loop runs, e.g. a last Fatal)."""
-        if self._outbox:
+        if self._outbox or self._answers:
             await self.write(self.take())
 
     async def write(self, data: bytes | bytearray) -> None:
@@ -125,7 +156,7 @@ class FramedStream:
     async def flushed(self) -> None:
         """Until everything queued so far is handed to the stream whole: nothing in
         the outbox and no write under way (a last Fatal, a client's last GiveBack)."""
-        while self._outbox or self._writing:
+        while self._outbox or self._answers or self._writing:
             self._drained = trio.Event()
             await self._drained.wait()
 

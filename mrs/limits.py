@@ -58,6 +58,8 @@ COMMIT_GAP_BATCHES_MIN = 32
 lightly loaded group answers as soon as its disk allows)."""
 PUT_BATCH_ITEMS_MAX = 1000
 """Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
+ANSWER_BATCH_ITEMS_MAX = 1000
+"""Answers in one AnswerBatch frame at most (a server with more ready sends more frames)."""
 GET_BATCH_ITEMS_MAX = 1000
 """Messages one GetBatch may ask for at most (the client's get_many)."""
 GET_POOL_BATCH_MAX = 128

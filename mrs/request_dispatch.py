@@ -199,6 +199,7 @@ def _dispatch_rare(
         link.handle(event, session)
     elif isinstance(event, wire.Hello):
         session.liveness.handshake_done = True
+        session.answer_batches = event.answer_batches
         config = host.config
         session.send(
             wire.Welcome(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from mrs.framed import GroupChannel
+from mrs.framed import FramedStream, GroupChannel
 from mrs.group.link_session import PeerLink
 from mrs.queues import ByteAccount, TargetQueue
 from mrs.watchdog import Liveness
@@ -53,9 +53,29 @@ class ServerSession(GroupChannel):
     def __repr__(self) -> str:
         return f"<ServerSession {self.id} {self.peer}>"
 
+    answer_batches: bool = False
+    """The client's Hello said it reads AnswerBatch frames (`answer` then batches)."""
+
     def send(self, event: object) -> None:
         if self.closed:
             return
+        self._answered(event)
+        super().send(event)
+
+    def answer(self, event: object) -> None:
+        """Send a PutDone or Confirmed: queued to share one AnswerBatch frame with the
+        other answers ready now when the client reads them, else sent alone."""
+        if self.closed:
+            return
+        if not self.answer_batches:
+            self.send(event)
+            return
+        self._answered(event)
+        FramedStream.answer(self, event)
+
+    def _answered(self, event: object) -> None:
+        """What the server tracks of a frame going out: metrics, the end of the
+        request it answers, and the commit's list of sessions to write at once."""
         if self.observe is not None:
             self.observe(event)
         in_flight = self.in_flight
@@ -63,9 +83,8 @@ class ServerSession(GroupChannel):
             size = in_flight.pop(getattr(event, "request_id", 0), None)
             if size is not None:
                 self.in_flight_bytes -= size
-        if not self._outbox and self.written_after_commit is not None and not self.closed:
+        if not self._outbox and not self._answers and self.written_after_commit is not None:
             self.written_after_commit.add(self)  # once per batch of answers, not per answer
-        super().send(event)
 
 
 CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)

@@ -82,6 +82,8 @@ class FakeSession:
     def send(self, event: object) -> None:
         self.events.append(event)
 
+    answer = send  # one frame per answer, as for a client that reads no AnswerBatch
+
 
 @dataclass(eq=False)
 class Node:
@@ -302,6 +304,8 @@ class Wire:
     def send(self, event: object) -> None:
         if not self.closed:
             self.outbox.append(event)
+
+    answer = send
 
 
 class LinkPair:

@@ -180,6 +180,8 @@ def test_a_reply_answered_leaves_its_bucket_and_is_never_timed_out() -> None:
         def send(self, event: object) -> None:
             self.events.append(event)
 
+        answer = send
+
     timers = ClockTimers()
     deadlines = PutDeadlines(timers)
     session = Session()

@@ -49,6 +49,10 @@ class Session:
     def send(self, event: object) -> None:
         self.events.append(event)
 
+    def answer(self, event: object) -> None:
+        """A PutDone or Confirmed; a server session may frame several in one AnswerBatch."""
+        self.events.append(event)
+
 
 class NoTimers:
     def call_later(self, delay_s, callback):

@@ -57,6 +57,10 @@ class Session(Protocol):
 
     def send(self, event: object) -> None: ...
 
+    def answer(self, event: object) -> None:
+        """Send a PutDone or Confirmed, perhaps in one frame with others ready now."""
+        ...
+
 
 class Timers(Protocol):
     def call_later(self, delay_s: float, callback: Callable[[], None]) -> Callable[[], None]:

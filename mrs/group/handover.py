@@ -380,7 +380,7 @@ class Handover:
                 ctx.dqf_count -= 1
                 self.notices.peers.dqf_freed()
             if request_id is not None:
-                session.send(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
+                session.answer(build_unchecked(wire.Confirmed, request_id, entry.seq, _SUCCESS))
             if entry.on_confirm is not None:
                 entry.on_confirm(entry)
         self.serve_waiting_gets(queue)

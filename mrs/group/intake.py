@@ -283,6 +283,6 @@ class _Accepted:
             self.session.send(wire.Failure(self.request_id, refused, message))
         elif self.answer_now:
             # plain ints: an IntEnum member fails the wire check's exact-int fast path
-            self.session.send(
+            self.session.answer(
                 build_unchecked(wire.PutDone, self.request_id, _SUCCESS, _SUCCESS, seq, _UMA_NA)
             )

@@ -75,7 +75,7 @@ class PutReply:
         """The message is durable here (DQF or SAF): answer a stored_reply put now."""
         if self.stored_reply and not self.stored_answered:
             self.stored_answered = True
-            self.session.send(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
+            self.session.answer(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
 
     def report(self, psb: Psb) -> None:
         if self.done:
@@ -84,7 +84,7 @@ class PutReply:
         self.stored(psb)
         notification = self.mode.notification
         if notification is Notification.WF and not self.stored_reply:
-            self.session.send(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
+            self.session.answer(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
         elif notification is Notification.AK:
             self.send_ack(self.response_queue, psb)
 
@@ -97,7 +97,7 @@ class PutReply:
             self.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
             return
         self._finish()
-        self.session.send(
+        self.session.answer(
             build_unchecked(wire.PutDone, self.request_id, _SUCCESS, _STORED, seq, _NO_UMA)
         )
 

@@ -32,7 +32,8 @@ client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
-                  Confirmed, StatusReply, Failure, Ping, Pong
+                  Confirmed, AnswerBatch, StatusReply, Failure,
+                  Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -43,7 +44,9 @@ carry `PROTOCOL_VERSION`. Anything not in the table -- an event of the wrong
 direction, any event before the handshake, a second Hello or Welcome -- is a
 `RemoteProtocolError` when received and a `LocalProtocolError` when sent. So is a
 request whose id the same side already uses for an unanswered request. A PutBatch
-has no id of its own: each of its puts takes its own id, answered one by one.
+has no id of its own: each of its puts takes its own id, answered one by one; an
+AnswerBatch (sent only to a client whose Hello set `answer_batches`) has none either:
+each of its PutDones and Confirmeds answers its own request.
 
 Once a Fatal has been sent or received the connection is closed: `next_event` returns
 `CLOSED` and `send` refuses everything. After a `RemoteProtocolError` the connection
@@ -68,6 +71,7 @@ from mrs.protocol.events import (
     HEARTBEAT_EVENTS,
     REPLY_WHEN_STORED_HEADER,
     SERVER_EVENTS,
+    AnswerBatch,
     Attach,
     Attached,
     CancelGet,
@@ -128,6 +132,7 @@ __all__ = [
     "START",
     "TRANSFER_FIELDS",
     "AckNotice",
+    "AnswerBatch",
     "AnyNotice",
     "Attach",
     "Attached",

@@ -281,7 +281,9 @@ def check_for(info: mi.Type) -> Check:
         if isinstance(item, mi.StructType):
             return StructListCheck((item.cls,), info.min_length or 0, info.max_length)
         if isinstance(item, mi.UnionType) and all(isinstance(t, mi.StructType) for t in item.types):
-            return StructListCheck(tuple(t.cls for t in item.types))
+            return StructListCheck(
+                tuple(t.cls for t in item.types), info.min_length or 0, info.max_length
+            )
         if isinstance(item, mi.IntType):
             item_check = check_for(item)
             assert isinstance(item_check, IntCheck)

@@ -11,6 +11,7 @@ from mrs.protocol.explain import explain
 from mrs.protocol.states import (
     _ALL_EVENTS,
     _ANSWERS,
+    _ANSWERS_MANY,
     _ASKS,
     _ASKS_MANY,
     _BY_CODE,
@@ -112,6 +113,11 @@ class Connection:
             return
         if kind is _ANSWERS:  # the one answer to the other side's request
             self._in_flight[_OTHER[role]].discard(event.request_id)
+            return
+        if kind is _ANSWERS_MANY:  # each item answers one of the other side's requests
+            answered = self._in_flight[_OTHER[role]]
+            for answer in event.answers:
+                answered.discard(answer.request_id)
             return
         if kind is None:
             return

@@ -16,6 +16,7 @@ from mrs.protocol.events import (
     CLIENT_EVENTS,
     HEARTBEAT_EVENTS,
     SERVER_EVENTS,
+    AnswerBatch,
     Attach,
     Attached,
     CancelGet,
@@ -94,7 +95,7 @@ _REQUESTS = dict.fromkeys(
     OPEN,
 )
 _REPLIES = dict.fromkeys(
-    (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, StatusReply, Failure)
+    (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, AnswerBatch, StatusReply, Failure)
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
@@ -115,9 +116,16 @@ _SENDS = {CLIENT: frozenset(CLIENT_EVENTS), SERVER: frozenset(SERVER_EVENTS)}
 # Request-id tracking: each request is answered exactly once (a Get by its Delivery or
 # Failure; a CancelGet, a GiveBack, a Ping and a Pong are not requests), and while it waits for
 # that answer its id may not be used again by the same side.
-_ASKS, _ASKS_MANY, _ANSWERS, _OTHER_KIND = "asks", "asks many", "answers", "other"
+_ASKS, _ASKS_MANY, _ANSWERS, _ANSWERS_MANY, _OTHER_KIND = (
+    "asks",
+    "asks many",
+    "answers",
+    "answers many",
+    "other",
+)
 _REQUEST_KIND = {
     PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
+    AnswerBatch: _ANSWERS_MANY,  # no id of its own: each of its items is an answer
     **dict.fromkeys(
         (Attach, Put, Get, GetBatch, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS
     ),
