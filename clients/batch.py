@@ -26,7 +26,7 @@ import msgspec
 import trio
 
 from clients.pending import resume
-from clients.requests import put_reply_wait_s, put_request
+from clients.requests import put_reply_wait_s, put_request, wire_bytes
 from mrs import protocol as wire
 from mrs.errors import (
     ConnectionLost,
@@ -45,10 +45,6 @@ from mrs.limits import (
 )
 from mrs.model import Address, DeliveryMode, Psb, Status, Uma, status_of
 
-ITEM_OVERHEAD_BYTES = 64
-"""A Put's fixed fields on the wire, at most (code, id, ints, lengths): with the
-variable fields this bounds an item's share of the frame."""
-_ENCODE = msgspec.msgpack.Encoder().encode
 _RECOVERABLE = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 Result = Psb | MrsError
 
@@ -117,15 +113,6 @@ def build_put(client: Any, item: PutItem) -> wire.Put:
         str(item.resp_q) if item.resp_q is not None else "",
         item.headers,
     )
-
-
-def wire_bytes(put: wire.Put) -> int:
-    """About how many bytes `put` takes in a frame (never less)."""
-    size = ITEM_OVERHEAD_BYTES + len(put.body) + len(put.target) * 4 + len(put.resp_q) * 4
-    size += len(put.correlation_id)
-    if put.headers:
-        size += len(_ENCODE(put.headers))
-    return size
 
 
 def frames(puts: list[tuple[int, wire.Put]]) -> list[list[tuple[int, wire.Put]]]:

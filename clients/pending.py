@@ -24,6 +24,7 @@ from clients.errors import (
     ReplyTimeout,
     error_for,
 )
+from clients.requests import wire_bytes
 from clients.waiting import RESUMED as RESUMED  # re-exported (benchmarks/resume_cost.py)
 from clients.waiting import Pending as _Pending
 from clients.waiting import resume as resume  # re-exported (clients.batch)
@@ -92,7 +93,10 @@ class _Requests:
         link = self._link
         pending = _Pending(kind)
         request_id = request.request_id
-        link.send(request)  # what _send does, inline: this is the per-request path
+        if kind == "put":  # puts queued together travel in one PutBatch frame
+            link.send_put(request, wire_bytes(request))
+        else:
+            link.send(request)  # what _send does, inline: this is the per-request path
         link.unsent.add(request_id)
         self._pending[request_id] = pending
         try:

@@ -16,6 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from clients.errors import FieldRefused
 from mrs import protocol as wire
 from mrs.limits import (
@@ -29,6 +31,20 @@ from mrs.protocol.base import build_unchecked
 from mrs.protocol.checks import INT64, UINT64_MAX
 
 _INT64_MIN, _INT64_MAX = INT64
+ITEM_OVERHEAD_BYTES = 64
+"""A Put's fixed fields on the wire, at most (code, id, ints, lengths): with the
+variable fields this bounds an item's share of the frame."""
+_ENCODE = msgspec.msgpack.Encoder().encode
+
+
+def wire_bytes(put: wire.Put) -> int:
+    """About how many bytes `put` takes in a frame (never less): what keeps a
+    PutBatch (put_many's, or puts sent together) within PUT_BATCH_BYTES_MAX."""
+    size = ITEM_OVERHEAD_BYTES + len(put.body) + len(put.target) * 4 + len(put.resp_q) * 4
+    size += len(put.correlation_id)
+    if put.headers:
+        size += len(_ENCODE(put.headers))
+    return size
 
 
 def built(build: Callable[..., Any], *fields: object) -> Any:

@@ -83,7 +83,7 @@ class ServerSession(GroupChannel):
             size = in_flight.pop(getattr(event, "request_id", 0), None)
             if size is not None:
                 self.in_flight_bytes -= size
-        if not self._outbox and not self._answers and self.written_after_commit is not None:
+        if not self._outbox and not self._grouped and self.written_after_commit is not None:
             self.written_after_commit.add(self)  # once per batch of answers, not per answer
 
 

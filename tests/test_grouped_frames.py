@@ -1,14 +1,18 @@
-"""AnswerBatch: the PutDones and Confirmeds a server has ready together go to a client
-that reads them in one frame, each still answering its own request, in the order
-they were made; a client that did not say it reads them gets one frame per answer.
+"""Frames shared by many requests or answers (mrs.framed's groups): the puts a client
+has ready together go out in one PutBatch, and the PutDones and Confirmeds a server
+has ready together go to a client that reads them in one AnswerBatch; each put and
+each answer still counts as if it had come alone, in the order it was made. A client
+that did not say it reads AnswerBatch gets one frame per answer.
 
 The protocol rules in process; the framing over a real TCP pair; the whole path
-against a real server (LMDB journals, TCP) with the client library and with a bare
-client whose Hello is an older one.
+against a real server (LMDB journals, TCP) with the client library, through a proxy
+that reads the client's frames, and with a bare client whose Hello is an older one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import struct
 from pathlib import Path
 
@@ -22,7 +26,7 @@ from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from mrs import protocol as wire
 from mrs.config import load_config
 from mrs.framed import FramedStream
-from mrs.limits import ANSWER_BATCH_ITEMS_MAX
+from mrs.limits import ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_BYTES_MAX
 from mrs.server import GroupServer
 from sim.processes import write_single_group_config
 from tests.conftest import STANDARD_QUEUES
@@ -50,9 +54,7 @@ ANSWERS = st.one_of(
         st.integers(0, 2**40),
         st.integers(-30, 30),
     ),
-    st.builds(
-        wire.Confirmed, st.integers(1, 10_000), st.integers(0, 2**40), st.integers(-30, 30)
-    ),
+    st.builds(wire.Confirmed, st.integers(1, 10_000), st.integers(0, 2**40), st.integers(-30, 30)),
 )
 
 
@@ -238,3 +240,99 @@ async def test_a_client_whose_hello_reads_no_batches_gets_one_frame_per_answer(
         assert all(event.delivery_status == Status.STORED for event in got)
         await stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+def put(request_id: int, body: bytes = b"x") -> wire.Put:
+    return wire.Put(request_id, "1.11", body, 21, 4, 0, 0, 0, 0, b"", "")
+
+
+async def test_puts_queued_together_go_in_one_put_batch_in_order_with_other_frames() -> None:
+    async with trio.open_nursery() as nursery:
+        client, server = await opened_pair(nursery)
+        for request_id in (1, 2, 3):
+            client.send_put(put(request_id), 100)
+        client.send(wire.Confirm(4, 1, 0, 0))
+        client.send_put(put(5), 100)
+        await client.flush()
+        with trio.fail_after(10):
+            got = [await server.next_event() for _ in range(3)]
+        assert got == [wire.PutBatch([put(1), put(2), put(3)]), wire.Confirm(4, 1, 0, 0), put(5)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_put_batch_stays_within_put_batch_bytes_max() -> None:
+    body = bytes(PUT_BATCH_BYTES_MAX // 3)
+    async with trio.open_nursery() as nursery:
+        client, server = await opened_pair(nursery)
+        for request_id in (1, 2, 3, 4):
+            client.send_put(put(request_id, body), len(body) + 100)
+        nursery.start_soon(client.flush)
+        with trio.fail_after(10):
+            got = [await server.next_event() for _ in range(2)]
+        assert got == [
+            wire.PutBatch([put(1, body), put(2, body)]),
+            wire.PutBatch([put(3, body), put(4, body)]),
+        ]
+        nursery.cancel_scope.cancel()
+
+
+async def recording_proxy(nursery: trio.Nursery, address: str, seen: list[type]) -> str:
+    """A TCP proxy to `address` that records the type of every frame the client sends."""
+    host, port = address.rsplit(":", 1)
+
+    async def relay(source: trio.SocketStream, sink: trio.SocketStream, read=None) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await source.receive_some(1 << 16):
+                if read is not None:
+                    read.receive_data(data)
+                    seen.extend(type(event) for event in read.events())
+                await sink.send_all(data)
+        await sink.aclose()
+
+    async def handle(client_side: trio.SocketStream) -> None:
+        server_side = await trio.open_tcp_stream(host, int(port))
+        async with trio.open_nursery() as pair:
+            pair.start_soon(relay, client_side, server_side, wire.Connection("server"))
+            pair.start_soon(relay, server_side, client_side)
+
+    (listener,) = await nursery.start(
+        functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0
+    )
+    return f"127.0.0.1:{listener.socket.getsockname()[1]}"
+
+
+async def test_a_client_sends_puts_made_together_in_put_batches_and_each_is_stored(
+    tmp_path: Path,
+) -> None:
+    count = 300
+    async with trio.open_nursery() as nursery:
+        seen: list[type] = []
+        address = await recording_proxy(nursery, await started(nursery, tmp_path), seen)
+        async with connect(address, "SENDER") as sender:
+            psbs: list = []
+
+            async def put_one(index: int) -> None:
+                psbs.append(
+                    await sender.put(
+                        b"%d" % index, "ANYORDER", delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ
+                    )
+                )
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as puts:
+                    for index in range(count):
+                        puts.start_soon(put_one, index)
+            bodies = sorted(int(m.body) for m in await read_all(address, count))
+        assert all(p.status == Status.SUCCESS and p.stored for p in psbs)
+        assert len({p.seq for p in psbs}) == count
+        assert wire.PutBatch in seen
+        assert seen.count(wire.PutBatch) + seen.count(wire.Put) < count
+        assert bodies == list(range(count))  # every put stored, none twice
+        nursery.cancel_scope.cancel()
+
+
+async def read_all(address: str, count: int) -> list:
+    async with connect(address, "ANYORDER") as receiver:
+        messages = await receiver.get_many(count, timeout=5)
+        assert await receiver.confirm_many([m.seq for m in messages]) == [None] * len(messages)
+        return messages
