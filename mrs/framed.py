@@ -25,8 +25,8 @@ from mypy_extensions import mypyc_attr
 from mrs import protocol as wire
 from mrs.limits import (
     ANSWER_BATCH_ITEMS_MAX,
-    PUT_BATCH_BYTES_MAX,
     PUT_BATCH_ITEMS_MAX,
+    PUT_GROUP_BYTES_MAX,
     RECEIVE_BYTES_MAX,
 )
 from mrs.protocol.base import build_unchecked
@@ -57,7 +57,7 @@ class FramedStream:
     in order."""
     _grouped: list = field(default_factory=list)
     """Events queued to share one frame (`answer`, `send_put`), not yet framed: at
-    most GROUPED_ITEMS_MAX, and for puts about PUT_BATCH_BYTES_MAX bytes."""
+    most GROUPED_ITEMS_MAX, and for puts about PUT_GROUP_BYTES_MAX bytes."""
     _grouped_bytes: int = 0
 
     # -- sending --------------------------------------------------------------------
@@ -88,7 +88,7 @@ class FramedStream:
         instead of one per put (issue 17)."""
         if self.closed:
             return
-        if self._grouped and self._grouped_bytes + size_bytes > PUT_BATCH_BYTES_MAX:
+        if self._grouped and self._grouped_bytes + size_bytes > PUT_GROUP_BYTES_MAX:
             self._frame_grouped()
         self._group(put, size_bytes)
 
