@@ -26,7 +26,7 @@ from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from mrs import protocol as wire
 from mrs.config import load_config
 from mrs.framed import FramedStream
-from mrs.limits import ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_BYTES_MAX
+from mrs.limits import ANSWER_BATCH_ITEMS_MAX, PUT_GROUP_BYTES_MAX
 from mrs.server import GroupServer
 from sim.processes import write_single_group_config
 from tests.conftest import STANDARD_QUEUES
@@ -260,18 +260,30 @@ async def test_puts_queued_together_go_in_one_put_batch_in_order_with_other_fram
         nursery.cancel_scope.cancel()
 
 
-async def test_a_put_batch_stays_within_put_batch_bytes_max() -> None:
-    body = bytes(PUT_BATCH_BYTES_MAX // 3)
+def shape(event: object) -> tuple:
+    """An event's type and the request ids it carries (bodies left out of diffs)."""
+    if type(event) is wire.PutBatch:
+        return ("PutBatch", [p.request_id for p in event.puts])
+    return (type(event).__name__, [event.request_id])
+
+
+async def test_a_put_group_stays_within_put_group_bytes_max_and_a_big_put_goes_alone() -> None:
+    body = bytes(PUT_GROUP_BYTES_MAX // 3)
+    big = bytes(PUT_GROUP_BYTES_MAX + 1)
     async with trio.open_nursery() as nursery:
         client, server = await opened_pair(nursery)
         for request_id in (1, 2, 3, 4):
             client.send_put(put(request_id, body), len(body) + 100)
+        client.send_put(put(5, big), len(big) + 100)
+        client.send_put(put(6), 100)
         nursery.start_soon(client.flush)
         with trio.fail_after(10):
-            got = [await server.next_event() for _ in range(2)]
+            got = [shape(await server.next_event()) for _ in range(4)]
         assert got == [
-            wire.PutBatch([put(1, body), put(2, body)]),
-            wire.PutBatch([put(3, body), put(4, body)]),
+            ("PutBatch", [1, 2]),
+            ("PutBatch", [3, 4]),
+            ("Put", [5]),
+            ("Put", [6]),
         ]
         nursery.cancel_scope.cancel()
 
