@@ -4,6 +4,7 @@ idempotency key lookup see every change."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from mrs.config import parse_config
 from mrs.errors import Refused
 from mrs.group import context as context_module
 from mrs.group.context import GroupContext
-from mrs.idempotency import AppKeys, fingerprint, pack_value
+from mrs.idempotency import AppKeys, blake2b_fingerprint, fingerprint, pack_value
 from mrs.model import Address
 
 BUS = """
@@ -51,21 +52,36 @@ def test_a_key_lookup_sees_every_commit(tmp_path: Path) -> None:
     now_ns = [1_000]
     keys = AppKeys(store, window_s=10.0, clock_ns=lambda: now_ns[0])
     digest = fingerprint(b"body")
-    assert keys.lookup("app:k", digest) is None
+    assert keys.lookup("app:k", digest, b"body") is None
     store.commit_now(
         WriteBatch.empty().put_raw(Journal.DEDUPE, b"app:k", pack_value(7, 10**12, digest))
     )
-    assert keys.lookup("app:k", digest) == (7, True)
-    assert keys.lookup("app:k", fingerprint(b"other")) == (7, False)
+    assert keys.lookup("app:k", digest, b"body") == (7, True)
+    assert keys.lookup("app:k", fingerprint(b"other"), b"other") == (7, False)
     store.commit_now(
         WriteBatch.empty().put_raw(Journal.DEDUPE, b"app:k", pack_value(9, 10**12, digest))
     )
-    assert keys.lookup("app:k", digest) == (9, True)
+    assert keys.lookup("app:k", digest, b"body") == (9, True)
     now_ns[0] = 10**12  # the window ends: expired, though the value was read before
-    assert keys.lookup("app:k", digest) is None
+    assert keys.lookup("app:k", digest, b"body") is None
     store.commit_now(WriteBatch.empty().delete(Journal.DEDUPE, b"app:k"))
     now_ns[0] = 1_000
-    assert keys.lookup("app:k", digest) is None
+    assert keys.lookup("app:k", digest, b"body") is None
+    store.close()
+
+
+def test_a_key_stored_with_a_blake2b_fingerprint_still_matches_its_body(tmp_path: Path) -> None:
+    """A value written before the fingerprint became SHA-256 (32 bytes, BLAKE2b): a
+    retry of the same body is still the same message, another body is still refused."""
+    store = JournalStore(tmp_path / "j", 64 << 20)
+    keys = AppKeys(store, window_s=10.0, clock_ns=lambda: 1_000)
+    old_value = struct.pack(">QQ16s", 7, 10**12, blake2b_fingerprint(b"body"))
+    store.commit_now(WriteBatch.empty().put_raw(Journal.DEDUPE, b"app:k", old_value))
+    assert fingerprint(b"body") != blake2b_fingerprint(b"body")
+    assert keys.lookup("app:k", fingerprint(b"body"), b"body") == (7, True)
+    assert keys.lookup("app:k", fingerprint(b"other"), b"other") == (7, False)
+    assert keys.conflict("app:k", b"body") is None
+    assert "another body" in (keys.conflict("app:k", b"other") or "")
     store.close()
 
 

@@ -97,7 +97,7 @@ class Dqf:
             return
         digest = self.app_keys.digest_of(entry.body) if dedupe_keys else b""  # keys need it
         for key in dedupe_keys:
-            if self._answer_duplicate(key, outcome, digest):
+            if self._answer_duplicate(key, outcome, digest, entry.body):
                 return
         if full := self.journal_full(len(entry.body or b"")):
             outcome(Status.MRS_RES_EXH, entry.seq, full)
@@ -172,7 +172,9 @@ class Dqf:
                 queue.offer(entry)
         outcome(cause, entry.seq, reason)
 
-    def _answer_duplicate(self, key: str, outcome: Outcome, digest: bytes) -> bool:
+    def _answer_duplicate(
+        self, key: str, outcome: Outcome, digest: bytes, body: bytes | None
+    ) -> bool:
         """A message whose dedupe key was already stored is answered with the first
         copy's seq and not stored again (one in flight: answered when it lands); an
         application key reused for another body is refused KEY_REUSED
@@ -186,7 +188,7 @@ class Dqf:
                 self._dedupe_waiting[key].append(outcome)
                 self.dedupe_waiters += 1
             return True
-        found = self.app_keys.lookup(key, digest)
+        found = self.app_keys.lookup(key, digest, body)
         if found is None:
             return False
         seq, same = found
