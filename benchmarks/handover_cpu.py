@@ -70,6 +70,10 @@ class Session:
     def send(self, event: object) -> None:
         self.events.append(event)
 
+    def answer(self, event: object) -> None:
+        """A PutDone or Confirmed (a real session may frame several together)."""
+        self.events.append(event)
+
 
 class Timers:
     def call_later(self, delay_s: float, callback):

@@ -64,6 +64,10 @@ class Session:
     def send(self, event: object) -> None:
         self.sent.append(event)
 
+    def answer(self, event: object) -> None:
+        """A PutDone (a real session may frame several together)."""
+        self.sent.append(event)
+
 
 def run(
     puts: int, batch: int, with_key: bool, body_bytes: int, mode: DeliveryMode = DeliveryMode.WF_DQF
