@@ -76,6 +76,7 @@ COMPILED_MODULES = (
     "clients.get_pool",
     "mrs.seqspace",
     "mrs.group.sequence",
+    "mrs.idempotency",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from journals import Journal, WriteBatch
+from journals.protocol import Store
 from mrs.limits import DEDUPE_PURGE_BATCH_MAX
 from mrs.limits import DEDUPE_PURGE_INTERVAL_S as PURGE_INTERVAL_S  # noqa: F401 (old name)
 from mrs.model import Address
@@ -54,12 +55,12 @@ def scoped_key(source: Address, target: Address, key: str) -> str:
     return f"{APP_PREFIX}{source}>{target}:{key}"
 
 
-def fingerprint(body: bytes | None) -> bytes:
+def fingerprint(body: bytes | bytearray | memoryview | None) -> bytes:
     """The body's fingerprint as values are written now (FINGERPRINT_SHA256)."""
     return hashlib.sha256(body or b"").digest()[:16]
 
 
-def blake2b_fingerprint(body: bytes | None) -> bytes:
+def blake2b_fingerprint(body: bytes | bytearray | memoryview | None) -> bytes:
     """The fingerprint values written before FINGERPRINT_SHA256 hold."""
     return hashlib.blake2b(body or b"", digest_size=16).digest()
 
@@ -92,7 +93,7 @@ def same_body(stored: bytes | None, algorithm: int, digest: bytes, body: bytes |
 class AppKeys:
     """The group's view of application keys: what is stored, what is in flight."""
 
-    store: object
+    store: Store
     window_s: float
     clock_ns: Callable[[], int]
     inflight: dict[str, bytes] = field(default_factory=dict)

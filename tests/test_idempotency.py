@@ -104,3 +104,18 @@ def test_replay_keys_are_unguessable_but_stable_and_in_put_order() -> None:
     assert replay_key(long_secret, Journal.PCJ, 1, 42, 1) == replay_key(
         long_secret, Journal.PCJ, 1, 42, 1
     ) not in (key, replay_key(long_secret[:64], Journal.PCJ, 1, 42, 1))
+
+
+def test_replay_keys_stay_what_earlier_releases_made() -> None:
+    """A ledger written by an earlier release resumes under the same keys, so the
+    server still recognises what that release already stored: the keys are a format,
+    pinned here (values made by the first release with this key layout)."""
+    secret = bytes(range(32))
+    assert (
+        replay_key(secret, Journal.PCJ, 1, 42, 1)
+        == "replay:4cae058c6c17a46a:000000000000002a:0e6966126664a373"
+    )
+    assert (
+        replay_key(secret, Journal.DLJ, 7, 2**63 + 5, 3)
+        == "replay:cd2397747e6a46d6:8000000000000005:aef9fca1a7f51430"
+    )
