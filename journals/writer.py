@@ -125,6 +125,10 @@ class InlineWriter:
         self._first_submitted_s = 0.0
         self.urgent = False
         """Some batch pending cannot wait: its commit should start at once."""
+        self.wake_at_batches = 0
+        """When this many batches are pending, call `wake` (0: never). The committer
+        arms it while it holds a commit back (mrs.commit_pacing), so the hold ends as
+        soon as as many batches have come as the last commit carried."""
 
     def start(self) -> None:
         pass
@@ -145,10 +149,16 @@ class InlineWriter:
             self.urgent = True
             self.wake()
         self._pending.append((batch, done))
+        if len(self._pending) == self.wake_at_batches:
+            self.wake()
 
     @property
     def pending(self) -> bool:
         return bool(self._pending)
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self._pending)
 
     def commit_pending(self) -> None:
         if self._pending:

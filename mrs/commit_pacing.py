@@ -9,6 +9,10 @@ the loop has that long to take in requests and each fsync carries more of them:
 durable puts in peerbench's shape went from a median of 50,142 to 57,442 msgs/s over
 five interleaved rounds, end to end was unchanged (benchmarks/README.md).
 
+The hold ends early once as many batches are pending as the last commit carried
+(`last_batches`, mrs.server's `_hold_commit`): clients keeping a window in flight
+have all sent again by then, and waiting out the gap would only add latency.
+
 A lightly loaded group is never held back: its commits carry a few batches each, so
 a put is answered as soon as its own fsync is done (the paced latency shape).
 """
@@ -28,6 +32,10 @@ class CommitPacing:
         self.busy_batches_min = busy_batches_min
         self._last_end_s = 0.0
         self._last_busy = False
+        self.last_batches = 0
+        """Batches the last commit carried: once as many are pending again, a held
+        commit goes at once (the clients that wait for answers have all sent again;
+        holding on would only add latency)."""
 
     def wait_s(self, now_s: float) -> float:
         """Seconds to wait before committing at `now_s` (0: commit now)."""
@@ -38,4 +46,5 @@ class CommitPacing:
     def committed(self, batches: int, end_s: float) -> None:
         """A commit of `batches` batches ended at `end_s`."""
         self._last_end_s = end_s
+        self.last_batches = batches
         self._last_busy = batches >= self.busy_batches_min

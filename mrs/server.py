@@ -248,10 +248,26 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 self._commit_wanted = trio.Event()
             wait_s = pacing.wait_s(trio.current_time())
             if wait_s > 0:  # the last commit was busy: take in more first (commit_pacing)
-                await trio.sleep(wait_s)
+                await self._hold_commit(writer, wait_s, pacing.last_batches)
             batches_before = writer.stats.batches
             self._commit(writer)
             pacing.committed(writer.stats.batches - batches_before, trio.current_time())
+
+    async def _hold_commit(self, writer: InlineWriter, wait_s: float, batches: int) -> None:
+        """Let requests come in for up to `wait_s` before committing, but no longer
+        than until `batches` are pending: clients that keep a window of requests in
+        flight have all sent their next ones by then, and more waiting would only add
+        to their latency."""
+        if writer.pending_batches >= batches:
+            return
+        self._commit_wanted = trio.Event()
+        writer.wake_at_batches = batches
+        try:
+            with trio.move_on_after(wait_s):
+                await self._commit_wanted.wait()
+        finally:
+            writer.wake_at_batches = 0
+            self._commit_wanted = trio.Event()
 
     def _commit(self, writer: InlineWriter) -> None:
         """Commit what is pending, then hand the answers it made to the sockets."""

@@ -28,6 +28,16 @@ def test_the_writer_wakes_its_committer_again_when_the_first_urgent_batch_joins(
     assert (wakes, writer.urgent) == ([False, True], True)  # woken once more, no longer
 
 
+def test_the_writer_wakes_its_committer_when_the_pending_batches_reach_the_mark() -> None:
+    wakes: list[int] = []
+    writer = InlineWriter(store=None, wake=lambda: wakes.append(writer.pending_batches))  # type: ignore[arg-type]
+    writer.submit(WriteBatch.empty(), lambda error: None)
+    writer.wake_at_batches = 3
+    for _ in range(4):
+        writer.submit(WriteBatch.empty(), lambda error: None)
+    assert wakes == [0, 3]  # the first batch's wake, then once at the mark
+
+
 def commits(mem_bus) -> int:
     return mem_bus.server.group.writer.stats.commits
 

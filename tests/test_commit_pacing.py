@@ -28,3 +28,13 @@ def test_a_light_commit_never_holds_the_next_back() -> None:
     assert pacing.wait_s(now_s=10.001) == 0.0
     pacing.committed(batches=32, end_s=10.002)
     assert pacing.wait_s(now_s=10.002) == pytest.approx(0.002)
+
+
+def test_it_remembers_how_many_batches_the_last_commit_carried() -> None:
+    """The committer holds a commit back only until as many are pending again."""
+    pacing = CommitPacing(gap_s=0.002, busy_batches_min=32)
+    assert pacing.last_batches == 0
+    pacing.committed(batches=200, end_s=10.0)
+    assert pacing.last_batches == 200
+    pacing.committed(batches=7, end_s=10.5)
+    assert pacing.last_batches == 7
