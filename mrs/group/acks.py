@@ -27,8 +27,8 @@ from mrs.group.peers import Peers
 from mrs.group.transfer import LINK_LOST, transfer_fields
 from mrs.limits import ACKS_OWED_PER_PEER_MAX as ACKS_OWED_PER_PEER_MAX
 from mrs.limits import RECENT_ACKS_MAX as RECENT_ACKS_MAX
-from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode
-from mrs.queues import Entry
+from mrs.model import Address
+from mrs.queues import Entry, mrs_ack_entry
 
 log = logging.getLogger("mrs.ack_waits")
 
@@ -213,15 +213,13 @@ class AckOutbox:
     def _entry(
         self, ack_seq: int, group: int, queue: int, psb_wire: list, put_time_ns: int
     ) -> Entry:
-        return Entry(
-            seq=ack_seq,
-            body=msgpack.packb(psb_wire),
-            source=Address(self.ctx.config.id, 0),
-            target=Address(group, queue),
-            delivery=DeliveryMode.NN_MEM,
-            msg_class=MRS_CLASS,
-            msg_type=MRS_ACK_TYPE,
-            put_time_ns=put_time_ns,
+        return mrs_ack_entry(
+            ack_seq,
+            msgpack.packb(psb_wire),
+            Address(self.ctx.config.id, 0),
+            Address(group, queue),
+            put_time_ns,
+            False,  # read back from the journal: checked again at delivery
         )
 
 

@@ -35,7 +35,7 @@ class HeldOffers:
         if not self._holding:
             queue.offer(entry)
             return
-        queue.put_back(entry, front=False)
+        queue.put_back(entry, False)  # by position: a compiled method (front=False)
         self._queues[id(queue)] = queue
 
     @contextmanager

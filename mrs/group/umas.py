@@ -27,11 +27,8 @@ from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.model import (
     DEAD_LETTER_QUEUE,
-    MRS_ACK_TYPE,
-    MRS_CLASS,
     RETURNED_HEADER,
     Address,
-    DeliveryMode,
     Psb,
     Status,
     Uma,
@@ -41,7 +38,7 @@ from mrs.protection.dead_letter import (
     DeadLetterRefused,
     dead_letter_protection,
 )
-from mrs.queues import Entry
+from mrs.queues import Entry, mrs_ack_entry
 from mrs.records import DEAD_LETTER_HEADER, record_from_entry
 
 _ENCODE = msgspec.msgpack.Encoder().encode
@@ -227,16 +224,13 @@ class Umas:
                 "MRS_ACK for seq %d: group %d has no queue %s", psb.seq, group_id, response_queue
             )
             return
-        ack = Entry(
-            seq=self.sequence.next(),
-            body=_ENCODE(psb.to_wire()),
-            source=self._ack_source,
-            target=response_queue,
-            delivery=DeliveryMode.NN_MEM,
-            msg_class=MRS_CLASS,
-            msg_type=MRS_ACK_TYPE,
-            put_time_ns=self.ctx.clock_ns(),
-            trusted=True,
+        ack = mrs_ack_entry(
+            self.sequence.next(),
+            _ENCODE(psb.to_wire()),
+            self._ack_source,
+            response_queue,
+            self.ctx.clock_ns(),
+            True,  # trusted: made by this server
         )
         if remote:  # journaled until the peer has it (mrs.group.acks.AckOutbox)
             self.ack_outbox.send(ack.seq, response_queue, psb.to_wire(), ack.put_time_ns)
