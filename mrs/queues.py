@@ -14,14 +14,7 @@ from dataclasses import dataclass, field
 from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
 from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_BYTES_MAX, LENT_REMEMBERED_MAX
-from mrs.model import (
-    DEAD_LETTER_QUEUE,
-    MRS_ACK_TYPE,
-    MRS_CLASS,
-    Address,
-    DeliveryMode,
-    InterestPoint,
-)
+from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
 
@@ -131,29 +124,6 @@ class Entry:
     @property
     def needs_confirm(self) -> bool:
         return self.journaled or self.delivery.interest_point is InterestPoint.ACK
-
-
-def mrs_ack_entry(
-    seq: int, body: bytes, source: Address, target: Address, put_time_ns: int, trusted: bool
-) -> Entry:
-    """An MRS_ACK (class 28, type -801, body = the PSB's wire form) on its way to an AK
-    sender's queue.
-
-    Why here: interpreted code calling the compiled `Entry` with keywords pays ~1.4 µs
-    for mypyc's keyword matching against ~0.2 µs by position, and an AK producer's
-    server makes one of these per put (issue 17); this compiled call passes them
-    natively."""
-    return Entry(
-        seq=seq,
-        body=body,
-        source=source,
-        target=target,
-        delivery=DeliveryMode.NN_MEM,
-        msg_class=MRS_CLASS,
-        msg_type=MRS_ACK_TYPE,
-        put_time_ns=put_time_ns,
-        trusted=trusted,
-    )
 
 
 def _no_timer() -> None:

@@ -12,7 +12,7 @@ from journals import Record
 from journals.record import encode_values
 from mrs.delivery import Refused
 from mrs.limits import ADDRESSES_CACHED_MAX, IDEMPOTENCY_KEY_BYTES_MAX
-from mrs.model import Address, Status, delivery_mode_of
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, DeliveryMode, Status, delivery_mode_of
 from mrs.queues import Entry
 
 DEAD_LETTER_HEADER = "dead_letter_header"
@@ -128,3 +128,26 @@ def entry_from_record(record: Record) -> Entry:
 address_of = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address)
 """Address(group, queue), remembered (an Address is immutable): the same few queues
 come back on every record read, and the cache is bounded."""
+
+
+def mrs_ack_entry(
+    seq: int, body: bytes, source: Address, target: Address, put_time_ns: int, trusted: bool
+) -> Entry:
+    """An MRS_ACK (class 28, type -801, body = the PSB's wire form) on its way to an AK
+    sender's queue.
+
+    Why here: interpreted code calling the compiled `Entry` with keywords pays ~1.4 µs
+    for mypyc's keyword matching against ~0.2 µs by position, and an AK producer's
+    server makes one of these per put (issue 17); this compiled call passes them
+    natively."""
+    return Entry(
+        seq=seq,
+        body=body,
+        source=source,
+        target=target,
+        delivery=DeliveryMode.NN_MEM,
+        msg_class=MRS_CLASS,
+        msg_type=MRS_ACK_TYPE,
+        put_time_ns=put_time_ns,
+        trusted=trusted,
+    )

@@ -28,7 +28,8 @@ from mrs.group.transfer import LINK_LOST, transfer_fields
 from mrs.limits import ACKS_OWED_PER_PEER_MAX as ACKS_OWED_PER_PEER_MAX
 from mrs.limits import RECENT_ACKS_MAX as RECENT_ACKS_MAX
 from mrs.model import Address
-from mrs.queues import Entry, mrs_ack_entry
+from mrs.queues import Entry
+from mrs.records import mrs_ack_entry
 
 log = logging.getLogger("mrs.ack_waits")
 

@@ -38,8 +38,8 @@ from mrs.protection.dead_letter import (
     DeadLetterRefused,
     dead_letter_protection,
 )
-from mrs.queues import Entry, mrs_ack_entry
-from mrs.records import DEAD_LETTER_HEADER, record_from_entry
+from mrs.queues import Entry
+from mrs.records import DEAD_LETTER_HEADER, mrs_ack_entry, record_from_entry
 
 _ENCODE = msgspec.msgpack.Encoder().encode
 """An MRS_ACK's body: msgpack of the PSB (the bytes msgpack.packb writes), per AK put."""
