@@ -39,6 +39,7 @@ from mrs.protocol import (
 )
 from mrs.protocol import events as wire_events
 from mrs.protocol import link_events as wire_link
+from mrs.protocol.base import build_unchecked
 from tests.test_link_events import LINK_EVENTS
 
 # -- helpers --------------------------------------------------------------------------
@@ -570,6 +571,18 @@ def test_building_a_bad_event_is_a_local_error(build, message):
     with pytest.raises(LocalProtocolError, match=message) as info:
         build()
     assert info.value.status is Status.PROTOCOL_ERROR
+
+
+def test_an_unchecked_build_skips_only_what_its_caller_checked():
+    """build_unchecked (the client's requests, the server's answers) skips the checks
+    of the fields its caller made, still looks into the free-form ones, and leaves the
+    next ordinary build checked as before, after a refusal too."""
+    made = put(headers={"origin": "jplay", "run": [1, 2]})
+    assert build_unchecked(Put, *msgspec.structs.astuple(made)) == made
+    with pytest.raises(LocalProtocolError, match="holds a value of type object"):
+        build_unchecked(StatusReply, 1, {"x": object()})
+    with pytest.raises(LocalProtocolError, match="Put.priority must be 0..99, got 120"):
+        put(priority=120)
 
 
 def test_events_are_frozen():

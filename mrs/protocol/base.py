@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from mrs.protocol.checks import DECODE_STATE, Rules, rules_of
+from mrs.protocol.checks import Rules, rules_of
 from mrs.protocol.fastcheck import compile_rules
+from mrs.protocol.post_init import build_unchecked as build_unchecked  # re-exported
 from mrs.protocol.post_init import event_post_init
 
 
@@ -49,19 +50,3 @@ def finish(*classes: Any) -> None:
         cls.field_names = cls.__struct_fields__
         cls._rules, cls._deep_rules = rules_of(cls)
         cls._all_ok = staticmethod(compile_rules(cls._rules))
-
-
-def build_unchecked(cls: type[EventStruct], *fields: Any) -> Any:
-    """Build an event without the Python-side check of its fields (only free-form
-    fields are looked into, as after a decode), for a caller that made or checked
-    every field itself: the client's request path, where the generic check cost more
-    than the rest of building a Put (issue 17). A free-form field given None is taken
-    as an absent Optional one, as after a decode (msgspec lets None through only
-    there): callers pass None only for those. The encoder still refuses what
-    msgpack cannot carry, and the peer checks every frame it decodes."""
-    state = DECODE_STATE
-    state.decoding = True
-    try:
-        return cls(*fields)
-    finally:
-        state.decoding = False
