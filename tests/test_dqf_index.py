@@ -155,3 +155,31 @@ def test_release_pages_unmaps_what_reading_mapped(tmp_path: Path) -> None:
         assert store.get(Journal.DQF, queue_key(10, 4000)).body == bytes(1024)  # still readable
     finally:
         store.close()
+
+
+def test_released_again_and_again_and_after_the_map_moves(tmp_path: Path) -> None:
+    """The store remembers where its map is (journals.residency.PageDropper): a second
+    release still unmaps what was read since, and once LMDB maps the file anew (the
+    map grown) the new map is released, never the old range."""
+    store = JournalStore(tmp_path / "journals", 1 << 26)
+    batch = WriteBatch.empty()
+    for seq in range(1, 4001):
+        batch.put_record(Journal.DQF, queue_key(10, seq), record(10, seq, bytes(1024)))
+    store.commit_now(batch)
+    data_file = (tmp_path / "journals" / "data.mdb").resolve()
+
+    def read_all() -> int:
+        assert sum(len(r.body) for _, r in store.scan(Journal.DQF)) == 4000 * 1024
+        return mapped_kib(data_file)
+
+    try:
+        for _ in range(2):  # the first release finds the map, the second remembers it
+            read_kib = read_all()
+            assert store.release_pages() == 1 << 26
+            assert mapped_kib(data_file) < read_kib / 10
+        store.env.set_mapsize(1 << 27)
+        read_kib = read_all()
+        assert store.release_pages() == 1 << 27
+        assert mapped_kib(data_file) < read_kib / 10
+    finally:
+        store.close()
