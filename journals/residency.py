@@ -67,8 +67,9 @@ class PageDropper:
     /proc/self/map_files/<start>-<end>, instead of reading /proc/self/maps.
 
     Why: a server reading a cold backlog back releases its pages after every MiB read,
-    and parsing /proc/self/maps (hundreds of lines in a server) cost 0.3-1.3 ms a
-    time, about 2% of the server's CPU in the end-to-end shape (issue 17). A range is
+    and parsing /proc/self/maps (hundreds of lines in a server) cost 0.4-1.3 ms a
+    time: 2% of the server's samples in an end-to-end run whose queue had gone cold
+    (issue 17). A range is
     only used while the kernel still names the file for exactly that range, so a map
     LMDB moved (its map grown) or dropped is never advised: the maps are read again.
     """
