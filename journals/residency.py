@@ -7,7 +7,7 @@ it is unmapped. A server that reads its million-message DQF back once would look
 on a shared file mapping only drops this process's page-table entries: the data
 stays in the page cache (nothing is written or lost: LMDB's map is read-only
 unless MDB_WRITEMAP, which the journals never use) and the next read faults the
-page back in. Linux only; elsewhere `release` does nothing.
+page back in. Linux only; elsewhere `PageDropper.release` does nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ if sys.platform == "linux":
     _libc.madvise.restype = ctypes.c_int
 
 
-def mapped_ranges(file_path: Path) -> list[tuple[int, int]]:
-    """(start, end) of every map of `file_path` in this process (Linux), else []."""
-    if _libc is None:
-        return []
-    wanted = os.fsencode(os.path.realpath(file_path))
+def mapped_ranges(real_path: str) -> list[tuple[int, int]]:
+    """(start, end) of every map in this process of the file at `real_path` (already
+    resolved, as /proc names it), from /proc/self/maps."""
+    wanted = os.fsencode(real_path)
     ranges = []
     with open(_MAPS, "rb") as maps:
         for line in maps:
@@ -42,36 +41,22 @@ def mapped_ranges(file_path: Path) -> list[tuple[int, int]]:
     return ranges
 
 
-def release(file_path: Path) -> int:
-    """Unmap the resident pages of every map of `file_path`; the bytes of map covered.
-    Safe at any moment: a reader touching a page again simply faults it back in."""
-    return _drop(mapped_ranges(file_path))
-
-
-def _drop(ranges: list[tuple[int, int]]) -> int:
-    covered = 0
-    for start, end in ranges:
-        if _libc.madvise(start, end - start, MADV_DONTNEED) == 0:
-            covered += end - start
-    return covered
-
-
 FULL_READ_EVERY_CALLS = 64
 """A PageDropper reads /proc/self/maps again at least this often, to find a map of
 its file made since (another environment on the same file in this process)."""
 
 
 class PageDropper:
-    """`release` for one file, called again and again: where its maps are is
-    remembered, and checked before each use with one `readlink` of
+    """Unmaps the resident pages of every map of one file, again and again: where its
+    maps are is remembered, and checked before each use with one `readlink` of
     /proc/self/map_files/<start>-<end>, instead of reading /proc/self/maps.
 
     Why: a server reading a cold backlog back releases its pages after every MiB read,
     and parsing /proc/self/maps (hundreds of lines in a server) cost 0.4-1.3 ms a
     time: 2% of the server's samples in an end-to-end run whose queue had gone cold
-    (issue 17). A range is
-    only used while the kernel still names the file for exactly that range, so a map
-    LMDB moved (its map grown) or dropped is never advised: the maps are read again.
+    (issue 17). A range is only used while the kernel still names the file for
+    exactly that range, so a map LMDB moved (its map grown) or dropped is never
+    advised: the maps are read again.
     """
 
     def __init__(self, file_path: Path) -> None:
@@ -82,15 +67,20 @@ class PageDropper:
         self._calls_until_full_read = 0
 
     def release(self) -> int:
-        """As `release(file_path)`: the bytes of map covered."""
+        """Drop the file's pages from this process's maps; the bytes of map covered.
+        Safe at any moment: a reader touching a page again simply faults it back in."""
         if _libc is None:
             return 0
         self._calls_until_full_read -= 1
         if self._calls_until_full_read < 0 or not self._still_mapped():
             self._target = os.path.realpath(self.file_path)
-            self._ranges = mapped_ranges(self.file_path)
+            self._ranges = mapped_ranges(self._target)
             self._calls_until_full_read = FULL_READ_EVERY_CALLS
-        return _drop(self._ranges)
+        covered = 0
+        for start, end in self._ranges:
+            if _libc.madvise(start, end - start, MADV_DONTNEED) == 0:
+                covered += end - start
+        return covered
 
     def _still_mapped(self) -> bool:
         if not self._ranges:

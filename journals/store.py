@@ -106,7 +106,7 @@ class JournalStore:
         self.path = Path(path)
         self.readonly = readonly
         self.fault_hook = fault_hook
-        self._page_dropper: residency.PageDropper | None = None
+        self._page_dropper = residency.PageDropper(self.path / "data.mdb")
         self.grow_map: Callable[[], bool] | None = None
         """Set by the server (mrs.journal_usage): grow the map; True if it grew."""
         if not readonly:
@@ -267,8 +267,6 @@ class JournalStore:
 
     def release_pages(self) -> int:
         """Drop the data file's pages from this process's map (journals.residency)."""
-        if self._page_dropper is None:
-            self._page_dropper = residency.PageDropper(self.path / "data.mdb")
         return self._page_dropper.release()
 
 
