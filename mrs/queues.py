@@ -7,7 +7,7 @@ unconfirmed entries in delivery order, and the gets parked until something arriv
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -191,11 +191,13 @@ class TargetQueue:
     """DQF stores for this queue submitted and not yet committed (mrs.group.dqf)."""
     reserved: int = 0
     """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
-    lent: dict[int, Entry] = field(default_factory=dict)
+    lent: OrderedDict[int, Entry] = field(default_factory=OrderedDict)
     """Read-ahead entries delivered beyond what a GetBatch asked for, by seq, oldest
     first: the attached client may give them back (`give_back`) if it closes before
     a get takes them. At most LENT_REMEMBERED_MAX entries and about LENT_BYTES_MAX
-    of bodies; forgotten at detach."""
+    of bodies; forgotten at detach. An OrderedDict: a dict's oldest key found by
+    `next(iter())` after many pops from the front costs a scan over the holes they
+    left, 1.9 µs a lend when full against 0.4 µs (issue 17)."""
     lent_bytes: int = 0
     shared: bool = field(init=False)
     """The dead-letter queue: read by several handlers at once, each get a lease
@@ -356,7 +358,7 @@ class TargetQueue:
         lent[entry.seq] = entry
         self.lent_bytes += len(entry.body or b"")
         while len(lent) > LENT_REMEMBERED_MAX or self.lent_bytes > LENT_BYTES_MAX:
-            oldest = lent.pop(next(iter(lent)))  # lent long ago: the client took it
+            oldest = lent.popitem(last=False)[1]  # lent long ago: the client took it
             self.lent_bytes -= len(oldest.body or b"")
 
     def give_back(self, seqs: list[int]) -> int:

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from clients import DeliveryMode, NoMoreMessages, Status, connect
+from mrs.group import acks
 from sim.bus import LinkedBus
 from tests.test_conformance import QUEUES, WAIT_S, cut, start_bus, start_mem_bus, wait_until
 
@@ -159,3 +160,16 @@ def test_the_remote_acks_example_runs_as_documented(tmp_path) -> None:
         assert re.search(pattern, result.stdout), f"{line!r} not in:\n{result.stdout}"
     put_seq = re.search(r"put answered: seq (\d+)", result.stdout).group(1)
     assert f"MRS_ACK for seq {put_seq}: STORED" in result.stdout
+
+
+def test_the_receiving_group_remembers_a_bounded_number_of_mrs_acks(monkeypatch) -> None:
+    """A resent MRS_ACK is dropped while remembered; past RECENT_ACKS_MAX the oldest
+    are forgotten first, the newer still dropped."""
+    monkeypatch.setattr(acks, "RECENT_ACKS_MAX", 3)
+    recent = acks.RecentAcks()
+    assert [recent.first_time(2, seq) for seq in (1, 2, 3)] == [True, True, True]
+    assert not recent.first_time(2, 2)  # resent: a copy
+    assert recent.first_time(3, 2)  # same seq from another group: not a copy
+    assert len(recent.seen) == 3
+    assert recent.first_time(2, 1)  # the oldest was forgotten
+    assert not recent.first_time(2, 3) and not recent.first_time(3, 2)
