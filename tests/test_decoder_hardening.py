@@ -176,3 +176,36 @@ def test_a_batch_item_that_is_not_an_event_is_a_protocol_error(item) -> None:
         server.next_event()
     assert refused.value.status is Status.PROTOCOL_ERROR
     assert str(refused.value).startswith("PutBatch.puts[0] must be a Put")
+
+
+def _server_receiving(code: int, fields: list) -> Connection:
+    server = Connection("server")
+    server.receive_data(Connection("client").send(Hello(PROTOCOL_VERSION, "p")))
+    server.events()
+    payload = msgpack.packb([code, *fields])
+    server.receive_data(struct.pack(">I", len(payload)) + payload)
+    return server
+
+
+@pytest.mark.parametrize(
+    ("code", "fields", "words"),
+    [
+        (wire.events.PutBatch.code, [[[wire.events.Get.code, 1, 0]]], "PutBatch.puts[0]"),
+        (wire.events.PutBatch.code, [[]], "PutBatch.puts"),
+        (wire.events.GiveBack.code, [[1, -1]], "GiveBack.seqs"),
+    ],
+)
+def test_a_decoded_list_field_is_checked_item_by_item(code, fields, words) -> None:
+    """Lists of events and of seqs are checked by the decoder itself (their Python
+    check runs only for built events): another event as a batch item, an empty
+    batch, a negative seq are each refused PROTOCOL_ERROR naming the field."""
+    server = _server_receiving(code, fields)
+    with pytest.raises(wire.RemoteProtocolError) as refused:
+        server.next_event()
+    assert refused.value.status is Status.PROTOCOL_ERROR
+    assert words in str(refused.value)
+
+
+def test_a_batch_built_with_another_event_as_item_is_refused() -> None:
+    with pytest.raises(wire.LocalProtocolError, match=r"PutBatch.puts\[0\] must be a Put"):
+        wire.PutBatch([wire.Get(1, 0)])

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any, cast
+
+from msgspec.structs import astuple
 
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
@@ -43,6 +46,9 @@ _UMA_NA = int(Status.UMA_NA)
 _AK, _WF = Notification.AK, Notification.WF
 _CONF = InterestPoint.CONF
 _STORED_STATUS = Status.STORED
+
+PutFields = tuple[int, str, bytes, int, int, int, int, int, int, bytes, str, Any]
+"""A wire.Put's fields in order (request_id .. headers), as `astuple` gives them."""
 
 
 @dataclass(eq=False)
@@ -107,61 +113,76 @@ class Intake:
         """Check a put, number it, answer NN puts at once, and send it on its way.
 
         Every put of every client runs this: it makes one Entry and one PutReply and
-        nothing else per put (no closures, no timer: WF timeouts share buckets)."""
+        nothing else per put (no closures, no timer: WF timeouts share buckets). The
+        Put's fields are read in one call (`astuple`): each attribute of a msgspec
+        struct read from compiled code is a generic lookup, 359 ns for the twelve
+        against 81 ns so (issue 17)."""
+        (
+            request_id,
+            target_text,
+            body,
+            delivery,
+            uma,
+            msg_class,
+            msg_type,
+            priority,
+            timeout_ms,
+            correlation_id,
+            resp_q,
+            request_headers,
+        ) = cast(PutFields, astuple(request))
         ctx = self.ctx
         source = attached_queue(session).address
-        mode, action = check_mode_and_uma(request.delivery, request.uma)
-        target = ctx.resolve(request.target)
-        key, own_header = self._check_put(request)
-        response_queue = ctx.resolve(request.resp_q) if request.resp_q else source
+        mode, action = check_mode_and_uma(delivery, uma)
+        target = ctx.resolve(target_text)
+        key, own_header = self._check_put(body, request_headers)
+        response_queue = ctx.resolve(resp_q) if resp_q else source
         notification = mode.notification
         if notification is _AK:
             self._check_ack_reachable(response_queue)
         put_time_ns = ctx.clock_ns()
-        headers = request.headers
+        headers = request_headers
         if headers is not None and CONTEXT_HEADER in headers:
             source, put_time_ns = self._passed_context(session, headers, put_time_ns)
             headers = {key: value for key, value in headers.items() if key != CONTEXT_HEADER}
         if key is not None:
             key = scoped_key(source, target, key)
             local = target.group == ctx.group_id and mode.recoverable
-            if local and (conflict := self.dqf.app_keys.conflict(key, request.body)) is not None:
+            if local and (conflict := self.dqf.app_keys.conflict(key, body)) is not None:
                 raise Refused(Status.KEY_REUSED, conflict)
             if local and (busy := self.dqf.dedupe_busy(key)) is not None:
                 raise Refused(Status.QUEUE_BUSY, busy)
         seq = self.sequence.next()
-        reply = PutReply(
-            self.umas.send_mrs_ack, session, request.request_id, mode, response_queue, seq
-        )
-        if request.headers:
-            reply.stored_reply = bool(request.headers.get(wire.REPLY_WHEN_STORED_HEADER))
+        reply = PutReply(self.umas.send_mrs_ack, session, request_id, mode, response_queue, seq)
+        if request_headers:
+            reply.stored_reply = bool(request_headers.get(wire.REPLY_WHEN_STORED_HEADER))
         entry = Entry(
             seq,
-            request.body,
+            body,
             source,
             target,
             mode,
             action,
-            request.msg_class,
-            request.msg_type,
-            request.priority,
-            request.correlation_id,
+            msg_class,
+            msg_type,
+            priority,
+            correlation_id,
             put_time_ns,
             own_header,
             headers,
             account=getattr(session, "account", None),
-            trusted=own_header is None and headers is request.headers,  # see Entry.trusted
+            trusted=own_header is None and headers is request_headers,  # see Entry.trusted
         )
         if notification is _WF:
-            timeout_s = request.timeout_ms / 1000 if request.timeout_ms else DEFAULT_PUT_TIMEOUT_S
+            timeout_s = timeout_ms / 1000 if timeout_ms else DEFAULT_PUT_TIMEOUT_S
             reply.deadline = self.deadlines.add(timeout_s, reply)
         elif notification is _AK and mode.interest_point is _CONF and target.group != ctx.group_id:
             # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)
-            answer = _Accepted(session, request.request_id, answer_now=not reply.stored_reply)
+            answer = _Accepted(session, request_id, answer_now=not reply.stored_reply)
             self.outbound.put_owing_ack(entry, reply, answer)
             return
         else:
-            _Accepted(session, request.request_id, not reply.stored_reply)(seq, None)
+            _Accepted(session, request_id, not reply.stored_reply)(seq, None)
         if target.group != ctx.group_id:
             self.outbound.put(entry, reply)
         elif mode.recoverable:
@@ -179,18 +200,18 @@ class Intake:
                 f"linked to group {group_id}, so no MRS_ACK could reach it",
             )
 
-    def _check_put(self, request: wire.Put) -> tuple[str | None, dict | None]:
+    def _check_put(self, body: bytes, headers: dict | None) -> tuple[str | None, dict | None]:
         """Refuse a put no mode could store; its idempotency key and own DLQ header."""
         limit = self.ctx.limits.message_bytes_max
-        if len(request.body) > limit:
+        if len(body) > limit:
             raise Refused(
                 Status.MSGTOOBIG,
-                f"body of {len(request.body)} bytes exceeds message_bytes_max {limit}",
+                f"body of {len(body)} bytes exceeds message_bytes_max {limit}",
             )
-        if not request.headers:
+        if not headers:
             return None, None
-        key = idempotency_key(request.headers)  # refuse a malformed key before anything else
-        own_header = request.headers.get(DEAD_LETTER_HEADER)
+        key = idempotency_key(headers)  # refuse a malformed key before anything else
+        own_header = headers.get(DEAD_LETTER_HEADER)
         if own_header is not None and (problem := header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
         return key, own_header
