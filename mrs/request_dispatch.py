@@ -4,10 +4,10 @@ Synchronous, one call per frame (no await per message): a request over a quota i
 answered EXCEEDQUOTA, a refused one with its status, an unexpected failure with
 SERVER_ERROR; only a protocol error closes the connection.
 
-Functions of the server (`DispatchHost`), not methods of its mixin: every request
+A class of its own (`Dispatcher`), not methods of the server's mixin: every request
 of every connection passes here, so the module is compiled (journals.native), and a
 compiled class cannot be one of the interpreted `GroupServer`'s several bases. The
-mixin (`mrs.server_dispatch.ServerDispatch`) hands its server to these.
+mixin (`mrs.server_dispatch.ServerDispatch`) makes one, with its server as host.
 """
 
 from __future__ import annotations
@@ -45,44 +45,152 @@ class DispatchHost(Protocol):
     def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None: ...
 
 
-def begin(host: DispatchHost, session: ServerSession, request_id: int, body_bytes: int) -> None:
-    """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
-    in_flight = session.in_flight
-    guards = host.guards
-    if len(in_flight) >= guards.requests_in_flight_max:
-        over_quota(
-            host,
-            session,
-            "requests_in_flight_max",
-            f"{len(in_flight)} requests in flight "
-            f"(requests_in_flight_max={guards.requests_in_flight_max})",
-        )
-    if body_bytes:
-        held = session.in_flight_bytes + session.account.held_bytes
-        if held + body_bytes > guards.connection_bytes_max:
+class Dispatcher:
+    """Dispatches the requests of every connection of one server.
+
+    A compiled class holding what each request reads (the group, the gate, the
+    guards' limits), made once the group exists: read through the interpreted
+    server (`host.group`, `host.guards.requests_in_flight_max`, ...) each was a
+    generic attribute lookup, six per put (issue 17). The server's configuration
+    does not change while it runs, so nothing here goes stale."""
+
+    def __init__(self, host: DispatchHost) -> None:
+        group = host.group
+        assert group is not None  # made once the group exists
+        guards = host.guards
+        self.host = host
+        self.group: Group = group
+        self.gate: Gate | None = host.gate
+        self.client_drains: ClientDrains = host.client_drains
+        self.requests_in_flight_max: int = guards.requests_in_flight_max
+        self.connection_bytes_max: int = guards.connection_bytes_max
+        self.parked_gets_max: int = guards.parked_gets_max
+
+    def begin(self, session: ServerSession, request_id: int, body_bytes: int) -> None:
+        """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
+        in_flight = session.in_flight
+        if len(in_flight) >= self.requests_in_flight_max:
             over_quota(
-                host,
+                self.host,
                 session,
-                "connection_bytes_max",
-                f"connection holds {held} bytes of messages "
-                f"(connection_bytes_max={guards.connection_bytes_max})",
+                "requests_in_flight_max",
+                f"{len(in_flight)} requests in flight "
+                f"(requests_in_flight_max={self.requests_in_flight_max})",
             )
-        session.in_flight_bytes += body_bytes
-    in_flight[request_id] = body_bytes
+        if body_bytes:
+            held = session.in_flight_bytes + session.account.held_bytes
+            if held + body_bytes > self.connection_bytes_max:
+                over_quota(
+                    self.host,
+                    session,
+                    "connection_bytes_max",
+                    f"connection holds {held} bytes of messages "
+                    f"(connection_bytes_max={self.connection_bytes_max})",
+                )
+            session.in_flight_bytes += body_bytes
+        in_flight[request_id] = body_bytes
 
+    def begin_get(self, session: ServerSession, request_id: int, timeout_ms: int) -> None:
+        """`begin` for a Get or GetBatch, which also counts against parked_gets_max."""
+        queue = session.attached
+        parked_max = self.parked_gets_max
+        if queue is not None and timeout_ms != 0 and len(queue.waiters) >= parked_max:
+            over_quota(
+                self.host,
+                session,
+                "parked_gets_max",
+                f"{len(queue.waiters)} gets parked on {queue.address} "
+                f"(parked_gets_max={parked_max})",
+            )
+        self.begin(session, request_id, 0)
 
-def begin_get(host: DispatchHost, session: ServerSession, request_id: int, timeout_ms: int) -> None:
-    """`begin` for a Get or GetBatch, which also counts against parked_gets_max."""
-    queue = session.attached
-    parked_max = host.guards.parked_gets_max
-    if queue is not None and timeout_ms != 0 and len(queue.waiters) >= parked_max:
-        over_quota(
-            host,
-            session,
-            "parked_gets_max",
-            f"{len(queue.waiters)} gets parked on {queue.address} (parked_gets_max={parked_max})",
-        )
-    begin(host, session, request_id, 0)
+    def dispatch_all(self, session: ServerSession, events: list) -> None:
+        """Every event one receive brought, in order: the receive loop's one call per
+        receive, so no interpreted frame per event. A ProtocolError stops the rest
+        (the connection is broken), as it did one call at a time.
+
+        Confirms in a row share one write batch (mrs.group.confirm_run), submitted
+        before the next other request and at the end: a request that breaks the
+        protocol comes after the confirms before it were submitted, so they are
+        written and answered all the same (and `finally` submits them whatever else
+        ends the pass)."""
+        group = self.group
+        run: ConfirmRun | None = None
+        try:
+            for event in events:
+                if type(event) is wire.Confirm:
+                    if run is None:
+                        run = ConfirmRun(session)
+                    self.dispatch(session, event, run)
+                    continue
+                if run is not None:
+                    group.end_confirm_run(run)
+                self.dispatch(session, event)
+        finally:
+            if run is not None:
+                group.end_confirm_run(run)
+
+    def dispatch(
+        self, session: ServerSession, event: object, run: ConfirmRun | None = None
+    ) -> None:
+        """One request (or a PutBatch's puts, each answered as if alone); a Confirm's
+        deletes join `run` when one is given."""
+        if type(event) is wire.PutBatch:  # all in this pass, so one commit stores them
+            for put in event.puts:
+                self.dispatch(session, put)
+            return
+        request_id: int = getattr(event, "request_id", 0)
+        try:
+            self._dispatch_one(session, event, request_id, run)
+        except Refused as refused:
+            session.send(wire.Failure(request_id, int(refused.status), refused.message))
+        except wire.ProtocolError:
+            raise
+        except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
+            log.exception("request %r from %s failed", event, session.peer)
+            session.send(
+                wire.Failure(
+                    request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}"
+                )
+            )
+
+    def _dispatch_one(
+        self,
+        session: ServerSession,
+        event: object,
+        request_id: int,
+        run: ConfirmRun | None,
+    ) -> None:
+        gate = self.gate
+        if gate is not None:
+            gate.check(session, event)
+        group = self.group
+        # The requests of a busy connection first, each an exact type test.
+        kind = type(event)
+        if kind is wire.Put:
+            put = event
+            assert isinstance(put, wire.Put)
+            self.begin(session, request_id, len(put.body))
+            if put.headers:  # a client SAF journal draining? (mrs status)
+                self.client_drains.note(session, put)
+            group.put(session, put)
+        elif kind is wire.Confirm:
+            assert isinstance(event, wire.Confirm)
+            self.begin(session, request_id, 0)
+            group.confirm(session, event, run)
+        elif kind is wire.GetBatch:
+            assert isinstance(event, wire.GetBatch)
+            self.begin_get(session, request_id, event.timeout_ms)
+            group.get_batch(session, event)
+        elif kind is wire.Get:
+            assert isinstance(event, wire.Get)
+            self.begin_get(session, request_id, event.timeout_ms)
+            group.get(session, event)
+        elif kind is wire.CancelGet:  # no reply of its own: the get's answer ends both
+            assert isinstance(event, wire.CancelGet)
+            group.cancel_get(session, event)
+        else:
+            _dispatch_rare(self, group, session, event, request_id)
 
 
 def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: str) -> NoReturn:
@@ -92,99 +200,10 @@ def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: 
     raise Refused(Status.EXCEEDQUOTA, problem)
 
 
-def dispatch_all(host: DispatchHost, session: ServerSession, events: list) -> None:
-    """Every event one receive brought, in order: the receive loop's one call per
-    receive, so no interpreted frame per event. A ProtocolError stops the rest (the
-    connection is broken), as it did one call at a time.
-
-    Confirms in a row share one write batch (mrs.group.confirm_run), submitted before
-    the next other request and at the end: a request that breaks the protocol comes
-    after the confirms before it were submitted, so they are written and answered
-    all the same (and `finally` submits them whatever else ends the pass)."""
-    group = host.group
-    assert group is not None  # set before any connection is served
-    run: ConfirmRun | None = None
-    try:
-        for event in events:
-            if type(event) is wire.Confirm:
-                if run is None:
-                    run = ConfirmRun(session)
-                dispatch(host, session, event, run)
-                continue
-            if run is not None:
-                group.end_confirm_run(run)
-            dispatch(host, session, event)
-    finally:
-        if run is not None:
-            group.end_confirm_run(run)
-
-
-def dispatch(
-    host: DispatchHost, session: ServerSession, event: object, run: ConfirmRun | None = None
-) -> None:
-    """One request (or a PutBatch's puts, each answered as if alone); a Confirm's
-    deletes join `run` when one is given."""
-    if type(event) is wire.PutBatch:  # all in this pass, so one commit stores them
-        for put in event.puts:
-            dispatch(host, session, put)
-        return
-    request_id: int = getattr(event, "request_id", 0)
-    try:
-        _dispatch_one(host, session, event, request_id, run)
-    except Refused as refused:
-        session.send(wire.Failure(request_id, int(refused.status), refused.message))
-    except wire.ProtocolError:
-        raise
-    except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
-        log.exception("request %r from %s failed", event, session.peer)
-        session.send(
-            wire.Failure(request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}")
-        )
-
-
-def _dispatch_one(
-    host: DispatchHost,
-    session: ServerSession,
-    event: object,
-    request_id: int,
-    run: ConfirmRun | None,
-) -> None:
-    gate = host.gate
-    if gate is not None:
-        gate.check(session, event)
-    group = host.group
-    assert group is not None  # set before any connection is served
-    # The requests of a busy connection first, each an exact type test.
-    kind = type(event)
-    if kind is wire.Put:
-        put = event
-        assert isinstance(put, wire.Put)
-        begin(host, session, request_id, len(put.body))
-        if put.headers:  # a client SAF journal draining? (mrs status)
-            host.client_drains.note(session, put)
-        group.put(session, put)
-    elif kind is wire.Confirm:
-        assert isinstance(event, wire.Confirm)
-        begin(host, session, request_id, 0)
-        group.confirm(session, event, run)
-    elif kind is wire.GetBatch:
-        assert isinstance(event, wire.GetBatch)
-        begin_get(host, session, request_id, event.timeout_ms)
-        group.get_batch(session, event)
-    elif kind is wire.Get:
-        assert isinstance(event, wire.Get)
-        begin_get(host, session, request_id, event.timeout_ms)
-        group.get(session, event)
-    elif kind is wire.CancelGet:  # no reply of its own: the get's answer ends both
-        assert isinstance(event, wire.CancelGet)
-        group.cancel_get(session, event)
-    else:
-        _dispatch_rare(host, group, session, event, request_id)
-
-
 def _dispatch_rare(
-    host: DispatchHost, group: Group, session: ServerSession, event: object, request_id: int
+    dispatcher: Dispatcher, group: Group, session: ServerSession, event: object, request_id: int
 ) -> None:
+    host = dispatcher.host
     if isinstance(event, wire.Ping):
         session.send(wire.Pong(event.nonce))
     elif isinstance(event, wire.Hello) and event.role == "link":
@@ -207,7 +226,7 @@ def _dispatch_rare(
             )
         )
     elif isinstance(event, wire.Attach):
-        begin(host, session, request_id, 0)
+        dispatcher.begin(session, request_id, 0)
         group.attach(session, event)
     elif isinstance(event, wire.StatusRequest):
         session.send(wire.StatusReply(request_id, host.status_info()))
