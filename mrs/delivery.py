@@ -6,6 +6,7 @@ exhaustively on their own and the server just asks.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from mrs.errors import Refused
 from mrs.model import (
@@ -18,6 +19,16 @@ from mrs.model import (
     Status,
     Uma,
 )
+
+# Members read per message, looked up once: in compiled code `Status.STORED` is a
+# generic class attribute lookup each time, ~45 ns against a static's ~1 (issue 17).
+_SUCCESS: Final = Status.SUCCESS
+_STORED: Final = Status.STORED
+_CONFIRMREQ: Final = Status.CONFIRMREQ
+_POSSDUPL: Final = Status.POSSDUPL
+_SAF_POINT: Final = InterestPoint.SAF
+_DQF_POINT: Final = InterestPoint.DQF
+_MEM_POINT: Final = InterestPoint.MEM
 
 
 def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:
@@ -73,11 +84,11 @@ computed once from `supported` (an Enum constructor per put showed in profiles).
 def reached_status(mode: DeliveryMode, target_attached: bool) -> Status:
     """The delivery status reported when a message reaches its interest point."""
     point = mode.interest_point
-    if point is InterestPoint.SAF or point is InterestPoint.DQF:
-        return Status.STORED
-    if point is InterestPoint.MEM:
+    if point is _SAF_POINT or point is _DQF_POINT:
+        return _STORED
+    if point is _MEM_POINT:
         return Status.ENQUEUED if target_attached else Status.UNATTACHEDQ
-    return Status.SUCCESS  # DEQ, ACK, CONF: the receiver has it
+    return _SUCCESS  # DEQ, ACK, CONF: the receiver has it
 
 
 def uma_status(action: Uma, succeeded: bool) -> Status:
@@ -87,8 +98,8 @@ def uma_status(action: Uma, succeeded: bool) -> Status:
 def delivery_status_on_get(recoverable_or_ack: bool, times_delivered_before: int) -> Status:
     """CONFIRMREQ on first delivery of a message that needs a confirm, POSSDUPL later."""
     if not recoverable_or_ack:
-        return Status.SUCCESS
-    return Status.CONFIRMREQ if times_delivered_before == 0 else Status.POSSDUPL
+        return _SUCCESS
+    return _CONFIRMREQ if times_delivered_before == 0 else _POSSDUPL
 
 
 def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: int) -> None:
@@ -121,7 +132,5 @@ def journal_on_confirm(force_j: int, pcj_default: bool) -> bool:
     except TypeError:  # unhashable: not a force_j either
         choice = ...
     if choice is ...:
-        raise Refused(
-            Status.BADPARAM, f"force_j {force_j} is not DEFAULT_JRN, FORCE_JRN or NO_JRN"
-        )
+        raise Refused(Status.BADPARAM, f"force_j {force_j} is not DEFAULT_JRN, FORCE_JRN or NO_JRN")
     return pcj_default if choice is None else choice

@@ -43,11 +43,14 @@ def _field_values(cls: type) -> st.SearchStrategy[list]:
 
 
 def _unchecked(cls: type, values: list):
-    """An event built as a decoded frame is (only its free-form fields checked)."""
+    """An event built as a decoded frame is (only its free-form fields checked). None
+    when no decoder would let the values through: a refused free-form field, or a list
+    of events holding something else (msgspec checks those lists itself, so a
+    PutBatch's own count of its bodies meets a non-Put only here)."""
     DECODE_STATE.decoding = True
     try:
         return cls(*values)
-    except (LocalProtocolError, TypeError):
+    except (LocalProtocolError, TypeError, AttributeError):
         return None
     finally:
         DECODE_STATE.decoding = False

@@ -18,9 +18,15 @@ the connection's requests_in_flight_max, and it is submitted before the receive 
 
 from __future__ import annotations
 
+from typing import Final
+
 from journals import Journal, WriteBatch
 from mrs.group.context import Session
 from mrs.queues import Entry, TargetQueue
+
+_DQF: Final = Journal.DQF
+_MARKS: Final = Journal.MARKS
+"""Looked up once: a class attribute is a generic lookup in compiled code."""
 
 
 class ConfirmRun:
@@ -37,7 +43,7 @@ class ConfirmRun:
         """One confirmed entry of `queue` (the run's queue: `Handover` ends a run
         before a confirm of another queue joins)."""
         self.queue = queue
-        self.batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        self.batch.delete(_DQF, key).delete(_MARKS, key)
         self.confirms.append((entry, request_id))
 
     def take(self) -> tuple[TargetQueue, WriteBatch, list[tuple[Entry, int]]] | None:

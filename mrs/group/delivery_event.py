@@ -7,7 +7,7 @@ Its own module so the hand-over (mrs.group.handover) and the batch get
 from __future__ import annotations
 
 from mrs import protocol as wire
-from mrs.protocol.base import build_unchecked
+from mrs.protocol.post_init import build_unchecked_from
 from mrs.queues import Entry
 
 
@@ -34,5 +34,5 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
         entry.headers,
     )
     if entry.trusted:
-        return build_unchecked(wire.Delivery, *fields)
+        return build_unchecked_from(wire.Delivery, fields)
     return wire.Delivery(*fields)  # type: ignore[arg-type]  # checked here: the point

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from mrs import protocol as wire
 from mrs.group.context import Session
@@ -17,7 +18,13 @@ SendAck = Callable[[Address, Psb], None]
 _SUCCESS = int(Status.SUCCESS)
 _STORED = int(Status.STORED)
 _NO_UMA = int(Status.NO_UMA)
-_WF = Notification.WF
+_WF: Final = Notification.WF
+_AK: Final = Notification.AK
+# Members read per put, looked up once (a class attribute is a generic lookup in
+# compiled code, ~45 ns each).
+_SUCCESS_STATUS: Final = Status.SUCCESS
+_STORED_STATUS: Final = Status.STORED
+_NO_UMA_STATUS: Final = Status.NO_UMA
 
 
 @dataclass(eq=False)
@@ -83,9 +90,9 @@ class PutReply:
         self._finish()
         self.stored(psb)
         notification = self.mode.notification
-        if notification is Notification.WF and not self.stored_reply:
+        if notification is _WF and not self.stored_reply:
             self.session.answer(build_unchecked(wire.PutDone, self.request_id, *psb.to_wire()))
-        elif notification is Notification.AK:
+        elif notification is _AK:
             self.send_ack(self.response_queue, psb)
 
     def report_stored(self, seq: int) -> None:
@@ -94,7 +101,7 @@ class PutReply:
         if self.done:
             return
         if self.stored_reply or self.mode.notification is not _WF:
-            self.report(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+            self.report(Psb(_SUCCESS_STATUS, _STORED_STATUS, seq, _NO_UMA_STATUS))
             return
         self._finish()
         self.session.answer(

@@ -61,3 +61,15 @@ def build_unchecked(cls: Any, *fields: Any) -> Any:
         return cls(*fields)
     finally:
         state.decoding = False
+
+
+def build_unchecked_from(cls: Any, fields: tuple) -> Any:
+    """`build_unchecked(cls, *fields)` for fields already in a tuple, which is passed
+    on as it is: from compiled code a star call first copies the tuple into a list
+    and back, 322 ns against 152 ns for a Delivery's fourteen fields (issue 17)."""
+    state = DECODE_STATE
+    state.decoding = True
+    try:
+        return cls(*fields)
+    finally:
+        state.decoding = False
