@@ -251,12 +251,16 @@ class _SafDrain:
 
 
 def _psb(reply: wire.PutDone) -> Psb:
-    return Psb(
-        status_of(reply.status),
-        status_of(reply.delivery_status),
-        reply.seq,
-        status_of(reply.uma_status),
-    )
+    """The Psb of a put's answer. A stored put's (SUCCESS, STORED, NO_UMA), nearly
+    every answer, skips the three status lookups (0.2 µs of each put, issue 17)."""
+    status, delivery_status, uma_status = reply.status, reply.delivery_status, reply.uma_status
+    if status == _SUCCESS and delivery_status == _STORED and uma_status == _NO_UMA:
+        return Psb(_SUCCESS_STATUS, _STORED_STATUS, reply.seq, _NO_UMA_STATUS)
+    return Psb(status_of(status), status_of(delivery_status), reply.seq, status_of(uma_status))
+
+
+_SUCCESS_STATUS, _STORED_STATUS, _NO_UMA_STATUS = Status.SUCCESS, Status.STORED, Status.NO_UMA
+_SUCCESS, _STORED, _NO_UMA = int(_SUCCESS_STATUS), int(_STORED_STATUS), int(_NO_UMA_STATUS)
 
 
 def _numeric(target: str) -> tuple[int, int]:
