@@ -21,12 +21,25 @@ from typing import Any
 from mrs.protocol.checks import DECODE_STATE, validate, worded
 from mrs.protocol.errors import LocalProtocolError
 
+_DEEP_FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
+"""Each event class's (field name, check) of its deep rules, as a typed tuple: read
+through `cls._deep_rules` (Any) each decode cost a class lookup and generic
+iteration and unpacking per rule. One entry per event class."""
+
+
+def _deep_fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    fields = _DEEP_FIELDS.get(cls)
+    if fields is None:
+        rules: Any = cls._deep_rules  # type: ignore[attr-defined]
+        fields = _DEEP_FIELDS[cls] = tuple((name, check) for name, _ok, check in rules)
+    return fields
+
 
 def event_post_init(event: Any) -> None:
     """EventStruct.__post_init__."""
     cls = type(event)
     if DECODE_STATE.decoding:
-        for name, _ok, check in cls._deep_rules:
+        for name, check in _deep_fields(cls):
             value = getattr(event, name)
             if value is None:  # msgspec let None through: the field is Optional
                 continue
