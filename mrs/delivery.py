@@ -29,6 +29,7 @@ _POSSDUPL: Final = Status.POSSDUPL
 _SAF_POINT: Final = InterestPoint.SAF
 _DQF_POINT: Final = InterestPoint.DQF
 _MEM_POINT: Final = InterestPoint.MEM
+_IN_ORDER: Final = ConfirmStyle.EXPLICIT_IN_ORDER
 
 
 def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:
@@ -110,7 +111,7 @@ def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: i
     """
     if seq not in unconfirmed:
         raise Refused(Status.BADSEQ, f"sequence number {seq} is not known to the MRS")
-    if style is ConfirmStyle.EXPLICIT_IN_ORDER:
+    if style is _IN_ORDER:
         oldest = next(iter(unconfirmed))
         if seq != oldest:
             raise Refused(Status.BADSEQ, f"queue confirms in order: confirm {oldest} before {seq}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
 from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_BYTES_MAX, LENT_REMEMBERED_MAX
-from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, InterestPoint
+from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
 
@@ -202,9 +202,11 @@ class TargetQueue:
     shared: bool = field(init=False)
     """The dead-letter queue: read by several handlers at once, each get a lease
     (mrs.dlq_leases). Set once: the get and confirm paths ask it for every message."""
+    confirm_style: ConfirmStyle = field(init=False)
 
     def __post_init__(self) -> None:
         self.shared = self.address.queue == DEAD_LETTER_QUEUE
+        self.confirm_style = self.config.confirm  # read per confirm: native, not config's
 
     @property
     def waiting(self) -> int:

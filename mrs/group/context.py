@@ -92,19 +92,20 @@ class GroupContext:
     epoch: int = 0
     """How many times this group has started (status and logs; not part of seqs)."""
     _resolved: _ResolvedCache = field(default_factory=lambda: _ResolvedCache(None))
+    group_id: int = field(init=False, default=0)
+    limits: Limits = field(init=False)
+    pcj_default: bool = field(init=False, default=False)
+    """`config.id`, `config.limits` and `config.pcj_default`, read per message: held
+    here natively, each was a generic attribute lookup through the interpreted
+    config (issue 17). The config does not change while the group runs."""
 
     def __post_init__(self) -> None:
+        self.group_id = self.config.id
+        self.limits = self.config.limits
+        self.pcj_default = self.config.pcj_default
         for queue_config in self.config.queues.values():
             address = Address(self.config.id, queue_config.id)
             self.queues[queue_config.id] = TargetQueue(queue_config, address)
-
-    @property
-    def limits(self) -> Limits:
-        return self.config.limits
-
-    @property
-    def group_id(self) -> int:
-        return self.config.id
 
     def resolve(self, text: str) -> Address:
         """A queue name or address as an Address on this bus, or Refused NOSUCHQUEUE.

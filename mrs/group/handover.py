@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, cast
+
+from msgspec.structs import astuple
 
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
@@ -44,6 +46,8 @@ _POSSDUPL: Final = Status.POSSDUPL
 _CONF_POINT: Final = InterestPoint.CONF
 _DQF: Final = Journal.DQF
 _MARKS: Final = Journal.MARKS
+ConfirmFields = tuple[int, int, int, Any]
+"""A wire.Confirm's fields in order (request_id, seq, confirm_value, force_j)."""
 
 
 @dataclass(eq=False)
@@ -258,7 +262,7 @@ class Handover:
                 queue.unconfirmed.pop(seq),
                 None,
                 0,
-                journal_on_confirm(0, self.ctx.config.pcj_default),
+                journal_on_confirm(0, self.ctx.pcj_default),
             )
 
     # ------------------------------------------------------------------ confirm
@@ -267,21 +271,22 @@ class Handover:
     ) -> None:
         """Checked now; its deletes join `run` (the other confirms of the same receive,
         mrs.group.confirm_run) when they are all it writes, else go alone."""
+        # one call for the fields: each read of a msgspec struct's attribute from
+        # compiled code is a generic lookup (see Intake.put)
+        request_id, seq, confirm_value, force_j = cast(ConfirmFields, astuple(request))
         queue = attached_queue(session)
-        journal = journal_on_confirm(request.force_j, self.ctx.config.pcj_default)
-        check_confirm(queue.config.confirm, queue.unconfirmed, request.seq)
+        journal = journal_on_confirm(force_j, self.ctx.pcj_default)
+        check_confirm(queue.confirm_style, queue.unconfirmed, seq)
         if queue.shared:
-            self.dlq_readers.check_holder(session.id, request.seq)
-            self.dlq_readers.removed(session.id, request.seq)
-        entry = queue.unconfirmed.pop(request.seq)
+            self.dlq_readers.check_holder(session.id, seq)
+            self.dlq_readers.removed(session.id, seq)
+        entry = queue.unconfirmed.pop(seq)
         if run is not None and not journal and self._deletes_only(entry):
             if run.queue is not queue:
                 self.end_confirm_run(run)
-            run.add(queue, entry, request.request_id, queue_key(queue.address.queue, entry.seq))
+            run.add(queue, entry, request_id, queue_key(queue.address.queue, entry.seq))
             return
-        self._confirm_entry(
-            session, queue, entry, request.request_id, request.confirm_value, journal
-        )
+        self._confirm_entry(session, queue, entry, request_id, confirm_value, journal)
 
     def _deletes_only(self, entry: Entry) -> bool:
         """A confirm of `entry` writes its two deletes and nothing else (no CONF notice
