@@ -265,8 +265,9 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         Gets that wait at the same time share GetBatch requests (clients.get_pool);
         a poll (timeout 0) is one Get.
         """
-        if self._held:
-            return await self._checked(self._held.popleft())
+        if self._held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
+            held = self._held.popleft()
+            return held if self.protection is None else await self._checked(held)
         self._require_link(_NOTACTIVE, "get")
         if (timeout is None or timeout > 0) and not self._gets.refused:  # else: checked below
             pooled = await self._gets.get(timeout)
