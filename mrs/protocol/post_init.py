@@ -68,12 +68,7 @@ def build_unchecked(cls: Any, *fields: Any) -> Any:
     still refuses what msgpack cannot carry, and the peer checks every frame it
     decodes. Compiled here (it was 0.6-0.7 µs a call interpreted; every PutDone and
     Delivery the server sends is built by it)."""
-    state = DECODE_STATE
-    state.decoding = True
-    try:
-        return cls(*fields)
-    finally:
-        state.decoding = False
+    return build_unchecked_from(cls, fields)
 
 
 def build_unchecked_from(cls: Any, fields: tuple) -> Any:
