@@ -7,7 +7,8 @@ SERVER_ERROR; only a protocol error closes the connection.
 A class of its own (`Dispatcher`), not methods of the server's mixin: every request
 of every connection passes here, so the module is compiled (journals.native), and a
 compiled class cannot be one of the interpreted `GroupServer`'s several bases. The
-mixin (`mrs.server_dispatch.ServerDispatch`) makes one, with its server as host.
+server makes one with itself as host when its group exists (`GroupServer.run`); the
+mixin (`mrs.server_dispatch.ServerDispatch`) hands each receive to it.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class Dispatcher:
             assert isinstance(event, wire.CancelGet)
             group.cancel_get(session, event)
         else:
-            _dispatch_rare(self, group, session, event, request_id)
+            _dispatch_rare(self, session, event, request_id)
 
 
 def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: str) -> NoReturn:
@@ -201,9 +202,9 @@ def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: 
 
 
 def _dispatch_rare(
-    dispatcher: Dispatcher, group: Group, session: ServerSession, event: object, request_id: int
+    dispatcher: Dispatcher, session: ServerSession, event: object, request_id: int
 ) -> None:
-    host = dispatcher.host
+    host, group = dispatcher.host, dispatcher.group
     if isinstance(event, wire.Ping):
         session.send(wire.Pong(event.nonce))
     elif isinstance(event, wire.Hello) and event.role == "link":

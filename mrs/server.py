@@ -62,6 +62,7 @@ from mrs.harness import ServeOptions
 from mrs.limits import COMMIT_COMPANY_WAIT_S
 from mrs.network import TCP, Network, TcpNetwork
 from mrs.refusals import RefusalLog
+from mrs.request_dispatch import Dispatcher
 from mrs.security import session_auth
 from mrs.security.tls import tls_network
 from mrs.server_connections import ServerConnections
@@ -152,6 +153,7 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             clock_ns=self.clock_ns,
             unsafe=self.unsafe,
         )
+        self._dispatcher = Dispatcher(self)  # type: ignore[arg-type]  # the server is its host
         if self.unsafe:
             log.warning("UNSAFE build switches on (harness only): %s", ", ".join(self.unsafe))
         try:
