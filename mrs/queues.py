@@ -54,11 +54,11 @@ class Entry:
     journaled: bool = False
     """True when the entry is backed by a DQF record (recoverable)."""
     trusted: bool = False
-    """Every field came from a Put this server checked, or from the server itself
-    (an MRS_ACK): its Delivery is built without checking them again. False for what
-    was read back from a journal or came over a link, which `delivery_event` checks,
-    and for a put that passed its own MQDLH or a dead letter's context (fields the
-    server took from headers)."""
+    """Every field came from a Put this server checked, from the server itself (an
+    MRS_ACK) or from a DQF record `fits_a_delivery` passed: its Delivery is built
+    unchecked. False for other records read back, what came over a link (both checked
+    by `delivery_event`), and a put that passed its own MQDLH or a dead letter's
+    context (fields the server took from headers)."""
     times_delivered: int = 0
     arrival: int = 0
     """Place in its queue's arrival order: an entry taken but not delivered goes back

@@ -10,14 +10,19 @@ These properties hold the two rule sets together, and show that an untrusted ent
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from journals import Record
 from mrs import protocol as wire
-from mrs.group.delivery_event import delivery_event
+from mrs.group.delivery_event import delivery_event, fits_a_delivery
+from mrs.group.recovery import reloaded_entry
 from mrs.model import Address, DeliveryMode, Status
+from mrs.quarantine import record_problem
 from mrs.queues import Entry
 from tests.test_records_encode import plain_values
 
@@ -90,3 +95,65 @@ def test_an_untrusted_entry_with_a_field_no_put_could_carry_is_still_refused() -
     entry.priority = 10**6
     with pytest.raises((wire.ProtocolError, ValueError, TypeError)):
         delivery_event(7, entry, int(Status.CONFIRMREQ))
+
+
+@st.composite
+def read_back_records(draw) -> Record:
+    """DQF records as a typed decode admits them (any int msgpack carries, any bytes),
+    with a mode and addresses `record_problem` passes, some with headers."""
+    u64 = st.integers(-(2**63), 2**64 - 1)
+    extra = draw(st.sampled_from([{}, {"headers": {"k": 1}}, {"headers": {}}, {"origin": 2}]))
+    return Record(
+        seq=draw(st.one_of(st.integers(0, 2**41), u64)),
+        target_group=1,
+        target_queue=10,
+        source_group=1,
+        source_queue=11,
+        body=draw(st.binary(max_size=16)),
+        msg_class=draw(st.one_of(wide_ints.filter(lambda v: -(2**63) <= v < 2**64), u64)),
+        msg_type=draw(u64),
+        priority=draw(st.one_of(st.integers(-5, 300), u64)),
+        delivery=int(draw(st.sampled_from(list(DeliveryMode)))),
+        uma=1,
+        correlation_id=draw(st.binary(max_size=40)),
+        put_time_ns=draw(st.one_of(st.integers(0, 2**62), u64)),
+        extra=extra,
+    )
+
+
+@given(read_back_records())
+def test_a_record_read_back_is_trusted_only_when_its_checked_delivery_is_admitted(
+    record: Record,
+) -> None:
+    """A cold backlog's entries skip the Delivery check when `fits_a_delivery` says
+    so: it must never admit a record the check refuses (that one must be refused and
+    quarantined, tests/test_poison.py), and should admit the sound ones without
+    headers, which are what a deep queue reads back."""
+    assert record_problem(record) is None
+    entry = reloaded_entry(record, 0, lambda _entry: None)
+    entry.trusted = False
+    try:
+        checked = delivery_event(9, entry, int(Status.CONFIRMREQ))
+    except (wire.ProtocolError, ValueError, TypeError):
+        checked = None
+    trusted = fits_a_delivery(record)
+    assert reloaded_entry(record, 0, lambda _entry: None).trusted is trusted
+    if trusted:
+        assert checked is not None
+        entry.trusted = True
+        assert delivery_event(9, entry, int(Status.CONFIRMREQ)) == checked
+    elif checked is not None:  # admitted by the check, refused by the fast test: headers
+        assert "headers" in record.extra
+
+
+def test_a_sound_record_without_headers_is_trusted_and_each_tampered_field_is_not() -> None:
+    sound = Record(seq=5, target_group=1, target_queue=10, source_group=1, source_queue=11,
+                   body=b"x", priority=9, delivery=int(DeliveryMode.WF_DQF), uma=1,
+                   correlation_id=b"c" * 32, put_time_ns=1)  # fmt: skip
+    assert fits_a_delivery(sound)
+    tampered = {
+        "priority": 100, "msg_class": 2**63, "msg_type": 2**63, "put_time_ns": 2**63,
+        "correlation_id": b"c" * 33, "seq": -1, "extra": {"headers": {}},
+    }  # fmt: skip
+    for field, value in tampered.items():
+        assert not fits_a_delivery(dataclasses.replace(sound, **{field: value})), field

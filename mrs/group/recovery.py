@@ -24,6 +24,7 @@ from operator import itemgetter
 from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
 from journals.protocol import Store
 from mrs.group.context import U32, GroupContext
+from mrs.group.delivery_event import fits_a_delivery
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.sequence import Sequence
@@ -120,9 +121,11 @@ def dqf_seqs(store) -> Iterator[tuple[int, array]]:
 
 def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], None]) -> Entry:
     """A journaled message as its queue holds it: delivered `times_delivered` times
-    before (POSSDUPL), and owed an MRS_ACK on confirm if its AK_CONF sender was local."""
+    before (POSSDUPL), and owed an MRS_ACK on confirm if its AK_CONF sender was local.
+    Trusted (its Delivery built unchecked) when every field it gives one is in range."""
     entry = entry_from_record(record)
     entry.times_delivered = times_delivered
+    entry.trusted = fits_a_delivery(record)
     if entry.response_queue is not None and entry.origin_group is None:
         entry.on_confirm = ack
     return entry
