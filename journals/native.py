@@ -55,6 +55,7 @@ COMPILED_MODULES = (
     "mrs.group.get_expiry",
     "mrs.group.batch_get",
     "mrs.group.reply",
+    "mrs.group.held_offers",
     "mrs.group.context",
     "mrs.group.wiring",
     "mrs.delivery",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from journals import GroupCommitWriter, InlineWriter, Journal
@@ -25,6 +24,7 @@ from mrs.group.context import GroupContext, Session, Timers
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
 from mrs.group.handover import Handover
+from mrs.group.held_offers import HeldOffers
 from mrs.group.inbound import Inbound
 from mrs.group.intake import Intake
 from mrs.group.notices import Notices
@@ -90,6 +90,7 @@ class Group:
         self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
         self.dqf.premark = self.handover
         self.batch_get = BatchGet(ctx, self.handover)
+        self.umas.offers.serve = self.handover.serve_waiting_gets
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
         self.link_rooms = LinkRooms(
             self.peers, self.outbound, self.drain, self.inbound, self.notices, timers
@@ -112,10 +113,10 @@ class Group:
     def queues(self) -> dict[int, TargetQueue]:
         return self.ctx.queues
 
-    def answers_held(self) -> AbstractContextManager[None]:
-        """Around a commit's report: the MRS_ACKs it makes are offered together at
-        its end (mrs.group.held_offers)."""
-        return self.umas.offers.holding(self.handover.serve_waiting_gets)
+    def answers_held(self) -> HeldOffers:
+        """Around a commit's report (`with`): the MRS_ACKs it makes are offered
+        together at its end (mrs.group.held_offers)."""
+        return self.umas.offers
 
     # Requests, each served by one room.
     def recover(self) -> None:
