@@ -65,11 +65,14 @@ class ColdBacklog(Generic[E]):
         """Only a journaled entry nobody waits on: the DQF record says all about it."""
         return entry.journaled and entry.on_confirm is None and entry.on_dequeue is None
 
-    def append(self, entry: E) -> None:
-        self._seqs.append(entry.seq)
+    def append(self, entry: E, seq: int, cold: bool) -> None:
+        """Append `entry` (its `seq`); `cold`: `can_go_cold(entry)`, which the caller
+        tests on its concrete entry type (through this module's Protocol each of the
+        three reads is a generic lookup, and a deep queue appends every put)."""
+        self._seqs.append(seq)
         self.count += 1
-        if not self.can_go_cold(entry):
-            self._held[entry.seq] = entry
+        if not cold:
+            self._held[seq] = entry
 
     def extend(self, seqs: array) -> None:
         """Append journaled messages known by seq alone (start-up recovery: every

@@ -1,9 +1,8 @@
 """Target queues in memory: what waits to be got, what waits to be confirmed, who waits.
 
-A queue knows nothing of sockets or journals. It holds `Entry`s (a message plus
-the callbacks its sender is waiting on) in arrival order, the delivered but
-unconfirmed entries in delivery order, and the gets parked until something arrives.
-"""
+A queue knows nothing of sockets or journals. It holds `Entry`s (a message plus the
+callbacks its sender waits on) in arrival order, the delivered but unconfirmed ones
+in delivery order, and the gets parked until something arrives."""
 
 from __future__ import annotations
 
@@ -143,8 +142,7 @@ class GetWaiter:
     reserved: bool = False
     """Taken by a message whose commit is under way (`TargetQueue.reserve_waiter`)."""
     timed_out: Callable[[], None] | None = None
-    """Set when the get's timeout passed while it was reserved: answers it TIMEOUT
-    should the reserved message not be delivered after all."""
+    """Set if its timeout passed while reserved: TIMEOUT if that message never comes."""
 
     def __init__(
         self,
@@ -193,11 +191,10 @@ class TargetQueue:
     """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
     lent: OrderedDict[int, Entry] = field(default_factory=OrderedDict)
     """Read-ahead entries delivered beyond what a GetBatch asked for, by seq, oldest
-    first: the attached client may give them back (`give_back`) if it closes before
-    a get takes them. At most LENT_REMEMBERED_MAX entries and about LENT_BYTES_MAX
-    of bodies; forgotten at detach. An OrderedDict: a dict's oldest key found by
-    `next(iter())` after many pops from the front costs a scan over the holes they
-    left, 1.9 µs a lend when full against 0.4 µs (issue 17)."""
+    first, which the client may give back (`give_back`) if it closes before a get
+    takes them; at most LENT_REMEMBERED_MAX and ~LENT_BYTES_MAX of bodies, forgotten
+    at detach. An OrderedDict: a dict's oldest key after many pops from the front
+    scans their holes, 1.9 µs a lend against 0.4 µs (issue 17)."""
     lent_bytes: int = 0
     shared: bool = field(init=False)
     """The dead-letter queue: read by several handlers at once, each get a lease
@@ -279,7 +276,7 @@ class TargetQueue:
             )
             self.pending.insert(index, entry)
         elif self._goes_cold(entry):
-            self.cold.append(entry)
+            self.cold.append(entry, entry.seq, self._can_go_cold(entry))
             entry.body = None if entry.journaled else entry.body  # on disk: read back later
             if entry.journaled:
                 return
@@ -308,7 +305,11 @@ class TargetQueue:
             return False
         if self.cold.count:
             return True
-        return len(self.pending) >= WINDOW_ENTRIES_MAX and self.cold.can_go_cold(entry)
+        return len(self.pending) >= WINDOW_ENTRIES_MAX and self._can_go_cold(entry)
+
+    @staticmethod
+    def _can_go_cold(entry: Entry) -> bool:  # ColdBacklog.can_go_cold, on native fields
+        return entry.journaled and entry.on_confirm is None and entry.on_dequeue is None
 
     def _refill(self) -> None:
         """Read the next cold messages back into the window, in arrival order."""

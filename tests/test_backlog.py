@@ -45,7 +45,7 @@ def test_backlog_is_fifo_and_reads_only_cold_ones(steps) -> None:
                 message.on_confirm = object()  # a sender waits: must stay in memory
             if backlog.can_go_cold(message):
                 on_disk[seq] = message
-            backlog.append(message)
+            backlog.append(message, message.seq, ColdBacklog.can_go_cold(message))
             model.append(message)
         else:
             loaded.clear()
