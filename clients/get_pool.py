@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
@@ -47,12 +47,20 @@ if TYPE_CHECKING:
     from clients.errors import QuotaExceeded
     from clients.link import _Link
 
-_RETRY_SINGLE = object()
+_RETRY_SINGLE: Final = object()
 """A caller's answer when the server refuses batch gets on this queue: use a Get."""
 
-_TIMEOUT_MS_MAX = (1 << 31) - 1
+_TIMEOUT_MS_MAX: Final = (1 << 31) - 1
 
-CALLERS_SLACK = 64
+# Read per get: C statics, not module-dict lookups (and attribute lookups on `trio`
+# and `wire`; issue 17).
+_REPLY_GRACE_S: Final = REPLY_GRACE_S
+_CURRENT_TIME: Final = trio.current_time
+_MESSAGE: Final = Message
+_GET_BATCH: Final = wire.GetBatch
+_FAILURE: Final = wire.Failure
+
+CALLERS_SLACK: Final = 64
 """Callers that left may stay in the deque until this many more than twice those
 waiting: then it is rebuilt (they are skipped, not served, in the meantime)."""
 
@@ -136,11 +144,11 @@ class GetPool:
         room = client._get_room() - (self.live - self.asked)  # uncovered callers need it too
         if room <= 0:
             raise client._no_get_room(room)
-        now_s = trio.current_time()
+        now_s = _CURRENT_TIME()
         caller = _Caller(self)
         if timeout_s is not None:
             caller.deadline_s = now_s + timeout_s
-            client._deadlines.add(caller.deadline_s + REPLY_GRACE_S, client._next_id(), caller)
+            client._deadlines.add(caller.deadline_s + _REPLY_GRACE_S, client._next_id(), caller)
         self._callers.append(caller)
         self.live += 1
         if len(self._callers) > 2 * self.live + CALLERS_SLACK:
@@ -151,7 +159,7 @@ class GetPool:
         if caller.timed_out:
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
         result = caller.result
-        if type(result) is Message:
+        if type(result) is _MESSAGE:
             return result
         if result is _RETRY_SINGLE:
             return None
@@ -186,7 +194,7 @@ class GetPool:
         uncovered.reverse()
         # A caller asked for before and not served was parked on the server, and a
         # parked get waits at the cap; a new one is refused there (EXCMAXUNCONF).
-        now_s = trio.current_time()
+        now_s = _CURRENT_TIME()
         waited = [caller for caller in uncovered if caller.asked]
         fresh = [caller for caller in uncovered if not caller.asked]
         groups = [
@@ -230,7 +238,7 @@ class GetPool:
             else min(_TIMEOUT_MS_MAX, max(1, math.ceil((deadline_s - now_s) * 1000)))
         )
         request_id = client._next_id()
-        request = build_unchecked(wire.GetBatch, request_id, count, timeout_ms, wait_at_cap, extra)
+        request = build_unchecked(_GET_BATCH, request_id, count, timeout_ms, wait_at_cap, extra)
         client._reserve_get(request_id, count)
         if extra:
             self._reading_ahead = request_id
@@ -274,7 +282,7 @@ class GetPool:
                 message = client._message(delivery)
                 if not self._give(message):
                     client._held.append(message)
-        elif type(result) is wire.Failure:
+        elif type(result) is _FAILURE:
             self._failed(result, batch.callers)
         elif isinstance(result, MrsError):  # the connection is lost
             self.lose(result)
@@ -303,7 +311,7 @@ class GetPool:
         if failure.status == Status.TIMEOUT:
             # The batch waited as long as its earliest caller may: whoever's time is
             # up raises it; the others are asked for again.
-            now_s = trio.current_time()
+            now_s = _CURRENT_TIME()
             for caller in self._callers:
                 if not caller.done and caller.deadline_s <= now_s:
                     self._resolve(caller, error_for(failure.status, failure.message))

@@ -12,15 +12,23 @@ from __future__ import annotations
 import operator
 import struct
 from dataclasses import dataclass, field, fields
+from typing import Final
 
 import msgpack
 import msgspec
 
 from journals.checksum import crc32
 
-MAGIC = 0x4D  # 'M'
-FORMAT_VERSION = 1
+MAGIC: Final = 0x4D  # 'M'
+FORMAT_VERSION: Final = 1
 _HEADER = struct.Struct(">BBI")
+# Read per record written or read back; `Final`, so compiled code holds each in a C
+# static instead of looking it up in the module's dict (and `pack` on the Struct)
+# every call (issue 17).
+_HEADER_SIZE: Final = _HEADER.size
+_PACK_HEADER: Final = _HEADER.pack
+_UNPACK_HEADER: Final = _HEADER.unpack_from
+_CRC32: Final = crc32
 
 
 class CorruptRecord(Exception):
@@ -119,7 +127,7 @@ def encode_record(record: Record) -> bytes:
     return encode_values(_FIELD_VALUES(record))
 
 
-_ENCODE = msgspec.msgpack.Encoder().encode
+_ENCODE: Final = msgspec.msgpack.Encoder().encode
 """Writes the same msgpack bytes as `msgpack.packb(values, use_bin_type=True)` for
 the types a record holds (tests/test_records_encode.py), in half the time: packb
 makes a Packer per call, and this runs for every journaled message."""
@@ -130,20 +138,20 @@ def encode_values(values: tuple) -> bytes:
     writes. For the put path, which has the fields at hand: building a Record only to
     read it back costs an object per message."""
     payload = _ENCODE(values)
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, crc32(payload)) + payload
+    return _PACK_HEADER(MAGIC, FORMAT_VERSION, _CRC32(payload)) + payload
 
 
 def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
     """bytes -> Record; raises CorruptRecord on any inconsistency."""
-    if len(data) < _HEADER.size:
+    if len(data) < _HEADER_SIZE:
         raise CorruptRecord(journal, key, f"{len(data)} bytes is shorter than the header")
-    magic, version, checksum = _HEADER.unpack_from(data)
+    magic, version, checksum = _UNPACK_HEADER(data)
     if magic != MAGIC:
         raise CorruptRecord(journal, key, f"bad magic byte 0x{magic:02x}")
     if version != FORMAT_VERSION:
         raise CorruptRecord(journal, key, f"unknown format version {version}")
-    payload = memoryview(data)[_HEADER.size :]
-    if crc32(payload) != checksum:
+    payload = memoryview(data)[_HEADER_SIZE:]
+    if _CRC32(payload) != checksum:
         raise CorruptRecord(journal, key, "checksum mismatch")
     try:  # msgspec checks every field's type in C; a refusal is worded below
         values = _DECODE_TYPED(payload)
@@ -161,7 +169,7 @@ def _record_of(v: tuple) -> Record:
     )  # fmt: skip
 
 
-_DECODE_TYPED = msgspec.msgpack.Decoder(tuple[_FIELD_TYPES]).decode  # type: ignore[valid-type]
+_DECODE_TYPED: Final = msgspec.msgpack.Decoder(tuple[_FIELD_TYPES]).decode  # type: ignore[valid-type]
 """Decodes a record's payload and checks each field's type in one C call: every
 message read back from a cold backlog passes here (issue 17). It accepts what
 `checked_values` accepts (tests/test_records_encode.py holds the two equal)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Final
 
 import trio
 from mypy_extensions import mypyc_attr
@@ -31,8 +32,14 @@ from mrs.limits import (
 )
 from mrs.protocol.base import build_unchecked
 
-GROUPED_ITEMS_MAX = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
+GROUPED_ITEMS_MAX: Final = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
 """Events one grouped frame (a PutBatch or an AnswerBatch) holds at most."""
+# Read per event sent or received: C statics, not module-dict lookups (issue 17).
+_PUT_GROUP_BYTES_MAX: Final = PUT_GROUP_BYTES_MAX
+_RECEIVE_BYTES_MAX: Final = RECEIVE_BYTES_MAX
+_PUT: Final = wire.Put
+_PUT_BATCH: Final = wire.PutBatch
+_ANSWER_BATCH: Final = wire.AnswerBatch
 
 
 class StreamClosed(Exception):
@@ -88,7 +95,7 @@ class FramedStream:
         instead of one per put (issue 17)."""
         if self.closed:
             return
-        if self._grouped and self._grouped_bytes + size_bytes > PUT_GROUP_BYTES_MAX:
+        if self._grouped and self._grouped_bytes + size_bytes > _PUT_GROUP_BYTES_MAX:
             self._frame_grouped()
         self._group(put, size_bytes)
 
@@ -111,10 +118,10 @@ class FramedStream:
         self._grouped_bytes = 0
         if len(grouped) == 1:
             event = grouped[0]
-        elif type(grouped[0]) is wire.Put:
-            event = build_unchecked(wire.PutBatch, grouped)
+        elif type(grouped[0]) is _PUT:
+            event = build_unchecked(_PUT_BATCH, grouped)
         else:
-            event = build_unchecked(wire.AnswerBatch, grouped)
+            event = build_unchecked(_ANSWER_BATCH, grouped)
         if self.connection.can_send(event):  # else the peer broke the protocol: dropped
             self.connection.send_into(event, self._outbox)
 
@@ -209,7 +216,7 @@ class FramedStream:
         """Read what one recv brings: (the complete events in it, False at EOF).
 
         Raises RemoteProtocolError for a bad frame (the connection is then broken)."""
-        data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+        data = await self.stream.receive_some(_RECEIVE_BYTES_MAX)
         self.connection.receive_data(data)
         return self.connection.events(), bool(data)
 
@@ -225,7 +232,7 @@ class FramedStream:
                     raise StreamClosed("peer closed the connection")
                 if event is not wire.NEED_DATA:
                     return event  # type: ignore[return-value]
-                connection.receive_data(await self.stream.receive_some(RECEIVE_BYTES_MAX))
+                connection.receive_data(await self.stream.receive_some(_RECEIVE_BYTES_MAX))
 
     @property
     def buffered_bytes(self) -> int:

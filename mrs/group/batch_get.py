@@ -34,8 +34,12 @@ from mrs.queues import Entry, TargetQueue
 
 _MARKS: Final = Journal.MARKS
 """Looked up once: a class attribute is a generic lookup in compiled code."""
+# Read per delivery: C statics, not module-dict lookups (issue 17).
+_PACK_U32: Final = U32.pack
+_DELIVERY_BATCH: Final = wire.DeliveryBatch
+_BATCH_BYTES_MAX: Final = DELIVERY_BATCH_BYTES_MAX
 
-DELIVERY_OVERHEAD_BYTES = 256
+DELIVERY_OVERHEAD_BYTES: Final = 256
 """A Delivery's fields besides its body and maps (ints, addresses), at most."""
 
 
@@ -103,7 +107,7 @@ class BatchGet:
                     entry = None
                     continue
             size = _wire_bytes(entry)
-            if taken and frame_bytes + size > DELIVERY_BATCH_BYTES_MAX:
+            if taken and frame_bytes + size > _BATCH_BYTES_MAX:
                 queue.put_back(entry)  # not taken: first in line for the next get
                 break
             delivered = self._take_one(request.request_id, queue, entry)
@@ -141,7 +145,7 @@ class BatchGet:
                 or entry.needs_confirm
                 or entry.on_dequeue is not None
                 or entry.on_confirm is not None
-                or frame_bytes + size > DELIVERY_BATCH_BYTES_MAX
+                or frame_bytes + size > _BATCH_BYTES_MAX
             ):
                 queue.put_back(entry)
                 break
@@ -191,7 +195,7 @@ class BatchGet:
         durable (one commit; a premarked entry's already is); if that commit fails,
         every entry goes back."""
         # unchecked: every Delivery in it was built (and checked) by delivery_event
-        answer = build_unchecked(wire.DeliveryBatch, request_id, [event for _, event, _ in taken])
+        answer = build_unchecked(_DELIVERY_BATCH, request_id, [event for _, event, _ in taken])
         marks = [entry for entry, _, _ in taken if entry.journaled and entry is not premarked]
         if not marks:
             self._sent(session, answer, taken)
@@ -199,7 +203,7 @@ class BatchGet:
         batch = WriteBatch.empty()
         for entry in marks:
             key = queue_key(queue.address.queue, entry.seq)
-            batch.put_raw(_MARKS, key, U32.pack(entry.times_delivered))
+            batch.put_raw(_MARKS, key, _PACK_U32(entry.times_delivered))
 
         def marked(error: JournalError | None) -> None:
             if error is None:

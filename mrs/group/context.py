@@ -13,7 +13,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from journals import GroupCommitWriter, InlineWriter
 from journals.protocol import Store
@@ -26,11 +26,11 @@ from mrs.queues import TargetQueue
 
 log = logging.getLogger("mrs.group")
 
-UNSAFE_ACK_BEFORE_COMMIT = "ack-before-commit"
-UNSAFE_SKIP_POSSDUPL = "skip-possdupl"
-UNSAFE_POSSDUPL_ALWAYS = "possdupl-always"
-UNSAFE_CONFIRM_WITHOUT_DELETE = "confirm-without-delete"
-UNSAFE_FORGET_UNCONFIRMED_ON_DETACH = "forget-unconfirmed-on-detach"
+UNSAFE_ACK_BEFORE_COMMIT: Final = "ack-before-commit"
+UNSAFE_SKIP_POSSDUPL: Final = "skip-possdupl"
+UNSAFE_POSSDUPL_ALWAYS: Final = "possdupl-always"
+UNSAFE_CONFIRM_WITHOUT_DELETE: Final = "confirm-without-delete"
+UNSAFE_FORGET_UNCONFIRMED_ON_DETACH: Final = "forget-unconfirmed-on-detach"
 UNSAFE_SWITCHES = frozenset(
     {
         UNSAFE_ACK_BEFORE_COMMIT,

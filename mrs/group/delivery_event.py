@@ -23,6 +23,8 @@ _I32_MIN: Final = INT32[0]
 _I32_MAX: Final = INT32[1]
 _PRIORITY_MAX: Final = PRIORITY_MAX
 _CORRELATION_ID_BYTES_MAX: Final = CORRELATION_ID_BYTES_MAX
+_DELIVERY: Final = wire.Delivery
+"""Built per message handed over: a C static, not `wire` and its attribute."""
 
 
 def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
@@ -49,8 +51,8 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
         entry.headers,
     )
     if entry.trusted:
-        return build_unchecked_from(wire.Delivery, fields)
-    return wire.Delivery(*fields)  # type: ignore[arg-type]  # checked here: the point
+        return build_unchecked_from(_DELIVERY, fields)
+    return _DELIVERY(*fields)  # type: ignore[arg-type]  # checked here: the point
 
 
 def fits_a_delivery(record: Record) -> bool:

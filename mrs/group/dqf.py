@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from journals import (
     CorruptRecord,
@@ -36,9 +36,11 @@ from mrs.records import encode_entry, record_from_entry
 
 log = logging.getLogger("mrs.group")
 
-_DQF = Journal.DQF
-_STORED = Status.STORED
-"""Read on every store: looked up once (an enum attribute costs a class lookup)."""
+_DQF: Final = Journal.DQF
+_STORED: Final = Status.STORED
+"""Read on every store: C statics (a module name is a dict lookup per use, an enum
+attribute a class lookup too)."""
+_BODIES_IN_MEMORY_MAX: Final = BODIES_IN_MEMORY_PER_QUEUE_MAX
 
 
 class Premark(Protocol):
@@ -167,7 +169,7 @@ class Dqf:
                 assert self.premark is not None  # the waiter came from it
                 self.premark.deliver_premarked(queue, entry, waiter)
             else:
-                if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
+                if len(queue.pending) >= _BODIES_IN_MEMORY_MAX:
                     entry.body = None
                 queue.offer(entry)
         outcome(cause, entry.seq, reason)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -34,7 +34,7 @@ from mrs.model import Address, Psb
 from mrs.queues import Entry, TargetQueue
 from mrs.records import mrs_ack_entry
 
-_ENCODE = msgspec.msgpack.Encoder().encode
+_ENCODE: Final = msgspec.msgpack.Encoder().encode
 """An MRS_ACK's body: msgpack of the PSB (the bytes msgpack.packb writes), per AK put."""
 log = logging.getLogger("mrs.group")
 

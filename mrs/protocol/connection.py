@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from mrs.protocol.checks import DECODE_STATE, FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION, _short
 from mrs.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -35,6 +35,18 @@ from mrs.protocol.states import (
 )
 
 __all__ = ["CLIENT", "CLOSED", "NEED_DATA", "OPEN", "SERVER", "START", "Connection"]
+
+# Read per frame sent or received: C statics in this compiled module (each name
+# imported from the interpreted `states` is a module-dict lookup per use; issue 17).
+_HEADER_SIZE: Final = _HEADER_BYTES
+_UNPACK_HEADER: Final = _HEADER.unpack_from
+_PACK_HEADER_INTO: Final = _HEADER.pack_into
+_ENCODE_FRAME_INTO: Final = _ENCODE_INTO
+_DECODE_FRAME: Final = _DECODE
+_KIND_ASKS: Final = _ASKS
+_KIND_ANSWERS: Final = _ANSWERS
+_KIND_OTHER: Final = _OTHER_KIND
+_DECODING: Final = DECODE_STATE
 
 
 class Connection:
@@ -232,20 +244,20 @@ class Connection:
     ) -> int:
         """Decode the whole frames of buf[pos:have] into `out` (the first one only, for
         `next_event`); the new position."""
-        if have - pos < _HEADER_BYTES:
+        if have - pos < _HEADER_SIZE:
             return pos
         role = self.their_role
         steady = self._steady[role]
         asked = self._in_flight[role]
         answered = self._in_flight[_OTHER[role]]
         frame_bytes_max = self.frame_bytes_max
-        unpack_from = _HEADER.unpack_from
-        decode = _DECODE
+        unpack_from = _UNPACK_HEADER
+        decode = _DECODE_FRAME
         view = memoryview(buf)
-        state = DECODE_STATE
+        state = _DECODING
         state.decoding = True
         try:
-            while have - pos >= _HEADER_BYTES:
+            while have - pos >= _HEADER_SIZE:
                 size = unpack_from(buf, pos)[0]
                 if size > frame_bytes_max or size == 0:
                     self._fail(
@@ -253,7 +265,7 @@ class Connection:
                         if size == 0
                         else f"frame of {size} bytes exceeds frame_bytes_max {frame_bytes_max}"
                     )
-                start = pos + _HEADER_BYTES
+                start = pos + _HEADER_SIZE
                 end = start + size
                 if end > have:
                     break
@@ -264,10 +276,10 @@ class Connection:
                     self._fail(exc.message)
                 except Exception as exc:  # noqa: BLE001 - msgspec raises many kinds: word them
                     self._fail(explain(bytes(view[start:end]), _BY_CODE, exc))
-                kind = steady.get(type(event), _OTHER_KIND)
-                if kind is _ASKS and event.request_id not in asked:
+                kind = steady.get(type(event), _KIND_OTHER)
+                if kind is _KIND_ASKS and event.request_id not in asked:
                     asked.add(event.request_id)
-                elif kind is _ANSWERS:
+                elif kind is _KIND_ANSWERS:
                     answered.discard(event.request_id)
                 elif kind is not None:  # the long way: ids reused, batches, handshake
                     try:
@@ -304,13 +316,13 @@ class Connection:
         A request or an answer between open sides (every message a busy connection
         carries) keeps the state in one dict lookup, as `_decode_all` does; anything
         else takes `_encode_into`'s checks."""
-        kind = self._steady[self.our_role].get(type(event), _OTHER_KIND)
+        kind = self._steady[self.our_role].get(type(event), _KIND_OTHER)
         if self._error is None:
-            if kind is _ANSWERS:
+            if kind is _KIND_ANSWERS:
                 self._frame_into(event, out)
                 self._in_flight[self.their_role].discard(event.request_id)  # type: ignore[attr-defined,union-attr]
                 return
-            if kind is _ASKS:
+            if kind is _KIND_ASKS:
                 asked = self._in_flight[self.our_role]
                 if event.request_id not in asked:  # type: ignore[attr-defined,union-attr]
                     self._frame_into(event, out)
@@ -347,18 +359,18 @@ class Connection:
         LocalProtocolError (not encodable, too long) `out` is left as it was."""
         start = len(out)
         try:
-            _ENCODE_INTO(event, out, start + _HEADER_BYTES)
+            _ENCODE_FRAME_INTO(event, out, start + _HEADER_SIZE)
         except Exception as exc:  # noqa: BLE001 - the encoder raises many kinds
             del out[start:]
             raise LocalProtocolError(
                 f"cannot encode {type(event).__name__}: {type(exc).__name__}: {exc}"
             ) from None
-        size = len(out) - start - _HEADER_BYTES
+        size = len(out) - start - _HEADER_SIZE
         if size > self.frame_bytes_max:
             del out[start:]
             raise LocalProtocolError(
                 f"{type(event).__name__} frame of {size} bytes exceeds frame_bytes_max"
                 f" {self.frame_bytes_max}"
             )
-        _HEADER.pack_into(out, start, size)
+        _PACK_HEADER_INTO(out, start, size)
         return start

@@ -16,12 +16,14 @@ words the refusal, only when that says no.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from mrs.protocol.checks import DECODE_STATE, validate, worded
 from mrs.protocol.errors import LocalProtocolError
 
-_DEEP_FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
+_STATE: Final = DECODE_STATE
+"""Read by every event made or decoded: a C static, not a module-dict lookup."""
+_DEEP_FIELDS: Final[dict[type, tuple[tuple[str, Any], ...]]] = {}
 """Each event class's (field name, check) of its deep rules, as a typed tuple: read
 through `cls._deep_rules` (Any) each decode cost a class lookup and generic
 iteration and unpacking per rule. One entry per event class."""
@@ -38,7 +40,7 @@ def _deep_fields(cls: type) -> tuple[tuple[str, Any], ...]:
 def event_post_init(event: Any) -> None:
     """EventStruct.__post_init__."""
     cls = type(event)
-    if DECODE_STATE.decoding:
+    if _STATE.decoding:
         for name, check in _deep_fields(cls):
             value = getattr(event, name)
             if value is None:  # msgspec let None through: the field is Optional
@@ -52,7 +54,7 @@ def event_post_init(event: Any) -> None:
 
 def item_post_init(item: Any) -> None:
     """LinkItem.__post_init__: msgspec checked every field of a decoded item."""
-    if not DECODE_STATE.decoding:
+    if not _STATE.decoding:
         cls = type(item)
         if not cls._all_ok(item):
             validate(item, cls._rules)
@@ -75,7 +77,7 @@ def build_unchecked_from(cls: Any, fields: tuple) -> Any:
     """`build_unchecked(cls, *fields)` for fields already in a tuple, which is passed
     on as it is: from compiled code a star call first copies the tuple into a list
     and back, 322 ns against 152 ns for a Delivery's fourteen fields (issue 17)."""
-    state = DECODE_STATE
+    state = _STATE
     state.decoding = True
     try:
         return cls(*fields)
