@@ -69,7 +69,7 @@ def supported(mode: DeliveryMode, action: Uma) -> bool:
     return not (action is Uma.SAF and mode.interest_point is InterestPoint.SAF)
 
 
-_VALID_PAIRS: dict[tuple[int, int], tuple[DeliveryMode, Uma]] = {
+_VALID_PAIRS: Final[dict[tuple[int, int], tuple[DeliveryMode, Uma]]] = {
     (int(mode), int(action)): (mode, action)
     for mode in DeliveryMode
     for action in Uma

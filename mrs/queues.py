@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from mrs.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
 from mrs.config import QueueConfig
@@ -16,6 +17,10 @@ from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_BYTES_MAX, LENT_REMEMBER
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
+_BODIES_BYTES_MAX: Final = JOURNALED_BODIES_BYTES_MAX  # per message: C statics (issue 17)
+_LENT_MAX: Final = LENT_REMEMBERED_MAX
+_LENT_BYTES_MAX: Final = LENT_BYTES_MAX
+_ACK_POINT: Final = InterestPoint.ACK
 
 
 @dataclass(slots=True, eq=False)
@@ -122,7 +127,7 @@ class Entry:
 
     @property
     def needs_confirm(self) -> bool:
-        return self.journaled or self.delivery.interest_point is InterestPoint.ACK
+        return self.journaled or self.delivery.interest_point is _ACK_POINT
 
 
 def _no_timer() -> None:
@@ -190,20 +195,19 @@ class TargetQueue:
     reserved: int = 0
     """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
     lent: OrderedDict[int, Entry] = field(default_factory=OrderedDict)
-    """Read-ahead entries delivered beyond what a GetBatch asked for, by seq, oldest
-    first, which the client may give back (`give_back`) if it closes before a get
-    takes them; at most LENT_REMEMBERED_MAX and ~LENT_BYTES_MAX of bodies, forgotten
-    at detach. An OrderedDict: a dict's oldest key after many pops from the front
-    scans their holes, 1.9 µs a lend against 0.4 µs (issue 17)."""
+    """Read-ahead entries lent beyond a GetBatch's count, by seq, oldest first (given
+    back by `give_back`; bounded by LENT_*; forgotten at detach). An OrderedDict: a
+    dict's oldest key after many front pops scans the holes (1.9 against 0.4 µs)."""
     lent_bytes: int = 0
     shared: bool = field(init=False)
-    """The dead-letter queue: read by several handlers at once, each get a lease
-    (mrs.dlq_leases). Set once: the get and confirm paths ask it for every message."""
+    """The DLQ: several handlers read it, each get a lease (mrs.dlq_leases)."""
     confirm_style: ConfirmStyle = field(init=False)
+    unconfirmed_max: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.shared = self.address.queue == DEAD_LETTER_QUEUE
         self.confirm_style = self.config.confirm  # read per confirm: native, not config's
+        self.unconfirmed_max = self.config.unconfirmed_max  # per delivery, likewise
 
     @property
     def waiting(self) -> int:
@@ -212,23 +216,18 @@ class TargetQueue:
 
     @property
     def drained(self) -> bool:
-        """Gets are parked and no message waits for one: the consumers are waiting for
-        new messages, so a confirm answered a moment later holds none of them up."""
+        """Gets are parked, no message waits: a confirm answered later holds none up."""
         return bool(self.waiters) and not self.pending and not self.cold.count
 
     def can_deliver(self) -> bool:
-        """False while unconfirmed_max messages wait for their confirm (counting the
-        deliveries reserved by commits under way)."""
-        return len(self.unconfirmed) + self.reserved < self.config.unconfirmed_max
+        """False while unconfirmed_max (with reserved deliveries) await a confirm."""
+        return len(self.unconfirmed) + self.reserved < self.unconfirmed_max
 
     def reserve_waiter(self) -> GetWaiter | None:
-        """The parked get an arriving journaled message may take with it, or None.
-
-        Why: the message's delivery mark can then be written in the same transaction
-        as the message itself, so a parked get is answered after one commit, not two.
-        Only when arrival order allows it: nothing waits in memory or cold, and every
-        store under way for this queue reserved a get as well (they are delivered in
-        commit order, which is submission order)."""
+        """The parked get an arriving journaled message may take with it, or None: its
+        delivery mark then joins the message's own transaction (one commit, not two).
+        Only when arrival order allows: nothing waits in memory or cold, and every
+        store under way here reserved a get too (delivered in commit order)."""
         if self.storing != self.reserved or self.pending or self.cold.count or not self.waiters:
             return None
         if not self.can_deliver():
@@ -287,7 +286,7 @@ class TargetQueue:
             if (
                 entry.journaled
                 and entry.body is not None
-                and self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX
+                and self.journaled_body_bytes + len(entry.body) > _BODIES_BYTES_MAX
             ):
                 entry.body = None  # on disk already: read back at delivery
         if entry.journaled:
@@ -321,7 +320,7 @@ class TargetQueue:
                 entry.arrival = self.arrivals
                 self.pending.append(entry)
                 if entry.journaled and entry.body is not None:
-                    if self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX:
+                    if self.journaled_body_bytes + len(entry.body) > _BODIES_BYTES_MAX:
                         entry.body = None
                     self.journaled_body_bytes += len(entry.body or b"")
 
@@ -360,7 +359,7 @@ class TargetQueue:
         lent = self.lent
         lent[entry.seq] = entry
         self.lent_bytes += len(entry.body or b"")
-        while len(lent) > LENT_REMEMBERED_MAX or self.lent_bytes > LENT_BYTES_MAX:
+        while len(lent) > _LENT_MAX or self.lent_bytes > _LENT_BYTES_MAX:
             oldest = lent.popitem(last=False)[1]  # lent long ago: the client took it
             self.lent_bytes -= len(oldest.body or b"")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -31,7 +31,7 @@ from journals import Journal, WriteBatch
 from mrs.errors import MrsError
 from mrs.model import Status
 
-GROUP_SHIFT = 49
+GROUP_SHIFT: Final = 49
 COUNTER_MAX = (1 << GROUP_SHIFT) - 1
 RESERVE_FIRST = 1 << 10
 RESERVE_MAX = 1 << 20
