@@ -7,6 +7,7 @@ so neither has to import the other for it.
 from __future__ import annotations
 
 import functools
+from typing import Final
 
 from journals import Record
 from journals.record import encode_values
@@ -21,6 +22,15 @@ IDEMPOTENCY_HEADER = "idempotency_key"
 """A recoverable put whose headers carry this key is stored at most once per group
 (the DQF-owning group remembers the keys it stored). jplay uses it so that a replay
 interrupted at any point can be re-run without double delivery."""
+
+
+# Read per message (entries read back, MRS_ACKs made): C statics, not module-dict
+# lookups (issue 17).
+_DELIVERY_MODE_OF: Final = delivery_mode_of
+_DEAD_LETTER_HEADER: Final = DEAD_LETTER_HEADER
+_NN_MEM: Final = DeliveryMode.NN_MEM
+_MRS_CLASS: Final = MRS_CLASS
+_MRS_ACK_TYPE: Final = MRS_ACK_TYPE
 
 
 def idempotency_key(headers: dict | None) -> str | None:
@@ -110,14 +120,14 @@ def entry_from_record(record: Record) -> Entry:
         record.body,
         address_of(record.source_group, record.source_queue),
         address_of(record.target_group, record.target_queue),
-        delivery_mode_of(record.delivery),
+        _DELIVERY_MODE_OF(record.delivery),
         record.uma,
         record.msg_class,
         record.msg_type,
         record.priority,
         record.correlation_id,
         record.put_time_ns,
-        headers.get(DEAD_LETTER_HEADER) if headers else None,
+        headers.get(_DEAD_LETTER_HEADER) if headers else None,
         headers,
         extra.get("origin"),
         Address(*resp_q) if resp_q is not None else None,
@@ -125,7 +135,7 @@ def entry_from_record(record: Record) -> Entry:
     )
 
 
-address_of = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address)
+address_of: Final = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address)
 """Address(group, queue), remembered (an Address is immutable): the same few queues
 come back on every record read, and the cache is bounded."""
 
@@ -145,9 +155,9 @@ def mrs_ack_entry(
         body=body,
         source=source,
         target=target,
-        delivery=DeliveryMode.NN_MEM,
-        msg_class=MRS_CLASS,
-        msg_type=MRS_ACK_TYPE,
+        delivery=_NN_MEM,
+        msg_class=_MRS_CLASS,
+        msg_type=_MRS_ACK_TYPE,
         put_time_ns=put_time_ns,
         trusted=trusted,
     )

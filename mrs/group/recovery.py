@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import groupby, islice
 from operator import itemgetter
+from typing import Final
 
 from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
 from journals.protocol import Store
@@ -49,6 +50,9 @@ bodies that passed through leave free blocks glibc keeps (1M x 1 KiB drained: Rs
 1.37x an empty server's). A trim costs tens of ms, so only after this much, and
 only once no queue has a cold backlog left."""
 _KEY = struct.Struct(">IQ")
+_UNPACK_U32: Final = U32.unpack
+_RECORD_PROBLEM: Final = record_problem
+"""Per message read back: C statics, not module-dict lookups (issue 17)."""
 
 
 @dataclass(eq=False)
@@ -182,10 +186,10 @@ class ColdReader:
                 self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
-            if (problem := record_problem(record)) is not None:
+            if (problem := _RECORD_PROBLEM(record)) is not None:
                 self._quarantine(key, record, problem)
                 continue
-            times_delivered = U32.unpack(mark)[0] if mark is not None else 0
+            times_delivered = _UNPACK_U32(mark)[0] if mark is not None else 0
             entries.append(reloaded_entry(record, times_delivered, self.ack))
         self.pages.read(read_bytes)
         return entries
