@@ -56,6 +56,7 @@ COMPILED_MODULES = (
     "mrs.group.batch_get",
     "mrs.group.reply",
     "mrs.group.held_offers",
+    "mrs.address",
     "mrs.group.context",
     "mrs.group.wiring",
     "mrs.delivery",

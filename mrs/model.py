@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import msgpack
 import msgspec
 
+from mrs.address import Address as Address  # re-exported: compiled (mrs.address)
 from mrs.limits import PUT_TIMEOUT_S_DEFAULT as DEFAULT_PUT_TIMEOUT_S  # noqa: F401 (old name)
 
 DEAD_LETTER_QUEUE = 96
@@ -270,35 +271,6 @@ UMA_FAILURE: dict[Uma, Status] = {
     Uma.RTS: Status.RTS_FAIL,
     Uma.SAF: Status.SAF_FAILED,
 }
-
-
-def _ascii_number(text: str) -> bool:
-    """Digits 0-9 only, at most 19 of them (isdigit() alone also accepts "²")."""
-    return 0 < len(text) <= 19 and text.isascii() and text.isdigit()
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    """A queue on the bus: GROUP.QUEUE, e.g. 2.20; `text` is "G.Q", made once (every
-    delivery carries its source and target as text)."""
-
-    group: int
-    queue: int
-    text: str = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "text", f"{self.group}.{self.queue}")
-
-    def __str__(self) -> str:
-        return self.text
-
-    @classmethod
-    def parse(cls, text: str) -> Address:
-        """Parse 'G.Q'. Names are resolved by the config, not here."""
-        group_text, dot, queue_text = text.partition(".")
-        if not (dot and _ascii_number(group_text) and _ascii_number(queue_text)):
-            raise ValueError(f"not a queue address (GROUP.QUEUE): {text[:60]!r}")
-        return cls(int(group_text), int(queue_text))
 
 
 class Psb(msgspec.Struct, frozen=True, gc=False):
