@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from journals import Record
 from mrs import protocol as wire
 from mrs.group.delivery_event import delivery_event, fits_a_delivery
+from mrs.group.recovery import _sound as recovery_sound
 from mrs.group.recovery import reloaded_entry
 from mrs.model import Address, DeliveryMode, Status
 from mrs.quarantine import record_problem
@@ -157,3 +158,20 @@ def test_a_sound_record_without_headers_is_trusted_and_each_tampered_field_is_no
     }  # fmt: skip
     for field, value in tampered.items():
         assert not fits_a_delivery(dataclasses.replace(sound, **{field: value})), field
+
+
+@given(
+    st.integers(-5, 2**33),
+    st.integers(-5, 2**33),
+    st.integers(-5, 2**33),
+    st.one_of(st.sampled_from([int(mode) for mode in DeliveryMode]), st.integers(-300, 300)),
+)
+def test_the_compiled_soundness_test_agrees_with_record_problem(
+    target_queue, source_group, source_queue, delivery
+) -> None:
+    """A record read back skips `record_problem` (interpreted) when `_sound` passes it:
+    it must pass only records `record_problem` finds sound, and pass every one of
+    those (so the quarantine keeps its wording for the rest)."""
+    record = Record(seq=1, target_group=1, target_queue=target_queue, source_group=source_group,
+                    source_queue=source_queue, delivery=delivery)  # fmt: skip
+    assert recovery_sound(record) is (record_problem(record) is None)

@@ -245,13 +245,13 @@ class Intake:
         return self.ctx.resolve(source_text), original_ns or put_time_ns
 
     def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
-        if entry.delivery.interest_point is _CONF:
+        confirmed_point = entry.delivery.interest_point is _CONF
+        if confirmed_point:
             entry.on_confirm = reply.reporter(entry.seq)
             if entry.delivery.notification is _AK:
                 # journaled with the message: the MRS_ACK is owed after a restart too
                 entry.response_queue = reply.response_queue
         keys = [key] if key is not None else []
-        confirmed_point = entry.delivery.interest_point is _CONF
         if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and not confirmed_point:
             reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
         self.dqf.store_in_dqf(entry, keys, _StoreOutcome(self.umas, entry, reply))

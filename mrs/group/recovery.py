@@ -31,6 +31,7 @@ from mrs.group.outbound import Outbound
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.heap import trim
+from mrs.model import DeliveryMode
 from mrs.quarantine import quarantine_batch, record_problem
 from mrs.queues import Entry
 from mrs.records import entry_from_record
@@ -53,6 +54,20 @@ _KEY = struct.Struct(">IQ")
 _UNPACK_U32: Final = U32.unpack
 _RECORD_PROBLEM: Final = record_problem
 """Per message read back: C statics, not module-dict lookups (issue 17)."""
+_MODE_VALUES: Final = frozenset(int(mode) for mode in DeliveryMode)
+_U32_MAX: Final = (1 << 32) - 1
+
+
+def _sound(record: Record) -> bool:
+    """`record_problem`'s sound case on native ints, without a call into interpreted
+    code per message read back (the typed decode already made every field an int);
+    a record this refuses is asked `record_problem`, which words the problem."""
+    return (
+        record.delivery in _MODE_VALUES
+        and 0 <= record.target_queue <= _U32_MAX
+        and 0 <= record.source_group <= _U32_MAX
+        and 0 <= record.source_queue <= _U32_MAX
+    )
 
 
 @dataclass(eq=False)
@@ -186,7 +201,7 @@ class ColdReader:
                 self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
-            if (problem := _RECORD_PROBLEM(record)) is not None:
+            if not _sound(record) and (problem := _RECORD_PROBLEM(record)) is not None:
                 self._quarantine(key, record, problem)
                 continue
             times_delivered = _UNPACK_U32(mark)[0] if mark is not None else 0
