@@ -41,6 +41,7 @@ from mrs import protocol as wire
 from mrs.limits import GET_BATCH_ITEMS_MAX, GET_POOL_BATCH_MAX, READ_AHEAD_MAX, REPLY_GRACE_S
 from mrs.model import Message, Status
 from mrs.protocol.base import build_unchecked
+from mrs.protocol.event_types import FAILURE, GET_BATCH
 
 if TYPE_CHECKING:
     from clients.deadlines import ReplyDeadlines
@@ -52,13 +53,11 @@ _RETRY_SINGLE: Final = object()
 
 _TIMEOUT_MS_MAX: Final = (1 << 31) - 1
 
-# Read per get: C statics, not module-dict lookups (and attribute lookups on `trio`
-# and `wire`; issue 17).
+# Read per get: C statics, not module-dict lookups (and attribute lookups on `trio`;
+# issue 17).
 _REPLY_GRACE_S: Final = REPLY_GRACE_S
 _CURRENT_TIME: Final = trio.current_time
 _MESSAGE: Final = Message
-_GET_BATCH: Final = wire.GetBatch
-_FAILURE: Final = wire.Failure
 
 CALLERS_SLACK: Final = 64
 """Callers that left may stay in the deque until this many more than twice those
@@ -238,7 +237,7 @@ class GetPool:
             else min(_TIMEOUT_MS_MAX, max(1, math.ceil((deadline_s - now_s) * 1000)))
         )
         request_id = client._next_id()
-        request = build_unchecked(_GET_BATCH, request_id, count, timeout_ms, wait_at_cap, extra)
+        request = build_unchecked(GET_BATCH, request_id, count, timeout_ms, wait_at_cap, extra)
         client._reserve_get(request_id, count)
         if extra:
             self._reading_ahead = request_id
@@ -282,7 +281,7 @@ class GetPool:
                 message = client._message(delivery)
                 if not self._give(message):
                     client._held.append(message)
-        elif type(result) is _FAILURE:
+        elif type(result) is FAILURE:
             self._failed(result, batch.callers)
         elif isinstance(result, MrsError):  # the connection is lost
             self.lose(result)

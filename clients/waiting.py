@@ -33,8 +33,7 @@ class _Resumed:
         return None
 
 
-RESUMED: Any = _Resumed()
-_RESUMED: Final[Any] = RESUMED
+RESUMED: Final[Any] = _Resumed()
 """The one `_Resumed`, typed Any: trio's signature asks for an `outcome.Outcome`."""
 
 
@@ -44,7 +43,7 @@ _RESCHEDULE: Final = trio.lowlevel.reschedule
 
 def resume(task: trio.lowlevel.Task) -> None:
     """Wake a task parked in `wait_task_rescheduled`, its wait returning None."""
-    _RESCHEDULE(task, _RESUMED)
+    _RESCHEDULE(task, RESUMED)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # clients.saf_drain._DrainedPut

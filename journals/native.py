@@ -57,6 +57,7 @@ COMPILED_MODULES = (
     "mrs.group.reply",
     "mrs.group.held_offers",
     "mrs.address",
+    "mrs.protocol.event_types",
     "mrs.group.context",
     "mrs.group.wiring",
     "mrs.delivery",

@@ -31,15 +31,13 @@ from mrs.limits import (
     RECEIVE_BYTES_MAX,
 )
 from mrs.protocol.base import build_unchecked
+from mrs.protocol.event_types import ANSWER_BATCH, PUT, PUT_BATCH
 
 GROUPED_ITEMS_MAX: Final = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
 """Events one grouped frame (a PutBatch or an AnswerBatch) holds at most."""
 # Read per event sent or received: C statics, not module-dict lookups (issue 17).
 _PUT_GROUP_BYTES_MAX: Final = PUT_GROUP_BYTES_MAX
 _RECEIVE_BYTES_MAX: Final = RECEIVE_BYTES_MAX
-_PUT: Final = wire.Put
-_PUT_BATCH: Final = wire.PutBatch
-_ANSWER_BATCH: Final = wire.AnswerBatch
 
 
 class StreamClosed(Exception):
@@ -118,10 +116,10 @@ class FramedStream:
         self._grouped_bytes = 0
         if len(grouped) == 1:
             event = grouped[0]
-        elif type(grouped[0]) is _PUT:
-            event = build_unchecked(_PUT_BATCH, grouped)
+        elif type(grouped[0]) is PUT:
+            event = build_unchecked(PUT_BATCH, grouped)
         else:
-            event = build_unchecked(_ANSWER_BATCH, grouped)
+            event = build_unchecked(ANSWER_BATCH, grouped)
         if self.connection.can_send(event):  # else the peer broke the protocol: dropped
             self.connection.send_into(event, self._outbox)
 

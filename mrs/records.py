@@ -33,6 +33,29 @@ _MRS_CLASS: Final = MRS_CLASS
 _MRS_ACK_TYPE: Final = MRS_ACK_TYPE
 
 
+U32_MAX: Final = (1 << 32) - 1
+_MODE_VALUES: Final = frozenset(int(mode) for mode in DeliveryMode)
+
+
+def record_sound(record: Record) -> bool:
+    """Whether a journal record's mode and addresses let it become a queue entry:
+    `mrs.quarantine.record_problem`'s quick answer, here so that the cold reader
+    (mrs.group.recovery) asks it in compiled code for every message read back, and
+    calls the interpreted checks, which word the problem, only when it says no."""
+    delivery, target_queue = record.delivery, record.target_queue
+    source_group, source_queue = record.source_group, record.source_queue
+    return (
+        type(delivery) is int
+        and delivery in _MODE_VALUES
+        and type(target_queue) is int
+        and type(source_group) is int
+        and type(source_queue) is int
+        and 0 <= target_queue <= U32_MAX
+        and 0 <= source_group <= U32_MAX
+        and 0 <= source_queue <= U32_MAX
+    )
+
+
 def idempotency_key(headers: dict | None) -> str | None:
     if not headers or IDEMPOTENCY_HEADER not in headers:
         return None

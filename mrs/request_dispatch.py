@@ -14,7 +14,7 @@ mixin (`mrs.server_dispatch.ServerDispatch`) hands each receive to it.
 from __future__ import annotations
 
 import logging
-from typing import Final, NoReturn, Protocol, cast
+from typing import NoReturn, Protocol, cast
 
 from mrs import protocol as wire
 from mrs.client_drains import ClientDrains
@@ -24,18 +24,10 @@ from mrs.group import Group
 from mrs.group.confirm_run import ConfirmRun
 from mrs.guards import Guards
 from mrs.model import Status
+from mrs.protocol.event_types import CANCEL_GET, CONFIRM, GET, GET_BATCH, PUT, PUT_BATCH
 from mrs.refusals import RefusalLog
 from mrs.security.gate import Gate
 from mrs.server_session import ServerSession
-
-# The request types tested per request: C statics, not `wire` from the module's dict
-# and then a module attribute each (issue 17).
-_PUT: Final = wire.Put
-_PUT_BATCH: Final = wire.PutBatch
-_CONFIRM: Final = wire.Confirm
-_GET_BATCH: Final = wire.GetBatch
-_GET: Final = wire.Get
-_CANCEL_GET: Final = wire.CancelGet
 
 log = logging.getLogger("mrs.server")
 
@@ -128,7 +120,7 @@ class Dispatcher:
         run: ConfirmRun | None = None
         try:
             for event in events:
-                if type(event) is _CONFIRM:
+                if type(event) is CONFIRM:
                     if run is None:
                         run = ConfirmRun(session)
                     self.dispatch(session, event, run)
@@ -145,7 +137,7 @@ class Dispatcher:
     ) -> None:
         """One request (or a PutBatch's puts, each answered as if alone); a Confirm's
         deletes join `run` when one is given."""
-        if type(event) is _PUT_BATCH:  # all in this pass, so one commit stores them
+        if type(event) is PUT_BATCH:  # all in this pass, so one commit stores them
             for put in event.puts:
                 self.dispatch(session, put)
             return
@@ -177,24 +169,24 @@ class Dispatcher:
         group = self.group
         # The requests of a busy connection first, each an exact type test.
         kind = type(event)
-        if kind is _PUT:
-            put = cast(wire.Put, event)  # a cast, not an isinstance: no lookup of `wire`
+        if kind is PUT:
+            put = cast(wire.Put, event)  # a cast, not an isinstance: no lookup
             self.begin(session, request_id, len(put.body))
             if put.headers:  # a client SAF journal draining? (mrs status)
                 self.client_drains.note(session, put)
             group.put(session, put)
-        elif kind is _CONFIRM:
+        elif kind is CONFIRM:
             self.begin(session, request_id, 0)
             group.confirm(session, cast(wire.Confirm, event), run)
-        elif kind is _GET_BATCH:
+        elif kind is GET_BATCH:
             get_batch = cast(wire.GetBatch, event)
             self.begin_get(session, request_id, get_batch.timeout_ms)
             group.get_batch(session, get_batch)
-        elif kind is _GET:
+        elif kind is GET:
             get = cast(wire.Get, event)
             self.begin_get(session, request_id, get.timeout_ms)
             group.get(session, get)
-        elif kind is _CANCEL_GET:  # no reply of its own: the get's answer ends both
+        elif kind is CANCEL_GET:  # no reply of its own: the get's answer ends both
             group.cancel_get(session, cast(wire.CancelGet, event))
         else:
             _dispatch_rare(self, session, event, request_id)

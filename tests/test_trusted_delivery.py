@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from journals import Record
 from mrs import protocol as wire
 from mrs.group.delivery_event import delivery_event, fits_a_delivery
-from mrs.group.recovery import _sound as recovery_sound
 from mrs.group.recovery import reloaded_entry
 from mrs.model import Address, DeliveryMode, Status
-from mrs.quarantine import record_problem
+from mrs.quarantine import _worded_record_problem, record_problem
 from mrs.queues import Entry
+from mrs.records import record_sound
 from tests.test_records_encode import plain_values
 
 _ENCODE = msgspec.msgpack.Encoder().encode
@@ -169,9 +169,9 @@ def test_a_sound_record_without_headers_is_trusted_and_each_tampered_field_is_no
 def test_the_compiled_soundness_test_agrees_with_record_problem(
     target_queue, source_group, source_queue, delivery
 ) -> None:
-    """A record read back skips `record_problem` (interpreted) when `_sound` passes it:
-    it must pass only records `record_problem` finds sound, and pass every one of
-    those (so the quarantine keeps its wording for the rest)."""
+    """A record read back skips the interpreted checks when `record_sound` passes it:
+    it must pass only records those checks find sound, and pass every one of them
+    (so the quarantine keeps its wording for the rest)."""
     record = Record(seq=1, target_group=1, target_queue=target_queue, source_group=source_group,
                     source_queue=source_queue, delivery=delivery)  # fmt: skip
-    assert recovery_sound(record) is (record_problem(record) is None)
+    assert record_sound(record) is (_worded_record_problem(record) is None)

@@ -24,19 +24,18 @@ import msgspec
 from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
 from mrs.delivery import Refused
-from mrs.group.context import U32, GroupContext, Session, attached_queue
+from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
 from mrs.group.handover import Handover
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked
+from mrs.protocol.event_types import DELIVERY_BATCH
 from mrs.queues import Entry, TargetQueue
 
 _MARKS: Final = Journal.MARKS
 """Looked up once: a class attribute is a generic lookup in compiled code."""
 # Read per delivery: C statics, not module-dict lookups (issue 17).
-_PACK_U32: Final = U32.pack
-_DELIVERY_BATCH: Final = wire.DeliveryBatch
 _BATCH_BYTES_MAX: Final = DELIVERY_BATCH_BYTES_MAX
 
 DELIVERY_OVERHEAD_BYTES: Final = 256
@@ -195,7 +194,7 @@ class BatchGet:
         durable (one commit; a premarked entry's already is); if that commit fails,
         every entry goes back."""
         # unchecked: every Delivery in it was built (and checked) by delivery_event
-        answer = build_unchecked(_DELIVERY_BATCH, request_id, [event for _, event, _ in taken])
+        answer = build_unchecked(DELIVERY_BATCH, request_id, [event for _, event, _ in taken])
         marks = [entry for entry, _, _ in taken if entry.journaled and entry is not premarked]
         if not marks:
             self._sent(session, answer, taken)
@@ -203,7 +202,7 @@ class BatchGet:
         batch = WriteBatch.empty()
         for entry in marks:
             key = queue_key(queue.address.queue, entry.seq)
-            batch.put_raw(_MARKS, key, _PACK_U32(entry.times_delivered))
+            batch.put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
 
         def marked(error: JournalError | None) -> None:
             if error is None:

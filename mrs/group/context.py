@@ -45,6 +45,9 @@ a server honours them only when given them (`GroupServer(unsafe=...)`; `mrs serv
 reads MRS_HARNESS_UNSAFE at the CLI edge)."""
 
 U32 = struct.Struct(">I")
+PACK_U32: Final = U32.pack
+UNPACK_U32: Final = U32.unpack
+"""A delivery mark's count, packed and read per message: C statics (issue 17)."""
 U64 = struct.Struct(">Q")
 
 Outcome = Callable[[Status, int, str], None]

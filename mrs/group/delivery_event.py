@@ -14,6 +14,7 @@ from journals import Record
 from mrs import protocol as wire
 from mrs.limits import CORRELATION_ID_BYTES_MAX, PRIORITY_MAX
 from mrs.protocol.checks import INT32, INT64
+from mrs.protocol.event_types import DELIVERY
 from mrs.protocol.post_init import build_unchecked_from
 from mrs.queues import Entry
 
@@ -23,8 +24,6 @@ _I32_MIN: Final = INT32[0]
 _I32_MAX: Final = INT32[1]
 _PRIORITY_MAX: Final = PRIORITY_MAX
 _CORRELATION_ID_BYTES_MAX: Final = CORRELATION_ID_BYTES_MAX
-_DELIVERY: Final = wire.Delivery
-"""Built per message handed over: a C static, not `wire` and its attribute."""
 
 
 def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
@@ -51,8 +50,8 @@ def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
         entry.headers,
     )
     if entry.trusted:
-        return build_unchecked_from(_DELIVERY, fields)
-    return _DELIVERY(*fields)  # type: ignore[arg-type]  # checked here: the point
+        return build_unchecked_from(DELIVERY, fields)
+    return DELIVERY(*fields)  # type: ignore[arg-type]  # checked here: the point
 
 
 def fits_a_delivery(record: Record) -> bool:

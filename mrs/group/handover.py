@@ -20,7 +20,7 @@ from mrs.delivery import Refused, check_confirm, delivery_status_on_get, journal
 from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import (
-    U32,
+    PACK_U32,
     UNSAFE_CONFIRM_WITHOUT_DELETE,
     UNSAFE_POSSDUPL_ALWAYS,
     UNSAFE_SKIP_POSSDUPL,
@@ -35,6 +35,7 @@ from mrs.group.notices import Notices
 from mrs.group.put_deadlines import PutDeadlines
 from mrs.model import InterestPoint, Status
 from mrs.protocol.base import build_unchecked
+from mrs.protocol.event_types import CONFIRMED
 from mrs.queues import Entry, GetWaiter, TargetQueue
 from mrs.records import record_from_entry
 
@@ -46,9 +47,7 @@ _POSSDUPL: Final = Status.POSSDUPL
 _CONF_POINT: Final = InterestPoint.CONF
 _DQF: Final = Journal.DQF
 _MARKS: Final = Journal.MARKS
-_PACK_U32: Final = U32.pack
 _ASTUPLE: Final = astuple
-_CONFIRMED: Final = wire.Confirmed
 ConfirmFields = tuple[int, int, int, Any]
 """A wire.Confirm's fields in order (request_id, seq, confirm_value, force_j)."""
 
@@ -195,7 +194,7 @@ class Handover:
             session.send(event)
             return True
         key = queue_key(queue.address.queue, entry.seq)
-        batch = WriteBatch.empty().put_raw(_MARKS, key, _PACK_U32(entry.times_delivered))
+        batch = WriteBatch.empty().put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
 
         def marked(error: JournalError | None) -> None:
             if error is None:
@@ -224,7 +223,7 @@ class Handover:
         if waiter is None:
             return None
         key = queue_key(queue.address.queue, entry.seq)
-        batch.put_raw(_MARKS, key, _PACK_U32(entry.times_delivered + 1))
+        batch.put_raw(_MARKS, key, PACK_U32(entry.times_delivered + 1))
         return waiter
 
     def deliver_premarked(self, queue: TargetQueue, entry: Entry, waiter: GetWaiter) -> None:
@@ -394,7 +393,7 @@ class Handover:
                 ctx.dqf_count -= 1
                 self.notices.peers.dqf_freed()
             if request_id is not None:
-                session.answer(build_unchecked(_CONFIRMED, request_id, entry.seq, _SUCCESS))
+                session.answer(build_unchecked(CONFIRMED, request_id, entry.seq, _SUCCESS))
             if entry.on_confirm is not None:
                 entry.on_confirm(entry)
         self.serve_waiting_gets(queue)

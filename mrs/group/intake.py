@@ -35,6 +35,7 @@ from mrs.idempotency import scoped_key
 from mrs.memory_quota import memory_quota_problem
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, InterestPoint, Notification, Psb, Status
 from mrs.protocol.base import build_unchecked
+from mrs.protocol.event_types import PUT_DONE
 from mrs.queues import Entry
 from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
@@ -50,7 +51,6 @@ _CONF: Final = InterestPoint.CONF
 _STORED_STATUS: Final = Status.STORED
 _DEFAULT_PUT_TIMEOUT_S: Final = DEFAULT_PUT_TIMEOUT_S
 _ASTUPLE: Final = astuple
-_PUT_DONE: Final = wire.PutDone
 
 PutFields = tuple[int, str, bytes, int, int, int, int, int, int, bytes, str, Any]
 """A wire.Put's fields in order (request_id .. headers), as `astuple` gives them."""
@@ -321,5 +321,5 @@ class _Accepted:
         elif self.answer_now:
             # plain ints: an IntEnum member fails the wire check's exact-int fast path
             self.session.answer(
-                build_unchecked(_PUT_DONE, self.request_id, _SUCCESS, _SUCCESS, seq, _UMA_NA)
+                build_unchecked(PUT_DONE, self.request_id, _SUCCESS, _SUCCESS, seq, _UMA_NA)
             )

@@ -24,17 +24,16 @@ from typing import Final
 
 from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
 from journals.protocol import Store
-from mrs.group.context import U32, GroupContext
+from mrs.group.context import UNPACK_U32, GroupContext
 from mrs.group.delivery_event import fits_a_delivery
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.heap import trim
-from mrs.model import DeliveryMode
 from mrs.quarantine import quarantine_batch, record_problem
 from mrs.queues import Entry
-from mrs.records import entry_from_record
+from mrs.records import entry_from_record, record_sound
 
 log = logging.getLogger("mrs.group")
 
@@ -51,23 +50,8 @@ bodies that passed through leave free blocks glibc keeps (1M x 1 KiB drained: Rs
 1.37x an empty server's). A trim costs tens of ms, so only after this much, and
 only once no queue has a cold backlog left."""
 _KEY = struct.Struct(">IQ")
-_UNPACK_U32: Final = U32.unpack
 _RECORD_PROBLEM: Final = record_problem
-"""Per message read back: C statics, not module-dict lookups (issue 17)."""
-_MODE_VALUES: Final = frozenset(int(mode) for mode in DeliveryMode)
-_U32_MAX: Final = (1 << 32) - 1
-
-
-def _sound(record: Record) -> bool:
-    """`record_problem`'s sound case on native ints, without a call into interpreted
-    code per message read back (the typed decode already made every field an int);
-    a record this refuses is asked `record_problem`, which words the problem."""
-    return (
-        record.delivery in _MODE_VALUES
-        and 0 <= record.target_queue <= _U32_MAX
-        and 0 <= record.source_group <= _U32_MAX
-        and 0 <= record.source_queue <= _U32_MAX
-    )
+"""Per refused record: a C static, not a module-dict lookup (issue 17)."""
 
 
 @dataclass(eq=False)
@@ -201,10 +185,10 @@ class ColdReader:
                 self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
-            if not _sound(record) and (problem := _RECORD_PROBLEM(record)) is not None:
+            if not record_sound(record) and (problem := _RECORD_PROBLEM(record)) is not None:
                 self._quarantine(key, record, problem)
                 continue
-            times_delivered = _UNPACK_U32(mark)[0] if mark is not None else 0
+            times_delivered = UNPACK_U32(mark)[0] if mark is not None else 0
             entries.append(reloaded_entry(record, times_delivered, self.ack))
         self.pages.read(read_bytes)
         return entries

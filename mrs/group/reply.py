@@ -11,6 +11,7 @@ from mrs.group.context import Session
 from mrs.group.put_deadlines import Bucket
 from mrs.model import Address, DeliveryMode, Notification, Psb, Status
 from mrs.protocol.base import build_unchecked
+from mrs.protocol.event_types import PUT_DONE
 
 SendAck = Callable[[Address, Psb], None]
 """send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
@@ -18,9 +19,6 @@ SendAck = Callable[[Address, Psb], None]
 _SUCCESS: Final = int(Status.SUCCESS)
 _STORED: Final = int(Status.STORED)
 _NO_UMA: Final = int(Status.NO_UMA)
-_PUT_DONE: Final = wire.PutDone
-"""Built per WF put: a C static, not `wire` from the module's dict and then its
-attribute (issue 17)."""
 _WF: Final = Notification.WF
 _AK: Final = Notification.AK
 # Members read per put, looked up once (a class attribute is a generic lookup in
@@ -85,7 +83,7 @@ class PutReply:
         """The message is durable here (DQF or SAF): answer a stored_reply put now."""
         if self.stored_reply and not self.stored_answered:
             self.stored_answered = True
-            self.session.answer(build_unchecked(_PUT_DONE, self.request_id, *psb.to_wire()))
+            self.session.answer(build_unchecked(PUT_DONE, self.request_id, *psb.to_wire()))
 
     def report(self, psb: Psb) -> None:
         if self.done:
@@ -94,7 +92,7 @@ class PutReply:
         self.stored(psb)
         notification = self.mode.notification
         if notification is _WF and not self.stored_reply:
-            self.session.answer(build_unchecked(_PUT_DONE, self.request_id, *psb.to_wire()))
+            self.session.answer(build_unchecked(PUT_DONE, self.request_id, *psb.to_wire()))
         elif notification is _AK:
             self.send_ack(self.response_queue, psb)
 
@@ -108,7 +106,7 @@ class PutReply:
             return
         self._finish()
         self.session.answer(
-            build_unchecked(_PUT_DONE, self.request_id, _SUCCESS, _STORED, seq, _NO_UMA)
+            build_unchecked(PUT_DONE, self.request_id, _SUCCESS, _STORED, seq, _NO_UMA)
         )
 
     def _finish(self) -> None:
