@@ -16,16 +16,29 @@ from mrs.model import (
     DeliveryMode,
     ForceJrn,
     InterestPoint,
+    Notification,
     Status,
     Uma,
 )
 
 # Members read per message, looked up once: in compiled code `Status.STORED` is a
 # generic class attribute lookup each time, ~45 ns against a static's ~1 (issue 17).
-_SUCCESS: Final = Status.SUCCESS
-_STORED: Final = Status.STORED
-_CONFIRMREQ: Final = Status.CONFIRMREQ
-_POSSDUPL: Final = Status.POSSDUPL
+# The public ones are what the rooms read per message too: this module is compiled,
+# so a compiled importer reads each as this module's C static (docs/native.md).
+SUCCESS: Final = Status.SUCCESS
+STORED: Final = Status.STORED
+NO_UMA: Final = Status.NO_UMA
+CONFIRMREQ: Final = Status.CONFIRMREQ
+POSSDUPL: Final = Status.POSSDUPL
+SUCCESS_INT: Final = int(Status.SUCCESS)
+"""Statuses as plain ints for the events built unchecked: an IntEnum member fails the
+wire check's exact-int fast path."""
+STORED_INT: Final = int(Status.STORED)
+NO_UMA_INT: Final = int(Status.NO_UMA)
+UMA_NA_INT: Final = int(Status.UMA_NA)
+AK: Final = Notification.AK
+WF: Final = Notification.WF
+CONF_POINT: Final = InterestPoint.CONF
 _SAF_POINT: Final = InterestPoint.SAF
 _DQF_POINT: Final = InterestPoint.DQF
 _MEM_POINT: Final = InterestPoint.MEM
@@ -86,10 +99,10 @@ def reached_status(mode: DeliveryMode, target_attached: bool) -> Status:
     """The delivery status reported when a message reaches its interest point."""
     point = mode.interest_point
     if point is _SAF_POINT or point is _DQF_POINT:
-        return _STORED
+        return STORED
     if point is _MEM_POINT:
         return Status.ENQUEUED if target_attached else Status.UNATTACHEDQ
-    return _SUCCESS  # DEQ, ACK, CONF: the receiver has it
+    return SUCCESS  # DEQ, ACK, CONF: the receiver has it
 
 
 def uma_status(action: Uma, succeeded: bool) -> Status:
@@ -99,8 +112,8 @@ def uma_status(action: Uma, succeeded: bool) -> Status:
 def delivery_status_on_get(recoverable_or_ack: bool, times_delivered_before: int) -> Status:
     """CONFIRMREQ on first delivery of a message that needs a confirm, POSSDUPL later."""
     if not recoverable_or_ack:
-        return _SUCCESS
-    return _CONFIRMREQ if times_delivered_before == 0 else _POSSDUPL
+        return SUCCESS
+    return CONFIRMREQ if times_delivered_before == 0 else POSSDUPL
 
 
 def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: int) -> None:

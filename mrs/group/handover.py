@@ -16,6 +16,10 @@ from msgspec.structs import astuple
 
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
+from mrs.delivery import CONF_POINT as _CONF_POINT
+from mrs.delivery import CONFIRMREQ as _CONFIRMREQ
+from mrs.delivery import POSSDUPL as _POSSDUPL
+from mrs.delivery import SUCCESS_INT as _SUCCESS
 from mrs.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
 from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
@@ -33,7 +37,7 @@ from mrs.group.dqf import Dqf
 from mrs.group.get_expiry import GetExpiry
 from mrs.group.notices import Notices
 from mrs.group.put_deadlines import PutDeadlines
-from mrs.model import InterestPoint, Status
+from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import CONFIRMED
 from mrs.queues import Entry, GetWaiter, TargetQueue
@@ -41,10 +45,6 @@ from mrs.records import record_from_entry
 
 # Read per message: `Final` makes each a C static (a module name is a dict lookup
 # per use, a class attribute a generic lookup too, ~45 ns each).
-_SUCCESS: Final = int(Status.SUCCESS)
-_CONFIRMREQ: Final = Status.CONFIRMREQ
-_POSSDUPL: Final = Status.POSSDUPL
-_CONF_POINT: Final = InterestPoint.CONF
 _DQF: Final = Journal.DQF
 _MARKS: Final = Journal.MARKS
 _ASTUPLE: Final = astuple

@@ -16,6 +16,12 @@ from msgspec.structs import astuple
 
 from mrs import protocol as wire
 from mrs.deadletter import header_problem
+from mrs.delivery import AK as _AK
+from mrs.delivery import CONF_POINT as _CONF
+from mrs.delivery import STORED as _STORED_STATUS
+from mrs.delivery import SUCCESS_INT as _SUCCESS
+from mrs.delivery import UMA_NA_INT as _UMA_NA
+from mrs.delivery import WF as _WF
 from mrs.delivery import Refused, check_mode_and_uma, reached_status
 from mrs.dlq_leases import CONTEXT_HEADER, DlqReaders, passed_source
 from mrs.group.context import (
@@ -33,7 +39,7 @@ from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
 from mrs.memory_quota import memory_quota_problem
-from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, InterestPoint, Notification, Psb, Status
+from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import PUT_DONE
 from mrs.queues import Entry
@@ -43,12 +49,6 @@ log = logging.getLogger("mrs.group")
 
 # Read on every put: `Final`, so each is a C static in the compiled module (a plain
 # module name is a dict lookup per use, an enum member a class lookup too; issue 17).
-_SUCCESS: Final = int(Status.SUCCESS)
-_UMA_NA: Final = int(Status.UMA_NA)
-_AK: Final = Notification.AK
-_WF: Final = Notification.WF
-_CONF: Final = InterestPoint.CONF
-_STORED_STATUS: Final = Status.STORED
 _DEFAULT_PUT_TIMEOUT_S: Final = DEFAULT_PUT_TIMEOUT_S
 _ASTUPLE: Final = astuple
 

@@ -4,28 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
 
 from mrs import protocol as wire
+from mrs.delivery import AK as _AK
+from mrs.delivery import NO_UMA as _NO_UMA_STATUS
+from mrs.delivery import NO_UMA_INT as _NO_UMA
+from mrs.delivery import STORED as _STORED_STATUS
+from mrs.delivery import STORED_INT as _STORED
+from mrs.delivery import SUCCESS as _SUCCESS_STATUS
+from mrs.delivery import SUCCESS_INT as _SUCCESS
+from mrs.delivery import WF as _WF
 from mrs.group.context import Session
 from mrs.group.put_deadlines import Bucket
-from mrs.model import Address, DeliveryMode, Notification, Psb, Status
+from mrs.model import Address, DeliveryMode, Psb, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import PUT_DONE
 
 SendAck = Callable[[Address, Psb], None]
 """send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
 
-_SUCCESS: Final = int(Status.SUCCESS)
-_STORED: Final = int(Status.STORED)
-_NO_UMA: Final = int(Status.NO_UMA)
-_WF: Final = Notification.WF
-_AK: Final = Notification.AK
-# Members read per put, looked up once (a class attribute is a generic lookup in
-# compiled code, ~45 ns each).
-_SUCCESS_STATUS: Final = Status.SUCCESS
-_STORED_STATUS: Final = Status.STORED
-_NO_UMA_STATUS: Final = Status.NO_UMA
 
 
 @dataclass(eq=False)
