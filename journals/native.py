@@ -80,6 +80,7 @@ COMPILED_MODULES = (
     "mrs.seqspace",
     "mrs.group.sequence",
     "mrs.idempotency",
+    "mrs.journal_reserve",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

@@ -14,17 +14,20 @@ an older version) gets its map grown by the reserve, so it starts and drains.
 The reserve is max(5% of journal_bytes_max, 4 x message_bytes_max), at most half the
 cap. Pages in use are measured (one read transaction, a stat per database) at most
 every RESERVE_MEASURE_INTERVAL_S, plus an estimate of what was accepted since.
+
+Compiled (journals.native): every recoverable put asks `accepts`. The measures
+themselves live in the interpreted `mrs.journal_measure`, called through the module,
+so tests can stand in for the journal and the disk.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
-from journals import Journal
+from mrs import journal_measure
 from mrs.limits import RESERVE_MEASURE_INTERVAL_S
 
 log = logging.getLogger("mrs.journal")
@@ -36,26 +39,6 @@ RECORD_OVERHEAD_BYTES = 256
 
 def reserve_bytes(cap_bytes: int, message_bytes_max: int) -> int:
     return min(cap_bytes // 2, max(int(cap_bytes * RESERVE_FRACTION), 4 * message_bytes_max))
-
-
-def pages_in_use_bytes(store) -> int:
-    """Bytes of the pages the journals hold now (freed pages, reusable, not counted)."""
-    env = store.env
-    stat = env.stat()
-    pages = 2 + stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-    with env.begin() as txn:
-        for journal in Journal:
-            db = store.db(journal)
-            if db is None:
-                continue
-            db_stat = txn.stat(db)
-            pages += db_stat["branch_pages"] + db_stat["leaf_pages"] + db_stat["overflow_pages"]
-    return pages * stat["psize"]
-
-
-def disk_free_bytes(path) -> int:
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
 
 
 @dataclass
@@ -131,8 +114,8 @@ class JournalReserve:
         self._fresh_until_s = now + RESERVE_MEASURE_INTERVAL_S
         self._accepted_bytes = 0
         try:
-            self._used_bytes = pages_in_use_bytes(self.store)
-            self._disk_free = disk_free_bytes(self.store.path)
+            self._used_bytes = journal_measure.pages_in_use_bytes(self.store)
+            self._disk_free = journal_measure.disk_free_bytes(self.store.path)
         except Exception as error:  # noqa: BLE001 - a failed measure must not fail a put
             log.warning("cannot measure the journal: %s", error)
         # The journal test counts accepted bytes twice (used + 2 x accepted + needed),
@@ -160,7 +143,7 @@ def ensure_headroom(store, cap_bytes: int, message_bytes_max: int) -> None:
     if not hasattr(store, "env"):
         return
     reserve = reserve_bytes(cap_bytes, message_bytes_max)
-    used = pages_in_use_bytes(store)
+    used = journal_measure.pages_in_use_bytes(store)
     map_bytes = store.env.info()["map_size"]
     if used <= cap_bytes - reserve or used + reserve <= map_bytes:
         return

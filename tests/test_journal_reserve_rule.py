@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrs import journal_reserve
+from mrs import journal_measure, journal_reserve
 from mrs.journal_reserve import RECORD_OVERHEAD_BYTES, JournalReserve
 from mrs.limits import RESERVE_MEASURE_INTERVAL_S
 
@@ -31,8 +31,8 @@ class _Machine:
 @pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch) -> _Machine:
     state = _Machine()
-    monkeypatch.setattr(journal_reserve, "pages_in_use_bytes", lambda store: state.used_bytes)
-    monkeypatch.setattr(journal_reserve, "disk_free_bytes", lambda path: state.disk_free_bytes)
+    monkeypatch.setattr(journal_measure, "pages_in_use_bytes", lambda store: state.used_bytes)
+    monkeypatch.setattr(journal_measure, "disk_free_bytes", lambda path: state.disk_free_bytes)
     monkeypatch.setattr(journal_reserve, "monotonic", lambda: state.now_s)
     return state
 

@@ -34,7 +34,7 @@ from mrs.group.context import (
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.put_deadlines import PutDeadlines
-from mrs.group.reply import PutReply
+from mrs.group.reply import PutReply, SendAck
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
 from mrs.idempotency import scoped_key
@@ -65,9 +65,13 @@ class Intake:
     outbound: Outbound
     dlq_readers: DlqReaders
     deadlines: PutDeadlines = field(init=False)
+    _send_mrs_ack: SendAck = field(init=False)
+    """`umas.send_mrs_ack`, bound once: every put's PutReply holds it, and reading it
+    per put made a bound method each time (issue 17)."""
 
     def __post_init__(self) -> None:
         self.deadlines = PutDeadlines(self.ctx.timers)
+        self._send_mrs_ack = self.umas.send_mrs_ack
 
     # ------------------------------------------------------------------ attach
     def attach(self, session: Session, request: wire.Attach) -> None:
@@ -156,7 +160,7 @@ class Intake:
         if key is not None:
             key = self._scoped_key(source, target, key, mode.recoverable, body)
         seq = self.sequence.next()
-        reply = PutReply(self.umas.send_mrs_ack, session, request_id, mode, response_queue, seq)
+        reply = PutReply(self._send_mrs_ack, session, request_id, mode, response_queue, seq)
         if request_headers:
             reply.stored_reply = bool(request_headers.get(wire.REPLY_WHEN_STORED_HEADER))
         entry = Entry(
