@@ -143,11 +143,12 @@ class GetPool:
         room = client._get_room() - (self.live - self.asked)  # uncovered callers need it too
         if room <= 0:
             raise client._no_get_room(room)
-        now_s = _CURRENT_TIME()
+        deadlines = client._deadlines
+        now_s = deadlines.now_s()
         caller = _Caller(self)
         if timeout_s is not None:
             caller.deadline_s = now_s + timeout_s
-            client._deadlines.add(caller.deadline_s + _REPLY_GRACE_S, client._next_id(), caller)
+            deadlines.add(caller.deadline_s + _REPLY_GRACE_S, client._next_id(), caller)
         self._callers.append(caller)
         self.live += 1
         if len(self._callers) > 2 * self.live + CALLERS_SLACK:
@@ -193,7 +194,7 @@ class GetPool:
         uncovered.reverse()
         # A caller asked for before and not served was parked on the server, and a
         # parked get waits at the cap; a new one is refused there (EXCMAXUNCONF).
-        now_s = _CURRENT_TIME()
+        now_s = self._client._deadlines.now_s()
         waited = [caller for caller in uncovered if caller.asked]
         fresh = [caller for caller in uncovered if not caller.asked]
         groups = [

@@ -101,7 +101,7 @@ class _Requests:
         self._pending[request_id] = pending
         try:
             if wait_s is not None:  # one sweeper for every deadline, no scope per request
-                self._deadlines.add(trio.current_time() + wait_s, request_id, pending)
+                self._deadlines.add_after(wait_s, request_id, pending)
             await pending.waited()
         except BaseException:
             self._abandon(link, request_id, pending)

@@ -226,7 +226,7 @@ class _SafDrain:
 
         pending = _DrainedPut("drain", callback=answered, unanswered=unanswered)
         self._pending[request.request_id] = pending
-        self._deadlines.add(trio.current_time() + wait_s, request.request_id, pending)
+        self._deadlines.add_after(wait_s, request.request_id, pending)
         self._send(link, request)
 
     def _drain_answered(self, link: _Link, key: bytes, local_seq: int, result: object) -> None:

@@ -165,3 +165,41 @@ async def test_interleaved_waits_expire_in_deadline_order(autojump_clock) -> Non
     at_by_name = {name: at - start for name, at in woken}
     assert all(at_by_name[name] == pytest.approx(due, abs=0.01) for due, name in expected)
     assert len(deadlines) == 0
+
+
+async def test_reading_trios_own_clock_directly_gives_trios_time() -> None:
+    """Under trio's SystemClock the deadlines read `perf_counter()` plus the clock's
+    offset instead of asking trio (issue 17): what they read must be trio's time, so
+    a request's wait ends when trio says it is up, not hours off."""
+    deadlines = ReplyDeadlines()
+    pending = _Pending("put")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert deadlines._clock_offset_s is not None  # the direct reading is in use
+        assert deadlines.now_s() == pytest.approx(trio.current_time(), abs=0.001)
+        start = trio.current_time()
+        deadlines.add_after(0.05, 1, pending)
+        await pending.wait()
+        waited_s = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    assert pending.timed_out
+    assert 0.05 <= waited_s < 1.0
+    assert deadlines._clock_offset_s is None  # the sweeper ended: trio is asked again
+
+
+async def test_any_other_clock_is_asked_every_time(autojump_clock) -> None:
+    """A test's MockClock has no fixed offset from `perf_counter()`: it is asked."""
+    deadlines = ReplyDeadlines()
+    pending = _Pending("get")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deadlines.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert deadlines._clock_offset_s is None
+        start = trio.current_time()
+        deadlines.add_after(30, 1, pending)
+        await pending.wait()
+        assert trio.current_time() - start == pytest.approx(30, abs=0.01)
+        assert deadlines.now_s() == trio.current_time()
+        nursery.cancel_scope.cancel()
+    assert pending.timed_out
