@@ -81,6 +81,7 @@ COMPILED_MODULES = (
     "mrs.group.sequence",
     "mrs.idempotency",
     "mrs.journal_reserve",
+    "clients.requests",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc
