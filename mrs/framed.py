@@ -56,6 +56,10 @@ class FramedStream:
     _outbox: bytearray = field(default_factory=bytearray)
     """Frames queued, encoded straight into one buffer (no bytes object per frame)."""
     _ready: trio.Event = field(default_factory=trio.Event)
+    _ready_set: bool = False
+    """`_ready` is set already (kept equal to `_ready.is_set()`): every frame or answer
+    queued would otherwise call the interpreted `Event.set`, a Python call per put on
+    the client and per answer on the server, where one per wake-up is enough."""
     _drained: trio.Event = field(default_factory=trio.Event)
     _writing: bool = False
     """A write is under way (`write`): `write_now` waits its turn, so the bytes stay
@@ -76,7 +80,9 @@ class FramedStream:
         if self._grouped:  # the events queued before it go first
             self._frame_grouped()
         self.connection.send_into(event, self._outbox)  # type: ignore[arg-type]
-        self._ready.set()
+        if not self._ready_set:
+            self._ready_set = True
+            self._ready.set()
 
     def answer(self, event: object) -> None:
         """Queue an answer (PutDone, Confirmed) to share one AnswerBatch frame with the
@@ -105,7 +111,9 @@ class FramedStream:
         self._grouped_bytes += size_bytes
         if len(grouped) >= GROUPED_ITEMS_MAX:
             self._frame_grouped()
-        self._ready.set()
+        if not self._ready_set:
+            self._ready_set = True
+            self._ready.set()
 
     def _frame_grouped(self) -> None:
         """Frame the queued group into the outbox: one event alone as itself, more as
@@ -139,6 +147,7 @@ class FramedStream:
 
     def wake(self) -> None:
         """Wake whoever waits in `wait_ready` (e.g. to notice the connection is lost)."""
+        self._ready_set = True
         self._ready.set()
 
     async def wait_ready(self) -> None:
@@ -146,12 +155,14 @@ class FramedStream:
         queue more and then `take` everything queued (b"" after a bare wake)."""
         await self._ready.wait()
         self._ready = trio.Event()
+        self._ready_set = False
 
     async def send_loop(self) -> None:
         """Write whatever is queued, one send_all per wake-up, until cancelled."""
         while True:
             await self._ready.wait()
             self._ready = trio.Event()
+            self._ready_set = False
             await self.flush()  # `write` wakes whoever waits in `flushed`
 
     def write_now(self) -> None:
