@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Annotated
 
 from msgspec import Meta
@@ -11,12 +10,10 @@ from mrs.limits import (
     ANSWER_BATCH_ITEMS_MAX,
     GET_BATCH_ITEMS_MAX,
     LENT_REMEMBERED_MAX,
-    PUT_BATCH_BYTES_MAX,
     PUT_BATCH_ITEMS_MAX,
     READ_AHEAD_MAX,
 )
 from mrs.protocol.base import EventStruct, finish
-from mrs.protocol.errors import LocalProtocolError
 from mrs.protocol.fields import (
     I32,
     I64,
@@ -30,9 +27,7 @@ from mrs.protocol.fields import (
     Seq,
 )
 from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
-from mrs.protocol.post_init import event_post_init
-
-_BODY_OF = attrgetter("body")
+from mrs.protocol.post_init import put_batch_post_init
 
 # -- events: client -> server -------------------------------------------------------
 
@@ -153,16 +148,7 @@ class PutBatch(EventStruct, tag=22):
 
     puts: PutList
 
-    def __post_init__(self) -> None:
-        event_post_init(self)
-        # summed in C (map over the bodies): a loop here ran once per put of every
-        # batch on both sides, client building and server decoding (issue 17)
-        body_bytes = sum(map(len, map(_BODY_OF, self.puts)))
-        if body_bytes > PUT_BATCH_BYTES_MAX:
-            raise LocalProtocolError(
-                f"PutBatch.puts hold {body_bytes} bytes of bodies, more than "
-                f"PUT_BATCH_BYTES_MAX {PUT_BATCH_BYTES_MAX}: send them in smaller batches"
-            )
+    __post_init__ = put_batch_post_init  # the bodies' bound too (compiled)
 
 
 REPLY_WHEN_STORED_HEADER = "reply_when_stored"

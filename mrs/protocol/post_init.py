@@ -16,8 +16,10 @@ words the refusal, only when that says no.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Final
 
+from mrs.limits import PUT_BATCH_BYTES_MAX
 from mrs.protocol.checks import DECODE_STATE, validate, worded
 from mrs.protocol.errors import LocalProtocolError
 
@@ -50,6 +52,24 @@ def event_post_init(event: Any) -> None:
                 raise LocalProtocolError(worded(cls.__name__, name, problem))
     elif not cls._all_ok(event):
         validate(event, cls._rules)
+
+
+_BODY_OF: Final = attrgetter("body")
+_PUT_BATCH_BYTES_MAX: Final = PUT_BATCH_BYTES_MAX
+
+
+def put_batch_post_init(batch: Any) -> None:
+    """PutBatch.__post_init__: the event's check, then the bound on its bodies' bytes.
+    Compiled here: as an interpreted method it ran once per PutBatch frame on both
+    sides, 0.9% of the server's samples under 1P puts (issue 17)."""
+    event_post_init(batch)
+    # summed in C (map over the bodies), not a loop per put
+    body_bytes = sum(map(len, map(_BODY_OF, batch.puts)))
+    if body_bytes > _PUT_BATCH_BYTES_MAX:
+        raise LocalProtocolError(
+            f"PutBatch.puts hold {body_bytes} bytes of bodies, more than "
+            f"PUT_BATCH_BYTES_MAX {_PUT_BATCH_BYTES_MAX}: send them in smaller batches"
+        )
 
 
 def item_post_init(item: Any) -> None:
