@@ -32,12 +32,14 @@ from mrs.limits import (
 )
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import ANSWER_BATCH, PUT, PUT_BATCH
+from mrs.socket_receive import receive_plain
 
 GROUPED_ITEMS_MAX: Final = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
 """Events one grouped frame (a PutBatch or an AnswerBatch) holds at most."""
 # Read per event sent or received: C statics, not module-dict lookups (issue 17).
 _PUT_GROUP_BYTES_MAX: Final = PUT_GROUP_BYTES_MAX
 _RECEIVE_BYTES_MAX: Final = RECEIVE_BYTES_MAX
+_SOCKET_STREAM: Final = trio.SocketStream
 
 
 class StreamClosed(Exception):
@@ -225,7 +227,12 @@ class FramedStream:
         """Read what one recv brings: (the complete events in it, False at EOF).
 
         Raises RemoteProtocolError for a bad frame (the connection is then broken)."""
-        data = await self.stream.receive_some(_RECEIVE_BYTES_MAX)
+        stream = self.stream
+        data: bytes | bytearray
+        if type(stream) is _SOCKET_STREAM:  # plain TCP: receive_some, fewer layers
+            data = await receive_plain(stream.socket, _RECEIVE_BYTES_MAX)
+        else:
+            data = await stream.receive_some(_RECEIVE_BYTES_MAX)
         self.connection.receive_data(data)
         return self.connection.events(), bool(data)
 
