@@ -82,7 +82,7 @@ COMPILED_MODULES = (
     "mrs.idempotency",
     "mrs.journal_reserve",
     "clients.requests",
-    "mrs.socket_receive",
+    "mrs.plain_socket",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc

@@ -30,9 +30,9 @@ from mrs.limits import (
     PUT_GROUP_BYTES_MAX,
     RECEIVE_BYTES_MAX,
 )
+from mrs.plain_socket import receive_plain, send_all_plain
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import ANSWER_BATCH, PUT, PUT_BATCH
-from mrs.socket_receive import receive_plain
 
 GROUPED_ITEMS_MAX: Final = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
 """Events one grouped frame (a PutBatch or an AnswerBatch) holds at most."""
@@ -199,7 +199,11 @@ class FramedStream:
         knows when one is under way and waits its turn."""
         self._writing = True
         try:
-            await self.stream.send_all(data)
+            stream = self.stream
+            if type(stream) is _SOCKET_STREAM:  # plain TCP: send_all, fewer layers
+                await send_all_plain(stream.socket, data)
+            else:
+                await stream.send_all(data)
         finally:
             self._writing = False
             self._drained.set()  # for `flushed` and `wait_drained`, whichever loop wrote
