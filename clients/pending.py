@@ -27,6 +27,7 @@ from clients.errors import (
 from clients.requests import wire_bytes
 from clients.waiting import RESUMED as RESUMED  # re-exported (benchmarks/resume_cost.py)
 from clients.waiting import Pending as _Pending
+from clients.waiting import answer_each
 from clients.waiting import resume as resume  # re-exported (clients.batch)
 from mrs import protocol as wire
 from mrs.limits import (
@@ -191,8 +192,7 @@ class _Requests:
 
     def _dispatch(self, link: _Link, event: object) -> None:
         if type(event) is wire.AnswerBatch:  # each item answers its own request
-            for answer in event.answers:
-                self._dispatch(link, answer)
+            answer_each(self, event.answers, functools.partial(self._dispatch, link))
             return
         if type(event) is wire.Ping:  # the server pings a quiet connection: we are alive
             self._send_frame(link, wire.Pong(event.nonce))
