@@ -244,7 +244,8 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
             and self.journal_status == Status.JOURNAL_ON
         ):
             return await self._put_journaled(request)
-        self._require_link(_LINK_DOWN, "put")
+        if self._link is None or self._broken is not None:  # else no call: per request
+            self._require_link(_LINK_DOWN, "put")
         reply = await self._request(request, put_reply_wait_s(timeout), "put")
         return _psb(reply)
 
@@ -268,7 +269,8 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         if self._held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
             held = self._held.popleft()
             return held if self.protection is None else await self._checked(held)
-        self._require_link(_NOTACTIVE, "get")
+        if self._link is None or self._broken is not None:  # else no call: per request
+            self._require_link(_NOTACTIVE, "get")
         if (timeout is None or timeout > 0) and not self._gets.refused:  # else: checked below
             pooled = await self._gets.get(timeout)
             if pooled is not None:
@@ -331,7 +333,8 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
     ) -> None:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
-        self._require_link(_NOTACTIVE, "confirm")
+        if self._link is None or self._broken is not None:  # else no call: per request
+            self._require_link(_NOTACTIVE, "confirm")
         request = confirm_request(self._next_id(), seq, confirm_value, force_j)
         await self._request(request, None, "other")
 
