@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, cast
 
 import trio
 
@@ -90,18 +91,19 @@ async def send_all_plain(sock: Any, data: bytes | bytearray) -> None:
 
 def _read(sock: Any, max_bytes: int) -> bytes:
     """One nonblocking read; BlockingIOError when nothing is there yet."""
-    try:
-        return _READ(sock.fileno(), max_bytes)
-    except BlockingIOError:
-        raise
-    except OSError as error:
-        raise _stream_error(error) from error
+    return cast(bytes, _on_descriptor(_READ, sock, max_bytes))
 
 
 def _write(sock: Any, data: memoryview) -> int:
     """One nonblocking write; BlockingIOError when the socket's buffer is full."""
+    return cast(int, _on_descriptor(_WRITE, sock, data))
+
+
+def _on_descriptor(call: Callable[[int, Any], object], sock: Any, argument: Any) -> object:
+    """`call(fd, argument)` on the socket's descriptor as it is now; BlockingIOError
+    passes, any other OSError comes out as trio's stream error."""
     try:
-        return _WRITE(sock.fileno(), data)
+        return call(sock.fileno(), argument)
     except BlockingIOError:
         raise
     except OSError as error:
