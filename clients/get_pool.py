@@ -53,10 +53,9 @@ _RETRY_SINGLE: Final = object()
 
 _TIMEOUT_MS_MAX: Final = (1 << 31) - 1
 
-# Read per get: C statics, not module-dict lookups (and attribute lookups on `trio`;
-# issue 17).
+# Read per get: C statics, not module-dict lookups (issue 17). The pool's clock is
+# the reply deadlines' (`ReplyDeadlines.now_s`), trio's time read cheaply.
 _REPLY_GRACE_S: Final = REPLY_GRACE_S
-_CURRENT_TIME: Final = trio.current_time
 _MESSAGE: Final = Message
 
 CALLERS_SLACK: Final = 64
@@ -311,7 +310,7 @@ class GetPool:
         if failure.status == Status.TIMEOUT:
             # The batch waited as long as its earliest caller may: whoever's time is
             # up raises it; the others are asked for again.
-            now_s = _CURRENT_TIME()
+            now_s = self._client._deadlines.now_s()
             for caller in self._callers:
                 if not caller.done and caller.deadline_s <= now_s:
                     self._resolve(caller, error_for(failure.status, failure.message))

@@ -31,15 +31,14 @@ from mrs.limits import (
 from mrs.model import DeliveryMode, ForceJrn, Status, Uma
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.checks import INT64, UINT64_MAX
+from mrs.protocol.event_types import CONFIRM, GET, PUT
 from mrs.protocol.post_init import build_unchecked_from
 
-# Read per request: `Final`, so each is a C static once compiled.
+# Read per request: `Final`, so each is a C static once compiled (the event
+# classes are mrs.protocol.event_types' statics).
 _INT64_MIN: Final = INT64[0]
 _INT64_MAX: Final = INT64[1]
 _UINT64_MAX: Final = UINT64_MAX
-_PUT: Final = wire.Put
-_GET: Final = wire.Get
-_CONFIRM: Final = wire.Confirm
 _DELIVERY_MODE: Final = DeliveryMode
 _UMA: Final = Uma
 _FORCE_JRN: Final = ForceJrn
@@ -105,7 +104,7 @@ def put_request(
         optional = (msg_class, msg_type, priority, timeout_ms, correlation_id, resp_q, headers)
         if optional == (0, 0, 0, 0, b"", "", None):  # all at their defaults: most puts
             return build_unchecked_from(  # the fields as a tuple: no star call
-                _PUT,
+                PUT,
                 (request_id, target, body, int(delivery), int(uma), 0, 0, 0, 0, b"", "", None),
             )
         unchecked = (  # headers, free-form, are still looked into (FieldRefused if not plain)
@@ -140,7 +139,7 @@ _UNCHECKED_PUT = functools.partial(build_unchecked, wire.Put)
 def get_request(request_id: int, timeout_ms: Any) -> wire.Get:
     """The Get; its one field from the caller checked here (-1 .. 2**63-1 ms)."""
     if type(timeout_ms) is int and -1 <= timeout_ms <= _INT64_MAX:
-        return build_unchecked_from(_GET, (request_id, timeout_ms))
+        return build_unchecked_from(GET, (request_id, timeout_ms))
     return built(wire.Get, request_id, timeout_ms)
 
 
@@ -153,5 +152,5 @@ def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any)
         and confirm_value == 0
         and type(force_j) is _FORCE_JRN
     ):
-        return build_unchecked_from(_CONFIRM, (request_id, seq, 0, int(force_j)))
+        return build_unchecked_from(CONFIRM, (request_id, seq, 0, int(force_j)))
     return built(wire.Confirm, request_id, seq, confirm_value, int(force_j))
