@@ -57,3 +57,17 @@ def test_a_closed_descriptor_is_an_os_error() -> None:
 @pytest.mark.skipif(sys.platform != "linux", reason="statx is Linux's")
 def test_on_linux_identities_are_read_without_timestamps() -> None:
     assert file_identity.narrow()
+
+
+def test_without_statx_identities_come_from_os_stat(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(file_identity._STATX, "function", None)  # a system without statx
+    path = tmp_path / "data.mdb"
+    path.write_bytes(b"x")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert not file_identity.narrow()
+        assert file_identity.of_path(str(path)) == _stat_identity(os.stat(path))
+        path.unlink()
+        assert file_identity.of_fd(fd).links == 0
+    finally:
+        os.close(fd)
