@@ -11,9 +11,9 @@ tmpfs. This module measures, in one run and on one directory of one disk:
 3. recoverable WF_DQF puts/s through a real `mrs serve` process, for each client
    count asked for (each client its own connection, one put at a time), plus a
    pipelined run of 4 connections x 32 tasks in flight on each;
-   AK_DQF puts in the pipelined shape: 4 connections x 32 puts whose MRS_ACK has
-   not come yet, each connection's MRS_ACKs got by one reader, compared with the
-   pipelined WF_DQF row (the AK row's "x the WF_DQF puts" line);
+   AK_DQF puts in the pipelined shape: 4 connections x 32 tasks, each putting and
+   then getting one MRS_ACK (so at most 32 puts per connection unacknowledged),
+   compared with the pipelined WF_DQF row (the AK row's "x the WF_DQF puts" line);
 4. the same 32-client WF_DQF puts across a link: clients on group 1, target queue
    in group 2 (two real servers, the link through a `FaultProxy`, as `LinkedBus`
    builds them), with group 2's messages per commit;

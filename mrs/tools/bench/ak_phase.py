@@ -3,12 +3,17 @@
 Part of `mrs bench` (see mrs/tools/bench/__init__.py for what it measures and why).
 
 An AK put returns at once; the durable answer is the MRS_ACK (class 28, type -801,
-body = the PSB) the server queues on the sender's own queue after the commit. This
-phase keeps `tasks_per_connection` puts per connection whose MRS_ACK has not come
-yet, as the WF row keeps that many WF puts in flight, so the two rows compare the
-same window. It is written the way an AK producer should be: one reader per
-connection gets the MRS_ACKs (the server lends them ahead, clients.get_pool) and
-frees a window slot per ack; no task waits on an event of its own per put.
+body = the PSB) the server queues on the sender's own queue after the commit. Each
+of the `tasks_per_connection` tasks of a connection puts, then gets one MRS_ACK off
+the sender queue (any put's: they come in commit order), then puts again; so a
+connection has at most that many puts unacknowledged, as the WF row has that many
+WF puts in flight, and the two rows compare the same window. It is written the way
+an AK producer should be (docs/client-library.md): the task that put takes an ack
+itself, so every put costs one task switch for its answer and one for an ack that
+the server lends in the same frame as the commit's others (clients.get_pool). The
+earlier shape, a `trio.Semaphore` slot per put given back by one reader task per
+connection, cost a third switch per put (reader, then putter): 0.65 of WF against
+0.77 (benchmarks/README.md, twenty-second session).
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import time
 import trio
 
 from mrs.tools.bench.results import (
-    E2E_GET_TIMEOUT_S,
     LOCAL_GROUP,
     SENDER_QUEUE_FIRST,
     TARGET_QUEUE,
@@ -29,19 +33,16 @@ from mrs.tools.bench.servers import Servers, _Failures, _Monitors
 
 
 class _AckWindow:
-    """One connection's puts whose MRS_ACK has not come: put time by seq, bounded by
-    the window (a semaphore slot per put, given back by its ack)."""
+    """One connection's puts whose MRS_ACK has not come: put time by seq."""
 
-    def __init__(self, window: int) -> None:
-        self.room = trio.Semaphore(window)
+    def __init__(self) -> None:
         self.put_at: dict[int, float] = {}
         self.acked_early: set[int] = set()
         """MRS_ACKs read before their put's task resumed (same connection, one loop)."""
 
 
 class _AkRun:
-    """What every connection's putters and ack reader share: the body, the deadline
-    and the tallies."""
+    """What every connection's putters share: the body, the deadline and the tallies."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
@@ -53,16 +54,13 @@ class _AkRun:
         self.failures = _Failures()
 
     async def putter(self, client, window: _AckWindow) -> None:
-        """AK_DQF puts, each once a window slot is free, until the deadline."""
+        """AK_DQF puts until the deadline, each followed by taking one MRS_ACK off the
+        sender queue (any put's: so at most one put per task is unacknowledged)."""
         from clients import DeliveryMode, MrsError, Status, Uma
 
         await self.start.wait()
         perf = time.perf_counter
-        while True:
-            await window.room.acquire()
-            began = perf()
-            if began >= self.deadline:
-                return
+        while (began := perf()) < self.deadline:
             try:
                 psb = await client.put(
                     self.body, target=self.target, delivery=DeliveryMode.AK_DQF, uma=Uma.DLJ
@@ -70,39 +68,34 @@ class _AkRun:
             except MrsError as error:
                 self.failures.add(f"{type(error).__name__}: {error}")
                 return
-            if psb.status != Status.SUCCESS:
+            if psb.status != Status.SUCCESS:  # refused: no MRS_ACK will come
                 self.failures.add(f"AK put refused: {psb!r}")
-                window.room.release()
-            elif psb.seq in window.acked_early:
+                continue
+            if psb.seq in window.acked_early:
                 window.acked_early.discard(psb.seq)
                 self.latencies.append(perf() - began)
             else:
                 window.put_at[psb.seq] = began
+            # no timeout: the phase ends by cancelling every task at the deadline
+            self._acknowledged(await client.get(), window, perf)
 
-    async def ack_reader(self, client, window: _AckWindow) -> None:
-        """Get the MRS_ACKs; count those reporting (SUCCESS, STORED) in the window."""
-        from clients import MrsTimeout, NoMoreMessages, Status
+    def _acknowledged(self, message, window: _AckWindow, perf) -> None:
+        """One MRS_ACK read: its put's latency and whether it reports (SUCCESS, STORED)."""
+        from clients import Status
 
-        perf = time.perf_counter
-        while True:
-            try:
-                message = await client.get(timeout=E2E_GET_TIMEOUT_S)
-            except (MrsTimeout, NoMoreMessages):
-                continue
-            if not message.is_mrs_ack:
-                self.failures.add(f"not an MRS_ACK on the sender queue: {message.msg_class}")
-                continue
-            psb = message.ack_psb()
-            began = window.put_at.pop(psb.seq, None)
-            if began is None:
-                window.acked_early.add(psb.seq)
-            else:
-                self.latencies.append(perf() - began)
-            if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
-                self.stored += perf() <= self.deadline
-            else:
-                self.failures.add(repr(psb))
-            window.room.release()
+        if not message.is_mrs_ack:
+            self.failures.add(f"not an MRS_ACK on the sender queue: {message.msg_class}")
+            return
+        psb = message.ack_psb()
+        began = window.put_at.pop(psb.seq, None)
+        if began is None:
+            window.acked_early.add(psb.seq)
+        else:
+            self.latencies.append(perf() - began)
+        if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
+            self.stored += perf() <= self.deadline
+        else:
+            self.failures.add(repr(psb))
 
 
 async def _ak_phase(
@@ -116,7 +109,7 @@ async def _ak_phase(
 
     async def connection(index: int, *, task_status) -> None:
         queue = f"{LOCAL_GROUP}.{SENDER_QUEUE_FIRST + index}"
-        window = _AckWindow(tasks_per_connection)
+        window = _AckWindow()
         address = servers.addresses[LOCAL_GROUP]
         async with (
             connect(address, queue=queue, program=f"mrs bench ak {index}") as client,
@@ -124,7 +117,6 @@ async def _ak_phase(
         ):
             for _ in range(tasks_per_connection):
                 nursery.start_soon(run.putter, client, window)
-            nursery.start_soon(run.ack_reader, client, window)
             task_status.started()
 
     async with contextlib.AsyncExitStack() as stack:
