@@ -16,7 +16,6 @@ old kernel or C library), where the times are not marked anyway.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -43,7 +42,7 @@ class Identity(NamedTuple):
 
 def _libc_statx():  # -> the C function, or None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own C library
         function = libc.statx
     except (OSError, AttributeError):
         return None
