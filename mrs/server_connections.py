@@ -170,6 +170,11 @@ class ServerConnections:
         try:
             events, still_open = await session.receive_events()
             self._dispatch_all(session, events)
+            # Answers that wait for no commit (an AK put's, a get of a message in
+            # memory) leave now, not at the send loop's turn, which may come after a
+            # commit: an AK producer's next get then reaches the server before the
+            # commit that makes its MRS_ACKs ends.
+            session.write_now()
         except wire.ProtocolError as error:
             await self._protocol_error(session, error)
             return False

@@ -65,3 +65,34 @@ async def test_a_closed_session_is_not_kept_for_a_commit_that_never_comes(tmp_pa
                 await trio.testing.wait_all_tasks_blocked()
         assert server.answered_sessions == set()
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("delivery", "uma"), [(DeliveryMode.NN_MEM, Uma.DISC), (DeliveryMode.AK_DQF, Uma.DLJ)]
+)
+async def test_an_answer_that_waits_for_no_commit_leaves_with_the_read_that_asked(
+    tmp_path: Path, delivery: DeliveryMode, uma: Uma
+) -> None:
+    """A put whose answer needs no commit (NN, and an AK put's immediate answer) is on
+    the socket when the receive pass that read it ends, not queued for the session's
+    send loop, whose turn may come after a commit: an AK producer's next get then
+    reaches the server while that commit runs."""
+    bus = load_config(write_single_group_config(tmp_path, queues=STANDARD_QUEUES))
+    server = GroupServer(bus, bus.group(1))
+    left_queued: list[int] = []
+    receive_once = server._receive_once
+
+    async def receive_once_then_look(session) -> bool:
+        open_ = await receive_once(session)
+        left_queued.append(session.outbox_bytes)
+        return open_
+
+    server._receive_once = receive_once_then_look  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(server.run)
+        async with connect(f"{host}:{port}", "SENDER") as client:
+            for index in range(20):
+                psb = await client.put(b"%d" % index, "ANYORDER", delivery=delivery, uma=uma)
+                assert psb.status == Status.SUCCESS
+        assert len(left_queued) >= 20 and set(left_queued) == {0}
+        nursery.cancel_scope.cancel()
