@@ -13,7 +13,8 @@ itself, so every put costs one task switch for its answer and one for an ack tha
 the server lends in the same frame as the commit's others (clients.get_pool). The
 earlier shape, a `trio.Semaphore` slot per put given back by one reader task per
 connection, cost a third switch per put (reader, then putter): 0.65 of WF against
-0.77 (benchmarks/README.md, twenty-second session).
+0.77, and 0.81-0.82 once the server wrote an AK put's answer as soon as it had read
+the put (benchmarks/README.md, twenty-second session).
 """
 
 from __future__ import annotations
