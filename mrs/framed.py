@@ -82,9 +82,8 @@ class FramedStream:
         if self._grouped:  # the events queued before it go first
             self._frame_grouped()
         self.connection.send_into(event, self._outbox)  # type: ignore[arg-type]
-        if not self._ready_set:
-            self._ready_set = True
-            self._ready.set()
+        if not self._ready_set:  # one Event.set per wake-up (`_ready_set`)
+            self.wake()
 
     def answer(self, event: object) -> None:
         """Queue an answer (PutDone, Confirmed) to share one AnswerBatch frame with the
@@ -113,9 +112,8 @@ class FramedStream:
         self._grouped_bytes += size_bytes
         if len(grouped) >= GROUPED_ITEMS_MAX:
             self._frame_grouped()
-        if not self._ready_set:
-            self._ready_set = True
-            self._ready.set()
+        if not self._ready_set:  # one Event.set per wake-up (`_ready_set`)
+            self.wake()
 
     def _frame_grouped(self) -> None:
         """Frame the queued group into the outbox: one event alone as itself, more as
@@ -162,9 +160,7 @@ class FramedStream:
     async def send_loop(self) -> None:
         """Write whatever is queued, one send_all per wake-up, until cancelled."""
         while True:
-            await self._ready.wait()
-            self._ready = trio.Event()
-            self._ready_set = False
+            await self.wait_ready()
             await self.flush()  # `write` wakes whoever waits in `flushed`
 
     def write_now(self) -> None:
