@@ -263,6 +263,11 @@ async def test_ak_conf_ack_survives_a_restart_of_the_senders_group_local(make_bu
         with trio.fail_after(WAIT_S):  # AK answers at once; wait until it is durable
             while (await sender.status())["dqf_messages"] != 1:
                 await trio.sleep(0.02)
+        # The count includes a record whose commit may still be to come (a status is
+        # answered as soon as it is read); commits keep the order batches came in, so
+        # a WF put answered STORED after it means the AK_CONF record is durable too.
+        marker = await sender.put(b"marker", target="1.10", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+        assert marker.delivery_status == Status.STORED
     await trio.to_thread.run_sync(group.restart)  # SIGKILL before the receiver confirms
     async with (
         group.connect("SENDER") as sender,
