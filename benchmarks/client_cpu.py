@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--label", default="", help="a name for this run's JSON line")
     parser.add_argument(
-        "--gc-tuned", action="store_true", help="opt in: mrs.gc_tuning.tune_gc_for_throughput()"
+        "--gc-tuned", action="store_true", help="opt in: gc_tuning.tune_gc_for_throughput()"
     )
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="mrs-client-cpu-"))
@@ -102,7 +102,7 @@ def main() -> None:
     server = GroupProcess(config, 1)
     address = server.start()
     if args.gc_tuned:
-        from mrs.gc_tuning import tune_gc_for_throughput
+        from mrs.server.gc_tuning import tune_gc_for_throughput
 
         tune_gc_for_throughput()
     put_us, get_us, put_rate, get_rate = [], [], [], []

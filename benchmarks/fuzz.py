@@ -1,4 +1,4 @@
-"""Long fuzz run: the decoders of mrs.fuzz_targets under atheris (coverage-guided).
+"""Long fuzz run: the decoders of mrs.testing.fuzz_targets under atheris (coverage-guided).
 
     python benchmarks/fuzz.py TARGET [--runs N] [--seconds S] [--corpus DIR]
     python benchmarks/fuzz.py all --runs N      # each target in turn, N inputs each
@@ -13,7 +13,7 @@ saved as `crash-*` in the current directory and exit status 1; replay it with
 `python benchmarks/fuzz.py TARGET --replay crash-...`.
 
 Without atheris (it has wheels for CPython up to 3.11/3.12 on Linux), `--mutate`
-runs the same targets under mrs.fuzz_targets' pure-Python mutation loop.
+runs the same targets under mrs.testing.fuzz_targets' pure-Python mutation loop.
 
 libFuzzer ends a run with "Done N runs" on stderr; `all` sums them into one line
 `fuzz all: N inputs, F targets with findings`; `--mutate` prints
@@ -84,7 +84,7 @@ def _inputs_done(output: str) -> int:
 
 
 def _replay(target: str, path: Path) -> int:
-    from mrs.fuzz_targets import TARGETS, fuzz_mixed
+    from mrs.testing.fuzz_targets import TARGETS, fuzz_mixed
 
     TARGETS.get(target, fuzz_mixed)(path.read_bytes())
     print(f"fuzz {target}: {path} decodes or is refused with the decoder's own error")
@@ -92,7 +92,7 @@ def _replay(target: str, path: Path) -> int:
 
 
 def _mutate(options: argparse.Namespace) -> int:
-    from mrs.fuzz_targets import run_mutations
+    from mrs.testing.fuzz_targets import run_mutations
 
     started = time.monotonic()
     runs = options.runs or 1_000_000
@@ -116,7 +116,7 @@ def _atheris(options: argparse.Namespace) -> int:
     with atheris.instrument_imports(include=["mrs", "journals", "msgpack", "tomllib"]):
         import mrs.protection.envelope
         import mrs.protection.policy  # noqa: F401 - instrumented here, used lazily
-        from mrs import fuzz_targets
+        from mrs.testing import fuzz_targets
 
     run = fuzz_targets.TARGETS.get(options.target, fuzz_targets.fuzz_mixed)
     corpus = options.corpus or Path("fuzz-corpus") / options.target

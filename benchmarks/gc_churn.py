@@ -1,7 +1,7 @@
 """Connection churn against a real `mrs serve`: does its anonymous RSS keep growing?
 
 Why: `mrs serve` freezes its start-up heap and raises the collector's thresholds
-(mrs/gc_tuning.py), so full collections become rare; reference cycles that die old
+(mrs/server/gc_tuning.py), so full collections become rare; reference cycles that die old
 (a session, a cancelled scope) would then wait long to be freed. This opens and
 closes connections, each with a put and a get, and prints the server's RssAnon after
 every round, so a setting can be compared with CPython's own (`off`).

@@ -33,10 +33,10 @@ from pathlib import Path
 
 from journals import InlineWriter, JournalStore
 from mrs import protocol as wire
-from mrs.config import parse_config
-from mrs.gc_tuning import tune_gc_for_server
+from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.model import DeliveryMode, Uma
+from mrs.server.gc_tuning import tune_gc_for_server
 
 BUS = """
 [[group]]
@@ -145,7 +145,7 @@ def get_confirm(rounds: int, body: bytes) -> float:
 
 def cold(rounds: int, body: bytes) -> float:
     """CPU µs per message of get + confirm with a backlog of rounds x BATCH messages
-    stored first, so all but the queue's in-memory window go cold (mrs.backlog) and
+    stored first, so all but the queue's in-memory window go cold (mrs.group.backlog) and
     are read back from the DQF as the consumer gets to them."""
     with tempfile.TemporaryDirectory() as scratch:
         group, writer, sender, receiver = open_group(Path(scratch))

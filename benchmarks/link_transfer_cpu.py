@@ -18,9 +18,9 @@ import sys
 import time
 
 from mrs import protocol as wire
+from mrs.group.queues import Entry
 from mrs.group.transfer import entry_from_fields, transfer_fields
 from mrs.model import Address, DeliveryMode
-from mrs.queues import Entry
 
 MESSAGES_PER_TRANSFER = 256
 TRANSFERS = 40

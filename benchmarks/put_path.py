@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from journals import InlineWriter, JournalStore
-from mrs import gc_tuning
 from mrs import protocol as wire
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.model import DeliveryMode, Uma
+from mrs.server import gc_tuning
 
 BUS = """
 [[group]]

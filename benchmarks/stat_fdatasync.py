@@ -1,9 +1,9 @@
 """What a stat between commits costs the next fdatasync, on this kernel and disk.
 
 Why: the server checks before every commit that data.mdb is still the file it opened
-(mrs.datadir). On Linux 6.13 and later (multigrain timestamps), a stat that reports a
+(mrs.storage.datadir). On Linux 6.13 and later (multigrain timestamps), a stat that reports a
 file's times marks them as seen; the next write then takes a fine-grained time and
-dirties the inode, and the next fdatasync writes the inode too. mrs.file_identity
+dirties the inode, and the next fdatasync writes the inode too. mrs.storage.file_identity
 reads the identity with statx and no timestamps instead. This runs a commit-shaped
 loop (four 4 KiB pwrites at reused offsets, then fdatasync) with nothing, an
 `os.stat`, or the narrow statx between the commits, interleaved, and prints the
@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from mrs import file_identity
+from mrs.storage import file_identity
 
 PAGE_BYTES = 4096
 PAGES_PER_COMMIT = 4

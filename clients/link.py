@@ -14,9 +14,9 @@ import trio
 
 from clients.errors import ConnectionLost, MrsError, error_for
 from mrs import protocol as wire
-from mrs.framed import FramedStream, StreamClosed
 from mrs.limits import HEARTBEATS_SILENT_MAX
 from mrs.model import Status
+from mrs.transport.framed import FramedStream, StreamClosed
 
 
 @dataclass(eq=False)

@@ -91,7 +91,7 @@ class Protection:
         config (for queue names). Raises PolicyError naming the file and key."""
         bus = None
         if bus_config is not None:
-            from mrs.config import load_config
+            from mrs.config.bus import load_config
 
             bus = load_config(bus_config)
         return cls(

@@ -9,7 +9,7 @@ few fields still in doubt are checked here and the event is built unchecked. Any
 other call takes the generic check, so a bad value is refused as before: a
 `FieldRefused` (BADPARAM) naming the field.
 
-Compiled (journals.native): a put, a get and a confirm of every client pass here.
+Compiled (mrs.native.loader): a put, a get and a confirm of every client pass here.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from pathlib import Path
 import trio
 
 from clients.errors import ConnectionLost, MrsError
+from mrs.config.tls import strict_eof
 from mrs.model import Status
-from mrs.security.tls_config import strict_eof
 
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 

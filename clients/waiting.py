@@ -5,7 +5,7 @@
 (clients.get_pool). The waiting task parks itself directly (trio.lowlevel) instead
 of on a trio.Event: one request, one waiter, so the Event's parking lot is pure cost
 on the per-request path (issue 17). It lives in its own module so that it and the
-get pool can be compiled together (journals.native): a class compiled by mypyc
+get pool can be compiled together (mrs.native.loader): a class compiled by mypyc
 cannot be subclassed by interpreted code that defines `__call__`, and `_Caller`
 does.
 """

@@ -7,10 +7,6 @@ server runs on satisfies `journals.protocol.Store`, checked by one suite,
 `journals.conformance` (the LMDB store here and the simulator's in-memory store).
 """
 
-from journals import native
-
-native.install()  # first: the compiled hot path, if built and current (journals.native)
-
 from journals.record import CorruptRecord, Record, decode_record, encode_record
 from journals.store import (
     RECORD_JOURNALS,

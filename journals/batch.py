@@ -46,7 +46,7 @@ class WriteBatch:
 
     puts: list[tuple[Journal, bytes, bytes]]
     deletes: list[tuple[Journal, bytes]]
-    stream: Any = None  # any hashable; `object` here trips mypyc (journals.native)
+    stream: Any = None  # any hashable; `object` here trips mypyc (mrs.native.loader)
     guard: Callable[[], bool] | None = None
     submitted_s: float = 0.0
     """perf_counter() when handed to a writer thread (its commit_wait statistic)."""

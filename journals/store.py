@@ -108,7 +108,7 @@ class JournalStore:
         self.fault_hook = fault_hook
         self._page_dropper = residency.PageDropper(self.path / "data.mdb")
         self.grow_map: Callable[[], bool] | None = None
-        """Set by the server (mrs.journal_usage): grow the map; True if it grew."""
+        """Set by the server (mrs.storage.journal_usage): grow the map; True if it grew."""
         if not readonly:
             _owner_only(self.path)
         self.env = lmdb.open(

@@ -114,7 +114,7 @@ class InlineWriter:
 
     It trades a loop stall of one fsync per commit for having no second thread that
     must win the GIL back from the busy loop for its own Python work and after every
-    commit (see `mrs.server` for the measurement).
+    commit (see `mrs.server.group_server` for the measurement).
     """
 
     def __init__(self, store: Store, wake: Callable[[], None]) -> None:
@@ -127,7 +127,7 @@ class InlineWriter:
         """Some batch pending cannot wait: its commit should start at once."""
         self.wake_at_batches = 0
         """When this many batches are pending, call `wake` (0: never). The committer
-        arms it while it holds a commit back (mrs.commit_pacing), so the hold ends as
+        arms it while it holds a commit back (mrs.storage.commit_pacing), so the hold ends as
         soon as as many batches have come as the last commit carried."""
 
     def start(self) -> None:
@@ -140,7 +140,7 @@ class InlineWriter:
         """Queue a batch for the next commit and wake the committer: when it is the
         first one, and again when the first batch that cannot wait joins batches that
         can (`can_wait`: a batch whose answer holds nobody up, which the committer
-        may keep a moment for company, see mrs.server)."""
+        may keep a moment for company, see mrs.server.group_server)."""
         if not self._pending:
             self._first_submitted_s = time.perf_counter()
             self.urgent = not can_wait

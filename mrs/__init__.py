@@ -1,6 +1,8 @@
 """MRS: a MessageQ-style message recovery service (guaranteed delivery on trio and LMDB)."""
 
-import journals  # noqa: F401 - first: it decides whether the compiled hot path is used
+from mrs.native import loader as _native
+
+_native.install()  # first: the compiled hot path, if built and current (mrs.native)
 
 
 def __getattr__(name: str) -> str:

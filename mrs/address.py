@@ -1,4 +1,4 @@
-"""A queue's address on the bus (GROUP.QUEUE), compiled (journals.native).
+"""A queue's address on the bus (GROUP.QUEUE), compiled (mrs.native.loader).
 
 Why its own compiled module: every message carries two (source and target), and the
 server reads their `group` and `queue` about ten times per put, from compiled code.
@@ -22,7 +22,7 @@ class Address:
 
     Immutable by convention, as the frozen dataclass it replaces was by force:
     nothing assigns to an Address once made (it is a dict key, and cached by
-    `mrs.records.address_of`). Equal and hashed by (group, queue), as before."""
+    `mrs.group.records.address_of`). Equal and hashed by (group, queue), as before."""
 
     group: int
     queue: int

@@ -1,7 +1,7 @@
 """One-line operator errors and the exit statuses they end with.
 
 Why a module of its own, outside mrs/tools: the server's start-up checks
-(mrs/startup.py) raise the same `CommandError` the command-line tools do, and the
+(mrs/server/startup.py) raise the same `CommandError` the command-line tools do, and the
 server must not import the tools. The tools re-export these names from
 mrs/tools/cli_support.py, where every subcommand looks for them.
 """

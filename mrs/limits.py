@@ -46,12 +46,12 @@ OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Stop reading a client's requests while this much of its replies is unsent."""
 COMMIT_COMPANY_WAIT_S = 0.003
 """How long a commit of batches that can wait (confirms of consumers with gets parked)
-waits for one that cannot, to share its fsync (mrs.server's commit loop). Longer than
+waits for one that cannot, to share its fsync (mrs.server.group_server's commit loop). Longer than
 the gap between puts at 1,000 msgs/s: at 1 ms the wait often ran out just before the
 next put came (docs/journals.md "Group commit")."""
 COMMIT_GAP_S = 0.002
 """After a busy commit (at least COMMIT_GAP_BATCHES_MIN batches), the next one starts no
-sooner than this after it ended (mrs.commit_pacing): the loop takes in more requests
+sooner than this after it ended (mrs.storage.commit_pacing): the loop takes in more requests
 first, so fewer fsyncs stall it per message."""
 COMMIT_GAP_BATCHES_MIN = 32
 """A commit with fewer batches than this is not busy: the next one goes at once (a
@@ -59,7 +59,7 @@ lightly loaded group answers as soon as its disk allows)."""
 PUT_BATCH_ITEMS_MAX = 1000
 """Puts in one PutBatch frame at most (the client's put_many splits longer lists)."""
 PUT_GROUP_BYTES_MAX = RECEIVE_BYTES_MAX
-"""Bytes of puts a client groups into one PutBatch at most (mrs.framed `send_put`):
+"""Bytes of puts a client groups into one PutBatch at most (mrs.transport.framed `send_put`):
 about what the server takes in one receive. Why not PUT_BATCH_BYTES_MAX: the server
 handles a frame only once it has all of it, so a 1 MiB frame of a thousand puts made
 the producer and the server take turns (43k against 68k puts/s); frames of what one

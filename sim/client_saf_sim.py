@@ -28,7 +28,7 @@ import trio
 import trio.testing
 
 from clients import DeliveryMode, MrsError, Reconnect, Status, connect
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore

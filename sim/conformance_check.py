@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from mrs.delivery import UMA_FAILURE, UMA_SUCCESS
+from mrs.core.delivery import UMA_FAILURE, UMA_SUCCESS
 from mrs.model import DeliveryMode, InterestPoint, Notification, Status, Uma
 from sim.history import History, Sent, status_name, with_mrs_ack
 

@@ -14,7 +14,7 @@ import trio
 
 from journals import Journal, WriteBatch
 from journals.record import decode_record
-from mrs.config import BusConfig
+from mrs.config.bus import BusConfig
 from mrs.model import DeliveryMode, InterestPoint, Notification
 from sim.membus import SimGroup
 from sim.memstore import MemoryJournalStore

@@ -23,8 +23,8 @@ from typing import Any
 import trio
 
 from clients import connect
-from mrs.config import BusConfig, load_config
-from mrs.server import GroupServer
+from mrs.config.bus import BusConfig, load_config
+from mrs.server.group_server import GroupServer
 from sim.bus import MemoryBusShape, bus_config_text
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import trio
 import trio.testing
 
-from mrs.network import Handler
+from mrs.transport.network import Handler
 
 
 @dataclass(eq=False)

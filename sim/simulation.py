@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from clients import connect
-from mrs.config import BusConfig, parse_config
+from mrs.config.bus import BusConfig, parse_config
 from sim import workload
 from sim.checker import History
 from sim.membus import SimGroup

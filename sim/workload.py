@@ -22,7 +22,7 @@ import msgpack
 import trio
 
 from clients import DeliveryMode, MrsError, NoMoreMessages
-from mrs.delivery import supported
+from mrs.core.delivery import supported
 from mrs.model import DEAD_LETTER_QUEUE, MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status, Uma
 from sim.checker import History, Sent
 

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from clients import connect
-from mrs.config import load_config
+from mrs.config.bus import load_config
 from sim.membus import MemoryBus, MemoryGroup, MemoryLinkedBus
 from sim.processes import GroupProcess, write_single_group_config
 

@@ -10,8 +10,8 @@ import trio
 import trio.testing
 
 from clients import DeliveryMode, Status, Uma, connect
-from mrs.config import load_config
-from mrs.server import GroupServer
+from mrs.config.bus import load_config
+from mrs.server.group_server import GroupServer
 from sim.processes import write_single_group_config
 from tests.conftest import STANDARD_QUEUES
 

@@ -1,4 +1,4 @@
-"""The cold backlog (mrs.backlog) keeps arrival order whatever mix of cold and held
+"""The cold backlog (mrs.group.backlog) keeps arrival order whatever mix of cold and held
 messages arrives and however it is taken (property test against a plain list)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mrs.backlog import ColdBacklog
+from mrs.group.backlog import ColdBacklog
 
 
 @dataclass(eq=False)

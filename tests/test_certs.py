@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from mrs.config import ConfigError, load_config
+from mrs.config.bus import ConfigError, load_config
 from mrs.tools.certs import make_certs
 from tests.test_tls import write_bus
 

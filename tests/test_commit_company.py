@@ -1,5 +1,5 @@
 """A confirm that holds no consumer up waits up to COMMIT_COMPANY_WAIT_S for a batch
-that cannot wait, and shares its commit (mrs.server's commit loop, issue 17); one that
+that cannot wait, and shares its commit (mrs.server.group_server's commit loop, issue 17); one that
 may hold a consumer up is committed at once. On the in-process bus, under MockClock:
 a wait shows as virtual time passing."""
 

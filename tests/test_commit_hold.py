@@ -1,4 +1,4 @@
-"""A commit held back after a busy one (mrs.commit_pacing) goes as soon as as many
+"""A commit held back after a busy one (mrs.storage.commit_pacing) goes as soon as as many
 batches are pending as the last commit carried: a client that keeps a window of puts
 in flight has sent its whole next window by then, and holding on for the rest of the
 gap would only add to its latency. On the in-process bus, under MockClock: a hold

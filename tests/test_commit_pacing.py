@@ -1,11 +1,11 @@
-"""The inline writer's commit pacing (mrs.commit_pacing): a busy commit makes the next
+"""The inline writer's commit pacing (mrs.storage.commit_pacing): a busy commit makes the next
 one wait for the gap, a light one never does."""
 
 from __future__ import annotations
 
 import pytest
 
-from mrs.commit_pacing import CommitPacing
+from mrs.storage.commit_pacing import CommitPacing
 
 
 def test_first_commit_goes_at_once() -> None:

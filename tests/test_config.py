@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mrs.config import (
+from mrs.config.bus import (
     DEAD_LETTER_QUEUE_CONFIG,
     BusConfig,
     ConfigError,

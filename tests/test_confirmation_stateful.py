@@ -20,10 +20,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from mrs.config import QueueConfig
-from mrs.delivery import Refused, check_confirm, delivery_status_on_get
+from mrs.config.bus import QueueConfig
+from mrs.core.delivery import Refused, check_confirm, delivery_status_on_get
+from mrs.group.queues import Entry, GetWaiter, TargetQueue
 from mrs.model import Address, ConfirmStyle, DeliveryMode, Status
-from mrs.queues import Entry, GetWaiter, TargetQueue
 
 # kind of message -> (delivery mode, journaled)
 KINDS = {

@@ -115,7 +115,7 @@ async def test_system_dead_letter_header(mem_bus) -> None:
     assert (message.delivery, message.correlation_id) == (MODE.WF_DQF, b"order-17")
     assert message.headers == {"app": "billing"}
     assert before_ns <= message.put_time_ns <= after_ns
-    # A get from the DLQ is a lease (mrs.dlq_leases): it leaves only when confirmed.
+    # A get from the DLQ is a lease (mrs.group.dlq_leases): it leaves only when confirmed.
     assert message.delivery_status == Status.CONFIRMREQ and message.needs_confirm
 
 

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrs import protocol as wire
-from mrs.links import parse_link_program
 from mrs.model import Address, Status
 from mrs.protocol import PROTOCOL_VERSION, Connection, Hello, ProtocolError, Welcome
 
@@ -96,26 +95,6 @@ def test_fuzz_nested_fields_only_raise_protocol_error(role, code, fields, wrap_d
     if wrap_depth:  # the same frame buried in arrays: a wrong shape, never a crash
         payload = _nested_array(wrap_depth, payload)
     _decode_only_protocol_errors(_opened(role), _framed(payload))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(NON_ASCII_DIGITS | st.sampled_from("0123456789 +-_x"), max_size=8))
-def test_link_program_with_any_digits_parses_or_is_none(suffix) -> None:
-    program = f"group:{suffix}"
-    parsed = parse_link_program(program)
-    if suffix.isascii() and suffix.isdigit() and len(suffix) <= 5:
-        assert parsed == int(suffix)
-    else:
-        assert parsed is None
-    # and as a Hello on the wire, it decodes (the server decides, not the decoder)
-    server = Connection("server")
-    server.receive_data(Connection("client").send(Hello(PROTOCOL_VERSION, program, "link")))
-    assert server.events() == [Hello(PROTOCOL_VERSION, program, "link")]
-
-
-def test_link_program_with_thousands_of_digits_is_none() -> None:
-    assert parse_link_program("group:" + "1" * 5000) is None
-    assert parse_link_program("group:32000") == 32000
 
 
 @given(st.text(NON_ASCII_DIGITS | st.sampled_from("0123456789."), max_size=10))

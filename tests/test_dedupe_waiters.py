@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from mrs import protocol as wire
-from mrs.delivery import Refused
+from mrs.core.delivery import Refused
+from mrs.group.queues import Entry
 from mrs.model import Address, DeliveryMode, Status, Uma
-from mrs.queues import Entry
 from tests.test_group_rooms import only, open_node
 
 WAITERS_MAX = 3

@@ -1,6 +1,6 @@
 """The pure delivery rules against tables written from reference/messageq-constants.md.
 
-The expectations here are spelled out independently of `mrs.delivery`: a table of the
+The expectations here are spelled out independently of `mrs.core.delivery`: a table of the
 15 modes and the UMA rules as the reference states them.
 """
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mrs.delivery import (
+from mrs.core.delivery import (
     Refused,
     check_confirm,
     check_mode_and_uma,

@@ -11,7 +11,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrs.config import load_config
+from mrs.config.bus import load_config
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.match import Letter, value_matches

@@ -56,7 +56,7 @@ async def test_recoverable_dlq_survives_sigkill(make_bus) -> None:
 def test_a_queue_cannot_take_the_messageq_dlq_name(tmp_path) -> None:
     import pytest
 
-    from mrs.config import ConfigError, load_config
+    from mrs.config.bus import ConfigError, load_config
 
     config = tmp_path / "bus.toml"
     config.write_text(

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from clients import BadSequence, DeliveryMode, NoMoreMessages, Status, Uma
-from mrs.config import load_config
+from mrs.config.bus import load_config
 from mrs.dlq.command import _names
 from mrs.dlq.engine import Engine
 from mrs.dlq.handler import Handler, HandlerOptions
@@ -490,7 +490,7 @@ async def test_inputq_dlj_works_the_dead_letter_journal(bus, tmp_path) -> None:
 
 async def test_dlj_attempt_before_put_marks_a_repeat(bus) -> None:
     from mrs.dlq.sources import DljSource
-    from mrs.tools.journal.files import locate
+    from mrs.offline.journal_files import locate
 
     async with bus.connect(queue="SENDER") as sender:
         psb = await sender.put(b"x", target="1.50", delivery=MODE.WF_DQF, uma=Uma.DLJ)

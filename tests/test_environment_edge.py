@@ -1,5 +1,5 @@
 """The environment is read only at the CLI edge (mrs/tools); the server, the client
-library and the journals are given their switches (mrs.harness.ServeOptions)."""
+library and the journals are given their switches (mrs.server.harness.ServeOptions)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mrs.exit_status import CommandError
-from mrs.harness import (
+from mrs.server.harness import (
     FAULT_FILE_ENV,
     UNSAFE_ENV,
     WRITER_ENV,
@@ -18,9 +18,9 @@ from mrs.harness import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-EDGE = ("mrs/tools/", "mrs/audit/", "journals/native.py")
+EDGE = ("mrs/tools/", "mrs/audit/", "mrs/native/loader.py")
 """The command-line tools (mrs/tools), the Spark job's session set-up (mrs/audit), and
-the compiled hot path's MRS_PURE_PYTHON (journals.native): which code a process runs
+the compiled hot path's MRS_PURE_PYTHON (mrs.native.loader): which code a process runs
 is settled at its first import, before any edge could pass a switch, as PYTHONPATH is."""
 
 

@@ -13,10 +13,10 @@ import clients
 import clients.connection
 from mrs import errors
 from mrs import protocol as wire
-from mrs.config import ConfigError
-from mrs.delivery import Refused
+from mrs.config.bus import ConfigError
+from mrs.core.delivery import Refused
 from mrs.model import Status
-from mrs.tools.journal.selection import SelectionError
+from mrs.offline.selection import SelectionError
 from tests.client_helpers import silent_server
 
 # The statuses a client can be answered with, and the class it must raise for each.

@@ -1,4 +1,4 @@
-"""mrs.file_identity: the data-directory guard's view of a file (device, inode, links)
+"""mrs.storage.file_identity: the data-directory guard's view of a file (device, inode, links)
 must agree with os.stat's, notice a deleted or replaced file, and, on Linux, come from
 statx without timestamps (a timed stat before each commit slowed every fdatasync)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mrs import file_identity
+from mrs.storage import file_identity
 
 
 def _stat_identity(stat: os.stat_result) -> file_identity.Identity:

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from clients import DeliveryMode, MrsError, Status, Uma, connect
 from mrs import protocol as wire
-from mrs.config import ConfigError, parse_config
-from mrs.guards import GUARD_KEYS, Guards, parse_guards
+from mrs.config.bus import ConfigError, parse_config
+from mrs.config.guards import GUARD_KEYS, Guards, parse_guards
 
 MODE = DeliveryMode
 BODY = b"x" * 30_000

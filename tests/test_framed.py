@@ -1,4 +1,5 @@
-"""mrs.framed: frames queued together go out in one write; reads and handshakes are bounded."""
+"""mrs.transport.framed: frames queued together go out in one write; reads and handshakes
+are bounded."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import trio
 import trio.testing
 
 from mrs import protocol as wire
-from mrs.framed import FramedStream, StreamClosed
+from mrs.transport.framed import FramedStream, StreamClosed
 
 HEADER = struct.Struct(">I")
 

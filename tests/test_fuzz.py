@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals.record import MAGIC, CorruptRecord, Record, decode_record, encode_record
-from mrs.config import ConfigError, parse_config
-from mrs.fuzz_targets import TARGETS, fuzz_record, mutate, run_mutations, seeds
+from mrs.config.bus import ConfigError, parse_config
+from mrs.testing.fuzz_targets import TARGETS, fuzz_record, mutate, run_mutations, seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The server's collector settings (mrs.gc_tuning): the operator's switch is parsed
+"""The server's collector settings (mrs.server.gc_tuning): the operator's switch is parsed
 strictly, and tuning freezes what is alive and sets the thresholds asked for."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mrs.exit_status import EXIT_USAGE, CommandError
-from mrs.gc_tuning import GC_ENV, SERVER_GC_THRESHOLDS, thresholds_from
-from mrs.harness import serve_options_from
+from mrs.server.gc_tuning import GC_ENV, SERVER_GC_THRESHOLDS, thresholds_from
+from mrs.server.harness import serve_options_from
 
 ROOT = Path(__file__).resolve().parent.parent
 positive = st.integers(min_value=1, max_value=10**9)
@@ -54,7 +54,7 @@ def test_anything_else_is_one_line_for_the_operator(text) -> None:
 def test_tuning_freezes_what_is_alive_and_sets_the_thresholds() -> None:
     # A fresh interpreter: freezing this test process's heap would outlive the test.
     script = (
-        "import gc; from mrs.gc_tuning import tune_gc_for_server, SERVER_GC_THRESHOLDS\n"
+        "import gc; from mrs.server.gc_tuning import tune_gc_for_server, SERVER_GC_THRESHOLDS\n"
         "before = gc.get_threshold(); previous = tune_gc_for_server()\n"
         "assert previous == before, (previous, before)\n"
         "assert gc.get_threshold() == SERVER_GC_THRESHOLDS, gc.get_threshold()\n"

@@ -23,7 +23,7 @@ import pytest
 from journals import InlineWriter, Journal, JournalError, JournalStore, WriteBatch
 from journals.writer import NOT_ATTEMPTED
 from mrs import protocol as wire
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.group.link_session import PeerLink
 from mrs.model import DeliveryMode, Status, Uma
@@ -458,8 +458,8 @@ def test_drain_refused_dqf_full_backs_off_until_room(pair: LinkPair) -> None:
 @pytest.fixture
 def small_window(monkeypatch):
     """A window of 8 entries (refilled below 4), so a few dozen messages go cold."""
-    monkeypatch.setattr("mrs.queues.WINDOW_ENTRIES_MAX", 8)
-    monkeypatch.setattr("mrs.queues.REFILL_BELOW", 4)
+    monkeypatch.setattr("mrs.group.queues.WINDOW_ENTRIES_MAX", 8)
+    monkeypatch.setattr("mrs.group.queues.REFILL_BELOW", 4)
 
 
 def take_all(node: Node, queue: str, count: int) -> list[wire.Delivery]:

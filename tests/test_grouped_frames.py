@@ -1,4 +1,4 @@
-"""Frames shared by many requests or answers (mrs.framed's groups): the puts a client
+"""Frames shared by many requests or answers (mrs.transport.framed's groups): the puts a client
 has ready together go out in one PutBatch, and the PutDones and Confirmeds a server
 has ready together go to a client that reads them in one AnswerBatch; each put and
 each answer still counts as if it had come alone, in the order it was made. A client
@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from mrs import protocol as wire
-from mrs.config import load_config
-from mrs.framed import FramedStream
+from mrs.config.bus import load_config
 from mrs.limits import ANSWER_BATCH_ITEMS_MAX, PUT_GROUP_BYTES_MAX
-from mrs.server import GroupServer
+from mrs.server.group_server import GroupServer
+from mrs.transport.framed import FramedStream
 from sim.processes import write_single_group_config
 from tests.conftest import STANDARD_QUEUES
 from tests.test_framed import opened_pair

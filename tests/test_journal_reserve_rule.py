@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrs import journal_measure, journal_reserve
-from mrs.journal_reserve import RECORD_OVERHEAD_BYTES, JournalReserve
 from mrs.limits import RESERVE_MEASURE_INTERVAL_S
+from mrs.storage import journal_measure, journal_reserve
+from mrs.storage.journal_reserve import RECORD_OVERHEAD_BYTES, JournalReserve
 
 CAP_BYTES = 256 << 10
 RESERVE_BYTES = 32 << 10

@@ -18,10 +18,10 @@ import trio
 
 from clients import DeliveryMode, Status, Uma, connect
 from journals import Journal, JournalStore, Record, seq_key
-from mrs.config import load_config
+from mrs.config.bus import load_config
+from mrs.offline.selection import filter_from_args
 from mrs.tools.cli import build_parser, main
 from mrs.tools.journal.replay import replay_key
-from mrs.tools.journal.selection import filter_from_args
 from tests.client_helpers import take_all
 from tests.conftest import STANDARD_QUEUES
 from tests.journal_helpers import (

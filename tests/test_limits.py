@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import mrs.limits as limits
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_NAMES = {name for name in vars(limits) if name.isupper()}

@@ -1,4 +1,4 @@
-"""The compiled hot path (journals.native) is used only while its build matches every
+"""The compiled hot path (mrs.native.loader) is used only while its build matches every
 source, all modules or none, and a process can always be told to run the sources.
 
 In process: the decision, over a scratch checkout with a hand-made manifest. Real
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from journals import native, native_build
-from journals.native import (
+from mrs.native import build as native_build
+from mrs.native import loader as native
+from mrs.native.build import _module_name
+from mrs.native.loader import (
     COMPILED_MODULES,
     MANIFEST_NAME,
     PURE_PYTHON_ENV,
@@ -25,7 +27,6 @@ from journals.native import (
     source_digests,
     source_file,
 )
-from journals.native_build import _module_name
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def test_no_build_or_a_broken_one_runs_the_sources(checkout: Path) -> None:
     (build_dir(checkout) / "mrs/queues.so").unlink()
     state = inspect_build(checkout)
     assert (state.status, state.files) == ("absent", {})
-    assert "mrs.queues" in state.reason
+    assert "mrs.group.queues" in state.reason
     manifest.write_text("{not json")
     assert inspect_build(checkout).status == "absent"
     manifest.unlink()
@@ -99,7 +100,7 @@ def test_built_files_are_named_as_the_modules_they_hold(tmp_path: Path) -> None:
 
 
 def _imported_file(module: str, env: dict[str, str]) -> str:
-    code = f"import {module} as m, journals.native as n; print(n.STATE.status, m.__file__)"
+    code = f"import {module} as m, mrs.native.loader as n; print(n.STATE.status, m.__file__)"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

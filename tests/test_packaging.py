@@ -10,7 +10,7 @@ import tomllib
 from importlib import metadata, resources
 from pathlib import Path
 
-from mrs.config import load_config
+from mrs.config.bus import load_config
 from mrs.model import DeliveryMode, Status, Uma
 
 ROOT = Path(__file__).resolve().parent.parent

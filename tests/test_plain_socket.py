@@ -1,4 +1,4 @@
-"""`mrs.plain_socket.receive_plain`, the servers' and clients' read of a plain TCP
+"""`mrs.transport.plain_socket.receive_plain`, the servers' and clients' read of a plain TCP
 connection, must behave as `trio.SocketStream.receive_some` does in every case a
 connection meets: data, a wait for data, EOF, a reset, a socket closed before or
 during the read, and a caller cancelled while data is there. Each case runs against
@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from mrs.plain_socket import receive_plain, send_all_plain
+from mrs.transport.plain_socket import receive_plain, send_all_plain
 
 MAX_BYTES = 65536
 

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clients.protection import Protection, ProtectionRefused
-from mrs.fuzz_targets import mutate
 from mrs.model import Address, Message
 from mrs.protection.dead_letter import DeadLetterProtection, DeadLetterRefused
 from mrs.protection.envelope import MAGIC, Quality, is_protected, open_envelope, seal
 from mrs.protection.errors import MQRC_NOT_AUTHORIZED, PolicyError, ProtectionError
 from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
 from mrs.protection.policy import Policy, load_policies, parse_policies
+from mrs.testing.fuzz_targets import mutate
 
 NAMES = ("SHOP", "BILLING", "AUDITOR", "MALLORY", "NYC")
 
@@ -261,7 +261,7 @@ FUZZ_INPUTS = 3000
 
 
 def test_mutated_envelopes_open_or_raise_protection_error(keys, keyring) -> None:
-    """Byte-level mutations (mrs.fuzz_targets' mutator) of real envelopes: each opens
+    """Byte-level mutations (mrs.testing.fuzz_targets' mutator) of real envelopes: each opens
     to exactly what was sealed or raises ProtectionError, never anything else."""
     shop, billing = ids(keys)["SHOP"], ids(keys)["BILLING"]
     recipients = [keyring.get("BILLING"), keyring.get("AUDITOR")]

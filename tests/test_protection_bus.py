@@ -28,7 +28,7 @@ from clients import (
 )
 from journals import Journal, JournalStore
 from mrs.audit import scan
-from mrs.config import load_config
+from mrs.config.bus import load_config
 from mrs.protection import is_protected
 from mrs.protection.envelope import open_envelope
 from mrs.protection.errors import MQRC_SECURITY_ERROR

@@ -764,7 +764,7 @@ def test_a_link_hello_carries_the_group_as_a_field():
 
 
 def test_the_group_bound_is_the_configs():
-    from mrs.config import GROUP_ID_MAX
+    from mrs.config.bus import GROUP_ID_MAX
 
     assert Hello._rules[3][2].hi == GROUP_ID_MAX
 

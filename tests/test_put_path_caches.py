@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from journals import InlineWriter, Journal, JournalStore, WriteBatch
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 from mrs.errors import Refused
 from mrs.group import context as context_module
 from mrs.group.context import GroupContext
-from mrs.idempotency import AppKeys, blake2b_fingerprint, fingerprint, pack_value
+from mrs.group.idempotency import AppKeys, blake2b_fingerprint, fingerprint, pack_value
 from mrs.model import Address
 
 BUS = """

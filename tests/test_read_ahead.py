@@ -16,10 +16,10 @@ import trio.testing
 import clients
 from clients import DeliveryMode, PutItem, Status, Uma, connect
 from mrs import protocol as wire
-from mrs.config import QueueConfig
+from mrs.config.bus import QueueConfig
+from mrs.group.queues import Entry, TargetQueue
 from mrs.limits import LENT_BYTES_MAX, LENT_REMEMBERED_MAX, READ_AHEAD_MAX
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, Psb
-from mrs.queues import Entry, TargetQueue
 
 SENDER_QUEUE_ID = 13
 ANYORDER_QUEUE_ID = 11

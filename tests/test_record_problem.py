@@ -1,4 +1,4 @@
-"""Which journal records can become queue entries (mrs.quarantine.record_problem): the
+"""Which journal records can become queue entries (mrs.group.quarantine.record_problem): the
 one-expression answer for sound records must agree with the checks that word a
 problem, or a tampered record would be delivered (or a sound one quarantined)."""
 
@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from journals.record import Record
+from mrs.group.quarantine import U32_MAX, _worded_record_problem, record_problem
 from mrs.model import DeliveryMode
-from mrs.quarantine import U32_MAX, _worded_record_problem, record_problem
 
 MODES = [int(mode) for mode in DeliveryMode]
 FIELD_VALUES = st.one_of(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from mrs.refusals import RefusalLog
+from mrs.core.refusals import RefusalLog
 from mrs.security.tls import TlsNetwork
 
 
@@ -58,7 +58,7 @@ def test_the_key_decides_what_one_line_stands_for(caplog) -> None:
 
 
 def test_the_key_table_is_bounded(monkeypatch) -> None:
-    monkeypatch.setattr("mrs.refusals.REFUSAL_KEYS_MAX", 8)
+    monkeypatch.setattr("mrs.core.refusals.REFUSAL_KEYS_MAX", 8)
     refusals = RefusalLog(logging.getLogger("t.bounded"), clock_s=_Clock())
     for peer in range(100):
         refusals.refused("accept", str(peer), "refused")

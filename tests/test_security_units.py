@@ -12,10 +12,10 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mrs.config.auth import parse_auth
 from mrs.model import Status
 from mrs.security import creds as store
 from mrs.security import scram
-from mrs.security.config import parse_auth
 from mrs.security.handshake import AuthFailed, FrameReader, auth_message
 from mrs.security.permissions import (
     ADMIN_RIGHTS,
@@ -195,7 +195,7 @@ async def test_any_bytes_decode_to_a_frame_or_an_auth_failure(data) -> None:
 
 
 def _gate(tmp_path, grants: Permissions):
-    from mrs.config import parse_config
+    from mrs.config.bus import parse_config
     from mrs.security.authority import Authority
     from mrs.security.gate import Gate
 
@@ -225,7 +225,7 @@ def _put(target: str):
 
 
 def test_a_repeated_denial_is_logged_once_a_second_not_once_a_request(tmp_path, caplog) -> None:
-    from mrs.delivery import Refused
+    from mrs.core.delivery import Refused
 
     _, gate = _gate(tmp_path, Permissions(put=("1.10",)))
     for _ in range(100):
@@ -238,7 +238,7 @@ def test_a_repeated_denial_is_logged_once_a_second_not_once_a_request(tmp_path, 
 
 
 def test_remembered_answers_are_forgotten_when_the_credentials_reload(tmp_path) -> None:
-    from mrs.delivery import Refused
+    from mrs.core.delivery import Refused
 
     authority, gate = _gate(tmp_path, Permissions(put=("1.10",)))
     gate.check(_Session, _put("1.10"))  # allowed, and remembered

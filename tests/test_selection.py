@@ -13,10 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals import Journal, Record
-from mrs.config import parse_config
-from mrs.tools.cli import build_parser
-from mrs.tools.journal.pacing import Pacer, parse_rate
-from mrs.tools.journal.scalars import (
+from mrs.config.bus import parse_config
+from mrs.offline.scalars import (
     SelectionError,
     parse_bytes_pattern,
     parse_duration_ns,
@@ -24,7 +22,9 @@ from mrs.tools.journal.scalars import (
     parse_reason,
     parse_time_ns,
 )
-from mrs.tools.journal.selection import filter_from_args, queue_matcher
+from mrs.offline.selection import filter_from_args, queue_matcher
+from mrs.tools.cli import build_parser
+from mrs.tools.journal.pacing import Pacer, parse_rate
 
 NOW = 1_700_000_000_000_000_000
 UNITS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}

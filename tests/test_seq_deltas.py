@@ -1,4 +1,4 @@
-"""mrs.seq_deltas keeps any 64-bit seqs in arrival order, exactly, at 4 bytes per seq
+"""mrs.group.seq_deltas keeps any 64-bit seqs in arrival order, exactly, at 4 bytes per seq
 when each follows the one before closely (property test against a plain list)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from array import array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mrs import seq_deltas
-from mrs.seq_deltas import ESCAPE, SeqDeltas
+from mrs.group import seq_deltas
+from mrs.group.seq_deltas import ESCAPE, SeqDeltas
 
 SEQ_MAX = (1 << 64) - 1
 step = st.one_of(

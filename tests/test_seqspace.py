@@ -9,7 +9,7 @@ import pytest
 
 from clients import DeliveryMode, Status, Uma, connect
 from journals import Journal, JournalStore, WriteBatch, queue_key
-from mrs.seqspace import (
+from mrs.core.seqspace import (
     COUNTER_MAX,
     GROUP_SHIFT,
     RESERVE_FIRST,

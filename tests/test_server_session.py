@@ -9,7 +9,7 @@ import pytest
 
 from mrs import protocol as wire
 from mrs.protocol.checks import PROTOCOL_VERSION
-from mrs.server_session import ServerSession
+from mrs.server.session import ServerSession
 
 
 def _session_with_a_put_in_flight() -> tuple[ServerSession, bytes]:

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from journals import Record
 from mrs import protocol as wire
 from mrs.group.delivery_event import delivery_event, fits_a_delivery
+from mrs.group.quarantine import _worded_record_problem, record_problem
+from mrs.group.queues import Entry
+from mrs.group.records import record_sound
 from mrs.group.recovery import reloaded_entry
 from mrs.model import Address, DeliveryMode, Status
-from mrs.quarantine import _worded_record_problem, record_problem
-from mrs.queues import Entry
-from mrs.records import record_sound
 from tests.test_records_encode import plain_values
 
 _ENCODE = msgspec.msgpack.Encoder().encode

@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 from clients import DeliveryMode, Status, Uma, connect_sync
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 from mrs.group import UNSAFE_POSSDUPL_ALWAYS
-from mrs.harness import UNSAFE_ENV, unsafe_from
-from mrs.server import GroupServer
+from mrs.server.group_server import GroupServer
+from mrs.server.harness import UNSAFE_ENV, unsafe_from
 
 
 def test_the_server_never_reads_the_environment(monkeypatch, tmp_path) -> None:

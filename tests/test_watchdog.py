@@ -9,8 +9,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrs.guards import Guards
-from mrs.watchdog import Liveness, watch
+from mrs.config.guards import Guards
+from mrs.transport.watchdog import Liveness, watch
 
 GUARDS = Guards(
     heartbeat_interval_s=1.0,

@@ -191,7 +191,7 @@ def test_status_table_screenshot(bus: Path, tmp_path: Path) -> None:
     import trio
     from rich.console import Console
 
-    from mrs.config import load_config
+    from mrs.config.bus import load_config
     from mrs.tools.bus_status import GroupView, fetch_all
     from mrs.tools.status_render import render
 

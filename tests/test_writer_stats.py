@@ -26,7 +26,7 @@ def test_the_writer_reports_how_long_writes_wait_for_their_commit(tmp_path, monk
 def test_the_after_commit_growth_check_reads_the_fill_usage_reports(tmp_path) -> None:
     """grow_if_needed (after every commit) reads the map's fill without counting
     records; it must see what usage() sees, and grow once 75% of the map is used."""
-    from mrs.journal_usage import UsageWatch, usage
+    from mrs.storage.journal_usage import UsageWatch, usage
 
     store = JournalStore(tmp_path / "j", 1 << 20)
     watch = UsageWatch(store, cap_bytes=8 << 20, group_id=1)

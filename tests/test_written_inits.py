@@ -10,11 +10,11 @@ import ast
 
 import pytest
 
-from journals.native import source_root
+from mrs.native.loader import source_root
 
 WRITTEN_OUT = [
-    ("mrs/queues.py", "Entry"),
-    ("mrs/queues.py", "GetWaiter"),
+    ("mrs/group/queues.py", "Entry"),
+    ("mrs/group/queues.py", "GetWaiter"),
     ("journals/record.py", "Record"),
     ("journals/batch.py", "WriteBatch"),
     ("mrs/group/reply.py", "PutReply"),

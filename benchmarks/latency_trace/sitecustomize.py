@@ -58,7 +58,7 @@ def _queue(stream: object, request_id: int) -> None:
 
 
 def _install_streams() -> None:
-    from mrs import framed
+    from mrs.transport import framed
 
     receive_events = framed.FramedStream.receive_events
     take = framed.FramedStream.take
@@ -89,7 +89,8 @@ def _install_streams() -> None:
 def _install_server() -> None:
     from journals import writer
     from mrs import protocol as wire
-    from mrs import server_dispatch, server_session
+    from mrs.server import dispatch as server_dispatch
+    from mrs.server import session as server_session
 
     dispatch = server_dispatch.ServerDispatch._dispatch
     commit_pending = writer.InlineWriter.commit_pending

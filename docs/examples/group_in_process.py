@@ -18,7 +18,7 @@ from pathlib import Path
 
 from journals import InlineWriter, Journal, JournalStore
 from mrs import protocol as wire
-from mrs.config import parse_config
+from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.model import DeliveryMode, Status, Uma
 

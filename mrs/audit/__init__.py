@@ -2,6 +2,9 @@
 
 `from mrs.audit import register; register(spark)` registers both formats with a
 SparkSession. The Parquet writer (`mrs.audit.parquet`) needs pyarrow only.
+
+Layer: command side (above `server`); may import `offline`, `config` and the
+vocabulary, `clients` and `journals`; nothing the server runs imports it.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     if args.config is not None:
         if args.data_dir:
             raise AuditUsageError("give --config (with --group) or --data-dir, not both")
-        from mrs.config import load_config
+        from mrs.config.bus import load_config
 
         bus = load_config(args.config)
         try:

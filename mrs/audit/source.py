@@ -112,7 +112,7 @@ def infer_group(path: str) -> int:
 def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
     """(data dir, group) pairs named by the options."""
     if "config" in options:
-        from mrs.config import ConfigError, load_config
+        from mrs.config.bus import ConfigError, load_config
 
         try:
             bus = load_config(options["config"])

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mrs.dlq.table import Action, Rule
-from mrs.dlq_leases import CONTEXT_HEADER, POSSIBLE_DUPLICATE_HEADER
+from mrs.group.dlq_leases import CONTEXT_HEADER, POSSIBLE_DUPLICATE_HEADER
+from mrs.group.records import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
 from mrs.model import DeliveryMode, Message, Status, Uma
-from mrs.records import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
 
 
 class NoTarget(Exception):

@@ -6,7 +6,7 @@ the numbers the dead-letter header and the message carry. Numbers are accepted a
 
 from __future__ import annotations
 
-from mrs import deadletter
+from mrs.core import deadletter
 from mrs.model import Status
 
 MQRC = {name: value for name, value in vars(deadletter).items() if name.startswith("MQRC_")}

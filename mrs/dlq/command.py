@@ -66,7 +66,7 @@ def _run_handler(args: argparse.Namespace, table) -> int:
     import trio
 
     from clients import ConnectionLost, MrsError
-    from mrs.config import load_config
+    from mrs.config.bus import load_config
     from mrs.dlq.engine import Engine
     from mrs.dlq.handler import Handler, HandlerOptions
     from mrs.dlq.report import Reporter
@@ -81,7 +81,7 @@ def _run_handler(args: argparse.Namespace, table) -> int:
     input_q = (control.input_q or "").strip()
     dlj = None
     if input_q.upper() == "DLJ":
-        from mrs.tools.journal.files import JournalsNotFound, locate
+        from mrs.offline.journal_files import JournalsNotFound, locate
 
         where = argparse.Namespace(config=args.config, group=args.group, data_dir=None)
         try:

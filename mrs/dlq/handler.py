@@ -2,7 +2,7 @@
 
 One connection attached to the group's DLQ (queue 96). The dead letters come from a
 source (`mrs.dlq.sources`): the DLQ itself, where every get is a lease
-(`mrs.dlq_leases`) that goes back to the DLQ if the handler dies, or the DLJ. A
+(`mrs.group.dlq_leases`) that goes back to the DLQ if the handler dies, or the DLJ. A
 message is removed only after its DISCARD is decided or its FWD/RETRY put was
 acknowledged as stored. Each message is worked by its own task; at most `window`
 actions are in flight, and at most `seen_max` messages are held (the bounded record
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import trio
 
 from clients import ConnectionLost, MrsError, connect
-from mrs.config import BusConfig
+from mrs.config.bus import BusConfig
 from mrs.dlq.actions import NoTarget, plan_put, target_text, uma_for
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter

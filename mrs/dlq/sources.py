@@ -1,7 +1,7 @@
 """Where the handler's dead letters come from: the group's DLQ, or its DLJ.
 
 The DLQ (`DlqSource`): every get is a lease, removing is the confirm (see
-`mrs.dlq_leases`). The DLJ (`DljSource`, `INPUTQ(DLJ)`): the group's dead letter
+`mrs.group.dlq_leases`). The DLJ (`DljSource`, `INPUTQ(DLJ)`): the group's dead letter
 journal, read from its LMDB environment while the server runs (as `mrs jplay` does);
 a record is removed only after its action is durable (DISCARD, or a FWD/RETRY put
 acknowledged as stored). Before each put the attempt is committed, so a handler killed
@@ -21,10 +21,10 @@ import trio
 
 from clients import MrsTimeout, NoMoreMessages, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
-from mrs.deadletter import dead_letter_header
+from mrs.core.deadletter import dead_letter_header
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
-from mrs.tools.journal.files import GroupJournals, open_store, scan, seq_of_key
-from mrs.tools.journal.selection import RecordFilter
+from mrs.offline.journal_files import GroupJournals, open_store, scan, seq_of_key
+from mrs.offline.selection import RecordFilter
 
 SCAN_CHUNK = 1000
 LOCK_FILE = "dlq-handler-dlj.lock"

@@ -4,6 +4,10 @@ The public names: `Group` (the switchboard the server talks to), the link sessio
 and its trio driver, and the harness switches. Each room is a module of this
 package: context, sequence, dqf, umas, outbound, drain, inbound, notices, intake,
 handover, recovery; links in link_session (sans-I/O) and link_driver (trio).
+
+Layer: socket-free except the link dialer; may import `protection`, `transport`,
+`config`, `storage`, `protocol`, `core` and the root vocabulary, never `security`,
+`ops` or `server`.
 """
 
 from mrs.group.context import (

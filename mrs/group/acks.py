@@ -25,12 +25,12 @@ import msgpack
 from journals import Journal, JournalError, WriteBatch
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers
+from mrs.group.queues import Entry
+from mrs.group.records import mrs_ack_entry
 from mrs.group.transfer import LINK_LOST, transfer_fields
 from mrs.limits import ACKS_OWED_PER_PEER_MAX as ACKS_OWED_PER_PEER_MAX
 from mrs.limits import RECENT_ACKS_MAX as RECENT_ACKS_MAX
 from mrs.model import Address
-from mrs.queues import Entry
-from mrs.records import mrs_ack_entry
 
 log = logging.getLogger("mrs.ack_waits")
 

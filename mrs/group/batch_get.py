@@ -23,15 +23,15 @@ import msgspec
 
 from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
-from mrs.delivery import Refused
+from mrs.core.delivery import Refused
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
 from mrs.group.handover import Handover
+from mrs.group.queues import Entry, TargetQueue
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import DELIVERY_BATCH
-from mrs.queues import Entry, TargetQueue
 
 _MARKS: Final = Journal.MARKS
 """Looked up once: a class attribute is a generic lookup in compiled code."""

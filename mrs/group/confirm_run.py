@@ -1,5 +1,5 @@
 """The confirms of one receive share one write batch, one commit callback and one
-serve of the queue's parked gets (compiled: journals.native).
+serve of the queue's parked gets (compiled: mrs.native.loader).
 
 Why: a consumer that confirms each message on its own sends one Confirm per message,
 and a busy one's Confirms arrive by the hundred in one receive. Each built its own
@@ -22,7 +22,7 @@ from typing import Final
 
 from journals import Journal, WriteBatch
 from mrs.group.context import Session
-from mrs.queues import Entry, TargetQueue
+from mrs.group.queues import Entry, TargetQueue
 
 _DQF: Final = Journal.DQF
 _MARKS: Final = Journal.MARKS

@@ -17,12 +17,12 @@ from typing import Final, Protocol
 
 from journals import GroupCommitWriter, InlineWriter
 from journals.protocol import Store
-from mrs.config import BusConfig, GroupConfig
-from mrs.config_model import Limits
-from mrs.delivery import Refused
+from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.schema import Limits
+from mrs.core.delivery import Refused
+from mrs.group.queues import TargetQueue
 from mrs.limits import BODIES_IN_MEMORY_PER_QUEUE_MAX as BODIES_IN_MEMORY_PER_QUEUE_MAX
 from mrs.model import Address, Status
-from mrs.queues import TargetQueue
 
 log = logging.getLogger("mrs.group")
 
@@ -91,7 +91,7 @@ class GroupContext:
     saf_count: int = 0
     corrupt: list[str] = field(default_factory=list)
     quarantined: int = 0
-    """Messages moved to the DLJ because they could not be delivered (mrs.quarantine)."""
+    """Messages moved to the DLJ because they could not be delivered (mrs.group.quarantine)."""
     epoch: int = 0
     """How many times this group has started (status and logs; not part of seqs)."""
     _resolved: _ResolvedCache = field(default_factory=lambda: _ResolvedCache(None))

@@ -12,11 +12,11 @@ from typing import Final
 
 from journals import Record
 from mrs import protocol as wire
+from mrs.group.queues import Entry
 from mrs.limits import CORRELATION_ID_BYTES_MAX, PRIORITY_MAX
 from mrs.protocol.checks import INT32, INT64
 from mrs.protocol.event_types import DELIVERY
 from mrs.protocol.post_init import build_unchecked_from
-from mrs.queues import Entry
 
 _I64_MIN: Final = INT64[0]
 _I64_MAX: Final = INT64[1]
@@ -60,9 +60,9 @@ def fits_a_delivery(record: Record) -> bool:
     in its wire range, and it has no headers (free-form: left to the full check).
 
     The record's checksum and field types were checked when it was decoded, and its
-    mode and addresses by `mrs.quarantine.record_problem`; what is left are ranges,
+    mode and addresses by `mrs.group.quarantine.record_problem`; what is left are ranges,
     tested here on native ints. Why: a consumer behind a deep queue gets every message
-    from a cold backlog (mrs.backlog), and the generic check of its Delivery was 3.9%
+    from a cold backlog (mrs.group.backlog), and the generic check of its Delivery was 3.9%
     of the server's samples in peerbench's 8P/1C end-to-end shape (issue 17). A record
     this refuses is checked as before, and refused and quarantined if it breaks a
     rule (tests/test_poison.py)."""

@@ -25,14 +25,14 @@ from journals import (
 )
 from journals.writer import NOT_ATTEMPTED
 from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, U64, GroupContext, Outcome
+from mrs.group.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys
 from mrs.group.peers import Peers
-from mrs.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys
-from mrs.journal_reserve import JournalReserve
+from mrs.group.quarantine import QUARANTINE_EXTRA
+from mrs.group.queues import Entry, GetWaiter, TargetQueue
+from mrs.group.records import encode_entry, record_from_entry
 from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import Status
-from mrs.quarantine import QUARANTINE_EXTRA
-from mrs.queues import Entry, GetWaiter, TargetQueue
-from mrs.records import encode_entry, record_from_entry
+from mrs.storage.journal_reserve import JournalReserve
 
 log = logging.getLogger("mrs.group")
 
@@ -58,9 +58,9 @@ class Dqf:
     ctx: GroupContext
     peers: Peers
     app_keys: AppKeys = field(init=False)
-    """Idempotency keys (mrs.idempotency), opened in `__post_init__`."""
+    """Idempotency keys (mrs.group.idempotency), opened in `__post_init__`."""
     reserve: JournalReserve | None = None
-    """Refuses new messages before the journal is full (mrs.journal_reserve)."""
+    """Refuses new messages before the journal is full (mrs.storage.journal_reserve)."""
     premark: Premark | None = None
     """The hand-over's `premark`/`deliver_premarked`/`unreserve` (set when wired):
     a parked get is answered from the message's own commit."""
@@ -180,7 +180,7 @@ class Dqf:
         """A message whose dedupe key was already stored is answered with the first
         copy's seq and not stored again (one in flight: answered when it lands); an
         application key reused for another body is refused KEY_REUSED
-        (mrs.idempotency); an expired one stores the message again."""
+        (mrs.group.idempotency); an expired one stores the message again."""
         if key in self._dedupe_waiting:
             if self.app_keys.inflight.get(key, digest) != digest:
                 outcome(Status.KEY_REUSED, 0, "idempotency key reused for another body")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from journals import CorruptRecord, Journal, JournalError, Record, WriteBatch, group_key, split_key
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers, PeerState
+from mrs.group.quarantine import quarantine_batch, record_problem
+from mrs.group.records import entry_from_record
 from mrs.group.transfer import (
     LINK_LOST,
     PERMANENT_REFUSALS,
@@ -26,8 +28,6 @@ from mrs.group.transfer import (
 from mrs.group.umas import Umas
 from mrs.model import Status
 from mrs.protocol.link_events import TransferredMessage
-from mrs.quarantine import quarantine_batch, record_problem
-from mrs.records import entry_from_record
 
 log = logging.getLogger("mrs.forwarding")
 

@@ -8,8 +8,8 @@ import functools
 from mrs import protocol as wire
 from mrs.group.context import Session
 from mrs.group.put_deadlines import Bucket
+from mrs.group.queues import GetWaiter, TargetQueue
 from mrs.model import Status
-from mrs.queues import GetWaiter, TargetQueue
 
 
 class GetExpiry:

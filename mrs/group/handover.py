@@ -16,12 +16,11 @@ from msgspec.structs import astuple
 
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
-from mrs.delivery import CONF_POINT as _CONF_POINT
-from mrs.delivery import CONFIRMREQ as _CONFIRMREQ
-from mrs.delivery import POSSDUPL as _POSSDUPL
-from mrs.delivery import SUCCESS_INT as _SUCCESS
-from mrs.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
-from mrs.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
+from mrs.core.delivery import CONF_POINT as _CONF_POINT
+from mrs.core.delivery import CONFIRMREQ as _CONFIRMREQ
+from mrs.core.delivery import POSSDUPL as _POSSDUPL
+from mrs.core.delivery import SUCCESS_INT as _SUCCESS
+from mrs.core.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import (
     PACK_U32,
@@ -33,15 +32,16 @@ from mrs.group.context import (
     attached_queue,
 )
 from mrs.group.delivery_event import delivery_event
+from mrs.group.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
 from mrs.group.dqf import Dqf
 from mrs.group.get_expiry import GetExpiry
 from mrs.group.notices import Notices
 from mrs.group.put_deadlines import PutDeadlines
+from mrs.group.queues import Entry, GetWaiter, TargetQueue
+from mrs.group.records import record_from_entry
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import CONFIRMED
-from mrs.queues import Entry, GetWaiter, TargetQueue
-from mrs.records import record_from_entry
 
 # Read per message: `Final` makes each a C static (a module name is a dict lookup
 # per use, a class attribute a generic lookup too, ~45 ns each).
@@ -135,7 +135,7 @@ class Handover:
         """The status a delivery carries, and whether it needs a confirm."""
         # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
         # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
-        leased = queue.shared  # a DLQ get is a lease (mrs.dlq_leases)
+        leased = queue.shared  # a DLQ get is a lease (mrs.group.dlq_leases)
         needs_confirm = leased or (entry.needs_confirm and entry.delivery_status is None)
         status = (not leased and entry.delivery_status) or delivery_status_on_get(
             needs_confirm, entry.times_delivered
@@ -143,7 +143,7 @@ class Handover:
         if status == _CONFIRMREQ and entry.headers and entry.headers.get(POSSIBLE_DUPLICATE_HEADER):
             status = _POSSDUPL
         unsafe = self.ctx.unsafe
-        if unsafe:  # harness switches (mrs.harness): never set in production
+        if unsafe:  # harness switches (mrs.server.harness): never set in production
             if UNSAFE_SKIP_POSSDUPL in unsafe and status == _POSSDUPL:
                 status = _CONFIRMREQ
             if UNSAFE_POSSDUPL_ALWAYS in unsafe and status == _CONFIRMREQ:
@@ -310,7 +310,7 @@ class Handover:
         self.ctx.writer.submit(
             batch,
             lambda error: self._commit_ended(session, queue, confirms, error),
-            can_wait=queue.drained,  # the commit may wait a moment for a put (mrs.server)
+            can_wait=queue.drained,  # the commit may wait a moment for a put (the server's)
         )
 
     def _confirm_entry(
@@ -347,7 +347,7 @@ class Handover:
         ctx.writer.submit(
             batch,
             lambda error: self._confirmed(session, queue, entry, request_id, notify, error),
-            can_wait=queue.drained,  # the commit may wait a moment for a put (mrs.server)
+            can_wait=queue.drained,  # the commit may wait a moment for a put (the server's)
         )
 
     def _confirmed(

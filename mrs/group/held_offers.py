@@ -1,6 +1,6 @@
 """MRS_ACKs: made (`MrsAcks`) and, while one commit's answers are reported, offered to
 their queues together once the report ends (`HeldOffers`). Compiled
-(journals.native): an AK producer's server makes one MRS_ACK per put.
+(mrs.native.loader): an AK producer's server makes one MRS_ACK per put.
 
 Why held: one commit reports hundreds of AK puts at once. Offered one by one, the
 first MRS_ACK wakes the sender's parked GetBatch and leaves alone in its frame, and
@@ -10,7 +10,7 @@ all (with read-ahead, up to READ_AHEAD_MAX) in one frame. The order does not cha
 they join the queue in the order they were made, and parked gets are served oldest
 first, as `TargetQueue.offer` would have.
 
-Only the inline writer's commits are held (`mrs.server` enters `HeldOffers` around
+Only the inline writer's commits are held (`mrs.server.group_server` enters `HeldOffers` around
 `commit_pending`): an AK_DQF put's MRS_ACK and an AK_CONF put's (made when the
 confirm's commit is reported) wait for the report's end; one made outside a commit's
 report (an AK_DEQ message taken by a get) or in the thread writer's reports is
@@ -29,10 +29,10 @@ from typing import Any, Final
 import msgspec
 
 from mrs.group.context import GroupContext
+from mrs.group.queues import Entry, TargetQueue
+from mrs.group.records import mrs_ack_entry
 from mrs.group.sequence import Sequence
 from mrs.model import Address, Psb
-from mrs.queues import Entry, TargetQueue
-from mrs.records import mrs_ack_entry
 
 _ENCODE: Final = msgspec.msgpack.Encoder().encode
 """An MRS_ACK's body: msgpack of the PSB (the bytes msgpack.packb writes), per AK put."""

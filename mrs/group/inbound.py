@@ -17,18 +17,18 @@ from dataclasses import dataclass
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
+from mrs.group.idempotency import scoped_key
 from mrs.group.intake import enqueue_in_memory
 from mrs.group.notices import Notices
 from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
+from mrs.group.quarantine import PoisonTransfer
+from mrs.group.queues import Entry
+from mrs.group.records import idempotency_key
 from mrs.group.transfer import RECEIVER_DEAD_LETTERED, entry_from_fields
 from mrs.group.umas import Umas
-from mrs.idempotency import scoped_key
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
-from mrs.quarantine import PoisonTransfer
-from mrs.queues import Entry
-from mrs.records import idempotency_key
 
 log = logging.getLogger("mrs.forwarding")
 

@@ -15,15 +15,14 @@ from typing import Any, Final, cast
 from msgspec.structs import astuple
 
 from mrs import protocol as wire
-from mrs.deadletter import header_problem
-from mrs.delivery import AK as _AK
-from mrs.delivery import CONF_POINT as _CONF
-from mrs.delivery import STORED as _STORED_STATUS
-from mrs.delivery import SUCCESS_INT as _SUCCESS
-from mrs.delivery import UMA_NA_INT as _UMA_NA
-from mrs.delivery import WF as _WF
-from mrs.delivery import Refused, check_mode_and_uma, reached_status
-from mrs.dlq_leases import CONTEXT_HEADER, DlqReaders, passed_source
+from mrs.core.deadletter import header_problem
+from mrs.core.delivery import AK as _AK
+from mrs.core.delivery import CONF_POINT as _CONF
+from mrs.core.delivery import STORED as _STORED_STATUS
+from mrs.core.delivery import SUCCESS_INT as _SUCCESS
+from mrs.core.delivery import UMA_NA_INT as _UMA_NA
+from mrs.core.delivery import WF as _WF
+from mrs.core.delivery import Refused, check_mode_and_uma, reached_status
 from mrs.group.context import (
     UNSAFE_ACK_BEFORE_COMMIT,
     UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
@@ -31,19 +30,20 @@ from mrs.group.context import (
     Session,
     attached_queue,
 )
+from mrs.group.dlq_leases import CONTEXT_HEADER, DlqReaders, passed_source
 from mrs.group.dqf import Dqf
+from mrs.group.idempotency import scoped_key
+from mrs.group.memory_quota import memory_quota_problem
 from mrs.group.outbound import Outbound
 from mrs.group.put_deadlines import PutDeadlines
+from mrs.group.queues import Entry
+from mrs.group.records import DEAD_LETTER_HEADER, idempotency_key
 from mrs.group.reply import PutReply, SendAck
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
-from mrs.idempotency import scoped_key
-from mrs.memory_quota import memory_quota_problem
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import PUT_DONE
-from mrs.queues import Entry
-from mrs.records import DEAD_LETTER_HEADER, idempotency_key
 
 log = logging.getLogger("mrs.group")
 
@@ -88,7 +88,7 @@ class Intake:
         queue = ctx.queues.get(address.queue)
         if queue is None:
             raise Refused(Status.NOSUCHQUEUE, f"group {ctx.group_id} has no queue {address.queue}")
-        if queue.shared:  # several DLQ readers at once (mrs.dlq_leases)
+        if queue.shared:  # several DLQ readers at once (mrs.group.dlq_leases)
             self.dlq_readers.attach(queue, session.id, getattr(session, "peer", "?"))
         elif queue.attached_session is not None:
             raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")

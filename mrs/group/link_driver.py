@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 import trio
 
 from mrs import protocol as wire
+from mrs.config.guards import Guards
 from mrs.errors import MrsError
-from mrs.framed import GroupChannel, StreamClosed
 from mrs.group.link_session import PeerLink
 from mrs.group.wiring import LinkRooms
-from mrs.guards import Guards
 from mrs.limits import LINK_BACKOFF_S_MAX as BACKOFF_S_MAX
 from mrs.limits import LINK_BACKOFF_S_MIN as BACKOFF_S_MIN
 from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
 from mrs.model import Status
-from mrs.network import TCP, Network
-from mrs.watchdog import Liveness, next_nonce, watch
+from mrs.transport.framed import GroupChannel, StreamClosed
+from mrs.transport.network import TCP, Network
+from mrs.transport.watchdog import Liveness, next_nonce, watch
 
 log = logging.getLogger("mrs.links")
 
@@ -62,9 +62,9 @@ async def pump(link: PeerLink) -> None:
 
 # ---------------------------------------------------------------------- dialing side
 class DialedChannel(GroupChannel):
-    """The dialer's end of a link connection: a framed stream (mrs.framed), the same
+    """The dialer's end of a link connection: a framed stream (mrs.transport.framed), the same
     outbox and send loop as a server session's, and the same drop of what a broken
-    connection can no longer carry (mrs.framed.GroupChannel)."""
+    connection can no longer carry (mrs.transport.framed.GroupChannel)."""
 
 
 async def dial_forever(
@@ -179,21 +179,3 @@ async def _watch_dialed(
     )
     log.warning("link to group %d declared down: %s", link.peer_id, why)
     scope.cancel()
-
-
-LINK_PROGRAM_DIGITS_MAX = 5
-"""Group ids are 1..32000: more digits than this is not a group (and int() of a few
-thousand digits would raise ValueError)."""
-
-
-def parse_link_program(program: str) -> int | None:
-    """The group id a link Hello names ("group:3" -> 3), None if malformed.
-
-    Only ASCII digits count: str.isdigit() is also true for "²" or "٣", which int()
-    refuses or reads as another number."""
-    if not program.startswith(LINK_PROGRAM_PREFIX):
-        return None
-    digits = program[len(LINK_PROGRAM_PREFIX) :]
-    if not (0 < len(digits) <= LINK_PROGRAM_DIGITS_MAX and digits.isascii() and digits.isdigit()):
-        return None
-    return int(digits)

@@ -382,7 +382,7 @@ class PeerLink:
                 if answers:
                     self.drain_wait = None
         elif sent is Sent.VOLATILE and pending.items:
-            pending.items[0]()  # mrs.receipts: the peer has them
+            pending.items[0]()  # mrs.group.receipts: the peer has them
         elif sent is Sent.NOTICE:
             # Keep them "in flight" until their deletion is durable, or they would be
             # read back from the journal and sent again meanwhile.

@@ -19,6 +19,7 @@ from journals import Journal, JournalError, WriteBatch, group_key
 from mrs.group.acks import AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import Inbound, Peers
+from mrs.group.receipts import Receipts
 from mrs.group.umas import Umas
 from mrs.model import Psb, Status
 from mrs.protocol.link_events import (
@@ -32,7 +33,6 @@ from mrs.protocol.link_events import (
     decode_notice,
     encode_notice,
 )
-from mrs.receipts import Receipts
 
 log = logging.getLogger("mrs.forwarding")
 
@@ -63,7 +63,7 @@ class Notices:
 
     def notify_now(self, peer_id: int, kind: type[Notice], seq: int) -> None:
         """A notice (DeqNotice, AckNotice) for a nonrecoverable message: kept until the
-        peer answers it, sent again when the link comes back (mrs.receipts)."""
+        peer answers it, sent again when the link comes back (mrs.group.receipts)."""
         peer = self.peers.get(peer_id)
         if peer is not None:
             self.receipts.add(peer_id, kind, seq, peer.link)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mrs.drain_room import DqfRoom
 from mrs.group.context import GroupContext
+from mrs.group.drain_room import DqfRoom
 from mrs.protocol.link_events import AnyNotice, RoomNotice, TransferredMessage
 
 Result = Callable[[int, int], None]
@@ -120,7 +120,7 @@ class Peers:
 
     def status_info(self, acks_owed: dict[int, int], receipts: Callable[[int], int]) -> dict:
         """Each link for `mrs status`; `acks_owed`: MRS_ACKs owed per peer (mrs.group.acks),
-        `receipts(peer)`: its DEQ/ACK notices not yet answered (mrs.receipts)."""
+        `receipts(peer)`: its DEQ/ACK notices not yet answered (mrs.group.receipts)."""
         return {
             str(peer.group_id): {
                 "state": "up" if peer.link is not None else "down",

@@ -85,7 +85,7 @@ class BucketTimer:
     """Timer of one bucket. Closing (`expires` False): the bucket takes no more puts
     (later ones open a new bucket). Expiring: every put still in it is answered
     TIMEOUT. One class with one `__call__`, not a subclass per kind: the module is
-    compiled (journals.native), and a compiled subclass's `__call__` run as a timer
+    compiled (mrs.native.loader), and a compiled subclass's `__call__` run as a timer
     crashed the interpreter."""
 
     def __init__(

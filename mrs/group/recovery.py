@@ -1,5 +1,5 @@
 """Room: read DQF messages back into their queues — at start-up their seqs only,
-from the DQF's key index, and a queue's cold backlog (mrs.backlog) a window at a time.
+from the DQF's key index, and a queue's cold backlog (mrs.group.backlog) a window at a time.
 
 Why keys first: a server with a million messages in its DQF must serve within a
 second or two of starting, and decoding every record took 12-40 s (and mapped in
@@ -8,7 +8,7 @@ each queue's cold backlog; `ColdReader` reads the records when the queue's windo
 runs low, with their delivery marks. So a record is checked when it is first read,
 not at start-up: one that does not decode is left in place and reported then; one
 that decodes but could never be delivered is quarantined to the DLJ
-(mrs.quarantine) then. Until then both count as waiting in their queue's status.
+(mrs.group.quarantine) then. Until then both count as waiting in their queue's status.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from typing import Final
 
 from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
 from journals.protocol import Store
+from mrs.core.heap import trim
 from mrs.group.context import UNPACK_U32, GroupContext
 from mrs.group.delivery_event import fits_a_delivery
 from mrs.group.dqf import Dqf
 from mrs.group.outbound import Outbound
+from mrs.group.quarantine import quarantine_batch, record_problem
+from mrs.group.queues import Entry
+from mrs.group.records import entry_from_record, record_sound
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
-from mrs.heap import trim
-from mrs.quarantine import quarantine_batch, record_problem
-from mrs.queues import Entry
-from mrs.records import entry_from_record, record_sound
 
 log = logging.getLogger("mrs.group")
 
@@ -45,7 +45,7 @@ within a few MB of an empty server's; a release costs ~1 ms per 4 MB mapped)."""
 RELEASE_INTERVAL_S = 0.5
 """And this often whatever else mapped pages in (commits, bodies read at delivery)."""
 TRIM_AFTER_BYTES = 64 << 20
-"""Record bytes read back before a drained server trims its heap (mrs.heap): the
+"""Record bytes read back before a drained server trims its heap (mrs.core.heap): the
 bodies that passed through leave free blocks glibc keeps (1M x 1 KiB drained: RssAnon
 1.37x an empty server's). A trim costs tens of ms, so only after this much, and
 only once no queue has a cold backlog left."""
@@ -70,7 +70,7 @@ class Recovery:
             )
 
     def recover(self) -> None:
-        """Count this start, reserve seqs (mrs.seqspace), and put the seq of every
+        """Count this start, reserve seqs (mrs.core.seqspace), and put the seq of every
         unconfirmed DQF message in its queue's cold backlog, in seq order."""
         ctx = self.ctx
         self.sequence.start()

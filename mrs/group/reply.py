@@ -6,14 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mrs import protocol as wire
-from mrs.delivery import AK as _AK
-from mrs.delivery import NO_UMA as _NO_UMA_STATUS
-from mrs.delivery import NO_UMA_INT as _NO_UMA
-from mrs.delivery import STORED as _STORED_STATUS
-from mrs.delivery import STORED_INT as _STORED
-from mrs.delivery import SUCCESS as _SUCCESS_STATUS
-from mrs.delivery import SUCCESS_INT as _SUCCESS
-from mrs.delivery import WF as _WF
+from mrs.core.delivery import AK as _AK
+from mrs.core.delivery import NO_UMA as _NO_UMA_STATUS
+from mrs.core.delivery import NO_UMA_INT as _NO_UMA
+from mrs.core.delivery import STORED as _STORED_STATUS
+from mrs.core.delivery import STORED_INT as _STORED
+from mrs.core.delivery import SUCCESS as _SUCCESS_STATUS
+from mrs.core.delivery import SUCCESS_INT as _SUCCESS
+from mrs.core.delivery import WF as _WF
 from mrs.group.context import Session
 from mrs.group.put_deadlines import Bucket
 from mrs.model import Address, DeliveryMode, Psb, Status

@@ -1,11 +1,11 @@
-"""Room: the group's message sequence numbers (reserved in blocks, mrs.seqspace)."""
+"""Room: the group's message sequence numbers (reserved in blocks, mrs.core.seqspace)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mrs.core.seqspace import SeqAllocator
 from mrs.group.context import GroupContext
-from mrs.seqspace import SeqAllocator
 
 
 @dataclass(eq=False)

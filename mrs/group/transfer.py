@@ -12,11 +12,11 @@ from msgspec.structs import asdict
 
 from journals import CorruptRecord, Record, decode_record
 from mrs.errors import ProtocolError
+from mrs.group.quarantine import PoisonTransfer, transfer_problem
+from mrs.group.queues import Entry
 from mrs.model import Address, DeliveryMode, Status
 from mrs.protocol.link_events import TRANSFER_FIELDS as TRANSFER_FIELDS  # re-exported
 from mrs.protocol.link_events import TransferredMessage
-from mrs.quarantine import PoisonTransfer, transfer_problem
-from mrs.queues import Entry
 
 PERMANENT_REFUSALS = frozenset(
     {Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG, Status.BADPARAM, Status.KEY_REUSED}

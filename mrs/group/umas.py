@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from journals import Journal, JournalError, WriteBatch, seq_key
-from mrs.deadletter import dead_letter_header
-from mrs.delivery import uma_status
+from mrs.core.deadletter import dead_letter_header
+from mrs.core.delivery import uma_status
 from mrs.group.acks import AckOutbox
 from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.held_offers import HeldOffers, MrsAcks
 from mrs.group.peers import Peers
+from mrs.group.queues import Entry
+from mrs.group.records import DEAD_LETTER_HEADER, record_from_entry
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.model import (
@@ -36,8 +38,6 @@ from mrs.protection.dead_letter import (
     DeadLetterRefused,
     dead_letter_protection,
 )
-from mrs.queues import Entry
-from mrs.records import DEAD_LETTER_HEADER, record_from_entry
 
 log = logging.getLogger("mrs.group")
 

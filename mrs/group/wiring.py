@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from journals import GroupCommitWriter, InlineWriter, Journal
 from journals.protocol import Store
 from mrs import protocol as wire
-from mrs.config import BusConfig, GroupConfig
-from mrs.dlq_leases import DlqReaders
+from mrs.config.bus import BusConfig, GroupConfig
 from mrs.group.acks import AckOutbox, AckWaits, RecentAcks
 from mrs.group.batch_get import BatchGet
 from mrs.group.confirm_run import ConfirmRun
 from mrs.group.context import GroupContext, Session, Timers
+from mrs.group.dlq_leases import DlqReaders
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
 from mrs.group.handover import Handover
@@ -30,11 +30,11 @@ from mrs.group.intake import Intake
 from mrs.group.notices import Notices
 from mrs.group.outbound import Outbound
 from mrs.group.peers import Peers
+from mrs.group.queues import TargetQueue
+from mrs.group.receipts import Receipts
 from mrs.group.recovery import Recovery
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
-from mrs.queues import TargetQueue
-from mrs.receipts import Receipts
 
 
 @dataclass(eq=False)

@@ -7,6 +7,9 @@ in the client, so a group, its journals and the tools see only the headers.
 - `envelope`: seal/open one body (standard constructions from `cryptography`).
 - `policy`: the policy file (which queue needs what, who signs, who reads).
 - `dead_letter`: what a group does with a message it puts on its own DLQ.
+
+Layer: may import the root vocabulary, `core` and `config`; `clients` imports it, so
+nothing here may reach the server's layers.
 """
 
 from mrs.protection.envelope import MAGIC, is_protected

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mrs.config import BusConfig, ConfigError
+from mrs.config.bus import BusConfig, ConfigError
 from mrs.model import DEAD_LETTER_QUEUE, Address
 from mrs.protection.envelope import is_protected, seal
 from mrs.protection.errors import PolicyError

@@ -16,7 +16,7 @@ byte).
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
 from them, and their wording), `base` (the event base class), `events` and
 `link_events` (the events), `explain` (why a refused frame was refused, naming the
-field), `connection` (the state machine). The I/O half is `mrs.framed`.
+field), `connection` (the state machine). The I/O half is `mrs.transport.framed`.
 
 State machine
 -------------
@@ -52,6 +52,9 @@ Once a Fatal has been sent or received the connection is closed: `next_event` re
 `CLOSED` and `send` refuses everything. After a `RemoteProtocolError` the connection
 is broken: `next_event` raises the same error again, and the only thing a server may
 still send is a Fatal telling the peer why.
+
+Layer: may import only the root vocabulary (`mrs.errors`, `mrs.limits`, `mrs.model`)
+and `core`; sockets live in `transport`.
 """
 
 from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION

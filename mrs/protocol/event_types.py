@@ -1,6 +1,6 @@
 """The event classes the per-message paths build or test, each a `Final` name.
 
-Why: compiled code (journals.native) reads a module-level name that is not `Final`
+Why: compiled code (mrs.native.loader) reads a module-level name that is not `Final`
 from its module's dict on every use, and `wire.PutDone` is that plus a module
 attribute lookup (issue 17; docs/native.md, "What costs in compiled code"). This
 module is compiled, so each name here is a C static, and every compiled module that

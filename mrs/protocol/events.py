@@ -280,7 +280,7 @@ class Fatal(EventStruct, tag=31):
 
 class Ping(EventStruct, tag=50):
     """Are you there? The receiver answers a Pong with the same nonce. Sent after a
-    silence (mrs.watchdog), so a peer that vanished without FIN or RST is noticed."""
+    silence (mrs.transport.watchdog), so a peer that vanished without FIN or RST is noticed."""
 
     nonce: I64
 

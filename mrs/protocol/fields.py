@@ -23,4 +23,4 @@ GetTimeoutMs = Annotated[int, Meta(ge=-1, le=INT64[1])]
 CorrelationId = Annotated[bytes, Meta(max_length=CORRELATION_ID_BYTES_MAX)]
 Role = Literal["app", "link"]
 GroupId = Annotated[int, Meta(ge=0, le=32_000)]
-"""A group's id, 1..32000 as in the config (mrs.config.GROUP_ID_MAX); 0: no group."""
+"""A group's id, 1..32000 as in the config (mrs.config.bus.GROUP_ID_MAX); 0: no group."""

@@ -9,7 +9,7 @@ that does not fit is refused PROTOCOL_ERROR naming the field
 
 Shape, not rules: a transferred message's ranges and modes (priority 0..99, a
 delivery mode that exists, a 32-bit queue) are not checked here but by the
-receiving group (`mrs.quarantine.transfer_problem`), so one bad message from a
+receiving group (`mrs.group.quarantine.transfer_problem`), so one bad message from a
 peer is refused alone (BADPARAM) instead of breaking the link for the good ones.
 
 Wire form (msgpack arrays): a message is the 14 fields of `TRANSFER_FIELDS`, a result

@@ -1,6 +1,6 @@
 """Whether a free-form field (a put's headers, a dead-letter header) is plain msgpack data.
 
-Its own module so that it can be compiled (journals.native): it runs on the headers of
+Its own module so that it can be compiled (mrs.native.loader): it runs on the headers of
 every put, in the client's check and in the server's decode, and a replay's puts all
 carry headers (`mrs jplay`'s origin and key), where it was 10% of the jplay process's
 samples and 4% of the server's. `mrs.protocol.checks` re-exports it.

@@ -6,7 +6,7 @@ those built in Python: a server decodes a Put and a Confirm for each message it
 carries, a consumer a Delivery and a Confirmed. As an interpreted method it was 4.4%
 of the server's samples in peerbench's end-to-end shape (issue 17). msgspec calls it
 as `type(event).__post_init__(event)`, so a compiled function serves as it is: no
-bound method and no Python frame per event (journals.native compiles this module).
+bound method and no Python frame per event (mrs.native.loader compiles this module).
 
 What is checked is the rules' business (mrs.protocol.checks): after a decode only the
 free-form fields (msgspec checked the others in C); for an event built in Python every

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import trio
 
+from mrs.config.auth import AuthConfig
 from mrs.model import Status
 from mrs.security import scram
-from mrs.security.config import AuthConfig
 from mrs.security.creds import (
     LINK_PREFIX,
     Credentials,

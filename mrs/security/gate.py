@@ -13,13 +13,13 @@ import contextlib
 import logging
 
 from mrs import protocol as wire
-from mrs.config import BusConfig
-from mrs.delivery import Refused
-from mrs.dlq_leases import CONTEXT_HEADER
+from mrs.config.bus import BusConfig
+from mrs.core.delivery import Refused
+from mrs.core.refusals import RefusalLog
+from mrs.group.dlq_leases import CONTEXT_HEADER
+from mrs.group.records import DEAD_LETTER_HEADER
 from mrs.limits import DENIAL_LOG_INTERVAL_S
 from mrs.model import DEAD_LETTER_QUEUE, Address, Status
-from mrs.records import DEAD_LETTER_HEADER
-from mrs.refusals import RefusalLog
 from mrs.security import permissions as rules
 from mrs.security.authority import Authority
 

@@ -13,7 +13,7 @@ import logging
 import trio
 
 from mrs import protocol as wire
-from mrs.config import BusConfig, GroupConfig
+from mrs.config.bus import BusConfig, GroupConfig
 from mrs.model import Status
 from mrs.security.authority import Authority
 from mrs.security.creds import link_principal

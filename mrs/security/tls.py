@@ -21,13 +21,13 @@ relative to the config file; every file is read and checked when the config load
 so a bad path or a key that does not match its certificate is a one-line config
 error, not a failure on the first connection.
 
-The parts: the config table and SSL contexts (`mrs.security.tls_config`), the TLS
+The parts: the config table and SSL contexts (`mrs.config.tls`), the TLS
 network and stream checks (`mrs.security.tls_network`); this module re-exports them.
 """
 
 from __future__ import annotations
 
-from mrs.security.tls_config import (
+from mrs.config.tls import (
     CLIENT_CERT_CHOICES,
     GROUP_NAME_PREFIX,
     TLS_KEYS,

@@ -16,11 +16,11 @@ from typing import Any
 import trio
 
 from mrs import protocol as wire
+from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
+from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
-from mrs.network import Gate, Handler, TcpNetwork
-from mrs.refusals import RefusalLog
-from mrs.security.tls_config import TlsConfig, describe_tls_error, group_server_name
+from mrs.transport.network import Gate, Handler, TcpNetwork
 
 log = logging.getLogger("mrs.tls")
 

@@ -61,7 +61,7 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
 
 def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path | None]:
     """Which servers to ask; a usage mistake raises CommandError (exit 2)."""
-    from mrs.config import load_config
+    from mrs.config.bus import load_config
 
     if args.address:
         if args.config is not None or args.group is not None:

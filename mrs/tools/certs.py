@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mrs.config import BusConfig, GroupConfig, load_config
+from mrs.config.bus import BusConfig, GroupConfig, load_config
 from mrs.security.tls import group_server_name
 from mrs.tools.cli_support import EXIT_USAGE, CommandError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
-from mrs.config import ConfigError, load_config
+from mrs.config.bus import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.tools.bus_status import add_status_parser
 from mrs.tools.certs import add_certs_parser, tool_tls_from_env
@@ -27,8 +27,8 @@ from mrs.tools.web import add_web_parser
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from mrs.harness import serve_options_from
-    from mrs.server import serve
+    from mrs.server.group_server import serve
+    from mrs.server.harness import serve_options_from
 
     bus = load_config(args.config)
     if args.group not in bus.groups:

@@ -93,9 +93,9 @@ def walk_errors(error: BaseException) -> Iterator[BaseException]:
 def one_line(error: BaseException) -> tuple[str, int] | None:
     """The one line and exit code an error deserves, or None for an unexpected error
     (a bug: shown as one line too, with the traceback under -v)."""
-    from mrs.config import ConfigError
-    from mrs.datadir import DataDirError
+    from mrs.config.bus import ConfigError
     from mrs.security.creds import CredsError
+    from mrs.storage.datadir import DataDirError
 
     errors = list(walk_errors(error))
     for inner in errors:

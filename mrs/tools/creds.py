@@ -115,7 +115,7 @@ def _grant_options(parser: argparse.ArgumentParser) -> None:
 def _paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     if args.file is not None:
         return args.file, getattr(args, "secrets", None)
-    from mrs.config import load_config
+    from mrs.config.bus import load_config
 
     bus = load_config(args.config)
     if bus.auth is None:

@@ -1,6 +1,6 @@
 """`mrs web`: the read-only web view of a whole bus, asking every group like `mrs status`.
 
-The page and the group's own view live in mrs/web.py (a group serves it itself);
+The page and the group's own view live in mrs/ops/web.py (a group serves it itself);
 this is the bus-wide server an operator starts from the shell.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import trio
 
-from mrs.http_endpoint import Response, serve_http, text
-from mrs.web import (
+from mrs.ops.http_endpoint import Response, serve_http, text
+from mrs.ops.web import (
     BUS_CACHE_S,
     HISTORY_SAMPLES_MAX,
     WEB_LISTEN_DEFAULT,

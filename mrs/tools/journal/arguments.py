@@ -12,8 +12,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from mrs.tools.journal.files import add_location_arguments
-from mrs.tools.journal.selection import add_selection_arguments
+from mrs.offline.journal_files import add_location_arguments
+from mrs.offline.selection import add_selection_arguments
 
 PREVIEW_BYTES = 48
 DEFAULT_SENDER_QUEUE = "REPLAY"

@@ -26,21 +26,21 @@ from rich.console import Console
 from rich.table import Table
 
 from journals import CorruptRecord, Journal, Record
-from mrs.config import ConfigError
+from mrs.config.bus import ConfigError
+from mrs.offline.journal_files import JournalsNotFound, locate, open_store, scan
+from mrs.offline.selection import (
+    RecordFilter,
+    SelectionError,
+    filter_from_args,
+    record_time_ns,
+)
 from mrs.tools.journal.arguments import PREVIEW_BYTES
-from mrs.tools.journal.files import JournalsNotFound, locate, open_store, scan
 from mrs.tools.journal.render import (
     DELIVERY_NAMES,
     local_time,
     record_json,
     render_bytes,
     status_name,
-)
-from mrs.tools.journal.selection import (
-    RecordFilter,
-    SelectionError,
-    filter_from_args,
-    record_time_ns,
 )
 
 TABLE_PAGE_ROWS = 500

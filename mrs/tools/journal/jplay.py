@@ -24,22 +24,22 @@ from rich.table import Table
 
 from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
-from mrs.config import ConfigError
-from mrs.gc_tuning import tuned_for_throughput
+from mrs.config.bus import ConfigError
 from mrs.model import DeliveryMode, InterestPoint, Uma
-from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
-from mrs.tools.journal.files import GroupJournals, JournalsNotFound, locate, open_store, scan
-from mrs.tools.journal.ledger import ReplayLedger
-from mrs.tools.journal.pacing import parse_rate
-from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
-from mrs.tools.journal.render import status_name
-from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
-from mrs.tools.journal.selection import (
+from mrs.offline.journal_files import GroupJournals, JournalsNotFound, locate, open_store, scan
+from mrs.offline.selection import (
     RecordFilter,
     SelectionError,
     filter_from_args,
     resolve_address,
 )
+from mrs.server.gc_tuning import tuned_for_throughput
+from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
+from mrs.tools.journal.ledger import ReplayLedger
+from mrs.tools.journal.pacing import parse_rate
+from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
+from mrs.tools.journal.render import status_name
+from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 
 
 def _count_selected(store: JournalStore, journal: Journal, selection: RecordFilter) -> int:

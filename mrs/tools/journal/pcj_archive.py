@@ -175,7 +175,7 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
 
 # ---------------------------------------------------------------------- the command
 def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
-    from mrs.tools.journal.files import add_location_arguments
+    from mrs.offline.journal_files import add_location_arguments
 
     pcj = commands.add_parser("pcj", help="PCJ retention: archive confirmed records to Parquet")
     actions = pcj.add_subparsers(dest="pcj_command", required=True, metavar="ACTION")
@@ -213,10 +213,10 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
 
 
 def run_pcj_archive(args: argparse.Namespace) -> int:
-    from mrs.ops_config import OpsConfig
+    from mrs.config.ops import OpsConfig
+    from mrs.offline.journal_files import JournalsNotFound, locate, open_store
+    from mrs.offline.selection import SelectionError, parse_time_ns
     from mrs.tools.cli_support import EXIT_USAGE, CommandError
-    from mrs.tools.journal.files import JournalsNotFound, locate, open_store
-    from mrs.tools.journal.selection import SelectionError, parse_time_ns
 
     try:
         until_ns = parse_time_ns(args.until, time.time_ns(), "--until")

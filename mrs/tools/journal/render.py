@@ -12,8 +12,8 @@ import json
 
 from journals import Journal, Record
 from mrs.model import DeliveryMode, Status, Uma
+from mrs.offline.selection import record_time_ns
 from mrs.tools.journal.arguments import PREVIEW_BYTES
-from mrs.tools.journal.selection import record_time_ns
 
 _UTC = datetime.UTC
 DELIVERY_NAMES = {int(mode): mode.name for mode in DeliveryMode}

@@ -3,7 +3,7 @@
 Why: a journal can be damaged on disk (a bad sector, a bad copy, someone's editor).
 The server refuses to start on one it cannot read (one line naming the file), and
 the operator then needs to know what is wrong and to get every intact record out.
-Both commands read the journals in child processes (`mrs.journal_check`), so even an
+Both commands read the journals in child processes (`mrs.storage.journal_check`), so even an
 LMDB abort cannot kill them, and never write to the damaged environment:
 
 - `verify` walks every database and checks every record's format and checksum;
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from journals import CorruptRecord, Journal, JournalStore, WriteBatch, decode_record
-from mrs.config import ConfigError
-from mrs.journal_check import DATABASES, walk
-from mrs.tools.journal.files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
+from mrs.config.bus import ConfigError
+from mrs.offline.journal_files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
+from mrs.storage.journal_check import DATABASES, walk
 
 RECORD_DATABASES = frozenset(
     journal.value for journal in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
@@ -139,7 +139,7 @@ def copy_out(found: Survey, destination: Path) -> int:
 # ---------------------------------------------------------------------- command line
 def add_journal_repair(commands) -> None:
     """Add `mrs journal verify` and `mrs journal salvage` to the `mrs` subparsers."""
-    from mrs.tools.journal.files import add_location_arguments
+    from mrs.offline.journal_files import add_location_arguments
 
     journal = commands.add_parser(
         "journal",

@@ -43,12 +43,12 @@ from clients import (
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
-from mrs.tools.journal.files import scan
+from mrs.offline.journal_files import scan
+from mrs.offline.selection import RecordFilter
 from mrs.tools.journal.ledger import FAILED, PENDING, STORED, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay_keys import replay_headers, replay_key  # noqa: F401 - re-exported
-from mrs.tools.journal.selection import RecordFilter
 
 PLAN_CHUNK = 1024
 BATCH_PUTS_MAX = 512

@@ -1,0 +1,101 @@
+"""The `[group.ops]` table: what an operator turns on around a group (all optional).
+
+Why a table of its own: metrics, the web view, journal warnings, map growth and PCJ
+retention do not change what MRS promises about messages, and every one is off or at
+a safe default when absent; keeping them apart keeps `[group.limits]` about limits.
+
+    [group.ops]
+    metrics_listen = "127.0.0.1:9101"   # Prometheus /metrics (off when absent)
+    web_listen = "127.0.0.1:8101"       # read-only web view of this group (off when absent)
+    journal_warn_percent = [80, 95]     # WARNING logs as the journal fills
+    journal_bytes_initial = 67108864    # map starts here, grows up to journal_bytes_max
+    pcj_archive_dir = "archive"         # Parquet files (relative to data_dir)
+    pcj_archive_after_s = 86400         # automatic: archive PCJ records older than this
+    pcj_archive_interval_s = 3600       # how often the automatic archive runs
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mrs.storage.journal_usage import WARN_PERCENTS_DEFAULT
+
+OPS_KEYS = frozenset(
+    {
+        "metrics_listen",
+        "web_listen",
+        "journal_warn_percent",
+        "journal_bytes_initial",
+        "pcj_archive_dir",
+        "pcj_archive_after_s",
+        "pcj_archive_interval_s",
+    }
+)
+PCJ_ARCHIVE_DIR_DEFAULT = "pcj-archive"
+PCJ_ARCHIVE_INTERVAL_S_DEFAULT = 3600
+
+
+@dataclass(frozen=True, slots=True)
+class OpsConfig:
+    metrics_host: str | None = None
+    metrics_port: int | None = None
+    web_host: str | None = None
+    web_port: int | None = None
+    journal_warn_percents: tuple[int, ...] = WARN_PERCENTS_DEFAULT
+    journal_bytes_initial: int | None = None
+    """None: the map is journal_bytes_max from the start (no growth needed)."""
+    pcj_archive_dir: str = PCJ_ARCHIVE_DIR_DEFAULT
+    pcj_archive_after_s: int | None = None
+    """None: no automatic archive; `mrs pcj archive` still works."""
+    pcj_archive_interval_s: int = PCJ_ARCHIVE_INTERVAL_S_DEFAULT
+
+    def archive_dir(self, data_dir: Path) -> Path:
+        path = Path(self.pcj_archive_dir).expanduser()
+        return path if path.is_absolute() else Path(data_dir) / path
+
+
+def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_bytes_max: int):
+    """Validate `[group.ops]` with the config parser's helpers (one-line errors)."""
+    where = f"{group_where}.ops"
+    if "ops" not in group:
+        return OpsConfig()
+    raw = group["ops"]
+    if not isinstance(raw, dict):
+        parser.fail(where, "must be a table ([group.ops])")
+    parser.check_keys(raw, where, OPS_KEYS, ())
+    values: dict[str, Any] = {}
+    for key, prefix in (("metrics_listen", "metrics"), ("web_listen", "web")):
+        if key in raw:
+            host, port = parser.host_port(raw, key, where, port_min=0)
+            values[f"{prefix}_host"], values[f"{prefix}_port"] = host, port
+    if "journal_warn_percent" in raw:
+        percents = raw["journal_warn_percent"]
+        if (
+            not isinstance(percents, list)
+            or not percents
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in percents)
+            or not all(1 <= p <= 100 for p in percents)
+        ):
+            parser.fail(
+                f"{where}.journal_warn_percent",
+                f"must be an array of percents in 1..100, e.g. [80, 95], got {percents!r}",
+            )
+        values["journal_warn_percents"] = tuple(sorted(set(percents)))
+    if "journal_bytes_initial" in raw:
+        values["journal_bytes_initial"] = parser.integer(
+            raw, "journal_bytes_initial", where, low=1 << 20, high=journal_bytes_max
+        )
+    if "pcj_archive_dir" in raw:
+        text = parser.string(raw, "pcj_archive_dir", where)
+        if not text.strip():
+            parser.fail(f"{where}.pcj_archive_dir", "must not be empty")
+        values["pcj_archive_dir"] = text
+    if "pcj_archive_after_s" in raw:
+        values["pcj_archive_after_s"] = parser.integer(raw, "pcj_archive_after_s", where, low=0)
+    if "pcj_archive_interval_s" in raw:
+        values["pcj_archive_interval_s"] = parser.integer(
+            raw, "pcj_archive_interval_s", where, low=1, high=7 * 86400
+        )
+    return OpsConfig(**values)

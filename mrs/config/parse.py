@@ -1,0 +1,290 @@
+"""Walks a bus TOML document into a `BusConfig`, checking the tree and cross-references.
+
+Each table is read with `mrs.config.fields.FieldReader`, so every fault is one line
+naming the file and the dotted key; uniqueness of ids, names, listen addresses,
+data directories and links is checked across the whole file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mrs.config.auth import parse_auth
+from mrs.config.fields import FieldReader, _describe, _join, _toml_list
+from mrs.config.guards import parse_guards
+from mrs.config.ops import parse_ops
+from mrs.config.schema import (
+    DEAD_LETTER_QUEUE_CONFIG,
+    DEAD_LETTER_QUEUE_MESSAGEQ_NAME,
+    DEAD_LETTER_QUEUE_NAME,
+    GROUP_ID_MAX,
+    GROUP_ID_MIN,
+    QUEUE_ID_MAX,
+    QUEUE_ID_MIN,
+    BusConfig,
+    GroupConfig,
+    Limits,
+    LinkConfig,
+    QueueConfig,
+    _id_list,
+)
+from mrs.config.tls import check_link_tls, parse_tls
+from mrs.limits import (
+    CONFIG_COUNT_MAX,
+    CONFIG_JOURNAL_BYTES_MAX,
+    CONFIG_JOURNAL_BYTES_MIN,
+    CONFIG_MESSAGE_BYTES_MAX,
+    QUEUE_MESSAGES_MAX_DEFAULT,
+    QUEUE_UNCONFIRMED_MAX_DEFAULT,
+)
+from mrs.model import DEAD_LETTER_QUEUE
+
+_TOP_KEYS = frozenset({"group", "link", "protection", "auth"})
+_GROUP_KEYS = frozenset(
+    {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
+    | {"guards", "dead_letter_queue_recoverable", "ops", "tls"}
+)
+_GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
+_LIMITS_KEYS = frozenset(
+    {
+        "dedupe_window_s",
+        "dqf_messages_max",
+        "saf_messages_max",
+        "dlj_messages_max",
+        "message_bytes_max",
+        "journal_bytes_max",
+    }
+)
+_QUEUE_KEYS = frozenset(
+    {"id", "name", "confirm", "messages_max", "unconfirmed_max", "permanent", "recoverable"}
+)
+_QUEUE_REQUIRED = ("id", "name")
+_LINK_KEYS = frozenset({"groups", "address"})
+_LINK_REQUIRED = ("groups",)
+
+
+LIMIT_RANGES = {
+    "dqf_messages_max": (1, CONFIG_COUNT_MAX),
+    "saf_messages_max": (1, CONFIG_COUNT_MAX),
+    "dlj_messages_max": (1, CONFIG_COUNT_MAX),
+    "message_bytes_max": (1, CONFIG_MESSAGE_BYTES_MAX),
+    "journal_bytes_max": (CONFIG_JOURNAL_BYTES_MIN, CONFIG_JOURNAL_BYTES_MAX),
+}
+"""(low, high) of each [group.limits] key: what the protocol and LMDB allow."""
+
+
+@dataclass(slots=True)
+class _Parser(FieldReader):
+    """Walks the TOML document, checking as it goes; raises ConfigError on the first fault."""
+
+    # -- the tree ---------------------------------------------------------------
+
+    def bus(self, document: dict[str, Any]) -> BusConfig:
+        self.check_keys(document, "", _TOP_KEYS, ())
+        raw_groups = self.tables(document, "group", "")
+        if not raw_groups:
+            self.fail("group", "at least one [[group]] is required")
+        groups = [self.group(raw, f"group[{i}]") for i, raw in enumerate(raw_groups)]
+        self.check_groups_unique(groups)
+        by_id = {g.id: g for g in groups}
+        links = tuple(
+            self.link(raw, f"link[{i}]", by_id)
+            for i, raw in enumerate(self.tables(document, "link", ""))
+        )
+        self.check_links_unique(links)
+        for i, link in enumerate(links):
+            check_link_tls(self, by_id, f"link[{i}]", link.groups)
+        linked: dict[int, set[int]] = {g.id: set() for g in groups}
+        for link in links:
+            low, high = link.groups
+            linked[low].add(high)
+            linked[high].add(low)
+        final = {
+            gid: replace(by_id[gid], linked_group_ids=tuple(sorted(linked[gid])))
+            for gid in sorted(by_id)
+        }
+        protection = None
+        if "protection" in document:
+            protection = self.path.absolute().parent / self.string(document, "protection", "")
+        auth = parse_auth(document.get("auth"), self.path.absolute().parent)
+        if isinstance(auth, tuple):
+            self.fail(_join("auth", auth[0]), auth[1])
+        return BusConfig(
+            path=self.path.absolute(), groups=final, links=links, protection=protection, auth=auth
+        )
+
+    def group(self, raw: dict[str, Any], where: str) -> GroupConfig:
+        self.check_keys(raw, where, _GROUP_KEYS, _GROUP_REQUIRED)
+        group_id = self.integer(raw, "id", where, low=GROUP_ID_MIN, high=GROUP_ID_MAX)
+        name = self.name(raw, "name", where)
+        host, port = self.host_port(raw, "listen", where, port_min=0)
+        data_dir = self.data_dir(raw, where)
+        pcj_default = self.boolean(raw, "pcj_default", where, default=False)
+        limits = self.limits(raw, where)
+        raw_queues = self.tables(raw, "queue", where)
+        queues = [self.queue(q, f"{where}.queue[{i}]") for i, q in enumerate(raw_queues)]
+        self.check_queues_unique(queues, where, group_id)
+        dead_letter_queue = self.boolean(raw, "dead_letter_queue", where, default=True)
+        guards = parse_guards(raw.get("guards"))
+        if isinstance(guards, tuple):
+            key, problem = guards
+            self.fail(f"{where}.guards" + (f".{key}" if key else ""), problem)
+        recoverable_dlq = self.boolean(raw, "dead_letter_queue_recoverable", where, default=False)
+        if dead_letter_queue:
+            # Memory-based as in MessageQ unless asked: journaled, it survives SIGKILL.
+            queues.append(replace(DEAD_LETTER_QUEUE_CONFIG, recoverable=recoverable_dlq))
+        return GroupConfig(
+            id=group_id,
+            name=name,
+            listen_host=host,
+            listen_port=port,
+            data_dir=data_dir,
+            pcj_default=pcj_default,
+            limits=limits,
+            queues={q.id: q for q in sorted(queues, key=lambda q: q.id)},
+            dead_letter_queue=dead_letter_queue,
+            guards=guards,
+            ops=parse_ops(self, raw, where, limits.journal_bytes_max),
+            tls=parse_tls(self, raw, where),
+        )
+
+    def limits(self, group: dict[str, Any], group_where: str) -> Limits:
+        where = f"{group_where}.limits"
+        if "limits" not in group:
+            return Limits()
+        raw = group["limits"]
+        if not isinstance(raw, dict):
+            self.fail(where, f"must be a table ([group.limits]), got {_describe(raw)}")
+        self.check_keys(raw, where, _LIMITS_KEYS, ())
+        defaults = Limits()
+        values = {
+            key: self.integer(raw, key, where, low=1, default=getattr(defaults, key))
+            for key in sorted(_LIMITS_KEYS)
+        }
+        for key, (low, high) in LIMIT_RANGES.items():
+            if not low <= values[key] <= high:
+                self.fail(
+                    f"{where}.{key}",
+                    f"must be in {low}..{high} (what the protocol and LMDB allow), "
+                    f"got {values[key]}",
+                )
+        if values["message_bytes_max"] * 2 > values["journal_bytes_max"]:
+            self.fail(
+                f"{where}.message_bytes_max",
+                f"must be at most half of journal_bytes_max ({values['journal_bytes_max']}) "
+                f"so a message fits the journal, got {values['message_bytes_max']}",
+            )
+        return Limits(**values)
+
+    def queue(self, raw: dict[str, Any], where: str) -> QueueConfig:
+        self.check_keys(raw, where, _QUEUE_KEYS, _QUEUE_REQUIRED)
+        queue_id = self.integer(raw, "id", where, low=QUEUE_ID_MIN, high=QUEUE_ID_MAX)
+        if queue_id == DEAD_LETTER_QUEUE:
+            self.fail(
+                f"{where}.id",
+                f"queue {DEAD_LETTER_QUEUE} is the dead letter queue and is always present",
+            )
+        return QueueConfig(
+            id=queue_id,
+            name=self.name(raw, "name", where),
+            confirm=self.confirm_style(raw, where),
+            messages_max=self.integer(
+                raw, "messages_max", where, low=1, default=QUEUE_MESSAGES_MAX_DEFAULT
+            ),
+            unconfirmed_max=self.integer(
+                raw, "unconfirmed_max", where, low=1, default=QUEUE_UNCONFIRMED_MAX_DEFAULT
+            ),
+            permanent=self.boolean(raw, "permanent", where, default=True),
+            recoverable=self.boolean(raw, "recoverable", where, default=True),
+        )
+
+    def link(self, raw: dict[str, Any], where: str, groups: dict[int, GroupConfig]) -> LinkConfig:
+        self.check_keys(raw, where, _LINK_KEYS, _LINK_REQUIRED)
+        key = f"{where}.groups"
+        pair = raw["groups"]
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(g, int) and not isinstance(g, bool) for g in pair)
+        ):
+            shown = _describe(pair) if not isinstance(pair, list) else _toml_list(pair)
+            self.fail(key, f"must be an array of two group ids, e.g. [1, 2], got {shown}")
+        for group_id in pair:
+            if group_id not in groups:
+                self.fail(
+                    key,
+                    f"group {group_id} is not configured "
+                    f"(groups: {_id_list(dict(sorted(groups.items())))})",
+                )
+        if pair[0] == pair[1]:
+            self.fail(key, f"a link joins two different groups, got {_toml_list(pair)}")
+        host: str | None = None
+        port: int | None = None
+        if "address" in raw:
+            host, port = self.host_port(raw, "address", where, port_min=1)
+        return LinkConfig(groups=(min(pair), max(pair)), address_host=host, address_port=port)
+
+    # -- cross-checks -----------------------------------------------------------
+
+    def check_groups_unique(self, groups: list[GroupConfig]) -> None:
+        ids: dict[int, int] = {}
+        names: dict[str, int] = {}
+        listens: dict[tuple[str, int], int] = {}
+        for i, group in enumerate(groups):
+            if group.id in ids:
+                self.fail(
+                    f"group[{i}].id", f"duplicate group id {group.id} (also group[{ids[group.id]}])"
+                )
+            ids[group.id] = i
+            if group.name in names:
+                self.fail(
+                    f"group[{i}].name",
+                    f"duplicate group name {group.name!r} (also group[{names[group.name]}])",
+                )
+            names[group.name] = i
+            listen = (group.listen_host, group.listen_port)
+            if group.listen_port != 0 and listen in listens:
+                self.fail(
+                    f"group[{i}].listen",
+                    f"{group.listen_host}:{group.listen_port} is also the listen "
+                    f"address of group[{listens[listen]}]",
+                )
+            listens[listen] = i
+
+    def check_queues_unique(self, queues: list[QueueConfig], where: str, group_id: int) -> None:
+        ids: dict[int, int] = {}
+        names: dict[str, int] = {}
+        for i, queue in enumerate(queues):
+            if queue.id in ids:
+                self.fail(
+                    f"{where}.queue[{i}].id",
+                    f"duplicate queue id {queue.id} in group {group_id} "
+                    f"(also {where}.queue[{ids[queue.id]}])",
+                )
+            ids[queue.id] = i
+            if queue.name in (DEAD_LETTER_QUEUE_NAME, DEAD_LETTER_QUEUE_MESSAGEQ_NAME):
+                self.fail(
+                    f"{where}.queue[{i}].name",
+                    f"queue name {queue.name!r} belongs to the dead letter "
+                    f"queue ({DEAD_LETTER_QUEUE}) of every group",
+                )
+            if queue.name in names:
+                self.fail(
+                    f"{where}.queue[{i}].name",
+                    f"duplicate queue name {queue.name!r} in group {group_id} "
+                    f"(also {where}.queue[{names[queue.name]}])",
+                )
+            names[queue.name] = i
+
+    def check_links_unique(self, links: tuple[LinkConfig, ...]) -> None:
+        seen: dict[tuple[int, int], int] = {}
+        for i, link in enumerate(links):
+            if link.groups in seen:
+                low, high = link.groups
+                self.fail(
+                    f"link[{i}].groups",
+                    f"duplicate link between groups {low} and {high} "
+                    f"(also link[{seen[link.groups]}])",
+                )
+            seen[link.groups] = i

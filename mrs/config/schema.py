@@ -1,0 +1,235 @@
+"""The bus configuration as the rest of MRS reads it: frozen dataclasses checked once.
+
+`mrs.config.parse` builds these from the TOML file and raises `ConfigError` on the
+first fault; everything else only reads them (and resolves queue names to
+addresses through `BusConfig.resolve`), so no caller checks a value again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mrs.config.auth import AuthConfig
+from mrs.config.guards import Guards
+from mrs.config.ops import OpsConfig
+from mrs.config.tls import TlsConfig
+from mrs.errors import OperatorError
+from mrs.limits import QUEUE_MESSAGES_MAX_DEFAULT, QUEUE_UNCONFIRMED_MAX_DEFAULT
+from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
+
+GROUP_ID_MIN = 1
+GROUP_ID_MAX = 32000
+QUEUE_ID_MIN = 1
+QUEUE_ID_MAX = 999
+PORT_MAX = 65535
+
+DEAD_LETTER_QUEUE_NAME = "DLQ"
+DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
+"""MessageQ's name for the DLQ: attachable and addressable by it in every group."""
+
+_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER_PATTERN = re.compile(r"[0-9]+")
+
+
+class ConfigError(OperatorError):
+    """A bus configuration that cannot be used.
+
+    `str(err)` is one line: ``"{path}: {key}: {problem}"``, where `key` is a dotted
+    path into the file (``group[0].queue[1].confirm``), ``(syntax)`` for a TOML
+    syntax error, or ``(file)`` when the file cannot be read.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], key: str, problem: str) -> None:
+        self.path = Path(path)
+        self.key = key
+        self.problem = " ".join(problem.split())
+        super().__init__(f"{path}: {key}: {self.problem}")
+        self.args = (path, key, problem)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.key, self.problem))
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-group bounds: journal record counts, message size, LMDB map size."""
+
+    dqf_messages_max: int = 100_000
+    saf_messages_max: int = 100_000
+    dlj_messages_max: int = 1_000_000
+    message_bytes_max: int = 1_048_576
+    journal_bytes_max: int = 1 << 30
+    dedupe_window_s: int = 7 * 24 * 3600
+    """How long an idempotency key dedupes (mrs.group.idempotency)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """One target queue of a group."""
+
+    id: int
+    name: str
+    confirm: ConfirmStyle = ConfirmStyle.EXPLICIT_IN_ORDER
+    messages_max: int = QUEUE_MESSAGES_MAX_DEFAULT
+    unconfirmed_max: int = QUEUE_UNCONFIRMED_MAX_DEFAULT
+    permanent: bool = True
+    recoverable: bool = True
+    """False: the queue has no DQF; recoverable puts to it answer NO_DQF."""
+
+
+DEAD_LETTER_QUEUE_CONFIG = QueueConfig(
+    id=DEAD_LETTER_QUEUE,
+    name=DEAD_LETTER_QUEUE_NAME,
+    confirm=ConfirmStyle.EXPLICIT_OUT_OF_ORDER,
+    messages_max=10000,
+    unconfirmed_max=10000,
+    permanent=True,
+    recoverable=False,
+)
+"""Queue 96: present in every group without being declared; memory only."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """One group: one `mrs serve` process, its data directory and its queues."""
+
+    id: int
+    name: str
+    listen_host: str
+    listen_port: int
+    data_dir: Path
+    pcj_default: bool
+    limits: Limits
+    queues: dict[int, QueueConfig]
+    linked_group_ids: tuple[int, ...] = ()
+    dead_letter_queue: bool = True
+    """False: the group has no queue 96 (DLQ UMA fails; links apply the no-DLQ rules)."""
+    guards: Guards = field(default_factory=Guards)
+    """Heartbeats, deadlines, memory and flood bounds ([group.guards], mrs.config.guards)."""
+    ops: OpsConfig = OpsConfig()
+    """Metrics, web view, journal warnings and growth, PCJ retention (mrs.config.ops)."""
+    tls: TlsConfig | None = None
+    """[group.tls]: TLS on the port and links (mrs.security.tls); None: plaintext."""
+
+    def queue_by_name(self, name: str) -> QueueConfig:
+        """The queue called `name` (exact, case-sensitive); LookupError if none."""
+        for queue in self.queues.values():
+            if queue.name == name:
+                return queue
+        if name == DEAD_LETTER_QUEUE_MESSAGEQ_NAME and DEAD_LETTER_QUEUE in self.queues:
+            return self.queues[DEAD_LETTER_QUEUE]
+        known = ", ".join(q.name for q in self.queues.values())
+        raise LookupError(
+            f"group {self.id} ({self.name}) has no queue named {name!r} (queues: {known})"
+        )
+
+    def queue(self, queue_id: int) -> QueueConfig:
+        """The queue with id `queue_id`; LookupError if it is not configured."""
+        try:
+            return self.queues[queue_id]
+        except KeyError:
+            known = ", ".join(str(q) for q in self.queues)
+            raise LookupError(
+                f"group {self.id} ({self.name}) has no queue {queue_id} (queues: {known})"
+            ) from None
+
+    def links_to(self) -> tuple[int, ...]:
+        """Ids of the groups linked to this one, ascending."""
+        return self.linked_group_ids
+
+
+@dataclass(frozen=True, slots=True)
+class LinkConfig:
+    """A link between two groups; the lower group id dials the higher one.
+
+    `address_host`/`address_port` override where the lower group dials (e.g. a
+    proxy); when None it dials the higher group's listen address.
+    """
+
+    groups: tuple[int, int]
+    address_host: str | None = None
+    address_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BusConfig:
+    """The whole bus: groups by id (ascending) and links."""
+
+    path: Path
+    groups: dict[int, GroupConfig]
+    links: tuple[LinkConfig, ...]
+    protection: Path | None = None
+    """The message protection policy file (mrs.protection.policy), if any."""
+    auth: AuthConfig | None = None
+    """[auth] (mrs.config.auth): None = every connection trusted (the default)."""
+
+    def group(self, group_id: int) -> GroupConfig:
+        """The group with id `group_id`; LookupError if it is not configured."""
+        try:
+            return self.groups[group_id]
+        except KeyError:
+            raise LookupError(
+                f"no group {group_id} in {self.path} (groups: {_id_list(self.groups)})"
+            ) from None
+
+    def group_by_name(self, name: str) -> GroupConfig:
+        """The group called `name` (exact, case-sensitive); LookupError if none."""
+        for group in self.groups.values():
+            if group.name == name:
+                return group
+        known = ", ".join(g.name for g in self.groups.values())
+        raise LookupError(f"no group named {name!r} in {self.path} (groups: {known})")
+
+    def link_between(self, group_a: int, group_b: int) -> LinkConfig | None:
+        """The link joining the two groups, or None."""
+        wanted = (min(group_a, group_b), max(group_a, group_b))
+        for link in self.links:
+            if link.groups == wanted:
+                return link
+        return None
+
+    def resolve(self, text: str, default_group: int) -> Address:
+        """Turn an address as people write it into an Address.
+
+        Accepted: ``2.20`` (numbers), ``20`` or ``ORDERS`` (a queue of
+        `default_group`), ``NYC.ORDERS``, ``NYC.20``, ``2.ORDERS`` (group by name or
+        id, queue by name or id). A numeric queue is returned even when it is not
+        configured: the server decides what an unknown queue means. A name that
+        does not exist, or text that is not an address, raises LookupError.
+        """
+        group_text, dot, queue_text = text.strip().partition(".")
+        if not dot:
+            group_text, queue_text = str(default_group), group_text
+        if not group_text or not queue_text or "." in queue_text:
+            raise LookupError(f"not a queue address (GROUP.QUEUE, QUEUE or names): {text!r}")
+        if _NUMBER_PATTERN.fullmatch(group_text):
+            group_id = _in_range(int(group_text), GROUP_ID_MIN, GROUP_ID_MAX, "group", text)
+            if _NUMBER_PATTERN.fullmatch(queue_text):
+                queue_id = _in_range(int(queue_text), QUEUE_ID_MIN, QUEUE_ID_MAX, "queue", text)
+                return Address(group_id, queue_id)
+            group = self.group(group_id)
+        elif _NAME_PATTERN.fullmatch(group_text):
+            group = self.group_by_name(group_text)
+        else:
+            raise LookupError(f"not a group id or name in address {text!r}: {group_text!r}")
+        if _NUMBER_PATTERN.fullmatch(queue_text):
+            queue_id = _in_range(int(queue_text), QUEUE_ID_MIN, QUEUE_ID_MAX, "queue", text)
+            return Address(group.id, queue_id)
+        if not _NAME_PATTERN.fullmatch(queue_text):
+            raise LookupError(f"not a queue id or name in address {text!r}: {queue_text!r}")
+        return Address(group.id, group.queue_by_name(queue_text).id)
+
+
+def _id_list(ids: Mapping[int, object]) -> str:
+    return ", ".join(str(i) for i in ids) or "none"
+
+
+def _in_range(value: int, low: int, high: int, what: str, text: str) -> int:
+    if not low <= value <= high:
+        raise LookupError(f"{what} {value} out of range {low}..{high} in address {text!r}")
+    return value

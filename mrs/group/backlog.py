@@ -1,0 +1,100 @@
+"""A queue's cold backlog: the journaled messages behind its in-memory window, kept as
+seqs in compact arrays and read back from the DQF when the window runs low.
+
+Why: a DQF of a million messages must not keep a million Python objects in the
+server (an `Entry` costs some 300 bytes before its body; the seq alone costs 4, as
+its difference from the one before, mrs.group.seq_deltas). A message goes cold only
+when nothing in memory waits on it (no callbacks): its record and delivery mark
+on disk say all there is to say. An entry
+that cannot go cold (a nonrecoverable message, or one whose sender waits for its
+confirm) but arrives behind cold ones is held here by seq, so arrival order stays
+exact. Held entries are bounded by what bounds them anyway (messages_max, the
+senders' outstanding requests).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from mrs.group.seq_deltas import SeqDeltas
+
+WINDOW_ENTRIES_MAX = 1000
+"""Entries a queue keeps in memory before later journaled arrivals go cold."""
+REFILL_BELOW = 500
+"""The window is refilled from the cold backlog when it holds fewer entries than this."""
+
+
+class Entry(Protocol):
+    """What the backlog reads of a queued message (mrs.group.queues.Entry); read-only, so
+    an entry whose callbacks are typed more narrowly still is one."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def journaled(self) -> bool: ...
+    @property
+    def on_confirm(self) -> object: ...
+    @property
+    def on_dequeue(self) -> object: ...
+
+
+E = TypeVar("E", bound=Entry)
+
+
+Loader = Callable[[list[int]], list]
+"""Read journaled messages back by seq, in the order given (a missing one is skipped)."""
+
+
+class ColdBacklog(Generic[E]):
+    """Seqs in arrival order; entries held in memory for the few that cannot go cold."""
+
+    def __init__(self) -> None:
+        self._seqs = SeqDeltas()
+        self._held: dict[int, E] = {}
+        self.count = 0
+        """Messages in the backlog: a plain attribute, because a queue asks whether
+        it is empty several times per message (`len()` was two Python calls)."""
+
+    def __len__(self) -> int:
+        return self.count
+
+    @staticmethod
+    def can_go_cold(entry: Entry) -> bool:
+        """Only a journaled entry nobody waits on: the DQF record says all about it."""
+        return entry.journaled and entry.on_confirm is None and entry.on_dequeue is None
+
+    def append(self, entry: E, seq: int, cold: bool) -> None:
+        """Append `entry` (its `seq`); `cold`: `can_go_cold(entry)`, which the caller
+        tests on its concrete entry type (through this module's Protocol each of the
+        three reads is a generic lookup, and a deep queue appends every put)."""
+        self._seqs.append(seq)
+        self.count += 1
+        if not cold:
+            self._held[seq] = entry
+
+    def extend(self, seqs: array) -> None:
+        """Append journaled messages known by seq alone (start-up recovery: every
+        one can be read back, whatever its mode)."""
+        self._seqs.extend(seqs)
+        self.count = len(self._seqs)
+
+    def take(self, count: int, load: Loader) -> list[E]:
+        """The next `count` messages, oldest first, cold ones read back with `load`."""
+        seqs = self._seqs.take(count)
+        self.count = len(self._seqs)
+        taken: list[E] = []
+        cold: list[int] = []
+        for seq in seqs:
+            held = self._held.pop(seq, None)
+            if held is None:
+                cold.append(seq)
+                continue
+            if cold:
+                taken.extend(load(cold))
+                cold = []
+            taken.append(held)
+        if cold:
+            taken.extend(load(cold))
+        return taken

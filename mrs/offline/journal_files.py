@@ -1,0 +1,157 @@
+"""Find and read a group's journals from the shell, the way the server finds them.
+
+Why a module of its own: `mrs dump` and `mrs jplay` must open exactly the LMDB
+environment the server of group N writes (`data_dir/journals` from the bus
+config), or a copy of it (`--data-dir`), without ever creating an empty one by
+mistake, and read it in key order from one snapshot. The DLJ and PCJ are keyed
+by seq, so a `--seq` selection starts at its first key instead of the first record.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from journals import CorruptRecord, Journal, JournalStore, Record, decode_record, seq_key
+from journals.store import split_key
+from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
+from mrs.errors import OperatorError
+from mrs.offline.selection import RecordFilter
+
+DEFAULT_MAP_BYTES = 1 << 30
+SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
+
+
+class JournalsNotFound(OperatorError):
+    """No journals where the operator pointed; the message says where we looked."""
+
+
+@dataclass(frozen=True)
+class GroupJournals:
+    """Where a group's journals are and what we know about the group."""
+
+    group_id: int
+    data_dir: Path
+    """Directory holding `journals/` (and jplay's `replay-ledger/`)."""
+    journals_path: Path
+    bus: BusConfig | None
+    group: GroupConfig | None
+
+    @property
+    def map_bytes(self) -> int:
+        """The LMDB map size to open with: the server's own when the config says it, so
+        a write from a tool (jplay --remove) never disagrees with the server's map."""
+        if self.group is not None:
+            return self.group.limits.journal_bytes_max
+        data_file = self.journals_path / "data.mdb"
+        size = data_file.stat().st_size if data_file.exists() else 0
+        return max(DEFAULT_MAP_BYTES, size)
+
+
+def add_location_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="bus configuration (TOML)")
+    parser.add_argument("--group", type=int, help="group id whose journals to read")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="read this group data directory (holding journals/) instead, e.g. a copy",
+    )
+
+
+def locate(args: argparse.Namespace) -> GroupJournals:
+    """Resolve --config/--group/--data-dir; raises ConfigError or JournalsNotFound."""
+    client_saf = getattr(args, "client_saf", None)
+    if client_saf is not None:  # a client library's own SAF journal (group 0: none)
+        if not (client_saf / "data.mdb").exists():
+            raise JournalsNotFound(f"no client SAF journal in {client_saf} (no data.mdb)")
+        return GroupJournals(0, client_saf, client_saf, None, None)
+    if args.group is None:
+        raise JournalsNotFound("give --group N (and --config FILE, or --data-dir DIR)")
+    bus = group = None
+    if args.config is not None:
+        bus = load_config(args.config)
+        if args.group not in bus.groups:
+            raise ConfigError(
+                bus.path,
+                "--group",
+                f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
+            )
+        group = bus.groups[args.group]
+    if args.data_dir is not None:
+        data_dir = args.data_dir
+    elif group is not None:
+        data_dir = group.data_dir
+    else:
+        raise JournalsNotFound("give --config FILE (with --group N) or --data-dir DIR")
+    if (data_dir / "journals" / "data.mdb").exists():
+        journals_path = data_dir / "journals"
+    elif (data_dir / "data.mdb").exists():
+        journals_path = data_dir  # pointed straight at a journals environment
+    else:
+        raise JournalsNotFound(
+            f"no journals in {data_dir} (looked for {data_dir / 'journals' / 'data.mdb'}); "
+            f"has group {args.group} ever run with this data_dir?"
+        )
+    return GroupJournals(args.group, data_dir, journals_path, bus, group)
+
+
+def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
+    """Read-only unless asked: safe while the server runs (LMDB readers never block it)."""
+    return JournalStore(where.journals_path, where.map_bytes, readonly=not writable)
+
+
+def scan(
+    store: JournalStore,
+    journal: Journal,
+    selection: RecordFilter,
+    *,
+    after_seq: int | None = None,
+    chunk: int | None = None,
+) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+    """Yield (key, record) of the selected records in key order, from ONE read
+    transaction (a consistent snapshot even while the server writes).
+
+    Corrupt records are yielded as CorruptRecord whatever the selection (they cannot
+    be matched), so callers report them. `after_seq` resumes a DLJ/PCJ scan after a
+    seq; `chunk` stops after that many yielded items (jplay reads in short
+    transactions). `selection.limit` is applied by the caller across chunks.
+    """
+    db = store.db(journal)
+    if db is None:
+        return
+    seq_keyed = journal in SEQ_KEYED
+    start_seq = selection.seq_min
+    if after_seq is not None:
+        start_seq = after_seq + 1 if start_seq is None else max(start_seq, after_seq + 1)
+    seq_max = selection.seq_max if seq_keyed else None
+    matches = None if selection.selects_all else selection.matches
+    yielded = 0
+    with store.env.begin(db=db, buffers=False) as txn:
+        cursor = txn.cursor(db)
+        if seq_keyed and start_seq is not None:
+            positioned = cursor.set_range(seq_key(start_seq))
+        else:
+            positioned = cursor.first()
+        name = journal.value
+        while positioned:
+            key, value = cursor.item()
+            if seq_max is not None and len(key) == 8 and split_key(key)[1] > seq_max:
+                return
+            try:
+                record = decode_record(value, name, key)
+            except CorruptRecord as corrupt:
+                yield key, corrupt
+                yielded += 1
+            else:
+                if matches is None or matches(record):
+                    yield key, record
+                    yielded += 1
+            if chunk is not None and yielded >= chunk:
+                return
+            positioned = cursor.next()
+
+
+def seq_of_key(key: bytes) -> int:
+    return split_key(key)[1]

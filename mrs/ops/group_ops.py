@@ -1,0 +1,138 @@
+"""The operator's side of one running group: status extras, journal watch, endpoints.
+
+Why apart from the server: uptime, version, journal usage, map growth, the metrics
+endpoint, the web view and the automatic PCJ archive are what an operator looks at,
+not how messages move. The server owns one `GroupOps`, calls `after_commit()` after
+each inline commit and runs `run()` in its nursery; everything else lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from mrs import __version__
+from mrs.limits import JOURNAL_CHECK_INTERVAL_S
+from mrs.storage.journal_usage import UsageWatch
+
+if TYPE_CHECKING:
+    from journals import JournalStore
+    from mrs.config.bus import BusConfig, GroupConfig
+    from mrs.group import Group
+
+log = logging.getLogger("mrs.ops")
+
+
+class SessionView(Protocol):
+    """What the operator's side reads of one connection: whether it is a link."""
+
+    @property
+    def link(self) -> object | None: ...
+
+
+class OwningServer(Protocol):
+    """What the operator's side reads of the server that owns it
+    (`mrs.server.group_server.GroupServer`): a protocol, so this module does not import
+    the server that imports it."""
+
+    @property
+    def bus(self) -> BusConfig: ...
+    @property
+    def config(self) -> GroupConfig: ...
+    @property
+    def store(self) -> JournalStore | None: ...
+    @property
+    def address(self) -> tuple[str, int] | None: ...
+    @property
+    def sessions(self) -> AbstractSet[SessionView]: ...
+    @property
+    def group(self) -> Group | None: ...
+    def status_info(self) -> dict: ...
+
+
+class GroupOps:
+    def __init__(self, server: OwningServer) -> None:
+        self.server = server
+        self.started_time_s = time.time()
+        self._started_monotonic_s = time.monotonic()
+        self.watch: UsageWatch | None = None
+        self.metrics: Any = None
+        """mrs.ops.metrics.GroupMetrics once the endpoint is on."""
+        self.endpoints: dict[str, str] = {}
+        self.last_archive: dict | None = None
+        """The automatic PCJ archive's last summary (mrs.ops.pcj_retention)."""
+
+    def attach_store(self, can_grow: bool) -> None:
+        """Called once the journals are open (before recovery)."""
+        if self.server.config.ops.metrics_port is not None:
+            from mrs.ops.metrics import GroupMetrics
+
+            self.metrics = GroupMetrics(self)
+        store = self.server.store
+        if store is None or not hasattr(store, "env"):
+            return  # the simulator's in-memory store: no map to watch
+        config = self.server.config
+        self.watch = UsageWatch(
+            store,
+            config.limits.journal_bytes_max,
+            config.id,
+            warn_percents=config.ops.journal_warn_percents,
+            can_grow=can_grow,
+        )
+        store.grow_map = self.watch.grow_if_needed if can_grow else None
+
+    def reply_observer(self):
+        """What each session calls with every reply it sends (None: metrics off)."""
+        return self.metrics.observe_reply if self.metrics is not None else None
+
+    def after_commit(self) -> None:
+        """Grow the map between commits, before a burst can fill it."""
+        if self.metrics is not None:
+            self.metrics.after_commit()
+        if self.watch is not None and self.watch.can_grow:
+            self.watch.grow_if_needed()
+
+    async def run(self) -> None:
+        """Journal checks every second, plus the opt-in endpoints."""
+        async with trio.open_nursery() as nursery:
+            ops = self.server.config.ops
+            if ops.metrics_port is not None:
+                from mrs.ops.metrics import serve_metrics
+
+                await nursery.start(serve_metrics, self)
+            if ops.web_port is not None:
+                from mrs.ops.web import serve_group_web
+
+                await nursery.start(serve_group_web, self)
+            if ops.pcj_archive_after_s is not None:
+                from mrs.ops.pcj_retention import archive_forever
+
+                nursery.start_soon(archive_forever, self)
+            while self.watch is not None:
+                self.watch.check()
+                await trio.sleep(JOURNAL_CHECK_INTERVAL_S)
+
+    def status_extra(self) -> dict:
+        """What `mrs status` shows beyond the group's own status_info."""
+        server = self.server
+        journal = self.watch.check().as_dict() if self.watch is not None else {}
+        if self.watch is not None:
+            journal["warn_percent"] = list(self.watch.warn_percents)
+            journal["map_grown_times"] = self.watch.grown_times
+        clients = sum(1 for s in server.sessions if s.link is None)
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "started_time_s": round(self.started_time_s, 3),
+            "uptime_s": round(time.monotonic() - self._started_monotonic_s, 3),
+            "listen": f"{server.address[0]}:{server.address[1]}" if server.address else None,
+            "connections": {"clients": clients, "links": len(server.sessions) - clients},
+            "journal": journal,
+            "endpoints": dict(self.endpoints),
+            **({"pcj_archive": self.last_archive} if self.last_archive is not None else {}),
+        }

@@ -1,0 +1,240 @@
+"""Prometheus metrics of one group, served on the opt-in `[group.ops] metrics_listen`.
+
+Why these: they answer what an operator asks of a guaranteed-delivery service —
+is work flowing (puts, gets, confirms by status; commit latency and batching), is
+anything piling up (SAF backlog and drain per link, DQF depth per queue, DLQ and
+DLJ), and is it about to stop (journal bytes against the cap). Counters are updated
+as replies leave the server (`observe_reply`) and after each commit; gauges are read
+from the group's status at scrape time, in the event loop, so they are consistent
+with `mrs status`. Every metric is prefixed `mrs_` and labelled by group.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from mrs import protocol as wire
+from mrs.model import status_of
+from mrs.ops.http_endpoint import Response, serve_http
+
+if TYPE_CHECKING:
+    from mrs.ops.group_ops import GroupOps
+
+log = logging.getLogger("mrs.metrics")
+
+COMMIT_SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
+MESSAGES_PER_COMMIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
+
+
+def _status_name(value: int) -> str:
+    status = status_of(value)
+    return getattr(status, "name", str(value))
+
+
+class GroupMetrics:
+    """The registry of one group: live counters plus a collector over its status."""
+
+    def __init__(self, ops: GroupOps) -> None:
+        self.ops = ops
+        group = str(ops.server.config.id)
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["group"]
+        self.puts = Counter(
+            "mrs_puts", "Puts answered, by status", [*labels, "status"], registry=self.registry
+        )
+        self.deliveries = Counter(
+            "mrs_gets",
+            "Messages delivered to gets, by delivery status (POSSDUPL: a redelivery)",
+            [*labels, "delivery_status"],
+            registry=self.registry,
+        )
+        self.confirms = Counter(
+            "mrs_confirms",
+            "Confirms answered, by status",
+            [*labels, "status"],
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "mrs_request_failures",
+            "Requests refused, by status",
+            [*labels, "status"],
+            registry=self.registry,
+        )
+        self.commit_seconds = Histogram(
+            "mrs_commit_seconds",
+            "Journal commit latency (fsync included)",
+            labels,
+            buckets=COMMIT_SECONDS_BUCKETS,
+            registry=self.registry,
+        ).labels(group)
+        self.messages_per_commit = Histogram(
+            "mrs_messages_per_commit",
+            "Batches (messages) made durable by one commit",
+            labels,
+            buckets=MESSAGES_PER_COMMIT_BUCKETS,
+            registry=self.registry,
+        ).labels(group)
+        self.group_label = group
+        self.registry.register(_StatusCollector(self))
+        self._last_commits = 0
+        self._last_batches = 0
+        self._last_time_s = 0.0
+
+    def observe_reply(self, event: object) -> None:
+        """Count one reply leaving the server (cheap: one isinstance chain)."""
+        group = self.group_label
+        if isinstance(event, wire.PutDone):
+            self.puts.labels(group, _status_name(event.status)).inc()
+        elif isinstance(event, wire.Delivery):
+            self.deliveries.labels(group, _status_name(event.delivery_status)).inc()
+        elif isinstance(event, wire.DeliveryBatch):  # a get_many: each message counts
+            for delivery in event.deliveries:
+                self.deliveries.labels(group, _status_name(delivery.delivery_status)).inc()
+        elif isinstance(event, wire.Confirmed):
+            self.confirms.labels(group, _status_name(event.status)).inc()
+        elif isinstance(event, wire.Failure):
+            self.failures.labels(group, _status_name(event.status)).inc()
+
+    def after_commit(self) -> None:
+        """Turn the writer's running totals into one histogram sample per commit."""
+        group = self.ops.server.group
+        if group is None:
+            return
+        stats = group.writer.stats
+        commits = stats.commits - self._last_commits
+        if commits <= 0:
+            return
+        batches = stats.batches - self._last_batches
+        seconds = stats.commit_time_s_total - self._last_time_s
+        for _ in range(commits):
+            self.commit_seconds.observe(seconds / commits)
+            self.messages_per_commit.observe(batches / commits)
+        self._last_commits = stats.commits
+        self._last_batches = stats.batches
+        self._last_time_s = stats.commit_time_s_total
+
+    def render(self, _query: str = "") -> Response:
+        return Response(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
+
+
+class _StatusCollector:
+    """Gauges read from the group's status at scrape time."""
+
+    def __init__(self, metrics: GroupMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        server = self.metrics.ops.server
+        if server.group is None:
+            return
+        status = server.status_info()
+        group = self.metrics.group_label
+        info = InfoMetricFamily("mrs_build", "MRS version of this group's server", labels=["group"])
+        info.add_metric(
+            [group], {"version": str(status.get("version", "")), "name": status["name"]}
+        )
+        yield info
+        yield _gauge(
+            "mrs_uptime_seconds",
+            "Seconds since the server started",
+            group,
+            status.get("uptime_s", 0),
+        )
+        yield _gauge("mrs_epoch", "Boot epoch", group, status.get("epoch", 0))
+        journal = status.get("journal") or {}
+        for key, help_text in (
+            ("used_bytes", "Journal bytes in use (LMDB pages)"),
+            ("map_bytes", "Current LMDB map size"),
+            ("cap_bytes", "journal_bytes_max: the map never grows past it"),
+        ):
+            if key in journal:
+                yield _gauge(f"mrs_journal_{key}", help_text, group, journal[key])
+        records = GaugeMetricFamily(
+            "mrs_journal_records", "Records per journal", labels=["group", "journal"]
+        )
+        for name, count in (journal.get("records") or {}).items():
+            records.add_metric([group, name], count)
+        yield records
+        yield _gauge(
+            "mrs_dlj_records",
+            "Dead letters in the DLJ",
+            group,
+            (journal.get("records") or {}).get("dlj", 0),
+        )
+        connections = status.get("connections") or {}
+        conn = GaugeMetricFamily("mrs_connections", "Open connections", labels=["group", "kind"])
+        for kind in ("clients", "links"):
+            conn.add_metric([group, kind], connections.get(kind, 0))
+        yield conn
+        yield from _link_metrics(group, status.get("links") or {})
+        yield from _queue_metrics(group, status.get("queues") or {})
+
+
+def _gauge(name: str, help_text: str, group: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_text, labels=["group"])
+    family.add_metric([group], float(value or 0))
+    return family
+
+
+def _link_metrics(group: str, links: dict):
+    labels = ["group", "peer"]
+    up = GaugeMetricFamily("mrs_link_up", "1 when the link to the peer is up", labels=labels)
+    backlog = GaugeMetricFamily(
+        "mrs_saf_backlog", "SAF messages waiting for the peer", labels=labels
+    )
+    sent = CounterMetricFamily(
+        "mrs_link_messages_sent", "Messages sent on the link (rate() = drain rate)", labels=labels
+    )
+    retry = GaugeMetricFamily(
+        "mrs_link_drain_retry", "1 while the peer answers RETRY", labels=labels
+    )
+    in_flight = GaugeMetricFamily("mrs_link_in_flight", "Transfers awaiting an ack", labels=labels)
+    for peer, link in links.items():
+        key = [group, str(peer)]
+        up.add_metric(key, 1.0 if link.get("state") == "up" else 0.0)
+        backlog.add_metric(key, link.get("saf_backlog", 0))
+        sent.add_metric(key, link.get("messages_sent", 0))
+        retry.add_metric(key, 1.0 if link.get("drain") == "retry" else 0.0)
+        in_flight.add_metric(key, link.get("in_flight", 0))
+    yield from (up, backlog, sent, retry, in_flight)
+
+
+def _queue_metrics(group: str, queues: dict):
+    labels = ["group", "queue", "name"]
+    depth = GaugeMetricFamily("mrs_queue_depth", "Messages waiting in the queue", labels=labels)
+    dqf = GaugeMetricFamily("mrs_dqf_depth", "Messages of the queue in its DQF", labels=labels)
+    unconfirmed = GaugeMetricFamily(
+        "mrs_queue_unconfirmed", "Delivered, not yet confirmed", labels=labels
+    )
+    dlq = GaugeMetricFamily("mrs_dlq_depth", "Messages in the dead letter queue", labels=["group"])
+    for address, queue in queues.items():
+        key = [group, address, str(queue.get("name", ""))]
+        depth.add_metric(key, queue.get("pending", 0))
+        dqf.add_metric(key, queue.get("dqf_depth", 0))
+        unconfirmed.add_metric(key, queue.get("unconfirmed", 0))
+        if address.endswith(".96"):
+            dlq.add_metric([group], queue.get("pending", 0))
+    yield from (depth, dqf, unconfirmed, dlq)
+
+
+async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve /metrics on the configured address; report when listening."""
+    config = ops.server.config.ops
+    ops.metrics = ops.metrics or GroupMetrics(ops)
+    routes = {"/metrics": ops.metrics.render}
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(
+            serve_http, config.metrics_host, config.metrics_port, routes
+        )
+        ops.endpoints["metrics"] = f"http://{host}:{port}/metrics"
+        log.info("group %d metrics on http://%s:%d/metrics", ops.server.config.id, host, port)
+        task_status.started()

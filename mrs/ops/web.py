@@ -1,0 +1,122 @@
+"""A small read-only web view of a bus or a group: the status tables and live charts.
+
+Why: operators coming from RabbitMQ open a management page first. This one is
+served either by one group (`[group.ops] web_listen`, showing that group) or by
+`mrs web --config bus.toml` (asking every group, like `mrs status`). The page is
+one self-contained HTML file (no CDN: it works on an air-gapped host) that polls
+`/api/status` — the same JSON as `mrs status --json --config` — every two seconds
+and draws rates, backlogs and latency from successive samples. Nothing on the page
+can change the bus: the endpoint answers GET and HEAD only.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import time
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import trio
+
+from mrs.ops.http_endpoint import Response, serve_http, text
+
+if TYPE_CHECKING:
+    from mrs.ops.group_ops import GroupOps
+
+log = logging.getLogger("mrs.web")
+
+WEB_LISTEN_DEFAULT = "127.0.0.1:8100"
+BUS_CACHE_S = 1.0
+"""`mrs web` asks the groups at most once a second however many pages are open."""
+
+
+def page_html(title: str) -> bytes:
+    """The page (mrs/ops/web_page.html: HTML, CSS and script in one file) for `title`."""
+    page = resources.files("mrs.ops").joinpath("web_page.html").read_text(encoding="utf-8")
+    return page.replace("__TITLE__", _escape(title)).encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+HISTORY_SAMPLES_MAX = 180
+"""Samples kept for the charts (one a second: the last three minutes)."""
+
+
+def sample_of(payload: dict) -> dict:
+    """One point of the live charts from a bus status payload."""
+    batches = saf = depth = 0
+    latencies = []
+    for view in payload.get("groups", []):
+        status = view.get("status")
+        if not status:
+            continue
+        writer = status.get("writer") or {}
+        batches += writer.get("batches", 0)
+        if writer.get("commits"):
+            latencies.append(writer.get("commit_time_ms_mean", 0.0))
+        saf += sum(link.get("saf_backlog", 0) for link in (status.get("links") or {}).values())
+        depth += sum(queue.get("pending", 0) for queue in (status.get("queues") or {}).values())
+    return {
+        "t": payload.get("time_s", time.time()),
+        "batches": batches,
+        "saf": saf,
+        "lat_ms": sum(latencies) / len(latencies) if latencies else 0.0,
+        "depth": depth,
+    }
+
+
+def json_response(payload: dict) -> Response:
+    return Response(200, "application/json", json.dumps(payload).encode())
+
+
+# ---------------------------------------------------------------- served by a group
+async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The group's own page: this group only."""
+    server = ops.server
+    config = server.config
+
+    history: collections.deque[dict] = collections.deque(maxlen=HISTORY_SAMPLES_MAX)
+
+    def payload() -> dict:
+        address = f"{server.address[0]}:{server.address[1]}" if server.address else ""
+        return (
+            {
+                "bus": None,
+                "time_s": round(time.time(), 3),
+                "groups": [
+                    {
+                        "group": config.id,
+                        "name": config.name,
+                        "address": address,
+                        "up": True,
+                        "error": None,
+                        "status": server.status_info(),
+                    }
+                ],
+            }
+        )
+
+    def api(_query: str) -> Response:
+        return json_response(payload())
+
+    title = f"MRS group {config.id} ({config.name})"
+    routes = {
+        "/": lambda _q: Response(200, "text/html; charset=utf-8", page_html(title)),
+        "/api/status": api,
+        "/api/history": lambda _q: json_response({"samples": list(history)}),
+        "/healthz": lambda _q: text(200, "ok\n"),
+    }
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(
+            serve_http, config.ops.web_host, config.ops.web_port, routes
+        )
+        ops.endpoints["web"] = f"http://{host}:{port}/"
+        log.info("group %d web view on http://%s:%d/", config.id, host, port)
+        task_status.started()
+        while True:
+            history.append(sample_of(payload()))
+            await trio.sleep(1.0)

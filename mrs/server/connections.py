@@ -1,0 +1,190 @@
+"""Serves one TCP connection: admission, handshake, receive loop, watchdog, close.
+
+A junk connection (random bytes, silence, half a Hello) costs one task until its
+handshake deadline; a refused one gets at most one Fatal frame a second per peer
+and otherwise an RST. Whatever goes wrong closes only that connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+
+import trio
+
+from mrs import protocol as wire
+from mrs.config.guards import Guards
+from mrs.core.refusals import RefusalLog
+from mrs.group import Group
+from mrs.limits import OUTBOX_BYTES_HIGH
+from mrs.model import Status
+from mrs.ops.group_ops import GroupOps
+from mrs.security import session_auth
+from mrs.security.authority import Authority
+from mrs.security.tls import transport_socket
+from mrs.server.client_drains import ClientDrains
+from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
+from mrs.transport.admission import Admission
+from mrs.transport.watchdog import next_nonce, watch
+
+log = logging.getLogger("mrs.server")
+
+_LINGER_RST = struct.pack("ii", 1, 0)
+
+
+class ServerConnections:
+    """The connection part of `mrs.server.group_server.GroupServer` (a mixin); requests go to
+    `_dispatch_all` (mrs.server.dispatch)."""
+
+    group: Group | None
+    sessions: set[ServerSession]
+    answered_sessions: set[ServerSession] | None
+    frame_bytes_max: int
+    ops: GroupOps
+    admission: Admission
+    refusals: RefusalLog
+    client_drains: ClientDrains
+    authority: Authority | None
+    guards: Guards
+
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
+        connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
+        session = ServerSession(stream, connection)
+        session.written_after_commit = self.answered_sessions
+        session.observe = self.ops.reply_observer()
+        host = ""
+        with contextlib.suppress(OSError, AttributeError):
+            host, port = transport_socket(stream).getpeername()[:2]
+            session.peer = f"{host}:{port}"
+        if host and (refusal := self.admission.admit(host)) is not None:
+            await self._refuse_connection(stream, connection, host, refusal)
+            return
+        session.host = host or session.peer
+        self.sessions.add(session)
+        try:
+            admitted = self.authority is None or await session_auth.admit(
+                self.authority, session, self.guards.handshake_s_max, self.refusals
+            )
+            if admitted and await self._handshake(session):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.send_loop)
+                    nursery.start_soon(self._watch, session, nursery.cancel_scope)
+                    await self._receive_loop(session)
+                    nursery.cancel_scope.cancel()
+        except Exception as error:  # noqa: BLE001 - one connection never stops the server
+            if not only_connection_errors(error):
+                log.exception("connection from %s failed", session.peer)
+        finally:
+            if host:
+                self.admission.release(host)
+            self.sessions.discard(session)
+            self.client_drains.forget(session.id)
+            session.closed = True  # from now on its answers join no answered set
+            if self.answered_sessions is not None:
+                self.answered_sessions.discard(session)
+            self.group.detach(session)
+            if session.link is not None:
+                session.link.down("connection closed", session)
+            with trio.move_on_after(1):
+                await stream.aclose()
+
+    def _gate(self, host: str) -> bool:
+        """Before a task exists: close a refused connection that gets no answer."""
+        refusal = self.admission.refused_unanswered(host)
+        if refusal is None:
+            return True
+        self.refusals.refused("accept", host, f"connection refused (EXCEEDQUOTA): {refusal}")
+        return False
+
+    async def _refuse_connection(
+        self, stream: trio.abc.Stream, connection: wire.Connection, host: str, refusal: str
+    ) -> None:
+        """Admission said no: a Fatal frame (at most once a second per peer), close, and
+        a (throttled) log line."""
+        self.refusals.refused("accept", host, f"connection refused (EXCEEDQUOTA): {refusal}")
+        if self.admission.should_answer(host):
+            fatal = connection.send(wire.Fatal(int(Status.EXCEEDQUOTA), refusal))
+            with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
+                await stream.send_all(fatal)
+        else:  # close with RST: no FIN exchange, no TIME_WAIT left behind
+            with contextlib.suppress(OSError, AttributeError):
+                sock = transport_socket(stream)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+        with contextlib.suppress(*CONNECTION_ERRORS), trio.move_on_after(0.5):
+            await stream.aclose()
+
+    async def _handshake(self, session: ServerSession) -> bool:
+        """Read until the client's Hello, within handshake_s_max; False if it never came.
+
+        No send loop and no watchdog yet: a junk connection (random bytes, silence,
+        half a Hello) costs this one task, which is what keeps a flood of them cheap.
+        Requests pipelined behind the Hello are dispatched; their answers wait in the
+        outbox for the send loop."""
+        with trio.move_on_after(self.guards.handshake_s_max):
+            while session.connection.their_state is wire.START:
+                if not await self._receive_once(session):
+                    return False
+            return True
+        why = f"no handshake within handshake_s_max={self.guards.handshake_s_max:g} s"
+        self.refusals.refused("deadline", session.host, f"closing connection (TIMEOUT): {why}")
+        await self._fatal(session, Status.TIMEOUT, f"closing: {why}")
+        return False
+
+    async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
+        self.refusals.refused("protocol", session.host, f"protocol error: {error} ({session.peer})")
+        await self._fatal(session, error.status, str(error))
+
+    async def _watch(self, session: ServerSession, scope: trio.CancelScope) -> None:
+        """Heartbeats and deadlines for one connection; closes it when one passes."""
+        guards = self.guards
+
+        def silence_s_max() -> float:
+            return guards.link_silence_s_max if session.link else guards.client_idle_s_max
+
+        def ping() -> None:
+            with contextlib.suppress(wire.ProtocolError):
+                session.send(wire.Ping(next_nonce()))
+
+        why = await watch(session.liveness, guards, silence_s_max, ping)
+        if session.link is not None:
+            log.warning("link from group %d declared down: %s", session.link.peer_id, why)
+        else:
+            self.refusals.refused(
+                "deadline", session.host, f"closing connection (TIMEOUT): {why} ({session.peer})"
+            )
+        with contextlib.suppress(wire.ProtocolError):
+            session.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))
+        with trio.move_on_after(1):
+            await session.flushed()
+        scope.cancel()
+
+    async def _receive_loop(self, session: ServerSession) -> None:
+        while await self._receive_once(session):
+            await session.wait_drained(OUTBOX_BYTES_HIGH)
+
+    async def _receive_once(self, session: ServerSession) -> bool:
+        """Read what one recv brings and dispatch every event in it (handshake and
+        receive loop alike); False once the connection ended (EOF, protocol error)."""
+        try:
+            events, still_open = await session.receive_events()
+            self._dispatch_all(session, events)
+            # Answers that wait for no commit (an AK put's, a get of a message in
+            # memory) leave now, not at the send loop's turn, which may come after a
+            # commit: an AK producer's next get then reaches the server before the
+            # commit that makes its MRS_ACKs ends.
+            session.write_now()
+        except wire.ProtocolError as error:
+            await self._protocol_error(session, error)
+            return False
+        if not still_open:
+            return False
+        session.liveness.heard(session.buffered_bytes, len(events))
+        return True
+
+    async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:
+        with contextlib.suppress(wire.ProtocolError):
+            session.send(wire.Fatal(int(status), message))
+        with trio.move_on_after(2):
+            await session.flush()

@@ -1,0 +1,338 @@
+"""The group server: trio TCP sessions in front of a `Group`.
+
+Each connection has one receive loop and one send loop. The receive loop parses
+every frame a `recv` brings and dispatches each request synchronously to the group
+(no await per message); replies are appended to the session's outbox and the send
+loop writes everything ready in one `send_all`. A request that fails is answered
+with a Failure frame; a malformed frame gets a Fatal frame and only that connection
+closes. Nothing a client sends can stop the server for anyone else.
+
+`GroupServer` is assembled from one part per job: the connections
+(mrs.server.connections), the request dispatch (mrs.server.dispatch), the peer links
+(mrs.server.links) and the journals and data directory (mrs.server.journal_files); this
+module starts and stops them and runs the commits.
+
+Where commits run (measured with `mrs bench --seconds 3`, same disk, same run):
+a writer thread must win the GIL back from the busy event loop for its Python work
+and inside the commit's puts (a thread doing 20,000 py-lmdb puts took 66 ms alone and
+4.4 s beside one busy Python thread, `putmulti` 21 ms and 2.6 s: the GIL is handed
+over within the puts, issue 17), so its 50-put commits took 1.5-2.5 ms against
+0.6 ms alone. Commits
+inline on the event loop, after every ready receive loop has had its turn, stall the
+loop for one fsync but batch more and avoid the hand-offs: 32 connections x 1 put
+in flight gave 6.7k puts/s at 15 msgs/commit inline vs 5.5k at 9.8 with the thread;
+4 x 32 in flight gave 15.5k vs 12.5k. In peerbench's puts shape the thread lost with
+every GIL switch interval tried (5, 1 and 0.2 ms: 18.8k, 20.4-23.7k and 20.4k puts/s
+against 24.5-27.9k inline, commits 2.9-5.7 ms against 1.4-1.8 ms). Inline is the
+default; `writer_kind="thread"` (MRS_WRITER=thread for `mrs serve`, see mrs.server.harness)
+selects the thread for comparison.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from journals import (
+    GroupCommitWriter,
+    InlineWriter,
+    JournalError,
+    JournalStore,
+    checksum,
+)
+from mrs.config.bus import BusConfig, GroupConfig
+from mrs.core.refusals import RefusalLog
+from mrs.core.timers import TrioTimers
+from mrs.group import Group
+from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX, PeerLink
+from mrs.limits import COMMIT_COMPANY_WAIT_S
+from mrs.native import loader as native
+from mrs.ops.group_ops import GroupOps
+from mrs.security import session_auth
+from mrs.security.tls import tls_network
+from mrs.server import gc_tuning, startup
+from mrs.server.client_drains import ClientDrains
+from mrs.server.connections import ServerConnections
+from mrs.server.dispatch import ServerDispatch
+from mrs.server.harness import ServeOptions
+from mrs.server.journal_files import ServerJournals
+from mrs.server.links import ServerLinks
+from mrs.server.request_dispatch import Dispatcher
+from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
+from mrs.storage.commit_pacing import CommitPacing
+from mrs.storage.datadir import DataDirError, DataDirGuard
+from mrs.transport.admission import Admission
+from mrs.transport.network import TCP, Network, TcpNetwork
+
+__all__ = ["CONNECTION_ERRORS", "GroupServer", "ServerSession", "only_connection_errors", "serve"]
+
+log = logging.getLogger("mrs.server")
+
+
+class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals):
+    """Serves one group on its configured listen address."""
+
+    def __init__(
+        self,
+        bus: BusConfig,
+        group_config: GroupConfig,
+        *,
+        network: Network = TCP,
+        open_store: Callable[[], JournalStore] | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+        unsafe: frozenset[str] | None = None,
+        writer_kind: str = "inline",
+        fault_file: Path | None = None,
+    ) -> None:
+        self.bus = bus
+        self.config = group_config
+        self.network = network
+        if group_config.tls is not None and network is TCP:
+            self.network = tls_network(bus, group_config)
+        self.open_store = open_store or self._open_lmdb
+        self.clock_ns = clock_ns
+        self.unsafe = unsafe or frozenset()
+        self.writer_kind = writer_kind
+        """Where commits run: "inline" on the event loop between request rounds, or
+        "thread" (a long-lived writer thread). See the module docstring for why."""
+        self.fault_file = fault_file
+        """Journal fault injection for the harness (mrs.storage.fault_file); None in production."""
+        self.crashed = False
+        """Set by a simulation before cancelling run(): skip the graceful shutdown, so
+        what was not committed is lost, as in a SIGKILL."""
+        self.timers = TrioTimers()
+        self.store: JournalStore | None = None
+        self.group: Group | None = None
+        self.sessions: set[ServerSession] = set()
+        self.answered_sessions: set[ServerSession] | None = (
+            set() if writer_kind == "inline" else None
+        )
+        """Sessions given answers since the last commit (see `_commit`); None with
+        the writer thread, whose commits do not run on the loop."""
+        self.address: tuple[str, int] | None = None
+        self.links: dict[int, PeerLink] = {}
+        self.data_dir_guard: DataDirGuard | None = None
+        self.data_dir_lost: str | None = None
+        self._cancel_scope: trio.CancelScope | None = None
+        self.ops = GroupOps(self)
+        self.frame_bytes_max = (
+            max(group_config.limits.message_bytes_max, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
+        )
+        self.guards = group_config.guards
+        self.admission = Admission(self.guards, trio.current_time)
+        self.refusals = RefusalLog(log)
+        self.client_drains = ClientDrains()
+        self.authority, self.gate = session_auth.build(bus, group_config)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Bind, open journals, recover, serve; on cancel, stop and make everything
+        durable. Whatever cannot start fails before the epoch is committed."""
+        listeners = await self._bind()
+        try:
+            self.store = self._open_journals()
+        except BaseException:
+            for listener in listeners or ():
+                await listener.aclose()
+            raise
+        self.ops.attach_store(can_grow=self.writer_kind != "thread")
+        writer = self._make_writer()
+        self.group = Group(
+            self.bus,
+            self.config,
+            self.store,
+            writer,
+            self.timers,
+            clock_ns=self.clock_ns,
+            unsafe=self.unsafe,
+        )
+        self._dispatcher = Dispatcher(self)  # type: ignore[arg-type]  # the server is its host
+        if self.unsafe:
+            log.warning("UNSAFE build switches on (harness only): %s", ", ".join(self.unsafe))
+        try:
+            self.group.recover()
+        except JournalError as error:
+            self.store.close()
+            if self.data_dir_guard is not None:
+                self.data_dir_guard.release()
+            raise startup.journal_failure(self.bus, self.config, error) from None
+        writer.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cancel_scope = nursery.cancel_scope
+                await nursery.start(self.timers.run)
+                nursery.start_soon(self.ops.run)
+                if self.data_dir_guard is not None:
+                    nursery.start_soon(self._watch_data_dir)
+                if isinstance(writer, InlineWriter):
+                    nursery.start_soon(self._commit_loop, writer)
+                self._start_links(nursery)
+                if listeners is not None:
+                    host, port = await nursery.start(
+                        functools.partial(self.network.serve_listeners, gate=self._gate),
+                        self._serve_connection,
+                        self.config.listen_host,
+                        listeners,
+                    )
+                else:
+                    host, port = await nursery.start(
+                        self.network.serve,
+                        self._serve_connection,
+                        self.config.listen_host,
+                        self.config.listen_port,
+                    )
+                self.address = (self.config.listen_host, port)
+                task_status.started(self.address)
+        finally:
+            for session in list(self.sessions):
+                session.closed = True
+            if not self.crashed:
+                writer.stop()
+                self.store.close()
+            if self.data_dir_guard is not None:
+                self.data_dir_guard.release()
+            log.info("group %d stopped; journals closed", self.config.id)
+        if self.data_dir_lost is not None:
+            raise DataDirError(self.data_dir_lost)
+
+    def status_info(self) -> dict:
+        """The group's status plus the operator's view (version, uptime, journal use)."""
+        return {
+            **self.group.status_info(),
+            **self.ops.status_extra(),
+            **self.client_drains.status_info(),
+            "guards": {"refused": dict(sorted(self.refusals.by_limit.items()))},
+        }
+
+    async def _bind(self) -> list[trio.SocketListener] | None:
+        """On real TCP, take the listen address first: a port in use or a foreign host
+        must fail the start before the journals (and the epoch) are touched."""
+        if not isinstance(self.network, TcpNetwork):
+            return None
+        try:
+            return await self.network.listen(self.config.listen_host, self.config.listen_port)
+        except OSError as error:
+            raise startup.listen_failure(self.bus, self.config, error) from None
+
+    def _make_writer(self) -> GroupCommitWriter | InlineWriter:
+        if self.writer_kind == "thread":
+            token = trio.lowlevel.current_trio_token()
+            return GroupCommitWriter(self.store, token.run_sync_soon)
+        self._commit_wanted = trio.Event()
+        return InlineWriter(self.store, lambda: self._commit_wanted.set())
+
+    async def _commit_loop(self, writer: InlineWriter) -> None:
+        """Commit whenever something is pending, after letting every task that is
+        ready (receive loops holding fresh requests) run once, so one fsync covers
+        all of them.
+
+        When all that is pending can wait (confirms whose consumers have gets parked,
+        mrs.group.handover), the commit waits up to COMMIT_COMPANY_WAIT_S for a batch
+        that cannot, and goes with it. Why: at a steady 1,000 msgs/s every message
+        needed two commits (its put, then its confirm), and the loop sat in commits
+        more than half of the time, so a put usually arrived during one and waited for
+        it to end; a confirm that rides with the next put halves that (issue 17)."""
+        pacing = CommitPacing()
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted = trio.Event()
+            await trio.lowlevel.checkpoint()
+            if not writer.urgent:
+                with trio.move_on_after(COMMIT_COMPANY_WAIT_S):
+                    await self._commit_wanted.wait()  # set by the first urgent batch
+                self._commit_wanted = trio.Event()
+            wait_s = pacing.wait_s(trio.current_time())
+            if wait_s > 0:  # the last commit was busy: take in more first (commit_pacing)
+                await self._hold_commit(writer, wait_s, pacing.last_batches)
+            batches_before = writer.stats.batches
+            self._commit(writer)
+            pacing.committed(writer.stats.batches - batches_before, trio.current_time())
+
+    async def _hold_commit(self, writer: InlineWriter, wait_s: float, batches: int) -> None:
+        """Let requests come in for up to `wait_s` before committing, but no longer
+        than until `batches` are pending: clients that keep a window of requests in
+        flight have all sent their next ones by then, and more waiting would only add
+        to their latency."""
+        if writer.pending_batches >= batches:
+            return
+        self._commit_wanted = trio.Event()
+        writer.wake_at_batches = batches
+        try:
+            with trio.move_on_after(wait_s):
+                await self._commit_wanted.wait()
+        finally:
+            writer.wake_at_batches = 0
+            self._commit_wanted = trio.Event()
+
+    def _commit(self, writer: InlineWriter) -> None:
+        """Commit what is pending, then hand the answers it made to the sockets."""
+        assert self.group is not None  # the commit loop runs once the group exists
+        with self.group.answers_held():
+            writer.commit_pending()
+        answered = self.answered_sessions
+        assert answered is not None  # the inline writer's commits run here
+        for session in answered:  # the answers go out now, not at the send loops' turn
+            session.write_now()
+        answered.clear()
+        self.ops.after_commit()
+
+
+async def serve(
+    bus: BusConfig,
+    group_id: int,
+    ready_file: Path | None = None,
+    options: ServeOptions | None = None,
+) -> None:
+    """Run a group until SIGTERM/SIGINT, then shut down gracefully. `options` are the
+    harness switches the CLI read from its environment (mrs.server.harness)."""
+    options = options or ServeOptions()
+    server = GroupServer(
+        bus,
+        bus.group(group_id),
+        unsafe=options.unsafe,
+        writer_kind=options.writer_kind,
+        fault_file=options.fault_file,
+    )
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(server.run)
+            if options.gc_thresholds is not None:  # recovered: freeze what start-up built
+                gc_tuning.tune_gc(options.gc_thresholds)
+            line = f"READY {host}:{port}"
+            print(line, flush=True)
+            if ready_file is not None:
+                ready_file.write_text(f"{host}:{port}\n")
+            log.info(
+                "group %d (%s) listening on %s:%d, pid %d",
+                group_id,
+                server.config.name,
+                host,
+                port,
+                os.getpid(),
+            )
+            log.info("hot path: %s", _hot_path())
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    if server.authority is not None:
+                        server.authority.reload("SIGHUP")
+                    continue
+                log.info("signal %s: shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+    print("STOPPED", flush=True, file=sys.stderr)
+
+
+def _hot_path() -> str:
+    """Which code the server runs per message (mrs.native.loader), for its log."""
+    state = native.install()  # decided at the first import of mrs; this reads it
+    crc = "CRC-32 by ISA-L" if checksum.ISAL else "CRC-32 by zlib (isal not installed)"
+    if state.compiled:
+        return f"compiled ({state.reason}); {crc}"
+    return f"pure Python ({state.status}: {state.reason}); {crc}"

@@ -1,0 +1,70 @@
+"""The switches of `mrs serve` that tests, benchmarks and `mrs sim` set through the
+environment, parsed from a mapping the CLI hands over.
+
+Only the CLI edge (`mrs serve`) passes `os.environ` here; the server is given a
+`ServeOptions` and reads no environment itself, so an in-process server (the
+simulator, fast tests) is configured by arguments alone.
+
+- `MRS_WRITER` -> `writer_kind`: `inline` (default) or `thread`, where the group
+  commit runs;
+- `MRS_FAULT_FILE` -> `fault_file`: a file whose word (EIO, ENOSPC, MAPFULL) fails
+  the next commits;
+- `MRS_HARNESS_UNSAFE` -> `unsafe`: comma-separated switches that break a guarantee
+  on purpose, so the checker can be shown to catch it (never in production);
+- `MRS_GC_THRESHOLDS` -> `gc_thresholds`: the collector's settings once recovered
+  (mrs.server.gc_tuning): unset for the measured default, `off`, or `gen0,gen1,gen2`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.group import UNSAFE_SWITCHES
+from mrs.server.gc_tuning import SERVER_GC_THRESHOLDS, thresholds_from
+
+WRITER_ENV = "MRS_WRITER"
+FAULT_FILE_ENV = "MRS_FAULT_FILE"
+UNSAFE_ENV = "MRS_HARNESS_UNSAFE"
+WRITER_KINDS = ("inline", "thread")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How a group server runs beyond its config: harness switches, all off by default."""
+
+    writer_kind: str = "inline"
+    """Where the group commit runs: inline (in the event loop) or a writer thread."""
+    fault_file: Path | None = None
+    """Journal fault injection (mrs.storage.fault_file): None in production."""
+    unsafe: frozenset[str] = frozenset()
+    """Guarantees broken on purpose to prove the checker (mrs.group.UNSAFE_SWITCHES)."""
+    gc_thresholds: tuple[int, int, int] | None = SERVER_GC_THRESHOLDS
+    """Collector thresholds set (after a gc.freeze) once recovered; None leaves
+    CPython's defaults (mrs.server.gc_tuning, MRS_GC_THRESHOLDS)."""
+
+
+def unsafe_from(environ: Mapping[str, str]) -> frozenset[str]:
+    """The unsafe switches named in MRS_HARNESS_UNSAFE; an unknown word is refused."""
+    words = frozenset(filter(None, environ.get(UNSAFE_ENV, "").split(",")))
+    unknown = words - UNSAFE_SWITCHES
+    if unknown:
+        raise CommandError(f"{UNSAFE_ENV}: unknown switches {sorted(unknown)}", EXIT_USAGE)
+    return words
+
+
+def serve_options_from(environ: Mapping[str, str]) -> ServeOptions:
+    """The options the environment asks for; a bad value is one line, not a traceback."""
+    writer_kind = environ.get(WRITER_ENV, "inline") or "inline"
+    if writer_kind not in WRITER_KINDS:
+        choices = ", ".join(WRITER_KINDS)
+        raise CommandError(f"{WRITER_ENV}: {writer_kind!r} is not one of {choices}", EXIT_USAGE)
+    fault_text = environ.get(FAULT_FILE_ENV)
+    return ServeOptions(
+        writer_kind=writer_kind,
+        fault_file=Path(fault_text) if fault_text else None,
+        unsafe=unsafe_from(environ),
+        gc_thresholds=thresholds_from(environ),
+    )

@@ -1,0 +1,105 @@
+"""Starts the server's peer links: one PeerLink per linked group, dialed or adopted.
+
+The lower-numbered group of a link dials; the higher one adopts the dialer's
+connection after checking who it is (configured link, TLS identity, credentials).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import trio
+
+from mrs import protocol as wire
+from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.guards import Guards
+from mrs.group import Group
+from mrs.group.link_driver import dial_forever, new_link, pump
+from mrs.group.link_session import PeerLink
+from mrs.security import session_auth
+from mrs.security.authority import Authority
+from mrs.security.tls import check_link_peer
+from mrs.server.session import ServerSession
+from mrs.transport.network import Network
+
+log = logging.getLogger("mrs.server")
+
+
+class ServerLinks:
+    """The peer-link part of `mrs.server.group_server.GroupServer` (a mixin)."""
+
+    bus: BusConfig
+    config: GroupConfig
+    group: Group | None
+    links: dict[int, PeerLink]
+    authority: Authority | None
+    frame_bytes_max: int
+    network: Network
+    guards: Guards
+
+    def _start_links(self, nursery: trio.Nursery) -> None:
+        """One PeerLink per linked group; this group dials the higher-numbered ones."""
+        for peer_id in self.group.peers:
+            link = new_link(self.group.link_rooms, peer_id)
+            self.links[peer_id] = link
+            nursery.start_soon(pump, link)
+            if self.config.id < peer_id:
+                host, port = self._dial_address(peer_id)
+                if port == 0:
+                    log.error(
+                        "cannot dial group %d: its listen port is 0 and the link has no address",
+                        peer_id,
+                    )
+                    continue
+                nursery.start_soon(
+                    functools.partial(
+                        dial_forever,
+                        secure=self.authority.dial_link if self.authority is not None else None,
+                    ),
+                    link,
+                    host,
+                    port,
+                    self.config.id,
+                    self.frame_bytes_max,
+                    self.network,
+                    self.guards,
+                )
+
+    def _dial_address(self, peer_id: int) -> tuple[str, int]:
+        link_config = self.bus.link_between(self.config.id, peer_id)
+        if link_config is not None and link_config.address_host is not None:
+            return link_config.address_host, link_config.address_port
+        peer = self.bus.group(peer_id)
+        return peer.listen_host, peer.listen_port
+
+    def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None:
+        """A lower-numbered peer dialed us: check who it is, then hand it the session."""
+        peer_id = hello.group
+        link = self.links.get(peer_id)
+        if link is None or peer_id >= self.config.id:
+            log.warning(
+                "refused link from %s claiming group %d (%r): "
+                "not a lower-numbered group linked to group %d",
+                session.peer,
+                peer_id,
+                hello.program,
+                self.config.id,
+            )
+            raise wire.RemoteProtocolError(
+                f"group {self.config.id} has no link from group {peer_id} ({hello.program!r})"
+            )
+        if (problem := check_link_peer(session.stream, peer_id)) is not None:
+            log.warning("refused link from %s: %s", session.peer, problem)
+            raise wire.RemoteProtocolError(problem)
+        session_auth.check_link(self.authority, session, peer_id)
+        session.send(
+            wire.Welcome(
+                wire.PROTOCOL_VERSION,
+                self.config.id,
+                self.config.name,
+                self.config.limits.message_bytes_max,
+            )
+        )
+        session.link = link
+        link.up(session)

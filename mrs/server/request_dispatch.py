@@ -1,0 +1,237 @@
+"""Dispatches each request of a connection to the group, within the connection's quotas.
+
+Synchronous, one call per frame (no await per message): a request over a quota is
+answered EXCEEDQUOTA, a refused one with its status, an unexpected failure with
+SERVER_ERROR; only a protocol error closes the connection.
+
+A class of its own (`Dispatcher`), not methods of the server's mixin: every request
+of every connection passes here, so the module is compiled (mrs.native.loader), and a
+compiled class cannot be one of the interpreted `GroupServer`'s several bases. The
+server makes one with itself as host when its group exists (`GroupServer.run`); the
+mixin (`mrs.server.dispatch.ServerDispatch`) hands each receive to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn, Protocol, cast
+
+from mrs import protocol as wire
+from mrs.config.bus import GroupConfig
+from mrs.config.guards import Guards
+from mrs.core.delivery import Refused
+from mrs.core.refusals import RefusalLog
+from mrs.group import Group
+from mrs.group.confirm_run import ConfirmRun
+from mrs.model import Status
+from mrs.protocol.event_types import CANCEL_GET, CONFIRM, GET, GET_BATCH, PUT, PUT_BATCH
+from mrs.security.gate import Gate
+from mrs.server.client_drains import ClientDrains
+from mrs.server.session import ServerSession
+
+log = logging.getLogger("mrs.server")
+
+
+class DispatchHost(Protocol):
+    """What dispatching uses of `mrs.server.group_server.GroupServer`."""
+
+    config: GroupConfig
+    group: Group | None
+    gate: Gate | None
+    guards: Guards
+    refusals: RefusalLog
+    client_drains: ClientDrains
+
+    def status_info(self) -> dict: ...
+
+    def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None: ...
+
+
+class Dispatcher:
+    """Dispatches the requests of every connection of one server.
+
+    A compiled class holding what each request reads (the group, the gate, the
+    guards' limits), made once the group exists: read through the interpreted
+    server (`host.group`, `host.guards.requests_in_flight_max`, ...) each was a
+    generic attribute lookup, six per put (issue 17). The server's configuration
+    does not change while it runs, so nothing here goes stale."""
+
+    def __init__(self, host: DispatchHost) -> None:
+        group = host.group
+        assert group is not None  # made once the group exists
+        guards = host.guards
+        self.host = host
+        self.group: Group = group
+        self.gate: Gate | None = host.gate
+        self.client_drains: ClientDrains = host.client_drains
+        self.requests_in_flight_max: int = guards.requests_in_flight_max
+        self.connection_bytes_max: int = guards.connection_bytes_max
+        self.parked_gets_max: int = guards.parked_gets_max
+
+    def begin(self, session: ServerSession, request_id: int, body_bytes: int) -> None:
+        """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
+        in_flight = session.in_flight
+        if len(in_flight) >= self.requests_in_flight_max:
+            over_quota(
+                self.host,
+                session,
+                "requests_in_flight_max",
+                f"{len(in_flight)} requests in flight "
+                f"(requests_in_flight_max={self.requests_in_flight_max})",
+            )
+        if body_bytes:
+            held = session.in_flight_bytes + session.account.held_bytes
+            if held + body_bytes > self.connection_bytes_max:
+                over_quota(
+                    self.host,
+                    session,
+                    "connection_bytes_max",
+                    f"connection holds {held} bytes of messages "
+                    f"(connection_bytes_max={self.connection_bytes_max})",
+                )
+            session.in_flight_bytes += body_bytes
+        in_flight[request_id] = body_bytes
+
+    def begin_get(self, session: ServerSession, request_id: int, timeout_ms: int) -> None:
+        """`begin` for a Get or GetBatch, which also counts against parked_gets_max."""
+        queue = session.attached
+        parked_max = self.parked_gets_max
+        if queue is not None and timeout_ms != 0 and len(queue.waiters) >= parked_max:
+            over_quota(
+                self.host,
+                session,
+                "parked_gets_max",
+                f"{len(queue.waiters)} gets parked on {queue.address} "
+                f"(parked_gets_max={parked_max})",
+            )
+        self.begin(session, request_id, 0)
+
+    def dispatch_all(self, session: ServerSession, events: list) -> None:
+        """Every event one receive brought, in order: the receive loop's one call per
+        receive, so no interpreted frame per event. A ProtocolError stops the rest
+        (the connection is broken), as it did one call at a time.
+
+        Confirms in a row share one write batch (mrs.group.confirm_run), submitted
+        before the next other request and at the end: a request that breaks the
+        protocol comes after the confirms before it were submitted, so they are
+        written and answered all the same (and `finally` submits them whatever else
+        ends the pass)."""
+        group = self.group
+        run: ConfirmRun | None = None
+        try:
+            for event in events:
+                if type(event) is CONFIRM:
+                    if run is None:
+                        run = ConfirmRun(session)
+                    self.dispatch(session, event, run)
+                    continue
+                if run is not None:
+                    group.end_confirm_run(run)
+                self.dispatch(session, event)
+        finally:
+            if run is not None:
+                group.end_confirm_run(run)
+
+    def dispatch(
+        self, session: ServerSession, event: object, run: ConfirmRun | None = None
+    ) -> None:
+        """One request (or a PutBatch's puts, each answered as if alone); a Confirm's
+        deletes join `run` when one is given."""
+        if type(event) is PUT_BATCH:  # all in this pass, so one commit stores them
+            for put in event.puts:
+                self.dispatch(session, put)
+            return
+        request_id: int = getattr(event, "request_id", 0)
+        try:
+            self._dispatch_one(session, event, request_id, run)
+        except Refused as refused:
+            session.send(wire.Failure(request_id, int(refused.status), refused.message))
+        except wire.ProtocolError:
+            raise
+        except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
+            log.exception("request %r from %s failed", event, session.peer)
+            session.send(
+                wire.Failure(
+                    request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}"
+                )
+            )
+
+    def _dispatch_one(
+        self,
+        session: ServerSession,
+        event: object,
+        request_id: int,
+        run: ConfirmRun | None,
+    ) -> None:
+        gate = self.gate
+        if gate is not None:
+            gate.check(session, event)
+        group = self.group
+        # The requests of a busy connection first, each an exact type test.
+        kind = type(event)
+        if kind is PUT:
+            put = cast(wire.Put, event)  # a cast, not an isinstance: no lookup
+            self.begin(session, request_id, len(put.body))
+            if put.headers:  # a client SAF journal draining? (mrs status)
+                self.client_drains.note(session, put)
+            group.put(session, put)
+        elif kind is CONFIRM:
+            self.begin(session, request_id, 0)
+            group.confirm(session, cast(wire.Confirm, event), run)
+        elif kind is GET_BATCH:
+            get_batch = cast(wire.GetBatch, event)
+            self.begin_get(session, request_id, get_batch.timeout_ms)
+            group.get_batch(session, get_batch)
+        elif kind is GET:
+            get = cast(wire.Get, event)
+            self.begin_get(session, request_id, get.timeout_ms)
+            group.get(session, get)
+        elif kind is CANCEL_GET:  # no reply of its own: the get's answer ends both
+            group.cancel_get(session, cast(wire.CancelGet, event))
+        else:
+            _dispatch_rare(self, session, event, request_id)
+
+
+def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: str) -> NoReturn:
+    host.refusals.refused(
+        limit, session.host, f"request refused (EXCEEDQUOTA): {problem} ({session.peer})"
+    )
+    raise Refused(Status.EXCEEDQUOTA, problem)
+
+
+def _dispatch_rare(
+    dispatcher: Dispatcher, session: ServerSession, event: object, request_id: int
+) -> None:
+    host, group = dispatcher.host, dispatcher.group
+    if isinstance(event, wire.Ping):
+        session.send(wire.Pong(event.nonce))
+    elif isinstance(event, wire.Hello) and event.role == "link":
+        session.liveness.handshake_done = True
+        host._adopt_link(session, event)
+    elif isinstance(event, wire.LinkTransfer | wire.LinkNotice | wire.LinkAck):
+        link = session.link
+        if link is None:
+            raise wire.RemoteProtocolError(
+                f"{type(event).__name__} on a connection that is not a link"
+            )
+        link.handle(event, session)
+    elif isinstance(event, wire.Hello):
+        session.liveness.handshake_done = True
+        session.answer_batches = event.answer_batches
+        config = host.config
+        session.send(
+            wire.Welcome(
+                wire.PROTOCOL_VERSION, config.id, config.name, config.limits.message_bytes_max
+            )
+        )
+    elif isinstance(event, wire.Attach):
+        dispatcher.begin(session, request_id, 0)
+        group.attach(session, event)
+    elif isinstance(event, wire.StatusRequest):
+        session.send(wire.StatusReply(request_id, host.status_info()))
+    elif isinstance(event, wire.Pong):
+        pass  # heard: the receive loop has noted it
+    elif isinstance(event, wire.GiveBack):  # no reply of its own
+        group.give_back(session, event)
+    else:
+        raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")

@@ -1,0 +1,97 @@
+"""One client or link connection as the server holds it: the framed stream and its accounts.
+
+`ServerSession.send` ends a request's in-flight account when its answer goes out,
+so every request is counted until answered exactly once (requests_in_flight_max,
+connection_bytes_max); the connection errors below are what a peer going away raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from mrs.group.link_session import PeerLink
+from mrs.group.queues import ByteAccount, TargetQueue
+from mrs.transport.framed import FramedStream, GroupChannel
+from mrs.transport.watchdog import Liveness
+
+_session_ids = itertools.count(1)
+
+
+@dataclass(eq=False, repr=False)
+class ServerSession(GroupChannel):
+    """One client connection: its framed stream, plus what the server tracks of it.
+
+    Its repr is one short line: a generated one would spell out the outbox and every
+    request in flight, and anything that formats a session (an error message, a log
+    line) would then cost as much as the whole connection's state."""
+
+    id: int = field(default_factory=lambda: next(_session_ids))
+    attached: TargetQueue | None = None
+    link: PeerLink | None = None
+    peer: str = "?"
+    host: str = "?"
+    """The peer's address without the port: what limits and log throttling key on."""
+    liveness: Liveness = field(default_factory=Liveness)
+    in_flight: dict[int, int] = field(default_factory=dict)
+    """Requests not yet answered: request_id -> body bytes (requests_in_flight_max)."""
+    in_flight_bytes: int = 0
+    account: ByteAccount = field(default_factory=ByteAccount)
+    """Bodies of this connection's messages waiting in memory queues."""
+    observe: Callable[[object], None] | None = None
+    """Metrics (mrs.ops.metrics): called with every reply sent, when metrics are on."""
+    principal: str | None = None
+    """Who authenticated on this connection (mrs.security), None with auth off."""
+    written_after_commit: set[ServerSession] | None = None
+    """The server's sessions with answers queued: after each commit it hands their
+    outboxes to the sockets at once (`FramedStream.write_now`). A closed session
+    leaves it (mrs.server.connections), so it holds live connections only."""
+
+    def __repr__(self) -> str:
+        return f"<ServerSession {self.id} {self.peer}>"
+
+    answer_batches: bool = False
+    """The client's Hello said it reads AnswerBatch frames (`answer` then batches)."""
+
+    def send(self, event: object) -> None:
+        if self.closed:
+            return
+        self._answered(event)
+        super().send(event)
+
+    def answer(self, event: object) -> None:
+        """Send a PutDone or Confirmed: queued to share one AnswerBatch frame with the
+        other answers ready now when the client reads them, else sent alone."""
+        if self.closed:
+            return
+        if not self.answer_batches:
+            self.send(event)
+            return
+        self._answered(event)
+        FramedStream.answer(self, event)
+
+    def _answered(self, event: object) -> None:
+        """What the server tracks of a frame going out: metrics, the end of the
+        request it answers, and the commit's list of sessions to write at once."""
+        if self.observe is not None:
+            self.observe(event)
+        in_flight = self.in_flight
+        if in_flight:  # every request is answered exactly once: the answer ends it
+            size = in_flight.pop(getattr(event, "request_id", 0), None)
+            if size is not None:
+                self.in_flight_bytes -= size
+        if not self._outbox and not self._grouped and self.written_after_commit is not None:
+            self.written_after_commit.add(self)  # once per batch of answers, not per answer
+
+
+CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def only_connection_errors(error: BaseException) -> bool:
+    """True when an error (or every error in a group) is the peer going away."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(only_connection_errors(inner) for inner in error.exceptions)
+    return isinstance(error, CONNECTION_ERRORS)

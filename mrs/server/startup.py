@@ -1,0 +1,132 @@
+"""Why a group could not start, as one line naming the key or the file to fix.
+
+Why: the failures an operator meets when starting `mrs serve` (a port in use, a host
+that is not this machine's, a data_dir that is a file, a journal map too small or too
+large to map, read-only journal files, a full disk) used to surface as 50-line trio
+exception groups, after the boot epoch had already been committed. Here each becomes
+a `CommandError` with exit status 2 when the configuration must change and 1 when the
+machine must (free the port, the disk, the permissions). The server binds its
+listener and runs these checks before it commits anything, so a failed start leaves
+the journals exactly as they were.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import lmdb
+
+from mrs.config.bus import BusConfig, GroupConfig
+from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
+
+JOURNAL_FILES = ("data.mdb", "lock.mdb")
+
+
+def _group_key(bus: BusConfig, config: GroupConfig, key: str) -> str:
+    """`bus.toml: group 1 (NYC) listen` – where in the file the operator looks."""
+    return f"{bus.path}: group {config.id} ({config.name}) {key}"
+
+
+def check_data_dir(bus: BusConfig, config: GroupConfig) -> None:
+    """Refuse a data_dir that is a file, or journal files this process cannot write,
+    before anything is opened (LMDB's own errors name neither)."""
+    data_dir = Path(config.data_dir)
+    for parent in (data_dir, *data_dir.parents):
+        if parent.exists() and not parent.is_dir():
+            raise CommandError(
+                f"{_group_key(bus, config, 'data_dir')}: {parent} is a file, not a directory; "
+                "point data_dir at a directory (it is created if missing)",
+                EXIT_USAGE,
+            )
+        if parent.exists():
+            break
+    journals = data_dir / "journals"
+    for name in JOURNAL_FILES:
+        path = journals / name
+        if not path.exists():
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as error:
+            raise CommandError(
+                f"journal file {path} cannot be opened for writing ({error.strerror}); "
+                "make it writable (chmod u+w, chattr -i) or read it with `mrs dump`",
+                EXIT_RUNTIME,
+            ) from None
+        os.close(fd)
+
+
+def listen_failure(bus: BusConfig, config: GroupConfig, error: OSError) -> CommandError:
+    """The one line for a listener that cannot be bound."""
+    where = _group_key(bus, config, f"listen = {config.listen_host}:{config.listen_port}")
+    if error.errno == errno.EADDRINUSE:
+        return CommandError(
+            f"{where}: the port is in use by another process; stop it or change listen",
+            EXIT_RUNTIME,
+        )
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return CommandError(
+            f"{where}: not allowed to listen there ({error.strerror}); "
+            "use a port above 1023 or run with the needed privilege",
+            EXIT_RUNTIME,
+        )
+    problem = error.strerror or str(error)
+    if isinstance(error, OSError) and error.errno == errno.EADDRNOTAVAIL:
+        problem = "that address is not one of this machine's"
+    return CommandError(
+        f"{where}: cannot listen ({problem}); use a local address such as 127.0.0.1 or 0.0.0.0",
+        EXIT_USAGE,
+    )
+
+
+def journal_failure(bus: BusConfig, config: GroupConfig, error: BaseException) -> CommandError:
+    """The one line for journals that cannot be opened or take the start-up commit."""
+    from journals import JournalDeviceError, JournalFullError
+
+    journals = Path(config.data_dir) / "journals"
+    size = config.limits.journal_bytes_max
+    size_key = _group_key(bus, config, f"limits.journal_bytes_max = {size}")
+    if isinstance(error, MemoryError | lmdb.MemoryError):
+        return CommandError(
+            f"{size_key}: cannot map a journal that large here (out of address space "
+            "or memory limits); lower it",
+            EXIT_USAGE,
+        )
+    if isinstance(error, lmdb.MapFullError | JournalFullError):
+        return CommandError(
+            f"{size_key}: the journal map is too small to start the group ({journals}); "
+            "raise journal_bytes_max",
+            EXIT_USAGE,
+        )
+    if isinstance(error, JournalDeviceError) and error.errno_value == errno.ENOSPC:
+        return CommandError(
+            f"journal {journals}: no space left on the device; free space, then start again",
+            EXIT_RUNTIME,
+        )
+    if isinstance(error, lmdb.ReadonlyError) or (
+        isinstance(error, OSError | lmdb.Error) and _errno_of(error) in (errno.EACCES, errno.EROFS)
+    ):
+        return CommandError(
+            f"journal {journals} is read-only; make it writable or read it with `mrs dump`",
+            EXIT_RUNTIME,
+        )
+    if isinstance(error, lmdb.DiskError) or _errno_of(error) == errno.ENOSPC:
+        return CommandError(
+            f"journal {journals}: no space left on the device; free space, then start again",
+            EXIT_RUNTIME,
+        )
+    detail = " ".join(str(error).split())
+    return CommandError(f"journal {journals} cannot be opened: {detail}", EXIT_RUNTIME)
+
+
+def _errno_of(error: BaseException) -> int | None:
+    code = getattr(error, "errno", None) or getattr(error, "errno_value", None)
+    if isinstance(code, int):
+        return code
+    text = str(error)
+    for name in ("EACCES", "EROFS", "ENOSPC"):
+        if os.strerror(getattr(errno, name)) in text:
+            return getattr(errno, name)
+    return None

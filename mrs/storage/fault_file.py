@@ -1,0 +1,32 @@
+"""Journal fault injection for the harness: the server honours it only when given a
+fault file (`GroupServer(fault_file=...)`; `mrs serve` takes it from MRS_FAULT_FILE at
+the CLI edge, see mrs.server.harness; tests and `mrs sim` do that, nothing else should).
+
+The file holds one word, read before every commit: empty = no fault, EIO or ENOSPC =
+the commit fails as a device error, MAPFULL = the journal is full. A tester flips
+faults on and off by rewriting the file while the server runs.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import lmdb
+
+from journals.store import FaultHook
+
+
+def file_fault_hook(path: Path) -> FaultHook:
+    def hook(phase: str) -> None:
+        try:
+            word = path.read_text().strip().upper()
+        except FileNotFoundError:
+            return
+        if word in ("EIO", "ENOSPC"):
+            code = getattr(errno, word)
+            raise OSError(code, f"injected {word} on {phase}")
+        if word == "MAPFULL":
+            raise lmdb.MapFullError(f"injected map full on {phase}")
+
+    return hook
