@@ -131,6 +131,8 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         self.refusals = RefusalLog(log)
         self.client_drains = ClientDrains()
         self.authority, self.gate = session_auth.build(bus, group_config)
+        if self.authority is not None:
+            self.authority.listeners.append(self._credentials_reloaded)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
@@ -171,6 +173,8 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 nursery.start_soon(self.ops.run)
                 if self.data_dir_guard is not None:
                     nursery.start_soon(self._watch_data_dir)
+                if self.authority is not None:
+                    nursery.start_soon(self._watch_credentials, self.authority)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self._start_links(nursery)

@@ -33,6 +33,7 @@ from mrs.group.peers import Peers
 from mrs.group.recovery import Recovery
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
+from mrs.model import Status
 from mrs.queues import TargetQueue
 from mrs.receipts import Receipts
 
@@ -142,6 +143,9 @@ class Group:
 
     def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
         self.handover.cancel_get(session, request)
+
+    def refuse_parked_gets(self, session: Session, status: Status, message: str) -> int:
+        return self.handover.refuse_parked_gets(session, status, message)
 
     def confirm(
         self, session: Session, request: wire.Confirm, run: ConfirmRun | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -69,6 +70,9 @@ class Authority:
         self.group_id = group_id
         self.linked_group_ids = linked_group_ids
         self.reloads = 0
+        self.listeners: list[Callable[[], None]] = []
+        """Called after each successful reload: the server ends what a revocation
+        took away (mrs.server_connections)."""
         self.creds, self._link_salted, self._link_password = self._load()  # CredsError: no start
         self._stamps = self._current_stamps()
 
@@ -119,6 +123,8 @@ class Authority:
             len(self.creds.principals),
             self.config.credentials_path,
         )
+        for listener in self.listeners:
+            listener()
         return True
 
     def reload_if_changed(self) -> None:

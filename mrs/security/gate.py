@@ -78,6 +78,12 @@ class Gate:
         perms = self.authority.permissions(getattr(session, "principal", None))
         return rules.may_admin(perms, "status") is None
 
+    def get_problem(self, session) -> str | None:
+        """Why the session may no longer get from its queue (None: it may): asked
+        when the credentials reload, for the gets it has parked."""
+        perms = self.authority.permissions(getattr(session, "principal", None))
+        return self._on_attached(session, perms, rules.may_get)
+
     @staticmethod
     def _key(session, event: object) -> tuple | None:
         """What a decision depends on, for the common requests; None: decide afresh."""

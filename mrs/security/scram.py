@@ -109,10 +109,8 @@ def decoy_verifier(secret: bytes, name: str, iterations_in_use: Sequence[int]) -
     rounds real principals use, picked with their frequency, so a principal made
     with unusual rounds is not told apart by them: unknown names show them too."""
     salt = _hmac(secret, b"salt:" + name.encode("utf-8"))[:SALT_BYTES]
-    return Verifier(
-        salt, decoy_iterations(secret, name, iterations_in_use), os.urandom(KEY_BYTES),
-        os.urandom(KEY_BYTES),
-    )  # fmt: skip
+    iterations = decoy_iterations(secret, name, iterations_in_use)
+    return Verifier(salt, iterations, os.urandom(KEY_BYTES), os.urandom(KEY_BYTES))
 
 
 def decoy_iterations(secret: bytes, name: str, iterations_in_use: Sequence[int]) -> int:
