@@ -7,8 +7,18 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
-from clients import DeliveryMode, NoMoreMessages, NoSuchQueue, NotAuthorized, Status, Uma, connect
+from clients import (
+    DeliveryMode,
+    MrsError,
+    NoMoreMessages,
+    NoSuchQueue,
+    NotAuthorized,
+    Status,
+    Uma,
+    connect,
+)
 from mrs import protocol as wire
 from mrs.security.handshake import AUTH_VERSION, FrameReader, authenticate, encode
 from mrs.security.scram import nonce
@@ -47,10 +57,15 @@ async def raw_stream(address: str) -> trio.SocketStream:
 
 
 async def next_event(stream: trio.abc.Stream, connection: wire.Connection) -> object:
-    """The next protocol event the server sends (CLOSED if it just closes)."""
+    """The next protocol event the server sends (CLOSED if it just closes), its
+    heartbeat Pings aside."""
     with trio.fail_after(WAIT_S):
         while True:
-            events = [event for event in connection.events() if event is not wire.CLOSED]
+            events = [
+                event
+                for event in connection.events()
+                if event is not wire.CLOSED and not isinstance(event, wire.Ping)
+            ]
             if events:
                 return events[0]
             data = await stream.receive_some(65536)
@@ -70,7 +85,9 @@ async def challenge(address: str, name: str) -> tuple[bytes, int]:
     return frame["salt"], frame["iterations"]
 
 
-async def parked_get(address: str, name: str, queue: str) -> tuple[trio.SocketStream, wire.Connection]:
+async def parked_get(
+    address: str, name: str, queue: str
+) -> tuple[trio.SocketStream, wire.Connection]:
     """A raw client of `name` attached to `queue` with a Get parked on it: the Pong
     to the Ping sent after it says the server has dispatched (parked) the Get."""
     stream = await raw_stream(address)
@@ -161,6 +178,30 @@ async def test_removing_a_principal_ends_its_parked_get_at_once(single) -> None:
     assert "'consumer' was removed from the credentials" in single.log(1)
 
 
+async def test_a_removed_application_is_told_why_and_does_not_reconnect(single) -> None:
+    """Through the client library: the parked get raises NotAuthorized naming the
+    removal, and so does the next request (no reconnect that would be refused)."""
+    outcome: list[BaseException] = []
+
+    async def wait_for_a_message(client) -> None:
+        try:
+            await client.get(timeout=WAIT_S)
+        except MrsError as error:
+            outcome.append(error)
+
+    async with connect(single.address(1), "1.10", credentials=creds("consumer")) as live:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_a_message, live)
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(NotAuthorized):  # answered after the get went out
+                await live.status()
+            mrs("creds", "remove", "consumer", "--config", str(single.config_path))
+        assert [type(error) for error in outcome] == [NotAuthorized]
+        assert "'consumer' was removed" in outcome[0].message
+        with pytest.raises(NotAuthorized, match="'consumer' was removed"):
+            await live.put(b"m", target="1.10")
+
+
 async def test_a_get_grant_taken_away_refuses_the_parked_get(single) -> None:
     """`mrs creds grant` without the attach grant: the parked get is answered
     NOTAUTHORIZED (not handed the next message); the connection stays."""
@@ -205,9 +246,7 @@ async def test_unusual_rounds_do_not_single_out_a_principal(probed) -> None:
 
 
 @pytest.mark.parametrize("target", ["NOPE", "NOWHERE.ORDERS", "G2.NOPE"])
-async def test_an_unknown_queue_names_nothing_else_without_the_status_right(
-    probed, target
-) -> None:
+async def test_an_unknown_queue_names_nothing_else_without_the_status_right(probed, target) -> None:
     with pytest.raises(NoSuchQueue) as refused:
         await put(probed.address(1), "producer", "1.13", target)
     message = refused.value.message
