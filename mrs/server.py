@@ -171,10 +171,7 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
                 nursery.start_soon(self.ops.run)
-                if self.data_dir_guard is not None:
-                    nursery.start_soon(self._watch_data_dir)
-                if self.authority is not None:
-                    nursery.start_soon(self._watch_credentials, self.authority)
+                self._start_watchers(nursery)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self._start_links(nursery)
@@ -205,6 +202,14 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             log.info("group %d stopped; journals closed", self.config.id)
         if self.data_dir_lost is not None:
             raise DataDirError(self.data_dir_lost)
+
+    def _start_watchers(self, nursery: trio.Nursery) -> None:
+        """The files a running group keeps an eye on: its data directory, and with
+        [auth] the credentials file (a revocation applies without a new connection)."""
+        if self.data_dir_guard is not None:
+            nursery.start_soon(self._watch_data_dir)
+        if self.authority is not None:
+            nursery.start_soon(self._watch_credentials, self.authority)
 
     def status_info(self) -> dict:
         """The group's status plus the operator's view (version, uptime, journal use)."""

@@ -131,21 +131,6 @@ class Handover:
                 )
                 return
 
-    def refuse_parked_gets(self, session: Session, status: Status, message: str) -> int:
-        """Answer the session's parked gets with `status` (its right to get was taken
-        away while they waited): no message is handed to them from now on. A get a
-        commit under way has reserved is answered by that commit. Returns how many."""
-        queue = session.attached
-        if queue is None:
-            return 0
-        session_id = session.id
-        refused = [w for w in queue.waiters if w.session_id == session_id and not w.reserved]
-        for waiter in refused:
-            queue.unpark(waiter)
-            waiter.cancel_timer()
-            session.send(wire.Failure(waiter.request_id, int(status), message))
-        return len(refused)
-
     def _delivery_status(self, queue: TargetQueue, entry: Entry) -> tuple[int, bool]:
         """The status a delivery carries, and whether it needs a confirm."""
         # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
