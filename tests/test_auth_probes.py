@@ -5,6 +5,8 @@ NOSUCHQUEUE answers that listed the group's queues and the config path."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 import trio
 import trio.testing
@@ -20,7 +22,9 @@ from clients import (
     connect,
 )
 from mrs import protocol as wire
+from mrs.security import creds as store
 from mrs.security.handshake import AUTH_VERSION, FrameReader, authenticate, encode
+from mrs.security.permissions import NONE
 from mrs.security.scram import nonce
 from tests.auth_helpers import SecureBus, add_principal, creds, mrs, password_of
 
@@ -265,3 +269,21 @@ async def test_the_status_right_reads_what_an_unknown_queue_is(probed) -> None:
     with pytest.raises(NoSuchQueue) as refused:
         await put(probed.address(1), "operator", "1.13", "NOWHERE.ORDERS")
     assert str(probed.config_path) in refused.value.message
+
+
+def test_the_decoy_key_is_made_once_and_kept_by_every_edit(tmp_path) -> None:
+    """What makes an unknown name's answer stable lives in the file all groups read."""
+    path = tmp_path / "creds.toml"
+    credentials = store.Credentials()
+    store.add(credentials, "shop", "pw", NONE, iterations=1000)
+    store.save(path, credentials)
+    key = store.load(path).decoy_key
+    assert key is not None and len(key) == store.DECOY_KEY_BYTES
+    edited = store.load(path)
+    store.remove(edited, "shop")
+    store.save(path, edited)
+    assert store.load(path).decoy_key == key
+    older = path.read_text().replace(f'decoy_key = "{base64.b64encode(key).decode()}"', "")
+    path.write_text(older)  # a file from before decoy_key: still loads, still stable
+    assert store.load(path).decoy_key is None
+    assert store.load(path).decoy_secret() == store.load(path).decoy_secret()

@@ -177,7 +177,8 @@ class Authority:
         message = auth_message(
             name, client_nonce, server_nonce, verifier.salt, verifier.iterations, self.group_id
         )
-        if principal is None or not scram.proof_valid(verifier, message, proof):
+        valid = scram.proof_valid(verifier, message, proof)  # for an unknown name too
+        if principal is None or not valid:
             raise AuthFailed(Status.NOTAUTHORIZED, f"authentication failed for {name!r}")
         answer = {"ok": True, "signature": scram.server_signature(verifier.server_key, message)}
         if name.startswith(LINK_PREFIX) and self._link_salted is not None:
