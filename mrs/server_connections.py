@@ -132,6 +132,9 @@ class ServerConnections:
                     )
 
     def _revoke(self, session: ServerSession, why: str) -> None:
+        """End a session whose principal was removed: detached now (nothing more is
+        delivered to it, its unconfirmed messages wait for another reader), told why,
+        and closed once that is written (at most a second later)."""
         log.warning("closing the connection from %s (NOTAUTHORIZED): %s", session.peer, why)
         session.revoked = why
         assert self.group is not None
