@@ -72,6 +72,9 @@ class _Dialer:
         while True:
             if link is not None:
                 await self._serve(link)
+            if self._broken is not None:  # ended by the server NOTAUTHORIZED (`_lose`)
+                self._wake()
+                return
             if self._reconnect is None:
                 self._broken = ConnectionLost(
                     Status.LINK_DOWN, f"connection to {self.address} lost (reconnect is off)"

@@ -214,6 +214,9 @@ class _Requests:
         link.lost = error
         if self._link is link:
             self._link = None
+        revoked = error.status == Status.NOTAUTHORIZED
+        if revoked:  # the server ended the session (credentials revoked): no reconnect
+            self._broken = error
         link.wake()
         pending, self._pending = self._pending, {}
         self._deadlines.clear()  # each request gets its answer below
@@ -231,8 +234,8 @@ class _Requests:
                     )
                 )
             else:
-                waiter.answer(ConnectionLost(Status.LINK_DOWN, error.message))
-        self._gets.lose(ConnectionLost(Status.LINK_DOWN, error.message))
+                waiter.answer(error if revoked else ConnectionLost(Status.LINK_DOWN, error.message))
+        self._gets.lose(error if revoked else ConnectionLost(Status.LINK_DOWN, error.message))
         for request_id in self._cancelled_gets:
             self._release_get(request_id)
         self._cancelled_gets.clear()

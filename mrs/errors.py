@@ -201,6 +201,17 @@ class Refused(MrsError):
     """A request the server answers with a failure status and a message."""
 
     status_prefix = False
+    detail: str | None = None
+    """A fuller message only an operator may read (the group's queue names, the
+    config file's path): sent instead of `message` when the caller may read the
+    status (or auth is off), since it tells what the status would (the dispatcher
+    decides)."""
+
+    @classmethod
+    def detailed(cls, status: Status, message: str, detail: str) -> Refused:
+        refused = cls(status, message)
+        refused.detail = detail
+        return refused
 
 
 class ProtocolError(MrsError):

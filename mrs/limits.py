@@ -136,6 +136,10 @@ REFUSAL_KEYS_MAX = 4096
 """Distinct (limit, peer) pairs remembered; beyond this the table starts afresh."""
 DENIAL_LOG_INTERVAL_S = 1.0
 """The permission gate: one log line per (principal, problem) at most this often."""
+CREDENTIALS_CHECK_INTERVAL_S = 0.5
+"""With [auth], how often a running group looks at its credentials file (two stats)
+besides at each new connection and on SIGHUP: a `mrs creds remove` then ends the
+removed principal's connections within this, even when nobody else connects."""
 TLS_REFUSAL_LOG_INTERVAL_S = 1.0
 """The TLS listener: one log line per (host, reason) a refused handshake had at most
 this often."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from clients import ClientCredentials, DeliveryMode, NotAuthorized, Uma, connect
+from clients import ClientCredentials, DeliveryMode, NoSuchQueue, NotAuthorized, Uma, connect
 
 
 def free_port() -> int:
@@ -86,7 +86,7 @@ def start(config: Path, group: int) -> subprocess.Popen:
     return server
 
 
-async def show(ports: dict[int, int]) -> None:
+async def show(ports: dict[int, int], config: Path) -> None:
     group1, group2 = (f"127.0.0.1:{ports[g]}" for g in (1, 2))
     shop = ClientCredentials("shop", "shop-password")
     operator = ClientCredentials("operator", "operator-password")
@@ -107,6 +107,15 @@ async def show(ports: dict[int, int]) -> None:
             await client.status()
         except NotAuthorized as refused:
             print(f"shop asks for status: {refused.status.name}")
+        try:  # RTS would put its body on 1.20, so 1.20 must be granted too
+            await client.put(b"forged", target="2.10", delivery=DeliveryMode.WF_MEM,
+                             uma=Uma.RTS, resp_q="1.20")  # fmt: skip
+        except NotAuthorized as refused:
+            print(f"shop names 1.20 as its response queue: {refused.status.name}")
+        try:
+            await client.put(b"lost", target="NOWHERE", delivery=DeliveryMode.WF_MEM, uma=Uma.DISC)
+        except NoSuchQueue as refused:  # no queue names, no paths without the status right
+            print(f"shop put to NOWHERE: {refused.status.name}: {refused.message}")
     warehouse = ClientCredentials("warehouse", "warehouse-password")
     async with connect(group2, "2.10", credentials=warehouse) as client:
         message = await client.get(timeout=10)
@@ -122,6 +131,24 @@ async def show(ports: dict[int, int]) -> None:
                 pass
         except NotAuthorized as refused:
             print(f"attach 2.10 with {name}: {refused.status.name}")
+    await revoke_while_waiting(group2, config)
+
+
+async def revoke_while_waiting(group2: str, config: Path) -> None:
+    """`mrs creds remove` while warehouse waits for a message: the wait ends at once."""
+    warehouse = ClientCredentials("warehouse", "warehouse-password")
+    async with connect(group2, "2.10", credentials=warehouse) as client:
+
+        async def wait_for_an_order() -> None:
+            try:
+                await client.get(timeout=30)
+            except NotAuthorized as refused:
+                print(f"warehouse removed while it waits: {refused.status.name}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_an_order)
+            remove = ("creds", "remove", "warehouse", "--config", str(config))
+            await trio.to_thread.run_sync(lambda: mrs(*remove))
 
 
 def main() -> None:
@@ -132,7 +159,7 @@ def main() -> None:
         make_credentials(config)
         servers = [start(config, group) for group in (1, 2)]
         try:
-            trio.run(show, ports)
+            trio.run(show, ports, config)
         finally:
             for server in servers:
                 server.terminate()

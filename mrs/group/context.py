@@ -130,7 +130,11 @@ class GroupContext:
         try:
             address = self.bus.resolve(text, self.config.id)
         except (LookupError, ValueError) as error:
-            raise Refused(Status.NOSUCHQUEUE, str(error).strip("'\"")) from None
+            # the lookup's text lists the group's queue names and the config path:
+            # an operator's detail (Refused.detail), not every caller's
+            raise Refused.detailed(
+                Status.NOSUCHQUEUE, f"unknown queue {text!r}", str(error).strip("'\"")
+            ) from None
         if address.group not in self.bus.groups:
             raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
         return address

@@ -35,6 +35,7 @@ from mrs.group.receipts import Receipts
 from mrs.group.recovery import Recovery
 from mrs.group.sequence import Sequence
 from mrs.group.umas import Umas
+from mrs.model import Status
 
 
 @dataclass(eq=False)
@@ -142,6 +143,21 @@ class Group:
 
     def cancel_get(self, session: Session, request: wire.CancelGet) -> None:
         self.handover.cancel_get(session, request)
+
+    def refuse_parked_gets(self, session: Session, status: Status, message: str) -> int:
+        """Answer the session's parked gets with `status` (its right to get was taken
+        away while they waited): no message is handed to them from now on. A get a
+        commit under way has reserved is answered by that commit. Returns how many."""
+        queue = session.attached
+        if queue is None:
+            return 0
+        session_id = session.id
+        refused = [w for w in queue.waiters if w.session_id == session_id and not w.reserved]
+        for waiter in refused:
+            queue.unpark(waiter)
+            waiter.cancel_timer()
+            session.send(wire.Failure(waiter.request_id, int(status), message))
+        return len(refused)
 
     def confirm(
         self, session: Session, request: wire.Confirm, run: ConfirmRun | None = None

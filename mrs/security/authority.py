@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -69,8 +69,10 @@ class Authority:
         self.config = config
         self.group_id = group_id
         self.linked_group_ids = linked_group_ids
-        self._decoy_secret = os.urandom(32)
         self.reloads = 0
+        self.listeners: list[Callable[[], None]] = []
+        """Called after each successful reload: the server ends what a revocation
+        took away (mrs.server.connections)."""
         self.creds, self._link_salted, self._link_password = self._load()  # CredsError: no start
         self._stamps = self._current_stamps()
 
@@ -121,15 +123,21 @@ class Authority:
             len(self.creds.principals),
             self.config.credentials_path,
         )
+        for listener in self.listeners:
+            listener()
         return True
 
     def reload_if_changed(self) -> None:
         if self._current_stamps() != self._stamps:
             self.reload("file changed")
 
-    def _usual_iterations(self) -> int:
-        counts = Counter(p.verifier.iterations for p in self.creds.principals.values())
-        return counts.most_common(1)[0][0] if counts else scram.ITERATIONS_DEFAULT
+    def _decoy(self, name: str) -> scram.Verifier:
+        """What an unknown name is answered: derived from the credentials file alone
+        (its decoy key and the rounds its principals use), so the same on every group
+        and across restarts."""
+        creds = self.creds
+        rounds = [p.verifier.iterations for p in creds.principals.values()]
+        return scram.decoy_verifier(creds.decoy_secret(), name, rounds)
 
     def permissions(self, name: str | None) -> Permissions:
         """Grants of a principal as of now (a removed principal has none)."""
@@ -155,11 +163,7 @@ class Authority:
         name = field(first, "name", str, "client hello")
         client_nonce = field(first, "nonce", bytes, "client hello")
         principal = self.creds.get(name)
-        verifier = (
-            principal.verifier
-            if principal is not None
-            else scram.decoy_verifier(self._decoy_secret, name, self._usual_iterations())
-        )
+        verifier = principal.verifier if principal is not None else self._decoy(name)
         server_nonce = scram.nonce()
         challenge = {
             "auth": AUTH_VERSION,
@@ -173,7 +177,8 @@ class Authority:
         message = auth_message(
             name, client_nonce, server_nonce, verifier.salt, verifier.iterations, self.group_id
         )
-        if principal is None or not scram.proof_valid(verifier, message, proof):
+        valid = scram.proof_valid(verifier, message, proof)  # for an unknown name too
+        if principal is None or not valid:
             raise AuthFailed(Status.NOTAUTHORIZED, f"authentication failed for {name!r}")
         answer = {"ok": True, "signature": scram.server_signature(verifier.server_key, message)}
         if name.startswith(LINK_PREFIX) and self._link_salted is not None:

@@ -1,6 +1,7 @@
 """The credentials file: each principal's SCRAM verifier and grants, never a password.
 
     # MRS credentials (edit with `mrs creds`)
+    decoy_key = "base64..."
     [principal."app1"]
     salt = "base64..."
     iterations = 100000
@@ -12,6 +13,10 @@
     admin = ["status"]
 
 A principal is an application name, or "group:N" for group N's link credential.
+`decoy_key` (random, written by `mrs creds` the first time it saves the file) is
+what every group derives an unknown name's salt and rounds from: kept in the file
+they all read, so an unknown name looks the same on every group and across
+restarts, as a real name does.
 The file is written whole to a temporary file (0600) and renamed over the old one,
 so a server reloading it (SIGHUP, or seeing it change) reads the old or the new
 file, never half of one.
@@ -20,6 +25,7 @@ file, never half of one.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -34,6 +40,7 @@ from mrs.security.permissions import NONE, Permissions, parse_permissions
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}|group:[0-9]{1,5}")
 LINK_PREFIX = "group:"
+DECOY_KEY_BYTES = 32
 _VERIFIER_KEYS = ("salt", "iterations", "stored_key", "server_key")
 _KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin"))
 
@@ -52,6 +59,20 @@ class Principal:
 @dataclass(slots=True)
 class Credentials:
     principals: dict[str, Principal] = field(default_factory=dict)
+    decoy_key: bytes | None = None
+    """Secret from which unknown names' salts and rounds are derived (see the module
+    docstring); None in a file written before it existed (`decoy_secret`)."""
+
+    def decoy_secret(self) -> bytes:
+        """The decoy key, or (an older file without one) a digest of the verifiers:
+        stable across restarts and groups while the file is, and unknown outside it."""
+        if self.decoy_key is not None:
+            return self.decoy_key
+        digest = hashlib.sha256(b"mrs-decoy-fallback")
+        for name in sorted(self.principals):
+            verifier = self.principals[name].verifier
+            digest.update(name.encode("utf-8") + verifier.salt + verifier.stored_key)
+        return digest.digest()
 
     def get(self, name: str) -> Principal | None:
         return self.principals.get(name)
@@ -95,13 +116,17 @@ def load(path: Path) -> Credentials:
         raise CredsError(f"credentials file {path}: {error.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise CredsError(f"credentials file {path}: not valid TOML: {error}") from None
-    unknown = set(document) - {"principal"}
+    unknown = set(document) - {"principal", "decoy_key"}
     if unknown:
         raise CredsError(f"credentials file {path}: unknown keys {sorted(unknown)}")
     table = document.get("principal", {})
     if not isinstance(table, dict):
         raise CredsError(f"credentials file {path}: [principal] must be a table")
     creds = Credentials()
+    if "decoy_key" in document:
+        creds.decoy_key = _unb64(document["decoy_key"], f"credentials file {path}: decoy_key")
+        if len(creds.decoy_key) != DECOY_KEY_BYTES:
+            raise CredsError(f"credentials file {path}: decoy_key must be {DECOY_KEY_BYTES} bytes")
     for name, raw in table.items():
         creds.principals[name] = _principal(path, name, raw)
     return creds
@@ -144,6 +169,8 @@ def render(creds: Credentials) -> str:
         "# MRS credentials: salted SCRAM-SHA-256 verifiers (PBKDF2-HMAC-SHA256) and grants.",
         "# No passwords are stored here. Edit with `mrs creds add/rotate/remove/grant`.",
     ]
+    if creds.decoy_key is not None:
+        lines += ["", f"decoy_key = {json.dumps(_b64(creds.decoy_key))}"]
     for name in sorted(creds.principals):
         principal = creds.principals[name]
         verifier = principal.verifier
@@ -162,6 +189,8 @@ def render(creds: Credentials) -> str:
 
 def save(path: Path, creds: Credentials) -> None:
     """Write atomically, owner-only (0600) whatever the umask."""
+    if creds.decoy_key is None:
+        creds.decoy_key = os.urandom(DECOY_KEY_BYTES)
     write_private(Path(path), render(creds).encode("utf-8"))
 
 

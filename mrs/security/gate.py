@@ -72,13 +72,32 @@ class Gate:
         )
         raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
+    def may_read_status(self, session) -> bool:
+        """Whether the session's principal holds the status right: what lets it read
+        an operator's detail in a refusal (the group's queue names, the config path)."""
+        perms = self.authority.permissions(getattr(session, "principal", None))
+        return rules.may_admin(perms, "status") is None
+
+    def get_problem(self, session) -> str | None:
+        """Why the session may no longer get from its queue (None: it may): asked
+        when the credentials reload, for the gets it has parked."""
+        perms = self.authority.permissions(getattr(session, "principal", None))
+        return self._on_attached(session, perms, rules.may_get)
+
     @staticmethod
     def _key(session, event: object) -> tuple | None:
         """What a decision depends on, for the common requests; None: decide afresh."""
         principal = getattr(session, "principal", None)
         kind = type(event)
         if kind is wire.Put:
-            return None if event.headers else (principal, "put", event.target)
+            if event.headers:
+                return None
+            if not event.resp_q:
+                return (principal, "put", event.target)
+            # a response queue is allowed when it is the sender's own: key on that too
+            queue = getattr(session, "attached", None)
+            own = None if queue is None else queue.address
+            return (principal, "put", event.target, event.resp_q, own)
         if kind is wire.Get or kind is wire.Confirm:
             queue = getattr(session, "attached", None)
             return None if queue is None else (principal, kind, queue.address)
@@ -97,7 +116,7 @@ class Gate:
             case wire.Confirm():
                 return self._on_attached(session, perms, rules.may_confirm)
             case wire.Put():
-                return self._put(perms, event)
+                return self._put(perms, event) or self._response_queue(session, perms, event)
             case wire.StatusRequest():
                 return rules.may_admin(perms, "status")
         return None
@@ -128,6 +147,20 @@ class Gate:
             replay_journal=replay_journal,
         )
         return rules.may_put(perms, facts)
+
+    def _response_queue(self, session, perms: rules.Permissions, put: wire.Put) -> str | None:
+        """A put's resp_q receives its MRS_ACK or its returned (RTS) body, so naming
+        another queue there is a put to that queue: allowed when it is the sender's
+        own queue, or a queue the sender may put to."""
+        if not put.resp_q:
+            return None
+        address = self._resolve(put.resp_q)
+        if address is None:
+            return None  # the group answers NOSUCHQUEUE
+        queue = getattr(session, "attached", None)
+        if queue is not None and queue.address == address:
+            return None
+        return rules.may_respond_to(perms, *self._facts(address))
 
     def _resolve(self, text: str) -> Address | None:
         try:

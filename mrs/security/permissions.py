@@ -142,6 +142,18 @@ def may_put(perms: Permissions, facts: PutFacts) -> str | None:
     return f"put to {facts.target} is not granted"
 
 
+def may_respond_to(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+    """A put naming `address` as its response queue (not the sender's own): MRS puts
+    the MRS_ACK or the returned message there, so it needs what a put there needs."""
+    if is_dlq:
+        if "dlq" in perms.admin:
+            return None
+        return f"response queue {address} is a dead letter queue: needs the admin right 'dlq'"
+    if matches(perms.put, address, name):
+        return None
+    return f"response queue {address} is not granted (a put to {address} would be needed)"
+
+
 def may_admin(perms: Permissions, right: str) -> str | None:
     if right in perms.admin:
         return None

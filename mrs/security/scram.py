@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
@@ -99,9 +100,24 @@ def nonce() -> bytes:
     return os.urandom(NONCE_BYTES)
 
 
-def decoy_verifier(secret: bytes, name: str, iterations: int = ITERATIONS_DEFAULT) -> Verifier:
+def decoy_verifier(secret: bytes, name: str, iterations_in_use: Sequence[int]) -> Verifier:
     """A stable fake verifier for an unknown name, so the answer to "who?" does not
-    tell an attacker which names exist (the proof then simply fails). `iterations`:
-    what most real principals use, so the rounds do not tell either."""
+    tell an attacker which names exist (the proof then simply fails).
+
+    Salt and rounds both come from HMAC(secret, name): the same for a name on every
+    group and after every restart, as a real name's are. The rounds are one of the
+    rounds real principals use, picked with their frequency, so a principal made
+    with unusual rounds is not told apart by them: unknown names show them too."""
     salt = _hmac(secret, b"salt:" + name.encode("utf-8"))[:SALT_BYTES]
+    iterations = decoy_iterations(secret, name, iterations_in_use)
     return Verifier(salt, iterations, os.urandom(KEY_BYTES), os.urandom(KEY_BYTES))
+
+
+def decoy_iterations(secret: bytes, name: str, iterations_in_use: Sequence[int]) -> int:
+    """Rounds for an unknown name: a weighted pick among `iterations_in_use` (one per
+    real principal) by a hash of the name; ITERATIONS_DEFAULT when there are none."""
+    if not iterations_in_use:
+        return ITERATIONS_DEFAULT
+    ordered = sorted(iterations_in_use)
+    pick = int.from_bytes(_hmac(secret, b"rounds:" + name.encode("utf-8"))[:8], "big")
+    return ordered[pick % len(ordered)]

@@ -18,11 +18,12 @@ from mrs import protocol as wire
 from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog
 from mrs.group import Group
-from mrs.limits import OUTBOX_BYTES_HIGH
+from mrs.limits import CREDENTIALS_CHECK_INTERVAL_S, OUTBOX_BYTES_HIGH
 from mrs.model import Status
 from mrs.ops.group_ops import GroupOps
 from mrs.security import session_auth
 from mrs.security.authority import Authority
+from mrs.security.gate import Gate
 from mrs.security.tls import transport_socket
 from mrs.server.client_drains import ClientDrains
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
@@ -47,6 +48,7 @@ class ServerConnections:
     refusals: RefusalLog
     client_drains: ClientDrains
     authority: Authority | None
+    gate: Gate | None
     guards: Guards
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
@@ -68,7 +70,12 @@ class ServerConnections:
                 self.authority, session, self.guards.handshake_s_max, self.refusals
             )
             if admitted and await self._handshake(session):
+                if session.revoked is not None:  # during the handshake: its Fatal waits
+                    with trio.move_on_after(1):
+                        await session.flush()
+                    return
                 async with trio.open_nursery() as nursery:
+                    session.tasks = nursery
                     nursery.start_soon(session.send_loop)
                     nursery.start_soon(self._watch, session, nursery.cancel_scope)
                     await self._receive_loop(session)
@@ -89,6 +96,59 @@ class ServerConnections:
                 session.link.down("connection closed", session)
             with trio.move_on_after(1):
                 await stream.aclose()
+
+    async def _watch_credentials(self, authority: Authority) -> None:
+        """Look at the credentials file every CREDENTIALS_CHECK_INTERVAL_S: `mrs creds`
+        only rewrites it, and a revocation must not wait for the next connection."""
+        while True:
+            await trio.sleep(CREDENTIALS_CHECK_INTERVAL_S)
+            authority.reload_if_changed()
+
+    def _credentials_reloaded(self) -> None:
+        """The credentials changed: a principal no longer in them loses its
+        connections at once (its parked gets with them, its unconfirmed messages go
+        back to the queue as a detach does), and a get no longer granted is answered
+        NOTAUTHORIZED rather than left parked to receive the next message."""
+        authority, group = self.authority, self.group
+        if authority is None or group is None or self.gate is None:
+            return
+        for session in list(self.sessions):
+            name = session.principal
+            if name is None or session.revoked is not None:
+                continue
+            if authority.creds.get(name) is None:
+                self._revoke(session, f"principal {name!r} was removed from the credentials")
+            elif session.attached is not None and (problem := self.gate.get_problem(session)):
+                refused = group.refuse_parked_gets(
+                    session, Status.NOTAUTHORIZED, f"{name}: {problem}"
+                )
+                if refused:
+                    log.warning(
+                        "refused %d parked gets of %r at %s: %s",
+                        refused,
+                        name,
+                        session.peer,
+                        problem,
+                    )
+
+    def _revoke(self, session: ServerSession, why: str) -> None:
+        """End a session whose principal was removed: detached now (nothing more is
+        delivered to it, its unconfirmed messages wait for another reader), told why,
+        and closed once that is written (at most a second later)."""
+        log.warning("closing the connection from %s (NOTAUTHORIZED): %s", session.peer, why)
+        session.revoked = why
+        assert self.group is not None
+        self.group.detach(session)  # no message reaches its parked gets from now on
+        with contextlib.suppress(wire.ProtocolError):
+            session.send(wire.Fatal(int(Status.NOTAUTHORIZED), f"closing: {why}"))
+        if session.tasks is not None:
+            session.tasks.start_soon(self._close_revoked, session, session.tasks.cancel_scope)
+
+    @staticmethod
+    async def _close_revoked(session: ServerSession, scope: trio.CancelScope) -> None:
+        with trio.move_on_after(1):
+            await session.flushed()
+        scope.cancel()
 
     def _gate(self, host: str) -> bool:
         """Before a task exists: close a refused connection that gets no answer."""

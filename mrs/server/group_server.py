@@ -131,6 +131,8 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         self.refusals = RefusalLog(log)
         self.client_drains = ClientDrains()
         self.authority, self.gate = session_auth.build(bus, group_config)
+        if self.authority is not None:
+            self.authority.listeners.append(self._credentials_reloaded)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
@@ -169,8 +171,7 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
                 nursery.start_soon(self.ops.run)
-                if self.data_dir_guard is not None:
-                    nursery.start_soon(self._watch_data_dir)
+                self._start_watchers(nursery)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self._start_links(nursery)
@@ -201,6 +202,14 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             log.info("group %d stopped; journals closed", self.config.id)
         if self.data_dir_lost is not None:
             raise DataDirError(self.data_dir_lost)
+
+    def _start_watchers(self, nursery: trio.Nursery) -> None:
+        """The files a running group keeps an eye on: its data directory, and with
+        [auth] the credentials file (a revocation applies without a new connection)."""
+        if self.data_dir_guard is not None:
+            nursery.start_soon(self._watch_data_dir)
+        if self.authority is not None:
+            nursery.start_soon(self._watch_credentials, self.authority)
 
     def status_info(self) -> dict:
         """The group's status plus the operator's view (version, uptime, journal use)."""

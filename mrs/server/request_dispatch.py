@@ -145,7 +145,12 @@ class Dispatcher:
         try:
             self._dispatch_one(session, event, request_id, run)
         except Refused as refused:
-            session.send(wire.Failure(request_id, int(refused.status), refused.message))
+            message = refused.message
+            if refused.detail is not None and (
+                self.gate is None or self.gate.may_read_status(session)
+            ):
+                message = refused.detail
+            session.send(wire.Failure(request_id, int(refused.status), message))
         except wire.ProtocolError:
             raise
         except Exception as error:  # noqa: BLE001 - one bad request must not stop the server

@@ -45,6 +45,11 @@ class ServerSession(GroupChannel):
     """Metrics (mrs.ops.metrics): called with every reply sent, when metrics are on."""
     principal: str | None = None
     """Who authenticated on this connection (mrs.security), None with auth off."""
+    tasks: trio.Nursery | None = None
+    """The connection's nursery once its loops run: where a revocation starts the
+    task that closes it (mrs.server.connections)."""
+    revoked: str | None = None
+    """Why its principal's credentials were revoked: the connection is closing."""
     written_after_commit: set[ServerSession] | None = None
     """The server's sessions with answers queued: after each commit it hands their
     outboxes to the sockets at once (`FramedStream.write_now`). A closed session

@@ -111,7 +111,8 @@ def test_every_folder_of_mrs_is_a_known_layer() -> None:
 
 def test_the_root_keeps_only_the_vocabulary() -> None:
     modules = {path.stem for path in (ROOT / "mrs").glob("*.py")}
-    assert modules == ROOT_MODULES, f"move these into their layer's folder: {modules - ROOT_MODULES}"
+    extra = modules - ROOT_MODULES
+    assert modules == ROOT_MODULES, f"move these into their layer's folder: {extra}"
 
 
 def test_each_layer_says_its_job_and_what_it_may_import() -> None:
@@ -127,9 +128,11 @@ def test_no_module_of_mrs_imports_a_layer_above_its_own() -> None:
     files = product_files("mrs")
     assert len(files) > 100, "the scan found too few modules: it is broken"
     offenders = {
-        path.relative_to(ROOT).as_posix(): found for path in files if (found := upward_imports(path))
+        path.relative_to(ROOT).as_posix(): found
+        for path in files
+        if (found := upward_imports(path))
     }
-    assert not offenders, f"imports of a layer above (invert them, e.g. with a Protocol): {offenders}"
+    assert not offenders, f"imports of a layer above (invert them with a Protocol): {offenders}"
 
 
 def test_clients_import_only_the_layers_a_client_needs() -> None:
