@@ -187,9 +187,8 @@ class _SafDrain:
     def _send_drained(self, link: _Link, key: bytes, record: Record, window: _Window) -> None:
         extra = record.extra
         headers = dict(extra.get("headers") or {})
-        headers.setdefault(
-            IDEMPOTENCY_HEADER, idempotency_key_for(self._journal.journal_id, record.seq)
-        )
+        key_id = self._journal.key_id_of(record)
+        headers.setdefault(IDEMPOTENCY_HEADER, idempotency_key_for(key_id, record.seq))
         headers[wire.REPLY_WHEN_STORED_HEADER] = True
         headers[CLIENT_SAF_SEQ_HEADER] = record.seq
         headers[wire.CLIENT_SAF_BACKLOG_HEADER] = self._journal.count

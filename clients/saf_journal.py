@@ -6,8 +6,15 @@ fsync, group commit), owned by one process at a time through an exclusive `flock
 on `owner.lock`, so a second process gets a clear error instead of two writers
 interleaving. Records are keyed by a local sequence number (8 bytes, big-endian):
 key order is FIFO order. The next local seq is committed with every append, so a
-seq (and the idempotency key built from it) is never reused, even after the
-journal has drained empty.
+seq is never reused, even after the journal has drained empty.
+
+A record's idempotency key is `csaf:<key id>:<local seq>`, where the key id is made
+afresh each time a journal is opened and stored in every record appended then. Why:
+a copy of the journal file (a second process started on a copy) counts the same
+seqs as its original; with one id per journal both would send different messages
+under one key and the group would refuse the later ones (KEY_REUSED). A record keeps
+its key for every re-send, and records already in the file when it was copied keep
+theirs in both copies, so the group stores each of those once.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from mrs.model import Status
 LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
 _META_NEXT_SEQ = "next_seq"
+KEY_ID_FIELD = "key_id"
+"""The record field (`Record.extra`) holding the key id it was appended under."""
 _U64 = struct.Struct(">Q")
 
 
@@ -73,6 +82,9 @@ class ClientJournal:
         self.on_change: Callable[[], None] = lambda: None
         """Called whenever a record was added or removed (the drain waits on it)."""
         self.journal_id = self._identity()
+        """Made with the journal: the key id of records appended before key ids were kept."""
+        self.key_id = uuid.uuid4().hex
+        """This opening's key id, stored in every record it appends (module docstring)."""
         raw = self.store.meta_get(_META_NEXT_SEQ)
         self._next_seq = _U64.unpack(raw)[0] if raw else 1
         self.count = self.store.count(Journal.SAF)
@@ -124,6 +136,7 @@ class ClientJournal:
         seq = self._next_seq
         self._next_seq += 1
         record.seq = seq
+        record.extra[KEY_ID_FIELD] = self.key_id
         batch = (
             WriteBatch.empty()
             .put_record(Journal.SAF, seq_key(seq), record)
@@ -148,6 +161,10 @@ class ClientJournal:
             raise JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal write failed: {error}")
         self._changed()
         return seq
+
+    def key_id_of(self, record: Record) -> str:
+        """The key id `record` is drained under: the same for every re-send of it."""
+        return str(record.extra.get(KEY_ID_FIELD) or self.journal_id)
 
     def read_after(self, after_key: bytes | None, count_max: int) -> list[tuple[bytes, Record]]:
         """Up to count_max committed records after `after_key`, oldest first (a
