@@ -53,8 +53,8 @@ def check_before_open(path: Path) -> None:
             raise _refused(
                 path,
                 f"its data file {data} is {state}, but journal {identity} was made here "
-                "and its records were in it: restore the file, or move the directory aside "
-                "to start an empty journal",
+                "and its records were in it",
+                hint="restore the file, or move the directory aside to start an empty journal",
             )
         return  # a new journal
     problem = _cut_short(data, size)
@@ -64,7 +64,7 @@ def check_before_open(path: Path) -> None:
             where = f" (in its {report.failed_in} database)" if report.failed_in else ""
             problem = f"LMDB cannot read it{where}: {report.failure}"
     if problem is not None:
-        raise _refused(path, f"{problem}; move the directory aside to start an empty journal")
+        raise _refused(path, problem)
 
 
 def check_records(path: Path, store: JournalStore, journal_id: str | None, next_seq: int) -> None:
@@ -91,7 +91,7 @@ def check_records(path: Path, store: JournalStore, journal_id: str | None, next_
         problems.append(f"{counted} records counted, {read} readable")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise _refused(path, f"{problems[0]}{more}; no record of it was sent")
+        raise _refused(path, f"{problems[0]}{more}")
 
 
 def read_identity(path: Path) -> str | None:
@@ -150,5 +150,13 @@ def _seq_of(key: bytes) -> str:
     return str(int.from_bytes(key, "big")) if len(key) == 8 else key.hex()
 
 
-def _refused(path: Path, problem: str) -> JournalFailed:
-    return JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal {path} is damaged: {problem}")
+MOVE_ASIDE = "move the directory aside to start an empty journal"
+
+
+def _refused(path: Path, problem: str, hint: str = MOVE_ASIDE) -> JournalFailed:
+    """The one line an application (and its operator) gets: nothing was sent from
+    the journal and nothing in it was changed."""
+    return JournalFailed(
+        Status.JOURNAL_FAIL,
+        f"client SAF journal {path} is damaged: {problem}; nothing was sent from it ({hint})",
+    )

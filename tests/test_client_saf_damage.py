@@ -1,12 +1,14 @@
 """A damaged client SAF journal, with real server and client processes: attach refuses
 it with one line (JournalFailed) and leaves the file as it was, whatever the damage
-(a record changed, the data file emptied, deleted or cut short, the meta pages or a
-page of the record tree zeroed); a record found damaged while the client runs is
-reported and never skipped in silence, and the journal does not say LINK_UP over it."""
+(a record changed; the data file emptied, deleted, cut short or another journal's;
+the meta pages or a page of the record tree zeroed). A record found damaged while
+the client runs is reported, never skipped in silence, and the journal does not say
+LINK_UP over it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 import trio
 
 from clients import DeliveryMode, JournalFailed, Reconnect, Status, connect
+from clients.saf_journal import ClientJournal
 from tests.client_helpers import FixedPortServer
 
 CHILD = Path(__file__).with_name("saf_attach_process.py")
@@ -53,12 +56,13 @@ def change_a_body(data: Path) -> None:
     """Change one byte of record 8's body, in place (in every copy of it in the file:
     pages an earlier transaction wrote may still hold one)."""
     content = data.read_bytes()
-    places = [at for at in range(len(content)) if content.startswith(body(7), at)]
-    assert places
+    at = content.find(body(7))
+    assert at >= 0
     with open(data, "r+b") as file:
-        for at in places:
+        while at >= 0:
             file.seek(at + len(b"order 0"))
             file.write(b"9")
+            at = content.find(body(7), at + 1)
 
 
 def zero_meta_pages(data: Path) -> None:
@@ -78,6 +82,13 @@ def zero_record_tree_root(data: Path) -> None:
         file.write(bytes(4096))
 
 
+def another_journals_file(data: Path) -> None:
+    """Put the data file of another (empty) journal in its place."""
+    other = data.parent.parent / "other.saf"
+    ClientJournal(other).close()
+    shutil.copyfile(other / "data.mdb", data)
+
+
 DAMAGES: dict[str, Callable[[Path], None]] = {
     "a record changed": change_a_body,
     "data file emptied": lambda data: os.truncate(data, 0),
@@ -85,6 +96,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "data file cut to half": lambda data: os.truncate(data, data.stat().st_size // 2),
     "meta pages zeroed": zero_meta_pages,
     "record tree page zeroed": zero_record_tree_root,
+    "another journal's data file": another_journals_file,
 }
 
 
