@@ -150,3 +150,25 @@ async def test_a_record_damaged_while_running_is_reported(server, tmp_path) -> N
     drained = [event.local_seq for event in events if event.kind == "drained"]
     assert sorted(drained) == [seq for seq in range(1, RECORDS + 1) if seq != 8]
     assert Status.LINK_UP not in [event.status for event in events if event.kind == "status"]
+
+
+@pytest.mark.parametrize("damage", ["data file cut to half", "meta pages zeroed"])
+async def test_mrs_dump_refuses_a_damaged_client_journal_in_one_line(
+    server, tmp_path, damage
+) -> None:
+    """`mrs dump --client-saf` checks the journal as its client does: one line and
+    exit status 1, not a SIGBUS or a raw LMDB error."""
+    journal = tmp_path / "client.saf"
+    await journal_records(server.address, journal)
+    DAMAGES[damage](journal / "data.mdb")
+    done = await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "mrs", "dump", "--client-saf", str(journal)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    )
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"mrs: client SAF journal {journal} is damaged: ")
