@@ -38,7 +38,7 @@ from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.confirm_batch import confirm_many
 from clients.deadlines import ReplyDeadlines
 from clients.dialing import _Dialer, _split_address
-from clients.errors import ConnectionLost, MrsError, error_for
+from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.get_pool import GetPool
 from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
@@ -126,7 +126,10 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         """SUCCESS, or JOURNAL_ON when the server was unreachable at attach."""
         self.journal_status: Status | None = None
         """None without a SAF journal; JOURNAL_ON while recoverable puts are journaled
-        (server unreachable, or the backlog still draining); LINK_UP once drained."""
+        (server unreachable, or the backlog still draining); LINK_UP once drained;
+        JOURNAL_FAIL when records left in the journal cannot be read (not sent)."""
+        self._journal_failure = ""
+        """Why journal_status is JOURNAL_FAIL."""
         self.reconnects = 0
 
     # ------------------------------------------------------------------ state
@@ -144,9 +147,12 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._listeners.append(listener)
 
     async def wait_journal_status(self, status: Status) -> None:
-        """Return once journal_status is `status` (e.g. LINK_UP after a drain)."""
+        """Return once journal_status is `status` (e.g. LINK_UP after a drain).
+        Raises JournalFailed if the journal failed (JOURNAL_FAIL) meanwhile."""
         while self.journal_status != status:
             self._raise_if_broken()
+            if self.journal_status == Status.JOURNAL_FAIL:
+                raise JournalFailed(Status.JOURNAL_FAIL, self._journal_failure)
             await self._changed.wait()
 
     async def wait_connected(self) -> None:

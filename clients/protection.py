@@ -133,16 +133,26 @@ class Protection:
             )
         try:
             recipients = [self.policies.keyring.get(name) for name in policy.recipients]
+            if policy.quality is Quality.PRIVACY and self.identity.name not in policy.recipients:
+                # The sender can open its own message when a group returns it (RTS):
+                # a returned message is delivered only once its envelope verifies.
+                recipients.append(self.identity.public)
             return seal(self.identity, policy.quality, body, recipients)
         except (PolicyError, ProtectionError) as error:
             raise ProtectionRefused(
                 f"cannot protect for {policy.queue}: {error}", MQRC_SECURITY_ERROR
             ) from None
 
-    def check(self, queue: Address, body: bytes) -> Opened | None:
+    def check(self, queue: Address, body: bytes, returned: bool = False) -> Opened | None:
         """Check a body got from `queue` against its policy: the opened envelope, or
         None to deliver the body as is (no policy, or tolerated unprotected).
-        ProtectionError says why it fails the policy."""
+        ProtectionError says why it fails the policy.
+
+        `returned`: a message a group returned to this reader (UMA RTS). Its envelope
+        must open and verify like any other, since any application can have a body
+        that merely looks sealed returned here; one this reader signed itself passes
+        whatever this queue's policy asks of others (it was sealed for the original
+        target's policy)."""
         policy = self.policies.for_queue(queue)
         if policy is None:
             return None
@@ -154,6 +164,8 @@ class Protection:
                 "and does not tolerate unprotected messages"
             )
         opened = open_envelope(body, self.policies.keyring, self.identity)
+        if returned and self.identity is not None and opened.signer == self.identity.name:
+            return opened
         if opened.quality.rank < policy.quality.rank:
             raise ProtectionError(
                 f"message protected for {opened.quality.value} only; {queue} requires "
@@ -181,10 +193,10 @@ class Protection:
         confirmed, ProtectionRefused raised). DLQ messages pass as they are: a
         dead-letter handler works from the dead-letter header alone."""
         queue = client.queue
-        if queue is None or queue.queue == DEAD_LETTER_QUEUE or _from_a_group(message):
+        if queue is None or queue.queue == DEAD_LETTER_QUEUE or _group_ack(message):
             return _without_marker(message)
         try:
-            opened = self.check(queue, message.body)
+            opened = self.check(queue, message.body, _returned(message))
         except ProtectionError as error:
             where = await _to_dead_letter_queue(client, queue, message, error)
             moved = f"moved to {where}" if where else "the DLQ put failed: left on the queue"
@@ -202,17 +214,17 @@ class Protection:
         return resolve_queue(queue, self.bus)
 
 
-def _from_a_group(message: Message) -> bool:
-    """What a group itself sends to a response queue carries no application's
-    protection and passes as it is: an MRS_ACK (from queue 0, where only a group
-    sends from), and a message returned to its sender (MSGUNDEL, set only by a group)
-    whose body is an envelope, sealed for the original target's policy: delivered
-    unopened (`Protection.open(message, message.original_target)` opens it for a
-    recipient). An unprotected returned message is checked like any other, since any
-    application may name this queue as its resp_q."""
-    if message.is_mrs_ack and message.source.queue == 0:
-        return True
-    return message.delivery_status == Status.MSGUNDEL and is_protected(message.body)
+def _group_ack(message: Message) -> bool:
+    """An MRS_ACK (from queue 0, where only a group sends from) carries no
+    application's protection and passes as it is."""
+    return message.is_mrs_ack and message.source.queue == 0
+
+
+def _returned(message: Message) -> bool:
+    """A message a group returned to its sender (MSGUNDEL, set only by a group). Its
+    body is the envelope the sender sealed for the original target, or whatever an
+    application that named this queue as its resp_q sent: checked as any other."""
+    return message.delivery_status == Status.MSGUNDEL
 
 
 def _without_marker(message: Message) -> Message:

@@ -95,10 +95,12 @@ class _DrainedPut(_Pending):
 class JournalEvent:
     """What a SAF-journal listener hears.
 
-    kind "status": `status` is now JOURNAL_ON or LINK_UP. kind "drained": the record
-    with client seq `local_seq` was stored by the server; `psb` is the server's PSB
-    (its seq is the one the receiver sees). kind "rejected": the server refused the
-    record for good (`status`, `message`); it left the journal.
+    kind "status": `status` is now JOURNAL_ON, LINK_UP or JOURNAL_FAIL. kind
+    "drained": the record with client seq `local_seq` was stored by the server; `psb`
+    is the server's PSB (its seq is the one the receiver sees). kind "rejected": the
+    server refused the record for good (`status`, `message`); it left the journal.
+    kind "corrupt": the record cannot be read from the journal (`message` says why);
+    it was not sent and stays in the journal.
     """
 
     kind: str
@@ -158,6 +160,7 @@ class _SafDrain:
         nothing is left."""
         journal = self._journal
         journal.on_change = self._drain_wake.set
+        journal.on_corrupt = self._report_corrupt
         after_key: bytes | None = None
         window = _Window()
         while self._link is link:
@@ -179,17 +182,40 @@ class _SafDrain:
                 continue
             if link.lost is not None:
                 return
+            if journal.failure is not None:
+                self._journal_failed(journal.failure)
+                return
             if not window.keys and journal.idle and journal.count <= len(journal.corrupt):
-                self._set_journal_status(Status.LINK_UP)
+                if journal.count:  # only unreadable records left: never LINK_UP over them
+                    self._journal_failed(
+                        f"{journal.count} client SAF record(s) in {journal.path} cannot be "
+                        "read and were not sent; they stay in the journal"
+                    )
+                else:
+                    self._set_journal_status(Status.LINK_UP)
                 return
             await self._drain_wake.wait()
+
+    def _report_corrupt(self, local_seq: int, problem: str) -> None:
+        """A record the drain cannot send: logged and heard by listeners (kind
+        "corrupt"), never skipped in silence."""
+        message = f"client SAF record {local_seq} cannot be read ({problem}); not sent"
+        log.error("%s", message)
+        self._notify(JournalEvent("corrupt", Status.JOURNAL_FAIL, local_seq, None, message))
+
+    def _journal_failed(self, why: str) -> None:
+        """JOURNAL_FAIL instead of LINK_UP: puts go to the server again, and a wait
+        for LINK_UP raises JournalFailed with `why`."""
+        if self.journal_status != Status.JOURNAL_FAIL:
+            log.error("%s", why)
+        self._journal_failure = why
+        self._set_journal_status(Status.JOURNAL_FAIL)
 
     def _send_drained(self, link: _Link, key: bytes, record: Record, window: _Window) -> None:
         extra = record.extra
         headers = dict(extra.get("headers") or {})
-        headers.setdefault(
-            IDEMPOTENCY_HEADER, idempotency_key_for(self._journal.journal_id, record.seq)
-        )
+        key_id = self._journal.key_id_of(record)
+        headers.setdefault(IDEMPOTENCY_HEADER, idempotency_key_for(key_id, record.seq))
         headers[wire.REPLY_WHEN_STORED_HEADER] = True
         headers[CLIENT_SAF_SEQ_HEADER] = record.seq
         headers[wire.CLIENT_SAF_BACKLOG_HEADER] = self._journal.count

@@ -6,8 +6,15 @@ fsync, group commit), owned by one process at a time through an exclusive `flock
 on `owner.lock`, so a second process gets a clear error instead of two writers
 interleaving. Records are keyed by a local sequence number (8 bytes, big-endian):
 key order is FIFO order. The next local seq is committed with every append, so a
-seq (and the idempotency key built from it) is never reused, even after the
-journal has drained empty.
+seq is never reused, even after the journal has drained empty.
+
+A record's idempotency key is `csaf:<key id>:<local seq>`, where the key id is made
+afresh each time a journal is opened and stored in every record appended then. Why:
+a copy of the journal file (a second process started on a copy) counts the same
+seqs as its original; with one id per journal both would send different messages
+under one key and the group would refuse the later ones (KEY_REUSED). A record keeps
+its key for every re-send, and records already in the file when it was copied keep
+theirs in both copies, so the group stores each of those once.
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import lmdb
 import trio
 
+from clients import saf_check
 from clients.errors import JournalBusy, JournalFailed, JournalFull
 from journals import (
     CorruptRecord,
@@ -40,6 +49,8 @@ from mrs.model import Status
 LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
 _META_NEXT_SEQ = "next_seq"
+KEY_ID_FIELD = "key_id"
+"""The record field (`Record.extra`) holding the key id it was appended under."""
 _U64 = struct.Struct(">Q")
 
 
@@ -64,8 +75,8 @@ class ClientJournal:
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_file = _take_ownership(self.path)
         try:
-            self.store = JournalStore(self.path, bytes_max)
-        except Exception:
+            self.store = self._open_checked(bytes_max)
+        except BaseException:
             self._lock_file.close()
             raise
         self._commit_wanted = trio.Event()
@@ -73,20 +84,50 @@ class ClientJournal:
         self.on_change: Callable[[], None] = lambda: None
         """Called whenever a record was added or removed (the drain waits on it)."""
         self.journal_id = self._identity()
-        raw = self.store.meta_get(_META_NEXT_SEQ)
-        self._next_seq = _U64.unpack(raw)[0] if raw else 1
+        """Made with the journal: the key id of records appended before key ids were kept."""
+        self.key_id = uuid.uuid4().hex
+        """This opening's key id, stored in every record it appends (module docstring)."""
+        self._next_seq = self._stored_next_seq()
         self.count = self.store.count(Journal.SAF)
-        self.corrupt: list[str] = []
+        self.corrupt: dict[bytes, str] = {}
+        """Records found unreadable while running (key -> why): kept, never sent."""
+        self.on_corrupt: Callable[[int, str], None] = lambda local_seq, problem: None
+        """Called once for each record found unreadable (the drain reports it)."""
+        self.failure: str | None = None
+        """Why the journal could not be read while running (None: it could)."""
         self.crashed = False
 
+    def _open_checked(self, bytes_max: int) -> JournalStore:
+        """The journal's store, once saf_check found it whole (JournalFailed if not)."""
+        saf_check.check_before_open(self.path)
+        store = JournalStore(self.path, bytes_max)
+        try:
+            raw_id = store.meta_get(_META_ID)
+            raw_next = store.meta_get(_META_NEXT_SEQ)
+            next_seq = _U64.unpack(raw_next)[0] if raw_next else 1
+            saf_check.check_records(self.path, store, raw_id.decode() if raw_id else None, next_seq)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _stored_next_seq(self) -> int:
+        raw = self.store.meta_get(_META_NEXT_SEQ)
+        return _U64.unpack(raw)[0] if raw else 1
+
     def _identity(self) -> str:
+        """The journal's id, made and committed with a new journal; written beside
+        the data file too (saf_check), so a lost data file is not taken for a new one."""
         raw = self.store.meta_get(_META_ID)
         if raw:
-            return raw.decode()
-        journal_id = uuid.uuid4().hex
-        self.store.commit_now(
-            WriteBatch.empty().put_raw(Journal.META, _META_ID.encode(), journal_id.encode())
-        )
+            journal_id = raw.decode()
+        else:
+            journal_id = uuid.uuid4().hex
+            self.store.commit_now(
+                WriteBatch.empty().put_raw(Journal.META, _META_ID.encode(), journal_id.encode())
+            )
+        if saf_check.read_identity(self.path) is None:
+            saf_check.write_identity(self.path, journal_id)
         return journal_id
 
     # ----------------------------------------------------------------- writer
@@ -124,6 +165,7 @@ class ClientJournal:
         seq = self._next_seq
         self._next_seq += 1
         record.seq = seq
+        record.extra[KEY_ID_FIELD] = self.key_id
         batch = (
             WriteBatch.empty()
             .put_record(Journal.SAF, seq_key(seq), record)
@@ -149,16 +191,27 @@ class ClientJournal:
         self._changed()
         return seq
 
+    def key_id_of(self, record: Record) -> str:
+        """The key id `record` is drained under: the same for every re-send of it."""
+        return str(record.extra.get(KEY_ID_FIELD) or self.journal_id)
+
     def read_after(self, after_key: bytes | None, count_max: int) -> list[tuple[bytes, Record]]:
-        """Up to count_max committed records after `after_key`, oldest first (a
-        corrupt record is reported in `corrupt` and skipped, never sent)."""
+        """Up to count_max committed records after `after_key`, oldest first. A record
+        found corrupt is kept in the journal, never sent, and reported once through
+        `on_corrupt`; a journal LMDB cannot read sets `failure` and reads nothing."""
         out: list[tuple[bytes, Record]] = []
-        for key, value in self.store.items_after(Journal.SAF, b"", after_key, count_max, 1 << 20):
+        try:
+            items = self.store.items_after(Journal.SAF, b"", after_key, count_max, 1 << 20)
+        except lmdb.Error as error:
+            self.failure = f"client SAF journal {self.path} cannot be read: {error}"
+            return out
+        for key, value in items:
             try:
                 out.append((key, decode_record(value, Journal.SAF.value, key)))
             except CorruptRecord as corrupt:
-                if str(corrupt) not in self.corrupt:
-                    self.corrupt.append(str(corrupt))
+                if key not in self.corrupt:
+                    self.corrupt[key] = corrupt.problem
+                    self.on_corrupt(int.from_bytes(key, "big"), corrupt.problem)
         return out
 
     def remove(self, keys: list[bytes], done: Callable[[], None] = lambda: None) -> None:

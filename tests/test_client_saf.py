@@ -5,6 +5,7 @@ any new put once the server is up, LINK_UP, limits, one owner per journal."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -250,6 +251,40 @@ def test_docs_example_drains_after_the_server_starts(server, tmp_path) -> None:
     assert [line for line in lines if line.startswith("got ")] == [
         f"got order {i}" for i in range(6)
     ]
+
+
+async def journal_while_down(address: str, journal: Path, bodies: list[bytes]) -> None:
+    """Attach with `journal` while the server is down and journal `bodies` to ORDERS."""
+    async with connect(
+        address, "SENDER", saf_journal=journal, reconnect=None, connect_timeout_s=1
+    ) as client:
+        for body in bodies:
+            psb = await client.put(body, target="1.10", delivery=MODE.WF_DQF)
+            assert (psb.status, psb.delivery_status) == (Status.JOURNAL_ON, Status.STORED)
+
+
+async def test_a_copied_journal_loses_nothing(server, tmp_path) -> None:
+    """A second process started on a copy of a journal counts the same local seqs as
+    the original. Each copy's own messages are delivered (none refused KEY_REUSED
+    under the other's key), and what was in the file when it was copied arrives once."""
+    original, copy = tmp_path / "original.saf", tmp_path / "copy.saf"
+    before = [b"before %d" % i for i in range(5)]
+    mine, theirs = [b"original %d" % i for i in range(5)], [b"copy %d" % i for i in range(5)]
+    await journal_while_down(server.address, original, before)
+    shutil.copytree(original, copy)
+    await journal_while_down(server.address, original, mine)
+    await journal_while_down(server.address, copy, theirs)
+    server.start()
+    events = []
+    for journal in (original, copy):
+        async with connect(
+            server.address, "SENDER", saf_journal=journal, reconnect=FAST, connect_timeout_s=2
+        ) as client:
+            client.add_journal_listener(events.append)
+            with trio.fail_after(20):
+                await client.wait_journal_status(Status.LINK_UP)
+    assert [(e.local_seq, e.message) for e in events if e.kind == "rejected"] == []
+    assert [m.body for m in await receive_all(server.address)] == before + mine + theirs
 
 
 async def test_a_silent_server_counts_as_lost(server, tmp_path) -> None:

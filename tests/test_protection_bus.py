@@ -319,7 +319,8 @@ async def test_what_a_group_sends_to_a_protected_response_queue_passes(
     start_memory_group, keys
 ) -> None:
     """A sender attached to a protected queue (1.11, integrity) still gets its MRS_ACKs
-    and its returned (protected) messages: a group sends those, not an application."""
+    and its returned (protected) messages, the latter opened and verified: it sealed
+    them itself (for privacy, to the policy's recipients and to itself)."""
     group = await start_memory_group()
     shop = app(group.config_path.parent, keys, "SHOP")
     async with group.connect("1.11", protection=shop) as sender:
@@ -331,7 +332,8 @@ async def test_what_a_group_sends_to_a_protected_response_queue_passes(
     assert ack.ack_psb().seq == acked.seq
     back = next(m for m in got if not m.is_mrs_ack)
     assert back.delivery_status == Status.MSGUNDEL and back.seq == returned.seq
-    assert opened(back.body, keys, "BILLING").data == SECRET  # as SHOP sealed it
+    assert back.body == SECRET
+    assert back.headers["mrs_protection"] == {"signer": "SHOP", "quality": "privacy"}
     # An unprotected message returned here (any application may name 1.11 as its
     # resp_q) is checked like any other: refused on an integrity queue.
     async with group.connect("PLAIN") as plain:
@@ -342,6 +344,30 @@ async def test_what_a_group_sends_to_a_protected_response_queue_passes(
     async with group.connect("1.11", protection=shop) as sender:
         with pytest.raises(ProtectionRefused, match="unprotected"):
             await sender.get(timeout=5)
+
+
+async def test_a_returned_body_that_only_looks_sealed_is_refused(start_memory_group, keys) -> None:
+    """Any application can have a message returned to a protected queue (UMA RTS with
+    that queue as its resp_q). A body that merely starts like an envelope, or an
+    envelope whose signature does not verify, is refused and dead-lettered like any
+    other message there, never delivered unopened."""
+    group = await start_memory_group()
+    shop = app(group.config_path.parent, keys, "SHOP")
+    sealed = shop.seal_for("1.11", b"pay 10 to BOB", 1)
+    forgeries = [b"MRSPDMQ1FORGED: pay mallory 1,000,000", sealed.replace(b"BOB", b"EVE")]
+    async with group.connect("PLAIN") as plain:
+        for body in forgeries:
+            psb = await plain.put(
+                body, target="1.50", delivery=MODE.WF_MEM, uma=Uma.RTS, resp_q="1.11"
+            )
+            assert psb.uma_status == Status.RTS_SUCCESS
+    async with group.connect("1.11", protection=shop) as reader:
+        for problem in ("malformed protected message", "does not verify"):
+            with pytest.raises(ProtectionRefused, match=problem) as refused:
+                await reader.get(timeout=5)
+            assert refused.value.dead_lettered
+        with pytest.raises(NoMoreMessages):
+            await reader.get(timeout=0)
 
 
 # ---------------------------------------------------------------------- channel rules

@@ -2,6 +2,6 @@
 journals are (`journal_files`), and which records a command selects (`selection`,
 `scalars`).
 
-Layer: below the command-side folders (`tools`, `dlq`, `audit`) that share it; may
-import `journals`, the root vocabulary, `core` and `config`.
+Layer: the lowest of the command side (`tools` and `dlq` share it); may import the
+layers below and `clients` (a client's own SAF journal is read with its check).
 """

@@ -18,6 +18,7 @@ from journals import CorruptRecord, Journal, JournalStore, Record, decode_record
 from journals.store import split_key
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.errors import OperatorError
+from mrs.exit_status import CommandError
 from mrs.offline.selection import RecordFilter
 
 DEFAULT_MAP_BYTES = 1 << 30
@@ -98,7 +99,17 @@ def locate(args: argparse.Namespace) -> GroupJournals:
 
 
 def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
-    """Read-only unless asked: safe while the server runs (LMDB readers never block it)."""
+    """Read-only unless asked: safe while the server runs (LMDB readers never block it).
+    A client SAF journal (group 0) is checked first, as its client checks it: LMDB
+    would fault on a file cut short, so a damaged one is refused with one line."""
+    if where.group_id == 0:
+        from clients.errors import JournalFailed
+        from clients.saf_check import check_before_open
+
+        try:
+            check_before_open(where.journals_path)
+        except JournalFailed as damaged:
+            raise CommandError(damaged.message) from None
     return JournalStore(where.journals_path, where.map_bytes, readonly=not writable)
 
 
