@@ -361,6 +361,31 @@ async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp
     assert len(bodies) == count  # recoverable: the idempotency key stops repeats entirely
 
 
+async def test_a_message_that_keeps_coming_back_is_stopped_with_one_line(bus, tmp_path) -> None:
+    """A sender names the DLQ as its reply queue; a rule forwards to &REPLYQ: each
+    forward lands on the DLQ again. The handler stops it after the bound, and ends."""
+    async with bus.connect(queue="SENDER") as sender:
+        await put_letter(sender, b"boomerang", letter_header(), headers={"reply_q": "1.96"})
+    rules = tmp_path / "rules.txt"
+    rules.write_text("ACTION(FWD) FWDQ(&REPLYQ) FWDQM(&REPLYQM) HEADER(YES)\n")
+    finished = subprocess.run(
+        _handler_command(bus, rules, "--once"),
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert finished.returncode == 0, finished.stderr
+    events = [json.loads(line) for line in finished.stdout.splitlines()]
+    actions = [event for event in events if "seq" in event]
+    assert [event["outcome"] for event in actions] == ["forwarded"] * 5 + ["left"]
+    assert "came back to a DLQ after 5 puts out of one" in actions[-1]["detail"]
+    assert events[-1]["summary"]["looped"] == 1
+    async with bus.connect(queue="DLQ") as dlq:
+        [left] = await take_all(dlq)
+    assert left.body == b"boomerang" and left.headers["dlq_returns"] == 5
+
+
 # ---------------------------------------------------------------------- command line
 @dataclass
 class Configured:
