@@ -18,6 +18,17 @@ from mrs.dlq_leases import CONTEXT_HEADER, POSSIBLE_DUPLICATE_HEADER
 from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status, Uma
 from mrs.records import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
 
+RETURNS_HEADER = "dlq_returns"
+"""How many times a DLQ handler has put this message back out of a DLQ; a message
+that keeps coming back (a rule or a destination that dead-letters it again) is
+stopped at `mrs.limits.DLQ_HANDLER_RETURNS_MAX` instead of looping for ever."""
+
+
+def returns_of(headers: dict | None) -> int:
+    """The message's count of puts out of a DLQ (0 when absent or not a count)."""
+    value = (headers or {}).get(RETURNS_HEADER)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
 
 class NoTarget(Exception):
     """The rule's variables name nothing for this message (e.g. no reply queue)."""
@@ -78,6 +89,7 @@ def plan_put(rule: Rule, message: Message, group_id: int, target: str) -> PutPla
         headers[IDEMPOTENCY_HEADER] = f"dlq:{group_id}:{message.seq}:{stamp}:{target}"
     if message.delivery_status == Status.POSSDUPL:
         headers[POSSIBLE_DUPLICATE_HEADER] = True
+    headers[RETURNS_HEADER] = returns_of(message.headers) + 1
     delivery = DeliveryMode.WF_DQF if recoverable else DeliveryMode.WF_MEM
     return PutPlan(target, delivery, headers)
 
