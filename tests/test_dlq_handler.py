@@ -386,6 +386,33 @@ async def test_a_message_that_keeps_coming_back_is_stopped_with_one_line(bus, tm
     assert left.body == b"boomerang" and left.headers["dlq_returns"] == 5
 
 
+async def test_retry_puts_a_destinations_letters_back_in_dlq_order(bus) -> None:
+    """20 letters refused Q_FULL by SMALL (holds 2) come back in their DLQ order while
+    a consumer drains it, even with many actions in flight: a later letter never
+    overtakes an earlier one that waits for its retry."""
+    async with bus.connect(queue="SENDER") as sender:
+        for index in range(22):
+            psb = await sender.put(
+                b"%02d" % index, target="SMALL", delivery=MODE.WF_MEM, uma=Uma.DLQ
+            )
+            assert (psb.uma_status == Status.DLQ_SUCCESS) is (index >= 2), psb
+    table = "RETRYINT(1) WAIT(NO)\nREASON(MQRC_Q_FULL) ACTION(RETRY) RETRY(100)\n"
+    received: list[bytes] = []
+
+    async def consume() -> None:
+        async with bus.connect(queue="SMALL") as small:
+            while len(received) < 22:
+                message = await small.get(timeout=30)
+                received.append(message.body)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            handler, _events = await run_handler(bus, table, wait_s=0, window=8)
+    assert handler.summary()["retried"] == 20
+    assert received == [b"%02d" % index for index in range(22)]
+
+
 # ---------------------------------------------------------------------- command line
 @dataclass
 class Configured:
