@@ -209,6 +209,40 @@ DLQ_HANDLER_POLL_S = 1.0
 """A parked get returns at least this often, so WAIT(nnn) and reports stay timely."""
 DLQ_HANDLER_SEEN_MAX_DEFAULT = 10_000
 """Dead letters whose retry count the handler remembers at most."""
+DLQ_HANDLER_RETURNS_MAX = 5
+"""A dead letter the handler has already put back out this many times (it came back
+each time: a loop through a rule or its destination) is left on the DLQ, reported."""
+DEAD_LETTER_FIELD_CHARS_MAX: dict[str, int] = {
+    "struc_id": 4,
+    "dest_q_name": 48,
+    "dest_q_mgr_name": 48,
+    "format": 8,
+    "put_appl_type": 8,
+    "put_appl_name": 28,
+    "put_date": 8,
+    "put_time": 8,
+}
+"""MQDLH's fixed field lengths (MQ_Q_NAME_LENGTH 48, MQ_FORMAT_LENGTH 8,
+MQ_PUT_APPL_NAME_LENGTH 28, ...): an application's own dead-letter header may not
+carry more, so a DLQ handler never matches against megabytes of header."""
+DLQ_MATCH_CHARS_MAX: dict[str, int] = {
+    "APPLIDAT": 32,
+    "APPLNAME": 28,
+    "APPLTYPE": 8,
+    "DESTQ": 48,
+    "DESTQM": 48,
+    "FEEDBACK": 12,
+    "FORMAT": 8,
+    "MSGTYPE": 12,
+    "PERSIST": 12,
+    "REASON": 12,
+    "REPLYQ": 48,
+    "REPLYQM": 48,
+    "USERID": 12,
+}
+"""Characters of each pattern keyword's value the handler matches, as the MQ fields
+they stand for hold (UserIdentifier 12, ApplIdentityData 32, ...): a value any
+sender can set (a `user_id` header) is cut to its MQ length, not matched whole."""
 
 # ------------------------------------------------------------------ links and groups
 LINK_BACKOFF_S_MIN = 0.05

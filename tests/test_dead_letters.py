@@ -184,8 +184,19 @@ async def test_application_puts_its_own_dead_letter_header(mem_bus) -> None:
         ({**APP_HEADER, "reason": True}, "reason must be a int"),
         ({**APP_HEADER, "dest_q_name": 10}, "dest_q_name must be a str"),
         ({"reason": 2053, "dest_q_name": "Q"}, "dest_q_mgr_name must be a str"),
+        ({**APP_HEADER, "put_appl_name": "x" * 300_000}, "put_appl_name has 300000 characters"),
+        ({**APP_HEADER, "dest_q_name": "Q" * 49}, "MQDLH holds at most 48"),
     ],
-    ids=["not-a-dict", "no-reason", "reason-str", "reason-bool", "queue-int", "no-group"],
+    ids=[
+        "not-a-dict",
+        "no-reason",
+        "reason-str",
+        "reason-bool",
+        "queue-int",
+        "no-group",
+        "appl-name-too-long",
+        "queue-name-too-long",
+    ],
 )
 async def test_malformed_dead_letter_header_is_badparam(mem_bus, header, problem) -> None:
     async with (

@@ -4,6 +4,7 @@ spacing, IGNORE when all fail or none match, no-header messages, the bounded rec
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 import trio
@@ -14,9 +15,10 @@ from hypothesis import strategies as st
 from mrs.config.bus import load_config
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.handler import Handler, HandlerOptions
-from mrs.dlq.match import Letter, value_matches
+from mrs.dlq.match import Letter, letter_values, value_matches
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
+from mrs.limits import DLQ_MATCH_CHARS_MAX
 from mrs.model import Address, DeliveryMode, Message, Psb, Status
 
 HEADER = {"reason": 2053, "dest_q_name": "10", "dest_q_mgr_name": "1", "format": "MRS"}
@@ -197,3 +199,26 @@ def test_every_matching_rule_gets_exactly_its_retry_attempts(retries, interval_s
             expected.append((f"Q{index}", attempt, at))
             at += interval_s if attempt < count else 0
     assert acts == expected
+
+
+# ---------------------------------------------------------------------- hostile values
+def test_a_pattern_on_a_huge_user_id_costs_milliseconds_not_a_backtracking_search() -> None:
+    """`*a*b*` against 300 KB with no `b`: a backtracking regex needed ~27 s here; the
+    glob matcher finds the pieces leftmost, and the handler cuts a user id to MQ's 12."""
+    huge = "a" * 300_000
+    started = time.perf_counter()
+    assert not value_matches("USERID", "*a*b*", (huge,))
+    assert not value_matches("USERID", "*a?*b*", (huge,))
+    assert value_matches("USERID", "*a*a", (huge,))
+    assert time.perf_counter() - started < 1.0
+    values = letter_values(letter(headers={"user_id": "alice" + "x" * 300_000}))
+    assert values["USERID"] == ("alicexxxxxxx",)  # MQ's UserIdentifier holds 12
+
+
+def test_every_matched_value_is_cut_to_its_mq_field_length() -> None:
+    long_header = {**HEADER, "put_appl_name": "n" * 5000, "format": "f" * 5000}
+    values = letter_values(letter(header=long_header, correlation_id=b"c" * 5000))
+    assert values["APPLNAME"] == ("n" * 28,)
+    assert values["FORMAT"] == ("f" * 8,)
+    assert values["APPLIDAT"] == ("c" * 32,)
+    assert all(len(text) <= DLQ_MATCH_CHARS_MAX[k] for k, texts in values.items() for text in texts)

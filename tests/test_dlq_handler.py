@@ -361,6 +361,58 @@ async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp
     assert len(bodies) == count  # recoverable: the idempotency key stops repeats entirely
 
 
+async def test_a_message_that_keeps_coming_back_is_stopped_with_one_line(bus, tmp_path) -> None:
+    """A sender names the DLQ as its reply queue; a rule forwards to &REPLYQ: each
+    forward lands on the DLQ again. The handler stops it after the bound, and ends."""
+    async with bus.connect(queue="SENDER") as sender:
+        await put_letter(sender, b"boomerang", letter_header(), headers={"reply_q": "1.96"})
+    rules = tmp_path / "rules.txt"
+    rules.write_text("ACTION(FWD) FWDQ(&REPLYQ) FWDQM(&REPLYQM) HEADER(YES)\n")
+    finished = subprocess.run(
+        _handler_command(bus, rules, "--once"),
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert finished.returncode == 0, finished.stderr
+    events = [json.loads(line) for line in finished.stdout.splitlines()]
+    actions = [event for event in events if "seq" in event]
+    assert [event["outcome"] for event in actions] == ["forwarded"] * 5 + ["left"]
+    assert "came back to a DLQ after 5 puts out of one" in actions[-1]["detail"]
+    assert events[-1]["summary"]["looped"] == 1
+    async with bus.connect(queue="DLQ") as dlq:
+        [left] = await take_all(dlq)
+    assert left.body == b"boomerang" and left.headers["dlq_returns"] == 5
+
+
+async def test_retry_puts_a_destinations_letters_back_in_dlq_order(bus) -> None:
+    """20 letters refused Q_FULL by SMALL (holds 2) come back in their DLQ order while
+    a consumer drains it, even with many actions in flight: a later letter never
+    overtakes an earlier one that waits for its retry."""
+    async with bus.connect(queue="SENDER") as sender:
+        for index in range(22):
+            psb = await sender.put(
+                b"%02d" % index, target="SMALL", delivery=MODE.WF_MEM, uma=Uma.DLQ
+            )
+            assert (psb.uma_status == Status.DLQ_SUCCESS) is (index >= 2), psb
+    table = "RETRYINT(1) WAIT(NO)\nREASON(MQRC_Q_FULL) ACTION(RETRY) RETRY(100)\n"
+    received: list[bytes] = []
+
+    async def consume() -> None:
+        async with bus.connect(queue="SMALL") as small:
+            while len(received) < 22:
+                message = await small.get(timeout=30)
+                received.append(message.body)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            handler, _events = await run_handler(bus, table, wait_s=0, window=8)
+    assert handler.summary()["retried"] == 20
+    assert received == [b"%02d" % index for index in range(22)]
+
+
 # ---------------------------------------------------------------------- command line
 @dataclass
 class Configured:
@@ -381,7 +433,10 @@ def test_check_reports_line_and_column(configured, tmp_path) -> None:
     rules = tmp_path / "bad.txt"
     rules.write_text("* ok\nACTION(FWD) +\n   FWDQ(X) HEADER(PERHAPS)\n" + "A" * 73 + "\n")
     result = subprocess.run(
-        _handler_command(bus, rules, "--check"), capture_output=True, text=True, cwd=ROOT
+        _handler_command(bus, rules, "--check", "--strict"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert result.returncode == 2
     lines = result.stderr.splitlines()
@@ -390,12 +445,61 @@ def test_check_reports_line_and_column(configured, tmp_path) -> None:
     assert "not started" in lines[-1] and "Traceback" not in result.stderr
 
 
+def test_a_long_line_is_a_warning_and_strict_refuses_it(configured, tmp_path) -> None:
+    rules = tmp_path / "long.txt"
+    long_rule = "REASON(MQRC_Q_FULL) DESTQ(ORDERS) ACTION(FWD) FWDQ(ANYORDER) HEADER(YES) RETRY(3)"
+    rules.write_text(f"* a real table\n{long_rule}\n")
+    command = _handler_command(configured, rules, "--check")
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"mrs dlq-handler: {rules}: line 2, column 73: warning: text beyond column 72 read as "
+        "part of the rule (runmqdlq keeps 72 columns for portability; --strict refuses such "
+        "a line)"
+    ]
+    strict = subprocess.run([*command, "--strict"], capture_output=True, text=True, cwd=ROOT)
+    assert strict.returncode == 2
+    assert "line 2, column 73: text beyond column 72" in strict.stderr
+    assert "not started" in strict.stderr and "Traceback" not in strict.stderr
+
+
+@pytest.mark.parametrize(
+    "forward, words",
+    [
+        ("FWDQ(96) FWDQM(1)", "FWDQ(96) FWDQM(1) is the dead-letter queue this handler reads"),
+        ("FWDQ(DLQ)", "FWDQ(DLQ) is the dead-letter queue this handler reads"),
+        ("FWDQ(PAMS_DEAD_LETTER_QUEUE) FWDQM(1)", "a loop"),
+        ("FWDQ(NOSUCH)", "FWDQ(NOSUCH) names no queue of the bus: group 1"),
+        ("FWDQ(10) FWDQM(9)", "names group 9, which the bus does not have"),
+        ("FWDQ(ORDERS) FWDQM(9)", "no group 9"),
+    ],
+)
+def test_a_table_is_checked_against_the_bus_with_line_and_column(
+    configured, tmp_path, forward, words
+) -> None:
+    rules = tmp_path / "loop.txt"
+    rules.write_text(f"REASON(MQRC_Q_FULL) ACTION(RETRY)\nACTION(FWD) {forward}\n")
+    for mode in ("--check", "--once"):
+        result = subprocess.run(
+            _handler_command(configured, rules, mode),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert result.returncode == 2, result.stderr
+        first, last = result.stderr.splitlines()
+        assert f"{rules}: line 2, column 13: " in first and words in first
+        assert last == "mrs dlq-handler: 1 error(s) in the rules table; not started"
+
+
 def test_check_reads_stdin_and_72_columns(configured, tmp_path) -> None:
     bus = configured
     table = "ACTION(FWD) FWDQ(" + "Q" * 54 + ")\nDESTQ(A-\nB) ACTION(IGNORE)\n"
     command = [
         c for c in _handler_command(bus, tmp_path / "x", "--check") if c != str(tmp_path / "x")
     ]
+    del command[command.index("--config") : command.index("--config") + 4]  # no bus: no FWDQ check
     result = subprocess.run(command, input=table, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "2 rules" in result.stdout

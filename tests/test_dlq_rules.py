@@ -80,7 +80,9 @@ def test_seventy_two_columns() -> None:
     exactly = "ACTION(FWD) FWDQ(" + "Q" * (COLUMNS_SIGNIFICANT - 18) + ")"
     assert len(exactly) == COLUMNS_SIGNIFICANT
     assert parse_table(exactly + "      ").rules[0].fwd_q == "Q" * 54  # trailing blanks ok
-    assert only_problem("* c\n" + exactly + "Z")[:2] == (2, 73)
+    with pytest.raises(RulesError) as caught:
+        parse_table("* c\n" + exactly + "Z", strict=True)
+    assert [(p.line, p.column) for p in caught.value.problems] == [(2, 73)]
 
 
 def test_comments_and_blank_lines() -> None:
@@ -128,9 +130,42 @@ def test_errors_name_line_and_column(text: str, line: int, column: int, words: s
 def test_every_bad_rule_is_reported_once() -> None:
     text = "ACTION(FWD)\nACTION(IGNORE)\nDESTQ(A) DESTQ(B) ACTION(X)\n" + "A" * 80
     with pytest.raises(RulesError) as caught:
-        parse_table(text)
+        parse_table(text, strict=True)
     assert [(p.line, p.column) for p in caught.value.problems] == [(1, 1), (3, 10), (4, 73)]
     assert str(caught.value).splitlines()[0] == "line 1, column 1: ACTION(FWD) needs FWDQ"
+
+
+def test_a_line_beyond_column_72_is_read_whole_with_a_warning_and_refused_when_strict() -> None:
+    """IBM keeps 72 columns "for portability"; real tables run longer."""
+    long_line = (
+        "REASON(MQRC_Q_FULL) DESTQ(ORDERS) DESTQM(NYC) ACTION(FWD) FWDQ(ORDERS_OVERFLOW) "
+        "FWDQM(NYC) HEADER(YES)"
+    )
+    assert len(long_line) > COLUMNS_SIGNIFICANT
+    table = parse_table(f"RETRYINT(5)\n{long_line}\n")
+    [rule] = table.rules
+    assert (rule.fwd_q, rule.fwd_qm, rule.header) == ("ORDERS_OVERFLOW", "NYC", True)
+    assert table.warnings == (
+        "line 2, column 73: warning: text beyond column 72 read as part of the rule "
+        "(runmqdlq keeps 72 columns for portability; --strict refuses such a line)",
+    )
+    with pytest.raises(RulesError) as caught:
+        parse_table(f"RETRYINT(5)\n{long_line}\n", strict=True)
+    assert [(p.line, p.column) for p in caught.value.problems] == [(2, 73)]
+    assert parse_table("ACTION(IGNORE)\n").warnings == ()
+
+
+@pytest.mark.parametrize(
+    "forward",
+    ["FWDQ(DLQ)", "FWDQ(96)", "FWDQ(pams_dead_letter_queue)", "FWDQ(SYSTEM.DEAD.LETTER.QUEUE)"],
+)
+def test_a_rule_forwarding_to_the_dlq_it_reads_is_refused_at_its_fwdq(forward: str) -> None:
+    line, column, message = only_problem(f"ACTION(IGNORE)\nREASON(2053) ACTION(FWD) {forward}\n")
+    assert (line, column) == (2, 26)
+    assert "is the dead-letter queue this handler reads" in message and "loop" in message
+    # Another group's DLQ, or this DLQ from a handler of the DLJ, is no loop.
+    parse_table(f"ACTION(FWD) {forward} FWDQM(2)\n")
+    parse_table(f"INPUTQ(DLJ)\nACTION(FWD) {forward}\n")
 
 
 def test_continued_rule_error_points_into_the_right_line() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from mrs.limits import DEAD_LETTER_FIELD_CHARS_MAX
 from mrs.model import Address, Status
 
 STRUC_ID = "DLH "
@@ -55,7 +56,8 @@ def dead_letter_header(
     cause: Status | int, destination: Address, put_appl_name: str, put_time_ns: int, text: str = ""
 ) -> dict:
     """A header for a message the system moves to a DLQ. `put_appl_name` is the
-    group's name (MQ: the queue manager's) when MRS itself redirects the message."""
+    group's name (MQ: the queue manager's) when MRS itself redirects the message,
+    cut to MQDLH's 28 characters so a handler can forward the header as it is."""
     put_seconds = put_time_ns / 1e9 if put_time_ns else time.time()
     stamp = time.gmtime(put_seconds)
     hundredths = int(put_seconds * 100) % 100
@@ -71,7 +73,7 @@ def dead_letter_header(
         "coded_char_set_id": CCSID_UTF8,
         "format": FORMAT_MRS,
         "put_appl_type": PUT_APPL_TYPE_MRS,
-        "put_appl_name": put_appl_name,
+        "put_appl_name": put_appl_name[: DEAD_LETTER_FIELD_CHARS_MAX["put_appl_name"]],
         "put_date": time.strftime("%Y%m%d", stamp),
         "put_time": time.strftime("%H%M%S", stamp) + f"{hundredths:02d}",
         "text": text,
@@ -88,4 +90,21 @@ def header_problem(header: object) -> str | None:
     for name, kind in REQUIRED_FIELDS.items():
         if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool):
             return f"dead_letter_header.{name} must be a {kind.__name__}"
+    return None
+
+
+def own_header_problem(header: object) -> str | None:
+    """Why a dead-letter header an application puts with its message is refused, or
+    None: unusable (`header_problem`), or a text field longer than MQDLH holds. Only
+    a put is asked; a header already stored is read back as it is."""
+    if (problem := header_problem(header)) is not None:
+        return problem
+    assert isinstance(header, dict)
+    for name, chars_max in DEAD_LETTER_FIELD_CHARS_MAX.items():
+        value = header.get(name)
+        if isinstance(value, str) and len(value) > chars_max:
+            return (
+                f"dead_letter_header.{name} has {len(value)} characters; "
+                f"MQDLH holds at most {chars_max}"
+            )
     return None

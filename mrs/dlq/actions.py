@@ -13,10 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mrs.dlq.table import Action, Rule
+from mrs.dlq.table import FWDQ_VARIABLES, FWDQM_VARIABLES, Action, Rule, RulesTable
 from mrs.group.dlq_leases import CONTEXT_HEADER, POSSIBLE_DUPLICATE_HEADER
 from mrs.group.records import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
-from mrs.model import DeliveryMode, Message, Status, Uma
+from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status, Uma
+
+RETURNS_HEADER = "dlq_returns"
+"""How many times a DLQ handler has put this message back out of a DLQ; a message
+that keeps coming back (a rule or a destination that dead-letters it again) is
+stopped at `mrs.limits.DLQ_HANDLER_RETURNS_MAX` instead of looping for ever."""
+
+
+def returns_of(headers: dict | None) -> int:
+    """The message's count of puts out of a DLQ (0 when absent or not a count)."""
+    value = (headers or {}).get(RETURNS_HEADER)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class NoTarget(Exception):
@@ -78,6 +89,7 @@ def plan_put(rule: Rule, message: Message, group_id: int, target: str) -> PutPla
         headers[IDEMPOTENCY_HEADER] = f"dlq:{group_id}:{message.seq}:{stamp}:{target}"
     if message.delivery_status == Status.POSSDUPL:
         headers[POSSIBLE_DUPLICATE_HEADER] = True
+    headers[RETURNS_HEADER] = returns_of(message.headers) + 1
     delivery = DeliveryMode.WF_DQF if recoverable else DeliveryMode.WF_MEM
     return PutPlan(target, delivery, headers)
 
@@ -86,3 +98,43 @@ def uma_for(delivery: DeliveryMode, remote: bool) -> Uma:
     """SAF keeps a recoverable forward to an unreachable group durable on this side;
     otherwise a refused put is simply not stored (the dead letter stays)."""
     return Uma.SAF if delivery.recoverable and remote else Uma.DISC
+
+
+def target_problems(table: RulesTable, bus, group_id: int) -> list[str]:
+    """ "line L, column C: why" for each FWD whose FWDQ/FWDQM name no queue of the bus,
+    or name the DLQ the handler reads (a loop), found when the table is loaded rather
+    than as a failed attempt per message. Variables are filled per message: skipped."""
+    problems = []
+    for rule in table.rules:
+        if rule.action is not Action.FWD or rule.fwd_q in FWDQ_VARIABLES:
+            continue
+        if rule.fwd_qm in FWDQM_VARIABLES:
+            continue
+        manager = (rule.fwd_qm or "").strip()
+        queue = (rule.fwd_q or "").strip()
+        named = f"FWDQ({rule.fwd_q})" + (f" FWDQM({rule.fwd_qm})" if manager else "")
+        why = _target_problem(f"{manager}.{queue}" if manager else queue, bus, group_id)
+        if why is None and not table.reads_dead_letter_journal:
+            address = bus.resolve(f"{manager}.{queue}" if manager else queue, group_id)
+            if address == Address(group_id, DEAD_LETTER_QUEUE):
+                why = (
+                    "is the dead-letter queue this handler reads: every message it "
+                    "forwards would come back to it (a loop)"
+                )
+        if why is not None:
+            line, column = rule.fwd_place
+            problems.append(f"line {line}, column {column}: {named} {why}")
+    return problems
+
+
+def _target_problem(target: str, bus, group_id: int) -> str | None:
+    try:
+        address = bus.resolve(target, group_id)
+    except (LookupError, ValueError) as error:
+        return f"names no queue of the bus: {error}"
+    group = bus.groups.get(address.group)
+    if group is None:
+        return f"names group {address.group}, which the bus does not have"
+    if address.queue not in group.queues:
+        return f"names queue {address}, which group {address.group} does not have"
+    return None

@@ -2,7 +2,8 @@
 
 Exit codes: 0 the handler ended normally (WAIT(NO)/--once or WAIT(nnn) ran out, or
 --check found the table valid); 2 usage, bad configuration or an invalid rules table
-(every error printed with its line and column, nothing processed); 3 the group's
+(every error printed with its line and column, nothing processed: FWDQ/FWDQM are
+checked against the bus when --config and --group are given); 3 the group's
 server could not be reached or the connection was lost (unfinished messages stay on
 the DLQ, and go back to it by lease); 130 interrupted.
 """
@@ -30,6 +31,9 @@ def add_parser(commands: argparse._SubParsersAction, run) -> None:
     parser.add_argument("--once", action="store_true", help="process what is there, then exit")
     parser.add_argument("--check", action="store_true", help="validate the table and exit")
     parser.add_argument("--json", action="store_true", help="report as JSON lines")
+    parser.add_argument(
+        "--strict", action="store_true", help="refuse lines beyond column 72 (else: a warning)"
+    )
     parser.add_argument("--window", type=int, default=32, help="actions in flight at most")
     parser.add_argument(
         "--seen-max", type=int, default=10_000, help="messages held but not removed at most"
@@ -51,31 +55,48 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as error:
         return _fail(f"cannot read the rules table {source}: {error}")
     try:
-        table = parse_table(text)
+        table = parse_table(text, strict=args.strict)
     except RulesError as error:
-        for problem in error.problems:
-            print(f"mrs dlq-handler: {source}: {problem}", file=sys.stderr)
-        return _fail(f"{len(error.problems)} error(s) in the rules table; not started")
+        return _refuse(source, [str(problem) for problem in error.problems])
+    for warning in table.warnings:
+        print(f"mrs dlq-handler: {source}: {warning}", file=sys.stderr)
+    bus = None
+    if args.config is not None and args.group is not None:
+        from mrs.config.bus import load_config
+        from mrs.dlq.actions import target_problems
+
+        bus = load_config(args.config)
+        try:
+            bus.group(args.group)
+        except LookupError as error:
+            return _fail(f"--group {args.group}: {error}")
+        if problems := target_problems(table, bus, args.group):
+            return _refuse(source, problems)
     if args.check:
         print(f"{source}: rules table valid: {len(table.rules)} rules")
         return EXIT_OK
-    return _run_handler(args, table)
+    if bus is None:
+        return _fail("give --config and --group")
+    return _run_handler(args, table, bus)
 
 
-def _run_handler(args: argparse.Namespace, table) -> int:
+def _refuse(source: str, problems: list[str]) -> int:
+    """Every problem with its line and column, then one line: nothing was started."""
+    for problem in problems:
+        print(f"mrs dlq-handler: {source}: {problem}", file=sys.stderr)
+    return _fail(f"{len(problems)} error(s) in the rules table; not started")
+
+
+def _run_handler(args: argparse.Namespace, table, bus) -> int:
     import trio
 
     from clients import ConnectionLost, MrsError
-    from mrs.config.bus import load_config
     from mrs.dlq.engine import Engine
     from mrs.dlq.handler import Handler, HandlerOptions
     from mrs.dlq.report import Reporter
 
-    if args.config is None or args.group is None:
-        return _fail("give --config and --group")
     if args.window < 1 or args.seen_max < 1:
         return _fail("--window and --seen-max must be at least 1")
-    bus = load_config(args.config)
     group = bus.group(args.group)
     control = table.control
     input_q = (control.input_q or "").strip()

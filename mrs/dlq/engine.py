@@ -5,7 +5,8 @@ action is attempted; each rule keeps its own attempt count for the message; a
 failed attempt is repeated RETRYINT seconds later until RETRY attempts were made,
 then the next matching rule is tried; when every matching rule has failed, or none
 matches, IGNORE is assumed and the message stays on the DLQ. A message without a
-dead-letter header is never matched: it is reported (periodically) and left alone.
+dead-letter header is never matched: it is reported (periodically) and left alone,
+and so is one the handler has already put out of a DLQ too many times (a loop).
 The engine remembers every message it has seen and not removed, up to `seen_max`.
 Time is passed in (`now_s`), so the logic tests under a MockClock or none at all.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from mrs.dlq.match import Letter, Names, _no_names, letter_values, rule_matches
 from mrs.dlq.table import Action, Rule, RulesTable
-from mrs.limits import DLQ_HANDLER_SEEN_MAX_DEFAULT
+from mrs.limits import DLQ_HANDLER_RETURNS_MAX, DLQ_HANDLER_SEEN_MAX_DEFAULT
 
 
 class StepKind(enum.StrEnum):
@@ -29,6 +30,8 @@ class StepKind(enum.StrEnum):
     """Leave the message on the DLQ (an IGNORE rule, no match, or all rules failed)."""
     NO_HEADER = "no-header"
     """No dead-letter header: reported and left on the DLQ."""
+    LOOPED = "looped"
+    """Put back out of a DLQ DLQ_HANDLER_RETURNS_MAX times already: left, reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,13 @@ class Engine:
             return progress.settled
         if progress.letter.header is None:
             return Step(StepKind.NO_HEADER, reason="no dead-letter header")
+        if (returns := progress.letter.returns) >= DLQ_HANDLER_RETURNS_MAX:
+            progress.settled = Step(
+                StepKind.LOOPED,
+                reason=f"came back to a DLQ after {returns} puts out of one (at most "
+                f"{DLQ_HANDLER_RETURNS_MAX}): left here; a rule or its destination loops",
+            )
+            return progress.settled
         if progress.position >= len(progress.matches):
             why = "every matching rule failed" if progress.matches else "no rule matches"
             progress.settled = Step(StepKind.IGNORE, reason=why)

@@ -12,6 +12,7 @@ an action slot.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import trio
 
 from clients import ConnectionLost, MrsError, connect
 from mrs.config.bus import BusConfig
-from mrs.dlq.actions import NoTarget, plan_put, target_text, uma_for
+from mrs.dlq.actions import NoTarget, plan_put, returns_of, target_text, uma_for
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
@@ -59,6 +60,14 @@ class Handler:
     _all_done: trio.Event = field(default_factory=trio.Event)
     source: DlqSource | DljSource | None = None
     _full_told: bool = False
+    _tickets: int = 0
+    """Takes asked for, numbered in the order they were asked (= the DLQ's order)."""
+    _released: int = 0
+    _arrived: dict[int, Message | None] = field(default_factory=dict)
+    _taking: int = 0
+    _arrival_of: dict[int, int] = field(default_factory=dict)
+    _lanes: dict[str, _Lane] = field(default_factory=dict)
+    _lane_of: dict[int, str] = field(default_factory=dict)
 
     async def run(self) -> None:
         async with connect(
@@ -99,32 +108,51 @@ class Handler:
     async def _taker(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
         wait_s = self.options.wait_s
         while True:
-            if self.engine.full():
+            if not self._room():
                 await self._wait_for_room()
                 continue
+            ticket = self._tickets
+            self._tickets += 1
+            self._taking += 1
             if wait_s == 0:
                 message = await self.source.take(0)
-                if message is None:
-                    if self._working == 0:
-                        return
-                    await self._all_done.wait()
-                    continue
             else:
                 poll_s = DLQ_HANDLER_POLL_S
                 if wait_s is not None:
                     poll_s = min(DLQ_HANDLER_POLL_S, max(0.0, wait_s - self._idle()))
                 message = await self.source.take(poll_s)
-                if message is None:
-                    if wait_s is not None and self._idle() >= wait_s:
-                        return
-                    continue
+            self._arrive(ticket, message, client, nursery, limiter)
+            if message is not None:
+                continue
+            if wait_s == 0:
+                if self._working == 0 and not self._arrived:
+                    return
+                await self._all_done.wait()
+            elif wait_s is not None and self._idle() >= wait_s:
+                return
+
+    def _arrive(self, ticket: int, message: Message | None, client, nursery, limiter) -> None:
+        """Admit what the takes brought in the order they were asked for, whatever
+        order their tasks run in: the per-destination order starts here."""
+        self._arrived[ticket] = message
+        while self._released in self._arrived:
+            released = self._arrived.pop(self._released)
+            self._released += 1
+            self._taking -= 1
+            if released is None:
+                continue
             self._idle_since = self.clock()
-            while not self.engine.admit(letter_of(message), self.clock()):
-                await self._wait_for_room()  # another taker filled the record meanwhile
+            admitted = self.engine.admit(letter_of(released), self.clock())
+            assert admitted, "room was reserved before the take"
             self._working += 1
             if self._all_done.is_set():
                 self._all_done = trio.Event()
-            nursery.start_soon(self._work, client, message, limiter)
+            self._arrival_of[released.seq] = self._released - 1
+            self._join_lane(released)
+            nursery.start_soon(self._work, client, released, limiter)
+
+    def _room(self) -> bool:
+        return self.engine.seen + self._taking < self.engine.seen_max
 
     def _idle(self) -> float:
         return 0.0 if self._working else self.clock() - self._idle_since
@@ -133,13 +161,15 @@ class Handler:
         if not self._full_told:
             self._full_told = True
             self.reporter.note(f"{self.engine.seen} messages held: taking no more until some leave")
-        while self.engine.full():
+        while not self._room():
             await trio.sleep(DLQ_HANDLER_POLL_S)
 
     async def _work(self, client, message: Message, limiter: trio.CapacityLimiter) -> None:
         try:
             await self._work_one(client, message, limiter)
         finally:
+            self._leave_lane(message.seq)
+            self._arrival_of.pop(message.seq, None)
             self._working -= 1
             self._idle_since = self.clock()
             if self._working == 0:
@@ -158,11 +188,17 @@ class Handler:
                 self.counts["ignored"] += 1
                 self._event(message, step.rule, "IGNORE", step.attempt, "left", step.reason)
                 return
+            if step.kind is StepKind.LOOPED:
+                self.counts["looped"] += 1
+                self._event(message, None, "NONE", 0, "left", step.reason)
+                return
             if step.kind is StepKind.WAIT:
                 await trio.sleep(step.wait_s)
                 continue
+            if not await self._first_in_lane(seq):
+                continue  # an earlier letter left the lane: look at the step again
             async with limiter:
-                outcome, target, detail = await self._act(client, step.rule, message)
+                outcome, target, detail = await self._acting(client, step.rule, message)
             if outcome in ("discarded", "forwarded", "retried"):
                 self.engine.forget(seq)
                 self.counts[outcome] += 1
@@ -177,10 +213,73 @@ class Handler:
                 )
                 return
             self.engine.failed(seq, self.clock())
+            self._join_lane(message)  # the same destination, or the next rule's
             self.counts["attempts_failed"] += 1
             self._event(
                 message, step.rule, step.rule.action.value, step.attempt, "failed", detail, target
             )
+
+    # ------------------------------------------------------------------ lanes
+    def _join_lane(self, message: Message) -> None:
+        """Put the letter in the lane of the destination its current rule puts to
+        (none for DISCARD/IGNORE, or a target that cannot be named)."""
+        seq = message.seq
+        target = self._destination(message)
+        if self._lane_of.get(seq) == target:
+            return
+        self._leave_lane(seq)
+        if target is None:
+            return
+        lane = self._lanes.setdefault(target, _Lane())
+        bisect.insort(lane.waiting, self._arrival_of[seq])
+        self._lane_of[seq] = target
+
+    def _leave_lane(self, seq: int) -> None:
+        target = self._lane_of.pop(seq, None)
+        if target is None:
+            return
+        lane = self._lanes[target]
+        lane.waiting.remove(self._arrival_of[seq])
+        if not lane.waiting:
+            del self._lanes[target]
+            return
+        lane.wake_first()
+
+    def _destination(self, message: Message) -> str | None:
+        step = self.engine.step(message.seq, self.clock())
+        if step.kind not in (StepKind.ACT, StepKind.WAIT) or step.rule is None:
+            return None
+        if step.rule.action not in (Action.FWD, Action.RETRY):
+            return None
+        try:
+            target = target_text(step.rule, message)
+            return str(self.options.bus.resolve(target, self.options.group_id))
+        except (NoTarget, LookupError, ValueError):
+            return None
+
+    async def _first_in_lane(self, seq: int) -> bool:
+        """Wait until no earlier letter to the same destination is still on the DLQ
+        for it (waiting for its retry, or being put). False: woken, look again."""
+        target = self._lane_of.get(seq)
+        if target is None:
+            return True
+        lane = self._lanes[target]
+        arrival = self._arrival_of[seq]
+        if lane.waiting[0] == arrival and lane.acting is None:
+            return True
+        woken = lane.wakers.setdefault(arrival, trio.Event())
+        await woken.wait()
+        return False
+
+    async def _acting(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
+        lane = self._lanes.get(self._lane_of.get(message.seq, ""))
+        if lane is not None:
+            lane.acting = self._arrival_of[message.seq]
+        try:
+            return await self._act(client, rule, message)
+        finally:
+            if lane is not None:
+                lane.acting = None
 
     async def _act(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
         """(outcome, target, detail). The DLQ confirm comes only after a stored put."""
@@ -250,10 +349,32 @@ class Handler:
         )
 
     def summary(self) -> dict:
-        keys = ("forwarded", "retried", "discarded", "ignored", "attempts_failed", "no_header")
+        keys = (
+            "forwarded",
+            "retried",
+            "discarded",
+            "ignored",
+            "attempts_failed",
+            "no_header",
+            "looped",
+        )
         result = {key: self.counts.get(key, 0) for key in keys}
         result["held_not_removed"] = self.engine.seen
         return result
+
+
+@dataclass(eq=False)
+class _Lane:
+    """The letters bound for one destination, by arrival: only the first may put, so
+    a destination gets its letters in DLQ order even while the first waits."""
+
+    waiting: list[int] = field(default_factory=list)
+    acting: int | None = None
+    wakers: dict[int, trio.Event] = field(default_factory=dict)
+
+    def wake_first(self) -> None:
+        if (woken := self.wakers.pop(self.waiting[0], None)) is not None:
+            woken.set()
 
 
 def _stored(psb: Psb) -> bool:
@@ -282,4 +403,5 @@ def letter_of(message: Message) -> Letter:
         correlation_id=message.correlation_id,
         headers=message.headers,
         reply_to=reply_to,
+        returns=returns_of(message.headers),
     )

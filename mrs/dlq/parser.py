@@ -5,6 +5,8 @@ Pure (no I/O). Follows runmqdlq's conventions: comments (`*` first), blank lines
 column) continuations, 72 significant columns, keywords in any order, case
 insensitive, separated by blanks or commas, each at most once per rule, every
 value with at least one significant character (`FORMAT(' ')` yes, `FORMAT('')` no).
+A line beyond 72 columns is read whole with a warning (refused with `strict`); a
+rule forwarding to the very DLQ the handler reads is refused (it would loop).
 As runmqdlq does, the first error in an entry ends the checking of that entry, so
 one mistake is reported once, not as a cascade.
 """
@@ -18,9 +20,11 @@ from mrs.dlq.table import (
     ACTION_KEYWORDS,
     COLUMNS_SIGNIFICANT,
     CONTROL_KEYWORDS,
+    DEAD_LETTER_QUEUE_NAMES,
     FORWARD_ONLY_KEYWORDS,
     FWDQ_VARIABLES,
     FWDQM_VARIABLES,
+    INPUT_DEAD_LETTER_JOURNAL,
     PATTERN_KEYWORDS,
     RETRY_INTERVAL_S_DEFAULT,
     RETRY_MAX,
@@ -37,6 +41,13 @@ RULE_KEYWORDS = PATTERN_KEYWORDS + ACTION_KEYWORDS
 ALL_KEYWORDS = RULE_KEYWORDS + CONTROL_KEYWORDS
 ERRORS_MAX = 100
 """A table with more errors than this reports the first ERRORS_MAX."""
+_BEYOND_ERROR = (
+    f"text beyond column {COLUMNS_SIGNIFICANT}; continue the rule on the next line with '+' or '-'"
+)
+_BEYOND_WARNING = (
+    f"warning: text beyond column {COLUMNS_SIGNIFICANT} read as part of the rule "
+    "(runmqdlq keeps 72 columns for portability; --strict refuses such a line)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +87,12 @@ class _Entry:
         return self.places[index] if index < len(self.places) else self.end
 
 
-def parse_table(text: str) -> RulesTable:
-    """Parse a whole rules table; RulesError with every problem found."""
+def parse_table(text: str, strict: bool = False) -> RulesTable:
+    """Parse a whole rules table; RulesError with every problem found. A line longer
+    than 72 columns is read whole with a warning (`strict`: refused, as runmqdlq)."""
     problems: list[Problem] = []
-    entries = _entries(text, problems)
+    warnings: list[Problem] = []
+    entries = _entries(text, problems, warnings if not strict else None)
     control = Control()
     rules: list[Rule] = []
     for index, entry in enumerate(entries):
@@ -94,14 +107,39 @@ def parse_table(text: str) -> RulesTable:
     if not rules and not problems:
         end_line = text.count("\n") + 1
         problems.append(Problem(end_line, 1, "the table has no rule (at least one is required)"))
+    if (control.input_q or "").strip().upper() != INPUT_DEAD_LETTER_JOURNAL:
+        problems.extend(_forwards_to_own_dlq(rules))
     if problems:
         problems.sort(key=lambda problem: (problem.line, problem.column))
         raise RulesError(problems[:ERRORS_MAX])
-    return RulesTable(control, tuple(rules))
+    return RulesTable(control, tuple(rules), tuple(str(warning) for warning in warnings))
+
+
+def _forwards_to_own_dlq(rules: list[Rule]) -> list[Problem]:
+    """A rule that forwards to the DLQ the handler reads would take every message it
+    forwards again, for ever: refused (FWDQM naming this group is checked against
+    the bus, `mrs.dlq.actions.target_problems`)."""
+    return [
+        Problem(*rule.fwd_place, forwards_to_own_dlq(rule))
+        for rule in rules
+        if rule.action is Action.FWD
+        and (rule.fwd_q or "").strip().upper() in DEAD_LETTER_QUEUE_NAMES
+        and not (rule.fwd_qm or "").strip()
+    ]
+
+
+def forwards_to_own_dlq(rule: Rule) -> str:
+    named = f"FWDQ({rule.fwd_q})" + (f" FWDQM({rule.fwd_qm})" if rule.fwd_qm else "")
+    return (
+        f"{named} is the dead-letter queue this handler reads: every message it forwards "
+        "would come back to it (a loop)"
+    )
 
 
 # ---------------------------------------------------------------------- lines -> entries
-def _entries(text: str, problems: list[Problem]) -> list[_Entry]:
+def _entries(text: str, problems: list[Problem], warnings: list[Problem] | None) -> list[_Entry]:
+    """Logical entries; a line beyond 72 columns is a problem, or with `warnings`
+    given a warning, and the line is read whole."""
     entries: list[_Entry] = []
     chars: list[str] = []
     places: list[tuple[int, int]] = []
@@ -113,15 +151,10 @@ def _entries(text: str, problems: list[Problem]) -> list[_Entry]:
         stripped = line.rstrip()
         if not continuing and (not stripped.strip() or stripped.lstrip().startswith("*")):
             continue
-        if len(stripped) > COLUMNS_SIGNIFICANT:
-            problems.append(
-                Problem(
-                    number,
-                    COLUMNS_SIGNIFICANT + 1,
-                    f"text beyond column {COLUMNS_SIGNIFICANT}; continue the rule on the "
-                    "next line with '+' or '-'",
-                )
-            )
+        if len(stripped) > COLUMNS_SIGNIFICANT and warnings is not None:
+            warnings.append(Problem(number, COLUMNS_SIGNIFICANT + 1, _BEYOND_WARNING))
+        elif len(stripped) > COLUMNS_SIGNIFICANT:
+            problems.append(Problem(number, COLUMNS_SIGNIFICANT + 1, _BEYOND_ERROR))
             stripped = stripped[:COLUMNS_SIGNIFICANT].rstrip()
             broken = True
         start = 0
@@ -297,6 +330,7 @@ def _rule(items: list[tuple[str, str, tuple[int, int]]], line: int) -> Rule:
         retry=retry,
         given=tuple(word for word in ACTION_KEYWORDS[1:] if word in given),
         line=line,
+        fwd_place=given["FWDQ"][1] if "FWDQ" in given else (line, 1),
     )
 
 

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 COLUMNS_SIGNIFICANT = 72
-"""Characters of a line that count; anything non-blank after them is an error."""
+"""runmqdlq's significant columns "for portability": the printer keeps within them; a
+longer line is read whole with a warning, and refused only under `--strict`."""
 RETRY_MAX = 999_999_999
 RETRY_INTERVAL_S_DEFAULT = 60
 WAIT_S_MAX = 999_999_999
@@ -36,6 +37,10 @@ PATTERN_KEYWORDS = (
 ACTION_KEYWORDS = ("ACTION", "FWDQ", "FWDQM", "HEADER", "PUTAUT", "RETRY")
 CONTROL_KEYWORDS = ("INPUTQ", "INPUTQM", "RETRYINT", "WAIT")
 FORWARD_ONLY_KEYWORDS = ("FWDQ", "FWDQM", "HEADER", "PUTAUT")
+
+DEAD_LETTER_QUEUE_NAMES = ("DLQ", "96", "PAMS_DEAD_LETTER_QUEUE", "SYSTEM.DEAD.LETTER.QUEUE")
+"""What names a group's own DLQ in INPUTQ, and in FWDQ with a blank FWDQM."""
+INPUT_DEAD_LETTER_JOURNAL = "DLJ"
 
 FWDQ_VARIABLES = ("&DESTQ", "&REPLYQ")
 FWDQM_VARIABLES = ("&DESTQM", "&REPLYQM")
@@ -84,6 +89,8 @@ class Rule:
     """Action keywords the table wrote explicitly (defaults stay unwritten)."""
     line: int = field(default=0, compare=False)
     """The line the rule starts on (for reports); not part of the rule's meaning."""
+    fwd_place: tuple[int, int] = field(default=(0, 0), compare=False)
+    """(line, column) of FWDQ, so a check against the bus can point at it."""
 
     def pattern(self, keyword: str) -> str:
         return dict(self.patterns).get(keyword, "*")
@@ -93,6 +100,12 @@ class Rule:
 class RulesTable:
     control: Control
     rules: tuple[Rule, ...]
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+    """"line L, column C: ..." for what was accepted but is not portable."""
+
+    @property
+    def reads_dead_letter_journal(self) -> bool:
+        return (self.control.input_q or "").strip().upper() == INPUT_DEAD_LETTER_JOURNAL
 
 
 # ---------------------------------------------------------------------- printing

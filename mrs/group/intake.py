@@ -15,7 +15,7 @@ from typing import Any, Final, cast
 from msgspec.structs import astuple
 
 from mrs import protocol as wire
-from mrs.core.deadletter import header_problem
+from mrs.core.deadletter import own_header_problem
 from mrs.core.delivery import AK as _AK
 from mrs.core.delivery import CONF_POINT as _CONF
 from mrs.core.delivery import STORED as _STORED_STATUS
@@ -232,7 +232,7 @@ class Intake:
             return None, None
         key = idempotency_key(headers)  # refuse a malformed key before anything else
         own_header = headers.get(DEAD_LETTER_HEADER)
-        if own_header is not None and (problem := header_problem(own_header)) is not None:
+        if own_header is not None and (problem := own_header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
         return key, own_header
 
