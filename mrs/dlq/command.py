@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"mrs dlq-handler: {source}: {problem}", file=sys.stderr)
         return _fail(f"{len(error.problems)} error(s) in the rules table; not started")
     if args.check:
-        print(f"{source}: rules table valid: {len(table.rules)} rules")
+        count = len(table.rules)
+        print(f"{source}: rules table valid: {count} rule{'' if count == 1 else 's'}")
         return EXIT_OK
     return _run_handler(args, table)
 
