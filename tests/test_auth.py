@@ -4,6 +4,7 @@ forgery) tried and refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -244,6 +245,34 @@ def test_the_status_command_takes_credentials_from_the_environment(secure) -> No
     denied = status(MRS_AUTH_NAME="producer", MRS_AUTH_PASSWORD=password_of("producer"))
     assert denied.returncode != 0
     assert "NOTAUTHORIZED" in denied.stderr and "Traceback" not in denied.stderr
+
+
+def test_a_group_that_refuses_the_status_is_refused_not_down(secure) -> None:
+    """It answered: advising `mrs serve` for a running group sends the operator astray."""
+    single = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--address", secure.address(1)],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MRS_AUTH")},
+        timeout=60,
+    )
+    assert single.returncode == 1 and single.stderr.count("\n") == 1, single.stderr
+    assert "REFUSED" in single.stderr and "requires authentication" in single.stderr
+    assert "mrs serve" not in single.stderr and "MRS_AUTH_NAME" in single.stderr
+    bus = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--config", str(secure.config_path), "--json"],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "MRS_AUTH_NAME": "producer",
+            "MRS_AUTH_PASSWORD": "pw-producer-correct horse",
+        },
+        timeout=60,
+    )
+    assert bus.returncode == 1, bus.stderr
+    states = {g["group"]: (g["state"], g["refused"]) for g in json.loads(bus.stdout)["groups"]}
+    assert states[1][0] == "REFUSED" and "needs the admin right 'status'" in states[1][1]
 
 
 # -- links: impersonation and forgery ------------------------------------------------
