@@ -331,3 +331,27 @@ async def test_forged_transfers_are_refused(secure) -> None:
     async with connect(secure.address(2), "2.10", credentials=creds("consumer2")) as receiver:
         with pytest.raises(NoMoreMessages):
             await receiver.get(timeout=0)
+
+
+async def test_a_password_file_reads_as_mrs_creds_reads_it(secure, tmp_path) -> None:
+    """`echo PASSWORD > app.pw` ends in a newline; `mrs creds --password-file` strips
+    it, so the client must too or the password registered is not the one sent."""
+    from clients import ClientCredentials
+    from mrs.security.creds import CredsError
+
+    saved = tmp_path / "producer.pw"
+    saved.write_text(f"  {password_of('producer')}\n")
+    with pytest.raises(NotAuthorized):  # what reading the file by hand gives
+        async with connect(secure.address(1), "1.13", credentials=ClientCredentials(
+            "producer", saved.read_text())):  # fmt: skip
+            pass
+    from_file = ClientCredentials.from_file("producer", saved)
+    assert "correct horse" not in repr(from_file)
+    async with connect(secure.address(1), "1.13", credentials=from_file) as producer:
+        psb = await producer.put(b"from a file", target="1.10", delivery=DeliveryMode.WF_MEM)
+        assert psb.status == Status.SUCCESS
+    with pytest.raises(CredsError, match="missing.pw: No such file"):
+        ClientCredentials.from_file("producer", tmp_path / "missing.pw")
+    (tmp_path / "empty.pw").write_text("\n")
+    with pytest.raises(CredsError, match="is empty"):
+        ClientCredentials.from_file("producer", tmp_path / "empty.pw")

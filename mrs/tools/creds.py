@@ -259,11 +259,10 @@ def tool_credentials_from_env(environ) -> None:
     from clients.auth import ClientCredentials, set_default
 
     password_file = environ.get("MRS_AUTH_PASSWORD_FILE")
-    password = (
-        store.read_secret(Path(password_file))
-        if password_file
-        else environ.get("MRS_AUTH_PASSWORD")
-    )
+    if password_file:
+        set_default(ClientCredentials.from_file(name, password_file))
+        return
+    password = environ.get("MRS_AUTH_PASSWORD")
     if not password:
         raise CommandError(
             "MRS_AUTH_NAME is set: set MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD) too",
