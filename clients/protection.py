@@ -198,8 +198,13 @@ class Protection:
         try:
             opened = self.check(queue, message.body, _returned(message))
         except ProtectionError as error:
-            where = await _to_dead_letter_queue(client, queue, message, error)
-            moved = f"moved to {where}" if where else "the DLQ put failed: left on the queue"
+            where, failure = await _to_dead_letter_queue(client, queue, message, error)
+            moved = (
+                f"moved to {where}"
+                if where
+                else f"the DLQ put failed ({failure}): left on the queue, and refused "
+                "again on every get until it can be moved"
+            )
             raise ProtectionRefused(
                 f"message {message.seq} on {queue} refused: {error} ({moved})",
                 error.reason,
@@ -244,13 +249,15 @@ def _with_opened(message: Message, opened: Opened) -> Message:
 
 async def _to_dead_letter_queue(
     client: ProtectedClient, queue: Address, message: Message, error: ProtectionError
-) -> str | None:
+) -> tuple[str | None, str]:
     """Put the refused message, as it is, on this group's DLQ, then confirm it here.
 
     A recoverable message stays durable: it is put WF_DQF with UMA DLJ, so a
     journaled DLQ (`dead_letter_queue_recoverable`) stores it, and a memory DLQ
     (which takes no recoverable put: NO_DQF) hands it to the DLJ with its header.
-    Where it went ("the DLQ", "the DLJ ..."), or None if it could not be moved."""
+    (where it went: "the DLQ", "the DLJ ...", None), and when it could not be moved,
+    why: the refusal repeats on every get, so the reader must be told what to fix
+    (e.g. the principal lacks the admin right 'dlq')."""
     header = {
         "reason": error.reason,
         "dest_q_name": str(queue.queue),
@@ -278,16 +285,12 @@ async def _to_dead_letter_queue(
         )
     except MrsError as failed:
         log.error("refused message %d not moved to the DLQ: %s", message.seq, failed)
-        return None
+        return None, str(failed)
     stored = isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
     if not stored and psb.uma_status != Status.DLJ_SUCCESS:
-        log.error(
-            "refused message %d not moved to the DLQ: %s/%s",
-            message.seq,
-            psb.delivery_status,
-            psb.uma_status,
-        )
-        return None
+        failure = f"{_name(psb.delivery_status)}, {_name(psb.uma_status)}"
+        log.error("refused message %d not moved to the DLQ: %s", message.seq, failure)
+        return None, failure
     if message.needs_confirm:
         try:
             await client.confirm(message.seq)
@@ -295,7 +298,11 @@ async def _to_dead_letter_queue(
             log.error("refused message %d dead-lettered but not confirmed: %s", message.seq, failed)
     where = "the DLQ" if stored else "the DLJ (the DLQ is memory only)"
     log.warning("message %d on %s refused (%s): moved to %s", message.seq, queue, error, where)
-    return where
+    return where, ""
+
+
+def _name(status: Status | int) -> str:
+    return status.name if isinstance(status, Status) else str(status)
 
 
 __all__ = ["PROTECTION_HEADER", "Protection", "ProtectionRefused", "Quality"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -71,12 +72,22 @@ def run_swarm_command(args: argparse.Namespace) -> int:
 
 
 def run_scenario_command(args: argparse.Namespace) -> int:
+    """Run one scenario; a bus made in the temp directory is removed when every
+    invariant held (it is what a failure is diagnosed from, so then it stays)."""
     console = Console()
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix=f"mrs-sim-{args.scenario}-"))
     console.print(
         f"scenario {args.scenario}, seed {args.seed}, {args.seconds:g} s of faults, "
         f"bus in {scratch}"
     )
+    code = _run_scenario_in(console, args, scratch)
+    if code == 0 and args.scratch is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+        console.print(f"removed {scratch} (pass --scratch DIR to keep the bus)")
+    return code
+
+
+def _run_scenario_in(console: Console, args: argparse.Namespace, scratch: Path) -> int:
     started_s = time.perf_counter()
     history: History = trio.run(run_scenario, args.scenario, args.seed, args.seconds, scratch)
     verdict = check(history)
@@ -85,10 +96,12 @@ def run_scenario_command(args: argparse.Namespace) -> int:
     console.print(
         "faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(history.faults.items()))
     )
+    kept = args.history is not None or args.scratch is not None or not verdict.ok
     history_path = args.history or scratch / "history.json"
-    history_path.write_text(history.to_json())
+    if kept:
+        history_path.write_text(history.to_json())
     console.print(
-        f"history: {history_path}; reproduce the schedule: mrs sim run "
+        (f"history: {history_path}; " if kept else "") + f"reproduce the schedule: mrs sim run "
         f"{args.scenario} --seed {args.seed} --seconds {args.seconds:g}"
     )
     if not verdict.ok:

@@ -4,6 +4,7 @@ forgery) tried and refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -246,6 +247,34 @@ def test_the_status_command_takes_credentials_from_the_environment(secure) -> No
     assert "NOTAUTHORIZED" in denied.stderr and "Traceback" not in denied.stderr
 
 
+def test_a_group_that_refuses_the_status_is_refused_not_down(secure) -> None:
+    """It answered: advising `mrs serve` for a running group sends the operator astray."""
+    single = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--address", secure.address(1)],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MRS_AUTH")},
+        timeout=60,
+    )
+    assert single.returncode == 1 and single.stderr.count("\n") == 1, single.stderr
+    assert "REFUSED" in single.stderr and "requires authentication" in single.stderr
+    assert "mrs serve" not in single.stderr and "MRS_AUTH_NAME" in single.stderr
+    bus = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--config", str(secure.config_path), "--json"],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "MRS_AUTH_NAME": "producer",
+            "MRS_AUTH_PASSWORD": "pw-producer-correct horse",
+        },
+        timeout=60,
+    )
+    assert bus.returncode == 1, bus.stderr
+    states = {g["group"]: (g["state"], g["refused"]) for g in json.loads(bus.stdout)["groups"]}
+    assert states[1][0] == "REFUSED" and "needs the admin right 'status'" in states[1][1]
+
+
 # -- links: impersonation and forgery ------------------------------------------------
 
 
@@ -302,3 +331,27 @@ async def test_forged_transfers_are_refused(secure) -> None:
     async with connect(secure.address(2), "2.10", credentials=creds("consumer2")) as receiver:
         with pytest.raises(NoMoreMessages):
             await receiver.get(timeout=0)
+
+
+async def test_a_password_file_reads_as_mrs_creds_reads_it(secure, tmp_path) -> None:
+    """`echo PASSWORD > app.pw` ends in a newline; `mrs creds --password-file` strips
+    it, so the client must too or the password registered is not the one sent."""
+    from clients import ClientCredentials
+    from mrs.security.creds import CredsError
+
+    saved = tmp_path / "producer.pw"
+    saved.write_text(f"  {password_of('producer')}\n")
+    with pytest.raises(NotAuthorized):  # what reading the file by hand gives
+        async with connect(secure.address(1), "1.13", credentials=ClientCredentials(
+            "producer", saved.read_text())):  # fmt: skip
+            pass
+    from_file = ClientCredentials.from_file("producer", saved)
+    assert "correct horse" not in repr(from_file)
+    async with connect(secure.address(1), "1.13", credentials=from_file) as producer:
+        psb = await producer.put(b"from a file", target="1.10", delivery=DeliveryMode.WF_MEM)
+        assert psb.status == Status.SUCCESS
+    with pytest.raises(CredsError, match="missing.pw: No such file"):
+        ClientCredentials.from_file("producer", tmp_path / "missing.pw")
+    (tmp_path / "empty.pw").write_text("\n")
+    with pytest.raises(CredsError, match="is empty"):
+        ClientCredentials.from_file("producer", tmp_path / "empty.pw")

@@ -225,6 +225,22 @@ def test_mrs_dump_reads_a_client_journal(server, tmp_path) -> None:
     assert "3 records" in result.stderr
 
 
+def test_mrs_dump_shows_the_name_a_client_journal_record_was_put_to(server, tmp_path) -> None:
+    journal = tmp_path / "j"
+    with connect_sync(server.address, "SENDER", saf_journal=journal, connect_timeout_s=1) as c:
+        c.put(b"by name", target="ORDERS", delivery=MODE.WF_DQF)
+        c.put(b"by number", target="1.10", delivery=MODE.WF_DQF)
+    dump = [sys.executable, "-m", "mrs", "dump", "--client-saf", str(journal)]
+    as_json = subprocess.run([*dump, "--json"], capture_output=True, text=True, timeout=60)
+    assert as_json.returncode == 0, as_json.stderr
+    targets = [json.loads(line)["target"] for line in as_json.stdout.splitlines()]
+    assert targets == ["ORDERS", "1.10"]
+    table = subprocess.run(dump, capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines() if " WF_DQF" in line]
+    assert [row[4] for row in rows] == ["ORDERS", "1.10"], table.stdout
+
+
 def test_docs_example_drains_after_the_server_starts(server, tmp_path) -> None:
     example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "client_saf.py"
     child = subprocess.Popen(

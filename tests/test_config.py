@@ -597,3 +597,18 @@ def test_absolute_data_dir_and_home(tmp_path: Path) -> None:
     assert bus.group(1).data_dir == (tmp_path / "abs").resolve()
     bus = parse_config(MINIMAL_GROUP.replace('"g1"', '"~/mrs-g1"'), tmp_path / "bus.toml")
     assert bus.group(1).data_dir == (Path.home() / "mrs-g1").resolve()
+
+
+def test_numbers_too_long_to_read_name_their_key(tmp_path: Path) -> None:
+    """int() refuses thousands of digits with a ValueError: the operator gets the key."""
+    digits = "7" * 5000
+    group = '[[group]]\nid = {id}\nname = "NYC"\nlisten = "127.0.0.1:{port}"\ndata_dir = "g"\n'
+    with pytest.raises(ConfigError) as caught:
+        parse_config(group.format(id=1, port=digits), tmp_path / "bus.toml")
+    assert caught.value.key == "group[0].listen"
+    assert "5000 characters" in caught.value.problem and len(str(caught.value)) < 200
+    with pytest.raises(ConfigError) as caught:
+        parse_config(group.format(id=digits, port=7001), tmp_path / "bus.toml")
+    assert caught.value.key == "id" and "line 2" in caught.value.problem
+    assert len(str(caught.value)) < 200
+    assert parse_config(group.format(id=1, port="07001"), tmp_path / "b.toml").group(1)

@@ -284,3 +284,11 @@ def test_damaged_tables_are_a_table_or_a_rules_error(table: RulesTable, data) ->
         parse_table(text)
     except RulesError as error:
         assert error.problems
+
+
+def test_a_number_too_long_to_read_is_a_rules_error() -> None:
+    digits = "7" * 5000
+    lines = [digits[i : i + 60] + "+" for i in range(0, len(digits), 60)]
+    text = "DESTQ(*) ACTION(RETRY) RETRY(+\n" + "\n".join(lines)[:-1] + ")\n"
+    found = only_problem(text)
+    assert found[:2] == (1, 24) and "RETRY(5000 digits): must be in 1.." in found[2]

@@ -232,7 +232,7 @@ def test_corrupt_records_are_reported_counted_and_never_shown(capsys, journals) 
     assert code == 1
     assert indices(out) == [i for i in range(PCJ_COUNT) if i != 5]
     assert f"corrupt record in pcj at key {bad_key.hex()}" in err
-    assert "1 CORRUPT records" in err
+    assert "1 CORRUPT record (reported above" in err
 
 
 def test_a_copied_data_directory_dumps_without_the_config(capsys, journals, tmp_path) -> None:
@@ -248,6 +248,16 @@ def test_a_copied_data_directory_dumps_without_the_config(capsys, journals, tmp_
     code = main(["dump", "--data-dir", str(tmp_path / "nothing"), "--group", "1", "pcj"])
     assert code == 2 and "no journals in" in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists()  # looking never creates an environment
+
+
+def test_a_data_directory_dumps_without_a_group_number(capsys, journals, tmp_path) -> None:
+    code = main(["dump", "--data-dir", str(journals.data_dir), "pcj", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert indices(out) == list(range(PCJ_COUNT))
+    assert f"pcj: {PCJ_COUNT} records" in err
+    code = main(["dump", "--data-dir", str(tmp_path / "nothing"), "pcj"])
+    assert code == 2 and "no journals in" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- live group

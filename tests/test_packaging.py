@@ -21,7 +21,10 @@ def test_version_license_changelog_and_py_typed() -> None:
     assert metadata.version("mrs") == version
     assert version in (ROOT / "CHANGELOG.md").read_text()
     assert "Permission is hereby granted" in (ROOT / "LICENSE").read_text()
-    assert resources.files("mrs").joinpath("py.typed").is_file()
+    for package in ("mrs", "clients", "journals"):  # a type checker reads each one's hints
+        assert resources.files(package).joinpath("py.typed").is_file(), package
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert all("py.typed" in package_data["package-data"][p] for p in ("clients", "journals"))
 
 
 def test_glossary_defines_the_messageq_words_and_readme_links_it() -> None:

@@ -221,6 +221,35 @@ async def test_unsigned_and_tampered_messages_are_refused_and_dead_lettered(
             await q.get(timeout=0)
 
 
+async def test_a_refusal_left_on_the_queue_says_why_it_could_not_be_moved(
+    tmp_path, keys
+) -> None:
+    """Under [auth], moving a refused message to the DLQ needs the reader's 'dlq' right:
+    without it the message stays and is refused on every get, so the error must say
+    what to grant."""
+    from tests.auth_helpers import SecureBus, creds
+
+    bus = SecureBus(tmp_path / "bus", group_ids=(1,))
+    with_protection(bus.config_path)
+    write_policies(bus.directory, keys)
+    bus.start()
+    try:
+        async with connect(bus.address(1), "1.13", credentials=creds("producer")) as plain:
+            await plain.put(b"unsigned order", target="1.10", delivery=MODE.WF_DQF)
+        billing = app(bus.directory, keys, "BILLING")
+        for _attempt in range(2):  # still there, refused the same way, after a reconnect
+            async with connect(
+                bus.address(1), "1.10", credentials=creds("consumer"), protection=billing
+            ) as reader:
+                with pytest.raises(ProtectionRefused) as refused:
+                    await reader.get(timeout=5)
+            assert not refused.value.dead_lettered
+            assert "unprotected message" in str(refused.value)
+            assert "needs the admin right 'dlq'" in str(refused.value), str(refused.value)
+    finally:
+        bus.stop()
+
+
 # ---------------------------------------------------------------------- DLQ cases
 DLQ_PRIVACY = '[[policy]]\nqueue = "1.96"\nprotection = "privacy"\nrecipients = ["AUDITOR"]\n'
 DLQ_STRICT = '[[policy]]\nqueue = "1.96"\nprotection = "integrity"\ntolerate = false\n'

@@ -259,3 +259,37 @@ def test_creds_command_mistakes_are_one_line(tmp_path, capsys) -> None:
     assert error.count("\n") == 0 and "does not exist" in error and "Traceback" not in error
     assert main(["creds", "add", "bad name", "--file", str(missing), "--generate"]) != 0
     assert "principal name" in capsys.readouterr().err
+
+
+def test_creds_generate_prints_no_password_for_a_command_that_fails(tmp_path, capsys) -> None:
+    """A printed password is one the operator will hand out: print it only once the
+    command is sure to succeed."""
+    from mrs.tools.cli import main
+
+    path = str(tmp_path / "creds.toml")
+    assert main(["creds", "add", "app", "--file", path, "--generate", "--iterations", "4096"]) == 0
+    assert capsys.readouterr().out.strip()  # the new principal's password, once
+    assert main(["creds", "add", "app", "--file", path, "--generate"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and "exists" in printed.err
+    assert main(["creds", "rotate", "nobody", "--file", path, "--generate"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and "no principal 'nobody'" in printed.err
+    assert main(["creds", "add", "bad name", "--file", path, "--generate"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_an_output_that_exists_is_the_same_exit_status_everywhere(tmp_path, capsys) -> None:
+    from mrs.tools.cli import main
+
+    config = tmp_path / "bus.toml"
+    config.write_text(
+        '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:7001"\ndata_dir = "g"\n'
+    )
+    certs = ["certs", "--config", str(config), "--out", str(tmp_path / "certs")]
+    keys = ["keys", "new", "SHOP", "--out", str(tmp_path / "keys")]
+    creds = ["creds", "add", "app", "--file", str(tmp_path / "c.toml"), "--generate"]
+    for command in (certs, keys, creds):
+        assert main(command) == 0
+        assert main(command) == 2, command
+        assert "exists" in capsys.readouterr().err

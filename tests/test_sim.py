@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from mrs.group import UNSAFE_SWITCHES
-from mrs.model import DeliveryMode, Uma
+from mrs.model import DeliveryMode, Status, Uma
 from sim.checker import History, Sent, check
 from sim.membus import SimGroup
 from sim.scenarios import run_scenario
@@ -200,3 +200,40 @@ async def test_real_process_mixed_scenario(tmp_path) -> None:
         verdict.uma_mismatches[:5],
     )
     assert verdict.acknowledged > 50 and sum(history.faults.values()) >= MIXED_FAULTS_MIN
+
+
+def test_sim_run_removes_the_bus_it_made_when_every_invariant_held(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The command's own edge (the scenario's processes are proved above): a bus made
+    in the temp directory goes when it passed, and stays with its history when not."""
+    import argparse
+    import tempfile
+
+    from sim import commands
+
+    made: list = []
+
+    async def scenario(name, seed, seconds, scratch) -> History:
+        (scratch / "g1").mkdir()
+        made.append(scratch)
+        history = History(seed=seed)
+        if name == "broken":
+            history.sent["m1"] = Sent(  # acknowledged as stored, never delivered: lost
+                "m1", "1.13", "1.10", DeliveryMode.WF_DQF, Uma.DISC, delivery_status=Status.STORED
+            )
+        return history
+
+    monkeypatch.setattr(commands, "run_scenario", scenario)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    args = argparse.Namespace(scenario="mixed", seed=3, seconds=0.0, history=None, scratch=None)
+    assert commands.run_scenario_command(args) == 0
+    assert not made[-1].exists() and list(tmp_path.iterdir()) == []
+    args.scenario = "broken"
+    assert commands.run_scenario_command(args) == 1
+    assert (made[-1] / "history.json").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    args.scenario, args.scratch = "mixed", kept
+    assert commands.run_scenario_command(args) == 0
+    assert (kept / "g1").exists() and (kept / "history.json").exists()

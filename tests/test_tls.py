@@ -313,3 +313,5 @@ async def test_tools_take_tls_from_the_environment(tls_bus, tmp_path) -> None:
     assert "MRS_TLS_*: cannot load" in bad.stderr
     plain = await trio.to_thread.run_sync(status, {})
     assert plain.returncode == 1 and '"name": "G1"' not in plain.stdout
+    assert "REFUSED" in plain.stderr and "TLS only" in plain.stderr, plain.stderr
+    assert "mrs serve" not in plain.stderr and "MRS_TLS_CA" in plain.stderr

@@ -49,7 +49,7 @@ recipients = ["BILLING"]
 """
 APPLICATIONS = {  # principal -> grants (mrs creds add NAME --config bus.toml ...)
     "shop": ["--attach", "1.10", "--put", "2.20"],
-    "billing": ["--attach", "2.20", "--confirm", "2.20"],
+    "billing": ["--attach", "2.20", "--confirm", "2.20", "--admin", "dlq"],  # moves refusals
     "operator": ["--admin", "status"],
 }
 
@@ -150,8 +150,7 @@ class Session:
         self.tls = tls_context(certs / "ca.pem", certs / "client.pem", certs / "client.key")
 
     def credentials(self, name: str) -> ClientCredentials:
-        password = (self.directory / f"{name}.pw").read_text()
-        return ClientCredentials(name, password)
+        return ClientCredentials.from_file(name, self.directory / f"{name}.pw")
 
     def options(self, name: str) -> dict:
         options = {"tls": self.tls, "credentials": self.credentials(name)}

@@ -44,6 +44,8 @@ readers `mrs.config.fields`; this module is the entry point and re-exports them.
 from __future__ import annotations
 
 import os
+import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -105,4 +107,17 @@ def parse_config(text: str, path: str | os.PathLike[str]) -> BusConfig:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(path, "(syntax)", str(err)) from None
+    except ValueError:  # tomllib's int() of a number too long to convert
+        raise ConfigError(path, *_overlong_number(text)) from None
     return _Parser(Path(path)).bus(document)
+
+
+def _overlong_number(text: str) -> tuple[str, str]:
+    """(key, problem) for the first number too long for Python to read: tomllib lets
+    int()'s ValueError out without saying where, and the operator needs the line."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        run = max((len(digits) for digits in re.findall(r"[0-9_]+", line)), default=0)
+        if run > sys.get_int_max_str_digits():
+            key = line.partition("=")[0].strip() or "(value)"
+            return key[:80], f"line {number}: a number of {run} digits is too long"
+    return "(syntax)", "a number too long to read"

@@ -156,11 +156,14 @@ class FieldReader:
         if isinstance(split, str):
             self.fail(_join(where, key), split)
         host, port_text = split
-        port = int(port_text) if _NUMBER_PATTERN.fullmatch(port_text) else -1
+        # int() of thousands of digits raises ValueError: count them first
+        short = len(port_text.lstrip("0")) <= len(str(PORT_MAX))
+        port = int(port_text) if short and _NUMBER_PATTERN.fullmatch(port_text) else -1
         if not port_min <= port <= PORT_MAX:
+            shown = repr(port_text) if short else f"{len(port_text)} characters"
             self.fail(
                 _join(where, key),
-                f"port must be a number in {port_min}..{PORT_MAX}, got {port_text!r}",
+                f"port must be a number in {port_min}..{PORT_MAX}, got {shown}",
             )
         return host, port
 

@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         if problems := target_problems(table, bus, args.group):
             return _refuse(source, problems)
     if args.check:
-        print(f"{source}: rules table valid: {len(table.rules)} rules")
+        count = len(table.rules)
+        print(f"{source}: rules table valid: {count} rule{'' if count == 1 else 's'}")
         return EXIT_OK
     if bus is None:
         return _fail("give --config and --group")

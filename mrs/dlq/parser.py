@@ -374,6 +374,8 @@ def _choice(given: dict, word: str, choices: dict, default):
 def _number(value: str, place: tuple[int, int], word: str, low: int, high: int) -> int:
     if not value.isdigit() or not value.isascii():
         raise _EntryError(place, f"{word}({value}): not a whole number")
+    if len(value.lstrip("0")) > len(str(high)):  # before int(): thousands of digits raise
+        raise _EntryError(place, f"{word}({len(value)} digits): must be in {low}..{high}")
     number = int(value)
     if not low <= number <= high:
         raise _EntryError(place, f"{word}({value}): must be in {low}..{high}")

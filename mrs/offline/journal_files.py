@@ -61,14 +61,20 @@ def add_location_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def locate(args: argparse.Namespace) -> GroupJournals:
-    """Resolve --config/--group/--data-dir; raises ConfigError or JournalsNotFound."""
+def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJournals:
+    """Resolve --config/--group/--data-dir; raises ConfigError or JournalsNotFound.
+
+    `group_optional`: a reader (mrs dump) needs no group number to read `--data-dir`
+    alone; the group is then 0 (unknown), and queue names cannot be resolved.
+    """
     client_saf = getattr(args, "client_saf", None)
     if client_saf is not None:  # a client library's own SAF journal (group 0: none)
         if not (client_saf / "data.mdb").exists():
             raise JournalsNotFound(f"no client SAF journal in {client_saf} (no data.mdb)")
         return GroupJournals(0, client_saf, client_saf, None, None)
     if args.group is None:
+        if group_optional and args.data_dir is not None and args.config is None:
+            return _at(args.data_dir, 0, None, None)
         raise JournalsNotFound("give --group N (and --config FILE, or --data-dir DIR)")
     bus = group = None
     if args.config is not None:
@@ -86,6 +92,13 @@ def locate(args: argparse.Namespace) -> GroupJournals:
         data_dir = group.data_dir
     else:
         raise JournalsNotFound("give --config FILE (with --group N) or --data-dir DIR")
+    return _at(data_dir, args.group, bus, group)
+
+
+def _at(
+    data_dir: Path, group_id: int, bus: BusConfig | None, group: GroupConfig | None
+) -> GroupJournals:
+    """The journals environment in `data_dir` (or `data_dir` itself), never a new one."""
     if (data_dir / "journals" / "data.mdb").exists():
         journals_path = data_dir / "journals"
     elif (data_dir / "data.mdb").exists():
@@ -93,9 +106,9 @@ def locate(args: argparse.Namespace) -> GroupJournals:
     else:
         raise JournalsNotFound(
             f"no journals in {data_dir} (looked for {data_dir / 'journals' / 'data.mdb'}); "
-            f"has group {args.group} ever run with this data_dir?"
+            f"has {f'group {group_id}' if group_id else 'a group'} ever run with this data_dir?"
         )
-    return GroupJournals(args.group, data_dir, journals_path, bus, group)
+    return GroupJournals(group_id, data_dir, journals_path, bus, group)
 
 
 def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:

@@ -22,8 +22,10 @@ a protocol Fatal(NOTAUTHORIZED) and closed: it can do nothing but authenticate.
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgpack
 import trio
@@ -61,6 +63,16 @@ class ClientCredentials:
 
     def __repr__(self) -> str:  # never print the password
         return f"ClientCredentials(name={self.name!r})"
+
+    @classmethod
+    def from_file(cls, name: str, path: str | os.PathLike[str]) -> ClientCredentials:
+        """`name` with the password kept in the file at `path`, read as `mrs creds
+        --password-file` reads it (surrounding whitespace and the final newline
+        stripped), so the password an editor or `echo` saved is the one registered.
+        An unreadable or empty file raises CredsError, one line naming the file."""
+        from mrs.security.creds import read_secret
+
+        return cls(name, read_secret(Path(path)))
 
 
 def auth_message(

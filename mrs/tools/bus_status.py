@@ -3,7 +3,8 @@
 Why: an operator's first question is "is everything up, and is anything piling up?"
 — across every group of the bus, not one group's JSON at a time. This asks each
 group's server for its status concurrently (a group that does not answer is shown
-DOWN with why, it does not stop the others), then shows groups, links (state, SAF
+DOWN with why, one that answered but refused us REFUSED with its reason; neither
+stops the others), then shows groups, links (state, SAF
 backlog, drain and why it waits), queues (depth, unconfirmed) and journal use.
 Fields other engineers add to a group's status (e.g. DLQ handlers, draining clients,
 a link's drain wait reason) are shown as they come, so the table never hides them.
@@ -139,6 +140,53 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
         view.error = f"no answer within {timeout_s:g} s"
     except Exception as error:  # noqa: BLE001 - one group's failure is shown, not raised
         view.error = root_cause(error)
+        view.refused = refusal(error)
+
+
+def refusal(error: BaseException) -> str | None:
+    """Why the group refused us, when the failure is an answer from it: it is up, and
+    starting it again would not help. None when nothing answered (down, unreachable,
+    silent)."""
+    from clients import ConnectionLost, MrsError, ReplyTimeout, TlsRefused
+
+    for inner in _chain(error):
+        if isinstance(inner, TlsRefused):
+            return " ".join(inner.message.split())
+        if isinstance(inner, MrsError) and not isinstance(inner, ConnectionLost | ReplyTimeout):
+            name = inner.status.name if hasattr(inner.status, "name") else str(inner.status)
+            text = " ".join(inner.message.split()).removeprefix("server closed the connection: ")
+            return f"{name}: {text}"
+    return None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error, the groups it holds and its causes, outermost first, each once."""
+    seen: list[BaseException] = []
+    stack = [error]
+    while stack:
+        current = stack.pop(0)
+        if any(current is known for known in seen):
+            continue
+        seen.append(current)
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return seen
+
+
+def refusal_advice(reason: str) -> str:
+    """What to do about a refusal, in the operator's words."""
+    if "TLS" in reason or "certificate" in reason or "handshake" in reason:
+        return (
+            "run it where the group's certificates are (--config), or set MRS_TLS_CA "
+            "(and MRS_TLS_CERT, MRS_TLS_KEY) (docs/security.md)"
+        )
+    if reason.startswith("NOTAUTHORIZED"):
+        return (
+            "set MRS_AUTH_NAME and MRS_AUTH_PASSWORD_FILE to a principal with the "
+            "'status' right (docs/security-auth.md)"
+        )
+    return "see the group's log"
 
 
 def root_cause(error: BaseException) -> str:
@@ -169,12 +217,19 @@ def run_status(args: argparse.Namespace) -> int:
     def once() -> int:
         for view in views:
             view.status = None
+            view.refused = None
             if not view.error or "listen port is 0" not in view.error:
                 view.error = None
         trio.run(fetch_all, views, args.timeout)
         down = [view for view in views if not view.up]
         if single and down:
             view = down[0]
+            if view.refused is not None:
+                raise CommandError(
+                    f"group at {view.address} is up but REFUSED the status request "
+                    f"({view.refused}): {refusal_advice(view.refused)}",
+                    EXIT_RUNTIME,
+                )
             raise CommandError(
                 f"group at {view.address} did not answer ({view.error}); "
                 "is it running? (start it with `mrs serve`)",

@@ -56,7 +56,7 @@ def make_certs(bus: BusConfig, out: Path, *, overwrite: bool = False) -> Issued:
     """Write ca.pem/ca.key, group-N.pem/.key for each group, client.pem/.key."""
     out = out.absolute()
     if (out / "ca.pem").exists() and not overwrite:
-        raise CertsError(f"{out}/ca.pem exists; pass --force to make a new CA")
+        raise CertsError(f"{out}/ca.pem exists; pass --force to make a new CA", EXIT_USAGE)
     _private_dir(out)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())

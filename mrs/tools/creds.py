@@ -171,9 +171,18 @@ def _add(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load_or_empty(path)
     iterations = _iterations(args)
-    if store.name_problem(args.name) is None and args.name.startswith(store.LINK_PREFIX):
+    # Every check comes before _password: a --generate'd password is printed at once.
+    if (problem := store.name_problem(args.name)) is not None:
+        raise CommandError(problem, EXIT_USAGE)
+    if args.name.startswith(store.LINK_PREFIX):
         raise CommandError("group principals are made by `mrs creds add-group N`", EXIT_USAGE)
-    store.add(creds, args.name, _password(args), _grants(args), iterations)
+    if args.name in creds.principals:
+        raise CommandError(
+            f"principal {args.name!r} exists in {path}: use `mrs creds rotate` or `grant`",
+            EXIT_USAGE,
+        )
+    grants = _grants(args)
+    store.add(creds, args.name, _password(args), grants, iterations)
     store.save(path, creds)
     print(f"added {args.name} to {path}", file=sys.stderr)
     return 0
@@ -204,7 +213,10 @@ def _add_group(args: argparse.Namespace) -> int:
 def _rotate(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load(path)
-    store.rotate(creds, args.name, _password(args), _iterations(args))
+    if args.name not in creds.principals:  # before a --generate'd password is printed
+        raise CommandError(f"no principal {args.name!r} in {path}: add it first", EXIT_USAGE)
+    iterations = _iterations(args)
+    store.rotate(creds, args.name, _password(args), iterations)
     store.save(path, creds)
     print(f"rotated {args.name} in {path}", file=sys.stderr)
     return 0
@@ -247,11 +259,10 @@ def tool_credentials_from_env(environ) -> None:
     from clients.auth import ClientCredentials, set_default
 
     password_file = environ.get("MRS_AUTH_PASSWORD_FILE")
-    password = (
-        store.read_secret(Path(password_file))
-        if password_file
-        else environ.get("MRS_AUTH_PASSWORD")
-    )
+    if password_file:
+        set_default(ClientCredentials.from_file(name, password_file))
+        return
+    password = environ.get("MRS_AUTH_PASSWORD")
     if not password:
         raise CommandError(
             "MRS_AUTH_NAME is set: set MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD) too",

@@ -19,6 +19,9 @@ class GroupView:
     name: str | None = None
     status: dict[str, Any] | None = None
     error: str | None = None
+    refused: str | None = None
+    """The group's reason when it answered and refused us (credentials, TLS): it is
+    up, and `error` alone would read as down."""
     links_configured: list[int] = field(default_factory=list)
     connect_options: dict[str, Any] = field(default_factory=dict, repr=False)
     """TLS settings from the config (mrs.security.tls.operator_connect_options)."""
@@ -27,12 +30,21 @@ class GroupView:
     def up(self) -> bool:
         return self.status is not None
 
+    @property
+    def state(self) -> str:
+        """UP (status read), REFUSED (answered, but not to us), or DOWN."""
+        if self.status is not None:
+            return "UP"
+        return "REFUSED" if self.refused is not None else "DOWN"
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "group": self.group if self.group is not None else (self.status or {}).get("group"),
             "name": self.name if self.name is not None else (self.status or {}).get("name"),
             "address": self.address,
             "up": self.up,
+            "state": self.state,
             "error": self.error,
+            "refused": self.refused,
             "status": self.status,
         }

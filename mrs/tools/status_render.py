@@ -142,17 +142,17 @@ def _add_down_group(view: GroupView, groups, links) -> None:
     from rich.text import Text
 
     label = f"{view.group if view.group is not None else '?'} {view.name or ''}".strip()
+    refused = view.refused is not None
     groups.add_row(
         label or view.address,
-        Text("DOWN", style="bold red"),
+        Text(view.state, style="bold yellow" if refused else "bold red"),
         view.address,
         *["-"] * (len(GROUP_COLUMNS) - 4),
-        Text(view.error or "", style="red"),
+        Text(view.refused or view.error or "", style="yellow" if refused else "red"),
     )
+    why = "status refused" if refused else "group down"
     for peer in view.links_configured:
-        links.add_row(
-            label, str(peer), Text("unknown", style="yellow"), "-", "-", "group down", "-", ""
-        )
+        links.add_row(label, str(peer), Text("unknown", style="yellow"), "-", "-", why, "-", "")
 
 
 def _group_row(view: GroupView) -> list:

@@ -41,6 +41,7 @@ from mrs.tools.journal.render import (
     record_json,
     render_bytes,
     status_name,
+    target_text,
 )
 
 TABLE_PAGE_ROWS = 500
@@ -70,7 +71,8 @@ class Summary:
     def line(self) -> str:
         which = "confirm time" if self.journal is Journal.PCJ else "time written"
         text = (
-            f"{self.journal.value} of group {self.group_id}: {self.records} records, "
+            f"{self.journal.value}{f' of group {self.group_id}' if self.group_id else ''}: "
+            f"{self.records} record{'' if self.records == 1 else 's'}, "
             f"{self.body_bytes} body bytes"
         )
         if self.records:
@@ -79,7 +81,8 @@ class Summary:
                 f"({which}, local)"
             )
         if self.corrupt:
-            text += f"; {self.corrupt} CORRUPT records (reported above, not shown)"
+            noun = "record" if self.corrupt == 1 else "records"
+            text += f"; {self.corrupt} CORRUPT {noun} (reported above, not shown)"
         return text
 
 
@@ -103,7 +106,7 @@ def _row(journal: Journal, record: Record, body: str | None) -> list[str]:
         str(record.seq),
         local_time(record_time_ns(record)),
         f"{record.source_group}.{record.source_queue}",
-        f"{record.target_group}.{record.target_queue}",
+        target_text(record),
         str(record.msg_class),
         str(record.msg_type),
         str(record.priority),
@@ -175,7 +178,7 @@ def run_dump(args: argparse.Namespace) -> int:
         return 2
     journal = Journal(args.journal)
     try:
-        where = locate(args)
+        where = locate(args, group_optional=True)
         selection = filter_from_args(args, journal, where.bus, where.group_id, time.time_ns())
     except (SelectionError, JournalsNotFound) as error:
         print(f"mrs dump: {error}", file=sys.stderr)

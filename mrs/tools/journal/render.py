@@ -80,6 +80,20 @@ def status_name(value: int) -> str:
         return str(value)
 
 
+def target_text(record: Record) -> str:
+    """The record's target as `GROUP.QUEUE`, or the name it was put to.
+
+    A client SAF journal keeps a put addressed by name (`ORDERS`, `LDN.SHIPPING`) as
+    group 0, queue 0 with the name beside it, because only the server resolves names;
+    showing `0.0` would hide where the message is going.
+    """
+    if record.target_group == 0 and record.target_queue == 0 and isinstance(record.extra, dict):
+        named = record.extra.get("target")
+        if isinstance(named, str) and named:
+            return named
+    return f"{record.target_group}.{record.target_queue}"
+
+
 def _json_default(value: object) -> object:
     if isinstance(value, bytes):
         return render_bytes(value)[0]
@@ -127,7 +141,7 @@ def record_json(journal: Journal, record: Record, body: str | None) -> str:
     moment = r.confirm_time_ns or r.written_time_ns
     line = (
         f'{{"journal":"{journal.value}","seq":{r.seq},"time":{_iso_json(moment)},'
-        f'"target":"{r.target_group}.{r.target_queue}",'
+        f'"target":{_string(target_text(r))},'
         f'"source":"{r.source_group}.{r.source_queue}",'
         f'"class":{r.msg_class},"type":{r.msg_type},"priority":{r.priority},'
         f'"delivery":{delivery},"uma":{uma},"correlation_id":{correlation},'
@@ -149,7 +163,7 @@ def record_json_general(journal: Journal, record: Record, body: str | None) -> s
         "journal": journal.value,
         "seq": record.seq,
         "time": iso_utc(record_time_ns(record)),
-        "target": f"{record.target_group}.{record.target_queue}",
+        "target": target_text(record),
         "source": f"{record.source_group}.{record.source_queue}",
         "class": record.msg_class,
         "type": record.msg_type,
