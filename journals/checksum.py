@@ -6,7 +6,7 @@ read back (a cold backlog, replay, dump, the audit). Debian's zlib computes CRC-
 bytewise, ISA-L with carry-less multiplication: 387 against 89 ns for a 1.1 KiB record
 on this machine (benchmarks/README.md, "CRC-32 by ISA-L"), 2.7% of the server's
 samples in peerbench's end-to-end shape before. The values are the same bit for bit
-(tests/test_checksum.py), so a journal written with either is read by the other, and
+(tests/unit/test_checksum.py), so a journal written with either is read by the other, and
 no record format changes. `isal` is a dependency; the zlib fallback keeps a machine
 without its wheel working, only slower.
 """

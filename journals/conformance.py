@@ -5,7 +5,7 @@ As `trio.testing.check_two_way_stream` does for streams: a store author calls
 a fresh empty store, reopens one (a restart: what was committed must still be there)
 and makes commits fail (a device error: the failed commit must leave nothing). The
 LMDB store and the simulator's in-memory store both run this one suite
-(tests/test_store_conformance.py), so what the simulator proves holds on LMDB too.
+(tests/sim/test_store_conformance.py), so what the simulator proves holds on LMDB too.
 """
 
 from __future__ import annotations

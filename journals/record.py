@@ -118,7 +118,7 @@ _FIELD_TYPES = tuple(
 )
 """What encode_record writes in each place: a payload with the right checksum but a
 str where an int belongs (a bug or a hand-edited file) is corrupt here, not a crash
-in whichever reader meets it later (found by fuzzing, tests/test_fuzz.py)."""
+in whichever reader meets it later (found by fuzzing, tests/process/test_fuzz.py)."""
 """All fields as a tuple in one C call: encoding is on every put's path."""
 
 
@@ -129,7 +129,7 @@ def encode_record(record: Record) -> bytes:
 
 _ENCODE: Final = msgspec.msgpack.Encoder().encode
 """Writes the same msgpack bytes as `msgpack.packb(values, use_bin_type=True)` for
-the types a record holds (tests/test_records_encode.py), in half the time: packb
+the types a record holds (tests/unit/test_records_encode.py), in half the time: packb
 makes a Packer per call, and this runs for every journaled message."""
 
 
@@ -172,7 +172,7 @@ def _record_of(v: tuple) -> Record:
 _DECODE_TYPED: Final = msgspec.msgpack.Decoder(tuple[_FIELD_TYPES]).decode  # type: ignore[valid-type]
 """Decodes a record's payload and checks each field's type in one C call: every
 message read back from a cold backlog passes here (issue 17). It accepts what
-`checked_values` accepts (tests/test_records_encode.py holds the two equal)."""
+`checked_values` accepts (tests/unit/test_records_encode.py holds the two equal)."""
 
 
 def checked_values(payload: memoryview | bytes, journal: str = "?", key: bytes = b"") -> list:

@@ -88,7 +88,7 @@ QUICK_WORKLOAD = Workload(
     walk_away_probability=0.1,
     fails_at_commit_armed=FAILS_AT_COMMIT,
 )
-"""Small seeds for proving the checker (`tests/test_sim.py`): the same workload and
+"""Small seeds for proving the checker (`tests/sim/test_sim.py`): the same workload and
 faults, shorter, with consumers walking away more often and more faults aimed at
 commits, so each broken build shows within seconds."""
 MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)

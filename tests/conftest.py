@@ -155,13 +155,13 @@ def run_under_autojump_clock(fn, clock=None, instruments=()):
 
 
 LONG_TESTS_FIRST = (
-    "tests/test_sim.py::test_swarm_keeps_every_invariant",
-    "tests/test_sim.py::test_checker_catches_each_broken_build",
-    "tests/test_link_faults.py::",
-    "tests/test_demo.py::",
-    "tests/test_audit_cluster.py::",
-    "tests/test_sim.py::test_real_process_mixed_scenario",
-    "tests/test_crash.py::",
+    "tests/sim/test_sim.py::test_swarm_keeps_every_invariant",
+    "tests/sim/test_sim.py::test_checker_catches_each_broken_build",
+    "tests/process/test_link_faults.py::",
+    "tests/process/test_demo.py::",
+    "tests/process/test_audit_cluster.py::",
+    "tests/sim/test_sim.py::test_real_process_mixed_scenario",
+    "tests/process/test_crash.py::",
 )
 """The suite's longest tests, longest first (minutes on a loaded machine; the swarm's
 200 seeds alone are a sixth of the suite), run before all others: under `pytest -n 2`

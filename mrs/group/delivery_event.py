@@ -29,7 +29,7 @@ _CORRELATION_ID_BYTES_MAX: Final = CORRELATION_ID_BYTES_MAX
 def delivery_event(request_id: int, entry: Entry, status: int) -> wire.Delivery:
     """The Delivery of `entry`, checked: this is where a record read back from the
     journal with a field no client could have put (tampered, or written by a bug) is
-    refused, and `hand_over` quarantines it (tests/test_poison.py). A trusted entry
+    refused, and `hand_over` quarantines it (tests/process/test_poison.py). A trusted entry
     (`Entry.trusted`: made from a Put checked at decode, by the server, or read back
     from a record `fits_a_delivery` passed) is not checked twice: that check was
     about 5% of the server's CPU per get."""
@@ -65,7 +65,7 @@ def fits_a_delivery(record: Record) -> bool:
     from a cold backlog (mrs.group.backlog), and the generic check of its Delivery was 3.9%
     of the server's samples in peerbench's 8P/1C end-to-end shape (issue 17). A record
     this refuses is checked as before, and refused and quarantined if it breaks a
-    rule (tests/test_poison.py)."""
+    rule (tests/process/test_poison.py)."""
     return (
         record.seq >= 0
         and _I64_MIN <= record.msg_class <= _I64_MAX

@@ -104,7 +104,7 @@ def record_from_entry(entry: Entry, written_time_ns: int) -> Record:
 
 def encode_entry(entry: Entry, written_time_ns: int) -> bytes:
     """encode_record(record_from_entry(entry, written_time_ns)), without the Record:
-    every recoverable put is encoded here (tests/test_records_encode.py holds the two
+    every recoverable put is encoded here (tests/unit/test_records_encode.py holds the two
     equal)."""
     target, source = entry.target, entry.source
     return encode_values(

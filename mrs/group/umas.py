@@ -213,7 +213,7 @@ class Umas:
         """Queue an MRS_ACK (class 28, type -801, body = the PSB) for an AK sender; a
         response queue in another group gets it over the link, like any message.
         Here, not only in `MrsAcks`, so that every MRS_ACK passes one interpreted
-        method a test can replace (tests/test_sim_conformance.py)."""
+        method a test can replace (tests/sim/test_sim_conformance.py)."""
         self.acks.send(response_queue, psb)
 
 

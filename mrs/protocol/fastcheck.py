@@ -8,7 +8,7 @@ tests inline in one loop over a plan of plain tuples (no call per scalar field) 
 only says yes or no: when it says no, `validate` runs as before, finds the first
 field that breaks its rule and words the refusal. So the rules and their wording
 stay where they are (mrs.protocol.checks); this is only their fast path. No code is
-generated (tests/test_protocol.py forbids it in the protocol package).
+generated (tests/unit/test_protocol.py forbids it in the protocol package).
 
 A field whose rule is not a plain scalar test (a free-form dict or list) is checked
 by its `Check.problem`, as `validate` does.

@@ -1,7 +1,7 @@
 """Fuzz targets (each feeds one input to one decoder, letting only its own error out).
 
 Why a module of its own: the same four targets run under two drivers, a short
-mutation run inside the test suite (tests/test_fuzz.py) and the long coverage-guided
+mutation run inside the test suite (tests/process/test_fuzz.py) and the long coverage-guided
 atheris run (`benchmarks/fuzz.py`), and each needs real sample inputs to start
 from. A target returns normally when the input decoded or was refused with the
 decoder's own error (`ProtocolError`, `CorruptRecord`, `ConfigError`, `RulesError`);

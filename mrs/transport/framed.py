@@ -266,7 +266,7 @@ class GroupChannel(FramedStream):
     LocalProtocolError inside the commit loop and stopped the whole group. So an event
     the connection can no longer carry is dropped: the peer is gone, a client's
     requests end with its connection, a peer group sends again what was not
-    acknowledged (tests/test_server_session.py). A client's own link keeps
+    acknowledged (tests/unit/test_server_session.py). A client's own link keeps
     FramedStream's rule: a send on a closed connection raises to its caller."""
 
     def send(self, event: object) -> None:

@@ -1,0 +1,548 @@
+"""The group's rooms driven directly, in process: real LMDB journals (fsync), the
+production InlineWriter, and two link sessions joined by an in-memory channel with a
+hand-turned clock — no sockets, no server process, no sleeps.
+
+What a user depends on here: nothing is answered as stored before its commit; a get
+is handed over only once its delivery mark is durable; a confirm deletes the DQF
+record and writes the PCJ; a restart recovers what was not confirmed, POSSDUPL if it
+had been delivered; a SAF message crosses a link, is deleted from the sender's SAF
+only once the peer stored it, and a message in flight when the link drops is kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from journals import InlineWriter, Journal, JournalError, JournalStore, WriteBatch
+from journals.writer import NOT_ATTEMPTED
+from mrs import protocol as wire
+from mrs.config.bus import parse_config
+from mrs.group import Group
+from mrs.group.link_session import PeerLink
+from mrs.model import DeliveryMode, Status, Uma
+
+BUS = """
+[[group]]
+id = 1
+name = "G1"
+listen = "127.0.0.1:0"
+data_dir = "g1"
+pcj_default = true
+[group.limits]
+dqf_messages_max = 5
+[[group.queue]]
+id = 10
+name = "IN"
+[[group.queue]]
+id = 11
+name = "OUT"
+confirm = "explicit-out-of-order"
+[[group]]
+id = 2
+name = "G2"
+listen = "127.0.0.1:0"
+data_dir = "g2"
+[[group.queue]]
+id = 10
+name = "IN"
+[[group.queue]]
+id = 11
+name = "OUT"
+[[link]]
+groups = [1, 2]
+"""
+JOURNAL_BYTES = 64 << 20
+
+
+class ManualTimers:
+    """Timers that fire only when the test says so."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Callable[[], None]]] = []
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Callable[[], None]:
+        self.calls.append((delay_s, callback))
+        return lambda: None
+
+
+@dataclass(eq=False)
+class FakeSession:
+    id: int
+    attached: object = None
+    peer: str = "test"
+    events: list = field(default_factory=list)
+
+    def send(self, event: object) -> None:
+        self.events.append(event)
+
+    answer = send  # one frame per answer, as for a client that reads no AnswerBatch
+
+
+@dataclass(eq=False)
+class Node:
+    """One group in process: its journals, writer and rooms."""
+
+    group: Group
+    store: JournalStore
+    writer: InlineWriter
+    sessions: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def commit(self) -> None:
+        self.writer.commit_pending()
+
+    def session(self, queue: str) -> FakeSession:
+        session = FakeSession(next(self.sessions))
+        self.group.attach(session, wire.Attach(request_id=1, queue=queue))
+        session.events.clear()
+        return session
+
+    def close(self) -> None:
+        self.commit()
+        self.store.close()
+
+
+def open_node(directory: Path, group_id: int, dqf_messages_max: int = 5) -> Node:
+    text = BUS.replace("dqf_messages_max = 5", f"dqf_messages_max = {dqf_messages_max}")
+    bus = parse_config(text, directory / "bus.toml")
+    config = bus.group(group_id)
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    store = JournalStore(config.data_dir / "journals", JOURNAL_BYTES)
+    writer = InlineWriter(store, lambda: None)
+    group = Group(bus, config, store, writer, ManualTimers(), clock_ns=lambda: 1_000)
+    group.recover()
+    return Node(group, store, writer)
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    opened = open_node(tmp_path, 1)
+    yield opened
+    opened.close()
+
+
+def put(
+    target: str, body: bytes, mode: DeliveryMode, uma: Uma = Uma.DISC, request_id: int = 7
+) -> wire.Put:
+    return wire.Put(
+        request_id=request_id,
+        target=target,
+        body=body,
+        delivery=int(mode),
+        uma=int(uma),
+        msg_class=0,
+        msg_type=0,
+        priority=0,
+        timeout_ms=0,
+        correlation_id=b"",
+        resp_q="",
+    )
+
+
+def only(events: list, kind: type):
+    found = [event for event in events if isinstance(event, kind)]
+    assert len(found) == 1, events
+    return found[0]
+
+
+# ---------------------------------------------------------------------- InlineWriter
+def test_inline_writer_answers_only_after_its_commit_in_order(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j", JOURNAL_BYTES)
+    wakes: list[int] = []
+    writer = InlineWriter(store, lambda: wakes.append(1))
+    done: list[tuple[int, JournalError | None]] = []
+    for index in range(3):
+        batch = WriteBatch.empty().put_raw(Journal.META, f"k{index}".encode(), b"v")
+        writer.submit(batch, lambda error, index=index: done.append((index, error)))
+    assert done == [] and writer.pending and len(wakes) == 1  # one wake per idle->busy
+    writer.commit_pending()
+    assert done == [(0, None), (1, None), (2, None)]
+    assert store.get_raw(Journal.META, b"k2") == b"v"
+    assert writer.stats.commits == 1  # three batches, one synced transaction
+    store.close()
+
+
+def test_inline_writer_skips_a_guarded_batch_not_attempted(tmp_path: Path) -> None:
+    store = JournalStore(tmp_path / "j", JOURNAL_BYTES)
+    writer = InlineWriter(store, lambda: None)
+    outcomes: list[JournalError | None] = []
+    batch = WriteBatch.empty().put_raw(Journal.META, b"guarded", b"v")
+    batch.guard = lambda: False
+    writer.submit(batch, outcomes.append)
+    writer.commit_pending()
+    assert outcomes == [NOT_ATTEMPTED]
+    assert store.get_raw(Journal.META, b"guarded") is None
+    store.close()
+
+
+# ---------------------------------------------------------------------- Group: put
+def test_recoverable_put_is_answered_only_once_durable(node: Node) -> None:
+    sender = node.session("OUT")
+    node.group.put(sender, put("IN", b"hello", DeliveryMode.WF_DQF))
+    assert sender.events == []  # queued for the commit, not yet on disk
+    assert node.store.count(Journal.DQF) == 0
+    node.commit()
+    done = only(sender.events, wire.PutDone)
+    assert (done.status, done.delivery_status) == (Status.SUCCESS, Status.STORED)
+    assert node.store.count(Journal.DQF) == 1
+    assert node.group.status_info()["dqf_messages"] == 1
+
+
+def test_full_dqf_takes_the_uma(node: Node) -> None:
+    sender = node.session("OUT")
+    for index in range(1, 7):  # dqf_messages_max = 5
+        node.group.put(sender, put("IN", b"x", DeliveryMode.WF_DQF, Uma.DISC, request_id=index))
+        node.commit()
+    last = [event for event in sender.events if event.request_id == 6]
+    assert (last[0].delivery_status, last[0].uma_status) == (Status.DQF_FULL, Status.DISC_SUCCESS)
+    assert node.store.count(Journal.DQF) == 5
+
+
+def test_memory_put_to_a_local_queue_needs_no_commit(node: Node) -> None:
+    sender = node.session("OUT")
+    node.group.put(sender, put("OUT", b"m", DeliveryMode.WF_MEM))
+    done = only(sender.events, wire.PutDone)
+    assert done.delivery_status in (Status.ENQUEUED, Status.UNATTACHEDQ)
+    assert node.store.count(Journal.DQF) == 0
+
+
+# ---------------------------------------------------------------------- Group: get, confirm
+def test_get_confirm_pcj(node: Node) -> None:
+    sender, receiver = node.session("OUT"), node.session("IN")
+    node.group.put(sender, put("IN", b"body", DeliveryMode.WF_DQF))
+    node.commit()
+    node.group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
+    assert receiver.events == []  # the delivery mark must be durable first
+    node.commit()
+    delivery = only(receiver.events, wire.Delivery)
+    assert (delivery.body, delivery.delivery_status) == (b"body", Status.CONFIRMREQ)
+    node.group.confirm(
+        receiver, wire.Confirm(request_id=4, seq=delivery.seq, confirm_value=9, force_j=0)
+    )
+    assert not any(isinstance(event, wire.Confirmed) for event in receiver.events)
+    node.commit()
+    assert only(receiver.events, wire.Confirmed).seq == delivery.seq
+    assert node.store.count(Journal.DQF) == 0
+    assert node.store.count(Journal.PCJ) == 1  # pcj_default = true
+    assert node.group.status_info()["dqf_messages"] == 0
+
+
+def test_parked_get_is_served_when_a_message_lands(node: Node) -> None:
+    sender, receiver = node.session("OUT"), node.session("IN")
+    node.group.get(receiver, wire.Get(request_id=3, timeout_ms=-1))
+    node.group.put(sender, put("IN", b"late", DeliveryMode.WF_DQF))
+    node.commit()  # the DQF record lands and is offered to the parked get
+    node.commit()  # the delivery mark
+    assert only(receiver.events, wire.Delivery).body == b"late"
+
+
+def test_restart_recovers_unconfirmed_as_possible_duplicate(tmp_path: Path) -> None:
+    first = open_node(tmp_path, 1)
+    sender, receiver = first.session("OUT"), first.session("IN")
+    first.group.put(sender, put("IN", b"keep", DeliveryMode.WF_DQF))
+    first.commit()
+    first.group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
+    first.commit()
+    seq = only(receiver.events, wire.Delivery).seq
+    first.close()  # the receiver never confirmed
+
+    second = open_node(tmp_path, 1)
+    receiver = second.session("IN")
+    second.group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
+    second.commit()
+    again = only(receiver.events, wire.Delivery)
+    assert (again.seq, again.body, again.delivery_status) == (seq, b"keep", Status.POSSDUPL)
+    assert second.group.status_info()["epoch"] == 2
+    second.close()
+
+
+# ---------------------------------------------------------------------- outbound
+def test_link_down_saf_put_is_stored_in_the_saf(node: Node) -> None:
+    sender = node.session("OUT")
+    node.group.put(sender, put("2.10", b"later", DeliveryMode.WF_SAF))
+    node.commit()
+    done = only(sender.events, wire.PutDone)
+    assert done.delivery_status == Status.STORED
+    assert node.store.count(Journal.SAF) == 1
+    assert node.group.status_info()["links"]["2"] == {
+        "state": "down",
+        "saf_backlog": 1,
+        "notices_pending": 0,
+        "mrs_acks_owed": 0,
+        "receipts_pending": 0,
+    }
+
+
+def test_link_down_dqf_put_takes_its_dlq_uma(node: Node) -> None:
+    sender = node.session("OUT")
+    node.group.put(sender, put("2.10", b"nowhere", DeliveryMode.WF_DQF, Uma.DLQ))
+    done = only(sender.events, wire.PutDone)
+    assert (done.delivery_status, done.uma_status) == (Status.LINK_DOWN, Status.DLQ_SUCCESS)
+    dlq = node.session("DLQ")
+    node.group.get(dlq, wire.Get(request_id=5, timeout_ms=0))
+    dead = only(dlq.events, wire.Delivery)
+    assert dead.body == b"nowhere" and dead.dead_letter_header is not None
+
+
+# ---------------------------------------------------------------------- link sessions
+class Wire:
+    """One side of an in-memory link connection: what is sent arrives at the peer
+    when the test calls `deliver()`."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.outbox: list = []
+        self.peer: PeerLink | None = None
+        self.reverse: Wire | None = None
+
+    def send(self, event: object) -> None:
+        if not self.closed:
+            self.outbox.append(event)
+
+    answer = send
+
+
+class LinkPair:
+    """Group 1 and group 2 in process, their link sessions joined by two Wires."""
+
+    def __init__(self, directory: Path) -> None:
+        self.nodes = {1: open_node(directory, 1), 2: open_node(directory, 2)}
+        self.now_s = 0.0
+        self.links = {
+            1: PeerLink(self.nodes[1].group.link_rooms, 2, now_s=lambda: self.now_s),
+            2: PeerLink(self.nodes[2].group.link_rooms, 1, now_s=lambda: self.now_s),
+        }
+        self.wires = {1: Wire(), 2: Wire()}  # wires[n]: what group n sends
+
+    def connect(self) -> None:
+        self.wires = {1: Wire(), 2: Wire()}
+        self.links[1].up(self.wires[1])
+        self.links[2].up(self.wires[2])
+
+    def disconnect(self) -> None:
+        for group_id in (1, 2):
+            self.wires[group_id].closed = True
+            self.links[group_id].down("test cut the link")
+
+    def run(self, rounds_max: int = 20) -> None:
+        """Flush, commit and carry events both ways until nothing moves."""
+        for _ in range(rounds_max):
+            moved = False
+            for group_id, peer_id in ((1, 2), (2, 1)):
+                if self.links[group_id].channel is not None:
+                    self.links[group_id].flush()
+                moved |= self.nodes[group_id].writer.pending
+                self.nodes[group_id].commit()
+                outbox, self.wires[group_id].outbox = self.wires[group_id].outbox, []
+                for event in outbox:
+                    moved = True
+                    self.links[peer_id].handle(event, self.wires[peer_id])
+            if not moved:
+                return
+        raise AssertionError("the link never settled")
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    linked = LinkPair(tmp_path)
+    yield linked
+    linked.close()
+
+
+def test_saf_message_crosses_and_leaves_the_senders_saf(pair: LinkPair) -> None:
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"across", DeliveryMode.WF_SAF))
+    pair.nodes[1].commit()
+    assert pair.nodes[1].store.count(Journal.SAF) == 1
+    pair.connect()
+    pair.run()
+    assert pair.nodes[1].store.count(Journal.SAF) == 0  # deleted once the peer stored it
+    assert pair.nodes[2].store.count(Journal.DQF) == 1
+    receiver = pair.nodes[2].session("IN")
+    pair.nodes[2].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
+    pair.nodes[2].commit()
+    delivery = only(receiver.events, wire.Delivery)
+    assert (delivery.body, delivery.source, delivery.target) == (b"across", "1.11", "2.10")
+
+
+def test_conf_put_is_reported_when_the_remote_receiver_confirms(pair: LinkPair) -> None:
+    pair.connect()
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"conf", DeliveryMode.WF_CONF))
+    pair.run()
+    assert not any(isinstance(event, wire.PutDone) for event in sender.events)
+    receiver = pair.nodes[2].session("IN")
+    pair.nodes[2].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
+    pair.nodes[2].commit()
+    seq = only(receiver.events, wire.Delivery).seq
+    pair.nodes[2].group.confirm(
+        receiver, wire.Confirm(request_id=2, seq=seq, confirm_value=0, force_j=0)
+    )
+    pair.run()  # the durable CONF notice travels back
+    done = only(sender.events, wire.PutDone)
+    assert (done.seq, done.delivery_status) == (seq, Status.SUCCESS)
+    assert pair.nodes[2].store.count(Journal.NOTICES) == 0  # deleted once answered
+
+
+def test_direct_message_in_flight_when_the_link_drops_goes_to_the_saf(pair: LinkPair) -> None:
+    pair.connect()
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"maybe", DeliveryMode.WF_DQF))
+    pair.links[1].flush()  # sent, never answered
+    assert pair.links[1].status_info()["in_flight"] == 1
+    pair.disconnect()
+    pair.nodes[1].commit()
+    done = only(sender.events, wire.PutDone)
+    assert done.delivery_status == Status.SAF_FORCED
+    assert pair.nodes[1].store.count(Journal.SAF) == 1
+    pair.connect()
+    pair.run()
+    assert pair.nodes[1].store.count(Journal.SAF) == 0
+    assert pair.nodes[2].store.count(Journal.DQF) == 1
+
+
+def test_resent_message_is_stored_once(pair: LinkPair) -> None:
+    """The peer stored it but its answer was lost: the resend is answered with the
+    first copy's seq, and the peer's DQF holds one record."""
+    pair.connect()
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"once", DeliveryMode.WF_DQF))
+    pair.links[1].flush()
+    for event in pair.wires[1].outbox:  # the peer gets it and stores it...
+        pair.links[2].handle(event, pair.wires[2])
+    pair.nodes[2].commit()
+    pair.disconnect()  # ...but its LinkAck never arrives
+    pair.nodes[1].commit()
+    pair.connect()
+    pair.run()
+    assert pair.nodes[2].store.count(Journal.DQF) == 1
+    assert pair.nodes[1].store.count(Journal.SAF) == 0
+
+
+def test_drain_refused_dqf_full_backs_off_until_room(pair: LinkPair) -> None:
+    """Group 1's DQF holds 5: a drain of 6 stores 5, waits in RETRY on the clock it
+    is given, and finishes once a receiver confirms (a "room" notice ends the wait)."""
+    back = pair.nodes[2].session("OUT")
+    for index in range(1, 7):
+        pair.nodes[2].group.put(back, put("1.10", b"r", DeliveryMode.WF_SAF, request_id=index))
+    pair.nodes[2].commit()
+    pair.connect()
+    pair.run()
+    assert pair.nodes[1].store.count(Journal.DQF) == 5
+    info = pair.links[2].status_info()
+    assert info["drain"] == "retry" and info["drain_wait"]["status"] == "DQF_FULL"
+    receiver = pair.nodes[1].session("IN")
+    pair.nodes[1].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
+    pair.nodes[1].commit()
+    seq = only(receiver.events, wire.Delivery).seq
+    pair.nodes[1].group.confirm(
+        receiver, wire.Confirm(request_id=2, seq=seq, confirm_value=0, force_j=0)
+    )
+    pair.run()
+    assert pair.links[2].status_info()["drain"] == "running"
+    assert pair.nodes[2].store.count(Journal.SAF) == 0
+    assert pair.nodes[1].store.count(Journal.DQF) == 5
+
+
+# ---------------------------------------------------------------------- cold backlog
+@pytest.fixture
+def small_window(monkeypatch):
+    """A window of 8 entries (refilled below 4), so a few dozen messages go cold."""
+    monkeypatch.setattr("mrs.group.queues.WINDOW_ENTRIES_MAX", 8)
+    monkeypatch.setattr("mrs.group.queues.REFILL_BELOW", 4)
+
+
+def take_all(node: Node, queue: str, count: int) -> list[wire.Delivery]:
+    receiver = node.session(queue)
+    got = []
+    for request_id in range(1, count + 1):
+        node.group.get(receiver, wire.Get(request_id=request_id, timeout_ms=0))
+        node.commit()
+        delivery = receiver.events.pop()
+        assert isinstance(delivery, wire.Delivery), delivery
+        got.append(delivery)
+        if delivery.delivery_status in (Status.CONFIRMREQ, Status.POSSDUPL):
+            confirm = wire.Confirm(
+                request_id=request_id, seq=delivery.seq, confirm_value=0, force_j=0
+            )
+            node.group.confirm(receiver, confirm)
+            node.commit()
+    return got
+
+
+def test_backlog_beyond_the_window_is_kept_as_seqs_and_read_back_in_order(
+    tmp_path: Path, small_window
+) -> None:
+    node = open_node(tmp_path, 1, dqf_messages_max=100)
+    sender = node.session("OUT")
+    for index in range(1, 31):
+        node.group.put(sender, put("IN", b"m%d" % index, DeliveryMode.WF_DQF, request_id=index))
+    node.commit()
+    queue = node.group.queues[10]
+    assert (len(queue.pending), len(queue.cold)) == (8, 22)  # 22 cost 8 bytes each
+    assert node.group.status_info()["queues"]["1.10"]["pending"] == 30
+    got = take_all(node, "IN", 30)
+    assert [delivery.body for delivery in got] == [b"m%d" % index for index in range(1, 31)]
+    assert (len(queue.pending), len(queue.cold), node.store.count(Journal.DQF)) == (0, 0, 0)
+    node.close()
+
+
+def test_memory_message_behind_cold_ones_keeps_its_place(tmp_path: Path, small_window) -> None:
+    node = open_node(tmp_path, 1, dqf_messages_max=100)
+    sender = node.session("OUT")
+    for index in range(1, 13):
+        node.group.put(sender, put("IN", b"d%d" % index, DeliveryMode.WF_DQF, request_id=index))
+    node.commit()
+    node.group.put(sender, put("IN", b"mem", DeliveryMode.NN_MEM, request_id=20))
+    node.group.put(sender, put("IN", b"last", DeliveryMode.WF_DQF, request_id=21))
+    node.commit()
+    bodies = [delivery.body for delivery in take_all(node, "IN", 14)]
+    assert bodies == [b"d%d" % index for index in range(1, 13)] + [b"mem", b"last"]
+    node.close()
+
+
+def test_restart_with_a_cold_backlog_keeps_order_and_delivery_marks(
+    tmp_path: Path, small_window
+) -> None:
+    first = open_node(tmp_path, 1, dqf_messages_max=100)
+    sender = first.session("OUT")
+    for index in range(1, 21):
+        first.group.put(sender, put("IN", b"r%d" % index, DeliveryMode.WF_DQF, request_id=index))
+    first.commit()
+    receiver = first.session("IN")
+    for request_id in range(1, 11):  # delivered, never confirmed: 9 and 10 come back cold
+        first.group.get(receiver, wire.Get(request_id=request_id, timeout_ms=0))
+        first.commit()
+    first.close()
+    second = open_node(tmp_path, 1, dqf_messages_max=100)
+    queue = second.group.queues[10]
+    assert (len(queue.pending), len(queue.cold)) == (0, 20)  # start-up read keys, no record
+    got = take_all(second, "IN", 20)
+    assert [delivery.body for delivery in got] == [b"r%d" % index for index in range(1, 21)]
+    statuses = [delivery.delivery_status for delivery in got]
+    assert statuses == [Status.POSSDUPL] * 10 + [Status.CONFIRMREQ] * 10
+    second.close()
+
+
+def test_architecture_example_runs() -> None:
+    """docs/examples/group_in_process.py (docs/architecture.md) says what it shows."""
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "group_in_process.py"
+    result = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "before the commit: 0 answers, 0 in DQF" in result.stdout
+    assert "ORDERS got b'order 17' (CONFIRMREQ)" in result.stdout
+    assert "confirmed: DQF 0, PCJ 1" in result.stdout
+    assert "2500 waiting: 1000 in memory, 1500 as seqs on disk" in result.stdout
+    assert "after a restart: 2500 waiting: 0 in memory, 2500 as seqs on disk" in result.stdout
+    assert "one get later: 999 in memory, 1500 as seqs, got b'xxxxx'" in result.stdout

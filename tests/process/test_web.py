@@ -1,0 +1,215 @@
+"""The web view rendered by a real headless Chromium: it shows the numbers the status
+API gives, for the bus (`mrs web`) and for one group (`[group.ops] web_listen`).
+
+Set MRS_DOCS_SCREENSHOTS=1 to also refresh docs/images/web-view.png and
+docs/images/status-table.png from this run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from clients import connect_sync
+from mrs.model import DeliveryMode
+from sim.processes import GroupProcess
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs chromium (.ci/system-packages --tests installs it)"
+)
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _browser(url: str, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,1000",
+            "--virtual-time-budget=7000",
+            *options,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _shown(dom: str) -> dict[str, str]:
+    """data-key -> text of every number cell the page's script rendered."""
+    return {
+        key.replace("&gt;", ">"): value
+        for key, value in re.findall(r'data-key="([^"]+)"[^>]*>([^<]*)<', dom)
+    }
+
+
+def _await_web_payload(url: str, status: dict, timeout_s: float = 30.0) -> None:
+    """Wait until the page's own API (refreshed once a second) has caught up with
+    `status`, so the browser renders the same numbers the status API gave."""
+    wanted = status["groups"][0]["status"]["journal"]["records"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(url.rstrip("/") + "/api/status", timeout=10) as response:
+            payload = json.loads(response.read())
+        if payload["groups"][0]["status"]["journal"]["records"] == wanted:
+            return
+        assert time.monotonic() < deadline, "the web view never caught up with mrs status"
+        time.sleep(0.1)
+
+
+def _status(config: Path) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def bus(tmp_path: Path):
+    ports = [_free_port() for _ in range(2)]
+    config = tmp_path / "bus.toml"
+    config.write_text(f"""
+[[group]]
+id = 1
+name = "NYC"
+listen = "127.0.0.1:{ports[0]}"
+data_dir = "g1"
+pcj_default = true
+[group.ops]
+web_listen = "127.0.0.1:0"
+[[group.queue]]
+id = 10
+name = "ORDERS"
+[[group.queue]]
+id = 11
+name = "EVENTS"
+[[group]]
+id = 2
+name = "LDN"
+listen = "127.0.0.1:{ports[1]}"
+data_dir = "g2"
+[[group.queue]]
+id = 10
+name = "ORDERS"
+[[link]]
+groups = [1, 2]
+""")
+    group = GroupProcess(config, 1)  # group 2 stays down: the SAF fills
+    group.start()
+    with connect_sync(group.address, "ORDERS") as client:
+        for i in range(7):
+            client.put(f"local {i}".encode(), "1.10", delivery=DeliveryMode.WF_DQF)
+        for i in range(4):
+            client.put(f"remote {i}".encode(), "2.10", delivery=DeliveryMode.WF_SAF)
+        client.get(timeout=10).confirm()
+    yield config
+    group.terminate()
+
+
+def test_bus_page_in_a_real_browser_shows_the_status_api_numbers(bus: Path, tmp_path) -> None:
+    web = subprocess.Popen(
+        [sys.executable, "-m", "mrs", "web", "--config", str(bus), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready, _, _ = select.select([web.stdout], [], [], 30)
+        assert ready, "mrs web did not start"
+        url = web.stdout.readline().split()[1]
+        address = _status(bus)["groups"][0]["address"]
+        with connect_sync(address, "EVENTS") as client:  # traffic for the live charts
+            for i in range(40):
+                client.put(f"event {i}".encode(), "1.11", delivery=DeliveryMode.WF_DQF)
+                time.sleep(0.05)
+        status = _status(bus)
+        _await_web_payload(url, status)
+        dom = _browser(url, "--dump-dom").stdout
+        shot = (
+            DOCS_IMAGES / "web-view.png"
+            if os.environ.get("MRS_DOCS_SCREENSHOTS")
+            else (tmp_path / "web-view.png")
+        )
+        result = _browser(url, f"--screenshot={shot}")
+        assert result.returncode == 0 and shot.stat().st_size > 20_000
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
+    shown = _shown(dom)
+    nyc = status["groups"][0]["status"]
+    assert shown["1.state"] == "UP" and shown["2.state"] == "DOWN"
+    assert shown["1.10.pending"] == str(nyc["queues"]["1.10"]["pending"]) == "6"
+    assert shown["1.dqf"] == str(nyc["journal"]["records"]["dqf"]) == "46"
+    assert shown["1.11.pending"] == "40"
+    assert shown["1.saf"] == str(nyc["journal"]["records"]["saf"]) == "4"
+    assert shown["1.pcj"] == str(nyc["journal"]["records"]["pcj"]) == "1"
+    assert shown["1>2.saf_backlog"] == str(nyc["links"]["2"]["saf_backlog"]) == "4"
+    assert 'data-up="1"' in dom and "1 of 2 groups up" in dom
+    assert dom.count("<canvas") == 4
+
+
+def test_group_page_served_by_the_group_itself(bus: Path) -> None:
+    status = _status(bus)["groups"][0]["status"]
+    url = status["endpoints"]["web"]
+    dom = _browser(url, "--dump-dom").stdout
+    shown = _shown(dom)
+    assert shown["1.state"] == "UP" and "2.state" not in shown
+    assert shown["1.10.pending"] == str(status["queues"]["1.10"]["pending"])
+    assert shown["1.saf"] == "4"
+
+
+def test_status_table_screenshot(bus: Path, tmp_path: Path) -> None:
+    """The `mrs status` table, exported by rich as SVG and rendered by the browser."""
+    import trio
+    from rich.console import Console
+
+    from mrs.config.bus import load_config
+    from mrs.tools.bus_status import GroupView, fetch_all
+    from mrs.tools.status_render import render
+
+    config = load_config(bus)
+    views = [
+        GroupView(f"{g.listen_host}:{g.listen_port}", g.id, g.name) for g in config.groups.values()
+    ]
+    trio.run(fetch_all, views, 5.0)
+    console = Console(record=True, width=150, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render(views, config.path))
+    table = console.export_text(clear=False)
+    assert "1 of 2 groups up" in table and "DOWN" in table and "ORDERS" in table
+    svg = tmp_path / "status.svg"
+    svg.write_text(console.export_svg(title="mrs status --config bus.toml"))
+    shot = (
+        DOCS_IMAGES / "status-table.png"
+        if os.environ.get("MRS_DOCS_SCREENSHOTS")
+        else (tmp_path / "status-table.png")
+    )
+    result = _browser(svg.as_uri(), f"--screenshot={shot}", "--window-size=1400,900")
+    assert result.returncode == 0 and shot.read_bytes()[:4] == b"\x89PNG"
