@@ -89,18 +89,18 @@ def _install_streams() -> None:
 def _install_server() -> None:
     from journals import writer
     from mrs import protocol as wire
-    from mrs.server import dispatch as server_dispatch
+    from mrs.server import request_dispatch
     from mrs.server import session as server_session
 
-    dispatch = server_dispatch.ServerDispatch._dispatch
+    dispatch = request_dispatch.Dispatcher.dispatch
     commit_pending = writer.InlineWriter.commit_pending
     send = server_session.ServerSession.send
     commit_started = [0]
 
-    def traced_dispatch(self, session, event):  # type: ignore[no-untyped-def]
+    def traced_dispatch(self, session, event, run=None):  # type: ignore[no-untyped-def]
         if type(event) is wire.Put and not _written[0]:
             _stamps[event.request_id] = [getattr(session, "_read_ns", 0), _now()]
-        return dispatch(self, session, event)
+        return dispatch(self, session, event, run)
 
     def traced_commit_pending(self):  # type: ignore[no-untyped-def]
         commit_started[0] = _now()
@@ -115,7 +115,7 @@ def _install_server() -> None:
                 _write_when_full("srv")
         return send(self, event)
 
-    server_dispatch.ServerDispatch._dispatch = traced_dispatch
+    request_dispatch.Dispatcher.dispatch = traced_dispatch
     writer.InlineWriter.commit_pending = traced_commit_pending
     server_session.ServerSession.send = traced_send
 

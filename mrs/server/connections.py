@@ -11,6 +11,7 @@ import contextlib
 import logging
 import socket
 import struct
+from dataclasses import dataclass
 
 import trio
 
@@ -26,6 +27,7 @@ from mrs.security.authority import Authority
 from mrs.security.gate import Gate
 from mrs.security.tls import transport_socket
 from mrs.server.client_drains import ClientDrains
+from mrs.server.request_dispatch import Dispatcher
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
 from mrs.transport.admission import Admission
 from mrs.transport.watchdog import next_nonce, watch
@@ -35,11 +37,15 @@ log = logging.getLogger("mrs.server")
 _LINGER_RST = struct.pack("ii", 1, 0)
 
 
-class ServerConnections:
-    """The connection part of `mrs.server.group_server.GroupServer` (a mixin); requests go to
-    `_dispatch_all` (mrs.server.dispatch)."""
+@dataclass(eq=False)
+class Connections:
+    """The connections of one running server: each served from admission to close, its
+    requests handed to the `Dispatcher`. Made once the group exists, so every
+    collaborator is here from the first connection on; `sessions` and
+    `answered_sessions` are the server's sets (its commits read them)."""
 
-    group: Group | None
+    group: Group
+    dispatcher: Dispatcher
     sessions: set[ServerSession]
     answered_sessions: set[ServerSession] | None
     frame_bytes_max: int
@@ -51,7 +57,7 @@ class ServerConnections:
     gate: Gate | None
     guards: Guards
 
-    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
+    async def serve(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
         session.written_after_commit = self.answered_sessions
@@ -97,20 +103,20 @@ class ServerConnections:
             with trio.move_on_after(1):
                 await stream.aclose()
 
-    async def _watch_credentials(self, authority: Authority) -> None:
+    async def watch_credentials(self, authority: Authority) -> None:
         """Look at the credentials file every CREDENTIALS_CHECK_INTERVAL_S: `mrs creds`
         only rewrites it, and a revocation must not wait for the next connection."""
         while True:
             await trio.sleep(CREDENTIALS_CHECK_INTERVAL_S)
             authority.reload_if_changed()
 
-    def _credentials_reloaded(self) -> None:
+    def credentials_reloaded(self) -> None:
         """The credentials changed: a principal no longer in them loses its
         connections at once (its parked gets with them, its unconfirmed messages go
         back to the queue as a detach does), and a get no longer granted is answered
         NOTAUTHORIZED rather than left parked to receive the next message."""
         authority, group = self.authority, self.group
-        if authority is None or group is None or self.gate is None:
+        if authority is None or self.gate is None:
             return
         for session in list(self.sessions):
             name = session.principal
@@ -137,7 +143,6 @@ class ServerConnections:
         and closed once that is written (at most a second later)."""
         log.warning("closing the connection from %s (NOTAUTHORIZED): %s", session.peer, why)
         session.revoked = why
-        assert self.group is not None
         self.group.detach(session)  # no message reaches its parked gets from now on
         with contextlib.suppress(wire.ProtocolError):
             session.send(wire.Fatal(int(Status.NOTAUTHORIZED), f"closing: {why}"))
@@ -150,7 +155,7 @@ class ServerConnections:
             await session.flushed()
         scope.cancel()
 
-    def _gate(self, host: str) -> bool:
+    def admits_unanswered(self, host: str) -> bool:
         """Before a task exists: close a refused connection that gets no answer."""
         refusal = self.admission.refused_unanswered(host)
         if refusal is None:
@@ -184,7 +189,7 @@ class ServerConnections:
         outbox for the send loop."""
         with trio.move_on_after(self.guards.handshake_s_max):
             while session.connection.their_state is wire.START:
-                if not await self._receive_once(session):
+                if not await self.receive_once(session):
                     return False
             return True
         why = f"no handshake within handshake_s_max={self.guards.handshake_s_max:g} s"
@@ -221,15 +226,15 @@ class ServerConnections:
         scope.cancel()
 
     async def _receive_loop(self, session: ServerSession) -> None:
-        while await self._receive_once(session):
+        while await self.receive_once(session):
             await session.wait_drained(OUTBOX_BYTES_HIGH)
 
-    async def _receive_once(self, session: ServerSession) -> bool:
+    async def receive_once(self, session: ServerSession) -> bool:
         """Read what one recv brings and dispatch every event in it (handshake and
         receive loop alike); False once the connection ended (EOF, protocol error)."""
         try:
             events, still_open = await session.receive_events()
-            self._dispatch_all(session, events)
+            self.dispatcher.dispatch_all(session, events)
             # Answers that wait for no commit (an AK put's, a get of a message in
             # memory) leave now, not at the send loop's turn, which may come after a
             # commit: an AK producer's next get then reaches the server before the

@@ -7,25 +7,17 @@ loop writes everything ready in one `send_all`. A request that fails is answered
 with a Failure frame; a malformed frame gets a Fatal frame and only that connection
 closes. Nothing a client sends can stop the server for anyone else.
 
-`GroupServer` is assembled from one part per job: the connections
-(mrs.server.connections), the request dispatch (mrs.server.dispatch), the peer links
-(mrs.server.links) and the journals and data directory (mrs.server.journal_files); this
-module starts and stops them and runs the commits.
+`GroupServer` holds one part per job, each with its collaborators given explicitly:
+`JournalFiles` (the journals and data directory, mrs.server.journal_files),
+`PeerLinks` (mrs.server.links), and once the group exists the `Dispatcher`
+(mrs.server.request_dispatch) and `Connections` (mrs.server.connections); this module
+starts and stops them and runs the commits.
 
-Where commits run (measured with `mrs bench --seconds 3`, same disk, same run):
-a writer thread must win the GIL back from the busy event loop for its Python work
-and inside the commit's puts (a thread doing 20,000 py-lmdb puts took 66 ms alone and
-4.4 s beside one busy Python thread, `putmulti` 21 ms and 2.6 s: the GIL is handed
-over within the puts, issue 17), so its 50-put commits took 1.5-2.5 ms against
-0.6 ms alone. Commits
-inline on the event loop, after every ready receive loop has had its turn, stall the
-loop for one fsync but batch more and avoid the hand-offs: 32 connections x 1 put
-in flight gave 6.7k puts/s at 15 msgs/commit inline vs 5.5k at 9.8 with the thread;
-4 x 32 in flight gave 15.5k vs 12.5k. In peerbench's puts shape the thread lost with
-every GIL switch interval tried (5, 1 and 0.2 ms: 18.8k, 20.4-23.7k and 20.4k puts/s
-against 24.5-27.9k inline, commits 2.9-5.7 ms against 1.4-1.8 ms). Inline is the
-default; `writer_kind="thread"` (MRS_WRITER=thread for `mrs serve`, see mrs.server.harness)
-selects the thread for comparison.
+Commits run inline on the event loop, after every ready receive loop has had its
+turn: one fsync then covers all of them, with no hand-off to a thread that must win the
+GIL back (benchmarks/README.md, "Where commits run", has the measurements).
+`writer_kind="thread"` (MRS_WRITER=thread for `mrs serve`, see mrs.server.harness)
+selects a writer thread for comparison.
 """
 
 from __future__ import annotations
@@ -52,7 +44,7 @@ from mrs.config.bus import BusConfig, GroupConfig
 from mrs.core.refusals import RefusalLog
 from mrs.core.timers import TrioTimers
 from mrs.group import Group
-from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX, PeerLink
+from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
 from mrs.limits import COMMIT_COMPANY_WAIT_S
 from mrs.native import loader as native
 from mrs.ops.group_ops import GroupOps
@@ -60,15 +52,14 @@ from mrs.security import session_auth
 from mrs.security.tls import tls_network
 from mrs.server import gc_tuning, startup
 from mrs.server.client_drains import ClientDrains
-from mrs.server.connections import ServerConnections
-from mrs.server.dispatch import ServerDispatch
+from mrs.server.connections import Connections
 from mrs.server.harness import ServeOptions
-from mrs.server.journal_files import ServerJournals
-from mrs.server.links import ServerLinks
+from mrs.server.journal_files import JournalFiles
+from mrs.server.links import PeerLinks
 from mrs.server.request_dispatch import Dispatcher
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
 from mrs.storage.commit_pacing import CommitPacing
-from mrs.storage.datadir import DataDirError, DataDirGuard
+from mrs.storage.datadir import DataDirError
 from mrs.transport.admission import Admission
 from mrs.transport.network import TCP, Network, TcpNetwork
 
@@ -77,7 +68,7 @@ __all__ = ["CONNECTION_ERRORS", "GroupServer", "ServerSession", "only_connection
 log = logging.getLogger("mrs.server")
 
 
-class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals):
+class GroupServer:
     """Serves one group on its configured listen address."""
 
     def __init__(
@@ -97,14 +88,11 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         self.network = network
         if group_config.tls is not None and network is TCP:
             self.network = tls_network(bus, group_config)
-        self.open_store = open_store or self._open_lmdb
         self.clock_ns = clock_ns
         self.unsafe = unsafe or frozenset()
         self.writer_kind = writer_kind
         """Where commits run: "inline" on the event loop between request rounds, or
         "thread" (a long-lived writer thread). See the module docstring for why."""
-        self.fault_file = fault_file
-        """Journal fault injection for the harness (mrs.storage.fault_file); None in production."""
         self.crashed = False
         """Set by a simulation before cancelling run(): skip the graceful shutdown, so
         what was not committed is lost, as in a SIGKILL."""
@@ -118,9 +106,6 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         """Sessions given answers since the last commit (see `_commit`); None with
         the writer thread, whose commits do not run on the loop."""
         self.address: tuple[str, int] | None = None
-        self.links: dict[int, PeerLink] = {}
-        self.data_dir_guard: DataDirGuard | None = None
-        self.data_dir_lost: str | None = None
         self._cancel_scope: trio.CancelScope | None = None
         self.ops = GroupOps(self)
         self.frame_bytes_max = (
@@ -131,15 +116,21 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         self.refusals = RefusalLog(log)
         self.client_drains = ClientDrains()
         self.authority, self.gate = session_auth.build(bus, group_config)
-        if self.authority is not None:
-            self.authority.listeners.append(self._credentials_reloaded)
+        self.journal_files = JournalFiles(
+            bus, group_config, self._stop, open_store=open_store, fault_file=fault_file
+        )
+        self.peer_links = PeerLinks(
+            bus, group_config, self.network, self.guards, self.authority, self.frame_bytes_max
+        )
+        self.connections: Connections | None = None
+        """Made in `run` once the group exists, before the first connection."""
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
         durable. Whatever cannot start fails before the epoch is committed."""
         listeners = await self._bind()
         try:
-            self.store = self._open_journals()
+            self.store = self.journal_files.open()
         except BaseException:
             for listener in listeners or ():
                 await listener.aclose()
@@ -155,15 +146,14 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             clock_ns=self.clock_ns,
             unsafe=self.unsafe,
         )
-        self._dispatcher = Dispatcher(self)  # type: ignore[arg-type]  # the server is its host
+        connections = self._connections(self.group)
         if self.unsafe:
             log.warning("UNSAFE build switches on (harness only): %s", ", ".join(self.unsafe))
         try:
             self.group.recover()
         except JournalError as error:
             self.store.close()
-            if self.data_dir_guard is not None:
-                self.data_dir_guard.release()
+            self.journal_files.release()
             raise startup.journal_failure(self.bus, self.config, error) from None
         writer.start()
         try:
@@ -171,21 +161,23 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
                 nursery.start_soon(self.ops.run)
-                self._start_watchers(nursery)
+                self._start_watchers(nursery, connections)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
-                self._start_links(nursery)
+                self.peer_links.start(self.group, nursery)
                 if listeners is not None:
                     host, port = await nursery.start(
-                        functools.partial(self.network.serve_listeners, gate=self._gate),
-                        self._serve_connection,
+                        functools.partial(
+                            self.network.serve_listeners, gate=connections.admits_unanswered
+                        ),
+                        connections.serve,
                         self.config.listen_host,
                         listeners,
                     )
                 else:
                     host, port = await nursery.start(
                         self.network.serve,
-                        self._serve_connection,
+                        connections.serve,
                         self.config.listen_host,
                         self.config.listen_port,
                     )
@@ -197,19 +189,54 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             if not self.crashed:
                 writer.stop()
                 self.store.close()
-            if self.data_dir_guard is not None:
-                self.data_dir_guard.release()
+            self.journal_files.release()
             log.info("group %d stopped; journals closed", self.config.id)
-        if self.data_dir_lost is not None:
-            raise DataDirError(self.data_dir_lost)
+        if self.journal_files.lost is not None:
+            raise DataDirError(self.journal_files.lost)
 
-    def _start_watchers(self, nursery: trio.Nursery) -> None:
+    def _connections(self, group: Group) -> Connections:
+        """The dispatcher and the connections, made once the group exists; with [auth]
+        a change of the credentials file reaches the connections at once."""
+        dispatcher = Dispatcher(
+            group,
+            self.gate,
+            self.client_drains,
+            self.guards,
+            self.refusals,
+            self.config,
+            self.status_info,
+            self.peer_links.adopt,
+        )
+        self.connections = Connections(
+            group,
+            dispatcher,
+            self.sessions,
+            self.answered_sessions,
+            self.frame_bytes_max,
+            self.ops,
+            self.admission,
+            self.refusals,
+            self.client_drains,
+            self.authority,
+            self.gate,
+            self.guards,
+        )
+        if self.authority is not None:
+            self.authority.listeners.append(self.connections.credentials_reloaded)
+        return self.connections
+
+    def _stop(self) -> None:
+        """Stop serving (the data directory was lost): `run` raises why once stopped."""
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    def _start_watchers(self, nursery: trio.Nursery, connections: Connections) -> None:
         """The files a running group keeps an eye on: its data directory, and with
         [auth] the credentials file (a revocation applies without a new connection)."""
-        if self.data_dir_guard is not None:
-            nursery.start_soon(self._watch_data_dir)
+        if self.journal_files.guard is not None:
+            nursery.start_soon(self.journal_files.watch, self.journal_files.guard)
         if self.authority is not None:
-            nursery.start_soon(self._watch_credentials, self.authority)
+            nursery.start_soon(connections.watch_credentials, self.authority)
 
     def status_info(self) -> dict:
         """The group's status plus the operator's view (version, uptime, journal use)."""

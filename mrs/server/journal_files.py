@@ -27,25 +27,43 @@ from mrs.storage.journal_reserve import ensure_headroom
 log = logging.getLogger("mrs.server")
 
 
-class ServerJournals:
-    """The journal and data-directory part of `mrs.server.group_server.GroupServer` (a mixin)."""
+class JournalFiles:
+    """A server's journals and the data directory that holds them: opened once, then
+    watched until the server stops. `lost` says why the directory was lost, if it was;
+    `on_lost` stops the server that owns them."""
 
-    bus: BusConfig
-    config: GroupConfig
-    open_store: Callable[[], JournalStore]
-    fault_file: Path | None
-    data_dir_guard: DataDirGuard | None
-    data_dir_lost: str | None
-    _cancel_scope: trio.CancelScope | None
+    def __init__(
+        self,
+        bus: BusConfig,
+        config: GroupConfig,
+        on_lost: Callable[[], None],
+        *,
+        open_store: Callable[[], JournalStore] | None = None,
+        fault_file: Path | None = None,
+    ) -> None:
+        self.bus = bus
+        self.config = config
+        self.on_lost = on_lost
+        self.open_store = open_store
+        """Another store to open instead of the LMDB files (the simulator's); None: LMDB."""
+        self.fault_file = fault_file
+        """Journal fault injection for the harness (mrs.storage.fault_file); None in production."""
+        self.guard: DataDirGuard | None = None
+        self.lost: str | None = None
 
-    def _open_journals(self) -> JournalStore:
-        """open_store, with the usual operator mistakes as one line each."""
-        if self.open_store == self._open_lmdb:
+    def open(self) -> JournalStore:
+        """The store, with the usual operator mistakes as one line each."""
+        if self.open_store is None:
             startup.check_data_dir(self.bus, self.config)
         try:
-            return self.open_store()
+            return self.open_store() if self.open_store is not None else self._open_lmdb()
         except (lmdb.Error, MemoryError, JournalError) as error:
             raise startup.journal_failure(self.bus, self.config, error) from None
+
+    def release(self) -> None:
+        """Unlock the data directory (the server stopped or failed to start)."""
+        if self.guard is not None:
+            self.guard.release()
 
     def _open_lmdb(self) -> JournalStore:
         """Lock the data directory (one server per directory), then open its journals
@@ -62,7 +80,7 @@ class ServerJournals:
                 self.config.ops.journal_bytes_initial or self.config.limits.journal_bytes_max,
                 fault_hook=guard.commit_hook(
                     file_fault_hook(self.fault_file) if self.fault_file else None,
-                    lambda reason: token.run_sync_soon(self._lose_data_dir, reason),
+                    lambda reason: token.run_sync_soon(self.lose, reason),
                 ),
             )
         except BaseException:
@@ -71,24 +89,23 @@ class ServerJournals:
         limits = self.config.limits
         ensure_headroom(store, limits.journal_bytes_max, limits.message_bytes_max)
         guard.watch_journal(self.config.data_dir / "journals" / "data.mdb")
-        self.data_dir_guard = guard
+        self.guard = guard
         return store
 
-    async def _watch_data_dir(self) -> None:
+    async def watch(self, guard: DataDirGuard) -> None:
         """Between commits, look at the data directory once a second."""
         while True:
             await trio.sleep(DATA_DIR_CHECK_INTERVAL_S)
             try:
-                self.data_dir_guard.check()
+                guard.check()
             except DataDirError as error:
-                self._lose_data_dir(str(error))
+                self.lose(str(error))
                 return
 
-    def _lose_data_dir(self, reason: str) -> None:
+    def lose(self, reason: str) -> None:
         """The data directory is gone or replaced: say so loudly and stop serving."""
-        if self.data_dir_lost is not None:
+        if self.lost is not None:
             return
-        self.data_dir_lost = reason
+        self.lost = reason
         log.critical("%s; stopping the server", reason)
-        if self._cancel_scope is not None:
-            self._cancel_scope.cancel()
+        self.on_lost()

@@ -26,22 +26,32 @@ from mrs.transport.network import Network
 log = logging.getLogger("mrs.server")
 
 
-class ServerLinks:
-    """The peer-link part of `mrs.server.group_server.GroupServer` (a mixin)."""
+class PeerLinks:
+    """A server's links to the groups its own is linked with: one PeerLink per peer,
+    started once the group exists, dialed or adopted."""
 
-    bus: BusConfig
-    config: GroupConfig
-    group: Group | None
-    links: dict[int, PeerLink]
-    authority: Authority | None
-    frame_bytes_max: int
-    network: Network
-    guards: Guards
+    def __init__(
+        self,
+        bus: BusConfig,
+        config: GroupConfig,
+        network: Network,
+        guards: Guards,
+        authority: Authority | None,
+        frame_bytes_max: int,
+    ) -> None:
+        self.bus = bus
+        self.config = config
+        self.network = network
+        self.guards = guards
+        self.authority = authority
+        self.frame_bytes_max = frame_bytes_max
+        self.links: dict[int, PeerLink] = {}
+        """Peer group id -> its link, once started."""
 
-    def _start_links(self, nursery: trio.Nursery) -> None:
+    def start(self, group: Group, nursery: trio.Nursery) -> None:
         """One PeerLink per linked group; this group dials the higher-numbered ones."""
-        for peer_id in self.group.peers:
-            link = new_link(self.group.link_rooms, peer_id)
+        for peer_id in group.peers:
+            link = new_link(group.link_rooms, peer_id)
             self.links[peer_id] = link
             nursery.start_soon(pump, link)
             if self.config.id < peer_id:
@@ -73,7 +83,7 @@ class ServerLinks:
         peer = self.bus.group(peer_id)
         return peer.listen_host, peer.listen_port
 
-    def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None:
+    def adopt(self, session: ServerSession, hello: wire.Hello) -> None:
         """A lower-numbered peer dialed us: check who it is, then hand it the session."""
         peer_id = hello.group
         link = self.links.get(peer_id)

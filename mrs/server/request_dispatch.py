@@ -4,17 +4,17 @@ Synchronous, one call per frame (no await per message): a request over a quota i
 answered EXCEEDQUOTA, a refused one with its status, an unexpected failure with
 SERVER_ERROR; only a protocol error closes the connection.
 
-A class of its own (`Dispatcher`), not methods of the server's mixin: every request
-of every connection passes here, so the module is compiled (mrs.native.loader), and a
-compiled class cannot be one of the interpreted `GroupServer`'s several bases. The
-server makes one with itself as host when its group exists (`GroupServer.run`); the
-mixin (`mrs.server.dispatch.ServerDispatch`) hands each receive to it.
+A class of its own (`Dispatcher`): every request of every connection passes here, so
+the module is compiled (mrs.native.loader). The server makes one with its
+collaborators once its group exists (`GroupServer.run`); `mrs.server.connections`
+hands it each receive.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import NoReturn, Protocol, cast
+from collections.abc import Callable
+from typing import NoReturn, cast
 
 from mrs import protocol as wire
 from mrs.config.bus import GroupConfig
@@ -32,38 +32,35 @@ from mrs.server.session import ServerSession
 log = logging.getLogger("mrs.server")
 
 
-class DispatchHost(Protocol):
-    """What dispatching uses of `mrs.server.group_server.GroupServer`."""
-
-    config: GroupConfig
-    group: Group | None
-    gate: Gate | None
-    guards: Guards
-    refusals: RefusalLog
-    client_drains: ClientDrains
-
-    def status_info(self) -> dict: ...
-
-    def _adopt_link(self, session: ServerSession, hello: wire.Hello) -> None: ...
-
-
 class Dispatcher:
     """Dispatches the requests of every connection of one server.
 
     A compiled class holding what each request reads (the group, the gate, the
-    guards' limits), made once the group exists: read through the interpreted
-    server (`host.group`, `host.guards.requests_in_flight_max`, ...) each was a
-    generic attribute lookup, six per put (issue 17). The server's configuration
-    does not change while it runs, so nothing here goes stale."""
+    guards' limits) as its own attributes, made once the group exists: each read is
+    then a compiled attribute access, not a lookup through the interpreted server
+    (benchmarks/README.md). The server's configuration does not change while it
+    runs, so nothing here goes stale."""
 
-    def __init__(self, host: DispatchHost) -> None:
-        group = host.group
-        assert group is not None  # made once the group exists
-        guards = host.guards
-        self.host = host
+    def __init__(
+        self,
+        group: Group,
+        gate: Gate | None,
+        client_drains: ClientDrains,
+        guards: Guards,
+        refusals: RefusalLog,
+        config: GroupConfig,
+        status_info: Callable[[], dict],
+        adopt_link: Callable[[ServerSession, wire.Hello], None],
+    ) -> None:
         self.group: Group = group
-        self.gate: Gate | None = host.gate
-        self.client_drains: ClientDrains = host.client_drains
+        self.gate: Gate | None = gate
+        self.client_drains: ClientDrains = client_drains
+        self.refusals: RefusalLog = refusals
+        self.config: GroupConfig = config
+        self.status_info = status_info
+        """The group's status with the operator's view (GroupServer.status_info)."""
+        self.adopt_link = adopt_link
+        """Hands a peer's link Hello to its PeerLink (mrs.server.links)."""
         self.requests_in_flight_max: int = guards.requests_in_flight_max
         self.connection_bytes_max: int = guards.connection_bytes_max
         self.parked_gets_max: int = guards.parked_gets_max
@@ -73,7 +70,7 @@ class Dispatcher:
         in_flight = session.in_flight
         if len(in_flight) >= self.requests_in_flight_max:
             over_quota(
-                self.host,
+                self.refusals,
                 session,
                 "requests_in_flight_max",
                 f"{len(in_flight)} requests in flight "
@@ -83,7 +80,7 @@ class Dispatcher:
             held = session.in_flight_bytes + session.account.held_bytes
             if held + body_bytes > self.connection_bytes_max:
                 over_quota(
-                    self.host,
+                    self.refusals,
                     session,
                     "connection_bytes_max",
                     f"connection holds {held} bytes of messages "
@@ -98,7 +95,7 @@ class Dispatcher:
         parked_max = self.parked_gets_max
         if queue is not None and timeout_ms != 0 and len(queue.waiters) >= parked_max:
             over_quota(
-                self.host,
+                self.refusals,
                 session,
                 "parked_gets_max",
                 f"{len(queue.waiters)} gets parked on {queue.address} "
@@ -197,8 +194,8 @@ class Dispatcher:
             _dispatch_rare(self, session, event, request_id)
 
 
-def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: str) -> NoReturn:
-    host.refusals.refused(
+def over_quota(refusals: RefusalLog, session: ServerSession, limit: str, problem: str) -> NoReturn:
+    refusals.refused(
         limit, session.host, f"request refused (EXCEEDQUOTA): {problem} ({session.peer})"
     )
     raise Refused(Status.EXCEEDQUOTA, problem)
@@ -207,12 +204,12 @@ def over_quota(host: DispatchHost, session: ServerSession, limit: str, problem: 
 def _dispatch_rare(
     dispatcher: Dispatcher, session: ServerSession, event: object, request_id: int
 ) -> None:
-    host, group = dispatcher.host, dispatcher.group
+    group = dispatcher.group
     if isinstance(event, wire.Ping):
         session.send(wire.Pong(event.nonce))
     elif isinstance(event, wire.Hello) and event.role == "link":
         session.liveness.handshake_done = True
-        host._adopt_link(session, event)
+        dispatcher.adopt_link(session, event)
     elif isinstance(event, wire.LinkTransfer | wire.LinkNotice | wire.LinkAck):
         link = session.link
         if link is None:
@@ -223,7 +220,7 @@ def _dispatch_rare(
     elif isinstance(event, wire.Hello):
         session.liveness.handshake_done = True
         session.answer_batches = event.answer_batches
-        config = host.config
+        config = dispatcher.config
         session.send(
             wire.Welcome(
                 wire.PROTOCOL_VERSION, config.id, config.name, config.limits.message_bytes_max
@@ -233,7 +230,7 @@ def _dispatch_rare(
         dispatcher.begin(session, request_id, 0)
         group.attach(session, event)
     elif isinstance(event, wire.StatusRequest):
-        session.send(wire.StatusReply(request_id, host.status_info()))
+        session.send(wire.StatusReply(request_id, dispatcher.status_info()))
     elif isinstance(event, wire.Pong):
         pass  # heard: the receive loop has noted it
     elif isinstance(event, wire.GiveBack):  # no reply of its own

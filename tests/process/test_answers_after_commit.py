@@ -80,16 +80,17 @@ async def test_an_answer_that_waits_for_no_commit_leaves_with_the_read_that_aske
     bus = load_config(write_single_group_config(tmp_path, queues=STANDARD_QUEUES))
     server = GroupServer(bus, bus.group(1))
     left_queued: list[int] = []
-    receive_once = server._receive_once
-
-    async def receive_once_then_look(session) -> bool:
-        open_ = await receive_once(session)
-        left_queued.append(session.outbox_bytes)
-        return open_
-
-    server._receive_once = receive_once_then_look  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(server.run)
+        assert server.connections is not None  # made with the group, before the first one
+        receive_once = server.connections.receive_once
+
+        async def receive_once_then_look(session) -> bool:
+            open_ = await receive_once(session)
+            left_queued.append(session.outbox_bytes)
+            return open_
+
+        server.connections.receive_once = receive_once_then_look  # type: ignore[method-assign]
         async with connect(f"{host}:{port}", "SENDER") as client:
             for index in range(20):
                 psb = await client.put(b"%d" % index, "ANYORDER", delivery=delivery, uma=uma)
