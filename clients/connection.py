@@ -68,7 +68,7 @@ log = logging.getLogger("clients")
 _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 _LINK_DOWN, _NOTACTIVE = Status.LINK_DOWN, Status.NOTACTIVE
 """Looked up once: an enum member read through its class costs ~50 ns, and a put, a
-get and a confirm each name one (issue 17)."""
+get and a confirm each name one (benchmarks/README.md)."""
 
 
 class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):

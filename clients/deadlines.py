@@ -2,7 +2,7 @@
 
 Why not `trio.fail_after` around each wait: a cancel scope per request (enter, register
 its deadline, exit, unregister) was about a quarter of the client's CPU per put in a
-profile (issue 17), for deadlines that almost never fire. Here a request costs one
+profile (benchmarks/README.md), for deadlines that almost never fire. Here a request costs one
 append of (deadline, request id, waiter); one task sleeps until the earliest deadline
 and wakes the waiters whose time is up (`_Pending.expire`), which then raise
 ReplyTimeout exactly as a fail_after's TooSlowError did.
@@ -11,7 +11,7 @@ Entries are kept in a few FIFO lanes, each in deadline order, and a heap for the
 Requests with the same wait (every put of a producer, every get of a consumer) reach
 their deadlines in the order they were made, so each lands at the end of a lane: a
 deque append where a heap push compared its way down the heap (0.13 against 0.68 µs
-per request, issue 17). A request whose deadline sorts before every lane's last one
+per request, benchmarks/README.md). A request whose deadline sorts before every lane's last one
 opens a new lane, up to LANES_MAX; after that it goes into the heap, so any mix of
 waits still expires in deadline order.
 
@@ -76,7 +76,7 @@ class ReplyDeadlines:
         self._clock_offset_s: float | None = None
         """While `run` runs under trio's SystemClock, its offset: `now_s` then reads
         `perf_counter()` itself. trio.current_time() goes through three Python calls,
-        2.7% of a producer's CPU when each put asked it (issue 17)."""
+        2.7% of a producer's CPU when each put asked it (benchmarks/README.md)."""
 
     def __len__(self) -> int:
         """Entries held, stale ones included (what compaction bounds)."""

@@ -53,7 +53,7 @@ _RETRY_SINGLE: Final = object()
 
 _TIMEOUT_MS_MAX: Final = (1 << 31) - 1
 
-# Read per get: C statics, not module-dict lookups (issue 17). The pool's clock is
+# Read per get: C statics, not module-dict lookups (benchmarks/README.md). The pool's clock is
 # the reply deadlines' (`ReplyDeadlines.now_s`), trio's time read cheaply.
 _REPLY_GRACE_S: Final = REPLY_GRACE_S
 _MESSAGE: Final = Message

@@ -1,7 +1,7 @@
 """Build the client's requests from the caller's arguments, checked once and cheaply.
 
 A request built in Python is checked field by field (mrs.protocol.base), and for a
-Put that generic check cost more than building it (issue 17). The calls an
+Put that generic check cost more than building it (benchmarks/README.md). The calls an
 application makes most -- a put with its defaults and enum members, a get, a confirm
 of a delivered seq -- have fields the client made itself (ids, str(), bytes()) or
 values that are valid by construction (0, b"", None, an enum member); for those the
@@ -90,7 +90,7 @@ def put_request(
 ) -> wire.Put:
     """The Put; built unchecked when every field is already what the wire takes (what
     `Client.put` and `put_many` pass), else checked field by field (a `FieldRefused`
-    naming the field): the generic check cost more than building the Put (issue 17)."""
+    naming the field): the generic check cost more than building the Put (benchmarks/README.md)."""
     unchecked = False  # else checked field by field
     if (
         type(delivery) is _DELIVERY_MODE

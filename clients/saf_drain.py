@@ -278,7 +278,7 @@ class _SafDrain:
 
 def _psb(reply: wire.PutDone) -> Psb:
     """The Psb of a put's answer. A stored put's (SUCCESS, STORED, NO_UMA), nearly
-    every answer, skips the three status lookups (0.2 µs of each put, issue 17)."""
+    every answer, skips the three status lookups (0.2 µs of each put, benchmarks/README.md)."""
     status, delivery_status, uma_status = reply.status, reply.delivery_status, reply.uma_status
     if status == _SUCCESS and delivery_status == _STORED and uma_status == _NO_UMA:
         return Psb(_SUCCESS_STATUS, _STORED_STATUS, reply.seq, _NO_UMA_STATUS)

@@ -4,7 +4,7 @@
 (clients.pending) and, as `_Caller`, for a get waiting in the pool
 (clients.get_pool). The waiting task parks itself directly (trio.lowlevel) instead
 of on a trio.Event: one request, one waiter, so the Event's parking lot is pure cost
-on the per-request path (issue 17). It lives in its own module so that it and the
+on the per-request path (benchmarks/README.md). It lives in its own module so that it and the
 get pool can be compiled together (mrs.native.loader): a class compiled by mypyc
 cannot be subclassed by interpreted code that defines `__call__`, and `_Caller`
 does.
@@ -25,7 +25,7 @@ class _Resumed:
 
     Why one shared object: `reschedule(task)` builds an `outcome.Value(None)` per
     wake-up, an attrs class whose `__init__` was 6.8% of a consumer's CPU in the e2e
-    shape (issue 17). A Value may be unwrapped only once; this one holds nothing, so
+    shape (benchmarks/README.md). A Value may be unwrapped only once; this one holds nothing, so
     it can be resumed with any number of times. A cancelled wait never sees it (trio
     resumes that one with the Cancelled error)."""
 
@@ -38,7 +38,7 @@ RESUMED: Final[Any] = _Resumed()
 
 
 _RESCHEDULE: Final = trio.lowlevel.reschedule
-"""Per answer: a C static, not two attribute lookups on `trio` (issue 17)."""
+"""Per answer: a C static, not two attribute lookups on `trio` (benchmarks/README.md)."""
 
 
 def resume(task: trio.lowlevel.Task) -> None:
@@ -91,7 +91,7 @@ class Pending:
     def waited(self) -> Awaitable[object]:
         """What `wait` awaits, for the caller's own task to await: `_request` awaits it
         directly, so a request in flight holds no coroutine of `wait` for the collector
-        to walk (issue 17)."""
+        to walk (benchmarks/README.md)."""
         if self.done:
             return trio.lowlevel.checkpoint()
         self.waiter = trio.lowlevel.current_task()
@@ -100,7 +100,7 @@ class Pending:
     def __call__(self, _raise_cancel: object) -> trio.lowlevel.Abort:
         """The wait's abort function (the caller was cancelled): itself, not a closure
         made per wait, so a request in flight holds one object fewer for the collector
-        to walk (issue 17)."""
+        to walk (benchmarks/README.md)."""
         self.waiter = None  # a late answer must not wake a task that has moved on
         self.done = True
         return trio.lowlevel.Abort.SUCCEEDED
@@ -115,7 +115,7 @@ def answer_each(owner: Any, answers: list[Any], unclaimed: Callable[[object], No
 
     Compiled here: a client reads its answers in batches (one per server commit), and
     the interpreted loop over them cost each put a dispatch of its own, with two
-    class tests and a `getattr` on the way (issue 17)."""
+    class tests and a `getattr` on the way (benchmarks/README.md)."""
     for answer in answers:
         table: dict[int, Any] = owner._pending
         waiter = table.pop(answer.request_id, None)

@@ -24,7 +24,7 @@ FORMAT_VERSION: Final = 1
 _HEADER = struct.Struct(">BBI")
 # Read per record written or read back; `Final`, so compiled code holds each in a C
 # static instead of looking it up in the module's dict (and `pack` on the Struct)
-# every call (issue 17).
+# every call (benchmarks/README.md).
 _HEADER_SIZE: Final = _HEADER.size
 _PACK_HEADER: Final = _HEADER.pack
 _UNPACK_HEADER: Final = _HEADER.unpack_from
@@ -162,7 +162,7 @@ def decode_record(data: bytes, journal: str = "?", key: bytes = b"") -> Record:
 
 def _record_of(v: tuple) -> Record:
     """Record(*v), each field passed by position: compiled, a star call goes through
-    the generic calling path and costs about twice as much (issue 17)."""
+    the generic calling path and costs about twice as much (benchmarks/README.md)."""
     return Record(
         v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
         v[9], v[10], v[11], v[12], v[13], v[14], v[15], v[16], v[17],
@@ -171,7 +171,7 @@ def _record_of(v: tuple) -> Record:
 
 _DECODE_TYPED: Final = msgspec.msgpack.Decoder(tuple[_FIELD_TYPES]).decode  # type: ignore[valid-type]
 """Decodes a record's payload and checks each field's type in one C call: every
-message read back from a cold backlog passes here (issue 17). It accepts what
+message read back from a cold backlog passes here (benchmarks/README.md). It accepts what
 `checked_values` accepts (tests/unit/test_records_encode.py holds the two equal)."""
 
 

@@ -54,7 +54,7 @@ class PageDropper:
     Why: a server reading a cold backlog back releases its pages after every MiB read,
     and parsing /proc/self/maps (hundreds of lines in a server) cost 0.4-1.3 ms a
     time: 2% of the server's samples in an end-to-end run whose queue had gone cold
-    (issue 17). A range is only used while the kernel still names the file for
+    (benchmarks/README.md). A range is only used while the kernel still names the file for
     exactly that range, so a map LMDB moved (its map grown) or dropped is never
     advised: the maps are read again.
     """

@@ -178,7 +178,7 @@ def commit_together(
     batches of the same stream, which must not overtake it).
 
     Every put of a busy server passes here, hundreds per commit: the common case (no
-    guard, no failure) is a few list passes, with no per-batch lookups (issue 17)."""
+    guard, no failure) is a few list passes, with no per-batch lookups (benchmarks/README.md)."""
     started_s = time.perf_counter()
     batches = [batch for batch, _ in pending]
     skipped = {id(batch) for batch in batches if batch.guard is not None and not batch.guard()}

@@ -34,7 +34,7 @@ RECEIVE_BYTES_MAX = 64 * 1024
 
 Also how much one connection brings to one round of the server's loop (every ready
 receive loop handles one receive, then the group commits): 64 KiB is about 60 puts
-of 1 KiB. Measured in peerbench's shapes against 256 KiB (issue 17, 2 interleaved
+of 1 KiB. Measured in peerbench's shapes against 256 KiB (benchmarks/README.md, 2 interleaved
 rounds): puts 1.19x, put -> get -> confirm 1.29x with its latency p50 2 s -> 0.1-0.3 s,
 since a consumer's gets and confirms no longer wait behind a producer's 230-put
 rounds; 16 and 32 KiB made rounds too small (more commits), 96-128 KiB sat between."""

@@ -281,7 +281,7 @@ class Psb(msgspec.Struct, frozen=True, gc=False):
 
     A frozen msgspec Struct, not a frozen dataclass: every put a client makes builds
     one, and the dataclass's per-field object.__setattr__ cost about 1.1 µs of the
-    client's ~23 µs per put (issue 17). Its fields are ints, so the collector need
+    client's ~23 µs per put (benchmarks/README.md). Its fields are ints, so the collector need
     not track it (gc=False).
     """
 

@@ -25,7 +25,7 @@ and which groups crashed. `check(history)` returns the violations:
   there (DLJ, DLQ, RTS unless the group crashed, since those are memory), or a
   discarded message that was delivered anyway.
 
-MessageQ conformance (issue 9; in sim.conformance_check):
+MessageQ conformance (sim.conformance_check):
 - wrong UMAs: a failed put answered with another UMA's status than its sender chose,
   or a WF put answered SAF_FORCED with no SAF backlog that may be ahead of it and no
   fault near the put (after one DQF_FULL, the next puts must take their own UMA);

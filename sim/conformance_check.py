@@ -1,4 +1,4 @@
-"""MessageQ conformance over a recorded history (issue 9): the UMAs taken and the MRS_ACKs.
+"""MessageQ conformance over a recorded history: the UMAs taken and the MRS_ACKs.
 
 - wrong UMAs: a failed put answered with another UMA's status than its sender chose,
   or a WF put answered SAF_FORCED with no SAF backlog that may be ahead of it and no
@@ -61,7 +61,7 @@ def wrong_umas(history: History) -> list[str]:
 
 def mrs_ack_violations(history: History, first_delivery: dict[str, int]) -> list[str]:
     """Every requested MRS_ACK arrives exactly once, with a status its mode can report
-    (issue 9): an AK put answered with a seq whose message reached its interest point
+    (benchmarks/README.md): an AK put answered with a seq whose message reached its interest point
     (delivered for SAF/DQF/MEM/DEQ, confirmed for CONF/ACK) or whose UMA put it
     somewhere (DLJ, returned, DLQ) must have one MRS_ACK at its response queue after
     the final drain. Excused: puts whose response queue's group crashed after the put

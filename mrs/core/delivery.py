@@ -22,7 +22,7 @@ from mrs.model import (
 )
 
 # Members read per message, looked up once: in compiled code `Status.STORED` is a
-# generic class attribute lookup each time, ~45 ns against a static's ~1 (issue 17).
+# generic class attribute lookup each time, ~45 ns against a static's ~1 (benchmarks/README.md).
 # The public ones are what the rooms read per message too: this module is compiled,
 # so a compiled importer reads each as this module's C static (docs/native.md).
 SUCCESS: Final = Status.SUCCESS

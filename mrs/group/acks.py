@@ -234,7 +234,7 @@ class RecentAcks:
     seen: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
     """Oldest first. Not a dict: its oldest key, found by `next(iter())` after many
     deletions from the front, costs a scan over their holes (19 µs an MRS_ACK once
-    RECENT_ACKS_MAX are remembered, issue 17)."""
+    RECENT_ACKS_MAX are remembered, benchmarks/README.md)."""
 
     def first_time(self, origin_group: int, ack_seq: int) -> bool:
         key = (origin_group, ack_seq)

@@ -35,7 +35,7 @@ from mrs.protocol.event_types import DELIVERY_BATCH
 
 _MARKS: Final = Journal.MARKS
 """Looked up once: a class attribute is a generic lookup in compiled code."""
-# Read per delivery: C statics, not module-dict lookups (issue 17).
+# Read per delivery: C statics, not module-dict lookups (benchmarks/README.md).
 _BATCH_BYTES_MAX: Final = DELIVERY_BATCH_BYTES_MAX
 
 DELIVERY_OVERHEAD_BYTES: Final = 256

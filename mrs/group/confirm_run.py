@@ -4,7 +4,7 @@ serve of the queue's parked gets (compiled: mrs.native.loader).
 Why: a consumer that confirms each message on its own sends one Confirm per message,
 and a busy one's Confirms arrive by the hundred in one receive. Each built its own
 WriteBatch (two deletes), a closure, an entry in the writer's pending list and a
-report call, and served the queue's parked gets again after its commit (issue 17).
+report call, and served the queue's parked gets again after its commit (benchmarks/README.md).
 
 What stays per confirm: its checks (an unknown or out-of-order seq is refused at
 once, alone), the unconfirmed slot freed at once, and its own Confirmed answer, sent

@@ -47,7 +47,7 @@ reads MRS_HARNESS_UNSAFE at the CLI edge)."""
 U32 = struct.Struct(">I")
 PACK_U32: Final = U32.pack
 UNPACK_U32: Final = U32.unpack
-"""A delivery mark's count, packed and read per message: C statics (issue 17)."""
+"""A delivery mark's count, packed and read per message: C statics (benchmarks/README.md)."""
 U64 = struct.Struct(">Q")
 
 Outcome = Callable[[Status, int, str], None]
@@ -100,7 +100,7 @@ class GroupContext:
     pcj_default: bool = field(init=False, default=False)
     """`config.id`, `config.limits` and `config.pcj_default`, read per message: held
     here natively, each was a generic attribute lookup through the interpreted
-    config (issue 17). The config does not change while the group runs."""
+    config (benchmarks/README.md). The config does not change while the group runs."""
 
     def __post_init__(self) -> None:
         self.group_id = self.config.id

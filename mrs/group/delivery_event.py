@@ -63,7 +63,7 @@ def fits_a_delivery(record: Record) -> bool:
     mode and addresses by `mrs.group.quarantine.record_problem`; what is left are ranges,
     tested here on native ints. Why: a consumer behind a deep queue gets every message
     from a cold backlog (mrs.group.backlog), and the generic check of its Delivery was 3.9%
-    of the server's samples in peerbench's 8P/1C end-to-end shape (issue 17). A record
+    of the server's samples in peerbench's 8P/1C end-to-end shape (benchmarks/README.md). A record
     this refuses is checked as before, and refused and quarantined if it breaks a
     rule (tests/process/test_poison.py)."""
     return (

@@ -27,7 +27,7 @@ class DqfRoom:
 
     def may_store(self, origin_group: int | None, stored: int, stored_max: int) -> bool:
         """Whether a message may take a DQF slot now (uses one held for its group)."""
-        if not self.held:  # no drain waits: the common case, once per put (issue 17)
+        if not self.held:  # no drain waits: the common case, once per put (benchmarks/README.md)
             return stored < stored_max
         if origin_group is not None and (held := self.held.get(origin_group, 0)) > 0:
             self.held[origin_group] = held - 1

@@ -5,7 +5,7 @@ their queues together once the report ends (`HeldOffers`). Compiled
 Why held: one commit reports hundreds of AK puts at once. Offered one by one, the
 first MRS_ACK wakes the sender's parked GetBatch and leaves alone in its frame, and
 the rest wait for the client's next GetBatch: a round trip more per commit for every
-AK producer (issue 17). Held until the report ends, the parked GetBatch takes them
+AK producer (benchmarks/README.md). Held until the report ends, the parked GetBatch takes them
 all (with read-ahead, up to READ_AHEAD_MAX) in one frame. The order does not change:
 they join the queue in the order they were made, and parked gets are served oldest
 first, as `TargetQueue.offer` would have.
@@ -17,7 +17,7 @@ report (an AK_DEQ message taken by a get) or in the thread writer's reports is
 offered at once.
 
 Why compiled: interpreted, making and offering an MRS_ACK was 7% of the server's
-samples in `mrs bench`'s AK row (perf; issue 17).
+samples in `mrs bench`'s AK row (perf; benchmarks/README.md).
 """
 
 from __future__ import annotations

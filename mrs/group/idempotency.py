@@ -21,7 +21,7 @@ when the sending group says it can no longer resend (forget notices).
 The fingerprint is SHA-256 cut to 16 bytes, and a stored value says so in a last
 byte (FINGERPRINT_SHA256). Why: every put with a key hashes its body, and BLAKE2b
 took 1.8 µs per KiB here against 0.9 µs for SHA-256, which the CPU computes in
-hardware (SHA-NI): ~5% of the server's CPU per replayed put (issue 17, `mrs jplay`).
+hardware (SHA-NI): ~5% of the server's CPU per replayed put (benchmarks/README.md, `mrs jplay`).
 Values written before (32 bytes, no last byte) hold a BLAKE2b fingerprint; a put
 meeting one is compared by BLAKE2b, so a retry across an upgrade is still answered
 with the first copy's seq, not refused KEY_REUSED.

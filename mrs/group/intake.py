@@ -48,7 +48,7 @@ from mrs.protocol.event_types import PUT_DONE
 log = logging.getLogger("mrs.group")
 
 # Read on every put: `Final`, so each is a C static in the compiled module (a plain
-# module name is a dict lookup per use, an enum member a class lookup too; issue 17).
+# module name is a dict lookup per use, an enum member a class lookup too; benchmarks/README.md).
 _DEFAULT_PUT_TIMEOUT_S: Final = DEFAULT_PUT_TIMEOUT_S
 _ASTUPLE: Final = astuple
 
@@ -67,7 +67,7 @@ class Intake:
     deadlines: PutDeadlines = field(init=False)
     _send_mrs_ack: SendAck = field(init=False)
     """`umas.send_mrs_ack`, bound once: every put's PutReply holds it, and reading it
-    per put made a bound method each time (issue 17)."""
+    per put made a bound method each time (benchmarks/README.md)."""
 
     def __post_init__(self) -> None:
         self.deadlines = PutDeadlines(self.ctx.timers)
@@ -125,7 +125,7 @@ class Intake:
         nothing else per put (no closures, no timer: WF timeouts share buckets). The
         Put's fields are read in one call (`astuple`): each attribute of a msgspec
         struct read from compiled code is a generic lookup, 359 ns for the twelve
-        against 81 ns so (issue 17).
+        against 81 ns so (benchmarks/README.md).
 
         Long because those twelve fields are unpacked here, once, for the steps below
         rather than handed on to helpers one by one."""

@@ -80,7 +80,7 @@ def record_problem(record: Record) -> str | None:
     """Why a journal record cannot become a queue entry (e.g. a delivery mode that does
     not exist, written by a tampered or foreign journal), or None.
 
-    Every message read back from a cold backlog is asked (issue 17): a sound record
+    Every message read back from a cold backlog is asked (benchmarks/README.md): a sound record
     is answered by one compiled expression (`mrs.group.records.record_sound`); only a
     record that fails it goes through the checks that word the problem."""
     if record_sound(record):

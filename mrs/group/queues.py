@@ -17,7 +17,7 @@ from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_BYTES_MAX, LENT_REMEMBER
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
-_BODIES_BYTES_MAX: Final = JOURNALED_BODIES_BYTES_MAX  # per message: C statics (issue 17)
+_BODIES_BYTES_MAX: Final = JOURNALED_BODIES_BYTES_MAX  # per message: C statics
 _LENT_MAX: Final = LENT_REMEMBERED_MAX
 _LENT_BYTES_MAX: Final = LENT_BYTES_MAX
 _ACK_POINT: Final = InterestPoint.ACK
@@ -348,7 +348,7 @@ class TargetQueue:
         """Take a parked get off the queue; False if it is no longer parked (a message
         took it). Asked first, not caught: deque.remove's ValueError formats the
         waiter's repr, and at 1,000 gets timing out a second that was the server's
-        main cost (issue 17)."""
+        main cost (benchmarks/README.md)."""
         if waiter not in self.waiters:  # identity: GetWaiter compares by id
             return False
         self.waiters.remove(waiter)

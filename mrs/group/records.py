@@ -25,7 +25,7 @@ interrupted at any point can be re-run without double delivery."""
 
 
 # Read per message (entries read back, MRS_ACKs made): C statics, not module-dict
-# lookups (issue 17).
+# lookups (benchmarks/README.md).
 _DELIVERY_MODE_OF: Final = delivery_mode_of
 _DEAD_LETTER_HEADER: Final = DEAD_LETTER_HEADER
 _NN_MEM: Final = DeliveryMode.NN_MEM
@@ -133,7 +133,7 @@ def encode_entry(entry: Entry, written_time_ns: int) -> bytes:
 
 def entry_from_record(record: Record) -> Entry:
     """The queue entry of a journaled record. Every message read back from a cold
-    backlog passes here (issue 17): addresses come from a bounded cache and the mode
+    backlog passes here (benchmarks/README.md): addresses come from a bounded cache and the mode
     from a dict, not a frozen dataclass and an enum call each."""
     extra = record.extra
     headers = extra.get("headers")
@@ -171,7 +171,7 @@ def mrs_ack_entry(
 
     Why here: interpreted code calling the compiled `Entry` with keywords pays ~1.4 µs
     for mypyc's keyword matching against ~0.2 µs by position, and an AK producer's
-    server makes one of these per put (issue 17); this compiled call passes them
+    server makes one of these per put (benchmarks/README.md); this compiled call passes them
     natively."""
     return Entry(
         seq=seq,

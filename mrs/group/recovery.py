@@ -51,7 +51,7 @@ bodies that passed through leave free blocks glibc keeps (1M x 1 KiB drained: Rs
 only once no queue has a cold backlog left."""
 _KEY = struct.Struct(">IQ")
 _RECORD_PROBLEM: Final = record_problem
-"""Per refused record: a C static, not a module-dict lookup (issue 17)."""
+"""Per refused record: a C static, not a module-dict lookup (benchmarks/README.md)."""
 
 
 @dataclass(eq=False)

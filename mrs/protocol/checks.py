@@ -169,7 +169,7 @@ class StructListCheck(Check):
     Not deep: a decoded list was checked by msgspec in C (item types, each item's own
     fields, the length bounds), so this loop runs only for lists built in Python. It
     ran once per put of every PutBatch the server decoded, 1% of its samples with
-    eight producers (issue 17)."""
+    eight producers (benchmarks/README.md)."""
 
     def __init__(
         self, item_types: tuple[type, ...], length_min: int = 0, length_max: int | None = None

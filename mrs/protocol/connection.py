@@ -37,7 +37,7 @@ from mrs.protocol.states import (
 __all__ = ["CLIENT", "CLOSED", "NEED_DATA", "OPEN", "SERVER", "START", "Connection"]
 
 # Read per frame sent or received: C statics in this compiled module (each name
-# imported from the interpreted `states` is a module-dict lookup per use; issue 17).
+# imported from the interpreted `states` is a module-dict lookup per use; benchmarks/README.md).
 _HEADER_SIZE: Final = _HEADER_BYTES
 _UNPACK_HEADER: Final = _HEADER.unpack_from
 _PACK_HEADER_INTO: Final = _HEADER.pack_into
@@ -226,7 +226,7 @@ class Connection:
         Why one loop and not `next_event` per frame: a receive brings a hundred or more
         frames under load, and the per-call work (a view per frame, the decode flag set
         and reset, the state machine's call) was two thirds of a Put's decoding cost
-        (issue 17). Requests and answers between open sides keep the state in one dict
+        (benchmarks/README.md). Requests and answers between open sides keep the state in one dict
         lookup here; everything else takes `_process`, as `next_event` does.
         """
         if self._error is not None:

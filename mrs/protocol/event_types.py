@@ -2,7 +2,7 @@
 
 Why: compiled code (mrs.native.loader) reads a module-level name that is not `Final`
 from its module's dict on every use, and `wire.PutDone` is that plus a module
-attribute lookup (issue 17; docs/native.md, "What costs in compiled code"). This
+attribute lookup (benchmarks/README.md; docs/native.md, "What costs in compiled code"). This
 module is compiled, so each name here is a C static, and every compiled module that
 imports it reads that static directly: one place for them, not an alias block in
 each module that builds or tests an event per message.

@@ -247,7 +247,7 @@ class AnswerBatch(EventStruct, tag=26):
     Each item is the PutDone or Confirmed the server would otherwise have sent alone,
     with its own request_id, and counts exactly as if it had come alone. Why: a busy
     connection gets hundreds of answers per commit; one frame for them costs the
-    server one encode and the client one decode instead of one per answer (issue 17).
+    server one encode and the client one decode instead of one per answer (benchmarks/README.md).
     The batch itself has no id and answers nothing."""
 
     answers: AnswerList

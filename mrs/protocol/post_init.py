@@ -4,7 +4,7 @@
 Why: msgspec calls a struct's `__post_init__` for every one it decodes, not only for
 those built in Python: a server decodes a Put and a Confirm for each message it
 carries, a consumer a Delivery and a Confirmed. As an interpreted method it was 4.4%
-of the server's samples in peerbench's end-to-end shape (issue 17). msgspec calls it
+of the server's samples in peerbench's end-to-end shape (benchmarks/README.md). msgspec calls it
 as `type(event).__post_init__(event)`, so a compiled function serves as it is: no
 bound method and no Python frame per event (mrs.native.loader compiles this module).
 
@@ -61,7 +61,7 @@ _PUT_BATCH_BYTES_MAX: Final = PUT_BATCH_BYTES_MAX
 def put_batch_post_init(batch: Any) -> None:
     """PutBatch.__post_init__: the event's check, then the bound on its bodies' bytes.
     Compiled here: as an interpreted method it ran once per PutBatch frame on both
-    sides, 0.9% of the server's samples under 1P puts (issue 17)."""
+    sides, 0.9% of the server's samples under 1P puts (benchmarks/README.md)."""
     event_post_init(batch)
     # summed in C (map over the bodies), not a loop per put
     body_bytes = sum(map(len, map(_BODY_OF, batch.puts)))
@@ -84,7 +84,7 @@ def build_unchecked(cls: Any, *fields: Any) -> Any:
     """Build an event without the Python-side check of its fields (only free-form
     fields are looked into, as after a decode), for a caller that made or checked
     every field itself: the client's request path, where the generic check cost more
-    than the rest of building a Put, and the server's answers (issue 17). A free-form
+    than the rest of building a Put, and the server's answers (benchmarks/README.md). A free-form
     field given None is taken as an absent Optional one, as after a decode (msgspec
     lets None through only there): callers pass None only for those. The encoder
     still refuses what msgpack cannot carry, and the peer checks every frame it
@@ -96,7 +96,7 @@ def build_unchecked(cls: Any, *fields: Any) -> Any:
 def build_unchecked_from(cls: Any, fields: tuple) -> Any:
     """`build_unchecked(cls, *fields)` for fields already in a tuple, which is passed
     on as it is: from compiled code a star call first copies the tuple into a list
-    and back, 322 ns against 152 ns for a Delivery's fourteen fields (issue 17)."""
+    and back, 322 ns against 152 ns for a Delivery's fourteen fields (benchmarks/README.md)."""
     state = _STATE
     state.decoding = True
     try:

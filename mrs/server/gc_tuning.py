@@ -1,4 +1,4 @@
-"""Garbage-collector settings for a long-running server process (issue 17).
+"""Garbage-collector settings for a long-running server process (benchmarks/README.md).
 
 Why: a queued message keeps about two tracked objects alive (its entry and what the
 entry holds), and under load the collector's full passes walk every queued message

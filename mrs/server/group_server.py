@@ -274,7 +274,7 @@ class GroupServer:
         that cannot, and goes with it. Why: at a steady 1,000 msgs/s every message
         needed two commits (its put, then its confirm), and the loop sat in commits
         more than half of the time, so a put usually arrived during one and waited for
-        it to end; a confirm that rides with the next put halves that (issue 17)."""
+        it to end; a confirm that rides with the next put halves that (benchmarks/README.md)."""
         pacing = CommitPacing()
         while True:
             await self._commit_wanted.wait()

@@ -7,7 +7,7 @@ next write to the file then takes a fine-grained time, dirtying its inode; the n
 fdatasync must write that inode as well, a second synchronous device write. A plain
 `os.stat`/`os.fstat` always reports the times, so checking data.mdb before each
 commit made every commit's fdatasync ~35 µs slower (95 -> 129 µs on this project's
-ext4 disk, `benchmarks/README.md`, issue 17). `statx` with a mask of only the inode
+ext4 disk, `benchmarks/README.md`). `statx` with a mask of only the inode
 and link count reports no times and marks nothing; this module calls it through
 glibc, and falls back to `os.stat` where there is no statx (other systems, or an
 old kernel or C library), where the times are not marked anyway.

@@ -36,7 +36,7 @@ from mrs.transport.plain_socket import receive_plain, send_all_plain
 
 GROUPED_ITEMS_MAX: Final = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
 """Events one grouped frame (a PutBatch or an AnswerBatch) holds at most."""
-# Read per event sent or received: C statics, not module-dict lookups (issue 17).
+# Read per event sent or received: C statics, not module-dict lookups (benchmarks/README.md).
 _PUT_GROUP_BYTES_MAX: Final = PUT_GROUP_BYTES_MAX
 _RECEIVE_BYTES_MAX: Final = RECEIVE_BYTES_MAX
 _SOCKET_STREAM: Final = trio.SocketStream
@@ -97,7 +97,7 @@ class FramedStream:
         """Queue a Put (about `size_bytes` in a frame) to share one PutBatch frame with
         the puts queued with it: the server handles a PutBatch's puts exactly as if
         each had come alone, and one frame costs both sides one encode and one decode
-        instead of one per put (issue 17)."""
+        instead of one per put (benchmarks/README.md)."""
         if self.closed:
             return
         if self._grouped and self._grouped_bytes + size_bytes > _PUT_GROUP_BYTES_MAX:
@@ -169,7 +169,7 @@ class FramedStream:
 
         Why: a server answers most requests right after a commit, and the send loop
         runs only when the scheduler comes round to it, about 0.14 ms later at low
-        load (issue 17's paced latency). Nothing is written while another write is
+        load (paced latency, benchmarks/README.md). Nothing is written while another write is
         under way, so the bytes keep their order."""
         if self._grouped:
             self._frame_grouped()

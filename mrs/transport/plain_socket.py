@@ -7,7 +7,7 @@ translation, the socket's method wrapper and trio's `_try_sync` async context
 manager, all interpreted. A read with the data already there took about 10.6 µs of
 CPU that way against 6.0 µs for the same steps written out (`os.read`, trio's two
 checkpoints), and about 4% of the server's samples under peerbench's put and e2e
-shapes went to reads alone (issue 17).
+shapes went to reads alone (benchmarks/README.md).
 
 The semantics are trio's:
 - each call is a checkpoint whether or not the socket was ready (a cancelled caller

@@ -44,7 +44,7 @@ FAILED = "failed"
 
 class LedgerEntry(NamedTuple):
     """One record's replay state. A named tuple: a replay stages one per record, and
-    building a frozen dataclass cost several times as much (issue 17, jplay)."""
+    building a frozen dataclass cost several times as much (benchmarks/README.md, jplay)."""
 
     state: str
     gen: int
@@ -113,7 +113,7 @@ class ReplayLedger:
 
         One cursor walks the ledger from the lowest seq asked to the highest, instead
         of a lookup per seq: a first replay finds nothing at all in one seek, and a
-        chunk's seqs are neighbours (issue 17, `mrs jplay` throughput)."""
+        chunk's seqs are neighbours (benchmarks/README.md, `mrs jplay` throughput)."""
         found: dict[int, LedgerEntry] = {}
         db = self._dbs.get(journal.value)
         if db is not None and seqs:

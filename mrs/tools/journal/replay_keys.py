@@ -54,7 +54,7 @@ def replay_key(secret: bytes, journal: Journal, group_id: int, seq: int, gen: in
     call); `seq` is 16 hex digits. Why the seq in the clear: a replay's keys then sort
     in the order they are put, so the server appends them to its key journal instead
     of inserting each into a random page. Random keys dirtied a page per key per
-    commit: 7.4 against 1.1 µs CPU per key stored, in commits of 1,000 (issue 17,
+    commit: 7.4 against 1.1 µs CPU per key stored, in commits of 1,000 (benchmarks/README.md,
     `mrs jplay` throughput). The tag keeps each key unguessable even to someone who
     saw another key of the same run."""
     head, tag_prefix = _per_run(secret, journal, group_id, gen)
@@ -69,7 +69,7 @@ def _per_run(secret: bytes, journal: Journal, group_id: int, gen: int) -> tuple[
     the MAC of a tag's text `tag:<scope>:` with that common prefix already taken in:
     each record's tag copies it and adds its own `<seq>:<gen>`. Why: a keyed BLAKE2b
     compresses a whole block for its key first, and the scope's text, the run's MAC
-    and two cache lookups cost more than the record's own part (issue 17, jplay:
+    and two cache lookups cost more than the record's own part (benchmarks/README.md, jplay:
     1.9 against 0.8 µs per key)."""
     scope = f"{journal.value}:{group_id}"
     tag_prefix = _keyed(secret)
