@@ -143,7 +143,7 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     except trio.TooSlowError:
         view.error = f"no answer within {timeout_s:g} s"
     except Exception as error:  # noqa: BLE001 - one group's failure is shown, not raised
-        view.error = down_reason(error, view.address)
+        view.error = down_reason(error)
         view.refused = refusal(error)
 
 
@@ -194,25 +194,22 @@ def refusal_advice(reason: str) -> str:
 
 
 _ERRNO_WORDS = {
-    errno.ECONNREFUSED: "connection refused: nothing listens at {address}",
-    errno.EHOSTUNREACH: "host unreachable: no route to {address}",
-    errno.ENETUNREACH: "network unreachable: no route to {address}",
-    errno.ETIMEDOUT: "connection timed out: {address} did not answer",
-    errno.ECONNRESET: "connection reset by {address}",
+    errno.ECONNREFUSED: "connection refused: nothing listens there",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.ECONNRESET: "connection reset",
 }
 
 
-def down_reason(error: BaseException, address: str) -> str:
+def down_reason(error: BaseException) -> str:
     """Why a group did not answer, in words: the OS error's meaning, not the text of
     the exception that carried it (which quotes the address as a Python tuple)."""
     for inner in _chain(error):
         if isinstance(inner, socket.gaierror):
-            return f"cannot resolve the host of {address} ({inner.strerror or inner})"
+            return f"cannot resolve the host name ({inner.strerror or inner})"
         if isinstance(inner, OSError) and inner.errno is not None:
-            words = _ERRNO_WORDS.get(inner.errno)
-            if words is not None:
-                return words.format(address=address)
-            return f"{os.strerror(inner.errno).lower()} ({address})"
+            return _ERRNO_WORDS.get(inner.errno) or os.strerror(inner.errno).lower()
     return root_cause(error)
 
 
