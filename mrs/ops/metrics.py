@@ -12,7 +12,7 @@ with `mrs status`. Every metric is prefixed `mrs_` and labelled by group.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 from prometheus_client import (
@@ -105,6 +105,8 @@ class GroupMetrics:
         self.group_label = group
         self.registry.register(_StatusCollector(self))
         ProcessCollector(registry=self.registry)  # process_*: RSS, CPU seconds, open fds
+        self._put_counters: dict[tuple[int, int, int], Any] = {}
+        """PSB (status, delivery status, UMA status) -> its counter: one lookup a put."""
         self._last_commits = 0
         self._last_batches = 0
         self._last_time_s = 0.0
@@ -113,12 +115,12 @@ class GroupMetrics:
         """Count one reply leaving the server (cheap: one isinstance chain)."""
         group = self.group_label
         if isinstance(event, wire.PutDone):
-            self.puts.labels(
-                group,
-                _status_name(event.status),
-                _status_name(event.delivery_status),
-                _status_name(event.uma_status),
-            ).inc()
+            key = (event.status, event.delivery_status, event.uma_status)
+            child = self._put_counters.get(key)
+            if child is None:  # a PSB seen for the first time: name its three statuses
+                child = self.puts.labels(group, *(_status_name(value) for value in key))
+                self._put_counters[key] = child
+            child.inc()
         elif isinstance(event, wire.Delivery):
             self.deliveries.labels(group, _status_name(event.delivery_status)).inc()
         elif isinstance(event, wire.DeliveryBatch):  # a get_many: each message counts
