@@ -46,6 +46,7 @@ class WriterStats:
             "operations": self.operations,
             "failed_batches": self.failed_batches,
             "batches_per_commit": round(self.batches / self.commits, 2) if self.commits else 0.0,
+            "commit_time_ms_total": round(1000 * self.commit_time_s_total, 3),
             "commit_time_ms_mean": round(1000 * self.commit_time_s_total / self.commits, 3)
             if self.commits
             else 0.0,

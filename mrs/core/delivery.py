@@ -43,6 +43,9 @@ _SAF_POINT: Final = InterestPoint.SAF
 _DQF_POINT: Final = InterestPoint.DQF
 _MEM_POINT: Final = InterestPoint.MEM
 _IN_ORDER: Final = ConfirmStyle.EXPLICIT_IN_ORDER
+EMPTY_GET_TEXT: Final = "no message on"
+"""How every answer to a get that found no message begins (TIMEOUT, NOMOREMSG, a
+cancelled get): the metrics count those as an idle consumer, not as a failure."""
 
 
 def check_mode_and_uma(delivery: int, uma: int) -> tuple[DeliveryMode, Uma]:

@@ -23,7 +23,7 @@ import msgspec
 
 from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
-from mrs.core.delivery import Refused
+from mrs.core.delivery import EMPTY_GET_TEXT, Refused
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
 from mrs.group.handover import Handover
@@ -67,7 +67,7 @@ class BatchGet:
         if self._hand_over(session, request, queue, None):
             return
         if request.timeout_ms == 0:
-            raise Refused(Status.NOMOREMSG, f"no message on {queue.address}")
+            raise Refused(Status.NOMOREMSG, f"{EMPTY_GET_TEXT} {queue.address}")
         self._park(session, request, queue)
 
     def _park(self, session: Session, request: wire.GetBatch, queue: TargetQueue) -> None:

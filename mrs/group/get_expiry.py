@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 from mrs import protocol as wire
+from mrs.core.delivery import EMPTY_GET_TEXT
 from mrs.group.context import Session
 from mrs.group.put_deadlines import Bucket
 from mrs.group.queues import GetWaiter, TargetQueue
@@ -42,6 +43,6 @@ class GetExpiry:
             wire.Failure(
                 self.waiter.request_id,
                 Status.TIMEOUT,
-                f"no message on {self.queue.address} in {timeout_s:g} s",
+                f"{EMPTY_GET_TEXT} {self.queue.address} in {timeout_s:g} s",
             )
         )

@@ -18,9 +18,15 @@ from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_
 from mrs import protocol as wire
 from mrs.core.delivery import CONF_POINT as _CONF_POINT
 from mrs.core.delivery import CONFIRMREQ as _CONFIRMREQ
+from mrs.core.delivery import (
+    EMPTY_GET_TEXT,
+    Refused,
+    check_confirm,
+    delivery_status_on_get,
+    journal_on_confirm,
+)
 from mrs.core.delivery import POSSDUPL as _POSSDUPL
 from mrs.core.delivery import SUCCESS_INT as _SUCCESS
-from mrs.core.delivery import Refused, check_confirm, delivery_status_on_get, journal_on_confirm
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import (
     PACK_U32,
@@ -83,7 +89,7 @@ class Handover:
             if self.hand_over(session, request.request_id, queue, entry):
                 return
         if request.timeout_ms == 0:
-            raise Refused(Status.NOMOREMSG, f"no message on {queue.address}")
+            raise Refused(Status.NOMOREMSG, f"{EMPTY_GET_TEXT} {queue.address}")
         self._park(session, request, queue)
 
     def _park(self, session: Session, request: wire.Get, queue: TargetQueue) -> None:
@@ -126,9 +132,8 @@ class Handover:
             if waiter.session_id == session.id and waiter.request_id == request.request_id:
                 queue.unpark(waiter)
                 waiter.cancel_timer()
-                session.send(
-                    wire.Failure(request.request_id, Status.TIMEOUT, "get cancelled by the client")
-                )
+                cancelled = f"{EMPTY_GET_TEXT} {queue.address}: get cancelled by the client"
+                session.send(wire.Failure(request.request_id, Status.TIMEOUT, cancelled))
                 return
 
     def _delivery_status(self, queue: TargetQueue, entry: Entry) -> tuple[int, bool]:

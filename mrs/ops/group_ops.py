@@ -125,14 +125,24 @@ class GroupOps:
             journal["warn_percent"] = list(self.watch.warn_percents)
             journal["map_grown_times"] = self.watch.grown_times
         clients = sum(1 for s in server.sessions if s.link is None)
+        links_up = _links_up(server.group)
         return {
             "version": __version__,
             "pid": os.getpid(),
             "started_time_s": round(self.started_time_s, 3),
             "uptime_s": round(time.monotonic() - self._started_monotonic_s, 3),
             "listen": f"{server.address[0]}:{server.address[1]}" if server.address else None,
-            "connections": {"clients": clients, "links": len(server.sessions) - clients},
+            "connections": {"clients": clients, "links": links_up},
             "journal": journal,
             "endpoints": dict(self.endpoints),
             **({"pcj_archive": self.last_archive} if self.last_archive is not None else {}),
         }
+
+
+def _links_up(group: Group | None) -> int:
+    """Links up, counted from the group's peers rather than from the server's sessions:
+    the group that dials a link holds it outside its accepted sessions, and it is as
+    much a link there as on the group that accepted it."""
+    if group is None:
+        return 0
+    return sum(1 for peer in group.peers.by_id.values() if peer.link is not None)

@@ -12,15 +12,23 @@ with `mrs status`. Every metric is prefixed `mrs_` and labelled by group.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mrs import protocol as wire
-from mrs.model import status_of
+from mrs.core.delivery import EMPTY_GET_TEXT
+from mrs.model import Status, status_of
 from mrs.ops.http_endpoint import Response, serve_http
 
 if TYPE_CHECKING:
@@ -30,6 +38,9 @@ log = logging.getLogger("mrs.metrics")
 
 COMMIT_SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 MESSAGES_PER_COMMIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
+
+
+_EMPTY_GET_STATUSES = frozenset({int(Status.TIMEOUT), int(Status.NOMOREMSG)})
 
 
 def _status_name(value: int) -> str:
@@ -45,8 +56,13 @@ class GroupMetrics:
         group = str(ops.server.config.id)
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["group"]
+        disable_created_metrics()  # a `_created` series per counter only doubles a scrape
         self.puts = Counter(
-            "mrs_puts", "Puts answered, by status", [*labels, "status"], registry=self.registry
+            "mrs_puts",
+            "Puts answered, by status, delivery status (SAF_FORCED, LINK_DOWN, DQF_FULL...) "
+            "and what the UMA did (NO_UMA when none ran)",
+            [*labels, "status", "delivery_status", "uma_status"],
+            registry=self.registry,
         )
         self.deliveries = Counter(
             "mrs_gets",
@@ -62,7 +78,13 @@ class GroupMetrics:
         )
         self.failures = Counter(
             "mrs_request_failures",
-            "Requests refused, by status",
+            "Requests refused, by status (a get that found no message is not one)",
+            [*labels, "status"],
+            registry=self.registry,
+        )
+        self.empty_gets = Counter(
+            "mrs_gets_empty",
+            "Gets answered with no message (TIMEOUT, NOMOREMSG): an idle consumer",
             [*labels, "status"],
             registry=self.registry,
         )
@@ -82,6 +104,9 @@ class GroupMetrics:
         ).labels(group)
         self.group_label = group
         self.registry.register(_StatusCollector(self))
+        ProcessCollector(registry=self.registry)  # process_*: RSS, CPU seconds, open fds
+        self._put_counters: dict[tuple[int, int, int], Any] = {}
+        """PSB (status, delivery status, UMA status) -> its counter: one lookup a put."""
         self._last_commits = 0
         self._last_batches = 0
         self._last_time_s = 0.0
@@ -90,7 +115,12 @@ class GroupMetrics:
         """Count one reply leaving the server (cheap: one isinstance chain)."""
         group = self.group_label
         if isinstance(event, wire.PutDone):
-            self.puts.labels(group, _status_name(event.status)).inc()
+            key = (event.status, event.delivery_status, event.uma_status)
+            child = self._put_counters.get(key)
+            if child is None:  # a PSB seen for the first time: name its three statuses
+                child = self.puts.labels(group, *(_status_name(value) for value in key))
+                self._put_counters[key] = child
+            child.inc()
         elif isinstance(event, wire.Delivery):
             self.deliveries.labels(group, _status_name(event.delivery_status)).inc()
         elif isinstance(event, wire.DeliveryBatch):  # a get_many: each message counts
@@ -99,7 +129,10 @@ class GroupMetrics:
         elif isinstance(event, wire.Confirmed):
             self.confirms.labels(group, _status_name(event.status)).inc()
         elif isinstance(event, wire.Failure):
-            self.failures.labels(group, _status_name(event.status)).inc()
+            if event.status in _EMPTY_GET_STATUSES and event.message.startswith(EMPTY_GET_TEXT):
+                self.empty_gets.labels(group, _status_name(event.status)).inc()
+            else:
+                self.failures.labels(group, _status_name(event.status)).inc()
 
     def after_commit(self) -> None:
         """Turn the writer's running totals into one histogram sample per commit."""
@@ -164,12 +197,6 @@ class _StatusCollector:
         for name, count in (journal.get("records") or {}).items():
             records.add_metric([group, name], count)
         yield records
-        yield _gauge(
-            "mrs_dlj_records",
-            "Dead letters in the DLJ",
-            group,
-            (journal.get("records") or {}).get("dlj", 0),
-        )
         connections = status.get("connections") or {}
         conn = GaugeMetricFamily("mrs_connections", "Open connections", labels=["group", "kind"])
         for kind in ("clients", "links"):
@@ -215,15 +242,12 @@ def _queue_metrics(group: str, queues: dict):
     unconfirmed = GaugeMetricFamily(
         "mrs_queue_unconfirmed", "Delivered, not yet confirmed", labels=labels
     )
-    dlq = GaugeMetricFamily("mrs_dlq_depth", "Messages in the dead letter queue", labels=["group"])
     for address, queue in queues.items():
         key = [group, address, str(queue.get("name", ""))]
         depth.add_metric(key, queue.get("pending", 0))
         dqf.add_metric(key, queue.get("dqf_depth", 0))
         unconfirmed.add_metric(key, queue.get("unconfirmed", 0))
-        if address.endswith(".96"):
-            dlq.add_metric([group], queue.get("pending", 0))
-    yield from (depth, dqf, unconfirmed, dlq)
+    yield from (depth, dqf, unconfirmed)
 
 
 async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

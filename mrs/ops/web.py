@@ -5,7 +5,8 @@ served either by one group (`[group.ops] web_listen`, showing that group) or by
 `mrs web --config bus.toml` (asking every group, like `mrs status`). The page is
 one self-contained HTML file (no CDN: it works on an air-gapped host) that polls
 `/api/status` — the same JSON as `mrs status --json --config` — every two seconds
-and draws rates, backlogs and latency from successive samples. Nothing on the page
+and draws rates and commit latency from the difference of successive samples (what
+happens now), backlogs as they are. Nothing on the page
 can change the bus: the endpoint answers GET and HEAD only.
 """
 
@@ -47,26 +48,36 @@ HISTORY_SAMPLES_MAX = 180
 
 
 def sample_of(payload: dict) -> dict:
-    """One point of the live charts from a bus status payload."""
-    batches = saf = depth = 0
-    latencies = []
+    """One point of the live charts from a bus status payload: running totals, so the
+    page charts what happened between two points (the current commit latency and
+    rates), not the since-start mean that flattens after an hour."""
+    batches = commits = saf = depth = 0
+    commit_ms_total = 0.0
     for view in payload.get("groups", []):
         status = view.get("status")
         if not status:
             continue
         writer = status.get("writer") or {}
         batches += writer.get("batches", 0)
-        if writer.get("commits"):
-            latencies.append(writer.get("commit_time_ms_mean", 0.0))
+        commits += writer.get("commits", 0)
+        commit_ms_total += commit_time_ms_total(writer)
         saf += sum(link.get("saf_backlog", 0) for link in (status.get("links") or {}).values())
         depth += sum(queue.get("pending", 0) for queue in (status.get("queues") or {}).values())
     return {
         "t": payload.get("time_s", time.time()),
         "batches": batches,
+        "commits": commits,
+        "commit_ms_total": round(commit_ms_total, 3),
         "saf": saf,
-        "lat_ms": sum(latencies) / len(latencies) if latencies else 0.0,
         "depth": depth,
     }
+
+
+def commit_time_ms_total(writer: dict) -> float:
+    """A group's commit time so far; from the mean for a server that sends no total."""
+    if "commit_time_ms_total" in writer:
+        return float(writer["commit_time_ms_total"])
+    return float(writer.get("commit_time_ms_mean", 0.0)) * writer.get("commits", 0)
 
 
 def json_response(payload: dict) -> Response:

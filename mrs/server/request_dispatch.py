@@ -230,10 +230,19 @@ def _dispatch_rare(
         dispatcher.begin(session, request_id, 0)
         group.attach(session, event)
     elif isinstance(event, wire.StatusRequest):
-        session.send(wire.StatusReply(request_id, dispatcher.status_info()))
+        session.send(wire.StatusReply(request_id, _not_counting_asker(dispatcher.status_info())))
     elif isinstance(event, wire.Pong):
         pass  # heard: the receive loop has noted it
     elif isinstance(event, wire.GiveBack):  # no reply of its own
         group.give_back(session, event)
     else:
         raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
+
+
+def _not_counting_asker(info: dict) -> dict:
+    """The status as the asker should read it: the connection asking (`mrs status`, the
+    bus web view) is not one of the group's clients."""
+    connections = info.get("connections")
+    if isinstance(connections, dict) and connections.get("clients", 0) > 0:
+        info["connections"] = {**connections, "clients": connections["clients"] - 1}
+    return info

@@ -13,7 +13,10 @@ a link's drain wait reason) are shown as they come, so the table never hides the
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from mrs.tools.status_render import render
 
 CONNECT_TIMEOUT_S_DEFAULT = 3.0
 WATCH_S_DEFAULT = 2.0
+PIPED_WIDTH_DEFAULT = 160
 
 
 def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
@@ -139,7 +143,7 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     except trio.TooSlowError:
         view.error = f"no answer within {timeout_s:g} s"
     except Exception as error:  # noqa: BLE001 - one group's failure is shown, not raised
-        view.error = root_cause(error)
+        view.error = down_reason(error)
         view.refused = refusal(error)
 
 
@@ -189,6 +193,26 @@ def refusal_advice(reason: str) -> str:
     return "see the group's log"
 
 
+_ERRNO_WORDS = {
+    errno.ECONNREFUSED: "connection refused: nothing listens there",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.ECONNRESET: "connection reset",
+}
+
+
+def down_reason(error: BaseException) -> str:
+    """Why a group did not answer, in words: the OS error's meaning, not the text of
+    the exception that carried it (which quotes the address as a Python tuple)."""
+    for inner in _chain(error):
+        if isinstance(inner, socket.gaierror):
+            return f"cannot resolve the host name ({inner.strerror or inner})"
+        if isinstance(inner, OSError) and inner.errno is not None:
+            return _ERRNO_WORDS.get(inner.errno) or os.strerror(inner.errno).lower()
+    return root_cause(error)
+
+
 def root_cause(error: BaseException) -> str:
     """The innermost OS error's text (e.g. "Connection refused"), else the error's."""
     seen: list[BaseException] = []
@@ -211,6 +235,13 @@ def root_cause(error: BaseException) -> str:
 def run_status(args: argparse.Namespace) -> int:
     import trio
 
+    if args.times is not None and args.watch is None:
+        raise CommandError(
+            "--times counts the refreshes of --watch: give --watch too, e.g. --watch 2 --times 5",
+            EXIT_USAGE,
+        )
+    if args.times is not None and args.times < 1:
+        raise CommandError(f"--times must be 1 or more, got {args.times}", EXIT_USAGE)
     views, bus_path = targets_from_args(args)
     single = args.address is not None or args.group is not None
 
@@ -264,6 +295,16 @@ def _watch(args, views, bus_path, single, once) -> int:
                 if args.times is None or refreshes < args.times:
                     trio.run(trio.sleep, args.watch)
             return code
+        if not console.is_terminal:  # a pipe or a file: one table after the other
+            while args.times is None or refreshes < args.times:
+                code = once()
+                console.print(render(views, bus_path))
+                console.print(f"-- {time.strftime('%H:%M:%S')}, next in {args.watch:g} s --")
+                console.file.flush()
+                refreshes += 1
+                if args.times is None or refreshes < args.times:
+                    trio.run(trio.sleep, args.watch)
+            return code
         from rich.live import Live
 
         with Live(console=console, auto_refresh=False, screen=False) as live:
@@ -279,9 +320,12 @@ def _watch(args, views, bus_path, single, once) -> int:
 
 
 def _console():
+    """The terminal's width; piped, COLUMNS when set, else wide enough that a log or a
+    `grep` keeps each row on one line."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    piped_wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=PIPED_WIDTH_DEFAULT if piped_wide else None)
 
 
 def bus_json(views: list[GroupView], bus_path: Path | None, single: bool) -> dict:

@@ -1,7 +1,8 @@
 """How `mrs status` draws a bus: the groups, links and queues tables, sizes and waits.
 
-Fields other engineers add to a group's status are shown as they come (the "More"
-columns), so the table never hides them.
+Fields other engineers add to a group's status are shown as they come, in words and
+only when not zero (the Notes columns), so the table never hides them and never
+fills with `{}`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ _GROUP_KEYS_SHOWN = {
     "journal",
     "endpoints",
     "dlq_readers",
+    "quarantined",
+    "dqf_held_for_drains",
+    "guards",
+    "clients_draining",
 }
-_LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight", "notices_pending"}
+_LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight"}
 _QUEUE_KEYS_SHOWN = {"name", "pending", "unconfirmed", "dqf_depth", "attached"}
 _WAIT_KEYS = ("drain_wait", "drain_wait_reason", "wait_reason", "waiting_for", "why")
 
@@ -64,95 +69,121 @@ def human_duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def _compact(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_compact(v)}" for k, v in value.items()) or "{}"
-    if isinstance(value, list):
-        return (
-            f"[{', '.join(_compact(v) for v in value)}]"
-            if len(value) <= 6
-            else f"{len(value)} items"
-        )
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 GROUP_COLUMNS = (
-    "Group", "State", "Listen", "Version", "Uptime", "Epoch", "Journal used",
-    "SAF", "DQF", "DLJ", "PCJ", "Clients", "Notes",
+    "Group", "State", "Version", "Uptime", "Journal",
+    "SAF", "DQF", "DLJ", "PCJ", "Clients",
 )  # fmt: skip
-LINK_COLUMNS = ("From", "To", "State", "SAF backlog", "Drain", "Waits because", "In flight", "More")
-QUEUE_COLUMNS = ("Queue", "Name", "Depth", "DQF depth", "Unconfirmed", "Attached", "More")
-_NUMBER_COLUMNS = {"SAF", "DQF", "DLJ", "PCJ"}
+DETAIL_COLUMNS = ("Group", "Listen", "Epoch", "Notes")
+LINK_COLUMNS = ("From", "To", "State", "SAF", "In flight", "Drain", "Waits because / notes")
+QUEUE_COLUMNS = ("Queue", "Name", "Depth", "DQF", "Unconfirmed", "Attached", "Notes")
+_NUMBER_COLUMNS = {"SAF", "DQF", "DLJ", "PCJ", "Clients", "Epoch", "In flight", "Depth",
+                   "Unconfirmed"}  # fmt: skip
 
 
 def render(views: list[GroupView], bus_path: Path | None):
-    """Rich renderables: the groups, links and queues tables (with extras)."""
+    """Rich renderables: groups, their details and notes, links, queues, DLQ readers.
+
+    Why this shape: an operator reads it in an 80-column terminal, so each table keeps
+    to the columns that change and say something; what is rarely needed (listen
+    address, epoch) and what is only worth saying when it is not zero (notes) sit in
+    a table of their own, in words."""
     from rich.console import Group as Stack
-    from rich.table import Table
 
     up = sum(1 for view in views if view.up)
-    title = f"{bus_path or views[0].address}: {up} of {len(views)} groups up"
-    groups = Table(title=title, title_justify="left", expand=False)
-    for column in GROUP_COLUMNS:
-        groups.add_column(column, justify="right" if column in _NUMBER_COLUMNS else "left")
-    links = Table(title="Links", title_justify="left")
-    for column in LINK_COLUMNS:
-        links.add_column(column)
-    queues = Table(title="Queues", title_justify="left")
-    for column in QUEUE_COLUMNS:
-        queues.add_column(column)
+    title = f"{up} of {len(views)} groups up: {bus_path or views[0].address}"
+    groups, details = _table(None, GROUP_COLUMNS), _table("Details", DETAIL_COLUMNS)
+    links, queues = _table("Links", LINK_COLUMNS), _table("Queues", QUEUE_COLUMNS)
+    names = _group_names(views)
     for view in views:
+        label = _view_label(view)
         if view.status is None:
-            _add_down_group(view, groups, links)
+            _add_down_group(view, label, groups, details, links, names)
             continue
         groups.add_row(*_group_row(view))
-        label = _label(view.status)
-        for peer, link in sorted(
-            (view.status.get("links") or {}).items(), key=lambda kv: int(kv[0])
-        ):
-            links.add_row(*_link_row(label, peer, link))
+        details.add_row(*_detail_row(view, label))
+        links_status = view.status.get("links") or {}
+        for peer, link in sorted(links_status.items(), key=lambda kv: int(kv[0])):
+            links.add_row(*_link_row(label, _peer_label(peer, names), link))
         for address, queue in (view.status.get("queues") or {}).items():
-            more = {k: v for k, v in queue.items() if k not in _QUEUE_KEYS_SHOWN}
-            queues.add_row(
-                address,
-                str(queue.get("name", "")),
-                str(queue.get("pending", "-")),
-                str(queue.get("dqf_depth", "-")),
-                str(queue.get("unconfirmed", "-")),
-                "yes" if queue.get("attached") else "no",
-                _compact(more) if more else "",
-            )
-    handlers = _dlq_readers_table(views, Table)
-    return Stack(
-        *[
-            table
-            for table in (groups, links, queues, handlers)
-            if table.row_count or table is groups
-        ]
-    )
-
-
-def _label(status: dict) -> str:
-    return f"{status.get('group')} {status.get('name', '')}".strip()
-
-
-def _add_down_group(view: GroupView, groups, links) -> None:
+            queues.add_row(*_queue_row(address, queue))
+    handlers = _dlq_readers_table(views)
     from rich.text import Text
 
-    label = f"{view.group if view.group is not None else '?'} {view.name or ''}".strip()
-    refused = view.refused is not None
-    groups.add_row(
-        label or view.address,
-        Text(view.state, style="bold yellow" if refused else "bold red"),
-        view.address,
-        *["-"] * (len(GROUP_COLUMNS) - 4),
-        Text(view.refused or view.error or "", style="yellow" if refused else "red"),
+    shown = [table for table in (groups, details, links, queues, handlers) if table.row_count]
+    return Stack(Text(title, style="bold", overflow="fold"), *_spaced(shown or [groups]))
+
+
+def _spaced(tables: list) -> list:
+    """The tables with a blank line between each two."""
+    from rich.text import Text
+
+    spaced: list = []
+    for table in tables:
+        spaced.extend([Text(""), table] if spaced else [table])
+    return spaced
+
+
+def _table(title: str | None, columns: tuple[str, ...]):
+    """A table without vertical rules: two spaces between columns fit 80 columns."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+        expand=False,
     )
+    for column in columns:
+        wrap = column.startswith(("Notes", "Waits"))
+        table.add_column(
+            column,
+            justify="right" if column in _NUMBER_COLUMNS else "left",
+            no_wrap=not wrap,
+            overflow="fold" if wrap else "ellipsis",
+        )
+    return table
+
+
+def _group_names(views: list[GroupView]) -> dict[str, str]:
+    """Group number -> name, from the config or the group's own answer."""
+    names = {}
+    for view in views:
+        status = view.status or {}
+        group = view.group if view.group is not None else status.get("group")
+        name = view.name or status.get("name")
+        if group is not None and name:
+            names[str(group)] = str(name)
+    return names
+
+
+def _view_label(view: GroupView) -> str:
+    status = view.status or {}
+    group = view.group if view.group is not None else status.get("group")
+    name = view.name or status.get("name") or ""
+    return f"{group if group is not None else '?'} {name}".strip()
+
+
+def _peer_label(peer: str, names: dict[str, str]) -> str:
+    return f"{peer} {names[peer]}" if peer in names else str(peer)
+
+
+def _add_down_group(view: GroupView, label: str, groups, details, links, names) -> None:
+    from rich.text import Text
+
+    refused = view.refused is not None
+    style = "yellow" if refused else "red"
+    groups.add_row(label or view.address, Text(view.state, style=f"bold {style}"),
+                   *["-"] * (len(GROUP_COLUMNS) - 2))  # fmt: skip
+    reason = f"refused the status request: {view.refused}" if refused else view.error
+    details.add_row(label, view.address, "-", Text(f"{view.state}: {reason}", style=style))
     why = "status refused" if refused else "group down"
     for peer in view.links_configured:
-        links.add_row(label, str(peer), Text("unknown", style="yellow"), "-", "-", why, "-", "")
+        peer_label = _peer_label(str(peer), names)
+        links.add_row(label, peer_label, Text("unknown", style="yellow"), "-", "-", "-", why)
 
 
 def _group_row(view: GroupView) -> list:
@@ -162,34 +193,70 @@ def _group_row(view: GroupView) -> list:
     journal = status.get("journal") or {}
     records = journal.get("records") or {}
     percent = journal.get("used_percent")
-    used = f"{human_bytes(journal.get('used_bytes'))} / {human_bytes(journal.get('cap_bytes'))}"
     journal_text = Text(
-        f"{used} ({percent:g}%)" if percent is not None else "-",
+        f"{percent:g}% of {human_bytes(journal.get('cap_bytes'))}" if percent is not None else "-",
         style=_percent_style(percent, journal.get("warn_percent")),
     )
-    notes = []
-    if status.get("corrupt_records"):
-        notes.append(f"corrupt records: {len(status['corrupt_records'])}")
-    extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
-    notes.extend(f"{k}: {_compact(v)}" for k, v in extras.items())
     return [
-        _label(status),
+        _view_label(view),
         Text("UP", style="bold green"),
-        str(status.get("listen") or view.address),
         str(status.get("version", "-")),
         human_duration(status.get("uptime_s")),
-        str(status.get("epoch", "-")),
         journal_text,
         str(records.get("saf", "-")),
         str(records.get("dqf", status.get("dqf_messages", "-"))),
         str(records.get("dlj", "-")),
         str(records.get("pcj", "-")),
         str((status.get("connections") or {}).get("clients", "-")),
-        "; ".join(notes),
     ]
 
 
-def _link_row(label: str, peer: str, link: dict) -> list:
+def _detail_row(view: GroupView, label: str) -> list:
+    status = view.status or {}
+    journal = status.get("journal") or {}
+    notes = group_notes(status)
+    if journal.get("used_bytes") is not None:
+        used = f"journal {human_bytes(journal['used_bytes'])} used"
+        notes.insert(0, f"{used} of {human_bytes(journal.get('cap_bytes'))}")
+    return [label, str(status.get("listen") or view.address), str(status.get("epoch", "-")),
+            "; ".join(notes)]  # fmt: skip
+
+
+def group_notes(status: dict) -> list[str]:
+    """What a group's status says beyond the table's columns, in words, only where it
+    is not zero: a note that is always there teaches the eye to skip the column."""
+    notes = []
+    corrupt = len(status.get("corrupt_records") or [])
+    if corrupt:
+        notes.append(f"{corrupt} corrupt records")
+    if status.get("quarantined"):
+        notes.append(f"{status['quarantined']} quarantined records")
+    for peer, held in sorted((status.get("dqf_held_for_drains") or {}).items()):
+        if held:
+            notes.append(f"DQF room held for group {peer}'s drain: {_words(held)}")
+    refused = (status.get("guards") or {}).get("refused") or {}
+    for limit, count in sorted(refused.items()):
+        if count:
+            notes.append(f"refused {count} times by {limit}")
+    draining = status.get("clients_draining") or []
+    if draining:
+        notes.append(f"{len(draining)} clients draining their SAF journals")
+    extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
+    notes.extend(_described(extras))
+    return notes
+
+
+_LINK_WORDS = {
+    "mrs_acks_owed": "MRS_ACKs owed",
+    "receipts_pending": "receipts pending",
+    "notices_pending": "notices pending",
+    "queued": "messages queued to send",
+    "messages_sent": "messages sent",
+    "messages_received": "messages received",
+}
+
+
+def _link_row(label: str, peer_label: str, link: dict) -> list:
     from rich.text import Text
 
     state = str(link.get("state", "?"))
@@ -198,17 +265,67 @@ def _link_row(label: str, peer: str, link: dict) -> list:
         waits = "link down: SAF holds messages until it is up"
     elif not waits and link.get("drain") == "retry":
         waits = "peer answered RETRY (its DQF is full)"
-    more = {k: v for k, v in link.items() if k not in _LINK_KEYS_SHOWN and k not in _WAIT_KEYS}
+    notes = [waits] if waits else []
+    for key, words in _LINK_WORDS.items():
+        if link.get(key):
+            notes.append(f"{link[key]} {words}")
+    if (link.get("connections") or 0) > 1:
+        notes.append(f"connected {link['connections']} times")
+    skipped = _LINK_KEYS_SHOWN | set(_WAIT_KEYS) | set(_LINK_WORDS) | {"connections"}
+    notes.extend(_described({k: v for k, v in link.items() if k not in skipped}))
     return [
         label,
-        str(peer),
+        peer_label,
         Text(state, style="green" if state == "up" else "red"),
         str(link.get("saf_backlog", "-")),
-        str(link.get("drain", "-")),
-        waits,
         str(link.get("in_flight", "-")),
-        _compact(more) if more else "",
+        str(link.get("drain", "-")),
+        "; ".join(notes),
     ]
+
+
+def _queue_row(address: str, queue: dict) -> list:
+    more = {k: v for k, v in queue.items() if k not in _QUEUE_KEYS_SHOWN}
+    return [
+        address,
+        str(queue.get("name", "")),
+        str(queue.get("pending", "-")),
+        str(queue.get("dqf_depth", "-")),
+        str(queue.get("unconfirmed", "-")),
+        "yes" if queue.get("attached") else "no",
+        "; ".join(_described(more)),
+    ]
+
+
+def _described(fields: dict) -> list[str]:
+    """Fields a newer server added, as words ("key words: value"), skipping zeros."""
+    return [f"{key.replace('_', ' ')}: {_words(value)}" for key, value in fields.items()
+            if not _is_nothing(value)]  # fmt: skip
+
+
+def _is_nothing(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(_is_nothing(v) for v in value.values())
+    if isinstance(value, list | tuple | set):
+        return not value
+    return value is None or value is False or value == 0 or value == ""
+
+
+def _words(value: Any) -> str:
+    """A value as an operator reads it: no braces, quotes or `key=value`."""
+    if isinstance(value, dict):
+        parts = [f"{str(k).replace('_', ' ')} {_words(v)}" for k, v in value.items()
+                 if not _is_nothing(v)]  # fmt: skip
+        return ", ".join(parts)
+    if isinstance(value, list | tuple):
+        if len(value) > 6 or any(isinstance(v, dict | list) for v in value):
+            return f"{len(value)} entries"
+        return ", ".join(_words(v) for v in value)
+    if value is True:
+        return "yes"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def describe_wait(wait: Any) -> str:
@@ -228,16 +345,15 @@ def describe_wait(wait: Any) -> str:
     return f"{words} ({', '.join(details)})" if details else words
 
 
-def _dlq_readers_table(views: list[GroupView], table_type):
+def _dlq_readers_table(views: list[GroupView]):
     """Running dead-letter handlers (every reader of a DLQ) and their counts."""
-    table = table_type(title="DLQ readers (mrs dlq-handler)", title_justify="left")
-    for column in ("Group", "Session", "Peer", "Got", "Moved", "Discarded", "Put", "Held"):
-        table.add_column(column, justify="left" if column == "Peer" else "right")
+    columns = ("Group", "Session", "Program", "Got", "Moved", "Discarded", "Put", "Held")
+    table = _table("DLQ readers (mrs dlq-handler)", columns)
     keys = ("session", "program", "got", "moved", "discarded", "put", "held")
     for view in views:
         status = view.status or {}
         for reader in status.get("dlq_readers") or []:
-            table.add_row(str(status.get("group", "")), *(str(reader.get(k, "-")) for k in keys))
+            table.add_row(_view_label(view), *(str(reader.get(k, "-")) for k in keys))
     return table
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import socket
 import subprocess
 import sys
@@ -116,3 +118,80 @@ def test_one_group_and_watch(three_group_bus) -> None:
     down = _mrs("status", "--config", str(config), "--group", "3")
     assert down.returncode == 1 and down.stderr.strip().count("\n") == 0
     assert "is it running" in down.stderr
+
+
+def _mrs_env(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mrs", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+
+
+def test_the_table_reads_at_80_columns_with_names_and_words(three_group_bus) -> None:
+    config, processes = three_group_bus
+    with connect_sync(processes[0].address, "ORDERS") as client:
+        client.put(b"m", "2.10", delivery=DeliveryMode.WF_SAF)
+    with connect_sync(processes[1].address, "ORDERS") as consumer:  # over the link: it is up
+        consumer.get(timeout=60).confirm()
+    result = _mrs_env("status", "--config", str(config), COLUMNS="80")
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1 and lines, result.stderr
+    assert max(len(line.rstrip()) for line in lines) <= 80, result.stdout
+    for process in processes:  # each address whole, on one line
+        assert any(process.address in line for line in lines), process.address
+    for repr_mark in ("{", "}", "=", "('", "[", "]"):
+        assert repr_mark not in result.stdout, repr_mark
+    for zero_note in ("quarantined", "guards", "dqf_held", "refused="):
+        assert zero_note not in result.stdout
+    assert any(line.startswith("1 NYC") and "2 LDN" in line for line in lines)  # a link
+    down = next(line for line in lines if line.startswith("3 TYO") and "DOWN:" in line)
+    assert "connection refused" in down
+
+
+def test_notes_are_words_and_only_what_is_not_zero() -> None:
+    from mrs.tools.status_render import group_notes
+
+    quiet = {"quarantined": 0, "dqf_held_for_drains": {}, "guards": {"refused": {}},
+             "corrupt_records": [], "new_field": {"a": 0}}  # fmt: skip
+    assert group_notes(quiet) == []
+    busy = {"quarantined": 2, "dqf_held_for_drains": {"2": 5},
+            "guards": {"refused": {"clients_max": 3}}, "new_field": {"held_bytes": 7}}  # fmt: skip
+    assert group_notes(busy) == [
+        "2 quarantined records",
+        "DQF room held for group 2's drain: 5",
+        "refused 3 times by clients_max",
+        "new field: held bytes 7",
+    ]
+
+
+def test_times_without_watch_is_refused_in_one_line(three_group_bus) -> None:
+    config, _ = three_group_bus
+    result = _mrs("status", "--config", str(config), "--times", "3")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "--watch" in result.stderr
+
+
+def test_watch_streams_each_refresh_when_piped(three_group_bus) -> None:
+    config, _ = three_group_bus
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mrs", "status", "--config", str(config), "--watch", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        headings = 0
+        deadline = time.monotonic() + 30
+        assert process.stdout is not None
+        while headings < 2:  # two refreshes arrive while the command still runs
+            readable, _, _ = select.select([process.stdout], [], [], deadline - time.monotonic())
+            assert readable, "no refresh arrived within 30 s"
+            line = process.stdout.readline()
+            assert line, "the command ended"
+            headings += b"groups up" in line
+        assert process.poll() is None
+    finally:
+        process.kill()
+        process.wait()

@@ -48,7 +48,8 @@ def test_metrics_endpoint_counts_traffic_and_matches_status(make_bus) -> None:
         samples = _scrape(url)
         status = _status(bus.address)
     group = ("group", "1")
-    assert samples[("mrs_puts_total", (group, ("status", "SUCCESS")))] == 60
+    stored = (("delivery_status", "STORED"), group, ("status", "SUCCESS"), ("uma_status", "NO_UMA"))
+    assert samples[("mrs_puts_total", stored)] == 60
     gets = sum(v for (name, _), v in samples.items() if name == "mrs_gets_total")
     assert gets == 2
     assert samples[("mrs_confirms_total", (group, ("status", "SUCCESS")))] == 1
@@ -101,10 +102,17 @@ def test_the_grafana_dashboard_queries_only_metrics_the_server_exports(make_bus)
     queried = set()
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
-            queried |= set(re.findall(r"\bmrs_[a-z_]+", target["expr"]))
+            queried |= set(re.findall(r"\b(?:mrs|process)_[a-z_]+", target["expr"]))
     queried |= set(re.findall(r"\bmrs_[a-z_]+", dashboard["templating"]["list"][0]["query"]))
     missing = {name for name in queried if name not in exported}
     assert not missing, f"dashboard queries metrics the server does not export: {missing}"
+    operations = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    rules = operations.split("### Alerting", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    expressions = re.findall(r"^\s+expr: (.+)$", rules, re.MULTILINE)
+    assert len(expressions) >= 10
+    alerted = {n for e in expressions for n in re.findall(r"\b(?:mrs|process)_[a-z_]+", e)}
+    missing = {name for name in alerted if name not in exported}
+    assert not missing, f"alerting rules query metrics the server does not export: {missing}"
 
 
 def test_saf_backlog_and_drain_per_link(tmp_path) -> None:

@@ -213,3 +213,60 @@ def test_status_table_screenshot(bus: Path, tmp_path: Path) -> None:
     )
     result = _browser(svg.as_uri(), f"--screenshot={shot}", "--window-size=1400,900")
     assert result.returncode == 0 and shot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_charts_show_the_current_commit_latency_and_rate_not_the_since_start_mean(
+    tmp_path: Path,
+) -> None:
+    """A disk that was fast for 10,000 commits (1 ms each) stalls: every commit now
+    takes 50 ms. The page, fed those totals by its own API, charts 50 ms now (the
+    since-start mean is still about 1 ms) and the rate of the last interval."""
+    import http.server
+    import threading
+
+    from mrs.ops.web import page_html
+
+    state = {"t": 1_000.0, "commits": 10_000, "batches": 20_000, "ms": 10_000.0}
+
+    def payload() -> dict:
+        writer = {"commits": state["commits"], "batches": state["batches"],
+                  "commit_time_ms_total": state["ms"],
+                  "commit_time_ms_mean": state["ms"] / state["commits"]}  # fmt: skip
+        status = {"group": 1, "name": "NYC", "writer": writer, "links": {}, "queues": {}}
+        return {"bus": None, "time_s": state["t"],
+                "groups": [{"group": 1, "name": "NYC", "up": True, "status": status}]}  # fmt: skip
+
+    def stall_for_two_seconds() -> None:  # 10 commits of 50 ms, 20 messages
+        state["t"] += 2.0
+        state["commits"] += 10
+        state["batches"] += 20
+        state["ms"] += 500.0
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            if self.path == "/":
+                body, kind = page_html("stall"), "text/html"
+            elif self.path == "/api/history":
+                body, kind = json.dumps({"samples": []}).encode(), "application/json"
+            else:
+                stall_for_two_seconds()
+                body, kind = json.dumps(payload()).encode(), "application/json"
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        dom = _browser(url, "--dump-dom").stdout
+    finally:
+        server.shutdown()
+    now = dict(re.findall(r'<canvas id="(c-[a-z]+)"[^>]*? data-now="([^"]*)"', dom))
+    assert float(now["c-lat"]) == 50.0, now  # the since-start mean is ~1.05 ms
+    assert float(now["c-rate"]) == 10.0, now
