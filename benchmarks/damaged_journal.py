@@ -67,7 +67,7 @@ async def fill(address: str) -> None:
     """MESSAGES acknowledged messages left in the DQF, after CHURN more went through
     (so the file has free pages, as a used journal has)."""
     async with connect(address, queue="SENDER") as sender:
-        for index in range(CHURN):
+        for _ in range(CHURN):
             await sender.put(b"churn", target="ANYORDER", delivery=DeliveryMode.WF_DQF)
     async with connect(address, queue="ANYORDER") as receiver:
         for _ in range(CHURN):
