@@ -50,6 +50,7 @@ confirm = "explicit-out-of-order"
 id = 13
 name = "SENDER"
 """
+GOOD_OUTCOMES = ("refused", "intact", "reported loss")
 KINDS = (
     "freelist",
     "dqf-key",
@@ -169,12 +170,12 @@ def dqf_left(journals: Path) -> int:
     return int(result.stdout) if result.returncode == 0 and result.stdout.strip() else -1
 
 
-def trial(directory: Path, pristine: bytes, kind: str, rng: random.Random) -> tuple[str, str]:
+def trial(directory: Path, damaged: bytes) -> tuple[str, str]:
     """One damaged copy, verified, started and drained: (outcome, detail)."""
     config = write_single_group_config(directory, queues=QUEUES)
     journals = directory / "g1" / "journals"
     journals.mkdir(parents=True)
-    (journals / "data.mdb").write_bytes(bytes(damage(bytearray(pristine), kind, rng)))
+    (journals / "data.mdb").write_bytes(damaged)
     verified = verify(config)
     process = GroupProcess(config, 1)
     log = directory / "group1.log"
@@ -217,6 +218,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--keep", type=Path, help="save each damaged file whose outcome is not a good one here"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     outcomes: Counter[tuple[str, str]] = Counter()
@@ -225,7 +229,11 @@ def main() -> int:
         pristine = pristine_journal(root / "pristine")
         for index in range(args.trials):
             kind = KINDS[index % len(KINDS)]
-            outcome, detail = trial(root / f"t{index}", pristine, kind, rng)
+            damaged = bytes(damage(bytearray(pristine), kind, rng))
+            outcome, detail = trial(root / f"t{index}", damaged)
+            if args.keep is not None and outcome not in GOOD_OUTCOMES:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                (args.keep / f"t{index}-{kind}-data.mdb").write_bytes(damaged)
             outcomes[(kind, outcome)] += 1
             print(f"trial {index:2} {kind:12} {outcome:20} {detail}", flush=True)
             shutil.rmtree(root / f"t{index}")

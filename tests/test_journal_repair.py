@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from clients import DeliveryMode, NoMoreMessages, Uma, connect
+from journals import Journal, JournalStore, Record, WriteBatch, group_key
+from mrs.journal_check import verify_before_open
 from sim.processes import ServerStartError
 
 PAGE_BYTES = 4096
@@ -100,3 +102,132 @@ async def test_verify_and_salvage_copy_out_every_intact_record(make_bus, tmp_pat
             await receiver.confirm(message.seq)
     assert len(bodies) == len(set(bodies)) == dqf["readable"]
     assert b"msg-0010" not in bodies and b"msg-0000" in bodies and b"msg-0299" in bodies
+
+
+def _dqf_key_of(bus, body_prefix: bytes) -> bytes:
+    """The DQF key of the message whose body starts with `body_prefix` (server stopped)."""
+    store = JournalStore(bus.data_dir / "journals", readonly=True)
+    try:
+        return next(
+            key
+            for key, record in store.scan(Journal.DQF)
+            if isinstance(record, Record) and record.body.startswith(body_prefix)
+        )
+    finally:
+        store.close()
+
+
+def _refusal(bus) -> str:
+    """The server's one-line refusal to start; no traceback in its log."""
+    with pytest.raises(ServerStartError):
+        bus.start()
+    assert bus.process.process.returncode == 1
+    log_lines = bus.log_text().splitlines()
+    assert not any("Traceback" in line for line in log_lines)
+    refusal = [line for line in log_lines if line.startswith("mrs: ")]
+    assert len(refusal) == 1, log_lines[-5:]
+    assert "mrs journal verify" in refusal[0] and "mrs journal salvage" in refusal[0]
+    return refusal[0]
+
+
+async def _drain(address: str) -> list[bytes]:
+    bodies = []
+    async with connect(address, queue="ANYORDER") as receiver:
+        while True:
+            try:
+                message = await receiver.get(timeout=0)
+            except NoMoreMessages:
+                return bodies
+            bodies.append(message.body[:8])
+            await receiver.confirm(message.seq)
+
+
+@pytest.mark.parametrize("where", ["dqf", "index"])
+async def test_a_flipped_key_bit_is_refused_at_start_and_salvage_refiles_the_record(
+    make_bus, tmp_path, where: str
+) -> None:
+    """A bit flipped in a DQF key leaves a sound record under a seq nothing asks for
+    (in the index's key: a seq with no record, and the record never loaded): the
+    group must not start and strand it; verify names the key; salvage files the
+    record under its own key again, and every message is delivered from the copy."""
+    bus = make_bus()
+    count = 40
+    await _fill(bus, count)
+    bus.kill()
+    key = _dqf_key_of(bus, b"msg-0020-")
+    data_file = bus.data_dir / "journals" / "data.mdb"
+    data = bytearray(data_file.read_bytes())
+    # A DQF leaf node: its key, then the record; an index node: its header says an
+    # empty value (then its key size, 12). Every copy of the node is flipped: older
+    # copies of its page may lie in free pages, and only the file's current one counts.
+    node = b"\x0c\x00" + key if where == "dqf" else bytes(6) + b"\x0c\x00" + key
+    flipped = 0
+    at = data.find(node)
+    while at >= 0:
+        if (data[at + len(node) : at + len(node) + 2] == b"\x4d\x01") == (where == "dqf"):
+            data[at + len(node) - 1] ^= 0x80  # the seq's last byte: a seq no message has
+            flipped += 1
+        at = data.find(node, at + 1)
+    assert flipped
+    data_file.write_bytes(bytes(data))
+
+    refusal = _refusal(bus)
+    assert f"is damaged (in its {where if where == 'dqf' else 'dqf'}" in refusal
+    assert "not in" in refusal and "key index" in refusal
+
+    verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1", "--json")
+    assert verify.returncode == 1, verify.stdout
+    report = json.loads(verify.stdout)
+    dqf = next(item for item in report["databases"] if item["database"] == "dqf")
+    assert not report["intact"] and dqf["inconsistent"] and not dqf["corrupt"]
+    if where == "dqf":
+        assert any(f"salvage files it under {key.hex()}" in line for line in dqf["inconsistent"])
+
+    rescue = tmp_path / "rescued"
+    salvage = _mrs(
+        "journal", "salvage", "--config", str(bus.config_path), "--group", "1",
+        "--to", str(rescue),
+    )  # fmt: skip
+    assert salvage.returncode == 0, salvage.stderr
+    assert _mrs("journal", "verify", "--data-dir", str(rescue)).returncode == 0
+    shutil.rmtree(bus.data_dir)
+    shutil.copytree(rescue, bus.data_dir)
+    bodies = await _drain(bus.start())
+    assert sorted(bodies) == [b"msg-%04d" % index for index in range(count)]
+
+
+async def test_a_page_that_lost_an_entry_is_refused_at_start(make_bus) -> None:
+    """A leaf page whose header lost its last node hides that record from every walk
+    and lookup: the count the last commit stamped finds it before the group serves."""
+    bus = make_bus()
+    await _fill(bus, 40)
+    bus.kill()
+    data_file = bus.data_dir / "journals" / "data.mdb"
+    data = bytearray(data_file.read_bytes())
+    at = data.find(b"msg-0020-")
+    while at >= 0:  # every copy of its page: older ones may lie in free pages
+        page = at // PAGE_BYTES * PAGE_BYTES
+        lower = int.from_bytes(data[page + 12 : page + 14], "little")  # end of node pointers
+        data[page + 12 : page + 14] = (lower - 2).to_bytes(2, "little")  # one pointer fewer
+        at = data.find(b"msg-0020-", page + PAGE_BYTES)
+    data_file.write_bytes(bytes(data))
+
+    refusal = _refusal(bus)
+    assert "(in its dqf database): 39 entries where its last commit left 40" in refusal
+    verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1")
+    assert verify.returncode == 1
+    assert "39 entries where its last commit left 40" in verify.stdout
+
+
+def test_a_saf_record_under_another_groups_key_is_found_before_start(tmp_path) -> None:
+    """A group's SAF drains each target group's records by key: one filed under
+    another group's key would go to the wrong group, or to none."""
+    journals = tmp_path / "journals"
+    store = JournalStore(journals, 1 << 22)
+    record = Record(7, 2, 20, 1, 13, body=b"for group 2")
+    store.commit_now(WriteBatch.empty().put_record(Journal.SAF, group_key(3, 7), record))
+    store.close()
+    damage = verify_before_open(journals)
+    assert damage is not None
+    assert "(in its saf database): filed under key 000000030000000000000007 (group 3)" in damage
+    assert "but the record is for 2" in damage
