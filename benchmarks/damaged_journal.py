@@ -9,7 +9,8 @@ anywhere, a page header overwritten, a page zeroed, a record body altered, the f
 cut short, a meta page zeroed), runs `mrs journal verify`, starts the group on it and
 takes every message it delivers. Each trial ends as one outcome:
 
-- refused: the group would not start, with one line naming `mrs journal verify`;
+- refused: the group would not start, with one line naming `mrs journal verify`,
+  and verify finds the damage (else "refused, verify intact");
 - intact: all 300 delivered, once each;
 - reported loss: fewer delivered, and the loss was reported (verify, server log);
 - silent loss: fewer delivered and nothing said;
@@ -185,7 +186,9 @@ def trial(directory: Path, damaged: bytes) -> tuple[str, str]:
         refusal = [line for line in log.read_text().splitlines() if line.startswith("mrs: ")]
         hinted = len(refusal) == 1 and "mrs journal verify" in refusal[0]
         why = refusal[0][:160] if refusal else log.read_text()[-300:]
-        return ("refused" if hinted else "refused-unexplained"), f"verify={verified} {why}"
+        if not hinted:
+            return "refused-unexplained", f"verify={verified} {why}"
+        return ("refused" if verified else "refused, verify intact"), f"verify={verified} {why}"
     try:
         bodies, error = trio.run(drain, address)
     finally:
@@ -244,7 +247,8 @@ def main() -> int:
     for (_, outcome), count in outcomes.items():
         totals[outcome] += count
     print("totals: " + ", ".join(f"{name} {count}" for name, count in sorted(totals.items())))
-    return 1 if totals["silent loss"] or totals["stranded"] else 0
+    bad = ("silent loss", "stranded", "failing", "refused-unexplained", "refused, verify intact")
+    return 1 if any(totals[outcome] for outcome in bad) else 0
 
 
 if __name__ == "__main__":
