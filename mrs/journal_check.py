@@ -30,12 +30,13 @@ from pathlib import Path
 
 import msgpack
 
-from mrs.limits import JOURNAL_WALK_TIMEOUT_S
+from mrs.limits import JOURNAL_PROBLEMS_PER_CHECK_MAX, JOURNAL_WALK_TIMEOUT_S
 
 FLUSH_EVERY = 64
 DATABASES = ("saf", "dqf", "dlj", "pcj", "meta", "marks", "notices", "dedupe")
 INDEXES = ("dqf-keys",)
-"""Walked when checking, not copied out: a store rebuilds them (journals.dqf_index)."""
+"""Walked and held against their databases, never copied out: a store rebuilds them
+(journals.dqf_index)."""
 
 
 # ---------------------------------------------------------------------- the child
@@ -119,10 +120,6 @@ def _touch_all(env, db) -> int:
     return count
 
 
-PROBLEMS_PER_CHECK_MAX = 5
-"""Disagreements named per check; the first few say where the damage is."""
-
-
 def cross_check(env, walked: dict[str, int]) -> list[tuple[str, str]]:
     """(database, problem) for every way the environment disagrees with itself:
     entry counts against the stamp of the last commit, DQF keys against the key
@@ -188,7 +185,9 @@ def _index_disagreements(txn, dqf_db, index_db) -> list[str]:
     problems += [
         f"{named(k)} is in the key index, not in the DQF" for k in sorted(in_index - in_dqf)
     ]
-    return problems[:PROBLEMS_PER_CHECK_MAX] or ["the DQF's keys are out of order (a damaged page)"]
+    return problems[:JOURNAL_PROBLEMS_PER_CHECK_MAX] or [
+        "the DQF's keys are out of order (a damaged page)"
+    ]
 
 
 def misfiled(items, journal: str) -> list[str]:
@@ -207,7 +206,7 @@ def misfiled(items, journal: str) -> list[str]:
         problem = filing_problem(journal, key, record.seq, record.target_group, record.target_queue)
         if problem is not None:
             problems.append(problem)
-            if len(problems) >= PROBLEMS_PER_CHECK_MAX:
+            if len(problems) >= JOURNAL_PROBLEMS_PER_CHECK_MAX:
                 break
     return problems
 
