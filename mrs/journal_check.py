@@ -123,27 +123,31 @@ def _touch_all(env, db) -> int:
 def cross_check(env, walked: dict[str, int]) -> list[tuple[str, str]]:
     """(database, problem) for every way the environment disagrees with itself:
     entry counts against the stamp of the last commit, DQF keys against the key
-    index, SAF records against their keys. Nothing when the last commit did not
-    stamp its counts (written by something else: the store rebuilds the index)."""
+    index, SAF records against their keys; and the free-page list every write reads
+    (journals.freelist). Only the last when the last commit did not stamp its counts
+    (written by something else: the store rebuilds the index)."""
     import lmdb
 
-    from journals import dqf_index
+    from journals import dqf_index, freelist
 
+    with env.begin() as txn:
+        problems = [
+            ("freelist", p) for p in freelist.problems(Path(env.path()) / "data.mdb", txn.id())
+        ]
     try:
         index_db = env.open_db(dqf_index.INDEX_DB, create=False)
     except lmdb.NotFoundError:
-        return []
+        return problems
     dbs = {}
     for name in DATABASES:
         try:
             dbs[name] = env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError:
             dbs[name] = None
-    problems: list[tuple[str, str]] = []
     with env.begin() as txn:
         stamped = dqf_index.read_stamp(txn, index_db)
         if stamped is None:
-            return []
+            return problems
         for name, count in stamped.items():
             if walked.get(name, 0) != count:
                 found = walked.get(name, 0)
