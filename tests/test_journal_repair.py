@@ -234,10 +234,12 @@ def test_a_saf_record_under_another_groups_key_is_found_before_start(tmp_path) -
     assert "but the record is for 2" in damage
 
 
-async def test_a_damaged_free_page_list_is_refused_at_start(make_bus) -> None:
+@pytest.mark.parametrize("names", ["no page", "a used page"])
+async def test_a_damaged_free_page_list_is_refused_at_start(make_bus, names: str) -> None:
     """LMDB's list of free pages is read by every write and by no read: damaged, the
     group started and then answered every get JOURNAL_FAIL (each get commits its
-    delivery mark first), while verify called the file intact."""
+    delivery mark first), or would hand out a page still in use to be overwritten,
+    while verify called the file intact."""
     bus = make_bus()
     await _fill(bus, 40)
     bodies = await _drain(bus.address)  # confirms free pages: the list fills
@@ -250,6 +252,7 @@ async def test_a_damaged_free_page_list_is_refused_at_start(make_bus) -> None:
     # the txn id at byte 144 of a meta page, the free database's root at byte 80.
     meta = max((0, PAGE_BYTES), key=lambda at: struct.unpack_from("<Q", data, at + 144)[0])
     root = struct.unpack_from("<Q", data, meta + 80)[0] * PAGE_BYTES
+    main_root = struct.unpack_from("<Q", data, meta + 128)[0]  # the main database's root
     flags, lower = struct.unpack_from("<HH", data, root + 10)
     assert flags & 0x02  # a leaf: one page of (txn id -> pages it freed)
     for pointer in range(root + 16, root + lower, 2):
@@ -257,11 +260,15 @@ async def test_a_damaged_free_page_list_is_refused_at_start(make_bus) -> None:
         key_size = struct.unpack_from("<H", data, node + 6)[0]
         freed = node + 8 + key_size  # a count, then the freed page numbers
         for index in range(struct.unpack_from("<Q", data, freed)[0]):
-            struct.pack_into("<Q", data, freed + 8 + 8 * index, 10**9 + index)
+            number = 10**9 + index if names == "no page" else main_root
+            struct.pack_into("<Q", data, freed + 8 + 8 * index, number)
     data_file.write_bytes(bytes(data))
 
     refusal = _refusal(bus)
-    assert "(in its freelist database): freed page number 1000000000 is not" in refusal
+    if names == "no page":
+        assert "(in its freelist database): freed page number 1000000000 is not" in refusal
+    else:
+        assert f"page {main_root} is listed as free, but a database uses it" in refusal
     verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1")
     assert verify.returncode == 1
     assert "freelist" in verify.stdout and "DAMAGED" in verify.stdout
