@@ -3,11 +3,12 @@
     python benchmarks/damaged_journal.py                # 40 trials, seed 1
     python benchmarks/damaged_journal.py --trials 8 --seed 7
 
-Fills one group's DQF with 300 acknowledged messages (WF_DQF), kills it, then per
-trial damages a copy of its `data.mdb` (a flipped bit in a DQF key, in an index key,
-anywhere, a page header overwritten, a page zeroed, a record body altered, the file
-cut short, a meta page zeroed), runs `mrs journal verify`, starts the group on it and
-takes every message it delivers. Each trial ends as one outcome:
+Fills one group's DQF with 300 acknowledged messages (WF_DQF, after 200 more went
+through), kills it, then per
+trial damages a copy of its `data.mdb` (a flipped bit in LMDB's free-page list, in a
+DQF key, in an index key, anywhere; a page header overwritten, a page zeroed, a
+record body altered, the file cut short, a meta page zeroed), runs `mrs journal
+verify`, starts the group on it and takes every message it delivers. Each trial ends as one outcome:
 
 - refused: the group would not start, with one line naming `mrs journal verify`,
   and verify finds the damage (else "refused, verify intact");
@@ -143,8 +144,9 @@ def damage(data: bytearray, kind: str, rng: random.Random) -> bytearray:
     elif kind == "truncate":
         del data[rng.randrange(PAGE_BYTES, len(data)) :]
     elif kind == "freelist":
-        page = freelist_root(data)
-        data[page * PAGE_BYTES + rng.randrange(16, 64)] ^= 1 << rng.randrange(8)
+        page = freelist_root(data) * PAGE_BYTES  # a bit of its nodes (from `upper` on)
+        upper = int.from_bytes(data[page + 14 : page + 16], "little")
+        data[page + rng.randrange(upper, PAGE_BYTES)] ^= 1 << rng.randrange(8)
     elif kind == "meta":
         page = rng.randrange(2)
         data[page * PAGE_BYTES : (page + 1) * PAGE_BYTES] = bytes(PAGE_BYTES)
