@@ -118,6 +118,21 @@ def _dqf_key_of(bus, body_prefix: bytes) -> bytes:
         store.close()
 
 
+def _pages_holding(data: bytearray, pattern: bytes) -> list[int]:
+    """Offsets of the leaf pages whose nodes hold `pattern`: every copy, as older
+    ones may lie in free pages, but not the stale bytes between a page's node
+    pointers and its nodes (`lower` to `upper`), which LMDB leaves as they were."""
+    pages = []
+    at = data.find(pattern)
+    while at >= 0:
+        page = at // PAGE_BYTES * PAGE_BYTES
+        flags, _lower, upper = struct.unpack_from("<HHH", data, page + 10)
+        if flags & 0x02 and at - page >= upper:
+            pages.append(page)
+        at = data.find(pattern, page + PAGE_BYTES if at - page >= upper else at + 1)
+    return pages
+
+
 def _refusal(bus) -> str:
     """The server's one-line refusal to start; no traceback in its log."""
     with pytest.raises(ServerStartError):
@@ -205,12 +220,9 @@ async def test_a_page_that_lost_an_entry_is_refused_at_start(make_bus) -> None:
     bus.kill()
     data_file = bus.data_dir / "journals" / "data.mdb"
     data = bytearray(data_file.read_bytes())
-    at = data.find(b"msg-0020-")
-    while at >= 0:  # every copy of its page: older ones may lie in free pages
-        page = at // PAGE_BYTES * PAGE_BYTES
+    for page in _pages_holding(data, b"msg-0020-"):
         lower = int.from_bytes(data[page + 12 : page + 14], "little")  # end of node pointers
         data[page + 12 : page + 14] = (lower - 2).to_bytes(2, "little")  # one pointer fewer
-        at = data.find(b"msg-0020-", page + PAGE_BYTES)
     data_file.write_bytes(bytes(data))
 
     refusal = _refusal(bus)
@@ -272,3 +284,25 @@ async def test_a_damaged_free_page_list_is_refused_at_start(make_bus, names: str
     verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1")
     assert verify.returncode == 1
     assert "freelist" in verify.stdout and "DAMAGED" in verify.stdout
+
+
+async def test_verify_finds_a_damaged_key_index_page_as_the_start_does(make_bus) -> None:
+    """The start-up check walks the DQF's key index; verify must too, or it calls
+    intact a journal the group refuses to start on."""
+    bus = make_bus()
+    await _fill(bus, 40)
+    bus.kill()
+    key = _dqf_key_of(bus, b"msg-0020-")
+    data_file = bus.data_dir / "journals" / "data.mdb"
+    data = bytearray(data_file.read_bytes())
+    node = bytes(6) + b"\x0c\x00" + key  # an index node: empty value, 12-byte key
+    for page in _pages_holding(data, node):
+        data[page + 8 : page + 16] = b"\xff" * 8  # its flags and bounds
+    data_file.write_bytes(bytes(data))
+
+    assert "(in its dqf-keys database)" in _refusal(bus)
+    verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1", "--json")
+    assert verify.returncode == 1, verify.stdout
+    report = json.loads(verify.stdout)
+    index = next(item for item in report["databases"] if item["database"] == "dqf-keys")
+    assert index["damage"] and not report["intact"]
