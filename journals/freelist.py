@@ -139,6 +139,9 @@ class _Walk:
             return
         if depth <= 1 and kind == "named":  # most pages: only overflow nodes name pages
             nodes = tuple(at for at in nodes if data[at + 4] & F_BIGDATA)
+        if depth == 2 and kind == "leaves unread":
+            self.use_leaves(data, nodes)
+            return
         for at in nodes:
             lo, hi, node_flags, key_size = _NODE.unpack_from(data, at)
             if depth > 1:  # a branch node: the child's page number in lo, hi, flags
@@ -147,6 +150,18 @@ class _Walk:
                 self.leaf_node(data, at + _NODE.size + key_size, lo | hi << 16, node_flags, kind)
             if self.found:
                 return
+
+    def use_leaves(self, data: bytes, nodes: tuple[int, ...]) -> None:
+        """Mark the leaves a branch page names as used without reading them: the
+        walk's hot loop, once per leaf page of every large database."""
+        used, last_page, unpack = self.used, self.last_page, _NODE.unpack_from
+        for at in nodes:
+            lo, hi, node_flags, _key_size = unpack(data, at)
+            number = lo | hi << 16 | node_flags << 32
+            if number < META_PAGES or number > last_page or used[number]:
+                self.use(number)  # says which problem it is
+                return
+            used[number] = 1
 
     def leaf_node(self, page: bytes, at: int, size: int, node_flags: int, kind: str) -> None:
         """A leaf node whose data names pages: overflow pages, a named database, or
