@@ -92,12 +92,12 @@ async def drain(address: str) -> tuple[list[bytes], str | None]:
         while True:
             try:
                 message = await receiver.get(timeout=0)
+                bodies.append(message.body[:8])
+                await receiver.confirm(message.seq)
             except NoMoreMessages:
                 return bodies, None
             except MrsError as error:
                 return bodies, str(error)
-            bodies.append(message.body[:8])
-            await receiver.confirm(message.seq)
 
 
 def key_offsets(data: bytes, record_follows: bool) -> list[int]:
