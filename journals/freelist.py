@@ -49,13 +49,14 @@ def problems(data_file: Path, txn_id: int) -> list[str]:
         page_size = struct.unpack_from("<I", first, _META_DBS_AT)[0] if len(first) > 64 else 0
         metas = [first, os.pread(fd, META_READ_BYTES, page_size or META_READ_BYTES)]
         meta = next((m for m in metas if len(m) > 160 and _u64(m, _META_TXNID_AT) == txn_id), None)
-        if meta is None:
-            return [f"no meta page is of the last commit ({txn_id})"]
+        if meta is None:  # both written since: a server is committing (verify runs
+            return []  # beside one); a damaged meta page LMDB itself refuses to open
         free_db = _DB.unpack_from(meta, _META_DBS_AT)
         main_db = _DB.unpack_from(meta, _META_DBS_AT + _DB.size)
-        walk = _Walk(fd, free_db[0], _u64(meta, _META_LAST_PG_AT))
-        if walk.page_size < 512:
-            return [f"its meta page is damaged (page size {walk.page_size})"]
+        page_size, last_page = free_db[0], _u64(meta, _META_LAST_PG_AT)
+        if page_size < 512 or last_page >= os.fstat(fd).st_size // page_size:
+            return [f"the file is shorter than its meta page says ({last_page + 1} pages)"]
+        walk = _Walk(fd, page_size, last_page)
         walk.tree(main_db, "main")
         walk.tree(free_db, "free")
         if not walk.found and free_db[6] != walk.free_entries:
@@ -77,7 +78,7 @@ class _Walk:
 
     def __init__(self, fd: int, page_size: int, last_page: int) -> None:
         self.fd, self.page_size, self.last_page = fd, page_size, last_page
-        self.used = bytearray(last_page + 1 if 0 < last_page < 1 << 40 else 0)
+        self.used = bytearray(last_page + 1)  # within the file's size (`problems`)
         self.freed: list[int] = []
         self.free_entries = 0
         self.found: list[str] = []
