@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from clients import DeliveryMode, NoMoreMessages, Uma, connect
-from journals import Journal, JournalStore, Record, WriteBatch, group_key
+from journals import Journal, JournalStore, Record, WriteBatch, group_key, seq_key
 from mrs.journal_check import verify_before_open
 from sim.processes import ServerStartError
 
@@ -232,18 +232,27 @@ async def test_a_page_that_lost_an_entry_is_refused_at_start(make_bus) -> None:
     assert "39 entries where its last commit left 40" in verify.stdout
 
 
-def test_a_saf_record_under_another_groups_key_is_found_before_start(tmp_path) -> None:
+@pytest.mark.parametrize("journal", [Journal.SAF, Journal.DLJ])
+def test_a_record_under_another_key_is_found_before_start(tmp_path, journal: Journal) -> None:
     """A group's SAF drains each target group's records by key: one filed under
-    another group's key would go to the wrong group, or to none."""
+    another group's key would go to the wrong group, or to none; the DLQ handler
+    deletes a handled dead letter by its seq's key."""
     journals = tmp_path / "journals"
     store = JournalStore(journals, 1 << 22)
     record = Record(7, 2, 20, 1, 13, body=b"for group 2")
-    store.commit_now(WriteBatch.empty().put_record(Journal.SAF, group_key(3, 7), record))
+    key = group_key(3, 7) if journal is Journal.SAF else seq_key(8)
+    store.commit_now(WriteBatch.empty().put_record(journal, key, record))
     store.close()
     damage = verify_before_open(journals)
     assert damage is not None
-    assert "(in its saf database): filed under key 000000030000000000000007 (group 3)" in damage
-    assert "but the record is for 2" in damage
+    if journal is Journal.SAF:
+        assert "(in its saf database): filed under key 000000030000000000000007 (group 3)" in damage
+        assert "but the record is for 2" in damage
+    else:
+        assert (
+            "(in its dlj database): filed under key 0000000000000008, but the record is seq 7"
+            in damage
+        )
 
 
 @pytest.mark.parametrize("names", ["no page", "a used page"])
