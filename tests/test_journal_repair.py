@@ -158,14 +158,19 @@ async def _drain(address: str) -> list[bytes]:
             await receiver.confirm(message.seq)
 
 
-@pytest.mark.parametrize("where", ["dqf", "index"])
+@pytest.mark.parametrize(
+    ("where", "flip"),
+    [("dqf", 0x80), ("dqf", 0x01), ("index", 0x80)],
+    ids=["dqf", "dqf-onto-a-neighbour", "index"],
+)
 async def test_a_flipped_key_bit_is_refused_at_start_and_salvage_refiles_the_record(
-    make_bus, tmp_path, where: str
+    make_bus, tmp_path, where: str, flip: int
 ) -> None:
-    """A bit flipped in a DQF key leaves a sound record under a seq nothing asks for
-    (in the index's key: a seq with no record, and the record never loaded): the
-    group must not start and strand it; verify names the key; salvage files the
-    record under its own key again, and every message is delivered from the copy."""
+    """A bit flipped in a DQF key leaves a sound record under a seq nothing asks for,
+    or under a neighbour's (in the index's key: a seq with no record, and the record
+    never loaded): the group must not start and strand it; verify names the key;
+    salvage files the record under its own key again (the neighbour kept), and every
+    message is delivered from the copy."""
     bus = make_bus()
     count = 40
     await _fill(bus, count)
@@ -181,7 +186,7 @@ async def test_a_flipped_key_bit_is_refused_at_start_and_salvage_refiles_the_rec
     at = data.find(node)
     while at >= 0:
         if (data[at + len(node) : at + len(node) + 2] == b"\x4d\x01") == (where == "dqf"):
-            data[at + len(node) - 1] ^= 0x80  # the seq's last byte: a seq no message has
+            data[at + len(node) - 1] ^= flip  # the seq's last byte: 0x80, a seq no message has
             flipped += 1
         at = data.find(node, at + 1)
     assert flipped
@@ -190,6 +195,7 @@ async def test_a_flipped_key_bit_is_refused_at_start_and_salvage_refiles_the_rec
     refusal = _refusal(bus)
     assert f"is damaged (in its {where if where == 'dqf' else 'dqf'}" in refusal
     assert "not in" in refusal and "key index" in refusal
+    assert "(queue 11 seq" in refusal
 
     verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1", "--json")
     assert verify.returncode == 1, verify.stdout

@@ -79,6 +79,8 @@ class Survey:
 
     entries: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     reports: dict[str, DatabaseReport] = field(default_factory=dict)
+    doubled: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    """Entries read under a key already read with another value (`_check_records`)."""
 
     @property
     def intact(self) -> bool:
@@ -94,7 +96,11 @@ def survey(journals_path: Path) -> Survey:
         report = walk(journals_path, records=True, start_db=start_db)
         for name, key, value in report.items:
             if name not in INDEXES:  # an index is rebuilt from its database, not copied
-                result.entries.setdefault(name, {})[key] = value
+                entries = result.entries.setdefault(name, {})
+                if entries.get(key, value) != value:  # a key twice: one is misfiled
+                    result.doubled.setdefault(name, []).append((key, value))
+                else:
+                    entries[key] = value
         for name in report.counts:
             if name not in INDEXES:
                 result.entries.setdefault(name, {})
@@ -131,34 +137,58 @@ def survey(journals_path: Path) -> Survey:
     for name, entries in result.entries.items():
         report = result.reports.setdefault(name, DatabaseReport(name))
         if name in RECORD_DATABASES:
-            _check_records(name, entries, report)
+            _check_records(name, entries, report, result.doubled.get(name, []))
         report.readable = len(entries)
     return result
 
 
-def _check_records(name: str, entries: dict[bytes, bytes], report: DatabaseReport) -> None:
+def _check_records(
+    name: str,
+    entries: dict[bytes, bytes],
+    report: DatabaseReport,
+    doubled: list[tuple[bytes, bytes]],
+) -> None:
     """Drop the records that fail their checks (reported corrupt); re-file under its
     own key a sound record found under another (reported inconsistent), unless a
-    record already holds that key."""
+    record already holds that key. `doubled`: records read under a key that another
+    record was read under too (a flipped key bit can give a damaged page two)."""
     refiled: dict[bytes, bytes] = {}
-    for key, value in list(entries.items()):
+    extra = []
+    for key, value in doubled:
+        if filing_problem(name, key, *_filed_as(value)) is None:
+            extra.append((key, entries[key]))  # the record read first is the misfiled one
+            entries[key] = value
+        else:
+            extra.append((key, value))
+    for key, value in list(entries.items()) + extra:
         try:
             record = decode_record(value, name, key)
         except CorruptRecord as corrupt:
             report.corrupt.append(f"key {key.hex()}: {corrupt.problem}")
-            del entries[key]
+            if entries.get(key) == value:
+                del entries[key]
             continue
         problem = filing_problem(name, key, record.seq, record.target_group, record.target_queue)
         if problem is None:
             continue
         own = _own_key(name, key, record.seq, record.target_group, record.target_queue)
-        del entries[key]
+        if entries.get(key) == value:
+            del entries[key]
         if own in entries or own in refiled:
             report.corrupt.append(f"{problem}; its own key {own.hex()} is taken")
             continue
         refiled[own] = value
         report.inconsistent.append(f"{problem}; salvage files it under {own.hex()}")
     entries.update(refiled)
+
+
+def _filed_as(value: bytes) -> tuple[int, int, int]:
+    """(seq, target group, target queue) of a record; (-1, -1, -1) if it is corrupt."""
+    try:
+        record = decode_record(value)
+    except CorruptRecord:
+        return -1, -1, -1
+    return record.seq, record.target_group, record.target_queue
 
 
 def _own_key(name: str, key: bytes, seq: int, target_group: int, target_queue: int) -> bytes:
