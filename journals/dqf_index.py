@@ -15,27 +15,37 @@ so it sorts before every 12-byte DQF key), and `open_index` rebuilds the index f
 the DQF's keys when the stamp is not the environment's last transaction or the
 counts differ (the upgrade path of a data directory written before the index
 existed: its DQF is read once, keys only).
+
+The stamp also holds how many entries each of the group's databases had after that
+commit (`COUNTED`, in the same transaction as the records): a second witness, on
+another page, that the start-up check (mrs.storage.journal_check) holds against what it
+walks, so a damaged page that hides records, or a flipped key that files one under
+another queue or seq, is found before the group serves instead of never.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import lmdb
 
 INDEX_DB = b"dqf-keys"
 STAMP_KEY = b"\x00"
-"""Index key holding the id of the last transaction that kept it (big-endian u64)."""
+"""Index key holding the id of the last transaction that kept it (big-endian u64),
+then the entry count of each COUNTED database after it (big-endian u64 each)."""
+COUNTED = ("saf", "dqf", "dlj", "pcj", "meta", "marks", "notices", "dedupe")
+"""The databases whose entries the stamp counts, in this order (journals.keys.Journal)."""
 FIRST_KEY = bytes(12)
 """Every DQF key sorts at or after this, and the stamp before it."""
-_U64 = struct.Struct(">Q")
+_STAMP = struct.Struct(">" + "Q" * (1 + len(COUNTED)))
 
 
-def open_index(env: lmdb.Environment, dqf_db, *, readonly: bool):
+def open_index(env: lmdb.Environment, dqf_db, *, readonly: bool, counted: Sequence = ()):
     """The index database, rebuilt first if it may be stale; None when it cannot be
     trusted and cannot be rebuilt (read-only, or the rebuild failed): callers then
-    read the DQF's own keys, and writers leave the index alone."""
+    read the DQF's own keys, and writers leave the index alone. `counted`: the
+    COUNTED databases, whose counts a rebuild stamps."""
     if readonly:
         try:
             index_db = env.open_db(INDEX_DB, create=False)
@@ -45,26 +55,35 @@ def open_index(env: lmdb.Environment, dqf_db, *, readonly: bool):
     try:
         index_db = env.open_db(INDEX_DB, create=True)
         if not is_current(env, index_db, dqf_db):
-            rebuild(env, index_db, dqf_db)
+            rebuild(env, index_db, dqf_db, counted)
     except lmdb.Error:
         return None  # e.g. a full map: start on the DQF's keys, rebuild at the next open
     return index_db
 
 
 def is_current(env: lmdb.Environment, index_db, dqf_db) -> bool:
-    """True if the last commit kept the index and it has as many keys as the DQF."""
+    """True if the last commit kept the index (and stamped its counts) and the index
+    has as many keys as the DQF."""
     with env.begin() as txn:
-        stamped = txn.get(STAMP_KEY, db=index_db)
-        if stamped is None or len(stamped) != _U64.size or _U64.unpack(stamped)[0] != txn.id():
+        if read_stamp(txn, index_db) is None:
             return False
         return txn.stat(index_db)["entries"] == txn.stat(dqf_db)["entries"] + 1
 
 
-def rebuild(env: lmdb.Environment, index_db, dqf_db) -> int:
+def read_stamp(txn: lmdb.Transaction, index_db) -> dict[str, int] | None:
+    """The entry count of each COUNTED database as the transaction `txn` reads was
+    committed; None if that commit did not stamp them (another writer, an older MRS)."""
+    stamped = txn.get(STAMP_KEY, db=index_db)
+    if stamped is None or len(stamped) != _STAMP.size or _STAMP.unpack(stamped)[0] != txn.id():
+        return None
+    return dict(zip(COUNTED, _STAMP.unpack(stamped)[1:], strict=True))
+
+
+def rebuild(env: lmdb.Environment, index_db, dqf_db, counted: Sequence = ()) -> int:
     """Refill the index from the DQF's keys in one synced transaction; the key count."""
     with env.begin(write=True) as txn:
         txn.drop(index_db, delete=False)
-        stamp(txn, index_db)
+        stamp(txn, index_db, counted)
         cursor = txn.cursor(index_db)
         count = 0
         for key in txn.cursor(dqf_db).iternext(keys=True, values=False):
@@ -90,9 +109,17 @@ def put_keys(txn: lmdb.Transaction, index_db, items: list[tuple[bytes, bytes]]) 
         items.clear()
 
 
-def stamp(txn: lmdb.Transaction, index_db) -> None:
-    """Record, in the transaction being written, that it keeps the index."""
-    txn.put(STAMP_KEY, _U64.pack(txn.id()), db=index_db)
+def stamp(txn: lmdb.Transaction, index_db, counted: Sequence) -> None:
+    """Record, in the transaction being written, that it keeps the index, and the
+    entries each of the COUNTED databases (`counted`, their handles) holds after it.
+    Last in the transaction: reading a database's count costs no page (LMDB keeps it
+    in the transaction). Without all handles (a read-only store), nothing is counted
+    and the stamp says the index is not current."""
+    if len(counted) != len(COUNTED):
+        return
+    stat = txn.stat
+    entries = [stat(db)["entries"] for db in counted]
+    txn.put(STAMP_KEY, _STAMP.pack(txn.id(), *entries), db=index_db)
 
 
 def keys(env: lmdb.Environment, db, start: bytes = b"") -> Iterator[bytes]:

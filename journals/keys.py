@@ -57,3 +57,23 @@ def split_key(key: bytes) -> tuple[int | None, int]:
         prefix, seq = _QUEUE_SEQ.unpack(key)
         return prefix, seq
     return None, _U64.unpack(key)[0]
+
+
+def filing_problem(
+    journal: str, key: bytes, seq: int, target_group: int, target_queue: int
+) -> str | None:
+    """Why a record that says it is `seq` to `target_group.target_queue` is not filed
+    under the key it would have been written under in `journal` (None if it is).
+
+    Why: a flipped bit in a key leaves a sound record (its checksum covers only the
+    record) under another seq, queue or group, where nothing looks for it. DQF keys
+    name the target queue, a group's SAF keys the target group (a client's SAF, and
+    the DLJ and PCJ, only the seq)."""
+    prefix, key_seq = split_key(key) if len(key) in (_U64.size, _QUEUE_SEQ.size) else (None, -1)
+    if key_seq != seq:
+        return f"filed under key {key.hex()}, but the record is seq {seq}"
+    expected = target_queue if journal == Journal.DQF else target_group
+    if prefix is not None and journal in (Journal.DQF, Journal.SAF) and prefix != expected:
+        what = "queue" if journal == Journal.DQF else "group"
+        return f"filed under key {key.hex()} ({what} {prefix}), but the record is for {expected}"
+    return None

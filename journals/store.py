@@ -130,7 +130,11 @@ class JournalStore:
             if not readonly
             else self._open_readonly_dbs()
         )
-        self.dqf_index = dqf_index.open_index(self.env, self._dbs[Journal.DQF], readonly=readonly)
+        self._counted = [self._dbs[journal] for journal in Journal] if not readonly else []
+        """The handles whose entry counts every commit stamps (journals.dqf_index)."""
+        self.dqf_index = dqf_index.open_index(
+            self.env, self._dbs[Journal.DQF], readonly=readonly, counted=self._counted
+        )
         """The DQF's keys alone (journals.dqf_index); None: read the DQF's own keys."""
 
     def _open_readonly_dbs(self) -> dict[Journal, Any]:
@@ -331,7 +335,7 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
                         put(key, value, db=dbs[journal])
             if index is not None:
                 dqf_index.put_keys(txn, index, indexed)
-                dqf_index.stamp(txn, index)
+                dqf_index.stamp(txn, index, store._counted)
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
     except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)

@@ -149,6 +149,9 @@ JOURNAL_CHECK_INTERVAL_S = 1.0
 """How often the journal-usage warnings are re-evaluated."""
 JOURNAL_WALK_TIMEOUT_S = 600.0
 """Longest a full journal check may walk before it gives up."""
+JOURNAL_PROBLEMS_PER_CHECK_MAX = 5
+"""Disagreements a journal check names per kind (mrs.storage.journal_check.cross_check): the
+first few say where the damage is; a damaged page can misfile thousands."""
 RESERVE_MEASURE_INTERVAL_S = 0.05
 """How often the journal reserve re-measures the free space of the map."""
 

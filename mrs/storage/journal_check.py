@@ -10,11 +10,17 @@ The child (`python -m mrs.storage.journal_check PATH [--from DB --after KEY] [--
 [--records]`) opens the environment read-only, walks every named database (in key
 order, or in reverse) and writes msgpack items to stdout:
 `["db", name]`, `["item", key, value]` (with --records), `["end", name, count]`,
-and `["error", message]` for an LMDB error it could catch.
+`["error", message]` for an LMDB error it could catch, and, after a whole walk,
+`["inconsistent", name, problem]` for each way the databases disagree with the
+counts the last commit stamped (journals.dqf_index), the DQF with its key index,
+or a SAF record with its key: damage LMDB itself cannot see, as a flipped key bit
+or a page that lost entries, which would otherwise strand records where nothing
+looks for them.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import signal
 import subprocess
@@ -24,12 +30,13 @@ from pathlib import Path
 
 import msgpack
 
-from mrs.limits import JOURNAL_WALK_TIMEOUT_S
+from mrs.limits import JOURNAL_PROBLEMS_PER_CHECK_MAX, JOURNAL_WALK_TIMEOUT_S
 
 FLUSH_EVERY = 64
 DATABASES = ("saf", "dqf", "dlj", "pcj", "meta", "marks", "notices", "dedupe")
 INDEXES = ("dqf-keys",)
-"""Walked when checking, not copied out: a store rebuilds them (journals.dqf_index)."""
+"""Walked and held against their databases, never copied out: a store rebuilds them
+(journals.dqf_index)."""
 
 
 # ---------------------------------------------------------------------- the child
@@ -49,7 +56,8 @@ def _walk(
             env = lmdb.open(path, readonly=True, lock=True, max_dbs=16, subdir=True)
         except lmdb.Error:
             env = lmdb.open(path, readonly=True, lock=False, max_dbs=16, subdir=True)
-        names = list(DATABASES) + ([] if records else list(INDEXES))
+        names = list(DATABASES) + list(INDEXES)
+        walked: dict[str, int] = {}
         if start_db is not None:
             names = names[names.index(start_db) :]
         for name in names:
@@ -60,7 +68,8 @@ def _walk(
             emit("db", name)
             out.flush()
             if not records and not reverse and start_db is None:
-                emit("end", name, _touch_all(env, db))
+                walked[name] = _touch_all(env, db)
+                emit("end", name, walked[name])
                 out.flush()
                 continue
             count = 0
@@ -86,6 +95,10 @@ def _walk(
                     positioned = step()
             emit("end", name, count)
             out.flush()
+            walked[name] = count
+        if start_db is None and not reverse:
+            for name, problem in cross_check(env, walked):
+                emit("inconsistent", name, problem)
     except lmdb.Error as error:
         emit("error", f"{type(error).__name__}: {error}")
         out.flush()
@@ -105,6 +118,109 @@ def _touch_all(env, db) -> int:
                 value[0] + value[-1]  # noqa: B018 - read for the fault, not the value
             count += 1
     return count
+
+
+FILED_AT_START = ("saf", "dlj")
+"""Whose records the start-up check holds against their keys (the DQF's through its
+index): a misfiled one is sent to the wrong group, or a dead letter the handler
+cannot delete. Not the PCJ: an audit trail of any size, whose misfiled record is
+still read (under another seq); `mrs journal verify` checks it."""
+
+
+def cross_check(env, walked: dict[str, int]) -> list[tuple[str, str]]:
+    """(database, problem) for every way the environment disagrees with itself:
+    entry counts against the stamp of the last commit, DQF keys against the key
+    index, SAF and DLJ records against their keys; and the free-page list every write reads
+    (journals.freelist). Only the last when the last commit did not stamp its counts
+    (written by something else: the store rebuilds the index)."""
+    import lmdb
+
+    from journals import dqf_index, freelist
+
+    with env.begin() as txn:
+        problems = [
+            ("freelist", p) for p in freelist.problems(Path(env.path()) / "data.mdb", txn.id())
+        ]
+    try:
+        index_db = env.open_db(dqf_index.INDEX_DB, create=False)
+    except lmdb.NotFoundError:
+        return problems
+    dbs = {}
+    for name in DATABASES:
+        try:
+            dbs[name] = env.open_db(name.encode(), create=False)
+        except lmdb.NotFoundError:
+            dbs[name] = None
+    with env.begin() as txn:
+        stamped = dqf_index.read_stamp(txn, index_db)
+        if stamped is None:
+            return problems
+        for name, count in stamped.items():
+            if walked.get(name, 0) != count:
+                found = walked.get(name, 0)
+                problems.append((name, f"{found} entries where its last commit left {count}"))
+        index_name = dqf_index.INDEX_DB.decode()
+        if walked.get(index_name, 0) != stamped["dqf"] + 1:
+            found = walked.get(index_name, 0) - 1
+            problems.append((index_name, f"{found} keys for {stamped['dqf']} DQF records"))
+        if dbs["dqf"] is not None:
+            problems += [("dqf", p) for p in _index_disagreements(txn, dbs["dqf"], index_db)]
+        for name in FILED_AT_START:
+            if dbs[name] is not None:
+                problems += [(name, p) for p in misfiled(txn.cursor(dbs[name]).iternext(), name)]
+    return problems
+
+
+def _index_disagreements(txn, dqf_db, index_db) -> list[str]:
+    """How the DQF's keys differ from its key index's (both read in key order: a key
+    whose bits flipped is in one and not the other, or out of order in its page)."""
+    from journals import dqf_index, split_key
+
+    def index_keys():
+        cursor = txn.cursor(index_db)
+        return cursor.iternext(values=False) if cursor.set_range(dqf_index.FIRST_KEY) else iter(())
+
+    def dqf_keys():
+        return txn.cursor(dqf_db).iternext(values=False)
+
+    if all(map(operator.eq, dqf_keys(), index_keys())):  # the common case, at C speed
+        return []
+    in_dqf, in_index = set(dqf_keys()), set(index_keys())
+
+    def named(key: bytes) -> str:
+        queue, seq = split_key(key) if len(key) == 12 else (None, -1)
+        return f"key {key.hex()} (queue {queue} seq {seq})"
+
+    problems = [
+        f"{named(k)} is in the DQF, not in its key index" for k in sorted(in_dqf - in_index)
+    ]
+    problems += [
+        f"{named(k)} is in the key index, not in the DQF" for k in sorted(in_index - in_dqf)
+    ]
+    return problems[:JOURNAL_PROBLEMS_PER_CHECK_MAX] or [
+        "the DQF's keys are out of order (a damaged page)"
+    ]
+
+
+def misfiled(items, journal: str) -> list[str]:
+    """Records of `journal` (key, value pairs) that decode but are not filed under
+    their own key (journals.keys.filing_problem); a record that does not decode is
+    reported where it is read, not here."""
+    from journals import CorruptRecord, decode_record
+    from journals.keys import filing_problem
+
+    problems = []
+    for key, value in items:
+        try:
+            record = decode_record(value, journal, key)
+        except CorruptRecord:
+            continue
+        problem = filing_problem(journal, key, record.seq, record.target_group, record.target_queue)
+        if problem is not None:
+            problems.append(problem)
+            if len(problems) >= JOURNAL_PROBLEMS_PER_CHECK_MAX:
+                break
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +244,8 @@ class Walk:
     """None if the child walked everything; else how it failed (error, signal)."""
     failed_in: str | None = None
     """The database being walked when it failed."""
+    inconsistencies: list[tuple[str, str]] = field(default_factory=list)
+    """(database, problem): where the databases disagree (`cross_check`)."""
 
 
 def walk(
@@ -178,6 +296,8 @@ def walk(
                     break
             elif kind == "error":
                 result.failure = item[1]
+            elif kind == "inconsistent":
+                result.inconsistencies.append((item[1], item[2]))
     except (ValueError, msgpack.UnpackException):
         pass  # the child died mid-item: what came before stands
     if result.failure is None and child.returncode != 0:
@@ -200,11 +320,17 @@ def verify_before_open(journals_path: Path) -> str | None:
     if not os.access(data_file, os.R_OK):
         return f"journal {data_file} cannot be read (permission denied)"
     report = walk(Path(journals_path))
-    if report.failure is None:
+    if report.failure is not None:
+        where = f" (in its {report.failed_in} database)" if report.failed_in else ""
+        damage = f"{where}: {report.failure}"
+    elif report.inconsistencies:
+        name, problem = report.inconsistencies[0]
+        more = len(report.inconsistencies) - 1
+        damage = f" (in its {name} database): {problem}" + (f" (and {more} more)" if more else "")
+    else:
         return None
-    where = f" (in its {report.failed_in} database)" if report.failed_in else ""
     return (
-        f"journal {data_file} is damaged{where}: {report.failure}; "
+        f"journal {data_file} is damaged{damage}; "
         f"run `mrs journal verify --data-dir {Path(journals_path).parent}` and "
         "`mrs journal salvage` to copy out every intact record"
     )

@@ -183,3 +183,32 @@ def test_released_again_and_again_and_after_the_map_moves(tmp_path: Path) -> Non
         assert mapped_kib(data_file) < read_kib / 10
     finally:
         store.close()
+
+
+def test_every_commit_stamps_the_counts_and_an_older_stamp_is_upgraded(tmp_path: Path) -> None:
+    """The counts the start-up check holds the file against (mrs.storage.journal_check) are
+    stamped by every commit; a directory stamped by an MRS from before them (its
+    transaction id alone) is not refused but re-stamped when next opened."""
+    from mrs.storage.journal_check import verify_before_open
+
+    path = tmp_path / "journals"
+    store = JournalStore(path, 1 << 22)
+    batch = WriteBatch.empty().put_record(Journal.DQF, queue_key(10, 1), record(10, 1))
+    store.commit_now(batch.put_raw(Journal.MARKS, queue_key(10, 1), b"\0\0\0\1"))
+    with store.env.begin() as txn:
+        counts = dqf_index.read_stamp(txn, store.dqf_index)
+    assert counts == dict.fromkeys(dqf_index.COUNTED, 0) | {"dqf": 1, "marks": 1}
+    store.close()
+    env = lmdb.open(str(path), max_dbs=16)
+    index = env.open_db(dqf_index.INDEX_DB)
+    with env.begin(write=True) as txn:  # what an older MRS's commit left
+        txn.put(dqf_index.STAMP_KEY, struct.pack(">Q", txn.id()), db=index)
+    env.close()
+    assert verify_before_open(path) is None
+    again = JournalStore(path, 1 << 22)
+    try:
+        with again.env.begin() as txn:
+            assert dqf_index.read_stamp(txn, again.dqf_index) == counts
+    finally:
+        again.close()
+    assert verify_before_open(path) is None

@@ -6,11 +6,15 @@ the operator then needs to know what is wrong and to get every intact record out
 Both commands read the journals in child processes (`mrs.storage.journal_check`), so even an
 LMDB abort cannot kill them, and never write to the damaged environment:
 
-- `verify` walks every database and checks every record's format and checksum;
-  exit 0 all intact, 1 damage found, 2 bad usage.
+- `verify` walks every database and checks every record's format and checksum,
+  that every record is filed under its own key (its queue or group and its seq),
+  and that the databases agree with the counts their last commit stamped and the
+  DQF with its key index (`mrs.storage.journal_check.cross_check`, the server's own start-up
+  check); exit 0 all intact, 1 damage found, 2 bad usage.
 - `salvage --to DIR` copies every readable entry into a fresh environment at
   `DIR/journals`: records that pass their checks, and the bookkeeping databases
-  (meta, marks, notices, dedupe) as they are. Where LMDB itself cannot read past a
+  (meta, marks, notices, dedupe) as they are; a sound record filed under a damaged
+  key is filed under its own key again. Where LMDB itself cannot read past a
   damaged page, it reads the rest of that database backwards from its end, so only
   what sits on the damaged pages is lost, and it says which key range that is.
   Start a server on the copy by pointing `data_dir` at DIR.
@@ -24,10 +28,20 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from journals import CorruptRecord, Journal, JournalStore, WriteBatch, decode_record
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalStore,
+    WriteBatch,
+    decode_record,
+    group_key,
+    queue_key,
+    seq_key,
+)
+from journals.keys import filing_problem
 from mrs.config.bus import ConfigError
 from mrs.offline.journal_files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
-from mrs.storage.journal_check import DATABASES, walk
+from mrs.storage.journal_check import DATABASES, INDEXES, walk
 
 RECORD_DATABASES = frozenset(
     journal.value for journal in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
@@ -42,6 +56,12 @@ class DatabaseReport:
     corrupt: list[str] = field(default_factory=list)
     damage: str | None = None
     """LMDB could not read all of it: why, and which keys were lost."""
+    inconsistent: list[str] = field(default_factory=list)
+    """Disagreements with the stamped counts, the key index, or a record's own key."""
+
+    @property
+    def intact(self) -> bool:
+        return not self.corrupt and self.damage is None and not self.inconsistent
 
     def as_dict(self) -> dict:
         return {
@@ -49,6 +69,7 @@ class DatabaseReport:
             "readable": self.readable,
             "corrupt": self.corrupt,
             "damage": self.damage,
+            "inconsistent": self.inconsistent,
         }
 
 
@@ -58,27 +79,41 @@ class Survey:
 
     entries: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     reports: dict[str, DatabaseReport] = field(default_factory=dict)
+    doubled: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    """Entries read under a key already read with another value (`_check_records`)."""
 
     @property
     def intact(self) -> bool:
-        return all(not r.corrupt and r.damage is None for r in self.reports.values())
+        return all(report.intact for report in self.reports.values())
 
 
 def survey(journals_path: Path) -> Survey:
-    """Read everything readable: forward; past a damaged page, backwards from the end."""
+    """Read everything readable: forward; past a damaged page, backwards from the end.
+    Then check every record, and re-file a sound one found under a damaged key."""
     result = Survey()
     start_db: str | None = None
     while True:
         report = walk(journals_path, records=True, start_db=start_db)
         for name, key, value in report.items:
-            result.entries.setdefault(name, {})[key] = value
+            if name not in INDEXES:  # an index is rebuilt from its database, not copied
+                entries = result.entries.setdefault(name, {})
+                if entries.get(key, value) != value:  # a key twice: one is misfiled
+                    result.doubled.setdefault(name, []).append((key, value))
+                else:
+                    entries[key] = value
         for name in report.counts:
-            result.entries.setdefault(name, {})
+            if name not in INDEXES:
+                result.entries.setdefault(name, {})
+        for name, problem in report.inconsistencies:
+            result.reports.setdefault(name, DatabaseReport(name)).inconsistent.append(problem)
         if report.failure is None:
             break
         failed = report.failed_in
         if failed is None:  # could not even open it, or failed between databases
             result.reports["(environment)"] = DatabaseReport("(environment)", damage=report.failure)
+            break
+        if failed in INDEXES:  # the last one walked; rebuilt from the DQF by a store
+            result.reports[failed] = DatabaseReport(failed, damage=report.failure)
             break
         forward = result.entries.setdefault(failed, {})
         last_forward = max(forward) if forward else None
@@ -102,14 +137,65 @@ def survey(journals_path: Path) -> Survey:
     for name, entries in result.entries.items():
         report = result.reports.setdefault(name, DatabaseReport(name))
         if name in RECORD_DATABASES:
-            for key, value in list(entries.items()):
-                try:
-                    decode_record(value, name, key)
-                except CorruptRecord as corrupt:
-                    report.corrupt.append(f"key {key.hex()}: {corrupt.problem}")
-                    del entries[key]
+            _check_records(name, entries, report, result.doubled.get(name, []))
         report.readable = len(entries)
     return result
+
+
+def _check_records(
+    name: str,
+    entries: dict[bytes, bytes],
+    report: DatabaseReport,
+    doubled: list[tuple[bytes, bytes]],
+) -> None:
+    """Drop the records that fail their checks (reported corrupt); re-file under its
+    own key a sound record found under another (reported inconsistent), unless a
+    record already holds that key. `doubled`: records read under a key that another
+    record was read under too (a flipped key bit can give a damaged page two)."""
+    refiled: dict[bytes, bytes] = {}
+    extra = []
+    for key, value in doubled:
+        if filing_problem(name, key, *_filed_as(value)) is None:
+            extra.append((key, entries[key]))  # the record read first is the misfiled one
+            entries[key] = value
+        else:
+            extra.append((key, value))
+    for key, value in list(entries.items()) + extra:
+        try:
+            record = decode_record(value, name, key)
+        except CorruptRecord as corrupt:
+            report.corrupt.append(f"key {key.hex()}: {corrupt.problem}")
+            if entries.get(key) == value:
+                del entries[key]
+            continue
+        problem = filing_problem(name, key, record.seq, record.target_group, record.target_queue)
+        if problem is None:
+            continue
+        own = _own_key(name, key, record.seq, record.target_group, record.target_queue)
+        if entries.get(key) == value:
+            del entries[key]
+        if own in entries or own in refiled:
+            report.corrupt.append(f"{problem}; its own key {own.hex()} is taken")
+            continue
+        refiled[own] = value
+        report.inconsistent.append(f"{problem}; salvage files it under {own.hex()}")
+    entries.update(refiled)
+
+
+def _filed_as(value: bytes) -> tuple[int, int, int]:
+    """(seq, target group, target queue) of a record; (-1, -1, -1) if it is corrupt."""
+    try:
+        record = decode_record(value)
+    except CorruptRecord:
+        return -1, -1, -1
+    return record.seq, record.target_group, record.target_queue
+
+
+def _own_key(name: str, key: bytes, seq: int, target_group: int, target_queue: int) -> bytes:
+    """The key a record of `name` is written under, in the layout `key` has."""
+    if len(key) != 12:
+        return seq_key(seq)
+    return queue_key(target_queue, seq) if name == Journal.DQF else group_key(target_group, seq)
 
 
 def copy_out(found: Survey, destination: Path) -> int:
@@ -180,7 +266,7 @@ def _print(found: Survey, journals_path: Path, as_json: bool, extra: dict) -> No
         print(json.dumps({**payload, "databases": reports}))
         return
     for report in found.reports.values():
-        state = "ok" if not report.corrupt and report.damage is None else "DAMAGED"
+        state = "ok" if report.intact else "DAMAGED"
         print(
             f"{report.name:8} {report.readable:>9} readable  {len(report.corrupt):>6} corrupt  "
             f"{state}"
@@ -191,6 +277,10 @@ def _print(found: Survey, journals_path: Path, as_json: bool, extra: dict) -> No
             print(f"         ... and {len(report.corrupt) - 20} more")
         if report.damage is not None:
             print(f"         LMDB: {report.damage}")
+        for line in report.inconsistent[:20]:
+            print(f"         inconsistent: {line}")
+        if len(report.inconsistent) > 20:
+            print(f"         ... and {len(report.inconsistent) - 20} more")
     verdict = "intact" if found.intact else "DAMAGED"
     print(f"{journals_path}: {verdict}" + "".join(f", {k} {v}" for k, v in extra.items()))
 
