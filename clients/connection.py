@@ -43,13 +43,21 @@ from clients.get_pool import GetPool
 from clients.link import _Link, _LinkLoops
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
-from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
+from clients.requests import (
+    built,
+    confirm_request,
+    get_request,
+    pending_texts,
+    put_reply_wait_s,
+    put_request,
+    queue_text,
+)
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import JournalEvent, _psb, _SafDrain
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
-from mrs.limits import HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
+from mrs.limits import HEARTBEAT_S_DEFAULT, PENDING_QUERY_WAIT_S, REPLY_GRACE_S
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -357,6 +365,29 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "status")
         reply = await self._request(wire.StatusRequest(self._next_id()), None, "other")
         return reply.info
+
+    async def locate(self, name: str | Address) -> Address:
+        """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,
+        `GROUP.NAME`, or a bare name, looked up in the group's queues first, then in
+        the whole bus. Raises NoSuchQueue when no queue has it, BadParameter for text
+        that cannot be a queue or a bare name several other groups use."""
+        self._require_link(Status.NOTACTIVE, "locate")
+        request = built(wire.Locate, self._next_id(), queue_text(name, "locate"))
+        reply = await self._request(request, REPLY_GRACE_S, "other")
+        return Address(reply.group, reply.queue)
+
+    async def pending(self, queues: Sequence[str | Address]) -> list[int]:
+        """How many messages wait to be got on each queue (MessageQ's
+        putil_show_pending), in the order given: of this group, or of another group
+        asked over the link (an MrsError with status LINK_DOWN when it is not
+        reachable). Delivered messages not yet confirmed are not pending. Raises
+        NoSuchQueue naming a queue no group has, BadParameter for a malformed list
+        (1..PENDING_QUEUES_MAX queues)."""
+        self._require_link(Status.NOTACTIVE, "pending")
+        texts = pending_texts(queues)
+        request = built(wire.ShowPending, self._next_id(), texts)
+        reply = await self._request(request, PENDING_QUERY_WAIT_S + REPLY_GRACE_S, "other")
+        return list(reply.counts)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._messages()

@@ -28,12 +28,13 @@ side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
-                  StatusRequest, CancelGet, GiveBack, Ping, Pong
+                  StatusRequest, Locate, ShowPending, CancelGet,
+                  GiveBack, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
-                  Confirmed, AnswerBatch, StatusReply, Failure,
-                  Ping, Pong
+                  Confirmed, AnswerBatch, StatusReply, Located,
+                  PendingCounts, Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -89,11 +90,15 @@ from mrs.protocol.events import (
     GetBatch,
     GiveBack,
     Hello,
+    Locate,
+    Located,
+    PendingCounts,
     Ping,
     Pong,
     Put,
     PutBatch,
     PutDone,
+    ShowPending,
     StatusReply,
     StatusRequest,
     Welcome,
@@ -109,6 +114,8 @@ from mrs.protocol.link_events import (
     ForgetNotice,
     LinkAck,
     LinkNotice,
+    LinkPendingCounts,
+    LinkPendingQuery,
     LinkResult,
     LinkTransfer,
     Notice,
@@ -157,10 +164,15 @@ __all__ = [
     "Hello",
     "LinkAck",
     "LinkNotice",
+    "LinkPendingCounts",
+    "LinkPendingQuery",
     "LinkResult",
     "LinkTransfer",
     "LocalProtocolError",
+    "Locate",
+    "Located",
     "Notice",
+    "PendingCounts",
     "Ping",
     "Pong",
     "ProtocolError",
@@ -170,6 +182,7 @@ __all__ = [
     "RemoteProtocolError",
     "ResyncNotice",
     "RoomNotice",
+    "ShowPending",
     "StatusReply",
     "StatusRequest",
     "TransferredMessage",
