@@ -76,6 +76,10 @@ PENDING_QUERY_WAIT_S = 5.0
 """How long a group waits for another group's pending counts before it answers the
 client TIMEOUT: a link that went silent is declared lost only after its heartbeats
 (15 s), and the client would stop waiting first."""
+JOURNAL_READ_CHUNK_RECORDS = 256
+"""Records an application's journal reader (clients.journal_reader) reads in one read
+transaction: a reader holds the server's old pages only that long, however slowly
+it iterates."""
 QUEUE_NAME_CHARS_MAX = 256
 """Characters of a queue name or address a Locate or ShowPending may carry: longer
 than any `GROUP.QUEUE` a config can declare, so longer text is refused BADPARAM."""
