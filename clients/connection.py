@@ -30,7 +30,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -373,7 +373,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         that cannot be a queue or a bare name several other groups use."""
         self._require_link(Status.NOTACTIVE, "locate")
         request = built(wire.Locate, self._next_id(), queue_text(name, "locate"))
-        reply = await self._request(request, REPLY_GRACE_S, "other")
+        reply = cast(wire.Located, await self._request(request, REPLY_GRACE_S, "other"))
         return Address(reply.group, reply.queue)
 
     async def pending(self, queues: Sequence[str | Address]) -> list[int]:
@@ -386,7 +386,8 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "pending")
         texts = pending_texts(queues)
         request = built(wire.ShowPending, self._next_id(), texts)
-        reply = await self._request(request, PENDING_QUERY_WAIT_S + REPLY_GRACE_S, "other")
+        wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
+        reply = cast(wire.PendingCounts, await self._request(request, wait_s, "other"))
         return list(reply.counts)
 
     def __aiter__(self) -> AsyncIterator[Message]:

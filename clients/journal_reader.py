@@ -119,6 +119,8 @@ def _refuse(problem: str) -> BadParameter:
 def _seq_bounds(seq: int | tuple[int | None, int | None] | None) -> tuple[int | None, int | None]:
     if seq is None:
         return None, None
+    low: int | None
+    high: int | None
     if type(seq) is int:
         low, high = seq, seq
     elif isinstance(seq, tuple) and len(seq) == 2:
