@@ -13,11 +13,14 @@ from clients import (
     DeliveryMode,
     MrsError,
     NoSuchQueue,
+    NotAuthorized,
     Status,
+    connect,
     connect_sync,
 )
 from mrs.limits import PENDING_QUERY_WAIT_S, PENDING_QUEUES_MAX, QUEUE_NAME_CHARS_MAX
 from sim.bus import LinkedBus
+from tests.auth_helpers import SecureBus, creds
 from tests.test_links import QUEUES, wait_for_link
 
 OWN_QUEUE = """
@@ -135,3 +138,30 @@ async def test_a_count_the_other_group_never_sends_is_answered(make_mem_linked) 
         with pytest.raises(MrsError) as lost:
             await client.pending(["2.10"])
         assert lost.value.status == Status.LINK_DOWN
+
+
+@pytest.fixture
+def secure(tmp_path):
+    """One group, a real process, with [auth] on (tests/auth_helpers.py)."""
+    bus = SecureBus(tmp_path / "secure", group_ids=(1,))
+    bus.start()
+    yield bus
+    bus.stop()
+
+
+async def test_with_auth_a_queue_is_located_and_counted_only_with_a_grant_on_it(
+    secure,
+) -> None:
+    """What a principal may attach to or put to it may find and count; nothing else
+    (a principal with no grant on a queue learns nothing of its traffic)."""
+    address = secure.address(1)
+    async with connect(address, "1.13", credentials=creds("producer")) as producer:
+        await producer.put(b"m", "1.10", delivery=DeliveryMode.WF_DQF)  # put grant on 1.10
+        assert await producer.locate("IN") == Address(1, 10)
+        assert await producer.pending(["IN", "SENDER"]) == [1, 0]
+        with pytest.raises(NotAuthorized, match="locate of 1.11 needs a grant"):
+            await producer.locate("OTHER")
+        with pytest.raises(NotAuthorized, match="pending count of 1.11 needs a grant"):
+            await producer.pending(["IN", "1.11"])
+    async with connect(address, None, credentials=creds("ops")) as ops:  # admin status
+        assert await ops.pending(["OTHER", "IN"]) == [0, 1]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mrs import protocol as wire
+from mrs.config.bus import BusConfig
 from mrs.core.delivery import Refused
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers
@@ -26,26 +27,31 @@ Answer = Callable[[object], None]
 
 
 def locate(ctx: GroupContext, text: str) -> Address:
-    """The address `text` names: `G.Q`, `GROUP.NAME`, or a bare name looked up in this
-    group's queues first, then in every group of the bus. Refused NOSUCHQUEUE when no
-    configured queue has it, BADPARAM when a bare name is a queue of several other
-    groups (the caller must say which: `GROUP.NAME`)."""
+    """The address `text` names, as group `ctx.group_id` sees it (`locate_in`)."""
+    return locate_in(ctx.bus, ctx.group_id, text)
+
+
+def locate_in(bus: BusConfig, group_id: int, text: str) -> Address:
+    """The address `text` names: `G.Q`, `GROUP.NAME`, or a bare name looked up in
+    group `group_id`'s queues first, then in every group of the bus. Refused
+    NOSUCHQUEUE when no configured queue has it, BADPARAM when a bare name is a queue
+    of several other groups (the caller must say which: `GROUP.NAME`)."""
     text = text.strip()
     try:
-        address = ctx.bus.resolve(text, ctx.group_id)
+        address = bus.resolve(text, group_id)
     except (LookupError, ValueError):
-        address = _bus_wide(ctx, text)
-    group = ctx.bus.groups.get(address.group)
+        address = _bus_wide(bus, text)
+    group = bus.groups.get(address.group)
     if group is None or address.queue not in group.queues:
         raise Refused(Status.NOSUCHQUEUE, f"no queue {address} on this bus ({text!r})")
     return address
 
 
-def _bus_wide(ctx: GroupContext, text: str) -> Address:
+def _bus_wide(bus: BusConfig, text: str) -> Address:
     """A bare name of another group's queue, or Refused."""
     found = [
         Address(group.id, queue.id)
-        for group in ctx.bus.groups.values()
+        for group in bus.groups.values()
         for queue in group.queues.values()
         if "." not in text and queue.name == text
     ]
