@@ -30,7 +30,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -41,23 +41,16 @@ from clients.dialing import _Dialer, _split_address
 from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.get_pool import GetPool
 from clients.link import _Link, _LinkLoops
+from clients.lookup import locate, pending
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
-from clients.requests import (
-    built,
-    confirm_request,
-    get_request,
-    pending_texts,
-    put_reply_wait_s,
-    put_request,
-    queue_text,
-)
+from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import JournalEvent, _psb, _SafDrain
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
-from mrs.limits import HEARTBEAT_S_DEFAULT, PENDING_QUERY_WAIT_S, REPLY_GRACE_S
+from mrs.limits import HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -368,27 +361,15 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
 
     async def locate(self, name: str | Address) -> Address:
         """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,
-        `GROUP.NAME`, or a bare name, looked up in the group's queues first, then in
-        the whole bus. Raises NoSuchQueue when no queue has it, BadParameter for text
-        that cannot be a queue or a bare name several other groups use."""
-        self._require_link(Status.NOTACTIVE, "locate")
-        request = built(wire.Locate, self._next_id(), queue_text(name, "locate"))
-        reply = cast(wire.Located, await self._request(request, REPLY_GRACE_S, "other"))
-        return Address(reply.group, reply.queue)
+        `GROUP.NAME`, or a bare name (the group's own queues first, then the bus).
+        Raises NoSuchQueue, or BadParameter for a name several other groups use."""
+        return await locate(self, name)
 
     async def pending(self, queues: Sequence[str | Address]) -> list[int]:
-        """How many messages wait to be got on each queue (MessageQ's
-        putil_show_pending), in the order given: of this group, or of another group
-        asked over the link (an MrsError with status LINK_DOWN when it is not
-        reachable). Delivered messages not yet confirmed are not pending. Raises
-        NoSuchQueue naming a queue no group has, BadParameter for a malformed list
-        (1..PENDING_QUEUES_MAX queues)."""
-        self._require_link(Status.NOTACTIVE, "pending")
-        texts = pending_texts(queues)
-        request = built(wire.ShowPending, self._next_id(), texts)
-        wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
-        reply = cast(wire.PendingCounts, await self._request(request, wait_s, "other"))
-        return list(reply.counts)
+        """Messages waiting to be got on each queue, in order (putil_show_pending);
+        another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
+        it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list."""
+        return await pending(self, queues)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._messages()

@@ -24,13 +24,11 @@ from clients.errors import FieldRefused
 from mrs import protocol as wire
 from mrs.limits import (
     CORRELATION_ID_BYTES_MAX,
-    PENDING_QUEUES_MAX,
     PRIORITY_MAX,
     PUT_TIMEOUT_S_DEFAULT,
-    QUEUE_NAME_CHARS_MAX,
     REPLY_GRACE_S,
 )
-from mrs.model import Address, DeliveryMode, ForceJrn, Status, Uma
+from mrs.model import DeliveryMode, ForceJrn, Status, Uma
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.checks import INT64, UINT64_MAX
 from mrs.protocol.event_types import CONFIRM, GET, PUT
@@ -156,38 +154,3 @@ def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any)
     ):
         return build_unchecked_from(CONFIRM, (request_id, seq, 0, int(force_j)))
     return built(wire.Confirm, request_id, seq, confirm_value, int(force_j))
-
-
-def queue_text(queue: Any, what: str) -> str:
-    """A queue as the wire carries it (`G.Q` or a name), or FieldRefused (BADPARAM)
-    with one line: the server would close the connection on a frame with an empty or
-    oversized name, so the caller hears of it here instead."""
-    if isinstance(queue, Address):
-        return str(queue)
-    if not isinstance(queue, str):
-        raise FieldRefused(
-            Status.BADPARAM, f"{what}: a queue is a str or an Address, got {type(queue).__name__}"
-        )
-    text = queue.strip()
-    if not text or len(text) > QUEUE_NAME_CHARS_MAX:
-        raise FieldRefused(
-            Status.BADPARAM,
-            f"{what}: a queue name must be 1..{QUEUE_NAME_CHARS_MAX} characters, got {len(text)}",
-        )
-    return text
-
-
-def pending_texts(queues: Any) -> list[str]:
-    """The queues of a `pending` call, checked: a list (not one queue, which would be
-    read as its characters) of 1..PENDING_QUEUES_MAX queues."""
-    if isinstance(queues, str | Address | bytes) or not hasattr(queues, "__iter__"):
-        raise FieldRefused(
-            Status.BADPARAM, f"pending: give a list of queues, got {type(queues).__name__}"
-        )
-    texts = [queue_text(queue, "pending") for queue in queues]
-    if not 1 <= len(texts) <= PENDING_QUEUES_MAX:
-        raise FieldRefused(
-            Status.BADPARAM,
-            f"pending: give 1..{PENDING_QUEUES_MAX} queues, got {len(texts)}",
-        )
-    return texts

@@ -14,9 +14,10 @@ that array, decoded and checked by msgspec (docs/protocol.md draws a frame byte 
 byte).
 
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
-from them, and their wording), `base` (the event base class), `events` and
-`link_events` (the events), `explain` (why a refused frame was refused, naming the
-field), `connection` (the state machine). The I/O half is `mrs.transport.framed`.
+from them, and their wording), `base` (the event base class), `events`,
+`lookup_events` and `link_events` (the events), `explain` (why a refused frame was
+refused, naming the field), `connection` (the state machine). The I/O half is
+`mrs.transport.framed`.
 
 State machine
 -------------

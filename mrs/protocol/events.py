@@ -10,9 +10,7 @@ from mrs.limits import (
     ANSWER_BATCH_ITEMS_MAX,
     GET_BATCH_ITEMS_MAX,
     LENT_REMEMBERED_MAX,
-    PENDING_QUEUES_MAX,
     PUT_BATCH_ITEMS_MAX,
-    QUEUE_NAME_CHARS_MAX,
     READ_AHEAD_MAX,
 )
 from mrs.protocol.base import EventStruct, finish
@@ -36,6 +34,7 @@ from mrs.protocol.link_events import (
     LinkPendingQuery,
     LinkTransfer,
 )
+from mrs.protocol.lookup_events import Locate, Located, PendingCounts, ShowPending
 from mrs.protocol.post_init import put_batch_post_init
 
 # -- events: client -> server -------------------------------------------------------
@@ -175,36 +174,6 @@ class StatusRequest(EventStruct, tag=18):
     request_id: RequestId
 
 
-QueueText = Annotated[str, Meta(min_length=1, max_length=QUEUE_NAME_CHARS_MAX)]
-"""A queue as people write it: `G.Q`, a name, `GROUP.NAME` (mrs.config.bus.resolve)."""
-PendingQueues = Annotated[list[QueueText], Meta(min_length=1, max_length=PENDING_QUEUES_MAX)]
-"""The queues of a ShowPending: 1..PENDING_QUEUES_MAX."""
-PendingCountList = Annotated[list[I64], Meta(max_length=PENDING_QUEUES_MAX)]
-"""One count per queue asked, in the order asked."""
-
-
-class Locate(EventStruct, tag=27):
-    """MessageQ's pams_locate_q: the address of the queue `name` names. A bare name is
-    looked up in the group's own queues first, then in every group of the bus (the
-    bus's name space: each group loads the whole bus file); `GROUP.NAME` names one
-    group's queue. Answered by Located, or Failure(NOSUCHQUEUE / BADPARAM). No
-    attachment needed."""
-
-    request_id: RequestId
-    name: QueueText
-
-
-class ShowPending(EventStruct, tag=32):
-    """MessageQ's putil_show_pending: how many messages wait to be got on each queue
-    (the queue's memory window and its cold backlog; delivered and unconfirmed ones
-    are not pending). A queue of another group is asked over the link to that group.
-    Answered by PendingCounts, or Failure (NOSUCHQUEUE naming the queue, LINK_DOWN
-    when a group asked is not reachable). No attachment needed."""
-
-    request_id: RequestId
-    queues: PendingQueues
-
-
 # -- events: server -> client -------------------------------------------------------
 
 
@@ -290,21 +259,6 @@ class AnswerBatch(EventStruct, tag=26):
     The batch itself has no id and answers nothing."""
 
     answers: AnswerList
-
-
-class Located(EventStruct, tag=28):
-    """The answer to a Locate: the queue's address."""
-
-    request_id: RequestId
-    group: I64
-    queue: I64
-
-
-class PendingCounts(EventStruct, tag=33):
-    """The answer to a ShowPending: one count per queue, in the order asked."""
-
-    request_id: RequestId
-    counts: PendingCountList
 
 
 class StatusReply(EventStruct, tag=19):
@@ -423,8 +377,6 @@ finish(
     CancelGet,
     GiveBack,
     StatusRequest,
-    Locate,
-    ShowPending,
     Welcome,
     Attached,
     PutDone,
@@ -433,8 +385,6 @@ finish(
     Confirmed,
     AnswerBatch,
     StatusReply,
-    Located,
-    PendingCounts,
     Failure,
     Fatal,
     Ping,
