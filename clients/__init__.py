@@ -38,6 +38,7 @@ from clients.errors import (
     ShuttingDown,
     TooManyUnconfirmed,
 )
+from clients.journal_reader import JournalReader, JournalRecord, open_journal
 from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
 from clients.sync import SyncClient, connect_sync
@@ -58,6 +59,8 @@ __all__ = [
     "JournalEvent",
     "JournalFailed",
     "JournalFull",
+    "JournalReader",
+    "JournalRecord",
     "KeyReused",
     "Message",
     "MessageTooBig",
@@ -87,5 +90,6 @@ __all__ = [
     "Uma",
     "connect",
     "connect_sync",
+    "open_journal",
     "tls_context",
 ]

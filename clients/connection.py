@@ -41,6 +41,7 @@ from clients.dialing import _Dialer, _split_address
 from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.get_pool import GetPool
 from clients.link import _Link, _LinkLoops
+from clients.lookup import locate, pending
 from clients.pending import _Pending, _Requests
 from clients.reconnect import Reconnect
 from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
@@ -357,6 +358,18 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self._require_link(Status.NOTACTIVE, "status")
         reply = await self._request(wire.StatusRequest(self._next_id()), None, "other")
         return reply.info
+
+    async def locate(self, name: str | Address) -> Address:
+        """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,
+        `GROUP.NAME`, or a bare name (the group's own queues first, then the bus).
+        Raises NoSuchQueue, or BadParameter for a name several other groups use."""
+        return await locate(self, name)
+
+    async def pending(self, queues: Sequence[str | Address]) -> list[int]:
+        """Messages waiting to be got on each queue, in order (putil_show_pending);
+        another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
+        it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list."""
+        return await pending(self, queues)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._messages()

@@ -148,6 +148,14 @@ class SyncClient:
     def status(self) -> dict:
         return self._call(self._client.status)
 
+    def locate(self, name: str | Address) -> Address:
+        """The queue's address by its name (`Client.locate`)."""
+        return self._call(self._client.locate, name)
+
+    def pending(self, queues: Sequence[str | Address]) -> list[int]:
+        """Messages waiting on each queue, in order (`Client.pending`)."""
+        return self._call(self._client.pending, queues)
+
     def __iter__(self) -> Iterator[SyncMessage]:
         while True:
             yield self.get()

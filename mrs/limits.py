@@ -68,6 +68,21 @@ ANSWER_BATCH_ITEMS_MAX = 1000
 """Answers in one AnswerBatch frame at most (a server with more ready sends more frames)."""
 GET_BATCH_ITEMS_MAX = 1000
 """Messages one GetBatch may ask for at most (the client's get_many)."""
+PENDING_QUEUES_MAX = 100
+"""Queues one ShowPending (the client's `pending`, MessageQ's putil_show_pending) may
+name at most: the answer is one count per queue, and queues of other groups are
+asked over their links in one frame per group."""
+PENDING_QUERY_WAIT_S = 5.0
+"""How long a group waits for another group's pending counts before it answers the
+client TIMEOUT: a link that went silent is declared lost only after its heartbeats
+(15 s), and the client would stop waiting first."""
+JOURNAL_READ_CHUNK_RECORDS = 256
+"""Records an application's journal reader (clients.journal_reader) reads in one read
+transaction: a reader holds the server's old pages only that long, however slowly
+it iterates."""
+QUEUE_NAME_CHARS_MAX = 256
+"""Characters of a queue name or address a Locate or ShowPending may carry: longer
+than any `GROUP.QUEUE` a config can declare, so longer text is refused BADPARAM."""
 GET_POOL_BATCH_MAX = 128
 """Messages one GetBatch of the client's pool of waiting gets asks for at most
 (clients.get_pool); more waiting callers are asked for in several batches. Why not

@@ -22,6 +22,7 @@ from typing import Protocol
 from mrs import protocol as wire
 from mrs.group.drain import DrainAnswer
 from mrs.group.peers import Result
+from mrs.group.queue_lookup import local_counts
 from mrs.group.transfer import LINK_LOST, TransferError, status_name
 from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_DIRECT_MESSAGES_MAX
@@ -65,6 +66,8 @@ class Sent(enum.Enum):
     """Forget notices; items: their seqs (put back if the link drops)."""
     VOLATILE = "volatile"
     """Notices kept nowhere but the sender's memory; items: [answered()] or []."""
+    QUERY = "query"
+    """A pending-count query (mrs.group.queue_lookup); items: [answered(counts)]."""
 
 
 @dataclass(eq=False)
@@ -139,6 +142,18 @@ class PeerLink:
             items = [answered] if answered is not None else []
             self._send(wire.LinkNotice(self._next_id(), notices), Sent.VOLATILE, items, 0)
 
+    def ask_pending(
+        self, queue_ids: list[int], answered: Callable[[list[int] | None], None]
+    ) -> None:
+        """Ask the peer for its queues' pending counts (a client's ShowPending):
+        `answered(counts)` with its LinkPendingCounts, `answered(None)` if the link
+        drops first (nothing is journaled: the client is answered LINK_DOWN)."""
+        if self.channel is None:
+            answered(None)
+            return
+        query = wire.LinkPendingQuery(self._next_id(), queue_ids)
+        self._send(query, Sent.QUERY, [answered], 0)
+
     def room(self) -> None:
         """The peer holds a DQF slot for this drain: end the RETRY backoff now."""
         self._room_seen = True
@@ -195,6 +210,8 @@ class PeerLink:
             if pending.sent is Sent.DIRECT:
                 for on_result in pending.items:
                     on_result(LINK_LOST, 0)
+            if pending.sent is Sent.QUERY:
+                pending.items[0](None)
         while self._direct:
             _, on_result = self._direct.popleft()
             on_result(LINK_LOST, 0)
@@ -340,6 +357,11 @@ class PeerLink:
                     channel.send(wire.LinkAck(event.request_id, results))
                 case wire.LinkAck():
                     self._acknowledged(event)
+                case wire.LinkPendingQuery():
+                    counts = local_counts(rooms.peers.ctx, event.queues)
+                    channel.send(wire.LinkPendingCounts(event.request_id, counts))
+                case wire.LinkPendingCounts():
+                    self._counted(event)
                 case wire.Ping():
                     channel.send(wire.Pong(event.nonce))
                 case wire.Pong():
@@ -348,6 +370,13 @@ class PeerLink:
                     raise TransferError(f"unexpected {type(event).__name__} on a link")
         except TransferError as error:
             raise wire.RemoteProtocolError(str(error)) from None
+
+    def _counted(self, answer: wire.LinkPendingCounts) -> None:
+        pending = self._outstanding.get(answer.request_id)
+        if pending is None or pending.sent is not Sent.QUERY:
+            return  # an answer from a connection generation already given up
+        del self._outstanding[answer.request_id]
+        pending.items[0](list(answer.counts))
 
     def _acknowledged(self, ack: wire.LinkAck) -> None:
         pending = self._outstanding.pop(ack.request_id, None)

@@ -36,6 +36,13 @@ class LinkPort(Protocol):
         self, notices: list[AnyNotice], answered: Callable[[], None] | None = None
     ) -> None: ...
 
+    def ask_pending(
+        self, queue_ids: list[int], answered: Callable[[list[int] | None], None]
+    ) -> None:
+        """Ask the peer how many messages wait on its queues `queue_ids`;
+        `answered(counts)` with its answer, or `answered(None)` if the link drops first."""
+        ...
+
 
 class Inbound(Protocol):
     """Per-connection state of what a peer sends (kept by the link session)."""

@@ -30,6 +30,7 @@ from mrs.group.intake import Intake
 from mrs.group.notices import Notices
 from mrs.group.outbound import Outbound
 from mrs.group.peers import Peers
+from mrs.group.queue_lookup import QueueLookup
 from mrs.group.queues import TargetQueue
 from mrs.group.receipts import Receipts
 from mrs.group.recovery import Recovery
@@ -93,6 +94,7 @@ class Group:
         self.batch_get = BatchGet(ctx, self.handover)
         self.umas.offers.serve = self.handover.serve_waiting_gets
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
+        self.lookup = QueueLookup(ctx, self.peers)
         self.link_rooms = LinkRooms(
             self.peers, self.outbound, self.drain, self.inbound, self.notices, timers
         )
@@ -158,6 +160,15 @@ class Group:
             waiter.cancel_timer()
             session.send(wire.Failure(waiter.request_id, int(status), message))
         return len(refused)
+
+    def locate(self, request: wire.Locate) -> wire.Located:
+        """A queue's address by its name (mrs.group.queue_lookup), or Refused."""
+        return self.lookup.locate(request)
+
+    def show_pending(self, session: Session, request: wire.ShowPending) -> None:
+        """Messages waiting on the queues asked, here and over links: answered on
+        `session` (PendingCounts or Failure) once every group has counted."""
+        self.lookup.show_pending(request, session.send)
 
     def confirm(
         self, session: Session, request: wire.Confirm, run: ConfirmRun | None = None

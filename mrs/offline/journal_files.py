@@ -10,19 +10,20 @@ by seq, so a `--seq` selection starts at its first key instead of the first reco
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from journals import CorruptRecord, Journal, JournalStore, Record, decode_record, seq_key
-from journals.store import split_key
+from journals import JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.errors import OperatorError
 from mrs.exit_status import CommandError
-from mrs.offline.selection import RecordFilter
+from mrs.storage.journal_scan import MAP_BYTES_DEFAULT, find_journals, read_only_map_bytes
+from mrs.storage.journal_scan import SEQ_KEYED as SEQ_KEYED  # re-exported
+from mrs.storage.journal_scan import scan as scan  # re-exported: the tools' one scan
+from mrs.storage.journal_scan import seq_of_key as seq_of_key  # re-exported
 
-DEFAULT_MAP_BYTES = 1 << 30
-SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
+DEFAULT_MAP_BYTES = MAP_BYTES_DEFAULT
+"""`mrs journal repair` sizes its copy from it."""
 
 
 class JournalsNotFound(OperatorError):
@@ -46,9 +47,7 @@ class GroupJournals:
         a write from a tool (jplay --remove) never disagrees with the server's map."""
         if self.group is not None:
             return self.group.limits.journal_bytes_max
-        data_file = self.journals_path / "data.mdb"
-        size = data_file.stat().st_size if data_file.exists() else 0
-        return max(DEFAULT_MAP_BYTES, size)
+        return read_only_map_bytes(self.journals_path)
 
 
 def add_location_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,11 +98,8 @@ def _at(
     data_dir: Path, group_id: int, bus: BusConfig | None, group: GroupConfig | None
 ) -> GroupJournals:
     """The journals environment in `data_dir` (or `data_dir` itself), never a new one."""
-    if (data_dir / "journals" / "data.mdb").exists():
-        journals_path = data_dir / "journals"
-    elif (data_dir / "data.mdb").exists():
-        journals_path = data_dir  # pointed straight at a journals environment
-    else:
+    journals_path = find_journals(data_dir)  # or pointed straight at a journals environment
+    if journals_path is None:
         raise JournalsNotFound(
             f"no journals in {data_dir} (looked for {data_dir / 'journals' / 'data.mdb'}); "
             f"has {f'group {group_id}' if group_id else 'a group'} ever run with this data_dir?"
@@ -124,58 +120,3 @@ def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
         except JournalFailed as damaged:
             raise CommandError(damaged.message) from None
     return JournalStore(where.journals_path, where.map_bytes, readonly=not writable)
-
-
-def scan(
-    store: JournalStore,
-    journal: Journal,
-    selection: RecordFilter,
-    *,
-    after_seq: int | None = None,
-    chunk: int | None = None,
-) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
-    """Yield (key, record) of the selected records in key order, from ONE read
-    transaction (a consistent snapshot even while the server writes).
-
-    Corrupt records are yielded as CorruptRecord whatever the selection (they cannot
-    be matched), so callers report them. `after_seq` resumes a DLJ/PCJ scan after a
-    seq; `chunk` stops after that many yielded items (jplay reads in short
-    transactions). `selection.limit` is applied by the caller across chunks.
-    """
-    db = store.db(journal)
-    if db is None:
-        return
-    seq_keyed = journal in SEQ_KEYED
-    start_seq = selection.seq_min
-    if after_seq is not None:
-        start_seq = after_seq + 1 if start_seq is None else max(start_seq, after_seq + 1)
-    seq_max = selection.seq_max if seq_keyed else None
-    matches = None if selection.selects_all else selection.matches
-    yielded = 0
-    with store.env.begin(db=db, buffers=False) as txn:
-        cursor = txn.cursor(db)
-        if seq_keyed and start_seq is not None:
-            positioned = cursor.set_range(seq_key(start_seq))
-        else:
-            positioned = cursor.first()
-        name = journal.value
-        while positioned:
-            key, value = cursor.item()
-            if seq_max is not None and len(key) == 8 and split_key(key)[1] > seq_max:
-                return
-            try:
-                record = decode_record(value, name, key)
-            except CorruptRecord as corrupt:
-                yield key, corrupt
-                yielded += 1
-            else:
-                if matches is None or matches(record):
-                    yield key, record
-                    yielded += 1
-            if chunk is not None and yielded >= chunk:
-                return
-            positioned = cursor.next()
-
-
-def seq_of_key(key: bytes) -> int:
-    return split_key(key)[1]

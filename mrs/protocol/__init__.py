@@ -14,9 +14,10 @@ that array, decoded and checked by msgspec (docs/protocol.md draws a frame byte 
 byte).
 
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
-from them, and their wording), `base` (the event base class), `events` and
-`link_events` (the events), `explain` (why a refused frame was refused, naming the
-field), `connection` (the state machine). The I/O half is `mrs.transport.framed`.
+from them, and their wording), `base` (the event base class), `events`,
+`lookup_events` and `link_events` (the events), `explain` (why a refused frame was
+refused, naming the field), `connection` (the state machine). The I/O half is
+`mrs.transport.framed`.
 
 State machine
 -------------
@@ -28,12 +29,13 @@ side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
-                  StatusRequest, CancelGet, GiveBack, Ping, Pong
+                  StatusRequest, Locate, ShowPending, CancelGet,
+                  GiveBack, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
-                  Confirmed, AnswerBatch, StatusReply, Failure,
-                  Ping, Pong
+                  Confirmed, AnswerBatch, StatusReply, Located,
+                  PendingCounts, Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -89,11 +91,15 @@ from mrs.protocol.events import (
     GetBatch,
     GiveBack,
     Hello,
+    Locate,
+    Located,
+    PendingCounts,
     Ping,
     Pong,
     Put,
     PutBatch,
     PutDone,
+    ShowPending,
     StatusReply,
     StatusRequest,
     Welcome,
@@ -109,6 +115,8 @@ from mrs.protocol.link_events import (
     ForgetNotice,
     LinkAck,
     LinkNotice,
+    LinkPendingCounts,
+    LinkPendingQuery,
     LinkResult,
     LinkTransfer,
     Notice,
@@ -157,10 +165,15 @@ __all__ = [
     "Hello",
     "LinkAck",
     "LinkNotice",
+    "LinkPendingCounts",
+    "LinkPendingQuery",
     "LinkResult",
     "LinkTransfer",
     "LocalProtocolError",
+    "Locate",
+    "Located",
     "Notice",
+    "PendingCounts",
     "Ping",
     "Pong",
     "ProtocolError",
@@ -170,6 +183,7 @@ __all__ = [
     "RemoteProtocolError",
     "ResyncNotice",
     "RoomNotice",
+    "ShowPending",
     "StatusReply",
     "StatusRequest",
     "TransferredMessage",

@@ -26,7 +26,15 @@ from mrs.protocol.fields import (
     Role,
     Seq,
 )
-from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
+from mrs.protocol.link_events import (
+    LINK_EVENTS,
+    LinkAck,
+    LinkNotice,
+    LinkPendingCounts,
+    LinkPendingQuery,
+    LinkTransfer,
+)
+from mrs.protocol.lookup_events import Locate, Located, PendingCounts, ShowPending
 from mrs.protocol.post_init import put_batch_post_init
 
 # -- events: client -> server -------------------------------------------------------
@@ -301,6 +309,8 @@ CLIENT_EVENTS = (
     GetBatch,
     Confirm,
     StatusRequest,
+    Locate,
+    ShowPending,
     CancelGet,
     GiveBack,
     *LINK_EVENTS,
@@ -315,6 +325,8 @@ SERVER_EVENTS = (
     Confirmed,
     AnswerBatch,
     StatusReply,
+    Located,
+    PendingCounts,
     Failure,
     Fatal,
     *LINK_EVENTS,
@@ -329,6 +341,8 @@ Event = (
     | GetBatch
     | Confirm
     | StatusRequest
+    | Locate
+    | ShowPending
     | CancelGet
     | Welcome
     | Attached
@@ -338,11 +352,15 @@ Event = (
     | Confirmed
     | AnswerBatch
     | StatusReply
+    | Located
+    | PendingCounts
     | Failure
     | Fatal
     | LinkTransfer
     | LinkAck
     | LinkNotice
+    | LinkPendingQuery
+    | LinkPendingCounts
     | GiveBack
     | Ping
     | Pong

@@ -19,10 +19,12 @@ the positional lists before them, and the notice journal keeps that form.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import msgspec
+from msgspec import Meta
 
+from mrs.limits import PENDING_QUEUES_MAX
 from mrs.protocol.base import EventStruct, finish
 from mrs.protocol.checks import Rules, rules_of
 from mrs.protocol.fastcheck import compile_rules
@@ -153,5 +155,23 @@ class LinkNotice(EventStruct, tag=42):
     notices: list[AnyNotice]
 
 
-LINK_EVENTS = (LinkTransfer, LinkAck, LinkNotice)
+class LinkPendingQuery(EventStruct, tag=43):
+    """How many messages wait on these queues of the peer group (its queue ids)? A
+    client's ShowPending naming the peer's queues; answered by one LinkPendingCounts.
+    Nothing is journaled: a query lost with the link is answered LINK_DOWN."""
+
+    request_id: RequestId
+    queues: Annotated[list[I64], Meta(min_length=1, max_length=PENDING_QUEUES_MAX)]
+
+
+class LinkPendingCounts(EventStruct, tag=44):
+    """The answer to a LinkPendingQuery, one int per queue in the order asked: the
+    count of messages waiting (>= 0), or a negative Status (NOSUCHQUEUE for a queue
+    the group does not have)."""
+
+    request_id: RequestId
+    counts: Annotated[list[I64], Meta(max_length=PENDING_QUEUES_MAX)]
+
+
+LINK_EVENTS = (LinkTransfer, LinkAck, LinkNotice, LinkPendingQuery, LinkPendingCounts)
 finish(*LINK_EVENTS)

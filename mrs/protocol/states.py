@@ -30,14 +30,25 @@ from mrs.protocol.events import (
     GetBatch,
     GiveBack,
     Hello,
+    Locate,
+    Located,
+    PendingCounts,
     Put,
     PutBatch,
     PutDone,
+    ShowPending,
     StatusReply,
     StatusRequest,
     Welcome,
 )
-from mrs.protocol.link_events import LINK_EVENTS, LinkAck, LinkNotice, LinkTransfer
+from mrs.protocol.link_events import (
+    LINK_EVENTS,
+    LinkAck,
+    LinkNotice,
+    LinkPendingCounts,
+    LinkPendingQuery,
+    LinkTransfer,
+)
 
 _HEADER = struct.Struct(">I")
 _HEADER_BYTES = _HEADER.size
@@ -89,13 +100,36 @@ OPEN = "OPEN"
 # CLOSED (the sentinel above) doubles as the state after a Fatal.
 
 _REQUESTS = dict.fromkeys(
-    (Attach, Put, PutBatch, Get, GetBatch, Confirm, StatusRequest, CancelGet, GiveBack)
+    (
+        Attach,
+        Put,
+        PutBatch,
+        Get,
+        GetBatch,
+        Confirm,
+        StatusRequest,
+        Locate,
+        ShowPending,
+        CancelGet,
+        GiveBack,
+    )
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
 )
 _REPLIES = dict.fromkeys(
-    (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, AnswerBatch, StatusReply, Failure)
+    (
+        Attached,
+        PutDone,
+        Delivery,
+        DeliveryBatch,
+        Confirmed,
+        AnswerBatch,
+        StatusReply,
+        Located,
+        PendingCounts,
+        Failure,
+    )
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
@@ -127,10 +161,35 @@ _REQUEST_KIND = {
     PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
     AnswerBatch: _ANSWERS_MANY,  # no id of its own: each of its items is an answer
     **dict.fromkeys(
-        (Attach, Put, Get, GetBatch, Confirm, StatusRequest, LinkTransfer, LinkNotice), _ASKS
+        (
+            Attach,
+            Put,
+            Get,
+            GetBatch,
+            Confirm,
+            StatusRequest,
+            Locate,
+            ShowPending,
+            LinkTransfer,
+            LinkNotice,
+            LinkPendingQuery,
+        ),
+        _ASKS,
     ),
     **dict.fromkeys(
-        (Attached, PutDone, Delivery, DeliveryBatch, Confirmed, StatusReply, Failure, LinkAck),
+        (
+            Attached,
+            PutDone,
+            Delivery,
+            DeliveryBatch,
+            Confirmed,
+            StatusReply,
+            Located,
+            PendingCounts,
+            Failure,
+            LinkAck,
+            LinkPendingCounts,
+        ),
         _ANSWERS,
     ),
 }

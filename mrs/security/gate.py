@@ -17,6 +17,7 @@ from mrs.config.bus import BusConfig
 from mrs.core.delivery import Refused
 from mrs.core.refusals import RefusalLog
 from mrs.group.dlq_leases import CONTEXT_HEADER
+from mrs.group.queue_lookup import locate_in
 from mrs.group.records import DEAD_LETTER_HEADER
 from mrs.limits import DENIAL_LOG_INTERVAL_S
 from mrs.model import DEAD_LETTER_QUEUE, Address, Status
@@ -119,6 +120,21 @@ class Gate:
                 return self._put(perms, event) or self._response_queue(session, perms, event)
             case wire.StatusRequest():
                 return rules.may_admin(perms, "status")
+            case wire.Locate():
+                return self._look_up(perms, "locate", [event.name])
+            case wire.ShowPending():
+                return self._look_up(perms, "pending count", event.queues)
+        return None
+
+    def _look_up(self, perms: rules.Permissions, what: str, texts: list[str]) -> str | None:
+        for text in texts:
+            try:
+                address = locate_in(self.bus, self.group_id, text)
+            except Refused:
+                continue  # the group answers NOSUCHQUEUE or BADPARAM
+            problem = rules.may_look_up(perms, what, *self._facts(address))
+            if problem is not None:
+                return problem
         return None
 
     def _on_attached(self, session, perms: rules.Permissions, rule) -> str | None:

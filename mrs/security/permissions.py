@@ -7,6 +7,9 @@ A principal's grants live with its verifier in the credentials file (mrs.securit
     confirm = ["1.10"]             queues on which it may confirm (any force_j)
     admin   = ["status", "dlq"]    status, dlq, dlj, replay
 
+Locating a queue (Locate) or counting its pending messages (ShowPending) needs an
+attach or a put grant on it, or the admin right status.
+
 A pattern is matched (fnmatch) against the queue's address "G.Q" and against its
 configured name, so "2.*" is every queue of group 2, "*" everything, "ORDERS" one
 queue by name. Nothing is granted by default: a principal without grants can
@@ -152,6 +155,23 @@ def may_respond_to(perms: Permissions, address: str, name: str | None, is_dlq: b
     if matches(perms.put, address, name):
         return None
     return f"response queue {address} is not granted (a put to {address} would be needed)"
+
+
+def may_look_up(
+    perms: Permissions, what: str, address: str, name: str | None, is_dlq: bool
+) -> str | None:
+    """Locate a queue or count its pending messages (`what`): what a principal may
+    use it may find and count, so an attach or a put grant on it (or the admin right
+    'status', which sees every queue); the DLQ needs 'dlq'."""
+    if "status" in perms.admin:
+        return None
+    if is_dlq:
+        if "dlq" in perms.admin:
+            return None
+        return f"{what} of dead letter queue {address} needs the admin right 'dlq'"
+    if matches(perms.attach, address, name) or matches(perms.put, address, name):
+        return None
+    return f"{what} of {address} needs a grant to attach to it or put to it"
 
 
 def may_admin(perms: Permissions, right: str) -> str | None:

@@ -210,7 +210,14 @@ def _dispatch_rare(
     elif isinstance(event, wire.Hello) and event.role == "link":
         session.liveness.handshake_done = True
         dispatcher.adopt_link(session, event)
-    elif isinstance(event, wire.LinkTransfer | wire.LinkNotice | wire.LinkAck):
+    elif isinstance(
+        event,
+        wire.LinkTransfer
+        | wire.LinkNotice
+        | wire.LinkAck
+        | wire.LinkPendingQuery
+        | wire.LinkPendingCounts,
+    ):
         link = session.link
         if link is None:
             raise wire.RemoteProtocolError(
@@ -231,6 +238,11 @@ def _dispatch_rare(
         group.attach(session, event)
     elif isinstance(event, wire.StatusRequest):
         session.send(wire.StatusReply(request_id, _not_counting_asker(dispatcher.status_info())))
+    elif isinstance(event, wire.Locate):
+        session.send(group.locate(event))
+    elif isinstance(event, wire.ShowPending):
+        dispatcher.begin(session, request_id, 0)
+        group.show_pending(session, event)
     elif isinstance(event, wire.Pong):
         pass  # heard: the receive loop has noted it
     elif isinstance(event, wire.GiveBack):  # no reply of its own

@@ -19,7 +19,7 @@ from typing import Any
 from journals.record import Record, encode_record
 from mrs import protocol as wire
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 RECORD_HEADER = struct.Struct(">BBI")
 """A journal record's header: magic, version, CRC32 of the payload."""
 

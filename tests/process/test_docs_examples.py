@@ -100,3 +100,29 @@ def test_example_runs(docs_server, example, expected) -> None:
     assert result.returncode == 0, result.stderr
     for line in expected:
         assert line in result.stdout
+
+
+def test_messageq_api_example_runs(docs_server, tmp_path) -> None:
+    """docs/client-library.md's table of MessageQ calls: locate, pending, open_journal."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "messageq_api.py"),
+            docs_server.address,
+            str(tmp_path / "g1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for line in [
+        "ORDERS is 1.10",
+        "locate NO_SUCH_QUEUE: NOSUCHQUEUE",
+        "pending on ORDERS, SENDER: [3, 0]",
+        "pending after the gets: [0]",
+        "target=1.10 body=b'order 0' confirm_value=100 status=SUCCESS",
+        "confirm_value=102 status=SUCCESS",
+        "blocking: SENDER is 1.11, pending [0]",
+    ]:
+        assert line in result.stdout, result.stdout

@@ -37,6 +37,8 @@ LINK_EVENTS = st.one_of(
     st.builds(wire.LinkTransfer, REQUEST_ID, st.lists(TRANSFERRED, max_size=5)),
     st.builds(wire.LinkAck, REQUEST_ID, st.lists(RESULTS, max_size=5)),
     st.builds(wire.LinkNotice, REQUEST_ID, st.lists(NOTICES, max_size=6)),
+    st.builds(wire.LinkPendingQuery, REQUEST_ID, st.lists(I64, min_size=1, max_size=5)),
+    st.builds(wire.LinkPendingCounts, REQUEST_ID, st.lists(I64, max_size=5)),
 )
 
 
@@ -58,7 +60,8 @@ def test_every_link_event_round_trips_both_ways(events) -> None:
     assert received == events
     for sent, got in zip(events, received, strict=True):
         items = {
-            wire.LinkTransfer: "messages", wire.LinkAck: "results", wire.LinkNotice: "notices"
+            wire.LinkTransfer: "messages", wire.LinkAck: "results", wire.LinkNotice: "notices",
+            wire.LinkPendingQuery: "queues", wire.LinkPendingCounts: "counts",
         }[type(sent)]  # fmt: skip
         assert [type(item) for item in getattr(got, items)] == [
             type(item) for item in getattr(sent, items)

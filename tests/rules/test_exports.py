@@ -25,6 +25,10 @@ CLIENTS_API = {
     "Protection",
     "tls_context",
     "PutItem",
+    # reading a group's PCJ or DLJ from its files (pams_open_jrn/read_jrn/close_jrn)
+    "open_journal",
+    "JournalReader",
+    "JournalRecord",
     # the vocabulary (from mrs.model)
     "Address",
     "DeliveryMode",

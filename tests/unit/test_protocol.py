@@ -140,6 +140,12 @@ CLIENT_REQUESTS = st.one_of(
     st.builds(Get, REQUEST_ID, st.integers(-1, 2**63 - 1)),
     st.builds(Confirm, REQUEST_ID, SEQ, I64, I64),
     st.builds(StatusRequest, REQUEST_ID),
+    st.builds(wire_events.Locate, REQUEST_ID, st.text(min_size=1, max_size=256)),
+    st.builds(
+        wire_events.ShowPending,
+        REQUEST_ID,
+        st.lists(st.text(min_size=1, max_size=256), min_size=1, max_size=5),
+    ),
 )
 SERVER_REPLIES = st.one_of(
     st.builds(Attached, REQUEST_ID, I64, I64),
@@ -163,6 +169,8 @@ SERVER_REPLIES = st.one_of(
     ),
     st.builds(Confirmed, REQUEST_ID, SEQ, I64),
     st.builds(StatusReply, REQUEST_ID, DICTS),
+    st.builds(wire_events.Located, REQUEST_ID, I64, I64),
+    st.builds(wire_events.PendingCounts, REQUEST_ID, st.lists(I64, max_size=5)),
     st.builds(Failure, REQUEST_ID, I64, st.text()),
 )
 CLIENT_REQUESTS = CLIENT_REQUESTS | LINK_EVENTS  # typed link items: tests.process.test_link_events

@@ -1,0 +1,76 @@
+"""`Client.locate` and `Client.pending`: MessageQ's pams_locate_q and
+putil_show_pending, asked of the group (which asks other groups over its links).
+
+Why the arguments are checked here: the server closes a connection on a frame whose
+queue text is empty or too long (a protocol error), so a caller's slip is refused
+here first, BADPARAM with one line, and nothing is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from clients.errors import FieldRefused
+from clients.requests import built
+from mrs import protocol as wire
+from mrs.limits import (
+    PENDING_QUERY_WAIT_S,
+    PENDING_QUEUES_MAX,
+    QUEUE_NAME_CHARS_MAX,
+    REPLY_GRACE_S,
+)
+from mrs.model import Address, Status
+
+if TYPE_CHECKING:
+    from clients.connection import Client
+
+
+def queue_text(queue: Any, what: str) -> str:
+    """A queue as the wire carries it (`G.Q` or a name), or FieldRefused (BADPARAM)
+    with one line: the server would close the connection on a frame with an empty or
+    oversized name, so the caller hears of it here instead."""
+    if isinstance(queue, Address):
+        return str(queue)
+    if not isinstance(queue, str):
+        raise FieldRefused(
+            Status.BADPARAM, f"{what}: a queue is a str or an Address, got {type(queue).__name__}"
+        )
+    text = queue.strip()
+    if not text or len(text) > QUEUE_NAME_CHARS_MAX:
+        raise FieldRefused(
+            Status.BADPARAM,
+            f"{what}: a queue name must be 1..{QUEUE_NAME_CHARS_MAX} characters, got {len(text)}",
+        )
+    return text
+
+
+def pending_texts(queues: Any) -> list[str]:
+    """The queues of a `pending` call, checked: a list (not one queue, which would be
+    read as its characters) of 1..PENDING_QUEUES_MAX queues."""
+    if isinstance(queues, str | Address | bytes) or not hasattr(queues, "__iter__"):
+        raise FieldRefused(
+            Status.BADPARAM, f"pending: give a list of queues, got {type(queues).__name__}"
+        )
+    texts = [queue_text(queue, "pending") for queue in queues]
+    if not 1 <= len(texts) <= PENDING_QUEUES_MAX:
+        raise FieldRefused(
+            Status.BADPARAM,
+            f"pending: give 1..{PENDING_QUEUES_MAX} queues, got {len(texts)}",
+        )
+    return texts
+
+
+async def locate(client: Client, name: str | Address) -> Address:
+    client._require_link(Status.NOTACTIVE, "locate")
+    request = built(wire.Locate, client._next_id(), queue_text(name, "locate"))
+    reply = cast(wire.Located, await client._request(request, REPLY_GRACE_S, "other"))
+    return Address(reply.group, reply.queue)
+
+
+async def pending(client: Client, queues: Sequence[str | Address]) -> list[int]:
+    client._require_link(Status.NOTACTIVE, "pending")
+    request = built(wire.ShowPending, client._next_id(), pending_texts(queues))
+    wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
+    reply = cast(wire.PendingCounts, await client._request(request, wait_s, "other"))
+    return list(reply.counts)

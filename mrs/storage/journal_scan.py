@@ -1,0 +1,119 @@
+"""Read a group's journal records from its files, without its server: find the
+journals environment in a data directory, open it read-only, and scan one journal in
+key order with a selection.
+
+Why here, below `offline` and `clients`: the shell's tools (`mrs dump`, `mrs jplay`,
+the DLQ handler, through `mrs.offline.journal_files`) and an application's journal
+reader (`clients.journal_reader`) read the same files the same way, so the rules are
+written once: never create an empty environment by mistake, read from one snapshot
+(LMDB readers never block the server's writer), start a seq selection of the DLJ or
+PCJ at its first key, and report corrupt records instead of stopping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+from journals import CorruptRecord, Journal, JournalStore, Record, decode_record, seq_key
+from journals.store import split_key
+
+SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
+"""Journals keyed by the message's seq: a seq selection starts at its first key."""
+MAP_BYTES_DEFAULT = 1 << 30
+"""The LMDB map a reader opens with when nothing says the server's (at least the file)."""
+
+
+class Selection(Protocol):
+    """What a scan needs of a selection (`mrs.offline.selection.RecordFilter` is one)."""
+
+    @property
+    def seq_min(self) -> int | None: ...
+
+    @property
+    def seq_max(self) -> int | None: ...
+
+    @property
+    def selects_all(self) -> bool: ...
+
+    def matches(self, record: Record) -> bool: ...
+
+
+def find_journals(data_dir: Path) -> Path | None:
+    """The journals environment of a group data directory (`data_dir/journals`), or
+    `data_dir` itself when it is one; None when neither holds a `data.mdb`."""
+    if (data_dir / "journals" / "data.mdb").exists():
+        return data_dir / "journals"
+    if (data_dir / "data.mdb").exists():
+        return data_dir
+    return None
+
+
+def read_only_map_bytes(journals_path: Path) -> int:
+    """A map large enough for the file as it is now (a reader maps what it reads)."""
+    data_file = journals_path / "data.mdb"
+    size = data_file.stat().st_size if data_file.exists() else 0
+    return max(MAP_BYTES_DEFAULT, size)
+
+
+def open_read_only(journals_path: Path, map_bytes: int | None = None) -> JournalStore:
+    """The environment, read-only: safe while the server runs and writes it."""
+    size = read_only_map_bytes(journals_path) if map_bytes is None else map_bytes
+    return JournalStore(journals_path, size, readonly=True)
+
+
+def scan(
+    store: JournalStore,
+    journal: Journal,
+    selection: Selection,
+    *,
+    after_seq: int | None = None,
+    chunk: int | None = None,
+) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+    """Yield (key, record) of the selected records in key order, from ONE read
+    transaction (a consistent snapshot even while the server writes).
+
+    Corrupt records are yielded as CorruptRecord whatever the selection (they cannot
+    be matched), so callers report them. `after_seq` resumes a DLJ/PCJ scan after a
+    seq; `chunk` stops after that many yielded items (a long read goes in short
+    transactions, so it does not hold the server's old pages). A selection's limit
+    is applied by the caller across chunks.
+    """
+    db = store.db(journal)
+    if db is None:
+        return
+    seq_keyed = journal in SEQ_KEYED
+    start_seq = selection.seq_min
+    if after_seq is not None:
+        start_seq = after_seq + 1 if start_seq is None else max(start_seq, after_seq + 1)
+    seq_max = selection.seq_max if seq_keyed else None
+    matches: Callable[[Record], bool] | None = None if selection.selects_all else selection.matches
+    yielded = 0
+    with store.env.begin(db=db, buffers=False) as txn:
+        cursor = txn.cursor(db)
+        if seq_keyed and start_seq is not None:
+            positioned = cursor.set_range(seq_key(start_seq))
+        else:
+            positioned = cursor.first()
+        name = journal.value
+        while positioned:
+            key, value = cursor.item()
+            if seq_max is not None and len(key) == 8 and split_key(key)[1] > seq_max:
+                return
+            try:
+                record = decode_record(value, name, key)
+            except CorruptRecord as corrupt:
+                yield key, corrupt
+                yielded += 1
+            else:
+                if matches is None or matches(record):
+                    yield key, record
+                    yielded += 1
+            if chunk is not None and yielded >= chunk:
+                return
+            positioned = cursor.next()
+
+
+def seq_of_key(key: bytes) -> int:
+    return split_key(key)[1]
