@@ -9,12 +9,19 @@ got, so tests can run beside each other.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import select
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from sim.processes import GroupProcess
 from sim.proxy import free_port
@@ -40,18 +47,143 @@ def blocks(page: str, section: str, language: str) -> list[str]:
     ]
 
 
+def shell_environment() -> dict[str, str]:
+    """This environment with the checkout's `mrs` and `python` first on PATH."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
 def run_shell(script: str, cwd: Path) -> subprocess.CompletedProcess:
     """One shell block, as pasted into bash (`set -e`: the first failing line stops it)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(
-        ["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
+        ["bash", "-e", "-c", script], cwd=cwd, env=shell_environment(), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
 
 
 def run_python(source: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", source], cwd=cwd, capture_output=True, text=True, timeout=120
     )
+
+
+RUNNABLE = ("sh", "bash", "shell", "python")
+ADDRESS = re.compile(r"127\.0\.0\.1:700(\d)")
+READY_TIMEOUT_S = 30.0
+
+
+def runnable_blocks(page: str) -> list[tuple[str, str]]:
+    """Every block of `page` a reader would paste into a shell or Python, as
+    (language, unindented body), in page order."""
+    text = (DOCS / page).read_text()
+    return [
+        (lang, textwrap.dedent(body))
+        for _indent, lang, body in FENCE.findall(text)
+        if lang in RUNNABLE
+    ]
+
+
+def pages_with_runnable_blocks() -> set[str]:
+    return {path.name for path in DOCS.glob("*.md") if runnable_blocks(path.name)}
+
+
+class PastedPage:
+    """One page's blocks pasted in order into one scratch checkout: `docs/examples`
+    copied (its groups on free ports), this checkout's `.venv`, `.ci` and
+    `benchmarks` linked, and `mrs` on PATH. A shell block that runs `mrs serve` is
+    started in its own session and counts as done once each server printed READY;
+    the servers stop when the page is done."""
+
+    def __init__(self, page: str, directory: Path) -> None:
+        self.page = page
+        self.directory = directory
+        self.ports: dict[str, int] = {}
+        self.servers: list[subprocess.Popen] = []
+        self.log = (directory / "servers.log").open("ab")
+        shutil.copytree(DOCS / "examples", directory / "docs" / "examples")
+        for name in (".ci", "benchmarks"):
+            (directory / name).symlink_to(ROOT / name)
+        (directory / ".venv").symlink_to(Path(sys.prefix))
+        self.rewrite(directory / "docs" / "examples" / "bus.toml")
+
+    def address(self, text: str) -> str:
+        """`text` with each documented listen address 127.0.0.1:700N replaced by the
+        free port group N got here."""
+
+        def port(match: re.Match) -> str:
+            return f"127.0.0.1:{self.ports.setdefault(match.group(1), free_port())}"
+
+        return ADDRESS.sub(port, text)
+
+    def rewrite(self, path: Path) -> None:
+        path.write_text(self.address(path.read_text()))
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.directory / name
+        path.write_text(self.address(text))
+        return path
+
+    def run(self, language: str, body: str) -> str:
+        """One block as pasted; its stdout. A failing block fails the test."""
+        pasted = self.address(body)
+        if language == "python":
+            done = run_python(pasted, self.directory)
+        elif re.search(r"^\s*(\S*/)?mrs serve ", pasted, re.MULTILINE):
+            return self.serve(pasted)
+        else:
+            done = run_shell(pasted, self.directory)
+        assert done.returncode == 0, f"{self.page}:\n{pasted}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def serve(self, script: str) -> str:
+        """A block that starts servers, in the foreground or with `&`: done when each
+        `mrs serve` line's server printed READY."""
+        servers = len(re.findall(r"^\s*(\S*/)?mrs serve ", script, re.MULTILINE))
+        process = subprocess.Popen(
+            ["bash", "-e", "-c", script], cwd=self.directory, env=shell_environment(),
+            stdout=subprocess.PIPE, stderr=self.log, start_new_session=True, text=True,
+        )  # fmt: skip
+        self.servers.append(process)
+        lines: list[str] = []
+        while sum(line.startswith("READY ") for line in lines) < servers:
+            readable, _, _ = select.select([process.stdout], [], [], READY_TIMEOUT_S)
+            line = process.stdout.readline() if readable else ""
+            assert line, f"{self.page}: no READY from\n{script}\n{''.join(lines)}"
+            lines.append(line)
+        return "".join(lines)
+
+    def run_all(self) -> list[str]:
+        """Every runnable block of the page, in order; their outputs."""
+        return [self.run(language, body) for language, body in runnable_blocks(self.page)]
+
+    def close(self) -> None:
+        """SIGTERM to every server a block started; done when the last of them closed
+        its stdout (an event: the servers are not this process's children)."""
+        for process in self.servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.servers:
+            while select.select([process.stdout], [], [], READY_TIMEOUT_S)[0]:
+                if not process.stdout.readline():
+                    break
+            process.wait(timeout=READY_TIMEOUT_S)
+            process.stdout.close()
+        self.log.close()
+
+
+@pytest.fixture
+def pasted(tmp_path: Path) -> Iterator[Callable[[str], PastedPage]]:
+    """Opens a page to paste into (one per test); its servers stop after the test."""
+    opened: list[PastedPage] = []
+
+    def open_page(page: str) -> PastedPage:
+        opened.append(PastedPage(page, tmp_path))
+        return opened[-1]
+
+    try:
+        yield open_page
+    finally:
+        for page in opened:
+            page.close()
 
 
 def two_group_bus(directory: Path) -> tuple[Path, dict[int, int]]:
@@ -102,3 +234,14 @@ def test_security_worked_example_runs_as_pasted(tmp_path) -> None:
     finally:
         for group in groups:
             group.terminate()
+
+
+def test_getting_started(pasted) -> None:
+    """The example bus's group 1 started as the page starts it, then each program
+    against it, in page order."""
+    serve, put_get, quickstart, blocking, errors = pasted("getting-started.md").run_all()
+    assert serve.startswith("READY 127.0.0.1:")
+    assert put_get.split()[:2] == ["Status.SUCCESS", "Status.STORED"]
+    assert "confirmed and journaled to the PCJ" in quickstart
+    assert blocking == ""
+    assert "MessageTooBig: status MSGTOOBIG" in errors
