@@ -82,6 +82,11 @@ def runnable_blocks(page: str) -> list[tuple[str, str]]:
     ]
 
 
+def console_commands(block: str) -> str:
+    """The commands of a transcript (its `$ ` lines), as a script."""
+    return "\n".join(line[2:] for line in block.splitlines() if line.startswith("$ "))
+
+
 def pages_with_runnable_blocks() -> set[str]:
     return {path.name for path in DOCS.glob("*.md") if runnable_blocks(path.name)}
 
@@ -283,3 +288,19 @@ def test_journals(pasted) -> None:
     assert b"shift totals" in pcj.encode()
     assert checksum.split()[0] in ("ISA-L", "zlib")
     assert dqf.strip() == "0 messages in the DQF"
+
+
+def test_security_protection(pasted) -> None:
+    """Section 1's keys, section 2's policy as protection.toml, group 1 of the example
+    bus with the `protection` line on top, then section 3's put, sealed."""
+    page = pasted("security-protection.md")
+    [keys] = blocks(page.page, "1. Keys", "console")
+    page.run("sh", console_commands(keys))
+    policy, pointer = blocks(page.page, "2. Policies", "toml")
+    page.write("protection.toml", policy)
+    page.write("bus.toml", pointer + (DOCS / "examples" / "bus.toml").read_text())
+    page.serve("mrs serve --config bus.toml --group 1 &")
+    assert page.run_all() == [""]
+    dump = page.run("sh", "mrs dump --config bus.toml --group 1 dqf --body")
+    assert "card 4111" not in dump
+    assert "hex:" + b"MRSPDMQ1".hex() in dump  # the envelope, not the body
