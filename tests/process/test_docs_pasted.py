@@ -71,15 +71,20 @@ ADDRESS = re.compile(r"127\.0\.0\.1:700(\d)")
 READY_TIMEOUT_S = 30.0
 
 
-def runnable_blocks(page: str) -> list[tuple[str, str]]:
-    """Every block of `page` a reader would paste into a shell or Python, as
-    (language, unindented body), in page order."""
+def fenced(page: str, languages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The blocks of `page` in `languages`, as (language, unindented body), in page
+    order."""
     text = (DOCS / page).read_text()
     return [
         (lang, textwrap.dedent(body))
         for _indent, lang, body in FENCE.findall(text)
-        if lang in RUNNABLE
+        if lang in languages
     ]
+
+
+def runnable_blocks(page: str) -> list[tuple[str, str]]:
+    """Every block of `page` a reader would paste into a shell or Python."""
+    return fenced(page, RUNNABLE)
 
 
 def console_commands(block: str) -> str:
@@ -304,3 +309,23 @@ def test_security_protection(pasted) -> None:
     dump = page.run("sh", "mrs dump --config bus.toml --group 1 dqf --body")
     assert "card 4111" not in dump
     assert "hex:" + b"MRSPDMQ1".hex() in dump  # the envelope, not the body
+
+
+def links_bus() -> str:
+    """The two-group bus links.md shows (its first toml block)."""
+    return fenced("links.md", ("toml",))[0][1]
+
+
+def test_security_auth(pasted) -> None:
+    """links.md's bus with a queue 10 in group 1 and the page's [auth] table on top:
+    the credentials made, both groups started, shop's put, the operator's status."""
+    page = pasted("security-auth.md")
+    [auth_table] = blocks(page.page, "Turning it on", "toml")
+    queue = '[[group.queue]]\nid = 10\nname = "ORDERS"\n'
+    bus = links_bus().replace('name = "SENDER"\n', f'name = "SENDER"\n{queue}', 1)
+    page.write("bus.toml", auth_table + "\n" + bus)
+    creds_and_serve, put, status = page.run_all()
+    assert creds_and_serve.count("READY ") == 2
+    assert all((page.directory / f"{name}.pw").stat().st_mode & 0o077 == 0 for name in ("op", "shop"))
+    assert put == ""
+    assert "NYC" in status and "LDN" in status
