@@ -329,3 +329,13 @@ def test_security_auth(pasted) -> None:
     assert all((page.directory / f"{name}.pw").stat().st_mode & 0o077 == 0 for name in ("op", "shop"))
     assert put == ""
     assert "NYC" in status and "LDN" in status
+
+
+def test_links(pasted) -> None:
+    """The page's bus, both groups started as shown, the put to LDN, remote_acks.py."""
+    page = pasted("links.md")
+    page.write("bus.toml", links_bus())
+    serve, put, remote_acks = page.run_all()
+    assert serve.count("READY ") == 2
+    assert put.split() in (["STORED"], ["SAF_FORCED"])
+    assert "no second copy; group 1 owes 0" in remote_acks
