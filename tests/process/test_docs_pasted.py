@@ -339,3 +339,12 @@ def test_links(pasted) -> None:
     assert serve.count("READY ") == 2
     assert put.split() in (["STORED"], ["SAF_FORCED"])
     assert "no second copy; group 1 owes 0" in remote_acks
+
+
+def test_timeouts_and_duplicates(pasted) -> None:
+    """The resend under one idempotency key, against the example bus's group 1."""
+    page = pasted("timeouts-and-duplicates.md")
+    page.serve_examples()
+    [resend] = page.run_all()
+    first, second = (line.split() for line in resend.splitlines())
+    assert first == second and first[0] == "STORED"
