@@ -348,3 +348,12 @@ def test_timeouts_and_duplicates(pasted) -> None:
     [resend] = page.run_all()
     first, second = (line.split() for line in resend.splitlines())
     assert first == second and first[0] == "STORED"
+
+
+def test_sim(pasted) -> None:
+    """One seed replayed with its history kept, and the in-process example."""
+    page = pasted("sim.md")
+    replay, in_process = page.run_all()
+    assert "every seed kept every invariant" in replay
+    assert (page.directory / "s41.json").stat().st_size > 0
+    assert "wall time under 5 s: True" in in_process
