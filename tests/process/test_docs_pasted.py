@@ -357,3 +357,9 @@ def test_sim(pasted) -> None:
     assert "every seed kept every invariant" in replay
     assert (page.directory / "s41.json").stat().st_size > 0
     assert "wall time under 5 s: True" in in_process
+
+
+def test_native(pasted) -> None:
+    """`status` says one of the four states the page lists."""
+    [status] = pasted("native.md").run_all()
+    assert status.split(":")[0] in ("compiled", "stale", "absent", "off")
