@@ -168,9 +168,18 @@ class PastedPage:
         pages that say they run against it."""
         return self.serve("mrs serve --config docs/examples/bus.toml --group 1 &")
 
-    def run_all(self) -> list[str]:
-        """Every runnable block of the page, in order; their outputs."""
-        return [self.run(language, body) for language, body in runnable_blocks(self.page)]
+    def run_all(self, saved: dict[int, str] | None = None) -> list[str]:
+        """Every runnable block of the page, in order; their outputs. `saved` maps the
+        index of a program the page says to save and run to its command line
+        (`python NAME.py ARGS`): it is written to NAME.py and run so."""
+        outputs = []
+        for index, (language, body) in enumerate(runnable_blocks(self.page)):
+            if saved and index in saved:
+                self.write(saved[index].split()[1], body)
+                outputs.append(self.run("sh", saved[index]))
+            else:
+                outputs.append(self.run(language, body))
+        return outputs
 
     def close(self) -> None:
         """SIGTERM to every server a block started; done when the last of them closed
@@ -363,3 +372,12 @@ def test_native(pasted) -> None:
     """`status` says one of the four states the page lists."""
     [status] = pasted("native.md").run_all()
     assert status.split(":")[0] in ("compiled", "stale", "absent", "off")
+
+
+def test_undeliverable(pasted) -> None:
+    """The runnable example saved and run against the example bus's group 1."""
+    page = pasted("undeliverable.md")
+    page.serve_examples()
+    [example] = page.run_all(saved={0: "python undeliverable.py 127.0.0.1:7001"})
+    assert "WF_MEM with DLJ: NOTSUPPORTED" in example
+    assert example.count("NO_DQF") == 4
