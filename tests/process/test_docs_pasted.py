@@ -381,3 +381,17 @@ def test_undeliverable(pasted) -> None:
     [example] = page.run_all(saved={0: "python undeliverable.py 127.0.0.1:7001"})
     assert "WF_MEM with DLJ: NOTSUPPORTED" in example
     assert example.count("NO_DQF") == 4
+
+
+def test_journal_tools(pasted) -> None:
+    """The example bus copied to bus.toml as the page says, group 1 serving with one
+    confirmed message in its PCJ (getting-started.md's quickstart); every dump and
+    jplay of the page, worked examples included."""
+    page = pasted("journal-tools.md")
+    page.run("sh", "cp docs/examples/bus.toml .")
+    page.serve("mrs serve --config bus.toml --group 1 &")
+    page.run("sh", "python docs/examples/quickstart.py 127.0.0.1:7001")
+    dump, jplay, restore, redrive = page.run_all()
+    assert "\"target\":\"1.10\"" in dump
+    assert "dry run" in jplay.lower()
+    assert restore and redrive
