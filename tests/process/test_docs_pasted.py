@@ -251,6 +251,8 @@ def test_security_worked_example_runs_as_pasted(tmp_path) -> None:
     groups = [GroupProcess(config, group_id) for group_id in (1, 2)]
     for group in groups:
         group.start()
+    section = blocks(page, "Worked example", "sh") + blocks(page, "Worked example", "python")
+    assert sorted(section) == sorted(body for _language, body in runnable_blocks(page))
     try:
         [python] = blocks(page, "Worked example", "python")
         pasted = python.replace("127.0.0.1:7001", f"127.0.0.1:{ports[1]}")
@@ -395,3 +397,42 @@ def test_journal_tools(pasted) -> None:
     assert "\"target\":\"1.10\"" in dump
     assert "dry run" in jplay.lower()
     assert restore and redrive
+
+
+def test_client_library(pasted) -> None:
+    """Against the example bus's group 1 with one message waiting on ORDERS for the
+    blocking client to get and confirm, then the GC-tuned producer's 1,000 puts."""
+    page = pasted("client-library.md")
+    page.serve_examples()
+    put = 'from clients import connect_sync\nwith connect_sync("127.0.0.1:7001", "SENDER") as q:\n'
+    page.run("python", put + '    q.put(b"order 17", target="ORDERS")\n')
+    assert page.run_all() == ["", ""]
+    pending = page.run("sh", "mrs dump --config docs/examples/bus.toml --group 1 dqf --json")
+    assert len(pending.splitlines()) == 1_000
+
+
+PASTED_BY = {
+    "architecture.md": test_architecture,
+    "client-library.md": test_client_library,
+    "configuration.md": test_configuration,
+    "getting-started.md": test_getting_started,
+    "journal-tools.md": test_journal_tools,
+    "journals.md": test_journals,
+    "links.md": test_links,
+    "native.md": test_native,
+    "protocol.md": test_protocol,
+    "security-auth.md": test_security_auth,
+    "security-protection.md": test_security_protection,
+    "security.md": test_security_worked_example_runs_as_pasted,
+    "sim.md": test_sim,
+    "timeouts-and-duplicates.md": test_timeouts_and_duplicates,
+    "undeliverable.md": test_undeliverable,
+}
+
+
+def test_every_pasteable_block_is_run_by_its_pages_test() -> None:
+    """A page with a `sh`/`bash`/`shell`/`python` block has a test here that pastes
+    every such block (`PastedPage.run_all`, or security.md's worked-example section,
+    which holds all of that page's blocks): a block a reader cannot paste alone is
+    tagged `console` (a transcript with `$ ` prompts) or `text` (an outline)."""
+    assert set(PASTED_BY) == pages_with_runnable_blocks()
