@@ -20,6 +20,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -107,7 +108,7 @@ class PastedPage:
         self.page = page
         self.directory = directory
         self.ports: dict[str, int] = {}
-        self.servers: list[subprocess.Popen] = []
+        self.servers: list[tuple[subprocess.Popen[str], IO[str]]] = []
         self.log = (directory / "servers.log").open("ab")
         shutil.copytree(DOCS / "examples", directory / "docs" / "examples")
         for name in (".ci", "benchmarks"):
@@ -152,11 +153,13 @@ class PastedPage:
             ["bash", "-e", "-c", script], cwd=self.directory, env=shell_environment(),
             stdout=subprocess.PIPE, stderr=self.log, start_new_session=True, text=True,
         )  # fmt: skip
-        self.servers.append(process)
+        output = process.stdout
+        assert output is not None
+        self.servers.append((process, output))
         lines: list[str] = []
         while sum(line.startswith("READY ") for line in lines) < len(starts):
-            readable, _, _ = select.select([process.stdout], [], [], READY_TIMEOUT_S)
-            line = process.stdout.readline() if readable else ""
+            readable, _, _ = select.select([output], [], [], READY_TIMEOUT_S)
+            line = output.readline() if readable else ""
             assert line, f"{self.page}: no READY from\n{script}\n{''.join(lines)}"
             lines.append(line)
         if all(start.split("#")[0].rstrip().endswith("&") for start in starts):
@@ -184,15 +187,15 @@ class PastedPage:
     def close(self) -> None:
         """SIGTERM to every server a block started; done when the last of them closed
         its stdout (an event: the servers are not this process's children)."""
-        for process in self.servers:
+        for process, _output in self.servers:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in self.servers:
-            while select.select([process.stdout], [], [], READY_TIMEOUT_S)[0]:
-                if not process.stdout.readline():
+        for process, output in self.servers:
+            while select.select([output], [], [], READY_TIMEOUT_S)[0]:
+                if not output.readline():
                     break
             process.wait(timeout=READY_TIMEOUT_S)
-            process.stdout.close()
+            output.close()
         self.log.close()
 
 
@@ -337,7 +340,9 @@ def test_security_auth(pasted) -> None:
     page.write("bus.toml", auth_table + "\n" + bus)
     creds_and_serve, put, status = page.run_all()
     assert creds_and_serve.count("READY ") == 2
-    assert all((page.directory / f"{name}.pw").stat().st_mode & 0o077 == 0 for name in ("op", "shop"))
+    assert all(
+        (page.directory / f"{name}.pw").stat().st_mode & 0o077 == 0 for name in ("op", "shop")
+    )
     assert put == ""
     assert "NYC" in status and "LDN" in status
 
@@ -394,7 +399,7 @@ def test_journal_tools(pasted) -> None:
     page.serve("mrs serve --config bus.toml --group 1 &")
     page.run("sh", "python docs/examples/quickstart.py 127.0.0.1:7001")
     dump, jplay, restore, redrive = page.run_all()
-    assert "\"target\":\"1.10\"" in dump
+    assert '"target":"1.10"' in dump
     assert "dry run" in jplay.lower()
     assert restore and redrive
 
