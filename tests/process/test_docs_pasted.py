@@ -441,3 +441,16 @@ def test_every_pasteable_block_is_run_by_its_pages_test() -> None:
     which holds all of that page's blocks): a block a reader cannot paste alone is
     tagged `console` (a transcript with `$ ` prompts) or `text` (an outline)."""
     assert set(PASTED_BY) == pages_with_runnable_blocks()
+
+
+def test_every_block_names_its_language() -> None:
+    """An untagged block could hide a command that no test pastes: every fence says
+    what it holds (`sh`/`python` run here; `console`, `text`, `toml`, `json` do not)."""
+    untagged = [
+        (path.name, text[: match.start()].count("\n") + 1)
+        for path in sorted(DOCS.glob("*.md"))
+        for text in [path.read_text()]
+        for match in FENCE.finditer(text)
+        if not match.group(2)
+    ]
+    assert untagged == [], "fences without a language (page, line)"
