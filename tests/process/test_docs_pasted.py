@@ -99,10 +99,11 @@ def pages_with_runnable_blocks() -> set[str]:
 
 class PastedPage:
     """One page's blocks pasted in order into one scratch checkout: `docs/examples`
-    copied (its groups on free ports), this checkout's `.venv`, `.ci` and
-    `benchmarks` linked, and `mrs` on PATH. A shell block that runs `mrs serve` is
-    started in its own session and counts as done once each server printed READY;
-    the servers stop when the page is done."""
+    copied (its groups on free ports), this checkout's `.venv`, `.ci`, `benchmarks`,
+    `tests` and `pyproject.toml` linked, and `mrs` on PATH. A shell block that runs
+    `mrs serve` is started in its own session and counts as done once each server
+    printed READY; the servers stop when the page is done. A scratch copy, because
+    blocks write where a reader's would (`docs/examples/g1`, `bus.toml`, `shop.pw`)."""
 
     def __init__(self, page: str, directory: Path) -> None:
         self.page = page
@@ -111,7 +112,7 @@ class PastedPage:
         self.servers: list[tuple[subprocess.Popen[str], IO[str]]] = []
         self.log = (directory / "servers.log").open("ab")
         shutil.copytree(DOCS / "examples", directory / "docs" / "examples")
-        for name in (".ci", "benchmarks"):
+        for name in (".ci", "benchmarks", "tests", "pyproject.toml"):
             (directory / name).symlink_to(ROOT / name)
         (directory / ".venv").symlink_to(Path(sys.prefix))
         self.rewrite(directory / "docs" / "examples" / "bus.toml")
@@ -416,11 +417,31 @@ def test_client_library(pasted) -> None:
     assert len(pending.splitlines()) == 1_000
 
 
+def test_every_block_names_its_language() -> None:
+    """An untagged block could hide a command that no test pastes: every fence says
+    what it holds (`sh`/`python` run here; `console`, `text`, `toml`, `json` do not)."""
+    untagged = [
+        (path.name, text[: match.start()].count("\n") + 1)
+        for path in sorted(DOCS.glob("*.md"))
+        for text in [path.read_text()]
+        for match in FENCE.finditer(text)
+        if not match.group(2)
+    ]
+    assert untagged == [], "fences without a language (page, line)"
+
+
+def test_index(pasted) -> None:
+    """The rule tests, as index.md runs them (not the page tests: no recursion)."""
+    [rules] = pasted("index.md").run_all()
+    assert " passed" in rules
+
+
 PASTED_BY = {
     "architecture.md": test_architecture,
     "client-library.md": test_client_library,
     "configuration.md": test_configuration,
     "getting-started.md": test_getting_started,
+    "index.md": test_index,
     "journal-tools.md": test_journal_tools,
     "journals.md": test_journals,
     "links.md": test_links,
@@ -441,16 +462,3 @@ def test_every_pasteable_block_is_run_by_its_pages_test() -> None:
     which holds all of that page's blocks): a block a reader cannot paste alone is
     tagged `console` (a transcript with `$ ` prompts) or `text` (an outline)."""
     assert set(PASTED_BY) == pages_with_runnable_blocks()
-
-
-def test_every_block_names_its_language() -> None:
-    """An untagged block could hide a command that no test pastes: every fence says
-    what it holds (`sh`/`python` run here; `console`, `text`, `toml`, `json` do not)."""
-    untagged = [
-        (path.name, text[: match.start()].count("\n") + 1)
-        for path in sorted(DOCS.glob("*.md"))
-        for text in [path.read_text()]
-        for match in FENCE.finditer(text)
-        if not match.group(2)
-    ]
-    assert untagged == [], "fences without a language (page, line)"
