@@ -19,7 +19,7 @@ def test_the_secure_bus_example_runs_as_documented(tmp_path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     page = (ROOT / "docs" / "security.md").read_text()
-    shown = page.split("It prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    shown = page.split("It prints:\n\n```text\n", 1)[1].split("```", 1)[0]
     for line in shown.strip().splitlines():
         pattern = ".*".join(re.escape(part) for part in line.split("..."))
         assert re.search(pattern, result.stdout), f"{line!r} not in:\n{result.stdout}"
