@@ -81,7 +81,7 @@ def test_the_sources_run_when_asked_even_with_a_current_build(
 
 def test_no_build_or_a_broken_one_runs_the_sources(checkout: Path) -> None:
     manifest = build_dir(checkout) / MANIFEST_NAME
-    (build_dir(checkout) / "mrs/queues.so").unlink()
+    (build_dir(checkout) / "mrs/group/queues.so").unlink()
     state = inspect_build(checkout)
     assert (state.status, state.files) == ("absent", {})
     assert "mrs.group.queues" in state.reason
