@@ -2,15 +2,16 @@
 
 Accepted connections are told apart by their first byte (a TLS record, or an MRS
 frame from a client without TLS, answered with a Fatal saying so); handshakes in
-progress are bounded per host and in all; refused connections are closed gently
-(bounded) so a client sees the end of the stream, not a reset.
+progress are bounded per host and in all, and at a bound the oldest handshake gives
+way to the new connection (`HandshakeSlots`): idle sockets cannot hold the slots
+and lock everyone else out. Refused connections are closed gently (bounded) so a
+client sees the end of the stream, not a reset.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import Counter
 from typing import Any
 
 import trio
@@ -27,9 +28,9 @@ log = logging.getLogger("mrs.tls")
 HANDSHAKE_TIMEOUT_S = 10.0
 """A TLS handshake not done by then is dropped: a silent client holds nothing longer."""
 HANDSHAKES_PER_HOST_MAX = 64
-"""TLS handshakes in progress from one host; more are closed at once."""
+"""TLS handshakes in progress from one host; a new one makes the host's oldest give way."""
 HANDSHAKES_MAX = 1024
-"""TLS handshakes in progress from everyone."""
+"""TLS handshakes in progress from everyone; a new one makes the oldest give way."""
 FIRST_READ_BYTES_MAX = 16384
 """Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
 CLOSE_DRAIN_S = 1.0
@@ -57,7 +58,7 @@ class TlsNetwork(TcpNetwork):
         self.dial_context = config.dial_context()
         self.refused = 0
         """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
-        self._handshaking: Counter[str] = Counter()
+        self._slots = HandshakeSlots(HANDSHAKES_PER_HOST_MAX, HANDSHAKES_MAX)
         self._draining = 0
         self._refusals = RefusalLog(
             log,
@@ -83,21 +84,20 @@ class TlsNetwork(TcpNetwork):
         async def handle(stream: trio.abc.Stream) -> None:
             peer = _peer(stream)
             host = peer.rpartition(":")[0]
-            if not self._may_handshake(host):
-                self._refuse(peer, f"{HANDSHAKES_PER_HOST_MAX} handshakes from {host} in progress")
-                await trio.aclose_forcefully(stream)
+            tls_stream: trio.SSLStream | None = None
+            with trio.CancelScope() as scope:
+                slot = self._slots.take(host, scope)
+                try:
+                    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                        tls_stream = await self._handshake(stream)
+                except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
+                    self._refuse(peer, _why(error))
+                finally:
+                    self._slots.give_back(slot)
+            if scope.cancelled_caught and slot.evicted_because is not None:
+                self._refuse(peer, slot.evicted_because)
+                await trio.aclose_forcefully(stream)  # idle or slow: no gentle close
                 return
-            self._handshaking[host] += 1
-            try:
-                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    tls_stream = await self._handshake(stream)
-            except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
-                self._refuse(peer, _why(error))
-                tls_stream = None
-            finally:
-                self._handshaking[host] -= 1
-                if not self._handshaking[host]:
-                    del self._handshaking[host]
             if tls_stream is None:
                 await self._close_refused(stream)
                 return
@@ -135,13 +135,6 @@ class TlsNetwork(TcpNetwork):
         finally:
             self._draining -= 1
 
-    def _may_handshake(self, host: str) -> bool:
-        """Bounds on handshakes in progress: before TLS there is no session, so the
-        server's per-host connection limits cannot count them yet; these do."""
-        if self._handshaking[host] >= HANDSHAKES_PER_HOST_MAX:
-            return False
-        return self._handshaking.total() < HANDSHAKES_MAX
-
     def _refuse(self, peer: str, why: str) -> None:
         """Count it; log it, at most one line per (host, reason) a second (a flood of
         junk connections must not flood the log; a new reason is logged at once)."""
@@ -162,6 +155,70 @@ class TlsNetwork(TcpNetwork):
                 raise ConnectionError(f"TLS to {host}:{port} ({name}): {_why(error)}") from None
             raise
         return tls_stream
+
+
+class _Slot:
+    """One handshake in progress: its host and the cancel scope that ends it."""
+
+    __slots__ = ("evicted_because", "host", "scope")
+
+    def __init__(self, host: str, scope: trio.CancelScope) -> None:
+        self.host = host
+        self.scope = scope
+        self.evicted_because: str | None = None
+
+
+class HandshakeSlots:
+    """TLS handshakes in progress, oldest first, bounded per host and in all.
+
+    Why eviction and not refusal: a slot is held from accept to the end of the
+    handshake, and a socket that sends nothing holds it as long as a slow client
+    would. Refusing new connections at the bound let 64 silent sockets, renewed
+    every HANDSHAKE_TIMEOUT_S, lock every other client of their host out (and 16
+    hosts everyone). A new connection is always let in; at a bound, the oldest
+    handshake of its host (or of everyone) gives way. A real handshake takes
+    milliseconds, so the oldest are the idle ones; to push out one in progress,
+    an attacker must open a whole bound's worth of connections during it."""
+
+    def __init__(self, per_host_max: int, total_max: int) -> None:
+        self.per_host_max = per_host_max
+        self.total_max = total_max
+        self._all: dict[_Slot, None] = {}
+        """Every slot, in the order taken (dicts keep it): the first is the oldest."""
+        self._by_host: dict[str, dict[_Slot, None]] = {}
+        self.evicted = 0
+
+    def take(self, host: str, scope: trio.CancelScope) -> _Slot:
+        """A slot for a new handshake from `host`, making the oldest give way (its
+        scope cancelled) if `host` or everyone is at the bound."""
+        mine = self._by_host.setdefault(host, {})
+        if len(mine) >= self.per_host_max:
+            self._evict(next(iter(mine)), f"{self.per_host_max} handshakes from {host}")
+        elif len(self._all) >= self.total_max:
+            self._evict(next(iter(self._all)), f"{self.total_max} handshakes")
+        slot = _Slot(host, scope)
+        mine[slot] = None
+        self._all[slot] = None
+        return slot
+
+    def give_back(self, slot: _Slot) -> None:
+        """The handshake ended (done, failed or evicted); idempotent."""
+        if slot not in self._all:
+            return
+        del self._all[slot]
+        mine = self._by_host[slot.host]
+        del mine[slot]
+        if not mine:
+            del self._by_host[slot.host]
+
+    def in_progress(self, host: str | None = None) -> int:
+        return len(self._all if host is None else self._by_host.get(host, ()))
+
+    def _evict(self, slot: _Slot, bound: str) -> None:
+        slot.evicted_because = f"{bound} in progress: the oldest gave way to a new connection"
+        slot.scope.cancel()
+        self.give_back(slot)
+        self.evicted += 1
 
 
 async def _close_gently(stream: trio.abc.Stream) -> None:
