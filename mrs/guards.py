@@ -36,6 +36,9 @@ class Guards:
     connection_bytes_max: int = 256 * 1024 * 1024
     """Bodies one connection has in the server's memory: unanswered puts and its
     nonrecoverable messages still waiting in queues."""
+    partial_frames_bytes_max: int = 64 * 1024 * 1024
+    """Bytes of unfinished frames of all connections together (at least two maximal
+    frames); beyond it the connection stalled longest is closed (mrs.partial_frames)."""
     parked_gets_max: int = 1000
     """Gets of one connection waiting for a message at once."""
     requests_in_flight_max: int = 10_000

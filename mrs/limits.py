@@ -139,6 +139,14 @@ DENIAL_LOG_INTERVAL_S = 1.0
 TLS_REFUSAL_LOG_INTERVAL_S = 1.0
 """The TLS listener: one log line per (host, reason) a refused handshake had at most
 this often."""
+PARTIAL_FRAMES_FRAMES_MIN = 2
+"""partial_frames_bytes_max is taken as at least this many maximal frames, so a group
+whose message_bytes_max is above it still takes in two large messages at once."""
+HEAP_TRIM_RELEASED_BYTES_MIN = 16 * 1024 * 1024
+"""Bytes of unfinished frames let go (their connection closed) before the heap's free
+pages are given back to the system (mrs.partial_frames)..."""
+HEAP_TRIM_INTERVAL_S = 1.0
+"""...at most this often: a trim walks the heap (milliseconds)."""
 DATA_DIR_CHECK_INTERVAL_S = 1.0
 """How often a running server looks at its data directory between commits."""
 JOURNAL_CHECK_INTERVAL_S = 1.0

@@ -59,8 +59,9 @@ from mrs.group import Group
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX, PeerLink
 from mrs.group_ops import GroupOps
 from mrs.harness import ServeOptions
-from mrs.limits import COMMIT_COMPANY_WAIT_S
+from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.network import TCP, Network, TcpNetwork
+from mrs.partial_frames import PartialFrames
 from mrs.refusals import RefusalLog
 from mrs.request_dispatch import Dispatcher
 from mrs.security import session_auth
@@ -128,6 +129,10 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         )
         self.guards = group_config.guards
         self.admission = Admission(self.guards, trio.current_time)
+        frames_min_bytes = PARTIAL_FRAMES_FRAMES_MIN * self.frame_bytes_max
+        self.partial_frames = PartialFrames(
+            max(self.guards.partial_frames_bytes_max, frames_min_bytes)
+        )
         self.refusals = RefusalLog(log)
         self.client_drains = ClientDrains()
         self.authority, self.gate = session_auth.build(bus, group_config)
@@ -169,6 +174,7 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
                 nursery.start_soon(self.ops.run)
+                nursery.start_soon(self.partial_frames.trim_loop)
                 if self.data_dir_guard is not None:
                     nursery.start_soon(self._watch_data_dir)
                 if isinstance(writer, InlineWriter):

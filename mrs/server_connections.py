@@ -22,6 +22,7 @@ from mrs.group_ops import GroupOps
 from mrs.guards import Guards
 from mrs.limits import OUTBOX_BYTES_HIGH
 from mrs.model import Status
+from mrs.partial_frames import PartialFrames
 from mrs.refusals import RefusalLog
 from mrs.security import session_auth
 from mrs.security.authority import Authority
@@ -48,6 +49,7 @@ class ServerConnections:
     client_drains: ClientDrains
     authority: Authority | None
     guards: Guards
+    partial_frames: PartialFrames
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
@@ -64,19 +66,24 @@ class ServerConnections:
         session.host = host or session.peer
         self.sessions.add(session)
         try:
-            admitted = self.authority is None or await session_auth.admit(
-                self.authority, session, self.guards.handshake_s_max, self.refusals
-            )
-            if admitted and await self._handshake(session):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(session.send_loop)
-                    nursery.start_soon(self._watch, session, nursery.cancel_scope)
-                    await self._receive_loop(session)
-                    nursery.cancel_scope.cancel()
+            with trio.CancelScope() as session.scope:  # `session.evict` ends it
+                admitted = self.authority is None or await session_auth.admit(
+                    self.authority, session, self.guards.handshake_s_max, self.refusals
+                )
+                if admitted and await self._handshake(session):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(session.send_loop)
+                        nursery.start_soon(self._watch, session, nursery.cancel_scope)
+                        await self._receive_loop(session)
+                        nursery.cancel_scope.cancel()
         except Exception as error:  # noqa: BLE001 - one connection never stops the server
             if not only_connection_errors(error):
                 log.exception("connection from %s failed", session.peer)
         finally:
+            self.partial_frames.forget(session)
+            session.connection.discard_buffered()
+            if session.evicted_because is not None:
+                await self._evicted(session, session.evicted_because)
             if host:
                 self.admission.release(host)
             self.sessions.discard(session)
@@ -132,6 +139,16 @@ class ServerConnections:
         await self._fatal(session, Status.TIMEOUT, f"closing: {why}")
         return False
 
+    async def _evicted(self, session: ServerSession, why: str) -> None:
+        """Closed to bound what unfinished frames hold in all (mrs.partial_frames):
+        told why, and a (throttled) log line."""
+        self.refusals.refused(
+            "partial_frames_bytes_max",
+            session.host,
+            f"closing connection (EXCEEDQUOTA): {why} ({session.peer})",
+        )
+        await self._fatal(session, Status.EXCEEDQUOTA, f"closing: {why}")
+
     async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
         self.refusals.refused("protocol", session.host, f"protocol error: {error} ({session.peer})")
         await self._fatal(session, error.status, str(error))
@@ -180,7 +197,10 @@ class ServerConnections:
             return False
         if not still_open:
             return False
-        session.liveness.heard(session.buffered_bytes, len(events))
+        buffered_bytes = session.buffered_bytes
+        session.liveness.heard(buffered_bytes, len(events))
+        if buffered_bytes or session.partial_bytes:
+            self.partial_frames.hold(session, buffered_bytes)
         return True
 
     async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:

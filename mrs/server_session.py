@@ -45,6 +45,12 @@ class ServerSession(GroupChannel):
     """Metrics (mrs.metrics): called with every reply sent, when metrics are on."""
     principal: str | None = None
     """Who authenticated on this connection (mrs.security), None with auth off."""
+    partial_bytes: int = 0
+    """Bytes of its unfinished frame counted in the group's total (mrs.partial_frames)."""
+    scope: trio.CancelScope | None = None
+    """Ends the connection from outside its task (`evict`)."""
+    evicted_because: str | None = None
+    """Why `evict` closed it, to be told in a Fatal(EXCEEDQUOTA)."""
     written_after_commit: set[ServerSession] | None = None
     """The server's sessions with answers queued: after each commit it hands their
     outboxes to the sockets at once (`FramedStream.write_now`). A closed session
@@ -55,6 +61,18 @@ class ServerSession(GroupChannel):
 
     answer_batches: bool = False
     """The client's Hello said it reads AnswerBatch frames (`answer` then batches)."""
+
+    def stalled_since(self) -> float:
+        """When its last bytes arrived (mrs.partial_frames closes the longest stalled)."""
+        return self.liveness.heard_at
+
+    def evict(self, why: str) -> None:
+        """Close this connection from outside its task, for `why`; the bytes of its
+        unfinished frame are let go at once."""
+        self.evicted_because = why
+        self.connection.discard_buffered()
+        if self.scope is not None:
+            self.scope.cancel()
 
     def send(self, event: object) -> None:
         if self.closed:

@@ -316,3 +316,59 @@ async def test_a_recoverable_backlog_keeps_a_bounded_share_of_bodies_in_memory(m
             seen.add(message.body[0])
             await receiver.confirm(message.seq)
     assert seen == set(range(count))
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status").read().splitlines():  # noqa: SIM115
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def _unfinished_frame(frame_bytes: int) -> bytes:
+    """A Hello, then all but the last byte of a frame of `frame_bytes`."""
+    header = struct.pack(">I", frame_bytes)
+    return _requests() + header + b"\x92" * (frame_bytes - 1)
+
+
+def _evicted(address: str) -> int:
+    return _status(address)["guards"]["refused"].get("partial_frames_bytes_max", 0)
+
+
+async def test_unfinished_frames_are_bounded_in_all_and_their_memory_given_back(
+    make_bus,
+) -> None:
+    """48 connections each send all but one byte of a maximal frame (53 MiB in all):
+    past partial_frames_bytes_max the connection stalled longest is closed with
+    EXCEEDQUOTA, the server's peak memory stays near the bound, its memory goes back
+    once they close, and a client is served throughout. Measured before the bound:
+    +53 MiB held, all of it still resident after the connections closed."""
+    from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
+
+    bound_mib, count = 8, 48
+    bus = make_bus(group_extra=guards(partial_frames_bytes_max=bound_mib << 20))
+    pid = bus.process.process.pid
+    frame_bytes = max(1 << 20, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
+    payload = _unfinished_frame(frame_bytes)
+    before = _rss_mib(pid)
+    evicted_min = count - (bound_mib << 20) // frame_bytes
+    socks = [await trio.to_thread.run_sync(_raw, bus.address, payload) for _ in range(count)]
+    try:
+        with trio.fail_after(30):  # until the server has read them all
+            while _evicted(bus.address) < evicted_min:
+                await trio.sleep(0.1)
+        peak_grown = _peak_rss_mib(pid) - before
+        first = _frames(socks[0], 2)[-1]
+        assert (first[0], first[1]) == (wire.Fatal.code, Status.EXCEEDQUOTA), first
+        assert "partial_frames_bytes_max=8388608" in first[2]
+    finally:
+        for sock in socks:
+            sock.close()
+    assert peak_grown < bound_mib + 24, f"peak RSS grew {peak_grown:.0f} MiB"
+    assert "closing connection (EXCEEDQUOTA): unfinished frames hold" in bus.log_text()
+    with trio.fail_after(10):  # the heap is trimmed at most once a second
+        while (grown := _rss_mib(pid) - before) > 12:
+            await trio.sleep(0.2)
+    async with connect(bus.address, "SENDER") as client:
+        psb = await client.put(b"still served", target="1.11", delivery=MODE.WF_MEM)
+        assert psb.status == Status.SUCCESS, (psb, grown)
