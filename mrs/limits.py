@@ -126,6 +126,10 @@ DEDUPE_WAITERS_MAX = 1_000
 key (one group, all keys). Beyond it an application's put is refused QUEUE_BUSY
 before it is answered (try again later); a peer's copy is answered LINK_DOWN, so the
 peer keeps it in its SAF and sends it again (the dedupe stores it once)."""
+ACCEPT_BATCH_MAX = 64
+"""Connections the accept loop takes per wake-up at most (mrs.network): a flood of
+junk connections costs one round of the scheduler per batch, not per connection,
+and the loop still lets the other tasks run between batches."""
 ADMISSION_ANSWER_INTERVAL_S = 1.0
 """A refused peer is answered (not just dropped) at most this often."""
 ADMISSION_PEERS_MAX = 65_536

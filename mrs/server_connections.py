@@ -52,13 +52,20 @@ class ServerConnections:
     partial_frames: PartialFrames
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
+        try:
+            address = transport_socket(stream).getpeername()[:2]
+        except AttributeError:  # an in-memory stream (the simulation): no address
+            address = None
+        except OSError:  # reset before it was looked at: gone, so it costs no more
+            await trio.aclose_forcefully(stream)  # (a flood's connect-and-reset was
+            return  # served a session each, past the per-address admission)
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
         session.written_after_commit = self.answered_sessions
         session.observe = self.ops.reply_observer()
         host = ""
-        with contextlib.suppress(OSError, AttributeError):
-            host, port = transport_socket(stream).getpeername()[:2]
+        if address is not None:
+            host, port = address
             session.peer = f"{host}:{port}"
         if host and (refusal := self.admission.admit(host)) is not None:
             await self._refuse_connection(stream, connection, host, refusal)
