@@ -29,6 +29,9 @@ class Guards:
     """A client connection that has sent nothing, not even a Pong, for this long is closed."""
     handshake_s_max: float = 10.0
     """A connection must complete its Hello within this long of being accepted."""
+    handshakes_max: int = 4096
+    """Connections of all peers still at their handshake (authentication, Hello) at
+    once; at the bound the oldest gives way to the new one (mrs.handshake_slots)."""
     frame_s_max: float = 30.0
     """A frame that has begun to arrive must be complete within this long."""
     queue_bytes_max: int = 256 * 1024 * 1024

@@ -29,13 +29,15 @@ class Holder(Protocol):
 
     partial_bytes: int
     """Bytes of its unfinished frame counted here (kept by this table)."""
+    evicted_because: object
+    """Not None once evicted: it is closing, and counts no more."""
 
     def stalled_since(self) -> float:
         """When its last bytes arrived."""
         ...
 
-    def evict(self, why: str) -> None:
-        """Close it for `why`, and drop the bytes it holds now."""
+    def evict(self, limit: str, why: str) -> None:
+        """Close it for `why` (a bound of `limit`); it lets go of its bytes as it ends."""
         ...
 
 
@@ -53,7 +55,12 @@ class PartialFrames:
 
     def hold(self, holder: Holder, buffered_bytes: int) -> None:
         """`holder` now has `buffered_bytes` of an unfinished frame; past the bound,
-        the holders stalled longest are evicted (never `holder`, which just sent)."""
+        the holders stalled longest are evicted (never `holder`, which just sent).
+
+        An evicted holder may still finish a receive before it closes: it is not
+        counted again (else it would evict others on its way out)."""
+        if holder.evicted_because is not None:
+            return
         self.total_bytes += buffered_bytes - holder.partial_bytes
         holder.partial_bytes = buffered_bytes
         if buffered_bytes:
@@ -70,7 +77,7 @@ class PartialFrames:
                 f"(partial_frames_bytes_max={self.bytes_max}): the one stalled longest is closed"
             )
             self.forget(stalled)
-            stalled.evict(why)
+            stalled.evict("partial_frames_bytes_max", why)
             self.evicted += 1
 
     def forget(self, holder: Holder) -> None:

@@ -58,6 +58,7 @@ from mrs.datadir import DataDirError, DataDirGuard
 from mrs.group import Group
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX, PeerLink
 from mrs.group_ops import GroupOps
+from mrs.handshake_slots import HandshakeSlots
 from mrs.harness import ServeOptions
 from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.network import TCP, Network, TcpNetwork
@@ -129,6 +130,7 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
         )
         self.guards = group_config.guards
         self.admission = Admission(self.guards, trio.current_time)
+        self.handshakes = HandshakeSlots(self.guards.handshakes_max, self.guards.handshakes_max)
         frames_min_bytes = PARTIAL_FRAMES_FRAMES_MIN * self.frame_bytes_max
         self.partial_frames = PartialFrames(
             max(self.guards.partial_frames_bytes_max, frames_min_bytes)
@@ -214,7 +216,11 @@ class GroupServer(ServerConnections, ServerDispatch, ServerLinks, ServerJournals
             **self.group.status_info(),
             **self.ops.status_extra(),
             **self.client_drains.status_info(),
-            "guards": {"refused": dict(sorted(self.refusals.by_limit.items()))},
+            "guards": {
+                "refused": dict(sorted(self.refusals.by_limit.items())),
+                "handshakes_in_progress": self.handshakes.in_progress(),
+                "unfinished_frame_bytes": self.partial_frames.total_bytes,
+            },
         }
 
     async def _bind(self) -> list[trio.SocketListener] | None:

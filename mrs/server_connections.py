@@ -20,6 +20,7 @@ from mrs.client_drains import ClientDrains
 from mrs.group import Group
 from mrs.group_ops import GroupOps
 from mrs.guards import Guards
+from mrs.handshake_slots import HandshakeSlots
 from mrs.limits import OUTBOX_BYTES_HIGH
 from mrs.model import Status
 from mrs.partial_frames import PartialFrames
@@ -50,6 +51,7 @@ class ServerConnections:
     authority: Authority | None
     guards: Guards
     partial_frames: PartialFrames
+    handshakes: HandshakeSlots
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         try:
@@ -74,10 +76,7 @@ class ServerConnections:
         self.sessions.add(session)
         try:
             with trio.CancelScope() as session.scope:  # `session.evict` ends it
-                admitted = self.authority is None or await session_auth.admit(
-                    self.authority, session, self.guards.handshake_s_max, self.refusals
-                )
-                if admitted and await self._handshake(session):
+                if await self._prove(session):
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(session.send_loop)
                         nursery.start_soon(self._watch, session, nursery.cancel_scope)
@@ -90,7 +89,7 @@ class ServerConnections:
             self.partial_frames.forget(session)
             session.connection.discard_buffered()
             if session.evicted_because is not None:
-                await self._evicted(session, session.evicted_because)
+                await self._evicted(session, *session.evicted_because)
             if host:
                 self.admission.release(host)
             self.sessions.discard(session)
@@ -146,13 +145,30 @@ class ServerConnections:
         await self._fatal(session, Status.TIMEOUT, f"closing: {why}")
         return False
 
-    async def _evicted(self, session: ServerSession, why: str) -> None:
-        """Closed to bound what unfinished frames hold in all (mrs.partial_frames):
-        told why, and a (throttled) log line."""
+    async def _prove(self, session: ServerSession) -> bool:
+        """Authentication (with [auth]) and the Hello, within handshake_s_max, holding
+        one of the group's `handshakes_max` slots: at the bound the oldest connection
+        still at its handshake gives way, so connections that never authenticate or
+        never say Hello cost a bounded amount in all, however many peers send them."""
+        assert session.scope is not None
+        slot = self.handshakes.take(session.host, session.scope)
+        try:
+            admitted = self.authority is None or await session_auth.admit(
+                self.authority, session, self.guards.handshake_s_max, self.refusals
+            )
+            return admitted and await self._handshake(session)
+        finally:
+            self.handshakes.give_back(slot)
+            if slot.evicted_because is not None:
+                why = f"{slot.evicted_because} (handshakes_max={self.guards.handshakes_max})"
+                session.evicted_because = ("handshakes_max", why)
+
+    async def _evicted(self, session: ServerSession, limit: str, why: str) -> None:
+        """Closed from outside its task to keep a bound of all connections together
+        (`limit`: mrs.partial_frames, mrs.handshake_slots): told why, and a
+        (throttled) log line."""
         self.refusals.refused(
-            "partial_frames_bytes_max",
-            session.host,
-            f"closing connection (EXCEEDQUOTA): {why} ({session.peer})",
+            limit, session.host, f"closing connection (EXCEEDQUOTA): {why} ({session.peer})"
         )
         await self._fatal(session, Status.EXCEEDQUOTA, f"closing: {why}")
 

@@ -49,8 +49,8 @@ class ServerSession(GroupChannel):
     """Bytes of its unfinished frame counted in the group's total (mrs.partial_frames)."""
     scope: trio.CancelScope | None = None
     """Ends the connection from outside its task (`evict`)."""
-    evicted_because: str | None = None
-    """Why `evict` closed it, to be told in a Fatal(EXCEEDQUOTA)."""
+    evicted_because: tuple[str, str] | None = None
+    """(the limit, why) `evict` closed it, to be told in a Fatal(EXCEEDQUOTA)."""
     written_after_commit: set[ServerSession] | None = None
     """The server's sessions with answers queued: after each commit it hands their
     outboxes to the sockets at once (`FramedStream.write_now`). A closed session
@@ -66,11 +66,13 @@ class ServerSession(GroupChannel):
         """When its last bytes arrived (mrs.partial_frames closes the longest stalled)."""
         return self.liveness.heard_at
 
-    def evict(self, why: str) -> None:
-        """Close this connection from outside its task, for `why`; the bytes of its
-        unfinished frame are let go at once."""
-        self.evicted_because = why
-        self.connection.discard_buffered()
+    def evict(self, limit: str, why: str) -> None:
+        """Close this connection from outside its task, for `why` (a bound of `limit`).
+
+        Its task lets go of the unfinished frame as it ends, a moment later: let go
+        here, a receive already under way would go on parsing from the middle of that
+        frame, break the protocol, and close without saying why."""
+        self.evicted_because = (limit, why)
         if self.scope is not None:
             self.scope.cancel()
 

@@ -376,6 +376,8 @@ async def test_unfinished_frames_are_bounded_in_all_and_their_memory_given_back(
             while _evicted(bus.address) < evicted_min:
                 await trio.sleep(0.1)
         peak_grown = _peak_rss_mib(pid) - before
+        held_bytes = _status(bus.address)["guards"]["unfinished_frame_bytes"]
+        assert held_bytes <= bound_mib << 20, held_bytes
         fatals = [frame for sock in socks for frame in _frames_now(sock)[1:]]
         assert fatals, "no connection was told why it was closed"
         for fatal in fatals:  # a connection closed with bytes unread may see a reset
@@ -386,8 +388,10 @@ async def test_unfinished_frames_are_bounded_in_all_and_their_memory_given_back(
             sock.close()
     assert peak_grown < bound_mib + 24, f"peak RSS grew {peak_grown:.0f} MiB"
     assert "closing connection (EXCEEDQUOTA): unfinished frames hold" in bus.log_text()
-    with trio.fail_after(10):  # the heap is trimmed at most once a second
-        while (grown := _rss_mib(pid) - before) > 12:
+    with trio.fail_after(10):  # until the server saw them close; it trims once a second
+        while _status(bus.address)["guards"]["unfinished_frame_bytes"] or (
+            (grown := _rss_mib(pid) - before) > 12
+        ):
             await trio.sleep(0.2)
     async with connect(bus.address, "SENDER") as client:
         psb = await client.put(b"still served", target="1.11", delivery=MODE.WF_MEM)
@@ -425,3 +429,28 @@ def test_connections_reset_before_they_are_served_cost_next_to_nothing(make_bus)
     _status(bus.address)  # accepted in order: every reset one was taken in before it
     per_connection_us = (_cpu_s(pid) - before_s) / count * 1e6
     assert per_connection_us < 40, f"{per_connection_us:.0f} us of server CPU per connection"
+
+
+async def test_connections_that_never_say_hello_are_bounded_in_all(make_bus) -> None:
+    """handshakes_max connections of any peers still at their handshake at once: a
+    new one makes the oldest give way (told EXCEEDQUOTA), so silent connections
+    from many addresses cannot pile up, nor lock a client out."""
+    bus = make_bus(group_extra=guards(handshakes_max=3, handshake_s_max=2.0))
+    silent = [
+        await trio.to_thread.run_sync(_raw, bus.address, b"", f"127.0.0.{10 + index}")
+        for index in range(3)
+    ]
+    try:
+        async with connect(bus.address, "SENDER", reconnect=None) as client:
+            psb = await client.put(b"past the silent", target="1.11", delivery=MODE.WF_MEM)
+            assert psb.status == Status.SUCCESS
+        fatals = [(await trio.to_thread.run_sync(_frames, sock, 1))[0] for sock in silent]
+    finally:
+        for sock in silent:
+            sock.close()
+    # the one that gave way is told at once; the others when handshake_s_max ends
+    statuses = sorted(fatal[1] for fatal in fatals)
+    assert statuses == sorted([Status.EXCEEDQUOTA, Status.TIMEOUT, Status.TIMEOUT]), fatals
+    gave_way = next(fatal for fatal in fatals if fatal[1] == Status.EXCEEDQUOTA)
+    assert "handshakes_max=3" in gave_way[2]
+    assert "the oldest gave way to a new connection (handshakes_max=3)" in bus.log_text()
