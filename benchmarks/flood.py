@@ -96,7 +96,12 @@ def produce(address: str, seconds: float, in_flight: int, body_bytes: int) -> di
 
 
 # ---------------------------------------------------------------------- flooder
-def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
+KINDS = ("close", "random", "silent", "half-frame", "garbage-frames")
+
+
+def flood(
+    address: str, seconds: float, tasks: int, seed: int, kinds: str = ",".join(KINDS)
+) -> dict:
     """Open junk connections from FLOOD_ADDRESS for `seconds`; count what happened."""
     import trio
 
@@ -108,7 +113,7 @@ def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
     counts = {"opened": 0, "refused_connect": 0, "kinds": {}, "connect_errors": {}}
 
     async def one() -> None:
-        kind = rng.choice(("close", "random", "silent", "half-frame", "garbage-frames"))
+        kind = rng.choice(kinds.split(","))
         sock = trio.socket.socket()
         try:
             await sock.bind((FLOOD_ADDRESS, 0))
@@ -220,6 +225,7 @@ def run(options: argparse.Namespace) -> dict:
                     options.seconds,
                     options.flood_tasks,
                     round_number,
+                    options.kinds,
                     nice=options.flood_nice,
                 )
                 if flooding
@@ -254,6 +260,7 @@ def run(options: argparse.Namespace) -> dict:
     return {
         "guards": "relaxed" if options.relaxed else "default",
         "flooder": "cpu burn only (control)" if options.control_burn else "junk connections",
+        "kinds": options.kinds,
         "flood_nice": options.flood_nice,
         "quiet_puts_per_s": round(quiet_rate),
         "flooded_puts_per_s": round(flooded_rate),
@@ -343,7 +350,7 @@ def main() -> None:
         elif role == "burn":
             result = burn(float(seconds))
         else:
-            result = flood(address, float(seconds), int(rest[0]), int(rest[1]))
+            result = flood(address, float(seconds), int(rest[0]), int(rest[1]), *rest[2:])
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -364,6 +371,11 @@ def main() -> None:
         help="control run: the 'flooder' only burns CPU, opens no connection",
     )
     parser.add_argument("--relaxed", action="store_true", help="flood guards set out of reach")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"junk connection kinds to draw from, comma-separated (default: {','.join(KINDS)})",
+    )
     parser.add_argument(
         "--half-frames",
         type=int,
