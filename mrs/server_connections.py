@@ -58,9 +58,9 @@ class ServerConnections:
             address = transport_socket(stream).getpeername()[:2]
         except AttributeError:  # an in-memory stream (the simulation): no address
             address = None
-        except OSError:  # reset before it was looked at: gone, so it costs no more
-            await trio.aclose_forcefully(stream)  # (a flood's connect-and-reset was
-            return  # served a session each, past the per-address admission)
+        except OSError:  # reset before it was looked at: gone, and no address to
+            await trio.aclose_forcefully(stream)  # admit it by, so no session for it
+            return
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
         session.written_after_commit = self.answered_sessions
@@ -170,6 +170,8 @@ class ServerConnections:
         self.refusals.refused(
             limit, session.host, f"closing connection (EXCEEDQUOTA): {why} ({session.peer})"
         )
+        if self.authority is not None and session.principal is None:
+            return  # in the middle of authentication, whose frames are not the protocol's
         await self._fatal(session, Status.EXCEEDQUOTA, f"closing: {why}")
 
     async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
