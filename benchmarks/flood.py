@@ -13,7 +13,10 @@ while flooding" on the same server, so both see the same disk and the same noise
 the cost is 1 - (flooded rate / quiet rate), from the sums over all rounds.
 
 `--relaxed` runs the same against a server whose flood guards are set out of reach
-(accept limits, deadlines), to show what they buy. The machine is shared: the
+(accept limits, deadlines), to show what they buy. `--half-frames N` measures
+memory instead: N connections each send a Hello and all but the last byte of a
+maximal frame, then close; it reports the server's RSS before, at its peak while
+they hold their frames, and a few seconds after they closed. The machine is shared: the
 flooder's own CPU is part of what the producer loses, so the figure is an upper
 bound of the server's share.
 """
@@ -21,6 +24,7 @@ bound of the server's share.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -92,7 +96,12 @@ def produce(address: str, seconds: float, in_flight: int, body_bytes: int) -> di
 
 
 # ---------------------------------------------------------------------- flooder
-def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
+KINDS = ("close", "random", "silent", "half-frame", "garbage-frames")
+
+
+def flood(
+    address: str, seconds: float, tasks: int, seed: int, kinds: str = ",".join(KINDS)
+) -> dict:
     """Open junk connections from FLOOD_ADDRESS for `seconds`; count what happened."""
     import trio
 
@@ -104,7 +113,7 @@ def flood(address: str, seconds: float, tasks: int, seed: int) -> dict:
     counts = {"opened": 0, "refused_connect": 0, "kinds": {}, "connect_errors": {}}
 
     async def one() -> None:
-        kind = rng.choice(("close", "random", "silent", "half-frame", "garbage-frames"))
+        kind = rng.choice(kinds.split(","))
         sock = trio.socket.socket()
         try:
             await sock.bind((FLOOD_ADDRESS, 0))
@@ -216,6 +225,7 @@ def run(options: argparse.Namespace) -> dict:
                     options.seconds,
                     options.flood_tasks,
                     round_number,
+                    options.kinds,
                     nice=options.flood_nice,
                 )
                 if flooding
@@ -250,6 +260,7 @@ def run(options: argparse.Namespace) -> dict:
     return {
         "guards": "relaxed" if options.relaxed else "default",
         "flooder": "cpu burn only (control)" if options.control_burn else "junk connections",
+        "kinds": options.kinds,
         "flood_nice": options.flood_nice,
         "quiet_puts_per_s": round(quiet_rate),
         "flooded_puts_per_s": round(flooded_rate),
@@ -273,6 +284,56 @@ def run(options: argparse.Namespace) -> dict:
     }
 
 
+def half_frames(options: argparse.Namespace) -> dict:
+    """N connections each hold all but one byte of a maximal frame, then close: what
+    the server's memory does (partial_frames_bytes_max bounds it; the heap trim
+    gives it back)."""
+    from mrs import protocol as wire
+    from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
+
+    scratch = Path(tempfile.mkdtemp(prefix="flood-", dir=options.scratch))
+    config = write_single_group_config(
+        scratch, queues=QUEUES, group_extra=RELAXED if options.relaxed else ""
+    )
+    server = GroupProcess(config, 1)
+    host, port = server.start().rsplit(":", 1)
+    pid = server.process.pid
+    frame_bytes = max(1 << 20, TRANSFER_BYTES_MAX) + FRAME_OVERHEAD_BYTES
+    hello = wire.Connection("client").send(wire.Hello(wire.PROTOCOL_VERSION, "junk"))
+    payload = hello + struct.pack(">I", frame_bytes) + b"\x92" * (frame_bytes - 1)
+    before_kib = _rss_kib(pid)
+    peak_kib = before_kib
+    socks = []
+    try:
+        for _ in range(options.half_frames):
+            sock = socket_module.create_connection((host, int(port)))
+            with contextlib.suppress(OSError):  # an evicted one may be reset mid-send
+                sock.sendall(payload)
+            socks.append(sock)
+            peak_kib = max(peak_kib, _rss_kib(pid))
+        deadline = time.monotonic() + options.seconds
+        while time.monotonic() < deadline:  # the server reads what is still buffered
+            peak_kib = max(peak_kib, _rss_kib(pid))
+            time.sleep(0.1)
+        for sock in socks:
+            sock.close()
+        time.sleep(options.seconds)
+        after_kib = _rss_kib(pid)
+        log_text = (scratch / "group1.log").read_text(errors="replace")
+    finally:
+        server.terminate()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "guards": "relaxed" if options.relaxed else "default",
+        "half_frames": options.half_frames,
+        "bytes_sent_mib": round(options.half_frames * len(payload) / 2**20),
+        "server_rss_before_mib": round(before_kib / 1024, 1),
+        "server_rss_peak_mib": round(peak_kib / 1024, 1),
+        "server_rss_after_close_mib": round(after_kib / 1024, 1),
+        "evicted_log_lines": log_text.count("unfinished frames hold"),
+    }
+
+
 def _merge(dicts: list[dict]) -> dict:
     merged: dict = {}
     for item in dicts:
@@ -289,7 +350,7 @@ def main() -> None:
         elif role == "burn":
             result = burn(float(seconds))
         else:
-            result = flood(address, float(seconds), int(rest[0]), int(rest[1]))
+            result = flood(address, float(seconds), int(rest[0]), int(rest[1]), *rest[2:])
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -310,10 +371,22 @@ def main() -> None:
         help="control run: the 'flooder' only burns CPU, opens no connection",
     )
     parser.add_argument("--relaxed", action="store_true", help="flood guards set out of reach")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"junk connection kinds to draw from, comma-separated (default: {','.join(KINDS)})",
+    )
+    parser.add_argument(
+        "--half-frames",
+        type=int,
+        default=0,
+        help="measure memory instead: this many connections each hold all but one byte "
+        "of a maximal frame, then close (--seconds: how long they hold, and wait after)",
+    )
     parser.add_argument("--scratch", default=None, help="directory on the disk to measure")
     options = parser.parse_args()
     print(f"cpus {os.cpu_count()}, python {sys.version.split()[0]}", flush=True)
-    print(json.dumps(run(options), indent=2))
+    print(json.dumps(half_frames(options) if options.half_frames else run(options), indent=2))
 
 
 if __name__ == "__main__":

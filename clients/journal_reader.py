@@ -5,7 +5,7 @@ close.
 Why a reader in the client library: the reference's way to "handle all errors by
 reading them from a file" and to resend confirmed messages is an application reading
 the journals itself, on the group's host. The files are opened read-only and read in
-short read transactions (JOURNAL_READ_CHUNK_RECORDS records each, resumed after the
+short read transactions (JOURNAL_READ_CHUNK_MESSAGES records each, resumed after the
 last seq), so reading is safe while the group runs and writes them, and a slow reader
 never holds the server's old pages. The scan is the tools' own
 (`mrs.storage.journal_scan`): `mrs dump` and this reader see the same records.
@@ -26,7 +26,7 @@ import trio
 
 from clients.errors import BadParameter, MrsError
 from journals import CorruptRecord, Journal, JournalStore, Record
-from mrs.limits import JOURNAL_READ_CHUNK_RECORDS
+from mrs.limits import JOURNAL_READ_CHUNK_MESSAGES
 from mrs.model import Address, DeliveryMode, Status, delivery_mode_of, status_of
 from mrs.storage.journal_scan import find_journals, open_read_only, scan, seq_of_key
 
@@ -224,7 +224,7 @@ class JournalReader:
     _read: int = 0
 
     def read_chunk(self) -> list[JournalRecord]:
-        """The next records (at most JOURNAL_READ_CHUNK_RECORDS), read in one short
+        """The next records (at most JOURNAL_READ_CHUNK_MESSAGES), read in one short
         read transaction; [] at the end. Blocking: `async for` runs it in a thread."""
         store = self._store
         if store is None:
@@ -232,7 +232,7 @@ class JournalReader:
         records: list[JournalRecord] = []
         scanned = True
         while not records and scanned:  # a chunk of corrupt records only: read on
-            room = JOURNAL_READ_CHUNK_RECORDS
+            room = JOURNAL_READ_CHUNK_MESSAGES
             if self.limit is not None:
                 room = min(room, self.limit - self._read)
             if room <= 0:

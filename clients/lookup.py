@@ -9,7 +9,7 @@ here first, BADPARAM with one line, and nothing is sent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from clients.errors import FieldRefused
 from clients.requests import built
@@ -22,8 +22,13 @@ from mrs.limits import (
 )
 from mrs.model import Address, Status
 
-if TYPE_CHECKING:
-    from clients.connection import Client
+
+class Requester(Protocol):
+    """What locate and pending use of the client (clients.connection.Client)."""
+
+    def _require_link(self, status: Status, what: str) -> None: ...
+    def _next_id(self) -> int: ...
+    async def _request(self, request: object, wait_s: float | None, kind: str = ...) -> object: ...
 
 
 def queue_text(queue: Any, what: str) -> str:
@@ -61,14 +66,14 @@ def pending_texts(queues: Any) -> list[str]:
     return texts
 
 
-async def locate(client: Client, name: str | Address) -> Address:
+async def locate(client: Requester, name: str | Address) -> Address:
     client._require_link(Status.NOTACTIVE, "locate")
     request = built(wire.Locate, client._next_id(), queue_text(name, "locate"))
     reply = cast(wire.Located, await client._request(request, REPLY_GRACE_S, "other"))
     return Address(reply.group, reply.queue)
 
 
-async def pending(client: Client, queues: Sequence[str | Address]) -> list[int]:
+async def pending(client: Requester, queues: Sequence[str | Address]) -> list[int]:
     client._require_link(Status.NOTACTIVE, "pending")
     request = built(wire.ShowPending, client._next_id(), pending_texts(queues))
     wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups

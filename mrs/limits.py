@@ -76,7 +76,7 @@ PENDING_QUERY_WAIT_S = 5.0
 """How long a group waits for another group's pending counts before it answers the
 client TIMEOUT: a link that went silent is declared lost only after its heartbeats
 (15 s), and the client would stop waiting first."""
-JOURNAL_READ_CHUNK_RECORDS = 256
+JOURNAL_READ_CHUNK_MESSAGES = 256
 """Records an application's journal reader (clients.journal_reader) reads in one read
 transaction: a reader holds the server's old pages only that long, however slowly
 it iterates."""
@@ -141,6 +141,10 @@ DEDUPE_WAITERS_MAX = 1_000
 key (one group, all keys). Beyond it an application's put is refused QUEUE_BUSY
 before it is answered (try again later); a peer's copy is answered LINK_DOWN, so the
 peer keeps it in its SAF and sends it again (the dedupe stores it once)."""
+ACCEPT_BATCH_MAX = 64
+"""Connections the accept loop takes per wake-up at most (mrs.transport.network): a flood of
+junk connections costs one round of the scheduler per batch, not per connection,
+and the loop still lets the other tasks run between batches."""
 ADMISSION_ANSWER_INTERVAL_S = 1.0
 """A refused peer is answered (not just dropped) at most this often."""
 ADMISSION_PEERS_MAX = 65_536
@@ -158,6 +162,14 @@ removed principal's connections within this, even when nobody else connects."""
 TLS_REFUSAL_LOG_INTERVAL_S = 1.0
 """The TLS listener: one log line per (host, reason) a refused handshake had at most
 this often."""
+PARTIAL_FRAMES_FRAMES_MIN = 2
+"""partial_frames_bytes_max is taken as at least this many maximal frames, so a group
+whose message_bytes_max is above it still takes in two large messages at once."""
+HEAP_TRIM_RELEASED_BYTES_MIN = 16 * 1024 * 1024
+"""Bytes of unfinished frames let go (their connection closed) before the heap's free
+pages are given back to the system (mrs.transport.partial_frames)..."""
+HEAP_TRIM_INTERVAL_S = 1.0
+"""...at most this often: a trim walks the heap (milliseconds)."""
 DATA_DIR_CHECK_INTERVAL_S = 1.0
 """How often a running server looks at its data directory between commits."""
 JOURNAL_CHECK_INTERVAL_S = 1.0

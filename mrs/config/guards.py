@@ -30,6 +30,9 @@ class Guards:
     """A client connection that has sent nothing, not even a Pong, for this long is closed."""
     handshake_s_max: float = 10.0
     """A connection must complete its Hello within this long of being accepted."""
+    handshakes_max: int = 4096
+    """Connections of all peers still at their handshake (authentication, Hello) at
+    once; at the bound the oldest gives way to the new one (mrs.transport.handshake_slots)."""
     frame_s_max: float = 30.0
     """A frame that has begun to arrive must be complete within this long."""
     queue_bytes_max: int = 256 * 1024 * 1024
@@ -37,6 +40,9 @@ class Guards:
     connection_bytes_max: int = 256 * 1024 * 1024
     """Bodies one connection has in the server's memory: unanswered puts and its
     nonrecoverable messages still waiting in queues."""
+    partial_frames_bytes_max: int = 64 * 1024 * 1024
+    """Bytes of unfinished frames of all connections together (at least two maximal
+    frames); beyond it the connection stalled longest is closed (mrs.transport.partial_frames)."""
     parked_gets_max: int = 1000
     """Gets of one connection waiting for a message at once."""
     requests_in_flight_max: int = 10_000

@@ -201,6 +201,12 @@ class Connection:
             self._pos = 0
         buf += data
 
+    def discard_buffered(self) -> None:
+        """Let go of the bytes of an unfinished frame at once (the connection is being
+        closed, and a server bounds what such frames hold in all)."""
+        self._buf = bytearray()
+        self._pos = 0
+
     def next_event(self) -> Event | _Sentinel:
         """The next event, NEED_DATA, or CLOSED. Raises RemoteProtocolError."""
         if self._error is not None:

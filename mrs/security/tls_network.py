@@ -2,15 +2,16 @@
 
 Accepted connections are told apart by their first byte (a TLS record, or an MRS
 frame from a client without TLS, answered with a Fatal saying so); handshakes in
-progress are bounded per host and in all; refused connections are closed gently
-(bounded) so a client sees the end of the stream, not a reset.
+progress are bounded per host and in all, and at a bound the oldest handshake gives
+way to the new connection (`HandshakeSlots`): idle sockets cannot hold the slots
+and lock everyone else out. Refused connections are closed gently (bounded) so a
+client sees the end of the stream, not a reset.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import Counter
 from typing import Any
 
 import trio
@@ -20,6 +21,7 @@ from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
+from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import Gate, Handler, TcpNetwork
 
 log = logging.getLogger("mrs.tls")
@@ -27,9 +29,9 @@ log = logging.getLogger("mrs.tls")
 HANDSHAKE_TIMEOUT_S = 10.0
 """A TLS handshake not done by then is dropped: a silent client holds nothing longer."""
 HANDSHAKES_PER_HOST_MAX = 64
-"""TLS handshakes in progress from one host; more are closed at once."""
+"""TLS handshakes in progress from one host; a new one makes the host's oldest give way."""
 HANDSHAKES_MAX = 1024
-"""TLS handshakes in progress from everyone."""
+"""TLS handshakes in progress from everyone; a new one makes the oldest give way."""
 FIRST_READ_BYTES_MAX = 16384
 """Bytes read to tell a TLS ClientHello from a plaintext MRS frame."""
 CLOSE_DRAIN_S = 1.0
@@ -57,7 +59,7 @@ class TlsNetwork(TcpNetwork):
         self.dial_context = config.dial_context()
         self.refused = 0
         """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
-        self._handshaking: Counter[str] = Counter()
+        self._slots = HandshakeSlots(HANDSHAKES_PER_HOST_MAX, HANDSHAKES_MAX)
         self._draining = 0
         self._refusals = RefusalLog(
             log,
@@ -83,21 +85,20 @@ class TlsNetwork(TcpNetwork):
         async def handle(stream: trio.abc.Stream) -> None:
             peer = _peer(stream)
             host = peer.rpartition(":")[0]
-            if not self._may_handshake(host):
-                self._refuse(peer, f"{HANDSHAKES_PER_HOST_MAX} handshakes from {host} in progress")
-                await trio.aclose_forcefully(stream)
+            tls_stream: trio.SSLStream | None = None
+            with trio.CancelScope() as scope:
+                slot = self._slots.take(host, scope)
+                try:
+                    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                        tls_stream = await self._handshake(stream)
+                except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
+                    self._refuse(peer, _why(error))
+                finally:
+                    self._slots.give_back(slot)
+            if scope.cancelled_caught and slot.evicted_because is not None:
+                self._refuse(peer, slot.evicted_because)
+                await trio.aclose_forcefully(stream)  # idle or slow: no gentle close
                 return
-            self._handshaking[host] += 1
-            try:
-                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    tls_stream = await self._handshake(stream)
-            except (trio.BrokenResourceError, trio.TooSlowError, OSError, NotTls) as error:
-                self._refuse(peer, _why(error))
-                tls_stream = None
-            finally:
-                self._handshaking[host] -= 1
-                if not self._handshaking[host]:
-                    del self._handshaking[host]
             if tls_stream is None:
                 await self._close_refused(stream)
                 return
@@ -134,13 +135,6 @@ class TlsNetwork(TcpNetwork):
             await _close_gently(stream)
         finally:
             self._draining -= 1
-
-    def _may_handshake(self, host: str) -> bool:
-        """Bounds on handshakes in progress: before TLS there is no session, so the
-        server's per-host connection limits cannot count them yet; these do."""
-        if self._handshaking[host] >= HANDSHAKES_PER_HOST_MAX:
-            return False
-        return self._handshaking.total() < HANDSHAKES_MAX
 
     def _refuse(self, peer: str, why: str) -> None:
         """Count it; log it, at most one line per (host, reason) a second (a flood of

@@ -30,6 +30,8 @@ from mrs.server.client_drains import ClientDrains
 from mrs.server.request_dispatch import Dispatcher
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
 from mrs.transport.admission import Admission
+from mrs.transport.handshake_slots import HandshakeSlots
+from mrs.transport.partial_frames import PartialFrames
 from mrs.transport.watchdog import next_nonce, watch
 
 log = logging.getLogger("mrs.server")
@@ -56,15 +58,24 @@ class Connections:
     authority: Authority | None
     gate: Gate | None
     guards: Guards
+    partial_frames: PartialFrames
+    handshakes: HandshakeSlots
 
     async def serve(self, stream: trio.abc.Stream) -> None:
+        try:
+            address = transport_socket(stream).getpeername()[:2]
+        except AttributeError:  # an in-memory stream (the simulation): no address
+            address = None
+        except OSError:  # reset before it was looked at: gone, and no address to
+            await trio.aclose_forcefully(stream)  # admit it by, so no session for it
+            return
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
         session.written_after_commit = self.answered_sessions
         session.observe = self.ops.reply_observer()
         host = ""
-        with contextlib.suppress(OSError, AttributeError):
-            host, port = transport_socket(stream).getpeername()[:2]
+        if address is not None:
+            host, port = address
             session.peer = f"{host}:{port}"
         if host and (refusal := self.admission.admit(host)) is not None:
             await self._refuse_connection(stream, connection, host, refusal)
@@ -72,24 +83,26 @@ class Connections:
         session.host = host or session.peer
         self.sessions.add(session)
         try:
-            admitted = self.authority is None or await session_auth.admit(
-                self.authority, session, self.guards.handshake_s_max, self.refusals
-            )
-            if admitted and await self._handshake(session):
-                if session.revoked is not None:  # during the handshake: its Fatal waits
-                    with trio.move_on_after(1):
-                        await session.flush()
-                    return
-                async with trio.open_nursery() as nursery:
-                    session.tasks = nursery
-                    nursery.start_soon(session.send_loop)
-                    nursery.start_soon(self._watch, session, nursery.cancel_scope)
-                    await self._receive_loop(session)
-                    nursery.cancel_scope.cancel()
+            with trio.CancelScope() as session.scope:  # `session.evict` ends it
+                if await self._prove(session):
+                    if session.revoked is not None:  # during the handshake: its Fatal waits
+                        with trio.move_on_after(1):
+                            await session.flush()
+                        return
+                    async with trio.open_nursery() as nursery:
+                        session.tasks = nursery
+                        nursery.start_soon(session.send_loop)
+                        nursery.start_soon(self._watch, session, nursery.cancel_scope)
+                        await self._receive_loop(session)
+                        nursery.cancel_scope.cancel()
         except Exception as error:  # noqa: BLE001 - one connection never stops the server
             if not only_connection_errors(error):
                 log.exception("connection from %s failed", session.peer)
         finally:
+            self.partial_frames.forget(session)
+            session.connection.discard_buffered()
+            if session.evicted_because is not None:
+                await self._evicted(session, *session.evicted_because)
             if host:
                 self.admission.release(host)
             self.sessions.discard(session)
@@ -197,6 +210,35 @@ class Connections:
         await self._fatal(session, Status.TIMEOUT, f"closing: {why}")
         return False
 
+    async def _prove(self, session: ServerSession) -> bool:
+        """Authentication (with [auth]) and the Hello, within handshake_s_max, holding
+        one of the group's `handshakes_max` slots: at the bound the oldest connection
+        still at its handshake gives way, so connections that never authenticate or
+        never say Hello cost a bounded amount in all, however many peers send them."""
+        assert session.scope is not None
+        slot = self.handshakes.take(session.host, session.scope)
+        try:
+            admitted = self.authority is None or await session_auth.admit(
+                self.authority, session, self.guards.handshake_s_max, self.refusals
+            )
+            return admitted and await self._handshake(session)
+        finally:
+            self.handshakes.give_back(slot)
+            if slot.evicted_because is not None:
+                why = f"{slot.evicted_because} (handshakes_max={self.guards.handshakes_max})"
+                session.evicted_because = ("handshakes_max", why)
+
+    async def _evicted(self, session: ServerSession, limit: str, why: str) -> None:
+        """Closed from outside its task to keep a bound of all connections together
+        (`limit`: mrs.transport.partial_frames, mrs.transport.handshake_slots): told why, and a
+        (throttled) log line."""
+        self.refusals.refused(
+            limit, session.host, f"closing connection (EXCEEDQUOTA): {why} ({session.peer})"
+        )
+        if self.authority is not None and session.principal is None:
+            return  # in the middle of authentication, whose frames are not the protocol's
+        await self._fatal(session, Status.EXCEEDQUOTA, f"closing: {why}")
+
     async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
         self.refusals.refused("protocol", session.host, f"protocol error: {error} ({session.peer})")
         await self._fatal(session, error.status, str(error))
@@ -245,7 +287,10 @@ class Connections:
             return False
         if not still_open:
             return False
-        session.liveness.heard(session.buffered_bytes, len(events))
+        buffered_bytes = session.buffered_bytes
+        session.liveness.heard(buffered_bytes, len(events))
+        if buffered_bytes or session.partial_bytes:
+            self.partial_frames.hold(session, buffered_bytes)
         return True
 
     async def _fatal(self, session: ServerSession, status: Status, message: str) -> None:

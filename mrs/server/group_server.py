@@ -45,7 +45,7 @@ from mrs.core.refusals import RefusalLog
 from mrs.core.timers import TrioTimers
 from mrs.group import Group
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
-from mrs.limits import COMMIT_COMPANY_WAIT_S
+from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.native import loader as native
 from mrs.ops.group_ops import GroupOps
 from mrs.security import session_auth
@@ -61,7 +61,9 @@ from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection
 from mrs.storage.commit_pacing import CommitPacing
 from mrs.storage.datadir import DataDirError
 from mrs.transport.admission import Admission
+from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import TCP, Network, TcpNetwork
+from mrs.transport.partial_frames import PartialFrames
 
 __all__ = ["CONNECTION_ERRORS", "GroupServer", "ServerSession", "only_connection_errors", "serve"]
 
@@ -113,6 +115,11 @@ class GroupServer:
         )
         self.guards = group_config.guards
         self.admission = Admission(self.guards, trio.current_time)
+        self.handshakes = HandshakeSlots(self.guards.handshakes_max, self.guards.handshakes_max)
+        frames_min_bytes = PARTIAL_FRAMES_FRAMES_MIN * self.frame_bytes_max
+        self.partial_frames = PartialFrames(
+            max(self.guards.partial_frames_bytes_max, frames_min_bytes)
+        )
         self.refusals = RefusalLog(log)
         self.client_drains = ClientDrains()
         self.authority, self.gate = session_auth.build(bus, group_config)
@@ -161,6 +168,7 @@ class GroupServer:
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
                 nursery.start_soon(self.ops.run)
+                nursery.start_soon(self.partial_frames.trim_loop)
                 self._start_watchers(nursery, connections)
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
@@ -220,6 +228,8 @@ class GroupServer:
             self.authority,
             self.gate,
             self.guards,
+            self.partial_frames,
+            self.handshakes,
         )
         if self.authority is not None:
             self.authority.listeners.append(self.connections.credentials_reloaded)
@@ -244,7 +254,11 @@ class GroupServer:
             **self.group.status_info(),
             **self.ops.status_extra(),
             **self.client_drains.status_info(),
-            "guards": {"refused": dict(sorted(self.refusals.by_limit.items()))},
+            "guards": {
+                "refused": dict(sorted(self.refusals.by_limit.items())),
+                "handshakes_in_progress": self.handshakes.in_progress(),
+                "unfinished_frame_bytes": self.partial_frames.total_bytes,
+            },
         }
 
     async def _bind(self) -> list[trio.SocketListener] | None:

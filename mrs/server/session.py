@@ -50,6 +50,12 @@ class ServerSession(GroupChannel):
     task that closes it (mrs.server.connections)."""
     revoked: str | None = None
     """Why its principal's credentials were revoked: the connection is closing."""
+    partial_bytes: int = 0
+    """Bytes of its unfinished frame counted in the group's total (mrs.transport.partial_frames)."""
+    scope: trio.CancelScope | None = None
+    """Ends the connection from outside its task (`evict`)."""
+    evicted_because: tuple[str, str] | None = None
+    """(the limit, why) `evict` closed it, to be told in a Fatal(EXCEEDQUOTA)."""
     written_after_commit: set[ServerSession] | None = None
     """The server's sessions with answers queued: after each commit it hands their
     outboxes to the sockets at once (`FramedStream.write_now`). A closed session
@@ -60,6 +66,20 @@ class ServerSession(GroupChannel):
 
     answer_batches: bool = False
     """The client's Hello said it reads AnswerBatch frames (`answer` then batches)."""
+
+    def stalled_since(self) -> float:
+        """When its last bytes arrived (mrs.transport.partial_frames closes the longest stalled)."""
+        return self.liveness.heard_at
+
+    def evict(self, limit: str, why: str) -> None:
+        """Close this connection from outside its task, for `why` (a bound of `limit`).
+
+        Its task lets go of the unfinished frame as it ends, a moment later: let go
+        here, a receive already under way would go on parsing from the middle of that
+        frame, break the protocol, and close without saying why."""
+        self.evicted_because = (limit, why)
+        if self.scope is not None:
+            self.scope.cancel()
 
     def send(self, event: object) -> None:
         if self.closed:

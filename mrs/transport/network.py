@@ -10,12 +10,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
+
+from mrs.limits import ACCEPT_BATCH_MAX
 
 Handler = Callable[[trio.abc.Stream], Awaitable[None]]
 Gate = Callable[[str], bool]
@@ -28,6 +31,8 @@ _CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EN
 """accept() failures that mean "out of resources for now": wait, then go on (as
 trio.serve_listeners does)."""
 _CAPACITY_SLEEP_S = 0.1
+_GONE_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO})
+"""accept() failures that mean "this one connection went away first": take the next."""
 
 
 class Network(Protocol):
@@ -93,20 +98,49 @@ TCP = TcpNetwork()
 async def _accept_loop(
     listener: trio.SocketListener, handler: Handler, gate: Gate, nursery: trio.Nursery
 ) -> None:
-    """Accept forever; a connection the gate refuses is closed before it costs a task."""
-    listening = listener.socket
-    while True:
+    """Accept forever, up to ACCEPT_BATCH_MAX connections per wake-up; a connection the
+    gate refuses is closed before it costs a task.
+
+    Why not trio's accept: it goes round the scheduler once per connection and wraps
+    each socket in a trio socket, which a junk connection refused at once does not
+    need. Here a plain socket on the same listening file takes every connection
+    waiting, and only an admitted one becomes a trio stream."""
+    listening = socket.socket(fileno=os.dup(listener.socket.fileno()))
+    listening.setblocking(False)
+    try:
+        while True:
+            await trio.lowlevel.wait_readable(listening)
+            await _accept_waiting(listening, handler, gate, nursery)
+    finally:
+        trio.lowlevel.notify_closing(listening)
+        listening.close()
+
+
+async def _accept_waiting(
+    listening: socket.socket, handler: Handler, gate: Gate, nursery: trio.Nursery
+) -> None:
+    """Take the connections waiting on `listening`, at most ACCEPT_BATCH_MAX."""
+    for _ in range(ACCEPT_BATCH_MAX):
         try:
-            sock, address = await listening.accept()
+            sock, address = listening.accept()
+        except BlockingIOError:
+            return
         except OSError as error:
+            if error.errno in _GONE_ERRNOS:
+                continue
             if error.errno not in _CAPACITY_ERRNOS:
                 raise
             log.error("accept: %s; waiting %.1f s", error, _CAPACITY_SLEEP_S)
             await trio.sleep(_CAPACITY_SLEEP_S)
-            continue
+            return
         if not gate(address[0]):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
             sock.close()
             continue
-        nursery.start_soon(handler, trio.SocketStream(sock))
+        try:
+            sock.getpeername()
+        except OSError:  # reset by the peer before it was accepted: gone, no task for it
+            sock.close()
+            continue
+        nursery.start_soon(handler, trio.SocketStream(trio.socket.from_stdlib_socket(sock)))

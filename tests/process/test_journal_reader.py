@@ -22,7 +22,7 @@ from clients import (
     Uma,
     open_journal,
 )
-from mrs.limits import JOURNAL_READ_CHUNK_RECORDS
+from mrs.limits import JOURNAL_READ_CHUNK_MESSAGES
 
 
 async def _put_get_confirm(client, count: int, *, msg_class: int = 0) -> list[int]:
@@ -91,7 +91,7 @@ async def test_reading_the_pcj_while_the_group_writes_it(make_bus) -> None:
     """One reader iterates while the group confirms into the PCJ: every record it reads
     is whole, none twice, in seq order; read on after the writes, it has them all."""
     bus = make_bus(group_extra="pcj_default = true")
-    count = 3 * JOURNAL_READ_CHUNK_RECORDS
+    count = 3 * JOURNAL_READ_CHUNK_MESSAGES
     read: list[int] = []
     async with bus.connect("ORDERS") as client:
         for psb in await client.put_many([PutItem(b"x%d" % i, "1.10") for i in range(count)]):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -208,8 +209,8 @@ async def test_a_certificate_of_the_ca_cannot_pose_as_a_group(tls_bus) -> None:
     await wait_link_up(tls_bus)  # the real link was not replaced
 
 
-async def _server_still_serves(bus: TlsBus) -> None:
-    async with connect(bus.address(1), "OUT", tls=bus.client_tls()) as client:
+async def _server_still_serves(bus: TlsBus, **options: object) -> None:
+    async with connect(bus.address(1), "OUT", tls=bus.client_tls(), **options) as client:
         psb = await client.put(b"still here", "1.11", delivery=DeliveryMode.WF_DQF)
         assert psb.status.name == "SUCCESS"
         message = await client.get(timeout=10)
@@ -253,7 +254,7 @@ async def test_a_group_dialing_a_link_refuses_a_peer_without_its_group_name(tmp_
 
 async def test_silent_connections_cannot_pile_up_tls_handshakes(tls_bus) -> None:
     """Before TLS there is no session to count against the per-host limits: the
-    handshakes in progress from one host are bounded, the extra closed at once."""
+    handshakes in progress from one host are bounded, the oldest closed at once."""
     from mrs.security.tls import HANDSHAKES_PER_HOST_MAX
 
     host, port = tls_bus.address(1).rsplit(":", 1)
@@ -278,7 +279,10 @@ async def test_silent_connections_cannot_pile_up_tls_handshakes(tls_bus) -> None
         for stream in silent:
             await trio.aclose_forcefully(stream)
     assert closed_at_once == extra, closed_at_once
-    assert f"{HANDSHAKES_PER_HOST_MAX} handshakes from 127.0.0.1 in progress" in tls_bus.log(1)
+    assert (
+        f"{HANDSHAKES_PER_HOST_MAX} handshakes from 127.0.0.1 in progress: "
+        "the oldest gave way to a new connection"
+    ) in tls_bus.log(1)
     with trio.fail_after(10):  # until the server has seen the silent ones close
         while True:
             try:
@@ -286,6 +290,91 @@ async def test_silent_connections_cannot_pile_up_tls_handshakes(tls_bus) -> None
                 break
             except ConnectionLost:
                 await trio.sleep(0.1)
+
+
+async def _open_silent(address: str, source: str, count: int) -> list[trio.SocketStream]:
+    """`count` TCP connections from `source` that never send a byte."""
+    host, port = address.rsplit(":", 1)
+    silent = []
+    for _ in range(count):
+        sock = trio.socket.socket()
+        await sock.bind((source, 0))
+        await sock.connect((host, int(port)))
+        silent.append(trio.SocketStream(sock))
+    return silent
+
+
+async def _server_took(address: str, source: str) -> None:
+    """Returns once the server has handled a junk connection opened now from
+    `source`: it took in every connection accepted before it (one accept loop, in
+    order), so the silent ones hold their handshake slots."""
+    host, port = address.rsplit(":", 1)
+    sock = trio.socket.socket()
+    await sock.bind((source, 0))
+    await sock.connect((host, int(port)))
+    async with trio.SocketStream(sock) as junk:
+        await junk.send_all(b"GET / HTTP/1.0\r\n\r\n")
+        with trio.fail_after(10), contextlib.suppress(trio.BrokenResourceError):
+            while await junk.receive_some(4096):
+                pass
+
+
+def _closed_now(streams: list[trio.SocketStream]) -> int:
+    """How many of `streams` the server has closed (EOF or reset) by now: a peek
+    that does not wait."""
+    closed = 0
+    for stream in streams:
+        with socket.socket(fileno=os.dup(stream.socket.fileno())) as peek:
+            try:
+                closed += peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                pass  # open, nothing to read
+            except ConnectionResetError:
+                closed += 1
+    return closed
+
+
+async def test_silent_sockets_of_a_host_do_not_lock_its_clients_out(tls_bus) -> None:
+    """A handshake slot cannot be held by idle sockets: with every slot of its host
+    taken by silent connections, a client of that host still connects (the oldest
+    silent one gives way) and delivers."""
+    from mrs.security.tls import HANDSHAKES_PER_HOST_MAX
+
+    address = tls_bus.address(1)
+    silent = await _open_silent(address, "127.0.0.1", HANDSHAKES_PER_HOST_MAX)
+    try:
+        await _server_took(address, "127.0.0.2")
+        async with connect(
+            address, "OUT", tls=tls_bus.client_tls(), reconnect=None, connect_timeout_s=5
+        ) as client:
+            psb = await client.put(b"past the idle", "1.11", delivery=DeliveryMode.WF_DQF)
+            assert psb.status.name == "SUCCESS"
+            message = await client.get(timeout=10)
+            assert message.body == b"past the idle"
+            await client.confirm(message.seq)
+        assert _closed_now(silent) == 1  # the oldest gave way, the others wait
+    finally:
+        for stream in silent:
+            await trio.aclose_forcefully(stream)
+
+
+async def test_silent_sockets_of_many_hosts_do_not_lock_everyone_out(tls_bus) -> None:
+    """Every handshake slot of the group taken by silent connections from 16 hosts:
+    a client from another host still connects and delivers."""
+    from mrs.security.tls import HANDSHAKES_MAX, HANDSHAKES_PER_HOST_MAX
+
+    address = tls_bus.address(1)
+    hosts = HANDSHAKES_MAX // HANDSHAKES_PER_HOST_MAX
+    silent: list[trio.SocketStream] = []
+    try:
+        for index in range(hosts):
+            source = f"127.0.0.{10 + index}"
+            silent += await _open_silent(address, source, HANDSHAKES_PER_HOST_MAX)
+        await _server_took(address, "127.0.0.2")
+        await _server_still_serves(tls_bus, reconnect=None, connect_timeout_s=5)
+    finally:
+        for stream in silent:
+            await trio.aclose_forcefully(stream)
 
 
 async def test_tools_take_tls_from_the_environment(tls_bus, tmp_path) -> None:
