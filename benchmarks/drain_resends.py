@@ -6,9 +6,12 @@ puts WF_DQF (UMA SAF) to queue 2.10 at `--put-rate` (50/s); a consumer on group 
 gets and confirms one message every `--confirm-ms` (30 ms). The consumer is slower
 than the producer, so group 2's DQF stays full, the drain is refused DQF_FULL and
 waits for room, and the SAF backlog grows. Each phase reports group 1's link
-`messages_sent` (what `mrs_link_messages_sent_total` counts) per message the
-consumer got, and the WARNING lines group 1 logged about the link:
+`messages_sent` (what `mrs_link_messages_sent_total` counts) per message group 2
+stored from the link (the consumer got it, or it is still in group 2's DQF: the
+DQF's depth at the phase's end less at its start), what the consumer got, and the
+WARNING lines both groups logged:
 
+  fill    from an empty DQF until (and while) it fills up: the drain's first refusal
   full    the DQF full all along (the drain waits for room, RETRY)
   cut     the link cut through the proxy for `--cut-s`, then healed
   backlog the producer stopped: the consumer drains what is left
@@ -49,17 +52,20 @@ LINK_WAIT_S = 20.0
 
 @dataclass
 class Phase:
-    """One phase's counts: link messages group 1 sent and messages group 2 delivered."""
+    """One phase's counts: link messages group 1 sent, messages group 2 stored in its
+    DQF from the link (got by the consumer, or still in the DQF) and delivered to the
+    consumer, WARNING lines both groups logged."""
 
     name: str
     seconds: float
     sent: int = 0
+    stored: int = 0
     delivered: int = 0
     warnings: int = 0
 
     @property
     def ratio(self) -> float:
-        return self.sent / self.delivered if self.delivered else float("inf")
+        return self.sent / self.stored if self.stored else float("inf")
 
 
 @dataclass
@@ -74,13 +80,18 @@ class Run:
         return sum(phase.sent for phase in self.phases)
 
     @property
-    def delivered(self) -> int:
-        return sum(phase.delivered for phase in self.phases)
+    def stored(self) -> int:
+        return sum(phase.stored for phase in self.phases)
 
 
 async def _link_info(bus: LinkedBus) -> dict:
     async with bus.connect(1, None) as client:
         return (await client.status())["links"]["2"]
+
+
+async def _dqf_messages(bus: LinkedBus) -> int:
+    async with bus.connect(2, None) as client:
+        return int((await client.status())["dqf_messages"])
 
 
 async def _wait_link_up(bus: LinkedBus) -> None:
@@ -90,10 +101,13 @@ async def _wait_link_up(bus: LinkedBus) -> None:
             await trio.sleep(0.05)
 
 
-def _link_warnings(bus: LinkedBus) -> int:
-    log_path = bus.directory / "group1.log"
-    text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    return sum(1 for line in text.splitlines() if "WARNING" in line and "link" in line)
+def _warnings(bus: LinkedBus) -> int:
+    count = 0
+    for group_id in (1, 2):
+        log_path = bus.directory / f"group{group_id}.log"
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        count += sum(1 for line in text.splitlines() if "WARNING" in line)
+    return count
 
 
 async def _produce(bus: LinkedBus, run: Run, rate_per_s: float, stop: trio.Event) -> None:
@@ -115,7 +129,7 @@ async def _consume(bus: LinkedBus, run: Run, confirm_s: float, stop: trio.Event)
         while not stop.is_set():
             try:
                 message = await receiver.get(timeout=0.2)
-            except NoMoreMessages:
+            except (NoMoreMessages, TimeoutError):
                 continue
             await receiver.confirm(message.seq)
             run.delivered_seqs.append(message.seq)
@@ -124,8 +138,8 @@ async def _consume(bus: LinkedBus, run: Run, confirm_s: float, stop: trio.Event)
 
 async def _phase(bus: LinkedBus, run: Run, name: str, seconds: float) -> Phase:
     phase = Phase(name, seconds)
-    sent_before = (await _link_info(bus))["messages_sent"]
-    delivered_before, warnings_before = len(run.delivered_seqs), _link_warnings(bus)
+    sent_before, dqf_before = (await _link_info(bus))["messages_sent"], await _dqf_messages(bus)
+    delivered_before, warnings_before = len(run.delivered_seqs), _warnings(bus)
     if name == "cut":
         bus.proxy(1, 2).cut()
         await trio.sleep(seconds / 2)
@@ -136,12 +150,14 @@ async def _phase(bus: LinkedBus, run: Run, name: str, seconds: float) -> Phase:
         await trio.sleep(seconds)
     phase.sent = (await _link_info(bus))["messages_sent"] - sent_before
     phase.delivered = len(run.delivered_seqs) - delivered_before
-    phase.warnings = _link_warnings(bus) - warnings_before
+    phase.stored = phase.delivered + await _dqf_messages(bus) - dqf_before
+    phase.warnings = _warnings(bus) - warnings_before
     return phase
 
 
 async def measure(
     directory: Path,
+    fill_s: float = 3.0,
     full_s: float = 8.0,
     cut_s: float = 3.0,
     backlog_s: float = 4.0,
@@ -162,6 +178,7 @@ async def measure(
             stop_producer, stop_consumer = trio.Event(), trio.Event()
             nursery.start_soon(_produce, bus, run, put_rate_per_s, stop_producer)
             nursery.start_soon(_consume, bus, run, confirm_ms / 1000, stop_consumer)
+            run.phases.append(await _phase(bus, run, "fill", fill_s))
             run.phases.append(await _phase(bus, run, "full", full_s))
             if cut_s > 0:
                 run.phases.append(await _phase(bus, run, "cut", cut_s))
@@ -177,6 +194,7 @@ async def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fill-s", type=float, default=3.0)
     parser.add_argument("--full-s", type=float, default=20.0)
     parser.add_argument("--cut-s", type=float, default=4.0)
     parser.add_argument("--backlog-s", type=float, default=6.0)
@@ -189,6 +207,7 @@ def main() -> None:
         run = trio.run(
             measure,
             Path(scratch) / "bus",
+            args.fill_s,
             args.full_s,
             args.cut_s,
             args.backlog_s,
@@ -201,24 +220,30 @@ def main() -> None:
             "phase": phase.name,
             "seconds": phase.seconds,
             "link_messages_sent": phase.sent,
+            "stored": phase.stored,
             "delivered": phase.delivered,
-            "sent_per_delivered": round(phase.ratio, 3),
-            "link_warnings": phase.warnings,
+            "sent_per_stored": round(phase.ratio, 3),
+            "warnings": phase.warnings,
         }
         for phase in run.phases
     ]
     if args.json:
         print(json.dumps({"phases": rows, "put": run.put}, indent=2))
         return
-    print(f"{'phase':8} {'s':>5} {'sent':>10} {'delivered':>10} {'sent/deliv':>11} {'warnings':>9}")
+    print(
+        f"{'phase':8} {'s':>5} {'sent':>10} {'stored':>8} {'got':>8} {'sent/stored':>12} "
+        f"{'warnings':>9}"
+    )
     for row in rows:
         print(
             f"{row['phase']:8} {row['seconds']:5.1f} {row['link_messages_sent']:10,} "
-            f"{row['delivered']:10,} {row['sent_per_delivered']:11.3f} {row['link_warnings']:9}"
+            f"{row['stored']:8,} {row['delivered']:8,} {row['sent_per_stored']:12.3f} "
+            f"{row['warnings']:9}"
         )
-    total = run.sent / run.delivered if run.delivered else float("inf")
-    print(f"total: {run.sent:,} sent, {run.delivered:,} delivered, {total:.3f} per message;")
-    print(f"put {run.put:,}; delivered in order: {run.delivered_seqs == sorted(run.delivered_seqs)}")
+    total = run.sent / run.stored if run.stored else float("inf")
+    print(f"total: {run.sent:,} link messages sent, {run.stored:,} stored, {total:.3f} per message")
+    in_order = run.delivered_seqs == sorted(run.delivered_seqs)
+    print(f"put {run.put:,}; delivered in order: {in_order}")
 
 
 if __name__ == "__main__":

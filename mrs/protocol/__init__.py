@@ -107,6 +107,7 @@ from mrs.protocol.link_events import (
     ConfNotice,
     DeqNotice,
     ForgetNotice,
+    LeaveNotice,
     LinkAck,
     LinkNotice,
     LinkResult,
@@ -115,6 +116,7 @@ from mrs.protocol.link_events import (
     ResyncNotice,
     RoomNotice,
     TransferredMessage,
+    WaitNotice,
 )
 
 __all__ = [
@@ -155,6 +157,7 @@ __all__ = [
     "GetBatch",
     "GiveBack",
     "Hello",
+    "LeaveNotice",
     "LinkAck",
     "LinkNotice",
     "LinkResult",
@@ -173,5 +176,6 @@ __all__ = [
     "StatusReply",
     "StatusRequest",
     "TransferredMessage",
+    "WaitNotice",
     "Welcome",
 ]
