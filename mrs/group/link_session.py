@@ -43,6 +43,9 @@ from mrs.model import Status
 
 log = logging.getLogger("mrs.links")
 
+_NOT_REFUSED_HERE = frozenset({Status.STORED, Status.DLQ_SUCCESS, Status.LINK_DOWN, LINK_LOST})
+"""Answers that name no refusal in their own transfer."""
+
 
 
 def _no_clock() -> float:
@@ -410,24 +413,33 @@ class PeerLink:
         answer = self.rooms.drain.saf_answered(self.peer_id, answers, self._forgettable)
         if answer.retry and answer.stuck_status == Status.DQF_FULL:
             self._wait_for_room(answer)
-        elif answer.retry:
+            return
+        if answer.retry:
             self._enter_retry(answer)
-        elif answer.restart:
-            if self._refused_before(ack.request_id, pending.drain_pass):
-                return  # refused behind a message whose own answer restarts the drain
+            return
+        behind = any(status == Status.LINK_DOWN for _, status in answers)
+        if answers and not behind and pending.drain_pass == self._drain_pass:
+            self._settled()  # stored, or dead-lettered here: nothing is stuck
+        refused_here = any(status not in _NOT_REFUSED_HERE for _, status in answers)
+        if answer.restart and (
+            refused_here or not self._refused_behind(ack.request_id, pending.drain_pass)
+        ):
             self.restart_drain()
-        elif answers and pending.drain_pass == self._drain_pass:
-            self._retry_s = RETRY_S_MIN
-            if self._probe_left is not None:
-                self._probe_left = None
-                log.info("link to group %d: SAF drain out of RETRY", self.peer_id)
-            if self._room_credit is None:
-                self.drain_wait = None
 
-    def _refused_before(self, request_id: int, drain_pass: int) -> bool:
+    def _settled(self) -> None:
+        """A transfer of this pass was settled: a RETRY is over."""
+        self._retry_s = RETRY_S_MIN
+        if self._probe_left is not None:
+            self._probe_left = None
+            log.info("link to group %d: SAF drain out of RETRY", self.peer_id)
+        if self._room_credit is None:
+            self.drain_wait = None
+
+    def _refused_behind(self, request_id: int, drain_pass: int) -> bool:
         """Whether messages answered LINK_DOWN (refused behind an earlier failure) need
         no restart of their own: they were sent in an earlier pass, or an earlier
-        transfer of this pass, whose answer names the failure, is still unanswered."""
+        transfer of this pass, whose answer names the failure, is still unanswered
+        (answers may come back out of order: a refused-behind one needs no commit)."""
         if drain_pass != self._drain_pass:
             return True
         return any(
