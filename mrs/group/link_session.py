@@ -377,11 +377,12 @@ class PeerLink:
             return
         self._probe_left = 1
         (log.warning if news else log.debug)(
-            "link to group %d: SAF drain in RETRY for %.1f s: message %d %s",
+            "link to group %d: SAF drain in RETRY for %.1f s: message %d %s: %s",
             self.peer_id,
             self._retry_s,
             answer.stuck_seq,
             status_name(answer.stuck_status),
+            answer.reason,
         )
         self.retry_until = self.now_s() + self._retry_s
         self.rooms.timers.call_later(self._retry_s, self.poke)
