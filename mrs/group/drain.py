@@ -188,7 +188,8 @@ class Drain:
             Status(status),
             f"group {record.target_group} refused it over the link",
         )
-        log.warning(
+        # A failed DLQ put is logged by the link once, when its drain goes into RETRY.
+        (log.warning if moved else log.debug)(
             "group %d refused SAF message %d (%s): %s",
             record.target_group,
             record.seq,

@@ -7,8 +7,14 @@ drain could lose every race, and its backlog would never move ("MRS attempts
 redelivery ... until delivery is confirmed"). So a drain refused DQF_FULL waits
 here in FIFO order; each freed slot is held for the next waiting drain (the others
 see the DQF as full) and that drain is told at once ("room" notice) instead of
-waiting out its backoff. Held slots are bounded: they come only from freed slots,
+waiting out its backoff. Held slots are bounded: they come only from free slots,
 so stored + held never exceeds dqf_messages_max.
+
+A drain stays in line until its sender says it has nothing left ("leave") or the
+link drops: its sender sends only into slots held for it, so the DQF never has to
+refuse what it refused before. While it is in line, a transfer of it that stored
+everything also gets the DQF's free room (up to `held_max`), so a drain into a DQF
+that has room again is not held to one message per confirm.
 """
 
 from __future__ import annotations
@@ -47,9 +53,26 @@ class DqfRoom:
         self.held[peer_group] = self.held.pop(peer_group) + 1
         return peer_group
 
+    def grant(self, peer_group: int, stored: int, stored_max: int, held_max: int) -> int:
+        """Hold the free room, up to `held_max` slots in all, for a drain in line;
+        returns how many slots were added (0 if it is not in line or nothing is free)."""
+        held = self.held.get(peer_group)
+        if held is None:
+            return 0
+        free = stored_max - stored - self.held_total
+        added = max(min(free, held_max - held), 0)
+        self.held[peer_group] = held + added
+        return added
+
+    def wait(self, peer_group: int, stored: int, stored_max: int, held_max: int) -> int:
+        """The peer's drain waits and counts on no slot held before (a new connection,
+        or its counts disagreed): hold the free room afresh; returns the slots held."""
+        self.held[peer_group] = 0
+        return self.grant(peer_group, stored, stored_max, held_max)
+
     def satisfied(self, peer_group: int) -> int:
-        """The peer's drain stored a whole transfer (or its link went down): it no
-        longer waits; returns how many held slots it gives back."""
+        """The peer's drain has nothing left (or its link went down): it no longer
+        waits; returns how many held slots it gives back."""
         return self.held.pop(peer_group, 0)
 
     def status_info(self) -> dict:

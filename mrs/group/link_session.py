@@ -7,6 +7,13 @@ is told what arrived (`handle`) and when the connection came and went (`up`,
 and timing decision lives in mrs.group.link_driver, so this state machine is tested
 without sockets. When the connection drops, everything in flight is answered
 LINK_LOST (the outbound rules decide what that means).
+
+The drain never resends what the peer refused before the peer can take it: refused
+DQF_FULL, it asks the peer to hold DQF room for it (WaitNotice) and then sends only
+into the slots the peer says it holds (the answer, then RoomNotices), until its
+backlog is empty (LeaveNotice); refused for another reason, it backs off (RETRY)
+and then sends the stuck message alone until one transfer is stored. A WARNING is
+logged when the drain starts to wait, not for each message refused.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
 from mrs.model import Status
 
 log = logging.getLogger("mrs.links")
+
+_NOT_REFUSED_HERE = frozenset({Status.STORED, Status.DLQ_SUCCESS, Status.LINK_DOWN, LINK_LOST})
+"""Answers that name no refusal in their own transfer."""
 
 
 
@@ -68,6 +78,8 @@ class Sent(enum.Enum):
     """Notices kept nowhere but the sender's memory; items: [answered()] or []."""
     QUERY = "query"
     """A pending-count query (mrs.group.queue_lookup); items: [answered(counts)]."""
+    WAIT = "wait"
+    """A WaitNotice; its answer says how many DQF slots the peer holds for the drain."""
 
 
 @dataclass(eq=False)
@@ -75,6 +87,8 @@ class _Outstanding:
     sent: Sent
     items: list
     count: int
+    drain_pass: int = 0
+    """For SAF transfers: the drain pass (restart count) it was sent in."""
 
 
 @dataclass(eq=False)
@@ -105,8 +119,19 @@ class PeerLink:
     _saf_gone: set[bytes] = field(default_factory=set)
     """Keys already stored by one copy while another copy is still unanswered."""
     drain_wait: dict | None = None
-    """Why the SAF drain waits (RETRY): the stuck message, its status and reason."""
-    _room_seen: bool = False
+    """Why the SAF drain waits (RETRY, or room in the peer's DQF): the message the
+    peer refused, its status and reason."""
+    _drain_pass: int = 0
+    """Counts drain restarts: a refusal answered to an earlier pass was handled."""
+    _room_credit: int | None = None
+    """While the drain waits for room in the peer's DQF: messages it may still send
+    (slots the peer holds for it); None while it sends its whole window."""
+    _room_asked: bool = False
+    """A WaitNotice is unanswered: its answer counts the RoomNotices sent before it."""
+    _ask_due: bool = False
+    _probe_left: int | None = None
+    """After a RETRY backoff: messages the drain may send until one transfer is
+    stored (the stuck one alone); None when not retrying."""
     _resync_due: bool = False
     retry_until: float = 0.0
     """While now_s() < this, the SAF drain is in RETRY (channel rules)."""
@@ -154,12 +179,17 @@ class PeerLink:
         query = wire.LinkPendingQuery(self._next_id(), queue_ids)
         self._send(query, Sent.QUERY, [answered], 0)
 
-    def room(self) -> None:
-        """The peer holds a DQF slot for this drain: end the RETRY backoff now."""
-        self._room_seen = True
-        if self.retry_until > self.now_s():
-            self.retry_until = self.now_s()
+    def room(self, slots: int) -> None:
+        """The peer holds `slots` more DQF slots for this drain: send that many more."""
+        if self._room_credit is None or self._room_asked:
+            return  # not waiting, or the answer to the WaitNotice counts them
+        self._room_credit += slots
         self.wake()
+
+    @property
+    def waits_for_room(self) -> bool:
+        """The drain has messages to send and no DQF slot of the peer to send them to."""
+        return self._room_credit == 0 or self._room_asked
 
     def status_info(self) -> dict:
         wait = None
@@ -170,9 +200,11 @@ class PeerLink:
                 "waiting_behind": max(backlog - 1, 0),
                 "retry_in_s": round(max(self.retry_until - self.now_s(), 0.0), 3),
             }
+        waiting = self.waits_for_room and self.rooms.peers[self.peer_id].saf_backlog > 0
         return {
-            "drain": "retry" if self.now_s() < self.retry_until else "running",
+            "drain": "retry" if self.now_s() < self.retry_until or waiting else "running",
             "drain_wait": wait,
+            "room_credit": self._room_credit,
             "in_flight": self._in_flight,
             "queued": len(self._direct),
             "connections": self.generation,
@@ -192,6 +224,8 @@ class PeerLink:
         self._resync_due = False
         self._saf_cursor = None
         self._notices_in_flight.clear()
+        if self._room_credit is not None:  # the peer forgot the room it held for us
+            self._room_credit, self._room_asked, self._ask_due = 0, False, True
         self.rooms.outbound.link_up(self.peer_id, self)
         self.wake()
 
@@ -226,8 +260,8 @@ class PeerLink:
             self._resync_due = False
             resync = wire.LinkNotice(self._next_id(), [wire.ResyncNotice(0, 0)])
             self._send(resync, Sent.VOLATILE, [], 0)
-        while draining and peer.saf_backlog > 0 and self._in_flight < WINDOW_MESSAGES_MAX:
-            room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
+        self._room_notices(peer.saf_backlog)
+        while draining and peer.saf_backlog > 0 and (room := self._drain_allowance()) > 0:
             records, last_key = rooms.drain.saf_batch(
                 self.peer_id, self._saf_cursor, room, TRANSFER_BYTES_MAX
             )
@@ -239,6 +273,7 @@ class PeerLink:
                 self._saf_copies.update(keys)
                 transfer = wire.LinkTransfer(self._next_id(), [message for _, message in records])
                 self._send(transfer, Sent.SAF, keys, len(keys))
+                self._spend(len(keys))
         while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
             room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
             chunk = [self._direct.popleft()]
@@ -271,8 +306,40 @@ class PeerLink:
                 notice = wire.LinkNotice(self._next_id(), [item for _, item in fresh])
                 self._send(notice, Sent.NOTICE, keys, 0)
 
+    def _drain_allowance(self) -> int:
+        """How many SAF messages the drain may send now: its window, the DQF slots the
+        peer holds for it while it waits for room, one stuck message after a RETRY."""
+        room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
+        if self._room_credit is not None:
+            room = min(room, 0 if self._room_asked else self._room_credit)
+        if self._probe_left is not None:
+            room = min(room, self._probe_left)
+        return room
+
+    def _spend(self, count: int) -> None:
+        if self._room_credit is not None:
+            self._room_credit -= count
+        if self._probe_left is not None:
+            self._probe_left -= count
+
+    def _room_notices(self, backlog: int) -> None:
+        """Ask the peer to hold DQF room for the drain, or give its room back once the
+        backlog is empty (new puts then go directly: a backlog of 0 is the end)."""
+        if self._room_credit is None:
+            return
+        if self._ask_due:
+            self._ask_due, self._room_asked = False, True
+            ask = wire.LinkNotice(self._next_id(), [wire.WaitNotice(0, 0)])
+            self._send(ask, Sent.WAIT, [], 0)
+        elif backlog == 0 and not self._room_asked:
+            self._room_credit = None
+            self.drain_wait = None
+            leave = wire.LinkNotice(self._next_id(), [wire.LeaveNotice(0, 0)])
+            self._send(leave, Sent.VOLATILE, [], 0)
+            log.info("link to group %d: SAF drain done, no longer waits for room", self.peer_id)
+
     def _send(self, event: object, sent: Sent, items: list, count: int) -> None:
-        self._outstanding[event.request_id] = _Outstanding(sent, items, count)
+        self._outstanding[event.request_id] = _Outstanding(sent, items, count, self._drain_pass)
         self._in_flight += count
         self.messages_sent += count
         self.channel.send(event)
@@ -287,28 +354,52 @@ class PeerLink:
         from the oldest record, after a resync notice."""
         self._resync_due = True
         self._saf_cursor = None
+        self._drain_pass += 1
 
-    def _enter_retry(self, answer: DrainAnswer) -> None:
-        """Channel rules: a message the peer refused and the DLQ could not take stays
-        in the SAF; the drain backs off and starts again from the oldest record (a
-        "room" notice from the peer ends the backoff early)."""
-        self.drain_wait = {
+    def _set_drain_wait(self, answer: DrainAnswer) -> bool:
+        """Note why the drain waits; True if that is news (one log line per wait)."""
+        wait = {
             "stuck_seq": answer.stuck_seq,
             "status": status_name(answer.stuck_status),
             "reason": answer.reason,
         }
+        news = self.drain_wait is None or self.drain_wait["status"] != wait["status"]
+        self.drain_wait = wait
+        return news
+
+    def _wait_for_room(self, answer: DrainAnswer) -> None:
+        """The peer's DQF is full: ask it to hold room for the drain and send only into
+        that room from now on (also when already waiting: the counts disagreed)."""
+        news = self._set_drain_wait(answer) or self._room_credit is None
         self.restart_drain()
+        self._room_credit, self._room_asked, self._ask_due = 0, False, True
+        if news:
+            log.warning(
+                "link to group %d: SAF drain waits for room in the peer's DQF "
+                "(message %d refused %s); it sends as slots free there",
+                self.peer_id,
+                answer.stuck_seq,
+                status_name(answer.stuck_status),
+            )
+
+    def _enter_retry(self, answer: DrainAnswer) -> None:
+        """Channel rules: a message the peer refused and the DLQ could not take stays
+        in the SAF; the drain backs off, then sends the stuck message alone (again
+        from the oldest record) until a transfer is stored."""
+        news = self._set_drain_wait(answer)
+        self.restart_drain()
+        if self._room_credit is not None:  # the refused message used no slot held for us
+            self._room_credit, self._room_asked, self._ask_due = 0, False, True
         if self.now_s() < self.retry_until:
             return
-        if self._room_seen and answer.stuck_status == Status.DQF_FULL:
-            self._room_seen = False  # room was freed for us while the answer travelled
-            return
-        log.warning(
-            "link to group %d: SAF drain in RETRY for %.1f s: message %d %s",
+        self._probe_left = 1
+        (log.warning if news else log.debug)(
+            "link to group %d: SAF drain in RETRY for %.1f s: message %d %s: %s",
             self.peer_id,
             self._retry_s,
             answer.stuck_seq,
             status_name(answer.stuck_status),
+            answer.reason,
         )
         self.retry_until = self.now_s() + self._retry_s
         self.rooms.timers.call_later(self._retry_s, self.poke)
@@ -332,6 +423,47 @@ class PeerLink:
                 self._saf_gone.add(key)
             kept.append((key, status))
         return kept
+
+    def _saf_acknowledged(self, ack: wire.LinkAck, pending: _Outstanding) -> None:
+        answers = self._first_answers(
+            [(key, result.status) for key, result in zip(pending.items, ack.results, strict=True)]
+        )
+        answer = self.rooms.drain.saf_answered(self.peer_id, answers, self._forgettable)
+        if answer.retry and answer.stuck_status == Status.DQF_FULL:
+            self._wait_for_room(answer)
+            return
+        if answer.retry:
+            self._enter_retry(answer)
+            return
+        behind = any(status == Status.LINK_DOWN for _, status in answers)
+        if answers and not behind and pending.drain_pass == self._drain_pass:
+            self._settled()  # stored, or dead-lettered here: nothing is stuck
+        refused_here = any(status not in _NOT_REFUSED_HERE for _, status in answers)
+        if answer.restart and (
+            refused_here or not self._refused_behind(ack.request_id, pending.drain_pass)
+        ):
+            self.restart_drain()
+
+    def _settled(self) -> None:
+        """A transfer of this pass was settled: a RETRY is over."""
+        self._retry_s = RETRY_S_MIN
+        if self._probe_left is not None:
+            self._probe_left = None
+            log.info("link to group %d: SAF drain out of RETRY", self.peer_id)
+        if self._room_credit is None:
+            self.drain_wait = None
+
+    def _refused_behind(self, request_id: int, drain_pass: int) -> bool:
+        """Whether messages answered LINK_DOWN (refused behind an earlier failure) need
+        no restart of their own: they were sent in an earlier pass, or an earlier
+        transfer of this pass, whose answer names the failure, is still unanswered
+        (answers may come back out of order: a refused-behind one needs no commit)."""
+        if drain_pass != self._drain_pass:
+            return True
+        return any(
+            other.sent is Sent.SAF and other.drain_pass == drain_pass and rid < request_id
+            for rid, other in self._outstanding.items()
+        )
 
     def _next_id(self) -> int:
         return next(self._request_ids)
@@ -394,22 +526,11 @@ class PeerLink:
                     self._forget.append(result.seq)
                 on_result(result.status, result.stored_seq)
         elif sent is Sent.SAF:
-            answers = self._first_answers(
-                [
-                    (key, result.status)
-                    for key, result in zip(pending.items, ack.results, strict=True)
-                ]
-            )
-            answer = self.rooms.drain.saf_answered(self.peer_id, answers, self._forgettable)
-            if answer.retry:
-                self._enter_retry(answer)
-            elif answer.restart:
-                self.restart_drain()
-            else:
-                self._retry_s = RETRY_S_MIN
-                self._room_seen = False
-                if answers:
-                    self.drain_wait = None
+            self._saf_acknowledged(ack, pending)
+        elif sent is Sent.WAIT:
+            self._room_asked = False
+            if self._room_credit is not None and ack.results:
+                self._room_credit = ack.results[0].stored_seq
         elif sent is Sent.VOLATILE and pending.items:
             pending.items[0]()  # mrs.group.receipts: the peer has them
         elif sent is Sent.NOTICE:

@@ -26,10 +26,12 @@ from mrs.protocol.link_events import (
     AnyNotice,
     ConfNotice,
     ForgetNotice,
+    LeaveNotice,
     LinkResult,
     Notice,
     ResyncNotice,
     RoomNotice,
+    WaitNotice,
     decode_notice,
     encode_notice,
 )
@@ -112,7 +114,12 @@ class Notices:
                     inbound.inbound_failed_at = None
                 case RoomNotice():
                     if peer.link is not None and hasattr(peer.link, "room"):
-                        peer.link.room()
+                        peer.link.room(notice.seq)
+                case WaitNotice():  # the answer says how many slots are held for it
+                    held = self.peers.drain_waits(peer_id)
+                    results[-1] = LinkResult(seq, int(Status.SUCCESS), held)
+                case LeaveNotice():
+                    self.peers.drain_left(peer_id)
                 case ForgetNotice():
                     forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
                 case _ if (waiter := peer.waiters.pop(seq, None)) is not None:

@@ -247,6 +247,6 @@ class Outbound:
 
     def link_down(self, peer_id: int) -> None:
         self.peers[peer_id].link = None
-        log.warning("link to group %d down", peer_id)
+        log.info("link to group %d down", peer_id)  # the link logs the WARNING, with why
         for _ in range(self.peers.room.satisfied(peer_id)):  # its drain restarts anyway
             self.peers.dqf_freed()

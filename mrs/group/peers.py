@@ -12,6 +12,7 @@ from typing import Protocol
 
 from mrs.group.context import GroupContext
 from mrs.group.drain_room import DqfRoom
+from mrs.limits import LINK_WINDOW_MESSAGES_MAX
 from mrs.protocol.link_events import AnyNotice, RoomNotice, TransferredMessage
 
 Result = Callable[[int, int], None]
@@ -104,19 +105,35 @@ class Peers:
     def dqf_freed(self) -> None:
         """A DQF slot of this group freed: hold it for a waiting drain and tell it."""
         peer_id = self.room.freed(self.ctx.dqf_count, self.ctx.limits.dqf_messages_max)
-        if peer_id is None:
-            return
+        if peer_id is not None:
+            self._tell_room(peer_id, 1)
+
+    def _tell_room(self, peer_id: int, slots: int) -> None:
         peer = self.by_id.get(peer_id)
         if peer is not None and peer.link is not None:
-            peer.link.send_notices([RoomNotice(0, 0)])
+            peer.link.send_notices([RoomNotice(slots, 0)])
 
     def drain_satisfied(self, peer_id: int, first_ordinal: int) -> None:
-        """A transfer sent after the drain's last DQF_FULL stored everything: the
-        drain no longer waits; its unused held slots go to the next one."""
+        """A transfer sent after the drain's last DQF_FULL stored everything: it used
+        the slots held for it; if the DQF has free room now, hold that for it too."""
         if self.room.held.get(peer_id) is None:
             return
         if first_ordinal <= self.room_refused_at.get(peer_id, -1):
             return  # sent before the refusal: says nothing about room now
+        slots = self.room.grant(
+            peer_id, self.ctx.dqf_count, self.ctx.limits.dqf_messages_max, LINK_WINDOW_MESSAGES_MAX
+        )
+        if slots:
+            self._tell_room(peer_id, slots)
+
+    def drain_waits(self, peer_id: int) -> int:
+        """The peer's drain waits for room (WaitNotice): the slots held for it now."""
+        return self.room.wait(
+            peer_id, self.ctx.dqf_count, self.ctx.limits.dqf_messages_max, LINK_WINDOW_MESSAGES_MAX
+        )
+
+    def drain_left(self, peer_id: int) -> None:
+        """The peer's drain has nothing left (LeaveNotice): its held slots go back."""
         for _ in range(self.room.satisfied(peer_id)):
             self.dqf_freed()
 

@@ -113,6 +113,7 @@ from mrs.protocol.link_events import (
     ConfNotice,
     DeqNotice,
     ForgetNotice,
+    LeaveNotice,
     LinkAck,
     LinkNotice,
     LinkPendingCounts,
@@ -123,6 +124,7 @@ from mrs.protocol.link_events import (
     ResyncNotice,
     RoomNotice,
     TransferredMessage,
+    WaitNotice,
 )
 
 __all__ = [
@@ -163,6 +165,7 @@ __all__ = [
     "GetBatch",
     "GiveBack",
     "Hello",
+    "LeaveNotice",
     "LinkAck",
     "LinkNotice",
     "LinkPendingCounts",
@@ -187,5 +190,6 @@ __all__ = [
     "StatusReply",
     "StatusRequest",
     "TransferredMessage",
+    "WaitNotice",
     "Welcome",
 ]

@@ -106,11 +106,41 @@ class ForgetNotice(Notice, tag="forget"):
 
 
 class RoomNotice(Notice, tag="room"):
-    """A DQF slot freed at the receiver: a drain that waited for room may send again."""
+    """DQF slots the receiver now holds for a drain that waits for room: `seq` is how
+    many (the drain may send that many more)."""
 
 
-NOTICES = (ConfNotice, DeqNotice, AckNotice, ResyncNotice, ForgetNotice, RoomNotice)
-AnyNotice = ConfNotice | DeqNotice | AckNotice | ResyncNotice | ForgetNotice | RoomNotice
+class WaitNotice(Notice, tag="wait"):
+    """The sender's drain waits for DQF room and counts on no slot held before: the
+    receiver holds what is free for it and answers how many (the answer's
+    `stored_seq`); later slots come as RoomNotices."""
+
+
+class LeaveNotice(Notice, tag="leave"):
+    """The sender's drain has nothing left to send: the receiver gives the slots it
+    holds for it back to its own senders and other drains."""
+
+
+NOTICES = (
+    ConfNotice,
+    DeqNotice,
+    AckNotice,
+    ResyncNotice,
+    ForgetNotice,
+    RoomNotice,
+    WaitNotice,
+    LeaveNotice,
+)
+AnyNotice = (
+    ConfNotice
+    | DeqNotice
+    | AckNotice
+    | ResyncNotice
+    | ForgetNotice
+    | RoomNotice
+    | WaitNotice
+    | LeaveNotice
+)
 NOTICE_OF_KIND: dict[str, type[Notice]] = {}
 for _cls in NOTICES:
     _cls.kind = _cls.__struct_config__.tag

@@ -454,6 +454,40 @@ def test_drain_refused_dqf_full_backs_off_until_room(pair: LinkPair) -> None:
     assert pair.nodes[1].store.count(Journal.DQF) == 5
 
 
+def test_a_drain_in_retry_resends_the_stuck_message_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Group 1 refuses a message too big for it and group 2 has no DLQ: group 2's
+    drain goes into RETRY. Each retry sends the stuck message alone, not the ten
+    behind it again, and the RETRY is logged once, not once per retry."""
+    bus = BUS.replace("dqf_messages_max = 5", "dqf_messages_max = 5\nmessage_bytes_max = 100")
+    bus = bus.replace('data_dir = "g2"', 'data_dir = "g2"\ndead_letter_queue = false')
+    monkeypatch.setattr(sys.modules[__name__], "BUS", bus)
+    pair = LinkPair(tmp_path)
+    try:
+        back = pair.nodes[2].session("OUT")
+        pair.nodes[2].group.put(back, put("1.10", b"B" * 200, DeliveryMode.WF_DQF, Uma.SAF))
+        for index in range(20, 30):
+            pair.nodes[2].group.put(back, put("1.10", b"r", DeliveryMode.WF_SAF, request_id=index))
+        pair.nodes[2].commit()
+        pair.connect()
+        pair.run()
+        link = pair.links[2]
+        assert link.messages_sent == 11  # the first pass: the whole backlog
+        for _ in range(5):
+            pair.now_s = link.retry_until
+            pair.run()
+            info = link.status_info()
+            assert info["drain"] == "retry" and info["drain_wait"]["status"] == "MSGTOOBIG"
+        assert link.messages_sent == 11 + 5
+        assert pair.nodes[1].store.count(Journal.DQF) == 0
+        assert pair.nodes[2].store.count(Journal.SAF) == 11
+        warnings = [record for record in caplog.records if record.levelname == "WARNING"]
+        assert len(warnings) == 1 and "SAF drain in RETRY" in warnings[0].message
+    finally:
+        pair.close()
+
+
 # ---------------------------------------------------------------------- cold backlog
 @pytest.fixture
 def small_window(monkeypatch):
