@@ -172,7 +172,7 @@ class Answers:
 class ItemPending:
     """What the client's table of requests holds for one put of a batch: the client
     answers it (a PutDone, a Failure, or an MrsError when the connection drops).
-    `kind` says what a lost connection makes of it (clients.pending._lose)."""
+    `kind` says what a lost connection makes of it (clients.pending.Requests.lose)."""
 
     __slots__ = ("answers", "index")
     kind = "put"

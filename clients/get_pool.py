@@ -19,7 +19,7 @@ What each caller still sees is a Get's behaviour:
 - cancelling: the caller leaves the pool; when no caller is left, the batches in
   flight are withdrawn (CancelGet). A message already on its way, or one more than
   the callers still waiting, is held and handed to the next get, as a cancelled
-  Get's is (bounded by HELD_MESSAGES_MAX through `_reserve_get`);
+  Get's is (bounded by HELD_MESSAGES_MAX through `Requests.reserve_get`);
 - a lost connection: every waiting caller raises ConnectionLost;
 - a queue the server serves one get at a time (implicit confirm, the dead-letter
   queue under leases) refuses GetBatch with BADPARAM: the pool turns itself off and

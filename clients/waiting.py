@@ -89,7 +89,7 @@ class Pending:
         await self.waited()
 
     def waited(self) -> Awaitable[object]:
-        """What `wait` awaits, for the caller's own task to await: `_request` awaits it
+        """What `wait` awaits, for the caller's own task to await: `Requests.request` awaits it
         directly, so a request in flight holds no coroutine of `wait` for the collector
         to walk (benchmarks/README.md)."""
         if self.done:
