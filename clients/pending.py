@@ -134,7 +134,7 @@ class Requests:
         if kind == "put":  # puts queued together travel in one PutBatch frame
             link.send_put(request, wire_bytes(request))
         else:
-            link.send(request)  # what _send does, inline: this is the per-request path
+            link.send(request)  # what `send` does, inline: this is the per-request path
         link.unsent.add(request_id)
         self.pending[request_id] = pending
         try:
