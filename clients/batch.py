@@ -82,16 +82,16 @@ async def put_one_by_one(client: Any, items: Sequence[PutItem]) -> list[Result]:
     return results
 
 
-def build_put(client: Any, item: PutItem) -> wire.Put:
+def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Put:
     """The Put of one item, checked as `Client.put` checks it; MrsError if refused."""
     body = item.body
     if client.protection is not None and item.protect:
         body = client.protection.seal_for(item.target, body, client.group_id)
-    if client.message_bytes_max and len(body) > client.message_bytes_max:
+    body_bytes_max = client.message_bytes_max
+    if body_bytes_max and len(body) > body_bytes_max:
         raise error_for(
             Status.MSGTOOBIG,
-            f"body of {len(body)} bytes exceeds the group's message_bytes_max "
-            f"{client.message_bytes_max}",
+            f"body of {len(body)} bytes exceeds the group's message_bytes_max {body_bytes_max}",
         )
     uma = item.uma
     if uma is None and item.delivery in _RECOVERABLE:
@@ -100,7 +100,7 @@ def build_put(client: Any, item: PutItem) -> wire.Put:
     if timeout is not None and timeout < 0:
         raise error_for(Status.BADPARAM, f"put timeout must be >= 0 s, got {timeout:g}")
     return put_request(
-        client._next_id(),
+        next_id(),
         str(item.target),
         bytes(body),
         item.delivery,
@@ -172,7 +172,7 @@ class Answers:
 class ItemPending:
     """What the client's table of requests holds for one put of a batch: the client
     answers it (a PutDone, a Failure, or an MrsError when the connection drops).
-    `kind` says what a lost connection makes of it (clients.pending._lose)."""
+    `kind` says what a lost connection makes of it (clients.pending.Requests.lose)."""
 
     __slots__ = ("answers", "index")
     kind = "put"
@@ -184,17 +184,19 @@ class ItemPending:
         self.answers.answer(self.index, result)
 
 
-async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
-    """The connected put_many: build, split into frames, send with at most
-    CLIENT_REQUESTS_IN_FLIGHT_MAX requests in flight, and collect every answer."""
-    client._require_link(Status.LINK_DOWN, "put_many")
-    link = client._link
-    results, puts = build_each(items, lambda item: build_put(client, item))
+async def send_batches(client: Any, requests: Any, items: Sequence[PutItem]) -> list[Result]:
+    """The connected put_many: build (checked as `client.put` checks), split into
+    frames, send through `requests` (the client's request table,
+    clients.pending.Requests) with at most CLIENT_REQUESTS_IN_FLIGHT_MAX requests in
+    flight, and collect every answer."""
+    requests.require_link(Status.LINK_DOWN, "put_many")
+    link = requests.link
+    results, puts = build_each(items, lambda item: build_put(client, requests.next_id, item))
     answers = Answers(results)
     wait_s = max(
         (put_reply_wait_s(items[index].timeout) for index, _ in puts), default=REPLY_GRACE_S
     )
-    pending = client._pending
+    pending = requests.pending
     sent: list[int] = []
     unsent = frames(puts)
     unsent.reverse()
@@ -202,8 +204,8 @@ async def send_batches(client: Any, items: Sequence[PutItem]) -> list[Result]:
         with trio.move_on_after(wait_s):
             while unsent:
                 frame = unsent.pop()
-                if not await room_for(client, answers, len(frame)) or client._link is not link:
-                    mark_not_sent(client, link, results, frame, "put")
+                if not await room_for(requests, answers, len(frame)) or requests.link is not link:
+                    mark_not_sent(requests, link, results, frame, "put")
                     continue
                 for index, put in _send_frame(link, frame, results):
                     expect(pending, link, sent, put.request_id, ItemPending(answers, index))
@@ -233,13 +235,13 @@ def _send_frame(link: Any, frame: list, results: list[Any]) -> list[tuple[int, w
     return sent
 
 
-async def room_for(client: Any, answers: Answers, count: int) -> bool:
+async def room_for(requests: Any, answers: Answers, count: int) -> bool:
     """Wait for our own answers until `count` more requests fit the client's cap;
     False if other tasks hold so many that they never would."""
-    excess = len(client._pending) + count - CLIENT_REQUESTS_IN_FLIGHT_MAX
+    excess = len(requests.pending) + count - CLIENT_REQUESTS_IN_FLIGHT_MAX
     if excess > 0:
         await answers.wait_until(max(0, answers.missing - excess))
-    return len(client._pending) + count <= CLIENT_REQUESTS_IN_FLIGHT_MAX
+    return len(requests.pending) + count <= CLIENT_REQUESTS_IN_FLIGHT_MAX
 
 
 def build_each(items: Sequence[Any], build: Callable[[Any], Any]) -> tuple[list[Any], list]:
@@ -265,18 +267,18 @@ def expect(pending: dict, link: Any, sent: list[int], request_id: int, item: Ite
     item.answers.missing += 1
 
 
-def mark_not_sent(client: Any, link: Any, results: list[Any], indexed: list, what: str) -> None:
+def mark_not_sent(requests: Any, link: Any, results: list[Any], indexed: list, what: str) -> None:
     """Give each (index, request) of `indexed` the error saying why it was not sent:
     the connection it was for is gone, or the client's cap on requests in flight
     left no room."""
-    if client._link is not link:
+    if requests.link is not link:
         error: MrsError = ConnectionLost(
             Status.LINK_DOWN, f"connection lost before this {what} was sent; it was not sent"
         )
     else:
         error = QuotaExceeded(
             Status.EXCEEDQUOTA,
-            f"{len(client._pending)} requests already await an answer on this connection "
+            f"{len(requests.pending)} requests already await an answer on this connection "
             f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX}); this {what} was not sent",
         )
     for index, _request in indexed:

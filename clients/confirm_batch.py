@@ -48,22 +48,23 @@ class _ConfirmPending(ItemPending):
 
 
 async def confirm_many(
-    client: Any, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    requests: Any, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
 ) -> list[MrsError | None]:
-    """Confirm every seq (see the module doc); one result per seq, in order."""
-    client._require_link(Status.NOTACTIVE, "confirm_many")
-    link = client._link
-    results, requests = build_each(
-        seqs, lambda seq: confirm_request(client._next_id(), seq, 0, force_j)
+    """Confirm every seq (see the module doc) through `requests`, the client's
+    request table (clients.pending.Requests); one result per seq, in order."""
+    requests.require_link(Status.NOTACTIVE, "confirm_many")
+    link = requests.link
+    results, confirms = build_each(
+        seqs, lambda seq: confirm_request(requests.next_id(), seq, 0, force_j)
     )
     answers = Answers(results)
-    pending = client._pending
+    pending = requests.pending
     sent: list[int] = []
     try:
-        for start in range(0, len(requests), CONFIRM_CHUNK):
-            chunk = requests[start : start + CONFIRM_CHUNK]
-            if not await room_for(client, answers, len(chunk)) or client._link is not link:
-                mark_not_sent(client, link, results, chunk, "confirm")
+        for start in range(0, len(confirms), CONFIRM_CHUNK):
+            chunk = confirms[start : start + CONFIRM_CHUNK]
+            if not await room_for(requests, answers, len(chunk)) or requests.link is not link:
+                mark_not_sent(requests, link, results, chunk, "confirm")
                 continue
             for index, request in chunk:
                 link.send(request)

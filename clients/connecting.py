@@ -98,13 +98,12 @@ async def connect(
         link = await _first_link(client, journal)
         if journal is not None:
             client.attach_status = Status.SUCCESS if link is not None else Status.JOURNAL_ON
-            client.journal_status = Status.JOURNAL_ON
         try:
             async with trio.open_nursery() as nursery:
                 if journal is not None:
                     nursery.start_soon(journal.run_writer)
-                if link is not None:
-                    client._install(link)  # usable as soon as connect returns
+                # usable as soon as connect returns; a journal starts JOURNAL_ON
+                client._install(link, None if journal is None else Status.JOURNAL_ON)
                 nursery.start_soon(client._run, link)
                 try:
                     yield client

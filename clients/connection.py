@@ -17,18 +17,18 @@ What a caller sees when the connection drops (see docs/client-saf.md):
 - A cancelled get (timeout, cancel scope) is withdrawn on the server (CancelGet); a
   message that was already on its way is kept and handed to the next get.
 
-The parts, one job each: request tracking (clients.pending), gets that wait together
-(clients.get_pool), the connection's loops (clients.link), dialing and reconnecting
-(clients.dialing), the SAF journal path (clients.saf_drain), and `connect`
-(clients.connecting). `Client` here is the public facade over them and holds the
-state they share.
+`Client` is one whole class that holds its parts, one job each, and gives each its
+collaborators when it builds them: the request table and the connection state
+(clients.pending.Requests, with the gets that wait together, clients.get_pool), the
+journal status and its listeners (clients.journal_status), the connection's loops
+(clients.link.LinkLoops), dialing and reconnecting (clients.dialing.Dialer), and the
+SAF journal path (clients.saf_drain.SafDrain). `connect` (clients.connecting) opens
+and runs a Client through `open`, `install`, `run` and `give_back_held`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -36,18 +36,17 @@ import trio
 
 from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.confirm_batch import confirm_many
-from clients.deadlines import ReplyDeadlines
-from clients.dialing import _Dialer, _split_address
-from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
-from clients.get_pool import GetPool
-from clients.link import _Link, _LinkLoops
+from clients.dialing import Attachment, Dialer, Dialing
+from clients.errors import JournalFailed, MrsError, error_for
+from clients.journal_status import JournalEvent, JournalStatus
+from clients.link import LinkLoops, _Link
 from clients.lookup import locate, pending
-from clients.pending import _Pending, _Requests
+from clients.pending import Requests
 from clients.reconnect import Reconnect
 from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
-from clients.saf_drain import JournalEvent, _psb, _SafDrain
+from clients.saf_drain import SafDrain, _psb
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
 from mrs.limits import HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
@@ -72,7 +71,7 @@ _LINK_DOWN, _NOTACTIVE = Status.LINK_DOWN, Status.NOTACTIVE
 get and a confirm each name one (benchmarks/README.md)."""
 
 
-class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
+class Client:
     """A connection attached to one queue: put anywhere, get and confirm from it."""
 
     def __init__(
@@ -91,52 +90,66 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         self.address = address
         self.protection = protection
         """Seals puts to / checks gets from protected queues (clients.protection)."""
-        self._heartbeat_s = heartbeat_s
-        self._host, self._port = _split_address(address)
-        self._queue_text = None if queue is None else str(queue)
+        queue_text = None if queue is None else str(queue)
         self._program = program
-        self._reconnect = reconnect
-        self._connect_timeout_s = connect_timeout_s
-        self._open_stream = open_stream or trio.open_tcp_stream
         self._journal = journal
-        self._request_ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
-        self._confirm_message = self.confirm
-        """Bound once: every Message delivered holds it (a bound method made per
-        message is one more object per message for the collector)."""
-        self._deadlines = ReplyDeadlines()
-        self._link: _Link | None = None
-        self._broken: MrsError | None = None
-        self._cancelled_gets: set[int] = set()
-        self._held: deque[Message] = deque()
-        self._get_rooms: dict[int, int] = {}
-        """Request id of a get waiting or given up -> messages it may bring (held if
-        its caller gave up): see `_reserve_get`."""
-        self._get_room_reserved = 0
-        self._gets = GetPool(self)
-        """Gets that wait share GetBatch requests (clients.get_pool)."""
-        self._listeners: list[Callable[[JournalEvent], None]] = []
-        self._changed = trio.Event()
-        self._drain_wake = trio.Event()
-        self.group_id = 0
-        self.group_name = ""
-        self.message_bytes_max = 0
-        """The server's body limit, from its Welcome (0 = unknown)."""
-        self.queue: Address | None = None
+        self._status = JournalStatus(journal is not None)
+        self._attachment = Attachment()
+        self._requests = Requests(address, self._status, self.confirm)
+        self._drain = (
+            None
+            if journal is None
+            else SafDrain(journal, self._requests, self._status, self._attachment, queue_text)
+        )
+        self._loops = LinkLoops(
+            address, heartbeat_s, self._requests, self._status, journal, self._drain
+        )
+        dialing = Dialing(
+            address,
+            queue_text,
+            program,
+            connect_timeout_s,
+            open_stream or trio.open_tcp_stream,
+            reconnect,
+        )
+        self._dialer = Dialer(dialing, self._requests, self._status, self._attachment, self._loops)
         self.attach_status: Status = Status.SUCCESS
         """SUCCESS, or JOURNAL_ON when the server was unreachable at attach."""
-        self.journal_status: Status | None = None
-        """None without a SAF journal; JOURNAL_ON while recoverable puts are journaled
-        (server unreachable, or the backlog still draining); LINK_UP once drained;
-        JOURNAL_FAIL when records left in the journal cannot be read (not sent)."""
-        self._journal_failure = ""
-        """Why journal_status is JOURNAL_FAIL."""
-        self.reconnects = 0
 
     # ------------------------------------------------------------------ state
     @property
     def connected(self) -> bool:
-        return self._link is not None
+        return self._requests.link is not None
+
+    @property
+    def group_id(self) -> int:
+        return self._attachment.group_id
+
+    @property
+    def group_name(self) -> str:
+        return self._attachment.group_name
+
+    @property
+    def message_bytes_max(self) -> int:
+        """The server's body limit, from its Welcome (0 = unknown)."""
+        return self._attachment.message_bytes_max
+
+    @property
+    def queue(self) -> Address | None:
+        """The attached queue, once attached (None: not yet, or queue=None)."""
+        return self._attachment.queue
+
+    @property
+    def reconnects(self) -> int:
+        """Connections opened again after a drop."""
+        return self._dialer.reconnects
+
+    @property
+    def journal_status(self) -> Status | None:
+        """None without a SAF journal; JOURNAL_ON while recoverable puts are journaled
+        (server unreachable, or the backlog still draining); LINK_UP once drained;
+        JOURNAL_FAIL when records left in the journal cannot be read (not sent)."""
+        return self._status.status
 
     @property
     def journal_backlog(self) -> int:
@@ -145,44 +158,45 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
 
     def add_journal_listener(self, listener: Callable[[JournalEvent], None]) -> None:
         """Call `listener(JournalEvent)` on every journal status change and drain."""
-        self._listeners.append(listener)
+        self._status.listeners.append(listener)
 
     async def wait_journal_status(self, status: Status) -> None:
         """Return once journal_status is `status` (e.g. LINK_UP after a drain).
         Raises JournalFailed if the journal failed (JOURNAL_FAIL) meanwhile."""
-        while self.journal_status != status:
-            self._raise_if_broken()
-            if self.journal_status == Status.JOURNAL_FAIL:
-                raise JournalFailed(Status.JOURNAL_FAIL, self._journal_failure)
-            await self._changed.wait()
+        while self._status.status != status:
+            self._requests.raise_if_broken()
+            if self._status.status == Status.JOURNAL_FAIL:
+                raise JournalFailed(Status.JOURNAL_FAIL, self._status.failure)
+            await self._status.changed.wait()
 
     async def wait_connected(self) -> None:
         """Return once a connection is attached (raises if the client gave up)."""
-        while self._link is None:
-            self._raise_if_broken()
-            await self._changed.wait()
+        while self._requests.link is None:
+            self._requests.raise_if_broken()
+            await self._status.changed.wait()
 
-    def _raise_if_broken(self) -> None:
-        if self._broken is not None:
-            raise self._broken
+    # ------------------------------------------------------------------ lifetime (`connect`'s)
+    async def _open(self) -> _Link:
+        """Dial, handshake and attach (`connect`'s first link). ConnectionLost if
+        unreachable; MrsError if refused."""
+        return await self._dialer.open()
 
-    def _notify(self, event: JournalEvent) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the client
-                log.exception("journal listener failed")
+    def _install(self, link: _Link | None, journal_status: Status | None = None) -> None:
+        """`connect`: the first link is usable as soon as connect returns (None: the
+        server was unreachable); with a journal, start at `journal_status`."""
+        if journal_status is not None:
+            self._status.status = journal_status
+        if link is not None:
+            self._loops.install(link)
 
-    def _set_journal_status(self, status: Status) -> None:
-        if self._journal is None or self.journal_status == status:
-            return
-        self.journal_status = status
-        self._wake()
-        self._notify(JournalEvent("status", status))
+    async def _run(self, link: _Link | None) -> None:
+        """Serve the connection and reconnect after drops, until the client closes."""
+        await self._dialer.run(link)
 
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+    async def _give_back_held(self) -> None:
+        """Closing: read-ahead messages no get took go back to the queue (shielded,
+        bounded: clients.pending.Requests.give_back_held)."""
+        await self._requests.give_back_held()
 
     # ------------------------------------------------------------------ API
     async def put(
@@ -214,14 +228,12 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         With `protection`, a put to a protected queue is signed/encrypted here first
         (protect=False sends the body as it is).
         """
+        attachment = self._attachment
         if self.protection is not None and protect:
-            body = self.protection.seal_for(target, body, self.group_id)
-        if self.message_bytes_max and len(body) > self.message_bytes_max:
-            raise error_for(
-                Status.MSGTOOBIG,
-                f"body of {len(body)} bytes exceeds the group's message_bytes_max "
-                f"{self.message_bytes_max}",
-            )
+            body = self.protection.seal_for(target, body, attachment.group_id)
+        body_bytes_max = attachment.message_bytes_max
+        if body_bytes_max and len(body) > body_bytes_max:
+            raise _too_big(len(body), body_bytes_max)
         if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
         if timeout is not None and timeout < 0:
@@ -231,8 +243,9 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
         # Built (and so checked: types and ranges) once, whether it is sent now or
         # journaled and sent at drain time.
+        requests = self._requests
         request = put_request(
-            self._next_id(),
+            requests.next_id(),
             str(target),
             bytes(body),
             delivery,
@@ -245,15 +258,16 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
             str(resp_q) if resp_q is not None else "",
             headers,
         )
+        drain = self._drain  # there is one when there is a SAF journal
         if (
-            self._journal is not None
+            drain is not None
             and delivery in _RECOVERABLE_MODES
-            and self.journal_status == Status.JOURNAL_ON
+            and self._status.status == Status.JOURNAL_ON
         ):
-            return await self._put_journaled(request)
-        if self._link is None or self._broken is not None:  # else no call: per request
-            self._require_link(_LINK_DOWN, "put")
-        reply = await self._request(request, put_reply_wait_s(timeout), "put")
+            return await drain.put_journaled(request)
+        if requests.link is None or requests.broken is not None:  # else no call: per request
+            requests.require_link(_LINK_DOWN, "put")
+        reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         return _psb(reply)
 
     async def put_many(self, items: Sequence[PutItem]) -> list[Psb | MrsError]:
@@ -262,7 +276,7 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         its place, not raised: one refused put never fails the others)."""
         if self._journal is not None:
             return await put_one_by_one(self, items)
-        return await send_batches(self, items)
+        return await send_batches(self, self._requests, items)
 
     async def get(self, timeout: float | None = None) -> Message:
         """The next message of the attached queue. timeout None waits forever, 0 polls.
@@ -273,27 +287,28 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         Gets that wait at the same time share GetBatch requests (clients.get_pool);
         a poll (timeout 0) is one Get.
         """
-        if self._held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
-            held = self._held.popleft()
+        requests = self._requests
+        if requests.held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
+            held = requests.held.popleft()
             return held if self.protection is None else await self._checked(held)
-        if self._link is None or self._broken is not None:  # else no call: per request
-            self._require_link(_NOTACTIVE, "get")
-        if (timeout is None or timeout > 0) and not self._gets.refused:  # else: checked below
-            pooled = await self._gets.get(timeout)
+        if requests.link is None or requests.broken is not None:  # else no call: per request
+            requests.require_link(_NOTACTIVE, "get")
+        gets = requests.gets
+        if (timeout is None or timeout > 0) and not gets.refused:  # else: checked below
+            pooled = await gets.get(timeout)
             if pooled is not None:
                 if self.protection is None:
                     return pooled
                 return await self.protection.deliver(self, pooled)
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        request_id = self._next_id()
-        self._reserve_get(request_id, 1)
+        request_id = requests.next_id()
+        requests.reserve_get(request_id, 1)
         request = get_request(request_id, timeout_ms)
         try:
-            message = self._message(await self._request(request, wait_s, "get"))
+            message = requests.message(await requests.request(request, wait_s, "get"))
         finally:
-            if request_id not in self._cancelled_gets:
-                self._release_get(request_id)
+            requests.get_answered(request_id)
         if self.protection is None:  # no second await on the common path
             return message
         return await self.protection.deliver(self, message)
@@ -306,28 +321,28 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         POSSDUPL). Raises as `get` does when none came. With `protection`, one message
         per call (each is verified on its own); on a queue that confirms implicitly the
         server refuses it (BadParameter): use `get`."""
-        if self._held:
-            held = [self._held.popleft() for _ in range(min(count_max, len(self._held)))]
+        requests = self._requests
+        if requests.held:
+            held = [requests.held.popleft() for _ in range(min(count_max, len(requests.held)))]
             if self.protection is None:
                 return held
-            self._held.extendleft(reversed(held[1:]))
+            requests.held.extendleft(reversed(held[1:]))
             return [await self._checked(held[0])]
         if self.protection is not None:
             return [await self.get(timeout)]
-        self._require_link(Status.NOTACTIVE, "get_many")
+        requests.require_link(Status.NOTACTIVE, "get_many")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-        request_id = self._next_id()
+        request_id = requests.next_id()
         request = built(wire.GetBatch, request_id, count_max, timeout_ms)  # refuses a bad count
-        count = self._reserve_get(request_id, count_max)
+        count = requests.reserve_get(request_id, count_max)
         try:
             if count < count_max:  # the room for held messages is short: ask for fewer
                 request = built(wire.GetBatch, request_id, count, timeout_ms)
-            reply = await self._request(request, wait_s, "get")
+            reply = await requests.request(request, wait_s, "get")
         finally:
-            if request_id not in self._cancelled_gets:
-                self._release_get(request_id)
-        return [self._message(delivery) for delivery in reply.deliveries]
+            requests.get_answered(request_id)
+        return [requests.message(delivery) for delivery in reply.deliveries]
 
     async def _checked(self, message: Message) -> Message:
         """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""
@@ -340,10 +355,11 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
     ) -> None:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
         to the PCJ if asked)."""
-        if self._link is None or self._broken is not None:  # else no call: per request
-            self._require_link(_NOTACTIVE, "confirm")
-        request = confirm_request(self._next_id(), seq, confirm_value, force_j)
-        await self._request(request, None, "other")
+        requests = self._requests
+        if requests.link is None or requests.broken is not None:  # else no call: per request
+            requests.require_link(_NOTACTIVE, "confirm")
+        request = confirm_request(requests.next_id(), seq, confirm_value, force_j)
+        await requests.request(request, None, "other")
 
     async def confirm_many(
         self, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
@@ -351,25 +367,26 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         """Confirm many messages with one wait (clients.confirm_batch): every Confirm
         is sent at once and the server commits them together. One result per seq, in
         order: None if confirmed, else the MrsError `confirm` would have raised."""
-        return await confirm_many(self, seqs, force_j)
+        return await confirm_many(self._requests, seqs, force_j)
 
     async def status(self) -> dict:
         """The group's status: queues, DQF depth, writer statistics."""
-        self._require_link(Status.NOTACTIVE, "status")
-        reply = await self._request(wire.StatusRequest(self._next_id()), None, "other")
+        requests = self._requests
+        requests.require_link(Status.NOTACTIVE, "status")
+        reply = await requests.request(wire.StatusRequest(requests.next_id()), None, "other")
         return reply.info
 
     async def locate(self, name: str | Address) -> Address:
         """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,
         `GROUP.NAME`, or a bare name (the group's own queues first, then the bus).
         Raises NoSuchQueue, or BadParameter for a name several other groups use."""
-        return await locate(self, name)
+        return await locate(self._requests, name)
 
     async def pending(self, queues: Sequence[str | Address]) -> list[int]:
         """Messages waiting to be got on each queue, in order (putil_show_pending);
         another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
         it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list."""
-        return await pending(self, queues)
+        return await pending(self._requests, queues)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._messages()
@@ -378,13 +395,13 @@ class Client(_Requests, _LinkLoops, _Dialer, _SafDrain):
         while True:
             yield await self.get()
 
-    # ------------------------------------------------------------------ plumbing
-    def _require_link(self, status: Status, what: str) -> None:
-        self._raise_if_broken()
-        if self._link is None:
-            raise ConnectionLost(
-                status, f"{what}: not connected to {self.address} (reconnecting in the background)"
-            )
+
+def _too_big(body_bytes: int, message_bytes_max: int) -> MrsError:
+    """A put's refusal of a body over the group's limit (the same words put_many uses)."""
+    return error_for(
+        Status.MSGTOOBIG,
+        f"body of {body_bytes} bytes exceeds the group's message_bytes_max {message_bytes_max}",
+    )
 
 
 def __getattr__(name: str) -> object:

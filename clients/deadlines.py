@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 if TYPE_CHECKING:
-    from clients.pending import _Pending
+    from clients.waiting import Pending as _Pending
 
 COMPACT_ENTRIES_MIN = 1024
 """Below this many entries they are never compacted (stale entries are cheap)."""

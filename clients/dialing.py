@@ -1,10 +1,17 @@
 """Dialing for the client: open a stream, handshake and attach, and reconnect with
 backoff after a drop (or give up, and leave the client broken).
 
-`_Dialer` is the part of `Client` (clients.connection) that does this.
+`Dialer` is the part of `Client` (clients.connection) that does this. It writes what
+the server said of itself and of the attached queue into the client's `Attachment`,
+asks the request table for ids and records there why the client gave up, and hands
+each new connection to the loops that serve it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -15,11 +22,67 @@ from mrs import protocol as wire
 from mrs.limits import CLIENT_FRAME_BYTES_MAX
 from mrs.model import Address, Status
 
+if TYPE_CHECKING:
+    from clients.journal_status import JournalStatus
+    from clients.pending import Requests
+    from clients.reconnect import Reconnect
 
-class _Dialer:
-    """Client's dial, handshake, attach and reconnect loop."""
 
-    async def _open(self) -> _Link:
+@dataclass(slots=True)
+class Attachment:
+    """What the server's Welcome and Attached said: the group, its body limit, and
+    the queue this client is attached to (read by the client and its SAF drain)."""
+
+    group_id: int = 0
+    group_name: str = ""
+    message_bytes_max: int = 0
+    """The server's body limit, from its Welcome (0 = unknown)."""
+    queue: Address | None = None
+
+
+class Server(Protocol):
+    """What runs a connection once it is open (clients.link.LinkLoops)."""
+
+    async def serve(self, link: _Link) -> None: ...
+
+
+@dataclass(slots=True)
+class Dialing:
+    """How to reach and attach: the client's options, as `connect` gave them."""
+
+    address: str
+    queue_text: str | None
+    program: str
+    connect_timeout_s: float
+    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]
+    reconnect: Reconnect | None
+
+
+class Dialer:
+    """A client's dial, handshake, attach and reconnect loop."""
+
+    def __init__(
+        self,
+        dialing: Dialing,
+        requests: Requests,
+        status: JournalStatus,
+        attachment: Attachment,
+        server: Server,
+    ) -> None:
+        self.address = dialing.address
+        self._host, self._port = _split_address(dialing.address)
+        self._queue_text = dialing.queue_text
+        self._program = dialing.program
+        self._connect_timeout_s = dialing.connect_timeout_s
+        self._open_stream = dialing.open_stream
+        self._reconnect = dialing.reconnect
+        self._requests = requests
+        self._status = status
+        self._attachment = attachment
+        self._server = server
+        self.reconnects = 0
+
+    async def open(self) -> _Link:
         """Dial, handshake and attach. ConnectionLost if unreachable; MrsError if refused."""
         try:
             with trio.fail_after(self._connect_timeout_s):
@@ -50,62 +113,63 @@ class _Dialer:
         return link
 
     async def _handshake(self, link: _Link) -> None:
-        # answer_batches: this client reads AnswerBatch frames (clients.pending._dispatch)
+        # answer_batches: this client reads AnswerBatch frames (clients.pending.Requests.dispatch)
         hello = wire.Hello(wire.PROTOCOL_VERSION, self._program, "app", 0, True)
         await link.send_now(hello)
         welcome = await _next_event(link)
         if isinstance(welcome, wire.Fatal):
             raise error_for(welcome.status, welcome.message)
-        self.group_id, self.group_name = welcome.group_id, welcome.group_name
-        self.message_bytes_max = welcome.message_bytes_max
+        attachment = self._attachment
+        attachment.group_id, attachment.group_name = welcome.group_id, welcome.group_name
+        attachment.message_bytes_max = welcome.message_bytes_max
         if self._queue_text is None:
             return
-        attach = wire.Attach(self._next_id(), self._queue_text)
+        attach = wire.Attach(self._requests.next_id(), self._queue_text)
         await link.send_now(attach)
         attached = await _next_event(link)
         if isinstance(attached, wire.Failure | wire.Fatal):
             raise error_for(attached.status, attached.message)
-        self.queue = Address(attached.group, attached.queue)
+        attachment.queue = Address(attached.group, attached.queue)
 
-    async def _run(self, link: _Link | None) -> None:
+    async def run(self, link: _Link | None) -> None:
         """Serve the connection; when it drops, reconnect with backoff (if enabled)."""
         while True:
             if link is not None:
-                await self._serve(link)
-            if self._broken is not None:  # ended by the server NOTAUTHORIZED (`_lose`)
-                self._wake()
+                await self._server.serve(link)
+            if self._requests.broken is not None:  # ended by the server NOTAUTHORIZED (`_lose`)
+                self._status.wake()
                 return
             if self._reconnect is None:
-                self._broken = ConnectionLost(
+                self._requests.broken = ConnectionLost(
                     Status.LINK_DOWN, f"connection to {self.address} lost (reconnect is off)"
                 )
-                self._wake()
+                self._status.wake()
                 return
-            link = await self._reconnect_once()
+            link = await self._reconnect_once(self._reconnect)
             if link is None:
                 return
 
-    async def _reconnect_once(self) -> _Link | None:
+    async def _reconnect_once(self, reconnect: Reconnect) -> _Link | None:
         attempts = 0
-        for delay_s in self._reconnect.delays():
+        for delay_s in reconnect.delays():
             await trio.sleep(delay_s)
             attempts += 1
             try:
-                link = await self._open()
+                link = await self.open()
             except ConnectionLost:
                 continue
             except MrsError as refused:
                 if refused.status == Status.QUEUE_BUSY:
                     continue  # the server has not yet noticed our old connection closed
-                self._broken = refused
-                self._wake()
+                self._requests.broken = refused
+                self._status.wake()
                 return None
             self.reconnects += 1
             return link
-        self._broken = ConnectionLost(
+        self._requests.broken = ConnectionLost(
             Status.LINK_DOWN, f"gave up reconnecting to {self.address} after {attempts} attempts"
         )
-        self._wake()
+        self._status.wake()
         return None
 
 

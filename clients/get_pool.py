@@ -19,7 +19,7 @@ What each caller still sees is a Get's behaviour:
 - cancelling: the caller leaves the pool; when no caller is left, the batches in
   flight are withdrawn (CancelGet). A message already on its way, or one more than
   the callers still waiting, is held and handed to the next get, as a cancelled
-  Get's is (bounded by HELD_MESSAGES_MAX through `_reserve_get`);
+  Get's is (bounded by HELD_MESSAGES_MAX through `Requests.reserve_get`);
 - a lost connection: every waiting caller raises ConnectionLost;
 - a queue the server serves one get at a time (implicit confirm, the dead-letter
   queue under leases) refuses GetBatch with BADPARAM: the pool turns itself off and
@@ -64,19 +64,20 @@ waiting: then it is rebuilt (they are skipped, not served, in the meantime)."""
 
 
 class _Owner(Protocol):
-    """What the pool uses of its `Client` (clients.connection imports this module)."""
+    """What the pool uses of the client's request table (clients.pending.Requests,
+    which imports this module and holds the pool)."""
 
-    _link: _Link | None
-    _held: deque[Message]
-    _pending: dict[int, Pending]
-    _deadlines: ReplyDeadlines
+    link: _Link | None
+    held: deque[Message]
+    pending: dict[int, Pending]
+    deadlines: ReplyDeadlines
 
-    def _next_id(self) -> int: ...
-    def _get_room(self) -> int: ...
-    def _no_get_room(self, room: int) -> QuotaExceeded: ...
-    def _reserve_get(self, request_id: int, count_max: int) -> int: ...
-    def _release_get(self, request_id: int) -> None: ...
-    def _message(self, reply: wire.Delivery) -> Message: ...
+    def next_id(self) -> int: ...
+    def get_room(self) -> int: ...
+    def no_get_room(self, room: int) -> QuotaExceeded: ...
+    def reserve_get(self, request_id: int, count_max: int) -> int: ...
+    def release_get(self, request_id: int) -> None: ...
+    def message(self, reply: wire.Delivery) -> Message: ...
 
 
 class _Caller(Pending):
@@ -139,21 +140,21 @@ class GetPool:
         """The next message for this caller; None: use a single Get instead (the
         server refused batch gets on this queue). Raises as `Client.get` does."""
         client = self._client
-        room = client._get_room() - (self.live - self.asked)  # uncovered callers need it too
+        room = client.get_room() - (self.live - self.asked)  # uncovered callers need it too
         if room <= 0:
-            raise client._no_get_room(room)
-        deadlines = client._deadlines
+            raise client.no_get_room(room)
+        deadlines = client.deadlines
         now_s = deadlines.now_s()
         caller = _Caller(self)
         if timeout_s is not None:
             caller.deadline_s = now_s + timeout_s
-            deadlines.add(caller.deadline_s + _REPLY_GRACE_S, client._next_id(), caller)
+            deadlines.add(caller.deadline_s + _REPLY_GRACE_S, client.next_id(), caller)
         self._callers.append(caller)
         self.live += 1
         if len(self._callers) > 2 * self.live + CALLERS_SLACK:
             self._compact()
-        if self.live > self.asked and client._link is not None:
-            client._link.wake()  # the send loop asks (`ask`) once this tick's gets joined
+        if self.live > self.asked and client.link is not None:
+            client.link.wake()  # the send loop asks (`ask`) once this tick's gets joined
         await caller.waited()
         if caller.timed_out:
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
@@ -169,7 +170,7 @@ class GetPool:
         """A caller left (cancelled, or its reply deadline passed); with none left,
         the send loop withdraws the batches in flight."""
         self.live -= 1
-        link = self._client._link
+        link = self._client.link
         if self.live == 0 and self.asked and link is not None:
             link.wake()
 
@@ -181,7 +182,7 @@ class GetPool:
             if self.asked:
                 self._withdraw(link)
             return
-        need = min(self.live - self.asked, GET_BATCH_ITEMS_MAX, self._client._get_room())
+        need = min(self.live - self.asked, GET_BATCH_ITEMS_MAX, self._client.get_room())
         if need <= 0 or self.refused:  # no room: answers on their way free it, then ask
             return
         uncovered: list[_Caller] = []
@@ -193,7 +194,7 @@ class GetPool:
         uncovered.reverse()
         # A caller asked for before and not served was parked on the server, and a
         # parked get waits at the cap; a new one is refused there (EXCMAXUNCONF).
-        now_s = self._client._deadlines.now_s()
+        now_s = self._client.deadlines.now_s()
         waited = [caller for caller in uncovered if caller.asked]
         fresh = [caller for caller in uncovered if not caller.asked]
         groups = [
@@ -212,7 +213,7 @@ class GetPool:
         (HELD_MESSAGES_MAX): a get finds these held and never waits for room, and a
         consumer with many lanes must never be refused because of them; what is held
         stays within HELD_MESSAGES_MAX + READ_AHEAD_MAX."""
-        if self.closing or self._reading_ahead is not None or self._client._held:
+        if self.closing or self._reading_ahead is not None or self._client.held:
             return 0
         return READ_AHEAD_MAX
 
@@ -236,16 +237,16 @@ class GetPool:
             if deadline_s == math.inf
             else min(_TIMEOUT_MS_MAX, max(1, math.ceil((deadline_s - now_s) * 1000)))
         )
-        request_id = client._next_id()
+        request_id = client.next_id()
         request = build_unchecked(GET_BATCH, request_id, count, timeout_ms, wait_at_cap, extra)
-        client._reserve_get(request_id, count)
+        client.reserve_get(request_id, count)
         if extra:
             self._reading_ahead = request_id
         for caller in callers:
             caller.asked = True
         self._batches[request_id] = _Batch(count, callers)
         self.asked += count
-        client._pending[request_id] = Pending("get", self._answer_of(request_id))
+        client.pending[request_id] = Pending("get", self._answer_of(request_id))
         link.send(request)
         link.unsent.add(request_id)
 
@@ -274,25 +275,25 @@ class GetPool:
         if not self._batches and self._settled is not None:
             self._settled.set()
         self.asked -= batch.count
-        client._release_get(request_id)
+        client.release_get(request_id)
         if isinstance(result, (wire.Delivery, wire.DeliveryBatch)):
             deliveries = result.deliveries if isinstance(result, wire.DeliveryBatch) else [result]
             for delivery in deliveries:  # any more than the callers waiting are held
-                message = client._message(delivery)
+                message = client.message(delivery)
                 if not self._give(message):
-                    client._held.append(message)
+                    client.held.append(message)
         elif type(result) is FAILURE:
             self._failed(result, batch.callers)
         elif isinstance(result, MrsError):  # the connection is lost
             self.lose(result)
-        link = client._link
+        link = client.link
         if self.live > self.asked and link is not None:
             link.wake()
 
     def serve_held(self) -> None:
         """Messages held (they came for a get its caller gave up) go to the callers
         already waiting, oldest first, before any later get takes them."""
-        held = self._client._held
+        held = self._client.held
         while held and self._give(held[0]):
             held.popleft()
 
@@ -310,7 +311,7 @@ class GetPool:
         if failure.status == Status.TIMEOUT:
             # The batch waited as long as its earliest caller may: whoever's time is
             # up raises it; the others are asked for again.
-            now_s = self._client._deadlines.now_s()
+            now_s = self._client.deadlines.now_s()
             for caller in self._callers:
                 if not caller.done and caller.deadline_s <= now_s:
                     self._resolve(caller, error_for(failure.status, failure.message))

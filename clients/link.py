@@ -2,13 +2,17 @@
 to the waiting callers), the send loop (every queued request in one `send_all`) and the
 heartbeat watch (a silent server counts as lost).
 
-`_LinkLoops` is the part of `Client` (clients.connection) that runs them.
+`LinkLoops` is the part of `Client` (clients.connection) that runs them. It is
+given its collaborators, each by the narrow shape it uses: the request table
+(`Session`: answers in, lost connections, the get pool's asks), the journal status,
+and the SAF drain to start on each new connection while the journal has a backlog.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -17,6 +21,11 @@ from mrs import protocol as wire
 from mrs.limits import HEARTBEATS_SILENT_MAX
 from mrs.model import Status
 from mrs.transport.framed import FramedStream, StreamClosed
+
+if TYPE_CHECKING:
+    from clients.deadlines import ReplyDeadlines
+    from clients.journal_status import JournalStatus
+    from clients.saf_journal import ClientJournal
 
 
 @dataclass(eq=False)
@@ -30,37 +39,83 @@ class _Link(FramedStream):
     """trio.current_time() when the server last sent a byte."""
 
 
-class _LinkLoops:
-    """Client's connection serving: install a link, run its loops, watch its silence."""
+class Asker(Protocol):
+    """What the send loop uses of the get pool (clients.get_pool.GetPool)."""
 
-    def _install(self, link: _Link) -> None:
-        self._link = link
-        if self._journal is not None and self._journal.count == 0 and self._journal.idle:
-            self._set_journal_status(Status.LINK_UP)
-        self._wake()
+    def ask(self, link: _Link) -> None: ...
 
-    async def _serve(self, link: _Link) -> None:
-        self._install(link)
+
+class Session(Protocol):
+    """What the loops use of the client's request table (clients.pending.Requests)."""
+
+    link: _Link | None
+
+    @property
+    def deadlines(self) -> ReplyDeadlines: ...
+    @property
+    def gets(self) -> Asker: ...
+
+    def dispatch(self, link: _Link, event: object) -> None: ...
+    def send_frame(self, link: _Link, event: object) -> None: ...
+    def lose(self, link: _Link, error: MrsError, closing: bool = False) -> None: ...
+
+
+class Drain(Protocol):
+    """The SAF journal's drain over one connection (clients.saf_drain.SafDrain)."""
+
+    async def drain(self, link: _Link) -> None: ...
+
+
+class LinkLoops:
+    """A client's connection serving: install a link, run its loops, watch its silence."""
+
+    def __init__(
+        self,
+        address: str,
+        heartbeat_s: float | None,
+        session: Session,
+        status: JournalStatus,
+        journal: ClientJournal | None,
+        drain: Drain | None,
+    ) -> None:
+        self.address = address
+        self.heartbeat_s = heartbeat_s
+        self._session = session
+        self._status = status
+        self._journal = journal
+        self._drain = drain
+
+    def install(self, link: _Link) -> None:
+        """`link` is the client's connection now: requests may use it."""
+        self._session.link = link
+        journal = self._journal
+        if journal is not None and journal.count == 0 and journal.idle:
+            self._status.set(Status.LINK_UP)
+        self._status.wake()
+
+    async def serve(self, link: _Link) -> None:
+        """Install `link` and run its loops until it is lost (or the client closes)."""
+        self.install(link)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
-                if self._heartbeat_s is not None:
-                    nursery.start_soon(self._watch, link)
+                if self.heartbeat_s is not None:
+                    nursery.start_soon(self._watch, link, self.heartbeat_s)
                 nursery.start_soon(self._send_loop, link, nursery.cancel_scope)
-                nursery.start_soon(self._deadlines.run)
-                if self._journal is not None and self.journal_status != Status.LINK_UP:
-                    nursery.start_soon(self._drain, link)
+                nursery.start_soon(self._session.deadlines.run)
+                if self._drain is not None and self._status.status != Status.LINK_UP:
+                    nursery.start_soon(self._drain.drain, link)
         finally:
             if link.lost is None:  # cancelled: the client is closing
-                self._lose(link, ConnectionLost(Status.LINK_DOWN, "client closed"), closing=True)
+                closed = ConnectionLost(Status.LINK_DOWN, "client closed")
+                self._session.lose(link, closed, closing=True)
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await trio.aclose_forcefully(link.stream)
 
-    async def _watch(self, link: _Link) -> None:
+    async def _watch(self, link: _Link, interval_s: float) -> None:
         """Ping a quiet server; a server silent for HEARTBEATS_SILENT_MAX intervals (host
         gone, process stopped, cable cut without FIN or RST) counts as lost, so the
         client reconnects (and journals) instead of waiting forever."""
-        interval_s = self._heartbeat_s
         nonces = itertools.count(1)
         while link.lost is None:
             await trio.sleep(interval_s)
@@ -69,11 +124,11 @@ class _LinkLoops:
                 error = ConnectionLost(
                     Status.LINK_DOWN, f"server {self.address} silent for {silent_s:.1f} s"
                 )
-                self._lose(link, error)
+                self._session.lose(link, error)
                 await trio.aclose_forcefully(link.stream)  # wakes the receive loop
                 return
             if silent_s >= interval_s:
-                self._send_frame(link, wire.Ping(next(nonces)))
+                self._session.send_frame(link, wire.Ping(next(nonces)))
 
     async def _receive_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
@@ -85,28 +140,29 @@ class _LinkLoops:
                         raise error_for(
                             event.status, f"server closed the connection: {event.message}"
                         )
-                    self._dispatch(link, event)
+                    self._session.dispatch(link, event)
                 if not still_open or link.connection.closed:
                     raise ConnectionLost(Status.LINK_DOWN, "server closed the connection")
         except wire.ProtocolError as error:  # an MrsError too: caught first, on purpose
-            self._lose(link, error_for(Status.PROTOCOL_ERROR, str(error)))
+            self._session.lose(link, error_for(Status.PROTOCOL_ERROR, str(error)))
         except MrsError as error:
-            self._lose(link, error)
+            self._session.lose(link, error)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
+            self._session.lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
         scope.cancel()
 
     async def _send_loop(self, link: _Link, scope: trio.CancelScope) -> None:
+        gets = self._session.gets
         try:
             while link.lost is None:
                 await link.wait_ready()
-                self._gets.ask(link)  # the gets that joined since the last write
+                gets.ask(link)  # the gets that joined since the last write
                 data = link.take()
                 if data:
                     link.unsent.clear()
                     await link.write(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
-            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
+            self._session.lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
         scope.cancel()
 
 

@@ -24,11 +24,12 @@ from mrs.model import Address, Status
 
 
 class Requester(Protocol):
-    """What locate and pending use of the client (clients.connection.Client)."""
+    """What locate and pending use of the client's request table
+    (clients.pending.Requests)."""
 
-    def _require_link(self, status: Status, what: str) -> None: ...
-    def _next_id(self) -> int: ...
-    async def _request(self, request: object, wait_s: float | None, kind: str = ...) -> object: ...
+    def require_link(self, status: Status, what: str) -> None: ...
+    def next_id(self) -> int: ...
+    async def request(self, request: object, wait_s: float | None, kind: str = ...) -> object: ...
 
 
 def queue_text(queue: Any, what: str) -> str:
@@ -67,15 +68,15 @@ def pending_texts(queues: Any) -> list[str]:
 
 
 async def locate(client: Requester, name: str | Address) -> Address:
-    client._require_link(Status.NOTACTIVE, "locate")
-    request = built(wire.Locate, client._next_id(), queue_text(name, "locate"))
-    reply = cast(wire.Located, await client._request(request, REPLY_GRACE_S, "other"))
+    client.require_link(Status.NOTACTIVE, "locate")
+    request = built(wire.Locate, client.next_id(), queue_text(name, "locate"))
+    reply = cast(wire.Located, await client.request(request, REPLY_GRACE_S, "other"))
     return Address(reply.group, reply.queue)
 
 
 async def pending(client: Requester, queues: Sequence[str | Address]) -> list[int]:
-    client._require_link(Status.NOTACTIVE, "pending")
-    request = built(wire.ShowPending, client._next_id(), pending_texts(queues))
+    client.require_link(Status.NOTACTIVE, "pending")
+    request = built(wire.ShowPending, client.next_id(), pending_texts(queues))
     wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
-    reply = cast(wire.PendingCounts, await client._request(request, wait_s, "other"))
+    reply = cast(wire.PendingCounts, await client.request(request, wait_s, "other"))
     return list(reply.counts)

@@ -41,8 +41,10 @@ class ProtectedClient(Protocol):
     """What protection uses of its client (`clients.connection.Client`): a protocol,
     so this module does not import the connection that imports it."""
 
-    queue: Address | None
     _program: str
+
+    @property
+    def queue(self) -> Address | None: ...
 
     async def put(self, body: bytes, target: str | Address, **options: Any) -> Psb: ...
 

@@ -2,7 +2,11 @@
 unreachable, and drain the journal in FIFO order, a window of records in flight, once it
 is back (JOURNAL_ON -> LINK_UP). See docs/client-saf.md.
 
-`_SafDrain` is the part of `Client` (clients.connection) that does this.
+`SafDrain` is the part of `Client` (clients.connection) that does this. It is given
+the journal, the request table (ids, the table its drained puts wait in, the link to
+drain over and to drop when the server does not answer), the journal status it moves
+to LINK_UP or JOURNAL_FAIL, and the client's `Attachment` (the source queue of a
+journaled put).
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from clients.dialing import Attachment
 from clients.errors import ConnectionLost
-from clients.pending import _Pending
+from clients.journal_status import JournalEvent as JournalEvent  # its old path
+from clients.journal_status import JournalStatus
+from clients.pending import Requests, _Pending
 from clients.requests import put_reply_wait_s
-from clients.saf_journal import JournalFull, idempotency_key_for
+from clients.saf_journal import ClientJournal, JournalFull, idempotency_key_for
 from journals import Record
 from mrs import protocol as wire
 from mrs.limits import (
@@ -91,40 +98,38 @@ class _DrainedPut(_Pending):
             self.unanswered()
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEvent:
-    """What a SAF-journal listener hears.
+class SafDrain:
+    """A client's journal-while-down and drain-when-back."""
 
-    kind "status": `status` is now JOURNAL_ON, LINK_UP or JOURNAL_FAIL. kind
-    "drained": the record with client seq `local_seq` was stored by the server; `psb`
-    is the server's PSB (its seq is the one the receiver sees). kind "rejected": the
-    server refused the record for good (`status`, `message`); it left the journal.
-    kind "corrupt": the record cannot be read from the journal (`message` says why);
-    it was not sent and stays in the journal.
-    """
+    def __init__(
+        self,
+        journal: ClientJournal,
+        requests: Requests,
+        status: JournalStatus,
+        attachment: Attachment,
+        queue_text: str | None,
+    ) -> None:
+        self._journal = journal
+        self._requests = requests
+        self._status = status
+        self._attachment = attachment
+        self._queue_text = queue_text
+        self._wake = trio.Event()
+        """Set when the drain has work: a record journaled or answered, the journal changed."""
 
-    kind: str
-    status: Status | int
-    local_seq: int = 0
-    psb: Psb | None = None
-    message: str = ""
-
-
-class _SafDrain:
-    """Client's journal-while-down and drain-when-back."""
-
-    async def _put_journaled(self, request: wire.Put) -> Psb:
+    async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later."""
         target = request.target
         uma = request.uma
         target_group, target_queue = _numeric(str(target))
+        queue = self._attachment.queue
         now_ns = time.time_ns()
         record = Record(
             seq=0,
             target_group=target_group,
             target_queue=target_queue,
-            source_group=self.queue.group if self.queue else 0,
-            source_queue=self.queue.queue if self.queue else 0,
+            source_group=queue.group if queue else 0,
+            source_queue=queue.queue if queue else 0,
             body=request.body,
             msg_class=request.msg_class,
             msg_type=request.msg_type,
@@ -151,21 +156,21 @@ class _SafDrain:
                 done = Status.DISC_SUCCESS if uma == Uma.DISC else Status.DISCL_SUCCESS
                 return Psb(Status.JOURNAL_ON, Status.JOURNAL_FULL, 0, done)
             raise full
-        self._drain_wake.set()
+        self._wake.set()
         return Psb(Status.JOURNAL_ON, Status.STORED, local_seq, Status.NO_UMA)
 
-    async def _drain(self, link: _Link) -> None:
+    async def drain(self, link: _Link) -> None:
         """Send every journal record, oldest first, CLIENT_DRAIN_WINDOW_MESSAGES in
         flight; a record is deleted when the server answers it stored. LINK_UP when
         nothing is left."""
         journal = self._journal
-        journal.on_change = self._drain_wake.set
+        journal.on_change = self._wake.set
         journal.on_corrupt = self._report_corrupt
         after_key: bytes | None = None
         window = _Window()
-        while self._link is link:
-            self._drain_wake = trio.Event()
-            journal.on_change = self._drain_wake.set
+        while self._requests.link is link:
+            self._wake = trio.Event()
+            journal.on_change = self._wake.set
             room = CLIENT_DRAIN_WINDOW_MESSAGES - len(window.keys)
             # Refill in chunks (one read transaction for many records), and stay well
             # inside the server's per-connection byte quota.
@@ -183,33 +188,25 @@ class _SafDrain:
             if link.lost is not None:
                 return
             if journal.failure is not None:
-                self._journal_failed(journal.failure)
+                self._status.fail(journal.failure)
                 return
             if not window.keys and journal.idle and journal.count <= len(journal.corrupt):
                 if journal.count:  # only unreadable records left: never LINK_UP over them
-                    self._journal_failed(
+                    self._status.fail(
                         f"{journal.count} client SAF record(s) in {journal.path} cannot be "
                         "read and were not sent; they stay in the journal"
                     )
                 else:
-                    self._set_journal_status(Status.LINK_UP)
+                    self._status.set(Status.LINK_UP)
                 return
-            await self._drain_wake.wait()
+            await self._wake.wait()
 
     def _report_corrupt(self, local_seq: int, problem: str) -> None:
         """A record the drain cannot send: logged and heard by listeners (kind
         "corrupt"), never skipped in silence."""
         message = f"client SAF record {local_seq} cannot be read ({problem}); not sent"
         log.error("%s", message)
-        self._notify(JournalEvent("corrupt", Status.JOURNAL_FAIL, local_seq, None, message))
-
-    def _journal_failed(self, why: str) -> None:
-        """JOURNAL_FAIL instead of LINK_UP: puts go to the server again, and a wait
-        for LINK_UP raises JournalFailed with `why`."""
-        if self.journal_status != Status.JOURNAL_FAIL:
-            log.error("%s", why)
-        self._journal_failure = why
-        self._set_journal_status(Status.JOURNAL_FAIL)
+        self._status.notify(JournalEvent("corrupt", Status.JOURNAL_FAIL, local_seq, None, message))
 
     def _send_drained(self, link: _Link, key: bytes, record: Record, window: _Window) -> None:
         extra = record.extra
@@ -220,7 +217,7 @@ class _SafDrain:
         headers[CLIENT_SAF_SEQ_HEADER] = record.seq
         headers[wire.CLIENT_SAF_BACKLOG_HEADER] = self._journal.count
         request = wire.Put(
-            self._next_id(),
+            self._requests.next_id(),
             extra.get("target", f"{record.target_group}.{record.target_queue}"),
             record.body,
             record.delivery,
@@ -237,7 +234,7 @@ class _SafDrain:
         def answered(result: object) -> None:
             window.remove(key)
             self._drain_answered(link, key, record.seq, result)
-            self._drain_wake.set()
+            self._wake.set()
 
         wait_s = put_reply_wait_s(request.timeout_ms / 1000)
 
@@ -248,17 +245,17 @@ class _SafDrain:
                 record.seq,
                 wait_s,
             )
-            self._lose(link, ConnectionLost(Status.LINK_DOWN, "drained put not answered"))
+            self._requests.lose(link, ConnectionLost(Status.LINK_DOWN, "drained put not answered"))
 
         pending = _DrainedPut("drain", callback=answered, unanswered=unanswered)
-        self._pending[request.request_id] = pending
-        self._deadlines.add_after(wait_s, request.request_id, pending)
-        self._send(link, request)
+        self._requests.pending[request.request_id] = pending
+        self._requests.deadlines.add_after(wait_s, request.request_id, pending)
+        self._requests.send(link, request)
 
     def _drain_answered(self, link: _Link, key: bytes, local_seq: int, result: object) -> None:
         if isinstance(result, wire.PutDone):
             self._journal.remove([key])
-            self._notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
+            self._status.notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
         elif isinstance(result, wire.Failure) and result.status not in _TRANSIENT:
             log.warning(
                 "client SAF record %d refused by the server (%s): %s; removed",
@@ -267,13 +264,15 @@ class _SafDrain:
                 result.message,
             )
             self._journal.remove([key])
-            self._notify(
+            self._status.notify(
                 JournalEvent("rejected", status_of(result.status), local_seq, None, result.message)
             )
-        elif isinstance(result, wire.Failure) and self._link is link:
+        elif isinstance(result, wire.Failure) and self._requests.link is link:
             # Left in the journal; drop the connection so the drain restarts from the
             # oldest record (the server dedupes what it already stored).
-            self._lose(link, ConnectionLost(Status.LINK_DOWN, f"drain refused: {result.message}"))
+            self._requests.lose(
+                link, ConnectionLost(Status.LINK_DOWN, f"drain refused: {result.message}")
+            )
 
 
 def _psb(reply: wire.PutDone) -> Psb:

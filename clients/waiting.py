@@ -89,7 +89,7 @@ class Pending:
         await self.waited()
 
     def waited(self) -> Awaitable[object]:
-        """What `wait` awaits, for the caller's own task to await: `_request` awaits it
+        """What `wait` awaits, for the caller's own task to await: `Requests.request` awaits it
         directly, so a request in flight holds no coroutine of `wait` for the collector
         to walk (benchmarks/README.md)."""
         if self.done:
@@ -108,7 +108,7 @@ class Pending:
 
 def answer_each(owner: Any, answers: list[Any], unclaimed: Callable[[object], None]) -> None:
     """Hand each answer of an AnswerBatch, in order, to the request it answers (what
-    `owner._pending` holds for it: a `Pending`, or a put_many item's or a confirm's
+    `owner.pending` holds for it: a `Pending`, or a put_many item's or a confirm's
     own); an answer no request waits for any more (its caller gave up) goes to
     `unclaimed`. The table is read again for every answer, as one dispatch per answer
     did: a callback may lose the connection, which replaces it.
@@ -117,7 +117,7 @@ def answer_each(owner: Any, answers: list[Any], unclaimed: Callable[[object], No
     the interpreted loop over them cost each put a dispatch of its own, with two
     class tests and a `getattr` on the way (benchmarks/README.md)."""
     for answer in answers:
-        table: dict[int, Any] = owner._pending
+        table: dict[int, Any] = owner.pending
         waiter = table.pop(answer.request_id, None)
         if waiter is None:
             unclaimed(answer)

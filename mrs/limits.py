@@ -103,7 +103,7 @@ LENT_BYTES_MAX = 4 << 20
 DeliveryBatch, about DELIVERY_BATCH_BYTES_MAX, at a time)."""
 GIVE_BACK_WAIT_S = 1.0
 """A closing client waits at most this long for its batches in flight to be answered
-and its GiveBack written (clients.pending `_give_back_held`)."""
+and its GiveBack written (clients.pending `Requests.give_back_held`)."""
 DELIVERY_BATCH_BYTES_MAX = 1 << 20
 """A DeliveryBatch stops adding messages once it holds this many bytes of bodies
 (it always holds at least one)."""
@@ -221,7 +221,7 @@ requests_in_flight_max guard (same default)."""
 HELD_MESSAGES_MAX = 1024
 """Messages a client holds back (delivered for a get its caller gave up) at most:
 held messages plus what gets waiting or given up may still bring stay within it; a
-get beyond it is refused EXCEEDQUOTA (clients.pending `_reserve_get`). Read-ahead
+get beyond it is refused EXCEEDQUOTA (clients.pending `Requests.reserve_get`). Read-ahead
 messages come on top (at most READ_AHEAD_MAX, asked for only when none is held)."""
 HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""

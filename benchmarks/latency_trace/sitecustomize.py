@@ -123,14 +123,14 @@ def _install_server() -> None:
 def _install_client() -> None:
     from clients import pending
 
-    request = pending._Requests._request
+    request = pending.Requests.request
 
     async def traced_request(self, message, wait_s, kind="other"):  # type: ignore[no-untyped-def]
         if kind != "put" or _written[0]:
             return await request(self, message, wait_s, kind)
         request_id = message.request_id
         _stamps[request_id] = [_now()]
-        link = self._link
+        link = self.link
         _queue(link, request_id)
         try:
             return await request(self, message, wait_s, kind)
@@ -140,7 +140,7 @@ def _install_client() -> None:
                 stamps += [getattr(link, "_read_ns", 0), _now()]
             _write_when_full("cli")
 
-    pending._Requests._request = traced_request
+    pending.Requests.request = traced_request
 
 
 try:

@@ -75,7 +75,7 @@ async def test_confirms_unanswered_when_the_connection_drops_are_each_connection
 
                     nursery.start_soon(confirm_them)
                     await trio.testing.wait_all_tasks_blocked()  # written, waiting for answers
-                    assert not receiver._link.unsent
+                    assert not receiver._requests.link.unsent
                     bus.process.process.send_signal(signal.SIGKILL)
         finally:
             bus.process.process.wait()

@@ -164,7 +164,7 @@ async def test_a_server_answers_a_busy_client_in_batches_and_every_request_once(
         answered: list[int] = []
 
         async with connect(address, "SENDER") as sender:
-            dispatch = sender._dispatch
+            dispatch = sender._requests.dispatch
 
             def counting(link: object, event: object) -> None:
                 """Each frame read, and each answer (a batch's items come here again)."""
@@ -181,7 +181,7 @@ async def test_a_server_answers_a_busy_client_in_batches_and_every_request_once(
 
             inside: list[int] = []
 
-            sender._dispatch = counting
+            sender._requests.dispatch = counting
 
             with trio.fail_after(30):
                 psbs = await put_all(sender, count)

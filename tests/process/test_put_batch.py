@@ -237,7 +237,7 @@ async def test_put_many_after_the_connection_dropped_answers_each_put_outcome_un
 
                     nursery.start_soon(put_them)
                     await trio.sleep(0.05)
-                    while sender._link.unsent:  # until the batch is on the wire
+                    while sender._requests.link.unsent:  # until the batch is on the wire
                         await trio.sleep(0.01)
                     bus.process.process.send_signal(signal.SIGKILL)
         finally:

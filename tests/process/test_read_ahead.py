@@ -107,8 +107,10 @@ async def test_a_seq_not_lent_cannot_be_given_back(make_mem_bus) -> None:
         message = await receiver.get(timeout=5)  # asked for: not lent
         lent = list(queue_of(bus, ANYORDER_QUEUE_ID).lent)
         assert len(lent) == 2
-        receiver._send_frame(receiver._link, wire.GiveBack([message.seq, lent[0], lent[0], 999]))
-        await receiver._link.flushed()
+        receiver._requests.send_frame(
+            receiver._requests.link, wire.GiveBack([message.seq, lent[0], lent[0], 999])
+        )
+        await receiver._requests.link.flushed()
         rest = await take(receiver, 2)  # the held ones: the client does not know
     queue = queue_of(bus, ANYORDER_QUEUE_ID)
     assert rest == [1, 2] and queue.waiting == 1  # lent[0] came back once, not twice
@@ -234,7 +236,7 @@ async def test_mrs_acks_read_ahead_reach_their_sender_once_across_a_close(make_b
         async with trio.open_nursery() as nursery:
             for _ in range(4):
                 nursery.start_soon(ack_getter)
-        assert len(producer._held) > 0  # closing with read-ahead acks held
+        assert len(producer._requests.held) > 0  # closing with read-ahead acks held
     async with connect(bus.address, queue="SENDER") as again:
         while len(got) < puts_count:
             message = await again.get(timeout=10)

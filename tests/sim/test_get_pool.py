@@ -267,4 +267,4 @@ async def test_a_message_held_for_a_get_given_up_goes_to_a_get_already_waiting()
                 # Its message was already on its way: the waiting get takes it.
                 await server.deliver(server.singles[0].request_id, b"crossed")
         assert [message.body for message in waiting_got] == [b"crossed"]
-        assert len(client._held) == 0
+        assert len(client._requests.held) == 0

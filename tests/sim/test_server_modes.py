@@ -199,7 +199,7 @@ async def test_unsupported_mode_uma_pairs_answer_notsupported(mem_bus, mode, uma
 async def test_values_that_are_no_mode_or_uma(mem_bus) -> None:
     async with mem_bus.connect(queue="SENDER") as sender:
         with pytest.raises(NotSupported) as refused:
-            await sender._request(
+            await sender._requests.request(
                 __import__("mrs.protocol", fromlist=["Put"]).Put(
                     99, "1.11", b"", 27, 0, 0, 0, 0, 0, b"", ""
                 ),

@@ -75,7 +75,7 @@ def test_the_old_import_paths_of_the_split_client_still_work() -> None:
 
 
 def test_every_field_of_a_delivery_lands_in_its_message_field() -> None:
-    """`_message` builds the Message positionally (cheaper than by keyword): each
+    """`Requests.message` builds the Message positionally (cheaper than by keyword): each
     Delivery field must still reach the Message field of the same meaning."""
     from clients.connection import Client
     from mrs import protocol as wire
@@ -97,7 +97,7 @@ def test_every_field_of_a_delivery_lands_in_its_message_field() -> None:
         {"reason": 1},
         {"header": "value"},
     )
-    message = client._message(delivery)
+    message = client._requests.message(delivery)
     assert (message.body, message.seq) == (b"body", 123_456)
     assert (message.source, message.target) == (Address(1, 13), Address(1, 10))
     assert (message.msg_class, message.msg_type, message.priority) == (5, -6, 3)

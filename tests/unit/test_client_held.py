@@ -119,7 +119,7 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
             # The messages were already on their way: each comes to the next get.
             await server.deliver(server.cancels[0], b"held", count=HELD_MAX)
             with trio.fail_after(10):  # the client reads them in its own task
-                while len(client._held) < HELD_MAX:
+                while len(client._requests.held) < HELD_MAX:
                     await trio.sleep(0.005)
             seqs = [(await client.get(timeout=0)).seq for _ in range(HELD_MAX)]
             assert seqs == [server.gets[0] * 100 + index for index in range(HELD_MAX)]
@@ -159,7 +159,7 @@ async def test_a_batch_get_reserves_what_it_may_bring(monkeypatch) -> None:
             for request_id, count in zip(server.cancels, server.batch_counts, strict=True):
                 await server.deliver(request_id, b"late", count=count)
             with trio.fail_after(10):
-                while len(client._held) < 10:
+                while len(client._requests.held) < 10:
                     await trio.sleep(0.005)
             assert len(await client.get_many(100, timeout=0)) == 10  # all held, served
         nursery.cancel_scope.cancel()

@@ -1,0 +1,89 @@
+"""What a client tells its application about its SAF journal and its connection: the
+journal status (JOURNAL_ON, LINK_UP, JOURNAL_FAIL), the listeners that hear each
+change, and the wake-up of tasks waiting for a change (`wait_connected`,
+`wait_journal_status`).
+
+One part of `Client` (clients.connection) that the others are given: the request
+table tells it a connection was lost, the connection's loops that one is up, the
+drain that the journal is empty or failed. Imports no other part, so each can.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from mrs.model import Psb, Status
+
+log = logging.getLogger("clients")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """What a SAF-journal listener hears.
+
+    kind "status": `status` is now JOURNAL_ON, LINK_UP or JOURNAL_FAIL. kind
+    "drained": the record with client seq `local_seq` was stored by the server; `psb`
+    is the server's PSB (its seq is the one the receiver sees). kind "rejected": the
+    server refused the record for good (`status`, `message`); it left the journal.
+    kind "corrupt": the record cannot be read from the journal (`message` says why);
+    it was not sent and stays in the journal.
+    """
+
+    kind: str
+    status: Status | int
+    local_seq: int = 0
+    psb: Psb | None = None
+    message: str = ""
+
+
+class JournalStatus:
+    """The journal status, its listeners, and the event that wakes a change's waiters."""
+
+    def __init__(self, journaling: bool) -> None:
+        self.journaling = journaling
+        """The client has a SAF journal (else the status stays None)."""
+        self.status: Status | None = None
+        """See `Client.journal_status`."""
+        self.failure = ""
+        """Why status is JOURNAL_FAIL."""
+        self.listeners: list[Callable[[JournalEvent], None]] = []
+        self.changed = trio.Event()
+        """Set (and replaced) on every change of the connection or the journal status."""
+
+    def wake(self) -> None:
+        """Something a waiter may wait for changed: wake them all."""
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def notify(self, event: JournalEvent) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the client
+                log.exception("journal listener failed")
+
+    def set(self, status: Status) -> None:
+        """The journal's status is now `status` (nothing without a journal)."""
+        if not self.journaling or self.status == status:
+            return
+        self.status = status
+        self.wake()
+        self.notify(JournalEvent("status", status))
+
+    def fail(self, why: str) -> None:
+        """JOURNAL_FAIL instead of LINK_UP: puts go to the server again, and a wait
+        for LINK_UP raises JournalFailed with `why`."""
+        if self.status != Status.JOURNAL_FAIL:
+            log.error("%s", why)
+        self.failure = why
+        self.set(Status.JOURNAL_FAIL)
+
+    def lost(self, closing: bool) -> None:
+        """The connection was lost: journal again (unless the client is closing)."""
+        if not closing:
+            self.set(Status.JOURNAL_ON)
+        self.wake()
