@@ -108,6 +108,21 @@ class StrCheck(Check):
         return None if isinstance(value, str) else f"must be a str, got {type(value).__name__}"
 
 
+class BoundedStrCheck(Check):
+    """A str of `length_min..length_max` characters (a queue name as people write it)."""
+
+    def __init__(self, length_min: int, length_max: int | None) -> None:
+        self.length_min, self.length_max = length_min, length_max
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, str):
+            return f"must be a str, got {type(value).__name__}"
+        top = len(value) if self.length_max is None else self.length_max
+        if not self.length_min <= len(value) <= top:
+            return f"must be {self.length_min}..{top} characters, got {len(value)}"
+        return None
+
+
 class OneOfCheck(Check):
     def __init__(self, choices: tuple[str, ...]) -> None:
         self.choices = choices
@@ -232,17 +247,20 @@ class StructListCheck(Check):
         return None
 
 
-class IntListCheck(Check):
-    """A list of ints within bounds (GiveBack's seqs), at most `length_max` long. Not
-    deep: msgspec checks a decoded one (each int's bounds, the length) in C."""
+class ItemListCheck(Check):
+    """A list of ints or strs within bounds (GiveBack's seqs, ShowPending's queues),
+    `length_min..length_max` long. Not deep: msgspec checks a decoded one (each item's
+    bounds, the length) in C."""
 
-    def __init__(self, item: IntCheck, length_max: int | None) -> None:
+    def __init__(self, item: Check, length_min: int, length_max: int | None) -> None:
         self.item = item
-        self.length_max = length_max
+        self.length_min, self.length_max = length_min, length_max
 
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, list):
             return f"must be a list, got {type(value).__name__}"
+        if len(value) < self.length_min:
+            return f"must hold at least {self.length_min} items, got {len(value)}"
         if self.length_max is not None and len(value) > self.length_max:
             return f"must hold at most {self.length_max} items, got {len(value)}"
         for index, item in enumerate(value):
@@ -265,6 +283,8 @@ def check_for(info: mi.Type) -> Check:
         lo = INT64[0] if info.ge is None else info.ge
         return IntCheck(lo, UINT64_MAX if info.le is None else info.le)
     if isinstance(info, mi.StrType):
+        if info.min_length or info.max_length is not None:
+            return BoundedStrCheck(info.min_length or 0, info.max_length)
         return StrCheck()
     if isinstance(info, mi.BoolType):
         return BoolCheck()
@@ -286,10 +306,8 @@ def check_for(info: mi.Type) -> Check:
             return StructListCheck(
                 tuple(t.cls for t in item.types), info.min_length or 0, info.max_length
             )
-        if isinstance(item, mi.IntType):
-            item_check = check_for(item)
-            assert isinstance(item_check, IntCheck)
-            return IntListCheck(item_check, info.max_length)
+        if isinstance(item, mi.IntType | mi.StrType):
+            return ItemListCheck(check_for(item), info.min_length or 0, info.max_length)
         return ListCheck()
     raise TypeError(f"no protocol check for a field of type {info}")
 

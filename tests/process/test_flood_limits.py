@@ -9,6 +9,7 @@ import contextlib
 import os
 import socket
 import struct
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -34,6 +35,26 @@ def guards(**values: object) -> str:
 def _address(text: str) -> tuple[str, int]:
     host, port = text.rsplit(":", 1)
     return host, int(port)
+
+
+def _accept_queue_length(port: int) -> int:
+    """Connections waiting in the kernel for the listener on `port` to accept them
+    (a listening socket's rx_queue in /proc/net/tcp)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].rsplit(":", 1)[1], 16)
+        if local_port == port and fields[3] == "0A":  # 0A: LISTEN
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"no listener on port {port}")
+
+
+async def _all_accepted(address: str) -> None:
+    """Return once the server has accepted every connection made to it so far: their
+    tasks then start (and take their handshake slots) before any later connection's."""
+    port = int(address.rsplit(":", 1)[1])
+    with trio.fail_after(10):
+        while _accept_queue_length(port):
+            await trio.sleep(0.01)
 
 
 def _raw(address: str, payload: bytes, source: str = "127.0.0.1") -> socket.socket:
@@ -440,6 +461,7 @@ async def test_connections_that_never_say_hello_are_bounded_in_all(make_bus) -> 
         await trio.to_thread.run_sync(_raw, bus.address, b"", f"127.0.0.{10 + index}")
         for index in range(3)
     ]
+    await _all_accepted(bus.address)  # the silent ones are older than the client
     try:
         async with connect(bus.address, "SENDER", reconnect=None) as client:
             psb = await client.put(b"past the silent", target="1.11", delivery=MODE.WF_MEM)
