@@ -7,7 +7,9 @@ test no switch. They call the one `Guarantees` part they were given when the gro
 was wired (`Group(guarantees=...)`), and the server runs `KEPT`, the correct rules,
 unless a harness (`mrs serve` under MRS_HARNESS_UNSAFE, `mrs sim swarm --unsafe`)
 hands it a broken one. Each method is the whole rule at its point, so a broken build
-replaces a decision, not a branch of the room.
+replaces a decision, not a branch of the room. The call through the part costs
+within the noise of a message (benchmarks/README.md, "Fault switches out of the
+rooms").
 
 Layer: group; imports the group's data structures and `core` only.
 """

@@ -274,8 +274,8 @@ class Handover:
         self._confirm_entry(session, queue, entry, request_id, confirm_value, journal)
 
     def _deletes_only(self, entry: Entry) -> bool:
-        """A confirm of `entry` writes its two deletes and nothing else (no CONF notice
-        to its origin group), so it can share a batch."""
+        """A confirm of `entry` writes its deletes (`Guarantees.confirm_writes`) and
+        nothing else (no CONF notice to its origin group), so it can share a batch."""
         return entry.journaled and (
             entry.origin_group is None or entry.delivery.interest_point is not _CONF_POINT
         )
