@@ -13,6 +13,7 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from mrs.testing.broken_builds import broken_build, switches_in
 from sim.checker import PROBLEMS, History, Verdict, check
 from sim.scenarios import run_scenario
 from sim.swarm import WORKLOADS, run_seed
@@ -21,7 +22,8 @@ from sim.swarm import WORKLOADS, run_seed
 def run_swarm_command(args: argparse.Namespace) -> int:
     logging.disable(logging.CRITICAL)
     console = Console()
-    unsafe = frozenset(filter(None, args.unsafe.split(",")))
+    unsafe = switches_in(args.unsafe)
+    broken_build(unsafe)  # an unknown switch is refused in one line, before any seed
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     shape = WORKLOADS[getattr(args, "workload", "default")]
     started_s = time.perf_counter()

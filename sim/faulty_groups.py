@@ -15,13 +15,15 @@ import trio
 from journals import Journal, WriteBatch
 from journals.record import decode_record
 from mrs.config.bus import BusConfig
+from mrs.group import Guarantees
 from mrs.model import DeliveryMode, InterestPoint, Notification
 from sim.membus import SimGroup
 from sim.memstore import MemoryJournalStore
 from sim.simulation import Simulation
 
 
-def make_groups(sim: Simulation, bus: BusConfig, unsafe: frozenset[str]) -> None:
+def make_groups(sim: Simulation, bus: BusConfig, guarantees: Guarantees) -> None:
+    """Every group of the simulation, each keeping `guarantees` (or a broken build's)."""
     doomed: dict[int, WriteBatch | None] = {}
     for group_id in sim.group_ids:
         sim.stores_failing[group_id] = False
@@ -71,7 +73,7 @@ def make_groups(sim: Simulation, bus: BusConfig, unsafe: frozenset[str]) -> None
                     "map-full", f"g{group_id} at {trio.current_time():.3f}"
                 ),
             ),
-            unsafe=unsafe,
+            guarantees=guarantees,
         )
 
 

@@ -24,6 +24,7 @@ import trio
 
 from clients import connect
 from mrs.config.bus import BusConfig, load_config
+from mrs.group import KEPT, Guarantees
 from mrs.server.group_server import GroupServer
 from sim.bus import MemoryBusShape, bus_config_text
 from sim.memnet import MemoryNetwork
@@ -43,7 +44,8 @@ class SimGroup:
     group_id: int
     network: MemoryNetwork
     store: MemoryJournalStore
-    unsafe: frozenset[str] = frozenset()
+    guarantees: Guarantees = KEPT
+    """The rules the group keeps: KEPT, or a broken build (mrs.testing.broken_builds)."""
     clock_ns: Callable[[], int] | None = None
     """The group's wall clock; None: trio's clock (the swarm: one seed, one history)."""
     server: GroupServer | None = None
@@ -62,7 +64,7 @@ class SimGroup:
             network=self.network.node(f"g{self.group_id}"),
             open_store=lambda: self.store,
             clock_ns=self.clock_ns or (lambda: int(trio.current_time() * 1e9)),
-            unsafe=self.unsafe,
+            guarantees=self.guarantees,
         )
         await nursery.start(self._run)
         self.up = True

@@ -25,6 +25,8 @@ import trio.testing
 
 from clients import MrsError
 from journals import Journal
+from mrs.group import Guarantees
+from mrs.testing.broken_builds import broken_build
 from sim import workload
 from sim.checker import History, Verdict, check
 from sim.faulty_groups import make_groups
@@ -154,13 +156,13 @@ async def _final_drain(sim: Simulation) -> None:
                 sim.history.leftovers[f"g{group_id} {journal.name}"] = left
 
 
-async def _run(seed: int, directory: Path, unsafe: frozenset[str], shape: Workload) -> History:
+async def _run(seed: int, directory: Path, guarantees: Guarantees, shape: Workload) -> History:
     rng = random.Random(seed)
     trio._core._run._r.seed(seed)  # trio's own scheduling choices, from the same seed
     network = MemoryNetwork(rng)
     sim = Simulation(seed, rng, network, {}, History(seed=seed), shape)
     sim.history.in_order_queues = {f"{g}.{workload.IN_ORDER_QUEUE}" for g in shape.groups}
-    make_groups(sim, bus_config(directory, shape), unsafe)
+    make_groups(sim, bus_config(directory, shape), guarantees)
     try:
         await _phases(sim)
     except* GroupNeverStarted:  # in the history (never_started): the checker fails it
@@ -187,13 +189,15 @@ async def _phases(sim: Simulation) -> None:
 def run_seed(
     seed: int, unsafe: frozenset[str] = frozenset(), shape: Workload = DEFAULT_WORKLOAD
 ) -> tuple[History, Verdict]:
-    """Simulate one seed; the history and the checker's verdict."""
+    """Simulate one seed; the history and the checker's verdict. `unsafe` names the
+    promises broken on purpose (mrs.testing.broken_builds), to prove the checker."""
+    guarantees = broken_build(unsafe)
     with tempfile.TemporaryDirectory(prefix="mrs-sim-") as scratch, _seeded_scheduling():
         history = trio.run(
             _run,
             seed,
             Path(scratch),
-            unsafe,
+            guarantees,
             shape,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )

@@ -18,15 +18,9 @@ the connection's requests_in_flight_max, and it is submitted before the receive 
 
 from __future__ import annotations
 
-from typing import Final
-
-from journals import Journal, WriteBatch
+from journals import WriteBatch
 from mrs.group.context import Session
 from mrs.group.queues import Entry, TargetQueue
-
-_DQF: Final = Journal.DQF
-_MARKS: Final = Journal.MARKS
-"""Looked up once: a class attribute is a generic lookup in compiled code."""
 
 
 class ConfirmRun:
@@ -39,11 +33,11 @@ class ConfirmRun:
         self.confirms: list[tuple[Entry, int]] = []
         """Each confirmed entry with its Confirm's request id, in arrival order."""
 
-    def add(self, queue: TargetQueue, entry: Entry, request_id: int, key: bytes) -> None:
+    def add(self, queue: TargetQueue, entry: Entry, request_id: int) -> None:
         """One confirmed entry of `queue` (the run's queue: `Handover` ends a run
-        before a confirm of another queue joins)."""
+        before a confirm of another queue joins), whose deletes `Handover` has just
+        written into `batch` (mrs.group.guarantees: the rule of what a confirm deletes)."""
         self.queue = queue
-        self.batch.delete(_DQF, key).delete(_MARKS, key)
         self.confirms.append((entry, request_id))
 
     def take(self) -> tuple[TargetQueue, WriteBatch, list[tuple[Entry, int]]] | None:

@@ -26,24 +26,6 @@ from mrs.model import Address, Status
 
 log = logging.getLogger("mrs.group")
 
-UNSAFE_ACK_BEFORE_COMMIT: Final = "ack-before-commit"
-UNSAFE_SKIP_POSSDUPL: Final = "skip-possdupl"
-UNSAFE_POSSDUPL_ALWAYS: Final = "possdupl-always"
-UNSAFE_CONFIRM_WITHOUT_DELETE: Final = "confirm-without-delete"
-UNSAFE_FORGET_UNCONFIRMED_ON_DETACH: Final = "forget-unconfirmed-on-detach"
-UNSAFE_SWITCHES = frozenset(
-    {
-        UNSAFE_ACK_BEFORE_COMMIT,
-        UNSAFE_SKIP_POSSDUPL,
-        UNSAFE_POSSDUPL_ALWAYS,
-        UNSAFE_CONFIRM_WITHOUT_DELETE,
-        UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
-    }
-)
-"""Broken builds the fault harness can switch on to show the checker catches them;
-a server honours them only when given them (`GroupServer(unsafe=...)`; `mrs serve`
-reads MRS_HARNESS_UNSAFE at the CLI edge)."""
-
 U32 = struct.Struct(">I")
 PACK_U32: Final = U32.pack
 UNPACK_U32: Final = U32.unpack
@@ -82,8 +64,6 @@ class GroupContext:
     writer: GroupCommitWriter | InlineWriter
     timers: Timers
     clock_ns: Callable[[], int] = time.time_ns
-    unsafe: frozenset[str] = frozenset()
-    """Deliberately broken behaviours, for proving the checker (harness only)."""
     queues: dict[int, TargetQueue] = field(default_factory=dict)
     dqf_count: int = 0
     dlj_count: int = 0

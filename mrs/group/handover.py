@@ -17,30 +17,20 @@ from msgspec.structs import astuple
 from journals import Journal, JournalError, JournalFullError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
 from mrs.core.delivery import CONF_POINT as _CONF_POINT
-from mrs.core.delivery import CONFIRMREQ as _CONFIRMREQ
 from mrs.core.delivery import (
     EMPTY_GET_TEXT,
     Refused,
     check_confirm,
-    delivery_status_on_get,
     journal_on_confirm,
 )
-from mrs.core.delivery import POSSDUPL as _POSSDUPL
 from mrs.core.delivery import SUCCESS_INT as _SUCCESS
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
-from mrs.group.context import (
-    PACK_U32,
-    UNSAFE_CONFIRM_WITHOUT_DELETE,
-    UNSAFE_POSSDUPL_ALWAYS,
-    UNSAFE_SKIP_POSSDUPL,
-    GroupContext,
-    Session,
-    attached_queue,
-)
+from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
-from mrs.group.dlq_leases import POSSIBLE_DUPLICATE_HEADER, DlqReaders
+from mrs.group.dlq_leases import DlqReaders
 from mrs.group.dqf import Dqf
 from mrs.group.get_expiry import GetExpiry
+from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.notices import Notices
 from mrs.group.put_deadlines import PutDeadlines
 from mrs.group.queues import Entry, GetWaiter, TargetQueue
@@ -51,7 +41,6 @@ from mrs.protocol.event_types import CONFIRMED
 
 # Read per message: `Final` makes each a C static (a module name is a dict lookup
 # per use, a class attribute a generic lookup too, ~45 ns each).
-_DQF: Final = Journal.DQF
 _MARKS: Final = Journal.MARKS
 _ASTUPLE: Final = astuple
 ConfirmFields = tuple[int, int, int, Any]
@@ -64,6 +53,8 @@ class Handover:
     dqf: Dqf
     notices: Notices
     dlq_readers: DlqReaders
+    guarantees: Guarantees = KEPT
+    """The rules of marking a delivery and of what a confirm deletes (mrs.group.guarantees)."""
     get_deadlines: PutDeadlines = field(init=False)
     """Parked gets' timeouts, in shared buckets as WF puts' are: a dict entry per get,
     not a timer and three closures (mrs.group.put_deadlines)."""
@@ -138,22 +129,7 @@ class Handover:
 
     def _delivery_status(self, queue: TargetQueue, entry: Entry) -> tuple[int, bool]:
         """The status a delivery carries, and whether it needs a confirm."""
-        # A returned (RTS) or dead-lettered copy has a forced status and needs no confirm,
-        # whatever its original mode (an ACK-mode copy would otherwise stay unconfirmed).
-        leased = queue.shared  # a DLQ get is a lease (mrs.group.dlq_leases)
-        needs_confirm = leased or (entry.needs_confirm and entry.delivery_status is None)
-        status = (not leased and entry.delivery_status) or delivery_status_on_get(
-            needs_confirm, entry.times_delivered
-        )
-        if status == _CONFIRMREQ and entry.headers and entry.headers.get(POSSIBLE_DUPLICATE_HEADER):
-            status = _POSSDUPL
-        unsafe = self.ctx.unsafe
-        if unsafe:  # harness switches (mrs.server.harness): never set in production
-            if UNSAFE_SKIP_POSSDUPL in unsafe and status == _POSSDUPL:
-                status = _CONFIRMREQ
-            if UNSAFE_POSSDUPL_ALWAYS in unsafe and status == _CONFIRMREQ:
-                status = _POSSDUPL
-        return status, needs_confirm
+        return self.guarantees.delivery_status(queue, entry)
 
     def hand_over(
         self,
@@ -222,7 +198,7 @@ class Handover:
         write its delivery mark into the same `batch`, or None (it is offered to its
         queue when durable, as usual). The get is answered by `deliver_premarked`
         after that one commit instead of after a second commit for the mark."""
-        if queue.shared or self.ctx.unsafe:
+        if queue.shared:
             return None
         waiter = queue.reserve_waiter()
         if waiter is None:
@@ -291,17 +267,17 @@ class Handover:
         if run is not None and not journal and self._deletes_only(entry):
             if run.queue is not queue:
                 self.end_confirm_run(run)
-            run.add(queue, entry, request_id, queue_key(queue.address.queue, entry.seq))
+            key = queue_key(queue.address.queue, entry.seq)
+            self.guarantees.confirm_writes(run.batch, key)
+            run.add(queue, entry, request_id)
             return
         self._confirm_entry(session, queue, entry, request_id, confirm_value, journal)
 
     def _deletes_only(self, entry: Entry) -> bool:
-        """A confirm of `entry` writes its two deletes and nothing else (no CONF notice
-        to its origin group, no unsafe switch), so it can share a batch."""
-        return (
-            entry.journaled
-            and not self.ctx.unsafe
-            and (entry.origin_group is None or entry.delivery.interest_point is not _CONF_POINT)
+        """A confirm of `entry` writes its deletes (`Guarantees.confirm_writes`) and
+        nothing else (no CONF notice to its origin group), so it can share a batch."""
+        return entry.journaled and (
+            entry.origin_group is None or entry.delivery.interest_point is not _CONF_POINT
         )
 
     def end_confirm_run(self, run: ConfirmRun) -> None:
@@ -333,9 +309,8 @@ class Handover:
             return
         ctx = self.ctx
         key = queue_key(queue.address.queue, entry.seq)
-        batch = WriteBatch.empty().delete(_DQF, key).delete(_MARKS, key)
-        if UNSAFE_CONFIRM_WITHOUT_DELETE in ctx.unsafe:
-            batch = WriteBatch.empty()
+        batch = WriteBatch.empty()
+        self.guarantees.confirm_writes(batch, key)
         if journal:
             now_ns = ctx.clock_ns()
             record = record_from_entry(entry, written_time_ns=now_ns)

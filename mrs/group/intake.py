@@ -23,15 +23,10 @@ from mrs.core.delivery import SUCCESS_INT as _SUCCESS
 from mrs.core.delivery import UMA_NA_INT as _UMA_NA
 from mrs.core.delivery import WF as _WF
 from mrs.core.delivery import Refused, check_mode_and_uma, reached_status
-from mrs.group.context import (
-    UNSAFE_ACK_BEFORE_COMMIT,
-    UNSAFE_FORGET_UNCONFIRMED_ON_DETACH,
-    GroupContext,
-    Session,
-    attached_queue,
-)
+from mrs.group.context import GroupContext, Session, attached_queue
 from mrs.group.dlq_leases import CONTEXT_HEADER, DlqReaders, passed_source
 from mrs.group.dqf import Dqf
+from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.idempotency import scoped_key
 from mrs.group.memory_quota import memory_quota_problem
 from mrs.group.outbound import Outbound
@@ -64,6 +59,8 @@ class Intake:
     umas: Umas
     outbound: Outbound
     dlq_readers: DlqReaders
+    guarantees: Guarantees = KEPT
+    """The rules of when a put is answered and what a detach gives back (mrs.group.guarantees)."""
     deadlines: PutDeadlines = field(init=False)
     _send_mrs_ack: SendAck = field(init=False)
     """`umas.send_mrs_ack`, bound once: every put's PutReply holds it, and reading it
@@ -105,11 +102,7 @@ class Intake:
         if queue.shared:
             returned = self.dlq_readers.detach(queue, session.id)
         else:
-            returned = queue.detach()
-            if UNSAFE_FORGET_UNCONFIRMED_ON_DETACH in self.ctx.unsafe:
-                for entry in returned:
-                    queue.pending.remove(entry)
-                    queue.memory_count -= not entry.journaled
+            returned = self.guarantees.detach(queue)
         if returned:
             log.info(
                 "queue %s detached with %d unconfirmed messages; they will be redelivered",
@@ -256,9 +249,8 @@ class Intake:
                 # journaled with the message: the MRS_ACK is owed after a restart too
                 entry.response_queue = reply.response_queue
         keys = [key] if key is not None else []
-        if UNSAFE_ACK_BEFORE_COMMIT in self.ctx.unsafe and not confirmed_point:
-            reply.report(Psb(Status.SUCCESS, Status.STORED, entry.seq, Status.NO_UMA))
-        self.dqf.store_in_dqf(entry, keys, _StoreOutcome(self.umas, entry, reply))
+        outcome = _StoreOutcome(self.umas, entry, reply)
+        self.guarantees.store(self.dqf, entry, keys, reply, outcome)
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:
         point = entry.delivery.interest_point

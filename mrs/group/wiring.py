@@ -23,6 +23,7 @@ from mrs.group.context import GroupContext, Session, Timers
 from mrs.group.dlq_leases import DlqReaders
 from mrs.group.dqf import Dqf
 from mrs.group.drain import Drain
+from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.handover import Handover
 from mrs.group.held_offers import HeldOffers
 from mrs.group.inbound import Inbound
@@ -67,9 +68,11 @@ class Group:
         writer: GroupCommitWriter | InlineWriter,
         timers: Timers,
         clock_ns: Callable[[], int] = time.time_ns,
-        unsafe: frozenset[str] = frozenset(),
+        guarantees: Guarantees = KEPT,
     ) -> None:
-        ctx = GroupContext(bus, config, store, writer, timers, clock_ns, unsafe)
+        """`guarantees`: the rules the rooms keep (mrs.group.guarantees); only a
+        harness passes a broken build's (mrs.testing.broken_builds)."""
+        ctx = GroupContext(bus, config, store, writer, timers, clock_ns)
         self.ctx = ctx
         self.sequence = Sequence(ctx)
         self.peers = Peers(ctx)
@@ -87,9 +90,9 @@ class Group:
         self.inbound = Inbound(ctx, self.peers, self.dqf, self.umas, self.notices, RecentAcks())
         self.dlq_readers = DlqReaders()
         self.intake = Intake(
-            ctx, self.sequence, self.dqf, self.umas, self.outbound, self.dlq_readers
+            ctx, self.sequence, self.dqf, self.umas, self.outbound, self.dlq_readers, guarantees
         )
-        self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers)
+        self.handover = Handover(ctx, self.dqf, self.notices, self.dlq_readers, guarantees)
         self.dqf.premark = self.handover
         self.batch_get = BatchGet(ctx, self.handover)
         self.umas.offers.serve = self.handover.serve_waiting_gets

@@ -51,6 +51,7 @@ COMPILED_MODULES = (
     "mrs.group.intake",
     "mrs.group.dqf",
     "mrs.group.handover",
+    "mrs.group.guarantees",
     "mrs.group.confirm_run",
     "mrs.group.get_expiry",
     "mrs.group.batch_get",

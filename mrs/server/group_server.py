@@ -43,7 +43,7 @@ from journals import (
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.core.refusals import RefusalLog
 from mrs.core.timers import TrioTimers
-from mrs.group import Group
+from mrs.group import KEPT, Group, Guarantees
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
 from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.native import loader as native
@@ -81,7 +81,7 @@ class GroupServer:
         network: Network = TCP,
         open_store: Callable[[], JournalStore] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
-        unsafe: frozenset[str] | None = None,
+        guarantees: Guarantees = KEPT,
         writer_kind: str = "inline",
         fault_file: Path | None = None,
     ) -> None:
@@ -91,7 +91,9 @@ class GroupServer:
         if group_config.tls is not None and network is TCP:
             self.network = tls_network(bus, group_config)
         self.clock_ns = clock_ns
-        self.unsafe = unsafe or frozenset()
+        self.guarantees = guarantees
+        """The rules the group keeps (mrs.group.guarantees): KEPT unless a harness
+        passed a broken build (mrs.testing.broken_builds)."""
         self.writer_kind = writer_kind
         """Where commits run: "inline" on the event loop between request rounds, or
         "thread" (a long-lived writer thread). See the module docstring for why."""
@@ -151,11 +153,11 @@ class GroupServer:
             writer,
             self.timers,
             clock_ns=self.clock_ns,
-            unsafe=self.unsafe,
+            guarantees=self.guarantees,
         )
         connections = self._connections(self.group)
-        if self.unsafe:
-            log.warning("UNSAFE build switches on (harness only): %s", ", ".join(self.unsafe))
+        if broken := self.guarantees.broken:
+            log.warning("UNSAFE build switches on (harness only): %s", ", ".join(sorted(broken)))
         try:
             self.group.recover()
         except JournalError as error:
@@ -346,7 +348,7 @@ async def serve(
     server = GroupServer(
         bus,
         bus.group(group_id),
-        unsafe=options.unsafe,
+        guarantees=options.guarantees,
         writer_kind=options.writer_kind,
         fault_file=options.fault_file,
     )

@@ -3,14 +3,14 @@ environment, parsed from a mapping the CLI hands over.
 
 Only the CLI edge (`mrs serve`) passes `os.environ` here; the server is given a
 `ServeOptions` and reads no environment itself, so an in-process server (the
-simulator, fast tests) is configured by arguments alone.
+simulator, fast tests) is configured by arguments alone. A broken build
+(`MRS_HARNESS_UNSAFE`) is resolved by the CLI from `mrs.testing.broken_builds`, a
+layer above this one, and given here as `guarantees`.
 
 - `MRS_WRITER` -> `writer_kind`: `inline` (default) or `thread`, where the group
   commit runs;
 - `MRS_FAULT_FILE` -> `fault_file`: a file whose word (EIO, ENOSPC, MAPFULL) fails
   the next commits;
-- `MRS_HARNESS_UNSAFE` -> `unsafe`: comma-separated switches that break a guarantee
-  on purpose, so the checker can be shown to catch it (never in production);
 - `MRS_GC_THRESHOLDS` -> `gc_thresholds`: the collector's settings once recovered
   (mrs.server.gc_tuning): unset for the measured default, `off`, or `gen0,gen1,gen2`.
 """
@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
-from mrs.group import UNSAFE_SWITCHES
+from mrs.group import KEPT, Guarantees
 from mrs.server.gc_tuning import SERVER_GC_THRESHOLDS, thresholds_from
 
 WRITER_ENV = "MRS_WRITER"
 FAULT_FILE_ENV = "MRS_FAULT_FILE"
-UNSAFE_ENV = "MRS_HARNESS_UNSAFE"
 WRITER_KINDS = ("inline", "thread")
 
 
@@ -39,24 +38,17 @@ class ServeOptions:
     """Where the group commit runs: inline (in the event loop) or a writer thread."""
     fault_file: Path | None = None
     """Journal fault injection (mrs.storage.fault_file): None in production."""
-    unsafe: frozenset[str] = frozenset()
-    """Guarantees broken on purpose to prove the checker (mrs.group.UNSAFE_SWITCHES)."""
+    guarantees: Guarantees = KEPT
+    """The rules the group keeps: KEPT, or a build broken on purpose to prove the
+    checker (mrs.testing.broken_builds, MRS_HARNESS_UNSAFE)."""
     gc_thresholds: tuple[int, int, int] | None = SERVER_GC_THRESHOLDS
     """Collector thresholds set (after a gc.freeze) once recovered; None leaves
     CPython's defaults (mrs.server.gc_tuning, MRS_GC_THRESHOLDS)."""
 
 
-def unsafe_from(environ: Mapping[str, str]) -> frozenset[str]:
-    """The unsafe switches named in MRS_HARNESS_UNSAFE; an unknown word is refused."""
-    words = frozenset(filter(None, environ.get(UNSAFE_ENV, "").split(",")))
-    unknown = words - UNSAFE_SWITCHES
-    if unknown:
-        raise CommandError(f"{UNSAFE_ENV}: unknown switches {sorted(unknown)}", EXIT_USAGE)
-    return words
-
-
-def serve_options_from(environ: Mapping[str, str]) -> ServeOptions:
-    """The options the environment asks for; a bad value is one line, not a traceback."""
+def serve_options_from(environ: Mapping[str, str], guarantees: Guarantees = KEPT) -> ServeOptions:
+    """The options the environment asks for, with the `guarantees` the CLI resolved;
+    a bad value is one line, not a traceback."""
     writer_kind = environ.get(WRITER_ENV, "inline") or "inline"
     if writer_kind not in WRITER_KINDS:
         choices = ", ".join(WRITER_KINDS)
@@ -65,6 +57,6 @@ def serve_options_from(environ: Mapping[str, str]) -> ServeOptions:
     return ServeOptions(
         writer_kind=writer_kind,
         fault_file=Path(fault_text) if fault_text else None,
-        unsafe=unsafe_from(environ),
+        guarantees=guarantees,
         gc_thresholds=thresholds_from(environ),
     )

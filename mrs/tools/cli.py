@@ -29,6 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from mrs.server.group_server import serve
     from mrs.server.harness import serve_options_from
+    from mrs.testing.broken_builds import broken_build_from
 
     bus = load_config(args.config)
     if args.group not in bus.groups:
@@ -37,7 +38,9 @@ def _serve(args: argparse.Namespace) -> int:
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
-    options = serve_options_from(os.environ)  # the one place the environment is read
+    # the one place the environment is read; a broken build (harness only) is
+    # resolved here, above the server's layer, and handed to it as a part
+    options = serve_options_from(os.environ, broken_build_from(os.environ))
     trio.run(serve, bus, args.group, args.ready_file, options)
     return 0
 

@@ -280,7 +280,8 @@ def test_getting_started(pasted) -> None:
 
 
 def test_architecture(pasted) -> None:
-    [in_process] = pasted("architecture.md").run_all()
+    broken_build, in_process = pasted("architecture.md").run_all()
+    assert broken_build.strip() == "['possdupl-always']"
     assert in_process
 
 

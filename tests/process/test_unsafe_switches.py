@@ -1,5 +1,6 @@
-"""Broken-build switches reach a server only through its constructor; `mrs serve`
-reads MRS_HARNESS_UNSAFE at the CLI edge (and refuses unknown words)."""
+"""Broken builds reach a server only through its constructor, as a `Guarantees` part
+from mrs.testing.broken_builds; `mrs serve` reads MRS_HARNESS_UNSAFE at the CLI edge
+(and refuses unknown words)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import sys
 
 from clients import DeliveryMode, Status, Uma, connect_sync
 from mrs.config.bus import parse_config
-from mrs.group import UNSAFE_POSSDUPL_ALWAYS
+from mrs.group import KEPT
 from mrs.server.group_server import GroupServer
-from mrs.server.harness import UNSAFE_ENV, unsafe_from
+from mrs.testing.broken_builds import (
+    UNSAFE_ENV,
+    UNSAFE_POSSDUPL_ALWAYS,
+    broken_build,
+    broken_build_from,
+)
 
 
 def test_the_server_never_reads_the_environment(monkeypatch, tmp_path) -> None:
@@ -20,10 +26,11 @@ def test_the_server_never_reads_the_environment(monkeypatch, tmp_path) -> None:
         '[[group]]\nid = 1\nname = "A"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n',
         tmp_path / "bus.toml",
     )
-    assert GroupServer(bus, bus.group(1)).unsafe == frozenset()
-    given = frozenset({UNSAFE_POSSDUPL_ALWAYS})
-    assert GroupServer(bus, bus.group(1), unsafe=given).unsafe == given
-    assert unsafe_from(os.environ) == given  # what `mrs serve` passes in
+    assert GroupServer(bus, bus.group(1)).guarantees is KEPT
+    given = broken_build({UNSAFE_POSSDUPL_ALWAYS})
+    assert GroupServer(bus, bus.group(1), guarantees=given).guarantees is given
+    # what `mrs serve` passes in
+    assert broken_build_from(os.environ).broken == {UNSAFE_POSSDUPL_ALWAYS}
 
 
 def test_mrs_serve_honours_the_switch_from_its_environment(make_bus) -> None:

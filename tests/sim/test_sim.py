@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from mrs.group import UNSAFE_SWITCHES
 from mrs.model import DeliveryMode, Status, Uma
+from mrs.testing.broken_builds import UNSAFE_SWITCHES
 from sim.checker import History, Sent, check
 from sim.membus import SimGroup
 from sim.scenarios import run_scenario

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from mrs.exit_status import CommandError
+from mrs.group import KEPT
 from mrs.server.harness import (
     FAULT_FILE_ENV,
-    UNSAFE_ENV,
     WRITER_ENV,
     ServeOptions,
     serve_options_from,
 )
+from mrs.testing.broken_builds import UNSAFE_ENV, broken_build_from
 
 ROOT = Path(__file__).resolve().parents[2]
 EDGE = ("mrs/tools/", "mrs/audit/", "mrs/native/loader.py")
@@ -48,20 +49,20 @@ def test_only_the_cli_edge_reads_the_environment() -> None:
 
 def test_no_switch_set_is_the_production_default() -> None:
     assert serve_options_from({}) == ServeOptions()
-    assert ServeOptions().fault_file is None and ServeOptions().unsafe == frozenset()
+    assert ServeOptions().fault_file is None and ServeOptions().guarantees is KEPT
+    assert broken_build_from({}) is KEPT
 
 
 def test_the_switches_are_parsed_from_the_mapping_given(tmp_path) -> None:
-    options = serve_options_from(
-        {
-            WRITER_ENV: "thread",
-            FAULT_FILE_ENV: str(tmp_path / "faults"),
-            UNSAFE_ENV: "skip-possdupl",
-        }
-    )
+    environ = {
+        WRITER_ENV: "thread",
+        FAULT_FILE_ENV: str(tmp_path / "faults"),
+        UNSAFE_ENV: "skip-possdupl",
+    }
+    options = serve_options_from(environ, broken_build_from(environ))
     assert options.writer_kind == "thread"
     assert options.fault_file == tmp_path / "faults"
-    assert options.unsafe == frozenset({"skip-possdupl"})
+    assert options.guarantees.broken == frozenset({"skip-possdupl"})
 
 
 @pytest.mark.parametrize(
@@ -70,5 +71,5 @@ def test_the_switches_are_parsed_from_the_mapping_given(tmp_path) -> None:
 )
 def test_a_bad_switch_is_one_line_for_the_operator(environ, words) -> None:
     with pytest.raises(CommandError, match=words) as refused:
-        serve_options_from(environ)
+        serve_options_from(environ, broken_build_from(environ))
     assert "\n" not in str(refused.value)
