@@ -145,6 +145,12 @@ ACCEPT_BATCH_MAX = 64
 """Connections the accept loop takes per wake-up at most (mrs.transport.network): a flood of
 junk connections costs one round of the scheduler per batch, not per connection,
 and the loop still lets the other tasks run between batches."""
+ACCEPTS_PER_S_MAX = 2000
+"""New connections the accept loop takes per second at most, from all peers together
+(mrs.transport.network). Past it, connections wait in the kernel's backlog, and once
+that is full a flooder's connects stall there. The event loop's share of the CPU,
+and with it the producers', is kept whatever the flooder sends. Legitimate clients
+reconnect far below this rate."""
 ADMISSION_ANSWER_INTERVAL_S = 1.0
 """A refused peer is answered (not just dropped) at most this often."""
 ADMISSION_PEERS_MAX = 65_536

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import trio
 
-from mrs.limits import ACCEPT_BATCH_MAX
+from mrs.limits import ACCEPT_BATCH_MAX, ACCEPTS_PER_S_MAX
 
 Handler = Callable[[trio.abc.Stream], Awaitable[None]]
 Gate = Callable[[str], bool]
@@ -107,10 +107,15 @@ async def _accept_loop(
     waiting, and only an admitted one becomes a trio stream."""
     listening = socket.socket(fileno=os.dup(listener.socket.fileno()))
     listening.setblocking(False)
+    batch_interval_s = ACCEPT_BATCH_MAX / ACCEPTS_PER_S_MAX
     try:
         while True:
             await trio.lowlevel.wait_readable(listening)
-            await _accept_waiting(listening, handler, gate, nursery)
+            started_s = trio.current_time()
+            if await _accept_waiting(listening, handler, gate, nursery):
+                # a full batch: more are waiting. Take the next one no sooner than
+                # the rate allows (ACCEPTS_PER_S_MAX): the rest wait in the backlog.
+                await trio.sleep_until(started_s + batch_interval_s)
     finally:
         trio.lowlevel.notify_closing(listening)
         listening.close()
@@ -118,13 +123,14 @@ async def _accept_loop(
 
 async def _accept_waiting(
     listening: socket.socket, handler: Handler, gate: Gate, nursery: trio.Nursery
-) -> None:
-    """Take the connections waiting on `listening`, at most ACCEPT_BATCH_MAX."""
+) -> bool:
+    """Take the connections waiting on `listening`, at most ACCEPT_BATCH_MAX; True if
+    it took a whole batch (more may be waiting)."""
     for _ in range(ACCEPT_BATCH_MAX):
         try:
             sock, address = listening.accept()
         except BlockingIOError:
-            return
+            return False
         except OSError as error:
             if error.errno in _GONE_ERRNOS:
                 continue
@@ -132,7 +138,7 @@ async def _accept_waiting(
                 raise
             log.error("accept: %s; waiting %.1f s", error, _CAPACITY_SLEEP_S)
             await trio.sleep(_CAPACITY_SLEEP_S)
-            return
+            return False
         if not gate(address[0]):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
@@ -144,3 +150,4 @@ async def _accept_waiting(
             sock.close()
             continue
         nursery.start_soon(handler, trio.SocketStream(trio.socket.from_stdlib_socket(sock)))
+    return True

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import trio
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clients import DeliveryMode, MrsError, Status, Uma, connect
@@ -283,6 +283,7 @@ VALUES = st.one_of(
 )
 
 
+@settings(deadline=None)  # a table parse is quick; a loaded CI worker is not
 @given(st.dictionaries(st.sampled_from(sorted(GUARD_KEYS)), VALUES, max_size=6))
 def test_parse_guards_accepts_exactly_the_valid_tables(table) -> None:
     result = parse_guards(table)
