@@ -23,8 +23,9 @@ from clients import MrsTimeout, NoMoreMessages, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.core.deadletter import dead_letter_header
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
-from mrs.offline.journal_files import GroupJournals, open_store, scan, seq_of_key
+from mrs.offline.journal_files import GroupJournals, open_store
 from mrs.offline.selection import RecordFilter
+from mrs.storage.journal_scan import scan, seq_of_key
 
 SCAN_CHUNK = 1000
 LOCK_FILE = "dlq-handler-dlj.lock"

@@ -17,12 +17,8 @@ from journals import JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.errors import OperatorError
 from mrs.exit_status import CommandError
-from mrs.storage.journal_scan import MAP_BYTES_DEFAULT, find_journals, read_only_map_bytes
-from mrs.storage.journal_scan import SEQ_KEYED as SEQ_KEYED  # re-exported
-from mrs.storage.journal_scan import scan as scan  # re-exported: the tools' one scan
-from mrs.storage.journal_scan import seq_of_key as seq_of_key  # re-exported
+from mrs.storage.journal_scan import find_journals, read_only_map_bytes
 
-DEFAULT_MAP_BYTES = MAP_BYTES_DEFAULT
 """`mrs journal repair` sizes its copy from it."""
 
 

@@ -27,13 +27,14 @@ from rich.table import Table
 
 from journals import CorruptRecord, Journal, Record
 from mrs.config.bus import ConfigError
-from mrs.offline.journal_files import JournalsNotFound, locate, open_store, scan
+from mrs.offline.journal_files import JournalsNotFound, locate, open_store
 from mrs.offline.selection import (
     RecordFilter,
     SelectionError,
     filter_from_args,
     record_time_ns,
 )
+from mrs.storage.journal_scan import scan
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 from mrs.tools.journal.render import (
     DELIVERY_NAMES,

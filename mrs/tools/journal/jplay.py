@@ -26,7 +26,7 @@ from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config.bus import ConfigError
 from mrs.model import DeliveryMode, InterestPoint, Uma
-from mrs.offline.journal_files import GroupJournals, JournalsNotFound, locate, open_store, scan
+from mrs.offline.journal_files import GroupJournals, JournalsNotFound, locate, open_store
 from mrs.offline.selection import (
     RecordFilter,
     SelectionError,
@@ -34,6 +34,7 @@ from mrs.offline.selection import (
     resolve_address,
 )
 from mrs.server.gc_tuning import tuned_for_throughput
+from mrs.storage.journal_scan import scan
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
 from mrs.tools.journal.ledger import ReplayLedger
 from mrs.tools.journal.pacing import parse_rate

@@ -40,8 +40,9 @@ from journals import (
 )
 from journals.keys import filing_problem
 from mrs.config.bus import ConfigError
-from mrs.offline.journal_files import DEFAULT_MAP_BYTES, JournalsNotFound, locate
+from mrs.offline.journal_files import JournalsNotFound, locate
 from mrs.storage.journal_check import DATABASES, INDEXES, walk
+from mrs.storage.journal_scan import MAP_BYTES_DEFAULT
 
 RECORD_DATABASES = frozenset(
     journal.value for journal in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
@@ -204,7 +205,7 @@ def copy_out(found: Survey, destination: Path) -> int:
     if (target / "data.mdb").exists():
         raise FileExistsError(f"{target} already holds journals: salvage into a new directory")
     size = sum(len(k) + len(v) for e in found.entries.values() for k, v in e.items())
-    store = JournalStore(target, max(DEFAULT_MAP_BYTES, 4 * size))
+    store = JournalStore(target, max(MAP_BYTES_DEFAULT, 4 * size))
     copied = 0
     try:
         batch = WriteBatch.empty()

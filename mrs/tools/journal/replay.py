@@ -43,8 +43,8 @@ from clients import (
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
 from mrs.model import DeliveryMode, Status, Uma
-from mrs.offline.journal_files import scan
 from mrs.offline.selection import RecordFilter
+from mrs.storage.journal_scan import scan
 from mrs.tools.journal.ledger import FAILED, PENDING, STORED, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
