@@ -20,6 +20,7 @@ from journals.protocol import Store
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.schema import Limits
 from mrs.core.delivery import Refused
+from mrs.group.journal_counts import JournalCounts
 from mrs.group.queues import TargetQueue
 from mrs.limits import BODIES_IN_MEMORY_PER_QUEUE_MAX as BODIES_IN_MEMORY_PER_QUEUE_MAX
 from mrs.model import Address, Status
@@ -65,10 +66,8 @@ class GroupContext:
     timers: Timers
     clock_ns: Callable[[], int] = time.time_ns
     queues: dict[int, TargetQueue] = field(default_factory=dict)
-    dqf_count: int = 0
-    dlj_count: int = 0
-    """DLJ records, counted at start-up (jplay --remove may lower it on disk meanwhile)."""
-    saf_count: int = 0
+    counts: JournalCounts = field(default_factory=JournalCounts)
+    """Records in the DQF, SAF and DLJ (their one owner: mrs.group.journal_counts)."""
     corrupt: list[str] = field(default_factory=list)
     quarantined: int = 0
     """Messages moved to the DLJ because they could not be delivered (mrs.group.quarantine)."""

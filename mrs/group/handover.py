@@ -370,7 +370,7 @@ class Handover:
         ctx = self.ctx
         for entry, request_id in confirms:
             if entry.journaled:
-                ctx.dqf_count -= 1
+                ctx.counts.dqf_removed()
                 self.notices.peers.dqf_freed()
             if request_id is not None:
                 session.answer(build_unchecked(CONFIRMED, request_id, entry.seq, _SUCCESS))

@@ -188,7 +188,7 @@ class Group:
             "group": ctx.config.id,
             "name": ctx.config.name,
             "epoch": ctx.epoch,
-            "dqf_messages": ctx.dqf_count,
+            "dqf_messages": ctx.counts.dqf,
             "dedupe_keys": ctx.store.count(Journal.DEDUPE),
             "corrupt_records": list(ctx.corrupt),
             "quarantined": ctx.quarantined,
