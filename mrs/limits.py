@@ -233,6 +233,9 @@ HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""
 HEARTBEATS_SILENT_MAX = 3
 """...and count the connection lost after this many intervals of silence."""
+CLIENT_CLOSE_WAIT_S = 1.0
+"""A closing client waits this long at most for the server to give its queue back
+(half-close, then the server's own close) before it closes anyway."""
 CLIENT_SAF_MESSAGES_MAX_DEFAULT = 1_000_000
 """Records a client SAF journal holds at most unless told otherwise."""
 CLIENT_SAF_BYTES_MAX_DEFAULT = 1 << 30
