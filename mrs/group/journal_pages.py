@@ -69,8 +69,9 @@ def read_page(store: Store, request: wire.ReadJournal) -> wire.JournalPage:
     from at most JOURNAL_PAGE_SCAN_MAX looked at (about JOURNAL_PAGE_BYTES_MAX)."""
     query = query_of(request)
     after_key = seq_key(request.after_seq) if request.after_seq >= 0 else None
+    look_max = request.page_records if query.selects_all else JOURNAL_PAGE_SCAN_MAX
     items = store.items_after(
-        JOURNALS[request.journal], b"", after_key, JOURNAL_PAGE_SCAN_MAX, JOURNAL_PAGE_BYTES_MAX
+        JOURNALS[request.journal], b"", after_key, look_max, JOURNAL_PAGE_BYTES_MAX
     )
     records: list[bytes] = []
     corrupt: list[str] = []
