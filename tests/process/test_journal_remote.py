@@ -80,16 +80,21 @@ async def test_the_wire_gives_the_local_readers_records_and_selection(bus) -> No
 
 
 async def test_reading_the_pcj_while_the_group_writes_it(make_bus) -> None:
-    """A remote reader reads the PCJ again and again while a consumer confirms 600
+    """A remote reader reads the PCJ again and again while a consumer confirms 1,300
     messages into it: every read is whole, in seq order, and a prefix of what was
-    confirmed by its end; read after the writes, it has them all."""
+    confirmed by its end, in pages of at most page_records; read after the writes, it
+    has them all, and a selection that matches only the last record reads on through
+    the pages that match nothing (the group looks at 1,024 records per page)."""
     bus = make_bus(group_extra="pcj_default = true")
-    count = 600
+    count = 1300
     confirmed: list[int] = []
     reads = 0
     async with bus.connect("ORDERS") as client, bus.connect() as reader_client:
-        items = [PutItem(b"x%d" % i, "1.10") for i in range(count)]
-        assert all(psb.status == Status.SUCCESS for psb in await client.put_many(items))
+        items = [PutItem(b"x%d" % i, "1.10", msg_class=9 if i == count - 1 else 0)
+                 for i in range(count)]  # fmt: skip
+        for start in range(0, count, 500):
+            psbs = await client.put_many(items[start : start + 500])
+            assert all(psb.status == Status.SUCCESS for psb in psbs)
 
         async def confirm_all() -> None:
             for _ in range(count):
@@ -97,20 +102,27 @@ async def test_reading_the_pcj_while_the_group_writes_it(make_bus) -> None:
                 await client.confirm(message.seq)
                 confirmed.append(message.seq)
 
+        async def read_all() -> list[tuple[int, bytes]]:
+            read = []
+            async with reader_client.open_journal("pcj", page_records=64) as reader:
+                while page := await reader.read_page():
+                    assert len(page) <= 64
+                    read.extend((record.seq, record.body) for record in page)
+            return read
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(confirm_all)
             while len(confirmed) < count:
                 done_before = len(confirmed)
-                read = [
-                    (record.seq, record.body)
-                    async for record in reader_client.open_journal("pcj", page_records=64)
-                ]
+                read = await read_all()
                 seqs = [seq for seq, _ in read]
                 assert seqs == confirmed[: len(seqs)] and len(seqs) >= done_before
                 assert [body for _, body in read] == [b"x%d" % i for i in range(len(read))]
                 reads += 1
         final = [record.seq async for record in reader_client.open_journal("pcj")]
+        last = [record.seq async for record in reader_client.open_journal("pcj", msg_class=9)]
     assert final == confirmed
+    assert last == confirmed[-1:]
     assert reads >= 1  # each began while confirms were still coming
 
 
