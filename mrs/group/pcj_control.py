@@ -69,6 +69,11 @@ class PcjControl:
     def state(self) -> PcjControlState:
         return PcjControlState(self.ctx.pcj_default, self.ctx.pcj_segment, self.opened_ns)
 
+    def status_info(self) -> dict:
+        """`mrs status --json`'s "pcj": the default and the open segment."""
+        state = self.state()
+        return {"default": state.default, "segment": state.segment, "opened_ns": state.opened_ns}
+
     def set_pcj(self, session: Session, request: wire.SetPcj) -> None:
         """Change the default at once and roll if asked (every confirm handled after
         this request follows the new state); answer PcjState once it is durable."""

@@ -208,6 +208,7 @@ class Group:
             "links": self.peers.status_info(self.ack_outbox.owed, self.receipts.count),
             "dqf_held_for_drains": self.peers.room.status_info(),
             "dlq_readers": self.dlq_readers.status_info(),
+            "pcj": self.pcj_control.status_info(),
             "queues": {str(queue.address): _queue_status(queue) for queue in ctx.queues.values()},
         }
 

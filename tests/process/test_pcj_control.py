@@ -50,6 +50,11 @@ async def test_the_default_changes_at_once_and_survives_a_restart(make_bus) -> N
         assert rolled.opened_ns > 0
         await _put_get_confirm(client)  # DEFAULT_JRN: now not journaled
         forced = await _put_get_confirm(client, ForceJrn.FORCE_JRN)
+        assert (await client.status())["pcj"] == {
+            "default": False,
+            "segment": 1,
+            "opened_ns": rolled.opened_ns,
+        }
     assert unjournaled not in dict(_pcj(bus))
     assert _pcj(bus) == [(journaled, 0), (after_restart, 0), (forced, 1)]
     assert _pcj(bus, segment=1) == [(forced, 1)]
