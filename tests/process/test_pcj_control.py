@@ -5,6 +5,8 @@ load no record is lost and none lands in a segment after it was closed."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 
@@ -18,6 +20,7 @@ from clients import (
     connect_sync,
     open_journal,
 )
+from tests.cli_helpers import run_mrs
 
 
 def _pcj(bus, **selection) -> list[tuple[int, int]]:
@@ -58,6 +61,17 @@ async def test_the_default_changes_at_once_and_survives_a_restart(make_bus) -> N
     assert unjournaled not in dict(_pcj(bus))
     assert _pcj(bus) == [(journaled, 0), (after_restart, 0), (forced, 1)]
     assert _pcj(bus, segment=1) == [(forced, 1)]
+    # the tools read every segment: mrs dump, and mrs jplay's selection (a dry run)
+    config = ("--config", str(bus.config_path), "--group", "1")
+    dumped = run_mrs("dump", *config, "pcj", "--json")
+    assert [json.loads(line)["seq"] for line in dumped.stdout.splitlines()] == [
+        journaled,
+        after_restart,
+        forced,
+    ]
+    replayed = run_mrs("jplay", *config, "pcj", "--dry-run", "--json")
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["would_send"] == 3
     bus.restart(graceful=True)
 
     def blocking() -> PcjState:  # the blocking client: the same call
