@@ -177,7 +177,9 @@ def may_look_up(
     return f"{what} of {address} needs a grant to attach to it or put to it"
 
 
-def may_admin(perms: Permissions, right: str) -> str | None:
+def may_admin(perms: Permissions, right: str, what: str | None = None) -> str | None:
+    """The admin right `right`; `what` names the request in the refusal (the right's
+    own name when not given)."""
     if right in perms.admin:
         return None
-    return f"{right} needs the admin right {right!r}"
+    return f"{what or right} needs the admin right {right!r}"

@@ -140,10 +140,10 @@ async def test_reading_needs_replay_and_set_pcj_needs_pcj(secure) -> None:
     async with connect(address, None, credentials=creds("ops")) as client:
         with pytest.raises(NotAuthorized) as refused:
             [record async for record in client.open_journal("pcj")]
-        assert "replay" in refused.value.message
+        assert "reading the PCJ needs the admin right 'replay'" in refused.value.message
         with pytest.raises(NotAuthorized) as refused:
             await client.set_pcj(roll=True)
-        assert "'pcj'" in refused.value.message
+        assert "MRS_SET_PCJ (set_pcj) needs the admin right 'pcj'" in refused.value.message
     async with connect(address, None, credentials=creds("replayer")) as client:
         assert [record async for record in client.open_journal("dlj")] == []
         with pytest.raises(NotAuthorized):
