@@ -50,17 +50,19 @@ class PcjState:
     --closed` may now take whole; None when it rolled none."""
 
 
+_PCJ_DEFAULTS = {None: ForceJrn.DEFAULT_JRN, True: ForceJrn.FORCE_JRN, False: ForceJrn.NO_JRN}
+
+
 def _pcj_default(default: Any) -> int:
-    if default is None:
-        return int(ForceJrn.DEFAULT_JRN)
-    if default is True or default == ForceJrn.FORCE_JRN and type(default) is not bool:
-        return int(ForceJrn.FORCE_JRN)
-    if default is False or default == ForceJrn.NO_JRN and type(default) is not bool:
-        return int(ForceJrn.NO_JRN)
+    """set_pcj's `default` in force_j's numbers, as SetPcj carries it: None (or
+    DEFAULT_JRN) leaves the group's default, True/FORCE_JRN and False/NO_JRN set it."""
+    if default is None or type(default) is bool:
+        return int(_PCJ_DEFAULTS[default])
+    if type(default) in (int, ForceJrn) and default in tuple(ForceJrn):
+        return int(default)
     raise BadParameter(
         Status.BADPARAM,
-        f"set_pcj: default is True, False, None (unchanged), ForceJrn.FORCE_JRN or "
-        f"ForceJrn.NO_JRN, got {default!r}",
+        f"set_pcj: default is True, False, None (unchanged) or a ForceJrn, got {default!r}",
     )
 
 

@@ -138,7 +138,11 @@ async def test_a_roll_under_load_loses_no_record(make_bus) -> None:
 
 @pytest.mark.parametrize(
     ("arguments", "words"),
-    [({"default": "yes"}, "default is True, False, None"), ({"roll": 1}, "roll is True")],
+    [
+        ({"default": "yes"}, "default is True, False, None"),
+        ({"default": 7}, "default is True, False, None"),
+        ({"roll": 1}, "roll is True"),
+    ],
 )
 async def test_bad_arguments_are_refused_with_one_line(bus, arguments, words) -> None:
     async with bus.connect() as client:
