@@ -79,7 +79,10 @@ class GroupContext:
     pcj_default: bool = field(init=False, default=False)
     """`config.id`, `config.limits` and `config.pcj_default`, read per message: held
     here natively, each was a generic attribute lookup through the interpreted
-    config (benchmarks/README.md). The config does not change while the group runs."""
+    config (benchmarks/README.md). The config does not change while the group runs;
+    `pcj_default` does, set by MRS_SET_PCJ (mrs.group.pcj_control)."""
+    pcj_segment: int = field(init=False, default=0)
+    """The PCJ segment confirmations are journaled in (mrs.group.pcj_control)."""
 
     def __post_init__(self) -> None:
         self.group_id = self.config.id

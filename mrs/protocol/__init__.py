@@ -15,7 +15,7 @@ byte).
 
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
 from them, and their wording), `base` (the event base class), `events`,
-`lookup_events` and `link_events` (the events), `explain` (why a refused frame was
+`lookup_events`, `journal_events` and `link_events` (the events), `explain` (why a refused frame was
 refused, naming the field), `connection` (the state machine). The I/O half is
 `mrs.transport.framed`.
 
@@ -29,13 +29,14 @@ side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
-                  StatusRequest, Locate, ShowPending, CancelGet,
-                  GiveBack, Ping, Pong
+                  StatusRequest, Locate, ShowPending, SetPcj,
+                  ReadJournal, CancelGet, GiveBack, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
                   Confirmed, AnswerBatch, StatusReply, Located,
-                  PendingCounts, Failure, Ping, Pong
+                  PendingCounts, PcjState, JournalPage, Failure,
+                  Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -91,14 +92,18 @@ from mrs.protocol.events import (
     GetBatch,
     GiveBack,
     Hello,
+    JournalPage,
     Locate,
     Located,
+    PcjState,
     PendingCounts,
     Ping,
     Pong,
     Put,
     PutBatch,
     PutDone,
+    ReadJournal,
+    SetPcj,
     ShowPending,
     StatusReply,
     StatusRequest,
@@ -165,6 +170,7 @@ __all__ = [
     "GetBatch",
     "GiveBack",
     "Hello",
+    "JournalPage",
     "LeaveNotice",
     "LinkAck",
     "LinkNotice",
@@ -176,6 +182,7 @@ __all__ = [
     "Locate",
     "Located",
     "Notice",
+    "PcjState",
     "PendingCounts",
     "Ping",
     "Pong",
@@ -183,9 +190,11 @@ __all__ = [
     "Put",
     "PutBatch",
     "PutDone",
+    "ReadJournal",
     "RemoteProtocolError",
     "ResyncNotice",
     "RoomNotice",
+    "SetPcj",
     "ShowPending",
     "StatusReply",
     "StatusRequest",

@@ -26,6 +26,7 @@ from mrs.protocol.fields import (
     Role,
     Seq,
 )
+from mrs.protocol.journal_events import JournalPage, PcjState, ReadJournal, SetPcj
 from mrs.protocol.link_events import (
     LINK_EVENTS,
     LinkAck,
@@ -311,6 +312,8 @@ CLIENT_EVENTS = (
     StatusRequest,
     Locate,
     ShowPending,
+    SetPcj,
+    ReadJournal,
     CancelGet,
     GiveBack,
     *LINK_EVENTS,
@@ -327,6 +330,8 @@ SERVER_EVENTS = (
     StatusReply,
     Located,
     PendingCounts,
+    PcjState,
+    JournalPage,
     Failure,
     Fatal,
     *LINK_EVENTS,
@@ -343,6 +348,8 @@ Event = (
     | StatusRequest
     | Locate
     | ShowPending
+    | SetPcj
+    | ReadJournal
     | CancelGet
     | Welcome
     | Attached
@@ -354,6 +361,8 @@ Event = (
     | StatusReply
     | Located
     | PendingCounts
+    | PcjState
+    | JournalPage
     | Failure
     | Fatal
     | LinkTransfer

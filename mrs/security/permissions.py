@@ -5,7 +5,7 @@ A principal's grants live with its verifier in the credentials file (mrs.securit
     attach  = ["1.10", "ORDERS"]   queues it may attach to (and get from)
     put     = ["2.*", "1.20"]      targets it may put to
     confirm = ["1.10"]             queues on which it may confirm (any force_j)
-    admin   = ["status", "dlq"]    status, dlq, dlj, replay
+    admin   = ["status", "dlq"]    status, dlq, dlj, replay, pcj
 
 Locating a queue (Locate) or counting its pending messages (ShowPending) needs an
 attach or a put grant on it, or the admin right status.
@@ -19,7 +19,10 @@ authenticate and nothing else. What each admin right opens:
     dlq     attach to / put to a dead letter queue, pass a dead-letter header or a
             DLQ reader's context (the dlq-handler's rights)
     dlj     replay a DLJ record (with replay)
-    replay  put a message carrying a replay header (mrs jplay)
+    replay  put a message carrying a replay header (mrs jplay), and read the PCJ or
+            the DLJ over the wire (ReadJournal: `Client.open_journal`)
+    pcj     set the group's default journaling action of confirmations and roll
+            its PCJ segment (SetPcj, MessageQ's MRS_SET_PCJ: `Client.set_pcj`)
 
 Pure: the server hands in the request's facts; the answer is None (allowed) or the
 sentence that goes into the NOTAUTHORIZED answer and the log.
@@ -31,7 +34,7 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay"})
+ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay", "pcj"})
 GRANT_KINDS = ("attach", "put", "confirm", "admin")
 
 
@@ -174,7 +177,9 @@ def may_look_up(
     return f"{what} of {address} needs a grant to attach to it or put to it"
 
 
-def may_admin(perms: Permissions, right: str) -> str | None:
+def may_admin(perms: Permissions, right: str, what: str | None = None) -> str | None:
+    """The admin right `right`; `what` names the request in the refusal (the right's
+    own name when not given)."""
     if right in perms.admin:
         return None
-    return f"{right} needs the admin right {right!r}"
+    return f"{what or right} needs the admin right {right!r}"

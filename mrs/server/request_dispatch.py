@@ -243,6 +243,11 @@ def _dispatch_rare(
     elif isinstance(event, wire.ShowPending):
         dispatcher.begin(session, request_id, 0)
         group.show_pending(session, event)
+    elif isinstance(event, wire.SetPcj):
+        dispatcher.begin(session, request_id, 0)
+        group.set_pcj(session, event)
+    elif isinstance(event, wire.ReadJournal):
+        session.send(group.read_journal(event))
     elif isinstance(event, wire.Pong):
         pass  # heard: the receive loop has noted it
     elif isinstance(event, wire.GiveBack):  # no reply of its own
