@@ -17,6 +17,7 @@ that is removed when the audit succeeds. Progress is a line per stage on stderr.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
@@ -56,8 +57,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="a group's data directory (repeat for several)")  # fmt: skip
     audit.add_argument(
         "--master",
-        default="local[*]",
-        help="Spark master URL (default local[*]; e.g. spark://host:7077)",
+        default="local[2]",
+        help="Spark master URL (default local[2]; e.g. spark://host:7077)",
     )
     audit.add_argument("--since", help="from this UTC time (ISO 8601; confirm/dead-letter time)")
     audit.add_argument("--until", help="before this UTC time (ISO 8601)")
@@ -129,16 +130,19 @@ def check_java() -> None:
 
 class Progress:
     """A line per stage on stderr (a pipe or a terminal alike), with the seconds
-    since the audit started; silent with --quiet."""
+    since the audit started; silent with --quiet. It writes to its own copy of
+    stderr, so its lines stay on the terminal while the JVM starts with fd 2
+    pointed at Spark's log (`mrs.audit.session`)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.started = time.monotonic()
+        self.stream = os.fdopen(os.dup(2), "w", buffering=1) if enabled else None
 
     def __call__(self, text: str) -> None:
-        if self.enabled:
+        if self.stream is not None:
             elapsed = time.monotonic() - self.started
-            print(f"mrs audit: {elapsed:5.1f}s {text}", file=sys.stderr, flush=True)
+            print(f"mrs audit: {elapsed:5.1f}s {text}", file=self.stream, flush=True)
 
 
 def _interrupted(_signum=None, _frame=None) -> None:
@@ -188,18 +192,27 @@ def _run(args: argparse.Namespace) -> int:
     except AuditUsageError as error:
         print(f"mrs audit: {error}", file=sys.stderr)
         return EXIT_USAGE
+    from mrs.audit.load import read_journals
     from mrs.audit.session import build_session, is_local
 
     log_path = _log_path(args.out)
     progress(f"starting Spark ({args.master}); its log: {log_path}")
-    spark = build_session(args.master, log_path=log_path)
+    local = is_local(args.master) and args.action == "report"
+    with concurrent.futures.ThreadPoolExecutor(1, "audit-spark-start") as pool:
+        # The JVM starts while this thread reads the journals (both take seconds).
+        starting = pool.submit(build_session, args.master, log_path=log_path)
+        try:
+            table = read_journals(sources, progress=progress) if local else None
+        finally:
+            spark = starting.result()
+    progress("Spark started")
     signal.signal(signal.SIGINT, _interrupted)  # pyspark installed its own
     failed = True
     try:
         if args.action == "export":
             status = _export(spark, sources, args, since, until)
         else:
-            status = _report(spark, sources, args, since, until, progress, is_local(args.master))
+            status = _report(spark, sources, args, since, until, progress, table)
         failed = status != 0
         return status
     except Exception as error:  # noqa: BLE001 - Spark wraps everything; say it in one line
@@ -280,7 +293,7 @@ def describe(sources: dict[str, str], since, until, master: str) -> str:
     return f"{where}{window}; computed by Spark ({master}) at {stamp}"
 
 
-def _report(spark, sources, args, since, until, progress, local: bool) -> int:
+def _report(spark, sources, args, since, until, progress, table) -> int:
     from rich.console import Console
 
     from mrs.audit.load import queue_names
@@ -288,7 +301,7 @@ def _report(spark, sources, args, since, until, progress, local: bool) -> int:
     from mrs.audit.report import compute
 
     names = queue_names(str(args.config) if args.config else None)
-    report = compute(spark, sources, since, until, local=local, names=names, progress=progress)
+    report = compute(spark, sources, since, until, table=table, names=names, progress=progress)
     page = None
     if args.out is not None:
         progress(f"writing the report to {args.out}")

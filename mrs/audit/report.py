@@ -83,21 +83,24 @@ def _rows(frame) -> list[dict]:
     return [row.asDict() for row in frame.collect()]
 
 
-def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, local: bool = True,
+def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table=None,
                 progress=None):  # fmt: skip
-    """(the audit's one DataFrame, the Arrow table read on the driver or None).
+    """The audit's one DataFrame.
 
-    Local master: every journal is read here into one Arrow table (`mrs.audit.load`)
-    and Spark gets it as one relation. Other masters: the executors read the PCJ and
+    Local master: every journal is read on the driver into one Arrow table (`table`,
+    or `mrs.audit.load.read_journals` here) and Spark gets it as one relation. Other
+    masters (`table` None and a master that is not local): the executors read the PCJ and
     DLJ through the `mrs-pcj`/`mrs-dlj` formats and the driver reads the DQF and SAF
     (a backlog, small beside the journals of what happened)."""
     from pyspark.sql import functions as F
 
     from journals import Journal
     from mrs.audit.load import read_journals
+    from mrs.audit.session import is_local
 
-    if local:
+    if table is None and is_local(spark.sparkContext.master):
         table = read_journals(sources, progress=progress)
+    if table is not None:
         frame = spark.createDataFrame(table) if table.num_rows else _empty(spark)
     else:
         table = read_journals(sources, (Journal.SAF, Journal.DQF), progress)
@@ -116,7 +119,7 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, local
         if until is not None:
             inside = inside & (moment < F.lit(until))
         frame = frame.where(backlog | inside)
-    return frame, table if local else None
+    return frame
 
 
 def _empty(spark):
@@ -129,13 +132,13 @@ def _empty(spark):
     return spark.createDataFrame([], schema)
 
 
-def compute(spark, sources: dict[str, str], since=None, until=None, *, local: bool = True,
+def compute(spark, sources: dict[str, str], since=None, until=None, *, table=None,
             names: dict[str, str] | None = None, progress=None) -> Report:  # fmt: skip
-    """Every figure of the report (see module doc), in four Spark jobs."""
+    """Every figure of the report (see module doc), in three Spark jobs."""
     from mrs.audit import reconcile
 
-    frame, _ = audit_frame(spark, sources, since, until, local=local, progress=progress)
     say = progress or (lambda _text: None)
+    frame = audit_frame(spark, sources, since, until, table=table, progress=progress)
     say("counting per queue, sender, hour; latency")
     counts = _rows(spark.sql(_COUNTS_SQL, frame=frame))
     latency = _latency(counts)
