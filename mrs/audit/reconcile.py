@@ -104,22 +104,26 @@ def sequence_checks(rows: list[dict]) -> dict:
 
 _CORRELATION_SQL = """
 SELECT prefix, count(DISTINCT source) AS senders, min(source) AS source,
-       count(DISTINCT seq) AS messages,
-       count(DISTINCT number) AS numbers,
+       sum(copies) AS messages, count(1) AS numbers,
        min(number) AS first_number, max(number) AS last_number,
-       sum(CASE WHEN journal = 'pcj' THEN 1 ELSE 0 END) AS confirmed,
-       count(DISTINCT CASE WHEN journal = 'pcj' THEN id END) AS confirmed_ids
-FROM (SELECT seq, source, journal, id,
-             CASE WHEN id RLIKE '[0-9]+$' THEN regexp_extract(id, '^(.*?)([0-9]+)$', 1)
-                  ELSE id END AS prefix,
-             try_cast(regexp_extract(id, '([0-9]+)$', 1) AS BIGINT) AS number
-      FROM (SELECT seq, source, journal, CAST(correlation_id AS STRING) AS id FROM {frame}
-            WHERE corrupt IS NULL AND correlation_id IS NOT NULL
-                  AND length(correlation_id) > 0))
+       sum(confirmed) AS confirmed,
+       sum(CASE WHEN confirmed > 0 THEN 1 ELSE 0 END) AS confirmed_ids
+FROM (SELECT prefix, number, min(source) AS source, count(1) AS copies,
+             sum(CASE WHEN journal = 'pcj' THEN 1 ELSE 0 END) AS confirmed
+      FROM (SELECT source, journal, substring(id, 1, length(id) - length(digits)) AS prefix,
+                   try_cast(digits AS BIGINT) AS number
+            FROM (SELECT source, journal, id, regexp_extract(id, '([0-9]*)$', 1) AS digits
+                  FROM (SELECT source, journal, CAST(correlation_id AS STRING) AS id
+                        FROM {frame}
+                        WHERE corrupt IS NULL AND correlation_id IS NOT NULL
+                              AND length(correlation_id) > 0)))
+      GROUP BY prefix, number)
 GROUP BY prefix
 ORDER BY prefix
 LIMIT {limit}
 """
+"""Two steps: per id (prefix, number) its copies and confirms, then per prefix. An id
+without trailing digits is its own prefix with no number (one group per id)."""
 
 
 def correlation_rows(spark, frame) -> list[dict]:

@@ -101,6 +101,7 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
     if table is None and is_local(spark.sparkContext.master):
         table = read_journals(sources, progress=progress)
     if table is not None:
+        table = table.select(list(SPARK_COLUMNS))
         frame = spark.createDataFrame(table) if table.num_rows else _empty(spark)
     else:
         table = read_journals(sources, (Journal.SAF, Journal.DQF), progress)
@@ -119,7 +120,14 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
         if until is not None:
             inside = inside & (moment < F.lit(until))
         frame = frame.where(backlog | inside)
-    return frame
+    frame = frame.select(*SPARK_COLUMNS)
+    return frame.cache()  # read by three jobs: converted from Arrow once
+
+
+SPARK_COLUMNS = ("journal", "group", "seq", "source", "source_group", "target", "target_group",
+                 "put_time", "confirm_time", "written_time", "possdupl", "replayed_from",
+                 "body_size", "dead_letter_reason", "correlation_id", "corrupt")  # fmt: skip
+"""What the report's queries read: Spark is handed no other column."""
 
 
 def _empty(spark):
@@ -153,30 +161,37 @@ def compute(spark, sources: dict[str, str], since=None, until=None, *, table=Non
 
 
 _COUNTS_SQL = """
-SELECT grouping(source) AS by_hour, grouping(hour) AS by_fine, journal, bad, source, target,
-       source_group, target_group, dead_letter_reason, hour,
-       count(1) AS n, sum(CAST(possdupl AS INT)) AS possdupl, count(replayed_from) AS replayed,
+SELECT 'fine' AS kind, journal, bad, source, target, source_group, target_group,
+       dead_letter_reason, NULL AS hour, count(1) AS n,
+       sum(CAST(possdupl AS INT)) AS possdupl, count(replayed_from) AS replayed,
        min(confirm_time) AS first_confirm, max(confirm_time) AS last_confirm,
        sum(body_size) AS body_bytes,
-       percentile(latency_ms, 0.5) AS p50_ms, percentile(latency_ms, 0.95) AS p95_ms,
-       percentile(latency_ms, 0.99) AS p99_ms, max(latency_ms) AS max_ms
-FROM (SELECT *, date_trunc('hour', confirm_time) AS hour, corrupt IS NOT NULL AS bad,
-             CAST(unix_micros(confirm_time) - unix_micros(put_time) AS DOUBLE) / 1000.0
+       NULL AS p50_ms, NULL AS p95_ms, NULL AS p99_ms, NULL AS max_ms
+FROM (SELECT *, corrupt IS NOT NULL AS bad FROM {frame})
+GROUP BY journal, bad, source, target, source_group, target_group, dead_letter_reason
+UNION ALL
+SELECT 'hour', 'pcj', false, NULL, NULL, NULL, NULL, NULL, date_trunc('hour', confirm_time),
+       count(1), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM {frame} WHERE journal = 'pcj' AND corrupt IS NULL
+GROUP BY date_trunc('hour', confirm_time)
+UNION ALL
+SELECT 'latency', 'pcj', false, NULL, target, NULL, NULL, NULL, NULL, count(1), NULL, NULL,
+       NULL, NULL, NULL, percentile(latency_ms, 0.5), percentile(latency_ms, 0.95),
+       percentile(latency_ms, 0.99), max(latency_ms)
+FROM (SELECT target, CAST(unix_micros(confirm_time) - unix_micros(put_time) AS DOUBLE) / 1000.0
                AS latency_ms
-      FROM {frame})
-GROUP BY GROUPING SETS ((journal, bad, source, target, source_group, target_group,
-                         dead_letter_reason), (journal, bad, hour), (journal, bad, target))
+      FROM {frame} WHERE journal = 'pcj' AND corrupt IS NULL)
+GROUP BY target
 """
-"""One job for every count and the latency: the fine grain (journal, sender, queue,
-groups, reason) that totals, per_queue, per_sender, cross_group, dead_letters and the
-reconciliation are summed from on the driver; the confirm hour for per_hour; the
-target queue for the exact latency percentiles (linear interpolation, as Spark's
-`percentile`)."""
+"""One job for every count and the latency, three aggregations side by side: the
+fine grain (journal, sender, queue, groups, reason) that totals, per_queue,
+per_sender, cross_group, dead_letters and the reconciliation are summed from on the
+driver; the confirm hour for per_hour; the target queue for the exact latency
+percentiles (linear interpolation, as Spark's `percentile`)."""
 
 
 def _latency(counts: list[dict]) -> list[dict]:
-    rows = [r for r in counts if r["by_fine"] and r["by_hour"] and r["journal"] == "pcj"
-            and not r["bad"]]  # fmt: skip
+    rows = [r for r in counts if r["kind"] == "latency"]
     keys = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
     rows = [{"target": r["target"], "messages": r["n"], **{k: r[k] for k in keys}}
             for r in rows]  # fmt: skip
@@ -201,12 +216,11 @@ def assemble(counts: list[dict], latency: list[dict], checks: dict, correlation:
     from mrs.audit import reconcile
     from mrs.limits import AUDIT_LISTED_MAX
 
-    fine = [r for r in counts if r["by_hour"] == 0 and r["by_fine"] == 1]
+    fine = [r for r in counts if r["kind"] == "fine"]
     sound = [r for r in fine if not r["bad"]]
     pcj = [r for r in sound if r["journal"] == "pcj"]
     dlj = [r for r in sound if r["journal"] == "dlj"]
-    hours = [r for r in counts if r["by_hour"] == 1 and r["by_fine"] == 0 and not r["bad"]
-             and r["journal"] == "pcj"]  # fmt: skip
+    hours = [r for r in counts if r["kind"] == "hour"]
     tables = {
         "per_queue": [{"target": k, "messages": n} for k, n in _tally(pcj, lambda r: r["target"])],
         "per_sender": [{"source": k, "messages": n} for k, n in _tally(pcj, lambda r: r["source"])],
