@@ -15,7 +15,6 @@ missed. The body column is dropped (the audit reports `body_size`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -71,8 +70,20 @@ def queue_names(config_path: str | None) -> dict[str, str]:
     return names
 
 
-def source_paths(sources: dict[str, str]) -> list[str]:
-    """The data directories of `sources` (for messages)."""
-    if "paths" in sources:
-        return list(json.loads(sources["paths"]))
-    return [sources.get("config", "")]
+def unjournaled_confirm_notes(sources: dict[str, str]) -> list[str]:
+    """A note per audited group of the config whose confirms are not all journaled
+    (`pcj_default = false`): there, a confirm without FORCE_JRN leaves no record, and
+    the audit counts that message as missing. Without a config nothing is known."""
+    if "config" not in sources:
+        return []
+    from mrs.config.bus import load_config
+
+    bus = load_config(sources["config"])
+    wanted = sources.get("groups", "")
+    ids = [int(g) for g in wanted.split(",") if g] if wanted else list(bus.groups)
+    return [
+        f"group {g} has pcj_default = false: a confirm without FORCE_JRN writes no PCJ "
+        "record, so its message counts as missing here"
+        for g in ids
+        if g in bus.groups and not bus.groups[g].pcj_default
+    ]

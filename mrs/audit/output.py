@@ -175,6 +175,7 @@ def _html_table(rows: list[dict]) -> str:
 def write_html(report: Report, path: Path, title: str, description: str) -> Path:
     sections = [
         f"<h1>{html.escape(title)}</h1><p class=meta>{html.escape(description)}</p>",
+        *(f"<p class=note>{html.escape(note)}</p>" for note in report.notes),
         "<h2>Totals</h2>",
         _html_table([{"figure": k, "value": v} for k, v in report.totals.items()]),
     ]
@@ -232,6 +233,8 @@ def print_summary(report: Report, console) -> None:
         for row in rows[:SUMMARY_ROWS_MAX]:
             queues.add_row(_label(row, "target"), *(f"{row[c]:,}" for c in columns))
         console.print(queues)
+    for note in report.notes:
+        console.print(f"[yellow]note[/]: {note}")
     if totals["missing"] or totals["duplicates"]:
         console.print(
             f"[bold red]{totals['missing']:,} missing, {totals['duplicates']:,} "

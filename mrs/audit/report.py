@@ -38,9 +38,12 @@ TABLES = (
 class Report:
     totals: dict
     tables: dict[str, list[dict]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """What the reader must know to read the figures (e.g. confirms not journaled)."""
 
     def as_json(self) -> dict:
-        return {"totals": _plain(self.totals), **{k: _plain(v) for k, v in self.tables.items()}}
+        tables = {k: _plain(v) for k, v in self.tables.items()}
+        return {"totals": _plain(self.totals), **tables, "notes": list(self.notes)}
 
 
 def _plain(value):
@@ -144,6 +147,7 @@ def compute(spark, sources: dict[str, str], since=None, until=None, *, table=Non
             names: dict[str, str] | None = None, progress=None) -> Report:  # fmt: skip
     """Every figure of the report (see module doc), in three Spark jobs."""
     from mrs.audit import reconcile
+    from mrs.audit.load import unjournaled_confirm_notes
 
     say = progress or (lambda _text: None)
     frame = audit_frame(spark, sources, since, until, table=table, progress=progress)
@@ -155,6 +159,7 @@ def compute(spark, sources: dict[str, str], since=None, until=None, *, table=Non
     say("correlation ids")
     correlation = reconcile.correlation_rows(spark, frame)
     report = assemble(counts, latency, checks, correlation)
+    report.notes.extend(unjournaled_confirm_notes(sources))
     if names:
         name_addresses(report, names)
     return report
