@@ -145,13 +145,16 @@ class Progress:
             print(f"mrs audit: {elapsed:5.1f}s {text}", file=self.stream, flush=True)
 
 
+_TERMINAL: list[int] = []
+"""A copy of fd 2 taken before Spark starts (it points fd 2 at its log meanwhile)."""
+
+
 def _interrupted(_signum=None, _frame=None) -> None:
     """Ctrl-C: one line and status 130, whatever Spark was doing. The JVM ignores
     SIGINT and exits when its stdin (our pipe) closes; nothing is left half-written
     because files are written last, and `os._exit` skips py4j's shutdown tracebacks."""
     try:
-        sys.stderr.write("\nmrs audit: interrupted\n")
-        sys.stderr.flush()
+        os.write(_TERMINAL[0] if _TERMINAL else 2, b"\nmrs audit: interrupted\n")
     finally:
         os._exit(EXIT_INTERRUPTED)
 
@@ -168,6 +171,8 @@ def spark_error_line(error: BaseException) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not _TERMINAL:
+        _TERMINAL.append(os.dup(2))
     previous = signal.signal(signal.SIGINT, _interrupted)
     try:
         return _run(args)

@@ -22,7 +22,7 @@ waiting for its receiver (DQF), dead-lettered (DLJ) or confirmed (PCJ). So:
 - **trail**: every record of one correlation id (put, deliveries, confirm or dead
   letter) and the records that replay them (jplay).
 
-Each check is one Spark job over the audit's one DataFrame; only the rows that show a
+Both checks are one Spark job over the audit's one DataFrame; only the rows that show a
 problem come back to the driver, at most `mrs.limits.AUDIT_CHECK_ROWS_MAX`.
 """
 
@@ -52,11 +52,33 @@ LIMIT {limit}
 """
 
 
-def sequence_rows(spark, frame) -> list[dict]:
-    """One job: the neighbour pairs that are a duplicate or a gap (module doc)."""
-    query = _SEQUENCE_SQL.format(frame="{frame}", shift=SEQ_GROUP_SHIFT,
-                                 limit=CHECK_ROWS_MAX + 1)  # fmt: skip
-    return [row.asDict() for row in spark.sql(query, frame=frame).collect()]
+_SEQUENCE_COLUMNS = ("seq", "source", "target", "place", "next_seq", "next_source",
+                     "next_target", "next_place")  # fmt: skip
+_CORRELATION_COLUMNS = ("prefix", "senders", "source", "messages", "numbers", "first_number",
+                        "last_number", "confirmed", "confirmed_ids")  # fmt: skip
+
+
+def check_rows(spark, frame) -> tuple[list[dict], list[dict]]:
+    """One job for both checks: (sequence rows: the neighbour pairs that are a
+    duplicate or a gap; correlation rows: per id prefix). The two result shapes
+    travel as JSON in one column of one union, so Spark schedules one job."""
+    import json
+
+    sequence = _SEQUENCE_SQL.format(frame="{frame}", shift=SEQ_GROUP_SHIFT,
+                                    limit=CHECK_ROWS_MAX + 1)  # fmt: skip
+    correlation = _CORRELATION_SQL.format(frame="{frame}", limit=CHECK_ROWS_MAX)
+    query = (
+        f"SELECT 'sequence' AS kind, to_json(struct(*)) AS row FROM ({sequence})\n"
+        f"UNION ALL\nSELECT 'correlation', to_json(struct(*)) FROM ({correlation})"
+    )
+    found: dict[str, list[dict]] = {"sequence": [], "correlation": []}
+    for kind, text in spark.sql(query, frame=frame).collect():
+        found[kind].append(json.loads(text))
+    sequence_rows = [{c: row.get(c) for c in _SEQUENCE_COLUMNS} for row in found["sequence"]]
+    correlation_rows = [_correlation_row({c: row.get(c) for c in _CORRELATION_COLUMNS})
+                        for row in found["correlation"]]  # fmt: skip
+    correlation_rows.sort(key=lambda row: row["prefix"])
+    return sequence_rows, correlation_rows
 
 
 def sequence_checks(rows: list[dict]) -> dict:
@@ -119,24 +141,20 @@ FROM (SELECT prefix, number, min(source) AS source, count(1) AS copies,
                               AND length(correlation_id) > 0)))
       GROUP BY prefix, number)
 GROUP BY prefix
-ORDER BY prefix
 LIMIT {limit}
 """
 """Two steps: per id (prefix, number) its copies and confirms, then per prefix. An id
 without trailing digits is its own prefix with no number (one group per id)."""
 
 
-def correlation_rows(spark, frame) -> list[dict]:
-    """One job: per correlation id prefix, numbers seen and confirms (`source` is
-    its first sender, `senders` how many sent ids of that prefix)."""
-    query = _CORRELATION_SQL.format(frame="{frame}", limit=CHECK_ROWS_MAX)
-    rows = [row.asDict() for row in spark.sql(query, frame=frame).collect()]
-    for row in rows:
-        numbered = row["first_number"] is not None
-        span = row["last_number"] - row["first_number"] + 1 if numbered else 0
-        row["missing_numbers"] = span - row["numbers"] if numbered else 0
-        row["duplicate_confirms"] = row["confirmed"] - row["confirmed_ids"]
-    return rows
+def _correlation_row(row: dict) -> dict:
+    """A correlation prefix's row with what it implies: per prefix, numbers seen and
+    confirms (`source` is its first sender, `senders` how many sent ids of it)."""
+    numbered = row["first_number"] is not None
+    span = row["last_number"] - row["first_number"] + 1 if numbered else 0
+    row["missing_numbers"] = span - row["numbers"] if numbered else 0
+    row["duplicate_confirms"] = row["confirmed"] - row["confirmed_ids"]
+    return row
 
 
 def reconciliation(counts: list[dict], checks: dict, key: str, missing: dict) -> list[dict]:

@@ -145,7 +145,7 @@ def _empty(spark):
 
 def compute(spark, sources: dict[str, str], since=None, until=None, *, table=None,
             names: dict[str, str] | None = None, progress=None) -> Report:  # fmt: skip
-    """Every figure of the report (see module doc), in three Spark jobs."""
+    """Every figure of the report (see module doc), in two Spark jobs."""
     from mrs.audit import reconcile
     from mrs.audit.load import unjournaled_confirm_notes
 
@@ -154,10 +154,9 @@ def compute(spark, sources: dict[str, str], since=None, until=None, *, table=Non
     say("counting per queue, sender, hour; latency")
     counts = _rows(spark.sql(_COUNTS_SQL, frame=frame))
     latency = _latency(counts)
-    say("sequence gaps and duplicates")
-    checks = reconcile.sequence_checks(reconcile.sequence_rows(spark, frame))
-    say("correlation ids")
-    correlation = reconcile.correlation_rows(spark, frame)
+    say("sequence gaps and duplicates; correlation ids")
+    sequence, correlation = reconcile.check_rows(spark, frame)
+    checks = reconcile.sequence_checks(sequence)
     report = assemble(counts, latency, checks, correlation)
     report.notes.extend(unjournaled_confirm_notes(sources))
     if names:

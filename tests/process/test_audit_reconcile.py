@@ -156,16 +156,18 @@ def test_cli_json_writes_nothing_names_queues_and_keeps_spark_quiet(loss_journal
     assert any("read PCJ" in line for line in lines) and lines[-1].endswith("done")
 
 
-def test_ctrl_c_exits_130_with_one_line(loss_journal, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("stage", ["read PCJ", "counting per queue"])
+def test_ctrl_c_exits_130_with_one_line(loss_journal, tmp_path, stage):  # noqa: F811
+    """Interrupted while the JVM starts, and while a Spark job runs."""
     process = subprocess.Popen(
         [sys.executable, "-m", "mrs", "audit", "--config", str(loss_journal.config),
          "--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     seen = []
-    for line in process.stderr:  # wait until Spark runs and the journals are read
+    for line in process.stderr:  # wait until the audit reaches the stage
         seen.append(line)
-        if "read PCJ" in line:
+        if stage in line:
             break
     process.send_signal(signal.SIGINT)
     rest = process.stderr.read()
