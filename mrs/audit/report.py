@@ -124,7 +124,7 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
             inside = inside & (moment < F.lit(until))
         frame = frame.where(backlog | inside)
     frame = frame.select(*SPARK_COLUMNS)
-    return frame.cache()  # read by three jobs: converted from Arrow once
+    return frame.cache()  # read by two jobs: converted from Arrow once
 
 
 SPARK_COLUMNS = ("journal", "group", "seq", "source", "source_group", "target", "target_group",
