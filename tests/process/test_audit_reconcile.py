@@ -126,6 +126,13 @@ def test_trail_of_a_confirmed_a_waiting_and_a_lost_message(loss_journal):  # noq
     assert "put by 1.SENDER to 1.ORDERS" in shown.stdout and "confirm" in shown.stdout
     lost = run_mrs("audit", "--config", str(loss_journal.config), "--trail", "ord-0008")
     assert lost.returncode == 1 and "no record of correlation id 'ord-0008'" in lost.stderr
+    # Data directories (e.g. copies) read, names still from the config:
+    dirs = [a for g in (1, 2) for a in ("--data-dir", str(loss_journal.bus.data_dir(g)))]
+    named = run_mrs("audit", *dirs, "--config", str(loss_journal.config), "--trail", "saf-1",
+                    "--json")  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    events = json.loads(named.stdout)["events"]
+    assert "put by 1.SENDER to 2.TRADES" in events[0]["detail"]
 
 
 def test_report_files_carry_names_and_the_new_sections(report, tmp_path):
