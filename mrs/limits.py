@@ -330,3 +330,9 @@ RECEIPTS_PER_PEER_MAX = 10_000
 """Notices kept for one group whose link is down (beyond: dropped, and logged)."""
 RECEIPTS_PER_FRAME_MAX = 512
 """Receipts in one link frame at most."""
+
+AUDIT_CHECK_ROWS_MAX = 100_000
+"""Problem rows (gaps, duplicates, correlation prefixes) one audit check brings back to
+the driver (`mrs.audit.reconcile`); past it the report says `checks_truncated`."""
+AUDIT_LISTED_MAX = 50
+"""Gaps and duplicates the audit report lists one by one; the totals count them all."""

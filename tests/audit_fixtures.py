@@ -66,9 +66,7 @@ class AuditJournal:
 
     def records(self, journal: Journal) -> list[tuple[int, object]]:
         """(group, Record or CorruptRecord) straight from LMDB, both groups."""
-        return journal_records(
-            [(self.bus.data_dir(g) / "journals", g) for g in (1, 2)], journal
-        )
+        return journal_records([(self.bus.data_dir(g) / "journals", g) for g in (1, 2)], journal)
 
 
 def journal_records(sources, journal: Journal) -> list[tuple[int, object]]:
@@ -199,9 +197,7 @@ def direct_figures(pcj: list[tuple[int, object]], dlj: list[tuple[int, object]])
         "replayed": sum(1 for r in good if "replay" in (r.extra.get("headers") or {})),
         "corrupt_records": sum(isinstance(r, CorruptRecord) for _, r in pcj + dlj),
         "per_queue": dict(target),
-        "per_sender": dict(
-            collections.Counter(f"{r.source_group}.{r.source_queue}" for r in good)
-        ),
+        "per_sender": dict(collections.Counter(f"{r.source_group}.{r.source_queue}" for r in good)),
         "per_hour": dict(hours),
         "cross_group": dict(collections.Counter((r.source_group, r.target_group) for r in good)),
         "latency": {
@@ -222,8 +218,10 @@ def report_figures(report_json: dict) -> dict:
         return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
     return {
-        **{k: totals[k] for k in ("confirmed", "dead_letters", "possdupl", "replayed",
-                                  "corrupt_records")},  # fmt: skip
+        **{
+            k: totals[k]
+            for k in ("confirmed", "dead_letters", "possdupl", "replayed", "corrupt_records")
+        },  # fmt: skip
         "per_queue": {r["target"]: r["messages"] for r in report_json["per_queue"]},
         "per_sender": {r["source"]: r["messages"] for r in report_json["per_sender"]},
         "per_hour": {hour(r["hour"]): r["messages"] for r in report_json["per_hour"]},
@@ -275,3 +273,107 @@ def start_writer(path: Path, stop_file: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+# ---------------------------------------------------------------------- losses on purpose
+LOSS_ORDERS = 12
+"""Puts to 1.ORDERS; the first LOSS_CONFIRMED are confirmed, the rest stay in the DQF."""
+LOSS_CONFIRMED = 6
+LOSS_DEAD = 2
+"""Puts to a queue that does not exist (UMA DLJ): the DLJ."""
+LOSS_SAF = 3
+"""Puts to 2.TRADES while the link is cut (UMA SAF): group 1's SAF."""
+LOSS_DELETED = 8
+"""The index of the 1.ORDERS message whose DQF record the test deletes."""
+
+
+@dataclass
+class LossJournal:
+    """A bus whose journals hold a message in every place, and one lost on purpose."""
+
+    bus: LinkedBus
+    seqs: dict[str, int] = field(default_factory=dict)
+    """correlation id -> seq the client got back."""
+    deleted_seq: int = 0
+
+    @property
+    def config(self) -> Path:
+        return self.bus.config_path
+
+    def sources(self) -> dict[str, str]:
+        return {"config": str(self.config), "groups": "1,2"}
+
+    def records(self, journal: Journal) -> list[tuple[int, object]]:
+        return journal_records([(self.bus.data_dir(g) / "journals", g) for g in (1, 2)], journal)
+
+
+async def _link_state(bus: LinkedBus, state: str) -> None:
+    with trio.fail_after(WAIT_S):
+        while True:
+            async with connect(bus.address(1), None) as client:
+                if (await client.status())["links"]["2"]["state"] == state:
+                    return
+            await trio.sleep(0.05)
+
+
+async def _loss_workload(bus: LinkedBus, tally: LossJournal) -> None:
+    async with trio.open_nursery() as nursery:
+        await bus.start_proxies(nursery)
+        await trio.to_thread.run_sync(bus.start)
+        try:
+            await _link_state(bus, "up")
+            async with connect(bus.address(1), queue="SENDER") as sender:
+                for index in range(LOSS_ORDERS):
+                    cid = f"ord-{index:04d}"
+                    psb = await sender.put(cid.encode(), target="1.ORDERS",
+                                           correlation_id=cid.encode(),
+                                           delivery=DeliveryMode.WF_DQF, uma=Uma.SAF)  # fmt: skip
+                    assert psb.delivery_status == Status.STORED, psb
+                    tally.seqs[cid] = psb.seq
+                for index in range(LOSS_DEAD):
+                    cid = f"dead-{index}"
+                    psb = await sender.put(b"x", target="1.50", correlation_id=cid.encode(),
+                                           delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)  # fmt: skip
+                    assert psb.uma_status == Status.DLJ_SUCCESS, psb
+                    tally.seqs[cid] = psb.seq
+                bus.proxy(1, 2).cut()
+                await _link_state(bus, "down")
+                for index in range(LOSS_SAF):
+                    cid = f"saf-{index}"
+                    psb = await sender.put(b"y", target="2.TRADES", correlation_id=cid.encode(),
+                                           delivery=DeliveryMode.WF_DQF, uma=Uma.SAF)  # fmt: skip
+                    assert Status.SAF_FORCED in (psb.delivery_status, psb.uma_status) or (
+                        psb.uma_status == Status.SAF_SUCCESS
+                    ), psb
+                    tally.seqs[cid] = psb.seq
+            async with connect(bus.address(1), queue="ORDERS") as receiver:
+                for _ in range(LOSS_CONFIRMED):
+                    message = await receiver.get(timeout=WAIT_S)
+                    await receiver.confirm(message.seq, force_j=ForceJrn.FORCE_JRN)
+        finally:
+            await trio.to_thread.run_sync(bus.stop)
+            nursery.cancel_scope.cancel()
+
+
+def make_loss_journal(directory: Path) -> LossJournal:
+    """Run the workload, stop the bus, then delete one DQF record with the journals
+    library: the message was stored (its client got STORED) and is now nowhere."""
+    from journals import WriteBatch, queue_key
+
+    bus = LinkedBus(directory, queues=QUEUES)
+    tally = LossJournal(bus)
+    trio.run(_loss_workload, bus, tally)
+    tally.deleted_seq = tally.seqs[f"ord-{LOSS_DELETED:04d}"]
+    store = JournalStore(bus.data_dir(1) / "journals")
+    try:
+        key = queue_key(10, tally.deleted_seq)
+        assert store.get(Journal.DQF, key) is not None
+        store.commit_now(WriteBatch.empty().delete(Journal.DQF, key))
+    finally:
+        store.close()
+    return tally
+
+
+@pytest.fixture(scope="session")
+def loss_journal(tmp_path_factory) -> LossJournal:
+    return make_loss_journal(tmp_path_factory.mktemp("audit-loss"))

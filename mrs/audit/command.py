@@ -1,24 +1,31 @@
 """`mrs audit` and `mrs audit export`: the Spark audit job from the shell.
 
     mrs audit --config bus.toml [--group 1,2] [--since 2026-11-01] [--until ...] \
-              [--out DIR] [--master local[*] | spark://HOST:PORT] [--json]
-    mrs audit --data-dir /var/mrs/g1 --data-dir /var/mrs/g2
+              [--out DIR] [--master local[2] | spark://HOST:PORT] [--json]
+    mrs audit --data-dir /var/mrs/g1 --data-dir /var/mrs/g2 [--config bus.toml]
+    mrs audit --config bus.toml --trail ORDER-0042
     mrs audit export --config bus.toml --out /data/mrs-parquet [--overwrite]
 
 Nothing here imports Spark until the job runs, so `mrs --help` stays fast. An
 operator's mistake (no journal there, unknown group, bad time, no Java) is one line
-on stderr and exit status 2; a failed Spark job is one line and status 1.
+on stderr and exit status 2; a failed Spark job is one line and status 1; Ctrl-C is
+one line and status 130. Files are written only under `--out`: without it the report
+is the terminal summary (or `--json`), and Spark's own log goes to a temporary file
+that is removed when the audit succeeds. Progress is a line per stage on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
+import os
 import re
 import shutil
+import signal
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +33,7 @@ from mrs.errors import OperatorError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
 
 
 class AuditUsageError(OperatorError):
@@ -47,12 +55,19 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="group id(s) of --config, e.g. 1 or 1,2 (default: all)")  # fmt: skip
     audit.add_argument("--data-dir", action="append", default=[], type=Path,
                        help="a group's data directory (repeat for several)")  # fmt: skip
-    audit.add_argument("--master", default="local[*]",
-                       help="Spark master URL (default local[*]; e.g. spark://host:7077)")
+    audit.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master URL (default local[2]; e.g. spark://host:7077)",
+    )
     audit.add_argument("--since", help="from this UTC time (ISO 8601; confirm/dead-letter time)")
     audit.add_argument("--until", help="before this UTC time (ISO 8601)")
-    audit.add_argument("--out", type=Path, default=Path("mrs-audit"),
-                       help="output directory (default ./mrs-audit)")  # fmt: skip
+    audit.add_argument("--out", type=Path,
+                       help="write the HTML report, tables (Parquet, CSV), JSON and "
+                            "Spark's log here (default: write nothing)")  # fmt: skip
+    audit.add_argument("--trail", metavar="CORRELATION_ID",
+                       help="every record of this correlation id: put, deliveries, "
+                            "confirm or dead letter, replays (no Spark)")  # fmt: skip
     audit.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     audit.add_argument("--overwrite", action="store_true", help="export: replace --out")
     audit.add_argument("--quiet", action="store_true", help="no progress line, no table")
@@ -81,9 +96,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     from mrs.audit.scan import journal_dir
 
     groups = [g for text in args.group for g in re.split(r"[,\s]+", text) if g]
-    if args.config is not None:
-        if args.data_dir:
-            raise AuditUsageError("give --config (with --group) or --data-dir, not both")
+    if args.config is not None and not args.data_dir:
         from mrs.config.bus import load_config
 
         bus = load_config(args.config)
@@ -116,37 +129,34 @@ def check_java() -> None:
 
 
 class Progress:
-    """One line on stderr while Spark works: stage and tasks done of total."""
+    """A line per stage on stderr (a pipe or a terminal alike), with the seconds
+    since the audit started; silent with --quiet. It writes to its own copy of
+    stderr, so its lines stay on the terminal while the JVM starts with fd 2
+    pointed at Spark's log (`mrs.audit.session`)."""
 
-    def __init__(self, spark, enabled: bool) -> None:
-        self.tracker = spark.sparkContext.statusTracker()
-        self.enabled = enabled and sys.stderr.isatty()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="audit-progress", daemon=True)
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
         self.started = time.monotonic()
+        self.stream = os.fdopen(os.dup(2), "w", buffering=1) if enabled else None
 
-    def __enter__(self) -> Progress:
-        if self.enabled:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        if self.enabled:
-            self.thread.join()
-            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.5):
-            done = total = 0
-            for stage_id in self.tracker.getActiveStageIds():
-                info = self.tracker.getStageInfo(stage_id)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
+    def __call__(self, text: str) -> None:
+        if self.stream is not None:
             elapsed = time.monotonic() - self.started
-            line = f"spark: {done}/{total} tasks" if total else "spark: planning"
-            print(f"\r\x1b[K{line}  {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
+            print(f"mrs audit: {elapsed:5.1f}s {text}", file=self.stream, flush=True)
+
+
+_TERMINAL: list[int] = []
+"""A copy of fd 2 taken before Spark starts (it points fd 2 at its log meanwhile)."""
+
+
+def _interrupted(_signum=None, _frame=None) -> None:
+    """Ctrl-C: one line and status 130, whatever Spark was doing. The JVM ignores
+    SIGINT and exits when its stdin (our pipe) closes; nothing is left half-written
+    because files are written last, and `os._exit` skips py4j's shutdown tracebacks."""
+    try:
+        os.write(_TERMINAL[0] if _TERMINAL else 2, b"\nmrs audit: interrupted\n")
+    finally:
+        os._exit(EXIT_INTERRUPTED)
 
 
 def spark_error_line(error: BaseException) -> str:
@@ -161,36 +171,109 @@ def spark_error_line(error: BaseException) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not _TERMINAL:
+        _TERMINAL.append(os.dup(2))
+    previous = signal.signal(signal.SIGINT, _interrupted)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        _interrupted()
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    progress = Progress(enabled=not args.quiet)
     try:
         sources = source_options(args)
         since = parse_time(args.since, "--since")
         until = parse_time(args.until, "--until")
+        if args.action == "export" and args.out is None:
+            raise AuditUsageError("export needs --out DIR")
+        if args.trail is not None:
+            return _trail(sources, args, progress)
         check_java()
     except AuditUsageError as error:
         print(f"mrs audit: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from mrs.audit.session import build_session
+    from mrs.audit.load import read_journals
+    from mrs.audit.session import build_session, is_local
 
-    spark = build_session(args.master)
+    log_path = _log_path(args.out)
+    progress(f"starting Spark ({args.master}); its log: {log_path}")
+    local = is_local(args.master) and args.action == "report"
+    with concurrent.futures.ThreadPoolExecutor(1, "audit-spark-start") as pool:
+        # The JVM starts while this thread reads the journals (both take seconds).
+        starting = pool.submit(build_session, args.master, log_path=log_path)
+        try:
+            table = read_journals(sources, progress=progress) if local else None
+        finally:
+            spark = starting.result()
+    progress("Spark started")
+    signal.signal(signal.SIGINT, _interrupted)  # pyspark installed its own
+    failed = True
     try:
-        with Progress(spark, enabled=not args.quiet and not args.json):
-            if args.action == "export":
-                return _export(spark, sources, args, since, until)
-            return _report(spark, sources, args, since, until)
+        if args.action == "export":
+            status = _export(spark, sources, args, since, until)
+        else:
+            status = _report(spark, sources, args, since, until, progress, table)
+        failed = status != 0
+        return status
     except Exception as error:  # noqa: BLE001 - Spark wraps everything; say it in one line
         if type(error).__module__.startswith(("pyspark", "py4j")):
-            print(f"mrs audit: Spark job failed: {spark_error_line(error)}", file=sys.stderr)
+            print(f"mrs audit: Spark job failed: {spark_error_line(error)} (log: {log_path})",
+                  file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
         raise
     finally:
         spark.stop()
+        if args.out is None and not failed:
+            log_path.unlink(missing_ok=True)
+
+
+def _log_path(out: Path | None) -> Path:
+    """Spark's log: in --out, else a temporary file (removed when the audit succeeds)."""
+    if out is not None:
+        out = out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        return out / "spark.log"
+    handle, name = tempfile.mkstemp(prefix="mrs-audit-", suffix=".log")
+    os.close(handle)
+    return Path(name)
+
+
+def _trail(sources: dict[str, str], args: argparse.Namespace, progress: Progress) -> int:
+    """The trail of one correlation id, read on this machine without Spark."""
+    from mrs.audit.load import queue_names, read_journals
+    from mrs.audit.reconcile import trail
+    from mrs.audit.report import _plain
+
+    table = read_journals(sources, progress=progress)
+    events = trail(table, args.trail.encode())
+    names = queue_names(str(args.config) if args.config else None)
+    for event in events:
+        for address, name in names.items():
+            event["detail"] = re.sub(rf"\b{re.escape(address)}\b", name, event["detail"])
+    if args.json:
+        print(json.dumps({"correlation_id": args.trail, "events": _plain(events)}))
+    else:
+        for event in events:
+            moment = _plain(event["time"]) or "(no time)"
+            print(f"{moment}  {event['journal']}:{event['group']}:{event['seq']}  "
+                  f"{event['event']}: {event['detail']}")  # fmt: skip
+    if not events:
+        print(f"mrs audit: no record of correlation id {args.trail!r} in these journals",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
+    return 0
 
 
 def _export(spark, sources, args, since, until) -> int:
     from mrs.audit.report import export
 
     out = args.out.resolve()
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
+    if any(p.name != "spark.log" for p in out.iterdir()) and not args.overwrite:
         print(f"mrs audit export: {out} is not empty (give --overwrite to replace it)",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
@@ -215,23 +298,29 @@ def describe(sources: dict[str, str], since, until, master: str) -> str:
     return f"{where}{window}; computed by Spark ({master}) at {stamp}"
 
 
-def _report(spark, sources, args, since, until) -> int:
+def _report(spark, sources, args, since, until, progress, table) -> int:
     from rich.console import Console
 
+    from mrs.audit.load import queue_names
     from mrs.audit.output import print_summary, write_html, write_json, write_tables
     from mrs.audit.report import compute
 
-    report = compute(spark, sources, since, until)
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    write_tables(report, out)
-    write_json(report, out / "report.json")
-    page = write_html(report, out / "report.html", "MRS audit",
-                      describe(sources, since, until, args.master))  # fmt: skip
+    names = queue_names(str(args.config) if args.config else None)
+    report = compute(spark, sources, since, until, table=table, names=names, progress=progress)
+    page = None
+    if args.out is not None:
+        progress(f"writing the report to {args.out}")
+        out = args.out.resolve()
+        write_tables(report, out)
+        write_json(report, out / "report.json")
+        page = write_html(report, out / "report.html", "MRS audit",
+                          describe(sources, since, until, args.master))  # fmt: skip
+    progress("done")
     if args.json:
-        print(json.dumps({**report.as_json(), "html": str(page)}))
+        print(json.dumps({**report.as_json(), "html": str(page) if page else None}))
         return 0
     if not args.quiet:
         print_summary(report, Console())
-    print(f"report: {page}")
+    if page is not None:
+        print(f"report: {page}")
     return 0

@@ -22,18 +22,19 @@ def run_demo_audit(console: Console, config_path: Path, out_dir: Path, pcj_expec
     except AuditUsageError as error:
         console.print(f"[yellow]7. Audit skipped[/]: {error}")
         return 0
+    from mrs.audit.load import queue_names
     from mrs.audit.output import write_html, write_json, write_tables
     from mrs.audit.report import compute
     from mrs.audit.session import build_session
 
-    console.print("[bold]7. Audit[/]: Spark (local[*]) reads both groups' PCJ and DLJ ...")
+    console.print("[bold]7. Audit[/]: Spark (local[2]) reads both groups' journals ...")
     sources = {"config": str(config_path), "groups": "1,2"}
-    spark = build_session("local[*]", app_name="mrs demo audit")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spark = build_session("local[2]", app_name="mrs demo audit", log_path=out_dir / "spark.log")
     try:
-        report = compute(spark, sources)
+        report = compute(spark, sources, names=queue_names(str(config_path)))
     finally:
         spark.stop()
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_tables(report, out_dir)
     write_json(report, out_dir / "report.json")
     page = write_html(report, out_dir / "report.html", "MRS demo audit",
@@ -41,9 +42,14 @@ def run_demo_audit(console: Console, config_path: Path, out_dir: Path, pcj_expec
     totals = report.totals
     for row in report.tables["latency"]:
         console.print(
-            f"   confirm latency {row['target']}: p50 {row['p50_ms']:.1f} ms, "
+            f"   confirm latency {row.get('target_name') or row['target']}: "
+            f"p50 {row['p50_ms']:.1f} ms, "
             f"p95 {row['p95_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms ({row['messages']} messages)"
         )
+    console.print(
+        f"   still in DQF {totals['in_dqf']:,}, in SAF {totals['in_saf']:,}; "
+        f"missing {totals['missing']:,}, duplicates {totals['duplicates']:,}"
+    )
     console.print(
         f"   confirmed {totals['confirmed']:,} (POSSDUPL {totals['possdupl']:,}, "
         f"{totals['possdupl_rate']:.1%}); dead letters {totals['dead_letters']:,}; "

@@ -49,18 +49,30 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def _bar_chart(title: str, labels: list[str], values: list[float], ylabel: str) -> str | None:
+def _figure(bars: int):
+    """A figure as wide as its bars need (a label needs about half an inch)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    if not labels:
+    width_in = min(14.0, max(4.0, 1.5 + 0.45 * bars))
+    return plt, *plt.subplots(figsize=(width_in, 3))
+
+
+def _bar_chart(title: str, labels: list[str], values: list[float], ylabel: str) -> str | None:
+    """Counts as bars with whole-number ticks; no chart for fewer than two bars (the
+    table says it better)."""
+    from matplotlib.ticker import MaxNLocator
+
+    if len(labels) < 2:
         return None
-    figure, axes = plt.subplots(figsize=(7, 3))
+    plt, figure, axes = _figure(len(labels))
     axes.bar(range(len(labels)), values, color="#3b6ea5")
-    axes.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 6 else 0,
-                    ha="right" if len(labels) > 6 else "center")  # fmt: skip
+    slanted = len(labels) > 6
+    axes.set_xticks(range(len(labels)), labels, rotation=45 if slanted else 0,
+                    ha="right" if slanted else "center")  # fmt: skip
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_title(title)
     axes.set_ylabel(ylabel)
     axes.grid(axis="y", alpha=0.3)
@@ -69,28 +81,36 @@ def _bar_chart(title: str, labels: list[str], values: list[float], ylabel: str) 
     return encoded
 
 
+LATENCY_FLOOR_MS = 0.001
+"""A log axis cannot show 0: a latency below a microsecond is drawn at one."""
+
+
 def _latency_chart(rows: list[dict]) -> str | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+    """p50/p95/p99 per queue on a log axis: a 3 ms queue stays visible beside a 40 s one."""
     if not rows:
         return None
-    figure, axes = plt.subplots(figsize=(7, 3))
-    labels = [r["target"] for r in rows]
+    plt, figure, axes = _figure(3 * len(rows))
+    labels = [_label(r, "target") for r in rows]
     width = 0.27
     for offset, key in ((-width, "p50_ms"), (0.0, "p95_ms"), (width, "p99_ms")):
-        axes.bar([i + offset for i in range(len(rows))], [r[key] or 0 for r in rows],
-                 width=width, label=key.replace("_ms", ""))  # fmt: skip
-    axes.set_xticks(range(len(rows)), labels)
-    axes.set_title("Confirm latency per queue")
+        values = [max(r[key] or 0.0, LATENCY_FLOOR_MS) for r in rows]
+        axes.bar([i + offset for i in range(len(rows))], values, width=width,
+                 label=key.replace("_ms", ""))  # fmt: skip
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(rows)), labels, rotation=45 if len(rows) > 6 else 0,
+                    ha="right" if len(rows) > 6 else "center")  # fmt: skip
+    axes.set_title("Confirm latency per queue (log scale)")
     axes.set_ylabel("ms")
     axes.legend()
-    axes.grid(axis="y", alpha=0.3)
+    axes.grid(axis="y", alpha=0.3, which="both")
     encoded = _png(figure)
     plt.close(figure)
     return encoded
+
+
+def _label(row: dict, column: str) -> str:
+    """The queue's name from the config when the report has it, else GROUP.QUEUE."""
+    return str(row.get(f"{column}_name") or row[column])
 
 
 def charts(report: Report) -> list[tuple[str, str]]:
@@ -99,10 +119,10 @@ def charts(report: Report) -> list[tuple[str, str]]:
     hour_labels = [_plain(r["hour"])[5:16].replace("T", " ") for r in t["per_hour"]]
     made = [
         ("Confirmed messages per queue", _bar_chart(
-            "Confirmed messages per queue", [r["target"] for r in t["per_queue"]],
+            "Confirmed messages per queue", [_label(r, "target") for r in t["per_queue"]],
             [r["messages"] for r in t["per_queue"]], "messages")),
         ("Confirmed messages per sender", _bar_chart(
-            "Confirmed messages per sender", [r["source"] for r in t["per_sender"]],
+            "Confirmed messages per sender", [_label(r, "source") for r in t["per_sender"]],
             [r["messages"] for r in t["per_sender"]], "messages")),
         ("Confirmed messages per hour (UTC)", _bar_chart(
             "Confirmed messages per hour (UTC)", hour_labels,
@@ -155,6 +175,7 @@ def _html_table(rows: list[dict]) -> str:
 def write_html(report: Report, path: Path, title: str, description: str) -> Path:
     sections = [
         f"<h1>{html.escape(title)}</h1><p class=meta>{html.escape(description)}</p>",
+        *(f"<p class=note>{html.escape(note)}</p>" for note in report.notes),
         "<h2>Totals</h2>",
         _html_table([{"figure": k, "value": v} for k, v in report.totals.items()]),
     ]
@@ -176,21 +197,46 @@ def write_html(report: Report, path: Path, title: str, description: str) -> Path
 
 
 # ------------------------------------------------------------------ terminal
+SUMMARY_FIGURES = ("confirmed", "dead_letters", "in_dqf", "in_saf", "missing", "duplicates",
+                   "possdupl", "possdupl_rate", "replayed", "corrupt_records",
+                   "correlation_missing_numbers", "correlation_duplicate_confirms")  # fmt: skip
+SUMMARY_ROWS_MAX = 12
+"""Rows of a table on the terminal; the files (--out, --json) hold them all."""
+
+
 def print_summary(report: Report, console) -> None:
+    """Totals, the reconciliation per queue and the latency, on the terminal."""
     from rich.table import Table
 
     totals = report.totals
     table = Table(title="MRS audit", show_header=True)
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for key in ("confirmed", "dead_letters", "possdupl", "possdupl_rate", "replayed",
-                "corrupt_records"):  # fmt: skip
+    for key in SUMMARY_FIGURES:
         value = totals[key]
         table.add_row(key.replace("_", " "), f"{value:.2%}" if key.endswith("rate") else
                       f"{value:,}")  # fmt: skip
-    for row in report.tables["latency"][:8]:
+    for row in report.tables["latency"][:SUMMARY_ROWS_MAX]:
         table.add_row(
-            f"latency {row['target']} p50/p95/p99 ms",
+            f"latency {_label(row, 'target')} p50/p95/p99 ms",
             f"{row['p50_ms']:.1f} / {row['p95_ms']:.1f} / {row['p99_ms']:.1f}",
         )
     console.print(table)
+    rows = report.tables["reconciliation_queue"]
+    if rows:
+        columns = ("stored", "confirmed", "dead_lettered", "in_dqf", "in_saf", "missing",
+                   "duplicates")  # fmt: skip
+        queues = Table(title="Reconciliation per queue", show_header=True)
+        queues.add_column("queue")
+        for column in columns:
+            queues.add_column(column.replace("_", " "), justify="right")
+        for row in rows[:SUMMARY_ROWS_MAX]:
+            queues.add_row(_label(row, "target"), *(f"{row[c]:,}" for c in columns))
+        console.print(queues)
+    for note in report.notes:
+        console.print(f"[yellow]note[/]: {note}")
+    if totals["missing"] or totals["duplicates"]:
+        console.print(
+            f"[bold red]{totals['missing']:,} missing, {totals['duplicates']:,} "
+            "duplicates[/]: see the gaps and duplicates tables (--out or --json)"
+        )

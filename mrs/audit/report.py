@@ -19,16 +19,31 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-TABLES = ("per_queue", "per_sender", "per_hour", "cross_group", "latency", "dead_letters")
+TABLES = (
+    "reconciliation_queue",
+    "reconciliation_sender",
+    "per_queue",
+    "per_sender",
+    "per_hour",
+    "cross_group",
+    "latency",
+    "dead_letters",
+    "gaps",
+    "duplicates",
+    "correlation",
+)
 
 
 @dataclass
 class Report:
     totals: dict
     tables: dict[str, list[dict]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """What the reader must know to read the figures (e.g. confirms not journaled)."""
 
     def as_json(self) -> dict:
-        return {"totals": _plain(self.totals), **{k: _plain(v) for k, v in self.tables.items()}}
+        tables = {k: _plain(v) for k, v in self.tables.items()}
+        return {"totals": _plain(self.totals), **tables, "notes": list(self.notes)}
 
 
 def _plain(value):
@@ -71,94 +86,206 @@ def _rows(frame) -> list[dict]:
     return [row.asDict() for row in frame.collect()]
 
 
-def compute(spark, sources: dict[str, str], since=None, until=None) -> Report:
-    """Every figure of the report (see module doc)."""
+def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table=None,
+                progress=None):  # fmt: skip
+    """The audit's one DataFrame.
+
+    Local master: every journal is read on the driver into one Arrow table (`table`,
+    or `mrs.audit.load.read_journals` here) and Spark gets it as one relation. Other
+    masters (`table` None and a master that is not local): the executors read the PCJ and
+    DLJ through the `mrs-pcj`/`mrs-dlj` formats and the driver reads the DQF and SAF
+    (a backlog, small beside the journals of what happened)."""
     from pyspark.sql import functions as F
 
-    pcj_all, dlj_all = journals(spark, sources, since, until)
-    pcj_all = pcj_all.drop("body").cache()
-    dlj_all = dlj_all.drop("body").cache()
-    pcj = pcj_all.where(F.col("corrupt").isNull())
-    dlj = dlj_all.where(F.col("corrupt").isNull())
-    corrupt = (
-        pcj_all.where(F.col("corrupt").isNotNull()).count()
-        + dlj_all.where(F.col("corrupt").isNotNull()).count()
+    from journals import Journal
+    from mrs.audit.load import read_journals
+    from mrs.audit.session import is_local
+
+    if table is None and is_local(spark.sparkContext.master):
+        table = read_journals(sources, progress=progress)
+    if table is not None:
+        table = table.select(list(SPARK_COLUMNS))
+        frame = spark.createDataFrame(table) if table.num_rows else _empty(spark)
+    else:
+        table = read_journals(sources, (Journal.SAF, Journal.DQF), progress)
+        pcj, dlj = (_reader(spark, fmt, sources).drop("body") for fmt in ("mrs-pcj", "mrs-dlj"))
+        frame = pcj.unionByName(dlj)
+        if table.num_rows:
+            frame = frame.unionByName(spark.createDataFrame(table))
+    if since is not None or until is not None:
+        moment = F.when(F.col("journal") == "pcj", F.col("confirm_time")).when(
+            F.col("journal") == "dlj", F.col("written_time")
+        )
+        backlog = F.col("journal").isin("dqf", "saf")
+        inside = F.lit(True)
+        if since is not None:
+            inside = inside & (moment >= F.lit(since))
+        if until is not None:
+            inside = inside & (moment < F.lit(until))
+        frame = frame.where(backlog | inside)
+    frame = frame.select(*SPARK_COLUMNS)
+    return frame.cache()  # read by two jobs: converted from Arrow once
+
+
+SPARK_COLUMNS = ("journal", "group", "seq", "source", "source_group", "target", "target_group",
+                 "put_time", "confirm_time", "written_time", "possdupl", "replayed_from",
+                 "body_size", "dead_letter_reason", "correlation_id", "corrupt")  # fmt: skip
+"""What the report's queries read: Spark is handed no other column."""
+
+
+def _empty(spark):
+    from mrs.audit.load import AUDIT_SCHEMA
+    from mrs.audit.source import SPARK_SCHEMA
+
+    schema = SPARK_SCHEMA.__class__(
+        [f for f in SPARK_SCHEMA.fields if f.name in AUDIT_SCHEMA.names]
     )
-    totals = _totals(pcj, dlj, corrupt)
-    tables = _tables(pcj, dlj)
-    pcj_all.unpersist()
-    dlj_all.unpersist()
-    return Report(totals, tables)
+    return spark.createDataFrame([], schema)
 
 
-def _totals(pcj, dlj, corrupt: int) -> dict:
-    """The `totals` figure: one aggregation over the sound PCJ rows, plus counts."""
-    from pyspark.sql import functions as F
+def compute(spark, sources: dict[str, str], since=None, until=None, *, table=None,
+            names: dict[str, str] | None = None, progress=None) -> Report:  # fmt: skip
+    """Every figure of the report (see module doc), in two Spark jobs."""
+    from mrs.audit import reconcile
+    from mrs.audit.load import unjournaled_confirm_notes
 
-    summary = pcj.agg(
-        F.count(F.lit(1)).alias("confirmed"),
-        F.sum(F.col("possdupl").cast("long")).alias("possdupl"),
-        F.count("replayed_from").alias("replayed"),
-        F.min("confirm_time").alias("first_confirm"),
-        F.max("confirm_time").alias("last_confirm"),
-        F.sum("body_size").alias("body_bytes"),
-    ).collect()[0]
-    confirmed = summary["confirmed"]
+    say = progress or (lambda _text: None)
+    frame = audit_frame(spark, sources, since, until, table=table, progress=progress)
+    say("counting per queue, sender, hour; latency")
+    counts = _rows(spark.sql(_COUNTS_SQL, frame=frame))
+    latency = _latency(counts)
+    say("sequence gaps and duplicates; correlation ids")
+    sequence, correlation = reconcile.check_rows(spark, frame)
+    checks = reconcile.sequence_checks(sequence)
+    report = assemble(counts, latency, checks, correlation)
+    report.notes.extend(unjournaled_confirm_notes(sources))
+    if names:
+        name_addresses(report, names)
+    return report
+
+
+_COUNTS_SQL = """
+SELECT 'fine' AS kind, journal, bad, source, target, source_group, target_group,
+       dead_letter_reason, NULL AS hour, count(1) AS n,
+       sum(CAST(possdupl AS INT)) AS possdupl, count(replayed_from) AS replayed,
+       min(confirm_time) AS first_confirm, max(confirm_time) AS last_confirm,
+       sum(body_size) AS body_bytes,
+       NULL AS p50_ms, NULL AS p95_ms, NULL AS p99_ms, NULL AS max_ms
+FROM (SELECT *, corrupt IS NOT NULL AS bad FROM {frame})
+GROUP BY journal, bad, source, target, source_group, target_group, dead_letter_reason
+UNION ALL
+SELECT 'hour', 'pcj', false, NULL, NULL, NULL, NULL, NULL, date_trunc('hour', confirm_time),
+       count(1), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM {frame} WHERE journal = 'pcj' AND corrupt IS NULL
+GROUP BY date_trunc('hour', confirm_time)
+UNION ALL
+SELECT 'latency', 'pcj', false, NULL, target, NULL, NULL, NULL, NULL, count(1), NULL, NULL,
+       NULL, NULL, NULL, percentile(latency_ms, 0.5), percentile(latency_ms, 0.95),
+       percentile(latency_ms, 0.99), max(latency_ms)
+FROM (SELECT target, CAST(unix_micros(confirm_time) - unix_micros(put_time) AS DOUBLE) / 1000.0
+               AS latency_ms
+      FROM {frame} WHERE journal = 'pcj' AND corrupt IS NULL)
+GROUP BY target
+"""
+"""One job for every count and the latency, three aggregations side by side: the
+fine grain (journal, sender, queue, groups, reason) that totals, per_queue,
+per_sender, cross_group, dead_letters and the reconciliation are summed from on the
+driver; the confirm hour for per_hour; the target queue for the exact latency
+percentiles (linear interpolation, as Spark's `percentile`)."""
+
+
+def _latency(counts: list[dict]) -> list[dict]:
+    rows = [r for r in counts if r["kind"] == "latency"]
+    keys = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
+    rows = [{"target": r["target"], "messages": r["n"], **{k: r[k] for k in keys}}
+            for r in rows]  # fmt: skip
+    return sorted(rows, key=lambda r: _order(r["target"]))
+
+
+def _tally(rows: list[dict], key) -> list[tuple]:
+    found: dict = {}
+    for row in rows:
+        found[key(row)] = found.get(key(row), 0) + row["n"]
+    return sorted(found.items(), key=lambda item: _order(item[0]))
+
+
+def _order(key) -> tuple:
+    """Sort keys that may hold None (last) beside values of one type."""
+    values = key if isinstance(key, tuple) else (key,)
+    return tuple((v is None, 0 if v is None else v) for v in values)
+
+
+def assemble(counts: list[dict], latency: list[dict], checks: dict, correlation: list[dict]):
+    """The report from the jobs' small results (no Spark here)."""
+    from mrs.audit import reconcile
+    from mrs.limits import AUDIT_LISTED_MAX
+
+    fine = [r for r in counts if r["kind"] == "fine"]
+    sound = [r for r in fine if not r["bad"]]
+    pcj = [r for r in sound if r["journal"] == "pcj"]
+    dlj = [r for r in sound if r["journal"] == "dlj"]
+    hours = [r for r in counts if r["kind"] == "hour"]
+    tables = {
+        "per_queue": [{"target": k, "messages": n} for k, n in _tally(pcj, lambda r: r["target"])],
+        "per_sender": [{"source": k, "messages": n} for k, n in _tally(pcj, lambda r: r["source"])],
+        "per_hour": [{"hour": k, "messages": n} for k, n in _tally(hours, lambda r: r["hour"])
+                     if k is not None],  # fmt: skip
+        "cross_group": [{"source_group": k[0], "target_group": k[1], "messages": n}
+                        for k, n in _tally(pcj, lambda r: (r["source_group"],
+                                                           r["target_group"]))],  # fmt: skip
+        "latency": latency,
+        "dead_letters": sorted(
+            ({"dead_letter_reason": k, "messages": n}
+             for k, n in _tally(dlj, lambda r: r["dead_letter_reason"])),
+            key=lambda r: (-r["messages"], str(r["dead_letter_reason"]))),  # fmt: skip
+        "reconciliation_queue": reconcile.reconciliation(
+            sound, checks, "target", checks["missing_by_queue"]),
+        "reconciliation_sender": reconcile.reconciliation(
+            sound, checks, "source", checks["missing_by_sender"]),
+        "gaps": checks["gaps"][: AUDIT_LISTED_MAX],
+        "duplicates": checks["duplicates"][: AUDIT_LISTED_MAX],
+        "correlation": correlation,
+    }  # fmt: skip
+    return Report(_totals(fine, pcj, dlj, sound, checks, correlation), tables)
+
+
+def _totals(fine, pcj, dlj, sound, checks, correlation) -> dict:
+    confirmed = sum(r["n"] for r in pcj)
+    possdupl = sum(r["possdupl"] or 0 for r in pcj)
+    firsts = [r["first_confirm"] for r in pcj if r["first_confirm"] is not None]
+    lasts = [r["last_confirm"] for r in pcj if r["last_confirm"] is not None]
     return {
         "confirmed": confirmed,
-        "dead_letters": dlj.count(),
-        "possdupl": summary["possdupl"] or 0,
-        "possdupl_rate": (summary["possdupl"] or 0) / confirmed if confirmed else 0.0,
-        "replayed": summary["replayed"],
-        "corrupt_records": corrupt,
-        "body_bytes": summary["body_bytes"] or 0,
-        "first_confirm": summary["first_confirm"],
-        "last_confirm": summary["last_confirm"],
+        "dead_letters": sum(r["n"] for r in dlj),
+        "possdupl": possdupl,
+        "possdupl_rate": possdupl / confirmed if confirmed else 0.0,
+        "replayed": sum(r["replayed"] for r in pcj),
+        "corrupt_records": sum(r["n"] for r in fine if r["bad"]),
+        "body_bytes": sum(r["body_bytes"] or 0 for r in pcj),
+        "first_confirm": min(firsts, default=None),
+        "last_confirm": max(lasts, default=None),
+        "in_dqf": sum(r["n"] for r in sound if r["journal"] == "dqf"),
+        "in_saf": sum(r["n"] for r in sound if r["journal"] == "saf"),
+        "missing": sum(checks["missing_by_sender"].values()) + checks["unattributed"],
+        "missing_unattributed": checks["unattributed"],
+        "gaps": len(checks["gaps"]),
+        "duplicates": len(checks["duplicates"]),
+        "checks_truncated": checks["truncated"],
+        "correlation_missing_numbers": sum(r["missing_numbers"] for r in correlation),
+        "correlation_duplicate_confirms": sum(r["duplicate_confirms"] for r in correlation),
     }
 
 
-def _tables(pcj, dlj) -> dict[str, list[dict]]:
-    """The small tables (TABLES), each collected to the driver."""
-    from pyspark.sql import functions as F
+NAMED_COLUMNS = ("target", "source", "sender", "queue")
 
-    latency_ms = (
-        F.unix_micros("confirm_time") - F.unix_micros("put_time")
-    ).cast("double") / 1000.0
-    return {
-        "per_queue": _rows(
-            pcj.groupBy("target").agg(F.count(F.lit(1)).alias("messages")).orderBy("target")
-        ),
-        "per_sender": _rows(
-            pcj.groupBy("source").agg(F.count(F.lit(1)).alias("messages")).orderBy("source")
-        ),
-        "per_hour": _rows(
-            pcj.groupBy(F.date_trunc("hour", "confirm_time").alias("hour"))
-            .agg(F.count(F.lit(1)).alias("messages"))
-            .orderBy("hour")
-        ),
-        "cross_group": _rows(
-            pcj.groupBy("source_group", "target_group")
-            .agg(F.count(F.lit(1)).alias("messages"))
-            .orderBy("source_group", "target_group")
-        ),
-        "latency": _rows(
-            pcj.withColumn("latency_ms", latency_ms)
-            .groupBy("target")
-            .agg(
-                F.count(F.lit(1)).alias("messages"),
-                F.percentile("latency_ms", F.lit(0.5)).alias("p50_ms"),
-                F.percentile("latency_ms", F.lit(0.95)).alias("p95_ms"),
-                F.percentile("latency_ms", F.lit(0.99)).alias("p99_ms"),
-                F.max("latency_ms").alias("max_ms"),
-            )
-            .orderBy("target")
-        ),
-        "dead_letters": _rows(
-            dlj.groupBy("dead_letter_reason")
-            .agg(F.count(F.lit(1)).alias("messages"))
-            .orderBy(F.desc("messages"), "dead_letter_reason")
-        ),
-    }
+
+def name_addresses(report: Report, names: dict[str, str]) -> None:
+    """Beside each GROUP.QUEUE column, its `_name` from the config (GROUP.NAME)."""
+    for rows in report.tables.values():
+        for row in rows:
+            for column in NAMED_COLUMNS:
+                if column in row and isinstance(row[column], str | type(None)):
+                    row[f"{column}_name"] = names.get(row[column] or "", row[column])
 
 
 def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,

@@ -10,6 +10,7 @@ lmdb and msgpack installed (and the journal paths readable).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -59,8 +60,30 @@ def is_local(master: str) -> bool:
     return master.startswith("local")
 
 
-def build_session(master: str = "local[*]", app_name: str = "mrs audit", conf=None):
-    """Start (or get) a SparkSession on `master` with the mrs formats registered."""
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+"""What every audit session is started with. Why each: no web UI, no console
+progress bar and no Hive catalog (each costs start time and writes `metastore_db/`
+or `spark-warehouse/` into the current directory); Arrow between Python and the JVM
+(the journal is handed to Spark as one Arrow table, `mrs.audit.load`)."""
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""A short-lived local job: the C1 compiler alone warms up sooner, and the serial
+collector starts no GC threads on a machine with few cores (benchmarks/README.md)."""
+
+
+def build_session(master: str = "local[2]", app_name: str = "mrs audit", conf=None,
+                  log_path: Path | None = None):  # fmt: skip
+    """Start (or get) a SparkSession on `master` with the mrs formats registered.
+
+    `log_path`: the JVM's own stderr (its banner, its log lines, the Python workers'
+    tracebacks) goes to this file instead of the terminal."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -68,29 +91,51 @@ def build_session(master: str = "local[*]", app_name: str = "mrs audit", conf=No
     from mrs.audit import register
 
     for name in ("py4j", "matplotlib"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     java_options = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.driver.extraJavaOptions", java_options)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-        .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
-    )
-    for key, value in (conf or {}).items():
+    if is_local(master):
+        java_options += f" {JVM_OPTIONS}"
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {
+        **SESSION_CONF,
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.sql.shuffle.partitions": "2" if is_local(master) else "8",
+        # Adaptive execution re-plans each job after its shuffle: on one machine with
+        # two partitions that costs more CPU than it saves (1.4 of 6 CPU-s, 10k rows).
+        "spark.sql.adaptive.enabled": "false" if is_local(master) else "true",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        **(conf or {}),
+    }
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _stderr_to(log_path):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if not is_local(master):
         ship_code(spark)
     register(spark)
     return spark
+
+
+@contextlib.contextmanager
+def _stderr_to(log_path: Path | None):
+    """File descriptor 2 points at `log_path` while the JVM starts, so the JVM (and
+    every process it starts) keeps that file as its stderr; ours is put back after."""
+    if log_path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(log_fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log_fd)
 
 
 def ship_code(spark) -> Path:

@@ -406,6 +406,22 @@ def test_journal_tools(pasted) -> None:
     assert restore and redrive
 
 
+def test_audit(pasted) -> None:
+    """audit.md's "Was anything lost?": group 1 of the example bus after the quickstart
+    (one confirmed message), the page's put of INV-0042 (left in the DQF), one Spark
+    audit with --out and --json, then the blocks that read its output and the trail."""
+    page = pasted("audit.md")
+    page.run("sh", "cp docs/examples/bus.toml .")
+    page.serve("mrs serve --config bus.toml --group 1 &")
+    page.run("sh", "python docs/examples/quickstart.py 127.0.0.1:7001")
+    _put, reconciliation, gaps, correlation, trail, files = page.run_all()
+    assert "'stored': 2, 'confirmed': 1" in reconciliation and "1.ORDERS" in reconciliation
+    assert gaps.startswith("missing 0 duplicates 0")
+    assert "INV- 1 0 0" in correlation
+    assert "put by 1.SENDER to 1.ORDERS" in trail and "stored in DQF" in trail
+    assert "report.html" in files and "reconciliation_queue.parquet" in files
+
+
 def test_client_library(pasted) -> None:
     """Against the example bus's group 1 with one message waiting on ORDERS for the
     blocking client to get and confirm, then the GC-tuned producer's 1,000 puts."""
@@ -439,6 +455,7 @@ def test_index(pasted) -> None:
 
 PASTED_BY = {
     "architecture.md": test_architecture,
+    "audit.md": test_audit,
     "client-library.md": test_client_library,
     "configuration.md": test_configuration,
     "getting-started.md": test_getting_started,

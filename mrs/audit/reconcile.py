@@ -1,0 +1,248 @@
+"""Was anything lost? The reconciliation, the gap and duplicate checks, the trail.
+
+Every journal of every group read (SAF, DQF, DLJ, PCJ, `mrs.audit.load`) holds each
+recoverable message in exactly one place at a time: waiting to cross a link (SAF),
+waiting for its receiver (DQF), dead-lettered (DLJ) or confirmed (PCJ). So:
+
+- **reconciliation** per queue and per sender: stored = confirmed + dead-lettered +
+  in DQF + in SAF + missing;
+- **missing** comes from the sequence numbers. A seq is `group | counter` and each
+  group hands its counters out in order, so between two journaled messages of the
+  same sender a counter that no journal of any group holds is a message stored and
+  then lost (a deleted DQF record, a lost disk). Such a gap is charged to the sender
+  on both sides (and to the queue, if both sides went to the same queue); other gaps
+  are `unattributed`. A counter is also unused when a put was not recoverable
+  (memory modes are never journaled), was refused after it got its seq, or when the
+  group restarted (it skips the rest of its reserved block): a gap is a lead to
+  follow, the trail and the group's log say which;
+- **duplicates**: a seq held in more than one place (the same message twice);
+- **correlation ids**: per id prefix (the id without its trailing digits), how
+  many numbers are missing between the first and the last, and how
+  many ids were confirmed more than once;
+- **trail**: every record of one correlation id (put, deliveries, confirm or dead
+  letter) and the records that replay them (jplay).
+
+Both checks are one Spark job over the audit's one DataFrame; only the rows that show a
+problem come back to the driver, at most `mrs.limits.AUDIT_CHECK_ROWS_MAX`.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mrs.limits import AUDIT_CHECK_ROWS_MAX as CHECK_ROWS_MAX
+
+SEQ_GROUP_SHIFT = 49
+"""A seq is group (high bits) | counter (mrs.core.seqspace.GROUP_SHIFT)."""
+
+_SEQUENCE_SQL = """
+SELECT seq, source, target, place, next_seq, next_source, next_target, next_place FROM (
+  SELECT seq, source, target, place,
+         lead(seq) OVER w AS next_seq, lead(source) OVER w AS next_source,
+         lead(target) OVER w AS next_target, lead(place) OVER w AS next_place
+  FROM (SELECT seq, source, target, concat(journal, ':', `group`) AS place
+        FROM {frame} WHERE corrupt IS NULL)
+  WINDOW w AS (PARTITION BY shiftright(seq, {shift}) ORDER BY seq, place))
+WHERE next_seq = seq OR next_seq > seq + 1
+LIMIT {limit}
+"""
+
+
+_SEQUENCE_COLUMNS = ("seq", "source", "target", "place", "next_seq", "next_source",
+                     "next_target", "next_place")  # fmt: skip
+_CORRELATION_COLUMNS = ("prefix", "senders", "source", "messages", "numbers", "first_number",
+                        "last_number", "confirmed", "confirmed_ids")  # fmt: skip
+
+
+def check_rows(spark, frame) -> tuple[list[dict], list[dict]]:
+    """One job for both checks: (sequence rows: the neighbour pairs that are a
+    duplicate or a gap; correlation rows: per id prefix). The two result shapes
+    travel as JSON in one column of one union, so Spark schedules one job."""
+    import json
+
+    sequence = _SEQUENCE_SQL.format(frame="{frame}", shift=SEQ_GROUP_SHIFT,
+                                    limit=CHECK_ROWS_MAX + 1)  # fmt: skip
+    correlation = _CORRELATION_SQL.format(frame="{frame}", limit=CHECK_ROWS_MAX)
+    query = (
+        f"SELECT 'sequence' AS kind, to_json(struct(*)) AS row FROM ({sequence})\n"
+        f"UNION ALL\nSELECT 'correlation', to_json(struct(*)) FROM ({correlation})"
+    )
+    found: dict[str, list[dict]] = {"sequence": [], "correlation": []}
+    for kind, text in spark.sql(query, frame=frame).collect():
+        found[kind].append(json.loads(text))
+    sequence_rows = [{c: row.get(c) for c in _SEQUENCE_COLUMNS} for row in found["sequence"]]
+    correlation_rows = [_correlation_row({c: row.get(c) for c in _CORRELATION_COLUMNS})
+                        for row in found["correlation"]]  # fmt: skip
+    correlation_rows.sort(key=lambda row: row["prefix"])
+    return sequence_rows, correlation_rows
+
+
+def sequence_checks(rows: list[dict]) -> dict:
+    """Gaps and duplicates from `sequence_rows`: per sender, per queue, listed."""
+    gaps_by_sender: collections.Counter[str] = collections.Counter()
+    missing_by_sender: collections.Counter[str] = collections.Counter()
+    missing_by_queue: collections.Counter[str] = collections.Counter()
+    unattributed = 0
+    gaps: list[dict] = []
+    places: dict[int, dict] = {}
+    for row in rows[:CHECK_ROWS_MAX]:
+        seq, next_seq = row["seq"], row["next_seq"]
+        if next_seq == seq:
+            found = places.setdefault(seq, {"seq": seq, "source": row["source"],
+                                            "target": row["target"], "places": []})  # fmt: skip
+            for place in (row["place"], row["next_place"]):
+                if place not in found["places"]:
+                    found["places"].append(place)
+            continue
+        missing = next_seq - seq - 1
+        sender = row["source"] if row["source"] == row["next_source"] else None
+        queue = row["target"] if sender and row["target"] == row["next_target"] else None
+        if sender is None:
+            unattributed += missing
+        else:
+            gaps_by_sender[sender] += 1
+            missing_by_sender[sender] += missing
+            if queue is not None:
+                missing_by_queue[queue] += missing
+        gaps.append({"after_seq": seq, "before_seq": next_seq, "missing": missing,
+                     "sender": sender, "queue": queue})  # fmt: skip
+    duplicates = sorted(places.values(), key=lambda d: d["seq"])
+    for found in duplicates:
+        found["places"] = ", ".join(found["places"])
+    return {
+        "missing_by_sender": dict(missing_by_sender),
+        "gaps_by_sender": dict(gaps_by_sender),
+        "missing_by_queue": dict(missing_by_queue),
+        "unattributed": unattributed,
+        "gaps": gaps,
+        "duplicates": duplicates,
+        "truncated": len(rows) > CHECK_ROWS_MAX,
+    }
+
+
+_CORRELATION_SQL = """
+SELECT prefix, count(DISTINCT source) AS senders, min(source) AS source,
+       sum(copies) AS messages, count(1) AS numbers,
+       min(number) AS first_number, max(number) AS last_number,
+       sum(confirmed) AS confirmed,
+       sum(CASE WHEN confirmed > 0 THEN 1 ELSE 0 END) AS confirmed_ids
+FROM (SELECT prefix, number, min(source) AS source, count(1) AS copies,
+             sum(CASE WHEN journal = 'pcj' THEN 1 ELSE 0 END) AS confirmed
+      FROM (SELECT source, journal, substring(id, 1, length(id) - length(digits)) AS prefix,
+                   try_cast(digits AS BIGINT) AS number
+            FROM (SELECT source, journal, id, regexp_extract(id, '([0-9]*)$', 1) AS digits
+                  FROM (SELECT source, journal, CAST(correlation_id AS STRING) AS id
+                        FROM {frame}
+                        WHERE corrupt IS NULL AND correlation_id IS NOT NULL
+                              AND length(correlation_id) > 0)))
+      GROUP BY prefix, number)
+GROUP BY prefix
+LIMIT {limit}
+"""
+"""Two steps: per id (prefix, number) its copies and confirms, then per prefix. An id
+without trailing digits is its own prefix with no number (one group per id)."""
+
+
+def _correlation_row(row: dict) -> dict:
+    """A correlation prefix's row with what it implies: per prefix, numbers seen and
+    confirms (`source` is its first sender, `senders` how many sent ids of it)."""
+    numbered = row["first_number"] is not None
+    span = row["last_number"] - row["first_number"] + 1 if numbered else 0
+    row["missing_numbers"] = span - row["numbers"] if numbered else 0
+    row["duplicate_confirms"] = row["confirmed"] - row["confirmed_ids"]
+    return row
+
+
+def reconciliation(counts: list[dict], checks: dict, key: str, missing: dict) -> list[dict]:
+    """Per `key` (target or source): stored vs confirmed vs dead-lettered vs still in
+    the DQF or SAF vs missing, from the fine-grained counts of the sound records."""
+    table: dict[str, dict] = {}
+    column = {"pcj": "confirmed", "dlj": "dead_lettered", "dqf": "in_dqf", "saf": "in_saf"}
+    for row in counts:
+        name = row[key]
+        entry = table.setdefault(name, {key: name, "confirmed": 0, "dead_lettered": 0,
+                                        "in_dqf": 0, "in_saf": 0})  # fmt: skip
+        entry[column[row["journal"]]] += row["n"]
+    duplicates = collections.Counter(d[key] for d in checks["duplicates"])
+    for name in missing:
+        table.setdefault(name, {key: name, "confirmed": 0, "dead_lettered": 0,
+                                "in_dqf": 0, "in_saf": 0})  # fmt: skip
+    rows = []
+    for name in sorted(table, key=_address_order):
+        entry = table[name]
+        entry["missing"] = missing.get(name, 0)
+        entry["duplicates"] = duplicates.get(name, 0)
+        entry["stored"] = (entry["confirmed"] + entry["dead_lettered"] + entry["in_dqf"]
+                           + entry["in_saf"] + entry["missing"] - entry["duplicates"])  # fmt: skip
+        rows.append({key: name, "stored": entry["stored"], **{
+            k: entry[k] for k in ("confirmed", "dead_lettered", "in_dqf", "in_saf",
+                                  "missing", "duplicates")}})  # fmt: skip
+    return rows
+
+
+def _address_order(address: str) -> tuple:
+    parts = str(address).split(".")
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+# ---------------------------------------------------------------------- trail
+_TRAIL_COLUMNS = ("journal", "group", "seq", "source", "target", "put_time", "written_time",
+                  "confirm_time", "confirm_value", "deliveries", "possdupl", "replayed_from",
+                  "dead_letter_reason", "delivery_mode", "uma")  # fmt: skip
+
+
+def trail(table: pa.Table, correlation_id: bytes) -> list[dict]:
+    """Every event of the messages with this correlation id, oldest first: each
+    record's put, its place now (SAF, DQF), its deliveries and confirm or its dead
+    letter, and every record that replays one of them (jplay)."""
+    mine = table.filter(pc.equal(table["correlation_id"], pa.scalar(correlation_id, pa.binary())))
+    places = {f"{r['journal']}:{r['group']}:{r['seq']}" for r in mine.to_pylist()}
+    replays = table.filter(pc.is_in(table["replayed_from"], pa.array(sorted(places), pa.string())))
+    records = mine.select(list(_TRAIL_COLUMNS)).to_pylist()
+    records += [r for r in replays.select(list(_TRAIL_COLUMNS)).to_pylist()
+                if f"{r['journal']}:{r['group']}:{r['seq']}" not in places]  # fmt: skip
+    events: list[dict] = []
+    for record in records:
+        events.extend(_events(record))
+    epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    events.sort(key=lambda e: (e["time"] or epoch, e["seq"], e["order"]))
+    for event in events:
+        del event["order"]
+    return events
+
+
+def _events(record: dict) -> list[dict]:
+    """The events one record tells: put, then where it is or how it ended."""
+    base = {"seq": record["seq"], "group": record["group"], "journal": record["journal"]}
+    put = f"put by {record['source']} to {record['target']} ({record['delivery_mode']}, " \
+          f"UMA {record['uma']})"  # fmt: skip
+    if record["replayed_from"]:
+        put = f"replay of {record['replayed_from']}: " + put
+    events = [{**base, "time": record["put_time"], "event": "put", "detail": put, "order": 0}]
+    journal = record["journal"]
+    if journal == "saf":
+        detail = f"in group {record['group']}'s SAF, waiting for the link to its target"
+        events.append({**base, "time": record["written_time"], "event": "stored in SAF",
+                       "detail": detail, "order": 1})  # fmt: skip
+    elif journal == "dqf":
+        detail = f"in group {record['group']}'s DQF, not yet confirmed"
+        events.append({**base, "time": record["written_time"], "event": "stored in DQF",
+                       "detail": detail, "order": 1})  # fmt: skip
+    elif journal == "dlj":
+        detail = f"dead-lettered in group {record['group']}: {record['dead_letter_reason']}"
+        events.append({**base, "time": record["written_time"], "event": "dead letter",
+                       "detail": detail, "order": 2})  # fmt: skip
+    else:
+        delivered = record["deliveries"]
+        times = f"{delivered} time(s)" if delivered is not None else "(count not recorded)"
+        note = ", POSSDUPL" if record["possdupl"] else ""
+        events.append({**base, "time": record["confirm_time"], "event": "delivered",
+                       "detail": f"handed out {times}{note}", "order": 1})  # fmt: skip
+        events.append({**base, "time": record["confirm_time"], "event": "confirm",
+                       "detail": f"confirmed in group {record['group']} with value "
+                                 f"{record['confirm_value']}", "order": 2})  # fmt: skip
+    return events
