@@ -313,3 +313,17 @@ RECEIPTS_PER_PEER_MAX = 10_000
 """Notices kept for one group whose link is down (beyond: dropped, and logged)."""
 RECEIPTS_PER_FRAME_MAX = 512
 """Receipts in one link frame at most."""
+ADMIN_ACTION_CHARS_MAX = 32
+"""Characters of an AdminRequest's action name (`browse`, `purge`, `move`, ...)."""
+ADMIN_BROWSE_MESSAGES_MAX = 1000
+"""Messages one `mrs admin browse` shows at most (`--limit`): a look, not a dump."""
+ADMIN_BROWSE_DEFAULT = 20
+"""Messages `mrs admin browse` shows without `--limit`."""
+ADMIN_PREVIEW_BYTES_MAX = 64
+"""Bytes of each body a browse shows (as text or hex), so a browse frame stays small."""
+ADMIN_MOVE_MESSAGES_MAX = 500
+"""Messages one AdminRequest `move` (or `purge`) takes at most: the command repeats the
+request until the queue is empty, so a crash of either side leaves at most this many
+in one request's commits, each message in one transaction of its own."""
+ADMIN_REQUEST_WAIT_S = 60.0
+"""How long a client waits for an AdminRequest's answer (a move's commits included)."""

@@ -15,7 +15,7 @@ byte).
 
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
 from them, and their wording), `base` (the event base class), `events`,
-`lookup_events` and `link_events` (the events), `explain` (why a refused frame was
+`lookup_events`, `admin_events` and `link_events` (the events), `explain` (why a refused frame was
 refused, naming the field), `connection` (the state machine). The I/O half is
 `mrs.transport.framed`.
 
@@ -30,12 +30,12 @@ side     state    event                                           becomes
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
                   StatusRequest, Locate, ShowPending, CancelGet,
-                  GiveBack, Ping, Pong
+                  GiveBack, AdminRequest, Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
                   Confirmed, AnswerBatch, StatusReply, Located,
-                  PendingCounts, Failure, Ping, Pong
+                  PendingCounts, AdminReply, Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -59,6 +59,7 @@ Layer: may import only the root vocabulary (`mrs.errors`, `mrs.limits`, `mrs.mod
 and `core`; sockets live in `transport`.
 """
 
+from mrs.protocol.admin_events import AdminReply, AdminRequest
 from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION
 from mrs.protocol.connection import (
     CLIENT,
@@ -128,6 +129,8 @@ from mrs.protocol.link_events import (
 )
 
 __all__ = [
+    "AdminReply",
+    "AdminRequest",
     "CLIENT",
     "CLIENT_EVENTS",
     "CLIENT_SAF_BACKLOG_HEADER",

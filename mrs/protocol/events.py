@@ -13,6 +13,7 @@ from mrs.limits import (
     PUT_BATCH_ITEMS_MAX,
     READ_AHEAD_MAX,
 )
+from mrs.protocol.admin_events import ADMIN_REPLIES, ADMIN_REQUESTS, AdminReply, AdminRequest
 from mrs.protocol.base import EventStruct, finish
 from mrs.protocol.fields import (
     I32,
@@ -313,6 +314,7 @@ CLIENT_EVENTS = (
     ShowPending,
     CancelGet,
     GiveBack,
+    *ADMIN_REQUESTS,
     *LINK_EVENTS,
     *HEARTBEAT_EVENTS,
 )
@@ -329,6 +331,7 @@ SERVER_EVENTS = (
     PendingCounts,
     Failure,
     Fatal,
+    *ADMIN_REPLIES,
     *LINK_EVENTS,
     *HEARTBEAT_EVENTS,
 )
@@ -364,6 +367,8 @@ Event = (
     | GiveBack
     | Ping
     | Pong
+    | AdminRequest
+    | AdminReply
 )
 
 finish(

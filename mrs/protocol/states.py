@@ -12,6 +12,7 @@ from typing import Any, Union
 
 import msgspec
 
+from mrs.protocol.admin_events import ADMIN_REPLIES, ADMIN_REQUESTS
 from mrs.protocol.events import (
     CLIENT_EVENTS,
     HEARTBEAT_EVENTS,
@@ -113,6 +114,7 @@ _REQUESTS = dict.fromkeys(
         CancelGet,
         GiveBack,
     )
+    + ADMIN_REQUESTS
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
@@ -130,6 +132,7 @@ _REPLIES = dict.fromkeys(
         PendingCounts,
         Failure,
     )
+    + ADMIN_REPLIES
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
@@ -173,6 +176,7 @@ _REQUEST_KIND = {
             LinkTransfer,
             LinkNotice,
             LinkPendingQuery,
+            *ADMIN_REQUESTS,
         ),
         _ASKS,
     ),
@@ -189,6 +193,7 @@ _REQUEST_KIND = {
             Failure,
             LinkAck,
             LinkPendingCounts,
+            *ADMIN_REPLIES,
         ),
         _ANSWERS,
     ),
