@@ -55,6 +55,8 @@ log = logging.getLogger("mrs.admin")
 
 JOURNAL_FILE_NAME = "admin-journal.jsonl"
 """The admin journal in the group's data directory: one JSON object per line."""
+PURGED_HEADER = "purged"
+"""Header a purged message's DLJ record carries: who purged it and why."""
 MOVED_HEADER = "moved"
 """Header a moved message carries: where it came from, its old seq, who moved it."""
 
@@ -308,7 +310,8 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
                 group.dqf.load_body(queue, entry)
             record = record_from_entry(entry, written_time_ns=now_ns)
             record.reason = int(Status.MSGUNDEL)
-            record.extra["admin"] = {"action": "purge", "by": who, "reason": reason}
+            purged = {"by": who, "reason": reason}  # in the headers: `mrs dump` shows them
+            record.extra["headers"] = {**(entry.headers or {}), PURGED_HEADER: purged}
             batch.put_record(Journal.DLJ, seq_key(entry.seq), record)
         batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
     summary = {
