@@ -100,7 +100,7 @@ async def _run(args: argparse.Namespace) -> int:
         raise
     except Exception as error:  # noqa: BLE001 - the group's answer, as one line
         message = getattr(error, "message", None) or str(error)
-        raise CommandError(f"admin {args.admin_command}: {message}", EXIT_RUNTIME) from None
+        raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
 
 
 def _group_id(args: argparse.Namespace, bus: Any) -> int:
@@ -178,8 +178,16 @@ def _print_table(command: str, result: dict) -> None:
         console.print(table)
     elif command == "connections":
         table = Table(title="connections", title_justify="left")
-        for column in ("peer", "principal", "program", "queue", "unconf", "fly", "age s"):
-            table.add_column(column, overflow="ellipsis", no_wrap=True)
+        for column, width in (
+            ("peer", 21),
+            ("who", 10),
+            ("program", 14),
+            ("queue", 8),
+            ("unc", 3),
+            ("fly", 3),
+            ("age s", 5),
+        ):
+            table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
         for row in result["connections"]:
             table.add_row(
                 row["peer"] + (" *" if row["self"] else ""),

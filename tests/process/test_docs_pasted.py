@@ -437,6 +437,17 @@ def test_index(pasted) -> None:
     assert " passed" in rules
 
 
+def test_operations_admin(pasted) -> None:
+    """operations.md, "Acting on queues": its transcript's commands against group 1 of
+    the example bus (a `console` block: the page has no pasteable block of its own)."""
+    page = pasted("operations.md")
+    page.serve_examples()
+    [transcript] = blocks(page.page, "Acting on queues", "console")
+    output = page.run("sh", console_commands(transcript))
+    assert "order 2 (7 B)" in output and "moved 3 from 1.10 to 1.16" in output
+    assert "3 to the DLJ" in output and "\n3\n" in output and "exit 1" in output
+
+
 PASTED_BY = {
     "architecture.md": test_architecture,
     "client-library.md": test_client_library,
