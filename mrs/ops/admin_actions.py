@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from journals import CorruptRecord, Journal, JournalError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
+from mrs.config.rewrite import with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
 from mrs.group.queues import Entry, TargetQueue
@@ -43,13 +44,14 @@ from mrs.limits import (
     ADMIN_MOVE_MESSAGES_MAX,
     ADMIN_PREVIEW_BYTES_MAX,
 )
-from mrs.model import Address, Status
+from mrs.model import DEAD_LETTER_QUEUE, Address, Status
 from mrs.security import permissions as rules
 
 if TYPE_CHECKING:
-    from mrs.config.bus import GroupConfig
+    from mrs.config.bus import BusConfig, GroupConfig
     from mrs.group import Group
     from mrs.security.authority import Authority
+    from mrs.security.gate import Gate
 
 log = logging.getLogger("mrs.admin")
 
@@ -81,6 +83,10 @@ class AdminServer(Protocol):
     def authority(self) -> Authority | None: ...
     @property
     def sessions(self) -> Iterable[Any]: ...
+    @property
+    def bus(self) -> BusConfig: ...
+    @property
+    def gate(self) -> Gate | None: ...
 
 
 class AdminActions:
@@ -144,6 +150,37 @@ class AdminActions:
             who = session.principal or "(unauthenticated)"
             self.journal(session, action, {"queue": _name(queue)}, {"refused": problem})
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+
+    def check_right(self, session: AdminSession, action: str, right: str) -> None:
+        """Under [auth]: the admin right `right` (e.g. config for add-queue)."""
+        authority = self.server.authority
+        if authority is None:
+            return
+        problem = rules.may_admin(authority.permissions(session.principal), right)
+        if problem is not None:
+            self.journal(session, action, {}, {"refused": problem})
+            who = session.principal or "(unauthenticated)"
+            raise Refused(Status.NOTAUTHORIZED, f"{who}: {action}: {problem}")
+
+    def rewrite(self, change: Callable[[str], str]) -> BusConfig:
+        """Apply `change` to the bus file's text, check the result with the parser,
+        write it atomically; the new config, or Refused BADPARAM (one line)."""
+        from mrs.config.bus import ConfigError, parse_config
+        from mrs.config.rewrite import write_atomically
+
+        path = Path(self.server.bus.path)
+        try:
+            text = change(path.read_text(encoding="utf-8"))
+            new_bus = parse_config(text, path)
+        except (LookupError, OSError) as error:
+            raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
+        except ConfigError as error:
+            raise Refused(Status.BADPARAM, f"refused: {error}") from None
+        try:
+            write_atomically(path, text)
+        except OSError as error:
+            raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
+        return new_bus
 
     def journal(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
         """Write down who did what (one JSON line, synced) and log it."""
@@ -543,10 +580,72 @@ def _journal(actions: AdminActions, session: AdminSession, request: wire.AdminRe
     session.send(wire.AdminReply(request.request_id, {"records": records}))
 
 
+# -- run-time changes, written back to the config file -----------------------------------
+
+LIMIT_KEYS = ("messages_max", "unconfirmed_max")
+"""The queue limits `set_limits` changes at run time."""
+QUEUE_KEYS = ("id", "name", "confirm", "messages_max", "unconfirmed_max", "recoverable")
+"""What `add_queue` takes (permanent queues only)."""
+
+
+def _set_limits(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    args = request.args
+    queue = actions.queue(args.get("queue"), "set-limits")
+    actions.check(session, "set-limits", queue)
+    values = {key: args[key] for key in LIMIT_KEYS if args.get(key) is not None}
+    if not values:
+        raise Refused(Status.BADPARAM, f"set-limits: give one of {', '.join(LIMIT_KEYS)}")
+    if queue.address.queue == DEAD_LETTER_QUEUE:
+        raise Refused(Status.BADPARAM, "set-limits: the DLQ's limits are not in the file")
+    group_id, queue_id = queue.address.group, queue.address.queue
+    new_bus = actions.rewrite(lambda text: with_queue_values(text, group_id, queue_id, values))
+    fresh = new_bus.groups[group_id].queues[queue_id]
+    actions.group.config.queues[queue_id] = fresh
+    queue.config = fresh
+    queue.unconfirmed_max = fresh.unconfirmed_max
+    queue.serve_waiters()  # a higher unconfirmed_max may let a parked get have one now
+    result = {"queue": str(queue.address), **{key: getattr(fresh, key) for key in LIMIT_KEYS}}
+    actions.journal(session, "set_limits", {"queue": str(queue.address), **values}, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
+def _add_queue(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    from mrs.group.recovery import ColdReader
+
+    actions.check_right(session, "add-queue", "config")
+    args = request.args
+    values = {key: args[key] for key in QUEUE_KEYS if args.get(key) is not None}
+    if "id" not in values or "name" not in values:
+        raise Refused(Status.BADPARAM, "add-queue: give the queue's id and name")
+    group = actions.group
+    config = group.config
+    queue_id = values["id"]
+    if queue_id in config.queues or any(q.name == values["name"] for q in config.queues.values()):
+        raise Refused(
+            Status.BADPARAM,
+            f"add-queue: group {config.id} has a queue {queue_id} or {values['name']!r}",
+        )
+    new_bus = actions.rewrite(lambda text: with_new_queue(text, config.id, values))
+    fresh = new_bus.groups[config.id].queues[queue_id]
+    queue = TargetQueue(fresh, Address(config.id, queue_id))
+    queue.load_cold = ColdReader(
+        group.ctx, queue_id, group.umas.ack_after_restart, group.recovery.pages
+    )
+    config.queues[queue_id] = fresh
+    group.ctx.queues[queue_id] = queue
+    if actions.server.gate is not None:
+        actions.server.gate.forget_decisions()  # a put to the new name was decided unknown
+    result = {"queue": str(queue.address), "name": fresh.name}
+    actions.journal(session, "add_queue", values, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
 _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], None]] = {
     "browse": _browse,
     "purge": _purge,
     "move": _move,
     "connections": _connections,
     "journal": _journal,
+    "set_limits": _set_limits,
+    "add_queue": _add_queue,
 }

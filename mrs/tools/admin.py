@@ -3,6 +3,8 @@
     mrs admin browse ORDERS --config bus.toml --limit 10
     mrs admin purge ORDERS --config bus.toml                # to the DLJ, with the reason
     mrs admin move ORDERS --to ORDERS_RETRY --config bus.toml
+    mrs admin set-limits ORDERS --unconfirmed-max 50 --config bus.toml
+    mrs admin add-queue 30 ORDERS_RETRY --config bus.toml --group 1
     mrs admin connections --config bus.toml --group 1
     mrs admin journal --config bus.toml --group 1           # who did what
 
@@ -55,10 +57,23 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     move = actions.add_parser("move", help="move what waits on a queue to another queue")
     move.add_argument("queue", help="G.Q or a queue name (the source)")
     move.add_argument("--to", required=True, help="the target queue (same group)")
+    limits = actions.add_parser(
+        "set-limits", help="change a queue's limits now and in the config file"
+    )
+    limits.add_argument("queue", help="G.Q or a queue name")
+    limits.add_argument("--messages-max", type=int, help="memory messages it may hold")
+    limits.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
+    add = actions.add_parser("add-queue", help="add a queue now and to the config file")
+    add.add_argument("id", type=int, help="the queue's id in its group")
+    add.add_argument("name", help="the queue's name")
+    add.add_argument("--confirm", help="confirm style (default explicit-in-order)")
+    add.add_argument("--messages-max", type=int, help="memory messages it may hold")
+    add.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
+    add.add_argument("--no-dqf", action="store_true", help="memory only (recoverable = false)")
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
     journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
-    for parser in (browse, purge, move, connections, journal):
+    for parser in (browse, purge, move, limits, add, connections, journal):
         where = parser.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", type=Path, help="bus configuration")
         where.add_argument("--address", help="HOST:PORT of the group's server instead")
@@ -129,6 +144,23 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
         )
     elif command == "move":
         result = await _repeat(client, "move", {"queue": args.queue, "to": args.to})
+    elif command == "set-limits":
+        result = await client.admin(
+            "set_limits",
+            queue=args.queue,
+            messages_max=args.messages_max,
+            unconfirmed_max=args.unconfirmed_max,
+        )
+    elif command == "add-queue":
+        result = await client.admin(
+            "add_queue",
+            id=args.id,
+            name=args.name,
+            confirm=args.confirm,
+            messages_max=args.messages_max,
+            unconfirmed_max=args.unconfirmed_max,
+            recoverable=False if args.no_dqf else None,
+        )
     elif command == "connections":
         result = await client.admin("connections")
     else:
@@ -240,6 +272,13 @@ def _short(args: dict, result: dict) -> str:
 
 
 def _summary(command: str, result: dict) -> str:
+    if command == "set-limits":
+        return (
+            f"{result['queue']}: messages_max={result['messages_max']} "
+            f"unconfirmed_max={result['unconfirmed_max']} (now and in the config file)"
+        )
+    if command == "add-queue":
+        return f"added {result['name']} ({result['queue']}) now and to the config file"
     if command == "purge":
         return (
             f"purged {result['queue']}: {result['dead_lettered']} to the DLJ, "

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NoSuchQueue, NotAuthorized, connect
+from clients import DeliveryMode, NoSuchQueue, NotAuthorized, TooManyUnconfirmed, connect
+from mrs.config.bus import load_config
 from mrs.ops.admin_actions import JOURNAL_FILE_NAME, MOVED_HEADER
 from tests.auth_helpers import SecureBus, add_principal, creds
 from tests.cli_helpers import run_mrs
@@ -127,6 +128,7 @@ def test_each_action_needs_its_right_and_is_journaled_with_its_principal(tmp_pat
                     ("move", {"queue": "1.10", "to": "1.11"}),
                     ("purge", {"queue": "1.11"}),
                     ("connections", {}),
+                    ("add_queue", {"id": 30, "name": "NEWQ"}),
                 ):
                     try:
                         outcomes[action] = await client.admin(action, **args)
@@ -143,7 +145,8 @@ def test_each_action_needs_its_right_and_is_journaled_with_its_principal(tmp_pat
         refused = [(r["principal"], r["action"]) for r in journal if "refused" in r["result"]]
         assert ("consumer", "browse") in refused and ("consumer", "connections") in refused
         by_operator = [r["action"] for r in journal if r["principal"] == "operator"]
-        assert by_operator == ["browse", "move", "purge", "connections"]
+        assert by_operator == ["browse", "move", "purge", "connections", "add-queue"]
+        assert "needs the admin right 'config'" in str(done["add_queue"])
         with pytest.raises(NoSuchQueue):
             trio.run(_ask_unknown, address)
     finally:
@@ -208,3 +211,34 @@ async def _until_some_moved(address: str) -> None:
                 assert source > 0, "the move ended before it could be interrupted"
                 return
             await trio.sleep(0.005)  # polling the server's counts: no event to await
+
+
+def test_limits_and_a_new_queue_change_now_and_survive_a_restart(bus) -> None:
+    config_before = bus.config_path.read_text()
+    bad = _admin(bus.address, "set-limits", "ORDERS", "--messages-max", "0")
+    assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1, bad
+    assert "messages_max" in bad.stderr and bus.config_path.read_text() == config_before
+    changed = _admin(bus.address, "set-limits", "ORDERS", "--unconfirmed-max", "1")
+    assert changed.returncode == 0, changed.stderr
+    added = _admin(bus.address, "add-queue", "30", "RETRY", "--confirm", "explicit-out-of-order")
+    assert added.returncode == 0, added.stderr
+    trio.run(_put_all, bus.address, "ORDERS", [b"one", b"two"])
+    trio.run(_put_all, bus.address, "RETRY", [b"kept"])
+
+    async def second_get_waits_for_the_first_confirm() -> None:
+        async with connect(bus.address, "ORDERS") as client:
+            first = await client.get(timeout=5)
+            with pytest.raises(TooManyUnconfirmed):  # unconfirmed_max = 1 now
+                await client.get(timeout=5)
+            await first.confirm()
+            assert (await client.get(timeout=5)).body == b"two"
+
+    trio.run(second_get_waits_for_the_first_confirm)
+    address = bus.restart(graceful=True)
+    reloaded = load_config(bus.config_path).groups[1]
+    assert reloaded.queues[10].unconfirmed_max == 1
+    assert reloaded.queue_by_name("RETRY").id == 30
+    assert [m.body for m in trio.run(_take_all, address, "RETRY")] == [b"kept"]
+    after = bus.config_path.read_text().splitlines()
+    assert set(config_before.splitlines()) <= set(after)  # every line kept, only added to
+    assert "unconfirmed_max = 1" in after and 'name = "RETRY"' in after
