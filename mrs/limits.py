@@ -327,3 +327,11 @@ request until the queue is empty, so a crash of either side leaves at most this 
 in one request's commits, each message in one transaction of its own."""
 ADMIN_REQUEST_WAIT_S = 60.0
 """How long a client waits for an AdminRequest's answer (a move's commits included)."""
+HTTP_BODY_BYTES_MAX = 16 * 1024
+"""Bytes of a POST body the web view reads at most (a login form, an action's JSON)."""
+WEB_SESSION_S = 8 * 3600.0
+"""A web view login lasts this long (then log in again)."""
+WEB_SESSIONS_MAX = 256
+"""Web view logins remembered at once; the oldest is forgotten beyond."""
+WEB_LOGIN_FAILURE_DELAY_S = 1.0
+"""A failed web login is answered this much later (guessing passwords costs time)."""
