@@ -82,6 +82,13 @@ def commit_time_ms_total(writer: dict) -> float:
     return float(writer.get("commit_time_ms_mean", 0.0)) * writer.get("commits", 0)
 
 
+def _with_queue_counts(status: dict, ops: GroupOps) -> dict:
+    """The group's status with each queue's delivery and confirm totals (the rates)."""
+    if ops.queue_counts is not None and isinstance(status.get("queues"), dict):
+        ops.queue_counts.add_to(status["queues"])
+    return status
+
+
 def json_response(payload: dict) -> Response:
     return Response(200, "application/json", json.dumps(payload).encode())
 
@@ -106,7 +113,7 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
                     "address": address,
                     "up": True,
                     "error": None,
-                    "status": server.status_info(),
+                    "status": _with_queue_counts(server.status_info(), ops),
                 }
             ],
         }

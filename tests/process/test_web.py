@@ -291,6 +291,7 @@ def test_acting_in_a_real_browser_log_in_browse_move_and_see_it_arrive(tmp_path:
     )
     add_principal(config, "operator", ["--manage", "1.1*", "--admin", "status"])
     add_principal(config, "producer", ["--attach", "1.13", "--put", "1.10"])
+    add_principal(config, "consumer", ["--attach", "1.11", "--confirm", "1.11"])
     group = GroupProcess(config, 1)
     group.start()
     browser = Browser(CHROMIUM)
@@ -344,6 +345,15 @@ def test_acting_in_a_real_browser_log_in_browse_move_and_see_it_arrive(tmp_path:
         )
         assert [text.split(" (")[0] for text in arrived] == ["order 0", "order 1", "order 2"]
         browser.until("document.querySelector('[data-key=\"1.11.pending\"]').textContent === '3'")
+        consumer = ClientCredentials("consumer", password_of("consumer"))
+        with connect_sync(group.address, "EVENTS", credentials=consumer) as client:
+            for _ in range(3):
+                client.get(timeout=10).confirm()
+        with urllib.request.urlopen(url + "api/status", timeout=10) as response:
+            queues = json.loads(response.read())["groups"][0]["status"]["queues"]
+        assert queues["1.11"]["delivered_total"] == queues["1.11"]["confirmed_total"] == 3
+        rate = "document.querySelector('[data-key=\"1.11.confirmed_per_s\"]').textContent"
+        browser.until(f"Number({rate}) > 0")  # shown for the poll interval the confirms fell in
     finally:
         browser.close()
         group.terminate()
