@@ -640,6 +640,36 @@ def _add_queue(actions: AdminActions, session: AdminSession, request: wire.Admin
     session.send(wire.AdminReply(request.request_id, result))
 
 
+def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    """Replace a principal's grants in the credentials file (atomically, 0600, as
+    `mrs creds grant`); every group of the bus reloads the file when it changes."""
+    from mrs.security import creds as store
+    from mrs.security.creds import CredsError
+    from mrs.security.permissions import GRANT_KINDS, parse_permissions
+
+    actions.check_right(session, "grant", "config")
+    authority = actions.server.authority
+    if authority is None:
+        raise Refused(Status.BADPARAM, "grant: this bus has no [auth]: nothing to grant")
+    args = request.args
+    name = args.get("principal")
+    perms = parse_permissions({kind: args.get(kind) or [] for kind in GRANT_KINDS})
+    if not isinstance(name, str) or isinstance(perms, str):
+        problem = perms if isinstance(perms, str) else "give the principal's name"
+        raise Refused(Status.BADPARAM, f"grant: {problem}")
+    path = authority.config.credentials_path
+    try:
+        creds = store.load(path)
+        store.grant(creds, name, perms)
+        store.save(path, creds)
+    except (CredsError, OSError) as error:
+        raise Refused(Status.BADPARAM, f"grant: {error}") from None
+    authority.reload(f"grant of {name} by {session.principal}")
+    result = {"principal": name, **perms.as_dict()}
+    actions.journal(session, "grant", {"principal": name}, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
 _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], None]] = {
     "browse": _browse,
     "purge": _purge,
@@ -648,4 +678,5 @@ _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], N
     "journal": _journal,
     "set_limits": _set_limits,
     "add_queue": _add_queue,
+    "grant": _grant,
 }

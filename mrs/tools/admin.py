@@ -70,10 +70,15 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     add.add_argument("--messages-max", type=int, help="memory messages it may hold")
     add.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
     add.add_argument("--no-dqf", action="store_true", help="memory only (recoverable = false)")
+    grant = actions.add_parser("grant", help="replace a principal's grants (credentials file)")
+    grant.add_argument("principal", help="the principal's name")
+    for kind in ("attach", "put", "confirm", "manage"):
+        grant.add_argument(f"--{kind}", action="append", metavar="PATTERN", help="queue pattern")
+    grant.add_argument("--admin", action="append", metavar="RIGHT", help="an admin right")
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
     journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
-    for parser in (browse, purge, move, limits, add, connections, journal):
+    for parser in (browse, purge, move, limits, add, grant, connections, journal):
         where = parser.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", type=Path, help="bus configuration")
         where.add_argument("--address", help="HOST:PORT of the group's server instead")
@@ -161,6 +166,10 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
             unconfirmed_max=args.unconfirmed_max,
             recoverable=False if args.no_dqf else None,
         )
+    elif command == "grant":
+        kinds = ("attach", "put", "confirm", "manage", "admin")
+        grants = {kind: getattr(args, kind) or [] for kind in kinds}
+        result = await client.admin("grant", principal=args.principal, **grants)
     elif command == "connections":
         result = await client.admin("connections")
     else:
@@ -277,6 +286,9 @@ def _summary(command: str, result: dict) -> str:
             f"{result['queue']}: messages_max={result['messages_max']} "
             f"unconfirmed_max={result['unconfirmed_max']} (now and in the config file)"
         )
+    if command == "grant":
+        shown = ", ".join(f"{k}={v}" for k, v in result.items() if k != "principal" and v)
+        return f"grants of {result['principal']} replaced: {shown or 'none'}"
     if command == "add-queue":
         return f"added {result['name']} ({result['queue']}) now and to the config file"
     if command == "purge":

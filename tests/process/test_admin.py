@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NoSuchQueue, NotAuthorized, TooManyUnconfirmed, connect
+from clients import DeliveryMode, NoSuchQueue, NotAuthorized, TooManyUnconfirmed, Uma, connect
 from mrs.config.bus import load_config
 from mrs.ops.admin_actions import JOURNAL_FILE_NAME, MOVED_HEADER
-from tests.auth_helpers import SecureBus, add_principal, creds
+from tests.auth_helpers import SecureBus, add_principal, creds, password_of
 from tests.cli_helpers import run_mrs
 
 pytestmark = pytest.mark.xdist_group("admin")
@@ -149,6 +149,13 @@ def test_each_action_needs_its_right_and_is_journaled_with_its_principal(tmp_pat
         assert "needs the admin right 'config'" in str(done["add_queue"])
         with pytest.raises(NoSuchQueue):
             trio.run(_ask_unknown, address)
+        add_principal(secure.config_path, "owner", ["--admin", "config"])
+        granted = run_mrs("admin", "grant", "consumer", "--attach", "1.10", "--manage", "1.10",
+                          "--address", address, env={"MRS_AUTH_NAME": "owner",
+                          "MRS_AUTH_PASSWORD": password_of("owner")})  # fmt: skip
+        assert granted.returncode == 0, granted.stderr
+        assert trio.run(act, "consumer")["browse"]["queue"] == "1.10"  # at once, no restart
+        assert 'manage = ["1.10"]' in (tmp_path / "secure" / "creds.toml").read_text()
     finally:
         secure.stop()
 
@@ -242,3 +249,33 @@ def test_limits_and_a_new_queue_change_now_and_survive_a_restart(bus) -> None:
     after = bus.config_path.read_text().splitlines()
     assert set(config_before.splitlines()) <= set(after)  # every line kept, only added to
     assert "unconfirmed_max = 1" in after and 'name = "RETRY"' in after
+
+
+def test_memory_queues_and_the_dlq_are_browsed_and_purged_too(bus) -> None:
+    async def memory_messages() -> None:
+        async with connect(bus.address, "SENDER") as client:
+            for i in range(2):
+                await client.put(b"mem %d" % i, "ANYORDER", delivery=DeliveryMode.NN_MEM)
+            for i in range(3):  # SMALL holds 2: the third goes to the DLQ
+                await client.put(
+                    b"small %d" % i, "SMALL", delivery=DeliveryMode.NN_MEM, uma=Uma.DLQ
+                )
+
+    trio.run(memory_messages)
+    shown = json.loads(_admin(bus.address, "browse", "ANYORDER", "--json").stdout)
+    assert [(m["preview"], m["journaled"]) for m in shown["messages"]] == [
+        ("mem 0", False),
+        ("mem 1", False),
+    ]
+    dead = json.loads(_admin(bus.address, "browse", "DLQ", "--json").stdout)
+    assert dead["queue"] == "1.96" and [m["preview"] for m in dead["messages"]] == ["small 2"]
+    for queue in ("ANYORDER", "DLQ"):
+        purged = json.loads(_admin(bus.address, "purge", queue, "--json").stdout)
+        assert purged["dead_lettered"] == 0 and purged["left"] == 0
+        assert purged["memory_discarded"] == (2 if queue == "ANYORDER" else 1)
+    assert trio.run(_pending_of, bus.address, ["ANYORDER", "DLQ", "SMALL"]) == [0, 0, 2]
+
+
+async def _pending_of(address: str, queues: list[str]) -> list[int]:
+    async with connect(address, None) as client:
+        return await client.pending(queues)
