@@ -462,6 +462,7 @@ class _Mover:
             self.ended(None, entry, moved)
             return
         if entry.body is None and not group.dqf.load_body(self.source, entry):
+            self.target.storing += 1  # as if submitted: `ended` counts it back
             self.ended(JournalError("body unreadable"), entry, moved)
             return
         moved.body = entry.body

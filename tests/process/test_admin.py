@@ -188,6 +188,9 @@ def test_a_move_killed_in_the_middle_resumes_without_loss_or_duplicate(make_bus,
     address = bus.process.start() if victim == "server" else bus.address
     counts = trio.run(_pending, address)
     assert sum(counts) == MESSAGES and counts[0] > 0, counts  # stopped part way
+    left = json.loads(_admin(address, "browse", "ORDERS", "--limit", "3", "--json").stdout)
+    first_left = bodies[counts[1]].decode()  # after a restart read from the cold backlog
+    assert [m["preview"] for m in left["messages"]][0] == first_left
     again = run_mrs("admin", "move", "ORDERS", "--to", "ANYORDER", "--address", address)
     assert again.returncode == 0, again.stderr
     taken = trio.run(_take_all, address, "ANYORDER")
