@@ -78,6 +78,9 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
     journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
+    journal.add_argument(
+        "--offline", action="store_true", help="read the file in the data directory (--config)"
+    )
     for parser in (browse, purge, move, limits, add, grant, connections, journal):
         where = parser.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", type=Path, help="bus configuration")
@@ -104,6 +107,8 @@ async def _run(args: argparse.Namespace) -> int:
         group = bus.groups.get(_group_id(args, bus))
         if group is None:
             raise CommandError(f"no group {args.group} in {args.config}", EXIT_USAGE)
+        if getattr(args, "offline", False):
+            return _journal_offline(Path(group.data_dir), args)
         address = f"{group.listen_host}:{group.listen_port}"
         options = operator_connect_options(group)
     try:
@@ -178,6 +183,23 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         _print_table(command, result)
+    return EXIT_OK
+
+
+def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:
+    """The admin journal read from its file, without the server (it may be down)."""
+    from mrs.ops.admin_actions import JOURNAL_FILE_NAME
+
+    path = data_dir / JOURNAL_FILE_NAME
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        lines = []
+    result = {"records": [json.loads(line) for line in lines[-args.limit :] if line.strip()]}
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        _print_table("journal", result)
     return EXIT_OK
 
 

@@ -87,6 +87,9 @@ def test_browse_shows_without_taking_move_keeps_order_purge_goes_to_the_dlj(bus)
     actions = [record["action"] for record in _journal(bus.data_dir)]
     assert actions == ["browse", "browse", "move", "purge"]
     assert "admin move by (no auth)" in bus.log_text()
+    bus.process.terminate()  # the journal is read without its server too
+    offline = run_mrs("admin", "journal", "--offline", "--config", str(bus.config_path), "--json")
+    assert [r["action"] for r in json.loads(offline.stdout)["records"]] == actions
 
 
 def test_connections_and_one_line_mistakes(bus) -> None:
