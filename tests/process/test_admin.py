@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NoSuchQueue, NotAuthorized, TooManyUnconfirmed, Uma, connect
+from clients import (
+    DeliveryMode,
+    NoSuchQueue,
+    NotAuthorized,
+    TooManyUnconfirmed,
+    Uma,
+    connect,
+    connect_sync,
+)
 from mrs.config.bus import load_config
 from mrs.ops.admin_actions import JOURNAL_FILE_NAME, MOVED_HEADER
 from tests.auth_helpers import SecureBus, add_principal, creds, password_of
@@ -100,6 +108,12 @@ def test_connections_and_one_line_mistakes(bus) -> None:
             return json.loads(listed.stdout)
 
     rows = trio.run(attached_and_ask)["connections"]
+    with connect_sync(bus.address, None, program="automation") as client:  # the sync client
+        listed = client.admin("connections")["connections"]
+        assert [row["program"] for row in listed if row["self"]] == ["automation"]
+        table = _admin(bus.address, "connections")
+        assert table.returncode == 0 and "automation" in table.stdout
+        assert max(len(line) for line in table.stdout.splitlines()) <= 80
     billing = [row for row in rows if row["program"] == "billing"]
     assert len(billing) == 1 and billing[0]["queue_name"] == "ORDERS"
     assert [row["program"] for row in rows if row["self"]] == ["mrs admin connections"]
