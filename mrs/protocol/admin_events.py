@@ -22,7 +22,7 @@ AdminAction = Annotated[str, Meta(min_length=1, max_length=ADMIN_ACTION_CHARS_MA
 """The action's name: browse, purge, move, connections, set_limits, add_queue, journal."""
 
 
-class AdminRequest(EventStruct, tag=60):
+class AdminRequest(EventStruct, tag=70):
     """An operator's action on the group, with its arguments (queue names, limits) as
     plain data. Answered by AdminReply, or Failure. No attachment needed; under
     [auth] each action needs its right (mrs.security.permissions.may_manage)."""
@@ -32,7 +32,7 @@ class AdminRequest(EventStruct, tag=60):
     args: dict
 
 
-class AdminReply(EventStruct, tag=61):
+class AdminReply(EventStruct, tag=71):
     """The answer to an AdminRequest: what the action found or did, as plain data."""
 
     request_id: RequestId
