@@ -7,6 +7,7 @@ docs/images/status-table.png from this run.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -345,6 +346,13 @@ def test_acting_in_a_real_browser_log_in_browse_move_and_see_it_arrive(tmp_path:
         )
         assert [text.split(" (")[0] for text in arrived] == ["order 0", "order 1", "order 2"]
         browser.until("document.querySelector('[data-key=\"1.11.pending\"]').textContent === '3'")
+        if os.environ.get("MRS_DOCS_SCREENSHOTS"):
+            browser.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=1100, height=900, deviceScaleFactor=1, mobile=False,
+            )  # fmt: skip
+            shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+            (DOCS_IMAGES / "web-admin.png").write_bytes(base64.b64decode(shot["data"]))
         consumer = ClientCredentials("consumer", password_of("consumer"))
         with connect_sync(group.address, "EVENTS", credentials=consumer) as client:
             for _ in range(3):
