@@ -226,9 +226,9 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
         shown.append(_described(group, queue, entry, now_ns))
     if len(shown) < limit:
         for seq, held in queue.cold.peek(limit - len(shown)):
-            entry = held if held is not None else _read_cold(group, queue, seq)
-            if entry is not None:
-                shown.append(_described(group, queue, entry, now_ns))
+            cold = held if held is not None else _read_cold(group, queue, seq)
+            if cold is not None:
+                shown.append(_described(group, queue, cold, now_ns))
     result = {
         "queue": str(queue.address),
         "name": queue.config.name,

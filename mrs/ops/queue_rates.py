@@ -38,13 +38,12 @@ class QueueCounts:
         def observe(event: object) -> None:
             if chain is not None:
                 chain(event)
-            kind = type(event)
-            if kind is wire.Delivery:
+            if isinstance(event, wire.Delivery):
                 self._delivered(event)
-            elif kind is wire.DeliveryBatch:
+            elif isinstance(event, wire.DeliveryBatch):
                 for delivery in event.deliveries:
                     self._delivered(delivery)
-            elif kind is wire.Confirmed and event.status == Status.SUCCESS:
+            elif isinstance(event, wire.Confirmed) and event.status == Status.SUCCESS:
                 queue = getattr(session, "attached", None)
                 if queue is not None:
                     self.confirmed[str(queue.address)] += 1

@@ -178,7 +178,8 @@ class WebAdmin:
         action, args = form.get("action"), form.get("args", {})
         if action not in WEB_ACTIONS or not isinstance(args, dict):
             return _json(400, {"error": f"unknown action {action!r}"})
-        asker = _WebSession(login.principal, f"web {request.peer}", answered=trio.Event())
+        answered = trio.Event()
+        asker = _WebSession(login.principal, f"web {request.peer}", answered=answered)
         try:
             self.actions(asker, wire.AdminRequest(1, action, args))
         except Refused as refused:
@@ -186,7 +187,7 @@ class WebAdmin:
         except (ValueError, wire.ProtocolError) as error:
             return _json(400, {"error": str(error)})
         with trio.move_on_after(ADMIN_REQUEST_WAIT_S):
-            await asker.answered.wait()
+            await answered.wait()
         answer = asker.answer
         if isinstance(answer, wire.AdminReply):
             return _json(200, answer.result)
