@@ -39,6 +39,7 @@ from clients.errors import (
     TooManyUnconfirmed,
 )
 from clients.journal_reader import JournalReader, JournalRecord, open_journal
+from clients.journal_remote import PcjState, RemoteJournalReader
 from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
 from clients.sync import SyncClient, connect_sync
@@ -61,6 +62,8 @@ __all__ = [
     "JournalFull",
     "JournalReader",
     "JournalRecord",
+    "PcjState",
+    "RemoteJournalReader",
     "KeyReused",
     "Message",
     "MessageTooBig",

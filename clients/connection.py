@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -38,6 +38,7 @@ from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.confirm_batch import confirm_many
 from clients.dialing import Attachment, Dialer, Dialing
 from clients.errors import JournalFailed, MrsError, error_for
+from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
 from clients.journal_status import JournalEvent, JournalStatus
 from clients.link import LinkLoops, _Link
 from clients.lookup import locate, pending
@@ -398,6 +399,21 @@ class Client:
         another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
         it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list."""
         return await pending(self._requests, queues)
+
+    async def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
+        """MessageQ's MRS_SET_PCJ: the group's default journaling action of
+        confirmations (True/FORCE_JRN: a DEFAULT_JRN confirm writes the PCJ,
+        False/NO_JRN: it does not, None: unchanged), at once and kept across restarts;
+        `roll` closes the current PCJ segment and opens the next. Needs the admin
+        right 'pcj' (NotAuthorized otherwise)."""
+        return await set_pcj(self._requests, default, roll)
+
+    def open_journal(self, journal: str = "pcj", **selection: Any) -> RemoteJournalReader:
+        """The group's PCJ or DLJ for reading over the wire (pams_open_jrn): the same
+        selection and records as `clients.open_journal` (seq, since, until, target,
+        source, msg_class, msg_type, segment, limit) and `page_records`; iterate with
+        `async for`. Needs the admin right 'replay'."""
+        return open_remote(self._requests, journal, **selection)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._messages()

@@ -11,13 +11,15 @@ never holds the server's old pages. The scan is the tools' own
 (`mrs.storage.journal_scan`): `mrs dump` and this reader see the same records.
 
 Selection (every criterion given must hold): seq range, journal time range, target
-queue(s), source queue(s), class(es), type(s), at most `limit` records.
+queue(s), source queue(s), class(es), type(s), PCJ segment(s), at most `limit`
+records: `mrs.storage.journal_scan.RecordQuery`, the predicate the group uses for a
+reader on another host (`Client.open_journal`, clients.journal_remote).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,15 @@ from clients.errors import BadParameter, MrsError
 from journals import CorruptRecord, Journal, JournalStore, Record
 from mrs.limits import JOURNAL_READ_CHUNK_MESSAGES
 from mrs.model import Address, DeliveryMode, Status, delivery_mode_of, status_of
-from mrs.storage.journal_scan import find_journals, open_read_only, scan, seq_of_key
+from mrs.storage.journal_scan import (
+    RecordQuery,
+    find_journals,
+    open_read_only,
+    record_segment,
+    record_time_ns,
+    scan,
+    seq_of_key,
+)
 
 READABLE = {"pcj": Journal.PCJ, "dlj": Journal.DLJ}
 """The journals an application reads (MessageQ's PCJ and DLJ)."""
@@ -65,9 +75,14 @@ class JournalRecord:
     """The MRS status: SUCCESS for a confirmed message (PCJ); in the DLJ, why it was
     dead-lettered (e.g. NO_DQF, MSGUNDEL)."""
     headers: dict | None = None
+    segment: int = 0
+    """The PCJ segment it was confirmed in (`Client.set_pcj(roll=True)` opens the
+    next); 0 in the DLJ."""
 
 
-def _record(journal: str, record: Record) -> JournalRecord:
+def journal_record(journal: str, record: Record) -> JournalRecord:
+    """A stored record as a reader gives it: the one conversion, for a local reader
+    (`open_journal`) and a reader over the wire (`Client.open_journal`)."""
     extra = record.extra if isinstance(record.extra, dict) else {}
     try:
         delivery: DeliveryMode | int = delivery_mode_of(record.delivery)
@@ -89,27 +104,12 @@ def _record(journal: str, record: Record) -> JournalRecord:
         delivery,
         record.correlation_id,
         record.put_time_ns,
-        record.confirm_time_ns or record.written_time_ns,
+        record_time_ns(record),
         record.confirm_value,
         status,
         extra.get("headers"),
+        record_segment(record),
     )
-
-
-@dataclass(frozen=True)
-class _Selection:
-    """The criteria, checked once; `matches` is the scan's predicate."""
-
-    seq_min: int | None = None
-    seq_max: int | None = None
-    checks: tuple[Callable[[Record], bool], ...] = ()
-
-    @property
-    def selects_all(self) -> bool:
-        return not self.checks
-
-    def matches(self, record: Record) -> bool:
-        return all(check(record) for check in self.checks)
 
 
 def _refuse(problem: str) -> BadParameter:
@@ -175,35 +175,33 @@ def _ints(value: IntSelection, name: str) -> frozenset[int] | None:
     return frozenset(items)
 
 
-def _selection(
-    seq: Any,
-    since: TimeBound,
-    until: TimeBound,
-    target: Any,
-    source: Any,
-    msg_class: Any,
-    msg_type: Any,
-) -> _Selection:
+def selection(
+    seq: Any = None,
+    since: TimeBound = None,
+    until: TimeBound = None,
+    target: Any = None,
+    source: Any = None,
+    msg_class: Any = None,
+    msg_type: Any = None,
+    segment: Any = None,
+) -> RecordQuery:
+    """The reader's arguments as a RecordQuery (mrs.storage.journal_scan), checked:
+    BadParameter with one line for a bad one."""
     seq_min, seq_max = _seq_bounds(seq)
     since_ns, until_ns = _time_ns(since, "since"), _time_ns(until, "until")
     if since_ns is not None and until_ns is not None and since_ns > until_ns:
         raise _refuse("since is after until: nothing can match")
-    targets, sources = _addresses(target, "target"), _addresses(source, "source")
-    classes, types = _ints(msg_class, "msg_class"), _ints(msg_type, "msg_type")
-    checks: list[Callable[[Record], bool]] = []
-    if since_ns is not None:
-        checks.append(lambda r: (r.confirm_time_ns or r.written_time_ns) >= since_ns)
-    if until_ns is not None:
-        checks.append(lambda r: (r.confirm_time_ns or r.written_time_ns) <= until_ns)
-    if targets is not None:
-        checks.append(lambda r: (r.target_group, r.target_queue) in targets)
-    if sources is not None:
-        checks.append(lambda r: (r.source_group, r.source_queue) in sources)
-    if classes is not None:
-        checks.append(lambda r: r.msg_class in classes)
-    if types is not None:
-        checks.append(lambda r: r.msg_type in types)
-    return _Selection(seq_min, seq_max, tuple(checks))
+    return RecordQuery(
+        seq_min,
+        seq_max,
+        since_ns,
+        until_ns,
+        _addresses(target, "target"),
+        _addresses(source, "source"),
+        _ints(msg_class, "msg_class"),
+        _ints(msg_type, "msg_type"),
+        _ints(segment, "segment"),
+    )
 
 
 @dataclass(eq=False)
@@ -217,7 +215,7 @@ class JournalReader:
     path: Path
     journal: str
     _store: JournalStore | None
-    _selection: _Selection
+    _selection: RecordQuery
     limit: int | None = None
     corrupt: list[str] = field(default_factory=list)
     _after_seq: int | None = None
@@ -250,7 +248,7 @@ class JournalReader:
                 if isinstance(item, CorruptRecord):
                     self.corrupt.append(str(item))
                     continue
-                records.append(_record(self.journal, item))
+                records.append(journal_record(self.journal, item))
         self._read += len(records)
         return records
 
@@ -295,6 +293,7 @@ def open_journal(
     source: QueueSelection = None,
     msg_class: IntSelection = None,
     msg_type: IntSelection = None,
+    segment: IntSelection = None,
     limit: int | None = None,
 ) -> JournalReader:
     """Open a group's PCJ or DLJ read-only (pams_open_jrn): `data_dir` is the group's
@@ -303,13 +302,14 @@ def open_journal(
     seq: one seq or a (first, last) pair, either end None; since/until: the journal
     time (the confirm time in the PCJ, the time written in the DLJ), a datetime or
     epoch seconds; target/source: "G.Q" or Address, or a list; msg_class/msg_type:
-    an int or a list; limit: at most that many records. Raises BadParameter (one
+    an int or a list; segment: the PCJ segment(s) (`Client.set_pcj`); limit: at most
+    that many records. Raises BadParameter (one
     line) for a bad argument, MrsError NOSUCHPCJ when no journal is there."""
     if not isinstance(journal, str) or journal.lower() not in READABLE:
         raise _refuse(f"journal is 'pcj' or 'dlj', got {journal!r}")
     if limit is not None and (type(limit) is not int or limit < 1):
         raise _refuse(f"limit is a positive int, got {limit!r}")
-    selection = _selection(seq, since, until, target, source, msg_class, msg_type)
+    query = selection(seq, since, until, target, source, msg_class, msg_type, segment)
     if not isinstance(data_dir, str | Path):
         raise _refuse(f"data_dir is a path, got {type(data_dir).__name__}")
     path = Path(data_dir)
@@ -325,4 +325,4 @@ def open_journal(
         raise MrsError(
             Status.JOURNAL_FAIL, f"cannot open the journals in {journals_path}: {error}"
         ) from None
-    return JournalReader(journals_path, journal.lower(), store, selection, limit)
+    return JournalReader(journals_path, journal.lower(), store, query, limit)

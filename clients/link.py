@@ -10,6 +10,7 @@ and the SAF drain to start on each new connection while the journal has a backlo
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -18,7 +19,7 @@ import trio
 
 from clients.errors import ConnectionLost, MrsError, error_for
 from mrs import protocol as wire
-from mrs.limits import HEARTBEATS_SILENT_MAX
+from mrs.limits import CLIENT_CLOSE_WAIT_S, HEARTBEATS_SILENT_MAX
 from mrs.model import Status
 from mrs.transport.framed import FramedStream, StreamClosed
 
@@ -106,10 +107,13 @@ class LinkLoops:
                 if self._drain is not None and self._status.status != Status.LINK_UP:
                     nursery.start_soon(self._drain.drain, link)
         finally:
-            if link.lost is None:  # cancelled: the client is closing
+            closing = link.lost is None  # cancelled: the client is closing
+            if closing:
                 closed = ConnectionLost(Status.LINK_DOWN, "client closed")
                 self._session.lose(link, closed, closing=True)
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
+            with trio.CancelScope(shield=True), trio.move_on_after(CLIENT_CLOSE_WAIT_S):
+                if closing:
+                    await _released(link.stream)
                 await trio.aclose_forcefully(link.stream)
 
     async def _watch(self, link: _Link, interval_s: float) -> None:
@@ -171,3 +175,21 @@ async def _next_event(link: _Link) -> object:
         return await link.next_event()
     except StreamClosed:
         raise ConnectionLost(Status.LINK_DOWN, "server closed the connection") from None
+
+
+async def _released(stream: trio.abc.Stream) -> None:
+    """Half-close, then read until the server closes too. The server gives the
+    attached queue back (detach) before it closes, so a program that attaches to the
+    same queue right after this one's close does not meet QUEUE_BUSY. A stream that
+    cannot half-close (TLS) is closed at once, as before; the caller bounds the wait."""
+    send_eof = getattr(stream, "send_eof", None)
+    if send_eof is None:
+        return
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        await send_eof()
+        while await stream.receive_some(_CLOSE_READ_BYTES):
+            pass  # answers to requests the close already failed: nobody waits for them
+
+
+_CLOSE_READ_BYTES = 65536
+"""What one read takes of the answers still arriving as the client closes."""

@@ -18,6 +18,8 @@ import trio
 from clients.batch import PutItem
 from clients.connecting import connect
 from clients.connection import Client, JournalEvent
+from clients.journal_reader import JournalRecord
+from clients.journal_remote import PcjState, RemoteJournalReader
 from mrs.errors import MrsError
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
@@ -35,6 +37,35 @@ class SyncMessage(Message):
 
 
 _MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
+
+
+@dataclass(eq=False)
+class SyncJournalReader:
+    """A `RemoteJournalReader` read with `for`: each page is asked in the client's
+    thread; `close()` or `with`."""
+
+    _sync: SyncClient
+    _reader: RemoteJournalReader
+
+    @property
+    def corrupt(self) -> list[str]:
+        return self._reader.corrupt
+
+    def read_page(self) -> list[JournalRecord]:
+        return self._sync._call(self._reader.read_page)
+
+    def __iter__(self) -> Iterator[JournalRecord]:
+        while page := self.read_page():
+            yield from page
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def __enter__(self) -> SyncJournalReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class SyncClient:
@@ -159,6 +190,14 @@ class SyncClient:
     def pending(self, queues: Sequence[str | Address]) -> list[int]:
         """Messages waiting on each queue, in order (`Client.pending`)."""
         return self._call(self._client.pending, queues)
+
+    def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
+        """MRS_SET_PCJ (`Client.set_pcj`)."""
+        return self._call(self._client.set_pcj, default, roll)
+
+    def open_journal(self, journal: str = "pcj", **selection: Any) -> SyncJournalReader:
+        """The group's PCJ or DLJ over the wire (`Client.open_journal`), blocking."""
+        return SyncJournalReader(self, self._client.open_journal(journal, **selection))
 
     def __iter__(self) -> Iterator[SyncMessage]:
         while True:

@@ -83,6 +83,20 @@ it iterates."""
 QUEUE_NAME_CHARS_MAX = 256
 """Characters of a queue name or address a Locate or ShowPending may carry: longer
 than any `GROUP.QUEUE` a config can declare, so longer text is refused BADPARAM."""
+JOURNAL_PAGE_RECORDS_MAX = 256
+"""Records one JournalPage (a remote journal reader's page, `Client.open_journal`)
+carries at most: the group reads it in one short read transaction on its event loop,
+so a reader on another host never holds the group's old pages or its loop for long."""
+JOURNAL_PAGE_BYTES_MAX = 1 << 20
+"""Record bytes one JournalPage carries at most (one bigger record still goes alone,
+within the client's CLIENT_FRAME_BYTES_MAX)."""
+JOURNAL_PAGE_SCAN_MAX = 1024
+"""Records the group looks at for one JournalPage at most: a selection that matches
+little answers a short (even empty) page that says where to go on, so no request
+scans the whole journal. 1024 small records cost about 3 ms of the group's loop (a
+page that matches nothing, measured on a loaded 2-core machine; 4096 cost 12 ms)."""
+JOURNAL_SELECT_ITEMS_MAX = 100
+"""Queues, classes or types one ReadJournal's selection lists at most (each list)."""
 GET_POOL_BATCH_MAX = 128
 """Messages one GetBatch of the client's pool of waiting gets asks for at most
 (clients.get_pool); more waiting callers are asked for in several batches. Why not
@@ -233,6 +247,9 @@ HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""
 HEARTBEATS_SILENT_MAX = 3
 """...and count the connection lost after this many intervals of silence."""
+CLIENT_CLOSE_WAIT_S = 1.0
+"""A closing client waits this long at most for the server to give its queue back
+(half-close, then the server's own close) before it closes anyway."""
 CLIENT_SAF_MESSAGES_MAX_DEFAULT = 1_000_000
 """Records a client SAF journal holds at most unless told otherwise."""
 CLIENT_SAF_BYTES_MAX_DEFAULT = 1 << 30

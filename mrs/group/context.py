@@ -20,6 +20,7 @@ from journals.protocol import Store
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.schema import Limits
 from mrs.core.delivery import Refused
+from mrs.group.journal_counts import JournalCounts
 from mrs.group.queues import TargetQueue
 from mrs.limits import BODIES_IN_MEMORY_PER_QUEUE_MAX as BODIES_IN_MEMORY_PER_QUEUE_MAX
 from mrs.model import Address, Status
@@ -65,10 +66,8 @@ class GroupContext:
     timers: Timers
     clock_ns: Callable[[], int] = time.time_ns
     queues: dict[int, TargetQueue] = field(default_factory=dict)
-    dqf_count: int = 0
-    dlj_count: int = 0
-    """DLJ records, counted at start-up (jplay --remove may lower it on disk meanwhile)."""
-    saf_count: int = 0
+    counts: JournalCounts = field(default_factory=JournalCounts)
+    """Records in the DQF, SAF and DLJ (their one owner: mrs.group.journal_counts)."""
     corrupt: list[str] = field(default_factory=list)
     quarantined: int = 0
     """Messages moved to the DLJ because they could not be delivered (mrs.group.quarantine)."""
@@ -80,7 +79,10 @@ class GroupContext:
     pcj_default: bool = field(init=False, default=False)
     """`config.id`, `config.limits` and `config.pcj_default`, read per message: held
     here natively, each was a generic attribute lookup through the interpreted
-    config (benchmarks/README.md). The config does not change while the group runs."""
+    config (benchmarks/README.md). The config does not change while the group runs;
+    `pcj_default` does, set by MRS_SET_PCJ (mrs.group.pcj_control)."""
+    pcj_segment: int = field(init=False, default=0)
+    """The PCJ segment confirmations are journaled in (mrs.group.pcj_control)."""
 
     def __post_init__(self) -> None:
         self.group_id = self.config.id

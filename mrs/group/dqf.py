@@ -111,7 +111,7 @@ class Dqf:
                 f"DQF holds dqf_messages_max={ctx.limits.dqf_messages_max}",
             )
             return
-        ctx.dqf_count += 1
+        ctx.counts.dqf_added()
         entry.journaled = True
         batch = WriteBatch.empty().put_raw(
             _DQF,
@@ -150,7 +150,7 @@ class Dqf:
         cause = _STORED
         reason = ""
         if error is not None:
-            self.ctx.dqf_count -= 1
+            self.ctx.counts.dqf_removed()
             self.peers.dqf_freed()
             entry.journaled = False
             full = isinstance(error, JournalFullError)
@@ -290,6 +290,6 @@ class _Quarantined:
             log.error("message %d could not be quarantined: %s", self.entry.seq, error)
             return
         self.ctx.quarantined += 1
-        self.ctx.dlj_count += 1
+        self.ctx.counts.dlj_added()
         if self.entry.journaled:
-            self.ctx.dqf_count -= 1
+            self.ctx.counts.dqf_removed()

@@ -96,9 +96,8 @@ class Drain:
             if error is not None:
                 log.error("SAF message %d could not be quarantined: %s", record.seq, error)
                 return
-            ctx.saf_count -= 1
-            peer.saf_backlog -= 1
-            ctx.dlj_count += 1
+            ctx.counts.saf_removed(peer)
+            ctx.counts.dlj_added()
             ctx.quarantined += 1
             log.error(
                 "SAF message %d for group %d quarantined to the DLJ: %s",
@@ -162,8 +161,7 @@ class Drain:
         def done(error: JournalError | None) -> None:
             peer.deleting.difference_update(keys)
             if error is None:
-                ctx.saf_count -= deleted
-                peer.saf_backlog -= deleted
+                ctx.counts.saf_removed(peer, deleted)
                 forgettable(stored)
             else:
                 log.error("could not delete %d drained SAF records: %s", deleted, error)

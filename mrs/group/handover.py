@@ -38,6 +38,7 @@ from mrs.group.records import record_from_entry
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import CONFIRMED
+from mrs.storage.journal_scan import PCJ_SEGMENT_FIELD
 
 # Read per message: `Final` makes each a C static (a module name is a dict lookup
 # per use, a class attribute a generic lookup too, ~45 ns each).
@@ -317,6 +318,8 @@ class Handover:
             record.confirm_value = confirm_value
             record.confirm_time_ns = now_ns
             record.extra["deliveries"] = entry.times_delivered  # POSSDUPL for the audit
+            if ctx.pcj_segment:  # segment 0 names none (mrs.group.pcj_control)
+                record.extra[PCJ_SEGMENT_FIELD] = ctx.pcj_segment
             batch.put_record(Journal.PCJ, seq_key(entry.seq), record)
         notice = (
             entry.origin_group is not None
@@ -370,7 +373,7 @@ class Handover:
         ctx = self.ctx
         for entry, request_id in confirms:
             if entry.journaled:
-                ctx.dqf_count -= 1
+                ctx.counts.dqf_removed()
                 self.notices.peers.dqf_freed()
             if request_id is not None:
                 session.answer(build_unchecked(CONFIRMED, request_id, entry.seq, _SUCCESS))

@@ -23,6 +23,7 @@ from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_BACKOFF_S_MAX as BACKOFF_S_MAX
 from mrs.limits import LINK_BACKOFF_S_MIN as BACKOFF_S_MIN
 from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
+from mrs.limits import OUTBOX_BYTES_HIGH
 from mrs.model import Status
 from mrs.transport.framed import GroupChannel, StreamClosed
 from mrs.transport.network import TCP, Network
@@ -94,7 +95,15 @@ async def dial_forever(
                 backoff_s = BACKOFF_S_MIN
                 link.up(channel)
                 try:
-                    await _serve_dialed(link, channel, guards or Guards())
+                    async with trio.open_nursery() as tasks:
+                        await serve_link(
+                            link,
+                            channel,
+                            guards or Guards(),
+                            Liveness(handshake_done=True),
+                            tasks,
+                            f"link to group {link.peer_id}",
+                        )
                 finally:
                     channel.closed = True
                     link.down("connection closed", channel)
@@ -138,44 +147,68 @@ async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> Non
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
 
 
-async def _serve_dialed(link: PeerLink, channel: DialedChannel, guards: Guards) -> None:
-    liveness = Liveness(handshake_done=True)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(channel.send_loop)
-        nursery.start_soon(_watch_dialed, link, channel, liveness, guards, nursery.cancel_scope)
-        events, still_open = channel.connection.events(), True  # buffered with the Welcome
-        while True:
-            for event in events:
-                if event is wire.CLOSED or isinstance(event, wire.Fatal):
-                    nursery.cancel_scope.cancel()
-                    return
-                link.handle(event, channel)
-            if not still_open:
-                nursery.cancel_scope.cancel()
-                return
-            liveness.heard(channel.buffered_bytes, len(events))
-            events, still_open = await channel.receive_events()
-
-
-def _ping(channel: DialedChannel) -> None:
-    with contextlib.suppress(wire.ProtocolError):
-        channel.send(wire.Ping(next_nonce()))
-
-
-async def _watch_dialed(
+async def serve_link(
     link: PeerLink,
-    channel: DialedChannel,
+    channel: GroupChannel,
+    guards: Guards,
+    liveness: Liveness,
+    tasks: trio.Nursery,
+    name: str,
+) -> None:
+    """Serve one link connection until it ends, on either end: the dialer's
+    (`dial_forever`) and the acceptor's (mrs.server.connections, once the peer's link
+    Hello was adopted). One receive loop and one watchdog for both, started in `tasks`
+    (whose scope this cancels as it returns), so a link behaves the same whichever
+    group dialed. `name` says which end in log lines ("link to group 2")."""
+    tasks.start_soon(channel.send_loop)
+    tasks.start_soon(_watch_link, channel, liveness, guards, name, tasks.cancel_scope)
+    try:
+        await _receive_link_events(link, channel, liveness)
+    except wire.ProtocolError as error:
+        log.warning("%s: protocol error: %s", name, error)
+        with contextlib.suppress(wire.ProtocolError):
+            channel.send(wire.Fatal(int(error.status), str(error)))
+        with trio.move_on_after(1):
+            await channel.flushed()
+    tasks.cancel_scope.cancel()
+
+
+async def _receive_link_events(link: PeerLink, channel: GroupChannel, liveness: Liveness) -> None:
+    """Hand each event to the session until the peer closes or says Fatal; what came
+    buffered with the handshake first. Answers that wait for no commit (a notice's
+    LinkAck, a Pong) leave at once; a peer that stops reading slows this reader."""
+    events, still_open = channel.connection.events(), True
+    while True:
+        for event in events:
+            if event is wire.CLOSED or isinstance(event, wire.Fatal):
+                return
+            link.handle(event, channel)
+        channel.write_now()
+        if not still_open:
+            return
+        liveness.heard(channel.buffered_bytes, len(events))
+        await channel.wait_drained(OUTBOX_BYTES_HIGH)
+        events, still_open = await channel.receive_events()
+
+
+async def _watch_link(
+    channel: GroupChannel,
     liveness: Liveness,
     guards: Guards,
+    name: str,
     scope: trio.CancelScope,
 ) -> None:
     """Ping a quiet peer; after link_silence_s_max of silence, give the link up (the
-    dial loop reconnects; meanwhile LINK_DOWN and the UMAs apply)."""
-    why = await watch(
-        liveness,
-        guards,
-        lambda: guards.link_silence_s_max,
-        lambda: _ping(channel),
-    )
-    log.warning("link to group %d declared down: %s", link.peer_id, why)
+    dialer reconnects; meanwhile LINK_DOWN and the UMAs apply)."""
+
+    def ping() -> None:
+        with contextlib.suppress(wire.ProtocolError):
+            channel.send(wire.Ping(next_nonce()))
+
+    why = await watch(liveness, guards, guards.link_silence_s_max, ping)
+    log.warning("%s declared down: %s", name, why)
+    with contextlib.suppress(wire.ProtocolError):
+        channel.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))
+    with trio.move_on_after(1):
+        await channel.flushed()
     scope.cancel()

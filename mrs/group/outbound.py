@@ -59,17 +59,16 @@ class Outbound:
         store = self.ctx.store
         for key, item in store.scan(Journal.SAF):
             peer_group, _seq = split_key(key)
-            self.ctx.saf_count += 1
+            peer = self.peers.get(peer_group)
             if isinstance(item, CorruptRecord):
+                self.ctx.counts.saf_added(None)
                 self.ctx.report_corrupt(item, "not forwarded")
                 continue
-            peer = self.peers.get(peer_group)
+            self.ctx.counts.saf_added(peer)
             if peer is None:
                 log.warning(
                     "SAF holds messages for group %s, which is no longer linked", peer_group
                 )
-                continue
-            peer.saf_backlog += 1
         for key, _ in store.raw_items(Journal.NOTICES):
             peer = self.peers.get(split_key(key)[0])
             if peer is not None:
@@ -158,14 +157,13 @@ class Outbound:
         ctx = self.ctx
         peer = self.peers[entry.target.group]
         limit = ctx.limits.saf_messages_max
-        if ctx.saf_count >= limit:
+        if ctx.counts.saf >= limit:
             done(JournalFullError(f"SAF holds saf_messages_max={limit}"))
             return
         if full := self.umas.dqf.journal_full(len(entry.body or b"")):
             done(JournalFullError(full))
             return
-        ctx.saf_count += 1
-        peer.saf_backlog += 1
+        ctx.counts.saf_added(peer)
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
         batch = WriteBatch.empty().put_record(
             Journal.SAF, group_key(peer.group_id, entry.seq), record
@@ -173,8 +171,7 @@ class Outbound:
 
         def stored(error: JournalError | None) -> None:
             if error is not None:
-                ctx.saf_count -= 1
-                peer.saf_backlog -= 1
+                ctx.counts.saf_removed(peer)
             elif peer.link is not None:
                 peer.link.poke()
             done(error)

@@ -99,12 +99,12 @@ class Peers:
         """Whether a message may take a DQF slot now: not full, and the free slots are
         not held for other groups' waiting SAF drains (uses one held for its group)."""
         return self.room.may_store(
-            origin_group, self.ctx.dqf_count, self.ctx.limits.dqf_messages_max
+            origin_group, self.ctx.counts.dqf, self.ctx.limits.dqf_messages_max
         )
 
     def dqf_freed(self) -> None:
         """A DQF slot of this group freed: hold it for a waiting drain and tell it."""
-        peer_id = self.room.freed(self.ctx.dqf_count, self.ctx.limits.dqf_messages_max)
+        peer_id = self.room.freed(self.ctx.counts.dqf, self.ctx.limits.dqf_messages_max)
         if peer_id is not None:
             self._tell_room(peer_id, 1)
 
@@ -121,7 +121,7 @@ class Peers:
         if first_ordinal <= self.room_refused_at.get(peer_id, -1):
             return  # sent before the refusal: says nothing about room now
         slots = self.room.grant(
-            peer_id, self.ctx.dqf_count, self.ctx.limits.dqf_messages_max, LINK_WINDOW_MESSAGES_MAX
+            peer_id, self.ctx.counts.dqf, self.ctx.limits.dqf_messages_max, LINK_WINDOW_MESSAGES_MAX
         )
         if slots:
             self._tell_room(peer_id, slots)
@@ -129,7 +129,7 @@ class Peers:
     def drain_waits(self, peer_id: int) -> int:
         """The peer's drain waits for room (WaitNotice): the slots held for it now."""
         return self.room.wait(
-            peer_id, self.ctx.dqf_count, self.ctx.limits.dqf_messages_max, LINK_WINDOW_MESSAGES_MAX
+            peer_id, self.ctx.counts.dqf, self.ctx.limits.dqf_messages_max, LINK_WINDOW_MESSAGES_MAX
         )
 
     def drain_left(self, peer_id: int) -> None:

@@ -75,9 +75,9 @@ class Recovery:
         ctx = self.ctx
         self.sequence.start()
         self.dqf.purge_dedupe_keys(now=True)
-        ctx.dlj_count = ctx.store.count(Journal.DLJ)
+        ctx.counts.dlj_recounted(ctx.store.count(Journal.DLJ))
         self.outbound.recover()
-        ctx.dqf_count += ctx.store.count(Journal.DQF)
+        ctx.counts.dqf_added(ctx.store.count(Journal.DQF))
         recovered = 0
         unconfigured: dict[int, int] = {}
         for queue_id, seqs in dqf_seqs(ctx.store):
@@ -213,5 +213,5 @@ class _Quarantined:
             log.error("DQF record %s could not be quarantined: %s", self.key.hex(), error)
             return
         self.ctx.quarantined += 1
-        self.ctx.dlj_count += 1
-        self.ctx.dqf_count -= 1
+        self.ctx.counts.dlj_added()
+        self.ctx.counts.dqf_removed()

@@ -183,7 +183,7 @@ class Umas:
             log.error("message %d not dead-lettered: %s", entry.seq, full)
             finish(False)
             return
-        if ctx.dlj_count >= ctx.limits.dlj_messages_max:
+        if ctx.counts.dlj >= ctx.limits.dlj_messages_max:
             log.error(
                 "DLJ holds dlj_messages_max=%d: message %d not dead-lettered",
                 ctx.limits.dlj_messages_max,
@@ -191,14 +191,14 @@ class Umas:
             )
             finish(False)
             return
-        ctx.dlj_count += 1
+        ctx.counts.dlj_added()
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
         record.reason = int(cause)
         batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
 
         def written(error: JournalError | None) -> None:
             if error is not None:
-                ctx.dlj_count -= 1
+                ctx.counts.dlj_removed()
             finish(error is None)
 
         ctx.writer.submit(batch, written)

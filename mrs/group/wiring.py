@@ -28,8 +28,10 @@ from mrs.group.handover import Handover
 from mrs.group.held_offers import HeldOffers
 from mrs.group.inbound import Inbound
 from mrs.group.intake import Intake
+from mrs.group.journal_pages import read_page
 from mrs.group.notices import Notices
 from mrs.group.outbound import Outbound
+from mrs.group.pcj_control import PcjControl
 from mrs.group.peers import Peers
 from mrs.group.queue_lookup import QueueLookup
 from mrs.group.queues import TargetQueue
@@ -98,6 +100,7 @@ class Group:
         self.umas.offers.serve = self.handover.serve_waiting_gets
         self.recovery = Recovery(ctx, self.sequence, self.dqf, self.umas, self.outbound)
         self.lookup = QueueLookup(ctx, self.peers)
+        self.pcj_control = PcjControl(ctx)
         self.link_rooms = LinkRooms(
             self.peers, self.outbound, self.drain, self.inbound, self.notices, timers
         )
@@ -173,6 +176,15 @@ class Group:
         `session` (PendingCounts or Failure) once every group has counted."""
         self.lookup.show_pending(request, session.send)
 
+    def set_pcj(self, session: Session, request: wire.SetPcj) -> None:
+        """MRS_SET_PCJ: the default journaling action and a roll of the PCJ's segment
+        (mrs.group.pcj_control), answered PcjState on `session` once durable."""
+        self.pcj_control.set_pcj(session, request)
+
+    def read_journal(self, request: wire.ReadJournal) -> wire.JournalPage:
+        """A page of the PCJ or DLJ for a remote reader (mrs.group.journal_pages)."""
+        return read_page(self.ctx.store, request)
+
     def confirm(
         self, session: Session, request: wire.Confirm, run: ConfirmRun | None = None
     ) -> None:
@@ -188,7 +200,7 @@ class Group:
             "group": ctx.config.id,
             "name": ctx.config.name,
             "epoch": ctx.epoch,
-            "dqf_messages": ctx.dqf_count,
+            "dqf_messages": ctx.counts.dqf,
             "dedupe_keys": ctx.store.count(Journal.DEDUPE),
             "corrupt_records": list(ctx.corrupt),
             "quarantined": ctx.quarantined,
@@ -196,6 +208,7 @@ class Group:
             "links": self.peers.status_info(self.ack_outbox.owed, self.receipts.count),
             "dqf_held_for_drains": self.peers.room.status_info(),
             "dlq_readers": self.dlq_readers.status_info(),
+            "pcj": self.pcj_control.status_info(),
             "queues": {str(queue.address): _queue_status(queue) for queue in ctx.queues.values()},
         }
 

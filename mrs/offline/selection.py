@@ -30,6 +30,7 @@ from mrs.offline.scalars import (
     parse_reason,
     parse_time_ns,
 )
+from mrs.storage.journal_scan import record_time_ns
 
 
 # ---------------------------------------------------------------------- addresses
@@ -191,11 +192,6 @@ class RecordFilter:
 
     def matches(self, record: Record) -> bool:
         return all(check(record) for check in self._checks)
-
-
-def record_time_ns(record: Record) -> int:
-    """The time a selection and a summary use: confirm time (PCJ) or time written."""
-    return record.confirm_time_ns or record.written_time_ns
 
 
 # ---------------------------------------------------------------------- argparse

@@ -15,9 +15,9 @@ byte).
 
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
 from them, and their wording), `base` (the event base class), `events`,
-`lookup_events`, `admin_events` and `link_events` (the events), `explain` (why a refused frame was
-refused, naming the field), `connection` (the state machine). The I/O half is
-`mrs.transport.framed`.
+`lookup_events`, `journal_events`, `admin_events` and `link_events` (the events),
+`explain` (why a refused frame was refused, naming the field), `connection` (the
+state machine). The I/O half is `mrs.transport.framed`.
 
 State machine
 -------------
@@ -29,13 +29,15 @@ side     state    event                                           becomes
 =======  =======  ==============================================  =======
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
-                  StatusRequest, Locate, ShowPending, CancelGet,
-                  GiveBack, AdminRequest, Ping, Pong
+                  StatusRequest, Locate, ShowPending, SetPcj,
+                  ReadJournal, CancelGet, GiveBack, AdminRequest,
+                  Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
                   Confirmed, AnswerBatch, StatusReply, Located,
-                  PendingCounts, AdminReply, Failure, Ping, Pong
+                  PendingCounts, PcjState, JournalPage, AdminReply,
+                  Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -92,14 +94,18 @@ from mrs.protocol.events import (
     GetBatch,
     GiveBack,
     Hello,
+    JournalPage,
     Locate,
     Located,
+    PcjState,
     PendingCounts,
     Ping,
     Pong,
     Put,
     PutBatch,
     PutDone,
+    ReadJournal,
+    SetPcj,
     ShowPending,
     StatusReply,
     StatusRequest,
@@ -168,6 +174,7 @@ __all__ = [
     "GetBatch",
     "GiveBack",
     "Hello",
+    "JournalPage",
     "LeaveNotice",
     "LinkAck",
     "LinkNotice",
@@ -179,6 +186,7 @@ __all__ = [
     "Locate",
     "Located",
     "Notice",
+    "PcjState",
     "PendingCounts",
     "Ping",
     "Pong",
@@ -186,9 +194,11 @@ __all__ = [
     "Put",
     "PutBatch",
     "PutDone",
+    "ReadJournal",
     "RemoteProtocolError",
     "ResyncNotice",
     "RoomNotice",
+    "SetPcj",
     "ShowPending",
     "StatusReply",
     "StatusRequest",

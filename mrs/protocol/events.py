@@ -27,6 +27,7 @@ from mrs.protocol.fields import (
     Role,
     Seq,
 )
+from mrs.protocol.journal_events import JournalPage, PcjState, ReadJournal, SetPcj
 from mrs.protocol.link_events import (
     LINK_EVENTS,
     LinkAck,
@@ -312,6 +313,8 @@ CLIENT_EVENTS = (
     StatusRequest,
     Locate,
     ShowPending,
+    SetPcj,
+    ReadJournal,
     CancelGet,
     GiveBack,
     *ADMIN_REQUESTS,
@@ -329,6 +332,8 @@ SERVER_EVENTS = (
     StatusReply,
     Located,
     PendingCounts,
+    PcjState,
+    JournalPage,
     Failure,
     Fatal,
     *ADMIN_REPLIES,
@@ -346,6 +351,8 @@ Event = (
     | StatusRequest
     | Locate
     | ShowPending
+    | SetPcj
+    | ReadJournal
     | CancelGet
     | Welcome
     | Attached
@@ -357,6 +364,8 @@ Event = (
     | StatusReply
     | Located
     | PendingCounts
+    | PcjState
+    | JournalPage
     | Failure
     | Fatal
     | LinkTransfer

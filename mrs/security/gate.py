@@ -129,6 +129,10 @@ class Gate:
                 return self._look_up(perms, "locate", [event.name])
             case wire.ShowPending():
                 return self._look_up(perms, "pending count", event.queues)
+            case wire.SetPcj():
+                return rules.may_admin(perms, "pcj", "MRS_SET_PCJ (set_pcj)")
+            case wire.ReadJournal():
+                return rules.may_admin(perms, "replay", f"reading the {event.journal.upper()}")
         return None
 
     def _look_up(self, perms: rules.Permissions, what: str, texts: list[str]) -> str | None:

@@ -5,7 +5,7 @@ A principal's grants live with its verifier in the credentials file (mrs.securit
     attach  = ["1.10", "ORDERS"]   queues it may attach to (and get from)
     put     = ["2.*", "1.20"]      targets it may put to
     confirm = ["1.10"]             queues on which it may confirm (any force_j)
-    admin   = ["status", "dlq"]    status, dlq, dlj, replay, config
+    admin   = ["status", "dlq"]    status, dlq, dlj, replay, pcj, config
     manage  = ["1.10", "1.2*"]     queues it may administer (`mrs admin`): browse,
                                    purge, move from and to, change limits
 
@@ -21,11 +21,15 @@ authenticate and nothing else. What each admin right opens:
     dlq     attach to / put to a dead letter queue, pass a dead-letter header or a
             DLQ reader's context (the dlq-handler's rights)
     dlj     replay a DLJ record (with replay)
-    replay  put a message carrying a replay header (mrs jplay)
-    config  add a queue at run time (`mrs admin add-queue`)
+    replay  put a message carrying a replay header (mrs jplay), and read the PCJ or
+            the DLJ over the wire (ReadJournal: `Client.open_journal`)
+    pcj     set the group's default journaling action of confirmations and roll
+            its PCJ segment (SetPcj, MessageQ's MRS_SET_PCJ: `Client.set_pcj`)
+    config  add a queue at run time, replace a principal's grants (`mrs admin
+            add-queue`, `mrs admin grant`)
 
 `mrs admin connections` needs the admin right status; the DLQ is managed with the
-manage right on its address ("1.0") like any queue.
+manage right on its address ("1.96") like any queue.
 
 Pure: the server hands in the request's facts; the answer is None (allowed) or the
 sentence that goes into the NOTAUTHORIZED answer and the log.
@@ -37,7 +41,7 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay", "config"})
+ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay", "pcj", "config"})
 GRANT_KINDS = ("attach", "put", "confirm", "admin", "manage")
 
 
@@ -189,10 +193,12 @@ def may_look_up(
     return f"{what} of {address} needs a grant to attach to it or put to it"
 
 
-def may_admin(perms: Permissions, right: str) -> str | None:
+def may_admin(perms: Permissions, right: str, what: str | None = None) -> str | None:
+    """The admin right `right`; `what` names the request in the refusal (the right's
+    own name when not given)."""
     if right in perms.admin:
         return None
-    return f"{right} needs the admin right {right!r}"
+    return f"{what or right} needs the admin right {right!r}"
 
 
 def may_manage(perms: Permissions, action: str, address: str, name: str | None) -> str | None:

@@ -19,6 +19,7 @@ from mrs import protocol as wire
 from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog
 from mrs.group import Group
+from mrs.group.link_driver import serve_link
 from mrs.limits import CREDENTIALS_CHECK_INTERVAL_S, OUTBOX_BYTES_HIGH
 from mrs.model import Status
 from mrs.ops.group_ops import GroupOps
@@ -91,10 +92,7 @@ class Connections:
                         return
                     async with trio.open_nursery() as nursery:
                         session.tasks = nursery
-                        nursery.start_soon(session.send_loop)
-                        nursery.start_soon(self._watch, session, nursery.cancel_scope)
-                        await self._receive_loop(session)
-                        nursery.cancel_scope.cancel()
+                        await self._serve_adopted(session, nursery)
         except Exception as error:  # noqa: BLE001 - one connection never stops the server
             if not only_connection_errors(error):
                 log.exception("connection from %s failed", session.peer)
@@ -243,24 +241,32 @@ class Connections:
         self.refusals.refused("protocol", session.host, f"protocol error: {error} ({session.peer})")
         await self._fatal(session, error.status, str(error))
 
-    async def _watch(self, session: ServerSession, scope: trio.CancelScope) -> None:
-        """Heartbeats and deadlines for one connection; closes it when one passes."""
-        guards = self.guards
+    async def _serve_adopted(self, session: ServerSession, nursery: trio.Nursery) -> None:
+        """After the handshake: a peer group's link is served by the link driver, as
+        the dialing end serves it (mrs.group.link_driver.serve_link); a client by this
+        module's receive loop and watchdog."""
+        if session.link is not None:
+            self.partial_frames.forget(session)  # a proven peer: frame_s_max bounds it
+            name = f"link from group {session.link.peer_id}"
+            await serve_link(session.link, session, self.guards, session.liveness, nursery, name)
+            return
+        nursery.start_soon(session.send_loop)
+        nursery.start_soon(self._watch, session, nursery.cancel_scope)
+        await self._receive_loop(session)
+        nursery.cancel_scope.cancel()
 
-        def silence_s_max() -> float:
-            return guards.link_silence_s_max if session.link else guards.client_idle_s_max
+    async def _watch(self, session: ServerSession, scope: trio.CancelScope) -> None:
+        """Heartbeats and deadlines for one client connection; closes it when one passes."""
+        guards = self.guards
 
         def ping() -> None:
             with contextlib.suppress(wire.ProtocolError):
                 session.send(wire.Ping(next_nonce()))
 
-        why = await watch(session.liveness, guards, silence_s_max, ping)
-        if session.link is not None:
-            log.warning("link from group %d declared down: %s", session.link.peer_id, why)
-        else:
-            self.refusals.refused(
-                "deadline", session.host, f"closing connection (TIMEOUT): {why} ({session.peer})"
-            )
+        why = await watch(session.liveness, guards, guards.client_idle_s_max, ping)
+        self.refusals.refused(
+            "deadline", session.host, f"closing connection (TIMEOUT): {why} ({session.peer})"
+        )
         with contextlib.suppress(wire.ProtocolError):
             session.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))
         with trio.move_on_after(1):

@@ -246,6 +246,11 @@ def _dispatch_rare(
     elif isinstance(event, wire.ShowPending):
         dispatcher.begin(session, request_id, 0)
         group.show_pending(session, event)
+    elif isinstance(event, wire.SetPcj):
+        dispatcher.begin(session, request_id, 0)
+        group.set_pcj(session, event)
+    elif isinstance(event, wire.ReadJournal):
+        session.send(group.read_journal(event))
     elif isinstance(event, wire.AdminRequest) and dispatcher.admin is not None:
         dispatcher.begin(session, request_id, 0)
         dispatcher.admin(session, event)

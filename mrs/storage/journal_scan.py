@@ -13,6 +13,7 @@ PCJ at its first key, and report corrupt records instead of stopping.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +24,77 @@ SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
 """Journals keyed by the message's seq: a seq selection starts at its first key."""
 MAP_BYTES_DEFAULT = 1 << 30
 """The LMDB map a reader opens with when nothing says the server's (at least the file)."""
+PCJ_SEGMENT_FIELD = "pcj_segment"
+"""The PCJ record's `extra` entry naming its segment (docs/journals.md, "PCJ
+segments"): absent in segment 0, so a PCJ written before segments reads as one."""
+
+
+def record_time_ns(record: Record) -> int:
+    """The journal time of a record: the confirm time in the PCJ, else the time it was
+    written. What a selection's since/until, `mrs dump` and a journal reader show."""
+    return record.confirm_time_ns or record.written_time_ns
+
+
+def record_segment(record: Record) -> int:
+    """The PCJ segment a record was confirmed in (0 when it names none)."""
+    extra = record.extra
+    segment = extra.get(PCJ_SEGMENT_FIELD, 0) if type(extra) is dict else 0
+    return segment if type(segment) is int else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordQuery:
+    """A selection of DLJ/PCJ records as plain values (each criterion given must
+    hold): what an application's journal reader asks, read from local files
+    (clients.journal_reader) or by the group for a reader on another host
+    (mrs.group.journal_pages), so both select with this one predicate."""
+
+    seq_min: int | None = None
+    seq_max: int | None = None
+    since_ns: int | None = None
+    until_ns: int | None = None
+    targets: frozenset[tuple[int, int]] | None = None
+    sources: frozenset[tuple[int, int]] | None = None
+    classes: frozenset[int] | None = None
+    types: frozenset[int] | None = None
+    segments: frozenset[int] | None = None
+
+    @property
+    def selects_all(self) -> bool:
+        """True when only the seq range (which the scan seeks) selects."""
+        return (
+            self.since_ns is None
+            and self.until_ns is None
+            and self.targets is None
+            and self.sources is None
+            and self.classes is None
+            and self.types is None
+            and self.segments is None
+        )
+
+    def matches(self, record: Record) -> bool:
+        if self.seq_min is not None and record.seq < self.seq_min:
+            return False
+        if self.seq_max is not None and record.seq > self.seq_max:
+            return False
+        moment = record_time_ns(record)
+        if self.since_ns is not None and moment < self.since_ns:
+            return False
+        if self.until_ns is not None and moment > self.until_ns:
+            return False
+        if self.targets is not None and (record.target_group, record.target_queue) not in (
+            self.targets
+        ):
+            return False
+        if self.sources is not None and (record.source_group, record.source_queue) not in (
+            self.sources
+        ):
+            return False
+        if self.classes is not None and record.msg_class not in self.classes:
+            return False
+        if self.types is not None and record.msg_type not in self.types:
+            return False
+        return self.segments is None or record_segment(record) in self.segments
 
 
 class Selection(Protocol):

@@ -53,22 +53,22 @@ def next_nonce() -> int:
 async def watch(
     liveness: Liveness,
     guards: Guards,
-    silence_s_max: Callable[[], float],
+    silence_s_max: float,
     send_ping: Callable[[], None],
 ) -> str:
     """Sleep until a deadline passes; return why the connection must close.
 
-    silence_s_max is asked each time (a server connection becomes a link only after
-    its Hello); send_ping is called after each heartbeat interval of silence.
+    silence_s_max: a client's idle limit or a link's silence limit; send_ping is called
+    after each heartbeat interval of silence.
     """
     interval_s = guards.heartbeat_interval_s
     while True:
         now = trio.current_time()
-        wake_at = [liveness.heard_at + silence_s_max()]
+        wake_at = [liveness.heard_at + silence_s_max]
         if now >= wake_at[0]:
             return (
                 f"nothing heard for {now - liveness.heard_at:.1f} s "
-                f"(silence limit {silence_s_max():g} s)"
+                f"(silence limit {silence_s_max:g} s)"
             )
         if not liveness.handshake_done:
             due = liveness.opened_at + guards.handshake_s_max

@@ -45,6 +45,23 @@ def server(tmp_path):
     server.stop()
 
 
+# ----------------------------------------------------------------- close
+async def test_a_closed_programs_queue_is_free_for_the_next_at_once(bus) -> None:
+    """A close gives the attached queue back before it returns: the server detaches
+    the connection when the client half-closes, and the client waits for that. A
+    program restarted at once (a supervisor, a script in a loop) attaches without
+    meeting QUEUE_BUSY, and gets what its predecessor took and never confirmed."""
+    async with connect(bus.address, None) as watcher:
+        async with connect(bus.address, "SENDER") as sender:
+            await sender.put(b"held", target="ORDERS", delivery=MODE.WF_DQF)
+        for _ in range(20):
+            async with connect(bus.address, "ORDERS") as receiver:
+                message = await receiver.get(timeout=5)
+                assert message.body == b"held"  # taken, never confirmed: back at the close
+            queue = (await watcher.status())["queues"]["1.10"]
+            assert not queue["attached"] and queue["unconfirmed"] == 0
+
+
 # ----------------------------------------------------------------- cancellation
 async def test_cancelled_get_takes_no_memory_message(mem_bus) -> None:
     async with mem_bus.connect("ANYORDER") as receiver:

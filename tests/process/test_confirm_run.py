@@ -59,7 +59,7 @@ async def test_the_confirms_of_one_receive_are_written_in_one_batch_and_each_ans
         before = writer_batches(bus)
         assert await receiver.confirm_many(seqs) == [None] * COUNT
         assert writer_batches(bus) - before == 1
-        assert bus.server.group.ctx.dqf_count == 0
+        assert bus.server.group.ctx.counts.dqf == 0
         assert bus.store.count(Journal.DQF) == bus.store.count(Journal.MARKS) == 0
         assert unconfirmed(bus) == []
 
@@ -87,7 +87,7 @@ async def test_when_the_shared_commit_fails_every_confirm_fails_and_can_be_made_
         assert unconfirmed(bus) == seqs  # each still waits for its confirm, in seq order
         bus.fail_commits(None)
         assert await receiver.confirm_many(seqs) == [None] * COUNT
-        assert bus.server.group.ctx.dqf_count == 0
+        assert bus.server.group.ctx.counts.dqf == 0
 
 
 async def test_confirms_that_write_a_pcj_record_each_go_alone(make_mem_bus) -> None:
@@ -97,7 +97,7 @@ async def test_confirms_that_write_a_pcj_record_each_go_alone(make_mem_bus) -> N
         before = writer_batches(bus)
         assert await receiver.confirm_many(seqs) == [None] * COUNT
         assert writer_batches(bus) - before == COUNT
-        assert bus.server.group.ctx.dqf_count == 0
+        assert bus.server.group.ctx.counts.dqf == 0
         assert bus.store.count(Journal.PCJ) == COUNT
         assert bus.store.count(Journal.DQF) == 0
 
@@ -132,7 +132,7 @@ async def test_confirms_before_a_protocol_error_in_the_same_receive_are_still_wr
             pass  # until the server closes the connection
     await stream.aclose()
     await trio.testing.wait_all_tasks_blocked()
-    assert bus.server.group.ctx.dqf_count == 0
+    assert bus.server.group.ctx.counts.dqf == 0
     async with bus.connect(queue="ANYORDER") as again:  # none of them comes again
         with pytest.raises(NoMoreMessages):
             await again.get(timeout=0)

@@ -103,7 +103,8 @@ def test_example_runs(docs_server, example, expected) -> None:
 
 
 def test_messageq_api_example_runs(docs_server, tmp_path) -> None:
-    """docs/client-library.md's table of MessageQ calls: locate, pending, open_journal."""
+    """docs/client-library.md's table of MessageQ calls: locate, pending, open_journal
+    (from the files and through the group), set_pcj."""
     result = subprocess.run(
         [
             sys.executable,
@@ -123,6 +124,11 @@ def test_messageq_api_example_runs(docs_server, tmp_path) -> None:
         "pending after the gets: [0]",
         "target=1.10 body=b'order 0' confirm_value=100 status=SUCCESS",
         "confirm_value=102 status=SUCCESS",
+        "set_pcj: default=True segment=1 closed=0",
+        "segment=0 body=b'order 2'",
+        "segment=1 body=b'after the roll'",
+        "blocking: the PCJ's default is True",
+        "blocking: segment 1 holds [b'after the roll']",
         "blocking: SENDER is 1.11, pending [0]",
     ]:
         assert line in result.stdout, result.stdout

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from clients import connect_sync
+from clients import connect_sync, open_journal
 from mrs.model import DeliveryMode
 
 
@@ -87,6 +87,25 @@ def test_archive_beside_a_running_server_and_read_back(make_bus) -> None:
     archived = _archived_seqs(directory)
     assert sorted(archived) == sorted(early | late | more) and len(set(archived)) == 55
     assert _pcj_count(bus.address) == 0
+
+
+def test_archive_closed_takes_the_segments_a_roll_closed(make_bus) -> None:
+    """`Client.set_pcj(roll=True)` closes segment 0: `--closed` archives it whole
+    while the server journals into segment 1, which stays."""
+    bus = make_bus(group_extra="pcj_default = true")
+    first = _confirm(bus.address, 12, "first")
+    with connect_sync(bus.address, None) as client:
+        assert client.set_pcj(roll=True).closed_segment == 0
+    second = _confirm(bus.address, 7, "second")
+    result = _archive(bus, "--closed", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["archived"] == 12 and summary["pcj_remaining"] == 7
+    assert sorted(_archived_seqs(Path(summary["dir"]))) == sorted(first)
+    with open_journal(bus.data_dir, "pcj") as journal:
+        assert {(record.seq, record.segment) for record in journal} == {(s, 1) for s in second}
+    neither = _archive(bus)
+    assert neither.returncode == 2 and "--until TIME, --closed" in neither.stderr
 
 
 def test_usage_mistakes_are_one_line(make_bus) -> None:

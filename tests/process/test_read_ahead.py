@@ -9,9 +9,6 @@ AK round trip that read-ahead exists for runs against a real `mrs serve` process
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
 import msgpack
 import trio
 import trio.testing
@@ -212,23 +209,6 @@ def test_a_queue_remembers_lent_bodies_up_to_a_bound_in_bytes() -> None:
     assert queue.lent_bytes <= LENT_BYTES_MAX and list(queue.lent) == [6, 7, 8, 9]
 
 
-@contextlib.asynccontextmanager
-async def _attached_when_free(address: str, queue: str) -> AsyncIterator[clients.Client]:
-    """`connect` once the server has reaped the previous program's connection: a close
-    sends no request of its own, so under load the server may still hold the queue
-    for a moment (QUEUE_BUSY, which a reconnect meets and retries: clients.dialing)."""
-    async with contextlib.AsyncExitStack() as stack:
-        for _attempt in range(200):  # 10 s at most
-            try:
-                client = await stack.enter_async_context(connect(address, queue=queue))
-                break
-            except clients.QueueBusy:
-                await trio.sleep(0.05)
-        else:
-            raise AssertionError(f"{queue} still busy 10 s after its program closed")
-        yield client
-
-
 async def test_mrs_acks_read_ahead_reach_their_sender_once_across_a_close(make_bus) -> None:
     """The AK round trip against a real server: a producer's MRS_ACKs are got by four
     tasks (read-ahead brings the rest of each batch); it closes with acks held, and
@@ -257,7 +237,7 @@ async def test_mrs_acks_read_ahead_reach_their_sender_once_across_a_close(make_b
             for _ in range(4):
                 nursery.start_soon(ack_getter)
         assert len(producer._requests.held) > 0  # closing with read-ahead acks held
-    async with _attached_when_free(bus.address, "SENDER") as again:
+    async with connect(bus.address, queue="SENDER") as again:  # free at once: the close waited
         while len(got) < puts_count:
             message = await again.get(timeout=10)
             got.append(Psb.from_wire(msgpack.unpackb(message.body)).seq)

@@ -29,6 +29,9 @@ CLIENTS_API = {
     "open_journal",
     "JournalReader",
     "JournalRecord",
+    # the same over the wire, and MRS_SET_PCJ (Client.open_journal, Client.set_pcj)
+    "RemoteJournalReader",
+    "PcjState",
     # the vocabulary (from mrs.model)
     "Address",
     "DeliveryMode",

@@ -146,6 +146,17 @@ CLIENT_REQUESTS = st.one_of(
         REQUEST_ID,
         st.lists(st.text(min_size=1, max_size=256), min_size=1, max_size=5),
     ),
+    st.builds(wire_events.SetPcj, REQUEST_ID, st.integers(0, 2), st.booleans()),
+    st.builds(
+        wire_events.ReadJournal,
+        REQUEST_ID,
+        st.sampled_from(["pcj", "dlj"]),
+        st.integers(-1, 2**64 - 1),
+        st.integers(-1, 2**63 - 1),
+        targets=st.lists(st.text(min_size=1, max_size=256), max_size=3),
+        classes=st.lists(I64, max_size=3),
+        page_records=st.integers(1, 256),
+    ),
 )
 SERVER_REPLIES = st.one_of(
     st.builds(Attached, REQUEST_ID, I64, I64),
@@ -171,6 +182,15 @@ SERVER_REPLIES = st.one_of(
     st.builds(StatusReply, REQUEST_ID, DICTS),
     st.builds(wire_events.Located, REQUEST_ID, I64, I64),
     st.builds(wire_events.PendingCounts, REQUEST_ID, st.lists(I64, max_size=5)),
+    st.builds(wire_events.PcjState, REQUEST_ID, st.booleans(), I64, I64, I64),
+    st.builds(
+        wire_events.JournalPage,
+        REQUEST_ID,
+        st.lists(st.binary(max_size=100), max_size=3),
+        st.lists(st.text(), max_size=2),
+        st.integers(-1, 2**63 - 1),
+        st.booleans(),
+    ),
     st.builds(Failure, REQUEST_ID, I64, st.text()),
 )
 CLIENT_REQUESTS = CLIENT_REQUESTS | LINK_EVENTS  # typed link items: tests.process.test_link_events

@@ -32,7 +32,7 @@ async def _watch_while(liveness: Liveness, peer, until_s: float) -> tuple[str | 
     async with trio.open_nursery() as nursery:
 
         async def run_watch() -> None:
-            outcome.append(await watch(liveness, GUARDS, lambda: GUARDS.link_silence_s_max, ping))
+            outcome.append(await watch(liveness, GUARDS, GUARDS.link_silence_s_max, ping))
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(run_watch)

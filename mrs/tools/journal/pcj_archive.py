@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from journals import CorruptRecord, Journal, JournalStore, WriteBatch, seq_key
+from mrs.group.pcj_control import read_state
+from mrs.storage.journal_scan import record_segment
 
 if TYPE_CHECKING:
     pass
@@ -79,13 +81,17 @@ def archive_pcj(
     *,
     chunk_records: int = CHUNK_RECORDS,
     kill_at: str | None = None,
+    closed_only: bool = False,
 ) -> ArchiveResult:
-    """Archive every PCJ record confirmed at or before `until_ns`; see the module doc.
-    `kill_at` (harness only, from KILL_AT_ENV at the command's edge) SIGKILLs this
-    process at that step."""
+    """Archive every PCJ record confirmed at or before `until_ns` (and, `closed_only`,
+    in a closed segment: one before the segment the group journals in now, which no
+    confirm writes any more, mrs.group.pcj_control); see the module doc. `kill_at`
+    (harness only, from KILL_AT_ENV at the command's edge) SIGKILLs this process at
+    that step."""
     out_dir = Path(out_dir)
     result = ArchiveResult()
     result.recovered = finish_intent(store, out_dir)
+    open_segment = read_state(store, False).segment if closed_only else None
     after: bytes | None = None
     while True:
         keys: list[bytes] = []
@@ -96,6 +102,8 @@ def archive_pcj(
             scanned += 1
             if isinstance(record, CorruptRecord):
                 result.corrupt_kept += 1
+                continue
+            if open_segment is not None and record_segment(record) >= open_segment:
                 continue
             if (record.confirm_time_ns or record.written_time_ns) <= until_ns:
                 keys.append(key)
@@ -189,10 +197,15 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
     )
     archive.add_argument(
         "--until",
-        required=True,
         metavar="TIME",
         help="archive records confirmed at or before TIME: ISO (naive = local time), "
         "'now', or a duration back from now such as 7d or 12h",
+    )
+    archive.add_argument(
+        "--closed",
+        action="store_true",
+        help="archive the records of the closed PCJ segments (before the one the group "
+        "journals in now: Client.set_pcj(roll=True)); with --until, those confirmed by TIME",
     )
     archive.add_argument(
         "--dir",
@@ -218,8 +231,11 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     from mrs.offline.selection import SelectionError, parse_time_ns
     from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
+    if args.until is None and not args.closed:
+        raise CommandError("pcj archive: give --until TIME, --closed, or both", EXIT_USAGE)
     try:
-        until_ns = parse_time_ns(args.until, time.time_ns(), "--until")
+        until = "now" if args.until is None else args.until
+        until_ns = parse_time_ns(until, time.time_ns(), "--until")
     except SelectionError as error:
         raise CommandError(str(error), EXIT_USAGE) from None
     try:
@@ -237,6 +253,7 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
             until_ns,
             chunk_records=max(1, args.chunk),
             kill_at=os.environ.get(KILL_AT_ENV),  # the command's edge: harness only
+            closed_only=args.closed,
         )
     finally:
         store.close()

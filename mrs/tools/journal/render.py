@@ -12,7 +12,7 @@ import json
 
 from journals import Journal, Record
 from mrs.model import DeliveryMode, Status, Uma
-from mrs.offline.selection import record_time_ns
+from mrs.storage.journal_scan import record_time_ns
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 
 _UTC = datetime.UTC

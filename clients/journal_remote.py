@@ -1,0 +1,213 @@
+"""The journals through the group, for an application on another host:
+`Client.open_journal` reads the PCJ or the DLJ page by page (MessageQ's pams_open_jrn
+/ pams_read_jrn / pams_close_jrn), and `Client.set_pcj` sets the PCJ's default
+journaling action and rolls its segment (MRS_SET_PCJ).
+
+Why the records come as the journal stores them: the reader decodes and checks them
+with the journal library and turns them into `JournalRecord`s with the local reader's
+one conversion (clients.journal_reader.journal_record), and selects with the same
+`RecordQuery`, so a record reads the same from the files and over the wire.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from clients.errors import BadParameter, MrsError
+from clients.journal_reader import (
+    READABLE,
+    IntSelection,
+    JournalRecord,
+    QueueSelection,
+    TimeBound,
+    journal_record,
+    selection,
+)
+from clients.lookup import Requester
+from clients.requests import built
+from journals import CorruptRecord, decode_record
+from mrs import protocol as wire
+from mrs.limits import JOURNAL_PAGE_RECORDS_MAX, JOURNAL_SELECT_ITEMS_MAX, REPLY_GRACE_S
+from mrs.model import ForceJrn, Status
+from mrs.storage.journal_scan import RecordQuery
+
+
+@dataclass(frozen=True, slots=True)
+class PcjState:
+    """The group's PCJ after a `set_pcj`."""
+
+    default: bool
+    """Whether a confirm with DEFAULT_JRN writes the PCJ."""
+    segment: int
+    """The segment new confirmations are journaled in."""
+    opened_ns: int
+    """When that segment was opened (0: segment 0, open since the first start)."""
+    closed_segment: int | None
+    """The segment this call closed (roll=True), which an auditor or `mrs pcj archive
+    --closed` may now take whole; None when it rolled none."""
+
+
+_PCJ_DEFAULTS = {None: ForceJrn.DEFAULT_JRN, True: ForceJrn.FORCE_JRN, False: ForceJrn.NO_JRN}
+
+
+def _pcj_default(default: Any) -> int:
+    """set_pcj's `default` in force_j's numbers, as SetPcj carries it: None (or
+    DEFAULT_JRN) leaves the group's default, True/FORCE_JRN and False/NO_JRN set it."""
+    if default is None or type(default) is bool:
+        return int(_PCJ_DEFAULTS[default])
+    if type(default) in (int, ForceJrn) and default in tuple(ForceJrn):
+        return int(default)
+    raise BadParameter(
+        Status.BADPARAM,
+        f"set_pcj: default is True, False, None (unchanged) or a ForceJrn, got {default!r}",
+    )
+
+
+async def set_pcj(client: Requester, default: Any, roll: Any) -> PcjState:
+    client.require_link(Status.NOTACTIVE, "set_pcj")
+    if type(roll) is not bool:
+        raise BadParameter(Status.BADPARAM, f"set_pcj: roll is True or False, got {roll!r}")
+    request = built(wire.SetPcj, client.next_id(), _pcj_default(default), roll)
+    reply = cast(wire.PcjState, await client.request(request, REPLY_GRACE_S, "other"))
+    closed = None if reply.closed_segment < 0 else reply.closed_segment
+    return PcjState(reply.default, reply.segment, reply.opened_ns, closed)
+
+
+def _texts(addresses: frozenset[tuple[int, int]] | None) -> list[str]:
+    return [] if addresses is None else sorted(f"{group}.{queue}" for group, queue in addresses)
+
+
+def _ints(values: frozenset[int] | None) -> list[int]:
+    return [] if values is None else sorted(values)
+
+
+def _fields(journal: str, query: RecordQuery, page_records: int) -> dict[str, Any]:
+    """The ReadJournal fields of a query, but request_id and after_seq."""
+    fields = {
+        "journal": journal,
+        "seq_max": -1 if query.seq_max is None else query.seq_max,
+        "since_ns": -1 if query.since_ns is None else query.since_ns,
+        "until_ns": -1 if query.until_ns is None else query.until_ns,
+        "targets": _texts(query.targets),
+        "sources": _texts(query.sources),
+        "classes": _ints(query.classes),
+        "types": _ints(query.types),
+        "segments": _ints(query.segments),
+        "page_records": page_records,
+    }
+    for name in ("targets", "sources", "classes", "types", "segments"):
+        if len(fields[name]) > JOURNAL_SELECT_ITEMS_MAX:
+            raise BadParameter(
+                Status.BADPARAM,
+                f"open_journal: {name} lists at most {JOURNAL_SELECT_ITEMS_MAX} values",
+            )
+    return fields
+
+
+@dataclass(eq=False)
+class RemoteJournalReader:
+    """An open journal of the group: iterate it (`async for`) for its selected records
+    in seq order, page by page; `close()` it (or `async with`). Records the reader
+    cannot decode are skipped and listed in `corrupt` (one line each): check it after
+    the loop."""
+
+    journal: str
+    _client: Requester | None
+    _fields: dict[str, Any]
+    limit: int | None = None
+    corrupt: list[str] = field(default_factory=list)
+    _after_seq: int = -1
+    _done: bool = False
+    _read: int = 0
+
+    async def read_page(self) -> list[JournalRecord]:
+        """The next selected records (at most the page size), asked of the group; []
+        at the end. A page of records that are all filtered out is read on."""
+        while not self._done:
+            client = self._client
+            if client is None:
+                raise MrsError(Status.NOTACTIVE, f"the {self.journal} reader is closed")
+            request = built(
+                functools.partial(wire.ReadJournal, after_seq=self._after_seq, **self._fields),
+                client.next_id(),
+            )
+            page = cast(wire.JournalPage, await client.request(request, REPLY_GRACE_S, "other"))
+            self._after_seq = page.last_seq
+            self._done = page.done
+            self.corrupt.extend(page.corrupt)
+            records = self._decoded(page.records)
+            if records:
+                return records
+        return []
+
+    def _decoded(self, raw_records: list[bytes]) -> list[JournalRecord]:
+        records = []
+        for raw in raw_records:
+            if self.limit is not None and self._read >= self.limit:
+                self._done = True
+                break
+            try:
+                records.append(journal_record(self.journal, decode_record(raw, self.journal)))
+            except CorruptRecord as corrupt:
+                self.corrupt.append(str(corrupt))
+                continue
+            self._read += 1
+        return records
+
+    async def _records(self) -> AsyncIterator[JournalRecord]:
+        while page := await self.read_page():
+            for record in page:
+                yield record
+
+    def __aiter__(self) -> AsyncIterator[JournalRecord]:
+        return self._records()
+
+    def close(self) -> None:
+        """pams_close_jrn: nothing is held on the group; the reader reads no more."""
+        self._client = None
+
+    async def __aenter__(self) -> RemoteJournalReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open_remote(
+    client: Requester,
+    journal: str = "pcj",
+    *,
+    seq: int | tuple[int | None, int | None] | None = None,
+    since: TimeBound = None,
+    until: TimeBound = None,
+    target: QueueSelection = None,
+    source: QueueSelection = None,
+    msg_class: IntSelection = None,
+    msg_type: IntSelection = None,
+    segment: IntSelection = None,
+    limit: int | None = None,
+    page_records: int = JOURNAL_PAGE_RECORDS_MAX,
+) -> RemoteJournalReader:
+    """`Client.open_journal`'s work: the arguments checked (BadParameter, one line),
+    nothing asked of the group before the first page."""
+    client.require_link(Status.NOTACTIVE, "open_journal")
+    if not isinstance(journal, str) or journal.lower() not in READABLE:
+        raise BadParameter(
+            Status.BADPARAM, f"open_journal: journal is 'pcj' or 'dlj', got {journal!r}"
+        )
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise BadParameter(Status.BADPARAM, f"open_journal: limit is a positive int, got {limit!r}")
+    if type(page_records) is not int or not 1 <= page_records <= JOURNAL_PAGE_RECORDS_MAX:
+        raise BadParameter(
+            Status.BADPARAM,
+            f"open_journal: page_records is 1..{JOURNAL_PAGE_RECORDS_MAX}, got {page_records!r}",
+        )
+    query = selection(seq, since, until, target, source, msg_class, msg_type, segment)
+    fields = _fields(journal.lower(), query, page_records)
+    reader = RemoteJournalReader(journal.lower(), client, fields, limit)
+    if query.seq_min:
+        reader._after_seq = query.seq_min - 1
+    return reader
