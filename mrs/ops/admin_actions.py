@@ -330,7 +330,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     taken = _take(queue, ADMIN_MOVE_MESSAGES_MAX)
     journaled = [entry for entry in taken if entry.journaled]
     memory = len(taken) - len(journaled)
-    if not discard and ctx.dlj_count + len(journaled) > ctx.limits.dlj_messages_max:
+    if not discard and ctx.counts.dlj + len(journaled) > ctx.limits.dlj_messages_max:
         _put_back(queue, journaled)
         raise Refused(
             Status.DLJ_FAILED,
@@ -365,9 +365,10 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
                 wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
             )
             return
-        ctx.dqf_count -= len(journaled)
-        ctx.dlj_count += 0 if discard else len(journaled)
+        ctx.counts.dqf_removed(len(journaled))
         for _ in journaled:
+            if not discard:
+                ctx.counts.dlj_added()
             group.peers.dqf_freed()
         result = {**summary, "left": queue.waiting}
         actions.journal(session, "purge", {"queue": str(queue.address), "discard": discard}, result)
