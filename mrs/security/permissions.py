@@ -25,7 +25,7 @@ authenticate and nothing else. What each admin right opens:
     config  add a queue at run time (`mrs admin add-queue`)
 
 `mrs admin connections` needs the admin right status; the DLQ is managed with the
-manage right on its address ("1.0") like any queue.
+manage right on its address ("1.96") like any queue.
 
 Pure: the server hands in the request's facts; the answer is None (allowed) or the
 sentence that goes into the NOTAUTHORIZED answer and the log.
