@@ -122,6 +122,8 @@ def test_connections_and_one_line_mistakes(bus) -> None:
         (("browse", "ORDERS", "--limit", "0"), "limit must be"),
         (("move", "ORDERS", "--to", "ORDERS"), "the target is the source"),
         (("move", "ORDERS", "--to", "9.10"), "9.10"),
+        (("move", "ORDERS", "--to", "DLQ"), "1.96 has no DQF"),
+        (("set-limits", "ORDERS"), "give one of messages_max, unconfirmed_max"),
     ):
         result = _admin(bus.address, *argv)
         assert result.returncode == 1, (argv, result)
