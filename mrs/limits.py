@@ -352,3 +352,5 @@ WEB_SESSIONS_MAX = 256
 """Web view logins remembered at once; the oldest is forgotten beyond."""
 WEB_LOGIN_FAILURE_DELAY_S = 1.0
 """A failed web login is answered this much later (guessing passwords costs time)."""
+WEB_PASSWORD_CHECKS_MAX = 1
+"""Web view password checks (PBKDF2, off the event loop) run at a time; the rest wait."""

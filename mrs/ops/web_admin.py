@@ -35,6 +35,7 @@ from mrs.core.delivery import Refused
 from mrs.limits import (
     ADMIN_REQUEST_WAIT_S,
     WEB_LOGIN_FAILURE_DELAY_S,
+    WEB_PASSWORD_CHECKS_MAX,
     WEB_SESSION_S,
     WEB_SESSIONS_MAX,
 )
@@ -86,6 +87,8 @@ class WebAdmin:
         self.actions = actions
         self.authority = authority
         self.logins: collections.OrderedDict[str, _Login] = collections.OrderedDict()
+        self.password_checks = trio.CapacityLimiter(WEB_PASSWORD_CHECKS_MAX)
+        """PBKDF2 runs at a time: a flood of logins costs the group at most this much CPU."""
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -145,7 +148,10 @@ class WebAdmin:
         name, password = str(form.get("name", "")), str(form.get("password", ""))
         if self.authority is None:
             return _json(400, {"error": "this group has no [auth]: no login needed"})
-        if not await trio.to_thread.run_sync(_password_ok, self.authority, name, password):
+        checked = await trio.to_thread.run_sync(
+            _password_ok, self.authority, name, password, limiter=self.password_checks
+        )
+        if not checked:
             log.warning("web login refused for %r from %s", name, request.peer)
             await trio.sleep(WEB_LOGIN_FAILURE_DELAY_S)
             return _json(403, {"error": "wrong name or password"})
