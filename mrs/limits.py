@@ -354,3 +354,5 @@ WEB_LOGIN_FAILURE_DELAY_S = 1.0
 """A failed web login is answered this much later (guessing passwords costs time)."""
 WEB_PASSWORD_CHECKS_MAX = 1
 """Web view password checks (PBKDF2, off the event loop) run at a time; the rest wait."""
+ADMIN_SELECT_SCAN_MAX = 10_000
+"""Waiting messages a selective browse looks through at most (from the front)."""

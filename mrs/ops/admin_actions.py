@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +43,7 @@ from mrs.limits import (
     ADMIN_BROWSE_MESSAGES_MAX,
     ADMIN_MOVE_MESSAGES_MAX,
     ADMIN_PREVIEW_BYTES_MAX,
+    ADMIN_SELECT_SCAN_MAX,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Status
 from mrs.security import permissions as rules
@@ -59,6 +60,8 @@ JOURNAL_FILE_NAME = "admin-journal.jsonl"
 """The admin journal in the group's data directory: one JSON object per line."""
 PURGED_HEADER = "purged"
 """Header a purged message's DLJ record carries: who purged it and why."""
+SELECT_KEYS = ("class", "type", "correlation_id", "contains")
+"""What a browse may select on."""
 MOVED_HEADER = "moved"
 """Header a moved message carries: where it came from, its old seq, who moved it."""
 
@@ -219,16 +222,16 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
     queue = actions.queue(args.get("queue"), "browse")
     actions.check(session, "browse", queue)
     limit = _count(args.get("limit", ADMIN_BROWSE_DEFAULT), "limit", ADMIN_BROWSE_MESSAGES_MAX)
+    wanted = _selection(args.get("select") or {})
     group = actions.group
     now_ns = group.ctx.clock_ns()
     shown: list[dict] = []
-    for entry in list(queue.pending)[:limit]:
-        shown.append(_described(group, queue, entry, now_ns))
-    if len(shown) < limit:
-        for seq, held in queue.cold.peek(limit - len(shown)):
-            cold = held if held is not None else _read_cold(group, queue, seq)
-            if cold is not None:
-                shown.append(_described(group, queue, cold, now_ns))
+    scan_max = ADMIN_SELECT_SCAN_MAX if wanted is not None else limit
+    for entry in _waiting(group, queue, scan_max):
+        if wanted is None or wanted(group, queue, entry):
+            shown.append(_described(group, queue, entry, now_ns))
+            if len(shown) >= limit:
+                break
     result = {
         "queue": str(queue.address),
         "name": queue.config.name,
@@ -236,10 +239,68 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
         "unconfirmed": len(queue.unconfirmed),
         "messages": shown,
     }
-    actions.journal(
-        session, "browse", {"queue": str(queue.address), "limit": limit}, {"shown": len(shown)}
-    )
+    journaled = {"queue": str(queue.address), "limit": limit, "select": args.get("select")}
+    actions.journal(session, "browse", journaled, {"shown": len(shown)})
     session.send(wire.AdminReply(request.request_id, result))
+
+
+def _waiting(group: Group, queue: TargetQueue, count_max: int) -> Iterator[Entry]:
+    """Up to `count_max` waiting messages in order, without taking them: the memory
+    window, then the cold backlog read from the DQF."""
+    window = list(queue.pending)[:count_max]
+    yield from window
+    if len(window) < count_max:
+        for seq, held in queue.cold.peek(count_max - len(window)):
+            cold = held if held is not None else _read_cold(group, queue, seq)
+            if cold is not None:
+                yield cold
+
+
+Selection = Callable[["Group", TargetQueue, Entry], bool]
+
+
+def _selection(select: Any) -> Selection | None:
+    """A browse's `select` ({"class": N, "type": N, "correlation_id": hex,
+    "contains": text}) as a test of one message; None when it selects everything."""
+    if not isinstance(select, dict):
+        raise Refused(Status.BADPARAM, "select must be a table of class, type, ...")
+    unknown = set(select) - set(SELECT_KEYS)
+    if unknown:
+        raise Refused(
+            Status.BADPARAM, f"select: unknown {sorted(unknown)} (known: {', '.join(SELECT_KEYS)})"
+        )
+    if not select:
+        return None
+    msg_class, msg_type = select.get("class"), select.get("type")
+    for key, value in (("class", msg_class), ("type", msg_type)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise Refused(Status.BADPARAM, f"select: {key} must be a whole number")
+    try:
+        correlation = (
+            bytes.fromhex(select["correlation_id"]) if "correlation_id" in select else None
+        )
+    except (TypeError, ValueError):
+        raise Refused(Status.BADPARAM, "select: correlation_id must be hex") from None
+    contains = str(select["contains"]).encode() if "contains" in select else None
+
+    def wanted(group: Group, queue: TargetQueue, entry: Entry) -> bool:
+        if msg_class is not None and entry.msg_class != msg_class:
+            return False
+        if msg_type is not None and entry.msg_type != msg_type:
+            return False
+        if correlation is not None and entry.correlation_id != correlation:
+            return False
+        if contains is not None:
+            body = entry.body if entry.body is not None else _body_of(group, queue, entry)
+            return contains in body
+        return True
+
+    return wanted
+
+
+def _body_of(group: Group, queue: TargetQueue, entry: Entry) -> bytes:
+    record = group.store.get(Journal.DQF, queue_key(queue.address.queue, entry.seq))
+    return record.body if record is not None else b""
 
 
 def _read_cold(group: Group, queue: TargetQueue, seq: int) -> Entry | None:
@@ -265,8 +326,7 @@ def _described(group: Group, queue: TargetQueue, entry: Entry, now_ns: int) -> d
     """One message as browse shows it: plain data (JSON-able)."""
     body = entry.body
     if body is None and entry.journaled:
-        record = group.store.get(Journal.DQF, queue_key(queue.address.queue, entry.seq))
-        body = record.body if record is not None else b""
+        body = _body_of(group, queue, entry)
     body = body or b""
     return {
         "seq": entry.seq,

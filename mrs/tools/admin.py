@@ -50,6 +50,10 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         default=ADMIN_BROWSE_DEFAULT,
         help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
     )
+    browse.add_argument("--class", dest="msg_class", type=int, help="only this class")
+    browse.add_argument("--type", dest="msg_type", type=int, help="only this type")
+    browse.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
+    browse.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
     purge = actions.add_parser("purge", help="empty a queue: journaled messages to the DLJ")
     purge.add_argument("queue", help="G.Q or a queue name")
     purge.add_argument("--discard", action="store_true", help="delete instead of the DLJ")
@@ -147,7 +151,17 @@ def _group_id(args: argparse.Namespace, bus: Any) -> int:
 async def _act(client: Any, args: argparse.Namespace) -> int:
     command = args.admin_command
     if command == "browse":
-        result = await client.admin("browse", queue=args.queue, limit=args.limit)
+        select = {
+            key: value
+            for key, value in (
+                ("class", args.msg_class),
+                ("type", args.msg_type),
+                ("correlation_id", args.correlation_id),
+                ("contains", args.contains),
+            )
+            if value is not None
+        }
+        result = await client.admin("browse", queue=args.queue, limit=args.limit, select=select)
     elif command == "purge":
         result = await _repeat(
             client, "purge", {"queue": args.queue, "discard": args.discard, "reason": args.reason}

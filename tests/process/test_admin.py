@@ -70,6 +70,10 @@ def test_browse_shows_without_taking_move_keeps_order_purge_goes_to_the_dlj(bus)
     assert [m["preview"] for m in shown["messages"]] == ["order-0", "order-1", "order-2", "order-3"]
     assert [m["possdupl"] for m in shown["messages"]] == [True, False, False, False]
     assert shown["messages"][0]["deliveries"] == 1
+    picked = _admin(bus.address, "browse", "ORDERS", "--contains", "der-4", "--json")
+    assert [m["preview"] for m in json.loads(picked.stdout)["messages"]] == ["order-4"]
+    none = _admin(bus.address, "browse", "ORDERS", "--class", "7", "--json")
+    assert json.loads(none.stdout)["messages"] == [] and json.loads(none.stdout)["waiting"] == 6
     table = _admin(bus.address, "browse", "ORDERS")
     assert table.returncode == 0 and "POSSDUPL" in table.stdout and "order-5" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
@@ -93,7 +97,7 @@ def test_browse_shows_without_taking_move_keeps_order_purge_goes_to_the_dlj(bus)
     dead = [json.loads(line) for line in dump.stdout.splitlines()]
     assert len(dead) == 3 and all("bad batch" in json.dumps(record) for record in dead)
     actions = [record["action"] for record in _journal(bus.data_dir)]
-    assert actions == ["browse", "browse", "move", "purge"]
+    assert actions == ["browse", "browse", "browse", "browse", "move", "purge"]
     assert "admin move by (no auth)" in bus.log_text()
     bus.process.terminate()  # the journal is read without its server too
     offline = run_mrs("admin", "journal", "--offline", "--config", str(bus.config_path), "--json")
