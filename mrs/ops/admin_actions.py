@@ -451,6 +451,27 @@ def _take(queue: TargetQueue, count_max: int) -> list[Entry]:
     return taken
 
 
+def _take_selected(
+    group: Group, queue: TargetQueue, count_max: int, wanted: Selection | None
+) -> list[Entry]:
+    """Up to `count_max` waiting messages that `wanted` selects, oldest first, among the
+    first ADMIN_SELECT_SCAN_MAX; the others go back to their places (journaled ones
+    without their bodies, which stay on disk)."""
+    if wanted is None:
+        return _take(queue, count_max)
+    taken: list[Entry] = []
+    others: list[Entry] = []
+    for entry in _take(queue, ADMIN_SELECT_SCAN_MAX):
+        if len(taken) < count_max and wanted(group, queue, entry):
+            taken.append(entry)
+            continue
+        if entry.journaled:
+            entry.body = None
+        others.append(entry)
+    _put_back(queue, others)
+    return taken
+
+
 def _put_back(queue: TargetQueue, entries: list[Entry]) -> None:
     """Entries taken and not written go back to their places, in arrival order."""
     for entry in reversed(entries):
@@ -476,7 +497,7 @@ def _move(actions: AdminActions, session: AdminSession, request: wire.AdminReque
         )
     room = target.config.messages_max - target.memory_count
     count_max = _count(args.get("limit", ADMIN_MOVE_MESSAGES_MAX), "limit", ADMIN_MOVE_MESSAGES_MAX)
-    taken = _take(source, count_max)
+    taken = _take_selected(actions.group, source, count_max, _selection(args.get("select") or {}))
     memory = [entry for entry in taken if not entry.journaled]
     if len(memory) > room:
         _put_back(source, taken)

@@ -50,10 +50,6 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         default=ADMIN_BROWSE_DEFAULT,
         help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
     )
-    browse.add_argument("--class", dest="msg_class", type=int, help="only this class")
-    browse.add_argument("--type", dest="msg_type", type=int, help="only this type")
-    browse.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
-    browse.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
     purge = actions.add_parser("purge", help="empty a queue: journaled messages to the DLJ")
     purge.add_argument("queue", help="G.Q or a queue name")
     purge.add_argument("--discard", action="store_true", help="delete instead of the DLJ")
@@ -79,6 +75,11 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     for kind in ("attach", "put", "confirm", "manage"):
         grant.add_argument(f"--{kind}", action="append", metavar="PATTERN", help="queue pattern")
     grant.add_argument("--admin", action="append", metavar="RIGHT", help="an admin right")
+    for selective in (browse, move):
+        selective.add_argument("--class", dest="msg_class", type=int, help="only this class")
+        selective.add_argument("--type", dest="msg_type", type=int, help="only this type")
+        selective.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
+        selective.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
     journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
@@ -151,23 +152,16 @@ def _group_id(args: argparse.Namespace, bus: Any) -> int:
 async def _act(client: Any, args: argparse.Namespace) -> int:
     command = args.admin_command
     if command == "browse":
-        select = {
-            key: value
-            for key, value in (
-                ("class", args.msg_class),
-                ("type", args.msg_type),
-                ("correlation_id", args.correlation_id),
-                ("contains", args.contains),
-            )
-            if value is not None
-        }
-        result = await client.admin("browse", queue=args.queue, limit=args.limit, select=select)
+        result = await client.admin(
+            "browse", queue=args.queue, limit=args.limit, select=_select(args)
+        )
     elif command == "purge":
         result = await _repeat(
             client, "purge", {"queue": args.queue, "discard": args.discard, "reason": args.reason}
         )
     elif command == "move":
-        result = await _repeat(client, "move", {"queue": args.queue, "to": args.to})
+        request = {"queue": args.queue, "to": args.to, "select": _select(args)}
+        result = await _repeat(client, "move", request)
     elif command == "set-limits":
         result = await client.admin(
             "set_limits",
@@ -215,6 +209,17 @@ def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:
     else:
         _print_table("journal", result)
     return EXIT_OK
+
+
+def _select(args: argparse.Namespace) -> dict:
+    """The selection options given, as the AdminRequest's `select` table."""
+    chosen = (
+        ("class", args.msg_class),
+        ("type", args.msg_type),
+        ("correlation_id", args.correlation_id),
+        ("contains", args.contains),
+    )
+    return {key: value for key, value in chosen if value is not None}
 
 
 async def _repeat(client: Any, action: str, args: dict) -> dict:

@@ -305,3 +305,28 @@ def test_memory_queues_and_the_dlq_are_browsed_and_purged_too(bus) -> None:
 async def _pending_of(address: str, queues: list[str]) -> list[int]:
     async with connect(address, None) as client:
         return await client.pending(queues)
+
+
+def test_a_selective_move_takes_the_matching_ones_in_order_and_leaves_the_rest(bus) -> None:
+    async def mixed() -> None:
+        async with connect(bus.address, "SENDER") as client:
+            for i in range(8):
+                kind = 2 if i % 2 else 1
+                await client.put(b"m%d" % i, "ORDERS", msg_class=kind, delivery=DeliveryMode.WF_DQF)
+
+    trio.run(mixed)
+    moved = _admin(bus.address, "move", "ORDERS", "--to", "ANYORDER", "--class", "2", "--json")
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(moved.stdout)["moved"] == 4
+    assert [m.body for m in trio.run(_take_all, bus.address, "ANYORDER")] == [
+        b"m1",
+        b"m3",
+        b"m5",
+        b"m7",
+    ]
+    assert [m.body for m in trio.run(_take_all, bus.address, "ORDERS")] == [
+        b"m0",
+        b"m2",
+        b"m4",
+        b"m6",
+    ]
