@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -50,7 +50,7 @@ from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old pa
 from clients.saf_drain import SafDrain, _psb
 from clients.saf_journal import ClientJournal
 from mrs import protocol as wire
-from mrs.limits import HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
+from mrs.limits import ADMIN_REQUEST_WAIT_S, HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -376,6 +376,17 @@ class Client:
         requests.require_link(Status.NOTACTIVE, "status")
         reply = await requests.request(wire.StatusRequest(requests.next_id()), None, "other")
         return reply.info
+
+    async def admin(self, action: str, **args: object) -> dict:
+        """An operator's action on the group (`mrs admin`; docs/operations.md):
+        browse(queue, limit), purge(queue, discard, reason), move(queue, to, limit),
+        connections(), journal(limit). Returns what the group answered as plain
+        data; raises NoSuchQueue, NotAuthorized (without its right), BadParameter."""
+        requests = self._requests
+        requests.require_link(Status.NOTACTIVE, "admin")
+        request = wire.AdminRequest(requests.next_id(), action, dict(args))
+        reply = await requests.request(request, ADMIN_REQUEST_WAIT_S, "other")
+        return cast(wire.AdminReply, reply).result
 
     async def locate(self, name: str | Address) -> Address:
         """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,

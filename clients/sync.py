@@ -179,6 +179,10 @@ class SyncClient:
     def status(self) -> dict:
         return self._call(self._client.status)
 
+    def admin(self, action: str, **args: object) -> dict:
+        """An operator's action on the group (`Client.admin`)."""
+        return self._call(self._client.admin, action, **args)
+
     def locate(self, name: str | Address) -> Address:
         """The queue's address by its name (`Client.locate`)."""
         return self._call(self._client.locate, name)

@@ -336,3 +336,29 @@ AUDIT_CHECK_ROWS_MAX = 100_000
 the driver (`mrs.audit.reconcile`); past it the report says `checks_truncated`."""
 AUDIT_LISTED_MAX = 50
 """Gaps and duplicates the audit report lists one by one; the totals count them all."""
+ADMIN_ACTION_CHARS_MAX = 32
+"""Characters of an AdminRequest's action name (`browse`, `purge`, `move`, ...)."""
+ADMIN_BROWSE_MESSAGES_MAX = 1000
+"""Messages one `mrs admin browse` shows at most (`--limit`): a look, not a dump."""
+ADMIN_BROWSE_DEFAULT = 20
+"""Messages `mrs admin browse` shows without `--limit`."""
+ADMIN_PREVIEW_BYTES_MAX = 64
+"""Bytes of each body a browse shows (as text or hex), so a browse frame stays small."""
+ADMIN_MOVE_MESSAGES_MAX = 500
+"""Messages one AdminRequest `move` (or `purge`) takes at most: the command repeats the
+request until the queue is empty, so a crash of either side leaves at most this many
+in one request's commits, each message in one transaction of its own."""
+ADMIN_REQUEST_WAIT_S = 60.0
+"""How long a client waits for an AdminRequest's answer (a move's commits included)."""
+HTTP_BODY_BYTES_MAX = 16 * 1024
+"""Bytes of a POST body the web view reads at most (a login form, an action's JSON)."""
+WEB_SESSION_S = 8 * 3600.0
+"""A web view login lasts this long (then log in again)."""
+WEB_SESSIONS_MAX = 256
+"""Web view logins remembered at once; the oldest is forgotten beyond."""
+WEB_LOGIN_FAILURE_DELAY_S = 1.0
+"""A failed web login is answered this much later (guessing passwords costs time)."""
+WEB_PASSWORD_CHECKS_MAX = 1
+"""Web view password checks (PBKDF2, off the event loop) run at a time; the rest wait."""
+ADMIN_SELECT_SCAN_MAX = 10_000
+"""Waiting messages a selective browse looks through at most (from the front)."""

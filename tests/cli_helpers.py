@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 
-def run_mrs(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
-    """`mrs ARGS...` in this interpreter, output captured as text."""
+def run_mrs(
+    *args: str, timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`mrs ARGS...` in this interpreter, output captured as text; `env` adds to the
+    environment (e.g. MRS_AUTH_NAME)."""
     return subprocess.run(
-        [sys.executable, "-m", "mrs", *args], capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "mrs", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **env} if env else None,
     )
 
 

@@ -7,6 +7,8 @@ a safe default when absent; keeping them apart keeps `[group.limits]` about limi
     [group.ops]
     metrics_listen = "127.0.0.1:9101"   # Prometheus /metrics (off when absent)
     web_listen = "127.0.0.1:8101"       # read-only web view of this group (off when absent)
+    web_admin = true                    # the web view acts too (browse, purge, move; login
+                                        # with the bus credentials under [auth])
     journal_warn_percent = [80, 95]     # WARNING logs as the journal fills
     journal_bytes_initial = 67108864    # map starts here, grows up to journal_bytes_max
     pcj_archive_dir = "archive"         # Parquet files (relative to data_dir)
@@ -26,6 +28,7 @@ OPS_KEYS = frozenset(
     {
         "metrics_listen",
         "web_listen",
+        "web_admin",
         "journal_warn_percent",
         "journal_bytes_initial",
         "pcj_archive_dir",
@@ -43,6 +46,8 @@ class OpsConfig:
     metrics_port: int | None = None
     web_host: str | None = None
     web_port: int | None = None
+    web_admin: bool = False
+    """The web view's actions (mrs.ops.web_admin); off: the page stays read-only."""
     journal_warn_percents: tuple[int, ...] = WARN_PERCENTS_DEFAULT
     journal_bytes_initial: int | None = None
     """None: the map is journal_bytes_max from the start (no growth needed)."""
@@ -70,6 +75,8 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
         if key in raw:
             host, port = parser.host_port(raw, key, where, port_min=0)
             values[f"{prefix}_host"], values[f"{prefix}_port"] = host, port
+    if "web_admin" in raw:
+        values["web_admin"] = parser.boolean(raw, "web_admin", where, default=False)
     if "journal_warn_percent" in raw:
         percents = raw["journal_warn_percent"]
         if (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 from mrs.group.seq_deltas import SeqDeltas
@@ -79,6 +80,11 @@ class ColdBacklog(Generic[E]):
         one can be read back, whatever its mode)."""
         self._seqs.extend(seqs)
         self.count = len(self._seqs)
+
+    def peek(self, count: int) -> list[tuple[int, E | None]]:
+        """The next `count` (seq, entry held in memory or None) without taking them:
+        what an operator's browse looks at (mrs.ops.admin_actions)."""
+        return [(seq, self._held.get(seq)) for seq in islice(self._seqs, count)]
 
     def take(self, count: int, load: Loader) -> list[E]:
         """The next `count` messages, oldest first, cold ones read back with `load`."""

@@ -18,6 +18,7 @@ import trio
 
 from mrs import __version__
 from mrs.limits import JOURNAL_CHECK_INTERVAL_S
+from mrs.ops.queue_rates import QueueCounts
 from mrs.storage.journal_usage import UsageWatch
 
 if TYPE_CHECKING:
@@ -64,6 +65,10 @@ class GroupOps:
         self.metrics: Any = None
         """mrs.ops.metrics.GroupMetrics once the endpoint is on."""
         self.endpoints: dict[str, str] = {}
+        self.queue_counts: QueueCounts | None = (
+            QueueCounts() if server.config.ops.web_port is not None else None
+        )
+        """Per-queue deliveries and confirms for the web view's rates."""
         self.last_archive: dict | None = None
         """The automatic PCJ archive's last summary (mrs.ops.pcj_retention)."""
 
@@ -86,9 +91,13 @@ class GroupOps:
         )
         store.grow_map = self.watch.grow_if_needed if can_grow else None
 
-    def reply_observer(self):
-        """What each session calls with every reply it sends (None: metrics off)."""
-        return self.metrics.observe_reply if self.metrics is not None else None
+    def reply_observer(self, session: object = None):
+        """What each session calls with every reply it sends (None: metrics and the
+        web view off); with the web view, the per-queue counts (mrs.ops.queue_rates)."""
+        chain = self.metrics.observe_reply if self.metrics is not None else None
+        if self.queue_counts is None or session is None:
+            return chain
+        return self.queue_counts.observer(session, chain)
 
     def after_commit(self) -> None:
         """Grow the map between commits, before a burst can fill it."""

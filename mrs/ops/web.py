@@ -6,18 +6,20 @@ served either by one group (`[group.ops] web_listen`, showing that group) or by
 one self-contained HTML file (no CDN: it works on an air-gapped host) that polls
 `/api/status` — the same JSON as `mrs status --json --config` — every two seconds
 and draws rates and commit latency from the difference of successive samples (what
-happens now), backlogs as they are. Nothing on the page
-can change the bus: the endpoint answers GET and HEAD only.
+happens now), backlogs as they are. Read-only by default: the endpoint answers GET
+and HEAD only. A group with `[group.ops] web_admin = true` adds the actions of
+mrs.ops.web_admin (browse, purge, move, connections, behind a login under [auth]).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import time
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -80,6 +82,13 @@ def commit_time_ms_total(writer: dict) -> float:
     return float(writer.get("commit_time_ms_mean", 0.0)) * writer.get("commits", 0)
 
 
+def _with_queue_counts(status: dict, ops: GroupOps) -> dict:
+    """The group's status with each queue's delivery and confirm totals (the rates)."""
+    if ops.queue_counts is not None and isinstance(status.get("queues"), dict):
+        ops.queue_counts.add_to(status["queues"])
+    return status
+
+
 def json_response(payload: dict) -> Response:
     return Response(200, "application/json", json.dumps(payload).encode())
 
@@ -94,22 +103,20 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
 
     def payload() -> dict:
         address = f"{server.address[0]}:{server.address[1]}" if server.address else ""
-        return (
-            {
-                "bus": None,
-                "time_s": round(time.time(), 3),
-                "groups": [
-                    {
-                        "group": config.id,
-                        "name": config.name,
-                        "address": address,
-                        "up": True,
-                        "error": None,
-                        "status": server.status_info(),
-                    }
-                ],
-            }
-        )
+        return {
+            "bus": None,
+            "time_s": round(time.time(), 3),
+            "groups": [
+                {
+                    "group": config.id,
+                    "name": config.name,
+                    "address": address,
+                    "up": True,
+                    "error": None,
+                    "status": _with_queue_counts(server.status_info(), ops),
+                }
+            ],
+        }
 
     def api(_query: str) -> Response:
         return json_response(payload())
@@ -121,9 +128,19 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
         "/api/history": lambda _q: json_response({"samples": list(history)}),
         "/healthz": lambda _q: text(200, "ok\n"),
     }
+    handlers = {}
+    if config.ops.web_admin:
+        from mrs.ops.admin_actions import AdminActions, AdminServer
+        from mrs.ops.web_admin import WebAdmin
+
+        owner = cast(AdminServer, server)
+        handlers = WebAdmin(AdminActions(owner), owner.authority).handlers()
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(
-            serve_http, config.ops.web_host, config.ops.web_port, routes
+            functools.partial(serve_http, handlers=handlers),
+            config.ops.web_host,
+            config.ops.web_port,
+            routes,
         )
         ops.endpoints["web"] = f"http://{host}:{port}/"
         log.info("group %d web view on http://%s:%d/", config.id, host, port)

@@ -15,9 +15,9 @@ byte).
 
 Modules, read top-down: `fields` (annotated field types), `checks` (the rules derived
 from them, and their wording), `base` (the event base class), `events`,
-`lookup_events`, `journal_events` and `link_events` (the events), `explain` (why a refused frame was
-refused, naming the field), `connection` (the state machine). The I/O half is
-`mrs.transport.framed`.
+`lookup_events`, `journal_events`, `admin_events` and `link_events` (the events),
+`explain` (why a refused frame was refused, naming the field), `connection` (the
+state machine). The I/O half is `mrs.transport.framed`.
 
 State machine
 -------------
@@ -30,13 +30,14 @@ side     state    event                                           becomes
 client   START    Hello                                           OPEN
 client   OPEN     Attach, Put, PutBatch, Get, GetBatch, Confirm,  OPEN
                   StatusRequest, Locate, ShowPending, SetPcj,
-                  ReadJournal, CancelGet, GiveBack, Ping, Pong
+                  ReadJournal, CancelGet, GiveBack, AdminRequest,
+                  Ping, Pong
 server   START    Welcome (only once the client is OPEN)          OPEN
 server   START    Fatal                                           CLOSED
 server   OPEN     Attached, PutDone, Delivery, DeliveryBatch,     OPEN
                   Confirmed, AnswerBatch, StatusReply, Located,
-                  PendingCounts, PcjState, JournalPage, Failure,
-                  Ping, Pong
+                  PendingCounts, PcjState, JournalPage, AdminReply,
+                  Failure, Ping, Pong
 server   OPEN     Fatal                                           CLOSED
 =======  =======  ==============================================  =======
 
@@ -60,6 +61,7 @@ Layer: may import only the root vocabulary (`mrs.errors`, `mrs.limits`, `mrs.mod
 and `core`; sockets live in `transport`.
 """
 
+from mrs.protocol.admin_events import AdminReply, AdminRequest
 from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION
 from mrs.protocol.connection import (
     CLIENT,
@@ -133,6 +135,8 @@ from mrs.protocol.link_events import (
 )
 
 __all__ = [
+    "AdminReply",
+    "AdminRequest",
     "CLIENT",
     "CLIENT_EVENTS",
     "CLIENT_SAF_BACKLOG_HEADER",

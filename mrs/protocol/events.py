@@ -13,6 +13,7 @@ from mrs.limits import (
     PUT_BATCH_ITEMS_MAX,
     READ_AHEAD_MAX,
 )
+from mrs.protocol.admin_events import ADMIN_REPLIES, ADMIN_REQUESTS, AdminReply, AdminRequest
 from mrs.protocol.base import EventStruct, finish
 from mrs.protocol.fields import (
     I32,
@@ -316,6 +317,7 @@ CLIENT_EVENTS = (
     ReadJournal,
     CancelGet,
     GiveBack,
+    *ADMIN_REQUESTS,
     *LINK_EVENTS,
     *HEARTBEAT_EVENTS,
 )
@@ -334,6 +336,7 @@ SERVER_EVENTS = (
     JournalPage,
     Failure,
     Fatal,
+    *ADMIN_REPLIES,
     *LINK_EVENTS,
     *HEARTBEAT_EVENTS,
 )
@@ -373,6 +376,8 @@ Event = (
     | GiveBack
     | Ping
     | Pong
+    | AdminRequest
+    | AdminReply
 )
 
 finish(

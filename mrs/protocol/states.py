@@ -12,6 +12,7 @@ from typing import Any, Union
 
 import msgspec
 
+from mrs.protocol.admin_events import ADMIN_REPLIES, ADMIN_REQUESTS
 from mrs.protocol.events import (
     CLIENT_EVENTS,
     HEARTBEAT_EVENTS,
@@ -119,6 +120,7 @@ _REQUESTS = dict.fromkeys(
         CancelGet,
         GiveBack,
     )
+    + ADMIN_REQUESTS
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
@@ -138,6 +140,7 @@ _REPLIES = dict.fromkeys(
         JournalPage,
         Failure,
     )
+    + ADMIN_REPLIES
     + LINK_EVENTS
     + HEARTBEAT_EVENTS,
     OPEN,
@@ -183,6 +186,7 @@ _REQUEST_KIND = {
             LinkTransfer,
             LinkNotice,
             LinkPendingQuery,
+            *ADMIN_REQUESTS,
         ),
         _ASKS,
     ),
@@ -201,6 +205,7 @@ _REQUEST_KIND = {
             Failure,
             LinkAck,
             LinkPendingCounts,
+            *ADMIN_REPLIES,
         ),
         _ANSWERS,
     ),

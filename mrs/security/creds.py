@@ -42,7 +42,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}|group:[0-9]{1,5}")
 LINK_PREFIX = "group:"
 DECOY_KEY_BYTES = 32
 _VERIFIER_KEYS = ("salt", "iterations", "stored_key", "server_key")
-_KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin"))
+_KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin", "manage"))
 
 
 class CredsError(Exception):

@@ -73,6 +73,11 @@ class Gate:
         )
         raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
+    def forget_decisions(self) -> None:
+        """Decide every request afresh: the group's queues changed at run time (a
+        name that named nothing before may name a queue now)."""
+        self._decisions.clear()
+
     def may_read_status(self, session) -> bool:
         """Whether the session's principal holds the status right: what lets it read
         an operator's detail in a refusal (the group's queue names, the config path)."""

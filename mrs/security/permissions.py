@@ -5,7 +5,9 @@ A principal's grants live with its verifier in the credentials file (mrs.securit
     attach  = ["1.10", "ORDERS"]   queues it may attach to (and get from)
     put     = ["2.*", "1.20"]      targets it may put to
     confirm = ["1.10"]             queues on which it may confirm (any force_j)
-    admin   = ["status", "dlq"]    status, dlq, dlj, replay, pcj
+    admin   = ["status", "dlq"]    status, dlq, dlj, replay, pcj, config
+    manage  = ["1.10", "1.2*"]     queues it may administer (`mrs admin`): browse,
+                                   purge, move from and to, change limits
 
 Locating a queue (Locate) or counting its pending messages (ShowPending) needs an
 attach or a put grant on it, or the admin right status.
@@ -23,6 +25,11 @@ authenticate and nothing else. What each admin right opens:
             the DLJ over the wire (ReadJournal: `Client.open_journal`)
     pcj     set the group's default journaling action of confirmations and roll
             its PCJ segment (SetPcj, MessageQ's MRS_SET_PCJ: `Client.set_pcj`)
+    config  add a queue at run time, replace a principal's grants (`mrs admin
+            add-queue`, `mrs admin grant`)
+
+`mrs admin connections` needs the admin right status; the DLQ is managed with the
+manage right on its address ("1.96") like any queue.
 
 Pure: the server hands in the request's facts; the answer is None (allowed) or the
 sentence that goes into the NOTAUTHORIZED answer and the log.
@@ -34,8 +41,8 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay", "pcj"})
-GRANT_KINDS = ("attach", "put", "confirm", "admin")
+ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay", "pcj", "config"})
+GRANT_KINDS = ("attach", "put", "confirm", "admin", "manage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,8 @@ class Permissions:
     put: tuple[str, ...] = ()
     confirm: tuple[str, ...] = ()
     admin: frozenset[str] = frozenset()
+    manage: tuple[str, ...] = ()
+    """Queue patterns the principal administers (`mrs admin`: browse, purge, move)."""
 
     def as_dict(self) -> dict[str, list[str]]:
         return {
@@ -51,6 +60,7 @@ class Permissions:
             "put": list(self.put),
             "confirm": list(self.confirm),
             "admin": sorted(self.admin),
+            "manage": list(self.manage),
         }
 
 
@@ -80,7 +90,13 @@ def parse_permissions(raw: dict) -> Permissions | str:
     unknown = set(lists["admin"]) - ADMIN_RIGHTS
     if unknown:
         return f"admin: unknown rights {sorted(unknown)} (known: {sorted(ADMIN_RIGHTS)})"
-    return Permissions(lists["attach"], lists["put"], lists["confirm"], frozenset(lists["admin"]))
+    return Permissions(
+        lists["attach"],
+        lists["put"],
+        lists["confirm"],
+        frozenset(lists["admin"]),
+        lists["manage"],
+    )
 
 
 def matches(patterns: Iterable[str], address: str, name: str | None) -> bool:
@@ -183,3 +199,11 @@ def may_admin(perms: Permissions, right: str, what: str | None = None) -> str | 
     if right in perms.admin:
         return None
     return f"{what or right} needs the admin right {right!r}"
+
+
+def may_manage(perms: Permissions, action: str, address: str, name: str | None) -> str | None:
+    """An operator's action on a queue (`mrs admin browse/purge/move/set-limits`):
+    the manage grant on it (the DLQ included: it is named like any queue)."""
+    if matches(perms.manage, address, name):
+        return None
+    return f"{action} on {address} needs the manage right on it"

@@ -73,7 +73,7 @@ class Connections:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
         session.written_after_commit = self.answered_sessions
-        session.observe = self.ops.reply_observer()
+        session.observe = self.ops.reply_observer(session)
         host = ""
         if address is not None:
             host, port = address

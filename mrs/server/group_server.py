@@ -47,6 +47,7 @@ from mrs.group import KEPT, Group, Guarantees
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
 from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.native import loader as native
+from mrs.ops.admin_actions import AdminActions
 from mrs.ops.group_ops import GroupOps
 from mrs.security import session_auth
 from mrs.security.tls import tls_network
@@ -217,6 +218,7 @@ class GroupServer:
             self.status_info,
             self.peer_links.adopt,
         )
+        dispatcher.admin = AdminActions(self)
         self.connections = Connections(
             group,
             dispatcher,

@@ -64,6 +64,8 @@ class Dispatcher:
         self.requests_in_flight_max: int = guards.requests_in_flight_max
         self.connection_bytes_max: int = guards.connection_bytes_max
         self.parked_gets_max: int = guards.parked_gets_max
+        self.admin: Callable[[ServerSession, wire.AdminRequest], None] | None = None
+        """The operator's actions (mrs.ops.admin_actions), set by the server."""
 
     def begin(self, session: ServerSession, request_id: int, body_bytes: int) -> None:
         """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
@@ -227,6 +229,7 @@ def _dispatch_rare(
     elif isinstance(event, wire.Hello):
         session.liveness.handshake_done = True
         session.answer_batches = event.answer_batches
+        session.program = event.program
         config = dispatcher.config
         session.send(
             wire.Welcome(
@@ -248,6 +251,9 @@ def _dispatch_rare(
         group.set_pcj(session, event)
     elif isinstance(event, wire.ReadJournal):
         session.send(group.read_journal(event))
+    elif isinstance(event, wire.AdminRequest) and dispatcher.admin is not None:
+        dispatcher.begin(session, request_id, 0)
+        dispatcher.admin(session, event)
     elif isinstance(event, wire.Pong):
         pass  # heard: the receive loop has noted it
     elif isinstance(event, wire.GiveBack):  # no reply of its own

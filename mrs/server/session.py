@@ -8,6 +8,7 @@ connection_bytes_max); the connection errors below are what a peer going away ra
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,10 @@ class ServerSession(GroupChannel):
     """Bodies of this connection's messages waiting in memory queues."""
     observe: Callable[[object], None] | None = None
     """Metrics (mrs.ops.metrics): called with every reply sent, when metrics are on."""
+    program: str = ""
+    """The program its Hello named (`mrs admin connections`)."""
+    connected_s: float = field(default_factory=time.monotonic)
+    """When it connected (monotonic): its age in `mrs admin connections`."""
     principal: str | None = None
     """Who authenticated on this connection (mrs.security), None with auth off."""
     tasks: trio.Nursery | None = None

@@ -12,6 +12,7 @@ from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
 from mrs.config.bus import ConfigError, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
+from mrs.tools.admin import add_admin_parser
 from mrs.tools.bus_status import add_status_parser
 from mrs.tools.certs import add_certs_parser, tool_tls_from_env
 from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
@@ -198,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys_parser(commands)
     add_certs_parser(commands)
     add_creds(commands)
+    add_admin_parser(commands)
     return finish_parser(parser)
 
 

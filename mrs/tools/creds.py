@@ -102,6 +102,7 @@ def _grant_options(parser: argparse.ArgumentParser) -> None:
         ("attach", "queue pattern it may attach to and get from"),
         ("put", "target pattern it may put to"),
         ("confirm", "queue pattern on which it may confirm"),
+        ("manage", "queue pattern it may administer (mrs admin)"),
     ):
         parser.add_argument(f"--{kind}", action="append", metavar="PATTERN", help=what)
     parser.add_argument(
@@ -152,6 +153,7 @@ def _grants(args: argparse.Namespace) -> Permissions:
             "put": args.put or [],
             "confirm": args.confirm or [],
             "admin": args.admin or [],
+            "manage": args.manage or [],
         }
     )
     if isinstance(perms, str):

@@ -453,6 +453,22 @@ def test_index(pasted) -> None:
     assert " passed" in rules
 
 
+def test_operations_admin(pasted) -> None:
+    """operations.md, "Acting on queues": its transcript's commands against group 1 of
+    the example bus (a `console` block: the page has no pasteable block of its own)."""
+    page = pasted("operations.md")
+    page.serve_examples()
+    [transcript] = blocks(page.page, "Acting on queues", "console")
+    output = page.run("sh", console_commands(transcript))
+    assert "order 2 (7 B)" in output and "moved 3 from 1.10 to 1.16" in output
+    assert "3 to the DLJ" in output and "\n3\n" in output and "exit 1" in output
+    [changes] = blocks(page.page, "set-limits and add-queue", "console")
+    output = page.run("sh", console_commands(changes))
+    assert "unconfirmed_max=500" in output and "added ORDERS_RETRY (1.30)" in output
+    config = (page.directory / "docs" / "examples" / "bus.toml").read_text()
+    assert "unconfirmed_max = 500" in config and 'name = "ORDERS_RETRY"' in config
+
+
 PASTED_BY = {
     "architecture.md": test_architecture,
     "audit.md": test_audit,

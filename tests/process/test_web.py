@@ -7,6 +7,7 @@ docs/images/status-table.png from this run.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -270,3 +272,125 @@ def test_charts_show_the_current_commit_latency_and_rate_not_the_since_start_mea
     now = dict(re.findall(r'<canvas id="(c-[a-z]+)"[^>]*? data-now="([^"]*)"', dom))
     assert float(now["c-lat"]) == 50.0, now  # the since-start mean is ~1.05 ms
     assert float(now["c-rate"]) == 10.0, now
+
+
+def test_acting_in_a_real_browser_log_in_browse_move_and_see_it_arrive(tmp_path: Path) -> None:
+    """[group.ops] web_admin under [auth]: a wrong password is refused, the operator
+    logs in with its bus credentials, browses ORDERS, moves its messages to EVENTS and
+    sees them there; the server journaled each action with the principal."""
+    from tests.auth_helpers import add_principal, group_config, password_of
+    from tests.browser_cdp import Browser
+
+    port = _free_port()
+    config = tmp_path / "bus.toml"
+    ops = '[group.ops]\nweb_listen = "127.0.0.1:0"\nweb_admin = true'
+    config.write_text(
+        group_config(1, port, ops)
+        .replace('name = "OTHER"', 'name = "EVENTS"')
+        .replace('name = "IN"', 'name = "ORDERS"')
+        + '\n[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n'
+    )
+    add_principal(config, "operator", ["--manage", "1.1*", "--admin", "status"])
+    add_principal(config, "producer", ["--attach", "1.13", "--put", "1.10"])
+    add_principal(config, "consumer", ["--attach", "1.11", "--confirm", "1.11"])
+    group = GroupProcess(config, 1)
+    group.start()
+    browser = Browser(CHROMIUM)
+    try:
+        from clients import ClientCredentials
+
+        producer = ClientCredentials("producer", password_of("producer"))
+        with connect_sync(group.address, "SENDER", credentials=producer) as client:
+            for i in range(3):
+                client.put(f"order {i}".encode(), "1.10", delivery=DeliveryMode.WF_DQF)
+        log = (tmp_path / "group1.log").read_text()
+        url = re.search(r"web view on (http://\S+)", log).group(1)
+        browser.open(url)
+        browser.until("document.body.dataset.admin === 'login'")
+        assert browser.evaluate("document.getElementById('acting').hidden") is True
+        for password, expected in (("wrong", "login"), (password_of("operator"), "acting")):
+            browser.evaluate(
+                "document.getElementById('login-name').value = 'operator';"
+                f"document.getElementById('login-password').value = {json.dumps(password)};"
+                "document.getElementById('login-go').click(); true"
+            )
+            if expected == "login":
+                browser.until("document.getElementById('login-error').textContent !== ''")
+            browser.until(f"document.body.dataset.admin === '{expected}'")
+        cookies = browser.call("Network.getAllCookies")["cookies"]
+        [cookie] = [one for one in cookies if one["name"] == "mrs_session"]
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        forged = _post(url + "api/admin/act", {"action": "purge", "args": {"queue": "1.10"}},
+                       {"Cookie": f"{cookie['name']}={cookie['value']}"})  # fmt: skip
+        assert forged == (403, "missing or wrong CSRF token: reload the page")
+        browser.evaluate(
+            "document.getElementById('act-queue').value = 'ORDERS';"
+            "document.getElementById('act-browse').click(); true"
+        )
+        browser.until("document.body.dataset.browsed === '1.10:3'")
+        assert browser.evaluate(
+            "document.querySelector('[data-key=\"browse.0\"]').textContent"
+        ).startswith("order 0")
+        browser.evaluate(
+            "document.getElementById('act-target').value = 'EVENTS';"
+            "document.getElementById('act-move').click(); true"
+        )
+        browser.until("document.getElementById('act-result').textContent.startsWith('moved 3')")
+        browser.evaluate(
+            "document.getElementById('act-queue').value = 'EVENTS';"
+            "document.getElementById('act-browse').click(); true"
+        )
+        browser.until("document.body.dataset.browsed === '1.11:3'")
+        arrived = browser.evaluate(
+            "[...document.querySelectorAll('[data-key^=\"browse.\"]')].map(c => c.textContent)"
+        )
+        assert [text.split(" (")[0] for text in arrived] == ["order 0", "order 1", "order 2"]
+        browser.until("document.querySelector('[data-key=\"1.11.pending\"]').textContent === '3'")
+        if os.environ.get("MRS_DOCS_SCREENSHOTS"):
+            browser.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=1100, height=900, deviceScaleFactor=1, mobile=False,
+            )  # fmt: skip
+            shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+            (DOCS_IMAGES / "web-admin.png").write_bytes(base64.b64decode(shot["data"]))
+        consumer = ClientCredentials("consumer", password_of("consumer"))
+        with connect_sync(group.address, "EVENTS", credentials=consumer) as client:
+            for _ in range(3):
+                client.get(timeout=10).confirm()
+        with urllib.request.urlopen(url + "api/status", timeout=10) as response:
+            queues = json.loads(response.read())["groups"][0]["status"]["queues"]
+        assert queues["1.11"]["delivered_total"] == queues["1.11"]["confirmed_total"] == 3
+        rate = "document.querySelector('[data-key=\"1.11.confirmed_per_s\"]').textContent"
+        browser.until(f"Number({rate}) > 0")  # shown for the poll interval the confirms fell in
+    finally:
+        browser.close()
+        group.terminate()
+    journal = [
+        json.loads(line)
+        for line in (tmp_path / "g1" / "admin-journal.jsonl").read_text().splitlines()
+    ]
+    assert [(r["principal"], r["action"]) for r in journal] == [
+        ("operator", "browse"),
+        ("operator", "move"),
+        ("operator", "browse"),
+    ]
+    assert all(r["peer"].startswith("web ") for r in journal)
+
+
+def _post(url: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
+    """POST JSON; (status, the answer's error or text)."""
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        text = error.read().decode()
+        return error.code, json.loads(text)["error"] if text.startswith("{") else text
+
+
+def test_the_page_stays_read_only_without_web_admin(bus: Path) -> None:
+    url = _status(bus)["groups"][0]["status"]["endpoints"]["web"]
+    status, text = _post(url + "api/admin/act", {"action": "purge", "args": {"queue": "1.10"}}, {})
+    assert status == 405 and "read-only" in text
+    dom = _browser(url, "--dump-dom").stdout
+    assert '<section id="admin" hidden="">' in dom

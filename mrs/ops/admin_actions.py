@@ -1,0 +1,765 @@
+"""The operator's actions on a running group: browse, purge, move, connections.
+
+Why here, beside the other operator's views: an action is asked over the client
+protocol (an AdminRequest from `mrs admin`, the web view or a client's `admin()`),
+checked against the asker's rights under [auth] (mrs.security.permissions'
+manage grant per queue, the status right for connections), done on the group's
+queues and journals, and written down with who asked for it: one JSON line per
+action in the group's admin journal (`admin-journal.jsonl` in its data directory,
+read back with `mrs admin journal`) and one log line.
+
+What each action promises:
+- browse looks without taking: the memory window, then the cold backlog read from
+  the DQF; nothing is marked or delivered.
+- purge takes what waits (not what a consumer holds unconfirmed): journaled messages
+  go to the DLJ with the reason and who purged them, in one transaction with their
+  DQF delete, unless `discard`; memory messages are discarded and counted.
+- move takes what waits on the source and stores it on a target queue of this
+  group, in order, each message in one transaction that deletes it from the source
+  and stores it (with a new seq) on the target: a crash of either side at any point
+  leaves each message on exactly one of the two queues, so running the move again
+  finishes it. At most ADMIN_MOVE_MESSAGES_MAX per request; the command repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from journals import CorruptRecord, Journal, JournalError, WriteBatch, queue_key, seq_key
+from mrs import protocol as wire
+from mrs.config.rewrite import with_new_queue, with_queue_values
+from mrs.core.delivery import Refused
+from mrs.group.context import U32, UNPACK_U32
+from mrs.group.queues import Entry, TargetQueue
+from mrs.group.records import encode_entry, record_from_entry
+from mrs.limits import (
+    ADMIN_BROWSE_DEFAULT,
+    ADMIN_BROWSE_MESSAGES_MAX,
+    ADMIN_MOVE_MESSAGES_MAX,
+    ADMIN_PREVIEW_BYTES_MAX,
+    ADMIN_SELECT_SCAN_MAX,
+)
+from mrs.model import DEAD_LETTER_QUEUE, Address, Status
+from mrs.security import permissions as rules
+
+if TYPE_CHECKING:
+    from mrs.config.bus import BusConfig, GroupConfig
+    from mrs.group import Group
+    from mrs.security.authority import Authority
+    from mrs.security.gate import Gate
+
+log = logging.getLogger("mrs.admin")
+
+JOURNAL_FILE_NAME = "admin-journal.jsonl"
+"""The admin journal in the group's data directory: one JSON object per line."""
+PURGED_HEADER = "purged"
+"""Header a purged message's DLJ record carries: who purged it and why."""
+SELECT_KEYS = ("class", "type", "correlation_id", "contains")
+"""What a browse may select on."""
+MOVED_HEADER = "moved"
+"""Header a moved message carries: where it came from, its old seq, who moved it."""
+
+
+class AdminSession(Protocol):
+    """What an action reads of the asking connection (mrs.server.session)."""
+
+    principal: str | None
+    peer: str
+
+    def send(self, event: object) -> None: ...
+
+
+class AdminServer(Protocol):
+    """What the actions read of the server that owns them (GroupServer)."""
+
+    @property
+    def config(self) -> GroupConfig: ...
+    @property
+    def group(self) -> Group | None: ...
+    @property
+    def authority(self) -> Authority | None: ...
+    @property
+    def sessions(self) -> Iterable[Any]: ...
+    @property
+    def bus(self) -> BusConfig: ...
+    @property
+    def gate(self) -> Gate | None: ...
+
+
+class AdminActions:
+    """Answers AdminRequests for one group's server (`Dispatcher.admin`)."""
+
+    def __init__(self, server: AdminServer) -> None:
+        self.server = server
+        self.journal_path = Path(server.config.data_dir) / JOURNAL_FILE_NAME
+
+    def __call__(self, session: AdminSession, request: wire.AdminRequest) -> None:
+        """One request: checked, done, journaled; a mistake raises Refused (one line)."""
+        handler = _HANDLERS.get(request.action)
+        if handler is None:
+            raise Refused(
+                Status.BADPARAM,
+                f"unknown admin action {request.action!r} (known: {', '.join(sorted(_HANDLERS))})",
+            )
+        handler(self, session, request)
+
+    # -- the parts every action shares -------------------------------------------------
+
+    @property
+    def group(self) -> Group:
+        group = self.server.group
+        if group is None:
+            raise Refused(Status.NOTACTIVE, "the group is starting")
+        return group
+
+    def queue(self, text: Any, what: str) -> TargetQueue:
+        """This group's queue named by `text`, or Refused NOSUCHQUEUE (one line)."""
+        if not isinstance(text, str) or not text:
+            raise Refused(Status.BADPARAM, f"{what}: give a queue (G.Q or a name)")
+        group = self.group
+        try:
+            address = group.ctx.resolve(text)
+        except Refused as refused:
+            raise Refused(Status.NOSUCHQUEUE, f"{what}: no queue {text!r}") from refused
+        queue = group.queues.get(address.queue)
+        if address.group != group.config.id or queue is None:
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"{what}: {text} is not a queue of group {group.config.id} "
+                "(ask its own group's server)",
+            )
+        return queue
+
+    def check(self, session: AdminSession, action: str, queue: TargetQueue | None) -> None:
+        """Under [auth]: the manage right on `queue`, or the status right (None)."""
+        authority = self.server.authority
+        if authority is None:
+            return
+        perms = authority.permissions(session.principal)
+        if queue is None:
+            problem = rules.may_admin(perms, "status")
+        else:
+            address = queue.address
+            problem = rules.may_manage(
+                perms, action, f"{address.group}.{address.queue}", queue.config.name
+            )
+        if problem is not None:
+            who = session.principal or "(unauthenticated)"
+            self.journal(session, action, {"queue": _name(queue)}, {"refused": problem})
+            raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+
+    def check_right(self, session: AdminSession, action: str, right: str) -> None:
+        """Under [auth]: the admin right `right` (e.g. config for add-queue)."""
+        authority = self.server.authority
+        if authority is None:
+            return
+        problem = rules.may_admin(authority.permissions(session.principal), right)
+        if problem is not None:
+            self.journal(session, action, {}, {"refused": problem})
+            who = session.principal or "(unauthenticated)"
+            raise Refused(Status.NOTAUTHORIZED, f"{who}: {action}: {problem}")
+
+    def rewrite(self, change: Callable[[str], str]) -> BusConfig:
+        """Apply `change` to the bus file's text, check the result with the parser,
+        write it atomically; the new config, or Refused BADPARAM (one line)."""
+        from mrs.config.bus import ConfigError, parse_config
+        from mrs.config.rewrite import write_atomically
+
+        path = Path(self.server.bus.path)
+        try:
+            text = change(path.read_text(encoding="utf-8"))
+            new_bus = parse_config(text, path)
+        except (LookupError, OSError) as error:
+            raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
+        except ConfigError as error:
+            raise Refused(Status.BADPARAM, f"refused: {error}") from None
+        try:
+            write_atomically(path, text)
+        except OSError as error:
+            raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
+        return new_bus
+
+    def journal(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
+        """Write down who did what (one JSON line, synced) and log it."""
+        who = session.principal or "(no auth)"
+        line = {
+            "time_ns": time.time_ns(),
+            "principal": session.principal,
+            "peer": session.peer,
+            "action": action,
+            "args": args,
+            "result": result,
+        }
+        try:
+            with open(self.journal_path, "a", encoding="utf-8") as file:
+                file.write(json.dumps(line, sort_keys=True) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as error:
+            log.error("admin journal %s not written: %s", self.journal_path, error)
+        log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
+
+    def read_journal(self, limit: int) -> list[dict]:
+        """The last `limit` lines of the admin journal, oldest first."""
+        try:
+            lines = self.journal_path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines[-limit:] if line.strip()]
+
+
+# -- browse -----------------------------------------------------------------------------
+
+
+def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    args = request.args
+    queue = actions.queue(args.get("queue"), "browse")
+    actions.check(session, "browse", queue)
+    limit = _count(args.get("limit", ADMIN_BROWSE_DEFAULT), "limit", ADMIN_BROWSE_MESSAGES_MAX)
+    wanted = _selection(args.get("select") or {})
+    group = actions.group
+    now_ns = group.ctx.clock_ns()
+    shown: list[dict] = []
+    scan_max = ADMIN_SELECT_SCAN_MAX if wanted is not None else limit
+    for entry in _waiting(group, queue, scan_max):
+        if wanted is None or wanted(group, queue, entry):
+            shown.append(_described(group, queue, entry, now_ns))
+            if len(shown) >= limit:
+                break
+    result = {
+        "queue": str(queue.address),
+        "name": queue.config.name,
+        "waiting": queue.waiting,
+        "unconfirmed": len(queue.unconfirmed),
+        "messages": shown,
+    }
+    journaled = {"queue": str(queue.address), "limit": limit, "select": args.get("select")}
+    actions.journal(session, "browse", journaled, {"shown": len(shown)})
+    session.send(wire.AdminReply(request.request_id, result))
+
+
+def _waiting(group: Group, queue: TargetQueue, count_max: int) -> Iterator[Entry]:
+    """Up to `count_max` waiting messages in order, without taking them: the memory
+    window, then the cold backlog read from the DQF."""
+    window = list(queue.pending)[:count_max]
+    yield from window
+    if len(window) < count_max:
+        for seq, held in queue.cold.peek(count_max - len(window)):
+            cold = held if held is not None else _read_cold(group, queue, seq)
+            if cold is not None:
+                yield cold
+
+
+Selection = Callable[["Group", TargetQueue, Entry], bool]
+
+
+def _selection(select: Any) -> Selection | None:
+    """A browse's `select` ({"class": N, "type": N, "correlation_id": hex,
+    "contains": text}) as a test of one message; None when it selects everything."""
+    if not isinstance(select, dict):
+        raise Refused(Status.BADPARAM, "select must be a table of class, type, ...")
+    unknown = set(select) - set(SELECT_KEYS)
+    if unknown:
+        raise Refused(
+            Status.BADPARAM, f"select: unknown {sorted(unknown)} (known: {', '.join(SELECT_KEYS)})"
+        )
+    if not select:
+        return None
+    msg_class, msg_type = select.get("class"), select.get("type")
+    for key, value in (("class", msg_class), ("type", msg_type)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise Refused(Status.BADPARAM, f"select: {key} must be a whole number")
+    try:
+        correlation = (
+            bytes.fromhex(select["correlation_id"]) if "correlation_id" in select else None
+        )
+    except (TypeError, ValueError):
+        raise Refused(Status.BADPARAM, "select: correlation_id must be hex") from None
+    contains = str(select["contains"]).encode() if "contains" in select else None
+
+    def wanted(group: Group, queue: TargetQueue, entry: Entry) -> bool:
+        if msg_class is not None and entry.msg_class != msg_class:
+            return False
+        if msg_type is not None and entry.msg_type != msg_type:
+            return False
+        if correlation is not None and entry.correlation_id != correlation:
+            return False
+        if contains is not None:
+            body = entry.body if entry.body is not None else _body_of(group, queue, entry)
+            return contains in body
+        return True
+
+    return wanted
+
+
+def _body_of(group: Group, queue: TargetQueue, entry: Entry) -> bytes:
+    record = group.store.get(Journal.DQF, queue_key(queue.address.queue, entry.seq))
+    return record.body if record is not None else b""
+
+
+def _read_cold(group: Group, queue: TargetQueue, seq: int) -> Entry | None:
+    """A cold message as browse shows it, read from the DQF (record and delivery mark)
+    without taking it; None if it vanished or cannot be read."""
+    from mrs.group.records import entry_from_record
+
+    key = queue_key(queue.address.queue, seq)
+    try:
+        record = group.store.get(Journal.DQF, key)
+    except (JournalError, CorruptRecord) as error:
+        log.warning("browse: DQF message %d of %s unreadable: %s", seq, queue.address, error)
+        return None
+    if record is None:
+        return None
+    entry = entry_from_record(record)
+    (mark,) = group.store.get_raw_many(Journal.MARKS, [key])
+    entry.times_delivered = UNPACK_U32(mark)[0] if mark is not None else 0
+    return entry
+
+
+def _described(group: Group, queue: TargetQueue, entry: Entry, now_ns: int) -> dict:
+    """One message as browse shows it: plain data (JSON-able)."""
+    body = entry.body
+    if body is None and entry.journaled:
+        body = _body_of(group, queue, entry)
+    body = body or b""
+    return {
+        "seq": entry.seq,
+        "size": len(body),
+        "preview": _preview(body[:ADMIN_PREVIEW_BYTES_MAX]),
+        "source": str(entry.source),
+        "class": entry.msg_class,
+        "type": entry.msg_type,
+        "priority": entry.priority,
+        "delivery": entry.delivery.name,
+        "journaled": entry.journaled,
+        "deliveries": entry.times_delivered,
+        "possdupl": entry.times_delivered > 0,
+        "age_s": round(max(0, now_ns - entry.put_time_ns) / 1e9, 3),
+        "correlation_id": entry.correlation_id.hex(),
+        "headers": _plain(entry.headers or {}),
+    }
+
+
+def _preview(data: bytes) -> str:
+    """Text when the bytes are printable UTF-8, else hex (prefixed `0x`)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + data.hex()
+    return text if text.isprintable() else "0x" + data.hex()
+
+
+def _plain(value: Any) -> Any:
+    """Headers as JSON-able data: bytes as hex, keys as strings."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def _count(value: Any, what: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise Refused(Status.BADPARAM, f"{what} must be a whole number 1..{high}, got {value!r}")
+    return value
+
+
+def _name(queue: TargetQueue | None) -> str | None:
+    return None if queue is None else str(queue.address)
+
+
+# -- purge ------------------------------------------------------------------------------
+
+
+def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    args = request.args
+    queue = actions.queue(args.get("queue"), "purge")
+    actions.check(session, "purge", queue)
+    discard = bool(args.get("discard", False))
+    reason = str(args.get("reason") or "purged by an operator")[:200]
+    group = actions.group
+    ctx = group.ctx
+    taken = _take(queue, ADMIN_MOVE_MESSAGES_MAX)
+    journaled = [entry for entry in taken if entry.journaled]
+    memory = len(taken) - len(journaled)
+    if not discard and ctx.counts.dlj + len(journaled) > ctx.limits.dlj_messages_max:
+        _put_back(queue, journaled)
+        raise Refused(
+            Status.DLJ_FAILED,
+            f"purge: the DLJ would exceed dlj_messages_max={ctx.limits.dlj_messages_max} "
+            "(purge with --discard, or redrive the DLJ first)",
+        )
+    who = session.principal
+    batch = WriteBatch.empty()
+    now_ns = ctx.clock_ns()
+    for entry in journaled:
+        key = queue_key(queue.address.queue, entry.seq)
+        if not discard:
+            if entry.body is None:
+                group.dqf.load_body(queue, entry)
+            record = record_from_entry(entry, written_time_ns=now_ns)
+            record.reason = int(Status.MSGUNDEL)
+            purged = {"by": who, "reason": reason}  # in the headers: `mrs dump` shows them
+            record.extra["headers"] = {**(entry.headers or {}), PURGED_HEADER: purged}
+            batch.put_record(Journal.DLJ, seq_key(entry.seq), record)
+        batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+    summary = {
+        "queue": str(queue.address),
+        "dead_lettered": 0 if discard else len(journaled),
+        "discarded": len(journaled) if discard else 0,
+        "memory_discarded": memory,
+    }
+
+    def written(error: JournalError | None) -> None:
+        if error is not None:
+            _put_back(queue, journaled)
+            session.send(
+                wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
+            )
+            return
+        ctx.counts.dqf_removed(len(journaled))
+        for _ in journaled:
+            if not discard:
+                ctx.counts.dlj_added()
+            group.peers.dqf_freed()
+        result = {**summary, "left": queue.waiting}
+        actions.journal(session, "purge", {"queue": str(queue.address), "discard": discard}, result)
+        session.send(wire.AdminReply(request.request_id, result))
+
+    if journaled:
+        ctx.writer.submit(batch, written)
+    else:
+        written(None)
+
+
+def _take(queue: TargetQueue, count_max: int) -> list[Entry]:
+    """Up to `count_max` waiting messages, oldest first (the cold ones read back)."""
+    taken: list[Entry] = []
+    while len(taken) < count_max:
+        entry = queue.take()
+        if entry is None:
+            break
+        taken.append(entry)
+    return taken
+
+
+def _take_selected(
+    group: Group, queue: TargetQueue, count_max: int, wanted: Selection | None
+) -> list[Entry]:
+    """Up to `count_max` waiting messages that `wanted` selects, oldest first, among the
+    first ADMIN_SELECT_SCAN_MAX; the others go back to their places (journaled ones
+    without their bodies, which stay on disk)."""
+    if wanted is None:
+        return _take(queue, count_max)
+    taken: list[Entry] = []
+    others: list[Entry] = []
+    for entry in _take(queue, ADMIN_SELECT_SCAN_MAX):
+        if len(taken) < count_max and wanted(group, queue, entry):
+            taken.append(entry)
+            continue
+        if entry.journaled:
+            entry.body = None
+        others.append(entry)
+    _put_back(queue, others)
+    return taken
+
+
+def _put_back(queue: TargetQueue, entries: list[Entry]) -> None:
+    """Entries taken and not written go back to their places, in arrival order."""
+    for entry in reversed(entries):
+        queue.put_back(entry)
+
+
+# -- move -------------------------------------------------------------------------------
+
+
+def _move(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    args = request.args
+    source = actions.queue(args.get("queue"), "move")
+    target = actions.queue(args.get("to"), "move --to")
+    if target is source:
+        raise Refused(Status.BADPARAM, "move: the target is the source queue")
+    actions.check(session, "move", source)
+    actions.check(session, "move to", target)
+    if source.config.recoverable and not target.config.recoverable:
+        raise Refused(
+            Status.NO_DQF,
+            f"move: {target.address} has no DQF: recoverable messages of "
+            f"{source.address} cannot go there",
+        )
+    room = target.config.messages_max - target.memory_count
+    count_max = _count(args.get("limit", ADMIN_MOVE_MESSAGES_MAX), "limit", ADMIN_MOVE_MESSAGES_MAX)
+    taken = _take_selected(actions.group, source, count_max, _selection(args.get("select") or {}))
+    memory = [entry for entry in taken if not entry.journaled]
+    if len(memory) > room:
+        _put_back(source, taken)
+        raise Refused(
+            Status.EXCEEDQUOTA,
+            f"move: {target.address} has room for {room} memory messages, {len(memory)} would come",
+        )
+    mover = _Mover(actions, session, request.request_id, source, target, len(taken))
+    for entry in taken:
+        mover.move(entry)
+    mover.submitted()
+
+
+class _Mover:
+    """One move request: one transaction per journaled message, answered once every
+    one of them has ended."""
+
+    def __init__(
+        self,
+        actions: AdminActions,
+        session: AdminSession,
+        request_id: int,
+        source: TargetQueue,
+        target: TargetQueue,
+        count: int,
+    ) -> None:
+        self.actions = actions
+        self.group = actions.group
+        self.session = session
+        self.request_id = request_id
+        self.source = source
+        self.target = target
+        self.waiting = count
+        self.moved = 0
+        self.failed: list[str] = []
+        self.all_submitted = False
+
+    def move(self, entry: Entry) -> None:
+        group = self.group
+        ctx = group.ctx
+        moved = _moved_copy(entry, group.sequence.next(), self.target.address, self.session)
+        if not entry.journaled:
+            self.target.offer(moved)
+            self.ended(None, entry, moved)
+            return
+        if entry.body is None and not group.dqf.load_body(self.source, entry):
+            self.target.storing += 1  # as if submitted: `ended` counts it back
+            self.ended(JournalError("body unreadable"), entry, moved)
+            return
+        moved.body = entry.body
+        old_key = queue_key(self.source.address.queue, entry.seq)
+        new_key = queue_key(self.target.address.queue, moved.seq)
+        batch = WriteBatch.empty()
+        batch.delete(Journal.DQF, old_key).delete(Journal.MARKS, old_key)
+        batch.put_raw(Journal.DQF, new_key, encode_entry(moved, ctx.clock_ns()))
+        if moved.times_delivered:
+            batch.put_raw(Journal.MARKS, new_key, U32.pack(moved.times_delivered))
+        self.target.storing += 1
+        ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved))
+
+    def ended(self, error: JournalError | None, entry: Entry, moved: Entry) -> None:
+        if moved.journaled:
+            self.target.storing -= 1
+        if error is None:
+            self.moved += 1
+            if moved.journaled:
+                self.target.offer(moved)
+        else:
+            self.source.put_back(entry)
+            self.failed.append(f"{entry.seq}: {error}")
+        self.waiting -= 1
+        self.answer_if_done()
+
+    def submitted(self) -> None:
+        self.all_submitted = True
+        self.answer_if_done()
+
+    def answer_if_done(self) -> None:
+        if not self.all_submitted or self.waiting:
+            return
+        group = self.group
+        group.handover.serve_waiting_gets(self.target)
+        result = {
+            "queue": str(self.source.address),
+            "to": str(self.target.address),
+            "moved": self.moved,
+            "failed": self.failed[:10],
+            "left": self.source.waiting,
+        }
+        args = {"queue": str(self.source.address), "to": str(self.target.address)}
+        self.actions.journal(self.session, "move", args, result)
+        if self.failed:
+            message = f"move: {len(self.failed)} not moved ({self.failed[0]})"
+            self.session.send(wire.Failure(self.request_id, int(Status.JOURNAL_FAIL), message))
+            return
+        self.session.send(wire.AdminReply(self.request_id, result))
+
+
+def _moved_copy(entry: Entry, seq: int, target: Address, session: AdminSession) -> Entry:
+    """The message as it is stored on the target: a new seq there, the rest as it was,
+    and a `moved` header saying from where and by whom."""
+    moved_from = {
+        "queue": str(entry.target),
+        "seq": entry.seq,
+        "by": session.principal,
+    }
+    return Entry(
+        seq=seq,
+        body=entry.body,
+        source=entry.source,
+        target=target,
+        delivery=entry.delivery,
+        uma=entry.uma,
+        msg_class=entry.msg_class,
+        msg_type=entry.msg_type,
+        priority=entry.priority,
+        correlation_id=entry.correlation_id,
+        put_time_ns=entry.put_time_ns,
+        dead_letter_header=entry.dead_letter_header,
+        headers={**(entry.headers or {}), MOVED_HEADER: moved_from},
+        origin_group=entry.origin_group,
+        response_queue=entry.response_queue,
+        delivery_status=entry.delivery_status,
+        journaled=entry.journaled,
+        times_delivered=entry.times_delivered,
+        on_dequeue=entry.on_dequeue,
+        on_confirm=entry.on_confirm,
+    )
+
+
+# -- connections and the journal ----------------------------------------------------------
+
+
+def _connections(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    actions.check(session, "connections", None)
+    now_s = time.monotonic()
+    rows = []
+    for other in sorted(actions.server.sessions, key=lambda one: one.id):
+        queue = other.attached
+        rows.append(
+            {
+                "id": other.id,
+                "peer": other.peer,
+                "kind": "link" if other.link is not None else "app",
+                "principal": other.principal,
+                "program": other.program,
+                "queue": None if queue is None else str(queue.address),
+                "queue_name": None if queue is None else queue.config.name,
+                "unconfirmed": 0 if queue is None else len(queue.unconfirmed),
+                "in_flight": len(other.in_flight),
+                "age_s": round(now_s - other.connected_s, 1),
+                "self": other is session,
+            }
+        )
+    actions.journal(session, "connections", {}, {"connections": len(rows)})
+    session.send(wire.AdminReply(request.request_id, {"connections": rows}))
+
+
+def _journal(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    actions.check(session, "journal", None)
+    limit = _count(request.args.get("limit", ADMIN_BROWSE_DEFAULT), "limit", 10_000)
+    records = actions.read_journal(limit)
+    session.send(wire.AdminReply(request.request_id, {"records": records}))
+
+
+# -- run-time changes, written back to the config file -----------------------------------
+
+LIMIT_KEYS = ("messages_max", "unconfirmed_max")
+"""The queue limits `set_limits` changes at run time."""
+QUEUE_KEYS = ("id", "name", "confirm", "messages_max", "unconfirmed_max", "recoverable")
+"""What `add_queue` takes (permanent queues only)."""
+
+
+def _set_limits(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    args = request.args
+    queue = actions.queue(args.get("queue"), "set-limits")
+    actions.check(session, "set-limits", queue)
+    values = {key: args[key] for key in LIMIT_KEYS if args.get(key) is not None}
+    if not values:
+        raise Refused(Status.BADPARAM, f"set-limits: give one of {', '.join(LIMIT_KEYS)}")
+    if queue.address.queue == DEAD_LETTER_QUEUE:
+        raise Refused(Status.BADPARAM, "set-limits: the DLQ's limits are not in the file")
+    group_id, queue_id = queue.address.group, queue.address.queue
+    new_bus = actions.rewrite(lambda text: with_queue_values(text, group_id, queue_id, values))
+    fresh = new_bus.groups[group_id].queues[queue_id]
+    actions.group.config.queues[queue_id] = fresh
+    queue.config = fresh
+    queue.unconfirmed_max = fresh.unconfirmed_max
+    queue.serve_waiters()  # a higher unconfirmed_max may let a parked get have one now
+    result = {"queue": str(queue.address), **{key: getattr(fresh, key) for key in LIMIT_KEYS}}
+    actions.journal(session, "set_limits", {"queue": str(queue.address), **values}, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
+def _add_queue(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    from mrs.group.recovery import ColdReader
+
+    actions.check_right(session, "add-queue", "config")
+    args = request.args
+    values = {key: args[key] for key in QUEUE_KEYS if args.get(key) is not None}
+    if "id" not in values or "name" not in values:
+        raise Refused(Status.BADPARAM, "add-queue: give the queue's id and name")
+    group = actions.group
+    config = group.config
+    queue_id = values["id"]
+    if queue_id in config.queues or any(q.name == values["name"] for q in config.queues.values()):
+        raise Refused(
+            Status.BADPARAM,
+            f"add-queue: group {config.id} has a queue {queue_id} or {values['name']!r}",
+        )
+    new_bus = actions.rewrite(lambda text: with_new_queue(text, config.id, values))
+    fresh = new_bus.groups[config.id].queues[queue_id]
+    queue = TargetQueue(fresh, Address(config.id, queue_id))
+    queue.load_cold = ColdReader(
+        group.ctx, queue_id, group.umas.ack_after_restart, group.recovery.pages
+    )
+    config.queues[queue_id] = fresh
+    group.ctx.queues[queue_id] = queue
+    if actions.server.gate is not None:
+        actions.server.gate.forget_decisions()  # a put to the new name was decided unknown
+    result = {"queue": str(queue.address), "name": fresh.name}
+    actions.journal(session, "add_queue", values, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
+def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    """Replace a principal's grants in the credentials file (atomically, 0600, as
+    `mrs creds grant`); every group of the bus reloads the file when it changes."""
+    from mrs.security import creds as store
+    from mrs.security.creds import CredsError
+    from mrs.security.permissions import GRANT_KINDS, parse_permissions
+
+    actions.check_right(session, "grant", "config")
+    authority = actions.server.authority
+    if authority is None:
+        raise Refused(Status.BADPARAM, "grant: this bus has no [auth]: nothing to grant")
+    args = request.args
+    name = args.get("principal")
+    perms = parse_permissions({kind: args.get(kind) or [] for kind in GRANT_KINDS})
+    if not isinstance(name, str) or isinstance(perms, str):
+        problem = perms if isinstance(perms, str) else "give the principal's name"
+        raise Refused(Status.BADPARAM, f"grant: {problem}")
+    path = authority.config.credentials_path
+    try:
+        creds = store.load(path)
+        store.grant(creds, name, perms)
+        store.save(path, creds)
+    except (CredsError, OSError) as error:
+        raise Refused(Status.BADPARAM, f"grant: {error}") from None
+    authority.reload(f"grant of {name} by {session.principal}")
+    result = {"principal": name, **perms.as_dict()}
+    actions.journal(session, "grant", {"principal": name}, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
+_HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], None]] = {
+    "browse": _browse,
+    "purge": _purge,
+    "move": _move,
+    "connections": _connections,
+    "journal": _journal,
+    "set_limits": _set_limits,
+    "add_queue": _add_queue,
+    "grant": _grant,
+}

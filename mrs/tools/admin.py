@@ -1,0 +1,343 @@
+"""`mrs admin`: an operator acts on a running group (browse, purge, move, connections).
+
+    mrs admin browse ORDERS --config bus.toml --limit 10
+    mrs admin purge ORDERS --config bus.toml                # to the DLJ, with the reason
+    mrs admin move ORDERS --to ORDERS_RETRY --config bus.toml
+    mrs admin set-limits ORDERS --unconfirmed-max 50 --config bus.toml
+    mrs admin add-queue 30 ORDERS_RETRY --config bus.toml --group 1
+    mrs admin connections --config bus.toml --group 1
+    mrs admin journal --config bus.toml --group 1           # who did what
+
+Each is one AdminRequest to the group's server (mrs.ops.admin_actions), under [auth]
+with the credentials of MRS_AUTH_NAME (the manage grant on the queue, the status right
+for connections and the journal). Tables fit 80 columns; `--json` prints the group's
+answer as is. A mistake (unknown queue, no right, bad limit) is one line and exit
+status 1 (2 for usage). A move repeats its request until the source is empty, each
+message in one transaction on the server: run it again after a crash to finish it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
+from mrs.tools.cli_support import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError
+
+CONNECT_TIMEOUT_S = 10.0
+"""Seconds to reach the group's server."""
+TABLE_COLUMNS = 80
+"""Width the tables are laid out for, whatever the terminal says."""
+
+
+def add_admin_parser(commands: argparse._SubParsersAction) -> None:
+    admin = commands.add_parser(
+        "admin",
+        help="act on a running group: browse, purge, move, connections, journal",
+        description="An operator's actions on a running group, answered by its server "
+        "(docs/operations.md, 'Acting on queues'). Under [auth] the credentials come from "
+        "MRS_AUTH_NAME and MRS_AUTH_PASSWORD_FILE.",
+    )
+    actions = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
+    browse = actions.add_parser("browse", help="look at a queue's messages without taking them")
+    browse.add_argument("queue", help="G.Q or a queue name")
+    browse.add_argument(
+        "--limit",
+        type=int,
+        default=ADMIN_BROWSE_DEFAULT,
+        help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
+    )
+    purge = actions.add_parser("purge", help="empty a queue: journaled messages to the DLJ")
+    purge.add_argument("queue", help="G.Q or a queue name")
+    purge.add_argument("--discard", action="store_true", help="delete instead of the DLJ")
+    purge.add_argument("--reason", default="", help="why (kept with each DLJ record)")
+    move = actions.add_parser("move", help="move what waits on a queue to another queue")
+    move.add_argument("queue", help="G.Q or a queue name (the source)")
+    move.add_argument("--to", required=True, help="the target queue (same group)")
+    limits = actions.add_parser(
+        "set-limits", help="change a queue's limits now and in the config file"
+    )
+    limits.add_argument("queue", help="G.Q or a queue name")
+    limits.add_argument("--messages-max", type=int, help="memory messages it may hold")
+    limits.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
+    add = actions.add_parser("add-queue", help="add a queue now and to the config file")
+    add.add_argument("id", type=int, help="the queue's id in its group")
+    add.add_argument("name", help="the queue's name")
+    add.add_argument("--confirm", help="confirm style (default explicit-in-order)")
+    add.add_argument("--messages-max", type=int, help="memory messages it may hold")
+    add.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
+    add.add_argument("--no-dqf", action="store_true", help="memory only (recoverable = false)")
+    grant = actions.add_parser("grant", help="replace a principal's grants (credentials file)")
+    grant.add_argument("principal", help="the principal's name")
+    for kind in ("attach", "put", "confirm", "manage"):
+        grant.add_argument(f"--{kind}", action="append", metavar="PATTERN", help="queue pattern")
+    grant.add_argument("--admin", action="append", metavar="RIGHT", help="an admin right")
+    for selective in (browse, move):
+        selective.add_argument("--class", dest="msg_class", type=int, help="only this class")
+        selective.add_argument("--type", dest="msg_type", type=int, help="only this type")
+        selective.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
+        selective.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
+    connections = actions.add_parser("connections", help="the group's client connections")
+    journal = actions.add_parser("journal", help="the group's admin journal: who did what")
+    journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
+    journal.add_argument(
+        "--offline", action="store_true", help="read the file in the data directory (--config)"
+    )
+    for parser in (browse, purge, move, limits, add, grant, connections, journal):
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument("--config", type=Path, help="bus configuration")
+        where.add_argument("--address", help="HOST:PORT of the group's server instead")
+        parser.add_argument("--group", type=int, help="the group (default: the queue's)")
+        parser.add_argument("--json", action="store_true", help="JSON instead of a table")
+        parser.set_defaults(run=run_admin)
+
+
+def run_admin(args: argparse.Namespace) -> int:
+    import trio
+
+    return trio.run(_run, args)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from clients import connect
+    from mrs.config.bus import load_config
+    from mrs.config.tls import operator_connect_options
+
+    address, options = args.address, {}
+    if args.config is not None:
+        bus = load_config(args.config)
+        group = bus.groups.get(_group_id(args, bus))
+        if group is None:
+            raise CommandError(f"no group {args.group} in {args.config}", EXIT_USAGE)
+        if getattr(args, "offline", False):
+            return _journal_offline(Path(group.data_dir), args)
+        address = f"{group.listen_host}:{group.listen_port}"
+        options = operator_connect_options(group)
+    try:
+        async with connect(
+            address,
+            queue=None,
+            program=f"mrs admin {args.admin_command}",
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            reconnect=None,
+            **options,
+        ) as client:
+            return await _act(client, args)
+    except CommandError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the group's answer, as one line
+        message = getattr(error, "message", None) or str(error)
+        raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
+
+
+def _group_id(args: argparse.Namespace, bus: Any) -> int:
+    """--group, else the group a `G.Q` queue names, else the bus's only group."""
+    if args.group is not None:
+        return args.group
+    queue = getattr(args, "queue", None) or ""
+    head = queue.split(".", 1)[0]
+    if "." in queue and head.isdigit():
+        return int(head)
+    for group_id, group in bus.groups.items():
+        if any(q.name == queue for q in group.queues.values()):
+            return group_id
+    if len(bus.groups) == 1:
+        return next(iter(bus.groups))
+    raise CommandError("several groups: say which with --group", EXIT_USAGE)
+
+
+async def _act(client: Any, args: argparse.Namespace) -> int:
+    command = args.admin_command
+    if command == "browse":
+        result = await client.admin(
+            "browse", queue=args.queue, limit=args.limit, select=_select(args)
+        )
+    elif command == "purge":
+        result = await _repeat(
+            client, "purge", {"queue": args.queue, "discard": args.discard, "reason": args.reason}
+        )
+    elif command == "move":
+        request = {"queue": args.queue, "to": args.to, "select": _select(args)}
+        result = await _repeat(client, "move", request)
+    elif command == "set-limits":
+        result = await client.admin(
+            "set_limits",
+            queue=args.queue,
+            messages_max=args.messages_max,
+            unconfirmed_max=args.unconfirmed_max,
+        )
+    elif command == "add-queue":
+        result = await client.admin(
+            "add_queue",
+            id=args.id,
+            name=args.name,
+            confirm=args.confirm,
+            messages_max=args.messages_max,
+            unconfirmed_max=args.unconfirmed_max,
+            recoverable=False if args.no_dqf else None,
+        )
+    elif command == "grant":
+        kinds = ("attach", "put", "confirm", "manage", "admin")
+        grants = {kind: getattr(args, kind) or [] for kind in kinds}
+        result = await client.admin("grant", principal=args.principal, **grants)
+    elif command == "connections":
+        result = await client.admin("connections")
+    else:
+        result = await client.admin("journal", limit=args.limit)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        _print_table(command, result)
+    return EXIT_OK
+
+
+def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:
+    """The admin journal read from its file, without the server (it may be down)."""
+    from mrs.ops.admin_actions import JOURNAL_FILE_NAME
+
+    path = data_dir / JOURNAL_FILE_NAME
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        lines = []
+    result = {"records": [json.loads(line) for line in lines[-args.limit :] if line.strip()]}
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        _print_table("journal", result)
+    return EXIT_OK
+
+
+def _select(args: argparse.Namespace) -> dict:
+    """The selection options given, as the AdminRequest's `select` table."""
+    chosen = (
+        ("class", args.msg_class),
+        ("type", args.msg_type),
+        ("correlation_id", args.correlation_id),
+        ("contains", args.contains),
+    )
+    return {key: value for key, value in chosen if value is not None}
+
+
+async def _repeat(client: Any, action: str, args: dict) -> dict:
+    """Ask again until nothing is left: each request takes at most
+    ADMIN_MOVE_MESSAGES_MAX, so a crash loses no more than one request's progress
+    (and that never half: each message is one transaction)."""
+    total: dict = {}
+    while True:
+        result = await client.admin(action, **args)
+        for key, value in result.items():
+            if isinstance(value, int) and key != "left":
+                total[key] = total.get(key, 0) + value
+            else:
+                total[key] = value
+        done = sum(v for k, v in result.items() if isinstance(v, int) and k != "left")
+        if result.get("left", 0) == 0 or done == 0:
+            return total
+
+
+def _print_table(command: str, result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=TABLE_COLUMNS, file=sys.stdout, soft_wrap=False)
+    if command == "browse":
+        table = Table(title=_browse_title(result), title_justify="left")
+        for column in ("seq", "age s", "dlv", "dup", "cls/typ", "body"):
+            table.add_column(column, overflow="ellipsis", no_wrap=column != "body")
+        for message in result["messages"]:
+            table.add_row(
+                str(message["seq"]),
+                f"{message['age_s']:.1f}",
+                str(message["deliveries"]),
+                "POSSDUPL" if message["possdupl"] else "",
+                f"{message['class']}/{message['type']}",
+                _body_cell(message),
+            )
+        console.print(table)
+    elif command == "connections":
+        table = Table(title="connections", title_justify="left")
+        for column, width in (
+            ("peer", 21),
+            ("who", 10),
+            ("program", 14),
+            ("queue", 8),
+            ("unc", 3),
+            ("fly", 3),
+            ("age s", 5),
+        ):
+            table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
+        for row in result["connections"]:
+            table.add_row(
+                row["peer"] + (" *" if row["self"] else ""),
+                row["principal"] or "-",
+                row["program"] or "-",
+                row["queue_name"] or row["queue"] or ("link" if row["kind"] == "link" else "-"),
+                str(row["unconfirmed"]),
+                str(row["in_flight"]),
+                f"{row['age_s']:.0f}",
+            )
+        console.print(table)
+    elif command == "journal":
+        table = Table(title="admin journal", title_justify="left")
+        for column in ("time (UTC)", "who", "action", "what"):
+            table.add_column(column, overflow="fold")
+        for record in result["records"]:
+            table.add_row(
+                _utc(record["time_ns"]),
+                record["principal"] or "-",
+                record["action"],
+                _short(record["args"], record["result"]),
+            )
+        console.print(table)
+    else:
+        console.print(_summary(command, result))
+
+
+def _browse_title(result: dict) -> str:
+    return (
+        f"{result['name']} ({result['queue']}): {result['waiting']} waiting, "
+        f"{result['unconfirmed']} unconfirmed; first {len(result['messages'])}"
+    )
+
+
+def _body_cell(message: dict) -> str:
+    headers = ", ".join(sorted(message["headers"]))
+    return f"{message['preview']} ({message['size']} B{'; ' + headers if headers else ''})"
+
+
+def _utc(time_ns: int) -> str:
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(time_ns / 1e9, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(args: dict, result: dict) -> str:
+    shown = {key: value for key, value in {**args, **result}.items() if value not in (None, [])}
+    return " ".join(f"{key}={value}" for key, value in shown.items())
+
+
+def _summary(command: str, result: dict) -> str:
+    if command == "set-limits":
+        return (
+            f"{result['queue']}: messages_max={result['messages_max']} "
+            f"unconfirmed_max={result['unconfirmed_max']} (now and in the config file)"
+        )
+    if command == "grant":
+        shown = ", ".join(f"{k}={v}" for k, v in result.items() if k != "principal" and v)
+        return f"grants of {result['principal']} replaced: {shown or 'none'}"
+    if command == "add-queue":
+        return f"added {result['name']} ({result['queue']}) now and to the config file"
+    if command == "purge":
+        return (
+            f"purged {result['queue']}: {result['dead_lettered']} to the DLJ, "
+            f"{result['discarded']} discarded, {result['memory_discarded']} memory "
+            f"messages discarded; {result['left']} left"
+        )
+    return (
+        f"moved {result['moved']} from {result['queue']} to {result['to']}; {result['left']} left"
+    )
