@@ -85,7 +85,7 @@ class Recovery:
             if queue is None:
                 unconfigured[queue_id] = unconfigured.get(queue_id, 0) + len(seqs)
                 continue
-            queue.cold.extend(seqs)
+            queue.pending.extend_cold(0, seqs)
             recovered += len(seqs)
         for queue_id, count in unconfigured.items():
             log.warning(
@@ -101,7 +101,7 @@ class Recovery:
         pages = self.pages
         pages.release()
         if pages.read_since_trim_bytes >= TRIM_AFTER_BYTES and not any(
-            queue.cold.count for queue in self.ctx.queues.values()
+            queue.pending.cold_count for queue in self.ctx.queues.values()
         ):
             pages.read_since_trim_bytes = 0
             trim()
