@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic
 
-from mrs.group.backlog import E, ColdBacklog
+from mrs.group.backlog import ColdBacklog, E
 
 
 class Lane(Generic[E]):

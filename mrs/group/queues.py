@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from itertools import chain, islice
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from typing import Final
 
 from mrs.config.bus import QueueConfig
