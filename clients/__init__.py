@@ -43,6 +43,7 @@ from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
 from clients.sync import SyncClient, connect_sync
 from clients.tls import TlsRefused, tls_context
+from mrs.core.selection import Key, Selection
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Psb, Status, Uma
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "JournalFull",
     "JournalReader",
     "JournalRecord",
+    "Key",
     "KeyReused",
     "Message",
     "MessageTooBig",
@@ -78,6 +80,7 @@ __all__ = [
     "ProtectionRefused",
     "PutOutcomeUnknown",
     "QueueBusy",
+    "Selection",
     "QuotaExceeded",
     "Reconnect",
     "ReplyTimeout",

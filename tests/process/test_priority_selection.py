@@ -1,0 +1,151 @@
+"""Priority order and selective gets against a real `mrs serve` process: a queue hands
+out its messages highest priority first, then in arrival order, also after a crash;
+a selective get takes the first message its Selection matches (by correlation id
+from the queue's index), a parked one is woken only by a match, and a malformed
+selection is refused BADPARAM with the connection kept."""
+
+from __future__ import annotations
+
+import trio
+
+from clients import (
+    BadParameter,
+    DeliveryMode,
+    NoMoreMessages,
+    PutItem,
+    Status,
+    Uma,
+    connect,
+)
+from mrs import protocol as wire
+from mrs.core.selection import Key, Selection, by_correlation_id, by_priority
+from mrs.group.backlog import WINDOW_ENTRIES_MAX
+
+DQF = DeliveryMode.WF_DQF
+
+
+async def put_items(bus, target: str, items: list[tuple[bytes, int, bytes]]) -> None:
+    """(body, priority, correlation id) each, WF_DQF, one put_many."""
+    async with connect(bus.address, queue="SENDER") as sender:
+        puts = [
+            PutItem(body, target, delivery=DQF, uma=Uma.DLJ, priority=priority, correlation_id=cid)
+            for body, priority, cid in items
+        ]
+        for psb in await sender.put_many(puts):
+            assert not isinstance(psb, Exception) and psb.delivery_status == Status.STORED
+
+
+async def drain(client) -> list:
+    """Every waiting message, in the order the queue hands them out, each confirmed."""
+    got = []
+    while True:
+        try:
+            message = await client.get(timeout=0)
+        except NoMoreMessages:
+            return got
+        got.append(message)
+        await client.confirm(message.seq)
+
+
+async def test_priority_order_is_kept_across_a_crash(bus) -> None:
+    sent = [(b"a0", 0, b""), (b"b5", 5, b""), (b"c99", 99, b""), (b"d5", 5, b""), (b"e0", 0, b"")]
+    await put_items(bus, "ORDERS", sent + [(b"f99", 99, b"")])
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        first = await receiver.get(timeout=0)  # delivered, never confirmed
+    assert (first.body, first.priority, first.delivery_status) == (b"c99", 99, Status.CONFIRMREQ)
+    bus.restart()
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        got = await drain(receiver)
+    assert [m.body for m in got] == [b"c99", b"f99", b"b5", b"d5", b"a0", b"e0"]
+    assert [m.delivery_status for m in got[:2]] == [Status.POSSDUPL, Status.CONFIRMREQ]
+
+
+async def test_a_higher_priority_behind_a_full_window_comes_first_after_a_restart(
+    make_bus,
+) -> None:
+    bus = make_bus()
+    low = [(b"low%d" % i, 0, b"") for i in range(WINDOW_ENTRIES_MAX + 200)]
+    await put_items(bus, "ANYORDER", low)
+    await put_items(bus, "ANYORDER", [(b"high1", 7, b""), (b"high2", 7, b"")])
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        assert (await receiver.get(timeout=0)).body == b"high1"  # from its cold lane
+    bus.restart()
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        got = await drain(receiver)
+    assert [m.body for m in got[:3]] == [b"high1", b"high2", b"low0"]
+    assert [m.body for m in got[2:]] == [body for body, _, _ in low]
+
+
+async def test_a_selective_get_takes_its_correlation_id_and_leaves_the_order(bus) -> None:
+    items = [(b"m%d" % i, i % 3, b"cid-%d" % i) for i in range(30)]
+    await put_items(bus, "ANYORDER", items)
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        chosen = await receiver.get(timeout=0, select=by_correlation_id(b"cid-13"))
+        assert (chosen.body, chosen.correlation_id) == (b"m13", b"cid-13")
+        await receiver.confirm(chosen.seq)
+        top = await receiver.get_many(3, timeout=0, select=by_priority("ge", 2))
+        assert [m.body for m in top] == [b"m2", b"m5", b"m8"]
+        for message in top:
+            await receiver.confirm(message.seq)
+        none = Selection(Key("correlation_id", "eq", b"cid-13"))
+        try:
+            await receiver.get(timeout=0, select=none)
+            raise AssertionError("a confirmed message was selected again")
+        except NoMoreMessages as refused:
+            assert "matching the selection" in str(refused)
+        rest = await drain(receiver)
+    expected = sorted(
+        (item for item in items if item[0] not in (b"m13", b"m2", b"m5", b"m8")),
+        key=lambda item: -item[1],
+    )
+    assert [m.body for m in rest] == [body for body, _, _ in expected]
+
+
+async def test_a_parked_selective_get_is_woken_only_by_its_match(bus) -> None:
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        got = []
+
+        async def wait_for_match() -> None:
+            got.append(await receiver.get(timeout=30, select=by_correlation_id(b"wanted")))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_match)
+            await put_items(bus, "ANYORDER", [(b"other", 50, b"not-it"), (b"plain", 0, b"")])
+            assert got == []  # put answered STORED: both were offered, neither taken
+            await put_items(bus, "ANYORDER", [(b"match", 0, b"wanted")])
+        assert [m.body for m in got] == [b"match"]
+        await receiver.confirm(got[0].seq)
+        assert [m.body for m in await drain(receiver)] == [b"other", b"plain"]
+
+
+async def test_a_malformed_selection_is_refused_badparam_and_the_connection_stays(bus) -> None:
+    host, port = bus.address.rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    connection = wire.Connection("client")
+    answers: list = []
+
+    async def ask(event) -> object:
+        await stream.send_all(connection.send(event))
+        while not answers:
+            connection.receive_data(await stream.receive_some(65536))
+            answers.extend(connection.events())
+        return answers.pop(0)
+
+    await ask(wire.Hello(wire.PROTOCOL_VERSION, "test"))
+    assert isinstance(await ask(wire.Attach(1, "ANYORDER")), wire.Attached)
+    for request_id, select in enumerate(
+        ([["nope", "eq", 1]], [["priority", "gt", "high"]], [["correlation_id", "lt", b"x"]], [], [["priority"]]),
+        start=2,
+    ):
+        refused = await ask(wire.Get(request_id, 0, select))
+        assert isinstance(refused, wire.Failure) and refused.status == Status.BADPARAM
+        assert refused.message.startswith("bad selection:") and "\n" not in refused.message
+    after = await ask(wire.Get(19, 0, [["priority", "ge", 0]]))
+    assert isinstance(after, wire.Failure) and after.status == Status.NOMOREMSG
+    await stream.aclose()
+    async with connect(bus.address, queue="ANYORDER") as receiver:
+        try:
+            await receiver.get(timeout=0, select=[["priority", "eq", 1]])  # type: ignore[arg-type]
+            raise AssertionError("a list is not a Selection")
+        except BadParameter:
+            pass
