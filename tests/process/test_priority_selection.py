@@ -134,7 +134,13 @@ async def test_a_malformed_selection_is_refused_badparam_and_the_connection_stay
     await ask(wire.Hello(wire.PROTOCOL_VERSION, "test"))
     assert isinstance(await ask(wire.Attach(1, "ANYORDER")), wire.Attached)
     for request_id, select in enumerate(
-        ([["nope", "eq", 1]], [["priority", "gt", "high"]], [["correlation_id", "lt", b"x"]], [], [["priority"]]),
+        (
+            [["nope", "eq", 1]],
+            [["priority", "gt", "high"]],
+            [["correlation_id", "lt", b"x"]],
+            [],
+            [["priority"]],
+        ),
         start=2,
     ):
         refused = await ask(wire.Get(request_id, 0, select))
