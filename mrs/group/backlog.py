@@ -93,6 +93,10 @@ class ColdBacklog(Generic[E]):
         self.count -= 1
         return self._held.pop(seq, None)
 
+    def held_entry(self, seq: int) -> E | None:
+        """The entry held in memory for `seq`, or None (cold: on disk only)."""
+        return self._held.get(seq)
+
     def __iter__(self):
         """The seqs still in the backlog, oldest first (a selective get's scan)."""
         skipped = self._skipped

@@ -35,7 +35,7 @@ _LENT_BYTES_MAX: Final = LENT_BYTES_MAX
 _ACK_POINT: Final = InterestPoint.ACK
 _SCAN_MAX: Final = SELECT_SCAN_MESSAGES_MAX
 _RECOVERED_CHUNK: Final = 1024
-"""Recovered records read at a time when a selective get indexes them."""
+"""Cold records read at a time when a queue's first selective get builds its index."""
 
 
 def lane_of(entry: Entry) -> int:
@@ -458,8 +458,8 @@ class TargetQueue:
         """The seq (and lane) of the first pending message `select` matches: through
         the index for an eq key on correlation id or class, else by a scan of at
         most SELECT_SCAN_MESSAGES_MAX messages."""
-        if not self.index.complete and self.load_cold is not None:
-            self.index_recovered()
+        if not self.index.enabled:
+            self.build_index()
         correlation_id = select.equal_value("correlation_id")
         msg_class = select.equal_value("msg_class")
         attributes = self.index.attributes
@@ -501,17 +501,26 @@ class TargetQueue:
             self.index.remove(seq)  # vanished from the journal (reported): look again
         return None
 
-    def index_recovered(self) -> None:
-        """Read the records of recovered messages not yet indexed (once per start)."""
-        load = self.load_cold
-        assert load is not None
-        attributes = self.index.attributes
+    def build_index(self) -> None:
+        """Start the selection index (the queue's first selective get): every window
+        and held entry, and the records of cold messages, read once a chunk at a time."""
+        index = self.index
+        index.enabled = True
         for lane in self.pending.lanes():
-            unknown = [seq for seq in lane.cold if seq not in attributes]
+            for entry in lane.window:
+                index.add(entry, lane.priority)
+            unknown = []
+            for seq in lane.cold:
+                held = lane.cold.held_entry(seq)
+                if held is not None:
+                    index.add(held, lane.priority)
+                else:
+                    unknown.append(seq)
+            if self.load_cold is None:
+                continue
             for start in range(0, len(unknown), _RECOVERED_CHUNK):
-                for entry in load(unknown[start : start + _RECOVERED_CHUNK]):
-                    self.index.add(entry, lane.priority)
-        self.index.complete = True
+                for entry in self.load_cold(unknown[start : start + _RECOVERED_CHUNK]):
+                    index.add(entry, lane.priority)
 
     def drop_pending(self, entry: Entry) -> None:
         """Remove a window entry as if it was never queued (the broken builds)."""

@@ -97,7 +97,6 @@ class Recovery:
                 continue
             for priority, lane_seqs in by_priority(seqs, priorities.get(queue_id)):
                 queue.pending.extend_cold(priority, lane_seqs)
-            queue.index.complete = False  # their attributes are on disk (select_index)
             recovered += len(seqs)
         self.forget_priorities(priorities)
         for queue_id, count in unconfigured.items():

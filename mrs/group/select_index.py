@@ -10,9 +10,11 @@ first seq of the key's group that satisfies every other key
 (`TargetQueue.find`). Its size is bounded (SELECT_INDEX_MESSAGES_MAX per queue); the
 memory per message is measured by benchmarks/selective_get.py.
 
-Messages recovered at start-up are known by seq alone (mrs.group.recovery): the index
-is then `complete = False` until the first selective get on that queue reads their
-records once (`TargetQueue.index_recovered`).
+The index of a queue starts with its first selective get (`TargetQueue.build_index`):
+a queue no selective get ever reads pays nothing for it (one flag test per put and
+get), and that first get reads once the records of the queue's cold messages, which
+are known by seq alone (mrs.group.backlog, mrs.group.recovery); from then on every
+put, get and put-back keeps it.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ class SelectIndex:
         self.attributes: dict[int, Attributes] = {}
         self.groups: dict[tuple[int, int, object], dict[int, None]] = {}
         """(priority, CLASS_KEY or CORRELATION_KEY, value) -> seqs, arrival order."""
-        self.complete = True
-        """False while recovered messages wait to be read into the index."""
+        self.enabled = False
+        """Kept from the queue's first selective get on (`TargetQueue.build_index`)."""
         self.overflowed = 0
         """Messages left out because the index was full (status, docs)."""
 
@@ -51,6 +53,8 @@ class SelectIndex:
 
     def add(self, entry, priority: int) -> None:
         """Index a pending message (again: a second add of a seq does nothing)."""
+        if not self.enabled:
+            return
         seq = entry.seq
         attributes = self.attributes
         if seq in attributes:
@@ -77,6 +81,8 @@ class SelectIndex:
 
     def remove(self, seq: int) -> None:
         """The message left the pending messages (got, dropped)."""
+        if not self.enabled:
+            return
         found = self.attributes.pop(seq, None)
         if found is None:
             return
