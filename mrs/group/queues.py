@@ -9,7 +9,7 @@ selection matches, found through the queue's index (mrs.group.select_index)."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import Final
@@ -18,7 +18,7 @@ from mrs.config.bus import QueueConfig
 from mrs.core.selection import Selection
 from mrs.group.backlog import REFILL_BELOW, REFILL_MIN, WINDOW_ENTRIES_MAX, Loader
 from mrs.group.lanes import Lane, PriorityLanes
-from mrs.group.select_index import CLASS_KEY, CORRELATION_KEY, SelectIndex
+from mrs.group.select_index import SelectIndex
 from mrs.limits import (
     JOURNALED_BODIES_BYTES_MAX,
     LENT_BYTES_MAX,
@@ -455,28 +455,31 @@ class TargetQueue:
                 entry.account = None  # charged once: a redelivery is the queue's, not the sender's
 
     def find(self, select: Selection) -> tuple[int, Lane[Entry]] | None:
-        """The seq (and lane) of the first pending message `select` matches: through
-        the index for an eq key on correlation id or class, else by a scan of at
-        most SELECT_SCAN_MESSAGES_MAX messages."""
-        if not self.index.enabled:
+        """The seq (and lane) of the first pending message `select` matches (highest
+        priority, then first arrived): through the index for an eq key on correlation
+        id or class, else by a scan of at most SELECT_SCAN_MESSAGES_MAX messages."""
+        index = self.index
+        if not index.enabled:
             self.build_index()
+        attributes = index.attributes
         correlation_id = select.equal_value("correlation_id")
+        if correlation_id is not None:
+            best: tuple[int, int] | None = None
+            for seq in islice(index.with_correlation_id(correlation_id), _SCAN_MAX):  # type: ignore[arg-type]
+                found = attributes[seq]
+                if select.matches(found) and (best is None or found.priority > best[0]):
+                    best = (found.priority, seq)
+            return None if best is None else (best[1], self.pending.lane(best[0]))
         msg_class = select.equal_value("msg_class")
-        attributes = self.index.attributes
         budget = _SCAN_MAX
         for lane in self.pending.lanes():
             if not select.priority_allows(lane.priority):
                 continue
-            if correlation_id is not None or msg_class is not None:
-                kind = CORRELATION_KEY if correlation_id is not None else CLASS_KEY
-                value = correlation_id if correlation_id is not None else msg_class
-                group = self.index.group(lane.priority, kind, value) or ()
-                for seq in islice(group, budget):
-                    budget -= 1
-                    if select.matches(attributes[seq]):
-                        return seq, lane
-                continue
-            for seq in islice(chain((e.seq for e in lane.window), lane.cold), budget):
+            if msg_class is not None:
+                seqs: Iterable[int] = index.of_class(lane.priority, msg_class)  # type: ignore[arg-type]
+            else:
+                seqs = chain((entry.seq for entry in lane.window), lane.cold)
+            for seq in islice(seqs, budget):
                 budget -= 1
                 found = attributes.get(seq)
                 if found is not None and select.matches(found):

@@ -1,13 +1,13 @@
-"""A queue's selection index: the attributes of every pending message by seq, and the
-seqs of each (priority, correlation id) and (priority, class), in arrival order.
+"""A queue's selection index: the attributes of every pending message by seq, the
+seqs holding each correlation id, and those of each (priority, class), in arrival order.
 
 Why: a selective get by correlation id (IBM MQ's CorrelId match, MessageQ's
 `sel_filter`) on a queue of a million messages must not read a million records
 (most are cold, on disk: mrs.group.backlog). The index holds what a selection may
 test for each pending message, in memory, cold or not, so the group finds the
-message a selective get takes with dict lookups: per non-empty priority lane, the
-first seq of the key's group that satisfies every other key
-(`TargetQueue.find`). Its size is bounded (SELECT_INDEX_MESSAGES_MAX per queue); the
+message a selective get takes with dict lookups (`TargetQueue.find`): the seqs of its
+correlation id, or per non-empty priority lane the first seq of its class, that
+satisfy every other key. Its size is bounded (SELECT_INDEX_MESSAGES_MAX per queue); the
 memory per message is measured by benchmarks/selective_get.py.
 
 The index of a queue starts with its first selective get (`TargetQueue.build_index`):
@@ -24,8 +24,6 @@ from typing import Final, NamedTuple
 from mrs.limits import SELECT_INDEX_MESSAGES_MAX
 
 _INDEX_MAX: Final = SELECT_INDEX_MESSAGES_MAX
-CLASS_KEY: Final = 0
-CORRELATION_KEY: Final = 1
 
 
 class Attributes(NamedTuple):
@@ -41,8 +39,11 @@ class Attributes(NamedTuple):
 class SelectIndex:
     def __init__(self) -> None:
         self.attributes: dict[int, Attributes] = {}
-        self.groups: dict[tuple[int, int, object], dict[int, None]] = {}
-        """(priority, CLASS_KEY or CORRELATION_KEY, value) -> seqs, arrival order."""
+        self.by_correlation: dict[bytes, int | list[int]] = {}
+        """Correlation id -> the seq holding it (a list for several, arrival order):
+        an int, not a collection, for the usual one message per id."""
+        self.by_class: dict[tuple[int, int], dict[int, None]] = {}
+        """(priority, class) -> seqs, arrival order (an ordered set)."""
         self.enabled = False
         """Kept from the queue's first selective get on (`TargetQueue.build_index`)."""
         self.overflowed = 0
@@ -66,18 +67,19 @@ class SelectIndex:
         attributes[seq] = Attributes(
             priority, correlation_id, entry.msg_class, entry.msg_type, entry.source.text
         )
-        groups = self.groups
-        key = (priority, CLASS_KEY, entry.msg_class)
-        group = groups.get(key)
+        key = (priority, entry.msg_class)
+        group = self.by_class.get(key)
         if group is None:
-            group = groups[key] = {}
+            group = self.by_class[key] = {}
         group[seq] = None
         if correlation_id:
-            key = (priority, CORRELATION_KEY, correlation_id)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = {}
-            group[seq] = None
+            held = self.by_correlation.get(correlation_id)
+            if held is None:
+                self.by_correlation[correlation_id] = seq
+            elif type(held) is int:
+                self.by_correlation[correlation_id] = [held, seq]
+            else:
+                held.append(seq)  # type: ignore[union-attr]
 
     def remove(self, seq: int) -> None:
         """The message left the pending messages (got, dropped)."""
@@ -86,20 +88,33 @@ class SelectIndex:
         found = self.attributes.pop(seq, None)
         if found is None:
             return
-        self._ungroup((found.priority, CLASS_KEY, found.msg_class), seq)
-        if found.correlation_id:
-            self._ungroup((found.priority, CORRELATION_KEY, found.correlation_id), seq)
-
-    def _ungroup(self, key: tuple[int, int, object], seq: int) -> None:
-        group = self.groups.get(key)
+        key = (found.priority, found.msg_class)
+        group = self.by_class.get(key)
         if group is not None:
             group.pop(seq, None)
             if not group:
-                del self.groups[key]
+                del self.by_class[key]
+        correlation_id = found.correlation_id
+        if correlation_id:
+            held = self.by_correlation.get(correlation_id)
+            if type(held) is list:
+                held.remove(seq)
+                if len(held) == 1:
+                    self.by_correlation[correlation_id] = held[0]
+            elif held == seq:
+                del self.by_correlation[correlation_id]
 
-    def group(self, priority: int, kind: int, value: object) -> dict[int, None] | None:
-        return self.groups.get((priority, kind, value))
+    def with_correlation_id(self, correlation_id: bytes) -> list[int]:
+        """The seqs of pending messages holding `correlation_id`, arrival order."""
+        held = self.by_correlation.get(correlation_id)
+        if held is None:
+            return []
+        return [held] if type(held) is int else list(held)  # type: ignore[arg-type]
+
+    def of_class(self, priority: int, msg_class: int) -> dict[int, None]:
+        return self.by_class.get((priority, msg_class)) or {}
 
     def clear(self) -> None:
         self.attributes.clear()
-        self.groups.clear()
+        self.by_correlation.clear()
+        self.by_class.clear()
