@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mrs.errors import Refused
+from mrs.errors import BadParameter, Refused
 from mrs.limits import CORRELATION_ID_BYTES_MAX, PRIORITY_MAX, SELECTION_KEYS_MAX
 from mrs.model import Status
 
@@ -112,12 +112,13 @@ def by_source(source: str) -> Selection:
     return Selection(Key("source", EQ, source))
 
 
-def _refuse(problem: str) -> Refused:
-    return Refused(Status.BADPARAM, f"bad selection: {problem}")
+def _refuse(problem: str) -> BadParameter:
+    return BadParameter(Status.BADPARAM, f"bad selection: {problem}")
 
 
 def check_keys(keys: Sequence[Key]) -> None:
-    """Raise Refused(BADPARAM, one line) unless every key is one the group serves."""
+    """Raise BadParameter (BADPARAM, one line) unless every key is one the group
+    serves: where an application builds its Selection, before anything is sent."""
     if not keys:
         raise _refuse("no keys (omit select for the default selection)")
     if len(keys) > SELECTION_KEYS_MAX:
@@ -150,7 +151,15 @@ def _check_key(key: Key) -> None:
 
 
 def from_wire(keys: object) -> Selection:
-    """The Selection a Get carried, or Refused(BADPARAM) with one line."""
+    """The Selection a Get carried, or Refused(BADPARAM) with one line (the group's
+    answer to the get; the connection stays)."""
+    try:
+        return _parsed(keys)
+    except BadParameter as bad:
+        raise Refused(Status.BADPARAM, bad.message) from None
+
+
+def _parsed(keys: object) -> Selection:
     if not isinstance(keys, list):
         raise _refuse(f"a list of [attribute, operator, value], not {type(keys).__name__}")
     parsed = []
