@@ -10,10 +10,12 @@ import trio
 
 from clients import (
     BadParameter,
+    BadSequence,
     DeliveryMode,
     NoMoreMessages,
     PutItem,
     Status,
+    TooManyUnconfirmed,
     Uma,
     connect,
 )
@@ -155,3 +157,41 @@ async def test_a_malformed_selection_is_refused_badparam_and_the_connection_stay
             raise AssertionError("a list is not a Selection")
         except BadParameter:
             pass
+
+
+async def test_selective_gets_keep_the_confirmation_rules(bus) -> None:
+    """Confirmation order is delivery order, whichever get delivered; a selective
+    get counts against unconfirmed_max; on an implicit queue it confirms the
+    message before, as a plain get does."""
+    await put_items(bus, "ORDERS", [(b"a", 0, b"ca"), (b"b", 0, b"cb"), (b"c", 0, b"cc")])
+    async with connect(bus.address, queue="ORDERS") as receiver:
+        c = await receiver.get(timeout=0, select=by_correlation_id(b"cc"))
+        a = await receiver.get(timeout=0)
+        try:
+            await receiver.confirm(a.seq)
+            raise AssertionError("an in-order queue confirmed out of delivery order")
+        except BadSequence as refused:
+            assert f"confirm {c.seq} before {a.seq}" in str(refused)
+        await receiver.confirm(c.seq)
+        await receiver.confirm(a.seq)
+    await put_items(bus, "SMALL", [(b"s%d" % n, 0, b"s%d" % n) for n in range(2)])
+    async with connect(bus.address, queue="SMALL") as receiver:
+        held = [await receiver.get(timeout=0) for _ in range(2)]
+        async with connect(bus.address, queue="SENDER") as sender:
+            await sender.put(b"s2", "SMALL", delivery=DQF, uma=Uma.DLJ, correlation_id=b"s2")
+        try:
+            await receiver.get(timeout=0, select=by_correlation_id(b"s2"))
+            raise AssertionError("a selective get went past unconfirmed_max")
+        except TooManyUnconfirmed:
+            pass
+        await receiver.confirm(held[0].seq)
+        assert (await receiver.get(timeout=0, select=by_correlation_id(b"s2"))).body == b"s2"
+    await put_items(bus, "IMPLICIT", [(b"i1", 0, b"i1"), (b"i2", 0, b"i2")])
+    async with connect(bus.address, queue="IMPLICIT") as receiver:
+        first = await receiver.get(timeout=0, select=by_correlation_id(b"i2"))
+        second = await receiver.get(timeout=0, select=by_correlation_id(b"i1"))
+        assert (first.body, second.body) == (b"i2", b"i1")
+        assert await receiver.pending(["IMPLICIT"]) == [0]
+    async with connect(bus.address, queue="IMPLICIT") as receiver:
+        again = await receiver.get(timeout=0)  # i2 was confirmed by the get of i1
+        assert (again.body, again.delivery_status) == (b"i1", Status.POSSDUPL)
