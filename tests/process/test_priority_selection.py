@@ -6,6 +6,7 @@ selection is refused BADPARAM with the connection kept."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from clients import (
@@ -22,6 +23,9 @@ from clients import (
 from mrs import protocol as wire
 from mrs.core.selection import Key, Selection, by_correlation_id, by_priority
 from mrs.group.backlog import WINDOW_ENTRIES_MAX
+from sim.bus import LinkedBus
+from tests.process.test_links import QUEUES as LINK_QUEUES
+from tests.process.test_links import link_state, wait_for_link
 
 DQF = DeliveryMode.WF_DQF
 
@@ -195,3 +199,38 @@ async def test_selective_gets_keep_the_confirmation_rules(bus) -> None:
     async with connect(bus.address, queue="IMPLICIT") as receiver:
         again = await receiver.get(timeout=0)  # i2 was confirmed by the get of i1
         assert (again.body, again.delivery_status) == (b"i1", Status.POSSDUPL)
+
+
+@pytest.fixture
+async def linked(tmp_path, nursery):
+    """Groups 1 and 2 as real `mrs serve` processes behind a fault proxy."""
+    bus = LinkedBus(tmp_path / "bus", queues=LINK_QUEUES)
+    await bus.start_proxies(nursery)
+    await trio.to_thread.run_sync(bus.start)
+    await wait_for_link(bus, 1, 2)
+    yield bus
+    bus.stop()
+
+
+async def test_priority_order_survives_a_saf_drain_and_both_restarts(linked) -> None:
+    """Stored in group 1's SAF while the link is cut (priority in the SAF record),
+    group 1 restarted, drained over the link, group 2 restarted (priority from its
+    DQF's keys): group 2's queue hands them out by priority, then in put order."""
+    sent = [(b"p%d-%d" % (priority, n), priority) for n in range(4) for priority in (0, 3, 60)]
+    async with linked.connect(1, "OUT") as sender:
+        linked.proxy(1, 2).cut()
+        await wait_for_link(linked, 1, 2, "down")
+        for body, priority in sent:
+            psb = await sender.put(
+                body, target="2.10", delivery=DeliveryMode.WF_SAF, uma=Uma.DISC, priority=priority
+            )
+            assert psb.delivery_status == Status.STORED
+    await trio.to_thread.run_sync(linked.processes[1].restart)
+    assert (await link_state(linked, 1, 2))["saf_backlog"] == len(sent)
+    linked.proxy(1, 2).heal()
+    await wait_for_link(linked, 1, 2, "up", backlog=0)
+    await trio.to_thread.run_sync(linked.processes[2].restart)
+    async with linked.connect(2, "IN") as receiver:
+        got = await drain(receiver)
+    expected = sorted(sent, key=lambda item: -item[1])  # stable: put order within a priority
+    assert [(m.body, m.priority) for m in got] == expected
