@@ -120,10 +120,10 @@ class Dqf:
             return
         ctx.dqf_count += 1
         entry.journaled = True
-        key = queue_key(queue.address.queue, entry.seq)
-        batch = WriteBatch.empty().put_raw(_DQF, key, encode_entry(entry, ctx.clock_ns()))
+        dqf_key = queue_key(queue.address.queue, entry.seq)
+        batch = WriteBatch.empty().put_raw(_DQF, dqf_key, encode_entry(entry, ctx.clock_ns()))
         if entry.priority:
-            batch.put_raw(_META, PRIORITY_PREFIX + key, bytes((entry.priority,)))
+            batch.put_raw(_META, PRIORITY_PREFIX + dqf_key, bytes((entry.priority,)))
         batch.stream, batch.guard = stream, guard
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []

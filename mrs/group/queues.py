@@ -466,9 +466,9 @@ class TargetQueue:
         if correlation_id is not None:
             best: tuple[int, int] | None = None
             for seq in islice(index.with_correlation_id(correlation_id), _SCAN_MAX):  # type: ignore[arg-type]
-                found = attributes[seq]
-                if select.matches(found) and (best is None or found.priority > best[0]):
-                    best = (found.priority, seq)
+                held = attributes[seq]
+                if select.matches(held) and (best is None or held.priority > best[0]):
+                    best = (held.priority, seq)
             return None if best is None else (best[1], self.pending.lane(best[0]))
         msg_class = select.equal_value("msg_class")
         budget = _SCAN_MAX

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mrs.receipts")
 
 
+
 @dataclass(eq=False)
 class Receipts:
     pending: dict[int, dict[int, type[Notice]]] = field(default_factory=dict)

@@ -24,6 +24,7 @@ SendAck = Callable[[Address, Psb], None]
 """send_ack(response_queue, psb): queue an MRS_ACK (mrs.group.umas.Umas.send_mrs_ack)."""
 
 
+
 @dataclass(eq=False)
 class PutReply:
     """One put's answer, given once: PutDone (WF), an MRS_ACK (AK) or a timeout.
