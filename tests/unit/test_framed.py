@@ -51,7 +51,7 @@ async def test_frames_queued_together_are_written_in_one_batch_and_all_arrive():
         assert client.outbox_bytes == 9 * len(requests)  # a Get frame is 9 bytes (select nil)
         await client.wait_ready()
         batch = client.take()
-        assert client.outbox_bytes == 0 and len(batch) == 800
+        assert client.outbox_bytes == 0 and len(batch) == 9 * len(requests)
         await client.stream.send_all(batch)
         received: list = []
         with trio.fail_after(10):
