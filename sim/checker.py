@@ -292,7 +292,8 @@ def _order_violations(history: History, first_delivery: dict[str, int]) -> list[
         sent = history.sent[message_id]
         if not (sent.in_order and DeliveryMode(sent.mode).recoverable):
             return None
-        stream = f"{sent.producer} -> {sent.target} priority {sent.priority}"
+        stream = f"{sent.producer} -> {sent.target}"
+        stream += f" priority {sent.priority}" if sent.priority else ""
         return stream, producer_and_counter(message_id)[1]
 
     return order_violations(first_delivery, stream_of)

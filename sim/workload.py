@@ -90,6 +90,12 @@ class _WalkAway(Exception):
     """The consumer leaves with messages unconfirmed, on purpose."""
 
 
+def priority_of(message_id: str) -> int:
+    """A put's priority, drawn from its id: the run's random streams are not touched,
+    so a seed's other draws (modes, targets, faults) stay what they were."""
+    return random.Random(message_id).choice(PRIORITIES)
+
+
 def choose_plan(rng: random.Random) -> tuple[DeliveryMode, Uma]:
     if rng.random() < UNSUPPORTED_PROBABILITY:
         return rng.choice(UNSUPPORTED_PLANS)
@@ -125,7 +131,7 @@ async def put_one(
     mode, uma = choose_plan(rng)
     message_id = f"{producer_name}:{counter}"
     in_order = target.endswith(f".{IN_ORDER_QUEUE}")
-    priority = rng.choice(PRIORITIES)
+    priority = priority_of(message_id)
     sent = Sent(message_id, producer_name, target, int(mode), int(uma), in_order, priority)
     run.history.record_send(sent)
     try:
@@ -169,7 +175,7 @@ async def burst(run: Run, group_id: int, count: int) -> None:
                 target, mode, uma = f"{group_id}.{PARALLEL_QUEUE}", DeliveryMode.WF_MEM, Uma.DISC
             message_id = f"{name}:{counter}"
             in_order = target.endswith(f".{IN_ORDER_QUEUE}")
-            priority = rng.choice(PRIORITIES)  # lanes beyond the window, cold and recovered
+            priority = priority_of(message_id)  # lanes beyond the window, cold and recovered
             sent = Sent(message_id, name, target, int(mode), int(uma), in_order, priority)
             run.history.record_send(sent)
             psb = await client.put(
@@ -270,6 +276,7 @@ def choose_selection(run: Run, queue: str, rng: random.Random | None) -> Selecti
     message sent there (pending, got already, or never stored: all must be right)."""
     if rng is None or not queue.endswith(f".{PARALLEL_QUEUE}"):
         return None
+    rng = random.Random(f"{queue}:{len(run.history.deliveries)}")  # the consumer's is not drawn
     if rng.random() >= SELECTIVE_PROBABILITY:
         return None
     if rng.random() < 0.5:
