@@ -114,8 +114,12 @@ class Recovery:
         for queue_id, seqs in left.items():
             for seq in seqs:
                 batch.delete(Journal.META, PRIORITY_PREFIX + queue_key(queue_id, seq))
-        if len(batch):
+        if not len(batch):
+            return
+        try:
             self.ctx.store.commit_now(batch)
+        except JournalError as error:  # a full map: they are harmless, deleted next start
+            log.warning("priority keys of removed messages not deleted: %s", error)
 
     def release_pages(self) -> None:
         """Unmap the journal's pages now and every RELEASE_INTERVAL_S; trim the heap

@@ -4,6 +4,7 @@ through the index (mrs.group.select_index) the message a scan of that order find
 
 from __future__ import annotations
 
+from array import array
 from unittest.mock import patch
 
 import pytest
@@ -15,6 +16,7 @@ from mrs.core.selection import Key, Selection, by_correlation_id, from_wire
 from mrs.errors import Refused
 from mrs.group import backlog
 from mrs.group.queues import Entry, GetWaiter, TargetQueue
+from mrs.group.recovery import by_priority
 from mrs.model import Address, DeliveryMode, Status
 
 SOURCE, TARGET = Address(1, 13), Address(1, 11)
@@ -162,3 +164,15 @@ def test_a_malformed_selection_is_refused_badparam_in_one_line(keys, problem) ->
 
 def test_the_window_bound_is_the_backlog_module_s() -> None:
     assert backlog.REFILL_MIN < backlog.REFILL_BELOW < backlog.WINDOW_ENTRIES_MAX
+
+
+def test_recovery_splits_seqs_into_priority_lanes_and_leaves_orphans() -> None:
+    known = {3: 7, 5: 99, 8: 7, 42: 1}  # 42: its record is gone (an orphan key)
+    lanes = by_priority(array("Q", [1, 3, 5, 8, 9]), known)
+    assert [(priority, list(seqs)) for priority, seqs in lanes] == [
+        (0, [1, 9]),
+        (7, [3, 8]),
+        (99, [5]),
+    ]
+    assert known == {42: 1}  # what recovery then deletes
+    assert [(p, list(s)) for p, s in by_priority(array("Q", [4, 6]), None)] == [(0, [4, 6])]
