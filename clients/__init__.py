@@ -44,6 +44,7 @@ from clients.protection import Protection, ProtectionRefused
 from clients.reconnect import Reconnect
 from clients.sync import SyncClient, connect_sync
 from clients.tls import TlsRefused, tls_context
+from mrs.core.selection import Key, Selection
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Psb, Status, Uma
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "JournalRecord",
     "PcjState",
     "RemoteJournalReader",
+    "Key",
     "KeyReused",
     "Message",
     "MessageTooBig",
@@ -81,6 +83,7 @@ __all__ = [
     "ProtectionRefused",
     "PutOutcomeUnknown",
     "QueueBusy",
+    "Selection",
     "QuotaExceeded",
     "Reconnect",
     "ReplyTimeout",

@@ -49,7 +49,9 @@ from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # 
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import SafDrain, _psb
 from clients.saf_journal import ClientJournal
+from clients.selective import get_selected
 from mrs import protocol as wire
+from mrs.core.selection import Selection
 from mrs.limits import ADMIN_REQUEST_WAIT_S, HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
 
 if TYPE_CHECKING:
@@ -279,8 +281,10 @@ class Client:
             return await put_one_by_one(self, items)
         return await send_batches(self, self._requests, items)
 
-    async def get(self, timeout: float | None = None) -> Message:
+    async def get(self, timeout: float | None = None, select: Selection | None = None) -> Message:
         """The next message of the attached queue. timeout None waits forever, 0 polls.
+        select: the first message that matches it (mrs.core.selection; a selective
+        get, clients.selective), highest priority first as always.
 
         Raises MrsTimeout (TIMEOUT) or NoMoreMessages (NOMOREMSG) when none came.
         Cancelling a get (a cancel scope, KeyboardInterrupt in the sync client) takes
@@ -289,6 +293,8 @@ class Client:
         a poll (timeout 0) is one Get.
         """
         requests = self._requests
+        if select is not None:
+            return await self._checked((await get_selected(requests, select, timeout, None))[0])
         if requests.held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
             held = requests.held.popleft()
             return held if self.protection is None else await self._checked(held)
@@ -314,15 +320,21 @@ class Client:
             return message
         return await self.protection.deliver(self, message)
 
-    async def get_many(self, count_max: int, timeout: float | None = None) -> list[Message]:
+    async def get_many(
+        self, count_max: int, timeout: float | None = None, select: Selection | None = None
+    ) -> list[Message]:
         """Up to count_max messages of the attached queue in one request (a prefetch:
         mrs.group.batch_get): those ready now, or the first to arrive within timeout
         with whatever else is ready then. Each is delivered as by `get` (confirm it
         the same way; unconfirmed when the connection drops, it comes again marked
         POSSDUPL). Raises as `get` does when none came. With `protection`, one message
         per call (each is verified on its own); on a queue that confirms implicitly the
-        server refuses it (BadParameter): use `get`."""
+        server refuses it (BadParameter): use `get`. select: only messages it matches."""
         requests = self._requests
+        if select is not None and self.protection is None:
+            return await get_selected(requests, select, timeout, count_max)
+        if select is not None:
+            return [await self.get(timeout, select)]
         if requests.held:
             held = [requests.held.popleft() for _ in range(min(count_max, len(requests.held)))]
             if self.protection is None:

@@ -20,6 +20,7 @@ from clients.connecting import connect
 from clients.connection import Client, JournalEvent
 from clients.journal_reader import JournalRecord
 from clients.journal_remote import PcjState, RemoteJournalReader
+from mrs.core.selection import Selection
 from mrs.errors import MrsError
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
@@ -154,16 +155,18 @@ class SyncClient:
     def put_many(self, items: Sequence[PutItem]) -> list[Psb | MrsError]:
         return self._call(self._client.put_many, items)
 
-    def get(self, timeout: float | None = None) -> SyncMessage:
-        return self._sync_message(self._call(self._client.get, timeout))
+    def get(self, timeout: float | None = None, select: Selection | None = None) -> SyncMessage:
+        return self._sync_message(self._call(self._client.get, timeout, select))
 
     def _sync_message(self, message: Message) -> SyncMessage:
         values = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
         values["_confirm"] = self.confirm
         return SyncMessage(**values)
 
-    def get_many(self, count_max: int, timeout: float | None = None) -> list[SyncMessage]:
-        messages = self._call(self._client.get_many, count_max, timeout)
+    def get_many(
+        self, count_max: int, timeout: float | None = None, select: Selection | None = None
+    ) -> list[SyncMessage]:
+        messages = self._call(self._client.get_many, count_max, timeout, select)
         return [self._sync_message(message) for message in messages]
 
     def confirm(

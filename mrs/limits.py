@@ -362,3 +362,15 @@ WEB_PASSWORD_CHECKS_MAX = 1
 """Web view password checks (PBKDF2, off the event loop) run at a time; the rest wait."""
 ADMIN_SELECT_SCAN_MAX = 10_000
 """Waiting messages a selective browse looks through at most (from the front)."""
+# ------------------------------------------------------------------ priority and selection
+SELECTION_KEYS_MAX = 8
+"""Keys one selective get may carry (MessageQ's pams_set_select array is as short)."""
+SELECT_INDEX_MESSAGES_MAX = 1_000_000
+"""Pending messages one queue's selection index holds (mrs.group.select_index): about
+330 bytes each in memory with 16-byte correlation ids (benchmarks/selective_get.py
+measures it), so at most ~330 MB per queue that selective gets read. A message beyond
+it is not indexed: selective gets do not see it until it is read back into the window."""
+SELECT_SCAN_MESSAGES_MAX = 10_000
+"""Messages a selective get looks at when its keys are not indexed (source, ne, an
+ordering key) or the index is incomplete: it answers from those it saw, never reads
+more per get."""

@@ -19,8 +19,11 @@ and which groups crashed. `check(history)` returns the violations:
   unconfirmed must get a redelivery (POSSDUPL) first when it comes back, unless its
   group crashed meanwhile (recovery reloads in sequence order);
 - stuck: records left in a DQF or SAF after the final drain (every journal drains);
-- order violations: on an in-order queue, a producer's recoverable messages first
-  delivered out of the order they were sent;
+- order violations: on an in-order queue, a producer's recoverable messages of one
+  priority first delivered out of the order they were sent (a higher priority may
+  overtake a lower one: docs/delivery-modes.md);
+- selection mismatches: a selective get answered with a message its Selection does
+  not match;
 - UMA mismatches: a failed put whose UMA says where the message went, and it is not
   there (DLJ, DLQ, RTS unless the group crashed, since those are memory), or a
   discarded message that was delivered anyway.
@@ -89,6 +92,7 @@ class Verdict:
     stuck: list[str] = field(default_factory=list)
     wrong_umas: list[str] = field(default_factory=list)
     mrs_ack_violations: list[str] = field(default_factory=list)
+    selection_mismatches: list[str] = field(default_factory=list)
     never_started: list[str] = field(default_factory=list)
     """A group could not be started at all: the seed ended there, unjudged."""
 
@@ -112,6 +116,7 @@ class Verdict:
             "stuck": len(self.stuck),
             "wrong_umas": len(self.wrong_umas),
             "mrs_ack_violations": len(self.mrs_ack_violations),
+            "selection_mismatches": len(self.selection_mismatches),
             "never_started": len(self.never_started),
         }
 
@@ -128,6 +133,7 @@ PROBLEMS = (
     "stuck",
     "wrong_umas",
     "mrs_ack_violations",
+    "selection_mismatches",
     "never_started",
 )
 """The Verdict lists that must be empty, in the order reports show them."""
@@ -173,6 +179,7 @@ def check(history: History) -> Verdict:
     ]
     verdict.wrong_umas = wrong_umas(history)
     verdict.mrs_ack_violations = mrs_ack_violations(history, first_delivery)
+    verdict.selection_mismatches = list(history.selection_mismatches)
     return verdict
 
 
@@ -223,7 +230,8 @@ def _unconfirmed_lost(history: History, first_delivery: dict[str, int]) -> list[
 
 
 def _skipped_returns(history: History) -> list[str]:
-    """Walk-aways on in-order queues whose next delivery was not a redelivery."""
+    """Walk-aways on in-order queues whose next delivery was not a redelivery, nor a
+    message of a higher priority (which goes before it: docs/delivery-modes.md)."""
     skipped = []
     for queue, message_id, position in history.walk_aways:
         if queue not in history.in_order_queues:
@@ -236,6 +244,9 @@ def _skipped_returns(history: History) -> list[str]:
         )
         later, delivery = next(following, (None, None))
         if delivery is None or delivery[2] == int(Status.POSSDUPL):
+            continue
+        left, came = history.sent.get(message_id), history.sent.get(delivery[0])
+        if left is not None and came is not None and came.priority > left.priority:
             continue
         if any(g == group_id and position <= at <= later for g, at in history.crashes):
             continue
@@ -281,6 +292,8 @@ def _order_violations(history: History, first_delivery: dict[str, int]) -> list[
         sent = history.sent[message_id]
         if not (sent.in_order and DeliveryMode(sent.mode).recoverable):
             return None
-        return f"{sent.producer} -> {sent.target}", producer_and_counter(message_id)[1]
+        stream = f"{sent.producer} -> {sent.target}"
+        stream += f" priority {sent.priority}" if sent.priority else ""
+        return stream, producer_and_counter(message_id)[1]
 
     return order_violations(first_delivery, stream_of)

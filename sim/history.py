@@ -24,6 +24,8 @@ class Sent:
     mode: int
     uma: int
     in_order: bool = False
+    priority: int = 0
+    """The put's priority: order is promised per (sender, target, priority)."""
     delivery_status: int | None = None
     uma_status: int | None = None
     seq: int = 0
@@ -73,6 +75,8 @@ class History:
     """Groups that could not be started at all (the seed ended there), and why."""
     mrs_ack_counts: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     """seq -> how many MRS_ACKs came back for it (exactly one is the rule)."""
+    selection_mismatches: list[str] = field(default_factory=list)
+    """Selective gets answered with a message their Selection does not match."""
 
     def record_send(self, sent: Sent) -> None:
         self.sent[sent.message_id] = sent

@@ -6,6 +6,12 @@ the group's writer holds uncommitted batches, and a crashed group's writer is si
 dropped, while this store (the "disk") lives on for the restart. A `fault` callback,
 drawn from the simulation's seed, can fail any commit with EIO, ENOSPC or map full,
 and `bytes_max` (the map size) makes a commit that would hold more fail as map full.
+A commit that stores a new message (a DQF, SAF or DLJ record, deleting none) fails so
+already `RESERVE_FRACTION` of the map before its end, as a group's journal reserve
+refuses new messages on LMDB (mrs.storage.journal_reserve, which a store without a
+map does not get): the rest is for delivery marks, confirms and deletes, so a backlog
+that fills the map is still drained (without it, a fill that left less room than one
+delivery mark stopped every get for good).
 It offers the same methods as `journals.JournalStore` that the server uses.
 """
 
@@ -28,6 +34,17 @@ from journals.store import (
 
 Fault = Callable[[list[WriteBatch]], str | None]
 """Given a commit's batches, returns None, "EIO", "ENOSPC" or "MAPFULL"."""
+RESERVE_FRACTION = 0.05
+"""The part of `bytes_max` new messages may not use (mrs.storage.journal_reserve's)."""
+_MESSAGE_JOURNALS = frozenset({Journal.DQF, Journal.SAF, Journal.DLJ})
+
+
+def _stores_a_new_message(batch: WriteBatch) -> bool:
+    """Puts a message record and deletes none (a confirm, a move or a quarantine
+    deletes the record it replaces: those may use the reserve)."""
+    return any(journal in _MESSAGE_JOURNALS for journal, _, _ in batch.puts) and not any(
+        journal in _MESSAGE_JOURNALS for journal, _ in batch.deletes
+    )
 
 
 class MemoryJournalStore:
@@ -64,7 +81,7 @@ class MemoryJournalStore:
             raise JournalDeviceError(
                 f"journal device failed: {failure} (simulated)", getattr(errno, failure)
             )
-        if self.bytes_max is not None and self._size_after(batches) > self.bytes_max:
+        if self.bytes_max is not None and self._size_after(batches) > self._limit(batches):
             if self.on_full is not None:
                 self.on_full()
             raise JournalFullError(f"journal map full ({self.bytes_max} bytes, simulated)")
@@ -74,6 +91,13 @@ class MemoryJournalStore:
             for journal, key, value in batch.puts:
                 self._put(journal, key, value)
         self.commits += 1
+
+    def _limit(self, batches: list[WriteBatch]) -> int:
+        """The size this commit may reach: less the reserve if it stores a new message."""
+        assert self.bytes_max is not None
+        if any(_stores_a_new_message(batch) for batch in batches):
+            return self.bytes_max - int(self.bytes_max * RESERVE_FRACTION)
+        return self.bytes_max
 
     def _size_after(self, batches: list[WriteBatch]) -> int:
         size = self.size_bytes

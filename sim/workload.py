@@ -23,6 +23,7 @@ import trio
 
 from clients import DeliveryMode, MrsError, NoMoreMessages
 from mrs.core.delivery import supported
+from mrs.core.selection import Selection, by_correlation_id, by_priority
 from mrs.model import DEAD_LETTER_QUEUE, MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status, Uma
 from sim.checker import History, Sent
 
@@ -41,6 +42,10 @@ WALK_AWAY_PROBABILITY = 0.03
 """A consumer closes its connection with messages unconfirmed (they must come back)."""
 UNSUPPORTED_PROBABILITY = 0.02
 """A producer tries a mode/UMA pair MessageQ does not combine (must be refused)."""
+PRIORITIES = (0, 0, 0, 0, 1, 7, 99)
+"""A put's priority: mostly 0, so lanes of several priorities fill and overtake."""
+SELECTIVE_PROBABILITY = 0.2
+"""A get on the parallel queue is selective (by priority or by a correlation id)."""
 
 PLANS: tuple[tuple[DeliveryMode, Uma], ...] = tuple(
     (mode, uma) for mode in DeliveryMode for uma in Uma if supported(mode, uma)
@@ -85,6 +90,12 @@ class _WalkAway(Exception):
     """The consumer leaves with messages unconfirmed, on purpose."""
 
 
+def priority_of(message_id: str) -> int:
+    """A put's priority, drawn from its id: the run's random streams are not touched,
+    so a seed's other draws (modes, targets, faults) stay what they were."""
+    return random.Random(message_id).choice(PRIORITIES)
+
+
 def choose_plan(rng: random.Random) -> tuple[DeliveryMode, Uma]:
     if rng.random() < UNSUPPORTED_PROBABILITY:
         return rng.choice(UNSUPPORTED_PLANS)
@@ -120,10 +131,18 @@ async def put_one(
     mode, uma = choose_plan(rng)
     message_id = f"{producer_name}:{counter}"
     in_order = target.endswith(f".{IN_ORDER_QUEUE}")
-    run.history.record_send(Sent(message_id, producer_name, target, int(mode), int(uma), in_order))
+    priority = priority_of(message_id)
+    sent = Sent(message_id, producer_name, target, int(mode), int(uma), in_order, priority)
+    run.history.record_send(sent)
     try:
         psb = await client.put(
-            message_id.encode(), target=target, delivery=mode, uma=uma, timeout=PUT_TIMEOUT_S
+            message_id.encode(),
+            target=target,
+            delivery=mode,
+            uma=uma,
+            timeout=PUT_TIMEOUT_S,
+            priority=priority,
+            correlation_id=message_id.encode(),  # what a selective get names
         )
     except MrsError as error:
         if error.status == Status.NOTSUPPORTED:
@@ -156,8 +175,12 @@ async def burst(run: Run, group_id: int, count: int) -> None:
                 target, mode, uma = f"{group_id}.{PARALLEL_QUEUE}", DeliveryMode.WF_MEM, Uma.DISC
             message_id = f"{name}:{counter}"
             in_order = target.endswith(f".{IN_ORDER_QUEUE}")
-            run.history.record_send(Sent(message_id, name, target, int(mode), int(uma), in_order))
-            psb = await client.put(message_id.encode(), target=target, delivery=mode, uma=uma)
+            priority = priority_of(message_id)  # lanes beyond the window, cold and recovered
+            sent = Sent(message_id, name, target, int(mode), int(uma), in_order, priority)
+            run.history.record_send(sent)
+            psb = await client.put(
+                message_id.encode(), target=target, delivery=mode, uma=uma, priority=priority
+            )
             run.history.record_outcome(
                 message_id, int(psb.delivery_status), int(psb.uma_status), psb.seq
             )
@@ -171,12 +194,20 @@ def _answer_lost(error: MrsError) -> bool:
     return error.status == Status.TIMEOUT and "no answer from the server" in error.message
 
 
-async def get_recorded(run: Run, client: Any, queue: str, timeout_s: float) -> Any:
-    """A get whose lost answer (error, cancel) is recorded before it propagates."""
+async def get_recorded(
+    run: Run, client: Any, queue: str, timeout_s: float, select: Selection | None = None
+) -> Any:
+    """A get whose lost answer (error, cancel) is recorded before it propagates; a
+    selective one's answer that does not match is recorded as a mismatch."""
     answered = False
     try:
-        message = await client.get(timeout=timeout_s)
+        message = await client.get(timeout=timeout_s, select=select)
         answered = True
+        if select is not None:
+            run.history.record_observed(f"get selective by {select.keys[0].attribute}")
+            if not select.matches(message):
+                mismatch = f"{message.body!r} for {select.to_wire()}"
+                run.history.selection_mismatches.append(mismatch)
         return message
     except MrsError as error:
         answered = not _answer_lost(error)
@@ -208,7 +239,9 @@ async def consume_one(run: Run, client: Any, queue: str, timeout_s: float, rng) 
     if delay_s and timeout_s:
         await trio.sleep(delay_s)
     try:
-        message = await get_recorded(run, client, queue, timeout_s)
+        message = await get_recorded(
+            run, client, queue, timeout_s, choose_selection(run, queue, rng)
+        )
     except NoMoreMessages:
         return False
     except MrsError as error:
@@ -235,6 +268,26 @@ async def consume_one(run: Run, client: Any, queue: str, timeout_s: float, rng) 
                 run.history.record_walk_away(queue, message_id)
             raise _WalkAway  # a confirm the server refused: leave, it comes back
     return True
+
+
+def choose_selection(run: Run, queue: str, rng: random.Random | None) -> Selection | None:
+    """Sometimes a selective get on the parallel queue (the in-order queue's checks
+    assume plain gets): a priority at least some value, or the correlation id of a
+    message sent there (pending, got already, or never stored: all must be right)."""
+    if rng is None or not queue.endswith(f".{PARALLEL_QUEUE}"):
+        return None
+    rng = random.Random(f"{queue}:{len(run.history.deliveries)}")  # the consumer's is not drawn
+    if rng.random() >= SELECTIVE_PROBABILITY:
+        return None
+    if rng.random() < 0.5:
+        return by_priority("ge", rng.choice(PRIORITIES[-3:]))
+    sent_here = [sent.message_id for sent in list(run.history.sent.values())[-50:]]
+    sent_here = [
+        message_id for message_id in sent_here if run.history.sent[message_id].target == queue
+    ]
+    if not sent_here:
+        return None
+    return by_correlation_id(rng.choice(sent_here).encode())
 
 
 async def consumer(run: Run, group_id: int, queue_id: int = IN_ORDER_QUEUE, gets: int = 1) -> None:

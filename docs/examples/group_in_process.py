@@ -113,7 +113,7 @@ def main() -> None:
         queue = group.queues[10]
         print(
             f"{queue.waiting} waiting: {len(queue.pending)} in memory, "
-            f"{len(queue.cold)} as seqs on disk"
+            f"{queue.pending.cold_count} as seqs on disk"
         )
         store.close()
         restart(bus, config)
@@ -128,14 +128,14 @@ def restart(bus, config) -> None:
     queue = group.queues[10]
     print(
         f"after a restart: {queue.waiting} waiting: {len(queue.pending)} in memory, "
-        f"{len(queue.cold)} as seqs on disk"
+        f"{queue.pending.cold_count} as seqs on disk"
     )
     orders = Session(1)
     group.attach(orders, wire.Attach(request_id=1, queue="ORDERS"))
     group.get(orders, wire.Get(request_id=2, timeout_ms=0))
     writer.commit_pending()
     print(
-        f"one get later: {len(queue.pending)} in memory, {len(queue.cold)} as seqs, "
+        f"one get later: {len(queue.pending)} in memory, {queue.pending.cold_count} as seqs, "
         f"got {orders.events[-1].body[:5]!r}"
     )
     store.close()

@@ -11,7 +11,8 @@ client, server = wire.Connection("client"), wire.Connection("server")
 stream = client.send(wire.Hello(wire.PROTOCOL_VERSION, "doc"))
 get = client.send(wire.Get(7, 0))
 print("Get(7, 0) on the wire:", get.hex(" "))
-assert get == bytes.fromhex("00000004 93 0e 07 00")  # length 4, then [14, 7, 0]
+assert get == bytes.fromhex("00000005 94 0e 07 00 c0")  # length 5: [14, 7, 0, nil]
+# (nil: no selection; a frame [14, 7, 0] of an older client is read the same)
 
 server.receive_data(stream + get)
 print("the server reads:", server.events())

@@ -25,6 +25,9 @@ WINDOW_ENTRIES_MAX = 1000
 """Entries a queue keeps in memory before later journaled arrivals go cold."""
 REFILL_BELOW = 500
 """The window is refilled from the cold backlog when it holds fewer entries than this."""
+REFILL_MIN = 64
+"""Entries a priority lane reads back at least when the window is full of lower
+priorities (mrs.group.lanes): so a higher priority is never stuck behind them."""
 
 
 class Entry(Protocol):
@@ -54,6 +57,9 @@ class ColdBacklog(Generic[E]):
     def __init__(self) -> None:
         self._seqs = SeqDeltas()
         self._held: dict[int, E] = {}
+        self._skipped: set[int] = set()
+        """Seqs a selective get took out of the middle (mrs.group.select_index): left in
+        the array, dropped when `take` reaches them."""
         self.count = 0
         """Messages in the backlog: a plain attribute, because a queue asks whether
         it is empty several times per message (`len()` was two Python calls)."""
@@ -79,7 +85,23 @@ class ColdBacklog(Generic[E]):
         """Append journaled messages known by seq alone (start-up recovery: every
         one can be read back, whatever its mode)."""
         self._seqs.extend(seqs)
-        self.count = len(self._seqs)
+        self.count = len(self._seqs) - len(self._skipped)
+
+    def discard(self, seq: int) -> E | None:
+        """Take `seq` out wherever it is (a selective get chose it): returns its held
+        entry, or None when it is on disk only (the caller reads it back)."""
+        self._skipped.add(seq)
+        self.count -= 1
+        return self._held.pop(seq, None)
+
+    def held_entry(self, seq: int) -> E | None:
+        """The entry held in memory for `seq`, or None (cold: on disk only)."""
+        return self._held.get(seq)
+
+    def __iter__(self):
+        """The seqs still in the backlog, oldest first (a selective get's scan)."""
+        skipped = self._skipped
+        return (seq for seq in self._seqs if seq not in skipped)
 
     def peek(self, count: int) -> list[tuple[int, E | None]]:
         """The next `count` (seq, entry held in memory or None) without taking them:
@@ -89,7 +111,9 @@ class ColdBacklog(Generic[E]):
     def take(self, count: int, load: Loader) -> list[E]:
         """The next `count` messages, oldest first, cold ones read back with `load`."""
         seqs = self._seqs.take(count)
-        self.count = len(self._seqs)
+        if self._skipped:
+            seqs = [seq for seq in seqs if seq not in self._skipped or self._unskip(seq)]
+        self.count = len(self._seqs) - len(self._skipped)
         taken: list[E] = []
         cold: list[int] = []
         for seq in seqs:
@@ -104,3 +128,8 @@ class ColdBacklog(Generic[E]):
         if cold:
             taken.extend(load(cold))
         return taken
+
+    def _unskip(self, seq: int) -> bool:
+        """`take` reached a seq taken out before: forget it (False: not returned)."""
+        self._skipped.discard(seq)
+        return False

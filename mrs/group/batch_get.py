@@ -24,6 +24,7 @@ import msgspec
 from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT, Refused
+from mrs.core.selection import Selection, from_wire
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
 from mrs.group.handover import Handover
@@ -49,6 +50,7 @@ class BatchGet:
 
     def get_batch(self, session: Session, request: wire.GetBatch) -> None:
         queue = attached_queue(session)
+        select = None if request.select is None else from_wire(request.select)
         if queue.config.confirm == "implicit" or queue.shared:
             why = "confirms implicitly" if not queue.shared else "is read under leases"
             raise Refused(
@@ -57,20 +59,26 @@ class BatchGet:
             )
         if not queue.can_deliver():
             if request.wait_at_cap and request.timeout_ms != 0:
-                self._park(session, request, queue)  # served once a confirm frees room
+                self._park(session, request, queue, select)  # served once a confirm frees room
                 return
             raise Refused(
                 Status.EXCMAXUNCONF,
                 f"{len(queue.unconfirmed)} messages unconfirmed on {queue.address} "
                 f"(unconfirmed_max={queue.config.unconfirmed_max})",
             )
-        if self._hand_over(session, request, queue, None):
+        if self._hand_over(session, request, queue, None, select=select):
             return
         if request.timeout_ms == 0:
             raise Refused(Status.NOMOREMSG, f"{EMPTY_GET_TEXT} {queue.address}")
-        self._park(session, request, queue)
+        self._park(session, request, queue, select)
 
-    def _park(self, session: Session, request: wire.GetBatch, queue: TargetQueue) -> None:
+    def _park(
+        self,
+        session: Session,
+        request: wire.GetBatch,
+        queue: TargetQueue,
+        select: Selection | None = None,
+    ) -> None:
         """Wait for a message, as a parked Get does (`Handover.park`), including one
         that reserves this get and commits its delivery mark with itself (premark)."""
         self.handover.park(
@@ -79,8 +87,9 @@ class BatchGet:
             request.request_id,
             request.timeout_ms,
             lambda arrived, premarked=False: self._hand_over(
-                session, request, queue, arrived, premarked
+                session, request, queue, arrived, premarked, select
             ),
+            select,
         )
 
     def _hand_over(
@@ -90,6 +99,7 @@ class BatchGet:
         queue: TargetQueue,
         first: Entry | None,
         premarked: bool = False,
+        select: Selection | None = None,
     ) -> bool:
         """Deliver `first` (an arrival for a parked batch; `premarked`: its delivery
         mark was committed with it) and what else is ready, up to count_max, the
@@ -100,7 +110,7 @@ class BatchGet:
         entry = first
         while len(taken) < request.count_max:
             if entry is None:
-                if not queue.can_deliver() or (entry := queue.take()) is None:
+                if not queue.can_deliver() or (entry := queue.take(select)) is None:
                     break
                 if entry.body is None and not self.handover.dqf.load_body(queue, entry):
                     entry = None
@@ -116,7 +126,7 @@ class BatchGet:
             entry = None
         if not taken:
             return False
-        if request.read_ahead_max and len(taken) == request.count_max:
+        if request.read_ahead_max and len(taken) == request.count_max and select is None:
             frame_bytes = self._read_ahead(request, queue, taken, frame_bytes)
         premarked_entry = first if premarked else None
         self._send_when_marked(session, request.request_id, queue, taken, premarked_entry)

@@ -75,7 +75,7 @@ class DlqReaders:
             queue.put_back(entry, front=True)
         for waiter in [w for w in queue.waiters if w.session_id == session_id]:
             waiter.cancel_timer()
-            queue.waiters.remove(waiter)
+            queue.unpark(waiter)
         queue.attached_session = next(iter(self.readers), None)
         return returned
 

@@ -37,6 +37,13 @@ from mrs.storage.journal_reserve import JournalReserve
 log = logging.getLogger("mrs.group")
 
 _DQF: Final = Journal.DQF
+_META: Final = Journal.META
+PRIORITY_PREFIX: Final = b"prio:"
+"""META key prefix (then the DQF key) of a stored message's priority, written only
+for priority > 0 in the transaction that stores it and deleted with its confirm:
+start-up reads these few keys, not the records, to put each recovered seq in its
+priority lane (mrs.group.recovery). One left behind by another removal of the record
+(quarantine, a dead letter) is deleted at the next start."""
 _STORED: Final = Status.STORED
 """Read on every store: C statics (a module name is a dict lookup per use, an enum
 attribute a class lookup too)."""
@@ -113,11 +120,10 @@ class Dqf:
             return
         ctx.counts.dqf_added()
         entry.journaled = True
-        batch = WriteBatch.empty().put_raw(
-            _DQF,
-            queue_key(queue.address.queue, entry.seq),
-            encode_entry(entry, ctx.clock_ns()),
-        )
+        dqf_key = queue_key(queue.address.queue, entry.seq)
+        batch = WriteBatch.empty().put_raw(_DQF, dqf_key, encode_entry(entry, ctx.clock_ns()))
+        if entry.priority:
+            batch.put_raw(_META, PRIORITY_PREFIX + dqf_key, bytes((entry.priority,)))
         batch.stream, batch.guard = stream, guard
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []

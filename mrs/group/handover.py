@@ -24,11 +24,12 @@ from mrs.core.delivery import (
     journal_on_confirm,
 )
 from mrs.core.delivery import SUCCESS_INT as _SUCCESS
+from mrs.core.selection import Selection, from_wire
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
 from mrs.group.dlq_leases import DlqReaders
-from mrs.group.dqf import Dqf
+from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.get_expiry import GetExpiry
 from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.notices import Notices
@@ -43,6 +44,7 @@ from mrs.storage.journal_scan import PCJ_SEGMENT_FIELD
 # Read per message: `Final` makes each a C static (a module name is a dict lookup
 # per use, a class attribute a generic lookup too, ~45 ns each).
 _MARKS: Final = Journal.MARKS
+_META: Final = Journal.META
 _ASTUPLE: Final = astuple
 ConfirmFields = tuple[int, int, int, Any]
 """A wire.Confirm's fields in order (request_id, seq, confirm_value, force_j)."""
@@ -66,6 +68,7 @@ class Handover:
     # ------------------------------------------------------------------ get
     def get(self, session: Session, request: wire.Get) -> None:
         queue = attached_queue(session)
+        select = None if request.select is None else from_wire(request.select)
         if queue.config.confirm == "implicit":
             self._confirm_implicitly(session, queue)
         if not queue.can_deliver():  # counts deliveries reserved by commits under way
@@ -75,17 +78,20 @@ class Handover:
                 f"{queue.address} "
                 f"(unconfirmed_max={queue.config.unconfirmed_max})",
             )
-        while (entry := queue.take()) is not None:
+        while (entry := queue.take(select)) is not None:
             if entry.body is None and not self.dqf.load_body(queue, entry):
                 continue
             if self.hand_over(session, request.request_id, queue, entry):
                 return
         if request.timeout_ms == 0:
-            raise Refused(Status.NOMOREMSG, f"{EMPTY_GET_TEXT} {queue.address}")
-        self._park(session, request, queue)
+            raise Refused(Status.NOMOREMSG, f"{EMPTY_GET_TEXT} {queue.address}{_matching(select)}")
+        self._park(session, request, queue, select)
 
-    def _park(self, session: Session, request: wire.Get, queue: TargetQueue) -> None:
-        """Wait for a message (a negative timeout waits for ever)."""
+    def _park(
+        self, session: Session, request: wire.Get, queue: TargetQueue, select: Selection | None
+    ) -> None:
+        """Wait for a message (a negative timeout waits for ever); a selective get
+        for one it matches."""
         self.park(
             session,
             queue,
@@ -94,6 +100,7 @@ class Handover:
             lambda arrived, premarked=False: self.hand_over(
                 session, request.request_id, queue, arrived, premarked
             ),
+            select,
         )
 
     def park(
@@ -103,11 +110,15 @@ class Handover:
         request_id: int,
         timeout_ms: int,
         deliver: Callable[..., bool | None],
+        select: Selection | None = None,
     ) -> None:
-        """Park a get (single or batch) until `deliver` takes a message, or answer it
-        TIMEOUT when `timeout_ms` passes. A get reserved by a commit under way
-        (premark) is answered by that commit; it times out only if the commit fails."""
-        waiter = GetWaiter(deliver=deliver, session_id=session.id, request_id=request_id)
+        """Park a get (single or batch) until `deliver` takes a message (with `select`,
+        one it matches), or answer it TIMEOUT when `timeout_ms` passes. A get reserved
+        by a commit under way (premark) is answered by that commit; it times out only
+        if the commit fails."""
+        waiter = GetWaiter(
+            deliver=deliver, session_id=session.id, request_id=request_id, select=select
+        )
         queue.park(waiter)
         if timeout_ms > 0:
             expiry = GetExpiry(session, queue, waiter)
@@ -270,6 +281,8 @@ class Handover:
                 self.end_confirm_run(run)
             key = queue_key(queue.address.queue, entry.seq)
             self.guarantees.confirm_writes(run.batch, key)
+            if entry.priority:
+                run.batch.delete(_META, PRIORITY_PREFIX + key)
             run.add(queue, entry, request_id)
             return
         self._confirm_entry(session, queue, entry, request_id, confirm_value, journal)
@@ -312,6 +325,8 @@ class Handover:
         key = queue_key(queue.address.queue, entry.seq)
         batch = WriteBatch.empty()
         self.guarantees.confirm_writes(batch, key)
+        if entry.priority:
+            batch.delete(_META, PRIORITY_PREFIX + key)
         if journal:
             now_ns = ctx.clock_ns()
             record = record_from_entry(entry, written_time_ns=now_ns)
@@ -380,3 +395,8 @@ class Handover:
             if entry.on_confirm is not None:
                 entry.on_confirm(entry)
         self.serve_waiting_gets(queue)
+
+
+def _matching(select: Selection | None) -> str:
+    """What an empty answer adds for a selective get."""
+    return "" if select is None else " matching the selection"

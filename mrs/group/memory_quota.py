@@ -24,8 +24,8 @@ def memory_quota_problem(queue: TargetQueue, entry: Entry, guards: Guards) -> st
     Only an entry that would wait is charged: one handed straight to a parked get
     costs nothing.
     """
-    if queue.waiters and not queue.pending and queue.can_deliver():
-        return None
+    if queue.waiters and not queue.selective_waiters and not queue.pending and queue.can_deliver():
+        return None  # (a selective get may not take it: then it waits, and is charged)
     size = len(entry.body or b"")
     account = entry.account
     if queue.memory_bytes + size > guards.queue_bytes_max:

@@ -1,19 +1,31 @@
 """Target queues in memory: what waits to be got, what waits to be confirmed, who waits.
 
 A queue knows nothing of sockets or journals. It holds `Entry`s (a message plus the
-callbacks its sender waits on) in arrival order, the delivered but unconfirmed ones
-in delivery order, and the gets parked until something arrives."""
+callbacks its sender waits on) by priority, highest first, then in arrival order
+(mrs.group.lanes), the delivered but unconfirmed ones in delivery order, and the
+gets parked until something arrives; a selective get takes the first message its
+selection matches, found through the queue's index (mrs.group.select_index)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from typing import Final
 
 from mrs.config.bus import QueueConfig
-from mrs.group.backlog import REFILL_BELOW, WINDOW_ENTRIES_MAX, ColdBacklog, Loader
-from mrs.limits import JOURNALED_BODIES_BYTES_MAX, LENT_BYTES_MAX, LENT_REMEMBERED_MAX
+from mrs.core.selection import Selection
+from mrs.group.backlog import REFILL_BELOW, REFILL_MIN, WINDOW_ENTRIES_MAX, Loader
+from mrs.group.lanes import Lane, PriorityLanes
+from mrs.group.select_index import SelectIndex
+from mrs.limits import (
+    JOURNALED_BODIES_BYTES_MAX,
+    LENT_BYTES_MAX,
+    LENT_REMEMBERED_MAX,
+    PRIORITY_MAX,
+    SELECT_SCAN_MESSAGES_MAX,
+)
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
@@ -21,6 +33,16 @@ _BODIES_BYTES_MAX: Final = JOURNALED_BODIES_BYTES_MAX  # per message: C statics
 _LENT_MAX: Final = LENT_REMEMBERED_MAX
 _LENT_BYTES_MAX: Final = LENT_BYTES_MAX
 _ACK_POINT: Final = InterestPoint.ACK
+_SCAN_MAX: Final = SELECT_SCAN_MESSAGES_MAX
+_RECOVERED_CHUNK: Final = 1024
+"""Cold records read at a time when a queue's first selective get builds its index."""
+
+
+def lane_of(entry: Entry) -> int:
+    """The lane (priority) an entry waits in: a priority outside 0..99 (a record
+    written by something else) waits with priority 0."""
+    priority = entry.priority
+    return priority if 0 <= priority <= PRIORITY_MAX else 0
 
 
 @dataclass(slots=True, eq=False)
@@ -148,6 +170,8 @@ class GetWaiter:
     """Taken by a message whose commit is under way (`TargetQueue.reserve_waiter`)."""
     timed_out: Callable[[], None] | None = None
     """Set if its timeout passed while reserved: TIMEOUT if that message never comes."""
+    select: Selection | None = None
+    """A selective get: woken only by a message this matches (None: any message)."""
 
     def __init__(
         self,
@@ -157,6 +181,7 @@ class GetWaiter:
         cancel_timer: Callable[[], None] = _no_timer,
         reserved: bool = False,
         timed_out: Callable[[], None] | None = None,
+        select: Selection | None = None,
     ) -> None:
         # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.deliver = deliver
@@ -165,6 +190,7 @@ class GetWaiter:
         self.cancel_timer = cancel_timer
         self.reserved = reserved
         self.timed_out = timed_out
+        self.select = select
 
 
 def _always_ready(entry: Entry) -> bool:
@@ -175,9 +201,15 @@ def _always_ready(entry: Entry) -> bool:
 class TargetQueue:
     config: QueueConfig
     address: Address
-    pending: deque[Entry] = field(default_factory=deque)
+    pending: PriorityLanes[Entry] = field(default_factory=PriorityLanes)
+    """What waits to be got, one lane per priority (mrs.group.lanes): each a window in
+    memory, then its cold backlog (journaled messages as seqs, mrs.group.backlog)."""
     unconfirmed: dict[int, Entry] = field(default_factory=dict)
     waiters: deque[GetWaiter] = field(default_factory=deque)
+    selective_waiters: int = 0
+    """Of `waiters`, those with a selection (0: the first waiter takes any message)."""
+    index: SelectIndex = field(default_factory=SelectIndex)
+    """Attributes of every pending message, for selective gets (mrs.group.select_index)."""
     attached_session: int | None = None
     memory_count: int = 0
     """Nonrecoverable messages waiting in `pending` (what messages_max bounds)."""
@@ -186,8 +218,6 @@ class TargetQueue:
     journaled_body_bytes: int = 0
     """Bodies of journaled entries in `pending` kept in memory (a cache of the DQF)."""
     arrivals: int = 0
-    cold: ColdBacklog[Entry] = field(default_factory=ColdBacklog)
-    """Journaled messages behind the in-memory window, as seqs (mrs.group.backlog)."""
     load_cold: Loader | None = None
     """Reads cold messages back from the DQF; None keeps every entry in memory."""
     storing: int = 0
@@ -211,13 +241,13 @@ class TargetQueue:
 
     @property
     def waiting(self) -> int:
-        """Messages waiting to be got: the window in memory and the cold backlog."""
-        return len(self.pending) + self.cold.count
+        """Messages waiting to be got: the windows in memory and the cold backlogs."""
+        return self.pending.count + self.pending.cold_count
 
     @property
     def drained(self) -> bool:
         """Gets are parked, no message waits: a confirm answered later holds none up."""
-        return bool(self.waiters) and not self.pending and not self.cold.count
+        return bool(self.waiters) and not self.pending.count and not self.pending.cold_count
 
     def can_deliver(self) -> bool:
         """False while unconfirmed_max (with reserved deliveries) await a confirm."""
@@ -227,10 +257,11 @@ class TargetQueue:
         """The parked get an arriving journaled message may take with it, or None: its
         delivery mark then joins the message's own transaction (one commit, not two).
         Only when arrival order allows: nothing waits in memory or cold, and every
-        store under way here reserved a get too (delivered in commit order)."""
-        if self.storing != self.reserved or self.pending or self.cold.count or not self.waiters:
+        store under way here reserved a get too (delivered in commit order); and not
+        for a selective get (the message is offered to it once durable)."""
+        if self.storing != self.reserved or self.pending.count or self.pending.cold_count:
             return None
-        if not self.can_deliver():
+        if not self.waiters or self.selective_waiters or not self.can_deliver():
             return None
         waiter = self.waiters.popleft()
         waiter.reserved = True
@@ -238,51 +269,107 @@ class TargetQueue:
         return waiter
 
     def offer(self, entry: Entry) -> None:
-        """Add an arriving entry: hand it to a parked get if one may have it now (nothing
-        older waits and the unconfirmed cap allows), or queue it behind the others."""
-        if self.waiters and not self.pending and self.can_deliver():
-            self._deliver_to_waiter(entry)
-        else:
-            self.put_back(entry, front=False)
+        """Add an arriving entry: hand it to a parked get that may have it now (nothing
+        it could take waits before it, and the unconfirmed cap allows), or queue it
+        in its priority lane."""
+        if self.waiters and self.can_deliver():
+            waiter = self._waiter_for(entry)
+            if waiter is not None:
+                self._deliver_to_waiter(entry, waiter)
+                return
+        self.put_back(entry, front=False)
 
-    def _deliver_to_waiter(self, entry: Entry) -> None:
-        waiter = self.waiters.popleft()
-        if waiter.deliver(entry) is False:
-            self.waiters.appendleft(waiter)  # not delivered (quarantined): still waiting
+    def _waiter_for(self, entry: Entry) -> GetWaiter | None:
+        """The first parked get that may take `entry`: a plain get only when nothing
+        else waits (it would have taken that), a selective get when it matches."""
+        empty = not self.pending.count and not self.pending.cold_count
+        if not self.selective_waiters:
+            return self.waiters[0] if empty else None
+        for waiter in self.waiters:
+            if waiter.reserved:
+                continue
+            select = waiter.select
+            if select is None:
+                if empty:
+                    return waiter
+            elif select.matches(entry):
+                return waiter
+        return None
+
+    def _deliver_to_waiter(self, entry: Entry, waiter: GetWaiter) -> None:
+        first = self.waiters[0] is waiter
+        if first:
+            self.waiters.popleft()
+        else:
+            self.waiters.remove(waiter)
+        if waiter.select is not None:
+            self.selective_waiters -= 1
+        if waiter.deliver(entry) is False:  # not delivered (quarantined): still waiting
+            self._repark(waiter, first)
         else:
             waiter.cancel_timer()
 
+    def _repark(self, waiter: GetWaiter, first: bool = True) -> None:
+        if first:
+            self.waiters.appendleft(waiter)
+        else:
+            self.waiters.append(waiter)
+        if waiter.select is not None:
+            self.selective_waiters += 1
+
     def serve_waiters(self, ready: Callable[[Entry], bool] = _always_ready) -> None:
-        """Hand waiting entries to parked gets, oldest first, while the unconfirmed cap
-        allows: for whenever a delivery becomes possible again (a confirm; a delivery
-        that failed and put its entry back). `ready(entry)` False skips an entry that
-        cannot be delivered (e.g. its body is unreadable)."""
+        """Hand waiting entries to parked gets, oldest get first, each the message it
+        may take, while the unconfirmed cap allows: for whenever a delivery becomes
+        possible again (a confirm; a delivery that failed and put its entry back).
+        `ready(entry)` False skips an entry that cannot be delivered (e.g. its body
+        is unreadable)."""
+        if self.selective_waiters:
+            self._serve_selective(ready)
+            return
         while self.waiters and self.can_deliver():
             entry = self.take()
             if entry is None:
                 return
             if not ready(entry):
                 continue
-            self._deliver_to_waiter(entry)
+            self._deliver_to_waiter(entry, self.waiters[0])
+
+    def _serve_selective(self, ready: Callable[[Entry], bool]) -> None:
+        """Each parked get in turn takes the first message it may take, if any."""
+        for waiter in list(self.waiters):
+            if not self.can_deliver():
+                return
+            if waiter.reserved or waiter not in self.waiters:
+                continue
+            while (entry := self.take(waiter.select)) is not None and not ready(entry):
+                pass
+            if entry is not None:
+                self._deliver_to_waiter(entry, waiter)
 
     def put_back(self, entry: Entry, front: bool = True) -> None:
         """Queue an entry without offering it to waiters. front: it was taken before
-        and goes back to its place in arrival order (before everything that came later)."""
+        and goes back to its place in its lane's arrival order (before everything of
+        its priority that came later)."""
+        priority = lane_of(entry)
+        self.index.add(entry, priority)
         if front:
-            index = next(
-                (i for i, waiting in enumerate(self.pending) if waiting.arrival > entry.arrival),
-                len(self.pending),
-            )
-            self.pending.insert(index, entry)
-        elif self._goes_cold(entry):
-            self.cold.append(entry, entry.seq, self._can_go_cold(entry))
+            window = self.pending.lane(priority).window
+            index = 0
+            if window and window[0].arrival <= entry.arrival:
+                index = next(
+                    (i for i, waiting in enumerate(window) if waiting.arrival > entry.arrival),
+                    len(window),
+                )
+            self.pending.insert(entry, priority, index)
+        elif self._goes_cold(entry, priority):
+            self.pending.append_cold(entry, priority, self._can_go_cold(entry))
             entry.body = None if entry.journaled else entry.body  # on disk: read back later
             if entry.journaled:
                 return
         else:
             self.arrivals += 1
             entry.arrival = self.arrivals
-            self.pending.append(entry)
+            self.pending.append(entry, priority)
             if (
                 entry.journaled
                 and entry.body is not None
@@ -298,40 +385,67 @@ class TargetQueue:
             if entry.account is not None:
                 entry.account.held_bytes += size
 
-    def _goes_cold(self, entry: Entry) -> bool:
-        """Behind cold ones (arrival order), or journaled beyond the window."""
+    def _goes_cold(self, entry: Entry, priority: int) -> bool:
+        """Behind cold ones of its lane (arrival order), or journaled beyond the window."""
         if self.load_cold is None:
             return False
-        if self.cold.count:
+        if self.pending.has_cold(priority):
             return True
-        return len(self.pending) >= WINDOW_ENTRIES_MAX and self._can_go_cold(entry)
+        return self.pending.count >= WINDOW_ENTRIES_MAX and self._can_go_cold(entry)
 
     @staticmethod
     def _can_go_cold(entry: Entry) -> bool:  # ColdBacklog.can_go_cold, on native fields
         return entry.journaled and entry.on_confirm is None and entry.on_dequeue is None
 
-    def _refill(self) -> None:
-        """Read the next cold messages back into the window, in arrival order."""
+    def _refill(self, lane: Lane[Entry]) -> None:
+        """Read the lane's next cold messages back into its window, in arrival order;
+        at least REFILL_MIN when the window is full of other lanes."""
         load = self.load_cold
         assert load is not None  # nothing goes cold without a loader (_goes_cold)
-        while self.cold.count and len(self.pending) < WINDOW_ENTRIES_MAX:
-            for entry in self.cold.take(WINDOW_ENTRIES_MAX - len(self.pending), load):
+        pending = self.pending
+        while lane.cold.count:
+            room = WINDOW_ENTRIES_MAX - pending.count
+            if room <= 0:
+                if lane.window:
+                    return
+                room = REFILL_MIN
+            before = lane.cold.count
+            for entry in lane.cold.take(room, load):
                 self.arrivals += 1
                 entry.arrival = self.arrivals
-                self.pending.append(entry)
+                lane.window.append(entry)
+                pending.count += 1
+                self.index.add(entry, lane.priority)  # a recovered one is known now
                 if entry.journaled and entry.body is not None:
                     if self.journaled_body_bytes + len(entry.body) > _BODIES_BYTES_MAX:
                         entry.body = None
                     self.journaled_body_bytes += len(entry.body or b"")
+            pending.took_cold(lane, before)
 
-    def take(self) -> Entry | None:
-        if self.cold.count and len(self.pending) < REFILL_BELOW:
-            self._refill()
-        if not self.pending:
+    def take(self, select: Selection | None = None) -> Entry | None:
+        """The next message to hand out (highest priority, then first arrived), or
+        with `select` the first such message it matches; None if there is none."""
+        if select is not None:
+            return self._take_selected(select)
+        pending = self.pending
+        while (lane := pending.top()) is not None:
+            if lane.cold.count and len(lane.window) < REFILL_BELOW:
+                self._refill(lane)
+            if lane.window:
+                entry = pending.popleft(lane)
+                break
+            pending.settle(lane)
+        else:
             return None
-        entry = self.pending.popleft()
+        self._taken(entry, True)
+        return entry
+
+    def _taken(self, entry: Entry, from_window: bool) -> None:
+        """An entry left `pending`: its index entry and what it was counted as go."""
+        self.index.remove(entry.seq)
         if entry.journaled:
-            self.journaled_body_bytes -= len(entry.body or b"")
+            if from_window:
+                self.journaled_body_bytes -= len(entry.body or b"")
         else:
             self.memory_count -= 1
             size = len(entry.body or b"")
@@ -339,10 +453,88 @@ class TargetQueue:
             if entry.account is not None:
                 entry.account.held_bytes -= size
                 entry.account = None  # charged once: a redelivery is the queue's, not the sender's
-        return entry
+
+    def find(self, select: Selection) -> tuple[int, Lane[Entry]] | None:
+        """The seq (and lane) of the first pending message `select` matches (highest
+        priority, then first arrived): through the index for an eq key on correlation
+        id or class, else by a scan of at most SELECT_SCAN_MESSAGES_MAX messages."""
+        index = self.index
+        if not index.enabled:
+            self.build_index()
+        attributes = index.attributes
+        correlation_id = select.equal_value("correlation_id")
+        if correlation_id is not None:
+            best: tuple[int, int] | None = None
+            for seq in islice(index.with_correlation_id(correlation_id), _SCAN_MAX):  # type: ignore[arg-type]
+                held = attributes[seq]
+                if select.matches(held) and (best is None or held.priority > best[0]):
+                    best = (held.priority, seq)
+            return None if best is None else (best[1], self.pending.lane(best[0]))
+        msg_class = select.equal_value("msg_class")
+        budget = _SCAN_MAX
+        for lane in self.pending.lanes():
+            if not select.priority_allows(lane.priority):
+                continue
+            if msg_class is not None:
+                seqs: Iterable[int] = index.of_class(lane.priority, msg_class)  # type: ignore[arg-type]
+            else:
+                seqs = chain((entry.seq for entry in lane.window), lane.cold)
+            for seq in islice(seqs, budget):
+                budget -= 1
+                found = attributes.get(seq)
+                if found is not None and select.matches(found):
+                    return seq, lane
+        return None
+
+    def _take_selected(self, select: Selection) -> Entry | None:
+        while (found := self.find(select)) is not None:
+            seq, lane = found
+            for entry in lane.window:
+                if entry.seq == seq:
+                    self.pending.remove(lane, entry)
+                    self._taken(entry, True)
+                    return entry
+            held = self.pending.discard_cold(lane, seq)
+            if held is None and self.load_cold is not None:
+                loaded = self.load_cold([seq])
+                held = loaded[0] if loaded else None
+            if held is not None:
+                self._taken(held, False)
+                return held
+            self.index.remove(seq)  # vanished from the journal (reported): look again
+        return None
+
+    def build_index(self) -> None:
+        """Start the selection index (the queue's first selective get): every window
+        and held entry, and the records of cold messages, read once a chunk at a time."""
+        index = self.index
+        index.enabled = True
+        for lane in self.pending.lanes():
+            for entry in lane.window:
+                index.add(entry, lane.priority)
+            unknown = []
+            for seq in lane.cold:
+                held = lane.cold.held_entry(seq)
+                if held is not None:
+                    index.add(held, lane.priority)
+                else:
+                    unknown.append(seq)
+            if self.load_cold is None:
+                continue
+            for start in range(0, len(unknown), _RECOVERED_CHUNK):
+                for entry in self.load_cold(unknown[start : start + _RECOVERED_CHUNK]):
+                    index.add(entry, lane.priority)
+
+    def drop_pending(self, entry: Entry) -> None:
+        """Remove a window entry as if it was never queued (the broken builds)."""
+        lane = self.pending.lane(lane_of(entry))
+        self.pending.remove(lane, entry)
+        self.index.remove(entry.seq)
 
     def park(self, waiter: GetWaiter) -> None:
         self.waiters.append(waiter)
+        if waiter.select is not None:
+            self.selective_waiters += 1
 
     def unpark(self, waiter: GetWaiter) -> bool:
         """Take a parked get off the queue; False if it is no longer parked (a message
@@ -352,6 +544,8 @@ class TargetQueue:
         if waiter not in self.waiters:  # identity: GetWaiter compares by id
             return False
         self.waiters.remove(waiter)
+        if waiter.select is not None:
+            self.selective_waiters -= 1
         return True
 
     def lend(self, entry: Entry) -> None:
@@ -379,12 +573,14 @@ class TargetQueue:
         return returned
 
     def detach(self) -> list[Entry]:
-        """The attached session left: unconfirmed entries return to the front of the
-        queue (oldest first) to be delivered again, marked POSSDUPL."""
+        """The attached session left: unconfirmed entries return to the front of their
+        lanes (oldest first) to be delivered again, marked POSSDUPL."""
         returned = sorted(self.unconfirmed.values(), key=lambda entry: entry.seq)
         self.unconfirmed.clear()
-        self.pending.extendleft(reversed(returned))
-        for entry in returned:
+        for entry in reversed(returned):
+            priority = lane_of(entry)
+            self.pending.insert(entry, priority, 0)
+            self.index.add(entry, priority)
             if entry.journaled:
                 self.journaled_body_bytes += len(entry.body or b"")
             else:
@@ -396,4 +592,5 @@ class TargetQueue:
         for waiter in self.waiters:
             waiter.cancel_timer()
         self.waiters.clear()
+        self.selective_waiters = 0
         return returned

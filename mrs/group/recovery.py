@@ -22,12 +22,20 @@ from itertools import groupby, islice
 from operator import itemgetter
 from typing import Final
 
-from journals import CorruptRecord, Journal, JournalError, Record, decode_record, queue_key
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalError,
+    Record,
+    WriteBatch,
+    decode_record,
+    queue_key,
+)
 from journals.protocol import Store
 from mrs.core.heap import trim
 from mrs.group.context import UNPACK_U32, GroupContext
 from mrs.group.delivery_event import fits_a_delivery
-from mrs.group.dqf import Dqf
+from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.quarantine import quarantine_batch, record_problem
 from mrs.group.queues import Entry
@@ -80,13 +88,17 @@ class Recovery:
         ctx.counts.dqf_added(ctx.store.count(Journal.DQF))
         recovered = 0
         unconfigured: dict[int, int] = {}
+        priorities = stored_priorities(ctx.store)
         for queue_id, seqs in dqf_seqs(ctx.store):
             queue = ctx.queues.get(queue_id)
             if queue is None:
                 unconfigured[queue_id] = unconfigured.get(queue_id, 0) + len(seqs)
+                priorities.pop(queue_id, None)  # kept with their records
                 continue
-            queue.cold.extend(seqs)
+            for priority, lane_seqs in by_priority(seqs, priorities.get(queue_id)):
+                queue.pending.extend_cold(priority, lane_seqs)
             recovered += len(seqs)
+        self.forget_priorities(priorities)
         for queue_id, count in unconfigured.items():
             log.warning(
                 "%d DQF messages for unconfigured queue %d kept, not delivered", count, queue_id
@@ -95,13 +107,27 @@ class Recovery:
         trim()  # what growing the backlogs' arrays left in the heap
         log.info("group %d epoch %d: recovered %d DQF messages", ctx.group_id, ctx.epoch, recovered)
 
+    def forget_priorities(self, left: dict[int, dict[int, int]]) -> None:
+        """Delete the priority keys whose DQF record is gone (removed by a path that
+        did not delete them: a quarantine, a dead letter): `left` after recovery."""
+        batch = WriteBatch.empty()
+        for queue_id, seqs in left.items():
+            for seq in seqs:
+                batch.delete(Journal.META, PRIORITY_PREFIX + queue_key(queue_id, seq))
+        if not len(batch):
+            return
+        try:
+            self.ctx.store.commit_now(batch)
+        except JournalError as error:  # a full map: they are harmless, deleted next start
+            log.warning("priority keys of removed messages not deleted: %s", error)
+
     def release_pages(self) -> None:
         """Unmap the journal's pages now and every RELEASE_INTERVAL_S; trim the heap
         once a large cold backlog has been read back and no queue has one left."""
         pages = self.pages
         pages.release()
         if pages.read_since_trim_bytes >= TRIM_AFTER_BYTES and not any(
-            queue.cold.count for queue in self.ctx.queues.values()
+            queue.pending.cold_count for queue in self.ctx.queues.values()
         ):
             pages.read_since_trim_bytes = 0
             trim()
@@ -120,6 +146,33 @@ def dqf_seqs(store) -> Iterator[tuple[int, array]]:
             blob = b"".join(key for key in chunk if len(key) == _KEY.size)
         for queue_id, pairs in groupby(_KEY.iter_unpack(blob), itemgetter(0)):
             yield queue_id, array("Q", map(itemgetter(1), pairs))
+
+
+def stored_priorities(store) -> dict[int, dict[int, int]]:
+    """queue -> seq -> priority of every stored message of priority > 0 (META keys
+    written with the DQF record, mrs.group.dqf.PRIORITY_PREFIX)."""
+    found: dict[int, dict[int, int]] = {}
+    prefix, size = PRIORITY_PREFIX, len(PRIORITY_PREFIX)
+    for key, value in store.raw_items(Journal.META):
+        if key.startswith(prefix) and len(key) == size + _KEY.size and len(value) == 1:
+            queue_id, seq = _KEY.unpack(key[size:])
+            found.setdefault(queue_id, {})[seq] = value[0]
+    return found
+
+
+def by_priority(seqs: array, priorities: dict[int, int] | None) -> list[tuple[int, array]]:
+    """Recovered seqs (seq order) split into their priority lanes, each in seq order;
+    what `priorities` knew is popped from it (what is left has no record)."""
+    if not priorities:
+        return [(0, seqs)]
+    lanes: dict[int, array] = {}
+    for seq in seqs:
+        priority = priorities.pop(seq, 0)
+        lane = lanes.get(priority)
+        if lane is None:
+            lane = lanes[priority] = array("Q")
+        lane.append(seq)
+    return sorted(lanes.items())
 
 
 def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], None]) -> Entry:

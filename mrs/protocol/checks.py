@@ -165,11 +165,16 @@ class DictCheck(Check):
 
 
 class ListCheck(Check):
-    """A list of plain msgpack data."""
+    """A list of plain msgpack data, or None if optional (a Get's selection)."""
 
     deep = True
 
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional
+
     def problem(self, value: Any) -> str | None:
+        if value is None and self.optional:
+            return None
         if not isinstance(value, list):
             return f"must be a list, got {type(value).__name__}"
         return plain_data_problem({"items": value})
@@ -298,6 +303,8 @@ def check_for(info: mi.Type) -> Check:
         kinds = {type(t) for t in info.types}
         if kinds == {mi.DictType, mi.NoneType}:
             return DictCheck(optional=True)
+        if kinds == {mi.ListType, mi.NoneType}:
+            return ListCheck(optional=True)
     if isinstance(info, mi.ListType):
         item = info.item_type
         if isinstance(item, mi.StructType):

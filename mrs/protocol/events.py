@@ -99,6 +99,10 @@ class Get(EventStruct, tag=14):
 
     request_id: RequestId
     timeout_ms: GetTimeoutMs
+    select: list | None = None
+    """A selective get (mrs.core.selection): [[attribute, operator, value], ...], all
+    of which the message must match; None takes the next message. Checked by the
+    group: a malformed one is refused BADPARAM, the connection stays."""
 
 
 class GetBatch(EventStruct, tag=23):
@@ -120,6 +124,8 @@ class GetBatch(EventStruct, tag=23):
     timeout_ms: GetTimeoutMs
     wait_at_cap: bool = False
     read_ahead_max: ReadAheadCount = 0
+    select: list | None = None
+    """As a Get's: every message of the batch matches it (no read-ahead then)."""
 
 
 class Confirm(EventStruct, tag=16):

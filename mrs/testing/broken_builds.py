@@ -114,7 +114,7 @@ class ForgetUnconfirmedOnDetach(Departure):
     def detach(self, queue: TargetQueue) -> list[Entry]:
         returned = self.kept.detach(queue)
         for entry in returned:
-            queue.pending.remove(entry)
+            queue.drop_pending(entry)
             queue.memory_count -= not entry.journaled
         return returned
 

@@ -40,6 +40,17 @@ def docs_server(tmp_path):
             ],
         ),
         (
+            "priority_selection.py",
+            [
+                "priority order: urgent 1, urgent 2, routine 1, routine 2",
+                "by correlation id: reply 3",
+                "class 7, type >= 2: reply 2, reply 4",
+                "none left: NOMOREMSG",
+                "refused: BADPARAM",
+                "blocking: class 3 type 1",
+            ],
+        ),
+        (
             "ak_and_timeouts.py",
             ["MRS_ACK for seq", "STORED", "timed out (TIMEOUT)", "order-18: duplicate=True"],
         ),

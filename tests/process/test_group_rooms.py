@@ -523,11 +523,11 @@ def test_backlog_beyond_the_window_is_kept_as_seqs_and_read_back_in_order(
         node.group.put(sender, put("IN", b"m%d" % index, DeliveryMode.WF_DQF, request_id=index))
     node.commit()
     queue = node.group.queues[10]
-    assert (len(queue.pending), len(queue.cold)) == (8, 22)  # 22 cost 8 bytes each
+    assert (len(queue.pending), queue.pending.cold_count) == (8, 22)  # 22 cost 8 bytes each
     assert node.group.status_info()["queues"]["1.10"]["pending"] == 30
     got = take_all(node, "IN", 30)
     assert [delivery.body for delivery in got] == [b"m%d" % index for index in range(1, 31)]
-    assert (len(queue.pending), len(queue.cold), node.store.count(Journal.DQF)) == (0, 0, 0)
+    assert (queue.waiting, node.store.count(Journal.DQF)) == (0, 0)
     node.close()
 
 
@@ -560,7 +560,8 @@ def test_restart_with_a_cold_backlog_keeps_order_and_delivery_marks(
     first.close()
     second = open_node(tmp_path, 1, dqf_messages_max=100)
     queue = second.group.queues[10]
-    assert (len(queue.pending), len(queue.cold)) == (0, 20)  # start-up read keys, no record
+    cold = queue.pending.cold_count
+    assert (len(queue.pending), cold) == (0, 20)  # start-up read keys, no record
     got = take_all(second, "IN", 20)
     assert [delivery.body for delivery in got] == [b"r%d" % index for index in range(1, 21)]
     statuses = [delivery.delivery_status for delivery in got]

@@ -25,6 +25,9 @@ CLIENTS_API = {
     "Protection",
     "tls_context",
     "PutItem",
+    # selective gets (pams_get_msg's sel_filter, pams_set_select): mrs.core.selection
+    "Selection",
+    "Key",
     # reading a group's PCJ or DLJ from its files (pams_open_jrn/read_jrn/close_jrn)
     "open_journal",
     "JournalReader",

@@ -48,10 +48,10 @@ async def test_frames_queued_together_are_written_in_one_batch_and_all_arrive():
         requests = [wire.Get(i, 0) for i in range(1, 101)]
         for request in requests:
             client.send(request)
-        assert client.outbox_bytes == 8 * len(requests)  # a Get frame is 8 bytes
+        assert client.outbox_bytes == 9 * len(requests)  # a Get frame is 9 bytes (select nil)
         await client.wait_ready()
         batch = client.take()
-        assert client.outbox_bytes == 0 and len(batch) == 800
+        assert client.outbox_bytes == 0 and len(batch) == 9 * len(requests)
         await client.stream.send_all(batch)
         received: list = []
         with trio.fail_after(10):

@@ -509,8 +509,9 @@ def _raw_frame(payload: bytes) -> bytes:
         (frame(["14", 1, 0]), "unknown event code '14'"),
         (frame([True, 1, 0]), "unknown event code True"),
         (frame([14.0, 1, 0]), "unknown event code 14.0"),
-        (frame([14, 1]), "Get frame has 1 fields, expected 2"),
-        (frame([14, 1, 0, 0]), "Get frame has 3 fields, expected 2"),
+        (frame([14, 1]), "Get frame has 1 fields, expected 3"),
+        (frame([14, 1, 0, 0, 0]), "Get frame has 4 fields, expected 3"),
+        (frame([14, 1, 0, 0]), "Get.select must be a list, got int"),
         (frame([14, 0, 0]), "Get.request_id must be 1..2\\*\\*63-1, got 0"),
         (frame([14, 2**63, 0]), "Get.request_id must be 1..2\\*\\*63-1, got 9223372036854775808"),
         (frame([14, 1, -2]), "Get.timeout_ms must be >= -1, got -2"),
@@ -683,7 +684,7 @@ def test_the_frames_example_in_the_docs_runs(capsys):
     example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "protocol_frames.py"
     runpy.run_path(str(example), run_name="__main__")
     out = capsys.readouterr().out
-    assert "00 00 00 04 93 0e 07 00" in out
+    assert "00 00 00 05 94 0e 07 00 c0" in out
     assert "refused: Put.priority must be 0..99, got 120" in out
     assert "peer refused: Get.request_id must be 1..2**63-1, got 0 (status PROTOCOL_ERROR)" in out
 

@@ -1,0 +1,120 @@
+"""A queue's selection index: the attributes of every pending message by seq, the
+seqs holding each correlation id, and those of each (priority, class), in arrival order.
+
+Why: a selective get by correlation id (IBM MQ's CorrelId match, MessageQ's
+`sel_filter`) on a queue of a million messages must not read a million records
+(most are cold, on disk: mrs.group.backlog). The index holds what a selection may
+test for each pending message, in memory, cold or not, so the group finds the
+message a selective get takes with dict lookups (`TargetQueue.find`): the seqs of its
+correlation id, or per non-empty priority lane the first seq of its class, that
+satisfy every other key. Its size is bounded (SELECT_INDEX_MESSAGES_MAX per queue); the
+memory per message is measured by benchmarks/selective_get.py.
+
+The index of a queue starts with its first selective get (`TargetQueue.build_index`):
+a queue no selective get ever reads pays nothing for it (one flag test per put and
+get), and that first get reads once the records of the queue's cold messages, which
+are known by seq alone (mrs.group.backlog, mrs.group.recovery); from then on every
+put, get and put-back keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from mrs.limits import SELECT_INDEX_MESSAGES_MAX
+
+_INDEX_MAX: Final = SELECT_INDEX_MESSAGES_MAX
+
+
+class Attributes(NamedTuple):
+    """What a selection tests of one message (mrs.core.selection attribute names)."""
+
+    priority: int
+    correlation_id: bytes
+    msg_class: int
+    msg_type: int
+    source: str
+
+
+class SelectIndex:
+    def __init__(self) -> None:
+        self.attributes: dict[int, Attributes] = {}
+        self.by_correlation: dict[bytes, int | list[int]] = {}
+        """Correlation id -> the seq holding it (a list for several, arrival order):
+        an int, not a collection, for the usual one message per id."""
+        self.by_class: dict[tuple[int, int], dict[int, None]] = {}
+        """(priority, class) -> seqs, arrival order (an ordered set)."""
+        self.enabled = False
+        """Kept from the queue's first selective get on (`TargetQueue.build_index`)."""
+        self.overflowed = 0
+        """Messages left out because the index was full (status, docs)."""
+
+    def __len__(self) -> int:
+        return len(self.attributes)
+
+    def add(self, entry, priority: int) -> None:
+        """Index a pending message (again: a second add of a seq does nothing)."""
+        if not self.enabled:
+            return
+        seq = entry.seq
+        attributes = self.attributes
+        if seq in attributes:
+            return
+        if len(attributes) >= _INDEX_MAX:
+            self.overflowed += 1
+            return
+        correlation_id = entry.correlation_id
+        attributes[seq] = Attributes(
+            priority, correlation_id, entry.msg_class, entry.msg_type, entry.source.text
+        )
+        key = (priority, entry.msg_class)
+        group = self.by_class.get(key)
+        if group is None:
+            group = self.by_class[key] = {}
+        group[seq] = None
+        if correlation_id:
+            held = self.by_correlation.get(correlation_id)
+            if held is None:
+                self.by_correlation[correlation_id] = seq
+            elif type(held) is int:
+                self.by_correlation[correlation_id] = [held, seq]
+            else:
+                held.append(seq)  # type: ignore[union-attr]
+
+    def remove(self, seq: int) -> None:
+        """The message left the pending messages (got, dropped)."""
+        if not self.enabled:
+            return
+        found = self.attributes.pop(seq, None)
+        if found is None:
+            return
+        key = (found.priority, found.msg_class)
+        group = self.by_class.get(key)
+        if group is not None:
+            group.pop(seq, None)
+            if not group:
+                del self.by_class[key]
+        correlation_id = found.correlation_id
+        if correlation_id:
+            held = self.by_correlation.get(correlation_id)
+            if type(held) is list:
+                held.remove(seq)
+                if len(held) == 1:
+                    self.by_correlation[correlation_id] = held[0]
+            elif held == seq:
+                del self.by_correlation[correlation_id]
+
+    def with_correlation_id(self, correlation_id: bytes) -> list[int]:
+        """The seqs of pending messages holding `correlation_id`, arrival order."""
+        held = self.by_correlation.get(correlation_id)
+        if held is None:
+            return []
+        return [held] if type(held) is int else list(held)  # type: ignore[arg-type]
+
+    def of_class(self, priority: int, msg_class: int) -> dict[int, None]:
+        return self.by_class.get((priority, msg_class)) or {}
+
+    def clear(self) -> None:
+        self.attributes.clear()
+        self.by_correlation.clear()
+        self.by_class.clear()
