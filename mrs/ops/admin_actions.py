@@ -23,6 +23,7 @@ What each action promises:
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from mrs import protocol as wire
 from mrs.config.rewrite import with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
+from mrs.group.dqf import PRIORITY_PREFIX
 from mrs.group.queues import Entry, TargetQueue
 from mrs.group.records import encode_entry, record_from_entry
 from mrs.limits import (
@@ -245,15 +247,21 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
 
 
 def _waiting(group: Group, queue: TargetQueue, count_max: int) -> Iterator[Entry]:
-    """Up to `count_max` waiting messages in order, without taking them: the memory
-    window, then the cold backlog read from the DQF."""
-    window = list(queue.pending)[:count_max]
-    yield from window
-    if len(window) < count_max:
-        for seq, held in queue.cold.peek(count_max - len(window)):
+    """Up to `count_max` waiting messages in delivery order, without taking them: each
+    priority lane from the highest, its memory window, then its cold backlog read
+    from the DQF (mrs.group.lanes)."""
+    left = count_max
+    for lane in queue.pending.lanes():
+        for entry in itertools.islice(lane.window, left):
+            yield entry
+            left -= 1
+        for seq, held in lane.cold.peek(left):
             cold = held if held is not None else _read_cold(group, queue, seq)
             if cold is not None:
                 yield cold
+                left -= 1
+        if left <= 0:
+            return
 
 
 Selection = Callable[["Group", TargetQueue, Entry], bool]
@@ -411,6 +419,8 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
             record.extra["headers"] = {**(entry.headers or {}), PURGED_HEADER: purged}
             batch.put_record(Journal.DLJ, seq_key(entry.seq), record)
         batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        if entry.priority:
+            batch.delete(Journal.META, PRIORITY_PREFIX + key)
     summary = {
         "queue": str(queue.address),
         "dead_lettered": 0 if discard else len(journaled),
@@ -555,6 +565,9 @@ class _Mover:
         batch.put_raw(Journal.DQF, new_key, encode_entry(moved, ctx.clock_ns()))
         if moved.times_delivered:
             batch.put_raw(Journal.MARKS, new_key, U32.pack(moved.times_delivered))
+        if entry.priority:  # its lane after a restart (mrs.group.dqf keeps it in META)
+            batch.delete(Journal.META, PRIORITY_PREFIX + old_key)
+            batch.put_raw(Journal.META, PRIORITY_PREFIX + new_key, bytes((moved.priority,)))
         self.target.storing += 1
         ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved))
 

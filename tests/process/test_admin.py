@@ -330,3 +330,31 @@ def test_a_selective_move_takes_the_matching_ones_in_order_and_leaves_the_rest(b
         b"m4",
         b"m6",
     ]
+
+
+def test_moved_and_purged_messages_keep_their_priority_bookkeeping_across_a_kill(bus) -> None:
+    """A message moved to another queue keeps its priority there after a SIGKILL and
+    restart (the group keeps a message's priority beside its DQF record: a move
+    carries it to the new record, a purge takes it away with the old one)."""
+
+    async def put_prioritised() -> None:
+        async with connect(bus.address, "SENDER") as client:
+            for body, priority in ((b"low-1", 0), (b"high", 7), (b"low-2", 0)):
+                await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF, priority=priority)
+
+    trio.run(_put_all, bus.address, "ANYORDER", [b"already"])  # an older seq, priority 0
+    trio.run(put_prioritised)
+    moved = _admin(bus.address, "move", "ORDERS", "--to", "ANYORDER", "--json")
+    assert moved.returncode == 0 and json.loads(moved.stdout)["moved"] == 3, moved.stderr
+    trio.run(put_prioritised)
+    purged = _admin(bus.address, "purge", "ORDERS", "--discard", "--json")
+    assert purged.returncode == 0, purged.stderr
+    address = bus.restart()  # SIGKILL: what the journals hold is all there is
+    taken = trio.run(_take_all, address, "ANYORDER")
+    assert [(m.body, m.priority) for m in taken] == [
+        (b"high", 7),
+        (b"already", 0),
+        (b"low-1", 0),
+        (b"low-2", 0),
+    ]
+    assert trio.run(_take_all, address, "ORDERS") == []
