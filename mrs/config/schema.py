@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mrs.config.auth import AuthConfig
 from mrs.config.guards import Guards
@@ -31,6 +31,9 @@ PORT_MAX = 65535
 DEAD_LETTER_QUEUE_NAME = "DLQ"
 DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
 """MessageQ's name for the DLQ: attachable and addressable by it in every group."""
+
+if TYPE_CHECKING:  # instances reads values through fields, which imports this module
+    from mrs.config.instances import CoordinatorConfig, InstanceConfig
 
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_PATTERN = re.compile(r"[0-9]+")
@@ -115,6 +118,16 @@ class GroupConfig:
     """Metrics, web view, journal warnings and growth, PCJ retention (mrs.config.ops)."""
     tls: TlsConfig | None = None
     """[group.tls]: TLS on the port and links (mrs.security.tls); None: plaintext."""
+    instances: tuple[InstanceConfig, ...] = ()
+    """[[group.instance]] (mrs.config.instances): () = one unreplicated instance."""
+
+    def instance(self, name: str) -> InstanceConfig:
+        """The instance called `name`; LookupError if the group has none of that name."""
+        for instance in self.instances:
+            if instance.name == name:
+                return instance
+        known = ", ".join(i.name for i in self.instances) or "none"
+        raise LookupError(f"group {self.id} ({self.name}) has no instance {name!r} ({known})")
 
     def queue_by_name(self, name: str) -> QueueConfig:
         """The queue called `name` (exact, case-sensitive); LookupError if none."""
@@ -167,6 +180,8 @@ class BusConfig:
     """The message protection policy file (mrs.protection.policy), if any."""
     auth: AuthConfig | None = None
     """[auth] (mrs.config.auth): None = every connection trusted (the default)."""
+    coordinator: CoordinatorConfig | None = None
+    """[coordinator] (mrs.config.instances): the etcd of replicated groups."""
 
     def group(self, group_id: int) -> GroupConfig:
         """The group with id `group_id`; LookupError if it is not configured."""
