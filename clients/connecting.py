@@ -14,8 +14,8 @@ import trio
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
 from clients.errors import ConnectionLost, MrsError
-from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.reconnect import Reconnect
+from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
 from clients.tls import default_tls, tls_opener
 from mrs.limits import (

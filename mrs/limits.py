@@ -325,7 +325,7 @@ REPLICATION_LEASE_TTL_S_MIN = 2
 """etcd grants no shorter lease that renewals can keep alive reliably."""
 REPLICATION_RENEW_FRACTION_DEFAULT = 3
 """The active renews its lease every TTL / this."""
-REPLICATION_STEP_DOWN_FRACTION = 0.5
+REPLICATION_STEP_DOWN_FRACTION_DEFAULT = 0.5
 """An active that has not renewed for this fraction of the TTL stops answering, well
 before the lease can expire and a replica be promoted."""
 REPLICATION_BACKLOG_BYTES_MAX = 64 << 20
@@ -348,3 +348,6 @@ REPLICATION_ETCD_TIMEOUT_S = 2.0
 REPLICATION_LAG_S_MAX = 1.0
 """An in-sync replica that has not acknowledged a held commit this long after it was
 sealed leaves the in-sync set (unless it is the last one)."""
+REPLICATION_HANDOVER_WAIT_S = 5.0
+"""A planned switch-over (`mrs failover`) waits this long at most for the answers held
+to be released and the chosen replica to have every record, before it resigns."""

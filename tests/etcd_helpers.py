@@ -74,15 +74,19 @@ class EtcdServer:
         log.close()
         deadline = time.monotonic() + ETCD_START_S
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(self.endpoint + "/health", timeout=1) as answer:
-                    if b'"true"' in answer.read():
-                        return
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(self.endpoint + "/health", timeout=1) as answer,
+            ):
+                if b'"true"' in answer.read():
+                    return
             if self.process.poll() is not None:
                 break
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"etcd did not start: {(self.directory / 'etcd.log').read_text()[-2000:]}")
+        raise RuntimeError(
+            f"etcd did not start: {(self.directory / 'etcd.log').read_text()[-2000:]}"
+        )
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

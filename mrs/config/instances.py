@@ -23,44 +23,21 @@ A group without instances is one instance, exactly as before (its `listen` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from mrs.config.fields import FieldReader, _describe, _join
+from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
 from mrs.limits import (
     REPLICATION_INSTANCES_MIN,
     REPLICATION_LEASE_TTL_S_DEFAULT,
     REPLICATION_LEASE_TTL_S_MIN,
 )
 
+__all__ = ["CoordinatorConfig", "InstanceConfig", "parse_coordinator", "parse_instances"]
+
 _INSTANCE_KEYS = frozenset({"name", "listen", "replication", "data_dir"})
 _COORDINATOR_KEYS = frozenset({"etcd", "lease_ttl_s"})
 LEASE_TTL_S_MAX = 3600
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceConfig:
-    """One instance of a replicated group: its own disk and its own two addresses."""
-
-    name: str
-    listen_host: str
-    listen_port: int
-    replication_host: str
-    replication_port: int
-    data_dir: Path
-
-    @property
-    def listen(self) -> str:
-        return f"{self.listen_host}:{self.listen_port}"
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorConfig:
-    """Where the bus's leadership lives: etcd endpoints (tried in turn) and the lease."""
-
-    etcd: tuple[str, ...]
-    lease_ttl_s: int = REPLICATION_LEASE_TTL_S_DEFAULT
 
 
 def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> CoordinatorConfig | None:
@@ -79,7 +56,7 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
     ):
         reader.fail(
             "coordinator.etcd",
-            f"must be a non-empty array of URLs like \"http://127.0.0.1:2379\", "
+            f'must be a non-empty array of URLs like "http://127.0.0.1:2379", '
             f"got {_describe(endpoints)}",
         )
     ttl_s = reader.integer(

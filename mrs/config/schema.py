@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mrs.config.auth import AuthConfig
 from mrs.config.guards import Guards
+from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
 from mrs.config.ops import OpsConfig
 from mrs.config.tls import TlsConfig
 from mrs.errors import OperatorError
@@ -31,9 +32,6 @@ PORT_MAX = 65535
 DEAD_LETTER_QUEUE_NAME = "DLQ"
 DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
 """MessageQ's name for the DLQ: attachable and addressable by it in every group."""
-
-if TYPE_CHECKING:  # instances reads values through fields, which imports this module
-    from mrs.config.instances import CoordinatorConfig, InstanceConfig
 
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_PATTERN = re.compile(r"[0-9]+")

@@ -8,7 +8,7 @@ kept (another term, or too far behind) gets a full copy of the journals, read in
 pass on the event loop between commits, so it is the state at one record number.
 
 Stepping down: the lease is renewed every TTL / REPLICATION_RENEW_FRACTION_DEFAULT;
-once REPLICATION_STEP_DOWN_FRACTION of the TTL has passed since the last renewal that
+once REPLICATION_STEP_DOWN_FRACTION_DEFAULT of the TTL has passed since the last renewal that
 worked, the active stops answering (nothing held is answered any more) and asks its
 owner to stop serving, well before etcd can let a replica take over.
 """
@@ -21,13 +21,14 @@ from collections.abc import Callable
 import trio
 
 from journals.keys import Journal
-from mrs.config.instances import InstanceConfig
+from mrs.config.instance_types import InstanceConfig
 from mrs.limits import (
     REPLICATION_COPY_SLICE_BYTES,
     REPLICATION_DIAL_S_MAX,
     REPLICATION_DIAL_S_MIN,
+    REPLICATION_HANDOVER_WAIT_S,
     REPLICATION_RENEW_FRACTION_DEFAULT,
-    REPLICATION_STEP_DOWN_FRACTION,
+    REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
 from mrs.replication.coordinator import Coordinator
 from mrs.replication.stream import CommitStream, RecordingStore
@@ -66,6 +67,7 @@ class Active:
         self.on_step_down = on_step_down
         self.connected: set[str] = set()
         self.stepped_down: str | None = None
+        self._refused_handover: str | None = None
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -90,12 +92,17 @@ class Active:
         while True:
             sent_s = trio.current_time()
             renewed = False
-            with trio.move_on_at(last_ok_s + self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION):
+            with trio.move_on_at(
+                last_ok_s + self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
+            ):
                 renewed = await self.coordinator.renew()
             if renewed:
                 last_ok_s = sent_s
+                to = await self.coordinator.failover_requested()
+                if to is not None and await self.hand_over(to):
+                    return
             elif trio.current_time() - last_ok_s >= (
-                self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION
+                self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
             ):
                 self.step_down("the lease could not be renewed")
                 return
@@ -103,6 +110,32 @@ class Active:
                 self.step_down("the lease is lost (another instance may be active)")
                 return
             await trio.sleep(renew_every_s if renewed else renew_every_s / 4)
+
+    async def hand_over(self, to: str) -> bool:
+        """A planned switch-over (`mrs failover`): once every answer held is out and
+        the chosen replica (or every one in sync) has every record, record only them
+        as in sync, resign and step down; nothing is lost and nothing handed out is
+        marked POSSDUPL that was not. False when `to` is not a replica in sync."""
+        if to and to not in self.stream.in_sync:
+            if self._refused_handover != to:
+                log.warning("failover to %s refused: not in sync", to)
+                self._refused_handover = to
+            return False
+        chosen = {to} if to else set(self.stream.in_sync)
+        if not chosen:
+            return False
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            while self.stream.waiting or any(
+                self.stream.acked.get(name, 0) < self.stream.number for name in chosen
+            ):
+                await self.stream.released.wait()
+        members = tuple(sorted(chosen))
+        if not await self.coordinator.set_in_sync(self.term, members):
+            return False
+        self.stream.answering = False
+        await self.coordinator.resign()
+        self.step_down(f"planned hand-over to {', '.join(members)}")
+        return True
 
     async def _lease_lost(self) -> bool:
         """A renewal answered 'expired' (not a timeout): the lease is gone for good."""

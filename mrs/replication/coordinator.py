@@ -16,11 +16,20 @@ simulator), which keeps the same rules.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mrs.replication.etcd import EtcdClient, EtcdError, absent, holds, modified_at, put_op
+from mrs.replication.etcd import (
+    EtcdClient,
+    EtcdError,
+    absent,
+    delete_op,
+    holds,
+    modified_at,
+    put_op,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,12 @@ class Coordinator(Protocol):
     async def resign(self) -> None:
         """Give the leadership up now (a planned stop)."""
 
+    async def request_failover(self, to: str) -> None:
+        """Ask the active to hand over (`mrs failover`): to `to`, or "" to any in sync."""
+
+    async def failover_requested(self) -> str | None:
+        """The hand-over asked for (see request_failover), or None."""
+
     async def aclose(self) -> None: ...
 
 
@@ -82,6 +97,7 @@ class EtcdCoordinator:
         self.leader_key = f"{prefix}/leader".encode()
         self.term_key = f"{prefix}/term".encode()
         self.sync_key = f"{prefix}/sync".encode()
+        self.failover_key = f"{prefix}/failover".encode()
         self.lease_id: int | None = None
         self.term = 0
 
@@ -108,6 +124,7 @@ class EtcdCoordinator:
                     put_op(self.leader_key, self._leader_value(new_term), lease_id),
                     put_op(self.term_key, str(new_term).encode()),
                     put_op(self.sync_key, _sync_value(new_term, (self.name,))),
+                    delete_op(self.failover_key),  # a hand-over asked of an old term is done
                 ],
             )
             if not won:
@@ -138,10 +155,21 @@ class EtcdCoordinator:
     async def resign(self) -> None:
         if self.lease_id is not None:
             lease_id, self.lease_id = self.lease_id, None
-            try:
+            with contextlib.suppress(EtcdError):  # else it expires by itself
                 await self.client.revoke(lease_id)
-            except EtcdError:
-                pass  # it expires by itself
+
+    async def request_failover(self, to: str) -> None:
+        try:
+            await self.client.txn([], [put_op(self.failover_key, to.encode())])
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
+
+    async def failover_requested(self) -> str | None:
+        try:
+            found = await self.client.get(self.failover_key)
+        except EtcdError:
+            return None
+        return found[0].decode() if found is not None else None
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -170,6 +198,7 @@ class MemoryElection:
     leader_term: int = 0
     term: int = 0
     in_sync: tuple[str, ...] | None = None
+    failover: str | None = None
     reachable: set[str] = field(default_factory=set)
     """Empty: everyone reaches the coordinator; else only these names."""
 
@@ -203,6 +232,7 @@ class MemoryCoordinator:
         election.term += 1
         election.leader, election.leader_term = self.name, election.term
         election.in_sync = (self.name,)
+        election.failover = None
         self.term = election.term
         return self.term
 
@@ -227,6 +257,13 @@ class MemoryCoordinator:
 
     async def resign(self) -> None:
         self.election.expire(self.name)
+
+    async def request_failover(self, to: str) -> None:
+        self.election._reach(self.name)
+        self.election.failover = to
+
+    async def failover_requested(self) -> str | None:
+        return self.election.failover
 
     async def aclose(self) -> None:
         pass

@@ -88,9 +88,7 @@ class EtcdClient:
             return None
         return unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0))
 
-    async def txn(
-        self, compare: list[dict[str, Any]], success: list[dict[str, Any]]
-    ) -> bool:
+    async def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]]) -> bool:
         """Run `success` if every `compare` holds; whether it did."""
         answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success})
         return bool(answer.get("succeeded", False))
@@ -101,6 +99,10 @@ def put_op(key: bytes, value: bytes, lease_id: int | None = None) -> dict[str, A
     if lease_id is not None:
         request["lease"] = str(lease_id)
     return {"request_put": request}
+
+
+def delete_op(key: bytes) -> dict[str, Any]:
+    return {"request_delete_range": {"key": b64(key)}}
 
 
 def absent(key: bytes) -> dict[str, Any]:

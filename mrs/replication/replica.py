@@ -16,6 +16,7 @@ replaced, so it never holds half of two histories.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 from typing import Any
@@ -63,10 +64,8 @@ class Replica:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         async with stream:
-            try:
-                await self._link(stream)
-            except (LinkBroken, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
+            with contextlib.suppress(LinkBroken, trio.BrokenResourceError, OSError):
+                await self._link(stream)  # a link lost: the active dials again
 
     async def _link(self, stream: trio.SocketStream) -> None:
         reader = FrameReader(stream)

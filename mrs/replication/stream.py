@@ -89,6 +89,8 @@ class CommitStream:
     answering: bool = True
     """False once the active steps down: nothing it holds is answered any more."""
     sealed: trio.Event = field(default_factory=trio.Event)
+    released: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) at every acknowledgement: a planned hand-over waits on it."""
     backlog_bytes: int = 0
 
     def seal(self, batches: list[WriteBatch], dones: list[Done]) -> None:
@@ -96,7 +98,12 @@ class CommitStream:
         if batches:
             self.number += 1
             body = frame(
-                {"t": "commit", "term": self.term, "n": self.number, "batches": encode_batches(batches)}
+                {
+                    "t": "commit",
+                    "term": self.term,
+                    "n": self.number,
+                    "batches": encode_batches(batches),
+                }
             )
             self.records.append(_Record(self.number, body, self.clock_s()))
             self.backlog_bytes += len(body)
@@ -123,6 +130,8 @@ class CommitStream:
         if number > self.acked.get(name, 0):
             self.acked[name] = number
         self.release()
+        self.released.set()
+        self.released = trio.Event()
         return name not in self.in_sync and self.acked[name] >= self.number
 
     def durable_everywhere(self) -> int:

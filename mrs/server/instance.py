@@ -23,7 +23,7 @@ from dataclasses import replace
 import trio
 
 from mrs.config.bus import BusConfig, GroupConfig
-from mrs.config.instances import InstanceConfig
+from mrs.config.instance_types import InstanceConfig
 from mrs.limits import REPLICATION_POLL_S
 from mrs.replication.active import Active
 from mrs.replication.coordinator import (

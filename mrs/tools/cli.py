@@ -17,6 +17,7 @@ from mrs.tools.certs import add_certs_parser, tool_tls_from_env
 from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.tools.creds import add_parser as add_creds
 from mrs.tools.creds import tool_credentials_from_env
+from mrs.tools.failover import add_failover_parser
 from mrs.tools.journal.arguments import add_journal_tools
 from mrs.tools.journal.pcj_archive import add_pcj_parser
 from mrs.tools.journal.repair import add_journal_repair
@@ -74,6 +75,12 @@ def _bench(args: argparse.Namespace) -> int:
     from mrs.tools.bench import run_bench
 
     return run_bench(args)
+
+
+def _failover(args: argparse.Namespace) -> int:
+    from mrs.tools.failover import run_failover
+
+    return run_failover(args)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -211,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(commands, run=_status)
     add_web_parser(commands, run=_web)
+    add_failover_parser(commands, run=_failover)
     add_pcj_parser(commands, run=_pcj_archive)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)

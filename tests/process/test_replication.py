@@ -19,6 +19,7 @@ import trio
 
 from clients import connect, instance_addresses, put_once
 from mrs.model import DeliveryMode, Status
+from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
 from tests.etcd_helpers import InstanceProcess, etcd, write_replicated_config
 
@@ -133,3 +134,49 @@ def test_failover_keeps_every_answered_put_once_in_order(instances) -> None:
             await client.confirm(again.seq)
 
     trio.run(rejoin_then_possdupl)
+
+
+def test_planned_failover_and_status(instances) -> None:
+    """`mrs failover --to` hands the active role to a chosen in-sync replica: nothing
+    lost, POSSDUPL only on the message that was handed out; `mrs status` shows every
+    instance's role, term, in-sync state and backlog."""
+    first = wait_active(instances, 30)
+    config = instances["a"].config_path
+    addresses = instance_addresses(config, "NYC")
+    target = "b" if first != "b" else "c"
+
+    async def before_switch() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for i in range(3):
+                await put_once(client, b"p%d" % i, "ORDERS", f"p-{i}")
+            confirmed = await client.get(timeout=10)
+            await client.confirm(confirmed.seq)
+            handed = await client.get(timeout=10)
+            assert handed.body == b"p1"
+            shown = run_mrs("status", "--config", str(config))
+            assert shown.returncode == 0, shown.stderr
+            assert "Replication" in shown.stdout and "active" in shown.stdout
+            switched = run_mrs("failover", "--config", str(config), "NYC", "--to", target)
+            assert switched.returncode == 0, switched.stderr
+            assert f"{first} -> {target}" in switched.stdout
+
+    trio.run(before_switch)
+    assert wait_active({target: instances[target]}, 10) == target
+
+    async def after_switch() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            status = await client.status()
+            assert status["replication"]["instance"] == target
+            again = await client.get(timeout=10)
+            assert (again.body, again.delivery_status) == (b"p1", Status.POSSDUPL)
+            fresh = await client.get(timeout=10)
+            assert fresh.body == b"p2" and fresh.delivery_status != Status.POSSDUPL
+            for message in (again, fresh):
+                await client.confirm(message.seq)
+            await wait_in_sync(client, {"a", "b", "c"})
+
+    trio.run(after_switch)
+    refused = run_mrs("failover", "--config", str(config), "NYC", "--to", "zz")
+    assert refused.returncode == 2 and "no instance 'zz'" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -25,6 +25,9 @@ CLIENTS_API = {
     "Protection",
     "tls_context",
     "PutItem",
+    # a replicated group: its instance addresses, a put stored once across a failover
+    "instance_addresses",
+    "put_once",
     # reading a group's PCJ or DLJ from its files (pams_open_jrn/read_jrn/close_jrn)
     "open_journal",
     "JournalReader",
