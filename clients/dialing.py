@@ -111,7 +111,7 @@ class Dialer:
     async def _dial(self) -> trio.abc.Stream:
         """A stream to the first server that takes the connection, in turn."""
         problems = []
-        for _ in range(len(self._servers)):
+        for attempt in range(len(self._servers)):
             host, port = self._servers[0]
             try:
                 with trio.fail_after(self._connect_timeout_s):
@@ -119,9 +119,12 @@ class Dialer:
             except (OSError, trio.TooSlowError) as error:
                 problems.append(str(error))
                 self._servers.append(self._servers.pop(0))
-        raise ConnectionLost(
-            Status.LINK_DOWN, f"cannot connect to {self.address}: {'; '.join(problems)}"
-        )
+                if attempt == len(self._servers) - 1:  # raised here: the OS error stays its context
+                    raise ConnectionLost(
+                        Status.LINK_DOWN,
+                        f"cannot connect to {self.address}: {'; '.join(problems)}",
+                    ) from None
+        raise AssertionError("unreachable: the last attempt raises")
 
     async def _handshake(self, link: _Link) -> None:
         # answer_batches: this client reads AnswerBatch frames (clients.pending.Requests.dispatch)
