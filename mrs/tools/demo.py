@@ -284,8 +284,8 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
         code, _ = trio.run(_run, console, bus, messages)
-        audit_dir = (
-            directory / "audit" if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-audit-"))
+        audit_dir = directory / "audit" if scratch else Path(
+            tempfile.mkdtemp(prefix="mrs-demo-audit-")
         )  # the report outlives the scratch directory
         return code or _audit(console, bus, audit_dir)
     finally:

@@ -11,8 +11,12 @@ handed out and not confirmed when the next active is killed comes back POSSDUPL.
 from __future__ import annotations
 
 import queue
+import re
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import trio
@@ -21,7 +25,7 @@ from clients import connect, instance_addresses, put_once
 from mrs.model import DeliveryMode, Status
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
-from tests.etcd_helpers import InstanceProcess, etcd, write_replicated_config
+from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicated_config
 
 __all__ = ["etcd"]  # the fixture, used by name
 
@@ -180,3 +184,39 @@ def test_planned_failover_and_status(instances) -> None:
     refused = run_mrs("failover", "--config", str(config), "NYC", "--to", "zz")
     assert refused.returncode == 2 and "no instance 'zz'" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def test_the_docs_example_survives_a_kill_of_the_active(etcd, tmp_path) -> None:
+    """docs/replication.md's example as a reader runs it (its bus on free ports, this
+    etcd), with the active SIGKILLed a third of the way through its puts."""
+    text = (EXAMPLES / "replicated.toml").read_text()
+    text = text.replace("http://127.0.0.1:2379", etcd.endpoint)
+    text = re.sub(r"127\.0\.0\.1:7[12]0\d", lambda _: f"127.0.0.1:{free_port()}", text)
+    config = tmp_path / f"docs_{tmp_path.name}.toml"
+    config.write_text(text)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        first = wait_active(processes, 30)
+        client = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "replicated_client.py"), str(config), "300"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == f"active: {first}"
+        assert "so far" in client.stdout.readline()
+        processes[first].kill()
+        output, _ = client.communicate(timeout=120)
+        assert client.returncode == 0
+        assert "300 puts answered" in output
+        assert "300 delivered, in order: True, POSSDUPL: 0" in output
+        assert f"active now: {first}" not in output
+    finally:
+        for process in processes.values():
+            process.terminate()

@@ -89,15 +89,8 @@ async def _put_phase(
         await monitors.after()
 
     failures.report("puts not stored")
-    return _put_result(
-        monitors,
-        connections,
-        tasks_per_connection,
-        target_group,
-        stored[0],
-        latencies,
-        failures.count,
-    )
+    return _put_result(monitors, connections, tasks_per_connection, target_group, stored[0],
+                       latencies, failures.count)
 
 
 def _put_result(

@@ -197,7 +197,9 @@ def _print_notes(console: Console, r: Result) -> None:
     """The lines under the table: fsync latency, commits per run, a dropped link,
     failures."""
     if r.kind == "fsync":
-        console.print(f"raw fsync mean latency: {_fmt(r.mean_latency_ms, 3)} ms ({r.count} fsyncs)")
+        console.print(
+            f"raw fsync mean latency: {_fmt(r.mean_latency_ms, 3)} ms ({r.count} fsyncs)"
+        )
     if r.kind == "server" and r.writer_delta:
         d = r.writer_delta
         where = f"group {r.dqf_group}: " if r.route == "cross-group" else ""
@@ -222,7 +224,8 @@ def _print_notes(console: Console, r: Result) -> None:
             )
     if r.failures:
         console.print(
-            f"[red]{r.name}: {r.failures} requests failed or puts were not stored (not counted)[/]"
+            f"[red]{r.name}: {r.failures} requests failed or puts were not stored "
+            "(not counted)[/]"
         )
 
 

@@ -47,8 +47,6 @@ from mrs.tools.journal.render import (
 
 TABLE_PAGE_ROWS = 500
 JSON_FLUSH_LINES = 2000
-
-
 @dataclass
 class Summary:
     """What a dump saw: the line an operator reads first."""
