@@ -10,7 +10,6 @@ handed out and not confirmed when the next active is killed comes back POSSDUPL.
 
 from __future__ import annotations
 
-import queue
 import re
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ import trio
 
 from clients import connect, instance_addresses, put_once
 from mrs.model import DeliveryMode, Status
+from sim.etcd import wait_active
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
 from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicated_config
@@ -49,22 +49,6 @@ def instances(etcd, tmp_path):
     yield processes
     for process in processes.values():
         process.terminate()
-
-
-def wait_active(processes: dict[str, InstanceProcess], timeout_s: float) -> str:
-    """The name of the instance that prints READY next (the new active)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for name, process in processes.items():
-            if process.process is None or process.process.poll() is not None:
-                continue
-            try:
-                line = process.lines.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if line.startswith("READY"):
-                return name
-    raise AssertionError(f"no instance became active within {timeout_s} s")
 
 
 async def wait_in_sync(client, names: set[str], timeout_s: float = 30.0) -> dict:
