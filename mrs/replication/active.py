@@ -156,6 +156,7 @@ class Active:
     async def _join(self, name: str) -> None:
         """`name` has every record: wait for it from now on, and record it in etcd."""
         self.stream.in_sync.add(name)
+        self.stream.release()  # it may hold the last answers held: they go now
         await self._set_in_sync(self.stream.in_sync, f"{name} caught up")
 
     async def _set_in_sync(self, replicas: set[str], why: str) -> None:
@@ -163,6 +164,7 @@ class Active:
         members = tuple(sorted({self.me.name, *replicas}))
         if await self.coordinator.set_in_sync(self.term, members):
             self.stream.in_sync = set(replicas)
+            self.stream.release()
             log.info("in sync in term %d: %s (%s)", self.term, ", ".join(members), why)
         else:
             log.warning("could not record the in-sync set %s in term %d", members, self.term)

@@ -12,6 +12,8 @@ import pytest
 
 from journals import JournalStore, WriteBatch
 from journals.keys import Journal
+from mrs.config.instance_types import InstanceConfig
+from mrs.replication.active import Active
 from mrs.replication.coordinator import (
     GroupState,
     MemoryCoordinator,
@@ -19,7 +21,7 @@ from mrs.replication.coordinator import (
     may_campaign,
 )
 from mrs.replication.replica import Replica, read_position
-from mrs.replication.stream import CommitStream
+from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import encode_batches
 
 
@@ -197,3 +199,35 @@ def test_records_after_says_when_a_full_copy_is_needed() -> None:
     stream.ack("b", 2)
     stream.seal([batch], [])  # trims what b has
     assert stream.records_after(0) is None  # no longer kept: a full copy
+
+
+async def test_a_replica_joining_releases_what_it_already_acknowledged(store) -> None:
+    """After a failover the first commit is held with nobody in sync; the replica that
+    acknowledges it and then joins the set releases it at once (not at the next commit,
+    which a lone sequential client would never send)."""
+    election = MemoryElection()
+    coordinator = MemoryCoordinator(election, "a")
+    term = await coordinator.campaign()
+    assert term is not None
+    answered: list[str] = []
+    stream = CommitStream(term, ("b", "c"), lambda dones: [d(None) for d in dones])
+    me, b, c = (
+        InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", 2, Path("/nowhere")) for name in "abc"
+    )
+    active = Active(
+        group_id=1,
+        me=me,
+        replicas=(b, c),
+        coordinator=coordinator,
+        term=term,
+        lease_ttl_s=5,
+        store=RecordingStore(store),
+        stream=stream,
+        on_step_down=lambda reason: None,
+    )
+    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")], [one_put("p", answered)])
+    assert stream.ack("b", 1)  # caught up: may join
+    assert answered == []
+    await active._join("b")
+    assert answered == ["p"]
+    assert election.in_sync == ("a", "b")
