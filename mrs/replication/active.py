@@ -68,6 +68,9 @@ class Active:
         self.connected: set[str] = set()
         self.stepped_down: str | None = None
         self._refused_handover: str | None = None
+        self._sync_lock = trio.Lock()
+        self.recorded: set[str] = set()
+        """The replicas etcd names as in sync (a subset of those waited for)."""
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -116,12 +119,12 @@ class Active:
         the chosen replica (or every one in sync) has every record, record only them
         as in sync, resign and step down; nothing is lost and nothing handed out is
         marked POSSDUPL that was not. False when `to` is not a replica in sync."""
-        if to and to not in self.stream.in_sync:
+        if to and to not in self.recorded:
             if self._refused_handover != to:
                 log.warning("failover to %s refused: not in sync", to)
                 self._refused_handover = to
             return False
-        chosen = {to} if to else set(self.stream.in_sync)
+        chosen = {to} if to else set(self.recorded)
         if not chosen:
             return False
         with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
@@ -129,9 +132,13 @@ class Active:
                 self.stream.acked.get(name, 0) < self.stream.number for name in chosen
             ):
                 await self.stream.released.wait()
-        members = tuple(sorted(chosen))
-        if not await self.coordinator.set_in_sync(self.term, members):
+        if any(self.stream.acked.get(name, 0) < self.stream.number for name in chosen):
+            log.warning("failover: %s not caught up in time; staying active", sorted(chosen))
             return False
+        members = tuple(sorted(chosen))
+        async with self._sync_lock:  # without this instance: only the chosen may campaign
+            if not await self._record_in_sync(chosen, "planned hand-over", with_me=False):
+                return False
         self.stream.answering = False
         await self.coordinator.resign()
         self.step_down(f"planned hand-over to {', '.join(members)}")
@@ -150,24 +157,28 @@ class Active:
         while True:
             await trio.sleep(_LAG_CHECK_S)
             for name in self.stream.laggards():
-                await self._set_in_sync(self.stream.in_sync - {name}, f"{name} lags")
-                self.stream.release()
+                async with self._sync_lock:
+                    if await self._record_in_sync(self.stream.in_sync - {name}, f"{name} lags"):
+                        self.stream.in_sync.discard(name)  # etcd first, then not waited for
+                        self.stream.release()
 
     async def _join(self, name: str) -> None:
         """`name` has every record: wait for it from now on, and record it in etcd."""
         self.stream.in_sync.add(name)
         self.stream.release()  # it may hold the last answers held: they go now
-        await self._set_in_sync(self.stream.in_sync, f"{name} caught up")
+        async with self._sync_lock:
+            await self._record_in_sync(self.stream.in_sync, f"{name} caught up")
 
-    async def _set_in_sync(self, replicas: set[str], why: str) -> None:
-        """Record the set in etcd first; the local set follows only when it was."""
-        members = tuple(sorted({self.me.name, *replicas}))
+    async def _record_in_sync(self, replicas: set[str], why: str, with_me: bool = True) -> bool:
+        """Write the set to etcd (under `_sync_lock`: one write at a time, each from
+        the set as it stands, so etcd never names a replica not waited for)."""
+        members = tuple(sorted({self.me.name, *replicas} if with_me else replicas))
         if await self.coordinator.set_in_sync(self.term, members):
-            self.stream.in_sync = set(replicas)
-            self.stream.release()
+            self.recorded = set(replicas)
             log.info("in sync in term %d: %s (%s)", self.term, ", ".join(members), why)
-        else:
-            log.warning("could not record the in-sync set %s in term %d", members, self.term)
+            return True
+        log.warning("could not record the in-sync set %s in term %d", members, self.term)
+        return False
 
     # --------------------------------------------------------------- the links
     async def _link_loop(self, replica: InstanceConfig) -> None:
@@ -264,7 +275,8 @@ class Active:
             records, size = self.stream.backlog(replica.name)
             replicas[replica.name] = {
                 "connected": replica.name in self.connected,
-                "in_sync": replica.name in self.stream.in_sync,
+                "in_sync": replica.name in self.recorded,
+                "waited_for": replica.name in self.stream.in_sync,
                 "acked": self.stream.acked.get(replica.name, 0),
                 "backlog_records": records,
                 "backlog_bytes": size,
