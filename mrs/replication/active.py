@@ -198,6 +198,11 @@ class Active:
                     await self._serve(replica.name, stream)
             except LINK_ERRORS as error:
                 log.info("replication link to %s lost: %s", replica.name, error)
+            except BaseExceptionGroup as group:  # from _serve's nursery (sender + acks)
+                _, rest = group.split(LINK_ERRORS)
+                if rest is not None:
+                    raise
+                log.info("replication link to %s lost: %s", replica.name, group.exceptions)
             finally:
                 self.connected.discard(replica.name)
             await trio.sleep(delay_s)
@@ -212,11 +217,13 @@ class Active:
             return
         pos_term, pos_number = answer.get("pos", (0, 0))
         frames = self.stream.records_after(pos_number) if pos_term == self.term else None
+        how = f"records {pos_number + 1}..{self.stream.number}"
         if frames is None:
             frames = self._full_copy()
+            how = f"a full copy at {self.stream.number}"
         cursor = self.stream.number
         self.connected.add(name)
-        log.info("replica %s at %s; sending from %d", name, (pos_term, pos_number), cursor)
+        log.info("replica %s at %s: sending %s", name, (pos_term, pos_number), how)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
             while True:

@@ -204,3 +204,31 @@ def test_the_docs_example_survives_a_kill_of_the_active(etcd, tmp_path) -> None:
     finally:
         for process in processes.values():
             process.terminate()
+
+
+def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instances) -> None:
+    """Kill a replica: the active drops it from the in-sync set (the lag bound) and
+    answers with the other; restarted with its data directory, it is sent only the
+    records it missed (no full copy) and is in sync again."""
+    active = wait_active(instances, 30)
+    replica = next(name for name in ("a", "b", "c") if name != active)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+    log = instances[replica].config_path.parent / f"{replica}.log"
+
+    async def scenario() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            await put_once(client, b"before", "ORDERS", "before")
+            instances[replica].kill()
+            for i in range(20):  # answered without the dead replica, after the lag bound
+                await put_once(client, b"m%d" % i, "ORDERS", f"m-{i}", within_s=15)
+            status = (await client.status())["replication"]["replicas"][replica]
+            assert not status["in_sync"] and status["backlog_records"] >= 20
+            copies_before = log.read_text().count("took a full copy")
+            instances[replica].start()
+            instances[replica].wait_for("REPLICA")
+            status = await wait_in_sync(client, {"a", "b", "c"})
+            assert status["replicas"][replica]["backlog_records"] == 0
+            assert log.read_text().count("took a full copy") == copies_before
+
+    trio.run(scenario)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
 from journals import JournalStore, WriteBatch
 from journals.keys import Journal
@@ -23,6 +24,7 @@ from mrs.replication.coordinator import (
 from mrs.replication.replica import Replica, read_position
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import encode_batches
+from tests.conftest import run_under_autojump_clock
 
 
 def commit(term: int, number: int, key: bytes) -> dict:
@@ -231,3 +233,81 @@ async def test_a_replica_joining_releases_what_it_already_acknowledged(store) ->
     await active._join("b")
     assert answered == ["p"]
     assert election.in_sync == ("a", "b")
+
+
+# ------------------------------------------------------------------ the lease
+
+
+class StallingCoordinator(MemoryCoordinator):
+    """etcd stops answering: a renewal never returns (a partition, not a refusal)."""
+
+    stalled = False
+
+    async def renew(self) -> bool:
+        if self.stalled:
+            await trio.sleep_forever()
+        return await super().renew()
+
+
+def lease_holder(store: JournalStore, coordinator: MemoryCoordinator, ttl_s: float) -> Active:
+    stream = CommitStream(coordinator.term, ("b", "c"), lambda dones: None)
+    me, b, c = (
+        InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", 2, Path("/nowhere")) for name in "abc"
+    )
+    return Active(
+        group_id=1,
+        me=me,
+        replicas=(b, c),
+        coordinator=coordinator,
+        term=coordinator.term,
+        lease_ttl_s=ttl_s,
+        store=RecordingStore(store),
+        stream=stream,
+        on_step_down=lambda reason: None,
+    )
+
+
+@pytest.mark.parametrize("fault", ["unreachable", "stalled"])
+def test_an_active_that_cannot_renew_stops_answering_before_the_lease_expires(
+    store: JournalStore, fault: str
+) -> None:
+    ttl_s = 6.0
+
+    async def scenario() -> None:
+        election = MemoryElection()
+        coordinator = StallingCoordinator(election, "a")
+        await coordinator.campaign()
+        active = lease_holder(store, coordinator, ttl_s)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(active._lease_loop)
+            await trio.sleep(3 * ttl_s)  # renewals go through
+            assert active.stepped_down is None
+            cut_s = trio.current_time()
+            if fault == "unreachable":
+                election.reachable = {"b", "c"}
+            else:
+                coordinator.stalled = True
+            with trio.fail_after(ttl_s):
+                while active.stepped_down is None:
+                    await trio.sleep(0.01)
+            stopped_s = trio.current_time() - cut_s
+            nursery.cancel_scope.cancel()
+        assert not active.stream.answering
+        # the last renewal was at most ttl/3 before the cut; the step-down comes at half
+        # the TTL after it: always before the lease can expire in etcd
+        assert stopped_s <= ttl_s * 0.5 + 0.1
+        assert stopped_s < ttl_s - ttl_s / 3
+
+    run_under_autojump_clock(scenario)
+
+
+async def test_an_active_whose_lease_expired_steps_down_at_once(store: JournalStore) -> None:
+    election = MemoryElection()
+    coordinator = MemoryCoordinator(election, "a")
+    await coordinator.campaign()
+    active = lease_holder(store, coordinator, 6.0)
+    election.expire("a")
+    await MemoryCoordinator(election, "b").campaign()  # b took over
+    with trio.fail_after(1):
+        await active._lease_loop()
+    assert active.stepped_down is not None and "lost" in active.stepped_down
