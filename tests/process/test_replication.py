@@ -232,3 +232,20 @@ def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instance
             assert log.read_text().count("took a full copy") == copies_before
 
     trio.run(scenario)
+
+
+def test_serve_names_the_instance_or_refuses_in_one_line(tmp_path) -> None:
+    """A replicated group is served one instance at a time, by name; an unreplicated
+    one has no instances to name. Refused before etcd is asked (none runs here)."""
+    config = write_replicated_config(tmp_path, "http://127.0.0.1:9", STANDARD_QUEUES)
+    for extra, expected in (
+        ([], "--instance: missing: group 1 is replicated (a, b, c)"),
+        (["--instance", "z"], "--instance: no instance 'z': group 1 is replicated (a, b, c)"),
+    ):
+        refused = run_mrs("serve", "--config", str(config), "--group", "1", *extra)
+        assert refused.returncode == 2, refused.stderr
+        assert expected in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g"\n')
+    refused = run_mrs("serve", "--config", str(plain), "--group", "1", "--instance", "a")
+    assert refused.returncode == 2 and "group 1 has no [[group.instance]]" in refused.stderr
