@@ -129,9 +129,10 @@ def write_replicated_config(directory: Path, endpoint: str, queues: str, ttl_s: 
 class InstanceProcess:
     """`mrs serve --instance NAME`; its stdout lines read by a thread, for `wait_for`."""
 
-    def __init__(self, config_path: Path, name: str) -> None:
+    def __init__(self, config_path: Path, name: str, group_id: int = 1) -> None:
         self.config_path = config_path
         self.name = name
+        self.group_id = group_id
         self.process: subprocess.Popen | None = None
         self.lines: queue.Queue[str] = queue.Queue()
         self.address = ""
@@ -142,7 +143,7 @@ class InstanceProcess:
         self.lines = queue.Queue()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mrs", "serve", "--config", str(self.config_path)]
-            + ["--group", "1", "--instance", self.name],
+            + ["--group", str(self.group_id), "--instance", self.name],
             stdout=subprocess.PIPE,
             stderr=log,
             stdin=subprocess.DEVNULL,

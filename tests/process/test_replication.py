@@ -21,8 +21,9 @@ import pytest
 import trio
 
 from clients import connect, instance_addresses, put_once
-from mrs.model import DeliveryMode, Status
+from mrs.model import DeliveryMode, Status, Uma
 from sim.etcd import wait_active
+from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
 from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicated_config
@@ -249,3 +250,52 @@ def test_serve_names_the_instance_or_refuses_in_one_line(tmp_path) -> None:
     plain.write_text('[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g"\n')
     refused = run_mrs("serve", "--config", str(plain), "--group", "1", "--instance", "a")
     assert refused.returncode == 2 and "group 1 has no [[group.instance]]" in refused.stderr
+
+
+def test_a_link_from_another_group_follows_the_active(etcd, tmp_path) -> None:
+    """Group 1 (unreplicated) dials replicated group 2 over their link: after group
+    2's active is SIGKILLed the link redials the new active, and every put group 1
+    answered reaches group 2's queue once, in order."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    text = config.read_text().replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"')
+    plain = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+    config = config.with_name(f"link_{tmp_path.name}.toml")
+    config.write_text(text + plain + STANDARD_QUEUES + "[[link]]\ngroups = [1, 2]\n")
+    instances = {name: InstanceProcess(config, name, group_id=2) for name in ("a", "b", "c")}
+    nyc = GroupProcess(config, 1)
+    try:
+        for process in instances.values():
+            process.start()
+        first = wait_active(instances, 30)
+        nyc_address = nyc.start()
+
+        async def scenario() -> list[bytes]:
+            async with connect(nyc_address, "SENDER") as sender:
+                for i in range(10):
+                    if i == 5:
+                        instances[first].kill()
+                    psb = await put_once(
+                        sender, b"x%d" % i, "2.10", f"x-{i}", within_s=60, uma=Uma.SAF
+                    )
+                    # stored at group 2, or in group 1's SAF while the link is down
+                    assert psb.delivery_status in (Status.STORED, Status.SAF_FORCED) or (
+                        psb.uma_status == Status.SAF_SUCCESS
+                    ), psb
+            others = {n: p for n, p in instances.items() if n != first}
+            await trio.to_thread.run_sync(wait_active, others, FAILOVER_S_MAX)
+            bodies = []
+            async with connect(instance_addresses(config, "LDN"), "ORDERS") as receiver:
+                for _ in range(10):
+                    message = await receiver.get(timeout=30)
+                    assert message.delivery_status != Status.POSSDUPL
+                    bodies.append(message.body)
+                    await receiver.confirm(message.seq)
+                with pytest.raises(Exception):  # noqa: B017 - nothing more: NOMOREMSG
+                    await receiver.get(timeout=1)
+            return bodies
+
+        assert trio.run(scenario) == [b"x%d" % i for i in range(10)]
+    finally:
+        nyc.terminate()
+        for process in instances.values():
+            process.terminate()
