@@ -4,7 +4,8 @@
     python benchmarks/replication.py --seconds 10 --tasks 8 64
 
 Starts etcd (single member, free ports), then for each task count measures durable
-WF_DQF puts per second and their latency (p50/p99) against:
+WF_DQF puts per second and their latency (p50/p99), then messages per second taken
+through put -> get -> confirm, against:
 
 - one unreplicated `mrs serve` (real LMDB, fsync), and
 - a replicated group: three `mrs serve --instance` processes on this machine (each
@@ -68,12 +69,46 @@ async def put_for(
         return len(latencies) / (time.perf_counter() - started_s), latencies
 
 
+async def through_for(address: str | list[str], seconds: float, tasks: int) -> float:
+    """Messages per second taken all the way: WF_DQF put, get, confirm (`tasks`
+    putters, one consumer confirming each message, on one connection)."""
+    confirmed = 0
+    async with connect(address, "ORDERS") as client:
+        body = b"x" * 256
+
+        async def putter() -> None:
+            while True:
+                await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF)
+
+        async def consumer() -> None:
+            nonlocal confirmed
+            while True:
+                message = await client.get()
+                await client.confirm(message.seq)
+                confirmed += 1
+
+        started_s = time.perf_counter()
+        with trio.move_on_after(seconds):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(consumer)
+                for _ in range(tasks):
+                    nursery.start_soon(putter)
+        return confirmed / (time.perf_counter() - started_s)
+
+
+async def both_shapes(
+    address: str | list[str], seconds: float, tasks: int
+) -> tuple[float, list[float], float]:
+    rate, latencies = await put_for(address, seconds, tasks)
+    return rate, latencies, await through_for(address, seconds, tasks)
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
-def unreplicated(directory: Path, seconds: float, tasks: int) -> tuple[float, list[float]]:
+def unreplicated(directory: Path, seconds: float, tasks: int) -> tuple[float, list[float], float]:
     directory.mkdir(parents=True)
     (directory / "bus.toml").write_text(
         '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n' + QUEUES
@@ -81,14 +116,14 @@ def unreplicated(directory: Path, seconds: float, tasks: int) -> tuple[float, li
     server = GroupProcess(directory / "bus.toml", 1)
     address = server.start()
     try:
-        return trio.run(put_for, address, seconds, tasks)
+        return trio.run(both_shapes, address, seconds, tasks)
     finally:
         server.terminate()
 
 
 def replicated(
     directory: Path, endpoint: str, seconds: float, tasks: int
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], float]:
     config = write_replicated_config(directory, endpoint, QUEUES)
     config = config.rename(config.with_name(f"bench_{directory.name}.toml"))
     processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
@@ -97,7 +132,7 @@ def replicated(
             process.start()
         active = wait_active(processes, 30)
 
-        async def measured() -> tuple[float, list[float]]:
+        async def measured() -> tuple[float, list[float], float]:
             async with connect(processes[active].address, None) as client:
                 with trio.fail_after(30):  # both replicas in sync first
                     while not all(
@@ -105,7 +140,7 @@ def replicated(
                         for r in (await client.status())["replication"]["replicas"].values()
                     ):
                         await trio.sleep(0.1)
-            return await put_for(processes[active].address, seconds, tasks)
+            return await both_shapes(processes[active].address, seconds, tasks)
 
         return trio.run(measured)
     finally:
@@ -124,8 +159,10 @@ def main() -> None:
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         for tasks in args.tasks:
-            rate_one, lat_one = unreplicated(scratch / f"u{tasks}", args.seconds, tasks)
-            rate_three, lat_three = replicated(
+            rate_one, lat_one, through_one = unreplicated(
+                scratch / f"u{tasks}", args.seconds, tasks
+            )
+            rate_three, lat_three, through_three = replicated(
                 scratch / f"r{tasks}", etcd.endpoint, args.seconds, tasks
             )
             for label, rate, lat in (
@@ -138,6 +175,10 @@ def main() -> None:
                     f"p99 {1000 * percentile(lat, 0.99):6.2f} ms"
                 )
             print(f"{tasks:3d} tasks  ratio replicated/unreplicated: {rate_three / rate_one:.2f}")
+            print(
+                f"{tasks:3d} tasks  put->get->confirm: unreplicated {through_one:.0f}/s, "
+                f"replicated {through_three:.0f}/s, ratio {through_three / through_one:.2f}"
+            )
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
         etcd.stop()
