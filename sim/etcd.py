@@ -115,6 +115,7 @@ def write_replicated_config(directory: Path, endpoint: str, queues: str, ttl_s: 
             [coordinator]
             etcd = ["{endpoint}"]
             lease_ttl_s = {ttl_s}
+            prefix = "/mrs/{directory.name}"
 
             [[group]]
             id = 1

@@ -34,3 +34,6 @@ class CoordinatorConfig:
 
     etcd: tuple[str, ...]
     lease_ttl_s: int = REPLICATION_LEASE_TTL_S_DEFAULT
+    prefix: str = "/mrs"
+    """Where the bus's keys live in etcd: `<prefix>/<group id>/...`. Two buses that
+    share one etcd need two prefixes (the same group id would be one leadership)."""

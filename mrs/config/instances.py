@@ -9,6 +9,7 @@ naming the key.
     [coordinator]                  # the bus's etcd, needed by any replicated group
     etcd = ["http://127.0.0.1:2379"]
     lease_ttl_s = 5                # optional: the active's lease
+    prefix = "/mrs"                # optional: the bus's keys in etcd (one per bus)
 
     [[group.instance]]             # three per replicated group (or none)
     name = "a"
@@ -36,7 +37,7 @@ from mrs.limits import (
 __all__ = ["CoordinatorConfig", "InstanceConfig", "parse_coordinator", "parse_instances"]
 
 _INSTANCE_KEYS = frozenset({"name", "listen", "replication", "data_dir"})
-_COORDINATOR_KEYS = frozenset({"etcd", "lease_ttl_s"})
+_COORDINATOR_KEYS = frozenset({"etcd", "lease_ttl_s", "prefix"})
 LEASE_TTL_S_MAX = 3600
 
 
@@ -67,7 +68,15 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
         high=LEASE_TTL_S_MAX,
         default=REPLICATION_LEASE_TTL_S_DEFAULT,
     )
-    return CoordinatorConfig(etcd=tuple(e.rstrip("/") for e in endpoints), lease_ttl_s=ttl_s)
+    prefix = reader.string(raw, "prefix", "coordinator") if "prefix" in raw else "/mrs"
+    if not prefix.startswith("/") or prefix.endswith("/") or " " in prefix:
+        reader.fail(
+            "coordinator.prefix",
+            f'must be a key path like "/mrs/prod" (no trailing /), got {prefix!r}',
+        )
+    return CoordinatorConfig(
+        etcd=tuple(e.rstrip("/") for e in endpoints), lease_ttl_s=ttl_s, prefix=prefix
+    )
 
 
 def parse_instances(

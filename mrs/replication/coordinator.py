@@ -88,7 +88,7 @@ class CoordinatorUnavailable(Exception):
 
 
 class EtcdCoordinator:
-    """Leadership of one group in etcd under `/mrs/<bus>/<group id>/`."""
+    """Leadership of one group in etcd under `<prefix>/<group id>/`."""
 
     def __init__(self, client: EtcdClient, prefix: str, name: str, ttl_s: int) -> None:
         self.client = client
@@ -182,8 +182,9 @@ def _sync_value(term: int, members: tuple[str, ...]) -> bytes:
     return json.dumps({"term": term, "members": sorted(members)}).encode()
 
 
-def etcd_prefix(bus_name: str, group_id: int) -> str:
-    return f"/mrs/{bus_name}/{group_id}"
+def etcd_prefix(bus_prefix: str, group_id: int) -> str:
+    """One group's keys: `<[coordinator] prefix>/<group id>`."""
+    return f"{bus_prefix}/{group_id}"
 
 
 # ------------------------------------------------------------------------ memory

@@ -59,7 +59,7 @@ async def serve_instance(
     assert bus.coordinator is not None  # the config refuses instances without one
     client = EtcdClient(bus.coordinator.etcd)
     coordinator = EtcdCoordinator(
-        client, etcd_prefix(bus.path.stem, group_id), name, bus.coordinator.lease_ttl_s
+        client, etcd_prefix(bus.coordinator.prefix, group_id), name, bus.coordinator.lease_ttl_s
     )
     runner = InstanceRunner(bus, group, me, coordinator, options or ServeOptions())
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -3,7 +3,7 @@ group's active instance.
 
 Why through etcd and not a request to the active: the active already reads etcd every
 TTL / 3 to renew its lease, so the request is one key it finds there
-(`/mrs/<bus>/<group>/failover`); no new protocol event, and it works whichever
+(`<prefix>/<group id>/failover`); no new protocol event, and it works whichever
 instance is active. The active then waits until every answer it holds is out and the
 chosen replica has every record, records only that replica as in sync, resigns and
 steps down (mrs.replication.active.Active.hand_over); the replica wins the next term
@@ -68,7 +68,7 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
 
     coordinator = EtcdCoordinator(
         EtcdClient(bus.coordinator.etcd),
-        etcd_prefix(bus.path.stem, group.id),
+        etcd_prefix(bus.coordinator.prefix, group.id),
         "mrs-failover",
         bus.coordinator.lease_ttl_s,
     )

@@ -81,3 +81,13 @@ def test_group_without_instances_is_unreplicated(tmp_path: Path) -> None:
     config = parse_config(text, tmp_path / "bus.toml")
     assert config.group(1).instances == ()
     assert config.coordinator is None
+
+
+def test_coordinator_prefix(tmp_path: Path) -> None:
+    three = instance("a", 7001) + instance("b", 7002) + instance("c", 7003)
+    config = parse_config(bus(three), tmp_path / "bus.toml")
+    assert config.coordinator is not None and config.coordinator.prefix == "/mrs"
+    chosen = bus(three, COORDINATOR + 'prefix = "/mrs/prod"\n')
+    coordinator = parse_config(chosen, tmp_path / "bus.toml").coordinator
+    assert coordinator is not None and coordinator.prefix == "/mrs/prod"
+    assert "coordinator.prefix" in refused(bus(three, COORDINATOR + 'prefix = "mrs/"\n'), tmp_path)
