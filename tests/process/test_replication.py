@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -298,4 +299,36 @@ def test_a_link_from_another_group_follows_the_active(etcd, tmp_path) -> None:
     finally:
         nyc.terminate()
         for process in instances.values():
+            process.terminate()
+
+
+def test_metrics_show_each_replica(etcd, tmp_path) -> None:
+    """The active's Prometheus endpoint has the term and each replica's in-sync
+    state, link and backlog."""
+    port = free_port()
+    ops = f'[group.ops]\nmetrics_listen = "127.0.0.1:{port}"\n'
+    config = write_replicated_config(tmp_path, etcd.endpoint, ops + STANDARD_QUEUES)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        active = wait_active(processes, 30)
+
+        async def in_sync() -> None:
+            async with connect(instance_addresses(config, "NYC"), None) as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(in_sync)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        assert re.search(r"^mrs_replication_term\{[^}]*\} 1\.0$", text, re.MULTILINE)
+        for name in {"a", "b", "c"} - {active}:
+            for metric, value in (("in_sync", "1.0"), ("link_up", "1.0")):
+                line = rf'^mrs_replication_{metric}\{{[^}}]*instance="{name}"[^}}]*\}} {value}$'
+                assert re.search(line, text, re.MULTILINE), (metric, name)
+            assert re.search(
+                rf'^mrs_replication_backlog_records\{{[^}}]*instance="{name}"', text, re.MULTILINE
+            )
+    finally:
+        for process in processes.values():
             process.terminate()
