@@ -323,7 +323,7 @@ REPLICATION_LEASE_TTL_S_DEFAULT = 5
 renewal ([coordinator] lease_ttl_s)."""
 REPLICATION_LEASE_TTL_S_MIN = 2
 """etcd grants no shorter lease that renewals can keep alive reliably."""
-REPLICATION_RENEW_FRACTION_DEFAULT = 3
+REPLICATION_RENEW_FRACTION_DEFAULT = 4
 """The active renews its lease every TTL / this."""
 REPLICATION_STEP_DOWN_FRACTION_DEFAULT = 0.5
 """An active that has not renewed for this fraction of the TTL stops answering, well

@@ -96,7 +96,7 @@ class EtcdServer:
             self.process.wait()
 
 
-def write_replicated_config(directory: Path, endpoint: str, queues: str, ttl_s: int = 2) -> Path:
+def write_replicated_config(directory: Path, endpoint: str, queues: str, ttl_s: int = 3) -> Path:
     """A one-group bus of three instances (a, b, c) on free ports."""
     directory.mkdir(parents=True, exist_ok=True)
     instances = "".join(

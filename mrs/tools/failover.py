@@ -2,7 +2,7 @@
 group's active instance.
 
 Why through etcd and not a request to the active: the active already reads etcd every
-TTL / 3 to renew its lease, so the request is one key it finds there
+TTL / 4 to renew its lease, so the request is one key it finds there
 (`<prefix>/<group id>/failover`); no new protocol event, and it works whichever
 instance is active. The active then waits until every answer it holds is out and the
 chosen replica has every record, records only that replica as in sync, resigns and

@@ -32,7 +32,7 @@ from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicate
 __all__ = ["etcd"]  # the fixture, used by name
 
 FAILOVER_S_MAX = 15.0
-"""A replica answers this long after the active was killed at most (lease 2 s)."""
+"""A replica answers this long after the active was killed at most (lease 3 s)."""
 PUTS = 120
 KILL_AFTER = 40
 

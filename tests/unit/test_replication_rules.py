@@ -293,10 +293,10 @@ def test_an_active_that_cannot_renew_stops_answering_before_the_lease_expires(
             stopped_s = trio.current_time() - cut_s
             nursery.cancel_scope.cancel()
         assert not active.stream.answering
-        # the last renewal was at most ttl/3 before the cut; the step-down comes at half
+        # the last renewal was at most ttl/4 before the cut; the step-down comes at half
         # the TTL after it: always before the lease can expire in etcd
         assert stopped_s <= ttl_s * 0.5 + 0.1
-        assert stopped_s < ttl_s - ttl_s / 3
+        assert stopped_s < ttl_s - ttl_s / 4
 
     run_under_autojump_clock(scenario)
 
