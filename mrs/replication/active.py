@@ -85,7 +85,8 @@ class Active:
             return
         self.stepped_down = reason
         self.stream.answering = False
-        log.critical("instance %s steps down from term %d: %s", self.me.name, self.term, reason)
+        level = logging.INFO if reason.startswith("planned") else logging.CRITICAL
+        log.log(level, "instance %s steps down from term %d: %s", self.me.name, self.term, reason)
         self.on_step_down(reason)
 
     # ------------------------------------------------------------------ the lease
