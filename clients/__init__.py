@@ -10,7 +10,7 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
 import journals  # noqa: F401 - first: it decides whether the compiled hot path is used
 from clients.auth import ClientCredentials
 from clients.batch import PutItem
-from clients.connecting import connect
+from clients.connecting import connect, instance_addresses, put_once
 from clients.connection import Client, JournalEvent
 from clients.errors import (
     BadParameter,
@@ -95,6 +95,8 @@ __all__ = [
     "TooManyUnconfirmed",
     "Uma",
     "connect",
+    "instance_addresses",
+    "put_once",
     "connect_sync",
     "open_journal",
     "tls_context",

@@ -4,7 +4,7 @@ tasks (connection loops, reconnects, the SAF journal writer) and closes it."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +15,7 @@ from clients.auth import ClientCredentials, authenticating_opener, default_crede
 from clients.connection import Client
 from clients.errors import ConnectionLost, MrsError
 from clients.reconnect import Reconnect
+from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
 from clients.tls import default_tls, tls_opener
 from mrs.limits import (
@@ -22,7 +23,7 @@ from mrs.limits import (
     CLIENT_SAF_MESSAGES_MAX_DEFAULT,
     HEARTBEAT_S_DEFAULT,
 )
-from mrs.model import Address, Status
+from mrs.model import Address, Psb, Status
 
 if TYPE_CHECKING:
     from clients.link import _Link
@@ -33,7 +34,7 @@ RECONNECT_DEFAULT = Reconnect()
 
 @asynccontextmanager
 async def connect(
-    address: str,
+    address: str | Sequence[str],
     queue: str | Address | None,
     *,
     program: str = "mrs-client",
@@ -50,6 +51,10 @@ async def connect(
     credentials: ClientCredentials | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
+
+    address: HOST:PORT, or a replicated group's instance addresses (a list, or
+    "H1:P1,H2:P2,H3:P3"; `instance_addresses` reads them from the bus config): tried in
+    turn on connect and on every reconnect, so the client follows the active.
 
     queue=None connects without attaching (enough for `status()`).
     reconnect: the backoff policy for reconnecting after a drop; None switches it off
@@ -72,6 +77,8 @@ async def connect(
     Long because the signature and this docstring name every option; the body is
     four steps: the stream opener, the journal, the first link, the background tasks.
     """
+    if not isinstance(address, str):
+        address = ",".join(address)
     tls = tls if tls is not None else default_tls()
     if tls is not None and open_stream is None:
         open_stream = tls_opener(tls, tls_server_name)
@@ -133,6 +140,38 @@ async def _first_link(client: Client, journal: ClientJournal | None) -> _Link | 
         if journal is None or refused.status != Status.QUEUE_BUSY:
             raise
         return None
+
+
+async def put_once(
+    client: Client, body: bytes, target: str | Address, key: str, *, within_s: float = 60.0, **put
+) -> Psb:
+    """A put stored exactly once however often the connection drops before its answer
+    (a failover of a replicated group): it carries the idempotency key `key`, and a put
+    whose answer was lost (PutOutcomeUnknown) or that found no connection is re-sent
+    under the same key once the client has reconnected (to whichever instance is
+    active), until answered or `within_s` has passed. The group stores the first copy
+    and answers a re-sent one with the first copy's seq (mrs.group.idempotency)."""
+    headers = {**(put.pop("headers", None) or {}), IDEMPOTENCY_HEADER: key}
+    with trio.fail_after(within_s):
+        while True:
+            try:
+                return await client.put(body, target, headers=headers, **put)
+            except ConnectionLost as lost:
+                if lost.status != Status.LINK_DOWN:
+                    raise
+            await client.wait_connected()
+
+
+def instance_addresses(config: str | Path, group: str | int) -> list[str]:
+    """The client addresses of a group's instances in the bus config at `config` (the
+    group's one address when it is not replicated), for `connect`."""
+    from mrs.config.bus import load_config
+
+    bus = load_config(config)
+    found = bus.group(group) if isinstance(group, int) else bus.group_by_name(group)
+    if not found.instances:
+        return [f"{found.listen_host}:{found.listen_port}"]
+    return [instance.listen for instance in found.instances]
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

@@ -70,7 +70,9 @@ class Dialer:
         server: Server,
     ) -> None:
         self.address = dialing.address
-        self._host, self._port = _split_address(dialing.address)
+        self._servers = [_split_address(one) for one in dialing.address.split(",")]
+        """A replicated group's instances (comma-separated): tried in turn from the
+        one that answered last, since only the active listens (docs/replication.md)."""
         self._queue_text = dialing.queue_text
         self._program = dialing.program
         self._connect_timeout_s = dialing.connect_timeout_s
@@ -84,13 +86,7 @@ class Dialer:
 
     async def open(self) -> _Link:
         """Dial, handshake and attach. ConnectionLost if unreachable; MrsError if refused."""
-        try:
-            with trio.fail_after(self._connect_timeout_s):
-                stream = await self._open_stream(self._host, self._port)
-        except (OSError, trio.TooSlowError) as error:
-            raise ConnectionLost(
-                Status.LINK_DOWN, f"cannot connect to {self.address}: {error}"
-            ) from None
+        stream = await self._dial()
         link = _Link(stream, wire.Connection("client", frame_bytes_max=CLIENT_FRAME_BYTES_MAX))
         try:
             with trio.fail_after(self._connect_timeout_s):
@@ -111,6 +107,24 @@ class Dialer:
             await trio.aclose_forcefully(stream)
             raise
         return link
+
+    async def _dial(self) -> trio.abc.Stream:
+        """A stream to the first server that takes the connection, in turn."""
+        problems = []
+        for attempt in range(len(self._servers)):
+            host, port = self._servers[0]
+            try:
+                with trio.fail_after(self._connect_timeout_s):
+                    return await self._open_stream(host, port)
+            except (OSError, trio.TooSlowError) as error:
+                problems.append(str(error))
+                self._servers.append(self._servers.pop(0))
+                if attempt == len(self._servers) - 1:  # raised here: the OS error stays its context
+                    raise ConnectionLost(
+                        Status.LINK_DOWN,
+                        f"cannot connect to {self.address}: {'; '.join(problems)}",
+                    ) from None
+        raise AssertionError("unreachable: the last attempt raises")
 
     async def _handshake(self, link: _Link) -> None:
         # answer_batches: this client reads AnswerBatch frames (clients.pending.Requests.dispatch)

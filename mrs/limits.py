@@ -374,3 +374,40 @@ SELECT_SCAN_MESSAGES_MAX = 10_000
 """Messages a selective get looks at when its keys are not indexed (source, ne, an
 ordering key) or the index is incomplete: it answers from those it saw, never reads
 more per get."""
+# ------------------------------------------------------------------ replicated groups
+REPLICATION_INSTANCES_MIN = 3
+"""A replicated group has this many instances at least (one active, two replicas: a
+majority of three survives the loss of one); one instance is an unreplicated group."""
+REPLICATION_LEASE_TTL_S_DEFAULT = 5
+"""The active's etcd lease: another instance may take over this long after the last
+renewal ([coordinator] lease_ttl_s)."""
+REPLICATION_LEASE_TTL_S_MIN = 2
+"""etcd grants no shorter lease that renewals can keep alive reliably."""
+REPLICATION_RENEW_FRACTION_DEFAULT = 4
+"""The active renews its lease every TTL / this."""
+REPLICATION_STEP_DOWN_FRACTION_DEFAULT = 0.5
+"""An active that has not renewed for this fraction of the TTL stops answering, well
+before the lease can expire and a replica be promoted."""
+REPLICATION_BACKLOG_BYTES_MAX = 64 << 20
+"""Bytes of commits a replica has not acknowledged at most: beyond, it leaves the
+in-sync set (unless it is the last one) and catches up from a full copy later."""
+REPLICATION_BACKLOG_RECORDS_MAX = 100_000
+"""Commits a replica has not acknowledged at most (same rule as the bytes)."""
+REPLICATION_FRAME_BYTES_MAX = 256 << 20
+"""One replication frame (a commit, or a slice of a full copy) at most."""
+REPLICATION_COPY_SLICE_BYTES = 4 << 20
+"""A full copy goes to a replica in slices of about this many bytes."""
+REPLICATION_DIAL_S_MIN = 0.05
+"""The active redials a replica after this long at first..."""
+REPLICATION_DIAL_S_MAX = 1.0
+"""...doubling up to this."""
+REPLICATION_POLL_S = 0.2
+"""A replica looks at the leader key in etcd this often (no watch on the gateway)."""
+REPLICATION_ETCD_TIMEOUT_S = 2.0
+"""One request to etcd at most, before the next endpoint is tried."""
+REPLICATION_LAG_S_MAX = 1.0
+"""An in-sync replica that has not acknowledged a held commit this long after it was
+sealed leaves the in-sync set (unless it is the last one)."""
+REPLICATION_HANDOVER_WAIT_S = 5.0
+"""A planned switch-over (`mrs failover`) waits this long at most for the answers held
+to be released and the chosen replica to have every record, before it resigns."""

@@ -13,6 +13,7 @@ from typing import Any
 from mrs.config.auth import parse_auth
 from mrs.config.fields import FieldReader, _describe, _join, _toml_list
 from mrs.config.guards import parse_guards
+from mrs.config.instances import parse_coordinator, parse_instances
 from mrs.config.ops import parse_ops
 from mrs.config.schema import (
     DEAD_LETTER_QUEUE_CONFIG,
@@ -40,10 +41,10 @@ from mrs.limits import (
 )
 from mrs.model import DEAD_LETTER_QUEUE
 
-_TOP_KEYS = frozenset({"group", "link", "protection", "auth"})
+_TOP_KEYS = frozenset({"group", "link", "protection", "auth", "coordinator"})
 _GROUP_KEYS = frozenset(
     {"id", "name", "listen", "data_dir", "pcj_default", "dead_letter_queue", "limits", "queue"}
-    | {"guards", "dead_letter_queue_recoverable", "ops", "tls"}
+    | {"guards", "dead_letter_queue_recoverable", "ops", "tls", "instance"}
 )
 _GROUP_REQUIRED = ("id", "name", "listen", "data_dir")
 _LIMITS_KEYS = frozenset(
@@ -110,16 +111,33 @@ class _Parser(FieldReader):
         auth = parse_auth(document.get("auth"), self.path.absolute().parent)
         if isinstance(auth, tuple):
             self.fail(_join("auth", auth[0]), auth[1])
+        coordinator = parse_coordinator(self, document)
+        for i, group in enumerate(groups):
+            if group.instances and coordinator is None:
+                self.fail(
+                    f"group[{i}].instance",
+                    "a replicated group needs [coordinator] etcd = [...] (its leadership)",
+                )
         return BusConfig(
-            path=self.path.absolute(), groups=final, links=links, protection=protection, auth=auth
+            path=self.path.absolute(),
+            groups=final,
+            links=links,
+            protection=protection,
+            auth=auth,
+            coordinator=coordinator,
         )
 
     def group(self, raw: dict[str, Any], where: str) -> GroupConfig:
-        self.check_keys(raw, where, _GROUP_KEYS, _GROUP_REQUIRED)
+        instances = parse_instances(self, raw, where)
+        required = _GROUP_REQUIRED if not instances else ("id", "name")
+        self.check_keys(raw, where, _GROUP_KEYS, required)
         group_id = self.integer(raw, "id", where, low=GROUP_ID_MIN, high=GROUP_ID_MAX)
         name = self.name(raw, "name", where)
-        host, port = self.host_port(raw, "listen", where, port_min=0)
-        data_dir = self.data_dir(raw, where)
+        if "listen" in raw or not instances:
+            host, port = self.host_port(raw, "listen", where, port_min=0)
+        else:  # a replicated group: where a single address is wanted, the first instance
+            host, port = instances[0].listen_host, instances[0].listen_port
+        data_dir = self.data_dir(raw, where) if "data_dir" in raw else instances[0].data_dir
         pcj_default = self.boolean(raw, "pcj_default", where, default=False)
         limits = self.limits(raw, where)
         raw_queues = self.tables(raw, "queue", where)
@@ -147,6 +165,7 @@ class _Parser(FieldReader):
             guards=guards,
             ops=parse_ops(self, raw, where, limits.journal_bytes_max),
             tls=parse_tls(self, raw, where),
+            instances=instances,
         )
 
     def limits(self, group: dict[str, Any], group_where: str) -> Limits:

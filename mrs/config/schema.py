@@ -16,6 +16,7 @@ from typing import Any
 
 from mrs.config.auth import AuthConfig
 from mrs.config.guards import Guards
+from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
 from mrs.config.ops import OpsConfig
 from mrs.config.tls import TlsConfig
 from mrs.errors import OperatorError
@@ -115,6 +116,16 @@ class GroupConfig:
     """Metrics, web view, journal warnings and growth, PCJ retention (mrs.config.ops)."""
     tls: TlsConfig | None = None
     """[group.tls]: TLS on the port and links (mrs.security.tls); None: plaintext."""
+    instances: tuple[InstanceConfig, ...] = ()
+    """[[group.instance]] (mrs.config.instances): () = one unreplicated instance."""
+
+    def instance(self, name: str) -> InstanceConfig:
+        """The instance called `name`; LookupError if the group has none of that name."""
+        for instance in self.instances:
+            if instance.name == name:
+                return instance
+        known = ", ".join(i.name for i in self.instances) or "none"
+        raise LookupError(f"group {self.id} ({self.name}) has no instance {name!r} ({known})")
 
     def queue_by_name(self, name: str) -> QueueConfig:
         """The queue called `name` (exact, case-sensitive); LookupError if none."""
@@ -167,6 +178,8 @@ class BusConfig:
     """The message protection policy file (mrs.protection.policy), if any."""
     auth: AuthConfig | None = None
     """[auth] (mrs.config.auth): None = every connection trusted (the default)."""
+    coordinator: CoordinatorConfig | None = None
+    """[coordinator] (mrs.config.instances): the etcd of replicated groups."""
 
     def group(self, group_id: int) -> GroupConfig:
         """The group with id `group_id`; LookupError if it is not configured."""

@@ -30,6 +30,7 @@ from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT
 from mrs.model import Status, status_of
 from mrs.ops.http_endpoint import Response, serve_http
+from mrs.ops.replication_metrics import replication_metrics
 
 if TYPE_CHECKING:
     from mrs.ops.group_ops import GroupOps
@@ -204,6 +205,7 @@ class _StatusCollector:
         yield conn
         yield from _link_metrics(group, status.get("links") or {})
         yield from _queue_metrics(group, status.get("queues") or {})
+        yield from replication_metrics(group, status.get("replication") or {})
 
 
 def _gauge(name: str, help_text: str, group: str, value: float) -> GaugeMetricFamily:

@@ -49,6 +49,7 @@ from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.native import loader as native
 from mrs.ops.admin_actions import AdminActions
 from mrs.ops.group_ops import GroupOps
+from mrs.replication.stream import ReplicatedWriter
 from mrs.security import session_auth
 from mrs.security.tls import tls_network
 from mrs.server import gc_tuning, startup
@@ -85,6 +86,7 @@ class GroupServer:
         guarantees: Guarantees = KEPT,
         writer_kind: str = "inline",
         fault_file: Path | None = None,
+        replicated_writer: Callable[..., ReplicatedWriter] | None = None,
     ) -> None:
         self.bus = bus
         self.config = group_config
@@ -98,6 +100,10 @@ class GroupServer:
         self.writer_kind = writer_kind
         """Where commits run: "inline" on the event loop between request rounds, or
         "thread" (a long-lived writer thread). See the module docstring for why."""
+        self.replicated_writer = replicated_writer
+        """An active instance of a replicated group (mrs.server.instance): makes the
+        writer from (store, wake, deliver); None: the plain writer, unreplicated."""
+        self.replication_status: Callable[[], dict] | None = None
         self.crashed = False
         """Set by a simulation before cancelling run(): skip the graceful shutdown, so
         what was not committed is lost, as in a SIGKILL."""
@@ -150,7 +156,7 @@ class GroupServer:
         self.group = Group(
             self.bus,
             self.config,
-            self.store,
+            writer.recording if isinstance(writer, ReplicatedWriter) else self.store,
             writer,
             self.timers,
             clock_ns=self.clock_ns,
@@ -263,6 +269,7 @@ class GroupServer:
                 "handshakes_in_progress": self.handshakes.in_progress(),
                 "unfinished_frame_bytes": self.partial_frames.total_bytes,
             },
+            **({"replication": self.replication_status()} if self.replication_status else {}),
         }
 
     async def _bind(self) -> list[trio.SocketListener] | None:
@@ -280,6 +287,10 @@ class GroupServer:
             token = trio.lowlevel.current_trio_token()
             return GroupCommitWriter(self.store, token.run_sync_soon)
         self._commit_wanted = trio.Event()
+        if self.replicated_writer is not None:
+            return self.replicated_writer(
+                self.store, lambda: self._commit_wanted.set(), self._deliver
+            )
         return InlineWriter(self.store, lambda: self._commit_wanted.set())
 
     async def _commit_loop(self, writer: InlineWriter) -> None:
@@ -327,9 +338,16 @@ class GroupServer:
 
     def _commit(self, writer: InlineWriter) -> None:
         """Commit what is pending, then hand the answers it made to the sockets."""
+        self._answer(writer.commit_pending)
+
+    def _deliver(self, dones: list[Callable[[JournalError | None], None]]) -> None:
+        """A replicated commit is durable on the in-sync replicas: its answers now."""
+        self._answer(lambda: [done(None) for done in dones])
+
+    def _answer(self, run: Callable[[], object]) -> None:
         assert self.group is not None  # the commit loop runs once the group exists
         with self.group.answers_held():
-            writer.commit_pending()
+            run()
         answered = self.answered_sessions
         assert answered is not None  # the inline writer's commits run here
         for session in answered:  # the answers go out now, not at the send loops' turn

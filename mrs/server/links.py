@@ -20,6 +20,7 @@ from mrs.group.link_session import PeerLink
 from mrs.security import session_auth
 from mrs.security.authority import Authority
 from mrs.security.tls import check_link_peer
+from mrs.server.instance_dial import InstancesNetwork
 from mrs.server.session import ServerSession
 from mrs.transport.network import Network
 
@@ -72,9 +73,17 @@ class PeerLinks:
                     port,
                     self.config.id,
                     self.frame_bytes_max,
-                    self.network,
+                    self._dial_network(peer_id),
                     self.guards,
                 )
+
+    def _dial_network(self, peer_id: int) -> Network:
+        """A replicated peer: dial whichever of its instances is active."""
+        instances = self.bus.group(peer_id).instances
+        link_config = self.bus.link_between(self.config.id, peer_id)
+        if not instances or (link_config is not None and link_config.address_host is not None):
+            return self.network
+        return InstancesNetwork(self.network, instances)  # type: ignore[return-value]
 
     def _dial_address(self, peer_id: int) -> tuple[str, int]:
         link_config = self.bus.link_between(self.config.id, peer_id)

@@ -103,9 +103,14 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
                 )
             )
             continue
+        # a replicated group: its instances in turn (only the active answers)
+        address = (
+            ",".join(i.listen for i in group.instances)
+            or f"{group.listen_host}:{group.listen_port}"
+        )
         views.append(
             GroupView(
-                f"{group.listen_host}:{group.listen_port}",
+                address,
                 group.id,
                 group.name,
                 links_configured=list(group.linked_group_ids),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
-from mrs.config.bus import ConfigError, load_config
+from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.tools.admin import add_admin_parser
 from mrs.tools.bus_status import add_status_parser
@@ -18,6 +18,7 @@ from mrs.tools.certs import add_certs_parser, tool_tls_from_env
 from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
 from mrs.tools.creds import add_parser as add_creds
 from mrs.tools.creds import tool_credentials_from_env
+from mrs.tools.failover import add_failover_parser
 from mrs.tools.journal.arguments import add_journal_tools
 from mrs.tools.journal.pcj_archive import add_pcj_parser
 from mrs.tools.journal.repair import add_journal_repair
@@ -42,8 +43,27 @@ def _serve(args: argparse.Namespace) -> int:
     # the one place the environment is read; a broken build (harness only) is
     # resolved here, above the server's layer, and handed to it as a part
     options = serve_options_from(os.environ, broken_build_from(os.environ))
+    group = bus.group(args.group)
+    if group.instances or args.instance is not None:
+        _check_instance(bus, group, args.instance)
+        from mrs.server.instance import serve_instance
+
+        trio.run(serve_instance, bus, args.group, args.instance, options)
+        return 0
     trio.run(serve, bus, args.group, args.ready_file, options)
     return 0
+
+
+def _check_instance(bus: BusConfig, group: GroupConfig, name: str | None) -> None:
+    """A replicated group is served one instance at a time, by name (one line if not)."""
+    names = ", ".join(i.name for i in group.instances)
+    if not group.instances:
+        raise ConfigError(bus.path, "--instance", f"group {group.id} has no [[group.instance]]")
+    if name is None or name not in {i.name for i in group.instances}:
+        shown = "missing" if name is None else f"no instance {name!r}"
+        raise ConfigError(
+            bus.path, "--instance", f"{shown}: group {group.id} is replicated ({names})"
+        )
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -56,6 +76,12 @@ def _bench(args: argparse.Namespace) -> int:
     from mrs.tools.bench import run_bench
 
     return run_bench(args)
+
+
+def _failover(args: argparse.Namespace) -> int:
+    from mrs.tools.failover import run_failover
+
+    return run_failover(args)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -148,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ready-file", type=Path, default=None, help="write HOST:PORT here once listening"
     )
+    serve.add_argument(
+        "--instance", default=None, help="the instance of a replicated group to run (its name)"
+    )
     serve.set_defaults(run=_serve)
 
     demo = commands.add_parser(
@@ -190,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(commands, run=_status)
     add_web_parser(commands, run=_web)
+    add_failover_parser(commands, run=_failover)
     add_pcj_parser(commands, run=_pcj_archive)
 
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)

@@ -109,7 +109,14 @@ def render(views: list[GroupView], bus_path: Path | None):
     handlers = _dlq_readers_table(views)
     from rich.text import Text
 
-    shown = [table for table in (groups, details, links, queues, handlers) if table.row_count]
+    from mrs.tools.replication_render import replication_table
+
+    replication = replication_table(views, _table)
+    shown = [
+        table
+        for table in (groups, details, replication, links, queues, handlers)
+        if table.row_count
+    ]
     return Stack(Text(title, style="bold", overflow="fold"), *_spaced(shown or [groups]))
 
 

@@ -28,6 +28,9 @@ CLIENTS_API = {
     # selective gets (pams_get_msg's sel_filter, pams_set_select): mrs.core.selection
     "Selection",
     "Key",
+    # a replicated group: its instance addresses, a put stored once across a failover
+    "instance_addresses",
+    "put_once",
     # reading a group's PCJ or DLJ from its files (pams_open_jrn/read_jrn/close_jrn)
     "open_journal",
     "JournalReader",

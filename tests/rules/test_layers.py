@@ -28,6 +28,7 @@ LAYERS = (
     "group",
     "security",
     "ops",
+    "replication",
     "server",
     "offline",
     "audit",

@@ -1,0 +1,45 @@
+"""Put orders to a replicated group, then read them back: run it, SIGKILL the active
+instance while it puts, and every order is still delivered once, in order.
+
+    python replicated_client.py replicated.toml [ORDERS]
+
+The client is given the three instances' addresses (`instance_addresses`) and tries
+them in turn, on connect and on every reconnect: only the active listens. Each put
+carries an idempotency key (`put_once`), so a put whose answer was lost in the
+failover is re-sent and still stored once.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import trio
+
+from clients import connect, instance_addresses, put_once
+from mrs.model import Status
+
+
+async def main(config: str, orders: int) -> None:
+    async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+        status = await client.status()
+        print(f"active: {status['replication']['instance']}", flush=True)
+        for number in range(orders):
+            await put_once(client, b"order %d" % number, "ORDERS", f"order-{number}")
+            if number + 1 == orders // 3:
+                print(f"{number + 1} puts answered so far", flush=True)
+            await trio.sleep(0.01)  # a steady stream, so a failover lands in the middle
+        print(f"{orders} puts answered", flush=True)
+        seen, possdupl = [], 0
+        for _ in range(orders):
+            message = await client.get(timeout=30)
+            seen.append(int(message.body.split()[1]))
+            possdupl += message.delivery_status == Status.POSSDUPL
+            await client.confirm(message.seq)
+        in_order = seen == list(range(orders))
+        print(f"{len(seen)} delivered, in order: {in_order}, POSSDUPL: {possdupl}")
+        status = await client.status()
+        print(f"active now: {status['replication']['instance']}")
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 300)

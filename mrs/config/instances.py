@@ -1,0 +1,133 @@
+"""A replicated group's instances ([[group.instance]]) and the coordinator ([coordinator]).
+
+Why checked here, at load: a replicated group that starts with two instances (no
+majority once one is lost), two instances on one data directory or one replication
+address (one would overwrite the other's copy), or no etcd to elect the active, would
+look healthy until the day a machine is lost. So each is refused at start, one line
+naming the key.
+
+    [coordinator]                  # the bus's etcd, needed by any replicated group
+    etcd = ["http://127.0.0.1:2379"]
+    lease_ttl_s = 5                # optional: the active's lease
+    prefix = "/mrs"                # optional: the bus's keys in etcd (one per bus)
+
+    [[group.instance]]             # three per replicated group (or none)
+    name = "a"
+    listen = "127.0.0.1:7101"      # where clients reach it while it is active
+    replication = "127.0.0.1:7201" # where the active streams its commits to it
+    data_dir = "g1a"
+
+A group without instances is one instance, exactly as before (its `listen` and
+`data_dir`); with instances, the group's own `listen` and `data_dir` may be left out
+(the first instance's are used where a single address is wanted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mrs.config.fields import FieldReader, _describe, _join
+from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
+from mrs.limits import (
+    REPLICATION_INSTANCES_MIN,
+    REPLICATION_LEASE_TTL_S_DEFAULT,
+    REPLICATION_LEASE_TTL_S_MIN,
+)
+
+__all__ = ["CoordinatorConfig", "InstanceConfig", "parse_coordinator", "parse_instances"]
+
+_INSTANCE_KEYS = frozenset({"name", "listen", "replication", "data_dir"})
+_COORDINATOR_KEYS = frozenset({"etcd", "lease_ttl_s", "prefix"})
+LEASE_TTL_S_MAX = 3600
+
+
+def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> CoordinatorConfig | None:
+    """[coordinator], or None when the bus has none."""
+    raw = document.get("coordinator")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        reader.fail("coordinator", f"must be a table ([coordinator]), got {_describe(raw)}")
+    reader.check_keys(raw, "coordinator", _COORDINATOR_KEYS, ("etcd",))
+    endpoints = raw["etcd"]
+    if (
+        not isinstance(endpoints, list)
+        or not endpoints
+        or not all(isinstance(e, str) and e.startswith(("http://", "https://")) for e in endpoints)
+    ):
+        reader.fail(
+            "coordinator.etcd",
+            f'must be a non-empty array of URLs like "http://127.0.0.1:2379", '
+            f"got {_describe(endpoints)}",
+        )
+    ttl_s = reader.integer(
+        raw,
+        "lease_ttl_s",
+        "coordinator",
+        low=REPLICATION_LEASE_TTL_S_MIN,
+        high=LEASE_TTL_S_MAX,
+        default=REPLICATION_LEASE_TTL_S_DEFAULT,
+    )
+    prefix = reader.string(raw, "prefix", "coordinator") if "prefix" in raw else "/mrs"
+    if not prefix.startswith("/") or prefix.endswith("/") or " " in prefix:
+        reader.fail(
+            "coordinator.prefix",
+            f'must be a key path like "/mrs/prod" (no trailing /), got {prefix!r}',
+        )
+    return CoordinatorConfig(
+        etcd=tuple(e.rstrip("/") for e in endpoints), lease_ttl_s=ttl_s, prefix=prefix
+    )
+
+
+def parse_instances(
+    reader: FieldReader, raw_group: dict[str, Any], where: str
+) -> tuple[InstanceConfig, ...]:
+    """The group's [[group.instance]] entries, checked: none, or at least three with
+    distinct names, data directories (checked bus-wide by the reader) and addresses."""
+    raw_instances = reader.tables(raw_group, "instance", where)
+    if not raw_instances:
+        return ()
+    if len(raw_instances) < REPLICATION_INSTANCES_MIN:
+        reader.fail(
+            _join(where, "instance"),
+            f"a replicated group needs at least {REPLICATION_INSTANCES_MIN} instances "
+            f"(a majority survives the loss of one), got {len(raw_instances)}; "
+            "leave them out for an unreplicated group",
+        )
+    instances = []
+    for i, raw in enumerate(raw_instances):
+        at = f"{where}.instance[{i}]"
+        reader.check_keys(raw, at, _INSTANCE_KEYS, tuple(sorted(_INSTANCE_KEYS)))
+        host, port = reader.host_port(raw, "listen", at, port_min=1)
+        rhost, rport = reader.host_port(raw, "replication", at, port_min=1)
+        instances.append(
+            InstanceConfig(
+                name=reader.name(raw, "name", at),
+                listen_host=host,
+                listen_port=port,
+                replication_host=rhost,
+                replication_port=rport,
+                data_dir=reader.data_dir(raw, at),
+            )
+        )
+    _check_distinct(reader, instances, where)
+    return tuple(instances)
+
+
+def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where: str) -> None:
+    """Names, client addresses and replication addresses: each used once in the group."""
+    seen: dict[object, int] = {}
+    for i, instance in enumerate(instances):
+        at = f"{where}.instance[{i}]"
+        for kind, value, key in (
+            ("name", instance.name, "name"),
+            ("address", (instance.listen_host, instance.listen_port), "listen"),
+            ("address", (instance.replication_host, instance.replication_port), "replication"),
+        ):
+            if (kind, value) in seen:
+                shown = value if isinstance(value, str) else f"{value[0]}:{value[1]}"
+                reader.fail(
+                    _join(at, key),
+                    f"{shown} is also used by {where}.instance[{seen[(kind, value)]}]",
+                )
+            seen[(kind, value)] = i

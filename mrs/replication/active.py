@@ -1,0 +1,298 @@
+"""The active instance's side: dial each replica, stream it the commits (or a full copy
+first), take its acknowledgements, keep the in-sync record in etcd, keep the lease.
+
+Why the active dials: it alone knows the current term, and a replica learns it from
+the hello; a replica that restarted, or an old active that came back, is simply
+dialed again and told where to start. A replica whose position is not in the records
+kept (another term, or too far behind) gets a full copy of the journals, read in one
+pass on the event loop between commits, so it is the state at one record number.
+
+Stepping down: the lease is renewed every TTL / REPLICATION_RENEW_FRACTION_DEFAULT;
+once REPLICATION_STEP_DOWN_FRACTION_DEFAULT of the TTL has passed since the last renewal that
+worked, the active stops answering (nothing held is answered any more) and asks its
+owner to stop serving, well before etcd can let a replica take over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from journals.keys import Journal
+from mrs.config.instance_types import InstanceConfig
+from mrs.limits import (
+    REPLICATION_COPY_SLICE_BYTES,
+    REPLICATION_DIAL_S_MAX,
+    REPLICATION_DIAL_S_MIN,
+    REPLICATION_HANDOVER_WAIT_S,
+    REPLICATION_RENEW_FRACTION_DEFAULT,
+    REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
+)
+from mrs.replication.coordinator import Coordinator
+from mrs.replication.stream import CommitStream, RecordingStore
+from mrs.replication.wire import FrameReader, LinkBroken, frame
+
+log = logging.getLogger("mrs.replication")
+
+LINK_ERRORS = (LinkBroken, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_LAG_CHECK_S = 0.1
+
+
+class Active:
+    """One term of an active instance: its stream, its replicas, its lease."""
+
+    def __init__(
+        self,
+        *,
+        group_id: int,
+        me: InstanceConfig,
+        replicas: tuple[InstanceConfig, ...],
+        coordinator: Coordinator,
+        term: int,
+        lease_ttl_s: float,
+        store: RecordingStore,
+        stream: CommitStream,
+        on_step_down: Callable[[str], None],
+    ) -> None:
+        self.group_id = group_id
+        self.me = me
+        self.replicas = replicas
+        self.coordinator = coordinator
+        self.term = term
+        self.lease_ttl_s = lease_ttl_s
+        self.store = store
+        self.stream = stream
+        self.on_step_down = on_step_down
+        self.connected: set[str] = set()
+        self.stepped_down: str | None = None
+        self._refused_handover: str | None = None
+        self._sync_lock = trio.Lock()
+        self.recorded: set[str] = set()
+        """The replicas etcd names as in sync (a subset of those waited for)."""
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._lease_loop)
+            nursery.start_soon(self._lag_loop)
+            for replica in self.replicas:
+                nursery.start_soon(self._link_loop, replica)
+
+    def step_down(self, reason: str) -> None:
+        """Stop answering now; the owner stops serving."""
+        if self.stepped_down is not None:
+            return
+        self.stepped_down = reason
+        self.stream.answering = False
+        level = logging.INFO if reason.startswith("planned") else logging.CRITICAL
+        log.log(level, "instance %s steps down from term %d: %s", self.me.name, self.term, reason)
+        self.on_step_down(reason)
+
+    # ------------------------------------------------------------------ the lease
+    async def _lease_loop(self) -> None:
+        renew_every_s = self.lease_ttl_s / REPLICATION_RENEW_FRACTION_DEFAULT
+        last_ok_s = trio.current_time()
+        while True:
+            sent_s = trio.current_time()
+            renewed = False
+            with trio.move_on_at(
+                last_ok_s + self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
+            ):
+                renewed = await self.coordinator.renew()
+            if renewed:
+                last_ok_s = sent_s
+                to = await self.coordinator.failover_requested()
+                if to is not None and await self.hand_over(to):
+                    return
+            elif trio.current_time() - last_ok_s >= (
+                self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
+            ):
+                self.step_down("the lease could not be renewed")
+                return
+            elif not renewed and await self._lease_lost():
+                self.step_down("the lease is lost (another instance may be active)")
+                return
+            await trio.sleep(renew_every_s if renewed else renew_every_s / 4)
+
+    async def hand_over(self, to: str) -> bool:
+        """A planned switch-over (`mrs failover`): once every answer held is out and
+        the chosen replica (or every one in sync) has every record, record only them
+        as in sync, resign and step down; nothing is lost and nothing handed out is
+        marked POSSDUPL that was not. False when `to` is not a replica in sync."""
+        if to and to not in self.recorded:
+            if self._refused_handover != to:
+                log.warning("failover to %s refused: not in sync", to)
+                self._refused_handover = to
+            return False
+        chosen = {to} if to else set(self.recorded)
+        if not chosen:
+            return False
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            while self.stream.waiting or any(
+                self.stream.acked.get(name, 0) < self.stream.number for name in chosen
+            ):
+                await self.stream.released.wait()
+        if any(self.stream.acked.get(name, 0) < self.stream.number for name in chosen):
+            log.warning("failover: %s not caught up in time; staying active", sorted(chosen))
+            return False
+        members = tuple(sorted(chosen))
+        async with self._sync_lock:  # without this instance: only the chosen may campaign
+            if not await self._record_in_sync(chosen, "planned hand-over", with_me=False):
+                return False
+        self.stream.answering = False
+        await self.coordinator.resign()
+        self.step_down(f"planned hand-over to {', '.join(members)}")
+        return True
+
+    async def _lease_lost(self) -> bool:
+        """A renewal answered 'expired' (not a timeout): the lease is gone for good."""
+        try:
+            state = await self.coordinator.read()
+        except Exception:  # unreachable: the step-down clock decides
+            return False
+        return state.leader != self.me.name or state.term != self.term
+
+    # ----------------------------------------------------------- the in-sync set
+    async def _lag_loop(self) -> None:
+        while True:
+            await trio.sleep(_LAG_CHECK_S)
+            for name in self.stream.laggards():
+                async with self._sync_lock:
+                    if await self._record_in_sync(self.stream.in_sync - {name}, f"{name} lags"):
+                        self.stream.in_sync.discard(name)  # etcd first, then not waited for
+                        self.stream.release()
+
+    async def _join(self, name: str) -> None:
+        """`name` has every record: wait for it from now on, and record it in etcd."""
+        self.stream.in_sync.add(name)
+        self.stream.release()  # it may hold the last answers held: they go now
+        async with self._sync_lock:
+            await self._record_in_sync(self.stream.in_sync, f"{name} caught up")
+
+    async def _record_in_sync(self, replicas: set[str], why: str, with_me: bool = True) -> bool:
+        """Write the set to etcd (under `_sync_lock`: one write at a time, each from
+        the set as it stands, so etcd never names a replica not waited for)."""
+        members = tuple(sorted({self.me.name, *replicas} if with_me else replicas))
+        if await self.coordinator.set_in_sync(self.term, members):
+            self.recorded = set(replicas)
+            log.info("in sync in term %d: %s (%s)", self.term, ", ".join(members), why)
+            return True
+        log.warning("could not record the in-sync set %s in term %d", members, self.term)
+        return False
+
+    # --------------------------------------------------------------- the links
+    async def _link_loop(self, replica: InstanceConfig) -> None:
+        delay_s = REPLICATION_DIAL_S_MIN
+        while self.stepped_down is None:
+            try:
+                stream = await trio.open_tcp_stream(
+                    replica.replication_host, replica.replication_port
+                )
+            except OSError:
+                await trio.sleep(delay_s)
+                delay_s = min(2 * delay_s, REPLICATION_DIAL_S_MAX)
+                continue
+            delay_s = REPLICATION_DIAL_S_MIN
+            try:
+                async with stream:
+                    await self._serve(replica.name, stream)
+            except LINK_ERRORS as error:
+                log.info("replication link to %s lost: %s", replica.name, error)
+            except BaseExceptionGroup as group:  # from _serve's nursery (sender + acks)
+                _, rest = group.split(LINK_ERRORS)
+                if rest is not None:
+                    raise
+                log.info("replication link to %s lost: %s", replica.name, group.exceptions)
+            finally:
+                self.connected.discard(replica.name)
+            await trio.sleep(delay_s)
+
+    async def _serve(self, name: str, stream: trio.SocketStream) -> None:
+        hello = {"t": "hello", "group": self.group_id, "term": self.term, "from": self.me.name}
+        await stream.send_all(frame(hello))
+        reader = FrameReader(stream)
+        answer = await reader.next()
+        if answer["t"] == "refuse":
+            self._refused(name, str(answer.get("why")))
+            return
+        pos_term, pos_number = answer.get("pos", (0, 0))
+        frames = self.stream.records_after(pos_number) if pos_term == self.term else None
+        how = f"records {pos_number + 1}..{self.stream.number}"
+        if frames is None:
+            frames = self._full_copy()
+            how = f"a full copy at {self.stream.number}"
+        cursor = self.stream.number
+        self.connected.add(name)
+        log.info("replica %s at %s: sending %s", name, (pos_term, pos_number), how)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
+            while True:
+                for body in frames:
+                    await stream.send_all(body)
+                if self.stepped_down is not None:
+                    nursery.cancel_scope.cancel()
+                    return
+                sealed = self.stream.sealed
+                if self.stream.number == cursor:
+                    await sealed.wait()
+                frames = self.stream.records_after(cursor)
+                if frames is None:
+                    raise LinkBroken(f"{name} fell out of the records kept")
+                cursor = self.stream.number
+
+    async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
+        while True:
+            message = await reader.next()
+            if message["t"] == "refuse":
+                self._refused(name, str(message.get("why")))
+                scope.cancel()
+                return
+            if message["t"] == "ack" and self.stream.ack(name, int(message["n"])):
+                await self._join(name)
+
+    def _refused(self, name: str, why: str) -> None:
+        log.warning("replica %s refuses term %d: %s", name, self.term, why)
+        if "older term" in why:
+            self.step_down(f"{name} has seen a newer term")
+
+    def _full_copy(self) -> list[bytes]:
+        """Every journal as it stands at the last record, in slices; read in one pass
+        with no await, so no commit runs in between."""
+        self.stream.seal(self.store.take(), [])
+        frames: list[bytes] = []
+        items: list[list[object]] = []
+        size = 0
+        for journal in Journal:
+            for key, value in self.store.raw_items(journal):
+                items.append([str(journal), key, value])
+                size += len(key) + len(value)
+                if size >= REPLICATION_COPY_SLICE_BYTES:
+                    frames.append(self._copy_frame(items, last=False))
+                    items, size = [], 0
+        frames.append(self._copy_frame(items, last=True))
+        return frames
+
+    def _copy_frame(self, items: list[list[object]], *, last: bool) -> bytes:
+        message = {"t": "copy", "term": self.term, "n": self.stream.number, "items": items}
+        return frame({**message, "last": last})
+
+    def status_info(self) -> dict:
+        replicas = {}
+        for replica in self.replicas:
+            records, size = self.stream.backlog(replica.name)
+            replicas[replica.name] = {
+                "connected": replica.name in self.connected,
+                "in_sync": replica.name in self.recorded,
+                "waited_for": replica.name in self.stream.in_sync,
+                "acked": self.stream.acked.get(replica.name, 0),
+                "backlog_records": records,
+                "backlog_bytes": size,
+            }
+        return {
+            "instance": self.me.name,
+            "role": "active",
+            "term": self.term,
+            "commit": self.stream.number,
+            "replicas": replicas,
+        }

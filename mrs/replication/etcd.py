@@ -1,0 +1,120 @@
+"""An etcd v3 client spoken from trio through etcd's JSON gateway (grpc-gateway).
+
+Why the gateway and httpx: etcd's own Python clients are gRPC and thread- or
+asyncio-bound; the gateway (`/v3/kv/txn`, `/v3/kv/range`, `/v3/lease/grant`,
+`/v3/lease/keepalive`, `/v3/lease/revoke`, keys and values base64) is served by every
+etcd since 3.3 on its client port, and httpx runs on trio through anyio/sniffio, so
+the whole client is a few POSTs with no thread and no generated code. A keep-alive
+is one POST whose body is one request: the gateway answers with one line and ends.
+
+Endpoints are tried in turn; a request that fails on all of them raises `EtcdError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from mrs.limits import REPLICATION_ETCD_TIMEOUT_S
+
+logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per renewal otherwise
+
+
+class EtcdError(Exception):
+    """etcd could not be reached on any endpoint, or answered with an error."""
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+class EtcdClient:
+    """The few etcd calls a coordinator needs; one httpx client per instance."""
+
+    def __init__(
+        self, endpoints: Sequence[str], timeout_s: float = REPLICATION_ETCD_TIMEOUT_S
+    ) -> None:
+        if not endpoints:
+            raise ValueError("etcd needs at least one endpoint")
+        self.endpoints = list(endpoints)
+        self._http = httpx.AsyncClient(timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST `body` to `path` on the first endpoint that answers; the JSON answer."""
+        problems = []
+        for index, endpoint in enumerate(self.endpoints):
+            try:
+                response = await self._http.post(endpoint + path, json=body)
+            except httpx.HTTPError as error:
+                problems.append(f"{endpoint}: {error!r}")
+                continue
+            if response.status_code != 200:
+                raise EtcdError(f"{endpoint}{path}: HTTP {response.status_code} {response.text}")
+            if index:  # the next call starts where this one worked
+                self.endpoints = self.endpoints[index:] + self.endpoints[:index]
+            text = response.text.strip().splitlines()[0] if response.text.strip() else "{}"
+            return json.loads(text)
+        raise EtcdError("etcd unreachable: " + "; ".join(problems))
+
+    async def grant(self, ttl_s: int) -> int:
+        answer = await self.call("/v3/lease/grant", {"TTL": ttl_s})
+        return int(answer["ID"])
+
+    async def keepalive(self, lease_id: int) -> int:
+        """Renew the lease; its remaining TTL in seconds, 0 when it has expired."""
+        answer = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)})
+        return int(answer.get("result", {}).get("TTL", 0))
+
+    async def revoke(self, lease_id: int) -> None:
+        await self.call("/v3/lease/revoke", {"ID": str(lease_id)})
+
+    async def get(self, key: bytes) -> tuple[bytes, int] | None:
+        """(value, mod_revision) of `key`, or None."""
+        answer = await self.call("/v3/kv/range", {"key": b64(key)})
+        kvs = answer.get("kvs") or []
+        if not kvs:
+            return None
+        return unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0))
+
+    async def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]]) -> bool:
+        """Run `success` if every `compare` holds; whether it did."""
+        answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success})
+        return bool(answer.get("succeeded", False))
+
+
+def put_op(key: bytes, value: bytes, lease_id: int | None = None) -> dict[str, Any]:
+    request: dict[str, Any] = {"key": b64(key), "value": b64(value)}
+    if lease_id is not None:
+        request["lease"] = str(lease_id)
+    return {"request_put": request}
+
+
+def delete_op(key: bytes) -> dict[str, Any]:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def absent(key: bytes) -> dict[str, Any]:
+    """Compare: `key` does not exist."""
+    return {"key": b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
+
+
+def modified_at(key: bytes, revision: int) -> dict[str, Any]:
+    """Compare: `key` was last written at `revision` (0: it does not exist)."""
+    return {"key": b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": str(revision)}
+
+
+def holds(key: bytes, value: bytes) -> dict[str, Any]:
+    """Compare: `key` holds exactly `value`."""
+    return {"key": b64(key), "result": "EQUAL", "target": "VALUE", "value": b64(value)}

@@ -1,0 +1,148 @@
+"""A replica: takes the active's commits on its replication address, makes each
+durable in its own journals before acknowledging it, and fences old actives off.
+
+Fencing: the replica keeps the highest term it has seen (in its META journal, with
+its position) and refuses a hello or a record of an older term, so an active that was
+replaced, and does not know yet, cannot make a replica acknowledge anything (its
+answers stay held and it steps down). A newer active's hello replaces the link of an
+older one at once.
+
+Its position (term, number of the last record applied) is written in the same
+transaction as the record, so after a crash it says exactly where it stands; a gap
+(a record that does not follow) is refused, and the active sends from the position or
+a full copy. A full copy is applied in one transaction: everything the replica had is
+replaced, so it never holds half of two histories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import struct
+from typing import Any
+
+import trio
+
+from journals import JournalError, JournalStore, WriteBatch
+from journals.keys import Journal
+from mrs.replication.wire import FrameReader, LinkBroken, decode_batches, frame
+
+log = logging.getLogger("mrs.replication")
+
+POSITION_KEY = "replication.position"
+"""META: the (term, number) of the last record applied."""
+TERM_KEY = "replication.term"
+"""META: the highest term seen (a hello of a newer active raises it)."""
+_TWO_U64 = struct.Struct(">QQ")
+_U64 = struct.Struct(">Q")
+
+
+def read_position(store: JournalStore) -> tuple[tuple[int, int], int]:
+    """((term, number), term seen) as the replica's journals hold them."""
+    raw = store.meta_get(POSITION_KEY)
+    position = _TWO_U64.unpack(raw) if raw else (0, 0)
+    seen = store.meta_get(TERM_KEY)
+    return (int(position[0]), int(position[1])), max(_U64.unpack(seen)[0] if seen else 0, 0)
+
+
+class Replica:
+    """The replica side of one instance, over its own opened journal store."""
+
+    def __init__(self, group_id: int, name: str, store: JournalStore) -> None:
+        self.group_id = group_id
+        self.name = name
+        self.store = store
+        self.position, self.term_seen = read_position(store)
+        self.active: str | None = None
+        self._link_scope: trio.CancelScope | None = None
+        self._copy: list[list[Any]] = []
+
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            with contextlib.suppress(LinkBroken, trio.BrokenResourceError, OSError):
+                await self._link(stream)  # a link lost: the active dials again
+
+    async def _link(self, stream: trio.SocketStream) -> None:
+        reader = FrameReader(stream)
+        hello = await reader.next()
+        refusal = self.check_hello(hello)
+        if refusal is not None:
+            log.warning("replica %s refuses %s: %s", self.name, hello.get("from"), refusal)
+            await stream.send_all(frame({"t": "refuse", "why": refusal}))
+            return
+        if self._link_scope is not None:
+            self._link_scope.cancel()  # the older active's link
+        with trio.CancelScope() as scope:
+            self._link_scope = scope
+            self.active = str(hello.get("from"))
+            await stream.send_all(frame({"t": "hello", "name": self.name, "pos": self.position}))
+            while True:
+                message = await reader.next()
+                answer = self.receive(message)
+                if answer is not None:
+                    await stream.send_all(frame(answer))
+                    if answer["t"] == "refuse":
+                        return
+
+    def check_hello(self, hello: dict[str, Any]) -> str | None:
+        """Why this active may not stream to us, or None (its term is then seen)."""
+        if hello.get("t") != "hello" or hello.get("group") != self.group_id:
+            return f"not an active of group {self.group_id}"
+        term = int(hello.get("term", 0))
+        if term < self.term_seen:
+            return f"older term {term} (this replica has seen term {self.term_seen})"
+        if term > self.term_seen:
+            self.term_seen = term
+            self.store.commit_now(
+                WriteBatch.empty().put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(term))
+            )
+        return None
+
+    def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """Apply one message of the active; the answer to send (ack or refuse)."""
+        term = int(message.get("term", 0))
+        if term < self.term_seen:
+            return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
+        number = int(message.get("n", 0))
+        try:
+            if message["t"] == "commit":
+                if self.position != (term, number - 1):
+                    return {"t": "refuse", "why": f"gap: at {self.position}, got {number}"}
+                self._apply(decode_batches(message["batches"]), (term, number))
+                return {"t": "ack", "n": number}
+            if message["t"] == "copy":
+                self._copy.extend(message["items"])
+                if not message.get("last"):
+                    return None
+                items, self._copy = self._copy, []
+                self._apply([self._replace_all(items)], (term, number))
+                log.info("replica %s took a full copy at %s", self.name, (term, number))
+                return {"t": "ack", "n": number}
+        except (ValueError, KeyError, TypeError) as error:
+            return {"t": "refuse", "why": f"malformed: {error}"}
+        except JournalError as error:
+            raise LinkBroken(f"cannot store: {error}") from None
+        return {"t": "refuse", "why": f"unknown message {message.get('t')!r}"}
+
+    def _replace_all(self, items: list[list[Any]]) -> WriteBatch:
+        deletes = [(journal, key) for journal in Journal for key in self.store.keys(journal)]
+        puts = [(Journal(j), bytes(k), bytes(v)) for j, k, v in items]
+        return WriteBatch(puts, deletes)
+
+    def _apply(self, batches: list[WriteBatch], position: tuple[int, int]) -> None:
+        """The records and the new position, durable together."""
+        mark = WriteBatch.empty().put_raw(
+            Journal.META, POSITION_KEY.encode(), _TWO_U64.pack(*position)
+        )
+        mark.put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(self.term_seen))
+        self.store.apply([*batches, mark])
+        self.position = position
+
+    def stop_link(self) -> None:
+        if self._link_scope is not None:
+            self._link_scope.cancel()

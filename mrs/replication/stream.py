@@ -1,0 +1,208 @@
+"""The active's commit stream: each commit numbered, kept for the replicas, and its
+answers held until the instances in sync have it.
+
+Why here, around the writer and not in the rooms: every promise the group makes
+("answered" means "durable") is kept by a batch's `done` callback, which the writer
+runs once the commit is durable. Holding those callbacks until the commit is durable
+on the in-sync replicas too moves every promise (a WF put, a confirm, a SAF
+hand-over, a link transfer) to "durable on a majority" at once, and the rooms stay
+as they are. An unreplicated group never builds these parts: its writer is the plain
+`InlineWriter`, exactly as fast as before.
+
+`RecordingStore` wraps the journal store and remembers every batch it made durable
+(the writer's commits and the few `commit_now` writes, such as a seq block), in order;
+`ReplicatedWriter` seals them into one numbered record per commit after the local
+fsync; `CommitStream` holds the records and the answers, with the in-sync rule:
+
+- an answer goes out once every replica in the in-sync set has acknowledged its
+  record (the set holds at least one replica, so that is itself plus one at least);
+- the set is what etcd records (`coordinator`): a replica joins it once it has
+  acknowledged every record sealed, and leaves it (etcd written first, by
+  `mrs.replication.active`) when it lags beyond REPLICATION_LAG_S_MAX or the backlog
+  bounds; the last replica in sync is never dropped: the active waits (the client's
+  put times out) rather than answer from its own disk alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from journals import InlineWriter, JournalStore, WriteBatch
+from journals.writer import Done
+from mrs.limits import (
+    REPLICATION_BACKLOG_BYTES_MAX,
+    REPLICATION_BACKLOG_RECORDS_MAX,
+    REPLICATION_LAG_S_MAX,
+)
+from mrs.replication.wire import encode_batches, frame
+
+
+class RecordingStore:
+    """The journal store, remembering every batch it made durable, in order."""
+
+    def __init__(self, store: JournalStore) -> None:
+        self._store = store
+        self.unsent: list[WriteBatch] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def apply(self, batches: list[WriteBatch]) -> None:
+        self._store.apply(batches)
+        self.unsent.extend(batches)
+
+    def commit_now(self, batch: WriteBatch) -> None:
+        self._store.commit_now(batch)
+        self.unsent.append(batch)
+
+    def take(self) -> list[WriteBatch]:
+        unsent, self.unsent = self.unsent, []
+        return unsent
+
+
+@dataclass(slots=True)
+class _Record:
+    number: int
+    frame: bytes
+    sealed_s: float
+
+
+@dataclass
+class CommitStream:
+    """The records of one term and the answers waiting for them (no I/O)."""
+
+    term: int
+    replicas: tuple[str, ...]
+    deliver: Callable[[list[Done]], None]
+    """Runs answers' callbacks (the server's, so the answers go out at once)."""
+    clock_s: Callable[[], float] = trio.current_time
+    number: int = 0
+    records: deque[_Record] = field(default_factory=deque)
+    waiting: deque[tuple[int, list[Done]]] = field(default_factory=deque)
+    acked: dict[str, int] = field(default_factory=dict)
+    in_sync: set[str] = field(default_factory=set)
+    answering: bool = True
+    """False once the active steps down: nothing it holds is answered any more."""
+    sealed: trio.Event = field(default_factory=trio.Event)
+    released: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) at every acknowledgement: a planned hand-over waits on it."""
+    backlog_bytes: int = 0
+
+    def seal(self, batches: list[WriteBatch], dones: list[Done]) -> None:
+        """One commit made durable here: number it, keep it, hold its answers."""
+        if batches:
+            self.number += 1
+            body = frame(
+                {
+                    "t": "commit",
+                    "term": self.term,
+                    "n": self.number,
+                    "batches": encode_batches(batches),
+                }
+            )
+            self.records.append(_Record(self.number, body, self.clock_s()))
+            self.backlog_bytes += len(body)
+            self._trim()
+            self.sealed.set()
+            self.sealed = trio.Event()
+        if dones:
+            self.waiting.append((self.number, dones))
+        self.release()
+
+    def _trim(self) -> None:
+        """Keep the records some replica may still need, within the backlog bounds."""
+        oldest_needed = min((self.acked.get(r, 0) for r in self.replicas), default=self.number)
+        while self.records and (
+            self.records[0].number <= oldest_needed
+            or len(self.records) > REPLICATION_BACKLOG_RECORDS_MAX
+            or self.backlog_bytes > REPLICATION_BACKLOG_BYTES_MAX
+        ):
+            self.backlog_bytes -= len(self.records.popleft().frame)
+
+    def ack(self, name: str, number: int) -> bool:
+        """`name` has every record up to `number`; True when it has just caught up and
+        may join the in-sync set."""
+        if number > self.acked.get(name, 0):
+            self.acked[name] = number
+        self.release()
+        self.released.set()
+        self.released = trio.Event()
+        return name not in self.in_sync and self.acked[name] >= self.number
+
+    def durable_everywhere(self) -> int:
+        """The last record every in-sync replica has (0 while none is in sync)."""
+        if not self.in_sync:
+            return 0
+        return min(self.acked.get(name, 0) for name in self.in_sync)
+
+    def release(self) -> None:
+        """Answer every held commit the in-sync replicas all have."""
+        if not self.answering:
+            return
+        durable = self.durable_everywhere()
+        ready: list[Done] = []
+        while self.waiting and self.waiting[0][0] <= durable:
+            ready.extend(self.waiting.popleft()[1])
+        if ready:
+            self.deliver(ready)
+
+    def laggards(self) -> list[str]:
+        """In-sync replicas to drop: holding back an answer longer than the lag bound
+        (or beyond the backlog), never the last one."""
+        if not self.waiting or len(self.in_sync) <= 1:
+            return []
+        oldest = self.waiting[0][0]
+        sealed_s = next((r.sealed_s for r in self.records if r.number == oldest), None)
+        late = sealed_s is not None and self.clock_s() - sealed_s > REPLICATION_LAG_S_MAX
+        behind = [
+            name
+            for name in sorted(self.in_sync)
+            if self.acked.get(name, 0) < oldest
+            and (late or self.number - self.acked.get(name, 0) > REPLICATION_BACKLOG_RECORDS_MAX)
+        ]
+        return behind[: len(self.in_sync) - 1]
+
+    def records_after(self, number: int) -> list[bytes] | None:
+        """The frames of every record after `number`; None when some are no longer
+        kept (the replica needs a full copy)."""
+        if number == self.number:
+            return []
+        if not self.records or self.records[0].number > number + 1 or number > self.number:
+            return None
+        return [r.frame for r in self.records if r.number > number]
+
+    def backlog(self, name: str) -> tuple[int, int]:
+        """(records, bytes) sealed and not acknowledged by `name` (of those kept)."""
+        acked = self.acked.get(name, 0)
+        pending = [r for r in self.records if r.number > acked]
+        return self.number - acked, sum(len(r.frame) for r in pending)
+
+
+class ReplicatedWriter(InlineWriter):
+    """The inline writer of an active instance: commits as before, then seals the
+    commit into the stream and hands its answers to it instead of running them."""
+
+    def __init__(self, store: RecordingStore, wake: Callable[[], None], stream: CommitStream):
+        super().__init__(store, wake)  # type: ignore[arg-type]  # a Store by delegation
+        self.recording = store
+        self.stream = stream
+        self._durable_here: list[Done] = []
+
+    def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
+        def durable_here(error: Any) -> None:
+            if error is not None:
+                done(error)  # not stored anywhere: answered at once, as before
+            else:
+                self._durable_here.append(done)
+
+        super().submit(batch, durable_here, can_wait)
+
+    def commit_pending(self) -> None:
+        super().commit_pending()
+        dones, self._durable_here = self._durable_here, []
+        self.stream.seal(self.recording.take(), dones)

@@ -1,0 +1,94 @@
+"""The replication link's frames: a 4-byte big-endian length, then one msgpack map.
+
+Why not `mrs.transport.framed`: that stream is bound to the client protocol's event
+tables (`mrs.protocol`); the replication link has five messages of its own, between
+instances of one group, so it reuses the framing idea (length prefix, one bounded
+frame, msgpack) with no event table:
+
+    active -> replica  {"t": "hello", "group": id, "term": T, "from": name}
+    replica -> active  {"t": "hello", "name": name, "pos": [term, number]}
+    active -> replica  {"t": "commit", "term": T, "n": n, "batches": [[puts, deletes], ...]}
+    active -> replica  {"t": "copy", "term": T, "n": n, "items": [...], "last": bool}
+    replica -> active  {"t": "ack", "n": n}  or  {"t": "refuse", "why": text}
+
+A commit is the active's journal writes of one commit, in order: each batch's puts
+as [journal, key, value] and deletes as [journal, key].
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+import trio
+
+from journals import WriteBatch
+from journals.keys import Journal
+from mrs.limits import REPLICATION_FRAME_BYTES_MAX
+
+_LENGTH = struct.Struct(">I")
+
+
+class LinkBroken(Exception):
+    """The other end closed, sent a frame too long or one that is not a map."""
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    body = msgpack.packb(message, use_bin_type=True)
+    return _LENGTH.pack(len(body)) + body
+
+
+class FrameReader:
+    """Whole frames out of a trio stream, one bounded frame at a time."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+
+    async def _fill(self, size: int) -> None:
+        while len(self._buffer) < size:
+            data = await self.stream.receive_some(1 << 16)
+            if not data:
+                raise LinkBroken("closed by the other end")
+            self._buffer += data
+
+    async def next(self) -> dict[str, Any]:
+        await self._fill(_LENGTH.size)
+        (length,) = _LENGTH.unpack_from(self._buffer)
+        if length > REPLICATION_FRAME_BYTES_MAX:
+            raise LinkBroken(f"frame of {length} bytes (at most {REPLICATION_FRAME_BYTES_MAX})")
+        await self._fill(_LENGTH.size + length)
+        body = bytes(self._buffer[_LENGTH.size : _LENGTH.size + length])
+        del self._buffer[: _LENGTH.size + length]
+        try:
+            message = msgpack.unpackb(body, raw=False)
+        except (ValueError, msgpack.UnpackException) as error:
+            raise LinkBroken(f"not msgpack: {error}") from None
+        if not isinstance(message, dict) or "t" not in message:
+            raise LinkBroken("a frame that is not a message")
+        return message
+
+
+def encode_batches(batches: list[WriteBatch]) -> list[list[Any]]:
+    return [
+        [
+            [[str(j), k, v] for j, k, v in batch.puts],
+            [[str(j), k] for j, k in batch.deletes],
+        ]
+        for batch in batches
+    ]
+
+
+def decode_batches(raw: list[list[Any]]) -> list[WriteBatch]:
+    """WriteBatches from a commit frame; ValueError when one is malformed."""
+    try:
+        return [
+            WriteBatch(
+                [(Journal(j), bytes(k), bytes(v)) for j, k, v in puts],
+                [(Journal(j), bytes(k)) for j, k in deletes],
+            )
+            for puts, deletes in raw
+        ]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"malformed commit: {error}") from None

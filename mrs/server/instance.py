@@ -1,0 +1,179 @@
+"""One instance of a replicated group (`mrs serve --instance NAME`): a replica until it
+may and does win the leadership, then the active until it must step down.
+
+Why a loop of two roles: promotion is a restart. A replica that wins the term closes
+its journals and opens them again through the same `GroupServer.run` a restarted
+group runs (recovery: POSSDUPL for what was handed out and not confirmed, SAF drains
+resumed), so a promoted replica needs no path of its own. A replica does not listen
+on the client address, so a client simply tries the instances' addresses in turn and
+finds the one that answers. An active that steps down (lease not renewed) stops
+serving and becomes a replica again; the next active sends it a full copy, so
+whatever it committed and nobody acknowledged is replaced.
+
+Printed for the harness: `REPLICA name` when serving as a replica, `READY host:port`
+when active (as `mrs serve` prints), `STEPPED DOWN name` after a step-down.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import replace
+
+import trio
+
+from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.instance_types import InstanceConfig
+from mrs.limits import REPLICATION_POLL_S
+from mrs.replication.active import Active
+from mrs.replication.coordinator import (
+    Coordinator,
+    CoordinatorUnavailable,
+    EtcdCoordinator,
+    etcd_prefix,
+    may_campaign,
+)
+from mrs.replication.etcd import EtcdClient
+from mrs.replication.replica import Replica
+from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
+from mrs.server.group_server import GroupServer
+from mrs.server.harness import ServeOptions
+from mrs.server.journal_files import JournalFiles
+
+log = logging.getLogger("mrs.server")
+
+
+def instance_config(group: GroupConfig, me: InstanceConfig) -> GroupConfig:
+    """The group as this instance serves it: its own client address and data directory."""
+    return replace(
+        group, listen_host=me.listen_host, listen_port=me.listen_port, data_dir=me.data_dir
+    )
+
+
+async def serve_instance(
+    bus: BusConfig, group_id: int, name: str, options: ServeOptions | None = None
+) -> None:
+    """Run instance `name` of group `group_id` until SIGTERM/SIGINT."""
+    group = bus.group(group_id)
+    me = group.instance(name)
+    assert bus.coordinator is not None  # the config refuses instances without one
+    client = EtcdClient(bus.coordinator.etcd)
+    coordinator = EtcdCoordinator(
+        client, etcd_prefix(bus.coordinator.prefix, group_id), name, bus.coordinator.lease_ttl_s
+    )
+    runner = InstanceRunner(bus, group, me, coordinator, options or ServeOptions())
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runner.run)
+            async for signum in signals:
+                log.info("signal %s: shutting down", signal.Signals(signum).name)
+                await runner.stop()
+                nursery.cancel_scope.cancel()
+                break
+    await coordinator.aclose()
+
+
+class InstanceRunner:
+    """The two roles of one instance, in turn."""
+
+    def __init__(
+        self,
+        bus: BusConfig,
+        group: GroupConfig,
+        me: InstanceConfig,
+        coordinator: Coordinator,
+        options: ServeOptions,
+    ) -> None:
+        self.bus = bus
+        self.group = group
+        self.me = me
+        self.config = instance_config(group, me)
+        self.coordinator = coordinator
+        self.options = options
+        self.active: Active | None = None
+
+    async def run(self) -> None:
+        while True:
+            term = await self.run_replica()
+            await self.run_active(term)
+            print(f"STEPPED DOWN {self.me.name}", flush=True)
+
+    async def stop(self) -> None:
+        """A planned stop: give the lease up so a replica takes over at once."""
+        if self.active is not None:
+            self.active.stream.answering = False
+            await self.coordinator.resign()
+
+    # ------------------------------------------------------------------ replica
+    async def run_replica(self) -> int:
+        """Serve as a replica until this instance wins a term; the term."""
+        files = JournalFiles(self.bus, self.config, lambda: None)
+        store = files.open()
+        try:
+            replica = Replica(self.group.id, self.me.name, store)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    replica.serve, self.me.replication_host, self.me.replication_port
+                )
+                print(f"REPLICA {self.me.name}", flush=True)
+                term = await self._campaign_when_free()
+                replica.stop_link()
+                nursery.cancel_scope.cancel()
+        finally:
+            store.close()
+            files.release()
+        return term
+
+    async def _campaign_when_free(self) -> int:
+        while True:
+            await trio.sleep(REPLICATION_POLL_S)
+            try:
+                state = await self.coordinator.read()
+                if not may_campaign(state, self.me.name):
+                    continue
+                term = await self.coordinator.campaign()
+            except CoordinatorUnavailable as error:
+                log.warning("coordinator unavailable: %s", error)
+                continue
+            if term is not None:
+                log.info("instance %s won term %d", self.me.name, term)
+                return term
+
+    # ------------------------------------------------------------------- active
+    async def run_active(self, term: int) -> None:
+        """Serve clients as the active of `term` until stepping down."""
+        replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
+
+        def make_writer(store, wake, deliver) -> ReplicatedWriter:  # type: ignore[no-untyped-def]
+            recording = RecordingStore(store)
+            stream = CommitStream(term, tuple(r.name for r in replicas), deliver)
+            self.active = Active(
+                group_id=self.group.id,
+                me=self.me,
+                replicas=replicas,
+                coordinator=self.coordinator,
+                term=term,
+                lease_ttl_s=self.bus.coordinator.lease_ttl_s if self.bus.coordinator else 5,
+                store=recording,
+                stream=stream,
+                on_step_down=lambda reason: scope.cancel(),
+            )
+            return ReplicatedWriter(recording, wake, stream)
+
+        server = GroupServer(
+            self.bus,
+            self.config,
+            guarantees=self.options.guarantees,
+            fault_file=self.options.fault_file,
+            replicated_writer=make_writer,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                scope = nursery.cancel_scope  # a step-down stops the server and the links
+                host, port = await nursery.start(server.run)
+                assert self.active is not None  # made by server.run
+                server.replication_status = self.active.status_info
+                nursery.start_soon(self.active.run)
+                print(f"READY {host}:{port}", flush=True)
+        finally:
+            self.active = None

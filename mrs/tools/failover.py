@@ -1,0 +1,99 @@
+"""`mrs failover --config BUS GROUP [--to NAME]`: a planned switch-over of a replicated
+group's active instance.
+
+Why through etcd and not a request to the active: the active already reads etcd every
+TTL / 4 to renew its lease, so the request is one key it finds there
+(`<prefix>/<group id>/failover`); no new protocol event, and it works whichever
+instance is active. The active then waits until every answer it holds is out and the
+chosen replica has every record, records only that replica as in sync, resigns and
+steps down (mrs.replication.active.Active.hand_over); the replica wins the next term
+and recovers as a restarted group does. Nothing acknowledged is lost and nothing is
+marked POSSDUPL that was not handed out. This command waits for the new active and
+prints `GROUP: OLD -> NEW (term T) in S s`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.limits import REPLICATION_HANDOVER_WAIT_S, REPLICATION_POLL_S
+
+FAILOVER_WAIT_S_DEFAULT = 30.0
+
+
+def add_failover_parser(commands: argparse._SubParsersAction, run) -> None:
+    failover = commands.add_parser(
+        "failover", help="hand a replicated group's active role to another instance"
+    )
+    failover.add_argument("--config", required=True, type=Path, help="bus configuration (TOML)")
+    failover.add_argument("group", help="the group: its name or id")
+    failover.add_argument("--to", default="", help="the instance to hand over to (in sync)")
+    failover.add_argument(
+        "--wait", type=float, default=FAILOVER_WAIT_S_DEFAULT, help="seconds to wait at most"
+    )
+    failover.set_defaults(run=run)
+
+
+def run_failover(args: argparse.Namespace) -> int:
+    import trio
+
+    from mrs.config.bus import load_config
+
+    bus = load_config(args.config)
+    try:
+        group = (
+            bus.group(int(args.group)) if args.group.isdigit() else bus.group_by_name(args.group)
+        )
+    except LookupError as error:
+        raise CommandError(str(error), EXIT_USAGE) from None
+    if not group.instances or bus.coordinator is None:
+        raise CommandError(f"group {group.id} ({group.name}) is not replicated", EXIT_USAGE)
+    if args.to and args.to not in {i.name for i in group.instances}:
+        names = ", ".join(i.name for i in group.instances)
+        raise CommandError(f"group {group.name} has no instance {args.to!r} ({names})", EXIT_USAGE)
+    line = trio.run(_switch, bus, group, args.to, args.wait)
+    print(line)
+    return 0
+
+
+async def _switch(bus, group, to: str, wait_s: float) -> str:
+    """Ask for the hand-over, then wait for another instance to hold a newer term."""
+    import trio
+
+    from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
+    from mrs.replication.etcd import EtcdClient
+
+    coordinator = EtcdCoordinator(
+        EtcdClient(bus.coordinator.etcd),
+        etcd_prefix(bus.coordinator.prefix, group.id),
+        "mrs-failover",
+        bus.coordinator.lease_ttl_s,
+    )
+    try:
+        before = await coordinator.read()
+        if before.leader is None:
+            raise CommandError(
+                f"{group.name}: no active instance now (a failover is under way?)", 1
+            )
+        if to and to not in (before.in_sync or ()):
+            raise CommandError(f"{group.name}: {to} is not in sync ({before.in_sync})", 1)
+        if to == before.leader:
+            return f"{group.name}: {to} is already active (term {before.term})"
+        started_s = time.monotonic()
+        await coordinator.request_failover(to)
+        with trio.move_on_after(max(wait_s, REPLICATION_HANDOVER_WAIT_S)):
+            while True:
+                await trio.sleep(REPLICATION_POLL_S)
+                now = await coordinator.read()
+                if now.leader is not None and now.term > before.term:
+                    took_s = time.monotonic() - started_s
+                    switched = f"{before.leader} -> {now.leader} (term {now.term})"
+                    return f"{group.name}: {switched} in {took_s:.1f} s"
+        raise CommandError(f"{group.name}: no new active within {wait_s:g} s", 1)
+    except CoordinatorUnavailable as error:
+        raise CommandError(f"etcd: {error}", 1) from None
+    finally:
+        await coordinator.aclose()

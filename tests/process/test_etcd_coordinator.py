@@ -1,0 +1,83 @@
+"""The etcd coordinator against a real etcd: one winner per term, the in-sync record
+written only by the holder of the term, and a lost lease lets another win a higher
+term (what a SIGKILLed active leaves behind)."""
+
+from __future__ import annotations
+
+import trio
+
+from mrs.replication.coordinator import (
+    CoordinatorUnavailable,
+    EtcdCoordinator,
+    may_campaign,
+)
+from mrs.replication.etcd import EtcdClient
+from tests.etcd_helpers import etcd, free_port
+
+__all__ = ["etcd"]  # the fixture, used by name
+
+TTL_S = 2
+
+
+def coordinators(endpoint: str, prefix: str) -> list[EtcdCoordinator]:
+    return [EtcdCoordinator(EtcdClient([endpoint]), prefix, name, TTL_S) for name in "abc"]
+
+
+async def test_one_winner_then_a_higher_term_after_the_lease_is_lost(etcd) -> None:
+    a, b, c = coordinators(etcd.endpoint, "/mrs/test/lease-loss")
+    try:
+        state = await b.read()
+        assert state.leader is None and state.in_sync is None
+        assert await a.campaign() == 1
+        assert await b.campaign() is None
+        assert await a.renew()
+        assert await a.set_in_sync(1, ("a", "b"))
+        assert not await b.set_in_sync(1, ("b", "c"))  # not the holder of term 1
+        state = await c.read()
+        assert (state.leader, state.term, state.in_sync) == ("a", 1, ("a", "b"))
+        # a stops renewing (as if SIGKILLed): etcd drops its key once the TTL runs out
+        with trio.fail_after(TTL_S * 5):
+            while (state := await c.read()).leader is not None:
+                await trio.sleep(0.1)
+        assert not may_campaign(state, "c")  # c never was in sync
+        assert may_campaign(state, "b")
+        assert await b.campaign() == 2
+        assert not await a.renew()  # the old lease is gone for good
+        assert not await a.set_in_sync(1, ("a",))  # an old term writes nothing
+        assert (await c.read()).in_sync == ("b",)
+    finally:
+        for coordinator in (a, b, c):
+            await coordinator.aclose()
+
+
+async def test_resign_frees_the_leadership_at_once(etcd) -> None:
+    a, b, _ = coordinators(etcd.endpoint, "/mrs/test/resign")
+    try:
+        assert await a.campaign() == 1
+        await a.resign()
+        assert (await b.read()).leader is None
+        assert await b.campaign() == 2
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_endpoints_are_tried_in_turn(etcd) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    client = EtcdClient([dead, etcd.endpoint])
+    coordinator = EtcdCoordinator(client, "/mrs/test/endpoints", "a", TTL_S)
+    try:
+        assert (await coordinator.read()).leader is None
+        assert client.endpoints[0] == etcd.endpoint  # the one that answered goes first
+    finally:
+        await coordinator.aclose()
+    unreachable = EtcdCoordinator(EtcdClient([dead]), "/mrs/test/endpoints", "a", TTL_S)
+    try:
+        try:
+            await unreachable.read()
+        except CoordinatorUnavailable as error:
+            assert "unreachable" in str(error)
+        else:
+            raise AssertionError("read from a dead endpoint succeeded")
+    finally:
+        await unreachable.aclose()

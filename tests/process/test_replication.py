@@ -1,0 +1,334 @@
+"""A replicated group, as real processes: etcd, three `mrs serve --instance` processes,
+a client that follows the active.
+
+What it proves: SIGKILL the active in the middle of a stream of WF puts, and a
+replica takes over within seconds; every put that was answered is delivered exactly
+once, in order, none marked POSSDUPL (none was handed out); an instance whose data
+directory was deleted rejoins (a full copy) and counts as in sync again; a message
+handed out and not confirmed when the next active is killed comes back POSSDUPL.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import trio
+
+from clients import connect, instance_addresses, put_once
+from mrs.model import DeliveryMode, Status, Uma
+from sim.etcd import wait_active
+from sim.processes import GroupProcess
+from tests.cli_helpers import run_mrs
+from tests.conftest import STANDARD_QUEUES
+from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicated_config
+
+__all__ = ["etcd"]  # the fixture, used by name
+
+FAILOVER_S_MAX = 15.0
+"""A replica answers this long after the active was killed at most (lease 3 s)."""
+PUTS = 120
+KILL_AFTER = 40
+
+
+@pytest.fixture
+def instances(etcd, tmp_path):
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    # each test its own group in etcd: the bus file's stem names the key prefix
+    named = config.with_name(f"bus_{tmp_path.name}.toml")
+    config.rename(named)
+    processes = {name: InstanceProcess(named, name) for name in ("a", "b", "c")}
+    for process in processes.values():
+        process.start()
+    for process in processes.values():
+        process.wait_for("REPLICA")
+    yield processes
+    for process in processes.values():
+        process.terminate()
+
+
+async def wait_in_sync(client, names: set[str], timeout_s: float = 30.0) -> dict:
+    """The active's replication status once every instance in `names` is in sync."""
+    with trio.fail_after(timeout_s):
+        while True:
+            status = (await client.status())["replication"]
+            replicas = status["replicas"]
+            if all(replicas.get(n, {}).get("in_sync") for n in names - {status["instance"]}):
+                return status
+            await trio.sleep(0.1)
+
+
+def test_failover_keeps_every_answered_put_once_in_order(instances) -> None:
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+
+    async def scenario() -> tuple[list[int], float, str]:
+        acknowledged: list[int] = []
+        failover_s = 0.0
+        second = ""
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for i in range(PUTS):
+                if i == KILL_AFTER:
+                    instances[first].kill()
+                    killed_s = time.monotonic()
+                    others = {n: p for n, p in instances.items() if n != first}
+                    second = await trio.to_thread.run_sync(wait_active, others, FAILOVER_S_MAX)
+                    failover_s = time.monotonic() - killed_s
+                psb = await put_once(
+                    client, b"m%d" % i, "ORDERS", f"put-{i}", delivery=DeliveryMode.WF_DQF
+                )
+                assert psb.status == Status.SUCCESS
+                acknowledged.append(i)
+            seen = []
+            for _ in range(len(acknowledged)):
+                message = await client.get(timeout=10)
+                assert message.delivery_status != Status.POSSDUPL, message
+                seen.append(int(message.body[1:]))
+                await client.confirm(message.seq)
+            with pytest.raises(Exception):  # noqa: B017 - nothing more: NOMOREMSG
+                await client.get(timeout=0)
+        assert seen == acknowledged  # every answered put once, in order
+        return acknowledged, failover_s, second
+
+    acknowledged, failover_s, second = trio.run(scenario)
+    assert len(acknowledged) == PUTS
+    assert failover_s < FAILOVER_S_MAX
+    print(f"failover {failover_s:.2f} s: {first} -> {second}")
+
+    # the killed instance loses its disk and rejoins from a full copy
+    shutil.rmtree(instances[first].config_path.parent / first)
+    instances[first].start()
+    instances[first].wait_for("REPLICA")
+
+    async def rejoin_then_possdupl() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            status = await wait_in_sync(client, {"a", "b", "c"})
+            assert status["instance"] == second
+            await put_once(client, b"handed", "ORDERS", "handed-1", delivery=DeliveryMode.WF_DQF)
+            handed = await client.get(timeout=10)
+            assert handed.body == b"handed"
+            instances[second].kill()
+            rest = {n: p for n, p in instances.items() if n != second}
+            await trio.to_thread.run_sync(wait_active, rest, FAILOVER_S_MAX)
+            await client.wait_connected()
+            again = await client.get(timeout=20)
+            assert again.body == b"handed"
+            assert again.delivery_status == Status.POSSDUPL  # handed out, not confirmed
+            await client.confirm(again.seq)
+
+    trio.run(rejoin_then_possdupl)
+
+
+def test_planned_failover_and_status(instances) -> None:
+    """`mrs failover --to` hands the active role to a chosen in-sync replica: nothing
+    lost, POSSDUPL only on the message that was handed out; `mrs status` shows every
+    instance's role, term, in-sync state and backlog."""
+    first = wait_active(instances, 30)
+    config = instances["a"].config_path
+    addresses = instance_addresses(config, "NYC")
+    target = "b" if first != "b" else "c"
+
+    async def before_switch() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for i in range(3):
+                await put_once(client, b"p%d" % i, "ORDERS", f"p-{i}")
+            confirmed = await client.get(timeout=10)
+            await client.confirm(confirmed.seq)
+            handed = await client.get(timeout=10)
+            assert handed.body == b"p1"
+            shown = run_mrs("status", "--config", str(config))
+            assert shown.returncode == 0, shown.stderr
+            assert "Replication" in shown.stdout and "active" in shown.stdout
+            switched = run_mrs("failover", "--config", str(config), "NYC", "--to", target)
+            assert switched.returncode == 0, switched.stderr
+            assert f"{first} -> {target}" in switched.stdout
+
+    trio.run(before_switch)
+    assert wait_active({target: instances[target]}, 10) == target
+
+    async def after_switch() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            status = await client.status()
+            assert status["replication"]["instance"] == target
+            again = await client.get(timeout=10)
+            assert (again.body, again.delivery_status) == (b"p1", Status.POSSDUPL)
+            fresh = await client.get(timeout=10)
+            assert fresh.body == b"p2" and fresh.delivery_status != Status.POSSDUPL
+            for message in (again, fresh):
+                await client.confirm(message.seq)
+            await wait_in_sync(client, {"a", "b", "c"})
+
+    trio.run(after_switch)
+    refused = run_mrs("failover", "--config", str(config), "NYC", "--to", "zz")
+    assert refused.returncode == 2 and "no instance 'zz'" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def test_the_docs_example_survives_a_kill_of_the_active(etcd, tmp_path) -> None:
+    """docs/replication.md's example as a reader runs it (its bus on free ports, this
+    etcd), with the active SIGKILLed a third of the way through its puts."""
+    text = (EXAMPLES / "replicated.toml").read_text()
+    text = text.replace("http://127.0.0.1:2379", etcd.endpoint)
+    text = re.sub(r"127\.0\.0\.1:7[12]0\d", lambda _: f"127.0.0.1:{free_port()}", text)
+    config = tmp_path / f"docs_{tmp_path.name}.toml"
+    config.write_text(text)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        first = wait_active(processes, 30)
+        client = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "replicated_client.py"), str(config), "300"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert client.stdout is not None
+        assert client.stdout.readline().strip() == f"active: {first}"
+        assert "so far" in client.stdout.readline()
+        processes[first].kill()
+        output, _ = client.communicate(timeout=120)
+        assert client.returncode == 0
+        assert "300 puts answered" in output
+        assert "300 delivered, in order: True, POSSDUPL: 0" in output
+        assert f"active now: {first}" not in output
+    finally:
+        for process in processes.values():
+            process.terminate()
+
+
+def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instances) -> None:
+    """Kill a replica: the active drops it from the in-sync set (the lag bound) and
+    answers with the other; restarted with its data directory, it is sent only the
+    records it missed (no full copy) and is in sync again."""
+    active = wait_active(instances, 30)
+    replica = next(name for name in ("a", "b", "c") if name != active)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+    log = instances[replica].config_path.parent / f"{replica}.log"
+
+    async def scenario() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            await put_once(client, b"before", "ORDERS", "before")
+            instances[replica].kill()
+            for i in range(20):  # answered without the dead replica, after the lag bound
+                await put_once(client, b"m%d" % i, "ORDERS", f"m-{i}", within_s=15)
+            status = (await client.status())["replication"]["replicas"][replica]
+            assert not status["in_sync"] and status["backlog_records"] >= 20
+            copies_before = log.read_text().count("took a full copy")
+            instances[replica].start()
+            instances[replica].wait_for("REPLICA")
+            status = await wait_in_sync(client, {"a", "b", "c"})
+            assert status["replicas"][replica]["backlog_records"] == 0
+            assert log.read_text().count("took a full copy") == copies_before
+
+    trio.run(scenario)
+
+
+def test_serve_names_the_instance_or_refuses_in_one_line(tmp_path) -> None:
+    """A replicated group is served one instance at a time, by name; an unreplicated
+    one has no instances to name. Refused before etcd is asked (none runs here)."""
+    config = write_replicated_config(tmp_path, "http://127.0.0.1:9", STANDARD_QUEUES)
+    for extra, expected in (
+        ([], "--instance: missing: group 1 is replicated (a, b, c)"),
+        (["--instance", "z"], "--instance: no instance 'z': group 1 is replicated (a, b, c)"),
+    ):
+        refused = run_mrs("serve", "--config", str(config), "--group", "1", *extra)
+        assert refused.returncode == 2, refused.stderr
+        assert expected in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g"\n')
+    refused = run_mrs("serve", "--config", str(plain), "--group", "1", "--instance", "a")
+    assert refused.returncode == 2 and "group 1 has no [[group.instance]]" in refused.stderr
+
+
+def test_a_link_from_another_group_follows_the_active(etcd, tmp_path) -> None:
+    """Group 1 (unreplicated) dials replicated group 2 over their link: after group
+    2's active is SIGKILLed the link redials the new active, and every put group 1
+    answered reaches group 2's queue once, in order."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    text = config.read_text().replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"')
+    plain = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+    config = config.with_name(f"link_{tmp_path.name}.toml")
+    config.write_text(text + plain + STANDARD_QUEUES + "[[link]]\ngroups = [1, 2]\n")
+    instances = {name: InstanceProcess(config, name, group_id=2) for name in ("a", "b", "c")}
+    nyc = GroupProcess(config, 1)
+    try:
+        for process in instances.values():
+            process.start()
+        first = wait_active(instances, 30)
+        nyc_address = nyc.start()
+
+        async def scenario() -> list[bytes]:
+            async with connect(nyc_address, "SENDER") as sender:
+                for i in range(10):
+                    if i == 5:
+                        instances[first].kill()
+                    psb = await put_once(
+                        sender, b"x%d" % i, "2.10", f"x-{i}", within_s=60, uma=Uma.SAF
+                    )
+                    # stored at group 2, or in group 1's SAF while the link is down
+                    assert psb.delivery_status in (Status.STORED, Status.SAF_FORCED) or (
+                        psb.uma_status == Status.SAF_SUCCESS
+                    ), psb
+            others = {n: p for n, p in instances.items() if n != first}
+            await trio.to_thread.run_sync(wait_active, others, FAILOVER_S_MAX)
+            bodies = []
+            async with connect(instance_addresses(config, "LDN"), "ORDERS") as receiver:
+                for _ in range(10):
+                    message = await receiver.get(timeout=30)
+                    assert message.delivery_status != Status.POSSDUPL
+                    bodies.append(message.body)
+                    await receiver.confirm(message.seq)
+                with pytest.raises(Exception):  # noqa: B017 - nothing more: NOMOREMSG
+                    await receiver.get(timeout=1)
+            return bodies
+
+        assert trio.run(scenario) == [b"x%d" % i for i in range(10)]
+    finally:
+        nyc.terminate()
+        for process in instances.values():
+            process.terminate()
+
+
+def test_metrics_show_each_replica(etcd, tmp_path) -> None:
+    """The active's Prometheus endpoint has the term and each replica's in-sync
+    state, link and backlog."""
+    port = free_port()
+    ops = f'[group.ops]\nmetrics_listen = "127.0.0.1:{port}"\n'
+    config = write_replicated_config(tmp_path, etcd.endpoint, ops + STANDARD_QUEUES)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        active = wait_active(processes, 30)
+
+        async def in_sync() -> None:
+            async with connect(instance_addresses(config, "NYC"), None) as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(in_sync)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        assert re.search(r"^mrs_replication_term\{[^}]*\} 1\.0$", text, re.MULTILINE)
+        for name in {"a", "b", "c"} - {active}:
+            for metric, value in (("in_sync", "1.0"), ("link_up", "1.0")):
+                line = rf'^mrs_replication_{metric}\{{[^}}]*instance="{name}"[^}}]*\}} {value}$'
+                assert re.search(line, text, re.MULTILINE), (metric, name)
+            assert re.search(
+                rf'^mrs_replication_backlog_records\{{[^}}]*instance="{name}"', text, re.MULTILINE
+            )
+    finally:
+        for process in processes.values():
+            process.terminate()

@@ -1,0 +1,93 @@
+"""[[group.instance]] and [coordinator]: what a replicated group's config must hold,
+refused at load with one line naming the key; a group without instances is as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mrs.config.bus import ConfigError, parse_config
+
+COORDINATOR = '[coordinator]\netcd = ["http://127.0.0.1:2379"]\n'
+
+
+def instance(name: str, port: int, data_dir: str | None = None, replication: int = 0) -> str:
+    return (
+        f'[[group.instance]]\nname = "{name}"\nlisten = "127.0.0.1:{port}"\n'
+        f'replication = "127.0.0.1:{replication or port + 100}"\n'
+        f'data_dir = "{data_dir or name}"\n'
+    )
+
+
+def bus(instances: str, coordinator: str = COORDINATOR) -> str:
+    return coordinator + '[[group]]\nid = 1\nname = "NYC"\n' + instances
+
+
+def refused(text: str, tmp_path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, tmp_path / "bus.toml")
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_three_instances_load(tmp_path: Path) -> None:
+    text = bus(instance("a", 7001) + instance("b", 7002) + instance("c", 7003))
+    config = parse_config(text, tmp_path / "bus.toml")
+    group = config.group(1)
+    assert [i.name for i in group.instances] == ["a", "b", "c"]
+    assert group.instance("b").replication_port == 7102
+    assert group.instance("c").data_dir == (tmp_path / "c").resolve()
+    assert (group.listen_host, group.listen_port) == ("127.0.0.1", 7001)  # the first's
+    assert config.coordinator is not None
+    assert config.coordinator.etcd == ("http://127.0.0.1:2379",)
+
+
+def test_two_instances_refused(tmp_path: Path) -> None:
+    message = refused(bus(instance("a", 7001) + instance("b", 7002)), tmp_path)
+    assert "group[0].instance" in message and "at least 3 instances" in message
+
+
+def test_shared_data_dir_refused(tmp_path: Path) -> None:
+    text = bus(instance("a", 7001) + instance("b", 7002, "a") + instance("c", 7003))
+    message = refused(text, tmp_path)
+    assert "group[0].instance[1].data_dir" in message and "also the data_dir" in message
+
+
+def test_shared_replication_address_refused(tmp_path: Path) -> None:
+    text = bus(instance("a", 7001) + instance("b", 7002, replication=7101) + instance("c", 7003))
+    message = refused(text, tmp_path)
+    assert "group[0].instance[1].replication" in message
+    assert "127.0.0.1:7101 is also used by group[0].instance[0]" in message
+
+
+def test_instances_without_coordinator_refused(tmp_path: Path) -> None:
+    text = bus(instance("a", 7001) + instance("b", 7002) + instance("c", 7003), coordinator="")
+    message = refused(text, tmp_path)
+    assert "group[0].instance" in message and "[coordinator]" in message
+
+
+def test_coordinator_without_endpoints_refused(tmp_path: Path) -> None:
+    text = bus(
+        instance("a", 7001) + instance("b", 7002) + instance("c", 7003),
+        "[coordinator]\netcd = []\n",
+    )
+    assert "coordinator.etcd" in refused(text, tmp_path)
+
+
+def test_group_without_instances_is_unreplicated(tmp_path: Path) -> None:
+    text = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+    config = parse_config(text, tmp_path / "bus.toml")
+    assert config.group(1).instances == ()
+    assert config.coordinator is None
+
+
+def test_coordinator_prefix(tmp_path: Path) -> None:
+    three = instance("a", 7001) + instance("b", 7002) + instance("c", 7003)
+    config = parse_config(bus(three), tmp_path / "bus.toml")
+    assert config.coordinator is not None and config.coordinator.prefix == "/mrs"
+    chosen = bus(three, COORDINATOR + 'prefix = "/mrs/prod"\n')
+    coordinator = parse_config(chosen, tmp_path / "bus.toml").coordinator
+    assert coordinator is not None and coordinator.prefix == "/mrs/prod"
+    assert "coordinator.prefix" in refused(bus(three, COORDINATOR + 'prefix = "mrs/"\n'), tmp_path)

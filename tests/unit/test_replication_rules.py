@@ -1,0 +1,313 @@
+"""The replicated group's rules, without processes: who may be promoted, what a
+replica refuses (an older term, a gap), and when the active may answer.
+
+The coordinator is the in-memory one (`MemoryCoordinator`, etcd's compare rules); the
+replica writes a real LMDB store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from journals import JournalStore, WriteBatch
+from journals.keys import Journal
+from mrs.config.instance_types import InstanceConfig
+from mrs.replication.active import Active
+from mrs.replication.coordinator import (
+    GroupState,
+    MemoryCoordinator,
+    MemoryElection,
+    may_campaign,
+)
+from mrs.replication.replica import Replica, read_position
+from mrs.replication.stream import CommitStream, RecordingStore
+from mrs.replication.wire import encode_batches
+from tests.conftest import run_under_autojump_clock
+
+
+def commit(term: int, number: int, key: bytes) -> dict:
+    batch = WriteBatch.empty().put_raw(Journal.DQF, key, b"body")
+    return {"t": "commit", "term": term, "n": number, "batches": encode_batches([batch])}
+
+
+def copy_at(term: int, number: int) -> dict:
+    """An empty full copy: how a replica of another term starts in this one."""
+    return {"t": "copy", "term": term, "n": number, "items": [], "last": True}
+
+
+# ----------------------------------------------------------------- promotion
+
+
+def test_only_an_in_sync_instance_may_campaign() -> None:
+    fresh = GroupState(leader=None, term=0, in_sync=None)
+    assert may_campaign(fresh, "c")  # a new group: anyone
+    after = GroupState(leader=None, term=3, in_sync=("a", "b"))
+    assert may_campaign(after, "b")
+    assert not may_campaign(after, "c")  # not in sync: it may lack answered commits
+    held = GroupState(leader="a", term=3, in_sync=("a", "b"))
+    assert not may_campaign(held, "b")  # someone holds the lease
+
+
+async def test_memory_coordinator_terms_and_in_sync_record() -> None:
+    election = MemoryElection()
+    a, b, c = (MemoryCoordinator(election, name) for name in "abc")
+    assert await a.campaign() == 1
+    assert await b.campaign() is None  # a holds it
+    assert await a.set_in_sync(1, ("a", "b"))
+    assert (await c.read()).in_sync == ("a", "b")
+    election.expire("a")  # a's lease ran out
+    assert not await a.renew()
+    state = await c.read()
+    assert not may_campaign(state, "c") and may_campaign(state, "b")
+    assert await b.campaign() == 2
+    assert not await a.set_in_sync(1, ("a",))  # an old term writes nothing
+    assert (await c.read()).in_sync == ("b",)  # the new active's record: itself
+
+
+# ------------------------------------------------------------------- fencing
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    opened = JournalStore(tmp_path / "journals", 1 << 24)
+    yield opened
+    opened.close()
+
+
+def test_replica_refuses_an_older_term(store: JournalStore) -> None:
+    replica = Replica(1, "b", store)
+    assert replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"}) is None
+    assert replica.receive(copy_at(2, 0)) == {"t": "ack", "n": 0}
+    refusal = replica.check_hello({"t": "hello", "group": 1, "term": 1, "from": "c"})
+    assert refusal is not None and "older term 1" in refusal
+    assert replica.receive(commit(2, 1, b"k1")) == {"t": "ack", "n": 1}
+    answer = replica.receive(commit(1, 2, b"old"))
+    assert answer is not None and answer["t"] == "refuse" and "older term" in answer["why"]
+    assert store.get_raw(Journal.DQF, b"old") is None  # nothing of the old term stored
+    assert store.get_raw(Journal.DQF, b"k1") == b"body"
+
+
+def test_replica_refuses_another_group(store: JournalStore) -> None:
+    replica = Replica(1, "b", store)
+    assert "group 1" in (replica.check_hello({"t": "hello", "group": 2, "term": 5}) or "")
+
+
+def test_replica_refuses_a_gap_and_keeps_its_position(store: JournalStore) -> None:
+    replica = Replica(1, "b", store)
+    replica.check_hello({"t": "hello", "group": 1, "term": 4, "from": "a"})
+    assert replica.receive(commit(4, 1, b"k1"))["t"] == "refuse"  # not from (4, 0)
+    replica.receive(copy_at(4, 0))
+    assert replica.receive(commit(4, 1, b"k1")) == {"t": "ack", "n": 1}
+    answer = replica.receive(commit(4, 3, b"k3"))
+    assert answer is not None and answer["t"] == "refuse" and "gap" in answer["why"]
+    assert replica.receive(commit(4, 2, b"k2")) == {"t": "ack", "n": 2}
+    assert read_position(store) == ((4, 2), 4)  # durable with the records
+
+
+def test_full_copy_replaces_everything(store: JournalStore) -> None:
+    replica = Replica(1, "b", store)
+    replica.check_hello({"t": "hello", "group": 1, "term": 1, "from": "a"})
+    replica.receive(copy_at(1, 0))
+    assert replica.receive(commit(1, 1, b"diverged")) == {"t": "ack", "n": 1}
+    replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "c"})
+    items = [["dqf", b"kept", b"v"]]
+    assert replica.receive({"t": "copy", "term": 2, "n": 7, "items": items, "last": False}) is None
+    answer = replica.receive({"t": "copy", "term": 2, "n": 7, "items": [], "last": True})
+    assert answer == {"t": "ack", "n": 7}
+    assert store.get_raw(Journal.DQF, b"diverged") is None
+    assert store.get_raw(Journal.DQF, b"kept") == b"v"
+    assert read_position(store) == ((2, 7), 2)
+
+
+# ------------------------------------------------------------ answers held
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def stream_of(answered: list[str], clock: Clock) -> CommitStream:
+    return CommitStream(
+        term=1, replicas=("b", "c"), deliver=lambda dones: [d(None) for d in dones], clock_s=clock
+    )
+
+
+def one_put(name: str, answered: list[str]):
+    return lambda error: answered.append(name)
+
+
+async def test_an_answer_waits_for_every_in_sync_replica() -> None:
+    answered: list[str] = []
+    clock = Clock()
+    stream = stream_of(answered, clock)
+    batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
+    stream.seal([batch], [one_put("p1", answered)])
+    assert answered == []  # nobody in sync: durable here only is not enough
+    assert stream.ack("b", 1)  # caught up: may join
+    stream.in_sync.add("b")
+    stream.release()
+    assert answered == ["p1"]
+    stream.in_sync.add("c")
+    stream.seal([batch], [one_put("p2", answered)])
+    stream.ack("b", 2)
+    assert answered == ["p1"]  # c is in sync too and has not got it
+    stream.ack("c", 2)
+    assert answered == ["p1", "p2"]
+
+
+async def test_a_lagging_replica_is_dropped_but_never_the_last() -> None:
+    answered: list[str] = []
+    clock = Clock()
+    stream = stream_of(answered, clock)
+    stream.in_sync.update({"b", "c"})
+    batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
+    stream.seal([batch], [one_put("p1", answered)])
+    stream.ack("b", 1)
+    assert stream.laggards() == []  # not late yet
+    clock.now_s = 5.0
+    assert stream.laggards() == ["c"]
+    stream.in_sync.discard("c")  # (the active writes etcd first)
+    stream.release()
+    assert answered == ["p1"]
+    stream.seal([batch], [one_put("p2", answered)])
+    clock.now_s = 50.0
+    assert stream.laggards() == []  # b is the last in sync: waited for, not dropped
+    assert answered == ["p1"]
+
+
+async def test_a_stepped_down_active_answers_nothing() -> None:
+    answered: list[str] = []
+    stream = stream_of(answered, Clock())
+    stream.in_sync.add("b")
+    stream.answering = False
+    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")], [one_put("p", answered)])
+    stream.ack("b", 1)
+    assert answered == []
+
+
+def test_records_after_says_when_a_full_copy_is_needed() -> None:
+    stream = CommitStream(term=1, replicas=("b",), deliver=lambda dones: None, clock_s=lambda: 0.0)
+    batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
+    for _ in range(3):
+        stream.seal([batch], [])
+    assert len(stream.records_after(1) or []) == 2
+    assert stream.records_after(3) == []
+    stream.ack("b", 2)
+    stream.seal([batch], [])  # trims what b has
+    assert stream.records_after(0) is None  # no longer kept: a full copy
+
+
+async def test_a_replica_joining_releases_what_it_already_acknowledged(store) -> None:
+    """After a failover the first commit is held with nobody in sync; the replica that
+    acknowledges it and then joins the set releases it at once (not at the next commit,
+    which a lone sequential client would never send)."""
+    election = MemoryElection()
+    coordinator = MemoryCoordinator(election, "a")
+    term = await coordinator.campaign()
+    assert term is not None
+    answered: list[str] = []
+    stream = CommitStream(term, ("b", "c"), lambda dones: [d(None) for d in dones])
+    me, b, c = (
+        InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", 2, Path("/nowhere")) for name in "abc"
+    )
+    active = Active(
+        group_id=1,
+        me=me,
+        replicas=(b, c),
+        coordinator=coordinator,
+        term=term,
+        lease_ttl_s=5,
+        store=RecordingStore(store),
+        stream=stream,
+        on_step_down=lambda reason: None,
+    )
+    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")], [one_put("p", answered)])
+    assert stream.ack("b", 1)  # caught up: may join
+    assert answered == []
+    await active._join("b")
+    assert answered == ["p"]
+    assert election.in_sync == ("a", "b")
+
+
+# ------------------------------------------------------------------ the lease
+
+
+class StallingCoordinator(MemoryCoordinator):
+    """etcd stops answering: a renewal never returns (a partition, not a refusal)."""
+
+    stalled = False
+
+    async def renew(self) -> bool:
+        if self.stalled:
+            await trio.sleep_forever()
+        return await super().renew()
+
+
+def lease_holder(store: JournalStore, coordinator: MemoryCoordinator, ttl_s: float) -> Active:
+    stream = CommitStream(coordinator.term, ("b", "c"), lambda dones: None)
+    me, b, c = (
+        InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", 2, Path("/nowhere")) for name in "abc"
+    )
+    return Active(
+        group_id=1,
+        me=me,
+        replicas=(b, c),
+        coordinator=coordinator,
+        term=coordinator.term,
+        lease_ttl_s=ttl_s,
+        store=RecordingStore(store),
+        stream=stream,
+        on_step_down=lambda reason: None,
+    )
+
+
+@pytest.mark.parametrize("fault", ["unreachable", "stalled"])
+def test_an_active_that_cannot_renew_stops_answering_before_the_lease_expires(
+    store: JournalStore, fault: str
+) -> None:
+    ttl_s = 6.0
+
+    async def scenario() -> None:
+        election = MemoryElection()
+        coordinator = StallingCoordinator(election, "a")
+        await coordinator.campaign()
+        active = lease_holder(store, coordinator, ttl_s)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(active._lease_loop)
+            await trio.sleep(3 * ttl_s)  # renewals go through
+            assert active.stepped_down is None
+            cut_s = trio.current_time()
+            if fault == "unreachable":
+                election.reachable = {"b", "c"}
+            else:
+                coordinator.stalled = True
+            with trio.fail_after(ttl_s):
+                while active.stepped_down is None:
+                    await trio.sleep(0.01)
+            stopped_s = trio.current_time() - cut_s
+            nursery.cancel_scope.cancel()
+        assert not active.stream.answering
+        # the last renewal was at most ttl/4 before the cut; the step-down comes at half
+        # the TTL after it: always before the lease can expire in etcd
+        assert stopped_s <= ttl_s * 0.5 + 0.1
+        assert stopped_s < ttl_s - ttl_s / 4
+
+    run_under_autojump_clock(scenario)
+
+
+async def test_an_active_whose_lease_expired_steps_down_at_once(store: JournalStore) -> None:
+    election = MemoryElection()
+    coordinator = MemoryCoordinator(election, "a")
+    await coordinator.campaign()
+    active = lease_holder(store, coordinator, 6.0)
+    election.expire("a")
+    await MemoryCoordinator(election, "b").campaign()  # b took over
+    with trio.fail_after(1):
+        await active._lease_loop()
+    assert active.stepped_down is not None and "lost" in active.stepped_down
