@@ -150,7 +150,12 @@ async def put_once(
     whose answer was lost (PutOutcomeUnknown) or that found no connection is re-sent
     under the same key once the client has reconnected (to whichever instance is
     active), until answered or `within_s` has passed. The group stores the first copy
-    and answers a re-sent one with the first copy's seq (mrs.group.idempotency)."""
+    and answers a re-sent one with the first copy's seq (mrs.group.idempotency).
+
+    A client given several addresses (a replicated group) already re-sends its
+    recoverable puts by itself (clients.resend), under keys it makes; `put_once` is
+    still the way to choose the key (one the application can re-send under after a
+    restart of its own) and to re-send on a single server's reconnect."""
     headers = {**(put.pop("headers", None) or {}), IDEMPOTENCY_HEADER: key}
     with trio.fail_after(within_s):
         while True:

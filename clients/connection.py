@@ -45,6 +45,7 @@ from clients.lookup import locate, pending
 from clients.pending import Requests
 from clients.reconnect import Reconnect
 from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
+from clients.resend import Resender
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import SafDrain, _psb
@@ -116,6 +117,9 @@ class Client:
             reconnect,
         )
         self._dialer = Dialer(dialing, self._requests, self._status, self._attachment, self._loops)
+        self._resender = Resender(self.wait_connected) if "," in address else None
+        """A replicated group's instances (several addresses): recoverable puts get an
+        idempotency key and are re-sent after a failover (clients.resend)."""
         self.attach_status: Status = Status.SUCCESS
         """SUCCESS, or JOURNAL_ON when the server was unreachable at attach."""
 
@@ -230,6 +234,9 @@ class Client:
         journaled: psb.status is JOURNAL_ON and psb.seq the client journal's seq.
         With `protection`, a put to a protected queue is signed/encrypted here first
         (protect=False sends the body as it is).
+        With several addresses (a replicated group), a recoverable put carries an
+        idempotency key and is re-sent after a failover (clients.resend).
+        Long because the per-put path stays inline: a call more is a cost per put.
         """
         attachment = self._attachment
         if self.protection is not None and protect:
@@ -244,8 +251,11 @@ class Client:
         # 0 on the wire is "the default" (MessageQ's meaning); a tiny positive timeout
         # stays positive.
         timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
+        resender = self._resender
+        if resender is not None and delivery in _RECOVERABLE_MODES:
+            headers = resender.keyed(headers)
         # Built (and so checked: types and ranges) once, whether it is sent now or
-        # journaled and sent at drain time.
+        # journaled and sent at drain time (or re-sent after a failover).
         requests = self._requests
         request = put_request(
             requests.next_id(),
@@ -261,12 +271,27 @@ class Client:
             str(resp_q) if resp_q is not None else "",
             headers,
         )
+        if resender is not None and delivery in _RECOVERABLE_MODES:
+            return await resender.put(lambda: self._send_put(request, timeout), len(body))
         drain = self._drain  # there is one when there is a SAF journal
         if (
             drain is not None
             and delivery in _RECOVERABLE_MODES
             and self._status.status == Status.JOURNAL_ON
         ):
+            return await drain.put_journaled(request)
+        if requests.link is None or requests.broken is not None:  # else no call: per request
+            requests.require_link(_LINK_DOWN, "put")
+        reply = await requests.request(request, put_reply_wait_s(timeout), "put")
+        return _psb(reply)
+
+    async def _send_put(self, request: wire.Put, timeout: float | None) -> Psb:
+        """One send of a built recoverable put of a replicated group's client (what
+        `put` does inline for the others: no coroutine more per put there): journaled
+        while the SAF journal is on, else over the connection; its PSB."""
+        requests = self._requests
+        drain = self._drain  # there is one when there is a SAF journal
+        if drain is not None and self._status.status == Status.JOURNAL_ON:
             return await drain.put_journaled(request)
         if requests.link is None or requests.broken is not None:  # else no call: per request
             requests.require_link(_LINK_DOWN, "put")

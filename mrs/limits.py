@@ -238,6 +238,17 @@ CLIENT_REQUESTS_IN_FLIGHT_MAX = 10_000
 """Requests of one client connection awaiting an answer at once; one more is refused
 at once with EXCEEDQUOTA (QuotaExceeded), as the server refuses beyond its
 requests_in_flight_max guard (same default)."""
+CLIENT_RESEND_MESSAGES_MAX = 10_000
+"""Puts a client of a replicated group (several addresses) keeps for re-sending at most:
+a recoverable put whose answer was lost with the connection waits for the new active
+and is re-sent under its idempotency key (clients.resend); one more beyond this (or
+beyond CLIENT_RESEND_BYTES_MAX) raises PutOutcomeUnknown as on a single server."""
+CLIENT_RESEND_BYTES_MAX = 64 * 1024 * 1024
+"""...and the body bytes those puts hold at most."""
+CLIENT_RESEND_WAIT_S = 60.0
+"""How long a put of a replicated group's client waits for a connection to the new
+active before it gives up and raises what the lost connection said (a failover takes
+the lease TTL + ~1 s)."""
 HELD_MESSAGES_MAX = 1024
 """Messages a client holds back (delivered for a get its caller gave up) at most:
 held messages plus what gets waiting or given up may still bring stay within it; a

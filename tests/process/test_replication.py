@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import connect, instance_addresses, put_once
+from clients import MrsError, connect, instance_addresses, put_once
 from mrs.model import DeliveryMode, Status, Uma
 from sim.etcd import wait_active
 from sim.processes import GroupProcess
@@ -124,6 +124,55 @@ def test_failover_keeps_every_answered_put_once_in_order(instances) -> None:
             await client.confirm(again.seq)
 
     trio.run(rejoin_then_possdupl)
+
+
+TASKS = 8
+PUTS_PER_TASK = 25
+
+
+def test_the_client_resends_puts_a_kill_of_the_active_left_unanswered(instances) -> None:
+    """SIGKILL the active while 200 WF puts from 8 tasks are in flight: the client
+    re-sends the unanswered ones to the new active under the keys it gave them
+    (clients.resend), so every `await put()` returns SUCCESS (none PutOutcomeUnknown)
+    and every message is stored exactly once, in order per task."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+
+    async def scenario() -> tuple[list[bytes], int]:
+        answered = trio.Semaphore(0)
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+
+            async def putter(task: int) -> None:
+                for i in range(PUTS_PER_TASK):
+                    psb = await client.put(b"t%d:%d" % (task, i), "ORDERS")  # WF_DQF
+                    assert psb.status == Status.SUCCESS, psb
+                    answered.release()
+
+            async with trio.open_nursery() as nursery:
+                for task in range(TASKS):
+                    nursery.start_soon(putter, task)
+                for _ in range(TASKS * PUTS_PER_TASK // 3):
+                    await answered.acquire()
+                instances[first].kill()  # puts of every task are in flight
+            resent = client._resender.resent
+            bodies = []
+            while True:
+                try:
+                    message = await client.get(timeout=2)
+                except MrsError:
+                    break
+                bodies.append(message.body)
+                await client.confirm(message.seq)
+            assert (await client.status())["replication"]["instance"] != first
+        return bodies, resent
+
+    bodies, resent = trio.run(scenario)
+    assert resent >= 1  # the kill did leave puts unanswered
+    assert len(bodies) == len(set(bodies)) == TASKS * PUTS_PER_TASK  # each stored once
+    for task in range(TASKS):
+        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
+        assert mine == list(range(PUTS_PER_TASK))  # in order per task
 
 
 def test_planned_failover_and_status(instances) -> None:
