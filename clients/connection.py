@@ -152,6 +152,12 @@ class Client:
         return self._dialer.reconnects
 
     @property
+    def resent_puts(self) -> int:
+        """Puts re-sent after a lost connection under their idempotency keys (a client
+        of a replicated group: clients.resend); 0 for a single server."""
+        return 0 if self._resender is None else self._resender.resent
+
+    @property
     def journal_status(self) -> Status | None:
         """None without a SAF journal; JOURNAL_ON while recoverable puts are journaled
         (server unreachable, or the backlog still draining); LINK_UP once drained;

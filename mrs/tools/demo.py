@@ -7,7 +7,9 @@ runs through a fault proxy. The demo cuts the link (orders pile up in NYC's SAF)
 SIGKILLs NYC with that backlog on disk, restarts it, heals the link, and watches the
 backlog drain in order. Every order acknowledged as stored arrives, in order; those
 handed out twice are marked POSSDUPL; ticks queued in memory at the crash are gone,
-as nonrecoverable messages are.
+as nonrecoverable messages are. With etcd on the machine a last chapter
+(mrs.tools.demo_failover) runs LDN as a replicated group and loses its active
+instance with its disk mid-stream.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.table import Table
 
 from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
+from mrs.tools.demo_failover import run_failover_chapter
 from sim.bus import LinkedBus
 from sim.checker import check_delivered
 
@@ -284,10 +287,11 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
         code, _ = trio.run(_run, console, bus, messages)
-        audit_dir = directory / "audit" if scratch else Path(
-            tempfile.mkdtemp(prefix="mrs-demo-audit-")
+        audit_dir = (
+            directory / "audit" if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-audit-"))
         )  # the report outlives the scratch directory
-        return code or _audit(console, bus, audit_dir)
+        code = code or _audit(console, bus, audit_dir)
+        return code or run_failover_chapter(console, directory / "failover", messages)
     finally:
         for process in bus.processes.values():
             process.kill()

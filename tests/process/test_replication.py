@@ -155,7 +155,7 @@ def test_the_client_resends_puts_a_kill_of_the_active_left_unanswered(instances)
                 for _ in range(TASKS * PUTS_PER_TASK // 3):
                     await answered.acquire()
                 instances[first].kill()  # puts of every task are in flight
-            resent = client._resender.resent
+            resent = client.resent_puts
             bodies = []
             while True:
                 try:
