@@ -96,11 +96,19 @@ def main() -> None:
     parser.add_argument(
         "--gc-tuned", action="store_true", help="opt in: gc_tuning.tune_gc_for_throughput()"
     )
+    parser.add_argument(
+        "--as-replicated",
+        action="store_true",
+        help="give connect the address twice, as a replicated group's client: its "
+        "recoverable puts then carry idempotency keys (clients.resend)",
+    )
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="mrs-client-cpu-"))
     config = write_single_group_config(directory, queues=QUEUES_TOML, limits=LIMITS)
     server = GroupProcess(config, 1)
     address = server.start()
+    if args.as_replicated:
+        address = f"{address},{address}"
     if args.gc_tuned:
         from mrs.server.gc_tuning import tune_gc_for_throughput
 

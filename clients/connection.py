@@ -37,7 +37,7 @@ import trio
 from clients.batch import PutItem, put_one_by_one, send_batches
 from clients.confirm_batch import confirm_many
 from clients.dialing import Attachment, Dialer, Dialing
-from clients.errors import JournalFailed, MrsError, error_for
+from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
 from clients.journal_status import JournalEvent, JournalStatus
 from clients.link import LinkLoops, _Link
@@ -277,23 +277,26 @@ class Client:
             str(resp_q) if resp_q is not None else "",
             headers,
         )
-        if resender is not None and delivery in _RECOVERABLE_MODES:
-            return await resender.put(lambda: self._send_put(request, timeout), len(body))
-        drain = self._drain  # there is one when there is a SAF journal
-        if (
-            drain is not None
-            and delivery in _RECOVERABLE_MODES
-            and self._status.status == Status.JOURNAL_ON
-        ):
-            return await drain.put_journaled(request)
-        if requests.link is None or requests.broken is not None:  # else no call: per request
-            requests.require_link(_LINK_DOWN, "put")
-        reply = await requests.request(request, put_reply_wait_s(timeout), "put")
+        try:
+            drain = self._drain  # there is one when there is a SAF journal
+            if (
+                drain is not None
+                and delivery in _RECOVERABLE_MODES
+                and self._status.status == Status.JOURNAL_ON
+            ):
+                return await drain.put_journaled(request)
+            if requests.link is None or requests.broken is not None:  # else no call: per request
+                requests.require_link(_LINK_DOWN, "put")
+            reply = await requests.request(request, put_reply_wait_s(timeout), "put")
+        except ConnectionLost as lost:  # a `try` costs nothing until it catches
+            if resender is None or delivery not in _RECOVERABLE_MODES:
+                raise
+            return await resender.resend(lost, lambda: self._send_put(request, timeout), len(body))
         return _psb(reply)
 
     async def _send_put(self, request: wire.Put, timeout: float | None) -> Psb:
-        """One send of a built recoverable put of a replicated group's client (what
-        `put` does inline for the others: no coroutine more per put there): journaled
+        """A re-send of a built recoverable put of a replicated group's client (what
+        `put` does inline the first time: no coroutine more per put): journaled
         while the SAF journal is on, else over the connection; its PSB."""
         requests = self._requests
         drain = self._drain  # there is one when there is a SAF journal

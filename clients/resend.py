@@ -59,20 +59,23 @@ class Resender:
         key = f"{self._key_prefix}{next(self._numbers)}"
         return {IDEMPOTENCY_HEADER: key} if not headers else {**headers, IDEMPOTENCY_HEADER: key}
 
-    async def put(self, attempt: Callable[[], Awaitable[T]], body_bytes: int) -> T:
-        """`attempt()` (one send of a keyed put, and its answer) until it is answered:
-        after a lost connection (PutOutcomeUnknown, or LINK_DOWN: not sent, no
-        connection) it waits for the next connection and tries again, within the
-        bounds (module doc); past them it raises the last loss."""
+    async def resend(
+        self, lost: ConnectionLost, attempt: Callable[[], Awaitable[T]], body_bytes: int
+    ) -> T:
+        """A keyed put's first send ended with `lost`: after a lost connection
+        (PutOutcomeUnknown, or LINK_DOWN: not sent, no connection) wait for the next
+        connection and `attempt()` it again, until answered, within the bounds (module
+        doc); past them, or for another status, raise the last loss."""
         deadline_s = trio.current_time() + CLIENT_RESEND_WAIT_S
         while True:
+            if lost.status != Status.LINK_DOWN or not self._room(body_bytes):
+                raise lost
+            await self._reconnected(lost, deadline_s, body_bytes)
+            self.resent += 1
             try:
                 return await attempt()
-            except ConnectionLost as lost:
-                if lost.status != Status.LINK_DOWN or not self._room(body_bytes):
-                    raise
-                await self._reconnected(lost, deadline_s, body_bytes)
-            self.resent += 1
+            except ConnectionLost as again:
+                lost = again
 
     def _room(self, body_bytes: int) -> bool:
         return (
