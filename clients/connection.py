@@ -16,6 +16,9 @@ What a caller sees when the connection drops (see docs/client-saf.md):
   before any new put, once the server is back (then LINK_UP).
 - A cancelled get (timeout, cancel scope) is withdrawn on the server (CancelGet); a
   message that was already on its way is kept and handed to the next get.
+- Given several addresses (a replicated group's instances), recoverable puts carry an
+  idempotency key and one the drop left unanswered is re-sent to the new active
+  (clients.resend): the caller gets its real answer, not PutOutcomeUnknown.
 
 `Client` is one whole class that holds its parts, one job each, and gives each its
 collaborators when it builds them: the request table and the connection state
