@@ -20,14 +20,14 @@ def run_demo_audit(console: Console, config_path: Path, out_dir: Path, pcj_expec
     try:
         check_java()
     except AuditUsageError as error:
-        console.print(f"[yellow]7. Audit skipped[/]: {error}")
+        console.print(f"[yellow]8. Audit skipped[/]: {error}")
         return 0
     from mrs.audit.load import queue_names
     from mrs.audit.output import write_html, write_json, write_tables
     from mrs.audit.report import compute
     from mrs.audit.session import build_session
 
-    console.print("[bold]7. Audit[/]: Spark (local[2]) reads both groups' journals ...")
+    console.print("[bold]8. Audit[/]: Spark (local[2]) reads both groups' journals ...")
     sources = {"config": str(config_path), "groups": "1,2"}
     out_dir.mkdir(parents=True, exist_ok=True)
     spark = build_session("local[2]", app_name="mrs demo audit", log_path=out_dir / "spark.log")

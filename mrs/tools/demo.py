@@ -7,7 +7,7 @@ runs through a fault proxy. The demo cuts the link (orders pile up in NYC's SAF)
 SIGKILLs NYC with that backlog on disk, restarts it, heals the link, and watches the
 backlog drain in order. Every order acknowledged as stored arrives, in order; those
 handed out twice are marked POSSDUPL; ticks queued in memory at the crash are gone,
-as nonrecoverable messages are. With etcd on the machine a last chapter
+as nonrecoverable messages are. With etcd on the machine a chapter before the audit
 (mrs.tools.demo_failover) runs LDN as a replicated group and loses its active
 instance with its disk mid-stream.
 """
@@ -290,8 +290,8 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
         audit_dir = (
             directory / "audit" if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-audit-"))
         )  # the report outlives the scratch directory
-        code = code or _audit(console, bus, audit_dir)
-        return code or run_failover_chapter(console, directory / "failover", messages)
+        code = code or run_failover_chapter(console, directory / "failover", messages)
+        return code or _audit(console, bus, audit_dir)
     finally:
         for process in bus.processes.values():
             process.kill()
