@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from journals.protocol import Store
 from journals.store import JournalError, WriteBatch
 
@@ -108,6 +110,7 @@ class GroupCommitWriter:
         self.call_soon(lambda: _report(results))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # an active's ReplicatedWriter (mrs.replication)
 class InlineWriter:
     """Group commit on the caller's own thread, for an event loop that commits between
     rounds of request handling: `submit` only queues, `commit_pending` commits

@@ -8,7 +8,10 @@ from __future__ import annotations
 from benchmarks.drain_resends import measure
 
 RATIO_MAX = 1.05
-"""Link messages sent per message stored from the link, in every phase."""
+"""Link messages sent per message stored from the link, over the run and in every phase."""
+AT_A_PHASE_EDGE_MAX = 10
+"""Messages a phase may count as sent and the next as stored: those in flight when the
+counts are read (50 puts/s and up to 200 ms of latency on a loaded machine)."""
 
 
 async def test_a_drain_into_a_full_dqf_sends_each_message_about_once(tmp_path) -> None:
@@ -17,7 +20,9 @@ async def test_a_drain_into_a_full_dqf_sends_each_message_about_once(tmp_path) -
     assert set(phases) == {"fill", "full", "cut", "backlog"}
     for phase in run.phases:
         assert phase.stored > 0, phase
-        assert phase.ratio <= RATIO_MAX, phase
+        assert phase.sent <= RATIO_MAX * phase.stored + AT_A_PHASE_EDGE_MAX, phase
+    sent, stored = sum(p.sent for p in run.phases), sum(p.stored for p in run.phases)
+    assert sent <= RATIO_MAX * stored, run.phases
     # One log line when the drain starts to wait, none per message refused: the DQF
     # stays full through "full" and "backlog" without a WARNING.
     assert phases["fill"].warnings <= 2, phases["fill"]
