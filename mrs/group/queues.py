@@ -557,6 +557,12 @@ class TargetQueue:
             oldest = lent.popitem(last=False)[1]  # lent long ago: the client took it
             self.lent_bytes -= len(oldest.body or b"")
 
+    def unlend(self, seq: int) -> None:
+        """Forget a read-ahead entry whose batch was never sent (its marks' commit failed)."""
+        entry = self.lent.pop(seq, None)
+        if entry is not None:
+            self.lent_bytes -= len(entry.body or b"")
+
     def give_back(self, seqs: list[int]) -> int:
         """Read-ahead entries the client never handed to a get: each seq lent goes
         back to its place in arrival order, waiting in memory again; a seq not lent
