@@ -76,7 +76,7 @@ class Handover:
         if not queue.can_deliver():  # counts deliveries reserved by commits under way
             raise Refused(
                 Status.EXCMAXUNCONF,
-                f"{len(queue.unconfirmed) + queue.reserved} messages unconfirmed on "
+                f"{len(queue.unconfirmed) + queue.stores.reserved} messages unconfirmed on "
                 f"{queue.address} "
                 f"(unconfirmed_max={queue.config.unconfirmed_max})",
             )
