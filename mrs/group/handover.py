@@ -214,7 +214,14 @@ class Handover:
         if batch is None:
             _sent(session, answer, handed)
             return
-        self.ctx.writer.submit(batch, _Marked(self, session, request_id, queue, handed, answer))
+
+        def marked(error: JournalError | None) -> None:
+            if error is None:
+                _sent(session, answer, handed)
+            else:
+                self._mark_failed(session, request_id, queue, handed, error)
+
+        self.ctx.writer.submit(batch, marked)
 
     def _mark_failed(
         self,
@@ -449,24 +456,3 @@ def _sent(
     for entry, _, _ in handed:
         if not entry.journaled and entry.on_dequeue is not None:
             entry.on_dequeue(entry)
-
-
-@dataclass(eq=False, slots=True)
-class _Marked:
-    """Writer callback of a hand-over's delivery marks (a class, not a closure: its
-    state is named)."""
-
-    handover: Handover
-    session: Session
-    request_id: int
-    queue: TargetQueue
-    handed: list[Handed]
-    answer: wire.Delivery | wire.DeliveryBatch
-
-    def __call__(self, error: JournalError | None) -> None:
-        if error is None:
-            _sent(self.session, self.answer, self.handed)
-        else:
-            self.handover._mark_failed(
-                self.session, self.request_id, self.queue, self.handed, error
-            )
