@@ -260,9 +260,9 @@ class TargetQueue:
         store under way here reserved a get too (delivered in commit order); and not
         for a selective get (the message is offered to it once durable). The store
         that takes it counts it (`QueueStores.submitted`)."""
-        if not self.stores.all_took_gets() or self.pending.count or self.pending.cold_count:
-            return None
-        if not self.waiters or self.selective_waiters or not self.can_deliver():
+        if not self.waiters or self.pending.count or self.pending.cold_count:
+            return None  # asked first: the common put, no get parked
+        if not self.stores.all_took_gets() or self.selective_waiters or not self.can_deliver():
             return None
         waiter = self.waiters.popleft()
         waiter.reserved = True
