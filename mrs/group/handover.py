@@ -233,13 +233,15 @@ class Handover:
     ) -> None:
         """The delivery marks were not committed: nothing was handed out. Each entry's
         first delivery is still due: its count goes back and it returns to its place
-        in its queue, unless the session's detach gave it back already (it awaited a
-        confirm and is no longer unconfirmed). The get is answered JOURNAL_FAIL."""
+        in its queue, unless the session left meanwhile and its detach gave it back
+        already (one that awaited a confirm; another session may hold it by now).
+        The get is answered JOURNAL_FAIL."""
+        attached = session.attached is queue
         unconfirmed = queue.unconfirmed
         for entry, _, needs_confirm in reversed(handed):
             entry.times_delivered -= 1
             queue.unlend(entry.seq)  # a read-ahead entry was never lent
-            if unconfirmed.pop(entry.seq, None) is not None or not needs_confirm:
+            if not needs_confirm or (attached and unconfirmed.pop(entry.seq, None) is not None):
                 queue.put_back(entry)
         session.send(
             wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
