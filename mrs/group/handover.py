@@ -205,21 +205,28 @@ class Handover:
         when only memory entries or the `premarked` one (its mark committed with it)
         are handed. If that commit fails, `_mark_failed` undoes every hand-over."""
         batch: WriteBatch | None = None
+        dequeued = False  # a memory entry's DEQ sender waits for the answer to go out
         for entry, _, _ in handed:
-            if entry.journaled and entry is not premarked:
+            if not entry.journaled:
+                dequeued = dequeued or entry.on_dequeue is not None
+            elif entry is not premarked:
                 if batch is None:
                     batch = WriteBatch.empty()
                 key = queue_key(queue.address.queue, entry.seq)
                 batch.put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
         if batch is None:
-            _sent(session, answer, handed)
+            session.send(answer)
+            if dequeued:
+                _tell_dequeued(handed)
             return
 
         def marked(error: JournalError | None) -> None:
-            if error is None:
-                _sent(session, answer, handed)
-            else:
+            if error is not None:
                 self._mark_failed(session, request_id, queue, handed, error)
+                return
+            session.send(answer)
+            if dequeued:
+                _tell_dequeued(handed)
 
         self.ctx.writer.submit(batch, marked)
 
@@ -450,11 +457,8 @@ def _matching(select: Selection | None) -> str:
     return "" if select is None else " matching the selection"
 
 
-def _sent(
-    session: Session, answer: wire.Delivery | wire.DeliveryBatch, handed: list[Handed]
-) -> None:
-    """The answer goes out; a memory entry's DEQ sender learns it was got."""
-    session.send(answer)
+def _tell_dequeued(handed: list[Handed]) -> None:
+    """The answer went out: each memory entry's DEQ sender learns it was got."""
     for entry, _, _ in handed:
         if not entry.journaled and entry.on_dequeue is not None:
             entry.on_dequeue(entry)
