@@ -3,7 +3,8 @@
 A prefetch, as RabbitMQ's prefetch and Redis's COUNT: the client asks for up to
 `count_max` messages and gets those ready now (or, if none is, the first to arrive
 within its timeout, with whatever else is ready then). Each message is delivered
-exactly as a Get delivers it (`Handover`): it counts against the queue's
+by the functions that deliver a Get's one message (`Handover.count_delivery`,
+`Handover.send_when_marked`): it counts against the queue's
 unconfirmed cap, carries CONFIRMREQ or POSSDUPL, and a journaled one's delivery
 count is durable before the batch is sent — one commit holds the marks of the whole
 batch. A message delivered and not confirmed when the connection drops is what it
@@ -21,21 +22,17 @@ from typing import Final
 
 import msgspec
 
-from journals import Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT, Refused
 from mrs.core.selection import Selection, from_wire
-from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
-from mrs.group.delivery_event import delivery_event
-from mrs.group.handover import Handover
+from mrs.group.context import GroupContext, Session, attached_queue
+from mrs.group.handover import Handed, Handover
 from mrs.group.queues import Entry, TargetQueue
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import DELIVERY_BATCH
 
-_MARKS: Final = Journal.MARKS
-"""Looked up once: a class attribute is a generic lookup in compiled code."""
 # Read per delivery: C statics, not module-dict lookups (benchmarks/README.md).
 _BATCH_BYTES_MAX: Final = DELIVERY_BATCH_BYTES_MAX
 
@@ -104,22 +101,25 @@ class BatchGet:
         """Deliver `first` (an arrival for a parked batch; `premarked`: its delivery
         mark was committed with it) and what else is ready, up to count_max, the
         unconfirmed cap and about DELIVERY_BATCH_BYTES_MAX; False if nothing could be
-        delivered (the get still waits)."""
-        taken: list[tuple[Entry, wire.Delivery, bool]] = []
+        delivered (the get still waits). Each is counted and the batch marked, sent
+        or undone by the functions that hand over a Get's one message
+        (`Handover.count_delivery`, `Handover.send_when_marked`)."""
+        handover = self.handover
+        taken: list[Handed] = []
         frame_bytes = 0
         entry = first
         while len(taken) < request.count_max:
             if entry is None:
                 if not queue.can_deliver() or (entry := queue.take(select)) is None:
                     break
-                if entry.body is None and not self.handover.dqf.load_body(queue, entry):
+                if entry.body is None and not handover.load_body(queue, entry):
                     entry = None
                     continue
             size = _wire_bytes(entry)
             if taken and frame_bytes + size > _BATCH_BYTES_MAX:
                 queue.put_back(entry)  # not taken: first in line for the next get
                 break
-            delivered = self._take_one(request.request_id, queue, entry)
+            delivered = handover.count_delivery(request.request_id, queue, entry)
             if delivered is not None:
                 taken.append(delivered)
                 frame_bytes += size
@@ -128,15 +128,18 @@ class BatchGet:
             return False
         if request.read_ahead_max and len(taken) == request.count_max and select is None:
             frame_bytes = self._read_ahead(request, queue, taken, frame_bytes)
+        request_id = request.request_id
+        # unchecked: every Delivery in it was built (and checked) by delivery_event
+        answer = build_unchecked(DELIVERY_BATCH, request_id, [event for _, event, _ in taken])
         premarked_entry = first if premarked else None
-        self._send_when_marked(session, request.request_id, queue, taken, premarked_entry)
+        handover.send_when_marked(session, request_id, queue, taken, answer, premarked_entry)
         return True
 
     def _read_ahead(
         self,
         request: wire.GetBatch,
         queue: TargetQueue,
-        taken: list[tuple[Entry, wire.Delivery, bool]],
+        taken: list[Handed],
         frame_bytes: int,
     ) -> int:
         """Add up to read_ahead_max more entries that may be lent: in memory only,
@@ -158,7 +161,7 @@ class BatchGet:
             ):
                 queue.put_back(entry)
                 break
-            delivered = self._take_one(request.request_id, queue, entry)
+            delivered = self.handover.count_delivery(request.request_id, queue, entry)
             if delivered is None:
                 continue
             taken.append(delivered)
@@ -175,68 +178,6 @@ class BatchGet:
             return
         if queue.give_back(request.seqs):
             self.handover.serve_waiting_gets(queue)
-
-    def _take_one(
-        self, request_id: int, queue: TargetQueue, entry: Entry
-    ) -> tuple[Entry, wire.Delivery, bool] | None:
-        """Count one entry as delivered (as Handover.hand_over does); None if it cannot
-        be delivered at all (quarantined to the DLJ)."""
-        status, needs_confirm = self.handover._delivery_status(queue, entry)
-        try:  # built first: a field no client could have put must not kill the server
-            event = delivery_event(request_id, entry, status)
-        except (wire.ProtocolError, ValueError, TypeError) as error:
-            self.handover.dqf.quarantine(queue, entry, f"cannot be delivered: {error}")
-            return None
-        entry.times_delivered += 1
-        if needs_confirm:
-            queue.unconfirmed[entry.seq] = entry
-        return entry, event, needs_confirm
-
-    def _send_when_marked(
-        self,
-        session: Session,
-        request_id: int,
-        queue: TargetQueue,
-        taken: list[tuple[Entry, wire.Delivery, bool]],
-        premarked: Entry | None = None,
-    ) -> None:
-        """Send the batch once the delivery counts of its journaled entries are
-        durable (one commit; a premarked entry's already is); if that commit fails,
-        every entry goes back."""
-        # unchecked: every Delivery in it was built (and checked) by delivery_event
-        answer = build_unchecked(DELIVERY_BATCH, request_id, [event for _, event, _ in taken])
-        marks = [entry for entry, _, _ in taken if entry.journaled and entry is not premarked]
-        if not marks:
-            self._sent(session, answer, taken)
-            return
-        batch = WriteBatch.empty()
-        for entry in marks:
-            key = queue_key(queue.address.queue, entry.seq)
-            batch.put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
-
-        def marked(error: JournalError | None) -> None:
-            if error is None:
-                self._sent(session, answer, taken)
-                return
-            for entry, _, _ in reversed(taken):  # never handed out: each is still due
-                entry.times_delivered -= 1
-                queue.unconfirmed.pop(entry.seq, None)
-                queue.put_back(entry)
-            session.send(
-                wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
-            )
-            self.handover.serve_waiting_gets(queue)
-
-        self.ctx.writer.submit(batch, marked)
-
-    @staticmethod
-    def _sent(
-        session: Session, answer: wire.DeliveryBatch, taken: list[tuple[Entry, wire.Delivery, bool]]
-    ) -> None:
-        session.send(answer)
-        for entry, _, _ in taken:
-            if not entry.journaled and entry.on_dequeue is not None:
-                entry.on_dequeue(entry)
 
 
 _ENCODE = msgspec.msgpack.Encoder().encode

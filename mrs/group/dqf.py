@@ -134,7 +134,7 @@ class Dqf:
                 value = U64.pack(entry.seq)
             batch.put_raw(Journal.DEDUPE, key.encode(), value)
         waiter = self.premark.premark(queue, entry, batch) if self.premark else None
-        queue.storing += 1
+        queue.stores.submitted(waiter is not None)
         ctx.writer.submit(batch, _Stored(self, queue, entry, dedupe_keys, outcome, waiter))
 
     def _stored(
@@ -147,12 +147,10 @@ class Dqf:
         waiter: GetWaiter | None = None,
     ) -> None:
         """The DQF commit of one message ended: answer it and any duplicate waiting."""
-        queue.storing -= 1
-        if waiter is not None:
-            queue.reserved -= 1
-            if error is not None:
-                assert self.premark is not None  # the waiter came from it
-                self.premark.unreserve(queue, waiter)
+        queue.stores.ended(waiter is not None)
+        if waiter is not None and error is not None:
+            assert self.premark is not None  # the waiter came from it
+            self.premark.unreserve(queue, waiter)
         cause = _STORED
         reason = ""
         if error is not None:

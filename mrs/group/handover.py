@@ -48,6 +48,8 @@ _META: Final = Journal.META
 _ASTUPLE: Final = astuple
 ConfirmFields = tuple[int, int, int, Any]
 """A wire.Confirm's fields in order (request_id, seq, confirm_value, force_j)."""
+Handed = tuple[Entry, wire.Delivery, bool]
+"""An entry counted as delivered, its Delivery, and whether it awaits a confirm."""
 
 
 @dataclass(eq=False)
@@ -74,7 +76,7 @@ class Handover:
         if not queue.can_deliver():  # counts deliveries reserved by commits under way
             raise Refused(
                 Status.EXCMAXUNCONF,
-                f"{len(queue.unconfirmed) + queue.reserved} messages unconfirmed on "
+                f"{len(queue.unconfirmed) + queue.stores.reserved} messages unconfirmed on "
                 f"{queue.address} "
                 f"(unconfirmed_max={queue.config.unconfirmed_max})",
             )
@@ -139,10 +141,6 @@ class Handover:
                 session.send(wire.Failure(request.request_id, Status.TIMEOUT, cancelled))
                 return
 
-    def _delivery_status(self, queue: TargetQueue, entry: Entry) -> tuple[int, bool]:
-        """The status a delivery carries, and whether it needs a confirm."""
-        return self.guarantees.delivery_status(queue, entry)
-
     def hand_over(
         self,
         session: Session,
@@ -151,12 +149,11 @@ class Handover:
         entry: Entry,
         premarked: bool = False,
     ) -> bool:
-        """Deliver one entry to a get. A journaled entry's delivery count is made durable
-        first, so a crash can never hide that it was delivered (POSSDUPL stays exact);
-        `premarked`: it was, in the message's own transaction (`premark`), and the
-        unconfirmed cap was counted when the get was reserved.
-        False if the entry could not be delivered at all (quarantined): the get is
-        still waiting for a message."""
+        """Deliver one entry to a get: a batch of one (`count_delivery`, then
+        `send_when_marked`) whose answer is its Delivery. `premarked`: its delivery mark
+        was committed with the message (`premark`), and the unconfirmed cap was counted
+        when the get was reserved. False if the entry could not be delivered at all
+        (quarantined): the get is still waiting for a message."""
         if not premarked and not queue.can_deliver():
             queue.put_back(entry)
             session.send(
@@ -167,42 +164,100 @@ class Handover:
                 )
             )
             return True
-        status, needs_confirm = self._delivery_status(queue, entry)
         if queue.shared:
             self.dlq_readers.leased(session.id, entry)
+        handed = self.count_delivery(request_id, queue, entry)
+        if handed is None:
+            return False
+        self.send_when_marked(
+            session, request_id, queue, [handed], handed[1], entry if premarked else None
+        )
+        return True
+
+    def count_delivery(self, request_id: int, queue: TargetQueue, entry: Entry) -> Handed | None:
+        """Count one entry as delivered to a get or a batch get: its Delivery built, its
+        delivery count raised, awaiting its confirm if it needs one. None if it cannot
+        be delivered at all (quarantined to the DLJ). Undone by `send_when_marked` if
+        its mark's commit fails."""
+        status, needs_confirm = self.guarantees.delivery_status(queue, entry)
         try:  # built first: a field no client could have put must not kill the server
             event = delivery_event(request_id, entry, status)
         except (wire.ProtocolError, ValueError, TypeError) as error:
             self.dqf.quarantine(queue, entry, f"cannot be delivered: {error}")
-            return False
+            return None
         entry.times_delivered += 1
         if needs_confirm:
             queue.unconfirmed[entry.seq] = entry
-        if not entry.journaled:
-            session.send(event)
-            if entry.on_dequeue is not None:
-                entry.on_dequeue(entry)
-            return True
-        if premarked:
-            session.send(event)
-            return True
-        key = queue_key(queue.address.queue, entry.seq)
-        batch = WriteBatch.empty().put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
+        return entry, event, needs_confirm
+
+    def send_when_marked(
+        self,
+        session: Session,
+        request_id: int,
+        queue: TargetQueue,
+        handed: list[Handed],
+        answer: wire.Delivery | wire.DeliveryBatch,
+        premarked: Entry | None = None,
+    ) -> None:
+        """Send `answer` (a get's Delivery, a batch get's DeliveryBatch) once the delivery
+        counts of the journaled entries `handed` are durable: one commit for them all, so
+        a crash can never hide that they were delivered (POSSDUPL stays exact); none
+        when only memory entries or the `premarked` one (its mark committed with it)
+        are handed. If that commit fails, `_mark_failed` undoes every hand-over."""
+        batch: WriteBatch | None = None
+        dequeued = False  # a memory entry's DEQ sender waits for the answer to go out
+        for entry, _, _ in handed:
+            if not entry.journaled:
+                dequeued = dequeued or entry.on_dequeue is not None
+            elif entry is not premarked:
+                if batch is None:
+                    batch = WriteBatch.empty()
+                key = queue_key(queue.address.queue, entry.seq)
+                batch.put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
+        if batch is None:
+            session.send(answer)
+            if dequeued:
+                _tell_dequeued(handed)
+            return
 
         def marked(error: JournalError | None) -> None:
-            if error is None:
-                session.send(event)
+            if error is not None:
+                self._mark_failed(session, request_id, queue, handed, error)
                 return
-            entry.times_delivered -= 1  # never handed out: its first delivery is still due
-            if queue.unconfirmed.pop(entry.seq, None) is not None:
-                queue.put_back(entry)
-            session.send(
-                wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
-            )
-            self.serve_waiting_gets(queue)
+            session.send(answer)
+            if dequeued:
+                _tell_dequeued(handed)
 
         self.ctx.writer.submit(batch, marked)
-        return True
+
+    def _mark_failed(
+        self,
+        session: Session,
+        request_id: int,
+        queue: TargetQueue,
+        handed: list[Handed],
+        error: JournalError,
+    ) -> None:
+        """The delivery marks were not committed: nothing was handed out. Each entry's
+        first delivery is still due: its count goes back and it returns to its place
+        in its queue, unless the session left meanwhile and its detach gave it back
+        already (one that awaited a confirm; another session may hold it by now).
+        The get is answered JOURNAL_FAIL."""
+        attached = session.attached is queue
+        unconfirmed = queue.unconfirmed
+        for entry, _, needs_confirm in reversed(handed):
+            entry.times_delivered -= 1
+            queue.unlend(entry.seq)  # a read-ahead entry was never lent
+            if not needs_confirm or (attached and unconfirmed.pop(entry.seq, None) is not None):
+                queue.put_back(entry)
+        session.send(
+            wire.Failure(request_id, Status.JOURNAL_FAIL, f"cannot record delivery: {error}")
+        )
+        self.serve_waiting_gets(queue)
+
+    def load_body(self, queue: TargetQueue, entry: Entry) -> bool:
+        """Read the body of an entry taken for a get (left on disk); False if unusable."""
+        return self.dqf.load_body(queue, entry)
 
     # ------------------------------------------------------------------ premarked
     def premark(self, queue: TargetQueue, entry: Entry, batch: WriteBatch) -> GetWaiter | None:
@@ -400,3 +455,10 @@ class Handover:
 def _matching(select: Selection | None) -> str:
     """What an empty answer adds for a selective get."""
     return "" if select is None else " matching the selection"
+
+
+def _tell_dequeued(handed: list[Handed]) -> None:
+    """The answer went out: each memory entry's DEQ sender learns it was got."""
+    for entry, _, _ in handed:
+        if not entry.journaled and entry.on_dequeue is not None:
+            entry.on_dequeue(entry)

@@ -18,6 +18,7 @@ from mrs.config.bus import QueueConfig
 from mrs.core.selection import Selection
 from mrs.group.backlog import REFILL_BELOW, REFILL_MIN, WINDOW_ENTRIES_MAX, Loader
 from mrs.group.lanes import Lane, PriorityLanes
+from mrs.group.queue_stores import QueueStores
 from mrs.group.select_index import SelectIndex
 from mrs.limits import (
     JOURNALED_BODIES_BYTES_MAX,
@@ -220,10 +221,9 @@ class TargetQueue:
     arrivals: int = 0
     load_cold: Loader | None = None
     """Reads cold messages back from the DQF; None keeps every entry in memory."""
-    storing: int = 0
-    """DQF stores for this queue submitted and not yet committed (mrs.group.dqf)."""
-    reserved: int = 0
-    """Of those, the ones that took a parked get with them (`reserve_waiter`)."""
+    stores: QueueStores = field(default_factory=QueueStores)
+    """DQF stores for this queue under way, and how many took a parked get with them
+    (`reserve_waiter`): their one owner (mrs.group.queue_stores)."""
     lent: OrderedDict[int, Entry] = field(default_factory=OrderedDict)
     """Read-ahead entries lent beyond a GetBatch's count, by seq, oldest first (given
     back by `give_back`; bounded by LENT_*; forgotten at detach). An OrderedDict: a
@@ -251,21 +251,21 @@ class TargetQueue:
 
     def can_deliver(self) -> bool:
         """False while unconfirmed_max (with reserved deliveries) await a confirm."""
-        return len(self.unconfirmed) + self.reserved < self.unconfirmed_max
+        return len(self.unconfirmed) + self.stores.reserved < self.unconfirmed_max
 
     def reserve_waiter(self) -> GetWaiter | None:
         """The parked get an arriving journaled message may take with it, or None: its
         delivery mark then joins the message's own transaction (one commit, not two).
         Only when arrival order allows: nothing waits in memory or cold, and every
         store under way here reserved a get too (delivered in commit order); and not
-        for a selective get (the message is offered to it once durable)."""
-        if self.storing != self.reserved or self.pending.count or self.pending.cold_count:
-            return None
-        if not self.waiters or self.selective_waiters or not self.can_deliver():
+        for a selective get (the message is offered to it once durable). The store
+        that takes it counts it (`QueueStores.submitted`)."""
+        if not self.waiters or self.pending.count or self.pending.cold_count:
+            return None  # asked first: the common put, no get parked
+        if not self.stores.all_took_gets() or self.selective_waiters or not self.can_deliver():
             return None
         waiter = self.waiters.popleft()
         waiter.reserved = True
-        self.reserved += 1
         return waiter
 
     def offer(self, entry: Entry) -> None:
@@ -556,6 +556,12 @@ class TargetQueue:
         while len(lent) > _LENT_MAX or self.lent_bytes > _LENT_BYTES_MAX:
             oldest = lent.popitem(last=False)[1]  # lent long ago: the client took it
             self.lent_bytes -= len(oldest.body or b"")
+
+    def unlend(self, seq: int) -> None:
+        """Forget a read-ahead entry whose batch was never sent (its marks' commit failed)."""
+        entry = self.lent.pop(seq, None)
+        if entry is not None:
+            self.lent_bytes -= len(entry.body or b"")
 
     def give_back(self, seqs: list[int]) -> int:
         """Read-ahead entries the client never handed to a get: each seq lent goes

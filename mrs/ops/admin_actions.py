@@ -554,7 +554,7 @@ class _Mover:
             self.ended(None, entry, moved)
             return
         if entry.body is None and not group.dqf.load_body(self.source, entry):
-            self.target.storing += 1  # as if submitted: `ended` counts it back
+            self.target.stores.submitted()  # as if submitted: `ended` counts it back
             self.ended(JournalError("body unreadable"), entry, moved)
             return
         moved.body = entry.body
@@ -568,12 +568,12 @@ class _Mover:
         if entry.priority:  # its lane after a restart (mrs.group.dqf keeps it in META)
             batch.delete(Journal.META, PRIORITY_PREFIX + old_key)
             batch.put_raw(Journal.META, PRIORITY_PREFIX + new_key, bytes((moved.priority,)))
-        self.target.storing += 1
+        self.target.stores.submitted()
         ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved))
 
     def ended(self, error: JournalError | None, entry: Entry, moved: Entry) -> None:
         if moved.journaled:
-            self.target.storing -= 1
+            self.target.stores.ended()
         if error is None:
             self.moved += 1
             if moved.journaled:
