@@ -17,13 +17,22 @@ from journals.record import decode_record
 from mrs.config.bus import BusConfig
 from mrs.group import Guarantees
 from mrs.model import DeliveryMode, InterestPoint, Notification
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from sim.membus import SimGroup
 from sim.memstore import MemoryJournalStore
+from sim.replicated import ReplicatedSimGroup
 from sim.simulation import Simulation
 
 
-def make_groups(sim: Simulation, bus: BusConfig, guarantees: Guarantees) -> None:
-    """Every group of the simulation, each keeping `guarantees` (or a broken build's)."""
+def make_groups(
+    sim: Simulation,
+    bus: BusConfig,
+    guarantees: Guarantees,
+    rules: ReplicationRules = KEPT_REPLICATION,
+) -> None:
+    """Every group of the simulation, each keeping `guarantees` (or a broken build's);
+    a replicated one (`Workload.replicated`) as three instances keeping `rules`, the
+    commit faults aimed at its active."""
     doomed: dict[int, WriteBatch | None] = {}
     for group_id in sim.group_ids:
         sim.stores_failing[group_id] = False
@@ -61,6 +70,17 @@ def make_groups(sim: Simulation, bus: BusConfig, guarantees: Guarantees) -> None
                 return fault_rng.choice(("EIO", "ENOSPC", "MAPFULL"))
             return None
 
+        if group_id in sim.shape.replicated:
+            sim.groups[group_id] = ReplicatedSimGroup(
+                bus,
+                group_id,
+                sim.network,
+                fault,
+                guarantees,
+                rules,
+                on_failover=lambda group_id=group_id: sim.history.record_crash(group_id),
+            )
+            continue
         map_bytes_max = sim.shape.map_bytes_max if group_id == sim.group_ids[1] else None
         sim.groups[group_id] = SimGroup(
             bus,
