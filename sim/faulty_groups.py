@@ -78,7 +78,7 @@ def make_groups(
                 fault,
                 guarantees,
                 rules,
-                on_failover=lambda group_id=group_id: sim.history.record_crash(group_id),
+                on_term=lambda term, name, group_id=group_id: _term_won(sim, group_id, term, name),
             )
             continue
         map_bytes_max = sim.shape.map_bytes_max if group_id == sim.group_ids[1] else None
@@ -95,6 +95,12 @@ def make_groups(
             ),
             guarantees=guarantees,
         )
+
+
+def _term_won(sim: Simulation, group_id: int, term: int, name: str) -> None:
+    sim.history.events.append({"term": term, "instance": f"g{group_id}{name}"})
+    if term > 1:
+        sim.history.record_crash(group_id)
 
 
 def _waited_message_batch(batches: list[WriteBatch], group_id: int) -> WriteBatch | None:

@@ -54,6 +54,8 @@ log = logging.getLogger("sim.replicated")
 LEASE_TTL_S = 2
 """The simulated coordinator's lease (the config's minimum): failovers within seconds."""
 _WATCHDOG_S = 0.05
+FAILOVER_WAIT_S_MAX = 8.0
+"""How long a killed active stays down waiting for a replica to take over."""
 REPLICATION_ACTIONS = (
     "failover",
     "failover",
@@ -80,8 +82,8 @@ class SimCoordinator(MemoryCoordinator):
         if term is not None:
             self.group.renewed_s[self.name] = trio.current_time()
             self.group.terms.append((term, self.name))
-            if term > 1 and self.group.on_failover is not None:
-                self.group.on_failover()
+            if self.group.on_term is not None:
+                self.group.on_term(term, self.name)
         return term
 
     async def renew(self) -> bool:
@@ -119,8 +121,9 @@ class ReplicatedSimGroup:
     guarantees: Guarantees = KEPT
     rules: ReplicationRules = KEPT_REPLICATION
     clock_ns: Callable[[], int] | None = None
-    on_failover: Callable[[], None] | None = None
-    """Told when a term after the first is won (the history records a crash)."""
+    on_term: Callable[[int, str], None] | None = None
+    """Told of each term won and by whom (the history records it, and a term after
+    the first as a crash of the group: its new active recovers from its journals)."""
     election: MemoryElection = field(default_factory=MemoryElection)
     instances: dict[str, SimInstance] = field(default_factory=dict)
     renewed_s: dict[str, float] = field(default_factory=dict)
@@ -275,9 +278,11 @@ async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action
         cut = [rng.choice(replicas)] if action == "lag-then-failover" else replicas
         for replica in cut:
             network.blackhole(group.node(active.config.name), group.node(replica.config.name))
+        sim.paused_consumers.add(group.group_id)  # a backlog builds meanwhile
         await trio.sleep(rng.uniform(0.3, 2.5))
         await _failover(sim, group, nursery, rng)
         await network.heal()
+        sim.paused_consumers.discard(group.group_id)
     elif action == "restart-empty":
         replica = rng.choice(replicas)
         group.kill(replica)
@@ -295,8 +300,15 @@ async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action
 async def _failover(
     sim: Simulation, group: ReplicatedSimGroup, nursery: trio.Nursery, rng: random.Random
 ) -> None:
-    """Kill the active; bring it back (as a replica) a little later."""
+    """Kill the active; bring it back (as a replica) once a replica took over (its
+    machine was down for good while it mattered), or now and then at once (a quick
+    restart that may win the term back: it holds every commit it made)."""
+    term = group.election.term
     group.crash()
     sim.history.record_crash(group.group_id)
-    await trio.sleep(rng.uniform(0.05, 2.0))
+    if rng.random() < 0.75:
+        with trio.move_on_after(FAILOVER_WAIT_S_MAX):
+            while group.election.term == term or group.election.leader is None:
+                await trio.sleep(_WATCHDOG_S)
+    await trio.sleep(rng.uniform(0.05, 1.0))
     await group.start(nursery)
