@@ -250,6 +250,23 @@ class ReplicatedSimGroup:
     def heal(self) -> None:
         self.election.reachable.clear()
 
+    def settled(self) -> bool:
+        """Every instance up, an active, and every replica in sync with every record:
+        no answer held (a message held is not delivered yet, so the final drain must
+        wait for it)."""
+        active = self.active
+        if not self.up or active is None or active.runner is None:
+            return False
+        replication = active.runner.active
+        if replication is None or replication.stepped_down is not None:
+            return False
+        stream = replication.stream
+        return not stream.waiting and all(
+            stream.acked.get(name, 0) >= stream.number and name in stream.in_sync
+            for name in self.instances
+            if name != active.config.name
+        )
+
 
 def replicated_toml(group_id: int) -> str:
     """The [[group.instance]] entries of a replicated group on the memory network."""
@@ -274,13 +291,14 @@ async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action
     network = sim.network
     if action == "failover":
         await _failover(sim, group, nursery, rng)
-    elif action in ("lag-then-failover", "isolate-then-failover"):
-        cut = [rng.choice(replicas)] if action == "lag-then-failover" else replicas
-        for replica in cut:
+    elif action == "lag-then-failover":
+        await _lag_then_failover(sim, group, nursery, rng, active, replicas)
+    elif action == "isolate-then-failover":
+        for replica in replicas:
             network.blackhole(group.node(active.config.name), group.node(replica.config.name))
         sim.paused_consumers.add(group.group_id)  # a backlog builds meanwhile
         await trio.sleep(rng.uniform(0.3, 2.5))
-        await _failover(sim, group, nursery, rng)
+        await _failover(sim, group, nursery, rng, quick_restart=False)
         await network.heal()
         sim.paused_consumers.discard(group.group_id)
     elif action == "restart-empty":
@@ -289,24 +307,88 @@ async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action
         await trio.sleep(rng.uniform(0.05, 1.0))
         group.wipe(replica)
         await group.start(nursery)
+        if rng.random() < 0.5:  # the active is lost while the wiped one catches up
+            await trio.sleep(rng.uniform(0.0, 0.5))
+            await _failover(sim, group, nursery, rng)
     elif action == "lease-expire":
-        group.election.expire(active.config.name)  # it paused past its lease
+        await _zombie_active(sim, group, nursery, rng, active, replicas)
     elif action == "coordinator-cut":
         group.election.reachable = {i.config.name for i in replicas}
         await trio.sleep(rng.uniform(0.5, 3.0))
         group.heal()
 
 
+async def _lag_then_failover(
+    sim: Simulation,
+    group: ReplicatedSimGroup,
+    nursery: trio.Nursery,
+    rng: random.Random,
+    active: SimInstance,
+    replicas: list[SimInstance],
+) -> None:
+    """One replica's link is blackholed long enough for the active to drop it from
+    the in-sync set (a backlog builds meanwhile); then the active and the replica in
+    sync are lost together. The laggard alone must not take over: the group waits
+    until one of the others is back."""
+    laggard = rng.choice(replicas)
+    network = sim.network
+    network.blackhole(group.node(active.config.name), group.node(laggard.config.name))
+    sim.paused_consumers.add(group.group_id)
+    await trio.sleep(rng.uniform(1.2, 2.5))
+    for instance in (active, *(r for r in replicas if r is not laggard)):
+        group.kill(instance)
+    sim.history.record_crash(group.group_id)
+    await network.heal()
+    await trio.sleep(rng.uniform(2.5, 4.0))  # past the lease: only the laggard is up
+    await group.start(nursery)
+    sim.paused_consumers.discard(group.group_id)
+
+
+async def _zombie_active(
+    sim: Simulation,
+    group: ReplicatedSimGroup,
+    nursery: trio.Nursery,
+    rng: random.Random,
+    active: SimInstance,
+    replicas: list[SimInstance],
+) -> None:
+    """The active outlives its lease (a process paused past it, and cut off from the
+    coordinator so it learns late): a replica takes over while the old one still
+    streams its commits. Then, often, the new active is lost too: a replica that
+    took the old active's records instead of the new one's would be promoted."""
+    term = group.election.term
+    group.election.reachable = {i.config.name for i in replicas}
+    group.election.expire(active.config.name)
+    with trio.move_on_after(FAILOVER_WAIT_S_MAX):
+        while group.election.term == term or group.election.leader is None:
+            await trio.sleep(_WATCHDOG_S)
+    await trio.sleep(rng.uniform(0.05, 0.6))
+    leader = group.election.leader
+    if leader is not None and leader != active.config.name and rng.random() < 0.7:
+        sim.paused_consumers.add(group.group_id)
+        await _failover(sim, group, nursery, rng, victim=group.instances[leader])
+        sim.paused_consumers.discard(group.group_id)
+    group.heal()
+
+
 async def _failover(
-    sim: Simulation, group: ReplicatedSimGroup, nursery: trio.Nursery, rng: random.Random
+    sim: Simulation,
+    group: ReplicatedSimGroup,
+    nursery: trio.Nursery,
+    rng: random.Random,
+    quick_restart: bool = True,
+    victim: SimInstance | None = None,
 ) -> None:
     """Kill the active; bring it back (as a replica) once a replica took over (its
     machine was down for good while it mattered), or now and then at once (a quick
     restart that may win the term back: it holds every commit it made)."""
     term = group.election.term
-    group.crash()
+    if victim is not None:
+        group.kill(victim)
+    else:
+        group.crash()
     sim.history.record_crash(group.group_id)
-    if rng.random() < 0.75:
+    if rng.random() < 0.75 or quick_restart is False:
         with trio.move_on_after(FAILOVER_WAIT_S_MAX):
             while group.election.term == term or group.election.leader is None:
                 await trio.sleep(_WATCHDOG_S)

@@ -106,11 +106,21 @@ MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)
 WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD, "map-full": MAP_FULL_WORKLOAD}
 
 
+REPLICATED_SAFETY_PHASE_S_MIN = 16.0
+
+
 def replicated(shape: Workload, group_id: int = 1) -> Workload:
-    """`shape` with `group_id` served by three instances and the replication faults
-    drawn as often as all the others together (`mrs sim swarm --replicated`)."""
-    extra = REPLICATION_ACTIONS * max(1, len(shape.actions) // len(REPLICATION_ACTIONS))
-    return replace(shape, replicated=(group_id,), actions=shape.actions + extra)
+    """`shape` with `group_id` served by three instances, the replication faults
+    drawn twice as often as all the others together, and a safety phase of at least
+    REPLICATED_SAFETY_PHASE_S_MIN (a failover takes seconds) (`--replicated`)."""
+    extra = REPLICATION_ACTIONS * max(1, 2 * len(shape.actions) // len(REPLICATION_ACTIONS))
+    return replace(
+        shape,
+        replicated=(group_id,),
+        actions=shape.actions + extra,
+        safety_phase_s=max(shape.safety_phase_s, REPLICATED_SAFETY_PHASE_S_MIN),
+        messages_per_producer_max=max(shape.messages_per_producer_max, 60),
+    )
 
 
 def bus_config(directory: Path, shape: Workload = DEFAULT_WORKLOAD) -> BusConfig:

@@ -70,7 +70,11 @@ __all__ = [
 
 
 async def _settled(sim: Simulation) -> bool:
-    """True when every link is up with no SAF backlog and nothing in flight."""
+    """True when every link is up with no SAF backlog and nothing in flight, and
+    every replicated group has its replicas in sync (nothing held)."""
+    for group in sim.groups.values():
+        if isinstance(group, ReplicatedSimGroup) and not group.settled():
+            return False
     for group_id in sim.group_ids:
         try:
             async with await sim.connect(group_id, None) as client:
