@@ -150,6 +150,11 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
         help="what a seed does (quick: the broken-build proof; map-full: fill a journal map)",
     )
     swarm.add_argument(
+        "--replicated",
+        action="store_true",
+        help="group 1 as three instances with failovers (docs/sim.md, the replicated group)",
+    )
+    swarm.add_argument(
         "--history", type=Path, default=None, help="write the history of --seed as JSON here"
     )
     swarm.set_defaults(run=_sim_swarm)
