@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from journals import WriteBatch
+from journals import Journal, WriteBatch
 from mrs.config.bus import BusConfig
 from mrs.config.instance_types import InstanceConfig
 from mrs.group import KEPT, Guarantees
 from mrs.replication.coordinator import MemoryCoordinator, MemoryElection
+from mrs.replication.replica import POSITION_KEY
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
@@ -130,6 +131,9 @@ class ReplicatedSimGroup:
     terms: list[tuple[int, str]] = field(default_factory=list)
     """Every term won, and by whom."""
     watchdog: bool = False
+    stale_trap: bool = False
+    """Armed by "lease-expire": kill the active the moment a replica applies a record
+    of an older term than the last granted (a correct replica never does)."""
 
     def __post_init__(self) -> None:
         for config in self.bus.group(self.group_id).instances:
@@ -142,9 +146,25 @@ class ReplicatedSimGroup:
                 return "EIO"  # what a killed process still tries never reaches the disk
             if instance.server is not None and self.fault is not None:
                 return self.fault(batches)
+            if (
+                self.stale_trap
+                and _stale_position(batches, self.election.term)
+                and self._leader_answered()
+            ):
+                self.stale_trap = False  # the worst moment: a replica holds an old term's
+                leader = self.election.leader  # copy; lose the active that answered
+                if leader is not None and leader != name:
+                    self.kill(self.instances[leader])
             return None
 
         return MemoryJournalStore(f"memory-g{self.group_id}{name}", fault=fault)
+
+    def _leader_answered(self) -> bool:
+        """Whether the leader has answered a commit of its own (beyond its first)."""
+        leader = self.instances.get(self.election.leader or "")
+        runner = leader.runner if leader is not None else None
+        active = runner.active if runner is not None else None
+        return active is not None and active.stream.durable_everywhere() >= 2
 
     def node(self, name: str) -> str:
         return f"g{self.group_id}{name}"
@@ -268,6 +288,15 @@ class ReplicatedSimGroup:
         )
 
 
+def _stale_position(batches: list[WriteBatch], term: int) -> bool:
+    """Whether these writes move a replica to a position of a term older than `term`."""
+    for batch in batches:
+        for journal, key, value in batch.puts:
+            if journal is Journal.META and key == POSITION_KEY.encode():
+                return int.from_bytes(value[:8], "big") < term
+    return False
+
+
 def replicated_toml(group_id: int) -> str:
     """The [[group.instance]] entries of a replicated group on the memory network."""
     return "".join(
@@ -352,22 +381,34 @@ async def _zombie_active(
     active: SimInstance,
     replicas: list[SimInstance],
 ) -> None:
-    """The active outlives its lease (a process paused past it, and cut off from the
-    coordinator so it learns late): a replica takes over while the old one still
-    streams its commits. Then, often, the new active is lost too: a replica that
-    took the old active's records instead of the new one's would be promoted."""
+    """The active outlives its lease (a process paused past it, cut off from the
+    coordinator so it learns late, and from clients and links, which go to the new
+    one): a replica takes over while the old one still streams its commits. Then the
+    new active is lost, at the worst moment if there is one (`stale_trap`): a replica
+    that took the old active's records instead of the new one's would be promoted."""
     term = group.election.term
+    sim.paused_consumers.add(group.group_id)  # what the new active answers stays queued
     group.election.reachable = {i.config.name for i in replicas}
     group.election.expire(active.config.name)
+    zombie = group.node(active.config.name)
+    for other in ("clients", *(f"g{g}" for g in sim.group_ids if g != group.group_id)):
+        await sim.network.partition(zombie, other)  # it still reaches the replicas
     with trio.move_on_after(FAILOVER_WAIT_S_MAX):
         while group.election.term == term or group.election.leader is None:
             await trio.sleep(_WATCHDOG_S)
-    await trio.sleep(rng.uniform(0.05, 0.6))
+    group.stale_trap = True
     leader = group.election.leader
-    if leader is not None and leader != active.config.name and rng.random() < 0.7:
-        sim.paused_consumers.add(group.group_id)
+    with trio.move_on_after(rng.uniform(0.5, 1.5)):  # while the old one may still stream
+        while group.stale_trap:
+            await trio.sleep(0.01)
+    if not group.stale_trap:  # sprung: the new active is dead; bring it back later
+        sim.history.record_crash(group.group_id)
+        await _failover(sim, group, nursery, rng, victim=None, killed=True)
+    elif leader is not None and leader != active.config.name and rng.random() < 0.8:
         await _failover(sim, group, nursery, rng, victim=group.instances[leader])
-        sim.paused_consumers.discard(group.group_id)
+    group.stale_trap = False
+    await sim.network.heal()
+    sim.paused_consumers.discard(group.group_id)
     group.heal()
 
 
@@ -378,6 +419,7 @@ async def _failover(
     rng: random.Random,
     quick_restart: bool = True,
     victim: SimInstance | None = None,
+    killed: bool = False,
 ) -> None:
     """Kill the active; bring it back (as a replica) once a replica took over (its
     machine was down for good while it mattered), or now and then at once (a quick
@@ -385,9 +427,10 @@ async def _failover(
     term = group.election.term
     if victim is not None:
         group.kill(victim)
-    else:
+    elif not killed:
         group.crash()
-    sim.history.record_crash(group.group_id)
+    if not killed:
+        sim.history.record_crash(group.group_id)
     if rng.random() < 0.75 or quick_restart is False:
         with trio.move_on_after(FAILOVER_WAIT_S_MAX):
             while group.election.term == term or group.election.leader is None:

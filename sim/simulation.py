@@ -103,16 +103,36 @@ faults, shorter, with consumers walking away more often and more faults aimed at
 commits, so each broken build shows within seconds."""
 MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)
 """The default workload with a backlog in half the seeds: the map fills more often."""
-WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD, "map-full": MAP_FULL_WORKLOAD}
+REPLICATION_PROOF_WORKLOAD = Workload(
+    safety_phase_s=24.0,
+    messages_per_producer_max=80,
+    backlog_seed_fraction=0,
+    actions=REPLICATION_ACTIONS
+    + ("isolate-then-failover", "lag-then-failover", "lease-expire") * 2
+    + ("delay", "reset", "pause-consumers"),
+    replicated=(1,),
+)
+"""Seeds for proving the checker on the replicated group (`--workload
+replication-proof`, tests/sim/test_sim_replicated.py): the replication faults and a
+few network ones, long enough for several failovers."""
+WORKLOADS = {
+    "default": DEFAULT_WORKLOAD,
+    "quick": QUICK_WORKLOAD,
+    "map-full": MAP_FULL_WORKLOAD,
+    "replication-proof": REPLICATION_PROOF_WORKLOAD,
+}
 
 
 REPLICATED_SAFETY_PHASE_S_MIN = 16.0
 
 
 def replicated(shape: Workload, group_id: int = 1) -> Workload:
-    """`shape` with `group_id` served by three instances, the replication faults
+    """`shape` with `group_id` served by three instances (unchanged if it has one
+    already), the replication faults
     drawn twice as often as all the others together, and a safety phase of at least
     REPLICATED_SAFETY_PHASE_S_MIN (a failover takes seconds) (`--replicated`)."""
+    if shape.replicated:
+        return shape
     extra = REPLICATION_ACTIONS * max(1, 2 * len(shape.actions) // len(REPLICATION_ACTIONS))
     return replace(
         shape,

@@ -145,7 +145,7 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
     swarm.add_argument(
         "--workload",
-        choices=("default", "quick", "map-full"),
+        choices=("default", "quick", "map-full", "replication-proof"),
         default="default",
         help="what a seed does (quick: the broken-build proof; map-full: fill a journal map)",
     )
