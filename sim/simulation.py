@@ -105,7 +105,8 @@ MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)
 """The default workload with a backlog in half the seeds: the map fills more often."""
 REPLICATION_PROOF_WORKLOAD = Workload(
     safety_phase_s=24.0,
-    messages_per_producer_max=80,
+    messages_per_producer_max=250,
+    put_pause_s_max=0.15,
     backlog_seed_fraction=0,
     actions=REPLICATION_ACTIONS
     + ("isolate-then-failover", "lag-then-failover", "lease-expire") * 2
