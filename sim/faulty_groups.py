@@ -9,6 +9,7 @@ at random while the group's disk is failing.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import trio
 
@@ -71,15 +72,7 @@ def make_groups(
             return None
 
         if group_id in sim.shape.replicated:
-            sim.groups[group_id] = ReplicatedSimGroup(
-                bus,
-                group_id,
-                sim.network,
-                fault,
-                guarantees,
-                rules,
-                on_term=lambda term, name, group_id=group_id: _term_won(sim, group_id, term, name),
-            )
+            sim.groups[group_id] = _replicated(sim, bus, group_id, fault, guarantees, rules)
             continue
         map_bytes_max = sim.shape.map_bytes_max if group_id == sim.group_ids[1] else None
         sim.groups[group_id] = SimGroup(
@@ -95,6 +88,26 @@ def make_groups(
             ),
             guarantees=guarantees,
         )
+
+
+def _replicated(
+    sim: Simulation,
+    bus: BusConfig,
+    group_id: int,
+    fault: Callable[[list[WriteBatch]], str | None],
+    guarantees: Guarantees,
+    rules: ReplicationRules,
+) -> ReplicatedSimGroup:
+    """A replicated group whose active's commits fail as `fault` says."""
+    return ReplicatedSimGroup(
+        bus,
+        group_id,
+        sim.network,
+        fault,
+        guarantees,
+        rules,
+        on_term=lambda term, name: _term_won(sim, group_id, term, name),
+    )
 
 
 def _term_won(sim: Simulation, group_id: int, term: int, name: str) -> None:

@@ -30,7 +30,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import trio
 
@@ -47,8 +47,19 @@ from mrs.server.instance import InstanceRunner
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
 
-if TYPE_CHECKING:
-    from sim.simulation import Simulation
+
+class Simulation(Protocol):
+    """What the replication faults use of a seed's run (sim.simulation.Simulation)."""
+
+    network: MemoryNetwork
+    history: Any
+    groups: dict[int, Any]
+    shape: Any
+    paused_consumers: set[int]
+
+    @property
+    def group_ids(self) -> tuple[int, ...]: ...
+
 
 log = logging.getLogger("sim.replicated")
 

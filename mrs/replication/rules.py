@@ -15,12 +15,17 @@ otherwise), as the group does with `mrs.group.Guarantees`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mrs.replication.coordinator import GroupState, may_campaign
 
-if TYPE_CHECKING:
-    from mrs.replication.stream import CommitStream
+
+class StreamView(Protocol):
+    """What `answerable` reads of a commit stream (mrs.replication.stream.CommitStream)."""
+
+    number: int
+
+    def durable_everywhere(self) -> int: ...
 
 
 class ReplicationRules:
@@ -28,7 +33,7 @@ class ReplicationRules:
 
     broken: frozenset[str] = frozenset()
 
-    def answerable(self, stream: CommitStream) -> int:
+    def answerable(self, stream: StreamView) -> int:
         return stream.durable_everywhere()
 
     def may_campaign(self, state: GroupState, name: str) -> bool:

@@ -12,14 +12,11 @@ Layer: testing (top, beside `tools`): may import everything below it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import ClassVar, Final
 
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.replication.coordinator import GroupState
-from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
-
-if TYPE_CHECKING:
-    from mrs.replication.stream import CommitStream
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules, StreamView
 
 UNSAFE_ANSWER_BEFORE_MAJORITY: Final = "answer-before-majority"
 UNSAFE_PROMOTE_NOT_IN_SYNC: Final = "promote-not-in-sync"
@@ -35,7 +32,7 @@ class BrokenReplication(ReplicationRules):
         self.kept = kept
         self.broken = kept.broken | {self.switch}
 
-    def answerable(self, stream: CommitStream) -> int:
+    def answerable(self, stream: StreamView) -> int:
         return self.kept.answerable(stream)
 
     def may_campaign(self, state: GroupState, name: str) -> bool:
@@ -50,7 +47,7 @@ class AnswerBeforeMajority(BrokenReplication):
 
     switch = UNSAFE_ANSWER_BEFORE_MAJORITY
 
-    def answerable(self, stream: CommitStream) -> int:
+    def answerable(self, stream: StreamView) -> int:
         return stream.number
 
 
