@@ -158,6 +158,13 @@ class Replica:
         self.store.apply([*batches, mark])
         self.position = position
 
+    def record_term(self, term: int) -> None:
+        """This instance won `term`: its journals say so (position (term, 0): it holds
+        that term's history from its start), so after stepping down it may campaign
+        again without taking a copy first; the next active sends it one anyway."""
+        self.term_seen = max(self.term_seen, term)
+        self._apply([], (term, 0))
+
     def stop_link(self) -> None:
         if self._link_scope is not None:
             self._link_scope.cancel()

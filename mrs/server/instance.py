@@ -137,20 +137,28 @@ class InstanceRunner:
                     self.network,
                 )
                 print(f"REPLICA {self.me.name}", flush=True)
-                term = await self._campaign_when_free()
+                term = await self._campaign_when_free(replica)
                 replica.stop_link()
+                replica.record_term(term)
                 nursery.cancel_scope.cancel()
         finally:
             store.close()
             files.release()
         return term
 
-    async def _campaign_when_free(self) -> int:
+    async def _campaign_when_free(self, replica: Replica) -> int:
+        """Campaign whenever the rules allow; never with journals that hold no record
+        once the group had a term: an instance that lost its disk may still be named
+        in sync (the active learns it only when it dials it), and must take a copy
+        first. (Found by the simulator: a wiped replica promoted when the active was
+        lost before it had its copy.)"""
         while True:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
                 if not self.rules.may_campaign(state, self.me.name):
+                    continue
+                if state.term > 0 and replica.position == (0, 0):
                     continue
                 term = await self.coordinator.campaign()
             except CoordinatorUnavailable as error:
