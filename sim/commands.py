@@ -14,8 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from mrs.testing.broken_builds import broken_build, switches_in
+from mrs.testing.replication_builds import REPLICATION_SWITCHES
 from sim.checker import PROBLEMS, History, Verdict, check
 from sim.scenarios import run_scenario
+from sim.simulation import replicated
 from sim.swarm import WORKLOADS, run_seed
 
 
@@ -23,9 +25,12 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     logging.disable(logging.CRITICAL)
     console = Console()
     unsafe = switches_in(args.unsafe)
-    broken_build(unsafe)  # an unknown switch is refused in one line, before any seed
+    broken_build(unsafe - REPLICATION_SWITCHES)  # an unknown switch is refused in one
+    replicated_run = getattr(args, "replicated", False) or bool(unsafe & REPLICATION_SWITCHES)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     shape = WORKLOADS[getattr(args, "workload", "default")]
+    if replicated_run:  # a replication switch needs the replicated group
+        shape = replicated(shape)
     started_s = time.perf_counter()
     started_cpu_s = time.process_time()
     failing: list[tuple[int, Verdict]] = []
@@ -59,6 +64,7 @@ def run_swarm_command(args: argparse.Namespace) -> int:
             f"[red]seed {seed} failed[/]: {_problems(verdict)}\n"
             f"  replay: mrs sim swarm --seed {seed}"
             + (f" --unsafe {args.unsafe}" if args.unsafe else "")
+            + (" --replicated" if replicated_run else "")
             + (
                 f" --workload {args.workload}"
                 if getattr(args, "workload", "default") != "default"

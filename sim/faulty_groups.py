@@ -9,6 +9,7 @@ at random while the group's disk is failing.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import trio
 
@@ -17,13 +18,22 @@ from journals.record import decode_record
 from mrs.config.bus import BusConfig
 from mrs.group import Guarantees
 from mrs.model import DeliveryMode, InterestPoint, Notification
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from sim.membus import SimGroup
 from sim.memstore import MemoryJournalStore
+from sim.replicated import ReplicatedSimGroup
 from sim.simulation import Simulation
 
 
-def make_groups(sim: Simulation, bus: BusConfig, guarantees: Guarantees) -> None:
-    """Every group of the simulation, each keeping `guarantees` (or a broken build's)."""
+def make_groups(
+    sim: Simulation,
+    bus: BusConfig,
+    guarantees: Guarantees,
+    rules: ReplicationRules = KEPT_REPLICATION,
+) -> None:
+    """Every group of the simulation, each keeping `guarantees` (or a broken build's);
+    a replicated one (`Workload.replicated`) as three instances keeping `rules`, the
+    commit faults aimed at its active."""
     doomed: dict[int, WriteBatch | None] = {}
     for group_id in sim.group_ids:
         sim.stores_failing[group_id] = False
@@ -61,6 +71,9 @@ def make_groups(sim: Simulation, bus: BusConfig, guarantees: Guarantees) -> None
                 return fault_rng.choice(("EIO", "ENOSPC", "MAPFULL"))
             return None
 
+        if group_id in sim.shape.replicated:
+            sim.groups[group_id] = _replicated(sim, bus, group_id, fault, guarantees, rules)
+            continue
         map_bytes_max = sim.shape.map_bytes_max if group_id == sim.group_ids[1] else None
         sim.groups[group_id] = SimGroup(
             bus,
@@ -75,6 +88,32 @@ def make_groups(sim: Simulation, bus: BusConfig, guarantees: Guarantees) -> None
             ),
             guarantees=guarantees,
         )
+
+
+def _replicated(
+    sim: Simulation,
+    bus: BusConfig,
+    group_id: int,
+    fault: Callable[[list[WriteBatch]], str | None],
+    guarantees: Guarantees,
+    rules: ReplicationRules,
+) -> ReplicatedSimGroup:
+    """A replicated group whose active's commits fail as `fault` says."""
+    return ReplicatedSimGroup(
+        bus,
+        group_id,
+        sim.network,
+        fault,
+        guarantees,
+        rules,
+        on_term=lambda term, name: _term_won(sim, group_id, term, name),
+    )
+
+
+def _term_won(sim: Simulation, group_id: int, term: int, name: str) -> None:
+    sim.history.events.append({"term": term, "instance": f"g{group_id}{name}"})
+    if term > 1:
+        sim.history.record_crash(group_id)
 
 
 def _waited_message_batch(batches: list[WriteBatch], group_id: int) -> WriteBatch | None:

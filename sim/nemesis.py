@@ -11,6 +11,7 @@ import random
 
 import trio
 
+from sim import replicated
 from sim.hostile import malformed
 from sim.simulation import FAILS_AT_COMMIT, Simulation
 
@@ -29,6 +30,9 @@ async def nemesis(sim: Simulation, nursery: trio.Nursery) -> None:
 async def _act(
     sim: Simulation, nursery: trio.Nursery, rng: random.Random, action: str, victim: int
 ) -> None:
+    if action in replicated.REPLICATION_ACTIONS:
+        await replicated.act(sim, nursery, rng, action)
+        return
     group = sim.groups[victim]
     other = rng.choice([group_id for group_id in sim.group_ids if group_id != victim])
     if action in ("crash", "crash-in-recovery", "start-fails") and group.up:

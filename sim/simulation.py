@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
 
@@ -17,10 +17,17 @@ import trio
 
 from clients import connect
 from mrs.config.bus import BusConfig, parse_config
+from mrs.server.instance_dial import InstancesNetwork
 from sim import workload
 from sim.checker import History
 from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
+from sim.replicated import (
+    COORDINATOR_TOML,
+    REPLICATION_ACTIONS,
+    ReplicatedSimGroup,
+    replicated_toml,
+)
 
 START_ATTEMPTS_MAX = 20
 """Starts in a row one group may fail before the seed gives up on it. The nemesis
@@ -77,6 +84,9 @@ class Workload:
     fails_at_commit_armed: int = 0
     """Commits of waited-for messages each group fails from the start (as if the
     first action were a "fail-at-commit")."""
+    replicated: tuple[int, ...] = ()
+    """Groups served by three instances (sim.replicated), with the nemesis's
+    replication faults added to `actions`."""
 
 
 DEFAULT_WORKLOAD = Workload()
@@ -93,7 +103,45 @@ faults, shorter, with consumers walking away more often and more faults aimed at
 commits, so each broken build shows within seconds."""
 MAP_FULL_WORKLOAD = Workload(backlog_seed_fraction=0.5)
 """The default workload with a backlog in half the seeds: the map fills more often."""
-WORKLOADS = {"default": DEFAULT_WORKLOAD, "quick": QUICK_WORKLOAD, "map-full": MAP_FULL_WORKLOAD}
+REPLICATION_PROOF_WORKLOAD = Workload(
+    safety_phase_s=24.0,
+    messages_per_producer_max=250,
+    put_pause_s_max=0.15,
+    backlog_seed_fraction=0,
+    actions=REPLICATION_ACTIONS
+    + ("isolate-then-failover", "lag-then-failover", "lease-expire") * 2
+    + ("delay", "reset", "pause-consumers"),
+    replicated=(1,),
+)
+"""Seeds for proving the checker on the replicated group (`--workload
+replication-proof`, tests/sim/test_sim_replicated.py): the replication faults and a
+few network ones, long enough for several failovers."""
+WORKLOADS = {
+    "default": DEFAULT_WORKLOAD,
+    "quick": QUICK_WORKLOAD,
+    "map-full": MAP_FULL_WORKLOAD,
+    "replication-proof": REPLICATION_PROOF_WORKLOAD,
+}
+
+
+REPLICATED_SAFETY_PHASE_S_MIN = 16.0
+
+
+def replicated(shape: Workload, group_id: int = 1) -> Workload:
+    """`shape` with `group_id` served by three instances (unchanged if it has one
+    already), the replication faults
+    drawn twice as often as all the others together, and a safety phase of at least
+    REPLICATED_SAFETY_PHASE_S_MIN (a failover takes seconds) (`--replicated`)."""
+    if shape.replicated:
+        return shape
+    extra = REPLICATION_ACTIONS * max(1, 2 * len(shape.actions) // len(REPLICATION_ACTIONS))
+    return replace(
+        shape,
+        replicated=(group_id,),
+        actions=shape.actions + extra,
+        safety_phase_s=max(shape.safety_phase_s, REPLICATED_SAFETY_PHASE_S_MIN),
+        messages_per_producer_max=max(shape.messages_per_producer_max, 60),
+    )
 
 
 def bus_config(directory: Path, shape: Workload = DEFAULT_WORKLOAD) -> BusConfig:
@@ -109,11 +157,16 @@ def bus_config(directory: Path, shape: Workload = DEFAULT_WORKLOAD) -> BusConfig
             """)
         + (f"[group.limits]\ndqf_messages_max = {shape.dqf_messages_max}\n" * (group_id == last))
         + queues
+        + (replicated_toml(group_id) if group_id in shape.replicated else "")
         for group_id in shape.groups
     )
+    if shape.replicated:
+        text = COORDINATOR_TOML + text
     text += "".join(f"[[link]]\ngroups = [{a}, {b}]\n" for a, b in combinations(shape.groups, 2))
     for group_id in shape.groups:
         (directory / f"g{group_id}").mkdir(exist_ok=True)  # DISCL's event log lives there
+        for name in "abc" if group_id in shape.replicated else "":
+            (directory / f"g{group_id}{name}").mkdir(exist_ok=True)
     return parse_config(text, directory / "bus.toml")
 
 
@@ -122,7 +175,7 @@ class Simulation:
     seed: int
     rng: random.Random
     network: MemoryNetwork
-    groups: dict[int, SimGroup]
+    groups: dict[int, SimGroup | ReplicatedSimGroup]
     history: History
     shape: Workload = DEFAULT_WORKLOAD
     stores_failing: dict[int, bool] = field(default_factory=dict)
@@ -147,11 +200,18 @@ class Simulation:
         return self.network.node("clients")
 
     async def connect(self, group_id: int, queue: str | None):
+        """A client of the group; of a replicated group, of whichever instance is
+        active (each connect tries the instances' addresses in turn)."""
+        group = self.groups[group_id]
+        network = self.client_network()
+        instances = group.bus.group(group_id).instances
+        if instances:
+            network = InstancesNetwork(network, instances)  # type: ignore[assignment]
         return connect(
-            self.groups[group_id].address,
+            group.address,
             queue,
             program="sim",
-            open_stream=self.client_network().connect,
+            open_stream=network.connect,
             connect_timeout_s=5,
             reconnect=None,  # the workload reconnects itself: jitter would not be seeded
         )

@@ -16,6 +16,7 @@ The parts: the world and workload shapes (`sim.simulation`), the faulty groups
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import tempfile
 from pathlib import Path
@@ -26,13 +27,16 @@ import trio.testing
 from clients import MrsError
 from journals import Journal
 from mrs.group import Guarantees
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.testing.broken_builds import broken_build
+from mrs.testing.replication_builds import REPLICATION_SWITCHES, broken_replication
 from sim import workload
 from sim.checker import History, Verdict, check
 from sim.faulty_groups import make_groups
 from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
 from sim.nemesis import nemesis
+from sim.replicated import ReplicatedSimGroup
 from sim.simulation import (
     DEFAULT_WORKLOAD,
     FAILS_AT_COMMIT,
@@ -66,7 +70,11 @@ __all__ = [
 
 
 async def _settled(sim: Simulation) -> bool:
-    """True when every link is up with no SAF backlog and nothing in flight."""
+    """True when every link is up with no SAF backlog and nothing in flight, and
+    every replicated group has its replicas in sync (nothing held)."""
+    for group in sim.groups.values():
+        if isinstance(group, ReplicatedSimGroup) and not group.settled():
+            return False
     for group_id in sim.group_ids:
         try:
             async with await sim.connect(group_id, None) as client:
@@ -119,6 +127,9 @@ def _start_workload(sim: Simulation, nursery: trio.Nursery) -> None:
 
 async def _heal_and_settle(sim: Simulation, nursery: trio.Nursery) -> None:
     await sim.network.heal()
+    for group in sim.groups.values():
+        if isinstance(group, ReplicatedSimGroup):
+            group.heal()
     sim.network.delay_probability = 0.0
     sim.paused_consumers.clear()
     for group_id, group in sim.groups.items():
@@ -156,13 +167,19 @@ async def _final_drain(sim: Simulation) -> None:
                 sim.history.leftovers[f"g{group_id} {journal.name}"] = left
 
 
-async def _run(seed: int, directory: Path, guarantees: Guarantees, shape: Workload) -> History:
+async def _run(
+    seed: int,
+    directory: Path,
+    guarantees: Guarantees,
+    shape: Workload,
+    rules: ReplicationRules = KEPT_REPLICATION,
+) -> History:
     rng = random.Random(seed)
     trio._core._run._r.seed(seed)  # trio's own scheduling choices, from the same seed
     network = MemoryNetwork(rng)
     sim = Simulation(seed, rng, network, {}, History(seed=seed), shape)
     sim.history.in_order_queues = {f"{g}.{workload.IN_ORDER_QUEUE}" for g in shape.groups}
-    make_groups(sim, bus_config(directory, shape), guarantees)
+    make_groups(sim, bus_config(directory, shape), guarantees, rules)
     try:
         await _phases(sim)
     except* GroupNeverStarted:  # in the history (never_started): the checker fails it
@@ -190,18 +207,36 @@ def run_seed(
     seed: int, unsafe: frozenset[str] = frozenset(), shape: Workload = DEFAULT_WORKLOAD
 ) -> tuple[History, Verdict]:
     """Simulate one seed; the history and the checker's verdict. `unsafe` names the
-    promises broken on purpose (mrs.testing.broken_builds), to prove the checker."""
-    guarantees = broken_build(unsafe)
-    with tempfile.TemporaryDirectory(prefix="mrs-sim-") as scratch, _seeded_scheduling():
+    promises broken on purpose (mrs.testing.broken_builds, and for a replicated
+    group mrs.testing.replication_builds), to prove the checker."""
+    guarantees = broken_build(unsafe - REPLICATION_SWITCHES)
+    rules = broken_replication(unsafe & REPLICATION_SWITCHES)
+    with (
+        tempfile.TemporaryDirectory(prefix="mrs-sim-") as scratch,
+        _seeded_scheduling(),
+        _quiet_instances(shape),
+    ):
         history = trio.run(
             _run,
             seed,
             Path(scratch),
             guarantees,
             shape,
+            rules,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
     return history, check(history)
+
+
+@contextlib.contextmanager
+def _quiet_instances(shape: Workload):
+    """A replicated group's instances print their role for a harness (REPLICA,
+    READY, STEPPED DOWN); in the swarm those lines would bury its table."""
+    if not shape.replicated:
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
 
 
 @contextlib.contextmanager

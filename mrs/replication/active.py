@@ -33,6 +33,7 @@ from mrs.limits import (
 from mrs.replication.coordinator import Coordinator
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import FrameReader, LinkBroken, frame
+from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
 
@@ -55,7 +56,10 @@ class Active:
         store: RecordingStore,
         stream: CommitStream,
         on_step_down: Callable[[str], None],
+        network: Network = TCP,
     ) -> None:
+        self.network = network
+        """Where the replicas are dialed: TCP, or the simulator's memory network."""
         self.group_id = group_id
         self.me = me
         self.replicas = replicas
@@ -186,7 +190,7 @@ class Active:
         delay_s = REPLICATION_DIAL_S_MIN
         while self.stepped_down is None:
             try:
-                stream = await trio.open_tcp_stream(
+                stream = await self.network.connect(
                     replica.replication_host, replica.replication_port
                 )
             except OSError:
@@ -208,7 +212,7 @@ class Active:
                 self.connected.discard(replica.name)
             await trio.sleep(delay_s)
 
-    async def _serve(self, name: str, stream: trio.SocketStream) -> None:
+    async def _serve(self, name: str, stream: trio.abc.Stream) -> None:
         hello = {"t": "hello", "group": self.group_id, "term": self.term, "from": self.me.name}
         await stream.send_all(frame(hello))
         reader = FrameReader(stream)

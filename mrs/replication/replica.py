@@ -25,7 +25,9 @@ import trio
 
 from journals import JournalError, JournalStore, WriteBatch
 from journals.keys import Journal
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.wire import FrameReader, LinkBroken, decode_batches, frame
+from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
 
@@ -48,7 +50,14 @@ def read_position(store: JournalStore) -> tuple[tuple[int, int], int]:
 class Replica:
     """The replica side of one instance, over its own opened journal store."""
 
-    def __init__(self, group_id: int, name: str, store: JournalStore) -> None:
+    def __init__(
+        self,
+        group_id: int,
+        name: str,
+        store: JournalStore,
+        rules: ReplicationRules = KEPT_REPLICATION,
+    ) -> None:
+        self.rules = rules
         self.group_id = group_id
         self.name = name
         self.store = store
@@ -57,17 +66,23 @@ class Replica:
         self._link_scope: trio.CancelScope | None = None
         self._copy: list[list[Any]] = []
 
-    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        task_status.started()
-        await trio.serve_listeners(self._handle, listeners)
+    async def serve(
+        self,
+        host: str,
+        port: int,
+        network: Network = TCP,
+        *,
+        task_status=trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Take actives' links on host:port (of `network`: TCP, or the simulator's)."""
+        await network.serve(self._handle, host, port, task_status=task_status)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
         async with stream:
             with contextlib.suppress(LinkBroken, trio.BrokenResourceError, OSError):
                 await self._link(stream)  # a link lost: the active dials again
 
-    async def _link(self, stream: trio.SocketStream) -> None:
+    async def _link(self, stream: trio.abc.Stream) -> None:
         reader = FrameReader(stream)
         hello = await reader.next()
         refusal = self.check_hello(hello)
@@ -94,7 +109,7 @@ class Replica:
         if hello.get("t") != "hello" or hello.get("group") != self.group_id:
             return f"not an active of group {self.group_id}"
         term = int(hello.get("term", 0))
-        if term < self.term_seen:
+        if self.rules.refuses_term(term, self.term_seen):
             return f"older term {term} (this replica has seen term {self.term_seen})"
         if term > self.term_seen:
             self.term_seen = term
@@ -106,7 +121,7 @@ class Replica:
     def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """Apply one message of the active; the answer to send (ack or refuse)."""
         term = int(message.get("term", 0))
-        if term < self.term_seen:
+        if self.rules.refuses_term(term, self.term_seen):
             return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
         number = int(message.get("n", 0))
         try:
@@ -142,6 +157,13 @@ class Replica:
         mark.put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(self.term_seen))
         self.store.apply([*batches, mark])
         self.position = position
+
+    def record_term(self, term: int) -> None:
+        """This instance won `term`: its journals say so (position (term, 0): it holds
+        that term's history from its start), so after stepping down it may campaign
+        again without taking a copy first; the next active sends it one anyway."""
+        self.term_seen = max(self.term_seen, term)
+        self._apply([], (term, 0))
 
     def stop_link(self) -> None:
         if self._link_scope is not None:

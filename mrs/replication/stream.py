@@ -39,6 +39,7 @@ from mrs.limits import (
     REPLICATION_BACKLOG_RECORDS_MAX,
     REPLICATION_LAG_S_MAX,
 )
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.wire import encode_batches, frame
 
 
@@ -92,6 +93,8 @@ class CommitStream:
     released: trio.Event = field(default_factory=trio.Event)
     """Set (and replaced) at every acknowledgement: a planned hand-over waits on it."""
     backlog_bytes: int = 0
+    rules: ReplicationRules = KEPT_REPLICATION
+    """Which commit may be answered (a harness may hand a broken build)."""
 
     def seal(self, batches: list[WriteBatch], dones: list[Done]) -> None:
         """One commit made durable here: number it, keep it, hold its answers."""
@@ -144,7 +147,7 @@ class CommitStream:
         """Answer every held commit the in-sync replicas all have."""
         if not self.answering:
             return
-        durable = self.durable_everywhere()
+        durable = self.rules.answerable(self)
         ready: list[Done] = []
         while self.waiting and self.waiting[0][0] <= durable:
             ready.extend(self.waiting.popleft()[1])

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import trio
 
+from journals import JournalStore
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.instance_types import InstanceConfig
 from mrs.limits import REPLICATION_POLL_S
@@ -31,14 +34,15 @@ from mrs.replication.coordinator import (
     CoordinatorUnavailable,
     EtcdCoordinator,
     etcd_prefix,
-    may_campaign,
 )
 from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
+from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.journal_files import JournalFiles
+from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.server")
 
@@ -83,7 +87,19 @@ class InstanceRunner:
         me: InstanceConfig,
         coordinator: Coordinator,
         options: ServeOptions,
+        *,
+        network: Network = TCP,
+        open_store: Callable[[], JournalStore] | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+        rules: ReplicationRules = KEPT_REPLICATION,
     ) -> None:
+        """`network`, `open_store`, `clock_ns` and `rules` are the simulator's (its
+        memory network and journals, its clock, a broken build); production keeps the
+        defaults: TCP, the instance's LMDB files, the wall clock, the kept rules."""
+        self.network = network
+        self.open_store = open_store
+        self.clock_ns = clock_ns
+        self.rules = rules
         self.bus = bus
         self.group = group
         self.me = me
@@ -91,6 +107,8 @@ class InstanceRunner:
         self.coordinator = coordinator
         self.options = options
         self.active: Active | None = None
+        self.server: GroupServer | None = None
+        """The group server while active (the simulator marks it crashed)."""
 
     async def run(self) -> None:
         while True:
@@ -107,29 +125,40 @@ class InstanceRunner:
     # ------------------------------------------------------------------ replica
     async def run_replica(self) -> int:
         """Serve as a replica until this instance wins a term; the term."""
-        files = JournalFiles(self.bus, self.config, lambda: None)
+        files = JournalFiles(self.bus, self.config, lambda: None, open_store=self.open_store)
         store = files.open()
         try:
-            replica = Replica(self.group.id, self.me.name, store)
+            replica = Replica(self.group.id, self.me.name, store, self.rules)
             async with trio.open_nursery() as nursery:
                 await nursery.start(
-                    replica.serve, self.me.replication_host, self.me.replication_port
+                    replica.serve,
+                    self.me.replication_host,
+                    self.me.replication_port,
+                    self.network,
                 )
                 print(f"REPLICA {self.me.name}", flush=True)
-                term = await self._campaign_when_free()
+                term = await self._campaign_when_free(replica)
                 replica.stop_link()
+                replica.record_term(term)
                 nursery.cancel_scope.cancel()
         finally:
             store.close()
             files.release()
         return term
 
-    async def _campaign_when_free(self) -> int:
+    async def _campaign_when_free(self, replica: Replica) -> int:
+        """Campaign whenever the rules allow; never with journals that hold no record
+        once the group had a term: an instance that lost its disk may still be named
+        in sync (the active learns it only when it dials it), and must take a copy
+        first. (Found by the simulator: a wiped replica promoted when the active was
+        lost before it had its copy.)"""
         while True:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
-                if not may_campaign(state, self.me.name):
+                if not self.rules.may_campaign(state, self.me.name):
+                    continue
+                if state.term > 0 and replica.position == (0, 0):
                     continue
                 term = await self.coordinator.campaign()
             except CoordinatorUnavailable as error:
@@ -146,7 +175,7 @@ class InstanceRunner:
 
         def make_writer(store, wake, deliver) -> ReplicatedWriter:  # type: ignore[no-untyped-def]
             recording = RecordingStore(store)
-            stream = CommitStream(term, tuple(r.name for r in replicas), deliver)
+            stream = CommitStream(term, tuple(r.name for r in replicas), deliver, rules=self.rules)
             self.active = Active(
                 group_id=self.group.id,
                 me=self.me,
@@ -157,12 +186,16 @@ class InstanceRunner:
                 store=recording,
                 stream=stream,
                 on_step_down=lambda reason: scope.cancel(),
+                network=self.network,
             )
             return ReplicatedWriter(recording, wake, stream)
 
         server = GroupServer(
             self.bus,
             self.config,
+            network=self.network,
+            open_store=self.open_store,
+            clock_ns=self.clock_ns,
             guarantees=self.options.guarantees,
             fault_file=self.options.fault_file,
             replicated_writer=make_writer,
@@ -172,8 +205,10 @@ class InstanceRunner:
                 scope = nursery.cancel_scope  # a step-down stops the server and the links
                 host, port = await nursery.start(server.run)
                 assert self.active is not None  # made by server.run
+                self.server = server
                 server.replication_status = self.active.status_info
                 nursery.start_soon(self.active.run)
                 print(f"READY {host}:{port}", flush=True)
         finally:
             self.active = None
+            self.server = None

@@ -145,9 +145,14 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
     swarm.add_argument(
         "--workload",
-        choices=("default", "quick", "map-full"),
+        choices=("default", "quick", "map-full", "replication-proof"),
         default="default",
         help="what a seed does (quick: the broken-build proof; map-full: fill a journal map)",
+    )
+    swarm.add_argument(
+        "--replicated",
+        action="store_true",
+        help="group 1 as three instances with failovers (docs/sim.md, the replicated group)",
     )
     swarm.add_argument(
         "--history", type=Path, default=None, help="write the history of --seed as JSON here"

@@ -89,6 +89,18 @@ def test_replica_refuses_an_older_term(store: JournalStore) -> None:
     assert store.get_raw(Journal.DQF, b"k1") == b"body"
 
 
+def test_an_instance_that_won_a_term_says_so_in_its_journals(store: JournalStore) -> None:
+    """A wiped instance holds position (0, 0) and must not campaign (mrs.server.instance);
+    one that won a term and stepped down holds (term, 0) and may."""
+    replica = Replica(1, "a", store)
+    assert read_position(store) == ((0, 0), 0)
+    replica.record_term(3)
+    assert read_position(store) == ((3, 0), 3)
+    assert Replica(1, "a", store).position == (3, 0)
+    refusal = Replica(1, "a", store).check_hello({"t": "hello", "group": 1, "term": 2})
+    assert refusal is not None and "older term 2" in refusal
+
+
 def test_replica_refuses_another_group(store: JournalStore) -> None:
     replica = Replica(1, "b", store)
     assert "group 1" in (replica.check_hello({"t": "hello", "group": 2, "term": 5}) or "")

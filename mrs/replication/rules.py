@@ -1,0 +1,46 @@
+"""The three replication promises as one part, so a harness can break one on purpose.
+
+Why a part and not flags: the simulator proves its checker by running builds that
+break a promise (mrs.testing.replication_builds); the production code tests no
+switch, it calls the part it was handed (`KEPT_REPLICATION` unless a harness says
+otherwise), as the group does with `mrs.group.Guarantees`.
+
+- `answerable`: the last commit whose answers may go out (durable on every in-sync
+  replica: with the active, a majority);
+- `may_campaign`: whether an instance may try to become active (no leader, and the
+  instance holds every answered commit: named in the in-sync record);
+- `refuses_term`: whether a replica refuses a record or hello of `term` after seeing
+  `seen` (an older term: the fencing token).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mrs.replication.coordinator import GroupState, may_campaign
+
+
+class StreamView(Protocol):
+    """What `answerable` reads of a commit stream (mrs.replication.stream.CommitStream)."""
+
+    number: int
+
+    def durable_everywhere(self) -> int: ...
+
+
+class ReplicationRules:
+    """The rules a correct build keeps; a broken build subclasses one method."""
+
+    broken: frozenset[str] = frozenset()
+
+    def answerable(self, stream: StreamView) -> int:
+        return stream.durable_everywhere()
+
+    def may_campaign(self, state: GroupState, name: str) -> bool:
+        return may_campaign(state, name)
+
+    def refuses_term(self, term: int, seen: int) -> bool:
+        return term < seen
+
+
+KEPT_REPLICATION = ReplicationRules()
