@@ -81,6 +81,8 @@ class Observed:
     answers: list[tuple[float, str]] = field(default_factory=list)
     """(trio time, instance name) of every answer a client got."""
     faults: Counter[str] = field(default_factory=Counter)
+    windows: list[tuple[str, float, float]] = field(default_factory=list)
+    """(kind, start, healed) of each fault, in trio time."""
     errors: Counter[str] = field(default_factory=Counter)
     """Errors the clients were answered (expected around faults), by request and kind."""
     unhealthy: list[str] = field(default_factory=list)
@@ -96,6 +98,7 @@ class Report:
     failovers_s: list[float]
     unhealthy: list[str]
     errors: dict[str, int]
+    outages_s: dict[str, list[float]]
 
     @property
     def ok(self) -> bool:
@@ -120,6 +123,10 @@ class Report:
             "failover_s_max": ordered[-1] if ordered else None,
             "unhealthy": self.unhealthy,
             "client_errors": dict(self.errors),
+            "longest_answer_gap_s_by_fault": {
+                kind: {"median": round(statistics.median(gaps), 2), "max": round(max(gaps), 2)}
+                for kind, gaps in sorted(self.outages_s.items())
+            },
         }
 
 
@@ -129,6 +136,24 @@ def _quantile(ordered: list[float], q: float) -> float | None:
     if len(ordered) == 1:
         return ordered[0]
     return statistics.quantiles(ordered, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def outages_s(
+    answers: list[tuple[float, str]], windows: list[tuple[str, float, float]]
+) -> dict[str, list[float]]:
+    """Per fault kind, for each fault: the longest time without any answer from its
+    start until the first answer after it was healed (an etcd restart or a wiped
+    replica may stop answers without a change of active)."""
+    times = sorted(at_s for at_s, _ in answers)
+    found: dict[str, list[float]] = {}
+    for kind, started, healed in windows:
+        before = [at_s for at_s in times if at_s < started][-1:]
+        inside = [at_s for at_s in times if started <= at_s <= healed]
+        after = [at_s for at_s in times if at_s > healed][:1]
+        points = before + inside + after
+        gaps = [later - earlier for earlier, later in zip(points, points[1:], strict=False)]
+        found.setdefault(kind, []).append(max(gaps, default=0.0))
+    return found
 
 
 def failover_times_s(answers: list[tuple[float, str]]) -> list[float]:
@@ -348,9 +373,11 @@ class Nemesis:
             kind = self.rng.choice(FAULT_KINDS)
             self.observed.faults[kind] += 1
             print(f"{time.strftime('%H:%M:%S')} fault {kind} (active {active})", flush=True)
+            started = trio.current_time()
             await self.act(kind, active)
             self.bus.heal()
             self.bus.start_missing()
+            self.observed.windows.append((kind, started, trio.current_time()))
 
     async def act(self, kind: str, active: str) -> None:
         instances = self.bus.instances
@@ -398,6 +425,7 @@ async def run_replicated_nemesis(directory: Path, seconds: float, seed: int) -> 
         failovers_s=failover_times_s(observed.answers),
         unhealthy=observed.unhealthy,
         errors=dict(observed.errors),
+        outages_s=outages_s(observed.answers, observed.windows),
     )
 
 
