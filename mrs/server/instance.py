@@ -116,7 +116,7 @@ class InstanceRunner:
                     replica.serve, self.me.replication_host, self.me.replication_port
                 )
                 print(f"REPLICA {self.me.name}", flush=True)
-                term = await self._campaign_when_free()
+                term = await self._campaign_when_free(replica)
                 replica.stop_link()
                 nursery.cancel_scope.cancel()
         finally:
@@ -124,12 +124,17 @@ class InstanceRunner:
             files.release()
         return term
 
-    async def _campaign_when_free(self) -> int:
+    async def _campaign_when_free(self, replica: Replica) -> int:
+        said_empty = False
         while True:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
-                if not may_campaign(state, self.me.name):
+                holds = replica.holds_journals
+                if not may_campaign(state, self.me.name, holds_journals=holds):
+                    if not holds and not said_empty and state.in_sync is not None:
+                        said_empty = True
+                        log.info("instance %s holds no journals: not a candidate", self.me.name)
                     continue
                 term = await self.coordinator.campaign()
             except CoordinatorUnavailable as error:

@@ -28,11 +28,8 @@ def test_the_nemesis_finds_nothing_lost_duplicated_or_reordered(tmp_path) -> Non
     figures = report.figures()
     assert report.check.ok, report.check.failures()
     assert not report.unhealthy, report.unhealthy
-    assert (figures["lost"], figures["unmarked_duplicates"], figures["order_violations"]) == (
-        0,
-        0,
-        0,
-    )
-    assert figures["acknowledged"] > 100 and figures["delivered"] == figures["acknowledged"]
+    zeros = ("lost", "unmarked_duplicates", "order_violations", "unexpected")
+    assert {name: figures[name] for name in zeros} == dict.fromkeys(zeros, 0)
+    assert figures["acknowledged"] > 100 and figures["delivered"] >= figures["acknowledged"]
     assert figures["faults"].get("kill-active", 0) >= 1 and sum(figures["faults"].values()) >= 3
-    assert 1 <= figures["failovers"] and figures["failover_s_max"] < FAILOVER_S_MAX
+    assert figures["failovers"] >= 1 and figures["failover_s_max"] < FAILOVER_S_MAX
