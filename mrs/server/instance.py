@@ -132,7 +132,7 @@ class InstanceRunner:
                 state = await self.coordinator.read()
                 holds = replica.holds_journals
                 if not may_campaign(state, self.me.name, holds_journals=holds):
-                    if not holds and not said_empty and state.in_sync is not None:
+                    if not (holds or said_empty or state.leader or state.in_sync is None):
                         said_empty = True
                         log.info("instance %s holds no journals: not a candidate", self.me.name)
                     continue
