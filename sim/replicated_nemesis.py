@@ -457,6 +457,9 @@ async def _faults_under_load(
 
 def run_replicated_command(seconds: float, seed: int, scratch: Path, figures: Path | None) -> int:
     """`mrs sim replicated`: run, print the figures (JSON), 0 when every check held."""
+    if shutil.which("etcd") is None:
+        print("mrs sim replicated: etcd is not installed (Debian: apt-get install etcd-server)")
+        return 2
     scratch.mkdir(parents=True, exist_ok=True)
     started_s = time.monotonic()
     report = trio.run(partial(run_replicated_nemesis, scratch, seconds, seed))
