@@ -44,12 +44,21 @@ class GroupState:
     """Instances holding every answered commit (None: never recorded, a new group)."""
 
 
-def may_campaign(state: GroupState, name: str) -> bool:
+def may_campaign(state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
     """Only with no leader, and only an instance that holds every answered commit; in
-    a group that never had a leader, any instance."""
+    a group that never had a leader, any instance.
+
+    `holds_journals` False: this instance's journals hold nothing of the group (an
+    empty data directory: its disk was lost or replaced). The in-sync record still
+    names it until the next active rewrites it, but what made it in sync is gone:
+    promoted, it would start empty and hand that emptiness to the others as a full
+    copy. It waits for a copy from an active instead (found by the replicated nemesis:
+    `mrs sim replicated`, docs/replication.md "Proof under faults")."""
     if state.leader is not None:
         return False
-    return state.in_sync is None or name in state.in_sync
+    if state.in_sync is None:
+        return True
+    return name in state.in_sync and holds_journals
 
 
 class Coordinator(Protocol):

@@ -25,6 +25,7 @@ import trio
 
 from journals import JournalError, JournalStore, WriteBatch
 from journals.keys import Journal
+from mrs.core.seqspace import BOOTS_KEY
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.wire import FrameReader, LinkBroken, decode_batches, frame
 from mrs.transport.network import TCP, Network
@@ -65,6 +66,13 @@ class Replica:
         self.active: str | None = None
         self._link_scope: trio.CancelScope | None = None
         self._copy: list[list[Any]] = []
+
+    @property
+    def holds_journals(self) -> bool:
+        """Whether these journals hold the group's data: records applied from an active
+        (a position), or boots of their own as the active. An empty data directory has
+        neither (a term seen in a hello is not enough: the copy may not have come)."""
+        return self.position != (0, 0) or self.store.meta_get(BOOTS_KEY.decode()) is not None
 
     async def serve(
         self,

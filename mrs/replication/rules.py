@@ -36,8 +36,8 @@ class ReplicationRules:
     def answerable(self, stream: StreamView) -> int:
         return stream.durable_everywhere()
 
-    def may_campaign(self, state: GroupState, name: str) -> bool:
-        return may_campaign(state, name)
+    def may_campaign(self, state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
+        return may_campaign(state, name, holds_journals=holds_journals)
 
     def refuses_term(self, term: int, seen: int) -> bool:
         return term < seen

@@ -151,14 +151,20 @@ class InstanceRunner:
         once the group had a term: an instance that lost its disk may still be named
         in sync (the active learns it only when it dials it), and must take a copy
         first. (Found by the simulator: a wiped replica promoted when the active was
-        lost before it had its copy.)"""
+        lost before it had its copy; and by the replicated nemesis: a wiped active back
+        before its lease ran out.)"""
+        said_empty = False
         while True:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
-                if not self.rules.may_campaign(state, self.me.name):
-                    continue
-                if state.term > 0 and replica.position == (0, 0):
+                holds = replica.holds_journals
+                if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
+                    state.term > 0 and not holds
+                ):
+                    if not (holds or said_empty or state.leader or state.in_sync is None):
+                        said_empty = True
+                        log.info("instance %s holds no journals: not a candidate", self.me.name)
                     continue
                 term = await self.coordinator.campaign()
             except CoordinatorUnavailable as error:

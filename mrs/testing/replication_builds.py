@@ -35,8 +35,8 @@ class BrokenReplication(ReplicationRules):
     def answerable(self, stream: StreamView) -> int:
         return self.kept.answerable(stream)
 
-    def may_campaign(self, state: GroupState, name: str) -> bool:
-        return self.kept.may_campaign(state, name)
+    def may_campaign(self, state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
+        return self.kept.may_campaign(state, name, holds_journals=holds_journals)
 
     def refuses_term(self, term: int, seen: int) -> bool:
         return self.kept.refuses_term(term, seen)
@@ -56,7 +56,7 @@ class PromoteNotInSync(BrokenReplication):
 
     switch = UNSAFE_PROMOTE_NOT_IN_SYNC
 
-    def may_campaign(self, state: GroupState, name: str) -> bool:
+    def may_campaign(self, state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
         return state.leader is None
 
 

@@ -132,6 +132,15 @@ def _sim_run(args: argparse.Namespace) -> int:
     return run_scenario_command(args)
 
 
+def _sim_replicated(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from sim.replicated_nemesis import run_replicated_command
+
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="mrs-sim-replicated-"))
+    return run_replicated_command(args.seconds, args.seed, scratch, args.figures)
+
+
 SCENARIO_NAMES = ("crash-loop", "disk-full", "mixed", "partition-storm", "slow-consumer")
 
 
@@ -165,6 +174,14 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--history", type=Path, default=None, help="write the history JSON here")
     run.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
     run.set_defaults(run=_sim_run)
+    replicated = kinds.add_parser(
+        "replicated", help="a replicated group (etcd, three instances) under real faults"
+    )
+    replicated.add_argument("--seconds", type=float, default=60.0, help="length of the faults")
+    replicated.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
+    replicated.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
+    replicated.add_argument("--figures", type=Path, default=None, help="write the figures here")
+    replicated.set_defaults(run=_sim_replicated)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,6 +50,34 @@ def test_only_an_in_sync_instance_may_campaign() -> None:
     assert not may_campaign(held, "b")  # someone holds the lease
 
 
+def test_an_instance_whose_disk_was_lost_is_no_candidate(tmp_path: Path) -> None:
+    """Its name is still in the in-sync record (it was the active, killed and wiped,
+    back before its lease ran out), but its journals are empty: promoted, it would
+    have started empty and handed that to the others as a full copy (the replicated
+    nemesis lost 8,709 answered messages that way before this rule)."""
+    after = GroupState(leader=None, term=3, in_sync=("a", "b", "c"))
+    assert not may_campaign(after, "a", holds_journals=False)
+    assert may_campaign(after, "b", holds_journals=True)
+    fresh = GroupState(leader=None, term=0, in_sync=None)
+    assert may_campaign(fresh, "a", holds_journals=False)  # a new group starts empty
+    empty = JournalStore(tmp_path / "empty", 1 << 24)
+    try:
+        replica = Replica(1, "a", empty)
+        assert not replica.holds_journals
+        replica.check_hello({"t": "hello", "group": 1, "term": 4, "from": "b"})
+        assert not replica.holds_journals  # a term seen, but the copy has not come
+        replica.receive(copy_at(4, 0))
+        assert replica.holds_journals
+    finally:
+        empty.close()
+    served = JournalStore(tmp_path / "served", 1 << 24)
+    try:
+        served.commit_now(WriteBatch.empty().put_raw(Journal.META, b"boots", b"\0" * 8))
+        assert Replica(1, "a", served).holds_journals  # it was the active: its own journals
+    finally:
+        served.close()
+
+
 async def test_memory_coordinator_terms_and_in_sync_record() -> None:
     election = MemoryElection()
     a, b, c = (MemoryCoordinator(election, name) for name in "abc")
