@@ -116,6 +116,16 @@ def _refuse(problem: str) -> BadParameter:
     return BadParameter(Status.BADPARAM, f"open_journal: {problem}")
 
 
+def checked_journal(journal: object, limit: object) -> str:
+    """The journal's name ('pcj' or 'dlj') once `journal` and `limit` are checked: the
+    local reader's and the wire reader's arguments alike (BadParameter, one line)."""
+    if not isinstance(journal, str) or journal.lower() not in READABLE:
+        raise _refuse(f"journal is 'pcj' or 'dlj', got {journal!r}")
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise _refuse(f"limit is a positive int, got {limit!r}")
+    return journal.lower()
+
+
 def _seq_bounds(seq: int | tuple[int | None, int | None] | None) -> tuple[int | None, int | None]:
     if seq is None:
         return None, None
@@ -305,10 +315,7 @@ def open_journal(
     an int or a list; segment: the PCJ segment(s) (`Client.set_pcj`); limit: at most
     that many records. Raises BadParameter (one
     line) for a bad argument, MrsError NOSUCHPCJ when no journal is there."""
-    if not isinstance(journal, str) or journal.lower() not in READABLE:
-        raise _refuse(f"journal is 'pcj' or 'dlj', got {journal!r}")
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise _refuse(f"limit is a positive int, got {limit!r}")
+    name = checked_journal(journal, limit)
     query = selection(seq, since, until, target, source, msg_class, msg_type, segment)
     if not isinstance(data_dir, str | Path):
         raise _refuse(f"data_dir is a path, got {type(data_dir).__name__}")
@@ -325,4 +332,4 @@ def open_journal(
         raise MrsError(
             Status.JOURNAL_FAIL, f"cannot open the journals in {journals_path}: {error}"
         ) from None
-    return JournalReader(journals_path, journal.lower(), store, query, limit)
+    return JournalReader(journals_path, name, store, query, limit)

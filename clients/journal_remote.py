@@ -18,11 +18,11 @@ from typing import Any, cast
 
 from clients.errors import BadParameter, MrsError
 from clients.journal_reader import (
-    READABLE,
     IntSelection,
     JournalRecord,
     QueueSelection,
     TimeBound,
+    checked_journal,
     journal_record,
     selection,
 )
@@ -194,20 +194,15 @@ def open_remote(
     """`Client.open_journal`'s work: the arguments checked (BadParameter, one line),
     nothing asked of the group before the first page."""
     client.require_link(Status.NOTACTIVE, "open_journal")
-    if not isinstance(journal, str) or journal.lower() not in READABLE:
-        raise BadParameter(
-            Status.BADPARAM, f"open_journal: journal is 'pcj' or 'dlj', got {journal!r}"
-        )
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise BadParameter(Status.BADPARAM, f"open_journal: limit is a positive int, got {limit!r}")
+    name = checked_journal(journal, limit)
     if type(page_records) is not int or not 1 <= page_records <= JOURNAL_PAGE_RECORDS_MAX:
         raise BadParameter(
             Status.BADPARAM,
             f"open_journal: page_records is 1..{JOURNAL_PAGE_RECORDS_MAX}, got {page_records!r}",
         )
     query = selection(seq, since, until, target, source, msg_class, msg_type, segment)
-    fields = _fields(journal.lower(), query, page_records)
-    reader = RemoteJournalReader(journal.lower(), client, fields, limit)
+    fields = _fields(name, query, page_records)
+    reader = RemoteJournalReader(name, client, fields, limit)
     if query.seq_min:
         reader._after_seq = query.seq_min - 1
     return reader

@@ -93,8 +93,8 @@ within the client's CLIENT_FRAME_BYTES_MAX)."""
 JOURNAL_PAGE_SCAN_MAX = 1024
 """Records the group looks at for one JournalPage at most: a selection that matches
 little answers a short (even empty) page that says where to go on, so no request
-scans the whole journal. 1024 small records cost about 3 ms of the group's loop (a
-page that matches nothing, measured on a loaded 2-core machine; 4096 cost 12 ms)."""
+scans the whole journal; sized so one page holds the group's loop for a few
+milliseconds (benchmarks/README.md, "Journal pages")."""
 JOURNAL_SELECT_ITEMS_MAX = 100
 """Queues, classes or types one ReadJournal's selection lists at most (each list)."""
 GET_POOL_BATCH_MAX = 128

@@ -44,6 +44,20 @@ for priority > 0 in the transaction that stores it and deleted with its confirm:
 start-up reads these few keys, not the records, to put each recovered seq in its
 priority lane (mrs.group.recovery). One left behind by another removal of the record
 (quarantine, a dead letter) is deleted at the next start."""
+
+
+def keep_priority(batch: WriteBatch, dqf_key: bytes, priority: int) -> None:
+    """Store a message's priority beside its DQF record at `dqf_key` (nothing for 0)."""
+    if priority:
+        batch.put_raw(_META, PRIORITY_PREFIX + dqf_key, bytes((priority,)))
+
+
+def forget_priority(batch: WriteBatch, dqf_key: bytes, priority: int) -> None:
+    """Delete what `keep_priority` stored, with the DQF record at `dqf_key`."""
+    if priority:
+        batch.delete(_META, PRIORITY_PREFIX + dqf_key)
+
+
 _STORED: Final = Status.STORED
 """Read on every store: C statics (a module name is a dict lookup per use, an enum
 attribute a class lookup too)."""
@@ -122,8 +136,7 @@ class Dqf:
         entry.journaled = True
         dqf_key = queue_key(queue.address.queue, entry.seq)
         batch = WriteBatch.empty().put_raw(_DQF, dqf_key, encode_entry(entry, ctx.clock_ns()))
-        if entry.priority:
-            batch.put_raw(_META, PRIORITY_PREFIX + dqf_key, bytes((entry.priority,)))
+        keep_priority(batch, dqf_key, entry.priority)
         batch.stream, batch.guard = stream, guard
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []

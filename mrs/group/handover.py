@@ -29,7 +29,7 @@ from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.delivery_event import delivery_event
 from mrs.group.dlq_leases import DlqReaders
-from mrs.group.dqf import PRIORITY_PREFIX, Dqf
+from mrs.group.dqf import Dqf, forget_priority
 from mrs.group.get_expiry import GetExpiry
 from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.notices import Notices
@@ -44,7 +44,6 @@ from mrs.storage.journal_scan import PCJ_SEGMENT_FIELD
 # Read per message: `Final` makes each a C static (a module name is a dict lookup
 # per use, a class attribute a generic lookup too, ~45 ns each).
 _MARKS: Final = Journal.MARKS
-_META: Final = Journal.META
 _ASTUPLE: Final = astuple
 ConfirmFields = tuple[int, int, int, Any]
 """A wire.Confirm's fields in order (request_id, seq, confirm_value, force_j)."""
@@ -336,8 +335,7 @@ class Handover:
                 self.end_confirm_run(run)
             key = queue_key(queue.address.queue, entry.seq)
             self.guarantees.confirm_writes(run.batch, key)
-            if entry.priority:
-                run.batch.delete(_META, PRIORITY_PREFIX + key)
+            forget_priority(run.batch, key, entry.priority)
             run.add(queue, entry, request_id)
             return
         self._confirm_entry(session, queue, entry, request_id, confirm_value, journal)
@@ -380,8 +378,7 @@ class Handover:
         key = queue_key(queue.address.queue, entry.seq)
         batch = WriteBatch.empty()
         self.guarantees.confirm_writes(batch, key)
-        if entry.priority:
-            batch.delete(_META, PRIORITY_PREFIX + key)
+        forget_priority(batch, key, entry.priority)
         if journal:
             now_ns = ctx.clock_ns()
             record = record_from_entry(entry, written_time_ns=now_ns)

@@ -37,7 +37,7 @@ from mrs import protocol as wire
 from mrs.config.rewrite import with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
-from mrs.group.dqf import PRIORITY_PREFIX
+from mrs.group.dqf import forget_priority, keep_priority
 from mrs.group.queues import Entry, TargetQueue
 from mrs.group.records import encode_entry, record_from_entry
 from mrs.limits import (
@@ -419,8 +419,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
             record.extra["headers"] = {**(entry.headers or {}), PURGED_HEADER: purged}
             batch.put_record(Journal.DLJ, seq_key(entry.seq), record)
         batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
-        if entry.priority:
-            batch.delete(Journal.META, PRIORITY_PREFIX + key)
+        forget_priority(batch, key, entry.priority)
     summary = {
         "queue": str(queue.address),
         "dead_lettered": 0 if discard else len(journaled),
@@ -565,9 +564,8 @@ class _Mover:
         batch.put_raw(Journal.DQF, new_key, encode_entry(moved, ctx.clock_ns()))
         if moved.times_delivered:
             batch.put_raw(Journal.MARKS, new_key, U32.pack(moved.times_delivered))
-        if entry.priority:  # its lane after a restart (mrs.group.dqf keeps it in META)
-            batch.delete(Journal.META, PRIORITY_PREFIX + old_key)
-            batch.put_raw(Journal.META, PRIORITY_PREFIX + new_key, bytes((moved.priority,)))
+        forget_priority(batch, old_key, entry.priority)  # its lane after a restart
+        keep_priority(batch, new_key, moved.priority)
         self.target.stores.submitted()
         ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved))
 

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from sim.replicated_nemesis import run_replicated_nemesis
+from tests.etcd_helpers import skip_without_etcd
 
 pytestmark = pytest.mark.xdist_group("replicated-nemesis")
 
@@ -22,8 +23,9 @@ FAULTS_S = 30.0
 FAILOVER_S_MAX = 15.0
 
 
-@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
 def test_the_nemesis_finds_nothing_lost_duplicated_or_reordered(tmp_path) -> None:
+    if shutil.which("etcd") is None:
+        skip_without_etcd("etcd is not installed")
     report = trio.run(run_replicated_nemesis, tmp_path, FAULTS_S, SEED)
     figures = report.figures()
     assert report.check.ok, report.check.failures()

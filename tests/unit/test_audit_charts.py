@@ -7,8 +7,6 @@ import pytest
 
 from mrs.audit import output
 
-pytest.importorskip("matplotlib")
-
 
 @pytest.fixture
 def figures(monkeypatch) -> list:
