@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from procstat import process_cpu_s  # the sibling module (benchmarks/ is on sys.path)
 
 from clients import DeliveryMode, PutItem, Uma
 from sim.bus import LinkedBus
@@ -69,6 +70,10 @@ class Figures:
     live_put: int = 0
     group2_dqf: int = 0
     timeline: list[tuple[float, int]] | None = None
+    reference_cpu_us: float = 0.0
+    """Group 2's CPU per message of its own puts (µs): load-robust, unlike rates."""
+    drain_cpu_us: dict[int, float] | None = None
+    """Each group's CPU per drained message (µs)."""
     link_sent: int = 0
     """Messages group 1's link sent during the drain (resends included)."""
     drain_commits: dict[int, tuple[int, float]] | None = None
@@ -82,6 +87,12 @@ class Figures:
 async def _status(bus: LinkedBus, group_id: int) -> dict:
     async with bus.connect(group_id, None) as client:
         return await client.status()
+
+
+def _cpu_s(bus: LinkedBus, group_id: int) -> float:
+    process = bus.processes[group_id].process
+    assert process is not None, "the group is not running"
+    return process_cpu_s(process.pid)
 
 
 async def _dqf_messages(bus: LinkedBus, group_id: int) -> int:
@@ -129,7 +140,9 @@ async def _reference(bus: LinkedBus, figures: Figures, seconds: float, batch: in
     probe_count = batch * batches * 4
     probe_per_s = await _put_batches(bus, 2, "2.12", probe_count, batch, batches)
     count = max(probe_count, int(probe_per_s * seconds))
+    cpu_before_s = _cpu_s(bus, 2)
     figures.reference_per_s = await _put_batches(bus, 2, "2.12", count, batch, batches)
+    figures.reference_cpu_us = (_cpu_s(bus, 2) - cpu_before_s) / count * 1e6
     figures.reference_put = probe_count + count
 
 
@@ -152,6 +165,7 @@ async def _writer(bus: LinkedBus, group_id: int) -> tuple[int, float]:
 async def _drain(bus: LinkedBus, figures: Figures, backlog: int, live_rate: float) -> None:
     timeline: list[tuple[float, int]] = []
     before = {group_id: await _writer(bus, group_id) for group_id in (1, 2)}
+    cpu_before_s = {group_id: _cpu_s(bus, group_id) for group_id in (1, 2)}
     async with trio.open_nursery() as nursery:
         started = time.perf_counter()
         bus.proxy(1, 2).heal()
@@ -163,6 +177,11 @@ async def _drain(bus: LinkedBus, figures: Figures, backlog: int, live_rate: floa
             timeline.append((time.perf_counter() - started, stored))
             await trio.sleep(POLL_S)
         figures.drain_s = time.perf_counter() - started
+        moved = backlog + figures.live_put
+        figures.drain_cpu_us = {
+            group_id: (_cpu_s(bus, group_id) - cpu_before_s[group_id]) / moved * 1e6
+            for group_id in (1, 2)
+        }
         nursery.cancel_scope.cancel()
     figures.link_sent = (
         int((await _status(bus, 1))["links"]["2"]["messages_sent"]) - figures.link_sent
@@ -213,6 +232,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="saf-backlog-", dir=args.scratch) as scratch:
         figures = trio.run(measure, Path(scratch) / "bus", args)
     print(f"reference: group 2's own WF_DQF puts   {figures.reference_per_s:12,.0f} /s")
+    print(f"reference: group 2's CPU per put       {figures.reference_cpu_us:12.1f} µs")
     print(f"fill: puts into group 1's SAF (cut)    {figures.fill_per_s:12,.0f} /s")
     print(
         f"drain: {figures.drained:,} in {figures.drain_s:.1f} s  "
@@ -222,7 +242,11 @@ def main() -> None:
     moved = figures.drained + figures.live_put
     print(f"drain: link messages sent {figures.link_sent:,} for {moved:,} moved")
     for group_id, (commits, mean_ms) in (figures.drain_commits or {}).items():
-        print(f"drain: group {group_id} made {commits:,} commits, mean {mean_ms:.3f} ms")
+        cpu_us = (figures.drain_cpu_us or {}).get(group_id, 0.0)
+        print(
+            f"drain: group {group_id} made {commits:,} commits, mean {mean_ms:.3f} ms; "
+            f"{cpu_us:.1f} µs CPU per message moved"
+        )
     expected = figures.reference_put + figures.drained + figures.live_put
     print(f"group 2 DQF after: {figures.group2_dqf:,}; put and answered: {expected:,}")
     if not expected <= figures.group2_dqf <= expected + 1:  # + the live put cut off unanswered
