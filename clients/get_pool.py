@@ -53,10 +53,7 @@ _RETRY_SINGLE: Final = object()
 
 _TIMEOUT_MS_MAX: Final = (1 << 31) - 1
 
-# Read per get: C statics, not module-dict lookups (benchmarks/README.md). The pool's clock is
-# the reply deadlines' (`ReplyDeadlines.now_s`), trio's time read cheaply.
-_REPLY_GRACE_S: Final = REPLY_GRACE_S
-_MESSAGE: Final = Message
+# The pool's clock is the reply deadlines' (`ReplyDeadlines.now_s`), trio's time read cheaply.
 
 CALLERS_SLACK: Final = 64
 """Callers that left may stay in the deque until this many more than twice those
@@ -148,7 +145,7 @@ class GetPool:
         caller = _Caller(self)
         if timeout_s is not None:
             caller.deadline_s = now_s + timeout_s
-            deadlines.add(caller.deadline_s + _REPLY_GRACE_S, client.next_id(), caller)
+            deadlines.add(caller.deadline_s + REPLY_GRACE_S, client.next_id(), caller)
         self._callers.append(caller)
         self.live += 1
         if len(self._callers) > 2 * self.live + CALLERS_SLACK:
@@ -159,7 +156,7 @@ class GetPool:
         if caller.timed_out:
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
         result = caller.result
-        if type(result) is _MESSAGE:
+        if type(result) is Message:
             return result
         if result is _RETRY_SINGLE:
             return None

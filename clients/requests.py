@@ -34,14 +34,10 @@ from mrs.protocol.checks import INT64, UINT64_MAX
 from mrs.protocol.event_types import CONFIRM, GET, PUT
 from mrs.protocol.post_init import build_unchecked_from
 
-# Read per request: `Final`, so each is a C static once compiled (the event
-# classes are mrs.protocol.event_types' statics).
+# Read per request: bounds computed once, not per call.
 _INT64_MIN: Final = INT64[0]
 _INT64_MAX: Final = INT64[1]
 _UINT64_MAX: Final = UINT64_MAX
-_DELIVERY_MODE: Final = DeliveryMode
-_UMA: Final = Uma
-_FORCE_JRN: Final = ForceJrn
 ITEM_OVERHEAD_BYTES = 64
 """A Put's fixed fields on the wire, at most (code, id, ints, lengths): with the
 variable fields this bounds an item's share of the frame."""
@@ -93,8 +89,8 @@ def put_request(
     naming the field): the generic check cost more than building the Put (benchmarks/README.md)."""
     unchecked = False  # else checked field by field
     if (
-        type(delivery) is _DELIVERY_MODE
-        and (type(uma) is _UMA or uma == 0)
+        type(delivery) is DeliveryMode
+        and (type(uma) is Uma or uma == 0)
         and type(msg_class) is int
         and type(msg_type) is int
         and type(priority) is int
@@ -150,7 +146,7 @@ def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any)
         and 0 <= seq <= _UINT64_MAX
         and type(confirm_value) is int
         and confirm_value == 0
-        and type(force_j) is _FORCE_JRN
+        and type(force_j) is ForceJrn
     ):
         return build_unchecked_from(CONFIRM, (request_id, seq, 0, int(force_j)))
     return built(wire.Confirm, request_id, seq, confirm_value, int(force_j))

@@ -33,9 +33,6 @@ from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import DELIVERY_BATCH
 
-# Read per delivery: C statics, not module-dict lookups (benchmarks/README.md).
-_BATCH_BYTES_MAX: Final = DELIVERY_BATCH_BYTES_MAX
-
 DELIVERY_OVERHEAD_BYTES: Final = 256
 """A Delivery's fields besides its body and maps (ints, addresses), at most."""
 
@@ -116,7 +113,7 @@ class BatchGet:
                     entry = None
                     continue
             size = _wire_bytes(entry)
-            if taken and frame_bytes + size > _BATCH_BYTES_MAX:
+            if taken and frame_bytes + size > DELIVERY_BATCH_BYTES_MAX:
                 queue.put_back(entry)  # not taken: first in line for the next get
                 break
             delivered = handover.count_delivery(request.request_id, queue, entry)
@@ -157,7 +154,7 @@ class BatchGet:
                 or entry.needs_confirm
                 or entry.on_dequeue is not None
                 or entry.on_confirm is not None
-                or frame_bytes + size > _BATCH_BYTES_MAX
+                or frame_bytes + size > DELIVERY_BATCH_BYTES_MAX
             ):
                 queue.put_back(entry)
                 break

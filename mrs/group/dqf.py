@@ -59,9 +59,8 @@ def forget_priority(batch: WriteBatch, dqf_key: bytes, priority: int) -> None:
 
 
 _STORED: Final = Status.STORED
-"""Read on every store: C statics (a module name is a dict lookup per use, an enum
-attribute a class lookup too)."""
-_BODIES_IN_MEMORY_MAX: Final = BODIES_IN_MEMORY_PER_QUEUE_MAX
+"""Read on every store. An enum member's alias saves ~30-50 ns per read once compiled;
+a plain imported name is read directly (7 ns; benchmarks/README.md, "Final aliases")."""
 
 
 class Premark(Protocol):
@@ -186,7 +185,7 @@ class Dqf:
                 assert self.premark is not None  # the waiter came from it
                 self.premark.deliver_premarked(queue, entry, waiter)
             else:
-                if len(queue.pending) >= _BODIES_IN_MEMORY_MAX:
+                if len(queue.pending) >= BODIES_IN_MEMORY_PER_QUEUE_MAX:
                     entry.body = None
                 queue.offer(entry)
         outcome(cause, entry.seq, reason)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 _DQF: Final = Journal.DQF
 _MARKS: Final = Journal.MARKS
-"""Read per confirm: C statics in the compiled module."""
+"""Read per confirm: an enum member's alias saves ~30-50 ns per read once compiled
+(benchmarks/README.md, "Final aliases")."""
 
 
 class Guarantees(Protocol):

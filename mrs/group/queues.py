@@ -30,11 +30,7 @@ from mrs.limits import (
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, DeliveryMode, InterestPoint
 
 Notify = Callable[["Entry"], None]
-_BODIES_BYTES_MAX: Final = JOURNALED_BODIES_BYTES_MAX  # per message: C statics
-_LENT_MAX: Final = LENT_REMEMBERED_MAX
-_LENT_BYTES_MAX: Final = LENT_BYTES_MAX
 _ACK_POINT: Final = InterestPoint.ACK
-_SCAN_MAX: Final = SELECT_SCAN_MESSAGES_MAX
 _RECOVERED_CHUNK: Final = 1024
 """Cold records read at a time when a queue's first selective get builds its index."""
 
@@ -373,7 +369,7 @@ class TargetQueue:
             if (
                 entry.journaled
                 and entry.body is not None
-                and self.journaled_body_bytes + len(entry.body) > _BODIES_BYTES_MAX
+                and self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX
             ):
                 entry.body = None  # on disk already: read back at delivery
         if entry.journaled:
@@ -417,7 +413,7 @@ class TargetQueue:
                 pending.count += 1
                 self.index.add(entry, lane.priority)  # a recovered one is known now
                 if entry.journaled and entry.body is not None:
-                    if self.journaled_body_bytes + len(entry.body) > _BODIES_BYTES_MAX:
+                    if self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX:
                         entry.body = None
                     self.journaled_body_bytes += len(entry.body or b"")
             pending.took_cold(lane, before)
@@ -465,13 +461,13 @@ class TargetQueue:
         correlation_id = select.equal_value("correlation_id")
         if correlation_id is not None:
             best: tuple[int, int] | None = None
-            for seq in islice(index.with_correlation_id(correlation_id), _SCAN_MAX):  # type: ignore[arg-type]
+            for seq in islice(index.with_correlation_id(correlation_id), SELECT_SCAN_MESSAGES_MAX):  # type: ignore[arg-type]
                 held = attributes[seq]
                 if select.matches(held) and (best is None or held.priority > best[0]):
                     best = (held.priority, seq)
             return None if best is None else (best[1], self.pending.lane(best[0]))
         msg_class = select.equal_value("msg_class")
-        budget = _SCAN_MAX
+        budget = SELECT_SCAN_MESSAGES_MAX
         for lane in self.pending.lanes():
             if not select.priority_allows(lane.priority):
                 continue
@@ -553,7 +549,7 @@ class TargetQueue:
         lent = self.lent
         lent[entry.seq] = entry
         self.lent_bytes += len(entry.body or b"")
-        while len(lent) > _LENT_MAX or self.lent_bytes > _LENT_BYTES_MAX:
+        while len(lent) > LENT_REMEMBERED_MAX or self.lent_bytes > LENT_BYTES_MAX:
             oldest = lent.popitem(last=False)[1]  # lent long ago: the client took it
             self.lent_bytes -= len(oldest.body or b"")
 

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import groupby, islice
 from operator import itemgetter
-from typing import Final
 
 from journals import (
     CorruptRecord,
@@ -58,8 +57,6 @@ bodies that passed through leave free blocks glibc keeps (1M x 1 KiB drained: Rs
 1.37x an empty server's). A trim costs tens of ms, so only after this much, and
 only once no queue has a cold backlog left."""
 _KEY = struct.Struct(">IQ")
-_RECORD_PROBLEM: Final = record_problem
-"""Per refused record: a C static, not a module-dict lookup (benchmarks/README.md)."""
 
 
 @dataclass(eq=False)
@@ -238,7 +235,7 @@ class ColdReader:
                 self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
-            if not record_sound(record) and (problem := _RECORD_PROBLEM(record)) is not None:
+            if not record_sound(record) and (problem := record_problem(record)) is not None:
                 self._quarantine(key, record, problem)
                 continue
             times_delivered = UNPACK_U32(mark)[0] if mark is not None else 0

@@ -19,11 +19,9 @@ put, get and put-back keeps it.
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from mrs.limits import SELECT_INDEX_MESSAGES_MAX
-
-_INDEX_MAX: Final = SELECT_INDEX_MESSAGES_MAX
 
 
 class Attributes(NamedTuple):
@@ -60,7 +58,7 @@ class SelectIndex:
         attributes = self.attributes
         if seq in attributes:
             return
-        if len(attributes) >= _INDEX_MAX:
+        if len(attributes) >= SELECT_INDEX_MESSAGES_MAX:
             self.overflowed += 1
             return
         correlation_id = entry.correlation_id

@@ -23,8 +23,6 @@ from mrs.limits import PUT_BATCH_BYTES_MAX
 from mrs.protocol.checks import DECODE_STATE, validate, worded
 from mrs.protocol.errors import LocalProtocolError
 
-_STATE: Final = DECODE_STATE
-"""Read by every event made or decoded: a C static, not a module-dict lookup."""
 _DEEP_FIELDS: Final[dict[type, tuple[tuple[str, Any], ...]]] = {}
 """Each event class's (field name, check) of its deep rules, as a typed tuple: read
 through `cls._deep_rules` (Any) each decode cost a class lookup and generic
@@ -42,7 +40,7 @@ def _deep_fields(cls: type) -> tuple[tuple[str, Any], ...]:
 def event_post_init(event: Any) -> None:
     """EventStruct.__post_init__."""
     cls = type(event)
-    if _STATE.decoding:
+    if DECODE_STATE.decoding:
         for name, check in _deep_fields(cls):
             value = getattr(event, name)
             if value is None:  # msgspec let None through: the field is Optional
@@ -55,7 +53,6 @@ def event_post_init(event: Any) -> None:
 
 
 _BODY_OF: Final = attrgetter("body")
-_PUT_BATCH_BYTES_MAX: Final = PUT_BATCH_BYTES_MAX
 
 
 def put_batch_post_init(batch: Any) -> None:
@@ -65,16 +62,16 @@ def put_batch_post_init(batch: Any) -> None:
     event_post_init(batch)
     # summed in C (map over the bodies), not a loop per put
     body_bytes = sum(map(len, map(_BODY_OF, batch.puts)))
-    if body_bytes > _PUT_BATCH_BYTES_MAX:
+    if body_bytes > PUT_BATCH_BYTES_MAX:
         raise LocalProtocolError(
             f"PutBatch.puts hold {body_bytes} bytes of bodies, more than "
-            f"PUT_BATCH_BYTES_MAX {_PUT_BATCH_BYTES_MAX}: send them in smaller batches"
+            f"PUT_BATCH_BYTES_MAX {PUT_BATCH_BYTES_MAX}: send them in smaller batches"
         )
 
 
 def item_post_init(item: Any) -> None:
     """LinkItem.__post_init__: msgspec checked every field of a decoded item."""
-    if not _STATE.decoding:
+    if not DECODE_STATE.decoding:
         cls = type(item)
         if not cls._all_ok(item):
             validate(item, cls._rules)
@@ -97,7 +94,7 @@ def build_unchecked_from(cls: Any, fields: tuple) -> Any:
     """`build_unchecked(cls, *fields)` for fields already in a tuple, which is passed
     on as it is: from compiled code a star call first copies the tuple into a list
     and back, 322 ns against 152 ns for a Delivery's fourteen fields (benchmarks/README.md)."""
-    state = _STATE
+    state = DECODE_STATE
     state.decoding = True
     try:
         return cls(*fields)
