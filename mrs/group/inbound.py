@@ -64,11 +64,11 @@ class Inbound:
         for index, (entry, ordered) in enumerate(decoded):
             ordinal = None
             poison = isinstance(entry, PoisonTransfer)
-            if ordered and (poison or entry.delivery.recoverable):
+            if ordered and (poison or (isinstance(entry, Entry) and entry.delivery.recoverable)):
                 ordinal = inbound.inbound_ordinal
                 inbound.inbound_ordinal += 1
             outcome: Outcome = _Answer(answers, index, entry.seq, ordinal)
-            if ordinal is not None and not poison:
+            if ordinal is not None and isinstance(entry, Entry):
                 outcome = _DeadLetterHere(self, peer_id, entry, outcome)
             self._accept_one(peer_id, entry, ordinal, outcome, inbound)
 
@@ -90,7 +90,7 @@ class Inbound:
                 entry.problem,
             )
             outcome(Status.BADPARAM, entry.seq, entry.problem)
-        elif len(entry.body) > self.ctx.limits.message_bytes_max:
+        elif entry.body is not None and len(entry.body) > self.ctx.limits.message_bytes_max:
             # This group's own limit, whatever the sender checked (e.g. a message
             # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
             outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")

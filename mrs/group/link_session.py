@@ -63,6 +63,23 @@ class Channel(Protocol):
     def send(self, event: object) -> None: ...
 
 
+_Asked = wire.LinkTransfer | wire.LinkNotice | wire.LinkPendingQuery
+"""What this side sends and the peer answers (by request id)."""
+
+
+@dataclass(eq=False, slots=True)
+class _AckTransfer:
+    """Answers one transfer once every message in it has its result, unless the
+    connection it came on has closed meanwhile (the peer resends on the next)."""
+
+    channel: Channel
+    request_id: int
+
+    def __call__(self, results: list[wire.LinkResult]) -> None:
+        if not self.channel.closed:
+            self.channel.send(wire.LinkAck(self.request_id, results))
+
+
 class Sent(enum.Enum):
     """What an unanswered frame carried, so its LinkAck is settled the right way."""
 
@@ -289,7 +306,7 @@ class PeerLink:
             forget, self._forget = self._forget, []
             for start in range(0, len(forget), NOTICES_PER_FRAME_MAX):
                 seqs = forget[start : start + NOTICES_PER_FRAME_MAX]
-                notices = [wire.ForgetNotice(seq, 0) for seq in seqs]
+                notices: list[wire.AnyNotice] = [wire.ForgetNotice(seq, 0) for seq in seqs]
                 # kept until answered: a drop puts them back, so no dedupe key leaks
                 self._send(wire.LinkNotice(self._next_id(), notices), Sent.FORGET, seqs, 0)
         if peer.notices_pending > len(self._notices_in_flight):
@@ -338,11 +355,13 @@ class PeerLink:
             self._send(leave, Sent.VOLATILE, [], 0)
             log.info("link to group %d: SAF drain done, no longer waits for room", self.peer_id)
 
-    def _send(self, event: object, sent: Sent, items: list, count: int) -> None:
+    def _send(self, event: _Asked, sent: Sent, items: list, count: int) -> None:
+        channel = self.channel
+        assert channel is not None, "flush() and the notices send only while the link is up"
         self._outstanding[event.request_id] = _Outstanding(sent, items, count, self._drain_pass)
         self._in_flight += count
         self.messages_sent += count
-        self.channel.send(event)
+        channel.send(event)
 
     def _forgettable(self, seqs: list[int]) -> None:
         """SAF records the peer stored are deleted here for good: no resend possible."""
@@ -476,14 +495,8 @@ class PeerLink:
             match event:
                 case wire.LinkTransfer():
                     self.messages_received += len(event.messages)
-                    rooms.inbound.accept_transfer(
-                        self.peer_id,
-                        event.messages,
-                        lambda results, rid=event.request_id: (
-                            channel.send(wire.LinkAck(rid, results)) if not channel.closed else None
-                        ),
-                        self,
-                    )
+                    answer = _AckTransfer(channel, event.request_id)
+                    rooms.inbound.accept_transfer(self.peer_id, event.messages, answer, self)
                 case wire.LinkNotice():
                     results = rooms.notices.accept_notices(self.peer_id, event.notices, self)
                     channel.send(wire.LinkAck(event.request_id, results))

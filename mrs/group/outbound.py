@@ -87,9 +87,11 @@ class Outbound:
             undeliverable(entry, reply, Status.LINK_DOWN, reason)
             return
         limit = self.ctx.bus.group(peer.group_id).limits.message_bytes_max
-        if len(entry.body) > limit:
+        body = entry.body
+        assert body is not None, "a put arrives with its body"
+        if len(body) > limit:
             reason = (
-                f"body of {len(entry.body)} bytes exceeds group {peer.group_id}'s "
+                f"body of {len(body)} bytes exceeds group {peer.group_id}'s "
                 f"message_bytes_max {limit}"
             )
             undeliverable(entry, reply, Status.MSGTOOBIG, reason)
@@ -201,7 +203,9 @@ class Outbound:
         def on_result(status: int, stored_seq: int) -> None:
             self._direct_answered(peer, entry, reply, waits_for_receiver, status, stored_seq)
 
-        peer.link.send_message(transfer_fields(entry), on_result)
+        link = peer.link
+        assert link is not None, "put() sends directly only while the link is up"
+        link.send_message(transfer_fields(entry), on_result)
 
     def _direct_answered(
         self,

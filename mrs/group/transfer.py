@@ -36,13 +36,16 @@ class TransferError(ProtocolError, ValueError):
 
 
 def transfer_fields(entry: Entry, ordered: bool = False) -> TransferredMessage:
-    """An entry as sent over a link; `ordered` for the SAF drain (see accept_transfer)."""
+    """An entry as sent over a link; `ordered` for the SAF drain (see accept_transfer).
+    A message leaves with its body: SAF records and direct puts hold it in memory."""
+    body = entry.body
+    assert body is not None, f"message {entry.seq} left for another group without its body"
     return TransferredMessage(
         entry.seq,
         entry.target.queue,
         entry.source.group,
         entry.source.queue,
-        entry.body,
+        body,
         entry.msg_class,
         entry.msg_type,
         entry.priority,

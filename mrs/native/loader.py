@@ -84,6 +84,12 @@ COMPILED_MODULES = (
     "mrs.storage.journal_reserve",
     "clients.requests",
     "mrs.transport.plain_socket",
+    "mrs.group.inbound",
+    "mrs.group.transfer",
+    "mrs.group.drain",
+    "mrs.group.link_session",
+    "mrs.group.notices",
+    "mrs.group.outbound",
 )
 """The modules a put, a delivery and a confirm pass through on the server. Each must
 type-check cleanly (mypyc compiles what mypy infers) and keep to what mypyc
