@@ -117,7 +117,12 @@ class Dqf:
         if queue is None or not queue.config.recoverable:
             outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
-        digest = self.app_keys.digest_of(entry.body) if dedupe_keys else b""  # keys need it
+        # Only an application key compares bodies: a link's origin key holds a seq alone,
+        # so a drained message costs no fingerprint of its body.
+        app_keyed = False
+        for key in dedupe_keys:
+            app_keyed = app_keyed or key.startswith(APP_PREFIX)
+        digest = self.app_keys.digest_of(entry.body) if app_keyed else b""
         for key in dedupe_keys:
             if self._answer_duplicate(key, outcome, digest, entry.body):
                 return
