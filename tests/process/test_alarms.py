@@ -10,6 +10,7 @@ whose reserve (5% of a 16 TiB journal_bytes_max) is more than the real disk has 
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 
 import pytest
@@ -71,6 +72,23 @@ def test_a_queue_filled_near_dqf_messages_max_raises_the_dqf_alarm(make_bus) -> 
     table = run_mrs("status", "--address", bus.address)
     assert table.returncode == 0, table.stderr
     assert "ALARM the DQF holds 8 of 10" in " ".join(table.stdout.split())
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return  # the browser half needs chromium (.ci/system-packages --tests)
+    from tests.browser_cdp import Browser
+
+    browser = Browser(chromium)
+    try:
+        browser.open(status_json("--address", bus.address)["endpoints"]["web"])
+        browser.until("document.body.dataset.alarms === '1'")
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('[data-key^=\"1.alarm.dqf.dqf\"]')]"
+            ".map(c => c.textContent)"
+        )
+        hidden = browser.evaluate("document.getElementById('alarms-none').hidden")
+    finally:
+        browser.close()
+    assert shown == ["DQF", "8", alarm["words"]] and hidden is True
 
 
 def test_memory_messages_near_queue_bytes_max_raise_the_memory_alarm(make_bus) -> None:
