@@ -16,6 +16,7 @@ reads those numbers off a running group.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,8 @@ class Alarm:
 
 
 def _high(limit: int) -> int:
-    return int(limit * ALARM_USE_HIGH)
+    """Where the alarm starts: never under ALARM_USE_HIGH of the limit (rounded up)."""
+    return math.ceil(limit * ALARM_USE_HIGH)
 
 
 def _percent(value: int, limit: int) -> str:

@@ -10,6 +10,7 @@ whose reserve (5% of a 16 TiB journal_bytes_max) is more than the real disk has 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import urllib.request
 
@@ -57,7 +58,7 @@ def _alarm_gauge(bus, kind: str) -> float:
 
 def test_a_queue_filled_near_dqf_messages_max_raises_the_dqf_alarm(make_bus) -> None:
     bus = make_bus(limits="dqf_messages_max = 10" + OPS, queues=QUEUES)
-    threshold = int(10 * ALARM_USE_HIGH)
+    threshold = math.ceil(10 * ALARM_USE_HIGH)
     with connect_sync(bus.address, "ORDERS") as client:
         for i in range(threshold - 1):
             client.put(f"order {i}".encode(), "1.10", delivery=DeliveryMode.WF_DQF)
@@ -123,7 +124,7 @@ def test_a_small_lmdb_map_raises_the_journal_alarm_before_puts_are_refused(make_
     assert raised_after is not None, "600 puts of 2 KiB never raised the journal alarm"
     [alarm] = _alarms(bus, "journal")
     limit = 1048576 - reserve_bytes(1048576, 4096)
-    assert alarm["limit"] == limit and alarm["threshold"] == int(limit * ALARM_USE_HIGH)
+    assert alarm["limit"] == limit and alarm["threshold"] == math.ceil(limit * ALARM_USE_HIGH)
     assert alarm["value"] >= alarm["threshold"]
     assert "where new recoverable messages are refused" in alarm["words"]
     assert _alarm_gauge(bus, "journal") == 1

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import math
+
 from mrs.limits import ALARM_USE_HIGH, DISK_FREE_ALARM_RESERVES_MIN
 from mrs.ops.alarms import count_alarm, disk_alarm, journal_alarm, memory_alarm
 
 
 def test_a_count_alarms_from_the_high_fraction_of_its_limit() -> None:
-    threshold = int(1000 * ALARM_USE_HIGH)
+    threshold = math.ceil(1000 * ALARM_USE_HIGH)
     assert count_alarm("saf", "saf", threshold - 1, 1000, "the SAF") is None
     alarm = count_alarm("saf", "saf", threshold, 1000, "the SAF")
     assert alarm is not None and alarm.as_dict() == {
@@ -30,7 +32,7 @@ def test_a_zero_limit_never_alarms() -> None:
 
 def test_the_journal_alarm_counts_against_the_cap_less_its_reserve() -> None:
     cap, reserve = 1 << 20, 52_428
-    threshold = int((cap - reserve) * ALARM_USE_HIGH)
+    threshold = math.ceil((cap - reserve) * ALARM_USE_HIGH)
     assert journal_alarm(threshold - 1, cap, reserve) is None
     alarm = journal_alarm(threshold, cap, reserve)
     assert alarm is not None and alarm.limit == cap - reserve and alarm.unit == "bytes"
