@@ -294,3 +294,45 @@ def test_the_group_page_sets_limits_and_adds_a_queue(tmp_path: Path) -> None:
         group.terminate()
     assert "unconfirmed_max = 7" in config.read_text()
     assert [r["action"] for r in journal_of(tmp_path / "g1")] == ["set_limits", "add_queue"]
+
+
+def test_the_operations_page_transcripts_run_as_pasted(tmp_path: Path) -> None:
+    """docs/operations.md, "The bus page acts too" and "Alarms": their commands against
+    group 1 of the example bus, `mrs web --admin` on a free port instead of 8100."""
+    from tests.process.test_docs_pasted import (
+        PastedPage,
+        blocks,
+        console_commands,
+        shell_environment,
+    )
+
+    if shutil.which("curl") is None:
+        pytest.skip("needs curl (.ci/system-packages --tests installs it)")
+    page = PastedPage("operations.md", tmp_path)
+    web = None
+    try:
+        page.serve_examples()
+        [alarms] = blocks(page.page, "Alarms", "console")
+        assert page.run("sh", console_commands(alarms)) == (
+            "memory queue 1.14's memory (messages_max) holds 2 of 2 (100%); "
+            "alarm from 2, new messages refused at 2\n"
+        )
+        start, transcript = blocks(page.page, "The bus page acts too", "console")
+        port = str(free_port())
+        command = page.address(console_commands(start)).replace("8100", port).split()
+        web = subprocess.Popen(
+            command, cwd=page.directory, env=shell_environment(), stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        ready, _, _ = select.select([web.stdout], [], [], 60)
+        assert ready and web.stdout is not None
+        assert web.stdout.readline().startswith("WEB http://127.0.0.1:")
+        output = page.run("sh", console_commands(transcript).replace("8100", port))
+        expected = [line for line in transcript.splitlines() if not line.startswith("$ ")]
+        assert output.splitlines() == expected
+    finally:
+        if web is not None:
+            stop_web(web)
+        page.close()
+    config = (page.directory / "docs" / "examples" / "bus.toml").read_text()
+    assert "unconfirmed_max = 400" in config and 'name = "ORDERS_HOLD"' in config
