@@ -63,14 +63,15 @@ class BusWebAdmin(WebAdmin):
         from mrs.errors import NotAuthorized
 
         last = "no group of the bus answered"
-        for group_id in self.views:
-            try:
-                async with self._connect(group_id, name, password):
-                    return True
-            except NotAuthorized:
-                return False
-            except Exception as error:  # noqa: BLE001 - a group down: ask the next one
-                last = f"group {group_id} did not answer ({getattr(error, 'message', error)})"
+        async with self.password_checks:  # a flood of logins costs the groups little
+            for group_id in self.views:
+                try:
+                    async with self._connect(group_id, name, password):
+                        return True
+                except NotAuthorized:
+                    return False
+                except Exception as error:  # noqa: BLE001 - a group down: ask the next one
+                    last = f"group {group_id} did not answer ({getattr(error, 'message', error)})"
         return f"cannot check the password now: {last}"
 
     def _connect(self, group_id: int, name: str | None, password: str | None):
