@@ -17,6 +17,7 @@ reads those numbers off a running group.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -103,6 +104,20 @@ def memory_alarm(queue: str, held_bytes: int, bytes_max: int) -> Alarm | None:
     return Alarm("memory", queue, held_bytes, threshold, bytes_max, words, "bytes")
 
 
+def connection_alarm(peer: str, held_bytes: int, bytes_max: int) -> Alarm | None:
+    """Bodies one connection has waiting in the group's memory queues against the
+    connection_bytes_max guard (its next nonrecoverable put is refused past it)."""
+    threshold = _high(bytes_max)
+    if bytes_max <= 0 or held_bytes < threshold:
+        return None
+    words = (
+        f"connection {peer} has {_size(held_bytes)} of memory messages waiting, "
+        f"{_percent(held_bytes, bytes_max)} of connection_bytes_max {_size(bytes_max)}; "
+        f"alarm from {_size(threshold)}, its puts refused EXCEEDQUOTA past it"
+    )
+    return Alarm("memory", f"connection {peer}", held_bytes, threshold, bytes_max, words, "bytes")
+
+
 def journal_alarm(used_bytes: int, cap_bytes: int, reserve_bytes: int) -> Alarm | None:
     """The journal's LMDB map in use against where new recoverable messages stop:
     journal_bytes_max less the reserve kept for deliveries, confirms and deletes."""
@@ -133,10 +148,13 @@ def disk_alarm(where: str, free_bytes: int, reserve_bytes: int) -> Alarm | None:
     return Alarm("disk", where, free_bytes, threshold, reserve_bytes, words, "bytes")
 
 
-def group_alarms(group: Group, guards: Guards, journal: dict) -> list[Alarm]:
+def group_alarms(
+    group: Group, guards: Guards, journal: dict, held: Iterable[tuple[str, int]] = ()
+) -> list[Alarm]:
     """The alarms of a running group, from its counts, queues and journal usage
     (`journal`: the status's journal section with `disk_numbers` in it; empty for
-    the simulator's store, which has neither map nor disk)."""
+    the simulator's store, which has neither map nor disk) and the bytes each
+    connection has waiting in memory (`held`: peer, bytes)."""
     ctx = group.ctx
     limits = ctx.limits
     counts = ctx.counts
@@ -152,6 +170,8 @@ def group_alarms(group: Group, guards: Guards, journal: dict) -> list[Alarm]:
         found.append(
             count_alarm("memory", address, queue.memory_count, queue.config.messages_max, what)
         )
+    for peer, held_bytes in held:
+        found.append(connection_alarm(peer, held_bytes, guards.connection_bytes_max))
     reserve = journal.get("reserve_bytes")
     if reserve is not None:
         found.append(journal_alarm(journal["used_bytes"], limits.journal_bytes_max, reserve))

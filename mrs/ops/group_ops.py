@@ -141,7 +141,7 @@ class GroupOps:
                 )
             )
         alarms = (
-            group_alarms(server.group, server.config.guards, journal)
+            group_alarms(server.group, server.config.guards, journal, _held_bytes(server))
             if server.group is not None
             else []
         )
@@ -159,6 +159,17 @@ class GroupOps:
             "endpoints": dict(self.endpoints),
             **({"pcj_archive": self.last_archive} if self.last_archive is not None else {}),
         }
+
+
+def _held_bytes(server: OwningServer) -> list[tuple[str, int]]:
+    """(peer, bytes of its memory messages waiting in queues) of each connection that
+    has some: what the connection_bytes_max guard bounds (mrs.group.memory_quota)."""
+    held = []
+    for session in server.sessions:
+        account = getattr(session, "account", None)
+        if account is not None and account.held_bytes:
+            held.append((str(getattr(session, "peer", "?")), account.held_bytes))
+    return held
 
 
 def _links_up(group: Group | None) -> int:

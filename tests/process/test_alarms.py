@@ -92,18 +92,23 @@ def test_a_queue_filled_near_dqf_messages_max_raises_the_dqf_alarm(make_bus) -> 
     assert shown == ["DQF", "8", alarm["words"]] and hidden is True
 
 
-def test_memory_messages_near_queue_bytes_max_raise_the_memory_alarm(make_bus) -> None:
-    guards = "\n[group.guards]\nqueue_bytes_max = 10000\n"
+def test_memory_messages_near_queue_and_connection_bytes_max_raise_memory_alarms(
+    make_bus,
+) -> None:
+    guards = "\n[group.guards]\nqueue_bytes_max = 10000\nconnection_bytes_max = 10000\n"
     bus = make_bus(limits=OPS + guards, queues=QUEUES)
     with connect_sync(bus.address, "ORDERS") as client:
         client.put(b"m" * 4000, "1.11", delivery=DeliveryMode.WF_MEM)
         assert _alarms(bus, "memory") == []
         client.put(b"m" * 4000, "1.11", delivery=DeliveryMode.WF_MEM)
-    [alarm] = _alarms(bus, "memory")
-    assert alarm["subject"] == "1.11" and alarm["unit"] == "bytes"
-    assert (alarm["value"], alarm["threshold"], alarm["limit"]) == (8000, 8000, 10000)
-    assert "queue 1.11 holds 7.8 KiB of memory messages, 80% of queue_bytes_max" in alarm["words"]
-    assert _alarm_gauge(bus, "memory") == 1
+        queue, connection = sorted(_alarms(bus, "memory"), key=lambda a: a["subject"])
+        assert _alarm_gauge(bus, "memory") == 2
+    assert queue["subject"] == "1.11" and queue["unit"] == "bytes"
+    assert (queue["value"], queue["threshold"], queue["limit"]) == (8000, 8000, 10000)
+    assert "queue 1.11 holds 7.8 KiB of memory messages, 80% of queue_bytes_max" in queue["words"]
+    assert connection["subject"].startswith("connection 127.0.0.1:")
+    assert (connection["value"], connection["limit"]) == (8000, 10000)
+    assert "of connection_bytes_max 9.8 KiB" in connection["words"]
 
 
 def test_a_small_lmdb_map_raises_the_journal_alarm_before_puts_are_refused(make_bus) -> None:
