@@ -6,7 +6,13 @@ from __future__ import annotations
 import math
 
 from mrs.limits import ALARM_USE_HIGH, DISK_FREE_ALARM_RESERVES_MIN
-from mrs.ops.alarms import count_alarm, disk_alarm, journal_alarm, memory_alarm
+from mrs.ops.alarms import (
+    connection_alarm,
+    count_alarm,
+    disk_alarm,
+    journal_alarm,
+    memory_alarm,
+)
 
 
 def test_a_count_alarms_from_the_high_fraction_of_its_limit() -> None:
@@ -52,3 +58,10 @@ def test_memory_alarm_in_bytes() -> None:
     assert alarm is not None and alarm.words.startswith(
         "queue 1.11 holds 900 B of memory messages, 90% of queue_bytes_max 1000 B"
     )
+
+
+def test_connection_alarm_names_the_peer() -> None:
+    assert connection_alarm("127.0.0.1:5000", 799, 1000) is None
+    alarm = connection_alarm("127.0.0.1:5000", 800, 1000)
+    assert alarm is not None and alarm.subject == "connection 127.0.0.1:5000"
+    assert alarm.words.startswith("connection 127.0.0.1:5000 has 800 B of memory messages")
