@@ -36,9 +36,19 @@ messages_max = 100
 """
 
 
+def _endpoint(bus, name: str) -> str:
+    """The group's `web` or `metrics` endpoint, once its status lists it (the
+    endpoints may start just after the server printed READY)."""
+    for _ in range(100):
+        endpoints = status_json("--address", bus.address)["endpoints"]
+        if name in endpoints:
+            return endpoints[name]
+    raise AssertionError(f"the group never listed its {name} endpoint")
+
+
 def _page_status(bus) -> dict:
     """The group's own web page's JSON (what the page's Alarms table draws)."""
-    url = status_json("--address", bus.address)["endpoints"]["web"]
+    url = _endpoint(bus, "web")
     with urllib.request.urlopen(url + "api/status", timeout=10) as response:
         return json.loads(response.read())["groups"][0]["status"]
 
@@ -48,7 +58,7 @@ def _alarms(bus, kind: str) -> list[dict]:
 
 
 def _alarm_gauge(bus, kind: str) -> float:
-    url = status_json("--address", bus.address)["endpoints"]["metrics"]
+    url = _endpoint(bus, "metrics")
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     wanted = f'mrs_alarms{{alarm="{kind}",group="1"}} '
@@ -80,7 +90,7 @@ def test_a_queue_filled_near_dqf_messages_max_raises_the_dqf_alarm(make_bus) -> 
 
     browser = Browser(chromium)
     try:
-        browser.open(status_json("--address", bus.address)["endpoints"]["web"])
+        browser.open(_endpoint(bus, "web"))
         browser.until("document.body.dataset.alarms === '1'")
         shown = browser.evaluate(
             "[...document.querySelectorAll('[data-key^=\"1.alarm.dqf.dqf\"]')]"
@@ -151,7 +161,7 @@ def test_a_reserve_larger_than_the_free_disk_raises_the_disk_alarm(make_bus, tmp
     assert alarm["value"] < alarm["threshold"] == 2 * reserve
     assert alarm["words"].startswith(f"disk of {bus.data_dir} has ")
     assert _alarm_gauge(bus, "disk") == 1
-    metrics = status_json("--address", bus.address)["endpoints"]["metrics"]
+    metrics = _endpoint(bus, "metrics")
     with urllib.request.urlopen(metrics, timeout=10) as response:
         lines = response.read().decode().splitlines()
     gauges = {line.split()[0]: float(line.split()[1]) for line in lines if not line.startswith("#")}

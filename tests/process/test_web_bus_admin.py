@@ -23,6 +23,7 @@ from mrs.model import DeliveryMode
 from sim.processes import GroupProcess
 from sim.proxy import free_port
 from tests.auth_helpers import SecureBus, add_principal, creds, password_of
+from tests.cli_helpers import status_json
 
 
 class WebSession:
@@ -269,6 +270,15 @@ def _browse_in_a_browser(chromium: str, url: str) -> None:
         browser.close()
 
 
+def _web_endpoint(address: str) -> str:
+    """The group's page, once its status lists it (it may start just after READY)."""
+    for _ in range(100):
+        endpoints = status_json("--address", address)["endpoints"]
+        if "web" in endpoints:
+            return endpoints["web"]
+    raise AssertionError(f"the group at {address} never listed its web page")
+
+
 def test_the_group_page_sets_limits_and_adds_a_queue(tmp_path: Path) -> None:
     """The run-time changes from the group's own page (web_admin, no [auth]): the
     same answers as `mrs admin`, written to the config, journaled; a grant without
@@ -277,9 +287,7 @@ def test_the_group_page_sets_limits_and_adds_a_queue(tmp_path: Path) -> None:
     group = GroupProcess(config, 1)
     group.start()
     try:
-        log = (tmp_path / "group1.log").read_text()
-        url = log.split("web view on ", 1)[1].split()[0]
-        page = WebSession(url)
+        page = WebSession(_web_endpoint(group.address))
         status, changed = page.act("set_limits", queue="ORDERS1", unconfirmed_max=7)
         assert status == 200 and changed["unconfirmed_max"] == 7
         assert page.act("add_queue", id=31, name="RETRY1", recoverable=False)[1] == {
