@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clients import connect_sync
+from clients import PutItem, connect_sync
 from mrs.model import DeliveryMode
 from sim.processes import GroupProcess
 from sim.proxy import free_port
@@ -220,7 +220,7 @@ def test_without_admin_the_bus_page_stays_read_only(plain_bus) -> None:
 
 
 def test_the_bus_page_acts_without_auth_and_picks_the_group_by_the_queue(plain_bus) -> None:
-    config, _ = plain_bus
+    config, groups = plain_bus
     web, url = start_web(config, "--admin")
     try:
         page = WebSession(url)
@@ -232,6 +232,8 @@ def test_the_bus_page_acts_without_auth_and_picks_the_group_by_the_queue(plain_b
         assert page.act("purge", queue="EVENTS2")[1]["dead_lettered"] == 3
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if chromium is not None:
+            with connect_sync(groups[0].address, "ORDERS1") as client:
+                client.put_many([PutItem(b"e", "1.11", delivery=DeliveryMode.WF_DQF)] * 600)
             _browse_in_a_browser(chromium, url)
     finally:
         stop_web(web)
@@ -239,11 +241,13 @@ def test_the_bus_page_acts_without_auth_and_picks_the_group_by_the_queue(plain_b
     assert [(r["principal"], r["action"]) for r in records][:3] == [
         (None, "browse"), (None, "move"), (None, "purge")
     ]  # fmt: skip
-    assert journal_of(config.parent / "g1") == []
+    purges = [(None, "purge")] * 2 if chromium is not None else []
+    assert [(r["principal"], r["action"]) for r in journal_of(config.parent / "g1")] == purges
 
 
 def _browse_in_a_browser(chromium: str, url: str) -> None:
-    """The bus page in a real Chromium: pick group 2, add a queue there, browse it."""
+    """The bus page in a real Chromium: pick group 2, add a queue there, browse it;
+    purge 600 messages of group 1 (the page repeats the request, as `mrs admin`)."""
     from tests.browser_cdp import Browser
 
     browser = Browser(chromium)
@@ -266,6 +270,16 @@ def _browse_in_a_browser(chromium: str, url: str) -> None:
             "document.getElementById('act-browse').click(); true"
         )
         browser.until("document.body.dataset.browsed === '2.10:0'")
+        browser.evaluate(  # 600 waiting: two requests of at most 500, added up
+            "window.confirm = () => true;"
+            "document.getElementById('act-group').value = '';"
+            "document.getElementById('act-queue').value = 'EVENTS1';"
+            "document.getElementById('act-purge').click(); true"
+        )
+        browser.until("document.getElementById('act-result').textContent.startsWith('purged')")
+        assert browser.evaluate("document.getElementById('act-result').textContent") == (
+            "purged 1.11: 600 to the DLJ, 0 memory messages discarded"
+        )
     finally:
         browser.close()
 
