@@ -82,3 +82,33 @@ async def test_a_purge_with_no_waiting_sender_tells_nobody(make_bus) -> None:
         assert psb.delivery_status == Status.STORED
         purged = await operator.admin("purge", queue="1.10")
     assert purged["dead_lettered"] == 1 and purged["senders_told"] == 0
+
+
+async def test_mrs_admin_purge_says_how_many_senders_it_told(make_bus) -> None:
+    from tests.cli_helpers import run_mrs
+
+    group = make_bus()
+    answers: dict[str, object] = {}
+    with trio.fail_after(WAIT_S):
+        async with (
+            group.connect("SENDER") as sender,
+            group.connect(None) as operator,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def put() -> None:
+                answers["conf"] = await sender.put(
+                    b"wait", target="1.10", delivery=MODE.WF_CONF, timeout=PUT_TIMEOUT_S
+                )
+
+            nursery.start_soon(put)
+            await _waiting(operator, "1.10", 1)
+            done = await trio.to_thread.run_sync(
+                run_mrs, "admin", "purge", "1.10", "--address", group.address
+            )
+    assert done.returncode == 0, done.stderr
+    assert " ".join(done.stdout.split()) == (  # the line wraps at 80 columns
+        "purged 1.10: 1 to the DLJ, 0 discarded, 0 memory messages discarded; 0 left; "
+        "1 waiting senders told MSGUNDEL"
+    )
+    assert answers["conf"].delivery_status == Status.MSGUNDEL
