@@ -373,6 +373,16 @@ WEB_PASSWORD_CHECKS_MAX = 1
 """Web view password checks (PBKDF2, off the event loop) run at a time; the rest wait."""
 ADMIN_SELECT_SCAN_MAX = 10_000
 """Waiting messages a selective browse looks through at most (from the front)."""
+ALARM_USE_HIGH = 0.8
+"""An alarm (mrs.ops.alarms: the web page, `mrs status`, `mrs_alarms`) is raised when a
+use reaches this fraction of its bound: a queue's memory (queue_bytes_max,
+messages_max), the journal's map (journal_bytes_max less its reserve), the DQF, SAF
+and DLJ records (dqf/saf/dlj_messages_max). RabbitMQ's memory alarm defaults to 0.4
+of the RAM because it then pages to disk; MRS refuses at the bound itself, so the
+alarm comes late enough to mean something and early enough to act."""
+DISK_FREE_ALARM_RESERVES_MIN = 2
+"""The disk alarm is raised when the data directory's disk has less free space than
+this many journal reserves (new recoverable messages are refused under one)."""
 # ------------------------------------------------------------------ priority and selection
 SELECTION_KEYS_MAX = 8
 """Keys one selective get may carry (MessageQ's pams_set_select array is as short)."""

@@ -145,3 +145,15 @@ class _Done:
 
     def __call__(self, *_args: object) -> None:
         self.reply.report(self.psb)
+
+
+def report_waiting_sender(notify: object, psb: Psb) -> bool:
+    """If `notify` (an entry's on_confirm / on_dequeue) is a local put's reporter whose
+    sender still waits (WF) or is owed an MRS_ACK (AK), report `psb` instead of the
+    SUCCESS it would have: e.g. MSGUNDEL when an operator purged the message
+    (mrs.ops.admin_actions), so the sender is told now, not at its timeout. False
+    for anything else (a peer's notice, an MRS_ACK owed after a restart)."""
+    if not isinstance(notify, _Done) or notify.reply.done:
+        return False
+    notify.reply.report(psb)
+    return True

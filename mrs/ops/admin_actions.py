@@ -40,6 +40,7 @@ from mrs.group.context import U32, UNPACK_U32
 from mrs.group.dqf import forget_priority, keep_priority
 from mrs.group.queues import Entry, TargetQueue
 from mrs.group.records import encode_entry, record_from_entry
+from mrs.group.reply import report_waiting_sender
 from mrs.limits import (
     ADMIN_BROWSE_DEFAULT,
     ADMIN_BROWSE_MESSAGES_MAX,
@@ -47,7 +48,7 @@ from mrs.limits import (
     ADMIN_PREVIEW_BYTES_MAX,
     ADMIN_SELECT_SCAN_MAX,
 )
-from mrs.model import DEAD_LETTER_QUEUE, Address, Status
+from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
 from mrs.security import permissions as rules
 
 if TYPE_CHECKING:
@@ -434,6 +435,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
                 wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
             )
             return
+        summary["senders_told"] = _tell_senders(taken, journaled, discard)
         ctx.counts.dqf_removed(len(journaled))
         for _ in journaled:
             if not discard:
@@ -447,6 +449,23 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         ctx.writer.submit(batch, written)
     else:
         written(None)
+
+
+def _tell_senders(taken: list[Entry], journaled: list[Entry], discard: bool) -> int:
+    """Senders still waiting on a purged message (a WF put waiting for its get or
+    confirm, an AK put owed its MRS_ACK) are told now, as MessageQ tells a sender
+    whose message could not be delivered: SUCCESS with delivery status MSGUNDEL and
+    what became of it as the UMA status (DLJ_SUCCESS: in the DLJ; DISC_SUCCESS:
+    discarded). Without this they waited for their timeout. How many were told."""
+    told = 0
+    dead_lettered = {id(entry) for entry in journaled} if not discard else set()
+    for entry in taken:
+        uma = Status.DLJ_SUCCESS if id(entry) in dead_lettered else Status.DISC_SUCCESS
+        psb = Psb(Status.SUCCESS, Status.MSGUNDEL, entry.seq, uma)
+        for notify in (entry.on_confirm, entry.on_dequeue):
+            if notify is not None and report_waiting_sender(notify, psb):
+                told += 1
+    return told
 
 
 def _take(queue: TargetQueue, count_max: int) -> list[Entry]:

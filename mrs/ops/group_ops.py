@@ -18,6 +18,7 @@ import trio
 
 from mrs import __version__
 from mrs.limits import JOURNAL_CHECK_INTERVAL_S
+from mrs.ops.alarms import disk_numbers, group_alarms
 from mrs.ops.queue_rates import QueueCounts
 from mrs.storage.journal_usage import UsageWatch
 
@@ -133,6 +134,17 @@ class GroupOps:
         if self.watch is not None:
             journal["warn_percent"] = list(self.watch.warn_percents)
             journal["map_grown_times"] = self.watch.grown_times
+            limits = server.config.limits
+            journal.update(
+                disk_numbers(
+                    str(server.config.data_dir), limits.journal_bytes_max, limits.message_bytes_max
+                )
+            )
+        alarms = (
+            group_alarms(server.group, server.config.guards, journal, _held_bytes(server))
+            if server.group is not None
+            else []
+        )
         clients = sum(1 for s in server.sessions if s.link is None)
         links_up = _links_up(server.group)
         return {
@@ -143,9 +155,21 @@ class GroupOps:
             "listen": f"{server.address[0]}:{server.address[1]}" if server.address else None,
             "connections": {"clients": clients, "links": links_up},
             "journal": journal,
+            "alarms": [alarm.as_dict() for alarm in alarms],
             "endpoints": dict(self.endpoints),
             **({"pcj_archive": self.last_archive} if self.last_archive is not None else {}),
         }
+
+
+def _held_bytes(server: OwningServer) -> list[tuple[str, int]]:
+    """(peer, bytes of its memory messages waiting in queues) of each connection that
+    has some: what the connection_bytes_max guard bounds (mrs.group.memory_quota)."""
+    held = []
+    for session in server.sessions:
+        account = getattr(session, "account", None)
+        if account is not None and account.held_bytes:
+            held.append((str(getattr(session, "peer", "?")), account.held_bytes))
+    return held
 
 
 def _links_up(group: Group | None) -> int:

@@ -29,6 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT
 from mrs.model import Status, status_of
+from mrs.ops.alarms import ALARM_KINDS
 from mrs.ops.http_endpoint import Response, serve_http
 from mrs.ops.replication_metrics import replication_metrics
 
@@ -192,6 +193,14 @@ class _StatusCollector:
         ):
             if key in journal:
                 yield _gauge(f"mrs_journal_{key}", help_text, group, journal[key])
+        for key, name, help_text in (
+            ("disk_free_bytes", "mrs_disk_free_bytes", "Free bytes on the data directory's disk"),
+            ("reserve_bytes", "mrs_journal_reserve_bytes", "Journal reserve: new recoverable "
+             "messages stop this far from journal_bytes_max, or with less free on the disk"),
+        ):  # fmt: skip
+            if journal.get(key) is not None:
+                yield _gauge(name, help_text, group, journal[key])
+        yield _alarm_metric(group, status.get("alarms") or [])
         records = GaugeMetricFamily(
             "mrs_journal_records", "Records per journal", labels=["group", "journal"]
         )
@@ -211,6 +220,19 @@ class _StatusCollector:
 def _gauge(name: str, help_text: str, group: str, value: float) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, help_text, labels=["group"])
     family.add_metric([group], float(value or 0))
+    return family
+
+
+def _alarm_metric(group: str, alarms: list[dict]) -> GaugeMetricFamily:
+    """Alarms raised now per kind (mrs.ops.alarms), every kind always present (0)."""
+    family = GaugeMetricFamily(
+        "mrs_alarms",
+        "Alarms raised now: a bound nearly reached (memory, disk, journal, dqf, saf, dlj; "
+        "`mrs status` and the web page say which, in words)",
+        labels=["group", "alarm"],
+    )
+    for kind in ALARM_KINDS:
+        family.add_metric([group, kind], sum(1 for alarm in alarms if alarm["alarm"] == kind))
     return family
 
 

@@ -53,15 +53,21 @@ log = logging.getLogger("mrs.web")
 SESSION_COOKIE = "mrs_session"
 LOGIN_COOKIE = "mrs_login"
 CSRF_HEADER = "x-csrf-token"
-WEB_ACTIONS = frozenset({"browse", "purge", "move", "connections", "journal"})
-"""What the page may ask (run-time config changes stay with `mrs admin`)."""
+WEB_ACTIONS = frozenset(
+    {"browse", "purge", "move", "connections", "journal", "set_limits", "add_queue", "grant"}
+)
+"""What the page may ask: the actions of `mrs admin`, run-time config changes included
+(the same AdminRequests, so the same rights and the same admin journal)."""
 
 
 @dataclass
-class _Login:
+class WebLogin:
     principal: str | None
     csrf: str
     expires_s: float
+    password: str | None = None
+    """Kept only by the bus-wide page (mrs.tools.web_actions), which acts on each group
+    over the client protocol as this principal; forgotten with the login."""
 
 
 @dataclass
@@ -83,10 +89,12 @@ class _WebSession:
 class WebAdmin:
     """The login and the action endpoints of one group's web view."""
 
-    def __init__(self, actions: AdminActions, authority: Authority | None) -> None:
+    def __init__(self, actions: AdminActions | None, authority: Authority | None) -> None:
         self.actions = actions
         self.authority = authority
-        self.logins: collections.OrderedDict[str, _Login] = collections.OrderedDict()
+        self.login_required = authority is not None
+        """Under [auth]: act only after a login (the bus-wide page sets it itself)."""
+        self.logins: collections.OrderedDict[str, WebLogin] = collections.OrderedDict()
         self.password_checks = trio.CapacityLimiter(WEB_PASSWORD_CHECKS_MAX)
         """PBKDF2 runs at a time: a flood of logins costs the group at most this much CPU."""
 
@@ -100,17 +108,20 @@ class WebAdmin:
 
     # -- sessions ---------------------------------------------------------------------
 
-    def _current(self, request: Request) -> _Login | None:
+    def _current(self, request: Request) -> WebLogin | None:
         token = request.cookie(SESSION_COOKIE)
         login = self.logins.get(token or "")
         if login is None or login.expires_s < time.monotonic():
             return None
         return login
 
-    def _start(self, principal: str | None, request: Request) -> tuple[_Login, str]:
+    def _start(
+        self, principal: str | None, request: Request, password: str | None = None
+    ) -> tuple[WebLogin, str]:
         """A new login and its Set-Cookie header value."""
         token = secrets.token_urlsafe(32)
-        login = _Login(principal, secrets.token_urlsafe(32), time.monotonic() + WEB_SESSION_S)
+        expires_s = time.monotonic() + WEB_SESSION_S
+        login = WebLogin(principal, secrets.token_urlsafe(32), expires_s, password)
         self.logins[token] = login
         while len(self.logins) > WEB_SESSIONS_MAX:
             self.logins.popitem(last=False)
@@ -121,7 +132,7 @@ class WebAdmin:
         [auth] a session (no principal) starts here; with it, a login token."""
         login = self._current(request)
         headers: list[tuple[str, str]] = []
-        if login is None and self.authority is None:
+        if login is None and not self.login_required:
             login, cookie = self._start(None, request)
             headers.append(("Set-Cookie", cookie))
         if login is None:
@@ -131,40 +142,54 @@ class WebAdmin:
         else:
             body = {
                 "admin": True,
-                "login_required": self.authority is not None,
+                "login_required": self.login_required,
                 "principal": login.principal,
                 "csrf": login.csrf,
             }
-        return _json(200, body, tuple(headers))
+        return json_answer(200, {**body, **self.session_extra()}, tuple(headers))
+
+    def session_extra(self) -> dict:
+        """What the page learns with its session beyond the login (the bus-wide page:
+        its groups, to pick the one to act on)."""
+        return {}
+
+    async def password_ok(self, name: str, password: str) -> bool | str:
+        """True if `password` is `name`'s; False, or a one-line reason the check could
+        not be made. Here: the principal's SCRAM verifier, off the event loop."""
+        if self.authority is None:
+            return False
+        return await trio.to_thread.run_sync(
+            _password_ok, self.authority, name, password, limiter=self.password_checks
+        )
 
     async def login(self, request: Request) -> Response:
         """POST {name, password, csrf}: checks the password against the verifier."""
         if request.method != "POST":
-            return _json(405, {"error": "POST only"})
+            return json_answer(405, {"error": "POST only"})
         form = _body(request)
         expected = request.cookie(LOGIN_COOKIE) or ""
         if not expected or not hmac.compare_digest(str(form.get("csrf", "")), expected):
-            return _json(403, {"error": "login form expired: reload the page"})
+            return json_answer(403, {"error": "login form expired: reload the page"})
         name, password = str(form.get("name", "")), str(form.get("password", ""))
-        if self.authority is None:
-            return _json(400, {"error": "this group has no [auth]: no login needed"})
-        checked = await trio.to_thread.run_sync(
-            _password_ok, self.authority, name, password, limiter=self.password_checks
-        )
+        if not self.login_required:
+            return json_answer(400, {"error": "no [auth] on this bus: no login needed"})
+        checked = await self.password_ok(name, password)
+        if isinstance(checked, str):
+            return json_answer(503, {"error": checked})
         if not checked:
             log.warning("web login refused for %r from %s", name, request.peer)
             await trio.sleep(WEB_LOGIN_FAILURE_DELAY_S)
-            return _json(403, {"error": "wrong name or password"})
-        login, cookie = self._start(name, request)
+            return json_answer(403, {"error": "wrong name or password"})
+        login, cookie = self._start(name, request, self.kept_password(password))
         log.info("web login of %r from %s", name, request.peer)
-        return _json(200, {"principal": name, "csrf": login.csrf}, (("Set-Cookie", cookie),))
+        return json_answer(200, {"principal": name, "csrf": login.csrf}, (("Set-Cookie", cookie),))
 
     async def logout(self, request: Request) -> Response:
         login = self._current(request)
         if request.method != "POST" or login is None or not _csrf_ok(request, login):
-            return _json(403, {"error": "not logged in"})
+            return json_answer(403, {"error": "not logged in"})
         self.logins.pop(request.cookie(SESSION_COOKIE) or "", None)
-        return _json(
+        return json_answer(
             200, {"principal": None}, (("Set-Cookie", _cookie(SESSION_COOKIE, "", request, 0)),)
         )
 
@@ -174,32 +199,45 @@ class WebAdmin:
         """POST {action, args} with the CSRF header: the action's answer as JSON, or
         {"error": one line} with 400 (a mistake) or 403 (no login, no right)."""
         if request.method != "POST":
-            return _json(405, {"error": "POST only"})
+            return json_answer(405, {"error": "POST only"})
         login = self._current(request)
         if login is None:
-            return _json(403, {"error": "log in first"})
+            return json_answer(403, {"error": "log in first"})
         if not _csrf_ok(request, login):
-            return _json(403, {"error": "missing or wrong CSRF token: reload the page"})
+            return json_answer(403, {"error": "missing or wrong CSRF token: reload the page"})
         form = _body(request)
         action, args = form.get("action"), form.get("args", {})
         if action not in WEB_ACTIONS or not isinstance(args, dict):
-            return _json(400, {"error": f"unknown action {action!r}"})
+            return json_answer(400, {"error": f"unknown action {action!r}"})
+        return await self.perform(login, request, form, str(action), args)
+
+    def kept_password(self, password: str) -> str | None:
+        """What the login keeps of the password: nothing here (the group checks its
+        verifier); the bus-wide page keeps it to act as the principal on each group."""
+        return None
+
+    async def perform(
+        self, login: WebLogin, request: Request, form: dict, action: str, args: dict
+    ) -> Response:
+        """The checked action, done by this group's AdminActions as the login's
+        principal: its answer as JSON, or {"error"} with 400/403."""
+        assert self.actions is not None  # the group's own page always has them
         answered = trio.Event()
         asker = _WebSession(login.principal, f"web {request.peer}", answered=answered)
         try:
             self.actions(asker, wire.AdminRequest(1, action, args))
         except Refused as refused:
-            return _refused(refused.status, refused.message)
+            return refused_answer(refused.status, refused.message)
         except (ValueError, wire.ProtocolError) as error:
-            return _json(400, {"error": str(error)})
+            return json_answer(400, {"error": str(error)})
         with trio.move_on_after(ADMIN_REQUEST_WAIT_S):
             await answered.wait()
         answer = asker.answer
         if isinstance(answer, wire.AdminReply):
-            return _json(200, answer.result)
+            return json_answer(200, answer.result)
         if isinstance(answer, wire.Failure):
-            return _refused(answer.status, answer.message)
-        return _json(500, {"error": "no answer from the group in time"})
+            return refused_answer(answer.status, answer.message)
+        return json_answer(500, {"error": "no answer from the group in time"})
 
 
 def _password_ok(authority: Authority, name: str, password: str) -> bool:
@@ -217,7 +255,7 @@ def _password_ok(authority: Authority, name: str, password: str) -> bool:
     return principal is not None and scram.proof_valid(verifier, b"mrs web login", proof)
 
 
-def _csrf_ok(request: Request, login: _Login) -> bool:
+def _csrf_ok(request: Request, login: WebLogin) -> bool:
     return hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), login.csrf)
 
 
@@ -234,10 +272,10 @@ def _body(request: Request) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _refused(status: int, message: str) -> Response:
+def refused_answer(status: int, message: str) -> Response:
     code = 403 if status == Status.NOTAUTHORIZED else 400
-    return _json(code, {"error": message, "status": int(status)})
+    return json_answer(code, {"error": message, "status": int(status)})
 
 
-def _json(status: int, body: dict, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+def json_answer(status: int, body: dict, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     return Response(status, "application/json", json.dumps(body).encode(), headers)

@@ -337,6 +337,11 @@ def _summary(command: str, result: dict) -> str:
             f"purged {result['queue']}: {result['dead_lettered']} to the DLJ, "
             f"{result['discarded']} discarded, {result['memory_discarded']} memory "
             f"messages discarded; {result['left']} left"
+            + (
+                f"; {told} waiting senders told MSGUNDEL"
+                if (told := result.get("senders_told"))
+                else ""
+            )
         )
     return (
         f"moved {result['moved']} from {result['queue']} to {result['to']}; {result['left']} left"

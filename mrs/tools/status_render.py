@@ -36,6 +36,7 @@ _GROUP_KEYS_SHOWN = {
     "dqf_held_for_drains",
     "guards",
     "clients_draining",
+    "alarms",
 }
 _LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight"}
 _QUEUE_KEYS_SHOWN = {"name", "pending", "unconfirmed", "dqf_depth", "attached"}
@@ -232,7 +233,7 @@ def _detail_row(view: GroupView, label: str) -> list:
 def group_notes(status: dict) -> list[str]:
     """What a group's status says beyond the table's columns, in words, only where it
     is not zero: a note that is always there teaches the eye to skip the column."""
-    notes = []
+    notes = [f"ALARM {alarm.get('words') or alarm}" for alarm in status.get("alarms") or []]
     corrupt = len(status.get("corrupt_records") or [])
     if corrupt:
         notes.append(f"{corrupt} corrupt records")

@@ -1,4 +1,5 @@
-"""`mrs web`: the read-only web view of a whole bus, asking every group like `mrs status`.
+"""`mrs web`: the web view of a whole bus, asking every group like `mrs status`;
+read-only unless `--admin` (then it acts on any group: mrs.tools.web_actions).
 
 The page and the group's own view live in mrs/ops/web.py (a group serves it itself);
 this is the bus-wide server an operator starts from the shell.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from mrs.ops.web import (
 def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
     web = commands.add_parser(
         "web",
-        help="serve a read-only web view of the whole bus (status tables and live charts)",
+        help="serve a web view of the whole bus (status tables, live charts; --admin: actions)",
         description="Serve the bus status page on --listen; it asks every group of "
         "--config for its status, like `mrs status`. See docs/operations.md.",
     )
@@ -38,7 +40,23 @@ def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
     web.add_argument(
         "--timeout", type=float, default=3.0, help="seconds to wait for each group's status"
     )
+    web.add_argument(
+        "--admin",
+        action="store_true",
+        help="the page acts too (browse, purge, move, connections, limits, queues, grants) "
+        "on any group, behind a login under [auth]; read-only without it",
+    )
     web.set_defaults(run=run)
+
+
+def _action_handlers(args: argparse.Namespace, views: list) -> dict:
+    """With --admin, the action endpoints (mrs.tools.web_actions); none without it."""
+    if not args.admin:
+        return {}
+    from mrs.config.bus import load_config
+    from mrs.tools.web_actions import BusWebAdmin
+
+    return BusWebAdmin(load_config(args.config), views).handlers()
 
 
 def run_web(args: argparse.Namespace) -> int:
@@ -51,6 +69,7 @@ def run_web(args: argparse.Namespace) -> int:
     status_args = argparse.Namespace(address=None, config=args.config, group=None)
     views, bus_path = targets_from_args(status_args)
     cache: dict = {"time": 0.0, "payload": None}
+    handlers = _action_handlers(args, views)
 
     async def main() -> None:
         lock = trio.Lock()
@@ -92,7 +111,7 @@ def run_web(args: argparse.Namespace) -> int:
             nursery.start_soon(poller)
             try:
                 bound_host, bound_port = await nursery.start(
-                    serve_http, host, int(port_text), routes
+                    functools.partial(serve_http, handlers=handlers), host, int(port_text), routes
                 )
             except OSError as error:
                 raise CommandError(

@@ -1,0 +1,137 @@
+"""The bus-wide web view's actions (`mrs web --admin`): the group page's browse, purge,
+move, connections and run-time changes, for any group of the bus.
+
+Why through the client protocol: `mrs web` runs beside the groups, not in one, so each
+action is the same AdminRequest `mrs admin` sends (tags 70/71), to the group that owns
+the queue, answered by that group's mrs.ops.admin_actions with the same rights and
+written in that group's admin journal. The login, the session cookie and the CSRF rules
+are the group page's (mrs.ops.web_admin.WebAdmin); what differs is who checks the
+password and who acts:
+
+- Under [auth] the password is checked by a group of the bus (a connection made with
+  it: the group checks its SCRAM verifier), and kept with the login, in this process's
+  memory only, so each action connects to its group as that principal (and is
+  journaled with it). It is forgotten at logout or after WEB_SESSION_S.
+- Without [auth] no login is asked; the groups journal "(no auth)".
+
+Read-only stays the default: without `--admin` the bus page has no action endpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from mrs.limits import ADMIN_REQUEST_WAIT_S
+from mrs.model import Status
+from mrs.ops.http_endpoint import Request, Response
+from mrs.ops.web_admin import WebAdmin, WebLogin, json_answer, refused_answer
+
+if TYPE_CHECKING:
+    from mrs.config.bus import BusConfig
+    from mrs.tools.group_view import GroupView
+
+log = logging.getLogger("mrs.web")
+
+CONNECT_TIMEOUT_S = 5.0
+"""Seconds to reach a group for one action or a password check."""
+
+
+class BusWebAdmin(WebAdmin):
+    """The login and the action endpoints of `mrs web --admin`."""
+
+    def __init__(self, bus: BusConfig, views: list[GroupView]) -> None:
+        super().__init__(None, None)
+        self.bus = bus
+        self.views = {view.group: view for view in views if view.group is not None}
+        self.login_required = bus.auth is not None
+
+    def session_extra(self) -> dict:
+        return {
+            "groups": [
+                {"group": group.id, "name": group.name} for group in self.bus.groups.values()
+            ]
+        }
+
+    def kept_password(self, password: str) -> str | None:
+        return password
+
+    async def password_ok(self, name: str, password: str) -> bool | str:
+        """Asked of the groups in turn: the first that answers says yes or no."""
+        from mrs.errors import NotAuthorized
+
+        last = "no group of the bus answered"
+        async with self.password_checks:  # a flood of logins costs the groups little
+            for group_id in self.views:
+                try:
+                    async with self._connect(group_id, name, password):
+                        return True
+                except NotAuthorized:
+                    return False
+                except Exception as error:  # noqa: BLE001 - a group down: ask the next one
+                    last = f"group {group_id} did not answer ({getattr(error, 'message', error)})"
+        return f"cannot check the password now: {last}"
+
+    def _connect(self, group_id: int, name: str | None, password: str | None):
+        from clients import ClientCredentials, connect
+
+        view = self.views[group_id]
+        credentials = ClientCredentials(name, password) if name and password else None
+        return connect(
+            view.address,
+            queue=None,
+            program="mrs web",
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            reconnect=None,
+            heartbeat_s=None,
+            credentials=credentials,
+            **view.connect_options,
+        )
+
+    async def perform(
+        self, login: WebLogin, request: Request, form: dict, action: str, args: dict
+    ) -> Response:
+        """The action sent to its group as the login's principal; that group's answer."""
+        group_id = self.group_of(form.get("group"), args, action)
+        if isinstance(group_id, str):
+            return json_answer(400, {"error": group_id})
+        try:
+            with trio.fail_after(ADMIN_REQUEST_WAIT_S):
+                async with self._connect(group_id, login.principal, login.password) as client:
+                    result = await client.admin(action, **args)
+        except trio.TooSlowError:
+            return json_answer(504, {"error": f"group {group_id}: no answer in time"})
+        except Exception as error:  # noqa: BLE001 - the group's answer, as one line
+            status = getattr(error, "status", None)
+            message = getattr(error, "message", None) or str(error)
+            if status is None or status in (Status.LINK_DOWN, Status.TIMEOUT):
+                return json_answer(502, {"error": f"group {group_id}: {message}"})
+            return refused_answer(int(status), f"group {group_id}: {message}")
+        return json_answer(200, {"group": group_id, **result})
+
+    def group_of(self, chosen: Any, args: dict, action: str = "") -> int | str:
+        """The group to act on: the one the form names, else the one a `G.Q` queue
+        names, else the group with a queue of that name, else the bus's only group (for
+        a grant, its first: the credentials file is the bus's, every group reloads it);
+        or a one-line mistake."""
+        groups = self.bus.groups
+        if chosen not in (None, ""):
+            if isinstance(chosen, int | str) and str(chosen).isdigit() and int(chosen) in groups:
+                return int(chosen)
+            return f"no group {chosen!r} in {self.bus.path} (groups: {_ids(groups)})"
+        queue = str(args.get("queue") or "")
+        head = queue.split(".", 1)[0]
+        if "." in queue and head.isdigit() and int(head) in groups:
+            return int(head)
+        owners = [g.id for g in groups.values() if any(q.name == queue for q in g.queues.values())]
+        if len(owners) == 1:
+            return owners[0]
+        if len(groups) == 1 or (action == "grant" and groups):
+            return next(iter(groups))
+        return f"say which group (groups: {_ids(groups)})"
+
+
+def _ids(groups: dict) -> str:
+    return ", ".join(str(group_id) for group_id in groups)
