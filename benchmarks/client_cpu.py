@@ -5,7 +5,9 @@ and on a machine shared with other work wall-clock rates are noise. CPU time spe
 this process per request is the figure that survives the load. The shapes are
 peerbench's (../shared/peerbench/bench_mrs.py): one connection, `--window` tasks each
 doing `await client.put(...)` in a loop (1 KiB bodies, WF_DQF, UMA DLJ); then one
-consumer connection, `--gets` tasks each doing `get()` then `confirm(seq)`.
+consumer connection, `--gets` tasks each doing `get()` then `confirm(seq)`; then the AK
+producer's shape (`--window` lanes each doing an AK_DQF put, then `get()` of one MRS_ACK
+from its own queue, as docs/client-library.md writes an AK producer).
 
 Every round puts `--messages` and takes them all back; it prints the client's CPU
 microseconds per put and per get+confirm (process_time, all threads), and the wall rate.
@@ -27,6 +29,7 @@ from pathlib import Path
 import trio
 
 from clients import DeliveryMode, MrsTimeout, NoMoreMessages, Uma, connect
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS
 from sim.processes import GroupProcess, write_single_group_config
 
 TARGET = "1.10"
@@ -86,6 +89,27 @@ async def get_phase(address: str, messages: int, gets: int) -> tuple[float, floa
         return time.process_time() - cpu0, time.perf_counter() - wall0
 
 
+async def ak_phase(address: str, messages: int, window: int) -> tuple[float, float]:
+    """`messages` AK_DQF puts by `window` lanes, each lane taking one MRS_ACK (any put's)
+    after each put: (CPU s, wall s). The AK messages are then taken back (not timed)."""
+    body = b"x" * 1024
+    left = [messages]
+    async with connect(address, queue=SENDER, program="client_cpu ak producer") as client:
+
+        async def lane() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                await client.put(body, TARGET, delivery=DeliveryMode.AK_DQF, uma=Uma.DLJ)
+                ack = await client.get(timeout=60.0)
+                assert ack.msg_class == MRS_CLASS and ack.msg_type == MRS_ACK_TYPE, ack
+
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(window):
+                nursery.start_soon(lane)
+        return time.process_time() - cpu0, time.perf_counter() - wall0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=30000, help="per round")
@@ -113,7 +137,7 @@ def main() -> None:
         from mrs.server.gc_tuning import tune_gc_for_throughput
 
         tune_gc_for_throughput()
-    put_us, get_us, put_rate, get_rate = [], [], [], []
+    put_us, get_us, put_rate, get_rate, ak_us, ak_rate = [], [], [], [], [], []
     try:
         for _ in range(args.rounds):
             cpu_s, wall_s = trio.run(put_phase, address, args.messages, args.window)
@@ -122,6 +146,10 @@ def main() -> None:
             cpu_s, wall_s = trio.run(get_phase, address, args.messages, args.gets)
             get_us.append(cpu_s / args.messages * 1e6)
             get_rate.append(args.messages / wall_s)
+            cpu_s, wall_s = trio.run(ak_phase, address, args.messages, args.window)
+            ak_us.append(cpu_s / args.messages * 1e6)
+            ak_rate.append(args.messages / wall_s)
+            trio.run(get_phase, address, args.messages, args.gets)  # empty the queue again
     finally:
         server.terminate()
     print(
@@ -130,10 +158,12 @@ def main() -> None:
                 "label": args.label,
                 "put_cpu_us_median": round(statistics.median(put_us), 1),
                 "get_confirm_cpu_us_median": round(statistics.median(get_us), 1),
+                "ak_put_with_mrs_ack_cpu_us_median": round(statistics.median(ak_us), 1),
                 "put_cpu_us": [round(v, 1) for v in put_us],
                 "get_confirm_cpu_us": [round(v, 1) for v in get_us],
                 "puts_per_s": [round(v) for v in put_rate],
                 "get_confirms_per_s": [round(v) for v in get_rate],
+                "ak_puts_per_s": [round(v) for v in ak_rate],
             }
         )
     )
