@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from msgspec.structs import astuple
 
@@ -31,10 +31,9 @@ from mrs.group.idempotency import scoped_key
 from mrs.group.memory_quota import memory_quota_problem
 from mrs.group.outbound import Outbound
 from mrs.group.put_deadlines import PutDeadlines
-from mrs.group.queues import Entry
-from mrs.group.records import DEAD_LETTER_HEADER, idempotency_key
 from mrs.group.reply import PutReply, SendAck
 from mrs.group.sequence import Sequence
+from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, PutFields, entry_from_put, idempotency_key
 from mrs.group.umas import Umas
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
@@ -46,9 +45,6 @@ log = logging.getLogger("mrs.group")
 # module name is a dict lookup per use, an enum member a class lookup too; benchmarks/README.md).
 _DEFAULT_PUT_TIMEOUT_S: Final = DEFAULT_PUT_TIMEOUT_S
 _ASTUPLE: Final = astuple
-
-PutFields = tuple[int, str, bytes, int, int, int, int, int, int, bytes, str, Any]
-"""A wire.Put's fields in order (request_id .. headers), as `astuple` gives them."""
 
 
 @dataclass(eq=False)
@@ -156,7 +152,7 @@ class Intake:
         reply = PutReply(self._send_mrs_ack, session, request_id, mode, response_queue, seq)
         if request_headers:
             reply.stored_reply = bool(request_headers.get(wire.REPLY_WHEN_STORED_HEADER))
-        entry = Entry(
+        entry = entry_from_put(
             seq,
             body,
             source,
@@ -170,8 +166,8 @@ class Intake:
             put_time_ns,
             own_header,
             headers,
-            account=getattr(session, "account", None),
-            trusted=own_header is None and headers is request_headers,  # see Entry.trusted
+            getattr(session, "account", None),
+            own_header is None and headers is request_headers,  # trusted: see Entry.trusted
         )
         if notification is _WF:
             timeout_s = timeout_ms / 1000 if timeout_ms else _DEFAULT_PUT_TIMEOUT_S

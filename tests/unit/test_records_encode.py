@@ -1,4 +1,4 @@
-"""The put path's record encoding (mrs.group.records.encode_entry) writes exactly the bytes of
+"""The put path's record encoding (mrs.group.shapes.encode_entry) writes exactly the bytes of
 encode_record(record_from_entry(...)), and they decode back to the entry's fields."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals import decode_record, encode_record
-from mrs.group.queues import Entry
-from mrs.group.records import encode_entry, entry_from_record, record_from_entry
+from mrs.group.shapes import Entry, encode_entry, entry_from_record, record_from_entry
 from mrs.model import Address, DeliveryMode, Uma
 
 addresses = st.builds(Address, st.integers(1, 32000), st.integers(1, 32000))
