@@ -343,6 +343,7 @@ class TargetQueue:
             self.memory_count -= 1
             size = len(entry.body or b"")
             self.memory_bytes -= size
+            assert self.memory_count >= 0 and self.memory_bytes >= 0, "memory count below 0"
             if entry.account is not None:
                 entry.account.held_bytes -= size
                 entry.account = None  # charged once: a redelivery is the queue's, not the sender's
@@ -419,10 +420,12 @@ class TargetQueue:
                     index.add(entry, lane.priority)
 
     def drop_pending(self, entry: Entry) -> None:
-        """Remove a window entry as if it was never queued (the broken builds)."""
+        """Remove a window entry as if it was never queued, with all it was counted as
+        (the broken build that forgets unconfirmed messages, mrs.testing.broken_builds):
+        the queue's counters change only here, in their owner."""
         lane = self.pending.lane(lane_of(entry))
         self.pending.remove(lane, entry)
-        self.index.remove(entry.seq)
+        self._taken(entry, True)
 
     def park(self, waiter: GetWaiter) -> None:
         self.waiters.append(waiter)

@@ -116,7 +116,6 @@ class ForgetUnconfirmedOnDetach(Departure):
         returned = self.kept.detach(queue)
         for entry in returned:
             queue.drop_pending(entry)
-            queue.memory_count -= not entry.journaled
         return returned
 
 
