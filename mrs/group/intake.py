@@ -168,6 +168,7 @@ class Intake:
             headers,
             getattr(session, "account", None),
             own_header is None and headers is request_headers,  # trusted: see Entry.trusted
+            getattr(session, "principal", None),  # who put it, with [auth] on
         )
         if notification is _WF:
             timeout_s = timeout_ms / 1000 if timeout_ms else _DEFAULT_PUT_TIMEOUT_S

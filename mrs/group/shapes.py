@@ -80,6 +80,10 @@ from mrs.protocol.post_init import build_unchecked_from
 
 DEAD_LETTER_HEADER = "dead_letter_header"
 """An application putting its own message on a DLQ gives its header here."""
+PRINCIPAL_FIELD = "principal"
+"""A record's `extra` key for the principal that put it (`Entry.principal`). In
+`extra`, not a column of its own: records written before it was kept read as they
+did, without it (journals.record's format is unchanged)."""
 IDEMPOTENCY_HEADER = "idempotency_key"
 """A recoverable put whose headers carry this key is stored at most once per group
 (the DQF-owning group remembers the keys it stored). jplay uses it so that a replay
@@ -156,6 +160,11 @@ class Entry:
     """WF/AK_ACK and WF/AK_CONF: the sender waits for the confirm."""
     account: ByteAccount | None = None
     """The putting connection's account, charged while the body waits in memory."""
+    principal: str | None = None
+    """The `[auth]` principal of the client that put it (None with auth off, for a
+    message from another group, or one read back from a record written without it):
+    journaled with it (`PRINCIPAL_FIELD`), so the DQF, SAF, PCJ and DLJ records of
+    this group say who put it."""
 
     def __init__(
         self,
@@ -182,6 +191,7 @@ class Entry:
         on_dequeue: Notify | None = None,
         on_confirm: Notify | None = None,
         account: ByteAccount | None = None,
+        principal: str | None = None,
     ) -> None:
         # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.seq = seq
@@ -207,6 +217,7 @@ class Entry:
         self.on_dequeue = on_dequeue
         self.on_confirm = on_confirm
         self.account = account
+        self.principal = principal
 
     @property
     def needs_confirm(self) -> bool:
@@ -249,6 +260,8 @@ def _record_extra(entry: Entry) -> dict:
     extra: dict = {}
     if entry.headers:
         extra["headers"] = entry.headers
+    if entry.principal is not None:
+        extra[PRINCIPAL_FIELD] = entry.principal
     if entry.origin_group is not None:
         extra["origin"] = entry.origin_group
     if entry.response_queue is not None:
@@ -331,6 +344,7 @@ def entry_from_record(record: Record) -> Entry:
         extra.get("origin"),
         Address(*resp_q) if resp_q is not None else None,
         journaled=True,
+        principal=extra.get(PRINCIPAL_FIELD),
     )
 
 
@@ -384,6 +398,7 @@ def entry_from_put(
     headers: dict | None,
     account: ByteAccount | None,
     trusted: bool,
+    principal: str | None,
 ) -> Entry:
     """The entry of a checked put (mrs.group.intake): its addresses resolved, its mode
     and UMA checked, its own dead-letter header and passed context taken from its
@@ -405,6 +420,7 @@ def entry_from_put(
         headers,
         account=account,
         trusted=trusted,
+        principal=principal,
     )
 
 
@@ -551,6 +567,7 @@ def nonrecoverable_copy(entry: Entry, target: Address) -> Entry:
         correlation_id=entry.correlation_id,
         put_time_ns=entry.put_time_ns,
         headers=entry.headers,
+        principal=entry.principal,
     )
 
 
@@ -578,4 +595,5 @@ def moved_copy(entry: Entry, seq: int, target: Address, headers: dict) -> Entry:
         times_delivered=entry.times_delivered,
         on_dequeue=entry.on_dequeue,
         on_confirm=entry.on_confirm,
+        principal=entry.principal,
     )
