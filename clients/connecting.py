@@ -110,12 +110,12 @@ async def connect(
                 if journal is not None:
                     nursery.start_soon(journal.run_writer)
                 # usable as soon as connect returns; a journal starts JOURNAL_ON
-                client._install(link, None if journal is None else Status.JOURNAL_ON)
-                nursery.start_soon(client._run, link)
+                client.lifetime.install(link, None if journal is None else Status.JOURNAL_ON)
+                nursery.start_soon(client.lifetime.run, link)
                 try:
                     yield client
                 finally:
-                    await client._give_back_held()  # shielded, bounded
+                    await client.lifetime.give_back_held()  # shielded, bounded
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             raise _single(group) from None
@@ -129,7 +129,7 @@ async def _first_link(client: Client, journal: ClientJournal | None) -> _Link | 
     killed predecessor's connection: QUEUE_BUSY) and a journal lets the client attach
     now and keep dialing in the background."""
     try:
-        return await client._open()
+        return await client.lifetime.open()
     except ConnectionLost:
         if journal is None:
             raise

@@ -26,7 +26,8 @@ collaborators when it builds them: the request table and the connection state
 journal status and its listeners (clients.journal_status), the connection's loops
 (clients.link.LinkLoops), dialing and reconnecting (clients.dialing.Dialer), and the
 SAF journal path (clients.saf_drain.SafDrain). `connect` (clients.connecting) opens
-and runs a Client through `open`, `install`, `run` and `give_back_held`.
+and runs a Client through its `lifetime` part (`Lifetime`: open, install, run,
+give_back_held), so it names no private of Client.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class Client:
         idempotency key and are re-sent after a failover (clients.resend)."""
         self.attach_status: Status = Status.SUCCESS
         """SUCCESS, or JOURNAL_ON when the server was unreachable at attach."""
+        self.lifetime = Lifetime(self._dialer, self._loops, self._status, self._requests)
+        """What `connect` drives (package-internal; an application never calls it)."""
 
     # ------------------------------------------------------------------ state
     @property
@@ -190,29 +193,6 @@ class Client:
         while self._requests.link is None:
             self._requests.raise_if_broken()
             await self._status.changed.wait()
-
-    # ------------------------------------------------------------------ lifetime (`connect`'s)
-    async def _open(self) -> _Link:
-        """Dial, handshake and attach (`connect`'s first link). ConnectionLost if
-        unreachable; MrsError if refused."""
-        return await self._dialer.open()
-
-    def _install(self, link: _Link | None, journal_status: Status | None = None) -> None:
-        """`connect`: the first link is usable as soon as connect returns (None: the
-        server was unreachable); with a journal, start at `journal_status`."""
-        if journal_status is not None:
-            self._status.status = journal_status
-        if link is not None:
-            self._loops.install(link)
-
-    async def _run(self, link: _Link | None) -> None:
-        """Serve the connection and reconnect after drops, until the client closes."""
-        await self._dialer.run(link)
-
-    async def _give_back_held(self) -> None:
-        """Closing: read-ahead messages no get took go back to the queue (shielded,
-        bounded: clients.pending.Requests.give_back_held)."""
-        await self._requests.give_back_held()
 
     # ------------------------------------------------------------------ API
     async def put(
@@ -488,3 +468,42 @@ def __getattr__(name: str) -> object:
 
         return connect
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class Lifetime:
+    """The part of a Client that `connect` (clients.connecting) drives: the first link,
+    the connection loops and reconnects, and the held messages given back on close.
+
+    Package-internal: an application opens a Client with `connect` and never calls
+    these. A part of its own rather than methods of Client, so that Client's methods
+    stay the API an application uses and `connect` names no private of Client."""
+
+    def __init__(
+        self, dialer: Dialer, loops: LinkLoops, status: JournalStatus, requests: Requests
+    ) -> None:
+        self._dialer = dialer
+        self._loops = loops
+        self._status = status
+        self._requests = requests
+
+    async def open(self) -> _Link:
+        """Dial, handshake and attach (`connect`'s first link). ConnectionLost if
+        unreachable; MrsError if refused."""
+        return await self._dialer.open()
+
+    def install(self, link: _Link | None, journal_status: Status | None = None) -> None:
+        """The first link is usable as soon as connect returns (None: the server was
+        unreachable); with a journal, start at `journal_status`."""
+        if journal_status is not None:
+            self._status.status = journal_status
+        if link is not None:
+            self._loops.install(link)
+
+    async def run(self, link: _Link | None) -> None:
+        """Serve the connection and reconnect after drops, until the client closes."""
+        await self._dialer.run(link)
+
+    async def give_back_held(self) -> None:
+        """Closing: read-ahead messages no get took go back to the queue (shielded,
+        bounded: clients.pending.Requests.give_back_held)."""
+        await self._requests.give_back_held()

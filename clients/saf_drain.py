@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("clients")
 
 IDEMPOTENCY_HEADER = "idempotency_key"
-"""The server's dedupe header (mrs.group.records.IDEMPOTENCY_HEADER; a test pins them equal)."""
+"""The server's dedupe header (mrs.group.shapes.IDEMPOTENCY_HEADER; a test pins them equal)."""
 CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
 """Carried by a drained message: its seq in the sender's client journal (the seq the
 journaled put's PSB gave), so the receiver can map it."""

@@ -22,7 +22,7 @@ class Address:
 
     Immutable by convention, as the frozen dataclass it replaces was by force:
     nothing assigns to an Address once made (it is a dict key, and cached by
-    `mrs.group.records.address_of`). Equal and hashed by (group, queue), as before."""
+    `mrs.group.shapes.address_of`). Equal and hashed by (group, queue), as before."""
 
     group: int
     queue: int

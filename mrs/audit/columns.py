@@ -64,6 +64,7 @@ SCHEMA = pa.schema(
         ("body", pa.binary()),
         ("dead_letter_reason", pa.string()),
         ("dead_letter_reason_code", pa.int32()),
+        ("principal", pa.string()),
         ("corrupt", pa.string()),
     ]
 )
@@ -93,6 +94,7 @@ DESCRIPTIONS = {
     "body": "the message body",
     "dead_letter_reason": "why it was dead-lettered (status name; DLJ only)",
     "dead_letter_reason_code": "the same reason as a status number (DLJ only)",
+    "principal": "who put the message ([auth] principal; null with auth off or unknown)",
     "corrupt": "null, or why the stored record failed its checks",
 }
 
@@ -156,20 +158,24 @@ def _names(names: dict[int, str], values) -> pa.Array:
     return pa.array([get(v) or str(v) for v in values], pa.string())
 
 
-def _extra_fields(extras) -> tuple[list, list, list]:
-    """(possdupl, deliveries, replayed_from) from each record's `extra` map."""
+def _extra_fields(extras) -> tuple[list, list, list, list]:
+    """(possdupl, deliveries, replayed_from, principal) from each record's `extra` map."""
     possdupl: list[bool] = []
     deliveries: list[int | None] = []
     replayed: list[str | None] = []
-    add_possdupl, add_deliveries, add_replayed = (
-        possdupl.append, deliveries.append, replayed.append,
+    principals: list[str | None] = []
+    add_possdupl, add_deliveries, add_replayed, add_principal = (
+        possdupl.append, deliveries.append, replayed.append, principals.append,
     )  # fmt: skip
     for extra in extras:
         if not extra:
             add_possdupl(False)
             add_deliveries(None)
             add_replayed(None)
+            add_principal(None)
             continue
+        principal = extra.get("principal")  # mrs.group.shapes.PRINCIPAL_FIELD
+        add_principal(principal if type(principal) is str else None)
         count = extra.get("deliveries")
         if type(count) is not int:
             count = None
@@ -182,7 +188,7 @@ def _extra_fields(extras) -> tuple[list, list, list]:
             if type(replay) is dict
             else None
         )
-    return possdupl, deliveries, replayed
+    return possdupl, deliveries, replayed, principals
 
 
 def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBatch:
@@ -199,7 +205,7 @@ def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBa
     target_group = pa.array(columns[_TARGET_GROUP], pa.int32())
     target_queue = pa.array(columns[_TARGET_QUEUE], pa.int32())
     body = pa.array(columns[_BODY], pa.binary())
-    possdupl, deliveries, replayed = _extra_fields(columns[_EXTRA])
+    possdupl, deliveries, replayed, principals = _extra_fields(columns[_EXTRA])
     if journal == "dlj":
         reasons = columns[_REASON]
         reason_names = pa.array([_reason_name(r) for r in reasons], pa.string())
@@ -233,6 +239,7 @@ def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBa
         body,
         reason_names,
         reason_codes,
+        pa.array(principals, pa.string()),
         pa.nulls(count, pa.string()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
@@ -271,7 +278,7 @@ def row_from_values(values: list, group: int, journal: str) -> tuple:
     (seq, target_group, target_queue, source_group, source_queue, body, msg_class,
      msg_type, priority, delivery, uma, correlation_id, put_time_ns, written_time_ns,
      confirm_value, confirm_time_ns, reason, extra) = values  # fmt: skip
-    possdupl, deliveries, replayed = _extra_fields([extra])
+    possdupl, deliveries, replayed, principals = _extra_fields([extra])
     is_dlj = journal == "dlj"
     return (
         journal, group, seq, f"{source_group}.{source_queue}", source_group, source_queue,
@@ -279,7 +286,8 @@ def row_from_values(values: list, group: int, journal: str) -> tuple:
         priority, _name(_DELIVERY_NAMES, delivery), _name(_UMA_NAMES, uma),
         _timestamp(put_time_ns), _timestamp(written_time_ns), _timestamp(confirm_time_ns),
         confirm_value, possdupl[0], deliveries[0], replayed[0], correlation_id, len(body),
-        body, _reason_name(reason) if is_dlj else None, reason if is_dlj else None, None,
+        body, _reason_name(reason) if is_dlj else None, reason if is_dlj else None,
+        principals[0], None,
     )  # fmt: skip
 
 

@@ -192,7 +192,7 @@ def _address_order(address: str) -> tuple:
 # ---------------------------------------------------------------------- trail
 _TRAIL_COLUMNS = ("journal", "group", "seq", "source", "target", "put_time", "written_time",
                   "confirm_time", "confirm_value", "deliveries", "possdupl", "replayed_from",
-                  "dead_letter_reason", "delivery_mode", "uma")  # fmt: skip
+                  "dead_letter_reason", "delivery_mode", "uma", "principal")  # fmt: skip
 
 
 def trail(table: pa.Table, correlation_id: bytes) -> list[dict]:
@@ -217,8 +217,11 @@ def trail(table: pa.Table, correlation_id: bytes) -> list[dict]:
 
 def _events(record: dict) -> list[dict]:
     """The events one record tells: put, then where it is or how it ended."""
-    base = {"seq": record["seq"], "group": record["group"], "journal": record["journal"]}
-    put = f"put by {record['source']} to {record['target']} ({record['delivery_mode']}, " \
+    base = {"seq": record["seq"], "group": record["group"], "journal": record["journal"],
+            "principal": record["principal"]}  # fmt: skip
+    sender = record["source"] if not record["principal"] else \
+        f"{record['source']} (principal {record['principal']})"  # fmt: skip
+    put = f"put by {sender} to {record['target']} ({record['delivery_mode']}, " \
           f"UMA {record['uma']})"  # fmt: skip
     if record["replayed_from"]:
         put = f"replay of {record['replayed_from']}: " + put

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mrs.dlq.table import FWDQ_VARIABLES, FWDQM_VARIABLES, Action, Rule, RulesTable
 from mrs.group.dlq_leases import CONTEXT_HEADER, POSSIBLE_DUPLICATE_HEADER
-from mrs.group.records import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
+from mrs.group.shapes import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
 from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status, Uma
 
 RETURNS_HEADER = "dlq_returns"

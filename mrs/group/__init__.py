@@ -13,9 +13,9 @@ Layer: socket-free except the link dialer; may import `protection`, `transport`,
 """
 
 from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, GroupContext, Session, Timers
-from mrs.group.delivery_event import delivery_event
 from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.reply import PutReply
+from mrs.group.shapes import delivery_event
 from mrs.group.wiring import Group, LinkRooms
 
 __all__ = [

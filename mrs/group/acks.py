@@ -25,9 +25,8 @@ import msgpack
 from journals import Journal, JournalError, WriteBatch
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers
-from mrs.group.queues import Entry
-from mrs.group.records import mrs_ack_entry
-from mrs.group.transfer import LINK_LOST, transfer_fields
+from mrs.group.shapes import Entry, mrs_ack_entry, transfer_fields
+from mrs.group.transfer import LINK_LOST
 from mrs.limits import ACKS_OWED_PER_PEER_MAX as ACKS_OWED_PER_PEER_MAX
 from mrs.limits import RECENT_ACKS_MAX as RECENT_ACKS_MAX
 from mrs.model import Address

@@ -31,7 +31,7 @@ priorities (mrs.group.lanes): so a higher priority is never stuck behind them.""
 
 
 class Entry(Protocol):
-    """What the backlog reads of a queued message (mrs.group.queues.Entry); read-only, so
+    """What the backlog reads of a queued message (mrs.group.shapes.Entry); read-only, so
     an entry whose callbacks are typed more narrowly still is one."""
 
     @property

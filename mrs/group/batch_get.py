@@ -27,7 +27,8 @@ from mrs.core.delivery import EMPTY_GET_TEXT, Refused
 from mrs.core.selection import Selection, from_wire
 from mrs.group.context import GroupContext, Session, attached_queue
 from mrs.group.handover import Handed, Handover
-from mrs.group.queues import Entry, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import Entry
 from mrs.limits import DELIVERY_BATCH_BYTES_MAX
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked

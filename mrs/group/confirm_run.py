@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from journals import WriteBatch
 from mrs.group.context import Session
-from mrs.group.queues import Entry, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import Entry
 
 
 class ConfirmRun:

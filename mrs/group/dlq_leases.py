@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mrs.core.delivery import Refused
-from mrs.group.queues import Entry, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import Entry
 from mrs.model import Status
 
 CONTEXT_HEADER = "pass_context"

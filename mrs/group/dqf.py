@@ -28,8 +28,8 @@ from mrs.group.context import BODIES_IN_MEMORY_PER_QUEUE_MAX, U64, GroupContext,
 from mrs.group.idempotency import APP_PREFIX, PURGE_INTERVAL_S, AppKeys
 from mrs.group.peers import Peers
 from mrs.group.quarantine import QUARANTINE_EXTRA
-from mrs.group.queues import Entry, GetWaiter, TargetQueue
-from mrs.group.records import encode_entry, record_from_entry
+from mrs.group.queues import GetWaiter, TargetQueue
+from mrs.group.shapes import Entry, encode_entry, record_from_entry
 from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import Status
 from mrs.storage.journal_reserve import JournalReserve

@@ -17,14 +17,8 @@ from journals import CorruptRecord, Journal, JournalError, Record, WriteBatch, g
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers, PeerState
 from mrs.group.quarantine import quarantine_batch, record_problem
-from mrs.group.records import entry_from_record
-from mrs.group.transfer import (
-    LINK_LOST,
-    PERMANENT_REFUSALS,
-    decode_saf,
-    status_name,
-    transfer_fields,
-)
+from mrs.group.shapes import entry_from_record, transfer_fields
+from mrs.group.transfer import LINK_LOST, PERMANENT_REFUSALS, decode_saf, status_name
 from mrs.group.umas import Umas
 from mrs.model import Status
 from mrs.protocol.link_events import TransferredMessage

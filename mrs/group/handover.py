@@ -27,15 +27,14 @@ from mrs.core.delivery import SUCCESS_INT as _SUCCESS
 from mrs.core.selection import Selection, from_wire
 from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
-from mrs.group.delivery_event import delivery_event
 from mrs.group.dlq_leases import DlqReaders
 from mrs.group.dqf import Dqf, forget_priority
 from mrs.group.get_expiry import GetExpiry
 from mrs.group.guarantees import KEPT, Guarantees
 from mrs.group.notices import Notices
 from mrs.group.put_deadlines import PutDeadlines
-from mrs.group.queues import Entry, GetWaiter, TargetQueue
-from mrs.group.records import record_from_entry
+from mrs.group.queues import GetWaiter, TargetQueue
+from mrs.group.shapes import Entry, delivery_event, record_from_entry
 from mrs.model import Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import CONFIRMED

@@ -29,9 +29,9 @@ from typing import Any, Final
 import msgspec
 
 from mrs.group.context import GroupContext
-from mrs.group.queues import Entry, TargetQueue
-from mrs.group.records import mrs_ack_entry
+from mrs.group.queues import TargetQueue
 from mrs.group.sequence import Sequence
+from mrs.group.shapes import Entry, mrs_ack_entry
 from mrs.model import Address, Psb
 
 _ENCODE: Final = msgspec.msgpack.Encoder().encode

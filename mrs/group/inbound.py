@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from msgspec.structs import asdict
+
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
@@ -22,10 +24,9 @@ from mrs.group.intake import enqueue_in_memory
 from mrs.group.notices import Notices
 from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
-from mrs.group.quarantine import PoisonTransfer
-from mrs.group.queues import Entry
-from mrs.group.records import idempotency_key
-from mrs.group.transfer import RECEIVER_DEAD_LETTERED, entry_from_fields
+from mrs.group.quarantine import PoisonTransfer, transfer_problem
+from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key
+from mrs.group.transfer import RECEIVER_DEAD_LETTERED
 from mrs.group.umas import Umas
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
@@ -145,11 +146,10 @@ class Inbound:
         self, peer_id: int, message: TransferredMessage
     ) -> tuple[Entry | PoisonTransfer, bool]:
         """The entry for a transferred message, or why a client could not have put it
-        (refused alone)."""
-        try:
-            return entry_from_fields(self.ctx.group_id, peer_id, message)
-        except PoisonTransfer as poison:
-            return poison, message.ordered
+        (refused alone). TransferError: it still does not make an entry."""
+        if (problem := transfer_problem(asdict(message))) is not None:
+            return PoisonTransfer(message.seq, problem), message.ordered
+        return entry_from_transfer(self.ctx.group_id, peer_id, message)
 
 
 @dataclass(eq=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import cast
 
 from msgspec.structs import astuple
 
@@ -31,24 +31,15 @@ from mrs.group.idempotency import scoped_key
 from mrs.group.memory_quota import memory_quota_problem
 from mrs.group.outbound import Outbound
 from mrs.group.put_deadlines import PutDeadlines
-from mrs.group.queues import Entry
-from mrs.group.records import DEAD_LETTER_HEADER, idempotency_key
 from mrs.group.reply import PutReply, SendAck
 from mrs.group.sequence import Sequence
+from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, PutFields, entry_from_put, idempotency_key
 from mrs.group.umas import Umas
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import PUT_DONE
 
 log = logging.getLogger("mrs.group")
-
-# Read on every put: `Final`, so each is a C static in the compiled module (a plain
-# module name is a dict lookup per use, an enum member a class lookup too; benchmarks/README.md).
-_DEFAULT_PUT_TIMEOUT_S: Final = DEFAULT_PUT_TIMEOUT_S
-_ASTUPLE: Final = astuple
-
-PutFields = tuple[int, str, bytes, int, int, int, int, int, int, bytes, str, Any]
-"""A wire.Put's fields in order (request_id .. headers), as `astuple` gives them."""
 
 
 @dataclass(eq=False)
@@ -135,7 +126,7 @@ class Intake:
             correlation_id,
             resp_q,
             request_headers,
-        ) = cast(PutFields, _ASTUPLE(request))
+        ) = cast(PutFields, astuple(request))
         ctx = self.ctx
         source = attached_queue(session).address
         mode, action = check_mode_and_uma(delivery, uma)
@@ -156,7 +147,7 @@ class Intake:
         reply = PutReply(self._send_mrs_ack, session, request_id, mode, response_queue, seq)
         if request_headers:
             reply.stored_reply = bool(request_headers.get(wire.REPLY_WHEN_STORED_HEADER))
-        entry = Entry(
+        entry = entry_from_put(
             seq,
             body,
             source,
@@ -170,11 +161,12 @@ class Intake:
             put_time_ns,
             own_header,
             headers,
-            account=getattr(session, "account", None),
-            trusted=own_header is None and headers is request_headers,  # see Entry.trusted
+            getattr(session, "account", None),
+            own_header is None and headers is request_headers,  # trusted: see Entry.trusted
+            getattr(session, "principal", None),  # who put it, with [auth] on
         )
         if notification is _WF:
-            timeout_s = timeout_ms / 1000 if timeout_ms else _DEFAULT_PUT_TIMEOUT_S
+            timeout_s = timeout_ms / 1000 if timeout_ms else DEFAULT_PUT_TIMEOUT_S
             reply.deadline = self.deadlines.add(timeout_s, reply)
         elif notification is _AK and mode.interest_point is _CONF and target.group != ctx.group_id:
             # the MRS_ACK owed is journaled before the put is answered (mrs.group.acks)

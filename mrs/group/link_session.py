@@ -30,7 +30,8 @@ from mrs import protocol as wire
 from mrs.group.drain import DrainAnswer
 from mrs.group.peers import Result
 from mrs.group.queue_lookup import local_counts
-from mrs.group.transfer import LINK_LOST, TransferError, status_name
+from mrs.group.shapes import TransferError
+from mrs.group.transfer import LINK_LOST, status_name
 from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_DIRECT_MESSAGES_MAX
 from mrs.limits import LINK_FRAME_OVERHEAD_BYTES as FRAME_OVERHEAD_BYTES  # noqa: F401 (re-exported)
@@ -46,7 +47,6 @@ log = logging.getLogger("mrs.links")
 
 _NOT_REFUSED_HERE = frozenset({Status.STORED, Status.DLQ_SUCCESS, Status.LINK_DOWN, LINK_LOST})
 """Answers that name no refusal in their own transfer."""
-
 
 
 def _no_clock() -> float:

@@ -11,7 +11,8 @@ import logging
 
 from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog
-from mrs.group.queues import Entry, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import Entry
 
 _refusals = RefusalLog(logging.getLogger("mrs.queues"))
 

@@ -30,11 +30,10 @@ from journals import (
 from mrs.group.acks import AckOutbox, AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import LinkPort, Peers, PeerState
-from mrs.group.queues import Entry
 from mrs.group.receipts import Receipts
-from mrs.group.records import record_from_entry
 from mrs.group.reply import PutReply
-from mrs.group.transfer import LINK_LOST, transfer_fields
+from mrs.group.shapes import Entry, record_from_entry, transfer_fields
+from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
 from mrs.limits import LINK_DIRECT_MESSAGES_MAX
 from mrs.model import InterestPoint, Notification, Psb, Status

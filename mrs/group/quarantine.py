@@ -21,7 +21,7 @@ from journals import Journal, Record, WriteBatch, seq_key
 from mrs import protocol as wire
 from mrs.core.deadletter import header_problem
 from mrs.core.delivery import Refused, check_mode_and_uma
-from mrs.group.records import DEAD_LETTER_HEADER, U32_MAX, idempotency_key, record_sound
+from mrs.group.shapes import DEAD_LETTER_HEADER, U32_MAX, idempotency_key, record_sound
 from mrs.model import Status, delivery_mode_of
 
 QUARANTINE_EXTRA = "quarantine"
@@ -81,7 +81,7 @@ def record_problem(record: Record) -> str | None:
     not exist, written by a tampered or foreign journal), or None.
 
     Every message read back from a cold backlog is asked (benchmarks/README.md): a sound record
-    is answered by one compiled expression (`mrs.group.records.record_sound`); only a
+    is answered by one compiled expression (`mrs.group.shapes.record_sound`); only a
     record that fails it goes through the checks that word the problem."""
     if record_sound(record):
         return None

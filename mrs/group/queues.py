@@ -20,6 +20,7 @@ from mrs.group.backlog import REFILL_BELOW, REFILL_MIN, WINDOW_ENTRIES_MAX, Load
 from mrs.group.lanes import Lane, PriorityLanes
 from mrs.group.queue_stores import QueueStores
 from mrs.group.select_index import SelectIndex
+from mrs.group.shapes import Entry
 from mrs.limits import (
     JOURNALED_BODIES_BYTES_MAX,
     LENT_BYTES_MAX,
@@ -27,9 +28,8 @@ from mrs.limits import (
     PRIORITY_MAX,
     SELECT_SCAN_MESSAGES_MAX,
 )
-from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, DeliveryMode, InterestPoint
+from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, InterestPoint
 
-Notify = Callable[["Entry"], None]
 _ACK_POINT: Final = InterestPoint.ACK
 _RECOVERED_CHUNK: Final = 1024
 """Cold records read at a time when a queue's first selective get builds its index."""
@@ -40,113 +40,6 @@ def lane_of(entry: Entry) -> int:
     written by something else) waits with priority 0."""
     priority = entry.priority
     return priority if 0 <= priority <= PRIORITY_MAX else 0
-
-
-@dataclass(slots=True, eq=False)
-class ByteAccount:
-    """Bytes of message bodies one connection has waiting in memory queues (what the
-    guard connection_bytes_max bounds); queues charge and release it."""
-
-    held_bytes: int = 0
-
-
-@dataclass(eq=False)
-class Entry:
-    """One message in a target queue."""
-
-    seq: int
-    body: bytes | None
-    """None for a journaled entry whose body was left on disk (read at delivery)."""
-    source: Address
-    target: Address
-    delivery: DeliveryMode
-    uma: int = 0
-    msg_class: int = 0
-    msg_type: int = 0
-    priority: int = 0
-    correlation_id: bytes = b""
-    put_time_ns: int = 0
-    dead_letter_header: dict | None = None
-    headers: dict | None = None
-    origin_group: int | None = None
-    """For a message that came over a link: the group to tell about its confirm."""
-    response_queue: Address | None = None
-    """AK_CONF put in this group: where its MRS_ACK goes (journaled, for a restart)."""
-    delivery_status: int | None = None
-    """Forced delivery status (e.g. MSGUNDEL for a returned message); None = derive."""
-    journaled: bool = False
-    """True when the entry is backed by a DQF record (recoverable)."""
-    trusted: bool = False
-    """Every field came from a Put this server checked, from the server itself (an
-    MRS_ACK) or from a DQF record `fits_a_delivery` passed: its Delivery is built
-    unchecked. False for other records read back, what came over a link (both checked
-    by `delivery_event`), and a put that passed its own MQDLH or a dead letter's
-    context (fields the server took from headers)."""
-    times_delivered: int = 0
-    arrival: int = 0
-    """Place in its queue's arrival order: an entry taken but not delivered goes back
-    to this place, so a failed delivery never reorders the queue."""
-    on_dequeue: Notify | None = None
-    """WF/AK_DEQ: the sender waits for the get."""
-    on_confirm: Notify | None = None
-    """WF/AK_ACK and WF/AK_CONF: the sender waits for the confirm."""
-    account: ByteAccount | None = None
-    """The putting connection's account, charged while the body waits in memory."""
-
-    def __init__(
-        self,
-        seq: int,
-        body: bytes | None,
-        source: Address,
-        target: Address,
-        delivery: DeliveryMode,
-        uma: int = 0,
-        msg_class: int = 0,
-        msg_type: int = 0,
-        priority: int = 0,
-        correlation_id: bytes = b"",
-        put_time_ns: int = 0,
-        dead_letter_header: dict | None = None,
-        headers: dict | None = None,
-        origin_group: int | None = None,
-        response_queue: Address | None = None,
-        delivery_status: int | None = None,
-        journaled: bool = False,
-        trusted: bool = False,
-        times_delivered: int = 0,
-        arrival: int = 0,
-        on_dequeue: Notify | None = None,
-        on_confirm: Notify | None = None,
-        account: ByteAccount | None = None,
-    ) -> None:
-        # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
-        self.seq = seq
-        self.body = body
-        self.source = source
-        self.target = target
-        self.delivery = delivery
-        self.uma = uma
-        self.msg_class = msg_class
-        self.msg_type = msg_type
-        self.priority = priority
-        self.correlation_id = correlation_id
-        self.put_time_ns = put_time_ns
-        self.dead_letter_header = dead_letter_header
-        self.headers = headers
-        self.origin_group = origin_group
-        self.response_queue = response_queue
-        self.delivery_status = delivery_status
-        self.journaled = journaled
-        self.trusted = trusted
-        self.times_delivered = times_delivered
-        self.arrival = arrival
-        self.on_dequeue = on_dequeue
-        self.on_confirm = on_confirm
-        self.account = account
-
-    @property
-    def needs_confirm(self) -> bool:
-        return self.journaled or self.delivery.interest_point is _ACK_POINT
 
 
 def _no_timer() -> None:
@@ -446,6 +339,7 @@ class TargetQueue:
             self.memory_count -= 1
             size = len(entry.body or b"")
             self.memory_bytes -= size
+            assert self.memory_count >= 0 and self.memory_bytes >= 0, "memory count below 0"
             if entry.account is not None:
                 entry.account.held_bytes -= size
                 entry.account = None  # charged once: a redelivery is the queue's, not the sender's
@@ -522,10 +416,12 @@ class TargetQueue:
                     index.add(entry, lane.priority)
 
     def drop_pending(self, entry: Entry) -> None:
-        """Remove a window entry as if it was never queued (the broken builds)."""
+        """Remove a window entry as if it was never queued, with all it was counted as
+        (the broken build that forgets unconfirmed messages, mrs.testing.broken_builds):
+        the queue's counters change only here, in their owner."""
         lane = self.pending.lane(lane_of(entry))
         self.pending.remove(lane, entry)
-        self.index.remove(entry.seq)
+        self._taken(entry, True)
 
     def park(self, waiter: GetWaiter) -> None:
         self.waiters.append(waiter)

@@ -33,13 +33,11 @@ from journals import (
 from journals.protocol import Store
 from mrs.core.heap import trim
 from mrs.group.context import UNPACK_U32, GroupContext
-from mrs.group.delivery_event import fits_a_delivery
 from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.quarantine import quarantine_batch, record_problem
-from mrs.group.queues import Entry
-from mrs.group.records import entry_from_record, record_sound
 from mrs.group.sequence import Sequence
+from mrs.group.shapes import Entry, entry_from_record, fits_a_delivery, record_sound
 from mrs.group.umas import Umas
 
 log = logging.getLogger("mrs.group")

@@ -21,10 +21,9 @@ from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.held_offers import HeldOffers, MrsAcks
 from mrs.group.peers import Peers
-from mrs.group.queues import Entry
-from mrs.group.records import DEAD_LETTER_HEADER, record_from_entry
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
+from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, nonrecoverable_copy, record_from_entry
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     RETURNED_HEADER,
@@ -124,7 +123,7 @@ class Umas:
         )
         if queue is None or queue.memory_count >= queue.config.messages_max:
             return False
-        returned = copy_nonrecoverable(entry, target=response_queue)
+        returned = nonrecoverable_copy(entry, target=response_queue)
         returned.delivery_status = Status.MSGUNDEL
         returned.headers = {
             **(entry.headers or {}),
@@ -153,7 +152,7 @@ class Umas:
         if queue is None or queue.memory_count >= queue.config.messages_max:
             done(False)
             return False
-        dead = copy_nonrecoverable(entry, target=queue.address)
+        dead = nonrecoverable_copy(entry, target=queue.address)
         if self.dead_letter_protection is not None:
             try:
                 dead.body = self.dead_letter_protection.place(dead.body)
@@ -215,20 +214,3 @@ class Umas:
         Here, not only in `MrsAcks`, so that every MRS_ACK passes one interpreted
         method a test can replace (tests/sim/test_sim_conformance.py)."""
         self.acks.send(response_queue, psb)
-
-
-def copy_nonrecoverable(entry: Entry, target: Address) -> Entry:
-    return Entry(
-        seq=entry.seq,
-        body=entry.body,
-        source=entry.source,
-        target=target,
-        delivery=entry.delivery,
-        uma=entry.uma,
-        msg_class=entry.msg_class,
-        msg_type=entry.msg_type,
-        priority=entry.priority,
-        correlation_id=entry.correlation_id,
-        put_time_ns=entry.put_time_ns,
-        headers=entry.headers,
-    )

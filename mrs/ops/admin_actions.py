@@ -38,9 +38,9 @@ from mrs.config.rewrite import with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
 from mrs.group.dqf import forget_priority, keep_priority
-from mrs.group.queues import Entry, TargetQueue
-from mrs.group.records import encode_entry, record_from_entry
+from mrs.group.queues import TargetQueue
 from mrs.group.reply import report_waiting_sender
+from mrs.group.shapes import Entry, encode_entry, moved_copy, record_from_entry
 from mrs.limits import (
     ADMIN_BROWSE_DEFAULT,
     ADMIN_BROWSE_MESSAGES_MAX,
@@ -315,7 +315,7 @@ def _body_of(group: Group, queue: TargetQueue, entry: Entry) -> bytes:
 def _read_cold(group: Group, queue: TargetQueue, seq: int) -> Entry | None:
     """A cold message as browse shows it, read from the DQF (record and delivery mark)
     without taking it; None if it vanished or cannot be read."""
-    from mrs.group.records import entry_from_record
+    from mrs.group.shapes import entry_from_record
 
     key = queue_key(queue.address.queue, seq)
     try:
@@ -634,28 +634,7 @@ def _moved_copy(entry: Entry, seq: int, target: Address, session: AdminSession) 
         "seq": entry.seq,
         "by": session.principal,
     }
-    return Entry(
-        seq=seq,
-        body=entry.body,
-        source=entry.source,
-        target=target,
-        delivery=entry.delivery,
-        uma=entry.uma,
-        msg_class=entry.msg_class,
-        msg_type=entry.msg_type,
-        priority=entry.priority,
-        correlation_id=entry.correlation_id,
-        put_time_ns=entry.put_time_ns,
-        dead_letter_header=entry.dead_letter_header,
-        headers={**(entry.headers or {}), MOVED_HEADER: moved_from},
-        origin_group=entry.origin_group,
-        response_queue=entry.response_queue,
-        delivery_status=entry.delivery_status,
-        journaled=entry.journaled,
-        times_delivered=entry.times_delivered,
-        on_dequeue=entry.on_dequeue,
-        on_confirm=entry.on_confirm,
-    )
+    return moved_copy(entry, seq, target, {**(entry.headers or {}), MOVED_HEADER: moved_from})
 
 
 # -- connections and the journal ----------------------------------------------------------

@@ -18,7 +18,7 @@ from mrs.core.delivery import Refused
 from mrs.core.refusals import RefusalLog
 from mrs.group.dlq_leases import CONTEXT_HEADER
 from mrs.group.queue_lookup import locate_in
-from mrs.group.records import DEAD_LETTER_HEADER
+from mrs.group.shapes import DEAD_LETTER_HEADER
 from mrs.limits import DENIAL_LOG_INTERVAL_S
 from mrs.model import DEAD_LETTER_QUEUE, Address, Status
 from mrs.security import permissions as rules

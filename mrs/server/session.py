@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import trio
 
 from mrs.group.link_session import PeerLink
-from mrs.group.queues import ByteAccount, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import ByteAccount
 from mrs.transport.framed import FramedStream, GroupChannel
 from mrs.transport.watchdog import Liveness
 

@@ -21,7 +21,8 @@ from mrs.core.delivery import CONF_POINT, CONFIRMREQ, POSSDUPL
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.group import KEPT, Guarantees
 from mrs.group.context import Outcome
-from mrs.group.queues import Entry, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import Entry
 from mrs.model import Psb, Status
 
 if TYPE_CHECKING:
@@ -115,7 +116,6 @@ class ForgetUnconfirmedOnDetach(Departure):
         returned = self.kept.detach(queue)
         for entry in returned:
             queue.drop_pending(entry)
-            queue.memory_count -= not entry.journaled
         return returned
 
 

@@ -30,7 +30,7 @@ from clients import (
     connect_sync,
 )
 from clients.saf_drain import IDEMPOTENCY_HEADER
-from mrs.group.records import IDEMPOTENCY_HEADER as SERVER_IDEMPOTENCY_HEADER
+from mrs.group.shapes import IDEMPOTENCY_HEADER as SERVER_IDEMPOTENCY_HEADER
 from tests.client_helpers import FixedPortServer
 
 MODE = DeliveryMode

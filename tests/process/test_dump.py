@@ -350,7 +350,11 @@ HEADERS = st.dictionaries(st.text(max_size=6), st.one_of(SCALARS, st.lists(SCALA
         confirm_value=st.integers(-(2**63), 2**63 - 1),
         confirm_time_ns=st.sampled_from([0, T0_NS, 253402300799 * 10**9 + 1]),
         reason=st.sampled_from([0, -228, -9999]),
-        extra=st.one_of(st.just({}), st.builds(lambda h: {"headers": h}, HEADERS)),
+        extra=st.one_of(
+            st.just({}),
+            st.builds(lambda h: {"headers": h}, HEADERS),
+            st.builds(lambda p: {"principal": p}, st.text(max_size=20) | st.integers()),
+        ),
     ),
     journal=st.sampled_from(list(Journal)[:4]),
     body=st.sampled_from([None, "preview", "full"]),

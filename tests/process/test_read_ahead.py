@@ -17,7 +17,8 @@ import clients
 from clients import DeliveryMode, PutItem, Status, Uma, connect
 from mrs import protocol as wire
 from mrs.config.bus import QueueConfig
-from mrs.group.queues import Entry, TargetQueue
+from mrs.group.queues import TargetQueue
+from mrs.group.shapes import Entry
 from mrs.limits import LENT_BYTES_MAX, LENT_REMEMBERED_MAX, READ_AHEAD_MAX
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, Address, Psb
 

@@ -188,3 +188,26 @@ def test_the_rule_sees_mixins_and_allows_protocols_and_errors(tmp_path: Path) ->
     )
     found = composed_classes(read_modules(tmp_path))
     assert found == {"mrs.whole.Mixed": ["mrs.parts.A", "mrs.parts.B"]}
+
+
+def private_reads(path: Path) -> list[str]:
+    """`other._name` reads of another object's private names (not self's, not dunders)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        f"{path.name}:{node.lineno} {node.value.id}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(node.value, ast.Name)
+        and node.value.id not in {"self", "cls"}
+    ]
+
+
+def test_connect_names_no_private_of_client(tmp_path: Path) -> None:
+    """`connect` drives a Client through its `lifetime` part (clients.connection.Lifetime),
+    not through Client's private methods: a whole class is not reached into."""
+    assert private_reads(ROOT / "clients" / "connecting.py") == []
+    reaching = tmp_path / "connecting.py"
+    reaching.write_text("async def go(client):\n    await client._open()\n")
+    assert private_reads(reaching) == ["connecting.py:2 client._open"]

@@ -13,7 +13,7 @@ import pytest
 from mrs.native.loader import source_root
 
 WRITTEN_OUT = [
-    ("mrs/group/queues.py", "Entry"),
+    ("mrs/group/shapes.py", "Entry"),
     ("mrs/group/queues.py", "GetWaiter"),
     ("journals/record.py", "Record"),
     ("journals/batch.py", "WriteBatch"),

@@ -153,3 +153,23 @@ def test_an_unknown_switch_is_one_line_naming_where_it_came_from() -> None:
     with pytest.raises(CommandError, match=r"--unsafe: unknown switches \['bogus'\]") as refused:
         broken_build({"bogus", UNSAFE_SKIP_POSSDUPL})
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("part", ["kept", "broken"])
+def test_a_memory_message_forgotten_on_detach_leaves_the_queue_counts_whole(tmp_path, part) -> None:
+    """A WF_ACK message (in memory, awaiting its confirm) delivered, then its consumer
+    leaves: the kept rules put it back and count it as waiting; the broken build drops
+    it, and the queue's own method (not the harness) takes it off every count."""
+    guarantees = KEPT if part == "kept" else broken_build({UNSAFE_FORGET_UNCONFIRMED_ON_DETACH})
+    node = open_group(tmp_path, guarantees)
+    queue = node.group.queues[10]
+    sender, receiver = node.session("OUT"), node.session("IN")
+    node.group.put(sender, put("IN", b"four", DeliveryMode.WF_ACK))
+    assert (queue.memory_count, queue.memory_bytes) == (1, 4)
+    node.group.get(receiver, wire.Get(request_id=2, timeout_ms=0))
+    assert only(receiver.events, wire.Delivery).body == b"four"
+    assert (queue.memory_count, queue.memory_bytes) == (0, 0)
+    node.group.detach(receiver)
+    waiting = (1, 4) if part == "kept" else (0, 0)
+    assert (queue.memory_count, queue.memory_bytes, queue.pending.count) == (*waiting, waiting[0])
+    node.close()

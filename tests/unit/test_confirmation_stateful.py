@@ -22,7 +22,8 @@ from hypothesis.stateful import (
 
 from mrs.config.bus import QueueConfig
 from mrs.core.delivery import Refused, check_confirm, delivery_status_on_get
-from mrs.group.queues import Entry, GetWaiter, TargetQueue
+from mrs.group.queues import GetWaiter, TargetQueue
+from mrs.group.shapes import Entry
 from mrs.model import Address, ConfirmStyle, DeliveryMode, Status
 
 # kind of message -> (delivery mode, journaled)

@@ -12,7 +12,7 @@ import pytest
 
 from mrs import protocol as wire
 from mrs.core.delivery import Refused
-from mrs.group.queues import Entry
+from mrs.group.shapes import Entry
 from mrs.model import Address, DeliveryMode, Status, Uma
 from tests.process.test_group_rooms import only, open_node
 

@@ -15,8 +15,9 @@ from mrs.config.bus import QueueConfig
 from mrs.core.selection import Key, Selection, by_correlation_id, from_wire
 from mrs.errors import Refused
 from mrs.group import backlog
-from mrs.group.queues import Entry, GetWaiter, TargetQueue
+from mrs.group.queues import GetWaiter, TargetQueue
 from mrs.group.recovery import by_priority
+from mrs.group.shapes import Entry
 from mrs.model import Address, DeliveryMode, Status
 
 SOURCE, TARGET = Address(1, 13), Address(1, 11)

@@ -1,4 +1,4 @@
-"""The put path's record encoding (mrs.group.records.encode_entry) writes exactly the bytes of
+"""The put path's record encoding (mrs.group.shapes.encode_entry) writes exactly the bytes of
 encode_record(record_from_entry(...)), and they decode back to the entry's fields."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals import decode_record, encode_record
-from mrs.group.queues import Entry
-from mrs.group.records import encode_entry, entry_from_record, record_from_entry
+from mrs.group.shapes import Entry, encode_entry, entry_from_record, record_from_entry
 from mrs.model import Address, DeliveryMode, Uma
 
 addresses = st.builds(Address, st.integers(1, 32000), st.integers(1, 32000))
@@ -31,6 +30,7 @@ entries = st.builds(
     headers=st.one_of(st.none(), st.dictionaries(st.text(max_size=6), header_values, max_size=3)),
     origin_group=st.one_of(st.none(), st.integers(1, 32000)),
     response_queue=st.one_of(st.none(), addresses),
+    principal=st.one_of(st.none(), st.text(min_size=1, max_size=12)),
 )
 
 
@@ -53,6 +53,21 @@ def test_encode_entry_is_encode_record_of_record_from_entry(entry: Entry, writte
         entry.response_queue,
         entry.put_time_ns,
     )
+    assert back.principal == entry.principal
+
+
+def test_a_record_written_before_principals_were_kept_reads_as_before() -> None:
+    """The principal lives in `extra`: a record without it (written before, or with
+    auth off) decodes as it did, to an entry that names no principal; with auth off
+    nothing is added to the record either."""
+    entry = Entry(7, b"m", Address(1, 13), Address(1, 10), DeliveryMode.WF_DQF)
+    old = encode_entry(entry, 5)
+    assert "principal" not in decode_record(old).extra
+    assert entry_from_record(decode_record(old)).principal is None
+    entry.principal = "producer"
+    kept = decode_record(encode_entry(entry, 5))
+    assert kept.extra["principal"] == "producer"
+    assert entry_from_record(kept).principal == "producer"
 
 
 plain_values = st.recursive(

@@ -1,4 +1,4 @@
-"""A Delivery built unchecked for a trusted entry (mrs.group.delivery_event).
+"""A Delivery built unchecked for a trusted entry (mrs.group.shapes.delivery_event).
 
 The server skips the Delivery's field check for an entry made from a Put it checked
 at decode (or made by itself). That is only sound if every Put the checked decode
@@ -19,11 +19,9 @@ from hypothesis import strategies as st
 
 from journals import Record
 from mrs import protocol as wire
-from mrs.group.delivery_event import delivery_event, fits_a_delivery
 from mrs.group.quarantine import _worded_record_problem, record_problem
-from mrs.group.queues import Entry
-from mrs.group.records import record_sound
 from mrs.group.recovery import reloaded_entry
+from mrs.group.shapes import Entry, delivery_event, fits_a_delivery, record_sound
 from mrs.model import Address, DeliveryMode, Status
 from tests.unit.test_records_encode import plain_values
 

@@ -39,6 +39,7 @@ from mrs.tools.journal.arguments import PREVIEW_BYTES
 from mrs.tools.journal.render import (
     DELIVERY_NAMES,
     local_time,
+    principal_of,
     record_json,
     render_bytes,
     status_name,
@@ -47,6 +48,8 @@ from mrs.tools.journal.render import (
 
 TABLE_PAGE_ROWS = 500
 JSON_FLUSH_LINES = 2000
+
+
 @dataclass
 class Summary:
     """What a dump saw: the line an operator reads first."""
@@ -106,7 +109,7 @@ def _row(journal: Journal, record: Record, body: str | None) -> list[str]:
     row = [
         str(record.seq),
         local_time(record_time_ns(record)),
-        f"{record.source_group}.{record.source_queue}",
+        _source_text(record),
         target_text(record),
         str(record.msg_class),
         str(record.msg_type),
@@ -124,6 +127,14 @@ def _row(journal: Journal, record: Record, body: str | None) -> list[str]:
         text, truncated = render_bytes(record.body, PREVIEW_BYTES if body == "preview" else None)
         row.append(text + ("…" if truncated else ""))
     return row
+
+
+def _source_text(record: Record) -> str:
+    """The sender's queue, and who put the message when the record kept its principal
+    (`[auth]` on): `1.13 (producer)`."""
+    source = f"{record.source_group}.{record.source_queue}"
+    principal = principal_of(record)
+    return source if principal is None else f"{source} ({principal})"
 
 
 class _TablePrinter:

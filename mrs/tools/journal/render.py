@@ -11,6 +11,7 @@ import functools
 import json
 
 from journals import Journal, Record
+from mrs.group.shapes import PRINCIPAL_FIELD
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.storage.journal_scan import record_time_ns
 from mrs.tools.journal.arguments import PREVIEW_BYTES
@@ -94,6 +95,14 @@ def target_text(record: Record) -> str:
     return f"{record.target_group}.{record.target_queue}"
 
 
+def principal_of(record: Record) -> str | None:
+    """Who put the message (its `[auth]` principal), when the record kept it: records
+    written with auth off, or before it was kept, have none."""
+    extra = record.extra
+    principal = extra.get(PRINCIPAL_FIELD) if isinstance(extra, dict) else None
+    return principal if isinstance(principal, str) else None
+
+
 def _json_default(value: object) -> object:
     if isinstance(value, bytes):
         return render_bytes(value)[0]
@@ -138,6 +147,8 @@ def record_json(journal: Journal, record: Record, body: str | None) -> str:
     reason_name = _string(status_name(r.reason)) if r.reason else "null"
     headers = r.extra.get("headers")
     headers_json = "null" if headers is None else _encode(headers)
+    principal = r.extra.get(PRINCIPAL_FIELD)
+    principal_json = _string(principal) if type(principal) is str else "null"
     moment = r.confirm_time_ns or r.written_time_ns
     line = (
         f'{{"journal":"{journal.value}","seq":{r.seq},"time":{_iso_json(moment)},'
@@ -148,7 +159,8 @@ def record_json(journal: Journal, record: Record, body: str | None) -> str:
         f'"bytes":{len(r.body)},"put_time_ns":{r.put_time_ns},'
         f'"written_time_ns":{r.written_time_ns},"confirm_value":{r.confirm_value},'
         f'"confirm_time_ns":{r.confirm_time_ns},"reason":{r.reason},'
-        f'"reason_name":{reason_name},"headers":{headers_json}'
+        f'"reason_name":{reason_name},"headers":{headers_json},'
+        f'"principal":{principal_json}'
     )
     if body is None:
         return line + "}"
@@ -181,6 +193,7 @@ def record_json_general(journal: Journal, record: Record, body: str | None) -> s
         "reason": record.reason,
         "reason_name": status_name(record.reason) if record.reason else None,
         "headers": record.extra.get("headers") if isinstance(record.extra, dict) else None,
+        "principal": principal_of(record),
     }
     if body is not None:
         text, truncated = render_bytes(

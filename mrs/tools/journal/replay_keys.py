@@ -11,7 +11,7 @@ import hashlib
 from typing import Any
 
 from journals import Journal, Record
-from mrs.group.records import IDEMPOTENCY_HEADER
+from mrs.group.shapes import IDEMPOTENCY_HEADER
 from mrs.tools.journal.render import status_name
 
 
