@@ -43,6 +43,7 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 PORT_DEFAULT = 5701  # node 1 of benchmarks/rabbitmq_cluster.sh
 WARM_UP_MESSAGES = 50
 TICK_S = 0.001  # the paced publisher's timer
+GIVE_UP_S = 60.0
 
 
 def parameters(port: int) -> pika.ConnectionParameters:
@@ -115,13 +116,22 @@ class Publisher:
         return confirmed
 
 
-def run_connection(port: int, on_channel: Callable[[SelectConnection, Any], None]) -> None:
+def run_connection(
+    port: int, seconds: float, on_channel: Callable[[SelectConnection, Any], None]
+) -> None:
     """Open one connection and a channel, hand both to `on_channel`, and run the I/O
-    loop until that code closes the connection."""
+    loop until that code closes the connection; a shape still running GIVE_UP_S after
+    its `seconds` (confirms that never came) is closed and reported, not waited for."""
     failure: list[BaseException | str] = []
 
     def opened(connection: SelectConnection) -> None:
         connection.channel(on_open_callback=lambda channel: on_channel(connection, channel))
+        connection.ioloop.call_later(seconds + GIVE_UP_S, lambda: give_up(connection))
+
+    def give_up(connection: SelectConnection) -> None:
+        if connection.is_open:
+            failure.append(f"the shape did not finish {GIVE_UP_S} s after its {seconds} s")
+            connection.close()
 
     def open_failed(connection: SelectConnection, error: BaseException | str) -> None:
         failure.append(error)
@@ -135,7 +145,7 @@ def run_connection(port: int, on_channel: Callable[[SelectConnection, Any], None
     )
     connection.ioloop.start()
     if failure:
-        raise RuntimeError(f"cannot connect to RabbitMQ on 127.0.0.1:{port}: {failure[0]}")
+        raise RuntimeError(f"RabbitMQ on 127.0.0.1:{port}: {failure[0]}")
 
 
 def confirms(port: int, queue: str, seconds: float, window: int) -> tuple[float, list[float]]:
@@ -168,7 +178,7 @@ def confirms(port: int, queue: str, seconds: float, window: int) -> tuple[float,
 
         channel.confirm_delivery(on_confirm, callback=lambda _frame: pump())
 
-    run_connection(port, on_channel)
+    run_connection(port, seconds, on_channel)
     counted = int(state.get("counted", 0))
     return counted / seconds, holder[0].latencies[:counted]
 
@@ -202,7 +212,7 @@ def through(port: int, queue: str, seconds: float, prefetch: int = 1000) -> floa
 
         connection.channel(on_open_callback=on_consumer)
 
-    run_connection(port, on_channel)
+    run_connection(port, seconds, on_channel)
     return state["acked"] / seconds
 
 
@@ -240,7 +250,7 @@ def paced(port: int, queue: str, seconds: float, rate_per_s: float) -> tuple[flo
 
         channel.confirm_delivery(on_confirm, callback=warm_up)
 
-    run_connection(port, on_channel)
+    run_connection(port, seconds, on_channel)
     latencies = holder[0].latencies
     return len(latencies) / (times["end_s"] - times["start_s"]), latencies
 
