@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -244,12 +245,33 @@ def quorum_shapes(seconds: float, tasks_list: list[int], rate_per_s: float) -> d
     subprocess.run([str(CLUSTER_SCRIPT), "start"], check=True)
     try:
         print(f"RabbitMQ {rabbitmq_quorum.server_version(RABBITMQ_PORT)}, 3 nodes")
+        print(f"a quorum queue's members: {quorum_members(rabbitmq_quorum)}")
         return {
             tasks: Shapes(*rabbitmq_quorum.all_shapes(RABBITMQ_PORT, seconds, tasks, rate_per_s))
             for tasks in tasks_list
         }
     finally:
         subprocess.run([str(CLUSTER_SCRIPT), "stop"], check=False)
+
+
+def quorum_members(rabbitmq_quorum: Any) -> str:
+    """The online members of a quorum queue declared as the shapes declare theirs, as
+    rabbitmqctl lists them; refuses to go on with fewer than three."""
+    rabbitmq_quorum.fresh_quorum_queue(RABBITMQ_PORT, "mrs-bench-members")
+    try:
+        listed = subprocess.run(
+            [str(CLUSTER_SCRIPT), "ctl", "list_queues", "--no-table-headers", "name", "online"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        rabbitmq_quorum.delete_queue(RABBITMQ_PORT, "mrs-bench-members")
+    line = next(line for line in listed.splitlines() if line.startswith("mrs-bench-members"))
+    online = line.split(None, 1)[1].strip()
+    if online.count("@") != 3:
+        sys.exit(f"the quorum queue is not on three nodes: {online}")
+    return online
 
 
 def ratio(numerator: float, denominator: float) -> str:
