@@ -101,10 +101,11 @@ start() {
       exit 1
     fi
   done
-  for n in 2 3; do
-    ctl "$n" stop_app
-    ctl "$n" join_cluster rabbit1@localhost
-    ctl "$n" start_app
+  for n in 2 3; do  # rabbitmqctl's chatter while a node joins goes to join.log
+    if ! { ctl "$n" stop_app && ctl "$n" join_cluster rabbit1@localhost && ctl "$n" start_app; } \
+      >> "$D/join.log" 2>&1; then
+      echo "rabbit$n did not join rabbit1:" >&2; tail -20 "$D/join.log" >&2; exit 1
+    fi
   done
   for n in "${NODES[@]}"; do wait_port "570$n" 60; done
   local running
