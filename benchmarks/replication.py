@@ -2,10 +2,12 @@
 
     python benchmarks/replication.py                  # 3 s per shape, 32 tasks
     python benchmarks/replication.py --seconds 10 --tasks 8 64
+    python benchmarks/replication.py --rabbitmq --seconds 10   # + RabbitMQ quorum x3
 
 Starts etcd (single member, free ports), then for each task count measures durable
-WF_DQF puts per second and their latency (p50/p99), then messages per second taken
-through put -> get -> confirm, against:
+WF_DQF puts per second and their latency (p50/p99), messages per second taken
+through put -> get -> confirm, and the answer latency (p50/p99) of one producer
+putting at a fixed `--rate` (1,000/s), against:
 
 - one unreplicated `mrs serve` (real LMDB, fsync), and
 - a replicated group: three `mrs serve --instance` processes on this machine (each
@@ -17,6 +19,12 @@ time. All processes share this machine's cores and one disk, so the replicated r
 pays three fsyncs per commit on one device and three processes' CPU on the same cores:
 a pessimistic figure beside three machines. The load average is printed with the
 figures; on a loaded machine read the ratio, not the rates.
+
+With `--rabbitmq` the same shapes then run against a quorum queue with a member on
+each node of a three-node RabbitMQ cluster on this machine (benchmarks/rabbitmq_cluster.sh
+starts it after the MRS runs and stops it at the end; the client is
+benchmarks/rabbitmq_quorum.py, pika), and one table sets the three side by side with
+the ratios replicated / unreplicated and replicated / quorum x3.
 """
 
 from __future__ import annotations
@@ -24,11 +32,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -101,11 +113,51 @@ async def through_for(address: str | list[str], seconds: float, tasks: int) -> f
         return confirmed / (time.perf_counter() - started_s)
 
 
-async def both_shapes(
-    address: str | list[str], seconds: float, tasks: int
-) -> tuple[float, list[float], float]:
+async def paced_for(
+    address: str | list[str], seconds: float, rate_per_s: float
+) -> tuple[float, list[float]]:
+    """(puts answered per second, each put's latency in s): one connection, one
+    producer starting a put every 1/rate s on a fixed schedule (open loop: each put
+    in a task of its own, so a slow answer does not delay the next put and the
+    latency is not flattered), `rate x seconds` puts after 50 to warm up."""
+    latencies: list[float] = []
+    async with connect(address, "ORDERS") as client:
+        body = b"x" * 256
+        for _ in range(50):
+            await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF)
+
+        async def one_put() -> None:
+            started = time.perf_counter()
+            await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF)
+            latencies.append(time.perf_counter() - started)
+
+        started_s = time.perf_counter()
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for index in range(int(rate_per_s * seconds)):
+                await trio.sleep_until(start + index / rate_per_s)
+                nursery.start_soon(one_put)
+        return len(latencies) / (time.perf_counter() - started_s), latencies
+
+
+@dataclass
+class Shapes:
+    """One system's figures for the shapes, in the order they run."""
+
+    put_per_s: float
+    put_latencies_s: list[float]
+    through_per_s: float
+    paced_per_s: float
+    paced_latencies_s: list[float]
+
+
+async def all_shapes(
+    address: str | list[str], seconds: float, tasks: int, rate_per_s: float
+) -> Shapes:
     rate, latencies = await put_for(address, seconds, tasks)
-    return rate, latencies, await through_for(address, seconds, tasks)
+    through = await through_for(address, seconds, tasks)
+    paced_rate, paced_latencies = await paced_for(address, seconds, rate_per_s)
+    return Shapes(rate, latencies, through, paced_rate, paced_latencies)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -113,7 +165,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
-def unreplicated(directory: Path, seconds: float, tasks: int) -> tuple[float, list[float], float]:
+def unreplicated(directory: Path, seconds: float, tasks: int, rate_per_s: float) -> Shapes:
     directory.mkdir(parents=True)
     (directory / "bus.toml").write_text(
         '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n' + QUEUES
@@ -121,14 +173,14 @@ def unreplicated(directory: Path, seconds: float, tasks: int) -> tuple[float, li
     server = GroupProcess(directory / "bus.toml", 1)
     address = server.start()
     try:
-        return trio.run(both_shapes, address, seconds, tasks)
+        return trio.run(all_shapes, address, seconds, tasks, rate_per_s)
     finally:
         server.terminate()
 
 
 def replicated(
-    directory: Path, endpoint: str, seconds: float, tasks: int
-) -> tuple[float, list[float], float]:
+    directory: Path, endpoint: str, seconds: float, tasks: int, rate_per_s: float
+) -> Shapes:
     config = write_replicated_config(directory, endpoint, QUEUES)
     config = config.rename(config.with_name(f"bench_{directory.name}.toml"))
     processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
@@ -137,7 +189,7 @@ def replicated(
             process.start()
         active = wait_active(processes, 30)
 
-        async def measured() -> tuple[float, list[float], float]:
+        async def measured() -> Shapes:
             async with connect(processes[active].address, None) as client:
                 with trio.fail_after(30):  # both replicas in sync first
                     while not all(
@@ -145,7 +197,7 @@ def replicated(
                         for r in (await client.status())["replication"]["replicas"].values()
                     ):
                         await trio.sleep(0.1)
-            return await both_shapes(processes[active].address, seconds, tasks)
+            return await all_shapes(processes[active].address, seconds, tasks, rate_per_s)
 
         return trio.run(measured)
     finally:
@@ -153,41 +205,138 @@ def replicated(
             process.terminate()
 
 
+CLUSTER_SCRIPT = Path(__file__).with_name("rabbitmq_cluster.sh")
+RABBITMQ_PORT = 5701  # node 1 of the cluster script
+
+
+def ms(values: list[float], fraction: float) -> float:
+    return 1000 * percentile(values, fraction)
+
+
+def print_mrs(tasks: int, one: Shapes, three: Shapes, rate_per_s: float) -> None:
+    """The MRS figures of one task count, as this benchmark has always printed them."""
+    for label, shapes in (("unreplicated", one), ("replicated x3", three)):
+        print(
+            f"{tasks:3d} tasks  {label:14s} {shapes.put_per_s:8.0f} puts/s  "
+            f"p50 {ms(shapes.put_latencies_s, 0.5):6.2f} ms  "
+            f"p99 {ms(shapes.put_latencies_s, 0.99):6.2f} ms"
+        )
+    print(f"{tasks:3d} tasks  ratio replicated/unreplicated: {three.put_per_s / one.put_per_s:.2f}")
+    print(
+        f"  put->get->confirm (1 putter, 1 consumer): unreplicated {one.through_per_s:.0f}/s, "
+        f"replicated {three.through_per_s:.0f}/s, "
+        f"ratio {three.through_per_s / one.through_per_s:.2f}"
+    )
+    print(
+        f"  paced {rate_per_s:g}/s (1 producer): "
+        + ", ".join(
+            f"{label} p50 {ms(shapes.paced_latencies_s, 0.5):.2f} ms "
+            f"p99 {ms(shapes.paced_latencies_s, 0.99):.2f} ms ({shapes.paced_per_s:.0f}/s reached)"
+            for label, shapes in (("unreplicated", one), ("replicated", three))
+        )
+    )
+
+
+def quorum_shapes(seconds: float, tasks_list: list[int], rate_per_s: float) -> dict[int, Shapes]:
+    """The shapes against a RabbitMQ quorum queue on three local nodes, started here
+    (after the MRS runs, so its idle nodes take no CPU from them) and always stopped."""
+    import rabbitmq_quorum  # benchmarks/ is on the path when this runs as a script
+
+    subprocess.run([str(CLUSTER_SCRIPT), "start"], check=True)
+    try:
+        print(f"RabbitMQ {rabbitmq_quorum.server_version(RABBITMQ_PORT)}, 3 nodes")
+        print(f"a quorum queue's members: {quorum_members(rabbitmq_quorum)}")
+        return {
+            tasks: Shapes(*rabbitmq_quorum.all_shapes(RABBITMQ_PORT, seconds, tasks, rate_per_s))
+            for tasks in tasks_list
+        }
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPT), "stop"], check=False)
+
+
+def quorum_members(rabbitmq_quorum: Any) -> str:
+    """The online members of a quorum queue declared as the shapes declare theirs, as
+    rabbitmqctl lists them; refuses to go on with fewer than three."""
+    rabbitmq_quorum.fresh_quorum_queue(RABBITMQ_PORT, "mrs-bench-members")
+    try:
+        listed = subprocess.run(
+            [str(CLUSTER_SCRIPT), "ctl", "list_queues", "--no-table-headers", "name", "online"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        rabbitmq_quorum.delete_queue(RABBITMQ_PORT, "mrs-bench-members")
+    line = next(line for line in listed.splitlines() if line.startswith("mrs-bench-members"))
+    online = line.split(None, 1)[1].strip()
+    if online.count("@") != 3:
+        sys.exit(f"the quorum queue is not on three nodes: {online}")
+    return online
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    return f"{numerator / denominator:.2f}" if denominator else "-"
+
+
+def print_table(tasks: int, rate_per_s: float, one: Shapes, three: Shapes, quorum: Shapes) -> None:
+    """One table: unreplicated MRS, replicated MRS, the quorum queue, and the ratios
+    (rates: higher is better for MRS replicated; latencies: lower is better)."""
+    rows: list[tuple[str, Callable[[Shapes], float]]] = [
+        (f"WF puts / confirms, {tasks} in flight, per s", lambda shapes: shapes.put_per_s),
+        ("  ack p50 ms", lambda shapes: ms(shapes.put_latencies_s, 0.5)),
+        ("  ack p99 ms", lambda shapes: ms(shapes.put_latencies_s, 0.99)),
+        ("put->get->confirm, per s", lambda shapes: shapes.through_per_s),
+        (f"paced {rate_per_s:g}/s, reached per s", lambda shapes: shapes.paced_per_s),
+        ("  ack p50 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.5)),
+        ("  ack p99 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.99)),
+    ]
+    print(
+        f"{'shape':42s} {'MRS x1':>9s} {'MRS x3':>9s} {'quorum x3':>9s} "
+        f"{'x3 / x1':>8s} {'x3 / quorum':>11s}"
+    )
+    for label, value in rows:
+        mrs_one, mrs_three, rabbit = value(one), value(three), value(quorum)
+        print(
+            f"{label:42s} {mrs_one:9.2f} {mrs_three:9.2f} {rabbit:9.2f} "
+            f"{ratio(mrs_three, mrs_one):>8s} {ratio(mrs_three, rabbit):>11s}"
+        )
+    print("(per s rows: a ratio above 1 is MRS x3 ahead; ms rows: below 1 is MRS x3 ahead)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per shape")
     parser.add_argument("--tasks", type=int, nargs="+", default=[32])
+    parser.add_argument("--rate", type=float, default=1000.0, help="paced puts per second")
+    parser.add_argument(
+        "--rabbitmq", action="store_true", help="also a 3-node RabbitMQ quorum queue"
+    )
     args = parser.parse_args()
+    if args.rabbitmq:
+        try:
+            import pika  # noqa: F401 - checked before minutes of MRS runs, not after
+        except ImportError:
+            sys.exit("--rabbitmq needs pika in this interpreter: .venv/bin/pip install pika")
     scratch = Path(tempfile.mkdtemp(prefix="mrs-repl-bench-", dir=".")).absolute()
     etcd = EtcdServer(scratch)
     etcd.start()
+    mrs: dict[int, tuple[Shapes, Shapes]] = {}
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         for tasks in args.tasks:
-            rate_one, lat_one, through_one = unreplicated(
-                scratch / f"u{tasks}", args.seconds, tasks
-            )
-            rate_three, lat_three, through_three = replicated(
-                scratch / f"r{tasks}", etcd.endpoint, args.seconds, tasks
-            )
-            for label, rate, lat in (
-                ("unreplicated", rate_one, lat_one),
-                ("replicated x3", rate_three, lat_three),
-            ):
-                print(
-                    f"{tasks:3d} tasks  {label:14s} {rate:8.0f} puts/s  "
-                    f"p50 {1000 * percentile(lat, 0.5):6.2f} ms  "
-                    f"p99 {1000 * percentile(lat, 0.99):6.2f} ms"
-                )
-            print(f"{tasks:3d} tasks  ratio replicated/unreplicated: {rate_three / rate_one:.2f}")
-            print(
-                f"  put->get->confirm (1 putter, 1 consumer): unreplicated {through_one:.0f}/s, "
-                f"replicated {through_three:.0f}/s, ratio {through_three / through_one:.2f}"
-            )
-        print(f"load average after: {os.getloadavg()[0]:.2f}")
+            one = unreplicated(scratch / f"u{tasks}", args.seconds, tasks, args.rate)
+            three = replicated(scratch / f"r{tasks}", etcd.endpoint, args.seconds, tasks, args.rate)
+            mrs[tasks] = (one, three)
+            print_mrs(tasks, one, three, args.rate)
     finally:
         etcd.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+    if args.rabbitmq:
+        quorum = quorum_shapes(args.seconds, args.tasks, args.rate)
+        for tasks, (one, three) in mrs.items():
+            print()
+            print_table(tasks, args.rate, one, three, quorum[tasks])
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
