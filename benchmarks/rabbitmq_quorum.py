@@ -25,7 +25,7 @@ client for confirms), one connection per shape:
 - paced: one publisher sending at `rate` messages/s on a schedule (open loop: a late
   confirm does not delay the next publish), confirm latency p50/p99.
 
-pika is a benchmark-only dependency (`.venv/bin/pip install pika`), not MRS's.
+pika comes with the test extra (`pip install -e '.[test]'`), not with MRS itself.
 """
 
 from __future__ import annotations

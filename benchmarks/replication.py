@@ -316,7 +316,7 @@ def main() -> None:
         try:
             import pika  # noqa: F401 - checked before minutes of MRS runs, not after
         except ImportError:
-            sys.exit("--rabbitmq needs pika in this interpreter: .venv/bin/pip install pika")
+            sys.exit("--rabbitmq needs pika in this interpreter: pip install -e '.[test]'")
     scratch = Path(tempfile.mkdtemp(prefix="mrs-repl-bench-", dir=".")).absolute()
     etcd = EtcdServer(scratch)
     etcd.start()

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
+import pika  # the test extra's AMQP client (pyproject.toml)
 
-pika = pytest.importorskip("pika")  # a benchmark-only dependency: `pip install pika`
-
-from benchmarks.rabbitmq_quorum import Publisher  # noqa: E402
+from benchmarks.rabbitmq_quorum import Publisher
 
 
 class Channel:
