@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import MrsError, connect, instance_addresses, put_once
+from clients import MrsError, Psb, PutItem, connect, instance_addresses, put_once
 from mrs.model import DeliveryMode, Status, Uma
 from sim.etcd import wait_active
 from sim.processes import GroupProcess
@@ -173,6 +173,61 @@ def test_the_client_resends_puts_a_kill_of_the_active_left_unanswered(instances)
     for task in range(TASKS):
         mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
         assert mine == list(range(PUTS_PER_TASK))  # in order per task
+
+
+BATCH_TASKS = 4
+BATCHES_PER_TASK = 6
+BATCH_ITEMS = 40
+
+
+def test_put_many_batches_a_kill_of_the_active_left_unanswered_are_resent(instances) -> None:
+    """SIGKILL the active while 4 tasks send WF put_many batches: the client re-sends
+    each batch's unanswered puts to the new active under the keys it gave each one
+    (clients.resend.Resender.resend_lost), so every item's result is a SUCCESS Psb
+    (none PutOutcomeUnknown) and every message is stored exactly once, in order per
+    task."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+
+    async def scenario() -> tuple[list[bytes], int]:
+        answered = trio.Semaphore(0)
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+
+            async def putter(task: int) -> None:
+                for batch in range(BATCHES_PER_TASK):
+                    numbers = range(batch * BATCH_ITEMS, (batch + 1) * BATCH_ITEMS)
+                    items = [PutItem(b"t%d:%d" % (task, i), "ORDERS") for i in numbers]
+                    for result in await client.put_many(items):  # WF_DQF
+                        assert isinstance(result, Psb) and result.status == Status.SUCCESS, result
+                    answered.release()
+
+            async with trio.open_nursery() as nursery:
+                for task in range(BATCH_TASKS):
+                    nursery.start_soon(putter, task)
+                for _ in range(BATCH_TASKS * BATCHES_PER_TASK // 3):
+                    await answered.acquire()
+                instances[first].kill()  # batches of every task are in flight
+            resent = client.resent_puts
+            bodies = []
+            while True:
+                try:
+                    message = await client.get(timeout=2)
+                except MrsError:
+                    break
+                bodies.append(message.body)
+                await client.confirm(message.seq)
+            assert (await client.status())["replication"]["instance"] != first
+        return bodies, resent
+
+    bodies, resent = trio.run(scenario)
+    assert resent >= 1  # the kill did leave batches unanswered
+    total = BATCH_TASKS * BATCHES_PER_TASK * BATCH_ITEMS
+    assert len(bodies) == len(set(bodies)) == total  # each stored once
+    for task in range(BATCH_TASKS):
+        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
+        assert mine == list(range(BATCHES_PER_TASK * BATCH_ITEMS))  # in order per task
+    print(f"{resent} puts of put_many batches re-sent")
 
 
 def test_planned_failover_and_status(instances) -> None:
