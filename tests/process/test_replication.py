@@ -10,6 +10,8 @@ handed out and not confirmed when the next active is killed comes back POSSDUPL.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -433,6 +435,76 @@ def test_metrics_show_each_replica(etcd, tmp_path) -> None:
             assert re.search(
                 rf'^mrs_replication_backlog_records\{{[^}}]*instance="{name}"', text, re.MULTILINE
             )
+    finally:
+        for process in processes.values():
+            process.terminate()
+
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+
+
+def _web_status(url: str) -> dict:
+    with urllib.request.urlopen(url + "api/status", timeout=10) as answer:
+        return json.loads(answer.read())["groups"][0]["status"]["replication"]
+
+
+def test_the_web_view_shows_each_instance(etcd, tmp_path) -> None:
+    """The active's web view (`[group.ops] web_listen`) shows the Replication table of
+    `mrs status`: each instance's role, term, in-sync state, link and backlog. A
+    replica is killed and messages put without it: its JSON and its row show the
+    link down and the records it has not acknowledged; the other is in sync, 0."""
+    port = free_port()
+    ops = f'[group.ops]\nweb_listen = "127.0.0.1:{port}"\n'
+    config = write_replicated_config(tmp_path, etcd.endpoint, ops + STANDARD_QUEUES)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for process in processes.values():
+            process.start()
+        active = wait_active(processes, 30)
+        dead, live = sorted({"a", "b", "c"} - {active})
+
+        async def kill_one_and_put() -> None:
+            async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                processes[dead].kill()
+                for i in range(5):  # answered with the live replica after the lag bound
+                    await put_once(client, b"w%d" % i, "ORDERS", f"w-{i}", within_s=15)
+
+        trio.run(kill_one_and_put)
+        deadline_s = time.monotonic() + 30
+        while True:
+            shown = _web_status(url)
+            replicas = shown["replicas"]
+            if not replicas[dead]["connected"] and not replicas[dead]["in_sync"]:
+                break
+            assert time.monotonic() < deadline_s, shown
+            time.sleep(0.2)
+        assert shown["instance"] == active and shown["term"] >= 1
+        assert replicas[dead]["backlog_records"] >= 5 and replicas[dead]["backlog_bytes"] > 0
+        assert replicas[live]["in_sync"] and replicas[live]["backlog_records"] == 0
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            page = answer.read().decode()
+        assert 'id="replication"' in page
+        if CHROMIUM is None:  # CI installs it (.ci/system-packages --tests)
+            (pytest.fail if os.environ.get("CI") else pytest.skip)("needs chromium")
+        dom = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu"]
+            + ["--virtual-time-budget=5000", "--dump-dom", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        cells = dict(re.findall(r'data-key="1/([^"]+)"[^>]*>([^<]*)<', dom))
+        term = str(shown["term"])
+        assert (cells[f"{active}.role"], cells[f"{active}.term"]) == ("active", term)
+        assert (cells[f"{live}.role"], cells[f"{live}.in_sync"]) == ("replica", "yes")
+        assert (cells[f"{live}.link"], cells[f"{live}.backlog_records"]) == ("up", "0")
+        assert (cells[f"{dead}.in_sync"], cells[f"{dead}.link"]) == ("no", "down")
+        assert int(cells[f"{dead}.backlog_records"]) >= replicas[dead]["backlog_records"]
+        assert cells[f"{dead}.term"] == term and cells[f"{dead}.backlog_bytes"].endswith("B")
     finally:
         for process in processes.values():
             process.terminate()
