@@ -508,3 +508,70 @@ def test_the_web_view_shows_each_instance(etcd, tmp_path) -> None:
     finally:
         for process in processes.values():
             process.terminate()
+
+
+def test_an_instance_refuses_another_groups_data_dir_and_loses_nothing(etcd, tmp_path) -> None:
+    """Each instance's data directory records its group (group.json: id, name, the
+    group's coordinator key); an instance of another group pointed at it -- another
+    group id, or the same id in another bus -- refuses to start with one line, before
+    opening anything; the owner's messages are all still there afterwards."""
+    own = write_replicated_config(tmp_path / "own", etcd.endpoint, STANDARD_QUEUES)
+    processes = {name: InstanceProcess(own, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        wait_active(processes, 30)
+
+        async def put_three() -> None:
+            async with connect(instance_addresses(own, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                for i in range(3):
+                    await put_once(client, b"kept%d" % i, "ORDERS", f"kept-{i}")
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(put_three)
+    finally:
+        for process in processes.values():
+            process.terminate()
+    data_dir = own.parent / "a"
+    recorded = json.loads((data_dir / "group.json").read_text())
+    assert recorded == {"group_id": 1, "group": "NYC", "coordinator": "/mrs/own/1"}
+    journal = data_dir / "journals" / "data.mdb"
+    before = (journal.read_bytes(), (data_dir / "group.json").read_bytes())
+
+    other = write_replicated_config(tmp_path / "other", "http://127.0.0.1:9", STANDARD_QUEUES)
+    text = other.read_text().replace('data_dir = "a"', f'data_dir = "{data_dir}"')
+    for config_text, expected in (
+        (text.replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"'), "group 2 (LDN"),
+        (text, "instance a of group 1 (NYC, coordinator key /mrs/other/1)"),  # another bus
+    ):
+        other.write_text(config_text)
+        group = "2" if "LDN" in config_text else "1"
+        refused = run_mrs("serve", "--config", str(other), "--group", group, "--instance", "a")
+        assert refused.returncode == 1, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert (
+            len(lines) == 1 and "belongs to group 1 (NYC, coordinator key /mrs/own/1)" in lines[0]
+        )
+        assert expected in lines[0] and "nothing was opened" in lines[0]
+    assert (journal.read_bytes(), (data_dir / "group.json").read_bytes()) == before
+
+    processes = {name: InstanceProcess(own, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        wait_active(processes, 30)
+
+        async def all_there() -> list[bytes]:
+            async with connect(instance_addresses(own, "NYC"), "ORDERS") as client:
+                bodies = []
+                for _ in range(3):
+                    message = await client.get(timeout=10)
+                    bodies.append(message.body)
+                    await client.confirm(message.seq)
+                return bodies
+
+        assert trio.run(all_there) == [b"kept0", b"kept1", b"kept2"]
+    finally:
+        for process in processes.values():
+            process.terminate()
