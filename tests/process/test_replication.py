@@ -10,6 +10,7 @@ handed out and not confirmed when the next active is killed comes back POSSDUPL.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -340,6 +341,85 @@ def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instance
             assert log.read_text().count("took a full copy") == copies_before
 
     trio.run(scenario)
+
+
+FILL_MESSAGES = 800
+FILL_BODY_BYTES = 32 << 10
+"""25 MiB of journals: a full copy of 25 slices (REPLICATION_COPY_SLICE_BYTES)."""
+STALL_S_MAX = 1.0
+"""A put is answered within this while a replica takes a full copy (a third of the
+3 s lease: an event loop stalled longer would also miss its renewal)."""
+
+
+def test_the_active_keeps_answering_while_a_wiped_replica_takes_a_full_copy(
+    instances,
+) -> None:
+    """25 MiB of journals; a replica is killed and its data directory deleted, then
+    started again: it takes a full copy, streamed in slices read as they are sent
+    (mrs.replication.active `_full_copy`), while a client goes on putting: every put
+    is answered, none waits a stall, and the replica is in sync again, holding every
+    message (it becomes the active and delivers them all)."""
+    active = wait_active(instances, 30)
+    wiped = next(name for name in ("a", "b", "c") if name != active)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+    log = instances[wiped].config_path.parent / f"{wiped}.log"
+    body = b"f" * FILL_BODY_BYTES
+
+    async def scenario() -> tuple[int, float, float]:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for start in range(0, FILL_MESSAGES, 100):
+                items = [PutItem(body, "ORDERS") for _ in range(start, start + 100)]
+                assert all(isinstance(r, Psb) for r in await client.put_many(items))
+            instances[wiped].kill()
+            shutil.rmtree(instances[wiped].config_path.parent / wiped)
+            await put_once(client, b"dropped", "ORDERS", "dropped", within_s=15)  # lag bound
+            copies_before = log.read_text().count("took a full copy")
+            latencies: list[float] = []
+            rejoined = trio.Event()
+
+            async def putter() -> None:
+                while not rejoined.is_set():
+                    sent_s = trio.current_time()
+                    psb = await client.put(b"during", "ORDERS")
+                    assert psb.status == Status.SUCCESS
+                    latencies.append(trio.current_time() - sent_s)
+
+            started_s = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(putter)
+                instances[wiped].start()
+                await wait_in_sync(client, {"a", "b", "c"}, timeout_s=60)
+                rejoined.set()
+            rejoin_s = trio.current_time() - started_s
+            assert log.read_text().count("took a full copy") == copies_before + 1
+            return len(latencies), max(latencies), rejoin_s
+
+    answered, stall_s, rejoin_s = trio.run(scenario)
+    print(
+        f"rejoin with a full copy: {rejoin_s:.2f} s, {answered} puts answered meanwhile, "
+        f"the longest {stall_s * 1000:.0f} ms"
+    )
+    assert answered >= 10 and stall_s < STALL_S_MAX
+    # the rejoined replica holds everything: made the active, it delivers it all, once
+    config = instances["a"].config_path
+    switched = run_mrs("failover", "--config", str(config), "NYC", "--to", wiped)
+    assert switched.returncode == 0, switched.stderr
+    assert wait_active({wiped: instances[wiped]}, 15) == wiped
+
+    async def drain() -> collections.Counter:
+        bodies: collections.Counter = collections.Counter()
+        async with connect(addresses, "ORDERS") as client:
+            assert (await client.status())["replication"]["instance"] == wiped
+            while True:
+                try:
+                    message = await client.get(timeout=2)
+                except MrsError:
+                    return bodies
+                bodies[message.body[:8]] += 1
+                await client.confirm(message.seq)
+
+    assert trio.run(drain) == {b"f" * 8: FILL_MESSAGES, b"dropped": 1, b"during": answered}
 
 
 def test_serve_names_the_instance_or_refuses_in_one_line(tmp_path) -> None:
