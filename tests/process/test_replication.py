@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -585,6 +586,31 @@ def test_the_web_view_shows_each_instance(etcd, tmp_path) -> None:
         assert (cells[f"{dead}.in_sync"], cells[f"{dead}.link"]) == ("no", "down")
         assert int(cells[f"{dead}.backlog_records"]) >= replicas[dead]["backlog_records"]
         assert cells[f"{dead}.term"] == term and cells[f"{dead}.backlog_bytes"].endswith("B")
+        # the bus-wide view (`mrs web --config`) finds the active and shows the same
+        bus_web = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mrs",
+                "web",
+                "--config",
+                str(config),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert bus_web.stdout is not None
+            assert select.select([bus_web.stdout], [], [], 30)[0], "mrs web did not start"
+            bus_url = bus_web.stdout.readline().split()[1]
+            bus_shown = _web_status(bus_url)
+            assert (bus_shown["instance"], bus_shown["term"]) == (active, shown["term"])
+            assert set(bus_shown["replicas"]) == {dead, live}
+        finally:
+            bus_web.terminate()
+            bus_web.wait(timeout=15)
     finally:
         for process in processes.values():
             process.terminate()
