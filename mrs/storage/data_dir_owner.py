@@ -47,11 +47,14 @@ def claim_data_dir(data_dir: Path, owner: dict[str, object], who: str) -> None:
         owner["group_id"],
         owner["coordinator"],
     ):
+        fix = "point its data_dir at its own directory"
+        if recorded.get("group_id") == owner["group_id"]:  # another bus, or a moved prefix
+            fix += f" (or, if [coordinator] prefix was changed on purpose, remove {path})"
         raise DataDirError(
             f"data_dir {data_dir} belongs to group {recorded.get('group_id')} "
             f"({recorded.get('group')}, coordinator key {recorded.get('coordinator')}), "
             f"not to {who} ({owner['group']}, coordinator key {owner['coordinator']}): "
-            f"point its data_dir at its own directory; nothing was opened"
+            f"{fix}; nothing was opened"
         )
 
 

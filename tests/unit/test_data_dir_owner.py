@@ -46,6 +46,7 @@ def test_another_groups_server_is_refused_in_one_line(tmp_path, owner, named) ->
     line = str(refused.value)
     assert "\n" not in line and named in line
     assert "belongs to group 1 (NYC, coordinator key /mrs/bus/1)" in line
+    assert ("prefix was changed on purpose" in line) == (owner["group_id"] == 1)
     assert (tmp_path / OWNER_FILE_NAME).read_bytes() == before
 
 
