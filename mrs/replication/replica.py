@@ -116,6 +116,7 @@ class Replica:
         with trio.CancelScope() as scope:
             self._link_scope = scope
             self.active = str(hello.get("from"))
+            self._copy = []  # a copy a lost link left half sent is not this link's
             await stream.send_all(frame({"t": "hello", "name": self.name, "pos": self.position}))
             while True:
                 message = await reader.next()
