@@ -10,6 +10,8 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import trio
+import trio.testing
 
 from journals import JournalStore, WriteBatch
 from journals.keys import Journal
@@ -18,6 +20,7 @@ from mrs.config.instance_types import InstanceConfig
 from mrs.replication.active import Active
 from mrs.replication.replica import Replica
 from mrs.replication.stream import CommitStream, RecordingStore
+from mrs.replication.wire import FrameReader, frame
 
 SLICE_BYTES = 16 << 10
 SLICE_ITEMS = 20
@@ -149,3 +152,29 @@ def test_a_copy_without_upto_is_whole_at_once(stores) -> None:
     items = [["dqf", b"k", b"v"]]
     answer = replica.receive({"t": "copy", "term": 3, "n": 5, "items": items, "last": True})
     assert answer == {"t": "ack", "n": 5} and replica.holds_journals
+
+
+def test_a_copy_cut_off_with_its_link_is_not_applied_with_the_next_one(stores) -> None:
+    """The first slices of a copy whose link broke are dropped when the next link
+    starts: applied with the next copy's, a key deleted in between would come back."""
+    _, replica_store = stores
+    replica = Replica(1, "b", replica_store)
+
+    async def link(messages: list[dict]) -> None:
+        ours, theirs = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replica._handle, theirs)
+            for message in messages:
+                await ours.send_all(frame(message))
+            await FrameReader(ours).next()  # the replica's hello
+            await ours.aclose()  # the link breaks
+
+    hello = {"t": "hello", "group": 1, "term": 2, "from": "a"}
+    gone = {"t": "copy", "term": 2, "n": 4, "items": [["dqf", b"gone", b"v"]], "last": False}
+    trio.run(link, [hello, gone])
+    kept = {"t": "copy", "term": 2, "n": 9, "items": [["dqf", b"kept", b"v"]], "last": False}
+    last = {"t": "copy", "term": 2, "n": 9, "items": [], "last": True, "upto": 9}
+    trio.run(link, [hello, kept, last])
+    assert replica.position == (2, 9)
+    assert replica_store.get_raw(Journal.DQF, b"kept") == b"v"
+    assert replica_store.get_raw(Journal.DQF, b"gone") is None
