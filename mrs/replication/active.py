@@ -281,19 +281,29 @@ class Active:
         return self._copy_slices(self.stream.number)
 
     def _copy_slices(self, number: int) -> Iterator[bytes]:
+        """The copy's frames: records of one journal after another, a frame each time
+        a slice is full (small journals travel in the last frame, with `upto`)."""
+        items: list[list[object]] = []
+        size = 0
         for journal in Journal:
             after: bytes | None = None
             while pairs := self.store.items_after(
                 journal,
                 b"",
                 after,
-                REPLICATION_COPY_SLICE_ITEMS_MAX,
-                REPLICATION_COPY_SLICE_BYTES,
+                REPLICATION_COPY_SLICE_ITEMS_MAX - len(items),
+                REPLICATION_COPY_SLICE_BYTES - size,
             ):
-                yield self._copy_frame(number, [[str(journal), k, v] for k, v in pairs])
+                items.extend([str(journal), key, value] for key, value in pairs)
+                size += sum(len(value) for _, value in pairs)
                 after = pairs[-1][0]
+                if len(items) >= REPLICATION_COPY_SLICE_ITEMS_MAX or (
+                    size >= REPLICATION_COPY_SLICE_BYTES
+                ):
+                    yield self._copy_frame(number, items)
+                    items, size = [], 0
         self.stream.seal(self.store.take(), [])
-        yield self._copy_frame(number, [], upto=self.stream.number)
+        yield self._copy_frame(number, items, upto=self.stream.number)
 
     def _copy_frame(self, number: int, items: list[list[object]], upto: int | None = None) -> bytes:
         """A slice of the copy at `number`; the last one (`upto` given) says up to which

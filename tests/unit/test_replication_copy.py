@@ -95,7 +95,7 @@ def test_a_copy_streamed_while_commits_go_on_ends_as_the_active(stores) -> None:
         message = _message(body)
         items = message["items"]
         assert len(items) <= SLICE_ITEMS
-        assert len(items) <= 1 or sum(len(v) for _, _, v in items) <= SLICE_BYTES
+        assert sum(len(v) for _, _, v in items) <= SLICE_BYTES + 2000  # + one record
         copied.update((k, v) for _, k, v in items)
         answer = replica.receive(message)
         # the active commits between two slices (the event loop runs): behind the
@@ -136,10 +136,9 @@ def test_each_slice_is_read_when_the_one_before_is_sent(stores) -> None:
     read_before: list[int] = []
     for _ in frames:
         read_before.append(len(reads))
-    slices = len(read_before) - 1  # the last frame holds no records
-    assert slices >= 350 // SLICE_ITEMS
-    # one read per slice, plus one that finds the end of each journal
-    assert read_before[0] <= len(Journal) and len(reads) == slices + len(Journal)
+    assert len(read_before) >= 350 // SLICE_ITEMS  # 351 records, 20 a slice at most
+    assert read_before[0] <= 2  # not everything read up front
+    # a slice's reads: one, or two across a journal's end (plus empty journals)
     assert all(b - a <= len(Journal) for a, b in zip(read_before, read_before[1:], strict=False))
     assert limits.REPLICATION_COPY_SLICE_BYTES <= limits.REPLICATION_FRAME_BYTES_MAX // 4
 
