@@ -11,7 +11,8 @@ from its own queue, as docs/client-library.md writes an AK producer).
 
 Every round puts `--messages` and takes them all back; it prints the client's CPU
 microseconds per put and per get+confirm (process_time, all threads), and the wall rate.
-Run it with two interpreters (two checkouts) one round after the other to compare:
+`--batch N` puts with `put_many` calls of N items instead (`--window` puts still in
+flight). Run it with two interpreters (two checkouts) one round after the other to compare:
 
     .venv/bin/python benchmarks/client_cpu.py --rounds 3
     ../base/.venv/bin/python benchmarks/client_cpu.py --rounds 3     # the "before"
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import trio
 
-from clients import DeliveryMode, MrsTimeout, NoMoreMessages, Uma, connect
+from clients import DeliveryMode, MrsTimeout, NoMoreMessages, Psb, PutItem, Uma, connect
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS
 from sim.processes import GroupProcess, write_single_group_config
 
@@ -47,8 +48,9 @@ name = "SENDER"
 LIMITS = f"dqf_messages_max = 10000000\njournal_bytes_max = {8 << 30}\n"
 
 
-async def put_phase(address: str, messages: int, window: int) -> tuple[float, float]:
-    """`messages` puts by `window` tasks on one connection: (CPU s, wall s)."""
+async def put_phase(address: str, messages: int, window: int, batch: int) -> tuple[float, float]:
+    """`messages` puts by `window` tasks on one connection: (CPU s, wall s). With
+    `batch`, `window` puts in flight still, as put_many calls of `batch` items."""
     body = b"x" * 1024
     left = [messages]
     async with connect(address, queue=SENDER, program="client_cpu producer") as client:
@@ -58,6 +60,17 @@ async def put_phase(address: str, messages: int, window: int) -> tuple[float, fl
                 left[0] -= 1
                 psb = await client.put(body, TARGET, delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
                 assert psb.seq > 0, psb
+
+        async def batch_lane() -> None:
+            while left[0] > 0:
+                count = min(batch, left[0])
+                left[0] -= count
+                item = PutItem(body, TARGET, delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
+                for psb in await client.put_many([item] * count):
+                    assert isinstance(psb, Psb) and psb.seq > 0, psb
+
+        if batch:
+            lane, window = batch_lane, max(1, window // batch)
 
         cpu0, wall0 = time.process_time(), time.perf_counter()
         async with trio.open_nursery() as nursery:
@@ -116,6 +129,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000, help="put tasks")
     parser.add_argument("--gets", type=int, default=1000, help="get -> confirm tasks")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--batch", type=int, default=0, help="put with put_many calls of this many items"
+    )
     parser.add_argument("--label", default="", help="a name for this run's JSON line")
     parser.add_argument(
         "--gc-tuned", action="store_true", help="opt in: gc_tuning.tune_gc_for_throughput()"
@@ -140,7 +156,7 @@ def main() -> None:
     put_us, get_us, put_rate, get_rate, ak_us, ak_rate = [], [], [], [], [], []
     try:
         for _ in range(args.rounds):
-            cpu_s, wall_s = trio.run(put_phase, address, args.messages, args.window)
+            cpu_s, wall_s = trio.run(put_phase, address, args.messages, args.window, args.batch)
             put_us.append(cpu_s / args.messages * 1e6)
             put_rate.append(args.messages / wall_s)
             cpu_s, wall_s = trio.run(get_phase, address, args.messages, args.gets)

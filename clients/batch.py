@@ -27,6 +27,7 @@ import trio
 
 from clients.pending import resume
 from clients.requests import put_reply_wait_s, put_request, wire_bytes
+from clients.resend import Resender
 from mrs import protocol as wire
 from mrs.errors import (
     ConnectionLost,
@@ -190,12 +191,23 @@ async def send_batches(client: Any, requests: Any, items: Sequence[PutItem]) -> 
     clients.pending.Requests) with at most CLIENT_REQUESTS_IN_FLIGHT_MAX requests in
     flight, and collect every answer."""
     requests.require_link(Status.LINK_DOWN, "put_many")
-    link = requests.link
     results, puts = build_each(items, lambda item: build_put(client, requests.next_id, item))
+    await send_built(requests, results, puts, batch_wait_s(items, puts))
+    return [_result(result) for result in results]
+
+
+def batch_wait_s(items: Sequence[PutItem], puts: list[tuple[int, wire.Put]]) -> float:
+    """How long a put_many waits for its answers: its longest put's wait."""
+    return max((put_reply_wait_s(items[index].timeout) for index, _ in puts), default=REPLY_GRACE_S)
+
+
+async def send_built(
+    requests: Any, results: list[Any], puts: list[tuple[int, wire.Put]], wait_s: float
+) -> None:
+    """Send the built (index, put) pairs over the connection up now, in frames, and
+    set `results[index]` to each put's answer (None: none came within `wait_s`)."""
+    link = requests.link
     answers = Answers(results)
-    wait_s = max(
-        (put_reply_wait_s(items[index].timeout) for index, _ in puts), default=REPLY_GRACE_S
-    )
     pending = requests.pending
     sent: list[int] = []
     unsent = frames(puts)
@@ -216,7 +228,40 @@ async def send_batches(client: Any, requests: Any, items: Sequence[PutItem]) -> 
     for frame in unsent:  # the deadline passed while waiting for room
         for index, _put in frame:
             results[index] = MrsTimeout(Status.TIMEOUT, "not sent in time; it was not sent")
-    return [_result(result) for result in results]
+
+
+async def send_batches_resent(
+    client: Any, requests: Any, resender: Resender, items: Sequence[PutItem]
+) -> list[Result]:
+    """A replicated group's put_many (several addresses): every recoverable item gets
+    an idempotency key, and those a failover left unanswered (or that found no
+    connection) are re-sent, the same built puts in their order, to the new active
+    (clients.resend.Resender.resend_lost): the caller gets their real PSBs."""
+    keyed = [
+        item
+        if item.delivery not in _RECOVERABLE
+        else msgspec.structs.replace(item, headers=resender.keyed(item.headers))
+        for item in items
+    ]
+    results, puts = build_each(keyed, lambda item: build_put(client, requests.next_id, item))
+    wait_s = batch_wait_s(keyed, puts)
+
+    async def send(some: list[tuple[int, wire.Put]]) -> list[Result]:
+        try:
+            requests.require_link(Status.LINK_DOWN, "put_many")
+        except ConnectionLost as lost:
+            if lost.status != Status.LINK_DOWN:
+                raise
+            return [lost] * len(some)
+        answered: list[Any] = [None] * len(keyed)
+        await send_built(requests, answered, some, wait_s)
+        return [_result(answered[index]) for index, _ in some]
+
+    for (index, _put), result in zip(puts, await send(puts), strict=True):
+        results[index] = result
+    recoverable = [(index, put) for index, put in puts if keyed[index].delivery in _RECOVERABLE]
+    await resender.resend_lost(recoverable, results, send)
+    return results  # each a Psb or an MrsError already
 
 
 def _send_frame(link: Any, frame: list, results: list[Any]) -> list[tuple[int, wire.Put]]:

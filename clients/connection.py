@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from clients.batch import PutItem, put_one_by_one, send_batches
+from clients.batch import PutItem, put_one_by_one, send_batches, send_batches_resent
 from clients.confirm_batch import confirm_many
 from clients.dialing import Attachment, Dialer, Dialing
 from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
@@ -293,9 +293,14 @@ class Client:
     async def put_many(self, items: Sequence[PutItem]) -> list[Psb | MrsError]:
         """Send many messages in few frames (clients.batch); one result per item, in
         order: its Psb, or the MrsError that put alone would have raised (returned in
-        its place, not raised: one refused put never fails the others)."""
+        its place, not raised: one refused put never fails the others).
+        With several addresses (a replicated group), recoverable items carry
+        idempotency keys and those a failover left unanswered are re-sent
+        (clients.resend)."""
         if self._journal is not None:
             return await put_one_by_one(self, items)
+        if self._resender is not None:
+            return await send_batches_resent(self, self._requests, self._resender, items)
         return await send_batches(self, self._requests, items)
 
     async def get(self, timeout: float | None = None, select: Selection | None = None) -> Message:

@@ -16,6 +16,14 @@ Bounded: at most CLIENT_RESEND_MESSAGES_MAX puts (CLIENT_RESEND_BYTES_MAX body b
 wait to be re-sent at once, each for CLIENT_RESEND_WAIT_S at most; beyond either, the
 put raises what the lost connection said, as on a single server.
 
+`put_many` does the same for its batches (clients.batch.send_batches_resent): each
+recoverable item gets its own key, and the items a failover left unanswered (or that
+found no connection) are re-sent together, in their order, once the client is
+connected again (`Resender.resend_lost`), within the same bounds: the items beyond
+them keep what the lost connection said, as on a single server. Items answered
+before the failover keep their answers; a later item is never re-sent ahead of an
+earlier one, so the group stores them once each, in order.
+
 `Resender` is the part of `Client` (clients.connection) that does this; it uses only
 the client's `wait_connected` (given as a callable).
 """
@@ -24,17 +32,20 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import trio
 
 from clients.errors import ConnectionLost
 from clients.saf_drain import IDEMPOTENCY_HEADER
+from mrs import protocol as wire
 from mrs.limits import CLIENT_RESEND_BYTES_MAX, CLIENT_RESEND_MESSAGES_MAX, CLIENT_RESEND_WAIT_S
 from mrs.model import Status
 
 T = TypeVar("T")
+SendPuts = Callable[[list[tuple[int, wire.Put]]], Awaitable[list[Any]]]
+"""Sends built (index, put) pairs now; one result per pair (a Psb or an MrsError)."""
 
 
 class Resender:
@@ -77,24 +88,68 @@ class Resender:
             except ConnectionLost as again:
                 lost = again
 
+    async def resend_lost(
+        self, puts: Sequence[tuple[int, wire.Put]], results: list[Any], send: SendPuts
+    ) -> None:
+        """A put_many's keyed puts (index, built put) were sent once and `results`
+        holds their answers: those a lost connection left unanswered or unsent
+        (ConnectionLost, LINK_DOWN) are re-sent by `send`, in their order, once the
+        client is connected again, until answered or past the bounds (module doc);
+        each result is replaced by its re-send's. Those past the bounds at the
+        loss keep theirs, as a single put past them raises."""
+        deadline_s = trio.current_time() + CLIENT_RESEND_WAIT_S
+        kept = self._fitting([pair for pair in puts if _lost(results[pair[0]])])
+        while True:  # those beyond the bounds when the connection was lost are not kept
+            fitting = self._fitting([pair for pair in kept if _lost(results[pair[0]])])
+            if not fitting:
+                return
+            body_bytes = sum(len(put.body) for _, put in fitting)
+            try:
+                await self._reconnected(
+                    results[fitting[0][0]], deadline_s, body_bytes, len(fitting)
+                )
+            except ConnectionLost:
+                return
+            self.resent += len(fitting)
+            for (index, _put), result in zip(fitting, await send(fitting), strict=True):
+                results[index] = result
+
+    def _fitting(self, lost: list[tuple[int, wire.Put]]) -> list[tuple[int, wire.Put]]:
+        """The first of `lost` that fit the bounds beside the puts already waiting."""
+        room_messages = CLIENT_RESEND_MESSAGES_MAX - self.waiting_messages
+        room_bytes = CLIENT_RESEND_BYTES_MAX - self.waiting_bytes
+        for count, (_index, put) in enumerate(lost):
+            room_bytes -= len(put.body)
+            if count >= room_messages or room_bytes < 0:
+                return lost[:count]
+        return lost
+
     def _room(self, body_bytes: int) -> bool:
         return (
             self.waiting_messages < CLIENT_RESEND_MESSAGES_MAX
             and self.waiting_bytes + body_bytes <= CLIENT_RESEND_BYTES_MAX
         )
 
-    async def _reconnected(self, lost: ConnectionLost, deadline_s: float, body_bytes: int) -> None:
+    async def _reconnected(
+        self, lost: ConnectionLost, deadline_s: float, body_bytes: int, messages: int = 1
+    ) -> None:
         """Wait, counted against the bounds, for a connection to re-send on; raise
         `lost` if none came by `deadline_s`."""
         if trio.current_time() >= deadline_s:
             raise lost
-        self.waiting_messages += 1
+        self.waiting_messages += messages
         self.waiting_bytes += body_bytes
         try:
             with trio.move_on_at(deadline_s):
                 await self._wait_connected()
                 return
         finally:
-            self.waiting_messages -= 1
+            self.waiting_messages -= messages
             self.waiting_bytes -= body_bytes
         raise lost
+
+
+def _lost(result: object) -> bool:
+    """A put's result says its connection was lost before its answer (PutOutcomeUnknown)
+    or before it was sent: it may be re-sent under its key."""
+    return isinstance(result, ConnectionLost) and result.status == Status.LINK_DOWN

@@ -416,8 +416,12 @@ REPLICATION_BACKLOG_RECORDS_MAX = 100_000
 """Commits a replica has not acknowledged at most (same rule as the bytes)."""
 REPLICATION_FRAME_BYTES_MAX = 256 << 20
 """One replication frame (a commit, or a slice of a full copy) at most."""
-REPLICATION_COPY_SLICE_BYTES = 4 << 20
-"""A full copy goes to a replica in slices of about this many bytes."""
+REPLICATION_COPY_SLICE_BYTES = 1 << 20
+"""A full copy goes to a replica in slices of about this many bytes, each read from
+the journals when the one before is sent (the event loop runs in between: the active
+keeps answering during a rejoin)..."""
+REPLICATION_COPY_SLICE_ITEMS_MAX = 10_000
+"""...and of at most this many records (many small records cost a slice its time)."""
 REPLICATION_DIAL_S_MIN = 0.05
 """The active redials a replica after this long at first..."""
 REPLICATION_DIAL_S_MAX = 1.0

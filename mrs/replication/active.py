@@ -4,8 +4,9 @@ first), take its acknowledgements, keep the in-sync record in etcd, keep the lea
 Why the active dials: it alone knows the current term, and a replica learns it from
 the hello; a replica that restarted, or an old active that came back, is simply
 dialed again and told where to start. A replica whose position is not in the records
-kept (another term, or too far behind) gets a full copy of the journals, read in one
-pass on the event loop between commits, so it is the state at one record number.
+kept (another term, or too far behind) gets a full copy of the journals, read in
+bounded slices as the link sends them, so the active keeps committing and answering
+meanwhile (`_full_copy`).
 
 Stepping down: the lease is renewed every TTL / REPLICATION_RENEW_FRACTION_DEFAULT;
 once REPLICATION_STEP_DOWN_FRACTION_DEFAULT of the TTL has passed since the last renewal that
@@ -16,7 +17,7 @@ owner to stop serving, well before etcd can let a replica take over.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import trio
 
@@ -24,6 +25,7 @@ from journals.keys import Journal
 from mrs.config.instance_types import InstanceConfig
 from mrs.limits import (
     REPLICATION_COPY_SLICE_BYTES,
+    REPLICATION_COPY_SLICE_ITEMS_MAX,
     REPLICATION_DIAL_S_MAX,
     REPLICATION_DIAL_S_MIN,
     REPLICATION_HANDOVER_WAIT_S,
@@ -221,7 +223,9 @@ class Active:
             self._refused(name, str(answer.get("why")))
             return
         pos_term, pos_number = answer.get("pos", (0, 0))
-        frames = self.stream.records_after(pos_number) if pos_term == self.term else None
+        frames: Iterable[bytes] | None = (
+            self.stream.records_after(pos_number) if pos_term == self.term else None
+        )
         how = f"records {pos_number + 1}..{self.stream.number}"
         if frames is None:
             frames = self._full_copy()
@@ -260,26 +264,54 @@ class Active:
         if "older term" in why:
             self.step_down(f"{name} has seen a newer term")
 
-    def _full_copy(self) -> list[bytes]:
-        """Every journal as it stands at the last record, in slices; read in one pass
-        with no await, so no commit runs in between."""
+    def _full_copy(self) -> Iterator[bytes]:
+        """Every journal, in slices of at most REPLICATION_COPY_SLICE_BYTES (and
+        REPLICATION_COPY_SLICE_ITEMS_MAX records), read as the link sends them: the
+        copy is numbered with the last record now (sealed here, before any await), and
+        each slice is read (one short read transaction) when the one before is sent,
+        so commits go on in between (the writer is inline: not during a read).
+
+        So a slice may already hold some commits after the copy's number; the replica
+        replays every record after that number, and since a record's operations are
+        plain puts and deletes of keys, the copy and those records end as the state at
+        the last one. Until it has replayed the records up to the number sealed when
+        the last slice was read (`upto` in the last frame) its journals are a mix, and
+        it is no candidate (mrs.replication.replica `holds_journals`)."""
         self.stream.seal(self.store.take(), [])
-        frames: list[bytes] = []
+        return self._copy_slices(self.stream.number)
+
+    def _copy_slices(self, number: int) -> Iterator[bytes]:
+        """The copy's frames: records of one journal after another, a frame each time
+        a slice is full (small journals travel in the last frame, with `upto`)."""
         items: list[list[object]] = []
         size = 0
         for journal in Journal:
-            for key, value in self.store.raw_items(journal):
-                items.append([str(journal), key, value])
-                size += len(key) + len(value)
-                if size >= REPLICATION_COPY_SLICE_BYTES:
-                    frames.append(self._copy_frame(items, last=False))
+            after: bytes | None = None
+            while pairs := self.store.items_after(
+                journal,
+                b"",
+                after,
+                REPLICATION_COPY_SLICE_ITEMS_MAX - len(items),
+                REPLICATION_COPY_SLICE_BYTES - size,
+            ):
+                items.extend([str(journal), key, value] for key, value in pairs)
+                size += sum(len(value) for _, value in pairs)
+                after = pairs[-1][0]
+                if len(items) >= REPLICATION_COPY_SLICE_ITEMS_MAX or (
+                    size >= REPLICATION_COPY_SLICE_BYTES
+                ):
+                    yield self._copy_frame(number, items)
                     items, size = [], 0
-        frames.append(self._copy_frame(items, last=True))
-        return frames
+        self.stream.seal(self.store.take(), [])
+        yield self._copy_frame(number, items, upto=self.stream.number)
 
-    def _copy_frame(self, items: list[list[object]], *, last: bool) -> bytes:
-        message = {"t": "copy", "term": self.term, "n": self.stream.number, "items": items}
-        return frame({**message, "last": last})
+    def _copy_frame(self, number: int, items: list[list[object]], upto: int | None = None) -> bytes:
+        """A slice of the copy at `number`; the last one (`upto` given) says up to which
+        record the replica must replay before its journals are whole again."""
+        message = {"t": "copy", "term": self.term, "n": number, "items": items}
+        if upto is None:
+            return frame({**message, "last": False})
+        return frame({**message, "last": True, "upto": upto})
 
     def status_info(self) -> dict:
         replicas = {}

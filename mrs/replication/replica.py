@@ -11,7 +11,9 @@ Its position (term, number of the last record applied) is written in the same
 transaction as the record, so after a crash it says exactly where it stands; a gap
 (a record that does not follow) is refused, and the active sends from the position or
 a full copy. A full copy is applied in one transaction: everything the replica had is
-replaced, so it never holds half of two histories.
+replaced, so it never holds half of two histories. Its slices were read while the
+active went on committing, so the replica is whole again (a candidate) only once it
+has replayed the records up to the one the copy names (`COPY_UPTO_KEY`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ POSITION_KEY = "replication.position"
 """META: the (term, number) of the last record applied."""
 TERM_KEY = "replication.term"
 """META: the highest term seen (a hello of a newer active raises it)."""
+COPY_UPTO_KEY = "replication.copy_upto"
+"""META: the (term, number) the last full copy is whole at: its slices were read while
+the active went on committing, so until the replica has replayed the records up to
+there its journals mix two moments (mrs.replication.active `_full_copy`)."""
 _TWO_U64 = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
 
@@ -63,6 +69,8 @@ class Replica:
         self.name = name
         self.store = store
         self.position, self.term_seen = read_position(store)
+        upto = store.meta_get(COPY_UPTO_KEY)
+        self.copy_upto: tuple[int, int] = _TWO_U64.unpack(upto) if upto else (0, 0)
         self.active: str | None = None
         self._link_scope: trio.CancelScope | None = None
         self._copy: list[list[Any]] = []
@@ -71,7 +79,12 @@ class Replica:
     def holds_journals(self) -> bool:
         """Whether these journals hold the group's data: records applied from an active
         (a position), or boots of their own as the active. An empty data directory has
-        neither (a term seen in a hello is not enough: the copy may not have come)."""
+        neither (a term seen in a hello is not enough: the copy may not have come);
+        nor do journals that took a full copy and have not yet replayed the records up
+        to the one it is whole at (`COPY_UPTO_KEY`)."""
+        term, number = self.copy_upto
+        if self.position[0] == term and self.position[1] < number:
+            return False
         return self.position != (0, 0) or self.store.meta_get(BOOTS_KEY.decode()) is not None
 
     async def serve(
@@ -103,6 +116,7 @@ class Replica:
         with trio.CancelScope() as scope:
             self._link_scope = scope
             self.active = str(hello.get("from"))
+            self._copy = []  # a copy a lost link left half sent is not this link's
             await stream.send_all(frame({"t": "hello", "name": self.name, "pos": self.position}))
             while True:
                 message = await reader.next()
@@ -143,7 +157,12 @@ class Replica:
                 if not message.get("last"):
                     return None
                 items, self._copy = self._copy, []
-                self._apply([self._replace_all(items)], (term, number))
+                upto = (term, max(number, int(message.get("upto", number))))
+                whole_at = WriteBatch.empty().put_raw(
+                    Journal.META, COPY_UPTO_KEY.encode(), _TWO_U64.pack(*upto)
+                )
+                self._apply([self._replace_all(items), whole_at], (term, number))
+                self.copy_upto = upto
                 log.info("replica %s took a full copy at %s", self.name, (term, number))
                 return {"t": "ack", "n": number}
         except (ValueError, KeyError, TypeError) as error:

@@ -42,6 +42,7 @@ from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWrite
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.journal_files import JournalFiles
+from mrs.storage.data_dir_owner import claim_data_dir, owner_of
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.server")
@@ -61,10 +62,13 @@ async def serve_instance(
     group = bus.group(group_id)
     me = group.instance(name)
     assert bus.coordinator is not None  # the config refuses instances without one
-    client = EtcdClient(bus.coordinator.etcd)
-    coordinator = EtcdCoordinator(
-        client, etcd_prefix(bus.coordinator.prefix, group_id), name, bus.coordinator.lease_ttl_s
+    key = etcd_prefix(bus.coordinator.prefix, group_id)
+    # another group's journals are refused before anything is opened (one line)
+    claim_data_dir(
+        me.data_dir, owner_of(group_id, group.name, key), f"instance {name} of group {group_id}"
     )
+    client = EtcdClient(bus.coordinator.etcd)
+    coordinator = EtcdCoordinator(client, key, name, bus.coordinator.lease_ttl_s)
     runner = InstanceRunner(bus, group, me, coordinator, options or ServeOptions())
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:

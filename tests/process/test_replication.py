@@ -10,7 +10,11 @@ handed out and not confirmed when the next active is killed comes back POSSDUPL.
 
 from __future__ import annotations
 
+import collections
+import json
+import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -21,7 +25,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import MrsError, connect, instance_addresses, put_once
+from clients import MrsError, Psb, PutItem, connect, instance_addresses, put_once
 from mrs.model import DeliveryMode, Status, Uma
 from sim.etcd import wait_active
 from sim.processes import GroupProcess
@@ -175,6 +179,61 @@ def test_the_client_resends_puts_a_kill_of_the_active_left_unanswered(instances)
         assert mine == list(range(PUTS_PER_TASK))  # in order per task
 
 
+BATCH_TASKS = 4
+BATCHES_PER_TASK = 6
+BATCH_ITEMS = 40
+
+
+def test_put_many_batches_a_kill_of_the_active_left_unanswered_are_resent(instances) -> None:
+    """SIGKILL the active while 4 tasks send WF put_many batches: the client re-sends
+    each batch's unanswered puts to the new active under the keys it gave each one
+    (clients.resend.Resender.resend_lost), so every item's result is a SUCCESS Psb
+    (none PutOutcomeUnknown) and every message is stored exactly once, in order per
+    task."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+
+    async def scenario() -> tuple[list[bytes], int]:
+        answered = trio.Semaphore(0)
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+
+            async def putter(task: int) -> None:
+                for batch in range(BATCHES_PER_TASK):
+                    numbers = range(batch * BATCH_ITEMS, (batch + 1) * BATCH_ITEMS)
+                    items = [PutItem(b"t%d:%d" % (task, i), "ORDERS") for i in numbers]
+                    for result in await client.put_many(items):  # WF_DQF
+                        assert isinstance(result, Psb) and result.status == Status.SUCCESS, result
+                    answered.release()
+
+            async with trio.open_nursery() as nursery:
+                for task in range(BATCH_TASKS):
+                    nursery.start_soon(putter, task)
+                for _ in range(BATCH_TASKS * BATCHES_PER_TASK // 3):
+                    await answered.acquire()
+                instances[first].kill()  # batches of every task are in flight
+            resent = client.resent_puts
+            bodies = []
+            while True:
+                try:
+                    message = await client.get(timeout=2)
+                except MrsError:
+                    break
+                bodies.append(message.body)
+                await client.confirm(message.seq)
+            assert (await client.status())["replication"]["instance"] != first
+        return bodies, resent
+
+    bodies, resent = trio.run(scenario)
+    assert resent >= 1  # the kill did leave batches unanswered
+    total = BATCH_TASKS * BATCHES_PER_TASK * BATCH_ITEMS
+    assert len(bodies) == len(set(bodies)) == total  # each stored once
+    for task in range(BATCH_TASKS):
+        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
+        assert mine == list(range(BATCHES_PER_TASK * BATCH_ITEMS))  # in order per task
+    print(f"{resent} puts of put_many batches re-sent")
+
+
 def test_planned_failover_and_status(instances) -> None:
     """`mrs failover --to` hands the active role to a chosen in-sync replica: nothing
     lost, POSSDUPL only on the message that was handed out; `mrs status` shows every
@@ -285,6 +344,85 @@ def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instance
     trio.run(scenario)
 
 
+FILL_MESSAGES = 800
+FILL_BODY_BYTES = 32 << 10
+"""25 MiB of journals: a full copy of 25 slices (REPLICATION_COPY_SLICE_BYTES)."""
+STALL_S_MAX = 1.0
+"""A put is answered within this while a replica takes a full copy (a third of the
+3 s lease: an event loop stalled longer would also miss its renewal)."""
+
+
+def test_the_active_keeps_answering_while_a_wiped_replica_takes_a_full_copy(
+    instances,
+) -> None:
+    """25 MiB of journals; a replica is killed and its data directory deleted, then
+    started again: it takes a full copy, streamed in slices read as they are sent
+    (mrs.replication.active `_full_copy`), while a client goes on putting: every put
+    is answered, none waits a stall, and the replica is in sync again, holding every
+    message (it becomes the active and delivers them all)."""
+    active = wait_active(instances, 30)
+    wiped = next(name for name in ("a", "b", "c") if name != active)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+    log = instances[wiped].config_path.parent / f"{wiped}.log"
+    body = b"f" * FILL_BODY_BYTES
+
+    async def scenario() -> tuple[int, float, float]:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for start in range(0, FILL_MESSAGES, 100):
+                items = [PutItem(body, "ORDERS") for _ in range(start, start + 100)]
+                assert all(isinstance(r, Psb) for r in await client.put_many(items))
+            instances[wiped].kill()
+            shutil.rmtree(instances[wiped].config_path.parent / wiped)
+            await put_once(client, b"dropped", "ORDERS", "dropped", within_s=15)  # lag bound
+            copies_before = log.read_text().count("took a full copy")
+            latencies: list[float] = []
+            rejoined = trio.Event()
+
+            async def putter() -> None:
+                while not rejoined.is_set():
+                    sent_s = trio.current_time()
+                    psb = await client.put(b"during", "ORDERS")
+                    assert psb.status == Status.SUCCESS
+                    latencies.append(trio.current_time() - sent_s)
+
+            started_s = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(putter)
+                instances[wiped].start()
+                await wait_in_sync(client, {"a", "b", "c"}, timeout_s=60)
+                rejoined.set()
+            rejoin_s = trio.current_time() - started_s
+            assert log.read_text().count("took a full copy") == copies_before + 1
+            return len(latencies), max(latencies), rejoin_s
+
+    answered, stall_s, rejoin_s = trio.run(scenario)
+    print(
+        f"rejoin with a full copy: {rejoin_s:.2f} s, {answered} puts answered meanwhile, "
+        f"the longest {stall_s * 1000:.0f} ms"
+    )
+    assert answered >= 10 and stall_s < STALL_S_MAX
+    # the rejoined replica holds everything: made the active, it delivers it all, once
+    config = instances["a"].config_path
+    switched = run_mrs("failover", "--config", str(config), "NYC", "--to", wiped)
+    assert switched.returncode == 0, switched.stderr
+    assert wait_active({wiped: instances[wiped]}, 15) == wiped
+
+    async def drain() -> collections.Counter:
+        bodies: collections.Counter = collections.Counter()
+        async with connect(addresses, "ORDERS") as client:
+            assert (await client.status())["replication"]["instance"] == wiped
+            while True:
+                try:
+                    message = await client.get(timeout=2)
+                except MrsError:
+                    return bodies
+                bodies[message.body[:8]] += 1
+                await client.confirm(message.seq)
+
+    assert trio.run(drain) == {b"f" * 8: FILL_MESSAGES, b"dropped": 1, b"during": answered}
+
+
 def test_serve_names_the_instance_or_refuses_in_one_line(tmp_path) -> None:
     """A replicated group is served one instance at a time, by name; an unreplicated
     one has no instances to name. Refused before etcd is asked (none runs here)."""
@@ -378,6 +516,168 @@ def test_metrics_show_each_replica(etcd, tmp_path) -> None:
             assert re.search(
                 rf'^mrs_replication_backlog_records\{{[^}}]*instance="{name}"', text, re.MULTILINE
             )
+    finally:
+        for process in processes.values():
+            process.terminate()
+
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+
+
+def _web_status(url: str) -> dict:
+    with urllib.request.urlopen(url + "api/status", timeout=10) as answer:
+        return json.loads(answer.read())["groups"][0]["status"]["replication"]
+
+
+def test_the_web_view_shows_each_instance(etcd, tmp_path) -> None:
+    """The active's web view (`[group.ops] web_listen`) shows the Replication table of
+    `mrs status`: each instance's role, term, in-sync state, link and backlog. A
+    replica is killed and messages put without it: its JSON and its row show the
+    link down and the records it has not acknowledged; the other is in sync, 0."""
+    port = free_port()
+    ops = f'[group.ops]\nweb_listen = "127.0.0.1:{port}"\n'
+    config = write_replicated_config(tmp_path, etcd.endpoint, ops + STANDARD_QUEUES)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for process in processes.values():
+            process.start()
+        active = wait_active(processes, 30)
+        dead, live = sorted({"a", "b", "c"} - {active})
+
+        async def kill_one_and_put() -> None:
+            async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                processes[dead].kill()
+                for i in range(5):  # answered with the live replica after the lag bound
+                    await put_once(client, b"w%d" % i, "ORDERS", f"w-{i}", within_s=15)
+
+        trio.run(kill_one_and_put)
+        deadline_s = time.monotonic() + 30
+        while True:
+            shown = _web_status(url)
+            replicas = shown["replicas"]
+            if not replicas[dead]["connected"] and not replicas[dead]["in_sync"]:
+                break
+            assert time.monotonic() < deadline_s, shown
+            time.sleep(0.2)
+        assert shown["instance"] == active and shown["term"] >= 1
+        assert replicas[dead]["backlog_records"] >= 5 and replicas[dead]["backlog_bytes"] > 0
+        assert replicas[live]["in_sync"] and replicas[live]["backlog_records"] == 0
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            page = answer.read().decode()
+        assert 'id="replication"' in page
+        if CHROMIUM is None:  # CI installs it (.ci/system-packages --tests)
+            (pytest.fail if os.environ.get("CI") else pytest.skip)("needs chromium")
+        dom = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu"]
+            + ["--virtual-time-budget=5000", "--dump-dom", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        cells = dict(re.findall(r'data-key="1/([^"]+)"[^>]*>([^<]*)<', dom))
+        term = str(shown["term"])
+        assert (cells[f"{active}.role"], cells[f"{active}.term"]) == ("active", term)
+        assert (cells[f"{live}.role"], cells[f"{live}.in_sync"]) == ("replica", "yes")
+        assert (cells[f"{live}.link"], cells[f"{live}.backlog_records"]) == ("up", "0")
+        assert (cells[f"{dead}.in_sync"], cells[f"{dead}.link"]) == ("no", "down")
+        assert int(cells[f"{dead}.backlog_records"]) >= replicas[dead]["backlog_records"]
+        assert cells[f"{dead}.term"] == term and cells[f"{dead}.backlog_bytes"].endswith("B")
+        # the bus-wide view (`mrs web --config`) finds the active and shows the same
+        bus_web = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mrs",
+                "web",
+                "--config",
+                str(config),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert bus_web.stdout is not None
+            assert select.select([bus_web.stdout], [], [], 30)[0], "mrs web did not start"
+            bus_url = bus_web.stdout.readline().split()[1]
+            bus_shown = _web_status(bus_url)
+            assert (bus_shown["instance"], bus_shown["term"]) == (active, shown["term"])
+            assert set(bus_shown["replicas"]) == {dead, live}
+        finally:
+            bus_web.terminate()
+            bus_web.wait(timeout=15)
+    finally:
+        for process in processes.values():
+            process.terminate()
+
+
+def test_an_instance_refuses_another_groups_data_dir_and_loses_nothing(etcd, tmp_path) -> None:
+    """Each instance's data directory records its group (group.json: id, name, the
+    group's coordinator key); an instance of another group pointed at it -- another
+    group id, or the same id in another bus -- refuses to start with one line, before
+    opening anything; the owner's messages are all still there afterwards."""
+    own = write_replicated_config(tmp_path / "own", etcd.endpoint, STANDARD_QUEUES)
+    processes = {name: InstanceProcess(own, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        wait_active(processes, 30)
+
+        async def put_three() -> None:
+            async with connect(instance_addresses(own, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                for i in range(3):
+                    await put_once(client, b"kept%d" % i, "ORDERS", f"kept-{i}")
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(put_three)
+    finally:
+        for process in processes.values():
+            process.terminate()
+    data_dir = own.parent / "a"
+    recorded = json.loads((data_dir / "group.json").read_text())
+    assert recorded == {"group_id": 1, "group": "NYC", "coordinator": "/mrs/own/1"}
+    journal = data_dir / "journals" / "data.mdb"
+    before = (journal.read_bytes(), (data_dir / "group.json").read_bytes())
+
+    other = write_replicated_config(tmp_path / "other", "http://127.0.0.1:9", STANDARD_QUEUES)
+    text = other.read_text().replace('data_dir = "a"', f'data_dir = "{data_dir}"')
+    for config_text, expected in (
+        (text.replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"'), "group 2 (LDN"),
+        (text, "instance a of group 1 (NYC, coordinator key /mrs/other/1)"),  # another bus
+    ):
+        other.write_text(config_text)
+        group = "2" if "LDN" in config_text else "1"
+        refused = run_mrs("serve", "--config", str(other), "--group", group, "--instance", "a")
+        assert refused.returncode == 1, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert (
+            len(lines) == 1 and "belongs to group 1 (NYC, coordinator key /mrs/own/1)" in lines[0]
+        )
+        assert expected in lines[0] and "nothing was opened" in lines[0]
+    assert (journal.read_bytes(), (data_dir / "group.json").read_bytes()) == before
+
+    processes = {name: InstanceProcess(own, name) for name in ("a", "b", "c")}
+    try:
+        for process in processes.values():
+            process.start()
+        wait_active(processes, 30)
+
+        async def all_there() -> list[bytes]:
+            async with connect(instance_addresses(own, "NYC"), "ORDERS") as client:
+                bodies = []
+                for _ in range(3):
+                    message = await client.get(timeout=10)
+                    bodies.append(message.body)
+                    await client.confirm(message.seq)
+                return bodies
+
+        assert trio.run(all_there) == [b"kept0", b"kept1", b"kept2"]
     finally:
         for process in processes.values():
             process.terminate()

@@ -184,6 +184,7 @@ def test_group_page_served_by_the_group_itself(bus: Path) -> None:
     dom = _browser(url, "--dump-dom").stdout
     shown = _shown(dom)
     assert shown["1.state"] == "UP" and "2.state" not in shown
+    assert '<section id="replication-section" hidden="">' in dom  # not replicated
     assert shown["1.10.pending"] == str(status["queues"]["1.10"]["pending"])
     assert shown["1.saf"] == "4"
 

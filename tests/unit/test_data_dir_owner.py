@@ -1,0 +1,57 @@
+"""mrs.storage.data_dir_owner: a data directory records its group at the first start
+and refuses another group's server at every later one. (The real `mrs serve
+--instance` refusal is tests/process/test_replication.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrs.storage.data_dir_owner import OWNER_FILE_NAME, claim_data_dir, owner_of
+from mrs.storage.datadir import DataDirError
+
+NYC = owner_of(1, "NYC", "/mrs/bus/1")
+
+
+def test_the_first_start_records_the_group_and_the_same_group_starts_again(tmp_path) -> None:
+    data_dir = tmp_path / "new" / "a"  # not there yet
+    claim_data_dir(data_dir, NYC, "instance a of group 1")
+    assert json.loads((data_dir / OWNER_FILE_NAME).read_text()) == NYC
+    renamed = owner_of(1, "NEWYORK", "/mrs/bus/1")  # a rename keeps the journals
+    claim_data_dir(data_dir, renamed, "instance b of group 1")
+    assert json.loads((data_dir / OWNER_FILE_NAME).read_text()) == NYC
+    assert sorted(p.name for p in data_dir.iterdir()) == [OWNER_FILE_NAME]
+
+
+def test_a_directory_from_before_the_owner_file_is_adopted(tmp_path) -> None:
+    (tmp_path / "journals").mkdir()
+    (tmp_path / "journals" / "data.mdb").write_bytes(b"old journals")
+    claim_data_dir(tmp_path, NYC, "instance a of group 1")
+    assert json.loads((tmp_path / OWNER_FILE_NAME).read_text()) == NYC
+
+
+@pytest.mark.parametrize(
+    ("owner", "named"),
+    [
+        (owner_of(2, "LDN", "/mrs/bus/2"), "not to instance a of group 2 (LDN"),
+        (owner_of(1, "NYC", "/mrs/other/1"), "coordinator key /mrs/other/1"),  # another bus
+    ],
+)
+def test_another_groups_server_is_refused_in_one_line(tmp_path, owner, named) -> None:
+    claim_data_dir(tmp_path, NYC, "instance a of group 1")
+    before = (tmp_path / OWNER_FILE_NAME).read_bytes()
+    with pytest.raises(DataDirError) as refused:
+        claim_data_dir(tmp_path, owner, f"instance a of group {owner['group_id']}")
+    line = str(refused.value)
+    assert "\n" not in line and named in line
+    assert "belongs to group 1 (NYC, coordinator key /mrs/bus/1)" in line
+    assert ("prefix was changed on purpose" in line) == (owner["group_id"] == 1)
+    assert (tmp_path / OWNER_FILE_NAME).read_bytes() == before
+
+
+def test_a_damaged_owner_file_is_refused_not_overwritten(tmp_path) -> None:
+    (tmp_path / OWNER_FILE_NAME).write_text("[1, 2")
+    with pytest.raises(DataDirError, match="not the JSON object mrs writes"):
+        claim_data_dir(tmp_path, NYC, "instance a of group 1")
+    assert (tmp_path / OWNER_FILE_NAME).read_text() == "[1, 2"
