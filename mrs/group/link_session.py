@@ -49,7 +49,6 @@ _NOT_REFUSED_HERE = frozenset({Status.STORED, Status.DLQ_SUCCESS, Status.LINK_DO
 """Answers that name no refusal in their own transfer."""
 
 
-
 def _no_clock() -> float:
     raise RuntimeError("PeerLink.now_s not set: run it under mrs.group.link_driver")
 
