@@ -95,6 +95,16 @@ class MemoryNetwork:
                     await self._reset(ends)
             self.blackholes.clear()
 
+    async def heal_pair(self, node_a: str, node_b: str) -> None:
+        """End a blackhole between two nodes only: their connections are reset (bytes
+        went missing), new ones work."""
+        pair = frozenset((node_a, node_b))
+        if pair in self.blackholes:
+            self.blackholes.discard(pair)
+            for ends in list(self.connections):
+                if ends[0].nodes == pair:
+                    await self._reset(ends)
+
     async def reset_one(self) -> bool:
         """Reset one open connection chosen by the seed (False if none is open)."""
         open_ends = [ends for ends in self.connections if not ends[0].closed]

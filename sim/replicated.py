@@ -38,12 +38,14 @@ from journals import Journal, WriteBatch
 from mrs.config.bus import BusConfig
 from mrs.config.instance_types import InstanceConfig
 from mrs.group import KEPT, Guarantees
+from mrs.limits import REPLICATION_RENEW_FRACTION_DEFAULT, REPLICATION_STEP_DOWN_FRACTION_DEFAULT
 from mrs.replication.coordinator import MemoryCoordinator, MemoryElection
 from mrs.replication.replica import POSITION_KEY
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.instance import InstanceRunner
+from sim.history import STORED_STATUSES
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
 
@@ -172,10 +174,7 @@ class ReplicatedSimGroup:
 
     def _leader_answered(self) -> bool:
         """Whether the leader has answered a commit of its own (beyond its first)."""
-        leader = self.instances.get(self.election.leader or "")
-        runner = leader.runner if leader is not None else None
-        active = runner.active if runner is not None else None
-        return active is not None and active.stream.durable_everywhere() >= 2
+        return _answered(self, 2)
 
     def node(self, name: str) -> str:
         return f"g{self.group_id}{name}"
@@ -320,6 +319,16 @@ def replicated_toml(group_id: int) -> str:
 COORDINATOR_TOML = f'[coordinator]\netcd = ["http://sim"]\nlease_ttl_s = {LEASE_TTL_S}\n'
 
 
+async def wait_ready(sim: Simulation) -> None:
+    """Until every replicated group has an active and all its instances up (at most
+    FAILOVER_WAIT_S_MAX): a replication fault drawn meanwhile would be skipped."""
+    with trio.move_on_after(FAILOVER_WAIT_S_MAX):
+        for group_id in sim.shape.replicated:
+            group = sim.groups[group_id]
+            while group.active is None or not group.up:
+                await trio.sleep(_WATCHDOG_S)
+
+
 async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action: str) -> None:
     """Act out one of REPLICATION_ACTIONS on a replicated group chosen by the seed."""
     group = sim.groups[rng.choice(sim.shape.replicated)]
@@ -394,14 +403,29 @@ async def _zombie_active(
 ) -> None:
     """The active outlives its lease (a process paused past it, cut off from the
     coordinator so it learns late, and from clients and links, which go to the new
-    one): a replica takes over while the old one still streams its commits. Then the
-    new active is lost, at the worst moment if there is one (`stale_trap`): a replica
-    that took the old active's records instead of the new one's would be promoted."""
+    one): a replica takes over while the old one is paused. It resumes while the new
+    active answers, before its own step-down: its link to the replicas breaks, it
+    dials again and sends its hello and a full copy of its older term. Then the new
+    active is lost, at the worst moment if there is one (`stale_trap`): a replica that
+    took the old active's records instead of the new one's would be promoted and
+    lose what the new one answered. (Without the pause, the old active redialled
+    within 0.05 s of the new one's hello, before it had answered anything, and the
+    `accept-older-term` build slipped through most of these faults.)"""
     term = group.election.term
+    name = active.config.name
+    renewed_s = group.renewed_s.get(name, trio.current_time())
+    with trio.move_on_after(LEASE_TTL_S / REPLICATION_RENEW_FRACTION_DEFAULT):
+        while group.renewed_s.get(name) == renewed_s:  # paused just after a renewal:
+            await trio.sleep(0.01)  # the longest window before it steps down
+    step_down_s = group.renewed_s.get(name, renewed_s) + (
+        LEASE_TTL_S * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
+    )
     sim.paused_consumers.add(group.group_id)  # what the new active answers stays queued
     group.election.reachable = {i.config.name for i in replicas}
-    group.election.expire(active.config.name)
-    zombie = group.node(active.config.name)
+    group.election.expire(name)
+    zombie = group.node(name)
+    for replica in replicas:  # paused: what it sends the replicas goes nowhere
+        sim.network.blackhole(zombie, group.node(replica.config.name))
     for other in ("clients", *(f"g{g}" for g in sim.group_ids if g != group.group_id)):
         await sim.network.partition(zombie, other)  # it still reaches the replicas
     with trio.move_on_after(FAILOVER_WAIT_S_MAX):
@@ -409,18 +433,63 @@ async def _zombie_active(
             await trio.sleep(_WATCHDOG_S)
     group.stale_trap = True
     leader = group.election.leader
+    await _resume_zombie(sim, group, zombie, replicas, step_down_s - _RESUME_BEFORE_S)
     with trio.move_on_after(rng.uniform(0.5, 1.5)):  # while the old one may still stream
         while group.stale_trap:
             await trio.sleep(0.01)
     if not group.stale_trap:  # sprung: the new active is dead; bring it back later
         sim.history.record_crash(group.group_id)
         await _failover(sim, group, nursery, rng, victim=None, killed=True)
-    elif leader is not None and leader != active.config.name and rng.random() < 0.8:
+    elif leader is not None and leader != name and rng.random() < 0.8:
         await _failover(sim, group, nursery, rng, victim=group.instances[leader])
     group.stale_trap = False
     await sim.network.heal()
     sim.paused_consumers.discard(group.group_id)
     group.heal()
+
+
+_RESUME_BEFORE_S = 0.25
+"""The paused active resumes this long before it would step down: time to dial a
+replica again and send its hello and copy."""
+_STORED_MIN = 2
+"""Messages of its producers the new active has acknowledged as stored when the
+paused one may resume."""
+
+
+async def _resume_zombie(
+    sim: Simulation,
+    group: ReplicatedSimGroup,
+    zombie: str,
+    replicas: list[SimInstance],
+    latest_s: float,
+) -> None:
+    """Once the new active has acknowledged a few of its producers' messages (or at
+    `latest_s`), the paused active's links to the replicas work again: the
+    connections it had are reset. (What the new active answered first is its own
+    start: commits no client sees, so a replica rolled back past them loses nothing.)"""
+    stored = _stored_from(sim, group.group_id) + _STORED_MIN
+    while trio.current_time() < latest_s and _stored_from(sim, group.group_id) < stored:
+        await trio.sleep(0.01)
+    for replica in replicas:
+        await sim.network.heal_pair(zombie, group.node(replica.config.name))
+
+
+def _stored_from(sim: Simulation, group_id: int) -> int:
+    """How many messages the group's producers were answered as stored (so far)."""
+    prefix = f"{group_id}."
+    return sum(
+        1
+        for sent in sim.history.sent.values()
+        if sent.producer.startswith(prefix) and sent.delivery_status in STORED_STATUSES
+    )
+
+
+def _answered(group: ReplicatedSimGroup, commits: int) -> bool:
+    """Whether the leader has answered `commits` commits of its own."""
+    leader = group.instances.get(group.election.leader or "")
+    runner = leader.runner if leader is not None else None
+    active = runner.active if runner is not None else None
+    return active is not None and active.stream.durable_everywhere() >= commits
 
 
 async def _failover(
