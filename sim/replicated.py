@@ -38,7 +38,6 @@ from journals import Journal, WriteBatch
 from mrs.config.bus import BusConfig
 from mrs.config.instance_types import InstanceConfig
 from mrs.group import KEPT, Guarantees
-from mrs.limits import REPLICATION_RENEW_FRACTION_DEFAULT, REPLICATION_STEP_DOWN_FRACTION_DEFAULT
 from mrs.replication.coordinator import MemoryCoordinator, MemoryElection
 from mrs.replication.replica import POSITION_KEY
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
@@ -101,6 +100,8 @@ class SimCoordinator(MemoryCoordinator):
         return term
 
     async def renew(self) -> bool:
+        if self.group.slow_clock == self.name:
+            return True  # its clock runs slow: its lease still holds, it believes
         renewed = await super().renew()
         if renewed:
             self.group.renewed_s[self.name] = trio.current_time()
@@ -144,6 +145,9 @@ class ReplicatedSimGroup:
     terms: list[tuple[int, str]] = field(default_factory=list)
     """Every term won, and by whom."""
     watchdog: bool = False
+    slow_clock: str | None = None
+    """An instance whose clock runs slow ("lease-expire"): it believes its renewals
+    work while the coordinator has expired its lease."""
     stale_trap: bool = False
     """Armed by "lease-expire": kill the active the moment a replica applies a record
     of an older term than the last granted (a correct replica never does)."""
@@ -401,31 +405,26 @@ async def _zombie_active(
     active: SimInstance,
     replicas: list[SimInstance],
 ) -> None:
-    """The active outlives its lease (a process paused past it, cut off from the
-    coordinator so it learns late, and from clients and links, which go to the new
-    one): a replica takes over while the old one is paused. It resumes while the new
-    active answers, before its own step-down: its link to the replicas breaks, it
-    dials again and sends its hello and a full copy of its older term. Then the new
-    active is lost, at the worst moment if there is one (`stale_trap`): a replica that
-    took the old active's records instead of the new one's would be promoted and
-    lose what the new one answered. (Without the pause, the old active redialled
-    within 0.05 s of the new one's hello, before it had answered anything, and the
-    `accept-older-term` build slipped through most of these faults.)"""
+    """The active outlives its lease: paused, with a clock that runs slow so that it
+    still believes in its lease when it resumes (what fencing tokens are for), cut
+    off from the coordinator, clients and links, which go to the new active. A
+    replica takes over; once it has acknowledged messages of its own producers, the
+    old one resumes and sends the replicas its hello and a full copy of its older
+    term. Then the new active is lost, at the worst moment if there is one
+    (`stale_trap`): a replica that took the old term's copy would be promoted and lose
+    what the new one acknowledged. (With no pause, the old active redialled within
+    0.05 s of the new one's hello, before it had acknowledged anything, and stepped
+    down within a second; the `accept-older-term` build slipped through half the
+    seeds.)"""
     term = group.election.term
     name = active.config.name
-    renewed_s = group.renewed_s.get(name, trio.current_time())
-    with trio.move_on_after(LEASE_TTL_S / REPLICATION_RENEW_FRACTION_DEFAULT):
-        while group.renewed_s.get(name) == renewed_s:  # paused just after a renewal:
-            await trio.sleep(0.01)  # the longest window before it steps down
-    step_down_s = group.renewed_s.get(name, renewed_s) + (
-        LEASE_TTL_S * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
-    )
     sim.paused_consumers.add(group.group_id)  # what the new active answers stays queued
+    group.slow_clock = name
     group.election.reachable = {i.config.name for i in replicas}
     group.election.expire(name)
     zombie = group.node(name)
-    for replica in replicas:  # paused: what it sends the replicas goes nowhere
-        sim.network.blackhole(zombie, group.node(replica.config.name))
+    for replica in replicas:  # paused: what it sends the replicas waits
+        sim.network.freeze(zombie, group.node(replica.config.name))
     for other in ("clients", *(f"g{g}" for g in sim.group_ids if g != group.group_id)):
         await sim.network.partition(zombie, other)  # it still reaches the replicas
     with trio.move_on_after(FAILOVER_WAIT_S_MAX):
@@ -433,10 +432,11 @@ async def _zombie_active(
             await trio.sleep(_WATCHDOG_S)
     group.stale_trap = True
     leader = group.election.leader
-    await _resume_zombie(sim, group, zombie, replicas, step_down_s - _RESUME_BEFORE_S)
+    await _resume_zombie(sim, group, zombie, replicas, trio.current_time() + _PAUSE_S_MAX)
     with trio.move_on_after(rng.uniform(0.5, 1.5)):  # while the old one may still stream
         while group.stale_trap:
             await trio.sleep(0.01)
+    group.slow_clock = None  # its clock catches up: it steps down if nothing made it
     if not group.stale_trap:  # sprung: the new active is dead; bring it back later
         sim.history.record_crash(group.group_id)
         await _failover(sim, group, nursery, rng, victim=None, killed=True)
@@ -448,12 +448,11 @@ async def _zombie_active(
     group.heal()
 
 
-_RESUME_BEFORE_S = 0.25
-"""The paused active resumes this long before it would step down: time to dial a
-replica again and send its hello and copy."""
+_PAUSE_S_MAX = 3.0
+"""The longest the old active stays paused after the new one won."""
 _STORED_MIN = 2
-"""Messages of its producers the new active has acknowledged as stored when the
-paused one may resume."""
+"""Messages for its own queues the new active has acknowledged as stored (its
+consumers are paused: they stay there) when the paused one may resume."""
 
 
 async def _resume_zombie(
@@ -463,24 +462,24 @@ async def _resume_zombie(
     replicas: list[SimInstance],
     latest_s: float,
 ) -> None:
-    """Once the new active has acknowledged a few of its producers' messages (or at
-    `latest_s`), the paused active's links to the replicas work again: the
-    connections it had are reset. (What the new active answered first is its own
-    start: commits no client sees, so a replica rolled back past them loses nothing.)"""
+    """Once the new active has acknowledged a few messages for its own queues (or at
+    `latest_s`), the paused active's sends and dials to the replicas go on. (What
+    the new active answers first is its own start: commits no client sees, so a
+    replica rolled back past them loses nothing.)"""
     stored = _stored_from(sim, group.group_id) + _STORED_MIN
     while trio.current_time() < latest_s and _stored_from(sim, group.group_id) < stored:
         await trio.sleep(0.01)
     for replica in replicas:
-        await sim.network.heal_pair(zombie, group.node(replica.config.name))
+        sim.network.thaw(zombie, group.node(replica.config.name))
 
 
 def _stored_from(sim: Simulation, group_id: int) -> int:
-    """How many messages the group's producers were answered as stored (so far)."""
+    """How many messages for the group's queues were answered as stored (so far)."""
     prefix = f"{group_id}."
     return sum(
         1
         for sent in sim.history.sent.values()
-        if sent.producer.startswith(prefix) and sent.delivery_status in STORED_STATUSES
+        if sent.target.startswith(prefix) and sent.delivery_status in STORED_STATUSES
     )
 
 
