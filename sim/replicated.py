@@ -437,9 +437,9 @@ async def _zombie_active(
         while group.stale_trap:
             await trio.sleep(0.01)
     group.slow_clock = None  # its clock catches up: it steps down if nothing made it
-    if not group.stale_trap:  # sprung: the new active is dead; bring it back later
-        sim.history.record_crash(group.group_id)
-        await _failover(sim, group, nursery, rng, victim=None, killed=True)
+    if not group.stale_trap:  # sprung: the new active's machine is lost; it comes
+        sim.history.record_crash(group.group_id)  # back once a replica took over
+        await _failover(sim, group, nursery, rng, quick_restart=False, killed=True)
     elif leader is not None and leader != name and rng.random() < 0.8:
         await _failover(sim, group, nursery, rng, victim=group.instances[leader])
     group.stale_trap = False
