@@ -24,8 +24,8 @@ from sim.swarm import run_seed
 CLEAN_SEEDS = (0, 1, 2, 3)
 PROOF_SEEDS = {
     UNSAFE_ANSWER_BEFORE_MAJORITY: (0, 1, 2, 3, 4),
-    UNSAFE_PROMOTE_NOT_IN_SYNC: (0, 1, 2, 3, 4),
-    UNSAFE_ACCEPT_OLDER_TERM: (1, 4, 7, 8, 10),
+    UNSAFE_PROMOTE_NOT_IN_SYNC: (0, 1, 4, 5, 6),
+    UNSAFE_ACCEPT_OLDER_TERM: (0, 1, 2, 3, 4),
 }
 """Seeds of the replication-proof workload on which the checker caught the build when
 this test was written (deterministic: the same seed replays the same history)."""
