@@ -166,9 +166,11 @@ class PeerLink:
         self._saf_unwritten.add(key)
 
     def saf_written(self, key: bytes, committed: bool) -> None:
-        """Its commit is answered: drain it (the next flush checks the cursor); one
-        that failed is forgotten."""
-        if not committed:
+        """Its commit is answered: drain it. One that failed, or that is still ahead
+        of the cursor (the drain reads it in order), needs no check at the next
+        flush."""
+        cursor = self._saf_cursor
+        if not committed or cursor is None or key > cursor:
             self._saf_unwritten.discard(key)
         self.wake()
 
