@@ -294,6 +294,9 @@ class ReplicatedSimGroup:
         replication = active.runner.active
         if replication is None or replication.stepped_down is not None:
             return False
+        group = getattr(active.server, "group", None)
+        if group is not None and group.ctx.writer.pending:
+            return False  # a batch not yet committed (a confirm's delete) is not held yet
         stream = replication.stream
         return not stream.waiting and all(
             stream.acked.get(name, 0) >= stream.number and name in stream.in_sync
