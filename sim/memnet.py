@@ -36,6 +36,7 @@ class FaultyStream(trio.abc.Stream):
         delay_s = self.network.send_delay_s()
         if delay_s:
             await trio.sleep(delay_s)
+        await self.network.thawed(self.nodes)
         if self.closed:
             raise trio.BrokenResourceError("connection reset")
         if self.nodes in self.network.blackholes:
@@ -66,6 +67,9 @@ class MemoryNetwork:
     blackholes: set[frozenset[str]] = field(default_factory=set)
     connections: list[tuple[FaultyStream, FaultyStream]] = field(default_factory=list)
     owners: dict[tuple[str, int], str] = field(default_factory=dict)
+    frozen: dict[frozenset[str], trio.Event] = field(default_factory=dict)
+    """Pairs whose sends and connects wait (a paused process): they go, in order,
+    once thawed."""
 
     def node(self, name: str) -> NodeNetwork:
         return NodeNetwork(self, name)
@@ -88,12 +92,27 @@ class MemoryNetwork:
         self.blackholes.add(frozenset((node_a, node_b)))
 
     async def heal(self) -> None:
+        for pair in list(self.frozen):
+            self.thaw(*pair)
         self.partitions.clear()
         if self.blackholes:
             for ends in list(self.connections):
                 if ends[0].nodes in self.blackholes:
                     await self._reset(ends)
             self.blackholes.clear()
+
+    def freeze(self, node_a: str, node_b: str) -> None:
+        """Sends and connects between the two wait until `thaw` (nothing is lost)."""
+        self.frozen.setdefault(frozenset((node_a, node_b)), trio.Event())
+
+    def thaw(self, node_a: str, node_b: str) -> None:
+        event = self.frozen.pop(frozenset((node_a, node_b)), None)
+        if event is not None:
+            event.set()
+
+    async def thawed(self, nodes: frozenset[str]) -> None:
+        while (event := self.frozen.get(nodes)) is not None:
+            await event.wait()
 
     async def reset_one(self) -> bool:
         """Reset one open connection chosen by the seed (False if none is open)."""
@@ -138,9 +157,10 @@ class MemoryNetwork:
 
     async def _connect(self, origin: str, host: str, port: int) -> trio.abc.Stream:
         await trio.lowlevel.checkpoint()
-        entry = self.listeners.get((host, port))
         owner = self.owners.get((host, port), "?")
         pair = frozenset((origin, owner))
+        await self.thawed(pair)
+        entry = self.listeners.get((host, port))
         if entry is None or pair in self.partitions or pair in self.blackholes:
             raise OSError(errno.ECONNREFUSED, f"connection to {host}:{port} refused")
         handler, nursery = entry

@@ -19,9 +19,15 @@ from sim.simulation import FAILS_AT_COMMIT, Simulation
 async def nemesis(sim: Simulation, nursery: trio.Nursery) -> None:
     rng = random.Random(sim.rng.random())
     deadline = trio.current_time() + sim.shape.safety_phase_s
+    opening = list(sim.shape.opening_actions)
+    rng.shuffle(opening)
     while trio.current_time() < deadline:
         await trio.sleep(rng.uniform(0.2, 2.0))
-        action = rng.choice(sim.shape.actions)
+        if opening:
+            action = opening.pop()
+            await replicated.wait_ready(sim)
+        else:
+            action = rng.choice(sim.shape.actions)
         victim = rng.choice(sim.group_ids)
         sim.history.record_fault(action, f"g{victim} at {trio.current_time():.3f}")
         await _act(sim, nursery, rng, action, victim)

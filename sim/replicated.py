@@ -44,6 +44,7 @@ from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.instance import InstanceRunner
+from sim.history import STORED_STATUSES
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
 
@@ -99,6 +100,8 @@ class SimCoordinator(MemoryCoordinator):
         return term
 
     async def renew(self) -> bool:
+        if self.group.slow_clock == self.name:
+            return True  # its clock runs slow: its lease still holds, it believes
         renewed = await super().renew()
         if renewed:
             self.group.renewed_s[self.name] = trio.current_time()
@@ -142,6 +145,9 @@ class ReplicatedSimGroup:
     terms: list[tuple[int, str]] = field(default_factory=list)
     """Every term won, and by whom."""
     watchdog: bool = False
+    slow_clock: str | None = None
+    """An instance whose clock runs slow ("lease-expire"): it believes its renewals
+    work while the coordinator has expired its lease."""
     stale_trap: bool = False
     """Armed by "lease-expire": kill the active the moment a replica applies a record
     of an older term than the last granted (a correct replica never does)."""
@@ -172,10 +178,7 @@ class ReplicatedSimGroup:
 
     def _leader_answered(self) -> bool:
         """Whether the leader has answered a commit of its own (beyond its first)."""
-        leader = self.instances.get(self.election.leader or "")
-        runner = leader.runner if leader is not None else None
-        active = runner.active if runner is not None else None
-        return active is not None and active.stream.durable_everywhere() >= 2
+        return _answered(self, 2)
 
     def node(self, name: str) -> str:
         return f"g{self.group_id}{name}"
@@ -291,6 +294,9 @@ class ReplicatedSimGroup:
         replication = active.runner.active
         if replication is None or replication.stepped_down is not None:
             return False
+        group = getattr(active.server, "group", None)
+        if group is not None and group.ctx.writer.pending:
+            return False  # a batch not yet committed (a confirm's delete) is not held yet
         stream = replication.stream
         return not stream.waiting and all(
             stream.acked.get(name, 0) >= stream.number and name in stream.in_sync
@@ -318,6 +324,16 @@ def replicated_toml(group_id: int) -> str:
 
 
 COORDINATOR_TOML = f'[coordinator]\netcd = ["http://sim"]\nlease_ttl_s = {LEASE_TTL_S}\n'
+
+
+async def wait_ready(sim: Simulation) -> None:
+    """Until every replicated group has an active and all its instances up (at most
+    FAILOVER_WAIT_S_MAX): a replication fault drawn meanwhile would be skipped."""
+    with trio.move_on_after(FAILOVER_WAIT_S_MAX):
+        for group_id in sim.shape.replicated:
+            group = sim.groups[group_id]
+            while group.active is None or not group.up:
+                await trio.sleep(_WATCHDOG_S)
 
 
 async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action: str) -> None:
@@ -392,16 +408,26 @@ async def _zombie_active(
     active: SimInstance,
     replicas: list[SimInstance],
 ) -> None:
-    """The active outlives its lease (a process paused past it, cut off from the
-    coordinator so it learns late, and from clients and links, which go to the new
-    one): a replica takes over while the old one still streams its commits. Then the
-    new active is lost, at the worst moment if there is one (`stale_trap`): a replica
-    that took the old active's records instead of the new one's would be promoted."""
+    """The active outlives its lease: paused, with a clock that runs slow so that it
+    still believes in its lease when it resumes (what fencing tokens are for), cut
+    off from the coordinator, clients and links, which go to the new active. A
+    replica takes over; once it has acknowledged messages of its own producers, the
+    old one resumes and sends the replicas its hello and a full copy of its older
+    term. Then the new active is lost, at the worst moment if there is one
+    (`stale_trap`): a replica that took the old term's copy would be promoted and lose
+    what the new one acknowledged. (With no pause, the old active redialled within
+    0.05 s of the new one's hello, before it had acknowledged anything, and stepped
+    down within a second; the `accept-older-term` build slipped through half the
+    seeds.)"""
     term = group.election.term
+    name = active.config.name
     sim.paused_consumers.add(group.group_id)  # what the new active answers stays queued
+    group.slow_clock = name
     group.election.reachable = {i.config.name for i in replicas}
-    group.election.expire(active.config.name)
-    zombie = group.node(active.config.name)
+    group.election.expire(name)
+    zombie = group.node(name)
+    for replica in replicas:  # paused: what it sends the replicas waits
+        sim.network.freeze(zombie, group.node(replica.config.name))
     for other in ("clients", *(f"g{g}" for g in sim.group_ids if g != group.group_id)):
         await sim.network.partition(zombie, other)  # it still reaches the replicas
     with trio.move_on_after(FAILOVER_WAIT_S_MAX):
@@ -409,18 +435,63 @@ async def _zombie_active(
             await trio.sleep(_WATCHDOG_S)
     group.stale_trap = True
     leader = group.election.leader
+    await _resume_zombie(sim, group, zombie, replicas, trio.current_time() + _PAUSE_S_MAX)
     with trio.move_on_after(rng.uniform(0.5, 1.5)):  # while the old one may still stream
         while group.stale_trap:
             await trio.sleep(0.01)
-    if not group.stale_trap:  # sprung: the new active is dead; bring it back later
-        sim.history.record_crash(group.group_id)
-        await _failover(sim, group, nursery, rng, victim=None, killed=True)
-    elif leader is not None and leader != active.config.name and rng.random() < 0.8:
+    group.slow_clock = None  # its clock catches up: it steps down if nothing made it
+    if not group.stale_trap:  # sprung: the new active's machine is lost; it comes
+        sim.history.record_crash(group.group_id)  # back once a replica took over
+        await _failover(sim, group, nursery, rng, quick_restart=False, killed=True)
+    elif leader is not None and leader != name and rng.random() < 0.8:
         await _failover(sim, group, nursery, rng, victim=group.instances[leader])
     group.stale_trap = False
     await sim.network.heal()
     sim.paused_consumers.discard(group.group_id)
     group.heal()
+
+
+_PAUSE_S_MAX = 3.0
+"""The longest the old active stays paused after the new one won."""
+_STORED_MIN = 2
+"""Messages for its own queues the new active has acknowledged as stored (its
+consumers are paused: they stay there) when the paused one may resume."""
+
+
+async def _resume_zombie(
+    sim: Simulation,
+    group: ReplicatedSimGroup,
+    zombie: str,
+    replicas: list[SimInstance],
+    latest_s: float,
+) -> None:
+    """Once the new active has acknowledged a few messages for its own queues (or at
+    `latest_s`), the paused active's sends and dials to the replicas go on. (What
+    the new active answers first is its own start: commits no client sees, so a
+    replica rolled back past them loses nothing.)"""
+    stored = _stored_from(sim, group.group_id) + _STORED_MIN
+    while trio.current_time() < latest_s and _stored_from(sim, group.group_id) < stored:
+        await trio.sleep(0.01)
+    for replica in replicas:
+        sim.network.thaw(zombie, group.node(replica.config.name))
+
+
+def _stored_from(sim: Simulation, group_id: int) -> int:
+    """How many messages for the group's queues were answered as stored (so far)."""
+    prefix = f"{group_id}."
+    return sum(
+        1
+        for sent in sim.history.sent.values()
+        if sent.target.startswith(prefix) and sent.delivery_status in STORED_STATUSES
+    )
+
+
+def _answered(group: ReplicatedSimGroup, commits: int) -> bool:
+    """Whether the leader has answered `commits` commits of its own."""
+    leader = group.instances.get(group.election.leader or "")
+    runner = leader.runner if leader is not None else None
+    active = runner.active if runner is not None else None
+    return active is not None and active.stream.durable_everywhere() >= commits
 
 
 async def _failover(

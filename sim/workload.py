@@ -298,9 +298,13 @@ async def consumer(run: Run, group_id: int, queue_id: int = IN_ORDER_QUEUE, gets
         while group_id in run.paused_consumers:
             await trio.sleep(0.2)
         try:
-            async with await run.connect(group_id, queue) as client, trio.open_nursery() as nursery:
-                for _ in range(gets):
-                    nursery.start_soon(_get_loop, run, client, queue, rng)
+            async with await run.connect(group_id, queue) as client:
+                try:
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(gets):
+                            nursery.start_soon(_get_loop, run, client, queue, rng)
+                finally:
+                    await _give_back_recorded(run, queue, client)
         except (MrsError, _WalkAway):
             await trio.sleep(rng.uniform(0.01, 0.3))
         except BaseExceptionGroup as group:
@@ -308,6 +312,22 @@ async def consumer(run: Run, group_id: int, queue_id: int = IN_ORDER_QUEUE, gets
             if rest is not None:
                 raise rest from None
             await trio.sleep(rng.uniform(0.01, 0.3))
+
+
+async def _give_back_recorded(run: Run, queue: str, client: Any) -> None:
+    """Closing: what the client gives back (as `connect` does on leaving), and a lost
+    get for each recoverable message it still holds: the server delivered it for a
+    get whose caller had given up (its pool raised TIMEOUT from another batch's
+    answer, or the caller left), no caller took it, and the connection's end drops
+    it, so it comes back POSSDUPL. A replicated group holds a Delivery until its mark
+    is on a replica, so such late deliveries are common there (seeds 733, 837 of
+    `--replicated`: "marked first deliveries" no lost get explained). The held
+    messages are the client's (clients.pending.Requests.held)."""
+    with trio.CancelScope(shield=True):
+        await client._give_back_held()
+    for message in client._requests.held:
+        if message.needs_confirm:
+            run.history.record_lost_get(queue)
 
 
 async def _get_loop(run: Run, client: Any, queue: str, rng: random.Random) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from journals import Journal, group_key, split_key
 from mrs import protocol as wire
 from mrs.group.drain import DrainAnswer
 from mrs.group.peers import Result
@@ -123,6 +124,9 @@ class PeerLink:
     _outstanding: dict[int, _Outstanding] = field(default_factory=dict)
     _in_flight: int = 0
     _saf_cursor: bytes | None = None
+    _saf_unwritten: set[bytes] = field(default_factory=set)
+    """SAF keys submitted to the writer and not yet seen committed: one may land
+    behind the cursor (see `saf_submitted`)."""
     _notices_in_flight: set[bytes] = field(default_factory=set)
     _forget: list[int] = field(default_factory=list)
     """Seqs the peer stored and this side will never resend: the peer may drop their
@@ -168,6 +172,24 @@ class PeerLink:
         self.wake()
 
     def poke(self) -> None:
+        self.wake()
+
+    def saf_submitted(self, key: bytes) -> None:
+        """A SAF record is on its way to the journal. The drain reads the SAF in key
+        (seq) order from a cursor, and a record can be committed after later keys were
+        drained: an AK_CONF put to another group writes its record only once its owed
+        MRS_ACK is answered, which in a replicated group waits for a replica while
+        other producers' records are committed (and readable) here. The next flush
+        that finds it committed behind the cursor moves the cursor back to it."""
+        self._saf_unwritten.add(key)
+
+    def saf_written(self, key: bytes, committed: bool) -> None:
+        """Its commit is answered: drain it. One that failed, or that is still ahead
+        of the cursor (the drain reads it in order), needs no check at the next
+        flush."""
+        cursor = self._saf_cursor
+        if not committed or cursor is None or key > cursor:
+            self._saf_unwritten.discard(key)
         self.wake()
 
     def resend_saf(self) -> None:
@@ -278,6 +300,8 @@ class PeerLink:
             resync = wire.LinkNotice(self._next_id(), [wire.ResyncNotice(0, 0)])
             self._send(resync, Sent.VOLATILE, [], 0)
         self._room_notices(peer.saf_backlog)
+        if self._saf_unwritten:
+            self._rewind_to_unwritten()
         while draining and peer.saf_backlog > 0 and (room := self._drain_allowance()) > 0:
             records, last_key = rooms.drain.saf_batch(
                 self.peer_id, self._saf_cursor, room, TRANSFER_BYTES_MAX
@@ -322,6 +346,18 @@ class PeerLink:
                 self._notices_in_flight.update(keys)
                 notice = wire.LinkNotice(self._next_id(), [item for _, item in fresh])
                 self._send(notice, Sent.NOTICE, keys, 0)
+
+    def _rewind_to_unwritten(self) -> None:
+        """Forget the submitted keys now committed; the cursor goes back to just before
+        the first of them it had passed (records after it still in flight are sent
+        again: the peer's (origin, seq) dedupe stores each once)."""
+        journals = self.rooms.drain.ctx.store
+        committed = sorted(k for k in self._saf_unwritten if journals.get_raw(Journal.SAF, k))
+        self._saf_unwritten.difference_update(committed)
+        cursor = self._saf_cursor
+        if committed and cursor is not None and committed[0] <= cursor:
+            _, seq = split_key(committed[0])
+            self._saf_cursor = group_key(self.peer_id, seq - 1) if seq else None
 
     def _drain_allowance(self) -> int:
         """How many SAF messages the drain may send now: its window, the DQF slots the

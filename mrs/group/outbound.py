@@ -166,17 +166,18 @@ class Outbound:
             return
         ctx.counts.saf_added(peer)
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
-        batch = WriteBatch.empty().put_record(
-            Journal.SAF, group_key(peer.group_id, entry.seq), record
-        )
+        key = group_key(peer.group_id, entry.seq)
+        batch = WriteBatch.empty().put_record(Journal.SAF, key, record)
 
         def stored(error: JournalError | None) -> None:
             if error is not None:
                 ctx.counts.saf_removed(peer)
-            elif peer.link is not None:
-                peer.link.poke()
+            if peer.link is not None:
+                peer.link.saf_written(key, error is None)
             done(error)
 
+        if peer.link is not None:
+            peer.link.saf_submitted(key)
         ctx.writer.submit(batch, stored)
 
     def _link_full(self, peer: PeerState, entry: Entry, reply: PutReply) -> None:

@@ -31,6 +31,15 @@ class LinkPort(Protocol):
 
     def poke(self) -> None: ...
 
+    def saf_submitted(self, key: bytes) -> None:
+        """A SAF record for this peer is submitted to the writer (its key may land
+        behind the drain's cursor)."""
+        ...
+
+    def saf_written(self, key: bytes, committed: bool) -> None:
+        """That record's commit is answered (`committed`) or failed: drain it."""
+        ...
+
     def resend_saf(self) -> None: ...
 
     def send_notices(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from journals import InlineWriter, Journal, JournalError, JournalStore, WriteBatch
@@ -27,6 +28,7 @@ from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.group.link_session import PeerLink
 from mrs.model import DeliveryMode, Status, Uma
+from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
 
 BUS = """
 [[group]]
@@ -93,9 +95,17 @@ class Node:
     store: JournalStore
     writer: InlineWriter
     sessions: itertools.count = field(default_factory=lambda: itertools.count(1))
+    stream: CommitStream | None = None
+    """A replicated group's active: its answers wait until `replica_acks`."""
 
     def commit(self) -> None:
         self.writer.commit_pending()
+        self.replica_acks()
+
+    def replica_acks(self) -> None:
+        """The replica has every commit: the answers held for it go out."""
+        if self.stream is not None:
+            self.stream.ack("b", self.stream.number)
 
     def session(self, queue: str) -> FakeSession:
         session = FakeSession(next(self.sessions))
@@ -108,16 +118,28 @@ class Node:
         self.store.close()
 
 
-def open_node(directory: Path, group_id: int, dqf_messages_max: int = 5) -> Node:
+def open_node(
+    directory: Path, group_id: int, dqf_messages_max: int = 5, *, replicated: bool = False
+) -> Node:
+    """One group; `replicated`: as the active of a replicated group whose one replica
+    ("b") acknowledges only when the test says (mrs.replication.stream's writer)."""
     text = BUS.replace("dqf_messages_max = 5", f"dqf_messages_max = {dqf_messages_max}")
     bus = parse_config(text, directory / "bus.toml")
     config = bus.group(group_id)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     store = JournalStore(config.data_dir / "journals", JOURNAL_BYTES)
-    writer = InlineWriter(store, lambda: None)
+    stream = None
+    if replicated:
+        stream = CommitStream(
+            1, ("b",), lambda dones: [done(None) for done in dones], clock_s=lambda: 0.0
+        )
+        stream.in_sync.add("b")
+        writer: InlineWriter = ReplicatedWriter(RecordingStore(store), lambda: None, stream)
+    else:
+        writer = InlineWriter(store, lambda: None)
     group = Group(bus, config, store, writer, ManualTimers(), clock_ns=lambda: 1_000)
     group.recover()
-    return Node(group, store, writer)
+    return Node(group, store, writer, stream=stream)
 
 
 @pytest.fixture
@@ -311,8 +333,8 @@ class Wire:
 class LinkPair:
     """Group 1 and group 2 in process, their link sessions joined by two Wires."""
 
-    def __init__(self, directory: Path) -> None:
-        self.nodes = {1: open_node(directory, 1), 2: open_node(directory, 2)}
+    def __init__(self, directory: Path, *, replicated: bool = False) -> None:
+        self.nodes = {1: open_node(directory, 1, replicated=replicated), 2: open_node(directory, 2)}
         self.now_s = 0.0
         self.links = {
             1: PeerLink(self.nodes[1].group.link_rooms, 2, now_s=lambda: self.now_s),
@@ -581,3 +603,40 @@ def test_architecture_example_runs() -> None:
     assert "2500 waiting: 1000 in memory, 1500 as seqs on disk" in result.stdout
     assert "after a restart: 2500 waiting: 0 in memory, 2500 as seqs on disk" in result.stdout
     assert "one get later: 999 in memory, 1500 as seqs, got b'xxxxx'" in result.stdout
+
+
+def test_a_saf_record_committed_behind_the_drain_is_still_sent(tmp_path: Path) -> None:
+    """Group 1 as a replicated group's active: its answers wait for a replica. An
+    AK_CONF put to another group journals its owed MRS_ACK first and writes its SAF
+    record only once that is answered, so another producer's later seq can be
+    committed, and drained, before it. The drain reads the SAF in seq order from a
+    cursor: the record landed behind it and waited for the next connection while
+    the producer's next message went ahead (`mrs sim swarm --replicated`, seeds 537,
+    939 and 972: order violations; 688: a SAF record left behind)."""
+    pair = LinkPair(tmp_path, replicated=True)
+    try:
+        active = pair.nodes[1]
+        pair.connect()
+        one, other = active.session("OUT"), active.session("IN")
+        first = msgspec.structs.replace(put("2.10", b"first", DeliveryMode.AK_CONF), resp_q="1.11")
+        active.group.put(one, first)
+        active.writer.commit_pending()  # its owed MRS_ACK: durable here, not yet answered
+        active.group.put(other, put("2.10", b"other", DeliveryMode.WF_SAF, request_id=8))
+        active.writer.commit_pending()  # a later seq in the SAF, not yet answered either
+        pair.links[1].flush()  # the drain sends it: its cursor passes the first seq
+        active.replica_acks()  # the AK_CONF put is answered; its SAF record is submitted
+        assert only(one.events, wire.PutDone).status == Status.SUCCESS
+        active.group.put(one, put("2.10", b"next", DeliveryMode.WF_SAF, request_id=9))
+        active.writer.commit_pending()  # "first" and "next" land together
+        pair.run()
+        assert active.store.count(Journal.SAF) == 0
+        receiver = pair.nodes[2].session("IN")
+        bodies = []
+        for request_id in (1, 2, 3):
+            pair.nodes[2].group.get(receiver, wire.Get(request_id=request_id, timeout_ms=0))
+            pair.nodes[2].commit()
+            bodies.append(only(receiver.events, wire.Delivery).body)
+            receiver.events.clear()
+        assert bodies.index(b"first") < bodies.index(b"next")  # the producer's order
+    finally:
+        pair.close()
