@@ -143,6 +143,13 @@ class Client:
         return self._attachment.group_name
 
     @property
+    def held(self) -> tuple[Message, ...]:
+        """Messages the server delivered to this client that no get has taken yet
+        (read-ahead, or a Delivery that came after its caller gave up). A closing
+        client gives back what it can; what is left here comes back POSSDUPL."""
+        return tuple(self._requests.held)
+
+    @property
     def message_bytes_max(self) -> int:
         """The server's body limit, from its Welcome (0 = unknown)."""
         return self._attachment.message_bytes_max

@@ -322,10 +322,10 @@ async def _give_back_recorded(run: Run, queue: str, client: Any) -> None:
     it, so it comes back POSSDUPL. A replicated group holds a Delivery until its mark
     is on a replica, so such late deliveries are common there (seeds 733, 837 of
     `--replicated`: "marked first deliveries" no lost get explained). The held
-    messages are the client's (clients.pending.Requests.held)."""
+    messages are `Client.held`."""
     with trio.CancelScope(shield=True):
-        await client._give_back_held()
-    for message in client._requests.held:
+        await client.lifetime.give_back_held()
+    for message in client.held:
         if message.needs_confirm:
             run.history.record_lost_get(queue)
 
