@@ -436,3 +436,6 @@ sealed leaves the in-sync set (unless it is the last one)."""
 REPLICATION_HANDOVER_WAIT_S = 5.0
 """A planned switch-over (`mrs failover`) waits this long at most for the answers held
 to be released and the chosen replica to have every record, before it resigns."""
+JVM_ARCHIVE_BUILD_S_MAX = 600
+"""A build of the audit's JVM class archive claimed longer ago than this died (a
+reboot): another audit may build it (mrs.audit.jvm_archive)."""

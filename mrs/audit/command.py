@@ -198,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mrs audit: {error}", file=sys.stderr)
         return EXIT_USAGE
     from mrs.audit.load import read_journals
-    from mrs.audit.session import build_session, is_local
+    from mrs.audit.session import build_local_archive, build_session, is_local
 
     log_path = _log_path(args.out)
     progress(f"starting Spark ({args.master}); its log: {log_path}")
@@ -228,6 +228,8 @@ def _run(args: argparse.Namespace) -> int:
         raise
     finally:
         spark.stop()
+        if is_local(args.master):
+            build_local_archive()  # once per JDK and Spark: later JVMs start sooner
         if args.out is None and not failed:
             log_path.unlink(missing_ok=True)
 

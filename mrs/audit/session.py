@@ -20,6 +20,7 @@ from pathlib import Path
 
 import journals
 import mrs
+from mrs.audit.jvm_archive import JvmArchive, for_this_machine
 
 SHIPPED_PACKAGES = (mrs, journals)
 
@@ -78,6 +79,20 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 collector starts no GC threads on a machine with few cores (benchmarks/README.md)."""
 
 
+def local_archive() -> JvmArchive | None:
+    """The class archive of the local driver JVM (mrs.audit.jvm_archive), or None."""
+    import pyspark
+
+    return for_this_machine(Path(pyspark.__file__).parent)
+
+
+def build_local_archive() -> bool:
+    """After a local audit's Spark has stopped: build the class archive in the
+    background if this run made the list it needs (True if a build started)."""
+    archive = local_archive()
+    return archive is not None and archive.build_in_background(JVM_OPTIONS)
+
+
 def build_session(master: str = "local[2]", app_name: str = "mrs audit", conf=None,
                   log_path: Path | None = None):  # fmt: skip
     """Start (or get) a SparkSession on `master` with the mrs formats registered.
@@ -93,8 +108,11 @@ def build_session(master: str = "local[2]", app_name: str = "mrs audit", conf=No
     for name in ("py4j", "matplotlib"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     java_options = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
+    archive = local_archive() if is_local(master) else None
     if is_local(master):
         java_options += f" {JVM_OPTIONS}"
+    if archive is not None:
+        java_options += f" {archive.java_options()}"
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {
         **SESSION_CONF,
@@ -112,6 +130,8 @@ def build_session(master: str = "local[2]", app_name: str = "mrs audit", conf=No
     with _stderr_to(log_path):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if archive is not None:
+        archive.note_classpath(str(spark.sparkContext._jvm.System.getProperty("java.class.path")))
     if not is_local(master):
         ship_code(spark)
     register(spark)
