@@ -119,9 +119,7 @@ class Dqf:
             return
         # Only an application key compares bodies: a link's origin key holds a seq alone,
         # so a drained message costs no fingerprint of its body.
-        app_keyed = False
-        for key in dedupe_keys:
-            app_keyed = app_keyed or key.startswith(APP_PREFIX)
+        app_keyed = any(key.startswith(APP_PREFIX) for key in dedupe_keys)
         digest = self.app_keys.digest_of(entry.body) if app_keyed else b""
         for key in dedupe_keys:
             if self._answer_duplicate(key, outcome, digest, entry.body):

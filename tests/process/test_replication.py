@@ -134,6 +134,26 @@ TASKS = 8
 PUTS_PER_TASK = 25
 
 
+async def _take_all(client) -> list[bytes]:
+    """Get and confirm until the queue is empty; the bodies in delivery order."""
+    bodies = []
+    while True:
+        try:
+            message = await client.get(timeout=2)
+        except MrsError:
+            return bodies
+        bodies.append(message.body)
+        await client.confirm(message.seq)
+
+
+def _assert_each_once_in_order(bodies: list[bytes], tasks: int, per_task: int) -> None:
+    """Bodies `t<task>:<n>`: each stored once, each task's in the order it put them."""
+    assert len(bodies) == len(set(bodies)) == tasks * per_task
+    for task in range(tasks):
+        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
+        assert mine == list(range(per_task))
+
+
 def test_the_client_resends_puts_a_kill_of_the_active_left_unanswered(instances) -> None:
     """SIGKILL the active while 200 WF puts from 8 tasks are in flight: the client
     re-sends the unanswered ones to the new active under the keys it gave them
@@ -160,23 +180,13 @@ def test_the_client_resends_puts_a_kill_of_the_active_left_unanswered(instances)
                     await answered.acquire()
                 instances[first].kill()  # puts of every task are in flight
             resent = client.resent_puts
-            bodies = []
-            while True:
-                try:
-                    message = await client.get(timeout=2)
-                except MrsError:
-                    break
-                bodies.append(message.body)
-                await client.confirm(message.seq)
+            bodies = await _take_all(client)
             assert (await client.status())["replication"]["instance"] != first
         return bodies, resent
 
     bodies, resent = trio.run(scenario)
     assert resent >= 1  # the kill did leave puts unanswered
-    assert len(bodies) == len(set(bodies)) == TASKS * PUTS_PER_TASK  # each stored once
-    for task in range(TASKS):
-        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
-        assert mine == list(range(PUTS_PER_TASK))  # in order per task
+    _assert_each_once_in_order(bodies, TASKS, PUTS_PER_TASK)
 
 
 BATCH_TASKS = 4
@@ -213,24 +223,13 @@ def test_put_many_batches_a_kill_of_the_active_left_unanswered_are_resent(instan
                     await answered.acquire()
                 instances[first].kill()  # batches of every task are in flight
             resent = client.resent_puts
-            bodies = []
-            while True:
-                try:
-                    message = await client.get(timeout=2)
-                except MrsError:
-                    break
-                bodies.append(message.body)
-                await client.confirm(message.seq)
+            bodies = await _take_all(client)
             assert (await client.status())["replication"]["instance"] != first
         return bodies, resent
 
     bodies, resent = trio.run(scenario)
     assert resent >= 1  # the kill did leave batches unanswered
-    total = BATCH_TASKS * BATCHES_PER_TASK * BATCH_ITEMS
-    assert len(bodies) == len(set(bodies)) == total  # each stored once
-    for task in range(BATCH_TASKS):
-        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
-        assert mine == list(range(BATCHES_PER_TASK * BATCH_ITEMS))  # in order per task
+    _assert_each_once_in_order(bodies, BATCH_TASKS, BATCHES_PER_TASK * BATCH_ITEMS)
     print(f"{resent} puts of put_many batches re-sent")
 
 
