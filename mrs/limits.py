@@ -411,7 +411,7 @@ REPLICATION_STEP_DOWN_FRACTION_DEFAULT = 0.5
 before the lease can expire and a replica be promoted."""
 REPLICATION_BACKLOG_BYTES_MAX = 64 << 20
 """Bytes of commits a replica has not acknowledged at most: beyond, it leaves the
-in-sync set (unless it is the last one) and catches up from a full copy later."""
+in-sync set (while the others hold every answer) and catches up from a full copy later."""
 REPLICATION_BACKLOG_RECORDS_MAX = 100_000
 """Commits a replica has not acknowledged at most (same rule as the bytes)."""
 REPLICATION_FRAME_BYTES_MAX = 256 << 20
@@ -431,8 +431,11 @@ REPLICATION_POLL_S = 0.2
 REPLICATION_ETCD_TIMEOUT_S = 2.0
 """One request to etcd at most, before the next endpoint is tried."""
 REPLICATION_LAG_S_MAX = 1.0
-"""An in-sync replica that has not acknowledged a held commit this long after it was
-sealed leaves the in-sync set (unless it is the last one)."""
+"""An in-sync replica that has not acknowledged a commit this long after it was sealed
+leaves the in-sync set (while the replicas left hold every answer given)."""
+REPLICATION_APPLY_RECORDS_MAX = 256
+"""A replica applies at most this many records already received in one synced
+transaction (one fsync and one acknowledgement for a burst of commits)."""
 REPLICATION_HANDOVER_WAIT_S = 5.0
 """A planned switch-over (`mrs failover`) waits this long at most for the answers held
 to be released and the chosen replica to have every record, before it resigns."""

@@ -491,7 +491,7 @@ def _answered(group: ReplicatedSimGroup, commits: int) -> bool:
     leader = group.instances.get(group.election.leader or "")
     runner = leader.runner if leader is not None else None
     active = runner.active if runner is not None else None
-    return active is not None and active.stream.durable_everywhere() >= commits
+    return active is not None and active.stream.durable_on_majority() >= commits
 
 
 async def _failover(

@@ -144,7 +144,11 @@ class Active:
             return False
         members = tuple(sorted(chosen))
         async with self._sync_lock:  # without this instance: only the chosen may campaign
-            if not await self._record_in_sync(chosen, "planned hand-over", with_me=False):
+            # each of them has every record: any one may campaign on its own position
+            handed = await self._record_in_sync(
+                chosen, "planned hand-over", with_me=False, acks_needed=len(chosen)
+            )
+            if not handed:
                 return False
         self.stream.answering = False
         await self.coordinator.resign()
@@ -165,22 +169,28 @@ class Active:
             await trio.sleep(_LAG_CHECK_S)
             for name in self.stream.laggards():
                 async with self._sync_lock:
-                    if await self._record_in_sync(self.stream.in_sync - {name}, f"{name} lags"):
-                        self.stream.in_sync.discard(name)  # etcd first, then not waited for
-                        self.stream.release()
+                    # its acknowledgements stop counting first, then etcd stops naming it
+                    self.stream.in_sync.discard(name)
+                    await self._record_in_sync(self.stream.in_sync, f"{name} lags")
 
     async def _join(self, name: str) -> None:
-        """`name` has every record: wait for it from now on, and record it in etcd."""
-        self.stream.in_sync.add(name)
-        self.stream.release()  # it may hold the last answers held: they go now
+        """`name` has every record: record it in etcd, then count its acknowledgements
+        (counted first, an answer could rest on it while etcd lets a candidate ignore it)."""
         async with self._sync_lock:
-            await self._record_in_sync(self.stream.in_sync, f"{name} caught up")
+            if name in self.stream.in_sync:
+                return
+            if await self._record_in_sync(self.stream.in_sync | {name}, f"{name} caught up"):
+                self.stream.in_sync.add(name)
+                self.stream.release()  # it may hold the last answers held: they go now
 
-    async def _record_in_sync(self, replicas: set[str], why: str, with_me: bool = True) -> bool:
-        """Write the set to etcd (under `_sync_lock`: one write at a time, each from
-        the set as it stands, so etcd never names a replica not waited for)."""
+    async def _record_in_sync(
+        self, replicas: set[str], why: str, with_me: bool = True, acks_needed: int | None = None
+    ) -> bool:
+        """Write the set to etcd (under `_sync_lock`: one write at a time, each from the
+        set as it stands); `acks_needed` defaults to the stream's quorum."""
         members = tuple(sorted({self.me.name, *replicas} if with_me else replicas))
-        if await self.coordinator.set_in_sync(self.term, members):
+        acks = self.stream.acks_needed if acks_needed is None else acks_needed
+        if await self.coordinator.set_in_sync(self.term, members, acks):
             self.recorded = set(replicas)
             log.info("in sync in term %d: %s (%s)", self.term, ", ".join(members), why)
             return True
@@ -330,5 +340,6 @@ class Active:
             "role": "active",
             "term": self.term,
             "commit": self.stream.number,
+            "acks_needed": self.stream.acks_needed,
             "replicas": replicas,
         }

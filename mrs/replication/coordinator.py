@@ -3,11 +3,22 @@
 Why a coordinator and not a home-made election: etcd (Raft) already decides one
 winner per key under a lease, so an instance only has to create a leader key if it is
 absent, with a term counter raised in the same transaction (the fencing token every
-replication record carries). As in Patroni's synchronous mode, the active records in
-etcd the instances that hold every commit it has answered (`in_sync`, itself
-included), written only while it holds its term (a compare in the transaction), and
-only those may campaign (`may_campaign`). A replica that falls behind is removed from
-that record before the active stops waiting for it.
+replication record carries).
+
+The in-sync record is Patroni's synchronous mode in its quorum form: the active
+records in etcd the replicas whose acknowledgements it counts (`in_sync`, itself
+included) and how many of them each answer waits for (`acks_needed`: a majority of
+the group with the active, one replica of three). An answered commit is then on
+`acks_needed` of the listed replicas, not necessarily on all, so when the active is
+gone a listed replica may campaign only once it has seen the positions of enough of
+the listed replicas that one of them must hold every answered commit, and it is the
+most advanced of them (`may_campaign`). Each listed replica posts its position in
+etcd after it has closed the old term (it takes no more of its records,
+mrs.replication.replica `close_term`), so a posted position is final. The record is
+written only while the active holds its term (a compare in the transaction); a
+replica is added to it before its acknowledgements count, and dropped from the count
+before it is dropped from the record, so etcd never asks less of a candidate than the
+answers given need.
 
 Two implementations of `Coordinator`: `EtcdCoordinator` (production, tests against a
 real etcd) and `MemoryCoordinator` over a shared `MemoryElection` (unit tests and the
@@ -18,7 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from mrs.replication.etcd import (
@@ -31,6 +43,9 @@ from mrs.replication.etcd import (
     put_op,
 )
 
+Position = tuple[int, int]
+"""(term, number) of the last replication record an instance applied."""
+
 
 @dataclass(frozen=True, slots=True)
 class GroupState:
@@ -41,12 +56,26 @@ class GroupState:
     term: int
     """The last term granted (0: never); the leader's term when there is a leader."""
     in_sync: tuple[str, ...] | None
-    """Instances holding every answered commit (None: never recorded, a new group)."""
+    """Instances whose acknowledgements count, the recording active included (None:
+    never recorded, a new group)."""
+    sync_leader: str | None = None
+    """The active that wrote `in_sync` (it holds every commit it answered)."""
+    acks_needed: int | None = None
+    """How many replicas of `in_sync` each answer waited for (None: a record of an
+    older build, where every listed replica had every answered commit)."""
+    positions: Mapping[str, Position] = field(default_factory=dict)
+    """Positions posted by listed replicas after closing term `term` (see module)."""
 
 
 def may_campaign(state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
     """Only with no leader, and only an instance that holds every answered commit; in
     a group that never had a leader, any instance.
+
+    Who holds every answered commit: the active that wrote the in-sync record (it
+    answered nothing it had not made durable itself); of the replicas it listed, the
+    most advanced of at least `len(listed) - acks_needed + 1` of them, since every
+    answer is on `acks_needed` of the listed (a record without `acks_needed`: any
+    listed instance, as every one had every answer).
 
     `holds_journals` False: this instance's journals hold nothing of the group (an
     empty data directory: its disk was lost or replaced). The in-sync record still
@@ -58,7 +87,34 @@ def may_campaign(state: GroupState, name: str, *, holds_journals: bool = True) -
         return False
     if state.in_sync is None:
         return True
-    return name in state.in_sync and holds_journals
+    if name not in state.in_sync or not holds_journals:
+        return False
+    if name == state.sync_leader or state.acks_needed is None:
+        return True
+    return name in most_advanced(state)
+
+
+def must_post_position(state: GroupState, name: str) -> bool:
+    """Whether `name` is a listed replica whose position a candidate may need now."""
+    return (
+        state.leader is None
+        and state.acks_needed is not None
+        and state.in_sync is not None
+        and name in state.in_sync
+        and name != state.sync_leader
+        and name not in state.positions
+    )
+
+
+def most_advanced(state: GroupState) -> set[str]:
+    """The listed replicas that may campaign: empty until enough have posted."""
+    listed = [m for m in state.in_sync or () if m != state.sync_leader]
+    seen = {m: state.positions[m] for m in listed if m in state.positions}
+    needed = len(listed) - (state.acks_needed or len(listed)) + 1
+    if not seen or len(seen) < needed:
+        return set()
+    best = max(seen.values())
+    return {m for m, position in seen.items() if position == best}
 
 
 class Coordinator(Protocol):
@@ -74,8 +130,12 @@ class Coordinator(Protocol):
     async def renew(self) -> bool:
         """Keep the lease alive; False once it is lost (stop answering at once)."""
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...]) -> bool:
-        """Record `members` as in sync, only while holding `term`; whether it was."""
+    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
+        """Record `members` as in sync (each answer waiting for `acks_needed` of them
+        besides this instance), only while holding `term`; whether it was."""
+
+    async def post_position(self, closing_term: int, position: Position) -> None:
+        """Post this replica's final position in `closing_term` (it has closed it)."""
 
     async def resign(self) -> None:
         """Give the leadership up now (a planned stop)."""
@@ -107,6 +167,7 @@ class EtcdCoordinator:
         self.term_key = f"{prefix}/term".encode()
         self.sync_key = f"{prefix}/sync".encode()
         self.failover_key = f"{prefix}/failover".encode()
+        self.position_prefix = f"{prefix}/position/"
         self.lease_id: int | None = None
         self.term = 0
 
@@ -118,8 +179,31 @@ class EtcdCoordinator:
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
         leader_name = json.loads(leader[0])["name"] if leader is not None else None
-        members = tuple(json.loads(sync[0])["members"]) if sync is not None else None
-        return GroupState(leader_name, int(term[0]) if term is not None else 0, members)
+        record = json.loads(sync[0]) if sync is not None else {}
+        members = tuple(record["members"]) if sync is not None else None
+        state = GroupState(
+            leader_name,
+            int(term[0]) if term is not None else 0,
+            members,
+            record.get("leader"),
+            record.get("acks"),
+        )
+        if state.leader is not None or state.acks_needed is None:
+            return state  # positions matter only to an election under a quorum record
+        return replace(state, positions=await self._positions(state))
+
+    async def _positions(self, state: GroupState) -> dict[str, Position]:
+        """The listed replicas' positions posted for closing `state.term`."""
+        positions: dict[str, Position] = {}
+        for member in state.in_sync or ():
+            try:
+                found = await self.client.get(f"{self.position_prefix}{member}".encode())
+            except EtcdError as error:
+                raise CoordinatorUnavailable(str(error)) from None
+            posted = json.loads(found[0]) if found is not None else {}
+            if posted.get("closing") == state.term:
+                positions[member] = (int(posted["pos"][0]), int(posted["pos"][1]))
+        return positions
 
     async def campaign(self) -> int | None:
         try:
@@ -132,7 +216,7 @@ class EtcdCoordinator:
                 [
                     put_op(self.leader_key, self._leader_value(new_term), lease_id),
                     put_op(self.term_key, str(new_term).encode()),
-                    put_op(self.sync_key, _sync_value(new_term, (self.name,))),
+                    put_op(self.sync_key, _sync_value(new_term, (self.name,), self.name, 0)),
                     delete_op(self.failover_key),  # a hand-over asked of an old term is done
                 ],
             )
@@ -152,14 +236,22 @@ class EtcdCoordinator:
         except EtcdError:
             return False
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...]) -> bool:
+    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
         try:
             return await self.client.txn(
                 [holds(self.leader_key, self._leader_value(term))],
-                [put_op(self.sync_key, _sync_value(term, members))],
+                [put_op(self.sync_key, _sync_value(term, members, self.name, acks_needed))],
             )
         except EtcdError:
             return False
+
+    async def post_position(self, closing_term: int, position: Position) -> None:
+        value = json.dumps({"closing": closing_term, "pos": list(position)}).encode()
+        try:
+            key = f"{self.position_prefix}{self.name}".encode()
+            await self.client.txn([], [put_op(key, value)])
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
 
     async def resign(self) -> None:
         if self.lease_id is not None:
@@ -187,8 +279,9 @@ class EtcdCoordinator:
         return json.dumps({"name": self.name, "term": term}, sort_keys=True).encode()
 
 
-def _sync_value(term: int, members: tuple[str, ...]) -> bytes:
-    return json.dumps({"term": term, "members": sorted(members)}).encode()
+def _sync_value(term: int, members: tuple[str, ...], leader: str, acks_needed: int) -> bytes:
+    record = {"term": term, "members": sorted(members), "leader": leader, "acks": acks_needed}
+    return json.dumps(record).encode()
 
 
 def etcd_prefix(bus_prefix: str, group_id: int) -> str:
@@ -208,6 +301,10 @@ class MemoryElection:
     leader_term: int = 0
     term: int = 0
     in_sync: tuple[str, ...] | None = None
+    sync_leader: str | None = None
+    acks_needed: int | None = None
+    positions: dict[str, tuple[int, Position]] = field(default_factory=dict)
+    """Each replica's last posted (closing term, position)."""
     failover: str | None = None
     reachable: set[str] = field(default_factory=set)
     """Empty: everyone reaches the coordinator; else only these names."""
@@ -232,7 +329,19 @@ class MemoryCoordinator:
     async def read(self) -> GroupState:
         election = self.election
         election._reach(self.name)
-        return GroupState(election.leader, election.term, election.in_sync)
+        positions = {
+            name: position
+            for name, (closing, position) in election.positions.items()
+            if closing == election.term
+        }
+        return GroupState(
+            election.leader,
+            election.term,
+            election.in_sync,
+            election.sync_leader,
+            election.acks_needed,
+            positions,
+        )
 
     async def campaign(self) -> int | None:
         election = self.election
@@ -241,7 +350,7 @@ class MemoryCoordinator:
             return None
         election.term += 1
         election.leader, election.leader_term = self.name, election.term
-        election.in_sync = (self.name,)
+        election.in_sync, election.sync_leader, election.acks_needed = (self.name,), self.name, 0
         election.failover = None
         self.term = election.term
         return self.term
@@ -254,7 +363,7 @@ class MemoryCoordinator:
             return False
         return election.leader == self.name and election.leader_term == self.term
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...]) -> bool:
+    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
         election = self.election
         try:
             election._reach(self.name)
@@ -263,7 +372,12 @@ class MemoryCoordinator:
         if election.leader != self.name or election.leader_term != term:
             return False
         election.in_sync = tuple(sorted(members))
+        election.sync_leader, election.acks_needed = self.name, acks_needed
         return True
+
+    async def post_position(self, closing_term: int, position: Position) -> None:
+        self.election._reach(self.name)
+        self.election.positions[self.name] = (closing_term, position)
 
     async def resign(self) -> None:
         self.election.expire(self.name)

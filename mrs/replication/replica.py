@@ -28,6 +28,7 @@ import trio
 from journals import JournalError, JournalStore, WriteBatch
 from journals.keys import Journal
 from mrs.core.seqspace import BOOTS_KEY
+from mrs.limits import REPLICATION_APPLY_RECORDS_MAX
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.wire import FrameReader, LinkBroken, decode_batches, frame
 from mrs.transport.network import TCP, Network
@@ -118,13 +119,27 @@ class Replica:
             self.active = str(hello.get("from"))
             self._copy = []  # a copy a lost link left half sent is not this link's
             await stream.send_all(frame({"t": "hello", "name": self.name, "pos": self.position}))
+            held: dict[str, Any] | None = None  # read with a burst, not part of it
             while True:
-                message = await reader.next()
-                answer = self.receive(message)
-                if answer is not None:
-                    await stream.send_all(frame(answer))
-                    if answer["t"] == "refuse":
-                        return
+                message = held if held is not None else await reader.next()
+                held = None
+                if message["t"] == "commit":
+                    commits = [message]
+                    while len(commits) < REPLICATION_APPLY_RECORDS_MAX and (
+                        (more := reader.buffered()) is not None
+                    ):
+                        if more["t"] != "commit":
+                            held = more
+                            break
+                        commits.append(more)
+                    answers = self.receive_commits(commits)
+                else:
+                    answers = [self.receive(message)]
+                for answer in answers:
+                    if answer is not None:
+                        await stream.send_all(frame(answer))
+                        if answer["t"] == "refuse":
+                            return
 
     def check_hello(self, hello: dict[str, Any]) -> str | None:
         """Why this active may not stream to us, or None (its term is then seen)."""
@@ -146,12 +161,9 @@ class Replica:
         if self.rules.refuses_term(term, self.term_seen):
             return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
         number = int(message.get("n", 0))
+        if message["t"] == "commit":
+            return self.receive_commits([message])[-1]
         try:
-            if message["t"] == "commit":
-                if self.position != (term, number - 1):
-                    return {"t": "refuse", "why": f"gap: at {self.position}, got {number}"}
-                self._apply(decode_batches(message["batches"]), (term, number))
-                return {"t": "ack", "n": number}
             if message["t"] == "copy":
                 self._copy.extend(message["items"])
                 if not message.get("last"):
@@ -170,6 +182,37 @@ class Replica:
         except JournalError as error:
             raise LinkBroken(f"cannot store: {error}") from None
         return {"t": "refuse", "why": f"unknown message {message.get('t')!r}"}
+
+    def receive_commits(self, messages: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+        """Apply commit records that follow each other in one synced transaction and
+        acknowledge the last (an acknowledgement covers every record before it); a
+        record that does not follow, of an older term or malformed ends the run: what
+        came before it is applied and acknowledged, then it is refused."""
+        batches: list[WriteBatch] = []
+        position = self.position
+        refusal: dict[str, Any] | None = None
+        for message in messages:
+            try:
+                term, number = int(message.get("term", 0)), int(message.get("n", 0))
+                if self.rules.refuses_term(term, self.term_seen):
+                    refusal = {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
+                elif position != (term, number - 1):
+                    refusal = {"t": "refuse", "why": f"gap: at {position}, got {number}"}
+                else:
+                    batches.extend(decode_batches(message["batches"]))
+            except (ValueError, KeyError, TypeError) as error:
+                refusal = {"t": "refuse", "why": f"malformed: {error}"}
+            if refusal is not None:
+                break
+            position = (term, number)
+        answers: list[dict[str, Any] | None] = []
+        if position != self.position:
+            try:
+                self._apply(batches, position)
+            except JournalError as error:
+                raise LinkBroken(f"cannot store: {error}") from None
+            answers.append({"t": "ack", "n": position[1]})
+        return [*answers, refusal] if refusal is not None else answers
 
     def _replace_all(self, items: list[list[Any]]) -> WriteBatch:
         deletes = [(journal, key) for journal in Journal for key in self.store.keys(journal)]
@@ -191,6 +234,23 @@ class Replica:
         again without taking a copy first; the next active sends it one anyway."""
         self.term_seen = max(self.term_seen, term)
         self._apply([], (term, 0))
+
+    @property
+    def candidate_position(self) -> tuple[int, int]:
+        """The position posted for an election: (0, 0) when these journals do not hold
+        the group (a copy not whole yet), so no other replica waits on a false claim."""
+        return self.position if self.holds_journals else (0, 0)
+
+    def close_term(self, term: int) -> None:
+        """The active of `term` is gone: take none of its records any more, so the
+        position this replica posts for the election is its last (a record applied
+        after posting could carry an answer the candidates did not see)."""
+        if self.term_seen <= term:
+            self.term_seen = term + 1
+            self.store.commit_now(
+                WriteBatch.empty().put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(term + 1))
+            )
+        self.stop_link()
 
     def stop_link(self) -> None:
         if self._link_scope is not None:

@@ -5,10 +5,11 @@ break a promise (mrs.testing.replication_builds); the production code tests no
 switch, it calls the part it was handed (`KEPT_REPLICATION` unless a harness says
 otherwise), as the group does with `mrs.group.Guarantees`.
 
-- `answerable`: the last commit whose answers may go out (durable on every in-sync
-  replica: with the active, a majority);
+- `answerable`: the last commit whose answers may go out (durable on `acks_needed`
+  in-sync replicas: with the active, a majority);
 - `may_campaign`: whether an instance may try to become active (no leader, and the
-  instance holds every answered commit: named in the in-sync record);
+  instance holds every answered commit: the recording active, or the most advanced
+  of enough replicas named in the in-sync record);
 - `refuses_term`: whether a replica refuses a record or hello of `term` after seeing
   `seen` (an older term: the fencing token).
 """
@@ -25,7 +26,7 @@ class StreamView(Protocol):
 
     number: int
 
-    def durable_everywhere(self) -> int: ...
+    def durable_on_majority(self) -> int: ...
 
 
 class ReplicationRules:
@@ -34,7 +35,7 @@ class ReplicationRules:
     broken: frozenset[str] = frozenset()
 
     def answerable(self, stream: StreamView) -> int:
-        return stream.durable_everywhere()
+        return stream.durable_on_majority()
 
     def may_campaign(self, state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
         return may_campaign(state, name, holds_journals=holds_journals)

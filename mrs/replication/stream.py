@@ -12,15 +12,22 @@ as they are. An unreplicated group never builds these parts: its writer is the p
 `RecordingStore` wraps the journal store and remembers every batch it made durable
 (the writer's commits and the few `commit_now` writes, such as a seq block), in order;
 `ReplicatedWriter` seals them into one numbered record per commit after the local
-fsync; `CommitStream` holds the records and the answers, with the in-sync rule:
+fsync; `CommitStream` holds the records and the answers, with the quorum rule:
 
-- an answer goes out once every replica in the in-sync set has acknowledged its
-  record (the set holds at least one replica, so that is itself plus one at least);
+- an answer goes out once `acks_needed` replicas of the in-sync set have acknowledged
+  its record: with the active, a majority of the group (one replica of three). Why
+  not every in-sync replica: an answer then waits for the slower of two replicas,
+  and a group of three on one machine answered 0.43x as many puts as one instance;
+  the price is paid at failover instead, where a candidate must see the other
+  replicas' positions (mrs.replication.coordinator `may_campaign`);
 - the set is what etcd records (`coordinator`): a replica joins it once it has
-  acknowledged every record sealed, and leaves it (etcd written first, by
-  `mrs.replication.active`) when it lags beyond REPLICATION_LAG_S_MAX or the backlog
-  bounds; the last replica in sync is never dropped: the active waits (the client's
-  put times out) rather than answer from its own disk alone.
+  acknowledged every record sealed (etcd written first, then its acknowledgements
+  count), and leaves it when it lags beyond REPLICATION_LAG_S_MAX or the backlog
+  bounds (its acknowledgements stop counting first, then etcd is written), and only
+  while the replicas left hold every answer given: a dead replica must not stay
+  listed, since a candidate would wait for its position. Fewer than `acks_needed`
+  replicas in sync: nothing is answered; the active waits (the client's put times
+  out) rather than answer from fewer disks than a majority.
 """
 
 from __future__ import annotations
@@ -87,6 +94,10 @@ class CommitStream:
     waiting: deque[tuple[int, list[Done]]] = field(default_factory=deque)
     acked: dict[str, int] = field(default_factory=dict)
     in_sync: set[str] = field(default_factory=set)
+    acks_needed: int = 1
+    """Replicas of `in_sync` an answer waits for: with the active, a majority."""
+    answered: int = 0
+    """The last record whose answers went out (the replicas kept in sync hold it)."""
     answering: bool = True
     """False once the active steps down: nothing it holds is answered any more."""
     sealed: trio.Event = field(default_factory=trio.Event)
@@ -137,17 +148,23 @@ class CommitStream:
         self.released = trio.Event()
         return name not in self.in_sync and self.acked[name] >= self.number
 
-    def durable_everywhere(self) -> int:
-        """The last record every in-sync replica has (0 while none is in sync)."""
-        if not self.in_sync:
+    def durable_on_majority(self) -> int:
+        """The last record `acks_needed` in-sync replicas have (0 while fewer are in sync)."""
+        return self.durable_on(self.in_sync)
+
+    def durable_on(self, replicas: set[str]) -> int:
+        """The last record `acks_needed` of `replicas` have acknowledged."""
+        if len(replicas) < self.acks_needed:
             return 0
-        return min(self.acked.get(name, 0) for name in self.in_sync)
+        acks = sorted((self.acked.get(name, 0) for name in replicas), reverse=True)
+        return acks[self.acks_needed - 1]
 
     def release(self) -> None:
-        """Answer every held commit the in-sync replicas all have."""
+        """Answer every held commit a majority has."""
         if not self.answering:
             return
         durable = self.rules.answerable(self)
+        self.answered = max(self.answered, durable)
         ready: list[Done] = []
         while self.waiting and self.waiting[0][0] <= durable:
             ready.extend(self.waiting.popleft()[1])
@@ -155,20 +172,25 @@ class CommitStream:
             self.deliver(ready)
 
     def laggards(self) -> list[str]:
-        """In-sync replicas to drop: holding back an answer longer than the lag bound
-        (or beyond the backlog), never the last one."""
-        if not self.waiting or len(self.in_sync) <= 1:
-            return []
-        oldest = self.waiting[0][0]
-        sealed_s = next((r.sealed_s for r in self.records if r.number == oldest), None)
-        late = sealed_s is not None and self.clock_s() - sealed_s > REPLICATION_LAG_S_MAX
-        behind = [
-            name
-            for name in sorted(self.in_sync)
-            if self.acked.get(name, 0) < oldest
-            and (late or self.number - self.acked.get(name, 0) > REPLICATION_BACKLOG_RECORDS_MAX)
-        ]
-        return behind[: len(self.in_sync) - 1]
+        """In-sync replicas to drop: missing a record sealed longer ago than the lag
+        bound (or beyond the backlog), and only while the replicas left still hold
+        every answer given (`acks_needed` of them have `answered`)."""
+        now_s = self.clock_s()
+        kept = set(self.in_sync)
+        dropped: list[str] = []
+        for name in sorted(self.in_sync):
+            acked = self.acked.get(name, 0)
+            if acked >= self.number:
+                continue
+            missing = next((r for r in self.records if r.number > acked), None)
+            late = missing is None or now_s - missing.sealed_s > REPLICATION_LAG_S_MAX
+            if not late and self.number - acked <= REPLICATION_BACKLOG_RECORDS_MAX:
+                continue
+            rest = kept - {name}
+            if self.durable_on(rest) >= self.answered and len(rest) >= self.acks_needed:
+                kept = rest
+                dropped.append(name)
+        return dropped
 
     def records_after(self, number: int) -> list[bytes] | None:
         """The frames of every record after `number`; None when some are no longer

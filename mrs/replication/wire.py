@@ -59,6 +59,19 @@ class FrameReader:
         if length > REPLICATION_FRAME_BYTES_MAX:
             raise LinkBroken(f"frame of {length} bytes (at most {REPLICATION_FRAME_BYTES_MAX})")
         await self._fill(_LENGTH.size + length)
+        return self._take(length)
+
+    def buffered(self) -> dict[str, Any] | None:
+        """The next message if its whole frame is already received, else None (no
+        wait): a replica applies a burst of commits in one transaction."""
+        if len(self._buffer) < _LENGTH.size:
+            return None
+        (length,) = _LENGTH.unpack_from(self._buffer)
+        if length > REPLICATION_FRAME_BYTES_MAX or len(self._buffer) < _LENGTH.size + length:
+            return None  # too long: `next` says so
+        return self._take(length)
+
+    def _take(self, length: int) -> dict[str, Any]:
         body = bytes(self._buffer[_LENGTH.size : _LENGTH.size + length])
         del self._buffer[: _LENGTH.size + length]
         try:

@@ -34,6 +34,7 @@ from mrs.replication.coordinator import (
     CoordinatorUnavailable,
     EtcdCoordinator,
     etcd_prefix,
+    must_post_position,
 )
 from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
@@ -46,6 +47,11 @@ from mrs.storage.data_dir_owner import claim_data_dir, owner_of
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.server")
+
+
+def majority_acks(instances: int) -> int:
+    """Replicas an answer waits for so that, with the active, a majority has it."""
+    return instances // 2
 
 
 def instance_config(group: GroupConfig, me: InstanceConfig) -> GroupConfig:
@@ -162,6 +168,10 @@ class InstanceRunner:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
+                if must_post_position(state, self.me.name):
+                    replica.close_term(state.term)  # the position posted is final
+                    await self.coordinator.post_position(state.term, replica.candidate_position)
+                    continue
                 holds = replica.holds_journals
                 if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
                     state.term > 0 and not holds
@@ -185,7 +195,13 @@ class InstanceRunner:
 
         def make_writer(store, wake, deliver) -> ReplicatedWriter:  # type: ignore[no-untyped-def]
             recording = RecordingStore(store)
-            stream = CommitStream(term, tuple(r.name for r in replicas), deliver, rules=self.rules)
+            stream = CommitStream(
+                term,
+                tuple(r.name for r in replicas),
+                deliver,
+                acks_needed=majority_acks(len(self.group.instances)),
+                rules=self.rules,
+            )
             self.active = Active(
                 group_id=self.group.id,
                 me=self.me,

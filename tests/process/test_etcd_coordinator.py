@@ -31,20 +31,25 @@ async def test_one_winner_then_a_higher_term_after_the_lease_is_lost(etcd) -> No
         assert await a.campaign() == 1
         assert await b.campaign() is None
         assert await a.renew()
-        assert await a.set_in_sync(1, ("a", "b"))
-        assert not await b.set_in_sync(1, ("b", "c"))  # not the holder of term 1
+        assert await a.set_in_sync(1, ("a", "b", "c"), 1)
+        assert not await b.set_in_sync(1, ("b", "c"), 1)  # not the holder of term 1
         state = await c.read()
-        assert (state.leader, state.term, state.in_sync) == ("a", 1, ("a", "b"))
+        assert (state.leader, state.term, state.in_sync) == ("a", 1, ("a", "b", "c"))
+        assert (state.sync_leader, state.acks_needed) == ("a", 1)
         # a stops renewing (as if SIGKILLed): etcd drops its key once the TTL runs out
         with trio.fail_after(TTL_S * 5):
             while (state := await c.read()).leader is not None:
                 await trio.sleep(0.1)
-        assert not may_campaign(state, "c")  # c never was in sync
-        assert may_campaign(state, "b")
-        assert await b.campaign() == 2
+        assert not may_campaign(state, "b")  # c may hold an answer b lacks: positions first
+        await b.post_position(1, (1, 7))
+        await c.post_position(1, (1, 9))
+        state = await b.read()
+        assert state.positions == {"b": (1, 7), "c": (1, 9)}
+        assert may_campaign(state, "c") and not may_campaign(state, "b")
+        assert await c.campaign() == 2
         assert not await a.renew()  # the old lease is gone for good
-        assert not await a.set_in_sync(1, ("a",))  # an old term writes nothing
-        assert (await c.read()).in_sync == ("b",)
+        assert not await a.set_in_sync(1, ("a",), 1)  # an old term writes nothing
+        assert (await b.read()).in_sync == ("c",)
     finally:
         for coordinator in (a, b, c):
             await coordinator.aclose()

@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from clients import MrsError, Psb, PutItem, connect, instance_addresses, put_once
+from mrs.limits import REPLICATION_LAG_S_MAX
 from mrs.model import DeliveryMode, Status, Uma
 from sim.etcd import wait_active
 from sim.processes import GroupProcess
@@ -64,6 +65,17 @@ async def wait_in_sync(client, names: set[str], timeout_s: float = 30.0) -> dict
             status = (await client.status())["replication"]
             replicas = status["replicas"]
             if all(replicas.get(n, {}).get("in_sync") for n in names - {status["instance"]}):
+                return status
+            await trio.sleep(0.1)
+
+
+async def wait_dropped(client, name: str) -> dict:
+    """`name`'s replication status once the active no longer counts it in sync (a
+    dead replica is dropped after the lag bound, mrs.replication.stream `laggards`)."""
+    with trio.fail_after(10 * REPLICATION_LAG_S_MAX):
+        while True:
+            status = (await client.status())["replication"]["replicas"][name]
+            if not status["in_sync"]:
                 return status
             await trio.sleep(0.1)
 
@@ -316,9 +328,10 @@ def test_the_docs_example_survives_a_kill_of_the_active(etcd, tmp_path) -> None:
 
 
 def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instances) -> None:
-    """Kill a replica: the active drops it from the in-sync set (the lag bound) and
-    answers with the other; restarted with its data directory, it is sent only the
-    records it missed (no full copy) and is in sync again."""
+    """Kill a replica: the active answers with the other (a majority) and drops the
+    dead one from the in-sync set after the lag bound; restarted with its data
+    directory, it is sent only the records it missed (no full copy) and is in sync
+    again."""
     active = wait_active(instances, 30)
     replica = next(name for name in ("a", "b", "c") if name != active)
     addresses = instance_addresses(instances["a"].config_path, "NYC")
@@ -329,10 +342,10 @@ def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instance
             await wait_in_sync(client, {"a", "b", "c"})
             await put_once(client, b"before", "ORDERS", "before")
             instances[replica].kill()
-            for i in range(20):  # answered without the dead replica, after the lag bound
+            for i in range(20):  # answered by the active and the other replica
                 await put_once(client, b"m%d" % i, "ORDERS", f"m-{i}", within_s=15)
-            status = (await client.status())["replication"]["replicas"][replica]
-            assert not status["in_sync"] and status["backlog_records"] >= 20
+            status = await wait_dropped(client, replica)
+            assert status["backlog_records"] >= 20
             copies_before = log.read_text().count("took a full copy")
             instances[replica].start()
             instances[replica].wait_for("REPLICA")
@@ -373,7 +386,8 @@ def test_the_active_keeps_answering_while_a_wiped_replica_takes_a_full_copy(
                 assert all(isinstance(r, Psb) for r in await client.put_many(items))
             instances[wiped].kill()
             shutil.rmtree(instances[wiped].config_path.parent / wiped)
-            await put_once(client, b"dropped", "ORDERS", "dropped", within_s=15)  # lag bound
+            await put_once(client, b"dropped", "ORDERS", "dropped", within_s=15)  # a majority
+            await wait_dropped(client, wiped)
             copies_before = log.read_text().count("took a full copy")
             latencies: list[float] = []
             rejoined = trio.Event()

@@ -6,6 +6,7 @@ replica writes a real LMDB store."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from mrs.replication.coordinator import (
     MemoryCoordinator,
     MemoryElection,
     may_campaign,
+    must_post_position,
 )
 from mrs.replication.replica import Replica, read_position
 from mrs.replication.stream import CommitStream, RecordingStore
@@ -43,11 +45,36 @@ def copy_at(term: int, number: int) -> dict:
 def test_only_an_in_sync_instance_may_campaign() -> None:
     fresh = GroupState(leader=None, term=0, in_sync=None)
     assert may_campaign(fresh, "c")  # a new group: anyone
-    after = GroupState(leader=None, term=3, in_sync=("a", "b"))
+    after = GroupState(leader=None, term=3, in_sync=("a", "b"))  # an older build's record
     assert may_campaign(after, "b")
     assert not may_campaign(after, "c")  # not in sync: it may lack answered commits
     held = GroupState(leader="a", term=3, in_sync=("a", "b"))
     assert not may_campaign(held, "b")  # someone holds the lease
+
+
+def test_under_a_quorum_record_only_the_most_advanced_of_enough_replicas_may_campaign() -> None:
+    """Each answer waited for one of b and c: either may lack one the other has, so a
+    replica campaigns only once both posted their positions, and only the one ahead."""
+    record = GroupState(
+        leader=None, term=3, in_sync=("a", "b", "c"), sync_leader="a", acks_needed=1
+    )
+    assert may_campaign(record, "a")  # the active that wrote it made every answer durable
+    assert not may_campaign(record, "b") and not may_campaign(record, "c")
+    assert must_post_position(record, "b") and not must_post_position(record, "a")
+    one = replace(record, positions={"b": (3, 10)})
+    assert not may_campaign(one, "b")  # c may hold an answer b lacks
+    assert not must_post_position(one, "b") and must_post_position(one, "c")
+    both = replace(record, positions={"b": (3, 10), "c": (3, 12)})
+    assert may_campaign(both, "c") and not may_campaign(both, "b")
+    assert not may_campaign(both, "c", holds_journals=False)
+    tied = replace(record, positions={"b": (3, 12), "c": (3, 12)})
+    assert may_campaign(tied, "b") and may_campaign(tied, "c")  # etcd lets one win
+    dropped = GroupState(None, 3, ("a", "b"), sync_leader="a", acks_needed=1)
+    assert may_campaign(replace(dropped, positions={"b": (3, 5)}), "b")  # c was dropped: b alone
+    handed = GroupState(None, 3, ("b", "c"), sync_leader="a", acks_needed=2)
+    assert not may_campaign(handed, "a")  # a handed over: not listed
+    assert may_campaign(replace(handed, positions={"c": (3, 9)}), "c")  # each has every record
+    assert not must_post_position(replace(record, leader="a"), "b")  # a leader: no election
 
 
 def test_an_instance_whose_disk_was_lost_is_no_candidate(tmp_path: Path) -> None:
@@ -83,15 +110,22 @@ async def test_memory_coordinator_terms_and_in_sync_record() -> None:
     a, b, c = (MemoryCoordinator(election, name) for name in "abc")
     assert await a.campaign() == 1
     assert await b.campaign() is None  # a holds it
-    assert await a.set_in_sync(1, ("a", "b"))
+    assert await a.set_in_sync(1, ("a", "b"), 1)
     assert (await c.read()).in_sync == ("a", "b")
     election.expire("a")  # a's lease ran out
     assert not await a.renew()
     state = await c.read()
+    assert not may_campaign(state, "c") and not may_campaign(state, "b")  # b has not posted
+    await b.post_position(1, (1, 4))
+    state = await c.read()
+    assert state.positions == {"b": (1, 4)}
     assert not may_campaign(state, "c") and may_campaign(state, "b")
     assert await b.campaign() == 2
-    assert not await a.set_in_sync(1, ("a",))  # an old term writes nothing
-    assert (await c.read()).in_sync == ("b",)  # the new active's record: itself
+    assert not await a.set_in_sync(1, ("a",), 1)  # an old term writes nothing
+    state = await c.read()
+    assert state.in_sync == ("b",) and state.sync_leader == "b"  # the new active's record
+    election.expire("b")
+    assert (await c.read()).positions == {}  # b's position closed term 1, not term 2
 
 
 # ------------------------------------------------------------------- fencing
@@ -146,6 +180,38 @@ def test_replica_refuses_a_gap_and_keeps_its_position(store: JournalStore) -> No
     assert read_position(store) == ((4, 2), 4)  # durable with the records
 
 
+def test_a_burst_of_commits_is_applied_together_and_acknowledged_once(store) -> None:
+    replica = Replica(1, "b", store)
+    replica.check_hello({"t": "hello", "group": 1, "term": 4, "from": "a"})
+    replica.receive(copy_at(4, 0))
+    burst = [commit(4, n, f"k{n}".encode()) for n in (1, 2, 3)]
+    assert replica.receive_commits(burst) == [{"t": "ack", "n": 3}]
+    assert read_position(store) == ((4, 3), 4)
+    answers = replica.receive_commits([commit(4, 4, b"k4"), commit(4, 6, b"k6")])
+    assert answers[0] == {"t": "ack", "n": 4}  # what follows is kept, then the gap refused
+    assert answers[1] is not None and "gap" in answers[1]["why"]
+    assert (
+        store.get_raw(Journal.DQF, b"k4") == b"body" and store.get_raw(Journal.DQF, b"k6") is None
+    )
+    assert read_position(store) == ((4, 4), 4)
+
+
+def test_a_replica_that_closed_a_term_takes_none_of_its_records(store) -> None:
+    """Its posted position must be its last in that term: a record applied after it
+    could carry an answer the candidates comparing positions did not see."""
+    replica = Replica(1, "b", store)
+    replica.check_hello({"t": "hello", "group": 1, "term": 4, "from": "a"})
+    replica.receive(copy_at(4, 0))
+    assert replica.receive(commit(4, 1, b"k1")) == {"t": "ack", "n": 1}
+    replica.close_term(4)
+    answer = replica.receive(commit(4, 2, b"late"))
+    assert answer is not None and "older term 4" in answer["why"]
+    assert store.get_raw(Journal.DQF, b"late") is None
+    assert replica.candidate_position == (4, 1)
+    assert Replica(1, "b", store).check_hello({"t": "hello", "group": 1, "term": 4}) is not None
+    assert replica.check_hello({"t": "hello", "group": 1, "term": 5, "from": "c"}) is None
+
+
 def test_full_copy_replaces_everything(store: JournalStore) -> None:
     replica = Replica(1, "b", store)
     replica.check_hello({"t": "hello", "group": 1, "term": 1, "from": "a"})
@@ -182,7 +248,7 @@ def one_put(name: str, answered: list[str]):
     return lambda error: answered.append(name)
 
 
-async def test_an_answer_waits_for_every_in_sync_replica() -> None:
+async def test_an_answer_waits_for_a_majority() -> None:
     answered: list[str] = []
     clock = Clock()
     stream = stream_of(answered, clock)
@@ -195,13 +261,19 @@ async def test_an_answer_waits_for_every_in_sync_replica() -> None:
     assert answered == ["p1"]
     stream.in_sync.add("c")
     stream.seal([batch], [one_put("p2", answered)])
-    stream.ack("b", 2)
-    assert answered == ["p1"]  # c is in sync too and has not got it
     stream.ack("c", 2)
-    assert answered == ["p1", "p2"]
+    assert answered == ["p1", "p2"]  # c and the active: two of three, b not waited for
+    five = CommitStream(1, ("b", "c", "d", "e"), lambda dones: [d(None) for d in dones])
+    five.acks_needed = 2
+    five.in_sync.update({"b", "c", "d", "e"})
+    five.seal([batch], [one_put("q", answered)])
+    five.ack("d", 1)
+    assert answered == ["p1", "p2"]  # two of five
+    five.ack("b", 1)
+    assert answered == ["p1", "p2", "q"]  # three of five
 
 
-async def test_a_lagging_replica_is_dropped_but_never_the_last() -> None:
+async def test_a_lagging_replica_is_dropped_only_while_the_others_hold_every_answer() -> None:
     answered: list[str] = []
     clock = Clock()
     stream = stream_of(answered, clock)
@@ -209,16 +281,19 @@ async def test_a_lagging_replica_is_dropped_but_never_the_last() -> None:
     batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
     stream.seal([batch], [one_put("p1", answered)])
     stream.ack("b", 1)
-    assert stream.laggards() == []  # not late yet
-    clock.now_s = 5.0
-    assert stream.laggards() == ["c"]
-    stream.in_sync.discard("c")  # (the active writes etcd first)
-    stream.release()
     assert answered == ["p1"]
     stream.seal([batch], [one_put("p2", answered)])
+    stream.seal([batch], [])
+    assert stream.laggards() == []  # not late yet
+    clock.now_s = 5.0
+    # both are late; only b holds p1: dropping b would leave a listed set without it
+    assert stream.laggards() == ["c"]
+    stream.in_sync.discard("c")  # (its acknowledgements stop counting, then etcd)
     clock.now_s = 50.0
     assert stream.laggards() == []  # b is the last in sync: waited for, not dropped
     assert answered == ["p1"]
+    stream.ack("b", 3)
+    assert answered == ["p1", "p2"]
 
 
 async def test_a_stepped_down_active_answers_nothing() -> None:
@@ -270,9 +345,13 @@ async def test_a_replica_joining_releases_what_it_already_acknowledged(store) ->
     stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")], [one_put("p", answered)])
     assert stream.ack("b", 1)  # caught up: may join
     assert answered == []
+    election.reachable = {"b", "c"}  # etcd cannot be written: b's acknowledgement must not count
+    await active._join("b")
+    assert answered == [] and "b" not in stream.in_sync
+    election.reachable = set()
     await active._join("b")
     assert answered == ["p"]
-    assert election.in_sync == ("a", "b")
+    assert election.in_sync == ("a", "b") and election.acks_needed == 1
 
 
 # ------------------------------------------------------------------ the lease
