@@ -4,7 +4,7 @@ answers held until the instances in sync have it.
 Why here, around the writer and not in the rooms: every promise the group makes
 ("answered" means "durable") is kept by a batch's `done` callback, which the writer
 runs once the commit is durable. Holding those callbacks until the commit is durable
-on the in-sync replicas too moves every promise (a WF put, a confirm, a SAF
+on a majority of the group moves every promise (a WF put, a confirm, a SAF
 hand-over, a link transfer) to "durable on a majority" at once, and the rooms stay
 as they are. An unreplicated group never builds these parts: its writer is the plain
 `InlineWriter`, exactly as fast as before.

@@ -341,7 +341,7 @@ class GroupServer:
         self._answer(writer.commit_pending)
 
     def _deliver(self, dones: list[Callable[[JournalError | None], None]]) -> None:
-        """A replicated commit is durable on the in-sync replicas: its answers now."""
+        """A replicated commit is durable on a majority: its answers now."""
         self._answer(lambda: [done(None) for done in dones])
 
     def _answer(self, run: Callable[[], object]) -> None:
