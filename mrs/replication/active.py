@@ -233,10 +233,12 @@ class Active:
             self._refused(name, str(answer.get("why")))
             return
         pos_term, pos_number = answer.get("pos", (0, 0))
-        frames: Iterable[bytes] | None = (
-            self.stream.records_after(pos_number) if pos_term == self.term else None
+        frames: Iterable[bytes] | None = self.stream.frames_for(
+            (pos_term, pos_number), int(answer.get("led", 0)), bool(answer.get("whole", False))
         )
         how = f"records {pos_number + 1}..{self.stream.number}"
+        if frames is not None and pos_term != self.term:
+            how = f"a bridge from {(pos_term, pos_number)}, then records 1..{self.stream.number}"
         if frames is None:
             frames = self._full_copy()
             how = f"a full copy at {self.stream.number}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import struct
+from collections import deque
 from typing import Any
 
 import trio
@@ -28,8 +29,13 @@ import trio
 from journals import JournalError, JournalStore, WriteBatch
 from journals.keys import Journal
 from mrs.core.seqspace import BOOTS_KEY
-from mrs.limits import REPLICATION_APPLY_RECORDS_MAX
+from mrs.limits import (
+    REPLICATION_APPLY_RECORDS_MAX,
+    REPLICATION_BACKLOG_BYTES_MAX,
+    REPLICATION_BACKLOG_RECORDS_MAX,
+)
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
+from mrs.replication.stream import Bridge
 from mrs.replication.wire import FrameReader, LinkBroken, decode_batches, frame
 from mrs.transport.network import TCP, Network
 
@@ -39,6 +45,10 @@ POSITION_KEY = "replication.position"
 """META: the (term, number) of the last record applied."""
 TERM_KEY = "replication.term"
 """META: the highest term seen (a hello of a newer active raises it)."""
+LED_KEY = "replication.led"
+"""META: the last term this instance won. Its position as the active of that term is
+(term, 0) and says nothing of what it committed since, so a new active never bridges
+it from there (it sends a full copy)."""
 COPY_UPTO_KEY = "replication.copy_upto"
 """META: the (term, number) the last full copy is whole at: its slices were read while
 the active went on committing, so until the replica has replayed the records up to
@@ -53,6 +63,32 @@ def read_position(store: JournalStore) -> tuple[tuple[int, int], int]:
     position = _TWO_U64.unpack(raw) if raw else (0, 0)
     seen = store.meta_get(TERM_KEY)
     return (int(position[0]), int(position[1])), max(_U64.unpack(seen)[0] if seen else 0, 0)
+
+
+class RecentRecords:
+    """The last commit records a replica applied, contiguous and ending at its
+    position, within REPLICATION_BACKLOG_RECORDS_MAX and _BYTES_MAX (the same bounds
+    as the active's backlog; the bytes counted are the values', which dominate)."""
+
+    def __init__(self) -> None:
+        self.records: deque[tuple[int, int, list[Any], int]] = deque()
+        self.size_bytes = 0
+
+    def add(self, term: int, number: int, batches: list[Any]) -> None:
+        if self.records and self.records[-1][:2] != (term, number - 1):
+            self.clear()
+        size = sum(len(put[2]) for puts, _ in batches for put in puts) + 64
+        self.records.append((term, number, batches, size))
+        self.size_bytes += size
+        while self.records and (
+            len(self.records) > REPLICATION_BACKLOG_RECORDS_MAX
+            or self.size_bytes > REPLICATION_BACKLOG_BYTES_MAX
+        ):
+            self.size_bytes -= self.records.popleft()[3]
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.size_bytes = 0
 
 
 class Replica:
@@ -72,6 +108,11 @@ class Replica:
         self.position, self.term_seen = read_position(store)
         upto = store.meta_get(COPY_UPTO_KEY)
         self.copy_upto: tuple[int, int] = _TWO_U64.unpack(upto) if upto else (0, 0)
+        led = store.meta_get(LED_KEY)
+        self.led = _U64.unpack(led)[0] if led else 0
+        self.recent = RecentRecords()
+        """The last records applied, in memory: promoted, this instance bridges the
+        other replicas of the same term from their position to its own."""
         self.active: str | None = None
         self._link_scope: trio.CancelScope | None = None
         self._copy: list[list[Any]] = []
@@ -118,7 +159,14 @@ class Replica:
             self._link_scope = scope
             self.active = str(hello.get("from"))
             self._copy = []  # a copy a lost link left half sent is not this link's
-            await stream.send_all(frame({"t": "hello", "name": self.name, "pos": self.position}))
+            hello_back = {
+                "t": "hello",
+                "name": self.name,
+                "pos": self.position,
+                "led": self.led,
+                "whole": self.holds_journals,
+            }
+            await stream.send_all(frame(hello_back))
             held: dict[str, Any] | None = None  # read with a burst, not part of it
             while True:
                 message = held if held is not None else await reader.next()
@@ -164,6 +212,11 @@ class Replica:
         if message["t"] == "commit":
             return self.receive_commits([message])[-1]
         try:
+            if message["t"] == "bridge":
+                self._bridge(message, number)
+                return None
+            if message["t"] == "rebase":
+                return self._rebase(message, term)
             if message["t"] == "copy":
                 self._copy.extend(message["items"])
                 if not message.get("last"):
@@ -174,6 +227,7 @@ class Replica:
                     Journal.META, COPY_UPTO_KEY.encode(), _TWO_U64.pack(*upto)
                 )
                 self._apply([self._replace_all(items), whole_at], (term, number))
+                self.recent.clear()
                 self.copy_upto = upto
                 log.info("replica %s took a full copy at %s", self.name, (term, number))
                 return {"t": "ack", "n": number}
@@ -191,6 +245,7 @@ class Replica:
         batches: list[WriteBatch] = []
         position = self.position
         refusal: dict[str, Any] | None = None
+        applied: list[dict[str, Any]] = []
         for message in messages:
             try:
                 term, number = int(message.get("term", 0)), int(message.get("n", 0))
@@ -205,14 +260,54 @@ class Replica:
             if refusal is not None:
                 break
             position = (term, number)
+            applied.append(message)
         answers: list[dict[str, Any] | None] = []
         if position != self.position:
             try:
                 self._apply(batches, position)
             except JournalError as error:
                 raise LinkBroken(f"cannot store: {error}") from None
+            for message in applied:
+                self.recent.add(int(message["term"]), int(message["n"]), message["batches"])
             answers.append({"t": "ack", "n": position[1]})
         return [*answers, refusal] if refusal is not None else answers
+
+    def _bridge(self, message: dict[str, Any], number: int) -> None:
+        """Record `number` of the term before the new active's, which it applied as a
+        replica of that term: this replica, behind it in the same term, applies it as
+        it would have then (mrs.replication.stream `Bridge`); no acknowledgement until
+        the rebase that ends the bridge."""
+        old_term, base_number = (int(x) for x in message["base"])
+        if self.position != (old_term, number - 1) or number > base_number:
+            raise LinkBroken(f"bridge record {number} does not follow {self.position}")
+        try:
+            self._apply(decode_batches(message["batches"]), (old_term, number))
+        except JournalError as error:
+            raise LinkBroken(f"cannot store: {error}") from None
+        self.recent.clear()
+
+    def _rebase(self, message: dict[str, Any], term: int) -> dict[str, Any]:
+        """At the new active's base (the position it was promoted from), this replica
+        holds what the new active started its term from: it is at (term, 0)."""
+        base = tuple(int(x) for x in message["base"])
+        if self.position != base:
+            return {"t": "refuse", "why": f"gap: at {self.position}, the base is {base}"}
+        try:
+            self._apply([], (term, 0))
+        except JournalError as error:
+            raise LinkBroken(f"cannot store: {error}") from None
+        return {"t": "ack", "n": 0}
+
+    def bridge(self) -> Bridge:
+        """What this instance, promoted now, can bridge the other replicas with: its
+        position (as a replica: not a term it led) and the records before it."""
+        if self.position[0] == self.led or not self.holds_journals:
+            return Bridge((0, 0), [])
+        term, number = self.position
+        records = [(n, batches) for t, n, batches, _ in self.recent.records if t == term]
+        if records and records[-1][0] != number:
+            records = []
+        return Bridge(self.position, records)
 
     def _replace_all(self, items: list[list[Any]]) -> WriteBatch:
         deletes = [(journal, key) for journal in Journal for key in self.store.keys(journal)]
@@ -233,7 +328,10 @@ class Replica:
         that term's history from its start), so after stepping down it may campaign
         again without taking a copy first; the next active sends it one anyway."""
         self.term_seen = max(self.term_seen, term)
-        self._apply([], (term, 0))
+        self.led = term
+        self._apply(
+            [WriteBatch.empty().put_raw(Journal.META, LED_KEY.encode(), _U64.pack(term))], (term, 0)
+        )
 
     @property
     def candidate_position(self) -> tuple[int, int]:

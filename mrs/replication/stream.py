@@ -73,6 +73,42 @@ class RecordingStore:
         return unsent
 
 
+@dataclass(frozen=True, slots=True)
+class Bridge:
+    """How a promoted replica brings the other replicas of its old term up to where
+    it was promoted from, instead of sending each a full copy of the journals.
+
+    Why it is sound: the replicas of one term applied the same records in the same
+    order, so one at (term, m) that is whole (no copy half replayed) holds what the
+    promoted one held at (term, m); the records m+1..base (kept in memory by the
+    promoted one while it was a replica, `mrs.replication.replica.RecentRecords`)
+    and a rebase make it hold what the new active started its term from, and the new
+    term's records follow. An instance that led the old term (its position says
+    nothing of what it committed as the active), one whose copy is not whole, or one
+    further behind than the records kept gets a full copy as before."""
+
+    base: tuple[int, int]
+    """The promoted instance's position when it won ((0, 0): no bridge)."""
+    records: list[tuple[int, list[Any]]]
+    """(number, encoded batches) of the base's term, ending at the base's number."""
+
+    def frames(self, position: tuple[int, int], term: int) -> list[bytes] | None:
+        """The frames that bring a replica at `position` to (term, 0), or None."""
+        base_term, base_number = self.base
+        old_term, number = position
+        if base_term == 0 or old_term != base_term or number > base_number:
+            return None
+        needed = [(n, batches) for n, batches in self.records if n > number]
+        if len(needed) != base_number - number:
+            return None  # some are no longer kept
+        base = list(self.base)
+        bridge = [
+            frame({"t": "bridge", "term": term, "base": base, "n": n, "batches": batches})
+            for n, batches in needed
+        ]
+        return [*bridge, frame({"t": "rebase", "term": term, "base": base})]
+
+
 @dataclass(slots=True)
 class _Record:
     number: int
@@ -106,6 +142,8 @@ class CommitStream:
     backlog_bytes: int = 0
     rules: ReplicationRules = KEPT_REPLICATION
     """Which commit may be answered (a harness may hand a broken build)."""
+    bridge: Bridge | None = None
+    """The promoted instance's old-term records, until every replica is past them."""
 
     def seal(self, batches: list[WriteBatch], dones: list[Done]) -> None:
         """One commit made durable here: number it, keep it, hold its answers."""
@@ -141,12 +179,14 @@ class CommitStream:
     def ack(self, name: str, number: int) -> bool:
         """`name` has every record up to `number`; True when it has just caught up and
         may join the in-sync set."""
-        if number > self.acked.get(name, 0):
+        if number > self.acked.get(name, -1):
             self.acked[name] = number
+        if self.bridge is not None and all(r in self.acked for r in self.replicas):
+            self.bridge = None  # every replica is in this term now
         self.release()
         self.released.set()
         self.released = trio.Event()
-        return name not in self.in_sync and self.acked[name] >= self.number
+        return name not in self.in_sync and self.acked.get(name, 0) >= self.number
 
     def durable_on_majority(self) -> int:
         """The last record `acks_needed` in-sync replicas have (0 while fewer are in sync)."""
@@ -191,6 +231,19 @@ class CommitStream:
                 kept = rest
                 dropped.append(name)
         return dropped
+
+    def frames_for(self, position: tuple[int, int], led: int, whole: bool) -> list[bytes] | None:
+        """What to send a replica that says it is at `position` (having led term
+        `led`, its copy `whole` or not): the records after it, a bridge from the
+        term before and this term's records, or None (a full copy)."""
+        term, number = position
+        if term == self.term:
+            return self.records_after(number)
+        if self.bridge is None or term == led or not whole:
+            return None
+        bridged = self.bridge.frames(position, self.term)
+        after = self.records_after(0)
+        return None if bridged is None or after is None else [*bridged, *after]
 
     def records_after(self, number: int) -> list[bytes] | None:
         """The frames of every record after `number`; None when some are no longer

@@ -39,7 +39,7 @@ from mrs.replication.coordinator import (
 from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
-from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
+from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.journal_files import JournalFiles
@@ -122,8 +122,8 @@ class InstanceRunner:
 
     async def run(self) -> None:
         while True:
-            term = await self.run_replica()
-            await self.run_active(term)
+            term, bridge = await self.run_replica()
+            await self.run_active(term, bridge)
             print(f"STEPPED DOWN {self.me.name}", flush=True)
 
     async def stop(self) -> None:
@@ -133,8 +133,9 @@ class InstanceRunner:
             await self.coordinator.resign()
 
     # ------------------------------------------------------------------ replica
-    async def run_replica(self) -> int:
-        """Serve as a replica until this instance wins a term; the term."""
+    async def run_replica(self) -> tuple[int, Bridge]:
+        """Serve as a replica until this instance wins a term; the term, and the
+        records it can bridge the other replicas of its old term with."""
         files = JournalFiles(self.bus, self.config, lambda: None, open_store=self.open_store)
         store = files.open()
         try:
@@ -149,12 +150,13 @@ class InstanceRunner:
                 print(f"REPLICA {self.me.name}", flush=True)
                 term = await self._campaign_when_free(replica)
                 replica.stop_link()
+                bridge = replica.bridge()
                 replica.record_term(term)
                 nursery.cancel_scope.cancel()
         finally:
             store.close()
             files.release()
-        return term
+        return term, bridge
 
     async def _campaign_when_free(self, replica: Replica) -> int:
         """Campaign whenever the rules allow; never with journals that hold no record
@@ -189,7 +191,7 @@ class InstanceRunner:
                 return term
 
     # ------------------------------------------------------------------- active
-    async def run_active(self, term: int) -> None:
+    async def run_active(self, term: int, bridge: Bridge | None = None) -> None:
         """Serve clients as the active of `term` until stepping down."""
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
 
@@ -201,6 +203,7 @@ class InstanceRunner:
                 deliver,
                 acks_needed=majority_acks(len(self.group.instances)),
                 rules=self.rules,
+                bridge=bridge,
             )
             self.active = Active(
                 group_id=self.group.id,

@@ -81,8 +81,12 @@ async def wait_dropped(client, name: str) -> dict:
 
 
 def test_failover_keeps_every_answered_put_once_in_order(instances) -> None:
+    """Kill the active mid-stream: every answered put is delivered once, in order; the
+    replica left behind joins the new active by a bridge from their old term, not by
+    a full copy of the journals (mrs.replication.stream `Bridge`)."""
     first = wait_active(instances, 30)
     addresses = instance_addresses(instances["a"].config_path, "NYC")
+    logs = {name: p.config_path.parent / f"{name}.log" for name, p in instances.items()}
 
     async def scenario() -> tuple[list[int], float, str]:
         acknowledged: list[int] = []
@@ -90,6 +94,9 @@ def test_failover_keeps_every_answered_put_once_in_order(instances) -> None:
         second = ""
         async with connect(addresses, "ORDERS") as client:
             await wait_in_sync(client, {"a", "b", "c"})
+            copies_before = {
+                name: log.read_text().count("took a full copy") for name, log in logs.items()
+            }
             for i in range(PUTS):
                 if i == KILL_AFTER:
                     instances[first].kill()
@@ -110,7 +117,11 @@ def test_failover_keeps_every_answered_put_once_in_order(instances) -> None:
                 await client.confirm(message.seq)
             with pytest.raises(Exception):  # noqa: B017 - nothing more: NOMOREMSG
                 await client.get(timeout=0)
+            third = ({"a", "b", "c"} - {first, second}).pop()
+            await wait_in_sync(client, {second, third})
         assert seen == acknowledged  # every answered put once, in order
+        assert logs[third].read_text().count("took a full copy") == copies_before[third]
+        assert "a bridge from" in logs[second].read_text()
         return acknowledged, failover_s, second
 
     acknowledged, failover_s, second = trio.run(scenario)

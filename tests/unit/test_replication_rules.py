@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import msgpack
 import pytest
 import trio
 
@@ -210,6 +211,46 @@ def test_a_replica_that_closed_a_term_takes_none_of_its_records(store) -> None:
     assert replica.candidate_position == (4, 1)
     assert Replica(1, "b", store).check_hello({"t": "hello", "group": 1, "term": 4}) is not None
     assert replica.check_hello({"t": "hello", "group": 1, "term": 5, "from": "c"}) is None
+
+
+def test_a_promoted_replica_bridges_another_of_its_term_instead_of_a_full_copy(tmp_path) -> None:
+    """b and c both followed the active of term 4; c fell behind at 2, b reached 5 and
+    was promoted to term 5: c gets records 3..5 and a rebase, not the journals."""
+    stores = [JournalStore(tmp_path / name, 1 << 24) for name in "bc"]
+    try:
+        b, c = (Replica(1, name, store) for name, store in zip("bc", stores, strict=True))
+        for replica in (b, c):
+            replica.check_hello({"t": "hello", "group": 1, "term": 4, "from": "a"})
+            replica.receive(copy_at(4, 0))
+        records = [commit(4, n, f"k{n}".encode()) for n in range(1, 6)]
+        b.receive_commits(records)
+        c.receive_commits(records[:2])
+        bridge = b.bridge()
+        assert bridge.base == (4, 5) and [n for n, _ in bridge.records] == [1, 2, 3, 4, 5]
+        b.record_term(5)
+        stream = CommitStream(5, ("a", "c"), lambda dones: None, lambda: 0.0, bridge=bridge)
+        stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"new", b"v")], [])
+        assert stream.frames_for((4, 2), led=0, whole=False) is None  # a copy not replayed
+        assert stream.frames_for((4, 2), led=4, whole=True) is None  # it led term 4
+        assert stream.frames_for((3, 9), led=0, whole=True) is None  # another term
+        frames = stream.frames_for((4, 2), led=0, whole=True)
+        assert frames is not None and len(frames) == 3 + 1 + 1  # 3..5, rebase, new term's 1
+        c.check_hello({"t": "hello", "group": 1, "term": 5, "from": "b"})
+        answers = [c.receive(unframe(body)) for body in frames]
+        assert answers[:3] == [None, None, None]
+        assert answers[3:] == [{"t": "ack", "n": 0}, {"t": "ack", "n": 1}]
+        assert read_position(stores[1]) == ((5, 1), 5)
+        for n in range(1, 6):
+            assert stores[1].get_raw(Journal.DQF, f"k{n}".encode()) == b"body"
+        assert stores[1].get_raw(Journal.DQF, b"new") == b"v"
+        assert b.bridge().base == (0, 0)  # b led term 5: its position says nothing more
+    finally:
+        for store in stores:
+            store.close()
+
+
+def unframe(body: bytes) -> dict:
+    return msgpack.unpackb(body[4:], raw=False)
 
 
 def test_full_copy_replaces_everything(store: JournalStore) -> None:
