@@ -10,10 +10,12 @@ older one at once.
 Its position (term, number of the last record applied) is written in the same
 transaction as the record, so after a crash it says exactly where it stands; a gap
 (a record that does not follow) is refused, and the active sends from the position or
-a full copy. A full copy is applied in one transaction: everything the replica had is
-replaced, so it never holds half of two histories. Its slices were read while the
-active went on committing, so the replica is whole again (a candidate) only once it
-has replayed the records up to the one the copy names (`COPY_UPTO_KEY`).
+a full copy. A full copy is applied a slice at a time as it comes (the replica holds
+one slice in memory): the first wipes everything, and until the last one the
+journals carry `COPY_PARTIAL_KEY` and position (0, 0), so they are no candidate and a
+lost link means a full copy again. Its slices were read while the active went on
+committing, so the replica is whole again (a candidate) only once it has replayed
+the records up to the one the copy names (`COPY_UPTO_KEY`).
 """
 
 from __future__ import annotations
@@ -49,10 +51,17 @@ LED_KEY = "replication.led"
 """META: the last term this instance won. Its position as the active of that term is
 (term, 0) and says nothing of what it committed since, so a new active never bridges
 it from there (it sends a full copy)."""
+COPY_PARTIAL_KEY = "replication.copy_partial"
+"""META, while a full copy is being applied slice by slice: these journals hold part
+of it (no candidate, and a hello asks for a full copy again)."""
 COPY_UPTO_KEY = "replication.copy_upto"
 """META: the (term, number) the last full copy is whole at: its slices were read while
 the active went on committing, so until the replica has replayed the records up to
 there its journals mix two moments (mrs.replication.active `_full_copy`)."""
+_REPLICATION_KEYS = frozenset(
+    key.encode() for key in (POSITION_KEY, TERM_KEY, LED_KEY, COPY_UPTO_KEY, COPY_PARTIAL_KEY)
+)
+"""This instance's own replication marks: never taken from the active's journals."""
 _TWO_U64 = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
 
@@ -115,7 +124,9 @@ class Replica:
         other replicas of the same term from their position to its own."""
         self.active: str | None = None
         self._link_scope: trio.CancelScope | None = None
-        self._copy: list[list[Any]] = []
+        self.copy_partial = store.meta_get(COPY_PARTIAL_KEY) is not None
+        self._copying: tuple[int, int] | None = None
+        """The full copy this link is applying (term, number); None between copies."""
 
     @property
     def holds_journals(self) -> bool:
@@ -124,6 +135,8 @@ class Replica:
         neither (a term seen in a hello is not enough: the copy may not have come);
         nor do journals that took a full copy and have not yet replayed the records up
         to the one it is whole at (`COPY_UPTO_KEY`)."""
+        if self.copy_partial:
+            return False
         term, number = self.copy_upto
         if self.position[0] == term and self.position[1] < number:
             return False
@@ -158,7 +171,7 @@ class Replica:
         with trio.CancelScope() as scope:
             self._link_scope = scope
             self.active = str(hello.get("from"))
-            self._copy = []  # a copy a lost link left half sent is not this link's
+            self._copying = None  # a copy a lost link left half sent starts over
             hello_back = {
                 "t": "hello",
                 "name": self.name,
@@ -218,19 +231,7 @@ class Replica:
             if message["t"] == "rebase":
                 return self._rebase(message, term)
             if message["t"] == "copy":
-                self._copy.extend(message["items"])
-                if not message.get("last"):
-                    return None
-                items, self._copy = self._copy, []
-                upto = (term, max(number, int(message.get("upto", number))))
-                whole_at = WriteBatch.empty().put_raw(
-                    Journal.META, COPY_UPTO_KEY.encode(), _TWO_U64.pack(*upto)
-                )
-                self._apply([self._replace_all(items), whole_at], (term, number))
-                self.recent.clear()
-                self.copy_upto = upto
-                log.info("replica %s took a full copy at %s", self.name, (term, number))
-                return {"t": "ack", "n": number}
+                return self._copy_slice(message, term, number)
         except (ValueError, KeyError, TypeError) as error:
             return {"t": "refuse", "why": f"malformed: {error}"}
         except JournalError as error:
@@ -309,10 +310,41 @@ class Replica:
             records = []
         return Bridge(self.position, records)
 
-    def _replace_all(self, items: list[list[Any]]) -> WriteBatch:
+    def _copy_slice(self, message: dict[str, Any], term: int, number: int) -> dict[str, Any] | None:
+        """Apply one slice of a full copy as it comes, so a replica holds one slice in
+        memory, not the journals: the first slice wipes everything, each is applied
+        with the partial mark and position (0, 0) (a link lost halfway: the next
+        hello asks for a full copy again, and these journals are no candidate), and
+        the last one ends the mark and sets the position and the record up to which
+        the replica must replay before its journals are whole again (`upto`)."""
+        replication_keys = _REPLICATION_KEYS
+        puts = [
+            (Journal(j), bytes(k), bytes(v))
+            for j, k, v in message["items"]
+            if j != Journal.META or bytes(k) not in replication_keys
+        ]
+        batches = [] if self._copying == (term, number) else [self._delete_all()]
+        self._copying = (term, number)
+        batches.append(WriteBatch(puts, []))
+        if not message.get("last"):
+            self.copy_partial = True
+            mark = WriteBatch.empty().put_raw(Journal.META, COPY_PARTIAL_KEY.encode(), b"1")
+            self._apply([*batches, mark], (0, 0))
+            return None
+        upto = (term, max(number, int(message.get("upto", number))))
+        whole_at = WriteBatch.empty().put_raw(
+            Journal.META, COPY_UPTO_KEY.encode(), _TWO_U64.pack(*upto)
+        )
+        whole_at.delete(Journal.META, COPY_PARTIAL_KEY.encode())
+        self._apply([*batches, whole_at], (term, number))
+        self._copying, self.copy_partial, self.copy_upto, self.led = None, False, upto, 0
+        self.recent.clear()
+        log.info("replica %s took a full copy at %s", self.name, (term, number))
+        return {"t": "ack", "n": number}
+
+    def _delete_all(self) -> WriteBatch:
         deletes = [(journal, key) for journal in Journal for key in self.store.keys(journal)]
-        puts = [(Journal(j), bytes(k), bytes(v)) for j, k, v in items]
-        return WriteBatch(puts, deletes)
+        return WriteBatch([], deletes)
 
     def _apply(self, batches: list[WriteBatch], position: tuple[int, int]) -> None:
         """The records and the new position, durable together."""

@@ -24,7 +24,14 @@ from mrs.replication.wire import FrameReader, frame
 
 SLICE_BYTES = 16 << 10
 SLICE_ITEMS = 20
-REPLICATION_KEYS = (b"replication.position", b"replication.term", b"replication.copy_upto")
+REPLICATION_KEYS = (
+    b"replication.position",
+    b"replication.term",
+    b"replication.copy_upto",
+    b"replication.led",
+    b"replication.copy_partial",
+)
+"""Each instance's own marks (mrs.replication.replica): not part of the group's state."""
 
 
 def _message(body: bytes) -> dict:
@@ -177,3 +184,33 @@ def test_a_copy_cut_off_with_its_link_is_not_applied_with_the_next_one(stores) -
     assert replica.position == (2, 9)
     assert replica_store.get_raw(Journal.DQF, b"kept") == b"v"
     assert replica_store.get_raw(Journal.DQF, b"gone") is None
+
+
+def test_a_copy_is_applied_slice_by_slice_and_a_lost_link_starts_it_over(stores) -> None:
+    """The replica holds one slice in memory, not the journals: each slice is in its
+    LMDB as it comes, under a partial mark that keeps it from campaigning; a copy cut
+    halfway leaves position (0, 0), so the next hello gets a whole copy, which wipes
+    the half first. The active's own replication marks (it led term 2) are not taken."""
+    active_store, replica_store = stores
+    active_store.commit_now(
+        WriteBatch.empty().put_raw(Journal.META, b"replication.led", b"\0" * 7 + b"\2")
+    )
+    replica_store.commit_now(WriteBatch.empty().put_raw(Journal.DQF, b"stale", b"old history"))
+    replica = Replica(1, "b", replica_store)
+    replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"})
+    frames = [_message(body) for body in _active(RecordingStore(active_store))._full_copy()]
+    assert len(frames) > 3
+    for message in frames[:2]:
+        assert replica.receive(message) is None
+    assert replica_store.get_raw(Journal.DQF, b"stale") is None  # wiped by the first slice
+    first_key = frames[0]["items"][0][1]
+    assert replica_store.get_raw(Journal(frames[0]["items"][0][0]), first_key) is not None
+    assert not replica.holds_journals and replica.position == (0, 0)
+    reopened = Replica(1, "b", replica_store)  # the link lost, the replica restarted
+    assert not reopened.holds_journals and reopened.position == (0, 0)
+    reopened.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"})
+    answers = [reopened.receive(message) for message in frames]
+    assert answers[-1] == {"t": "ack", "n": frames[-1]["n"]}
+    assert reopened.holds_journals and reopened.led == 0
+    assert Replica(1, "b", replica_store).led == 0  # the active's mark was not copied
+    assert _contents(replica_store) == _contents(active_store)
