@@ -7,7 +7,7 @@ async with connect("127.0.0.1:7001", queue="1.10") as q:
     await q.confirm(msg.seq)
 """
 
-import journals  # noqa: F401 - first: it decides whether the compiled hot path is used
+import mrs  # noqa: F401 - first: it installs the compiled hot path (mrs.native) if built
 from clients.auth import ClientCredentials
 from clients.batch import PutItem
 from clients.connecting import connect, instance_addresses, put_once

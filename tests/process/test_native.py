@@ -123,6 +123,17 @@ def test_a_process_imports_what_the_build_state_says() -> None:
     assert (status, Path(file).suffix) == ("off", ".py")
 
 
+def test_an_application_importing_the_client_first_runs_the_build() -> None:
+    """An application imports `clients`, not `mrs`: the client's own compiled modules
+    (its request table, reply deadlines) must be the build's too. (After the layout
+    step `clients` imported `journals` first, which no longer installs the build:
+    every client process ran the sources, at about twice the CPU per request.)"""
+    state = inspect_build(native.source_root())
+    status, file = _imported_file("clients.requests", {}).split(" ", 1)
+    assert status == state.status
+    assert file.endswith(".py") != state.compiled
+
+
 def test_a_build_without_mypyc_says_what_to_install_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
