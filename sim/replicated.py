@@ -41,7 +41,6 @@ from mrs.group import KEPT, Guarantees
 from mrs.replication.coordinator import MemoryCoordinator, MemoryElection
 from mrs.replication.replica import POSITION_KEY
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
-from mrs.replication.stream import commit_inline
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.instance import InstanceRunner
@@ -251,7 +250,6 @@ class ReplicatedSimGroup:
             open_store=lambda: self.instances[name].store,
             clock_ns=self.clock_ns or (lambda: int(trio.current_time() * 1e9)),
             rules=self.rules,
-            run_commit=commit_inline,
         )
 
     async def _run(

@@ -32,17 +32,15 @@ fsync; `CommitStream` holds the records and the answers, with the quorum rule:
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from journals import InlineWriter, JournalStore, WriteBatch
-from journals.writer import BATCHES_PER_COMMIT_MAX, Done, commit_together
+from journals.writer import Done
 from mrs.limits import (
     REPLICATION_BACKLOG_BYTES_MAX,
     REPLICATION_BACKLOG_RECORDS_MAX,
@@ -58,27 +56,20 @@ class RecordingStore:
     def __init__(self, store: JournalStore) -> None:
         self._store = store
         self.unsent: list[WriteBatch] = []
-        self._order = threading.Lock()
-        """Held from a write's start to its noting: the writer's commit (on a worker
-        thread) and a `commit_now` (on the loop) are noted in the order LMDB made
-        them durable, so the replicas apply them in that order."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     def apply(self, batches: list[WriteBatch]) -> None:
-        with self._order:
-            self._store.apply(batches)
-            self.unsent.extend(batches)
+        self._store.apply(batches)
+        self.unsent.extend(batches)
 
     def commit_now(self, batch: WriteBatch) -> None:
-        with self._order:
-            self._store.commit_now(batch)
-            self.unsent.append(batch)
+        self._store.commit_now(batch)
+        self.unsent.append(batch)
 
     def take(self) -> list[WriteBatch]:
-        with self._order:
-            unsent, self.unsent = self.unsent, []
+        unsent, self.unsent = self.unsent, []
         return unsent
 
 
@@ -270,41 +261,14 @@ class CommitStream:
         return self.number - acked, sum(len(r.frame) for r in pending)
 
 
-CommitRunner = Callable[..., Awaitable[Any]]
-"""How an active's commit runs: `trio.to_thread.run_sync` (production), or
-`commit_inline` (the simulator, which must stay deterministic)."""
-
-
-async def commit_inline(commit: Callable[..., Any], *args: Any) -> Any:
-    """Run the commit on the event loop's own thread, with no scheduling point."""
-    return commit(*args)
-
-
 class ReplicatedWriter(InlineWriter):
-    """The writer of an active instance: commits as the inline writer does, then
-    seals the commit into the stream and hands its answers to it instead of running
-    them.
+    """The inline writer of an active instance: commits as before, then seals the
+    commit into the stream and hands its answers to it instead of running them."""
 
-    Why the commit goes to a worker thread (`commit_off_loop`, `run_commit`): an
-    unreplicated group answers right after its fsync, so stalling the loop for it
-    costs nothing (mrs.server.group_server); an active's answers wait for a
-    replica's acknowledgement, which its loop cannot read while it sits in the next
-    fsync. Off the loop, acknowledgements and requests are taken during the fsync.
-    The commits stay one at a time and in order (the commit loop awaits each), and
-    `RecordingStore` keeps a `commit_now` of the loop from slipping between a
-    commit and its record."""
-
-    def __init__(
-        self,
-        store: RecordingStore,
-        wake: Callable[[], None],
-        stream: CommitStream,
-        run_commit: CommitRunner = commit_inline,
-    ):
+    def __init__(self, store: RecordingStore, wake: Callable[[], None], stream: CommitStream):
         super().__init__(store, wake)  # type: ignore[arg-type]  # a Store by delegation
         self.recording = store
         self.stream = stream
-        self.run_commit = run_commit
         self._durable_here: list[Done] = []
 
     def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
@@ -318,26 +282,5 @@ class ReplicatedWriter(InlineWriter):
 
     def commit_pending(self) -> None:
         super().commit_pending()
-        self._seal()
-
-    async def commit_off_loop(self, answer: Callable[[Callable[[], object]], None]) -> None:
-        """Commit what is pending through `run_commit`; then, back on the loop and
-        inside `answer` (the server's answer bracket), report it and seal it."""
-        pending = self._pending[:BATCHES_PER_COMMIT_MAX]
-        del self._pending[:BATCHES_PER_COMMIT_MAX]
-        if not self._pending:
-            self.urgent = False
-        if not pending:
-            return
-        self.stats.wait_time_s_total += time.perf_counter() - self._first_submitted_s
-        results = await self.run_commit(commit_together, self.recording, pending, self.stats)
-        answer(lambda: self._report_and_seal(results))
-
-    def _report_and_seal(self, results: list[tuple[Done, Any]]) -> None:
-        for done, error in results:
-            done(error)
-        self._seal()
-
-    def _seal(self) -> None:
         dones, self._durable_here = self._durable_here, []
         self.stream.seal(self.recording.take(), dones)

@@ -317,10 +317,7 @@ class GroupServer:
             if wait_s > 0:  # the last commit was busy: take in more first (commit_pacing)
                 await self._hold_commit(writer, wait_s, pacing.last_batches)
             batches_before = writer.stats.batches
-            if isinstance(writer, ReplicatedWriter):
-                await writer.commit_off_loop(self._answer)
-            else:
-                self._commit(writer)
+            self._commit(writer)
             pacing.committed(writer.stats.batches - batches_before, trio.current_time())
 
     async def _hold_commit(self, writer: InlineWriter, wait_s: float, batches: int) -> None:

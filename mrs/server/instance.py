@@ -39,13 +39,7 @@ from mrs.replication.coordinator import (
 from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
-from mrs.replication.stream import (
-    Bridge,
-    CommitRunner,
-    CommitStream,
-    RecordingStore,
-    ReplicatedWriter,
-)
+from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.journal_files import JournalFiles
@@ -108,14 +102,10 @@ class InstanceRunner:
         open_store: Callable[[], JournalStore] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         rules: ReplicationRules = KEPT_REPLICATION,
-        run_commit: CommitRunner = trio.to_thread.run_sync,
     ) -> None:
-        """`network`, `open_store`, `clock_ns`, `rules` and `run_commit` are the
-        simulator's (its memory network and journals, its clock, a broken build, its
-        commits on the loop so a seed replays); production keeps the defaults: TCP,
-        the instance's LMDB files, the wall clock, the kept rules, commits on a
-        worker thread (mrs.replication.stream `ReplicatedWriter`)."""
-        self.run_commit = run_commit
+        """`network`, `open_store`, `clock_ns` and `rules` are the simulator's (its
+        memory network and journals, its clock, a broken build); production keeps the
+        defaults: TCP, the instance's LMDB files, the wall clock, the kept rules."""
         self.network = network
         self.open_store = open_store
         self.clock_ns = clock_ns
@@ -227,7 +217,7 @@ class InstanceRunner:
                 on_step_down=lambda reason: scope.cancel(),
                 network=self.network,
             )
-            return ReplicatedWriter(recording, wake, stream, self.run_commit)
+            return ReplicatedWriter(recording, wake, stream)
 
         server = GroupServer(
             self.bus,

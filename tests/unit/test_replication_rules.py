@@ -6,8 +6,6 @@ replica writes a real LMDB store."""
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from mrs.replication.coordinator import (
     must_post_position,
 )
 from mrs.replication.replica import Replica, read_position
-from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
+from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import encode_batches
 from tests.conftest import run_under_autojump_clock
 
@@ -395,61 +393,6 @@ async def test_a_replica_joining_releases_what_it_already_acknowledged(store) ->
     await active._join("b")
     assert answered == ["p"]
     assert election.in_sync == ("a", "b") and election.acks_needed == 1
-
-
-class SlowToReturnStore(JournalStore):
-    """Returns from each commit a little late: the moment a loop's `commit_now`
-    could slip between the writer's commit and its noting."""
-
-    committed = threading.Event()
-
-    def apply(self, batches: list[WriteBatch]) -> None:
-        super().apply(batches)
-        if threading.current_thread() is not threading.main_thread():  # the writer's
-            self.committed.set()
-            time.sleep(0.01)
-
-
-async def test_a_commit_off_the_loop_and_a_commit_now_reach_the_replica_in_lmdb_order(
-    tmp_path: Path,
-) -> None:
-    """The active's commit runs on a worker thread while the loop may write a
-    `commit_now` (a seq block) to the same key: whichever LMDB made durable last, the
-    replica applying the stream's records ends with the same value."""
-    active_store = SlowToReturnStore(tmp_path / "active", 1 << 24)
-    replica_store = JournalStore(tmp_path / "replica", 1 << 24)
-    try:
-        recording = RecordingStore(active_store)
-        answered: list[str] = []
-        stream = CommitStream(1, ("b",), lambda dones: [d(None) for d in dones])
-        writer = ReplicatedWriter(recording, lambda: None, stream, trio.to_thread.run_sync)
-        for round_ in range(20):
-            writer.submit(
-                WriteBatch.empty().put_raw(Journal.DQF, b"k", b"writer"),
-                one_put(f"p{round_}", answered),
-            )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(writer.commit_off_loop, lambda run: run())
-                # the writer's commit is durable, not yet noted: the loop writes now
-                await trio.to_thread.run_sync(active_store.committed.wait)
-                active_store.committed.clear()
-                recording.commit_now(
-                    WriteBatch.empty().put_raw(Journal.DQF, b"k", b"loop%d" % round_)
-                )
-            stream.seal(recording.take(), [])
-        replica = Replica(1, "b", replica_store)
-        replica.check_hello({"t": "hello", "group": 1, "term": 1, "from": "a"})
-        replica.receive(copy_at(1, 0))
-        for body in stream.records_after(0) or []:
-            replica.receive(unframe(body))
-        assert replica_store.get_raw(Journal.DQF, b"k") == active_store.get_raw(Journal.DQF, b"k")
-        assert answered == []  # held: b has acknowledged nothing
-        stream.in_sync.add("b")
-        stream.ack("b", stream.number)
-        assert answered == [f"p{n}" for n in range(20)]
-    finally:
-        active_store.close()
-        replica_store.close()
 
 
 # ------------------------------------------------------------------ the lease
