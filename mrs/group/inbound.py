@@ -25,7 +25,7 @@ from mrs.group.notices import Notices
 from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
 from mrs.group.quarantine import PoisonTransfer, transfer_problem
-from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key
+from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key, transfer_sound
 from mrs.group.transfer import RECEIVER_DEAD_LETTERED
 from mrs.group.umas import Umas
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
@@ -147,8 +147,10 @@ class Inbound:
     ) -> tuple[Entry | PoisonTransfer, bool]:
         """The entry for a transferred message, or why a client could not have put it
         (refused alone). TransferError: it still does not make an entry."""
-        if (problem := transfer_problem(asdict(message))) is not None:
-            return PoisonTransfer(message.seq, problem), message.ordered
+        if not transfer_sound(message):
+            problem = transfer_problem(asdict(message))
+            if problem is not None:
+                return PoisonTransfer(message.seq, problem), message.ordered
         return entry_from_transfer(self.ctx.group_id, peer_id, message)
 
 
