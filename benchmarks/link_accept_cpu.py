@@ -32,6 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import mrs  # noqa: F401 - first: installs the compiled hot path before journals is imported
+
+# isort: split
 from journals import InlineWriter, JournalStore
 from mrs import protocol as wire
 from mrs.config.bus import parse_config
@@ -115,9 +118,21 @@ def _transfer_bytes(
 ) -> bytes:
     messages = [
         wire.TransferredMessage(
-            seq, 10, 1, 100, body, 0, 0, 0, int(DeliveryMode.WF_DQF), int(Uma.SAF), b"", 5,
-            None, True,
-        )  # fmt: skip
+            seq,
+            10,
+            1,
+            100,
+            body,
+            0,
+            0,
+            0,
+            int(DeliveryMode.WF_DQF),
+            int(Uma.SAF),
+            b"",
+            5,
+            None,
+            True,
+        )
         for seq in range(first_seq, first_seq + count)
     ]
     return dialer.send(wire.LinkTransfer(request_id, messages))
@@ -126,7 +141,9 @@ def _transfer_bytes(
 def _forget_frames(dialer: wire.Connection, request_id: int, seqs: list[int]) -> list[bytes]:
     frames = []
     for start in range(0, len(seqs), LINK_NOTICES_PER_FRAME_MAX):
-        notices = [wire.ForgetNotice(seq, 0) for seq in seqs[start : start + LINK_NOTICES_PER_FRAME_MAX]]
+        notices = [
+            wire.ForgetNotice(seq, 0) for seq in seqs[start : start + LINK_NOTICES_PER_FRAME_MAX]
+        ]
         frames.append(dialer.send(wire.LinkNotice(request_id + start, notices)))
     return frames
 
@@ -179,7 +196,20 @@ def own_put_cpu_s(group: Group, writer: InlineWriter, puts: int, batch: int) -> 
     group.attach(session, wire.Attach(request_id=1, queue="2.100"))
     body = b"x" * 1024
     requests = [
-        wire.Put(index + 1, "2.12", body, int(DeliveryMode.WF_DQF), int(Uma.SAF), 0, 0, 0, 0, b"", "", None)
+        wire.Put(
+            index + 1,
+            "2.12",
+            body,
+            int(DeliveryMode.WF_DQF),
+            int(Uma.SAF),
+            0,
+            0,
+            0,
+            0,
+            b"",
+            "",
+            None,
+        )
         for index in range(puts)
     ]
     started_s = time.process_time()
@@ -197,7 +227,11 @@ def run(args: argparse.Namespace) -> tuple[float, float | None]:
     try:
         group, writer, store = _open_group(directory)
         drained_s = drain_cpu_s(group, writer, args.messages, args.per_transfer)
-        own_s = own_put_cpu_s(group, writer, args.messages, args.per_transfer) if args.own_puts else None
+        own_s = (
+            own_put_cpu_s(group, writer, args.messages, args.per_transfer)
+            if args.own_puts
+            else None
+        )
         store.close()
         return drained_s, own_s
     finally:
