@@ -19,14 +19,14 @@ from msgspec.structs import asdict
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
-from mrs.group.idempotency import scoped_key
+from mrs.group.idempotency import origin_key, scoped_key
 from mrs.group.intake import enqueue_in_memory
 from mrs.group.notices import Notices
 from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
 from mrs.group.quarantine import PoisonTransfer, transfer_problem
 from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key, transfer_sound
-from mrs.group.transfer import RECEIVER_DEAD_LETTERED
+from mrs.group.transfer import RECEIVER_DEAD_LETTERED, link_result
 from mrs.group.umas import Umas
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
@@ -62,6 +62,27 @@ class Inbound:
         answers.first_ordinal = inbound.inbound_ordinal
         if not decoded:
             respond([])
+        # The origin keys of the whole transfer in one read (mrs.group.idempotency)
+        app_keys = self.dqf.app_keys
+        app_keys.read_ahead(
+            [
+                origin_key(peer_id, entry.seq)
+                for entry, _ in decoded
+                if isinstance(entry, Entry) and entry.delivery.recoverable
+            ]
+        )
+        try:
+            self._accept_all(peer_id, decoded, answers, inbound)
+        finally:
+            app_keys.end_read_ahead()
+
+    def _accept_all(
+        self,
+        peer_id: int,
+        decoded: list[tuple[Entry | PoisonTransfer, bool]],
+        answers: _TransferAnswers,
+        inbound: InboundStream,
+    ) -> None:
         for index, (entry, ordered) in enumerate(decoded):
             ordinal = None
             poison = isinstance(entry, PoisonTransfer)
@@ -96,7 +117,7 @@ class Inbound:
             # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
             outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")
         elif entry.delivery.recoverable:
-            keys = [f"origin:{peer_id}:{entry.seq}"]
+            keys = [origin_key(peer_id, entry.seq)]
             if (key := idempotency_key(entry.headers)) is not None:
                 keys.append(scoped_key(entry.source, entry.target, key))
             if ordinal is None:
@@ -177,7 +198,7 @@ class _TransferAnswers:
                 self.inbound.inbound_failed_at = ordinal
             if status == Status.DQF_FULL:
                 self.peers.drain_refused(self.peer_id, ordinal)
-        self.results[index] = LinkResult(seq, int(status), stored_seq)
+        self.results[index] = link_result(seq, int(status), stored_seq)
         self.remaining -= 1
         if self.remaining == 0:
             if self.all_ordered_stored:

@@ -18,8 +18,10 @@ import msgspec
 from journals import Journal, JournalError, WriteBatch, group_key
 from mrs.group.acks import AckWaits
 from mrs.group.context import GroupContext
+from mrs.group.idempotency import origin_key
 from mrs.group.peers import Inbound, Peers
 from mrs.group.receipts import Receipts
+from mrs.group.transfer import link_result
 from mrs.group.umas import Umas
 from mrs.model import Psb, Status
 from mrs.protocol.link_events import (
@@ -108,7 +110,7 @@ class Notices:
         forget = WriteBatch.empty()
         for notice in notices:
             seq = notice.seq
-            results.append(LinkResult(seq, int(Status.SUCCESS), seq))
+            results.append(link_result(seq, int(Status.SUCCESS), seq))
             match notice:
                 case ResyncNotice():
                     inbound.inbound_failed_at = None
@@ -117,11 +119,11 @@ class Notices:
                         peer.link.room(notice.seq)
                 case WaitNotice():  # the answer says how many slots are held for it
                     held = self.peers.drain_waits(peer_id)
-                    results[-1] = LinkResult(seq, int(Status.SUCCESS), held)
+                    results[-1] = link_result(seq, int(Status.SUCCESS), held)
                 case LeaveNotice():
                     self.peers.drain_left(peer_id)
                 case ForgetNotice():
-                    forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
+                    forget.delete(Journal.DEDUPE, origin_key(peer_id, seq).encode())
                 case _ if (waiter := peer.waiters.pop(seq, None)) is not None:
                     waiter(notice)
                 case ConfNotice() if (response_queue := self.ack_waits.owed_to(seq)) is not None:

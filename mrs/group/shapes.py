@@ -460,14 +460,19 @@ def transfer_sound(message: TransferredMessage) -> bool:
     the idempotency and dead-letter rules) or one this says no to goes through the
     checks that word the problem. Each test is one of `wire.Put`'s field rules, the
     mode/UMA pair one that `check_mode_and_uma` accepts, the addresses and put time
-    those of `transfer_problem`."""
-    delivery, uma = message.delivery, message.uma
-    target_queue, source_group = message.target_queue, message.source_group
-    source_queue, put_time_ns = message.source_queue, message.put_time_ns
-    msg_class, msg_type, priority = message.msg_class, message.msg_type, message.priority
-    correlation_id = message.correlation_id
+    those of `transfer_problem`.
+
+    The fields are read untyped: a peer's message may hold anything (a test builds
+    one unchecked), and compiled code would raise TypeError on a typed read of a
+    field of the wrong type, where this must answer no."""
+    fields: Any = message
+    delivery, uma = fields.delivery, fields.uma
+    target_queue, source_group = fields.target_queue, fields.source_group
+    source_queue, put_time_ns = fields.source_queue, fields.put_time_ns
+    msg_class, msg_type, priority = fields.msg_class, fields.msg_type, fields.priority
+    correlation_id = fields.correlation_id
     return (
-        message.headers is None
+        fields.headers is None
         and type(delivery) is int
         and type(uma) is int
         and supported_pair(delivery, uma)
@@ -485,7 +490,7 @@ def transfer_sound(message: TransferredMessage) -> bool:
         and _I64_MIN <= msg_type <= _I64_MAX
         and type(priority) is int
         and 0 <= priority <= PRIORITY_MAX
-        and type(message.body) is bytes
+        and type(fields.body) is bytes
         and type(correlation_id) is bytes
         and len(correlation_id) <= CORRELATION_ID_BYTES_MAX
     )
