@@ -226,7 +226,9 @@ def run(args: argparse.Namespace) -> tuple[float, float | None]:
     directory = Path(tempfile.mkdtemp(prefix="mrs-link-accept-", dir=args.scratch))
     try:
         group, writer, store = _open_group(directory)
-        drained_s = drain_cpu_s(group, writer, args.messages, args.per_transfer)
+        drained_s = 0.0
+        if not args.only_own_puts:
+            drained_s = drain_cpu_s(group, writer, args.messages, args.per_transfer)
         own_s = (
             own_put_cpu_s(group, writer, args.messages, args.per_transfer)
             if args.own_puts
@@ -243,6 +245,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=51_200)
     parser.add_argument("--per-transfer", type=int, default=256, help="messages per LinkTransfer")
     parser.add_argument("--own-puts", action="store_true", help="also group 2's own puts")
+    parser.add_argument("--only-own-puts", action="store_true", help="no drain (for callgrind)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--scratch", type=Path, default=Path.cwd())

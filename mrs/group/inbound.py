@@ -26,7 +26,7 @@ from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
 from mrs.group.quarantine import PoisonTransfer, transfer_problem
 from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key, transfer_sound
-from mrs.group.transfer import RECEIVER_DEAD_LETTERED, link_result
+from mrs.group.transfer import RECEIVER_DEAD_LETTERED, Answer, link_results
 from mrs.group.umas import Umas
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
@@ -56,23 +56,24 @@ class Inbound:
         failed one are stored (a transfer does not need room for all of its messages)."""
         decoded = [self._entry_or_poison(peer_id, message) for message in messages]
         answers = _TransferAnswers(
-            self.peers, peer_id, inbound, respond, [None] * len(decoded), len(decoded)
+            self.peers, peer_id, inbound, respond, [(0, 0, 0)] * len(decoded), len(decoded)
         )
         answers.all_ordered_stored = any(ordered for _, ordered in decoded)
         answers.first_ordinal = inbound.inbound_ordinal
         if not decoded:
             respond([])
-        # The origin keys of the whole transfer in one read (mrs.group.idempotency)
+        # The origin dedupe key of each recoverable message ("" for the others), all
+        # read in one transaction (mrs.group.idempotency)
+        origins = [
+            origin_key(peer_id, entry.seq)
+            if isinstance(entry, Entry) and entry.delivery.recoverable
+            else ""
+            for entry, _ in decoded
+        ]
         app_keys = self.dqf.app_keys
-        app_keys.read_ahead(
-            [
-                origin_key(peer_id, entry.seq)
-                for entry, _ in decoded
-                if isinstance(entry, Entry) and entry.delivery.recoverable
-            ]
-        )
+        app_keys.read_ahead([key for key in origins if key])
         try:
-            self._accept_all(peer_id, decoded, answers, inbound)
+            self._accept_all(peer_id, decoded, origins, answers, inbound)
         finally:
             app_keys.end_read_ahead()
 
@@ -80,6 +81,7 @@ class Inbound:
         self,
         peer_id: int,
         decoded: list[tuple[Entry | PoisonTransfer, bool]],
+        origins: list[str],
         answers: _TransferAnswers,
         inbound: InboundStream,
     ) -> None:
@@ -92,12 +94,13 @@ class Inbound:
             outcome: Outcome = _Answer(answers, index, entry.seq, ordinal)
             if ordinal is not None and isinstance(entry, Entry):
                 outcome = _DeadLetterHere(self, peer_id, entry, outcome)
-            self._accept_one(peer_id, entry, ordinal, outcome, inbound)
+            self._accept_one(peer_id, entry, origins[index], ordinal, outcome, inbound)
 
     def _accept_one(
         self,
         peer_id: int,
         entry: Entry | PoisonTransfer,
+        origin: str,
         ordinal: int | None,
         outcome: Outcome,
         inbound: InboundStream,
@@ -117,7 +120,7 @@ class Inbound:
             # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
             outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")
         elif entry.delivery.recoverable:
-            keys = [origin_key(peer_id, entry.seq)]
+            keys = [origin]
             if (key := idempotency_key(entry.headers)) is not None:
                 keys.append(scoped_key(entry.source, entry.target, key))
             if ordinal is None:
@@ -183,7 +186,8 @@ class _TransferAnswers:
     peer_id: int
     inbound: InboundStream
     respond: Callable[[list[LinkResult]], None]
-    results: list
+    results: list[Answer]
+    """One per message, in order; filled in as they are answered."""
     remaining: int
     all_ordered_stored: bool = False
     first_ordinal: int = 0
@@ -198,12 +202,12 @@ class _TransferAnswers:
                 self.inbound.inbound_failed_at = ordinal
             if status == Status.DQF_FULL:
                 self.peers.drain_refused(self.peer_id, ordinal)
-        self.results[index] = link_result(seq, int(status), stored_seq)
+        self.results[index] = (seq, int(status), stored_seq)
         self.remaining -= 1
         if self.remaining == 0:
             if self.all_ordered_stored:
                 self.peers.drain_satisfied(self.peer_id, self.first_ordinal)
-            self.respond(self.results)
+            self.respond(link_results(self.results))
 
 
 @dataclass(eq=False, slots=True)
