@@ -16,7 +16,8 @@ from mrs.model import DeliveryMode, Uma
 from mrs.protocol.post_init import build_unchecked_from
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-EDGES = [-1, 0, 1, 99, 100, U32_MAX, U32_MAX + 1, INT64_MIN, INT64_MAX, INT64_MIN - 1, INT64_MAX + 1]
+EDGES = [-1, 0, 1, 99, 100, U32_MAX, U32_MAX + 1]
+EDGES += [INT64_MIN, INT64_MAX, INT64_MIN - 1, INT64_MAX + 1]
 INTS = st.one_of(st.sampled_from(EDGES), st.integers(min_value=-5, max_value=300), st.booleans())
 SMALL = st.one_of(st.integers(min_value=-2, max_value=140), st.booleans(), st.sampled_from(EDGES))
 BYTES = st.one_of(st.binary(max_size=40), st.just(bytearray(b"ab")), st.just("text"), st.none())
