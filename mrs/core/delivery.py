@@ -98,6 +98,13 @@ _VALID_PAIRS.update(
 computed once from `supported` (an Enum constructor per put showed in profiles)."""
 
 
+def supported_pair(delivery: int, uma: int) -> bool:
+    """Whether `check_mode_and_uma(delivery, uma)` accepts the pair (of plain ints),
+    without raising: the receiving group's quick check of a transferred message
+    (mrs.group.shapes.transfer_sound)."""
+    return (delivery, uma) in _VALID_PAIRS
+
+
 def reached_status(mode: DeliveryMode, target_attached: bool) -> Status:
     """The delivery status reported when a message reaches its interest point."""
     point = mode.interest_point

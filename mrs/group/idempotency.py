@@ -55,6 +55,12 @@ def scoped_key(source: Address, target: Address, key: str) -> str:
     return f"{APP_PREFIX}{source}>{target}:{key}"
 
 
+def origin_key(peer_id: int, seq: int) -> str:
+    """The link dedupe key of message `seq` of group `peer_id`: stored with the
+    message (mrs.group.inbound), deleted on the peer's forget notice (mrs.group.notices)."""
+    return f"{ORIGIN_PREFIX}{peer_id}:{seq}"
+
+
 def fingerprint(body: bytes | bytearray | memoryview | None) -> bytes:
     """The body's fingerprint as values are written now (FINGERPRINT_SHA256)."""
     return hashlib.sha256(body or b"").digest()[:16]
@@ -103,6 +109,13 @@ class AppKeys:
     the store of that same put (`digest_of`, `lookup`, in the same synchronous pass,
     so no commit can come between) reuses them instead of hashing the body and
     reading the key again. Taken by the next lookup, whichever key it asks for."""
+    _ahead: dict[str, bytes | None] = field(default_factory=dict, repr=False)
+    """Key -> stored value (None: absent), read by `read_ahead` in one transaction for
+    the synchronous pass that looks them up (a link transfer's origin keys): each
+    `_read` of one of them takes it from here instead of a read transaction of its
+    own. `end_read_ahead` empties it when that pass ends, before any commit can
+    change a key; within the pass a key being stored is in the DQF's in-flight keys,
+    which are asked first."""
 
     def value(self, seq: int, digest: bytes) -> bytes:
         return pack_value(seq, self.clock_ns() + int(self.window_s * 1e9), digest)
@@ -124,8 +137,19 @@ class AppKeys:
             return checked[3]
         return self._read(key, digest, body)
 
+    def read_ahead(self, keys: list[str]) -> None:
+        """Read `keys` for the lookups of this synchronous pass, in one transaction:
+        a read transaction per key was about 5% of a drained message's CPU
+        (benchmarks/README.md). Pair with `end_read_ahead` (try/finally)."""
+        values = self.store.get_raw_many(Journal.DEDUPE, [key.encode() for key in keys])
+        self._ahead = dict(zip(keys, values, strict=True))
+
+    def end_read_ahead(self) -> None:
+        self._ahead = {}
+
     def _read(self, key: str, digest: bytes, body: bytes | None) -> tuple[int, bool] | None:
-        raw = self.store.get_raw(Journal.DEDUPE, key.encode())
+        ahead = self._ahead
+        raw = ahead.pop(key) if key in ahead else self.store.get_raw(Journal.DEDUPE, key.encode())
         if raw is None:
             return None
         seq, expires_ns, stored_digest, algorithm = unpack_value(raw)

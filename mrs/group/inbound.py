@@ -13,25 +13,32 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from msgspec.structs import asdict
 
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
-from mrs.group.idempotency import scoped_key
+from mrs.group.idempotency import origin_key, scoped_key
 from mrs.group.intake import enqueue_in_memory
 from mrs.group.notices import Notices
 from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
 from mrs.group.quarantine import PoisonTransfer, transfer_problem
-from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key
-from mrs.group.transfer import RECEIVER_DEAD_LETTERED
+from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key, transfer_sound
+from mrs.group.transfer import RECEIVER_DEAD_LETTERED, Answer, link_results
 from mrs.group.umas import Umas
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
 
 log = logging.getLogger("mrs.forwarding")
+
+# Read for every message of a transfer: an enum member's alias saves ~30-50 ns per read
+# once compiled (benchmarks/README.md, "Final aliases").
+_STORED: Final = Status.STORED
+_DLQ_SUCCESS: Final = Status.DLQ_SUCCESS
+_DQF_FULL: Final = Status.DQF_FULL
 
 
 @dataclass(eq=False)
@@ -56,27 +63,51 @@ class Inbound:
         failed one are stored (a transfer does not need room for all of its messages)."""
         decoded = [self._entry_or_poison(peer_id, message) for message in messages]
         answers = _TransferAnswers(
-            self.peers, peer_id, inbound, respond, [None] * len(decoded), len(decoded)
+            self.peers, peer_id, inbound, respond, [(0, 0, 0)] * len(decoded), len(decoded)
         )
         answers.all_ordered_stored = any(ordered for _, ordered in decoded)
         answers.first_ordinal = inbound.inbound_ordinal
         if not decoded:
             respond([])
+        # The origin dedupe key of each recoverable message ("" for the others), all
+        # read in one transaction (mrs.group.idempotency)
+        origins = [
+            origin_key(peer_id, entry.seq)
+            if isinstance(entry, Entry) and entry.delivery.recoverable
+            else ""
+            for entry, _ in decoded
+        ]
+        app_keys = self.dqf.app_keys
+        app_keys.read_ahead([key for key in origins if key])
+        try:
+            self._accept_all(peer_id, decoded, origins, answers, inbound)
+        finally:
+            app_keys.end_read_ahead()
+
+    def _accept_all(
+        self,
+        peer_id: int,
+        decoded: list[tuple[Entry | PoisonTransfer, bool]],
+        origins: list[str],
+        answers: _TransferAnswers,
+        inbound: InboundStream,
+    ) -> None:
         for index, (entry, ordered) in enumerate(decoded):
             ordinal = None
             poison = isinstance(entry, PoisonTransfer)
             if ordered and (poison or (isinstance(entry, Entry) and entry.delivery.recoverable)):
                 ordinal = inbound.inbound_ordinal
                 inbound.inbound_ordinal += 1
-            outcome: Outcome = _Answer(answers, index, entry.seq, ordinal)
+            outcome = _Answer(answers, index, entry.seq, ordinal)
             if ordinal is not None and isinstance(entry, Entry):
-                outcome = _DeadLetterHere(self, peer_id, entry, outcome)
-            self._accept_one(peer_id, entry, ordinal, outcome, inbound)
+                outcome.dead_letter_here, outcome.entry = self, entry
+            self._accept_one(peer_id, entry, origins[index], ordinal, outcome, inbound)
 
     def _accept_one(
         self,
         peer_id: int,
         entry: Entry | PoisonTransfer,
+        origin: str,
         ordinal: int | None,
         outcome: Outcome,
         inbound: InboundStream,
@@ -96,7 +127,7 @@ class Inbound:
             # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
             outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")
         elif entry.delivery.recoverable:
-            keys = [f"origin:{peer_id}:{entry.seq}"]
+            keys = [origin]
             if (key := idempotency_key(entry.headers)) is not None:
                 keys.append(scoped_key(entry.source, entry.target, key))
             if ordinal is None:
@@ -147,8 +178,10 @@ class Inbound:
     ) -> tuple[Entry | PoisonTransfer, bool]:
         """The entry for a transferred message, or why a client could not have put it
         (refused alone). TransferError: it still does not make an entry."""
-        if (problem := transfer_problem(asdict(message))) is not None:
-            return PoisonTransfer(message.seq, problem), message.ordered
+        if not transfer_sound(message):
+            problem = transfer_problem(asdict(message))
+            if problem is not None:
+                return PoisonTransfer(message.seq, problem), message.ordered
         return entry_from_transfer(self.ctx.group_id, peer_id, message)
 
 
@@ -160,7 +193,8 @@ class _TransferAnswers:
     peer_id: int
     inbound: InboundStream
     respond: Callable[[list[LinkResult]], None]
-    results: list
+    results: list[Answer]
+    """One per message, in order; filled in as they are answered."""
     remaining: int
     all_ordered_stored: bool = False
     first_ordinal: int = 0
@@ -168,43 +202,42 @@ class _TransferAnswers:
     def answer(
         self, index: int, seq: int, ordinal: int | None, status: Status, stored_seq: int
     ) -> None:
-        if ordinal is not None and status not in (Status.STORED, Status.DLQ_SUCCESS):
+        if ordinal is not None and status != _STORED and status != _DLQ_SUCCESS:
             self.all_ordered_stored = False
             failed_at = self.inbound.inbound_failed_at
             if failed_at is None or ordinal < failed_at:
                 self.inbound.inbound_failed_at = ordinal
-            if status == Status.DQF_FULL:
+            if status == _DQF_FULL:
                 self.peers.drain_refused(self.peer_id, ordinal)
-        self.results[index] = LinkResult(seq, int(status), stored_seq)
+        self.results[index] = (seq, int(status), stored_seq)
         self.remaining -= 1
         if self.remaining == 0:
             if self.all_ordered_stored:
                 self.peers.drain_satisfied(self.peer_id, self.first_ordinal)
-            self.respond(self.results)
+            self.respond(link_results(self.results))
 
 
 @dataclass(eq=False, slots=True)
 class _Answer:
+    """The outcome of one message of a transfer: its place among the transfer's answers.
+    For an ordered (SAF-drained) entry, `dead_letter_here` is set: a refusal for good
+    goes to this group's DLQ first (channel rules, `Inbound.dead_letter_here`). One
+    object per message rather than a wrapper around it: a drain makes one for each."""
+
     answers: _TransferAnswers
     index: int
     seq: int
     ordinal: int | None
+    dead_letter_here: Inbound | None = None
+    entry: Entry | None = None
 
     def __call__(self, status: Status, stored_seq: int, reason: str) -> None:
+        room, entry = self.dead_letter_here, self.entry
+        if room is not None and entry is not None and status in RECEIVER_DEAD_LETTERED:
+            plain = _Answer(self.answers, self.index, self.seq, self.ordinal)
+            room.dead_letter_here(self.answers.peer_id, entry, plain, status, stored_seq, reason)
+            return
         self.answers.answer(self.index, self.seq, self.ordinal, status, stored_seq)
-
-
-@dataclass(eq=False, slots=True)
-class _DeadLetterHere:
-    inbound: Inbound
-    peer_id: int
-    entry: Entry
-    outcome: Outcome
-
-    def __call__(self, status: Status, stored_seq: int, reason: str) -> None:
-        self.inbound.dead_letter_here(
-            self.peer_id, self.entry, self.outcome, status, stored_seq, reason
-        )
 
 
 @dataclass(eq=False, slots=True)

@@ -18,8 +18,10 @@ import msgspec
 from journals import Journal, JournalError, WriteBatch, group_key
 from mrs.group.acks import AckWaits
 from mrs.group.context import GroupContext
+from mrs.group.idempotency import origin_key
 from mrs.group.peers import Inbound, Peers
 from mrs.group.receipts import Receipts
+from mrs.group.transfer import Answer, link_results
 from mrs.group.umas import Umas
 from mrs.model import Psb, Status
 from mrs.protocol.link_events import (
@@ -104,11 +106,15 @@ class Notices:
     ) -> list[LinkResult]:
         """News from a peer about messages this group sent: report to the waiters."""
         peer = self.peers[peer_id]
-        results = []
+        success = int(Status.SUCCESS)
+        answers: list[Answer] = []
         forget = WriteBatch.empty()
         for notice in notices:
             seq = notice.seq
-            results.append(LinkResult(seq, int(Status.SUCCESS), seq))
+            answers.append((seq, success, seq))
+            if isinstance(notice, ForgetNotice):  # a drain's many notices: asked first
+                forget.delete(Journal.DEDUPE, origin_key(peer_id, seq).encode())
+                continue
             match notice:
                 case ResyncNotice():
                     inbound.inbound_failed_at = None
@@ -117,11 +123,9 @@ class Notices:
                         peer.link.room(notice.seq)
                 case WaitNotice():  # the answer says how many slots are held for it
                     held = self.peers.drain_waits(peer_id)
-                    results[-1] = LinkResult(seq, int(Status.SUCCESS), held)
+                    answers[-1] = (seq, success, held)
                 case LeaveNotice():
                     self.peers.drain_left(peer_id)
-                case ForgetNotice():
-                    forget.delete(Journal.DEDUPE, f"origin:{peer_id}:{seq}".encode())
                 case _ if (waiter := peer.waiters.pop(seq, None)) is not None:
                     waiter(notice)
                 case ConfNotice() if (response_queue := self.ack_waits.owed_to(seq)) is not None:
@@ -132,4 +136,4 @@ class Notices:
                     self.ack_waits.done(seq)
         if forget:
             self.ctx.writer.submit(forget, lambda error: None)  # best effort: a kept key
-        return results
+        return link_results(answers)

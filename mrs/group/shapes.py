@@ -51,12 +51,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
+
+from msgspec.structs import astuple
 
 from journals import Record
 from journals.record import encode_values
 from mrs import protocol as wire
-from mrs.core.delivery import Refused
+from mrs.core.delivery import Refused, supported_pair
 from mrs.errors import ProtocolError
 from mrs.limits import (
     ADDRESSES_CACHED_MAX,
@@ -451,35 +453,113 @@ def transfer_fields(entry: Entry, ordered: bool = False) -> TransferredMessage:
     )
 
 
+TransferFields = tuple[int, int, int, int, bytes, int, int, int, int, int, bytes, int, Any, bool]
+"""A TransferredMessage's fields in order (seq .. ordered), as `astuple` gives them."""
+
+
+def transfer_sound(message: TransferredMessage) -> bool:
+    """Whether a transferred message without headers keeps every rule a client's put
+    keeps: `mrs.group.quarantine.transfer_problem`'s quick answer, as `record_sound` is
+    `record_problem`'s. Every SAF-drained message is asked, in compiled code, with no
+    dict of its fields and no Put built (that was about 7% of the receiver's CPU per
+    drained message, benchmarks/README.md); a message with headers (free-form, with
+    the idempotency and dead-letter rules) or one this says no to goes through the
+    checks that word the problem. Each test is one of `wire.Put`'s field rules, the
+    mode/UMA pair one that `check_mode_and_uma` accepts, the addresses and put time
+    those of `transfer_problem`.
+
+    The fields are read in one call (`astuple`, as `mrs.group.intake` reads a Put's)
+    and untyped: a peer's message may hold anything (a test builds one unchecked),
+    and compiled code would raise TypeError on a typed read of a field of the wrong
+    type, where this must answer no."""
+    fields: tuple[Any, ...] = astuple(message)
+    (
+        _seq,
+        target_queue,
+        source_group,
+        source_queue,
+        body,
+        msg_class,
+        msg_type,
+        priority,
+        delivery,
+        uma,
+        correlation_id,
+        put_time_ns,
+        headers,
+        _ordered,
+    ) = fields
+    return (
+        headers is None
+        and type(delivery) is int
+        and type(uma) is int
+        and supported_pair(delivery, uma)
+        and type(target_queue) is int
+        and type(source_group) is int
+        and type(source_queue) is int
+        and 0 <= target_queue <= U32_MAX
+        and 0 <= source_group <= U32_MAX
+        and 0 <= source_queue <= U32_MAX
+        and type(put_time_ns) is int
+        and _I64_MIN <= put_time_ns <= _I64_MAX
+        and type(msg_class) is int
+        and type(msg_type) is int
+        and _I64_MIN <= msg_class <= _I64_MAX
+        and _I64_MIN <= msg_type <= _I64_MAX
+        and type(priority) is int
+        and 0 <= priority <= PRIORITY_MAX
+        and type(body) is bytes
+        and type(correlation_id) is bytes
+        and len(correlation_id) <= CORRELATION_ID_BYTES_MAX
+    )
+
+
 def entry_from_transfer(
     group_id: int, peer_id: int, message: TransferredMessage
 ) -> tuple[Entry, bool]:
     """The entry (and its `ordered` flag) for a message group `peer_id` sent to group
-    `group_id`, once `mrs.group.quarantine.transfer_problem` found nothing a client
-    could not have put. TransferError: it still does not make an entry, the link is
-    broken."""
+    `group_id`, once `transfer_sound` or `mrs.group.quarantine.transfer_problem` found
+    nothing a client could not have put. TransferError: it still does not make an
+    entry, the link is broken. A drain sends every message here: its fields are read
+    in one call (`astuple`), its mode comes from a dict and its addresses from
+    `address_of`'s cache, as for a record read back."""
     try:
-        mode = DeliveryMode(message.delivery)
-        headers = message.headers
+        (
+            seq,
+            target_queue,
+            source_group,
+            source_queue,
+            body,
+            msg_class,
+            msg_type,
+            priority,
+            delivery,
+            uma,
+            correlation_id,
+            put_time_ns,
+            headers,
+            ordered,
+        ) = cast(TransferFields, astuple(message))
+        mode = delivery_mode_of(delivery)
         entry = Entry(
-            seq=message.seq,
-            body=message.body,
-            source=Address(message.source_group, message.source_queue),
-            target=Address(group_id, message.target_queue),
-            delivery=mode,
-            uma=message.uma,
-            msg_class=message.msg_class,
-            msg_type=message.msg_type,
-            priority=message.priority,
-            correlation_id=message.correlation_id,
-            put_time_ns=message.put_time_ns,
-            headers=headers,
-            dead_letter_header=(headers or {}).get(DEAD_LETTER_HEADER),
-            origin_group=peer_id if mode.recoverable else None,
+            seq,
+            body,
+            address_of(source_group, source_queue),
+            address_of(group_id, target_queue),
+            mode,
+            uma,
+            msg_class,
+            msg_type,
+            priority,
+            correlation_id,
+            put_time_ns,
+            (headers or {}).get(DEAD_LETTER_HEADER),
+            headers,
+            peer_id if mode.recoverable else None,
         )
     except (ValueError, TypeError) as error:
         raise TransferError(f"bad transferred message: {error}") from None
-    return entry, message.ordered
+    return entry, ordered
 
 
 # -- to a consumer -----------------------------------------------------------------------

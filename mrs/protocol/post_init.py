@@ -16,6 +16,7 @@ words the refusal, only when that says no.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Final
 
@@ -88,6 +89,18 @@ def build_unchecked(cls: Any, *fields: Any) -> Any:
     decodes. Compiled here (it was 0.6-0.7 µs a call interpreted; every PutDone and
     Delivery the server sends is built by it)."""
     return build_unchecked_from(cls, fields)
+
+
+def build_unchecked_all(cls: Any, rows: Sequence[tuple]) -> list:
+    """`build_unchecked_from` for many items of one class, the decode state set once:
+    it is a thread-local, and setting it cost as much as building a LinkResult
+    (a link answers each message of a transfer with one, benchmarks/README.md)."""
+    state = DECODE_STATE
+    state.decoding = True
+    try:
+        return [cls(*fields) for fields in rows]
+    finally:
+        state.decoding = False
 
 
 def build_unchecked_from(cls: Any, fields: tuple) -> Any:
