@@ -127,7 +127,7 @@ def test_an_application_importing_the_client_first_runs_the_build() -> None:
     """An application imports `clients`, not `mrs`: the client's own compiled modules
     (its request table, reply deadlines) must be the build's too. (After the layout
     step `clients` imported `journals` first, which no longer installs the build:
-    every client process ran the sources, at about twice the CPU per request.)"""
+    every client process ran the sources: 20-30% more CPU per request, benchmarks/README.md)."""
     state = inspect_build(native.source_root())
     status, file = _imported_file("clients.requests", {}).split(" ", 1)
     assert status == state.status
