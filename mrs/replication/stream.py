@@ -17,9 +17,9 @@ fsync; `CommitStream` holds the records and the answers, with the quorum rule:
 - an answer goes out once `acks_needed` replicas of the in-sync set have acknowledged
   its record: with the active, a majority of the group (one replica of three). Why
   not every in-sync replica: an answer then waits for the slower of two replicas,
-  and a group of three on one machine answered 0.43x as many puts as one instance;
-  the price is paid at failover instead, where a candidate must see the other
-  replicas' positions (mrs.replication.coordinator `may_campaign`);
+  and a replica that dies holds every answer until it is dropped (a second); the
+  price is paid at failover instead, where a candidate must see the other replicas'
+  positions (mrs.replication.coordinator `may_campaign`);
 - the set is what etcd records (`coordinator`): a replica joins it once it has
   acknowledged every record sealed (etcd written first, then its acknowledgements
   count), and leaves it when it lags beyond REPLICATION_LAG_S_MAX or the backlog
