@@ -31,9 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from journals import InlineWriter, JournalStore
+from in_process import Session
+from in_process import open_group as open_in_process  # the sibling module: mrs first
+
+from journals import InlineWriter
 from mrs import protocol as wire
-from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.model import DeliveryMode, Uma
 from mrs.server.gc_tuning import tune_gc_for_server
@@ -59,35 +61,8 @@ BATCH = 100
 REPEATS = 5
 
 
-class Session:
-    """A connection's stand-in: counts what the group sends it."""
-
-    def __init__(self, session_id: int) -> None:
-        self.id = session_id
-        self.attached = None
-        self.events: list = []
-
-    def send(self, event: object) -> None:
-        self.events.append(event)
-
-    def answer(self, event: object) -> None:
-        """A PutDone or Confirmed (a real session may frame several together)."""
-        self.events.append(event)
-
-
-class Timers:
-    def call_later(self, delay_s: float, callback):
-        return lambda: None
-
-
 def open_group(directory: Path) -> tuple[Group, InlineWriter, Session, Session]:
-    bus = parse_config(BUS, directory / "bus.toml")
-    config = bus.group(1)
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    store = JournalStore(config.data_dir / "journals", 1 << 30)
-    writer = InlineWriter(store, lambda: None)
-    group = Group(bus, config, store, writer, Timers())
-    group.recover()
+    group, writer, _ = open_in_process(BUS, directory, 1, 1 << 30)
     sender, receiver = Session(1), Session(2)
     group.attach(sender, wire.Attach(1, "OUT"))
     group.attach(receiver, wire.Attach(1, "IN"))
@@ -115,9 +90,9 @@ def puts(group: Group, sender: Session, ids: itertools.count, body: bytes) -> No
 
 
 def confirm_all(group: Group, receiver: Session, ids: itertools.count) -> None:
-    delivered = [event for event in receiver.events if isinstance(event, wire.Delivery)]
-    receiver.events.clear()
-    assert len(delivered) == BATCH, receiver.events[:3]
+    delivered = [event for event in receiver.sent if isinstance(event, wire.Delivery)]
+    receiver.sent.clear()
+    assert len(delivered) == BATCH, receiver.sent[:3]
     for delivery in delivered:
         group.confirm(receiver, wire.Confirm(next(ids), delivery.seq, 0, 0))
 
@@ -131,7 +106,7 @@ def get_confirm(rounds: int, body: bytes) -> float:
         for _ in range(rounds):
             puts(group, sender, ids, body)
             writer.commit_pending()
-            sender.events.clear()
+            sender.sent.clear()
             started = time.process_time()
             for _ in range(BATCH):
                 group.get(receiver, wire.Get(next(ids), 0))
@@ -153,7 +128,7 @@ def cold(rounds: int, body: bytes) -> float:
         for _ in range(rounds):
             puts(group, sender, ids, body)
             writer.commit_pending()
-        sender.events.clear()
+        sender.sent.clear()
         started = time.process_time()
         for _ in range(rounds):
             for _ in range(BATCH):
@@ -180,7 +155,7 @@ def parked(rounds: int, body: bytes) -> tuple[float, float]:
             puts(group, sender, ids, body)
             while writer.pending:
                 writer.commit_pending()
-            sender.events.clear()
+            sender.sent.clear()
             confirm_all(group, receiver, ids)
             writer.commit_pending()
         spent_s = time.process_time() - started

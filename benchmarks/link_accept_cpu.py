@@ -32,12 +32,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import mrs  # noqa: F401 - first: installs the compiled hot path before journals is imported
+from in_process import Session, open_group  # the sibling module: imports mrs first
 
-# isort: split
-from journals import InlineWriter, JournalStore
+from journals import InlineWriter
 from mrs import protocol as wire
-from mrs.config.bus import parse_config
 from mrs.group import Group
 from mrs.group.link_session import PeerLink
 from mrs.limits import LINK_NOTICES_PER_FRAME_MAX
@@ -75,11 +73,6 @@ address = "127.0.0.1:1"
 JOURNAL_BYTES = 8 << 30
 
 
-class NoTimers:
-    def call_later(self, delay_s, callback):
-        return lambda: None
-
-
 @dataclass(eq=False)
 class Channel:
     """The link connection's sending side: what group 2 answers."""
@@ -88,20 +81,6 @@ class Channel:
     sent: list = field(default_factory=list)
 
     def send(self, event: object) -> None:
-        self.sent.append(event)
-
-
-@dataclass(eq=False)
-class Session:
-    id: int = 1
-    attached: object = None
-    peer: str = "bench"
-    sent: list = field(default_factory=list)
-
-    def send(self, event: object) -> None:
-        self.sent.append(event)
-
-    def answer(self, event: object) -> None:
         self.sent.append(event)
 
 
@@ -146,17 +125,6 @@ def _forget_frames(dialer: wire.Connection, request_id: int, seqs: list[int]) ->
         ]
         frames.append(dialer.send(wire.LinkNotice(request_id + start, notices)))
     return frames
-
-
-def _open_group(directory: Path) -> tuple[Group, InlineWriter, JournalStore]:
-    bus = parse_config(BUS, directory / "bus.toml")
-    config = bus.group(2)
-    config.data_dir.mkdir(parents=True)
-    store = JournalStore(config.data_dir / "journals", JOURNAL_BYTES)
-    writer = InlineWriter(store, lambda: None)
-    group = Group(bus, config, store, writer, NoTimers())
-    group.recover()
-    return group, writer, store
 
 
 def drain_cpu_s(group: Group, writer: InlineWriter, messages: int, per_transfer: int) -> float:
@@ -225,7 +193,7 @@ def own_put_cpu_s(group: Group, writer: InlineWriter, puts: int, batch: int) -> 
 def run(args: argparse.Namespace) -> tuple[float, float | None]:
     directory = Path(tempfile.mkdtemp(prefix="mrs-link-accept-", dir=args.scratch))
     try:
-        group, writer, store = _open_group(directory)
+        group, writer, store = open_group(BUS, directory, 2, JOURNAL_BYTES)
         drained_s = 0.0
         if not args.only_own_puts:
             drained_s = drain_cpu_s(group, writer, args.messages, args.per_transfer)

@@ -20,13 +20,11 @@ import pstats
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from journals import InlineWriter, JournalStore
+from in_process import Session, open_group  # the sibling module: imports mrs first
+
 from mrs import protocol as wire
-from mrs.config.bus import parse_config
-from mrs.group import Group
 from mrs.model import DeliveryMode, Uma
 from mrs.server import gc_tuning
 
@@ -49,26 +47,6 @@ name = "SENDER"
 JOURNAL_BYTES = 4 << 30
 
 
-class NoTimers:
-    def call_later(self, delay_s, callback):
-        return lambda: None
-
-
-@dataclass(eq=False)
-class Session:
-    id: int = 1
-    attached: object = None
-    peer: str = "bench"
-    sent: list = field(default_factory=list)
-
-    def send(self, event: object) -> None:
-        self.sent.append(event)
-
-    def answer(self, event: object) -> None:
-        """A PutDone (a real session may frame several together)."""
-        self.sent.append(event)
-
-
 def run(
     puts: int, batch: int, with_key: bool, body_bytes: int, mode: DeliveryMode = DeliveryMode.WF_DQF
 ) -> float:
@@ -76,13 +54,7 @@ def run(
     mode's MRS_ACKs are queued on the sender's queue, left there)."""
     directory = Path(tempfile.mkdtemp(prefix="mrs-put-path-", dir=Path.cwd()))
     try:
-        bus = parse_config(BUS, directory / "bus.toml")
-        config = bus.group(1)
-        config.data_dir.mkdir(parents=True)
-        store = JournalStore(config.data_dir / "journals", JOURNAL_BYTES)
-        writer = InlineWriter(store, lambda: None)
-        group = Group(bus, config, store, writer, NoTimers())
-        group.recover()
+        group, writer, store = open_group(BUS, directory, 1, JOURNAL_BYTES)
         session = Session()
         group.attach(session, wire.Attach(request_id=1, queue="1.100"))
         body = b"x" * body_bytes
