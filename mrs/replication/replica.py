@@ -281,10 +281,7 @@ class Replica:
         old_term, base_number = (int(x) for x in message["base"])
         if self.position != (old_term, number - 1) or number > base_number:
             raise LinkBroken(f"bridge record {number} does not follow {self.position}")
-        try:
-            self._apply(decode_batches(message["batches"]), (old_term, number))
-        except JournalError as error:
-            raise LinkBroken(f"cannot store: {error}") from None
+        self._apply(decode_batches(message["batches"]), (old_term, number))
         self.recent.clear()
 
     def _rebase(self, message: dict[str, Any], term: int) -> dict[str, Any]:
@@ -293,10 +290,7 @@ class Replica:
         base = tuple(int(x) for x in message["base"])
         if self.position != base:
             return {"t": "refuse", "why": f"gap: at {self.position}, the base is {base}"}
-        try:
-            self._apply([], (term, 0))
-        except JournalError as error:
-            raise LinkBroken(f"cannot store: {error}") from None
+        self._apply([], (term, 0))
         return {"t": "ack", "n": 0}
 
     def bridge(self) -> Bridge:
@@ -317,11 +311,10 @@ class Replica:
         hello asks for a full copy again, and these journals are no candidate), and
         the last one ends the mark and sets the position and the record up to which
         the replica must replay before its journals are whole again (`upto`)."""
-        replication_keys = _REPLICATION_KEYS
         puts = [
             (Journal(j), bytes(k), bytes(v))
             for j, k, v in message["items"]
-            if j != Journal.META or bytes(k) not in replication_keys
+            if j != Journal.META or bytes(k) not in _REPLICATION_KEYS
         ]
         batches = [] if self._copying == (term, number) else [self._delete_all()]
         self._copying = (term, number)

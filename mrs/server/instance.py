@@ -191,7 +191,7 @@ class InstanceRunner:
                 return term
 
     # ------------------------------------------------------------------- active
-    async def run_active(self, term: int, bridge: Bridge | None = None) -> None:
+    async def run_active(self, term: int, bridge: Bridge) -> None:
         """Serve clients as the active of `term` until stepping down."""
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
 
