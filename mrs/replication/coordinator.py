@@ -200,9 +200,8 @@ class EtcdCoordinator:
                 found = await self.client.get(f"{self.position_prefix}{member}".encode())
             except EtcdError as error:
                 raise CoordinatorUnavailable(str(error)) from None
-            posted = json.loads(found[0]) if found is not None else {}
-            if posted.get("closing") == state.term:
-                positions[member] = (int(posted["pos"][0]), int(posted["pos"][1]))
+            if found is not None and (position := _posted(found[0], state.term)) is not None:
+                positions[member] = position
         return positions
 
     async def campaign(self) -> int | None:
@@ -277,6 +276,20 @@ class EtcdCoordinator:
 
     def _leader_value(self, term: int) -> bytes:
         return json.dumps({"name": self.name, "term": term}, sort_keys=True).encode()
+
+
+def _posted(raw: bytes, closing_term: int) -> Position | None:
+    """A position posted for closing `closing_term`; None for another term's, or for a
+    value that is not one (written by hand into etcd): as if not posted, so no
+    candidate is chosen on it and the instance does not stop on a traceback."""
+    try:
+        posted = json.loads(raw)
+        if posted["closing"] != closing_term:
+            return None
+        term, number = posted["pos"]
+        return (int(term), int(number))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _sync_value(term: int, members: tuple[str, ...], leader: str, acks_needed: int) -> bytes:

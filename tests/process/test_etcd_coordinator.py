@@ -11,7 +11,7 @@ from mrs.replication.coordinator import (
     EtcdCoordinator,
     may_campaign,
 )
-from mrs.replication.etcd import EtcdClient
+from mrs.replication.etcd import EtcdClient, put_op
 from tests.etcd_helpers import etcd, free_port
 
 __all__ = ["etcd"]  # the fixture, used by name
@@ -86,3 +86,21 @@ async def test_endpoints_are_tried_in_turn(etcd) -> None:
             raise AssertionError("read from a dead endpoint succeeded")
     finally:
         await unreachable.aclose()
+
+
+async def test_a_position_that_is_not_one_counts_as_not_posted(etcd) -> None:
+    """A value written into etcd by hand under position/<name>: no candidate is chosen
+    on it, and reading the state does not fail."""
+    a, b, c = coordinators(etcd.endpoint, "/mrs/test/bad-position")
+    try:
+        assert await a.campaign() == 1
+        assert await a.set_in_sync(1, ("a", "b", "c"), 1)
+        await a.resign()
+        await b.post_position(1, (1, 4))
+        await c.client.txn([], [put_op(b"/mrs/test/bad-position/position/c", b"not json")])
+        state = await b.read()
+        assert state.positions == {"b": (1, 4)}
+        assert not may_campaign(state, "b")  # c's position is still needed
+    finally:
+        for coordinator in (a, b, c):
+            await coordinator.aclose()
