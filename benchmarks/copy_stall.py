@@ -85,7 +85,7 @@ def active_over(store: JournalStore, directory: Path) -> Active:
         coordinator=MemoryCoordinator(MemoryElection(), "a"),
         term=1,
         lease_ttl_s=3,
-        store=RecordingStore(store),
+        store=RecordingStore(store, stream),
         stream=stream,
         on_step_down=lambda reason: None,
     )

@@ -9,7 +9,7 @@ checks those promises against any store that claims this protocol.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -28,9 +28,13 @@ class Store(Protocol):
     def commit_now(self, batch: WriteBatch) -> None:
         """Make one batch durable on the calling thread (raises JournalError)."""
 
-    def apply(self, batches: list[WriteBatch]) -> None:
+    def apply(
+        self, batches: list[WriteBatch], before_commit: Callable[[], None] | None = None
+    ) -> None:
         """Make all `batches` durable together, or none (raises JournalError); within a
-        batch deletes come before puts, and a later batch sees an earlier one."""
+        batch deletes come before puts, and a later batch sees an earlier one.
+        `before_commit` runs once the writes are done and before they are made durable
+        (a failure found while writing comes before it)."""
 
     def count(self, journal: Journal) -> int: ...
 

@@ -157,15 +157,33 @@ class JournalStore:
         """Apply one batch in its own synced transaction, on the calling thread."""
         self.apply([batch])
 
-    def apply(self, batches: list[WriteBatch]) -> None:
+    def apply(
+        self, batches: list[WriteBatch], before_commit: Callable[[], None] | None = None
+    ) -> None:
         """Apply batches in one synced transaction (what the writers call). A full map
-        that `grow_map` can still grow (towards its cap) is grown and tried once more."""
+        that `grow_map` can still grow (towards its cap) is grown and tried once more,
+        unless `before_commit` already ran.
+
+        `before_commit` runs once every write is in the transaction, before its commit
+        (the flush): a replicated active sends the commit to its replicas there, so
+        their flushes overlap its own (mrs.replication.stream `RecordingStore`). A
+        full map is found while writing, before it; what fails after it is the flush
+        itself (a device error, or rarely a map filled by the commit's own pages), and
+        is not tried again: the commit went out once already."""
+        ran: list[bool] = []
+
+        def hook() -> None:
+            ran.append(True)
+            if before_commit is not None:
+                before_commit()
+
+        told = None if before_commit is None else hook
         try:
-            apply_batches(self, batches)
+            apply_batches(self, batches, told)
         except JournalFullError:
-            if self.grow_map is None or not self.grow_map():
+            if ran or self.grow_map is None or not self.grow_map():
                 raise
-            apply_batches(self, batches)
+            apply_batches(self, batches, told)
 
     def items_after(
         self,
@@ -294,8 +312,11 @@ def decode_selected(
                 yield key, record
 
 
-def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
-    """Apply batches in one write transaction and commit it (fsync). Raises JournalError."""
+def apply_batches(
+    store: JournalStore, batches: list[WriteBatch], before_commit: Callable[[], None] | None = None
+) -> None:
+    """Apply batches in one write transaction and commit it (fsync), calling
+    `before_commit` between the two. Raises JournalError."""
     try:
         if store.fault_hook is not None:
             store.fault_hook("commit")
@@ -336,6 +357,8 @@ def apply_batches(store: JournalStore, batches: list[WriteBatch]) -> None:
             if index is not None:
                 dqf_index.put_keys(txn, index, indexed)
                 dqf_index.stamp(txn, index, store._counted)
+            if before_commit is not None:
+                before_commit()
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
     except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)

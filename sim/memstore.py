@@ -73,18 +73,22 @@ class MemoryJournalStore:
     def commit_now(self, batch: WriteBatch) -> None:
         self.apply([batch])
 
-    def apply(self, batches: list[WriteBatch]) -> None:
+    def apply(
+        self, batches: list[WriteBatch], before_commit: Callable[[], None] | None = None
+    ) -> None:
         failure = self.fault(batches) if self.fault is not None else None
         if failure == "MAPFULL":
             raise JournalFullError("journal map full (simulated)")
-        if failure in ("EIO", "ENOSPC"):
-            raise JournalDeviceError(
-                f"journal device failed: {failure} (simulated)", getattr(errno, failure)
-            )
         if self.bytes_max is not None and self._size_after(batches) > self._limit(batches):
             if self.on_full is not None:
                 self.on_full()
             raise JournalFullError(f"journal map full ({self.bytes_max} bytes, simulated)")
+        if before_commit is not None:
+            before_commit()  # LMDB's writes are done: a full map came before, a flush's error after
+        if failure in ("EIO", "ENOSPC"):
+            raise JournalDeviceError(
+                f"journal device failed: {failure} (simulated)", getattr(errno, failure)
+            )
         for batch in batches:
             for journal, key in batch.deletes:
                 self._delete(journal, key)

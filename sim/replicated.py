@@ -245,7 +245,7 @@ class ReplicatedSimGroup:
             self.bus.group(self.group_id),
             instance.config,
             SimCoordinator(self, name),
-            ServeOptions(guarantees=self.guarantees),
+            ServeOptions(guarantees=self.guarantees, gc_thresholds=None),  # not the sim's process
             network=self.network.node(self.node(name)),
             open_store=lambda: self.instances[name].store,
             clock_ns=self.clock_ns or (lambda: int(trio.current_time() * 1e9)),

@@ -28,12 +28,15 @@ class InstanceConfig:
         return f"{self.listen_host}:{self.listen_port}"
 
 
+COORDINATOR_PREFIX_DEFAULT = "/mrs"
+
+
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     """Where the bus's leadership lives: etcd endpoints (tried in turn) and the lease."""
 
     etcd: tuple[str, ...]
     lease_ttl_s: int = REPLICATION_LEASE_TTL_S_DEFAULT
-    prefix: str = "/mrs"
+    prefix: str = COORDINATOR_PREFIX_DEFAULT
     """Where the bus's keys live in etcd: `<prefix>/<group id>/...`. Two buses that
     share one etcd need two prefixes (the same group id would be one leadership)."""

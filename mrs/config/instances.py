@@ -27,7 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from mrs.config.fields import FieldReader, _describe, _join
-from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
+from mrs.config.instance_types import (
+    COORDINATOR_PREFIX_DEFAULT,
+    CoordinatorConfig,
+    InstanceConfig,
+)
 from mrs.limits import (
     REPLICATION_INSTANCES_MIN,
     REPLICATION_LEASE_TTL_S_DEFAULT,
@@ -68,7 +72,11 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
         high=LEASE_TTL_S_MAX,
         default=REPLICATION_LEASE_TTL_S_DEFAULT,
     )
-    prefix = reader.string(raw, "prefix", "coordinator") if "prefix" in raw else "/mrs"
+    prefix = (
+        reader.string(raw, "prefix", "coordinator")
+        if "prefix" in raw
+        else COORDINATOR_PREFIX_DEFAULT
+    )
     if not prefix.startswith("/") or prefix.endswith("/") or " " in prefix:
         reader.fail(
             "coordinator.prefix",

@@ -33,6 +33,7 @@ from mrs.limits import (
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
 from mrs.replication.coordinator import Coordinator
+from mrs.replication.link_out import LinkOut
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import FrameReader, LinkBroken, frame
 from mrs.transport.network import TCP, Network
@@ -77,6 +78,9 @@ class Active:
         self._sync_lock = trio.Lock()
         self.recorded: set[str] = set()
         """The replicas etcd names as in sync (a subset of those waited for)."""
+        self.links: dict[str, LinkOut] = {}
+        stream.on_sealed = self._write_now
+        store.on_lost = self.step_down
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -242,24 +246,33 @@ class Active:
         if frames is None:
             frames = self._full_copy()
             how = f"a full copy at {self.stream.number}"
-        cursor = self.stream.number
+        link = self.links[name] = LinkOut(stream, self.stream.number)
         self.connected.add(name)
         log.info("replica %s at %s: sending %s", name, (pos_term, pos_number), how)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
-            while True:
-                for body in frames:
-                    await stream.send_all(body)
-                if self.stepped_down is not None:
-                    nursery.cancel_scope.cancel()
-                    return
-                sealed = self.stream.sealed
-                if self.stream.number == cursor:
-                    await sealed.wait()
-                frames = self.stream.records_after(cursor)
-                if frames is None:
-                    raise LinkBroken(f"{name} fell out of the records kept")
-                cursor = self.stream.number
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
+                while True:
+                    await link.send(frames)
+                    if self.stepped_down is not None:
+                        nursery.cancel_scope.cancel()
+                        return
+                    sealed = self.stream.sealed
+                    if self.stream.number == link.cursor and not link.leftover:
+                        await sealed.wait()
+                    frames = self.stream.records_after(link.cursor)
+                    if frames is None:
+                        raise LinkBroken(f"{name} fell out of the records kept")
+                    link.cursor = self.stream.number
+        finally:
+            del self.links[name]
+
+    def _write_now(self, number: int, body: bytes) -> None:
+        """A record sealed, before the local flush: out on every link that can take it
+        now (mrs.replication.link_out)."""
+        if self.stepped_down is None:
+            for link in self.links.values():
+                link.write_now(number, body)
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:
@@ -279,9 +292,10 @@ class Active:
     def _full_copy(self) -> Iterator[bytes]:
         """Every journal, in slices of at most REPLICATION_COPY_SLICE_BYTES (and
         REPLICATION_COPY_SLICE_ITEMS_MAX records), read as the link sends them: the
-        copy is numbered with the last record now (sealed here, before any await), and
-        each slice is read (one short read transaction) when the one before is sent,
-        so commits go on in between (the writer is inline: not during a read).
+        copy is numbered with the last record sealed (a commit is sealed in its
+        transaction, and this runs between commits), and each slice is read (one
+        short read transaction) when the one before is sent, so commits go on in
+        between (the writer is inline: not during a read).
 
         So a slice may already hold some commits after the copy's number; the replica
         replays every record after that number, and since a record's operations are
@@ -289,7 +303,6 @@ class Active:
         the last one. Until it has replayed the records up to the number sealed when
         the last slice was read (`upto` in the last frame) its journals are a mix, and
         it is no candidate (mrs.replication.replica `holds_journals`)."""
-        self.stream.seal(self.store.take(), [])
         return self._copy_slices(self.stream.number)
 
     def _copy_slices(self, number: int) -> Iterator[bytes]:
@@ -314,7 +327,6 @@ class Active:
                 ):
                     yield self._copy_frame(number, items)
                     items, size = [], 0
-        self.stream.seal(self.store.take(), [])
         yield self._copy_frame(number, items, upto=self.stream.number)
 
     def _copy_frame(self, number: int, items: list[list[object]], upto: int | None = None) -> bytes:

@@ -9,10 +9,12 @@ hand-over, a link transfer) to "durable on a majority" at once, and the rooms st
 as they are. An unreplicated group never builds these parts: its writer is the plain
 `InlineWriter`, exactly as fast as before.
 
-`RecordingStore` wraps the journal store and remembers every batch it made durable
-(the writer's commits and the few `commit_now` writes, such as a seq block), in order;
-`ReplicatedWriter` seals them into one numbered record per commit after the local
-fsync; `CommitStream` holds the records and the answers, with the quorum rule:
+`RecordingStore` wraps the journal store and seals every transaction it writes (the
+writer's commits and the few `commit_now` writes, such as a seq block) into one
+numbered record, in order, before its local flush, and the record goes out to the
+replicas at once (`on_sealed`); `ReplicatedWriter` hands each commit's answers to the
+stream once the local flush is done; `CommitStream` holds the records and the
+answers, with the quorum rule:
 
 - an answer goes out once `acks_needed` replicas of the in-sync set have acknowledged
   its record: with the active, a majority of the group (one replica of three). Why
@@ -39,7 +41,7 @@ from typing import Any
 
 import trio
 
-from journals import InlineWriter, JournalStore, WriteBatch
+from journals import InlineWriter, JournalError, JournalStore, WriteBatch
 from journals.writer import Done
 from mrs.limits import (
     REPLICATION_BACKLOG_BYTES_MAX,
@@ -51,26 +53,49 @@ from mrs.replication.wire import encode_batches, frame
 
 
 class RecordingStore:
-    """The journal store, remembering every batch it made durable, in order."""
+    """The journal store of an active: each transaction it writes is sealed into the
+    stream's next record once its writes are done and before its commit, so the
+    replicas take it while this instance flushes (the stream's `on_sealed`).
 
-    def __init__(self, store: JournalStore) -> None:
+    Why before: the answer waits for this instance's flush and a replica's, and the
+    two happen one after the other when the record goes out after the local commit
+    (an inline commit holds the loop: nothing is sent during it). The writes come
+    first, so a full map is found before anything is sent (and the batches are
+    committed one by one as in an unreplicated group); what fails after that is the
+    flush itself, with the record already out: this instance's journals may now lack
+    a record the replicas hold, so it answers none of what that commit carried and
+    steps down (`lost`, `on_lost`), and a replica with every record takes over."""
+
+    def __init__(self, store: JournalStore, stream: CommitStream) -> None:
         self._store = store
-        self.unsent: list[WriteBatch] = []
+        self.stream = stream
+        self.lost: JournalError | None = None
+        """Set when a commit already sent failed here: nothing more is written."""
+        self.on_lost: Callable[[str], None] = lambda why: None
+        """Told once `lost` is set (the active steps down)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     def apply(self, batches: list[WriteBatch]) -> None:
-        self._store.apply(batches)
-        self.unsent.extend(batches)
+        if self.lost is not None:
+            raise self.lost
+        sealed: list[bool] = []
+
+        def seal() -> None:
+            sealed.append(True)
+            self.stream.seal(batches, [])
+
+        try:
+            self._store.apply(batches, seal)
+        except JournalError as error:
+            if sealed:
+                self.lost = JournalError(f"a commit sent to the replicas failed here: {error}")
+                self.on_lost(str(self.lost))
+            raise
 
     def commit_now(self, batch: WriteBatch) -> None:
-        self._store.commit_now(batch)
-        self.unsent.append(batch)
-
-    def take(self) -> list[WriteBatch]:
-        unsent, self.unsent = self.unsent, []
-        return unsent
+        self.apply([batch])
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +169,14 @@ class CommitStream:
     """Which commit may be answered (a harness may hand a broken build)."""
     bridge: Bridge | None = None
     """The promoted instance's old-term records, until every replica is past them."""
+    on_sealed: Callable[[int, bytes], None] | None = None
+    """Told (number, frame) of each record as it is sealed, before the local flush:
+    the active writes it to the replicas' sockets there (mrs.replication.link_out)."""
 
     def seal(self, batches: list[WriteBatch], dones: list[Done]) -> None:
-        """One commit made durable here: number it, keep it, hold its answers."""
+        """Number and keep the record of one commit (`batches`, written and not yet
+        flushed here), and hold `dones` (answers durable here) until the record
+        sealed last is durable on a majority."""
         if batches:
             self.number += 1
             body = frame(
@@ -160,6 +190,8 @@ class CommitStream:
             self.records.append(_Record(self.number, body, self.clock_s()))
             self.backlog_bytes += len(body)
             self._trim()
+            if self.on_sealed is not None:
+                self.on_sealed(self.number, body)
             self.sealed.set()
             self.sealed = trio.Event()
         if dones:
@@ -262,8 +294,9 @@ class CommitStream:
 
 
 class ReplicatedWriter(InlineWriter):
-    """The inline writer of an active instance: commits as before, then seals the
-    commit into the stream and hands its answers to it instead of running them."""
+    """The inline writer of an active instance: commits as before (each transaction
+    sealed into the stream on its way, `RecordingStore`), then hands the commit's
+    answers to the stream instead of running them."""
 
     def __init__(self, store: RecordingStore, wake: Callable[[], None], stream: CommitStream):
         super().__init__(store, wake)  # type: ignore[arg-type]  # a Store by delegation
@@ -273,14 +306,15 @@ class ReplicatedWriter(InlineWriter):
 
     def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
         def durable_here(error: Any) -> None:
-            if error is not None:
-                done(error)  # not stored anywhere: answered at once, as before
-            else:
+            if error is None:
                 self._durable_here.append(done)
+            elif self.recording.lost is None:
+                done(error)  # not stored anywhere: answered at once, as before
+            # else: the replicas may hold it; this instance answers nothing more
 
         super().submit(batch, durable_here, can_wait)
 
     def commit_pending(self) -> None:
         super().commit_pending()
         dones, self._durable_here = self._durable_here, []
-        self.stream.seal(self.recording.take(), dones)
+        self.stream.seal([], dones)

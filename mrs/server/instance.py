@@ -40,6 +40,7 @@ from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
+from mrs.server import gc_tuning
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.journal_files import JournalFiles
@@ -140,6 +141,8 @@ class InstanceRunner:
         store = files.open()
         try:
             replica = Replica(self.group.id, self.me.name, store, self.rules)
+            if self.options.gc_thresholds is not None:  # its recent records: rarely walked
+                gc_tuning.tune_gc(self.options.gc_thresholds)
             async with trio.open_nursery() as nursery:
                 await nursery.start(
                     replica.serve,
@@ -196,7 +199,6 @@ class InstanceRunner:
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
 
         def make_writer(store, wake, deliver) -> ReplicatedWriter:  # type: ignore[no-untyped-def]
-            recording = RecordingStore(store)
             stream = CommitStream(
                 term,
                 tuple(r.name for r in replicas),
@@ -205,6 +207,7 @@ class InstanceRunner:
                 rules=self.rules,
                 bridge=bridge,
             )
+            recording = RecordingStore(store, stream)
             self.active = Active(
                 group_id=self.group.id,
                 me=self.me,
@@ -234,6 +237,8 @@ class InstanceRunner:
                 scope = nursery.cancel_scope  # a step-down stops the server and the links
                 host, port = await nursery.start(server.run)
                 assert self.active is not None  # made by server.run
+                if self.options.gc_thresholds is not None:  # as `mrs serve` once recovered
+                    gc_tuning.tune_gc(self.options.gc_thresholds)
                 self.server = server
                 server.replication_status = self.active.status_info
                 nursery.start_soon(self.active.run)

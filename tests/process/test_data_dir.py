@@ -3,6 +3,7 @@ server stops it: real `mrs serve` processes, SIGKILL, real files."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -119,3 +120,38 @@ async def test_a_data_dir_deleted_or_replaced_under_a_running_server_stops_it(
     assert f"mrs: data_dir {bus.data_dir} was" in log_text
     assert "CRITICAL" in log_text
     assert "Traceback" not in log_text
+
+
+async def test_a_group_pointed_at_another_groups_data_dir_refuses_it_and_loses_nothing(
+    make_bus,
+) -> None:
+    """An unreplicated group records its owner in its data directory (group.json, as
+    an instance does); another group pointed at it by a copied config block refuses
+    to start with one line, before opening anything, and the owner's message stays."""
+    bus = make_bus()
+    await _put(bus.address, b"kept")
+    bus.process.terminate()
+    assert json.loads((bus.data_dir / "group.json").read_text()) == {
+        "group_id": 1,
+        "group": "NYC",
+        "coordinator": "/mrs/1",  # what its instances would record, were it replicated
+    }
+    before = {path.name: path.read_bytes() for path in bus.data_dir.rglob("*.mdb")}
+    text = bus.config_path.read_text()
+    assert 'id = 1\nname = "NYC"' in text
+    bus.config_path.write_text(text.replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"'))
+    command = _serve_command(bus)
+    command[-1] = "2"
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"mrs: data_dir {bus.data_dir} belongs to group 1 (NYC, coordinator key /mrs/1), "
+        "not to group 2 (LDN, coordinator key /mrs/2): point its data_dir at its own "
+        "directory; nothing was opened"
+    ]
+    assert {path.name: path.read_bytes() for path in bus.data_dir.rglob("*.mdb")} == before
+    bus.config_path.write_text(text)
+    bus.start()
+    async with connect(bus.address, queue="ORDERS") as consumer:
+        message = await consumer.get(timeout=10)
+        assert message.body == b"kept"

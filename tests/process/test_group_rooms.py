@@ -134,7 +134,7 @@ def open_node(
             1, ("b",), lambda dones: [done(None) for done in dones], clock_s=lambda: 0.0
         )
         stream.in_sync.add("b")
-        writer: InlineWriter = ReplicatedWriter(RecordingStore(store), lambda: None, stream)
+        writer: InlineWriter = ReplicatedWriter(RecordingStore(store, stream), lambda: None, stream)
     else:
         writer = InlineWriter(store, lambda: None)
     group = Group(bus, config, store, writer, ManualTimers(), clock_ns=lambda: 1_000)

@@ -38,9 +38,10 @@ def _message(body: bytes) -> dict:
     return msgpack.unpackb(body[4:], raw=False)
 
 
-def _active(store: RecordingStore) -> Active:
+def _active(journals: JournalStore, recording: type[RecordingStore] = RecordingStore) -> Active:
     me = InstanceConfig("a", "127.0.0.1", 1, "127.0.0.1", 2, Path("a"))
     stream = CommitStream(term=2, replicas=("b",), deliver=lambda dones: None, clock_s=lambda: 0.0)
+    store = recording(journals, stream)
     return Active(
         group_id=1,
         me=me,
@@ -55,9 +56,8 @@ def _active(store: RecordingStore) -> Active:
 
 
 def _commit(active: Active, batch: WriteBatch) -> None:
-    """What the inline writer does: apply, then seal into the stream."""
+    """What the inline writer does: apply (sealed into the stream on its way)."""
     active.store.apply([batch])
-    active.stream.seal(active.store.take(), [])
 
 
 def _contents(store: JournalStore) -> dict:
@@ -90,7 +90,7 @@ def stores(tmp_path: Path, monkeypatch):
 
 def test_a_copy_streamed_while_commits_go_on_ends_as_the_active(stores) -> None:
     active_store, replica_store = stores
-    active = _active(RecordingStore(active_store))
+    active = _active(active_store)
     replica = Replica(1, "b", replica_store)
     assert replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"}) is None
     _commit(active, WriteBatch.empty().put_raw(Journal.DQF, b"q-before", b"x"))
@@ -138,7 +138,7 @@ def test_each_slice_is_read_when_the_one_before_is_sent(stores) -> None:
             reads.append(1)
             return active_store.items_after(*args, **kwargs)
 
-    frames = _active(Counting(active_store))._full_copy()
+    frames = _active(active_store, Counting)._full_copy()
     assert reads == []
     read_before: list[int] = []
     for _ in frames:
@@ -198,7 +198,7 @@ def test_a_copy_is_applied_slice_by_slice_and_a_lost_link_starts_it_over(stores)
     replica_store.commit_now(WriteBatch.empty().put_raw(Journal.DQF, b"stale", b"old history"))
     replica = Replica(1, "b", replica_store)
     replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"})
-    frames = [_message(body) for body in _active(RecordingStore(active_store))._full_copy()]
+    frames = [_message(body) for body in _active(active_store)._full_copy()]
     assert len(frames) > 3
     for message in frames[:2]:
         assert replica.receive(message) is None

@@ -379,7 +379,7 @@ async def test_a_replica_joining_releases_what_it_already_acknowledged(store) ->
         coordinator=coordinator,
         term=term,
         lease_ttl_s=5,
-        store=RecordingStore(store),
+        store=RecordingStore(store, stream),
         stream=stream,
         on_step_down=lambda reason: None,
     )
@@ -421,7 +421,7 @@ def lease_holder(store: JournalStore, coordinator: MemoryCoordinator, ttl_s: flo
         coordinator=coordinator,
         term=coordinator.term,
         lease_ttl_s=ttl_s,
-        store=RecordingStore(store),
+        store=RecordingStore(store, stream),
         stream=stream,
         on_step_down=lambda reason: None,
     )

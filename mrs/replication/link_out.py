@@ -1,0 +1,65 @@
+"""The sending side of one replication link: the records go out in order, each either
+written by the commit loop straight to the socket the moment it is sealed, or sent by
+the link's own task.
+
+Why the commit loop writes: an inline commit holds the loop for the local flush, so a
+record handed to the link's task leaves only after it, and the answer waits for two
+flushes one after the other (here, then on the replica). Sealed before the flush
+(mrs.replication.stream `RecordingStore`) and written to the socket there, the record
+is on its way while this instance flushes, and the replica's flush overlaps its own.
+
+The link's task sends everything else: the catch-up, a bridge or a full copy when
+the link starts, and any record the loop could not write (the task was sending, the
+record does not follow the last one out, or the socket took only part of it, whose
+rest the task sends first). The two never write at once: the loop writes only while
+the task is not sending. Only a plain TCP stream is written from the loop; over any
+other stream (the simulator's) the task sends every record.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import trio
+
+
+class LinkOut:
+    """What has gone out on one replica link, and the two ways of sending more."""
+
+    def __init__(self, stream: trio.abc.Stream, cursor: int) -> None:
+        self.stream = stream
+        self.cursor = cursor
+        """The last record handed to the socket (whole, or its rest in `leftover`)."""
+        self.leftover = b""
+        """The part of record `cursor` the socket did not take: the task sends it first."""
+        self.sending = True
+        """The task is in a send (the link's first frames, before `send` runs, count)."""
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+
+    def write_now(self, number: int, body: bytes) -> None:
+        """Write record `number` to the socket now, if it is the next one and the task
+        is not sending; what the socket cannot take goes to the task."""
+        if self._socket is None or self.sending or self.leftover or number != self.cursor + 1:
+            return
+        try:
+            written = os.write(self._socket.fileno(), body)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            return  # closed or broken: the task finds out and the link is dialed again
+        self.cursor = number
+        if written < len(body):
+            self.leftover = body[written:]
+
+    async def send(self, frames: Iterable[bytes]) -> None:
+        """Send the rest of a record the loop began, then `frames`, in order."""
+        self.sending = True
+        try:
+            if self.leftover:
+                rest, self.leftover = self.leftover, b""
+                await self.stream.send_all(rest)
+            for body in frames:
+                await self.stream.send_all(body)
+        finally:
+            self.sending = False
