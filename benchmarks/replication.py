@@ -6,13 +6,16 @@
 
 Starts etcd (single member, free ports), then for each task count measures durable
 WF_DQF puts per second and their latency (p50/p99), messages per second taken
-through put -> get -> confirm, and the answer latency (p50/p99) of one producer
-putting at a fixed `--rate` (1,000/s), against:
+through put -> get -> confirm (a consumer awaiting each get, then each confirm: two
+commits a message, the delivery mark's and the confirm's) and through put ->
+get_many -> confirm_many (a prefetching consumer, as the quorum queue's consumer
+takes them), and the answer latency (p50/p99) of one producer putting at a fixed
+`--rate` (1,000/s), against:
 
 - one unreplicated `mrs serve` (real LMDB, fsync), and
 - a replicated group: three `mrs serve --instance` processes on this machine (each
   with its own data directory, all on the same disk), answered once the commit is
-  durable on the active and on every in-sync replica.
+  durable on the active and on a replica of the in-sync set (a majority).
 
 Each shape is one client connection with `--tasks` tasks each awaiting one put at a
 time. All processes share this machine's cores and one disk, so the replicated run
@@ -59,6 +62,10 @@ QUEUES = textwrap.dedent("""\
     [[group.queue]]
     id = 11
     name = "FLOW"
+    confirm = "explicit-in-order"
+    [[group.queue]]
+    id = 12
+    name = "PREFETCH"
     confirm = "explicit-in-order"
     """)
 
@@ -113,6 +120,37 @@ async def through_for(address: str | list[str], seconds: float, tasks: int) -> f
         return confirmed / (time.perf_counter() - started_s)
 
 
+async def through_prefetch_for(address: str | list[str], seconds: float) -> float:
+    """Messages per second taken all the way as the quorum queue's consumer takes them
+    (benchmarks/rabbitmq_quorum.py `through`): one putter awaiting each WF put, and a
+    consumer with a prefetch (`get_many` of up to 1,000, then `confirm_many` of what
+    it brought), on queue PREFETCH. The consumer keeps up, so this is bound by the
+    putter's answer latency, as RabbitMQ's is by its publisher's confirms (the serial
+    shape above is bound by the consumer: its get waits for the delivery mark's
+    commit and its confirm for another)."""
+    confirmed = 0
+    async with connect(address, "PREFETCH") as client:
+        body = b"x" * 256
+
+        async def putter() -> None:
+            while True:
+                await client.put(body, "PREFETCH", delivery=DeliveryMode.WF_DQF)
+
+        async def consumer() -> None:
+            nonlocal confirmed
+            while True:
+                messages = await client.get_many(1000, timeout=None)
+                await client.confirm_many([message.seq for message in messages])
+                confirmed += len(messages)
+
+        started_s = time.perf_counter()
+        with trio.move_on_after(seconds):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(consumer)
+                nursery.start_soon(putter)
+        return confirmed / (time.perf_counter() - started_s)
+
+
 async def paced_for(
     address: str | list[str], seconds: float, rate_per_s: float
 ) -> tuple[float, list[float]]:
@@ -147,6 +185,7 @@ class Shapes:
     put_per_s: float
     put_latencies_s: list[float]
     through_per_s: float
+    through_prefetch_per_s: float
     paced_per_s: float
     paced_latencies_s: list[float]
 
@@ -156,8 +195,9 @@ async def all_shapes(
 ) -> Shapes:
     rate, latencies = await put_for(address, seconds, tasks)
     through = await through_for(address, seconds, tasks)
+    prefetch = await through_prefetch_for(address, seconds)
     paced_rate, paced_latencies = await paced_for(address, seconds, rate_per_s)
-    return Shapes(rate, latencies, through, paced_rate, paced_latencies)
+    return Shapes(rate, latencies, through, prefetch, paced_rate, paced_latencies)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -228,6 +268,11 @@ def print_mrs(tasks: int, one: Shapes, three: Shapes, rate_per_s: float) -> None
         f"ratio {three.through_per_s / one.through_per_s:.2f}"
     )
     print(
+        f"  put->get_many->confirm_many (1 putter, 1 prefetching consumer): unreplicated "
+        f"{one.through_prefetch_per_s:.0f}/s, replicated {three.through_prefetch_per_s:.0f}/s, "
+        f"ratio {three.through_prefetch_per_s / one.through_prefetch_per_s:.2f}"
+    )
+    print(
         f"  paced {rate_per_s:g}/s (1 producer): "
         + ", ".join(
             f"{label} p50 {ms(shapes.paced_latencies_s, 0.5):.2f} ms "
@@ -246,10 +291,14 @@ def quorum_shapes(seconds: float, tasks_list: list[int], rate_per_s: float) -> d
     try:
         print(f"RabbitMQ {rabbitmq_quorum.server_version(RABBITMQ_PORT)}, 3 nodes")
         print(f"a quorum queue's members: {quorum_members(rabbitmq_quorum)}")
-        return {
-            tasks: Shapes(*rabbitmq_quorum.all_shapes(RABBITMQ_PORT, seconds, tasks, rate_per_s))
-            for tasks in tasks_list
-        }
+        shapes: dict[int, Shapes] = {}
+        for tasks in tasks_list:
+            rate, latencies, through, paced_rate, paced_latencies = rabbitmq_quorum.all_shapes(
+                RABBITMQ_PORT, seconds, tasks, rate_per_s
+            )
+            # its one consumer shape is the prefetching one: both rows compare with it
+            shapes[tasks] = Shapes(rate, latencies, through, through, paced_rate, paced_latencies)
+        return shapes
     finally:
         subprocess.run([str(CLUSTER_SCRIPT), "stop"], check=False)
 
@@ -286,6 +335,7 @@ def print_table(tasks: int, rate_per_s: float, one: Shapes, three: Shapes, quoru
         ("  ack p50 ms", lambda shapes: ms(shapes.put_latencies_s, 0.5)),
         ("  ack p99 ms", lambda shapes: ms(shapes.put_latencies_s, 0.99)),
         ("put->get->confirm, per s", lambda shapes: shapes.through_per_s),
+        ("put->get_many->confirm_many (prefetch), per s", lambda s: s.through_prefetch_per_s),
         (f"paced {rate_per_s:g}/s, reached per s", lambda shapes: shapes.paced_per_s),
         ("  ack p50 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.5)),
         ("  ack p99 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.99)),

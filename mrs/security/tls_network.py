@@ -83,7 +83,7 @@ class TlsNetwork(TcpNetwork):
 
     def _tls_handler(self, handler: Handler) -> Handler:
         async def handle(stream: trio.abc.Stream) -> None:
-            peer = _peer(stream)
+            peer = peer_address(stream)
             host = peer.rpartition(":")[0]
             tls_stream: trio.SSLStream | None = None
             with trio.CancelScope() as scope:
@@ -233,7 +233,8 @@ def _why(error: BaseException) -> str:
     return describe_tls_error(error)
 
 
-def _peer(stream: trio.abc.Stream) -> str:
+def peer_address(stream: trio.abc.Stream) -> str:
+    """host:port of the far end of a TCP stream ("?" when it cannot be told)."""
     try:
         host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
     except (OSError, AttributeError):
@@ -253,11 +254,18 @@ def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
     TLS with a client certificate, the certificate must name mrs-group-N."""
     if not isinstance(stream, trio.SSLStream):
         return None
-    certificate = stream.getpeercert()
-    if not certificate:
+    names = certificate_names(stream)
+    if names is None:
         return None  # no client certificate asked for: TLS protects the wire only
-    names = {value for kind, value in certificate.get("subjectAltName", ()) if kind == "DNS"}
     if group_server_name(group_id) in names:
         return None
     shown = ", ".join(sorted(names)) or "no DNS names"
     return f"link claims group {group_id} but its certificate names {shown}"
+
+
+def certificate_names(stream: trio.SSLStream) -> set[str] | None:
+    """The DNS names of the peer's certificate (None: it showed none)."""
+    certificate = stream.getpeercert()
+    if not certificate:
+        return None
+    return {value for kind, value in certificate.get("subjectAltName", ()) if kind == "DNS"}

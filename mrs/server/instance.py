@@ -40,6 +40,7 @@ from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
+from mrs.security.replication_tls import ReplicationTls
 from mrs.server import gc_tuning
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
@@ -76,7 +77,14 @@ async def serve_instance(
     )
     client = EtcdClient(bus.coordinator.etcd)
     coordinator = EtcdCoordinator(client, key, name, bus.coordinator.lease_ttl_s)
-    runner = InstanceRunner(bus, group, me, coordinator, options or ServeOptions())
+    runner = InstanceRunner(
+        bus,
+        group,
+        me,
+        coordinator,
+        options or ServeOptions(),
+        replication_network=TCP if group.tls is None else ReplicationTls(group.tls, group_id),
+    )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(runner.run)
@@ -100,6 +108,7 @@ class InstanceRunner:
         options: ServeOptions,
         *,
         network: Network = TCP,
+        replication_network: Network | None = None,
         open_store: Callable[[], JournalStore] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         rules: ReplicationRules = KEPT_REPLICATION,
@@ -108,6 +117,9 @@ class InstanceRunner:
         memory network and journals, its clock, a broken build); production keeps the
         defaults: TCP, the instance's LMDB files, the wall clock, the kept rules."""
         self.network = network
+        self.replication_network = network if replication_network is None else replication_network
+        """The replication link's: `network`, or TLS between the group's instances
+        when it has `[group.tls]` (mrs.security.replication_tls)."""
         self.open_store = open_store
         self.clock_ns = clock_ns
         self.rules = rules
@@ -148,7 +160,7 @@ class InstanceRunner:
                     replica.serve,
                     self.me.replication_host,
                     self.me.replication_port,
-                    self.network,
+                    self.replication_network,
                 )
                 print(f"REPLICA {self.me.name}", flush=True)
                 term = await self._campaign_when_free(replica)
@@ -218,7 +230,7 @@ class InstanceRunner:
                 store=recording,
                 stream=stream,
                 on_step_down=lambda reason: scope.cancel(),
-                network=self.network,
+                network=self.replication_network,
             )
             return ReplicatedWriter(recording, wake, stream)
 

@@ -1,0 +1,130 @@
+"""TLS on a replicated group's replication link, both ends proving they are the group.
+
+Why: the link carries every commit of the group, and its hello raises a replica's
+term. A stranger who reaches a replica's replication address could fence the active
+off (a hello of a newer term) or read every message. With `[group.tls]`, the
+instances of a group (which share that table: one certificate for the group) speak
+TLS to each other, and each end checks the other holds a certificate of the group's
+CA naming the group (`mrs-group-N`, what `mrs certs` writes):
+
+- the replica requires a client certificate, whatever `client_cert` says (that
+  setting is the client port's), and refuses one naming another group or nothing;
+- the active verifies the replica's certificate by that name, as a link verifies
+  the group it dials.
+
+A refused connection is closed and logged (one line per peer and reason a second);
+handshakes in progress are bounded, so idle strangers cannot hold the replica's
+address. Without `[group.tls]` the link is plain TCP (docs/replication.md).
+
+The cost: a record is encrypted, and the commit loop's direct write of a record to
+the socket before its own fsync (mrs.replication.link_out) needs a plain socket, so
+over TLS each record goes out from the link's task after the commit (measured in
+benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+
+import trio
+
+from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name, strict_eof
+from mrs.core.refusals import RefusalLog
+from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
+from mrs.security.tls_network import HANDSHAKE_TIMEOUT_S, certificate_names, peer_address
+from mrs.transport.network import Gate, Handler, TcpNetwork
+
+log = logging.getLogger("mrs.replication")
+
+REPLICATION_HANDSHAKES_MAX = 8
+"""TLS handshakes in progress on a replica's address; more are closed at once (the
+active needs one; a crowd is strangers)."""
+
+
+class ReplicationTls(TcpNetwork):
+    """The replication link's network: TCP with mutual TLS, both ends group `group_id`."""
+
+    def __init__(self, config: TlsConfig, group_id: int) -> None:
+        self.group_id = group_id
+        self.name = group_server_name(group_id)
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(config.ca))
+        server.load_cert_chain(str(config.cert), str(config.key))
+        server.verify_mode = ssl.CERT_REQUIRED
+        server.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.server_context = strict_eof(server)
+        self.dial_context = config.dial_context()
+        self.refused = 0
+        self._handshakes = 0
+        self._refusals = RefusalLog(
+            log,
+            every_s=TLS_REFUSAL_LOG_INTERVAL_S,
+            level=logging.WARNING,
+            line_format="replication link from {peer} refused: {message}",
+        )
+
+    async def serve(
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
+        gate: Gate | None = None,
+    ) -> None:
+        await super().serve(self._accepted(handler), host, port, task_status=task_status, gate=gate)
+
+    def _accepted(self, handler: Handler) -> Handler:
+        async def handle(stream: trio.abc.Stream) -> None:
+            peer = peer_address(stream)
+            if self._handshakes >= REPLICATION_HANDSHAKES_MAX:
+                self._refuse(peer, f"{REPLICATION_HANDSHAKES_MAX} handshakes already under way")
+                await trio.aclose_forcefully(stream)
+                return
+            tls_stream = trio.SSLStream(stream, self.server_context, server_side=True)
+            self._handshakes += 1
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    await tls_stream.do_handshake()
+                why = self._not_the_group(certificate_names(tls_stream) or set())
+            except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
+                why = (
+                    f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f} s"
+                    if isinstance(error, trio.TooSlowError)
+                    else describe_tls_error(error)
+                )
+            finally:
+                self._handshakes -= 1
+            if why is not None:
+                self._refuse(peer, why)
+                await trio.aclose_forcefully(stream)
+                return
+            await handler(tls_stream)
+
+        return handle
+
+    def _not_the_group(self, names: set[str]) -> str | None:
+        """Why a certificate of the CA is not this group's (None: it is)."""
+        if self.name in names:
+            return None
+        shown = ", ".join(sorted(names)) or "no DNS names"
+        return f"its certificate names {shown}, not {self.name}: not an instance of this group"
+
+    def _refuse(self, peer: str, why: str) -> None:
+        self.refused += 1
+        self._refusals.refused("replication", peer, why, key=(peer.rpartition(":")[0], why))
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """Dial a replica and verify it is an instance of this group (ConnectionError,
+        an OSError, when not: the active dials again later, as for a refused dial)."""
+        stream = await trio.open_tcp_stream(host, port)
+        tls_stream = trio.SSLStream(stream, self.dial_context, server_hostname=self.name)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                await tls_stream.do_handshake()
+        except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
+            await trio.aclose_forcefully(stream)
+            why = describe_tls_error(error) if not isinstance(error, trio.TooSlowError) else ""
+            self._refuse(f"{host}:{port}", f"dialing it: {why or 'no handshake in time'}")
+            raise ConnectionError(f"TLS to replica {host}:{port}: {why}") from None
+        return tls_stream
