@@ -92,55 +92,36 @@ async def put_for(
         return len(latencies) / (time.perf_counter() - started_s), latencies
 
 
-async def through_for(address: str | list[str], seconds: float, tasks: int) -> float:
-    """Messages per second taken all the way: WF_DQF put, get, confirm, on queue FLOW
-    (empty: the put shape's backlog is on ORDERS): one putter and one consumer that
-    confirms each message, on one connection (`tasks` is not used: more putters only
-    build a backlog the one consumer cannot take)."""
+async def through_for(address: str | list[str], seconds: float, prefetch: bool = False) -> float:
+    """Messages per second taken all the way: one putter awaiting each WF_DQF put and
+    one consumer, on one connection (more putters only build a backlog the one
+    consumer cannot take).
+
+    Without `prefetch`, on queue FLOW, the consumer awaits each get, then each
+    confirm: two commits a message (the delivery mark's and the confirm's), so this
+    is bound by the consumer. With `prefetch`, on queue PREFETCH, it takes messages
+    as the quorum queue's consumer does (benchmarks/rabbitmq_quorum.py `through`):
+    `get_many` of up to 1,000, then `confirm_many` of what came; it keeps up, so
+    this is bound by the putter's answer latency, as RabbitMQ's is by its
+    publisher's confirms. (Each queue is empty: the put shape's backlog is on ORDERS.)"""
+    queue = "PREFETCH" if prefetch else "FLOW"
     confirmed = 0
-    async with connect(address, "FLOW") as client:
+    async with connect(address, queue) as client:
         body = b"x" * 256
 
         async def putter() -> None:
             while True:
-                await client.put(body, "FLOW", delivery=DeliveryMode.WF_DQF)
+                await client.put(body, queue, delivery=DeliveryMode.WF_DQF)
 
         async def consumer() -> None:
             nonlocal confirmed
             while True:
-                message = await client.get()
-                await client.confirm(message.seq)
-                confirmed += 1
-
-        started_s = time.perf_counter()
-        with trio.move_on_after(seconds):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(consumer)
-                nursery.start_soon(putter)
-        return confirmed / (time.perf_counter() - started_s)
-
-
-async def through_prefetch_for(address: str | list[str], seconds: float) -> float:
-    """Messages per second taken all the way as the quorum queue's consumer takes them
-    (benchmarks/rabbitmq_quorum.py `through`): one putter awaiting each WF put, and a
-    consumer with a prefetch (`get_many` of up to 1,000, then `confirm_many` of what
-    it brought), on queue PREFETCH. The consumer keeps up, so this is bound by the
-    putter's answer latency, as RabbitMQ's is by its publisher's confirms (the serial
-    shape above is bound by the consumer: its get waits for the delivery mark's
-    commit and its confirm for another)."""
-    confirmed = 0
-    async with connect(address, "PREFETCH") as client:
-        body = b"x" * 256
-
-        async def putter() -> None:
-            while True:
-                await client.put(body, "PREFETCH", delivery=DeliveryMode.WF_DQF)
-
-        async def consumer() -> None:
-            nonlocal confirmed
-            while True:
-                messages = await client.get_many(1000, timeout=None)
-                await client.confirm_many([message.seq for message in messages])
+                if prefetch:
+                    messages = await client.get_many(1000, timeout=None)
+                    await client.confirm_many([message.seq for message in messages])
+                else:
+                    messages = [await client.get()]
+                    await client.confirm(messages[0].seq)
                 confirmed += len(messages)
 
         started_s = time.perf_counter()
@@ -194,8 +175,8 @@ async def all_shapes(
     address: str | list[str], seconds: float, tasks: int, rate_per_s: float
 ) -> Shapes:
     rate, latencies = await put_for(address, seconds, tasks)
-    through = await through_for(address, seconds, tasks)
-    prefetch = await through_prefetch_for(address, seconds)
+    through = await through_for(address, seconds)
+    prefetch = await through_for(address, seconds, prefetch=True)
     paced_rate, paced_latencies = await paced_for(address, seconds, rate_per_s)
     return Shapes(rate, latencies, through, prefetch, paced_rate, paced_latencies)
 

@@ -41,7 +41,6 @@ from journals import (
     checksum,
 )
 from mrs.config.bus import BusConfig, GroupConfig
-from mrs.config.instance_types import COORDINATOR_PREFIX_DEFAULT
 from mrs.core.refusals import RefusalLog
 from mrs.core.timers import TrioTimers
 from mrs.group import KEPT, Group, Guarantees
@@ -50,7 +49,6 @@ from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.native import loader as native
 from mrs.ops.admin_actions import AdminActions
 from mrs.ops.group_ops import GroupOps
-from mrs.replication.coordinator import etcd_prefix
 from mrs.replication.stream import ReplicatedWriter
 from mrs.security import session_auth
 from mrs.security.tls import tls_network
@@ -63,7 +61,6 @@ from mrs.server.links import PeerLinks
 from mrs.server.request_dispatch import Dispatcher
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
 from mrs.storage.commit_pacing import CommitPacing
-from mrs.storage.data_dir_owner import claim_data_dir, owner_of
 from mrs.storage.datadir import DataDirError
 from mrs.transport.admission import Admission
 from mrs.transport.handshake_slots import HandshakeSlots
@@ -369,15 +366,7 @@ async def serve(
     harness switches the CLI read from its environment (mrs.server.harness)."""
     options = options or ServeOptions()
     config = bus.group(group_id)
-    prefix = bus.coordinator.prefix if bus.coordinator is not None else COORDINATOR_PREFIX_DEFAULT
-    # another group's journals are refused before anything is opened (one line); the
-    # key is the one its instances would record, so a group made replicated later
-    # starts its first instance on this directory
-    claim_data_dir(
-        config.data_dir,
-        owner_of(group_id, config.name, etcd_prefix(prefix, group_id)),
-        f"group {group_id}",
-    )
+    startup.claim_group_data_dir(bus, config, config.data_dir, f"group {group_id}")
     server = GroupServer(
         bus,
         config,

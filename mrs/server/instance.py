@@ -41,11 +41,10 @@ from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
 from mrs.security.replication_tls import ReplicationTls
-from mrs.server import gc_tuning
+from mrs.server import gc_tuning, startup
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions
 from mrs.server.journal_files import JournalFiles
-from mrs.storage.data_dir_owner import claim_data_dir, owner_of
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.server")
@@ -70,11 +69,8 @@ async def serve_instance(
     group = bus.group(group_id)
     me = group.instance(name)
     assert bus.coordinator is not None  # the config refuses instances without one
+    startup.claim_group_data_dir(bus, group, me.data_dir, f"instance {name} of group {group_id}")
     key = etcd_prefix(bus.coordinator.prefix, group_id)
-    # another group's journals are refused before anything is opened (one line)
-    claim_data_dir(
-        me.data_dir, owner_of(group_id, group.name, key), f"instance {name} of group {group_id}"
-    )
     client = EtcdClient(bus.coordinator.etcd)
     coordinator = EtcdCoordinator(client, key, name, bus.coordinator.lease_ttl_s)
     runner = InstanceRunner(

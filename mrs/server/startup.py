@@ -19,7 +19,10 @@ from pathlib import Path
 import lmdb
 
 from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.instance_types import COORDINATOR_PREFIX_DEFAULT
 from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
+from mrs.replication.coordinator import etcd_prefix
+from mrs.storage.data_dir_owner import claim_data_dir, owner_of
 
 JOURNAL_FILES = ("data.mdb", "lock.mdb")
 
@@ -56,6 +59,16 @@ def check_data_dir(bus: BusConfig, config: GroupConfig) -> None:
                 EXIT_RUNTIME,
             ) from None
         os.close(fd)
+
+
+def claim_group_data_dir(bus: BusConfig, config: GroupConfig, data_dir: Path, who: str) -> None:
+    """Refuse `data_dir` if it records another group (mrs.storage.data_dir_owner), in
+    one line, before anything is opened. The key recorded is the group's coordinator
+    key, `<[coordinator] prefix>/<id>`, for an unreplicated group as for its
+    instances: a group made replicated later starts an instance on its old directory."""
+    prefix = bus.coordinator.prefix if bus.coordinator is not None else COORDINATOR_PREFIX_DEFAULT
+    owner = owner_of(config.id, config.name, etcd_prefix(prefix, config.id))
+    claim_data_dir(data_dir, owner, who)
 
 
 def listen_failure(bus: BusConfig, config: GroupConfig, error: OSError) -> CommandError:
