@@ -16,6 +16,7 @@ when active (as `mrs serve` prints), `STEPPED DOWN name` after a step-down.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import time
@@ -150,6 +151,7 @@ class InstanceRunner:
         try:
             replica = Replica(self.group.id, self.me.name, store, self.rules)
             if self.options.gc_thresholds is not None:  # its recent records: rarely walked
+                gc.unfreeze()  # what a term as the active left frozen can be collected
                 gc_tuning.tune_gc(self.options.gc_thresholds)
             async with trio.open_nursery() as nursery:
                 await nursery.start(
