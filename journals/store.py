@@ -60,8 +60,10 @@ __all__ = [
 
 
 FaultHook = Callable[[str], None]
-"""Called by the writer before each commit with the phase name; may raise OSError.
-Only the fault-injection harness installs one."""
+"""Called by the writer at each commit with the phase name, "commit" before the
+transaction's writes and "flush" after them (after `before_commit`), before the
+commit; may raise OSError (or lmdb.MapFullError). Only the fault-injection harness
+installs one (mrs.storage.fault_file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +361,8 @@ def apply_batches(
                 dqf_index.stamp(txn, index, store._counted)
             if before_commit is not None:
                 before_commit()
+            if store.fault_hook is not None:
+                store.fault_hook("flush")  # where a device error comes in LMDB: the commit
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
     except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)

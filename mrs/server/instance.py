@@ -28,6 +28,7 @@ import trio
 from journals import JournalStore
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.instance_types import InstanceConfig
+from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import REPLICATION_POLL_S
 from mrs.replication.active import Active
 from mrs.replication.coordinator import (
@@ -207,6 +208,7 @@ class InstanceRunner:
     async def run_active(self, term: int, bridge: Bridge) -> None:
         """Serve clients as the active of `term` until stepping down."""
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
+        made: list[RecordingStore] = []
 
         def make_writer(store, wake, deliver) -> ReplicatedWriter:  # type: ignore[no-untyped-def]
             stream = CommitStream(
@@ -218,6 +220,7 @@ class InstanceRunner:
                 bridge=bridge,
             )
             recording = RecordingStore(store, stream)
+            made.append(recording)
             self.active = Active(
                 group_id=self.group.id,
                 me=self.me,
@@ -256,3 +259,12 @@ class InstanceRunner:
         finally:
             self.active = None
             self.server = None
+        if (lost := next((r.lost for r in made if r.lost is not None), None)) is not None:
+            # Not a replica again in this process: its device failed, and as the writer
+            # of the term it could win the next one at once and fail again. Stopped, it
+            # lets a replica with every record take over (docs/replication.md).
+            raise CommandError(
+                f"instance {self.me.name} stops: {lost}; a replica takes over. Once the "
+                "device is fixed, start it again: it takes a copy from the active",
+                EXIT_RUNTIME,
+            )

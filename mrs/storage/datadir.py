@@ -161,11 +161,14 @@ class DataDirGuard:
         self, inner: Callable[[str], None] | None, on_lost: Callable[[str], None]
     ) -> Callable[[str], None]:
         """A journal fault hook (run before each commit) that fails the commit with an
-        OSError once the directory is lost, after `inner` (the harness's hook, if any)."""
+        OSError once the directory is lost, after `inner` (the harness's hook, if any);
+        the directory is checked once a commit, at its start ("commit")."""
 
         def hook(phase: str) -> None:
             if inner is not None:
                 inner(phase)
+            if phase != "commit":
+                return
             already = self.lost is not None
             try:
                 self.check()

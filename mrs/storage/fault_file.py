@@ -2,9 +2,14 @@
 fault file (`GroupServer(fault_file=...)`; `mrs serve` takes it from MRS_FAULT_FILE at
 the CLI edge, see mrs.server.harness; tests and `mrs sim` do that, nothing else should).
 
-The file holds one word, read before every commit: empty = no fault, EIO or ENOSPC =
+The file holds one word, read at every commit: empty = no fault, EIO or ENOSPC =
 the commit fails as a device error, MAPFULL = the journal is full. A tester flips
 faults on and off by rewriting the file while the server runs.
+
+Each fails where LMDB's own would: a full map while the transaction's writes are
+made (the "commit" phase, before them), a device error at the flush (the "flush"
+phase, after them: a replicated active has sent the commit to its replicas by then,
+mrs.replication.stream `RecordingStore`).
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ def file_fault_hook(path: Path) -> FaultHook:
             word = path.read_text().strip().upper()
         except FileNotFoundError:
             return
-        if word in ("EIO", "ENOSPC"):
+        if word in ("EIO", "ENOSPC") and phase == "flush":
             code = getattr(errno, word)
             raise OSError(code, f"injected {word} on {phase}")
-        if word == "MAPFULL":
+        if word == "MAPFULL" and phase == "commit":
             raise lmdb.MapFullError(f"injected map full on {phase}")
 
     return hook

@@ -705,3 +705,56 @@ def test_an_instance_refuses_another_groups_data_dir_and_loses_nothing(etcd, tmp
     finally:
         for process in processes.values():
             process.terminate()
+
+
+def test_an_active_whose_flush_fails_after_sending_steps_down_and_loses_nothing(
+    etcd, tmp_path, monkeypatch
+) -> None:
+    """The active sends each commit to its replicas before its own fsync. When that
+    fsync fails (EIO injected at the flush, as LMDB reports a device error), the
+    replicas may hold a commit the active lacks: it answers nothing of it, steps down
+    and stops (one line; as the term's writer it could otherwise win the next term and
+    fail again), a replica takes over, and the put the client was waiting for is
+    answered by the new active under its idempotency key, stored once, not POSSDUPL."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    named = config.rename(config.with_name(f"bus_{tmp_path.name}.toml"))
+    faults = {name: tmp_path / f"fault-{name}" for name in ("a", "b", "c")}
+    processes = {}
+    for name in ("a", "b", "c"):
+        monkeypatch.setenv("MRS_FAULT_FILE", str(faults[name]))  # each its own switch
+        processes[name] = InstanceProcess(named, name)
+        processes[name].start()
+    try:
+        first = wait_active(processes, 30)
+
+        async def scenario() -> tuple[list, str]:
+            async with connect(instance_addresses(named, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                for i in range(3):
+                    await put_once(client, b"before%d" % i, "ORDERS", f"before-{i}")
+                faults[first].write_text("EIO")
+                psb = await put_once(client, b"during", "ORDERS", "during")
+                assert psb.status == Status.SUCCESS
+                active = (await client.status())["replication"]["instance"]
+                taken = []
+                while True:
+                    try:
+                        message = await client.get(timeout=2)
+                    except MrsError:
+                        return taken, active
+                    taken.append((message.body, message.delivery_status == Status.POSSDUPL))
+                    await client.confirm(message.seq)
+
+        taken, active = trio.run(scenario)
+        assert active != first
+        assert taken == [(b"before0", False), (b"before1", False), (b"before2", False)] + [
+            (b"during", False)
+        ]
+        assert processes[first].process.wait(timeout=30) == 1  # it stopped, in one line
+    finally:
+        for process in processes.values():
+            process.terminate()
+    lines = (named.parent / f"{first}.log").read_text().splitlines()
+    assert "steps down from term 1: a commit sent to the replicas failed here" in "\n".join(lines)
+    assert lines[-1].startswith(f"mrs: instance {first} stops: a commit sent to the replicas")
+    assert lines[-1].endswith("start it again: it takes a copy from the active")
