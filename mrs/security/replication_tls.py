@@ -60,7 +60,7 @@ class ReplicationTls(TcpNetwork):
             log,
             every_s=TLS_REFUSAL_LOG_INTERVAL_S,
             level=logging.WARNING,
-            line_format="replication link from {peer} refused: {message}",
+            line_format="replication link {peer} refused: {message}",
         )
 
     async def serve(
@@ -76,7 +76,7 @@ class ReplicationTls(TcpNetwork):
 
     def _accepted(self, handler: Handler) -> Handler:
         async def handle(stream: trio.abc.Stream) -> None:
-            peer = peer_address(stream)
+            peer = f"from {peer_address(stream)}"
             if self._handshakes >= REPLICATION_HANDSHAKES_MAX:
                 self._refuse(peer, f"{REPLICATION_HANDSHAKES_MAX} handshakes already under way")
                 await trio.aclose_forcefully(stream)
@@ -111,6 +111,7 @@ class ReplicationTls(TcpNetwork):
         return f"its certificate names {shown}, not {self.name}: not an instance of this group"
 
     def _refuse(self, peer: str, why: str) -> None:
+        """`peer`: "from HOST:PORT" (a dial taken) or "to HOST:PORT" (a dial made)."""
         self.refused += 1
         self._refusals.refused("replication", peer, why, key=(peer.rpartition(":")[0], why))
 
@@ -125,6 +126,6 @@ class ReplicationTls(TcpNetwork):
         except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
             await trio.aclose_forcefully(stream)
             why = describe_tls_error(error) if not isinstance(error, trio.TooSlowError) else ""
-            self._refuse(f"{host}:{port}", f"dialing it: {why or 'no handshake in time'}")
+            self._refuse(f"to {host}:{port}", why or "no handshake in time")
             raise ConnectionError(f"TLS to replica {host}:{port}: {why}") from None
         return tls_stream
