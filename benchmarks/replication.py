@@ -316,19 +316,19 @@ def print_table(tasks: int, rate_per_s: float, one: Shapes, three: Shapes, quoru
         ("  ack p50 ms", lambda shapes: ms(shapes.put_latencies_s, 0.5)),
         ("  ack p99 ms", lambda shapes: ms(shapes.put_latencies_s, 0.99)),
         ("put->get->confirm, per s", lambda shapes: shapes.through_per_s),
-        ("put->get_many->confirm_many (prefetch), per s", lambda s: s.through_prefetch_per_s),
+        ("put->get_many->confirm_many, per s", lambda shapes: shapes.through_prefetch_per_s),
         (f"paced {rate_per_s:g}/s, reached per s", lambda shapes: shapes.paced_per_s),
         ("  ack p50 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.5)),
         ("  ack p99 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.99)),
     ]
     print(
-        f"{'shape':42s} {'MRS x1':>9s} {'MRS x3':>9s} {'quorum x3':>9s} "
+        f"{'shape':46s} {'MRS x1':>9s} {'MRS x3':>9s} {'quorum x3':>9s} "
         f"{'x3 / x1':>8s} {'x3 / quorum':>11s}"
     )
     for label, value in rows:
         mrs_one, mrs_three, rabbit = value(one), value(three), value(quorum)
         print(
-            f"{label:42s} {mrs_one:9.2f} {mrs_three:9.2f} {rabbit:9.2f} "
+            f"{label:46s} {mrs_one:9.2f} {mrs_three:9.2f} {rabbit:9.2f} "
             f"{ratio(mrs_three, mrs_one):>8s} {ratio(mrs_three, rabbit):>11s}"
         )
     print("(per s rows: a ratio above 1 is MRS x3 ahead; ms rows: below 1 is MRS x3 ahead)")

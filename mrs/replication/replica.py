@@ -35,6 +35,8 @@ from mrs.limits import (
     REPLICATION_APPLY_RECORDS_MAX,
     REPLICATION_BACKLOG_BYTES_MAX,
     REPLICATION_BACKLOG_RECORDS_MAX,
+    REPLICATION_COPY_SLICE_BYTES,
+    REPLICATION_COPY_SLICE_ITEMS_MAX,
 )
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
@@ -62,6 +64,8 @@ _REPLICATION_KEYS = frozenset(
     key.encode() for key in (POSITION_KEY, TERM_KEY, LED_KEY, COPY_UPTO_KEY, COPY_PARTIAL_KEY)
 )
 """This instance's own replication marks: never taken from the active's journals."""
+_KEPT_WHILE_WIPING = frozenset(key.encode() for key in (POSITION_KEY, TERM_KEY, COPY_PARTIAL_KEY))
+"""The marks a wipe for a full copy keeps: where this replica stands while it is empty."""
 _TWO_U64 = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
 
@@ -316,9 +320,10 @@ class Replica:
             for j, k, v in message["items"]
             if j != Journal.META or bytes(k) not in _REPLICATION_KEYS
         ]
-        batches = [] if self._copying == (term, number) else [self._delete_all()]
+        if self._copying != (term, number):
+            self._wipe()
         self._copying = (term, number)
-        batches.append(WriteBatch(puts, []))
+        batches = [WriteBatch(puts, [])]
         if not message.get("last"):
             self.copy_partial = True
             mark = WriteBatch.empty().put_raw(Journal.META, COPY_PARTIAL_KEY.encode(), b"1")
@@ -335,9 +340,31 @@ class Replica:
         log.info("replica %s took a full copy at %s", self.name, (term, number))
         return {"t": "ack", "n": number}
 
-    def _delete_all(self) -> WriteBatch:
-        deletes = [(journal, key) for journal in Journal for key in self.store.keys(journal)]
-        return WriteBatch([], deletes)
+    def _wipe(self) -> None:
+        """Empty these journals for a full copy, a bounded slice of keys a transaction
+        (the copy's slice bounds), so a replica never holds a list of every key it has
+        (hundreds of MB for a large one). The partial mark and position (0, 0) go
+        first, in a transaction of their own: a crash halfway leaves journals that
+        say they are partial (no candidate; the next hello asks for a full copy
+        again). The marks of where it stands (position, term seen, partial) stay;
+        every other key goes, `led` and `copy_upto` with them."""
+        self.copy_partial = True
+        self.recent.clear()
+        mark = WriteBatch.empty().put_raw(Journal.META, COPY_PARTIAL_KEY.encode(), b"1")
+        self._apply([mark], (0, 0))
+        for journal in Journal:
+            after: bytes | None = None
+            while pairs := self.store.items_after(
+                journal, b"", after, REPLICATION_COPY_SLICE_ITEMS_MAX, REPLICATION_COPY_SLICE_BYTES
+            ):
+                after = pairs[-1][0]
+                deletes = [
+                    (journal, key)
+                    for key, _ in pairs
+                    if journal is not Journal.META or key not in _KEPT_WHILE_WIPING
+                ]
+                if deletes:
+                    self.store.apply([WriteBatch([], deletes)])
 
     def _apply(self, batches: list[WriteBatch], position: tuple[int, int]) -> None:
         """The records and the new position, durable together."""

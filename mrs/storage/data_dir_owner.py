@@ -84,7 +84,10 @@ def _write(path: Path, owner: dict[str, object]) -> None:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
-        with open(temporary, "w") as out:
+        # owner-only whatever the umask, as every file of a data directory
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)  # a temporary left by a crash keeps its mode otherwise
+        with open(descriptor, "w") as out:
             out.write(json.dumps(owner) + "\n")
             out.flush()
             os.fsync(out.fileno())

@@ -20,7 +20,7 @@ def test_the_shapes_run_against_one_server_and_the_paced_one_keeps_its_count(
 ) -> None:
     shapes = unreplicated(tmp_path / "u", SECONDS, 4, RATE_PER_S)
     assert shapes.put_per_s > 0 and len(shapes.put_latencies_s) > 0
-    assert shapes.through_per_s > 0
+    assert shapes.through_per_s > 0 and shapes.through_prefetch_per_s > 0
     assert len(shapes.paced_latencies_s) == int(RATE_PER_S * SECONDS)
     assert all(latency_s > 0 for latency_s in shapes.paced_latencies_s)
     # On schedule: not faster than the rate (open loop, one put per 1/rate s).
@@ -31,11 +31,12 @@ def test_the_table_sets_replicated_against_unreplicated_and_the_quorum_queue(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     def shapes(rate_per_s: float, latency_s: float) -> Shapes:
-        return Shapes(rate_per_s, [latency_s] * 10, rate_per_s / 10, 1000.0, [latency_s] * 10)
+        through = rate_per_s / 10
+        return Shapes(rate_per_s, [latency_s] * 10, through, 2 * through, 1000.0, [latency_s] * 10)
 
     print_table(32, 1000.0, shapes(4000, 0.002), shapes(2000, 0.004), shapes(1000, 0.008))
     lines = capsys.readouterr().out.splitlines()
-    rows = {line[:42].strip(): line[42:].split() for line in lines[1:5]}  # the put rows
+    rows = {line[:46].strip(): line[46:].split() for line in lines[1:6]}  # rates and latencies
     assert rows["WF puts / confirms, 32 in flight, per s"] == [
         "4000.00",
         "2000.00",
@@ -45,3 +46,10 @@ def test_the_table_sets_replicated_against_unreplicated_and_the_quorum_queue(
     ]  # MRS x1, MRS x3, quorum x3, x3 / x1, x3 / quorum
     assert rows["ack p50 ms"] == ["2.00", "4.00", "8.00", "2.00", "0.50"]
     assert rows["put->get->confirm, per s"][-2:] == ["0.50", "2.00"]
+    assert rows["put->get_many->confirm_many, per s"] == [
+        "800.00",
+        "400.00",
+        "200.00",
+        "0.50",
+        "2.00",
+    ]

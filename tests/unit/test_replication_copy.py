@@ -13,14 +13,15 @@ import pytest
 import trio
 import trio.testing
 
-from journals import JournalStore, WriteBatch
+from journals import JournalDeviceError, JournalStore, WriteBatch
 from journals.keys import Journal
 from mrs import limits
 from mrs.config.instance_types import InstanceConfig
+from mrs.core.seqspace import BOOTS_KEY
 from mrs.replication.active import Active
 from mrs.replication.replica import Replica
 from mrs.replication.stream import CommitStream, RecordingStore
-from mrs.replication.wire import FrameReader, frame
+from mrs.replication.wire import FrameReader, LinkBroken, frame
 
 SLICE_BYTES = 16 << 10
 SLICE_ITEMS = 20
@@ -75,6 +76,7 @@ def _contents(store: JournalStore) -> dict:
 def stores(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("mrs.replication.active.REPLICATION_COPY_SLICE_BYTES", SLICE_BYTES)
     monkeypatch.setattr("mrs.replication.active.REPLICATION_COPY_SLICE_ITEMS_MAX", SLICE_ITEMS)
+    monkeypatch.setattr("mrs.replication.replica.REPLICATION_COPY_SLICE_ITEMS_MAX", SLICE_ITEMS)
     active, replica = (JournalStore(tmp_path / name, 1 << 26) for name in ("a", "b"))
     batch = WriteBatch.empty()
     for i in range(300):
@@ -214,3 +216,65 @@ def test_a_copy_is_applied_slice_by_slice_and_a_lost_link_starts_it_over(stores)
     assert reopened.holds_journals and reopened.led == 0
     assert Replica(1, "b", replica_store).led == 0  # the active's mark was not copied
     assert _contents(replica_store) == _contents(active_store)
+
+
+class CountingDeletes:
+    """The replica's journal store, noting the deletes of each transaction; it fails
+    the transaction `fail_at` (1-based) with a device error, as a crash halfway would
+    leave the journals."""
+
+    def __init__(self, store: JournalStore, fail_at: int = 0) -> None:
+        self.store = store
+        self.fail_at = fail_at
+        self.deletes: list[int] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def apply(self, batches, before_commit=None) -> None:  # type: ignore[no-untyped-def]
+        self.deletes.append(sum(len(batch.deletes) for batch in batches))
+        if len(self.deletes) == self.fail_at:
+            raise JournalDeviceError("journal device failed: EIO (test)", 5)
+        self.store.apply(batches, before_commit)
+
+    def commit_now(self, batch: WriteBatch) -> None:
+        self.apply([batch])
+
+
+def _full_of_its_own(replica_store: JournalStore) -> None:
+    batch = WriteBatch.empty()
+    for i in range(120):
+        batch.put_raw(Journal.DQF, b"old%05d" % i, b"stale")
+    batch.put_raw(Journal.META, b"replication.led", b"\0" * 7 + b"\1")
+    batch.put_raw(Journal.META, BOOTS_KEY, b"\0" * 8)  # it was an active once
+    replica_store.commit_now(batch)
+
+
+def test_a_full_copy_wipes_the_replica_a_slice_of_keys_at_a_time(stores) -> None:
+    """A replica never lists every key it holds at once: the wipe before a full copy
+    deletes at most a slice of keys a transaction, and the copy then ends as the active."""
+    active_store, replica_store = stores
+    _full_of_its_own(replica_store)
+    counting = CountingDeletes(replica_store)
+    replica = Replica(1, "b", counting)  # type: ignore[arg-type]
+    assert replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"}) is None
+    for body in _active(active_store)._full_copy():
+        replica.receive(_message(body))
+    assert max(counting.deletes) <= SLICE_ITEMS
+    assert sum(counting.deletes) >= 120  # every key of its own went
+    assert _contents(replica_store) == _contents(active_store)
+    assert replica.holds_journals and replica.led == 0
+    assert replica_store.meta_get("replication.led") is None
+
+
+def test_a_wipe_cut_short_leaves_journals_that_are_no_candidate(stores) -> None:
+    _, replica_store = stores
+    _full_of_its_own(replica_store)
+    replica = Replica(1, "b", CountingDeletes(replica_store, fail_at=4))  # type: ignore[arg-type]
+    assert replica.holds_journals  # before: its own journals, its own boots
+    assert replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"}) is None
+    with pytest.raises(LinkBroken):  # the store failed: the link drops, as a crash would
+        replica.receive({"t": "copy", "term": 2, "n": 5, "items": [], "last": True})
+    assert replica_store.get_raw(Journal.DQF, b"old00119") is not None  # cut short
+    restarted = Replica(1, "b", replica_store)
+    assert not restarted.holds_journals and restarted.position == (0, 0)
