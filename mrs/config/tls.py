@@ -53,13 +53,22 @@ class TlsConfig:
 
     def server_context(self) -> ssl.SSLContext:
         """For accepting: our certificate; client certificates checked as configured."""
-        if "server" not in self._contexts:
+        return self._accepting("server", CLIENT_CERT_CHOICES[self.client_cert])
+
+    def mutual_server_context(self) -> ssl.SSLContext:
+        """For accepting peers that must show a certificate of the CA whatever
+        `client_cert` says for clients: the instances of a replicated group
+        (mrs.security.replication_tls)."""
+        return self._accepting("mutual", ssl.CERT_REQUIRED)
+
+    def _accepting(self, kind: str, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
+        if kind not in self._contexts:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
             context.load_cert_chain(str(self.cert), str(self.key))
-            context.verify_mode = CLIENT_CERT_CHOICES[self.client_cert]
+            context.verify_mode = verify_mode
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts["server"] = strict_eof(context)
-        return self._contexts["server"]
+            self._contexts[kind] = strict_eof(context)
+        return self._contexts[kind]
 
     def dial_context(self) -> ssl.SSLContext:
         """For dialing a linked group: verify it (name and CA), show our certificate."""

@@ -310,9 +310,10 @@ class Replica:
 
     def _copy_slice(self, message: dict[str, Any], term: int, number: int) -> dict[str, Any] | None:
         """Apply one slice of a full copy as it comes, so a replica holds one slice in
-        memory, not the journals: the first slice wipes everything, each is applied
-        with the partial mark and position (0, 0) (a link lost halfway: the next
-        hello asks for a full copy again, and these journals are no candidate), and
+        memory, not the journals: before the first slice the journals are wiped and
+        marked partial (`_wipe`), each slice is applied at position (0, 0) (a link
+        lost halfway: the next hello asks for a full copy again, and these journals
+        are no candidate), and
         the last one ends the mark and sets the position and the record up to which
         the replica must replay before its journals are whole again (`upto`)."""
         puts = [
@@ -321,13 +322,11 @@ class Replica:
             if j != Journal.META or bytes(k) not in _REPLICATION_KEYS
         ]
         if self._copying != (term, number):
-            self._wipe()
+            self._wipe()  # sets the partial mark, which stays until the last slice
         self._copying = (term, number)
         batches = [WriteBatch(puts, [])]
         if not message.get("last"):
-            self.copy_partial = True
-            mark = WriteBatch.empty().put_raw(Journal.META, COPY_PARTIAL_KEY.encode(), b"1")
-            self._apply([*batches, mark], (0, 0))
+            self._apply(batches, (0, 0))
             return None
         upto = (term, max(number, int(message.get("upto", number))))
         whole_at = WriteBatch.empty().put_raw(
@@ -343,7 +342,7 @@ class Replica:
     def _wipe(self) -> None:
         """Empty these journals for a full copy, a bounded slice of keys a transaction
         (the copy's slice bounds), so a replica never holds a list of every key it has
-        (hundreds of MB for a large one). The partial mark and position (0, 0) go
+        (memory in proportion to its journals). The partial mark and position (0, 0) go
         first, in a transaction of their own: a crash halfway leaves journals that
         say they are partial (no candidate; the next hello asks for a full copy
         again). The marks of where it stands (position, term seen, partial) stay;

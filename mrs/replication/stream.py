@@ -84,7 +84,7 @@ class RecordingStore:
 
         def seal() -> None:
             sealed.append(True)
-            self.stream.seal(batches, [])
+            self.stream.seal(batches)
 
         try:
             self._store.apply(batches, seal)
@@ -173,27 +173,26 @@ class CommitStream:
     """Told (number, frame) of each record as it is sealed, before the local flush:
     the active writes it to the replicas' sockets there (mrs.replication.link_out)."""
 
-    def seal(self, batches: list[WriteBatch], dones: list[Done]) -> None:
-        """Number and keep the record of one commit (`batches`, written and not yet
-        flushed here), and hold `dones` (answers durable here) until the record
-        sealed last is durable on a majority."""
-        if batches:
-            self.number += 1
-            body = frame(
-                {
-                    "t": "commit",
-                    "term": self.term,
-                    "n": self.number,
-                    "batches": encode_batches(batches),
-                }
-            )
-            self.records.append(_Record(self.number, body, self.clock_s()))
-            self.backlog_bytes += len(body)
-            self._trim()
-            if self.on_sealed is not None:
-                self.on_sealed(self.number, body)
-            self.sealed.set()
-            self.sealed = trio.Event()
+    def seal(self, batches: list[WriteBatch]) -> None:
+        """Number and keep the record of one transaction (`batches`, written and not
+        yet flushed here), and tell `on_sealed` and the links' tasks."""
+        if not batches:
+            return
+        self.number += 1
+        body = frame(
+            {"t": "commit", "term": self.term, "n": self.number, "batches": encode_batches(batches)}
+        )
+        self.records.append(_Record(self.number, body, self.clock_s()))
+        self.backlog_bytes += len(body)
+        self._trim()
+        if self.on_sealed is not None:
+            self.on_sealed(self.number, body)
+        self.sealed.set()
+        self.sealed = trio.Event()
+
+    def hold(self, dones: list[Done]) -> None:
+        """Hold `dones` (answers durable here) until the record sealed last is durable
+        on a majority (at once if it already is)."""
         if dones:
             self.waiting.append((self.number, dones))
         self.release()
@@ -317,4 +316,4 @@ class ReplicatedWriter(InlineWriter):
     def commit_pending(self) -> None:
         super().commit_pending()
         dones, self._durable_here = self._durable_here, []
-        self.stream.seal([], dones)
+        self.stream.hold(dones)

@@ -25,11 +25,10 @@ benchmarks/README.md).
 from __future__ import annotations
 
 import logging
-import ssl
 
 import trio
 
-from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name, strict_eof
+from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.security.tls_network import HANDSHAKE_TIMEOUT_S, certificate_names, peer_address
@@ -48,11 +47,7 @@ class ReplicationTls(TcpNetwork):
     def __init__(self, config: TlsConfig, group_id: int) -> None:
         self.group_id = group_id
         self.name = group_server_name(group_id)
-        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(config.ca))
-        server.load_cert_chain(str(config.cert), str(config.key))
-        server.verify_mode = ssl.CERT_REQUIRED
-        server.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.server_context = strict_eof(server)
+        self.server_context = config.mutual_server_context()
         self.dial_context = config.dial_context()
         self.refused = 0
         self._handshakes = 0

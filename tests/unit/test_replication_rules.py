@@ -229,7 +229,7 @@ def test_a_promoted_replica_bridges_another_of_its_term_instead_of_a_full_copy(t
         assert bridge.base == (4, 5) and [n for n, _ in bridge.records] == [1, 2, 3, 4, 5]
         b.record_term(5)
         stream = CommitStream(5, ("a", "c"), lambda dones: None, lambda: 0.0, bridge=bridge)
-        stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"new", b"v")], [])
+        stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"new", b"v")])
         assert stream.frames_for((4, 2), led=0, whole=False) is None  # a copy not replayed
         assert stream.frames_for((4, 2), led=4, whole=True) is None  # it led term 4
         assert stream.frames_for((3, 9), led=0, whole=True) is None  # another term
@@ -294,20 +294,23 @@ async def test_an_answer_waits_for_a_majority() -> None:
     clock = Clock()
     stream = stream_of(answered, clock)
     batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
-    stream.seal([batch], [one_put("p1", answered)])
+    stream.seal([batch])
+    stream.hold([one_put("p1", answered)])
     assert answered == []  # nobody in sync: durable here only is not enough
     assert stream.ack("b", 1)  # caught up: may join
     stream.in_sync.add("b")
     stream.release()
     assert answered == ["p1"]
     stream.in_sync.add("c")
-    stream.seal([batch], [one_put("p2", answered)])
+    stream.seal([batch])
+    stream.hold([one_put("p2", answered)])
     stream.ack("c", 2)
     assert answered == ["p1", "p2"]  # c and the active: two of three, b not waited for
     five = CommitStream(1, ("b", "c", "d", "e"), lambda dones: [d(None) for d in dones])
     five.acks_needed = 2
     five.in_sync.update({"b", "c", "d", "e"})
-    five.seal([batch], [one_put("q", answered)])
+    five.seal([batch])
+    five.hold([one_put("q", answered)])
     five.ack("d", 1)
     assert answered == ["p1", "p2"]  # two of five
     five.ack("b", 1)
@@ -320,11 +323,13 @@ async def test_a_lagging_replica_is_dropped_only_while_the_others_hold_every_ans
     stream = stream_of(answered, clock)
     stream.in_sync.update({"b", "c"})
     batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
-    stream.seal([batch], [one_put("p1", answered)])
+    stream.seal([batch])
+    stream.hold([one_put("p1", answered)])
     stream.ack("b", 1)
     assert answered == ["p1"]
-    stream.seal([batch], [one_put("p2", answered)])
-    stream.seal([batch], [])
+    stream.seal([batch])
+    stream.hold([one_put("p2", answered)])
+    stream.seal([batch])
     assert stream.laggards() == []  # not late yet
     clock.now_s = 5.0
     # both are late; only b holds p1: dropping b would leave a listed set without it
@@ -342,7 +347,8 @@ async def test_a_stepped_down_active_answers_nothing() -> None:
     stream = stream_of(answered, Clock())
     stream.in_sync.add("b")
     stream.answering = False
-    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")], [one_put("p", answered)])
+    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")])
+    stream.hold([one_put("p", answered)])
     stream.ack("b", 1)
     assert answered == []
 
@@ -351,11 +357,11 @@ def test_records_after_says_when_a_full_copy_is_needed() -> None:
     stream = CommitStream(term=1, replicas=("b",), deliver=lambda dones: None, clock_s=lambda: 0.0)
     batch = WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")
     for _ in range(3):
-        stream.seal([batch], [])
+        stream.seal([batch])
     assert len(stream.records_after(1) or []) == 2
     assert stream.records_after(3) == []
     stream.ack("b", 2)
-    stream.seal([batch], [])  # trims what b has
+    stream.seal([batch])  # trims what b has
     assert stream.records_after(0) is None  # no longer kept: a full copy
 
 
@@ -383,7 +389,8 @@ async def test_a_replica_joining_releases_what_it_already_acknowledged(store) ->
         stream=stream,
         on_step_down=lambda reason: None,
     )
-    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")], [one_put("p", answered)])
+    stream.seal([WriteBatch.empty().put_raw(Journal.DQF, b"k", b"v")])
+    stream.hold([one_put("p", answered)])
     assert stream.ack("b", 1)  # caught up: may join
     assert answered == []
     election.reachable = {"b", "c"}  # etcd cannot be written: b's acknowledgement must not count
