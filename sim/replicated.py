@@ -217,7 +217,11 @@ class ReplicatedSimGroup:
             nursery.start_soon(self._lease_watchdog)
         for instance in self.instances.values():
             if not instance.up:
-                await nursery.start(self._run, instance)
+                await self.start_one(nursery, instance)
+
+    async def start_one(self, nursery: trio.Nursery, instance: SimInstance) -> None:
+        """Start one instance that is down (as a replica), leaving the others as they are."""
+        await nursery.start(self._run, instance)
 
     def crash(self) -> None:
         """Kill the active as SIGKILL would (or, with none, the first instance up)."""

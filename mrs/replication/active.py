@@ -60,6 +60,7 @@ class Active:
         stream: CommitStream,
         on_step_down: Callable[[str], None],
         network: Network = TCP,
+        co_holders: frozenset[str] = frozenset(),
     ) -> None:
         self.network = network
         """Where the replicas are dialed: TCP, or the simulator's memory network."""
@@ -72,6 +73,9 @@ class Active:
         self.store = store
         self.stream = stream
         self.on_step_down = on_step_down
+        self.co_holders = co_holders
+        """Replicas that held every record this instance held when it won the term
+        (coordinator `same_position_replicas`): etcd names them in sync until one joins."""
         self.connected: set[str] = set()
         self.stepped_down: str | None = None
         self._refused_handover: str | None = None
@@ -85,6 +89,8 @@ class Active:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
+            if self.co_holders:  # before any link: a join rewrites the record after it
+                await self._record_co_holders()
             nursery.start_soon(self._lag_loop)
             for replica in self.replicas:
                 nursery.start_soon(self._link_loop, replica)
@@ -186,6 +192,18 @@ class Active:
             if await self._record_in_sync(self.stream.in_sync | {name}, f"{name} caught up"):
                 self.stream.in_sync.add(name)
                 self.stream.release()  # it may hold the last answers held: they go now
+
+    async def _record_co_holders(self) -> None:
+        """Name the replicas at this instance's winning position in sync, each holding
+        every answer: nothing of this term is answered before a replica joins, and the
+        first join rewrites the record. So if this instance is lost before then, one of
+        them may take over (`may_campaign`), instead of the group waiting for it."""
+        async with self._sync_lock:
+            await self._record_in_sync(
+                set(self.co_holders),
+                "they hold every record this instance held when it won",
+                acks_needed=len(self.co_holders),
+            )
 
     async def _record_in_sync(
         self, replicas: set[str], why: str, with_me: bool = True, acks_needed: int | None = None

@@ -117,6 +117,17 @@ def most_advanced(state: GroupState) -> set[str]:
     return {m for m, position in seen.items() if position == best}
 
 
+def same_position_replicas(state: GroupState, name: str, position: Position) -> frozenset[str]:
+    """The listed replicas that posted `position`, the one `name` wins the next term
+    at: they hold every record it holds, so every answered commit, and they keep
+    holding every one until a replica joins its term, since it answers nothing before.
+    Its first in-sync record names them (mrs.replication.active `run`), so its loss
+    before a replica joins leaves a candidate, not a group waiting for it."""
+    if position == (0, 0):  # nothing held: nothing to share
+        return frozenset()
+    return frozenset(m for m, at in state.positions.items() if m != name and at == position)
+
+
 class Coordinator(Protocol):
     """One instance's handle on its group's leadership."""
 

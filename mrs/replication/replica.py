@@ -390,6 +390,15 @@ class Replica:
         the group (a copy not whole yet), so no other replica waits on a false claim."""
         return self.position if self.holds_journals else (0, 0)
 
+    @property
+    def comparable_position(self) -> tuple[int, int]:
+        """The position at which another replica holds exactly what this one holds:
+        (0, 0) when there is none, for journals not whole, or for a term this instance
+        led (its position stays (term, 0) while its own commits of that term follow)."""
+        if self.position[0] == self.led:
+            return (0, 0)
+        return self.candidate_position
+
     def close_term(self, term: int) -> None:
         """The active of `term` is gone: take none of its records any more, so the
         position this replica posts for the election is its last (a record applied

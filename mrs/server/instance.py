@@ -37,6 +37,7 @@ from mrs.replication.coordinator import (
     EtcdCoordinator,
     etcd_prefix,
     must_post_position,
+    same_position_replicas,
 )
 from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
@@ -133,8 +134,8 @@ class InstanceRunner:
 
     async def run(self) -> None:
         while True:
-            term, bridge = await self.run_replica()
-            await self.run_active(term, bridge)
+            term, bridge, co_holders = await self.run_replica()
+            await self.run_active(term, bridge, co_holders)
             print(f"STEPPED DOWN {self.me.name}", flush=True)
 
     async def stop(self) -> None:
@@ -144,9 +145,10 @@ class InstanceRunner:
             await self.coordinator.resign()
 
     # ------------------------------------------------------------------ replica
-    async def run_replica(self) -> tuple[int, Bridge]:
-        """Serve as a replica until this instance wins a term; the term, and the
-        records it can bridge the other replicas of its old term with."""
+    async def run_replica(self) -> tuple[int, Bridge, frozenset[str]]:
+        """Serve as a replica until this instance wins a term; the term, the records
+        it can bridge the other replicas of its old term with, and the replicas that
+        hold every record it holds (coordinator `same_position_replicas`)."""
         files = JournalFiles(self.bus, self.config, lambda: None, open_store=self.open_store)
         store = files.open()
         try:
@@ -162,7 +164,7 @@ class InstanceRunner:
                     self.replication_network,
                 )
                 print(f"REPLICA {self.me.name}", flush=True)
-                term = await self._campaign_when_free(replica)
+                term, co_holders = await self._campaign_when_free(replica)
                 replica.stop_link()
                 bridge = replica.bridge()
                 replica.record_term(term)
@@ -170,9 +172,9 @@ class InstanceRunner:
         finally:
             store.close()
             files.release()
-        return term, bridge
+        return term, bridge, co_holders
 
-    async def _campaign_when_free(self, replica: Replica) -> int:
+    async def _campaign_when_free(self, replica: Replica) -> tuple[int, frozenset[str]]:
         """Campaign whenever the rules allow; never with journals that hold no record
         once the group had a term: an instance that lost its disk may still be named
         in sync (the active learns it only when it dials it), and must take a copy
@@ -202,11 +204,15 @@ class InstanceRunner:
                 continue
             if term is not None:
                 log.info("instance %s won term %d", self.me.name, term)
-                return term
+                position = replica.comparable_position
+                return term, same_position_replicas(state, self.me.name, position)
 
     # ------------------------------------------------------------------- active
-    async def run_active(self, term: int, bridge: Bridge) -> None:
-        """Serve clients as the active of `term` until stepping down."""
+    async def run_active(
+        self, term: int, bridge: Bridge, co_holders: frozenset[str] = frozenset()
+    ) -> None:
+        """Serve clients as the active of `term` until stepping down; `co_holders`:
+        replicas named in sync from the start (they hold every record it holds)."""
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
         made: list[RecordingStore] = []
 
@@ -232,6 +238,7 @@ class InstanceRunner:
                 stream=stream,
                 on_step_down=lambda reason: scope.cancel(),
                 network=self.replication_network,
+                co_holders=co_holders,
             )
             return ReplicatedWriter(recording, wake, stream)
 

@@ -7,8 +7,12 @@ on purpose (mrs.testing.replication_builds) on fixed seeds."""
 from __future__ import annotations
 
 import logging
+import random
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import trio
 
 from mrs.exit_status import CommandError
 from mrs.testing.replication_builds import (
@@ -18,8 +22,11 @@ from mrs.testing.replication_builds import (
     UNSAFE_PROMOTE_NOT_IN_SYNC,
     broken_replication,
 )
-from sim.simulation import DEFAULT_WORKLOAD, REPLICATION_PROOF_WORKLOAD, replicated
+from sim.memnet import MemoryNetwork
+from sim.replicated import ReplicatedSimGroup
+from sim.simulation import DEFAULT_WORKLOAD, REPLICATION_PROOF_WORKLOAD, bus_config, replicated
 from sim.swarm import run_seed
+from tests.conftest import run_under_autojump_clock
 
 CLEAN_SEEDS = (0, 1, 2, 3)
 PROOF_SEEDS = {
@@ -96,3 +103,52 @@ def test_checker_catches_each_broken_replication_build(switch: str) -> None:
 def test_an_unknown_replication_switch_is_refused_in_one_line() -> None:
     with pytest.raises(CommandError, match="unknown switches"):
         broken_replication({"answer-late"})
+
+
+def test_a_new_active_lost_before_a_replica_joins_leaves_a_candidate(tmp_path: Path) -> None:
+    """The active is lost in a group in sync, and the link between the two replicas is
+    cut, so the winner of the next term cannot bring the other one in. The winner is
+    lost too before anyone joins it. Its first in-sync record names the other replica
+    (it held every record the winner held), so once the first active is back, the
+    other takes over and the group is whole again without the lost winner. (Before,
+    the record named the winner alone and the group waited for it.)"""
+    shape = replace(DEFAULT_WORKLOAD, groups=(1,), replicated=(1,))
+    group = ReplicatedSimGroup(bus_config(tmp_path, shape), 1, MemoryNetwork(random.Random(1)))
+    election = group.election
+
+    def joined(group: ReplicatedSimGroup, name: str) -> bool:
+        active = group.active
+        runner = active.runner if active is not None else None
+        replication = runner.active if runner is not None else None
+        return replication is not None and name in replication.stream.in_sync
+
+    async def until(condition, timeout_s: float = 60.0) -> None:
+        with trio.fail_after(timeout_s):
+            while not condition():
+                await trio.sleep(0.05)
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await group.start(nursery)
+            await until(group.settled)
+            first = group.active
+            assert first is not None
+            b, c = (i for i in group.instances.values() if i is not first)
+            group.network.blackhole(group.node(b.config.name), group.node(c.config.name))
+            term = election.term
+            group.kill(first)
+            await until(lambda: election.term > term and election.leader is not None)
+            winner = group.instances[election.leader or ""]
+            other = c if winner is b else b
+            await until(lambda: len(election.in_sync or ()) == 2)
+            assert election.in_sync == tuple(sorted((winner.config.name, other.config.name)))
+            assert election.acks_needed == 1 and election.sync_leader == winner.config.name
+            group.kill(winner)  # before `other` could join its term
+            await group.network.heal()
+            await group.start_one(nursery, first)
+            await until(lambda: election.leader == other.config.name)
+            await until(lambda: joined(group, first.config.name))  # it answers again
+            assert not winner.up
+            nursery.cancel_scope.cancel()
+
+    run_under_autojump_clock(scenario)

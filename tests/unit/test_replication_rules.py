@@ -23,6 +23,7 @@ from mrs.replication.coordinator import (
     MemoryElection,
     may_campaign,
     must_post_position,
+    same_position_replicas,
 )
 from mrs.replication.replica import Replica, read_position
 from mrs.replication.stream import CommitStream, RecordingStore
@@ -127,6 +128,49 @@ async def test_memory_coordinator_terms_and_in_sync_record() -> None:
     assert state.in_sync == ("b",) and state.sync_leader == "b"  # the new active's record
     election.expire("b")
     assert (await c.read()).positions == {}  # b's position closed term 1, not term 2
+
+
+async def test_a_winner_lost_before_a_replica_joins_leaves_a_candidate(store) -> None:
+    """b wins term 4 at the position c posted too: its first record names c in sync,
+    each answer on every listed replica (b answers nothing before a replica joins).
+    b is lost before c joins: c, not a group waiting for b, takes term 5. A replica
+    behind the winner is not named: it may lack an answer the winner holds."""
+    election = MemoryElection(
+        term=3, in_sync=("a", "b", "c"), sync_leader="a", acks_needed=1, leader=None
+    )
+    a, b, c = (MemoryCoordinator(election, name) for name in "abc")
+    await b.post_position(3, (3, 10))
+    await c.post_position(3, (3, 10))
+    state = await b.read()
+    assert may_campaign(state, "b") and may_campaign(state, "c")  # tied: etcd lets one win
+    assert same_position_replicas(state, "b", (3, 10)) == {"c"}
+    assert same_position_replicas(replace(state, positions={"c": (3, 9)}), "b", (3, 10)) == set()
+    assert same_position_replicas(state, "b", (0, 0)) == set()  # b's journals not whole
+    assert await b.campaign() == 4
+    active = lease_holder(store, b, 6.0)
+    active.co_holders = frozenset({"c"})
+    await active._record_co_holders()
+    assert (election.in_sync, election.sync_leader, election.acks_needed) == (("b", "c"), "b", 1)
+    assert active.recorded == {"c"}
+    election.expire("b")  # lost before c joined
+    state = await c.read()
+    assert must_post_position(state, "c") and not may_campaign(state, "a")
+    await c.post_position(4, (3, 10))  # c closed term 4 having taken none of it
+    state = await c.read()
+    assert may_campaign(state, "c")
+    assert await c.campaign() == 5
+
+
+def test_a_position_in_a_term_the_instance_led_is_compared_with_no_other(store) -> None:
+    """An instance that led term 3 holds (3, 0) while its own commits of term 3 follow:
+    a replica that posted (3, 0) took none of them, so it holds less."""
+    replica = Replica(1, "a", store)
+    assert replica.comparable_position == (0, 0)  # nothing held
+    replica.receive(copy_at(2, 0))
+    replica.receive(commit(2, 1, b"k1"))
+    assert replica.comparable_position == (2, 1)
+    replica.record_term(3)
+    assert replica.position == (3, 0) and replica.comparable_position == (0, 0)
 
 
 # ------------------------------------------------------------------- fencing
@@ -417,14 +461,16 @@ class StallingCoordinator(MemoryCoordinator):
 
 
 def lease_holder(store: JournalStore, coordinator: MemoryCoordinator, ttl_s: float) -> Active:
-    stream = CommitStream(coordinator.term, ("b", "c"), lambda dones: None)
-    me, b, c = (
-        InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", 2, Path("/nowhere")) for name in "abc"
+    """The Active of `coordinator`'s instance, one of a, b and c."""
+    me, *replicas = (
+        InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", 2, Path("/nowhere"))
+        for name in sorted("abc", key=lambda name: name != coordinator.name)
     )
+    stream = CommitStream(coordinator.term, tuple(r.name for r in replicas), lambda dones: None)
     return Active(
         group_id=1,
         me=me,
-        replicas=(b, c),
+        replicas=tuple(replicas),
         coordinator=coordinator,
         term=coordinator.term,
         lease_ttl_s=ttl_s,
