@@ -71,11 +71,12 @@ QUEUES = textwrap.dedent("""\
 
 
 async def put_for(
-    address: str | list[str], seconds: float, tasks: int
+    address: str | list[str], seconds: float, tasks: int, **options: Any
 ) -> tuple[float, list[float]]:
-    """(puts per second, each put's latency in seconds) over `seconds`."""
+    """(puts per second, each put's latency in seconds) over `seconds`; `options`
+    for connect (TLS: benchmarks/replication_tls.py)."""
     latencies: list[float] = []
-    async with connect(address, "ORDERS") as client:
+    async with connect(address, "ORDERS", **options) as client:
         body = b"x" * 256
 
         async def one_task() -> None:
@@ -133,14 +134,14 @@ async def through_for(address: str | list[str], seconds: float, prefetch: bool =
 
 
 async def paced_for(
-    address: str | list[str], seconds: float, rate_per_s: float
+    address: str | list[str], seconds: float, rate_per_s: float, **options: Any
 ) -> tuple[float, list[float]]:
     """(puts answered per second, each put's latency in s): one connection, one
     producer starting a put every 1/rate s on a fixed schedule (open loop: each put
     in a task of its own, so a slow answer does not delay the next put and the
     latency is not flattered), `rate x seconds` puts after 50 to warm up."""
     latencies: list[float] = []
-    async with connect(address, "ORDERS") as client:
+    async with connect(address, "ORDERS", **options) as client:
         body = b"x" * 256
         for _ in range(50):
             await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF)

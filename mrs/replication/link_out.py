@@ -12,8 +12,9 @@ The link's task sends everything else: the catch-up, a bridge or a full copy whe
 the link starts, and any record the loop could not write (the task was sending, the
 record does not follow the last one out, or the socket took only part of it, whose
 rest the task sends first). The two never write at once: the loop writes only while
-the task is not sending. Only a plain TCP stream is written from the loop; over any
-other stream (the simulator's) the task sends every record.
+the task is not sending. A plain TCP stream and the TLS link's stream
+(mrs.transport.tls_stream, which encrypts the record there and then) are written from
+the loop; over any other stream (the simulator's) the task sends every record.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import os
 from collections.abc import Iterable
 
 import trio
+
+from mrs.transport.tls_stream import TlsStream
 
 
 class LinkOut:
@@ -36,11 +39,18 @@ class LinkOut:
         self.sending = True
         """The task is in a send (the link's first frames, before `send` runs, count)."""
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._tls = stream if isinstance(stream, TlsStream) else None
 
     def write_now(self, number: int, body: bytes) -> None:
         """Write record `number` to the socket now, if it is the next one and the task
         is not sending; what the socket cannot take goes to the task."""
-        if self._socket is None or self.sending or self.leftover or number != self.cursor + 1:
+        if self.sending or number != self.cursor + 1:
+            return
+        if self._tls is not None:  # encrypted now; the stream keeps what the socket left
+            if self._tls.send_nowait(body):
+                self.cursor = number
+            return
+        if self._socket is None or self.leftover:
             return
         try:
             written = os.write(self._socket.fileno(), body)
@@ -59,6 +69,8 @@ class LinkOut:
             if self.leftover:
                 rest, self.leftover = self.leftover, b""
                 await self.stream.send_all(rest)
+            if self._tls is not None and self._tls.unsent_bytes:
+                await self._tls.send_all(b"")  # what the socket left of a record
             for body in frames:
                 await self.stream.send_all(body)
         finally:

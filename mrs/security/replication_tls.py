@@ -16,10 +16,10 @@ A refused connection is closed and logged (one line per peer and reason a second
 handshakes in progress are bounded, so idle strangers cannot hold the replica's
 address. Without `[group.tls]` the link is plain TCP (docs/replication.md).
 
-The cost: a record is encrypted, and the commit loop's direct write of a record to
-the socket before its own fsync (mrs.replication.link_out) needs a plain socket, so
-over TLS each record goes out from the link's task after the commit (measured in
-benchmarks/README.md).
+The stream is mrs.transport.tls_stream's, not trio's: its writes reach the socket
+before they yield, and the commit loop encrypts and writes each record before its own
+fsync as it does on plain TCP (mrs.replication.link_out); over trio's stream each
+record and each acknowledgement waited for a commit (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.security.tls_network import HANDSHAKE_TIMEOUT_S, certificate_names, peer_address
 from mrs.transport.network import Gate, Handler, TcpNetwork
+from mrs.transport.tls_stream import tls_handshake
 
 log = logging.getLogger("mrs.replication")
 
@@ -76,11 +77,10 @@ class ReplicationTls(TcpNetwork):
                 self._refuse(peer, f"{REPLICATION_HANDSHAKES_MAX} handshakes already under way")
                 await trio.aclose_forcefully(stream)
                 return
-            tls_stream = trio.SSLStream(stream, self.server_context, server_side=True)
             self._handshakes += 1
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    await tls_stream.do_handshake()
+                    tls_stream = await tls_handshake(stream, self.server_context, server_side=True)
                 why = self._not_the_group(certificate_names(tls_stream) or set())
             except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
                 why = (
@@ -114,10 +114,11 @@ class ReplicationTls(TcpNetwork):
         """Dial a replica and verify it is an instance of this group (ConnectionError,
         an OSError, when not: the active dials again later, as for a refused dial)."""
         stream = await trio.open_tcp_stream(host, port)
-        tls_stream = trio.SSLStream(stream, self.dial_context, server_hostname=self.name)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                await tls_stream.do_handshake()
+                tls_stream = await tls_handshake(
+                    stream, self.dial_context, server_side=False, server_hostname=self.name
+                )
         except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
             await trio.aclose_forcefully(stream)
             why = describe_tls_error(error) if not isinstance(error, trio.TooSlowError) else ""

@@ -23,6 +23,7 @@ from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
 from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import Gate, Handler, TcpNetwork
+from mrs.transport.tls_stream import TlsStream
 
 log = logging.getLogger("mrs.tls")
 
@@ -263,7 +264,7 @@ def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
     return f"link claims group {group_id} but its certificate names {shown}"
 
 
-def certificate_names(stream: trio.SSLStream) -> set[str] | None:
+def certificate_names(stream: trio.SSLStream | TlsStream) -> set[str] | None:
     """The DNS names of the peer's certificate (None: it showed none)."""
     certificate = stream.getpeercert()
     if not certificate:

@@ -1,0 +1,168 @@
+"""mrs.transport.tls_stream: TLS whose writes reach the socket before they yield, over
+real TCP sockets on 127.0.0.1 and certificates from `mrs certs`.
+
+What a user of the replication link depends on: the handshake checks certificates
+both ways and says why it failed; bytes arrive whole and in order, also when a
+`send_nowait` leaves ciphertext the socket did not take; a write is on the socket
+before its checkpoint (the reason the stream exists); a clean close reads as b"", a
+cut connection as broken; one sender and one receiver at a time."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+
+from mrs.config.bus import load_config
+from mrs.config.tls import TlsConfig, group_server_name
+from mrs.tools.certs import make_certs
+from mrs.transport.tls_stream import TlsStream, tls_handshake
+
+BUS = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+BUS_TWO = BUS + '[[group]]\nid = 2\nname = "LON"\nlisten = "127.0.0.1:0"\ndata_dir = "g2"\n'
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tls")
+    (directory / "bus.toml").write_text(BUS_TWO)
+    make_certs(load_config(directory / "bus.toml"), directory / "certs")
+    return directory / "certs"
+
+
+def group_tls(certs: Path, group_id: int) -> TlsConfig:
+    name = f"group-{group_id}"
+    return TlsConfig(certs / "ca.pem", certs / f"{name}.pem", certs / f"{name}.key")
+
+
+async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    dialed = await trio.open_tcp_stream("127.0.0.1", port)
+    accepted = await listeners[0].accept()
+    await listeners[0].aclose()
+    return dialed, accepted  # type: ignore[return-value]
+
+
+async def tls_pair(certs: Path, server_group: int = 1) -> tuple[TlsStream, TlsStream]:
+    """(dialer, server) after a mutual handshake; the dialer expects group 1."""
+    dialed, accepted = await tcp_pair()
+    server_context = group_tls(certs, server_group).mutual_server_context()
+    dial_context = group_tls(certs, 1).dial_context()
+    pair: dict[str, TlsStream] = {}
+
+    async def serve() -> None:
+        pair["server"] = await tls_handshake(accepted, server_context, server_side=True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        pair["dialer"] = await tls_handshake(
+            dialed, dial_context, server_side=False, server_hostname=group_server_name(1)
+        )
+    return pair["dialer"], pair["server"]
+
+
+async def receive_exactly(stream: TlsStream, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = await stream.receive_some(1 << 16)
+        assert chunk, "closed early"
+        data += chunk
+    return bytes(data)
+
+
+async def test_bytes_arrive_whole_and_in_order_both_ways(certs: Path) -> None:
+    dialer, server = await tls_pair(certs)
+    assert group_server_name(1) in str(server.getpeercert())  # the client proved it
+    body = bytes(range(256)) * 4096  # 1 MiB: many TLS records
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dialer.send_all, body)
+        assert await receive_exactly(server, len(body)) == body
+    await server.send_all(b"ack")
+    assert await receive_exactly(dialer, 3) == b"ack"
+    await dialer.aclose()
+    assert await server.receive_some() == b""  # close_notify: a clean end
+    await server.aclose()
+
+
+async def test_a_write_is_on_the_socket_before_it_yields(certs: Path) -> None:
+    """The reason for the stream: driven to its first yield, a send has already handed
+    its record to the socket (trio's SSLStream yields first, to take a lock)."""
+    dialer, server = await tls_pair(certs)
+    sending = dialer.send_all(b"x" * 100)
+    sending.send(None)  # up to its first yield: the checkpoint after the write
+    sending.close()
+    arrived = os.read(server.socket.fileno(), 1 << 16)  # nonblocking: there or not
+    assert len(arrived) > 100  # the record, with TLS's framing
+    await server.aclose()
+    await dialer.aclose()
+
+
+async def test_send_nowait_keeps_what_the_socket_left_for_the_next_send(certs: Path) -> None:
+    """With the socket's buffer full, `send_nowait` writes nothing and keeps the record;
+    the next send_all writes it first, so the reader gets every record in order."""
+    dialer, server = await tls_pair(certs)
+    records = [bytes([n % 256]) * 65536 for n in range(256)]  # 16 MiB: beyond socket buffers
+    sent_now = [dialer.send_nowait(record) for record in records]
+    assert all(sent_now)
+    assert dialer.unsent_bytes > 0, "the socket took it all at once: the test shows nothing"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dialer.send_all, b"last")
+        received = await receive_exactly(server, sum(map(len, records)) + 4)
+    assert received == b"".join(records) + b"last"
+    assert dialer.unsent_bytes == 0
+    await dialer.aclose()
+    await server.aclose()
+
+
+async def test_one_sender_and_one_receiver_at_a_time(certs: Path) -> None:
+    dialer, server = await tls_pair(certs)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dialer.receive_some)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(trio.BusyResourceError):
+            await dialer.receive_some()
+        await server.send_all(b"x")  # the first receive ends
+    await dialer.aclose()
+    await server.aclose()
+
+
+async def test_a_cut_connection_is_broken_not_a_clean_end(certs: Path) -> None:
+    dialer, server = await tls_pair(certs)
+    await dialer.transport_stream.aclose()  # gone without close_notify (a SIGKILL)
+    with pytest.raises(trio.BrokenResourceError):
+        await server.receive_some()
+    with pytest.raises(trio.BrokenResourceError):
+        await server.send_all(b"late")
+    await server.aclose()
+    with pytest.raises(trio.ClosedResourceError):
+        await server.receive_some()
+
+
+async def test_a_certificate_of_another_group_fails_the_handshake_with_its_reason(
+    certs: Path,
+) -> None:
+    """The dialer expects group 1 and meets group 2: a BrokenResourceError whose cause
+    is the SSL verification error (what `describe_tls_error` words for the log)."""
+    dialed, accepted = await tcp_pair()
+    server_context = group_tls(certs, 2).mutual_server_context()
+
+    async def serve() -> None:
+        with pytest.raises(trio.BrokenResourceError):  # the dialer's alert
+            await tls_handshake(accepted, server_context, server_side=True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        with pytest.raises(trio.BrokenResourceError) as failed:
+            await tls_handshake(
+                dialed,
+                group_tls(certs, 1).dial_context(),
+                server_side=False,
+                server_hostname=group_server_name(1),
+            )
+    cause = failed.value.__cause__
+    assert isinstance(cause, ssl.SSLCertVerificationError), repr(cause)
+    assert "mrs-group-1" in str(cause)
