@@ -5,7 +5,9 @@ frame from a client without TLS, answered with a Fatal saying so); handshakes in
 progress are bounded per host and in all, and at a bound the oldest handshake gives
 way to the new connection (`HandshakeSlots`): idle sockets cannot hold the slots
 and lock everyone else out. Refused connections are closed gently (bounded) so a
-client sees the end of the stream, not a reset.
+client sees the end of the stream, not a reset. The TLS streams are
+mrs.transport.tls_stream's: an answer's bytes reach the socket before its write
+yields, so a commit the loop runs next does not hold it back.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
 from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import Gate, Handler, TcpNetwork
-from mrs.transport.tls_stream import TlsStream
+from mrs.transport.tls_stream import TlsStream, tls_handshake
 
 log = logging.getLogger("mrs.tls")
 
@@ -86,7 +88,7 @@ class TlsNetwork(TcpNetwork):
         async def handle(stream: trio.abc.Stream) -> None:
             peer = peer_address(stream)
             host = peer.rpartition(":")[0]
-            tls_stream: trio.SSLStream | None = None
+            tls_stream: TlsStream | None = None
             with trio.CancelScope() as scope:
                 slot = self._slots.take(host, scope)
                 try:
@@ -107,7 +109,7 @@ class TlsNetwork(TcpNetwork):
 
         return handle
 
-    async def _handshake(self, stream: trio.abc.Stream) -> trio.SSLStream:
+    async def _handshake(self, stream: trio.abc.Stream) -> TlsStream:
         """Look at the first bytes: a TLS record goes on to the handshake; an MRS frame
         (a plaintext client) is answered with a Fatal saying this port speaks TLS, so
         the client stops with a clear error instead of reconnecting forever."""
@@ -121,9 +123,8 @@ class TlsNetwork(TcpNetwork):
                     await stream.send_all(fatal)
                 raise NotTls("a plaintext MRS client (answered: TLS only)")
             raise NotTls("not a TLS handshake" if first else "closed before a TLS handshake")
-        tls_stream = trio.SSLStream(_Replayed(stream, first), self.server_context, server_side=True)
-        await tls_stream.do_handshake()
-        return tls_stream
+        assert isinstance(stream, trio.SocketStream)  # TcpNetwork's: a real TCP connection
+        return await tls_handshake(stream, self.server_context, server_side=True, received=first)
 
     async def _close_refused(self, stream: trio.abc.Stream) -> None:
         """Gently (see _close_gently) while fewer than CLOSE_DRAINS_MAX are at it;
@@ -148,9 +149,10 @@ class TlsNetwork(TcpNetwork):
         """Dial and finish the handshake (a wrong certificate fails here, clearly)."""
         stream = await trio.open_tcp_stream(host, port)
         name = self.peer_names.get((host, port), host)
-        tls_stream = trio.SSLStream(stream, self.dial_context, server_hostname=name)
         try:
-            await tls_stream.do_handshake()
+            tls_stream = await tls_handshake(
+                stream, self.dial_context, server_side=False, server_hostname=name
+            )
         except BaseException as error:
             await trio.aclose_forcefully(stream)
             if isinstance(error, trio.BrokenResourceError | OSError):
@@ -181,33 +183,6 @@ async def _close_gently(stream: trio.abc.Stream) -> None:
 
 class NotTls(Exception):
     """The first bytes of an accepted connection are not a TLS handshake."""
-
-
-class _Replayed(trio.abc.Stream):
-    """A stream whose first bytes (already read, to look at them) are read again."""
-
-    def __init__(self, inner: trio.abc.Stream, first: bytes) -> None:
-        self.inner = inner
-        self._first = first
-
-    @property
-    def socket(self) -> Any:
-        return transport_socket(self.inner)
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._first:
-            data, self._first = self._first, b""
-            return data
-        return await self.inner.receive_some(max_bytes)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def tls_network(bus: Any, group: Any) -> TlsNetwork:
@@ -245,7 +220,7 @@ def peer_address(stream: trio.abc.Stream) -> str:
 
 def transport_socket(stream: trio.abc.Stream) -> Any:
     """The socket under a TCP or TLS stream (for the peer address, SO_LINGER)."""
-    while isinstance(stream, trio.SSLStream):
+    while isinstance(stream, trio.SSLStream | TlsStream):
         stream = stream.transport_stream
     return stream.socket  # type: ignore[attr-defined]
 
@@ -253,7 +228,7 @@ def transport_socket(stream: trio.abc.Stream) -> Any:
 def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
     """None when a link claiming to be `group_id` may proceed, else why not: over
     TLS with a client certificate, the certificate must name mrs-group-N."""
-    if not isinstance(stream, trio.SSLStream):
+    if not isinstance(stream, trio.SSLStream | TlsStream):
         return None
     names = certificate_names(stream)
     if names is None:

@@ -33,12 +33,14 @@ from mrs.limits import (
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import ANSWER_BATCH, PUT, PUT_BATCH
 from mrs.transport.plain_socket import receive_plain, send_all_plain
+from mrs.transport.tls_stream import TlsStream
 
 GROUPED_ITEMS_MAX: Final = min(ANSWER_BATCH_ITEMS_MAX, PUT_BATCH_ITEMS_MAX)
 """Events one grouped frame (a PutBatch or an AnswerBatch) holds at most."""
 # Read per event sent or received: an attribute's alias saves ~20 ns per read once
 # compiled (benchmarks/README.md, "Final aliases").
 _SOCKET_STREAM: Final = trio.SocketStream
+_TLS_STREAM: Final = TlsStream
 
 
 class StreamClosed(Exception):
@@ -163,8 +165,9 @@ class FramedStream:
             await self.flush()  # `write` wakes whoever waits in `flushed`
 
     def write_now(self) -> None:
-        """Hand what is queued to a plain TCP socket at once, as far as it takes it
-        without blocking; the send loop writes the rest (and meets any error).
+        """Hand what is queued to a plain TCP socket (or a TLS stream of
+        mrs.transport.tls_stream) at once, as far as it takes it without blocking; the
+        send loop writes the rest (and meets any error).
 
         Why: a server answers most requests right after a commit, and the send loop
         runs only when the scheduler comes round to it, about 0.14 ms later at low
@@ -176,8 +179,14 @@ class FramedStream:
         if not outbox or self._writing or self.closed:
             return
         stream = self.stream
+        if type(stream) is _TLS_STREAM:  # encrypted now; it keeps what the socket left
+            if stream.send_nowait(bytes(outbox)):  # type: ignore[attr-defined]
+                outbox.clear()
+                if stream.unsent_bytes:  # type: ignore[attr-defined]
+                    self.wake()  # the send loop writes what the socket left (`flush`)
+            return
         if type(stream) is not trio.SocketStream:
-            return  # TLS: the bytes must go through the TLS stream
+            return  # another stream (the simulator's): its send loop writes
         try:
             written = os.write(stream.socket.fileno(), outbox)
         except OSError:  # would block, or the peer is gone: the send loop's business
@@ -185,8 +194,14 @@ class FramedStream:
         del outbox[:written]
 
     async def flush(self) -> None:
-        """Write everything queued now (when no send loop runs, e.g. a last Fatal)."""
-        if self._outbox or self._grouped:
+        """Write everything queued now (when no send loop runs, e.g. a last Fatal), and
+        what a TLS stream kept of a `write_now` (its send writes that first)."""
+        stream = self.stream
+        if (
+            self._outbox
+            or self._grouped
+            or (type(stream) is _TLS_STREAM and stream.unsent_bytes)  # type: ignore[attr-defined]
+        ):
             await self.write(self.take())
 
     async def write(self, data: bytes | bytearray) -> None:

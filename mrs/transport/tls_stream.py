@@ -179,11 +179,14 @@ async def tls_handshake(
     *,
     server_side: bool,
     server_hostname: str | None = None,
+    received: bytes = b"",
 ) -> TlsStream:
     """TLS over a connected TCP stream, once the handshake is done (certificates
-    checked as `context` says). BrokenResourceError, with the SSL error as its cause,
-    when it fails or the peer goes away during it."""
+    checked as `context` says); `received`: its first bytes, already read (a server
+    looks at them to tell TLS from a plaintext client). BrokenResourceError, with the
+    SSL error as its cause, when it fails or the peer goes away during it."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    incoming.write(received)
     ssl_object = context.wrap_bio(
         incoming, outgoing, server_side=server_side, server_hostname=server_hostname
     )

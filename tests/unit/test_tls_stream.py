@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from mrs import protocol as wire
 from mrs.config.bus import load_config
 from mrs.config.tls import TlsConfig, group_server_name
 from mrs.tools.certs import make_certs
+from mrs.transport.framed import FramedStream
 from mrs.transport.tls_stream import TlsStream, tls_handshake
 
 BUS = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
@@ -166,3 +168,31 @@ async def test_a_certificate_of_another_group_fails_the_handshake_with_its_reaso
     cause = failed.value.__cause__
     assert isinstance(cause, ssl.SSLCertVerificationError), repr(cause)
     assert "mrs-group-1" in str(cause)
+
+
+async def test_an_answer_write_now_left_in_part_is_written_by_the_send_loop(certs: Path) -> None:
+    """A server's answers go out at once (`FramedStream.write_now`) over TLS as over
+    TCP; with the socket's buffer full, what it did not take is written by the send
+    loop though nothing else is queued, and the reader gets every frame in order."""
+    dialer, server = await tls_pair(certs)
+    sender = FramedStream(dialer, wire.Connection("client"))
+    reader = FramedStream(server, wire.Connection("server"))
+    await sender.send_now(wire.Hello(wire.PROTOCOL_VERSION, "test"))
+    assert isinstance(await reader.next_event(timeout_s=10), wire.Hello)
+    body = b"b" * (256 << 10)
+    puts = [wire.Put(n, "IN", body, 26, 2, 0, 0, 0, 0, b"", "") for n in range(1, 65)]  # 16 MiB
+    for put in puts:
+        sender.send(put)
+    sender.write_now()  # nothing is queued after it: the send loop must write the rest
+    assert dialer.unsent_bytes > 0, "the socket took it all at once: the test shows nothing"
+    received: list = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sender.send_loop)
+        with trio.fail_after(30):
+            while len(received) < len(puts):
+                events, still_open = await reader.receive_events()
+                assert still_open
+                received += events
+        nursery.cancel_scope.cancel()
+    assert received == puts
+    assert dialer.unsent_bytes == 0
