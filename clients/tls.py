@@ -17,6 +17,7 @@ import trio
 from clients.errors import ConnectionLost, MrsError
 from mrs.config.tls import strict_eof
 from mrs.model import Status
+from mrs.transport.tls_stream import tls_handshake
 
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
@@ -53,16 +54,19 @@ def tls_context(
 
 def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenStream:
     """open_stream for `Client`: TCP, then a finished TLS handshake with the server
-    verified as `server_name` (default: the host dialed). Every client context passes
-    here, ours (`tls_context`) or the application's: `strict_eof` is set once, here
-    (a refused certificate must read as TlsRefused, not as a drop to retry)."""
+    verified as `server_name` (default: the host dialed), as the group's own TLS
+    stream (mrs.transport.tls_stream: a request's bytes leave before it yields).
+    Every client context passes here, ours (`tls_context`) or the application's:
+    `strict_eof` is set once, here (a refused certificate must read as TlsRefused,
+    not as a drop to retry)."""
     strict_eof(context)
 
     async def open_stream(host: str, port: int) -> trio.abc.Stream:
         stream = await trio.open_tcp_stream(host, port)
-        tls_stream = trio.SSLStream(stream, context, server_hostname=server_name or host)
         try:
-            await tls_stream.do_handshake()
+            tls_stream = await tls_handshake(
+                stream, context, server_side=False, server_hostname=server_name or host
+            )
         except BaseException as error:
             await trio.aclose_forcefully(stream)
             refused = tls_refusal(error, f"{host}:{port}")
@@ -88,7 +92,7 @@ def tls_refusal(error: BaseException, address: str) -> TlsRefused | None:
 
 
 def _ssl_reason(error: BaseException) -> str | None:
-    """The SSL reason behind trio's BrokenResourceError; None if it is no TLS failure
+    """The SSL reason behind the TLS stream's BrokenResourceError; None if it is no TLS failure
     (a refused or reset TCP connection: the usual reconnect rules apply)."""
     cause: BaseException | None = error
     while cause is not None:

@@ -55,7 +55,7 @@ from mrs.security.tls import tls_network
 from mrs.server import gc_tuning, startup
 from mrs.server.client_drains import ClientDrains
 from mrs.server.connections import Connections
-from mrs.server.harness import ServeOptions
+from mrs.server.harness import ServeOptions, say
 from mrs.server.journal_files import JournalFiles
 from mrs.server.links import PeerLinks
 from mrs.server.request_dispatch import Dispatcher
@@ -379,8 +379,7 @@ async def serve(
             host, port = await nursery.start(server.run)
             if options.gc_thresholds is not None:  # recovered: freeze what start-up built
                 gc_tuning.tune_gc(options.gc_thresholds)
-            line = f"READY {host}:{port}"
-            print(line, flush=True)
+            say(f"READY {host}:{port}")
             if ready_file is not None:
                 ready_file.write_text(f"{host}:{port}\n")
             log.info(

@@ -17,6 +17,7 @@ layer above this one, and given here as `guarantees`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,3 +61,12 @@ def serve_options_from(environ: Mapping[str, str], guarantees: Guarantees = KEPT
         guarantees=guarantees,
         gc_thresholds=thresholds_from(environ),
     )
+
+
+def say(line: str) -> None:
+    """Print one line the harness waits for (READY, REPLICA, STEPPED DOWN) in one
+    write: `print` writes the text and its newline apart, and on an unbuffered stdout
+    shared by two servers (a shell's `&`) two READY lines once came out as one
+    (tests/process/test_docs_pasted.py)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

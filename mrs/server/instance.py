@@ -46,7 +46,7 @@ from mrs.replication.stream import Bridge, CommitStream, RecordingStore, Replica
 from mrs.security.replication_tls import ReplicationTls
 from mrs.server import gc_tuning, startup
 from mrs.server.group_server import GroupServer
-from mrs.server.harness import ServeOptions
+from mrs.server.harness import ServeOptions, say
 from mrs.server.journal_files import JournalFiles
 from mrs.transport.network import TCP, Network
 
@@ -136,7 +136,7 @@ class InstanceRunner:
         while True:
             term, bridge, co_holders = await self.run_replica()
             await self.run_active(term, bridge, co_holders)
-            print(f"STEPPED DOWN {self.me.name}", flush=True)
+            say(f"STEPPED DOWN {self.me.name}")
 
     async def stop(self) -> None:
         """A planned stop: give the lease up so a replica takes over at once."""
@@ -163,7 +163,7 @@ class InstanceRunner:
                     self.me.replication_port,
                     self.replication_network,
                 )
-                print(f"REPLICA {self.me.name}", flush=True)
+                say(f"REPLICA {self.me.name}")
                 term, co_holders = await self._campaign_when_free(replica)
                 replica.stop_link()
                 bridge = replica.bridge()
@@ -262,7 +262,7 @@ class InstanceRunner:
                 self.server = server
                 server.replication_status = self.active.status_info
                 nursery.start_soon(self.active.run)
-                print(f"READY {host}:{port}", flush=True)
+                say(f"READY {host}:{port}")
         finally:
             self.active = None
             self.server = None

@@ -12,7 +12,8 @@ record can be encrypted and written without awaiting at all (`send_nowait`).
 It is `ssl.SSLObject` over memory BIOs, as trio's own stream is, with trio's stream
 rules: one task at a time sends and one receives (BusyResourceError otherwise); SSL
 errors come out as BrokenResourceError (their cause kept, for `describe_tls_error`);
-a clean close_notify reads as b"", a connection cut without one is broken; a write
+a clean close_notify reads as b"", a connection cut without one is broken (unless
+the context ignores unexpected EOFs: see mrs.config.tls `strict_eof`); a write
 interrupted part way (cancelled) leaves the stream broken, since a TLS record cannot
 be resumed. Bytes the receiving side makes (a TLS 1.3 KeyUpdate answer) wait in the
 outgoing BIO for the next write.
@@ -132,14 +133,15 @@ class TlsStream(trio.abc.Stream):
             try:
                 data = self._ssl.read(max_bytes)
             except ssl.SSLWantReadError:
+                if self._incoming.eof:
+                    self._broken = True
+                    raise trio.BrokenResourceError("the TLS stream ended part way") from None
                 raw = await receive_plain(self.socket, RECEIVE_BYTES_MAX)
                 read = True
-                if not raw:
-                    self._broken = True
-                    raise trio.BrokenResourceError(
-                        "the peer closed the connection without a TLS close"
-                    ) from None
-                self._incoming.write(raw)
+                if raw:
+                    self._incoming.write(raw)
+                else:  # the SSL object judges the end: an error without close_notify
+                    self._incoming.write_eof()  # (`strict_eof` contexts), else b""
                 continue
             except ssl.SSLZeroReturnError:  # the peer's close_notify
                 data = b""
@@ -196,6 +198,8 @@ async def tls_handshake(
             done = True
         except ssl.SSLWantReadError:
             done = False
+            if incoming.eof:
+                raise trio.BrokenResourceError("the peer closed during the TLS handshake") from None
         except _SSL_FAILURES as error:
             if outgoing.pending:  # the alert that tells the peer why
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -206,6 +210,7 @@ async def tls_handshake(
         if done:
             return TlsStream(transport_stream, ssl_object, incoming, outgoing)
         data = await transport_stream.receive_some(_HANDSHAKE_READ_BYTES)
-        if not data:
-            raise trio.BrokenResourceError("the peer closed the connection during the handshake")
-        incoming.write(data)
+        if data:
+            incoming.write(data)
+        else:  # the SSL object says why (a server that refused our certificate closed)
+            incoming.write_eof()
