@@ -125,6 +125,16 @@ failed, not left hanging: under the autojump clock a task that never waits (a bu
 loop) stops virtual time, so a deadline of the rule under test would never come."""
 
 
+async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """Two ends of one real TCP connection on 127.0.0.1: (dialed, accepted)."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    dialed = await trio.open_tcp_stream("127.0.0.1", port)
+    accepted = await listeners[0].accept()
+    await listeners[0].aclose()
+    return dialed, accepted  # type: ignore[return-value]
+
+
 def run_under_autojump_clock(fn, clock=None, instruments=()):
     """trio.run with MockClock(autojump_threshold=0): a test whose tasks all wait jumps
     to the next deadline, so timeouts of the rules under test cost no wall time."""

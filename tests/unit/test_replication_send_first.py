@@ -20,6 +20,7 @@ from journals.keys import Journal
 from mrs.replication.link_out import LinkOut
 from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
 from mrs.replication.wire import FrameReader, frame
+from tests.conftest import tcp_pair
 
 
 def put(key: bytes, value: bytes = b"v") -> WriteBatch:
@@ -151,15 +152,6 @@ def test_a_write_refused_before_going_out_is_answered_with_its_error(tmp_path: P
 
 
 # ------------------------------------------------------------- the link's socket
-
-
-async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    client = await trio.open_tcp_stream("127.0.0.1", port)
-    server = await listeners[0].accept()
-    await listeners[0].aclose()
-    return client, server
 
 
 async def test_the_loop_writes_the_next_record_at_once_and_the_task_the_rest_in_order() -> None:

@@ -22,6 +22,7 @@ from mrs.config.tls import TlsConfig, group_server_name
 from mrs.tools.certs import make_certs
 from mrs.transport.framed import FramedStream
 from mrs.transport.tls_stream import TlsStream, tls_handshake
+from tests.conftest import tcp_pair
 
 BUS = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
 BUS_TWO = BUS + '[[group]]\nid = 2\nname = "LON"\nlisten = "127.0.0.1:0"\ndata_dir = "g2"\n'
@@ -38,15 +39,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def group_tls(certs: Path, group_id: int) -> TlsConfig:
     name = f"group-{group_id}"
     return TlsConfig(certs / "ca.pem", certs / f"{name}.pem", certs / f"{name}.key")
-
-
-async def tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    dialed = await trio.open_tcp_stream("127.0.0.1", port)
-    accepted = await listeners[0].accept()
-    await listeners[0].aclose()
-    return dialed, accepted  # type: ignore[return-value]
 
 
 async def tls_pair(certs: Path, server_group: int = 1) -> tuple[TlsStream, TlsStream]:
