@@ -47,7 +47,7 @@ class LinkOut:
         if self.sending or number != self.cursor + 1:
             return
         if self._tls is not None:  # encrypted now; the stream keeps what the socket left
-            if self._tls.send_nowait(body):
+            if self._tls.send_nowait(body):  # refused while some is left: the task sends
                 self.cursor = number
             return
         if self._socket is None or self.leftover:

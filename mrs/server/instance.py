@@ -208,9 +208,7 @@ class InstanceRunner:
                 return term, same_position_replicas(state, self.me.name, position)
 
     # ------------------------------------------------------------------- active
-    async def run_active(
-        self, term: int, bridge: Bridge, co_holders: frozenset[str] = frozenset()
-    ) -> None:
+    async def run_active(self, term: int, bridge: Bridge, co_holders: frozenset[str]) -> None:
         """Serve clients as the active of `term` until stepping down; `co_holders`:
         replicas named in sync from the start (they hold every record it holds)."""
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)

@@ -63,21 +63,21 @@ class TlsStream(trio.abc.Stream):
     # -- sending ------------------------------------------------------------------
 
     def send_nowait(self, data: bytes) -> bool:
-        """Encrypt `data` and write it now, without a checkpoint; False (nothing done)
-        while a send is under way. What the socket does not take is written first by
-        the next `send_all`."""
-        if self._sending or self._closed or self._broken:
+        """Encrypt `data` and write it now, without a checkpoint. False (nothing done)
+        while a send is under way or bytes of an earlier call wait: the caller keeps
+        `data` for its next `send_all` (its outbox, with its bound). What the socket
+        does not take of this call is written first by the next `send_all`, so at
+        most one call's bytes wait here."""
+        if self._sending or self._unsent or self._closed or self._broken:
             return False
-        waiting = bool(self._unsent)  # the task writes those first, in order
-        pending = self._unsent + self._encrypt(data)
+        pending = self._encrypt(data)
         written = 0
-        if not waiting:
-            try:
-                written = os.write(self.socket.fileno(), pending)
-            except BlockingIOError:
-                pass
-            except OSError:  # closed or broken: the next send or receive says so
-                self._broken = True
+        try:
+            written = os.write(self.socket.fileno(), pending)
+        except BlockingIOError:
+            pass
+        except OSError:  # closed or broken: the next send or receive says so
+            self._broken = True
         self._unsent = pending[written:]
         return True
 

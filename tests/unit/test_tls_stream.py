@@ -96,17 +96,20 @@ async def test_a_write_is_on_the_socket_before_it_yields(certs: Path) -> None:
 
 
 async def test_send_nowait_keeps_what_the_socket_left_for_the_next_send(certs: Path) -> None:
-    """With the socket's buffer full, `send_nowait` writes nothing and keeps the record;
-    the next send_all writes it first, so the reader gets every record in order."""
+    """With the socket's buffer full, `send_nowait` keeps what the socket did not take
+    and refuses more until a send_all has written it (its caller keeps the rest, in
+    its own bounded outbox); the reader gets every byte in order."""
     dialer, server = await tls_pair(certs)
-    records = [bytes([n % 256]) * 65536 for n in range(256)]  # 16 MiB: beyond socket buffers
-    sent_now = [dialer.send_nowait(record) for record in records]
-    assert all(sent_now)
+    record = bytes(range(256)) * 65536  # 16 MiB: beyond socket buffers
+    assert dialer.send_nowait(record)
     assert dialer.unsent_bytes > 0, "the socket took it all at once: the test shows nothing"
+    left = dialer.unsent_bytes
+    assert not dialer.send_nowait(b"more")  # refused: at most one call's bytes wait
+    assert dialer.unsent_bytes == left
     async with trio.open_nursery() as nursery:
         nursery.start_soon(dialer.send_all, b"last")
-        received = await receive_exactly(server, sum(map(len, records)) + 4)
-    assert received == b"".join(records) + b"last"
+        received = await receive_exactly(server, len(record) + 4)
+    assert received == record + b"last"
     assert dialer.unsent_bytes == 0
     await dialer.aclose()
     await server.aclose()
