@@ -37,12 +37,16 @@ class LinkedBus:
     proxies: dict[tuple[int, int], FaultProxy] = field(default_factory=dict)
     processes: dict[int, GroupProcess] = field(default_factory=dict)
     config_path: Path | None = None
+    direct: bool = False
+    """Links dial the higher group itself, with no fault proxy (a benchmark that must
+    not pay for one: the proxy copies every byte of the link in this process)."""
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.ports = {group_id: free_port() for group_id in self.group_ids}
         for low, high in combinations(sorted(self.group_ids), 2):
-            self.proxies[(low, high)] = FaultProxy(free_port(), self.ports[high])
+            if not self.direct:
+                self.proxies[(low, high)] = FaultProxy(free_port(), self.ports[high])
         self.config_path = self.directory / "bus.toml"
         self.config_path.write_text(self._config_text())
         for group_id in self.group_ids:
@@ -54,11 +58,11 @@ class LinkedBus:
             )
 
     def _config_text(self) -> str:
-        return bus_config_text(
-            self,
-            {group_id: f"127.0.0.1:{port}" for group_id, port in self.ports.items()},
-            {pair: f"127.0.0.1:{proxy.listen_port}" for pair, proxy in self.proxies.items()},
-        )
+        listen = {group_id: f"127.0.0.1:{port}" for group_id, port in self.ports.items()}
+        links = {pair: f"127.0.0.1:{proxy.listen_port}" for pair, proxy in self.proxies.items()}
+        if self.direct:
+            links = {(low, high): listen[high] for low, high in combinations(sorted(listen), 2)}
+        return bus_config_text(self, listen, links)
 
     async def start_proxies(self, nursery: trio.Nursery) -> None:
         for proxy in self.proxies.values():
