@@ -428,6 +428,9 @@ REPLICATION_DIAL_S_MAX = 1.0
 """...doubling up to this."""
 REPLICATION_POLL_S = 0.2
 """A replica looks at the leader key in etcd this often (no watch on the gateway)."""
+COORDINATOR_LOG_INTERVAL_S = 30.0
+"""While the coordinator does not answer, a replica logs it once, then at most this
+often with the count of tries (it asks every REPLICATION_POLL_S)."""
 REPLICATION_ETCD_TIMEOUT_S = 2.0
 """One request to etcd at most, before the next endpoint is tried."""
 REPLICATION_LAG_S_MAX = 1.0

@@ -28,8 +28,9 @@ import trio
 from journals import JournalStore
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.instance_types import InstanceConfig
+from mrs.core.refusals import RefusalLog
 from mrs.exit_status import EXIT_RUNTIME, CommandError
-from mrs.limits import REPLICATION_POLL_S
+from mrs.limits import COORDINATOR_LOG_INTERVAL_S, REPLICATION_POLL_S
 from mrs.replication.active import Active
 from mrs.replication.coordinator import (
     Coordinator,
@@ -131,6 +132,9 @@ class InstanceRunner:
         self.active: Active | None = None
         self.server: GroupServer | None = None
         """The group server while active (the simulator marks it crashed)."""
+        self._coordinator_log = RefusalLog(log, COORDINATOR_LOG_INTERVAL_S, trio.current_time)
+        self._coordinator_lost_at_s: float | None = None
+        """When the coordinator stopped answering this replica (None: it answers)."""
 
     async def run(self) -> None:
         while True:
@@ -186,6 +190,7 @@ class InstanceRunner:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
+                self._coordinator_answered()
                 if must_post_position(state, self.me.name):
                     replica.close_term(state.term)  # the position posted is final
                     await self.coordinator.post_position(state.term, replica.candidate_position)
@@ -200,12 +205,32 @@ class InstanceRunner:
                     continue
                 term = await self.coordinator.campaign()
             except CoordinatorUnavailable as error:
-                log.warning("coordinator unavailable: %s", error)
+                self._coordinator_unavailable(error)
                 continue
             if term is not None:
                 log.info("instance %s won term %d", self.me.name, term)
                 position = replica.comparable_position
                 return term, same_position_replicas(state, self.me.name, position)
+
+    def _coordinator_unavailable(self, error: CoordinatorUnavailable) -> None:
+        """One WARNING when the coordinator stops answering (and one per other reason),
+        then one every COORDINATOR_LOG_INTERVAL_S with the count of tries not shown.
+        Why: a replica asks every REPLICATION_POLL_S, and an etcd down for an hour
+        logged 18,000 lines per instance, one per try."""
+        if self._coordinator_lost_at_s is None:
+            self._coordinator_lost_at_s = trio.current_time()
+        reason = str(error)
+        self._coordinator_log.refused("coordinator", "coordinator unavailable", reason, reason)
+
+    def _coordinator_answered(self) -> None:
+        """The coordinator answers: one line if it had stopped (its outage is over, and
+        the next one is logged at once)."""
+        if self._coordinator_lost_at_s is None:
+            return
+        down_s = trio.current_time() - self._coordinator_lost_at_s
+        log.info("coordinator answers again (unavailable for %.1f s)", down_s)
+        self._coordinator_lost_at_s = None
+        self._coordinator_log = RefusalLog(log, COORDINATOR_LOG_INTERVAL_S, trio.current_time)
 
     # ------------------------------------------------------------------- active
     async def run_active(self, term: int, bridge: Bridge, co_holders: frozenset[str]) -> None:
