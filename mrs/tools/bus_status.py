@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from mrs.config.instance_types import CoordinatorConfig
 from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
 from mrs.tools.group_view import GroupView
@@ -115,6 +116,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
                 group.name,
                 links_configured=list(group.linked_group_ids),
                 connect_options=operator_connect_options(group),
+                coordinator=bus.coordinator if group.instances else None,
             )
         )
     return views, bus.path
@@ -150,6 +152,42 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     except Exception as error:  # noqa: BLE001 - one group's failure is shown, not raised
         view.error = down_reason(error)
         view.refused = refusal(error)
+    coordinator, group_id = view.coordinator, view.group
+    if view.error is not None and view.refused is None and coordinator and group_id is not None:
+        view.error += f"; {await leadership_note(coordinator, group_id, timeout_s)}"
+
+
+async def leadership_note(coordinator: CoordinatorConfig, group_id: int, timeout_s: float) -> str:
+    """What etcd says of a replicated group no instance of which answered: whether an
+    instance holds the lease (starting, or cut off from clients), none does (a
+    failover under way, or the in-sync instances down), or etcd does not answer
+    either (no instance can become active until it does)."""
+    import trio
+
+    from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
+    from mrs.replication.etcd import EtcdClient
+
+    key = etcd_prefix(coordinator.prefix, group_id)
+    reader = EtcdCoordinator(EtcdClient(coordinator.etcd), key, "mrs-status", 0)
+    try:
+        with trio.fail_after(timeout_s):
+            state = await reader.read()
+    except (CoordinatorUnavailable, trio.TooSlowError) as error:
+        why = str(error) or f"no answer within {timeout_s:g} s"
+        return f"etcd does not answer either ({why}): no instance can become active until it does"
+    finally:
+        await reader.aclose()
+    in_sync = ", ".join(state.in_sync or ()) or "none recorded"
+    if state.leader is not None:
+        return (
+            f"etcd names {state.leader} active in term {state.term}: it is starting, or "
+            "clients cannot reach it"
+        )
+    return (
+        f"etcd names no active instance (term {state.term}, in sync: {in_sync}): a failover "
+        "is under way, or the in-sync instances are down (start them: `mrs serve "
+        "--instance NAME`)"
+    )
 
 
 def refusal(error: BaseException) -> str | None:

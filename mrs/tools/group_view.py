@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrs.config.instance_types import CoordinatorConfig
+
 
 @dataclass
 class GroupView:
@@ -25,6 +27,8 @@ class GroupView:
     links_configured: list[int] = field(default_factory=list)
     connect_options: dict[str, Any] = field(default_factory=dict, repr=False)
     """TLS settings from the config (mrs.security.tls.operator_connect_options)."""
+    coordinator: CoordinatorConfig | None = field(default=None, repr=False)
+    """A replicated group's etcd: asked who leads when no instance answers."""
 
     @property
     def up(self) -> bool:

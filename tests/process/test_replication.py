@@ -464,6 +464,24 @@ def test_serve_names_the_instance_or_refuses_in_one_line(tmp_path) -> None:
     assert refused.returncode == 2 and "group 1 has no [[group.instance]]" in refused.stderr
 
 
+def test_status_says_what_etcd_holds_when_no_instance_answers(etcd, tmp_path) -> None:
+    """No instance of the group runs: `mrs status` says it is down and what etcd holds
+    (nobody active: start the instances); with etcd unreachable too, that no instance
+    can become active until it answers. Exit status 1 (a group down), no traceback."""
+    config = write_replicated_config(tmp_path / "up", etcd.endpoint, STANDARD_QUEUES)
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    lonely = write_replicated_config(tmp_path / "down", unreachable, STANDARD_QUEUES)
+    for path, expected in (
+        (config, "etcd names no active instance (term 0, in sync: none recorded)"),
+        (lonely, "etcd does not answer either (etcd unreachable: " + unreachable),
+    ):
+        result = run_mrs("status", "--config", str(path), "--json", "--timeout", "3")
+        assert result.returncode == 1, result.stderr
+        (view,) = json.loads(result.stdout)["groups"]
+        assert view["error"].startswith("connection refused: nothing listens there; ")
+        assert expected in view["error"], view["error"]
+
+
 def test_a_link_from_another_group_follows_the_active(etcd, tmp_path) -> None:
     """Group 1 (unreplicated) dials replicated group 2 over their link: after group
     2's active is SIGKILLed the link redials the new active, and every put group 1
