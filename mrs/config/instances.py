@@ -54,16 +54,19 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
         reader.fail("coordinator", f"must be a table ([coordinator]), got {_describe(raw)}")
     reader.check_keys(raw, "coordinator", _COORDINATOR_KEYS, ("etcd",))
     endpoints = raw["etcd"]
-    if (
-        not isinstance(endpoints, list)
-        or not endpoints
-        or not all(isinstance(e, str) and e.startswith(("http://", "https://")) for e in endpoints)
-    ):
+    if not isinstance(endpoints, list) or not endpoints:
         reader.fail(
             "coordinator.etcd",
             f'must be a non-empty array of URLs like "http://127.0.0.1:2379", '
             f"got {_describe(endpoints)}",
         )
+    for index, endpoint in enumerate(endpoints):
+        if not (isinstance(endpoint, str) and endpoint.startswith(("http://", "https://"))):
+            reader.fail(
+                f"coordinator.etcd[{index}]",
+                f'must be a URL like "http://127.0.0.1:2379" (http:// or https://), '
+                f"got {endpoint!r}",
+            )
     ttl_s = reader.integer(
         raw,
         "lease_ttl_s",
@@ -134,8 +137,7 @@ def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where:
         ):
             if (kind, value) in seen:
                 shown = value if isinstance(value, str) else f"{value[0]}:{value[1]}"
-                reader.fail(
-                    _join(at, key),
-                    f"{shown} is also used by {where}.instance[{seen[(kind, value)]}]",
-                )
+                other = seen[(kind, value)]
+                user = "its listen address" if other == i else f"used by {where}.instance[{other}]"
+                reader.fail(_join(at, key), f"{shown} is also {user}")
             seen[(kind, value)] = i

@@ -62,6 +62,12 @@ def test_shared_replication_address_refused(tmp_path: Path) -> None:
     assert "127.0.0.1:7101 is also used by group[0].instance[0]" in message
 
 
+def test_replication_address_equal_to_its_own_listen_refused(tmp_path: Path) -> None:
+    text = bus(instance("a", 7001) + instance("b", 7002, replication=7002) + instance("c", 7003))
+    message = refused(text, tmp_path)
+    assert "group[0].instance[1].replication: 127.0.0.1:7002 is also its listen address" in message
+
+
 def test_instances_without_coordinator_refused(tmp_path: Path) -> None:
     text = bus(instance("a", 7001) + instance("b", 7002) + instance("c", 7003), coordinator="")
     message = refused(text, tmp_path)
@@ -74,6 +80,15 @@ def test_coordinator_without_endpoints_refused(tmp_path: Path) -> None:
         "[coordinator]\netcd = []\n",
     )
     assert "coordinator.etcd" in refused(text, tmp_path)
+
+
+def test_an_etcd_endpoint_without_its_scheme_is_named(tmp_path: Path) -> None:
+    text = bus(
+        instance("a", 7001) + instance("b", 7002) + instance("c", 7003),
+        '[coordinator]\netcd = ["http://10.0.0.1:2379", "10.0.0.2:2379"]\n',
+    )
+    message = refused(text, tmp_path)
+    assert "coordinator.etcd[1]: must be a URL" in message and "'10.0.0.2:2379'" in message
 
 
 def test_group_without_instances_is_unreplicated(tmp_path: Path) -> None:
