@@ -33,7 +33,7 @@ from mrs.limits import (
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
 from mrs.replication.coordinator import Coordinator
-from mrs.replication.link_out import LinkOut
+from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import FrameReader, LinkBroken, frame
 from mrs.transport.network import TCP, Network
@@ -286,11 +286,14 @@ class Active:
             del self.links[name]
 
     def _write_now(self, number: int, body: bytes) -> None:
-        """A record sealed, before the local flush: out on every link that can take it
-        now (mrs.replication.link_out)."""
-        if self.stepped_down is None:
-            for link in self.links.values():
-                link.write_now(number, body)
+        """A record sealed, before the local flush: out now on the links of the replicas
+        an answer waits for; the others' tasks send it after the flush
+        (mrs.replication.link_out `write_first`)."""
+        if self.stepped_down is not None:
+            return
+        stream, links = self.stream, self.links
+        for name in write_first(links, stream.in_sync, stream.acked, stream.acks_needed):
+            links[name].write_now(number, body)
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:

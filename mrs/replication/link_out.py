@@ -8,19 +8,29 @@ flushes one after the other (here, then on the replica). Sealed before the flush
 (mrs.replication.stream `RecordingStore`) and written to the socket there, the record
 is on its way while this instance flushes, and the replica's flush overlaps its own.
 
+The loop writes a record to the replicas an answer waits for only
+(`write_first`): the `acks_needed` in-sync ones that have acknowledged the most. The
+others' tasks send it once the local flush is done. Why: with every instance
+flushing the same record at once (three on one disk here), each flush took longer;
+with one replica flushing beside the active, the active's commit and the first
+acknowledgement both came sooner (benchmarks/README.md, "Only the replicas an answer
+waits for"). The choice follows the acknowledgements, so a replica that stalls stops
+being written first once another one has acknowledged more.
+
 The link's task sends everything else: the catch-up, a bridge or a full copy when
-the link starts, and any record the loop could not write (the task was sending, the
-record does not follow the last one out, or the socket took only part of it, whose
-rest the task sends first). The two never write at once: the loop writes only while
-the task is not sending. A plain TCP stream and the TLS link's stream
-(mrs.transport.tls_stream, which encrypts the record there and then) are written from
-the loop; over any other stream (the simulator's) the task sends every record.
+the link starts, and any record the loop did not write (not a replica written first,
+the task was sending, the record does not follow the last one out, or the socket
+took only part of it, whose rest the task sends first). The two never write at
+once: the loop writes only while the task is not sending. A plain TCP stream and the
+TLS link's stream (mrs.transport.tls_stream, which encrypts the record there and
+then) are written from the loop; over any other stream (the simulator's) the task
+sends every record.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 import trio
 
@@ -75,3 +85,13 @@ class LinkOut:
                 await self.stream.send_all(body)
         finally:
             self.sending = False
+
+
+def write_first(
+    names: Iterable[str], in_sync: Collection[str], acked: Mapping[str, int], count: int
+) -> list[str]:
+    """The replicas the loop writes a record to as it is sealed: `count` of them (at
+    least one), in-sync ones first, then those that acknowledged the most (ties in
+    `names`' order)."""
+    ranked = sorted(names, key=lambda name: (name in in_sync, acked.get(name, -1)), reverse=True)
+    return ranked[: max(1, count)]

@@ -17,7 +17,7 @@ import trio
 
 from journals import JournalDeviceError, JournalFullError, JournalStore, WriteBatch
 from journals.keys import Journal
-from mrs.replication.link_out import LinkOut
+from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore, ReplicatedWriter
 from mrs.replication.wire import FrameReader, frame
 from tests.conftest import tcp_pair
@@ -186,3 +186,50 @@ async def test_what_the_socket_cannot_take_is_sent_by_the_task_first() -> None:
             first = await reader.next()
             second = await reader.next()
         assert (first["n"], len(first["body"]), second["n"]) == (1, 4 << 20, 2)
+
+
+# ------------------------------------------------- which replicas are written first
+
+
+def test_the_replica_an_answer_waits_for_is_written_first() -> None:
+    """One answer waits for one in-sync replica: the one that has acknowledged the
+    most is written as the record is sealed, the other one after the local flush."""
+    assert write_first(("a", "b"), {"a", "b"}, {"a": 7, "b": 9}, 1) == ["b"]
+    assert write_first(("a", "b"), {"a", "b"}, {"a": 9, "b": 7}, 1) == ["a"]
+
+
+def test_a_replica_that_stalls_stops_being_written_first() -> None:
+    """Written first, "b" acknowledged up to 9; then it stalls while "a", written after
+    the flush, acknowledges 10 and 11: "a" is written first from the next record."""
+    acked = {"a": 8, "b": 9}
+    assert write_first(("a", "b"), {"a", "b"}, acked, 1) == ["b"]
+    acked["a"] = 11
+    assert write_first(("a", "b"), {"a", "b"}, acked, 1) == ["a"]
+
+
+def test_in_sync_replicas_come_first_and_one_is_always_written() -> None:
+    # "c" is catching up (not in sync, though further on than "a"): an answer cannot
+    # wait for it, so the in-sync one is written first
+    assert write_first(("a", "c"), {"a"}, {"a": 3, "c": 5}, 1) == ["a"]
+    # a new term before any replica joined it answers nothing yet: still one written
+    assert write_first(("a", "b"), set(), {}, 0) == ["a"]
+    # five instances: answers wait for two replicas, two are written first
+    acked = {"a": 4, "b": 6, "c": 5, "d": 6}
+    assert write_first(("a", "b", "c", "d"), {"a", "b", "c", "d"}, acked, 2) == ["b", "d"]
+
+
+async def test_a_replica_not_written_first_gets_the_record_from_its_task() -> None:
+    """The loop writes record 1 to the first replica only; the second one's task sends
+    it (in order, once) when it runs, as after the local flush."""
+    (first, first_end), (second, second_end) = await tcp_pair(), await tcp_pair()
+    async with first, first_end, second, second_end:
+        links = {"a": LinkOut(first, cursor=0), "b": LinkOut(second, cursor=0)}
+        for link in links.values():
+            await link.send([])  # the links' first frames: none here
+        record = frame({"t": "commit", "n": 1})
+        for name in write_first(links, {"a", "b"}, {"a": 0, "b": 0}, 1):
+            links[name].write_now(1, record)
+        assert (links["a"].cursor, links["b"].cursor) == (1, 0)
+        await links["b"].send([record])  # what the task sends: records after its cursor
+        assert (await FrameReader(first_end).next())["n"] == 1
+        assert (await FrameReader(second_end).next())["n"] == 1
