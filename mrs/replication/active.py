@@ -84,6 +84,9 @@ class Active:
         """The replicas etcd names as in sync (a subset of those waited for)."""
         self.links: dict[str, LinkOut] = {}
         stream.on_sealed = self._write_now
+        stream.on_flushed = self._write_rest
+        self._sealed: tuple[int, bytes] | None = None
+        """The record sealed last, until it is durable here (`_write_rest`)."""
         store.on_lost = self.step_down
 
     async def run(self) -> None:
@@ -287,13 +290,24 @@ class Active:
 
     def _write_now(self, number: int, body: bytes) -> None:
         """A record sealed, before the local flush: out now on the links of the replicas
-        an answer waits for; the others' tasks send it after the flush
-        (mrs.replication.link_out `write_first`)."""
+        an answer waits for (mrs.replication.link_out `write_first`); on the others
+        once it is durable here (`_write_rest`)."""
         if self.stepped_down is not None:
             return
+        self._sealed = (number, body)
         stream, links = self.stream, self.links
         for name in write_first(links, stream.in_sync, stream.acked, stream.acks_needed):
             links[name].write_now(number, body)
+
+    def _write_rest(self, number: int) -> None:
+        """Record `number` is durable here: out now on the links it did not go out on at
+        its seal (a link already past it takes nothing; what a socket does not take,
+        its task sends)."""
+        sealed, self._sealed = self._sealed, None
+        if self.stepped_down is not None or sealed is None or sealed[0] != number:
+            return
+        for link in self.links.values():
+            link.write_now(number, sealed[1])
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:

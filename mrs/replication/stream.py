@@ -93,6 +93,8 @@ class RecordingStore:
                 self.lost = JournalError(f"a commit sent to the replicas failed here: {error}")
                 self.on_lost(str(self.lost))
             raise
+        if sealed and self.stream.on_flushed is not None:
+            self.stream.on_flushed(self.stream.number)
 
     def commit_now(self, batch: WriteBatch) -> None:
         self.apply([batch])
@@ -171,7 +173,11 @@ class CommitStream:
     """The promoted instance's old-term records, until every replica is past them."""
     on_sealed: Callable[[int, bytes], None] | None = None
     """Told (number, frame) of each record as it is sealed, before the local flush:
-    the active writes it to the replicas' sockets there (mrs.replication.link_out)."""
+    the active writes it to the sockets of the replicas an answer waits for there
+    (mrs.replication.link_out)."""
+    on_flushed: Callable[[int], None] | None = None
+    """Told the number of a record once it is durable here: the active writes it to
+    the other replicas' sockets then."""
 
     def seal(self, batches: list[WriteBatch]) -> None:
         """Number and keep the record of one transaction (`batches`, written and not

@@ -137,6 +137,24 @@ def test_a_commit_that_fails_after_going_out_answers_nothing_and_steps_down(
     journals.close()
 
 
+def test_the_other_replicas_are_told_once_the_commit_is_durable_here(tmp_path: Path) -> None:
+    """`on_flushed` (the active writes the record to the replicas it did not write at
+    the seal) comes after the flush, with the record's number; never for a commit
+    whose flush failed (the active steps down instead)."""
+    journals = FailingFlush(JournalStore(tmp_path / "a", 1 << 24))
+    writer, stream, lost = writer_over(journals)  # type: ignore[arg-type]
+    flushed: list[tuple[int, bytes | None]] = []
+    stream.on_flushed = lambda number: flushed.append((number, committed(journals.store, b"k")))
+    writer.submit(put(b"k"), lambda error: None)
+    writer.commit_pending()
+    assert flushed == [(1, b"v")]  # durable when told
+    journals.fail = True
+    writer.submit(put(b"l"), lambda error: None)
+    writer.commit_pending()
+    assert stream.number == 2 and flushed == [(1, b"v")] and len(lost) == 1
+    journals.store.close()
+
+
 def test_a_write_refused_before_going_out_is_answered_with_its_error(tmp_path: Path) -> None:
     journals = JournalStore(tmp_path / "a", 1 << 20)
     writer, stream, lost = writer_over(journals)
