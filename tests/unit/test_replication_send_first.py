@@ -237,8 +237,9 @@ def test_in_sync_replicas_come_first_and_one_is_always_written() -> None:
 
 
 async def test_a_replica_not_written_first_gets_the_record_from_its_task() -> None:
-    """The loop writes record 1 to the first replica only; the second one's task sends
-    it (in order, once) when it runs, as after the local flush."""
+    """The loop writes record 1 to the first replica only; the second one gets it after
+    the local flush, from its task when the loop could not write it there (in order,
+    once)."""
     (first, first_end), (second, second_end) = await tcp_pair(), await tcp_pair()
     async with first, first_end, second, second_end:
         links = {"a": LinkOut(first, cursor=0), "b": LinkOut(second, cursor=0)}
