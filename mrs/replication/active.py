@@ -85,8 +85,6 @@ class Active:
         self.links: dict[str, LinkOut] = {}
         stream.on_sealed = self._write_now
         stream.on_flushed = self._write_rest
-        self._sealed: tuple[int, bytes] | None = None
-        """The record sealed last, until it is durable here (`_write_rest`)."""
         store.on_lost = self.step_down
 
     async def run(self) -> None:
@@ -294,7 +292,6 @@ class Active:
         once it is durable here (`_write_rest`)."""
         if self.stepped_down is not None:
             return
-        self._sealed = (number, body)
         stream, links = self.stream, self.links
         for name in write_first(links, stream.in_sync, stream.acked, stream.acks_needed):
             links[name].write_now(number, body)
@@ -303,11 +300,11 @@ class Active:
         """Record `number` is durable here: out now on the links it did not go out on at
         its seal (a link already past it takes nothing; what a socket does not take,
         its task sends)."""
-        sealed, self._sealed = self._sealed, None
-        if self.stepped_down is not None or sealed is None or sealed[0] != number:
+        body = self.stream.frame_of_last(number)
+        if self.stepped_down is not None or body is None:
             return
         for link in self.links.values():
-            link.write_now(number, sealed[1])
+            link.write_now(number, body)
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:

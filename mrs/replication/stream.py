@@ -282,6 +282,11 @@ class CommitStream:
         after = self.records_after(0)
         return None if bridged is None or after is None else [*bridged, *after]
 
+    def frame_of_last(self, number: int) -> bytes | None:
+        """The frame of record `number` if it is the last one sealed and still kept."""
+        last = self.records[-1] if self.records else None
+        return last.frame if last is not None and last.number == number else None
+
     def records_after(self, number: int) -> list[bytes] | None:
         """The frames of every record after `number`; None when some are no longer
         kept (the replica needs a full copy)."""
