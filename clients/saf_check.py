@@ -50,7 +50,7 @@ def check_before_open(path: Path) -> None:
     if size == 0:
         if identity is not None:
             state = "empty" if data.exists() else "gone"
-            raise _refused(
+            raise refused(
                 path,
                 f"its data file {data} is {state}, but journal {identity} was made here "
                 "and its records were in it",
@@ -64,7 +64,7 @@ def check_before_open(path: Path) -> None:
             where = f" (in its {report.failed_in} database)" if report.failed_in else ""
             problem = f"LMDB cannot read it{where}: {report.failure}"
     if problem is not None:
-        raise _refused(path, problem)
+        raise refused(path, problem)
 
 
 def check_records(path: Path, store: JournalStore, journal_id: str | None, next_seq: int) -> None:
@@ -72,7 +72,7 @@ def check_records(path: Path, store: JournalStore, journal_id: str | None, next_
     was journaled, or the data file is not the journal made here."""
     identity = read_identity(path)
     if identity is not None and identity != journal_id:
-        raise _refused(
+        raise refused(
             path, f"its data file holds journal {journal_id or 'none'}, not {identity} made here"
         )
     problems: list[str] = []
@@ -91,7 +91,7 @@ def check_records(path: Path, store: JournalStore, journal_id: str | None, next_
         problems.append(f"{counted} records counted, {read} readable")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise _refused(path, f"{problems[0]}{more}")
+        raise refused(path, f"{problems[0]}{more}")
 
 
 def read_identity(path: Path) -> str | None:
@@ -153,7 +153,7 @@ def _seq_of(key: bytes) -> str:
 MOVE_ASIDE = "move the directory aside to start an empty journal"
 
 
-def _refused(path: Path, problem: str, hint: str = MOVE_ASIDE) -> JournalFailed:
+def refused(path: Path, problem: str, hint: str = MOVE_ASIDE) -> JournalFailed:
     """The one line an application (and its operator) gets: nothing was sent from
     the journal and nothing in it was changed."""
     return JournalFailed(

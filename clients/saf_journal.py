@@ -100,7 +100,10 @@ class ClientJournal:
     def _open_checked(self, bytes_max: int) -> JournalStore:
         """The journal's store, once saf_check found it whole (JournalFailed if not)."""
         saf_check.check_before_open(self.path)
-        store = JournalStore(self.path, bytes_max)
+        try:
+            store = JournalStore(self.path, bytes_max)
+        except JournalError as error:  # e.g. a data file older than its commit log
+            raise saf_check.refused(self.path, str(error)) from None
         try:
             raw_id = store.meta_get(_META_ID)
             raw_next = store.meta_get(_META_NEXT_SEQ)

@@ -4,8 +4,9 @@ Why this shape:
 - Every journal of a group lives in one environment so that a move between them
   (confirm = delete from DQF + append to PCJ) is one atomic transaction.
 - Writes go through `GroupCommitWriter`: one long-lived thread that takes every
-  pending batch, applies them all in one write transaction, commits it with fsync,
-  and only then reports each batch durable. Many puts cost one fsync.
+  pending batch, applies them all in one write transaction, makes it durable with
+  one flush of the commit log (journals.commit_log) and commits it to LMDB, and only
+  then reports each batch durable. Many puts cost one flush.
 - Reads (startup recovery, dump, selection scans) use read-only snapshots and may run
   while the writer works, from this process or another one.
 """
@@ -15,12 +16,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import struct
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lmdb
+import msgpack
 
 from journals import dqf_index, residency
 from journals.batch import (
@@ -28,6 +32,19 @@ from journals.batch import (
     JournalError,
     JournalFullError,
     WriteBatch,
+)
+from journals.commit_log import (
+    CHECKPOINT_GROWTH_SHARE,
+    CHECKPOINT_LOG_BYTES,
+    CHECKPOINT_WASTE_BYTES,
+    LOG_NAMES,
+    LOG_RECORD_BYTES_MAX,
+    NEAR_FULL_SHARE,
+    CheckpointStart,
+    CommitLog,
+    LogContents,
+    boot_id,
+    read_log,
 )
 from journals.keys import (
     PREFIX,
@@ -94,6 +111,25 @@ class Selection:
         return self.msg_type is None or record.msg_type == self.msg_type
 
 
+_LOG_DB = b"commit_log"
+"""The database holding the number of the last commit applied (`_LOG_NUMBER_KEY`): a
+database of its own, outside `Journal`, so no scan or full copy of the journals
+carries one store's number into another."""
+_LOG_NUMBER_KEY = b"number"
+_U64 = struct.Struct(">Q")
+
+
+class _CheckpointJob:
+    """A checkpoint begun: the snapshot it pins, and its flush and header, run on a
+    thread of their own beside the commits."""
+
+    def __init__(self, start: CheckpointStart, pinned: Any) -> None:
+        self.start = start
+        self.pinned = pinned
+        self.thread: threading.Thread | None = None
+        self.error: OSError | None = None
+
+
 class JournalStore:
     """The LMDB environment of one group. Open it once per process."""
 
@@ -111,15 +147,19 @@ class JournalStore:
         self._page_dropper = residency.PageDropper(self.path / "data.mdb")
         self.grow_map: Callable[[], bool] | None = None
         """Set by the server (mrs.storage.journal_usage): grow the map; True if it grew."""
+        log_contents = LogContents(None, [])
         if not readonly:
             _owner_only(self.path)
+            log_contents = _restore_after_restart(self.path)
+        # Unflushed: each commit is made durable by the commit log's one flush
+        # (journals.commit_log); a checkpoint flushes LMDB.
         self.env = lmdb.open(
             str(self.path),
             mode=FILE_MODE,
             map_size=map_size_bytes,
-            max_dbs=len(Journal) + 2,
-            sync=True,
-            metasync=True,
+            max_dbs=len(Journal) + 3,
+            sync=False,
+            metasync=False,
             readonly=readonly,
             lock=True,
             max_readers=256,
@@ -138,6 +178,93 @@ class JournalStore:
             self.env, self._dbs[Journal.DQF], readonly=readonly, counted=self._counted
         )
         """The DQF's keys alone (journals.dqf_index); None: read the DQF's own keys."""
+        self.commit_log: CommitLog | None = None
+        """None for a read-only store: it never writes."""
+        self.log_number = 0
+        """The number of the last commit applied (in the log and in LMDB)."""
+        self._pinned: Any = None
+        """A read transaction on the last checkpoint's snapshot: LMDB reuses none of
+        its pages while it is open, so they are whole on disk whatever a power loss
+        keeps of the writes since (journals.commit_log)."""
+        self._page_bytes = int(self.env.stat()["psize"])
+        self._checkpoint_last_page = 0
+        self._checkpoint: _CheckpointJob | None = None
+        """The checkpoint under way (its flush on a thread), if any."""
+        self._data_fd = -1
+        self.failed: JournalDeviceError | None = None
+        """Set once a flush failed after LMDB took its commit (`_flush_direct`)."""
+        if not readonly:
+            self._log_db: Any = self.env.open_db(_LOG_DB, create=True)
+            self._recover(log_contents)
+
+    def _recover(self, contents: LogContents) -> None:
+        """Apply the log's records LMDB does not have, then checkpoint: the store
+        opens at the last commit the log made durable."""
+        with self.env.begin() as txn:
+            raw = txn.get(_LOG_NUMBER_KEY, db=self._log_db)
+        applied = _U64.unpack(raw)[0] if raw else 0
+        since = contents.checkpoint.number if contents.checkpoint is not None else 0
+        if applied < since:
+            raise JournalError(
+                f"the journals in {self.path} end at commit {applied}, before their log's "
+                f"checkpoint at {since}: they are an older copy; move the commit.*.log "
+                "files aside to open the journals as they are"
+            )
+        for number, payload in contents.records:
+            if number > applied:
+                apply_batches(self, decode_log_payload(payload), replayed=number)
+        self.log_number = max(applied, contents.last_number)
+        self.commit_log = CommitLog(self.path, contents)
+        self._data_fd = os.open(self.path / "data.mdb", os.O_RDONLY)
+        try:
+            self.checkpoint()
+        except OSError as error:
+            raise JournalDeviceError(f"journal device failed: {error}", error.errno) from None
+
+    def checkpoint(self) -> None:
+        """Flush LMDB now and let the log start from here (at open and close, and for
+        room in a full map); one under way is waited for first. OSError if the flush
+        fails."""
+        self._end_checkpoint(wait=True)
+        job = self._begin_checkpoint()
+        _flush_and_mark(self, job)
+        self._end_checkpoint(wait=True)
+
+    def _begin_checkpoint(self) -> _CheckpointJob:
+        """On the writer, between commits: pin this snapshot and send the later
+        records to the log's other file (journals.commit_log)."""
+        assert self.commit_log is not None
+        meta_pages = os.pread(self._data_fd, 2 * self._page_bytes, 0)
+        pinned = self.env.begin()
+        self._checkpoint_last_page = int(self.env.info()["last_pgno"])
+        job = _CheckpointJob(self.commit_log.begin_checkpoint(self.log_number, meta_pages), pinned)
+        self._checkpoint = job
+        return job
+
+    def _end_checkpoint(self, wait: bool) -> None:
+        """A checkpoint whose header is written ends: the snapshot before it is no
+        longer kept. One whose flush failed is tried again (raising when `wait`);
+        the records since are in the log either way."""
+        job = self._checkpoint
+        if job is None:
+            return
+        if job.thread is not None:
+            if job.thread.is_alive() and not wait:
+                return
+            job.thread.join()
+            job.thread = None
+        if job.error is not None:
+            job.error = None
+            if not wait:
+                _start_flush(self, job)
+                return
+            _flush_and_mark(self, job)
+            if job.error is not None:
+                raise job.error
+        self._checkpoint = None
+        if self._pinned is not None:
+            self._pinned.abort()
+        self._pinned = job.pinned
 
     def _open_readonly_dbs(self) -> dict[Journal, Any]:
         dbs: dict[Journal, Any] = {}
@@ -152,6 +279,20 @@ class JournalStore:
         return self._dbs[journal]
 
     def close(self) -> None:
+        if self.commit_log is not None:
+            with contextlib.suppress(lmdb.Error, OSError):
+                self.checkpoint()  # the next open replays nothing
+            pins = [self._pinned]
+            if self._checkpoint is not None:  # its flush failed: given up at close
+                if self._checkpoint.thread is not None:
+                    self._checkpoint.thread.join()
+                pins.append(self._checkpoint.pinned)
+            for pinned in pins:
+                if pinned is not None:
+                    pinned.abort()
+            self.commit_log.close()
+            self.commit_log = None
+            os.close(self._data_fd)
         self.env.close()
 
     # ----- synchronous writes (startup, tools); the server's hot path uses the writer
@@ -180,12 +321,59 @@ class JournalStore:
                 before_commit()
 
         told = None if before_commit is None else hook
+        for make_room in (self._free_pinned_pages, self._grow_map, None):
+            try:
+                apply_batches(self, batches, told)
+                break
+            except JournalFullError:
+                if ran or make_room is None or not make_room():
+                    raise
+        if self.commit_log is not None:
+            self._end_checkpoint(wait=False)
+            if self._checkpoint is None and self._checkpoint_due():
+                _start_flush(self, self._begin_checkpoint())
+
+    def _checkpoint_due(self) -> bool:
+        """Once the log holds CHECKPOINT_LOG_BYTES (the replay after a crash), or the
+        file grew by CHECKPOINT_WASTE_BYTES more than the log did since the last
+        checkpoint began, or by 1/CHECKPOINT_GROWTH_SHARE of the map: LMDB reuses no
+        page freed while the checkpoint's snapshot is pinned, so until the next one a
+        commit's copied tree path takes new pages at the file's end (and in a small
+        map, what confirms delete stays unused)."""
+        assert self.commit_log is not None
+        logged_bytes = self.commit_log.bytes_since_checkpoint
+        if logged_bytes >= CHECKPOINT_LOG_BYTES:
+            return True
+        info = self.env.info()
+        grown_bytes = (info["last_pgno"] - self._checkpoint_last_page) * self._page_bytes
+        share_bytes = info["map_size"] // CHECKPOINT_GROWTH_SHARE
+        return grown_bytes > share_bytes or grown_bytes - logged_bytes > CHECKPOINT_WASTE_BYTES
+
+    def near_full(self) -> bool:
+        """Whether LMDB's file reaches into the last 1/NEAR_FULL_SHARE of its map:
+        then each commit is flushed and checkpointed on its own (`_flush_direct`), so
+        pages freed by deletes are reused at once, as before the log, and the journal
+        reserve's room (measured in pages in use) is there for the confirms that
+        drain a full journal."""
+        info = self.env.info()
+        used_bytes = (info["last_pgno"] + 1) * self._page_bytes
+        return used_bytes * NEAR_FULL_SHARE > info["map_size"] * (NEAR_FULL_SHARE - 1)
+
+    def _free_pinned_pages(self) -> bool:
+        """After a full map: a checkpoint lets LMDB reuse the pages freed since the
+        last one; True if there were commits since (room may have come)."""
+        if self.commit_log is None:
+            return False
+        if not self.commit_log.bytes_since_checkpoint and self._checkpoint is None:
+            return False
         try:
-            apply_batches(self, batches, told)
-        except JournalFullError:
-            if ran or self.grow_map is None or not self.grow_map():
-                raise
-            apply_batches(self, batches, told)
+            self.checkpoint()
+        except OSError as error:
+            raise JournalDeviceError(f"journal device failed: {error}", error.errno) from None
+        return True
+
+    def _grow_map(self) -> bool:
+        return self.grow_map is not None and self.grow_map()
 
     def items_after(
         self,
@@ -315,54 +503,17 @@ def decode_selected(
 
 
 def apply_batches(
-    store: JournalStore, batches: list[WriteBatch], before_commit: Callable[[], None] | None = None
+    store: JournalStore,
+    batches: list[WriteBatch],
+    before_commit: Callable[[], None] | None = None,
+    replayed: int = 0,
 ) -> None:
-    """Apply batches in one write transaction and commit it (fsync), calling
-    `before_commit` between the two. Raises JournalError."""
+    """Apply batches in one write transaction and make it durable (the commit log's
+    flush, then LMDB's commit), calling `before_commit` once every write is in.
+    `replayed`: the number of a log record being applied again at open (not logged
+    again, no fault hook). Raises JournalError."""
     try:
-        if store.fault_hook is not None:
-            store.fault_hook("commit")
-        index = store.dqf_index
-        indexed: list[tuple[bytes, bytes]] = []  # DQF keys put, for the index in one call
-        dbs = store._dbs
-        dqf = Journal.DQF
-        dqf_db = dbs[dqf]
-        with store.env.begin(write=True) as txn:
-            put = txn.put
-            # One cursor per database deletes everything of this commit: confirms
-            # delete neighbouring keys, and a cursor already on the right leaf page
-            # finds the next one there instead of searching from the root.
-            deleters: dict[Journal, Any] = {}
-            index_deleter: Any = None
-            for batch in batches:
-                for journal, key in batch.deletes:
-                    deleter = deleters.get(journal)
-                    if deleter is None:
-                        deleter = deleters[journal] = txn.cursor(db=dbs[journal])
-                    if deleter.set_key(key):
-                        deleter.delete()
-                    if journal is dqf and index is not None:
-                        dqf_index.put_keys(txn, index, indexed)  # in order: puts first
-                        if index_deleter is None:
-                            index_deleter = txn.cursor(db=index)
-                        if index_deleter.set_key(key):
-                            index_deleter.delete()
-                for journal, key, value in batch.puts:
-                    if journal is dqf:
-                        # A queue's seqs only grow: appended, its pages are filled
-                        # instead of split in half (a refused append is put as usual)
-                        if not put(key, value, db=dqf_db, append=True):
-                            put(key, value, db=dqf_db)
-                        indexed.append((key, b""))
-                    else:
-                        put(key, value, db=dbs[journal])
-            if index is not None:
-                dqf_index.put_keys(txn, index, indexed)
-                dqf_index.stamp(txn, index, store._counted)
-            if before_commit is not None:
-                before_commit()
-            if store.fault_hook is not None:
-                store.fault_hook("flush")  # where a device error comes in LMDB: the commit
+        _commit(store, batches, before_commit, replayed)
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
     except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)
@@ -375,6 +526,175 @@ def apply_batches(
         if (full := _disk_full(store.path, batches)) is not None:
             raise JournalDeviceError(full, errno.ENOSPC) from None
         raise JournalDeviceError(f"journal write failed: {error}") from None
+
+
+def _commit(
+    store: JournalStore,
+    batches: list[WriteBatch],
+    before_commit: Callable[[], None] | None,
+    replayed: int,
+) -> None:
+    """The transaction of `apply_batches`: written, logged (flushed), committed; or,
+    for a commit of more than LOG_RECORD_BYTES_MAX, committed and then flushed by a
+    checkpoint on the spot (`_flush_direct`)."""
+    if store.failed is not None:
+        raise store.failed
+    log = store.commit_log if not replayed else None
+    number = replayed or store.log_number + 1
+    hook = store.fault_hook if not replayed else None
+    if hook is not None:
+        hook("commit")
+    logged = direct = False
+    try:
+        with store.env.begin(write=True) as txn:
+            value_bytes = _write_batches(store, txn, batches)
+            txn.put(_LOG_NUMBER_KEY, _U64.pack(number), db=store._log_db)
+            if before_commit is not None:
+                before_commit()
+            if hook is not None:
+                hook("flush")  # where a device error comes: the commit's flush
+            if log is not None and (value_bytes > LOG_RECORD_BYTES_MAX or store.near_full()):
+                direct = True
+            elif log is not None:
+                log.append(number, encode_log_payload(batches))
+                logged = True
+    except BaseException:
+        if logged and log is not None:
+            log.void_last()  # LMDB's commit failed: a replay must not apply it
+        raise
+    store.log_number = number
+    if direct:
+        _flush_direct(store)
+
+
+def _flush_direct(store: JournalStore) -> None:
+    """A commit too large for the log (its bytes written twice would halve a busy
+    disk's rate) is made durable as LMDB's synced commit was, with two flushes: a
+    checkpoint at it (LMDB's file, then the log header that names it). LMDB holds
+    the commit already, so a failed flush cannot take it back: the store fails every
+    later commit (`failed`) until it is opened again, as a database must once a
+    flush failed (the kernel may have dropped the pages it could not write)."""
+    try:
+        store.checkpoint()
+    except OSError as error:
+        store.failed = JournalDeviceError(
+            f"journal device failed: a flush failed ({os.strerror(error.errno or errno.EIO)}); "
+            "restart the group",
+            error.errno,
+        )
+        raise store.failed from None
+
+
+def _write_batches(store: JournalStore, txn: Any, batches: list[WriteBatch]) -> int:
+    """Every write of `batches` into `txn`, the DQF's key index and its counts; the
+    bytes of the values put."""
+    value_bytes = 0
+    index = store.dqf_index
+    indexed: list[tuple[bytes, bytes]] = []  # DQF keys put, for the index in one call
+    dbs = store._dbs
+    dqf = Journal.DQF
+    dqf_db = dbs[dqf]
+    put = txn.put
+    # One cursor per database deletes everything of this commit: confirms
+    # delete neighbouring keys, and a cursor already on the right leaf page
+    # finds the next one there instead of searching from the root.
+    deleters: dict[Journal, Any] = {}
+    index_deleter: Any = None
+    for batch in batches:
+        for journal, key in batch.deletes:
+            deleter = deleters.get(journal)
+            if deleter is None:
+                deleter = deleters[journal] = txn.cursor(db=dbs[journal])
+            if deleter.set_key(key):
+                deleter.delete()
+            if journal is dqf and index is not None:
+                dqf_index.put_keys(txn, index, indexed)  # in order: puts first
+                if index_deleter is None:
+                    index_deleter = txn.cursor(db=index)
+                if index_deleter.set_key(key):
+                    index_deleter.delete()
+        for journal, key, value in batch.puts:
+            value_bytes += len(value)
+            if journal is dqf:
+                # A queue's seqs only grow: appended, its pages are filled
+                # instead of split in half (a refused append is put as usual)
+                if not put(key, value, db=dqf_db, append=True):
+                    put(key, value, db=dqf_db)
+                indexed.append((key, b""))
+            else:
+                put(key, value, db=dbs[journal])
+    if index is not None:
+        dqf_index.put_keys(txn, index, indexed)
+        dqf_index.stamp(txn, index, store._counted)
+    return value_bytes
+
+
+def _flush_and_mark(store: JournalStore, job: _CheckpointJob) -> None:
+    """A checkpoint's slow half (any thread): flush LMDB's file, then write the log
+    header that starts the log at the checkpoint's commit. A failure is kept in
+    `job.error` for the writer."""
+    assert store.commit_log is not None
+    try:
+        os.fdatasync(store._data_fd)
+        store.commit_log.write_header(job.start)
+    except OSError as error:
+        job.error = error
+
+
+def _start_flush(store: JournalStore, job: _CheckpointJob) -> None:
+    """Run the checkpoint's flush on a thread: the commits go on meanwhile (the
+    flush waits for the disk, not for the interpreter)."""
+    job.thread = threading.Thread(
+        target=_flush_and_mark, args=(store, job), name="mrs-checkpoint", daemon=True
+    )
+    job.thread.start()
+
+
+def encode_log_payload(batches: list[WriteBatch]) -> bytes:
+    """A commit's batches as its log record holds them."""
+    return msgpack.packb(
+        [
+            [
+                [[journal.value, key, value] for journal, key, value in batch.puts],
+                [[journal.value, key] for journal, key in batch.deletes],
+            ]
+            for batch in batches
+        ],
+        use_bin_type=True,
+    )
+
+
+def decode_log_payload(payload: bytes) -> list[WriteBatch]:
+    return [
+        WriteBatch(
+            [(Journal(journal), key, value) for journal, key, value in puts],
+            [(Journal(journal), key) for journal, key in deletes],
+        )
+        for puts, deletes in msgpack.unpackb(payload, raw=False)
+    ]
+
+
+def _restore_after_restart(path: Path) -> LogContents:
+    """The log of the journals at `path`. After a restart of the machine, LMDB's meta
+    pages are first put back as the last checkpoint wrote them (the pages since may
+    be lost: journals.commit_log); journals without a data file have no use for a
+    log, which is removed."""
+    data_path = path / "data.mdb"
+    if not data_path.exists():
+        for name in LOG_NAMES:
+            with contextlib.suppress(FileNotFoundError):
+                (path / name).unlink()
+        return LogContents(None, [])
+    contents = read_log(path)
+    checkpoint = contents.checkpoint
+    if checkpoint is not None and checkpoint.boot != boot_id():
+        fd = os.open(data_path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, checkpoint.meta_pages, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return contents
 
 
 DISK_SLACK_BYTES = 1 << 20

@@ -305,10 +305,11 @@ def test_journals(pasted) -> None:
     page = pasted("journals.md")
     page.serve_examples()
     page.run("sh", "python docs/examples/quickstart.py 127.0.0.1:7001")
-    pcj, checksum, dqf = page.run_all()
+    pcj, checksum, dqf, commit_log = page.run_all()
     assert b"shift totals" in pcj.encode()
     assert checksum.split()[0] in ("ISA-L", "zlib")
     assert dqf.strip() == "0 messages in the DQF"
+    assert commit_log.splitlines() == ["1 record after checkpoint 0", "0 records after close"]
 
 
 def test_security_protection(pasted) -> None:

@@ -63,12 +63,16 @@ async def test_verify_and_salvage_copy_out_every_intact_record(make_bus, tmp_pat
     bus.kill()
     data_file = bus.data_dir / "journals" / "data.mdb"
     data = bytearray(data_file.read_bytes())
-    # Damage one whole page (LMDB cannot read it) and one record (its checksum fails).
-    page = data.find(b"msg-0150-") // PAGE_BYTES
-    data[page * PAGE_BYTES : page * PAGE_BYTES + 16] = b"\xff" * 16
-    body_at = data.find(b"msg-0010-")
-    assert body_at // PAGE_BYTES != page
-    data[body_at + 4] ^= 0xFF
+    # Damage one whole page (LMDB cannot read it) and one record (its checksum fails),
+    # in every copy: older copies of a page lie in pages earlier commits freed.
+    damaged = _pages_holding(data, b"msg-0150-")
+    for page in damaged:
+        data[page : page + 16] = b"\xff" * 16
+    flipped = _pages_holding(data, b"msg-0010-")
+    assert flipped and not set(flipped) & set(damaged)
+    for page in flipped:
+        body_at = data.find(b"msg-0010-", page)
+        data[body_at + 4] ^= 0xFF
     data_file.write_bytes(bytes(data))
 
     verify = _mrs("journal", "verify", "--config", str(bus.config_path), "--group", "1", "--json")
@@ -281,7 +285,14 @@ async def test_a_damaged_free_page_list_is_refused_at_start(make_bus, names: str
     root = struct.unpack_from("<Q", data, meta + 80)[0] * PAGE_BYTES
     main_root = struct.unpack_from("<Q", data, meta + 128)[0]  # the main database's root
     flags, lower = struct.unpack_from("<HH", data, root + 10)
-    assert flags & 0x02  # a leaf: one page of (txn id -> pages it freed)
+    while not flags & 0x02:  # a branch: down its first node to a leaf
+        assert flags & 0x01
+        low, high, top = struct.unpack_from(
+            "<HHH", data, root + struct.unpack_from("<H", data, root + 16)[0]
+        )
+        root = (low | high << 16 | top << 32) * PAGE_BYTES
+        flags, lower = struct.unpack_from("<HH", data, root + 10)
+    # a leaf: one page of (txn id -> pages it freed)
     for pointer in range(root + 16, root + lower, 2):
         node = root + struct.unpack_from("<H", data, pointer)[0]
         key_size = struct.unpack_from("<H", data, node + 6)[0]
