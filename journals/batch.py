@@ -84,3 +84,31 @@ class WriteBatch:
 
     def __len__(self) -> int:
         return len(self.puts) + len(self.deletes)
+
+
+def encode_batches(batches: list[WriteBatch]) -> list[list[Any]]:
+    """Batches as plain msgpack-able data, in order: each batch's puts as
+    [journal, key, value] and deletes as [journal, key]. The one form a commit takes
+    outside LMDB: a commit log record (journals.commit_log) and a replicated commit
+    (mrs.replication.wire)."""
+    return [
+        [
+            [[str(j), k, v] for j, k, v in batch.puts],
+            [[str(j), k] for j, k in batch.deletes],
+        ]
+        for batch in batches
+    ]
+
+
+def decode_batches(raw: list[list[Any]]) -> list[WriteBatch]:
+    """WriteBatches from `encode_batches`' form; ValueError when one is malformed."""
+    try:
+        return [
+            WriteBatch(
+                [(Journal(j), bytes(k), bytes(v)) for j, k, v in puts],
+                [(Journal(j), bytes(k)) for j, k in deletes],
+            )
+            for puts, deletes in raw
+        ]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"malformed commit: {error}") from None

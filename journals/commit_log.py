@@ -3,13 +3,12 @@ commit takes two.
 
 Why: a synced LMDB commit flushes the data pages (`fdatasync`) and then writes the
 meta page with `O_DSYNC`, a second device flush, so that the meta page never points
-at pages the disk does not hold. On this project's machines the two cost 0.30-0.38 ms
-a commit against 0.15 ms for one small write and `fdatasync` into a file already
-written (benchmarks/README.md, "The commit log"). A queue's answer latency is mostly
-that flush. So each commit's batches are written here first, flushed once, and then
-committed to LMDB without a flush (`sync=False, metasync=False`); a checkpoint
-(journals.store `JournalStore.checkpoint`) flushes LMDB now and then, beside the
-commits, and lets the log start again.
+at pages the disk does not hold; one small write and `fdatasync` into a file already
+written costs about half as much (figures in benchmarks/README.md, "The commit log").
+A queue's answer latency is mostly that flush. So each commit's batches are written
+here first, flushed once, and then committed to LMDB without a flush (`sync=False,
+metasync=False`); a checkpoint (journals.store `JournalStore.checkpoint`) flushes
+LMDB now and then, beside the commits, and lets the log start again.
 
 What keeps it exact:
 - Each record carries its commit's number, and LMDB stores the number of the last
@@ -44,9 +43,10 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from journals.checksum import crc32
 
 LOG_NAMES = ("commit.0.log", "commit.1.log")
 CHECKPOINT_LOG_BYTES = 16 << 20
@@ -62,9 +62,9 @@ thread's start."""
 LOG_RECORD_BYTES_MAX = 64 << 10
 """A commit whose values hold more than this is not logged: it is flushed in LMDB's
 file and named by a checkpoint at once (journals.store `_flush_direct`), two flushes
-as LMDB's synced commit had. Logged, a busy writer's large commits wrote every byte
-twice and its durable puts fell from about 95,000 to 73,000/s here (the disk's rate;
-benchmarks/README.md, "The commit log"); a small commit gains one flush."""
+as LMDB's synced commit had. Logged, a busy writer's large commits would write every
+byte twice, and a busy disk's rate is then the limit (benchmarks/README.md, "The
+commit log"); a small commit gains one flush."""
 NEAR_FULL_SHARE = 8
 """Once LMDB's file reaches into the last 1/8 of its map, commits are not logged
 (journals.store `JournalStore.near_full`): between checkpoints LMDB reuses no page
@@ -149,7 +149,7 @@ def _read_header(data: bytes) -> Checkpoint | None:
     if magic != _SLOT_MAGIC or meta_end + _CRC.size > min(SLOT_BYTES, len(data)):
         return None
     (crc,) = _CRC.unpack_from(data, meta_end)
-    if zlib.crc32(data[:meta_end]) != crc:
+    if crc32(data[:meta_end]) != crc:
         return None
     return Checkpoint(generation, number, bytes(boot), bytes(data[_SLOT_HEAD.size : meta_end]))
 
@@ -164,7 +164,7 @@ def _read_records(data: bytes, number: int) -> list[tuple[int, bytes]]:
         if magic != _RECORD_MAGIC or found != number + 1 or start + length > len(data):
             break
         payload = data[start : start + length]
-        if zlib.crc32(payload) != crc:
+        if crc32(payload) != crc:
             break
         records.append((found, bytes(payload)))
         number, offset = found, start + length
@@ -208,7 +208,7 @@ class CommitLog:
         """Write commit `number`'s record and flush it (OSError: not durable)."""
         if len(payload) >= _RECORD_BYTES_MAX:
             raise OSError(f"a commit of {len(payload)} bytes is too large for the log")
-        head = _RECORD_HEAD.pack(_RECORD_MAGIC, number, len(payload), zlib.crc32(payload))
+        head = _RECORD_HEAD.pack(_RECORD_MAGIC, number, len(payload), crc32(payload))
         fd = self.fds[self.file]
         try:
             os.pwritev(fd, [head, payload], self.offset)
@@ -249,5 +249,5 @@ class CommitLog:
             _SLOT_MAGIC, start.generation, start.number, boot_id(), len(start.meta_pages)
         )
         body = head + start.meta_pages
-        os.pwrite(self.fds[start.file], body + _CRC.pack(zlib.crc32(body)), 0)
+        os.pwrite(self.fds[start.file], body + _CRC.pack(crc32(body)), 0)
         os.fdatasync(self.fds[start.file])

@@ -33,6 +33,8 @@ from journals.batch import (
     JournalError,
     JournalFullError,
     WriteBatch,
+    decode_batches,
+    encode_batches,
 )
 from journals.commit_log import (
     CHECKPOINT_GROWTH_SHARE,
@@ -213,23 +215,25 @@ class JournalStore:
             )
         for number, payload in contents.records:
             if number > applied:
-                apply_batches(self, decode_log_payload(payload), replayed=number)
+                apply_batches(self, decode_batches(msgpack.unpackb(payload)), replayed=number)
         self.log_number = max(applied, contents.last_number)
         self.commit_log = CommitLog(self.path, contents)
         self._data_fd = os.open(self.path / "data.mdb", os.O_RDONLY)
-        try:
-            self.checkpoint()
-        except OSError as error:
-            raise JournalDeviceError(f"journal device failed: {error}", error.errno) from None
+        self.checkpoint()
 
     def checkpoint(self) -> None:
         """Flush LMDB now and let the log start from here (at open and close, and for
-        room in a full map); one under way is waited for first. OSError if the flush
-        fails."""
-        self._end_checkpoint(wait=True)
-        job = self._begin_checkpoint()
-        _flush_and_mark(self, job)
-        self._end_checkpoint(wait=True)
+        room in a full map); one under way is waited for first. JournalDeviceError if
+        the flush fails."""
+        try:
+            self._end_checkpoint(wait=True)
+            job = self._begin_checkpoint()
+            _flush_and_mark(self, job)
+            self._end_checkpoint(wait=True)
+        except OSError as error:
+            raise JournalDeviceError(
+                f"journal device failed: {os.strerror(error.errno or errno.EIO)}", error.errno
+            ) from None
 
     def _begin_checkpoint(self) -> _CheckpointJob:
         """On the writer, between commits: pin this snapshot and send the later
@@ -281,7 +285,7 @@ class JournalStore:
 
     def close(self) -> None:
         if self.commit_log is not None:
-            with contextlib.suppress(lmdb.Error, OSError):
+            with contextlib.suppress(lmdb.Error, JournalError):
                 self.checkpoint()  # the next open replays nothing
             pins = [self._pinned]
             if self._checkpoint is not None:  # its flush failed: given up at close
@@ -367,10 +371,7 @@ class JournalStore:
             return False
         if not self.commit_log.bytes_since_checkpoint and self._checkpoint is None:
             return False
-        try:
-            self.checkpoint()
-        except OSError as error:
-            raise JournalDeviceError(f"journal device failed: {error}", error.errno) from None
+        self.checkpoint()
         return True
 
     def _grow_map(self) -> bool:
@@ -557,7 +558,7 @@ def _commit(
             if log is not None and (value_bytes > LOG_RECORD_BYTES_MAX or store.near_full()):
                 direct = True
             elif log is not None:
-                log.append(number, encode_log_payload(batches))
+                log.append(number, msgpack.packb(encode_batches(batches), use_bin_type=True))
                 logged = True
     except BaseException:
         if logged and log is not None:
@@ -570,30 +571,37 @@ def _commit(
         _sync_file_range(store._data_fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
-_sync_file_range: Any = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
-"""Linux's `sync_file_range`: after a logged commit, LMDB's new pages start going
-to the disk at once, without waiting for them, as a synced commit wrote them. Left
-to the next checkpoint's flush, they went in a burst that a log flush meeting it
-waited behind: the paced p99 went from about 3 to 4.8 ms, and back to 2.7 ms with
-this (benchmarks/README.md, "The commit log"). None elsewhere: the checkpoint writes
-them."""
+def _sync_file_range_of_libc() -> Any:
+    """Linux's `sync_file_range(fd, offset, nbytes, flags)`, typed (its offsets are
+    64-bit); None elsewhere."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+_sync_file_range: Any = _sync_file_range_of_libc()
+"""After a logged commit, LMDB's new pages start going to the disk at once, without
+waiting for them, as a synced commit wrote them. Left to the next checkpoint's
+flush, they went in a burst, and a log flush that met it waited behind it: the
+paced p99 (benchmarks/README.md, "The commit log"). None elsewhere: the checkpoint
+writes them."""
 _SYNC_FILE_RANGE_WRITE = 2
 
 
 def _flush_direct(store: JournalStore) -> None:
-    """A commit too large for the log (its bytes written twice would halve a busy
-    disk's rate) is made durable as LMDB's synced commit was, with two flushes: a
+    """A commit too large for the log (its bytes written twice would slow a busy
+    disk) is made durable as LMDB's synced commit was, with two flushes: a
     checkpoint at it (LMDB's file, then the log header that names it). LMDB holds
     the commit already, so a failed flush cannot take it back: the store fails every
     later commit (`failed`) until it is opened again, as a database must once a
     flush failed (the kernel may have dropped the pages it could not write)."""
     try:
         store.checkpoint()
-    except OSError as error:
+    except JournalDeviceError as error:
         store.failed = JournalDeviceError(
-            f"journal device failed: a flush failed ({os.strerror(error.errno or errno.EIO)}); "
-            "restart the group",
-            error.errno,
+            f"{error}: a flush failed after the commit; restart the group", error.errno_value
         )
         raise store.failed from None
 
@@ -661,30 +669,6 @@ def _start_flush(store: JournalStore, job: _CheckpointJob) -> None:
         target=_flush_and_mark, args=(store, job), name="mrs-checkpoint", daemon=True
     )
     job.thread.start()
-
-
-def encode_log_payload(batches: list[WriteBatch]) -> bytes:
-    """A commit's batches as its log record holds them."""
-    return msgpack.packb(
-        [
-            [
-                [[journal.value, key, value] for journal, key, value in batch.puts],
-                [[journal.value, key] for journal, key in batch.deletes],
-            ]
-            for batch in batches
-        ],
-        use_bin_type=True,
-    )
-
-
-def decode_log_payload(payload: bytes) -> list[WriteBatch]:
-    return [
-        WriteBatch(
-            [(Journal(journal), key, value) for journal, key, value in puts],
-            [(Journal(journal), key) for journal, key in deletes],
-        )
-        for puts, deletes in msgpack.unpackb(payload, raw=False)
-    ]
 
 
 def _restore_after_restart(path: Path) -> LogContents:

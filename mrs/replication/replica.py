@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from journals import JournalError, JournalStore, WriteBatch
+from journals.batch import decode_batches
 from journals.keys import Journal
 from mrs.core.seqspace import BOOTS_KEY
 from mrs.limits import (
@@ -40,7 +41,7 @@ from mrs.limits import (
 )
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
-from mrs.replication.wire import FrameReader, LinkBroken, decode_batches, frame
+from mrs.replication.wire import FrameReader, LinkBroken, frame
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")

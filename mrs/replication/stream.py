@@ -42,6 +42,7 @@ from typing import Any
 import trio
 
 from journals import InlineWriter, JournalError, JournalStore, WriteBatch
+from journals.batch import encode_batches
 from journals.writer import Done
 from mrs.limits import (
     REPLICATION_BACKLOG_BYTES_MAX,
@@ -49,7 +50,7 @@ from mrs.limits import (
     REPLICATION_LAG_S_MAX,
 )
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
-from mrs.replication.wire import encode_batches, frame
+from mrs.replication.wire import frame
 
 
 class RecordingStore:

@@ -12,7 +12,8 @@ frame, msgpack) with no event table:
     replica -> active  {"t": "ack", "n": n}  or  {"t": "refuse", "why": text}
 
 A commit is the active's journal writes of one commit, in order: each batch's puts
-as [journal, key, value] and deletes as [journal, key].
+as [journal, key, value] and deletes as [journal, key] (journals.batch
+`encode_batches`, the form a commit log record holds too).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from typing import Any
 import msgpack
 import trio
 
-from journals import WriteBatch
-from journals.keys import Journal
 from mrs.limits import REPLICATION_FRAME_BYTES_MAX
 
 _LENGTH = struct.Struct(">I")
@@ -81,27 +80,3 @@ class FrameReader:
         if not isinstance(message, dict) or "t" not in message:
             raise LinkBroken("a frame that is not a message")
         return message
-
-
-def encode_batches(batches: list[WriteBatch]) -> list[list[Any]]:
-    return [
-        [
-            [[str(j), k, v] for j, k, v in batch.puts],
-            [[str(j), k] for j, k in batch.deletes],
-        ]
-        for batch in batches
-    ]
-
-
-def decode_batches(raw: list[list[Any]]) -> list[WriteBatch]:
-    """WriteBatches from a commit frame; ValueError when one is malformed."""
-    try:
-        return [
-            WriteBatch(
-                [(Journal(j), bytes(k), bytes(v)) for j, k, v in puts],
-                [(Journal(j), bytes(k)) for j, k in deletes],
-            )
-            for puts, deletes in raw
-        ]
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"malformed commit: {error}") from None

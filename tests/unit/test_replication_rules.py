@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from journals import JournalStore, WriteBatch
+from journals.batch import encode_batches
 from journals.keys import Journal
 from mrs.config.instance_types import InstanceConfig
 from mrs.replication.active import Active
@@ -27,7 +28,6 @@ from mrs.replication.coordinator import (
 )
 from mrs.replication.replica import Replica, read_position
 from mrs.replication.stream import CommitStream, RecordingStore
-from mrs.replication.wire import encode_batches
 from tests.conftest import run_under_autojump_clock
 
 
