@@ -94,12 +94,21 @@ class Browser:
         self.until("document.readyState === 'complete' && location.href.startsWith('http')")
 
     def until(self, condition: str) -> None:
-        """Wait (in the page, on its own timers) until `condition` is true."""
-        self.evaluate(
-            "new Promise((done, fail) => { const t0 = Date.now(); const test = () => "
-            f"({condition}) ? done(true) : Date.now() - t0 > 30000 ? fail(new Error("
-            f"{json.dumps('never: ' + condition)})) : setTimeout(test, 50); test(); }})"
-        )
+        """Wait (in the page, on its own timers) until `condition` is true; after 30 s
+        fail with what the page shows (its data attributes and the start of its text),
+        so a wait that never ends says why."""
+        try:
+            self.evaluate(
+                "new Promise((done, fail) => { const t0 = Date.now(); const test = () => "
+                f"({condition}) ? done(true) : Date.now() - t0 > 30000 ? fail(new Error("
+                f"{json.dumps('never: ' + condition)})) : setTimeout(test, 50); test(); }})"
+            )
+        except RuntimeError as error:
+            shown = self.evaluate(
+                "JSON.stringify({data: {...document.body.dataset},"
+                " text: document.body.innerText.slice(0, 1500)})"
+            )
+            raise RuntimeError(f"never: {condition}; the page: {shown}") from error
 
     def close(self) -> None:
         try:
