@@ -3,6 +3,7 @@
     python benchmarks/replication.py                  # 3 s per shape, 32 tasks
     python benchmarks/replication.py --seconds 10 --tasks 8 64
     python benchmarks/replication.py --rabbitmq --seconds 10   # + RabbitMQ quorum x3
+    python benchmarks/replication.py --rabbitmq --seconds 5 --rounds 3   # medians
 
 Starts etcd (single member, free ports), then for each task count measures durable
 WF_DQF puts per second and their latency (p50/p99), messages per second taken
@@ -28,6 +29,12 @@ each node of a three-node RabbitMQ cluster on this machine (benchmarks/rabbitmq_
 starts it after the MRS runs and stops it at the end; the client is
 benchmarks/rabbitmq_quorum.py, pika), and one table sets the three side by side with
 the ratios replicated / unreplicated and replicated / quorum x3.
+
+`--rounds N` runs every system's shapes N times (MRS's two groups in turn, each round
+a fresh group) and reports each rate as the median of the rounds and each latency
+percentile over the rounds' answers together, with the rounds' rates printed as
+they come. Why: on a shared two-core machine one run's rates move by 2x between
+runs of the same build, so one round is not a measure of the goals.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -172,6 +180,34 @@ class Shapes:
     paced_latencies_s: list[float]
 
 
+def pooled(rounds: list[Shapes]) -> Shapes:
+    """Several rounds of one system as one: the median of each rate, and every
+    answer's latency together (the percentiles are over all of them)."""
+
+    def median(rate: Callable[[Shapes], float]) -> float:
+        return statistics.median(rate(shapes) for shapes in rounds)
+
+    return Shapes(
+        median(lambda shapes: shapes.put_per_s),
+        [latency for shapes in rounds for latency in shapes.put_latencies_s],
+        median(lambda shapes: shapes.through_per_s),
+        median(lambda shapes: shapes.through_prefetch_per_s),
+        median(lambda shapes: shapes.paced_per_s),
+        [latency for shapes in rounds for latency in shapes.paced_latencies_s],
+    )
+
+
+def print_round(label: str, shapes: Shapes) -> None:
+    """One round's rates as they come (the spread the medians hide)."""
+    print(
+        f"  round {label}: puts {shapes.put_per_s:.0f}/s, "
+        f"put->get->confirm {shapes.through_per_s:.0f}/s, "
+        f"prefetch {shapes.through_prefetch_per_s:.0f}/s, "
+        f"paced p50 {ms(shapes.paced_latencies_s, 0.5):.2f} ms",
+        flush=True,
+    )
+
+
 async def all_shapes(
     address: str | list[str], seconds: float, tasks: int, rate_per_s: float
 ) -> Shapes:
@@ -264,9 +300,12 @@ def print_mrs(tasks: int, one: Shapes, three: Shapes, rate_per_s: float) -> None
     )
 
 
-def quorum_shapes(seconds: float, tasks_list: list[int], rate_per_s: float) -> dict[int, Shapes]:
+def quorum_shapes(
+    seconds: float, tasks_list: list[int], rate_per_s: float, rounds: int = 1
+) -> dict[int, Shapes]:
     """The shapes against a RabbitMQ quorum queue on three local nodes, started here
-    (after the MRS runs, so its idle nodes take no CPU from them) and always stopped."""
+    (after the MRS runs, so its idle nodes take no CPU from them) and always stopped;
+    `rounds` times each, pooled."""
     import rabbitmq_quorum  # benchmarks/ is on the path when this runs as a script
 
     subprocess.run([str(CLUSTER_SCRIPT), "start"], check=True)
@@ -275,11 +314,14 @@ def quorum_shapes(seconds: float, tasks_list: list[int], rate_per_s: float) -> d
         print(f"a quorum queue's members: {quorum_members(rabbitmq_quorum)}")
         shapes: dict[int, Shapes] = {}
         for tasks in tasks_list:
-            rate, latencies, through, paced_rate, paced_latencies = rabbitmq_quorum.all_shapes(
-                RABBITMQ_PORT, seconds, tasks, rate_per_s
-            )
-            # its one consumer shape is the prefetching one: both rows compare with it
-            shapes[tasks] = Shapes(rate, latencies, through, through, paced_rate, paced_latencies)
+            each: list[Shapes] = []
+            for number in range(rounds):
+                result = rabbitmq_quorum.all_shapes(RABBITMQ_PORT, seconds, tasks, rate_per_s)
+                rate, latencies, through, paced_rate, paced_latencies = result
+                # its one consumer shape is the prefetching one: both rows compare with it
+                each.append(Shapes(rate, latencies, through, through, paced_rate, paced_latencies))
+                print_round(f"{number + 1} quorum x3", each[-1])
+            shapes[tasks] = pooled(each)
         return shapes
     finally:
         subprocess.run([str(CLUSTER_SCRIPT), "stop"], check=False)
@@ -335,11 +377,28 @@ def print_table(tasks: int, rate_per_s: float, one: Shapes, three: Shapes, quoru
     print("(per s rows: a ratio above 1 is MRS x3 ahead; ms rows: below 1 is MRS x3 ahead)")
 
 
+def mrs_rounds(
+    scratch: Path, endpoint: str, args: argparse.Namespace, tasks: int
+) -> tuple[Shapes, Shapes]:
+    """`args.rounds` rounds of MRS unreplicated, then replicated, in turn (each round a
+    fresh group and etcd prefix), pooled."""
+    ones: list[Shapes] = []
+    threes: list[Shapes] = []
+    for number in range(args.rounds):
+        ones.append(unreplicated(scratch / f"u{tasks}-{number}", args.seconds, tasks, args.rate))
+        print_round(f"{number + 1} MRS x1", ones[-1])
+        directory = scratch / f"r{tasks}-{number}"
+        threes.append(replicated(directory, endpoint, args.seconds, tasks, args.rate))
+        print_round(f"{number + 1} MRS x3", threes[-1])
+    return pooled(ones), pooled(threes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per shape")
     parser.add_argument("--tasks", type=int, nargs="+", default=[32])
     parser.add_argument("--rate", type=float, default=1000.0, help="paced puts per second")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each system, pooled")
     parser.add_argument(
         "--rabbitmq", action="store_true", help="also a 3-node RabbitMQ quorum queue"
     )
@@ -356,15 +415,14 @@ def main() -> None:
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         for tasks in args.tasks:
-            one = unreplicated(scratch / f"u{tasks}", args.seconds, tasks, args.rate)
-            three = replicated(scratch / f"r{tasks}", etcd.endpoint, args.seconds, tasks, args.rate)
+            one, three = mrs_rounds(scratch, etcd.endpoint, args, tasks)
             mrs[tasks] = (one, three)
             print_mrs(tasks, one, three, args.rate)
     finally:
         etcd.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     if args.rabbitmq:
-        quorum = quorum_shapes(args.seconds, args.tasks, args.rate)
+        quorum = quorum_shapes(args.seconds, args.tasks, args.rate, args.rounds)
         for tasks, (one, three) in mrs.items():
             print()
             print_table(tasks, args.rate, one, three, quorum[tasks])

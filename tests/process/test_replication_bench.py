@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.replication import Shapes, print_table, unreplicated
+from benchmarks.replication import Shapes, pooled, print_table, unreplicated
 
 RATE_PER_S = 200.0
 SECONDS = 0.5
@@ -53,3 +53,17 @@ def test_the_table_sets_replicated_against_unreplicated_and_the_quorum_queue(
         "0.50",
         "2.00",
     ]
+
+
+def test_rounds_pool_into_the_median_rate_and_every_answer() -> None:
+    """--rounds: a rate is the rounds' median (an outlier round moves it not at all),
+    and the latency percentiles are over every round's answers."""
+    rounds = [
+        Shapes(rate, [0.001 * number] * 2, rate / 10, rate / 5, 1000.0 - number, [0.002])
+        for number, rate in enumerate((9000.0, 1000.0, 2000.0), start=1)
+    ]
+    one = pooled(rounds)
+    assert (one.put_per_s, one.through_per_s, one.through_prefetch_per_s) == (2000, 200, 400)
+    assert one.paced_per_s == 998.0
+    assert sorted(one.put_latencies_s) == [0.001, 0.001, 0.002, 0.002, 0.003, 0.003]
+    assert one.paced_latencies_s == [0.002] * 3
