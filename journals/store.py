@@ -14,7 +14,6 @@ Why this shape:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import struct
@@ -567,27 +566,8 @@ def _commit(
     store.log_number = number
     if direct:
         _flush_direct(store)
-    elif log is not None and _sync_file_range is not None:
-        _sync_file_range(store._data_fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-
-
-def _sync_file_range_of_libc() -> Any:
-    """Linux's `sync_file_range(fd, offset, nbytes, flags)`, typed (its offsets are
-    64-bit); None elsewhere."""
-    function = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
-    if function is not None:
-        function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-        function.restype = ctypes.c_int
-    return function
-
-
-_sync_file_range: Any = _sync_file_range_of_libc()
-"""After a logged commit, LMDB's new pages start going to the disk at once, without
-waiting for them, as a synced commit wrote them. Left to the next checkpoint's
-flush, they went in a burst, and a log flush that met it waited behind it: the
-paced p99 (benchmarks/README.md, "The commit log"). None elsewhere: the checkpoint
-writes them."""
-_SYNC_FILE_RANGE_WRITE = 2
+    elif log is not None:  # LMDB's pages on their way, as a synced commit wrote them
+        residency.start_writeback(store._data_fd)
 
 
 def _flush_direct(store: JournalStore) -> None:
