@@ -308,8 +308,9 @@ class JournalStore:
         self, batches: list[WriteBatch], before_commit: Callable[[], None] | None = None
     ) -> None:
         """Apply batches in one synced transaction (what the writers call). A full map
-        that `grow_map` can still grow (towards its cap) is grown and tried once more,
-        unless `before_commit` already ran.
+        is tried again after each remedy that made room: a checkpoint that frees the
+        pages the last one pinned, then `grow_map` (towards the cap, then once by the
+        journal reserve: mrs.storage.journal_usage); not once `before_commit` ran.
 
         `before_commit` runs once every write is in the transaction, before its commit
         (the flush): a replicated active sends the commit to its replicas there, so
@@ -325,12 +326,13 @@ class JournalStore:
                 before_commit()
 
         told = None if before_commit is None else hook
-        for make_room in (self._free_pinned_pages, self._grow_map, None):
+        remedies = [self._free_pinned_pages, self._grow_map]
+        while True:
             try:
                 apply_batches(self, batches, told)
                 break
             except JournalFullError:
-                if ran or make_room is None or not make_room():
+                if ran or not _made_room(remedies):
                     raise
         if self.commit_log is not None:
             self._end_checkpoint(wait=False)
@@ -501,6 +503,16 @@ def decode_selected(
         else:
             if selection.matches(record):
                 yield key, record
+
+
+def _made_room(remedies: list[Callable[[], bool]]) -> bool:
+    """Takes the remedies for a full map in turn until one made room (the commit is
+    tried again); False once none is left. One that found nothing to do (no pages
+    pinned since the last checkpoint) passes to the next: the map's growth."""
+    while remedies:
+        if remedies.pop(0)():
+            return True
+    return False
 
 
 def apply_batches(

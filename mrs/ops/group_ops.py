@@ -83,14 +83,15 @@ class GroupOps:
         if store is None or not hasattr(store, "env"):
             return  # the simulator's in-memory store: no map to watch
         config = self.server.config
-        self.watch = UsageWatch(
+        self.watch = UsageWatch.for_limits(
             store,
-            config.limits.journal_bytes_max,
+            config.limits,
             config.id,
             warn_percents=config.ops.journal_warn_percents,
             can_grow=can_grow,
         )
-        store.grow_map = self.watch.grow_if_needed if can_grow else None
+        if not can_grow:  # another thread writes: no set_mapsize from this one
+            store.grow_map = None
 
     def reply_observer(self, session: object = None):
         """What each session calls with every reply it sends (None: metrics and the

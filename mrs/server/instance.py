@@ -49,6 +49,7 @@ from mrs.server import gc_tuning, startup
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions, say
 from mrs.server.journal_files import JournalFiles
+from mrs.storage.journal_usage import UsageWatch
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.server")
@@ -155,6 +156,7 @@ class InstanceRunner:
         hold every record it holds (coordinator `same_position_replicas`)."""
         files = JournalFiles(self.bus, self.config, lambda: None, open_store=self.open_store)
         store = files.open()
+        UsageWatch.for_limits(store, self.config.limits, self.group.id)
         try:
             replica = Replica(self.group.id, self.me.name, store, self.rules)
             if self.options.gc_thresholds is not None:  # its recent records: rarely walked

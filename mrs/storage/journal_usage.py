@@ -7,15 +7,25 @@ metrics; `UsageWatch` logs a WARNING when use crosses each configured threshold 
 cap (once per crossing, again after it falls back) and grows the map online towards
 the cap when the current map is nearly used (LMDB allows `set_mapsize` while no
 transaction of this process is open, which holds between inline commits).
+
+A commit that finds the map full at its cap may grow it once more, by the journal
+reserve (`make_room`): the reserve refuses new messages by the pages they hold, but
+LMDB needs a contiguous run of free pages for each large record, and a confirm's PCJ
+copy of a 40 KB message can find none among pages freed in ones and twos. Without
+the headroom such a confirm failed MAP_FULL with a quarter of the map free, and a full
+journal could not drain. New messages stay refused: the reserve measures against the
+cap, not the map.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from journals import JournalStore
 from journals.store import RECORD_JOURNALS
+from mrs.storage.journal_reserve import reserve_bytes
 
 log = logging.getLogger("mrs.journal")
 
@@ -65,9 +75,27 @@ class UsageWatch:
     group_id: int
     warn_percents: tuple[int, ...] = WARN_PERCENTS_DEFAULT
     can_grow: bool = True
+    headroom_bytes: int = 0
+    """How far past the cap a full map may grow, once, for the commits that drain it
+    (the journal reserve; 0: never past the cap)."""
     _warned: set[int] = field(default_factory=set)
     grown_times: int = 0
     _page_bytes: int = 0
+
+    @classmethod
+    def for_limits(
+        cls, store: JournalStore, limits: Any, group_id: int, **options: Any
+    ) -> UsageWatch:
+        """The watch of a group's journals, growing up to `limits.journal_bytes_max`
+        and then once by its journal reserve; wired as the store's `grow_map` (an
+        active's and a replica's alike: a replica applies the active's commits, so its
+        map must reach as far)."""
+        headroom_bytes = reserve_bytes(limits.journal_bytes_max, limits.message_bytes_max)
+        watch = cls(
+            store, limits.journal_bytes_max, group_id, headroom_bytes=headroom_bytes, **options
+        )
+        store.grow_map = watch.make_room
+        return watch
 
     def _map_fill(self) -> tuple[int, int]:
         """(bytes in use up to the last page written, map size), as usage() has them."""
@@ -125,5 +153,27 @@ class UsageWatch:
             map_bytes,
             new_bytes,
             self.cap_bytes,
+        )
+        return True
+
+    def make_room(self) -> bool:
+        """For a commit that found the map full: grow it towards the cap, or at the
+        cap, once, by `headroom_bytes`. True if the map grew (try the commit again)."""
+        if self.grow_if_needed():
+            return True
+        used_bytes, map_bytes = self._map_fill()
+        limit_bytes = self.cap_bytes + self.headroom_bytes
+        if map_bytes >= limit_bytes or used_bytes < GROW_AT_FRACTION * map_bytes:
+            return False
+        self.store.env.set_mapsize(limit_bytes)
+        self.grown_times += 1
+        log.warning(
+            "group %d journal map full at its cap of %d bytes (%d in use up to its last "
+            "page): grown by its reserve to %d bytes so deliveries, confirms and deletes "
+            "can drain it; new messages stay refused until they have",
+            self.group_id,
+            self.cap_bytes,
+            used_bytes,
+            limit_bytes,
         )
         return True
