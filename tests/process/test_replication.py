@@ -69,6 +69,17 @@ async def wait_in_sync(client, names: set[str], timeout_s: float = 30.0) -> dict
             await trio.sleep(0.1)
 
 
+async def wait_caught_up(client, names: set[str], timeout_s: float = 30.0) -> None:
+    """Once every replica in `names` is in sync and has applied every record."""
+    with trio.fail_after(timeout_s):
+        while True:
+            status = await wait_in_sync(client, names)
+            replicas = status["replicas"]
+            if not any(replicas[n]["backlog_records"] for n in names - {status["instance"]}):
+                return
+            await trio.sleep(0.1)
+
+
 async def wait_dropped(client, name: str) -> dict:
     """`name`'s replication status once the active no longer counts it in sync (a
     dead replica is dropped after the lag bound, mrs.replication.stream `laggards`)."""
@@ -365,6 +376,45 @@ def test_a_replica_restarted_with_its_disk_catches_up_from_where_it_was(instance
             assert log.read_text().count("took a full copy") == copies_before
 
     trio.run(scenario)
+
+
+GROWN_PUTS = 120
+GROWN_BODY_BYTES = 32 << 10
+"""3.75 MiB of DQF on maps that start at 1 MiB: each instance grows its map twice."""
+
+
+def test_every_instance_grows_a_map_that_starts_small(etcd, tmp_path) -> None:
+    """journal_bytes_initial below journal_bytes_max: the active grows its map as it
+    fills, and so does each replica, which applies the same commits (a replica's map
+    that stayed at its start would fail those commits MAP_FULL and fall out of sync)."""
+    queues = STANDARD_QUEUES + "\n[group.ops]\njournal_bytes_initial = 1048576\n"
+    config = write_replicated_config(tmp_path / f"grow_{tmp_path.name}", etcd.endpoint, queues)
+    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
+    addresses = instance_addresses(config, "NYC")
+    body = b"g" * GROWN_BODY_BYTES
+
+    async def scenario() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for i in range(GROWN_PUTS):
+                psb = await put_once(client, b"%04d" % i + body, "ORDERS", f"g-{i}")
+                assert psb.status == Status.SUCCESS, psb
+            await wait_caught_up(client, {"a", "b", "c"})  # every record applied
+            for i in range(GROWN_PUTS):
+                message = await client.get(timeout=10)
+                assert message.body[:4] == b"%04d" % i
+                await client.confirm(message.seq)
+
+    try:
+        for process in processes.values():
+            process.start()
+        wait_active(processes, 30)
+        trio.run(scenario)
+    finally:
+        for process in processes.values():
+            process.terminate()
+    for name in processes:
+        assert "journal map grown from 1048576" in (config.parent / f"{name}.log").read_text()
 
 
 FILL_MESSAGES = 800
