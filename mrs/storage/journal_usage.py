@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from journals import JournalStore
 from journals.store import RECORD_JOURNALS
@@ -32,6 +32,16 @@ log = logging.getLogger("mrs.journal")
 WARN_PERCENTS_DEFAULT = (80, 95)
 GROW_AT_FRACTION = 0.75
 """Grow the map when this much of the current map is in use."""
+
+
+class JournalLimits(Protocol):
+    """What the watch reads of a group's limits (mrs.config's `Limits`, a layer up)."""
+
+    @property
+    def journal_bytes_max(self) -> int: ...
+
+    @property
+    def message_bytes_max(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +94,7 @@ class UsageWatch:
 
     @classmethod
     def for_limits(
-        cls, store: JournalStore, limits: Any, group_id: int, **options: Any
+        cls, store: JournalStore, limits: JournalLimits, group_id: int, **options: Any
     ) -> UsageWatch:
         """The watch of a group's journals, growing up to `limits.journal_bytes_max`
         and then once by its journal reserve; wired as the store's `grow_map` (an
