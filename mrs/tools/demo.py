@@ -264,7 +264,7 @@ async def _run(console: Console, bus: LinkedBus, messages: int) -> tuple[int, Ta
             nursery.cancel_scope.cancel()
 
 
-def _audit(console: Console, bus: LinkedBus, out_dir: Path) -> int:
+def _audit(console: Console, bus: LinkedBus, out_dir: Path, tally: Tally) -> int:
     from mrs.audit.demo import run_demo_audit
 
     pcj = 0
@@ -274,7 +274,7 @@ def _audit(console: Console, bus: LinkedBus, out_dir: Path) -> int:
             pcj += store.count(Journal.PCJ)
         finally:
             store.close()
-    return run_demo_audit(console, bus.config_path, out_dir, pcj)
+    return run_demo_audit(console, bus.config_path, out_dir, pcj, tally.ticks_sent)
 
 
 def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
@@ -286,12 +286,12 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console.rule("MRS demo: recoverable orders through a cut link and a SIGKILL")
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
-        code, _ = trio.run(_run, console, bus, messages)
+        code, tally = trio.run(_run, console, bus, messages)
         audit_dir = (
             directory / "audit" if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-audit-"))
         )  # the report outlives the scratch directory
         code = code or run_failover_chapter(console, directory / "failover", messages)
-        return code or _audit(console, bus, audit_dir)
+        return code or _audit(console, bus, audit_dir, tally)
     finally:
         for process in bus.processes.values():
             process.kill()
