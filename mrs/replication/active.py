@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import trio
 
@@ -255,9 +256,9 @@ class Active:
         if answer["t"] == "refuse":
             self._refused(name, str(answer.get("why")))
             return
-        pos_term, pos_number = answer.get("pos", (0, 0))
+        (pos_term, pos_number), led = _hello_answer(name, answer)
         frames: Iterable[bytes] | None = self.stream.frames_for(
-            (pos_term, pos_number), int(answer.get("led", 0)), bool(answer.get("whole", False))
+            (pos_term, pos_number), led, bool(answer.get("whole", False))
         )
         how = f"records {pos_number + 1}..{self.stream.number}"
         if frames is not None and pos_term != self.term:
@@ -313,8 +314,21 @@ class Active:
                 self._refused(name, str(message.get("why")))
                 scope.cancel()
                 return
-            if message["t"] == "ack" and self.stream.ack(name, int(message["n"])):
+            if message["t"] == "ack" and self.stream.ack(name, self._acked(name, message)):
                 await self._join(name)
+
+    def _acked(self, name: str, message: dict[str, Any]) -> int:
+        """The record an acknowledgement names, if a replica can hold it: one this
+        active sealed. A replica that names a later one (a lie, or a bug) would make
+        records count as durable on a majority before any replica had them; its link
+        is cut instead (LinkBroken), and nothing it said is counted."""
+        number = message.get("n")
+        if type(number) is not int or not 0 <= number <= self.stream.number:
+            raise LinkBroken(
+                f"{name} acknowledged record {number!r}; the last sealed in term "
+                f"{self.term} is {self.stream.number}"
+            )
+        return number
 
     def _refused(self, name: str, why: str) -> None:
         log.warning("replica %s refuses term %d: %s", name, self.term, why)
@@ -389,3 +403,17 @@ class Active:
             "acks_needed": self.stream.acks_needed,
             "replicas": replicas,
         }
+
+
+def _hello_answer(name: str, answer: dict[str, Any]) -> tuple[tuple[int, int], int]:
+    """A replica's position and the term it last led, from its answer to the hello;
+    LinkBroken (the link is dropped and dialled again, the active serves on) for an
+    answer that does not hold two whole numbers and one."""
+    position, led = answer.get("pos", (0, 0)), answer.get("led", 0)
+    if (
+        not isinstance(position, (list, tuple))
+        or len(position) != 2
+        or not all(type(x) is int and x >= 0 for x in (*position, led))
+    ):
+        raise LinkBroken(f"{name} answered the hello with position {position!r}, led {led!r}")
+    return (position[0], position[1]), led

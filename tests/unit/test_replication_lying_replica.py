@@ -1,0 +1,113 @@
+"""A replica that lies to the active, or answers it with nonsense, loses its link and
+nothing else: an acknowledgement of a record the active never sealed would make later
+records count as durable on a majority that does not hold them, so it is refused
+whole and not counted; a malformed answer to the hello is refused the same way, and
+the active goes on serving (the link is dialled again). Real stores, a real Active."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from journals import JournalStore, WriteBatch
+from journals.keys import Journal
+from mrs.config.instance_types import InstanceConfig
+from mrs.replication.active import Active, _hello_answer
+from mrs.replication.stream import CommitStream, RecordingStore
+from mrs.replication.wire import FrameReader, LinkBroken, frame
+
+
+class InSyncRecord:
+    """The coordinator's one call here: the in-sync set a caught-up replica joins."""
+
+    def __init__(self) -> None:
+        self.members: list[tuple[str, ...]] = []
+
+    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
+        self.members.append(members)
+        return True
+
+
+@pytest.fixture
+def active(tmp_path: Path):
+    journals = JournalStore(tmp_path / "a", 1 << 24)
+    me = InstanceConfig("a", "127.0.0.1", 1, "127.0.0.1", 2, Path("a"))
+    stream = CommitStream(
+        term=2, replicas=("b", "c"), deliver=lambda dones: None, clock_s=lambda: 0.0
+    )
+    active = Active(
+        group_id=1,
+        me=me,
+        replicas=(),
+        coordinator=InSyncRecord(),  # type: ignore[arg-type]
+        term=2,
+        lease_ttl_s=3,
+        store=RecordingStore(journals, stream),
+        stream=stream,
+        on_step_down=lambda reason: None,
+    )
+    for index in range(3):  # records 1..3 sealed
+        active.store.apply([WriteBatch.empty().put_raw(Journal.DQF, b"q%d" % index, b"x")])
+    yield active
+    journals.close()
+
+
+async def _acks_from(active: Active, *messages: dict) -> None:
+    """Feeds `messages` to the active's acknowledgement task for replica b."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    for message in messages:
+        await theirs.send_all(frame(message))
+    await theirs.aclose()
+    with trio.CancelScope() as scope:
+        await active._acks("b", FrameReader(ours), scope)
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        {"t": "ack", "n": 4},
+        {"t": "ack", "n": 10**9},
+        {"t": "ack", "n": -1},
+        {"t": "ack"},
+        {"t": "ack", "n": "3"},
+        {"t": "ack", "n": 2.0},
+    ],  # fmt: skip
+)
+async def test_an_acknowledgement_of_a_record_never_sealed_cuts_the_link(active, lie) -> None:
+    assert active.stream.number == 3
+    with pytest.raises(LinkBroken, match="b acknowledged record"):
+        await _acks_from(active, {"t": "ack", "n": 2}, lie)
+    assert active.stream.acked["b"] == 2  # the honest one counted, the lie not
+    assert active.stream.durable_on({"b", "c"}) == 2  # a majority (a and b) holds 1..2 only
+    assert "b" not in active.stream.in_sync
+
+
+async def test_an_honest_acknowledgement_of_the_last_record_counts(active) -> None:
+    with pytest.raises(LinkBroken, match="closed by the other end"):
+        await _acks_from(active, {"t": "ack", "n": 3})
+    assert active.stream.acked["b"] == 3
+    assert "b" in active.stream.in_sync  # caught up: it joins
+    assert active.coordinator.members == [("a", "b")]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"t": "ok", "pos": [1]},
+        {"t": "ok", "pos": "x"},
+        {"t": "ok", "pos": [1, -2]},
+        {"t": "ok", "pos": [1, 2], "led": "1"},
+        {"t": "ok", "pos": [None, 2]},
+    ],  # fmt: skip
+)
+def test_a_malformed_answer_to_the_hello_cuts_the_link(answer) -> None:
+    with pytest.raises(LinkBroken, match="b answered the hello"):
+        _hello_answer("b", answer)
+
+
+def test_a_whole_answer_to_the_hello_is_read() -> None:
+    assert _hello_answer("b", {"t": "ok", "pos": [2, 7], "led": 1}) == ((2, 7), 1)
+    assert _hello_answer("b", {"t": "ok"}) == ((0, 0), 0)  # a replica with nothing yet
