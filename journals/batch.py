@@ -105,10 +105,18 @@ def decode_batches(raw: list[list[Any]]) -> list[WriteBatch]:
     try:
         return [
             WriteBatch(
-                [(Journal(j), bytes(k), bytes(v)) for j, k, v in puts],
-                [(Journal(j), bytes(k)) for j, k in deletes],
+                [(Journal(j), _as_bytes(k), _as_bytes(v)) for j, k, v in puts],
+                [(Journal(j), _as_bytes(k)) for j, k in deletes],
             )
             for puts, deletes in raw
         ]
     except (TypeError, ValueError) as error:
         raise ValueError(f"malformed commit: {error}") from None
+
+
+def _as_bytes(value: Any) -> bytes:
+    """A key or value as sent: bytes, never converted (`bytes(n)` of an int sent in
+    its place would allocate n zero bytes)."""
+    if type(value) is not bytes:
+        raise ValueError(f"{type(value).__name__} where bytes belong")
+    return value

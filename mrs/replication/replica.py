@@ -211,7 +211,9 @@ class Replica:
         """Why this active may not stream to us, or None (its term is then seen)."""
         if hello.get("t") != "hello" or hello.get("group") != self.group_id:
             return f"not an active of group {self.group_id}"
-        term = int(hello.get("term", 0))
+        term = hello.get("term", 0)
+        if type(term) is not int or term < 0:
+            return f"a hello with term {term!r}, not a whole number"
         if self.rules.refuses_term(term, self.term_seen):
             return f"older term {term} (this replica has seen term {self.term_seen})"
         if term > self.term_seen:
@@ -223,13 +225,12 @@ class Replica:
 
     def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """Apply one message of the active; the answer to send (ack or refuse)."""
-        term = int(message.get("term", 0))
-        if self.rules.refuses_term(term, self.term_seen):
-            return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
-        number = int(message.get("n", 0))
         if message["t"] == "commit":
             return self.receive_commits([message])[-1]
         try:
+            term, number = int(message.get("term", 0)), int(message.get("n", 0))
+            if self.rules.refuses_term(term, self.term_seen):
+                return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
             if message["t"] == "bridge":
                 self._bridge(message, number)
                 return None

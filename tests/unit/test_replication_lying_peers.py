@@ -16,6 +16,7 @@ from journals import JournalStore, WriteBatch
 from journals.keys import Journal
 from mrs.config.instance_types import InstanceConfig
 from mrs.replication.active import Active, _hello_answer
+from mrs.replication.replica import Replica
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import FrameReader, LinkBroken, frame
 
@@ -111,3 +112,40 @@ def test_a_malformed_answer_to_the_hello_cuts_the_link(answer) -> None:
 def test_a_whole_answer_to_the_hello_is_read() -> None:
     assert _hello_answer("b", {"t": "ok", "pos": [2, 7], "led": 1}) == ((2, 7), 1)
     assert _hello_answer("b", {"t": "ok"}) == ((0, 0), 0)  # a replica with nothing yet
+
+
+# ------------------------------------------------- and an active that lies to a replica
+@pytest.fixture
+def replica(tmp_path: Path):
+    store = JournalStore(tmp_path / "b", 1 << 24)
+    yield Replica(1, "b", store)
+    store.close()
+
+
+@pytest.mark.parametrize("term", ["x", -1, 2.5, None])
+def test_a_hello_whose_term_is_not_a_whole_number_is_refused(replica, term) -> None:
+    hello = {"t": "hello", "group": 1, "term": term, "from": "z"}
+    assert "not a whole number" in replica.check_hello(hello)
+    assert replica.term_seen == 0  # nothing recorded
+
+
+@pytest.mark.parametrize(
+    "message",
+    [{"t": "copy", "term": "x"}, {"t": "rebase", "term": 2, "n": "y"}, {"t": "bridge", "term": 2}],
+)
+def test_a_malformed_message_is_refused_not_raised(replica, message) -> None:
+    replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"})
+    answer = replica.receive(message)
+    assert answer is not None and answer["t"] == "refuse" and "malformed" in answer["why"]
+
+
+@pytest.mark.parametrize("key", [10**12, "text", [1, 2]])
+def test_a_commit_with_a_key_that_is_not_bytes_is_refused_and_nothing_applied(replica, key) -> None:
+    replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"})
+    assert replica.receive({"t": "rebase", "term": 2, "base": [0, 0]}) == {"t": "ack", "n": 0}
+    good = {"t": "commit", "term": 2, "n": 1, "batches": [[[["dqf", b"k1", b"v"]], []]]}
+    bad = {"t": "commit", "term": 2, "n": 2, "batches": [[[["dqf", key, b"v"]], []]]}
+    answers = replica.receive_commits([good, bad])
+    assert answers[0] == {"t": "ack", "n": 1}  # what came before it is applied
+    assert answers[1]["t"] == "refuse" and "where bytes belong" in answers[1]["why"]
+    assert replica.position == (2, 1)
