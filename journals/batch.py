@@ -105,8 +105,8 @@ def decode_batches(raw: list[list[Any]]) -> list[WriteBatch]:
     try:
         return [
             WriteBatch(
-                [(Journal(j), _as_bytes(k), _as_bytes(v)) for j, k, v in puts],
-                [(Journal(j), _as_bytes(k)) for j, k in deletes],
+                [(Journal(j), as_bytes(k), as_bytes(v)) for j, k, v in puts],
+                [(Journal(j), as_bytes(k)) for j, k in deletes],
             )
             for puts, deletes in raw
         ]
@@ -114,7 +114,7 @@ def decode_batches(raw: list[list[Any]]) -> list[WriteBatch]:
         raise ValueError(f"malformed commit: {error}") from None
 
 
-def _as_bytes(value: Any) -> bytes:
+def as_bytes(value: Any) -> bytes:
     """A key or value as sent: bytes, never converted (`bytes(n)` of an int sent in
     its place would allocate n zero bytes)."""
     if type(value) is not bytes:

@@ -29,7 +29,7 @@ from typing import Any
 import trio
 
 from journals import JournalError, JournalStore, WriteBatch
-from journals.batch import decode_batches
+from journals.batch import as_bytes, decode_batches
 from journals.keys import Journal
 from mrs.core.seqspace import BOOTS_KEY
 from mrs.limits import (
@@ -319,9 +319,9 @@ class Replica:
         the last one ends the mark and sets the position and the record up to which
         the replica must replay before its journals are whole again (`upto`)."""
         puts = [
-            (Journal(j), bytes(k), bytes(v))
+            (Journal(j), as_bytes(k), as_bytes(v))
             for j, k, v in message["items"]
-            if j != Journal.META or bytes(k) not in _REPLICATION_KEYS
+            if j != Journal.META or k not in _REPLICATION_KEYS
         ]
         if self._copying != (term, number):
             self._wipe()  # sets the partial mark, which stays until the last slice

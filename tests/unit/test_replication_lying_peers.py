@@ -149,3 +149,12 @@ def test_a_commit_with_a_key_that_is_not_bytes_is_refused_and_nothing_applied(re
     assert answers[0] == {"t": "ack", "n": 1}  # what came before it is applied
     assert answers[1]["t"] == "refuse" and "where bytes belong" in answers[1]["why"]
     assert replica.position == (2, 1)
+
+
+def test_a_copy_slice_with_a_key_that_is_not_bytes_is_refused_before_any_wipe(replica) -> None:
+    replica.check_hello({"t": "hello", "group": 1, "term": 2, "from": "a"})
+    assert replica.receive({"t": "rebase", "term": 2, "base": [0, 0]}) == {"t": "ack", "n": 0}
+    slice_ = {"t": "copy", "term": 2, "n": 1, "last": True, "items": [["dqf", 10**12, b"v"]]}
+    answer = replica.receive(slice_)
+    assert answer is not None and "where bytes belong" in answer["why"]
+    assert replica.position == (2, 0) and replica.holds_journals  # not wiped
