@@ -243,7 +243,8 @@ class Active:
                 _, rest = group.split(LINK_ERRORS)
                 if rest is not None:
                     raise
-                log.info("replication link to %s lost: %s", replica.name, group.exceptions)
+                why = "; ".join(str(error) for error in group.exceptions)
+                log.info("replication link to %s lost: %s", replica.name, why)
             finally:
                 self.connected.discard(replica.name)
             await trio.sleep(delay_s)
