@@ -326,13 +326,14 @@ class JournalStore:
                 before_commit()
 
         told = None if before_commit is None else hook
-        remedies = [self._free_pinned_pages, self._grow_map]
+        # Each remedy once, in turn; one that found nothing to do passes to the next.
+        remedies = iter((self._free_pinned_pages, self._grow_map))
         while True:
             try:
                 apply_batches(self, batches, told)
                 break
             except JournalFullError:
-                if ran or not _made_room(remedies):
+                if ran or not any(made_room() for made_room in remedies):
                     raise
         if self.commit_log is not None:
             self._end_checkpoint(wait=False)
@@ -503,16 +504,6 @@ def decode_selected(
         else:
             if selection.matches(record):
                 yield key, record
-
-
-def _made_room(remedies: list[Callable[[], bool]]) -> bool:
-    """Takes the remedies for a full map in turn until one made room (the commit is
-    tried again); False once none is left. One that found nothing to do (no pages
-    pinned since the last checkpoint) passes to the next: the map's growth."""
-    while remedies:
-        if remedies.pop(0)():
-            return True
-    return False
 
 
 def apply_batches(

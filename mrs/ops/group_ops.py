@@ -88,10 +88,8 @@ class GroupOps:
             config.limits,
             config.id,
             warn_percents=config.ops.journal_warn_percents,
-            can_grow=can_grow,
+            can_grow=can_grow,  # off when another thread writes: no set_mapsize here
         )
-        if not can_grow:  # another thread writes: no set_mapsize from this one
-            store.grow_map = None
 
     def reply_observer(self, session: object = None):
         """What each session calls with every reply it sends (None: metrics and the

@@ -12,7 +12,7 @@ A commit that finds the map full at its cap may grow it once more, by the journa
 reserve (`make_room`): the reserve refuses new messages by the pages they hold, but
 LMDB needs a contiguous run of free pages for each large record, and a confirm's PCJ
 copy of a 40 KB message can find none among pages freed in ones and twos. Without
-the headroom such a confirm failed MAP_FULL with a quarter of the map free, and a full
+the headroom such a confirm failed MAP_FULL with the reserve still free, and a full
 journal could not drain. New messages stay refused: the reserve measures against the
 cap, not the map.
 """
@@ -97,14 +97,14 @@ class UsageWatch:
         cls, store: JournalStore, limits: JournalLimits, group_id: int, **options: Any
     ) -> UsageWatch:
         """The watch of a group's journals, growing up to `limits.journal_bytes_max`
-        and then once by its journal reserve; wired as the store's `grow_map` (an
-        active's and a replica's alike: a replica applies the active's commits, so its
-        map must reach as far)."""
+        and then once by its journal reserve; wired as the store's `grow_map` unless
+        `can_grow` is off (an active's and a replica's alike: a replica applies the
+        active's commits, so its map must reach as far)."""
         headroom_bytes = reserve_bytes(limits.journal_bytes_max, limits.message_bytes_max)
         watch = cls(
             store, limits.journal_bytes_max, group_id, headroom_bytes=headroom_bytes, **options
         )
-        store.grow_map = watch.make_room
+        store.grow_map = watch.make_room if watch.can_grow else None
         return watch
 
     def _map_fill(self) -> tuple[int, int]:
@@ -147,9 +147,10 @@ class UsageWatch:
         (one env.info), not the record counts usage() takes a read transaction per
         journal for: that was ~17 us per commit, a commit per message at low load."""
         if current is None:
-            used_bytes, map_bytes = self._map_fill()
-        else:
-            used_bytes, map_bytes = current.used_bytes, current.map_bytes
+            return self._grow_towards_cap(*self._map_fill())
+        return self._grow_towards_cap(current.used_bytes, current.map_bytes)
+
+    def _grow_towards_cap(self, used_bytes: int, map_bytes: int) -> bool:
         if map_bytes >= self.cap_bytes:
             return False
         if used_bytes < GROW_AT_FRACTION * map_bytes:
@@ -169,9 +170,9 @@ class UsageWatch:
     def make_room(self) -> bool:
         """For a commit that found the map full: grow it towards the cap, or at the
         cap, once, by `headroom_bytes`. True if the map grew (try the commit again)."""
-        if self.grow_if_needed():
-            return True
         used_bytes, map_bytes = self._map_fill()
+        if self._grow_towards_cap(used_bytes, map_bytes):
+            return True
         limit_bytes = self.cap_bytes + self.headroom_bytes
         if map_bytes >= limit_bytes or used_bytes < GROW_AT_FRACTION * map_bytes:
             return False
