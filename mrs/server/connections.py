@@ -61,6 +61,8 @@ class Connections:
     guards: Guards
     partial_frames: PartialFrames
     handshakes: HandshakeSlots
+    gone_before_served: int = 0
+    """Connections their peers reset before the accept loop took them (see `gone`)."""
 
     async def serve(self, stream: trio.abc.Stream) -> None:
         try:
@@ -166,13 +168,18 @@ class Connections:
             await session.flushed()
         scope.cancel()
 
-    def admits_unanswered(self, host: str) -> bool:
-        """Before a task exists: close a refused connection that gets no answer."""
+    def admits(self, host: str) -> bool:
+        """The accept loop's `Gate`: before a task exists, close a refused connection
+        that gets no answer."""
         refusal = self.admission.refused_unanswered(host)
         if refusal is None:
             return True
         self.refusals.refused("accept", host, f"connection refused (EXCEEDQUOTA): {refusal}")
         return False
+
+    def gone(self) -> None:
+        """The accept loop's `Gate`: one more connection closed before it was served."""
+        self.gone_before_served += 1
 
     async def _refuse_connection(
         self, stream: trio.abc.Stream, connection: wire.Connection, host: str, refusal: str

@@ -185,7 +185,7 @@ class GroupServer:
                 if listeners is not None:
                     host, port = await nursery.start(
                         functools.partial(
-                            self.network.serve_listeners, gate=connections.admits_unanswered
+                            self.network.serve_listeners, gate=connections
                         ),
                         connections.serve,
                         self.config.listen_host,
@@ -268,6 +268,9 @@ class GroupServer:
                 "refused": dict(sorted(self.refusals.by_limit.items())),
                 "handshakes_in_progress": self.handshakes.in_progress(),
                 "unfinished_frame_bytes": self.partial_frames.total_bytes,
+                "gone_before_served": self.connections.gone_before_served
+                if self.connections is not None
+                else 0,
             },
             **({"replication": self.replication_status()} if self.replication_status else {}),
         }

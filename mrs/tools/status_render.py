@@ -246,6 +246,8 @@ def group_notes(status: dict) -> list[str]:
     for limit, count in sorted(refused.items()):
         if count:
             notes.append(f"refused {count} times by {limit}")
+    if gone := (status.get("guards") or {}).get("gone_before_served"):
+        notes.append(f"{gone} connections reset by their peers before they were served")
     draining = status.get("clients_draining") or []
     if draining:
         notes.append(f"{len(draining)} clients draining their SAF journals")

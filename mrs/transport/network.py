@@ -21,9 +21,21 @@ import trio
 from mrs.limits import ACCEPT_BATCH_MAX, ACCEPTS_PER_S_MAX
 
 Handler = Callable[[trio.abc.Stream], Awaitable[None]]
-Gate = Callable[[str], bool]
-"""Called with a new connection's peer host before any task exists for it: False
-closes it at once (with RST). How a flood of junk connections is kept cheap."""
+
+
+class Gate(Protocol):
+    """Asked about each new connection before any task exists for it: how a flood of
+    junk connections is kept cheap."""
+
+    def admits(self, host: str) -> bool:
+        """False closes the connection from `host` at once (with RST)."""
+        ...
+
+    def gone(self) -> None:
+        """A connection its peer reset before the server took it was closed: no task,
+        no session. Counted so an operator sees a flood of them."""
+        ...
+
 
 log = logging.getLogger("mrs.network")
 _LINGER_RST = struct.pack("ii", 1, 0)
@@ -139,7 +151,7 @@ async def _accept_waiting(
             log.error("accept: %s; waiting %.1f s", error, _CAPACITY_SLEEP_S)
             await trio.sleep(_CAPACITY_SLEEP_S)
             return False
-        if not gate(address[0]):
+        if not gate.admits(address[0]):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
             sock.close()
@@ -148,6 +160,7 @@ async def _accept_waiting(
             sock.getpeername()
         except OSError:  # reset by the peer before it was accepted: gone, no task for it
             sock.close()
+            gate.gone()
             continue
         nursery.start_soon(handler, trio.SocketStream(trio.socket.from_stdlib_socket(sock)))
     return True

@@ -154,15 +154,18 @@ def test_the_table_reads_at_80_columns_with_names_and_words(three_group_bus) -> 
 def test_notes_are_words_and_only_what_is_not_zero() -> None:
     from mrs.tools.status_render import group_notes
 
-    quiet = {"quarantined": 0, "dqf_held_for_drains": {}, "guards": {"refused": {}},
+    quiet = {"quarantined": 0, "dqf_held_for_drains": {},
+             "guards": {"refused": {}, "gone_before_served": 0},
              "corrupt_records": [], "new_field": {"a": 0}}  # fmt: skip
     assert group_notes(quiet) == []
     busy = {"quarantined": 2, "dqf_held_for_drains": {"2": 5},
-            "guards": {"refused": {"clients_max": 3}}, "new_field": {"held_bytes": 7}}  # fmt: skip
+            "guards": {"refused": {"clients_max": 3}, "gone_before_served": 40},
+            "new_field": {"held_bytes": 7}}  # fmt: skip
     assert group_notes(busy) == [
         "2 quarantined records",
         "DQF room held for group 2's drain: 5",
         "refused 3 times by clients_max",
+        "40 connections reset by their peers before they were served",
         "new field: held bytes 7",
     ]
 
