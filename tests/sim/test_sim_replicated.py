@@ -74,7 +74,7 @@ message its closed client held as a lost get: sim.workload), 513 a DQF record le
 behind (the harness judged the journals while a confirm's delete was still pending
 in the writer: sim.replicated `settled`), 363 a DQF record left behind (held by a
 consumer whose connection died unseen; the final drain ended before the group saw
-it: sim.swarm `_held_elsewhere`)."""
+it: sim.swarm `DRAIN_AGAIN_S`)."""
 
 
 @pytest.mark.parametrize("seed", FIXED_SEEDS)
