@@ -69,6 +69,15 @@ __all__ = [
 ]
 
 
+async def _status_of(sim: Simulation, group_id: int) -> dict | None:
+    """The group's status, or None while it does not answer."""
+    try:
+        async with await sim.connect(group_id, None) as client:
+            return await client.status()
+    except MrsError:
+        return None
+
+
 async def _settled(sim: Simulation) -> bool:
     """True when every link is up with no SAF backlog and nothing in flight, and
     every replicated group has its replicas in sync (nothing held)."""
@@ -76,10 +85,8 @@ async def _settled(sim: Simulation) -> bool:
         if isinstance(group, ReplicatedSimGroup) and not group.settled():
             return False
     for group_id in sim.group_ids:
-        try:
-            async with await sim.connect(group_id, None) as client:
-                status = await client.status()
-        except MrsError:
+        status = await _status_of(sim, group_id)
+        if status is None:
             return False
         for link in status["links"].values():
             if link["state"] != "up" or link["saf_backlog"] or link.get("in_flight"):
@@ -154,8 +161,7 @@ confirmed one goes once its commit does (replays 363 and 1841 of `mrs sim swarm
 It stops looking once the same records are left twice in a row and no group holds
 one in memory (`_held_in_memory`): such a record never comes back (a broken build's
 confirm that did not delete it, an unconfirmed message forgotten at a detach) and is
-reported from the leftovers. Waiting for those until drain_phase_s_max made each such
-seed five times as long as a kept one."""
+reported from the leftovers, not waited for until drain_phase_s_max."""
 
 
 def _left_in_dqfs(sim: Simulation) -> frozenset[str]:
@@ -176,10 +182,8 @@ async def _held_in_memory(sim: Simulation) -> bool:
     session; or whether some group does not answer."""
     targets = {str(workload.IN_ORDER_QUEUE), str(workload.PARALLEL_QUEUE)}
     for group_id in sim.group_ids:
-        try:
-            async with await sim.connect(group_id, None) as client:
-                status = await client.status()
-        except MrsError:
+        status = await _status_of(sim, group_id)
+        if status is None:
             return True
         for queue_id, queue in status["queues"].items():
             if queue_id.rsplit(".", 1)[-1] in targets and (
