@@ -63,6 +63,10 @@ class Store(Protocol):
     def release_pages(self) -> int:
         """Let go of whatever memory reads left mapped (LMDB's pages); bytes covered."""
 
+    def start_writeback(self) -> None:
+        """Start writing what the last commits left to write, without waiting: called
+        once their answers are out, so it is off the answer's path."""
+
     def items_after(
         self,
         journal: Journal,

@@ -195,6 +195,9 @@ class JournalStore:
         self._data_fd = -1
         self.failed: JournalDeviceError | None = None
         """Set once a flush failed after LMDB took its commit (`_flush_direct`)."""
+        self.writeback_due = False
+        """A logged commit left LMDB's pages dirty and nobody has started writing them
+        yet (`start_writeback`)."""
         if not readonly:
             self._log_db: Any = self.env.open_db(_LOG_DB, create=True)
             self._recover(log_contents)
@@ -485,6 +488,18 @@ class JournalStore:
         """Drop the data file's pages from this process's map (journals.residency)."""
         return self._page_dropper.release()
 
+    def start_writeback(self) -> None:
+        """Start writing the pages the logged commits since the last call left dirty in
+        LMDB's file, without waiting for them (journals.residency), as a synced
+        commit wrote them with every commit: the checkpoint's flush then finds little
+        left. Why not inside the commit: the call takes about 50 us, and the commit's
+        answers need only the log's flush; the server calls this once they are on
+        their sockets, a replica once its acknowledgement is. A commit that finds it
+        still due (nobody called) starts it itself first."""
+        if self.writeback_due:
+            self.writeback_due = False
+            residency.start_writeback(self._data_fd)
+
 
 def decode_selected(
     journal: Journal,
@@ -543,6 +558,8 @@ def _commit(
     checkpoint on the spot (`_flush_direct`)."""
     if store.failed is not None:
         raise store.failed
+    if store.writeback_due:  # no caller started the last commit's pages
+        store.start_writeback()
     log = store.commit_log if not replayed else None
     number = replayed or store.log_number + 1
     hook = store.fault_hook if not replayed else None
@@ -569,8 +586,8 @@ def _commit(
     store.log_number = number
     if direct:
         _flush_direct(store)
-    elif log is not None:  # LMDB's pages on their way, as a synced commit wrote them
-        residency.start_writeback(store._data_fd)
+    elif log is not None:  # LMDB's pages go once the answers are out
+        store.writeback_due = True
 
 
 def _flush_direct(store: JournalStore) -> None:

@@ -108,6 +108,7 @@ class GroupCommitWriter:
         self.stats.wait_time_s_total += time.perf_counter() - pending[0][0].submitted_s
         results = commit_together(self.store, pending, self.stats)
         self.call_soon(lambda: _report(results))
+        self.store.start_writeback()  # the answers are on their way
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # an active's ReplicatedWriter (mrs.replication)

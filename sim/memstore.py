@@ -169,6 +169,9 @@ class MemoryJournalStore:
     def release_pages(self) -> int:
         return 0
 
+    def start_writeback(self) -> None:
+        """Nothing to write: memory is the store."""
+
     def scan(
         self, journal: Journal, selection: Selection | None = None
     ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:

@@ -206,6 +206,7 @@ class Replica:
                         await stream.send_all(frame(answer))
                         if answer["t"] == "refuse":
                             return
+                self.store.start_writeback()  # the pages, once the acknowledgement is out
 
     def check_hello(self, hello: dict[str, Any]) -> str | None:
         """Why this active may not stream to us, or None (its term is then seen)."""

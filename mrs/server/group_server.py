@@ -356,6 +356,8 @@ class GroupServer:
         for session in answered:  # the answers go out now, not at the send loops' turn
             session.write_now()
         answered.clear()
+        assert self.store is not None
+        self.store.start_writeback()  # the commit's pages, now that its answers are out
         self.ops.after_commit()
 
 

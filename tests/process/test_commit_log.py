@@ -313,3 +313,30 @@ def test_journals_older_than_their_log_are_refused_with_the_way_out(tmp_path: Pa
         assert store.meta_get("last") == b"2"
     finally:
         store.close()
+
+
+def test_lmdb_pages_go_to_the_disk_once_the_answers_are_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A logged commit leaves LMDB's pages dirty and starts no writeback itself (its
+    answers wait for the log's flush alone); the caller starts it once they are out
+    (`start_writeback`, once per commit), and a commit that finds the last one's still
+    due starts it first, so no caller can leave LMDB's pages to the checkpoint's burst."""
+    from journals import residency
+
+    started: list[int] = []
+    monkeypatch.setattr(residency, "start_writeback", started.append)
+    store = JournalStore(tmp_path / "journals", MAP_BYTES)
+    try:
+        store.commit_now(_batch(1))
+        assert started == [] and store.writeback_due
+        store.start_writeback()
+        store.start_writeback()  # nothing new since: no second call
+        assert len(started) == 1 and not store.writeback_due
+        data_fd = started[0]
+        assert os.path.samefile(f"/proc/self/fd/{data_fd}", tmp_path / "journals" / "data.mdb")
+        store.commit_now(_batch(2))
+        store.commit_now(_batch(3))  # nobody called after commit 2: this commit did
+        assert started == [data_fd, data_fd] and store.writeback_due
+    finally:
+        store.close()
