@@ -103,6 +103,8 @@ class Active:
             return
         self.stepped_down = reason
         self.stream.answering = False
+        for link in self.links.values():
+            link.want()  # each link's task sees the step-down and ends
         level = logging.INFO if reason.startswith("planned") else logging.CRITICAL
         log.log(level, "instance %s steps down from term %d: %s", self.me.name, self.term, reason)
         self.on_step_down(reason)
@@ -278,9 +280,9 @@ class Active:
                     if self.stepped_down is not None:
                         nursery.cancel_scope.cancel()
                         return
-                    sealed = self.stream.sealed
-                    if self.stream.number == link.cursor and not link.leftover:
-                        await sealed.wait()
+                    wanted = link.rearm()
+                    if self.stream.number == link.cursor and not link.behind:
+                        await wanted.wait()  # `_write_rest` wakes it if the loop could not send
                     frames = self.stream.records_after(link.cursor)
                     if frames is None:
                         raise LinkBroken(f"{name} fell out of the records kept")
@@ -303,10 +305,13 @@ class Active:
         its seal (a link already past it takes nothing; what a socket does not take,
         its task sends)."""
         body = self.stream.frame_of_last(number)
-        if self.stepped_down is not None or body is None:
+        if self.stepped_down is not None:
             return
         for link in self.links.values():
-            link.write_now(number, body)
+            if body is not None:
+                link.write_now(number, body)
+            if link.cursor < self.stream.number or link.behind:
+                link.want()  # its task sends the rest (or finds the records gone)
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:

@@ -50,6 +50,25 @@ class LinkOut:
         """The task is in a send (the link's first frames, before `send` runs, count)."""
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._tls = stream if isinstance(stream, TlsStream) else None
+        self._wanted = trio.Event()
+
+    def rearm(self) -> trio.Event:
+        """A fresh event for the task to wait on, set by the next `want`: taken before
+        the task looks whether anything is left to send, so no `want` is missed."""
+        self._wanted = trio.Event()
+        return self._wanted
+
+    def want(self) -> None:
+        """Wake the task: a record the loop did not write (whole) is left to send.
+        Why not at every seal: the loop writes nearly every record itself, and a task
+        woken for nothing costs the active's loop a scheduler pass per link per record
+        (benchmarks/README.md, "The link tasks woken only when they have work")."""
+        self._wanted.set()
+
+    @property
+    def behind(self) -> bool:
+        """Something sealed is not yet wholly handed to the socket."""
+        return bool(self.leftover) or (self._tls is not None and self._tls.unsent_bytes > 0)
 
     def write_now(self, number: int, body: bytes) -> None:
         """Write record `number` to the socket now, if it is the next one and the task

@@ -164,7 +164,6 @@ class CommitStream:
     """The last record whose answers went out (the replicas kept in sync hold it)."""
     answering: bool = True
     """False once the active steps down: nothing it holds is answered any more."""
-    sealed: trio.Event = field(default_factory=trio.Event)
     released: trio.Event = field(default_factory=trio.Event)
     """Set (and replaced) at every acknowledgement: a planned hand-over waits on it."""
     backlog_bytes: int = 0
@@ -182,7 +181,7 @@ class CommitStream:
 
     def seal(self, batches: list[WriteBatch]) -> None:
         """Number and keep the record of one transaction (`batches`, written and not
-        yet flushed here), and tell `on_sealed` and the links' tasks."""
+        yet flushed here), and tell `on_sealed`."""
         if not batches:
             return
         self.number += 1
@@ -194,8 +193,6 @@ class CommitStream:
         self._trim()
         if self.on_sealed is not None:
             self.on_sealed(self.number, body)
-        self.sealed.set()
-        self.sealed = trio.Event()
 
     def hold(self, dones: list[Done]) -> None:
         """Hold `dones` (answers durable here) until the record sealed last is durable
