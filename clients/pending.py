@@ -136,6 +136,11 @@ class Requests:
         else:
             link.send(request)  # what `send` does, inline: this is the per-request path
         link.unsent.add(request_id)
+        if not self.pending and link.write_now():
+            # Nothing else awaits an answer, so no frame is coming to share this one's:
+            # it goes now, not at the send loop's turn (a scheduler pass later). Once
+            # any of the outbox went, none of it is safe to send again.
+            link.unsent.clear()
         self.pending[request_id] = pending
         try:
             if wait_s is not None:  # one sweeper for every deadline, no scope per request

@@ -164,10 +164,10 @@ class FramedStream:
             await self.wait_ready()
             await self.flush()  # `write` wakes whoever waits in `flushed`
 
-    def write_now(self) -> None:
+    def write_now(self) -> bool:
         """Hand what is queued to a plain TCP socket (or a TLS stream of
         mrs.transport.tls_stream) at once, as far as it takes it without blocking; the
-        send loop writes the rest (and meets any error).
+        send loop writes the rest (and meets any error). True if any of it went.
 
         Why: a server answers most requests right after a commit, and the send loop
         runs only when the scheduler comes round to it, about 0.14 ms later at low
@@ -177,21 +177,23 @@ class FramedStream:
             self._frame_grouped()
         outbox = self._outbox
         if not outbox or self._writing or self.closed:
-            return
+            return False
         stream = self.stream
         if type(stream) is _TLS_STREAM:  # encrypted now; it keeps what the socket left
             if stream.send_nowait(bytes(outbox)):  # type: ignore[attr-defined]
                 outbox.clear()
                 if stream.unsent_bytes:  # type: ignore[attr-defined]
                     self.wake()  # the send loop writes what the socket left (`flush`)
-            return
+                return True
+            return False
         if type(stream) is not trio.SocketStream:
-            return  # another stream (the simulator's): its send loop writes
+            return False  # another stream (the simulator's): its send loop writes
         try:
             written = os.write(stream.socket.fileno(), outbox)
         except OSError:  # would block, or the peer is gone: the send loop's business
-            return
+            return False
         del outbox[:written]
+        return written > 0
 
     async def flush(self) -> None:
         """Write everything queued now (when no send loop runs, e.g. a last Fatal), and
