@@ -62,7 +62,7 @@ class LinkOut:
         """Wake the task: a record the loop did not write (whole) is left to send.
         Why not at every seal: the loop writes nearly every record itself, and a task
         woken for nothing costs the active's loop a scheduler pass per link per record
-        (benchmarks/README.md, "The link tasks woken only when they have work")."""
+        (benchmarks/README.md, "What a paced put costs, and three changes to its path")."""
         self._wanted.set()
 
     @property
