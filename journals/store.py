@@ -492,10 +492,11 @@ class JournalStore:
         """Start writing the pages the logged commits since the last call left dirty in
         LMDB's file, without waiting for them (journals.residency), as a synced
         commit wrote them with every commit: the checkpoint's flush then finds little
-        left. Why not inside the commit: the call takes about 50 us, and the commit's
-        answers need only the log's flush; the server calls this once they are on
-        their sockets, a replica once its acknowledgement is. A commit that finds it
-        still due (nobody called) starts it itself first."""
+        left. Why not inside the commit: the commit's answers need only the log's
+        flush, and this syscall would stand before every one of them (its cost:
+        benchmarks/README.md, "What a paced put costs"); the server calls this once
+        they are on their sockets, a replica once its acknowledgement is. A commit
+        that finds it still due (nobody called) starts it itself first."""
         if self.writeback_due:
             self.writeback_due = False
             residency.start_writeback(self._data_fd)

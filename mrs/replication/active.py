@@ -281,7 +281,7 @@ class Active:
                         nursery.cancel_scope.cancel()
                         return
                     wanted = link.rearm()
-                    if self.stream.number == link.cursor and not link.behind:
+                    if not link.has_work(self.stream.number):
                         await wanted.wait()  # `_write_rest` wakes it if the loop could not send
                     frames = self.stream.records_after(link.cursor)
                     if frames is None:
@@ -310,7 +310,7 @@ class Active:
         for link in self.links.values():
             if body is not None:
                 link.write_now(number, body)
-            if link.cursor < self.stream.number or link.behind:
+            if link.has_work(self.stream.number):
                 link.want()  # its task sends the rest (or finds the records gone)
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:

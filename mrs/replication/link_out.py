@@ -65,10 +65,15 @@ class LinkOut:
         (benchmarks/README.md, "What a paced put costs, and three changes to its path")."""
         self._wanted.set()
 
-    @property
-    def behind(self) -> bool:
-        """Something sealed is not yet wholly handed to the socket."""
-        return bool(self.leftover) or (self._tls is not None and self._tls.unsent_bytes > 0)
+    def has_work(self, last_sealed: int) -> bool:
+        """Whether the task has something to send: a record up to `last_sealed` not yet
+        handed to the socket, or the rest of one that the socket (or the TLS stream)
+        did not take whole."""
+        return (
+            self.cursor < last_sealed
+            or bool(self.leftover)
+            or (self._tls is not None and self._tls.unsent_bytes > 0)
+        )
 
     def write_now(self, number: int, body: bytes) -> None:
         """Write record `number` to the socket now, if it is the next one and the task
