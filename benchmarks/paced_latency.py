@@ -84,7 +84,8 @@ def measured_round(
     server_pid: int, address: str, rate_per_s: float, seconds: float, delivery: DeliveryMode
 ) -> tuple[list[float], Cost]:
     """One round of paced puts, with the server's and this process's CPU and the
-    server's disk bytes read around it (the warm-up puts count in, 50 of thousands)."""
+    server's disk bytes read around it (the connection's set-up and its 50 warm-up
+    puts count in: a small share beside thousands of puts)."""
     server_cpu_s, written_bytes = process_cpu_s(server_pid), process_written_bytes(server_pid)
     client_cpu_s = sum(os.times()[:2])
     latencies = trio.run(paced_puts, address, rate_per_s, seconds, delivery)
