@@ -31,6 +31,7 @@ from mrs.limits import (
     REPLICATION_DIAL_S_MIN,
     REPLICATION_HANDOVER_WAIT_S,
     REPLICATION_RENEW_FRACTION_DEFAULT,
+    REPLICATION_REST_HOLD_S,
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
 from mrs.replication.coordinator import Coordinator
@@ -283,9 +284,14 @@ class Active:
                     wanted = link.rearm()
                     if not link.has_work(self.stream.number):
                         await wanted.wait()  # `_write_rest` wakes it if the loop could not send
+                    held = not self._waited_for(name)
+                    if held:  # the records of the next few commits go with it
+                        await trio.sleep(REPLICATION_REST_HOLD_S)
                     frames = self.stream.records_after(link.cursor)
                     if frames is None:
                         raise LinkBroken(f"{name} fell out of the records kept")
+                    if held and len(frames) > 1:
+                        frames = [b"".join(frames)]  # one write; the replica applies them as one
                     link.cursor = self.stream.number
         finally:
             del self.links[name]
@@ -300,17 +306,29 @@ class Active:
         for name in write_first(links, stream.in_sync, stream.acked, stream.acks_needed):
             links[name].write_now(number, body)
 
+    def _waited_for(self, name: str) -> bool:
+        """Whether an answer waits for replica `name`: one the loop writes each record
+        to at its seal (mrs.replication.link_out `write_first`)."""
+        stream = self.stream
+        return name in write_first(self.links, stream.in_sync, stream.acked, stream.acks_needed)
+
     def _write_rest(self, number: int) -> None:
-        """Record `number` is durable here: out now on the links it did not go out on at
-        its seal (a link already past it takes nothing; what a socket does not take,
-        its task sends)."""
+        """Record `number` is durable here. A link it went out on at its seal takes
+        what that write left (the socket was busy: its task sends it). Each other link's
+        task is woken, and sends it with the records of the next commits at most
+        REPLICATION_REST_HOLD_S later: a replica no answer waits for then flushes and
+        acknowledges several commits at once, and leaves the two cores to the commits
+        an answer waits for (benchmarks/README.md, "The other replica's records held
+        for company")."""
         body = self.stream.frame_of_last(number)
         if self.stepped_down is not None:
             return
-        for link in self.links.values():
-            if body is not None:
+        stream, links = self.stream, self.links
+        first = write_first(links, stream.in_sync, stream.acked, stream.acks_needed)
+        for name, link in links.items():
+            if body is not None and name in first:
                 link.write_now(number, body)
-            if link.has_work(self.stream.number):
+            if link.has_work(stream.number):
                 link.want()  # its task sends the rest (or finds the records gone)
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:

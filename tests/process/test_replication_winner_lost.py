@@ -2,13 +2,13 @@
 etcd, three `mrs serve --instance` processes, and a proxy on every replication link
 (sim.replicated_nemesis `ReplicatedBus`).
 
-The active is SIGKILLed in a group in sync, with the link between the two replicas
-cut, so the winner of the next term cannot bring the other one in; the winner is
-SIGKILLed too. The first active comes back. The other replica takes over, because the
-winner's first in-sync record in etcd named it (it held every record the winner held,
-and the winner answered nothing before a replica joined): every answered put is
-there, once, in order. Before, that record named the winner alone, and the group
-waited for the lost winner to come back."""
+The active is SIGKILLed in a group in sync (every replica holds every record), with
+the link between the two replicas cut, so the winner of the next term cannot bring
+the other one in; the winner is SIGKILLed too. The first active comes back. The
+other replica takes over, because the winner's first in-sync record in etcd named it
+(it held every record the winner held, and the winner answered nothing before a
+replica joined): every answered put is there, once, in order. Before, that record
+named the winner alone, and the group waited for the lost winner to come back."""
 
 from __future__ import annotations
 
@@ -56,6 +56,18 @@ async def _active_with(bus: ReplicatedBus, active: str, joined: str) -> None:
             await trio.sleep(0.2)
 
 
+async def _every_replica_holds_everything(bus: ReplicatedBus) -> None:
+    """Until the active reports no record unacknowledged by any replica: the one no
+    answer waits for gets its records up to REPLICATION_REST_HOLD_S after the answers."""
+    with trio.fail_after(WAIT_S):
+        while True:
+            status = await active_status(bus)
+            replicas = (status or {}).get("replicas", {}).values()
+            if replicas and all(replica["backlog_records"] == 0 for replica in replicas):
+                return
+            await trio.sleep(0.01)
+
+
 async def _scenario(directory: Path) -> None:
     bus = ReplicatedBus(directory)
     await trio.to_thread.run_sync(bus.etcd.start)
@@ -71,6 +83,7 @@ async def _scenario(directory: Path) -> None:
                 for i in range(PUTS):
                     psb = await client.put(b"m%d" % i, "ORDERS", delivery=DeliveryMode.WF_DQF)
                     assert psb.status == Status.SUCCESS
+            await _every_replica_holds_everything(bus)
             b, c = (name for name in ("a", "b", "c") if name != first)
             bus.replication_proxies[(b, c)].cut()
             bus.replication_proxies[(c, b)].cut()

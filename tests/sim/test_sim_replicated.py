@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from clients import connect
 from mrs.exit_status import CommandError
+from mrs.limits import REPLICATION_REST_HOLD_S
+from mrs.model import DeliveryMode, Status
 from mrs.testing.replication_builds import (
     REPLICATION_SWITCHES,
     UNSAFE_ACCEPT_OLDER_TERM,
@@ -149,6 +152,49 @@ def test_a_new_active_lost_before_a_replica_joins_leaves_a_candidate(tmp_path: P
             await until(lambda: election.leader == other.config.name)
             await until(lambda: joined(group, first.config.name))  # it answers again
             assert not winner.up
+            nursery.cancel_scope.cancel()
+
+    run_under_autojump_clock(scenario)
+
+
+def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path: Path) -> None:
+    """Puts one at a time, a millisecond apart: the replica each answer waits for
+    flushes every commit as it comes; the other gets them at most
+    REPLICATION_REST_HOLD_S late, several in one write, and flushes them as one, so it
+    commits a fraction as often and still ends holding every record, in sync."""
+    shape = replace(DEFAULT_WORKLOAD, groups=(1,), replicated=(1,))
+    group = ReplicatedSimGroup(bus_config(tmp_path, shape), 1, MemoryNetwork(random.Random(1)))
+    puts = 60
+
+    async def until(condition, timeout_s: float = 60.0) -> None:
+        with trio.fail_after(timeout_s):
+            while not condition():
+                await trio.sleep(0.001)
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await group.start(nursery)
+            await until(group.settled)
+            active = group.active
+            assert active is not None and active.runner is not None
+            replication = active.runner.active
+            assert replication is not None
+            replicas = [i for i in group.instances.values() if i is not active]
+            before = {r.config.name: r.store.commits for r in replicas}
+            addresses = [i.config.listen for i in group.instances.values()]
+            network = group.network.node("puts-client")
+            async with connect(addresses, "P0", open_stream=network.connect) as client:
+                for index in range(puts):
+                    psb = await client.put(b"%d" % index, "PAR", delivery=DeliveryMode.WF_DQF)
+                    assert psb.status == Status.SUCCESS
+                    await trio.sleep(0.001)
+            sealed_s = trio.current_time()
+            await until(group.settled)
+            assert trio.current_time() - sealed_s <= 2 * REPLICATION_REST_HOLD_S
+            commits = sorted(r.store.commits - before[r.config.name] for r in replicas)
+            assert commits[1] >= puts  # the one answers wait for: each put's commit
+            assert commits[0] <= commits[1] // 3, commits  # the other: several at once
+            assert set(replication.stream.in_sync) == {r.config.name for r in replicas}
             nursery.cancel_scope.cancel()
 
     run_under_autojump_clock(scenario)
