@@ -284,7 +284,7 @@ class Active:
                     wanted = link.rearm()
                     if not link.has_work(self.stream.number):
                         await wanted.wait()  # `_write_rest` wakes it if the loop could not send
-                    held = not self._waited_for(name)
+                    held = name in self._held()
                     if held:  # the records of the next few commits go with it
                         await trio.sleep(REPLICATION_REST_HOLD_S)
                     frames = self.stream.records_after(link.cursor)
@@ -306,27 +306,30 @@ class Active:
         for name in write_first(links, stream.in_sync, stream.acked, stream.acks_needed):
             links[name].write_now(number, body)
 
-    def _waited_for(self, name: str) -> bool:
-        """Whether an answer waits for replica `name`: one the loop writes each record
-        to at its seal (mrs.replication.link_out `write_first`)."""
+    def _held(self) -> set[str]:
+        """The replicas whose records wait REPLICATION_REST_HOLD_S for company: in-sync
+        ones that no answer waits for (the loop does not write them each record at its
+        seal, mrs.replication.link_out `write_first`). One catching up is sent to at
+        once: it joins the in-sync set with an acknowledgement of the last record sealed,
+        and records held would make that rarer."""
         stream = self.stream
-        return name in write_first(self.links, stream.in_sync, stream.acked, stream.acks_needed)
+        first = write_first(self.links, stream.in_sync, stream.acked, stream.acks_needed)
+        return stream.in_sync.difference(first)
 
     def _write_rest(self, number: int) -> None:
-        """Record `number` is durable here. A link it went out on at its seal takes
-        what that write left (the socket was busy: its task sends it). Each other link's
-        task is woken, and sends it with the records of the next commits at most
-        REPLICATION_REST_HOLD_S later: a replica no answer waits for then flushes and
-        acknowledges several commits at once, and leaves the two cores to the commits
-        an answer waits for (benchmarks/README.md, "The other replica's records held
-        for company")."""
+        """Record `number` is durable here: out now on the links it did not go out on
+        at its seal (a link already past it takes nothing; what a socket does not take,
+        its task sends), except those `_held`: their tasks are woken, and send it with
+        the records of the next commits at most REPLICATION_REST_HOLD_S later. An
+        in-sync replica no answer waits for then flushes and acknowledges several
+        commits at once, and leaves the two cores to the commits an answer waits for
+        (benchmarks/README.md, "The other replica's records held for company")."""
         body = self.stream.frame_of_last(number)
         if self.stepped_down is not None:
             return
-        stream, links = self.stream, self.links
-        first = write_first(links, stream.in_sync, stream.acked, stream.acks_needed)
-        for name, link in links.items():
-            if body is not None and name in first:
+        stream, held = self.stream, self._held()
+        for name, link in self.links.items():
+            if body is not None and name not in held:
                 link.write_now(number, body)
             if link.has_work(stream.number):
                 link.want()  # its task sends the rest (or finds the records gone)
