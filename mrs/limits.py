@@ -437,7 +437,7 @@ REPLICATION_LAG_S_MAX = 1.0
 """An in-sync replica that has not acknowledged a commit this long after it was sealed
 leaves the in-sync set (while the replicas left hold every answer given)."""
 REPLICATION_REST_HOLD_S = 0.005
-"""A record goes to a replica no answer waits for (mrs.replication.link_out
+"""A record goes to an in-sync replica no answer waits for (mrs.replication.link_out
 `write_first` did not pick it) at most this long after the active flushed it, with the
 records sealed meanwhile: one send, one flush and one acknowledgement there for
 several commits (benchmarks/README.md, "The other replica's records held for
