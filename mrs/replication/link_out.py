@@ -10,18 +10,19 @@ is on its way while this instance flushes, and the replica's flush overlaps its 
 
 At the seal, the loop writes a record to the replicas an answer waits for only
 (`write_first`): the `acks_needed` in-sync ones that have acknowledged the most. It
-writes it to the others once the local flush is done (the stream's `on_flushed`), so
-they flush beside the active's next commit. Why: with every instance flushing the
-same record at once (three on one disk here), each flush took longer;
-with one replica flushing beside the active, the active's commit and the first
-acknowledgement both came sooner (benchmarks/README.md, "Only the replicas an answer
-waits for"). The choice follows the acknowledgements, so a replica that stalls stops
-being written first once another one has acknowledged more.
+writes it to a replica still catching up once the local flush is done (the stream's
+`on_flushed`); the other in-sync replicas get it from their link's task with the
+records of the next commits, REPLICATION_REST_HOLD_S later (mrs.replication.active
+`_held`). Why: with every instance flushing the same record at once (three on one
+disk here), each flush took longer; with one replica flushing beside the active, the
+active's commit and the first acknowledgement both came sooner (benchmarks/README.md,
+"Only the replicas an answer waits for"). The choice follows the acknowledgements, so
+a replica that stalls stops being written first once another one has acknowledged more.
 
 The link's task sends everything else: the catch-up, a bridge or a full copy when
-the link starts, and any record the loop could not write (the task was sending, the
-record does not follow the last one out, or the socket took only part of it, whose
-rest the task sends first). The two never write at once: the loop writes only while
+the link starts, the held records, and any record the loop could not write (the task
+was sending, the record does not follow the last one out, or the socket took only part
+of it, whose rest the task sends first). The two never write at once: the loop writes only while
 the task is not sending. A plain TCP stream and the TLS link's stream
 (mrs.transport.tls_stream, which encrypts the record there and then) are written from
 the loop; over any other stream (the simulator's) the task sends every record.
