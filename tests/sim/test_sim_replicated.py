@@ -108,6 +108,19 @@ def test_an_unknown_replication_switch_is_refused_in_one_line() -> None:
         broken_replication({"answer-late"})
 
 
+def _one_replicated_group(directory: Path) -> ReplicatedSimGroup:
+    """Group 1 of the default workload as three instances, on a memory network."""
+    shape = replace(DEFAULT_WORKLOAD, groups=(1,), replicated=(1,))
+    return ReplicatedSimGroup(bus_config(directory, shape), 1, MemoryNetwork(random.Random(1)))
+
+
+async def _until(condition, timeout_s: float = 60.0, step_s: float = 0.05) -> None:
+    """Look at `condition` every `step_s` of the simulator's clock until it holds."""
+    with trio.fail_after(timeout_s):
+        while not condition():
+            await trio.sleep(step_s)
+
+
 def test_a_new_active_lost_before_a_replica_joins_leaves_a_candidate(tmp_path: Path) -> None:
     """The active is lost in a group in sync, and the link between the two replicas is
     cut, so the winner of the next term cannot bring the other one in. The winner is
@@ -115,8 +128,7 @@ def test_a_new_active_lost_before_a_replica_joins_leaves_a_candidate(tmp_path: P
     (it held every record the winner held), so once the first active is back, the
     other takes over and the group is whole again without the lost winner. (Before,
     the record named the winner alone and the group waited for it.)"""
-    shape = replace(DEFAULT_WORKLOAD, groups=(1,), replicated=(1,))
-    group = ReplicatedSimGroup(bus_config(tmp_path, shape), 1, MemoryNetwork(random.Random(1)))
+    group = _one_replicated_group(tmp_path)
     election = group.election
 
     def joined(group: ReplicatedSimGroup, name: str) -> bool:
@@ -125,32 +137,27 @@ def test_a_new_active_lost_before_a_replica_joins_leaves_a_candidate(tmp_path: P
         replication = runner.active if runner is not None else None
         return replication is not None and name in replication.stream.in_sync
 
-    async def until(condition, timeout_s: float = 60.0) -> None:
-        with trio.fail_after(timeout_s):
-            while not condition():
-                await trio.sleep(0.05)
-
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
             await group.start(nursery)
-            await until(group.settled)
+            await _until(group.settled)
             first = group.active
             assert first is not None
             b, c = (i for i in group.instances.values() if i is not first)
             group.network.blackhole(group.node(b.config.name), group.node(c.config.name))
             term = election.term
             group.kill(first)
-            await until(lambda: election.term > term and election.leader is not None)
+            await _until(lambda: election.term > term and election.leader is not None)
             winner = group.instances[election.leader or ""]
             other = c if winner is b else b
-            await until(lambda: len(election.in_sync or ()) == 2)
+            await _until(lambda: len(election.in_sync or ()) == 2)
             assert election.in_sync == tuple(sorted((winner.config.name, other.config.name)))
             assert election.acks_needed == 1 and election.sync_leader == winner.config.name
             group.kill(winner)  # before `other` could join its term
             await group.network.heal()
             await group.start_one(nursery, first)
-            await until(lambda: election.leader == other.config.name)
-            await until(lambda: joined(group, first.config.name))  # it answers again
+            await _until(lambda: election.leader == other.config.name)
+            await _until(lambda: joined(group, first.config.name))  # it answers again
             assert not winner.up
             nursery.cancel_scope.cancel()
 
@@ -162,19 +169,13 @@ def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path:
     flushes every commit as it comes; the other gets them at most
     REPLICATION_REST_HOLD_S late, several in one write, and flushes them as one, so it
     commits a fraction as often and still ends holding every record, in sync."""
-    shape = replace(DEFAULT_WORKLOAD, groups=(1,), replicated=(1,))
-    group = ReplicatedSimGroup(bus_config(tmp_path, shape), 1, MemoryNetwork(random.Random(1)))
+    group = _one_replicated_group(tmp_path)
     puts = 60
-
-    async def until(condition, timeout_s: float = 60.0) -> None:
-        with trio.fail_after(timeout_s):
-            while not condition():
-                await trio.sleep(0.001)
 
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
             await group.start(nursery)
-            await until(group.settled)
+            await _until(group.settled, step_s=0.001)
             active = group.active
             assert active is not None and active.runner is not None
             replication = active.runner.active
@@ -189,7 +190,7 @@ def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path:
                     assert psb.status == Status.SUCCESS
                     await trio.sleep(0.001)
             answered_s = trio.current_time()
-            await until(group.settled)
+            await _until(group.settled, step_s=0.001)
             assert trio.current_time() - answered_s <= 2 * REPLICATION_REST_HOLD_S
             commits = sorted(r.store.commits - before[r.config.name] for r in replicas)
             assert commits[1] >= puts  # the one answers wait for: each put's commit
