@@ -425,7 +425,11 @@ REPLICATION_COPY_SLICE_ITEMS_MAX = 10_000
 REPLICATION_DIAL_S_MIN = 0.05
 """The active redials a replica after this long at first..."""
 REPLICATION_DIAL_S_MAX = 1.0
-"""...doubling up to this."""
+"""...doubling up to this, while its links end without an acknowledgement (a replica
+that cannot store: it is not sent its backlog again twenty times a second)."""
+REPLICATION_FAIL_LINGER_S = 1.0
+"""A replica that cannot store keeps the link open this long at most after saying so,
+for the active to read why before it closes the link itself."""
 REPLICATION_POLL_S = 0.2
 """A replica looks at the leader key in etcd this often (no watch on the gateway)."""
 COORDINATOR_LOG_INTERVAL_S = 30.0

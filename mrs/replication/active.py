@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
@@ -37,7 +37,7 @@ from mrs.limits import (
 from mrs.replication.coordinator import Coordinator
 from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore
-from mrs.replication.wire import FrameReader, LinkBroken, frame
+from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, LinkRefused, frame
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
@@ -85,6 +85,14 @@ class Active:
         self.recorded: set[str] = set()
         """The replicas etcd names as in sync (a subset of those waited for)."""
         self.links: dict[str, LinkOut] = {}
+        self.problems: dict[str, str] = {}
+        """Why a replica said it cannot store our records ("fail"), until it acknowledges
+        one again (`mrs status` shows it)."""
+        self._last_end: dict[str, str] = {}
+        """Why each replica's last link ended ("" if nobody said)."""
+        self._fruitless: set[str] = set()
+        """Replicas whose last link ended without an acknowledgement: their next links
+        are logged only when the reason changes (`_link_ended`)."""
         stream.on_sealed = self._write_now
         stream.on_flushed = self._write_rest
         store.on_lost = self.step_down
@@ -226,7 +234,11 @@ class Active:
 
     # --------------------------------------------------------------- the links
     async def _link_loop(self, replica: InstanceConfig) -> None:
-        delay_s = REPLICATION_DIAL_S_MIN
+        """Dial a replica and serve its link, again and again. One that ended without an
+        acknowledgement (refused, or a replica that cannot store) is dialled again after
+        a pause that doubles up to REPLICATION_DIAL_S_MAX: a failing replica is not sent
+        its backlog twenty times a second."""
+        name, delay_s = replica.name, REPLICATION_DIAL_S_MIN
         while self.stepped_down is None:
             try:
                 stream = await self.network.connect(
@@ -236,30 +248,55 @@ class Active:
                 await trio.sleep(delay_s)
                 delay_s = min(2 * delay_s, REPLICATION_DIAL_S_MAX)
                 continue
-            delay_s = REPLICATION_DIAL_S_MIN
+            acked_before = self.stream.acked.get(name, 0)
+            ended: BaseException | None = None
             try:
                 async with stream:
-                    await self._serve(replica.name, stream)
+                    await self._serve(name, stream)
             except LINK_ERRORS as error:
-                log.info("replication link to %s lost: %s", replica.name, error)
+                ended = error
             except BaseExceptionGroup as group:  # from _serve's nursery (sender + acks)
                 _, rest = group.split(LINK_ERRORS)
                 if rest is not None:
                     raise
-                why = "; ".join(str(error) for error in group.exceptions)
-                log.info("replication link to %s lost: %s", replica.name, why)
+                ended = _telling(group)
             finally:
-                self.connected.discard(replica.name)
+                self.connected.discard(name)
+            progressed = self.stream.acked.get(name, 0) > acked_before
+            self._link_ended(name, ended, progressed)
+            delay_s = (
+                REPLICATION_DIAL_S_MIN if progressed else min(2 * delay_s, REPLICATION_DIAL_S_MAX)
+            )
             await trio.sleep(delay_s)
+
+    def _link_ended(self, name: str, ended: BaseException | None, progressed: bool) -> None:
+        """Log why a link ended: a refusal or a replica that cannot store as a WARNING,
+        a plain loss as INFO; while links to it end without an acknowledgement, only
+        when the reason changes (one line per state, not per retry)."""
+        why = "" if ended is None else str(ended)
+        repeated = not progressed and why == self._last_end.get(name)
+        self._last_end[name] = why
+        if progressed:
+            self._fruitless.discard(name)
+        else:
+            self._fruitless.add(name)
+        if ended is None or repeated:
+            return
+        if isinstance(ended, CannotStore):
+            self.problems[name] = why
+            log.warning("replica %s cannot store term %d's records: %s", name, self.term, why)
+        elif isinstance(ended, LinkRefused):
+            log.warning("replica %s refuses term %d: %s", name, self.term, why)
+        else:
+            log.info("replication link to %s lost: %s", name, why)
 
     async def _serve(self, name: str, stream: trio.abc.Stream) -> None:
         hello = {"t": "hello", "group": self.group_id, "term": self.term, "from": self.me.name}
         await stream.send_all(frame(hello))
         reader = FrameReader(stream)
         answer = await reader.next()
-        if answer["t"] == "refuse":
-            self._refused(name, str(answer.get("why")))
-            return
+        if answer["t"] in ("refuse", "fail"):
+            self._refused(name, answer)
         (pos_term, pos_number), led = _hello_answer(name, answer)
         frames: Iterable[bytes] | None = self.stream.frames_for(
             (pos_term, pos_number), led, bool(answer.get("whole", False))
@@ -272,7 +309,9 @@ class Active:
             how = f"a full copy at {self.stream.number}"
         link = self.links[name] = LinkOut(stream, self.stream.number)
         self.connected.add(name)
-        log.info("replica %s at %s: sending %s", name, (pos_term, pos_number), how)
+        (log.debug if name in self._fruitless or name in self.problems else log.info)(
+            "replica %s at %s: sending %s", name, (pos_term, pos_number), how
+        )
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
@@ -337,12 +376,14 @@ class Active:
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:
             message = await reader.next()
-            if message["t"] == "refuse":
-                self._refused(name, str(message.get("why")))
-                scope.cancel()
-                return
-            if message["t"] == "ack" and self.stream.ack(name, self._acked(name, message)):
-                await self._join(name)
+            if message["t"] in ("refuse", "fail"):
+                self._refused(name, message)
+            if message["t"] == "ack":
+                if name in self.problems:
+                    log.info("replica %s stores and acknowledges records again", name)
+                    del self.problems[name]
+                if self.stream.ack(name, self._acked(name, message)):
+                    await self._join(name)
 
     def _acked(self, name: str, message: dict[str, Any]) -> int:
         """The record an acknowledgement names, if a replica can hold it: one this
@@ -357,10 +398,16 @@ class Active:
             )
         return number
 
-    def _refused(self, name: str, why: str) -> None:
-        log.warning("replica %s refuses term %d: %s", name, self.term, why)
+    def _refused(self, name: str, message: dict[str, Any]) -> NoReturn:
+        """A replica refused the link or a record ("refuse"), or cannot store ("fail"):
+        the link ends (logged by `_link_ended`); one that has seen a newer term makes
+        this active step down."""
+        why = str(message.get("why"))
+        if message["t"] == "fail":
+            raise CannotStore(why)
         if "older term" in why:
             self.step_down(f"{name} has seen a newer term")
+        raise LinkRefused(why)
 
     def _full_copy(self) -> Iterator[bytes]:
         """Every journal, in slices of at most REPLICATION_COPY_SLICE_BYTES (and
@@ -421,6 +468,7 @@ class Active:
                 "acked": self.stream.acked.get(replica.name, 0),
                 "backlog_records": records,
                 "backlog_bytes": size,
+                "problem": self.problems.get(replica.name),
             }
         return {
             "instance": self.me.name,
@@ -430,6 +478,14 @@ class Active:
             "acks_needed": self.stream.acks_needed,
             "replicas": replicas,
         }
+
+
+def _telling(group: BaseExceptionGroup) -> BaseException:
+    """The error of a link's nursery that says why it ended: the replica's own reason
+    ("refuse", "fail") before the broken socket it left behind."""
+    errors = list(group.exceptions)
+    told = [error for error in errors if isinstance(error, CannotStore | LinkRefused)]
+    return (told or errors)[0]
 
 
 def _hello_answer(name: str, answer: dict[str, Any]) -> tuple[tuple[int, int], int]:

@@ -38,13 +38,16 @@ from mrs.limits import (
     REPLICATION_BACKLOG_RECORDS_MAX,
     REPLICATION_COPY_SLICE_BYTES,
     REPLICATION_COPY_SLICE_ITEMS_MAX,
+    REPLICATION_FAIL_LINGER_S,
 )
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
-from mrs.replication.wire import FrameReader, LinkBroken, frame
+from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, frame
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
+_DISCARD_BYTES = 1 << 16
+"""What a replica that cannot store reads at a time of what the active still sends."""
 
 POSITION_KEY = "replication.position"
 """META: the (term, number) of the last record applied."""
@@ -132,6 +135,8 @@ class Replica:
         self.copy_partial = store.meta_get(COPY_PARTIAL_KEY) is not None
         self._copying: tuple[int, int] | None = None
         """The full copy this link is applying (term, number); None between copies."""
+        self.store_failure: str | None = None
+        """Why the journals last refused the active's records, until they take some."""
 
     @property
     def holds_journals(self) -> bool:
@@ -160,8 +165,32 @@ class Replica:
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         async with stream:
-            with contextlib.suppress(LinkBroken, trio.BrokenResourceError, OSError):
-                await self._link(stream)  # a link lost: the active dials again
+            try:
+                await self._link(stream)
+            except CannotStore as failure:
+                await self._cannot_store(stream, str(failure))
+            except (LinkBroken, trio.BrokenResourceError, OSError):
+                pass  # a link lost: the active dials again
+
+    async def _cannot_store(self, stream: trio.abc.Stream, why: str) -> None:
+        """The journals refused the active's records: say so once in this instance's
+        log (again only if the reason changes), and to the active each time, which
+        then dials again later (mrs.replication.active). The link stays open until the
+        active closes it (REPLICATION_FAIL_LINGER_S at most), so the reason reaches it
+        before its next send finds the link closed."""
+        if why != self.store_failure:
+            log.error(
+                "replica %s cannot store the active's records: %s; it acknowledges "
+                "nothing until its journals take writes again",
+                self.name,
+                why,
+            )
+            self.store_failure = why
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await stream.send_all(frame({"t": "fail", "why": why}))
+            with trio.move_on_after(REPLICATION_FAIL_LINGER_S):
+                while await stream.receive_some(_DISCARD_BYTES):
+                    pass
 
     async def _link(self, stream: trio.abc.Stream) -> None:
         reader = FrameReader(stream)
@@ -218,10 +247,13 @@ class Replica:
         if self.rules.refuses_term(term, self.term_seen):
             return f"older term {term} (this replica has seen term {self.term_seen})"
         if term > self.term_seen:
+            try:
+                self.store.commit_now(
+                    WriteBatch.empty().put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(term))
+                )
+            except JournalError as error:
+                raise CannotStore(str(error)) from None
             self.term_seen = term
-            self.store.commit_now(
-                WriteBatch.empty().put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(term))
-            )
         return None
 
     def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -242,7 +274,7 @@ class Replica:
         except (ValueError, KeyError, TypeError) as error:
             return {"t": "refuse", "why": f"malformed: {error}"}
         except JournalError as error:
-            raise LinkBroken(f"cannot store: {error}") from None
+            raise CannotStore(str(error)) from None
         return {"t": "refuse", "why": f"unknown message {message.get('t')!r}"}
 
     def receive_commits(self, messages: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
@@ -274,7 +306,7 @@ class Replica:
             try:
                 self._apply(batches, position)
             except JournalError as error:
-                raise LinkBroken(f"cannot store: {error}") from None
+                raise CannotStore(str(error)) from None
             for message in applied:
                 self.recent.add(int(message["term"]), int(message["n"]), message["batches"])
             answers.append({"t": "ack", "n": position[1]})
@@ -376,6 +408,9 @@ class Replica:
         mark.put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(self.term_seen))
         self.store.apply([*batches, mark])
         self.position = position
+        if self.store_failure is not None:
+            log.info("replica %s stores the active's records again", self.name)
+            self.store_failure = None
 
     def record_term(self, term: int) -> None:
         """This instance won `term`: its journals say so (position (term, 0): it holds

@@ -33,6 +33,15 @@ class LinkBroken(Exception):
     """The other end closed, sent a frame too long or one that is not a map."""
 
 
+class CannotStore(LinkBroken):
+    """A replica's journals refused a write (a full or failing disk): it tells the active
+    why ("fail") and acknowledges nothing until they take writes again."""
+
+
+class LinkRefused(LinkBroken):
+    """The other end refused the link or a record ("refuse"), saying why."""
+
+
 def frame(message: dict[str, Any]) -> bytes:
     body = msgpack.packb(message, use_bin_type=True)
     return _LENGTH.pack(len(body)) + body

@@ -154,7 +154,13 @@ class InstanceRunner:
         """Serve as a replica until this instance wins a term; the term, the records
         it can bridge the other replicas of its old term with, and the replicas that
         hold every record it holds (coordinator `same_position_replicas`)."""
-        files = JournalFiles(self.bus, self.config, lambda: None, open_store=self.open_store)
+        files = JournalFiles(
+            self.bus,
+            self.config,
+            lambda: None,
+            open_store=self.open_store,
+            fault_file=self.options.fault_file,
+        )
         store = files.open()
         UsageWatch.for_limits(store, self.config.limits, self.group.id)
         try:

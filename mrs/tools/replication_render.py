@@ -1,5 +1,6 @@
 """`mrs status`'s Replication table: each instance of a replicated group as its active
-reports it (role, term, in sync, backlog of records and bytes not yet acknowledged).
+reports it (role, term, in sync, its link, or why it cannot store, backlog of records
+and bytes not yet acknowledged).
 
 Why the active reports the replicas: a replica does not listen on the client port
 (clients find the active by trying the instances), so the active, which streams to
@@ -34,12 +35,19 @@ def replication_rows(views: list[GroupView]) -> list[list[str]]:
                     "replica",
                     term,
                     "yes" if replica.get("in_sync") else "no",
-                    "up" if replica.get("connected") else "down",
+                    _link_text(replica),
                     str(replica.get("backlog_records", 0)),
                     str(replica.get("backlog_bytes", 0)),
                 ]
             )
     return rows
+
+
+def _link_text(replica: dict[str, Any]) -> str:
+    """ "up", "down", or why a replica said it cannot store (a full or failing disk)."""
+    if problem := replica.get("problem"):
+        return f"cannot store: {problem}"
+    return "up" if replica.get("connected") else "down"
 
 
 def replication_table(views: list[GroupView], make_table: Callable[..., Any]) -> Any:

@@ -826,3 +826,62 @@ def test_an_active_whose_flush_fails_after_sending_steps_down_and_loses_nothing(
     assert "steps down from term 1: a commit sent to the replicas failed here" in "\n".join(lines)
     assert lines[-1].startswith(f"mrs: instance {first} stops: a commit sent to the replicas")
     assert lines[-1].endswith("start it again: it takes a copy from the active")
+
+
+def test_a_replica_whose_disk_fails_is_dropped_says_why_once_and_rejoins(
+    etcd, tmp_path, monkeypatch
+) -> None:
+    """A replica's journals refuse the records (ENOSPC injected at its flush, as a full
+    disk reports it): the active keeps answering with the other replica, drops it from
+    the in-sync set and shows why in its status; the replica logs one ERROR and the
+    active one WARNING however many times the link is dialled again meanwhile (not one
+    line and one resent backlog per retry); once the disk takes writes the replica
+    catches up, and every put is delivered once, in order."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    named = config.rename(config.with_name(f"bus_{tmp_path.name}.toml"))
+    faults = {name: tmp_path / f"fault-{name}" for name in ("a", "b", "c")}
+    processes = {}
+    for name in ("a", "b", "c"):
+        monkeypatch.setenv("MRS_FAULT_FILE", str(faults[name]))  # each its own switch
+        processes[name] = InstanceProcess(named, name)
+        processes[name].start()
+    try:
+        active = wait_active(processes, 30)
+        victim = min(set(processes) - {active})
+
+        async def scenario() -> tuple[dict, list[bytes]]:
+            async with connect(instance_addresses(named, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                await put_once(client, b"m0", "ORDERS", "m-0")
+                faults[victim].write_text("ENOSPC")
+                sent = 1
+                with trio.fail_after(10 * REPLICATION_LAG_S_MAX):
+                    while True:  # every put answered while the replica cannot store
+                        psb = await put_once(client, b"m%d" % sent, "ORDERS", f"m-{sent}")
+                        assert psb.status == Status.SUCCESS
+                        sent += 1
+                        replica = (await client.status())["replication"]["replicas"][victim]
+                        if not replica["in_sync"] and replica["problem"]:
+                            break
+                faults[victim].write_text("")
+                await wait_caught_up(client, {"a", "b", "c"})
+                taken = []
+                while len(taken) < sent:
+                    message = await client.get(timeout=5)
+                    taken.append(message.body)
+                    await client.confirm(message.seq)
+                return replica, taken
+
+        replica, taken = trio.run(scenario)
+    finally:
+        for process in processes.values():
+            process.terminate()
+    assert "No space left on device" in replica["problem"]
+    assert taken == [b"m%d" % index for index in range(len(taken))]
+    victim_log = (named.parent / f"{victim}.log").read_text()
+    active_log = (named.parent / f"{active}.log").read_text()
+    assert victim_log.count("ERROR mrs.replication: replica") == 1
+    assert f"replica {victim} cannot store the active's records: journal device" in victim_log
+    assert f"replica {victim} stores the active's records again" in victim_log
+    assert active_log.count(f"WARNING mrs.replication: replica {victim} cannot store") == 1
+    assert f"replica {victim} stores and acknowledges records again" in active_log
