@@ -90,8 +90,8 @@ class SimCoordinator(MemoryCoordinator):
         super().__init__(group.election, name)
         self.group = group
 
-    async def campaign(self) -> int | None:
-        term = await super().campaign()
+    async def campaign(self, term_at_least: int = 0) -> int | None:
+        term = await super().campaign(term_at_least)
         if term is not None:
             self.group.renewed_s[self.name] = trio.current_time()
             self.group.terms.append((term, self.name))

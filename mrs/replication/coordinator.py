@@ -20,6 +20,12 @@ replica is added to it before its acknowledgements count, and dropped from the c
 before it is dropped from the record, so etcd never asks less of a candidate than the
 answers given need.
 
+When etcd holds no record the journals can trust (none at all, or a term older than
+one an instance's journals have seen: etcd lost its data, was restored from an old
+backup, or is another etcd), no instance may promote itself on etcd's word: each posts
+a `Census` of what its journals hold, and only the most advanced of a majority of the
+instances campaigns (mrs.replication.census), in a term above every term they saw.
+
 Two implementations of `Coordinator`: `EtcdCoordinator` (production, tests against a
 real etcd) and `MemoryCoordinator` over a shared `MemoryElection` (unit tests and the
 simulator), which keeps the same rules.
@@ -33,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from mrs.replication.census import Census, Position, census_of, census_value
 from mrs.replication.etcd import (
     EtcdClient,
     EtcdError,
@@ -42,9 +49,6 @@ from mrs.replication.etcd import (
     modified_at,
     put_op,
 )
-
-Position = tuple[int, int]
-"""(term, number) of the last replication record an instance applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +139,15 @@ class Coordinator(Protocol):
 
     async def read(self) -> GroupState: ...
 
-    async def campaign(self) -> int | None:
-        """Take the leadership if it is free: the new term, or None (someone holds it)."""
+    async def campaign(self, term_at_least: int = 0) -> int | None:
+        """Take the leadership if it is free: the new term (above `term_at_least` and
+        every term granted before), or None (someone holds it)."""
+
+    async def post_census(self, census: Census) -> None:
+        """Post what this instance's journals hold (kept only while it keeps posting)."""
+
+    async def read_census(self, names: tuple[str, ...]) -> dict[str, Census]:
+        """The censuses posted by `names` that still stand."""
 
     async def renew(self) -> bool:
         """Keep the lease alive; False once it is lost (stop answering at once)."""
@@ -179,7 +190,11 @@ class EtcdCoordinator:
         self.sync_key = f"{prefix}/sync".encode()
         self.failover_key = f"{prefix}/failover".encode()
         self.position_prefix = f"{prefix}/position/"
+        self.census_prefix = f"{prefix}/census/"
         self.lease_id: int | None = None
+        self._census_lease: int | None = None
+        """The lease this instance's census is posted under: it vanishes TTL after the
+        instance stops posting (a stopped instance's says nothing of its journals)."""
         self.term = 0
 
     async def read(self) -> GroupState:
@@ -215,12 +230,12 @@ class EtcdCoordinator:
                 positions[member] = position
         return positions
 
-    async def campaign(self) -> int | None:
+    async def campaign(self, term_at_least: int = 0) -> int | None:
         try:
             current = await self.client.get(self.term_key)
             term, revision = (int(current[0]), current[1]) if current is not None else (0, 0)
             lease_id = await self.client.grant(self.ttl_s)
-            new_term = term + 1
+            new_term = max(term, term_at_least) + 1
             won = await self.client.txn(
                 [absent(self.leader_key), modified_at(self.term_key, revision)],
                 [
@@ -237,6 +252,26 @@ class EtcdCoordinator:
             raise CoordinatorUnavailable(str(error)) from None
         self.lease_id, self.term = lease_id, new_term
         return new_term
+
+    async def post_census(self, census: Census) -> None:
+        try:
+            if self._census_lease is None or await self.client.keepalive(self._census_lease) <= 0:
+                self._census_lease = await self.client.grant(self.ttl_s)
+            key = f"{self.census_prefix}{self.name}".encode()
+            await self.client.txn([], [put_op(key, census_value(census), self._census_lease)])
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
+
+    async def read_census(self, names: tuple[str, ...]) -> dict[str, Census]:
+        found: dict[str, Census] = {}
+        for name in names:
+            try:
+                posted = await self.client.get(f"{self.census_prefix}{name}".encode())
+            except EtcdError as error:
+                raise CoordinatorUnavailable(str(error)) from None
+            if posted is not None and (census := census_of(posted[0])) is not None:
+                found[name] = census
+        return found
 
     async def renew(self) -> bool:
         if self.lease_id is None:
@@ -330,6 +365,8 @@ class MemoryElection:
     positions: dict[str, tuple[int, Position]] = field(default_factory=dict)
     """Each replica's last posted (closing term, position)."""
     failover: str | None = None
+    census: dict[str, Census] = field(default_factory=dict)
+    """Each instance's posted census (the simulator's instances post while they run)."""
     reachable: set[str] = field(default_factory=set)
     """Empty: everyone reaches the coordinator; else only these names."""
 
@@ -367,12 +404,12 @@ class MemoryCoordinator:
             positions,
         )
 
-    async def campaign(self) -> int | None:
+    async def campaign(self, term_at_least: int = 0) -> int | None:
         election = self.election
         election._reach(self.name)
         if election.leader is not None:
             return None
-        election.term += 1
+        election.term = max(election.term, term_at_least) + 1
         election.leader, election.leader_term = self.name, election.term
         election.in_sync, election.sync_leader, election.acks_needed = (self.name,), self.name, 0
         election.failover = None
@@ -402,6 +439,14 @@ class MemoryCoordinator:
     async def post_position(self, closing_term: int, position: Position) -> None:
         self.election._reach(self.name)
         self.election.positions[self.name] = (closing_term, position)
+
+    async def post_census(self, census: Census) -> None:
+        self.election._reach(self.name)
+        self.election.census[self.name] = census
+
+    async def read_census(self, names: tuple[str, ...]) -> dict[str, Census]:
+        self.election._reach(self.name)
+        return {name: self.election.census[name] for name in names if name in self.election.census}
 
     async def resign(self) -> None:
         self.election.expire(self.name)

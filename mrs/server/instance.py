@@ -32,10 +32,12 @@ from mrs.core.refusals import RefusalLog
 from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import COORDINATOR_LOG_INTERVAL_S, REPLICATION_POLL_S
 from mrs.replication.active import Active
+from mrs.replication.census import Census, history_term, may_campaign_by_census, record_trusted
 from mrs.replication.coordinator import (
     Coordinator,
     CoordinatorUnavailable,
     EtcdCoordinator,
+    GroupState,
     etcd_prefix,
     must_post_position,
     same_position_replicas,
@@ -136,6 +138,9 @@ class InstanceRunner:
         self._coordinator_log = RefusalLog(log, COORDINATOR_LOG_INTERVAL_S, trio.current_time)
         self._coordinator_lost_at_s: float | None = None
         """When the coordinator stopped answering this replica (None: it answers)."""
+        self._census_posted = False
+        self._said_empty = False
+        """This replica has closed its term and posted a census (mrs.replication.census)."""
 
     async def run(self) -> None:
         while True:
@@ -193,32 +198,67 @@ class InstanceRunner:
         first. (Found by the simulator: a wiped replica promoted when the active was
         lost before it had its copy; and by the replicated nemesis: a wiped active back
         before its lease ran out.)"""
-        said_empty = False
         while True:
             await trio.sleep(REPLICATION_POLL_S)
             try:
                 state = await self.coordinator.read()
                 self._coordinator_answered()
-                if must_post_position(state, self.me.name):
-                    replica.close_term(state.term)  # the position posted is final
-                    await self.coordinator.post_position(state.term, replica.candidate_position)
-                    continue
-                holds = replica.holds_journals
-                if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
-                    state.term > 0 and not holds
-                ):
-                    if not (holds or said_empty or state.leader or state.in_sync is None):
-                        said_empty = True
-                        log.info("instance %s holds no journals: not a candidate", self.me.name)
-                    continue
-                term = await self.coordinator.campaign()
+                term = await self._try_term(replica, state)
             except CoordinatorUnavailable as error:
                 self._coordinator_unavailable(error)
                 continue
             if term is not None:
                 log.info("instance %s won term %d", self.me.name, term)
+                self._census_posted = False  # a later loss of etcd's data is a new census
                 position = replica.comparable_position
                 return term, same_position_replicas(state, self.me.name, position)
+
+    async def _try_term(self, replica: Replica, state: GroupState) -> int | None:
+        """One look at the coordinator: the term won, or None (not now)."""
+        history = history_term(replica.position, replica.led)
+        if not record_trusted(state.in_sync, state.term, history):
+            term_at_least = None if state.leader else await self._census(replica, state)
+            return None if term_at_least is None else await self.coordinator.campaign(term_at_least)
+        if must_post_position(state, self.me.name):
+            replica.close_term(state.term)  # the position posted is final
+            await self.coordinator.post_position(state.term, replica.candidate_position)
+            return None
+        holds = replica.holds_journals
+        if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
+            state.term > 0 and not holds
+        ):
+            if not (holds or self._said_empty or state.leader or state.in_sync is None):
+                self._said_empty = True
+                log.info("instance %s holds no journals: not a candidate", self.me.name)
+            return None
+        return await self.coordinator.campaign()
+
+    async def _census(self, replica: Replica, state: GroupState) -> int | None:
+        """etcd holds no record these journals can trust (mrs.replication.census): close
+        the old term (no record of it taken after the census is posted, so the census
+        is final), post what the journals hold, and say whether this instance may
+        campaign: the term to campaign above (every term the posted instances saw),
+        or None. Logged once when etcd's record is found older than the journals (a
+        new group's instances hold no history: nothing to close, nothing to say)."""
+        if not self._census_posted:
+            history = history_term(replica.position, replica.led)
+            if history > 0:
+                log.warning(
+                    "etcd holds no record of group %d's term %d or later (its data was lost, "
+                    "restored from an older backup, or this is another etcd): the instances "
+                    "compare their journals, and the most advanced of a majority becomes active",
+                    self.group.id,
+                    history,
+                )
+                replica.close_term(max(replica.term_seen, state.term))
+            self._census_posted = True
+        census = Census.of(replica.holds_journals, replica.position, replica.led, replica.term_seen)
+        await self.coordinator.post_census(census)
+        names = tuple(instance.name for instance in self.group.instances)
+        posted = await self.coordinator.read_census(names)
+        if not may_campaign_by_census(posted, self.me.name, len(names)):
+            return None
+        return max(other.term_seen for other in posted.values())
 
     def _coordinator_unavailable(self, error: CoordinatorUnavailable) -> None:
         """One WARNING when the coordinator stops answering (and one per other reason),
