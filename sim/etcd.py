@@ -95,6 +95,12 @@ class EtcdServer:
             self.process.kill()
             self.process.wait()
 
+    def wipe(self) -> None:
+        """SIGKILL it and delete its data: started again, it holds nothing (a lost
+        member disk, or a member set rebuilt empty)."""
+        self.stop()
+        shutil.rmtree(self.directory / "etcd-data", ignore_errors=True)
+
 
 def write_replicated_config(directory: Path, endpoint: str, queues: str, ttl_s: int = 3) -> Path:
     """A one-group bus of three instances (a, b, c) on free ports."""

@@ -7,7 +7,8 @@ while the others keep it). Producers put WF messages with unique ids under
 idempotency keys (`clients.put_once`), a consumer gets and confirms, and on a seeded
 schedule the nemesis SIGKILLs the active, partitions it from the replicas and etcd,
 deletes a data directory (of a replica, or of the killed active) and restarts the
-instance, or restarts etcd; between faults it heals and restarts what it broke and
+instance, or restarts etcd, on its data or wiped (its data lost: the instances then
+agree by census, mrs.replication.census); between faults it heals and restarts what it broke and
 waits until every instance is in sync again.
 
 At the end everything is healed and drained, and the independent checker
@@ -58,6 +59,7 @@ FAULT_KINDS = (
     "wipe-replica",
     "wipe-killed-active",
     "restart-etcd",
+    "wipe-etcd",
 )
 QUEUES = """
 [[group.queue]]
@@ -394,8 +396,8 @@ class Nemesis:
             instances[victim].kill()
             shutil.rmtree(self.bus.directory / victim, ignore_errors=True)
             await trio.sleep(self.rng.uniform(0.5, 3.0))
-        elif kind == "restart-etcd":
-            self.bus.etcd.stop()
+        elif kind in ("restart-etcd", "wipe-etcd"):
+            (self.bus.etcd.stop if kind == "restart-etcd" else self.bus.etcd.wipe)()
             await trio.sleep(self.rng.uniform(0.5, 4.0))
             await trio.to_thread.run_sync(self.bus.etcd.start)
 
