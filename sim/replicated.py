@@ -17,8 +17,10 @@ The faults of its own (`REPLICATION_ACTIONS`, acted out by `act`): a failover (t
 active killed as SIGKILL would: its journals keep what was committed), a replica
 lagging behind (its link blackholed) and then a failover, the active cut off from
 both replicas and then killed, a replica restarted with empty journals (a lost disk),
-the active's lease expiring under it (a process paused past its lease), and the
-active cut off from the coordinator (it must step down before the lease expires).
+the active's lease expiring under it (a process paused past its lease), the
+active cut off from the coordinator (it must step down before the lease expires), and
+the coordinator losing its data (the instances then agree by census,
+mrs.replication.census).
 Replication messages are lost with their link (blackholes, resets) and delayed by
 the network's seeded delays, so records of an old and a new term arrive at a replica
 in either order.
@@ -77,6 +79,7 @@ REPLICATION_ACTIONS = (
     "restart-empty",
     "lease-expire",
     "coordinator-cut",
+    "coordinator-wipe",
 )
 """The nemesis's faults aimed at the replicated group (see the module docstring)."""
 
@@ -376,6 +379,12 @@ async def act(sim: Simulation, nursery: trio.Nursery, rng: random.Random, action
         group.election.reachable = {i.config.name for i in replicas}
         await trio.sleep(rng.uniform(0.5, 3.0))
         group.heal()
+    elif action == "coordinator-wipe":  # etcd lost its data: the active cannot renew
+        group.election.wipe()  # and steps down; the instances agree by census
+        sim.history.record_crash(group.group_id)
+        with trio.move_on_after(FAILOVER_WAIT_S_MAX):
+            while group.election.leader is None:
+                await trio.sleep(_WATCHDOG_S)
 
 
 async def _lag_then_failover(

@@ -374,6 +374,12 @@ class MemoryElection:
         if self.leader == name:
             self.leader = None
 
+    def wipe(self) -> None:
+        """etcd lost its data: no leader, no term, no record, nothing posted."""
+        self.leader, self.leader_term, self.term = None, 0, 0
+        self.in_sync, self.sync_leader, self.acks_needed = None, None, None
+        self.positions, self.census, self.failover = {}, {}, None
+
     def _reach(self, name: str) -> None:
         if self.reachable and name not in self.reachable:
             raise CoordinatorUnavailable(f"{name} cannot reach the coordinator")
