@@ -139,8 +139,9 @@ class InstanceRunner:
         self._coordinator_lost_at_s: float | None = None
         """When the coordinator stopped answering this replica (None: it answers)."""
         self._census_posted = False
-        self._said_empty = False
         """This replica has closed its term and posted a census (mrs.replication.census)."""
+        self._said_empty = False
+        """It logged that its journals hold nothing, so it is no candidate."""
 
     async def run(self) -> None:
         while True:

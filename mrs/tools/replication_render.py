@@ -44,7 +44,7 @@ def replication_rows(views: list[GroupView]) -> list[list[str]]:
 
 
 def _link_text(replica: dict[str, Any]) -> str:
-    """ "up", "down", or why a replica said it cannot store (a full or failing disk)."""
+    """The Link cell: up, down, or why a replica said it cannot store (a full disk)."""
     if problem := replica.get("problem"):
         return f"cannot store: {problem}"
     return "up" if replica.get("connected") else "down"
