@@ -210,7 +210,7 @@ class InstanceRunner:
                 continue
             if term is not None:
                 log.info("instance %s won term %d", self.me.name, term)
-                self._census_posted = False  # a later loss of etcd's data is a new census
+                self._census_posted = False
                 position = replica.comparable_position
                 return term, same_position_replicas(state, self.me.name, position)
 
@@ -220,6 +220,7 @@ class InstanceRunner:
         if not record_trusted(state.in_sync, state.term, history):
             term_at_least = None if state.leader else await self._census(replica, state)
             return None if term_at_least is None else await self.coordinator.campaign(term_at_least)
+        self._census_posted = False  # a later loss of etcd's data is a new census
         if must_post_position(state, self.me.name):
             replica.close_term(state.term)  # the position posted is final
             await self.coordinator.post_position(state.term, replica.candidate_position)
