@@ -88,11 +88,10 @@ class Active:
         self.problems: dict[str, str] = {}
         """Why a replica said it cannot store our records ("fail"), until it acknowledges
         one again (`mrs status` shows it)."""
-        self._last_end: dict[str, str] = {}
-        """Why each replica's last link ended ("" if nobody said)."""
-        self._fruitless: set[str] = set()
-        """Replicas whose last link ended without an acknowledgement: their next links
-        are logged only when the reason changes (`_link_ended`)."""
+        self._last_end: dict[str, tuple[str, bool]] = {}
+        """Why each replica's last link ended ("" if nobody said) and whether it had
+        brought an acknowledgement: after one that had not, the next links are logged
+        only when the reason changes (`_link_ended`)."""
         stream.on_sealed = self._write_now
         stream.on_flushed = self._write_rest
         store.on_lost = self.step_down
@@ -274,12 +273,8 @@ class Active:
         a plain loss as INFO; while links to it end without an acknowledgement, only
         when the reason changes (one line per state, not per retry)."""
         why = "" if ended is None else str(ended)
-        repeated = not progressed and why == self._last_end.get(name)
-        self._last_end[name] = why
-        if progressed:
-            self._fruitless.discard(name)
-        else:
-            self._fruitless.add(name)
+        repeated = not progressed and why == self._last_end.get(name, ("", True))[0]
+        self._last_end[name] = (why, progressed)
         if ended is None or repeated:
             return
         if isinstance(ended, CannotStore):
@@ -309,7 +304,8 @@ class Active:
             how = f"a full copy at {self.stream.number}"
         link = self.links[name] = LinkOut(stream, self.stream.number)
         self.connected.add(name)
-        (log.debug if name in self._fruitless or name in self.problems else log.info)(
+        fruitless = not self._last_end.get(name, ("", True))[1]
+        (log.debug if fruitless or name in self.problems else log.info)(
             "replica %s at %s: sending %s", name, (pos_term, pos_number), how
         )
         try:

@@ -218,7 +218,7 @@ class InstanceRunner:
         """One look at the coordinator: the term won, or None (not now)."""
         history = history_term(replica.position, replica.led)
         if not record_trusted(state.in_sync, state.term, history):
-            term_at_least = None if state.leader else await self._census(replica, state)
+            term_at_least = None if state.leader else await self._census(replica, state, history)
             return None if term_at_least is None else await self.coordinator.campaign(term_at_least)
         self._census_posted = False  # a later loss of etcd's data is a new census
         if must_post_position(state, self.me.name):
@@ -235,15 +235,15 @@ class InstanceRunner:
             return None
         return await self.coordinator.campaign()
 
-    async def _census(self, replica: Replica, state: GroupState) -> int | None:
+    async def _census(self, replica: Replica, state: GroupState, history: int) -> int | None:
         """etcd holds no record these journals can trust (mrs.replication.census): close
         the old term (no record of it taken after the census is posted, so the census
         is final), post what the journals hold, and say whether this instance may
         campaign: the term to campaign above (every term the posted instances saw),
-        or None. Logged once when etcd's record is found older than the journals (a
-        new group's instances hold no history: nothing to close, nothing to say)."""
+        or None. `history`: the highest term its journals hold. Logged once when
+        etcd's record is found older than the journals (a new group's instances hold no
+        history: nothing to close, nothing to say)."""
         if not self._census_posted:
-            history = history_term(replica.position, replica.led)
             if history > 0:
                 log.warning(
                     "etcd holds no record of group %d's term %d or later (its data was lost, "

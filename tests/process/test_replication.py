@@ -775,6 +775,23 @@ def test_an_instance_refuses_another_groups_data_dir_and_loses_nothing(etcd, tmp
             process.terminate()
 
 
+def instances_with_fault_files(
+    etcd, tmp_path: Path, monkeypatch
+) -> tuple[Path, dict[str, Path], dict[str, InstanceProcess]]:
+    """Three started instances of a group of this test's own, each reading its own
+    MRS_FAULT_FILE (mrs.storage.fault_file): the bus file, the fault files and the
+    processes by name."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    named = config.rename(config.with_name(f"bus_{tmp_path.name}.toml"))
+    faults = {name: tmp_path / f"fault-{name}" for name in ("a", "b", "c")}
+    processes = {}
+    for name in ("a", "b", "c"):
+        monkeypatch.setenv("MRS_FAULT_FILE", str(faults[name]))  # each its own switch
+        processes[name] = InstanceProcess(named, name)
+        processes[name].start()
+    return named, faults, processes
+
+
 def test_an_active_whose_flush_fails_after_sending_steps_down_and_loses_nothing(
     etcd, tmp_path, monkeypatch
 ) -> None:
@@ -784,14 +801,7 @@ def test_an_active_whose_flush_fails_after_sending_steps_down_and_loses_nothing(
     and stops (one line; as the term's writer it could otherwise win the next term and
     fail again), a replica takes over, and the put the client was waiting for is
     answered by the new active under its idempotency key, stored once, not POSSDUPL."""
-    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
-    named = config.rename(config.with_name(f"bus_{tmp_path.name}.toml"))
-    faults = {name: tmp_path / f"fault-{name}" for name in ("a", "b", "c")}
-    processes = {}
-    for name in ("a", "b", "c"):
-        monkeypatch.setenv("MRS_FAULT_FILE", str(faults[name]))  # each its own switch
-        processes[name] = InstanceProcess(named, name)
-        processes[name].start()
+    named, faults, processes = instances_with_fault_files(etcd, tmp_path, monkeypatch)
     try:
         first = wait_active(processes, 30)
 
@@ -837,14 +847,7 @@ def test_a_replica_whose_disk_fails_is_dropped_says_why_once_and_rejoins(
     active one WARNING however many times the link is dialled again meanwhile (not one
     line and one resent backlog per retry); once the disk takes writes the replica
     catches up, and every put is delivered once, in order."""
-    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
-    named = config.rename(config.with_name(f"bus_{tmp_path.name}.toml"))
-    faults = {name: tmp_path / f"fault-{name}" for name in ("a", "b", "c")}
-    processes = {}
-    for name in ("a", "b", "c"):
-        monkeypatch.setenv("MRS_FAULT_FILE", str(faults[name]))  # each its own switch
-        processes[name] = InstanceProcess(named, name)
-        processes[name].start()
+    named, faults, processes = instances_with_fault_files(etcd, tmp_path, monkeypatch)
     try:
         active = wait_active(processes, 30)
         victim = min(set(processes) - {active})
