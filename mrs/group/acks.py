@@ -47,6 +47,14 @@ def ack_wait_key(seq: int) -> bytes:
 class AckWaits:
     ctx: GroupContext
     _deleting: set[int] = field(default_factory=set)
+    """Seqs whose MRS_ACK was sent and whose record is being deleted, or could not be
+    deleted yet (a failed disk): none is owed again. Why: a confirm notice that comes
+    later (a SAF-stored AK_CONF message confirmed after its UMA's MRS_ACK, or a notice
+    resent after a link drop) would find the record and send a second MRS_ACK (seed
+    1795 of the replicated swarm). A record left behind is deleted again with the next
+    one; until then it stays here, so the set is bounded by the records on disk."""
+    _undeleted: set[int] = field(default_factory=set)
+    """Seqs whose delete failed, deleted again with the next `done`."""
 
     def journal(
         self,
@@ -72,12 +80,19 @@ class AckWaits:
         if seq in self._deleting:
             return
         self._deleting.add(seq)
-        batch = WriteBatch.empty().delete(Journal.META, ack_wait_key(seq))
+        seqs = {seq} | self._undeleted
+        self._undeleted = set()
+        batch = WriteBatch.empty()
+        for each in seqs:
+            batch.delete(Journal.META, ack_wait_key(each))
         report = _log_failure(seq, "delete")
 
         def deleted(error: JournalError | None) -> None:
-            self._deleting.discard(seq)
             report(error)
+            if error is None:
+                self._deleting -= seqs
+            else:  # still owed to nobody: kept out of `owed_to`, deleted again next time
+                self._undeleted |= seqs
 
         self.ctx.writer.submit(batch, deleted)
 
