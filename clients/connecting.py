@@ -174,9 +174,7 @@ def instance_addresses(config: str | Path, group: str | int) -> list[str]:
 
     bus = load_config(config)
     found = bus.group(group) if isinstance(group, int) else bus.group_by_name(group)
-    if not found.instances:
-        return [f"{found.listen_host}:{found.listen_port}"]
-    return [instance.listen for instance in found.instances]
+    return found.client_address.split(",")
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

@@ -119,6 +119,15 @@ class GroupConfig:
     instances: tuple[InstanceConfig, ...] = ()
     """[[group.instance]] (mrs.config.instances): () = one unreplicated instance."""
 
+    @property
+    def client_address(self) -> str:
+        """Where a client or an operator's command reaches this group: its address, or
+        a replicated group's instances' addresses in turn ("H1:P1,H2:P2,H3:P3", which
+        `clients.connect` takes: only the active listens)."""
+        if self.instances:
+            return ",".join(instance.listen for instance in self.instances)
+        return f"{self.listen_host}:{self.listen_port}"
+
     def instance(self, name: str) -> InstanceConfig:
         """The instance called `name`; LookupError if the group has none of that name."""
         for instance in self.instances:

@@ -115,7 +115,7 @@ def _run_handler(args: argparse.Namespace, table, bus) -> int:
     input_qm = (control.input_qm or "").strip()
     if input_qm and input_qm not in (str(group.id), group.name):
         return _fail(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
-    address = args.address or f"{group.listen_host}:{group.listen_port}"
+    address = args.address or group.client_address
     wait_s = 0 if args.once else control.wait_s
     options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max, dlj=dlj)
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)

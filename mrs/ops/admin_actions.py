@@ -49,6 +49,7 @@ from mrs.limits import (
     ADMIN_SELECT_SCAN_MAX,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
+from mrs.ops.bus_file_record import BUS_FILE_KEY, BusFileRecord, next_record
 from mrs.security import permissions as rules
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class AdminActions:
     def __init__(self, server: AdminServer) -> None:
         self.server = server
         self.journal_path = Path(server.config.data_dir) / JOURNAL_FILE_NAME
+        self._bus_file: BusFileRecord | None = None
+        """The bus file's last run-time change journaled (read at the first)."""
 
     def __call__(self, session: AdminSession, request: wire.AdminRequest) -> None:
         """One request: checked, done, journaled; a mistake raises Refused (one line)."""
@@ -168,15 +171,18 @@ class AdminActions:
             who = session.principal or "(unauthenticated)"
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {action}: {problem}")
 
-    def rewrite(self, change: Callable[[str], str]) -> BusConfig:
+    def rewrite(self, change: Callable[[str], str]) -> tuple[BusConfig, WriteBatch]:
         """Apply `change` to the bus file's text, check the result with the parser,
-        write it atomically; the new config, or Refused BADPARAM (one line)."""
+        write it atomically; the new config and the commit that journals the new text
+        (mrs.ops.bus_file_record: the next active of a replicated group takes it), or
+        Refused BADPARAM (one line)."""
         from mrs.config.bus import ConfigError, parse_config
         from mrs.config.rewrite import write_atomically
 
         path = Path(self.server.bus.path)
         try:
-            text = change(path.read_text(encoding="utf-8"))
+            before = path.read_text(encoding="utf-8")
+            text = change(before)
             new_bus = parse_config(text, path)
         except (LookupError, OSError) as error:
             raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
@@ -186,7 +192,30 @@ class AdminActions:
             write_atomically(path, text)
         except OSError as error:
             raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
-        return new_bus
+        if self._bus_file is None:
+            journaled = self.group.ctx.store.get_raw(Journal.META, BUS_FILE_KEY)
+            self._bus_file = BusFileRecord.of(journaled)
+        self._bus_file = next_record(self._bus_file, before, text)
+        return new_bus, self._bus_file.batch()
+
+    def answer_journaled(
+        self, session: AdminSession, request: wire.AdminRequest, batch: WriteBatch, result: dict
+    ) -> None:
+        """Answer a change of the bus file once its text is journaled (on a majority of
+        a replicated group's instances, as every commit it answers)."""
+
+        def journaled(error: JournalError | None) -> None:
+            if error is not None:
+                log.error(
+                    "%s: the bus file is written but its change not journaled (%s): an "
+                    "instance that becomes active next serves the queues of its own file",
+                    request.action,
+                    error,
+                )
+                result["journaled"] = False
+            session.send(wire.AdminReply(request.request_id, result))
+
+        self.group.ctx.writer.submit(batch, journaled)
 
     def journal(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
         """Write down who did what (one JSON line, synced) and log it."""
@@ -690,7 +719,9 @@ def _set_limits(actions: AdminActions, session: AdminSession, request: wire.Admi
     if queue.address.queue == DEAD_LETTER_QUEUE:
         raise Refused(Status.BADPARAM, "set-limits: the DLQ's limits are not in the file")
     group_id, queue_id = queue.address.group, queue.address.queue
-    new_bus = actions.rewrite(lambda text: with_queue_values(text, group_id, queue_id, values))
+    new_bus, batch = actions.rewrite(
+        lambda text: with_queue_values(text, group_id, queue_id, values)
+    )
     fresh = new_bus.groups[group_id].queues[queue_id]
     actions.group.config.queues[queue_id] = fresh
     queue.config = fresh
@@ -698,7 +729,7 @@ def _set_limits(actions: AdminActions, session: AdminSession, request: wire.Admi
     queue.serve_waiters()  # a higher unconfirmed_max may let a parked get have one now
     result = {"queue": str(queue.address), **{key: getattr(fresh, key) for key in LIMIT_KEYS}}
     actions.journal(session, "set_limits", {"queue": str(queue.address), **values}, result)
-    session.send(wire.AdminReply(request.request_id, result))
+    actions.answer_journaled(session, request, batch, result)
 
 
 def _add_queue(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
@@ -717,7 +748,7 @@ def _add_queue(actions: AdminActions, session: AdminSession, request: wire.Admin
             Status.BADPARAM,
             f"add-queue: group {config.id} has a queue {queue_id} or {values['name']!r}",
         )
-    new_bus = actions.rewrite(lambda text: with_new_queue(text, config.id, values))
+    new_bus, batch = actions.rewrite(lambda text: with_new_queue(text, config.id, values))
     fresh = new_bus.groups[config.id].queues[queue_id]
     queue = TargetQueue(fresh, Address(config.id, queue_id))
     queue.load_cold = ColdReader(
@@ -729,7 +760,7 @@ def _add_queue(actions: AdminActions, session: AdminSession, request: wire.Admin
         actions.server.gate.forget_decisions()  # a put to the new name was decided unknown
     result = {"queue": str(queue.address), "name": fresh.name}
     actions.journal(session, "add_queue", values, result)
-    session.send(wire.AdminReply(request.request_id, result))
+    actions.answer_journaled(session, request, batch, result)
 
 
 def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:

@@ -25,12 +25,13 @@ from dataclasses import replace
 
 import trio
 
-from journals import JournalStore
+from journals import Journal, JournalStore
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
 from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import COORDINATOR_LOG_INTERVAL_S, REPLICATION_POLL_S
+from mrs.ops.bus_file_record import BUS_FILE_KEY, BusFileRecord, catch_up
 from mrs.replication.active import Active
 from mrs.replication.census import Census, history_term, may_campaign_by_census, record_trusted
 from mrs.replication.coordinator import (
@@ -155,6 +156,38 @@ class InstanceRunner:
             self.active.stream.answering = False
             await self.coordinator.resign()
 
+    def _reread_queues(self) -> None:
+        """The group's queues as the bus file says now. Why: `mrs admin add-queue` and
+        `set-limits` change the active's queues and write the bus file; a replica
+        started before reads it when it becomes active (brought up to the journaled
+        change first, `run_replica`: on another machine its copy is older), or the
+        messages of a queue added at run time would wait, not delivered, until its
+        next restart. The queue table only: the rest of the file (instances, coordinator, links) is
+        what the instance started with. A file that cannot be read or parsed keeps
+        the queues this instance has, with one line saying why."""
+        from mrs.config.bus import ConfigError, load_config
+
+        path = self.bus.path
+        if not path.is_file():  # the simulator's bus has no file
+            return
+        try:
+            fresh = load_config(path).group(self.group.id)
+        except (ConfigError, LookupError) as error:
+            log.error("instance %s keeps the queues it started with: %s", self.me.name, error)
+            return
+        if fresh.queues != self.config.queues:
+            added = sorted(set(fresh.queues) - set(self.config.queues))
+            log.info(
+                "instance %s takes the queues of %s (added since its start: %s)",
+                self.me.name,
+                path,
+                ", ".join(f"{self.group.id}.{queue_id}" for queue_id in added) or "none",
+            )
+            queues = dict(fresh.queues)  # one table, as at start (admin actions change it)
+            self.group = replace(self.group, queues=queues)
+            self.config = replace(self.config, queues=queues)
+            self.bus = replace(self.bus, groups={**self.bus.groups, self.group.id: self.group})
+
     # ------------------------------------------------------------------ replica
     async def run_replica(self) -> tuple[int, Bridge, frozenset[str]]:
         """Serve as a replica until this instance wins a term; the term, the records
@@ -186,10 +219,12 @@ class InstanceRunner:
                 replica.stop_link()
                 bridge = replica.bridge()
                 replica.record_term(term)
+                journaled = store.get_raw(Journal.META, BUS_FILE_KEY)
                 nursery.cancel_scope.cancel()
         finally:
             store.close()
             files.release()
+        catch_up(self.bus.path, BusFileRecord.of(journaled), self.group.id)
         return term, bridge, co_holders
 
     async def _campaign_when_free(self, replica: Replica) -> tuple[int, frozenset[str]]:
@@ -288,6 +323,7 @@ class InstanceRunner:
         replicas named in sync from the start (they hold every record it holds)."""
         replicas = tuple(i for i in self.group.instances if i.name != self.me.name)
         made: list[RecordingStore] = []
+        self._reread_queues()
 
         def make_writer(store, wake, deliver) -> ReplicatedWriter:  # type: ignore[no-untyped-def]
             stream = CommitStream(

@@ -114,7 +114,7 @@ async def _run(args: argparse.Namespace) -> int:
             raise CommandError(f"no group {args.group} in {args.config}", EXIT_USAGE)
         if getattr(args, "offline", False):
             return _journal_offline(Path(group.data_dir), args)
-        address = f"{group.listen_host}:{group.listen_port}"
+        address = group.client_address
         options = operator_connect_options(group)
     try:
         async with connect(

@@ -105,10 +105,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
             )
             continue
         # a replicated group: its instances in turn (only the active answers)
-        address = (
-            ",".join(i.listen for i in group.instances)
-            or f"{group.listen_host}:{group.listen_port}"
-        )
+        address = group.client_address
         views.append(
             GroupView(
                 address,

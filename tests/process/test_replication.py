@@ -949,3 +949,65 @@ def test_etcd_that_lost_its_data_does_not_promote_a_stale_replica(tmp_path) -> N
     stale_log = (config.parent / f"{stale}.log").read_text()
     assert "etcd holds no record of group 1's term 1 or later" in stale_log
     assert f"instance {stale} won" not in stale_log.split("etcd holds no record")[1]
+
+
+def test_queues_changed_at_run_time_survive_a_failover_to_another_machine(etcd, tmp_path) -> None:
+    """Each instance with its own copy of the bus file, as on three machines: `mrs
+    admin add-queue` and `set-limits` on the active (not the first instance listed:
+    the command finds it), three puts to the new queue, the active SIGKILLed. The new active brings its own file up to the change (journaled
+    with the group's records, mrs.ops.bus_file_record) and delivers the three puts;
+    before, it had no such queue and kept them undelivered."""
+    first_dir = tmp_path / f"m_{tmp_path.name}"  # the etcd prefix: this test's own
+    write_replicated_config(first_dir, etcd.endpoint, STANDARD_QUEUES)
+    files = {}
+    for name in ("a", "b", "c"):
+        machine = tmp_path / f"m_{tmp_path.name}" if name == "a" else tmp_path / f"m_{name}"
+        machine.mkdir(exist_ok=True)
+        files[name] = machine / "bus.toml"
+        if name != "a":
+            shutil.copyfile(first_dir / "bus.toml", files[name])
+    instances = {name: InstanceProcess(files[name], name) for name in files}
+    for process in instances.values():
+        process.start()
+    try:
+        first = wait_active(instances, 30)
+        if first == "a":  # `mrs admin` must find the active, not dial the first listed
+            moved = run_mrs("failover", "--config", str(files["a"]), "NYC", "--to", "b")
+            assert moved.returncode == 0, moved.stderr
+            first = wait_active({"b": instances["b"]}, FAILOVER_S_MAX)
+        for command in (
+            ["add-queue", "30", "RETRY"],
+            ["set-limits", "RETRY", "--messages-max", "77"],
+        ):
+            done = run_mrs("admin", *command, "--config", str(files["a"]))
+            assert done.returncode == 0, done.stderr
+        addresses = instance_addresses(files["a"], "NYC")
+
+        async def put_three() -> None:
+            async with connect(addresses, "ORDERS") as client:
+                for i in range(3):
+                    await put_once(client, b"r%d" % i, "1.30", f"retry-{i}")
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(put_three)
+        instances[first].kill()
+        others = {n: p for n, p in instances.items() if n != first}
+        second = wait_active(others, FAILOVER_S_MAX)
+        text = files[second].read_text()
+        assert 'name = "RETRY"' in text and "messages_max = 77" in text
+
+        async def take_three() -> list[bytes]:
+            async with connect(addresses, "RETRY") as client:
+                status = await client.status()
+                assert status["queues"]["1.30"]["name"] == "RETRY"
+                bodies = []
+                for _ in range(3):
+                    message = await client.get(timeout=10)
+                    bodies.append(message.body)
+                    await client.confirm(message.seq)
+                return bodies
+
+        assert trio.run(take_three) == [b"r0", b"r1", b"r2"]
+    finally:
+        for process in instances.values():
+            process.terminate()

@@ -168,7 +168,7 @@ def _server_address(args: argparse.Namespace, where: GroupJournals) -> str:
             f"group {where.group_id} listens on a port chosen at start (0 in the config): "
             "give --address HOST:PORT (the server printed it as READY HOST:PORT)"
         )
-    return f"{where.group.listen_host}:{where.group.listen_port}"
+    return where.group.client_address
 
 
 def _dry_run(store, selection, ledger, options: Options, tally: Tally, target_of) -> None:
