@@ -103,6 +103,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         try:
             ids = [int(g) for g in groups] if groups else list(bus.groups)
             for group in ids:
+                _check_not_replicated(bus.group(group))
                 journal_dir(bus.group(group).data_dir)
         except ValueError:
             raise AuditUsageError(f"--group: not a group id: {','.join(groups)}") from None
@@ -118,6 +119,18 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     except FileNotFoundError as error:
         raise AuditUsageError(str(error)) from None
     return {"paths": json.dumps(dirs)}
+
+
+def _check_not_replicated(group) -> None:  # type: ignore[no-untyped-def]
+    """A replicated group's instances each hold their own copy of its journals (a
+    replica may be behind): the audit reads the one the operator names."""
+    if group.instances:
+        names = ", ".join(i.data_dir.name for i in group.instances)
+        raise AuditUsageError(
+            f"group {group.id} ({group.name}) is replicated: give one instance's data "
+            f"directory with --data-dir ({names}; the active's hold every answered commit, "
+            "`mrs status` names it)"
+        )
 
 
 def check_java() -> None:

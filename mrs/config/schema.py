@@ -128,6 +128,25 @@ class GroupConfig:
             return ",".join(instance.listen for instance in self.instances)
         return f"{self.listen_host}:{self.listen_port}"
 
+    def data_dir_of(self, instance: str | None) -> Path:
+        """The data directory whose journals an offline tool reads (`--instance`): the
+        group's, or a replicated group's named instance's. LookupError, naming the
+        instances, when a replicated group's instance is not named: each holds its own
+        copy (a replica may be behind, or empty while it takes a copy), so reading the
+        first one listed unasked could show an operator an old journal as the group's."""
+        if not self.instances:
+            if instance is not None:
+                raise LookupError(f"group {self.id} ({self.name}) has no instances: no --instance")
+            return self.data_dir
+        if instance is None:
+            names = ", ".join(i.name for i in self.instances)
+            raise LookupError(
+                f"group {self.id} ({self.name}) is replicated: say whose journals with "
+                f"--instance NAME ({names}; the active's hold every answered commit, "
+                "`mrs status` names it)"
+            )
+        return self.instance(instance).data_dir
+
     def instance(self, name: str) -> InstanceConfig:
         """The instance called `name`; LookupError if the group has none of that name."""
         for instance in self.instances:

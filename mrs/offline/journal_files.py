@@ -54,6 +54,10 @@ def add_location_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="read this group data directory (holding journals/) instead, e.g. a copy",
     )
+    parser.add_argument(
+        "--instance",
+        help="a replicated group's instance whose journals to read (with --config)",
+    )
 
 
 def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJournals:
@@ -84,7 +88,10 @@ def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJo
     if args.data_dir is not None:
         data_dir = args.data_dir
     elif group is not None:
-        data_dir = group.data_dir
+        try:
+            data_dir = group.data_dir_of(getattr(args, "instance", None))
+        except LookupError as error:
+            raise JournalsNotFound(str(error).strip("'\"")) from None
     else:
         raise JournalsNotFound("give --config FILE (with --group N) or --data-dir DIR")
     return _at(data_dir, args.group, bus, group)

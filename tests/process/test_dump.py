@@ -20,12 +20,15 @@ from clients import DeliveryMode, Uma, connect
 from journals import Journal, Record, seq_key
 from mrs.tools.cli import main
 from mrs.tools.journal.render import record_json, record_json_general
+from sim.etcd import write_replicated_config
+from tests.conftest import STANDARD_QUEUES
 from tests.journal_helpers import (
     HOUR_NS,
     REPLAY_QUEUES,
     SEQ_BASE,
     T0_NS,
     json_lines,
+    mrs,
     record,
     stopped_bus,
     write_raw,
@@ -363,3 +366,23 @@ def test_the_fast_json_line_equals_the_general_one(item, journal, body) -> None:
     fast = record_json(journal, item, body)
     assert "\n" not in fast
     assert json.loads(fast) == json.loads(record_json_general(journal, item, body))
+
+
+def test_a_replicated_groups_journals_are_read_from_the_instance_named(tmp_path) -> None:
+    """Each instance holds its own copy of a replicated group's journals (a replica may
+    be behind): the journal tools read the instance `--instance` names, and without it
+    say so in one line instead of reading the first one listed."""
+    config = write_replicated_config(tmp_path, "http://127.0.0.1:1", STANDARD_QUEUES)
+    (tmp_path / "b" / "journals").mkdir(parents=True)
+    write_records(tmp_path / "b" / "journals", Journal.DQF, [record(1)])
+    shown = mrs("dump", "--config", str(config), "--group", "1", "--instance", "b", "dqf", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [line["seq"] for line in json_lines(shown.stdout)] == [record(1).seq]
+    unnamed = mrs("dump", "--config", str(config), "--group", "1", "dqf")
+    assert unnamed.returncode == 2
+    assert unnamed.stderr.strip().splitlines() == [
+        "mrs dump: group 1 (NYC) is replicated: say whose journals with --instance NAME "
+        "(a, b, c; the active's hold every answered commit, `mrs status` names it)"
+    ]
+    unknown = mrs("dump", "--config", str(config), "--group", "1", "--instance", "z", "dqf")
+    assert unknown.returncode == 2 and "has no instance 'z' (a, b, c)" in unknown.stderr
