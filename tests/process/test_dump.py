@@ -371,7 +371,8 @@ def test_the_fast_json_line_equals_the_general_one(item, journal, body) -> None:
 def test_a_replicated_groups_journals_are_read_from_the_instance_named(tmp_path) -> None:
     """Each instance holds its own copy of a replicated group's journals (a replica may
     be behind): the journal tools read the instance `--instance` names, and without it
-    say so in one line instead of reading the first one listed."""
+    say so in one line instead of reading the first one listed (the audit asks for
+    the instance's --data-dir)."""
     config = write_replicated_config(tmp_path, "http://127.0.0.1:1", STANDARD_QUEUES)
     (tmp_path / "b" / "journals").mkdir(parents=True)
     write_records(tmp_path / "b" / "journals", Journal.DQF, [record(1)])
@@ -386,3 +387,9 @@ def test_a_replicated_groups_journals_are_read_from_the_instance_named(tmp_path)
     ]
     unknown = mrs("dump", "--config", str(config), "--group", "1", "--instance", "z", "dqf")
     assert unknown.returncode == 2 and "has no instance 'z' (a, b, c)" in unknown.stderr
+    audited = mrs("audit", "--config", str(config))
+    assert audited.returncode == 2
+    assert audited.stderr.strip().splitlines() == [
+        "mrs audit: group 1 (NYC) is replicated: give one instance's data directory with "
+        "--data-dir (a, b, c; the active's hold every answered commit, `mrs status` names it)"
+    ]
