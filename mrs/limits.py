@@ -361,6 +361,9 @@ request until the queue is empty, so a crash of either side leaves at most this 
 in one request's commits, each message in one transaction of its own."""
 ADMIN_REQUEST_WAIT_S = 60.0
 """How long a client waits for an AdminRequest's answer (a move's commits included)."""
+ADMIN_LOG_RECORDS_MAX = 10_000
+"""Admin journal lines a group keeps in its journals (mrs.ops.admin_log), so that they
+follow a replicated group through a failover; its data directory's file keeps all."""
 HTTP_BODY_BYTES_MAX = 16 * 1024
 """Bytes of a POST body the web view reads at most (a login form, an action's JSON)."""
 WEB_SESSION_S = 8 * 3600.0

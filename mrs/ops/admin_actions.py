@@ -24,9 +24,7 @@ What each action promises:
 from __future__ import annotations
 
 import itertools
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -49,6 +47,7 @@ from mrs.limits import (
     ADMIN_SELECT_SCAN_MAX,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
+from mrs.ops.admin_log import AdminLog
 from mrs.ops.bus_file_record import BUS_FILE_KEY, BusFileRecord, next_record
 from mrs.security import permissions as rules
 
@@ -102,6 +101,7 @@ class AdminActions:
     def __init__(self, server: AdminServer) -> None:
         self.server = server
         self.journal_path = Path(server.config.data_dir) / JOURNAL_FILE_NAME
+        self.log = AdminLog(self.journal_path, self._store)
         self._bus_file: BusFileRecord | None = None
         """The bus file's last run-time change journaled (read at the first)."""
 
@@ -228,22 +228,16 @@ class AdminActions:
             "args": args,
             "result": result,
         }
-        try:
-            with open(self.journal_path, "a", encoding="utf-8") as file:
-                file.write(json.dumps(line, sort_keys=True) + "\n")
-                file.flush()
-                os.fsync(file.fileno())
-        except OSError as error:
-            log.error("admin journal %s not written: %s", self.journal_path, error)
+        self.log.write(line)
         log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
 
     def read_journal(self, limit: int) -> list[dict]:
         """The last `limit` lines of the admin journal, oldest first."""
-        try:
-            lines = self.journal_path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in lines[-limit:] if line.strip()]
+        return self.log.read(limit)
+
+    def _store(self) -> tuple[Any, Any] | None:
+        group = self.server.group
+        return None if group is None else (group.ctx.store, group.ctx.writer)
 
 
 # -- browse -----------------------------------------------------------------------------

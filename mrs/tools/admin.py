@@ -86,6 +86,9 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     journal.add_argument(
         "--offline", action="store_true", help="read the file in the data directory (--config)"
     )
+    journal.add_argument(
+        "--instance", help="--offline on a replicated group: the instance whose file to read"
+    )
     for parser in (browse, purge, move, limits, add, grant, connections, journal):
         where = parser.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", type=Path, help="bus configuration")
@@ -113,7 +116,11 @@ async def _run(args: argparse.Namespace) -> int:
         if group is None:
             raise CommandError(f"no group {args.group} in {args.config}", EXIT_USAGE)
         if getattr(args, "offline", False):
-            return _journal_offline(Path(group.data_dir), args)
+            try:
+                data_dir = group.data_dir_of(args.instance)
+            except LookupError as error:
+                raise CommandError(f"admin: {error}", EXIT_USAGE) from None
+            return _journal_offline(Path(data_dir), args)
         address = group.client_address
         options = operator_connect_options(group)
     try:

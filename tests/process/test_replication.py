@@ -954,9 +954,11 @@ def test_etcd_that_lost_its_data_does_not_promote_a_stale_replica(tmp_path) -> N
 def test_queues_changed_at_run_time_survive_a_failover_to_another_machine(etcd, tmp_path) -> None:
     """Each instance with its own copy of the bus file, as on three machines: `mrs
     admin add-queue` and `set-limits` on the active (not the first instance listed:
-    the command finds it), three puts to the new queue, the active SIGKILLed. The new active brings its own file up to the change (journaled
-    with the group's records, mrs.ops.bus_file_record) and delivers the three puts;
-    before, it had no such queue and kept them undelivered."""
+    the command finds it), three puts to the new queue, the active SIGKILLed. The new
+    active brings its own file up to the change (journaled with the group's records,
+    mrs.ops.bus_file_record) and delivers the three puts; before, it had no such
+    queue and kept them undelivered. `mrs admin journal` on it shows both changes
+    (they were in the old active's data directory only, mrs.ops.admin_log)."""
     first_dir = tmp_path / f"m_{tmp_path.name}"  # the etcd prefix: this test's own
     write_replicated_config(first_dir, etcd.endpoint, STANDARD_QUEUES)
     files = {}
@@ -1008,6 +1010,13 @@ def test_queues_changed_at_run_time_survive_a_failover_to_another_machine(etcd, 
                 return bodies
 
         assert trio.run(take_three) == [b"r0", b"r1", b"r2"]
+        # who did what follows the group: the new active's admin journal has both
+        shown = run_mrs("admin", "journal", "--config", str(files["a"]), "--json")
+        assert shown.returncode == 0, shown.stderr
+        actions = [r["action"] for r in json.loads(shown.stdout)["records"]]
+        assert actions == ["add_queue", "set_limits"]
+        unnamed = run_mrs("admin", "journal", "--offline", "--config", str(files["a"]))
+        assert unnamed.returncode == 2 and "say whose journals with --instance" in unnamed.stderr
     finally:
         for process in instances.values():
             process.terminate()
