@@ -249,7 +249,6 @@ class _Parser(FieldReader):
     def check_groups_unique(self, groups: list[GroupConfig]) -> None:
         ids: dict[int, int] = {}
         names: dict[str, int] = {}
-        listens: dict[tuple[str, int], int] = {}
         for i, group in enumerate(groups):
             if group.id in ids:
                 self.fail(
@@ -262,14 +261,31 @@ class _Parser(FieldReader):
                     f"duplicate group name {group.name!r} (also group[{names[group.name]}])",
                 )
             names[group.name] = i
-            listen = (group.listen_host, group.listen_port)
-            if group.listen_port != 0 and listen in listens:
-                self.fail(
-                    f"group[{i}].listen",
-                    f"{group.listen_host}:{group.listen_port} is also the listen "
-                    f"address of group[{listens[listen]}]",
-                )
-            listens[listen] = i
+        self._check_addresses_unique(groups)
+
+    def _check_addresses_unique(self, groups: list[GroupConfig]) -> None:
+        """Every address a server of the bus listens on, once: a group's, or a
+        replicated group's instances' client and replication addresses (within one
+        group `mrs.config.instances` checks them; here across groups, where an
+        instance on another group's port would take that group's clients)."""
+        owners: dict[tuple[str, int], str] = {}
+        for i, group in enumerate(groups):
+            addresses = [(f"group[{i}].listen", group.listen_host, group.listen_port)]
+            if group.instances:
+                addresses = [
+                    (f"group[{i}].instance[{n}].{key}", host, port)
+                    for n, instance in enumerate(group.instances)
+                    for key, host, port in (
+                        ("listen", instance.listen_host, instance.listen_port),
+                        ("replication", instance.replication_host, instance.replication_port),
+                    )
+                ]
+            for where, host, port in addresses:
+                if port == 0:
+                    continue
+                if (host, port) in owners and not owners[(host, port)].startswith(f"group[{i}]."):
+                    self.fail(where, f"{host}:{port} is also the address of {owners[(host, port)]}")
+                owners.setdefault((host, port), where)
 
     def check_queues_unique(self, queues: list[QueueConfig], where: str, group_id: int) -> None:
         ids: dict[int, int] = {}

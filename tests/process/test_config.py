@@ -398,7 +398,7 @@ BAD_CONFIGS = {
     "duplicate listen": (
         MINIMAL_GROUP + SECOND_GROUP.replace("7002", "7001"),
         "group[1].listen",
-        "127.0.0.1:7001 is also the listen address of group[0]",
+        "127.0.0.1:7001 is also the address of group[0].listen",
     ),
     "duplicate data_dir": (
         MINIMAL_GROUP + SECOND_GROUP.replace('"g2"', '"./g1"'),

@@ -106,3 +106,30 @@ def test_coordinator_prefix(tmp_path: Path) -> None:
     coordinator = parse_config(chosen, tmp_path / "bus.toml").coordinator
     assert coordinator is not None and coordinator.prefix == "/mrs/prod"
     assert "coordinator.prefix" in refused(bus(three, COORDINATOR + 'prefix = "mrs/"\n'), tmp_path)
+
+
+OTHER_GROUP = '[[group]]\nid = 2\nname = "LDN"\nlisten = "127.0.0.1:{port}"\ndata_dir = "g2"\n'
+
+
+@pytest.mark.parametrize("port", [7003, 7102])
+def test_another_groups_listen_on_an_instances_address_refused(tmp_path: Path, port: int) -> None:
+    """An instance's client or replication address used by another group's server:
+    one of them would take the other's connections (it was accepted: found by a probe)."""
+    text = bus(instance("a", 7001) + instance("b", 7002) + instance("c", 7003))
+    message = refused(text + OTHER_GROUP.format(port=port), tmp_path)
+    key = "listen" if port == 7003 else "replication"
+    owner = "group[0].instance[2]" if port == 7003 else "group[0].instance[1]"
+    assert f"group[1].listen: 127.0.0.1:{port} is also the address of {owner}.{key}" in message
+
+
+def test_another_replicated_groups_instances_on_the_same_address_refused(tmp_path: Path) -> None:
+    first = bus(instance("a", 7001) + instance("b", 7002) + instance("c", 7003))
+    second = (
+        '[[group]]\nid = 2\nname = "LDN"\n'
+        + instance("d", 7101, replication=7501)
+        + instance("e", 7502)
+        + instance("f", 7503)
+    )
+    message = refused(first + second, tmp_path)
+    assert "group[1].instance[0].listen: 127.0.0.1:7101 is also the address of " in message
+    assert "group[0].instance[0].replication" in message
