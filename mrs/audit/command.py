@@ -28,8 +28,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mrs.errors import OperatorError
+
+if TYPE_CHECKING:
+    from mrs.config.schema import GroupConfig
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -121,7 +125,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     return {"paths": json.dumps(dirs)}
 
 
-def _check_not_replicated(group) -> None:  # type: ignore[no-untyped-def]
+def _check_not_replicated(group: GroupConfig) -> None:
     """A replicated group's instances each hold their own copy of its journals (a
     replica may be behind): the audit reads the one the operator names."""
     if group.instances:
