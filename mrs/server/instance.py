@@ -162,9 +162,9 @@ class InstanceRunner:
         started before reads it when it becomes active (brought up to the journaled
         change first, `run_replica`: on another machine its copy is older), or the
         messages of a queue added at run time would wait, not delivered, until its
-        next restart. The queue table only: the rest of the file (instances, coordinator, links) is
-        what the instance started with. A file that cannot be read or parsed keeps
-        the queues this instance has, with one line saying why."""
+        next restart. The queue table only: the rest of the file (instances,
+        coordinator, links) is what the instance started with. A file that cannot be
+        read or parsed keeps the queues this instance has, with one line saying why."""
         from mrs.config.bus import ConfigError, load_config
 
         path = self.bus.path
