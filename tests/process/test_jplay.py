@@ -28,6 +28,7 @@ from tests.journal_helpers import (
     REPLAY_QUEUES,
     SEQ_BASE,
     journal_seqs,
+    mrs,
     record,
     stopped_bus,
     write_raw,
@@ -416,3 +417,30 @@ def test_every_documented_command_is_valid(tmp_path) -> None:
         filter_from_args(args, journal, bus_config, 1, time.time_ns())
         if argv[0] == "jplay":
             assert args.journal in ("pcj", "dlj")
+
+
+def test_remove_is_refused_on_a_replicated_groups_journals(tmp_path: Path) -> None:
+    """A removal written straight into one instance's journals would not reach the
+    others (their copies come back after a failover): refused in one line, by the
+    config or, with `--data-dir` alone, by the marks replication leaves; nothing
+    removed."""
+    from mrs.replication.replica import POSITION_KEY
+    from sim.etcd import write_replicated_config
+
+    config = write_replicated_config(tmp_path, "http://127.0.0.1:1", STANDARD_QUEUES)
+    journals = tmp_path / "b" / "journals"
+    journals.mkdir(parents=True)
+    write_records(journals, Journal.DLJ, [record(1)])
+    write_raw(journals, Journal.META, POSITION_KEY.encode(), bytes(16))
+    for where in (
+        ["--config", str(config), "--group", "1", "--instance", "b"],
+        ["--data-dir", str(tmp_path / "b"), "--group", "1", "--address", "127.0.0.1:1"],
+    ):
+        done = mrs("jplay", *where, "--as", "1.13", "dlj", "--remove")
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            "mrs jplay: --remove: these are a replicated group's journals; a removal written "
+            "here would not reach the other instances (their copies come back after a "
+            "failover), so replay without --remove"
+        ]
+        assert journal_seqs(journals, Journal.DLJ) == [record(1).seq]

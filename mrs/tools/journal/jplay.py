@@ -66,6 +66,10 @@ def run_jplay(args: argparse.Namespace) -> int:
     # One environment, opened once: py-lmdb refuses a second handle in one process,
     # and --remove needs it writable (LMDB lets a second process write safely).
     store = open_store(where, writable=options.remove and not options.dry_run)
+    if options.remove and _replicated(where, store):
+        store.close()
+        print(f"mrs jplay: {REMOVE_REPLICATED}", file=sys.stderr)
+        return 2
     ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
     try:
         if options.dry_run:
@@ -76,6 +80,23 @@ def run_jplay(args: argparse.Namespace) -> int:
     finally:
         ledger.close()
         store.close()
+
+
+REMOVE_REPLICATED = (
+    "--remove: these are a replicated group's journals; a removal written here would "
+    "not reach the other instances (their copies come back after a failover), so "
+    "replay without --remove"
+)
+
+
+def _replicated(where: GroupJournals, store: JournalStore) -> bool:
+    """A replicated group's journals: by the config, or by the marks replication
+    leaves in them (`--data-dir` alone names no group)."""
+    from mrs.replication.replica import LED_KEY, POSITION_KEY
+
+    if where.group is not None and where.group.instances:
+        return True
+    return any(store.meta_get(key) is not None for key in (POSITION_KEY, LED_KEY))
 
 
 def _prepare(args: argparse.Namespace):
