@@ -152,6 +152,13 @@ class _Parser(FieldReader):
         if dead_letter_queue:
             # Memory-based as in MessageQ unless asked: journaled, it survives SIGKILL.
             queues.append(replace(DEAD_LETTER_QUEUE_CONFIG, recoverable=recoverable_dlq))
+        ops = parse_ops(self, raw, where, limits.journal_bytes_max)
+        if instances and ops.pcj_archive_after_s is not None:
+            self.fail(
+                f"{where}.ops.pcj_archive_after_s",
+                "not on a replicated group: the archive deletes from one instance's "
+                "journals, which the others would not see (docs/replication.md)",
+            )
         return GroupConfig(
             id=group_id,
             name=name,
@@ -163,7 +170,7 @@ class _Parser(FieldReader):
             queues={q.id: q for q in sorted(queues, key=lambda q: q.id)},
             dead_letter_queue=dead_letter_queue,
             guards=guards,
-            ops=parse_ops(self, raw, where, limits.journal_bytes_max),
+            ops=ops,
             tls=parse_tls(self, raw, where),
             instances=instances,
         )

@@ -60,6 +60,18 @@ def add_location_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def replicated_journals(where: GroupJournals, store: JournalStore) -> bool:
+    """Whether these are a replicated group's journals, by the config or by the marks
+    replication leaves in them (`--data-dir` alone names no group). A tool must not
+    delete from them: the deletion would reach no other instance, and their copies
+    would come back after a failover."""
+    from mrs.replication.replica import LED_KEY, POSITION_KEY
+
+    if where.group is not None and where.group.instances:
+        return True
+    return any(store.meta_get(key) is not None for key in (POSITION_KEY, LED_KEY))
+
+
 def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJournals:
     """Resolve --config/--group/--data-dir; raises ConfigError or JournalsNotFound.
 

@@ -421,9 +421,9 @@ def test_every_documented_command_is_valid(tmp_path) -> None:
 
 def test_remove_is_refused_on_a_replicated_groups_journals(tmp_path: Path) -> None:
     """A removal written straight into one instance's journals would not reach the
-    others (their copies come back after a failover): refused in one line, by the
-    config or, with `--data-dir` alone, by the marks replication leaves; nothing
-    removed."""
+    others (their copies come back after a failover): `jplay --remove` and `pcj
+    archive` refuse in one line, by the config or, with `--data-dir` alone, by the
+    marks replication leaves; nothing removed."""
     from mrs.replication.replica import POSITION_KEY
     from sim.etcd import write_replicated_config
 
@@ -444,3 +444,10 @@ def test_remove_is_refused_on_a_replicated_groups_journals(tmp_path: Path) -> No
             "failover), so replay without --remove"
         ]
         assert journal_seqs(journals, Journal.DLJ) == [record(1).seq]
+    write_records(journals, Journal.PCJ, [record(2)])
+    archive = mrs(
+        "pcj", "archive", "--data-dir", str(tmp_path / "b"), "--group", "1", "--until", "now"
+    )
+    assert archive.returncode == 2
+    assert "pcj archive: these are a replicated group's journals" in archive.stderr
+    assert journal_seqs(journals, Journal.PCJ) == [record(2).seq]

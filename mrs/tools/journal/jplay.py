@@ -26,7 +26,13 @@ from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config.bus import ConfigError
 from mrs.model import DeliveryMode, InterestPoint, Uma
-from mrs.offline.journal_files import GroupJournals, JournalsNotFound, locate, open_store
+from mrs.offline.journal_files import (
+    GroupJournals,
+    JournalsNotFound,
+    locate,
+    open_store,
+    replicated_journals,
+)
 from mrs.offline.selection import (
     RecordFilter,
     SelectionError,
@@ -66,7 +72,7 @@ def run_jplay(args: argparse.Namespace) -> int:
     # One environment, opened once: py-lmdb refuses a second handle in one process,
     # and --remove needs it writable (LMDB lets a second process write safely).
     store = open_store(where, writable=options.remove and not options.dry_run)
-    if options.remove and _replicated(where, store):
+    if options.remove and replicated_journals(where, store):
         store.close()
         print(f"mrs jplay: {REMOVE_REPLICATED}", file=sys.stderr)
         return 2
@@ -87,16 +93,6 @@ REMOVE_REPLICATED = (
     "not reach the other instances (their copies come back after a failover), so "
     "replay without --remove"
 )
-
-
-def _replicated(where: GroupJournals, store: JournalStore) -> bool:
-    """A replicated group's journals: by the config, or by the marks replication
-    leaves in them (`--data-dir` alone names no group)."""
-    from mrs.replication.replica import LED_KEY, POSITION_KEY
-
-    if where.group is not None and where.group.instances:
-        return True
-    return any(store.meta_get(key) is not None for key in (POSITION_KEY, LED_KEY))
 
 
 def _prepare(args: argparse.Namespace):

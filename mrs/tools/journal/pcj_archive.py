@@ -227,7 +227,12 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
 
 def run_pcj_archive(args: argparse.Namespace) -> int:
     from mrs.config.ops import OpsConfig
-    from mrs.offline.journal_files import JournalsNotFound, locate, open_store
+    from mrs.offline.journal_files import (
+        JournalsNotFound,
+        locate,
+        open_store,
+        replicated_journals,
+    )
     from mrs.offline.selection import SelectionError, parse_time_ns
     from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
@@ -245,6 +250,14 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     ops = where.group.ops if where.group is not None else OpsConfig()
     out_dir = args.dir if args.dir is not None else ops.archive_dir(where.data_dir)
     store = open_store(where, writable=True)
+    if replicated_journals(where, store):
+        store.close()
+        raise CommandError(
+            "pcj archive: these are a replicated group's journals; the archive deletes "
+            "what it writes out, and a deletion here would not reach the other instances "
+            "(not supported on a replicated group: docs/replication.md)",
+            EXIT_USAGE,
+        )
     try:
         result = archive_pcj(
             store,
