@@ -28,9 +28,6 @@ def add_parser(commands: argparse._SubParsersAction, run) -> None:
     parser.add_argument("--config", type=Path, help="bus configuration (TOML)")
     parser.add_argument("--group", type=int, help="the group whose DLQ to work")
     parser.add_argument("--address", help="HOST:PORT of the group (default: from --config)")
-    parser.add_argument(
-        "--instance", help="INPUTQ(DLJ) of a replicated group: the instance whose DLJ to read"
-    )
     parser.add_argument("--once", action="store_true", help="process what is there, then exit")
     parser.add_argument("--check", action="store_true", help="validate the table and exit")
     parser.add_argument("--json", action="store_true", help="report as JSON lines")
@@ -108,9 +105,13 @@ def _run_handler(args: argparse.Namespace, table, bus) -> int:
     if input_q.upper() == "DLJ":
         from mrs.offline.journal_files import JournalsNotFound, locate
 
-        where = argparse.Namespace(
-            config=args.config, group=args.group, data_dir=None, instance=args.instance
-        )
+        if group.instances:  # the handler marks and deletes DLJ records in place
+            return _fail(
+                f"INPUTQ(DLJ): group {group.id} ({group.name}) is replicated: a handler "
+                "would delete from one instance's DLJ, and the others would keep their "
+                "copies; work its DLQ (INPUTQ(DLQ)), or replay the DLJ with mrs jplay"
+            )
+        where = argparse.Namespace(config=args.config, group=args.group, data_dir=None)
         try:
             dlj = locate(where)
         except JournalsNotFound as error:

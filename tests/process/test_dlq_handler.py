@@ -646,3 +646,23 @@ async def test_continued_and_full_width_rules_against_the_server(bus, tmp_path) 
         [message] = await take_all(target)
     assert message.body == b"moved" and message.dead_letter_header is None
     assert await dlq_bodies(bus) == []
+
+
+def test_a_replicated_groups_dlj_is_not_worked_in_place(tmp_path) -> None:
+    """INPUTQ(DLJ) marks and deletes DLJ records in the journals it opens: on a
+    replicated group that would be one instance's copy only (the others keep theirs,
+    and they come back after a failover). Refused in one line; its DLQ is fine."""
+    from sim.etcd import write_replicated_config
+
+    config = write_replicated_config(tmp_path, "http://127.0.0.1:1", STANDARD_QUEUES)
+    rules = tmp_path / "dlj.txt"
+    rules.write_text("INPUTQ(DLJ) WAIT(NO)\nACTION(DISCARD)\n")
+    result = subprocess.run(
+        _handler_command(Configured(config), rules), capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "mrs dlq-handler: INPUTQ(DLJ): group 1 (NYC) is replicated: a handler would delete "
+        "from one instance's DLJ, and the others would keep their copies; work its DLQ "
+        "(INPUTQ(DLQ)), or replay the DLJ with mrs jplay"
+    ]
