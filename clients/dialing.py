@@ -21,6 +21,7 @@ from clients.tls import tls_refusal
 from mrs import protocol as wire
 from mrs.limits import CLIENT_FRAME_BYTES_MAX
 from mrs.model import Address, Status
+from mrs.protocol.errors import RemoteProtocolError
 
 if TYPE_CHECKING:
     from clients.journal_status import JournalStatus
@@ -38,6 +39,11 @@ class Attachment:
     message_bytes_max: int = 0
     """The server's body limit, from its Welcome (0 = unknown)."""
     queue: Address | None = None
+
+
+class _PassedOver(Exception):
+    """One server of the list could not be dialled or did not answer the handshake as
+    MRS: the next one is tried."""
 
 
 class Server(Protocol):
@@ -85,8 +91,33 @@ class Dialer:
         self.reconnects = 0
 
     async def open(self) -> _Link:
-        """Dial, handshake and attach. ConnectionLost if unreachable; MrsError if refused."""
-        stream = await self._dial()
+        """Dial, handshake and attach, trying the servers in turn from the one that
+        answered last. ConnectionLost if none would; MrsError if one refused (its
+        answer: a missing queue or a wrong password is the same on every instance).
+
+        Why the handshake is tried per server too, not only the dial: an address of
+        the list that takes the connection and does not answer as MRS (another
+        program on a reused port, a paused process) ended the whole connect after
+        `connect_timeout_s` while the active listened at the next address (found by
+        a probe: etcd's port first in the list)."""
+        problems = []
+        for _attempt in range(len(self._servers)):
+            host, port = self._servers[0]
+            try:
+                return await self._open_one(host, port)
+            except _PassedOver as passed:
+                problems.append(str(passed))
+                self._servers.append(self._servers.pop(0))
+        raise ConnectionLost(
+            Status.LINK_DOWN, f"cannot connect to {self.address}: {'; '.join(problems)}"
+        )
+
+    async def _open_one(self, host: str, port: int) -> _Link:
+        try:
+            with trio.fail_after(self._connect_timeout_s):
+                stream = await self._open_stream(host, port)
+        except (OSError, trio.TooSlowError) as error:
+            raise _PassedOver(str(error) or "no answer in time") from None
         link = _Link(stream, wire.Connection("client", frame_bytes_max=CLIENT_FRAME_BYTES_MAX))
         try:
             with trio.fail_after(self._connect_timeout_s):
@@ -96,35 +127,19 @@ class Dialer:
             trio.ClosedResourceError,
             OSError,
             trio.TooSlowError,
+            RemoteProtocolError,
+            ConnectionLost,
         ) as error:
             await trio.aclose_forcefully(stream)
-            if (refused := tls_refusal(error, self.address)) is not None:
+            if (refused := tls_refusal(error, f"{host}:{port}")) is not None:
                 raise refused from None
-            raise ConnectionLost(
-                Status.LINK_DOWN, f"handshake with {self.address} failed: {error}"
+            raise _PassedOver(
+                f"handshake with {host}:{port} failed: {str(error) or 'no answer in time'}"
             ) from None
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
         return link
-
-    async def _dial(self) -> trio.abc.Stream:
-        """A stream to the first server that takes the connection, in turn."""
-        problems = []
-        for attempt in range(len(self._servers)):
-            host, port = self._servers[0]
-            try:
-                with trio.fail_after(self._connect_timeout_s):
-                    return await self._open_stream(host, port)
-            except (OSError, trio.TooSlowError) as error:
-                problems.append(str(error))
-                self._servers.append(self._servers.pop(0))
-                if attempt == len(self._servers) - 1:  # raised here: the OS error stays its context
-                    raise ConnectionLost(
-                        Status.LINK_DOWN,
-                        f"cannot connect to {self.address}: {'; '.join(problems)}",
-                    ) from None
-        raise AssertionError("unreachable: the last attempt raises")
 
     async def _handshake(self, link: _Link) -> None:
         # answer_batches: this client reads AnswerBatch frames (clients.pending.Requests.dispatch)

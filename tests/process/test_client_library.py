@@ -4,6 +4,7 @@ restarted server (in-flight puts answered honestly)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -226,6 +227,41 @@ async def test_without_a_journal_attach_to_a_down_server_fails(server) -> None:
         async with connect(server.address, "SENDER", connect_timeout_s=2):
             pass
     assert lost.value.status == Status.LINK_DOWN
+
+
+async def _not_mrs(nursery: trio.Nursery, answer: bytes) -> str:
+    """A TCP server on a free port that takes connections and answers `answer` (b"":
+    nothing) to each, holding it open: another program on a port of the list."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        if answer:
+            await stream.send_all(answer)
+        await trio.sleep_forever()
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), handle, 0)
+    return f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    "answer", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http"]
+)
+async def test_an_address_that_does_not_speak_mrs_is_passed_over(bus, answer: bytes) -> None:
+    """A group's address list (a replicated group's instances) whose first address takes
+    the connection and does not answer as MRS: the client tries the next one, where
+    the group is (it gave up after the handshake's timeout: found by a probe with
+    etcd's port first in the list). With no MRS server in the list it says why for
+    each address, in one line."""
+    async with trio.open_nursery() as nursery:
+        stranger = await _not_mrs(nursery, answer)
+        with trio.fail_after(10):
+            async with connect(f"{stranger},{bus.address}", "SENDER", connect_timeout_s=1) as c:
+                psb = await c.put(b"here", target="ORDERS", delivery=MODE.WF_DQF)
+                assert psb.delivery_status == Status.STORED
+        with pytest.raises(ConnectionLost) as lost, trio.fail_after(10):
+            async with connect(stranger, "SENDER", connect_timeout_s=0.5, reconnect=None):
+                pass
+        assert f"handshake with {stranger} failed" in str(lost.value)
+        nursery.cancel_scope.cancel()
 
 
 # ----------------------------------------------------------------- backoff rules
