@@ -83,15 +83,18 @@ async def dial_forever(
     new stream to the peer (mrs.security) before the link Hello."""
     backoff_s = BACKOFF_S_MIN
     while True:
+        connected = answered = False
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 stream = await network.connect(host, port)
+            connected = True
             async with stream:
                 if secure is not None:
                     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                         await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
                 await _handshake(channel, link.peer_id, group_id)
+                answered = True
                 backoff_s = BACKOFF_S_MIN
                 link.up(channel)
                 try:
@@ -108,6 +111,8 @@ async def dial_forever(
                     channel.closed = True
                     link.down("connection closed", channel)
         except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
+            if connected and not answered and hasattr(network, "pass_over"):
+                network.pass_over()  # a replicated peer: its next instance first next time
             log.info(
                 "link to group %d at %s:%d: %s; retrying in %.2f s",
                 link.peer_id,

@@ -28,6 +28,13 @@ class InstancesNetwork:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.network, name)
 
+    def pass_over(self) -> None:
+        """The instance that took the last connection did not answer the link's
+        handshake (a paused process, another program on its port): the next dial
+        starts at the next one. Without it the link dialled that one forever, since it
+        takes connections, while the active listened at another address."""
+        self.addresses.append(self.addresses.pop(0))
+
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
         """host:port (the group's configured one) is ignored for the instances'."""
         for attempt in range(len(self.addresses)):
