@@ -165,6 +165,8 @@ class Dialer:
         while True:
             if link is not None:
                 await self._server.serve(link)
+                if link.went_silent:  # a paused or cut-off active: the others first
+                    self._servers.append(self._servers.pop(0))
             if self._requests.broken is not None:  # ended by the server NOTAUTHORIZED (`_lose`)
                 self._status.wake()
                 return

@@ -38,6 +38,8 @@ class _Link(FramedStream):
     lost: MrsError | None = None
     heard_s: float = field(default_factory=trio.current_time)
     """trio.current_time() when the server last sent a byte."""
+    went_silent: bool = False
+    """Lost because the server stopped answering (`_watch`), not closed by it."""
 
 
 class Asker(Protocol):
@@ -128,6 +130,7 @@ class LinkLoops:
                 error = ConnectionLost(
                     Status.LINK_DOWN, f"server {self.address} silent for {silent_s:.1f} s"
                 )
+                link.went_silent = True
                 self._session.lose(link, error)
                 await trio.aclose_forcefully(link.stream)  # wakes the receive loop
                 return

@@ -16,6 +16,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -1020,3 +1021,36 @@ def test_queues_changed_at_run_time_survive_a_failover_to_another_machine(etcd, 
     finally:
         for process in instances.values():
             process.terminate()
+
+
+def test_a_paused_active_is_passed_over_within_seconds(instances) -> None:
+    """SIGSTOP the active: it keeps its connections open and its port takes new ones,
+    but answers nothing. A replica takes over once the lease runs out, and the client
+    (given the instances) notices the silence within seconds, passes the paused one
+    over and re-sends its unanswered put there; before, it dialled the paused one
+    again and again and the put was never answered. SIGCONT: the old active steps
+    down; every answered put is delivered once, in order."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+    paused = instances[first].process
+    assert paused is not None
+
+    async def scenario() -> tuple[float, list[bytes]]:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            for i in range(3):
+                await put_once(client, b"m%d" % i, "ORDERS", f"paused-{i}")
+            paused.send_signal(signal.SIGSTOP)
+            stopped_s = time.monotonic()
+            try:
+                with trio.fail_after(FAILOVER_S_MAX):
+                    await put_once(client, b"m3", "ORDERS", "paused-3")
+                answered_s = time.monotonic() - stopped_s
+            finally:
+                paused.send_signal(signal.SIGCONT)
+            instances[first].wait_for("STEPPED DOWN", FAILOVER_S_MAX)
+            return answered_s, await _take_all(client)
+
+    answered_s, bodies = trio.run(scenario)
+    assert bodies == [b"m0", b"m1", b"m2", b"m3"]
+    print(f"a put across a paused active answered after {answered_s:.1f} s")
