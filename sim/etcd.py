@@ -186,6 +186,15 @@ class InstanceProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: a frozen process (its connections stay open, nothing answers)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def terminate(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

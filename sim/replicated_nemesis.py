@@ -6,7 +6,7 @@ replicas alone) and one in front of etcd per instance (so one instance can lose 
 while the others keep it). Producers put WF messages with unique ids under
 idempotency keys (`clients.put_once`), a consumer gets and confirms, and on a seeded
 schedule the nemesis SIGKILLs the active, partitions it from the replicas and etcd,
-deletes a data directory (of a replica, or of the killed active) and restarts the
+pauses it (SIGSTOP: its sockets stay open and it answers nothing, then SIGCONT), deletes a data directory (of a replica, or of the killed active) and restarts the
 instance, or restarts etcd, on its data or wiped (its data lost: the instances then
 agree by census, mrs.replication.census); between faults it heals and restarts what it broke and
 waits until every instance is in sync again.
@@ -56,6 +56,7 @@ HEALTHY_WITHIN_S = 90.0
 FAULT_KINDS = (
     "kill-active",
     "partition-active",
+    "pause-active",
     "wipe-replica",
     "wipe-killed-active",
     "restart-etcd",
@@ -389,6 +390,12 @@ class Nemesis:
         elif kind == "partition-active":
             self.bus.partition(active)
             await trio.sleep(self.rng.uniform(LEASE_TTL_S + 1.0, 10.0))
+        elif kind == "pause-active":  # SIGSTOP: its sockets stay open and answer nothing
+            instances[active].pause()
+            try:
+                await trio.sleep(self.rng.uniform(1.0, 10.0))
+            finally:
+                instances[active].resume()
         elif kind in ("wipe-replica", "wipe-killed-active"):
             victim = active
             if kind == "wipe-replica":
