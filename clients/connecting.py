@@ -67,7 +67,7 @@ async def connect(
     (JOURNAL_FULL, then the put's UMA: DISC/DISCL discard, others raise).
     heartbeat_s: ping a server quiet for this long; after 3 silent intervals the
     connection counts as lost (reconnect, JOURNAL_ON). None: never ping. Given
-    several addresses, the default is 1 s (HEARTBEAT_S_INSTANCES): an active that
+    several addresses, the default is 2 s (HEARTBEAT_S_INSTANCES): an active that
     stops answering without closing (paused) is passed over within seconds.
     protection: a clients.protection.Protection (identity + policies): puts to
     protected queues are signed/encrypted and gets verified/decrypted in this process.

@@ -123,10 +123,10 @@ class LinkLoops:
         gone, process stopped, cable cut without FIN or RST) counts as lost, so the
         client reconnects (and journals) instead of waiting forever."""
         nonces = itertools.count(1)
+        silent_s_max = interval_s * HEARTBEATS_SILENT_MAX
         while link.lost is None:
-            await trio.sleep(interval_s)
             silent_s = trio.current_time() - link.heard_s
-            if silent_s >= interval_s * HEARTBEATS_SILENT_MAX:
+            if silent_s >= silent_s_max:
                 error = ConnectionLost(
                     Status.LINK_DOWN, f"server {self.address} silent for {silent_s:.1f} s"
                 )
@@ -136,6 +136,10 @@ class LinkLoops:
                 return
             if silent_s >= interval_s:
                 self._session.send_frame(link, wire.Ping(next(nonces)))
+            # the next look: when a ping is due, or at the bound itself (not up to an
+            # interval past it: the silence is judged when it reaches the bound)
+            due_s = interval_s - silent_s if silent_s < interval_s else interval_s
+            await trio.sleep(max(min(due_s, silent_s_max - silent_s), 0.0))
 
     async def _receive_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:

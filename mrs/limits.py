@@ -258,12 +258,15 @@ HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""
 HEARTBEATS_SILENT_MAX = 3
 """...and count the connection lost after this many intervals of silence."""
-HEARTBEAT_S_INSTANCES = 1.0
+HEARTBEAT_S_INSTANCES = 2.0
 """The default ping interval of a client given a replicated group's instances: an
 active that stops answering without closing its connections (a paused process or
-machine) is passed over within a few seconds, about the lease's time, rather than
-after 15-20 s of silence at HEARTBEAT_S_DEFAULT (measured: a put waited 20-30 s
-across a SIGSTOP of the active while a replica took over in 4 s)."""
+machine) is passed over within about 6 s, the lease's time plus a few seconds,
+rather than after 15-20 s of silence at HEARTBEAT_S_DEFAULT (measured: a put waited
+20-30 s across a SIGSTOP of the active while a replica took over in 4 s). Not less:
+the group's loop stalls for each commit's fsync, and a disk slow for a few seconds
+must not look like a paused active to every client (a spurious reconnect brings a
+get in flight back POSSDUPL)."""
 CLIENT_CLOSE_WAIT_S = 1.0
 """A closing client waits this long at most for the server to give its queue back
 (half-close, then the server's own close) before it closes anyway."""
