@@ -107,8 +107,11 @@ def with_new_queue(text: str, group_id: int, values: dict[str, object]) -> str:
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace `path` by `text`: a temporary file beside it, synced, renamed over it,
-    then the directory synced; the file's mode is kept."""
-    path = Path(path)
+    then the directory synced; the file's mode is kept. A symbolic link (a config
+    linked from /etc) is followed: its target is replaced and the link stays, where a
+    rename over the link would have turned it into a file of its own and left the
+    target as it was."""
+    path = Path(path).resolve()
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

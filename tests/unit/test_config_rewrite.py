@@ -75,3 +75,14 @@ def test_the_file_is_replaced_whole_with_its_mode(tmp_path) -> None:
     assert path.read_text().endswith("# changed\n")
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["bus.toml"]  # no temporary left
+
+
+def test_a_linked_file_is_replaced_at_its_target_and_stays_linked(tmp_path) -> None:
+    target = tmp_path / "real" / "bus.toml"
+    target.parent.mkdir()
+    target.write_text(BUS)
+    link = tmp_path / "bus.toml"
+    link.symlink_to(target)
+    write_atomically(link, BUS + "# changed\n")
+    assert link.is_symlink() and link.resolve() == target
+    assert target.read_text().endswith("# changed\n")
