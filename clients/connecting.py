@@ -22,7 +22,7 @@ from mrs.limits import (
     CLIENT_SAF_BYTES_MAX_DEFAULT,
     CLIENT_SAF_MESSAGES_MAX_DEFAULT,
     HEARTBEAT_S_DEFAULT,
-    HEARTBEAT_S_INSTANCES,
+    HEARTBEAT_S_INSTANCES_DEFAULT,
 )
 from mrs.model import Address, Psb, Status
 
@@ -67,7 +67,7 @@ async def connect(
     (JOURNAL_FULL, then the put's UMA: DISC/DISCL discard, others raise).
     heartbeat_s: ping a server quiet for this long; after 3 silent intervals the
     connection counts as lost (reconnect, JOURNAL_ON). None: never ping. Given
-    several addresses, the default is 2 s (HEARTBEAT_S_INSTANCES): an active that
+    several addresses, the default is 2 s (HEARTBEAT_S_INSTANCES_DEFAULT): an active that
     stops answering without closing (paused) is passed over within seconds.
     protection: a clients.protection.Protection (identity + policies): puts to
     protected queues are signed/encrypted and gets verified/decrypted in this process.
@@ -83,7 +83,7 @@ async def connect(
     if not isinstance(address, str):
         address = ",".join(address)
     if heartbeat_s == HEARTBEAT_S_DEFAULT and "," in address:
-        heartbeat_s = HEARTBEAT_S_INSTANCES  # a paused active passed over in seconds
+        heartbeat_s = HEARTBEAT_S_INSTANCES_DEFAULT  # a paused active passed over in seconds
     tls = tls if tls is not None else default_tls()
     if tls is not None and open_stream is None:
         open_stream = tls_opener(tls, tls_server_name)

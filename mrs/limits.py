@@ -258,7 +258,7 @@ HEARTBEAT_S_DEFAULT = 5.0
 """Ping the server after this long without a byte from it..."""
 HEARTBEATS_SILENT_MAX = 3
 """...and count the connection lost after this many intervals of silence."""
-HEARTBEAT_S_INSTANCES = 2.0
+HEARTBEAT_S_INSTANCES_DEFAULT = 2.0
 """The default ping interval of a client given a replicated group's instances: an
 active that stops answering without closing its connections (a paused process or
 machine) is passed over within about 6 s, the lease's time plus a few seconds,

@@ -6,10 +6,11 @@ replicas alone) and one in front of etcd per instance (so one instance can lose 
 while the others keep it). Producers put WF messages with unique ids under
 idempotency keys (`clients.put_once`), a consumer gets and confirms, and on a seeded
 schedule the nemesis SIGKILLs the active, partitions it from the replicas and etcd,
-pauses it (SIGSTOP: its sockets stay open and it answers nothing, then SIGCONT), deletes a data directory (of a replica, or of the killed active) and restarts the
+pauses it (SIGSTOP: its sockets stay open and it answers nothing, then SIGCONT),
+deletes a data directory (of a replica, or of the killed active) and restarts the
 instance, or restarts etcd, on its data or wiped (its data lost: the instances then
-agree by census, mrs.replication.census); between faults it heals and restarts what it broke and
-waits until every instance is in sync again.
+agree by census, mrs.replication.census); between faults it heals and restarts what
+it broke and waits until every instance is in sync again.
 
 At the end everything is healed and drained, and the independent checker
 (`sim.delivery_check.check_delivered`) judges what the clients saw: nothing answered

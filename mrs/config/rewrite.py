@@ -12,11 +12,11 @@ never half of one, and a restart keeps the change.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from mrs.storage.atomic_file import replace_file
 
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
 _ID = re.compile(r"^\s*id\s*=\s*([0-9]+)\s*(#.*)?$")
@@ -106,26 +106,6 @@ def with_new_queue(text: str, group_id: int, values: dict[str, object]) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` by `text`: a temporary file beside it, synced, renamed over it,
-    then the directory synced; the file's mode is kept. A symbolic link (a config
-    linked from /etc) is followed: its target is replaced and the link stays, where a
-    rename over the link would have turned it into a file of its own and left the
-    target as it was."""
-    path = Path(path).resolve()
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    """Replace `path` by `text` whole (mrs.storage.atomic_file: synced, renamed over
+    it, a symbolic link followed); the file's mode is kept."""
+    replace_file(path, text.encode("utf-8"))

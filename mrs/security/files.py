@@ -10,6 +10,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from mrs.storage.atomic_file import replace_file
+
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -30,22 +32,5 @@ def narrow(path: Path) -> None:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write a whole file atomically (temp file, fsync, rename), created 0600."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    with contextlib.suppress(OSError):
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    """Write a whole file atomically (mrs.storage.atomic_file), owner-only (0600)."""
+    replace_file(path, data, FILE_MODE)

@@ -19,9 +19,9 @@ lost. The name is shown, not compared: renaming a group keeps its journals.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from mrs.storage.atomic_file import replace_file
 from mrs.storage.datadir import DataDirError
 
 OWNER_FILE_NAME = "group.json"
@@ -83,19 +83,7 @@ def _write(path: Path, owner: dict[str, object]) -> None:
     crash leaves the old state or the new one, never half a file."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = path.with_name(path.name + ".tmp")
         # owner-only whatever the umask, as every file of a data directory
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(descriptor, 0o600)  # a temporary left by a crash keeps its mode otherwise
-        with open(descriptor, "w") as out:
-            out.write(json.dumps(owner) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_file(path, (json.dumps(owner) + "\n").encode("utf-8"), 0o600)
     except OSError as error:
         raise DataDirError(f"{path}: cannot be written ({error.strerror})") from None
