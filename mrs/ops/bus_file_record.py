@@ -106,10 +106,13 @@ def catch_up(path: Path, record: BusFileRecord | None, group_id: int) -> str:
         lacking = sorted(set(journaled) - set(mine))
     except (ConfigError, LookupError):
         lacking = []
+    if not lacking:  # e.g. the group made replicated since: nothing of it is missing
+        log.info("bus file %s differs from the group's last run-time change: kept", path)
+        return "kept"
     log.warning(
         "bus file %s was edited since the group's last run-time change; it is kept "
         "(queues that change has and it lacks: %s)",
         path,
-        ", ".join(f"{group_id}.{queue_id}" for queue_id in lacking) or "none",
+        ", ".join(f"{group_id}.{queue_id}" for queue_id in lacking),
     )
     return "kept"

@@ -81,3 +81,14 @@ def test_the_record_survives_its_encoding_and_its_lineage_is_bounded() -> None:
         long = next_record(long, long.text, long.text + f"# {index}\n")
     assert len(long.lineage) == LINEAGE_MAX
     assert digest(texts[0]) not in long.lineage  # the oldest went first
+
+
+def test_a_kept_file_that_lacks_nothing_is_not_warned_about(tmp_path: Path, caplog) -> None:
+    """A file edited otherwise (the group made replicated since, say) that holds every
+    queue of the journaled change: kept, said at INFO only."""
+    texts, record = _changes()
+    path = tmp_path / "bus.toml"
+    path.write_text(texts[-1] + "# edited here\n")
+    with caplog.at_level(logging.INFO, logger="mrs.ops"):
+        assert catch_up(path, record, 1) == "kept"
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
