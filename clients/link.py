@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -123,23 +124,26 @@ class LinkLoops:
         gone, process stopped, cable cut without FIN or RST) counts as lost, so the
         client reconnects (and journals) instead of waiting forever."""
         nonces = itertools.count(1)
-        silent_s_max = interval_s * HEARTBEATS_SILENT_MAX
+        pinged_s = -math.inf
         while link.lost is None:
-            silent_s = trio.current_time() - link.heard_s
-            if silent_s >= silent_s_max:
+            now_s = trio.current_time()
+            lost_at_s = link.heard_s + interval_s * HEARTBEATS_SILENT_MAX
+            if now_s >= lost_at_s:  # judged when the silence reaches the bound
                 error = ConnectionLost(
-                    Status.LINK_DOWN, f"server {self.address} silent for {silent_s:.1f} s"
+                    Status.LINK_DOWN,
+                    f"server {self.address} silent for {now_s - link.heard_s:.1f} s",
                 )
                 link.went_silent = True
                 self._session.lose(link, error)
                 await trio.aclose_forcefully(link.stream)  # wakes the receive loop
                 return
-            if silent_s >= interval_s:
+            ping_at_s = max(link.heard_s, pinged_s) + interval_s
+            if now_s >= ping_at_s:
                 self._session.send_frame(link, wire.Ping(next(nonces)))
-            # the next look: when a ping is due, or at the bound itself (not up to an
-            # interval past it: the silence is judged when it reaches the bound)
-            due_s = interval_s - silent_s if silent_s < interval_s else interval_s
-            await trio.sleep(max(min(due_s, silent_s_max - silent_s), 0.0))
+                pinged_s, ping_at_s = now_s, now_s + interval_s
+            # absolute times, compared as computed: a relative sleep of what is left
+            # could round to nothing and wake at once, again and again
+            await trio.sleep_until(min(ping_at_s, lost_at_s))
 
     async def _receive_loop(self, link: _Link, scope: trio.CancelScope) -> None:
         try:
