@@ -974,6 +974,13 @@ def test_queues_changed_at_run_time_survive_a_failover_to_another_machine(etcd, 
         process.start()
     try:
         first = wait_active(instances, 30)
+        addresses = instance_addresses(files["a"], "NYC")
+
+        async def all_in_sync() -> None:
+            async with connect(addresses, None) as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(all_in_sync)
         if first == "a":  # `mrs admin` must find the active, not dial the first listed
             moved = run_mrs("failover", "--config", str(files["a"]), "NYC", "--to", "b")
             assert moved.returncode == 0, moved.stderr
@@ -984,7 +991,6 @@ def test_queues_changed_at_run_time_survive_a_failover_to_another_machine(etcd, 
         ):
             done = run_mrs("admin", *command, "--config", str(files["a"]))
             assert done.returncode == 0, done.stderr
-        addresses = instance_addresses(files["a"], "NYC")
 
         async def put_three() -> None:
             async with connect(addresses, "ORDERS") as client:
