@@ -101,23 +101,25 @@ class Dialer:
         `connect_timeout_s` while the active listened at the next address (found by
         a probe: etcd's port first in the list)."""
         problems = []
+        why: BaseException | None = None
         for _attempt in range(len(self._servers)):
             host, port = self._servers[0]
             try:
                 return await self._open_one(host, port)
             except _PassedOver as passed:
                 problems.append(str(passed))
+                why = passed.__cause__  # the OS error: `mrs status` words it
                 self._servers.append(self._servers.pop(0))
         raise ConnectionLost(
             Status.LINK_DOWN, f"cannot connect to {self.address}: {'; '.join(problems)}"
-        )
+        ) from why
 
     async def _open_one(self, host: str, port: int) -> _Link:
         try:
             with trio.fail_after(self._connect_timeout_s):
                 stream = await self._open_stream(host, port)
         except (OSError, trio.TooSlowError) as error:
-            raise _PassedOver(str(error) or "no answer in time") from None
+            raise _PassedOver(str(error) or "no answer in time") from error
         link = _Link(stream, wire.Connection("client", frame_bytes_max=CLIENT_FRAME_BYTES_MAX))
         try:
             with trio.fail_after(self._connect_timeout_s):
@@ -135,7 +137,7 @@ class Dialer:
                 raise refused from None
             raise _PassedOver(
                 f"handshake with {host}:{port} failed: {str(error) or 'no answer in time'}"
-            ) from None
+            ) from error
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise

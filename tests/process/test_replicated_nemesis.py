@@ -1,7 +1,7 @@
 """The replicated group's real-process nemesis (`mrs sim replicated`), short: a real
 etcd and three instances, WF puts from three producers and a consumer confirming,
-while the seeded schedule SIGKILLs the active (seed 2 starts with that), partitions
-it, wipes a data directory and restarts etcd. The independent checker must find
+while the seeded schedule SIGKILLs the active (seed 15 starts with that), partitions
+it, restarts etcd and pauses the active. The independent checker must find
 nothing answered lost, no unmarked duplicate, no order broken, and every failover
 must be measured."""
 
@@ -17,8 +17,10 @@ from tests.etcd_helpers import skip_without_etcd
 
 pytestmark = pytest.mark.xdist_group("replicated-nemesis")
 
-SEED = 2
-"""Its schedule starts with a SIGKILL of the active, then a partition of the next."""
+SEED = 15
+"""Its schedule starts with a SIGKILL of the active, then a partition of the next, an
+etcd restart and a pause (seed 2 did so before `pause-active` was a fault: the choice
+among the kinds draws from the same seed)."""
 FAULTS_S = 30.0
 FAILOVER_S_MAX = 15.0
 
