@@ -103,7 +103,7 @@ def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJo
         try:
             data_dir = group.data_dir_of(getattr(args, "instance", None))
         except LookupError as error:
-            raise JournalsNotFound(str(error).strip("'\"")) from None
+            raise JournalsNotFound(str(error)) from None
     else:
         raise JournalsNotFound("give --config FILE (with --group N) or --data-dir DIR")
     return _at(data_dir, args.group, bus, group)

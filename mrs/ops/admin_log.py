@@ -62,10 +62,8 @@ class AdminLog:
         """The last `limit` actions, oldest first: from the group's journals, or from
         the file for a data directory whose journals hold none (written before)."""
         found = self.store_of()
-        keys = self._known_keys(found[0]) if found is not None else []
-        if keys:
-            store = found[0]  # type: ignore[index]
-            values = [store.get_raw(Journal.META, key) for key in keys[-limit:]]
+        if found is not None and (keys := self._known_keys(found[0])):
+            values = found[0].get_raw_many(Journal.META, keys[-limit:])  # one read
             return [json.loads(value) for value in values if value is not None]
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()

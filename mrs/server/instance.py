@@ -26,7 +26,7 @@ from dataclasses import replace
 import trio
 
 from journals import Journal, JournalStore
-from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
 from mrs.exit_status import EXIT_RUNTIME, CommandError
@@ -165,8 +165,6 @@ class InstanceRunner:
         next restart. The queue table only: the rest of the file (instances,
         coordinator, links) is what the instance started with. A file that cannot be
         read or parsed keeps the queues this instance has, with one line saying why."""
-        from mrs.config.bus import ConfigError, load_config
-
         path = self.bus.path
         if not path.is_file():  # the simulator's bus has no file
             return
