@@ -262,8 +262,8 @@ HEARTBEAT_S_INSTANCES_DEFAULT = 2.0
 """The default ping interval of a client given a replicated group's instances: an
 active that stops answering without closing its connections (a paused process or
 machine) is passed over within about 6 s, the lease's time plus a few seconds,
-rather than after 15-20 s of silence at HEARTBEAT_S_DEFAULT (measured: a put waited
-20-30 s across a SIGSTOP of the active while a replica took over in 4 s). Not less:
+rather than after 15 s of silence at HEARTBEAT_S_DEFAULT (benchmarks/README.md, "A
+paused active"). Not less:
 the group's loop stalls for each commit's fsync, and a disk slow for a few seconds
 must not look like a paused active to every client (a spurious reconnect brings a
 get in flight back POSSDUPL)."""
