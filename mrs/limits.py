@@ -263,10 +263,9 @@ HEARTBEAT_S_INSTANCES_DEFAULT = 2.0
 active that stops answering without closing its connections (a paused process or
 machine) is passed over within about 6 s, the lease's time plus a few seconds,
 rather than after 15 s of silence at HEARTBEAT_S_DEFAULT (benchmarks/README.md, "A
-paused active"). Not less:
-the group's loop stalls for each commit's fsync, and a disk slow for a few seconds
-must not look like a paused active to every client (a spurious reconnect brings a
-get in flight back POSSDUPL)."""
+paused active"). Not less: the group's loop stalls for each commit's fsync, and a
+disk slow for a few seconds must not look like a paused active to every client (a
+spurious reconnect brings a get in flight back POSSDUPL)."""
 CLIENT_CLOSE_WAIT_S = 1.0
 """A closing client waits this long at most for the server to give its queue back
 (half-close, then the server's own close) before it closes anyway."""
