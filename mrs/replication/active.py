@@ -16,12 +16,14 @@ owner to stop serving, well before etcd can let a replica take over.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 import trio
 
+from journals import JournalError, WriteBatch
 from journals.keys import Journal
 from mrs.config.instance_types import InstanceConfig
 from mrs.limits import (
@@ -34,7 +36,7 @@ from mrs.limits import (
     REPLICATION_REST_HOLD_S,
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
-from mrs.replication.coordinator import Coordinator
+from mrs.replication.coordinator import Coordinator, FailoverRequest
 from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, LinkRefused, frame
@@ -80,7 +82,9 @@ class Active:
         (coordinator `same_position_replicas`): etcd names them in sync until one joins."""
         self.connected: set[str] = set()
         self.stepped_down: str | None = None
-        self._refused_handover: str | None = None
+        self.resigned = False
+        """Set as a planned hand-over gives the lease up: its renewals stop."""
+        self._handing_over: FailoverRequest | None = None
         self._sync_lock = trio.Lock()
         self.recorded: set[str] = set()
         """The replicas etcd names as in sync (a subset of those waited for)."""
@@ -98,7 +102,7 @@ class Active:
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._lease_loop)
+            nursery.start_soon(self._lease_loop, nursery)
             if self.co_holders:  # before any link: a join rewrites the record after it
                 await self._record_co_holders()
             nursery.start_soon(self._lag_loop)
@@ -118,7 +122,10 @@ class Active:
         self.on_step_down(reason)
 
     # ------------------------------------------------------------------ the lease
-    async def _lease_loop(self) -> None:
+    async def _lease_loop(self, nursery: trio.Nursery) -> None:
+        """Renew the lease, and take up a hand-over request in a task of its own: the
+        lease is renewed while the hand-over waits for a replica (longer than a TTL,
+        it would lapse, and a replica take over while this instance still answered)."""
         renew_every_s = self.lease_ttl_s / REPLICATION_RENEW_FRACTION_DEFAULT
         last_ok_s = trio.current_time()
         while True:
@@ -128,11 +135,14 @@ class Active:
                 last_ok_s + self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
             ):
                 renewed = await self.coordinator.renew()
+            if self.resigned or self.stepped_down is not None:
+                return
             if renewed:
                 last_ok_s = sent_s
-                to = await self.coordinator.failover_requested()
-                if to is not None and await self.hand_over(to):
-                    return
+                request = await self.coordinator.failover_requested()
+                if request is not None and self._handing_over is None:
+                    self._handing_over = request
+                    nursery.start_soon(self._take_up, request)
             elif trio.current_time() - last_ok_s >= (
                 self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
             ):
@@ -143,39 +153,84 @@ class Active:
                 return
             await trio.sleep(renew_every_s if renewed else renew_every_s / 4)
 
-    async def hand_over(self, to: str) -> bool:
+    async def hand_over(self, request: FailoverRequest) -> bool:
         """A planned switch-over (`mrs failover`): once every answer held is out and
         the chosen replica (or every one in sync) has every record, record only them
         as in sync, resign and step down; nothing is lost and nothing handed out is
-        marked POSSDUPL that was not. False when `to` is not a replica in sync."""
-        if to and to not in self.recorded:
-            if self._refused_handover != to:
-                log.warning("failover to %s refused: not in sync", to)
-                self._refused_handover = to
+        marked POSSDUPL that was not. Whether it stepped down; otherwise the request is
+        refused, saying why, so it is never carried out later.
+
+        Why a commit first (`HANDOVER_KEY`): a replica that has every record because
+        nothing was written since may be paused or cut off, and once only it is named
+        in sync nobody else may take over. Its acknowledgement of a record made now
+        shows it is there to win the next term."""
+        chosen = {request.to} if request.to else set(self.recorded)
+        if request.to and request.to not in self.recorded:
+            await self._refuse(request, f"{request.to} is not in sync")
             return False
-        chosen = {to} if to else set(self.recorded)
         if not chosen:
+            await self._refuse(request, "no replica is in sync")
+            return False
+        try:
+            self.store.commit_now(_handover_record(self.term, chosen))
+        except JournalError as error:
+            await self._refuse(request, f"this instance cannot commit: {error}")
             return False
         with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
-            while self.stream.waiting or any(
-                self.stream.acked.get(name, 0) < self.stream.number for name in chosen
-            ):
+            while chosen <= self.stream.in_sync and not self._have_every_record(chosen):
                 await self.stream.released.wait()
-        if any(self.stream.acked.get(name, 0) < self.stream.number for name in chosen):
-            log.warning("failover: %s not caught up in time; staying active", sorted(chosen))
-            return False
-        members = tuple(sorted(chosen))
-        async with self._sync_lock:  # without this instance: only the chosen may campaign
-            # each of them has every record: any one may campaign on its own position
-            handed = await self._record_in_sync(
-                chosen, "planned hand-over", with_me=False, acks_needed=len(chosen)
+        ready = {n for n in chosen & self.stream.in_sync if self._have_every_record({n})}
+        if self.stream.waiting or not ready:
+            names = ", ".join(sorted(chosen - ready)) or "a replica"
+            await self._refuse(
+                request,
+                f"{names} did not acknowledge a new record (paused, cut off, or slow?)",
             )
-            if not handed:
-                return False
+            return False
+        chosen = ready  # without --to: those in sync that answered
+        # Answers stop first: one given while etcd is written could rest on a replica
+        # that is not chosen, and the chosen one would win without it.
         self.stream.answering = False
+        given = self.stream.answered
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            while any(self.stream.acked.get(name, 0) < given for name in chosen):
+                await self.stream.released.wait()
+        async with self._sync_lock:  # without this instance: only the chosen may campaign
+            # each of them has every answered record: any one may campaign on its own
+            handed = all(self.stream.acked.get(name, 0) >= given for name in chosen) and (
+                await self._record_in_sync(
+                    chosen,
+                    "planned hand-over",
+                    with_me=False,
+                    acks_needed=len(chosen),
+                    request=request,
+                )
+            )
+        if not handed:  # withdrawn, or etcd did not take it: go on answering
+            self.stream.answering = True
+            self.stream.release()
+            await self._refuse(request, "the in-sync record could not be written")
+            return False
+        self.resigned = True
         await self.coordinator.resign()
-        self.step_down(f"planned hand-over to {', '.join(members)}")
+        self.step_down(f"planned hand-over to {', '.join(sorted(chosen))}")
         return True
+
+    def _have_every_record(self, names: set[str]) -> bool:
+        """Every answer held is out, and each of `names` has every record."""
+        if self.stream.waiting:
+            return False
+        return all(self.stream.acked.get(name, 0) >= self.stream.number for name in names)
+
+    async def _take_up(self, request: FailoverRequest) -> None:
+        try:
+            await self.hand_over(request)
+        finally:
+            self._handing_over = None
+
+    async def _refuse(self, request: FailoverRequest, why: str) -> None:
+        log.warning("failover to %s refused: %s; staying active", request.to or "any", why)
+        await self.coordinator.refuse_failover(request, why)
 
     async def _lease_lost(self) -> bool:
         """A renewal answered 'expired' (not a timeout): the lease is gone for good."""
@@ -218,13 +273,19 @@ class Active:
             )
 
     async def _record_in_sync(
-        self, replicas: set[str], why: str, with_me: bool = True, acks_needed: int | None = None
+        self,
+        replicas: set[str],
+        why: str,
+        with_me: bool = True,
+        acks_needed: int | None = None,
+        request: FailoverRequest | None = None,
     ) -> bool:
         """Write the set to etcd (under `_sync_lock`: one write at a time, each from the
-        set as it stands); `acks_needed` defaults to the stream's quorum."""
+        set as it stands); `acks_needed` defaults to the stream's quorum; with
+        `request`, only while that hand-over request stands (not withdrawn)."""
         members = tuple(sorted({self.me.name, *replicas} if with_me else replicas))
         acks = self.stream.acks_needed if acks_needed is None else acks_needed
-        if await self.coordinator.set_in_sync(self.term, members, acks):
+        if await self.coordinator.set_in_sync(self.term, members, acks, request):
             self.recorded = set(replicas)
             log.info("in sync in term %d: %s (%s)", self.term, ", ".join(members), why)
             return True
@@ -496,3 +557,12 @@ def _hello_answer(name: str, answer: dict[str, Any]) -> tuple[tuple[int, int], i
     ):
         raise LinkBroken(f"{name} answered the hello with position {position!r}, led {led!r}")
     return (position[0], position[1]), led
+
+
+HANDOVER_KEY = "replication.handover"
+"""META: the last planned hand-over's term and chosen replicas (`Active.hand_over`)."""
+
+
+def _handover_record(term: int, chosen: set[str]) -> WriteBatch:
+    value = json.dumps({"term": term, "to": sorted(chosen)}).encode()
+    return WriteBatch.empty().put_raw(Journal.META, HANDOVER_KEY.encode(), value)

@@ -132,6 +132,32 @@ def same_position_replicas(state: GroupState, name: str, position: Position) -> 
     return frozenset(m for m, at in state.positions.items() if m != name and at == position)
 
 
+@dataclass(frozen=True)
+class FailoverRequest:
+    """A planned switch-over asked of the active (`mrs failover`): to `to` ("" for
+    any replica in sync), told apart from every other request by `request_id`.
+
+    Why an id: a request is answered exactly once, by the hand-over (the in-sync
+    record written only while the request still stands, which deletes it) or by a
+    refusal the command reads; and the command withdraws its own request when it
+    gives up waiting, so no request is carried out after its command said it failed."""
+
+    to: str
+    request_id: str
+
+    def encoded(self) -> bytes:
+        return json.dumps({"to": self.to, "id": self.request_id}, sort_keys=True).encode()
+
+    @classmethod
+    def decoded(cls, raw: bytes) -> FailoverRequest | None:
+        """The request etcd holds; None for a value that is not one (written by hand)."""
+        try:
+            value = json.loads(raw)
+            return cls(str(value["to"]), str(value["id"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
 class Coordinator(Protocol):
     """One instance's handle on its group's leadership."""
 
@@ -152,9 +178,16 @@ class Coordinator(Protocol):
     async def renew(self) -> bool:
         """Keep the lease alive; False once it is lost (stop answering at once)."""
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
+    async def set_in_sync(
+        self,
+        term: int,
+        members: tuple[str, ...],
+        acks_needed: int,
+        request: FailoverRequest | None = None,
+    ) -> bool:
         """Record `members` as in sync (each answer waiting for `acks_needed` of them
-        besides this instance), only while holding `term`; whether it was."""
+        besides this instance), only while holding `term` (and, with `request`, only
+        while that request stands, which it then deletes); whether it was."""
 
     async def post_position(self, closing_term: int, position: Position) -> None:
         """Post this replica's final position in `closing_term` (it has closed it)."""
@@ -162,11 +195,21 @@ class Coordinator(Protocol):
     async def resign(self) -> None:
         """Give the leadership up now (a planned stop)."""
 
-    async def request_failover(self, to: str) -> None:
-        """Ask the active to hand over (`mrs failover`): to `to`, or "" to any in sync."""
+    async def request_failover(self, request: FailoverRequest) -> None:
+        """Ask the active to hand over (`mrs failover`), replacing any request before."""
 
-    async def failover_requested(self) -> str | None:
+    async def failover_requested(self) -> FailoverRequest | None:
         """The hand-over asked for (see request_failover), or None."""
+
+    async def refuse_failover(self, request: FailoverRequest, why: str) -> None:
+        """While `request` stands: delete it (it is not tried again) and leave why for
+        its command (`failover_refusal`)."""
+
+    async def failover_refusal(self, request: FailoverRequest) -> str | None:
+        """Why the active refused `request`, or None (not refused)."""
+
+    async def withdraw_failover(self, request: FailoverRequest) -> bool:
+        """Delete `request` if it still stands (its command gave up); whether it did."""
 
     async def aclose(self) -> None: ...
 
@@ -189,6 +232,7 @@ class EtcdCoordinator:
         self.term_key = f"{prefix}/term".encode()
         self.sync_key = f"{prefix}/sync".encode()
         self.failover_key = f"{prefix}/failover".encode()
+        self.refused_key = f"{prefix}/failover-refused".encode()
         self.position_prefix = f"{prefix}/position/"
         self.census_prefix = f"{prefix}/census/"
         self.lease_id: int | None = None
@@ -281,12 +325,20 @@ class EtcdCoordinator:
         except EtcdError:
             return False
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
+    async def set_in_sync(
+        self,
+        term: int,
+        members: tuple[str, ...],
+        acks_needed: int,
+        request: FailoverRequest | None = None,
+    ) -> bool:
+        compare = [holds(self.leader_key, self._leader_value(term))]
+        success = [put_op(self.sync_key, _sync_value(term, members, self.name, acks_needed))]
+        if request is not None:
+            compare.append(holds(self.failover_key, request.encoded()))
+            success.append(delete_op(self.failover_key))
         try:
-            return await self.client.txn(
-                [holds(self.leader_key, self._leader_value(term))],
-                [put_op(self.sync_key, _sync_value(term, members, self.name, acks_needed))],
-            )
+            return await self.client.txn(compare, success)
         except EtcdError:
             return False
 
@@ -304,18 +356,47 @@ class EtcdCoordinator:
             with contextlib.suppress(EtcdError):  # else it expires by itself
                 await self.client.revoke(lease_id)
 
-    async def request_failover(self, to: str) -> None:
+    async def request_failover(self, request: FailoverRequest) -> None:
         try:
-            await self.client.txn([], [put_op(self.failover_key, to.encode())])
+            await self.client.txn([], [put_op(self.failover_key, request.encoded())])
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
 
-    async def failover_requested(self) -> str | None:
+    async def failover_requested(self) -> FailoverRequest | None:
         try:
             found = await self.client.get(self.failover_key)
         except EtcdError:
             return None
-        return found[0].decode() if found is not None else None
+        return FailoverRequest.decoded(found[0]) if found is not None else None
+
+    async def refuse_failover(self, request: FailoverRequest, why: str) -> None:
+        refusal = json.dumps({"id": request.request_id, "why": why}).encode()
+        with contextlib.suppress(EtcdError):  # unanswered: the command says it timed out
+            await self.client.txn(
+                [holds(self.failover_key, request.encoded())],
+                [put_op(self.refused_key, refusal), delete_op(self.failover_key)],
+            )
+
+    async def failover_refusal(self, request: FailoverRequest) -> str | None:
+        try:
+            found = await self.client.get(self.refused_key)
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
+        if found is None:
+            return None
+        try:
+            refusal = json.loads(found[0])
+            return str(refusal["why"]) if refusal["id"] == request.request_id else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    async def withdraw_failover(self, request: FailoverRequest) -> bool:
+        try:
+            return await self.client.txn(
+                [holds(self.failover_key, request.encoded())], [delete_op(self.failover_key)]
+            )
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -364,7 +445,9 @@ class MemoryElection:
     acks_needed: int | None = None
     positions: dict[str, tuple[int, Position]] = field(default_factory=dict)
     """Each replica's last posted (closing term, position)."""
-    failover: str | None = None
+    failover: FailoverRequest | None = None
+    refused: tuple[str, str] | None = None
+    """The last refused request's id and why."""
     census: dict[str, Census] = field(default_factory=dict)
     """Each instance's posted census (the simulator's instances post while they run)."""
     reachable: set[str] = field(default_factory=set)
@@ -430,7 +513,13 @@ class MemoryCoordinator:
             return False
         return election.leader == self.name and election.leader_term == self.term
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
+    async def set_in_sync(
+        self,
+        term: int,
+        members: tuple[str, ...],
+        acks_needed: int,
+        request: FailoverRequest | None = None,
+    ) -> bool:
         election = self.election
         try:
             election._reach(self.name)
@@ -438,6 +527,10 @@ class MemoryCoordinator:
             return False
         if election.leader != self.name or election.leader_term != term:
             return False
+        if request is not None:
+            if election.failover != request:
+                return False
+            election.failover = None
         election.in_sync = tuple(sorted(members))
         election.sync_leader, election.acks_needed = self.name, acks_needed
         return True
@@ -457,12 +550,29 @@ class MemoryCoordinator:
     async def resign(self) -> None:
         self.election.expire(self.name)
 
-    async def request_failover(self, to: str) -> None:
+    async def request_failover(self, request: FailoverRequest) -> None:
         self.election._reach(self.name)
-        self.election.failover = to
+        self.election.failover = request
 
-    async def failover_requested(self) -> str | None:
+    async def failover_requested(self) -> FailoverRequest | None:
         return self.election.failover
+
+    async def refuse_failover(self, request: FailoverRequest, why: str) -> None:
+        if self.election.failover == request:  # a withdrawn request is not answered
+            self.election.refused = (request.request_id, why)
+            self.election.failover = None
+
+    async def failover_refusal(self, request: FailoverRequest) -> str | None:
+        self.election._reach(self.name)
+        refused = self.election.refused
+        return refused[1] if refused is not None and refused[0] == request.request_id else None
+
+    async def withdraw_failover(self, request: FailoverRequest) -> bool:
+        self.election._reach(self.name)
+        if self.election.failover != request:
+            return False
+        self.election.failover = None
+        return True
 
     async def aclose(self) -> None:
         pass

@@ -4,18 +4,21 @@ group's active instance.
 Why through etcd and not a request to the active: the active already reads etcd every
 TTL / 4 to renew its lease, so the request is one key it finds there
 (`<prefix>/<group id>/failover`); no new protocol event, and it works whichever
-instance is active. The active then waits until every answer it holds is out and the
-chosen replica has every record, records only that replica as in sync, resigns and
-steps down (mrs.replication.active.Active.hand_over); the replica wins the next term
-and recovers as a restarted group does. Nothing acknowledged is lost and nothing is
+instance is active. The active then commits a record the chosen replica must
+acknowledge (proof it is there to take over), waits until every answer it holds is
+out, stops answering, records only that replica as in sync, resigns and steps down
+(mrs.replication.active.Active.hand_over); the replica wins the next term and
+recovers as a restarted group does. Nothing acknowledged is lost and nothing is
 marked POSSDUPL that was not handed out. This command waits for the new active and
-prints `GROUP: OLD -> NEW (term T) in S s`.
+prints `GROUP: OLD -> NEW (term T) in S s`, or the active's refusal; a request still
+standing when it gives up is withdrawn (mrs.replication.coordinator.FailoverRequest).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+import uuid
 from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
@@ -60,10 +63,17 @@ def run_failover(args: argparse.Namespace) -> int:
 
 
 async def _switch(bus, group, to: str, wait_s: float) -> str:
-    """Ask for the hand-over, then wait for another instance to hold a newer term."""
+    """Ask for the hand-over, then wait for another instance to hold a newer term, or
+    for the active's refusal; a request still standing when the wait ends is withdrawn,
+    so the active never carries it out after this command said it failed."""
     import trio
 
-    from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
+    from mrs.replication.coordinator import (
+        CoordinatorUnavailable,
+        EtcdCoordinator,
+        FailoverRequest,
+        etcd_prefix,
+    )
     from mrs.replication.etcd import EtcdClient
 
     coordinator = EtcdCoordinator(
@@ -83,7 +93,8 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
         if to == before.leader:
             return f"{group.name}: {to} is already active (term {before.term})"
         started_s = time.monotonic()
-        await coordinator.request_failover(to)
+        request = FailoverRequest(to, uuid.uuid4().hex)
+        await coordinator.request_failover(request)
         with trio.move_on_after(max(wait_s, REPLICATION_HANDOVER_WAIT_S)):
             while True:
                 await trio.sleep(REPLICATION_POLL_S)
@@ -92,7 +103,25 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
                     took_s = time.monotonic() - started_s
                     switched = f"{before.leader} -> {now.leader} (term {now.term})"
                     return f"{group.name}: {switched} in {took_s:.1f} s"
-        raise CommandError(f"{group.name}: no new active within {wait_s:g} s", 1)
+                if (why := await coordinator.failover_refusal(request)) is not None:
+                    raise CommandError(
+                        f"{group.name}: {before.leader} refused the failover: {why}; "
+                        f"it stays active",
+                        1,
+                    )
+        if await coordinator.withdraw_failover(request):
+            raise CommandError(
+                f"{group.name}: {before.leader} did not act on the request within "
+                f"{wait_s:g} s; it is withdrawn",
+                1,
+            )
+        if (why := await coordinator.failover_refusal(request)) is not None:
+            raise CommandError(f"{group.name}: {before.leader} refused the failover: {why}", 1)
+        raise CommandError(
+            f"{group.name}: {before.leader} handed over, and no instance took over within "
+            f"{wait_s:g} s (mrs status --config {bus.path} says where it stands)",
+            1,
+        )
     except CoordinatorUnavailable as error:
         raise CommandError(f"etcd: {error}", 1) from None
     finally:

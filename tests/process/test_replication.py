@@ -26,8 +26,11 @@ import pytest
 import trio
 
 from clients import MrsError, Psb, PutItem, connect, instance_addresses, put_once
+from mrs.config.bus import load_config
 from mrs.limits import REPLICATION_LAG_S_MAX
 from mrs.model import DeliveryMode, Status, Uma
+from mrs.replication.coordinator import EtcdCoordinator, etcd_prefix
+from mrs.replication.etcd import EtcdClient
 from sim.etcd import EtcdServer, wait_active
 from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs
@@ -1053,3 +1056,49 @@ def test_a_paused_active_is_passed_over_within_seconds(instances) -> None:
     answered_s, bodies = trio.run(scenario)
     assert bodies == [b"m0", b"m1", b"m2", b"m3"]
     print(f"a put across a paused active answered after {answered_s:.1f} s")
+
+
+def test_a_failover_to_a_paused_replica_is_refused_and_never_carried_out_later(instances) -> None:
+    """SIGSTOP a replica, then `mrs failover --to` it: it has every record (nothing was
+    written since), so before, the active named it alone in sync and stopped, and the
+    group had no active until the replica was resumed. Now the active first makes a
+    record the replica must acknowledge; it does not, so the active refuses in one line,
+    keeps answering, and the request is gone from etcd (not carried out at SIGCONT)."""
+    first = wait_active(instances, 30)
+    config = instances["a"].config_path
+    addresses = instance_addresses(config, "NYC")
+    target = "b" if first != "b" else "c"
+
+    async def scenario() -> dict:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            term = (await client.status())["replication"]["term"]
+            instances[target].pause()
+            try:
+                refused = await trio.to_thread.run_sync(
+                    run_mrs, "failover", "--config", str(config), "NYC", "--to", target
+                )
+                await put_once(client, b"while-paused", "ORDERS", "paused-target")
+            finally:
+                instances[target].resume()
+            assert refused.returncode == 1, refused.stdout
+            assert len(refused.stderr.strip().splitlines()) == 1
+            assert f"{first} refused the failover: {target} did not acknowledge" in refused.stderr
+            status = await wait_in_sync(client, {"a", "b", "c"})
+            assert (status["instance"], status["term"]) == (first, term)
+            assert (await client.get(timeout=10)).body == b"while-paused"
+        bus = load_config(config)
+        assert bus.coordinator is not None
+        coordinator = EtcdCoordinator(
+            EtcdClient(bus.coordinator.etcd),
+            etcd_prefix(bus.coordinator.prefix, 1),
+            "test",
+            bus.coordinator.lease_ttl_s,
+        )
+        try:
+            assert await coordinator.failover_requested() is None
+        finally:
+            await coordinator.aclose()
+        return status
+
+    trio.run(scenario)

@@ -492,7 +492,7 @@ def test_an_active_that_cannot_renew_stops_answering_before_the_lease_expires(
         await coordinator.campaign()
         active = lease_holder(store, coordinator, ttl_s)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(active._lease_loop)
+            nursery.start_soon(active._lease_loop, nursery)
             await trio.sleep(3 * ttl_s)  # renewals go through
             assert active.stepped_down is None
             cut_s = trio.current_time()
@@ -522,5 +522,6 @@ async def test_an_active_whose_lease_expired_steps_down_at_once(store: JournalSt
     election.expire("a")
     await MemoryCoordinator(election, "b").campaign()  # b took over
     with trio.fail_after(1):
-        await active._lease_loop()
+        async with trio.open_nursery() as nursery:
+            await active._lease_loop(nursery)
     assert active.stepped_down is not None and "lost" in active.stepped_down
