@@ -248,6 +248,7 @@ class Active:
                 async with self._sync_lock:
                     # its acknowledgements stop counting first, then etcd stops naming it
                     self.stream.in_sync.discard(name)
+                    self.stream.wake_waiters()
                     await self._record_in_sync(self.stream.in_sync, f"{name} lags")
 
     async def _join(self, name: str) -> None:

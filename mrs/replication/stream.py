@@ -165,7 +165,7 @@ class CommitStream:
     answering: bool = True
     """False once the active steps down: nothing it holds is answered any more."""
     released: trio.Event = field(default_factory=trio.Event)
-    """Set (and replaced) at every acknowledgement: a planned hand-over waits on it."""
+    """Set (and replaced) at every acknowledgement and in-sync change (`wake_waiters`)."""
     backlog_bytes: int = 0
     rules: ReplicationRules = KEPT_REPLICATION
     """Which commit may be answered (a harness may hand a broken build)."""
@@ -219,9 +219,14 @@ class CommitStream:
         if self.bridge is not None and all(r in self.acked for r in self.replicas):
             self.bridge = None  # every replica is in this term now
         self.release()
+        self.wake_waiters()
+        return name not in self.in_sync and self.acked.get(name, 0) >= self.number
+
+    def wake_waiters(self) -> None:
+        """Wake whoever waits on `released`: an acknowledgement came, or the in-sync
+        set changed (a planned hand-over waits for either)."""
         self.released.set()
         self.released = trio.Event()
-        return name not in self.in_sync and self.acked.get(name, 0) >= self.number
 
     def durable_on_majority(self) -> int:
         """The last record `acks_needed` in-sync replicas have (0 while fewer are in sync)."""

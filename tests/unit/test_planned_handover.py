@@ -17,7 +17,7 @@ import trio
 from journals import JournalStore, WriteBatch
 from journals.keys import Journal
 from mrs.config.instance_types import InstanceConfig
-from mrs.limits import REPLICATION_HANDOVER_WAIT_S
+from mrs.limits import REPLICATION_HANDOVER_WAIT_S, REPLICATION_LAG_S_MAX
 from mrs.replication.active import HANDOVER_KEY, Active
 from mrs.replication.coordinator import FailoverRequest, MemoryCoordinator, MemoryElection
 from mrs.replication.stream import CommitStream, RecordingStore
@@ -209,3 +209,28 @@ async def test_a_withdrawn_request_is_not_carried_out(store: JournalStore) -> No
     assert active.stepped_down is None and active.stream.answering
     assert election.in_sync == ("a", "b", "c") and election.leader == "a"
     assert await active.coordinator.failover_refusal(request) is None  # nobody asks
+
+
+def test_without_a_name_the_hand_over_goes_to_the_replicas_that_acknowledge(
+    store: JournalStore,
+) -> None:
+    """`mrs failover` without `--to`, b paused: c alone acknowledges the hand-over
+    record; once b is dropped for lagging (the lag bound, not the whole wait), the
+    active hands over to c."""
+
+    async def scenario() -> None:
+        election = MemoryElection()
+        active = await active_a_with_b_and_c_in_sync(store, election, [])
+        request = FailoverRequest("", "r5")
+        await active.coordinator.request_failover(request)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acknowledge_as_sealed, active, "c")
+            nursery.start_soon(active._lag_loop)
+            started_s = trio.current_time()
+            assert await active.hand_over(request)
+            took_s = trio.current_time() - started_s
+            nursery.cancel_scope.cancel()
+        assert took_s <= REPLICATION_LAG_S_MAX + 0.5 < REPLICATION_HANDOVER_WAIT_S
+        assert election.in_sync == ("c",) and active.stepped_down is not None
+
+    run_under_autojump_clock(scenario)
