@@ -57,7 +57,12 @@ from clients.saf_journal import ClientJournal
 from clients.selective import get_selected
 from mrs import protocol as wire
 from mrs.core.selection import Selection
-from mrs.limits import ADMIN_REQUEST_WAIT_S, HEARTBEAT_S_DEFAULT, REPLY_GRACE_S
+from mrs.limits import (
+    ADMIN_REQUEST_WAIT_S,
+    CLIENT_RESEND_WAIT_S,
+    HEARTBEAT_S_DEFAULT,
+    REPLY_GRACE_S,
+)
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -201,6 +206,23 @@ class Client:
             self._requests.raise_if_broken()
             await self._status.changed.wait()
 
+    async def _linked(self, timeout: float | None, what: str) -> float | None:
+        """A call that found no connection: with several addresses (a replicated group,
+        whose client reconnects to the new active by itself) it waits for the next
+        connection within its own `timeout` (None: CLIENT_RESEND_WAIT_S, a put's bound),
+        as a put does and as IBM MQ's reconnecting clients block their calls; what is
+        left of `timeout`. On one address, or when none came, NOTACTIVE as before."""
+        requests = self._requests
+        requests.raise_if_broken()
+        if requests.link is None and self._resender is not None and timeout != 0:
+            started_s = trio.current_time()
+            with trio.move_on_after(CLIENT_RESEND_WAIT_S if timeout is None else timeout):
+                await self.wait_connected()
+            if timeout is not None:
+                timeout = max(0.0, timeout - (trio.current_time() - started_s))
+        requests.require_link(_NOTACTIVE, what)
+        return timeout
+
     # ------------------------------------------------------------------ API
     async def put(
         self,
@@ -328,7 +350,7 @@ class Client:
             held = requests.held.popleft()
             return held if self.protection is None else await self._checked(held)
         if requests.link is None or requests.broken is not None:  # else no call: per request
-            requests.require_link(_NOTACTIVE, "get")
+            timeout = await self._linked(timeout, "get")
         gets = requests.gets
         if (timeout is None or timeout > 0) and not gets.refused:  # else: checked below
             pooled = await gets.get(timeout)
@@ -372,7 +394,8 @@ class Client:
             return [await self._checked(held[0])]
         if self.protection is not None:
             return [await self.get(timeout)]
-        requests.require_link(Status.NOTACTIVE, "get_many")
+        if requests.link is None or requests.broken is not None:
+            timeout = await self._linked(timeout, "get_many")
         timeout_ms = -1 if timeout is None else round(timeout * 1000)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = requests.next_id()
@@ -399,7 +422,7 @@ class Client:
         to the PCJ if asked)."""
         requests = self._requests
         if requests.link is None or requests.broken is not None:  # else no call: per request
-            requests.require_link(_NOTACTIVE, "confirm")
+            await self._linked(None, "confirm")
         request = confirm_request(requests.next_id(), seq, confirm_value, force_j)
         await requests.request(request, None, "other")
 
@@ -409,12 +432,15 @@ class Client:
         """Confirm many messages with one wait (clients.confirm_batch): every Confirm
         is sent at once and the server commits them together. One result per seq, in
         order: None if confirmed, else the MrsError `confirm` would have raised."""
+        if self._requests.link is None or self._requests.broken is not None:
+            await self._linked(None, "confirm_many")
         return await confirm_many(self._requests, seqs, force_j)
 
     async def status(self) -> dict:
         """The group's status: queues, DQF depth, writer statistics."""
         requests = self._requests
-        requests.require_link(Status.NOTACTIVE, "status")
+        if requests.link is None or requests.broken is not None:
+            await self._linked(None, "status")
         reply = await requests.request(wire.StatusRequest(requests.next_id()), None, "other")
         return reply.info
 

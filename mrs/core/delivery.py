@@ -133,7 +133,11 @@ def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: i
     order (oldest first). An in-order queue only accepts the oldest one.
     """
     if seq not in unconfirmed:
-        raise Refused(Status.BADSEQ, f"sequence number {seq} is not known to the MRS")
+        raise Refused(
+            Status.BADSEQ,
+            f"sequence number {seq} is not awaiting a confirm here (confirmed already, "
+            f"or delivered before a reconnect: that message comes again, POSSDUPL)",
+        )
     if style is _IN_ORDER:
         oldest = next(iter(unconfirmed))
         if seq != oldest:

@@ -1102,3 +1102,35 @@ def test_a_failover_to_a_paused_replica_is_refused_and_never_carried_out_later(i
         return status
 
     trio.run(scenario)
+
+
+def test_calls_made_while_the_client_reconnects_wait_for_the_new_active(instances) -> None:
+    """The active is SIGKILLed with a message handed out. A get and a status call made
+    after the client saw the loss, before it reached the new active, wait for it
+    within their timeout (before, each raised NOTACTIVE at once, and an application
+    looping on get spun on that error until the client had reconnected); the message
+    comes again, POSSDUPL, and its confirm is taken by the new active."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+
+    async def scenario() -> None:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            await put_once(client, b"w0", "ORDERS", "wait-0")
+            handed = await client.get(timeout=10)
+            assert handed.delivery_status == Status.CONFIRMREQ
+            instances[first].kill()
+            with trio.fail_after(10):
+                while client.connected:
+                    await trio.sleep(0.01)
+            with trio.fail_after(FAILOVER_S_MAX):
+                status = await client.status()
+            assert status["replication"]["instance"] != first
+            again = await client.get(timeout=FAILOVER_S_MAX)
+            assert (again.body, again.delivery_status) == (b"w0", Status.POSSDUPL)
+            await client.confirm(again.seq)
+            with pytest.raises(MrsError) as none_left:
+                await client.get(timeout=0)
+            assert none_left.value.status == Status.NOMOREMSG
+
+    trio.run(scenario)

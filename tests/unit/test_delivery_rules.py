@@ -284,6 +284,8 @@ def test_unknown_seq_is_badseq_for_every_style(style, seq):
         with pytest.raises(Refused) as caught:
             check_confirm(style, unconfirmed, seq)
         assert caught.value.status == Status.BADSEQ
+        # the application is told what to do: confirm the copy that comes again
+        assert str(seq) in caught.value.message and "POSSDUPL" in caught.value.message
 
 
 @pytest.mark.parametrize("style", [ConfirmStyle.IMPLICIT, ConfirmStyle.EXPLICIT_OUT_OF_ORDER])

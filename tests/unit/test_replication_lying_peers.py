@@ -27,7 +27,9 @@ class InSyncRecord:
     def __init__(self) -> None:
         self.members: list[tuple[str, ...]] = []
 
-    async def set_in_sync(self, term: int, members: tuple[str, ...], acks_needed: int) -> bool:
+    async def set_in_sync(
+        self, term: int, members: tuple[str, ...], acks_needed: int, request: object = None
+    ) -> bool:
         self.members.append(members)
         return True
 
