@@ -153,12 +153,6 @@ class _Parser(FieldReader):
             # Memory-based as in MessageQ unless asked: journaled, it survives SIGKILL.
             queues.append(replace(DEAD_LETTER_QUEUE_CONFIG, recoverable=recoverable_dlq))
         ops = parse_ops(self, raw, where, limits.journal_bytes_max)
-        if instances and ops.pcj_archive_after_s is not None:
-            self.fail(
-                f"{where}.ops.pcj_archive_after_s",
-                "not on a replicated group: the archive deletes from one instance's "
-                "journals, which the others would not see (docs/replication.md)",
-            )
         return GroupConfig(
             id=group_id,
             name=name,

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from journals import JournalStore
     from mrs.config.bus import BusConfig, GroupConfig
     from mrs.group import Group
+    from mrs.ops.pcj_archiver import PcjArchiver
 
 log = logging.getLogger("mrs.ops")
 
@@ -55,6 +56,8 @@ class OwningServer(Protocol):
     @property
     def group(self) -> Group | None: ...
     def status_info(self) -> dict: ...
+    @property
+    def pcj_archiver(self) -> PcjArchiver | None: ...
 
 
 class GroupOps:

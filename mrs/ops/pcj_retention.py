@@ -1,8 +1,17 @@
-"""The server's automatic PCJ retention: run `mrs pcj archive` now and then, as a child.
+"""The server's automatic PCJ retention: the archive (mrs/tools/journal/pcj_archive.py)
+now and then, of what was confirmed more than `pcj_archive_after_s` ago.
 
-Why a child process: the archive (mrs/tools/journal/pcj_archive.py) writes Parquet,
-which must never stall the event loop, and a failure there must never touch the
-server; the server therefore only starts the command and reads its JSON summary.
+Why a child process (`mrs pcj archive`) for an unreplicated group: the archive writes
+Parquet, which must never stall the event loop, and a failure there must never touch
+the server; the server only starts the command and reads its JSON summary.
+
+Why a thread of the active for a replicated group (`archive_here`): the archive
+deletes what it writes out, and a deletion must reach every instance, so it goes
+through the group's writer (to the replicas, answered once on a majority) like any
+commit; a child writing the active's LMDB file directly would delete on one instance
+only. The same archive steps run in a thread that writes the Parquet files; each of
+its reads and writes of the journals is made on the event loop (`_OnTheLoop`): LMDB's
+map is grown there, which no transaction open in another thread may meet.
 """
 
 from __future__ import annotations
@@ -10,22 +19,70 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import trio
+
+from journals import JournalError, JournalStore, WriteBatch
+from mrs.ops.pcj_archiver import ArchiveSummary, PcjArchiver
 
 if TYPE_CHECKING:
+    from mrs.group import Group
     from mrs.ops.group_ops import GroupOps
 
 log = logging.getLogger("mrs.pcj_archive")
+
+
+class _OnTheLoop:
+    """The group's journals as the archive's thread sees them: each read is made on
+    the event loop, each write is a commit of the group's writer, awaited."""
+
+    def __init__(self, group: Group) -> None:
+        self._store = group.ctx.store
+        self._writer = group.ctx.writer
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        read = getattr(self._store, name)
+        return lambda *args: trio.from_thread.run_sync(read, *args)
+
+    def commit_now(self, batch: WriteBatch) -> None:
+        trio.from_thread.run(self._committed, batch)
+
+    async def _committed(self, batch: WriteBatch) -> None:
+        done = trio.Event()
+        errors: list[JournalError | None] = []
+
+        def journaled(error: JournalError | None) -> None:
+            errors.append(error)
+            done.set()
+
+        self._writer.submit(batch, journaled)
+        await done.wait()
+        if errors[0] is not None:
+            raise errors[0]
+
+
+async def archive_here(
+    archiver: PcjArchiver, group: Group, out_dir: Path, until_ns: int
+) -> ArchiveSummary:
+    """One archive of the PCJ records confirmed by `until_ns`, run by this server: the
+    Parquet files written by a thread, the journals read and written on the loop."""
+    journals = cast(JournalStore, _OnTheLoop(group))
+    group_id = group.ctx.config.id
+    return await trio.to_thread.run_sync(archiver, journals, group_id, out_dir, until_ns)
 
 
 async def archive_forever(ops: GroupOps) -> None:
     """The server's automatic policy: every pcj_archive_interval_s, archive what was
     confirmed more than pcj_archive_after_s ago — in a child process, so the event
     loop never waits on Parquet writing and a failure never touches the server."""
-    import trio
-
     server = ops.server
     config = server.config
+    if config.instances:
+        await _archive_here_forever(ops)
+        return
     while True:
         command = [
             sys.executable,
@@ -63,4 +120,29 @@ async def archive_forever(ops: GroupOps) -> None:
                     done.returncode,
                     done.stderr.decode(errors="replace").strip()[-500:],
                 )
+        await trio.sleep(config.ops.pcj_archive_interval_s)
+
+
+async def _archive_here_forever(ops: GroupOps) -> None:
+    """A replicated group's automatic policy (`archive_here`), on its active."""
+    import time
+
+    config = ops.server.config
+    out_dir = config.ops.archive_dir(config.data_dir)
+    archiver = ops.server.pcj_archiver
+    if archiver is None:  # an in-process server (the simulator, a test) without one
+        log.error("automatic PCJ archive: this server was given no archiver; none runs")
+        return
+    while True:
+        group = ops.server.group
+        if group is not None:
+            until_ns = time.time_ns() - (config.ops.pcj_archive_after_s or 0) * 1_000_000_000
+            try:
+                result = await archive_here(archiver, group, out_dir, until_ns)
+            except Exception as error:  # the archive's failure never stops the server
+                log.error("automatic PCJ archive failed: %s: %s", type(error).__name__, error)
+            else:
+                ops.last_archive = {"group": config.id, "dir": str(out_dir), **result.as_dict()}
+                if result.archived:
+                    log.info("automatic PCJ archive: %d records to %s", result.archived, out_dir)
         await trio.sleep(config.ops.pcj_archive_interval_s)

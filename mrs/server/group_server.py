@@ -49,6 +49,7 @@ from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
 from mrs.native import loader as native
 from mrs.ops.admin_actions import AdminActions
 from mrs.ops.group_ops import GroupOps
+from mrs.ops.pcj_archiver import PcjArchiver
 from mrs.replication.stream import ReplicatedWriter
 from mrs.security import session_auth
 from mrs.security.tls import tls_network
@@ -87,6 +88,7 @@ class GroupServer:
         writer_kind: str = "inline",
         fault_file: Path | None = None,
         replicated_writer: Callable[..., ReplicatedWriter] | None = None,
+        pcj_archiver: PcjArchiver | None = None,
     ) -> None:
         self.bus = bus
         self.config = group_config
@@ -104,6 +106,8 @@ class GroupServer:
         """An active instance of a replicated group (mrs.server.instance): makes the
         writer from (store, wake, deliver); None: the plain writer, unreplicated."""
         self.replication_status: Callable[[], dict] | None = None
+        self.pcj_archiver = pcj_archiver
+        """The PCJ archive's steps, which a replicated group's active runs itself."""
         self.crashed = False
         """Set by a simulation before cancelling run(): skip the graceful shutdown, so
         what was not committed is lost, as in a SIGKILL."""
@@ -184,9 +188,7 @@ class GroupServer:
                 self.peer_links.start(self.group, nursery)
                 if listeners is not None:
                     host, port = await nursery.start(
-                        functools.partial(
-                            self.network.serve_listeners, gate=connections
-                        ),
+                        functools.partial(self.network.serve_listeners, gate=connections),
                         connections.serve,
                         self.config.listen_host,
                         listeners,

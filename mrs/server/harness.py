@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.group import KEPT, Guarantees
+from mrs.ops.pcj_archiver import PcjArchiver
 from mrs.server.gc_tuning import SERVER_GC_THRESHOLDS, thresholds_from
 
 WRITER_ENV = "MRS_WRITER"
@@ -45,6 +46,9 @@ class ServeOptions:
     gc_thresholds: tuple[int, int, int] | None = SERVER_GC_THRESHOLDS
     """Collector thresholds set (after a gc.freeze) once recovered; None leaves
     CPython's defaults (mrs.server.gc_tuning, MRS_GC_THRESHOLDS)."""
+    pcj_archiver: PcjArchiver | None = None
+    """The PCJ archive's steps, for a replicated group's active to run itself
+    (mrs.ops.pcj_retention): given by `mrs serve` from the layer above."""
 
 
 def serve_options_from(environ: Mapping[str, str], guarantees: Guarantees = KEPT) -> ServeOptions:

@@ -358,6 +358,7 @@ class InstanceRunner:
             guarantees=self.options.guarantees,
             fault_file=self.options.fault_file,
             replicated_writer=make_writer,
+            pcj_archiver=self.options.pcj_archiver,
         )
         try:
             async with trio.open_nursery() as nursery:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from mrs import __version__
@@ -44,6 +45,11 @@ def _serve(args: argparse.Namespace) -> int:
     # resolved here, above the server's layer, and handed to it as a part
     options = serve_options_from(os.environ, broken_build_from(os.environ))
     group = bus.group(args.group)
+    if group.instances and group.ops.pcj_archive_after_s is not None:
+        # the archive's steps live above the server's layer: handed to it as a part
+        from mrs.tools.journal.pcj_archive import archive_pcj
+
+        options = replace(options, pcj_archiver=archive_pcj)
     if group.instances or args.instance is not None:
         _check_instance(bus, group, args.instance)
         from mrs.server.instance import serve_instance

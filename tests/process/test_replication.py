@@ -22,6 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import trio
 
@@ -1134,3 +1135,61 @@ def test_calls_made_while_the_client_reconnects_wait_for_the_new_active(instance
             assert none_left.value.status == Status.NOMOREMSG
 
     trio.run(scenario)
+
+
+def test_the_pcj_is_archived_on_the_active_and_the_deletes_reach_every_instance(
+    etcd, tmp_path
+) -> None:
+    """`pcj_archive_after_s` on a replicated group (it was refused at load): the active
+    writes the confirmed messages' PCJ records to Parquet in its archive directory and
+    deletes them through its writer, so the deletes are on the replicas too. After a
+    SIGKILL of the active, the new one's PCJ is empty and it archives nothing again."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    text = config.read_text().replace('name = "NYC"\n', 'name = "NYC"\npcj_default = true\n')
+    config.write_text(text + "[group.ops]\npcj_archive_after_s = 0\npcj_archive_interval_s = 1\n")
+    named = config.rename(config.with_name(f"bus_{tmp_path.name}.toml"))
+    processes = {name: InstanceProcess(named, name) for name in ("a", "b", "c")}
+    for process in processes.values():
+        process.start()
+    try:
+        first = wait_active(processes, 30)
+
+        async def pcj_archived(client, archived_min: int) -> dict:
+            with trio.fail_after(30):
+                while True:
+                    status = await client.status()
+                    archive = status.get("pcj_archive")
+                    pcj = status["journal"]["records"]["pcj"]
+                    if archive is not None and archive["archived"] >= archived_min and not pcj:
+                        return archive
+                    await trio.sleep(0.1)
+
+        async def scenario() -> tuple[dict, dict]:
+            async with connect(instance_addresses(named, "NYC"), "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                for i in range(20):
+                    await put_once(client, b"audited %d" % i, "ORDERS", f"audited-{i}")
+                for _ in range(20):
+                    await client.confirm((await client.get(timeout=10)).seq)
+                archive = await pcj_archived(client, 20)
+                await wait_caught_up(client, {"a", "b", "c"})  # the deletes are on both
+                processes[first].kill()
+                with trio.fail_after(10):
+                    while client.connected:  # a status call in flight would be lost with it
+                        await trio.sleep(0.01)
+                after = await pcj_archived(client, 0)
+                assert (await client.status())["replication"]["instance"] != first
+                return archive, after
+
+        archive, after = trio.run(scenario)
+    finally:
+        for process in processes.values():
+            process.terminate()
+    assert archive["archived"] == 20 and archive["pcj_remaining"] == 0
+    rows = [
+        seq
+        for path in (tmp_path / first / "pcj-archive").rglob("*.parquet")
+        for seq in pq.read_table(path, columns=["seq"]).column("seq").to_pylist()
+    ]
+    assert len(rows) == len(set(rows)) == 20
+    assert (after["archived"], after["pcj_remaining"]) == (0, 0)

@@ -133,11 +133,3 @@ def test_another_replicated_groups_instances_on_the_same_address_refused(tmp_pat
     message = refused(first + second, tmp_path)
     assert "group[1].instance[0].listen: 127.0.0.1:7101 is also the address of " in message
     assert "group[0].instance[0].replication" in message
-
-
-def test_automatic_pcj_archive_refused_on_a_replicated_group(tmp_path: Path) -> None:
-    """The archive deletes from one instance's journals, which the others would not
-    see: refused at load rather than archived twice after a failover."""
-    text = bus(instance("a", 7001) + instance("b", 7002) + instance("c", 7003))
-    message = refused(text + "[group.ops]\npcj_archive_after_s = 3600\n", tmp_path)
-    assert "group[0].ops.pcj_archive_after_s: not on a replicated group" in message

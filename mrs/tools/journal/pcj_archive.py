@@ -255,7 +255,8 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
         raise CommandError(
             "pcj archive: these are a replicated group's journals; the archive deletes "
             "what it writes out, and a deletion here would not reach the other instances "
-            "(not supported on a replicated group: docs/replication.md)",
+            "(on a replicated group the active archives: set [group.ops] "
+            "pcj_archive_after_s, docs/replication.md)",
             EXIT_USAGE,
         )
     try:
