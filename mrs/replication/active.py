@@ -164,30 +164,9 @@ class Active:
         nothing was written since may be paused or cut off, and once only it is named
         in sync nobody else may take over. Its acknowledgement of a record made now
         shows it is there to win the next term."""
-        chosen = {request.to} if request.to else set(self.recorded)
-        if request.to and request.to not in self.recorded:
-            await self._refuse(request, f"{request.to} is not in sync")
+        chosen = await self._answering_replicas(request)
+        if chosen is None:
             return False
-        if not chosen:
-            await self._refuse(request, "no replica is in sync")
-            return False
-        try:
-            self.store.commit_now(_handover_record(self.term, chosen))
-        except JournalError as error:
-            await self._refuse(request, f"this instance cannot commit: {error}")
-            return False
-        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
-            while chosen <= self.stream.in_sync and not self._have_every_record(chosen):
-                await self.stream.released.wait()
-        ready = {n for n in chosen & self.stream.in_sync if self._have_every_record({n})}
-        if self.stream.waiting or not ready:
-            names = ", ".join(sorted(chosen - ready)) or "a replica"
-            await self._refuse(
-                request,
-                f"{names} did not acknowledge a new record (paused, cut off, or slow?)",
-            )
-            return False
-        chosen = ready  # without --to: those in sync that answered
         # Answers stop first: one given while etcd is written could rest on a replica
         # that is not chosen, and the chosen one would win without it.
         self.stream.answering = False
@@ -195,26 +174,51 @@ class Active:
         with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
             while any(self.stream.acked.get(name, 0) < given for name in chosen):
                 await self.stream.released.wait()
+        why = ""
         async with self._sync_lock:  # without this instance: only the chosen may campaign
+            if any(self.stream.acked.get(name, 0) < given for name in chosen):
+                why = f"{', '.join(sorted(chosen))} did not take the last answered records"
             # each of them has every answered record: any one may campaign on its own
-            handed = all(self.stream.acked.get(name, 0) >= given for name in chosen) and (
-                await self._record_in_sync(
-                    chosen,
-                    "planned hand-over",
-                    with_me=False,
-                    acks_needed=len(chosen),
-                    request=request,
-                )
-            )
-        if not handed:  # withdrawn, or etcd did not take it: go on answering
-            self.stream.answering = True
-            self.stream.release()
-            await self._refuse(request, "the in-sync record could not be written")
+            elif not await self._record_in_sync(
+                chosen, "planned hand-over", with_me=False, acks_needed=len(chosen), request=request
+            ):
+                why = "the in-sync record was not written (etcd, or the request withdrawn)"
+        if why:
+            if self.stepped_down is None:  # else the lease is gone: nothing is answered
+                self.stream.answering = True
+                self.stream.release()
+            await self._refuse(request, why)
             return False
         self.resigned = True
         await self.coordinator.resign()
         self.step_down(f"planned hand-over to {', '.join(sorted(chosen))}")
         return True
+
+    async def _answering_replicas(self, request: FailoverRequest) -> set[str] | None:
+        """The replicas to hand over to: the one asked for (or those in sync) that
+        acknowledge a record made now, with every answer held out; None (refused)."""
+        chosen = {request.to} if request.to else set(self.recorded)
+        if request.to and request.to not in self.recorded:
+            await self._refuse(request, f"{request.to} is not in sync")
+            return None
+        if not chosen:
+            await self._refuse(request, "no replica is in sync")
+            return None
+        try:
+            self.store.commit_now(_handover_record(self.term, chosen))
+        except JournalError as error:
+            await self._refuse(request, f"this instance cannot commit: {error}")
+            return None
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            while chosen <= self.stream.in_sync and not self._have_every_record(chosen):
+                await self.stream.released.wait()
+        ready = {n for n in chosen & self.stream.in_sync if self._have_every_record({n})}
+        if self.stream.waiting or not ready:
+            names = ", ".join(sorted(chosen - ready)) or "a replica"
+            why = f"{names} did not acknowledge a new record (paused, cut off, or slow?)"
+            await self._refuse(request, why)
+            return None
+        return ready  # without --to: those in sync that answered
 
     def _have_every_record(self, names: set[str]) -> bool:
         """Every answer held is out, and each of `names` has every record."""

@@ -234,3 +234,40 @@ def test_without_a_name_the_hand_over_goes_to_the_replicas_that_acknowledge(
         assert election.in_sync == ("c",) and active.stepped_down is not None
 
     run_under_autojump_clock(scenario)
+
+
+def test_an_active_that_lost_its_lease_during_the_hand_over_answers_nothing_after_it(
+    store: JournalStore,
+) -> None:
+    """The lease is lost while the hand-over's in-sync record is written (which then
+    fails): the refused hand-over must not turn answering back on for a stepped-down
+    active, whose term another instance may hold by now."""
+
+    class LostMeanwhile(MemoryCoordinator):
+        active: Active
+
+        async def set_in_sync(self, term, members, acks_needed, request=None) -> bool:
+            if request is None:
+                return await super().set_in_sync(term, members, acks_needed)
+            self.active.step_down("the lease is lost (another instance may be active)")
+            return False
+
+    async def scenario() -> None:
+        election = MemoryElection()
+        answered: list[str] = []
+        active = await active_a_with_b_and_c_in_sync(store, election, answered)
+        losing = LostMeanwhile(election, "a")
+        losing.term, losing.active = active.coordinator.term, active
+        active.coordinator = losing
+        request = FailoverRequest("c", "r6")
+        await losing.request_failover(request)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acknowledge_as_sealed, active, "c")
+            assert not await active.hand_over(request)
+            put_answered(active, "after", answered)
+            active.stream.ack("b", active.stream.number)
+            nursery.cancel_scope.cancel()
+        assert not active.stream.answering and answered == []
+        assert not active.resigned and active.stepped_down is not None
+
+    run_under_autojump_clock(scenario)
