@@ -51,7 +51,7 @@ async def test_in_order_queue_refuses_out_of_order_confirm(mem_bus) -> None:
             await receiver.confirm(seqs[1])
         for seq in seqs:
             await receiver.confirm(seq)
-        with pytest.raises(BadSequence, match="not known"):
+        with pytest.raises(BadSequence, match="not awaiting a confirm here .confirmed already"):
             await receiver.confirm(seqs[0])
 
 
