@@ -48,7 +48,12 @@ from mrs.limits import (
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
 from mrs.ops.admin_log import AdminLog
-from mrs.ops.bus_file_record import BUS_FILE_KEY, BusFileRecord, next_record
+from mrs.ops.bus_file_record import (
+    BUS_FILE_KEY,
+    CREDENTIALS_FILE_KEY,
+    BusFileRecord,
+    next_record,
+)
 from mrs.security import permissions as rules
 
 if TYPE_CHECKING:
@@ -102,8 +107,9 @@ class AdminActions:
         self.server = server
         self.journal_path = Path(server.config.data_dir) / JOURNAL_FILE_NAME
         self.log = AdminLog(self.journal_path, self._store)
-        self._bus_file: BusFileRecord | None = None
-        """The bus file's last run-time change journaled (read at the first)."""
+        self._files: dict[bytes, BusFileRecord | None] = {}
+        """Each run-time-changed file's last change journaled, by its META key (read
+        at the first change): the bus file, the credentials file."""
 
     def __call__(self, session: AdminSession, request: wire.AdminRequest) -> None:
         """One request: checked, done, journaled; a mistake raises Refused (one line)."""
@@ -192,23 +198,29 @@ class AdminActions:
             write_atomically(path, text)
         except OSError as error:
             raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
-        if self._bus_file is None:
-            journaled = self.group.ctx.store.get_raw(Journal.META, BUS_FILE_KEY)
-            self._bus_file = BusFileRecord.of(journaled)
-        self._bus_file = next_record(self._bus_file, before, text)
-        return new_bus, self._bus_file.batch()
+        return new_bus, self.file_changed(BUS_FILE_KEY, before, text)
+
+    def file_changed(self, key: bytes, before: str, after: str) -> WriteBatch:
+        """The commit that journals a run-time change of the file kept under `key`
+        (mrs.ops.bus_file_record: the next active of a replicated group takes it)."""
+        if key not in self._files:
+            self._files[key] = BusFileRecord.of(self.group.ctx.store.get_raw(Journal.META, key))
+        record = next_record(self._files[key], before, after)
+        self._files[key] = record
+        return record.batch(key)
 
     def answer_journaled(
         self, session: AdminSession, request: wire.AdminRequest, batch: WriteBatch, result: dict
     ) -> None:
-        """Answer a change of the bus file once its text is journaled (on a majority of
-        a replicated group's instances, as every commit it answers)."""
+        """Answer a change of the bus file (or the credentials file) once its text is
+        journaled (on a majority of a replicated group's instances, as every commit it
+        answers)."""
 
         def journaled(error: JournalError | None) -> None:
             if error is not None:
                 log.error(
-                    "%s: the bus file is written but its change not journaled (%s): an "
-                    "instance that becomes active next serves the queues of its own file",
+                    "%s: the file is written but its change not journaled (%s): an "
+                    "instance that becomes active next uses its own copy",
                     request.action,
                     error,
                 )
@@ -776,15 +788,19 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         raise Refused(Status.BADPARAM, f"grant: {problem}")
     path = authority.config.credentials_path
     try:
+        before = path.read_text(encoding="utf-8") if path.is_file() else ""
         creds = store.load(path)
         store.grant(creds, name, perms)
         store.save(path, creds)
-    except (CredsError, OSError) as error:
+        after = path.read_text(encoding="utf-8")
+    except (CredsError, OSError, UnicodeDecodeError) as error:
         raise Refused(Status.BADPARAM, f"grant: {error}") from None
     authority.reload(f"grant of {name} by {session.principal}")
     result = {"principal": name, **perms.as_dict()}
     actions.journal(session, "grant", {"principal": name}, result)
-    session.send(wire.AdminReply(request.request_id, result))
+    # journaled too: the next active of a replicated group grants the same
+    batch = actions.file_changed(CREDENTIALS_FILE_KEY, before, after)
+    actions.answer_journaled(session, request, batch, result)
 
 
 _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], None]] = {

@@ -31,7 +31,13 @@ from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
 from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import COORDINATOR_LOG_INTERVAL_S, REPLICATION_POLL_S
-from mrs.ops.bus_file_record import BUS_FILE_KEY, BusFileRecord, catch_up
+from mrs.ops.bus_file_record import (
+    BUS_FILE_KEY,
+    CREDENTIALS_FILE_KEY,
+    BusFileRecord,
+    catch_up,
+    catch_up_credentials,
+)
 from mrs.replication.active import Active
 from mrs.replication.census import Census, history_term, may_campaign_by_census, record_trusted
 from mrs.replication.coordinator import (
@@ -218,11 +224,14 @@ class InstanceRunner:
                 bridge = replica.bridge()
                 replica.record_term(term)
                 journaled = store.get_raw(Journal.META, BUS_FILE_KEY)
+                granted = store.get_raw(Journal.META, CREDENTIALS_FILE_KEY)
                 nursery.cancel_scope.cancel()
         finally:
             store.close()
             files.release()
         catch_up(self.bus.path, BusFileRecord.of(journaled), self.group.id)
+        if self.bus.auth is not None:
+            catch_up_credentials(self.bus.auth.credentials_path, BusFileRecord.of(granted))
         return term, bridge, co_holders
 
     async def _campaign_when_free(self, replica: Replica) -> tuple[int, frozenset[str]]:

@@ -34,6 +34,7 @@ from mrs.replication.coordinator import EtcdCoordinator, etcd_prefix
 from mrs.replication.etcd import EtcdClient
 from sim.etcd import EtcdServer, wait_active
 from sim.processes import GroupProcess
+from tests.auth_helpers import add_principal, creds, password_of
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
 from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicated_config
@@ -1193,3 +1194,62 @@ def test_the_pcj_is_archived_on_the_active_and_the_deletes_reach_every_instance(
     ]
     assert len(rows) == len(set(rows)) == 20
     assert (after["archived"], after["pcj_remaining"]) == (0, 0)
+
+
+def test_a_grant_made_on_the_active_holds_on_the_next_one_on_another_machine(
+    etcd, tmp_path
+) -> None:
+    """[auth] on, each instance with its own copy of the bus file and the credentials
+    file, as on three machines: `mrs admin grant` on the active writes its machine's
+    file, and commits the new text to the journals. After a SIGKILL of the active, the
+    new one brings its own file up to that grant, and the granted principal attaches;
+    before, the new active's older file refused it (docs said: copy the file by hand)."""
+    home = tmp_path / f"m_{tmp_path.name}"  # the etcd prefix: this test's own
+    write_replicated_config(home, etcd.endpoint, STANDARD_QUEUES)
+    config = home / "bus.toml"
+    config.write_text(
+        config.read_text() + '[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n'
+    )
+    add_principal(config, "owner", ["--admin", "config", "--admin", "status"])
+    add_principal(config, "consumer", ["--admin", "status"])
+    files = {"a": config}
+    for name in ("b", "c"):
+        machine = tmp_path / f"m_{name}"
+        machine.mkdir()
+        for each in ("bus.toml", "creds.toml", "secrets"):
+            if (home / each).exists():
+                shutil.copy2(home / each, machine / each)
+        files[name] = machine / "bus.toml"
+    instances = {name: InstanceProcess(files[name], name) for name in files}
+    for process in instances.values():
+        process.start()
+    owner = creds("owner")
+    try:
+        first = wait_active(instances, 30)
+        addresses = instance_addresses(config, "NYC")
+
+        async def all_in_sync() -> None:
+            async with connect(addresses, None, credentials=owner) as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+
+        trio.run(all_in_sync)
+        granted = run_mrs(
+            "admin", "grant", "consumer", "--attach", "1.10", "--admin", "status",
+            "--config", str(config),
+            env={"MRS_AUTH_NAME": "owner", "MRS_AUTH_PASSWORD": password_of("owner")},
+        )  # fmt: skip
+        assert granted.returncode == 0, granted.stderr
+        trio.run(all_in_sync)  # the grant's commit is on every instance
+        instances[first].kill()
+        second = wait_active({n: p for n, p in instances.items() if n != first}, FAILOVER_S_MAX)
+
+        async def attach_as_consumer() -> dict:
+            async with connect(addresses, "ORDERS", credentials=creds("consumer")) as client:
+                return await client.status()
+
+        status = trio.run(attach_as_consumer)
+        assert status["replication"]["instance"] == second
+        assert 'attach = ["1.10"]' in (files[second].parent / "creds.toml").read_text()
+    finally:
+        for process in instances.values():
+            process.terminate()

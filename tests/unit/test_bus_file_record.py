@@ -9,7 +9,14 @@ from pathlib import Path
 
 from mrs.config.bus import load_config
 from mrs.config.rewrite import with_new_queue, with_queue_values
-from mrs.ops.bus_file_record import LINEAGE_MAX, BusFileRecord, catch_up, digest, next_record
+from mrs.ops.bus_file_record import (
+    LINEAGE_MAX,
+    BusFileRecord,
+    catch_up,
+    catch_up_credentials,
+    digest,
+    next_record,
+)
 
 BUS = """\
 [[group]]
@@ -92,3 +99,26 @@ def test_a_kept_file_that_lacks_nothing_is_not_warned_about(tmp_path: Path, capl
     with caplog.at_level(logging.INFO, logger="mrs.ops"):
         assert catch_up(path, record, 1) == "kept"
     assert [r.levelno for r in caplog.records] == [logging.INFO]
+
+
+def test_a_credentials_file_behind_the_last_grant_is_brought_up_and_an_edited_one_kept(
+    tmp_path: Path, caplog
+) -> None:
+    """The credentials file the same way (`mrs admin grant` journals its text): one
+    grant behind, it takes the grant; edited on its machine since (`mrs creds`), it is
+    kept, with one line saying so."""
+    before = "[principals.consumer]\nattach = []\n"
+    after = '[principals.consumer]\nattach = ["1.10"]\n'
+    record = next_record(None, before, after)
+    path = tmp_path / "creds.toml"
+    path.write_text(before)
+    assert catch_up_credentials(path, record) == "updated"
+    assert path.read_text() == after
+    assert catch_up_credentials(path, record) == "same"
+    edited = before + '[principals.local]\nattach = ["1.11"]\n'
+    path.write_text(edited)
+    with caplog.at_level(logging.WARNING, logger="mrs.ops"):
+        assert catch_up_credentials(path, record) == "kept"
+    assert path.read_text() == edited
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "edited on this machine" in line and "mrs admin journal" in line
