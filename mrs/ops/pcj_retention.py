@@ -76,8 +76,8 @@ async def archive_here(
 
 async def archive_forever(ops: GroupOps) -> None:
     """The server's automatic policy: every pcj_archive_interval_s, archive what was
-    confirmed more than pcj_archive_after_s ago — in a child process, so the event
-    loop never waits on Parquet writing and a failure never touches the server."""
+    confirmed more than pcj_archive_after_s ago: in a child process, or on a
+    replicated group's active in a thread of its own (`archive_here`; module doc)."""
     server = ops.server
     config = server.config
     if config.instances:
