@@ -460,6 +460,10 @@ company"). Far below REPLICATION_LAG_S_MAX: such a replica stays in sync."""
 REPLICATION_APPLY_RECORDS_MAX = 256
 """A replica applies at most this many records already received in one synced
 transaction (one fsync and one acknowledgement for a burst of commits)."""
+REPLICATION_HANDOVER_FALLBACK_S = 10.0
+"""An instance that handed its term over (`mrs failover`) and sees nobody take the next
+term this long takes it back itself (mrs.replication.coordinator `handed_over_unclaimed`):
+the chosen replica was lost between its acknowledgement and its campaign."""
 REPLICATION_HANDOVER_WAIT_S = 5.0
 """A planned switch-over (`mrs failover`) waits this long at most for the answers held
 to be released and the chosen replica to have every record, before it resigns."""

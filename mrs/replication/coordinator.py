@@ -98,6 +98,22 @@ def may_campaign(state: GroupState, name: str, *, holds_journals: bool = True) -
     return name in most_advanced(state)
 
 
+def handed_over_unclaimed(state: GroupState, name: str, led_term: int) -> bool:
+    """Whether `name` handed its term over (`mrs failover`: it wrote an in-sync record
+    without itself) and nobody has taken a term since: no leader, and etcd's term is
+    still the one it led. It then holds every answered record of that term (it wrote
+    them all; the chosen replica holds them too), so once the chosen replica has left
+    the term unclaimed long enough (lost between its acknowledgement and its
+    campaign), `name` may campaign instead of leaving the group waiting for it."""
+    return (
+        state.leader is None
+        and state.sync_leader == name
+        and state.in_sync is not None
+        and name not in state.in_sync
+        and state.term == led_term > 0
+    )
+
+
 def must_post_position(state: GroupState, name: str) -> bool:
     """Whether `name` is a listed replica whose position a candidate may need now."""
     return (

@@ -30,7 +30,11 @@ from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
 from mrs.exit_status import EXIT_RUNTIME, CommandError
-from mrs.limits import COORDINATOR_LOG_INTERVAL_S, REPLICATION_POLL_S
+from mrs.limits import (
+    COORDINATOR_LOG_INTERVAL_S,
+    REPLICATION_HANDOVER_FALLBACK_S,
+    REPLICATION_POLL_S,
+)
 from mrs.ops.bus_file_record import (
     BUS_FILE_KEY,
     CREDENTIALS_FILE_KEY,
@@ -46,6 +50,7 @@ from mrs.replication.coordinator import (
     EtcdCoordinator,
     GroupState,
     etcd_prefix,
+    handed_over_unclaimed,
     must_post_position,
     same_position_replicas,
 )
@@ -149,6 +154,8 @@ class InstanceRunner:
         """This replica has closed its term and posted a census (mrs.replication.census)."""
         self._said_empty = False
         """It logged that its journals hold nothing, so it is no candidate."""
+        self._unclaimed_since_s: float | None = None
+        """Since when the term this instance handed over has stayed unclaimed."""
 
     async def run(self) -> None:
         while True:
@@ -268,6 +275,16 @@ class InstanceRunner:
             await self.coordinator.post_position(state.term, replica.candidate_position)
             return None
         holds = replica.holds_journals
+        if self._take_back_unclaimed(state, replica):
+            log.warning(
+                "nobody took term %d's hand-over in %g s (%s lost?): instance %s, which "
+                "holds every record of it, campaigns",
+                state.term,
+                REPLICATION_HANDOVER_FALLBACK_S,
+                ", ".join(state.in_sync or ()),
+                self.me.name,
+            )
+            return await self.coordinator.campaign()
         if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
             state.term > 0 and not holds
         ):
@@ -276,6 +293,19 @@ class InstanceRunner:
                 log.info("instance %s holds no journals: not a candidate", self.me.name)
             return None
         return await self.coordinator.campaign()
+
+    def _take_back_unclaimed(self, state: GroupState, replica: Replica) -> bool:
+        """This instance handed its term over and the term has stayed unclaimed for
+        REPLICATION_HANDOVER_FALLBACK_S (coordinator `handed_over_unclaimed`)."""
+        if not replica.holds_journals or not handed_over_unclaimed(
+            state, self.me.name, replica.led
+        ):
+            self._unclaimed_since_s = None
+            return False
+        now_s = trio.current_time()
+        if self._unclaimed_since_s is None:
+            self._unclaimed_since_s = now_s
+        return now_s - self._unclaimed_since_s >= REPLICATION_HANDOVER_FALLBACK_S
 
     async def _census(self, replica: Replica, state: GroupState, history: int) -> int | None:
         """etcd holds no record these journals can trust (mrs.replication.census): close

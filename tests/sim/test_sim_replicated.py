@@ -16,8 +16,9 @@ import trio
 
 from clients import connect
 from mrs.exit_status import CommandError
-from mrs.limits import REPLICATION_REST_HOLD_S
+from mrs.limits import REPLICATION_HANDOVER_FALLBACK_S, REPLICATION_REST_HOLD_S
 from mrs.model import DeliveryMode, Status
+from mrs.replication.coordinator import FailoverRequest, MemoryCoordinator
 from mrs.testing.replication_builds import (
     REPLICATION_SWITCHES,
     UNSAFE_ACCEPT_OLDER_TERM,
@@ -196,6 +197,39 @@ def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path:
             assert commits[1] >= puts  # the one answers wait for: each put's commit
             assert commits[0] <= commits[1] // 3, commits  # the other: several at once
             assert set(replication.stream.in_sync) == {r.config.name for r in replicas}
+            nursery.cancel_scope.cancel()
+
+    run_under_autojump_clock(scenario)
+
+
+def test_a_term_handed_to_a_replica_lost_at_once_is_taken_back(tmp_path: Path) -> None:
+    """`mrs failover --to c`: c acknowledges the hand-over's record, the active names c
+    alone in sync and steps down, and c is cut off from the coordinator before it can
+    campaign (lost at that moment). The old active holds every record of its term; once
+    the term has stayed unclaimed for REPLICATION_HANDOVER_FALLBACK_S it takes the next
+    one (before, the group waited for c)."""
+    group = _one_replicated_group(tmp_path)
+    election = group.election
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await group.start(nursery)
+            await _until(group.settled)
+            first = group.active
+            assert first is not None
+            name = first.config.name
+            chosen = next(n for n in sorted(group.instances) if n != name)
+            term = election.term
+            await MemoryCoordinator(election, "operator").request_failover(
+                FailoverRequest(chosen, "handed-then-lost")
+            )
+            election.reachable = {n for n in group.instances if n != chosen}
+            await _until(lambda: election.in_sync == (chosen,) and election.leader is None)
+            handed_s = trio.current_time()
+            await _until(lambda: election.leader is not None)
+            taken_s = trio.current_time() - handed_s
+            assert (election.leader, election.term) == (name, term + 1)
+            assert REPLICATION_HANDOVER_FALLBACK_S <= taken_s <= REPLICATION_HANDOVER_FALLBACK_S + 1
             nursery.cancel_scope.cancel()
 
     run_under_autojump_clock(scenario)
