@@ -98,6 +98,7 @@ class AdminServer(Protocol):
     def bus(self) -> BusConfig: ...
     @property
     def gate(self) -> Gate | None: ...
+    def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str: ...
 
 
 class AdminActions:
@@ -803,6 +804,24 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     actions.answer_journaled(session, request, batch, result)
 
 
+def _pcj_archive(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    """Start an archive run of the PCJ on a replicated group's active (`mrs pcj archive
+    --config`): the deletes must go through its writer to reach every instance
+    (mrs.ops.pcj_retention). Answers the run's id at once; the command waits for its
+    summary in the group's status (a large PCJ takes longer than a request may)."""
+    actions.check_right(session, "pcj-archive", "config")
+    until_ns, closed = request.args.get("until_ns"), request.args.get("closed", False)
+    if type(until_ns) is not int or type(closed) is not bool:
+        raise Refused(Status.BADPARAM, "pcj_archive: give until_ns (an int) and closed")
+    try:
+        run_id = actions.server.start_pcj_archive(until_ns, closed)
+    except LookupError as error:
+        raise Refused(Status.BADPARAM, f"pcj_archive: {error}") from None
+    result = {"run": run_id, "until_ns": until_ns, "closed": closed}
+    actions.journal(session, "pcj-archive", {"until_ns": until_ns, "closed": closed}, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
 _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], None]] = {
     "browse": _browse,
     "purge": _purge,
@@ -812,4 +831,5 @@ _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], N
     "set_limits": _set_limits,
     "add_queue": _add_queue,
     "grant": _grant,
+    "pcj_archive": _pcj_archive,
 }

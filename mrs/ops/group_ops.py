@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -74,7 +75,10 @@ class GroupOps:
         )
         """Per-queue deliveries and confirms for the web view's rates."""
         self.last_archive: dict | None = None
-        """The automatic PCJ archive's last summary (mrs.ops.pcj_retention)."""
+        """The last PCJ archive's summary (mrs.ops.pcj_retention)."""
+        self.archive_lock = trio.Lock()
+        """One archive run at a time on a replicated group's active."""
+        self._nursery: trio.Nursery | None = None
 
     def attach_store(self, can_grow: bool) -> None:
         """Called once the journals are open (before recovery)."""
@@ -112,6 +116,7 @@ class GroupOps:
     async def run(self) -> None:
         """Journal checks every second, plus the opt-in endpoints."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             ops = self.server.config.ops
             if ops.metrics_port is not None:
                 from mrs.ops.metrics import serve_metrics
@@ -128,6 +133,21 @@ class GroupOps:
             while self.watch is not None:
                 self.watch.check()
                 await trio.sleep(JOURNAL_CHECK_INTERVAL_S)
+
+    def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str:
+        """Start an archive run on this replicated group's active (`mrs pcj archive`
+        through the admin request `pcj_archive`); its id, which the run's summary in
+        `mrs status --json` (`pcj_archive.run`) carries once it is done. Raises
+        LookupError when this server cannot run one."""
+        from mrs.ops.pcj_retention import run_here
+
+        if not self.server.config.instances:
+            raise LookupError("this group is not replicated: run `mrs pcj archive` beside it")
+        if self.server.pcj_archiver is None or self._nursery is None:
+            raise LookupError("this server was not given the archive's steps (`mrs serve`)")
+        run_id = uuid.uuid4().hex[:12]
+        self._nursery.start_soon(run_here, self, run_id, until_ns, closed_only)
+        return run_id
 
     def status_extra(self) -> dict:
         """What `mrs status` shows beyond the group's own status_info."""

@@ -25,5 +25,11 @@ class PcjArchiver(Protocol):
     above: `mrs serve` hands it to the server)."""
 
     def __call__(
-        self, store: JournalStore, group_id: int, out_dir: Path, until_ns: int
+        self,
+        store: JournalStore,
+        group_id: int,
+        out_dir: Path,
+        until_ns: int,
+        *,
+        closed_only: bool = False,
     ) -> ArchiveSummary: ...

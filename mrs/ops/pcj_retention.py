@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -65,13 +66,18 @@ class _OnTheLoop:
 
 
 async def archive_here(
-    archiver: PcjArchiver, group: Group, out_dir: Path, until_ns: int
+    archiver: PcjArchiver, group: Group, out_dir: Path, until_ns: int, closed_only: bool
 ) -> ArchiveSummary:
-    """One archive of the PCJ records confirmed by `until_ns`, run by this server: the
-    Parquet files written by a thread, the journals read and written on the loop."""
+    """One archive of the PCJ records confirmed by `until_ns` (`closed_only`: of the
+    closed segments), run by this server: the Parquet files written by a thread, the
+    journals read and written on the loop."""
     journals = cast(JournalStore, _OnTheLoop(group))
     group_id = group.ctx.config.id
-    return await trio.to_thread.run_sync(archiver, journals, group_id, out_dir, until_ns)
+
+    def archive() -> ArchiveSummary:
+        return archiver(journals, group_id, out_dir, until_ns, closed_only=closed_only)
+
+    return await trio.to_thread.run_sync(archive)
 
 
 async def archive_forever(ops: GroupOps) -> None:
@@ -125,24 +131,35 @@ async def archive_forever(ops: GroupOps) -> None:
 
 async def _archive_here_forever(ops: GroupOps) -> None:
     """A replicated group's automatic policy (`archive_here`), on its active."""
-    import time
-
     config = ops.server.config
-    out_dir = config.ops.archive_dir(config.data_dir)
-    archiver = ops.server.pcj_archiver
-    if archiver is None:  # an in-process server (the simulator, a test) without one
+    if ops.server.pcj_archiver is None:  # an in-process server (the simulator, a test)
         log.error("automatic PCJ archive: this server was given no archiver; none runs")
         return
     while True:
-        group = ops.server.group
-        if group is not None:
-            until_ns = time.time_ns() - (config.ops.pcj_archive_after_s or 0) * 1_000_000_000
-            try:
-                result = await archive_here(archiver, group, out_dir, until_ns)
-            except Exception as error:  # the archive's failure never stops the server
-                log.error("automatic PCJ archive failed: %s: %s", type(error).__name__, error)
-            else:
-                ops.last_archive = {"group": config.id, "dir": str(out_dir), **result.as_dict()}
-                if result.archived:
-                    log.info("automatic PCJ archive: %d records to %s", result.archived, out_dir)
+        after_ns = (config.ops.pcj_archive_after_s or 0) * 1_000_000_000
+        await run_here(ops, "automatic", time.time_ns() - after_ns, closed_only=False)
         await trio.sleep(config.ops.pcj_archive_interval_s)
+
+
+async def run_here(ops: GroupOps, run_id: str, until_ns: int, closed_only: bool) -> None:
+    """One archive run on this active (`archive_here`), one at a time (the automatic
+    policy's and those `mrs pcj archive` asks for: two at once would write the same
+    records twice); its summary, or why it failed, in `ops.last_archive` under its
+    `run` id (`mrs status --json`, where the command waits for it)."""
+    config = ops.server.config
+    out_dir = config.ops.archive_dir(config.data_dir)
+    archiver, group = ops.server.pcj_archiver, ops.server.group
+    if archiver is None or group is None:
+        return
+    async with ops.archive_lock:
+        summary: dict[str, Any] = {"run": run_id, "group": config.id, "dir": str(out_dir)}
+        try:
+            result = await archive_here(archiver, group, out_dir, until_ns, closed_only)
+        except Exception as error:  # the archive's failure never stops the server
+            log.error("PCJ archive (%s) failed: %s: %s", run_id, type(error).__name__, error)
+            summary["error"] = f"{type(error).__name__}: {error}"
+        else:
+            summary.update(result.as_dict())
+            if result.archived:
+                log.info("PCJ archive (%s): %d records to %s", run_id, result.archived, out_dir)
+        ops.last_archive = summary

@@ -145,6 +145,10 @@ class GroupServer:
         self.connections: Connections | None = None
         """Made in `run` once the group exists, before the first connection."""
 
+    def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str:
+        """An archive run on this replicated group's active (mrs.ops.group_ops)."""
+        return self.ops.start_pcj_archive(until_ns, closed_only)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
         durable. Whatever cannot start fails before the epoch is committed."""

@@ -45,7 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
     # resolved here, above the server's layer, and handed to it as a part
     options = serve_options_from(os.environ, broken_build_from(os.environ))
     group = bus.group(args.group)
-    if group.instances and group.ops.pcj_archive_after_s is not None:
+    if group.instances:  # its active archives its PCJ (automatic or `mrs pcj archive`)
         # the archive's steps live above the server's layer: handed to it as a part
         from mrs.tools.journal.pcj_archive import archive_pcj
 

@@ -1253,3 +1253,53 @@ def test_a_grant_made_on_the_active_holds_on_the_next_one_on_another_machine(
     finally:
         for process in instances.values():
             process.terminate()
+
+
+def test_mrs_pcj_archive_on_a_replicated_group_is_run_by_the_active(etcd, tmp_path) -> None:
+    """`mrs pcj archive --config` on a replicated group (refused before: a deletion in
+    one instance's journals would reach no other): the command asks the active, which
+    runs the archive itself, its deletes through its writer; the command prints the
+    run's summary. After a SIGKILL of the active the new one's PCJ is empty."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    text = config.read_text().replace('name = "NYC"\n', 'name = "NYC"\npcj_default = true\n')
+    named = config.with_name(f"bus_{tmp_path.name}.toml")
+    named.write_text(text)
+    processes = {name: InstanceProcess(named, name) for name in ("a", "b", "c")}
+    for process in processes.values():
+        process.start()
+    try:
+        first = wait_active(processes, 30)
+        addresses = instance_addresses(named, "NYC")
+
+        async def confirm_ten() -> None:
+            async with connect(addresses, "ORDERS") as client:
+                await wait_in_sync(client, {"a", "b", "c"})
+                for i in range(10):
+                    await put_once(client, b"kept %d" % i, "ORDERS", f"kept-{i}")
+                for _ in range(10):
+                    await client.confirm((await client.get(timeout=10)).seq)
+
+        trio.run(confirm_ten)
+        archived = run_mrs(
+            "pcj", "archive", "--config", str(named), "--group", "1", "--until", "now", "--json"
+        )
+        assert archived.returncode == 0, archived.stderr
+        summary = json.loads(archived.stdout)
+        assert (summary["archived"], summary["pcj_remaining"]) == (10, 0)
+        assert Path(summary["dir"]).is_relative_to(tmp_path / first)
+
+        async def pcj_after_a_failover() -> int:
+            async with connect(addresses, None) as client:
+                await wait_caught_up(client, {"a", "b", "c"})
+                processes[first].kill()
+                with trio.fail_after(10):
+                    while client.connected:
+                        await trio.sleep(0.01)
+                status = await client.status()
+                assert status["replication"]["instance"] != first
+                return status["journal"]["records"]["pcj"]
+
+        assert trio.run(pcj_after_a_failover) == 0
+    finally:
+        for process in processes.values():
+            process.terminate()

@@ -45,6 +45,8 @@ log = logging.getLogger("mrs.tools.journal.pcj_archive")
 CHUNK_RECORDS = 5000
 INTENT_KEY = "pcj_archive_intent"
 PREFIX_HEAD = "pcj-archive"
+ARCHIVE_POLL_S = 0.2
+"""How often `mrs pcj archive` on a replicated group looks for its run's summary."""
 KILL_AT_ENV = "MRS_PCJ_ARCHIVE_KILL_AT"
 """Harness only: SIGKILL this process at a named step (intent, file, written)."""
 
@@ -243,6 +245,8 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
         until_ns = parse_time_ns(until, time.time_ns(), "--until")
     except SelectionError as error:
         raise CommandError(str(error), EXIT_USAGE) from None
+    if (active := _replicated_group(args)) is not None:
+        return _archive_on_the_active(active, until_ns, args.closed, args.json)
     try:
         where = locate(args)
     except JournalsNotFound as error:
@@ -255,8 +259,7 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
         raise CommandError(
             "pcj archive: these are a replicated group's journals; the archive deletes "
             "what it writes out, and a deletion here would not reach the other instances "
-            "(on a replicated group the active archives: set [group.ops] "
-            "pcj_archive_after_s, docs/replication.md)",
+            "(give --config without --instance: the active archives, docs/replication.md)",
             EXIT_USAGE,
         )
     try:
@@ -280,5 +283,55 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
             f"archived {result.archived} PCJ records of group {where.group_id} to {out_dir} "
             f"in {len(result.files)} files{recovered}{corrupt}; "
             f"{result.remaining} records left in the PCJ"
+        )
+    return 0
+
+
+def _replicated_group(args: argparse.Namespace):  # -> (BusConfig, GroupConfig) | None
+    """The bus and group when `--config` names a replicated group and no instance's
+    journals were named: then the active archives (its deletes reach every instance)."""
+    from mrs.config.bus import load_config
+
+    if args.config is None or args.data_dir is not None or args.group is None:
+        return None
+    if getattr(args, "instance", None) is not None:
+        return None
+    bus = load_config(args.config)
+    group = bus.groups.get(args.group)
+    return (bus, group) if group is not None and group.instances else None
+
+
+def _archive_on_the_active(active, until_ns: int, closed: bool, as_json: bool) -> int:
+    """Ask the active for a run (admin `pcj_archive`), then wait for its summary in the
+    group's status: a large PCJ takes longer than one request may wait."""
+    import trio
+
+    from clients import MrsError, connect
+    from mrs.tools.cli_support import CommandError
+
+    bus, group = active
+
+    async def archived() -> dict:
+        async with connect(group.client_address, None, program="mrs pcj archive") as client:
+            started = await client.admin("pcj_archive", until_ns=until_ns, closed=closed)
+            while True:
+                summary = (await client.status()).get("pcj_archive") or {}
+                if summary.get("run") == started["run"]:
+                    return summary
+                await trio.sleep(ARCHIVE_POLL_S)
+
+    try:
+        summary = trio.run(archived)
+    except MrsError as error:
+        raise CommandError(f"pcj archive: {error}", 1) from None
+    if "error" in summary:
+        raise CommandError(f"pcj archive on the active failed: {summary['error']}", 1)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"archived {summary['archived']} PCJ records of group {group.id} to "
+            f"{summary['dir']} (on the active) in {len(summary['files'])} files; "
+            f"{summary['pcj_remaining']} records left in the PCJ"
         )
     return 0
