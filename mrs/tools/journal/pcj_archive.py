@@ -38,7 +38,7 @@ from mrs.group.pcj_control import read_state
 from mrs.storage.journal_scan import record_segment
 
 if TYPE_CHECKING:
-    pass
+    from mrs.config.bus import GroupConfig
 
 log = logging.getLogger("mrs.tools.journal.pcj_archive")
 
@@ -245,8 +245,8 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
         until_ns = parse_time_ns(until, time.time_ns(), "--until")
     except SelectionError as error:
         raise CommandError(str(error), EXIT_USAGE) from None
-    if (active := _replicated_group(args)) is not None:
-        return _archive_on_the_active(active, until_ns, args.closed, args.json)
+    if (replicated := _replicated_group(args)) is not None:
+        return _archive_on_the_active(replicated, until_ns, args.closed, args.json)
     try:
         where = locate(args)
     except JournalsNotFound as error:
@@ -287,37 +287,40 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replicated_group(args: argparse.Namespace):  # -> (BusConfig, GroupConfig) | None
-    """The bus and group when `--config` names a replicated group and no instance's
-    journals were named: then the active archives (its deletes reach every instance)."""
+def _replicated_group(args: argparse.Namespace) -> GroupConfig | None:
+    """The group when `--config` names a replicated group and no instance's journals
+    were named: then the active archives (its deletes reach every instance)."""
     from mrs.config.bus import load_config
 
     if args.config is None or args.data_dir is not None or args.group is None:
         return None
     if getattr(args, "instance", None) is not None:
         return None
-    bus = load_config(args.config)
-    group = bus.groups.get(args.group)
-    return (bus, group) if group is not None and group.instances else None
+    group = load_config(args.config).groups.get(args.group)
+    return group if group is not None and group.instances else None
 
 
-def _archive_on_the_active(active, until_ns: int, closed: bool, as_json: bool) -> int:
+def _archive_on_the_active(group: GroupConfig, until_ns: int, closed: bool, as_json: bool) -> int:
     """Ask the active for a run (admin `pcj_archive`), then wait for its summary in the
-    group's status: a large PCJ takes longer than one request may wait."""
+    group's status: a large PCJ takes longer than one request may wait. A failover
+    meanwhile ends the wait (the run ended with its active: run the command again)."""
     import trio
 
     from clients import MrsError, connect
     from mrs.tools.cli_support import CommandError
 
-    bus, group = active
-
     async def archived() -> dict:
         async with connect(group.client_address, None, program="mrs pcj archive") as client:
+            active = (await client.status())["replication"]["instance"]
             started = await client.admin("pcj_archive", until_ns=until_ns, closed=closed)
             while True:
-                summary = (await client.status()).get("pcj_archive") or {}
+                status = await client.status()
+                summary = status.get("pcj_archive") or {}
                 if summary.get("run") == started["run"]:
                     return summary
+                if (now := status["replication"]["instance"]) != active:
+                    why = f"the active changed ({active} -> {now}) during the run; run it again"
+                    return {"error": why}
                 await trio.sleep(ARCHIVE_POLL_S)
 
     try:
@@ -325,7 +328,7 @@ def _archive_on_the_active(active, until_ns: int, closed: bool, as_json: bool) -
     except MrsError as error:
         raise CommandError(f"pcj archive: {error}", 1) from None
     if "error" in summary:
-        raise CommandError(f"pcj archive on the active failed: {summary['error']}", 1)
+        raise CommandError(f"pcj archive on the active: {summary['error']}", 1)
     if as_json:
         print(json.dumps(summary))
     else:
