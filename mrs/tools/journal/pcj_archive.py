@@ -307,10 +307,14 @@ def _archive_on_the_active(group: GroupConfig, until_ns: int, closed: bool, as_j
     import trio
 
     from clients import MrsError, connect
+    from mrs.config.tls import operator_connect_options
     from mrs.tools.cli_support import CommandError
 
+    options = operator_connect_options(group)  # the group's TLS, as `mrs admin` has it
+
     async def archived() -> dict:
-        async with connect(group.client_address, None, program="mrs pcj archive") as client:
+        address = group.client_address
+        async with connect(address, None, program="mrs pcj archive", **options) as client:
             active = (await client.status())["replication"]["instance"]
             started = await client.admin("pcj_archive", until_ns=until_ns, closed=closed)
             while True:
@@ -325,8 +329,8 @@ def _archive_on_the_active(group: GroupConfig, until_ns: int, closed: bool, as_j
 
     try:
         summary = trio.run(archived)
-    except MrsError as error:
-        raise CommandError(f"pcj archive: {error}", 1) from None
+    except MrsError as error:  # the group's answer, as one line
+        raise CommandError(f"pcj archive: {error.message}", 1) from None
     if "error" in summary:
         raise CommandError(f"pcj archive on the active: {summary['error']}", 1)
     if as_json:
