@@ -211,9 +211,9 @@ class Client:
         whose client reconnects to the new active by itself) it waits for the next
         connection within its own `timeout` (None: CLIENT_RESEND_WAIT_S, a put's bound),
         as a put does and as IBM MQ's reconnecting clients block their calls; what is
-        left of `timeout`. On one address, or when none came, NOTACTIVE as before."""
+        left of `timeout`. On one address, or when none came, NOTACTIVE as before (and
+        a client that gave up raises why, from `wait_connected` or `require_link`)."""
         requests = self._requests
-        requests.raise_if_broken()
         if requests.link is None and self._resender is not None and timeout != 0:
             started_s = trio.current_time()
             with trio.move_on_after(CLIENT_RESEND_WAIT_S if timeout is None else timeout):
