@@ -168,9 +168,10 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
             seqs.extend(pq.read_table(path, columns=["seq"]).column("seq").to_pylist())
     batch = WriteBatch.empty()
     present = 0
-    for seq in seqs:
-        key = seq_key(seq)
-        if store.get_raw(Journal.PCJ, key) is not None:
+    keys = [seq_key(seq) for seq in seqs]
+    # one read for the chunk (on a replicated active each read is a hop to its loop)
+    for key, value in zip(keys, store.get_raw_many(Journal.PCJ, keys), strict=True):
+        if value is not None:
             batch.delete(Journal.PCJ, key)
             present += 1
     batch.delete(Journal.META, INTENT_KEY.encode())
