@@ -330,12 +330,16 @@ class Workload:
 
 
 async def active_status(bus: ReplicatedBus) -> dict | None:
-    """The replication status of the instance answering as active, or None."""
+    """The replication status of the instance answering as active, or None (none
+    answers: between a loss and the next term, or while an instance restarts)."""
     with trio.move_on_after(10):
-        async with connect(bus.addresses, None, reconnect=None, connect_timeout_s=3) as client:
-            status = (await client.status()).get("replication") or {}
-            if status.get("role") == "active":
-                return status
+        try:
+            async with connect(bus.addresses, None, reconnect=None, connect_timeout_s=3) as client:
+                status = (await client.status()).get("replication") or {}
+        except (MrsError, OSError):
+            return None
+        if status.get("role") == "active":
+            return status
     return None
 
 
@@ -343,10 +347,7 @@ async def wait_healthy(bus: ReplicatedBus, within_s: float = HEALTHY_WITHIN_S) -
     """The active's name once every replica is connected and in sync (None: not in time)."""
     with trio.move_on_after(within_s):
         while True:
-            try:
-                status = await active_status(bus)
-            except (MrsError, OSError):
-                status = None
+            status = await active_status(bus)
             if status is not None and all(
                 replica["in_sync"] and replica["connected"]
                 for replica in status["replicas"].values()
