@@ -174,13 +174,15 @@ PUTS_PER_TASK = 25
 
 
 async def _take_all(client) -> list[bytes]:
-    """Get and confirm until the queue is empty; the bodies in delivery order."""
+    """Get and confirm until the queue is empty; the bodies in delivery order. None
+    comes POSSDUPL: its callers handed nothing out before."""
     bodies = []
     while True:
         try:
             message = await client.get(timeout=2)
         except MrsError:
             return bodies
+        assert message.delivery_status != Status.POSSDUPL, message
         bodies.append(message.body)
         await client.confirm(message.seq)
 
@@ -1136,6 +1138,75 @@ def test_calls_made_while_the_client_reconnects_wait_for_the_new_active(instance
             assert none_left.value.status == Status.NOMOREMSG
 
     trio.run(scenario)
+
+
+SAF_TASKS = 4
+JOURNALED_PUTS = 20
+
+
+def test_the_client_saf_journal_keeps_every_put_across_a_kill_of_the_active(
+    instances, tmp_path
+) -> None:
+    """A client with its own SAF journal (docs/client-saf.md) and the group's
+    addresses: SIGKILL the active while four tasks put. Puts made while no instance
+    answers go to the client's journal (JOURNAL_ON, STORED), puts in flight are re-sent
+    to the new active, the journal drains there (LINK_UP) and puts go straight on:
+    every put answered SUCCESS or JOURNAL_ON is delivered once, each task's in order,
+    none marked POSSDUPL (none was handed out)."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+    statuses: collections.Counter = collections.Counter()
+
+    async def scenario() -> tuple[list[bytes], dict[int, int], list[Status]]:
+        answered = trio.Semaphore(0)
+        put_by_task: dict[int, int] = {}
+        stop = trio.Event()
+        async with connect(addresses, "ORDERS", saf_journal=tmp_path / "client.saf") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+
+            async def putter(task: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    psb = await client.put(b"t%d:%d" % (task, i), "ORDERS")  # WF_DQF
+                    assert psb.status in (Status.SUCCESS, Status.JOURNAL_ON), psb
+                    statuses[Status(psb.status).name] += 1
+                    i += 1
+                    answered.release()
+                    await trio.sleep(0.002)
+                put_by_task[task] = i
+
+            async with trio.open_nursery() as nursery:
+                for task in range(SAF_TASKS):
+                    nursery.start_soon(putter, task)
+                for _ in range(40):
+                    await answered.acquire()
+                instances[first].kill()
+                with trio.fail_after(10):
+                    await client.wait_journal_status(Status.JOURNAL_ON)
+                own = SAF_TASKS  # this task's puts: journaled, then after the drain
+                own_statuses = [  # no instance answers before the lease (3 s) runs out
+                    (await client.put(b"t%d:%d" % (own, i), "ORDERS")).status
+                    for i in range(JOURNALED_PUTS)
+                ]
+                with trio.fail_after(FAILOVER_S_MAX + 30):
+                    await client.wait_journal_status(Status.LINK_UP)
+                own_statuses += [  # straight to the new active once the journal drained
+                    (await client.put(b"t%d:%d" % (own, i), "ORDERS")).status
+                    for i in range(JOURNALED_PUTS, 2 * JOURNALED_PUTS)
+                ]
+                put_by_task[own] = 2 * JOURNALED_PUTS
+                stop.set()
+            bodies = await _take_all(client)
+            assert client.journal_backlog == 0
+        return bodies, put_by_task, own_statuses
+
+    bodies, put_by_task, own_statuses = trio.run(scenario)
+    assert own_statuses == [Status.JOURNAL_ON] * JOURNALED_PUTS + [Status.SUCCESS] * JOURNALED_PUTS
+    assert statuses["SUCCESS"] >= 40, statuses  # the tasks' puts before the kill
+    assert len(bodies) == len(set(bodies)) == sum(put_by_task.values())
+    for task, count in put_by_task.items():
+        mine = [int(body.split(b":")[1]) for body in bodies if body.startswith(b"t%d:" % task)]
+        assert mine == list(range(count)), task
 
 
 def test_the_pcj_is_archived_on_the_active_and_the_deletes_reach_every_instance(
