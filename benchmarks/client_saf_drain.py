@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clients import DeliveryMode, Reconnect, Status, connect  # noqa: E402
+from sim.ports import free_port  # noqa: E402
 from sim.processes import GroupProcess, write_single_group_config  # noqa: E402
 
 QUEUES = """
@@ -37,12 +37,6 @@ id = 11
 name = "SENDER"
 """
 PUTS_IN_FLIGHT = 512
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def journal_messages(client, count: int, body: bytes) -> float:

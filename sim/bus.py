@@ -14,8 +14,9 @@ from pathlib import Path
 
 import trio
 
+from sim.ports import free_port
 from sim.processes import GroupProcess
-from sim.proxy import FaultProxy, free_port
+from sim.proxy import FaultProxy
 
 
 @dataclass

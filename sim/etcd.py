@@ -13,7 +13,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,18 +21,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+from sim.ports import free_port
+
 ETCD_START_S = 20.0
 INSTANCE_START_S = 30.0
 
 
 class EtcdMissing(RuntimeError):
     """No `etcd` on PATH."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class EtcdServer:

@@ -10,7 +10,6 @@ never arrives.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -18,13 +17,6 @@ import trio
 
 DIRECTIONS = ("forward", "backward")
 CHUNK_BYTES_MAX = 64 * 1024
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 @dataclass(eq=False)

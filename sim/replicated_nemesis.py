@@ -44,7 +44,8 @@ from clients import (
 )
 from mrs.model import DeliveryMode, Status
 from sim.delivery_check import DeliveryCheck, check_delivered
-from sim.etcd import EtcdServer, InstanceProcess, free_port
+from sim.etcd import EtcdServer, InstanceProcess
+from sim.ports import free_port
 from sim.proxy import FaultProxy
 
 NAMES = ("a", "b", "c")

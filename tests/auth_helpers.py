@@ -12,8 +12,8 @@ from pathlib import Path
 
 from clients import ClientCredentials
 from mrs.tools.cli import main as mrs_main
+from sim.ports import free_port
 from sim.processes import GroupProcess
-from sim.proxy import free_port
 
 ITERATIONS = "1000"
 QUEUES = """

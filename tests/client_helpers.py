@@ -3,21 +3,15 @@ server is found again at the same address (as a real deployment's would be)."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import trio
 
 from clients import NoMoreMessages
 from mrs import protocol as wire
+from sim.ports import free_port
 from sim.processes import GroupProcess, write_single_group_config
 from tests.conftest import STANDARD_QUEUES
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class FixedPortServer:

@@ -13,7 +13,6 @@ from sim.etcd import (
     EtcdMissing,
     EtcdServer,
     InstanceProcess,
-    free_port,
     write_replicated_config,
 )
 
@@ -21,7 +20,6 @@ __all__ = [
     "EtcdServer",
     "InstanceProcess",
     "etcd",
-    "free_port",
     "skip_without_etcd",
     "write_replicated_config",
 ]

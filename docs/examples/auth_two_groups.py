@@ -8,7 +8,6 @@ what is refused.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,12 +17,7 @@ from pathlib import Path
 import trio
 
 from clients import ClientCredentials, DeliveryMode, NoSuchQueue, NotAuthorized, Uma, connect
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from sim.ports import free_port
 
 
 def mrs(*argv: str, stdin: str | None = None) -> str:

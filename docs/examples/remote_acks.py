@@ -12,7 +12,6 @@ group 2 starts, the link comes up, and REPLIES gets the MRS_ACK, once.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,14 +21,9 @@ from pathlib import Path
 import trio
 
 from clients import DeliveryMode, NoMoreMessages, connect
+from sim.ports import free_port
 
 QUEUES = {1: [(10, "ORDERS")], 2: [(12, "REPLIES")]}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def write_bus(directory: Path) -> Path:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from clients import (
     connect,
     tls_context,
 )
+from sim.ports import free_port
 
 POLICIES = """\
 keys_dir = "keys"
@@ -52,12 +52,6 @@ APPLICATIONS = {  # principal -> grants (mrs creds add NAME --config bus.toml ..
     "billing": ["--attach", "2.20", "--confirm", "2.20", "--admin", "dlq"],  # moves refusals
     "operator": ["--admin", "status"],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def write_bus(directory: Path) -> Path:

@@ -25,7 +25,7 @@ import pyspark
 import pytest
 
 from mrs.audit.report import compute
-from sim.proxy import free_port
+from sim.ports import free_port
 from tests.audit_fixtures import (  # noqa: F401 - fixtures
     audit_journal,
     report_figures,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,8 @@ import pytest
 import mrs
 from clients import connect_sync
 from mrs.model import DeliveryMode
+from sim.ports import free_port
 from sim.processes import GroupProcess
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _mrs(*args: str) -> subprocess.CompletedProcess:
@@ -34,7 +28,7 @@ def _mrs(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def three_group_bus(tmp_path: Path):
     """Groups 1 and 2 running and linked; group 3 configured but never started."""
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     text = ""
     for group_id, name, port in zip((1, 2, 3), ("NYC", "LDN", "TYO"), ports, strict=True):
         text += f"""

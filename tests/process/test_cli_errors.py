@@ -15,6 +15,7 @@ import pytest
 import mrs
 from mrs.tools.cli import build_parser
 from mrs.tools.cli_support import DefaultsHelpFormatter, subparsers_of
+from sim.ports import free_port
 from sim.processes import GroupProcess, write_single_group_config
 
 QUEUES = """
@@ -97,9 +98,7 @@ def test_verbose_is_accepted_after_the_subcommand(tmp_path: Path) -> None:
 
 
 def test_status_of_a_group_that_is_down_is_one_line_exit_1() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     _one_line(_mrs("status", "--address", f"127.0.0.1:{port}"), 1, f"127.0.0.1:{port}", "running")
 
 

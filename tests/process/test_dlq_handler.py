@@ -7,7 +7,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from mrs.dlq.engine import Engine
 from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
+from sim.ports import free_port
 from sim.processes import write_single_group_config
 from tests.client_helpers import take_all
 from tests.conftest import STANDARD_QUEUES
@@ -510,10 +510,7 @@ def test_unreachable_server_is_exit_3(configured, tmp_path) -> None:
     rules = tmp_path / "rules.txt"
     rules.write_text("ACTION(IGNORE)\n")
     command = _handler_command(bus, rules, "--once")
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        free_port = probe.getsockname()[1]
-    command[command.index("--address") + 1] = f"127.0.0.1:{free_port}"
+    command[command.index("--address") + 1] = f"127.0.0.1:{free_port()}"  # nobody listens
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr

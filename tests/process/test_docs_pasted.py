@@ -24,8 +24,8 @@ from typing import IO
 
 import pytest
 
+from sim.ports import free_port
 from sim.processes import GroupProcess
-from sim.proxy import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

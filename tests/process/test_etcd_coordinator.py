@@ -12,7 +12,8 @@ from mrs.replication.coordinator import (
     may_campaign,
 )
 from mrs.replication.etcd import EtcdClient, put_op
-from tests.etcd_helpers import etcd, free_port
+from sim.ports import free_port
+from tests.etcd_helpers import etcd
 
 __all__ = ["etcd"]  # the fixture, used by name
 

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clients import connect_sync
 from mrs.model import DeliveryMode
+from sim.ports import free_port
 from tests.cli_helpers import status_json
 
 BODY = b"y" * 20_000
@@ -116,16 +117,11 @@ def test_the_grafana_dashboard_queries_only_metrics_the_server_exports(make_bus)
 
 
 def test_saf_backlog_and_drain_per_link(tmp_path) -> None:
-    import socket
     import time
 
     from sim.processes import GroupProcess
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
+    ports = [free_port() for _ in range(2)]
     config = tmp_path / "bus.toml"
     config.write_text(f"""
 [[group]]

@@ -4,7 +4,6 @@ at both ends, process_* metrics, and nothing an alert should not read."""
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clients import MrsError, MrsTimeout, NoMoreMessages, connect_sync
 from mrs.model import DeliveryMode, Uma
+from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.cli_helpers import status_json
 
@@ -34,19 +34,10 @@ def _metrics_url(address: str) -> str:
     return status_json("--address", address)["endpoints"]["metrics"]
 
 
-def _free_ports(count: int) -> list[int]:
-    ports = []
-    for _ in range(count):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
-    return ports
-
-
 @pytest.fixture
 def two_groups(tmp_path: Path) -> Iterator[tuple[GroupProcess, GroupProcess]]:
     """NYC (group 1, dials) and LDN (group 2, accepts), both with metrics; not started."""
-    ports = _free_ports(2)
+    ports = [free_port() for _ in range(2)]
     config = tmp_path / "bus.toml"
     groups = []
     for group, (name, port) in enumerate(zip(("NYC", "LDN"), ports, strict=True), start=1):

@@ -35,8 +35,8 @@ from mrs.protection.errors import MQRC_SECURITY_ERROR
 from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
 from sim.bus import LinkedBus
 from sim.membus import MemoryBus, MemoryGroup
+from sim.ports import free_port
 from sim.processes import GroupProcess, write_single_group_config
-from sim.proxy import free_port
 
 MODE = DeliveryMode
 IDENTITIES = ("SHOP", "BILLING", "AUDITOR", "NYC")

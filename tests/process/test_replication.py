@@ -33,11 +33,12 @@ from mrs.model import DeliveryMode, Status, Uma
 from mrs.replication.coordinator import EtcdCoordinator, etcd_prefix
 from mrs.replication.etcd import EtcdClient
 from sim.etcd import EtcdServer, wait_active
+from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.auth_helpers import add_principal, creds, password_of
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
-from tests.etcd_helpers import InstanceProcess, etcd, free_port, write_replicated_config
+from tests.etcd_helpers import InstanceProcess, etcd, write_replicated_config
 
 __all__ = ["etcd"]  # the fixture, used by name
 

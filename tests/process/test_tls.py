@@ -29,8 +29,8 @@ from clients import (
     tls_context,
 )
 from mrs import protocol as wire
+from sim.ports import free_port
 from sim.processes import GroupProcess
-from sim.proxy import free_port
 
 QUEUES = """
 [[group.queue]]

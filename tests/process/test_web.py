@@ -13,7 +13,6 @@ import os
 import re
 import select
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 
 from clients import connect_sync
 from mrs.model import DeliveryMode
+from sim.ports import free_port
 from sim.processes import GroupProcess
 
 CHROMIUM = next(
@@ -34,12 +34,6 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="needs chromium (.ci/system-packages --tests installs it)"
 )
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _browser(url: str, *options: str) -> subprocess.CompletedProcess:
@@ -95,7 +89,7 @@ def _status(config: Path) -> dict:
 
 @pytest.fixture
 def bus(tmp_path: Path):
-    ports = [_free_port() for _ in range(2)]
+    ports = [free_port() for _ in range(2)]
     config = tmp_path / "bus.toml"
     config.write_text(f"""
 [[group]]
@@ -282,7 +276,7 @@ def test_acting_in_a_real_browser_log_in_browse_move_and_see_it_arrive(tmp_path:
     from tests.auth_helpers import add_principal, group_config, password_of
     from tests.browser_cdp import Browser
 
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "bus.toml"
     ops = '[group.ops]\nweb_listen = "127.0.0.1:0"\nweb_admin = true'
     config.write_text(

@@ -21,8 +21,8 @@ import pytest
 
 from clients import PutItem, connect_sync
 from mrs.model import DeliveryMode
+from sim.ports import free_port
 from sim.processes import GroupProcess
-from sim.proxy import free_port
 from tests.auth_helpers import SecureBus, add_principal, creds, password_of
 from tests.cli_helpers import status_json
 

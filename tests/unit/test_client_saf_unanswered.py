@@ -14,7 +14,8 @@ import trio.testing
 from clients import DeliveryMode, Reconnect, Status, connect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs import protocol as wire
-from tests.client_helpers import answer_handshake, free_port
+from sim.ports import free_port
+from tests.client_helpers import answer_handshake
 from tests.conftest import run_under_autojump_clock
 
 FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
