@@ -161,7 +161,12 @@ class PastedPage:
         while sum(line.startswith("READY ") for line in lines) < len(starts):
             readable, _, _ = select.select([output], [], [], READY_TIMEOUT_S)
             line = output.readline() if readable else ""
-            assert line, f"{self.page}: no READY from\n{script}\n{''.join(lines)}"
+            if not line:
+                self.log.flush()
+                errors = (self.directory / "servers.log").read_text(errors="replace")[-2000:]
+                raise AssertionError(
+                    f"{self.page}: no READY from\n{script}\n{''.join(lines)}\nstderr:\n{errors}"
+                )
             lines.append(line)
         if all(start.split("#")[0].rstrip().endswith("&") for start in starts):
             assert process.wait(timeout=READY_TIMEOUT_S) == 0, f"{self.page}:\n{script}"
