@@ -132,9 +132,10 @@ async def connect(
 async def _first_link(client: Client, journal: ClientJournal | None) -> _Link | None:
     """The first connection, or None when the server is unreachable (or still holds a
     killed predecessor's connection: QUEUE_BUSY) and a journal lets the client attach
-    now and keep dialing in the background."""
+    now and keep dialing in the background. Without a journal, a replicated group's
+    client waits for an active within `connect_timeout_s` (`Dialer.open_first`)."""
     try:
-        return await client.lifetime.open()
+        return await client.lifetime.open(wait_for_active=journal is None)
     except ConnectionLost:
         if journal is None:
             raise

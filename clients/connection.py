@@ -524,10 +524,10 @@ class Lifetime:
         self._status = status
         self._requests = requests
 
-    async def open(self) -> _Link:
+    async def open(self, *, wait_for_active: bool) -> _Link:
         """Dial, handshake and attach (`connect`'s first link). ConnectionLost if
-        unreachable; MrsError if refused."""
-        return await self._dialer.open()
+        unreachable; MrsError if refused. `wait_for_active`: see `Dialer.open_first`."""
+        return await self._dialer.open_first(wait_for_active=wait_for_active)
 
     def install(self, link: _Link | None, journal_status: Status | None = None) -> None:
         """The first link is usable as soon as connect returns (None: the server was

@@ -114,6 +114,29 @@ class Dialer:
             Status.LINK_DOWN, f"cannot connect to {self.address}: {'; '.join(problems)}"
         ) from why
 
+    async def open_first(self, *, wait_for_active: bool) -> _Link:
+        """`connect`'s first link. With `wait_for_active`, a replicated group's
+        instances (several addresses) and reconnecting on, it keeps trying them with
+        the reconnect backoff for `connect_timeout_s` while none answers.
+
+        Why: only the active listens, and a failover leaves none listening for the
+        lease's TTL and a second (3-6 s): an application started then was refused
+        at once (LINK_DOWN) where one started a moment earlier would have waited
+        for the new active. A wrong address still fails, `connect_timeout_s` later.
+        One address, or reconnecting off: one round, as before."""
+        if not wait_for_active or len(self._servers) < 2 or self._reconnect is None:
+            return await self.open()
+        give_up_s = trio.current_time() + self._connect_timeout_s
+        delays = self._reconnect.delays()
+        while True:
+            try:
+                return await self.open()
+            except ConnectionLost:
+                delay_s = next(delays, None)
+                if delay_s is None or trio.current_time() + delay_s > give_up_s:
+                    raise
+                await trio.sleep(delay_s)
+
     async def _open_one(self, host: str, port: int) -> _Link:
         try:
             with trio.fail_after(self._connect_timeout_s):

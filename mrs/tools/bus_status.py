@@ -141,6 +141,7 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
                 queue=None,
                 program="mrs status",
                 connect_timeout_s=timeout_s,
+                reconnect=None,  # one look: no instance answering is shown, not waited for
                 **view.connect_options,
             ) as client:
                 view.status = await client.status()

@@ -1141,6 +1141,34 @@ def test_calls_made_while_the_client_reconnects_wait_for_the_new_active(instance
     trio.run(scenario)
 
 
+def test_a_client_started_during_a_failover_waits_for_the_new_active(instances) -> None:
+    """`connect` with the instances, made just after a SIGKILL of the active, when no
+    instance listens for clients (the lease has 3 s to run): it waits for the new
+    active (clients.dialing `Dialer.open_first`) and gets what the old one stored;
+    before, it raised LINK_DOWN at once, so an application started during a failover
+    failed where one started a moment earlier waited."""
+    first = wait_active(instances, 30)
+    addresses = instance_addresses(instances["a"].config_path, "NYC")
+
+    async def scenario() -> float:
+        async with connect(addresses, "ORDERS") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            await put_once(client, b"before", "ORDERS", "started-0")
+        instances[first].kill()
+        killed_s = time.monotonic()
+        async with connect(addresses, "ORDERS") as client:
+            waited_s = time.monotonic() - killed_s
+            assert (await client.status())["replication"]["instance"] != first
+            message = await client.get(timeout=10)
+            assert (message.body, message.delivery_status) == (b"before", Status.CONFIRMREQ)
+            await client.confirm(message.seq)
+        return waited_s
+
+    waited_s = trio.run(scenario)
+    assert waited_s < FAILOVER_S_MAX
+    print(f"connect made during a failover answered after {waited_s:.1f} s")
+
+
 SAF_TASKS = 4
 JOURNALED_PUTS = 20
 
