@@ -460,6 +460,9 @@ company"). Far below REPLICATION_LAG_S_MAX: such a replica stays in sync."""
 REPLICATION_APPLY_RECORDS_MAX = 256
 """A replica applies at most this many records already received in one synced
 transaction (one fsync and one acknowledgement for a burst of commits)."""
+PCJ_ARCHIVE_RUNS_KEPT_MAX = 16
+"""Summaries of the PCJ archive runs `mrs pcj archive` asked a replicated group's active
+for, kept by run id for the command to find in `mrs status --json`."""
 REPLICATION_HANDOVER_FALLBACK_S = 10.0
 """An instance that handed its term over (`mrs failover`) and sees nobody take the next
 term this long takes it back itself (mrs.replication.coordinator `handed_over_unclaimed`):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from mrs import __version__
-from mrs.limits import JOURNAL_CHECK_INTERVAL_S
+from mrs.limits import JOURNAL_CHECK_INTERVAL_S, PCJ_ARCHIVE_RUNS_KEPT_MAX
 from mrs.ops.alarms import disk_numbers, group_alarms
 from mrs.ops.queue_rates import QueueCounts
 from mrs.storage.journal_usage import UsageWatch
@@ -76,6 +76,10 @@ class GroupOps:
         """Per-queue deliveries and confirms for the web view's rates."""
         self.last_archive: dict | None = None
         """The last PCJ archive's summary (mrs.ops.pcj_retention)."""
+        self.archive_runs: dict[str, dict] = {}
+        """The summaries of the last PCJ_ARCHIVE_RUNS_KEPT_MAX runs `mrs pcj archive`
+        asked for, by run id: an automatic run right after one (it waited for the lock)
+        replaces `last_archive` before the command's next look."""
         self.archive_lock = trio.Lock()
         """One archive run at a time on a replicated group's active."""
         self._nursery: trio.Nursery | None = None
@@ -137,7 +141,7 @@ class GroupOps:
     def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str:
         """Start an archive run on this replicated group's active (`mrs pcj archive`
         through the admin request `pcj_archive`); its id, which the run's summary in
-        `mrs status --json` (`pcj_archive.run`) carries once it is done. Raises
+        `mrs status --json` keeps under `pcj_archive_runs` once it is done. Raises
         LookupError when this server cannot run one."""
         from mrs.ops.pcj_retention import run_here
 
@@ -148,6 +152,15 @@ class GroupOps:
         run_id = uuid.uuid4().hex[:12]
         self._nursery.start_soon(run_here, self, run_id, until_ns, closed_only)
         return run_id
+
+    def archive_done(self, summary: dict, *, asked: bool) -> None:
+        """A PCJ archive run ended: its summary is the last one, and one `mrs pcj
+        archive` asked for (`asked`) is kept under its run id too."""
+        self.last_archive = summary
+        if asked:
+            self.archive_runs[summary["run"]] = summary
+            while len(self.archive_runs) > PCJ_ARCHIVE_RUNS_KEPT_MAX:
+                del self.archive_runs[next(iter(self.archive_runs))]
 
     def status_extra(self) -> dict:
         """What `mrs status` shows beyond the group's own status_info."""
@@ -180,6 +193,7 @@ class GroupOps:
             "alarms": [alarm.as_dict() for alarm in alarms],
             "endpoints": dict(self.endpoints),
             **({"pcj_archive": self.last_archive} if self.last_archive is not None else {}),
+            **({"pcj_archive_runs": dict(self.archive_runs)} if self.archive_runs else {}),
         }
 
 

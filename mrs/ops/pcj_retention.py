@@ -65,6 +65,10 @@ class _OnTheLoop:
             raise errors[0]
 
 
+AUTOMATIC_RUN = "automatic"
+"""The run id of the automatic policy's runs (`pcj_archive_after_s`)."""
+
+
 async def archive_here(
     archiver: PcjArchiver, group: Group, out_dir: Path, until_ns: int, closed_only: bool
 ) -> ArchiveSummary:
@@ -137,22 +141,26 @@ async def _archive_here_forever(ops: GroupOps) -> None:
         return
     while True:
         after_ns = (config.ops.pcj_archive_after_s or 0) * 1_000_000_000
-        await run_here(ops, "automatic", time.time_ns() - after_ns, closed_only=False)
+        await run_here(ops, AUTOMATIC_RUN, time.time_ns() - after_ns, closed_only=False)
         await trio.sleep(config.ops.pcj_archive_interval_s)
 
 
 async def run_here(ops: GroupOps, run_id: str, until_ns: int, closed_only: bool) -> None:
     """One archive run on this active (`archive_here`), one at a time (the automatic
     policy's and those `mrs pcj archive` asks for: two at once would write the same
-    records twice); its summary, or why it failed, in `ops.last_archive` under its
-    `run` id (`mrs status --json`, where the command waits for it)."""
+    records twice); its summary, or why it failed, in `mrs status --json`
+    (`GroupOps.archive_done`: a run asked for under `pcj_archive_runs`, where its
+    command waits for it)."""
     config = ops.server.config
     out_dir = config.ops.archive_dir(config.data_dir)
-    archiver, group = ops.server.pcj_archiver, ops.server.group
-    if archiver is None or group is None:
-        return
+    asked = run_id != AUTOMATIC_RUN
     async with ops.archive_lock:
         summary: dict[str, Any] = {"run": run_id, "group": config.id, "dir": str(out_dir)}
+        archiver, group = ops.server.pcj_archiver, ops.server.group
+        if archiver is None or group is None:  # not serving (yet): nothing to archive
+            if asked:  # its command waits for a summary
+                ops.archive_done({**summary, "error": "the group is not serving"}, asked=True)
+            return
         try:
             result = await archive_here(archiver, group, out_dir, until_ns, closed_only)
         except Exception as error:  # the archive's failure never stops the server
@@ -162,4 +170,4 @@ async def run_here(ops: GroupOps, run_id: str, until_ns: int, closed_only: bool)
             summary.update(result.as_dict())
             if result.archived:
                 log.info("PCJ archive (%s): %d records to %s", run_id, result.archived, out_dir)
-        ops.last_archive = summary
+        ops.archive_done(summary, asked=asked)

@@ -320,8 +320,8 @@ def _archive_on_the_active(group: GroupConfig, until_ns: int, closed: bool, as_j
             started = await client.admin("pcj_archive", until_ns=until_ns, closed=closed)
             while True:
                 status = await client.status()
-                summary = status.get("pcj_archive") or {}
-                if summary.get("run") == started["run"]:
+                summary = status.get("pcj_archive_runs", {}).get(started["run"])
+                if summary is not None:
                     return summary
                 if (now := status["replication"]["instance"]) != active:
                     why = f"the active changed ({active} -> {now}) during the run; run it again"
