@@ -8,10 +8,11 @@
 Starts etcd (single member, free ports), then for each task count measures durable
 WF_DQF puts per second and their latency (p50/p99), messages per second taken
 through put -> get -> confirm (a consumer awaiting each get, then each confirm: two
-commits a message, the delivery mark's and the confirm's) and through put ->
+commits a message, the delivery mark's and the confirm's), through put ->
 get_many -> confirm_many (a prefetching consumer, as the quorum queue's consumer
-takes them), and the answer latency (p50/p99) of one producer putting at a fixed
-`--rate` (1,000/s), against:
+takes them) and through put -> get on an implicitly confirmed queue (each get
+confirms the message before: one commit a message), and the answer latency
+(p50/p99) of one producer putting at a fixed `--rate` (1,000/s), against:
 
 - one unreplicated `mrs serve` (real LMDB, fsync), and
 - a replicated group: three `mrs serve --instance` processes on this machine (each
@@ -75,6 +76,10 @@ QUEUES = textwrap.dedent("""\
     id = 12
     name = "PREFETCH"
     confirm = "explicit-in-order"
+    [[group.queue]]
+    id = 13
+    name = "IMPLICIT"
+    confirm = "implicit"
     """)
 
 
@@ -101,7 +106,9 @@ async def put_for(
         return len(latencies) / (time.perf_counter() - started_s), latencies
 
 
-async def through_for(address: str | list[str], seconds: float, prefetch: bool = False) -> float:
+async def through_for(
+    address: str | list[str], seconds: float, prefetch: bool = False, implicit: bool = False
+) -> float:
     """Messages per second taken all the way: one putter awaiting each WF_DQF put and
     one consumer, on one connection (more putters only build a backlog the one
     consumer cannot take).
@@ -112,8 +119,15 @@ async def through_for(address: str | list[str], seconds: float, prefetch: bool =
     as the quorum queue's consumer does (benchmarks/rabbitmq_quorum.py `through`):
     `get_many` of up to 1,000, then `confirm_many` of what came; it keeps up, so
     this is bound by the putter's answer latency, as RabbitMQ's is by its
-    publisher's confirms. (Each queue is empty: the put shape's backlog is on ORDERS.)"""
-    queue = "PREFETCH" if prefetch else "FLOW"
+    publisher's confirms. With `implicit`, on queue IMPLICIT (`confirm = "implicit"`),
+    the consumer awaits each get only: MessageQ's implicit confirmation, where each get
+    confirms the message before it, so the confirm and the next delivery mark share one
+    commit, and the consumer waits for one commit a message, not two. It is the
+    nearest MessageQ shape to the quorum queue's consumer, whose AMQP ack is not
+    answered; a get that finds the queue empty leaves the message before unconfirmed
+    until the next get, as MessageQ's does. (Each queue is empty: the put shape's
+    backlog is on ORDERS.)"""
+    queue = "PREFETCH" if prefetch else "IMPLICIT" if implicit else "FLOW"
     confirmed = 0
     async with connect(address, queue) as client:
         body = b"x" * 256
@@ -128,6 +142,8 @@ async def through_for(address: str | list[str], seconds: float, prefetch: bool =
                 if prefetch:
                     messages = await client.get_many(1000, timeout=None)
                     await client.confirm_many([message.seq for message in messages])
+                elif implicit:
+                    messages = [await client.get()]  # confirms the message before
                 else:
                     messages = [await client.get()]
                     await client.confirm(messages[0].seq)
@@ -176,6 +192,7 @@ class Shapes:
     put_latencies_s: list[float]
     through_per_s: float
     through_prefetch_per_s: float
+    through_implicit_per_s: float
     paced_per_s: float
     paced_latencies_s: list[float]
 
@@ -192,6 +209,7 @@ def pooled(rounds: list[Shapes]) -> Shapes:
         [latency for shapes in rounds for latency in shapes.put_latencies_s],
         median(lambda shapes: shapes.through_per_s),
         median(lambda shapes: shapes.through_prefetch_per_s),
+        median(lambda shapes: shapes.through_implicit_per_s),
         median(lambda shapes: shapes.paced_per_s),
         [latency for shapes in rounds for latency in shapes.paced_latencies_s],
     )
@@ -203,6 +221,7 @@ def print_round(label: str, shapes: Shapes) -> None:
         f"  round {label}: puts {shapes.put_per_s:.0f}/s, "
         f"put->get->confirm {shapes.through_per_s:.0f}/s, "
         f"prefetch {shapes.through_prefetch_per_s:.0f}/s, "
+        f"implicit {shapes.through_implicit_per_s:.0f}/s, "
         f"paced p50 {ms(shapes.paced_latencies_s, 0.5):.2f} ms",
         flush=True,
     )
@@ -214,8 +233,9 @@ async def all_shapes(
     rate, latencies = await put_for(address, seconds, tasks)
     through = await through_for(address, seconds)
     prefetch = await through_for(address, seconds, prefetch=True)
+    implicit = await through_for(address, seconds, implicit=True)
     paced_rate, paced_latencies = await paced_for(address, seconds, rate_per_s)
-    return Shapes(rate, latencies, through, prefetch, paced_rate, paced_latencies)
+    return Shapes(rate, latencies, through, prefetch, implicit, paced_rate, paced_latencies)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -291,6 +311,11 @@ def print_mrs(tasks: int, one: Shapes, three: Shapes, rate_per_s: float) -> None
         f"ratio {three.through_prefetch_per_s / one.through_prefetch_per_s:.2f}"
     )
     print(
+        f"  put->get (implicit confirm) (1 putter, 1 consumer): unreplicated "
+        f"{one.through_implicit_per_s:.0f}/s, replicated {three.through_implicit_per_s:.0f}/s, "
+        f"ratio {three.through_implicit_per_s / one.through_implicit_per_s:.2f}"
+    )
+    print(
         f"  paced {rate_per_s:g}/s (1 producer): "
         + ", ".join(
             f"{label} p50 {ms(shapes.paced_latencies_s, 0.5):.2f} ms "
@@ -318,8 +343,10 @@ def quorum_shapes(
             for number in range(rounds):
                 result = rabbitmq_quorum.all_shapes(RABBITMQ_PORT, seconds, tasks, rate_per_s)
                 rate, latencies, through, paced_rate, paced_latencies = result
-                # its one consumer shape is the prefetching one: both rows compare with it
-                each.append(Shapes(rate, latencies, through, through, paced_rate, paced_latencies))
+                # its one consumer shape is the prefetching one: the three rows compare with it
+                each.append(
+                    Shapes(rate, latencies, through, through, through, paced_rate, paced_latencies)
+                )
                 print_round(f"{number + 1} quorum x3", each[-1])
             shapes[tasks] = pooled(each)
         return shapes
@@ -360,6 +387,7 @@ def print_table(tasks: int, rate_per_s: float, one: Shapes, three: Shapes, quoru
         ("  ack p99 ms", lambda shapes: ms(shapes.put_latencies_s, 0.99)),
         ("put->get->confirm, per s", lambda shapes: shapes.through_per_s),
         ("put->get_many->confirm_many, per s", lambda shapes: shapes.through_prefetch_per_s),
+        ("put->get (implicit confirm), per s", lambda shapes: shapes.through_implicit_per_s),
         (f"paced {rate_per_s:g}/s, reached per s", lambda shapes: shapes.paced_per_s),
         ("  ack p50 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.5)),
         ("  ack p99 ms", lambda shapes: ms(shapes.paced_latencies_s, 0.99)),
