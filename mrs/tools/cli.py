@@ -16,7 +16,14 @@ from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.tools.admin import add_admin_parser
 from mrs.tools.bus_status import add_status_parser
 from mrs.tools.certs import add_certs_parser, tool_tls_from_env
-from mrs.tools.cli_support import OneLineParser, finish_parser, run_guarded
+from mrs.tools.cli_support import (
+    OneLineParser,
+    finish_parser,
+    parse_arguments,
+    positive_float,
+    positive_int,
+    run_guarded,
+)
 from mrs.tools.creds import add_parser as add_creds
 from mrs.tools.creds import tool_credentials_from_env
 from mrs.tools.failover import add_failover_parser
@@ -154,7 +161,7 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     sim = commands.add_parser("sim", help="fault-injection scenarios and the simulation swarm")
     kinds = sim.add_subparsers(dest="sim_command", required=True, metavar="KIND")
     swarm = kinds.add_parser("swarm", help="deterministic simulation over many seeds")
-    swarm.add_argument("--seeds", type=int, default=200, help="how many seeds")
+    swarm.add_argument("--seeds", type=positive_int, default=200, help="how many seeds")
     swarm.add_argument("--first", type=int, default=0, help="first seed")
     swarm.add_argument("--seed", type=int, default=None, help="run just this seed (replay)")
     swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
@@ -175,7 +182,9 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     swarm.set_defaults(run=_sim_swarm)
     run = kinds.add_parser("run", help="a scenario against real processes")
     run.add_argument("scenario", choices=SCENARIO_NAMES)
-    run.add_argument("--seconds", type=float, default=60.0, help="length of the fault phase")
+    run.add_argument(
+        "--seconds", type=positive_float, default=60.0, help="length of the fault phase"
+    )
     run.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
     run.add_argument("--history", type=Path, default=None, help="write the history JSON here")
     run.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
@@ -183,7 +192,9 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     replicated = kinds.add_parser(
         "replicated", help="a replicated group (etcd, three instances) under real faults"
     )
-    replicated.add_argument("--seconds", type=float, default=60.0, help="length of the faults")
+    replicated.add_argument(
+        "--seconds", type=positive_float, default=60.0, help="length of the faults"
+    )
     replicated.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
     replicated.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
     replicated.add_argument("--figures", type=Path, default=None, help="write the figures here")
@@ -211,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run a bus on an embedded config, crash it, and show that nothing stored is lost",
     )
-    demo.add_argument("--messages", type=int, default=2000, help="recoverable messages to send")
+    demo.add_argument(
+        "--messages", type=positive_int, default=2000, help="recoverable messages to send"
+    )
     demo.add_argument(
         "--scratch",
         type=Path,
@@ -263,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

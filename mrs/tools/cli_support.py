@@ -48,6 +48,51 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})"
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1 (a count of seeds or messages: zero
+    or fewer would run a vacuous check and report it passed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0 (a length in seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args`, but arguments no parser took are reported by the subcommand
+    that was given them (`mrs admin journal: unrecognized arguments: dqf (see mrs admin
+    journal --help)`), not by `mrs`, whose help does not list them."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        chosen = parser
+        for token in sys.argv[1:] if argv is None else argv:
+            sub = _subcommand(chosen, token)
+            if sub is not None:
+                chosen = sub
+        chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return None
+
+
 def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
     """Every parser below `parser` (subcommands, and their subcommands), once each."""
     seen: set[int] = set()

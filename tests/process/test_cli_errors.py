@@ -251,3 +251,27 @@ def test_usage_mistakes_of_every_subcommand_are_one_line_exit_2(tmp_path: Path, 
     if real[0] == "dump" and "--since" in real:  # needs journals to exist first
         assert _epoch(config) == 1
     _one_line(_mrs(*real), 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["sim", "swarm", "--seeds", "0"], ["mrs sim swarm", "--seeds", ">= 1, got 0"]),
+        (["demo", "--messages", "-5"], ["mrs demo", "--messages", ">= 1, got -5"]),
+        (["sim", "replicated", "--seconds", "0"], ["mrs sim replicated", "> 0, got 0"]),
+        (["sim", "run", "mixed", "--seconds", "nan"], ["mrs sim run", "> 0, got nan"]),
+    ],
+    ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else None,
+)
+def test_a_count_or_length_that_would_check_nothing_is_refused(args, words) -> None:
+    """Zero seeds, no messages or no seconds of faults would end in 'every invariant
+    held' having checked nothing: refused before anything starts."""
+    _one_line(_mrs(*args), 2, *words)
+
+
+def test_unrecognized_arguments_are_named_by_the_subcommand_given_them() -> None:
+    """Its --help is the one that lists what it takes, not mrs's."""
+    text = _one_line(_mrs("journal", "verify", "/tmp"), 2, "unrecognized arguments: /tmp")
+    assert text.startswith("mrs journal verify: ") and "see mrs journal verify --help" in text
+    text = _one_line(_mrs("sim", "swarm", "--seeds", "1", "--bogus"), 2, "--bogus")
+    assert text.startswith("mrs sim swarm: ")
