@@ -34,6 +34,7 @@ answers, with the quorum rule:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -250,6 +251,14 @@ class CommitStream:
             ready.extend(self.waiting.popleft()[1])
         if ready:
             self.deliver(ready)
+
+    def unanswered_since_s(self) -> float:
+        """When the oldest record an answer still waits for was sealed (inf: none
+        waits, or that record is no longer kept)."""
+        if not self.waiting or not self.records:
+            return math.inf
+        index = self.waiting[0][0] - self.records[0].number
+        return self.records[index].sealed_s if 0 <= index < len(self.records) else math.inf
 
     def laggards(self) -> list[str]:
         """In-sync replicas to drop: missing a record sealed longer ago than the lag

@@ -16,9 +16,14 @@ import trio
 
 from clients import connect
 from mrs.exit_status import CommandError
-from mrs.limits import REPLICATION_HANDOVER_FALLBACK_S, REPLICATION_REST_HOLD_S
+from mrs.limits import (
+    REPLICATION_HANDOVER_FALLBACK_S,
+    REPLICATION_LATE_S,
+    REPLICATION_REST_HOLD_S,
+)
 from mrs.model import DeliveryMode, Status
 from mrs.replication.coordinator import FailoverRequest, MemoryCoordinator
+from mrs.replication.link_out import write_first
 from mrs.testing.replication_builds import (
     REPLICATION_SWITCHES,
     UNSAFE_ACCEPT_OLDER_TERM,
@@ -197,6 +202,44 @@ def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path:
             assert commits[1] >= puts  # the one answers wait for: each put's commit
             assert commits[0] <= commits[1] // 3, commits  # the other: several at once
             assert set(replication.stream.in_sync) == {r.config.name for r in replicas}
+            nursery.cancel_scope.cancel()
+
+    run_under_autojump_clock(scenario)
+
+
+def test_a_late_replica_does_not_hold_an_answer_for_the_whole_hold(tmp_path: Path) -> None:
+    """The replica answers wait for stalls (its link frozen: a slow flush there, a
+    paused process): the other, whose records are held for company, gets a record an
+    answer waits for once that answer is REPLICATION_LATE_S old, and its
+    acknowledgement answers the put, well before REPLICATION_REST_HOLD_S (before, the
+    put waited for the whole hold)."""
+    group = _one_replicated_group(tmp_path)
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await group.start(nursery)
+            await _until(group.settled, step_s=0.001)
+            active = group.active
+            assert active is not None and active.runner is not None
+            replication = active.runner.active
+            assert replication is not None
+            stream = replication.stream
+            addresses = [i.config.listen for i in group.instances.values()]
+            network = group.network.node("puts-client")
+            async with connect(addresses, "P0", open_stream=network.connect) as client:
+                for index in range(5):  # the held replica's link in its steady state
+                    await client.put(b"%d" % index, "PAR", delivery=DeliveryMode.WF_DQF)
+                    await trio.sleep(0.01)
+                first = write_first(
+                    replication.links, stream.in_sync, stream.acked, stream.acks_needed
+                )[0]
+                group.network.freeze(group.node(active.config.name), group.node(first))
+                put_s = trio.current_time()
+                psb = await client.put(b"late", "PAR", delivery=DeliveryMode.WF_DQF)
+                answered_in_s = trio.current_time() - put_s
+                assert psb.status == Status.SUCCESS
+                assert REPLICATION_LATE_S <= answered_in_s < REPLICATION_REST_HOLD_S / 2
+                group.network.thaw(group.node(active.config.name), group.node(first))
             nursery.cancel_scope.cancel()
 
     run_under_autojump_clock(scenario)
