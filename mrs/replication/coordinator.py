@@ -259,9 +259,9 @@ class EtcdCoordinator:
 
     async def read(self) -> GroupState:
         try:
-            leader = await self.client.get(self.leader_key)
-            term = await self.client.get(self.term_key)
-            sync = await self.client.get(self.sync_key)
+            leader, term, sync = await self.client.get_many(
+                [self.leader_key, self.term_key, self.sync_key]
+            )
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
         leader_name = json.loads(leader[0])["name"] if leader is not None else None

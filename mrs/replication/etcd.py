@@ -88,6 +88,24 @@ class EtcdClient:
             return None
         return unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0))
 
+    async def get_many(self, keys: list[bytes]) -> list[tuple[bytes, int] | None]:
+        """(value, mod_revision) of each of `keys`, or None, all read at one revision
+        (one transaction of reads): a state read key by key could mix a new term with
+        an old leader or in-sync record, which the simulator's coordinator never shows."""
+        ranges = [{"request_range": {"key": b64(key)}} for key in keys]
+        answer = await self.call("/v3/kv/txn", {"compare": [], "success": ranges})
+        found: list[tuple[bytes, int] | None] = []
+        for response in answer.get("responses") or [{} for _ in keys]:
+            kvs = (response.get("response_range") or {}).get("kvs") or []
+            found.append(
+                (unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0)))
+                if kvs
+                else None
+            )
+        if len(found) != len(keys):
+            raise EtcdError(f"a transaction of {len(keys)} reads answered {len(found)}")
+        return found
+
     async def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]]) -> bool:
         """Run `success` if every `compare` holds; whether it did."""
         answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success})

@@ -105,3 +105,40 @@ async def test_a_position_that_is_not_one_counts_as_not_posted(etcd) -> None:
     finally:
         for coordinator in (a, b, c):
             await coordinator.aclose()
+
+
+async def test_a_read_of_several_keys_sees_them_at_one_revision(etcd) -> None:
+    """`get_many` (how the coordinator reads the leader, term and in-sync record): a
+    writer changes two keys together in each transaction, and every read of both,
+    made while it writes, sees them equal. (Read one key after the other, the two
+    were seen apart: a new term beside an old leader.)"""
+    client = EtcdClient([etcd.endpoint])
+    x, y = b"/mrs/test/snapshot/x", b"/mrs/test/snapshot/y"
+    writes = 150
+    seen: list[tuple[bytes, bytes]] = []
+    try:
+        assert await client.get_many([x, y]) == [None, None]
+
+        async def writer() -> None:
+            for index in range(writes):
+                value = b"%d" % index
+                await client.txn([], [put_op(x, value), put_op(y, value)])
+
+        async def reader(done: trio.Event) -> None:
+            while not done.is_set():
+                both = await client.get_many([x, y])
+                if both[0] is not None and both[1] is not None:
+                    seen.append((both[0][0], both[1][0]))
+                await trio.sleep(0)
+
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader, done)
+            await writer()
+            done.set()
+        assert len({value for value, _ in seen}) > 10  # the reads went along with the writes
+        assert all(a == b for a, b in seen), [pair for pair in seen if pair[0] != pair[1]][:3]
+        last = await client.get_many([x, y, b"/mrs/test/snapshot/absent"])
+        assert [found[0] if found else None for found in last] == [b"149", b"149", None]
+    finally:
+        await client.aclose()
