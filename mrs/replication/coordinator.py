@@ -280,12 +280,14 @@ class EtcdCoordinator:
 
     async def _positions(self, state: GroupState) -> dict[str, Position]:
         """The listed replicas' positions posted for closing `state.term`."""
+        members = list(state.in_sync or ())
+        keys = [f"{self.position_prefix}{member}".encode() for member in members]
+        try:
+            posted = await self.client.get_many(keys) if keys else []
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
         positions: dict[str, Position] = {}
-        for member in state.in_sync or ():
-            try:
-                found = await self.client.get(f"{self.position_prefix}{member}".encode())
-            except EtcdError as error:
-                raise CoordinatorUnavailable(str(error)) from None
+        for member, found in zip(members, posted, strict=True):
             if found is not None and (position := _posted(found[0], state.term)) is not None:
                 positions[member] = position
         return positions
