@@ -10,6 +10,7 @@ import logging
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -22,6 +23,7 @@ from mrs.limits import (
     REPLICATION_REST_HOLD_S,
 )
 from mrs.model import DeliveryMode, Status
+from mrs.replication.active import Active
 from mrs.replication.coordinator import FailoverRequest, MemoryCoordinator
 from mrs.replication.link_out import write_first
 from mrs.testing.replication_builds import (
@@ -170,6 +172,23 @@ def test_a_new_active_lost_before_a_replica_joins_leaves_a_candidate(tmp_path: P
     run_under_autojump_clock(scenario)
 
 
+async def _settled(group: ReplicatedSimGroup, nursery: trio.Nursery) -> tuple[Any, Active]:
+    """Start `group` and wait until it is settled: its active instance and replication."""
+    await group.start(nursery)
+    await _until(group.settled, step_s=0.001)
+    active = group.active
+    assert active is not None and active.runner is not None
+    replication = active.runner.active
+    assert replication is not None
+    return active, replication
+
+
+def _putter(group: ReplicatedSimGroup) -> Any:
+    """A client of `group` following its active (queue P0), on the memory network."""
+    addresses = [i.config.listen for i in group.instances.values()]
+    return connect(addresses, "P0", open_stream=group.network.node("puts-client").connect)
+
+
 def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path: Path) -> None:
     """Puts one at a time, a millisecond apart: the replica each answer waits for
     flushes every commit as it comes; the other gets them at most
@@ -180,17 +199,10 @@ def test_the_replica_no_answer_waits_for_takes_several_commits_at_once(tmp_path:
 
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            await group.start(nursery)
-            await _until(group.settled, step_s=0.001)
-            active = group.active
-            assert active is not None and active.runner is not None
-            replication = active.runner.active
-            assert replication is not None
+            active, replication = await _settled(group, nursery)
             replicas = [i for i in group.instances.values() if i is not active]
             before = {r.config.name: r.store.commits for r in replicas}
-            addresses = [i.config.listen for i in group.instances.values()]
-            network = group.network.node("puts-client")
-            async with connect(addresses, "P0", open_stream=network.connect) as client:
+            async with _putter(group) as client:
                 for index in range(puts):
                     psb = await client.put(b"%d" % index, "PAR", delivery=DeliveryMode.WF_DQF)
                     assert psb.status == Status.SUCCESS
@@ -217,16 +229,9 @@ def test_a_late_replica_does_not_hold_an_answer_for_the_whole_hold(tmp_path: Pat
 
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            await group.start(nursery)
-            await _until(group.settled, step_s=0.001)
-            active = group.active
-            assert active is not None and active.runner is not None
-            replication = active.runner.active
-            assert replication is not None
+            active, replication = await _settled(group, nursery)
             stream = replication.stream
-            addresses = [i.config.listen for i in group.instances.values()]
-            network = group.network.node("puts-client")
-            async with connect(addresses, "P0", open_stream=network.connect) as client:
+            async with _putter(group) as client:
                 for index in range(5):  # the held replica's link in its steady state
                     await client.put(b"%d" % index, "PAR", delivery=DeliveryMode.WF_DQF)
                     await trio.sleep(0.01)
