@@ -201,6 +201,23 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     replicated.set_defaults(run=_sim_replicated)
 
 
+def _add_demo_parser(commands: argparse._SubParsersAction) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="run a bus on an embedded config, crash it, and show that nothing stored is lost",
+    )
+    demo.add_argument(
+        "--messages", type=positive_int, default=2000, help="recoverable messages to send"
+    )
+    demo.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="scratch directory (default: a new temporary one)",
+    )
+    demo.set_defaults(run=_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="mrs", description="MRS: MessageQ-style message recovery service.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -218,20 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(run=_serve)
 
-    demo = commands.add_parser(
-        "demo",
-        help="run a bus on an embedded config, crash it, and show that nothing stored is lost",
-    )
-    demo.add_argument(
-        "--messages", type=positive_int, default=2000, help="recoverable messages to send"
-    )
-    demo.add_argument(
-        "--scratch",
-        type=Path,
-        default=None,
-        help="scratch directory (default: a new temporary one)",
-    )
-    demo.set_defaults(run=_demo)
+    _add_demo_parser(commands)
 
     bench = commands.add_parser("bench", help="durable throughput against the disk's fsync limit")
     bench.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement")
