@@ -107,6 +107,7 @@ def _replicated(
         guarantees,
         rules,
         on_term=lambda term, name: _term_won(sim, group_id, term, name),
+        on_step_down=lambda name: sim.history.record_crash(group_id),
     )
 
 

@@ -142,6 +142,9 @@ class ReplicatedSimGroup:
     on_term: Callable[[int, str], None] | None = None
     """Told of each term won and by whom (the history records it, and a term after
     the first as a crash of the group: its new active recovers from its journals)."""
+    on_step_down: Callable[[str], None] | None = None
+    """Told when an active steps down (by name): its memory queues are gone, also when
+    no term is won at that moment (an old active that learns of a newer term late)."""
     election: MemoryElection = field(default_factory=MemoryElection)
     instances: dict[str, SimInstance] = field(default_factory=dict)
     renewed_s: dict[str, float] = field(default_factory=dict)
@@ -247,7 +250,7 @@ class ReplicatedSimGroup:
 
     def make_runner(self, instance: SimInstance) -> InstanceRunner:
         name = instance.config.name
-        return InstanceRunner(
+        runner = InstanceRunner(
             self.bus,
             self.bus.group(self.group_id),
             instance.config,
@@ -258,6 +261,10 @@ class ReplicatedSimGroup:
             clock_ns=self.clock_ns or (lambda: int(trio.current_time() * 1e9)),
             rules=self.rules,
         )
+        if self.on_step_down is not None:
+            told = self.on_step_down
+            runner.on_step_down = lambda: told(name)
+        return runner
 
     async def _run(
         self, instance: SimInstance, *, task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED

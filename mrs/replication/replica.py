@@ -24,6 +24,7 @@ import contextlib
 import logging
 import struct
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -40,6 +41,7 @@ from mrs.limits import (
     REPLICATION_COPY_SLICE_ITEMS_MAX,
     REPLICATION_FAIL_LINGER_S,
 )
+from mrs.replication.coordinator import CoordinatorUnavailable, GroupState
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
 from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, frame
@@ -117,8 +119,12 @@ class Replica:
         name: str,
         store: JournalStore,
         rules: ReplicationRules = KEPT_REPLICATION,
+        coordinator_state: Callable[[], Awaitable[GroupState]] | None = None,
     ) -> None:
         self.rules = rules
+        self.coordinator_state = coordinator_state
+        """How to read the coordinator (etcd): a hello that raises the term must come
+        from the instance it names the leader of that term (None: not checked)."""
         self.group_id = group_id
         self.name = name
         self.store = store
@@ -195,7 +201,7 @@ class Replica:
     async def _link(self, stream: trio.abc.Stream) -> None:
         reader = FrameReader(stream)
         hello = await reader.next()
-        refusal = self.check_hello(hello)
+        refusal = await self.unconfirmed_term(hello) or self.check_hello(hello)
         if refusal is not None:
             log.warning("replica %s refuses %s: %s", self.name, hello.get("from"), refusal)
             await stream.send_all(frame({"t": "refuse", "why": refusal}))
@@ -236,6 +242,26 @@ class Replica:
                         if answer["t"] == "refuse":
                             return
                 self.store.start_writeback()  # the pages, once the acknowledgement is out
+
+    async def unconfirmed_term(self, hello: dict[str, Any]) -> str | None:
+        """Why a hello that raises this replica's term may not, or None. Only the
+        instance the coordinator names the leader of a term streams in it: a stranger
+        who reaches the replication port without TLS could otherwise raise the term
+        seen here, and the real active's records would be refused as older (the
+        group fenced off by one hello). A term already seen is not asked about again."""
+        term = hello.get("term", 0)
+        if self.coordinator_state is None or type(term) is not int or term <= self.term_seen:
+            return None
+        try:
+            state = await self.coordinator_state()
+        except CoordinatorUnavailable as error:
+            return f"cannot confirm term {term} with the coordinator: {error}"
+        if (state.leader, state.term) != (hello.get("from"), term):
+            return (
+                f"term {term} from {hello.get('from')!r}: the coordinator names "
+                f"{state.leader!r} the leader of term {state.term}"
+            )
+        return None
 
     def check_hello(self, hello: dict[str, Any]) -> str | None:
         """Why this active may not stream to us, or None (its term is then seen)."""

@@ -156,12 +156,18 @@ class InstanceRunner:
         """It logged that its journals hold nothing, so it is no candidate."""
         self._unclaimed_since_s: float | None = None
         """Since when the term this instance handed over has stayed unclaimed."""
+        self.on_step_down: Callable[[], None] | None = None
+        """Told each time an active term ends here: what lived only in its memory
+        (nonrecoverable messages, MRS_ACKs waiting) is gone, as in a crash (the
+        simulator's checker counts it so)."""
 
     async def run(self) -> None:
         while True:
             term, bridge, co_holders = await self.run_replica()
             await self.run_active(term, bridge, co_holders)
             say(f"STEPPED DOWN {self.me.name}")
+            if self.on_step_down is not None:
+                self.on_step_down()
 
     async def stop(self) -> None:
         """A planned stop: give the lease up so a replica takes over at once."""
@@ -214,7 +220,7 @@ class InstanceRunner:
         store = files.open()
         UsageWatch.for_limits(store, self.config.limits, self.group.id)
         try:
-            replica = Replica(self.group.id, self.me.name, store, self.rules)
+            replica = Replica(self.group.id, self.me.name, store, self.rules, self.coordinator.read)
             if self.options.gc_thresholds is not None:  # its recent records: rarely walked
                 gc.unfreeze()  # what a term as the active left frozen can be collected
                 gc_tuning.tune_gc(self.options.gc_thresholds)

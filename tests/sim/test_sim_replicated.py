@@ -39,7 +39,9 @@ from sim.simulation import DEFAULT_WORKLOAD, REPLICATION_PROOF_WORKLOAD, bus_con
 from sim.swarm import run_seed
 from tests.conftest import run_under_autojump_clock
 
-CLEAN_SEEDS = (0, 1, 2, 3)
+CLEAN_SEEDS = (4, 7, 10, 13)
+"""Four seeds whose schedules hold the three kinds of failover between them (a change
+of timing moves which faults a seed draws: pick again when the mix test says so)."""
 PROOF_SEEDS = {
     UNSAFE_ANSWER_BEFORE_MAJORITY: (0, 1, 2, 3, 4),
     UNSAFE_PROMOTE_NOT_IN_SYNC: (0, 1, 4, 5, 6),

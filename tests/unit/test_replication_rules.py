@@ -525,3 +525,31 @@ async def test_an_active_whose_lease_expired_steps_down_at_once(store: JournalSt
         async with trio.open_nursery() as nursery:
             await active._lease_loop(nursery)
     assert active.stepped_down is not None and "lost" in active.stepped_down
+
+
+def test_a_term_is_raised_only_by_the_leader_the_coordinator_names(store: JournalStore) -> None:
+    """A hello that raises the replica's term must come from the instance the
+    coordinator names the leader of that term: a stranger who reaches the replication
+    port (no TLS) cannot fence the active off with one hello of a higher term. A term
+    already seen is not asked about, and a coordinator that cannot be asked refuses the
+    new term until it can."""
+    election = MemoryElection()
+    replica = Replica(1, "b", store, coordinator_state=MemoryCoordinator(election, "b").read)
+
+    async def scenario() -> None:
+        assert await MemoryCoordinator(election, "a").campaign() == 1
+        stranger = {"t": "hello", "group": 1, "term": 10**6, "from": "stranger"}
+        refusal = await replica.unconfirmed_term(stranger)
+        assert refusal is not None and "names 'a' the leader of term 1" in refusal
+        impostor = {"t": "hello", "group": 1, "term": 1, "from": "c"}
+        assert "names 'a'" in (await replica.unconfirmed_term(impostor) or "")
+        hello = {"t": "hello", "group": 1, "term": 1, "from": "a"}
+        assert await replica.unconfirmed_term(hello) is None
+        assert replica.check_hello(hello) is None and replica.term_seen == 1
+        election.reachable = {"a"}  # b cut off from the coordinator
+        assert await replica.unconfirmed_term(hello) is None  # term 1 is seen: not asked
+        later = {"t": "hello", "group": 1, "term": 2, "from": "a"}
+        assert "cannot confirm term 2" in (await replica.unconfirmed_term(later) or "")
+        assert replica.term_seen == 1
+
+    trio.run(scenario)
