@@ -461,9 +461,8 @@ REPLICATION_LATE_S = 0.0015
 """An answer still waiting this long after its record was sealed ends the hold of the
 in-sync replica no answer waits for (REPLICATION_REST_HOLD_S): the replica written first
 is late, and the held one's acknowledgement may answer it. Above a replicated commit's
-usual round trip here (0.6-1 ms), so a replica on time keeps its company; 1 ms ended
-more holds for no better tail (benchmarks/README.md, "A held replica that does not wait
-behind a late one")."""
+usual round trip, so a replica on time keeps its company (the values tried:
+benchmarks/README.md, "A held replica that does not wait behind a late one")."""
 REPLICATION_APPLY_RECORDS_MAX = 256
 """A replica applies at most this many records already received in one synced
 transaction (one fsync and one acknowledgement for a burst of commits)."""

@@ -402,9 +402,8 @@ class Active:
         """Wait REPLICATION_REST_HOLD_S for more records to send with the one that woke
         this held link, or less: once an answer has waited REPLICATION_LATE_S since its
         record was sealed, the replica written first is late (a slow flush there, a busy
-        core), and this replica's acknowledgement may answer it sooner. Measured at
-        1,000 paced puts/s: the p99.9 of the answers 3.5-4.0 ms where the fixed hold
-        gave 4.0-29 ms (benchmarks/README.md, "A held replica that does not wait
+        core), and this replica's acknowledgement may answer it sooner (what it does
+        to the answers' tail: benchmarks/README.md, "A held replica that does not wait
         behind a late one")."""
         stream = self.stream
         hold_end_s = trio.current_time() + REPLICATION_REST_HOLD_S

@@ -82,11 +82,7 @@ class EtcdClient:
 
     async def get(self, key: bytes) -> tuple[bytes, int] | None:
         """(value, mod_revision) of `key`, or None."""
-        answer = await self.call("/v3/kv/range", {"key": b64(key)})
-        kvs = answer.get("kvs") or []
-        if not kvs:
-            return None
-        return unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0))
+        return _found(await self.call("/v3/kv/range", {"key": b64(key)}))
 
     async def get_many(self, keys: list[bytes]) -> list[tuple[bytes, int] | None]:
         """(value, mod_revision) of each of `keys`, or None, all read at one revision
@@ -94,14 +90,8 @@ class EtcdClient:
         an old leader or in-sync record, which the simulator's coordinator never shows."""
         ranges = [{"request_range": {"key": b64(key)}} for key in keys]
         answer = await self.call("/v3/kv/txn", {"compare": [], "success": ranges})
-        found: list[tuple[bytes, int] | None] = []
-        for response in answer.get("responses") or [{} for _ in keys]:
-            kvs = (response.get("response_range") or {}).get("kvs") or []
-            found.append(
-                (unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0)))
-                if kvs
-                else None
-            )
+        responses = answer.get("responses") or []
+        found = [_found(response.get("response_range") or {}) for response in responses]
         if len(found) != len(keys):
             raise EtcdError(f"a transaction of {len(keys)} reads answered {len(found)}")
         return found
@@ -110,6 +100,14 @@ class EtcdClient:
         """Run `success` if every `compare` holds; whether it did."""
         answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success})
         return bool(answer.get("succeeded", False))
+
+
+def _found(range_answer: dict[str, Any]) -> tuple[bytes, int] | None:
+    """(value, mod_revision) of a range answer's first key, or None (no key)."""
+    kvs = range_answer.get("kvs") or []
+    if not kvs:
+        return None
+    return unb64(kvs[0].get("value", "")), int(kvs[0].get("mod_revision", 0))
 
 
 def put_op(key: bytes, value: bytes, lease_id: int | None = None) -> dict[str, Any]:

@@ -13,37 +13,29 @@ from clients import DeliveryMode, connect, instance_addresses
 from mrs.config.bus import load_config
 from mrs.model import Status
 from sim.etcd import wait_active
-from tests.conftest import STANDARD_QUEUES
-from tests.etcd_helpers import InstanceProcess, etcd, write_replicated_config
-from tests.process.test_replication import wait_caught_up
+from tests.etcd_helpers import etcd
+from tests.process.test_replication import instances, wait_caught_up
 from tests.process.test_replication_tls import stranger_hello
 
-__all__ = ["etcd"]  # the fixture, used by name
+__all__ = ["etcd", "instances"]  # the fixtures, used by name
 
 
-def test_a_stranger_cannot_raise_a_replicas_term(etcd, tmp_path) -> None:
-    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
-    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
-    try:
-        for process in processes.values():
-            process.start()
-        active = wait_active(processes, 30)
-        replica = next(name for name in processes if name != active)
-        port = load_config(config).group(1).instance(replica).replication_port
+def test_a_stranger_cannot_raise_a_replicas_term(instances) -> None:
+    active = wait_active(instances, 30)
+    replica = next(name for name in instances if name != active)
+    config = instances[replica].config_path
+    port = load_config(config).group(1).instance(replica).replication_port
 
-        async def put_then_caught_up(body: bytes) -> None:
-            async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
-                psb = await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF)
-                assert psb.delivery_status == Status.STORED
-                await wait_caught_up(client, {"a", "b", "c"})  # every replica has it
+    async def put_then_caught_up(body: bytes) -> None:
+        async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+            psb = await client.put(body, "ORDERS", delivery=DeliveryMode.WF_DQF)
+            assert psb.delivery_status == Status.STORED
+            await wait_caught_up(client, {"a", "b", "c"})  # every replica has it
 
-        trio.run(put_then_caught_up, b"before")
-        answer = stranger_hello(port, None)
-        assert b"refuse" in answer and b"the coordinator names" in answer, answer
-        assert active.encode() in answer  # the leader etcd names
-        trio.run(put_then_caught_up, b"after")  # the stranger's replica too: not fenced off
-    finally:
-        for process in processes.values():
-            process.terminate()
+    trio.run(put_then_caught_up, b"before")
+    answer = stranger_hello(port, None)
+    assert b"refuse" in answer and b"the coordinator names" in answer, answer
+    assert active.encode() in answer  # the leader etcd names
+    trio.run(put_then_caught_up, b"after")  # the stranger's replica too: not fenced off
     log = (config.parent / f"{replica}.log").read_text()
     assert f"replica {replica} refuses stranger: term 1000000" in log
