@@ -48,7 +48,14 @@ from clients.link import LinkLoops, _Link
 from clients.lookup import locate, pending
 from clients.pending import Requests
 from clients.reconnect import Reconnect
-from clients.requests import built, confirm_request, get_request, put_reply_wait_s, put_request
+from clients.requests import (
+    built,
+    confirm_request,
+    get_request,
+    put_reply_wait_s,
+    put_request,
+    refuse_bad_pair,
+)
 from clients.resend import Resender
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
@@ -298,6 +305,7 @@ class Client:
             ):
                 return await drain.put_journaled(request)
             if requests.link is None or requests.broken is not None:  # else no call: per request
+                refuse_bad_pair(request.delivery, request.uma)  # the mistake before the link
                 requests.require_link(_LINK_DOWN, "put")
             reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         except ConnectionLost as lost:  # a `try` costs nothing until it catches

@@ -20,8 +20,10 @@ from typing import Any, Final
 
 import msgspec
 
-from clients.errors import FieldRefused
+from clients.errors import FieldRefused, error_for
 from mrs import protocol as wire
+from mrs.core.delivery import check_mode_and_uma
+from mrs.errors import Refused
 from mrs.limits import (
     CORRELATION_ID_BYTES_MAX,
     PRIORITY_MAX,
@@ -61,6 +63,19 @@ def built(build: Callable[..., Any], *fields: object) -> Any:
         return build(*fields)
     except wire.LocalProtocolError as error:
         raise FieldRefused(Status.BADPARAM, error.message) from None
+
+
+def refuse_bad_pair(delivery: int, uma: int) -> None:
+    """Raise what the server would answer a put whose delivery mode or UMA is none
+    (BADDELIVERY, BADUMA) or whose pair MessageQ does not combine (NOTSUPPORTED),
+    for a put no server answers now: one journaled by the
+    client (its PSB says STORED, so a refusal at drain time would lose it) or made
+    while the link is down (the mistake is named, not the link). The rule is the
+    server's own (mrs.core.delivery): one rule, both sides."""
+    try:
+        check_mode_and_uma(delivery, uma)
+    except Refused as refused:
+        raise error_for(refused.status, refused.message) from None
 
 
 def put_reply_wait_s(timeout_s: float | None) -> float:

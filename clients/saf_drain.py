@@ -24,7 +24,7 @@ from clients.errors import ConnectionLost
 from clients.journal_status import JournalEvent as JournalEvent  # its old path
 from clients.journal_status import JournalStatus
 from clients.pending import Requests, _Pending
-from clients.requests import put_reply_wait_s
+from clients.requests import put_reply_wait_s, refuse_bad_pair
 from clients.saf_journal import ClientJournal, JournalFull, idempotency_key_for
 from journals import Record
 from mrs import protocol as wire
@@ -118,9 +118,11 @@ class SafDrain:
         """Set when the drain has work: a record journaled or answered, the journal changed."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
-        """Journal a checked put locally (JOURNAL_ON); the drain sends it later."""
+        """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
+        A mode/UMA pair the server would refuse is refused here (refuse_bad_pair)."""
         target = request.target
         uma = request.uma
+        refuse_bad_pair(request.delivery, uma)
         target_group, target_queue = _numeric(str(target))
         queue = self._attachment.queue
         now_ns = time.time_ns()

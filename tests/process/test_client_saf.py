@@ -21,6 +21,7 @@ from clients import (
     JournalBusy,
     JournalFull,
     NoMoreMessages,
+    NotSupported,
     Reconnect,
     Status,
     Uma,
@@ -95,6 +96,31 @@ async def test_attach_while_down_journals_then_drains_in_fifo(server, tmp_path) 
     assert [m.body for m in messages] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
     assert [m.headers[CLIENT_SAF_SEQ_HEADER] for m in messages[:5]] == [p.seq for p in psbs]
     assert [m.seq for m in messages[:5]] == [e.psb.seq for e in drained]
+
+
+async def test_a_put_the_server_would_refuse_is_refused_not_journaled(server, tmp_path) -> None:
+    """A journaled put's PSB says STORED; the server refusing it at drain time would
+    lose it. So the client refuses what the server would, at once, journal or not."""
+    async with connect(
+        server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST, connect_timeout_s=2
+    ) as client:
+        assert client.journal_status == Status.JOURNAL_ON
+        with pytest.raises(NotSupported) as saf_with_saf:
+            await client.put(b"a", target="1.10", delivery=MODE.WF_SAF, uma=Uma.SAF)
+        assert saf_with_saf.value.status == Status.NOTSUPPORTED
+        assert "UMA SAF is not supported with WF_SAF" in str(saf_with_saf.value)
+        with pytest.raises(NotSupported) as no_uma:
+            await client.put(b"b", target="1.10", delivery=MODE.WF_DQF, uma=0)
+        assert no_uma.value.status == Status.BADUMA
+        with pytest.raises(NotSupported):  # not journaled, and named before the link is
+            await client.put(b"c", target="1.10", delivery=MODE.WF_MEM, uma=Uma.DLJ)
+        assert client.journal_backlog == 0
+        kept = await client.put(b"kept", target="1.10", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+        assert kept.status == Status.JOURNAL_ON
+        server.start()
+        with trio.fail_after(20):
+            await client.wait_journal_status(Status.LINK_UP)
+    assert [m.body for m in await receive_all(server.address)] == [b"kept"]
 
 
 async def test_puts_during_the_drain_queue_behind_the_backlog(server, tmp_path) -> None:
