@@ -289,12 +289,16 @@ class Connections:
         receive loop alike); False once the connection ended (EOF, protocol error)."""
         try:
             events, still_open = await session.receive_events()
-            self.dispatcher.dispatch_all(session, events)
+            dispatched = self.dispatcher.dispatch_all(session, events)
             # Answers that wait for no commit (an AK put's, a get of a message in
             # memory) leave now, not at the send loop's turn, which may come after a
             # commit: an AK producer's next get then reaches the server before the
             # commit that makes its MRS_ACKs ends.
             session.write_now()
+            while dispatched < len(events):  # the answers passed their bound mid-read
+                session.wake()  # the send loop writes them
+                await session.wait_drained(OUTBOX_BYTES_HIGH)
+                dispatched = self.dispatcher.dispatch_all(session, events, dispatched)
         except wire.ProtocolError as error:
             await self._protocol_error(session, error)
             return False

@@ -23,6 +23,7 @@ from mrs.core.delivery import Refused
 from mrs.core.refusals import RefusalLog
 from mrs.group import Group
 from mrs.group.confirm_run import ConfirmRun
+from mrs.limits import OUTBOX_BYTES_HIGH
 from mrs.model import Status
 from mrs.protocol.event_types import CANCEL_GET, CONFIRM, GET, GET_BATCH, PUT, PUT_BATCH
 from mrs.security.gate import Gate
@@ -105,10 +106,14 @@ class Dispatcher:
             )
         self.begin(session, request_id, 0)
 
-    def dispatch_all(self, session: ServerSession, events: list) -> None:
-        """Every event one receive brought, in order: the receive loop's one call per
-        receive, so no interpreted frame per event. A ProtocolError stops the rest
-        (the connection is broken), as it did one call at a time.
+    def dispatch_all(self, session: ServerSession, events: list, first: int = 0) -> int:
+        """The events one receive brought, in order from `first`: the receive loop's
+        one call per receive, so no interpreted frame per event. A ProtocolError stops
+        the rest (the connection is broken), as it did one call at a time. Returns
+        where it stopped: len(events), or earlier once the connection's unsent
+        answers pass OUTBOX_BYTES_HIGH (a peer that asks for pages of a journal and
+        does not read them): the receive loop waits for the peer to read, then
+        dispatches the rest. Answers made later (after a commit) are not held back.
 
         Confirms in a row share one write batch (mrs.group.confirm_run), submitted
         before the next other request and at the end: a request that breaks the
@@ -117,8 +122,12 @@ class Dispatcher:
         ends the pass)."""
         group = self.group
         run: ConfirmRun | None = None
+        index = first
+        count = len(events)
         try:
-            for event in events:
+            while index < count:
+                event = events[index]
+                index += 1
                 if type(event) is CONFIRM:
                     if run is None:
                         run = ConfirmRun(session)
@@ -127,9 +136,12 @@ class Dispatcher:
                 if run is not None:
                     group.end_confirm_run(run)
                 self.dispatch(session, event)
+                if session.unsent_bytes > OUTBOX_BYTES_HIGH:
+                    return index
         finally:
             if run is not None:
                 group.end_confirm_run(run)
+        return index
 
     def dispatch(
         self, session: ServerSession, event: object, run: ConfirmRun | None = None

@@ -67,6 +67,9 @@ class FramedStream:
     _writing: bool = False
     """A write is under way (`write`): `write_now` waits its turn, so the bytes stay
     in order."""
+    _writing_bytes: int = 0
+    """How many bytes the write under way holds: a peer that does not read keeps them
+    here, out of the outbox, and `wait_drained` counts them too."""
     _grouped: list = field(default_factory=list)
     """Events queued to share one frame (`answer`, `send_put`), not yet framed: at
     most GROUPED_ITEMS_MAX, and for puts about PUT_GROUP_BYTES_MAX bytes."""
@@ -136,6 +139,11 @@ class FramedStream:
     def outbox_bytes(self) -> int:
         """Bytes queued and not yet handed to the stream."""
         return len(self._outbox)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued or held by a write under way: what the peer has not taken."""
+        return len(self._outbox) + self._writing_bytes
 
     def take(self) -> bytes | bytearray:
         """Everything queued, as one buffer (handed over, not copied); the outbox is
@@ -210,6 +218,7 @@ class FramedStream:
         """Write `data` to the stream; every write goes through here, so `write_now`
         knows when one is under way and waits its turn."""
         self._writing = True
+        self._writing_bytes = len(data)
         try:
             stream = self.stream
             if type(stream) is _SOCKET_STREAM:  # plain TCP: send_all, fewer layers
@@ -218,6 +227,7 @@ class FramedStream:
                 await stream.send_all(data)
         finally:
             self._writing = False
+            self._writing_bytes = 0
             self._drained.set()  # for `flushed` and `wait_drained`, whichever loop wrote
 
     async def flushed(self) -> None:
@@ -228,8 +238,9 @@ class FramedStream:
             await self._drained.wait()
 
     async def wait_drained(self, high_bytes: int) -> None:
-        """Until at most `high_bytes` wait in the outbox (backpressure for a reader)."""
-        while len(self._outbox) > high_bytes:
+        """Until at most `high_bytes` wait in the outbox and the write under way
+        (backpressure for a reader)."""
+        while len(self._outbox) + self._writing_bytes > high_bytes:
             self._drained = trio.Event()
             await self._drained.wait()
 

@@ -478,3 +478,37 @@ async def test_connections_that_never_say_hello_are_bounded_in_all(make_bus) -> 
     gave_way = next(fatal for fatal in fatals if fatal[1] == Status.EXCEEDQUOTA)
     assert "handshakes_max=3" in gave_way[2]
     assert "the oldest gave way to a new connection (handshakes_max=3)" in bus.log_text()
+
+
+async def test_a_client_that_asks_for_journal_pages_and_never_reads_them_is_bounded(
+    make_bus,
+) -> None:
+    """2,000 ReadJournal requests fit in one 64 KiB read and each is answered with
+    about a MiB of PCJ records: answered all at once, the server held 2 GiB for a
+    client that never reads, and stalled everyone else while it read the pages. Its
+    answers stop at OUTBOX_BYTES_HIGH until it reads; others are served meanwhile."""
+    bus = make_bus(group_extra="pcj_default = true", limits="journal_bytes_max = 1073741824")
+    pid = bus.process.process.pid
+    body = b"J" * 1_000_000
+    async with connect(bus.address, "SENDER") as sender:
+        for _ in range(20):
+            await sender.put(body, target="1.11", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+    async with connect(bus.address, "ANYORDER") as receiver:
+        for _ in range(20):
+            await receiver.confirm((await receiver.get(timeout=10)).seq)
+    before = _rss_mib(pid)
+    pages = [wire.ReadJournal(request_id, "pcj", page_records=256) for request_id in range(2, 2002)]
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(_address(bus.address))
+    with sock:
+        sock.sendall(_requests(*pages))
+        async with connect(bus.address, None) as other:
+            slowest_s = 0.0
+            for _ in range(100):  # the pages are read meanwhile, if they are
+                started_s = trio.current_time()
+                await other.status()
+                slowest_s = max(slowest_s, trio.current_time() - started_s)
+        grown = _peak_rss_mib(pid) - before
+    assert grown < 200, f"server RSS grew {grown:.0f} MiB for a client that does not read"
+    assert slowest_s < 0.5, f"another client waited {slowest_s:.2f} s for its status"
