@@ -202,6 +202,11 @@ first few say where the damage is; a damaged page can misfile thousands."""
 RESERVE_MEASURE_INTERVAL_S = 0.05
 """How often the journal reserve re-measures the free space of the map."""
 
+PEER_TEXT_CHARS_MAX = 300
+"""At most this much of a text a peer sent (a program name, a queue name, a refusal
+built from them) goes into a log line or back in an answer: the frame allows MiBs,
+and one connection's 1 MB program name once wrote a 1 MB log line per attempt."""
+
 LINK_DIRECT_MESSAGES_MAX = 10_000
 """Messages waiting for a link's window (sent directly, not through the SAF) at most.
 A put beyond it does not wait in memory: a recoverable one goes to the SAF

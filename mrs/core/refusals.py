@@ -15,7 +15,16 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 
-from mrs.limits import REFUSAL_KEYS_MAX, REFUSAL_LOG_INTERVAL_S
+from mrs.limits import PEER_TEXT_CHARS_MAX, REFUSAL_KEYS_MAX, REFUSAL_LOG_INTERVAL_S
+
+
+def clipped(text: str, chars_max: int = PEER_TEXT_CHARS_MAX) -> str:
+    """`text` cut to `chars_max` characters (marked "..."): what a peer sent, bounded
+    before it reaches a log line or an answer."""
+    if len(text) <= chars_max:
+        return text
+    return text[: chars_max - 3] + "..."
+
 
 
 class RefusalLog:

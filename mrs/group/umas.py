@@ -16,6 +16,7 @@ from typing import Protocol
 from journals import Journal, JournalError, WriteBatch, seq_key
 from mrs.core.deadletter import dead_letter_header
 from mrs.core.delivery import uma_status
+from mrs.core.refusals import RefusalLog
 from mrs.group.acks import AckOutbox
 from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
@@ -65,6 +66,10 @@ class Umas:
         self.dead_letter_protection = dead_letter_protection(self.ctx.bus, self.ctx.group_id)
         self.acks = MrsAcks(self.ctx, self.sequence, self.ack_outbox, self.offers)
         """Makes and offers the MRS_ACKs (compiled: one per AK put)."""
+        self.failures = RefusalLog(log, level=logging.ERROR, line_format="{message}")
+        """A UMA that failed, logged at most once per kind per REFUSAL_LOG_INTERVAL_S
+        with a count: one client's puts must not write one line each (a put flood
+        into a full journal wrote 16,485)."""
 
     def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
         """Take the entry's UMA and report cause + UMA status to the sender."""
@@ -87,7 +92,11 @@ class Umas:
             self.outbound.store_in_saf(entry, lambda error: finish(error is None))
         else:
             # Store and forward is for another group's DQF; the local DQF is the store.
-            log.error("UMA SAF for %s: no SAF towards the sender's own group", entry.target)
+            self.failures.refused(
+                "uma-saf-own-group",
+                "",
+                f"UMA SAF for {entry.target}: no SAF towards the sender's own group",
+            )
             finish(False)
 
     def _log_event(self, what: str, entry: Entry, cause: Status, reason: str) -> bool:
@@ -157,7 +166,9 @@ class Umas:
             try:
                 dead.body = self.dead_letter_protection.place(dead.body)
             except DeadLetterRefused as refused:
-                log.warning("message %d not put on the DLQ: %s", entry.seq, refused)
+                self.failures.refused(
+                    "dlq-protection", "", f"message {entry.seq} not put on the DLQ: {refused}"
+                )
                 done(False)
                 return False
         # MQDLH: put date/time are when it was put on the DLQ, not the original put's.
@@ -179,14 +190,17 @@ class Umas:
     ) -> None:
         ctx = self.ctx
         if full := self.dqf.journal_full(len(entry.body or b"")):
-            log.error("message %d not dead-lettered: %s", entry.seq, full)
+            self.failures.refused(
+                "dlj-journal-full", "", f"message {entry.seq} not dead-lettered: {full}"
+            )
             finish(False)
             return
         if ctx.counts.dlj >= ctx.limits.dlj_messages_max:
-            log.error(
-                "DLJ holds dlj_messages_max=%d: message %d not dead-lettered",
-                ctx.limits.dlj_messages_max,
-                entry.seq,
+            self.failures.refused(
+                "dlj-messages-max",
+                "",
+                f"DLJ holds dlj_messages_max={ctx.limits.dlj_messages_max}: "
+                f"message {entry.seq} not dead-lettered",
             )
             finish(False)
             return

@@ -17,7 +17,7 @@ import trio
 
 from mrs import protocol as wire
 from mrs.config.guards import Guards
-from mrs.core.refusals import RefusalLog
+from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
 from mrs.group.link_driver import serve_link
 from mrs.limits import CREDENTIALS_CHECK_INTERVAL_S, OUTBOX_BYTES_HIGH
@@ -245,8 +245,9 @@ class Connections:
         await self._fatal(session, Status.EXCEEDQUOTA, f"closing: {why}")
 
     async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
-        self.refusals.refused("protocol", session.host, f"protocol error: {error} ({session.peer})")
-        await self._fatal(session, error.status, str(error))
+        text = clipped(str(error))
+        self.refusals.refused("protocol", session.host, f"protocol error: {text} ({session.peer})")
+        await self._fatal(session, error.status, text)
 
     async def _serve_adopted(self, session: ServerSession, nursery: trio.Nursery) -> None:
         """After the handshake: a peer group's link is served by the link driver, as

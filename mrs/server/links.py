@@ -14,6 +14,7 @@ import trio
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.guards import Guards
+from mrs.core.refusals import clipped
 from mrs.group import Group
 from mrs.group.link_driver import dial_forever, new_link, pump
 from mrs.group.link_session import PeerLink
@@ -102,11 +103,12 @@ class PeerLinks:
                 "not a lower-numbered group linked to group %d",
                 session.peer,
                 peer_id,
-                hello.program,
+                clipped(hello.program),
                 self.config.id,
             )
             raise wire.RemoteProtocolError(
-                f"group {self.config.id} has no link from group {peer_id} ({hello.program!r})"
+                f"group {self.config.id} has no link from group {peer_id} "
+                f"({clipped(hello.program)!r})"
             )
         if (problem := check_link_peer(session.stream, peer_id)) is not None:
             log.warning("refused link from %s: %s", session.peer, problem)

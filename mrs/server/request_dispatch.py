@@ -20,7 +20,7 @@ from mrs import protocol as wire
 from mrs.config.bus import GroupConfig
 from mrs.config.guards import Guards
 from mrs.core.delivery import Refused
-from mrs.core.refusals import RefusalLog
+from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
 from mrs.group.confirm_run import ConfirmRun
 from mrs.limits import OUTBOX_BYTES_HIGH
@@ -161,14 +161,16 @@ class Dispatcher:
                 self.gate is None or self.gate.may_read_status(session)
             ):
                 message = refused.detail
-            session.send(wire.Failure(request_id, int(refused.status), message))
+            session.send(wire.Failure(request_id, int(refused.status), clipped(message)))
         except wire.ProtocolError:
             raise
         except Exception as error:  # noqa: BLE001 - one bad request must not stop the server
-            log.exception("request %r from %s failed", event, session.peer)
+            log.exception("request %s from %s failed", clipped(repr(event)), session.peer)
             session.send(
                 wire.Failure(
-                    request_id, int(Status.SERVER_ERROR), f"{type(error).__name__}: {error}"
+                    request_id,
+                    int(Status.SERVER_ERROR),
+                    clipped(f"{type(error).__name__}: {error}"),
                 )
             )
 
@@ -241,7 +243,7 @@ def _dispatch_rare(
     elif isinstance(event, wire.Hello):
         session.liveness.handshake_done = True
         session.answer_batches = event.answer_batches
-        session.program = event.program
+        session.program = clipped(event.program)
         config = dispatcher.config
         session.send(
             wire.Welcome(

@@ -512,3 +512,35 @@ async def test_a_client_that_asks_for_journal_pages_and_never_reads_them_is_boun
         grown = _peak_rss_mib(pid) - before
     assert grown < 200, f"server RSS grew {grown:.0f} MiB for a client that does not read"
     assert slowest_s < 0.5, f"another client waited {slowest_s:.2f} s for its status"
+
+
+async def test_a_flood_of_puts_whose_uma_fails_logs_one_line_not_one_each(
+    make_mem_bus, caplog
+) -> None:
+    """UMA SAF towards the sender's own group cannot be taken: each put is answered
+    SAF_FAILED, and the operator's log gets one line (with a count), not one per put."""
+    bus = await make_mem_bus()
+    async with bus.connect("SENDER") as sender:
+        for _ in range(50):
+            psb = await sender.put(b"x", target="1.999", delivery=MODE.WF_DQF, uma=Uma.SAF)
+            assert (psb.delivery_status, psb.uma_status) == (Status.NO_DQF, Status.SAF_FAILED)
+    lines = [r for r in caplog.records if "no SAF towards the sender's own group" in r.message]
+    assert len(lines) == 1 and lines[0].levelname == "ERROR"
+
+
+def test_a_peers_long_texts_are_clipped_in_answers_and_log_lines(make_bus) -> None:
+    """A frame may carry MiBs of text: a queue name is answered, and a link's program
+    name logged, with at most PEER_TEXT_CHARS_MAX of it (a 1 MB program name once
+    wrote a 1 MB log line per connection)."""
+    bus = make_bus()
+    with _raw(bus.address, _requests(wire.Attach(1, "Q" * 100_000))) as sock:
+        _, refusal = _frames(sock, 2)
+    assert (refusal[0], refusal[2]) == (wire.Failure.code, Status.NOSUCHQUEUE)
+    assert "has no queue named 'QQQ" in refusal[3] and len(refusal[3]) <= 300
+    stranger = wire.Connection("client")
+    hello = stranger.send(wire.Hello(wire.PROTOCOL_VERSION, "P" * 1_000_000, "link", 0))
+    with _raw(bus.address, hello) as sock:
+        fatal = _frames(sock, 1)
+    assert fatal[0][0] == wire.Fatal.code and len(fatal[0][2]) <= 300
+    refused = [line for line in bus.log_text().splitlines() if "refused link from" in line]
+    assert refused and all(len(line) < 600 for line in refused)

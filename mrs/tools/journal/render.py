@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import math
 
 from journals import Journal, Record
 from mrs.group.shapes import PRINCIPAL_FIELD
@@ -109,7 +110,43 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+_encode = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=_json_default, allow_nan=False
+).encode
+
+
+def headers_json(headers: object) -> str:
+    """A record's headers as strict JSON. The wire lets a client's headers be any plain
+    msgpack map (protocol.md): keys of bytes or ints, NaN among the floats. JSON has
+    none of these, and one such record once failed a whole `mrs dump --json`; such
+    headers are written with their keys as text and NaN / infinity as strings."""
+    try:
+        return _encode(headers)
+    except (TypeError, ValueError):
+        return _encode(_json_safe(headers))
+
+
+def _json_safe(value: object) -> object:
+    """`value` with every key a string and every float finite or a string."""
+    if isinstance(value, dict):
+        return {_key_text(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _key_text(key: object) -> str:
+    """A map key as JSON writes one: text as is, bytes as `render_bytes` shows them,
+    a number, true, false or null as its JSON text."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        return render_bytes(key)[0]
+    if isinstance(key, float) and not math.isfinite(key):
+        return str(key)
+    return _encode(key)
 
 
 def record_json(journal: Journal, record: Record, body: str | None) -> str:
@@ -146,7 +183,7 @@ def record_json(journal: Journal, record: Record, body: str | None) -> str:
     correlation = _string(render_bytes(r.correlation_id)[0]) if r.correlation_id else '""'
     reason_name = _string(status_name(r.reason)) if r.reason else "null"
     headers = r.extra.get("headers")
-    headers_json = "null" if headers is None else _encode(headers)
+    headers_text = "null" if headers is None else headers_json(headers)
     principal = r.extra.get(PRINCIPAL_FIELD)
     principal_json = _string(principal) if type(principal) is str else "null"
     moment = r.confirm_time_ns or r.written_time_ns
@@ -159,7 +196,7 @@ def record_json(journal: Journal, record: Record, body: str | None) -> str:
         f'"bytes":{len(r.body)},"put_time_ns":{r.put_time_ns},'
         f'"written_time_ns":{r.written_time_ns},"confirm_value":{r.confirm_value},'
         f'"confirm_time_ns":{r.confirm_time_ns},"reason":{r.reason},'
-        f'"reason_name":{reason_name},"headers":{headers_json},'
+        f'"reason_name":{reason_name},"headers":{headers_text},'
         f'"principal":{principal_json}'
     )
     if body is None:
@@ -192,7 +229,9 @@ def record_json_general(journal: Journal, record: Record, body: str | None) -> s
         "confirm_time_ns": record.confirm_time_ns,
         "reason": record.reason,
         "reason_name": status_name(record.reason) if record.reason else None,
-        "headers": record.extra.get("headers") if isinstance(record.extra, dict) else None,
+        "headers": (
+            _json_safe(record.extra.get("headers")) if isinstance(record.extra, dict) else None
+        ),
         "principal": principal_of(record),
     }
     if body is not None:
