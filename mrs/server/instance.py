@@ -19,13 +19,14 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import trio
 
-from journals import Journal, JournalStore
+from journals import Journal, JournalError, JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
@@ -63,6 +64,7 @@ from mrs.server import gc_tuning, startup
 from mrs.server.group_server import GroupServer
 from mrs.server.harness import ServeOptions, say
 from mrs.server.journal_files import JournalFiles
+from mrs.storage.datadir import DataDirError
 from mrs.storage.journal_usage import UsageWatch
 from mrs.transport.network import TCP, Network
 
@@ -154,6 +156,8 @@ class InstanceRunner:
         """This replica has closed its term and posted a census (mrs.replication.census)."""
         self._said_empty = False
         """It logged that its journals hold nothing, so it is no candidate."""
+        self._said_cannot_listen: str | None = None
+        """Why it last said it could not take clients (`_cannot_listen`), None: it can."""
         self._unclaimed_since_s: float | None = None
         """Since when the term this instance handed over has stayed unclaimed."""
         self.on_step_down: Callable[[], None] | None = None
@@ -210,10 +214,11 @@ class InstanceRunner:
         """Serve as a replica until this instance wins a term; the term, the records
         it can bridge the other replicas of its old term with, and the replicas that
         hold every record it holds (coordinator `same_position_replicas`)."""
+        lost_scope = trio.CancelScope()  # the data directory lost: the replica stops
         files = JournalFiles(
             self.bus,
             self.config,
-            lambda: None,
+            lost_scope.cancel,
             open_store=self.open_store,
             fault_file=self.options.fault_file,
         )
@@ -224,28 +229,83 @@ class InstanceRunner:
             if self.options.gc_thresholds is not None:  # its recent records: rarely walked
                 gc.unfreeze()  # what a term as the active left frozen can be collected
                 gc_tuning.tune_gc(self.options.gc_thresholds)
-            async with trio.open_nursery() as nursery:
-                await nursery.start(
-                    replica.serve,
-                    self.me.replication_host,
-                    self.me.replication_port,
-                    self.replication_network,
-                )
-                say(f"REPLICA {self.me.name}")
-                term, co_holders = await self._campaign_when_free(replica)
-                replica.stop_link()
-                bridge = replica.bridge()
-                replica.record_term(term)
-                journaled = store.get_raw(Journal.META, BUS_FILE_KEY)
-                granted = store.get_raw(Journal.META, CREDENTIALS_FILE_KEY)
-                nursery.cancel_scope.cancel()
+            with lost_scope:
+                async with trio.open_nursery() as nursery:
+                    await self._serve_replication(replica, nursery)
+                    if files.guard is not None:  # LMDB files (not the simulator's store)
+                        nursery.start_soon(files.watch, files.guard)
+                    say(f"REPLICA {self.me.name}")
+                    term, co_holders = await self._campaign_or_stop(replica, files)
+                    replica.stop_link()
+                    bridge = replica.bridge()
+                    replica.record_term(term)
+                    journaled = store.get_raw(Journal.META, BUS_FILE_KEY)
+                    granted = store.get_raw(Journal.META, CREDENTIALS_FILE_KEY)
+                    nursery.cancel_scope.cancel()
         finally:
             store.close()
             files.release()
+        if files.lost is not None:
+            raise DataDirError(f"instance {self.me.name} stops: {files.lost}")
         catch_up(self.bus.path, BusFileRecord.of(journaled), self.group.id)
         if self.bus.auth is not None:
             catch_up_credentials(self.bus.auth.credentials_path, BusFileRecord.of(granted))
         return term, bridge, co_holders
+
+    async def _serve_replication(self, replica: Replica, nursery: trio.Nursery) -> None:
+        """Take the active's links on this instance's replication address; one line
+        naming the setting when it cannot be bound."""
+        host, port = self.me.replication_host, self.me.replication_port
+        try:
+            await nursery.start(replica.serve, host, port, self.replication_network)
+        except OSError as error:
+            setting = f"instance {self.me.name} replication = {host}:{port}"
+            raise startup.listen_failure(self.bus, self.config, error, setting) from None
+
+    def _cannot_listen(self) -> str | None:
+        """Why this instance could not take clients if it won a term now, or None.
+        Why: an instance listens for clients only while active; one that won a term
+        and then found its port taken (another process on it) exited and left the
+        group with a term and no active. So it does not campaign while its port
+        cannot be bound (told once; a TCP bind tried and let go, over the real
+        network only)."""
+        if self.network is not TCP:
+            return None
+        host, port = self.config.listen_host, self.config.listen_port
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as error:
+            why = str(startup.listen_failure(self.bus, self.config, error))
+            if why != self._said_cannot_listen:
+                self._said_cannot_listen = why
+                log.error("instance %s is not a candidate: %s", self.me.name, why)
+            return why
+        self._said_cannot_listen = None
+        return None
+
+    async def _campaign(self, term_at_least: int = 0) -> int | None:
+        """Campaign for a term (above `term_at_least`), unless this instance could not
+        take clients as the active (`_cannot_listen`): the term won, or None."""
+        if self._cannot_listen() is not None:
+            return None
+        return await self.coordinator.campaign(term_at_least)
+
+    async def _campaign_or_stop(
+        self, replica: Replica, files: JournalFiles
+    ) -> tuple[int, frozenset[str]]:
+        """`_campaign_when_free`, where journals that fail (closing a term, recording a
+        census) stop the instance with one line, as the active's do: a replica that
+        cannot write cannot become active."""
+        try:
+            return await self._campaign_when_free(replica)
+        except JournalError as error:
+            files.lose(f"its journals failed: {error}")
+            raise DataDirError(f"instance {self.me.name} stops: {files.lost}") from None
 
     async def _campaign_when_free(self, replica: Replica) -> tuple[int, frozenset[str]]:
         """Campaign whenever the rules allow; never with journals that hold no record
@@ -274,7 +334,7 @@ class InstanceRunner:
         history = history_term(replica.position, replica.led)
         if not record_trusted(state.in_sync, state.term, history):
             term_at_least = None if state.leader else await self._census(replica, state, history)
-            return None if term_at_least is None else await self.coordinator.campaign(term_at_least)
+            return None if term_at_least is None else await self._campaign(term_at_least)
         self._census_posted = False  # a later loss of etcd's data is a new census
         if must_post_position(state, self.me.name):
             replica.close_term(state.term)  # the position posted is final
@@ -290,7 +350,7 @@ class InstanceRunner:
                 ", ".join(state.in_sync or ()),
                 self.me.name,
             )
-            return await self.coordinator.campaign()
+            return await self._campaign()
         if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
             state.term > 0 and not holds
         ):
@@ -298,7 +358,7 @@ class InstanceRunner:
                 self._said_empty = True
                 log.info("instance %s holds no journals: not a candidate", self.me.name)
             return None
-        return await self.coordinator.campaign()
+        return await self._campaign()
 
     def _take_back_unclaimed(self, state: GroupState, replica: Replica) -> bool:
         """This instance handed its term over and the term has stayed unclaimed for

@@ -71,12 +71,17 @@ def claim_group_data_dir(bus: BusConfig, config: GroupConfig, data_dir: Path, wh
     claim_data_dir(data_dir, owner, who)
 
 
-def listen_failure(bus: BusConfig, config: GroupConfig, error: OSError) -> CommandError:
-    """The one line for a listener that cannot be bound."""
-    where = _group_key(bus, config, f"listen = {config.listen_host}:{config.listen_port}")
+def listen_failure(
+    bus: BusConfig, config: GroupConfig, error: OSError, setting: str | None = None
+) -> CommandError:
+    """The one line for a listener that cannot be bound; `setting` names the address
+    in the file ("listen = H:P", the default, or an instance's "replication = H:P")."""
+    setting = setting or f"listen = {config.listen_host}:{config.listen_port}"
+    where = _group_key(bus, config, setting)
     if error.errno == errno.EADDRINUSE:
+        key = setting.split(" =", 1)[0].split()[-1]
         return CommandError(
-            f"{where}: the port is in use by another process; stop it or change listen",
+            f"{where}: the port is in use by another process; stop it or change {key}",
             EXIT_RUNTIME,
         )
     if error.errno in (errno.EACCES, errno.EPERM):

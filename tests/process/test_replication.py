@@ -16,6 +16,7 @@ import os
 import re
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -1403,3 +1404,76 @@ def test_mrs_pcj_archive_on_a_replicated_group_is_run_by_the_active(etcd, tmp_pa
     finally:
         for process in processes.values():
             process.terminate()
+
+
+def test_a_replica_whose_data_directory_is_deleted_stops_in_one_line(instances) -> None:
+    """A replica's data directory removed under it: it stops within seconds, exit 1,
+    with one line saying so. Before, it logged that it stopped and went on, still
+    counted in sync, and at the next election died with an `unexpected error` and a
+    traceback (its journals could not close the term)."""
+    first = wait_active(instances, 30)
+    config = instances["a"].config_path
+    gone = next(name for name in ("a", "b", "c") if name != first)
+    shutil.rmtree(config.parent / gone)
+    process = instances[gone].process
+    assert process is not None
+    assert process.wait(timeout=15) == 1
+    log_text = (config.parent / f"{gone}.log").read_text()
+    assert f"mrs: instance {gone} stops: " in log_text and "was deleted" in log_text
+    assert "Traceback" not in log_text and "unexpected error" not in log_text
+
+    async def still_answered() -> None:
+        async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+            await put_once(client, b"after", "ORDERS", "after-the-wipe")
+            assert (await client.get(timeout=10)).body == b"after"
+
+    trio.run(still_answered)
+
+
+def test_an_instance_that_cannot_take_its_client_port_does_not_take_the_term(instances) -> None:
+    """An instance listens for clients only while active. One whose client port
+    another process holds won a planned switch-over, then exited on the bind, and
+    the group was left with a term and no active. It is no candidate while the port
+    is taken (one line saying why); the active stays, or takes its term back."""
+    first = wait_active(instances, 30)
+    config = instances["a"].config_path
+    target = next(name for name in ("a", "b", "c") if name != first)
+    taken = load_config(config).group(1).instance(target)
+    squatter = socket.socket()
+    squatter.bind((taken.listen_host, taken.listen_port))
+    squatter.listen()
+    with squatter:
+        switched = run_mrs(
+            "failover", "--config", str(config), "NYC", "--to", target, "--wait", "5"
+        )
+        assert switched.returncode != 0, switched.stdout
+
+        async def answered() -> None:
+            async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+                with trio.fail_after(30):
+                    await put_once(client, b"still", "ORDERS", "squatted")
+                assert (await client.status())["replication"]["instance"] != target
+
+        trio.run(answered)
+    assert instances[target].process is not None and instances[target].process.poll() is None
+    log_text = (config.parent / f"{target}.log").read_text()
+    assert f"instance {target} is not a candidate: " in log_text
+    assert "the port is in use by another process" in log_text
+
+
+def test_a_replication_port_in_use_is_named_in_one_line(etcd, tmp_path) -> None:
+    """Another process holds an instance's replication address: it exits 1 with one
+    line naming the setting and the address (before: `mrs: Address already in use`)."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    me = load_config(config).group(1).instance("a")
+    squatter = socket.socket()
+    squatter.bind((me.replication_host, me.replication_port))
+    squatter.listen()
+    with squatter:
+        refused = run_mrs("serve", "--config", str(config), "--group", "1", "--instance", "a")
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"mrs: {config}: group 1 (NYC) instance a replication = "
+        f"{me.replication_host}:{me.replication_port}: the port is in use by another "
+        "process; stop it or change replication"
+    ]
