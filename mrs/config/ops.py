@@ -75,6 +75,7 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
         if key in raw:
             host, port = parser.host_port(raw, key, where, port_min=0)
             values[f"{prefix}_host"], values[f"{prefix}_port"] = host, port
+    _check_own_ports(parser, group, group_where, values)
     if "web_admin" in raw:
         values["web_admin"] = parser.boolean(raw, "web_admin", where, default=False)
     if "journal_warn_percent" in raw:
@@ -106,3 +107,37 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
             raw, "pcj_archive_interval_s", where, low=1, high=7 * 86400
         )
     return OpsConfig(**values)
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
+"""Hosts that take the port on every address of the machine."""
+
+
+def _check_own_ports(
+    parser: Any, group: dict[str, Any], group_where: str, values: dict[str, Any]
+) -> None:
+    """metrics_listen and web_listen each on a port of their own: not the group's
+    `listen` (nor, replicated, an instance's listen or replication address) and not
+    each other. Else the group started, said READY, and died on "Address already in
+    use" naming neither key."""
+    taken = []  # (key, host, port) of what the group listens on, already checked
+    if "listen" in group:
+        taken.append(
+            (f"{group_where}.listen", *parser.host_port(group, "listen", group_where, port_min=0))
+        )
+    for i, instance in enumerate(group.get("instance") or []):
+        at = f"{group_where}.instance[{i}]"
+        for key in ("listen", "replication"):
+            taken.append((f"{at}.{key}", *parser.host_port(instance, key, at, port_min=1)))
+    for key, prefix in (("metrics_listen", "metrics"), ("web_listen", "web")):
+        host, port = values.get(f"{prefix}_host"), values.get(f"{prefix}_port")
+        if host is None or not port:  # absent, or port 0: the system picks a free one
+            continue
+        for other, other_host, other_port in taken:
+            if port == other_port and (host == other_host or {host, other_host} & WILDCARD_HOSTS):
+                parser.fail(
+                    f"{group_where}.ops.{key}",
+                    f"{host}:{port} is also {other} ({other_host}:{other_port}): "
+                    f"give {key} a port of its own",
+                )
+        taken.append((f"{group_where}.ops.{key}", host, port))

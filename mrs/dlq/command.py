@@ -11,6 +11,7 @@ the DLQ, and go back to it by lease); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -47,48 +48,108 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Every check the handler makes (the table's syntax, its control data, its FWDQ
+    targets against the bus, the options), all reported together; then --check
+    stops, else the handler runs."""
     from mrs.dlq.parser import RulesError, parse_table
 
+    if args.window < 1 or args.seen_max < 1:
+        return _fail("--window and --seen-max must be at least 1")
     source = str(args.rules) if args.rules else "stdin"
     try:
         text = args.rules.read_text(encoding="utf-8") if args.rules else sys.stdin.read()
     except (OSError, UnicodeDecodeError) as error:
         return _fail(f"cannot read the rules table {source}: {error}")
     try:
-        table = parse_table(text, strict=args.strict)
+        table, problems = parse_table(text, strict=args.strict), []
     except RulesError as error:
-        return _refuse(source, [str(problem) for problem in error.problems])
-    for warning in table.warnings:
+        table, problems = error.partial, [str(problem) for problem in error.problems]
+    for warning in table.warnings if table is not None else ():
         print(f"mrs dlq-handler: {source}: {warning}", file=sys.stderr)
     bus = None
     if args.config is not None and args.group is not None:
         from mrs.config.bus import load_config
-        from mrs.dlq.actions import target_problems
 
         bus = load_config(args.config)
         try:
             bus.group(args.group)
         except LookupError as error:
             return _fail(f"--group {args.group}: {error}")
-        if problems := target_problems(table, bus, args.group):
-            return _refuse(source, problems)
+    control_problems: list[str] = []
+    dlj = None
+    if table is not None:
+        from mrs.dlq.actions import target_problems
+
+        control_problems, dlj = _input_problems(table, bus, args)
+        if bus is not None:  # one error per rule: a place the parser reported is not repeated
+            placed = {_place(problem) for problem in problems}
+            more = [p for p in target_problems(table, bus, args.group) if _place(p) not in placed]
+            problems = sorted([*problems, *more], key=_place)
+    if problems or control_problems:
+        return _refuse(source, control_problems, problems)
+    assert table is not None  # parse_table returns a table or raises with problems
     if args.check:
         count = len(table.rules)
         print(f"{source}: rules table valid: {count} rule{'' if count == 1 else 's'}")
         return EXIT_OK
     if bus is None:
         return _fail("give --config and --group")
-    return _run_handler(args, table, bus)
+    return _run_handler(args, table, bus, dlj)
 
 
-def _refuse(source: str, problems: list[str]) -> int:
-    """Every problem with its line and column, then one line: nothing was started."""
+def _place(problem: str) -> tuple[int, int]:
+    """(line, column) of a "line L, column C: ..." problem, to list them in order."""
+    found = re.match(r"line (\d+), column (\d+):", problem)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+def _refuse(source: str, control_problems: list[str], problems: list[str]) -> int:
+    """Every problem (the control data's, then each with its line and column), then
+    one line: nothing was started. A control data problem alone is that one line."""
+    for problem in control_problems:
+        print(f"mrs dlq-handler: {problem}", file=sys.stderr)
     for problem in problems:
         print(f"mrs dlq-handler: {source}: {problem}", file=sys.stderr)
-    return _fail(f"{len(problems)} error(s) in the rules table; not started")
+    if not problems:
+        return EXIT_USAGE
+    count = len(problems) + len(control_problems)
+    return _fail(f"{count} error(s) in the rules table; not started")
 
 
-def _run_handler(args: argparse.Namespace, table, bus) -> int:
+def _input_problems(table, bus, args: argparse.Namespace) -> tuple[list[str], object]:
+    """What the control data's INPUTQ and INPUTQM say against --group (the DLQ, or
+    the DLJ of an unreplicated group whose journals are here), and the DLJ to work;
+    without a bus, only what needs none."""
+    control = table.control
+    input_q = (control.input_q or "").strip()
+    if input_q.upper() != "DLJ" and input_q.upper() not in DLQ_NAMES:
+        return [f"INPUTQ({input_q}): a handler works the group's DLQ (DLQ, 96) or its DLJ"], None
+    if bus is None:
+        return [], None
+    group = bus.group(args.group)
+    problems = []
+    input_qm = (control.input_qm or "").strip()
+    if input_qm and input_qm not in (str(group.id), group.name):
+        problems.append(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
+    if input_q.upper() != "DLJ":
+        return problems, None
+    if group.instances:  # the handler marks and deletes DLJ records in place
+        problems.append(
+            f"INPUTQ(DLJ): group {group.id} ({group.name}) is replicated: a handler "
+            "would delete from one instance's DLJ, and the others would keep their "
+            "copies; work its DLQ (INPUTQ(DLQ)), or replay the DLJ with mrs jplay"
+        )
+        return problems, None
+    from mrs.offline.journal_files import JournalsNotFound, locate
+
+    where = argparse.Namespace(config=args.config, group=args.group, data_dir=None)
+    try:
+        return problems, locate(where)
+    except JournalsNotFound as error:
+        return [*problems, f"INPUTQ(DLJ): {error}"], None
+
+
+def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
     import trio
 
     from clients import ConnectionLost, MrsError
@@ -96,33 +157,9 @@ def _run_handler(args: argparse.Namespace, table, bus) -> int:
     from mrs.dlq.handler import Handler, HandlerOptions
     from mrs.dlq.report import Reporter
 
-    if args.window < 1 or args.seen_max < 1:
-        return _fail("--window and --seen-max must be at least 1")
     group = bus.group(args.group)
-    control = table.control
-    input_q = (control.input_q or "").strip()
-    dlj = None
-    if input_q.upper() == "DLJ":
-        from mrs.offline.journal_files import JournalsNotFound, locate
-
-        if group.instances:  # the handler marks and deletes DLJ records in place
-            return _fail(
-                f"INPUTQ(DLJ): group {group.id} ({group.name}) is replicated: a handler "
-                "would delete from one instance's DLJ, and the others would keep their "
-                "copies; work its DLQ (INPUTQ(DLQ)), or replay the DLJ with mrs jplay"
-            )
-        where = argparse.Namespace(config=args.config, group=args.group, data_dir=None)
-        try:
-            dlj = locate(where)
-        except JournalsNotFound as error:
-            return _fail(f"INPUTQ(DLJ): {error}")
-    elif input_q.upper() not in DLQ_NAMES:
-        return _fail(f"INPUTQ({input_q}): a handler works the group's DLQ (DLQ, 96) or its DLJ")
-    input_qm = (control.input_qm or "").strip()
-    if input_qm and input_qm not in (str(group.id), group.name):
-        return _fail(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
     address = args.address or group.client_address
-    wait_s = 0 if args.once else control.wait_s
+    wait_s = 0 if args.once else table.control.wait_s
     options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max, dlj=dlj)
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)

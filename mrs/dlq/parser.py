@@ -64,8 +64,11 @@ class RulesError(OperatorError, ValueError):
     """The table is not valid; `problems` lists each error with its place (status
     BADPARAM: an operator's table, under the one root `mrs.errors.MrsError`)."""
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[Problem], partial: RulesTable | None = None) -> None:
         self.problems = problems
+        self.partial = partial
+        """What did parse (the control data and the rules without an error), so a
+        check against the bus reports its errors with these (`mrs dlq-handler --check`)."""
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
@@ -109,10 +112,11 @@ def parse_table(text: str, strict: bool = False) -> RulesTable:
         problems.append(Problem(end_line, 1, "the table has no rule (at least one is required)"))
     if (control.input_q or "").strip().upper() != INPUT_DEAD_LETTER_JOURNAL:
         problems.extend(_forwards_to_own_dlq(rules))
+    table = RulesTable(control, tuple(rules), tuple(str(warning) for warning in warnings))
     if problems:
         problems.sort(key=lambda problem: (problem.line, problem.column))
-        raise RulesError(problems[:ERRORS_MAX])
-    return RulesTable(control, tuple(rules), tuple(str(warning) for warning in warnings))
+        raise RulesError(problems[:ERRORS_MAX], table)
+    return table
 
 
 def _forwards_to_own_dlq(rules: list[Rule]) -> list[Problem]:

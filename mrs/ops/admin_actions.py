@@ -108,19 +108,35 @@ class AdminActions:
         self.server = server
         self.journal_path = Path(server.config.data_dir) / JOURNAL_FILE_NAME
         self.log = AdminLog(self.journal_path, self._store)
+        self._refusal_journaled = False
+        """The request under way was refused and journaled by `check` (its right)."""
         self._files: dict[bytes, BusFileRecord | None] = {}
         """Each run-time-changed file's last change journaled, by its META key (read
         at the first change): the bus file, the credentials file."""
 
     def __call__(self, session: AdminSession, request: wire.AdminRequest) -> None:
         """One request: checked, done, journaled; a mistake raises Refused (one line)."""
-        handler = _HANDLERS.get(request.action)
-        if handler is None:
-            raise Refused(
-                Status.BADPARAM,
-                f"unknown admin action {request.action!r} (known: {', '.join(sorted(_HANDLERS))})",
-            )
-        handler(self, session, request)
+        self._refusal_journaled = False
+        try:
+            handler = _HANDLERS.get(request.action)
+            if handler is None:
+                known = ", ".join(sorted(_HANDLERS))
+                raise Refused(
+                    Status.BADPARAM, f"unknown admin action {request.action!r} (known: {known})"
+                )
+            handler(self, session, request)
+        except Refused as refused:
+            if not self._refusal_journaled:  # every refusal is written down, not only rights
+                self.journal_refusal(session, str(request.action)[:64], request.args, refused)
+            raise
+
+    def journal_refusal(
+        self, session: AdminSession, action: str, args: Any, refused: Refused
+    ) -> None:
+        """A refused action in the admin journal: what was asked and why it was not done."""
+        status = getattr(refused.status, "name", str(refused.status))
+        asked = _plain(args) if isinstance(args, dict) else {"args": repr(args)[:200]}
+        self.journal(session, action, asked, {"refused": refused.message, "status": status})
 
     # -- the parts every action shares -------------------------------------------------
 
@@ -141,6 +157,10 @@ class AdminActions:
         except Refused as refused:
             raise Refused(Status.NOSUCHQUEUE, f"{what}: no queue {text!r}") from refused
         queue = group.queues.get(address.queue)
+        if address.group == group.config.id and queue is None:
+            raise Refused(
+                Status.NOSUCHQUEUE, f"{what}: no queue {address} in group {address.group}"
+            )
         if address.group != group.config.id or queue is None:
             raise Refused(
                 Status.NOSUCHQUEUE,
@@ -165,6 +185,7 @@ class AdminActions:
         if problem is not None:
             who = session.principal or "(unauthenticated)"
             self.journal(session, action, {"queue": _name(queue)}, {"refused": problem})
+            self._refusal_journaled = True
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
     def check_right(self, session: AdminSession, action: str, right: str) -> None:
@@ -175,6 +196,7 @@ class AdminActions:
         problem = rules.may_admin(authority.permissions(session.principal), right)
         if problem is not None:
             self.journal(session, action, {}, {"refused": problem})
+            self._refusal_journaled = True
             who = session.principal or "(unauthenticated)"
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {action}: {problem}")
 
@@ -467,6 +489,8 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     def written(error: JournalError | None) -> None:
         if error is not None:
             _put_back(queue, journaled)
+            args = {"queue": str(queue.address), "discard": discard}
+            actions.journal(session, "purge", args, {"failed": str(error)})
             session.send(
                 wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
             )

@@ -16,15 +16,18 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
+from mrs.exit_status import CommandError
 from mrs.limits import (
     HTTP_BODY_BYTES_MAX,
     HTTP_CONNECTIONS_MAX,
     HTTP_REQUEST_BYTES_MAX,
     HTTP_REQUEST_DEADLINE_S,
 )
+from mrs.transport.bind_failure import bind_failure
 
 log = logging.getLogger("mrs.http")
 
@@ -104,6 +107,15 @@ async def serve_http(
                 await stream.aclose()
 
     await trio.serve_listeners(handle, listeners)
+
+
+def endpoint_failure(server: Any, key: str, host: str, port: int, error: OSError) -> CommandError:
+    """The one line for an endpoint of `[group.ops]` (`key`: metrics_listen, web_listen)
+    that cannot be bound, naming the file, the group, the key and the address, as the
+    group's own `listen` failure does (mrs.transport.bind_failure)."""
+    config = server.config
+    where = f"{server.bus.path}: group {config.id} ({config.name}) ops.{key} = {host}:{port}"
+    return bind_failure(where, key, error)
 
 
 async def _answer(

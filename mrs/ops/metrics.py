@@ -30,7 +30,7 @@ from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT
 from mrs.model import Status, status_of
 from mrs.ops.alarms import ALARM_KINDS
-from mrs.ops.http_endpoint import Response, serve_http
+from mrs.ops.http_endpoint import Response, endpoint_failure, serve_http
 from mrs.ops.replication_metrics import replication_metrics
 
 if TYPE_CHECKING:
@@ -280,9 +280,14 @@ async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) 
     ops.metrics = ops.metrics or GroupMetrics(ops)
     routes = {"/metrics": ops.metrics.render}
     async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            serve_http, config.metrics_host, config.metrics_port, routes
-        )
+        try:
+            host, port = await nursery.start(
+                serve_http, config.metrics_host, config.metrics_port, routes
+            )
+        except OSError as error:
+            raise endpoint_failure(
+                ops.server, "metrics_listen", config.metrics_host, config.metrics_port, error
+            ) from None
         ops.endpoints["metrics"] = f"http://{host}:{port}/metrics"
         log.info("group %d metrics on http://%s:%d/metrics", ops.server.config.id, host, port)
         task_status.started()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 import trio
 
-from mrs.ops.http_endpoint import Response, serve_http, text
+from mrs.ops.http_endpoint import Response, endpoint_failure, serve_http, text
 
 if TYPE_CHECKING:
     from mrs.ops.group_ops import GroupOps
@@ -136,12 +136,17 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
         owner = cast(AdminServer, server)
         handlers = WebAdmin(AdminActions(owner), owner.authority).handlers()
     async with trio.open_nursery() as nursery:
-        host, port = await nursery.start(
-            functools.partial(serve_http, handlers=handlers),
-            config.ops.web_host,
-            config.ops.web_port,
-            routes,
-        )
+        try:
+            host, port = await nursery.start(
+                functools.partial(serve_http, handlers=handlers),
+                config.ops.web_host,
+                config.ops.web_port,
+                routes,
+            )
+        except OSError as error:
+            raise endpoint_failure(
+                server, "web_listen", config.ops.web_host, config.ops.web_port, error
+            ) from None
         ops.endpoints["web"] = f"http://{host}:{port}/"
         log.info("group %d web view on http://%s:%d/", config.id, host, port)
         task_status.started()

@@ -23,6 +23,7 @@ from mrs.config.instance_types import COORDINATOR_PREFIX_DEFAULT
 from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
 from mrs.replication.coordinator import etcd_prefix
 from mrs.storage.data_dir_owner import claim_data_dir, owner_of
+from mrs.transport.bind_failure import bind_failure
 
 JOURNAL_FILES = ("data.mdb", "lock.mdb")
 
@@ -77,26 +78,8 @@ def listen_failure(
     """The one line for a listener that cannot be bound; `setting` names the address
     in the file ("listen = H:P", the default, or an instance's "replication = H:P")."""
     setting = setting or f"listen = {config.listen_host}:{config.listen_port}"
-    where = _group_key(bus, config, setting)
-    if error.errno == errno.EADDRINUSE:
-        key = setting.split(" =", 1)[0].split()[-1]
-        return CommandError(
-            f"{where}: the port is in use by another process; stop it or change {key}",
-            EXIT_RUNTIME,
-        )
-    if error.errno in (errno.EACCES, errno.EPERM):
-        return CommandError(
-            f"{where}: not allowed to listen there ({error.strerror}); "
-            "use a port above 1023 or run with the needed privilege",
-            EXIT_RUNTIME,
-        )
-    problem = error.strerror or str(error)
-    if isinstance(error, OSError) and error.errno == errno.EADDRNOTAVAIL:
-        problem = "that address is not one of this machine's"
-    return CommandError(
-        f"{where}: cannot listen ({problem}); use a local address such as 127.0.0.1 or 0.0.0.0",
-        EXIT_USAGE,
-    )
+    key = setting.split(" =", 1)[0].split()[-1]
+    return bind_failure(_group_key(bus, config, setting), key, error)
 
 
 def journal_failure(bus: BusConfig, config: GroupConfig, error: BaseException) -> CommandError:

@@ -43,7 +43,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     )
     actions = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
     browse = actions.add_parser("browse", help="look at a queue's messages without taking them")
-    browse.add_argument("queue", help="G.Q or a queue name")
+    browse.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
     browse.add_argument(
         "--limit",
         type=int,
@@ -51,16 +51,16 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
     )
     purge = actions.add_parser("purge", help="empty a queue: journaled messages to the DLJ")
-    purge.add_argument("queue", help="G.Q or a queue name")
+    purge.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
     purge.add_argument("--discard", action="store_true", help="delete instead of the DLJ")
     purge.add_argument("--reason", default="", help="why (kept with each DLJ record)")
     move = actions.add_parser("move", help="move what waits on a queue to another queue")
-    move.add_argument("queue", help="G.Q or a queue name (the source)")
+    move.add_argument("queue", help="G.Q, GROUP.NAME or a queue name (the source)")
     move.add_argument("--to", required=True, help="the target queue (same group)")
     limits = actions.add_parser(
         "set-limits", help="change a queue's limits now and in the config file"
     )
-    limits.add_argument("queue", help="G.Q or a queue name")
+    limits.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
     limits.add_argument("--messages-max", type=int, help="memory messages it may hold")
     limits.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
     add = actions.add_parser("add-queue", help="add a queue now and to the config file")
@@ -93,7 +93,11 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         where = parser.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", type=Path, help="bus configuration")
         where.add_argument("--address", help="HOST:PORT of the group's server instead")
-        parser.add_argument("--group", type=int, help="the group (default: the queue's)")
+        parser.add_argument(
+            "--group",
+            type=int,
+            help="the group (default: the queue's; a name in several groups must say which)",
+        )
         parser.add_argument("--json", action="store_true", help="JSON instead of a table")
         parser.set_defaults(run=run_admin)
 
@@ -112,9 +116,7 @@ async def _run(args: argparse.Namespace) -> int:
     address, options = args.address, {}
     if args.config is not None:
         bus = load_config(args.config)
-        group = bus.groups.get(_group_id(args, bus))
-        if group is None:
-            raise CommandError(f"no group {args.group} in {args.config}", EXIT_USAGE)
+        group = _group_of(args, bus)
         if getattr(args, "offline", False):
             try:
                 data_dir = group.data_dir_of(args.instance)
@@ -140,20 +142,42 @@ async def _run(args: argparse.Namespace) -> int:
         raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
 
 
-def _group_id(args: argparse.Namespace, bus: Any) -> int:
-    """--group, else the group a `G.Q` queue names, else the bus's only group."""
-    if args.group is not None:
-        return args.group
-    queue = getattr(args, "queue", None) or ""
-    head = queue.split(".", 1)[0]
-    if "." in queue and head.isdigit():
-        return int(head)
-    for group_id, group in bus.groups.items():
-        if any(q.name == queue for q in group.queues.values()):
-            return group_id
+def _group_of(args: argparse.Namespace, bus: Any) -> Any:
+    """The group to ask: --group; else the group a `G.Q` queue names (by id or name);
+    else the one group with a queue of that name; else the bus's only group. A queue
+    name in several groups is refused: purging the wrong one cannot be undone."""
+    queue = (getattr(args, "queue", None) or "").strip()
+    try:
+        if args.group is not None:
+            return bus.group(args.group)
+        if "." in queue:
+            head = queue.partition(".")[0]
+            return bus.group(int(head)) if head.isdigit() else bus.group_by_name(head)
+    except LookupError as error:
+        raise CommandError(f"admin: {error}", EXIT_USAGE) from None
     if len(bus.groups) == 1:
-        return next(iter(bus.groups))
-    raise CommandError("several groups: say which with --group", EXIT_USAGE)
+        return next(iter(bus.groups.values()))
+    groups = ", ".join(f"{g.id} ({g.name})" for g in bus.groups.values())
+    if not queue or queue.isdigit():
+        raise CommandError(
+            f"admin: {args.config} has several groups ({groups}): say which with --group"
+            + (f" or name the queue as GROUP.{queue}" if queue else ""),
+            EXIT_USAGE,
+        )
+    owners = [g for g in bus.groups.values() if any(q.name == queue for q in g.queues.values())]
+    if not owners:
+        raise CommandError(
+            f"admin: no queue {queue!r} in any group of {args.config} (groups: {groups})",
+            EXIT_RUNTIME,
+        )
+    if len(owners) > 1:
+        named = " and ".join(f"{g.id} ({g.name})" for g in owners)
+        raise CommandError(
+            f"admin: queue {queue!r} is in groups {named}: say which, e.g. "
+            f"{owners[0].name}.{queue} or --group {owners[0].id}",
+            EXIT_USAGE,
+        )
+    return owners[0]
 
 
 async def _act(client: Any, args: argparse.Namespace) -> int:

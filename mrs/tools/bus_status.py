@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mrs.config.instance_types import CoordinatorConfig
 from mrs.security.tls import operator_connect_options
-from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError
+from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError, positive_float
 from mrs.tools.group_view import GroupView
 from mrs.tools.status_render import render
 
@@ -46,7 +46,7 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
     status.add_argument("--json", action="store_true", help="JSON for scripts instead of the table")
     status.add_argument(
         "--watch",
-        type=float,
+        type=positive_float,
         nargs="?",
         const=WATCH_S_DEFAULT,
         default=None,
@@ -58,7 +58,7 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
     )
     status.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float,
         default=CONNECT_TIMEOUT_S_DEFAULT,
         help="seconds to wait for each group",
     )

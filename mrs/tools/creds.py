@@ -215,8 +215,7 @@ def _add_group(args: argparse.Namespace) -> int:
 def _rotate(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load(path)
-    if args.name not in creds.principals:  # before a --generate'd password is printed
-        raise CommandError(f"no principal {args.name!r} in {path}: add it first", EXIT_USAGE)
+    _known(creds, args.name, path)  # before a --generate'd password is printed
     iterations = _iterations(args)
     store.rotate(creds, args.name, _password(args), iterations)
     store.save(path, creds)
@@ -227,6 +226,7 @@ def _rotate(args: argparse.Namespace) -> int:
 def _grant(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load(path)
+    _known(creds, args.name, path)
     store.grant(creds, args.name, _grants(args))
     store.save(path, creds)
     print(f"grants of {args.name} replaced in {path}", file=sys.stderr)
@@ -236,10 +236,18 @@ def _grant(args: argparse.Namespace) -> int:
 def _remove(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load(path)
+    _known(creds, args.name, path)
     store.remove(creds, args.name)
     store.save(path, creds)
     print(f"removed {args.name} from {path}", file=sys.stderr)
     return 0
+
+
+def _known(creds: store.Credentials, name: str, path: Path) -> None:
+    """A principal rotate, grant and remove act on must be in the file: the same one
+    line and exit status 2 for the three (as `add` of one that is already there)."""
+    if name not in creds.principals:
+        raise CommandError(f"no principal {name!r} in {path}: add it first", EXIT_USAGE)
 
 
 def _list(args: argparse.Namespace) -> int:
