@@ -13,13 +13,21 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from journals import JournalStore
+import lmdb
+
+from journals import JournalError, JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.errors import OperatorError
-from mrs.exit_status import CommandError
+from mrs.exit_status import EXIT_RUNTIME, CommandError
+from mrs.storage.journal_check import verify_before_open
 from mrs.storage.journal_scan import find_journals, read_only_map_bytes
 
 """`mrs journal repair` sizes its copy from it."""
+
+JOURNALS_DIRNAME = "journals"
+CLIENT_SAF_MARK = "journal.id"
+"""What a client library's SAF journal keeps beside its data file (clients.saf_check)
+and a group's journals never hold: how a directory given alone is told apart."""
 
 
 class JournalsNotFound(OperatorError):
@@ -32,10 +40,13 @@ class GroupJournals:
 
     group_id: int
     data_dir: Path
-    """Directory holding `journals/` (and jplay's `replay-ledger/`)."""
+    """Directory holding `journals/` (and jplay's `replay-ledger/`): the same whether
+    the operator named it or its `journals/` directory."""
     journals_path: Path
     bus: BusConfig | None
     group: GroupConfig | None
+    client_saf: bool = False
+    """A client library's own SAF journal, not a group's journals."""
 
     @property
     def map_bytes(self) -> int:
@@ -82,7 +93,7 @@ def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJo
     if client_saf is not None:  # a client library's own SAF journal (group 0: none)
         if not (client_saf / "data.mdb").exists():
             raise JournalsNotFound(f"no client SAF journal in {client_saf} (no data.mdb)")
-        return GroupJournals(0, client_saf, client_saf, None, None)
+        return GroupJournals(0, client_saf, client_saf, None, None, client_saf=True)
     if args.group is None:
         if group_optional and args.data_dir is not None and args.config is None:
             return _at(args.data_dir, 0, None, None)
@@ -112,21 +123,35 @@ def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJo
 def _at(
     data_dir: Path, group_id: int, bus: BusConfig | None, group: GroupConfig | None
 ) -> GroupJournals:
-    """The journals environment in `data_dir` (or `data_dir` itself), never a new one."""
+    """The journals environment in `data_dir` (or `data_dir` itself), never a new one.
+
+    `--data-dir DIR/journals` means `--data-dir DIR`: the data directory is DIR either
+    way, so jplay keeps one replay ledger (and one idempotency secret) per group, not
+    a second one inside the journals directory that would replay everything again."""
     journals_path = find_journals(data_dir)  # or pointed straight at a journals environment
     if journals_path is None:
         raise JournalsNotFound(
-            f"no journals in {data_dir} (looked for {data_dir / 'journals' / 'data.mdb'}); "
+            f"no journals in {data_dir} (looked for {data_dir / JOURNALS_DIRNAME / 'data.mdb'}); "
             f"has {f'group {group_id}' if group_id else 'a group'} ever run with this data_dir?"
         )
-    return GroupJournals(group_id, data_dir, journals_path, bus, group)
+    client_saf = group_id == 0 and (journals_path / CLIENT_SAF_MARK).exists()
+    if journals_path == data_dir and not client_saf:
+        if data_dir.name == JOURNALS_DIRNAME:
+            data_dir = data_dir.parent
+        elif data_dir.resolve().name == JOURNALS_DIRNAME:  # `.` or `..` spelled it
+            data_dir = data_dir.resolve().parent
+    return GroupJournals(group_id, data_dir, journals_path, bus, group, client_saf=client_saf)
 
 
 def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
     """Read-only unless asked: safe while the server runs (LMDB readers never block it).
-    A client SAF journal (group 0) is checked first, as its client checks it: LMDB
-    would fault on a file cut short, so a damaged one is refused with one line."""
-    if where.group_id == 0:
+
+    Checked first, in a child process, as its owner checks it before opening (a
+    client SAF journal as its client does, a group's journals as `mrs serve` does):
+    LMDB trusts its file, and one cut short kills the reader with SIGBUS, so a
+    damaged journal is refused with one line (CommandError, exit 1) naming the file
+    and `mrs journal verify` / `salvage`."""
+    if where.client_saf:
         from clients.errors import JournalFailed
         from clients.saf_check import check_before_open
 
@@ -134,4 +159,11 @@ def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
             check_before_open(where.journals_path)
         except JournalFailed as damaged:
             raise CommandError(damaged.message) from None
-    return JournalStore(where.journals_path, where.map_bytes, readonly=not writable)
+    elif (damage := verify_before_open(where.journals_path, unreadable_only=True)) is not None:
+        raise CommandError(damage, EXIT_RUNTIME)
+    try:
+        return JournalStore(where.journals_path, where.map_bytes, readonly=not writable)
+    except (lmdb.Error, JournalError) as error:
+        problem = " ".join(f"{type(error).__name__}: {error}".split())
+        where_text = where.journals_path
+        raise CommandError(f"cannot open the journals in {where_text}: {problem}") from None

@@ -66,7 +66,7 @@ def parse_time_ns(text: str, now_ns: int, option: str = "--since") -> int:
 
 
 def parse_int_range(
-    text: str, option: str, *, minimum: int | None = None
+    text: str, option: str, *, minimum: int | None = None, maximum: int | None = None
 ) -> tuple[int | None, int | None]:
     """'5..9' (inclusive), '5..', '..9' or '7' -> (low, high); None = open end."""
     cleaned = text.strip()
@@ -87,6 +87,8 @@ def parse_int_range(
         value = int(part)
         if minimum is not None and value < minimum:
             raise SelectionError(f"{option}: {value} is below {minimum}")
+        if maximum is not None and value > maximum:
+            raise SelectionError(f"{option}: {value} is above {maximum}, the largest there is")
         bounds.append(value)
     low, high = bounds
     if low is not None and high is not None and low > high:

@@ -32,6 +32,9 @@ from mrs.offline.scalars import (
 )
 from mrs.storage.journal_scan import record_time_ns
 
+SEQ_MAX = (1 << 64) - 1
+"""A journal key holds a seq in 64 bits: a larger --seq names no record."""
+
 
 # ---------------------------------------------------------------------- addresses
 @dataclass(frozen=True)
@@ -88,10 +91,17 @@ def resolve_address(
         try:
             address = bus.resolve(text, group_id)
         except (LookupError, ValueError) as error:
-            raise SelectionError(f"{option}: {str(error).strip(chr(34) + chr(39))}") from None
+            # args[0]: the message as written (str() of a KeyError adds quotes around it)
+            problem = error.args[0] if error.args and isinstance(error.args[0], str) else error
+            raise SelectionError(f"{option}: {problem}") from None
         return address.group, address.queue
     group_text, dot, queue_text = text.partition(".")
     if not dot:
+        if not group_id:  # `--data-dir` alone: whose queue 10 is it?
+            raise SelectionError(
+                f"{option}: {text!r} names a queue by number only: give --group N "
+                "(the group whose journals these are) or write it GROUP.QUEUE"
+            )
         group_text, queue_text = str(group_id), group_text
     if group_text.isdigit() and queue_text.isdigit():
         return int(group_text), int(queue_text)
@@ -262,7 +272,7 @@ def filter_from_args(
     """Validate every selection option; raises SelectionError naming the first problem."""
     seq_min = seq_max = None
     if args.seq is not None:
-        seq_min, seq_max = parse_int_range(args.seq, "--seq", minimum=0)
+        seq_min, seq_max = parse_int_range(args.seq, "--seq", minimum=0, maximum=SEQ_MAX)
     time_min = parse_time_ns(args.since, now_ns, "--since") if args.since else None
     time_max = parse_time_ns(args.until, now_ns, "--until") if args.until else None
     if time_min is not None and time_max is not None and time_min > time_max:

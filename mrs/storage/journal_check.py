@@ -311,9 +311,12 @@ def walk(
     return result
 
 
-def verify_before_open(journals_path: Path) -> str | None:
+def verify_before_open(journals_path: Path, *, unreadable_only: bool = False) -> str | None:
     """None if the environment can be opened and walked; else one line naming the
-    file and the damage (for the server to refuse to start with)."""
+    file and the damage (for the server to refuse to start with). `unreadable_only`
+    (a tool about to read it: `mrs dump`, `mrs jplay`, `mrs pcj archive`): only damage
+    LMDB cannot read past (it would raise or kill the reader, e.g. SIGBUS on a file
+    cut short), not databases that disagree with each other, which a reader shows."""
     data_file = Path(journals_path) / "data.mdb"
     if not data_file.exists():
         return None
@@ -323,15 +326,22 @@ def verify_before_open(journals_path: Path) -> str | None:
     if report.failure is not None:
         where = f" (in its {report.failed_in} database)" if report.failed_in else ""
         damage = f"{where}: {report.failure}"
-    elif report.inconsistencies:
+    elif report.inconsistencies and not unreadable_only:
         name, problem = report.inconsistencies[0]
         more = len(report.inconsistencies) - 1
         damage = f" (in its {name} database): {problem}" + (f" (and {more} more)" if more else "")
     else:
         return None
+    return damaged_line(Path(journals_path), damage)
+
+
+def damaged_line(journals_path: Path, damage: str) -> str:
+    """The one line for a damaged journal environment: the file, the damage, and the
+    commands that report it and copy out every intact record."""
+    data_dir = journals_path.parent if journals_path.name == "journals" else journals_path
     return (
-        f"journal {data_file} is damaged{damage}; "
-        f"run `mrs journal verify --data-dir {Path(journals_path).parent}` and "
+        f"journal {journals_path / 'data.mdb'} is damaged{damage}; "
+        f"run `mrs journal verify --data-dir {data_dir}` and "
         "`mrs journal salvage` to copy out every intact record"
     )
 

@@ -17,8 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import lmdb
+
 from journals import CorruptRecord, Journal, JournalStore, Record, decode_record, seq_key
 from journals.store import split_key
+from mrs.exit_status import EXIT_RUNTIME, CommandError
+from mrs.model import Status
+from mrs.storage.journal_check import damaged_line
 
 SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
 """Journals keyed by the message's seq: a seq selection starts at its first key."""
@@ -27,6 +32,19 @@ MAP_BYTES_DEFAULT = 1 << 30
 PCJ_SEGMENT_FIELD = "pcj_segment"
 """The PCJ record's `extra` entry naming its segment (docs/journals.md, "PCJ
 segments"): absent in segment 0, so a PCJ written before segments reads as one."""
+
+
+class JournalUnreadable(CommandError):
+    """LMDB cannot read a journal's pages (a damaged page): one line naming the file
+    and pointing to `mrs journal verify` / `salvage`, status JOURNAL_FAIL, exit 1."""
+
+    def __init__(self, journals_path: Path, journal: Journal, error: lmdb.Error) -> None:
+        problem = " ".join(f"{type(error).__name__}: {error}".split())
+        super().__init__(
+            damaged_line(journals_path, f" (in its {journal.value} database): {problem}"),
+            EXIT_RUNTIME,
+        )
+        self.status = Status.JOURNAL_FAIL
 
 
 def record_time_ns(record: Record) -> int:
@@ -150,11 +168,26 @@ def scan(
     be matched), so callers report them. `after_seq` resumes a DLJ/PCJ scan after a
     seq; `chunk` stops after that many yielded items (a long read goes in short
     transactions, so it does not hold the server's old pages). A selection's limit
-    is applied by the caller across chunks.
+    is applied by the caller across chunks. A page LMDB cannot read (a damaged
+    file) raises JournalUnreadable: one line, never LMDB's own error.
     """
     db = store.db(journal)
     if db is None:
         return
+    try:
+        yield from _scan(store, db, journal, selection, after_seq, chunk)
+    except lmdb.Error as error:  # a damaged page: LMDB refuses to read on
+        raise JournalUnreadable(Path(store.path), journal, error) from None
+
+
+def _scan(
+    store: JournalStore,
+    db: object,
+    journal: Journal,
+    selection: Selection,
+    after_seq: int | None,
+    chunk: int | None,
+) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
     seq_keyed = journal in SEQ_KEYED
     start_seq = selection.seq_min
     if after_seq is not None:

@@ -122,10 +122,7 @@ def _prepare(args: argparse.Namespace):
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than zero")
     rate = parse_rate(args.rate) if args.rate else None
-    to = None
-    if args.to:
-        group, queue = resolve_address(args.to, bus, where.group_id, "--to")
-        to = f"{group}.{queue}"
+    to = _replay_target(args.to, where) if args.to else None
     sender = None
     address = None
     if not args.dry_run:
@@ -152,6 +149,24 @@ def _prepare(args: argparse.Namespace):
         return to or f"{record.target_group}.{record.target_queue}"
 
     return options, where, selection, target_of
+
+
+def _replay_target(text: str, where: GroupJournals) -> str:
+    """`--to` as GROUP.QUEUE, checked against the bus config when there is one: a queue
+    the bus does not have would refuse every record, and no re-run would change that."""
+    bus = where.bus
+    group, queue = resolve_address(text, bus, where.group_id, "--to")
+    if bus is not None:
+        if group not in bus.groups:
+            known = ", ".join(str(g) for g in bus.groups)
+            raise UsageError(f"--to {text}: no group {group} on this bus (groups: {known})")
+        config = bus.groups[group]
+        if queue not in config.queues:
+            raise UsageError(
+                f"--to {text}: group {group} ({config.name}) has no queue {queue} "
+                f"(queues: {', '.join(str(q) for q in config.queues)})"
+            )
+    return f"{group}.{queue}"
 
 
 def _sender_queue(args: argparse.Namespace, where: GroupJournals) -> str:
@@ -363,6 +378,8 @@ def _print_summary(options: Options, tally: Tally) -> None:
         f"jplay {options.journal.value} of group {options.group_id}: selected {tally.selected}, "
         f"sent {tally.sent}, skipped {tally.skipped} (already replayed), failed {tally.failed}"
     )
+    if tally.in_doubt:
+        line += f" ({tally.in_doubt} in doubt: sent, no answer)"
     if tally.not_attempted:
         line += f", not attempted {tally.not_attempted}"
     if options.remove:
@@ -383,10 +400,16 @@ def _print_summary(options: Options, tally: Tally) -> None:
         )
     if tally.stopped:
         console.print(f"stopped: {tally.stopped}", highlight=False, markup=False)
-    if not tally.ok:
+    if tally.resumable:
         console.print(
             "Run the same command again to resume: records stored are skipped, the rest are "
             "sent; any whose outcome was unknown go under the same idempotency key, so the "
             "server stores each at most once.",
+            highlight=False,
+        )
+    elif not tally.ok:
+        console.print(
+            "The failures above are refusals a re-run would get again: fix what they name "
+            "(the target queue, --to, the configuration) before replaying them.",
             highlight=False,
         )

@@ -241,6 +241,10 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
 
     if args.until is None and not args.closed:
         raise CommandError("pcj archive: give --until TIME, --closed, or both", EXIT_USAGE)
+    if args.chunk < 1:
+        raise CommandError(
+            f"pcj archive: --chunk {args.chunk}: give at least 1 record per step", EXIT_USAGE
+        )
     try:
         until = "now" if args.until is None else args.until
         until_ns = parse_time_ns(until, time.time_ns(), "--until")
@@ -269,7 +273,7 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
             where.group_id,
             out_dir,
             until_ns,
-            chunk_records=max(1, args.chunk),
+            chunk_records=args.chunk,
             kill_at=os.environ.get(KILL_AT_ENV),  # the command's edge: harness only
             closed_only=args.closed,
         )

@@ -299,6 +299,14 @@ def _run_salvage(args: argparse.Namespace) -> int:
     journals_path = _locate(args)
     if journals_path is None:
         return 2
+    source = journals_path.resolve()
+    if args.to.resolve() == source or source in args.to.resolve().parents:
+        print(
+            f"mrs journal salvage: --to {args.to} is inside the damaged journals {journals_path}: "
+            "salvage into a new directory outside them",
+            file=sys.stderr,
+        )
+        return 2
     found = survey(journals_path)
     try:
         copied = copy_out(found, args.to)

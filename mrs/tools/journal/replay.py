@@ -42,6 +42,7 @@ from clients import (
 )
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
 from mrs.errors import OperatorError
+from mrs.group.transfer import PERMANENT_REFUSALS
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.offline.selection import RecordFilter
 from mrs.storage.journal_scan import scan
@@ -104,6 +105,8 @@ class Tally:
     skipped: int = 0
     failed: int = 0
     in_doubt: int = 0
+    permanent: int = 0
+    """Failures no re-run cures (refusals like NOSUCHQUEUE: PERMANENT_REFUSALS)."""
     not_attempted: int = 0
     removed: int = 0
     corrupt: int = 0
@@ -115,9 +118,12 @@ class Tally:
     elapsed_s: float = 0.0
     stopped: str = ""
 
-    def fail(self, item: Item, status: str, message: str = "", *, in_doubt: bool) -> None:
+    def fail(
+        self, item: Item, status: str, message: str = "", *, in_doubt: bool, permanent: bool = False
+    ) -> None:
         self.failed += 1
         self.in_doubt += in_doubt
+        self.permanent += permanent
         self.statuses[status] += 1
         if len(self.failures) < FAILURES_LISTED:
             self.failures.append(
@@ -132,6 +138,12 @@ class Tally:
     @property
     def ok(self) -> bool:
         return not self.failed and not self.not_attempted and not self.stopped
+
+    @property
+    def resumable(self) -> bool:
+        """Whether running the same command again could deliver more: something was
+        not sent, not answered, or refused for a reason that may pass."""
+        return bool(self.not_attempted or self.stopped or self.failed > self.permanent)
 
 
 # ---------------------------------------------------------------------- planning
@@ -299,20 +311,35 @@ class Replayer:
 
     async def _worker(self, batch: int, bytes_max: int) -> None:
         while items := self.next_items(batch, bytes_max):
-            if self.pacer is not None:
-                await self.pacer.wait()
-            if self.stop:
-                self.tally.not_attempted += len(items)
-                continue
+            sending = False
             try:
+                if self.pacer is not None:
+                    await self.pacer.wait()
+                if self.stop:
+                    self.tally.not_attempted += len(items)
+                    continue
+                sending = True
                 results = await self.client.put_many([self._put_item(item) for item in items])
             except MrsError as error:  # nothing could be sent (e.g. not connected)
                 self.stop = True
                 self.tally.stopped = self.tally.stopped or f"connection lost: {error.message}"
                 self.tally.not_attempted += len(items)
                 continue
+            except BaseException:  # cancelled (Ctrl-C): the summary still counts these
+                self._interrupted(items, sending)
+                raise
             for item, result in zip(items, results, strict=True):
                 self._outcome(item, result)
+
+    def _interrupted(self, items: list[Item], sending: bool) -> None:
+        """Items a stop caught in this worker: waiting for their turn (not attempted),
+        or sent with no answer yet (in doubt: a re-run resends them under the same
+        idempotency key, so the server stores each at most once)."""
+        if not sending:
+            self.tally.not_attempted += len(items)
+            return
+        for item in items:
+            self.tally.fail(item, "INTERRUPTED", "stopped before the answer came", in_doubt=True)
 
     def _put_item(self, item: Item) -> PutItem:
         record, options = item.record, self.options
@@ -345,7 +372,13 @@ class Replayer:
                 options.journal, record.seq, FAILED, item.gen, status=status, target=item.target
             )
             uma = status_name(int(result.uma_status))
-            self.tally.fail(item, name, f"UMA {options.uma.name}: {uma}", in_doubt=False)
+            self.tally.fail(
+                item,
+                name,
+                f"UMA {options.uma.name}: {uma}",
+                in_doubt=False,
+                permanent=status in PERMANENT_REFUSALS,
+            )
             return
         self.ledger.stage(
             options.journal,
@@ -369,7 +402,7 @@ class Replayer:
             self.tally.stopped = f"connection lost: {error.message}"
             self.tally.fail(item, "LINK_DOWN", error.message, in_doubt=True)
         elif isinstance(error, FieldRefused):  # a field the wire cannot carry: never sent
-            self.tally.fail(item, "REFUSED_LOCALLY", str(error), in_doubt=False)
+            self.tally.fail(item, "REFUSED_LOCALLY", str(error), in_doubt=False, permanent=True)
         else:  # refused: the server (or the library) did not take it
             status = int(error.status)
             self.ledger.stage(
@@ -380,4 +413,10 @@ class Replayer:
                 status=status,
                 target=item.target,
             )
-            self.tally.fail(item, status_name(status), error.message, in_doubt=False)
+            self.tally.fail(
+                item,
+                status_name(status),
+                error.message,
+                in_doubt=False,
+                permanent=status in PERMANENT_REFUSALS,
+            )
