@@ -114,6 +114,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
                 links_configured=list(group.linked_group_ids),
                 connect_options=operator_connect_options(group),
                 coordinator=bus.coordinator if group.instances else None,
+                instances={instance.name: instance.listen for instance in group.instances},
             )
         )
     return views, bus.path
@@ -136,11 +137,12 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
 
     try:
         with trio.fail_after(timeout_s):
+            address = await _leader_first(view, timeout_s)
             async with connect(
-                view.address,
+                address,
                 queue=None,
                 program="mrs status",
-                connect_timeout_s=timeout_s,
+                connect_timeout_s=timeout_s / len(address.split(",")),
                 reconnect=None,  # one look: no instance answering is shown, not waited for
                 **view.connect_options,
             ) as client:
@@ -153,6 +155,35 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     coordinator, group_id = view.coordinator, view.group
     if view.error is not None and view.refused is None and coordinator and group_id is not None:
         view.error += f"; {await leadership_note(coordinator, group_id, timeout_s)}"
+
+
+async def _leader_first(view: GroupView, timeout_s: float) -> str:
+    """The addresses to try: a replicated group's instance etcd names active first,
+    then the others in the config's order, each with its share of the time. Why: a
+    paused instance takes the connection and never answers, and one listed first
+    took the whole time, so a group a replica had taken over showed DOWN."""
+    import trio
+
+    from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
+    from mrs.replication.etcd import EtcdClient
+
+    coordinator, group_id = view.coordinator, view.group
+    if coordinator is None or group_id is None or not view.instances:
+        return view.address
+    reader = EtcdCoordinator(
+        EtcdClient(coordinator.etcd), etcd_prefix(coordinator.prefix, group_id), "mrs-status", 0
+    )
+    try:
+        with trio.move_on_after(timeout_s / 4):
+            leader = (await reader.read()).leader
+            if leader in view.instances:
+                rest = [address for name, address in view.instances.items() if name != leader]
+                return ",".join([view.instances[leader], *rest])
+    except CoordinatorUnavailable:
+        pass  # the config's order; the note below says what etcd holds, if it can
+    finally:
+        await reader.aclose()
+    return view.address
 
 
 async def leadership_note(coordinator: CoordinatorConfig, group_id: int, timeout_s: float) -> str:

@@ -1477,3 +1477,27 @@ def test_a_replication_port_in_use_is_named_in_one_line(etcd, tmp_path) -> None:
         f"{me.replication_host}:{me.replication_port}: the port is in use by another "
         "process; stop it or change replication"
     ]
+
+
+def test_status_finds_the_active_past_a_paused_instance_listed_first(instances) -> None:
+    """The instance listed first is paused (it takes connections, answers nothing) and
+    a replica has taken over: `mrs status` asks etcd's active first and shows the
+    group UP. Before, the paused one took the whole --timeout and the group showed
+    DOWN while the new active served."""
+    first = wait_active(instances, 30)
+    config = instances["a"].config_path
+    if first != "a":
+        moved = run_mrs("failover", "--config", str(config), "NYC", "--to", "a")
+        assert moved.returncode == 0, moved.stderr
+        assert wait_active({"a": instances["a"]}, FAILOVER_S_MAX) == "a"
+    instances["a"].pause()
+    try:
+        others = {name: process for name, process in instances.items() if name != "a"}
+        taken_over = wait_active(others, FAILOVER_S_MAX)
+        shown = run_mrs("status", "--config", str(config), "--json", "--timeout", "4")
+    finally:
+        instances["a"].resume()
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    (view,) = json.loads(shown.stdout)["groups"]
+    assert view["up"], view["error"]
+    assert view["status"]["replication"]["instance"] == taken_over
