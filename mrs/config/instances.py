@@ -25,6 +25,7 @@ A group without instances is one instance, exactly as before (its `listen` and
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from mrs.config.fields import FieldReader, _describe, _join
 from mrs.config.instance_types import (
@@ -61,11 +62,11 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
             f"got {_describe(endpoints)}",
         )
     for index, endpoint in enumerate(endpoints):
-        if not (isinstance(endpoint, str) and endpoint.startswith(("http://", "https://"))):
+        if not (isinstance(endpoint, str) and _etcd_url_ok(endpoint)):
             reader.fail(
                 f"coordinator.etcd[{index}]",
-                f'must be a URL like "http://127.0.0.1:2379" (http:// or https://), '
-                f"got {endpoint!r}",
+                f'must be a URL like "http://127.0.0.1:2379" (http:// or https://, '
+                f"a host and a port 1..65535), got {endpoint!r}",
             )
     ttl_s = reader.integer(
         raw,
@@ -141,3 +142,14 @@ def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where:
                 user = "its listen address" if other == i else f"used by {where}.instance[{other}]"
                 reader.fail(_join(at, key), f"{shown} is also {user}")
             seen[(kind, value)] = i
+
+
+def _etcd_url_ok(endpoint: str) -> bool:
+    """An etcd endpoint a client can dial: http(s), a host, a port in range (one out
+    of range was taken, and the instance logged connection errors forever)."""
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and (port is None or port > 0)

@@ -210,10 +210,20 @@ class _Parser(FieldReader):
             name=self.name(raw, "name", where),
             confirm=self.confirm_style(raw, where),
             messages_max=self.integer(
-                raw, "messages_max", where, low=1, default=QUEUE_MESSAGES_MAX_DEFAULT
+                raw,
+                "messages_max",
+                where,
+                low=1,
+                high=CONFIG_COUNT_MAX,
+                default=QUEUE_MESSAGES_MAX_DEFAULT,
             ),
             unconfirmed_max=self.integer(
-                raw, "unconfirmed_max", where, low=1, default=QUEUE_UNCONFIRMED_MAX_DEFAULT
+                raw,
+                "unconfirmed_max",
+                where,
+                low=1,
+                high=CONFIG_COUNT_MAX,
+                default=QUEUE_UNCONFIRMED_MAX_DEFAULT,
             ),
             permanent=self.boolean(raw, "permanent", where, default=True),
             recoverable=self.boolean(raw, "recoverable", where, default=True),

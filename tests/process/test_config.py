@@ -453,7 +453,12 @@ BAD_CONFIGS = {
     "unconfirmed_max zero": (
         _queue(unconfirmed_max="0"),
         "group[0].queue[0].unconfirmed_max",
-        "must be >= 1, got 0",
+        "must be in 1..4294967295, got 0",
+    ),
+    "messages_max beyond a count": (
+        _queue(messages_max="99999999999"),
+        "group[0].queue[0].messages_max",
+        "must be in 1..4294967295, got 99999999999",
     ),
     "queue id zero": (
         _queue(id="0"),

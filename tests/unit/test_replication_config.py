@@ -91,6 +91,20 @@ def test_an_etcd_endpoint_without_its_scheme_is_named(tmp_path: Path) -> None:
     assert "coordinator.etcd[1]: must be a URL" in message and "'10.0.0.2:2379'" in message
 
 
+@pytest.mark.parametrize(
+    "endpoint", ["http://127.0.0.1:99999", "http://:2379", "http://127.0.0.1:0", "ftp://h:2379"]
+)
+def test_an_etcd_endpoint_no_client_can_dial_is_named(tmp_path: Path, endpoint: str) -> None:
+    """Before, any text after http:// was taken, and an instance logged connection
+    errors forever instead of the config saying what is wrong."""
+    text = bus(
+        instance("a", 7001) + instance("b", 7002) + instance("c", 7003),
+        f'[coordinator]\netcd = ["{endpoint}"]\n',
+    )
+    message = refused(text, tmp_path)
+    assert "coordinator.etcd[0]: must be a URL" in message and repr(endpoint) in message
+
+
 def test_group_without_instances_is_unreplicated(tmp_path: Path) -> None:
     text = '[[group]]\nid = 1\nname = "NYC"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
     config = parse_config(text, tmp_path / "bus.toml")
