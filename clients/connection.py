@@ -452,7 +452,7 @@ class Client:
         reply = await requests.request(wire.StatusRequest(requests.next_id()), None, "other")
         return reply.info
 
-    async def admin(self, action: str, **args: object) -> dict:
+    async def admin(self, action: str, /, **args: object) -> dict:
         """An operator's action on the group (`mrs admin`; docs/operations.md):
         browse(queue, limit), purge(queue, discard, reason), move(queue, to, limit),
         connections(), journal(limit). Returns what the group answered as plain

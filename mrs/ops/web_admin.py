@@ -207,8 +207,11 @@ class WebAdmin:
             return json_answer(403, {"error": "missing or wrong CSRF token: reload the page"})
         form = _body(request)
         action, args = form.get("action"), form.get("args", {})
-        if action not in WEB_ACTIONS or not isinstance(args, dict):
+        if action not in WEB_ACTIONS:
             return json_answer(400, {"error": f"unknown action {action!r}"})
+        if not isinstance(args, dict):
+            kind = type(args).__name__
+            return json_answer(400, {"error": f"args must be a JSON object, got {kind}"})
         return await self.perform(login, request, form, str(action), args)
 
     def kept_password(self, password: str) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import REPLICATION_HANDOVER_WAIT_S, REPLICATION_POLL_S
+from mrs.tools.cli_support import positive_float
 
 FAILOVER_WAIT_S_DEFAULT = 30.0
 
@@ -33,9 +34,14 @@ def add_failover_parser(commands: argparse._SubParsersAction, run) -> None:
     )
     failover.add_argument("--config", required=True, type=Path, help="bus configuration (TOML)")
     failover.add_argument("group", help="the group: its name or id")
-    failover.add_argument("--to", default="", help="the instance to hand over to (in sync)")
     failover.add_argument(
-        "--wait", type=float, default=FAILOVER_WAIT_S_DEFAULT, help="seconds to wait at most"
+        "--to", help="the instance to hand over to (in sync; default: the active picks one)"
+    )
+    failover.add_argument(
+        "--wait",
+        type=positive_float,
+        default=FAILOVER_WAIT_S_DEFAULT,
+        help="seconds to wait at most",
     )
     failover.set_defaults(run=run)
 
@@ -54,10 +60,10 @@ def run_failover(args: argparse.Namespace) -> int:
         raise CommandError(str(error), EXIT_USAGE) from None
     if not group.instances or bus.coordinator is None:
         raise CommandError(f"group {group.id} ({group.name}) is not replicated", EXIT_USAGE)
-    if args.to and args.to not in {i.name for i in group.instances}:
+    if args.to is not None and args.to not in {i.name for i in group.instances}:
         names = ", ".join(i.name for i in group.instances)
         raise CommandError(f"group {group.name} has no instance {args.to!r} ({names})", EXIT_USAGE)
-    line = trio.run(_switch, bus, group, args.to, args.wait)
+    line = trio.run(_switch, bus, group, args.to or "", args.wait)
     print(line)
     return 0
 

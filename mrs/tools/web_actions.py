@@ -120,6 +120,9 @@ class BusWebAdmin(WebAdmin):
         if chosen not in (None, ""):
             if isinstance(chosen, int | str) and str(chosen).isdigit() and int(chosen) in groups:
                 return int(chosen)
+            named = [g.id for g in groups.values() if isinstance(chosen, str) and g.name == chosen]
+            if named:
+                return named[0]
             return f"no group {chosen!r} in {self.bus.path} (groups: {_ids(groups)})"
         queue = str(args.get("queue") or "")
         head = queue.split(".", 1)[0]
@@ -130,6 +133,8 @@ class BusWebAdmin(WebAdmin):
             return owners[0]
         if len(groups) == 1 or (action == "grant" and groups):
             return next(iter(groups))
+        if queue and "." not in queue and not owners:
+            return f"no queue {queue!r} in any group (groups: {_ids(groups)})"
         return f"say which group (groups: {_ids(groups)})"
 
 

@@ -317,9 +317,10 @@ def test_planned_failover_and_status(instances) -> None:
             await wait_in_sync(client, {"a", "b", "c"})
 
     trio.run(after_switch)
-    refused = run_mrs("failover", "--config", str(config), "NYC", "--to", "zz")
-    assert refused.returncode == 2 and "no instance 'zz'" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
+    for name in ("zz", ""):  # an empty name is no instance either, not "any"
+        refused = run_mrs("failover", "--config", str(config), "NYC", "--to", name)
+        assert refused.returncode == 2 and f"no instance {name!r}" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"

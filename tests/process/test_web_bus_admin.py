@@ -246,6 +246,29 @@ def test_the_bus_page_acts_without_auth_and_picks_the_group_by_the_queue(plain_b
     assert [(r["principal"], r["action"]) for r in journal_of(config.parent / "g1")] == purges
 
 
+def test_the_bus_page_names_what_it_cannot_act_on(plain_bus) -> None:
+    """A queue no group has, a group by its name, args that are no JSON object, and
+    args with a key named like the client call's own parameter: each a one-line
+    answer (the last was a 502 with a Python TypeError)."""
+    config, _ = plain_bus
+    web, url = start_web(config, "--admin")
+    try:
+        page = WebSession(url)
+        assert page.act("browse", queue="NOPE") == (
+            400,
+            {"error": "no queue 'NOPE' in any group (groups: 1, 2)"},
+        )
+        assert page.act("browse", group="G2", queue="2.10")[1]["waiting"] == 3  # by its name
+        listed = page.post("api/admin/act", {"action": "browse", "args": ["2.10"]})
+        assert listed == (400, {"error": "args must be a JSON object, got list"})
+        status, shadowed = page.post(
+            "api/admin/act", {"action": "browse", "args": {"queue": "2.10", "action": "x"}}
+        )
+        assert (status, shadowed.get("waiting")) == (200, 3), shadowed
+    finally:
+        stop_web(web)
+
+
 def _browse_in_a_browser(chromium: str, url: str) -> None:
     """The bus page in a real Chromium: pick group 2, add a queue there, browse it;
     purge 600 messages of group 1 (the page repeats the request, as `mrs admin`)."""
