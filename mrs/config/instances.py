@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from mrs.config.addresses import same_address
 from mrs.config.fields import FieldReader, _describe, _join
 from mrs.config.instance_types import (
     COORDINATOR_PREFIX_DEFAULT,
@@ -127,17 +128,26 @@ def parse_instances(
 
 
 def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where: str) -> None:
-    """Names, client addresses and replication addresses: each used once in the group."""
+    """Names, client addresses and replication addresses: each used once in the group
+    (`localhost` and 127.0.0.1 are one address: mrs.config.addresses)."""
     seen: dict[object, int] = {}
     for i, instance in enumerate(instances):
         at = f"{where}.instance[{i}]"
-        for kind, value, key in (
-            ("name", instance.name, "name"),
-            ("address", (instance.listen_host, instance.listen_port), "listen"),
-            ("address", (instance.replication_host, instance.replication_port), "replication"),
+        for key, value, shown in (
+            ("name", instance.name, instance.name),
+            (
+                "listen",
+                same_address(instance.listen_host, instance.listen_port),
+                instance.listen,
+            ),
+            (
+                "replication",
+                same_address(instance.replication_host, instance.replication_port),
+                f"{instance.replication_host}:{instance.replication_port}",
+            ),
         ):
+            kind = "name" if key == "name" else "address"
             if (kind, value) in seen:
-                shown = value if isinstance(value, str) else f"{value[0]}:{value[1]}"
                 other = seen[(kind, value)]
                 user = "its listen address" if other == i else f"used by {where}.instance[{other}]"
                 reader.fail(_join(at, key), f"{shown} is also {user}")

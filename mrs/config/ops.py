@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrs.config.addresses import WILDCARD_HOSTS, same_address
 from mrs.storage.journal_usage import WARN_PERCENTS_DEFAULT
 
 OPS_KEYS = frozenset(
@@ -109,10 +110,6 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
     return OpsConfig(**values)
 
 
-WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
-"""Hosts that take the port on every address of the machine."""
-
-
 def _check_own_ports(
     parser: Any, group: dict[str, Any], group_where: str, values: dict[str, Any]
 ) -> None:
@@ -134,7 +131,9 @@ def _check_own_ports(
         if host is None or not port:  # absent, or port 0: the system picks a free one
             continue
         for other, other_host, other_port in taken:
-            if port == other_port and (host == other_host or {host, other_host} & WILDCARD_HOSTS):
+            if same_address(host, port) == same_address(other_host, other_port) or (
+                port == other_port and {host, other_host} & WILDCARD_HOSTS
+            ):
                 parser.fail(
                     f"{group_where}.ops.{key}",
                     f"{host}:{port} is also {other} ({other_host}:{other_port}): "

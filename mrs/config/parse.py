@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mrs.config.addresses import same_address
 from mrs.config.auth import parse_auth
 from mrs.config.fields import FieldReader, _describe, _join, _toml_list
 from mrs.config.guards import parse_guards
@@ -294,9 +295,10 @@ class _Parser(FieldReader):
             for where, host, port in addresses:
                 if port == 0:
                     continue
-                if (host, port) in owners and not owners[(host, port)].startswith(f"group[{i}]."):
-                    self.fail(where, f"{host}:{port} is also the address of {owners[(host, port)]}")
-                owners.setdefault((host, port), where)
+                key = same_address(host, port)
+                if key in owners and not owners[key].startswith(f"group[{i}]."):
+                    self.fail(where, f"{host}:{port} is also the address of {owners[key]}")
+                owners.setdefault(key, where)
 
     def check_queues_unique(self, queues: list[QueueConfig], where: str, group_id: int) -> None:
         ids: dict[int, int] = {}

@@ -147,3 +147,18 @@ def test_another_replicated_groups_instances_on_the_same_address_refused(tmp_pat
     message = refused(first + second, tmp_path)
     assert "group[1].instance[0].listen: 127.0.0.1:7101 is also the address of " in message
     assert "group[0].instance[0].replication" in message
+
+
+def test_an_address_spelled_localhost_is_the_loopback_address(tmp_path: Path) -> None:
+    """`localhost:P` and `127.0.0.1:P` are one listener: a config that spelled them
+    differently started a second instance on a running instance's port."""
+    text = bus(
+        instance("a", 7001)
+        + instance("b", 7002).replace('"127.0.0.1:7102"', '"localhost:7101"')
+        + instance("c", 7003)
+    )
+    message = refused(text, tmp_path)
+    assert (
+        "group[0].instance[1].replication: localhost:7101 is also used by group[0].instance[0]"
+        in message
+    )
