@@ -109,7 +109,9 @@ async def serve_http(
     await trio.serve_listeners(handle, listeners)
 
 
-def endpoint_failure(server: Any, key: str, host: str, port: int, error: OSError) -> CommandError:
+def endpoint_failure(
+    server: Any, key: str, host: str | None, port: int | None, error: OSError
+) -> CommandError:
     """The one line for an endpoint of `[group.ops]` (`key`: metrics_listen, web_listen)
     that cannot be bound, naming the file, the group, the key and the address, as the
     group's own `listen` failure does (mrs.transport.bind_failure)."""
