@@ -117,8 +117,9 @@ class GroupOps:
         if self.watch is not None and self.watch.can_grow:
             self.watch.grow_if_needed()
 
-    async def run(self) -> None:
-        """Journal checks every second, plus the opt-in endpoints."""
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Journal checks every second, plus the opt-in endpoints; started once the
+        endpoints listen (so a port they cannot take fails the start, before READY)."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             ops = self.server.config.ops
@@ -134,6 +135,7 @@ class GroupOps:
                 from mrs.ops.pcj_retention import archive_forever
 
                 nursery.start_soon(archive_forever, self)
+            task_status.started()
             while self.watch is not None:
                 self.watch.check()
                 await trio.sleep(JOURNAL_CHECK_INTERVAL_S)

@@ -125,6 +125,7 @@ def test_an_ops_endpoint_whose_port_is_taken_fails_in_one_line_naming_it(
         result = run_mrs("serve", "--config", str(config), "--group", "1")
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1, result.stderr
+    assert "READY" not in result.stdout  # the start fails: no client is told it is up
     assert last == (
         f"mrs: {config}: group 1 (NYC) ops.{key} = 127.0.0.1:{port}: the port is in use "
         f"by another process; stop it or change {key}"
