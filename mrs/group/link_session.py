@@ -253,8 +253,15 @@ class PeerLink:
 
     # ------------------------------------------------------------------ up / down
     def up(self, channel: Channel) -> None:
-        if self.channel is not None:
+        old = self.channel
+        if old is not None:
             self.down("replaced by a new connection")
+            # Told it is over, the old connection's peer closes it and dials again. Left
+            # open, it looked alive to the dialer (its heartbeats were answered) while
+            # this side counted the link down once the new connection ended: nothing
+            # went from here to the peer until the link was cut by hand.
+            if not old.closed:
+                old.send(wire.Fatal(int(Status.LINK_DOWN), "replaced by a new connection"))
         self.channel = channel
         self.generation += 1
         self.inbound_failed_at = None

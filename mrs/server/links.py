@@ -14,7 +14,7 @@ import trio
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.guards import Guards
-from mrs.core.refusals import clipped
+from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
 from mrs.group.link_driver import dial_forever, new_link, pump
 from mrs.group.link_session import PeerLink
@@ -49,6 +49,9 @@ class PeerLinks:
         self.frame_bytes_max = frame_bytes_max
         self.links: dict[int, PeerLink] = {}
         """Peer group id -> its link, once started."""
+        self.refusals = RefusalLog(log, line_format="{message}")
+        """A refused link Hello, logged once per (reason, host) per interval with a
+        count: a misconfigured peer dials again every few seconds, forever."""
 
     def start(self, group: Group, nursery: trio.Nursery) -> None:
         """One PeerLink per linked group; this group dials the higher-numbered ones."""
@@ -98,20 +101,21 @@ class PeerLinks:
         peer_id = hello.group
         link = self.links.get(peer_id)
         if link is None or peer_id >= self.config.id:
-            log.warning(
-                "refused link from %s claiming group %d (%r): "
-                "not a lower-numbered group linked to group %d",
-                session.peer,
-                peer_id,
-                clipped(hello.program),
-                self.config.id,
+            self.refusals.refused(
+                f"link claiming group {peer_id}",
+                session.host,
+                f"refused link from {session.peer} claiming group {peer_id} "
+                f"({clipped(hello.program)!r}): not a lower-numbered group linked to "
+                f"group {self.config.id}",
             )
             raise wire.RemoteProtocolError(
                 f"group {self.config.id} has no link from group {peer_id} "
                 f"({clipped(hello.program)!r})"
             )
         if (problem := check_link_peer(session.stream, peer_id)) is not None:
-            log.warning("refused link from %s: %s", session.peer, problem)
+            self.refusals.refused(
+                problem, session.host, f"refused link from {session.peer}: {problem}"
+            )
             raise wire.RemoteProtocolError(problem)
         session_auth.check_link(self.authority, session, peer_id)
         session.send(

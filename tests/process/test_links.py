@@ -287,6 +287,32 @@ async def test_link_from_a_wrong_group_is_refused(bus, program, group, caplog) -
     assert (await link_state(bus, 1, 2))["state"] == "up"
 
 
+async def test_a_second_link_connection_that_ends_leaves_the_link_up(bus) -> None:
+    """A link Hello from group 1 on a new connection replaces the live one (a redial
+    while the old one is half-open). When the new one then ended, group 2 counted
+    the link down for good: the old connection stayed open and answered group 1's
+    heartbeats, so group 1 never dialed again. The replaced connection is now told
+    it is over (Fatal), group 1 dials again, and the link is up both ways."""
+    from mrs import protocol as wire
+
+    host, port = bus.address(2).rsplit(":", 1)
+    connection = wire.Connection("client")
+    stream = await bus.memory.network.node("clients").connect(host, int(port))
+    async with stream:
+        hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
+        await stream.send_all(connection.send(hello))
+        events = []
+        while not events:
+            connection.receive_data(await stream.receive_some(65536))
+            events = [e for e in connection.events() if e is not wire.CLOSED]
+        assert isinstance(events[0], wire.Welcome)
+    await wait_for_link(bus, 2, 1, "down")
+    await wait_for_link(bus, 2, 1, "up")
+    async with bus.connect(2, "IN2") as client:
+        psb = await client.put(b"back", target="1.10", delivery=MODE.WF_DQF, uma=Uma.DLJ)
+    assert psb.delivery_status == Status.STORED
+
+
 async def test_receiver_forgets_dedupe_keys_once_the_sender_cannot_resend(bus) -> None:
     """Dedupe keys live only while a resend is possible: the journal does not grow."""
     async with bus.connect(1, "OUT") as sender:
@@ -303,3 +329,22 @@ async def test_receiver_forgets_dedupe_keys_once_the_sender_cannot_resend(bus) -
             await trio.sleep(0.02)
     async with bus.connect(2, "IN") as receiver:
         assert len(await drain(receiver, 30)) == 30
+
+
+async def test_a_peer_refused_again_and_again_is_one_line_with_a_count(bus, caplog) -> None:
+    """A misconfigured peer dials every few seconds, forever: its refusal is logged
+    once per interval (with the count of those not shown), not once per dial."""
+    from mrs import protocol as wire
+
+    host, port = bus.address(2).rsplit(":", 1)
+    for _ in range(5):
+        connection = wire.Connection("client")
+        stream = await bus.memory.network.node("clients").connect(host, int(port))
+        async with stream:
+            await stream.send_all(
+                connection.send(wire.Hello(wire.PROTOCOL_VERSION, "g7", "link", 7))
+            )
+            while await stream.receive_some(65536):
+                pass  # its Fatal, then the server closes the connection
+    lines = [r for r in caplog.records if "refused link from" in r.message]
+    assert len(lines) == 1 and "claiming group 7" in lines[0].message
