@@ -3,12 +3,17 @@
 A background thread runs trio and owns the connection; each blocking call hands its
 coroutine to that thread with `trio.from_thread.run` and waits for the answer. A
 call interrupted in the caller's thread (KeyboardInterrupt) is cancelled in the trio
-thread too, so an interrupted get is withdrawn on the server and takes no message.
+thread too, so an interrupted get is withdrawn on the server and takes no message;
+one whose message had already come (the interrupt landed while it was handed over)
+keeps it for the next get, in order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -21,8 +26,20 @@ from clients.connection import Client, JournalEvent
 from clients.journal_reader import JournalRecord
 from clients.journal_remote import PcjState, RemoteJournalReader
 from mrs.core.selection import Selection
-from mrs.errors import MrsError
+from mrs.errors import ConnectionLost, MrsError
 from mrs.model import Address, ForceJrn, Message, Psb, Status
+
+
+@dataclass(slots=True)
+class _Call:
+    """One blocking call's state, read and written in the trio thread only."""
+
+    scope: trio.CancelScope | None = None
+    abandoned: bool = False
+    """The caller was interrupted: it will not read the result."""
+    result: object = None
+    has_result: bool = False
+    """The result is on its way to the caller (taken back if it is abandoned)."""
 
 
 @dataclass(slots=True)
@@ -79,6 +96,8 @@ class SyncClient:
         self._client: Client | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
+        self._given_back: deque[Message] = deque()
+        """Messages an interrupted call had got (`_call`): the next gets return them."""
         self._thread = threading.Thread(target=self._run, name="mrs-client", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -104,21 +123,62 @@ class SyncClient:
             self._ready.set()
             await self._stop.wait()
 
-    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        scopes: list[trio.CancelScope] = []
+    def _call(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        convert: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`function(*args, **kwargs)` run in the client's trio thread; its result
+        (through `convert`, in the same guard). Interrupted here (KeyboardInterrupt),
+        the call is cancelled there; messages it had already got, which the caller
+        will not see, are kept for the next get (`_given_back`), whether the interrupt
+        came before or after they arrived: the trio thread alone decides, so no
+        message falls between the two threads."""
+        if not self._thread.is_alive():
+            raise ConnectionLost(Status.LINK_DOWN, "client closed")
+        call = _Call()
 
         async def run() -> Any:
             with trio.CancelScope() as scope:
-                scopes.append(scope)
-                return await function(*args, **kwargs)
+                call.scope = scope
+                if call.abandoned:  # interrupted before it started
+                    scope.cancel()
+                result = await function(*args, **kwargs)
+                if call.abandoned:
+                    self._give_back(result)
+                    return None
+                call.result, call.has_result = result, True
+                return result
             return None  # cancelled after an interrupt: nobody reads this
 
         try:
-            return trio.from_thread.run(run, trio_token=self._token)
+            result = trio.from_thread.run(run, trio_token=self._token)
+            return result if convert is None else convert(result)
         except BaseException:
-            if scopes and self._thread.is_alive():  # e.g. KeyboardInterrupt: stop it there
-                trio.from_thread.run_sync(scopes[0].cancel, trio_token=self._token)
+            if self._thread.is_alive():  # e.g. KeyboardInterrupt: stop it there
+                with contextlib.suppress(trio.RunFinishedError):
+                    trio.from_thread.run_sync(self._abandon, call, trio_token=self._token)
             raise
+
+    def _abandon(self, call: _Call) -> None:
+        """In the trio thread: the caller will not read `call`'s result."""
+        call.abandoned = True
+        if call.has_result:
+            call.has_result = False
+            self._give_back(call.result)
+        elif call.scope is not None:
+            call.scope.cancel()
+
+    def _give_back(self, result: object) -> None:
+        """Messages a caller did not see, first in line for its next get."""
+        if isinstance(result, Message):
+            self._given_back.appendleft(result)
+        elif isinstance(result, list):
+            self._given_back.extendleft(
+                reversed([item for item in result if isinstance(item, Message)])
+            )
 
     @property
     def queue(self) -> Address | None:
@@ -156,7 +216,24 @@ class SyncClient:
         return self._call(self._client.put_many, items)
 
     def get(self, timeout: float | None = None, select: Selection | None = None) -> SyncMessage:
-        return self._sync_message(self._call(self._client.get, timeout, select))
+        if self._given_back and select is None:
+            return self._take_given_back(1)[0]
+        return self._call(self._client.get, timeout, select, convert=self._sync_message)
+
+    def _take_given_back(self, count_max: int) -> list[SyncMessage]:
+        """Up to count_max messages given back, taken so an interrupt at any moment
+        leaves each one either returned or still first in line."""
+        given_back = self._given_back
+        originals = list(itertools.islice(given_back, min(count_max, len(given_back))))
+        taken = self._sync_messages(originals)
+        before = len(given_back)
+        try:
+            for _ in originals:
+                given_back.popleft()
+        except BaseException:  # an interrupt between two pops, or after the last
+            given_back.extendleft(reversed(originals[: before - len(given_back)]))
+            raise
+        return taken
 
     def _sync_message(self, message: Message) -> SyncMessage:
         values = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
@@ -166,7 +243,13 @@ class SyncClient:
     def get_many(
         self, count_max: int, timeout: float | None = None, select: Selection | None = None
     ) -> list[SyncMessage]:
-        messages = self._call(self._client.get_many, count_max, timeout, select)
+        if self._given_back and select is None:
+            return self._take_given_back(count_max)
+        return self._call(
+            self._client.get_many, count_max, timeout, select, convert=self._sync_messages
+        )
+
+    def _sync_messages(self, messages: list[Message]) -> list[SyncMessage]:
         return [self._sync_message(message) for message in messages]
 
     def confirm(

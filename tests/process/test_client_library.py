@@ -5,6 +5,7 @@ restarted server (in-flight puts answered honestly)."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import random
 import signal
@@ -167,6 +168,58 @@ def test_keyboard_interrupt_withdraws_a_sync_get(server) -> None:
         watchdog.cancel()
         child.kill()
         child.wait()
+
+
+def test_interrupts_at_any_moment_of_a_sync_get_lose_no_message(server) -> None:
+    """SIGALRM interrupts (KeyboardInterrupt) landing at random moments of blocking
+    gets: before the get started, while it waited, while its message was handed
+    from the client's trio thread to the caller. Every message comes to some later
+    get, once: an interrupted get either took nothing or keeps its message for the
+    next. (Before, a message whose hand-over was interrupted was gone: 134 of 2,000
+    nonrecoverable messages in a probe.)"""
+    script = textwrap.dedent(f"""
+        import json, random, signal
+        from clients import DeliveryMode, MrsTimeout, NoMoreMessages, PutItem, connect_sync
+
+        class Interrupt(KeyboardInterrupt):
+            pass
+
+        def interrupt(*_):
+            raise Interrupt()
+
+        signal.signal(signal.SIGALRM, interrupt)
+        rng = random.Random(7)
+        with connect_sync({server.address!r}, "SENDER") as sender:
+            items = [PutItem(b"m%d" % i, "ANYORDER", delivery=DeliveryMode.WF_MEM)
+                     for i in range(1500)]
+            sender.put_many(items)
+        got, interrupted = [], 0
+        with connect_sync({server.address!r}, "ANYORDER") as receiver:
+            while True:
+                message = None
+                try:
+                    if rng.random() < 0.6:
+                        signal.setitimer(signal.ITIMER_REAL, rng.uniform(2e-5, 4e-4))
+                    message = receiver.get(timeout=1)
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                except Interrupt:
+                    interrupted += 1
+                    if message is None:  # else it landed after get returned
+                        continue
+                except (MrsTimeout, NoMoreMessages):
+                    break
+                got.append(message.body.decode())
+        print(json.dumps({{"got": got, "interrupted": interrupted}}), flush=True)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["interrupted"] > 50  # the interrupts did land
+    assert sorted(result["got"], key=lambda body: int(body[1:])) == [
+        f"m{i}" for i in range(1500)
+    ]
 
 
 # ----------------------------------------------------------------- reconnect

@@ -1450,7 +1450,10 @@ def test_an_instance_that_cannot_take_its_client_port_does_not_take_the_term(ins
         assert switched.returncode != 0, switched.stdout
 
         async def answered() -> None:
-            async with connect(instance_addresses(config, "NYC"), "ORDERS") as client:
+            # the handed-over term comes back to the old active after the fallback
+            # (REPLICATION_HANDOVER_FALLBACK_S): the client waits for it
+            addresses = instance_addresses(config, "NYC")
+            async with connect(addresses, "ORDERS", connect_timeout_s=60) as client:
                 with trio.fail_after(30):
                     await put_once(client, b"still", "ORDERS", "squatted")
                 assert (await client.status())["replication"]["instance"] != target

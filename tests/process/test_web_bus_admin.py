@@ -339,7 +339,9 @@ def test_the_group_page_sets_limits_and_adds_a_queue(tmp_path: Path) -> None:
     finally:
         group.terminate()
     assert "unconfirmed_max = 7" in config.read_text()
-    assert [r["action"] for r in journal_of(tmp_path / "g1")] == ["set_limits", "add_queue"]
+    records = journal_of(tmp_path / "g1")
+    assert [r["action"] for r in records] == ["set_limits", "add_queue", "grant"]
+    assert "no [auth]" in json.dumps(records[-1])  # the refused grant is written down too
 
 
 def test_the_operations_page_transcripts_run_as_pasted(tmp_path: Path) -> None:
