@@ -109,6 +109,9 @@ class Client:
     ) -> None:
         self.address = address
         self.protection = protection
+        self.refused_unconfirmed: list[int] = []
+        """With protection: refused messages moved to the DLQ whose confirm an in-order
+        queue held back; confirmed after the next confirms (clients.protection)."""
         """Seals puts to / checks gets from protected queues (clients.protection)."""
         queue_text = None if queue is None else str(queue)
         self._program = program
@@ -433,6 +436,10 @@ class Client:
             await self._linked(None, "confirm")
         request = confirm_request(requests.next_id(), seq, confirm_value, force_j)
         await requests.request(request, None, "other")
+        if self.refused_unconfirmed:  # what an in-order queue held back (with protection)
+            from clients.protection import confirm_refused
+
+            await confirm_refused(self)
 
     async def confirm_many(
         self, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN

@@ -42,6 +42,9 @@ class ProtectedClient(Protocol):
     so this module does not import the connection that imports it."""
 
     _program: str
+    refused_unconfirmed: list[int]
+    """Refused messages moved to the DLQ whose confirm an in-order queue refused
+    (older messages first): confirmed after the application's next confirms."""
 
     @property
     def queue(self) -> Address | None: ...
@@ -282,7 +285,12 @@ async def _to_dead_letter_queue(
             msg_type=message.msg_type,
             priority=message.priority,
             correlation_id=message.correlation_id,
-            headers={"dead_letter_header": header},
+            # once however often it is refused: a reader that cannot confirm it (an
+            # in-order queue, a lost connection) gets it again, and so may another
+            headers={
+                "dead_letter_header": header,
+                "idempotency_key": f"protection-refused {queue} {message.seq}",
+            },
             protect=False,
         )
     except MrsError as failed:
@@ -297,7 +305,10 @@ async def _to_dead_letter_queue(
         try:
             await client.confirm(message.seq)
         except MrsError as failed:
-            log.error("refused message %d dead-lettered but not confirmed: %s", message.seq, failed)
+            if failed.status != Status.BADSEQ:
+                log.error("refused message %d moved, not confirmed: %s", message.seq, failed)
+            else:  # an in-order queue: confirmed once the messages before it are
+                client.refused_unconfirmed.append(message.seq)
     where = "the DLQ" if stored else "the DLJ (the DLQ is memory only)"
     log.warning("message %d on %s refused (%s): moved to %s", message.seq, queue, error, where)
     return where, ""
@@ -308,3 +319,20 @@ def _name(status: Status | int) -> str:
 
 
 __all__ = ["PROTECTION_HEADER", "Protection", "ProtectionRefused", "Quality"]
+
+
+async def confirm_refused(client: ProtectedClient) -> None:
+    """Confirm the refused messages (moved to the DLQ) an in-order queue would not let
+    be confirmed yet, oldest first, as far as the queue now allows: after each of the
+    application's confirms. Before, the refused message stayed unconfirmed, every
+    later confirm was answered BADSEQ, and the next reader moved it to the DLQ again."""
+    pending = client.refused_unconfirmed
+    while pending:
+        seq = pending.pop(0)  # taken first: a confirm that succeeds comes back here
+        try:
+            await client.confirm(seq)
+        except MrsError as failed:
+            if failed.status == Status.BADSEQ:
+                pending.insert(0, seq)  # older messages still unconfirmed
+                return
+            log.error("refused message %d moved, not confirmed: %s", seq, failed)

@@ -57,6 +57,10 @@ confirm = "explicit-out-of-order"
 [[group.queue]]
 id = 14
 name = "PLAIN"
+[[group.queue]]
+id = 15
+name = "IN_ORDER"
+confirm = "explicit-in-order"
 """
 POLICIES = """
 [[policy]]
@@ -66,6 +70,9 @@ signers = ["SHOP"]
 recipients = ["BILLING"]
 [[policy]]
 queue = "1.11"
+protection = "integrity"
+[[policy]]
+queue = "1.15"
 protection = "integrity"
 [[policy]]
 queue = "1.50"
@@ -219,6 +226,36 @@ async def test_unsigned_and_tampered_messages_are_refused_and_dead_lettered(
     async with connect(group.address, "1.11", protection=app(directory, keys, "BILLING")) as q:
         with pytest.raises(NoMoreMessages):
             await q.get(timeout=0)
+
+
+async def test_a_refusal_on_an_in_order_queue_does_not_jam_it(start_group, keys) -> None:
+    """On an explicit-in-order queue a refused message cannot be confirmed while an
+    older one is unconfirmed. Before, the confirm's BADSEQ was only logged: the queue
+    was jammed (every later confirm answered BADSEQ) and the next reader moved the
+    message to the DLJ again. Now it is confirmed right after the older ones."""
+    group, directory = start_group()
+    shop = app(directory, keys, "SHOP")
+    async with connect(group.address, "SENDER", protection=shop) as sender:
+        await sender.put(b"good-1", target="1.15", delivery=MODE.WF_DQF)
+    async with connect(group.address, "SENDER") as plain:
+        await plain.put(b"bad-2", target="1.15", delivery=MODE.WF_DQF)
+    async with connect(group.address, "SENDER", protection=shop) as sender:
+        await sender.put(b"good-3", target="1.15", delivery=MODE.WF_DQF)
+    async with connect(group.address, "1.15", protection=app(directory, keys, "BILLING")) as q:
+        first = await q.get(timeout=5)
+        assert first.body == b"good-1"
+        with pytest.raises(ProtectionRefused) as refused:
+            await q.get(timeout=5)
+        assert refused.value.dead_lettered
+        await q.confirm(first.seq)  # and the refused one after it
+        third = await q.get(timeout=5)
+        assert third.body == b"good-3"
+        await q.confirm(third.seq)  # BADSEQ before: the refused one was never confirmed
+    async with connect(group.address, "1.15", protection=app(directory, keys, "BILLING")) as q:
+        with pytest.raises(NoMoreMessages):
+            await q.get(timeout=0)
+    records = [json.loads(line) for line in dump(directory, "dlj").splitlines()]
+    assert [record["body"] for record in records] == ["bad-2"]
 
 
 async def test_a_refusal_left_on_the_queue_says_why_it_could_not_be_moved(
