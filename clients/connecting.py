@@ -13,7 +13,7 @@ import trio
 
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
-from clients.errors import ConnectionLost, MrsError
+from clients.errors import ConnectionLost, MrsError, ReplyTimeout
 from clients.reconnect import Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
@@ -122,6 +122,7 @@ async def connect(
                 finally:
                     await client.lifetime.give_back_held()  # shielded, bounded
                     nursery.cancel_scope.cancel()
+                    client.closed()
         except BaseExceptionGroup as group:
             raise _single(group) from None
     finally:
@@ -163,14 +164,22 @@ async def put_once(
     still the way to choose the key (one the application can re-send under after a
     restart of its own) and to re-send on a single server's reconnect."""
     headers = {**(put.pop("headers", None) or {}), IDEMPOTENCY_HEADER: key}
-    with trio.fail_after(within_s):
+    last: ConnectionLost | None = None
+    with trio.move_on_after(within_s):
         while True:
             try:
                 return await client.put(body, target, headers=headers, **put)
             except ConnectionLost as lost:
                 if lost.status != Status.LINK_DOWN:
                     raise
+                last = lost
             await client.wait_connected()
+    why = f": {last.message}" if last is not None else ""
+    raise ReplyTimeout(
+        Status.TIMEOUT,
+        f"put_once {key!r}: not answered within {within_s:g} s{why}; the message may or "
+        "may not be stored: put_once again with the same key stores it at most once",
+    )
 
 
 def instance_addresses(config: str | Path, group: str | int) -> list[str]:

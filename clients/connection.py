@@ -210,6 +210,13 @@ class Client:
                 raise JournalFailed(Status.JOURNAL_FAIL, self._status.failure)
             await self._status.changed.wait()
 
+    def closed(self) -> None:
+        """Its `connect` block ended: every later call, and any still waiting for a
+        connection, raises ConnectionLost("client closed") at once (before, they
+        waited for a reconnect that would never come, up to a minute each)."""
+        self._requests.broken = ConnectionLost(Status.LINK_DOWN, "client closed")
+        self._status.wake()
+
     async def wait_connected(self) -> None:
         """Return once a connection is attached (raises if the client gave up)."""
         while self._requests.link is None:

@@ -27,12 +27,15 @@ from clients import (
     NoMoreMessages,
     PutOutcomeUnknown,
     Reconnect,
+    ReplyTimeout,
     Status,
     connect,
     connect_sync,
+    put_once,
 )
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs.group.shapes import IDEMPOTENCY_HEADER as SERVER_IDEMPOTENCY_HEADER
+from sim.ports import free_port
 from tests.client_helpers import FixedPortServer
 
 MODE = DeliveryMode
@@ -220,6 +223,41 @@ def test_interrupts_at_any_moment_of_a_sync_get_lose_no_message(server) -> None:
     assert sorted(result["got"], key=lambda body: int(body[1:])) == [
         f"m{i}" for i in range(1500)
     ]
+
+
+async def test_a_closed_client_says_so_at_once(server) -> None:
+    """Calls on a client whose `connect` block ended raise ConnectionLost("client
+    closed") at once. Before, a client of several addresses waited a minute for a
+    reconnect that could never come, and wait_connected() never returned."""
+    unused = f"127.0.0.1:{free_port()}"
+    async with connect([server.address, unused], "ANYORDER") as client:
+        pass
+    with trio.fail_after(5):
+        for call in (
+            client.get(timeout=1),
+            client.confirm(1),
+            client.put(b"x", "ANYORDER"),
+            client.wait_connected(),
+        ):
+            with pytest.raises(ConnectionLost, match="client closed"):
+                await call
+
+
+async def test_put_once_past_its_time_is_an_mrs_error(server) -> None:
+    """The server gone for longer than `within_s`: ReplyTimeout (an MrsError saying
+    the message may or may not be stored), not trio's bare TooSlowError."""
+    async with connect(server.address, "SENDER", reconnect=FAST) as client:
+        server.stop()
+        with pytest.raises(ReplyTimeout, match="not answered within 0.5 s"):
+            await put_once(client, b"x", "ANYORDER", "once-1", within_s=0.5)
+
+
+def test_a_closed_blocking_client_says_so(server) -> None:
+    """Before: trio.RunFinishedError, no MrsError."""
+    with connect_sync(server.address, "ANYORDER") as blocking:
+        pass
+    with pytest.raises(ConnectionLost, match="client closed"):
+        blocking.get(timeout=1)
 
 
 # ----------------------------------------------------------------- reconnect
