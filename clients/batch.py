@@ -26,7 +26,7 @@ import msgspec
 import trio
 
 from clients.pending import resume
-from clients.requests import put_reply_wait_s, put_request, wire_bytes
+from clients.requests import put_reply_wait_s, put_request, put_timeout_ms, wire_bytes
 from clients.resend import Resender
 from mrs import protocol as wire
 from mrs.errors import (
@@ -97,9 +97,7 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
     uma = item.uma
     if uma is None and item.delivery in _RECOVERABLE:
         uma = Uma.DLJ
-    timeout = item.timeout
-    if timeout is not None and timeout < 0:
-        raise error_for(Status.BADPARAM, f"put timeout must be >= 0 s, got {timeout:g}")
+    timeout_ms = put_timeout_ms(item.timeout)
     return put_request(
         next_id(),
         str(item.target),
@@ -109,7 +107,7 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
         item.msg_class,
         item.msg_type,
         item.priority,
-        0 if not timeout else max(1, round(timeout * 1000)),
+        timeout_ms,
         item.correlation_id,
         str(item.resp_q) if item.resp_q is not None else "",
         item.headers,

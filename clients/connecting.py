@@ -3,6 +3,7 @@ tasks (connection loops, reconnects, the SAF journal writer) and closes it."""
 
 from __future__ import annotations
 
+import math
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ import trio
 
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
-from clients.errors import ConnectionLost, MrsError, ReplyTimeout
+from clients.errors import BadParameter, ConnectionLost, MrsError, ReplyTimeout
 from clients.reconnect import Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
@@ -81,7 +82,9 @@ async def connect(
     four steps: the stream opener, the journal, the first link, the background tasks.
     """
     if not isinstance(address, str):
-        address = ",".join(address)
+        address = ",".join(address) if address is not None else ""
+    _check_seconds("connect_timeout_s", connect_timeout_s, required=True)
+    _check_seconds("heartbeat_s", heartbeat_s, required=False)
     if heartbeat_s == HEARTBEAT_S_DEFAULT and "," in address:
         heartbeat_s = HEARTBEAT_S_INSTANCES_DEFAULT  # a paused active passed over in seconds
     tls = tls if tls is not None else default_tls()
@@ -180,6 +183,18 @@ async def put_once(
         f"put_once {key!r}: not answered within {within_s:g} s{why}; the message may or "
         "may not be stored: put_once again with the same key stores it at most once",
     )
+
+
+def _check_seconds(name: str, value: object, *, required: bool) -> None:
+    """A length of time `connect` takes: a number of seconds above 0 (None too, where
+    it means "never"). BADPARAM otherwise: a heartbeat of 0 declared every connection
+    lost at once and reconnected for ever; NaN failed deep inside trio."""
+    if value is None and not required:
+        return
+    if type(value) not in (int, float) or not 0 < value < math.inf:  # type: ignore[operator]
+        raise BadParameter(
+            Status.BADPARAM, f"connect: {name} must be a number of seconds > 0, got {value!r}"
+        )
 
 
 def instance_addresses(config: str | Path, group: str | int) -> list[str]:

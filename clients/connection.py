@@ -52,8 +52,10 @@ from clients.requests import (
     built,
     confirm_request,
     get_request,
+    get_timeout_ms,
     put_reply_wait_s,
     put_request,
+    put_timeout_ms,
     refuse_bad_pair,
 )
 from clients.resend import Resender
@@ -281,11 +283,7 @@ class Client:
             raise _too_big(len(body), body_bytes_max)
         if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
-        if timeout is not None and timeout < 0:
-            raise error_for(Status.BADPARAM, f"put timeout must be >= 0 s, got {timeout:g}")
-        # 0 on the wire is "the default" (MessageQ's meaning); a tiny positive timeout
-        # stays positive.
-        timeout_ms = 0 if not timeout else max(1, round(timeout * 1000))
+        timeout_ms = put_timeout_ms(timeout)  # 0: the default; a tiny one stays positive
         resender = self._resender
         if resender is not None and delivery in _RECOVERABLE_MODES:
             headers = resender.keyed(headers)
@@ -362,6 +360,7 @@ class Client:
         a poll (timeout 0) is one Get.
         """
         requests = self._requests
+        timeout_ms = get_timeout_ms(timeout)  # a bad one refused before anything waits
         if select is not None:
             return await self._checked((await get_selected(requests, select, timeout, None))[0])
         if requests.held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
@@ -376,7 +375,7 @@ class Client:
                 if self.protection is None:
                     return pooled
                 return await self.protection.deliver(self, pooled)
-        timeout_ms = -1 if timeout is None else round(timeout * 1000)
+        timeout_ms = get_timeout_ms(timeout)  # what `_linked` left of it
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = requests.next_id()
         requests.reserve_get(request_id, 1)
@@ -412,9 +411,10 @@ class Client:
             return [await self._checked(held[0])]
         if self.protection is not None:
             return [await self.get(timeout)]
+        get_timeout_ms(timeout)  # a bad one refused before anything waits
         if requests.link is None or requests.broken is not None:
             timeout = await self._linked(timeout, "get_many")
-        timeout_ms = -1 if timeout is None else round(timeout * 1000)
+        timeout_ms = get_timeout_ms(timeout)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = requests.next_id()
         request = built(wire.GetBatch, request_id, count_max, timeout_ms)  # refuses a bad count

@@ -232,5 +232,5 @@ class Dialer:
 def _split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"server address must be HOST:PORT, got {address!r}")
+        raise error_for(Status.BADPARAM, f"server address must be HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)

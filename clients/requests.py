@@ -15,6 +15,7 @@ Compiled (mrs.native.loader): a put, a get and a confirm of every client pass he
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -76,6 +77,34 @@ def refuse_bad_pair(delivery: int, uma: int) -> None:
         check_mode_and_uma(delivery, uma)
     except Refused as refused:
         raise error_for(refused.status, refused.message) from None
+
+
+def put_timeout_ms(timeout_s: Any) -> int:
+    """A put's timeout on the wire: 0 for None or 0 (the group's default, MessageQ's
+    meaning), else milliseconds, at least 1. BADPARAM for a negative, NaN or infinite
+    one, or one that is no number (NaN once slipped through every comparison)."""
+    if timeout_s is None or (type(timeout_s) in _NUMBERS and timeout_s == 0):
+        return 0
+    if type(timeout_s) not in _NUMBERS or not 0 < timeout_s < math.inf:
+        raise FieldRefused(
+            Status.BADPARAM, f"put timeout must be a number of seconds >= 0, got {timeout_s!r}"
+        )
+    return max(1, round(timeout_s * 1000))
+
+
+def get_timeout_ms(timeout_s: Any) -> int:
+    """A get's timeout on the wire: -1 for None (wait as long as it takes), else
+    milliseconds (0: a poll). BADPARAM as for a put's."""
+    if timeout_s is None:
+        return -1
+    if type(timeout_s) not in _NUMBERS or not 0 <= timeout_s < math.inf:
+        raise FieldRefused(
+            Status.BADPARAM, f"get timeout must be a number of seconds >= 0, got {timeout_s!r}"
+        )
+    return round(timeout_s * 1000)
+
+
+_NUMBERS: Final = (int, float)
 
 
 def put_reply_wait_s(timeout_s: float | None) -> float:

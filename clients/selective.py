@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from clients.errors import BadParameter
 from clients.pending import Requests
-from clients.requests import built
+from clients.requests import built, get_timeout_ms
 from mrs import protocol as wire
 from mrs.core.selection import Selection
 from mrs.limits import REPLY_GRACE_S
@@ -29,7 +29,7 @@ async def get_selected(
             f"select takes a Selection (mrs.core.selection), not {type(select).__name__}",
         )
     requests.require_link(Status.NOTACTIVE, "get")
-    timeout_ms = -1 if timeout is None else round(timeout * 1000)
+    timeout_ms = get_timeout_ms(timeout)
     wait_s = None if timeout is None else timeout + REPLY_GRACE_S
     request_id = requests.next_id()
     keys = select.to_wire()

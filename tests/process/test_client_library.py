@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import random
 import signal
@@ -20,11 +21,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clients import (
+    BadParameter,
     ConnectionLost,
     DeliveryMode,
     MrsError,
     MrsTimeout,
     NoMoreMessages,
+    PutItem,
     PutOutcomeUnknown,
     Reconnect,
     ReplyTimeout,
@@ -250,6 +253,38 @@ async def test_put_once_past_its_time_is_an_mrs_error(server) -> None:
         server.stop()
         with pytest.raises(ReplyTimeout, match="not answered within 0.5 s"):
             await put_once(client, b"x", "ANYORDER", "once-1", within_s=0.5)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "5"])
+async def test_a_timeout_that_is_no_length_of_time_is_badparam(server, bad) -> None:
+    """Before, NaN and infinity raised ValueError / OverflowError from inside the
+    client, "5" a TypeError; -1 was caught for puts only."""
+    async with connect(server.address, "ANYORDER") as client:
+        for call in (
+            client.put(b"x", "ANYORDER", timeout=bad),
+            client.get(timeout=bad),
+            client.get_many(3, timeout=bad),
+        ):
+            with pytest.raises(BadParameter, match="timeout must be a number of seconds"):
+                await call
+        (refused,) = await client.put_many([PutItem(b"x", "ANYORDER", timeout=bad)])
+        assert isinstance(refused, BadParameter)
+
+
+@pytest.mark.parametrize(
+    ("address", "options", "words"),
+    [
+        ("127.0.0.1", {}, "server address must be HOST:PORT"),
+        (None, {"heartbeat_s": 0}, "heartbeat_s must be a number of seconds > 0, got 0"),
+        (None, {"connect_timeout_s": math.nan}, "connect_timeout_s must be a number"),
+    ],
+)
+async def test_connect_refuses_what_it_cannot_use(server, address, options, words) -> None:
+    """One BadParameter line, before anything is dialled. A heartbeat of 0 was taken
+    and the client reconnected for ever, every put answered LINK_DOWN."""
+    with pytest.raises(BadParameter, match=words):
+        async with connect(address or server.address, "ANYORDER", **options):
+            pass
 
 
 def test_a_closed_blocking_client_says_so(server) -> None:
