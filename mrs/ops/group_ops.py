@@ -117,25 +117,30 @@ class GroupOps:
         if self.watch is not None and self.watch.can_grow:
             self.watch.grow_if_needed()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Journal checks every second, plus the opt-in endpoints; started once the
-        endpoints listen (so a port they cannot take fails the start, before READY)."""
+    async def start_endpoints(self, nursery: trio.Nursery) -> None:
+        """The opt-in endpoints (metrics, web), listening when this returns: the server
+        awaits it before READY, so a port they cannot take fails the start in one line
+        (it used to fail after READY). Without endpoints it returns at once, without
+        a scheduler pass (the simulator's schedules stay as they were)."""
+        ops = self.server.config.ops
+        if ops.metrics_port is not None:
+            from mrs.ops.metrics import serve_metrics
+
+            await nursery.start(serve_metrics, self)
+        if ops.web_port is not None:
+            from mrs.ops.web import serve_group_web
+
+            await nursery.start(serve_group_web, self)
+
+    async def run(self) -> None:
+        """Journal checks every second, and the PCJ's archive when it is on."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             ops = self.server.config.ops
-            if ops.metrics_port is not None:
-                from mrs.ops.metrics import serve_metrics
-
-                await nursery.start(serve_metrics, self)
-            if ops.web_port is not None:
-                from mrs.ops.web import serve_group_web
-
-                await nursery.start(serve_group_web, self)
             if ops.pcj_archive_after_s is not None:
                 from mrs.ops.pcj_retention import archive_forever
 
                 nursery.start_soon(archive_forever, self)
-            task_status.started()
             while self.watch is not None:
                 self.watch.check()
                 await trio.sleep(JOURNAL_CHECK_INTERVAL_S)

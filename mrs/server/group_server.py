@@ -184,7 +184,8 @@ class GroupServer:
             async with trio.open_nursery() as nursery:
                 self._cancel_scope = nursery.cancel_scope
                 await nursery.start(self.timers.run)
-                await nursery.start(self.ops.run)
+                await self.ops.start_endpoints(nursery)  # before READY: a taken port fails it
+                nursery.start_soon(self.ops.run)
                 nursery.start_soon(self.partial_frames.trim_loop)
                 self._start_watchers(nursery, connections)
                 if isinstance(writer, InlineWriter):
