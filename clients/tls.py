@@ -14,7 +14,7 @@ from pathlib import Path
 
 import trio
 
-from clients.errors import ConnectionLost, MrsError
+from clients.errors import BadParameter, ConnectionLost, MrsError
 from mrs.config.tls import strict_eof
 from mrs.model import Status
 from mrs.transport.tls_stream import tls_handshake
@@ -45,10 +45,15 @@ def tls_context(
 ) -> ssl.SSLContext:
     """Verify the server with `ca`; present `cert`/`key` when the group asks for a
     client certificate (`client_cert = "required"`). Verification is always on."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    if cert is not None:
-        context.load_cert_chain(str(cert), None if key is None else str(key))
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if cert is not None:
+            context.load_cert_chain(str(cert), None if key is None else str(key))
+    except (OSError, ssl.SSLError) as error:  # a file missing, unreadable or no PEM
+        named = ", ".join(str(path) for path in (ca, cert, key) if path is not None)
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise BadParameter(Status.BADPARAM, f"tls_context: cannot load {named}: {why}") from None
     return context
 
 

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from clients import (
+    BadParameter,
     ClientCredentials,
     ConnectionLost,
     DeliveryMode,
@@ -404,3 +405,14 @@ async def test_tools_take_tls_from_the_environment(tls_bus, tmp_path) -> None:
     assert plain.returncode == 1 and '"name": "G1"' not in plain.stdout
     assert "REFUSED" in plain.stderr and "TLS only" in plain.stderr, plain.stderr
     assert "mrs serve" not in plain.stderr and "MRS_TLS_CA" in plain.stderr
+
+
+def test_tls_files_that_cannot_be_loaded_are_one_badparam_line(tmp_path) -> None:
+    """Before: FileNotFoundError naming no file, or ssl.SSLError."""
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate")
+    for ca, words in ((tmp_path / "missing.pem", "No such file"), (not_pem, "no certificate")):
+        with pytest.raises(BadParameter) as refused:
+            tls_context(ca=ca)
+        assert f"tls_context: cannot load {ca}: " in str(refused.value)
+        assert words in str(refused.value)
