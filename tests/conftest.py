@@ -110,6 +110,27 @@ def make_bus(tmp_path: Path) -> Iterator:
 
 
 @pytest.fixture
+def replay_bus(tmp_path: Path):
+    """make(records by journal) -> a running group 1 whose journals held them at start."""
+    buses = []
+
+    def make(records: dict, **options):  # Journal -> its records
+        from tests.journal_helpers import stopped_bus, write_records
+
+        bus = stopped_bus(tmp_path / f"bus{len(buses)}", **options)
+        for journal, items in records.items():
+            write_records(bus.data_dir / "journals", journal, items)
+        bus.start()
+        buses.append(bus)
+        return bus
+
+    yield make
+    for bus in buses:
+        if bus.process.running:
+            bus.process.terminate()
+
+
+@pytest.fixture
 def bus(make_bus) -> Bus:
     """A running group 1 with the standard queues, pcj_default = true."""
     return make_bus(group_extra="pcj_default = true", limits="dqf_messages_max = 40")

@@ -210,28 +210,6 @@ def test_pcj_archive_refuses_a_chunk_below_one(tmp_path, capsys, chunk) -> None:
 
 
 # ---------------------------------------------------------------------- replays
-@pytest.fixture
-def replay_group(tmp_path: Path):
-    """make(count) -> a running group 1 whose PCJ held `count` records at start."""
-    buses = []
-
-    def make(count: int):
-        bus = stopped_bus(tmp_path / f"bus{len(buses)}")
-        write_records(
-            bus.data_dir / "journals",
-            Journal.PCJ,
-            [record(i, target_queue=21) for i in range(count)],
-        )
-        bus.start()
-        buses.append(bus)
-        return bus
-
-    yield make
-    for bus in buses:
-        if bus.process.running:
-            bus.process.terminate()
-
-
 def _jplay_args(bus, data_dir: Path, *args: str) -> list[str]:
     return [
         "jplay", "--data-dir", str(data_dir), "--group", "1", "--address", bus.address,
@@ -253,9 +231,9 @@ async def _received(bus) -> list[int]:
 
 
 async def test_data_dir_and_its_journals_directory_share_one_replay_ledger(
-    replay_group,
+    replay_bus,
 ) -> None:
-    bus = replay_group(5)
+    bus = replay_bus({Journal.PCJ: [record(i, target_queue=21) for i in range(5)]})
     first = mrs(*_jplay_args(bus, bus.data_dir, "--to", "1.21"))
     assert first.returncode == 0, first.stderr
     again = mrs(*_jplay_args(bus, bus.data_dir / "journals", "--to", "1.21"))
@@ -265,8 +243,8 @@ async def test_data_dir_and_its_journals_directory_share_one_replay_ledger(
     assert sorted(await _received(bus)) == [SEQ_BASE + i for i in range(5)]  # once each
 
 
-async def test_a_refusal_no_rerun_cures_is_not_advised_a_resume(replay_group) -> None:
-    bus = replay_group(3)
+async def test_a_refusal_no_rerun_cures_is_not_advised_a_resume(replay_bus) -> None:
+    bus = replay_bus({Journal.PCJ: [record(i, target_queue=21) for i in range(3)]})
     result = mrs(*_jplay_args(bus, bus.data_dir, "--to", "5.10"))  # no config: no check
     assert result.returncode == 1
     assert "failed 3" in result.stderr and "NOSUCHQUEUE" in result.stderr
@@ -275,9 +253,9 @@ async def test_a_refusal_no_rerun_cures_is_not_advised_a_resume(replay_group) ->
     assert "Traceback" not in result.stderr
 
 
-async def test_after_ctrl_c_the_summary_says_what_was_not_attempted(replay_group) -> None:
+async def test_after_ctrl_c_the_summary_says_what_was_not_attempted(replay_bus) -> None:
     count = 300
-    bus = replay_group(count)
+    bus = replay_bus({Journal.PCJ: [record(i, target_queue=21) for i in range(count)]})
     seen = 0
     enough = trio.Event()
     command = [sys.executable, "-m", "mrs", *_jplay_args(bus, bus.data_dir, "--rate", "40/s")]

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from clients import DeliveryMode, Status, Uma, connect
-from journals import Journal, JournalStore, Record, seq_key
+from journals import Journal, JournalStore, seq_key
 from mrs.config.bus import load_config
 from mrs.offline.selection import filter_from_args
 from mrs.tools.cli import build_parser, main
@@ -34,25 +34,6 @@ from tests.journal_helpers import (
     write_raw,
     write_records,
 )
-
-
-@pytest.fixture
-def replay_bus(tmp_path: Path):
-    """make(records by journal) -> a running group 1 whose journals held them at start."""
-    buses = []
-
-    def make(records: dict[Journal, list[Record]], **options):
-        bus = stopped_bus(tmp_path / f"bus{len(buses)}", **options)
-        for journal, items in records.items():
-            write_records(bus.data_dir / "journals", journal, items)
-        bus.start()
-        buses.append(bus)
-        return bus
-
-    yield make
-    for bus in buses:
-        if bus.process.running:
-            bus.process.terminate()
 
 
 def jplay_command(bus, *args: str) -> list[str]:
