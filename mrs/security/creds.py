@@ -34,6 +34,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mrs.errors import OperatorError
 from mrs.security import scram
 from mrs.security.files import write_private
 from mrs.security.permissions import NONE, Permissions, parse_permissions
@@ -45,8 +46,10 @@ _VERIFIER_KEYS = ("salt", "iterations", "stored_key", "server_key")
 _KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin", "manage"))
 
 
-class CredsError(Exception):
-    """A credentials file or `mrs creds` argument that cannot be used (one line)."""
+class CredsError(OperatorError):
+    """A credentials file or `mrs creds` argument that cannot be used (one line). An
+    operator's mistake, so an MrsError too: an application loading its credentials
+    (`ClientCredentials.from_file`) catches it with everything else of the client."""
 
 
 @dataclass(frozen=True, slots=True)

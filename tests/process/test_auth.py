@@ -15,6 +15,7 @@ import trio
 from clients import (
     DeliveryMode,
     ForceJrn,
+    MrsError,
     NoMoreMessages,
     NotAuthorized,
     Status,
@@ -350,8 +351,9 @@ async def test_a_password_file_reads_as_mrs_creds_reads_it(secure, tmp_path) -> 
     async with connect(secure.address(1), "1.13", credentials=from_file) as producer:
         psb = await producer.put(b"from a file", target="1.10", delivery=DeliveryMode.WF_MEM)
         assert psb.status == Status.SUCCESS
-    with pytest.raises(CredsError, match="missing.pw: No such file"):
+    with pytest.raises(CredsError, match="missing.pw: No such file") as missing:
         ClientCredentials.from_file("producer", tmp_path / "missing.pw")
+    assert isinstance(missing.value, MrsError)  # caught with the rest of the client's
     (tmp_path / "empty.pw").write_text("\n")
     with pytest.raises(CredsError, match="is empty"):
         ClientCredentials.from_file("producer", tmp_path / "empty.pw")
