@@ -299,14 +299,12 @@ def tool_tls_from_env(environ) -> None:
             "MRS_TLS_*: set MRS_TLS_CA, and MRS_TLS_CERT with MRS_TLS_KEY or neither",
             EXIT_USAGE,
         )
-    import ssl
-
+    from clients.errors import BadParameter
     from clients.tls import set_default_tls, tls_context
 
     try:
         set_default_tls(tls_context(ca, cert, key))
-    except (OSError, ssl.SSLError) as error:
-        reason = getattr(error, "reason", None) or error.strerror or error
+    except BadParameter as error:  # "tls_context: cannot load FILES: why"
         raise CommandError(
-            f"MRS_TLS_*: cannot load {ca}, {cert}, {key}: {reason}", EXIT_USAGE
+            f"MRS_TLS_*: {error.message.removeprefix('tls_context: ')}", EXIT_USAGE
         ) from None

@@ -1494,6 +1494,12 @@ def test_status_finds_the_active_past_a_paused_instance_listed_first(instances) 
         moved = run_mrs("failover", "--config", str(config), "NYC", "--to", "a")
         assert moved.returncode == 0, moved.stderr
         assert wait_active({"a": instances["a"]}, FAILOVER_S_MAX) == "a"
+
+    async def all_in_sync() -> None:  # else no replica may take over (nobody in sync)
+        async with connect(instance_addresses(config, "NYC"), None) as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+
+    trio.run(all_in_sync)
     instances["a"].pause()
     try:
         others = {name: process for name, process in instances.items() if name != "a"}
