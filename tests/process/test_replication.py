@@ -27,7 +27,15 @@ import pyarrow.parquet as pq
 import pytest
 import trio
 
-from clients import MrsError, Psb, PutItem, connect, instance_addresses, put_once
+from clients import (
+    ConnectionLost,
+    MrsError,
+    Psb,
+    PutItem,
+    connect,
+    instance_addresses,
+    put_once,
+)
 from mrs.config.bus import load_config
 from mrs.limits import REPLICATION_LAG_S_MAX
 from mrs.model import DeliveryMode, Status, Uma
@@ -1450,13 +1458,20 @@ def test_an_instance_that_cannot_take_its_client_port_does_not_take_the_term(ins
         assert switched.returncode != 0, switched.stdout
 
         async def answered() -> None:
-            # the handed-over term comes back to the old active after the fallback
-            # (REPLICATION_HANDOVER_FALLBACK_S): the client waits for it
-            addresses = instance_addresses(config, "NYC")
-            async with connect(addresses, "ORDERS", connect_timeout_s=60) as client:
-                with trio.fail_after(30):
-                    await put_once(client, b"still", "ORDERS", "squatted")
-                assert (await client.status())["replication"]["instance"] != target
+            # The handed-over term comes back to the old active after the fallback
+            # (REPLICATION_HANDOVER_FALLBACK_S); until then no instance listens. The
+            # squatter's port is left out (it takes connections and answers nothing).
+            addresses = [a for a in instance_addresses(config, "NYC") if a != taken.listen]
+            with trio.fail_after(60):
+                while True:  # another process's state: nothing to await but a dial
+                    try:
+                        async with connect(addresses, "ORDERS") as client:
+                            await put_once(client, b"still", "ORDERS", "squatted")
+                            status = await client.status()
+                        break
+                    except ConnectionLost:
+                        await trio.sleep(0.5)
+            assert status["replication"]["instance"] != target
 
         trio.run(answered)
     assert instances[target].process is not None and instances[target].process.poll() is None
