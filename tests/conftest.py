@@ -94,40 +94,41 @@ class Bus:
 
 
 @pytest.fixture
-def make_bus(tmp_path: Path) -> Iterator:
+def started_buses() -> Iterator[list[Bus]]:
+    """The buses a test's fixtures started; each still running is stopped at its end."""
     buses: list[Bus] = []
-
-    def make(**options: str) -> Bus:
-        bus = Bus(tmp_path / f"bus{len(buses)}", **options)
-        bus.start()
-        buses.append(bus)
-        return bus
-
-    yield make
+    yield buses
     for bus in buses:
         if bus.process.running:
             bus.process.terminate()
 
 
 @pytest.fixture
-def replay_bus(tmp_path: Path):
+def make_bus(tmp_path: Path, started_buses: list[Bus]):
+    def make(**options: str) -> Bus:
+        bus = Bus(tmp_path / f"bus{len(started_buses)}", **options)
+        bus.start()
+        started_buses.append(bus)
+        return bus
+
+    return make
+
+
+@pytest.fixture
+def replay_bus(tmp_path: Path, started_buses: list[Bus]):
     """make(records by journal) -> a running group 1 whose journals held them at start."""
-    buses = []
 
     def make(records: dict, **options):  # Journal -> its records
         from tests.journal_helpers import stopped_bus, write_records
 
-        bus = stopped_bus(tmp_path / f"bus{len(buses)}", **options)
+        bus = stopped_bus(tmp_path / f"bus{len(started_buses)}", **options)
         for journal, items in records.items():
             write_records(bus.data_dir / "journals", journal, items)
         bus.start()
-        buses.append(bus)
+        started_buses.append(bus)
         return bus
 
-    yield make
-    for bus in buses:
-        if bus.process.running:
-            bus.process.terminate()
+    return make
 
 
 @pytest.fixture
