@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from mrs.config.instance_types import CoordinatorConfig
 from mrs.security.tls import operator_connect_options
@@ -162,35 +163,20 @@ async def _leader_first(view: GroupView, timeout_s: float) -> str:
     then the others in the config's order, each with its share of the time. Why: a
     paused instance takes the connection and never answers, and one listed first
     took the whole time, so a group a replica had taken over showed DOWN."""
-    import trio
-
-    from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
-    from mrs.replication.etcd import EtcdClient
-
     coordinator, group_id = view.coordinator, view.group
     if coordinator is None or group_id is None or not view.instances:
         return view.address
-    reader = EtcdCoordinator(
-        EtcdClient(coordinator.etcd), etcd_prefix(coordinator.prefix, group_id), "mrs-status", 0
-    )
-    try:
-        with trio.move_on_after(timeout_s / 4):
-            leader = (await reader.read()).leader
-            if leader in view.instances:
-                rest = [address for name, address in view.instances.items() if name != leader]
-                return ",".join([view.instances[leader], *rest])
-    except CoordinatorUnavailable:
-        pass  # the config's order; the note below says what etcd holds, if it can
-    finally:
-        await reader.aclose()
-    return view.address
+    state = await _etcd_state(coordinator, group_id, timeout_s / 4)
+    leader = None if isinstance(state, str) else state.leader  # unanswered: config's order
+    if leader not in view.instances:
+        return view.address
+    rest = [address for name, address in view.instances.items() if name != leader]
+    return ",".join([view.instances[leader], *rest])
 
 
-async def leadership_note(coordinator: CoordinatorConfig, group_id: int, timeout_s: float) -> str:
-    """What etcd says of a replicated group no instance of which answered: whether an
-    instance holds the lease (starting, or cut off from clients), none does (a
-    failover under way, or the in-sync instances down), or etcd does not answer
-    either (no instance can become active until it does)."""
+async def _etcd_state(coordinator: CoordinatorConfig, group_id: int, timeout_s: float) -> Any:
+    """What etcd holds for the group (a GroupState), or why it did not say within
+    `timeout_s` (a str)."""
     import trio
 
     from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
@@ -200,12 +186,21 @@ async def leadership_note(coordinator: CoordinatorConfig, group_id: int, timeout
     reader = EtcdCoordinator(EtcdClient(coordinator.etcd), key, "mrs-status", 0)
     try:
         with trio.fail_after(timeout_s):
-            state = await reader.read()
+            return await reader.read()
     except (CoordinatorUnavailable, trio.TooSlowError) as error:
-        why = str(error) or f"no answer within {timeout_s:g} s"
-        return f"etcd does not answer either ({why}): no instance can become active until it does"
+        return str(error) or f"no answer within {timeout_s:g} s"
     finally:
         await reader.aclose()
+
+
+async def leadership_note(coordinator: CoordinatorConfig, group_id: int, timeout_s: float) -> str:
+    """What etcd says of a replicated group no instance of which answered: whether an
+    instance holds the lease (starting, or cut off from clients), none does (a
+    failover under way, or the in-sync instances down), or etcd does not answer
+    either (no instance can become active until it does)."""
+    state = await _etcd_state(coordinator, group_id, timeout_s)
+    if isinstance(state, str):
+        return f"etcd does not answer either ({state}): no instance can become active until it does"
     in_sync = ", ".join(state.in_sync or ()) or "none recorded"
     if state.leader is not None:
         return (
