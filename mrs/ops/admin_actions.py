@@ -124,6 +124,7 @@ class AdminActions:
                 raise Refused(
                     Status.BADPARAM, f"unknown admin action {request.action!r} (known: {known})"
                 )
+            _check_arg_names(request.action, request.args)
             handler(self, session, request)
         except Refused as refused:
             if not self._refusal_journaled:  # every refusal is written down, not only rights
@@ -450,7 +451,9 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     args = request.args
     queue = actions.queue(args.get("queue"), "purge")
     actions.check(session, "purge", queue)
-    discard = bool(args.get("discard", False))
+    discard = args.get("discard", False)
+    if type(discard) is not bool:
+        raise Refused(Status.BADPARAM, f"purge: discard must be true or false, got {discard!r}")
     reason = str(args.get("reason") or "purged by an operator")[:200]
     group = actions.group
     ctx = group.ctx
@@ -844,6 +847,28 @@ def _pcj_archive(actions: AdminActions, session: AdminSession, request: wire.Adm
     result = {"run": run_id, "until_ns": until_ns, "closed": closed}
     actions.journal(session, "pcj-archive", {"until_ns": until_ns, "closed": closed}, result)
     session.send(wire.AdminReply(request.request_id, result))
+
+
+_ARG_NAMES: dict[str, frozenset[str]] = {
+    "browse": frozenset({"queue", "limit", "select"}),
+    "purge": frozenset({"queue", "discard", "reason"}),
+    "move": frozenset({"queue", "to", "limit", "select"}),
+    "connections": frozenset(),
+    "journal": frozenset({"limit"}),
+    "set_limits": frozenset({"queue", *LIMIT_KEYS}),
+    "add_queue": frozenset(QUEUE_KEYS),
+    "grant": frozenset({"principal", *rules.GRANT_KINDS}),
+    "pcj_archive": frozenset({"until_ns", "closed"}),
+}
+"""The arguments each action reads: any other is a mistake (a misspelt `discard`
+would purge into the DLJ, a misspelt limit would be left as it was), refused by name."""
+
+
+def _check_arg_names(action: str, args: dict) -> None:
+    unknown = sorted(str(name)[:40] for name in set(args) - _ARG_NAMES[action])
+    if unknown:
+        known = ", ".join(sorted(_ARG_NAMES[action])) or "none"
+        raise Refused(Status.BADPARAM, f"{action}: unknown argument {unknown} (known: {known})")
 
 
 _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], None]] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, connect
+from clients import BadParameter, DeliveryMode, connect
 from mrs.ops.admin_actions import JOURNAL_FILE_NAME
 from sim.ports import free_port
 from sim.processes import GroupProcess
@@ -196,6 +196,44 @@ def test_every_refused_admin_action_is_in_the_admin_journal(two_groups) -> None:
     assert records[2]["result"]["status"] == "NO_DQF"
     journal = run_mrs("admin", "journal", "--address", address, "--json")
     assert len(json.loads(journal.stdout)["records"]) == len(asks)
+
+
+def test_an_admin_argument_it_does_not_read_is_refused_by_name_and_nothing_is_purged(
+    two_groups,
+) -> None:
+    """The web console and the client API send admin args as a table: a misspelt
+    `discard` or `limit` was silently dropped, and `discard: "no"` counted as yes."""
+    address = _address_of(two_groups, 1)
+
+    async def asks() -> list[str]:
+        refusals = []
+        async with connect(address, "ORDERS") as client:
+            await client.put(b"keep me", "ORDERS", delivery=DeliveryMode.WF_DQF)
+            for action, args in (
+                ("purge", {"queue": "ORDERS", "dicsard": True}),
+                ("purge", {"queue": "ORDERS", "discard": "no"}),
+                ("browse", {"queue": "ORDERS", "limt": 5}),
+                ("connections", {"verbose": True}),
+            ):
+                with pytest.raises(BadParameter) as refused:
+                    await client.admin(action, **args)
+                refusals.append(str(refused.value))
+            assert (await client.pending(["ORDERS"]))[0] == 1
+            assert (await client.get(timeout=5)).body == b"keep me"
+        return refusals
+
+    refusals = trio.run(asks)
+    assert "unknown argument ['dicsard']" in refusals[0] and "discard" in refusals[0]
+    assert "discard must be true or false, got 'no'" in refusals[1]
+    assert "unknown argument ['limt']" in refusals[2]
+    assert "connections: unknown argument ['verbose'] (known: none)" in refusals[3]
+    lines = (two_groups.parent / "g1" / JOURNAL_FILE_NAME).read_text().splitlines()
+    assert [json.loads(line)["action"] for line in lines] == [
+        "purge",
+        "purge",
+        "browse",
+        "connections",
+    ]
 
 
 # ------------------------------------------------ mrs dlq-handler --check is the run
