@@ -24,7 +24,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from journals import Journal, group_key, split_key
 from mrs import protocol as wire
@@ -34,7 +34,7 @@ from mrs.group.queue_lookup import local_counts
 from mrs.group.shapes import TransferError
 from mrs.group.transfer import LINK_LOST, status_name
 from mrs.group.wiring import LinkRooms
-from mrs.limits import LINK_DIRECT_MESSAGES_MAX
+from mrs.limits import LINK_DIRECT_MESSAGES_MAX, PENDING_QUEUES_MAX, RECEIPTS_PER_FRAME_MAX
 from mrs.limits import LINK_FRAME_OVERHEAD_BYTES as FRAME_OVERHEAD_BYTES  # noqa: F401 (re-exported)
 from mrs.limits import LINK_NOTICES_PER_FRAME_MAX as NOTICES_PER_FRAME_MAX
 from mrs.limits import LINK_RETRY_S_MAX as RETRY_S_MAX
@@ -535,6 +535,7 @@ class PeerLink:
         """A link event from the peer. Raises wire.RemoteProtocolError on nonsense."""
         rooms = self.rooms
         try:
+            _check_frame_size(event)
             match event:
                 case wire.LinkTransfer():
                     self.messages_received += len(event.messages)
@@ -597,3 +598,23 @@ class PeerLink:
                 self.peer_id, keys, lambda: self._notices_in_flight.difference_update(keys)
             )
         self.wake()
+
+
+_ITEMS_PER_FRAME_MAX: Final[dict[type, tuple[str, int]]] = {
+    wire.LinkTransfer: ("messages", TRANSFER_MESSAGES_MAX),
+    wire.LinkNotice: ("notices", max(NOTICES_PER_FRAME_MAX, RECEIPTS_PER_FRAME_MAX)),
+    wire.LinkPendingQuery: ("queues", PENDING_QUEUES_MAX),
+}
+"""What a group sends in one link frame at most (`LinkSession.pump`, receipts, a
+client's ShowPending): a peer that sends more is lying or broken. Bounded here, not
+only by the frame's bytes: 64 MiB of tiny messages would be one commit of a million."""
+
+
+def _check_frame_size(event: object) -> None:
+    bound = _ITEMS_PER_FRAME_MAX.get(type(event))
+    if bound is not None:
+        field, count_max = bound
+        count = len(getattr(event, field))
+        if count > count_max:
+            kind = type(event).__name__
+            raise TransferError(f"{kind} of {count} {field} (a group sends {count_max} at most)")

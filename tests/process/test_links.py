@@ -313,6 +313,37 @@ async def test_a_second_link_connection_that_ends_leaves_the_link_up(bus) -> Non
     assert psb.delivery_status == Status.STORED
 
 
+async def test_a_peer_that_sends_more_than_a_group_sends_in_one_frame_is_refused(bus) -> None:
+    """A group sends LINK_TRANSFER_MESSAGES_MAX messages in a transfer at most; a
+    lying peer's 257 was stored (a frame of tiny messages could hold a million, in
+    one commit). It is refused with a Fatal naming the count, nothing is stored, and
+    the real group 1 dials again."""
+    from mrs import protocol as wire
+    from mrs.limits import LINK_TRANSFER_MESSAGES_MAX
+
+    host, port = bus.address(2).rsplit(":", 1)
+    connection = wire.Connection("client")
+    stream = await bus.memory.network.node("clients").connect(host, int(port))
+    count = LINK_TRANSFER_MESSAGES_MAX + 1
+    fields = (10, 1, 11, b"x", 0, 0, 0, int(MODE.WF_DQF), int(Uma.DISC), b"", 1, None, False)
+    messages = [wire.TransferredMessage(1_000 + index, *fields) for index in range(count)]
+    async with stream:
+        hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
+        await stream.send_all(connection.send(hello))
+        await stream.send_all(connection.send(wire.LinkTransfer(1, messages)))
+        events: list = []
+        while not any(isinstance(event, wire.Fatal) for event in events):
+            data = await stream.receive_some(65536)
+            assert data, events
+            connection.receive_data(data)
+            events += [e for e in connection.events() if e is not wire.CLOSED]
+    assert [type(event) for event in events] == [wire.Welcome, wire.Fatal]
+    assert f"LinkTransfer of {count} messages" in events[1].message
+    await wait_for_link(bus, 2, 1, "up")
+    async with bus.connect(2, "IN") as receiver:
+        assert (await receiver.pending(["IN"])) == [0]
+
+
 async def test_receiver_forgets_dedupe_keys_once_the_sender_cannot_resend(bus) -> None:
     """Dedupe keys live only while a resend is possible: the journal does not grow."""
     async with bus.connect(1, "OUT") as sender:
