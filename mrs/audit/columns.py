@@ -142,6 +142,23 @@ def seq_of_key(key: bytes) -> int | None:
     return _U64.unpack_from(key, len(key) - 8)[0] if len(key) >= 8 else None
 
 
+SEQ_SIGN = 1 << 63
+"""Seqs from here up (groups 16384..32767: the group is the top 15 bits,
+mrs.core.seqspace) do not fit a signed 64-bit integer."""
+
+
+def signed_seq(seq: int) -> int:
+    """A seq as the `seq` column holds it: the same 64 bits read as signed, since
+    Spark and Parquet have no unsigned 64-bit integer (Java's `long` does the same),
+    so a group of id 16384 or more has negative seqs. `stored_seq` undoes it."""
+    return seq - (SEQ_SIGN << 1) if seq >= SEQ_SIGN else seq
+
+
+def stored_seq(value: int) -> int:
+    """The seq (as in keys, PSBs and `mrs dump`) of a `seq` column value."""
+    return value % (SEQ_SIGN << 1)
+
+
 def _timestamps(ns_values) -> pa.Array:
     """ns since the epoch -> UTC microsecond timestamps; 0 (unset) -> null."""
     ns = pa.array(ns_values, pa.int64())
@@ -215,7 +232,7 @@ def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBa
     arrays = [
         pa.array([journal] * count, pa.string()),
         pa.array([group] * count, pa.int32()),
-        pa.array(columns[_SEQ], pa.int64()),
+        pa.array(columns[_SEQ], pa.uint64()).view(pa.int64()),  # signed_seq, by the column
         _addresses(source_group, source_queue),
         source_group,
         source_queue,
@@ -252,10 +269,15 @@ def _empty_batch() -> pa.RecordBatch:
 def corrupt_batch(items: list[tuple[bytes, str]], group: int, journal: str) -> pa.RecordBatch:
     """Rows that report corrupt records: group, seq (from the key), journal, problem."""
     rows = [
-        {"journal": journal, "group": group, "seq": seq_of_key(key), "corrupt": problem}
+        {"journal": journal, "group": group, "seq": _signed_seq_of_key(key), "corrupt": problem}
         for key, problem in items
     ]
     return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+
+
+def _signed_seq_of_key(key: bytes) -> int | None:
+    seq = seq_of_key(key)
+    return None if seq is None else signed_seq(seq)
 
 
 def batch_from_records(records: Iterable, group: int, journal: str) -> pa.RecordBatch:
@@ -281,7 +303,8 @@ def row_from_values(values: list, group: int, journal: str) -> tuple:
     possdupl, deliveries, replayed, principals = _extra_fields([extra])
     is_dlj = journal == "dlj"
     return (
-        journal, group, seq, f"{source_group}.{source_queue}", source_group, source_queue,
+        journal, group, signed_seq(seq), f"{source_group}.{source_queue}", source_group,
+        source_queue,
         f"{target_group}.{target_queue}", target_group, target_queue, msg_class, msg_type,
         priority, _name(_DELIVERY_NAMES, delivery), _name(_UMA_NAMES, uma),
         _timestamp(put_time_ns), _timestamp(written_time_ns), _timestamp(confirm_time_ns),
@@ -293,5 +316,5 @@ def row_from_values(values: list, group: int, journal: str) -> tuple:
 
 def corrupt_row(key: bytes, problem: str, group: int, journal: str) -> tuple:
     row: list = [None] * len(COLUMN_NAMES)
-    row[0], row[1], row[2], row[-1] = journal, group, seq_of_key(key), problem
+    row[0], row[1], row[2], row[-1] = journal, group, _signed_seq_of_key(key), problem
     return tuple(row)

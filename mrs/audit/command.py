@@ -7,11 +7,12 @@
     mrs audit export --config bus.toml --out /data/mrs-parquet [--overwrite]
 
 Nothing here imports Spark until the job runs, so `mrs --help` stays fast. An
-operator's mistake (no journal there, unknown group, bad time, no Java) is one line
-on stderr and exit status 2; a failed Spark job is one line and status 1; Ctrl-C is
-one line and status 130. Files are written only under `--out`: without it the report
-is the terminal summary (or `--json`), and Spark's own log goes to a temporary file
-that is removed when the audit succeeds. Progress is a line per stage on stderr.
+operator's mistake (no journal there, unknown group, bad time, no Java, a bad
+--master) is one line on stderr and exit status 2; a damaged journal or a failed
+Spark job is one line and status 1; Ctrl-C is one line and status 130. Files are
+written only under `--out`: without it the report is the terminal summary (or
+`--json`), and Spark's own log goes to a temporary file that is removed when the
+audit succeeds. Progress is a line per stage on stderr.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ EXIT_INTERRUPTED = 130
 class AuditUsageError(OperatorError):
     """The command line does not describe a readable audit (one line; status
     BADPARAM, under the one root `mrs.errors.MrsError`)."""
+
+
+class AuditJournalDamaged(OperatorError):
+    """A journal to read is damaged: one line naming the file and `mrs journal
+    verify`/`salvage`, exit status 1, as `mrs pcj archive` says it."""
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -97,8 +103,6 @@ def parse_time(text: str | None, option: str) -> datetime.datetime | None:
 def source_options(args: argparse.Namespace) -> dict[str, str]:
     """The data source options for the command line's groups, checked here first so a
     mistake is one clear line before Spark starts."""
-    from mrs.audit.scan import journal_dir
-
     groups = [g for text in args.group for g in re.split(r"[,\s]+", text) if g]
     if args.config is not None and not args.data_dir:
         from mrs.config.bus import load_config
@@ -108,7 +112,7 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
             ids = [int(g) for g in groups] if groups else list(bus.groups)
             for group in ids:
                 _check_not_replicated(bus.group(group))
-                journal_dir(bus.group(group).data_dir)
+                readable_journal(bus.group(group).data_dir)
         except ValueError:
             raise AuditUsageError(f"--group: not a group id: {','.join(groups)}") from None
         except (LookupError, FileNotFoundError) as error:
@@ -119,10 +123,24 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     if groups:
         raise AuditUsageError("--group goes with --config")
     try:
-        dirs = [str(journal_dir(d.resolve())) for d in args.data_dir]
+        dirs = [str(readable_journal(d.resolve())) for d in args.data_dir]
     except FileNotFoundError as error:
         raise AuditUsageError(str(error)) from None
     return {"paths": json.dumps(dirs)}
+
+
+def readable_journal(data_dir: Path) -> Path:
+    """The group's LMDB directory (`mrs.audit.scan.journal_dir`), checked first in a
+    child process as `mrs pcj archive` checks it: LMDB trusts its file, and one cut
+    short kills its reader (this process or a Spark worker) with SIGBUS, unsaid."""
+    from mrs.audit.scan import journal_dir
+    from mrs.storage.journal_check import verify_before_open
+
+    directory = journal_dir(data_dir)
+    damage = verify_before_open(directory, unreadable_only=True)
+    if damage is not None:
+        raise AuditJournalDamaged(damage)
+    return directory
 
 
 def _check_not_replicated(group: GroupConfig) -> None:
@@ -206,27 +224,32 @@ def _run(args: argparse.Namespace) -> int:
         sources = source_options(args)
         since = parse_time(args.since, "--since")
         until = parse_time(args.until, "--until")
+        if since is not None and until is not None and since >= until:
+            raise AuditUsageError(f"--since {args.since} is not before --until {args.until}")
         if args.action == "export" and args.out is None:
             raise AuditUsageError("export needs --out DIR")
         if args.trail is not None:
             return _trail(sources, args, progress)
         check_java()
+        log_path = _log_path(args.out)
     except AuditUsageError as error:
         print(f"mrs audit: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from mrs.audit.load import read_journals
-    from mrs.audit.session import build_local_archive, build_session, is_local
+    except AuditJournalDamaged as error:
+        print(f"mrs audit: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    from mrs.audit.session import build_local_archive, is_local
 
-    log_path = _log_path(args.out)
     progress(f"starting Spark ({args.master}); its log: {log_path}")
-    local = is_local(args.master) and args.action == "report"
-    with concurrent.futures.ThreadPoolExecutor(1, "audit-spark-start") as pool:
-        # The JVM starts while this thread reads the journals (both take seconds).
-        starting = pool.submit(build_session, args.master, log_path=log_path)
-        try:
-            table = read_journals(sources, progress=progress) if local else None
-        finally:
-            spark = starting.result()
+    try:
+        spark, table = _start_spark(sources, args, log_path, progress)
+    except Exception as error:
+        if not _from_spark(error):
+            raise
+        why = spark_start_line(error, log_path)
+        print(f"mrs audit: Spark did not start with --master {args.master}: {why} "
+              f"(log: {log_path})", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     progress("Spark started")
     signal.signal(signal.SIGINT, _interrupted)  # pyspark installed its own
     failed = True
@@ -238,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
         failed = status != 0
         return status
     except Exception as error:  # noqa: BLE001 - Spark wraps everything; say it in one line
-        if type(error).__module__.startswith(("pyspark", "py4j")):
+        if _from_spark(error):
             print(f"mrs audit: Spark job failed: {spark_error_line(error)} (log: {log_path})",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
@@ -251,11 +274,54 @@ def _run(args: argparse.Namespace) -> int:
             log_path.unlink(missing_ok=True)
 
 
+def _start_spark(sources: dict[str, str], args: argparse.Namespace, log_path: Path,
+                 progress: Progress):  # fmt: skip
+    """(SparkSession, the journals as one table or None): with a local master the
+    JVM starts while this thread reads the journals (both take seconds)."""
+    from mrs.audit.load import read_journals
+    from mrs.audit.session import build_session, is_local
+
+    local = is_local(args.master) and args.action == "report"
+    with concurrent.futures.ThreadPoolExecutor(1, "audit-spark-start") as pool:
+        starting = pool.submit(build_session, args.master, log_path=log_path)
+        try:
+            table = read_journals(sources, progress=progress) if local else None
+        finally:
+            spark = starting.result()
+    return spark, table
+
+
+def _from_spark(error: BaseException) -> bool:
+    return type(error).__module__.startswith(("pyspark", "py4j"))
+
+
+def spark_start_line(error: BaseException, log_path: Path) -> str:
+    """Why Spark did not start: the JVM's reason from its log (a bad master URL, no
+    master answering), which py4j's error does not carry; else `spark_error_line`."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    for pattern in (r"Reason: (.*)", r"SparkException: (.*)"):
+        found = re.findall(pattern, text)
+        if found:
+            return found[-1].strip()[:300]
+    return spark_error_line(error)
+
+
 def _log_path(out: Path | None) -> Path:
-    """Spark's log: in --out, else a temporary file (removed when the audit succeeds)."""
+    """Spark's log: in --out, else a temporary file (removed when the audit succeeds).
+    An --out that cannot be a directory is the operator's to fix: one line, before
+    Spark starts."""
     if out is not None:
         out = out.resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise AuditUsageError(f"--out {out}: a file, not a directory")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "spark.log").touch()
+        except OSError as error:
+            raise AuditUsageError(f"--out {out}: {error.strerror or error}") from None
         return out / "spark.log"
     handle, name = tempfile.mkstemp(prefix="mrs-audit-", suffix=".log")
     os.close(handle)

@@ -33,10 +33,13 @@ import pyarrow as pa
 from journals import Journal, JournalStore, checksum
 from journals.record import FORMAT_VERSION, MAGIC
 from mrs.audit.columns import (
+    SEQ_SIGN,
     batch_from_values,
     corrupt_batch,
     decode_values,
     seq_of_key,
+    signed_seq,
+    stored_seq,
 )
 
 BATCH_ROWS = 8192
@@ -72,6 +75,7 @@ class Range:
     def both(self, other: Range) -> Range:
         low = max((v for v in (self.low, other.low) if v is not None), default=None)
         high = min((v for v in (self.high, other.high) if v is not None), default=None)
+        values: frozenset[int] | None
         if self.values is not None and other.values is not None:
             values = self.values & other.values
         else:
@@ -180,32 +184,55 @@ def _plan_one(
         db = store.db(Journal(journal))
         if db is None:
             return []
-        low = _key(conditions.seq.low) if conditions.seq.low is not None else b""
-        high_limit = _key(conditions.seq.high) if conditions.seq.high is not None else None
-        splits: list[bytes] = []
-        last: bytes | None = None
-        count = 0
         with store.env.begin(db=db) as txn:
             cursor = txn.cursor(db)
-            found = cursor.set_range(low) if low else cursor.first()
-            if not found:
-                return []
-            for key in cursor.iternext(keys=True, values=False):
-                if high_limit is not None and key > high_limit:
-                    break
-                if count % per_part == 0 and len(splits) < PARTITIONS_PER_GROUP_MAX:
-                    splits.append(key)
-                last = key
-                count += 1
+            ranges = key_ranges(conditions.seq)
+            spans = [_split(cursor, low, high, per_part) for low, high in ranges]
     finally:
         store.close()
+    return [
+        Part(path, group, journal, start, end, boundary_ns, conditions)
+        for span in spans
+        for start, end in span
+    ]
+
+
+_SEQ_END = (SEQ_SIGN << 1) - 1
+
+
+def key_ranges(seqs: Range) -> list[tuple[bytes | None, bytes | None]]:
+    """The key ranges (inclusive; None: the journal's start or end) holding the seqs
+    a range over the signed `seq` column admits, in key order: column values from 0
+    up are keys below 2**63, negative ones (`columns.signed_seq`) the keys above."""
+    low = -SEQ_SIGN if seqs.low is None else seqs.low
+    high = SEQ_SIGN - 1 if seqs.high is None else seqs.high
+    stored: list[tuple[int, int]] = []
+    if high >= 0:
+        stored.append((max(low, 0), high))
+    if low < 0:
+        stored.append((stored_seq(low), stored_seq(min(high, -1))))
+    stored = [(a, b) for a, b in stored if a <= b]
+    if len(stored) == 2 and stored[0][1] + 1 == stored[1][0]:
+        stored = [(stored[0][0], stored[1][1])]
+    return [(_key(a) if a else None, _key(b) if b != _SEQ_END else None) for a, b in stored]
+
+
+def _split(cursor, low: bytes | None, high: bytes | None, per_part: int) -> list[tuple]:
+    """(first key, last key) of each part of the keys from `low` to `high`."""
+    if not (cursor.set_range(low) if low is not None else cursor.first()):
+        return []
+    splits: list[bytes] = []
+    last: bytes | None = None
+    for count, key in enumerate(cursor.iternext(keys=True, values=False)):
+        if high is not None and key > high:
+            break
+        if count % per_part == 0 and len(splits) < PARTITIONS_PER_GROUP_MAX:
+            splits.append(key)
+        last = key
     if last is None:
         return []
     ends = [_before(key) for key in splits[1:]] + [last]
-    return [
-        Part(path, group, journal, start, end, boundary_ns, conditions)
-        for start, end in zip(splits, ends, strict=True)
-    ]
+    return list(zip(splits, ends, strict=True))
 
 
 def _before(key: bytes) -> bytes:
@@ -215,7 +242,9 @@ def _before(key: bytes) -> bytes:
 
 
 def _seq_admits(conditions: Conditions, seq: int | None) -> bool:
-    return seq is None or conditions.seq.admits(seq)
+    """Whether the seq (as stored; None or not an int: unknown) is in the pushed
+    range, which is over the signed `seq` column (`columns.signed_seq`)."""
+    return type(seq) is not int or conditions.seq.admits(signed_seq(seq))
 
 
 _GOOD_HEADER = bytes([MAGIC, FORMAT_VERSION])
@@ -271,7 +300,7 @@ def scan_chunks(
                 written = decoded[WRITTEN_TIME_NS]
                 if type(written) is int and written > boundary_ns:
                     continue
-                if seq_values and not conditions.seq.admits(decoded[SEQ]):
+                if seq_values and not _seq_admits(conditions, decoded[SEQ]):
                     continue
                 if filter_fields and not conditions.admits(decoded):
                     continue
