@@ -9,6 +9,7 @@ session of the test session (tests/audit_fixtures.py) for the report's figures.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -130,6 +131,38 @@ def test_pcj_archive_of_a_group_above_16383_moves_every_record(tmp_path):
     assert sorted(stored_seq(s) for s in archived.column("seq").to_pylist()) == sorted(
         LOW_SEQS + HIGH_SEQS
     )
+
+
+def test_a_run_killed_after_its_files_finishes_for_a_group_above_16383(tmp_path):
+    """The next run reads the killed run's files back to delete their records from
+    the PCJ: their signed seqs were turned into keys as they were, every rerun failed
+    ("int too large to convert") and the records sat in both places."""
+    data_dir = _high_group_dir(tmp_path / "g")
+    where = ("--data-dir", str(data_dir), "--group", str(HIGH_GROUP), "--until", "now")
+    killed = run_mrs("pcj", "archive", *where, env={"MRS_PCJ_ARCHIVE_KILL_AT": "written"})
+    assert killed.returncode == -9, killed.stderr
+    done = run_mrs("pcj", "archive", *where, "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["recovered"], summary["archived"], summary["pcj_remaining"]) == (7, 0, 1)
+    archived = ds.dataset(summary["dir"], format="parquet", partitioning="hive").to_table()
+    seqs = sorted(stored_seq(s) for s in archived.column("seq").to_pylist())
+    assert seqs == sorted(LOW_SEQS + HIGH_SEQS)
+
+
+def test_a_second_archive_run_beside_a_running_one_stops_in_one_line(tmp_path):
+    """Two runs at once (an operator's beside the server's automatic one) each took
+    the other's chunk intent for a killed run's: 48,000 of 60,000 records were
+    archived twice. A run holds the data directory's archive lock; a second stops."""
+    data_dir = _high_group_dir(tmp_path / "g")
+    where = ("--data-dir", str(data_dir), "--group", str(HIGH_GROUP), "--until", "now")
+    with open(data_dir / "pcj-archive.lock", "w") as held:  # what a run under way holds
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        second = run_mrs("pcj", "archive", *where)
+        _one_line(second, 1, "another archive run works group 20000's PCJ", "run again")
+    assert not list((data_dir / "archive").rglob("*.parquet"))
+    done = run_mrs("pcj", "archive", *where, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["archived"] == 7, done.stderr
 
 
 def _one_line(result, status: int, *words: str) -> None:

@@ -23,12 +23,15 @@ transaction is short (one chunk), and the map size is the server's own.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +42,7 @@ from mrs.storage.journal_scan import record_segment
 
 if TYPE_CHECKING:
     from mrs.config.bus import GroupConfig
+    from mrs.offline.journal_files import GroupJournals
 
 log = logging.getLogger("mrs.tools.journal.pcj_archive")
 
@@ -48,6 +52,8 @@ PREFIX_HEAD = "pcj-archive"
 ARCHIVE_POLL_S = 0.2
 """How often `mrs pcj archive` on a replicated group looks for its run's summary."""
 KILL_AT_ENV = "MRS_PCJ_ARCHIVE_KILL_AT"
+LOCK_FILE_NAME = "pcj-archive.lock"
+"""Held by a `mrs pcj archive` run in the group's data directory: one run at a time."""
 """Harness only: SIGKILL this process at a named step (intent, file, written)."""
 
 
@@ -166,9 +172,11 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
                 path.unlink(missing_ok=True)  # a temporary file never renamed: not archived
                 continue
             seqs.extend(pq.read_table(path, columns=["seq"]).column("seq").to_pylist())
+    from mrs.audit.columns import stored_seq
+
     batch = WriteBatch.empty()
     present = 0
-    keys = [seq_key(seq) for seq in seqs]
+    keys = [seq_key(stored_seq(seq)) for seq in seqs]  # the files hold the signed column
     # one read for the chunk (on a replicated active each read is a hop to its loop)
     for key, value in zip(keys, store.get_raw_many(Journal.PCJ, keys), strict=True):
         if value is not None:
@@ -230,12 +238,7 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
 
 def run_pcj_archive(args: argparse.Namespace) -> int:
     from mrs.config.ops import OpsConfig
-    from mrs.offline.journal_files import (
-        JournalsNotFound,
-        locate,
-        open_store,
-        replicated_journals,
-    )
+    from mrs.offline.journal_files import JournalsNotFound, locate
     from mrs.offline.selection import SelectionError, parse_time_ns
     from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
@@ -258,27 +261,8 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
         raise CommandError(str(error), EXIT_USAGE) from None
     ops = where.group.ops if where.group is not None else OpsConfig()
     out_dir = args.dir if args.dir is not None else ops.archive_dir(where.data_dir)
-    store = open_store(where, writable=True)
-    if replicated_journals(where, store):
-        store.close()
-        raise CommandError(
-            "pcj archive: these are a replicated group's journals; the archive deletes "
-            "what it writes out, and a deletion here would not reach the other instances "
-            "(give --config without --instance: the active archives, docs/replication.md)",
-            EXIT_USAGE,
-        )
-    try:
-        result = archive_pcj(
-            store,
-            where.group_id,
-            out_dir,
-            until_ns,
-            chunk_records=args.chunk,
-            kill_at=os.environ.get(KILL_AT_ENV),  # the command's edge: harness only
-            closed_only=args.closed,
-        )
-    finally:
-        store.close()
+    with _one_run_at_a_time(where.data_dir, where.group_id):
+        result = _archive_located(where, out_dir, until_ns, args)
     if args.json:
         print(json.dumps({"group": where.group_id, "dir": str(out_dir), **result.as_dict()}))
     else:
@@ -290,6 +274,61 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
             f"{result.remaining} records left in the PCJ"
         )
     return 0
+
+
+def _archive_located(
+    where: GroupJournals, out_dir: Path, until_ns: int, args: argparse.Namespace
+) -> ArchiveResult:
+    """`archive_pcj` on the journals the command line located (not a replicated group's)."""
+    from mrs.offline.journal_files import open_store, replicated_journals
+    from mrs.tools.cli_support import EXIT_USAGE, CommandError
+
+    store = open_store(where, writable=True)
+    if replicated_journals(where, store):
+        store.close()
+        raise CommandError(
+            "pcj archive: these are a replicated group's journals; the archive deletes "
+            "what it writes out, and a deletion here would not reach the other instances "
+            "(give --config without --instance: the active archives, docs/replication.md)",
+            EXIT_USAGE,
+        )
+    try:
+        return archive_pcj(
+            store,
+            where.group_id,
+            out_dir,
+            until_ns,
+            chunk_records=args.chunk,
+            kill_at=os.environ.get(KILL_AT_ENV),  # the command's edge: harness only
+            closed_only=args.closed,
+        )
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def _one_run_at_a_time(data_dir: Path, group_id: int) -> Iterator[None]:
+    """Hold the data directory's archive lock for a run. Two runs at once (an
+    operator's beside the server's automatic one) each took the other's chunk intent
+    for a killed run's and archived the same records twice; the second now stops."""
+    from mrs.tools.cli_support import CommandError
+
+    path = Path(data_dir) / LOCK_FILE_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise CommandError(f"pcj archive: cannot create {path}: {error.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CommandError(
+                f"pcj archive: another archive run works group {group_id}'s PCJ ({path} "
+                "is locked); run again once it ends"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _replicated_group(args: argparse.Namespace) -> GroupConfig | None:
