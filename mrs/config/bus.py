@@ -97,18 +97,30 @@ def load_config(path: str | os.PathLike[str]) -> BusConfig:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(path, "(file)", f"not UTF-8 text: {err}") from None
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            path,
+            "(file)",
+            f"not UTF-8 text: line {line}: byte 0x{data[err.start]:02x} cannot be read "
+            "as UTF-8 (save the file as UTF-8)",
+        ) from None
     return parse_config(text, Path(path))
 
 
 def parse_config(text: str, path: str | os.PathLike[str]) -> BusConfig:
     """Validate TOML `text`; `path` names it in errors and anchors relative data_dirs."""
     try:
-        document = tomllib.loads(text)
+        # a byte order mark (Notepad and some editors write one) is not TOML, and
+        # tomllib's "Invalid statement (at line 1, column 1)" did not say so
+        document = tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(path, "(syntax)", str(err)) from None
     except ValueError:  # tomllib's int() of a number too long to convert
         raise ConfigError(path, *_overlong_number(text)) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(
+            path, "(syntax)", "arrays or inline tables nested too deeply to read"
+        ) from None
     return _Parser(Path(path)).bus(document)
 
 

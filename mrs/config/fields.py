@@ -8,12 +8,12 @@ The typed readers (`integer`, `boolean`, `name`, `host_port`, `data_dir`, ...) t
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from mrs.config.keys import unknown_key_problem
 from mrs.config.schema import _NAME_PATTERN, _NUMBER_PATTERN, PORT_MAX, ConfigError
 from mrs.model import ConfirmStyle
 
@@ -76,12 +76,7 @@ class FieldReader:
     ) -> None:
         for key in table:
             if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                self.fail(
-                    _join(where, key),
-                    f"unknown key{hint}; allowed keys: {', '.join(sorted(allowed))}",
-                )
+                self.fail(_join(where, key), unknown_key_problem(key, allowed))
         for key in required:
             if key not in table:
                 self.fail(_join(where, key), "required key is missing")

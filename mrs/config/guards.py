@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from mrs.config.keys import unknown_key_problem
 from mrs.limits import GUARD_BYTES_MAX, GUARD_COUNT_MAX, GUARD_SECONDS_MAX
 
 
@@ -80,7 +81,7 @@ def parse_guards(raw: Any) -> Guards | tuple[str, str]:
         return "", f"must be a table ([group.guards]), got {_describe(raw)}"
     for key in raw:
         if key not in GUARD_KEYS:
-            return key, f"unknown key; allowed keys: {', '.join(sorted(GUARD_KEYS))}"
+            return key, unknown_key_problem(key, GUARD_KEYS)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key in _FLOAT_KEYS:

@@ -72,6 +72,9 @@ LIMIT_RANGES = {
     "dlj_messages_max": (1, CONFIG_COUNT_MAX),
     "message_bytes_max": (1, CONFIG_MESSAGE_BYTES_MAX),
     "journal_bytes_max": (CONFIG_JOURNAL_BYTES_MIN, CONFIG_JOURNAL_BYTES_MAX),
+    # below 2**32 s (136 years): a key's expiry is stored as 64-bit nanoseconds
+    # (mrs.group.idempotency), and a longer window failed every keyed put
+    "dedupe_window_s": (1, CONFIG_COUNT_MAX),
 }
 """(low, high) of each [group.limits] key: what the protocol and LMDB allow."""
 
@@ -150,6 +153,12 @@ class _Parser(FieldReader):
             key, problem = guards
             self.fail(f"{where}.guards" + (f".{key}" if key else ""), problem)
         recoverable_dlq = self.boolean(raw, "dead_letter_queue_recoverable", where, default=False)
+        if recoverable_dlq and not dead_letter_queue:  # else taken, and no DLQ journaled
+            self.fail(
+                f"{where}.dead_letter_queue_recoverable",
+                "true needs a dead letter queue, but dead_letter_queue = false: "
+                "drop one of the two",
+            )
         if dead_letter_queue:
             # Memory-based as in MessageQ unless asked: journaled, it survives SIGKILL.
             queues.append(replace(DEAD_LETTER_QUEUE_CONFIG, recoverable=recoverable_dlq))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mrs.storage.atomic_file import replace_file
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
+_HEADER = re.compile(r"^\ufeff?\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
 _ID = re.compile(r"^\s*id\s*=\s*([0-9]+)\s*(#.*)?$")
 
 

@@ -25,6 +25,7 @@ from rich.table import Table
 
 from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
+from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.tools.demo_failover import run_failover_chapter
 from sim.bus import LinkedBus
 from sim.checker import check_delivered
@@ -277,7 +278,24 @@ def _audit(console: Console, bus: LinkedBus, out_dir: Path, tally: Tally) -> int
     return run_demo_audit(console, bus.config_path, out_dir, pcj, tally.ticks_sent)
 
 
+def _check_scratch(scratch: Path) -> None:
+    """`--scratch` must be a new or empty directory: the story counts what the
+    journals hold, so a second run there counted the first one's orders with its own
+    (and a first run cut short would leave messages that read as duplicates)."""
+    if scratch.exists() and not scratch.is_dir():
+        raise CommandError(f"--scratch {scratch}: not a directory", EXIT_USAGE)
+    if scratch.is_dir() and any(scratch.iterdir()):
+        raise CommandError(
+            f"--scratch {scratch} is not empty: the demo starts from empty journals; "
+            "give a new or empty directory (or none: a temporary one)",
+            EXIT_USAGE,
+        )
+
+
 def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
+    """The story, its table and the audit; 0 when every acknowledged order arrived."""
+    if scratch is not None:
+        _check_scratch(Path(scratch))
     console = Console()
     directory = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-"))
     bus = LinkedBus(
