@@ -213,6 +213,9 @@ A put beyond it does not wait in memory: a recoverable one goes to the SAF
 (SAF_FORCED, drained in order), a nonrecoverable one takes its UMA (MRS_RES_EXH)."""
 
 # ------------------------------------------------------------------ config ranges
+CONFIG_FILE_BYTES_MAX = 16 << 20
+"""A bus file is read whole: one larger than this is refused (a bus of thousands of
+queues is well under 1 MiB; `--config /dev/zero` read until memory ran out)."""
 CONFIG_COUNT_MAX = 2**32 - 1
 """Record counts are kept in 32 bits (the seq counter's width)."""
 CONFIG_MESSAGE_BYTES_MAX = 1 << 30

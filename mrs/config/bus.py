@@ -66,6 +66,7 @@ from mrs.config.schema import (
     LinkConfig,
     QueueConfig,
 )
+from mrs.limits import CONFIG_FILE_BYTES_MAX
 
 __all__ = [
     "DEAD_LETTER_QUEUE_CONFIG",
@@ -91,9 +92,14 @@ __all__ = [
 def load_config(path: str | os.PathLike[str]) -> BusConfig:
     """Read and validate the bus configuration file at `path`."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as file:
+            data = file.read(CONFIG_FILE_BYTES_MAX + 1)  # a pipe (<(...)) reads too
     except OSError as err:
         raise ConfigError(path, "(file)", f"cannot read: {err.strerror or err}") from None
+    if len(data) > CONFIG_FILE_BYTES_MAX:
+        raise ConfigError(
+            path, "(file)", f"larger than {CONFIG_FILE_BYTES_MAX >> 20} MiB: not a bus file"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
-from mrs.tools.cli_support import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError
+from mrs.tools.cli_support import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError, walk_errors
 
 CONNECT_TIMEOUT_S = 10.0
 """Seconds to reach the group's server."""
@@ -138,6 +138,8 @@ async def _run(args: argparse.Namespace) -> int:
     except CommandError:
         raise
     except Exception as error:  # noqa: BLE001 - the group's answer, as one line
+        if any(isinstance(inner, BrokenPipeError) for inner in walk_errors(error)):
+            raise  # our stdout's reader went away (`| head`), not the group
         message = getattr(error, "message", None) or str(error)
         raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
 

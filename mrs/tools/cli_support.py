@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
+import select
 import sys
 from collections.abc import Callable, Iterator
 
@@ -160,11 +162,31 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
     return None
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout's reader went away (`| head`, a pager quit): its pipe polls as
+    an error once no reader holds it. If so, stdout is pointed at /dev/null, so the
+    interpreter's last flush does not complain too."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(events & select.POLLERR for _, events in poller.poll(0))
+        if closed:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (a test's capture)
+        return False
+    return closed
+
+
 def run_guarded(run: Callable[[], int], *, prog: str = "mrs", verbose: bool = False) -> int:
     """Run a subcommand; turn whatever it raises into one line on stderr and an exit
     code (130 for Ctrl-C)."""
     try:
-        return run()
+        code = run()
+        sys.stdout.flush()  # here, not at exit: a reader gone is then seen below
+        return code
     except KeyboardInterrupt:
         return 130
     except SystemExit:
@@ -172,6 +194,9 @@ def run_guarded(run: Callable[[], int], *, prog: str = "mrs", verbose: bool = Fa
     except BaseException as error:  # noqa: BLE001 - the last line of defence
         if any(isinstance(inner, KeyboardInterrupt) for inner in walk_errors(error)):
             return 130
+        pipe = any(isinstance(inner, BrokenPipeError) for inner in walk_errors(error))
+        if pipe and _stdout_closed():
+            return EXIT_OK  # `mrs dump ... | head`: the reader had enough, quietly
         known = one_line(error)
         if known is not None:
             message, code = known

@@ -236,6 +236,22 @@ def test_an_admin_argument_it_does_not_read_is_refused_by_name_and_nothing_is_pu
     ]
 
 
+@pytest.mark.parametrize("command", [("status", "--json"), ("admin", "connections", "--json")])
+def test_a_reader_that_went_away_ends_the_command_quietly(two_groups, command) -> None:
+    """`mrs status | head`: when the reader had closed the pipe before the command
+    wrote, it said "mrs: Broken pipe" and exited 1 (or Python complained at exit)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "mrs", *command, "--address", _address_of(two_groups, 1)]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before anything is written
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0, errors
+    assert errors == ""
+
+
 # ------------------------------------------------ mrs dlq-handler --check is the run
 @pytest.mark.parametrize(
     "control, words",

@@ -17,7 +17,7 @@ from mrs.config.bus import load_config, parse_config
 from mrs.config.rewrite import with_queue_values
 from mrs.group.idempotency import pack_value
 from mrs.group.quarantine import quarantine_batch
-from mrs.limits import CONFIG_COUNT_MAX
+from mrs.limits import CONFIG_COUNT_MAX, CONFIG_FILE_BYTES_MAX
 from mrs.model import Status
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import json_lines, record, stopped_bus, write_records
@@ -206,3 +206,19 @@ def test_values_nested_too_deeply_are_a_config_error(tmp_path) -> None:
         assert line.endswith(
             "bus.toml: (syntax): arrays or inline tables nested too deeply to read"
         )
+
+
+def test_an_endless_config_file_is_refused_not_read_to_the_end(tmp_path) -> None:
+    """`mrs serve --config /dev/zero` (a path typed wrong, an endless pipe) read
+    until memory ran out. A bus file over CONFIG_FILE_BYTES_MAX is refused, and a
+    pipe that ends, as `--config <(...)` gives, is read as before."""
+    result = run_mrs("serve", "--config", "/dev/zero", "--group", "1", timeout_s=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"mrs: config error: /dev/zero: (file): larger than "
+        f"{CONFIG_FILE_BYTES_MAX >> 20} MiB: not a bus file"
+    )
+    (tmp_path / "bus.toml").write_text(GROUP)
+    with open(tmp_path / "bus.toml", "rb") as file:
+        piped = load_config(f"/dev/fd/{file.fileno()}")
+    assert piped.groups[1].queues[10].name == "ORDERS"

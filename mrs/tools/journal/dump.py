@@ -16,7 +16,6 @@ Exit status: 0, 1 if corrupt records were found (reported, never hidden), 2 bad 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -203,9 +202,6 @@ def run_dump(args: argparse.Namespace) -> int:
             summary = _dump_json(store, journal, selection, where.group_id, args.body)
         else:
             summary = _dump_table(store, journal, selection, where.group_id, args.body)
-    except BrokenPipeError:
-        _silence_stdout()  # `mrs dump ... | head`: the reader had enough
-        return 0
     finally:
         store.close()
     print(summary.line(), file=sys.stderr if args.json else sys.stdout)
@@ -257,8 +253,3 @@ def _dump_table(store, journal, selection: RecordFilter, group_id: int, body) ->
     if summary.records:
         printer.flush()
     return summary
-
-
-def _silence_stdout() -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
