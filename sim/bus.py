@@ -7,6 +7,8 @@ kills the `mrs serve` processes. Tests, `mrs demo` and `mrs sim` use it.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import textwrap
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -17,6 +19,9 @@ import trio
 from sim.ports import free_port
 from sim.processes import GroupProcess
 from sim.proxy import FaultProxy
+
+STOP_S_MAX = 30.0
+"""How long `LinkedBus.stop` waits for a group's graceful exit before killing it."""
 
 
 @dataclass
@@ -74,9 +79,16 @@ class LinkedBus:
             process.start()
 
     def stop(self) -> None:
+        """SIGTERM each running group and wait for it; one that does not exit in time
+        (stopped by SIGSTOP, or hung) is killed, so no process outlives the bus."""
         for process in self.processes.values():
             if process.running:
-                process.terminate()
+                assert process.process is not None
+                process.process.send_signal(signal.SIGCONT)  # a stopped one would not exit
+                try:
+                    process.terminate(STOP_S_MAX)
+                except subprocess.TimeoutExpired:
+                    process.kill()
 
     def address(self, group_id: int) -> str:
         return self.processes[group_id].address

@@ -3,29 +3,131 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import shutil
+import signal
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
 
 import trio
 from rich.console import Console
 from rich.table import Table
 
+from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.testing.broken_builds import broken_build, switches_in
 from mrs.testing.replication_builds import REPLICATION_SWITCHES
 from sim.checker import PROBLEMS, History, Verdict, check
+from sim.processes import ServerStartError
 from sim.scenarios import run_scenario
 from sim.simulation import replicated
 from sim.swarm import WORKLOADS, run_seed
 
+T = TypeVar("T")
+SCENARIO_MADE = ("bus", "history.json")
+"""What `mrs sim run` makes in its --scratch directory."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a run of real processes: Ctrl-C, `kill`, and a closed terminal (its
+`mrs serve` processes take SIGHUP as "reload" and would outlive the harness)."""
+
+
+async def until_signalled(
+    run: Callable[..., Awaitable[T]], *args: Any
+) -> tuple[T | None, signal.Signals | None]:
+    """`run(*args)`'s result, or the signal of STOP_SIGNALS that stopped it first. The
+    signal cancels `run`, so its `finally` blocks stop the processes it started:
+    SIGTERM's or SIGHUP's default would end this process at once and leave every
+    `mrs serve` it started running, reparented to init."""
+    results: list[T] = []
+    caught: list[signal.Signals] = []
+    stops = [each for each in STOP_SIGNALS if signal.getsignal(each) != signal.SIG_IGN]
+    with trio.open_signal_receiver(*stops) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    caught.append(signal.Signals(signum))
+                    nursery.cancel_scope.cancel()
+                    return
+
+            async def body() -> None:
+                results.append(await run(*args))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(body)
+    return (results[0] if results else None), (caught[0] if caught else None)
+
+
+def run_processes(
+    run: Callable[..., Awaitable[T]], scratch: Path, *args: Any
+) -> tuple[T | None, signal.Signals | None]:
+    """`trio.run(until_signalled, run, *args)` for a run of real processes in
+    `scratch`; a process that did not start is one line with its own last words,
+    not "unexpected error: ExceptionGroup" (the trio nursery's group that carries it)."""
+    try:
+        return trio.run(until_signalled, run, *args)
+    except* ServerStartError as failed:
+        first: BaseException = failed
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise CommandError(f"{_last_words(first)} (the bus stays in {scratch})") from None
+
+
+def _last_words(error: BaseException) -> str:
+    """ "group 1 did not start: <the last line of its log>" (the error's first line
+    when it carries no log)."""
+    first, *log = str(error).splitlines()
+    said = [line.strip() for line in log if line.strip()]
+    if not said:
+        return first
+    return f"{first.split(' did not start', 1)[0]} did not start: {said[-1]}"
+
+
+def interrupted_code(signum: signal.Signals) -> int:
+    """The shell's exit code for a command ended by `signum` (130 for Ctrl-C)."""
+    return 128 + int(signum)
+
+
+@dataclass
+class SwarmTotals:
+    """What the seeds run so far add up to."""
+
+    seeds_run: int = 0
+    totals: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    observed: dict[str, int] = field(default_factory=dict)
+    failing: list[tuple[int, Verdict]] = field(default_factory=list)
+
+    def add(self, seed: int, history: History, verdict: Verdict) -> None:
+        self.seeds_run += 1
+        for into, counts in (
+            (self.totals, verdict.counts()),
+            (self.faults, history.faults),
+            (self.observed, history.observed),
+        ):
+            for key, value in counts.items():
+                into[key] = into.get(key, 0) + value
+        if not verdict.ok:
+            self.failing.append((seed, verdict))
+
 
 def run_swarm_command(args: argparse.Namespace) -> int:
+    """Run the seeds and print what they add up to, also when SIGINT or SIGTERM stops
+    the swarm early: the seeds run by then, and the replay line of each that failed."""
     logging.disable(logging.CRITICAL)
     console = Console()
     unsafe = switches_in(args.unsafe)
     broken_build(unsafe - REPLICATION_SWITCHES)  # an unknown switch is refused in one
+    if args.history is not None and args.seed is None:
+        raise CommandError("--history writes one seed's history: give --seed too", EXIT_USAGE)
+    refuse_unwritable("--history", args.history)
     replicated_run = getattr(args, "replicated", False) or bool(unsafe & REPLICATION_SWITCHES)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     shape = WORKLOADS[getattr(args, "workload", "default")]
@@ -33,56 +135,123 @@ def run_swarm_command(args: argparse.Namespace) -> int:
         shape = replicated(shape)
     started_s = time.perf_counter()
     started_cpu_s = time.process_time()
-    failing: list[tuple[int, Verdict]] = []
-    totals: dict[str, int] = {}
-    faults: dict[str, int] = {}
-    observed: dict[str, int] = {}
-    for seed in seeds:
-        history, verdict = run_seed(seed, unsafe, shape)
-        for key, value in verdict.counts().items():
-            totals[key] = totals.get(key, 0) + value
-        for kind, count in history.faults.items():
-            faults[kind] = faults.get(kind, 0) + count
-        for what, count in history.observed.items():
-            observed[what] = observed.get(what, 0) + count
-        if not verdict.ok:
-            failing.append((seed, verdict))
-        if args.history is not None and args.seed is not None:
-            args.history.write_text(history.to_json())
+    done = SwarmTotals()
+    interrupted: signal.Signals | None = None
+    with _sigterm_as_sigint():
+        try:
+            for seed in seeds:
+                history, verdict = run_seed(seed, unsafe, shape)
+                done.add(seed, history, verdict)
+                if args.history is not None:
+                    args.history.write_text(history.to_json())
+        except* KeyboardInterrupt:  # also inside the group a trio nursery raises
+            interrupted = _stopped_by[-1] if _stopped_by else signal.SIGINT
     elapsed_s = time.perf_counter() - started_s
     cpu_s = time.process_time() - started_cpu_s
-    table = _verdict_table(
-        f"swarm: {len(seeds)} seeds in {elapsed_s:.1f} s ({len(seeds) / elapsed_s:.2f} seeds/s; "
-        f"CPU {cpu_s:.1f} s, {len(seeds) / max(cpu_s, 1e-9):.2f} seeds per CPU-second)",
-        totals,
-    )
-    console.print(table)
-    console.print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
-    console.print("statuses seen: " + ", ".join(f"{k} {v}" for k, v in sorted(observed.items())))
-    for seed, verdict in failing[:20]:
-        console.print(
-            f"[red]seed {seed} failed[/]: {_problems(verdict)}\n"
-            f"  replay: mrs sim swarm --seed {seed}"
-            + (f" --unsafe {args.unsafe}" if args.unsafe else "")
-            + (" --replicated" if replicated_run else "")
-            + (
-                f" --workload {args.workload}"
-                if getattr(args, "workload", "default") != "default"
-                else ""
-            )
-            + f" --history seed{seed}.json"
+    console.print(
+        _verdict_table(
+            f"swarm: {done.seeds_run} seeds in {elapsed_s:.1f} s "
+            f"({done.seeds_run / elapsed_s:.2f} seeds/s; CPU {cpu_s:.1f} s, "
+            f"{done.seeds_run / max(cpu_s, 1e-9):.2f} seeds per CPU-second)",
+            done.totals,
         )
-    if failing:
-        console.print(f"[bold red]{len(failing)} of {len(seeds)} seeds broke an invariant[/]")
+    )
+    console.print("faults injected: " + _listed(done.faults))
+    console.print("statuses seen: " + _listed(done.observed))
+    for seed, verdict in done.failing[:20]:
+        console.print(f"[red]seed {seed} failed[/]: {_problems(verdict)}")
+        console.print(f"  replay: {_replay_line(args, seed, replicated_run)}", soft_wrap=True)
+    if interrupted is not None:
+        console.print(
+            f"[bold red]interrupted by {interrupted.name}[/]: {done.seeds_run} of "
+            f"{len(seeds)} seeds run, {len(done.failing)} broke an invariant"
+        )
+        return interrupted_code(interrupted)
+    if done.failing:
+        console.print(f"[bold red]{len(done.failing)} of {len(seeds)} seeds broke an invariant[/]")
         return 1
     console.print("[bold green]every seed kept every invariant[/]")
     return 0
+
+
+_stopped_by: list[signal.Signals] = []
+"""The signal that stopped the swarm (SIGTERM is handed on as a SIGINT)."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_sigint() -> Iterator[None]:
+    """While the swarm runs, SIGTERM stops it as Ctrl-C does: handed to SIGINT's
+    handler (inside a seed, trio's, which raises KeyboardInterrupt where trio can take
+    it), so it too ends with the summary."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        _stopped_by.append(signal.SIGTERM)
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if not callable(on_sigint):  # SIGINT ignored (a background job): stop anyway
+            raise KeyboardInterrupt
+        on_sigint(signal.SIGINT, frame)
+
+    _stopped_by.clear()
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _listed(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in sorted(counts.items()))
+
+
+def _replay_line(args: argparse.Namespace, seed: int, replicated_run: bool) -> str:
+    """The command that replays `seed` as the swarm ran it (one line, never wrapped:
+    it is pasted into a shell)."""
+    workload = getattr(args, "workload", "default")
+    return (
+        f"mrs sim swarm --seed {seed}"
+        + (f" --unsafe {args.unsafe}" if args.unsafe else "")
+        + (" --replicated" if replicated_run else "")
+        + (f" --workload {workload}" if workload != "default" else "")
+        + f" --history seed{seed}.json"
+    )
+
+
+def refuse_unwritable(option: str, path: Path | None) -> None:
+    """Refuse, before a run of minutes, an output file it could not write at its end
+    (the write would fail there and hide the run's verdict)."""
+    if path is None:
+        return
+    folder = path.parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise CommandError(
+            f"{option} {path}: cannot write a file there "
+            + ("(a directory)" if path.is_dir() else f"({folder} is not a writable directory)"),
+            EXIT_USAGE,
+        )
+
+
+def refuse_used_scratch(scratch: Path, made_by_a_run: tuple[str, ...]) -> None:
+    """Refuse a --scratch that is not a directory, or that holds what an earlier run
+    made there: its journals would be judged as this run's (messages no one sent,
+    duplicates, redeliveries after a confirm: violations the server never made)."""
+    if scratch.exists() and not scratch.is_dir():
+        raise CommandError(f"--scratch {scratch}: not a directory", EXIT_USAGE)
+    for name in made_by_a_run:
+        if (scratch / name).exists():
+            raise CommandError(
+                f"--scratch {scratch} holds an earlier run's bus ({scratch / name}), which "
+                "would be judged as this run's: give a new or empty directory",
+                EXIT_USAGE,
+            )
 
 
 def run_scenario_command(args: argparse.Namespace) -> int:
     """Run one scenario; a bus made in the temp directory is removed when every
     invariant held (it is what a failure is diagnosed from, so then it stays)."""
     console = Console()
+    if args.scratch is not None:
+        refuse_used_scratch(args.scratch, SCENARIO_MADE)
+    refuse_unwritable("--history", args.history)
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix=f"mrs-sim-{args.scenario}-"))
     console.print(
         f"scenario {args.scenario}, seed {args.seed}, {args.seconds:g} s of faults, "
@@ -97,7 +266,17 @@ def run_scenario_command(args: argparse.Namespace) -> int:
 
 def _run_scenario_in(console: Console, args: argparse.Namespace, scratch: Path) -> int:
     started_s = time.perf_counter()
-    history: History = trio.run(run_scenario, args.scenario, args.seed, args.seconds, scratch)
+    history, signum = run_processes(
+        run_scenario, scratch, args.scenario, args.seed, args.seconds, scratch
+    )
+    if history is None:
+        assert signum is not None
+        console.print(
+            f"[bold red]interrupted by {signum.name}[/] after "
+            f"{time.perf_counter() - started_s:.1f} s: the bus's processes are stopped; "
+            f"no verdict (the run did not reach its drain); the bus stays in {scratch}"
+        )
+        return interrupted_code(signum)
     verdict = check(history)
     elapsed_s = time.perf_counter() - started_s
     console.print(_verdict_table(f"{args.scenario}: {elapsed_s:.1f} s", verdict.counts()))
@@ -108,9 +287,12 @@ def _run_scenario_in(console: Console, args: argparse.Namespace, scratch: Path) 
     history_path = args.history or scratch / "history.json"
     if kept:
         history_path.write_text(history.to_json())
-    console.print(
-        (f"history: {history_path}; " if kept else "") + f"reproduce the schedule: mrs sim run "
-        f"{args.scenario} --seed {args.seed} --seconds {args.seconds:g}"
+    if kept:
+        console.print(f"history: {history_path}")
+    console.print(  # one line, never wrapped: it is pasted into a shell
+        f"reproduce the schedule: mrs sim run {args.scenario} --seed {args.seed} "
+        f"--seconds {args.seconds:g}",
+        soft_wrap=True,
     )
     if not verdict.ok:
         console.print(f"[bold red]invariants broken[/]: {_problems(verdict)}")

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from sim.ports import free_port
+from sim.processes import ServerStartError
 
 ETCD_START_S = 20.0
 INSTANCE_START_S = 30.0
@@ -81,8 +82,9 @@ class EtcdServer:
                 break
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(
-            f"etcd did not start: {(self.directory / 'etcd.log').read_text()[-2000:]}"
+        raise ServerStartError(
+            f"etcd did not start: see {self.directory / 'etcd.log'}\n"
+            + (self.directory / "etcd.log").read_text()[-2000:]
         )
 
     def stop(self) -> None:

@@ -1,11 +1,13 @@
 """A TCP fault proxy to place on a link: cut, heal, added latency, one-way blackhole.
 
 It runs inside the caller's trio run (tests, `mrs demo`, `mrs sim`) and forwards
-every accepted connection to the real peer. `cut()` closes every connection it
-carries and refuses new ones until `heal()`; `blackhole("forward")` silently drops
-what the dialer sends (or "backward": what the peer answers) while the connection
-stays up, which is how a peer ends up storing a message whose acknowledgement
-never arrives.
+every accepted connection to the real peer as TCP would: a half-close is passed on,
+and each direction holds at most one chunk, so a peer that never reads stops its
+sender. `cut()` closes every connection it carries and refuses new ones until
+`heal()`; `blackhole("forward")` silently drops what the dialer sends (or
+"backward": what the peer answers, its end of stream too) while the connection stays
+up, which is how a peer ends up storing a message whose acknowledgement never
+arrives.
 """
 
 from __future__ import annotations
@@ -58,31 +60,28 @@ class FaultProxy:
         return self._cut
 
     async def _carry(self, inbound: trio.SocketStream) -> None:
+        """Carry one connection. Its scope is known to `cut()` before the dial, so a
+        connection whose dial was under way when the link was cut never carries a byte."""
         async with inbound:
-            if self._cut:
-                return
-            try:
-                outbound = await trio.open_tcp_stream(self.host, self.target_port)
-            except OSError:
-                return
-            self._connections_seen += 1
-            async with outbound:
-                with trio.CancelScope() as scope:
-                    self._scopes.add(scope)
+            with trio.CancelScope() as scope:
+                self._scopes.add(scope)
+                try:
+                    if self._cut:
+                        return
                     try:
-                        async with trio.open_nursery() as nursery:
-                            nursery.start_soon(
-                                partial(
-                                    self._pipe, inbound, outbound, "forward", nursery.cancel_scope
-                                )
-                            )
-                            nursery.start_soon(
-                                partial(
-                                    self._pipe, outbound, inbound, "backward", nursery.cancel_scope
-                                )
-                            )
-                    finally:
-                        self._scopes.discard(scope)
+                        outbound = await trio.open_tcp_stream(self.host, self.target_port)
+                    except OSError:
+                        return
+                    self._connections_seen += 1
+                    async with outbound, trio.open_nursery() as nursery:
+                        nursery.start_soon(
+                            partial(self._pipe, inbound, outbound, "forward", nursery.cancel_scope)
+                        )
+                        nursery.start_soon(
+                            partial(self._pipe, outbound, inbound, "backward", nursery.cancel_scope)
+                        )
+                finally:
+                    self._scopes.discard(scope)
 
     async def _pipe(
         self,
@@ -91,16 +90,20 @@ class FaultProxy:
         direction: str,
         both: trio.CancelScope,
     ) -> None:
+        """Copy one direction. Its end (a half-close) is passed on as TCP does, and the
+        other direction goes on: a dialer that shuts its side after a request still
+        gets the answer. A reset on either side ends both directions."""
         try:
             while True:
                 data = await source.receive_some(CHUNK_BYTES_MAX)
                 if not data:
-                    break
+                    if direction not in self._blackholed:
+                        await sink.send_eof()
+                    return
                 if direction in self._blackholed:
                     continue
                 if self.latency_s:
                     await trio.sleep(self.latency_s)
                 await sink.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        both.cancel()
+            both.cancel()

@@ -28,7 +28,6 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import trio
@@ -43,9 +42,16 @@ from clients import (
     put_once,
 )
 from mrs.model import DeliveryMode, Status
+from sim.commands import (
+    interrupted_code,
+    refuse_unwritable,
+    refuse_used_scratch,
+    run_processes,
+)
 from sim.delivery_check import DeliveryCheck, check_delivered
 from sim.etcd import EtcdServer, InstanceProcess
 from sim.ports import free_port
+from sim.processes import ServerStartError
 from sim.proxy import FaultProxy
 
 NAMES = ("a", "b", "c")
@@ -64,6 +70,9 @@ FAULT_KINDS = (
     "restart-etcd",
     "wipe-etcd",
 )
+REPLICATED_MADE = ("etcd-data", *NAMES)
+"""What `mrs sim replicated` makes in its --scratch directory: etcd's data and each
+instance's data directory."""
 QUEUES = """
 [[group.queue]]
 id = 10
@@ -423,7 +432,7 @@ async def run_replicated_nemesis(directory: Path, seconds: float, seed: int) -> 
             await bus.run_proxies(nursery)
             bus.start_missing()
             if await wait_healthy(bus) is None:
-                raise RuntimeError(f"the replicated group did not start: see {directory}")
+                raise ServerStartError(f"the replicated group did not start: see {directory}")
             await _faults_under_load(bus, observed, seed, seconds)
             nursery.cancel_scope.cancel()
     finally:
@@ -472,9 +481,19 @@ def run_replicated_command(seconds: float, seed: int, scratch: Path, figures: Pa
     if shutil.which("etcd") is None:
         print("mrs sim replicated: etcd is not installed (Debian: apt-get install etcd-server)")
         return 2
+    refuse_used_scratch(scratch, REPLICATED_MADE)
+    refuse_unwritable("--figures", figures)
     scratch.mkdir(parents=True, exist_ok=True)
     started_s = time.monotonic()
-    report = trio.run(partial(run_replicated_nemesis, scratch, seconds, seed))
+    report, signum = run_processes(run_replicated_nemesis, scratch, scratch, seconds, seed)
+    if report is None:
+        assert signum is not None
+        print(
+            f"interrupted by {signum.name} after {time.monotonic() - started_s:.1f} s: etcd "
+            f"and the instances are stopped; no verdict (the run did not drain); the bus "
+            f"stays in {scratch}"
+        )
+        return interrupted_code(signum)
     shown = {**report.figures(), "elapsed_s": round(time.monotonic() - started_s, 1)}
     text = json.dumps(shown, indent=2)
     print(text)

@@ -122,8 +122,10 @@ async def _nemesis(
         elif action == "pause":
             pid = bus.processes[victim].process.pid
             os.kill(pid, signal.SIGSTOP)
-            await trio.sleep(hold_s)
-            os.kill(pid, signal.SIGCONT)
+            try:  # also when cancelled: a stopped process ignores the SIGTERM that stops it
+                await trio.sleep(hold_s)
+            finally:
+                os.kill(pid, signal.SIGCONT)
         elif action == "malformed":
             await _malformed_peer(run, rng, victim)
         elif action == "slow":
