@@ -206,7 +206,9 @@ def run_guarded(run: Callable[[], int], *, prog: str = "mrs", verbose: bool = Fa
             import traceback
 
             traceback.print_exception(error)
-        detail = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        # the error itself, not the trio nursery's group that carried it
+        leaf = next(e for e in walk_errors(error) if not isinstance(e, BaseExceptionGroup))
+        detail = f"{type(leaf).__name__}: {' '.join(str(leaf).split())}"
         hint = "" if verbose else " (run with -v for the traceback)"
         print(f"{prog}: unexpected error: {detail[:300]}{hint}", file=sys.stderr)
         return EXIT_RUNTIME
