@@ -69,7 +69,12 @@ def _join(manager: object, queue: object) -> str:
     return f"{manager_text}.{str(queue).strip()}" if manager_text else str(queue).strip()
 
 
-def plan_put(rule: Rule, message: Message, group_id: int, target: str) -> PutPlan:
+def plan_put(
+    rule: Rule, message: Message, group_id: int, target: str, repeat: bool = False
+) -> PutPlan:
+    """What to put. `repeat`: an earlier put of this letter may have been stored (it
+    timed out), so this one is marked a possible duplicate, as a lease that came back
+    POSSDUPL is."""
     recoverable = message.delivery.recoverable
     headers = {
         key: value
@@ -87,11 +92,24 @@ def plan_put(rule: Rule, message: Message, group_id: int, target: str) -> PutPla
         header = message.dead_letter_header or {}
         stamp = f"{header.get('put_date', '')}{header.get('put_time', '')}"
         headers[IDEMPOTENCY_HEADER] = f"dlq:{group_id}:{message.seq}:{stamp}:{target}"
-    if message.delivery_status == Status.POSSDUPL:
+    if repeat or message.delivery_status == Status.POSSDUPL:
         headers[POSSIBLE_DUPLICATE_HEADER] = True
     headers[RETURNS_HEADER] = returns_of(message.headers) + 1
     delivery = DeliveryMode.WF_DQF if recoverable else DeliveryMode.WF_MEM
     return PutPlan(target, delivery, headers)
+
+
+def headerless_into_own_dlq(plan: PutPlan, address: Address, group_id: int) -> str | None:
+    """Why a put would land on the very DLQ the handler reads without its dead-letter
+    header (a RETRY whose original destination is that DLQ, a FWD HEADER(NO) whose
+    &DESTQ/&REPLYQ names it), or None. Such a put is not made: the letter would come
+    back as a message without a header, never matched again, its reason lost."""
+    if address != Address(group_id, DEAD_LETTER_QUEUE) or DEAD_LETTER_HEADER in plan.headers:
+        return None
+    return (
+        f"{address} is the dead-letter queue this handler reads: the message would "
+        "come back to it without its dead-letter header; not put"
+    )
 
 
 def uma_for(delivery: DeliveryMode, remote: bool) -> Uma:

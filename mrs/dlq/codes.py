@@ -36,6 +36,27 @@ NAMES: dict[str, dict[str, int]] = {
     "PERSIST": MQPER,
 }
 NUMERIC_KEYWORDS = frozenset(NAMES)
+NUMBER_ONLY_KEYWORDS = frozenset({"REASON", "MSGTYPE", "PERSIST"})
+"""Keywords whose value in a dead letter is always a number (the header's reason is
+an int, a message's type too, PERSIST is 0 or 1): a wildcard pattern there is matched
+against the digits, so one with a letter in it (`REASON(MQRC_Q_*)`) matches nothing."""
+
+
+def reason_instead(value: str) -> str | None:
+    """Why REASON(<a MessageQ status>) would never match, or None. A dead letter MRS
+    refused with a status that has an MQRC_* code (EXCEEDQUOTA, DQF_FULL, LINK_DOWN, ...)
+    carries that code as its reason, never the status: such a rule is checked as valid
+    yet takes nothing, so the table is refused with what to write instead."""
+    name = value.strip().upper().removeprefix("PAMS__")
+    status = Status.__members__.get(name)
+    if status is None or status not in deadletter.REASON_FOR_STATUS:
+        return None
+    code = deadletter.REASON_FOR_STATUS[status]
+    mqrc = next(mqrc for mqrc, number in MQRC.items() if number == code)
+    return (
+        f"a dead letter refused {name} carries reason {mqrc} ({code}), never {name}: "
+        f"write REASON({mqrc}), or FEEDBACK({name}) for this status alone"
+    )
 
 
 def number_for(keyword: str, value: str) -> int | None:

@@ -51,17 +51,22 @@ def run(args: argparse.Namespace) -> int:
     """Every check the handler makes (the table's syntax, its control data, its FWDQ
     targets against the bus, the options), all reported together; then --check
     stops, else the handler runs."""
-    from mrs.dlq.parser import RulesError, parse_table
+    from mrs.dlq.parser import RulesError, decode_table, parse_table
+    from mrs.dlq.table import TABLE_BYTES_MAX
 
     if args.window < 1 or args.seen_max < 1:
         return _fail("--window and --seen-max must be at least 1")
     source = str(args.rules) if args.rules else "stdin"
-    try:
-        text = args.rules.read_text(encoding="utf-8") if args.rules else sys.stdin.read()
-    except (OSError, UnicodeDecodeError) as error:
+    try:  # at most one byte more than a table may have: /dev/zero is refused, not read
+        if args.rules:
+            with args.rules.open("rb") as file:
+                data = file.read(TABLE_BYTES_MAX + 1)
+        else:
+            data = sys.stdin.buffer.read(TABLE_BYTES_MAX + 1)
+    except OSError as error:
         return _fail(f"cannot read the rules table {source}: {error}")
     try:
-        table, problems = parse_table(text, strict=args.strict), []
+        table, problems = parse_table(decode_table(data), strict=args.strict), []
     except RulesError as error:
         table, problems = error.partial, [str(problem) for problem in error.problems]
     for warning in table.warnings if table is not None else ():
@@ -164,19 +169,29 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)
     handler = Handler(engine, options, reporter)
-    code = EXIT_OK
+    codes = [EXIT_OK]
+    # except*: the handler's tasks fail together when the connection goes (every
+    # taker sees it), so the error comes as a group; each kind is told once.
     try:
         trio.run(handler.run)
-    except (ConnectionLost, OSError) as error:
-        reporter.note(f"connection to group {group.id} at {address} lost: {error}")
-        code = EXIT_CONNECTION
-    except MrsError as error:
-        reporter.note(f"group {group.id} refused: {error}")
-        code = EXIT_CONNECTION
-    except KeyboardInterrupt:
-        code = 130
+    except* KeyboardInterrupt:
+        codes.append(130)
+    except* (ConnectionLost, OSError) as lost:
+        reporter.note(f"connection to group {group.id} at {address} lost: {_first(lost)}")
+        codes.append(EXIT_CONNECTION)
+    except* MrsError as refused:
+        reporter.note(f"group {group.id} refused: {_first(refused)}")
+        codes.append(EXIT_CONNECTION)
     reporter.summary(handler.summary())
-    return code
+    return max(codes)
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The first error of an exception group (nested groups opened)."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 def _names(bus):

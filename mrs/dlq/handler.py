@@ -21,7 +21,14 @@ import trio
 
 from clients import ConnectionLost, MrsError, connect
 from mrs.config.bus import BusConfig
-from mrs.dlq.actions import NoTarget, plan_put, returns_of, target_text, uma_for
+from mrs.dlq.actions import (
+    NoTarget,
+    headerless_into_own_dlq,
+    plan_put,
+    returns_of,
+    target_text,
+    uma_for,
+)
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
@@ -60,6 +67,7 @@ class Handler:
     _all_done: trio.Event = field(default_factory=trio.Event)
     source: DlqSource | DljSource | None = None
     _full_told: bool = False
+    _stop_told: bool = False
     _tickets: int = 0
     """Takes asked for, numbered in the order they were asked (= the DLQ's order)."""
     _released: int = 0
@@ -68,6 +76,9 @@ class Handler:
     _arrival_of: dict[int, int] = field(default_factory=dict)
     _lanes: dict[str, _Lane] = field(default_factory=dict)
     _lane_of: dict[int, str] = field(default_factory=dict)
+    _uncertain: set[int] = field(default_factory=set)
+    """Letters whose put timed out (it may have been stored): each later put of one
+    is marked a possible duplicate."""
 
     async def run(self) -> None:
         async with connect(
@@ -109,7 +120,8 @@ class Handler:
         wait_s = self.options.wait_s
         while True:
             if not self._room():
-                await self._wait_for_room()
+                if not await self._wait_for_room():
+                    return
                 continue
             ticket = self._tickets
             self._tickets += 1
@@ -150,6 +162,11 @@ class Handler:
             self._arrival_of[released.seq] = self._released - 1
             self._join_lane(released)
             nursery.start_soon(self._work, client, released, limiter)
+        if self._working == 0 and not self._arrived:
+            # Nothing to work, no earlier take outstanding: a WAIT(NO) taker that found
+            # nothing while an earlier take was still out waits for this, not for a
+            # message's work that may never start (an empty DLQ hung --once).
+            self._all_done.set()
 
     def _room(self) -> bool:
         return self.engine.seen + self._taking < self.engine.seen_max
@@ -157,12 +174,31 @@ class Handler:
     def _idle(self) -> float:
         return 0.0 if self._working else self.clock() - self._idle_since
 
-    async def _wait_for_room(self) -> None:
+    async def _wait_for_room(self) -> bool:
+        """Wait until the record of held messages has room (True), or until WAIT says
+        stop (False): with every held message left where it is (IGNORE, no header) and
+        none being worked, no room comes, so WAIT(NO) ends now and WAIT(nnn) when idle
+        for nnn seconds, telling what was not looked at."""
         if not self._full_told:
             self._full_told = True
-            self.reporter.note(f"{self.engine.seen} messages held: taking no more until some leave")
+            self.reporter.note(
+                f"the record of messages held is full (--seen-max {self.engine.seen_max}): "
+                "taking no more until some leave"
+            )
+        wait_s = self.options.wait_s
         while not self._room():
+            settled = self._working == 0 and self._taking == 0
+            if wait_s is not None and settled and self._idle() >= wait_s:
+                if not self._stop_told:
+                    self._stop_told = True
+                    self.reporter.note(
+                        f"ending with the record full: {self.engine.seen} messages held are "
+                        "left on the DLQ, and any behind them were not looked at (raise "
+                        "--seen-max, or move what no rule takes with a catch-all rule)"
+                    )
+                return False
             await trio.sleep(DLQ_HANDLER_POLL_S)
+        return True
 
     async def _work(self, client, message: Message, limiter: trio.CapacityLimiter) -> None:
         try:
@@ -170,6 +206,7 @@ class Handler:
         finally:
             self._leave_lane(message.seq)
             self._arrival_of.pop(message.seq, None)
+            self._uncertain.discard(message.seq)
             self._working -= 1
             self._idle_since = self.clock()
             if self._working == 0:
@@ -291,7 +328,11 @@ class Handler:
             address = self.options.bus.resolve(target, self.options.group_id)
         except (NoTarget, LookupError, ValueError) as error:
             return "failed", "", str(error)
-        plan = plan_put(rule, message, self.options.group_id, str(address))
+        repeat = message.seq in self._uncertain
+        plan = plan_put(rule, message, self.options.group_id, str(address), repeat)
+        own_dlq = isinstance(self.source, DlqSource)
+        if own_dlq and (why := headerless_into_own_dlq(plan, address, self.options.group_id)):
+            return "failed", str(address), why
         uma = uma_for(plan.delivery, address.group != self.options.group_id)
         await self.source.before_put(message)
         try:
@@ -311,6 +352,7 @@ class Handler:
             raise  # the handler ends (exit 3); what it held goes back to the DLQ
         except MrsError as error:
             if error.status == Status.TIMEOUT:
+                self._uncertain.add(message.seq)
                 return "failed", str(address), "put timed out; outcome unknown, will repeat"
             return "failed", str(address), f"{_name(error.status)}: {error}"
         if not _stored(psb):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mrs.dlq.codes import NUMERIC_KEYWORDS, number_for
+from mrs.dlq.codes import NUMBER_ONLY_KEYWORDS, NUMERIC_KEYWORDS, number_for, reason_instead
 from mrs.dlq.table import (
     ACTION_KEYWORDS,
     COLUMNS_SIGNIFICANT,
@@ -28,6 +28,7 @@ from mrs.dlq.table import (
     PATTERN_KEYWORDS,
     RETRY_INTERVAL_S_DEFAULT,
     RETRY_MAX,
+    TABLE_BYTES_MAX,
     WAIT_S_MAX,
     Action,
     Control,
@@ -90,6 +91,26 @@ class _Entry:
         return self.places[index] if index < len(self.places) else self.end
 
 
+def decode_table(data: bytes) -> str:
+    """The table's text from its bytes (a file's or standard input's, read with at most
+    TABLE_BYTES_MAX + 1 bytes): UTF-8, or RulesError naming where it is not (the line
+    and column of the first bad byte), or that the table is too large."""
+    if len(data) > TABLE_BYTES_MAX:
+        too_large = f"the table is larger than {TABLE_BYTES_MAX} bytes (is it the right file?)"
+        raise RulesError([Problem(1, 1, too_large)])
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte order mark (Notepad) is no error
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line = data.count(b"\n", 0, error.start) + 1
+        column = len(data[line_start : error.start].decode("utf-8", "replace")) + 1
+        bad = data[error.start : error.end].hex(" ")
+        raise RulesError(
+            [Problem(line, column, f"byte {bad} is not UTF-8; save the table as UTF-8")]
+        ) from None
+
+
 def parse_table(text: str, strict: bool = False) -> RulesTable:
     """Parse a whole rules table; RulesError with every problem found. A line longer
     than 72 columns is read whole with a warning (`strict`: refused, as runmqdlq)."""
@@ -105,6 +126,7 @@ def parse_table(text: str, strict: bool = False) -> RulesTable:
                 control = _control(items)
             else:
                 rules.append(_rule(items, entry.place(0)[0]))
+                warnings.extend(_matching_nothing(items))
         except _EntryError as error:
             problems.append(Problem(*error.position, error.message))
     if not rules and not problems:
@@ -112,6 +134,7 @@ def parse_table(text: str, strict: bool = False) -> RulesTable:
         problems.append(Problem(end_line, 1, "the table has no rule (at least one is required)"))
     if (control.input_q or "").strip().upper() != INPUT_DEAD_LETTER_JOURNAL:
         problems.extend(_forwards_to_own_dlq(rules))
+    warnings.sort(key=lambda warning: (warning.line, warning.column))
     table = RulesTable(control, tuple(rules), tuple(str(warning) for warning in warnings))
     if problems:
         problems.sort(key=lambda problem: (problem.line, problem.column))
@@ -340,8 +363,27 @@ def _rule(items: list[tuple[str, str, tuple[int, int]]], line: int) -> Rule:
 
 def _check_pattern(word: str, value: str, place: tuple[int, int]) -> None:
     wild = any(c in value for c in "*?")
+    if word == "REASON" and not wild and (instead := reason_instead(value)) is not None:
+        raise _EntryError(place, f"REASON({value}): {instead}")
     if word in NUMERIC_KEYWORDS and not wild and number_for(word, value) is None:
         raise _EntryError(place, f"{word}({value}): not a number or a known {word} name")
+
+
+def _matching_nothing(items: list[tuple[str, str, tuple[int, int]]]) -> list[Problem]:
+    """A warning for each wildcard pattern that can match nothing: REASON, MSGTYPE and
+    PERSIST are numbers in every dead letter, so `REASON(MQRC_Q_*)` (a letter in it)
+    is valid and takes nothing; the rule is kept, the operator told."""
+    return [
+        Problem(
+            *place,
+            f"warning: {word}({value}) matches nothing: a wildcard is matched against the "
+            "number (as in REASON(20?5)), and a name cannot take one",
+        )
+        for word, value, place in items
+        if word in NUMBER_ONLY_KEYWORDS
+        and any(c in value for c in "*?")
+        and not set(value) <= set("0123456789+-*? ")
+    ]
 
 
 def _forward_queue(

@@ -72,6 +72,7 @@ class DljSource:
         self._ready: deque[Message] = deque()
         self._handed: set[int] = set()
         self._after_seq: int | None = None
+        self._restarted_s = float("-inf")
 
     async def open(self, note) -> None:
         """Take the DLJ lock (waiting while another handler holds it), open the store."""
@@ -107,21 +108,33 @@ class DljSource:
             return self._ready.popleft()
         if timeout_s > 0:
             await trio.sleep(timeout_s)
-            self._after_seq = None  # new records may have landed anywhere: look again
+            now_s = trio.current_time()
+            if now_s - self._restarted_s >= timeout_s:  # once a poll, not once a taker
+                self._restarted_s = now_s
+                self._after_seq = None  # new records may have landed anywhere: look again
         return None
 
     def _scan(self) -> None:
+        """Read on from `_after_seq`, a chunk (one short read transaction) at a time,
+        until some record is ready or the journal's end is reached: a chunk of records
+        already handed out (held: IGNORE, no match) is passed over, not taken for the
+        end, or a handler holding SCAN_CHUNK records would never see a newer one."""
         selection = RecordFilter(Journal.DLJ)
-        for key, record in scan(
-            self.store, Journal.DLJ, selection, after_seq=self._after_seq, chunk=SCAN_CHUNK
-        ):
-            self._after_seq = seq_of_key(key)
-            if isinstance(record, CorruptRecord):
-                continue  # `mrs dump` reports it; a handler cannot match it
-            if record.seq in self._handed:
-                continue
-            self._handed.add(record.seq)
-            self._ready.append(self._message(record))
+        while not self._ready:
+            read = 0
+            for key, record in scan(
+                self.store, Journal.DLJ, selection, after_seq=self._after_seq, chunk=SCAN_CHUNK
+            ):
+                read += 1
+                self._after_seq = seq_of_key(key)
+                if isinstance(record, CorruptRecord):
+                    continue  # `mrs dump` reports it; a handler cannot match it
+                if record.seq in self._handed:
+                    continue
+                self._handed.add(record.seq)
+                self._ready.append(self._message(record))
+            if read < SCAN_CHUNK:
+                return  # the end of the journal
 
     def _message(self, record: Record) -> Message:
         target = Address(record.target_group, record.target_queue)
