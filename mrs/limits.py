@@ -20,6 +20,11 @@ PUT_TIMEOUT_S_DEFAULT = 30.0
 """MessageQ's default when the put timeout is 0 (also the DLQ handler's and jplay's)."""
 IDEMPOTENCY_KEY_BYTES_MAX = 256
 """Longest idempotency key a put may carry."""
+HEADERS_BYTES_MAX = 32 * 1024
+"""A message's headers, msgpack-encoded, at most. Every frame that carries a message
+(its delivery, a link transfer, a dead letter with the header the group adds) has
+64 KiB above message_bytes_max for everything but the body: headers that filled a
+put's frame made a delivery larger than any frame, and the group stopped."""
 
 # ------------------------------------------------------------------ wire
 FRAME_BYTES_MAX_DEFAULT = 2 * 1024 * 1024

@@ -26,7 +26,13 @@ from mrs.group.notices import Notices
 from mrs.group.peers import Inbound as InboundStream
 from mrs.group.peers import Peers
 from mrs.group.quarantine import PoisonTransfer, transfer_problem
-from mrs.group.shapes import Entry, entry_from_transfer, idempotency_key, transfer_sound
+from mrs.group.shapes import (
+    Entry,
+    entry_from_transfer,
+    headers_problem,
+    idempotency_key,
+    transfer_sound,
+)
 from mrs.group.transfer import RECEIVER_DEAD_LETTERED, Answer, link_results
 from mrs.group.umas import Umas
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
@@ -126,6 +132,8 @@ class Inbound:
             # This group's own limit, whatever the sender checked (e.g. a message
             # its SAF UMA stored): a permanent refusal, dead-lettered by the sender.
             outcome(Status.MSGTOOBIG, entry.seq, "body exceeds message_bytes_max")
+        elif entry.headers and (too_big := headers_problem(entry.headers)) is not None:
+            outcome(Status.MSGTOOBIG, entry.seq, too_big)  # a peer that does not check
         elif entry.delivery.recoverable:
             keys = [origin]
             if (key := idempotency_key(entry.headers)) is not None:

@@ -33,7 +33,14 @@ from mrs.group.outbound import Outbound
 from mrs.group.put_deadlines import PutDeadlines
 from mrs.group.reply import PutReply, SendAck
 from mrs.group.sequence import Sequence
-from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, PutFields, entry_from_put, idempotency_key
+from mrs.group.shapes import (
+    DEAD_LETTER_HEADER,
+    Entry,
+    PutFields,
+    entry_from_put,
+    headers_problem,
+    idempotency_key,
+)
 from mrs.group.umas import Umas
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
@@ -219,6 +226,8 @@ class Intake:
         own_header = headers.get(DEAD_LETTER_HEADER)
         if own_header is not None and (problem := own_header_problem(own_header)) is not None:
             raise Refused(Status.BADPARAM, problem)
+        if (too_big := headers_problem(headers)) is not None:
+            raise Refused(Status.MSGTOOBIG, too_big)
         return key, own_header
 
     def _passed_context(

@@ -8,17 +8,22 @@ connection_bytes_max); the connection errors below are what a peer going away ra
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
 
+from mrs import protocol as wire
+from mrs.core.refusals import clipped
 from mrs.group.link_session import PeerLink
 from mrs.group.queues import TargetQueue
 from mrs.group.shapes import ByteAccount
 from mrs.transport.framed import FramedStream, GroupChannel
 from mrs.transport.watchdog import Liveness
+
+log = logging.getLogger("mrs.server")
 
 _session_ids = itertools.count(1)
 
@@ -91,7 +96,18 @@ class ServerSession(GroupChannel):
         if self.closed:
             return
         self._answered(event)
-        super().send(event)
+        try:
+            super().send(event)
+        except wire.LocalProtocolError as error:
+            self._cannot_carry(error)
+
+    def _cannot_carry(self, error: wire.LocalProtocolError) -> None:
+        """An event this connection cannot carry (a frame over its limit: a message
+        stored before headers were bounded): this connection ends, not the group,
+        whose commit loop made the event. What it held comes back as after any lost
+        connection (POSSDUPL)."""
+        log.error("connection %s closed: %s", self.peer, clipped(str(error)))
+        self.evict("frame_bytes_max", str(error))
 
     def answer(self, event: object) -> None:
         """Send a PutDone or Confirmed: queued to share one AnswerBatch frame with the

@@ -136,6 +136,37 @@ def test_a_reused_request_id_in_flight_is_a_protocol_error(make_bus) -> None:
     assert "reused while in flight" in fatal[2]
 
 
+def test_headers_that_would_not_fit_a_delivery_are_refused_and_the_group_goes_on(
+    make_bus,
+) -> None:
+    """Headers filling a put's frame (a 1.1 MB value, the body tiny) were stored; the
+    delivery of that message was larger than any frame, and the group stopped with
+    LocalProtocolError at the reader's get, again after every restart. Headers are
+    bounded (HEADERS_BYTES_MAX, encoded): over it MSGTOOBIG, under it delivered."""
+    from clients import MessageTooBig
+    from mrs.limits import HEADERS_BYTES_MAX
+
+    bus = make_bus()
+
+    async def run() -> None:
+        async with connect(bus.address, "SENDER") as sender:
+            with pytest.raises(MessageTooBig, match=f"exceed {HEADERS_BYTES_MAX}"):
+                await sender.put(
+                    b"body", "ANYORDER", delivery=MODE.WF_DQF, headers={"blob": "x" * 1_113_750}
+                )
+            kept = {"blob": "y" * (HEADERS_BYTES_MAX - 100)}
+            psb = await sender.put(b"fits", "ANYORDER", delivery=MODE.WF_DQF, headers=kept)
+            assert psb.delivery_status == Status.STORED
+        async with connect(bus.address, "ANYORDER") as reader:
+            message = await reader.get(timeout=5)
+            assert (message.body, message.headers["blob"]) == (b"fits", kept["blob"])
+            await reader.confirm(message.seq)
+            assert (await reader.status())["group"] == 1
+
+    trio.run(run)
+    assert "Traceback" not in bus.log_text()
+
+
 async def test_memory_queue_bytes_are_capped(make_mem_bus, caplog) -> None:
     bus = await make_mem_bus(group_extra=guards(queue_bytes_max=100_000))
     async with bus.connect("SENDER") as sender:

@@ -74,3 +74,26 @@ async def test_a_dialed_link_drops_what_its_closed_connection_cannot_carry() -> 
     before = channel.outbox_bytes
     channel.send(wire.Pong(7))
     assert channel.outbox_bytes == before
+
+
+async def test_an_event_over_the_frame_limit_ends_its_connection_not_the_group(caplog) -> None:
+    """A message stored before headers were bounded (mrs.limits.HEADERS_BYTES_MAX)
+    made a delivery larger than any frame: LocalProtocolError rose in the commit loop
+    that made it, and the whole group stopped. That one connection is evicted now."""
+    import trio
+
+    client = wire.Connection("client")
+    server = wire.Connection("server", frame_bytes_max=4096)
+    server.receive_data(client.send(wire.Hello(PROTOCOL_VERSION, "test")))
+    server.events()
+    session = ServerSession(stream=None, connection=server)  # type: ignore[arg-type]
+    session.scope = trio.CancelScope()
+    session.send(wire.Welcome(PROTOCOL_VERSION, 1, "G1"))
+    before = session.outbox_bytes
+    session.send(wire.StatusReply(1, {"blob": "x" * 5000}))  # the commit loop's call
+    assert session.outbox_bytes == before
+    assert session.scope.cancel_called
+    assert session.evicted_because is not None and "exceeds frame_bytes_max 4096" in (
+        session.evicted_because[1]
+    )
+    assert "StatusReply frame of" in caplog.text
