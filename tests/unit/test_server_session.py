@@ -93,7 +93,8 @@ async def test_an_event_over_the_frame_limit_ends_its_connection_not_the_group(c
     session.send(wire.StatusReply(1, {"blob": "x" * 5000}))  # the commit loop's call
     assert session.outbox_bytes == before
     assert session.scope.cancel_called
-    assert session.evicted_because is not None and "exceeds frame_bytes_max 4096" in (
-        session.evicted_because[1]
+    assert (
+        session.evicted_because is not None
+        and "exceeds frame_bytes_max 4096" in (session.evicted_because[1])
     )
     assert "StatusReply frame of" in caplog.text
