@@ -288,6 +288,10 @@ CLIENT_SAF_BYTES_MAX_DEFAULT = 1 << 30
 """Bytes a client SAF journal holds at most unless told otherwise."""
 
 # ------------------------------------------------------------------ DLQ handler
+DLQ_TABLE_BYTES_MAX = 1024 * 1024
+"""The largest rules table read (14,000 full 72-column lines): a table is read whole
+and checked before anything runs, so a wrong file (a log, a disk image, /dev/zero)
+is refused with one line instead of filling the memory."""
 DLQ_HANDLER_WINDOW_DEFAULT = 32
 """Dead letters the handler has in flight at once."""
 DLQ_HANDLER_POLL_S = 1.0

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     targets against the bus, the options), all reported together; then --check
     stops, else the handler runs."""
     from mrs.dlq.parser import RulesError, decode_table, parse_table
-    from mrs.dlq.table import TABLE_BYTES_MAX
+    from mrs.limits import DLQ_TABLE_BYTES_MAX
 
     if args.window < 1 or args.seen_max < 1:
         return _fail("--window and --seen-max must be at least 1")
@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
     try:  # at most one byte more than a table may have: /dev/zero is refused, not read
         if args.rules:
             with args.rules.open("rb") as file:
-                data = file.read(TABLE_BYTES_MAX + 1)
+                data = file.read(DLQ_TABLE_BYTES_MAX + 1)
         else:
-            data = sys.stdin.buffer.read(TABLE_BYTES_MAX + 1)
+            data = sys.stdin.buffer.read(DLQ_TABLE_BYTES_MAX + 1)
     except OSError as error:
         return _fail(f"cannot read the rules table {source}: {error}")
     try:

@@ -28,7 +28,6 @@ from mrs.dlq.table import (
     PATTERN_KEYWORDS,
     RETRY_INTERVAL_S_DEFAULT,
     RETRY_MAX,
-    TABLE_BYTES_MAX,
     WAIT_S_MAX,
     Action,
     Control,
@@ -37,6 +36,7 @@ from mrs.dlq.table import (
     RulesTable,
 )
 from mrs.errors import OperatorError
+from mrs.limits import DLQ_TABLE_BYTES_MAX
 
 RULE_KEYWORDS = PATTERN_KEYWORDS + ACTION_KEYWORDS
 ALL_KEYWORDS = RULE_KEYWORDS + CONTROL_KEYWORDS
@@ -93,10 +93,10 @@ class _Entry:
 
 def decode_table(data: bytes) -> str:
     """The table's text from its bytes (a file's or standard input's, read with at most
-    TABLE_BYTES_MAX + 1 bytes): UTF-8, or RulesError naming where it is not (the line
+    DLQ_TABLE_BYTES_MAX + 1 bytes): UTF-8, or RulesError naming where it is not (the line
     and column of the first bad byte), or that the table is too large."""
-    if len(data) > TABLE_BYTES_MAX:
-        too_large = f"the table is larger than {TABLE_BYTES_MAX} bytes (is it the right file?)"
+    if len(data) > DLQ_TABLE_BYTES_MAX:
+        too_large = f"the table is larger than {DLQ_TABLE_BYTES_MAX} bytes (is it the right file?)"
         raise RulesError([Problem(1, 1, too_large)])
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte order mark (Notepad) is no error
     try:

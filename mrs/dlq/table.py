@@ -16,10 +16,6 @@ COLUMNS_SIGNIFICANT = 72
 """runmqdlq's significant columns "for portability": the printer keeps within them; a
 longer line is read whole with a warning, and refused only under `--strict`."""
 RETRY_MAX = 999_999_999
-TABLE_BYTES_MAX = 1024 * 1024
-"""The largest rules table read (14,000 full 72-column lines): a table is read whole
-and checked before anything runs, so a wrong file (a log, a disk image, /dev/zero)
-is refused with one line instead of filling the memory."""
 RETRY_INTERVAL_S_DEFAULT = 60
 WAIT_S_MAX = 999_999_999
 

@@ -24,7 +24,7 @@ from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
 from mrs.dlq.sources import SCAN_CHUNK
-from mrs.dlq.table import TABLE_BYTES_MAX
+from mrs.limits import DLQ_TABLE_BYTES_MAX
 from mrs.offline.journal_files import locate
 from sim.processes import write_single_group_config
 from tests.client_helpers import take_all
@@ -54,11 +54,11 @@ def test_a_table_too_large_is_refused_with_one_line_before_it_is_read(tmp_path) 
     config = write_single_group_config(tmp_path / "bus", queues=STANDARD_QUEUES)
     rules = tmp_path / "huge.rules"
     line = b"REASON(MQRC_Q_FULL) ACTION(IGNORE)\n"
-    rules.write_bytes(line * (TABLE_BYTES_MAX // len(line) + 1))
+    rules.write_bytes(line * (DLQ_TABLE_BYTES_MAX // len(line) + 1))
     for result in (_check(config, str(rules)), _check(config, stdin=rules.read_bytes())):
         assert result.returncode == 2
         first, last = result.stderr.decode().splitlines()
-        assert f"the table is larger than {TABLE_BYTES_MAX} bytes" in first
+        assert f"the table is larger than {DLQ_TABLE_BYTES_MAX} bytes" in first
         assert last == "mrs dlq-handler: 1 error(s) in the rules table; not started"
 
 
