@@ -456,7 +456,25 @@ class Client:
         order: None if confirmed, else the MrsError `confirm` would have raised."""
         if self._requests.link is None or self._requests.broken is not None:
             await self._linked(None, "confirm_many")
+        if self.refused_unconfirmed:  # refused messages an in-order queue holds back
+            return await self._confirm_in_turn(seqs, force_j)
         return await confirm_many(self._requests, seqs, force_j)
+
+    async def _confirm_in_turn(
+        self, seqs: Sequence[int], force_j: ForceJrn
+    ) -> list[MrsError | None]:
+        """`confirm_many` one `confirm` at a time, so each held refused message is
+        confirmed as soon as the queue allows it (between the application's): sent
+        together, the seqs after one were answered BADSEQ, as was every later confirm."""
+        results: list[MrsError | None] = []
+        for seq in seqs:
+            try:
+                await self.confirm(seq, force_j=force_j)
+            except MrsError as error:
+                results.append(error)
+            else:
+                results.append(None)
+        return results
 
     async def status(self) -> dict:
         """The group's status: queues, DQF depth, writer statistics."""

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clients.errors import MrsError
-from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Psb, Status, Uma
+from mrs.model import (
+    DEAD_LETTER_QUEUE,
+    POSSIBLE_DUPLICATE_HEADER,
+    Address,
+    DeliveryMode,
+    Message,
+    Psb,
+    Status,
+    Uma,
+)
 from mrs.protection.envelope import Opened, Quality, is_protected, open_envelope, seal
 from mrs.protection.errors import (
     MQRC_NOT_AUTHORIZED,
@@ -204,12 +213,15 @@ class Protection:
             opened = self.check(queue, message.body, _returned(message))
         except ProtectionError as error:
             where, failure = await _to_dead_letter_queue(client, queue, message, error)
-            moved = (
-                f"moved to {where}"
-                if where
-                else f"the DLQ put failed ({failure}): left on the queue, and refused "
-                "again on every get until it can be moved"
-            )
+            if where:
+                moved = f"moved to {where}"
+            elif message.needs_confirm:
+                moved = (
+                    f"the DLQ put failed ({failure}): left on the queue, and refused "
+                    "again on every get until it can be moved"
+                )
+            else:  # got without a confirm: the queue no longer holds it
+                moved = f"the DLQ put failed ({failure}): discarded, as a nonrecoverable message"
             raise ProtectionRefused(
                 f"message {message.seq} on {queue} refused: {error} ({moved})",
                 error.reason,
@@ -275,6 +287,17 @@ async def _to_dead_letter_queue(
         "original_source": str(message.source),
     }
     recoverable = message.delivery.recoverable
+    headers: dict[str, Any] = {
+        "dead_letter_header": header,
+        # once however often it is refused: a reader that cannot confirm it (an
+        # in-order queue, a lost connection) gets it again, and so may another
+        "idempotency_key": f"protection-refused {queue} {message.seq}",
+    }
+    if message.delivery_status == Status.POSSDUPL:
+        # Delivered before: an earlier reader may have dead-lettered it already. A
+        # memory DLQ hands it to the DLJ, where the key does not dedupe, so this copy
+        # is marked as the DLQ handler marks its forwards (delivered POSSDUPL).
+        headers[POSSIBLE_DUPLICATE_HEADER] = True
     try:
         psb = await client.put(
             message.body,
@@ -285,12 +308,7 @@ async def _to_dead_letter_queue(
             msg_type=message.msg_type,
             priority=message.priority,
             correlation_id=message.correlation_id,
-            # once however often it is refused: a reader that cannot confirm it (an
-            # in-order queue, a lost connection) gets it again, and so may another
-            headers={
-                "dead_letter_header": header,
-                "idempotency_key": f"protection-refused {queue} {message.seq}",
-            },
+            headers=headers,
             protect=False,
         )
     except MrsError as failed:
@@ -302,16 +320,29 @@ async def _to_dead_letter_queue(
         log.error("refused message %d not moved to the DLQ: %s", message.seq, failure)
         return None, failure
     if message.needs_confirm:
-        try:
-            await client.confirm(message.seq)
-        except MrsError as failed:
-            if failed.status != Status.BADSEQ:
-                log.error("refused message %d moved, not confirmed: %s", message.seq, failed)
-            else:  # an in-order queue: confirmed once the messages before it are
-                client.refused_unconfirmed.append(message.seq)
+        await _confirm_refused_now(client, message.seq)
     where = "the DLQ" if stored else "the DLJ (the DLQ is memory only)"
     log.warning("message %d on %s refused (%s): moved to %s", message.seq, queue, error, where)
     return where, ""
+
+
+async def _confirm_refused_now(client: ProtectedClient, seq: int) -> None:
+    """Confirm a refused message moved to the DLQ, or hold it for `confirm_refused`
+    when an in-order queue wants older ones first. Held once: after a reconnect it
+    comes again, POSSDUPL, and is refused again; held twice, its second confirm was
+    answered BADSEQ (confirmed already) for good, and every refused message behind
+    it stayed unconfirmed, so the application's later confirms were refused BADSEQ."""
+    held = client.refused_unconfirmed
+    try:
+        await client.confirm(seq)
+    except MrsError as failed:
+        if failed.status != Status.BADSEQ:
+            log.error("refused message %d moved, not confirmed: %s", seq, failed)
+        elif seq not in held:  # an in-order queue: confirmed once the messages before it are
+            held.append(seq)
+        return
+    if seq in held:  # held before a reconnect: confirmed now
+        held.remove(seq)
 
 
 def _name(status: Status | int) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 
 from clients.errors import BadParameter, ConnectionLost, MrsError
-from mrs.config.tls import strict_eof
+from mrs.config.tls import NOT_TLS, ssl_failure, strict_eof
 from mrs.model import Status
 from mrs.transport.tls_stream import tls_handshake
 
@@ -89,21 +89,12 @@ def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenS
 
 def tls_refusal(error: BaseException, address: str) -> TlsRefused | None:
     """TlsRefused when `error` is a failed TLS handshake (with TLS 1.3 a server that
-    refuses our certificate says so on the first read, after do_handshake returned)."""
-    reason = _ssl_reason(error)
+    refuses our certificate says so on the first read, after do_handshake returned);
+    None if it is no TLS failure (a refused or reset TCP connection: the usual
+    reconnect rules apply)."""
+    reason = ssl_failure(error)
     if reason is None:
         return None
+    if reason == NOT_TLS:
+        reason += ": is it a group without [group.tls]? connect to it without tls"
     return TlsRefused(Status.LINK_DOWN, f"TLS handshake with {address} failed: {reason}")
-
-
-def _ssl_reason(error: BaseException) -> str | None:
-    """The SSL reason behind the TLS stream's BrokenResourceError; None if it is no TLS failure
-    (a refused or reset TCP connection: the usual reconnect rules apply)."""
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"certificate verify failed: {cause.verify_message}"
-        if isinstance(cause, ssl.SSLError):
-            return str(cause.reason or cause).lower().replace("_", " ")
-        cause = cause.__cause__ or cause.__context__
-    return None

@@ -18,6 +18,10 @@ from mrs.limits import PUT_TIMEOUT_S_DEFAULT as DEFAULT_PUT_TIMEOUT_S  # noqa: F
 
 DEAD_LETTER_QUEUE = 96
 """Queue 96 of every group is the dead letter queue (PAMS_DEAD_LETTER_QUEUE)."""
+POSSIBLE_DUPLICATE_HEADER = "possible_duplicate"
+"""Set on a copy that may have been put once before (a DLQ handler re-forwarding a
+dead letter it got POSSDUPL, a reader dead-lettering a refused protected message it
+got POSSDUPL): the group hands it to its receiver as POSSDUPL too."""
 
 MRS_CLASS = 28
 """Message class of the messages the MRS itself sends."""

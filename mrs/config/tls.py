@@ -7,10 +7,13 @@ first connection. Group certificates name `mrs-group-N` (`group_server_name`).
 
 from __future__ import annotations
 
+import datetime
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
 
 TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
 CLIENT_CERT_CHOICES = {
@@ -69,6 +72,27 @@ class TlsConfig:
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             self._contexts[kind] = strict_eof(context)
         return self._contexts[kind]
+
+    def validity_problem(self, now: datetime.datetime | None = None) -> str | None:
+        """Why this group's certificate or CA cannot be used today (None: neither has
+        expired). Asked when `mrs serve` starts, not when the config loads: `mrs dump`
+        and the other offline tools must still read a config whose certificate has
+        expired."""
+        now = now or datetime.datetime.now(datetime.UTC)
+        for what, path in (("certificate", self.cert), ("CA certificate", self.ca)):
+            try:
+                cert = x509.load_pem_x509_certificate(path.read_bytes())
+            except (OSError, ValueError):
+                continue  # checked to load when the config was read
+            # Not "not valid yet": a clock behind the CA's would refuse a certificate
+            # that every peer with the right time accepts.
+            if now > cert.not_valid_after_utc:
+                return (
+                    f"the {what} {path} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} "
+                    "UTC: every TLS handshake would fail; make new certificates "
+                    "(`mrs certs --force`, docs/security.md)"
+                )
+        return None
 
     def dial_context(self) -> ssl.SSLContext:
         """For dialing a linked group: verify it (name and CA), show our certificate."""
@@ -149,14 +173,33 @@ def check_link_tls(parser: Any, groups: dict[int, Any], link_where: str, pair: t
         )
 
 
+NOT_TLS_REASON = "WRONG_VERSION_NUMBER"
+"""OpenSSL's reason when what the peer sent is no TLS record (e.g. a plaintext port)."""
+NOT_TLS = "the peer does not speak TLS (OpenSSL: wrong version number)"
+
+
+PEER_ALERTS = {
+    "TLSV1_ALERT_UNKNOWN_CA": "the peer does not trust the CA of our certificate",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the peer says our certificate has expired",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the peer requires a client certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the peer refused our certificate",
+}
+"""What the other side's TLS alert means for us, said before OpenSSL's own words."""
+
+
 def _reason(error: BaseException) -> str:
+    if isinstance(error, ssl.SSLError) and error.reason == NOT_TLS_REASON:
+        return NOT_TLS
     if isinstance(error, ssl.SSLError) and error.reason:
-        return str(error.reason).lower().replace("_", " ")
+        words = str(error.reason).lower().replace("_", " ")
+        meaning = PEER_ALERTS.get(str(error.reason))
+        return f"{meaning} ({words})" if meaning else words
     return str(error) or type(error).__name__
 
 
-def describe_tls_error(error: BaseException) -> str:
-    """One line for a failed handshake: the SSL reason behind trio's BrokenResourceError."""
+def ssl_failure(error: BaseException) -> str | None:
+    """One line for the SSL error behind `error` (trio's BrokenResourceError keeps it
+    as its cause), or None when there is none (a refused or reset TCP connection)."""
     cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -164,7 +207,12 @@ def describe_tls_error(error: BaseException) -> str:
         if isinstance(cause, ssl.SSLError):
             return _reason(cause)
         cause = cause.__cause__ or cause.__context__
-    return str(error) or type(error).__name__
+    return None
+
+
+def describe_tls_error(error: BaseException) -> str:
+    """One line for a failed handshake: the SSL reason behind trio's BrokenResourceError."""
+    return ssl_failure(error) or str(error) or type(error).__name__
 
 
 def operator_connect_options(group: Any) -> dict[str, Any]:

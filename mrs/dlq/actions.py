@@ -14,9 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mrs.dlq.table import FWDQ_VARIABLES, FWDQM_VARIABLES, Action, Rule, RulesTable
-from mrs.group.dlq_leases import CONTEXT_HEADER, POSSIBLE_DUPLICATE_HEADER
+from mrs.group.dlq_leases import CONTEXT_HEADER
 from mrs.group.shapes import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
-from mrs.model import DEAD_LETTER_QUEUE, Address, DeliveryMode, Message, Status, Uma
+from mrs.model import (
+    DEAD_LETTER_QUEUE,
+    POSSIBLE_DUPLICATE_HEADER,
+    Address,
+    DeliveryMode,
+    Message,
+    Status,
+    Uma,
+)
 
 RETURNS_HEADER = "dlq_returns"
 """How many times a DLQ handler has put this message back out of a DLQ; a message

@@ -26,9 +26,6 @@ CONTEXT_HEADER = "pass_context"
 """A put from a DLQ reader may carry {"source": "G.Q", "put_time_ns": n, "dlq_seq": s}:
 the message keeps its original sender (MQPMO_PASS_ALL_CONTEXT), and the group counts
 it against the dead letter `s` the reader holds. Only DLQ readers may pass it."""
-POSSIBLE_DUPLICATE_HEADER = "possible_duplicate"
-"""Set by a handler re-forwarding a dead letter it got as POSSDUPL: the copy it puts
-may have been put once before, so the receiver is handed it as POSSDUPL too."""
 
 
 @dataclass(slots=True)

@@ -23,9 +23,9 @@ from mrs.core.delivery import CONFIRMREQ as _CONFIRMREQ
 from mrs.core.delivery import POSSDUPL as _POSSDUPL
 from mrs.core.delivery import delivery_status_on_get
 from mrs.group.context import Outcome
-from mrs.group.dlq_leases import POSSIBLE_DUPLICATE_HEADER
 from mrs.group.queues import TargetQueue
 from mrs.group.shapes import Entry
+from mrs.model import POSSIBLE_DUPLICATE_HEADER
 
 if TYPE_CHECKING:
     from mrs.group.dqf import Dqf

@@ -111,23 +111,34 @@ def load_public_keys(path: str | os.PathLike[str]) -> PublicKeys:
 
 
 class Keyring:
-    """The public keys of a directory of NAME.pub files, read when first asked for."""
+    """The public keys of a directory of NAME.pub files, read when first asked for and
+    again when the file changes (another inode, size or time): a key rotated by
+    replacing NAME.pub applies to the next message, in a process that runs on, as a
+    removed NAME.pub revokes it. A stat per look-up, against ~100 us of cryptography."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._keys: dict[str, PublicKeys] = {}
+        self._keys: dict[str, tuple[tuple[int, int, int], PublicKeys]] = {}
 
     def get(self, name: str) -> PublicKeys:
         """The public keys of `name`; PolicyError when there is no NAME.pub."""
-        if name not in self._keys:
-            path = self.directory / f"{check_name(name)}.pub"
-            if not path.exists():
-                raise PolicyError(f"no public key for {name!r} ({path} does not exist)")
-            keys = load_public_keys(path)
-            if keys.name != name:
-                raise PolicyError(f"{path} holds the key of {keys.name!r}, not {name!r}")
-            self._keys[name] = keys
-        return self._keys[name]
+        path = self.directory / f"{check_name(name)}.pub"
+        try:
+            status = path.stat()
+        except FileNotFoundError:
+            self._keys.pop(name, None)
+            raise PolicyError(f"no public key for {name!r} ({path} does not exist)") from None
+        except OSError as error:
+            raise PolicyError(f"{path}: cannot read: {error.strerror or error}") from None
+        stamp = (status.st_ino, status.st_size, status.st_mtime_ns)
+        cached = self._keys.get(name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        keys = load_public_keys(path)
+        if keys.name != name:
+            raise PolicyError(f"{path} holds the key of {keys.name!r}, not {name!r}")
+        self._keys[name] = (stamp, keys)
+        return keys
 
 
 def _private_document(identity: Identity) -> dict:

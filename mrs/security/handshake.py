@@ -26,6 +26,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 
 import msgpack
 import trio
@@ -38,9 +39,13 @@ AUTH_VERSION = 1
 FRAME_BYTES_MAX = 4096
 _HEADER = struct.Struct(">I")
 LINK_PROOF_SUFFIX = b"|link-peer"
+TLS_RECORD_START = b"\x16\x03"
+"""A TLS ClientHello's first bytes (handshake record, version 3.x): as a frame length
+it is over FRAME_BYTES_MAX, so it can be told apart from any auth frame."""
 FATAL_CODE = getattr(wire.Fatal, "code", 31)
 
 NOTAUTHORIZED = Status.NOTAUTHORIZED
+_T = TypeVar("_T")
 
 
 class AuthFailed(Exception):
@@ -108,6 +113,12 @@ class FrameReader:
         while True:
             if len(self.buffer) >= _HEADER.size:
                 (size,) = _HEADER.unpack_from(self.buffer)
+                if self.buffer.startswith(TLS_RECORD_START):
+                    raise AuthFailed(
+                        Status.PROTOCOL_ERROR,
+                        "a TLS handshake on a port without TLS (this group has no "
+                        "[group.tls]): connect without tls",
+                    )
                 if size > FRAME_BYTES_MAX:
                     raise AuthFailed(Status.PROTOCOL_ERROR, f"auth frame of {size} bytes")
                 if len(self.buffer) >= _HEADER.size + size:
@@ -132,13 +143,13 @@ def _decode(body: bytes) -> object:
         raise AuthFailed(Status.PROTOCOL_ERROR, "malformed authentication frame") from None
 
 
-def field(frame: object, key: str, kind: type, what: str) -> object:
+def field(frame: object, key: str, kind: type[_T], what: str) -> _T:
     if not isinstance(frame, dict) or not isinstance(frame.get(key), kind):
         raise AuthFailed(Status.PROTOCOL_ERROR, f"{what}: missing or bad {key!r}")
     value = frame[key]
     if kind is bytes and not 1 <= len(value) <= 256:
         raise AuthFailed(Status.PROTOCOL_ERROR, f"{what}: {key!r} has a bad length")
-    return value
+    return cast(_T, value)
 
 
 def fatal_of(frame: object) -> AuthFailed | None:
@@ -157,7 +168,7 @@ def _refusal(frame: object) -> AuthFailed:
     """The server's {"ok": false, ...} answer as an AuthFailed."""
     frame = frame if isinstance(frame, dict) else {}
     try:
-        status = Status(frame.get("status"))
+        status = Status(frame.get("status", NOTAUTHORIZED))
     except ValueError:
         status = NOTAUTHORIZED
     return AuthFailed(status, str(frame.get("message") or "authentication refused"))

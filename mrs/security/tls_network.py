@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from mrs import protocol as wire
+from mrs.config.schema import ConfigError
 from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
@@ -124,7 +125,9 @@ class TlsNetwork(TcpNetwork):
                 raise NotTls("a plaintext MRS client (answered: TLS only)")
             raise NotTls("not a TLS handshake" if first else "closed before a TLS handshake")
         assert isinstance(stream, trio.SocketStream)  # TcpNetwork's: a real TCP connection
-        return await tls_handshake(stream, self.server_context, server_side=True, received=first)
+        return await tls_handshake(
+            stream, self.server_context, server_side=True, received=bytes(first)
+        )
 
     async def _close_refused(self, stream: trio.abc.Stream) -> None:
         """Gently (see _close_gently) while fewer than CLOSE_DRAINS_MAX are at it;
@@ -188,7 +191,11 @@ class NotTls(Exception):
 def tls_network(bus: Any, group: Any) -> TlsNetwork:
     """The TLS network of `group` (its config has `tls`): each group it dials is
     verified by the name mrs-group-N at the address it dials (a link's address, or
-    the peer's listen address)."""
+    the peer's listen address). ConfigError (one line, `mrs serve` does not start)
+    when the group's certificate or CA has expired or is not valid yet: before, the
+    group served and refused every client and peer with a line that blamed them."""
+    if (problem := group.tls.validity_problem()) is not None:
+        raise ConfigError(bus.path, f"group {group.id} [group.tls]", problem)
     peer_names: dict[tuple[str, int], str] = {}
     for peer_id in group.linked_group_ids:
         link = bus.link_between(group.id, peer_id)
@@ -242,6 +249,6 @@ def check_link_peer(stream: trio.abc.Stream, group_id: int) -> str | None:
 def certificate_names(stream: trio.SSLStream | TlsStream) -> set[str] | None:
     """The DNS names of the peer's certificate (None: it showed none)."""
     certificate = stream.getpeercert()
-    if not certificate:
+    if not certificate or not isinstance(certificate, dict):
         return None
     return {value for kind, value in certificate.get("subjectAltName", ()) if kind == "DNS"}

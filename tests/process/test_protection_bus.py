@@ -228,11 +228,23 @@ async def test_unsigned_and_tampered_messages_are_refused_and_dead_lettered(
             await q.get(timeout=0)
 
 
-async def test_a_refusal_on_an_in_order_queue_does_not_jam_it(start_group, keys) -> None:
+@pytest.mark.parametrize("confirming", ["confirm", "confirm_many"])
+async def test_a_refusal_on_an_in_order_queue_does_not_jam_it(
+    start_group, keys, confirming
+) -> None:
     """On an explicit-in-order queue a refused message cannot be confirmed while an
     older one is unconfirmed. Before, the confirm's BADSEQ was only logged: the queue
     was jammed (every later confirm answered BADSEQ) and the next reader moved the
-    message to the DLJ again. Now it is confirmed right after the older ones."""
+    message to the DLJ again. Now it is confirmed right after the older ones, also
+    when the application confirms with `confirm_many` (which did not look at it)."""
+
+    async def confirm(client, seqs: list[int]) -> None:
+        if confirming == "confirm":
+            for seq in seqs:
+                await client.confirm(seq)
+        else:
+            assert await client.confirm_many(seqs) == [None] * len(seqs)
+
     group, directory = start_group()
     shop = app(directory, keys, "SHOP")
     async with connect(group.address, "SENDER", protection=shop) as sender:
@@ -247,10 +259,10 @@ async def test_a_refusal_on_an_in_order_queue_does_not_jam_it(start_group, keys)
         with pytest.raises(ProtectionRefused) as refused:
             await q.get(timeout=5)
         assert refused.value.dead_lettered
-        await q.confirm(first.seq)  # and the refused one after it
         third = await q.get(timeout=5)
         assert third.body == b"good-3"
-        await q.confirm(third.seq)  # BADSEQ before: the refused one was never confirmed
+        # the refused one in between: BADSEQ before, as it was never confirmed
+        await confirm(q, [first.seq, third.seq])
     async with connect(group.address, "1.15", protection=app(directory, keys, "BILLING")) as q:
         with pytest.raises(NoMoreMessages):
             await q.get(timeout=0)
@@ -258,9 +270,7 @@ async def test_a_refusal_on_an_in_order_queue_does_not_jam_it(start_group, keys)
     assert [record["body"] for record in records] == ["bad-2"]
 
 
-async def test_a_refusal_left_on_the_queue_says_why_it_could_not_be_moved(
-    tmp_path, keys
-) -> None:
+async def test_a_refusal_left_on_the_queue_says_why_it_could_not_be_moved(tmp_path, keys) -> None:
     """Under [auth], moving a refused message to the DLQ needs the reader's 'dlq' right:
     without it the message stays and is refused on every get, so the error must say
     what to grant."""
