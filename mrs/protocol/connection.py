@@ -259,11 +259,7 @@ class Connection:
             while have - pos >= _HEADER_BYTES:
                 size = unpack_from(buf, pos)[0]
                 if size > frame_bytes_max or size == 0:
-                    self._fail(
-                        "empty frame"
-                        if size == 0
-                        else f"frame of {size} bytes exceeds frame_bytes_max {frame_bytes_max}"
-                    )
+                    self._fail(_size_problem(bytes(buf[pos : pos + 4]), size, frame_bytes_max))
                 start = pos + _HEADER_BYTES
                 end = start + size
                 if end > have:
@@ -373,3 +369,23 @@ class Connection:
             )
         _PACK_HEADER_INTO(out, start, size)
         return start
+
+
+_FOREIGN_STARTS: Final = (
+    (b"\x16\x03", "a TLS handshake on a port without TLS (no [group.tls]): connect without tls"),
+    (b"GET ", "an HTTP request on the MRS client port (the web page is web_listen's)"),
+    (b"POST", "an HTTP request on the MRS client port (the web page is web_listen's)"),
+    (b"PRI ", "an HTTP request on the MRS client port (the web page is web_listen's)"),
+)
+"""What a frame length too large to be MRS usually is: another protocol's first bytes."""
+
+
+def _size_problem(head: bytes, size: int, frame_bytes_max: int) -> str:
+    """Why a frame's length is refused, naming the protocol a peer spoke instead when
+    its first bytes tell (a TLS client on a plain port got "frame of 369295618 bytes")."""
+    if size == 0:
+        return "empty frame"
+    for start, words in _FOREIGN_STARTS:
+        if head.startswith(start):
+            return f"{words} (frame length {size})"
+    return f"frame of {size} bytes exceeds frame_bytes_max {frame_bytes_max}"

@@ -478,6 +478,22 @@ def test_oversized_frame_is_refused_from_its_header_alone():
         server.next_event()
 
 
+@pytest.mark.parametrize(
+    "first_bytes, words",
+    [
+        (bytes.fromhex("160301020001"), "a TLS handshake on a port without TLS"),
+        (b"GET / HTTP/1.1\r\n", "an HTTP request on the MRS client port"),
+    ],
+)
+def test_another_protocol_on_the_port_is_named(first_bytes: bytes, words: str) -> None:
+    """A TLS client or a browser on a plain MRS port was logged as "frame of
+    369295618 bytes exceeds frame_bytes_max": say what the peer spoke."""
+    server = Connection("server")
+    server.receive_data(first_bytes)
+    with pytest.raises(RemoteProtocolError, match=words):
+        server.next_event()
+
+
 def test_frame_of_exactly_the_maximum_is_awaited():
     _, server = connected_pair(frame_bytes_max=1000)
     server.receive_data(struct.pack(">I", 1000) + b"\x00" * 10)
