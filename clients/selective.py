@@ -2,12 +2,21 @@
 CorrelId): `Client.get(select=...)` and `get_many(select=...)`.
 
 Why apart from the plain get: a selective get is always one request of its own. It
-never shares the pooled GetBatch requests of plain gets (clients.get_pool) and never
-takes a held read-ahead message (those are the next messages in order, not the ones
-it selects); the group picks the message from its index (mrs.group.select_index).
+never shares the pooled GetBatch requests of plain gets (clients.get_pool); the group
+picks the message from its index (mrs.group.select_index).
+
+Why it looks at the held messages first: a message held by this client (read ahead,
+or one that crossed a get its caller gave up) is no longer on the group's queue, so
+the group cannot select it: without this look a get selecting an MRS_ACK that was
+read ahead answered NOMOREMSG (or waited out its timeout) while the client held it.
+A plain get takes held messages first; a selective get takes the held ones it
+matches first, in the order they came.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from typing import cast
 
 from clients.errors import BadParameter
 from clients.pending import Requests
@@ -28,19 +37,55 @@ async def get_selected(
             Status.BADPARAM,
             f"select takes a Selection (mrs.core.selection), not {type(select).__name__}",
         )
-    requests.require_link(Status.NOTACTIVE, "get")
     timeout_ms = get_timeout_ms(timeout)
+    keys = select.to_wire()
+    # Built before anything is held or reserved: a bad count or timeout is BADPARAM
+    # and leaves the client as it was (a room reserved and never freed once made
+    # every later get of the client EXCEEDQUOTA).
+    _selective_request(1, timeout_ms, keys, count_max)  # a check only: never sent
+    held = take_held(requests.held, select, 1 if count_max is None else count_max)
+    if held:
+        return held
+    requests.require_link(Status.NOTACTIVE, "get")
     wait_s = None if timeout is None else timeout + REPLY_GRACE_S
     request_id = requests.next_id()
-    keys = select.to_wire()
-    count = requests.reserve_get(request_id, count_max or 1)
-    if count_max is None:
-        request: wire.Get | wire.GetBatch = built(wire.Get, request_id, timeout_ms, keys)
-    else:
-        request = built(wire.GetBatch, request_id, count, timeout_ms, False, 0, keys)
+    count = requests.reserve_get(request_id, 1 if count_max is None else count_max)
     try:
+        wanted = None if count_max is None else count  # fewer when the room is short
+        request = _selective_request(request_id, timeout_ms, keys, wanted)
         reply = await requests.request(request, wait_s, "get")
     finally:
         requests.get_answered(request_id)
-    deliveries = [reply] if count_max is None else reply.deliveries
+    if count_max is None:
+        deliveries = [cast(wire.Delivery, reply)]
+    else:
+        deliveries = cast(wire.DeliveryBatch, reply).deliveries
     return [requests.message(delivery) for delivery in deliveries]
+
+
+def _selective_request(
+    request_id: int, timeout_ms: int, keys: list[list], count_max: int | None
+) -> wire.Get | wire.GetBatch:
+    """The Get (count_max None) or GetBatch carrying the selection; FieldRefused
+    (BADPARAM, naming the field) for a count or timeout the wire does not take."""
+    if count_max is None:
+        return built(wire.Get, request_id, timeout_ms, keys)
+    return built(wire.GetBatch, request_id, count_max, timeout_ms, False, 0, keys)
+
+
+def take_held(held: deque[Message], select: Selection, count_max: int) -> list[Message]:
+    """Up to count_max of the held messages `select` matches, taken out of `held` in
+    the order they came; the others stay held, in their order, for the next gets."""
+    if not held:
+        return []
+    taken: list[Message] = []
+    kept: list[Message] = []
+    for message in held:
+        if len(taken) < count_max and select.matches(message):
+            taken.append(message)
+        else:
+            kept.append(message)
+    if taken:
+        held.clear()
+        held.extend(kept)
+    return taken
