@@ -404,6 +404,7 @@ class Client:
         if select is not None:
             return [await self.get(timeout, select)]
         if requests.held:
+            built(wire.GetBatch, 1, count_max, 0)  # a bad count refused, held messages or not
             held = [requests.held.popleft() for _ in range(min(count_max, len(requests.held)))]
             if self.protection is None:
                 return held

@@ -56,3 +56,21 @@ async def test_a_refused_selective_get_many_leaves_the_client_able_to_get(
         got = await receiver.get(timeout=0, select=by_source("1.13"))
         assert (got.body, got.delivery_status) == (b"wanted", Status.CONFIRMREQ)
         await receiver.confirm(got.seq)
+
+
+@pytest.mark.parametrize("count_max", [0, -1])
+async def test_get_many_refuses_a_bad_count_also_while_messages_are_held(
+    mem_bus, count_max: int
+) -> None:
+    """With messages held from a read-ahead, get_many served them before it looked
+    at the count: 0 and -1 answered [] instead of BADPARAM, as they do otherwise."""
+    async with mem_bus.connect("SENDER") as sender:
+        for number in range(3):
+            await sender.put(
+                b"ak%d" % number, target="ANYORDER", delivery=DeliveryMode.AK_MEM, uma=Uma.DISC
+            )
+        await sender.get(timeout=5)  # the pool's batch reads the other MRS_ACKs ahead
+        assert len(sender.held) == 2
+        with pytest.raises(BadParameter, match=f"got {count_max}"):
+            await sender.get_many(count_max, timeout=0)
+        assert len(await sender.get_many(5, timeout=0)) == 2  # still held, in order
