@@ -16,6 +16,7 @@ first: highest priority, then first arrived (docs/delivery-modes.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -93,6 +94,10 @@ class Selection:
         )
 
 
+_SOURCE_TEXT: Final = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+"""A source as messages carry it (`Address.text`): decimal numbers, no leading zeros."""
+
+
 def by_correlation_id(correlation_id: bytes) -> Selection:
     return Selection(Key("correlation_id", EQ, correlation_id))
 
@@ -146,8 +151,9 @@ def _check_key(key: Key) -> None:
         if type(value) is not bytes or len(value) > CORRELATION_ID_BYTES_MAX:
             raise _refuse(f"correlation_id takes bytes of at most {CORRELATION_ID_BYTES_MAX}")
         return
-    if type(value) is not str or value.count(".") != 1:
-        raise _refuse("source takes a queue address 'G.Q'")
+    if type(value) is not str or _SOURCE_TEXT.fullmatch(value) is None:
+        # as a message carries it: "01.13" or "NYC.ORDERS" passed, and matched nothing
+        raise _refuse(f"source takes a queue address 'G.Q' in numbers (e.g. '1.13'), got {value!r}")
 
 
 def from_wire(keys: object) -> Selection:

@@ -74,3 +74,13 @@ async def test_get_many_refuses_a_bad_count_also_while_messages_are_held(
         with pytest.raises(BadParameter, match=f"got {count_max}"):
             await sender.get_many(count_max, timeout=0)
         assert len(await sender.get_many(5, timeout=0)) == 2  # still held, in order
+
+
+@pytest.mark.parametrize("source", ["01.13", "1.013", "SENDER.13", "1.x", "1.13.2", " 1.13"])
+def test_a_source_selection_a_message_could_never_match_is_refused(source: str) -> None:
+    """A message's source is `G.Q` in plain numbers: "01.13" passed the check and
+    then matched nothing, so the get waited its whole timeout for a message that was
+    there. It is refused at once, with the form to write."""
+    with pytest.raises(BadParameter, match="source takes a queue address 'G.Q' in numbers"):
+        by_source(source)
+    assert by_source("1.13").matches(type("Sent", (), {"source": "1.13"})())
