@@ -41,6 +41,7 @@ CRC is wrong ends a file's records.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -211,7 +212,9 @@ class CommitLog:
         head = _RECORD_HEAD.pack(_RECORD_MAGIC, number, len(payload), crc32(payload))
         fd = self.fds[self.file]
         try:
-            os.pwritev(fd, [head, payload], self.offset)
+            written = os.pwritev(fd, [head, payload], self.offset)
+            if written != len(head) + len(payload):  # a full disk takes what fits
+                raise OSError(errno.ENOSPC, "a short write to the commit log")
             os.fdatasync(fd)
         except OSError:
             # not stored: a record the kernel may still write must not be replayed
@@ -249,5 +252,7 @@ class CommitLog:
             _SLOT_MAGIC, start.generation, start.number, boot_id(), len(start.meta_pages)
         )
         body = head + start.meta_pages
-        os.pwrite(self.fds[start.file], body + _CRC.pack(crc32(body)), 0)
+        header = body + _CRC.pack(crc32(body))
+        if os.pwrite(self.fds[start.file], header, 0) != len(header):  # a full disk
+            raise OSError(errno.ENOSPC, "a short write of a commit log header")
         os.fdatasync(self.fds[start.file])

@@ -35,6 +35,21 @@ _META_LAST_PG_AT = _META_DBS_AT + 2 * _DB.size
 _META_TXNID_AT = _META_LAST_PG_AT + 8
 META_READ_BYTES = 4096
 """A meta page's fields all lie in its first bytes, whatever the page size."""
+P_META = 0x08
+_META_MAGIC = struct.Struct("<II")  # magic, data version: the meta page's first fields
+MDB_MAGIC, MDB_DATA_VERSION = 0xBEEFC0DE, 1
+
+
+def meta_page_whole(page: bytes) -> bool:
+    """Whether a meta page passes the check LMDB makes of both at open (flags, magic,
+    version): one that fails makes it refuse the whole file, the other one whole."""
+    if len(page) < _PAGE_HEADER.size + _META_MAGIC.size:
+        return False
+    flags = _PAGE_HEADER.unpack_from(page)[2]
+    found = _META_MAGIC.unpack_from(page, _PAGE_HEADER.size)
+    return bool(flags & P_META) and found == (MDB_MAGIC, MDB_DATA_VERSION)
+
+
 DEPTH_MAX = 32
 """Deeper than any B-tree of a file that fits in memory: a damaged depth."""
 

@@ -26,7 +26,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from journals import dqf_index, residency
+from journals import dqf_index, freelist, residency
 from journals.batch import (
     JournalDeviceError,
     JournalError,
@@ -193,6 +193,9 @@ class JournalStore:
         self._checkpoint: _CheckpointJob | None = None
         """The checkpoint under way (its flush on a thread), if any."""
         self._data_fd = -1
+        self._disk_tight = False
+        """The disk had too little free at the last checkpoint for the log's way
+        (`near_full`); measured again at each checkpoint."""
         self.failed: JournalDeviceError | None = None
         """Set once a flush failed after LMDB took its commit (`_flush_direct`)."""
         self.writeback_due = False
@@ -241,6 +244,7 @@ class JournalStore:
         """On the writer, between commits: pin this snapshot and send the later
         records to the log's other file (journals.commit_log)."""
         assert self.commit_log is not None
+        self._disk_tight = _disk_tight(self.path, int(self.env.info()["map_size"]))
         meta_pages = os.pread(self._data_fd, 2 * self._page_bytes, 0)
         pinned = self.env.begin()
         self._checkpoint_last_page = int(self.env.info()["last_pgno"])
@@ -364,7 +368,12 @@ class JournalStore:
         then each commit is flushed and checkpointed on its own (`_flush_direct`), so
         pages freed by deletes are reused at once, as before the log, and the journal
         reserve's room (measured in pages in use) is there for the confirms that
-        drain a full journal."""
+        drain a full journal. So too while the disk has less free than a checkpoint
+        cycle may take (`_disk_tight`): logged, the log's copies and the pages no
+        commit may reuse until the next checkpoint filled a nearly full disk by
+        themselves, and the confirms that would drain it then failed on ENOSPC."""
+        if self._disk_tight:
+            return True
         info = self.env.info()
         used_bytes = (info["last_pgno"] + 1) * self._page_bytes
         return used_bytes * NEAR_FULL_SHARE > info["map_size"] * (NEAR_FULL_SHARE - 1)
@@ -675,8 +684,9 @@ def _start_flush(store: JournalStore, job: _CheckpointJob) -> None:
 def _restore_after_restart(path: Path) -> LogContents:
     """The log of the journals at `path`. After a restart of the machine, LMDB's meta
     pages are first put back as the last checkpoint wrote them (the pages since may
-    be lost: journals.commit_log); journals without a data file have no use for a
-    log, which is removed."""
+    be lost: journals.commit_log), and so are they when one of them is damaged
+    (LMDB then refuses the whole file, and the tools copied nothing out of it);
+    journals without a data file have no use for a log, which is removed."""
     data_path = path / "data.mdb"
     if not data_path.exists():
         for name in LOG_NAMES:
@@ -685,7 +695,9 @@ def _restore_after_restart(path: Path) -> LogContents:
         return LogContents(None, [])
     contents = read_log(path)
     checkpoint = contents.checkpoint
-    if checkpoint is not None and checkpoint.boot != boot_id():
+    if checkpoint is not None and (
+        checkpoint.boot != boot_id() or _meta_damaged(data_path, checkpoint.meta_pages)
+    ):
         fd = os.open(data_path, os.O_WRONLY)
         try:
             os.pwrite(fd, checkpoint.meta_pages, 0)
@@ -695,7 +707,34 @@ def _restore_after_restart(path: Path) -> LogContents:
     return contents
 
 
+def _meta_damaged(data_path: Path, saved_meta_pages: bytes) -> bool:
+    """Whether a meta page of the data file fails LMDB's check at open. The
+    checkpoint's copies (`saved_meta_pages`, both pages) give the page size; its
+    pinned snapshot keeps every page they name whole, as after a power loss."""
+    page_bytes = len(saved_meta_pages) // 2
+    with open(data_path, "rb") as data:
+        pages = data.read(2 * page_bytes)
+    if len(pages) < 2 * page_bytes:  # not the file the checkpoint was of: LMDB says what
+        return False
+    return not all(
+        freelist.meta_page_whole(pages[start : start + page_bytes]) for start in (0, page_bytes)
+    )
+
+
 DISK_SLACK_BYTES = 1 << 20
+
+
+def _disk_tight(path: Path, map_bytes: int) -> bool:
+    """Whether the disk holding the journals has less free than one checkpoint cycle
+    of logged commits may take: the log's growth (up to CHECKPOINT_LOG_BYTES) and the
+    file's (up to the last 1/NEAR_FULL_SHARE of its map). A disk that cannot be
+    measured counts as roomy: the commits report a full one as they always did."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    free_bytes = stats.f_bavail * stats.f_frsize
+    return free_bytes < CHECKPOINT_LOG_BYTES + map_bytes // NEAR_FULL_SHARE
 
 
 def _disk_full(path: Path, batches: list[WriteBatch]) -> str | None:

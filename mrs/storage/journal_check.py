@@ -20,13 +20,17 @@ looks for them.
 
 from __future__ import annotations
 
+import io
 import operator
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
@@ -58,11 +62,13 @@ def _walk(
             env = lmdb.open(path, readonly=True, lock=False, max_dbs=16, subdir=True)
         names = list(DATABASES) + list(INDEXES)
         walked: dict[str, int] = {}
+        with _following_growth(env, env.begin) as txn:
+            walk_txn_id = txn.id()  # the snapshot the walk starts from
         if start_db is not None:
             names = names[names.index(start_db) :]
         for name in names:
             try:
-                db = env.open_db(name.encode(), create=False)
+                db = _following_growth(env, partial(env.open_db, name.encode(), create=False))
             except lmdb.NotFoundError:
                 continue
             emit("db", name)
@@ -73,7 +79,7 @@ def _walk(
                 out.flush()
                 continue
             count = 0
-            with env.begin(db=db, buffers=False) as txn:
+            with _following_growth(env, partial(env.begin, db=db, buffers=False)) as txn:
                 cursor = txn.cursor(db)
                 if reverse:
                     positioned = cursor.last()
@@ -97,7 +103,7 @@ def _walk(
             out.flush()
             walked[name] = count
         if start_db is None and not reverse:
-            for name, problem in cross_check(env, walked):
+            for name, problem in cross_check(env, walked, walk_txn_id):
                 emit("inconsistent", name, problem)
     except lmdb.Error as error:
         emit("error", f"{type(error).__name__}: {error}")
@@ -107,12 +113,26 @@ def _walk(
     return 0
 
 
+def _following_growth(env, begin: Callable[[], Any]) -> Any:
+    """`begin()` (a read transaction, or a database opened in one); if a running
+    server grew the map since the walk opened it (MDB_MAP_RESIZED), the map is taken
+    at its new size and `begin()` tried again. Before, `mrs journal verify` beside a
+    busy group reported its journal DAMAGED."""
+    import lmdb
+
+    try:
+        return begin()
+    except lmdb.MapResizedError:
+        env.set_mapsize(0)  # no transaction is open here: LMDB takes the file's size
+        return begin()
+
+
 def _touch_all(env, db) -> int:
     """Walk every entry without copying it (the start-up check: a million 1 KiB
     records in half the time): touching each value's first and last byte is what
     faults here, in the child, where a damaged page or size points outside the map."""
     count = 0
-    with env.begin(db=db, buffers=True) as txn:
+    with _following_growth(env, partial(env.begin, db=db, buffers=True)) as txn:
         for value in txn.cursor(db).iternext(keys=False, values=True):
             if value:
                 value[0] + value[-1]  # noqa: B018 - read for the fault, not the value
@@ -127,7 +147,9 @@ cannot delete. Not the PCJ: an audit trail of any size, whose misfiled record is
 still read (under another seq); `mrs journal verify` checks it."""
 
 
-def cross_check(env, walked: dict[str, int]) -> list[tuple[str, str]]:
+def cross_check(
+    env, walked: dict[str, int], walk_txn_id: int | None = None
+) -> list[tuple[str, str]]:
     """(database, problem) for every way the environment disagrees with itself:
     entry counts against the stamp of the last commit, DQF keys against the key
     index, SAF and DLJ records against their keys; and the free-page list every write reads
@@ -137,7 +159,7 @@ def cross_check(env, walked: dict[str, int]) -> list[tuple[str, str]]:
 
     from journals import dqf_index, freelist
 
-    with env.begin() as txn:
+    with _following_growth(env, env.begin) as txn:
         problems = [
             ("freelist", p) for p in freelist.problems(Path(env.path()) / "data.mdb", txn.id())
         ]
@@ -151,10 +173,15 @@ def cross_check(env, walked: dict[str, int]) -> list[tuple[str, str]]:
             dbs[name] = env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError:
             dbs[name] = None
-    with env.begin() as txn:
+    with _following_growth(env, env.begin) as txn:
         stamped = dqf_index.read_stamp(txn, index_db)
         if stamped is None:
             return problems
+        if walk_txn_id is not None and txn.id() != walk_txn_id:
+            # A server committed during the walk (verify beside a running group): hold
+            # the stamp against this one snapshot's counts, not the walk's many.
+            handles = {**dbs, dqf_index.INDEX_DB.decode(): index_db}
+            walked = {n: txn.stat(db)["entries"] for n, db in handles.items() if db is not None}
         for name, count in stamped.items():
             if walked.get(name, 0) != count:
                 found = walked.get(name, 0)
@@ -278,8 +305,9 @@ def walk(
             stdout, stderr = child.communicate()
             result.failure = f"reading it took over {timeout_s:g} s"
     current: str | None = None
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(stdout)
+    # Read from the bytes, not fed whole: msgpack's default buffer (100 MiB) refused a
+    # journal holding more records than that. No item is longer than the whole.
+    unpacker = msgpack.Unpacker(io.BytesIO(stdout), raw=False, max_buffer_size=len(stdout) + 1)
     try:
         for item in unpacker:
             kind = item[0]
