@@ -152,7 +152,7 @@ class JournalStore:
         log_contents = LogContents(None, [])
         if not readonly:
             _owner_only(self.path)
-            log_contents = _restore_after_restart(self.path)
+            log_contents = restore_after_restart(self.path)
         # Unflushed: each commit is made durable by the commit log's one flush
         # (journals.commit_log); a checkpoint flushes LMDB.
         self.env = lmdb.open(
@@ -681,7 +681,7 @@ def _start_flush(store: JournalStore, job: _CheckpointJob) -> None:
     job.thread.start()
 
 
-def _restore_after_restart(path: Path) -> LogContents:
+def restore_after_restart(path: Path) -> LogContents:
     """The log of the journals at `path`. After a restart of the machine, LMDB's meta
     pages are first put back as the last checkpoint wrote them (the pages since may
     be lost: journals.commit_log), and so are they when one of them is damaged

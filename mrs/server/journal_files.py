@@ -16,6 +16,7 @@ import lmdb
 import trio
 
 from journals import JournalError, JournalStore
+from journals.store import restore_after_restart
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.limits import DATA_DIR_CHECK_INTERVAL_S
 from mrs.server import startup
@@ -69,8 +70,13 @@ class JournalFiles:
         """Lock the data directory (one server per directory), then open its journals
         with the directory's identity checked before every commit."""
         guard = DataDirGuard.acquire(self.config.data_dir)
+        journals = self.config.data_dir / "journals"
+        # The meta pages put back from the log's checkpoint first (after a power loss,
+        # or one damaged): the file as LMDB left it may name pages the disk never got,
+        # and the check below refused a start the log recovers.
+        restore_after_restart(journals)
         # Read it in a child first: a damaged file must not abort this process.
-        if (damage := verify_before_open(self.config.data_dir / "journals")) is not None:
+        if (damage := verify_before_open(journals)) is not None:
             guard.release()
             raise DataDirError(damage)
         token = trio.lowlevel.current_trio_token()

@@ -210,3 +210,31 @@ async def test_verify_beside_a_busy_group_finds_it_intact(tmp_path: Path) -> Non
         stop.set()
     assert bus.process.terminate() == 0
     assert [code for code, _ in verdicts] == [0] * 4, verdicts
+
+
+def test_a_group_whose_meta_page_is_damaged_starts_from_its_checkpoint(make_bus) -> None:
+    """The store puts a damaged meta page back from the commit log's checkpoint, but
+    `mrs serve` checked the file before the store could, and refused to start: so did
+    it after a power loss whose meta page names pages the disk never got. The pages
+    are put back first now; the group starts and serves what it stored."""
+    bus = make_bus()
+
+    async def put() -> None:
+        async with bus.connect("SENDER") as sender:
+            psb = await sender.put(b"kept", "ORDERS", delivery=DeliveryMode.WF_DQF)
+            assert psb.delivery_status == Status.STORED
+
+    trio.run(put)
+    assert bus.process.terminate() == 0  # closed: a checkpoint holds both meta pages
+    data = bus.data_dir / "journals" / "data.mdb"
+    with open(data, "r+b") as file:
+        file.write(b"\0" * os.sysconf("SC_PAGE_SIZE"))  # meta page 0: LMDB refuses the file
+    bus.start()
+
+    async def get() -> bytes:
+        async with bus.connect("ORDERS") as reader:
+            message = await reader.get(timeout=5)
+            await reader.confirm(message.seq)
+            return message.body
+
+    assert trio.run(get) == b"kept"
