@@ -27,8 +27,8 @@ from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
-from journals import Journal, WriteBatch
-from mrs.errors import MrsError
+from journals import Journal, JournalError, WriteBatch
+from mrs.errors import MrsError, Refused
 from mrs.model import Status
 
 GROUP_SHIFT: Final = 49
@@ -82,7 +82,12 @@ class SeqAllocator:
     def next(self) -> int:
         if self._next >= self._reserved:
             self._block = min(self._block * 2, RESERVE_MAX)
-            self._reserve()
+            try:
+                self._reserve()
+            except JournalError as error:  # a full or failing disk: the put's answer
+                raise Refused(
+                    Status.JOURNAL_FAIL, f"cannot reserve sequence numbers: {error}"
+                ) from None
         seq = (self.group_id << GROUP_SHIFT) | self._next
         self._next += 1
         return seq

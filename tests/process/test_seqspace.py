@@ -92,3 +92,28 @@ async def test_old_journals_migrate_and_seqs_keep_increasing(make_bus, legacy_ep
         (b"new", new_seq),
         (b"newer", newer_seq),
     ]
+
+
+def test_a_reservation_the_disk_refuses_is_the_puts_journal_fail_not_a_server_error() -> None:
+    """A full disk at the reservation commit raised JournalDeviceError out of the put:
+    the client got SERVER_ERROR and the log a traceback per put (13,000 in one run).
+    It is the put's JOURNAL_FAIL now, and the next put tries again."""
+    from journals import JournalDeviceError
+    from mrs.errors import Refused
+
+    store = MemoryJournalStore()
+    allocator = SeqAllocator(store, group_id=1)
+    allocator.start()
+    issued = [allocator.next() for _ in range(RESERVE_FIRST)]  # the first block used
+    commit_now = store.commit_now
+
+    def disk_full(batch: WriteBatch) -> None:
+        raise JournalDeviceError("journal device failed: No space left on device", 28)
+
+    store.commit_now = disk_full  # type: ignore[method-assign]
+    with pytest.raises(Refused) as refused:
+        allocator.next()
+    assert refused.value.status is Status.JOURNAL_FAIL
+    assert "cannot reserve sequence numbers: journal device failed" in refused.value.message
+    store.commit_now = commit_now  # type: ignore[method-assign]
+    assert allocator.next() > issued[-1]
