@@ -109,6 +109,17 @@ def with_protection(config_path: Path) -> None:
     config_path.write_text('protection = "protection.toml"\n' + config_path.read_text())
 
 
+def secure_protected_bus(directory: Path, keys: Path):
+    """Group 1 under [auth] with the policy file, started (stop it with `stop()`)."""
+    from tests.auth_helpers import SecureBus
+
+    bus = SecureBus(directory, group_ids=(1,))
+    with_protection(bus.config_path)
+    write_policies(bus.directory, keys)
+    bus.start()
+    return bus
+
+
 @pytest.fixture
 def start_group(tmp_path, keys):
     """Start group 1 (QUEUES) with a policy file; `dlq_policy` is appended to it."""
@@ -274,12 +285,9 @@ async def test_a_refusal_left_on_the_queue_says_why_it_could_not_be_moved(tmp_pa
     """Under [auth], moving a refused message to the DLQ needs the reader's 'dlq' right:
     without it the message stays and is refused on every get, so the error must say
     what to grant."""
-    from tests.auth_helpers import SecureBus, creds
+    from tests.auth_helpers import creds
 
-    bus = SecureBus(tmp_path / "bus", group_ids=(1,))
-    with_protection(bus.config_path)
-    write_policies(bus.directory, keys)
-    bus.start()
+    bus = secure_protected_bus(tmp_path / "bus", keys)
     try:
         async with connect(bus.address(1), "1.13", credentials=creds("producer")) as plain:
             await plain.put(b"unsigned order", target="1.10", delivery=MODE.WF_DQF)

@@ -37,6 +37,7 @@ from tests.process.test_protection_bus import (  # noqa: F401
     app,
     dump,
     keys,
+    secure_protected_bus,
     start_group,
     with_protection,
     write_policies,
@@ -200,10 +201,7 @@ async def test_a_refused_memory_message_that_cannot_be_moved_is_not_said_to_stay
     confirm). When the reader could not move it to the DLQ (here: no 'dlq' right),
     ProtectionRefused still said it was "left on the queue, and refused again on
     every get", and the next get found nothing. Now it says it was discarded."""
-    bus = SecureBus(tmp_path / "bus", group_ids=(1,))
-    with_protection(bus.config_path)
-    write_policies(bus.directory, keys)
-    bus.start()
+    bus = secure_protected_bus(tmp_path / "bus", keys)
     try:
         async with connect(bus.address(1), "1.13", credentials=creds("producer")) as plain:
             await plain.put(b"unsigned order", target="1.10", delivery=MODE.WF_MEM)
