@@ -120,6 +120,15 @@ def secure_protected_bus(directory: Path, keys: Path):
     return bus
 
 
+async def put_in_order(address: str, shop: Protection, bodies: list[bytes]) -> None:
+    """Put `bodies` to the in-order integrity queue 1.15, those starting "bad" as
+    they are (unsigned: they are refused on get), the others signed by SHOP."""
+    async with connect(address, "SENDER", protection=shop) as sender:
+        for body in bodies:
+            protect = not body.startswith(b"bad")
+            await sender.put(body, target="1.15", delivery=MODE.WF_DQF, protect=protect)
+
+
 @pytest.fixture
 def start_group(tmp_path, keys):
     """Start group 1 (QUEUES) with a policy file; `dlq_policy` is appended to it."""
@@ -258,12 +267,7 @@ async def test_a_refusal_on_an_in_order_queue_does_not_jam_it(
 
     group, directory = start_group()
     shop = app(directory, keys, "SHOP")
-    async with connect(group.address, "SENDER", protection=shop) as sender:
-        await sender.put(b"good-1", target="1.15", delivery=MODE.WF_DQF)
-    async with connect(group.address, "SENDER") as plain:
-        await plain.put(b"bad-2", target="1.15", delivery=MODE.WF_DQF)
-    async with connect(group.address, "SENDER", protection=shop) as sender:
-        await sender.put(b"good-3", target="1.15", delivery=MODE.WF_DQF)
+    await put_in_order(group.address, shop, [b"good-1", b"bad-2", b"good-3"])
     async with connect(group.address, "1.15", protection=app(directory, keys, "BILLING")) as q:
         first = await q.get(timeout=5)
         assert first.body == b"good-1"

@@ -37,6 +37,7 @@ from tests.process.test_protection_bus import (  # noqa: F401
     app,
     dump,
     keys,
+    put_in_order,
     secure_protected_bus,
     start_group,
     with_protection,
@@ -82,11 +83,7 @@ async def test_a_second_refusal_by_another_reader_is_marked_a_possible_duplicate
     `mrs jplay` replayed both as originals. Now the copy a reader makes of a message
     it got POSSDUPL carries `possible_duplicate`, so it is delivered POSSDUPL."""
     group, directory = start_group()
-    shop = app(directory, keys, "SHOP")
-    async with connect(group.address, "SENDER", protection=shop) as sender:
-        await sender.put(b"good-1", target="1.15", delivery=MODE.WF_DQF)
-    async with connect(group.address, "SENDER") as plain:
-        await plain.put(b"bad-2", target="1.15", delivery=MODE.WF_DQF)
+    await put_in_order(group.address, app(directory, keys, "SHOP"), [b"good-1", b"bad-2"])
     billing = app(directory, keys, "BILLING")
     seq = await refuse_and_leave(group.address, billing)
     assert await refuse_and_leave(group.address, billing) == seq
@@ -270,15 +267,6 @@ async def test_a_client_certificate_of_another_ca_is_told_what_the_group_refused
                 assert await client.pending(["1.10"]) == [0]
     finally:
         bus.stop()
-
-
-async def put_in_order(address: str, shop: Protection, bodies: list[bytes]) -> None:
-    """Put `bodies` to the in-order integrity queue 1.15, those starting "bad" as
-    they are (unsigned: they are refused on get), the others signed by SHOP."""
-    async with connect(address, "SENDER", protection=shop) as sender:
-        for body in bodies:
-            protect = not body.startswith(b"bad")
-            await sender.put(body, target="1.15", delivery=MODE.WF_DQF, protect=protect)
 
 
 async def test_a_reconnect_after_a_refusal_does_not_jam_an_in_order_queue(
