@@ -34,7 +34,12 @@ from mrs.group.queue_lookup import local_counts
 from mrs.group.shapes import TransferError
 from mrs.group.transfer import LINK_LOST, status_name
 from mrs.group.wiring import LinkRooms
-from mrs.limits import LINK_DIRECT_MESSAGES_MAX, PENDING_QUEUES_MAX, RECEIPTS_PER_FRAME_MAX
+from mrs.limits import (
+    LINK_DIRECT_MESSAGES_MAX,
+    PENDING_QUEUES_MAX,
+    RECEIPTS_PER_FRAME_MAX,
+    REFUSAL_LOG_INTERVAL_S,
+)
 from mrs.limits import LINK_FRAME_OVERHEAD_BYTES as FRAME_OVERHEAD_BYTES  # noqa: F401 (re-exported)
 from mrs.limits import LINK_NOTICES_PER_FRAME_MAX as NOTICES_PER_FRAME_MAX
 from mrs.limits import LINK_RETRY_S_MAX as RETRY_S_MAX
@@ -154,6 +159,8 @@ class PeerLink:
     """After a RETRY backoff: messages the drain may send until one transfer is
     stored (the stuck one alone); None when not retrying."""
     _resync_due: bool = False
+    _room_warned_s: float = float("-inf")
+    """When the last wait for room was logged as a WARNING (`_wait_for_room`)."""
     retry_until: float = 0.0
     """While now_s() < this, the SAF drain is in RETRY (channel rules)."""
     _retry_s: float = RETRY_S_MIN
@@ -436,7 +443,13 @@ class PeerLink:
         self.restart_drain()
         self._room_credit, self._room_asked, self._ask_due = 0, False, True
         if news:
-            log.warning(
+            # A WARNING once an interval: at the edge of full (the backlog empties,
+            # the next put is refused) the wait begins again every few milliseconds
+            now_s = self.now_s()
+            warn = now_s - self._room_warned_s >= REFUSAL_LOG_INTERVAL_S
+            if warn:
+                self._room_warned_s = now_s
+            (log.warning if warn else log.info)(
                 "link to group %d: SAF drain waits for room in the peer's DQF "
                 "(message %d refused %s); it sends as slots free there",
                 self.peer_id,

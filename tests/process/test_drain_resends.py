@@ -23,9 +23,11 @@ async def test_a_drain_into_a_full_dqf_sends_each_message_about_once(tmp_path) -
         assert phase.sent <= RATIO_MAX * phase.stored + AT_A_PHASE_EDGE_MAX, phase
     sent, stored = sum(p.sent for p in run.phases), sum(p.stored for p in run.phases)
     assert sent <= RATIO_MAX * stored, run.phases
-    # One log line when the drain starts to wait, none per message refused: the DQF
-    # stays full through "full" and "backlog" without a WARNING.
-    assert phases["fill"].warnings <= 2, phases["fill"]
+    # One WARNING when the drain starts to wait, none per message refused, nor each
+    # time the wait begins again at the edge of full (the backlog empties, the next
+    # put is refused: three in 40 ms once): the DQF stays full through "full" and
+    # "backlog" without a WARNING.
+    assert phases["fill"].warnings == 1, phases["fill"]
     assert phases["full"].warnings == 0 and phases["backlog"].warnings == 0, phases
     # Nothing lost, nothing reordered: the consumer got a prefix of what was put, in order.
     assert run.delivered_seqs == run.put_seqs[: len(run.delivered_seqs)]
