@@ -14,6 +14,7 @@ range's start that binds now, and never the same port twice in one process.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -37,6 +38,21 @@ def _ephemeral_start() -> int:
         return 32768
 
 
+def _worker_slice() -> tuple[int, int]:
+    """(index, count): under pytest-xdist, each worker picks only the ports whose
+    remainder by the workers' count is its own number. Two workers picked the same
+    port now and then, and the second server to bind it did not start (a CI run's
+    replicated nemesis: "replication = 127.0.0.1:23645: the port is in use"). Outside
+    xdist, every port: (0, 1)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count_text = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count_text.isdigit():
+        count = int(count_text)
+        if count > 0:
+            return int(worker[2:]) % count, count
+    return 0, 1
+
+
 def _binds(host: str, port: int) -> bool:
     with socket.socket() as probe:
         try:
@@ -51,8 +67,10 @@ def free_port(host: str = "127.0.0.1") -> int:
     room below it (else the OS's pick), not handed out before by this process."""
     high = _ephemeral_start()
     if high - PICK_PORT_LOW >= 1000:
+        index, count = _worker_slice()
         for _ in range(PICK_TRIES_MAX):
-            port = _random.randrange(PICK_PORT_LOW, high)
+            port = _random.randrange(PICK_PORT_LOW + count, high)
+            port -= (port - PICK_PORT_LOW - index) % count  # this worker's ports only
             if port not in _picked and _binds(host, port):
                 _picked.add(port)
                 return port

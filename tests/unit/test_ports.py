@@ -31,3 +31,15 @@ def test_a_port_something_listens_on_is_never_picked(monkeypatch) -> None:
         monkeypatch.setattr(ports, "_ephemeral_start", lambda: held + 1000)
         monkeypatch.setattr(ports._random, "randrange", lambda low, high: held)
         assert ports.free_port() != held  # every try found it taken: the OS's pick
+
+
+def test_each_test_worker_picks_from_its_own_ports(monkeypatch) -> None:
+    """Two pytest-xdist workers picked the same port now and then: the second server
+    to bind it did not start. Each worker now picks only its residue of the count."""
+    monkeypatch.setattr(ports, "_ephemeral_start", lambda: 32768)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    for index in range(3):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+        picked = [ports.free_port() for _ in range(50)]
+        assert {(port - ports.PICK_PORT_LOW) % 3 for port in picked} == {index}
+        assert all(ports.PICK_PORT_LOW <= port < 32768 for port in picked)
