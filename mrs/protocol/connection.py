@@ -371,8 +371,16 @@ class Connection:
         return start
 
 
+TLS_RECORD_START: Final = b"\x16\x03"
+"""A TLS ClientHello's first bytes (handshake record, version 3.x): read as a frame
+length they are far over any limit, so a TLS client on a plain port is told apart
+(here and in the auth handshake, mrs.security.handshake)."""
+
 _FOREIGN_STARTS: Final = (
-    (b"\x16\x03", "a TLS handshake on a port without TLS (no [group.tls]): connect without tls"),
+    (
+        TLS_RECORD_START,
+        "a TLS handshake on a port without TLS (no [group.tls]): connect without tls",
+    ),
     (b"GET ", "an HTTP request on the MRS client port (the web page is web_listen's)"),
     (b"POST", "an HTTP request on the MRS client port (the web page is web_listen's)"),
     (b"PRI ", "an HTTP request on the MRS client port (the web page is web_listen's)"),

@@ -33,15 +33,13 @@ import trio
 
 from mrs import protocol as wire
 from mrs.model import Status
+from mrs.protocol.connection import TLS_RECORD_START
 from mrs.security import scram
 
 AUTH_VERSION = 1
 FRAME_BYTES_MAX = 4096
 _HEADER = struct.Struct(">I")
 LINK_PROOF_SUFFIX = b"|link-peer"
-TLS_RECORD_START = b"\x16\x03"
-"""A TLS ClientHello's first bytes (handshake record, version 3.x): as a frame length
-it is over FRAME_BYTES_MAX, so it can be told apart from any auth frame."""
 FATAL_CODE = getattr(wire.Fatal, "code", 31)
 
 NOTAUTHORIZED = Status.NOTAUTHORIZED
