@@ -505,8 +505,9 @@ class Client:
     async def pending(self, queues: Sequence[str | Address]) -> list[int]:
         """Messages waiting to be got on each queue, in order (putil_show_pending);
         another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
-        it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list."""
-        return await pending(self._requests, queues)
+        it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list. The
+        attached queue's count includes the messages this client already holds."""
+        return await pending(self._requests, queues, self.queue, len(self._requests.held))
 
     async def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
         """MessageQ's MRS_SET_PCJ: the group's default journaling action of

@@ -74,9 +74,28 @@ async def locate(client: Requester, name: str | Address) -> Address:
     return Address(reply.group, reply.queue)
 
 
-async def pending(client: Requester, queues: Sequence[str | Address]) -> list[int]:
+async def pending(
+    client: Requester, queues: Sequence[str | Address], own: Address | None = None, held: int = 0
+) -> list[int]:
+    """The group's counts, plus the `held` messages this client already has for its own
+    queue `own` (read ahead, not yet got): the group handed them out, but for the
+    application they are still waiting, and a `get` returns them next."""
     client.require_link(Status.NOTACTIVE, "pending")
-    request = built(wire.ShowPending, client.next_id(), pending_texts(queues))
+    texts = pending_texts(queues)
+    request = built(wire.ShowPending, client.next_id(), texts)
     wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
     reply = cast(wire.PendingCounts, await client.request(request, wait_s, "other"))
-    return list(reply.counts)
+    counts = list(reply.counts)
+    if held and own is not None:
+        for index, text in enumerate(texts):
+            if await _names_queue(client, text, own):
+                counts[index] += held
+    return counts
+
+
+async def _names_queue(client: Requester, text: str, queue: Address) -> bool:
+    """Whether a queue text is `queue`: a `G.Q` is read here, a name asked of the group."""
+    try:
+        return Address.parse(text) == queue
+    except ValueError:
+        return await locate(client, text) == queue

@@ -287,6 +287,11 @@ CLIENT_SAF_MESSAGES_MAX_DEFAULT = 1_000_000
 CLIENT_SAF_BYTES_MAX_DEFAULT = 1 << 30
 """Bytes a client SAF journal holds at most unless told otherwise."""
 
+# ------------------------------------------------------------------ demo
+DEMO_MESSAGES_MAX = 100_000
+"""The most orders `mrs demo --messages` sends: it keeps each one's id and delivery to
+check them, and it is a story told in minutes, not a load test (`mrs bench` is)."""
+
 # ------------------------------------------------------------------ DLQ handler
 DLQ_TABLE_BYTES_MAX = 1024 * 1024
 """The largest rules table read (14,000 full 72-column lines): a table is read whole
@@ -296,6 +301,10 @@ DLQ_HANDLER_WINDOW_DEFAULT = 32
 """Dead letters the handler has in flight at once."""
 DLQ_HANDLER_POLL_S = 1.0
 """A parked get returns at least this often, so WAIT(nnn) and reports stay timely."""
+DLQ_RETRY_INTERVAL_S_MIN = 1.0
+"""The shortest wait between two attempts of a failing rule, whatever RETRYINT says
+(`RETRYINT(0)` is taken as this): a retry is a put the server answers at once when it
+refuses, so no wait at all would be a loop as fast as the server can refuse."""
 DLQ_HANDLER_SEEN_MAX_DEFAULT = 10_000
 """Dead letters whose retry count the handler remembers at most."""
 DLQ_HANDLER_RETURNS_MAX = 5

@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 
 from mrs.dlq.match import Letter, Names, _no_names, letter_values, rule_matches
 from mrs.dlq.table import Action, Rule, RulesTable
-from mrs.limits import DLQ_HANDLER_RETURNS_MAX, DLQ_HANDLER_SEEN_MAX_DEFAULT
+from mrs.limits import (
+    DLQ_HANDLER_RETURNS_MAX,
+    DLQ_HANDLER_SEEN_MAX_DEFAULT,
+    DLQ_RETRY_INTERVAL_S_MIN,
+)
 
 
 class StepKind(enum.StrEnum):
@@ -64,7 +68,9 @@ class Engine:
 
     @property
     def retry_interval_s(self) -> float:
-        return float(self.table.control.retry_interval_s)
+        """RETRYINT, but never under DLQ_RETRY_INTERVAL_S_MIN: `RETRYINT(0)` with a large
+        RETRY would otherwise repeat a failing put as fast as the server refuses it."""
+        return max(float(self.table.control.retry_interval_s), DLQ_RETRY_INTERVAL_S_MIN)
 
     @property
     def seen(self) -> int:

@@ -176,8 +176,10 @@ def _entries(text: str, problems: list[Problem], warnings: list[Problem] | None)
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         stripped = line.rstrip()
-        if not continuing and (not stripped.strip() or stripped.lstrip().startswith("*")):
-            continue
+        if stripped.lstrip().startswith("*"):
+            continue  # comment lines "can occur anywhere", inside a continued rule too
+        if not continuing and not stripped.strip():
+            continue  # a blank line ends a continued rule (a trailing '+' forgiven)
         if len(stripped) > COLUMNS_SIGNIFICANT and warnings is not None:
             warnings.append(Problem(number, COLUMNS_SIGNIFICANT + 1, _BEYOND_WARNING))
         elif len(stripped) > COLUMNS_SIGNIFICANT:

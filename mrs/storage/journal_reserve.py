@@ -34,6 +34,8 @@ log = logging.getLogger("mrs.journal")
 
 RESERVE_FRACTION = 0.05
 RECORD_OVERHEAD_BYTES = 256
+RESERVE_RESUME_DIVISOR = 4
+"""Refusing, a journal accepts again once a quarter of the reserve more is free."""
 """Estimated B-tree and record-header bytes per message on top of its body."""
 
 
@@ -85,19 +87,26 @@ class JournalReserve:
         now = monotonic()
         if now - self._measured_at >= RESERVE_MEASURE_INTERVAL_S:
             self._measure(now)
+        # Once refusing, accept again only with a margin more than the reserve free: a
+        # journal sitting at its reserve (a confirm frees a page, a put takes it) would
+        # otherwise switch, and log the switch, several times a second.
+        margin = self.reserve // RESERVE_RESUME_DIVISOR if self.refusing is not None else 0
+        limit = self.cap_bytes - self.reserve - margin
         used = self._used_bytes + 2 * self._accepted_bytes
-        if used + needed > self.cap_bytes - self.reserve and now > self._measured_at:
+        if used + needed > limit and now > self._measured_at:
             # The estimate (twice what was accepted since the last measure) is
             # deliberately pessimistic; before refusing on it, measure what the pages
             # really hold, so a burst of puts is not refused early.
             self._measure(now)
             used = self._used_bytes + 2 * self._accepted_bytes
-        if used + needed > self.cap_bytes - self.reserve:
+        if used + needed > limit:
             problem = (
                 f"journal {used} of {self.cap_bytes} bytes in use: within its reserve of "
                 f"{self.reserve} bytes kept for deliveries, confirms and deletes"
             )
-        elif self._disk_free - self._accepted_bytes - needed < self.reserve:
+            if margin:
+                problem += f" (accepting again below {limit} bytes)"
+        elif self._disk_free - self._accepted_bytes - needed < self.reserve + margin:
             problem = (
                 f"disk holding the journal has {self._disk_free} bytes free, under the "
                 f"journal reserve of {self.reserve} bytes (ENOSPC ahead)"

@@ -13,6 +13,7 @@ from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
+from mrs.limits import DEMO_MESSAGES_MAX
 from mrs.tools.admin import add_admin_parser
 from mrs.tools.bus_status import add_status_parser
 from mrs.tools.certs import add_certs_parser, tool_tls_from_env
@@ -201,13 +202,27 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     replicated.set_defaults(run=_sim_replicated)
 
 
+def _demo_messages(text: str) -> int:
+    """The demo keeps every order's id to check its delivery, and tells a story in
+    minutes: a bound, with `mrs bench` named for a load."""
+    value = positive_int(text)
+    if value > DEMO_MESSAGES_MAX:
+        raise argparse.ArgumentTypeError(
+            f"at most {DEMO_MESSAGES_MAX:,} (got {value:,}); for load, use mrs bench"
+        )
+    return value
+
+
 def _add_demo_parser(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo",
         help="run a bus on an embedded config, crash it, and show that nothing stored is lost",
     )
     demo.add_argument(
-        "--messages", type=positive_int, default=2000, help="recoverable messages to send"
+        "--messages",
+        type=_demo_messages,
+        default=2000,
+        help=f"recoverable messages to send (1 to {DEMO_MESSAGES_MAX:,})",
     )
     demo.add_argument(
         "--scratch",

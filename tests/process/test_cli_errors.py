@@ -270,6 +270,12 @@ def test_a_count_or_length_that_would_check_nothing_is_refused(args, words) -> N
     _one_line(_mrs(*args), 2, *words)
 
 
+def test_a_demo_of_more_orders_than_it_can_keep_track_of_is_refused() -> None:
+    """It kept every order's id and delivery in memory with no bound (ten million
+    orders: gigabytes, hours): the bound is said, with the tool for a load."""
+    _one_line(_mrs("demo", "--messages", "10000000"), 2, "mrs demo", "at most", "mrs bench")
+
+
 def test_unrecognized_arguments_are_named_by_the_subcommand_given_them() -> None:
     """Its --help is the one that lists what it takes, not mrs's."""
     text = _one_line(_mrs("journal", "verify", "/tmp"), 2, "unrecognized arguments: /tmp")

@@ -54,6 +54,20 @@ async def test_memory_messages_are_read_ahead_and_each_got_once_in_order(make_me
     assert first + rest == list(range(300))
 
 
+async def test_pending_of_its_own_queue_counts_what_the_client_read_ahead(make_mem_bus) -> None:
+    """putil_show_pending after one get of ten: nine wait for this application's gets
+    (read ahead into the client), not none; by the queue's name or its G.Q alike."""
+    bus = await make_mem_bus()
+    await put_memory_messages(bus, "ANYORDER", 10)
+    async with bus.connect(queue="ANYORDER") as receiver:
+        await take(receiver, 1)
+        assert len(receiver.held) == 9
+        own = f"{receiver.queue.group}.{receiver.queue.queue}"
+        assert await receiver.pending(["ANYORDER", own, "SENDER2"]) == [9, 9, 0]
+        await take(receiver, 4)
+        assert await receiver.pending([receiver.queue]) == [5]
+
+
 async def test_a_clean_close_gives_back_what_no_get_took(make_mem_bus) -> None:
     bus = await make_mem_bus()
     await put_memory_messages(bus, "ANYORDER", 200)

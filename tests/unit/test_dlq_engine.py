@@ -18,7 +18,7 @@ from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.match import Letter, letter_values, value_matches
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
-from mrs.limits import DLQ_MATCH_CHARS_MAX
+from mrs.limits import DLQ_MATCH_CHARS_MAX, DLQ_RETRY_INTERVAL_S_MIN
 from mrs.model import Address, DeliveryMode, Message, Psb, Status
 
 HEADER = {"reason": 2053, "dest_q_name": "10", "dest_q_mgr_name": "1", "format": "MRS"}
@@ -197,8 +197,20 @@ def test_every_matching_rule_gets_exactly_its_retry_attempts(retries, interval_s
     for index, count in enumerate(retries):
         for attempt in range(1, count + 1):
             expected.append((f"Q{index}", attempt, at))
-            at += interval_s if attempt < count else 0
+            at += max(interval_s, DLQ_RETRY_INTERVAL_S_MIN) if attempt < count else 0
     assert acts == expected
+
+
+def test_retryint_zero_does_not_repeat_a_failing_put_without_a_pause() -> None:
+    """RETRYINT(0) RETRY(1000) against a destination that refuses at once: a loop of puts
+    as fast as the server answers, unless the attempts keep a floor between them."""
+    engine = Engine(parse_table("RETRYINT(0)\nACTION(FWD) FWDQ(X) RETRY(1000)\n"))
+    engine.admit(letter(), 0)
+    assert engine.step(1, 0.0).kind is StepKind.ACT
+    engine.failed(1, 0.0)
+    step = engine.step(1, 0.0)
+    assert step.kind is StepKind.WAIT
+    assert step.wait_s == DLQ_RETRY_INTERVAL_S_MIN > 0
 
 
 # ---------------------------------------------------------------------- hostile values

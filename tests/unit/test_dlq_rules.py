@@ -90,6 +90,17 @@ def test_comments_and_blank_lines() -> None:
     assert len(table.rules) == 1 and table.rules[0].line == 5
 
 
+def test_a_comment_line_inside_a_continued_rule_is_a_comment() -> None:
+    """IBM: comment lines "can occur anywhere in the rules table"; read as rule text,
+    the comment's words became keywords (or an error on a table that is right)."""
+    table = parse_table(
+        "DESTQ(ORDERS) +\n* forward orders to the repair queue\n  ACTION(FWD) +\n"
+        "   * with their header\n  FWDQ(REPAIR)\n"
+    )
+    assert len(table.rules) == 1
+    assert table.rules[0].fwd_q == "REPAIR" and table.rules[0].pattern("DESTQ") == "ORDERS"
+
+
 @pytest.mark.parametrize(
     ("text", "line", "column", "words"),
     [

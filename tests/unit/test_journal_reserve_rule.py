@@ -106,3 +106,26 @@ def test_a_disk_running_out_refuses_before_the_journal_does(machine: _Machine) -
     answers = [reserve.accepts(20_000) for _ in range(3)]
     assert answers[:2] == [None, None]
     assert answers[2] is not None and "ENOSPC ahead" in answers[2]
+
+
+def test_a_journal_at_its_reserve_switches_once_not_with_every_page(
+    machine: _Machine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal sitting at its reserve (a confirm frees a little, a put takes it) was
+    refused, accepted, refused ... each switch a log line, about four a second. Once
+    refusing, it accepts again only with a quarter of the reserve more free."""
+    reserve = _reserve()
+    body_bytes = 1_000
+    edge_bytes = CAP_BYTES - RESERVE_BYTES - body_bytes - RECORD_OVERHEAD_BYTES
+    caplog.set_level("INFO", logger="mrs.journal")
+    answers = []
+    for step in range(40):  # pages in use wander a few hundred bytes around the edge
+        machine.used_bytes = edge_bytes + (300 if step % 2 == 0 else -300)
+        machine.now_s += RESERVE_MEASURE_INTERVAL_S
+        answers.append(reserve.accepts(body_bytes) is None)
+    assert answers[0] is False and not any(answers), answers
+    assert len(caplog.records) == 1  # the one WARNING when it began refusing
+    machine.used_bytes = edge_bytes - RESERVE_BYTES // journal_reserve.RESERVE_RESUME_DIVISOR
+    machine.now_s += RESERVE_MEASURE_INTERVAL_S
+    assert reserve.accepts(body_bytes) is None
+    assert [record.levelname for record in caplog.records] == ["WARNING", "INFO"]
