@@ -109,7 +109,7 @@ class Outbound:
 
     def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
         if entry.delivery.interest_point is InterestPoint.CONF:
-            peer.waiters[entry.seq] = reply.reporter(entry.seq)
+            peer.wait_for_notice(entry.seq, reply.reporter(entry.seq))
             self._owe_ack(entry, reply)
 
         def stored(error: JournalError | None) -> None:
@@ -196,7 +196,7 @@ class Outbound:
         waits_for_receiver = entry.delivery.waits_for_receiver
         if waits_for_receiver:
             # Registered before sending: the peer's notice can overtake its LinkAck.
-            peer.waiters[entry.seq] = reply.reporter(entry.seq)
+            peer.wait_for_notice(entry.seq, reply.reporter(entry.seq))
             if entry.delivery.interest_point is InterestPoint.CONF:
                 self._owe_ack(entry, reply)
 

@@ -15,6 +15,10 @@ from mrs.group.drain_room import DqfRoom
 from mrs.limits import LINK_WINDOW_MESSAGES_MAX
 from mrs.protocol.link_events import AnyNotice, RoomNotice, TransferredMessage
 
+WAITERS_SWEEP_MIN = 1024
+"""A peer's waiters are first swept of answered puts' entries at this many
+(`PeerState.wait_for_notice`), then each time they double."""
+
 Result = Callable[[int, int], None]
 """on_result(status, stored_seq) for one message sent over a link."""
 
@@ -71,9 +75,35 @@ class PeerState:
     """SAF records for this group, committed or being committed."""
     waiters: dict[int, Callable[[AnyNotice], None]] = field(default_factory=dict)
     """seq -> what to do when the peer's notice reports the message confirmed / got."""
+    sweep_at: int = WAITERS_SWEEP_MIN
+    """`waiters` are swept of answered puts' entries when they reach this many."""
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
+
+    def wait_for_notice(self, seq: int, waiter: Callable[[AnyNotice], None]) -> None:
+        """Register `waiter` for the peer's notice about `seq`, keeping the table bounded
+        by the puts still waiting.
+
+        Why: a notice may never come (the peer restarted and lost a memory message,
+        or dropped notices beyond RECEIPTS_PER_PEER_MAX), and an entry stayed for
+        ever, holding its put's reply and client session, after that put had timed
+        out: each restart of the receiving group left its WF_DEQ / WF_ACK / WF_CONF
+        puts' entries behind. An answered put's entry does nothing when called, so
+        a sweep drops those once the table doubles (amortised O(1) per put)."""
+        self.waiters[seq] = waiter
+        if len(self.waiters) < self.sweep_at:
+            return
+        for answered in [s for s, w in self.waiters.items() if _answered(w)]:
+            del self.waiters[answered]
+        self.sweep_at = max(WAITERS_SWEEP_MIN, 2 * len(self.waiters))
+
+
+def _answered(waiter: Callable[[AnyNotice], None]) -> bool:
+    """Whether `waiter` is a reporter (mrs.group.reply `PutReply.reporter`) of a put
+    already answered (timed out, or reported): calling it would do nothing."""
+    reply = getattr(waiter, "reply", None)
+    return bool(getattr(reply, "done", False))
 
 
 @dataclass(eq=False)

@@ -28,6 +28,7 @@ from mrs.limits import (
     HTTP_REQUEST_DEADLINE_S,
 )
 from mrs.transport.bind_failure import bind_failure
+from mrs.transport.network import CAPACITY_ERRNOS, CAPACITY_SLEEP_S
 
 log = logging.getLogger("mrs.http")
 
@@ -95,18 +96,49 @@ async def serve_http(
     method) on host:port; reports (host, bound port)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    limiter = trio.CapacityLimiter(HTTP_CONNECTIONS_MAX)
+    slots = trio.Semaphore(HTTP_CONNECTIONS_MAX)
     task_status.started((host, bound))
 
     async def handle(stream: trio.SocketStream) -> None:
-        async with limiter:
+        try:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
                     await _answer(stream, routes, handlers or {})
             with contextlib.suppress(Exception), trio.move_on_after(1):
                 await stream.aclose()
+        finally:
+            slots.release()
 
-    await trio.serve_listeners(handle, listeners)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_within, listener, slots, handle, nursery)
+
+
+async def _accept_within(
+    listener: trio.SocketListener,
+    slots: trio.Semaphore,
+    handle: Callable[[trio.SocketStream], Awaitable[None]],
+    nursery: trio.Nursery,
+) -> None:
+    """Accept a connection only once one of the HTTP_CONNECTIONS_MAX `slots` is free.
+
+    Why not trio.serve_listeners behind a limiter: it accepts every connection at once
+    and parks it until a slot frees, so connections that never send a byte (or never
+    read the answer) piled up as open sockets: 1,100 of them took all of a group's
+    1,024 descriptors and its clients' connects failed (EMFILE). Past the bound they
+    now wait in the kernel's listen backlog and cost the group nothing."""
+    while True:
+        await slots.acquire()
+        try:
+            stream = await listener.accept()
+        except OSError as error:
+            slots.release()
+            if error.errno not in CAPACITY_ERRNOS:
+                raise
+            log.error("HTTP accept: %s; waiting %.1f s", error, CAPACITY_SLEEP_S)
+            await trio.sleep(CAPACITY_SLEEP_S)
+            continue
+        nursery.start_soon(handle, stream)
 
 
 def endpoint_failure(

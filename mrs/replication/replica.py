@@ -32,8 +32,10 @@ import trio
 from journals import JournalError, JournalStore, WriteBatch
 from journals.batch import as_bytes, decode_batches
 from journals.keys import Journal
+from mrs.config.guards import Guards
 from mrs.core.seqspace import BOOTS_KEY
 from mrs.limits import (
+    LINK_HANDSHAKE_TIMEOUT_S,
     REPLICATION_APPLY_RECORDS_MAX,
     REPLICATION_BACKLOG_BYTES_MAX,
     REPLICATION_BACKLOG_RECORDS_MAX,
@@ -44,7 +46,9 @@ from mrs.limits import (
 from mrs.replication.coordinator import CoordinatorUnavailable, GroupState
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
-from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, frame
+from mrs.replication.wire import HELLO_BYTES_MAX, CannotStore, FrameReader, LinkBroken, frame
+from mrs.security.tls_network import transport_socket
+from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
@@ -120,8 +124,11 @@ class Replica:
         store: JournalStore,
         rules: ReplicationRules = KEPT_REPLICATION,
         coordinator_state: Callable[[], Awaitable[GroupState]] | None = None,
+        hellos_max: int = Guards().handshakes_max,
     ) -> None:
         self.rules = rules
+        self.hellos = HandshakeSlots(hellos_max, hellos_max)
+        """Connections still before their hello, bounded: the oldest gives way."""
         self.coordinator_state = coordinator_state
         """How to read the coordinator (etcd): a hello that raises the term must come
         from the instance it names the leader of that term (None: not checked)."""
@@ -198,9 +205,27 @@ class Replica:
                 while await stream.receive_some(_DISCARD_BYTES):
                     pass
 
+    async def _read_hello(self, stream: trio.abc.Stream, reader: FrameReader) -> dict[str, Any]:
+        """The hello, within LINK_HANDSHAKE_TIMEOUT_S, HELLO_BYTES_MAX and a slot of
+        `hellos`; LinkBroken otherwise. Why: anyone who reaches the replication port
+        is a stranger until its hello is checked, and strangers that announced a
+        256 MiB hello and never finished it held memory and a socket each, without
+        end and without a bound on their number (10 of them: 300 MB)."""
+        try:
+            host = str(transport_socket(stream).getpeername()[0])
+        except (AttributeError, OSError):  # the simulator's streams have no address
+            host = ""
+        with trio.move_on_after(LINK_HANDSHAKE_TIMEOUT_S) as scope:
+            slot = self.hellos.take(host, scope)
+            try:
+                return await reader.next(HELLO_BYTES_MAX)
+            finally:
+                self.hellos.give_back(slot)
+        raise LinkBroken("no hello in time")
+
     async def _link(self, stream: trio.abc.Stream) -> None:
         reader = FrameReader(stream)
-        hello = await reader.next()
+        hello = await self._read_hello(stream, reader)
         refusal = await self.unconfirmed_term(hello) or self.check_hello(hello)
         if refusal is not None:
             log.warning("replica %s refuses %s: %s", self.name, hello.get("from"), refusal)

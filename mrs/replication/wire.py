@@ -27,6 +27,11 @@ import trio
 from mrs.limits import REPLICATION_FRAME_BYTES_MAX
 
 _LENGTH = struct.Struct(">I")
+HELLO_BYTES_MAX = 4096
+"""The hello frame at most (it names a group, a term and an instance: tens of bytes).
+Why a bound of its own: before its hello a connection is anyone's, and a stranger's
+hello announced at REPLICATION_FRAME_BYTES_MAX held 30 MB of a replica's memory per
+connection it sent that much on (mrs.replication.replica `_read_hello`)."""
 
 
 class LinkBroken(Exception):
@@ -61,11 +66,13 @@ class FrameReader:
                 raise LinkBroken("closed by the other end")
             self._buffer += data
 
-    async def next(self) -> dict[str, Any]:
+    async def next(self, bytes_max: int = REPLICATION_FRAME_BYTES_MAX) -> dict[str, Any]:
+        """The next whole message; LinkBroken for a frame over `bytes_max`, refused
+        from its length before its bytes are read."""
         await self._fill(_LENGTH.size)
         (length,) = _LENGTH.unpack_from(self._buffer)
-        if length > REPLICATION_FRAME_BYTES_MAX:
-            raise LinkBroken(f"frame of {length} bytes (at most {REPLICATION_FRAME_BYTES_MAX})")
+        if length > bytes_max:
+            raise LinkBroken(f"frame of {length} bytes (at most {bytes_max})")
         await self._fill(_LENGTH.size + length)
         return self._take(length)
 

@@ -225,7 +225,14 @@ class InstanceRunner:
         store = files.open()
         UsageWatch.for_limits(store, self.config.limits, self.group.id)
         try:
-            replica = Replica(self.group.id, self.me.name, store, self.rules, self.coordinator.read)
+            replica = Replica(
+                self.group.id,
+                self.me.name,
+                store,
+                self.rules,
+                self.coordinator.read,
+                hellos_max=self.config.guards.handshakes_max,
+            )
             if self.options.gc_thresholds is not None:  # its recent records: rarely walked
                 gc.unfreeze()  # what a term as the active left frozen can be collected
                 gc_tuning.tune_gc(self.options.gc_thresholds)

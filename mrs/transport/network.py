@@ -39,10 +39,10 @@ class Gate(Protocol):
 
 log = logging.getLogger("mrs.network")
 _LINGER_RST = struct.pack("ii", 1, 0)
-_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 """accept() failures that mean "out of resources for now": wait, then go on (as
-trio.serve_listeners does)."""
-_CAPACITY_SLEEP_S = 0.1
+trio.serve_listeners does; the HTTP endpoint's accept too, mrs.ops.http_endpoint)."""
+CAPACITY_SLEEP_S = 0.1
 _GONE_ERRNOS = frozenset({errno.ECONNABORTED, errno.EPROTO})
 """accept() failures that mean "this one connection went away first": take the next."""
 
@@ -146,10 +146,10 @@ async def _accept_waiting(
         except OSError as error:
             if error.errno in _GONE_ERRNOS:
                 continue
-            if error.errno not in _CAPACITY_ERRNOS:
+            if error.errno not in CAPACITY_ERRNOS:
                 raise
-            log.error("accept: %s; waiting %.1f s", error, _CAPACITY_SLEEP_S)
-            await trio.sleep(_CAPACITY_SLEEP_S)
+            log.error("accept: %s; waiting %.1f s", error, CAPACITY_SLEEP_S)
+            await trio.sleep(CAPACITY_SLEEP_S)
             return False
         if not gate.admits(address[0]):
             with contextlib.suppress(OSError):
