@@ -203,8 +203,17 @@ class Intake:
         return key
 
     def _check_ack_reachable(self, response_queue: Address) -> None:
-        """An AK put's MRS_ACK must be able to reach its response queue's group."""
+        """An AK put's MRS_ACK must be able to reach its response queue: a queue of this
+        group that exists, or a queue of a linked group. Why refuse now: an MRS_ACK for
+        a queue that is not there is dropped, and the sender, told SUCCESS, waits for
+        it for ever."""
         group_id = self.ctx.group_id
+        if response_queue.group == group_id and response_queue.queue not in self.ctx.queues:
+            raise Refused(
+                Status.NOSUCHQUEUE,
+                f"response queue {response_queue}: group {group_id} has no queue "
+                f"{response_queue.queue}, so no MRS_ACK could reach it",
+            )
         if response_queue.group != group_id and response_queue.group not in self.outbound.peers:
             raise Refused(
                 Status.NOSUCHQUEUE,

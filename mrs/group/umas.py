@@ -22,6 +22,7 @@ from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.held_offers import HeldOffers, MrsAcks
 from mrs.group.peers import Peers
+from mrs.group.queues import TargetQueue
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, nonrecoverable_copy, record_from_entry
@@ -76,6 +77,8 @@ class Umas:
         action = Uma(entry.uma)
 
         def finish(succeeded: bool) -> None:
+            if not succeeded:
+                self._lost(entry, action, cause)
             reply.report(Psb(Status.SUCCESS, cause, entry.seq, uma_status(action, succeeded)))
 
         if action is Uma.DISC:
@@ -88,7 +91,7 @@ class Umas:
             self.put_on_dead_letter_queue(entry, cause, reason, finish)
         elif action is Uma.DLJ:
             self._to_dead_letter_journal(entry, cause, finish)
-        elif entry.target.group != self.ctx.group_id and entry.target.group in self.peers:
+        elif self.outbound is not None and self._other_linked_group(entry.target):
             self.outbound.store_in_saf(entry, lambda error: finish(error is None))
         else:
             # Store and forward is for another group's DQF; the local DQF is the store.
@@ -98,6 +101,10 @@ class Umas:
                 f"UMA SAF for {entry.target}: no SAF towards the sender's own group",
             )
             finish(False)
+
+    def _other_linked_group(self, target: Address) -> bool:
+        """Whether `target` is in another group this one links to (a SAF can hold it)."""
+        return target.group != self.ctx.group_id and target.group in self.peers
 
     def _log_event(self, what: str, entry: Entry, cause: Status, reason: str) -> bool:
         line = json.dumps(
@@ -116,9 +123,22 @@ class Umas:
             with open(path, "a", encoding="utf-8") as event_log:
                 event_log.write(line + "\n")
         except OSError as error:
-            log.error("cannot write the event log %s: %s", path, error)
+            self.failures.refused(
+                "discl-event-log", "", f"cannot write the event log {path}: {error}"
+            )
             return False
         return True
+
+    def _lost(self, entry: Entry, action: Uma, cause: Status) -> None:
+        """Say in the log that a UMA failed, so the message is gone. Why: an NN sender
+        is told nothing, so without this line the loss would be silent; one line per
+        UMA kind per REFUSAL_LOG_INTERVAL_S, with a count, bounds a flood of them."""
+        self.failures.refused(
+            f"uma-{action.name.lower()}-failed",
+            "",
+            f"message {entry.seq} from {entry.source} to {entry.target} could not be "
+            f"delivered ({cause.name}) and its UMA {action.name} failed: the message is lost",
+        )
 
     def _return_to_sender(
         self, entry: Entry, response_queue: Address, cause: Status, reason: str = ""
@@ -156,15 +176,15 @@ class Umas:
         this group as the putter (MRS redirected it). Memory only, as in MessageQ,
         unless `dead_letter_queue_recoverable`: then the copy is journaled in the DQF
         and `done(True)` comes once it is durable. False (and done(False)) if the group
-        has no DLQ or it is full."""
+        has no DLQ, it is full, or its journal refuses the copy at once."""
         queue = self.ctx.queues.get(DEAD_LETTER_QUEUE)
-        if queue is None or queue.memory_count >= queue.config.messages_max:
+        if queue is None or _dead_letters_held(queue) >= queue.config.messages_max:
             done(False)
             return False
         dead = nonrecoverable_copy(entry, target=queue.address)
         if self.dead_letter_protection is not None:
             try:
-                dead.body = self.dead_letter_protection.place(dead.body)
+                dead.body = self.dead_letter_protection.place(dead.body or b"")
             except DeadLetterRefused as refused:
                 self.failures.refused(
                     "dlq-protection", "", f"message {entry.seq} not put on the DLQ: {refused}"
@@ -182,8 +202,17 @@ class Umas:
             done(True)
             return True
         dead.headers = {**(entry.headers or {}), DEAD_LETTER_HEADER: header}
-        self.dqf.store_in_dqf(dead, [], lambda status, _seq, _reason: done(status == Status.STORED))
-        return True
+        refusals: list[Status] = []
+
+        def stored(status: Status, _seq: int, _reason: str) -> None:
+            if status != Status.STORED:
+                refusals.append(status)
+            done(status == Status.STORED)
+
+        self.dqf.store_in_dqf(dead, [], stored)
+        # A refusal known now (DQF full, journal map full, no room) is a failed put: a
+        # caller that deletes its own copy on True (a SAF drain) must keep it.
+        return not refusals
 
     def _to_dead_letter_journal(
         self, entry: Entry, cause: Status, finish: Callable[[bool], None]
@@ -218,6 +247,8 @@ class Umas:
 
     def ack_after_restart(self, entry: Entry) -> None:
         """A recovered AK_CONF message was confirmed: the MRS_ACK its sender asked for."""
+        if entry.response_queue is None:  # journaled without one: no AK_CONF put
+            return
         self.send_mrs_ack(
             entry.response_queue, Psb(Status.SUCCESS, Status.SUCCESS, entry.seq, Status.NO_UMA)
         )
@@ -228,3 +259,13 @@ class Umas:
         Here, not only in `MrsAcks`, so that every MRS_ACK passes one interpreted
         method a test can replace (tests/sim/test_sim_conformance.py)."""
         self.acks.send(response_queue, psb)
+
+
+def _dead_letters_held(queue: TargetQueue) -> int:
+    """What the DLQ's messages_max bounds. A memory DLQ counts its messages in memory;
+    a recoverable one its journaled messages, waiting (in memory or cold) or being
+    stored. Why: those are DQF records, so `memory_count` stays 0 and a flood of dead
+    letters would fill the group's whole DQF, refusing every sender DQF_FULL."""
+    if not queue.config.recoverable:
+        return queue.memory_count
+    return queue.waiting + queue.stores.storing
