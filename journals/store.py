@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import struct
 import threading
@@ -142,6 +143,7 @@ class JournalStore:
         *,
         readonly: bool = False,
         fault_hook: FaultHook | None = None,
+        beside_owner: bool = False,
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
@@ -149,19 +151,37 @@ class JournalStore:
         self._page_dropper = residency.PageDropper(self.path / "data.mdb")
         self.grow_map: Callable[[], bool] | None = None
         """Set by the server (mrs.storage.journal_usage): grow the map; True if it grew."""
-        log_contents = LogContents(None, [])
+        self.guest = False
+        """Writing beside the process that owns the journals (its server): each commit
+        synced by LMDB itself, never through the owner's commit log (`_writer_lock`)."""
+        self._writer_fd = -1
         if not readonly:
             _owner_only(self.path)
+            self._writer_fd = _writer_lock(self.path, beside_owner)
+            self.guest = self._writer_fd < 0
+        try:
+            self._open(map_size_bytes, readonly)
+        except BaseException:
+            if hasattr(self, "env"):
+                self.env.close()
+            if self._writer_fd >= 0:  # a store that did not open owns nothing
+                os.close(self._writer_fd)
+            raise
+
+    def _open(self, map_size_bytes: int, readonly: bool) -> None:
+        """The environment and its state; for the owner, after the log's replay."""
+        log_contents = LogContents(None, [])
+        if not readonly and not self.guest:
             log_contents = restore_after_restart(self.path)
         # Unflushed: each commit is made durable by the commit log's one flush
-        # (journals.commit_log); a checkpoint flushes LMDB.
+        # (journals.commit_log); a checkpoint flushes LMDB. A guest's are synced.
         self.env = lmdb.open(
             str(self.path),
             mode=FILE_MODE,
             map_size=map_size_bytes,
             max_dbs=len(Journal) + 3,
-            sync=False,
-            metasync=False,
+            sync=self.guest,
+            metasync=self.guest,
             readonly=readonly,
             lock=True,
             max_readers=256,
@@ -203,7 +223,8 @@ class JournalStore:
         yet (`start_writeback`)."""
         if not readonly:
             self._log_db: Any = self.env.open_db(_LOG_DB, create=True)
-            self._recover(log_contents)
+            if not self.guest:
+                self._recover(log_contents)
 
     def _recover(self, contents: LogContents) -> None:
         """Apply the log's records LMDB does not have, then checkpoint: the store
@@ -305,6 +326,9 @@ class JournalStore:
             self.commit_log = None
             os.close(self._data_fd)
         self.env.close()
+        if self._writer_fd >= 0:
+            os.close(self._writer_fd)  # releases the writer lock
+            self._writer_fd = -1
 
     # ----- synchronous writes (startup, tools); the server's hot path uses the writer
     def commit_now(self, batch: WriteBatch) -> None:
@@ -579,7 +603,8 @@ def _commit(
     try:
         with store.env.begin(write=True) as txn:
             value_bytes = _write_batches(store, txn, batches)
-            txn.put(_LOG_NUMBER_KEY, _U64.pack(number), db=store._log_db)
+            if not store.guest:  # the owner's numbering: a guest's commit is not in its log
+                txn.put(_LOG_NUMBER_KEY, _U64.pack(number), db=store._log_db)
             if before_commit is not None:
                 before_commit()
             if hook is not None:
@@ -757,6 +782,37 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 """Journals hold message bodies: owner-only whatever the umask (a umask only removes
 bits), and files left wider by an older version are narrowed when opened for writing."""
+
+
+WRITER_LOCK_NAME = "writer.lock"
+
+
+def _writer_lock(path: Path, beside_owner: bool) -> int:
+    """The lock of the journals' owner (an exclusive flock held while the store is
+    open; the kernel drops it with the process): its fd, or -1 when another process
+    owns them and `beside_owner` lets this one write as a guest.
+
+    Why: the owner makes each commit durable through its commit log, numbered in
+    LMDB (journals.commit_log). A second writer (`mrs pcj archive`, `mrs jplay
+    --remove`, the DLQ handler's journal source, beside a running server) that also
+    replayed, numbered and checkpointed the same log files left the server unable to
+    start after its next crash ("the journals end at commit 124, before their log's
+    checkpoint at 201"). A guest touches neither the log nor its numbering: LMDB
+    syncs its commits as it did before the log."""
+    fd = os.open(path / WRITER_LOCK_NAME, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        if beside_owner:
+            return -1
+        raise JournalError(
+            f"the journals in {path} are open for writing in another process (their "
+            "group's server, or a journal tool such as mrs pcj archive or mrs jplay "
+            "--remove while the server is stopped): one owner at a time; start this "
+            "once it ends"
+        ) from None
+    return fd
 
 
 def _owner_only(path: Path) -> None:

@@ -145,6 +145,8 @@ def _at(
 
 def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
     """Read-only unless asked: safe while the server runs (LMDB readers never block it).
+    Writable beside a running server, it writes as a guest (journals.store
+    `_writer_lock`): each commit synced on its own, the server's commit log untouched.
 
     Checked first, in a child process, as its owner checks it before opening (a
     client SAF journal as its client does, a group's journals as `mrs serve` does):
@@ -162,7 +164,9 @@ def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
     elif (damage := verify_before_open(where.journals_path, unreadable_only=True)) is not None:
         raise CommandError(damage, EXIT_RUNTIME)
     try:
-        return JournalStore(where.journals_path, where.map_bytes, readonly=not writable)
+        return JournalStore(
+            where.journals_path, where.map_bytes, readonly=not writable, beside_owner=True
+        )
     except (lmdb.Error, JournalError) as error:
         problem = " ".join(f"{type(error).__name__}: {error}".split())
         where_text = where.journals_path

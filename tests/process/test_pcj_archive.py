@@ -89,6 +89,27 @@ def test_archive_beside_a_running_server_and_read_back(make_bus) -> None:
     assert _pcj_count(bus.address) == 0
 
 
+def test_a_server_killed_after_an_archive_beside_it_starts_and_loses_nothing(make_bus) -> None:
+    """The archive wrote beside the server through the server's own commit log (its
+    replay, numbering and checkpoints): the server's next start after a SIGKILL was
+    refused ("the journals end at commit N, before their log's checkpoint at M"), its
+    messages out of reach. It writes as a guest now, its commits synced on their own."""
+    bus = make_bus(group_extra="pcj_default = true")
+    confirmed = _confirm(bus.address, 20, "old")
+    result = _archive(bus, "--until", "now", "--chunk", "1")
+    assert result.returncode == 0, result.stderr
+    with connect_sync(bus.address, "SENDER") as sender:
+        for i in range(3):
+            sender.put(b"after %d" % i, "1.10", delivery=DeliveryMode.WF_DQF)
+    bus.kill()
+    address = bus.start()
+    with connect_sync(address, "ORDERS") as receiver:
+        bodies = [receiver.get(timeout=10).body for _ in range(3)]
+    assert bodies == [b"after 0", b"after 1", b"after 2"]
+    assert sorted(_archived_seqs(bus.data_dir / "pcj-archive")) == sorted(confirmed)
+    assert _pcj_count(address) == 0
+
+
 def test_archive_closed_takes_the_segments_a_roll_closed(make_bus) -> None:
     """`Client.set_pcj(roll=True)` closes segment 0: `--closed` archives it whole
     while the server journals into segment 1, which stays."""
