@@ -15,7 +15,7 @@ import trio
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
 from clients.errors import BadParameter, ConnectionLost, MrsError, ReplyTimeout
-from clients.reconnect import Reconnect
+from clients.reconnect import PASSING_REFUSALS, Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
 from clients.tls import default_tls, tls_opener
@@ -145,9 +145,10 @@ async def _first_link(client: Client, journal: ClientJournal | None) -> _Link | 
             raise
         return None
     except MrsError as refused:
-        # QUEUE_BUSY: a killed predecessor's connection is not yet reaped; the
-        # journal lets us attach now and retry in the background.
-        if journal is None or refused.status != Status.QUEUE_BUSY:
+        # A refusal that heals by waiting (QUEUE_BUSY: a killed predecessor's connection
+        # is not yet reaped; EXCEEDQUOTA: the server's admission bound): the journal
+        # lets us attach now and retry in the background.
+        if journal is None or refused.status not in PASSING_REFUSALS:
             raise
         return None
 

@@ -17,6 +17,7 @@ import trio
 
 from clients.errors import ConnectionLost, MrsError, error_for
 from clients.link import _Link, _next_event
+from clients.reconnect import PASSING_REFUSALS
 from clients.tls import tls_refusal
 from mrs import protocol as wire
 from mrs.limits import CLIENT_FRAME_BYTES_MAX
@@ -173,6 +174,8 @@ class Dialer:
         welcome = await _next_event(link)
         if isinstance(welcome, wire.Fatal):
             raise error_for(welcome.status, welcome.message)
+        if not isinstance(welcome, wire.Welcome):
+            raise _unexpected("Hello", welcome)
         attachment = self._attachment
         attachment.group_id, attachment.group_name = welcome.group_id, welcome.group_name
         attachment.message_bytes_max = welcome.message_bytes_max
@@ -183,6 +186,8 @@ class Dialer:
         attached = await _next_event(link)
         if isinstance(attached, wire.Failure | wire.Fatal):
             raise error_for(attached.status, attached.message)
+        if not isinstance(attached, wire.Attached):
+            raise _unexpected("Attach", attached)
         attachment.queue = Address(attached.group, attached.queue)
 
     async def run(self, link: _Link | None) -> None:
@@ -215,8 +220,8 @@ class Dialer:
             except ConnectionLost:
                 continue
             except MrsError as refused:
-                if refused.status == Status.QUEUE_BUSY:
-                    continue  # the server has not yet noticed our old connection closed
+                if refused.status in PASSING_REFUSALS:
+                    continue  # e.g. QUEUE_BUSY: our old connection is not yet noticed closed
                 self._requests.broken = refused
                 self._status.wake()
                 return None
@@ -227,6 +232,14 @@ class Dialer:
         )
         self._status.wake()
         return None
+
+
+def _unexpected(request: str, answer: object) -> ConnectionLost:
+    """A handshake answered with another event than its own: this server is passed
+    over (and dialled again later) instead of the client failing on a missing field."""
+    return ConnectionLost(
+        Status.LINK_DOWN, f"the server answered {request} with {type(answer).__name__}"
+    )
 
 
 def _split_address(address: str) -> tuple[str, int]:

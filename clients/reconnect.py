@@ -11,6 +11,25 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from mrs.model import Status
+
+PASSING_REFUSALS = frozenset(
+    {
+        Status.TIMEOUT,
+        Status.SHUTTING_DOWN,
+        Status.SERVER_ERROR,
+        Status.JOURNAL_FAIL,
+        Status.QUEUE_BUSY,
+        Status.LINK_DOWN,
+        Status.EXCEEDQUOTA,
+    }
+)
+"""Refusals that heal by waiting: the server is stopping or overloaded, holds a
+killed predecessor's connection (QUEUE_BUSY), or is over a per-connection or admission
+bound (EXCEEDQUOTA). A reconnect tries again after one, and a drained SAF record
+refused with one stays in the journal; any other refusal (NOSUCHQUEUE, NOTAUTHORIZED,
+...) cannot heal by waiting."""
+
 
 @dataclass(frozen=True, slots=True)
 class Reconnect:

@@ -24,6 +24,7 @@ from clients.errors import ConnectionLost
 from clients.journal_status import JournalEvent as JournalEvent  # its old path
 from clients.journal_status import JournalStatus
 from clients.pending import Requests, _Pending
+from clients.reconnect import PASSING_REFUSALS
 from clients.requests import put_reply_wait_s, refuse_bad_pair
 from clients.saf_journal import ClientJournal, JournalFull, idempotency_key_for
 from journals import Record
@@ -45,17 +46,12 @@ IDEMPOTENCY_HEADER = "idempotency_key"
 CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
 """Carried by a drained message: its seq in the sender's client journal (the seq the
 journaled put's PSB gave), so the receiver can map it."""
-_TRANSIENT = frozenset(
-    {
-        Status.TIMEOUT,
-        Status.SHUTTING_DOWN,
-        Status.SERVER_ERROR,
-        Status.JOURNAL_FAIL,
-        Status.QUEUE_BUSY,
-        Status.LINK_DOWN,
-    }
-)
-"""A drained record refused with one of these stays in the journal and is re-sent."""
+
+DELETE_RETRY_S = 1.0
+"""How long the drain waits before it sends again records whose delete failed (the
+disk full): without it they stayed in the journal, JOURNAL_ON and the backlog for
+ever, though the server had them, and a restart a dedupe window later (7 days)
+would deliver them twice."""
 
 
 @dataclass(eq=False)
@@ -63,14 +59,14 @@ class _Window:
     """Drained records in flight: key -> body bytes, and their total."""
 
     keys: dict[bytes, int] = field(default_factory=dict)
-    bytes: int = 0
+    body_bytes: int = 0
 
     def add(self, key: bytes, size: int) -> None:
         self.keys[key] = size
-        self.bytes += size
+        self.body_bytes += size
 
     def remove(self, key: bytes) -> None:
-        self.bytes -= self.keys.pop(key, 0)
+        self.body_bytes -= self.keys.pop(key, 0)
 
 
 class _DrainedPut(_Pending):
@@ -116,10 +112,16 @@ class SafDrain:
         self._queue_text = queue_text
         self._wake = trio.Event()
         """Set when the drain has work: a record journaled or answered, the journal changed."""
+        self.window_messages = CLIENT_DRAIN_WINDOW_MESSAGES
+        self.window_bytes = CLIENT_DRAIN_BYTES_MAX
+        """The drain's window, halved each time the server refuses a drained put over
+        its per-connection bound (EXCEEDQUOTA), so the next drain fits inside it."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
         A mode/UMA pair the server would refuse is refused here (refuse_bad_pair)."""
+        if self._journal.closed:  # its `connect` block ended: no writer commits any more
+            raise ConnectionLost(Status.LINK_DOWN, "client closed")
         target = request.target
         uma = request.uma
         refuse_bad_pair(request.delivery, uma)
@@ -173,17 +175,15 @@ class SafDrain:
         while self._requests.link is link:
             self._wake = trio.Event()
             journal.on_change = self._wake.set
-            room = CLIENT_DRAIN_WINDOW_MESSAGES - len(window.keys)
-            # Refill in chunks (one read transaction for many records), and stay well
-            # inside the server's per-connection byte quota.
-            full = window.bytes >= CLIENT_DRAIN_BYTES_MAX
-            if window.keys and (room < CLIENT_DRAIN_REFILL_MESSAGES or full):
-                room = 0
+            room = self._room(window)
             items = journal.read_after(after_key, room) if room > 0 else []
             for key, record in items:
+                after_key = key
+                if (too_big := self._too_big(record)) is not None:
+                    self._reject(key, record.seq, Status.MSGTOOBIG, too_big)
+                    continue
                 window.add(key, len(record.body))
                 self._send_drained(link, key, record, window)
-                after_key = key
             if items:
                 await trio.lowlevel.checkpoint()
                 continue
@@ -192,16 +192,54 @@ class SafDrain:
             if journal.failure is not None:
                 self._status.fail(journal.failure)
                 return
-            if not window.keys and journal.idle and journal.count <= len(journal.corrupt):
-                if journal.count:  # only unreadable records left: never LINK_UP over them
-                    self._status.fail(
-                        f"{journal.count} client SAF record(s) in {journal.path} cannot be "
-                        "read and were not sent; they stay in the journal"
-                    )
-                else:
-                    self._status.set(Status.LINK_UP)
+            if self._finished(window):
                 return
+            if not window.keys and journal.idle and after_key is not None:
+                # Records are left, none after `after_key`: their delete failed (a full
+                # disk). Sent again from the oldest after a pause (the server answers
+                # each with its first copy's seq) and deleted then.
+                with trio.move_on_after(DELETE_RETRY_S):
+                    await self._wake.wait()
+                after_key = None
+                continue
             await self._wake.wait()
+
+    def _finished(self, window: _Window) -> bool:
+        """Whether the drain is over: every record stored and deleted (LINK_UP), or
+        only unreadable ones left (JOURNAL_FAIL: never LINK_UP over them)."""
+        journal = self._journal
+        if window.keys or not journal.idle or journal.count > len(journal.corrupt):
+            return False
+        if journal.count:
+            self._status.fail(
+                f"{journal.count} client SAF record(s) in {journal.path} cannot be "
+                "read and were not sent; they stay in the journal"
+            )
+        else:
+            self._status.set(Status.LINK_UP)
+        return True
+
+    def _room(self, window: _Window) -> int:
+        """How many records to read into the window now: refilled in chunks (one read
+        transaction for many records), well inside the server's per-connection quota."""
+        room = self.window_messages - len(window.keys)
+        refill = min(CLIENT_DRAIN_REFILL_MESSAGES, max(1, self.window_messages // 8))
+        if window.keys and (room < refill or window.body_bytes >= self.window_bytes):
+            return 0
+        return room
+
+    def _too_big(self, record: Record) -> str | None:
+        """Why the server would refuse the record MSGTOOBIG (its body is over the limit
+        the Welcome gave), said here without sending it; None if it would not.
+
+        Why: a put journaled before the client ever reached its server could not be
+        checked against that limit, and a frame over the server's limit makes it
+        close the connection: the drain reconnected and sent the same record again for
+        ever (hundreds of times a second), and nothing journaled after it arrived."""
+        limit = self._attachment.message_bytes_max
+        if not limit or len(record.body) <= limit:
+            return None
+        return f"body of {len(record.body)} bytes exceeds the group's message_bytes_max {limit}"
 
     def _report_corrupt(self, local_seq: int, problem: str) -> None:
         """A record the drain cannot send: logged and heard by listeners (kind
@@ -258,23 +296,31 @@ class SafDrain:
         if isinstance(result, wire.PutDone):
             self._journal.remove([key])
             self._status.notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
-        elif isinstance(result, wire.Failure) and result.status not in _TRANSIENT:
-            log.warning(
-                "client SAF record %d refused by the server (%s): %s; removed",
-                local_seq,
-                _name(result.status),
-                result.message,
-            )
-            self._journal.remove([key])
-            self._status.notify(
-                JournalEvent("rejected", status_of(result.status), local_seq, None, result.message)
-            )
+        elif isinstance(result, wire.Failure) and result.status not in PASSING_REFUSALS:
+            self._reject(key, local_seq, result.status, result.message)
         elif isinstance(result, wire.Failure) and self._requests.link is link:
             # Left in the journal; drop the connection so the drain restarts from the
-            # oldest record (the server dedupes what it already stored).
+            # oldest record (the server dedupes what it already stored). EXCEEDQUOTA is
+            # the server's per-connection bound (requests_in_flight_max,
+            # connection_bytes_max): the window was too wide, not the record wrong.
+            if result.status == Status.EXCEEDQUOTA:
+                self.window_messages = max(1, self.window_messages // 2)
+                self.window_bytes = max(1, self.window_bytes // 2)
             self._requests.lose(
                 link, ConnectionLost(Status.LINK_DOWN, f"drain refused: {result.message}")
             )
+
+    def _reject(self, key: bytes, local_seq: int, status: int, message: str) -> None:
+        """A record the server refuses for good: logged, removed (it can never be
+        delivered) and heard by listeners (kind "rejected")."""
+        log.warning(
+            "client SAF record %d refused by the server (%s): %s; removed",
+            local_seq,
+            _name(status),
+            message,
+        )
+        self._journal.remove([key])
+        self._status.notify(JournalEvent("rejected", status_of(status), local_seq, None, message))
 
 
 def _psb(reply: wire.PutDone) -> Psb:

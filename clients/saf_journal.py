@@ -20,6 +20,7 @@ theirs in both copies, so the group stores each of those once.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import struct
 import uuid
@@ -30,7 +31,7 @@ import lmdb
 import trio
 
 from clients import saf_check
-from clients.errors import JournalBusy, JournalFailed, JournalFull
+from clients.errors import BadParameter, JournalBusy, JournalFailed, JournalFull
 from journals import (
     CorruptRecord,
     InlineWriter,
@@ -43,8 +44,16 @@ from journals import (
     decode_record,
     seq_key,
 )
-from mrs.limits import CLIENT_SAF_BYTES_MAX_DEFAULT, CLIENT_SAF_MESSAGES_MAX_DEFAULT
+from mrs.limits import (
+    CLIENT_SAF_BYTES_MAX_DEFAULT,
+    CLIENT_SAF_MESSAGES_MAX_DEFAULT,
+    CONFIG_COUNT_MAX,
+    CONFIG_JOURNAL_BYTES_MAX,
+    CONFIG_JOURNAL_BYTES_MIN,
+)
 from mrs.model import Status
+
+log = logging.getLogger("clients")
 
 LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
@@ -70,21 +79,33 @@ class ClientJournal:
         messages_max: int = CLIENT_SAF_MESSAGES_MAX_DEFAULT,
         bytes_max: int = CLIENT_SAF_BYTES_MAX_DEFAULT,
     ) -> None:
-        self.path = Path(path)
+        self.path = _checked_path(path)
+        _check_cap("saf_messages_max", messages_max, 1, CONFIG_COUNT_MAX)
+        _check_cap("saf_bytes_max", bytes_max, CONFIG_JOURNAL_BYTES_MIN, CONFIG_JOURNAL_BYTES_MAX)
         self.messages_max = messages_max
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _take_ownership(self.path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_file = _take_ownership(self.path)
+        except OSError as error:
+            raise _unusable(self.path, error) from None
         try:
             self.store = self._open_checked(bytes_max)
         except BaseException:
             self._lock_file.close()
             raise
+        try:
+            self.journal_id = self._identity()
+            """Made with the journal: the key id of records appended before key ids were kept."""
+        except BaseException as error:  # e.g. no room for a new journal's id: nothing held
+            self.store.close()
+            self._lock_file.close()
+            if isinstance(error, JournalError | OSError):
+                raise _unusable(self.path, error) from None
+            raise
         self._commit_wanted = trio.Event()
         self.writer = InlineWriter(self.store, self._wake_writer)
         self.on_change: Callable[[], None] = lambda: None
         """Called whenever a record was added or removed (the drain waits on it)."""
-        self.journal_id = self._identity()
-        """Made with the journal: the key id of records appended before key ids were kept."""
         self.key_id = uuid.uuid4().hex
         """This opening's key id, stored in every record it appends (module docstring)."""
         self._next_seq = self._stored_next_seq()
@@ -96,6 +117,10 @@ class ClientJournal:
         self.failure: str | None = None
         """Why the journal could not be read while running (None: it could)."""
         self.crashed = False
+        self.closed = False
+        """Closed with its client: an append now would wait for ever for a commit."""
+        self._deletes_failing = False
+        """A delete failed and none has worked since (its WARNING was logged)."""
 
     def _open_checked(self, bytes_max: int) -> JournalStore:
         """The journal's store, once saf_check found it whole (JournalFailed if not)."""
@@ -104,6 +129,8 @@ class ClientJournal:
             store = JournalStore(self.path, bytes_max)
         except JournalError as error:  # e.g. a data file older than its commit log
             raise saf_check.refused(self.path, str(error)) from None
+        except (OSError, lmdb.Error) as error:  # no room or no right to create its files
+            raise _unusable(self.path, error) from None
         try:
             raw_id = store.meta_get(_META_ID)
             raw_next = store.meta_get(_META_NEXT_SEQ)
@@ -160,6 +187,8 @@ class ClientJournal:
         Raises JournalFull at the cap, MrsError(JOURNAL_FAIL) if the disk failed."""
         if self.crashed:
             raise JournalFailed(Status.JOURNAL_FAIL, "the client crashed")
+        if self.closed:
+            raise JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal {self.path} is closed")
         if self.count >= self.messages_max:
             raise JournalFull(
                 Status.JOURNAL_FULL,
@@ -228,7 +257,15 @@ class ClientJournal:
         def committed(error: JournalError | None) -> None:
             if error is None:
                 self.count -= len(keys)
-            # On a failed delete the records stay: they are re-sent and deduplicated.
+                self._deletes_failing = False
+            elif not (self._deletes_failing or self.crashed):  # one line per run of failures
+                self._deletes_failing = True
+                log.warning(
+                    "client SAF journal %s: deleting drained records failed (%s); they "
+                    "stay and are sent again (the server stores each once)",
+                    self.path,
+                    error,
+                )
             self._changed()
             done()
 
@@ -243,9 +280,39 @@ class ClientJournal:
             done(JournalError("the client crashed before the commit"))
 
     def close(self) -> None:
+        """Commit what is pending and close; later appends raise (`closed`)."""
+        self.closed = True
         self.writer.stop()
         self.store.close()
         self._lock_file.close()
+
+
+def _checked_path(path: object) -> Path:
+    """`saf_journal` as a Path, or BadParameter (one line) for what is no path."""
+    if not isinstance(path, str | os.PathLike) or not str(path):
+        raise BadParameter(Status.BADPARAM, f"saf_journal must be a directory path, got {path!r}")
+    return Path(path)
+
+
+def _check_cap(name: str, value: object, low: int, high: int) -> None:
+    """A journal cap is a whole number in low..high, else BadParameter (one line).
+    Why: 0 or less made every put JOURNAL_FULL without a word, and a byte cap LMDB
+    cannot map ended in OverflowError or MemoryError from inside LMDB."""
+    if type(value) is not int or not low <= value <= high:
+        raise BadParameter(
+            Status.BADPARAM, f"{name} must be a whole number in {low}..{high}, got {value!r}"
+        )
+
+
+def _unusable(path: Path, error: BaseException) -> JournalFailed:
+    """The one line for a journal directory that cannot be made or opened (a file in
+    its place, no right to write there, a full disk), instead of a bare OSError."""
+    why = os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error)
+    return JournalFailed(
+        Status.JOURNAL_FAIL,
+        f"client SAF journal {path} cannot be opened: {why}; nothing in it was changed "
+        "(saf_journal must be a directory this process may write)",
+    )
 
 
 def _take_ownership(path: Path):
