@@ -33,6 +33,7 @@ from mrs.limits import (
     CLIENT_DRAIN_BYTES_MAX,
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
+    CLIENT_SAF_DELETE_RETRY_S,
 )
 from mrs.model import Address, Psb, Status, Uma, status_of
 
@@ -47,11 +48,6 @@ CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
 """Carried by a drained message: its seq in the sender's client journal (the seq the
 journaled put's PSB gave), so the receiver can map it."""
 
-DELETE_RETRY_S = 1.0
-"""How long the drain waits before it sends again records whose delete failed (the
-disk full): without it they stayed in the journal, JOURNAL_ON and the backlog for
-ever, though the server had them, and a restart a dedupe window later (7 days)
-would deliver them twice."""
 
 
 @dataclass(eq=False)
@@ -198,7 +194,7 @@ class SafDrain:
                 # Records are left, none after `after_key`: their delete failed (a full
                 # disk). Sent again from the oldest after a pause (the server answers
                 # each with its first copy's seq) and deleted then.
-                with trio.move_on_after(DELETE_RETRY_S):
+                with trio.move_on_after(CLIENT_SAF_DELETE_RETRY_S):
                     await self._wake.wait()
                 after_key = None
                 continue

@@ -286,6 +286,11 @@ CLIENT_SAF_MESSAGES_MAX_DEFAULT = 1_000_000
 """Records a client SAF journal holds at most unless told otherwise."""
 CLIENT_SAF_BYTES_MAX_DEFAULT = 1 << 30
 """Bytes a client SAF journal holds at most unless told otherwise."""
+CLIENT_SAF_DELETE_RETRY_S = 1.0
+"""How long a client SAF drain waits before it sends again records whose delete
+failed (the disk full): without it they stayed in the journal, JOURNAL_ON and the
+backlog for ever, though the server had them, and a restart a dedupe window later
+would deliver them twice."""
 
 # ------------------------------------------------------------------ demo
 DEMO_MESSAGES_MAX = 100_000
