@@ -44,6 +44,7 @@ from journals import (
     decode_record,
     seq_key,
 )
+from journals.store import restore_after_restart
 from mrs.limits import (
     CLIENT_SAF_BYTES_MAX_DEFAULT,
     CLIENT_SAF_MESSAGES_MAX_DEFAULT,
@@ -123,7 +124,12 @@ class ClientJournal:
         """A delete failed and none has worked since (its WARNING was logged)."""
 
     def _open_checked(self, bytes_max: int) -> JournalStore:
-        """The journal's store, once saf_check found it whole (JournalFailed if not)."""
+        """The journal's store, once saf_check found it whole (JournalFailed if not).
+        The meta pages are put back from the commit log's checkpoint first, as the
+        server does (after a power loss, or one damaged): the file as LMDB left it may
+        name pages the disk never got, and the check refused a journal the log
+        recovers, its acknowledged puts stranded."""
+        restore_after_restart(self.path)
         saf_check.check_before_open(self.path)
         try:
             store = JournalStore(self.path, bytes_max)

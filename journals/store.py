@@ -172,7 +172,7 @@ class JournalStore:
         """The environment and its state; for the owner, after the log's replay."""
         log_contents = LogContents(None, [])
         if not readonly and not self.guest:
-            log_contents = restore_after_restart(self.path)
+            log_contents = _restore_meta_pages(self.path)
         # Unflushed: each commit is made durable by the commit log's one flush
         # (journals.commit_log); a checkpoint flushes LMDB. A guest's are synced.
         self.env = lmdb.open(
@@ -706,12 +706,31 @@ def _start_flush(store: JournalStore, job: _CheckpointJob) -> None:
     job.thread.start()
 
 
-def restore_after_restart(path: Path) -> LogContents:
+def restore_after_restart(path: Path) -> None:
+    """Before a check of the journals at `path` and their opening by their owner:
+    LMDB's meta pages put back as the last checkpoint wrote them after a restart of
+    the machine or when one is damaged (`_restore_meta_pages`). Nothing is done while
+    another process owns them (`_writer_lock`): it restored them when it opened, and
+    its own commits write those pages now."""
+    if not (path / "data.mdb").exists():
+        _restore_meta_pages(path)  # no data file, no owner: a stale log is removed
+        return
+    fd = _writer_lock(path, beside_owner=True)
+    if fd < 0:
+        return
+    try:
+        _restore_meta_pages(path)
+    finally:
+        os.close(fd)
+
+
+def _restore_meta_pages(path: Path) -> LogContents:
     """The log of the journals at `path`. After a restart of the machine, LMDB's meta
     pages are first put back as the last checkpoint wrote them (the pages since may
     be lost: journals.commit_log), and so are they when one of them is damaged
     (LMDB then refuses the whole file, and the tools copied nothing out of it);
-    journals without a data file have no use for a log, which is removed."""
+    journals without a data file have no use for a log, which is removed. The
+    caller owns the journals (`_writer_lock`)."""
     data_path = path / "data.mdb"
     if not data_path.exists():
         for name in LOG_NAMES:

@@ -100,7 +100,28 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
 }
 
 
-@pytest.mark.parametrize("damage", list(DAMAGES))
+async def test_meta_pages_the_commit_log_holds_are_put_back_and_every_record_drains(
+    server, tmp_path
+) -> None:
+    """Both meta pages zeroed (a power loss's torn writes, a bad sector): the journal's
+    commit log holds them as its last checkpoint wrote them, as the server's does. The
+    client refused the journal as damaged, its 20 acknowledged puts stranded; it puts
+    them back first now, and every record drains."""
+    journal = tmp_path / "client.saf"
+    await journal_records(server.address, journal)
+    zero_meta_pages(journal / "data.mdb")
+    server.start()
+    async with connect(
+        server.address, "SENDER", saf_journal=journal, reconnect=FAST, connect_timeout_s=1
+    ) as client:
+        with trio.fail_after(WAIT_S):
+            await client.wait_journal_status(Status.LINK_UP)
+    async with connect(server.address, "ORDERS") as receiver:
+        bodies = [(await receiver.get(timeout=5)).body for _ in range(RECORDS)]
+    assert bodies == [body(index) for index in range(RECORDS)]
+
+
+@pytest.mark.parametrize("damage", [name for name in DAMAGES if name != "meta pages zeroed"])
 async def test_attach_refuses_a_damaged_journal(server, tmp_path, damage) -> None:
     journal = tmp_path / "client.saf"
     await journal_records(server.address, journal)
