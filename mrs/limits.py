@@ -292,6 +292,10 @@ failed (the disk full): without it they stayed in the journal, JOURNAL_ON and th
 backlog for ever, though the server had them, and a restart a dedupe window later
 would deliver them twice."""
 
+EVENT_LOG_BYTES_MAX = 64 << 20
+"""A group's event log (`events.jsonl`: DISCL's lines) is started anew past this, the
+last one kept as `events.jsonl.1`: one line per DISCL put must not fill the disk."""
+
 # ------------------------------------------------------------------ demo
 DEMO_MESSAGES_MAX = 100_000
 """The most orders `mrs demo --messages` sends: it keeps each one's id and delivery to

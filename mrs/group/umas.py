@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from journals import Journal, JournalError, WriteBatch, seq_key
@@ -26,6 +28,7 @@ from mrs.group.queues import TargetQueue
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, nonrecoverable_copy, record_from_entry
+from mrs.limits import EVENT_LOG_BYTES_MAX
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     RETURNED_HEADER,
@@ -120,6 +123,7 @@ class Umas:
         )
         path = self.ctx.config.data_dir / "events.jsonl"
         try:
+            _roll_when_full(path)
             with open(path, "a", encoding="utf-8") as event_log:
                 event_log.write(line + "\n")
         except OSError as error:
@@ -269,3 +273,15 @@ def _dead_letters_held(queue: TargetQueue) -> int:
     if not queue.config.recoverable:
         return queue.memory_count
     return queue.waiting + queue.stores.storing
+
+
+def _roll_when_full(path: Path) -> None:
+    """Start a new event log once this one holds EVENT_LOG_BYTES_MAX, the last one kept
+    as `events.jsonl.1`: a flood of DISCL puts (one line each) would otherwise fill the
+    disk the journals live on."""
+    try:
+        size_bytes = path.stat().st_size
+    except FileNotFoundError:
+        return
+    if size_bytes >= EVENT_LOG_BYTES_MAX:
+        os.replace(path, path.with_name(path.name + ".1"))

@@ -8,6 +8,7 @@ never lost, and the PSB says what really happened.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -193,3 +194,24 @@ async def test_ak_put_to_a_response_queue_that_does_not_exist_is_refused(
         assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
         with pytest.raises(MrsTimeout):
             await sender.get(timeout=1)  # one MRS_ACK, no second
+
+
+async def test_the_event_log_starts_anew_when_full_and_keeps_the_last(
+    make_mem_linked, monkeypatch
+) -> None:
+    """One JSON line per DISCL put, appended for ever: a flood filled the disk the
+    journals share. Past EVENT_LOG_BYTES_MAX the log is rolled, the last kept."""
+    from mrs.group import umas
+
+    monkeypatch.setattr(umas, "EVENT_LOG_BYTES_MAX", 2_000)
+    linked = await make_mem_linked(group_ids=(1,), queues=QUEUES)
+    async with linked.connect(1, "1.13") as sender:
+        for _ in range(60):
+            psb = await sender.put(b"tick", target="1.50", delivery=MODE.WF_MEM, uma=Uma.DISCL)
+            assert psb.uma_status == Status.DISCL_SUCCESS
+    log_path = linked.data_dir(1) / "events.jsonl"
+    kept = log_path.with_name("events.jsonl.1")
+    assert kept.stat().st_size >= 2_000 and log_path.stat().st_size < 2_000 + 400
+    lines = kept.read_text().splitlines() + log_path.read_text().splitlines()
+    assert all(json.loads(line)["event"] == "discarded" for line in lines)
+    assert len(lines) < 60  # older ones rolled away: bounded
