@@ -35,7 +35,7 @@ from mrs.group.notices import Notices
 from mrs.group.put_deadlines import PutDeadlines
 from mrs.group.queues import GetWaiter, TargetQueue
 from mrs.group.shapes import Entry, delivery_event, record_from_entry
-from mrs.model import Status
+from mrs.model import ConfirmStyle, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import CONFIRMED
 from mrs.storage.journal_scan import PCJ_SEGMENT_FIELD
@@ -43,6 +43,7 @@ from mrs.storage.journal_scan import PCJ_SEGMENT_FIELD
 # Read per message: an enum member's alias saves ~30-50 ns per read once compiled
 # (benchmarks/README.md, "Final aliases").
 _MARKS: Final = Journal.MARKS
+_IMPLICIT: Final = ConfirmStyle.IMPLICIT
 ConfirmFields = tuple[int, int, int, Any]
 """A wire.Confirm's fields in order (request_id, seq, confirm_value, force_j)."""
 Handed = tuple[Entry, wire.Delivery, bool]
@@ -174,8 +175,13 @@ class Handover:
     def count_delivery(self, request_id: int, queue: TargetQueue, entry: Entry) -> Handed | None:
         """Count one entry as delivered to a get or a batch get: its Delivery built, its
         delivery count raised, awaiting its confirm if it needs one. None if it cannot
-        be delivered at all (quarantined to the DLJ). Undone by `send_when_marked` if
-        its mark's commit fails."""
+        be delivered at all (quarantined to the DLJ, or its body unreadable). Undone by
+        `send_when_marked` if its mark's commit fails. A body left on disk is read here,
+        whatever path brought the entry: an arrival offered straight to a parked
+        selective get may have left its body on disk (mrs.group.dqf), and a Delivery
+        without one broke the receiver's connection."""
+        if entry.body is None and not self.dqf.load_body(queue, entry):
+            return None  # reported by load_body; skipped, as a get skips it
         status, needs_confirm = self.guarantees.delivery_status(queue, entry)
         try:  # built first: a field no client could have put must not kill the server
             event = delivery_event(request_id, entry, status)
@@ -203,6 +209,8 @@ class Handover:
         are handed. If that commit fails, `_mark_failed` undoes every hand-over."""
         batch: WriteBatch | None = None
         dequeued = False  # a memory entry's DEQ sender waits for the answer to go out
+        marking = queue.marking if queue.confirm_style is _IMPLICIT else None
+        marked_seqs: list[int] = []
         for entry, _, _ in handed:
             if not entry.journaled:
                 dequeued = dequeued or entry.on_dequeue is not None
@@ -211,6 +219,9 @@ class Handover:
                     batch = WriteBatch.empty()
                 key = queue_key(queue.address.queue, entry.seq)
                 batch.put_raw(_MARKS, key, PACK_U32(entry.times_delivered))
+                if marking is not None:
+                    marking[entry.seq] = marking.get(entry.seq, 0) + 1
+                    marked_seqs.append(entry.seq)
         if batch is None:
             session.send(answer)
             if dequeued:
@@ -218,6 +229,8 @@ class Handover:
             return
 
         def marked(error: JournalError | None) -> None:
+            if marking is not None:  # first: a failed mark may hand its entry out again
+                _marks_ended(marking, marked_seqs)
             if error is not None:
                 self._mark_failed(session, request_id, queue, handed, error)
                 return
@@ -302,7 +315,13 @@ class Handover:
         )
 
     def _confirm_implicitly(self, session: Session, queue: TargetQueue) -> None:
+        """Confirm what the session's earlier gets were handed, except a delivery whose
+        mark is still being committed (`TargetQueue.marking`): a get pipelined behind
+        its get confirms it only once it was sent."""
+        marking = queue.marking
         for seq in list(queue.unconfirmed):
+            if seq in marking:
+                continue
             self._confirm_entry(
                 session,
                 queue,
@@ -424,11 +443,19 @@ class Handover:
         message is unconfirmed again and each confirm answered with the failure. Done:
         each frees its DQF slot, is answered and tells whoever waits for it; then the
         queue's parked gets are served once. A request id None (an implicit confirm)
-        gets no answer."""
+        gets no answer. A session that left before the failure was reported has had
+        its detach already: its messages go back to the queue to come again (POSSDUPL),
+        not to the unconfirmed ones of whoever attaches next, where they would block
+        an in-order queue and never be delivered."""
         if error is not None:
-            for entry, _ in confirms:
-                queue.unconfirmed[entry.seq] = entry
-            sort_unconfirmed(queue)
+            if session.attached is queue:
+                for entry, _ in confirms:
+                    queue.unconfirmed[entry.seq] = entry
+                sort_unconfirmed(queue)
+            else:
+                for entry, _ in confirms:
+                    queue.put_back(entry)
+                self.serve_waiting_gets(queue)
             full = isinstance(error, JournalFullError)
             status = Status.MRS_RES_EXH if full else Status.JOURNAL_FAIL
             for _, request_id in confirms:
@@ -450,6 +477,15 @@ class Handover:
 def _matching(select: Selection | None) -> str:
     """What an empty answer adds for a selective get."""
     return "" if select is None else " matching the selection"
+
+
+def _marks_ended(marking: dict[int, int], seqs: list[int]) -> None:
+    """The mark commit of `seqs` ended: they count once less in `marking` (a seq may
+    count twice: handed out again, after a detach, while its first mark was committed)."""
+    for seq in seqs:
+        left = marking.pop(seq, 0) - 1
+        if left > 0:
+            marking[seq] = left
 
 
 def _tell_dequeued(handed: list[Handed]) -> None:

@@ -118,6 +118,12 @@ class TargetQueue:
     back by `give_back`; bounded by LENT_*; forgotten at detach). An OrderedDict: a
     dict's oldest key after many front pops scans the holes (1.9 against 0.4 µs)."""
     lent_bytes: int = 0
+    marking: dict[int, int] = field(default_factory=dict)
+    """On a queue that confirms implicitly: seqs handed to a get whose delivery mark
+    is still being committed (its Delivery not sent yet), each with how many such
+    commits are under way. The next get's implicit confirm leaves them alone: their
+    get may yet fail (JOURNAL_FAIL), and a confirm taken with them deleted a message
+    nobody had received (mrs.group.handover)."""
     shared: bool = field(init=False)
     """The DLQ: several handlers read it, each get a lease (mrs.group.dlq_leases)."""
     confirm_style: ConfirmStyle = field(init=False)

@@ -32,12 +32,18 @@ from journals import (
 )
 from journals.protocol import Store
 from mrs.core.heap import trim
-from mrs.group.context import UNPACK_U32, GroupContext
+from mrs.group.context import U32, UNPACK_U32, GroupContext
 from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.quarantine import quarantine_batch, record_problem
 from mrs.group.sequence import Sequence
-from mrs.group.shapes import Entry, entry_from_record, fits_a_delivery, record_sound
+from mrs.group.shapes import (
+    U32_MAX,
+    Entry,
+    entry_from_record,
+    fits_a_delivery,
+    record_sound,
+)
 from mrs.group.umas import Umas
 
 log = logging.getLogger("mrs.group")
@@ -55,6 +61,9 @@ bodies that passed through leave free blocks glibc keeps (1M x 1 KiB drained: Rs
 1.37x an empty server's). A trim costs tens of ms, so only after this much, and
 only once no queue has a cold backlog left."""
 _KEY = struct.Struct(">IQ")
+DELIVERIES_MAX = 1 << 24
+"""A delivery mark above this is damage, not a count (a message delivered 16M times):
+read as is, the next delivery's count overflowed its 4 bytes and failed every get."""
 
 
 @dataclass(eq=False)
@@ -170,6 +179,24 @@ def by_priority(seqs: array, priorities: dict[int, int] | None) -> list[tuple[in
     return sorted(lanes.items())
 
 
+def extra_problem(extra: dict) -> str | None:
+    """Why a record's `extra` cannot become an entry's fields, or None: a response queue
+    not two ints, headers not a map. Found later, such a record failed the get with
+    SERVER_ERROR and dropped every message read with it from the queue, or (a response
+    queue of text) stopped the server when its MRS_ACK was sent at the confirm."""
+    resp_q = extra.get("resp_q")
+    if resp_q is not None and not (
+        type(resp_q) in (list, tuple)
+        and len(resp_q) == 2
+        and all(type(part) is int and 0 <= part <= U32_MAX for part in resp_q)
+    ):
+        return f"resp_q {resp_q!r:.60} is not a queue address"
+    headers = extra.get("headers")
+    if headers is not None and type(headers) is not dict:
+        return f"headers {headers!r:.60} is not a map"
+    return None
+
+
 def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], None]) -> Entry:
     """A journaled message as its queue holds it: delivered `times_delivered` times
     before (POSSDUPL), and owed an MRS_ACK on confirm if its AK_CONF sender was local.
@@ -233,13 +260,33 @@ class ColdReader:
                 self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
-            if not record_sound(record) and (problem := record_problem(record)) is not None:
+            problem = None if record_sound(record) else record_problem(record)
+            if problem is None and record.extra:
+                problem = extra_problem(record.extra)
+            if problem is not None:
                 self._quarantine(key, record, problem)
                 continue
-            times_delivered = UNPACK_U32(mark)[0] if mark is not None else 0
+            if mark is None:
+                times_delivered = 0
+            elif len(mark) == U32.size and (count := UNPACK_U32(mark)[0]) <= DELIVERIES_MAX:
+                times_delivered = count
+            else:
+                times_delivered = self._unreadable_mark(seq, mark)
             entries.append(reloaded_entry(record, times_delivered, self.ack))
         self.pages.read(read_bytes)
         return entries
+
+    def _unreadable_mark(self, seq: int, mark: bytes) -> int:
+        """A delivery mark that is not a count (damaged: marks carry no checksum) still
+        says the message was handed out: it is delivered marked POSSDUPL, and reported.
+        Raised, it failed the get with SERVER_ERROR and dropped every message read with
+        it from the queue; a count near 2**32 failed every later delivery of it."""
+        self.ctx.report_corrupt(
+            f"delivery mark {mark.hex()[:16]} of DQF message {seq} of queue {self.queue_id} "
+            "is not a count",
+            "the message is delivered marked POSSDUPL",
+        )
+        return 1
 
     def _quarantine(self, key: bytes, record: Record, problem: str) -> None:
         """Move a record that cannot become a message from the DQF to the DLJ."""
