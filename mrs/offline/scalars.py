@@ -60,7 +60,10 @@ def parse_time_ns(text: str, now_ns: int, option: str = "--since") -> int:
             "2024-05-01T10:00:00Z, or a duration back from now like 2h, 30m, 1d)"
         ) from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # naive times are the operator's local time
+        try:
+            moment = moment.astimezone()  # naive times are the operator's local time
+        except (OverflowError, ValueError):  # 0001-01-01 is year 0 east of UTC
+            raise SelectionError(f"{option}: {text!r} is out of range") from None
     delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 

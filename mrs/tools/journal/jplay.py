@@ -20,11 +20,15 @@ import time
 import lmdb
 import trio
 from rich.console import Console
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from clients import ConnectionLost, MrsError, connect
+from clients.requests import put_timeout_ms
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config.bus import ConfigError
+from mrs.exit_status import EXIT_RUNTIME
+from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX
 from mrs.model import DeliveryMode, InterestPoint, Uma
 from mrs.offline.journal_files import (
     GroupJournals,
@@ -39,13 +43,14 @@ from mrs.offline.selection import (
     filter_from_args,
     resolve_address,
 )
+from mrs.protocol.plain_data import INT64
 from mrs.server.gc_tuning import tuned_for_throughput
 from mrs.storage.journal_scan import scan
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
-from mrs.tools.journal.ledger import ReplayLedger
+from mrs.tools.journal.ledger import LedgerDamaged, ReplayLedger
 from mrs.tools.journal.pacing import parse_rate
 from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
-from mrs.tools.journal.render import status_name
+from mrs.tools.journal.render import ToolConsole, status_name
 from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 
 
@@ -76,16 +81,37 @@ def run_jplay(args: argparse.Namespace) -> int:
         store.close()
         print(f"mrs jplay: {REMOVE_REPLICATED}", file=sys.stderr)
         return 2
-    ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
+    try:
+        ledger = _open_ledger(where, options)
+    except LedgerDamaged as error:
+        store.close()
+        print(f"mrs jplay: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
     try:
         if options.dry_run:
             _dry_run(store, selection, ledger, options, tally, target_of)
             _print_dry_run(options, tally)
             return 0
         return _replay(store, selection, ledger, options, tally, target_of, where)
+    except LedgerDamaged as error:  # an entry found damaged mid-run: no re-run cures it
+        print(f"mrs jplay: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
     finally:
         ledger.close()
         store.close()
+
+
+def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
+    """The group's replay ledger, its key secret checked before anything is sent
+    (a damaged one raises LedgerDamaged: the run stops, nothing sent twice)."""
+    ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
+    if not options.dry_run:
+        try:
+            ledger.key_secret()
+        except BaseException:
+            ledger.close()
+            raise
+    return ledger
 
 
 REMOVE_REPLICATED = (
@@ -115,12 +141,20 @@ def _prepare(args: argparse.Namespace):
         raise UsageError(f"--uma: no UMA {args.uma!r} (DISC, DISCL, RTS, DLQ, DLJ, SAF)") from None
     if uma is Uma.SAF and delivery.interest_point is InterestPoint.SAF:
         raise UsageError("--uma SAF is not supported with WF_SAF")
+    if uma is Uma.DLJ and journal is Journal.DLJ:
+        raise UsageError(
+            "--uma DLJ with the dlj: a redrive that fails would become a second dead letter "
+            "beside the one replayed, and each run would double them; keep --uma DISC (the "
+            "default: the dead letter stays) or send them --to a queue that takes them"
+        )
     if args.remove and journal is not Journal.DLJ:
         raise UsageError("--remove applies to the dlj: the pcj is the audit trail and stays")
-    if args.window < 1:
-        raise UsageError("--window must be at least 1")
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be more than zero")
+    if not 1 <= args.window <= CLIENT_REQUESTS_IN_FLIGHT_MAX:
+        raise UsageError(
+            f"--window must be from 1 to {CLIENT_REQUESTS_IN_FLIGHT_MAX} (the puts one "
+            f"connection may have in flight), not {args.window}"
+        )
+    _check_timeout(args.timeout)
     rate = parse_rate(args.rate) if args.rate else None
     to = _replay_target(args.to, where) if args.to else None
     sender = None
@@ -149,6 +183,19 @@ def _prepare(args: argparse.Namespace):
         return to or f"{record.target_group}.{record.target_queue}"
 
     return options, where, selection, target_of
+
+
+def _check_timeout(timeout_s: float) -> None:
+    """`--timeout` as the wire carries it (`put_timeout_ms`, the client's own rule): a
+    NaN, infinite or too long one is refused here, once, not by every put of the run."""
+    try:
+        timeout_ms = put_timeout_ms(timeout_s)
+    except MrsError as error:
+        raise UsageError(f"--timeout: {error.message}") from None
+    if timeout_ms == 0:
+        raise UsageError("--timeout must be more than zero")
+    if timeout_ms > INT64[1]:
+        raise UsageError(f"--timeout: {timeout_s:g} s is longer than a put can wait")
 
 
 def _replay_target(text: str, where: GroupJournals) -> str:
@@ -204,9 +251,8 @@ def _server_address(args: argparse.Namespace, where: GroupJournals) -> str:
 
 
 def _dry_run(store, selection, ledger, options: Options, tally: Tally, target_of) -> None:
-    skipped_keys: list[bytes] = []
     planner = Planner(
-        store, options.journal, selection, ledger, options, tally, target_of, skipped_keys.append
+        store, options.journal, selection, ledger, options, tally, target_of, lambda key: None
     )
     while items := planner.next_chunk():
         for item in items:
@@ -214,7 +260,7 @@ def _dry_run(store, selection, ledger, options: Options, tally: Tally, target_of
             tally.by_target[item.target] += 1
             tally.by_reason[reason] += 1
             tally.by_pair[item.target, reason] += 1
-    tally.removed = (sum(tally.by_target.values()) + len(skipped_keys)) if options.remove else 0
+    tally.removed = (sum(tally.by_target.values()) + tally.skipped) if options.remove else 0
 
 
 def _print_dry_run(options: Options, tally: Tally) -> None:
@@ -241,7 +287,7 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
             )
         )
         return
-    console = Console(soft_wrap=True)
+    console = ToolConsole(soft_wrap=True)
     table = Table(title=f"dry run: {options.journal.value} of group {options.group_id}")
     table.add_column("target")
     table.add_column("reason")
@@ -264,7 +310,10 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
 def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
     """Send the selected records (see Planner and Replayer), then flush the ledger and
     print the summary, whatever stopped the run; the exit code."""
-    skipped_removals: list[bytes] = []
+    removals: list[bytes] = []
+    """Dead letters to delete (--remove), flushed with the ledger every LEDGER_FLUSH_S:
+    those replayed now, and those an earlier run replayed (skipped), which once waited
+    for the end of the run in a list as long as the journal."""
     planner = Planner(
         store,
         options.journal,
@@ -273,7 +322,7 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
         options,
         tally,
         target_of,
-        skipped_removals.append if options.remove else (lambda key: None),
+        removals.append if options.remove else (lambda key: None),
     )
     replayers: list[Replayer] = []
     """The replayer, once connected (the finally flushes what it holds)."""
@@ -283,18 +332,15 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
 
     async def main() -> None:
         async with connect(options.address, queue=options.sender, program="mrs jplay") as client:
-            replayer = Replayer(client, planner, ledger, store, options, tally)
+            replayer = Replayer(client, planner, ledger, store, options, tally, removals)
             replayers.append(replayer)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(replayer.flusher)
-                progress = None
+                progress: tuple[Progress, TaskID] | None = None
                 if show_progress:
                     progress = start_progress(nursery, options, total, tally)
                 try:
                     await replayer.run()
-                    replayer.removals.extend(skipped_removals)
-                    skipped_removals.clear()
-                    replayer.flush()
                 finally:
                     if progress is not None:
                         stop_progress(*progress, tally)
@@ -325,6 +371,8 @@ def _run_until_stopped(main, tally: Tally) -> int:
     except KeyboardInterrupt:
         tally.stopped = "interrupted (Ctrl-C)"
         return 130
+    except LedgerDamaged:
+        raise  # not a stop a re-run resumes from (run_jplay says what to do)
     except ConnectionLost as error:
         tally.stopped = tally.stopped or f"cannot reach the server: {error.message}"
     except MrsError as error:

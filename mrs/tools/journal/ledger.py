@@ -27,12 +27,14 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import lmdb
 import msgpack
 
 from journals import Journal, seq_key
+from mrs.exit_status import CommandError
+from mrs.storage.journal_check import walk
 
 LEDGER_DIRNAME = "replay-ledger"
 SECRET_FILENAME = "key-secret"
@@ -40,6 +42,7 @@ LEDGER_MAP_BYTES = 1 << 30
 PENDING = "pending"
 STORED = "stored"
 FAILED = "failed"
+STATES = frozenset((PENDING, STORED, FAILED))
 
 
 class LedgerEntry(NamedTuple):
@@ -59,11 +62,92 @@ class LedgerEntry(NamedTuple):
 
     @classmethod
     def unpack(cls, data: bytes) -> LedgerEntry:
-        return cls(*msgpack.unpackb(data))
+        """The entry `pack` wrote; ValueError for anything else (a damaged ledger)."""
+        try:
+            entry = cls(*msgpack.unpackb(data))
+        except (ValueError, TypeError) as error:  # msgpack's errors are ValueErrors
+            raise ValueError(f"not a ledger entry ({type(error).__name__})") from None
+        if entry.state not in STATES or type(entry.gen) is not int or entry.gen < 1:
+            raise ValueError(
+                f"not a ledger entry (state {entry.state!r}, generation {entry.gen!r})"
+            )
+        return entry
 
 
 _PACKER = msgpack.Packer()
 """Packs a tuple as the array it always was; one packer for every entry."""
+SECRET_BYTES = 32
+
+
+class LedgerDamaged(CommandError):
+    """The ledger or its key secret cannot be trusted: one line, exit status 1."""
+
+
+def _refuse_damaged(path: Path) -> None:
+    """Walk the ledger in a child first, as the server's journals are walked
+    (mrs.storage.journal_check): LMDB trusts its file, and one cut short (a full disk,
+    a bad copy) killed jplay with SIGBUS. The way out keeps `key-secret`: a run with a
+    new ledger then resends each record under its first key, and the server answers
+    what it already stored as a duplicate (within its dedupe window)."""
+    if not (path / "data.mdb").exists():
+        return
+    report = walk(path)
+    if report.failure is not None:
+        raise LedgerDamaged(damaged_ledger(path, report.failure))
+
+
+def damaged_ledger(path: Path, damage: str) -> str:
+    """The one line for a damaged ledger: what is wrong and the way out."""
+    return (
+        f"the replay ledger {path / 'data.mdb'} is damaged: {damage}; move "
+        f"data.mdb and lock.mdb out of {path} (keep {SECRET_FILENAME}) and run again: "
+        "records are then resent under their first keys, and the server stores none "
+        "twice that it stored within its dedupe window"
+    )
+
+
+def _create_secret(path: Path) -> bytes:
+    """A new secret at `path`, or the one another jplay made first: two first runs on
+    one data directory once each kept the secret it made (the last rename won the
+    file), so each put every record under keys of its own and it was stored twice.
+    The file appears whole and once (a link fails if it exists), and is durable."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    secret = secrets.token_bytes(SECRET_BYTES)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(secret.hex() + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        secret = _secret_from(path.read_text(), path)
+    finally:
+        partial.unlink()
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return secret
+
+
+def _secret_from(text: str, path: Path) -> bytes:
+    """The secret in `text`. A damaged one is refused, never replaced: a new secret
+    gives every record new idempotency keys, so records whose answer was lost in an
+    earlier run would be stored twice."""
+    try:
+        secret = bytes.fromhex(text.strip())
+    except ValueError:
+        secret = b""
+    if len(secret) != SECRET_BYTES:
+        raise LedgerDamaged(
+            f"the replay ledger's key secret {path} is damaged (not {SECRET_BYTES} bytes "
+            "in hex): restore it from a backup of the data directory; a new one would "
+            "give each replay a new idempotency key, and records whose answer was lost "
+            "in an earlier run would be stored twice"
+        )
+    return secret
 
 
 class ReplayLedger:
@@ -75,11 +159,13 @@ class ReplayLedger:
         self.readonly = readonly
         self._staged: dict[tuple[str, int], LedgerEntry] = {}
         self.env: lmdb.Environment | None = None
-        self._dbs: dict[str, object] = {}
+        self._dbs: dict[str, Any] = {}
+        self._secret: bytes | None = None
         if readonly and not (self.path / "data.mdb").exists():
             return  # nothing replayed yet: an empty ledger, and a dry run creates nothing
         if not readonly:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _refuse_damaged(self.path)
         self.env = lmdb.open(
             str(self.path),
             mode=0o600,
@@ -102,11 +188,11 @@ class ReplayLedger:
         if staged is not None:
             return staged
         db = self._dbs.get(journal.value)
-        if db is None:
+        if db is None or self.env is None:
             return None
         with self.env.begin(db=db) as txn:
             value = txn.get(seq_key(seq))
-        return None if value is None else LedgerEntry.unpack(value)
+        return None if value is None else self._entry(journal, seq, value)
 
     def get_many(self, journal: Journal, seqs: list[int]) -> dict[int, LedgerEntry]:
         """Entries for many seqs from one read transaction (jplay plans in chunks).
@@ -116,7 +202,7 @@ class ReplayLedger:
         chunk's seqs are neighbours (benchmarks/README.md, `mrs jplay` throughput)."""
         found: dict[int, LedgerEntry] = {}
         db = self._dbs.get(journal.value)
-        if db is not None and seqs:
+        if db is not None and self.env is not None and seqs:
             wanted = set(seqs)
             last_key = seq_key(max(wanted))
             with self.env.begin(db=db) as txn:
@@ -127,12 +213,19 @@ class ReplayLedger:
                             break
                         seq = int.from_bytes(key, "big")
                         if seq in wanted:
-                            found[seq] = LedgerEntry.unpack(value)
+                            found[seq] = self._entry(journal, seq, value)
         for seq in seqs:
             staged = self._staged.get((journal.value, seq))
             if staged is not None:
                 found[seq] = staged
         return found
+
+    def _entry(self, journal: Journal, seq: int, value: bytes) -> LedgerEntry:
+        try:
+            return LedgerEntry.unpack(value)
+        except ValueError as error:
+            damage = f"its {journal} seq {seq}: {error}"
+            raise LedgerDamaged(damaged_ledger(self.path, damage)) from None
 
     def stage(
         self,
@@ -178,33 +271,32 @@ class ReplayLedger:
         """How many records of a journal are in each state (for `--json` summaries)."""
         result: dict[str, int] = {}
         db = self._dbs.get(journal.value)
-        if db is None:
+        if db is None or self.env is None:
             return result
         with self.env.begin(db=db) as txn:
-            for _key, value in txn.cursor(db):
-                state = LedgerEntry.unpack(value).state
+            for key, value in txn.cursor(db):
+                state = self._entry(journal, int.from_bytes(key, "big"), value).state
                 result[state] = result.get(state, 0) + 1
         return result
 
     def key_secret(self) -> bytes:
         """A random secret kept with the ledger (created on first use), for replay
         idempotency keys nobody else can predict (mrs.tools.journal.replay_keys.replay_key)."""
-        if getattr(self, "_secret", None) is not None:
+        if self._secret is not None:
             return self._secret
         path = self.path / SECRET_FILENAME
         try:
-            self._secret = bytes.fromhex(path.read_text().strip())
-        except (OSError, ValueError):
-            self._secret = secrets.token_bytes(32)
-            if not self.readonly:
-                self.path.mkdir(parents=True, exist_ok=True)
-                partial = path.with_suffix(".tmp")
-                with open(partial, "w") as out:
-                    out.write(self._secret.hex() + "\n")
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(partial, path)
-        return self._secret
+            text = path.read_text()
+        except FileNotFoundError:
+            text = None
+        if text is not None:
+            secret = _secret_from(text, path)
+        elif self.readonly:
+            secret = secrets.token_bytes(SECRET_BYTES)  # a dry run sends nothing
+        else:
+            secret = _create_secret(path)
+        self._secret = secret
+        return secret
 
     def close(self) -> None:
         if self.env is not None:

@@ -14,6 +14,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -41,7 +42,9 @@ async def _show_progress(progress: Progress, task_id, tally: Tally) -> None:
         await trio.sleep(PROGRESS_REFRESH_S)
 
 
-def start_progress(nursery, options: Options, total: int | None, tally: Tally):
+def start_progress(
+    nursery: trio.Nursery, options: Options, total: int | None, tally: Tally
+) -> tuple[Progress, TaskID]:
     """The progress bar on stderr, updated by a task in `nursery`; (bar, task id)."""
     progress = Progress(
         TextColumn(f"replay {options.journal.value}"),
@@ -59,6 +62,6 @@ def start_progress(nursery, options: Options, total: int | None, tally: Tally):
     return progress, task_id
 
 
-def stop_progress(progress, task_id, tally: Tally) -> None:
+def stop_progress(progress: Progress, task_id: TaskID, tally: Tally) -> None:
     progress.update(task_id, completed=tally.sent + tally.failed + tally.skipped)
     progress.stop()

@@ -178,33 +178,49 @@ class Planner:
         self.on_skip = on_skip
         self.after_seq: int | None = None
         self.done = False
+        self._seq_range = RecordFilter(
+            journal, seq_min=selection.seq_min, seq_max=selection.seq_max
+        )
+        """What a chunk reads: the selection's seq range only, PLAN_CHUNK records of it
+        at most, matched here. Read with the whole selection, a chunk went on until
+        PLAN_CHUNK records matched: through millions when few do, in one call."""
+        self._matches = None if selection.selects_all else selection.matches
 
     def next_chunk(self) -> list[Item]:
+        """The next items to send; [] once everything is planned."""
         items: list[Item] = []
         while not items and not self.done:
-            intents: list[Item] = []
-            records = self._read_chunk()
-            entries = self.ledger.get_many(
-                self.journal, [key_record[1].seq for key_record in records]
-            )
-            for key, record in records:
-                entry = entries.get(record.seq)
-                if entry is not None and entry.state == STORED and not self.options.again:
-                    self.tally.skipped += 1
-                    self.on_skip(key)
-                    continue
-                gen = entry.gen if entry is not None else 1
-                item = Item(key, record, gen, self.target_of(record))
-                if entry is not None and entry.state == STORED:
-                    item.gen += 1  # --again: a new generation, a new idempotency key
-                    intents.append(item)
-                items.append(item)
-            if intents and not self.options.dry_run:
-                for item in intents:
-                    self.ledger.stage(
-                        self.journal, item.record.seq, PENDING, item.gen, target=item.target
-                    )
-                self.ledger.flush()
+            items = self.plan_chunk()
+        return items
+
+    def plan_chunk(self) -> list[Item]:
+        """The items of the next chunk of records: [] also when the ledger skips all of
+        it (`done` says whether more may come). One chunk at a time, so a replay can
+        service its connection between chunks (Replayer.next_items)."""
+        if self.done:
+            return []
+        items: list[Item] = []
+        intents: list[Item] = []
+        records = self._read_chunk()
+        entries = self.ledger.get_many(self.journal, [key_record[1].seq for key_record in records])
+        for key, record in records:
+            entry = entries.get(record.seq)
+            if entry is not None and entry.state == STORED and not self.options.again:
+                self.tally.skipped += 1
+                self.on_skip(key)
+                continue
+            gen = entry.gen if entry is not None else 1
+            item = Item(key, record, gen, self.target_of(record))
+            if entry is not None and entry.state == STORED:
+                item.gen += 1  # --again: a new generation, a new idempotency key
+                intents.append(item)
+            items.append(item)
+        if intents and not self.options.dry_run:
+            for item in intents:
+                self.ledger.stage(
+                    self.journal, item.record.seq, PENDING, item.gen, target=item.target
+                )
+            self.ledger.flush()
         return items
 
     def _read_chunk(self) -> list[tuple[bytes, Record]]:
@@ -212,13 +228,15 @@ class Planner:
         limit = self.selection.limit
         read = 0
         for key, record in scan(
-            self.store, self.journal, self.selection, after_seq=self.after_seq, chunk=PLAN_CHUNK
+            self.store, self.journal, self._seq_range, after_seq=self.after_seq, chunk=PLAN_CHUNK
         ):
             read += 1
             self.after_seq = int.from_bytes(key[-8:], "big")
             if isinstance(record, CorruptRecord):
                 self.tally.corrupt += 1
                 print(f"mrs jplay: {record}; not replayed", file=sys.stderr)
+                continue
+            if self._matches is not None and not self._matches(record):
                 continue
             if limit is not None and self.tally.selected >= limit:
                 self.done = True
@@ -251,6 +269,7 @@ class Replayer:
         store: JournalStore,
         options: Options,
         tally: Tally,
+        removals: list[bytes] | None = None,
     ) -> None:
         self.client = client
         self.planner = planner
@@ -260,16 +279,24 @@ class Replayer:
         self.tally = tally
         self.pacer = Pacer(options.rate) if options.rate else None
         self.queue: deque[Item] = deque()
-        self.removals: list[bytes] = []
+        self.removals: list[bytes] = [] if removals is None else removals
+        """Dead letters to delete at the next flush (--remove); the planner adds those
+        an earlier run replayed."""
         self.stop = False
 
-    def next_items(self, count: int, bytes_max: int) -> list[Item]:
+    async def next_items(self, count: int, bytes_max: int) -> list[Item]:
         """Up to `count` planned items, in order, with at most about `bytes_max` bytes
-        of bodies (always at least one); [] once everything is planned."""
+        of bodies (always at least one); [] once everything is planned.
+
+        A checkpoint after each chunk planned: a long run of records replayed before
+        (a resumed replay of millions) was skipped in one call, and the event loop
+        neither flushed nor read the connection meanwhile, so the client's heartbeat
+        counted the server silent and dropped it after 15 s."""
+        while not self.queue and not self.planner.done and not self.stop:
+            self.queue.extend(self.planner.plan_chunk())
+            await trio.lowlevel.checkpoint()
         if self.stop:
             return []
-        if not self.queue:
-            self.queue.extend(self.planner.next_chunk())
         queue = self.queue
         items: list[Item] = []
         body_bytes = 0
@@ -283,9 +310,11 @@ class Replayer:
         """`window` puts in flight: batches of up to BATCH_PUTS_MAX puts (one frame
         and one commit each, `Client.put_many`), or single puts under a rate cap; and
         at most about BYTES_IN_FLIGHT_MAX bytes of bodies, so big dead letters stay
-        inside the server's per-connection byte quota."""
+        inside the server's per-connection byte quota. Never more than `window` in
+        flight (whole batches only): beyond the client's cap on requests in flight, puts
+        would be refused unsent (EXCEEDQUOTA) and reported as failures."""
         batch = 1 if self.pacer is not None else min(self.options.window, BATCH_PUTS_MAX)
-        workers = -(-self.options.window // batch)
+        workers = self.options.window // batch
         bytes_max = max(1, BYTES_IN_FLIGHT_MAX // workers)
         async with trio.open_nursery() as nursery:
             for _ in range(workers):
@@ -310,7 +339,7 @@ class Replayer:
             self.removals.clear()
 
     async def _worker(self, batch: int, bytes_max: int) -> None:
-        while items := self.next_items(batch, bytes_max):
+        while items := await self.next_items(batch, bytes_max):
             sending = False
             try:
                 if self.pacer is not None:
