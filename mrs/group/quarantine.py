@@ -21,7 +21,13 @@ from journals import Journal, Record, WriteBatch, seq_key
 from mrs import protocol as wire
 from mrs.core.deadletter import header_problem
 from mrs.core.delivery import Refused, check_mode_and_uma
-from mrs.group.shapes import DEAD_LETTER_HEADER, U32_MAX, idempotency_key, record_sound
+from mrs.group.shapes import (
+    DEAD_LETTER_HEADER,
+    U32_MAX,
+    extra_sound,
+    idempotency_key,
+    record_sound,
+)
 from mrs.model import Status, delivery_mode_of
 
 QUARANTINE_EXTRA = "quarantine"
@@ -97,6 +103,12 @@ def _worded_record_problem(record: object) -> str | None:
         value = getattr(record, name)
         if type(value) is not int or not 0 <= value <= U32_MAX:
             return f"{name} must be an int in 0..{U32_MAX}, got {value!r:.60}"
+    extra = record.extra
+    if extra and not extra_sound(extra):
+        resp_q, headers = extra.get("resp_q"), extra.get("headers")
+        if headers is not None and type(headers) is not dict:
+            return f"headers {headers!r:.60} is not a map"
+        return f"resp_q {resp_q!r:.60} is not a queue address"
     return None
 
 

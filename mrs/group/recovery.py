@@ -37,13 +37,7 @@ from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.quarantine import quarantine_batch, record_problem
 from mrs.group.sequence import Sequence
-from mrs.group.shapes import (
-    U32_MAX,
-    Entry,
-    entry_from_record,
-    fits_a_delivery,
-    record_sound,
-)
+from mrs.group.shapes import Entry, entry_from_record, fits_a_delivery, record_sound
 from mrs.group.umas import Umas
 
 log = logging.getLogger("mrs.group")
@@ -179,24 +173,6 @@ def by_priority(seqs: array, priorities: dict[int, int] | None) -> list[tuple[in
     return sorted(lanes.items())
 
 
-def extra_problem(extra: dict) -> str | None:
-    """Why a record's `extra` cannot become an entry's fields, or None: a response queue
-    not two ints, headers not a map. Found later, such a record failed the get with
-    SERVER_ERROR and dropped every message read with it from the queue, or (a response
-    queue of text) stopped the server when its MRS_ACK was sent at the confirm."""
-    resp_q = extra.get("resp_q")
-    if resp_q is not None and not (
-        type(resp_q) in (list, tuple)
-        and len(resp_q) == 2
-        and all(type(part) is int and 0 <= part <= U32_MAX for part in resp_q)
-    ):
-        return f"resp_q {resp_q!r:.60} is not a queue address"
-    headers = extra.get("headers")
-    if headers is not None and type(headers) is not dict:
-        return f"headers {headers!r:.60} is not a map"
-    return None
-
-
 def reloaded_entry(record: Record, times_delivered: int, ack: Callable[[Entry], None]) -> Entry:
     """A journaled message as its queue holds it: delivered `times_delivered` times
     before (POSSDUPL), and owed an MRS_ACK on confirm if its AK_CONF sender was local.
@@ -260,10 +236,7 @@ class ColdReader:
                 self.ctx.report_corrupt(corrupt)
                 continue
             read_bytes += len(record.body)
-            problem = None if record_sound(record) else record_problem(record)
-            if problem is None and record.extra:
-                problem = extra_problem(record.extra)
-            if problem is not None:
+            if not record_sound(record) and (problem := record_problem(record)) is not None:
                 self._quarantine(key, record, problem)
                 continue
             if mark is None:

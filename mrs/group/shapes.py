@@ -240,7 +240,24 @@ def record_sound(record: Record) -> bool:
         and 0 <= target_queue <= U32_MAX
         and 0 <= source_group <= U32_MAX
         and 0 <= source_queue <= U32_MAX
+        and (not record.extra or extra_sound(record.extra))
     )
+
+
+def extra_sound(extra: dict) -> bool:
+    """Whether a record's `extra` can become an entry's fields: a response queue of two
+    ints, headers a map. Why: found later, such a record failed its get with
+    SERVER_ERROR and took every message read with it out of the queue, or (a response
+    queue of text) stopped the server when its MRS_ACK was sent at the confirm."""
+    resp_q = extra.get("resp_q")
+    if resp_q is not None and not (
+        type(resp_q) in (list, tuple)
+        and len(resp_q) == 2
+        and all(type(part) is int and 0 <= part <= U32_MAX for part in resp_q)
+    ):
+        return False
+    headers = extra.get("headers")
+    return headers is None or type(headers) is dict
 
 
 def idempotency_key(headers: dict | None) -> str | None:
