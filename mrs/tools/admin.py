@@ -273,10 +273,11 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
 
 
 def _print_table(command: str, result: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=TABLE_COLUMNS, file=sys.stdout, soft_wrap=False)
+    from mrs.tools.console import ToolConsole
+
+    console = ToolConsole(width=TABLE_COLUMNS, file=sys.stdout, soft_wrap=False)
     if command == "browse":
         table = Table(title=_browse_title(result), title_justify="left")
         for column in ("seq", "age s", "dlv", "dup", "cls/typ", "body"):

@@ -389,10 +389,10 @@ def _watch(args, views, bus_path, single, once) -> int:
 def _console():
     """The terminal's width; piped, COLUMNS when set, else wide enough that a log or a
     `grep` keeps each row on one line."""
-    from rich.console import Console
+    from mrs.tools.console import ToolConsole
 
     piped_wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=PIPED_WIDTH_DEFAULT if piped_wide else None)
+    return ToolConsole(width=PIPED_WIDTH_DEFAULT if piped_wide else None)
 
 
 def bus_json(views: list[GroupView], bus_path: Path | None, single: bool) -> dict:

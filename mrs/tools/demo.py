@@ -26,6 +26,7 @@ from rich.table import Table
 from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
 from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.tools.console import ToolConsole
 from mrs.tools.demo_failover import run_failover_chapter
 from sim.bus import LinkedBus
 from sim.checker import check_delivered
@@ -296,7 +297,7 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     """The story, its table and the audit; 0 when every acknowledged order arrived."""
     if scratch is not None:
         _check_scratch(Path(scratch))
-    console = Console()
+    console = ToolConsole()
     directory = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-"))
     bus = LinkedBus(
         directory, queues=DEMO_QUEUES, group_extra="pcj_default = true", names={1: "NYC", 2: "LDN"}

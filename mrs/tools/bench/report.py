@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mrs.tools.bench.results import Result
+from mrs.tools.console import ToolConsole
 
 
 def _filesystem(path: Path) -> str:
@@ -135,9 +136,9 @@ class _Bases:
 def report(results: list[Result], facts: dict, args: argparse.Namespace) -> None:
     """The table, a note per figure, and one BENCH_JSON line for scripts."""
     bases = _Bases.of(results)
-    console = Console()
+    console = ToolConsole()
     if not console.is_terminal:
-        console = Console(width=170)
+        console = ToolConsole(width=170)
     console.print(
         f"[bold]mrs bench[/]: {facts['cpu_count']} CPUs, {facts['implementation']} "
         f"{facts['python']}, {facts['platform']}"

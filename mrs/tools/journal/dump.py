@@ -34,10 +34,10 @@ from mrs.offline.selection import (
     record_time_ns,
 )
 from mrs.storage.journal_scan import scan
+from mrs.tools.console import ToolConsole
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 from mrs.tools.journal.render import (
     DELIVERY_NAMES,
-    ToolConsole,
     local_time,
     principal_of,
     record_json,
@@ -146,10 +146,10 @@ class _TablePrinter:
     """Prints rows in pages so a large dump streams; every page uses the column widths
     of the first one, so the columns stay aligned from the first row to the last.
 
-    Why not rich for every page: its Table took 0.5 ms a row (a dump of 60,000 records
-    as a table ran 31 s, against 1 s for --json). The first page, and any page with a
-    cell rich would cut or fold, go through rich; a later page whose cells all fit is
-    written as the same text, padded here."""
+    Why not rich for every page: its Table costs a large dump many times its JSON
+    output (benchmarks/README.md, "A dump's table"). The first page, and any page with
+    a cell rich would cut or fold, go through rich; a later page whose cells all fit
+    is written as the same text, padded here."""
 
     def __init__(self, console: ToolConsole, columns: list[str]) -> None:
         self.console = console

@@ -46,11 +46,12 @@ from mrs.offline.selection import (
 from mrs.protocol.plain_data import INT64
 from mrs.server.gc_tuning import tuned_for_throughput
 from mrs.storage.journal_scan import scan
+from mrs.tools.console import ToolConsole
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
 from mrs.tools.journal.ledger import LedgerDamaged, ReplayLedger
 from mrs.tools.journal.pacing import parse_rate
 from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
-from mrs.tools.journal.render import ToolConsole, status_name
+from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 
 

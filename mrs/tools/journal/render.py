@@ -11,8 +11,6 @@ import functools
 import json
 import math
 
-from rich.console import Console
-
 from journals import Journal, Record
 from mrs.group.shapes import PRINCIPAL_FIELD
 from mrs.model import DeliveryMode, Status, Uma
@@ -22,17 +20,6 @@ from mrs.tools.journal.arguments import PREVIEW_BYTES
 _UTC = datetime.UTC
 DELIVERY_NAMES = {int(mode): mode.name for mode in DeliveryMode}
 _UMA_NAMES = {int(uma): uma.name for uma in Uma}
-
-
-class ToolConsole(Console):
-    """A rich Console for the tools' stdout that lets a reader go away (`mrs dump | head`).
-
-    Why: rich answers a broken pipe with SystemExit(1), and exit status 1 says that
-    corrupt records were found. A BrokenPipeError instead reaches `run_guarded`, which
-    ends the command quietly with status 0, as `mrs dump --json | head` does."""
-
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError
 
 
 def render_bytes(data: bytes, limit: int | None = None) -> tuple[str, bool]:
