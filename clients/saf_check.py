@@ -19,13 +19,13 @@ server does before it opens its journals (mrs.storage.journal_check), the client
 
 from __future__ import annotations
 
-import os
 import struct
 from pathlib import Path
 
 from clients.errors import JournalFailed
 from journals import CorruptRecord, Journal, JournalStore, decode_record, seq_key
 from mrs.model import Status
+from mrs.storage.atomic_file import replace_file
 from mrs.storage.journal_check import walk
 
 IDENTITY_FILE = "journal.id"
@@ -102,19 +102,9 @@ def read_identity(path: Path) -> str | None:
 
 
 def write_identity(path: Path, journal_id: str) -> None:
-    """Write `journal.id` durably (a new file renamed into place, then the directory
-    synced), so a crash leaves either no file or the whole id."""
-    temporary = path / (IDENTITY_FILE + ".new")
-    with open(temporary, "w") as out:
-        out.write(journal_id + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path / IDENTITY_FILE)
-    directory = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    """Write `journal.id` durably (mrs.storage.atomic_file: a new file renamed into
+    place, then the directory synced), so a crash leaves either no file or the whole id."""
+    replace_file(path / IDENTITY_FILE, (journal_id + "\n").encode())
 
 
 def _cut_short(data: Path, size: int) -> str | None:

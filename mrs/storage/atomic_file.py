@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -24,6 +25,24 @@ def replace_file(path: Path | str, data: bytes, mode: int | None = None) -> None
     path = Path(path).resolve()
     if mode is None:
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    _place(path, data, mode, os.replace)
+
+
+def create_file(path: Path | str, data: bytes, mode: int = 0o600) -> bool:
+    """Create the file at `path` with `data`, whole and durable, unless one is there
+    already: True if this call made it, False if another (process) had. Two callers
+    that race each find the one file that won, never half of one (a link fails where
+    a name exists, where a rename would replace it)."""
+    try:
+        _place(Path(path), data, mode, os.link)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _place(path: Path, data: bytes, mode: int, put: Callable[[str, Path], None]) -> None:
+    """`data` written and synced in a temporary file beside `path`, put at `path` by
+    `put` (a rename, or a link), then the directory synced; no temporary is left."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(handle, mode)
@@ -31,10 +50,9 @@ def replace_file(path: Path | str, data: bytes, mode: int | None = None) -> None
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        put(temporary, path)
+    finally:
+        Path(temporary).unlink(missing_ok=True)  # a link leaves it; a rename took it
     directory = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(directory)

@@ -23,7 +23,6 @@ States:
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import msgpack
 
 from journals import Journal, seq_key
 from mrs.exit_status import CommandError
+from mrs.storage.atomic_file import create_file
 from mrs.storage.journal_check import walk
 
 LEDGER_DIRNAME = "replay-ledger"
@@ -109,27 +109,12 @@ def damaged_ledger(path: Path, damage: str) -> str:
 def _create_secret(path: Path) -> bytes:
     """A new secret at `path`, or the one another jplay made first: two first runs on
     one data directory once each kept the secret it made (the last rename won the
-    file), so each put every record under keys of its own and it was stored twice.
-    The file appears whole and once (a link fails if it exists), and is durable."""
+    file), so each put every record under keys of its own and it was stored twice."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     secret = secrets.token_bytes(SECRET_BYTES)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-        out.write(secret.hex() + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    try:
-        os.link(partial, path)
-    except FileExistsError:
-        secret = _secret_from(path.read_text(), path)
-    finally:
-        partial.unlink()
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-    return secret
+    if create_file(path, (secret.hex() + "\n").encode(), mode=0o600):
+        return secret
+    return _secret_from(path.read_text(), path)
 
 
 def _secret_from(text: str, path: Path) -> bytes:
