@@ -49,7 +49,6 @@ CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
 journaled put's PSB gave), so the receiver can map it."""
 
 
-
 @dataclass(eq=False)
 class _Window:
     """Drained records in flight: key -> body bytes, and their total."""

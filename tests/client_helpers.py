@@ -7,11 +7,14 @@ from pathlib import Path
 
 import trio
 
-from clients import NoMoreMessages
+from clients import NoMoreMessages, Reconnect
 from mrs import protocol as wire
 from sim.ports import free_port
 from sim.processes import GroupProcess, write_single_group_config
 from tests.conftest import STANDARD_QUEUES
+
+FAST_RECONNECT = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
+"""Reconnects within tenths of a second: a test's server comes back at once."""
 
 
 class FixedPortServer:

@@ -39,10 +39,10 @@ from clients import (
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs.group.shapes import IDEMPOTENCY_HEADER as SERVER_IDEMPOTENCY_HEADER
 from sim.ports import free_port
+from tests.client_helpers import FAST_RECONNECT as FAST
 from tests.client_helpers import FixedPortServer
 
 MODE = DeliveryMode
-FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
 
 
 @pytest.fixture

@@ -22,17 +22,16 @@ from clients import (
     JournalFull,
     NoMoreMessages,
     NotSupported,
-    Reconnect,
     Status,
     Uma,
     connect,
     connect_sync,
 )
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER
+from tests.client_helpers import FAST_RECONNECT as FAST
 from tests.client_helpers import FixedPortServer
 
 MODE = DeliveryMode
-FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
 
 
 @pytest.fixture

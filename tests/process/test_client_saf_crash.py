@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, MrsError, Reconnect, Status, connect
+from clients import DeliveryMode, MrsError, Status, connect
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER
+from tests.client_helpers import FAST_RECONNECT as FAST
 from tests.client_helpers import FixedPortServer
 
 CHILD = Path(__file__).resolve().parents[1] / "saf_client_process.py"
-FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
 
 
 @pytest.fixture

@@ -19,12 +19,12 @@ import lmdb
 import pytest
 import trio
 
-from clients import DeliveryMode, JournalFailed, Reconnect, Status, connect
+from clients import DeliveryMode, JournalFailed, Status, connect
 from clients.saf_journal import ClientJournal
+from tests.client_helpers import FAST_RECONNECT as FAST
 from tests.client_helpers import FixedPortServer
 
 CHILD = Path(__file__).resolve().parents[1] / "saf_attach_process.py"
-FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
 RECORDS = 20
 WAIT_S = 20.0
 """What the child waits for the drain at most: a bound for the code before the fix,

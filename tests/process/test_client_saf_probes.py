@@ -22,14 +22,12 @@ from clients import (
     DeliveryMode,
     JournalFailed,
     MrsError,
-    Reconnect,
     Status,
     Uma,
     connect,
 )
+from tests.client_helpers import FAST_RECONNECT as FAST
 from tests.client_helpers import FixedPortServer, take_all
-
-FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
 
 
 @pytest.fixture
@@ -144,19 +142,25 @@ PUT_AFTER_CLOSE = textwrap.dedent("""
 """)
 
 
+def run_script(script: str, journal: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    """`script` in a child Python from the repository's root, the journal's path its
+    argument: a hang, or a process limit it sets, stays in the child."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(journal)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
 def test_a_put_after_the_client_closed_raises(tmp_path) -> None:
     """A recoverable put made on a journaled client after its `connect` block ended
     (a task that outlived it) waited, shielded, for a commit no writer would make:
     it hung for ever and no cancel scope could end it. Now it raises ConnectionLost
     ("client closed"), as every other call on a closed client does. In a child
     process, so the old hang fails this test instead of hanging the run."""
-    done = subprocess.run(
-        [sys.executable, "-c", PUT_AFTER_CLOSE, str(tmp_path / "j")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    done = run_script(PUT_AFTER_CLOSE, tmp_path / "j", timeout_s=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "raised LINK_DOWN client closed"
 
@@ -315,13 +319,7 @@ def test_a_journal_that_cannot_be_created_is_let_go(tmp_path) -> None:
     and owner lock: a second connect in the same process, once there was room, was
     refused JournalBusy naming the process itself. Now the first is one line
     (JournalFailed) and lets go of everything, and the second attaches."""
-    done = subprocess.run(
-        [sys.executable, "-c", NO_ROOM_FOR_A_NEW_JOURNAL, str(tmp_path / "j")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    done = run_script(NO_ROOM_FOR_A_NEW_JOURNAL, tmp_path / "j", timeout_s=60)
     assert done.returncode == 0, done.stderr[-2000:]
     refused, attached = done.stdout.splitlines()
     assert refused.startswith("refused JournalFailed mrs: JOURNAL_FAIL: client SAF journal")

@@ -14,6 +14,7 @@ from journals import Journal, queue_key
 from mrs import protocol as wire
 from mrs.core.selection import by_class_type
 from tests.client_helpers import take_all
+from tests.conftest import Bus
 from tests.journal_helpers import journal_seqs, record, write_raw
 
 WAIT_S = 15.0
@@ -65,6 +66,14 @@ async def take_in_order(address: str, queue: str) -> list[tuple[int, Status]]:
         return [(message.seq, message.delivery_status) for message in await take_all(receiver)]
 
 
+def faulty_bus(make_bus, tmp_path: Path) -> tuple[Bus, Path]:
+    """A group whose journal faults a test switches by writing its fault file
+    (mrs.storage.fault_file: "" none, "EIO" every commit fails)."""
+    fault = tmp_path / "fault"
+    fault.write_text("")
+    return make_bus(env={"MRS_FAULT_FILE": str(fault)}), fault
+
+
 async def test_a_confirm_that_fails_after_its_receiver_left_comes_again_possdupl(
     make_bus, tmp_path: Path
 ) -> None:
@@ -73,9 +82,7 @@ async def test_a_confirm_that_fails_after_its_receiver_left_comes_again_possdupl
     receiver (POSSDUPL), not sit among the unconfirmed of a session that is gone,
     where it was never delivered again and an in-order queue answered every confirm
     of the next receiver BADSEQ ("confirm <that message> before ...")."""
-    fault = tmp_path / "fault"
-    fault.write_text("")
-    bus = make_bus(env={"MRS_FAULT_FILE": str(fault)})
+    bus, fault = faulty_bus(make_bus, tmp_path)
     seqs = await put_all(bus.address, "ORDERS", 2)
     receiver = await RawClient.attached(bus.address, "ORDERS")
     async with receiver.stream:
@@ -173,9 +180,7 @@ async def test_a_get_pipelined_behind_a_failed_one_does_not_confirm_its_message(
     was committed. That commit failed (the first get answered JOURNAL_FAIL), so the
     message was never received, yet the confirm stood and the next get deleted it:
     lost. It must be what the next get receives, as a first delivery."""
-    fault = tmp_path / "fault"
-    fault.write_text("")
-    bus = make_bus(env={"MRS_FAULT_FILE": str(fault)})
+    bus, fault = faulty_bus(make_bus, tmp_path)
     seqs = await put_all(bus.address, "IMPLICIT", 3)
     receiver = await RawClient.attached(bus.address, "IMPLICIT")
     async with receiver.stream:

@@ -16,19 +16,11 @@ import trio
 
 from clients import DeliveryMode, MrsTimeout, NoMoreMessages, NoSuchQueue, Status, Uma
 from journals import Journal
+from tests.conftest import STANDARD_QUEUES
 
 MODE = DeliveryMode
 WAIT_S = 20.0
-QUEUES = """
-[[group.queue]]
-id = 10
-name = "IN"
-confirm = "explicit-out-of-order"
-[[group.queue]]
-id = 13
-name = "SENDER"
-confirm = "explicit-out-of-order"
-"""
+QUEUES = STANDARD_QUEUES  # 10 ORDERS (in order), 13 SENDER (out of order)
 
 
 async def link_info(linked, group: int, peer: int) -> dict:

@@ -11,14 +11,14 @@ import pytest
 import trio
 import trio.testing
 
-from clients import DeliveryMode, Reconnect, Status, connect
+from clients import DeliveryMode, Status, connect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs import protocol as wire
 from sim.ports import free_port
+from tests.client_helpers import FAST_RECONNECT as FAST
 from tests.client_helpers import answer_handshake
 from tests.conftest import run_under_autojump_clock
 
-FAST = Reconnect(delay_s_initial=0.02, delay_s_max=0.2)
 PUT_TIMEOUT_S = 0.5
 
 
