@@ -11,6 +11,7 @@ comparison beside an LMDB commit (benchmarks/README.md, "journal counts").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,8 @@ class JournalCounts:
     dqf: int = 0
     saf: int = 0
     dlj: int = 0
+    dlj_in_flight: int = 0
+    """DLJ records counted before their commit (`dlj_reserved`), not yet on disk."""
 
     def dqf_added(self, count: int = 1) -> None:
         """`count` DQF records are being stored (undone by `dqf_removed` if that fails)."""
@@ -58,7 +61,31 @@ class JournalCounts:
         self.dlj -= 1
         assert self.dlj >= 0, f"DLJ count below zero ({self.dlj})"
 
+    def dlj_reserved(self) -> None:
+        """One DLJ record counted before its commit (a UMA's dead letter, checked against
+        dlj_messages_max first); `dlj_reservation_done` when the commit is over."""
+        self.dlj += 1
+        self.dlj_in_flight += 1
+
+    def dlj_reservation_done(self, stored: bool) -> None:
+        self.dlj_in_flight -= 1
+        assert self.dlj_in_flight >= 0, f"DLJ records in flight below zero ({self.dlj_in_flight})"
+        if not stored:
+            self.dlj_removed()
+
     def dlj_recounted(self, count: int) -> None:
-        """The DLJ as found on disk at start (`mrs jplay --remove` may lower it between runs)."""
+        """The DLJ as found on disk (`count`), with what is being committed to it."""
         assert count >= 0
-        self.dlj = count
+        self.dlj = count + self.dlj_in_flight
+
+    def dlj_full(
+        self, messages_max: int, count_on_disk: Callable[[], int], adding: int = 1
+    ) -> bool:
+        """Whether `adding` more records would take the DLJ past `messages_max`. At the
+        cap the DLJ is counted again on disk first: `mrs jplay --remove` and the DLQ
+        handler delete dead letters from beside the group, which never hears of it, and
+        a count kept from the group's start refused every dead letter until a restart."""
+        if self.dlj + adding <= messages_max:
+            return False
+        self.dlj_recounted(count_on_disk())
+        return self.dlj + adding > messages_max

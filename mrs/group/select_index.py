@@ -1,5 +1,6 @@
 """A queue's selection index: the attributes of every pending message by seq, the
-seqs holding each correlation id, and those of each (priority, class), in arrival order.
+seqs holding each correlation id, and those of each (priority, class), in arrival (seq)
+order — a message given back after its receiver left included, at its place.
 
 Why: a selective get by correlation id (IBM MQ's CorrelId match, MessageQ's
 `sel_filter`) on a queue of a million messages must not read a million records
@@ -19,6 +20,7 @@ put, get and put-back keeps it.
 
 from __future__ import annotations
 
+from bisect import insort
 from typing import NamedTuple
 
 from mrs.limits import SELECT_INDEX_MESSAGES_MAX
@@ -42,6 +44,10 @@ class SelectIndex:
         an int, not a collection, for the usual one message per id."""
         self.by_class: dict[tuple[int, int], dict[int, None]] = {}
         """(priority, class) -> seqs, arrival order (an ordered set)."""
+        self.unsorted: set[tuple[int, int]] = set()
+        """Classes a message came back to out of order (given back, its receiver left):
+        sorted by seq at their next read (`of_class`), once for a whole detach's worth,
+        rather than an ordered set rebuilt at each message."""
         self.enabled = False
         """Kept from the queue's first selective get on (`TargetQueue.build_index`)."""
         self.overflowed = 0
@@ -69,15 +75,17 @@ class SelectIndex:
         group = self.by_class.get(key)
         if group is None:
             group = self.by_class[key] = {}
+        elif seq < next(reversed(group)):
+            self.unsorted.add(key)
         group[seq] = None
         if correlation_id:
             held = self.by_correlation.get(correlation_id)
             if held is None:
                 self.by_correlation[correlation_id] = seq
             elif type(held) is int:
-                self.by_correlation[correlation_id] = [held, seq]
+                self.by_correlation[correlation_id] = [held, seq] if held < seq else [seq, held]
             else:
-                held.append(seq)  # type: ignore[union-attr]
+                insort(held, seq)  # type: ignore[type-var]
 
     def remove(self, seq: int) -> None:
         """The message left the pending messages (got, dropped)."""
@@ -92,6 +100,7 @@ class SelectIndex:
             group.pop(seq, None)
             if not group:
                 del self.by_class[key]
+                self.unsorted.discard(key)
         correlation_id = found.correlation_id
         if correlation_id:
             held = self.by_correlation.get(correlation_id)
@@ -110,9 +119,18 @@ class SelectIndex:
         return [held] if type(held) is int else list(held)  # type: ignore[arg-type]
 
     def of_class(self, priority: int, msg_class: int) -> dict[int, None]:
-        return self.by_class.get((priority, msg_class)) or {}
+        """The seqs of pending messages of (priority, class), arrival (seq) order."""
+        key = (priority, msg_class)
+        group = self.by_class.get(key)
+        if group is None:
+            return {}
+        if key in self.unsorted:
+            self.unsorted.discard(key)
+            group = self.by_class[key] = dict.fromkeys(sorted(group))
+        return group
 
     def clear(self) -> None:
         self.attributes.clear()
         self.by_correlation.clear()
         self.by_class.clear()
+        self.unsorted.clear()

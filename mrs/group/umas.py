@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -228,7 +229,7 @@ class Umas:
             )
             finish(False)
             return
-        if ctx.counts.dlj >= ctx.limits.dlj_messages_max:
+        if ctx.counts.dlj_full(ctx.limits.dlj_messages_max, partial(ctx.store.count, Journal.DLJ)):
             self.failures.refused(
                 "dlj-messages-max",
                 "",
@@ -237,14 +238,13 @@ class Umas:
             )
             finish(False)
             return
-        ctx.counts.dlj_added()
+        ctx.counts.dlj_reserved()
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
         record.reason = int(cause)
         batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
 
         def written(error: JournalError | None) -> None:
-            if error is not None:
-                ctx.counts.dlj_removed()
+            ctx.counts.dlj_reservation_done(error is None)
             finish(error is None)
 
         ctx.writer.submit(batch, written)

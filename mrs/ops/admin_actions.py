@@ -27,6 +27,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -460,7 +461,10 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     taken = _take(queue, ADMIN_MOVE_MESSAGES_MAX)
     journaled = [entry for entry in taken if entry.journaled]
     memory = len(taken) - len(journaled)
-    if not discard and ctx.counts.dlj + len(journaled) > ctx.limits.dlj_messages_max:
+    count_on_disk = partial(ctx.store.count, Journal.DLJ)
+    if not discard and ctx.counts.dlj_full(
+        ctx.limits.dlj_messages_max, count_on_disk, len(journaled)
+    ):
         _put_back(queue, journaled)
         raise Refused(
             Status.DLJ_FAILED,

@@ -198,6 +198,41 @@ async def test_redrive_the_dlj_after_a_full_dqf(make_bus) -> None:
     assert journal_seqs(journals, Journal.DLJ) == []
 
 
+async def test_a_dlj_emptied_by_remove_takes_dead_letters_again_at_its_cap(make_bus) -> None:
+    """`jplay --remove` beside the server empties a DLJ that was at dlj_messages_max:
+    the next puts with UMA DLJ are dead-lettered again (the group counted the DLJ
+    once at start and answered DLJ_FAILED until a restart)."""
+    limits = "dqf_messages_max = 2\ndlj_messages_max = 2"
+    bus = make_bus(limits=limits, queues=REPLAY_QUEUES)
+    journals = bus.data_dir / "journals"
+
+    async def overfill(first: int) -> list[Status]:
+        async with connect(bus.address, queue="SENDER") as sender:
+            return [
+                (
+                    await sender.put(
+                        f"order {index}".encode(),
+                        "ANYORDER",
+                        delivery=DeliveryMode.WF_DQF,
+                        uma=Uma.DLJ,
+                    )
+                ).uma_status
+                for index in range(first, first + 5)
+            ]
+
+    first = await overfill(0)  # 2 stored, 2 dead-lettered, the 5th finds the DLJ full
+    assert first[-1] == Status.DLJ_FAILED and first[2:4].count(Status.DLJ_FAILED) == 0
+    assert len(journal_seqs(journals, Journal.DLJ)) == 2
+    assert len(await drain(bus, "ANYORDER")) == 2
+    code, summary, _ = await jplay(bus, "dlj", "--remove", "--json")
+    assert code == 0 and summary["removed"] == 2
+    assert len(await drain(bus, "ANYORDER")) == 2
+
+    again = await overfill(10)
+    assert again[2:4].count(Status.DLJ_FAILED) == 0 and again[-1] == Status.DLJ_FAILED
+    assert len(journal_seqs(journals, Journal.DLJ)) == 2
+
+
 async def test_remove_never_removes_a_record_whose_replay_was_not_stored(replay_bus) -> None:
     dead = [record(i, target_queue=11 if i % 2 else 77, reason=-228) for i in range(8)]
     bus = replay_bus({Journal.DLJ: dead})
