@@ -204,16 +204,26 @@ class Intake:
 
     def _check_ack_reachable(self, response_queue: Address) -> None:
         """An AK put's MRS_ACK must be able to reach its response queue: a queue of this
-        group that exists, or a queue of a linked group. Why refuse now: an MRS_ACK for
-        a queue that is not there is dropped, and the sender, told SUCCESS, waits for
-        it for ever."""
+        group that exists and has room (`messages_max`, as any put to it), or a queue of
+        a linked group. Why refuse now: an MRS_ACK for a queue that is not there is
+        dropped, and the sender, told SUCCESS, waits for it for ever; one for a queue
+        nobody reads would be held past its bound."""
         group_id = self.ctx.group_id
-        if response_queue.group == group_id and response_queue.queue not in self.ctx.queues:
-            raise Refused(
-                Status.NOSUCHQUEUE,
-                f"response queue {response_queue}: group {group_id} has no queue "
-                f"{response_queue.queue}, so no MRS_ACK could reach it",
-            )
+        if response_queue.group == group_id:
+            queue = self.ctx.queues.get(response_queue.queue)
+            if queue is None:
+                raise Refused(
+                    Status.NOSUCHQUEUE,
+                    f"response queue {response_queue}: group {group_id} has no queue "
+                    f"{response_queue.queue}, so no MRS_ACK could reach it",
+                )
+            if queue.memory_count >= queue.config.messages_max:
+                # its MRS_ACKs are not being read: one more each put would grow it for ever
+                raise Refused(
+                    Status.EXCEEDQUOTA,
+                    f"response queue {response_queue} holds messages_max="
+                    f"{queue.config.messages_max}: get its MRS_ACKs first",
+                )
         if response_queue.group != group_id and response_queue.group not in self.outbound.peers:
             raise Refused(
                 Status.NOSUCHQUEUE,

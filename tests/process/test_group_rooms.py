@@ -119,11 +119,18 @@ class Node:
 
 
 def open_node(
-    directory: Path, group_id: int, dqf_messages_max: int = 5, *, replicated: bool = False
+    directory: Path,
+    group_id: int,
+    dqf_messages_max: int = 5,
+    *,
+    replicated: bool = False,
+    bus_text: str | None = None,
 ) -> Node:
     """One group; `replicated`: as the active of a replicated group whose one replica
     ("b") acknowledges only when the test says (mrs.replication.stream's writer)."""
-    text = BUS.replace("dqf_messages_max = 5", f"dqf_messages_max = {dqf_messages_max}")
+    text = (bus_text or BUS).replace(
+        "dqf_messages_max = 5", f"dqf_messages_max = {dqf_messages_max}"
+    )
     bus = parse_config(text, directory / "bus.toml")
     config = bus.group(group_id)
     config.data_dir.mkdir(parents=True, exist_ok=True)
