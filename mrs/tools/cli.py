@@ -41,6 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
     from mrs.server.group_server import serve
     from mrs.server.harness import serve_options_from
     from mrs.testing.broken_builds import broken_build_from
+    from mrs.transport.open_files import raise_open_files_limit
 
     bus = load_config(args.config)
     if args.group not in bus.groups:
@@ -52,6 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
     # the one place the environment is read; a broken build (harness only) is
     # resolved here, above the server's layer, and handed to it as a part
     options = serve_options_from(os.environ, broken_build_from(os.environ))
+    raise_open_files_limit()  # connections are descriptors (mrs.transport.open_files)
     group = bus.group(args.group)
     if group.instances:  # its active archives its PCJ (automatic or `mrs pcj archive`)
         # the archive's steps live above the server's layer: handed to it as a part

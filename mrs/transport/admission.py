@@ -5,6 +5,9 @@ task and a buffer each; unbounded, it took a well-behaved producer from 8.7k to
 2.3k puts/s. A peer that opens connections faster than `accepts_per_s` (after a
 burst of `accept_burst`), or holds more than `connections_per_peer_max` open, has
 the new connection closed at once, and a log line. Other peers are not affected.
+All peers together hold at most the server's descriptors less those it keeps for
+itself, and one peer at most half of that (mrs.transport.open_files): one address
+can no longer take every descriptor from the others and from the server's own files.
 
 The refused connection is told why with a Fatal frame (EXCEEDQUOTA) at most once
 per `ADMISSION_ANSWER_INTERVAL_S` per peer, and otherwise just closed: measured under a flood,
@@ -18,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mrs.config.guards import Guards
-from mrs.limits import ADMISSION_ANSWER_INTERVAL_S, ADMISSION_PEERS_MAX
+from mrs.limits import ADMISSION_ANSWER_INTERVAL_S, ADMISSION_PEERS_MAX, OPEN_FILES_RESERVED
+from mrs.transport.open_files import connections_max
 
 
 @dataclass(slots=True)
@@ -32,9 +36,17 @@ class _Peer:
 class Admission:
     """Decides per accepted connection; `release` when it closes."""
 
-    def __init__(self, guards: Guards, clock_s: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        guards: Guards,
+        clock_s: Callable[[], float],
+        connections_max: Callable[[], int] = connections_max,
+    ) -> None:
         self.guards = guards
         self.clock_s = clock_s
+        self.connections_max = connections_max
+        self.open = 0
+        """Connections admitted and not yet released, of all peers."""
         self._peers: dict[str, _Peer] = {}
 
     def admit(self, host: str) -> str | None:
@@ -48,11 +60,8 @@ class Admission:
             peer = self._peers[host] = _Peer(float(guards.accept_burst), now)
         else:
             self._refill(peer)
-        if peer.open >= guards.connections_per_peer_max:
-            return (
-                f"{peer.open} connections open from {host} "
-                f"(connections_per_peer_max={guards.connections_per_peer_max})"
-            )
+        if (full := self._full(peer, host)) is not None:
+            return full
         if peer.tokens < 1.0:
             return (
                 f"connections from {host} arrive faster than accepts_per_s="
@@ -60,6 +69,24 @@ class Admission:
             )
         peer.tokens -= 1.0
         peer.open += 1
+        self.open += 1
+        return None
+
+    def _full(self, peer: _Peer, host: str) -> str | None:
+        """Why `host` may not open one more connection now, or None."""
+        all_max = self.connections_max()
+        if self.open >= all_max:
+            return (
+                f"{self.open} connections open in all: the server keeps {OPEN_FILES_RESERVED} "
+                f"of its {all_max + OPEN_FILES_RESERVED} descriptors (ulimit -n) for its own files"
+            )
+        peer_max = min(self.guards.connections_per_peer_max, max(1, all_max // 2))
+        if peer.open >= peer_max:
+            return (
+                f"{peer.open} connections open from {host} "
+                f"(connections_per_peer_max={self.guards.connections_per_peer_max}, "
+                f"half the server's {all_max} connections at most)"
+            )
         return None
 
     def refused_unanswered(self, host: str) -> str | None:
@@ -70,7 +97,7 @@ class Admission:
         peer = self._peers.get(host)
         if peer is None or self.clock_s() - peer.answered_at >= ADMISSION_ANSWER_INTERVAL_S:
             return None
-        if peer.open >= self.guards.connections_per_peer_max:
+        if self._full(peer, host) is not None:
             return f"{peer.open} connections open from {host}"
         self._refill(peer)
         if peer.tokens < 1.0:
@@ -99,6 +126,7 @@ class Admission:
         peer = self._peers.get(host)
         if peer is not None and peer.open > 0:
             peer.open -= 1
+            self.open -= 1
 
     def open_connections(self, host: str) -> int:
         peer = self._peers.get(host)

@@ -69,6 +69,35 @@ async def test_idle_metrics_connections_wait_in_the_backlog_and_spare_clients(ma
         assert _accept_queue_length(metrics_port) == idle_count - HTTP_CONNECTIONS_MAX
 
 
+async def test_one_address_cannot_take_every_descriptor_from_the_others(make_bus) -> None:
+    """300 idle connections from one address to a server limited to 256 descriptors
+    used to take them all (connections_per_peer_max is 1,000): the accept loop failed
+    with EMFILE ten times a second and no other client could connect. Now one address
+    holds at most half of what the server keeps for connections; the rest are refused
+    EXCEEDQUOTA, and a client from another address connects, puts and gets."""
+    bus = make_bus(queues=STANDARD_QUEUES)
+    pid = bus.process.process.pid
+    _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (SERVER_FILES_MAX, hard))
+    host, port = bus.address.rsplit(":", 1)
+    with contextlib.ExitStack() as idle:
+        for _ in range(SERVER_FILES_MAX + 44):
+            flood = idle.enter_context(socket.socket())
+            flood.bind(("127.0.0.2", 0))  # another address of this machine's loopback
+            flood.connect((host, int(port)))
+        await _backlog_at_most(int(port), 0)  # every one accepted (or refused and closed)
+        with trio.fail_after(HTTP_REQUEST_DEADLINE_LESS_S):
+            async with bus.connect("SENDER") as sender:
+                await sender.put(
+                    b"still served", target="ANYORDER", delivery=DeliveryMode.WF_DQF, uma=Uma.DISC
+                )
+            async with bus.connect("ANYORDER") as receiver:
+                assert (await receiver.get(timeout=2)).body == b"still served"
+    log = bus.log_text()
+    assert "Too many open files" not in log
+    assert "connection refused (EXCEEDQUOTA)" in log and "from 127.0.0.2" in log
+
+
 HTTP_REQUEST_DEADLINE_LESS_S = 4.0
 """Less than HTTP_REQUEST_DEADLINE_S: the client must not have to wait for parked
 connections to time out and give their descriptors back."""
