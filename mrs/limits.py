@@ -137,7 +137,7 @@ HTTP_REQUEST_DEADLINE_S = 5.0
 """An HTTP request must arrive whole within this long."""
 HTTP_CONNECTIONS_MAX = 64
 """HTTP connections served at once; more wait in the listen backlog."""
-OPEN_FILES_RESERVED = 128
+OPEN_FILES_KEPT_MIN = 128
 """Descriptors a server keeps for itself, never given to connections: its journals,
 logs, listeners, HTTP_CONNECTIONS_MAX web requests, a child's pipes
 (mrs.transport.open_files)."""

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mrs.config.guards import Guards
-from mrs.limits import ADMISSION_ANSWER_INTERVAL_S, ADMISSION_PEERS_MAX, OPEN_FILES_RESERVED
+from mrs.limits import ADMISSION_ANSWER_INTERVAL_S, ADMISSION_PEERS_MAX, OPEN_FILES_KEPT_MIN
 from mrs.transport.open_files import connections_max
 
 
@@ -77,8 +77,8 @@ class Admission:
         all_max = self.connections_max()
         if self.open >= all_max:
             return (
-                f"{self.open} connections open in all: the server keeps {OPEN_FILES_RESERVED} "
-                f"of its {all_max + OPEN_FILES_RESERVED} descriptors (ulimit -n) for its own files"
+                f"{self.open} connections open in all: the server keeps {OPEN_FILES_KEPT_MIN} "
+                f"of its {all_max + OPEN_FILES_KEPT_MIN} descriptors (ulimit -n) for its own files"
             )
         peer_max = min(self.guards.connections_per_peer_max, max(1, all_max // 2))
         if peer.open >= peer_max:

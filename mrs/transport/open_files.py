@@ -7,7 +7,7 @@ failed with EMFILE ten times a second, no other client could connect, and nothin
 else the server opens (an event log rolled, a web request, the PCJ archive's pipes)
 could be opened. So a server raises its soft limit to the hard one at start, as Go's
 runtime and most servers do, and admission (mrs.transport.admission) keeps
-OPEN_FILES_RESERVED descriptors for the server's own files and lets one peer address
+OPEN_FILES_KEPT_MIN descriptors for the server's own files and lets one peer address
 hold at most half of the rest.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import resource
 
-from mrs.limits import OPEN_FILES_RESERVED
+from mrs.limits import OPEN_FILES_KEPT_MIN
 
 log = logging.getLogger("mrs.network")
 
@@ -33,7 +33,7 @@ def open_files_max() -> int:
 
 def connections_max() -> int:
     """Connections of all peers the server may hold: its descriptors, less its own."""
-    return max(1, open_files_max() - OPEN_FILES_RESERVED)
+    return max(1, open_files_max() - OPEN_FILES_KEPT_MIN)
 
 
 def raise_open_files_limit() -> int:
