@@ -37,7 +37,7 @@ from mrs.limits import (
     REPLICATION_REST_HOLD_S,
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
-from mrs.replication.coordinator import Coordinator, FailoverRequest
+from mrs.replication.coordinator import Coordinator, CoordinatorUnavailable, FailoverRequest
 from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, LinkRefused, frame
@@ -93,6 +93,8 @@ class Active:
         self.problems: dict[str, str] = {}
         """Why a replica said it cannot store our records ("fail"), until it acknowledges
         one again (`mrs status` shows it)."""
+        self._floors_recorded: dict[str, tuple[int, int]] = {}
+        """What `_record_floors` last recorded in etcd."""
         self._last_end: dict[str, tuple[str, bool]] = {}
         """Why each replica's last link ended ("" if nobody said) and whether it had
         brought an acknowledgement: after one that had not, the next links are logged
@@ -140,6 +142,8 @@ class Active:
                 return
             if renewed:
                 last_ok_s = sent_s
+                with trio.move_on_after(renew_every_s / 2):
+                    await self._record_floors()
                 request = await self.coordinator.failover_requested()
                 if request is not None and self._handing_over is None:
                     self._handing_over = request
@@ -153,6 +157,23 @@ class Active:
                 self.step_down("the lease is lost (another instance may be active)")
                 return
             await trio.sleep(renew_every_s if renewed else renew_every_s / 4)
+
+    async def _record_floors(self) -> None:
+        """Record in etcd the position each replica has acknowledged, once per renewal
+        when it moved (`Coordinator.record_floors`). Why: a replica whose data
+        directory was replaced by an older copy of itself (a backup restored) says
+        nothing of the records it acknowledged since, and named alone in the in-sync
+        record it would win the next term without them: every answer they carried
+        lost. Against its floor it knows (mrs.server.instance `_lost_acknowledged`).
+        At the lease's pace: an etcd write per record would cost more than the commit."""
+        floors = {name: (self.term, number) for name, number in self.stream.acked.items()}
+        if floors == self._floors_recorded:
+            return
+        try:
+            await self.coordinator.record_floors(self.term, floors)
+        except CoordinatorUnavailable:
+            return  # the renewals decide what etcd's absence means
+        self._floors_recorded = floors
 
     async def hand_over(self, request: FailoverRequest) -> bool:
         """A planned switch-over (`mrs failover`): once every answer held is out and
@@ -360,6 +381,16 @@ class Active:
         if answer["t"] in ("refuse", "fail"):
             self._refused(name, answer)
         (pos_term, pos_number), led = _hello_answer(name, answer)
+        if pos_term == self.term and pos_number < self.stream.acked.get(name, 0):
+            log.error(
+                "replica %s holds records up to %d of term %d, but acknowledged %d: its "
+                "journals lost records (its data directory replaced by an older copy?); "
+                "it is sent what it lacks",
+                name,
+                pos_number,
+                self.term,
+                self.stream.acked[name],
+            )
         frames: Iterable[bytes] | None = self.stream.frames_for(
             (pos_term, pos_number), led, bool(answer.get("whole", False))
         )

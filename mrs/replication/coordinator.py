@@ -69,6 +69,9 @@ class GroupState:
     older build, where every listed replica had every answered commit)."""
     positions: Mapping[str, Position] = field(default_factory=dict)
     """Positions posted by listed replicas after closing term `term` (see module)."""
+    floors: Mapping[str, Position] = field(default_factory=dict)
+    """The last position each replica acknowledged, as an active recorded it
+    (`record_floors`): journals that hold less lost records they acknowledged."""
 
 
 def may_campaign(state: GroupState, name: str, *, holds_journals: bool = True) -> bool:
@@ -211,6 +214,11 @@ class Coordinator(Protocol):
     async def resign(self) -> None:
         """Give the leadership up now (a planned stop)."""
 
+    async def record_floors(self, term: int, floors: Mapping[str, Position]) -> None:
+        """While holding `term`: record the position each replica of `floors` has
+        acknowledged (kept per replica at the highest recorded, read as
+        `GroupState.floors`)."""
+
     async def request_failover(self, request: FailoverRequest) -> None:
         """Ask the active to hand over (`mrs failover`), replacing any request before."""
 
@@ -251,6 +259,7 @@ class EtcdCoordinator:
         self.refused_key = f"{prefix}/failover-refused".encode()
         self.position_prefix = f"{prefix}/position/"
         self.census_prefix = f"{prefix}/census/"
+        self.floors_key = f"{prefix}/acknowledged".encode()
         self.lease_id: int | None = None
         self._census_lease: int | None = None
         """The lease this instance's census is posted under: it vanishes TTL after the
@@ -259,8 +268,8 @@ class EtcdCoordinator:
 
     async def read(self) -> GroupState:
         try:
-            leader, term, sync = await self.client.get_many(
-                [self.leader_key, self.term_key, self.sync_key]
+            leader, term, sync, floors = await self.client.get_many(
+                [self.leader_key, self.term_key, self.sync_key, self.floors_key]
             )
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
@@ -273,6 +282,7 @@ class EtcdCoordinator:
             members,
             record.get("leader"),
             record.get("acks"),
+            floors=_floors(floors[0]) if floors is not None else {},
         )
         if state.leader is not None or state.acks_needed is None:
             return state  # positions matter only to an election under a quorum record
@@ -374,6 +384,17 @@ class EtcdCoordinator:
             with contextlib.suppress(EtcdError):  # else it expires by itself
                 await self.client.revoke(lease_id)
 
+    async def record_floors(self, term: int, floors: Mapping[str, Position]) -> None:
+        try:
+            found = await self.client.get(self.floors_key)
+            merged = _merged_floors(_floors(found[0]) if found is not None else {}, floors)
+            await self.client.txn(
+                [holds(self.leader_key, self._leader_value(term))],
+                [put_op(self.floors_key, json.dumps(merged, sort_keys=True).encode())],
+            )
+        except EtcdError as error:
+            raise CoordinatorUnavailable(str(error)) from None
+
     async def request_failover(self, request: FailoverRequest) -> None:
         try:
             await self.client.txn([], [put_op(self.failover_key, request.encoded())])
@@ -437,6 +458,27 @@ def _posted(raw: bytes, closing_term: int) -> Position | None:
         return None
 
 
+def _floors(raw: bytes) -> dict[str, Position]:
+    """The acknowledged positions etcd holds; a value that is not one (written by
+    hand) counts as none, so no instance stops on a traceback."""
+    try:
+        value = json.loads(raw)
+        return {str(name): (int(at[0]), int(at[1])) for name, at in value.items()}
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return {}
+
+
+def _merged_floors(
+    before: Mapping[str, Position], floors: Mapping[str, Position]
+) -> dict[str, Position]:
+    """Each replica's highest acknowledged position of `before` and `floors`: a new
+    active that has not heard from a replica yet keeps the old term's floor for it."""
+    merged = dict(before)
+    for name, position in floors.items():
+        merged[name] = max(position, merged.get(name, (0, 0)))
+    return merged
+
+
 def _sync_value(term: int, members: tuple[str, ...], leader: str, acks_needed: int) -> bytes:
     record = {"term": term, "members": sorted(members), "leader": leader, "acks": acks_needed}
     return json.dumps(record).encode()
@@ -470,6 +512,8 @@ class MemoryElection:
     """Each instance's posted census (the simulator's instances post while they run)."""
     reachable: set[str] = field(default_factory=set)
     """Empty: everyone reaches the coordinator; else only these names."""
+    floors: dict[str, Position] = field(default_factory=dict)
+    """Each replica's acknowledged position as its active recorded it."""
 
     def expire(self, name: str) -> None:
         if self.leader == name:
@@ -480,6 +524,7 @@ class MemoryElection:
         self.leader, self.leader_term, self.term = None, 0, 0
         self.in_sync, self.sync_leader, self.acks_needed = None, None, None
         self.positions, self.census, self.failover = {}, {}, None
+        self.floors = {}
 
     def _reach(self, name: str) -> None:
         if self.reachable and name not in self.reachable:
@@ -509,6 +554,7 @@ class MemoryCoordinator:
             election.sync_leader,
             election.acks_needed,
             positions,
+            dict(election.floors),
         )
 
     async def campaign(self, term_at_least: int = 0) -> int | None:
@@ -552,6 +598,12 @@ class MemoryCoordinator:
         election.in_sync = tuple(sorted(members))
         election.sync_leader, election.acks_needed = self.name, acks_needed
         return True
+
+    async def record_floors(self, term: int, floors: Mapping[str, Position]) -> None:
+        election = self.election
+        election._reach(self.name)
+        if election.leader == self.name and election.leader_term == term:
+            election.floors = _merged_floors(election.floors, floors)
 
     async def post_position(self, closing_term: int, position: Position) -> None:
         self.election._reach(self.name)

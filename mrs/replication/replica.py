@@ -70,8 +70,23 @@ COPY_UPTO_KEY = "replication.copy_upto"
 """META: the (term, number) the last full copy is whole at: its slices were read while
 the active went on committing, so until the replica has replayed the records up to
 there its journals mix two moments (mrs.replication.active `_full_copy`)."""
+APPLIED_BOOTS_KEY = "replication.boots"
+"""META: the group's `boots` as the last record applied that set it (an active's start)
+left it. Why: a server started on these journals outside the group (`mrs serve`
+without --instance on this data directory) raises `boots` and writes what no other
+instance has (messages taken, confirmed, put); rejoined on its old position, such a
+replica would take the next records on top of them, and promoted, lose what the
+group acknowledged (`diverged`)."""
 _REPLICATION_KEYS = frozenset(
-    key.encode() for key in (POSITION_KEY, TERM_KEY, LED_KEY, COPY_UPTO_KEY, COPY_PARTIAL_KEY)
+    key.encode()
+    for key in (
+        POSITION_KEY,
+        TERM_KEY,
+        LED_KEY,
+        COPY_UPTO_KEY,
+        COPY_PARTIAL_KEY,
+        APPLIED_BOOTS_KEY,
+    )
 )
 """This instance's own replication marks: never taken from the active's journals."""
 _KEPT_WHILE_WIPING = frozenset(key.encode() for key in (POSITION_KEY, TERM_KEY, COPY_PARTIAL_KEY))
@@ -146,10 +161,33 @@ class Replica:
         self.active: str | None = None
         self._link_scope: trio.CancelScope | None = None
         self.copy_partial = store.meta_get(COPY_PARTIAL_KEY) is not None
+        self.diverged = self._written_outside_the_group()
+        """These journals were written by a server outside the group since the last
+        record applied: they are no candidate, and the hello asks for a full copy."""
         self._copying: tuple[int, int] | None = None
         """The full copy this link is applying (term, number); None between copies."""
         self.store_failure: str | None = None
         """Why the journals last refused the active's records, until they take some."""
+
+    def _written_outside_the_group(self) -> bool:
+        """Whether `boots` differs from what the last record that set it left
+        (`APPLIED_BOOTS_KEY`), in journals whose position is not of a term this
+        instance led (as the active it starts the group itself). Logged once."""
+        applied = self.store.meta_get(APPLIED_BOOTS_KEY)
+        boots = self.store.meta_get(BOOTS_KEY.decode())
+        if applied is None or boots == applied or self.led >= self.position[0]:
+            return False
+        log.error(
+            "replica %s: its journals were served outside the group since record %s "
+            "(started %d times, %d by the group's records: `mrs serve` without "
+            "--instance on its data directory?); what was written there is dropped: it "
+            "takes a full copy from the active and is no candidate until then",
+            self.name,
+            self.position,
+            _U64.unpack(boots)[0] if boots is not None and len(boots) == 8 else 0,
+            _U64.unpack(applied)[0] if len(applied) == 8 else 0,
+        )
+        return True
 
     @property
     def holds_journals(self) -> bool:
@@ -158,7 +196,7 @@ class Replica:
         neither (a term seen in a hello is not enough: the copy may not have come);
         nor do journals that took a full copy and have not yet replayed the records up
         to the one it is whole at (`COPY_UPTO_KEY`)."""
-        if self.copy_partial:
+        if self.copy_partial or self.diverged:
             return False
         term, number = self.copy_upto
         if self.position[0] == term and self.position[1] < number:
@@ -240,7 +278,7 @@ class Replica:
             hello_back = {
                 "t": "hello",
                 "name": self.name,
-                "pos": self.position,
+                "pos": (0, 0) if self.diverged else self.position,  # (0, 0): a full copy
                 "led": self.led,
                 "whole": self.holds_journals,
             }
@@ -421,6 +459,7 @@ class Replica:
         whole_at.delete(Journal.META, COPY_PARTIAL_KEY.encode())
         self._apply([*batches, whole_at], (term, number))
         self._copying, self.copy_partial, self.copy_upto, self.led = None, False, upto, 0
+        self.diverged = False
         self.recent.clear()
         log.info("replica %s took a full copy at %s", self.name, (term, number))
         return {"t": "ack", "n": number}
@@ -457,6 +496,9 @@ class Replica:
             Journal.META, POSITION_KEY.encode(), _TWO_U64.pack(*position)
         )
         mark.put_raw(Journal.META, TERM_KEY.encode(), _U64.pack(self.term_seen))
+        boots = _boots_set(batches)
+        if boots is not None:
+            mark.put_raw(Journal.META, APPLIED_BOOTS_KEY.encode(), boots)
         self.store.apply([*batches, mark])
         self.position = position
         if self.store_failure is not None:
@@ -502,3 +544,13 @@ class Replica:
     def stop_link(self) -> None:
         if self._link_scope is not None:
             self._link_scope.cancel()
+
+
+def _boots_set(batches: list[WriteBatch]) -> bytes | None:
+    """The `boots` value `batches` set (an active's start), or None."""
+    boots = None
+    for batch in batches:
+        for journal, key, value in batch.puts:
+            if key == BOOTS_KEY and journal is Journal.META:
+                boots = value
+    return boots

@@ -11,7 +11,11 @@ otherwise), as the group does with `mrs.group.Guarantees`.
   instance holds every answered commit: the recording active, or the most advanced
   of enough replicas named in the in-sync record);
 - `refuses_term`: whether a replica refuses a record or hello of `term` after seeing
-  `seen` (an older term: the fencing token).
+  `seen` (an older term: the fencing token);
+- `below_floor`: whether an instance whose journals end at `position` lacks records
+  it acknowledged (`floor`, recorded in etcd by the active): no candidate then. The
+  second fence against stale journals (an old term's records taken, a backup
+  restored), so the build that breaks the fencing token breaks this one too.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class ReplicationRules:
 
     def refuses_term(self, term: int, seen: int) -> bool:
         return term < seen
+
+    def below_floor(self, position: tuple[int, int], floor: tuple[int, int]) -> bool:
+        return position < floor
 
 
 KEPT_REPLICATION = ReplicationRules()

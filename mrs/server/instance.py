@@ -158,6 +158,8 @@ class InstanceRunner:
         """It logged that its journals hold nothing, so it is no candidate."""
         self._said_cannot_listen: str | None = None
         """Why it last said it could not take clients (`_cannot_listen`), None: it can."""
+        self._said_lost_acknowledged: tuple[int, int] | None = None
+        """The acknowledged position it last said its journals lack (`_lost_acknowledged`)."""
         self._unclaimed_since_s: float | None = None
         """Since when the term this instance handed over has stayed unclaimed."""
         self.on_step_down: Callable[[], None] | None = None
@@ -347,6 +349,8 @@ class InstanceRunner:
             replica.close_term(state.term)  # the position posted is final
             await self.coordinator.post_position(state.term, replica.candidate_position)
             return None
+        if self._lost_acknowledged(replica, state):
+            return None
         holds = replica.holds_journals
         if self._take_back_unclaimed(state, replica):
             log.warning(
@@ -366,6 +370,32 @@ class InstanceRunner:
                 log.info("instance %s holds no journals: not a candidate", self.me.name)
             return None
         return await self._campaign()
+
+    def _lost_acknowledged(self, replica: Replica, state: GroupState) -> bool:
+        """These journals end before a record this instance acknowledged as a replica
+        (its floor, mrs.replication.active `_record_floors`): its data directory was
+        replaced by an older copy of itself (a backup restored, a snapshot rolled
+        back). Then it is no candidate: named alone in the in-sync record it would win
+        the next term without what it acknowledged since, and every answer those
+        records carried would be lost (before: they were, silently). It waits for an
+        instance that holds them, and takes what it lacks from it. Logged once."""
+        floor = state.floors.get(self.me.name)
+        if state.leader is not None or floor is None or not replica.holds_journals:
+            return False  # an active sends it what it lacks; nothing to decide now
+        if not self.rules.below_floor(replica.position, floor):
+            self._said_lost_acknowledged = None
+            return False
+        if floor != self._said_lost_acknowledged:
+            self._said_lost_acknowledged = floor
+            log.error(
+                "instance %s is not a candidate: its journals end at %s, before %s, which "
+                "it acknowledged (its data directory was replaced by an older copy?); it "
+                "waits for an instance that holds those records (start the others)",
+                self.me.name,
+                replica.position,
+                floor,
+            )
+        return True
 
     def _take_back_unclaimed(self, state: GroupState, replica: Replica) -> bool:
         """This instance handed its term over and the term has stayed unclaimed for
