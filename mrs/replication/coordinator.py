@@ -219,8 +219,10 @@ class Coordinator(Protocol):
         acknowledged (kept per replica at the highest recorded, read as
         `GroupState.floors`)."""
 
-    async def request_failover(self, request: FailoverRequest) -> None:
-        """Ask the active to hand over (`mrs failover`), replacing any request before."""
+    async def request_failover(self, request: FailoverRequest) -> bool:
+        """Ask the active to hand over (`mrs failover`) unless a request already stands
+        (two commands at once: the second must not replace the first, whose command
+        would then report the other's switch as its own); whether it was asked."""
 
     async def failover_requested(self) -> FailoverRequest | None:
         """The hand-over asked for (see request_failover), or None."""
@@ -395,9 +397,11 @@ class EtcdCoordinator:
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
 
-    async def request_failover(self, request: FailoverRequest) -> None:
+    async def request_failover(self, request: FailoverRequest) -> bool:
         try:
-            await self.client.txn([], [put_op(self.failover_key, request.encoded())])
+            return await self.client.txn(
+                [absent(self.failover_key)], [put_op(self.failover_key, request.encoded())]
+            )
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
 
@@ -620,9 +624,12 @@ class MemoryCoordinator:
     async def resign(self) -> None:
         self.election.expire(self.name)
 
-    async def request_failover(self, request: FailoverRequest) -> None:
+    async def request_failover(self, request: FailoverRequest) -> bool:
         self.election._reach(self.name)
+        if self.election.failover is not None:
+            return False
         self.election.failover = request
+        return True
 
     async def failover_requested(self) -> FailoverRequest | None:
         return self.election.failover

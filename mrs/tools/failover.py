@@ -100,7 +100,14 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
             return f"{group.name}: {to} is already active (term {before.term})"
         started_s = time.monotonic()
         request = FailoverRequest(to, uuid.uuid4().hex)
-        await coordinator.request_failover(request)
+        if not await coordinator.request_failover(request):
+            standing = await coordinator.failover_requested()
+            towards = f" to {standing.to}" if standing is not None and standing.to else ""
+            raise CommandError(
+                f"{group.name}: another failover{towards} is under way; ask again once it "
+                f"is over (mrs status --config {bus.path})",
+                1,
+            )
         with trio.move_on_after(max(wait_s, REPLICATION_HANDOVER_WAIT_S)):
             while True:
                 await trio.sleep(REPLICATION_POLL_S)
@@ -108,6 +115,12 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
                 if now.leader is not None and now.term > before.term:
                     took_s = time.monotonic() - started_s
                     switched = f"{before.leader} -> {now.leader} (term {now.term})"
+                    if to and now.leader != to:  # not this request's switch
+                        raise CommandError(
+                            f"{group.name}: {switched}, not to {to}: the active changed "
+                            "another way (lost, or another failover)",
+                            1,
+                        )
                     return f"{group.name}: {switched} in {took_s:.1f} s"
                 if (why := await coordinator.failover_refusal(request)) is not None:
                     raise CommandError(

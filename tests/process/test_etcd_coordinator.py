@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import trio
 
+from mrs.config.bus import load_config
 from mrs.replication.coordinator import (
     CoordinatorUnavailable,
     EtcdCoordinator,
+    FailoverRequest,
+    etcd_prefix,
     may_campaign,
 )
 from mrs.replication.etcd import EtcdClient, put_op
 from sim.ports import free_port
-from tests.etcd_helpers import etcd
+from tests.cli_helpers import run_mrs
+from tests.conftest import STANDARD_QUEUES
+from tests.etcd_helpers import etcd, write_replicated_config
 
 __all__ = ["etcd"]  # the fixture, used by name
 
@@ -142,3 +147,32 @@ async def test_a_read_of_several_keys_sees_them_at_one_revision(etcd) -> None:
         assert [found[0] if found else None for found in last] == [b"149", b"149", None]
     finally:
         await client.aclose()
+
+
+async def test_a_second_failover_command_does_not_replace_the_first(etcd, tmp_path) -> None:
+    """Two `mrs failover` at once: the second replaced the first's request, and both
+    commands printed the one switch that happened with exit 0 (a `--to c` racing a
+    `--to b` said `NYC: a -> b`). The second is now refused in one line while the
+    first stands, and the first is left as it was."""
+    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES)
+    prefix = etcd_prefix(load_config(config).coordinator.prefix, 1)
+    active, operator = coordinators(etcd.endpoint, prefix)[:2]
+    try:
+        assert await active.campaign() == 1
+        assert await active.set_in_sync(1, ("a", "b", "c"), 1)
+        first = FailoverRequest("b", "first")
+        assert await operator.request_failover(first)
+        assert not await operator.request_failover(FailoverRequest("c", "second"))
+
+        second = await trio.to_thread.run_sync(
+            lambda: run_mrs("failover", "--config", str(config), "NYC", "--to", "c")
+        )
+        assert second.returncode == 1, second.stderr
+        assert second.stderr.strip().splitlines() == [
+            f"mrs: NYC: another failover to b is under way; ask again once it is "
+            f"over (mrs status --config {config})"
+        ]
+        assert await active.failover_requested() == first
+    finally:
+        await active.aclose()
+        await operator.aclose()
