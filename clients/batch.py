@@ -19,6 +19,7 @@ their order); batching is for the connected path.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from mrs.errors import (
 )
 from mrs.limits import (
     CLIENT_REQUESTS_IN_FLIGHT_MAX,
+    OUTBOX_BYTES_HIGH,
     PUT_BATCH_BYTES_MAX,
     PUT_BATCH_ITEMS_MAX,
     REPLY_GRACE_S,
@@ -279,11 +281,17 @@ def _send_frame(link: Any, frame: list, results: list[Any]) -> list[tuple[int, w
 
 
 async def room_for(requests: Any, answers: Answers, count: int) -> bool:
-    """Wait for our own answers until `count` more requests fit the client's cap;
+    """Wait for our own answers until `count` more requests fit the client's cap,
+    and for the connection's unwritten bytes to fall under OUTBOX_BYTES_HIGH
+    (`Requests.outbox_room`: a server that does not read bounds the client's memory);
     False if other tasks hold so many that they never would."""
     excess = len(requests.pending) + count - CLIENT_REQUESTS_IN_FLIGHT_MAX
     if excess > 0:
         await answers.wait_until(max(0, answers.missing - excess))
+    link = requests.link
+    if link is not None and link.unsent_bytes > OUTBOX_BYTES_HIGH:
+        with contextlib.suppress(ConnectionLost):  # the caller sees the link is gone
+            await requests.outbox_room(link)
     return len(requests.pending) + count <= CLIENT_REQUESTS_IN_FLIGHT_MAX
 
 

@@ -283,6 +283,13 @@ class GetPool:
             self._failed(result, batch.callers)
         elif isinstance(result, MrsError):  # the connection is lost
             self.lose(result)
+        else:  # a server breaking the protocol: before, ignored and asked again, for ever
+            error = error_for(
+                Status.PROTOCOL_ERROR, f"the server answered GetBatch with {type(result).__name__}"
+            )
+            for caller in batch.callers:
+                if not caller.done:
+                    self._resolve(caller, error)
         link = client.link
         if self.live > self.asked and link is not None:
             link.wake()

@@ -41,6 +41,9 @@ class _Link(FramedStream):
     """trio.current_time() when the server last sent a byte."""
     went_silent: bool = False
     """Lost because the server stopped answering (`_watch`), not closed by it."""
+    writable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    """Requests waiting for the unwritten bytes to fall under OUTBOX_BYTES_HIGH
+    (clients.pending.Requests.outbox_room); woken after each write and when lost."""
 
 
 class Asker(Protocol):
@@ -176,6 +179,8 @@ class LinkLoops:
                 if data:
                     link.unsent.clear()
                     await link.write(data)
+                if link.writable:  # requests waiting for the outbox to drain
+                    link.writable.unpark_all()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             self._session.lose(link, ConnectionLost(Status.LINK_DOWN, f"connection lost: {error}"))
         scope.cancel()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from clients.deadlines import ReplyDeadlines
 from clients.errors import (
     ConnectionLost,
     MrsError,
+    MrsTimeout,
     PutOutcomeUnknown,
     QuotaExceeded,
     ReplyTimeout,
@@ -42,6 +44,7 @@ from mrs.limits import (
     GIVE_BACK_WAIT_S,
     HELD_MESSAGES_MAX,
     LENT_REMEMBERED_MAX,
+    OUTBOX_BYTES_HIGH,
 )
 from mrs.model import Address, ForceJrn, Message, Status, delivery_mode_of, status_of
 
@@ -50,10 +53,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clients")
 
-_ANSWERS = frozenset(
-    {wire.PutDone, wire.Delivery, wire.DeliveryBatch, wire.Confirmed, wire.StatusReply}
-)
-"""Answers that are the request's result as they are (no error to raise)."""
+_NOT_LINKED_STATUS = {"put": Status.LINK_DOWN}
+"""What a request finding no connection raises (clients.connection): a put LINK_DOWN,
+the others NOTACTIVE."""
+
+_ANSWER_OF: dict[type, type] = {
+    wire.Put: wire.PutDone,
+    wire.Get: wire.Delivery,
+    wire.GetBatch: wire.DeliveryBatch,
+    wire.Confirm: wire.Confirmed,
+    wire.StatusRequest: wire.StatusReply,
+    wire.AdminRequest: wire.AdminReply,
+    wire.Locate: wire.Located,
+    wire.ShowPending: wire.PendingCounts,
+    wire.SetPcj: wire.PcjState,
+    wire.ReadJournal: wire.JournalPage,
+}
+"""The answer each request sent through `Requests.request` is the result of, as it
+is (no error to raise). Any other answer (besides a Failure) is a server breaking
+the protocol: before, it was returned as the result, and the caller met an
+AttributeError (`'Confirmed' object has no attribute 'delivery_status'`) in place of
+a clear error; now PROTOCOL_ERROR names the request and the answer."""
 
 
 class Requests:
@@ -122,13 +142,17 @@ class Requests:
         link.send(event)
 
     async def request(self, request: object, wait_s: float | None, kind: str = "other") -> object:
+        link = self.link
+        if link is None or link.unsent_bytes > OUTBOX_BYTES_HIGH:  # one test on the fast path
+            # lost while the caller waited (e.g. in the get pool), or not reading
+            link = self.require_link(_NOT_LINKED_STATUS.get(kind, Status.NOTACTIVE), kind)
+            await self.outbox_room(link, wait_s)
         if len(self.pending) >= CLIENT_REQUESTS_IN_FLIGHT_MAX:
             raise QuotaExceeded(
                 Status.EXCEEDQUOTA,
                 f"{len(self.pending)} requests already await an answer on this connection "
                 f"(at most {CLIENT_REQUESTS_IN_FLIGHT_MAX})",
             )
-        link = self.link
         pending = _Pending(kind)
         request_id = request.request_id
         if kind == "put":  # puts queued together travel in one PutBatch frame
@@ -155,13 +179,38 @@ class Requests:
             self.abandon(link, request_id, pending)
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
         result = pending.result
-        if type(result) in _ANSWERS:
+        if type(result) is _ANSWER_OF.get(type(request)):
             return result
         if isinstance(result, MrsError):
             raise result
         if isinstance(result, wire.Failure):
             raise error_for(result.status, result.message)
-        return result
+        raise error_for(
+            Status.PROTOCOL_ERROR,
+            f"the server answered {type(request).__name__} with {type(result).__name__}",
+        )
+
+    async def outbox_room(self, link: _Link, wait_s: float | None = None) -> None:
+        """Wait until the bytes queued on `link` and not yet written are back under
+        OUTBOX_BYTES_HIGH, so a server that stops reading (stalled, its host gone
+        until the heartbeats notice) cannot make the client's memory grow without
+        bound: a request cancelled or timed out stays queued, and before this every
+        cancelled put added its body to the outbox (5,000 cancelled 64 KiB puts held
+        320 MB). Nothing is queued while it waits: a request that gives up here, or
+        raises, was not sent. Raises ConnectionLost if `link` is lost meanwhile and
+        MrsTimeout when `wait_s` (None: no bound) passes first."""
+        with trio.move_on_after(math.inf if wait_s is None else wait_s):
+            while link.lost is None and link.unsent_bytes > OUTBOX_BYTES_HIGH:
+                await link.writable.park()
+        if link.lost is not None or self.link is not link:
+            lost = link.lost.message if link.lost is not None else "connection lost"
+            raise ConnectionLost(Status.LINK_DOWN, f"{lost}; the request was not sent")
+        if link.unsent_bytes > OUTBOX_BYTES_HIGH:
+            raise MrsTimeout(
+                Status.TIMEOUT,
+                f"{link.unsent_bytes} bytes wait to be written to {self.address} (the server "
+                f"is not reading; at most {OUTBOX_BYTES_HIGH}): not sent in time, it was not sent",
+            )
 
     def abandon(self, link: _Link, request_id: int, pending: _Pending) -> None:
         """The caller stopped waiting (cancelled, timed out, interrupted)."""
@@ -289,20 +338,23 @@ class Requests:
         self._cancelled_gets.clear()
         # Held messages that need a confirm come back from the server (POSSDUPL).
         self.held = deque(message for message in self.held if not message.needs_confirm)
+        link.writable.unpark_all()  # requests waiting for the outbox: it is gone
         self.status.lost(closing)
 
     def raise_if_broken(self) -> None:
         if self.broken is not None:
             raise self.broken
 
-    def require_link(self, status: Status, what: str) -> None:
-        """Raise unless a connection is up: `status` (LINK_DOWN for puts, NOTACTIVE
-        for the rest) while reconnecting, or why the client gave up."""
+    def require_link(self, status: Status, what: str) -> _Link:
+        """The connection; raise unless one is up: `status` (LINK_DOWN for puts,
+        NOTACTIVE for the rest) while reconnecting, or why the client gave up."""
         self.raise_if_broken()
-        if self.link is None:
+        link = self.link
+        if link is None:
             raise ConnectionLost(
                 status, f"{what}: not connected to {self.address} (reconnecting in the background)"
             )
+        return link
 
 
 _address = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address.parse)

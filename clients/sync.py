@@ -5,13 +5,14 @@ coroutine to that thread with `trio.from_thread.run` and waits for the answer. A
 call interrupted in the caller's thread (KeyboardInterrupt) is cancelled in the trio
 thread too, so an interrupted get is withdrawn on the server and takes no message;
 one whose message had already come (the interrupt landed while it was handed over)
-keeps it for the next get, in order.
+keeps it for the next get, in order -- unless the connection it came on was lost
+since: a recoverable message then comes again from the server (POSSDUPL), as the
+async client's held messages do (clients.pending.Requests.lose).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -25,8 +26,11 @@ from clients.connecting import connect
 from clients.connection import Client, JournalEvent
 from clients.journal_reader import JournalRecord
 from clients.journal_remote import PcjState, RemoteJournalReader
+from clients.requests import built
+from mrs import protocol as wire
 from mrs.core.selection import Selection
 from mrs.errors import ConnectionLost, MrsError
+from mrs.limits import CLIENT_CLOSE_WAIT_S, GIVE_BACK_WAIT_S
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
 
@@ -97,13 +101,37 @@ class SyncClient:
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
         self._given_back: deque[Message] = deque()
-        """Messages an interrupted call had got (`_call`): the next gets return them."""
+        """Messages an interrupted call had got (`_call`): the next gets return them.
+        Read and written in the trio thread only (`_give_back`, `_next_messages`)."""
+        self._given_back_reconnects = 0
+        """`Client.reconnects` when they were given back: the connection they came on."""
+        self._opening: trio.CancelScope | None = None
+        """Around the client's whole life in its thread: cancelled to give it up."""
+        self._abandoned = False
+        """`__init__` was interrupted: the thread must not keep a client nobody can close."""
         self._thread = threading.Thread(target=self._run, name="mrs-client", daemon=True)
-        self._thread.start()
-        self._ready.wait()
+        try:
+            self._thread.start()  # waits for the thread, which may be dialing already
+            self._ready.wait()
+        except BaseException:  # Ctrl-C while it connects: no client object is returned
+            self._give_up_opening()
+            raise
         if self._error is not None:
             self._thread.join()
             raise self._error
+
+    def _give_up_opening(self) -> None:
+        """`__init__` was interrupted: close the client in its thread (or stop it
+        attaching) and wait a moment for that, so the queue is free for the next
+        attach. Before, the thread attached anyway and held the queue for the rest
+        of the process, with no object left to close it: every retry met QUEUE_BUSY.
+        (`_main` reads `_abandoned` after it sets `_token`, and this reads `_token`
+        after it sets `_abandoned`: one of the two sees the other.)"""
+        self._abandoned = True
+        if self._token is not None and self._opening is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self._opening.cancel, trio_token=self._token)
+        self._thread.join(CLIENT_CLOSE_WAIT_S + GIVE_BACK_WAIT_S)
 
     def _run(self) -> None:
         try:
@@ -116,12 +144,15 @@ class SyncClient:
 
     async def _main(self) -> None:
         address, queue, options = self._args
-        async with connect(address, queue, **options) as client:
-            self._client = client
+        self._stop = trio.Event()
+        with trio.CancelScope() as self._opening:
             self._token = trio.lowlevel.current_trio_token()
-            self._stop = trio.Event()
-            self._ready.set()
-            await self._stop.wait()
+            if self._abandoned:  # interrupted before the token was there to cancel with
+                return
+            async with connect(address, queue, **options) as client:
+                self._client = client
+                self._ready.set()
+                await self._stop.wait()
 
     def _call(
         self,
@@ -172,13 +203,47 @@ class SyncClient:
             call.scope.cancel()
 
     def _give_back(self, result: object) -> None:
-        """Messages a caller did not see, first in line for its next get."""
+        """In the trio thread: messages a caller did not see, first in line for its
+        next get."""
+        self._drop_stale()
         if isinstance(result, Message):
             self._given_back.appendleft(result)
         elif isinstance(result, list):
             self._given_back.extendleft(
                 reversed([item for item in result if isinstance(item, Message)])
             )
+
+    def _drop_stale(self) -> None:
+        """Forget the given-back messages that need a confirm once the connection they
+        came on is gone: the server delivers each again, marked POSSDUPL. Handed out,
+        the old copy (marked CONFIRMREQ) was a second delivery without the mark, and
+        its confirm failed BADSEQ (the async client drops its held ones the same way)."""
+        client = self._client
+        assert client is not None  # set before __init__ returns
+        if client.reconnects != self._given_back_reconnects or not client.connected:
+            kept = [message for message in self._given_back if not message.needs_confirm]
+            self._given_back = deque(kept)
+        self._given_back_reconnects = client.reconnects
+
+    async def _next_messages(
+        self, count_max: int | None, timeout: float | None, select: Selection | None
+    ) -> Message | list[Message]:
+        """In the trio thread: the messages given back first (up to count_max; None:
+        one, as `get`), else the client's get or get_many. Taken here, not in the
+        caller's thread, so two threads never take the same one, and the result goes
+        back through `_call` like any other: an interrupt cannot lose it."""
+        self._drop_stale()
+        given_back = self._given_back
+        if given_back and select is None:
+            if count_max is None:
+                return given_back.popleft()
+            built(wire.GetBatch, 1, count_max, 0)  # a bad count refused, as Client.get_many does
+            return [given_back.popleft() for _ in range(min(count_max, len(given_back)))]
+        client = self._client
+        assert client is not None  # set before __init__ returns
+        if count_max is None:
+            return await client.get(timeout, select)
+        return await client.get_many(count_max, timeout, select)
 
     @property
     def queue(self) -> Address | None:
@@ -209,6 +274,22 @@ class SyncClient:
 
         self._call(wait)
 
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._client.connected
+
+    def wait_connected(self, timeout: float | None = None) -> None:
+        """Block until the client is attached again after a drop (`Client.wait_connected`);
+        raises TimeoutError if `timeout` passes first, the client's error if it gave up."""
+        client = self._client
+        assert client is not None  # set before __init__ returns
+
+        async def wait() -> None:
+            with trio.fail_after(timeout if timeout is not None else float("inf")):
+                await client.wait_connected()
+
+        self._call(wait)
+
     def put(self, body: bytes, target: str | Address, **options: Any) -> Psb:
         return self._call(self._client.put, body, target, **options)
 
@@ -216,24 +297,7 @@ class SyncClient:
         return self._call(self._client.put_many, items)
 
     def get(self, timeout: float | None = None, select: Selection | None = None) -> SyncMessage:
-        if self._given_back and select is None:
-            return self._take_given_back(1)[0]
-        return self._call(self._client.get, timeout, select, convert=self._sync_message)
-
-    def _take_given_back(self, count_max: int) -> list[SyncMessage]:
-        """Up to count_max messages given back, taken so an interrupt at any moment
-        leaves each one either returned or still first in line."""
-        given_back = self._given_back
-        originals = list(itertools.islice(given_back, min(count_max, len(given_back))))
-        taken = self._sync_messages(originals)
-        before = len(given_back)
-        try:
-            for _ in originals:
-                given_back.popleft()
-        except BaseException:  # an interrupt between two pops, or after the last
-            given_back.extendleft(reversed(originals[: before - len(given_back)]))
-            raise
-        return taken
+        return self._call(self._next_messages, None, timeout, select, convert=self._sync_message)
 
     def _sync_message(self, message: Message) -> SyncMessage:
         values = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
@@ -243,10 +307,8 @@ class SyncClient:
     def get_many(
         self, count_max: int, timeout: float | None = None, select: Selection | None = None
     ) -> list[SyncMessage]:
-        if self._given_back and select is None:
-            return self._take_given_back(count_max)
         return self._call(
-            self._client.get_many, count_max, timeout, select, convert=self._sync_messages
+            self._next_messages, count_max, timeout, select, convert=self._sync_messages
         )
 
     def _sync_messages(self, messages: list[Message]) -> list[SyncMessage]:

@@ -48,7 +48,9 @@ ADDRESSES_CACHED_MAX = 4096
 the server's records read back): least recently used ones are dropped beyond it, so a
 process that sees many queues stays bounded."""
 OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
-"""Stop reading a client's requests while this much of its replies is unsent."""
+"""Unwritten bytes on one connection, both ways: the server stops reading a client's
+requests while this much of its replies is unsent; the client library holds a new
+request back while this much of its own is (clients.pending `Requests.outbox_room`)."""
 COMMIT_COMPANY_WAIT_S = 0.003
 """How long a commit of batches that can wait (confirms of consumers with gets parked)
 waits for one that cannot, to share its fsync (mrs.server.group_server's commit loop). Longer than
