@@ -14,7 +14,7 @@ import trio
 
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
-from clients.errors import BadParameter, ConnectionLost, MrsError, ReplyTimeout
+from clients.errors import BadParameter, ConnectionLost, MrsError, QueueBusy, ReplyTimeout
 from clients.reconnect import PASSING_REFUSALS, Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
@@ -24,6 +24,7 @@ from mrs.limits import (
     CLIENT_SAF_MESSAGES_MAX_DEFAULT,
     HEARTBEAT_S_DEFAULT,
     HEARTBEAT_S_INSTANCES_DEFAULT,
+    PUT_ONCE_BUSY_RETRY_S,
 )
 from mrs.model import Address, Psb, Status
 
@@ -163,12 +164,17 @@ async def put_once(
     active), until answered or `within_s` has passed. The group stores the first copy
     and answers a re-sent one with the first copy's seq (mrs.group.idempotency).
 
+    A copy refused QUEUE_BUSY (an earlier one with this key is still being stored,
+    and the group's copies waiting for theirs are at DEDUPE_WAITERS_MAX) is sent again
+    after PUT_ONCE_BUSY_RETRY_S: that refusal is passing, and the next copy is
+    answered with the stored one's seq.
+
     A client given several addresses (a replicated group) already re-sends its
     recoverable puts by itself (clients.resend), under keys it makes; `put_once` is
     still the way to choose the key (one the application can re-send under after a
     restart of its own) and to re-send on a single server's reconnect."""
     headers = {**(put.pop("headers", None) or {}), IDEMPOTENCY_HEADER: key}
-    last: ConnectionLost | None = None
+    last: ConnectionLost | QueueBusy | None = None
     with trio.move_on_after(within_s):
         while True:
             try:
@@ -177,6 +183,10 @@ async def put_once(
                 if lost.status != Status.LINK_DOWN:
                     raise
                 last = lost
+            except QueueBusy as busy:  # an earlier copy of this key is being stored
+                last = busy
+                await trio.sleep(PUT_ONCE_BUSY_RETRY_S)  # its commit answers the next copy
+                continue
             await client.wait_connected()
     why = f": {last.message}" if last is not None else ""
     raise ReplyTimeout(

@@ -161,6 +161,9 @@ DEDUPE_PURGE_INTERVAL_S = 600.0
 """How often expired idempotency keys are purged."""
 DEDUPE_PURGE_BATCH_MAX = 10_000
 """Keys purged in one transaction at most."""
+PUT_ONCE_BUSY_RETRY_S = 0.05
+"""How long `clients.put_once` waits before sending again a copy refused QUEUE_BUSY
+(an earlier copy with its key still being stored: a commit takes milliseconds)."""
 DEDUPE_WAITERS_MAX = 1_000
 """Copies of a message waiting for the commit of an earlier copy with the same dedupe
 key (one group, all keys). Beyond it an application's put is refused QUEUE_BUSY

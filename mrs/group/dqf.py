@@ -229,8 +229,8 @@ class Dqf:
 
     def _waiters_full(self) -> str:
         return (
-            f"{DEDUPE_WAITERS_MAX} copies already wait for earlier copies with the same "
-            "dedupe key to commit: try again later"
+            f"an earlier copy with this dedupe key is being stored, and {DEDUPE_WAITERS_MAX} "
+            "copies (of all keys) already wait for theirs: try again later"
         )
 
     def purge_dedupe_keys(self, *, now: bool = False) -> None:

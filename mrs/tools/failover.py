@@ -100,14 +100,7 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
             return f"{group.name}: {to} is already active (term {before.term})"
         started_s = time.monotonic()
         request = FailoverRequest(to, uuid.uuid4().hex)
-        if not await coordinator.request_failover(request):
-            standing = await coordinator.failover_requested()
-            towards = f" to {standing.to}" if standing is not None and standing.to else ""
-            raise CommandError(
-                f"{group.name}: another failover{towards} is under way; ask again once it "
-                f"is over (mrs status --config {bus.path})",
-                1,
-            )
+        await _request(coordinator, request, group.name, bus.path)
         with trio.move_on_after(max(wait_s, REPLICATION_HANDOVER_WAIT_S)):
             while True:
                 await trio.sleep(REPLICATION_POLL_S)
@@ -145,3 +138,16 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
         raise CommandError(f"etcd: {error}", 1) from None
     finally:
         await coordinator.aclose()
+
+
+async def _request(coordinator, request, group_name: str, bus_path: Path) -> None:
+    """Ask for the hand-over, unless another command's request stands (one line)."""
+    if await coordinator.request_failover(request):
+        return
+    standing = await coordinator.failover_requested()
+    towards = f" to {standing.to}" if standing is not None and standing.to else ""
+    raise CommandError(
+        f"{group_name}: another failover{towards} is under way; ask again once it "
+        f"is over (mrs status --config {bus_path})",
+        1,
+    )
