@@ -84,6 +84,7 @@ async def dial_forever(
     backoff_s = BACKOFF_S_MIN
     while True:
         connected = answered = False
+        up_s = 0.0
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 stream = await network.connect(host, port)
@@ -94,8 +95,7 @@ async def dial_forever(
                         await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
                 await _handshake(channel, link.peer_id, group_id)
-                answered = True
-                backoff_s = BACKOFF_S_MIN
+                answered, up_s = True, trio.current_time()
                 link.up(channel)
                 try:
                     async with trio.open_nursery() as tasks:
@@ -110,6 +110,11 @@ async def dial_forever(
                 finally:
                     channel.closed = True
                     link.down("connection closed", channel)
+                    if trio.current_time() - up_s >= BACKOFF_S_MAX:
+                        # It served a while: redial at once. One that breaks at once
+                        # (a peer that lies, or closes after the Welcome) keeps backing
+                        # off, or it was redialed, resent to and logged 20 times a second.
+                        backoff_s = BACKOFF_S_MIN
         except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
             if connected and not answered and hasattr(network, "pass_over"):
                 network.pass_over()  # a replicated peer: its next instance first next time
@@ -167,6 +172,7 @@ async def serve_link(
     group dialed. `name` says which end in log lines ("link to group 2")."""
     tasks.start_soon(channel.send_loop)
     tasks.start_soon(_watch_link, channel, liveness, guards, name, tasks.cancel_scope)
+    tasks.start_soon(_watch_answers, link, channel, guards, name, tasks.cancel_scope)
     try:
         await _receive_link_events(link, channel, liveness)
     except wire.ProtocolError as error:
@@ -181,7 +187,12 @@ async def serve_link(
 async def _receive_link_events(link: PeerLink, channel: GroupChannel, liveness: Liveness) -> None:
     """Hand each event to the session until the peer closes or says Fatal; what came
     buffered with the handshake first. Answers that wait for no commit (a notice's
-    LinkAck, a Pong) leave at once; a peer that stops reading slows this reader."""
+    LinkAck, a Pong) leave at once; a peer that stops reading slows this reader: once
+    more than OUTBOX_BYTES_HIGH of answers wait for it. Not counting this side's own
+    unanswered frames (their window bounds them): with big messages drained both ways,
+    each side waited for its outbox of transfers to drain before reading the other's,
+    and neither read again (the link was given up for silence, redialed, and stuck
+    the same way: nothing crossed)."""
     events, still_open = channel.connection.events(), True
     while True:
         for event in events:
@@ -192,8 +203,28 @@ async def _receive_link_events(link: PeerLink, channel: GroupChannel, liveness: 
         if not still_open:
             return
         liveness.heard(channel.buffered_bytes, len(events))
-        await channel.wait_drained(OUTBOX_BYTES_HIGH)
+        await channel.wait_drained(OUTBOX_BYTES_HIGH + link.in_flight_bytes)
         events, still_open = await channel.receive_events()
+
+
+async def _watch_answers(
+    link: PeerLink,
+    channel: GroupChannel,
+    guards: Guards,
+    name: str,
+    scope: trio.CancelScope,
+) -> None:
+    """Give the link up when the peer has left something unanswered for
+    link_silence_s_max: a peer that answers pings (so the heartbeat finds it alive)
+    but never a transfer kept the link "up" while nothing was delivered, every put
+    sent to it waited out its timeout and the drain stood still. Dropped, the link
+    answers what was in flight LINK_LOST (recoverable messages wait in the SAF) and
+    the dialer redials."""
+    limit_s = guards.link_silence_s_max
+    while (waited_s := link.unanswered_s()) < limit_s:
+        await trio.sleep(limit_s - waited_s if waited_s > 0 else guards.heartbeat_interval_s)
+    why = f"an answer awaited for {waited_s:.1f} s (silence limit {limit_s:g} s)"
+    await _declare_down(channel, name, why, scope)
 
 
 async def _watch_link(
@@ -211,6 +242,13 @@ async def _watch_link(
             channel.send(wire.Ping(next_nonce()))
 
     why = await watch(liveness, guards, guards.link_silence_s_max, ping)
+    await _declare_down(channel, name, why, scope)
+
+
+async def _declare_down(
+    channel: GroupChannel, name: str, why: str, scope: trio.CancelScope
+) -> None:
+    """Close a link connection the peer no longer serves: say why, then end it."""
     log.warning("%s declared down: %s", name, why)
     with contextlib.suppress(wire.ProtocolError):
         channel.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))

@@ -47,6 +47,7 @@ from mrs.limits import LINK_RETRY_S_MIN as RETRY_S_MIN
 from mrs.limits import LINK_TRANSFER_BYTES_MAX as TRANSFER_BYTES_MAX
 from mrs.limits import LINK_TRANSFER_MESSAGES_MAX as TRANSFER_MESSAGES_MAX
 from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
+from mrs.limits import OUTBOX_BYTES_HIGH as WINDOW_BYTES_MAX
 from mrs.model import Status
 
 log = logging.getLogger("mrs.links")
@@ -112,6 +113,10 @@ class _Outstanding:
     count: int
     drain_pass: int = 0
     """For SAF transfers: the drain pass (restart count) it was sent in."""
+    frame_bytes: int = 0
+    """Its frame's size (counted against WINDOW_BYTES_MAX until answered)."""
+    sent_s: float = 0.0
+    """When it was sent (`unanswered_s`)."""
 
 
 @dataclass(eq=False)
@@ -128,6 +133,11 @@ class PeerLink:
     _direct: deque = field(default_factory=deque)
     _outstanding: dict[int, _Outstanding] = field(default_factory=dict)
     _in_flight: int = 0
+    _in_flight_bytes: int = 0
+    """Bytes of the frames the peer has not answered: the window is bounded in bytes
+    too (a peer that stops reading left up to 2048 messages of 1 MiB in this outbox),
+    and the link's reader does not count them as answers it waits to write
+    (mrs.group.link_driver)."""
     _saf_cursor: bytes | None = None
     _saf_unwritten: set[bytes] = field(default_factory=set)
     """SAF keys submitted to the writer and not yet seen committed: one may land
@@ -232,6 +242,13 @@ class PeerLink:
         self._room_credit += slots
         self.wake()
 
+    def unanswered_s(self) -> float:
+        """How long the oldest frame the peer has not answered has waited (0 if none):
+        a peer that answers pings but nothing else looks alive to the heartbeat, and
+        would hold the window, the drain and every put it was sent for ever."""
+        oldest = next(iter(self._outstanding.values()), None)
+        return 0.0 if oldest is None else self.now_s() - oldest.sent_s
+
     @property
     def waits_for_room(self) -> bool:
         """The drain has messages to send and no DQF slot of the peer to send them to."""
@@ -290,7 +307,7 @@ class PeerLink:
         log.warning("link to group %d lost: %s", self.peer_id, why)
         self.rooms.outbound.link_down(self.peer_id)
         outstanding, self._outstanding = self._outstanding, {}
-        self._in_flight = 0
+        self._in_flight = self._in_flight_bytes = 0
         for pending in outstanding.values():
             if pending.sent is Sent.FORGET:
                 self._forget.extend(pending.items)
@@ -316,30 +333,9 @@ class PeerLink:
         self._room_notices(peer.saf_backlog)
         if self._saf_unwritten:
             self._rewind_to_unwritten()
-        while draining and peer.saf_backlog > 0 and (room := self._drain_allowance()) > 0:
-            records, last_key = rooms.drain.saf_batch(
-                self.peer_id, self._saf_cursor, room, TRANSFER_BYTES_MAX
-            )
-            if last_key == self._saf_cursor:
-                break  # nothing more committed yet; a commit will poke us
-            self._saf_cursor = last_key
-            if records:
-                keys = [key for key, _ in records]
-                self._saf_copies.update(keys)
-                transfer = wire.LinkTransfer(self._next_id(), [message for _, message in records])
-                self._send(transfer, Sent.SAF, keys, len(keys))
-                self._spend(len(keys))
-        while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
-            room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
-            chunk = [self._direct.popleft()]
-            size = len(chunk[0][0].body)
-            while self._direct and len(chunk) < room:
-                size += len(self._direct[0][0].body)
-                if size > TRANSFER_BYTES_MAX:
-                    break
-                chunk.append(self._direct.popleft())
-            transfer = wire.LinkTransfer(self._next_id(), [message for message, _ in chunk])
-            self._send(transfer, Sent.DIRECT, [on_result for _, on_result in chunk], len(chunk))
+        if draining and peer.saf_backlog > 0:
+            self._drain_saf()
+        self._send_direct_queue()
         if self._forget:
             forget, self._forget = self._forget, []
             for start in range(0, len(forget), NOTICES_PER_FRAME_MAX):
@@ -360,6 +356,48 @@ class PeerLink:
                 self._notices_in_flight.update(keys)
                 notice = wire.LinkNotice(self._next_id(), [item for _, item in fresh])
                 self._send(notice, Sent.NOTICE, keys, 0)
+
+    def _drain_saf(self) -> None:
+        """Send the SAF backlog from the cursor, in seq order, as the window allows."""
+        while (room := self._drain_allowance()) > 0 and (bytes_room := self._bytes_room()) > 0:
+            records, last_key = self.rooms.drain.saf_batch(
+                self.peer_id, self._saf_cursor, room, min(TRANSFER_BYTES_MAX, bytes_room)
+            )
+            if last_key == self._saf_cursor:
+                break  # nothing more committed yet; a commit will poke us
+            self._saf_cursor = last_key
+            if records:
+                keys = [key for key, _ in records]
+                self._saf_copies.update(keys)
+                messages = [message for _, message in records]
+                transfer = wire.LinkTransfer(self._next_id(), messages)
+                self._send(transfer, Sent.SAF, keys, len(keys))
+                self._spend(len(keys))
+
+    def _send_direct_queue(self) -> None:
+        """Send the messages put for the peer while no SAF backlog held them back."""
+        while self._direct and self._in_flight < WINDOW_MESSAGES_MAX:
+            bytes_room = min(TRANSFER_BYTES_MAX, self._bytes_room())
+            if bytes_room <= 0:
+                break  # an answer makes room, and wakes us
+            room = min(TRANSFER_MESSAGES_MAX, WINDOW_MESSAGES_MAX - self._in_flight)
+            chunk = [self._direct.popleft()]
+            size = len(chunk[0][0].body)
+            while self._direct and len(chunk) < room:
+                if size + len(self._direct[0][0].body) > bytes_room:
+                    break
+                size += len(self._direct[0][0].body)
+                chunk.append(self._direct.popleft())
+            transfer = wire.LinkTransfer(self._next_id(), [message for message, _ in chunk])
+            on_results = [on_result for _, on_result in chunk]
+            self._send(transfer, Sent.DIRECT, on_results, len(chunk))
+
+    def _bytes_room(self) -> int:
+        """Bytes the window may still send; at least one message when none is in flight
+        (one message may be bigger than the bound)."""
+        if self._in_flight == 0:
+            return WINDOW_BYTES_MAX
+        return WINDOW_BYTES_MAX - self._in_flight_bytes
 
     def _rewind_to_unwritten(self) -> None:
         """Forget the submitted keys now committed; the cursor goes back to just before
@@ -408,10 +446,20 @@ class PeerLink:
     def _send(self, event: _Asked, sent: Sent, items: list, count: int) -> None:
         channel = self.channel
         assert channel is not None, "flush() and the notices send only while the link is up"
-        self._outstanding[event.request_id] = _Outstanding(sent, items, count, self._drain_pass)
-        self._in_flight += count
-        self.messages_sent += count
+        before = getattr(channel, "unsent_bytes", 0)
         channel.send(event)
+        frame_bytes = getattr(channel, "unsent_bytes", 0) - before
+        self._outstanding[event.request_id] = _Outstanding(
+            sent, items, count, self._drain_pass, frame_bytes, self.now_s()
+        )
+        self._in_flight += count
+        self._in_flight_bytes += frame_bytes
+        self.messages_sent += count
+
+    @property
+    def in_flight_bytes(self) -> int:
+        """Bytes of the frames sent to the peer and not answered yet (`_in_flight_bytes`)."""
+        return self._in_flight_bytes
 
     def _forgettable(self, seqs: list[int]) -> None:
         """SAF records the peer stored are deleted here for good: no resend possible."""
@@ -581,15 +629,18 @@ class PeerLink:
         pending.items[0](list(answer.counts))
 
     def _acknowledged(self, ack: wire.LinkAck) -> None:
-        pending = self._outstanding.pop(ack.request_id, None)
+        pending = self._outstanding.get(ack.request_id)
         if pending is None:
             return  # an answer from a connection generation already given up
-        self._in_flight -= pending.count
         sent = pending.sent
-        if sent in (Sent.DIRECT, Sent.SAF) and len(ack.results) != len(pending.items):
-            raise TransferError(
-                f"LinkAck answers {len(ack.results)} messages, {len(pending.items)} were sent"
-            )
+        if sent in (Sent.DIRECT, Sent.SAF):
+            # Checked before anything is settled: a lying answer leaves the transfer
+            # outstanding, so the drop it causes answers its messages LINK_LOST (a
+            # recoverable one goes to the SAF) instead of leaving their puts unanswered.
+            _check_results(ack, len(pending.items))
+        del self._outstanding[ack.request_id]
+        self._in_flight -= pending.count
+        self._in_flight_bytes -= pending.frame_bytes
         if sent is Sent.DIRECT:
             for on_result, result in zip(pending.items, ack.results, strict=True):
                 if result.status == Status.STORED:
@@ -611,6 +662,21 @@ class PeerLink:
                 self.peer_id, keys, lambda: self._notices_in_flight.difference_update(keys)
             )
         self.wake()
+
+
+_ANSWER_STATUSES: Final = frozenset(int(status) for status in Status)
+"""What a peer may answer for a transferred message: a Status (LINK_LOST is this
+side's own word for a drop, never the peer's)."""
+
+
+def _check_results(ack: wire.LinkAck, sent_count: int) -> None:
+    """A LinkAck for messages answers each of them with a Status: anything else is a
+    lying or broken peer (TransferError: a protocol error, the link drops)."""
+    if len(ack.results) != sent_count:
+        raise TransferError(f"LinkAck answers {len(ack.results)} messages, {sent_count} were sent")
+    for index, result in enumerate(ack.results):
+        if result.status not in _ANSWER_STATUSES:
+            raise TransferError(f"LinkAck.results[{index}].status {result.status} is not a status")
 
 
 _ITEMS_PER_FRAME_MAX: Final[dict[type, tuple[str, int]]] = {
