@@ -161,6 +161,10 @@ DEDUPE_PURGE_INTERVAL_S = 600.0
 """How often expired idempotency keys are purged."""
 DEDUPE_PURGE_BATCH_MAX = 10_000
 """Keys purged in one transaction at most."""
+PEER_NOTICE_WAITERS_MAX = 100_000
+"""Puts awaiting a linked group's notice (got, confirmed) kept at most per group
+(mrs.group.peers): an AK_DEQ / AK_ACK put has no deadline, and its notice never comes
+when that group lost the memory message in a restart."""
 PUT_ONCE_BUSY_RETRY_S = 0.05
 """How long `clients.put_once` waits before sending again a copy refused QUEUE_BUSY
 (an earlier copy with its key still being stored: a commit takes milliseconds)."""

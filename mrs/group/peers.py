@@ -6,14 +6,18 @@ Shared by the outbound room (what goes to a peer), the drain, the inbound room
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from mrs.group.context import GroupContext
 from mrs.group.drain_room import DqfRoom
-from mrs.limits import LINK_WINDOW_MESSAGES_MAX
+from mrs.limits import LINK_WINDOW_MESSAGES_MAX, PEER_NOTICE_WAITERS_MAX
 from mrs.protocol.link_events import AnyNotice, RoomNotice, TransferredMessage
+
+log = logging.getLogger("mrs.links")
 
 WAITERS_SWEEP_MIN = 1024
 """A peer's waiters are first swept of answered puts' entries at this many
@@ -77,6 +81,8 @@ class PeerState:
     """seq -> what to do when the peer's notice reports the message confirmed / got."""
     sweep_at: int = WAITERS_SWEEP_MIN
     """`waiters` are swept of answered puts' entries when they reach this many."""
+    waiters_max: int = PEER_NOTICE_WAITERS_MAX
+    """Unanswered waiters kept at most; beyond, the oldest are given up (`_give_up_oldest`)."""
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
@@ -96,7 +102,27 @@ class PeerState:
             return
         for answered in [s for s, w in self.waiters.items() if _answered(w)]:
             del self.waiters[answered]
+        if len(self.waiters) > self.waiters_max:
+            self._give_up_oldest()
         self.sweep_at = max(WAITERS_SWEEP_MIN, 2 * len(self.waiters))
+
+    def _give_up_oldest(self) -> None:
+        """Keep the `waiters_max` newest unanswered waiters. Why: an AK_DEQ / AK_ACK put
+        has no deadline (its sender waits for an MRS_ACK), so its waiter is never
+        answered when the peer lost the memory message (restarted): each restart of
+        the receiving group left one per such put, for ever. The oldest are those
+        least likely to be answered; an AK_CONF one is also journaled (mrs.group.acks),
+        so its notice still finds its MRS_ACK."""
+        excess = len(self.waiters) - self.waiters_max
+        for seq in list(itertools.islice(self.waiters, excess)):
+            del self.waiters[seq]
+        log.warning(
+            "group %d: %d puts' notices given up (their messages, not recoverable, were "
+            "likely lost by a restart of that group; at most %d are awaited per group)",
+            self.group_id,
+            excess,
+            self.waiters_max,
+        )
 
 
 def _answered(waiter: Callable[[AnyNotice], None]) -> bool:
