@@ -373,6 +373,10 @@ LINK_HANDSHAKE_TIMEOUT_S = 5.0
 """A dialed link must finish its Hello/Welcome within this long."""
 LINK_WINDOW_MESSAGES_MAX = 2048
 """Messages a link has sent and not yet had answered at most (its window)."""
+LINK_WINDOW_BYTES_MAX = 8 * 1024 * 1024
+"""Bytes of the frames a link has sent and not yet had answered at most, beside
+LINK_WINDOW_MESSAGES_MAX (one message bigger on its own still goes, alone): a peer
+that stops reading left 2,048 messages of 1 MiB in the sender's outbox."""
 LINK_TRANSFER_MESSAGES_MAX = 256
 """Messages in one transfer frame at most."""
 LINK_TRANSFER_BYTES_MAX = 1 << 20
