@@ -3,6 +3,7 @@ server is found again at the same address (as a real deployment's would be)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -54,8 +55,15 @@ async def answer_handshake(
     return True
 
 
-async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Answers the handshake and the attach, then never answers a request."""
+Answers = Callable[[object], list]
+"""A scripted server's answers to one request (after the handshake and the attach)."""
+
+
+async def scripted_server(
+    answers: Answers | None = None, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answers the handshake and the attach, then each request with `answers(event)`
+    (None: never answers a request). Started with `nursery.start`: its port."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
 
     async def serve(stream: trio.SocketStream) -> None:
@@ -63,12 +71,20 @@ async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
         while data := await stream.receive_some(65536):
             connection.receive_data(data)
             for event in connection.events():
-                await answer_handshake(stream, connection, event)
+                if await answer_handshake(stream, connection, event) or answers is None:
+                    continue
+                for answer in answers(event):
+                    await stream.send_all(connection.send(answer))
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, serve, listeners)
         task_status.started(listeners[0].socket.getsockname()[1])
         await trio.sleep_forever()
+
+
+async def silent_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Answers the handshake and the attach, then never answers a request."""
+    await scripted_server(None, task_status=task_status)
 
 
 async def take_all(client) -> list:

@@ -41,6 +41,18 @@ async def _backlog_at_most(port: int, waiting: int) -> None:
             await trio.sleep(0.01)
 
 
+async def _still_served(bus) -> None:
+    """A client connects, puts and gets as usual, without waiting for parked
+    connections to time out and give their descriptors back."""
+    with trio.fail_after(HTTP_REQUEST_DEADLINE_LESS_S):
+        async with bus.connect("SENDER") as sender:
+            await sender.put(
+                b"still served", target="ANYORDER", delivery=DeliveryMode.WF_DQF, uma=Uma.DISC
+            )
+        async with bus.connect("ANYORDER") as receiver:
+            assert (await receiver.get(timeout=2)).body == b"still served"
+
+
 async def test_idle_metrics_connections_wait_in_the_backlog_and_spare_clients(make_bus) -> None:
     """Connections to /metrics that never send a request used to be accepted without a
     bound and parked: 300 of them took every descriptor of a server limited to 256 and
@@ -59,13 +71,7 @@ async def test_idle_metrics_connections_wait_in_the_backlog_and_spare_clients(ma
             idle.enter_context(socket.create_connection(("127.0.0.1", metrics_port)))
         # the server has taken what it takes: the rest wait in the kernel's backlog
         await _backlog_at_most(metrics_port, idle_count - HTTP_CONNECTIONS_MAX)
-        with trio.fail_after(HTTP_REQUEST_DEADLINE_LESS_S):
-            async with bus.connect("SENDER") as sender:
-                await sender.put(
-                    b"still served", target="ANYORDER", delivery=DeliveryMode.WF_DQF, uma=Uma.DISC
-                )
-            async with bus.connect("ANYORDER") as receiver:
-                assert (await receiver.get(timeout=2)).body == b"still served"
+        await _still_served(bus)
         assert _accept_queue_length(metrics_port) == idle_count - HTTP_CONNECTIONS_MAX
 
 
@@ -86,13 +92,7 @@ async def test_one_address_cannot_take_every_descriptor_from_the_others(make_bus
             flood.bind(("127.0.0.2", 0))  # another address of this machine's loopback
             flood.connect((host, int(port)))
         await _backlog_at_most(int(port), 0)  # every one accepted (or refused and closed)
-        with trio.fail_after(HTTP_REQUEST_DEADLINE_LESS_S):
-            async with bus.connect("SENDER") as sender:
-                await sender.put(
-                    b"still served", target="ANYORDER", delivery=DeliveryMode.WF_DQF, uma=Uma.DISC
-                )
-            async with bus.connect("ANYORDER") as receiver:
-                assert (await receiver.get(timeout=2)).body == b"still served"
+        await _still_served(bus)
     log = bus.log_text()
     assert "Too many open files" not in log
     assert "connection refused (EXCEEDQUOTA)" in log and "from 127.0.0.2" in log

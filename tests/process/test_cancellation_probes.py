@@ -28,7 +28,13 @@ from clients import (
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from mrs import protocol as wire
 from mrs.limits import HELD_MESSAGES_MAX, OUTBOX_BYTES_HIGH, PUT_BATCH_BYTES_MAX
-from tests.client_helpers import FAST_RECONNECT, FixedPortServer, answer_handshake, take_all
+from tests.client_helpers import (
+    FAST_RECONNECT,
+    FixedPortServer,
+    answer_handshake,
+    scripted_server,
+    take_all,
+)
 
 BODY_BYTES = 32 * 1024
 PUTS_BEYOND_THE_BOUND = 4 * OUTBOX_BYTES_HIGH // BODY_BYTES
@@ -101,29 +107,15 @@ WRONG_ANSWER = {
 """The lying server's answer to each request (anything else: a PutDone)."""
 
 
-async def lying_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """A peer that answers the handshake and the attach, then answers every request
-    with an answer of the wrong kind (a get with a PutDone, a put with a Confirmed)."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-
-    async def serve(stream: trio.SocketStream) -> None:
-        connection = wire.Connection("server")
-        while data := await stream.receive_some(65536):
-            connection.receive_data(data)
-            for event in connection.events():
-                if await answer_handshake(stream, connection, event):
-                    continue
-                requests = event.puts if isinstance(event, wire.PutBatch) else [event]
-                for request in requests:
-                    if (request_id := getattr(request, "request_id", None)) is None:
-                        continue  # CancelGet, Pong: nothing to answer
-                    lie = WRONG_ANSWER.get(type(request), lambda rid: wire.PutDone(rid, 0, 0, 1, 0))
-                    await stream.send_all(connection.send(lie(request_id)))
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, serve, listeners)
-        task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.sleep_forever()
+def lies(event: object) -> list:
+    """A lying server's answers: every request answered with an answer of the wrong
+    kind (a get with a PutDone, a put with a Confirmed)."""
+    requests = event.puts if isinstance(event, wire.PutBatch) else [event]
+    return [
+        WRONG_ANSWER.get(type(request), lambda rid: wire.PutDone(rid, 0, 0, 1, 0))(request_id)
+        for request in requests
+        if (request_id := getattr(request, "request_id", None)) is not None  # not a Pong
+    ]
 
 
 async def test_answers_of_the_wrong_kind_raise_protocol_error_not_attribute_error() -> None:
@@ -132,7 +124,7 @@ async def test_answers_of_the_wrong_kind_raise_protocol_error_not_attribute_erro
     and a waiting get was asked for again for ever; now each call raises PROTOCOL_ERROR
     naming the request and the answer, and the client goes on serving its caller."""
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(lying_server)
+        port = await nursery.start(scripted_server, lies)
         async with connect(f"127.0.0.1:{port}", "1.10", reconnect=None) as q:
             calls = {
                 "Put": lambda: q.put(b"x", "1.10"),

@@ -120,18 +120,24 @@ async def test_a_lying_answer_keeps_a_direct_message_in_the_saf(tmp_path, nurser
     peer = FakePeer(lie)
     bus = await _group_1_facing(tmp_path, nursery, peer)
     try:
-        await wait_for_link(bus, 1, 2)
-        async with bus.connect(1, "OUT") as sender:
-            with trio.fail_after(5):
-                psb = await sender.put(
-                    b"x", target="2.10", delivery=DeliveryMode.WF_DQF, uma=Uma.SAF, timeout=30
-                )
-        assert (psb.status, psb.delivery_status) == (Status.SUCCESS, Status.SAF_FORCED)
-        await _wait_for_backlog(bus, 1)
+        await _put_kept_in_the_saf(bus, within_s=5)
     finally:
         bus.stop()
     log = (bus.directory / "group1.log").read_text()
     assert "protocol error: LinkAck" in log and "Traceback" not in log
+
+
+async def _put_kept_in_the_saf(bus, within_s: float) -> None:
+    """Once the link is up, a WF_DQF put sent straight to the peer is answered
+    SAF_FORCED within `within_s` (well before its own timeout), and waits in the SAF."""
+    await wait_for_link(bus, 1, 2)
+    async with bus.connect(1, "OUT") as sender:
+        with trio.fail_after(within_s):
+            psb = await sender.put(
+                b"x", target="2.10", delivery=DeliveryMode.WF_DQF, uma=Uma.SAF, timeout=60
+            )
+    assert (psb.status, psb.delivery_status) == (Status.SUCCESS, Status.SAF_FORCED)
+    await _wait_for_backlog(bus, 1)
 
 
 async def test_a_peer_that_breaks_every_link_is_redialed_with_backoff(tmp_path, nursery) -> None:
@@ -167,14 +173,7 @@ async def test_a_peer_that_never_answers_a_transfer_is_given_up(tmp_path, nurser
     peer = FakePeer(lambda _transfer: "ignore")
     bus = await _group_1_facing(tmp_path, nursery, peer)
     try:
-        await wait_for_link(bus, 1, 2)
-        async with bus.connect(1, "OUT") as sender:
-            with trio.fail_after(10):
-                psb = await sender.put(
-                    b"x", target="2.10", delivery=DeliveryMode.WF_DQF, uma=Uma.SAF, timeout=60
-                )
-        assert (psb.status, psb.delivery_status) == (Status.SUCCESS, Status.SAF_FORCED)
-        await _wait_for_backlog(bus, 1)
+        await _put_kept_in_the_saf(bus, within_s=10)
     finally:
         bus.stop()
     assert "an answer awaited for" in (bus.directory / "group1.log").read_text()
