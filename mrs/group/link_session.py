@@ -46,8 +46,8 @@ from mrs.limits import LINK_RETRY_S_MAX as RETRY_S_MAX
 from mrs.limits import LINK_RETRY_S_MIN as RETRY_S_MIN
 from mrs.limits import LINK_TRANSFER_BYTES_MAX as TRANSFER_BYTES_MAX
 from mrs.limits import LINK_TRANSFER_MESSAGES_MAX as TRANSFER_MESSAGES_MAX
-from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
 from mrs.limits import LINK_WINDOW_BYTES_MAX as WINDOW_BYTES_MAX
+from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
 from mrs.model import Status
 
 log = logging.getLogger("mrs.links")
