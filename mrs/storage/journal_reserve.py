@@ -34,9 +34,9 @@ log = logging.getLogger("mrs.journal")
 
 RESERVE_FRACTION = 0.05
 RECORD_OVERHEAD_BYTES = 256
+"""Estimated B-tree and record-header bytes per message on top of its body."""
 RESERVE_RESUME_DIVISOR = 4
 """Refusing, a journal accepts again once a quarter of the reserve more is free."""
-"""Estimated B-tree and record-header bytes per message on top of its body."""
 
 
 def reserve_bytes(cap_bytes: int, message_bytes_max: int) -> int:

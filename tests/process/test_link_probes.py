@@ -14,7 +14,7 @@ import trio
 from clients import DeliveryMode, Status, Uma
 from mrs import protocol as wire
 from sim.bus import LinkedBus
-from tests.process.test_links import LINK_WAIT_S, link_state, wait_for_link
+from tests.process.test_links import link_state, wait_for_link
 
 QUEUES = '[[group.queue]]\nid = 10\nname = "IN"\n[[group.queue]]\nid = 11\nname = "OUT"\n'
 
@@ -87,15 +87,6 @@ async def _group_1_facing(tmp_path, nursery, peer: FakePeer, guards: str = GUARD
     return bus
 
 
-async def _wait_for_backlog(bus: LinkedBus, count: int) -> None:
-    """Until group 1 counts `count` messages for group 2 in its SAF, whatever the link's
-    state (the fake peer is redialed and dropped again meanwhile). Polls: another
-    process's state has no event to await."""
-    with trio.fail_after(LINK_WAIT_S):
-        while (await link_state(bus, 1, 2))["saf_backlog"] != count:
-            await trio.sleep(0.02)
-
-
 def _answering(status: int, drop: int = 0) -> Answer:
     def answer(transfer: wire.LinkTransfer) -> list[wire.LinkResult]:
         results = [
@@ -137,7 +128,7 @@ async def _put_kept_in_the_saf(bus, within_s: float) -> None:
                 b"x", target="2.10", delivery=DeliveryMode.WF_DQF, uma=Uma.SAF, timeout=60
             )
     assert (psb.status, psb.delivery_status) == (Status.SUCCESS, Status.SAF_FORCED)
-    await _wait_for_backlog(bus, 1)
+    await wait_for_link(bus, 1, 2, condition=lambda info: info["saf_backlog"] == 1)
 
 
 async def test_a_peer_that_breaks_every_link_is_redialed_with_backoff(tmp_path, nursery) -> None:

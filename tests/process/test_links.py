@@ -5,6 +5,8 @@ behind a fault proxy (`proc_bus`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import trio
 
@@ -35,15 +37,25 @@ async def link_state(bus, group: int, peer: int) -> dict:
 
 
 async def wait_for_link(
-    bus: LinkedBus, group: int, peer: int, state: str = "up", backlog: int | None = None
+    bus: LinkedBus,
+    group: int,
+    peer: int,
+    state: str = "up",
+    backlog: int | None = None,
+    *,
+    condition: Callable[[dict], bool] | None = None,
 ) -> dict:
-    """Poll the group's status until the link reaches `state` (another process's
-    state: there is no event to await, so this polls with a short pause; on the
-    in-process bus the pause is MockClock time and costs nothing)."""
+    """Poll the group's status until the link reaches `state` (and `backlog`), or
+    until `condition` holds of it when one is given (another process's state: there is
+    no event to await, so this polls with a short pause; on the in-process bus the
+    pause is MockClock time and costs nothing)."""
     with trio.fail_after(LINK_WAIT_S):
         while True:
             info = await link_state(bus, group, peer)
-            if info["state"] == state and (backlog is None or info["saf_backlog"] == backlog):
+            if condition is not None:
+                if condition(info):
+                    return info
+            elif info["state"] == state and (backlog is None or info["saf_backlog"] == backlog):
                 return info
             await trio.sleep(0.02)
 

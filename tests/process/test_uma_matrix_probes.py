@@ -17,24 +17,11 @@ import trio
 from clients import DeliveryMode, MrsTimeout, NoMoreMessages, NoSuchQueue, Status, Uma
 from journals import Journal
 from tests.conftest import STANDARD_QUEUES
+from tests.process.test_links import wait_for_link
 
 MODE = DeliveryMode
 WAIT_S = 20.0
 QUEUES = STANDARD_QUEUES  # 10 ORDERS (in order), 13 SENDER (out of order)
-
-
-async def link_info(linked, group: int, peer: int) -> dict:
-    """`group`'s view of its link to `peer` (mrs status)."""
-    async with linked.connect(group, None) as client:
-        return (await client.status())["links"][str(peer)]
-
-
-async def wait_for_link(linked, group: int, peer: int, condition) -> dict:
-    """Poll until the link meets `condition` (MockClock: the pauses cost no wall time)."""
-    with trio.fail_after(WAIT_S):
-        while not condition(info := await link_info(linked, group, peer)):
-            await trio.sleep(0.05)
-    return info
 
 
 def saf_seqs(linked, group: int) -> list[int]:
@@ -54,7 +41,7 @@ async def test_saf_message_refused_for_good_stays_when_the_recoverable_dlq_is_fu
         group_extras={1: "dead_letter_queue_recoverable = true", 2: "dead_letter_queue = false"},
         group_limits={1: "dqf_messages_max = 2"},
     )
-    await wait_for_link(linked, 1, 2, lambda info: info["state"] == "up")
+    await wait_for_link(linked, 1, 2)
     async with linked.connect(1, "1.13") as sender:
         for index in range(2):  # group 1's DQF is full
             psb = await sender.put(
@@ -64,14 +51,14 @@ async def test_saf_message_refused_for_good_stays_when_the_recoverable_dlq_is_fu
         psb = await sender.put(b"nowhere", target="2.50", delivery=MODE.WF_SAF, uma=Uma.DISC)
         assert (psb.delivery_status, psb.uma_status) == (Status.STORED, Status.NO_UMA)
         # Group 2 has no queue 50 and no DLQ: it answers NO_DQF; group 1's DLQ is full.
-        info = await wait_for_link(linked, 1, 2, lambda info: info["drain"] == "retry")
+        info = await wait_for_link(linked, 1, 2, condition=lambda info: info["drain"] == "retry")
         assert info["saf_backlog"] == 1
         assert saf_seqs(linked, 1) == [psb.seq]
     # Room in the DLQ's journal: the next retry moves it there, with its header.
     async with linked.connect(1, "1.10") as receiver:
         for _ in range(2):
             await receiver.confirm((await receiver.get(timeout=5)).seq)
-    await wait_for_link(linked, 1, 2, lambda info: info["saf_backlog"] == 0)
+    await wait_for_link(linked, 1, 2, condition=lambda info: info["saf_backlog"] == 0)
     async with linked.connect(1, "DLQ") as dlq:
         dead = await dlq.get(timeout=5)
         assert (dead.seq, dead.body) == (psb.seq, b"nowhere")

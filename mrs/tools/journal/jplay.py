@@ -84,21 +84,18 @@ def run_jplay(args: argparse.Namespace) -> int:
         return 2
     try:
         ledger = _open_ledger(where, options)
-    except LedgerDamaged as error:
-        store.close()
-        print(f"mrs jplay: {error}", file=sys.stderr)
-        return EXIT_RUNTIME
-    try:
-        if options.dry_run:
-            _dry_run(store, selection, ledger, options, tally, target_of)
-            _print_dry_run(options, tally)
-            return 0
-        return _replay(store, selection, ledger, options, tally, target_of, where)
-    except LedgerDamaged as error:  # an entry found damaged mid-run: no re-run cures it
+        try:
+            if options.dry_run:
+                _dry_run(store, selection, ledger, options, tally, target_of)
+                _print_dry_run(options, tally)
+                return 0
+            return _replay(store, selection, ledger, options, tally, target_of, where)
+        finally:
+            ledger.close()
+    except LedgerDamaged as error:  # its secret, or an entry mid-run: no re-run cures it
         print(f"mrs jplay: {error}", file=sys.stderr)
         return EXIT_RUNTIME
     finally:
-        ledger.close()
         store.close()
 
 
