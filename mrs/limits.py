@@ -390,6 +390,9 @@ LINK_RETRY_S_MAX = 5.0
 """...doubling up to this."""
 LINK_NOTICES_PER_FRAME_MAX = 512
 """Notices (confirmed, dequeued, ...) in one link frame at most."""
+LINK_RESET_KEYS_BATCH_MAX = 10_000
+"""Dedupe keys of a peer group deleted per commit by `mrs admin reset-link`
+(mrs.group.incarnation): a group that linked for years may hold millions."""
 BODIES_IN_MEMORY_PER_QUEUE_MAX = 1000
 """A journaled message further back in its queue than this keeps its body only on
 disk (read back at delivery), so memory stays flat while a DQF backlog grows."""

@@ -18,6 +18,7 @@ import trio
 from mrs import protocol as wire
 from mrs.config.guards import Guards
 from mrs.errors import MrsError
+from mrs.group.incarnation import PeerIncarnations
 from mrs.group.link_session import PeerLink
 from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_BACKOFF_S_MAX as BACKOFF_S_MAX
@@ -77,11 +78,16 @@ async def dial_forever(
     network: Network = TCP,
     guards: Guards | None = None,
     secure: Callable[[trio.abc.Stream, int], Awaitable[None]] | None = None,
+    incarnations: PeerIncarnations | None = None,
 ) -> None:
     """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
     failure wait (capped exponential backoff) and try again. secure: authenticate the
-    new stream to the peer (mrs.security) before the link Hello."""
+    new stream to the peer (mrs.security) before the link Hello. incarnations: this
+    group's journals' incarnation, said in the Hello, and the peer's, checked in its
+    Welcome (mrs.group.incarnation); a peer whose journals changed is logged as an
+    ERROR once per change, not at every redial."""
     backoff_s = BACKOFF_S_MIN
+    journals_refused = ""
     while True:
         connected = answered = False
         up_s = 0.0
@@ -94,7 +100,7 @@ async def dial_forever(
                     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                         await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
-                await _handshake(channel, link.peer_id, group_id)
+                await _handshake(channel, link.peer_id, group_id, incarnations)
                 answered, up_s = True, trio.current_time()
                 link.up(channel)
                 try:
@@ -118,6 +124,9 @@ async def dial_forever(
         except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
             if connected and not answered and hasattr(network, "pass_over"):
                 network.pass_over()  # a replicated peer: its next instance first next time
+            if isinstance(error, JournalsChanged) and error.message != journals_refused:
+                journals_refused = error.message
+                log.error("link to group %d refused: %s", link.peer_id, error.message)
             log.info(
                 "link to group %d at %s:%d: %s; retrying in %.2f s",
                 link.peer_id,
@@ -143,9 +152,17 @@ class LinkRefused(MrsError):
         super().__init__(Status.LINK_DOWN, message)
 
 
-async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> None:
-    hello = wire.Hello(wire.PROTOCOL_VERSION, f"{LINK_PROGRAM_PREFIX}{group_id}", "link", group_id)
-    await channel.send_now(hello)
+class JournalsChanged(LinkRefused):
+    """The peer's journals are not the ones this group linked with before
+    (mrs.group.incarnation): refused until an operator resets the link."""
+
+
+async def _handshake(
+    channel: DialedChannel, peer_id: int, group_id: int, incarnations: PeerIncarnations | None
+) -> None:
+    own = incarnations.own if incarnations is not None else b""
+    program = f"{LINK_PROGRAM_PREFIX}{group_id}"
+    await channel.send_now(wire.Hello(wire.PROTOCOL_VERSION, program, "link", group_id, False, own))
     try:
         event = await channel.next_event(HANDSHAKE_TIMEOUT_S)
     except StreamClosed:
@@ -155,6 +172,10 @@ async def _handshake(channel: DialedChannel, peer_id: int, group_id: int) -> Non
     if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
         found = getattr(event, "group_id", event)
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
+    if incarnations is not None:
+        problem = incarnations.admit(peer_id, event.incarnation)
+        if problem is not None:
+            raise JournalsChanged(problem)
 
 
 async def serve_link(

@@ -100,6 +100,7 @@ class AdminServer(Protocol):
     @property
     def gate(self) -> Gate | None: ...
     def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str: ...
+    def reset_link(self, peer_id: int) -> dict: ...
 
 
 class AdminActions:
@@ -853,6 +854,23 @@ def _pcj_archive(actions: AdminActions, session: AdminSession, request: wire.Adm
     session.send(wire.AdminReply(request.request_id, result))
 
 
+def _reset_link(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
+    """Forget the journals recorded for a peer group, whose link is refused because it
+    came back with others (mrs.group.incarnation): a group rebuilt from nothing. Not
+    while its link is up. Needs the config right: a reset of a stray second process
+    would let its messages in beside the first's."""
+    actions.check_right(session, "reset-link", "config")
+    peer = request.args.get("peer")
+    if type(peer) is not int or peer < 1:
+        raise Refused(Status.BADPARAM, "reset_link: give peer, the other group's id")
+    try:
+        result = actions.server.reset_link(peer)
+    except LookupError as error:
+        raise Refused(Status.BADPARAM, f"reset_link: {error}") from None
+    actions.journal(session, "reset-link", {"peer": peer}, result)
+    session.send(wire.AdminReply(request.request_id, result))
+
+
 _ARG_NAMES: dict[str, frozenset[str]] = {
     "browse": frozenset({"queue", "limit", "select"}),
     "purge": frozenset({"queue", "discard", "reason"}),
@@ -863,6 +881,7 @@ _ARG_NAMES: dict[str, frozenset[str]] = {
     "add_queue": frozenset(QUEUE_KEYS),
     "grant": frozenset({"principal", *rules.GRANT_KINDS}),
     "pcj_archive": frozenset({"until_ns", "closed"}),
+    "reset_link": frozenset({"peer"}),
 }
 """The arguments each action reads: any other is a mistake (a misspelt `discard`
 would purge into the DLJ, a misspelt limit would be left as it was), refused by name."""
@@ -885,4 +904,5 @@ _HANDLERS: dict[str, Callable[[AdminActions, AdminSession, wire.AdminRequest], N
     "add_queue": _add_queue,
     "grant": _grant,
     "pcj_archive": _pcj_archive,
+    "reset_link": _reset_link,
 }

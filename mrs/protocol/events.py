@@ -21,6 +21,7 @@ from mrs.protocol.fields import (
     CorrelationId,
     GetTimeoutMs,
     GroupId,
+    Incarnation,
     NonNegativeMs,
     Priority,
     RequestId,
@@ -55,6 +56,8 @@ class Hello(EventStruct, tag=1):
     """The client reads AnswerBatch frames: the server may then send the PutDones and
     Confirmeds it has ready together in one frame (an older client, which does not
     send this field, gets one frame per answer)."""
+    incarnation: Incarnation = b""
+    """A link's: the dialing group's journals' incarnation (mrs.group.incarnation)."""
 
 
 class Attach(EventStruct, tag=10):
@@ -194,6 +197,8 @@ class Welcome(EventStruct, tag=2):
     group_id: I64
     group_name: str
     message_bytes_max: I64 = 0
+    incarnation: Incarnation = b""
+    """To a link: this group's journals' incarnation (mrs.group.incarnation)."""
 
 
 class Attached(EventStruct, tag=11):

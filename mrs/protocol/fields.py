@@ -24,3 +24,5 @@ CorrelationId = Annotated[bytes, Meta(max_length=CORRELATION_ID_BYTES_MAX)]
 Role = Literal["app", "link"]
 GroupId = Annotated[int, Meta(ge=0, le=32_000)]
 """A group's id, 1..32000 as in the config (mrs.config.bus.GROUP_ID_MAX); 0: no group."""
+Incarnation = Annotated[bytes, Meta(max_length=64)]
+"""A group's journals' incarnation on a link (mrs.group.incarnation); empty: not said."""

@@ -149,6 +149,10 @@ class GroupServer:
         """An archive run on this replicated group's active (mrs.ops.group_ops)."""
         return self.ops.start_pcj_archive(until_ns, closed_only)
 
+    def reset_link(self, peer_id: int) -> dict:
+        """Forget a peer's journals (`mrs admin reset-link`, mrs.group.incarnation)."""
+        return self.peer_links.reset(peer_id)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
         durable. Whatever cannot start fails before the epoch is committed."""

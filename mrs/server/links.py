@@ -16,8 +16,10 @@ from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
+from mrs.group.incarnation import PeerIncarnations, own_incarnation, short
 from mrs.group.link_driver import dial_forever, new_link, pump
 from mrs.group.link_session import PeerLink
+from mrs.model import Status
 from mrs.security import session_auth
 from mrs.security.authority import Authority
 from mrs.security.tls import check_link_peer
@@ -49,12 +51,18 @@ class PeerLinks:
         self.frame_bytes_max = frame_bytes_max
         self.links: dict[int, PeerLink] = {}
         """Peer group id -> its link, once started."""
+        self.incarnations: PeerIncarnations | None = None
+        """This group's journals' incarnation and those its links met (set by `start`)."""
         self.refusals = RefusalLog(log, line_format="{message}")
         """A refused link Hello, logged once per (reason, host) per interval with a
         count: a misconfigured peer dials again every few seconds, forever."""
 
     def start(self, group: Group, nursery: trio.Nursery) -> None:
-        """One PeerLink per linked group; this group dials the higher-numbered ones."""
+        """One PeerLink per linked group; this group dials the higher-numbered ones.
+        Each link says this group's journals' incarnation and checks the peer's
+        (mrs.group.incarnation), whichever side dialed."""
+        store = group.ctx.store
+        self.incarnations = PeerIncarnations(store, self.config.id, own_incarnation(store))
         for peer_id in group.peers:
             link = new_link(group.link_rooms, peer_id)
             self.links[peer_id] = link
@@ -71,6 +79,7 @@ class PeerLinks:
                     functools.partial(
                         dial_forever,
                         secure=self.authority.dial_link if self.authority is not None else None,
+                        incarnations=self.incarnations,
                     ),
                     link,
                     host,
@@ -96,6 +105,33 @@ class PeerLinks:
         peer = self.bus.group(peer_id)
         return peer.listen_host, peer.listen_port
 
+    def reset(self, peer_id: int) -> dict:
+        """Forget the journals recorded for `peer_id` and their dedupe keys, so its next
+        link records the ones it brings (mrs.group.incarnation); LookupError (one line)
+        for a group this one has no link with, or whose link is up: its journals are
+        then the recorded ones, and their keys still keep its resends out."""
+        link = self.links.get(peer_id)
+        if link is None or self.incarnations is None:
+            raise LookupError(f"group {self.config.id} has no link with group {peer_id}")
+        if link.channel is not None:
+            raise LookupError(
+                f"the link with group {peer_id} is up, with the journals recorded for it: "
+                "nothing to reset"
+            )
+        recorded = self.incarnations.recorded(peer_id)
+        deleted = self.incarnations.reset(peer_id)
+        log.warning(
+            "link with group %d reset: its journals (%s) forgotten, %d dedupe keys deleted",
+            peer_id,
+            short(recorded) if recorded is not None else "none recorded",
+            deleted,
+        )
+        return {
+            "peer": peer_id,
+            "forgotten": short(recorded) if recorded is not None else None,
+            "dedupe_keys_deleted": deleted,
+        }
+
     def adopt(self, session: ServerSession, hello: wire.Hello) -> None:
         """A lower-numbered peer dialed us: check who it is, then hand it the session."""
         peer_id = hello.group
@@ -118,12 +154,20 @@ class PeerLinks:
             )
             raise wire.RemoteProtocolError(problem)
         session_auth.check_link(self.authority, session, peer_id)
+        incarnations = self.incarnations
+        assert incarnations is not None  # started with the links
+        if (problem := incarnations.admit(peer_id, hello.incarnation)) is not None:
+            self.refusals.refused(
+                f"journals of group {peer_id}", session.host, f"refused link: {problem}"
+            )
+            raise wire.RemoteProtocolError(problem, Status.LINK_DOWN)
         session.send(
             wire.Welcome(
                 wire.PROTOCOL_VERSION,
                 self.config.id,
                 self.config.name,
                 self.config.limits.message_bytes_max,
+                incarnations.own,
             )
         )
         session.link = link

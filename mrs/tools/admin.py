@@ -6,6 +6,7 @@
     mrs admin set-limits ORDERS --unconfirmed-max 50 --config bus.toml
     mrs admin add-queue 30 ORDERS_RETRY --config bus.toml --group 1
     mrs admin connections --config bus.toml --group 1
+    mrs admin reset-link 1 --config bus.toml --group 2     # group 1 was rebuilt
     mrs admin journal --config bus.toml --group 1           # who did what
 
 Each is one AdminRequest to the group's server (mrs.ops.admin_actions), under [auth]
@@ -80,6 +81,11 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         selective.add_argument("--type", dest="msg_type", type=int, help="only this type")
         selective.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
         selective.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
+    reset = actions.add_parser(
+        "reset-link",
+        help="accept a peer group's new journals on its link (after the peer was rebuilt)",
+    )
+    reset.add_argument("peer", type=int, help="the peer group's id")
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
     journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
@@ -89,17 +95,22 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     journal.add_argument(
         "--instance", help="--offline on a replicated group: the instance whose file to read"
     )
-    for parser in (browse, purge, move, limits, add, grant, connections, journal):
-        where = parser.add_mutually_exclusive_group(required=True)
-        where.add_argument("--config", type=Path, help="bus configuration")
-        where.add_argument("--address", help="HOST:PORT of the group's server instead")
-        parser.add_argument(
-            "--group",
-            type=int,
-            help="the group (default: the queue's; a name in several groups must say which)",
-        )
-        parser.add_argument("--json", action="store_true", help="JSON instead of a table")
-        parser.set_defaults(run=run_admin)
+    for parser in (browse, purge, move, limits, add, grant, reset, connections, journal):
+        _add_where(parser)
+
+
+def _add_where(parser: argparse.ArgumentParser) -> None:
+    """The options every action shares: which group's server to ask, and how to print."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", type=Path, help="bus configuration")
+    where.add_argument("--address", help="HOST:PORT of the group's server instead")
+    parser.add_argument(
+        "--group",
+        type=int,
+        help="the group (default: the queue's; a name in several groups must say which)",
+    )
+    parser.add_argument("--json", action="store_true", help="JSON instead of a table")
+    parser.set_defaults(run=run_admin)
 
 
 def run_admin(args: argparse.Namespace) -> int:
@@ -216,6 +227,8 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
         kinds = ("attach", "put", "confirm", "manage", "admin")
         grants = {kind: getattr(args, kind) or [] for kind in kinds}
         result = await client.admin("grant", principal=args.principal, **grants)
+    elif command == "reset-link":
+        result = await client.admin("reset_link", peer=args.peer)
     elif command == "connections":
         result = await client.admin("connections")
     else:
@@ -366,6 +379,12 @@ def _summary(command: str, result: dict) -> str:
         return f"grants of {result['principal']} replaced: {shown or 'none'}"
     if command == "add-queue":
         return f"added {result['name']} ({result['queue']}) now and to the config file"
+    if command == "reset-link":
+        return (
+            f"link with group {result['peer']} reset: journals {result['forgotten'] or 'none'} "
+            f"forgotten, {result['dedupe_keys_deleted']} dedupe keys deleted; its next link "
+            "records the journals it brings"
+        )
     if command == "purge":
         return (
             f"purged {result['queue']}: {result['dead_lettered']} to the DLJ, "

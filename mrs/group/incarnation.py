@@ -1,0 +1,115 @@
+"""Which journals a peer group's messages come from: the incarnation in a link's Hello.
+
+Why: a receiving group dedupes a transferred message by (origin group, seq)
+(mrs.group.idempotency.origin_key). Two processes serving one group id from two data
+directories (a copied config block, a group started by hand on a second host) both
+count their seqs from the same start; the receiver took the second one's messages for
+resends of the first's, answered them stored and kept none of them: acknowledged
+messages lost, silently. A group whose data directory was replaced (a host rebuilt
+without a replicated group) meets the dedupe keys its old journals left behind.
+
+So a group's journals carry an incarnation: 16 random bytes in META, written by their
+first start and replicated with them (every instance of a replicated group has the
+same one). A link's Hello and Welcome carry it. Each side records the first one it
+meets for each peer (after the peer's identity and credentials were checked) and
+refuses a link that brings another one, with one line saying what to do: as IBM MQ
+refuses a channel whose sequence numbers do not match until an operator resets it.
+The reset is `mrs admin reset-link PEER` on the refusing group (mrs.ops.link_reset):
+it drops the record and the old journals' dedupe keys, and the next link records the
+new incarnation. Nothing is lost while the link is refused: what either side would
+send waits in its SAF. A peer of an older release sends none and is not checked.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Final
+
+from journals import Journal, WriteBatch
+from mrs.group.idempotency import ORIGIN_PREFIX
+from mrs.limits import LINK_RESET_KEYS_BATCH_MAX
+
+INCARNATION_KEY: Final = "incarnation"
+"""META: this group's journals' incarnation."""
+PEER_INCARNATION_PREFIX: Final = "peer_incarnation:"
+"""META: `peer_incarnation:<group id>` -> the incarnation first met on a link from it."""
+INCARNATION_BYTES: Final = 16
+
+
+def own_incarnation(store: Any) -> bytes:
+    """The incarnation of the journals in `store`, written by the first call on them."""
+    recorded = store.meta_get(INCARNATION_KEY)
+    if recorded is not None:
+        return bytes(recorded)
+    incarnation = os.urandom(INCARNATION_BYTES)
+    store.commit_now(
+        WriteBatch.empty().put_raw(Journal.META, INCARNATION_KEY.encode(), incarnation)
+    )
+    return incarnation
+
+
+def short(incarnation: bytes) -> str:
+    """An incarnation as log lines name it: enough hex to tell two apart."""
+    return incarnation.hex()[:12]
+
+
+@dataclass
+class PeerIncarnations:
+    """The incarnations this group met on its links, kept in its journals (`store`)."""
+
+    store: Any
+    group_id: int
+    own: bytes
+    """This group's incarnation, sent in its Hello or Welcome."""
+
+    def admit(self, peer_id: int, incarnation: bytes) -> str | None:
+        """None when a link from `peer_id` bringing `incarnation` may go on (a first
+        one is recorded now, durably); else the refusal, one line."""
+        if not incarnation:
+            return None  # a peer of an older release: nothing to compare
+        key = _peer_key(peer_id)
+        recorded = self.store.meta_get(key)
+        if recorded is None:
+            self.store.commit_now(
+                WriteBatch.empty().put_raw(Journal.META, key.encode(), incarnation)
+            )
+            return None
+        if bytes(recorded) == incarnation:
+            return None
+        return (
+            f"group {peer_id}'s journals (incarnation {short(incarnation)}) are not the ones "
+            f"group {self.group_id} linked with before ({short(bytes(recorded))}): another "
+            f"process serves group {peer_id} from other journals, or its data directory was "
+            f"replaced. Stop a stray process; if group {peer_id} was rebuilt, run `mrs admin "
+            f"reset-link {peer_id} --group {self.group_id}`. Nothing waiting is lost meanwhile"
+        )
+
+    def recorded(self, peer_id: int) -> bytes | None:
+        value = self.store.meta_get(_peer_key(peer_id))
+        return None if value is None else bytes(value)
+
+    def reset(self, peer_id: int) -> int:
+        """Forget `peer_id`'s recorded incarnation and the dedupe keys of its messages
+        (they name seqs of journals that are gone); how many keys were deleted. In
+        batches, each one commit: a crash between them leaves keys a second reset
+        deletes."""
+        prefix = f"{ORIGIN_PREFIX}{peer_id}:".encode()
+        deleted = 0
+        while True:
+            items = self.store.items_after(
+                Journal.DEDUPE, prefix, None, LINK_RESET_KEYS_BATCH_MAX, 1 << 30
+            )
+            if not items:
+                break
+            batch = WriteBatch.empty()
+            for key, _ in items:
+                batch.delete(Journal.DEDUPE, bytes(key))
+            self.store.commit_now(batch)
+            deleted += len(items)
+        self.store.commit_now(WriteBatch.empty().delete(Journal.META, _peer_key(peer_id).encode()))
+        return deleted
+
+
+def _peer_key(peer_id: int) -> str:
+    return f"{PEER_INCARNATION_PREFIX}{peer_id}"
