@@ -384,6 +384,8 @@ class Client:
             message = requests.message(await requests.request(request, wait_s, "get"))
         finally:
             requests.get_answered(request_id)
+        if requests.held:  # held while it waited: delivered before it (`older_first`)
+            message = requests.older_first([message])[0]
         if self.protection is None:  # no second await on the common path
             return message
         return await self.protection.deliver(self, message)
@@ -426,7 +428,7 @@ class Client:
             reply = await requests.request(request, wait_s, "get")
         finally:
             requests.get_answered(request_id)
-        return [requests.message(delivery) for delivery in reply.deliveries]
+        return requests.older_first([requests.message(delivery) for delivery in reply.deliveries])
 
     async def _checked(self, message: Message) -> Message:
         """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""

@@ -229,6 +229,19 @@ class Requests:
         self.held.extend(self.message(one) for one in batch)
         self.gets.serve_held()  # gets already waiting in the pool come first
 
+    def older_first(self, messages: list[Message]) -> list[Message]:
+        """What a get hands its caller when its answer brought `messages`: messages
+        held meanwhile (they crossed a get given up) were delivered before these, so
+        they come first and these wait behind them; the same count either way. Before,
+        the answer went to its caller and the older message to the get after, so an
+        in-order queue's receiver that confirmed in the order its gets returned
+        messages was answered BADSEQ."""
+        held = self.held
+        if not held:
+            return messages
+        held.extend(messages)
+        return [held.popleft() for _ in messages]
+
     async def give_back_held(self) -> None:
         """Closing: the read-ahead messages no get took go back to the queue, so a
         clean close loses none of them. First the pool's batches in flight are

@@ -60,7 +60,11 @@ async def get_selected(
         deliveries = [cast(wire.Delivery, reply)]
     else:
         deliveries = cast(wire.DeliveryBatch, reply).deliveries
-    return [requests.message(delivery) for delivery in deliveries]
+    messages = [requests.message(delivery) for delivery in deliveries]
+    if requests.held:  # held while it waited: delivered before these, matching ones first
+        requests.held.extend(messages)
+        return take_held(requests.held, select, len(messages))
+    return messages
 
 
 def _selective_request(
