@@ -90,7 +90,9 @@ async def serve_instance(
     group = bus.group(group_id)
     me = group.instance(name)
     assert bus.coordinator is not None  # the config refuses instances without one
-    startup.claim_group_data_dir(bus, group, me.data_dir, f"instance {name} of group {group_id}")
+    startup.claim_group_data_dir(
+        bus, group, me.data_dir, f"instance {name} of group {group_id}", name
+    )
     key = etcd_prefix(bus.coordinator.prefix, group_id)
     client = EtcdClient(bus.coordinator.etcd)
     coordinator = EtcdCoordinator(client, key, name, bus.coordinator.lease_ttl_s)

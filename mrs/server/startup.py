@@ -62,13 +62,16 @@ def check_data_dir(bus: BusConfig, config: GroupConfig) -> None:
         os.close(fd)
 
 
-def claim_group_data_dir(bus: BusConfig, config: GroupConfig, data_dir: Path, who: str) -> None:
-    """Refuse `data_dir` if it records another group (mrs.storage.data_dir_owner), in
-    one line, before anything is opened. The key recorded is the group's coordinator
-    key, `<[coordinator] prefix>/<id>`, for an unreplicated group as for its
-    instances: a group made replicated later starts an instance on its old directory."""
+def claim_group_data_dir(
+    bus: BusConfig, config: GroupConfig, data_dir: Path, who: str, instance: str | None = None
+) -> None:
+    """Refuse `data_dir` if it records another group, or another instance's journals
+    (mrs.storage.data_dir_owner), in one line, before anything is opened. The key
+    recorded is the group's coordinator key, `<[coordinator] prefix>/<id>`, for an
+    unreplicated group as for its instances: a group made replicated later starts an
+    instance on its old directory."""
     prefix = bus.coordinator.prefix if bus.coordinator is not None else COORDINATOR_PREFIX_DEFAULT
-    owner = owner_of(config.id, config.name, etcd_prefix(prefix, config.id))
+    owner = owner_of(config.id, config.name, etcd_prefix(prefix, config.id), instance)
     claim_data_dir(data_dir, owner, who)
 
 

@@ -14,6 +14,16 @@ that has none: a new one, or one from before this file existed, which is adopted
 every later start compares it before anything is opened or locked, and refuses a
 directory of another group with one line (DataDirError): nothing is read, written or
 lost. The name is shown, not compared: renaming a group keeps its journals.
+
+An instance of a replicated group also records its name (`instance`). Its journals
+follow the group's active; a plain `mrs serve` of them (the instances taken out of
+the config, a copied block pointing at them) took puts and confirms the group never
+saw, which the instance then had to throw away for a full copy when it rejoined
+(mrs.replication.replica). So a server that is not that instance is refused at once,
+in one line naming the instance and the way out: serve it as that instance, or delete
+the `instance` entry to make these journals a group of their own on purpose. A
+directory recorded without an instance (an unreplicated group made replicated, or a
+file from before the entry) is taken by the instance that starts on it.
 """
 
 from __future__ import annotations
@@ -27,9 +37,19 @@ from mrs.storage.datadir import DataDirError
 OWNER_FILE_NAME = "group.json"
 
 
-def owner_of(group_id: int, group_name: str, coordinator_key: str) -> dict[str, object]:
-    """What a group's data directory records about it."""
-    return {"group_id": group_id, "group": group_name, "coordinator": coordinator_key}
+def owner_of(
+    group_id: int, group_name: str, coordinator_key: str, instance: str | None = None
+) -> dict[str, object]:
+    """What a group's data directory records about it (`instance`: the instance of a
+    replicated group whose journals these are; None for an unreplicated group)."""
+    owner: dict[str, object] = {
+        "group_id": group_id,
+        "group": group_name,
+        "coordinator": coordinator_key,
+    }
+    if instance is not None:
+        owner["instance"] = instance
+    return owner
 
 
 def claim_data_dir(data_dir: Path, owner: dict[str, object], who: str) -> None:
@@ -56,6 +76,28 @@ def claim_data_dir(data_dir: Path, owner: dict[str, object], who: str) -> None:
             f"not to {who} ({owner['group']}, coordinator key {owner['coordinator']}): "
             f"{fix}; nothing was opened"
         )
+    _check_instance(path, recorded, owner, who)
+
+
+def _check_instance(
+    path: Path, recorded: dict[str, object], owner: dict[str, object], who: str
+) -> None:
+    """The group matches: refuse a server that is not the instance recorded, record
+    the instance in a directory that names none."""
+    mine, theirs = owner.get("instance"), recorded.get("instance")
+    if theirs is None:
+        if mine is not None:
+            _write(path, {**recorded, "instance": mine})
+        return
+    if mine == theirs:
+        return
+    serve = f"serve it as that instance (mrs serve --instance {theirs})"
+    raise DataDirError(
+        f"data_dir {path.parent} holds the journals of instance {theirs} of replicated "
+        f"group {recorded.get('group_id')} ({recorded.get('group')}), not {who}'s: {serve}; "
+        f'to make them a group of their own on purpose, delete "instance" from {path} '
+        "(the other instances' journals then no longer follow them); nothing was opened"
+    )
 
 
 def _recorded(path: Path) -> dict[str, object] | None:

@@ -751,7 +751,12 @@ def test_an_instance_refuses_another_groups_data_dir_and_loses_nothing(etcd, tmp
             process.terminate()
     data_dir = own.parent / "a"
     recorded = json.loads((data_dir / "group.json").read_text())
-    assert recorded == {"group_id": 1, "group": "NYC", "coordinator": "/mrs/own/1"}
+    assert recorded == {
+        "group_id": 1,
+        "group": "NYC",
+        "coordinator": "/mrs/own/1",
+        "instance": "a",
+    }
     journal = data_dir / "journals" / "data.mdb"
     before = (journal.read_bytes(), (data_dir / "group.json").read_bytes())
 

@@ -11,6 +11,7 @@ records on top of what that server wrote, and promoted, loses nothing.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from mrs.config.bus import load_config
 from mrs.model import Status
 from mrs.replication.coordinator import EtcdCoordinator, GroupState, etcd_prefix
 from mrs.replication.etcd import EtcdClient
+from mrs.storage.data_dir_owner import OWNER_FILE_NAME
 from sim.etcd import wait_active
 from sim.ports import free_port
 from tests.etcd_helpers import InstanceProcess, etcd
@@ -155,8 +157,9 @@ def _serve_unreplicated(
     config: Path, data_dir: Path, work: Callable[[str], Awaitable[None]]
 ) -> None:
     """`mrs serve --group 1` of a one-group bus (no instances) on `data_dir`, with the
-    replicated group's coordinator prefix (so its data directory is taken), while
-    `work(address)` runs; then SIGTERM."""
+    replicated group's coordinator prefix, while `work(address)` runs; then SIGTERM.
+    It is refused at once (one line naming the instance) until the operator deletes
+    the directory's instance entry, as that line says, to serve it anyway."""
     bus = load_config(config)
     assert bus.coordinator is not None
     port = free_port()
@@ -168,12 +171,16 @@ def _serve_unreplicated(
         f'data_dir = "{data_dir}"\n'
         '[[group.queue]]\nid = 10\nname = "ORDERS"\nconfirm = "explicit-in-order"\n'
     )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mrs", "serve", "--config", str(single), "--group", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    serve = [sys.executable, "-m", "mrs", "serve", "--config", str(single), "--group", "1"]
+    refused = subprocess.run(serve, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "READY" not in refused.stdout
+    [line] = refused.stderr.strip().splitlines()
+    assert f"holds the journals of instance {data_dir.name} of replicated group 1" in line, line
+    owner_path = data_dir / OWNER_FILE_NAME
+    owner = json.loads(owner_path.read_text())
+    del owner["instance"]  # the way out the line names: these journals on their own
+    owner_path.write_text(json.dumps(owner))
+    server = subprocess.Popen(serve, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert server.stdout is not None
         assert server.stdout.readline().startswith("READY"), "the plain server did not start"

@@ -55,3 +55,25 @@ def test_a_damaged_owner_file_is_refused_not_overwritten(tmp_path) -> None:
     with pytest.raises(DataDirError, match="not the JSON object mrs writes"):
         claim_data_dir(tmp_path, NYC, "instance a of group 1")
     assert (tmp_path / OWNER_FILE_NAME).read_text() == "[1, 2"
+
+
+def test_an_instances_journals_refuse_any_other_server_until_the_entry_is_deleted(
+    tmp_path,
+) -> None:
+    """A directory claimed by a plain group is taken by the instance that starts on
+    it; from then on a plain server and another instance are refused in one line
+    naming the instance, until the operator deletes the entry as the line says."""
+    claim_data_dir(tmp_path, NYC, "group 1")
+    as_b = owner_of(1, "NYC", "/mrs/bus/1", "b")
+    claim_data_dir(tmp_path, as_b, "instance b of group 1")
+    assert json.loads((tmp_path / OWNER_FILE_NAME).read_text()) == as_b
+    claim_data_dir(tmp_path, as_b, "instance b of group 1")
+    for owner, who in ((NYC, "group 1"), (owner_of(1, "NYC", "/mrs/bus/1", "c"), "instance c")):
+        with pytest.raises(DataDirError) as refused:
+            claim_data_dir(tmp_path, owner, who)
+        line = str(refused.value)
+        assert "\n" not in line and "holds the journals of instance b" in line
+        assert f"not {who}'s" in line and "mrs serve --instance b" in line
+    assert json.loads((tmp_path / OWNER_FILE_NAME).read_text()) == as_b
+    (tmp_path / OWNER_FILE_NAME).write_text(json.dumps(NYC))  # deleted on purpose
+    claim_data_dir(tmp_path, NYC, "group 1")
