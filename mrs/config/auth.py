@@ -30,6 +30,8 @@ class AuthConfig:
 
 def parse_auth(raw: Any, config_dir: Path) -> AuthConfig | None | tuple[str, str]:
     """The [auth] table, None when absent or enabled = false, (key, problem) when bad."""
+    from mrs.config.fields import resolve_path  # here: fields imports the schema, which imports us
+
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -47,6 +49,8 @@ def parse_auth(raw: Any, config_dir: Path) -> AuthConfig | None | tuple[str, str
         value = raw.get(key)
         if not isinstance(value, str) or not value:
             return key, "is required: a path (relative to the config file)"
-        path = Path(value).expanduser()
-        paths[key] = path if path.is_absolute() else config_dir / path
+        path = resolve_path(value, config_dir)
+        if isinstance(path, str):
+            return key, path
+        paths[key] = path
     return AuthConfig(paths["credentials"], paths["link_secrets"])

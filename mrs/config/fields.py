@@ -59,6 +59,22 @@ def _split_host_port(text: str) -> tuple[str, str] | str:
     return host, port
 
 
+def resolve_path(text: str, base: Path) -> Path | str:
+    """The path `text` names (`~` expanded, relative to `base`), or the problem with
+    it. Why one function: a NUL or `~nosuchuser` in a path reached the OS (ValueError,
+    RuntimeError) and `mrs serve` died with "unexpected error" instead of naming the
+    key; data_dir, pcj_archive_dir, [auth]'s files and `protection` all read one."""
+    if not text.strip():
+        return "must not be empty"
+    if "\0" in text:
+        return "must not contain a NUL character"
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~nosuchuser/..."
+        return f"cannot expand the home directory in {text!r}"
+    return path if path.is_absolute() else base / path
+
+
 @dataclass(slots=True)
 class FieldReader:
     """Typed reads of TOML values; raises ConfigError on the first fault."""
@@ -162,18 +178,15 @@ class FieldReader:
             )
         return host, port
 
+    def file_path(self, table: dict[str, Any], key: str, where: str, base: Path) -> Path:
+        """A path (string) key: `~` expanded, relative to `base` (resolve_path)."""
+        path = resolve_path(self.string(table, key, where), base)
+        if isinstance(path, str):
+            self.fail(_join(where, key), path)
+        return path
+
     def data_dir(self, group: dict[str, Any], where: str) -> Path:
-        text = self.string(group, "data_dir", where)
-        if not text.strip():
-            self.fail(_join(where, "data_dir"), "must not be empty")
-        if "\0" in text:  # found by fuzzing: the OS refuses it with a ValueError
-            self.fail(_join(where, "data_dir"), "must not contain a NUL character")
-        try:
-            directory = Path(text).expanduser()
-        except RuntimeError:  # "~nosuchuser/..."
-            self.fail(_join(where, "data_dir"), f"cannot expand the home directory in {text!r}")
-        if not directory.is_absolute():
-            directory = self.path.absolute().parent / directory
+        directory = self.file_path(group, "data_dir", where, self.path.absolute().parent)
         directory = directory.resolve()
         if directory in self.data_dir_owner:
             self.fail(

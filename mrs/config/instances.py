@@ -67,7 +67,7 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
             reader.fail(
                 f"coordinator.etcd[{index}]",
                 f'must be a URL like "http://127.0.0.1:2379" (http:// or https://, '
-                f"a host and a port 1..65535), got {endpoint!r}",
+                f"a host, a port 1..65535 and nothing after it), got {endpoint!r}",
             )
     ttl_s = reader.integer(
         raw,
@@ -156,10 +156,20 @@ def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where:
 
 def _etcd_url_ok(endpoint: str) -> bool:
     """An etcd endpoint a client can dial: http(s), a host, a port in range (one out
-    of range was taken, and the instance logged connection errors forever)."""
-    parts = urlsplit(endpoint)
+    of range was taken, and the instance logged connection errors forever), nothing
+    after the port but a "/" (the client appends "/v3/..." to it: a path or a query
+    sent every call elsewhere), no blank. A bracket left open (`http://[::1`) is a
+    ValueError of urlsplit's, which reached `mrs serve` as an unexpected error."""
     try:
+        parts = urlsplit(endpoint)
         port = parts.port
+        host = parts.hostname
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and (port is None or port > 0)
+    return (
+        parts.scheme in ("http", "https")
+        and bool(host)
+        and (port is None or port > 0)
+        and parts.path in ("", "/")
+        and not (parts.query or parts.fragment or any(c.isspace() for c in endpoint))
+    )

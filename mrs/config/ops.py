@@ -97,17 +97,29 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
             raw, "journal_bytes_initial", where, low=1 << 20, high=journal_bytes_max
         )
     if "pcj_archive_dir" in raw:
-        text = parser.string(raw, "pcj_archive_dir", where)
-        if not text.strip():
-            parser.fail(f"{where}.pcj_archive_dir", "must not be empty")
-        values["pcj_archive_dir"] = text
+        parser.file_path(raw, "pcj_archive_dir", where, Path())  # "~x", NUL: refused now
+        values["pcj_archive_dir"] = raw["pcj_archive_dir"]  # relative to data_dir
     if "pcj_archive_after_s" in raw:
         values["pcj_archive_after_s"] = parser.integer(raw, "pcj_archive_after_s", where, low=0)
     if "pcj_archive_interval_s" in raw:
         values["pcj_archive_interval_s"] = parser.integer(
             raw, "pcj_archive_interval_s", where, low=1, high=7 * 86400
         )
+    _check_needs(parser, raw, values, where)
     return OpsConfig(**values)
+
+
+def _check_needs(parser: Any, raw: dict[str, Any], values: dict[str, Any], where: str) -> None:
+    """A key that does nothing without another is refused: `web_admin = true` without
+    `web_listen` (no page to act on), `pcj_archive_interval_s` without
+    `pcj_archive_after_s` (no automatic archive). Both were taken and did nothing, and
+    the operator believed the page acted or the PCJ was being archived."""
+    for key, needed, why in (
+        ("web_admin", "web_listen", "the page that acts is served there"),
+        ("pcj_archive_interval_s", "pcj_archive_after_s", "the automatic archive runs only then"),
+    ):
+        if values.get(key) and needed not in raw:  # web_admin = false needs nothing
+            parser.fail(f"{where}.{key}", f"needs {needed} in [group.ops] too: {why}")
 
 
 def _check_own_ports(

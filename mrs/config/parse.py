@@ -13,7 +13,7 @@ from typing import Any
 from mrs.config.addresses import same_address
 from mrs.config.auth import parse_auth
 from mrs.config.fields import FieldReader, _describe, _join, _toml_list
-from mrs.config.guards import parse_guards
+from mrs.config.guards import Guards, parse_guards
 from mrs.config.instances import parse_coordinator, parse_instances
 from mrs.config.ops import parse_ops
 from mrs.config.schema import (
@@ -111,7 +111,7 @@ class _Parser(FieldReader):
         }
         protection = None
         if "protection" in document:
-            protection = self.path.absolute().parent / self.string(document, "protection", "")
+            protection = self.file_path(document, "protection", "", self.path.absolute().parent)
         auth = parse_auth(document.get("auth"), self.path.absolute().parent)
         if isinstance(auth, tuple):
             self.fail(_join("auth", auth[0]), auth[1])
@@ -148,10 +148,7 @@ class _Parser(FieldReader):
         queues = [self.queue(q, f"{where}.queue[{i}]") for i, q in enumerate(raw_queues)]
         self.check_queues_unique(queues, where, group_id)
         dead_letter_queue = self.boolean(raw, "dead_letter_queue", where, default=True)
-        guards = parse_guards(raw.get("guards"))
-        if isinstance(guards, tuple):
-            key, problem = guards
-            self.fail(f"{where}.guards" + (f".{key}" if key else ""), problem)
+        guards = self.guards(raw.get("guards"), where, limits)
         recoverable_dlq = self.boolean(raw, "dead_letter_queue_recoverable", where, default=False)
         if recoverable_dlq and not dead_letter_queue:  # else taken, and no DLQ journaled
             self.fail(
@@ -206,6 +203,23 @@ class _Parser(FieldReader):
                 f"so a message fits the journal, got {values['message_bytes_max']}",
             )
         return Limits(**values)
+
+    def guards(self, raw: Any, group_where: str, limits: Limits) -> Guards:
+        """[group.guards]; the two byte bounds one message must fit in
+        (connection_bytes_max, queue_bytes_max), when the file leaves them to their
+        default (256 MiB), at least `message_bytes_max`: under a larger
+        message_bytes_max, a message the limits let in answered EXCEEDQUOTA on an idle
+        connection, and nothing said the group's real bound was the guard's default."""
+        guards = parse_guards(raw)
+        if isinstance(guards, tuple):
+            key, problem = guards
+            self.fail(f"{group_where}.guards" + (f".{key}" if key else ""), problem)
+        raised = {
+            key: limits.message_bytes_max
+            for key in ("connection_bytes_max", "queue_bytes_max")
+            if not (raw and key in raw) and getattr(guards, key) < limits.message_bytes_max
+        }
+        return replace(guards, **raised)
 
     def queue(self, raw: dict[str, Any], where: str) -> QueueConfig:
         self.check_keys(raw, where, _QUEUE_KEYS, _QUEUE_REQUIRED)

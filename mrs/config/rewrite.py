@@ -2,24 +2,32 @@
 
 Why text edits and not a TOML writer: the operator's file keeps its comments, order
 and layout; only the lines of the one queue changed (or the new queue's table) are
-touched. The result is parsed with the real parser (mrs.config.bus.parse_config)
-before anything is written, so a bad value is refused with the parser's one line,
-and the file is replaced atomically (a temporary file in the same directory,
-fsync'd, renamed over it): a server starting meanwhile reads the old or the new file,
-never half of one, and a restart keeps the change.
+touched. Each edit is then checked against the TOML document itself: the new text
+must read as the old one with exactly the one change (a table header written in a
+form the line scan does not know, `[[group . queue]]`, once put a limit into another
+queue, and the file still parsed). The result is parsed with the real parser
+(mrs.config.bus.parse_config) before anything is written, so a bad value is refused
+with the parser's one line, and the file is replaced atomically (a temporary file in
+the same directory, fsync'd, renamed over it): a server starting meanwhile reads the
+old or the new file, never half of one, and a restart keeps the change.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mrs.storage.atomic_file import replace_file
 
 _HEADER = re.compile(r"^\ufeff?\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(#.*)?$")
 _ID = re.compile(r"^\s*id\s*=\s*([0-9]+)\s*(#.*)?$")
+_COMMENT = re.compile(r"^\s*#")
 
 
 @dataclass
@@ -67,7 +75,9 @@ def _value(value: object) -> str:
 
 def with_queue_values(text: str, group_id: int, queue_id: int, values: dict[str, object]) -> str:
     """`text` with `key = value` set in the [[group.queue]] of `queue_id` in group
-    `group_id` (a line replaced, or added after its `id` line)."""
+    `group_id` (a line replaced, keeping its comment, or added after its `id` line).
+    LookupError when the group or queue is not found, or the edit would not be
+    exactly that change (`_checked`)."""
     lines = text.splitlines(keepends=True)
     tables = _tables(lines)
     first, end = _group_span(tables, group_id)
@@ -77,32 +87,103 @@ def with_queue_values(text: str, group_id: int, queue_id: int, values: dict[str,
     else:
         raise LookupError(f"queue {queue_id} is not declared in group {group_id}'s tables")
     body = lines[table.start + 1 : table.end]
+    newline = _newline(lines)
     for key, value in values.items():
-        line = f"{key} = {_value(value)}\n"
-        pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+        pattern = re.compile(rf"^(\s*{re.escape(key)}\s*=\s*)[^#]*?(\s*#.*)?$")
         for index, existing in enumerate(body):
-            if pattern.match(existing):
-                body[index] = line
+            if match := pattern.match(existing.rstrip("\r\n")):
+                body[index] = f"{match.group(1)}{_value(value)}{match.group(2) or ''}{newline}"
                 break
         else:
             at = next((i + 1 for i, one in enumerate(body) if _ID.match(one)), 0)
-            body.insert(at, line)
-    return "".join(lines[: table.start + 1] + body + lines[table.end :])
+            body.insert(at, f"{key} = {_value(value)}{newline}")
+    after = "".join(lines[: table.start + 1] + body + lines[table.end :])
+
+    def expected(document: dict[str, Any]) -> None:
+        _queue_of(_group_of(document, group_id), queue_id).update(_as_read(values))
+
+    return _checked(text, after, expected, f"queue {group_id}.{queue_id}")
 
 
 def with_new_queue(text: str, group_id: int, values: dict[str, object]) -> str:
     """`text` with a new [[group.queue]] table (`values`, id and name first) at the
-    end of group `group_id`'s tables."""
+    end of group `group_id`'s tables: after its last key and the comments that
+    follow it, before blank lines and the comment that heads whatever comes next."""
     lines = text.splitlines(keepends=True)
     tables = _tables(lines)
     _first, end = _group_span(tables, group_id)
-    at = tables[end - 1].end
-    while at > tables[end - 1].start + 1 and not lines[at - 1].strip():
-        at -= 1  # before the blank lines that end the group
+    start, at = tables[end - 1].start + 1, tables[end - 1].end
+    while at > start and (not lines[at - 1].strip() or _COMMENT.match(lines[at - 1])):
+        at -= 1  # back over the blank lines and comments that end the group...
+    while at < tables[end - 1].end and _COMMENT.match(lines[at]):
+        at += 1  # ...then forward over the comments written right under its last key
+    newline = _newline(lines)
     if lines[at - 1 : at] and not lines[at - 1].endswith("\n"):
-        lines[at - 1] += "\n"
-    block = ["[[group.queue]]\n"] + [f"{key} = {_value(v)}\n" for key, v in values.items()]
-    return "".join(lines[:at] + block + lines[at:])
+        lines[at - 1] += newline
+    block = [f"[[group.queue]]{newline}"]
+    block += [f"{key} = {_value(v)}{newline}" for key, v in values.items()]
+    after = "".join(lines[:at] + block + lines[at:])
+
+    def expected(document: dict[str, Any]) -> None:
+        _group_of(document, group_id).setdefault("queue", []).append(_as_read(values))
+
+    return _checked(text, after, expected, f"a new queue in group {group_id}")
+
+
+def _as_read(values: dict[str, object]) -> dict[str, Any]:
+    """`values` as the file will read once `_value` wrote them (7.5 becomes "7.5"),
+    so a value of the wrong type is left to the parser's one line."""
+    return tomllib.loads("".join(f"{key} = {_value(v)}\n" for key, v in values.items()))
+
+
+def _newline(lines: list[str]) -> str:
+    """The file's own line ending, for the lines an edit writes."""
+    return "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+
+
+def _group_of(document: dict[str, Any], group_id: int) -> dict[str, Any]:
+    for group in document.get("group", []):
+        if isinstance(group, dict) and group.get("id") == group_id:
+            return group
+    raise LookupError(f"no [[group]] with id = {group_id} in the file")
+
+
+def _queue_of(group: dict[str, Any], queue_id: int) -> dict[str, Any]:
+    for queue in group.get("queue", []):
+        if isinstance(queue, dict) and queue.get("id") == queue_id:
+            return queue
+    raise LookupError(f"queue {queue_id} is not declared in group {group.get('id')}'s tables")
+
+
+def _checked(before: str, after: str, expected: Callable[[dict[str, Any]], None], what: str) -> str:
+    """`after`, if it reads (as TOML) as `before` with only the change `expected`
+    makes to `before`'s document. Why: the edits work on lines, and a file laid out
+    in a way the line scan does not know (a header `[[group . queue]]`, a quoted key,
+    a header inside a multi-line string) got the change in another queue, which the
+    parser then accepted: the operator was told "done" and a restart applied the
+    limit elsewhere. Unchanged when `before` is no TOML: the parser names its fault."""
+    try:
+        document = tomllib.loads(before.removeprefix("\ufeff"))
+    except tomllib.TOMLDecodeError:
+        return after
+    want = copy.deepcopy(document)
+    expected(want)
+    try:
+        got: Any = tomllib.loads(after.removeprefix("\ufeff"))
+    except tomllib.TOMLDecodeError:
+        got = None
+    if _canonical(got) != _canonical(want):
+        raise LookupError(
+            f"cannot change {what} in this file: its tables are written in a way the "
+            "edit does not follow (e.g. a header with spaces or quotes, a key in "
+            "quotes), and the file is left as it was; make the change by hand"
+        )
+    return after
+
+
+def _canonical(document: object) -> str:
+    """One text per document (a NaN equals itself here, unlike in ==)."""
+    return json.dumps(document, sort_keys=True, default=str)
 
 
 def write_atomically(path: Path, text: str) -> None:
