@@ -23,8 +23,10 @@ What each action promises:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from journals import CorruptRecord, Journal, JournalError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
-from mrs.config.rewrite import with_new_queue, with_queue_values
+from mrs.config.rewrite import lock_config, with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
 from mrs.group.dqf import forget_priority, keep_priority
@@ -213,17 +215,24 @@ class AdminActions:
 
         path = Path(self.server.bus.path)
         try:
-            before = path.read_text(encoding="utf-8")
-            text = change(before)
-            new_bus = parse_config(text, path)
-        except (LookupError, OSError) as error:
-            raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
-        except ConfigError as error:
-            raise Refused(Status.BADPARAM, f"refused: {error}") from None
-        try:
-            write_atomically(path, text)
+            lock_fd = lock_config(path)  # the other groups of the bus edit the same file
         except OSError as error:
-            raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
+            raise Refused(Status.SERVER_ERROR, f"config {path} not locked: {error}") from None
+        try:
+            try:
+                before = path.read_text(encoding="utf-8")
+                text = change(before)
+                new_bus = parse_config(text, path)
+            except (LookupError, OSError) as error:
+                raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
+            except ConfigError as error:
+                raise Refused(Status.BADPARAM, f"refused: {error}") from None
+            try:
+                write_atomically(path, text)
+            except OSError as error:
+                raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
+        finally:
+            os.close(lock_fd)
         return new_bus, self.file_changed(BUS_FILE_KEY, before, text)
 
     def file_changed(self, key: bytes, before: str, after: str) -> WriteBatch:
@@ -761,7 +770,14 @@ def _set_limits(actions: AdminActions, session: AdminSession, request: wire.Admi
     new_bus, batch = actions.rewrite(
         lambda text: with_queue_values(text, group_id, queue_id, values)
     )
-    fresh = new_bus.groups[group_id].queues[queue_id]
+    # Only the limits go live: another key of this queue edited by hand in the file
+    # meanwhile (recoverable = false) waits for the restart that reads it, as it would
+    # without this command; before, the whole entry was taken and a recoverable
+    # queue's puts were answered NO_DQF and dropped.
+    fresh = dataclasses.replace(
+        queue.config,
+        **{key: getattr(new_bus.groups[group_id].queues[queue_id], key) for key in LIMIT_KEYS},
+    )
     actions.group.config.queues[queue_id] = fresh
     queue.config = fresh
     queue.unconfirmed_max = fresh.unconfirmed_max
@@ -821,11 +837,15 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         raise Refused(Status.BADPARAM, f"grant: {problem}")
     path = authority.config.credentials_path
     try:
-        before = path.read_text(encoding="utf-8") if path.is_file() else ""
-        creds = store.load(path)
-        store.grant(creds, name, perms)
-        store.save(path, creds)
-        after = path.read_text(encoding="utf-8")
+        lock_fd = lock_config(path)  # every group of the bus grants in the same file
+        try:
+            before = path.read_text(encoding="utf-8") if path.is_file() else ""
+            creds = store.load(path)
+            store.grant(creds, name, perms)
+            store.save(path, creds)
+            after = path.read_text(encoding="utf-8")
+        finally:
+            os.close(lock_fd)
     except (CredsError, OSError, UnicodeDecodeError) as error:
         raise Refused(Status.BADPARAM, f"grant: {error}") from None
     authority.reload(f"grant of {name} by {session.principal}")
