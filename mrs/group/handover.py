@@ -211,9 +211,19 @@ class Handover:
         dequeued = False  # a memory entry's DEQ sender waits for the answer to go out
         marking = queue.marking if queue.confirm_style is _IMPLICIT else None
         marked_seqs: list[int] = []
-        for entry, _, _ in handed:
+        for entry, _, needs_confirm in handed:
             if not entry.journaled:
                 dequeued = dequeued or entry.on_dequeue is not None
+                if (
+                    not needs_confirm
+                    and entry.on_dequeue is None
+                    and entry.on_confirm is None
+                    and not queue.shared
+                ):
+                    # Lent as a read-ahead one is: a get given up as this answer came
+                    # leaves it held by the client, which gives it back if it closes
+                    # before another get takes it; before, it was lost at that close.
+                    queue.lend(entry)
             elif entry is not premarked:
                 if batch is None:
                     batch = WriteBatch.empty()

@@ -150,8 +150,9 @@ class CancelGet(EventStruct, tag=20):
 
 
 class GiveBack(EventStruct, tag=25):
-    """Return read-ahead messages the application never took (a client closing with
-    them held): the server puts each seq it lent to this connection's queue back at
+    """Return messages needing no confirm the application never took (a client closing
+    with them held: read ahead, or the answer of a get given up): the server puts each
+    seq it lent to this connection's queue back at
     the front, in arrival order; a seq it did not lend is ignored, so a client can
     neither add a message nor take one twice. No reply of its own."""
 

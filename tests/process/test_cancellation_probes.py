@@ -21,6 +21,7 @@ from clients import (
     MrsError,
     PutItem,
     Status,
+    Uma,
     connect,
     connect_sync,
     put_once,
@@ -35,6 +36,7 @@ from tests.client_helpers import (
     scripted_server,
     take_all,
 )
+from tests.process.test_confirm_order_probes import RawClient
 
 BODY_BYTES = 32 * 1024
 PUTS_BEYOND_THE_BOUND = 4 * OUTBOX_BYTES_HIGH // BODY_BYTES
@@ -324,3 +326,25 @@ async def test_a_connect_cancelled_while_it_attaches_leaves_the_queue_free(serve
         assert scope.cancelled_caught
         async with connect(server.address, "ORDERS", reconnect=None) as again:
             assert (await again.put(b"attached", "ORDERS")).status == Status.SUCCESS
+
+
+async def test_a_nonrecoverable_message_that_crossed_a_given_up_get_is_given_back_at_close(
+    make_bus,
+) -> None:
+    """A get given up just as its answer brought a nonrecoverable message leaves that
+    message held by the client, which names it in its GiveBack when it closes before
+    another get takes it. The server took back only read-ahead messages: this one was
+    lost at the clean close. Frames written by hand, so the answer always comes before
+    the give-back (the race a cancelled get leaves to chance)."""
+    bus = make_bus()
+    async with connect(bus.address, queue="SENDER") as sender:
+        await sender.put(b"memory", "ORDERS", delivery=DeliveryMode.NN_MEM, uma=Uma.DISC)
+    raw = await RawClient.attached(bus.address, "ORDERS")
+    await raw.send(wire.Get(2, 5000))
+    [delivery] = await raw.events(1)
+    assert isinstance(delivery, wire.Delivery) and delivery.body == b"memory"
+    await raw.send(wire.GiveBack([delivery.seq]))
+    await raw.stream.aclose()
+    async with connect(bus.address, queue="ORDERS", reconnect=None) as receiver:
+        message = await receiver.get(timeout=10)
+    assert (message.seq, message.body) == (delivery.seq, b"memory")
