@@ -5,7 +5,8 @@ and a scrape reads the group's live state (queues, links, journal) which only th
 event loop may touch. This one runs in the server's own trio nursery, answers GET
 and HEAD only, reads at most HTTP_REQUEST_BYTES_MAX of headers within
 HTTP_REQUEST_DEADLINE_S, serves one request per connection and never lets a bad client
-disturb the group: every failure closes that connection only. Read-only unless it is
+disturb the group: every failure closes that connection only (any exception in
+answering one is logged, never raised into the group's nursery). Read-only unless it is
 given `handlers` (the web view's actions, mrs.ops.web_admin): paths answered with the
 whole request (headers, cookies, a POST body of at most HTTP_BODY_BYTES_MAX).
 """
@@ -13,6 +14,7 @@ whole request (headers, cookies, a POST body of at most HTTP_BODY_BYTES_MAX).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ import trio
 
 from mrs.exit_status import CommandError
 from mrs.limits import (
+    ADMIN_REQUEST_WAIT_S,
     HTTP_BODY_BYTES_MAX,
     HTTP_CONNECTIONS_MAX,
     HTTP_REQUEST_BYTES_MAX,
@@ -77,7 +80,26 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
 }
+
+
+_GUARDS = (
+    "X-Frame-Options: DENY\r\n"
+    "Content-Security-Policy: frame-ancestors 'none'\r\n"
+    "X-Content-Type-Options: nosniff\r\n"
+)
+"""On every answer. Why: a page of another origin could show the console in a frame
+under its own decoy buttons and have the operator click Purge (clickjacking); the
+browser now refuses to frame it. nosniff: a text answer is never run as HTML."""
+
+
+def http_url(host: str, port: int) -> str:
+    """The page's address as a browser takes it: an IPv6 host in brackets."""
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def text(status: int, body: str) -> Response:
@@ -97,16 +119,18 @@ async def serve_http(
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     slots = trio.Semaphore(HTTP_CONNECTIONS_MAX)
+    local_only = all(_loopback(listener.socket.getsockname()[0]) for listener in listeners)
     task_status.started((host, bound))
 
     async def handle(stream: trio.SocketStream) -> None:
         try:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
-                    await _answer(stream, routes, handlers or {})
+                await _answer(stream, routes, handlers or {}, local_only=local_only)
+        except Exception:  # noqa: BLE001 - one request's fault closes that connection only
+            log.exception("HTTP request failed")
+        finally:
             with contextlib.suppress(Exception), trio.move_on_after(1):
                 await stream.aclose()
-        finally:
             slots.release()
 
     async with trio.open_nursery() as nursery:
@@ -152,73 +176,153 @@ def endpoint_failure(
     return bind_failure(where, key, error)
 
 
+HANDLER_WAIT_S = ADMIN_REQUEST_WAIT_S + HTTP_REQUEST_DEADLINE_S
+"""How long a handler (an action, a login) may take before the asker is told so: longer
+than the action's own wait, so its own one-line answer comes first."""
+
+
 async def _answer(
-    stream: trio.SocketStream, routes: dict[str, Route], handlers: dict[str, Handler]
+    stream: trio.SocketStream,
+    routes: dict[str, Route],
+    handlers: dict[str, Handler],
+    *,
+    local_only: bool,
 ) -> None:
+    """Read the request within HTTP_REQUEST_DEADLINE_S, then answer it. Why two bounds:
+    a slow client must not hold a slot, but an action on a slow group may take longer
+    than reading a request does, and it is owed an answer rather than a closed socket."""
+    received: Request | Response | None = None
+    with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
+        received = await _receive(stream, handlers, local_only=local_only)
+    if received is None:
+        return
+    if isinstance(received, Response):
+        response, head = received, False
+    elif received.path in handlers:
+        response, head = await _handled(handlers[received.path], received), False
+    else:
+        response, head = _routed(routes, received), received.method == "HEAD"
+    with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
+        await _send(stream, response, head=head)
+
+
+async def _receive(
+    stream: trio.SocketStream, handlers: dict[str, Handler], *, local_only: bool
+) -> Request | Response | None:
+    """The request (with its headers and body for a handler's path), or the error
+    response for a malformed one; None if the client closed first."""
     data = b""
     while b"\r\n\r\n" not in data and b"\n\n" not in data:
         chunk = await stream.receive_some(HTTP_REQUEST_BYTES_MAX)
         if not chunk:
-            return
+            return None
         data += chunk
         if len(data) > HTTP_REQUEST_BYTES_MAX:
-            await _send(stream, text(400, "request too large\n"), head=False)
-            return
+            return text(400, "request too large\n")
     request_line = data.split(b"\n", 1)[0].decode("latin-1").strip()
     parts = request_line.split()
     if len(parts) != 3:
-        await _send(stream, text(400, "bad request line\n"), head=False)
-        return
+        return text(400, "bad request line\n")
     method, target, _version = parts
-    handler = handlers.get(target.partition("?")[0])
-    if handler is not None:
-        await _send(stream, await _handled(stream, handler, data, method, target), head=False)
-        return
-    if method not in ("GET", "HEAD"):
-        await _send(stream, text(405, "read-only: GET and HEAD only\n"), head=False)
-        return
     path, _, query = target.partition("?")
-    route = routes.get(path)
-    if route is None:
-        response = text(404, f"no such page: {path}; pages: {', '.join(sorted(routes))}\n")
-    else:
-        try:
-            response = route(query)
-        except Exception:  # noqa: BLE001 - a broken page must not stop the group
-            log.exception("HTTP %s failed", path)
-            response = text(500, "internal error (see the group's log)\n")
-    await _send(stream, response, head=method == "HEAD")
-
-
-async def _handled(
-    stream: trio.SocketStream, handler: Handler, data: bytes, method: str, target: str
-) -> Response:
-    """A handler's answer to the whole request: headers parsed, the body read."""
+    if path not in handlers:
+        return Request(method, path, query)
     head, _, body = data.replace(b"\r\n", b"\n").partition(b"\n\n")
     headers: dict[str, str] = {}
     for line in head.decode("latin-1").split("\n")[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
-    length_text = headers.get("content-length", "0")
-    if not length_text.isdigit() or int(length_text) > HTTP_BODY_BYTES_MAX:
+    foreign = _foreign_host(headers.get("host"), local_only)
+    if foreign is not None:
+        return text(403, foreign)
+    length = _content_length(headers.get("content-length", "0"))
+    if length is None:
+        return text(400, "Content-Length must be a number of bytes\n")
+    if length > HTTP_BODY_BYTES_MAX:
         return text(413, f"body over {HTTP_BODY_BYTES_MAX} bytes\n")
-    while len(body) < int(length_text):
+    while len(body) < length:
         chunk = await stream.receive_some(HTTP_BODY_BYTES_MAX)
         if not chunk:
             break
         body += chunk
-    path, _, query = target.partition("?")
+    return Request(method, path, query, headers, body[:length], _peer(stream))
+
+
+def _content_length(value: str) -> int | None:
+    """The header's byte count, or None unless it is plain ASCII digits. Why not
+    str.isdigit: it takes '²' (latin-1 0xB2), which int() refuses, and that one
+    request used to stop the whole group."""
+    if not value or len(value) > 12 or not all("0" <= c <= "9" for c in value):
+        return None
+    return int(value)
+
+
+def _loopback(name: str) -> bool:
+    """True for a loopback address or a name that can only mean this host."""
+    name = name.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _foreign_host(host_header: str | None, local_only: bool) -> str | None:
+    """Why an action must be refused for its Host header, or None. Why: a web page can
+    point a name of its own at 127.0.0.1 (DNS rebinding) and then be the console's
+    "same origin": without [auth] it could take a session and purge. A console that
+    listens on loopback only is reached by loopback names only (an SSH tunnel's
+    localhost:9000 included), so any other name is such a page, or a proxy that
+    forwards its public Host (it should send the upstream's)."""
+    if not local_only or host_header is None:
+        return None
+    name = host_header.strip()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    if _loopback(name):
+        return None
+    return (
+        f"Host {host_header!r} is not a loopback name and this console listens on "
+        "loopback only: actions refused (DNS rebinding guard; a proxy must send the "
+        "upstream's Host)\n"
+    )
+
+
+def _peer(stream: trio.SocketStream) -> str:
     try:
         peer = stream.socket.getpeername()
-        peer_text = f"{peer[0]}:{peer[1]}"
+        return f"{peer[0]}:{peer[1]}"
     except (AttributeError, OSError):
-        peer_text = "?"
-    request = Request(method, path, query, headers, body[: int(length_text)], peer_text)
+        return "?"
+
+
+def _routed(routes: dict[str, Route], request: Request) -> Response:
+    """A read-only page's answer (GET and HEAD only)."""
+    if request.method not in ("GET", "HEAD"):
+        return text(405, "read-only: GET and HEAD only\n")
+    route = routes.get(request.path)
+    if route is None:
+        return text(404, f"no such page: {request.path}; pages: {', '.join(sorted(routes))}\n")
     try:
-        return await handler(request)
+        return route(request.query)
     except Exception:  # noqa: BLE001 - a broken page must not stop the group
-        log.exception("HTTP %s %s failed", method, path)
+        log.exception("HTTP %s failed", request.path)
         return text(500, "internal error (see the group's log)\n")
+
+
+async def _handled(handler: Handler, request: Request) -> Response:
+    """A handler's answer within HANDLER_WAIT_S; a failure is one line, never a
+    closed connection."""
+    with trio.move_on_after(HANDLER_WAIT_S):
+        try:
+            return await handler(request)
+        except Exception:  # noqa: BLE001 - a broken page must not stop the group
+            log.exception("HTTP %s %s failed", request.method, request.path)
+            return text(500, "internal error (see the group's log)\n")
+    return text(504, f"no answer within {HANDLER_WAIT_S:.0f} s\n")
 
 
 async def _send(stream: trio.SocketStream, response: Response, *, head: bool) -> None:
@@ -230,6 +334,7 @@ async def _send(stream: trio.SocketStream, response: Response, *, head: bool) ->
         f"Content-Type: {response.content_type}\r\n"
         f"Content-Length: {len(response.body)}\r\n"
         "Cache-Control: no-store\r\n"
+        f"{_GUARDS}"
         "Connection: close\r\n\r\n"
     ).encode()
     await stream.send_all(header if head else header + response.body)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 import trio
 
-from mrs.ops.http_endpoint import Response, endpoint_failure, serve_http, text
+from mrs.ops.http_endpoint import Response, endpoint_failure, http_url, serve_http, text
 
 if TYPE_CHECKING:
     from mrs.ops.group_ops import GroupOps
@@ -147,8 +147,8 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
             raise endpoint_failure(
                 server, "web_listen", config.ops.web_host, config.ops.web_port, error
             ) from None
-        ops.endpoints["web"] = f"http://{host}:{port}/"
-        log.info("group %d web view on http://%s:%d/", config.id, host, port)
+        ops.endpoints["web"] = http_url(host, port)
+        log.info("group %d web view on %s", config.id, ops.endpoints["web"])
         task_status.started()
         while True:
             history.append(sample_of(payload()))

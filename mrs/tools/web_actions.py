@@ -20,6 +20,7 @@ Read-only stays the default: without `--admin` the bus page has no action endpoi
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -37,6 +38,8 @@ log = logging.getLogger("mrs.web")
 
 CONNECT_TIMEOUT_S = 5.0
 """Seconds to reach a group for one action or a password check."""
+PASSWORD_ASK_STAGGER_S = 1.0
+"""A login asks the next group of the bus when the last has not answered by then."""
 
 
 class BusWebAdmin(WebAdmin):
@@ -59,20 +62,41 @@ class BusWebAdmin(WebAdmin):
         return password
 
     async def password_ok(self, name: str, password: str) -> bool | str:
-        """Asked of the groups in turn: the first that answers says yes or no."""
+        """Asked of the groups, the next one PASSWORD_ASK_STAGGER_S after the last
+        (or as soon as it fails): the first that answers says yes or no. Why staggered
+        and not in turn: a group whose host hangs (no answer, not even a refusal) took
+        the whole login deadline, and while group 1 hung nobody could log in to act on
+        the others; all at once would have every wrong password refused by every group."""
+        verdict: list[bool] = []
+        failures: list[str] = []
+        async with self.password_checks, trio.open_nursery() as nursery:
+            for group_id in self.views:  # the first verdict cancels the rest (and this loop)
+                asked = trio.Event()
+                answer = _Answer(verdict, failures, asked, nursery.cancel_scope)
+                nursery.start_soon(self._ask, group_id, name, password, answer)
+                with trio.move_on_after(PASSWORD_ASK_STAGGER_S):
+                    await asked.wait()
+        if verdict:
+            return verdict[0]
+        last = failures[-1] if failures else "no group of the bus answered"
+        return f"cannot check the password now: {last}"
+
+    async def _ask(self, group_id: int, name: str, password: str, answer: _Answer) -> None:
+        """One group's word on the password, into `answer`."""
         from mrs.errors import NotAuthorized
 
-        last = "no group of the bus answered"
-        async with self.password_checks:  # a flood of logins costs the groups little
-            for group_id in self.views:
-                try:
-                    async with self._connect(group_id, name, password):
-                        return True
-                except NotAuthorized:
-                    return False
-                except Exception as error:  # noqa: BLE001 - a group down: ask the next one
-                    last = f"group {group_id} did not answer ({getattr(error, 'message', error)})"
-        return f"cannot check the password now: {last}"
+        try:
+            async with self._connect(group_id, name, password):
+                answer.verdict.append(True)
+        except NotAuthorized:
+            answer.verdict.append(False)
+        except Exception as error:  # noqa: BLE001 - a group down: ask the next one
+            reason = getattr(error, "message", error)
+            answer.failures.append(f"group {group_id} did not answer ({reason})")
+        finally:
+            answer.asked.set()
+        if answer.verdict:
+            answer.all_asks.cancel()
 
     def _connect(self, group_id: int, name: str | None, password: str | None):
         from clients import ClientCredentials, connect
@@ -136,6 +160,18 @@ class BusWebAdmin(WebAdmin):
         if queue and "." not in queue and not owners:
             return f"no queue {queue!r} in any group (groups: {_ids(groups)})"
         return f"say which group (groups: {_ids(groups)})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """Where the groups asked about one password put their word."""
+
+    verdict: list[bool]
+    failures: list[str]
+    asked: trio.Event
+    """Set when this group has answered or failed: ask the next one now."""
+    all_asks: trio.CancelScope
+    """Cancelled by the first verdict: the other groups need not answer."""
 
 
 def _ids(groups: dict) -> str:
