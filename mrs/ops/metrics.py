@@ -30,7 +30,7 @@ from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT
 from mrs.model import Status, status_of
 from mrs.ops.alarms import ALARM_KINDS
-from mrs.ops.http_endpoint import Response, endpoint_failure, serve_http
+from mrs.ops.http_endpoint import Response, endpoint_failure, http_url, serve_http
 from mrs.ops.replication_metrics import replication_metrics
 
 if TYPE_CHECKING:
@@ -288,6 +288,6 @@ async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) 
             raise endpoint_failure(
                 ops.server, "metrics_listen", config.metrics_host, config.metrics_port, error
             ) from None
-        ops.endpoints["metrics"] = f"http://{host}:{port}/metrics"
-        log.info("group %d metrics on http://%s:%d/metrics", ops.server.config.id, host, port)
+        ops.endpoints["metrics"] = f"{http_url(host, port)}metrics"
+        log.info("group %d metrics on %s", ops.server.config.id, ops.endpoints["metrics"])
         task_status.started()
