@@ -9,6 +9,12 @@ and blocks start small (1,024) and double with use up to 1M, so a crash loop at 
 restart a second takes ~17,000 years to use the 2**49 counters, and a busy group
 reserves once per 1M messages (one small synced commit).
 
+A replicated group's active commits its reservations through
+mrs.replication.stream.RecordingStore, which writes them reaching SEQ_RESERVE_AHEAD
+further and refuses a block no reservation on a majority covers: a seq leaves with a
+link transfer before any replica has its commit, and the next active counts from the
+reservation its own journals hold.
+
 The layout before this one was `group | boot epoch (17 bits) | counter (32 bits)`,
 which ran out after 131,071 starts. A journal written with it is migrated at the
 first start: the counter goes on from `(last epoch + 1) << 32`, above every seq the

@@ -62,6 +62,8 @@ class PeerIncarnations:
     group_id: int
     own: bytes
     """This group's incarnation, sent in its Hello or Welcome."""
+    config_path: str = "bus.toml"
+    """The bus file, named in the command a refusal tells the operator to run."""
 
     def admit(self, peer_id: int, incarnation: bytes) -> str | None:
         """None when a link from `peer_id` bringing `incarnation` may go on (a first
@@ -82,7 +84,8 @@ class PeerIncarnations:
             f"group {self.group_id} linked with before ({short(bytes(recorded))}): another "
             f"process serves group {peer_id} from other journals, or its data directory was "
             f"replaced. Stop a stray process; if group {peer_id} was rebuilt, run `mrs admin "
-            f"reset-link {peer_id} --group {self.group_id}`. Nothing waiting is lost meanwhile"
+            f"reset-link {peer_id} --config {self.config_path} --group {self.group_id}`. "
+            "Nothing waiting is lost meanwhile"
         )
 
     def recorded(self, peer_id: int) -> bytes | None:

@@ -286,6 +286,7 @@ class Active:
             if await self._record_in_sync(self.stream.in_sync | {name}, f"{name} caught up"):
                 self.stream.in_sync.add(name)
                 self.stream.release()  # it may hold the last answers held: they go now
+                self.stream.wake_waiters()  # and whoever waits for them (`wait_answered`)
 
     async def _record_co_holders(self) -> None:
         """Name the replicas at this instance's winning position in sync, each holding

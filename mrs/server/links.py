@@ -20,6 +20,7 @@ from mrs.group.incarnation import PeerIncarnations, own_incarnation, short
 from mrs.group.link_driver import dial_forever, new_link, pump
 from mrs.group.link_session import PeerLink
 from mrs.model import Status
+from mrs.replication.stream import RecordingStore
 from mrs.security import session_auth
 from mrs.security.authority import Authority
 from mrs.security.tls import check_link_peer
@@ -60,35 +61,61 @@ class PeerLinks:
     def start(self, group: Group, nursery: trio.Nursery) -> None:
         """One PeerLink per linked group; this group dials the higher-numbered ones.
         Each link says this group's journals' incarnation and checks the peer's
-        (mrs.group.incarnation), whichever side dialed."""
+        (mrs.group.incarnation), whichever side dialed; none is dialed or adopted
+        before the incarnation is as durable as an answer (`_start_when_answerable`)."""
         store = group.ctx.store
-        self.incarnations = PeerIncarnations(store, self.config.id, own_incarnation(store))
+        incarnations = PeerIncarnations(
+            store, self.config.id, own_incarnation(store), str(self.bus.path)
+        )
         for peer_id in group.peers:
             link = new_link(group.link_rooms, peer_id)
             self.links[peer_id] = link
             nursery.start_soon(pump, link)
-            if self.config.id < peer_id:
-                host, port = self._dial_address(peer_id)
-                if port == 0:
-                    log.error(
-                        "cannot dial group %d: its listen port is 0 and the link has no address",
-                        peer_id,
-                    )
-                    continue
-                nursery.start_soon(
-                    functools.partial(
-                        dial_forever,
-                        secure=self.authority.dial_link if self.authority is not None else None,
-                        incarnations=self.incarnations,
-                    ),
-                    link,
-                    host,
-                    port,
-                    self.config.id,
-                    self.frame_bytes_max,
-                    self._dial_network(peer_id),
-                    self.guards,
+        if isinstance(store, RecordingStore):
+            nursery.start_soon(self._start_when_answerable, store, incarnations, nursery)
+        else:  # an unreplicated group's: synced on its one disk
+            self._start_links(incarnations, nursery)
+
+    async def _start_when_answerable(
+        self, store: RecordingStore, incarnations: PeerIncarnations, nursery: trio.Nursery
+    ) -> None:
+        """The links of a replicated group's active, once every record it holds now
+        (its incarnation among them) is on a majority of its instances. Why: the
+        active writes the incarnation when the journals have none yet (a new group,
+        journals of an older release), and a peer keeps the first one it meets for
+        good; told one that a failover then lost, the peer refused the next active's
+        link as "other journals", and the `mrs admin reset-link` it asked for deleted
+        the dedupe keys of the same journals' messages (resends stored twice)."""
+        await store.stream.wait_answered(store.stream.number)
+        self._start_links(incarnations, nursery)
+
+    def _start_links(self, incarnations: PeerIncarnations, nursery: trio.Nursery) -> None:
+        """Adopt the lower-numbered peers' dials from now on; dial the higher ones."""
+        self.incarnations = incarnations
+        for peer_id, link in self.links.items():
+            if self.config.id >= peer_id:
+                continue
+            host, port = self._dial_address(peer_id)
+            if port == 0:
+                log.error(
+                    "cannot dial group %d: its listen port is 0 and the link has no address",
+                    peer_id,
                 )
+                continue
+            nursery.start_soon(
+                functools.partial(
+                    dial_forever,
+                    secure=self.authority.dial_link if self.authority is not None else None,
+                    incarnations=incarnations,
+                ),
+                link,
+                host,
+                port,
+                self.config.id,
+                self.frame_bytes_max,
+                self._dial_network(peer_id),
+                self.guards,
+            )
 
     def _dial_network(self, peer_id: int) -> Network:
         """A replicated peer: dial whichever of its instances is active."""
@@ -101,6 +128,7 @@ class PeerLinks:
     def _dial_address(self, peer_id: int) -> tuple[str, int]:
         link_config = self.bus.link_between(self.config.id, peer_id)
         if link_config is not None and link_config.address_host is not None:
+            assert link_config.address_port is not None  # parsed with the host
             return link_config.address_host, link_config.address_port
         peer = self.bus.group(peer_id)
         return peer.listen_host, peer.listen_port
@@ -111,8 +139,10 @@ class PeerLinks:
         for a group this one has no link with, or whose link is up: its journals are
         then the recorded ones, and their keys still keep its resends out."""
         link = self.links.get(peer_id)
-        if link is None or self.incarnations is None:
+        if link is None:
             raise LookupError(f"group {self.config.id} has no link with group {peer_id}")
+        if self.incarnations is None:
+            raise LookupError(f"group {self.config.id} is starting its links: try again")
         if link.channel is not None:
             raise LookupError(
                 f"the link with group {peer_id} is up, with the journals recorded for it: "
@@ -155,7 +185,12 @@ class PeerLinks:
             raise wire.RemoteProtocolError(problem)
         session_auth.check_link(self.authority, session, peer_id)
         incarnations = self.incarnations
-        assert incarnations is not None  # started with the links
+        if incarnations is None:  # not on a majority yet (`_start_when_answerable`)
+            raise wire.RemoteProtocolError(
+                f"group {self.config.id} is starting: its active waits for a replica to hold "
+                "its first records",
+                Status.LINK_DOWN,
+            )
         if (problem := incarnations.admit(peer_id, hello.incarnation)) is not None:
             self.refusals.refused(
                 f"journals of group {peer_id}", session.host, f"refused link: {problem}"

@@ -104,7 +104,7 @@ async def test_a_second_group_one_on_other_journals_is_refused_until_reset(proc_
             psb = await sender.put(body, target="2.10", delivery=DeliveryMode.WF_SAF, uma=Uma.DISC)
             assert psb.delivery_status == Status.STORED
     refusal = await _logged(proc_bus, 2, r"refused link: group 1's journals")
-    assert "mrs admin reset-link 1 --group 2" in refusal
+    assert f"mrs admin reset-link 1 --config {config} --group 2" in refusal
     link = await wait_for_link(proc_bus, 1, 2, "down", backlog=5)
     assert link["saf_backlog"] == 5
     assert await _dqf_messages(proc_bus, 2) == 5
@@ -130,10 +130,9 @@ async def test_a_dialing_group_refuses_a_peer_rebuilt_from_nothing_until_reset(p
         psb = await sender.put(b"after", target="2.10", delivery=DeliveryMode.WF_SAF, uma=Uma.DISC)
         assert psb.delivery_status == Status.STORED
     error = await _logged(proc_bus, 1, r"ERROR.*link to group 2 refused: group 2's journals")
-    assert "mrs admin reset-link 2 --group 1" in error
-    assert (await wait_for_link(proc_bus, 1, 2, "down", backlog=1))["saf_backlog"] == 1
-
     config = str(proc_bus.config_path)
+    assert f"mrs admin reset-link 2 --config {config} --group 1" in error
+    assert (await wait_for_link(proc_bus, 1, 2, "down", backlog=1))["saf_backlog"] == 1
     reset = run_mrs("admin", "reset-link", "2", "--config", config, "--group", "1")
     assert reset.returncode == 0, reset.stderr
     await wait_for_link(proc_bus, 1, 2, "up", backlog=0)
