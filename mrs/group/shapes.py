@@ -60,6 +60,7 @@ from journals import Record
 from journals.record import encode_values
 from mrs import protocol as wire
 from mrs.core.delivery import Refused, supported_pair
+from mrs.core.seqspace import GROUP_SHIFT as SEQ_GROUP_SHIFT
 from mrs.errors import ProtocolError
 from mrs.limits import (
     ADDRESSES_CACHED_MAX,
@@ -572,6 +573,11 @@ def entry_from_transfer(
             headers,
             ordered,
         ) = cast(TransferFields, astuple(message))
+        if seq >> SEQ_GROUP_SHIFT != peer_id:
+            # A group's seqs carry its id (mrs.core.seqspace); another's would be stored
+            # under the key of a message of that group here (one in this group's DQF
+            # overwritten: lost) and deduped against its keys.
+            raise TransferError(f"seq {seq} is not one of group {peer_id}'s")
         mode = delivery_mode_of(delivery)
         entry = Entry(
             seq,
