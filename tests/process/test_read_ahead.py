@@ -47,9 +47,11 @@ async def test_memory_messages_are_read_ahead_and_each_got_once_in_order(make_me
     async with bus.connect(queue="ANYORDER") as receiver:
         first = await take(receiver, 1)
         queue = queue_of(bus, ANYORDER_QUEUE_ID)
-        # one GetBatch asked for 1 and took up to READ_AHEAD_MAX more, lent to us
-        assert len(queue.lent) == min(299, READ_AHEAD_MAX)
-        assert queue.waiting == 299 - len(queue.lent)
+        # one GetBatch asked for 1 and took up to READ_AHEAD_MAX more, all lent to us
+        # (the one asked for too: held if its get was given up, it is given back)
+        read_ahead = min(299, READ_AHEAD_MAX)
+        assert len(queue.lent) == 1 + read_ahead
+        assert queue.waiting == 299 - read_ahead
         rest = await take(receiver, 299)
     assert first + rest == list(range(300))
 
@@ -73,7 +75,7 @@ async def test_a_clean_close_gives_back_what_no_get_took(make_mem_bus) -> None:
     await put_memory_messages(bus, "ANYORDER", 200)
     async with bus.connect(queue="ANYORDER") as receiver:
         taken = await take(receiver, 10)
-        assert len(queue_of(bus, ANYORDER_QUEUE_ID).lent) == 199  # 9 of them got since
+        assert len(queue_of(bus, ANYORDER_QUEUE_ID).lent) == 200  # 10 of them got since
     await trio.testing.wait_all_tasks_blocked()  # the server has seen the close
     queue = queue_of(bus, ANYORDER_QUEUE_ID)
     assert not queue.lent and queue.waiting == 190 and queue.memory_count == 190
@@ -108,27 +110,30 @@ async def test_read_ahead_stops_at_a_message_that_needs_its_own_get(make_mem_bus
     await put_memory_messages(bus, "ANYORDER", 5, first=6)
     async with bus.connect(queue="ANYORDER") as receiver:
         assert await take(receiver, 1) == [0]
-        assert len(queue_of(bus, ANYORDER_QUEUE_ID).lent) == 4  # 1..4, not the journaled 5
+        assert len(queue_of(bus, ANYORDER_QUEUE_ID).lent) == 5  # 0..4, not the journaled 5
         numbers = await take(receiver, 10)
     assert numbers == list(range(1, 11))
 
 
 async def test_a_seq_not_lent_cannot_be_given_back(make_mem_bus) -> None:
     """A client that lies (gives back what it was not lent, or one seq twice) adds
-    nothing to the queue: each lent message comes back at most once."""
+    nothing to the queue: each lent message comes back at most once. (A message
+    needing no confirm handed to a get is lent as well: a client that gives back one
+    its application took delivers it again, as it could have put it again.)"""
     bus = await make_mem_bus()
     await put_memory_messages(bus, "ANYORDER", 3)
     async with bus.connect(queue="ANYORDER") as receiver:
-        message = await receiver.get(timeout=5)  # asked for: not lent
+        message = await receiver.get(timeout=5)  # asked for: lent too (held if given up)
         lent = list(queue_of(bus, ANYORDER_QUEUE_ID).lent)
-        assert len(lent) == 2
+        assert message.seq in lent and len(lent) == 3
+        ahead = sorted(seq for seq in lent if seq != message.seq)  # read ahead: held
         receiver._requests.send_frame(
-            receiver._requests.link, wire.GiveBack([message.seq, lent[0], lent[0], 999])
+            receiver._requests.link, wire.GiveBack([ahead[0], ahead[0], 999])
         )
         await receiver._requests.link.flushed()
         rest = await take(receiver, 2)  # the held ones: the client does not know
     queue = queue_of(bus, ANYORDER_QUEUE_ID)
-    assert rest == [1, 2] and queue.waiting == 1  # lent[0] came back once, not twice
+    assert rest == [1, 2] and queue.waiting == 1  # ahead[0] came back once, not twice
     async with bus.connect(queue="ANYORDER") as again:
         assert await take(again, 1) == [1]
         try:
@@ -196,7 +201,7 @@ async def test_the_mrs_acks_of_one_commit_reach_a_waiting_sender_in_one_batch(
             ]
             psbs = await producer.put_many(items)  # one frame: one commit
         queue = bus.server.group.queues[SENDER_QUEUE_ID]
-        assert len(queue.lent) == puts_count - 1 and queue.waiting == 0
+        assert len(queue.lent) == puts_count and queue.waiting == 0
         acks = firsts + [await producer.get(timeout=0) for _ in range(puts_count - 1)]
     assert [ack.ack_psb().seq for ack in acks] == [psb.seq for psb in psbs]
     assert all(ack.ack_psb().delivery_status == Status.STORED for ack in acks)
