@@ -342,7 +342,7 @@ class Connection:
             )
         if type(event) not in _ALL_EVENTS:
             raise LocalProtocolError(f"not an MRS event: {_short(event)}")
-        start = self._frame_into(event, out)
+        start = self._frame_into(_handshake_form(event), out)
         try:
             self._process(self.our_role, event, LocalProtocolError)
         except LocalProtocolError:
@@ -369,6 +369,28 @@ class Connection:
             )
         _PACK_HEADER_INTO(out, start, size)
         return start
+
+
+def _handshake_form(event: Any) -> Any:
+    """What goes on the wire for `event`: a Hello or a Welcome without its trailing
+    fields left at their defaults (the array msgspec writes for the event, cut), any
+    other event as it is. Why: a peer of an earlier release refuses a frame with more
+    fields than it knows, and these two are the first it reads; an application's
+    Hello and Welcome keep the shape they had (only a link's carries `incarnation`).
+    msgspec's `omit_defaults` does not cut array-like structs."""
+    cls = type(event)
+    if cls is not Hello and cls is not Welcome:
+        return event
+    names = cls.__struct_fields__
+    values = [getattr(event, name) for name in names]
+    defaults = cls.__struct_defaults__
+    kept = len(values)
+    while (
+        kept > len(names) - len(defaults)
+        and values[kept - 1] == defaults[kept - 1 - (len(names) - len(defaults))]
+    ):
+        kept -= 1
+    return (cls.__struct_config__.tag, *values[:kept])
 
 
 TLS_RECORD_START: Final = b"\x16\x03"

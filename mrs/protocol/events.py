@@ -43,10 +43,12 @@ from mrs.protocol.post_init import put_batch_post_init
 # -- events: client -> server -------------------------------------------------------
 
 
-class Hello(EventStruct, tag=1):
+class Hello(EventStruct, tag=1, omit_defaults=True):
     """First frame of a client: who it is. role is "app" or "link" (another group);
     a link's Hello names the dialing group in `group` (0 for an application), and its
-    program is free text for logs."""
+    program is free text for logs. Trailing fields left at their defaults are not
+    sent (`omit_defaults`), so an application's Hello keeps the shape servers of
+    earlier releases read: only a link's carries `incarnation`."""
 
     protocol_version: I64
     program: str
@@ -189,10 +191,13 @@ class StatusRequest(EventStruct, tag=18):
 # -- events: server -> client -------------------------------------------------------
 
 
-class Welcome(EventStruct, tag=2):
+class Welcome(EventStruct, tag=2, omit_defaults=True):
     """The server's answer to Hello. message_bytes_max lets a client refuse an
     oversized body itself (MSGTOOBIG) instead of sending a frame the server must
-    reject by closing the connection; 0 = not stated."""
+    reject by closing the connection; 0 = not stated. Trailing fields left at their
+    defaults are not sent (`omit_defaults`): a client of an earlier release, which
+    refuses a Welcome with more fields than it knows, still connects; only a link's
+    Welcome carries `incarnation`."""
 
     protocol_version: I64
     group_id: I64

@@ -196,13 +196,16 @@ class PeerLinks:
                 f"journals of group {peer_id}", session.host, f"refused link: {problem}"
             )
             raise wire.RemoteProtocolError(problem, Status.LINK_DOWN)
+        # A dialer of an earlier release says no incarnation, and refuses a Welcome
+        # with a field it does not know: it is answered without one.
+        own = incarnations.own if hello.incarnation else b""
         session.send(
             wire.Welcome(
                 wire.PROTOCOL_VERSION,
                 self.config.id,
                 self.config.name,
                 self.config.limits.message_bytes_max,
-                incarnations.own,
+                own,
             )
         )
         session.link = link

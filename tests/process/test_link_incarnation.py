@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import re
 
+import msgspec
 import pytest
 import trio
 
 from clients import DeliveryMode, MrsError, Status, Uma
+from mrs import protocol as wire
 from sim.bus import LinkedBus
 from sim.ports import free_port
 from sim.processes import GroupProcess
@@ -139,3 +141,22 @@ async def test_a_dialing_group_refuses_a_peer_rebuilt_from_nothing_until_reset(p
     async with proc_bus.connect(2, "IN") as receiver:
         [message] = await drain(receiver, 1)
     assert message.body == b"after"
+
+
+async def test_a_dialer_of_an_earlier_release_is_answered_in_the_shape_it_reads(
+    proc_bus,
+) -> None:
+    """A group of an earlier release dials with a Hello that says no incarnation and
+    refuses a Welcome with more fields than it knows: it is answered with the four
+    it reads, and its link is accepted unchecked."""
+    host, port = proc_bus.address(2).rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
+    await stream.send_all(wire.Connection("client").send(hello))
+    data = b""
+    with trio.fail_after(WAIT_S):
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            data += await stream.receive_some(65536)
+    welcome = msgspec.msgpack.decode(data[4 : 4 + int.from_bytes(data[:4], "big")])
+    assert welcome[:3] == [2, wire.PROTOCOL_VERSION, 2] and len(welcome) == 5
+    await stream.aclose()

@@ -831,3 +831,22 @@ def test_a_typed_notice_is_the_kind_seq_status_list_on_the_wire(cls, seq, status
 def test_a_notice_of_an_unknown_kind_does_not_decode():
     with pytest.raises(msgspec.ValidationError):
         msgspec.msgpack.decode(msgpack.packb(["bogus", 1, 0]), type=wire_link.AnyNotice)
+
+
+def test_an_applications_hello_and_welcome_keep_the_shape_earlier_releases_read() -> None:
+    """A peer of an earlier release refuses a Hello or Welcome with more fields than
+    it knows. The link's `incarnation` was added to both: an application's must still
+    be the arrays of five and four fields they were (trailing defaults not sent), or
+    every client of an earlier release failed its handshake with a new server
+    ("Welcome frame has 5 fields, expected 4"); a link's carries it."""
+    client, server = Connection("client"), Connection("server")
+    hello = client.send(Hello(PROTOCOL_VERSION, "app", "app", 0, True))
+    assert msgspec.msgpack.decode(hello[4:]) == [1, PROTOCOL_VERSION, "app", "app", 0, True]
+    server.receive_data(hello)
+    assert list(server.events()) == [Hello(PROTOCOL_VERSION, "app", "app", 0, True)]
+    welcome = server.send(Welcome(PROTOCOL_VERSION, 1, "G1", 1024))
+    assert msgspec.msgpack.decode(welcome[4:]) == [2, PROTOCOL_VERSION, 1, "G1", 1024]
+    link = Connection("client").send(
+        Hello(PROTOCOL_VERSION, "group:1", "link", 1, False, b"\x01" * 16)
+    )
+    assert msgspec.msgpack.decode(link[4:])[-1] == b"\x01" * 16
