@@ -13,7 +13,6 @@ import contextlib
 import re
 
 import msgspec
-import pytest
 import trio
 
 from clients import DeliveryMode, MrsError, Status, Uma
@@ -22,19 +21,11 @@ from sim.bus import LinkedBus
 from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs
-from tests.process.test_links import QUEUES, drain, wait_for_link
+from tests.process.test_links import drain, proc_bus, wait_for_link
+
+__all__ = ["proc_bus"]  # the fixture: two real groups behind a fault proxy
 
 WAIT_S = 20.0
-
-
-@pytest.fixture
-async def proc_bus(tmp_path, nursery):
-    linked = LinkedBus(tmp_path / "bus", queues=QUEUES)
-    await linked.start_proxies(nursery)
-    await trio.to_thread.run_sync(linked.start)
-    await wait_for_link(linked, 1, 2)
-    yield linked
-    linked.stop()
 
 
 async def _dqf_messages(bus: LinkedBus, group: int) -> int:
