@@ -12,6 +12,7 @@ import trio
 from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore, WriteBatch
 from mrs import protocol as wire
+from mrs.core.seqspace import GROUP_SHIFT
 from sim.bus import LinkedBus
 
 QUEUES = """
@@ -114,6 +115,10 @@ async def _send_as_group_1(address: str, messages: list[wire.TransferredMessage]
                         return event.results
 
 
+ONE = 1 << GROUP_SHIFT
+"""Group 1's seqs carry its id (mrs.core.seqspace): group 2 checks it."""
+
+
 def _transfer(seq: int, body: bytes, **fields) -> wire.TransferredMessage:
     values = {
         "seq": seq, "target_queue": 10, "source_group": 1, "source_queue": 13, "body": body,
@@ -134,10 +139,10 @@ async def test_a_hostile_peer_cannot_poison_the_group(tmp_path, field) -> None:
         results = await _send_as_group_1(
             address,
             [
-                _transfer(101, b"poison", **{field: POISON[field]}),
-                _transfer(102, b"good"),
+                _transfer(ONE | 101, b"poison", **{field: POISON[field]}),
+                _transfer(ONE | 102, b"good"),
                 _transfer(
-                    103,
+                    ONE | 103,
                     b"memory poison",
                     delivery=int(DeliveryMode.WF_MEM),
                     **({field: POISON[field]} if field != "delivery" else {"priority": -1}),
@@ -145,9 +150,9 @@ async def test_a_hostile_peer_cannot_poison_the_group(tmp_path, field) -> None:
             ],
         )
         assert [[result.seq, result.status] for result in results] == [
-            [101, Status.BADPARAM],
-            [102, Status.STORED],
-            [103, Status.BADPARAM],
+            [ONE | 101, Status.BADPARAM],
+            [ONE | 102, Status.STORED],
+            [ONE | 103, Status.BADPARAM],
         ]
         assert await _drain_bodies(address) == [b"good"]
         log_text = (bus.directory / "group2.log").read_text()
