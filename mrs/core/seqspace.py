@@ -9,11 +9,11 @@ and blocks start small (1,024) and double with use up to 1M, so a crash loop at 
 restart a second takes ~17,000 years to use the 2**49 counters, and a busy group
 reserves once per 1M messages (one small synced commit).
 
-A replicated group's active commits its reservations through
-mrs.replication.stream.RecordingStore, which writes them reaching SEQ_RESERVE_AHEAD
-further and refuses a block no reservation on a majority covers: a seq leaves with a
-link transfer before any replica has its commit, and the next active counts from the
-reservation its own journals hold.
+A replicated group's active has a `fence` (its store's `seq_fence`,
+mrs.replication.stream.SeqFence): each reservation is written `fence.ahead` further
+than the allocator hands out, and a block no reservation on a majority covers is
+refused (JOURNAL_FAIL): a seq leaves with a link transfer before any replica has its
+commit, and the next active counts from the reservation its own journals hold.
 
 The layout before this one was `group | boot epoch (17 bits) | counter (32 bits)`,
 which ran out after 131,071 starts. A journal written with it is migrated at the
@@ -67,12 +67,17 @@ class SeqAllocator:
     group_id: int
     boots: int = 0
     """How many times the group started (for status and logs)."""
+    fence: Any = None
+    """A replicated active's SeqFence (taken from the store's `seq_fence` at start):
+    `ahead`, `covered()`, `committed(reached)`; None writes what it hands out."""
     _next: int = 1
     _reserved: int = 1
     _block: int = RESERVE_FIRST
 
     def start(self) -> None:
         """Read (or migrate) the reservation, count this start, reserve a first block."""
+        if self.fence is None:
+            self.fence = getattr(self.store, "seq_fence", None)
         reserved = self.store.meta_get(RESERVED_KEY.decode())
         if reserved is not None:
             start = _U64.unpack(reserved)[0]
@@ -104,11 +109,23 @@ class SeqAllocator:
             raise SeqSpaceExhausted(
                 f"group {self.group_id} has used all {COUNTER_MAX} sequence numbers"
             )
+        fence = self.fence
+        written = reserved
+        if fence is not None:
+            covered = fence.covered()
+            if covered is not None and reserved > covered:
+                raise JournalError(
+                    "the group's last reservation of sequence numbers is not on a majority "
+                    "of its instances yet (no replica acknowledges): try again"
+                )
+            written = min(reserved + fence.ahead, COUNTER_MAX + 1)
         self.store.commit_now(
             WriteBatch.empty()
-            .put_raw(Journal.META, RESERVED_KEY, _U64.pack(reserved))
+            .put_raw(Journal.META, RESERVED_KEY, _U64.pack(written))
             .put_raw(Journal.META, BOOTS_KEY, _U64.pack(self.boots))
         )
+        if fence is not None:
+            fence.committed(written)
         self._reserved = reserved
 
 

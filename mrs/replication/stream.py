@@ -35,7 +35,6 @@ answers, with the quorum rule:
 from __future__ import annotations
 
 import math
-import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,10 +42,10 @@ from typing import Any, Final
 
 import trio
 
-from journals import InlineWriter, Journal, JournalError, JournalStore, WriteBatch
+from journals import InlineWriter, JournalError, JournalStore, WriteBatch
 from journals.batch import encode_batches
 from journals.writer import Done
-from mrs.core.seqspace import RESERVE_MAX, RESERVED_KEY
+from mrs.core.seqspace import RESERVE_MAX
 from mrs.limits import (
     REPLICATION_BACKLOG_BYTES_MAX,
     REPLICATION_BACKLOG_RECORDS_MAX,
@@ -59,7 +58,50 @@ SEQ_RESERVE_AHEAD: Final = RESERVE_MAX
 """How much further than the seq allocator asked an active's reservations reach (at
 least a block, so the reservation before a block covers it): a failover or restart
 skips at most this many seqs more, of 2**49."""
-_U64: Final = struct.Struct(">Q")
+
+
+class SeqFence:
+    """What an active's seq allocator may hand out (mrs.core.seqspace's `fence`).
+
+    Why: the allocator hands seqs out of a block as soon as this instance has
+    committed its reservation, and a seq leaves with a link transfer, an MRS_ACK or a
+    notice without waiting for a replica. The next active counts from the reservation
+    its journals hold; with a block its replicas never got (cut off, then lost) it
+    gave the same seqs to other messages, and a peer that had the old active's took
+    them for those (acknowledged messages lost, others delivered twice unmarked). So
+    each reservation is written SEQ_RESERVE_AHEAD further than asked, and a block is
+    handed out only while a reservation that reaches past it is on a majority: every
+    next active counts above it. The term's first reservation is trusted: nothing
+    leaves over a link before the records it sits among are on a majority (the links
+    start then, mrs.server.links)."""
+
+    ahead: Final = SEQ_RESERVE_AHEAD
+
+    def __init__(self, stream: CommitStream) -> None:
+        self.stream = stream
+        self._first: int | None = None
+        """The counter the term's first reservation reached."""
+        self._durable = 0
+        """The highest counter a reservation on a majority reached."""
+        self._pending: deque[tuple[int, int]] = deque()
+        """(record number, counter reached) of the reservations not yet on a majority:
+        at most a few, since none is made beyond what those on a majority cover."""
+
+    def committed(self, reached: int) -> None:
+        """A reservation reaching `reached` was just committed (the stream's last record)."""
+        if self._first is None:
+            self._first = reached
+        else:
+            self._pending.append((self.stream.number, reached))
+
+    def covered(self) -> int | None:
+        """Counters below this may be handed out (None: no reservation yet this term)."""
+        if self._first is None:
+            return None
+        answered = self.stream.answered
+        while self._pending and self._pending[0][0] <= answered:
+            self._durable = max(self._durable, self._pending.popleft()[1])
+        return max(self._first, self._durable)
 
 
 class RecordingStore:
@@ -83,13 +125,8 @@ class RecordingStore:
         """Set when a commit already sent failed here: nothing more is written."""
         self.on_lost: Callable[[str], None] = lambda why: None
         """Told once `lost` is set (the active steps down)."""
-        self._first_reserved: int | None = None
-        """The counter the term's first seq reservation reached (`_reserve_seqs`)."""
-        self._durable_reserved = 0
-        """The highest counter a reservation on a majority reached."""
-        self._reservations: deque[tuple[int, int]] = deque()
-        """(record number, counter reached) of the reservations not yet on a majority:
-        at most a few, since none is made beyond what those on a majority cover."""
+        self.seq_fence = SeqFence(stream)
+        """What this active's seq allocator may hand out (mrs.core.seqspace)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -114,63 +151,7 @@ class RecordingStore:
             self.stream.on_flushed(self.stream.number)
 
     def commit_now(self, batch: WriteBatch) -> None:
-        reserved = _seqs_reserved(batch)
-        if reserved is not None:
-            self._reserve_seqs(batch, reserved)
-            return
         self.apply([batch])
-
-    def _reserve_seqs(self, batch: WriteBatch, reserved: int) -> None:
-        """Commit a reservation of seqs (mrs.core.seqspace) that reaches
-        SEQ_RESERVE_AHEAD further than the allocator asked, and refuse one whose seqs
-        no reservation on a majority covers yet (JournalError: the put that needed it
-        answers JOURNAL_FAIL).
-
-        Why: the allocator hands seqs out of a block as soon as this instance has
-        committed its reservation, and a seq leaves with a link transfer, an MRS_ACK
-        or a notice without waiting for a replica. The next active counts from the
-        reservation its journals hold; with a block its replicas never got (cut off,
-        then lost) it gave the same seqs to other messages, and a peer that had the
-        old active's took them for those (acknowledged messages lost, others
-        delivered twice unmarked). A block is handed out only while a reservation
-        that reaches past it is on a majority, so every next active counts above it.
-        The term's first reservation is covered by the links, which start only once
-        the records before them are on a majority (mrs.server.links)."""
-        if self._first_reserved is not None and reserved > self._covered_seqs(self._first_reserved):
-            raise JournalError(
-                "the group's last reservation of sequence numbers is not on a majority "
-                "of its instances yet (no replica acknowledges): try again"
-            )
-        ahead = reserved + SEQ_RESERVE_AHEAD
-        puts = [
-            (journal, key, _U64.pack(ahead) if _is_reservation(journal, key) else value)
-            for journal, key, value in batch.puts
-        ]
-        self.apply([WriteBatch(puts, batch.deletes, batch.stream, batch.guard)])
-        if self._first_reserved is None:
-            self._first_reserved = ahead
-        else:
-            self._reservations.append((self.stream.number, ahead))
-
-    def _covered_seqs(self, first: int) -> int:
-        """Seqs below this are reserved on a majority, or by the term's first
-        reservation (`first`), which nothing leaves before the links are up."""
-        answered = self.stream.answered
-        while self._reservations and self._reservations[0][0] <= answered:
-            self._durable_reserved = max(self._durable_reserved, self._reservations.popleft()[1])
-        return max(first, self._durable_reserved)
-
-
-def _is_reservation(journal: Journal, key: bytes) -> bool:
-    return journal is Journal.META and key == RESERVED_KEY
-
-
-def _seqs_reserved(batch: WriteBatch) -> int | None:
-    """The counter a reservation batch of the seq allocator writes, or None."""
-    for journal, key, value in batch.puts:
-        if _is_reservation(journal, key):
-            return int(_U64.unpack(value)[0])
-    return None
 
 
 @dataclass(frozen=True, slots=True)
