@@ -88,15 +88,13 @@ class PeerIncarnations:
             "Nothing waiting is lost meanwhile"
         )
 
-    def recorded(self, peer_id: int) -> bytes | None:
-        value = self.store.meta_get(_peer_key(peer_id))
-        return None if value is None else bytes(value)
-
-    def reset(self, peer_id: int) -> int:
+    def reset(self, peer_id: int) -> tuple[bytes | None, int]:
         """Forget `peer_id`'s recorded incarnation and the dedupe keys of its messages
-        (they name seqs of journals that are gone); how many keys were deleted. In
-        batches, each one commit: a crash between them leaves keys a second reset
-        deletes."""
+        (they name seqs of journals that are gone): the incarnation forgotten (None if
+        none was recorded) and how many keys were deleted. In batches, each one
+        commit: a crash between them leaves keys a second reset deletes."""
+        key = _peer_key(peer_id)
+        recorded = self.store.meta_get(key)
         prefix = f"{ORIGIN_PREFIX}{peer_id}:".encode()
         deleted = 0
         while True:
@@ -106,12 +104,12 @@ class PeerIncarnations:
             if not items:
                 break
             batch = WriteBatch.empty()
-            for key, _ in items:
-                batch.delete(Journal.DEDUPE, bytes(key))
+            for dedupe_key, _ in items:
+                batch.delete(Journal.DEDUPE, bytes(dedupe_key))
             self.store.commit_now(batch)
             deleted += len(items)
-        self.store.commit_now(WriteBatch.empty().delete(Journal.META, _peer_key(peer_id).encode()))
-        return deleted
+        self.store.commit_now(WriteBatch.empty().delete(Journal.META, key.encode()))
+        return (None if recorded is None else bytes(recorded)), deleted
 
 
 def _peer_key(peer_id: int) -> str:

@@ -148,19 +148,15 @@ class PeerLinks:
                 f"the link with group {peer_id} is up, with the journals recorded for it: "
                 "nothing to reset"
             )
-        recorded = self.incarnations.recorded(peer_id)
-        deleted = self.incarnations.reset(peer_id)
+        recorded, deleted = self.incarnations.reset(peer_id)
+        forgotten = None if recorded is None else short(recorded)
         log.warning(
             "link with group %d reset: its journals (%s) forgotten, %d dedupe keys deleted",
             peer_id,
-            short(recorded) if recorded is not None else "none recorded",
+            forgotten or "none recorded",
             deleted,
         )
-        return {
-            "peer": peer_id,
-            "forgotten": short(recorded) if recorded is not None else None,
-            "dedupe_keys_deleted": deleted,
-        }
+        return {"peer": peer_id, "forgotten": forgotten, "dedupe_keys_deleted": deleted}
 
     def adopt(self, session: ServerSession, hello: wire.Hello) -> None:
         """A lower-numbered peer dialed us: check who it is, then hand it the session."""

@@ -37,8 +37,6 @@ from tests.process.test_replication import wait_caught_up
 __all__ = ["etcd"]  # the fixture, used by name
 
 WAIT_S = 60.0
-COUNTER_MASK = (1 << 49) - 1
-"""A seq's counter (mrs.core.seqspace): the group's id is above it."""
 
 
 async def _link(address: str, peer: int) -> dict:
@@ -189,7 +187,7 @@ async def _put_all(addresses: list[str], prefix: bytes, count: int, uma: Uma) ->
                     psb = await client.put(body, "2.10", delivery=DeliveryMode.WF_DQF, uma=uma)
                 except MrsError:
                     return
-                answers[body] = (psb.status, psb.seq & COUNTER_MASK)
+                answers[body] = (psb.status, counter_of(psb.seq))
 
         for start in range(0, count, 32):
             async with trio.open_nursery() as nursery:
