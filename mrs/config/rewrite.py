@@ -14,13 +14,14 @@ old or the new file, never half of one, and a restart keeps the change.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import json
 import os
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,24 +189,24 @@ def _canonical(document: object) -> str:
     return json.dumps(document, sort_keys=True, default=str)
 
 
-def lock_config(path: Path) -> int:
-    """Take the edit lock of the bus file or the credentials file (an exclusive flock
+@contextlib.contextmanager
+def edit_lock(path: Path) -> Iterator[None]:
+    """Hold the edit lock of the bus file or the credentials file (an exclusive flock
     on `.NAME.lock` beside the file a symbolic link leads to), waiting for another
-    holder; close the returned descriptor to release it. Held from reading the file to
-    writing it back. Why: every group of a bus edits the same files; two `add-queue`s
-    on two groups at once each read the file, added their queue and renamed their text
-    over it, and one of the two queues was gone from the file (live until the next
-    restart). Not the file itself: the rename replaces it, and a lock on the old inode
-    guards nothing. Held for a read, a parse and a write; the kernel drops it if its
-    holder dies."""
+    holder, from reading the file to writing it back; OSError if it cannot be taken.
+    Why: every group of a bus edits the same files; two `add-queue`s on two groups at
+    once each read the file, added their queue and renamed their text over it, and
+    one of the two queues was gone from the file (live until the next restart). Not
+    the file itself: the rename replaces it, and a lock on the old inode guards
+    nothing. Held for a read, a parse and a write; the kernel drops it if its holder
+    dies."""
     real = Path(path).resolve()
     fd = os.open(real.parent / f".{real.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
+        yield
+    finally:
         os.close(fd)
-        raise
-    return fd
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from journals import CorruptRecord, Journal, JournalError, WriteBatch, queue_key, seq_key
 from mrs import protocol as wire
-from mrs.config.rewrite import lock_config, with_new_queue, with_queue_values
+from mrs.config.rewrite import edit_lock, with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
 from mrs.group.dqf import forget_priority, keep_priority
@@ -215,24 +214,23 @@ class AdminActions:
 
         path = Path(self.server.bus.path)
         try:
-            lock_fd = lock_config(path)  # the other groups of the bus edit the same file
-        except OSError as error:
+            with edit_lock(path):  # the other groups of the bus edit the same file
+                try:
+                    before = path.read_text(encoding="utf-8")
+                    text = change(before)
+                    new_bus = parse_config(text, path)
+                except (LookupError, OSError) as error:
+                    raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
+                except ConfigError as error:
+                    raise Refused(Status.BADPARAM, f"refused: {error}") from None
+                try:
+                    write_atomically(path, text)
+                except OSError as error:
+                    raise Refused(
+                        Status.SERVER_ERROR, f"config {path} not written: {error}"
+                    ) from None
+        except OSError as error:  # the lock itself (the rest is Refused above)
             raise Refused(Status.SERVER_ERROR, f"config {path} not locked: {error}") from None
-        try:
-            try:
-                before = path.read_text(encoding="utf-8")
-                text = change(before)
-                new_bus = parse_config(text, path)
-            except (LookupError, OSError) as error:
-                raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
-            except ConfigError as error:
-                raise Refused(Status.BADPARAM, f"refused: {error}") from None
-            try:
-                write_atomically(path, text)
-            except OSError as error:
-                raise Refused(Status.SERVER_ERROR, f"config {path} not written: {error}") from None
-        finally:
-            os.close(lock_fd)
         return new_bus, self.file_changed(BUS_FILE_KEY, before, text)
 
     def file_changed(self, key: bytes, before: str, after: str) -> WriteBatch:
@@ -837,15 +835,12 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         raise Refused(Status.BADPARAM, f"grant: {problem}")
     path = authority.config.credentials_path
     try:
-        lock_fd = lock_config(path)  # every group of the bus grants in the same file
-        try:
+        with edit_lock(path):  # every group of the bus grants in the same file
             before = path.read_text(encoding="utf-8") if path.is_file() else ""
             creds = store.load(path)
             store.grant(creds, name, perms)
             store.save(path, creds)
             after = path.read_text(encoding="utf-8")
-        finally:
-            os.close(lock_fd)
     except (CredsError, OSError, UnicodeDecodeError) as error:
         raise Refused(Status.BADPARAM, f"grant: {error}") from None
     authority.reload(f"grant of {name} by {session.principal}")
