@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mrs.core.delivery import Refused
+from mrs.group.quarantine import INT64_MAX
 from mrs.group.queues import TargetQueue
 from mrs.group.shapes import Entry
 from mrs.model import Status
@@ -115,7 +116,14 @@ def passed_source(context: object) -> tuple[str, int | None, int | None]:
     if not isinstance(context, dict) or not isinstance(context.get("source"), str):
         raise Refused(Status.BADPARAM, f'headers.{CONTEXT_HEADER} must be {{"source": "G.Q"}}')
     put_time_ns = context.get("put_time_ns")
-    if put_time_ns is not None and (not isinstance(put_time_ns, int) or put_time_ns < 0):
-        raise Refused(Status.BADPARAM, f"headers.{CONTEXT_HEADER}.put_time_ns must be an int")
+    # Bounded as a Delivery's put time is: one outside int64 was stored, answered
+    # STORED and then refused by every delivery of it (quarantined: never delivered).
+    if put_time_ns is not None and (
+        type(put_time_ns) is not int or not 0 <= put_time_ns <= INT64_MAX
+    ):
+        raise Refused(
+            Status.BADPARAM,
+            f"headers.{CONTEXT_HEADER}.put_time_ns must be an int from 0 to {INT64_MAX}",
+        )
     dlq_seq = context.get("dlq_seq")
-    return context["source"], put_time_ns, dlq_seq if isinstance(dlq_seq, int) else None
+    return context["source"], put_time_ns, dlq_seq if type(dlq_seq) is int else None
