@@ -116,6 +116,8 @@ class Drain:
         `forgettable(seqs)`: the stored ones, once their deletion is durable."""
         peer = self.peers[peer_id]
         batch = WriteBatch.empty()
+        moved = WriteBatch.empty()  # records whose DLQ copies are on their way
+        moved.stream = object()
         outcome = DrainAnswer()
         stored: list[int] = []
         for key, status in answers:
@@ -131,8 +133,10 @@ class Drain:
             outcome.restart = True
             if status == Status.LINK_DOWN:
                 continue
-            if status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(key, status):
-                batch.delete(Journal.SAF, key)
+            if status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(
+                key, status, moved.stream
+            ):
+                moved.delete(Journal.SAF, key)
                 continue
             if not outcome.retry:
                 outcome.retry = True
@@ -140,10 +144,20 @@ class Drain:
                 outcome.reason = refusal_reason(peer_id, status)
         if batch:
             self._delete_drained(peer, batch, stored, forgettable)
+        if moved:
+            # After the copies, in their stream: a commit that fails is tried again
+            # batch by batch, and a deletion whose copy failed is then not attempted
+            # (stays in the SAF, drained again) instead of landing alone: lost.
+            self._delete_drained(peer, moved, [], forgettable, _COPY_FAILED)
         return outcome
 
     def _delete_drained(
-        self, peer: PeerState, batch: WriteBatch, stored: list[int], forgettable
+        self,
+        peer: PeerState,
+        batch: WriteBatch,
+        stored: list[int],
+        forgettable,
+        failed: str = "could not delete %d drained SAF records: %s",
     ) -> None:
         """Commit the deletion of answered SAF records; a failed one is drained again
         (the peer answers its copies STORED again, so they are deleted in the end)."""
@@ -158,7 +172,7 @@ class Drain:
                 ctx.counts.saf_removed(peer, deleted)
                 forgettable(stored)
             else:
-                log.error("could not delete %d drained SAF records: %s", deleted, error)
+                log.error(failed, deleted, error)
             if peer.link is not None and error is not None:
                 peer.link.resend_saf()
             elif peer.link is not None:
@@ -166,7 +180,10 @@ class Drain:
 
         ctx.writer.submit(batch, done)
 
-    def _saf_to_dead_letter_queue(self, key: bytes, status: int) -> bool:
+    def _saf_to_dead_letter_queue(self, key: bytes, status: int, stream: object) -> bool:
+        """Put a copy of a SAF record the peer refused for good on this group's DLQ,
+        in `stream` (the batch deleting the record follows it there). False when the
+        DLQ refused it at once: the record stays, the link goes into RETRY."""
         value = self.ctx.store.get_raw(Journal.SAF, key)
         try:
             record = decode_saf(value, key)
@@ -179,6 +196,7 @@ class Drain:
             entry,
             Status(status),
             f"group {record.target_group} refused it over the link",
+            stream=stream,
         )
         # A failed DLQ put is logged by the link once, when its drain goes into RETRY.
         (log.warning if moved else log.debug)(
@@ -189,6 +207,12 @@ class Drain:
             "moved to the DLQ" if moved else "DLQ put failed, link goes into RETRY",
         )
         return moved
+
+
+_COPY_FAILED = (
+    "%d SAF records refused for good stay in the SAF, to be drained again: "
+    "their DLQ copies were not stored (%s)"
+)
 
 
 def refusal_reason(peer_id: int, status: int) -> str:

@@ -176,12 +176,14 @@ class Umas:
         cause: Status | int,
         reason: str,
         done: Callable[[bool], None] = lambda moved: None,
+        stream: object = None,
     ) -> bool:
         """Queue a copy of `entry` on this group's DLQ with a dead-letter header naming
         this group as the putter (MRS redirected it). Memory only, as in MessageQ,
         unless `dead_letter_queue_recoverable`: then the copy is journaled in the DQF
-        and `done(True)` comes once it is durable. False (and done(False)) if the group
-        has no DLQ, it is full, or its journal refuses the copy at once."""
+        (its batch in `stream`, journals.writer) and `done(True)` comes once it is
+        durable. False (and done(False)) if the group has no DLQ, it is full, or its
+        journal refuses the copy at once."""
         queue = self.ctx.queues.get(DEAD_LETTER_QUEUE)
         if queue is None or _dead_letters_held(queue) >= queue.config.messages_max:
             done(False)
@@ -214,7 +216,7 @@ class Umas:
                 refusals.append(status)
             done(status == Status.STORED)
 
-        self.dqf.store_in_dqf(dead, [], stored)
+        self.dqf.store_in_dqf(dead, [], stored, stream=stream)
         # A refusal known now (DQF full, journal map full, no room) is a failed put: a
         # caller that deletes its own copy on True (a SAF drain) must keep it.
         return not refusals

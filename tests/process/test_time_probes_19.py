@@ -8,6 +8,8 @@ import pytest
 import trio
 
 from clients import BadParameter, DeliveryMode, MrsTimeout, NoMoreMessages, Status, Uma
+from clients.saf_drain import IDEMPOTENCY_HEADER
+from journals import Journal
 from sim.bus import LinkedBus
 from tests.client_helpers import take_all
 from tests.process.test_dlq_handler import run_handler
@@ -15,6 +17,7 @@ from tests.process.test_links import QUEUES, wait_for_link
 
 MODE = DeliveryMode
 MQRC_MSG_TOO_BIG_FOR_Q = 2030
+KEY_K1 = {IDEMPOTENCY_HEADER: "k1"}
 
 
 async def test_wf_conf_timeout_then_receiver_gone_redelivers_possdupl_once(bus) -> None:
@@ -162,3 +165,45 @@ async def test_a_passed_put_time_outside_int64_is_refused_not_stored_undeliverab
         got = await receiver.get(timeout=5)
         assert (got.body, got.put_time_ns, str(got.source)) == (b"latest", largest_ns, "1.13")
         await receiver.confirm(got.seq)
+
+
+async def test_a_saf_message_whose_dlq_copy_fails_stays_in_the_saf(make_mem_linked) -> None:
+    """A SAF message the peer refuses for good moves to the sender's recoverable DLQ:
+    the copy and the SAF record's deletion were two batches of one commit, and when
+    that commit failed the writer tried each alone, so the deletion could land while
+    the copy failed (here: every commit holding a DQF put fails map full), and the
+    message was in neither. Now the deletion waits on the copy: the message stays in
+    the SAF, and moves to the DLQ once the journal takes the copy."""
+    bus = await make_mem_linked(
+        queues=QUEUES, group_extras={1: "dead_letter_queue_recoverable = true"}
+    )
+    await wait_for_link(bus, 1, 2)
+    async with bus.connect(1, "OUT") as sender:
+        first = await sender.put(b"first", target="2.10", delivery=MODE.WF_SAF, headers=KEY_K1)
+        assert first.delivery_status == Status.STORED
+        bus.proxy(1, 2).cut()
+        await wait_for_link(bus, 1, 2, "down")
+        # The same key with another body: the peer will refuse it KEY_REUSED, for good.
+        psb = await sender.put(b"second", target="2.10", delivery=MODE.WF_SAF, headers=KEY_K1)
+        assert psb.delivery_status == Status.STORED
+    store = bus.store(1)
+    refused_copies: list[int] = []
+
+    def fail_dqf_puts(batches) -> str | None:
+        if any(journal is Journal.DQF for batch in batches for journal, _, _ in batch.puts):
+            refused_copies.append(len(batches))
+            return "MAPFULL"
+        return None
+
+    store.fault = fail_dqf_puts
+    bus.proxy(1, 2).heal()
+    await wait_for_link(bus, 1, 2, condition=lambda _info: len(refused_copies) >= 2)
+    assert [key for key, _ in store.raw_items(Journal.SAF)] != []  # not deleted
+    store.fault = None
+    info = await wait_for_link(bus, 1, 2, "up", backlog=0)
+    assert info["saf_backlog"] == 0
+    async with bus.connect(1, "DLQ") as dlq:
+        letters = await take_all(dlq)
+    assert [(letter.body, letter.dead_letter_header["mrs_status_name"]) for letter in letters] == [
+        (b"second", "KEY_REUSED")
+    ]
