@@ -138,7 +138,16 @@ HTTP_REQUEST_BYTES_MAX = 8 * 1024
 HTTP_REQUEST_DEADLINE_S = 5.0
 """An HTTP request must arrive whole within this long."""
 HTTP_CONNECTIONS_MAX = 64
-"""HTTP connections served at once; more wait in the listen backlog."""
+"""HTTP connections served at once by all of a process's endpoints (the metrics and
+the web view share them); more wait in the listen backlog."""
+STATUS_BUILD_INTERVAL_S = 0.1
+"""The group's status (a StatusRequest, the web view's /api/status, a /metrics
+scrape) is built at most once per this interval, however many ask; each asker gets
+one built after it asked (mrs.ops.http_endpoint `SharedBuild`,
+mrs.server.status_answers). Why: it is built on the group's own event loop, and four
+pollers asking in a loop built it ~2,000 times a second and took half of the group's
+WF puts/s (four clients keeping 8 StatusRequests in flight each, 80-90%). A page
+polls every 2 s and Prometheus every 15 s: a tenth of a second costs them nothing."""
 OPEN_FILES_KEPT_MIN = 128
 """Descriptors a server keeps for itself, never given to connections: its journals,
 logs, listeners, HTTP_CONNECTIONS_MAX web requests, a child's pipes

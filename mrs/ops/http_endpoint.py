@@ -14,11 +14,13 @@ whole request (headers, cookies, a POST body of at most HTTP_BODY_BYTES_MAX).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import ipaddress
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import trio
 
@@ -32,6 +34,7 @@ from mrs.limits import (
 )
 from mrs.transport.bind_failure import bind_failure
 from mrs.transport.network import CAPACITY_ERRNOS, CAPACITY_SLEEP_S
+from mrs.transport.open_files import OutOfFilesLog
 
 log = logging.getLogger("mrs.http")
 
@@ -45,8 +48,64 @@ class Response:
     """More header lines (Set-Cookie, ...)."""
 
 
-Route = Callable[[str], Response]
-"""Called with the query string; returns the response."""
+Route = Callable[[str], "Response | Awaitable[Response]"]
+"""Called with the query string; returns the response (or awaits it: a `SharedBuild`)."""
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Pending(Generic[T]):
+    """The next build, which every asker that arrives before it is made shares."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    value: T | None = None
+    error: BaseException | None = None
+
+
+class SharedBuild(Generic[T]):
+    """`build()` at most once per `interval_s`; askers share the next build.
+
+    Why not a cache of the last answer: a user who acts (a put, a purge) and then asks
+    must see the result of the act. Every asker gets a value built after it asked;
+    askers that come while the next build waits for its turn share it, so a flood of
+    askers costs the loop one build per interval, not one per asker."""
+
+    def __init__(self, build: Callable[[], T], interval_s: float) -> None:
+        self._build = build
+        self._interval_s = interval_s
+        self._last_s = -math.inf
+        self._pending: _Pending[T] | None = None
+        self.builds = 0
+        """How many times `build` ran (for tests and the curious)."""
+
+    async def get(self) -> T:
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = _Pending()
+            await self._build_for(pending)
+        else:
+            await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.value  # type: ignore[return-value]  # set when no error
+
+    async def _build_for(self, pending: _Pending[T]) -> None:
+        """Wait for the interval (shielded: the askers sharing this build must not be
+        left waiting for a build that a cancelled first asker never made), build once."""
+        wait_s = self._last_s + self._interval_s - trio.current_time()
+        if wait_s > 0:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(wait_s)
+        self._pending = None
+        try:
+            pending.value = self._build()
+        except Exception as error:  # noqa: BLE001 - each asker answers it (a 500)
+            pending.error = error
+        finally:
+            self.builds += 1
+            self._last_s = trio.current_time()
+            pending.done.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +177,7 @@ async def serve_http(
     method) on host:port; reports (host, bound port)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    slots = trio.Semaphore(HTTP_CONNECTIONS_MAX)
+    slots = _process_slots()
     local_only = all(_loopback(listener.socket.getsockname()[0]) for listener in listeners)
     task_status.started((host, bound))
 
@@ -138,6 +197,24 @@ async def serve_http(
             nursery.start_soon(_accept_within, listener, slots, handle, nursery)
 
 
+_SLOTS: trio.lowlevel.RunVar[trio.Semaphore] = trio.lowlevel.RunVar("mrs_http_slots")
+
+
+def _process_slots() -> trio.Semaphore:
+    """The HTTP_CONNECTIONS_MAX connections every endpoint of this process (the
+    metrics and the web view of a group) holds in all. Why one bound, not one each:
+    the server keeps OPEN_FILES_KEPT_MIN descriptors for itself, counting
+    HTTP_CONNECTIONS_MAX web requests; with two endpoints each holding that many idle
+    connections, a group limited to 200 descriptors ran out (EMFILE) while admitting
+    the clients it thought it had room for, and could accept no one."""
+    try:
+        return _SLOTS.get()
+    except LookupError:
+        slots = trio.Semaphore(HTTP_CONNECTIONS_MAX)
+        _SLOTS.set(slots)
+        return slots
+
+
 async def _accept_within(
     listener: trio.SocketListener,
     slots: trio.Semaphore,
@@ -151,6 +228,8 @@ async def _accept_within(
     read the answer) piled up as open sockets: 1,100 of them took all of a group's
     1,024 descriptors and its clients' connects failed (EMFILE). Past the bound they
     now wait in the kernel's listen backlog and cost the group nothing."""
+    host, port = listener.socket.getsockname()[:2]
+    out_of_files = OutOfFilesLog(log, f"HTTP {http_url(host, port)}")
     while True:
         await slots.acquire()
         try:
@@ -159,9 +238,10 @@ async def _accept_within(
             slots.release()
             if error.errno not in CAPACITY_ERRNOS:
                 raise
-            log.error("HTTP accept: %s; waiting %.1f s", error, CAPACITY_SLEEP_S)
+            out_of_files.failed(error)
             await trio.sleep(CAPACITY_SLEEP_S)
             continue
+        out_of_files.accepted()
         nursery.start_soon(handle, stream)
 
 
@@ -201,7 +281,7 @@ async def _answer(
     elif received.path in handlers:
         response, head = await _handled(handlers[received.path], received), False
     else:
-        response, head = _routed(routes, received), received.method == "HEAD"
+        response, head = await _routed(routes, received), received.method == "HEAD"
     with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
         await _send(stream, response, head=head)
 
@@ -299,7 +379,7 @@ def _peer(stream: trio.SocketStream) -> str:
         return "?"
 
 
-def _routed(routes: dict[str, Route], request: Request) -> Response:
+async def _routed(routes: dict[str, Route], request: Request) -> Response:
     """A read-only page's answer (GET and HEAD only)."""
     if request.method not in ("GET", "HEAD"):
         return text(405, "read-only: GET and HEAD only\n")
@@ -307,7 +387,8 @@ def _routed(routes: dict[str, Route], request: Request) -> Response:
     if route is None:
         return text(404, f"no such page: {request.path}; pages: {', '.join(sorted(routes))}\n")
     try:
-        return route(request.query)
+        answer = route(request.query)
+        return await answer if inspect.isawaitable(answer) else answer
     except Exception:  # noqa: BLE001 - a broken page must not stop the group
         log.exception("HTTP %s failed", request.path)
         return text(500, "internal error (see the group's log)\n")

@@ -28,9 +28,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mrs import protocol as wire
 from mrs.core.delivery import EMPTY_GET_TEXT
+from mrs.limits import STATUS_BUILD_INTERVAL_S
 from mrs.model import Status, status_of
 from mrs.ops.alarms import ALARM_KINDS
-from mrs.ops.http_endpoint import Response, endpoint_failure, http_url, serve_http
+from mrs.ops.http_endpoint import (
+    Response,
+    SharedBuild,
+    endpoint_failure,
+    http_url,
+    serve_http,
+)
 from mrs.ops.replication_metrics import replication_metrics
 
 if TYPE_CHECKING:
@@ -278,7 +285,8 @@ async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) 
     """Serve /metrics on the configured address; report when listening."""
     config = ops.server.config.ops
     ops.metrics = ops.metrics or GroupMetrics(ops)
-    routes = {"/metrics": ops.metrics.render}
+    scrape = SharedBuild(ops.metrics.render, STATUS_BUILD_INTERVAL_S)
+    routes = {"/metrics": lambda _query: scrape.get()}
     async with trio.open_nursery() as nursery:
         try:
             host, port = await nursery.start(

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, cast
 
 import trio
 
-from mrs.ops.http_endpoint import Response, endpoint_failure, http_url, serve_http, text
+from mrs.limits import STATUS_BUILD_INTERVAL_S
+from mrs.ops.http_endpoint import (
+    Response,
+    SharedBuild,
+    endpoint_failure,
+    http_url,
+    serve_http,
+    text,
+)
 
 if TYPE_CHECKING:
     from mrs.ops.group_ops import GroupOps
@@ -118,8 +126,10 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
             ],
         }
 
-    def api(_query: str) -> Response:
-        return json_response(payload())
+    status_answer = SharedBuild(lambda: json_response(payload()), STATUS_BUILD_INTERVAL_S)
+
+    async def api(_query: str) -> Response:
+        return await status_answer.get()
 
     title = f"MRS group {config.id} ({config.name})"
     routes = {

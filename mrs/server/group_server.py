@@ -61,6 +61,7 @@ from mrs.server.journal_files import JournalFiles
 from mrs.server.links import PeerLinks
 from mrs.server.request_dispatch import Dispatcher
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
+from mrs.server.status_answers import StatusAnswers
 from mrs.storage.commit_pacing import CommitPacing
 from mrs.storage.datadir import DataDirError
 from mrs.transport.admission import Admission
@@ -232,7 +233,7 @@ class GroupServer:
             self.guards,
             self.refusals,
             self.config,
-            self.status_info,
+            StatusAnswers(self.status_info, self.timers.call_later),
             self.peer_links.adopt,
         )
         dispatcher.admin = AdminActions(self)

@@ -29,6 +29,7 @@ from mrs.protocol.event_types import CANCEL_GET, CONFIRM, GET, GET_BATCH, PUT, P
 from mrs.security.gate import Gate
 from mrs.server.client_drains import ClientDrains
 from mrs.server.session import ServerSession
+from mrs.server.status_answers import StatusAnswers
 
 log = logging.getLogger("mrs.server")
 
@@ -50,7 +51,7 @@ class Dispatcher:
         guards: Guards,
         refusals: RefusalLog,
         config: GroupConfig,
-        status_info: Callable[[], dict],
+        status_answers: StatusAnswers,
         adopt_link: Callable[[ServerSession, wire.Hello], None],
     ) -> None:
         self.group: Group = group
@@ -58,8 +59,8 @@ class Dispatcher:
         self.client_drains: ClientDrains = client_drains
         self.refusals: RefusalLog = refusals
         self.config: GroupConfig = config
-        self.status_info = status_info
-        """The group's status with the operator's view (GroupServer.status_info)."""
+        self.status_answers = status_answers
+        """Answers StatusRequests, at most one build per interval (GroupServer.status_info)."""
         self.adopt_link = adopt_link
         """Hands a peer's link Hello to its PeerLink (mrs.server.links)."""
         self.requests_in_flight_max: int = guards.requests_in_flight_max
@@ -254,7 +255,8 @@ def _dispatch_rare(
         dispatcher.begin(session, request_id, 0)
         group.attach(session, event)
     elif isinstance(event, wire.StatusRequest):
-        session.send(wire.StatusReply(request_id, _not_counting_asker(dispatcher.status_info())))
+        dispatcher.begin(session, request_id, 0)  # counted while it waits for a build
+        dispatcher.status_answers.ask(session, request_id)
     elif isinstance(event, wire.Locate):
         session.send(group.locate(event))
     elif isinstance(event, wire.ShowPending):
@@ -274,12 +276,3 @@ def _dispatch_rare(
         group.give_back(session, event)
     else:
         raise Refused(Status.PROTOCOL_ERROR, f"unexpected {type(event).__name__}")
-
-
-def _not_counting_asker(info: dict) -> dict:
-    """The status as the asker should read it: the connection asking (`mrs status`, the
-    bus web view) is not one of the group's clients."""
-    connections = info.get("connections")
-    if isinstance(connections, dict) and connections.get("clients", 0) > 0:
-        info["connections"] = {**connections, "clients": connections["clients"] - 1}
-    return info

@@ -60,21 +60,15 @@ def _action_handlers(args: argparse.Namespace, views: list) -> dict:
 
 
 def _listen_address(text: str) -> tuple[str, int]:
-    """--listen as (host, port); an IPv6 host in brackets too (`[::1]:8100`, as a
-    group's `web_listen` is written). Why not str.isdigit and int(): '²' and a
-    5,000-digit port passed the one and broke the other, and `mrs web` stopped with
-    "unexpected error"."""
+    """--listen as (host, port), read as the bus file reads `web_listen`
+    (mrs.config.addresses.parse_host_port), refused in the same words."""
+    from mrs.config.addresses import parse_host_port
     from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
-    host, _, port_text = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host:
-        raise CommandError(f"--listen must be HOST:PORT, got {text!r}", EXIT_USAGE)
-    digits = 0 < len(port_text) <= 5 and all("0" <= c <= "9" for c in port_text)
-    if not digits or int(port_text) > 65535:
-        raise CommandError(f"--listen: port must be a number in 0..65535, got {text!r}", EXIT_USAGE)
-    return host, int(port_text)
+    address = parse_host_port(text)
+    if isinstance(address, str):
+        raise CommandError(f"--listen: {address}", EXIT_USAGE)
+    return address
 
 
 def run_web(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from typing import Protocol
 import trio
 
 from mrs.limits import ACCEPT_BATCH_MAX, ACCEPTS_PER_S_MAX
+from mrs.transport.open_files import OutOfFilesLog
 
 Handler = Callable[[trio.abc.Stream], Awaitable[None]]
 
@@ -120,11 +121,12 @@ async def _accept_loop(
     listening = socket.socket(fileno=os.dup(listener.socket.fileno()))
     listening.setblocking(False)
     batch_interval_s = ACCEPT_BATCH_MAX / ACCEPTS_PER_S_MAX
+    out_of_files = OutOfFilesLog(log, f"listen {_name_of(listening)}")
     try:
         while True:
             await trio.lowlevel.wait_readable(listening)
             started_s = trio.current_time()
-            if await _accept_waiting(listening, handler, gate, nursery):
+            if await _accept_waiting(listening, handler, gate, nursery, out_of_files):
                 # a full batch: more are waiting. Take the next one no sooner than
                 # the rate allows (ACCEPTS_PER_S_MAX): the rest wait in the backlog.
                 await trio.sleep_until(started_s + batch_interval_s)
@@ -133,8 +135,17 @@ async def _accept_loop(
         listening.close()
 
 
+def _name_of(listening: socket.socket) -> str:
+    host, port = listening.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def _accept_waiting(
-    listening: socket.socket, handler: Handler, gate: Gate, nursery: trio.Nursery
+    listening: socket.socket,
+    handler: Handler,
+    gate: Gate,
+    nursery: trio.Nursery,
+    out_of_files: OutOfFilesLog,
 ) -> bool:
     """Take the connections waiting on `listening`, at most ACCEPT_BATCH_MAX; True if
     it took a whole batch (more may be waiting)."""
@@ -148,9 +159,10 @@ async def _accept_waiting(
                 continue
             if error.errno not in CAPACITY_ERRNOS:
                 raise
-            log.error("accept: %s; waiting %.1f s", error, CAPACITY_SLEEP_S)
+            out_of_files.failed(error)
             await trio.sleep(CAPACITY_SLEEP_S)
             return False
+        out_of_files.accepted()
         if not gate.admits(address[0]):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)

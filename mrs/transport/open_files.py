@@ -14,7 +14,9 @@ hold at most half of the rest.
 from __future__ import annotations
 
 import logging
+import math
 import resource
+import time
 
 from mrs.limits import OPEN_FILES_KEPT_MIN
 
@@ -48,3 +50,53 @@ def raise_open_files_limit() -> int:
                 "open files: could not raise the limit from %d to %d: %s", soft, wanted, error
             )
     return open_files_max()
+
+
+OUT_OF_FILES_REMINDER_S = 60.0
+"""While accepts keep failing for want of descriptors, a reminder this often."""
+
+
+class OutOfFilesLog:
+    """The log of one accept loop whose accepts fail for want of descriptors (EMFILE).
+
+    Why: the loop retries every CAPACITY_SLEEP_S and logged each failure: ten ERROR
+    lines a second per listener (the client port and each HTTP endpoint) for as long
+    as the descriptors stay taken, which fills a disk in a day and buries the one line
+    that says what to do. Now one line when it starts (what is wrong, what the server
+    does, what to do), a reminder each OUT_OF_FILES_REMINDER_S, and one line when
+    accepts succeed again."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self._log = logger
+        self._what = what
+        self._since_s: float | None = None
+        self._reminded_s = -math.inf
+        self._failures = 0
+
+    def failed(self, error: OSError) -> None:
+        now_s = time.monotonic()
+        self._failures += 1
+        if self._since_s is None:
+            self._since_s = self._reminded_s = now_s
+            self._log.error(
+                "%s: cannot accept connections: %s (ulimit -n %d): new connections "
+                "wait in the listen backlog, open ones are served; close some or raise "
+                "the limit (prlimit --nofile, systemd LimitNOFILE=)",
+                self._what, error.strerror or error, open_files_max(),
+            )  # fmt: skip
+        elif now_s - self._reminded_s >= OUT_OF_FILES_REMINDER_S:
+            self._reminded_s = now_s
+            self._log.error(
+                "%s: still cannot accept connections (%s) after %.0f s, %d tries",
+                self._what, error.strerror or error, now_s - self._since_s, self._failures,
+            )  # fmt: skip
+
+    def accepted(self) -> None:
+        """Called after each accept that succeeded: cheap unless it ends a shortage."""
+        if self._since_s is not None:
+            self._log.warning(
+                "%s: accepting connections again after %.1f s without descriptors",
+                self._what, time.monotonic() - self._since_s,
+            )  # fmt: skip
+            self._since_s = None
+            self._failures = 0

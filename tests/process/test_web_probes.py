@@ -189,7 +189,7 @@ def test_an_action_while_the_group_is_down_says_so_in_the_page(admin_group) -> N
     [
         ("127.0.0.1:\u00b2", "mrs: --listen: port must be a number in 0..65535"),
         ("127.0.0.1:" + "1" * 5000, "mrs: --listen: port must be a number in 0..65535"),
-        (":8100", "mrs: --listen must be HOST:PORT, got ':8100'"),
+        (":8100", "mrs: --listen: must be 'host:port' with a non-empty host, got ':8100'"),
     ],
 )
 def test_a_bad_listen_address_is_one_line(tmp_path: Path, listen: str, said: str) -> None:
