@@ -68,17 +68,15 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
 
 def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path | None]:
     """Which servers to ask; a usage mistake raises CommandError (exit 2)."""
+    from mrs.config.addresses import parse_host_port
     from mrs.config.bus import load_config
 
     if args.address:
         if args.config is not None or args.group is not None:
             raise CommandError("give --address, or --config [--group], not both", 2)
-        host, _, port = args.address.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise CommandError(
-                f"--address must be HOST:PORT (e.g. 127.0.0.1:7001), got {args.address!r}",
-                EXIT_USAGE,
-            )
+        # Read as the bus file reads `listen` ('²' passed str.isdigit and broke int()).
+        if isinstance(problem := parse_host_port(args.address, port_min=1), str):
+            raise CommandError(f"--address: {problem} (e.g. 127.0.0.1:7001)", EXIT_USAGE)
         return [GroupView(args.address)], None
     if args.config is None:
         raise CommandError(

@@ -261,3 +261,17 @@ def test_the_ops_endpoints_together_leave_the_clients_their_descriptors(make_bus
     _until(lambda: _accept_queue_length(web) + _accept_queue_length(metrics) == 0)
     with connect_sync(bus.address, "SENDER") as client:
         _put(client, b"after the flood")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:\u00b2", "127.0.0.1:0", ":7001", "127.0.0.1"])
+def test_mrs_status_reads_address_as_the_bus_file_does(address: str) -> None:
+    """`mrs status --address 127.0.0.1:²` passed str.isdigit, broke int() and stopped
+    with "unexpected error: ValueError"; it is now read as the bus file reads `listen`
+    and refused in one line, exit 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--address", address],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.stderr.startswith("mrs: --address: ") and "e.g. 127.0.0.1:7001" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
