@@ -262,8 +262,16 @@ class AdminActions:
 
         self.group.ctx.writer.submit(batch, journaled)
 
-    def journal(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
-        """Write down who did what (one JSON line, synced) and log it."""
+    def journal(
+        self,
+        session: AdminSession,
+        action: str,
+        args: dict,
+        result: dict,
+        then: Callable[[JournalError | None], None] | None = None,
+    ) -> None:
+        """Write down who did what (one JSON line, synced) and log it; `then` is told
+        once the line's commit is durable (mrs.ops.admin_log)."""
         who = session.principal or "(no auth)"
         line = {
             "time_ns": time.time_ns(),
@@ -273,7 +281,7 @@ class AdminActions:
             "args": args,
             "result": result,
         }
-        self.log.write(line)
+        self.log.write(line, then)
         log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
 
     def read_journal(self, limit: int) -> list[dict]:
@@ -882,8 +890,23 @@ def _reset_link(actions: AdminActions, session: AdminSession, request: wire.Admi
         result = actions.server.reset_link(peer)
     except LookupError as error:
         raise Refused(Status.BADPARAM, f"reset_link: {error}") from None
-    actions.journal(session, "reset-link", {"peer": peer}, result)
-    session.send(wire.AdminReply(request.request_id, result))
+
+    # The reset commits on its own (mrs.group.incarnation), past the writer that holds
+    # an answer until a majority has it. Before, "reset" was answered from the active's
+    # disk alone, and the next active still refused the peer's journals and kept
+    # their dedupe keys. The journal line is committed after the reset's commits: its
+    # answer waits for them too.
+    def durable(error: JournalError | None) -> None:
+        if error is None:
+            session.send(wire.AdminReply(request.request_id, result))
+            return
+        message = (
+            f"reset_link: done on this instance, not known to be on the group's other "
+            f"instances ({error}): run it again"
+        )
+        session.send(wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), message))
+
+    actions.journal(session, "reset-link", {"peer": peer}, result, then=durable)
 
 
 _ARG_NAMES: dict[str, frozenset[str]] = {

@@ -45,7 +45,13 @@ class AdminLog:
         """The journals' admin-log keys, oldest first (read at the first write)."""
         self._count = itertools.count()
 
-    def write(self, line: dict) -> None:
+    def write(self, line: dict, then: Callable[[JournalError | None], None] | None = None) -> None:
+        """Append `line` to the file and commit it to the journals; `then` is told
+        once the commit is as durable as an answer (on a majority of a replicated
+        group's instances), with its error if it failed. Why: the line's commit
+        follows every commit the action made, so an action whose own writes were not
+        made through the writer (mrs.group.incarnation's reset) answers when it is
+        durable by waiting for its line."""
         text = json.dumps(line, sort_keys=True)
         try:
             with open(self.path, "a", encoding="utf-8") as file:
@@ -56,7 +62,9 @@ class AdminLog:
             log.error("admin journal %s not written: %s", self.path, error)
         found = self.store_of()
         if found is not None:
-            self._commit(*found, text)
+            self._commit(*found, text, then)
+        elif then is not None:
+            then(None)  # the group is starting: nothing of it to wait for
 
     def read(self, limit: int) -> list[dict]:
         """The last `limit` actions, oldest first: from the group's journals, or from
@@ -71,7 +79,13 @@ class AdminLog:
             return []
         return [json.loads(line) for line in lines[-limit:] if line.strip()]
 
-    def _commit(self, store: Any, writer: Any, text: str) -> None:
+    def _commit(
+        self,
+        store: Any,
+        writer: Any,
+        text: str,
+        then: Callable[[JournalError | None], None] | None,
+    ) -> None:
         keys = self._known_keys(store)
         key = KEY_PREFIX + _KEY.pack(time.time_ns(), next(self._count) & 0xFFFFFFFF)
         batch = WriteBatch.empty().put_raw(Journal.META, key, text.encode())
@@ -82,6 +96,8 @@ class AdminLog:
         def committed(error: JournalError | None) -> None:
             if error is not None:
                 log.error("admin journal line not committed to the journals: %s", error)
+            if then is not None:
+                then(error)
 
         writer.submit(batch, committed)
 

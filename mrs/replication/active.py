@@ -207,8 +207,7 @@ class Active:
                 why = "the in-sync record was not written (etcd, or the request withdrawn)"
         if why:
             if self.stepped_down is None:  # else the lease is gone: nothing is answered
-                self.stream.answering = True
-                self.stream.release()
+                self.stream.answer_again()
             await self._refuse(request, why)
             return False
         self.resigned = True

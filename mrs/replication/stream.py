@@ -231,6 +231,9 @@ class CommitStream:
     on_flushed: Callable[[int], None] | None = None
     """Told the number of a record once it is durable here: the active writes it to
     the other replicas' sockets then."""
+    on_answering_again: Callable[[], None] | None = None
+    """Told when answers resume after a refused hand-over (`answer_again`): the writer
+    commits what it held meanwhile."""
 
     def seal(self, batches: list[WriteBatch]) -> None:
         """Number and keep the record of one transaction (`batches`, written and not
@@ -313,6 +316,14 @@ class CommitStream:
         if ready:
             self.deliver(ready)
 
+    def answer_again(self) -> None:
+        """Answers resume (a planned hand-over was refused): what a majority holds is
+        answered, and the writer commits the requests it held meanwhile."""
+        self.answering = True
+        self.release()
+        if self.on_answering_again is not None:
+            self.on_answering_again()
+
     def unanswered_since_s(self) -> float:
         """When the oldest record an answer still waits for was sealed (inf: none
         waits, or that record is no longer kept)."""
@@ -386,6 +397,7 @@ class ReplicatedWriter(InlineWriter):
         self.recording = store
         self.stream = stream
         self._durable_here: list[Done] = []
+        stream.on_answering_again = wake
 
     def submit(self, batch: WriteBatch, done: Done, can_wait: bool = False) -> None:
         def durable_here(error: Any) -> None:
@@ -398,6 +410,15 @@ class ReplicatedWriter(InlineWriter):
         super().submit(batch, durable_here, can_wait)
 
     def commit_pending(self) -> None:
+        """Commit what is pending, unless the active has stopped answering (a planned
+        hand-over's last steps, a step-down, a stop): what it holds then stays
+        uncommitted, and its clients send it again to the next active. Why: a commit
+        made then still reached the replicas, and a get's delivery mark in it made
+        the next active deliver that message POSSDUPL though nobody had had it
+        (docs/replication.md promises none); a put or a confirm in it was never
+        answered either way. A hand-over refused answers again and commits it."""
+        if not self.stream.answering:
+            return
         super().commit_pending()
         dones, self._durable_here = self._durable_here, []
         self.stream.hold(dones)

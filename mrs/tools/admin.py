@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mrs.errors import ConnectionLost
 from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
 from mrs.tools.cli_support import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError, walk_errors
 
@@ -145,7 +146,10 @@ async def _run(args: argparse.Namespace) -> int:
             reconnect=None,
             **options,
         ) as client:
-            return await _act(client, args)
+            try:
+                return await _act(client, args)
+            except ConnectionLost as lost:
+                raise CommandError(_lost_line(args.admin_command, lost), EXIT_RUNTIME) from None
     except CommandError:
         raise
     except Exception as error:  # noqa: BLE001 - the group's answer, as one line
@@ -153,6 +157,26 @@ async def _run(args: argparse.Namespace) -> int:
             raise  # our stdout's reader went away (`| head`), not the group
         message = getattr(error, "message", None) or str(error)
         raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
+
+
+READ_ONLY_COMMANDS = frozenset({"browse", "connections", "journal"})
+"""The actions that change nothing: a lost answer is only a lost answer."""
+
+
+def _lost_line(command: str, lost: Exception) -> str:
+    """The line for a connection lost before the group answered. Why not the bare
+    client error: an action that changes the group may be done or not (its active
+    was lost or stepped down after it acted and before its change was on a majority
+    of a replicated group's instances), and the operator must know to look and ask
+    again; every one of them may be asked again."""
+    message = getattr(lost, "message", None) or str(lost)
+    if command in READ_ONLY_COMMANDS:
+        return f"admin: {message}"
+    return (
+        f"admin: {command}: the connection to the group was lost before its answer "
+        f"({message}): it may or may not be done; see `mrs admin journal` and run it "
+        "again once the group answers"
+    )
 
 
 def _group_of(args: argparse.Namespace, bus: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
@@ -95,7 +96,7 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
                 f"{group.name}: no active instance now (a failover is under way?)", 1
             )
         if to and to not in (before.in_sync or ()):
-            raise CommandError(f"{group.name}: {to} is not in sync ({before.in_sync})", 1)
+            raise _not_in_sync(group.name, to, before.in_sync or ())
         if to == before.leader:
             return f"{group.name}: {to} is already active (term {before.term})"
         started_s = time.monotonic()
@@ -138,6 +139,16 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
         raise CommandError(f"etcd: {error}", 1) from None
     finally:
         await coordinator.aclose()
+
+
+def _not_in_sync(group_name: str, to: str, in_sync: Iterable[str]) -> CommandError:
+    """The one line for a --to that is not in sync (the set named, not a Python tuple)."""
+    named = ", ".join(sorted(in_sync)) or "none"
+    return CommandError(
+        f"{group_name}: {to} is not in sync (in sync: {named}): it may lack answered "
+        "records; wait until `mrs status` says it is in sync",
+        1,
+    )
 
 
 async def _request(coordinator, request, group_name: str, bus_path: Path) -> None:
