@@ -362,7 +362,8 @@ class Client:
         requests = self._requests
         timeout_ms = get_timeout_ms(timeout)  # a bad one refused before anything waits
         if select is not None:
-            return await self._checked((await get_selected(requests, select, timeout, None))[0])
+            selected = await get_selected(requests, select, timeout, None, self.queue)
+            return await self._checked(selected[0])
         if requests.held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
             held = requests.held.popleft()
             return held if self.protection is None else await self._checked(held)
@@ -375,7 +376,11 @@ class Client:
                 if self.protection is None:
                     return pooled
                 return await self.protection.deliver(self, pooled)
-        timeout_ms = get_timeout_ms(timeout)  # what `_linked` left of it
+        if requests.cancelled_gets_outstanding:
+            timeout = await self._after_given_up_gets(timeout)
+            if requests.held:  # a given-up get brought it: first, and no Get confirms it
+                return await self._checked(requests.held.popleft())
+        timeout_ms = get_timeout_ms(timeout)  # what `_linked` and the wait left of it
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = requests.next_id()
         requests.reserve_get(request_id, 1)
@@ -403,7 +408,7 @@ class Client:
         requests = self._requests
         if select is not None and self.protection is None:
             return await get_selected(requests, select, timeout, count_max)
-        if select is not None:
+        if select is not None:  # with protection: one message per call
             return [await self.get(timeout, select)]
         if requests.held:
             built(wire.GetBatch, 1, count_max, 0)  # a bad count refused, held messages or not
@@ -429,6 +434,19 @@ class Client:
         finally:
             requests.get_answered(request_id)
         return requests.older_first([requests.message(delivery) for delivery in reply.deliveries])
+
+    async def _after_given_up_gets(self, timeout: float | None) -> float | None:
+        """Before a get sends a Get: wait for the answers of the gets given up before
+        (`Requests.cancelled_gets_answered`), within the get's own timeout; what is
+        left of it. A message one brought is then held and taken first, with no Get
+        sent to confirm it implicitly before the application saw it. A GetBatch needs
+        no such wait: a queue that confirms implicitly refuses it."""
+        requests = self._requests
+        started_s = trio.current_time()
+        await requests.cancelled_gets_answered(None if timeout is None else timeout + REPLY_GRACE_S)
+        if timeout is None:
+            return None
+        return max(0.0, timeout - (trio.current_time() - started_s))
 
     async def _checked(self, message: Message) -> Message:
         """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""

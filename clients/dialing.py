@@ -177,6 +177,16 @@ class Dialer:
         if not isinstance(welcome, wire.Welcome):
             raise _unexpected("Hello", welcome)
         attachment = self._attachment
+        if attachment.group_id and welcome.group_id != attachment.group_id:
+            # Another group's server at one of the addresses (a wrong bus file, a port
+            # reused): attaching there moved the client to that group's queue of the
+            # same name, silently, and its re-sent puts to a group that never saw
+            # their idempotency keys. Passed over, as an instance that is not up.
+            raise ConnectionLost(
+                Status.LINK_DOWN,
+                f"it is group {welcome.group_id} ({welcome.group_name}), not group "
+                f"{attachment.group_id} ({attachment.group_name}) this client is attached to",
+            )
         attachment.group_id, attachment.group_name = welcome.group_id, welcome.group_name
         attachment.message_bytes_max = welcome.message_bytes_max
         if self._queue_text is None:

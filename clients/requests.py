@@ -89,7 +89,7 @@ def put_timeout_ms(timeout_s: Any) -> int:
         raise FieldRefused(
             Status.BADPARAM, f"put timeout must be a number of seconds >= 0, got {timeout_s!r}"
         )
-    return max(1, round(timeout_s * 1000))
+    return min(_TIMEOUT_MS_MAX, max(1, round(timeout_s * 1000)))
 
 
 def get_timeout_ms(timeout_s: Any) -> int:
@@ -101,10 +101,14 @@ def get_timeout_ms(timeout_s: Any) -> int:
         raise FieldRefused(
             Status.BADPARAM, f"get timeout must be a number of seconds >= 0, got {timeout_s!r}"
         )
-    return round(timeout_s * 1000)
+    return min(_TIMEOUT_MS_MAX, round(timeout_s * 1000))
 
 
 _NUMBERS: Final = (int, float)
+_TIMEOUT_MS_MAX: Final = (1 << 63) - 1
+"""The wire's bound (int64 ms, 292 million years): a longer timeout is that long.
+Why: 1e16 s went out as 10**19 ms and came back refused "timeout_ms must be >= 0",
+pointing the user the wrong way."""
 
 
 def put_reply_wait_s(timeout_s: float | None) -> float:

@@ -24,14 +24,20 @@ from clients.requests import built, get_timeout_ms
 from mrs import protocol as wire
 from mrs.core.selection import Selection
 from mrs.limits import REPLY_GRACE_S
-from mrs.model import Message, Status
+from mrs.model import DEAD_LETTER_QUEUE, Address, Message, Status
 
 
 async def get_selected(
-    requests: Requests, select: Selection, timeout: float | None, count_max: int | None
+    requests: Requests,
+    select: Selection,
+    timeout: float | None,
+    count_max: int | None,
+    own: Address | None = None,
 ) -> list[Message]:
     """The message(s) `select` matches: one Get, or one GetBatch of up to count_max.
-    Raises as get does (MrsTimeout, NoMoreMessages), BadParameter for a bad select."""
+    Raises as get does (MrsTimeout, NoMoreMessages), BadParameter for a bad select, or
+    for a single get that would confirm implicitly held messages it passes over on the
+    attached queue `own` (see `_ask`)."""
     if not isinstance(select, Selection):
         raise BadParameter(
             Status.BADPARAM,
@@ -47,24 +53,67 @@ async def get_selected(
     if held:
         return held
     requests.require_link(Status.NOTACTIVE, "get")
-    wait_s = None if timeout is None else timeout + REPLY_GRACE_S
-    request_id = requests.next_id()
-    count = requests.reserve_get(request_id, 1 if count_max is None else count_max)
+    if count_max is None and requests.cancelled_gets_outstanding:
+        # A Get confirms implicitly what was handed out before (a GetBatch does not:
+        # such a queue refuses it): what a given-up get brings is held first.
+        await requests.cancelled_gets_answered(None if timeout is None else timeout + REPLY_GRACE_S)
+        held = take_held(requests.held, select, 1)
+        if held:
+            return held
+    batch_of_one = count_max is None and any(kept.needs_confirm for kept in requests.held)
     try:
-        wanted = None if count_max is None else count  # fewer when the room is short
-        request = _selective_request(request_id, timeout_ms, keys, wanted)
-        reply = await requests.request(request, wait_s, "get")
-    finally:
-        requests.get_answered(request_id)
-    if count_max is None:
-        deliveries = [cast(wire.Delivery, reply)]
-    else:
-        deliveries = cast(wire.DeliveryBatch, reply).deliveries
+        deliveries = await _ask(requests, timeout, timeout_ms, keys, count_max, batch_of_one)
+    except BadParameter as refused:
+        if not batch_of_one:
+            raise
+        if own is None or own.queue == DEAD_LETTER_QUEUE:  # read under leases: no implicit
+            deliveries = await _ask(requests, timeout, timeout_ms, keys, None, False)
+        else:
+            raise _passes_over_held(len(requests.held), own) from refused
     messages = [requests.message(delivery) for delivery in deliveries]
     if requests.held:  # held while it waited: delivered before these, matching ones first
         requests.held.extend(messages)
         return take_held(requests.held, select, len(messages))
     return messages
+
+
+def _passes_over_held(held_count: int, own: Address) -> BadParameter:
+    """The refusal of a selective get on a queue that confirms implicitly while the
+    client holds messages it would confirm unseen."""
+    return BadParameter(
+        Status.BADPARAM,
+        f"queue {own} confirms implicitly and this client holds {held_count} messages "
+        "that came for gets given up, which this selection passes over: a selective get "
+        "would confirm them before the application saw them; take them with a plain get "
+        "first",
+    )
+
+
+async def _ask(
+    requests: Requests,
+    timeout: float | None,
+    timeout_ms: int,
+    keys: list[list],
+    count_max: int | None,
+    batch_of_one: bool,
+) -> list[wire.Delivery]:
+    """Send the selective Get (count_max None) or GetBatch and wait for its messages.
+    batch_of_one: a single get sent as a GetBatch of one, which confirms nothing
+    implicitly: the held messages it passes over are unseen by the application, and
+    a Get on a queue that confirms implicitly confirmed them (a crash then lost them);
+    such a queue refuses the GetBatch (BADPARAM) instead."""
+    wait_s = None if timeout is None else timeout + REPLY_GRACE_S
+    request_id = requests.next_id()
+    count = requests.reserve_get(request_id, 1 if count_max is None else count_max)
+    try:
+        wanted = 1 if batch_of_one else (None if count_max is None else count)
+        request = _selective_request(request_id, timeout_ms, keys, wanted)
+        reply = await requests.request(request, wait_s, "get")
+    finally:
+        requests.get_answered(request_id)
+    if type(reply) is wire.Delivery:
+        return [reply]
+    return cast(wire.DeliveryBatch, reply).deliveries
 
 
 def _selective_request(
