@@ -133,13 +133,15 @@ def readable_journal(data_dir: Path) -> Path:
     """The group's LMDB directory (`mrs.audit.scan.journal_dir`), checked first in a
     child process as `mrs pcj archive` checks it: LMDB trusts its file, and one cut
     short kills its reader (this process or a Spark worker) with SIGBUS, unsaid."""
-    from mrs.audit.scan import journal_dir
+    from mrs.audit.scan import journal_dir, unfinished_copy_problem
     from mrs.storage.journal_check import verify_before_open
 
     directory = journal_dir(data_dir)
     damage = verify_before_open(directory, unreadable_only=True)
     if damage is not None:
         raise AuditJournalDamaged(damage)
+    if (unfinished := unfinished_copy_problem(directory)) is not None:
+        raise AuditUsageError(unfinished)
     return directory
 
 

@@ -149,6 +149,22 @@ def open_store(path: str | Path) -> JournalStore:
     return JournalStore(journal_dir(path), readonly=True)
 
 
+def unfinished_copy_problem(path: str | Path) -> str | None:
+    """One line when the journals at `path` are a replica's unfinished full copy
+    (mrs.offline.journal_files `unfinished_copy`), else None: an audit of them counted
+    part of the group's messages (none confirmed, none waiting) with nothing to say so."""
+    from mrs.offline.journal_files import UNFINISHED_COPY_ADVICE, unfinished_copy
+
+    store = open_store(path)
+    try:
+        why = unfinished_copy(store)
+    finally:
+        store.close()
+    if why is None:
+        return None
+    return f"{journal_dir(path)}: these journals {why}; {UNFINISHED_COPY_ADVICE}"
+
+
 def _key(seq: int) -> bytes:
     return seq.to_bytes(8, "big")
 
@@ -363,6 +379,7 @@ __all__ = [
     "Range",
     "TIME_FIELDS",
     "open_store",
+    "unfinished_copy_problem",
     "plan",
     "scan_batches",
     "scan_values",

@@ -130,11 +130,20 @@ def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
     if "group" in options:
         if len(paths) != 1:
             raise SourceError("option group goes with exactly one path")
-        return [(paths[0], int(options["group"]))]
+        return _whole([(paths[0], int(options["group"]))])
     try:
-        return [(str(scan.journal_dir(path)), infer_group(path)) for path in paths]
+        return _whole([(str(scan.journal_dir(path)), infer_group(path)) for path in paths])
     except FileNotFoundError as error:
         raise SourceError(str(error)) from None
+
+
+def _whole(sources: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """`sources`, once none of them is a replica's unfinished full copy: read there,
+    the dataset held part of the group's records with nothing to say so."""
+    for path, _ in sources:
+        if (unfinished := scan.unfinished_copy_problem(path)) is not None:
+            raise SourceError(unfinished)
+    return sources
 
 
 # ------------------------------------------------------------------ filters

@@ -10,6 +10,7 @@ by seq, so a `--seq` selection starts at its first key instead of the first reco
 from __future__ import annotations
 
 import argparse
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,15 @@ import lmdb
 from journals import JournalError, JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.errors import OperatorError
-from mrs.exit_status import EXIT_RUNTIME, CommandError
+from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
 from mrs.storage.journal_check import verify_before_open
 from mrs.storage.journal_scan import find_journals, read_only_map_bytes
 
 """`mrs journal repair` sizes its copy from it."""
 
 JOURNALS_DIRNAME = "journals"
+_TWO_U64 = struct.Struct(">QQ")
+"""A (term, number) in a replica's META (mrs.replication.replica)."""
 CLIENT_SAF_MARK = "journal.id"
 """What a client library's SAF journal keeps beside its data file (clients.saf_check)
 and a group's journals never hold: how a directory given alone is told apart."""
@@ -81,6 +84,53 @@ def replicated_journals(where: GroupJournals, store: JournalStore) -> bool:
     if where.group is not None and where.group.instances:
         return True
     return any(store.meta_get(key) is not None for key in (POSITION_KEY, LED_KEY))
+
+
+def unfinished_copy(store: JournalStore) -> str | None:
+    """Why these journals do not hold a replicated group's records as of one moment,
+    or None. A replica taking a full copy from the active empties its journals first
+    and fills them a slice at a time (a copy cut off halfway, by a SIGKILL or a lost
+    link, stays so until the next copy); and a whole copy, read while the active went
+    on committing, mixes two moments until the replica has replayed up to the record
+    it is whole at (mrs.replication.replica `holds_journals`). Read there, a tool
+    showed part of the group's journals with nothing to say so (a DQF of 0 records
+    while the group held 795)."""
+    from mrs.replication.replica import COPY_PARTIAL_KEY, COPY_UPTO_KEY, read_position
+
+    if store.meta_get(COPY_PARTIAL_KEY) is not None:
+        return (
+            "hold only part of a full copy of the group's journals (the copy from the "
+            "active was under way, or was cut off halfway)"
+        )
+    upto = store.meta_get(COPY_UPTO_KEY)
+    if upto is None or len(upto) != _TWO_U64.size:
+        return None
+    term, number = _TWO_U64.unpack(upto)
+    position, _ = read_position(store)
+    if position[0] == term and position[1] < number:
+        return (
+            f"took a full copy of the group's journals and have not yet replayed the "
+            f"records up to ({term}, {number}), where it is whole: they mix two moments"
+        )
+    return None
+
+
+def refuse_unfinished_copy(store: JournalStore, journals_path: Path) -> None:
+    """Close `store` and raise CommandError (one line, exit 2) when its journals are
+    a replica's unfinished copy (`unfinished_copy`): a refusal, not wrong numbers."""
+    why = unfinished_copy(store)
+    if why is None:
+        return
+    store.close()
+    raise CommandError(
+        f"{journals_path}: these journals {why}; {UNFINISHED_COPY_ADVICE}", EXIT_USAGE
+    )
+
+
+UNFINISHED_COPY_ADVICE = (
+    "read the active instance's journals (`mrs status` names it), or these once this "
+    "instance is in sync again"
+)
 
 
 def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJournals:
@@ -164,10 +214,13 @@ def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
     elif (damage := verify_before_open(where.journals_path, unreadable_only=True)) is not None:
         raise CommandError(damage, EXIT_RUNTIME)
     try:
-        return JournalStore(
+        store = JournalStore(
             where.journals_path, where.map_bytes, readonly=not writable, beside_owner=True
         )
     except (lmdb.Error, JournalError) as error:
         problem = " ".join(f"{type(error).__name__}: {error}".split())
         where_text = where.journals_path
         raise CommandError(f"cannot open the journals in {where_text}: {problem}") from None
+    if not where.client_saf:
+        refuse_unfinished_copy(store, where.journals_path)
+    return store
