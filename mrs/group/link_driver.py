@@ -33,6 +33,9 @@ from mrs.transport.watchdog import Liveness, next_nonce, watch
 log = logging.getLogger("mrs.links")
 
 LINK_PROGRAM_PREFIX = "group:"
+PEER_STARTING = "is starting: its active waits for a replica to hold its first records"
+"""How a replicated group's new active refuses a link until its first records are on
+a majority (mrs.server.links): a moment, so the dialer tries again at once."""
 
 
 def new_link(rooms: LinkRooms, peer_id: int) -> PeerLink:
@@ -88,6 +91,7 @@ async def dial_forever(
     ERROR once per change, not at every redial."""
     backoff_s = BACKOFF_S_MIN
     journals_refused = ""
+    starting = False  # the last dial was refused by a new active still starting
     while True:
         connected = answered = False
         up_s = 0.0
@@ -122,21 +126,28 @@ async def dial_forever(
                         # off, or it was redialed, resent to and logged 20 times a second.
                         backoff_s = BACKOFF_S_MIN
         except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
-            if connected and not answered and hasattr(network, "pass_over"):
+            if isinstance(error, PeerStarting) and not starting:
+                backoff_s = BACKOFF_S_MIN  # its replica holds them within milliseconds
+            starting = isinstance(error, PeerStarting)
+            if connected and not answered and hasattr(network, "pass_over") and not starting:
                 network.pass_over()  # a replicated peer: its next instance first next time
             if isinstance(error, JournalsChanged) and error.message != journals_refused:
                 journals_refused = error.message
                 log.error("link to group %d refused: %s", link.peer_id, error.message)
-            log.info(
-                "link to group %d at %s:%d: %s; retrying in %.2f s",
-                link.peer_id,
-                host,
-                port,
-                _describe(error),
-                backoff_s,
-            )
+            _log_retry(link.peer_id, host, port, error, backoff_s)
         await trio.sleep(backoff_s)
         backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+
+
+def _log_retry(peer_id: int, host: str, port: int, error: BaseException, backoff_s: float) -> None:
+    log.info(
+        "link to group %d at %s:%d: %s; retrying in %.2f s",
+        peer_id,
+        host,
+        port,
+        _describe(error),
+        backoff_s,
+    )
 
 
 def _describe(error: BaseException) -> str:
@@ -150,6 +161,12 @@ class LinkRefused(MrsError):
 
     def __init__(self, message: str) -> None:
         super().__init__(Status.LINK_DOWN, message)
+
+
+class PeerStarting(LinkRefused):
+    """The peer's new active is starting (`PEER_STARTING`). Why apart: the failover
+    that made it active had grown the backoff to its cap, and the dialer waited 2 s
+    more for an active that was ready a few milliseconds after it refused."""
 
 
 class JournalsChanged(LinkRefused):
@@ -168,7 +185,8 @@ async def _handshake(
     except StreamClosed:
         raise LinkRefused("peer closed during the handshake") from None
     if isinstance(event, wire.Fatal):
-        raise LinkRefused(f"peer refused the link: {event.message}")
+        refused = PeerStarting if PEER_STARTING in event.message else LinkRefused
+        raise refused(f"peer refused the link: {event.message}")
     if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
         found = getattr(event, "group_id", event)
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")

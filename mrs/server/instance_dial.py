@@ -10,11 +10,13 @@ from the peer's last seq) does the rest.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import trio
 
 from mrs.config.instance_types import InstanceConfig
+from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
 from mrs.transport.network import Network
 
 
@@ -36,12 +38,34 @@ class InstancesNetwork:
         self.addresses.append(self.addresses.pop(0))
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
-        """host:port (the group's configured one) is ignored for the instances'."""
-        for attempt in range(len(self.addresses)):
-            try:
-                return await self.network.connect(*self.addresses[0])
-            except OSError:
-                self.addresses.append(self.addresses.pop(0))
-                if attempt == len(self.addresses) - 1:
-                    raise
-        raise AssertionError("unreachable: the last attempt raises")
+        """host:port (the group's configured one) is ignored for the instances'. Each
+        instance is given an equal share of the link's handshake time (one share kept
+        back, so the last one ends before the driver's own timeout): one that neither
+        takes nor refuses the connection (its machine vanished: no RST, the SYN never
+        answered) is passed over like one that refuses it. Before, the one that
+        answered last was dialled first at every redial for the whole handshake
+        timeout, and the link never reached the new active."""
+        attempt_s = HANDSHAKE_TIMEOUT_S / (len(self.addresses) + 1)
+        failures: list[str] = []
+        for _ in range(len(self.addresses)):
+            instance_host, instance_port = self.addresses[0]
+            why = f"no answer in {attempt_s:.2f} s"
+            with trio.move_on_after(attempt_s):
+                try:
+                    return await self.network.connect(instance_host, instance_port)
+                except OSError as error:
+                    why = _why(error)
+            failures.append(f"{instance_host}:{instance_port} {why}")
+            self.addresses.append(self.addresses.pop(0))
+        raise OSError(f"no instance took the connection: {'; '.join(failures)}")
+
+
+def _why(error: OSError) -> str:
+    """What one instance said, in a word (trio wraps each address's error in one
+    that repeats the address: "all attempts to connect to ... failed")."""
+    cause = error.__cause__
+    inner = cause.exceptions[0] if isinstance(cause, BaseExceptionGroup) else cause
+    found = inner if isinstance(inner, OSError) else error
+    if found.errno:
+        return os.strerror(found.errno).lower()
+    return str(found) or type(found).__name__

@@ -17,7 +17,7 @@ from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
 from mrs.group.incarnation import PeerIncarnations, own_incarnation, short
-from mrs.group.link_driver import dial_forever, new_link, pump
+from mrs.group.link_driver import PEER_STARTING, dial_forever, new_link, pump
 from mrs.group.link_session import PeerLink
 from mrs.model import Status
 from mrs.replication.stream import RecordingStore
@@ -183,8 +183,7 @@ class PeerLinks:
         incarnations = self.incarnations
         if incarnations is None:  # not on a majority yet (`_start_when_answerable`)
             raise wire.RemoteProtocolError(
-                f"group {self.config.id} is starting: its active waits for a replica to hold "
-                "its first records",
+                f"group {self.config.id} {PEER_STARTING}",
                 Status.LINK_DOWN,
             )
         if (problem := incarnations.admit(peer_id, hello.incarnation)) is not None:
