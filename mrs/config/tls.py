@@ -8,7 +8,10 @@ first connection. Group certificates name `mrs-group-N` (`group_server_name`).
 from __future__ import annotations
 
 import datetime
+import logging
+import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,11 @@ CLIENT_CERT_CHOICES = {
 }
 GROUP_NAME_PREFIX = "mrs-group-"
 """Certificate name (DNS subjectAltName) that proves a certificate is group N's."""
+
+log = logging.getLogger("mrs.tls")
+
+FileStamps = tuple[tuple[int, int, int] | None, ...]
+"""(mtime_ns, size, inode) of the CA, certificate and key files (None: unreadable)."""
 
 
 def strict_eof(context: ssl.SSLContext) -> ssl.SSLContext:
@@ -50,9 +58,14 @@ class TlsConfig:
     cert: Path
     key: Path
     client_cert: str = "none"
-    _contexts: dict[str, ssl.SSLContext] = field(
+    _contexts: dict[str, tuple[FileStamps, ssl.SSLContext]] = field(
         default_factory=dict, compare=False, repr=False, hash=False
     )
+    """Contexts built, by kind, with the stamps of the files they were built from."""
+    _said: dict[str, FileStamps] = field(
+        default_factory=dict, compare=False, repr=False, hash=False
+    )
+    """The file stamps last logged about (one line per change, not per kind)."""
 
     def server_context(self) -> ssl.SSLContext:
         """For accepting: our certificate; client certificates checked as configured."""
@@ -65,13 +78,64 @@ class TlsConfig:
         return self._accepting("mutual", ssl.CERT_REQUIRED)
 
     def _accepting(self, kind: str, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
-        if kind not in self._contexts:
+        def build() -> ssl.SSLContext:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
             context.load_cert_chain(str(self.cert), str(self.key))
             context.verify_mode = verify_mode
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts[kind] = strict_eof(context)
-        return self._contexts[kind]
+            return context
+
+        return self._current(kind, build)
+
+    def _stamps(self) -> FileStamps:
+        stamps: list[tuple[int, int, int] | None] = []
+        for path in (self.ca, self.cert, self.key):
+            try:
+                st = os.stat(path)
+            except OSError:
+                stamps.append(None)
+                continue
+            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(stamps)
+
+    def _current(self, kind: str, build: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        """The `kind` context built from the files as they are now: built again when
+        the CA, certificate or key file changed since (three stats a handshake).
+
+        Why: a context built once was kept for the process's life. A replica that
+        became active served the certificate it had loaded at start (or at an earlier
+        term) after its files were replaced on disk, so clients that pin the new CA
+        were refused, and an expired certificate renewed on disk was still served
+        (found by a probe: `mrs certs --force` on a replicated group, then a
+        failover). Files that do not load (a copy half done, a key of another
+        certificate) leave the context in force, said once per change."""
+        stamps = self._stamps()
+        held = self._contexts.get(kind)
+        if held is not None and held[0] == stamps:
+            return held[1]
+        try:
+            context = strict_eof(build())
+        except (OSError, ssl.SSLError, ValueError) as error:
+            if held is None:
+                raise
+            self._contexts[kind] = (stamps, held[1])
+            self._say(
+                stamps, logging.ERROR, f"do not load ({_reason(error)}): the ones in force stay"
+            )
+            return held[1]
+        self._contexts[kind] = (stamps, context)
+        if held is not None:
+            problem = self.validity_problem()
+            level = logging.WARNING if problem else logging.INFO
+            self._say(stamps, level, problem or "changed: new connections use them")
+        return context
+
+    def _say(self, stamps: FileStamps, level: int, what: str) -> None:
+        """One line per change of the files, whichever context noticed it first."""
+        if self._said.get("files") == stamps:
+            return
+        self._said["files"] = stamps
+        log.log(level, "[group.tls] files %s, %s, %s: %s", self.cert, self.key, self.ca, what)
 
     def validity_problem(self, now: datetime.datetime | None = None) -> str | None:
         """Why this group's certificate or CA cannot be used today (None: neither has
@@ -96,12 +160,14 @@ class TlsConfig:
 
     def dial_context(self) -> ssl.SSLContext:
         """For dialing a linked group: verify it (name and CA), show our certificate."""
-        if "dial" not in self._contexts:
+
+        def build() -> ssl.SSLContext:
             context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
             context.load_cert_chain(str(self.cert), str(self.key))
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            self._contexts["dial"] = strict_eof(context)
-        return self._contexts["dial"]
+            return context
+
+        return self._current("dial", build)
 
 
 def parse_tls(parser: Any, group: dict[str, Any], group_where: str) -> TlsConfig | None:

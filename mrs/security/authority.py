@@ -97,6 +97,19 @@ class Authority:
         took away (mrs.server.connections)."""
         self.creds, self._link_salted, self._link_password = self._load()  # CredsError: no start
         self._stamps = self._current_stamps()
+        log.info("credentials in force: %s", self.in_force())
+
+    def in_force(self) -> str:
+        """Which copy of the credentials file is in force: its path, its principals
+        and the SHA-256 of its text. Why: each machine of a replicated group has its
+        own copy, and the instance that becomes active enforces its own (brought up
+        to the group's last `mrs admin grant`, or kept when edited there); said at
+        start and at each reload, so an operator can tell which copy a group
+        enforces and compare it with the other machines' (`sha256sum`)."""
+        return (
+            f"{len(self.creds.principals)} principals from {self.config.credentials_path} "
+            f"(sha256 {self.creds.text_sha256[:16]})"
+        )
 
     # -- loading --------------------------------------------------------------------
 
@@ -141,12 +154,7 @@ class Authority:
             )
             return False
         self.reloads += 1
-        log.info(
-            "credentials reloaded (%s): %d principals from %s",
-            why,
-            len(self.creds.principals),
-            self.config.credentials_path,
-        )
+        log.info("credentials reloaded (%s): %s", why, self.in_force())
         for listener in self.listeners:
             listener()
         return True

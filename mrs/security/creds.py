@@ -65,6 +65,10 @@ class Credentials:
     decoy_key: bytes | None = None
     """Secret from which unknown names' salts and rounds are derived (see the module
     docstring); None in a file written before it existed (`decoy_secret`)."""
+    text_sha256: str = ""
+    """SHA-256 (hex) of the file's text as `load` read it: what a group logs as the
+    copy in force, so the copies of a replicated group's machines can be compared
+    (`sha256sum creds.toml`); empty for credentials not read from a file."""
 
     def decoy_secret(self) -> bytes:
         """The decoy key, or (an older file without one) a digest of the verifiers:
@@ -110,7 +114,8 @@ def _unb64(text: object, where: str) -> bytes:
 def load(path: Path) -> Credentials:
     """Read and check the file; CredsError (one line) on anything unusable."""
     try:
-        document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        document = tomllib.loads(text)
     except FileNotFoundError:
         raise CredsError(
             f"credentials file {path} does not exist (create it with `mrs creds add`)"
@@ -125,7 +130,7 @@ def load(path: Path) -> Credentials:
     table = document.get("principal", {})
     if not isinstance(table, dict):
         raise CredsError(f"credentials file {path}: [principal] must be a table")
-    creds = Credentials()
+    creds = Credentials(text_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
     if "decoy_key" in document:
         creds.decoy_key = _unb64(document["decoy_key"], f"credentials file {path}: decoy_key")
         if len(creds.decoy_key) != DECOY_KEY_BYTES:

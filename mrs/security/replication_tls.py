@@ -25,6 +25,7 @@ record and each acknowledgement waited for a commit (benchmarks/README.md).
 from __future__ import annotations
 
 import logging
+import ssl
 
 import trio
 
@@ -48,8 +49,9 @@ class ReplicationTls(TcpNetwork):
     def __init__(self, config: TlsConfig, group_id: int) -> None:
         self.group_id = group_id
         self.name = group_server_name(group_id)
-        self.server_context = config.mutual_server_context()
-        self.dial_context = config.dial_context()
+        self.config = config
+        config.mutual_server_context()  # built now: files that do not load fail the start
+        config.dial_context()
         self.refused = 0
         self._handshakes = 0
         self._refusals = RefusalLog(
@@ -58,6 +60,17 @@ class ReplicationTls(TcpNetwork):
             level=logging.WARNING,
             line_format="replication link {peer} refused: {message}",
         )
+
+    @property
+    def server_context(self) -> ssl.SSLContext:
+        """The context of the group's certificate files as they are now: a replica
+        whose files were replaced proves itself with the new ones at its next link
+        (TlsConfig._current), as it serves them once it becomes active."""
+        return self.config.mutual_server_context()
+
+    @property
+    def dial_context(self) -> ssl.SSLContext:
+        return self.config.dial_context()
 
     async def serve(
         self,
@@ -78,6 +91,7 @@ class ReplicationTls(TcpNetwork):
                 await trio.aclose_forcefully(stream)
                 return
             self._handshakes += 1
+            assert isinstance(stream, trio.SocketStream)  # TcpNetwork's: a real TCP connection
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                     tls_stream = await tls_handshake(stream, self.server_context, server_side=True)

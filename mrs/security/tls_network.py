@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from typing import Any
 
 import trio
@@ -59,8 +60,8 @@ class TlsNetwork(TcpNetwork):
         self.config = config
         self.peer_names = peer_names
         """(host, port) dialed -> the name its certificate must carry (mrs-group-N)."""
-        self.server_context = config.server_context()
-        self.dial_context = config.dial_context()
+        config.server_context()  # built now: files that do not load fail the start
+        config.dial_context()
         self.refused = 0
         """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
         self._slots = HandshakeSlots(HANDSHAKES_PER_HOST_MAX, HANDSHAKES_MAX)
@@ -71,6 +72,16 @@ class TlsNetwork(TcpNetwork):
             level=logging.INFO,
             line_format="TLS handshake from {peer} refused: {message}",
         )
+
+    @property
+    def server_context(self) -> ssl.SSLContext:
+        """The context of the certificate files as they are now (a replaced
+        certificate is served from the next handshake: TlsConfig._current)."""
+        return self.config.server_context()
+
+    @property
+    def dial_context(self) -> ssl.SSLContext:
+        return self.config.dial_context()
 
     async def serve_listeners(
         self,
