@@ -30,6 +30,7 @@ from journals import Journal, JournalError, JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
+from mrs.errors import OperatorError
 from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import (
     COORDINATOR_LOG_INTERVAL_S,
@@ -59,6 +60,7 @@ from mrs.replication.etcd import EtcdClient
 from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
+from mrs.security.authority import Authority
 from mrs.security.replication_tls import ReplicationTls
 from mrs.server import gc_tuning, startup
 from mrs.server.group_server import GroupServer
@@ -159,7 +161,7 @@ class InstanceRunner:
         self._said_empty = False
         """It logged that its journals hold nothing, so it is no candidate."""
         self._said_cannot_listen: str | None = None
-        """Why it last said it could not take clients (`_cannot_listen`), None: it can."""
+        """Why it last said it could not take clients (`_cannot_take_clients`), None: it can."""
         self._said_lost_acknowledged: tuple[int, int] | None = None
         """The acknowledged position it last said its journals lack (`_lost_acknowledged`)."""
         self._unclaimed_since_s: float | None = None
@@ -273,13 +275,24 @@ class InstanceRunner:
             setting = f"instance {self.me.name} replication = {host}:{port}"
             raise startup.listen_failure(self.bus, self.config, error, setting) from None
 
-    def _cannot_listen(self) -> str | None:
-        """Why this instance could not take clients if it won a term now, or None.
-        Why: an instance listens for clients only while active; one that won a term
-        and then found its port taken (another process on it) exited and left the
-        group with a term and no active. So it does not campaign while its port
-        cannot be bound (told once; a TCP bind tried and let go, over the real
-        network only)."""
+    def _cannot_take_clients(self) -> str | None:
+        """Why this instance could not take clients if it won a term now, or None;
+        said once per reason. Why: an instance listens for clients only while active,
+        and one that won a term and then could not serve exited and left the group
+        with a term and no active: its port taken by another process, or (found by a
+        probe: `mrs failover --to` such an instance) its credentials file or link
+        secret unusable, or its certificate expired. The in-sync record then named
+        only it, and the group stayed down. So it does not campaign meanwhile (a
+        hand-over nobody takes goes back to the instance that offered it)."""
+        why = self._port_problem() or self._admission_problem()
+        if why is not None and why != self._said_cannot_listen:
+            log.error("instance %s is not a candidate: %s", self.me.name, why)
+        self._said_cannot_listen = why
+        return why
+
+    def _port_problem(self) -> str | None:
+        """Why the client port cannot be bound now (a TCP bind tried and let go, over
+        the real network only), or None."""
         if self.network is not TCP:
             return None
         host, port = self.config.listen_host, self.config.listen_port
@@ -291,18 +304,25 @@ class InstanceRunner:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(address)
         except OSError as error:
-            why = str(startup.listen_failure(self.bus, self.config, error))
-            if why != self._said_cannot_listen:
-                self._said_cannot_listen = why
-                log.error("instance %s is not a candidate: %s", self.me.name, why)
-            return why
-        self._said_cannot_listen = None
+            return str(startup.listen_failure(self.bus, self.config, error))
         return None
+
+    def _admission_problem(self) -> str | None:
+        """Why the active's server would refuse to start for its [auth] files or its
+        certificate (as `GroupServer` and `mrs.security.tls_network` check them), or
+        None."""
+        if self.bus.auth is not None:
+            try:
+                Authority(self.bus.auth, self.config.id, self.config.linked_group_ids)
+            except OperatorError as error:
+                return str(error)
+        tls = self.config.tls
+        return None if tls is None else tls.validity_problem()
 
     async def _campaign(self, term_at_least: int = 0) -> int | None:
         """Campaign for a term (above `term_at_least`), unless this instance could not
-        take clients as the active (`_cannot_listen`): the term won, or None."""
-        if self._cannot_listen() is not None:
+        take clients as the active (`_cannot_take_clients`): the term won, or None."""
+        if self._cannot_take_clients() is not None:
             return None
         return await self.coordinator.campaign(term_at_least)
 

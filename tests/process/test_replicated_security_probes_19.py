@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NotAuthorized, connect, instance_addresses, tls_context
+from clients import (
+    ConnectionLost,
+    DeliveryMode,
+    NotAuthorized,
+    connect,
+    instance_addresses,
+    tls_context,
+)
 from mrs.config.bus import load_config
 from mrs.model import Status
 from mrs.tools.certs import make_certs
@@ -176,3 +183,45 @@ def test_a_revocation_holds_after_a_kill_and_the_log_names_the_copy_in_force(
     log = (files[second].parent / f"{second}.log").read_text()
     in_force = re.findall(r"credentials in force: 2 principals from (\S+) \(sha256 (\w+)\)", log)
     assert in_force[-1] == (str(own), digest), in_force
+
+
+def test_an_instance_whose_credentials_do_not_load_takes_no_term(etcd, tmp_path) -> None:
+    """A planned switch-over to an instance whose credentials file does not load (a
+    typo on its machine): it won the term, could not start its server, exited, and
+    the in-sync record named only it, so the group stayed without an active. It is
+    now no candidate while the file does not load (one line saying why); the hand-over
+    goes back to the active, which keeps answering."""
+    files = _machines(tmp_path, etcd.endpoint)
+    instances = {name: InstanceProcess(files[name], name) for name in files}
+    for process in instances.values():
+        process.start()
+    try:
+        first = wait_active(instances, 30)
+        target = next(name for name in ("a", "b", "c") if name != first)
+        broken = files[target].parent / "creds.toml"
+        broken.write_text(broken.read_text() + "\n[principal\n")
+        switched = run_mrs(
+            "failover", "--config", str(files[first]), "NYC", "--to", target, "--wait", "5"
+        )
+        assert switched.returncode != 0, switched.stdout
+
+        async def answered() -> None:
+            addresses = instance_addresses(files["a"], "NYC")
+            with trio.fail_after(60):
+                while True:  # another process's state: nothing to await but a dial
+                    try:
+                        async with connect(addresses, None, credentials=creds("owner")) as owner:
+                            status = await owner.status()
+                        break
+                    except ConnectionLost:
+                        await trio.sleep(0.5)
+            assert status["replication"]["instance"] != target
+
+        trio.run(answered)
+        assert instances[target].process is not None
+        assert instances[target].process.poll() is None
+    finally:
+        for process in instances.values():
+            process.terminate()
+    log = (files[target].parent / f"{target}.log").read_text()
+    assert f"instance {target} is not a candidate: credentials file" in log, log[-2000:]
