@@ -89,7 +89,7 @@ def test_every_option_of_every_subcommand_is_described_with_its_default() -> Non
 def test_usage_mistakes_are_one_line_exit_2() -> None:
     _one_line(_mrs("serve"), 2, "mrs serve", "--config", "--help")
     _one_line(_mrs("nosuchcommand"), 2, "nosuchcommand")
-    _one_line(_mrs("status", "--address", "localhost"), 2, "HOST:PORT")
+    _one_line(_mrs("status", "--address", "localhost"), 2, "must be 'host:port'")
 
 
 def test_verbose_is_accepted_after_the_subcommand(tmp_path: Path) -> None:
