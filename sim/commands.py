@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import trio
@@ -24,7 +22,7 @@ from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.testing.broken_builds import broken_build, switches_in
 from mrs.testing.replication_builds import REPLICATION_SWITCHES
 from sim.checker import PROBLEMS, History, Verdict, check
-from sim.processes import ServerStartError
+from sim.processes import ServerStartError, first_start_failure, stop_signals_as_ctrl_c
 from sim.scenarios import run_scenario
 from sim.simulation import replicated
 from sim.swarm import WORKLOADS, run_seed
@@ -74,20 +72,9 @@ def run_processes(
     try:
         return trio.run(until_signalled, run, *args)
     except* ServerStartError as failed:
-        first: BaseException = failed
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise CommandError(f"{_last_words(first)} (the bus stays in {scratch})") from None
-
-
-def _last_words(error: BaseException) -> str:
-    """ "group 1 did not start: <the last line of its log>" (the error's first line
-    when it carries no log)."""
-    first, *log = str(error).splitlines()
-    said = [line.strip() for line in log if line.strip()]
-    if not said:
-        return first
-    return f"{first.split(' did not start', 1)[0]} did not start: {said[-1]}"
+        first = first_start_failure(failed)
+        assert first is not None
+        raise CommandError(f"{first.last_words()} (the bus stays in {scratch})") from None
 
 
 def interrupted_code(signum: signal.Signals) -> int:
@@ -137,7 +124,9 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     started_cpu_s = time.process_time()
     done = SwarmTotals()
     interrupted: signal.Signals | None = None
-    with _sigterm_as_sigint():
+    # SIGTERM and SIGHUP stop it as Ctrl-C does, so they too end with the summary
+    # (and the seed's scratch directory removed)
+    with stop_signals_as_ctrl_c() as stopped_by:
         try:
             for seed in seeds:
                 history, verdict = run_seed(seed, unsafe, shape)
@@ -145,7 +134,7 @@ def run_swarm_command(args: argparse.Namespace) -> int:
                 if args.history is not None:
                     args.history.write_text(history.to_json())
         except* KeyboardInterrupt:  # also inside the group a trio nursery raises
-            interrupted = _stopped_by[-1] if _stopped_by else signal.SIGINT
+            interrupted = stopped_by[0] if stopped_by else signal.SIGINT
     elapsed_s = time.perf_counter() - started_s
     cpu_s = time.process_time() - started_cpu_s
     console.print(
@@ -172,31 +161,6 @@ def run_swarm_command(args: argparse.Namespace) -> int:
         return 1
     console.print("[bold green]every seed kept every invariant[/]")
     return 0
-
-
-_stopped_by: list[signal.Signals] = []
-"""The signal that stopped the swarm (SIGTERM is handed on as a SIGINT)."""
-
-
-@contextlib.contextmanager
-def _sigterm_as_sigint() -> Iterator[None]:
-    """While the swarm runs, SIGTERM stops it as Ctrl-C does: handed to SIGINT's
-    handler (inside a seed, trio's, which raises KeyboardInterrupt where trio can take
-    it), so it too ends with the summary."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        _stopped_by.append(signal.SIGTERM)
-        on_sigint = signal.getsignal(signal.SIGINT)
-        if not callable(on_sigint):  # SIGINT ignored (a background job): stop anyway
-            raise KeyboardInterrupt
-        on_sigint(signal.SIGINT, frame)
-
-    _stopped_by.clear()
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _listed(counts: dict[str, int]) -> str:
@@ -245,13 +209,29 @@ def refuse_used_scratch(scratch: Path, made_by_a_run: tuple[str, ...]) -> None:
             )
 
 
+def claim_scratch(scratch: Path, made_by_a_run: tuple[str, ...]) -> None:
+    """`refuse_used_scratch`, then make the first thing a run makes there at once, so
+    a second run given the same --scratch at the same moment is refused too: both
+    passed the check, and the second rewrote the bus file under the first (new
+    ports), which then hung until killed."""
+    refuse_used_scratch(scratch, made_by_a_run)
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        (scratch / made_by_a_run[0]).mkdir()
+    except FileExistsError:
+        raise CommandError(
+            f"--scratch {scratch} is being used by another run: give a new or empty directory",
+            EXIT_USAGE,
+        ) from None
+
+
 def run_scenario_command(args: argparse.Namespace) -> int:
     """Run one scenario; a bus made in the temp directory is removed when every
     invariant held (it is what a failure is diagnosed from, so then it stays)."""
     console = Console()
-    if args.scratch is not None:
-        refuse_used_scratch(args.scratch, SCENARIO_MADE)
     refuse_unwritable("--history", args.history)
+    if args.scratch is not None:
+        claim_scratch(args.scratch, SCENARIO_MADE)
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix=f"mrs-sim-{args.scenario}-"))
     console.print(
         f"scenario {args.scenario}, seed {args.seed}, {args.seconds:g} s of faults, "

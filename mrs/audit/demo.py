@@ -7,16 +7,25 @@ audit says why it was skipped and how to get it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 
 def run_demo_audit(
-    console: Console, config_path: Path, out_dir: Path, pcj_expected: int, memory_puts: int
+    console: Console, config_path: Path, out_dir: Path | None, pcj_expected: int, memory_puts: int
 ) -> int:
-    """Audit groups 1 and 2 of the demo bus into out_dir; 0 if Spark's count of
-    confirmed messages equals the PCJ records the demo counted, else 1.
+    """Audit groups 1 and 2 of the demo bus into out_dir (None: a new temporary
+    directory, made only once Java is found: a skipped audit left an empty one in
+    /tmp on every run); 0 if Spark's count of confirmed messages equals the PCJ
+    records the demo counted, else 1.
 
     `memory_puts`: the demo's NN_MEM puts. Each took a seq counter that no journal
     holds, so the audit's `missing` counts them; the summary says which counters are
@@ -29,19 +38,18 @@ def run_demo_audit(
     except AuditUsageError as error:
         console.print(f"[yellow]8. Audit skipped[/]: {error}")
         return 0
-    from mrs.audit.load import queue_names
     from mrs.audit.output import write_html, write_json, write_tables
-    from mrs.audit.report import compute
-    from mrs.audit.session import build_session
 
     console.print("[bold]8. Audit[/]: Spark (local[2]) reads both groups' journals ...")
-    sources = {"config": str(config_path), "groups": "1,2"}
+    made = out_dir is None
+    out_dir = Path(tempfile.mkdtemp(prefix="mrs-demo-audit-")) if out_dir is None else out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    spark = build_session("local[2]", app_name="mrs demo audit", log_path=out_dir / "spark.log")
     try:
-        report = compute(spark, sources, names=queue_names(str(config_path)))
-    finally:
-        spark.stop()
+        report = _spark_report(config_path, out_dir)
+    except BaseException:
+        if made:  # no report in it: nothing to keep
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     write_tables(report, out_dir)
     write_json(report, out_dir / "report.json")
     page = write_html(report, out_dir / "report.html", "MRS demo audit",
@@ -72,6 +80,48 @@ def run_demo_audit(
         return 1
     console.print("[bold green]Spark's audit agrees with the journal.[/]")
     return 0
+
+
+def _spark_report(config_path: Path, out_dir: Path) -> Any:
+    """Spark's report of groups 1 and 2 (mrs.audit.report.compute), Spark stopped
+    after it, also when a Ctrl-C (or a SIGTERM handed on as one) cuts it short.
+
+    Why its own signal handling: pyspark's SIGINT handler calls into the JVM from
+    inside the handler, and py4j logs a call cut short with its traceback: mid-job,
+    the one-line "interrupted" came after 30 lines of py4j's tracebacks."""
+    from mrs.audit.load import queue_names
+    from mrs.audit.report import compute
+    from mrs.audit.session import build_session
+
+    sources = {"config": str(config_path), "groups": "1,2"}
+    on_sigint = signal.getsignal(signal.SIGINT)
+    quiet = _Py4jQuiet()
+    logging.getLogger().addFilter(quiet)
+    try:
+        spark = build_session("local[2]", app_name="mrs demo audit", log_path=out_dir / "spark.log")
+        plain = signal.default_int_handler if callable(on_sigint) else signal.SIG_IGN
+        signal.signal(signal.SIGINT, plain)
+        try:
+            report = compute(spark, sources, names=queue_names(str(config_path)))
+        except BaseException:
+            with contextlib.suppress(Exception):  # a call cut short: the JVM may be gone
+                spark.stop()
+            raise
+        spark.stop()
+        return report
+    finally:
+        logging.getLogger().removeFilter(quiet)
+        if on_sigint is not None:
+            signal.signal(signal.SIGINT, on_sigint)
+
+
+class _Py4jQuiet(logging.Filter):
+    """Drops what py4j logs on the root logger (`mrs` logs it to stderr): a Ctrl-C
+    mid-call is logged there with its traceback ("KeyboardInterrupt while sending
+    command"), though the demo then stops Spark and says so in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def _gaps_line(missing: int, memory_puts: int) -> str:

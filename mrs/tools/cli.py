@@ -13,6 +13,7 @@ from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
+from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import DEMO_MESSAGES_MAX
 from mrs.tools.admin import add_admin_parser
 from mrs.tools.bus_status import add_status_parser
@@ -24,6 +25,7 @@ from mrs.tools.cli_support import (
     positive_float,
     positive_int,
     run_guarded,
+    run_stoppable,
 )
 from mrs.tools.creds import add_parser as add_creds
 from mrs.tools.creds import tool_credentials_from_env
@@ -44,6 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
     from mrs.transport.open_files import raise_open_files_limit
 
     bus = load_config(args.config)
+    _check_ready_file(args.ready_file)
     if args.group not in bus.groups:
         raise ConfigError(
             bus.path,
@@ -70,6 +73,18 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_ready_file(path: Path | None) -> None:
+    """Refuse a --ready-file that cannot be written before the server starts: it was
+    written after the start, so the server committed a new epoch, printed READY to a
+    harness that then saw it exit 1."""
+    if path is None:
+        return
+    folder = path.parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        why = "a directory" if path.is_dir() else f"{folder} is not a writable directory"
+        raise CommandError(f"--ready-file {path}: cannot write a file there ({why})", EXIT_USAGE)
+
+
 def _check_instance(bus: BusConfig, group: GroupConfig, name: str | None) -> None:
     """A replicated group is served one instance at a time, by name (one line if not)."""
     names = ", ".join(i.name for i in group.instances)
@@ -85,13 +100,24 @@ def _check_instance(bus: BusConfig, group: GroupConfig, name: str | None) -> Non
 def _demo(args: argparse.Namespace) -> int:
     from mrs.tools.demo import run_demo
 
-    return run_demo(args.messages, args.scratch)
+    kept = (
+        f"the bus stays in {args.scratch}" if args.scratch else "its scratch directory is removed"
+    )
+    return run_stoppable(
+        "mrs demo",
+        lambda: run_demo(args.messages, args.scratch),
+        lambda: f"every process it started is stopped; {kept}",
+    )
 
 
 def _bench(args: argparse.Namespace) -> int:
     from mrs.tools.bench import run_bench
 
-    return run_bench(args)
+    return run_stoppable(
+        "mrs bench",
+        lambda: run_bench(args),
+        lambda: "its servers are stopped and their data directories removed",
+    )
 
 
 def _failover(args: argparse.Namespace) -> int:
@@ -215,6 +241,23 @@ def _demo_messages(text: str) -> int:
     return value
 
 
+def _bench_body_bytes(text: str) -> int:
+    """A body the bench's servers take (their message_bytes_max is the default): a
+    larger one had every put refused, and the bench reported 0 puts/s and exit 0."""
+    from mrs.config.schema import Limits
+
+    most = Limits().message_bytes_max
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value <= most:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 to {most:,} (the servers' message_bytes_max), got {value:,}"
+        )
+    return value
+
+
 def _add_demo_parser(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo",
@@ -255,8 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo_parser(commands)
 
     bench = commands.add_parser("bench", help="durable throughput against the disk's fsync limit")
-    bench.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement")
-    bench.add_argument("--body-bytes", type=int, default=1024, help="size of each message body")
+    bench.add_argument(
+        "--seconds", type=positive_float, default=3.0, help="duration of each measurement"
+    )
+    bench.add_argument(
+        "--body-bytes", type=_bench_body_bytes, default=1024, help="size of each message body"
+    )
     bench.add_argument(
         "--clients",
         type=int,

@@ -15,6 +15,7 @@ import argparse
 import errno
 import os
 import select
+import signal
 import sys
 from collections.abc import Callable, Iterator
 
@@ -212,3 +213,23 @@ def run_guarded(run: Callable[[], int], *, prog: str = "mrs", verbose: bool = Fa
         hint = "" if verbose else " (run with -v for the traceback)"
         print(f"{prog}: unexpected error: {detail[:300]}{hint}", file=sys.stderr)
         return EXIT_RUNTIME
+
+
+def run_stoppable(prog: str, run: Callable[[], int], stopped: Callable[[], str]) -> int:
+    """`run()` under `stop_signals_as_ctrl_c`; a stop by Ctrl-C, SIGTERM or SIGHUP is
+    one line naming the signal and what `stopped()` says is left (the processes
+    stopped, the directory kept or removed), and the shell's code for that signal
+    (128 + its number: 130 for Ctrl-C), not a traceback or a silent 130."""
+    from sim.processes import stop_signals_as_ctrl_c
+
+    with stop_signals_as_ctrl_c() as caught:
+        try:
+            return run()
+        except KeyboardInterrupt:
+            pass
+        except BaseExceptionGroup as group:  # from a trio nursery
+            if group.subgroup(KeyboardInterrupt) is None:
+                raise
+    signum = caught[0] if caught else signal.SIGINT
+    print(f"{prog}: interrupted by {signum.name}; {stopped()}", file=sys.stderr, flush=True)
+    return 128 + int(signum)

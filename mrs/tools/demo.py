@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from mrs.tools.console import ToolConsole
 from mrs.tools.demo_failover import run_failover_chapter
 from sim.bus import LinkedBus
 from sim.checker import check_delivered
+from sim.processes import ServerStartError, first_start_failure
 
 DEMO_QUEUES = """
 [[group.queue]]
@@ -56,12 +58,29 @@ class Tally:
     ticks_sent: int = 0
     ticks_received: int = 0
     saf_backlog_max: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    """Orders NYC answered but did not store, by status name."""
+    sender_done: bool = False
+    """The sender tried every order (or lost its server): no more will be acknowledged."""
     progress: trio.Event = field(default_factory=trio.Event)
 
     async def wait_acknowledged(self, count: int) -> None:
+        """Until `count` orders are acknowledged; DemoStalled if the sender is done
+        short of that (a disk short of space refuses every order: this waited forever)."""
         while len(self.acknowledged) < count:
+            if self.sender_done:
+                raise DemoStalled(len(self.acknowledged), dict(self.refused))
             self.progress = trio.Event()
             await self.progress.wait()
+
+
+class DemoStalled(Exception):
+    """NYC stopped acknowledging orders before the story could go on."""
+
+    def __init__(self, acknowledged: int, refused: dict[str, int]) -> None:
+        super().__init__(acknowledged, refused)
+        self.acknowledged = acknowledged
+        self.refused = refused
 
 
 async def _send(address: str, ids: list[bytes], tally: Tally) -> None:
@@ -84,6 +103,9 @@ async def _send(address: str, ids: list[bytes], tally: Tally) -> None:
                     if psb.delivery_status in STORED or psb.uma_status == Status.SAF_SUCCESS:
                         tally.acknowledged.add(order_id)
                         tally.progress.set()
+                    else:
+                        name = getattr(psb.delivery_status, "name", str(psb.delivery_status))
+                        tally.refused[name] = tally.refused.get(name, 0) + 1
                     await client.put(b"tick", target="TICKER", delivery=DeliveryMode.NN_MEM)
                     tally.ticks_sent += 1
 
@@ -92,6 +114,15 @@ async def _send(address: str, ids: list[bytes], tally: Tally) -> None:
                     nursery.start_soon(worker)
     except (MrsError, BaseExceptionGroup):
         pass
+
+
+async def _send_all(address: str, ids: list[bytes], tally: Tally) -> None:
+    """`_send`, then tell whoever waits for acknowledgements that no more will come."""
+    try:
+        await _send(address, ids, tally)
+    finally:
+        tally.sender_done = True
+        tally.progress.set()
 
 
 async def _receive(address: str, tally: Tally, drain: bool = False) -> None:
@@ -148,7 +179,7 @@ async def _story(console: Console, bus: LinkedBus, messages: int) -> Tally:
         f"SAF) and as many NN_MEM ticks, {SENDER_TASKS} puts in flight; LDN confirms."
     )
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_send, bus.address(1), ids, tally)
+        nursery.start_soon(_send_all, bus.address(1), ids, tally)
         nursery.start_soon(_receive, bus.address(2), tally)
         await tally.wait_acknowledged(messages // 4)
         proxy.cut()
@@ -266,7 +297,7 @@ async def _run(console: Console, bus: LinkedBus, messages: int) -> tuple[int, Ta
             nursery.cancel_scope.cancel()
 
 
-def _audit(console: Console, bus: LinkedBus, out_dir: Path, tally: Tally) -> int:
+def _audit(console: Console, bus: LinkedBus, out_dir: Path | None, tally: Tally) -> int:
     from mrs.audit.demo import run_demo_audit
 
     pcj = 0
@@ -299,20 +330,70 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
         _check_scratch(Path(scratch))
     console = ToolConsole()
     directory = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-"))
-    bus = LinkedBus(
-        directory, queues=DEMO_QUEUES, group_extra="pcj_default = true", names={1: "NYC", 2: "LDN"}
-    )
+    try:
+        bus = LinkedBus(
+            directory,
+            queues=DEMO_QUEUES,
+            group_extra="pcj_default = true",
+            names={1: "NYC", 2: "LDN"},
+        )
+    except BaseException:
+        if scratch is None:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
     console.rule("MRS demo: recoverable orders through a cut link and a SIGKILL")
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
-        code, tally = trio.run(_run, console, bus, messages)
-        audit_dir = (
-            directory / "audit" if scratch else Path(tempfile.mkdtemp(prefix="mrs-demo-audit-"))
-        )  # the report outlives the scratch directory
-        code = code or run_failover_chapter(console, directory / "failover", messages)
-        return code or _audit(console, bus, audit_dir, tally)
+        try:
+            code, tally = trio.run(_run, console, bus, messages)
+            code = code or run_failover_chapter(console, directory / "failover", messages)
+        except* (ServerStartError, DemoStalled) as failed:
+            raise CommandError(_failure_line(failed, bus, messages)) from None
+        # the report outlives a temporary scratch directory (made when Spark runs)
+        return code or _audit(console, bus, directory / "audit" if scratch else None, tally)
     finally:
         for process in bus.processes.values():
             process.kill()
         if scratch is None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _failure_line(failed: BaseExceptionGroup, bus: LinkedBus, messages: int) -> str:
+    """One line for a demo that could not go on: a server that did not start (its
+    last words), or NYC no longer acknowledging orders (what it answered, and the
+    first warning in its log: read now, the scratch directory may be removed next)."""
+    started = first_start_failure(failed)
+    if started is not None:
+        return f"the demo stopped: {started.last_words()}"
+    matched = failed.subgroup(DemoStalled)
+    stalled = next(_leaves(matched)) if matched is not None else None
+    assert isinstance(stalled, DemoStalled)
+    answers = ", ".join(f"{count:,} {name}" for name, count in sorted(stalled.refused.items()))
+    line = (
+        f"the demo stopped: NYC acknowledged {stalled.acknowledged:,} of {messages:,} orders and "
+        + (f"refused the rest ({answers})" if answers else "its sender lost its connection")
+    )
+    warning = _first_warning(bus.directory / "group1.log")
+    return line + (f"; its log: {warning}" if warning else "")
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+def _first_warning(log_path: Path) -> str:
+    """The first WARNING or ERROR a group logged, not counting the link's comings and
+    goings (the demo cuts it), without its time stamp."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        for level in (" WARNING ", " ERROR "):
+            if level in line and " mrs.links:" not in line and " mrs.forwarding:" not in line:
+                return line.split(level, 1)[1].split(": ", 1)[-1].strip()
+    return ""

@@ -64,12 +64,13 @@ def run_failover_chapter(console: Console, directory: Path, messages: int) -> in
     console.rule("A replicated group loses its active instance and its disk")
     directory.mkdir(parents=True, exist_ok=True)
     etcd = EtcdServer(directory)
-    etcd.start()
-    config = write_replicated_config(directory, etcd.endpoint, _QUEUES, ttl_s=LEASE_TTL_S)
-    text = config.read_text().replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"')
-    config.write_text(text)
-    instances = {name: InstanceProcess(config, name, group_id=2) for name in NAMES}
-    try:
+    instances: dict[str, InstanceProcess] = {}
+    try:  # etcd's start too: Ctrl-C while it comes up must not leave it running
+        etcd.start()
+        config = write_replicated_config(directory, etcd.endpoint, _QUEUES, ttl_s=LEASE_TTL_S)
+        text = config.read_text().replace('id = 1\nname = "NYC"', 'id = 2\nname = "LDN"')
+        config.write_text(text)
+        instances = {name: InstanceProcess(config, name, group_id=2) for name in NAMES}
         for process in instances.values():
             process.start()
         return trio.run(_chapter, console, instances, min(messages, ORDERS_MAX))
