@@ -43,9 +43,9 @@ from clients import (
 )
 from mrs.model import DeliveryMode, Status
 from sim.commands import (
+    claim_scratch,
     interrupted_code,
     refuse_unwritable,
-    refuse_used_scratch,
     run_processes,
 )
 from sim.delivery_check import DeliveryCheck, check_delivered
@@ -481,9 +481,8 @@ def run_replicated_command(seconds: float, seed: int, scratch: Path, figures: Pa
     if shutil.which("etcd") is None:
         print("mrs sim replicated: etcd is not installed (Debian: apt-get install etcd-server)")
         return 2
-    refuse_used_scratch(scratch, REPLICATED_MADE)
     refuse_unwritable("--figures", figures)
-    scratch.mkdir(parents=True, exist_ok=True)
+    claim_scratch(scratch, REPLICATED_MADE)  # two runs on one --scratch: the second refused
     started_s = time.monotonic()
     report, signum = run_processes(run_replicated_nemesis, scratch, scratch, seconds, seed)
     if report is None:
