@@ -11,7 +11,10 @@ else keeps it and puts the drain in RETRY (the link session's backoff).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
 
 from journals import CorruptRecord, Journal, JournalError, Record, WriteBatch, group_key, split_key
 from mrs.group.context import GroupContext
@@ -20,6 +23,7 @@ from mrs.group.quarantine import quarantine_batch, record_problem
 from mrs.group.shapes import entry_from_record, transfer_fields
 from mrs.group.transfer import LINK_LOST, PERMANENT_REFUSALS, decode_saf, status_name
 from mrs.group.umas import Umas
+from mrs.limits import LINK_RETRY_S_MAX, LINK_RETRY_S_MIN, LINK_WINDOW_MESSAGES_MAX
 from mrs.model import Status
 from mrs.protocol.link_events import TransferredMessage
 
@@ -49,6 +53,13 @@ class Drain:
     ctx: GroupContext
     peers: Peers
     umas: Umas
+    copy_failed: dict[bytes, tuple[int, float]] = field(default_factory=dict)
+    """SAF records whose DLQ copy failed after the journal took it (the commit, not
+    a refusal known at once) -> (failures, when the copy may be tried again, trio
+    time): until then each refusal of it goes into RETRY (the link's backoff) without
+    a copy. Without it a journal that kept failing the copy made the drain resend it
+    at the link's round-trip rate, an ERROR line each time. At most
+    LINK_WINDOW_MESSAGES_MAX entries (the oldest forgotten: it is tried at once)."""
 
     def saf_batch(
         self, peer_id: int, after_key: bytes | None, count_max: int, bytes_max: int = 1 << 20
@@ -133,11 +144,12 @@ class Drain:
             outcome.restart = True
             if status == Status.LINK_DOWN:
                 continue
-            if status in PERMANENT_REFUSALS and self._saf_to_dead_letter_queue(
-                key, status, moved.stream
-            ):
-                moved.delete(Journal.SAF, key)
-                continue
+            if status in PERMANENT_REFUSALS:
+                if self._copy_waits(key):  # its copy failed lately: RETRY, no copy
+                    pass
+                elif self._saf_to_dead_letter_queue(key, status, moved.stream):
+                    moved.delete(Journal.SAF, key)
+                    continue
             if not outcome.retry:
                 outcome.retry = True
                 outcome.stuck_seq, outcome.stuck_status = split_key(key)[1], status
@@ -148,7 +160,7 @@ class Drain:
             # After the copies, in their stream: a commit that fails is tried again
             # batch by batch, and a deletion whose copy failed is then not attempted
             # (stays in the SAF, drained again) instead of landing alone: lost.
-            self._delete_drained(peer, moved, [], forgettable, _COPY_FAILED)
+            self._delete_drained(peer, moved, [], forgettable, self._copies_failed)
         return outcome
 
     def _delete_drained(
@@ -157,7 +169,7 @@ class Drain:
         batch: WriteBatch,
         stored: list[int],
         forgettable,
-        failed: str = "could not delete %d drained SAF records: %s",
+        failed: Callable[[list[bytes], JournalError], None] | None = None,
     ) -> None:
         """Commit the deletion of answered SAF records; a failed one is drained again
         (the peer answers its copies STORED again, so they are deleted in the end)."""
@@ -171,14 +183,41 @@ class Drain:
             if error is None:
                 ctx.counts.saf_removed(peer, deleted)
                 forgettable(stored)
+            elif failed is not None:
+                failed(keys, error)
             else:
-                log.error(failed, deleted, error)
+                log.error("could not delete %d drained SAF records: %s", deleted, error)
             if peer.link is not None and error is not None:
                 peer.link.resend_saf()
             elif peer.link is not None:
                 peer.link.poke()
 
         ctx.writer.submit(batch, done)
+
+    def _copy_waits(self, key: bytes) -> bool:
+        """Whether the DLQ copy of this refused SAF record failed too lately to try
+        again now (`copy_failed`)."""
+        failed = self.copy_failed.get(key)
+        return failed is not None and trio.current_time() < failed[1]
+
+    def _copies_failed(self, keys: list[bytes], error: JournalError) -> None:
+        """The DLQ copies of these refused SAF records failed in their commit, so
+        their deletions were not attempted: they stay in the SAF, drained again, and
+        their refusals go into RETRY until a backoff per record has passed
+        (`copy_failed`). Logged at most once per interval."""
+        now_s = trio.current_time()
+        for key in keys:
+            failures = self.copy_failed.pop(key, (0, 0.0))[0] + 1
+            wait_s = min(LINK_RETRY_S_MAX, LINK_RETRY_S_MIN * 2**failures)
+            self.copy_failed[key] = (failures, now_s + wait_s)
+        while len(self.copy_failed) > LINK_WINDOW_MESSAGES_MAX:
+            del self.copy_failed[next(iter(self.copy_failed))]
+        self.umas.failures.refused(
+            "saf-dlq-copy",
+            "",
+            f"{len(keys)} SAF records refused for good stay in the SAF, the link in "
+            f"RETRY: their DLQ copies were not stored ({error})",
+        )
 
     def _saf_to_dead_letter_queue(self, key: bytes, status: int, stream: object) -> bool:
         """Put a copy of a SAF record the peer refused for good on this group's DLQ,
@@ -207,12 +246,6 @@ class Drain:
             "moved to the DLQ" if moved else "DLQ put failed, link goes into RETRY",
         )
         return moved
-
-
-_COPY_FAILED = (
-    "%d SAF records refused for good stay in the SAF, to be drained again: "
-    "their DLQ copies were not stored (%s)"
-)
 
 
 def refusal_reason(peer_id: int, status: int) -> str:
