@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -111,15 +111,21 @@ class SafDrain:
         self.window_bytes = CLIENT_DRAIN_BYTES_MAX
         """The drain's window, halved each time the server refuses a drained put over
         its per-connection bound (EXCEEDQUOTA), so the next drain fits inside it."""
+        self._tail: trio.Event | None = None
+        """Not None while the drain has sent every journal record and waits only for
+        their answers: a put made then waits for it (`_after_tail`) instead of going
+        into the journal behind them (module doc: the drain must be able to end)."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
         A mode/UMA pair the server would refuse is refused here (refuse_bad_pair)."""
-        if self._journal.closed:  # its `connect` block ended: no writer commits any more
-            raise ConnectionLost(Status.LINK_DOWN, "client closed")
         target = request.target
         uma = request.uma
         refuse_bad_pair(request.delivery, uma)
+        if self._tail is not None and (psb := await self._after_tail(request)) is not None:
+            return psb
+        if self._journal.closed:  # its `connect` block ended: no writer commits any more
+            raise ConnectionLost(Status.LINK_DOWN, "client closed")
         target_group, target_queue = _numeric(str(target))
         queue = self._attachment.queue
         now_ns = time.time_ns()
@@ -146,6 +152,11 @@ class SafDrain:
                 "attach": self._queue_text or "",
             },
         )
+        # A cancel point before the append: its commit is waited for shielded, so
+        # without it a put loop in a cancelled scope (move_on_after, a nursery torn
+        # down) journaled on for ever and never saw its cancellation. Given up here,
+        # the put was not journaled.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
             local_seq = await self._journal.append(record)
         except JournalFull as full:
@@ -158,10 +169,45 @@ class SafDrain:
         self._wake.set()
         return Psb(Status.JOURNAL_ON, Status.STORED, local_seq, Status.NO_UMA)
 
+    async def _after_tail(self, request: wire.Put) -> Psb | None:
+        """A put made while the drain waits only for the answers of its last records:
+        wait for them, then send it to the server (LINK_UP, or JOURNAL_FAIL: puts go
+        straight on) and return its PSB; None if it is to be journaled after all (the
+        connection was lost meanwhile, or the drain left records behind).
+
+        Why: journaled behind the backlog, a put made as fast as the previous one was
+        answered (a producer's loop) kept a record or two in the journal at every
+        moment, so the journal never emptied: the client stayed JOURNAL_ON for as long
+        as the application put, every put paid a local fsync and a drain, and
+        `wait_journal_status(LINK_UP)` never returned. The wait is one round trip,
+        bounded by the drained puts' own reply deadlines."""
+        while self._tail is not None:
+            await self._tail.wait()
+        requests = self._requests
+        if self._status.status == Status.JOURNAL_ON or requests.link is None:
+            return None
+        requests.require_link(Status.LINK_DOWN, "put")
+        reply = await requests.request(request, put_reply_wait_s(request.timeout_ms / 1000), "put")
+        return _psb(cast(wire.PutDone, reply))
+
+    def _release_tail(self) -> None:
+        """Puts waiting for the drain's last answers go on (`_after_tail`)."""
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            tail.set()
+
     async def drain(self, link: _Link) -> None:
         """Send every journal record, oldest first, CLIENT_DRAIN_WINDOW_MESSAGES in
         flight; a record is deleted when the server answers it stored. LINK_UP when
-        nothing is left."""
+        nothing is left. Puts made once every record was sent wait for the last
+        answers (`_after_tail`), released when this drain ends however it ends."""
+        try:
+            await self._drain(link)
+        finally:
+            self._release_tail()
+
+    async def _drain(self, link: _Link) -> None:
+        """`drain`'s loop: read a window's room of records, send them, wait for a change."""
         journal = self._journal
         journal.on_change = self._wake.set
         journal.on_corrupt = self._report_corrupt
@@ -189,10 +235,13 @@ class SafDrain:
                 return
             if self._finished(window):
                 return
+            if room > 0 and window.keys and not journal.appending and self._tail is None:
+                self._tail = trio.Event()  # every record sent: new puts wait, not journal
             if not window.keys and journal.idle and after_key is not None:
                 # Records are left, none after `after_key`: their delete failed (a full
                 # disk). Sent again from the oldest after a pause (the server answers
-                # each with its first copy's seq) and deleted then.
+                # each with its first copy's seq) and deleted then; puts journal meanwhile.
+                self._release_tail()
                 with trio.move_on_after(CLIENT_SAF_DELETE_RETRY_S):
                     await self._wake.wait()
                 after_key = None

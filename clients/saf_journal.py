@@ -122,6 +122,8 @@ class ClientJournal:
         """Closed with its client: an append now would wait for ever for a commit."""
         self._deletes_failing = False
         """A delete failed and none has worked since (its WARNING was logged)."""
+        self.appending = 0
+        """Appends submitted and not yet committed: records the drain cannot read yet."""
 
     def _open_checked(self, bytes_max: int) -> JournalStore:
         """The journal's store, once saf_check found it whole (JournalFailed if not).
@@ -214,9 +216,11 @@ class ClientJournal:
         outcome: list[JournalError | None] = []
 
         def committed(error: JournalError | None) -> None:
+            self.appending -= 1
             outcome.append(error)
             done.set()
 
+        self.appending += 1
         self.writer.submit(batch, committed)
         with trio.CancelScope(shield=True):  # once submitted, the caller learns the outcome
             await done.wait()
