@@ -140,27 +140,6 @@ def test_a_signalled_demo_stops_its_servers_and_removes_its_scratch(
     assert not list(tmp_path.glob("mrs-demo-*")), list(tmp_path.iterdir())
 
 
-def test_a_demo_interrupted_as_etcd_starts_leaves_no_etcd_and_no_directory(
-    tmp_path: Path, reaped: set[int]
-) -> None:
-    """Ctrl-C while the failover chapter's etcd came up left etcd running (its start
-    was outside the chapter's clean-up), with the scratch directory it wrote into,
-    and an empty mrs-demo-audit-* directory made before the chapter."""
-    process = _start_mrs("demo", "--messages", "100", tmp=tmp_path)
-    assert process.stdout is not None
-    for line in process.stdout:  # printed just before etcd is started
-        if "A replicated group loses its active instance" in line:
-            break
-    else:
-        raise AssertionError("the demo ended before its failover chapter")
-    code, _, err, left = _stop(process, signal.SIGINT, reaped)
-    assert code == 130, err
-    assert _one_line(err).startswith("mrs demo: interrupted by SIGINT; ")
-    assert not left, f"still running: {left}"
-    assert not _using(tmp_path)
-    assert not list(tmp_path.glob("mrs-demo-*")), list(tmp_path.iterdir())
-
-
 def _using(directory: Path) -> list[str]:
     """Every live process whose command line names `directory` (an orphan of the
     command, whoever its parent is now)."""
