@@ -277,30 +277,6 @@ def test_a_bench_that_would_run_forever_or_measure_nothing_is_refused(
     assert not scratch.exists()
 
 
-def test_a_swarm_stopped_by_sighup_still_prints_the_seeds_it_ran(tmp_path: Path) -> None:
-    """SIGTERM and Ctrl-C ended the swarm with its summary; SIGHUP (the terminal
-    closed, output to a log) killed it with nothing printed, and left the running
-    seed's scratch directory in the temporary directory."""
-    seeds_dir = tmp_path / "tmp"
-    seeds_dir.mkdir()
-    process = _start_mrs(
-        *("sim", "swarm", "--seeds", str(SWARM_SEEDS), "--workload", "quick"),
-        tmp=seeds_dir,
-    )
-    seen: set[str] = set()
-
-    def a_seed_done() -> bool:  # each seed runs in a scratch directory of its own
-        seen.update(entry.name for entry in seeds_dir.iterdir())
-        return len(seen) >= 2
-
-    _wait_for(a_seed_done, "a second seed's scratch directory")
-    process.send_signal(signal.SIGHUP)
-    out, err = process.communicate(timeout=WAIT_S_MAX)
-    assert process.returncode == 128 + signal.SIGHUP, out + err
-    assert "interrupted by SIGHUP: " in out and f" of {SWARM_SEEDS} seeds run" in out
-    assert not list(seeds_dir.iterdir())
-
-
 def test_serve_refuses_a_ready_file_it_cannot_write_before_starting(tmp_path: Path) -> None:
     """An unwritable --ready-file was found only after the start: the server committed
     a new epoch, printed READY (which a harness takes for "up"), then exited 1."""
