@@ -10,7 +10,6 @@ by seq, so a `--seq` selection starts at its first key instead of the first reco
 from __future__ import annotations
 
 import argparse
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +25,6 @@ from mrs.storage.journal_scan import find_journals, read_only_map_bytes
 """`mrs journal repair` sizes its copy from it."""
 
 JOURNALS_DIRNAME = "journals"
-_TWO_U64 = struct.Struct(">QQ")
-"""A (term, number) in a replica's META (mrs.replication.replica)."""
 CLIENT_SAF_MARK = "journal.id"
 """What a client library's SAF journal keeps beside its data file (clients.saf_check)
 and a group's journals never hold: how a directory given alone is told apart."""
@@ -95,22 +92,23 @@ def unfinished_copy(store: JournalStore) -> str | None:
     it is whole at (mrs.replication.replica `holds_journals`). Read there, a tool
     showed part of the group's journals with nothing to say so (a DQF of 0 records
     while the group held 795)."""
-    from mrs.replication.replica import COPY_PARTIAL_KEY, COPY_UPTO_KEY, read_position
+    from mrs.replication.replica import (
+        COPY_PARTIAL_KEY,
+        behind_copy,
+        read_copy_upto,
+        read_position,
+    )
 
     if store.meta_get(COPY_PARTIAL_KEY) is not None:
         return (
             "hold only part of a full copy of the group's journals (the copy from the "
             "active was under way, or was cut off halfway)"
         )
-    upto = store.meta_get(COPY_UPTO_KEY)
-    if upto is None or len(upto) != _TWO_U64.size:
-        return None
-    term, number = _TWO_U64.unpack(upto)
-    position, _ = read_position(store)
-    if position[0] == term and position[1] < number:
+    upto = read_copy_upto(store)
+    if behind_copy(read_position(store)[0], upto):
         return (
             f"took a full copy of the group's journals and have not yet replayed the "
-            f"records up to ({term}, {number}), where it is whole: they mix two moments"
+            f"records up to ({upto[0]}, {upto[1]}), where it is whole: they mix two moments"
         )
     return None
 

@@ -103,6 +103,19 @@ def read_position(store: JournalStore) -> tuple[tuple[int, int], int]:
     return (int(position[0]), int(position[1])), max(_U64.unpack(seen)[0] if seen else 0, 0)
 
 
+def read_copy_upto(store: JournalStore) -> tuple[int, int]:
+    """The record a full copy is whole at (`COPY_UPTO_KEY`), (0, 0) without one."""
+    upto = store.meta_get(COPY_UPTO_KEY)
+    return _TWO_U64.unpack(upto) if upto else (0, 0)
+
+
+def behind_copy(position: tuple[int, int], copy_upto: tuple[int, int]) -> bool:
+    """Whether journals that took a full copy have not yet replayed the records up to
+    the one it is whole at: they mix two moments (the copy read while the active went
+    on committing)."""
+    return position[0] == copy_upto[0] and position[1] < copy_upto[1]
+
+
 class RecentRecords:
     """The last commit records a replica applied, contiguous and ending at its
     position, within REPLICATION_BACKLOG_RECORDS_MAX and _BYTES_MAX (the same bounds
@@ -151,8 +164,7 @@ class Replica:
         self.name = name
         self.store = store
         self.position, self.term_seen = read_position(store)
-        upto = store.meta_get(COPY_UPTO_KEY)
-        self.copy_upto: tuple[int, int] = _TWO_U64.unpack(upto) if upto else (0, 0)
+        self.copy_upto: tuple[int, int] = read_copy_upto(store)
         led = store.meta_get(LED_KEY)
         self.led = _U64.unpack(led)[0] if led else 0
         self.recent = RecentRecords()
@@ -198,8 +210,7 @@ class Replica:
         to the one it is whole at (`COPY_UPTO_KEY`)."""
         if self.copy_partial or self.diverged:
             return False
-        term, number = self.copy_upto
-        if self.position[0] == term and self.position[1] < number:
+        if behind_copy(self.position, self.copy_upto):
             return False
         return self.position != (0, 0) or self.store.meta_get(BOOTS_KEY.decode()) is not None
 

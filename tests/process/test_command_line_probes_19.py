@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures `reaped` and `small_disk` are imported, then named as arguments)
 """Probes of the newcomer's and the tester's commands (`mrs demo`, `mrs bench`, `mrs sim
 swarm`, `mrs serve --ready-file`) as people stop and misuse them: a signal at any
 moment, a disk short of space, a server that cannot start, a value that would run
@@ -15,59 +16,23 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-WAIT_S_MAX = 120.0
-POLL_S = 0.02
+from tests.process.test_cli_errors import small_disk  # noqa: F401 (a fixture)
+from tests.process.test_sim_probes import (  # the same /proc helpers and clean-up fixture
+    POLL_S,
+    WAIT_S_MAX,
+    _alive,
+    _command_line,
+    _descendants,
+    _wait_for,
+    reaped,  # noqa: F401 (a fixture)
+)
+
 SWARM_SEEDS = 100_000
 """More seeds than the swarm runs before the signal, on any host."""
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def _alive(pid: int) -> bool:
-    """Running or stopped; a zombie has ended (its parent only has not reaped it)."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """Every live process below `pid`, with its command line."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            parents[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found |= frontier
-    return {each: _command_line(each) for each in found if _alive(each)}
-
-
-def _command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _wait_for(condition: Callable[[], bool], what: str) -> None:
-    """Poll a condition another process makes true (there is no event to await)."""
-    deadline = time.monotonic() + WAIT_S_MAX
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {WAIT_S_MAX} s"
-        time.sleep(POLL_S)
 
 
 def _start_mrs(*args: str, tmp: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -82,17 +47,6 @@ def _start_mrs(*args: str, tmp: Path, env: dict[str, str] | None = None) -> subp
         env={**os.environ, "TMPDIR": str(tmp), **(env or {})},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-
-
-@pytest.fixture
-def reaped() -> Iterator[set[int]]:
-    """Pids a test saw the command start: whatever is left of them is killed at the end
-    (the command under test failed to), so no test leaves a server behind."""
-    pids: set[int] = set()
-    yield pids
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _stop(
@@ -111,7 +65,7 @@ def _stop(
 
 
 def _servers(pid: int) -> list[str]:
-    return [line for line in _descendants(pid).values() if " serve " in line]
+    return [line for line in map(_command_line, _descendants(pid)) if " serve " in line]
 
 
 def _one_line(err: str) -> str:
@@ -169,7 +123,7 @@ def test_a_demo_interrupted_during_its_spark_audit_says_so_in_one_line(
         raise AssertionError("the demo ended before its audit")
 
     def spark_job_running() -> bool:  # Python workers run under a job
-        return any("pyspark.daemon" in line for line in _descendants(process.pid).values())
+        return any("pyspark.daemon" in _command_line(each) for each in _descendants(process.pid))
 
     _wait_for(spark_job_running, "a Spark job of the audit")
     code, _, err, left = _stop(process, signal.SIGINT, reaped)
@@ -190,21 +144,6 @@ def test_a_demo_whose_servers_cannot_start_says_why_in_one_line(tmp_path: Path) 
     assert "unexpected error" not in line and "group 1 did not start" in line, line
     assert "MRS_WRITER: 'bogus' is not one of" in line
     assert not list(tmp_path.glob("mrs-demo-*"))
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 2 MiB filesystem (tmpfs): under the journal's 50 MiB reserve, so the
-    servers refuse every recoverable message (tests/process/test_cli_errors.py)."""
-    mountpoint = tmp_path / "small-disk"
-    mountpoint.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root): " + mounted.stderr.decode().strip())
-    yield mountpoint
-    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
 
 
 def test_a_demo_on_a_disk_short_of_space_says_so_instead_of_waiting_forever(
