@@ -70,6 +70,9 @@ class SeqAllocator:
     fence: Any = None
     """A replicated active's SeqFence (taken from the store's `seq_fence` at start):
     `ahead`, `covered()`, `committed(reached)`; None writes what it hands out."""
+    first_of_run: int = 0
+    """The first seq this start may hand out: a seq below it was made by an earlier
+    run (or, in a replicated group, an earlier active), whose memory died with it."""
     _next: int = 1
     _reserved: int = 1
     _block: int = RESERVE_FIRST
@@ -87,6 +90,7 @@ class SeqAllocator:
         boots = self.store.meta_get(BOOTS_KEY.decode())
         self.boots = (_U64.unpack(boots)[0] if boots else 0) + 1
         self._next = self._reserved = max(start, 1)
+        self.first_of_run = (self.group_id << GROUP_SHIFT) | self._next
         self._block = RESERVE_FIRST
         self._reserve()
 

@@ -106,6 +106,19 @@ class PutReply:
             build_unchecked(PUT_DONE, self.request_id, _SUCCESS, _STORED, seq, _NO_UMA)
         )
 
+    def report_copy(self, seq: int, mrs_ack_lost: bool) -> None:
+        """A copy of a message stored already (same dedupe key, first copy's `seq`) is
+        answered as the first was, but an AK sender gets its MRS_ACK once: the first
+        copy made it, unless `mrs_ack_lost` (made by a run that has ended)."""
+        if self.done:
+            return
+        psb = Psb(_SUCCESS_STATUS, _STORED_STATUS, seq, _NO_UMA_STATUS)
+        if self.mode.notification is _AK and not mrs_ack_lost:
+            self._finish()
+            self.stored(psb)
+            return
+        self.report(psb)
+
     def _finish(self) -> None:
         self.done = True
         if self.deadline is not None:

@@ -19,6 +19,12 @@ class Sequence:
         self._seqs.start()
         self.ctx.epoch = self._seqs.boots
 
+    def made_in_this_run(self, seq: int) -> bool:
+        """Whether `seq` was handed out since this start: what this run made for it
+        in memory (an AK_DQF put's MRS_ACK) still exists or was delivered."""
+        seqs = self._seqs
+        return seqs is not None and seq >= seqs.first_of_run
+
     def next(self) -> int:
         seqs = self._seqs
         assert seqs is not None  # started before any put
