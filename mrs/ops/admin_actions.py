@@ -284,6 +284,30 @@ class AdminActions:
         self.log.write(line, then)
         log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
 
+    def journal_then_answer(
+        self,
+        session: AdminSession,
+        action: str,
+        args: dict,
+        result: dict,
+        answer: Callable[[], None],
+    ) -> None:
+        """Journal a done action, then `answer()` once its line is as durable as the
+        action's own commits. Why: answered first, a SIGKILL of a replicated group's
+        active right after the answer left the next active with the action done and no
+        line saying who did it. A line that could not be journaled is logged and the
+        answer says so (`journaled: false`): the action itself is done."""
+
+        def durable(error: JournalError | None) -> None:
+            if error is not None:
+                log.error(
+                    "admin %s: done, but its journal line is not journaled: %s", action, error
+                )
+                result["journaled"] = False
+            answer()
+
+        self.journal(session, action, args, result, then=durable)
+
     def read_journal(self, limit: int) -> list[dict]:
         """The last `limit` lines of the admin journal, oldest first."""
         return self.log.read(limit)
@@ -525,8 +549,13 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
                 ctx.counts.dlj_added()
             group.peers.dqf_freed()
         result = {**summary, "left": queue.waiting}
-        actions.journal(session, "purge", {"queue": str(queue.address), "discard": discard}, result)
-        session.send(wire.AdminReply(request.request_id, result))
+        actions.journal_then_answer(
+            session,
+            "purge",
+            {"queue": str(queue.address), "discard": discard},
+            result,
+            lambda: session.send(wire.AdminReply(request.request_id, result)),
+        )
 
     if journaled:
         ctx.writer.submit(batch, written)
@@ -645,6 +674,8 @@ class _Mover:
         self.moved = 0
         self.failed: list[str] = []
         self.all_submitted = False
+        self.result: dict = {}
+        """What the answer says, made once every message's transaction has ended."""
 
     def move(self, entry: Entry) -> None:
         group = self.group
@@ -693,7 +724,7 @@ class _Mover:
             return
         group = self.group
         group.handover.serve_waiting_gets(self.target)
-        result = {
+        self.result = {
             "queue": str(self.source.address),
             "to": str(self.target.address),
             "moved": self.moved,
@@ -701,12 +732,14 @@ class _Mover:
             "left": self.source.waiting,
         }
         args = {"queue": str(self.source.address), "to": str(self.target.address)}
-        self.actions.journal(self.session, "move", args, result)
+        self.actions.journal_then_answer(self.session, "move", args, self.result, self._answer)
+
+    def _answer(self) -> None:
         if self.failed:
             message = f"move: {len(self.failed)} not moved ({self.failed[0]})"
             self.session.send(wire.Failure(self.request_id, int(Status.JOURNAL_FAIL), message))
             return
-        self.session.send(wire.AdminReply(self.request_id, result))
+        self.session.send(wire.AdminReply(self.request_id, self.result))
 
 
 def _moved_copy(entry: Entry, seq: int, target: Address, session: AdminSession) -> Entry:
