@@ -17,6 +17,7 @@ from typing import Final
 
 from msgspec.structs import asdict
 
+from journals import CorruptRecord, Journal, decode_record, queue_key
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
@@ -28,6 +29,7 @@ from mrs.group.peers import Peers
 from mrs.group.quarantine import PoisonTransfer, transfer_problem
 from mrs.group.shapes import (
     Entry,
+    entry_from_record,
     entry_from_transfer,
     headers_problem,
     idempotency_key,
@@ -85,10 +87,50 @@ class Inbound:
         ]
         app_keys = self.dqf.app_keys
         app_keys.read_ahead([key for key in origins if key])
+        held = self._held_already(peer_id, decoded, origins)
         try:
-            self._accept_all(peer_id, decoded, origins, answers, inbound)
+            self._accept_all(peer_id, decoded, origins, answers, inbound, held)
         finally:
             app_keys.end_read_ahead()
+
+    def _held_already(
+        self, peer_id: int, decoded: list[tuple[Entry | PoisonTransfer, bool]], origins: list[str]
+    ) -> dict[int, bool]:
+        """The recoverable messages whose seq this group's DQF holds already (one read
+        transaction): seq -> whether the record held is this very message.
+
+        Why: a peer forgets a message's dedupe key here once its SAF record is gone.
+        Sent again after that (a bug, a lie), the same message would overwrite its
+        record and queue a second copy of the seq: it is answered STORED instead. A
+        peer whose journals were replaced and reset (mrs.group.incarnation) counts
+        its seqs from the start again: its new message would overwrite an old one
+        still held, lost at the next restart. It is refused DQF_FULL and waits in the
+        peer's SAF until the old one is confirmed (a confirm frees room)."""
+        keys = [
+            (entry, queue_key(entry.target.queue, entry.seq))
+            for (entry, _), origin in zip(decoded, origins, strict=True)
+            if origin and isinstance(entry, Entry)
+        ]
+        if not keys:
+            return {}
+        values = self.ctx.store.get_raw_many(Journal.DQF, [key for _, key in keys])
+        held = {
+            entry.seq: _same_message(entry, value, key)
+            for (entry, key), value in zip(keys, values, strict=True)
+            if value is not None
+        }
+        if held:
+            log.warning(
+                "group %d sent %d message(s) under seqs this group holds already, e.g. "
+                "seq %d: %d resent (answered stored), %d other (waiting for the seq to be "
+                "confirmed)",
+                peer_id,
+                len(held),
+                min(held),
+                sum(held.values()),
+                len(held) - sum(held.values()),
+            )
+        return held
 
     def _accept_all(
         self,
@@ -97,6 +139,7 @@ class Inbound:
         origins: list[str],
         answers: _TransferAnswers,
         inbound: InboundStream,
+        held: dict[int, bool],
     ) -> None:
         for index, (entry, ordered) in enumerate(decoded):
             ordinal = None
@@ -107,6 +150,14 @@ class Inbound:
             outcome = _Answer(answers, index, entry.seq, ordinal)
             if ordinal is not None and isinstance(entry, Entry):
                 outcome.dead_letter_here, outcome.entry = self, entry
+            if held and entry.seq in held:
+                if held[entry.seq]:
+                    outcome(_STORED, entry.seq, "")
+                else:
+                    outcome(
+                        _DQF_FULL, entry.seq, f"seq {entry.seq} is held here by another message"
+                    )
+                continue
             self._accept_one(peer_id, entry, origins[index], ordinal, outcome, inbound)
 
     def _accept_one(
@@ -246,6 +297,20 @@ class _Answer:
             room.dead_letter_here(self.answers.peer_id, entry, plain, status, stored_seq, reason)
             return
         self.answers.answer(self.index, self.seq, self.ordinal, status, stored_seq)
+
+
+def _same_message(entry: Entry, value: bytes, key: bytes) -> bool:
+    """Whether the DQF record `value` holds `entry` itself (a resend), not another
+    message under its seq; an unreadable record is not this message."""
+    try:
+        held = entry_from_record(decode_record(value, Journal.DQF.value, key))
+    except CorruptRecord:
+        return False
+    return (held.body, held.source, held.put_time_ns) == (
+        entry.body,
+        entry.source,
+        entry.put_time_ns,
+    )
 
 
 @dataclass(eq=False, slots=True)

@@ -25,6 +25,7 @@ from journals import InlineWriter, Journal, JournalError, JournalStore, WriteBat
 from journals.writer import NOT_ATTEMPTED
 from mrs import protocol as wire
 from mrs.config.bus import parse_config
+from mrs.errors import Refused
 from mrs.group import Group
 from mrs.group.link_session import PeerLink
 from mrs.model import DeliveryMode, Status, Uma
@@ -647,3 +648,42 @@ def test_a_saf_record_committed_behind_the_drain_is_still_sent(tmp_path: Path) -
         assert bodies.index(b"first") < bodies.index(b"next")  # the producer's order
     finally:
         pair.close()
+
+
+def test_a_peer_resending_what_it_forgot_neither_overwrites_nor_doubles_it(
+    pair: LinkPair,
+) -> None:
+    """A peer forgets a message's dedupe key here once its SAF record is gone. Sent
+    again after that (a bug, a lie), the message used to overwrite its DQF record and
+    queue a second copy of the seq; another message under that seq (a peer rebuilt
+    from nothing and reset counts its seqs from 1 again) overwrote the one held, lost
+    at the next restart. The same message is answered stored; another one is refused
+    DQF_FULL (it waits in its sender's SAF); the message is delivered once, as it came."""
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"first", DeliveryMode.WF_SAF))
+    pair.nodes[1].commit()
+    pair.connect()
+    pair.links[1].flush()
+    transfer = next(e for e in pair.wires[1].outbox if isinstance(e, wire.LinkTransfer))
+    pair.run()
+    assert pair.nodes[1].store.count(Journal.SAF) == 0
+    assert pair.nodes[2].store.count(Journal.DEDUPE) == 0  # forgotten, as the peer asked
+    other = msgspec.structs.replace(
+        transfer,
+        messages=[msgspec.structs.replace(m, body=b"other") for m in transfer.messages],
+    )
+    statuses = []
+    for again in (transfer, other):
+        pair.wires[2].outbox.clear()
+        pair.links[2].handle(again, pair.wires[2])
+        pair.nodes[2].commit()
+        (answer,) = [e for e in pair.wires[2].outbox if isinstance(e, wire.LinkAck)]
+        statuses.extend(result.status for result in answer.results)
+    assert statuses == [Status.STORED, Status.DQF_FULL]
+    receiver = pair.nodes[2].session("IN")
+    pair.nodes[2].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
+    pair.nodes[2].commit()
+    assert only(receiver.events, wire.Delivery).body == b"first"
+    with pytest.raises(Refused):  # no second copy of the seq
+        pair.nodes[2].group.get(receiver, wire.Get(request_id=2, timeout_ms=0))
+    assert pair.nodes[2].store.count(Journal.DQF) == 1

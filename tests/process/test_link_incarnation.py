@@ -82,7 +82,10 @@ async def test_a_second_group_one_on_other_journals_is_refused_until_reset(proc_
     puts. Before, group 2 took them for resends and dropped them: five acknowledged
     messages lost. Now its link is refused (one line saying what to do) and the five
     wait in its SAF; `mrs admin reset-link` is refused while a link is up, and once
-    run on a down link lets them in: all ten arrive."""
+    run on a down link lets them in: all ten arrive. The second process counts its
+    seqs from the start again: its five came under the seqs of the first five, still
+    held, and overwrote their records (lost at group 2's next restart, SIGKILL here).
+    They now wait in group 1's SAF until the first five are confirmed."""
     config = str(proc_bus.config_path)
     up = run_mrs("admin", "reset-link", "1", "--config", config, "--group", "2")
     assert up.returncode == 1 and "is up" in up.stderr, up.stderr
@@ -105,10 +108,14 @@ async def test_a_second_group_one_on_other_journals_is_refused_until_reset(proc_
     reset = run_mrs("admin", "reset-link", "1", "--config", config, "--group", "2")
     assert reset.returncode == 0, reset.stderr
     assert "5 dedupe keys deleted" in reset.stdout
-    await wait_for_link(proc_bus, 1, 2, "up", backlog=0)
+    await wait_for_link(proc_bus, 1, 2, "up")
+    await _logged(proc_bus, 2, r"group 1 sent 5 message\(s\) under seqs this group holds")
+    await trio.to_thread.run_sync(proc_bus.processes[2].kill)
+    await trio.to_thread.run_sync(proc_bus.processes[2].start)
     async with proc_bus.connect(2, "IN") as receiver:
         messages = await drain(receiver, 10)
     assert sorted(message.body for message in messages) == sorted(first + second)
+    await wait_for_link(proc_bus, 1, 2, "up", backlog=0)
 
 
 async def test_a_dialing_group_refuses_a_peer_rebuilt_from_nothing_until_reset(proc_bus) -> None:
