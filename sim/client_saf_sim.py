@@ -330,7 +330,11 @@ def simulate(seed: int) -> Ledger:
         prefix="mrs-client-saf-sim-", dir=shm if shm.is_dir() else None
     ) as scratch:
         return trio.run(
-            _run, seed, Path(scratch), clock=trio.testing.MockClock(autojump_threshold=0)
+            _run,
+            seed,
+            Path(scratch),
+            clock=trio.testing.MockClock(autojump_threshold=0),
+            restrict_keyboard_interrupt_to_checkpoints=True,  # as the swarm's (sim.swarm)
         )
 
 

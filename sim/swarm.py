@@ -281,6 +281,11 @@ def run_seed(
             shape,
             rules,
             clock=trio.testing.MockClock(autojump_threshold=0),
+            # A stop signal mid-seed unwinds the main task from its next checkpoint.
+            # Raised wherever the code was, it reached the sim's tasks mid-step: trio
+            # failed with TrioInternalError (a task exited twice) or a client
+            # swallowed it as "client closed" (4 in 60 signalled swarms).
+            restrict_keyboard_interrupt_to_checkpoints=True,
         )
     return history, check(history)
 

@@ -345,7 +345,9 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
         try:
-            code, tally = trio.run(_run, console, bus, messages)
+            code, tally = trio.run(
+                _run, console, bus, messages, restrict_keyboard_interrupt_to_checkpoints=True
+            )  # a stop signal unwinds from a checkpoint, never mid-step (sim.swarm)
             code = code or run_failover_chapter(console, directory / "failover", messages)
         except* (ServerStartError, DemoStalled) as failed:
             raise CommandError(_failure_line(failed, bus, messages)) from None

@@ -73,7 +73,13 @@ def run_failover_chapter(console: Console, directory: Path, messages: int) -> in
         instances = {name: InstanceProcess(config, name, group_id=2) for name in NAMES}
         for process in instances.values():
             process.start()
-        return trio.run(_chapter, console, instances, min(messages, ORDERS_MAX))
+        return trio.run(
+            _chapter,
+            console,
+            instances,
+            min(messages, ORDERS_MAX),
+            restrict_keyboard_interrupt_to_checkpoints=True,  # as the demo's first run
+        )
     finally:
         for process in instances.values():
             process.kill()

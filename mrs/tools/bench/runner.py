@@ -118,7 +118,9 @@ def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Res
         else:
             processes = {LOCAL_GROUP: GroupProcess(_bench_config(directory, senders), 1)}
         try:
-            return trio.run(_run_phase, processes, bus, phase)
+            return trio.run(
+                _run_phase, processes, bus, phase, restrict_keyboard_interrupt_to_checkpoints=True
+            )  # a stop signal unwinds from a checkpoint, never mid-step (sim.swarm)
         except BaseExceptionGroup as group:
             # Errors come out of trio's nurseries wrapped in groups; `mrs` exits 130
             # on a plain KeyboardInterrupt (Ctrl-C).
