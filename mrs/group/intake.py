@@ -316,19 +316,11 @@ class _StoreOutcome:
         if status != _STORED_STATUS:
             self.umas.undeliverable(self.entry, self.reply, status, reason)
         elif seq != self.entry.seq:  # a copy: its dedupe key's first copy holds `seq`
-            self.reply.report_copy(seq, self._first_mrs_ack_lost(seq))
+            self.reply.report_copy(seq, self.umas.sequence.made_in_this_run(seq))
         elif self.entry.delivery.interest_point is not _CONF:
             self.reply.report_stored(seq)
         else:
             self.reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
-
-    def _first_mrs_ack_lost(self, seq: int) -> bool:
-        """Whether the first copy's MRS_ACK may be gone: it was made in memory by an
-        earlier run, which ended. An AK_CONF put's MRS_ACK is owed by the journaled
-        message itself (sent when it is confirmed), so a copy never brings one."""
-        if self.entry.delivery.interest_point is _CONF:
-            return False
-        return not self.umas.sequence.made_in_this_run(seq)
 
 
 class _Accepted:

@@ -231,11 +231,11 @@ class Outbound:
                 else f"group {peer.group_id} answered {status}"
             )
             self.umas.undeliverable(entry, reply, cause, reason)
+        elif stored_seq != entry.seq:  # a copy (same idempotency key) of one stored before
+            peer.waiters.pop(entry.seq, None)
+            reply.report_copy(stored_seq, self.umas.sequence.made_in_this_run(stored_seq))
         elif not waits_for_receiver:
             reply.report(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
-        elif stored_seq != entry.seq:  # a duplicate of a message stored before
-            peer.waiters.pop(entry.seq, None)
-            reply.report(Psb(Status.SUCCESS, Status.STORED, stored_seq, Status.NO_UMA))
         elif entry.delivery.recoverable:
             reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
 

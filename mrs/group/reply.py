@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from mrs import protocol as wire
 from mrs.core.delivery import AK as _AK
+from mrs.core.delivery import CONF_POINT as _CONF
 from mrs.core.delivery import NO_UMA as _NO_UMA_STATUS
 from mrs.core.delivery import NO_UMA_INT as _NO_UMA
 from mrs.core.delivery import STORED as _STORED_STATUS
@@ -106,14 +107,18 @@ class PutReply:
             build_unchecked(PUT_DONE, self.request_id, _SUCCESS, _STORED, seq, _NO_UMA)
         )
 
-    def report_copy(self, seq: int, mrs_ack_lost: bool) -> None:
-        """A copy of a message stored already (same dedupe key, first copy's `seq`) is
-        answered as the first was, but an AK sender gets its MRS_ACK once: the first
-        copy made it, unless `mrs_ack_lost` (made by a run that has ended)."""
+    def report_copy(self, seq: int, first_made_in_this_run: bool) -> None:
+        """A copy of a message stored already (same dedupe key; the first copy's
+        `seq`) is answered as the first was, but an AK sender gets one MRS_ACK for
+        the message. The first copy's is made (AK_DQF: in memory, when it was stored)
+        or owed (AK_CONF: journaled, sent at the confirm), so a copy brings one only
+        when the first copy's was made in memory by a run that has ended."""
         if self.done:
             return
         psb = Psb(_SUCCESS_STATUS, _STORED_STATUS, seq, _NO_UMA_STATUS)
-        if self.mode.notification is _AK and not mrs_ack_lost:
+        mode = self.mode
+        first_ack_lost = mode.interest_point is not _CONF and not first_made_in_this_run
+        if mode.notification is _AK and not first_ack_lost:
             self._finish()
             self.stored(psb)
             return

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import msgpack
 
+from journals import Journal
 from mrs import protocol as wire
 from mrs.errors import Refused
 from mrs.model import MRS_ACK_TYPE, DeliveryMode, Psb, Status, Uma
-from tests.process.test_group_rooms import FakeSession, Node, only, open_node
+from tests.process.test_group_rooms import FakeSession, LinkPair, Node, only, open_node
 
 
-def keyed_put(request_id: int, mode: DeliveryMode) -> wire.Put:
+def keyed_put(request_id: int, mode: DeliveryMode, target: str = "IN") -> wire.Put:
     return wire.Put(
-        request_id, "IN", b"order 1", int(mode), int(Uma.DLQ),
+        request_id, target, b"order 1", int(mode), int(Uma.DLQ),
         0, 0, 0, 0, b"", "", {"idempotency_key": "order-1"},
     )  # fmt: skip
 
@@ -104,3 +105,21 @@ def test_a_copy_of_an_ak_conf_put_waits_for_the_one_confirm(tmp_path: Path) -> N
     node.commit()
     assert_one_mrs_ack_for(mrs_acks_waiting(node, sender), delivery.seq)
     node.close()
+
+
+def test_a_copy_sent_to_another_group_brings_no_second_mrs_ack(tmp_path: Path) -> None:
+    """The receiving group answers the copy with the first copy's seq (its dedupe
+    key); the sending group, which made the first copy's MRS_ACK, makes no other."""
+    pair = LinkPair(tmp_path)
+    pair.connect()
+    node = pair.nodes[1]
+    sender = node.session("OUT")
+    for request_id in (1, 2):  # the first answer lost: the put again
+        node.group.put(sender, keyed_put(request_id, DeliveryMode.AK_DQF, target="2.10"))
+        pair.run()
+    assert pair.nodes[2].store.count(Journal.DQF) == 1
+    receiver = pair.nodes[2].session("IN")
+    pair.nodes[2].group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
+    pair.nodes[2].commit()
+    assert_one_mrs_ack_for(mrs_acks_waiting(node, sender), only(receiver.events, wire.Delivery).seq)
+    pair.close()
