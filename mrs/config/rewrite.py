@@ -68,12 +68,36 @@ def _group_span(tables: list[_Table], group_id: int) -> tuple[int, int]:
     raise LookupError(f"no [[group]] with id = {group_id} in the file")
 
 
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n"}
+_TOML_ESCAPES |= {"\f": "\\f", "\r": "\\r"}
+
+
 def _value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    return json.dumps(str(value))
+    return _toml_string(str(value))
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string: other characters as they are (the file is
+    UTF-8), control characters escaped. Why not json.dumps: it wrote a character past
+    U+FFFF (an emoji in a queue name) as two surrogate escapes, which TOML refuses,
+    so the rewritten file did not parse. A lone surrogate has no UTF-8 form at all:
+    ValueError (the caller's one-line refusal)."""
+    written: list[str] = []
+    for char in text:
+        code = ord(char)
+        if char in _TOML_ESCAPES:
+            written.append(_TOML_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            written.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ValueError(f"{text!r} holds a lone surrogate, which a TOML file cannot")
+        else:
+            written.append(char)
+    return '"' + "".join(written) + '"'
 
 
 def with_queue_values(text: str, group_id: int, queue_id: int, values: dict[str, object]) -> str:

@@ -221,7 +221,7 @@ class AdminActions:
                     new_bus = parse_config(text, path)
                 except (LookupError, OSError) as error:
                     raise Refused(Status.BADPARAM, f"config {path}: {error}") from None
-                except ConfigError as error:
+                except (ConfigError, ValueError) as error:  # ValueError: TOML's own, a surrogate
                     raise Refused(Status.BADPARAM, f"refused: {error}") from None
                 try:
                     write_atomically(path, text)
@@ -511,21 +511,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
             f"purge: the DLJ would exceed dlj_messages_max={ctx.limits.dlj_messages_max} "
             "(purge with --discard, or redrive the DLJ first)",
         )
-    who = session.principal
-    batch = WriteBatch.empty()
-    now_ns = ctx.clock_ns()
-    for entry in journaled:
-        key = queue_key(queue.address.queue, entry.seq)
-        if not discard:
-            if entry.body is None:
-                group.dqf.load_body(queue, entry)
-            record = record_from_entry(entry, written_time_ns=now_ns)
-            record.reason = int(Status.MSGUNDEL)
-            purged = {"by": who, "reason": reason}  # in the headers: `mrs dump` shows them
-            record.extra["headers"] = {**(entry.headers or {}), PURGED_HEADER: purged}
-            batch.put_record(Journal.DLJ, seq_key(entry.seq), record)
-        batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
-        forget_priority(batch, key, entry.priority)
+    batch = _purge_batch(group, queue, journaled, None if discard else (session.principal, reason))
     summary = {
         "queue": str(queue.address),
         "dead_lettered": 0 if discard else len(journaled),
@@ -561,6 +547,32 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         ctx.writer.submit(batch, written)
     else:
         written(None)
+
+
+def _purge_batch(
+    group: Group,
+    queue: TargetQueue,
+    journaled: list[Entry],
+    dead_letter: tuple[str | None, str] | None,
+) -> WriteBatch:
+    """The commit of a purge: each journaled message's DQF record and mark deleted,
+    and, unless discarded (`dead_letter` None), a DLJ record MSGUNDEL whose headers
+    say who purged it and why (`dead_letter`: principal, reason; `mrs dump` shows it)."""
+    batch = WriteBatch.empty()
+    now_ns = group.ctx.clock_ns()
+    for entry in journaled:
+        key = queue_key(queue.address.queue, entry.seq)
+        if dead_letter is not None:
+            if entry.body is None:
+                group.dqf.load_body(queue, entry)
+            record = record_from_entry(entry, written_time_ns=now_ns)
+            record.reason = int(Status.MSGUNDEL)
+            purged = {"by": dead_letter[0], "reason": dead_letter[1]}
+            record.extra["headers"] = {**(entry.headers or {}), PURGED_HEADER: purged}
+            batch.put_record(Journal.DLJ, seq_key(entry.seq), record)
+        batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
+        forget_priority(batch, key, entry.priority)
+    return batch
 
 
 def _tell_senders(taken: list[Entry], journaled: list[Entry], discard: bool) -> int:

@@ -53,6 +53,7 @@ log = logging.getLogger("mrs.web")
 
 SESSION_COOKIE = "mrs_session"
 LOGIN_COOKIE = "mrs_login"
+_JSON = "application/json"
 CSRF_HEADER = "x-csrf-token"
 WEB_ACTIONS = frozenset(
     {"browse", "purge", "move", "connections", "journal", "set_limits", "add_queue", "grant"}
@@ -167,6 +168,12 @@ class WebAdmin:
         """POST {name, password, csrf}: checks the password against the verifier."""
         if request.method != "POST":
             return json_answer(405, {"error": "POST only"})
+        if request.headers.get("content-type", "").partition(";")[0].strip().lower() != _JSON:
+            # Why: a page of another site that can plant the login cookie (a sibling
+            # subdomain, another port of this host) could post a form (text/plain)
+            # logging the operator in as its own principal. A JSON body is a request a
+            # browser sends across sites only after asking this server, which never agrees.
+            return json_answer(415, {"error": f"send the login as {_JSON}"})
         form = _body(request)
         expected = request.cookie(LOGIN_COOKIE) or ""
         if not expected or not hmac.compare_digest(str(form.get("csrf", "")), expected):

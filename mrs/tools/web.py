@@ -12,6 +12,7 @@ import collections
 import functools
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -24,6 +25,9 @@ from mrs.ops.web import (
     page_html,
     sample_of,
 )
+
+if TYPE_CHECKING:
+    from mrs.tools.web_actions import BusWebAdmin
 
 
 def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
@@ -49,14 +53,15 @@ def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
     web.set_defaults(run=run)
 
 
-def _action_handlers(args: argparse.Namespace, views: list) -> dict:
-    """With --admin, the action endpoints (mrs.tools.web_actions); none without it."""
+def _bus_admin(args: argparse.Namespace, views: list) -> BusWebAdmin | None:
+    """With --admin, the login and action endpoints (mrs.tools.web_actions); None
+    without it (the page stays read-only)."""
     if not args.admin:
-        return {}
+        return None
     from mrs.config.bus import load_config
     from mrs.tools.web_actions import BusWebAdmin
 
-    return BusWebAdmin(load_config(args.config), views).handlers()
+    return BusWebAdmin(load_config(args.config), views)
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -79,7 +84,8 @@ def run_web(args: argparse.Namespace) -> int:
     status_args = argparse.Namespace(address=None, config=args.config, group=None)
     views, bus_path = targets_from_args(status_args)
     cache: dict = {"time": 0.0, "payload": None}
-    handlers = _action_handlers(args, views)
+    admin = _bus_admin(args, views)
+    handlers = admin.handlers() if admin is not None else {}
 
     async def main() -> None:
         lock = trio.Lock()
@@ -103,6 +109,8 @@ def run_web(args: argparse.Namespace) -> int:
             while True:
                 latest["payload"] = await refresh()
                 history.append(sample_of(latest["payload"]))
+                if admin is not None:
+                    admin.forget_expired()  # a login's password, 8 hours on, with no request
                 await trio.sleep(BUS_CACHE_S)
 
         def api(_query: str) -> Response:

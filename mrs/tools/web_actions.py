@@ -20,7 +20,9 @@ Read-only stays the default: without `--admin` the bus page has no action endpoi
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -50,11 +52,46 @@ class BusWebAdmin(WebAdmin):
         self.bus = bus
         self.views = {view.group: view for view in views if view.group is not None}
         self.login_required = bus.auth is not None
+        self._bus_file = _file_key(Path(bus.path))
+        """The bus file's identity when `bus` was read (`bus_now`)."""
+
+    def _current(self, request: Request) -> WebLogin | None:
+        self.forget_expired()
+        return super()._current(request)
+
+    def forget_expired(self) -> None:
+        """Drop the logins past WEB_SESSION_S, with the passwords they hold (called
+        for each request and once a second by `mrs web`). Why: the base class only
+        stops answering to an expired login, so the principal's password stayed in
+        this process's memory until 256 newer logins pushed it out, not "forgotten
+        after 8 hours" as docs/operations.md promises."""
+        now_s = time.monotonic()
+        for token in [t for t, login in self.logins.items() if login.expires_s < now_s]:
+            del self.logins[token]
+
+    def bus_now(self) -> BusConfig:
+        """The bus file as it is now, read again whenever it changed (else the last
+        good reading, a file that does not parse now included). Why: the queues a
+        group has change at run time (add-queue, from this page too), and a queue
+        added a moment ago was answered "no queue 'NAME' in any group"."""
+        from mrs.config.bus import ConfigError, load_config
+
+        path = Path(self.bus.path)
+        key = _file_key(path)
+        if key is not None and key != self._bus_file:
+            self._bus_file = key
+            try:
+                self.bus = load_config(path)
+            except (ConfigError, OSError, ValueError) as error:  # mid-edit: the last good one
+                log.warning("%s: not read again (%s): its last good reading serves", path, error)
+        return self.bus
 
     def session_extra(self) -> dict:
         return {
             "groups": [
-                {"group": group.id, "name": group.name} for group in self.bus.groups.values()
+                {"group": group.id, "name": group.name}
+                for group in self.bus_now().groups.values()
+                if group.id in self.views
             ]
         }
 
@@ -139,15 +176,17 @@ class BusWebAdmin(WebAdmin):
         """The group to act on: the one the form names, else the one a `G.Q` queue
         names, else the group with a queue of that name, else the bus's only group (for
         a grant, its first: the credentials file is the bus's, every group reloads it);
-        or a one-line mistake."""
-        groups = self.bus.groups
+        or a one-line mistake. Only the groups this page reaches (those of the file
+        when it started: a group added since needs a restart of `mrs web`)."""
+        bus = self.bus_now()
+        groups = {gid: group for gid, group in bus.groups.items() if gid in self.views}
         if chosen not in (None, ""):
             if isinstance(chosen, int | str) and str(chosen).isdigit() and int(chosen) in groups:
                 return int(chosen)
             named = [g.id for g in groups.values() if isinstance(chosen, str) and g.name == chosen]
             if named:
                 return named[0]
-            return f"no group {chosen!r} in {self.bus.path} (groups: {_ids(groups)})"
+            return f"no group {chosen!r} in {bus.path} (groups: {_ids(groups)})"
         queue = str(args.get("queue") or "")
         head = queue.split(".", 1)[0]
         if "." in queue and head.isdigit() and int(head) in groups:
@@ -172,6 +211,15 @@ class _Answer:
     """Set when this group has answered or failed: ask the next one now."""
     all_asks: trio.CancelScope
     """Cancelled by the first verdict: the other groups need not answer."""
+
+
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is written (an atomic rename: a new inode)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 def _ids(groups: dict) -> str:

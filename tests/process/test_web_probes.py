@@ -215,6 +215,7 @@ def test_a_deeply_nested_body_is_a_plain_refusal(admin_group, tmp_path: Path) ->
     for path, expected in (("login", b"403 "), ("act", b"400 ")):
         request = (
             f"POST /api/admin/{path} HTTP/1.1\r\nContent-Length: {len(body)}\r\n"
+            "Content-Type: application/json\r\n"
             f"Cookie: mrs_session={page.cookies['mrs_session']}\r\n"
             f"X-CSRF-Token: {page.csrf}\r\n\r\n"
         ).encode()
