@@ -52,10 +52,3 @@ class ConfirmRun:
         self.confirms = []
         return taken
 
-
-def sort_unconfirmed(queue: TargetQueue) -> None:
-    """Put the queue's unconfirmed messages back in seq order (after confirms that
-    failed put theirs back)."""
-    ordered = sorted(queue.unconfirmed.items())
-    queue.unconfirmed.clear()
-    queue.unconfirmed.update(ordered)

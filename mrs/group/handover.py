@@ -25,7 +25,7 @@ from mrs.core.delivery import (
 )
 from mrs.core.delivery import SUCCESS_INT as _SUCCESS
 from mrs.core.selection import Selection, from_wire
-from mrs.group.confirm_run import ConfirmRun, sort_unconfirmed
+from mrs.group.confirm_run import ConfirmRun
 from mrs.group.context import PACK_U32, GroupContext, Session, attached_queue
 from mrs.group.dlq_leases import DlqReaders
 from mrs.group.dqf import Dqf, forget_priority
@@ -459,9 +459,7 @@ class Handover:
         an in-order queue and never be delivered."""
         if error is not None:
             if session.attached is queue:
-                for entry, _ in confirms:
-                    queue.unconfirmed[entry.seq] = entry
-                sort_unconfirmed(queue)
+                queue.restore_unconfirmed([entry for entry, _ in confirms])
             else:
                 for entry, _ in confirms:
                     queue.put_back(entry)

@@ -119,6 +119,9 @@ class TargetQueue:
     `give_back`; bounded by LENT_*; forgotten at detach). An OrderedDict: a
     dict's oldest key after many front pops scans the holes (1.9 against 0.4 µs)."""
     lent_bytes: int = 0
+    confirms_failed: set[int] = field(default_factory=set)
+    """Seqs whose confirm's commit failed and that wait in `unconfirmed` again
+    (`restore_unconfirmed`); touched only when a commit fails and at detach."""
     marking: dict[int, int] = field(default_factory=dict)
     """On a queue that confirms implicitly: seqs handed to a get whose delivery mark
     is still being committed (its Delivery not sent yet), each with how many such
@@ -171,6 +174,12 @@ class TargetQueue:
         if self.waiters and self.can_deliver():
             waiter = self._waiter_for(entry)
             if waiter is not None:
+                # Numbered as if queued: put back later (its receiver left, its mark
+                # failed, given back), it returns to its place, after what arrived
+                # before it. Unnumbered (0) it went before them all: a selective get's
+                # match came again ahead of the older messages it had passed over.
+                self.arrivals += 1
+                entry.arrival = self.arrivals
                 self._deliver_to_waiter(entry, waiter)
                 return
         self.put_back(entry, front=False)
@@ -249,14 +258,7 @@ class TargetQueue:
         priority = lane_of(entry)
         self.index.add(entry, priority)
         if front:
-            window = self.pending.lane(priority).window
-            index = 0
-            if window and window[0].arrival <= entry.arrival:
-                index = next(
-                    (i for i, waiting in enumerate(window) if waiting.arrival > entry.arrival),
-                    len(window),
-                )
-            self.pending.insert(entry, priority, index)
+            self.pending.insert(entry, priority, self._arrival_place(entry, priority))
         elif self._goes_cold(entry, priority):
             self.pending.append_cold(entry, priority, self._can_go_cold(entry))
             entry.body = None if entry.journaled else entry.body  # on disk: read back later
@@ -280,6 +282,17 @@ class TargetQueue:
             self.memory_bytes += size
             if entry.account is not None:
                 entry.account.held_bytes += size
+
+    def _arrival_place(self, entry: Entry, priority: int) -> int:
+        """Where in its lane's window an entry taken before goes back: before the first
+        waiting entry that arrived after it (the front for one never numbered)."""
+        window = self.pending.lane(priority).window
+        if not window or window[0].arrival > entry.arrival:
+            return 0
+        return next(
+            (i for i, waiting in enumerate(window) if waiting.arrival > entry.arrival),
+            len(window),
+        )
 
     def _goes_cold(self, entry: Entry, priority: int) -> bool:
         """Behind cold ones of its lane (arrival order), or journaled beyond the window."""
@@ -459,6 +472,26 @@ class TargetQueue:
             oldest = lent.popitem(last=False)[1]  # lent long ago: the client took it
             self.lent_bytes -= len(oldest.body or b"")
 
+    def restore_unconfirmed(self, entries: list[Entry]) -> None:
+        """Entries whose confirms' commit failed (in the order they were confirmed)
+        await their confirm again at their places in delivery order, which is the
+        order an in-order queue checks. Each was the oldest unconfirmed when it was
+        confirmed, so it goes before every entry never confirmed and after those
+        whose confirms, in flight with it, failed before (`confirms_failed`). Before,
+        the unconfirmed were sorted by seq: after a higher priority was delivered
+        first, the application's retry of its failed confirm answered BADSEQ."""
+        unconfirmed = self.unconfirmed
+        failed = self.confirms_failed
+        failed.intersection_update(unconfirmed)  # confirmed since, or detached
+        ordered = list(unconfirmed.items())
+        front = 0
+        while front < len(ordered) and ordered[front][0] in failed:
+            front += 1
+        ordered[front:front] = [(entry.seq, entry) for entry in entries]
+        unconfirmed.clear()
+        unconfirmed.update(ordered)
+        failed.update(entry.seq for entry in entries)
+
     def unlend(self, seq: int) -> None:
         """Forget a read-ahead entry whose batch was never sent (its marks' commit failed)."""
         entry = self.lent.pop(seq, None)
@@ -481,14 +514,30 @@ class TargetQueue:
         return returned
 
     def detach(self) -> list[Entry]:
-        """The attached session left: unconfirmed entries return to the front of their
-        lanes (oldest first) to be delivered again, marked POSSDUPL."""
+        """The attached session left: unconfirmed entries return to their places in
+        their lanes (`_arrival_place`: before what arrived after them, after what arrived
+        before them and still waits) to be delivered again, marked POSSDUPL. Before,
+        each went to the very front of its lane: a message a selective get had taken
+        came again ahead of the older ones it passed over, an order no restart gives
+        (recovery puts every lane back in seq order)."""
         returned = sorted(self.unconfirmed.values(), key=lambda entry: entry.seq)
         self.unconfirmed.clear()
-        for entry in reversed(returned):
-            priority = lane_of(entry)
-            self.pending.insert(entry, priority, 0)
+        self.confirms_failed.clear()
+        # Each one's place among the messages still waiting first, then all inserted:
+        # those with the same place keep seq order among themselves, as a restart's,
+        # and take their arrival numbers in that order (a later put-back agrees).
+        placed = sorted(
+            (lane_of(entry), self._arrival_place(entry, lane_of(entry)), order)
+            for order, entry in enumerate(returned)
+        )
+        _renumber_by_seq(returned, placed)
+        inserted: dict[int, int] = {}
+        for priority, place, order in placed:
+            entry = returned[order]
+            before = inserted.get(priority, 0)
+            inserted[priority] = before + 1
             self.index.add(entry, priority)
+            self.pending.insert(entry, priority, place + before)
             if entry.journaled:
                 self.journaled_body_bytes += len(entry.body or b"")
             else:
@@ -502,3 +551,17 @@ class TargetQueue:
         self.waiters.clear()
         self.selective_waiters = 0
         return returned
+
+
+def _renumber_by_seq(returned: list[Entry], placed: list[tuple[int, int, int]]) -> None:
+    """Within each run of `placed` (priority, place, index into `returned` in seq
+    order) going to one place, hand the run's arrival numbers out in seq order."""
+    start = 0
+    while start < len(placed):
+        end = start + 1
+        while end < len(placed) and placed[end][:2] == placed[start][:2]:
+            end += 1
+        run = [returned[order] for _, _, order in placed[start:end]]
+        for entry, arrival in zip(run, sorted(entry.arrival for entry in run), strict=True):
+            entry.arrival = arrival
+        start = end
