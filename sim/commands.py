@@ -19,10 +19,11 @@ from rich.console import Console
 from rich.table import Table
 
 from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.offline.stop_signals import stop_signals_as_ctrl_c
 from mrs.testing.broken_builds import broken_build, switches_in
 from mrs.testing.replication_builds import REPLICATION_SWITCHES
 from sim.checker import PROBLEMS, History, Verdict, check
-from sim.processes import ServerStartError, first_start_failure, stop_signals_as_ctrl_c
+from sim.processes import ServerStartError, first_start_failure
 from sim.scenarios import run_scenario
 from sim.simulation import replicated
 from sim.swarm import WORKLOADS, run_seed

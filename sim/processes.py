@@ -7,53 +7,16 @@ line (an event, not a sleep), and can stop it gracefully (SIGTERM) or kill it
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 READY_TIMEOUT_S = 30.0
-
-
-HANDED_TO_SIGINT = (signal.SIGTERM, signal.SIGHUP)
-"""The signals that stop a command of real processes as Ctrl-C does."""
-
-
-@contextlib.contextmanager
-def stop_signals_as_ctrl_c() -> Iterator[list[signal.Signals]]:
-    """While the block runs, SIGTERM (`kill`, a CI job cancelled, `timeout`) and SIGHUP
-    (the terminal closed) are handed to SIGINT's handler, so they unwind the command as
-    Ctrl-C does and its `finally` blocks stop the servers it started. Their default
-    would end the process at once and leave every `mrs serve`, etcd and temporary
-    directory it made behind. Yields the signals caught, in order. Inside `trio.run`
-    SIGINT's handler is trio's, which raises KeyboardInterrupt only where trio can
-    take it; a signal that is ignored (`nohup`) stays ignored."""
-    caught: list[signal.Signals] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        caught.append(signal.Signals(signum))
-        on_sigint = signal.getsignal(signal.SIGINT)
-        if not callable(on_sigint):  # SIGINT ignored (a background job): stop anyway
-            raise KeyboardInterrupt
-        on_sigint(signal.SIGINT, frame)
-
-    previous = {
-        signum: signal.signal(signum, handler)
-        for signum in HANDED_TO_SIGINT
-        if signal.getsignal(signum) != signal.SIG_IGN
-    }
-    try:
-        yield caught
-    finally:
-        for signum, before in previous.items():
-            signal.signal(signum, before)
 
 
 class ServerStartError(RuntimeError):

@@ -5,13 +5,15 @@ Exit codes: 0 the handler ended normally (WAIT(NO)/--once or WAIT(nnn) ran out, 
 (every error printed with its line and column, nothing processed: FWDQ/FWDQM are
 checked against the bus when --config and --group are given); 3 the group's
 server could not be reached or the connection was lost (unfinished messages stay on
-the DLQ, and go back to it by lease); 130 interrupted.
+the DLQ, and go back to it by lease); 130 interrupted by Ctrl-C (143 by SIGTERM, 129
+by SIGHUP: one line on stderr, then the summary).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -169,21 +171,44 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)
     handler = Handler(engine, options, reporter)
+    from mrs.offline.stop_signals import stop_signals_as_ctrl_c
+
     codes = [EXIT_OK]
     # except*: the handler's tasks fail together when the connection goes (every
     # taker sees it), so the error comes as a group; each kind is told once.
-    try:
-        trio.run(handler.run)
-    except* KeyboardInterrupt:
-        codes.append(130)
-    except* (ConnectionLost, OSError) as lost:
-        reporter.note(f"connection to group {group.id} at {address} lost: {_first(lost)}")
-        codes.append(EXIT_CONNECTION)
-    except* MrsError as refused:
-        reporter.note(f"group {group.id} refused: {_first(refused)}")
-        codes.append(EXIT_CONNECTION)
+    # SIGTERM and SIGHUP stop it as Ctrl-C does: their default ended the handler at
+    # once, with no summary and no word of what it left unfinished.
+    with stop_signals_as_ctrl_c() as caught:
+        try:
+            trio.run(handler.run, restrict_keyboard_interrupt_to_checkpoints=True)
+        except* KeyboardInterrupt:
+            signum = caught[0] if caught else signal.SIGINT
+            _interrupted(signum, dlj is not None)
+            codes.append(128 + int(signum))
+        except* (ConnectionLost, OSError) as lost:
+            reporter.note(f"connection to group {group.id} at {address} lost: {_first(lost)}")
+            codes.append(EXIT_CONNECTION)
+        except* MrsError as refused:
+            reporter.note(f"group {group.id} refused: {_first(refused)}")
+            codes.append(EXIT_CONNECTION)
     reporter.summary(handler.summary())
     return max(codes)
+
+
+def _interrupted(signum: signal.Signals, dlj: bool) -> None:
+    """One line on stderr: which signal stopped the handler, and where the letters it
+    had not finished are (a put on its way may have been stored: its repeat is marked)."""
+    where = (
+        "the DLJ records it had not finished stay in the DLJ"
+        if dlj
+        else "the letters it held and had not finished go back to the DLQ"
+    )
+    print(
+        f"mrs dlq-handler: interrupted by {signum.name}; {where}, and the next run "
+        "repeats any whose put was on its way marked as a possible duplicate",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

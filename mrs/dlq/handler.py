@@ -79,6 +79,8 @@ class Handler:
     _uncertain: set[int] = field(default_factory=set)
     """Letters whose put timed out (it may have been stored): each later put of one
     is marked a possible duplicate."""
+    _first_take: trio.Event = field(default_factory=trio.Event)
+    """Set once the first take is answered: the other takers start then (`_take`)."""
 
     async def run(self) -> None:
         async with connect(
@@ -113,10 +115,25 @@ class Handler:
         between rounds hands out a batch per round, not one message per fsync."""
         self._idle_since = self.clock()
         async with trio.open_nursery() as takers:
-            for _ in range(self.options.window):
+            # One take alone first. A ticket is the DLQ's order only if the takes reach
+            # the server in ticket order: takers started together that wait for the
+            # first answer (the client's get pool, which the DLQ refuses, sending each
+            # back to a single Get) were resumed in whatever order trio chose, so the
+            # first `window` letters were admitted, and put to their destination,
+            # reversed half the time. After the first answer every get goes out as it
+            # is called, in the order of its ticket.
+            takers.start_soon(self._taker, client, nursery, limiter)
+            await self._first_take.wait()
+            for _ in range(self.options.window - 1):
                 takers.start_soon(self._taker, client, nursery, limiter)
 
     async def _taker(self, client, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
+        try:
+            await self._take_until_stop(client, nursery, limiter)
+        finally:
+            self._first_take.set()  # whatever ended the first taker, the others may start
+
+    async def _take_until_stop(self, client, nursery, limiter: trio.CapacityLimiter) -> None:
         wait_s = self.options.wait_s
         while True:
             if not self._room():
@@ -133,6 +150,7 @@ class Handler:
                 if wait_s is not None:
                     poll_s = min(DLQ_HANDLER_POLL_S, max(0.0, wait_s - self._idle()))
                 message = await self.source.take(poll_s)
+            self._first_take.set()
             self._arrive(ticket, message, client, nursery, limiter)
             if message is not None:
                 continue

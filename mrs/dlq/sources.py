@@ -86,8 +86,8 @@ class DljSource:
             except BlockingIOError:
                 if not told:
                     note(
-                        f"another handler works the DLJ of group {self.journals.group_id}; "
-                        "waiting for it to finish"
+                        f"another handler (or an mrs jplay of the dlj) works the DLJ of "
+                        f"group {self.journals.group_id}; waiting for it to finish"
                     )
                     told = True
                 await trio.sleep(1.0)

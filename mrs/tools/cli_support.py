@@ -220,7 +220,7 @@ def run_stoppable(prog: str, run: Callable[[], int], stopped: Callable[[], str])
     one line naming the signal and what `stopped()` says is left (the processes
     stopped, the directory kept or removed), and the shell's code for that signal
     (128 + its number: 130 for Ctrl-C), not a traceback or a silent 130."""
-    from sim.processes import stop_signals_as_ctrl_c
+    from mrs.offline.stop_signals import stop_signals_as_ctrl_c
 
     with stop_signals_as_ctrl_c() as caught:
         try:

@@ -7,15 +7,18 @@ and ETA on a terminal (quiet with `--json` or without a TTY), and ends with a
 summary: sent / skipped (already replayed) / failed, with statuses.
 
 Exit status: 0 everything selected is replayed (now or before), 1 some failed or
-were not attempted, 2 bad usage, 130 interrupted (Ctrl-C; re-run to resume).
+were not attempted, 2 bad usage, 130 interrupted by Ctrl-C (143 by SIGTERM, 129 by
+SIGHUP), with the summary; re-run to resume.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
+from pathlib import Path
 
 import lmdb
 import trio
@@ -27,6 +30,7 @@ from clients import ConnectionLost, MrsError, connect
 from clients.requests import put_timeout_ms
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config.bus import ConfigError
+from mrs.dlq.sources import LOCK_FILE as DLJ_HANDLER_LOCK
 from mrs.exit_status import EXIT_RUNTIME
 from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX
 from mrs.model import DeliveryMode, InterestPoint, Uma
@@ -47,7 +51,7 @@ from mrs.server.gc_tuning import tuned_for_throughput
 from mrs.storage.journal_scan import scan
 from mrs.tools.console import ToolConsole
 from mrs.tools.journal.arguments import DEFAULT_SENDER_QUEUE
-from mrs.tools.journal.ledger import LedgerDamaged, ReplayLedger
+from mrs.tools.journal.ledger import LedgerBusy, LedgerDamaged, ReplayLedger
 from mrs.tools.journal.pacing import parse_rate
 from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
 from mrs.tools.journal.render import status_name
@@ -91,7 +95,7 @@ def run_jplay(args: argparse.Namespace) -> int:
             return _replay(store, selection, ledger, options, tally, target_of, where)
         finally:
             ledger.close()
-    except LedgerDamaged as error:  # its secret, or an entry mid-run: no re-run cures it
+    except (LedgerDamaged, LedgerBusy) as error:  # no re-run now cures it
         print(f"mrs jplay: {error}", file=sys.stderr)
         return EXIT_RUNTIME
     finally:
@@ -104,6 +108,9 @@ def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
     ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
     if not options.dry_run:
         try:
+            # one replay at a time per ledger, none beside a DLJ handler (LedgerBusy)
+            dlj_lock = Path(where.data_dir) / DLJ_HANDLER_LOCK
+            ledger.hold(dlj_lock if options.journal is Journal.DLJ else None)
             ledger.key_secret()
         except BaseException:
             ledger.close()
@@ -361,20 +368,29 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
 
 
 def _run_until_stopped(main, tally: Tally) -> int:
-    """Run the replay; what stopped it early goes into `tally.stopped`. 130 after Ctrl-C."""
-    try:
-        trio.run(main)
-    except KeyboardInterrupt:
-        tally.stopped = "interrupted (Ctrl-C)"
-        return 130
-    except LedgerDamaged:
-        raise  # not a stop a re-run resumes from (run_jplay says what to do)
-    except ConnectionLost as error:
-        tally.stopped = tally.stopped or f"cannot reach the server: {error.message}"
-    except MrsError as error:
-        tally.stopped = f"{status_name(int(error.status))}: {error.message}"
-    except (lmdb.Error, JournalError) as error:
-        tally.stopped = f"cannot write the ledger or the journal: {error}"
+    """Run the replay; what stopped it early goes into `tally.stopped`. After Ctrl-C,
+    SIGTERM (`kill`, `timeout`, a CI job or a service stopped) or SIGHUP the shell's
+    code for the signal (130, 143, 129), with the summary: SIGTERM's default ended
+    jplay at once, with no summary, no word of records in doubt or not attempted,
+    and the outcomes of its last quarter second unwritten."""
+    from mrs.offline.stop_signals import stop_signals_as_ctrl_c
+
+    with stop_signals_as_ctrl_c() as caught:
+        try:
+            trio.run(main, restrict_keyboard_interrupt_to_checkpoints=True)
+        except KeyboardInterrupt:
+            signum = caught[0] if caught else signal.SIGINT
+            name = "Ctrl-C" if signum == signal.SIGINT else signum.name
+            tally.stopped = f"interrupted ({name})"
+            return 128 + int(signum)
+        except LedgerDamaged:
+            raise  # not a stop a re-run resumes from (run_jplay says what to do)
+        except ConnectionLost as error:
+            tally.stopped = tally.stopped or f"cannot reach the server: {error.message}"
+        except MrsError as error:
+            tally.stopped = f"{status_name(int(error.status))}: {error.message}"
+        except (lmdb.Error, JournalError) as error:
+            tally.stopped = f"cannot write the ledger or the journal: {error}"
     return 0
 
 

@@ -23,6 +23,8 @@ States:
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import time
 from pathlib import Path
@@ -38,6 +40,8 @@ from mrs.storage.journal_check import walk
 
 LEDGER_DIRNAME = "replay-ledger"
 SECRET_FILENAME = "key-secret"
+LOCK_FILENAME = "replay.lock"
+"""Held (flock) by the one jplay sending from this ledger (`ReplayLedger.hold`)."""
 LEDGER_MAP_BYTES = 1 << 30
 PENDING = "pending"
 STORED = "stored"
@@ -81,6 +85,22 @@ SECRET_BYTES = 32
 
 class LedgerDamaged(CommandError):
     """The ledger or its key secret cannot be trusted: one line, exit status 1."""
+
+
+class LedgerBusy(CommandError):
+    """Another jplay is sending from this ledger: one line, exit status 1."""
+
+
+def _flock(path: Path) -> int | None:
+    """An exclusive lock on `path` (created if need be): its descriptor, which holds
+    the lock until closed; None when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _refuse_damaged(path: Path) -> None:
@@ -146,6 +166,8 @@ class ReplayLedger:
         self.env: lmdb.Environment | None = None
         self._dbs: dict[str, Any] = {}
         self._secret: bytes | None = None
+        self._lock_fds: list[int] = []
+        """Locks held by `hold`, released by `close`."""
         if readonly and not (self.path / "data.mdb").exists():
             return  # nothing replayed yet: an empty ledger, and a dry run creates nothing
         if not readonly:
@@ -283,7 +305,37 @@ class ReplayLedger:
         self._secret = secret
         return secret
 
+    def hold(self, dlj_handler_lock: Path | None = None) -> None:
+        """Be the one replay sending from this ledger, or raise LedgerBusy. Why: the
+        server scopes an idempotency key by sender queue, and two jplays run side by
+        side from different queues (`--as`) each sent every record both selected, with
+        the same keys, and the receiver got two copies of each, neither marked. A DLJ
+        replay also holds `dlj_handler_lock`, the lock of `mrs dlq-handler` working
+        that DLJ (INPUTQ(DLJ)): each would send the same dead letters."""
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        held = _flock(self.path / LOCK_FILENAME)
+        if held is None:
+            raise LedgerBusy(
+                f"another mrs jplay is replaying from {self.path.parent} (it holds "
+                f"{self.path / LOCK_FILENAME}): two at once would each send the records "
+                "both select, and the server would store both copies; let it finish "
+                "(or stop it), then run again"
+            )
+        self._lock_fds.append(held)
+        if dlj_handler_lock is None:
+            return
+        held = _flock(dlj_handler_lock)
+        if held is None:
+            raise LedgerBusy(
+                f"mrs dlq-handler is working this DLJ (it holds {dlj_handler_lock}): a "
+                "replay beside it would send the dead letters it forwards a second "
+                "time; let it finish (or stop it), then run again"
+            )
+        self._lock_fds.append(held)
+
     def close(self) -> None:
         if self.env is not None:
             self.env.close()
             self.env = None
+        while self._lock_fds:
+            os.close(self._lock_fds.pop())  # releases its lock

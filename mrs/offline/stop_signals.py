@@ -1,0 +1,49 @@
+"""SIGTERM and SIGHUP stop a command as Ctrl-C does (`stop_signals_as_ctrl_c`).
+
+Why a module of its own, under mrs: the commands that start processes or hold work
+in flight (the demo, bench, the simulator's scenarios, `mrs dlq-handler`, `mrs
+jplay`) all need it, and mrs must not import the simulator's package for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from types import FrameType
+
+HANDED_TO_SIGINT = (signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a command of real processes as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def stop_signals_as_ctrl_c() -> Iterator[list[signal.Signals]]:
+    """While the block runs, SIGTERM (`kill`, a CI job cancelled, `timeout`) and SIGHUP
+    (the terminal closed) are handed to SIGINT's handler, so they unwind the command as
+    Ctrl-C does and its `finally` blocks stop the servers it started. Their default
+    would end the process at once and leave every `mrs serve`, etcd and temporary
+    directory it made behind. Yields the signals caught, in order. Inside `trio.run`
+    SIGINT's handler is trio's; run it with `restrict_keyboard_interrupt_to_checkpoints`
+    so the KeyboardInterrupt reaches the main task at a checkpoint: raised mid-step in
+    another task, trio failed (TrioInternalError) or a client took it for a closed
+    connection (4 of 60 signalled swarms). A signal that is ignored (`nohup`) stays
+    ignored."""
+    caught: list[signal.Signals] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        caught.append(signal.Signals(signum))
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if not callable(on_sigint):  # SIGINT ignored (a background job): stop anyway
+            raise KeyboardInterrupt
+        on_sigint(signal.SIGINT, frame)
+
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum in HANDED_TO_SIGINT
+        if signal.getsignal(signum) != signal.SIG_IGN
+    }
+    try:
+        yield caught
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
