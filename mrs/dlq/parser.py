@@ -303,7 +303,7 @@ def _control(items: list[tuple[str, str, tuple[int, int]]]) -> Control:
             elif upper == "NO":
                 values[word] = 0
             else:
-                values[word] = _number(value, place, "WAIT (YES, NO or seconds)", 0, WAIT_S_MAX)
+                values[word] = _number(value, place, word, 0, WAIT_S_MAX, "YES, NO or ")
     return Control(
         input_q=values.get("INPUTQ"),
         input_qm=values.get("INPUTQM"),
@@ -419,12 +419,15 @@ def _choice(given: dict, word: str, choices: dict, default):
         raise _EntryError(place, f"{word}({value}): must be {' or '.join(choices)}") from None
 
 
-def _number(value: str, place: tuple[int, int], word: str, low: int, high: int) -> int:
+def _number(
+    value: str, place: tuple[int, int], word: str, low: int, high: int, other: str = ""
+) -> int:
+    """`value` as a whole number in low..high, or the entry's one-line error naming
+    the value (its length, when it is too long to show) and what `word` also takes."""
+    shown = value if len(value) <= 24 else f"{len(value)} digits"
     if not value.isdigit() or not value.isascii():
-        raise _EntryError(place, f"{word}({value}): not a whole number")
-    if len(value.lstrip("0")) > len(str(high)):  # before int(): thousands of digits raise
-        raise _EntryError(place, f"{word}({len(value)} digits): must be in {low}..{high}")
-    number = int(value)
-    if not low <= number <= high:
-        raise _EntryError(place, f"{word}({value}): must be in {low}..{high}")
-    return number
+        raise _EntryError(place, f"{word}({shown}): must be {other}a whole number")
+    if len(value.lstrip("0")) > len(str(high)) or not low <= int(value) <= high:
+        # the length first: int() of thousands of digits raises
+        raise _EntryError(place, f"{word}({shown}): must be {other}a whole number in {low}..{high}")
+    return int(value)

@@ -123,7 +123,7 @@ def test_a_comment_line_inside_a_continued_rule_is_a_comment() -> None:
         ("REASON(MQRC_NOPE) ACTION(IGNORE)", 1, 1, "known REASON name"),
         ("COLOUR(RED) ACTION(IGNORE)", 1, 1, "unknown keyword COLOUR"),
         ("ACTION(IGNORE) WAIT(NO)", 1, 16, "control data"),
-        ("WAIT(SOMETIMES)", 1, 1, "YES, NO or seconds"),
+        ("WAIT(SOMETIMES)", 1, 1, "must be YES, NO or a whole number"),
         ("WAIT(NO) DESTQ(A) ACTION(IGNORE)", 1, 10, "cannot be in the control data"),
         ("DESTQ('abc ACTION(IGNORE)", 1, 7, "not closed"),
         ("DESTQ(a b) ACTION(IGNORE)", 1, 9, "expected ')'"),
@@ -302,4 +302,4 @@ def test_a_number_too_long_to_read_is_a_rules_error() -> None:
     lines = [digits[i : i + 60] + "+" for i in range(0, len(digits), 60)]
     text = "DESTQ(*) ACTION(RETRY) RETRY(+\n" + "\n".join(lines)[:-1] + ")\n"
     found = only_problem(text)
-    assert found[:2] == (1, 24) and "RETRY(5000 digits): must be in 1.." in found[2]
+    assert found[:2] == (1, 24) and "RETRY(5000 digits): must be a whole number in 1.." in found[2]
