@@ -227,3 +227,48 @@ async def test_a_dlj_replay_beside_a_dlj_handler_is_refused(replay_bus, tmp_path
     assert code == 1 and "mrs dlq-handler is working this DLJ" in err
     code, summary, _ = await jplay(bus, "dlj", "--remove", "--json")
     assert code == 0 and summary["sent"] == 3 and summary["removed"] == 3
+
+
+async def test_a_replay_killed_mid_run_is_finished_in_its_own_scope(replay_bus) -> None:
+    """The server scopes a replay's idempotency keys by sender queue and target. A
+    jplay SIGKILLed mid-run leaves records sent with no answer; run again with another
+    `--as`, it stored those a second time, neither copy marked. Now that run is
+    refused in one line naming the flags that finish the first; once they have, any
+    scope may replay (everything is then skipped as replayed)."""
+    count = 150
+    bus = replay_bus({Journal.PCJ: [record(i, target_queue=21) for i in range(count)]})
+    async with connect(bus.address, queue="RESTORE") as receiver:
+        received: list = []
+        some = trio.Event()
+
+        async def receive(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            with trio.CancelScope() as scope:
+                task_status.started(scope)
+                while True:
+                    message = await receiver.get()
+                    received.append(message)
+                    await receiver.confirm(message.seq)
+                    if len(received) >= 10:
+                        some.set()
+
+        async with trio.open_nursery() as nursery:
+            receiving = await nursery.start(receive)
+            process = await trio.lowlevel.open_process(
+                jplay_command(bus, "pcj", "--rate", "50/s", "--json"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            with trio.fail_after(WAIT_S):
+                await some.wait()
+            process.kill()
+            await process.wait()
+            refused, _, err = await jplay(bus, "pcj", "--as", "SENDER2")
+            finished, first, _ = await jplay(bus, "pcj", "--json")
+            later, second, _ = await jplay(bus, "pcj", "--as", "SENDER2", "--json")
+            receiving.cancel()
+        received += await take_all(receiver)
+    assert refused == 1 and err.count("\n") == 1, err
+    assert "left records in doubt" in err and "--as 1." in err, err
+    assert finished == 0 and first["sent"] + first["skipped"] == count
+    assert later == 0 and second["skipped"] == count
+    assert Counter(replayed_seqs(received)) == Counter(record(i).seq for i in range(count))

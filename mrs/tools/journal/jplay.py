@@ -111,6 +111,7 @@ def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
             # one replay at a time per ledger, none beside a DLJ handler (LedgerBusy)
             dlj_lock = Path(where.data_dir) / DLJ_HANDLER_LOCK
             ledger.hold(dlj_lock if options.journal is Journal.DLJ else None)
+            ledger.claim_scope(options.sender or "", options.to)  # the keys' scope
             ledger.key_secret()
         except BaseException:
             ledger.close()
@@ -359,6 +360,7 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
     finally:
         tally.elapsed_s = time.perf_counter() - started
         _flush_at_end(replayers[0] if replayers else None, ledger, tally)
+    ledger.scope_settled(options.sender or "", options.to, in_doubt=tally.in_doubt > 0)
     if tally.stopped:
         tally.not_attempted += planner.count_rest()
     _print_summary(options, tally)

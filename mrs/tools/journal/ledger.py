@@ -24,6 +24,7 @@ States:
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import secrets
 import time
@@ -35,11 +36,14 @@ import msgpack
 
 from journals import Journal, seq_key
 from mrs.exit_status import CommandError
-from mrs.storage.atomic_file import create_file
+from mrs.storage.atomic_file import create_file, replace_file
 from mrs.storage.journal_check import walk
 
 LEDGER_DIRNAME = "replay-ledger"
 SECRET_FILENAME = "key-secret"
+SCOPE_FILENAME = "scope.json"
+"""The sender queue and `--to` of the last replay, and whether it left records in
+doubt (`ReplayLedger.claim_scope`)."""
 LOCK_FILENAME = "replay.lock"
 """Held (flock) by the one jplay sending from this ledger (`ReplayLedger.hold`)."""
 LEDGER_MAP_BYTES = 1 << 30
@@ -332,6 +336,37 @@ class ReplayLedger:
                 "time; let it finish (or stop it), then run again"
             )
         self._lock_fds.append(held)
+
+    def claim_scope(self, sender: str, to: str | None) -> None:
+        """Record that this run sends as `sender` (to `to`, or each record's target),
+        its records in doubt until `scope_settled`; raise LedgerBusy when the last run
+        left records in doubt under another scope. Why: the server scopes an
+        idempotency key by sender queue and target; a record sent with no answer,
+        sent again by a run with another `--as` or `--to`, was stored a second time,
+        unmarked. The same scope finds its first copies (answered with their seqs)."""
+        path = self.path / SCOPE_FILENAME
+        try:
+            last = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            last = None
+        except (OSError, ValueError) as error:
+            raise LedgerDamaged(damaged_ledger(self.path, f"{path.name}: {error}")) from None
+        if last is not None and last.get("in_doubt") and (last["as"], last["to"]) != (sender, to):
+            flags = f"--as {last['as']}" + (f" --to {last['to']}" if last["to"] else "")
+            raise LedgerBusy(
+                f"the last replay from this ledger ({flags}) left records in doubt (sent, "
+                f"no answer): run it again with {flags} to finish them first; sent as "
+                f"{sender}{' to ' + to if to else ''}, the server would store them again"
+            )
+        self._write_scope(sender, to, in_doubt=True)  # until this run says how it ended
+
+    def scope_settled(self, sender: str, to: str | None, in_doubt: bool) -> None:
+        """This run ended: whether it left records in doubt (`claim_scope`)."""
+        self._write_scope(sender, to, in_doubt)
+
+    def _write_scope(self, sender: str, to: str | None, in_doubt: bool) -> None:
+        text = json.dumps({"as": sender, "to": to, "in_doubt": in_doubt})
+        replace_file(self.path / SCOPE_FILENAME, text.encode("utf-8"))
 
     def close(self) -> None:
         if self.env is not None:
