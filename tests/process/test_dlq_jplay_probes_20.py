@@ -19,7 +19,7 @@ from journals import Journal
 from tests.client_helpers import take_all
 from tests.journal_helpers import record
 from tests.process.test_dlq_handler import run_handler
-from tests.process.test_jplay import jplay, jplay_command, replayed_seqs
+from tests.process.test_jplay import jplay, jplay_command, receive_confirming, replayed_seqs
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -129,18 +129,8 @@ async def test_sigterm_stops_jplay_with_its_summary_and_a_rerun_delivers_each_on
     enough = trio.Event()
     async with connect(bus.address, queue="RESTORE") as receiver:
 
-        async def receive(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            with trio.CancelScope() as scope:
-                task_status.started(scope)
-                while True:
-                    message = await receiver.get()
-                    received.append(message)
-                    await receiver.confirm(message.seq)
-                    if len(received) >= 20:
-                        enough.set()
-
         async with trio.open_nursery() as nursery:
-            receiving = await nursery.start(receive)
+            receiving = await nursery.start(receive_confirming, receiver, received, enough, 20)
             process = await trio.lowlevel.open_process(
                 jplay_command(bus, "pcj", "--rate", "40/s", "--json"),
                 stdout=subprocess.PIPE,
@@ -177,17 +167,8 @@ async def test_two_replays_of_one_data_directory_never_deliver_a_record_twice(
     async with connect(bus.address, queue="RESTORE") as receiver:
         received: list = []
 
-        async def receive(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            with trio.CancelScope() as scope:
-                task_status.started(scope)
-                while True:
-                    message = await receiver.get()
-                    received.append(message)
-                    await receiver.confirm(message.seq)
-                    first_sent.set()
-
         async with trio.open_nursery() as nursery:
-            receiving = await nursery.start(receive)
+            receiving = await nursery.start(receive_confirming, receiver, received, first_sent, 1)
             process = await trio.lowlevel.open_process(
                 jplay_command(bus, "pcj", "--rate", "50/s", "--json"),
                 stdout=subprocess.DEVNULL,
@@ -241,18 +222,8 @@ async def test_a_replay_killed_mid_run_is_finished_in_its_own_scope(replay_bus) 
         received: list = []
         some = trio.Event()
 
-        async def receive(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            with trio.CancelScope() as scope:
-                task_status.started(scope)
-                while True:
-                    message = await receiver.get()
-                    received.append(message)
-                    await receiver.confirm(message.seq)
-                    if len(received) >= 10:
-                        some.set()
-
         async with trio.open_nursery() as nursery:
-            receiving = await nursery.start(receive)
+            receiving = await nursery.start(receive_confirming, receiver, received, some, 10)
             process = await trio.lowlevel.open_process(
                 jplay_command(bus, "pcj", "--rate", "50/s", "--json"),
                 stdout=subprocess.DEVNULL,

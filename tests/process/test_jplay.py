@@ -36,6 +36,22 @@ from tests.journal_helpers import (
 )
 
 
+async def receive_confirming(
+    receiver, received: list, enough: trio.Event, enough_count: int,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Get and confirm every message into `received` until cancelled (`nursery.start`
+    returns the cancel scope); `enough` is set once `enough_count` have come."""
+    with trio.CancelScope() as scope:
+        task_status.started(scope)
+        while True:
+            message = await receiver.get()
+            received.append(message)
+            await receiver.confirm(message.seq)
+            if len(received) >= enough_count:
+                enough.set()
+
+
 def jplay_command(bus, *args: str) -> list[str]:
     return [sys.executable, "-m", "mrs", "jplay", "--config", str(bus.config_path)] + [
         "--group",
@@ -334,18 +350,8 @@ async def test_an_interrupted_replay_resumes_and_delivers_each_record_exactly_on
 
     async with connect(bus.address, queue="RESTORE") as receiver:
 
-        async def receive(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            with trio.CancelScope() as scope:
-                task_status.started(scope)
-                while True:
-                    message = await receiver.get()
-                    received.append(message)
-                    await receiver.confirm(message.seq)
-                    if len(received) >= 60:
-                        seen_enough.set()
-
         async with trio.open_nursery() as nursery:
-            receiving = await nursery.start(receive)
+            receiving = await nursery.start(receive_confirming, receiver, received, seen_enough, 60)
             process = await trio.lowlevel.open_process(
                 # 40/s: the 300 records take 7.5 s, so a receiver slowed by a loaded
                 # machine still sees 60 of them long before the replay could finish.
