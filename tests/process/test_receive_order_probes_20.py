@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from clients import DeliveryMode, NoMoreMessages, PutItem, Status, Uma, connect
+from clients import DeliveryMode, PutItem, Status, Uma, connect
 from journals import JournalError
 from mrs import protocol as wire
 from mrs.core.selection import by_correlation_id
 from mrs.errors import Refused
 from tests.process.test_group_rooms import FakeSession, Node, open_node
+from tests.process.test_priority_selection import drain
 
 BUS = """
 [[group]]
@@ -196,16 +197,6 @@ def test_confirms_that_failed_are_taken_again_in_delivery_order(tmp_path: Path) 
 DQF = DeliveryMode.WF_DQF
 
 
-async def get_all(client) -> list:
-    """Every waiting message in the queue's order, each confirmed as it comes."""
-    got = []
-    while True:
-        try:
-            message = await client.get(timeout=0)
-        except NoMoreMessages:
-            return got
-        got.append(message)
-        await client.confirm(message.seq)
 
 
 @pytest.mark.trio
@@ -240,7 +231,7 @@ async def test_after_sigkill_order_and_possdupl_hold_for_selected_and_prioritise
         again = await receiver.get(timeout=0, select=by_correlation_id(b"e"))
         assert (again.body, again.delivery_status) == (b"e5", Status.POSSDUPL)
         await receiver.confirm(again.seq)
-        rest = [(message.body, message.delivery_status) for message in await get_all(receiver)]
+        rest = [(message.body, message.delivery_status) for message in await drain(receiver)]
     assert rest == [
         (b"a0", Status.CONFIRMREQ),
         (b"b0", Status.CONFIRMREQ),
