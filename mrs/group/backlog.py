@@ -94,6 +94,26 @@ class ColdBacklog(Generic[E]):
         self.count -= 1
         return self._held.pop(seq, None)
 
+    def restore(self, seq: int, entry: E) -> bool:
+        """A message `discard` took out comes back (not delivered after all, or its
+        receiver left): True if `take` has not reached its seq yet, and it waits there
+        again, at its arrival place, held in memory; False if `take` passed it (its
+        queue placed it by the arrival number it was given then, mrs.group.queues)."""
+        skipped = self._skipped
+        if seq not in skipped:
+            return False
+        skipped.discard(seq)
+        self._held[seq] = entry
+        self.count += 1
+        return True
+
+    def append_taken(self, seq: int) -> None:
+        """A message handed straight to a get as it arrived behind this backlog: its
+        seq takes its arrival place as if a selective get had taken it out at once, so
+        that if it comes back (`restore`) it goes behind the older ones."""
+        self._seqs.append(seq)
+        self._skipped.add(seq)
+
     def held_entry(self, seq: int) -> E | None:
         """The entry held in memory for `seq`, or None (cold: on disk only)."""
         return self._held.get(seq)
@@ -105,14 +125,22 @@ class ColdBacklog(Generic[E]):
 
     def peek(self, count: int) -> list[tuple[int, E | None]]:
         """The next `count` (seq, entry held in memory or None) without taking them:
-        what an operator's browse looks at (mrs.ops.admin_actions)."""
-        return [(seq, self._held.get(seq)) for seq in islice(self._seqs, count)]
+        what an operator's browse looks at (mrs.ops.admin_actions). Not those a
+        selective get took out (`discard`): browse showed them as waiting while their
+        receiver held them."""
+        return [(seq, self._held.get(seq)) for seq in islice(iter(self), count)]
 
-    def take(self, count: int, load: Loader) -> list[E]:
-        """The next `count` messages, oldest first, cold ones read back with `load`."""
+    def take(self, count: int, load: Loader, order: list[int] | None = None) -> list[E]:
+        """The next `count` messages, oldest first, cold ones read back with `load`.
+        `order`: when this passes seqs taken out before (`discard`), filled with every
+        seq it covered, in order, those included: where each of them stood among the
+        messages taken (its queue numbers one still out in its place)."""
         seqs = self._seqs.take(count)
         if self._skipped:
-            seqs = [seq for seq in seqs if seq not in self._skipped or self._unskip(seq)]
+            kept = [seq for seq in seqs if seq not in self._skipped or self._unskip(seq)]
+            if order is not None and len(kept) < len(seqs):
+                order.extend(seqs)
+            seqs = kept
         self.count = len(self._seqs) - len(self._skipped)
         taken: list[E] = []
         cold: list[int] = []

@@ -128,6 +128,25 @@ class PriorityLanes(Generic[E]):
         self.settle(lane)
         return held
 
+    def restore_cold(self, entry: E, priority: int) -> bool:
+        """Put `entry` back in its lane's cold backlog at its arrival place, if a
+        selective get took it from there and no refill has passed that place
+        (`ColdBacklog.restore`); False otherwise (nothing changed)."""
+        lane = self._lanes.get(priority)
+        if lane is None or not lane.cold.restore(entry.seq, entry):
+            return False
+        self.cold_count += 1
+        self._mask |= 1 << priority
+        return True
+
+    def pass_cold(self, entry: E, priority: int) -> None:
+        """`entry` arrived while its lane has messages on disk and went straight to a
+        selective get: its arrival place is kept in the lane's cold backlog, taken
+        (`ColdBacklog.append_taken`), for `restore_cold` if it comes back."""
+        lane = self._lanes.get(priority)
+        if lane is not None and lane.cold.count:
+            lane.cold.append_taken(entry.seq)
+
     def took_cold(self, lane: Lane[E], count_before: int) -> None:
         """A refill moved entries out of `lane`'s backlog: keep `cold_count` exact."""
         self.cold_count -= count_before - lane.cold.count

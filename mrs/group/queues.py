@@ -180,6 +180,9 @@ class TargetQueue:
                 # match came again ahead of the older messages it had passed over.
                 self.arrivals += 1
                 entry.arrival = self.arrivals
+                if waiter.select is not None and self.pending.cold_count:
+                    # Older ones of its lane may wait on disk: its place is among them.
+                    self.pending.pass_cold(entry, lane_of(entry))
                 self._deliver_to_waiter(entry, waiter)
                 return
         self.put_back(entry, front=False)
@@ -254,10 +257,15 @@ class TargetQueue:
     def put_back(self, entry: Entry, front: bool = True) -> None:
         """Queue an entry without offering it to waiters. front: it was taken before
         and goes back to its place in its lane's arrival order (before everything of
-        its priority that came later)."""
+        its priority that came later, after all that came before and still waits):
+        in the cold backlog if it was taken from there (`_restored_cold`), else in
+        the window (`_arrival_place`)."""
         priority = lane_of(entry)
         self.index.add(entry, priority)
         if front:
+            if self.pending.restore_cold(entry, priority):
+                self._restored_cold(entry)
+                return
             self.pending.insert(entry, priority, self._arrival_place(entry, priority))
         elif self._goes_cold(entry, priority):
             self.pending.append_cold(entry, priority, self._can_go_cold(entry))
@@ -282,6 +290,21 @@ class TargetQueue:
             self.memory_bytes += size
             if entry.account is not None:
                 entry.account.held_bytes += size
+
+    def _restored_cold(self, entry: Entry) -> None:
+        """`entry`, taken from its lane's cold backlog (or handed out as it arrived
+        behind it), waits there again at its arrival place (`PriorityLanes.restore_cold`):
+        a journaled body goes back to disk (read at delivery), a memory one counts.
+        Before, it went to the front of its lane's window, ahead of the older messages
+        still on disk: a selective get's message came again before them."""
+        if entry.journaled:
+            entry.body = None
+            return
+        self.memory_count += 1
+        size = len(entry.body or b"")
+        self.memory_bytes += size
+        if entry.account is not None:
+            entry.account.held_bytes += size
 
     def _arrival_place(self, entry: Entry, priority: int) -> int:
         """Where in its lane's window an entry taken before goes back: before the first
@@ -319,7 +342,10 @@ class TargetQueue:
                     return
                 room = REFILL_MIN
             before = lane.cold.count
-            for entry in lane.cold.take(room, load):
+            start = self.arrivals
+            order: list[int] = []
+            taken = lane.cold.take(room, load, order)
+            for entry in taken:
                 self.arrivals += 1
                 entry.arrival = self.arrivals
                 lane.window.append(entry)
@@ -329,7 +355,28 @@ class TargetQueue:
                     if self.journaled_body_bytes + len(entry.body) > JOURNALED_BODIES_BYTES_MAX:
                         entry.body = None
                     self.journaled_body_bytes += len(entry.body or b"")
+            if order:
+                self._number_passed(taken, order, start)
             pending.took_cold(lane, before)
+
+    def _number_passed(self, taken: list[Entry], order: list[int], start: int) -> None:
+        """A refill passed the places of messages a selective get had taken from the
+        cold backlog (`order`: every seq it covered, those included). Each still out
+        (awaiting its confirm, or lent) is numbered at its place among those read back,
+        which are numbered again after `start`: if it comes back (`put_back`,
+        `detach`) it goes after the older ones now in memory, not to the front."""
+        read_back = {entry.seq: entry for entry in taken}
+        arrival = start
+        for seq in order:
+            entry = read_back.get(seq)
+            if entry is None:
+                entry = self.unconfirmed.get(seq)
+            if entry is None:
+                entry = self.lent.get(seq)
+            if entry is not None:
+                arrival += 1
+                entry.arrival = arrival
+        self.arrivals = arrival
 
     def take(self, select: Selection | None = None) -> Entry | None:
         """The next message to hand out (highest priority, then first arrived), or
@@ -519,17 +566,26 @@ class TargetQueue:
         before them and still waits) to be delivered again, marked POSSDUPL. Before,
         each went to the very front of its lane: a message a selective get had taken
         came again ahead of the older ones it passed over, an order no restart gives
-        (recovery puts every lane back in seq order)."""
+        (recovery puts every lane back in seq order). One taken from the cold backlog
+        goes back there, at its place among the older and later ones still on disk
+        (before, to the front of the window: ahead of older ones on disk)."""
         returned = sorted(self.unconfirmed.values(), key=lambda entry: entry.seq)
         self.unconfirmed.clear()
         self.confirms_failed.clear()
-        # Each one's place among the messages still waiting first, then all inserted:
-        # those with the same place keep seq order among themselves, as a restart's,
-        # and take their arrival numbers in that order (a later put-back agrees).
-        placed = sorted(
-            (lane_of(entry), self._arrival_place(entry, lane_of(entry)), order)
-            for order, entry in enumerate(returned)
-        )
+        # One a selective get took from the cold backlog waits there again at its place
+        # (`restore_cold`). The others: each one's place among the messages still
+        # waiting first, then all inserted: those with the same place keep seq order
+        # among themselves, as a restart's, and take their arrival numbers in that
+        # order (a later put-back agrees).
+        placed: list[tuple[int, int, int]] = []
+        for order, entry in enumerate(returned):
+            priority = lane_of(entry)
+            if self.pending.restore_cold(entry, priority):
+                self.index.add(entry, priority)
+                self._restored_cold(entry)
+            else:
+                placed.append((priority, self._arrival_place(entry, priority), order))
+        placed.sort()
         _renumber_by_seq(returned, placed)
         inserted: dict[int, int] = {}
         for priority, place, order in placed:
