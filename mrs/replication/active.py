@@ -26,6 +26,7 @@ import trio
 from journals import JournalError, WriteBatch
 from journals.keys import Journal
 from mrs.config.instance_types import InstanceConfig
+from mrs.core.refusals import clipped
 from mrs.limits import (
     REPLICATION_COPY_SLICE_BYTES,
     REPLICATION_COPY_SLICE_ITEMS_MAX,
@@ -40,7 +41,15 @@ from mrs.limits import (
 from mrs.replication.coordinator import Coordinator, CoordinatorUnavailable, FailoverRequest
 from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore
-from mrs.replication.wire import CannotStore, FrameReader, LinkBroken, LinkRefused, frame
+from mrs.replication.wire import (
+    ANSWER_BYTES_MAX,
+    CannotStore,
+    FrameReader,
+    LinkBroken,
+    LinkRefused,
+    WrongInstance,
+    frame,
+)
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
@@ -358,8 +367,9 @@ class Active:
 
     def _link_ended(self, name: str, ended: BaseException | None, progressed: bool) -> None:
         """Log why a link ended: a refusal or a replica that cannot store as a WARNING,
-        a plain loss as INFO; while links to it end without an acknowledgement, only
-        when the reason changes (one line per state, not per retry)."""
+        a replica that names another instance as an ERROR, a plain loss as INFO;
+        while links to it end without an acknowledgement, only when the reason
+        changes (one line per state, not per retry)."""
         why = "" if ended is None else str(ended)
         repeated = not progressed and why == self._last_end.get(name, ("", True))[0]
         self._last_end[name] = (why, progressed)
@@ -368,6 +378,8 @@ class Active:
         if isinstance(ended, CannotStore):
             self.problems[name] = why
             log.warning("replica %s cannot store term %d's records: %s", name, self.term, why)
+        elif isinstance(ended, WrongInstance):
+            log.error("replication link to %s refused: %s", name, why)
         elif isinstance(ended, LinkRefused):
             log.warning("replica %s refuses term %d: %s", name, self.term, why)
         else:
@@ -377,10 +389,16 @@ class Active:
         hello = {"t": "hello", "group": self.group_id, "term": self.term, "from": self.me.name}
         await stream.send_all(frame(hello))
         reader = FrameReader(stream)
-        answer = await reader.next()
+        answer = await reader.next(ANSWER_BYTES_MAX)
         if answer["t"] in ("refuse", "fail"):
             self._refused(name, answer)
         (pos_term, pos_number), led = _hello_answer(name, answer)
+        if answer.get("name") != name:
+            raise WrongInstance(
+                f"the replica at {_address_of(self.replicas, name)} says it is instance "
+                f"{clipped(repr(answer.get('name')))}, not {name}: nothing it acknowledges "
+                f"counts; check instance {name}'s replication address"
+            )
         if pos_term == self.term and pos_number < self.stream.acked.get(name, 0):
             log.error(
                 "replica %s holds records up to %d of term %d, but acknowledged %d: its "
@@ -484,7 +502,7 @@ class Active:
 
     async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
         while True:
-            message = await reader.next()
+            message = await reader.next(ANSWER_BYTES_MAX)
             if message["t"] in ("refuse", "fail"):
                 self._refused(name, message)
             if message["t"] == "ack":
@@ -511,7 +529,7 @@ class Active:
         """A replica refused the link or a record ("refuse"), or cannot store ("fail"):
         the link ends (logged by `_link_ended`); one that has seen a newer term makes
         this active step down."""
-        why = str(message.get("why"))
+        why = clipped(str(message.get("why")))
         if message["t"] == "fail":
             raise CannotStore(why)
         if "older term" in why:
@@ -595,6 +613,15 @@ def _telling(group: BaseExceptionGroup) -> BaseException:
     errors = list(group.exceptions)
     told = [error for error in errors if isinstance(error, CannotStore | LinkRefused)]
     return (told or errors)[0]
+
+
+def _address_of(replicas: tuple[InstanceConfig, ...], name: str) -> str:
+    """Instance `name`'s replication address as this active dials it ("its address"
+    for a name it does not list: a test's bare link)."""
+    for replica in replicas:
+        if replica.name == name:
+            return f"{replica.replication_host}:{replica.replication_port}"
+    return "its address"
 
 
 def _hello_answer(name: str, answer: dict[str, Any]) -> tuple[tuple[int, int], int]:

@@ -33,9 +33,11 @@ from journals import JournalError, JournalStore, WriteBatch
 from journals.batch import as_bytes, decode_batches
 from journals.keys import Journal
 from mrs.config.guards import Guards
+from mrs.core.refusals import RefusalLog, clipped
 from mrs.core.seqspace import BOOTS_KEY
 from mrs.limits import (
     LINK_HANDSHAKE_TIMEOUT_S,
+    REFUSAL_LOG_INTERVAL_S,
     REPLICATION_APPLY_RECORDS_MAX,
     REPLICATION_BACKLOG_BYTES_MAX,
     REPLICATION_BACKLOG_RECORDS_MAX,
@@ -46,7 +48,14 @@ from mrs.limits import (
 from mrs.replication.coordinator import CoordinatorUnavailable, GroupState
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
-from mrs.replication.wire import HELLO_BYTES_MAX, CannotStore, FrameReader, LinkBroken, frame
+from mrs.replication.wire import (
+    HELLO_BYTES_MAX,
+    CannotStore,
+    FrameReader,
+    LinkBroken,
+    LinkClosed,
+    frame,
+)
 from mrs.security.tls_network import transport_socket
 from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import TCP, Network
@@ -180,6 +189,15 @@ class Replica:
         """The full copy this link is applying (term, number); None between copies."""
         self.store_failure: str | None = None
         """Why the journals last refused the active's records, until they take some."""
+        self.link_term: int | None = None
+        """The term of the hello last accepted: every record on that link must carry
+        it (`_term_refusal`)."""
+        self.refusals = RefusalLog(
+            log, REFUSAL_LOG_INTERVAL_S, lambda: trio.current_time(), line_format="{message}"
+        )
+        """What this replica refused (a hello, a record, a frame), one line per peer and
+        reason at most every REFUSAL_LOG_INTERVAL_S: a refused active dials again every
+        second."""
 
     def _written_outside_the_group(self) -> bool:
         """Whether `boots` differs from what the last record that set it left
@@ -277,7 +295,7 @@ class Replica:
         hello = await self._read_hello(stream, reader)
         refusal = await self.unconfirmed_term(hello) or self.check_hello(hello)
         if refusal is not None:
-            log.warning("replica %s refuses %s: %s", self.name, hello.get("from"), refusal)
+            self._refusing(str(hello.get("from")), refusal)
             await stream.send_all(frame({"t": "refuse", "why": refusal}))
             return
         if self._link_scope is not None:
@@ -294,12 +312,23 @@ class Replica:
                 "whole": self.holds_journals,
             }
             await stream.send_all(frame(hello_back))
-            held: dict[str, Any] | None = None  # read with a burst, not part of it
-            while True:
-                message = held if held is not None else await reader.next()
-                held = None
-                if message["t"] == "commit":
-                    commits = [message]
+            try:
+                await self._take_records(stream, reader)
+            except (CannotStore, LinkClosed):
+                raise
+            except LinkBroken as broken:  # a frame too long, not msgpack, a bridge gap
+                await self._refuse(stream, str(broken))
+
+    async def _take_records(self, stream: trio.abc.Stream, reader: FrameReader) -> None:
+        """Apply what the active sends and acknowledge it, until a record is refused
+        (the refusal is logged, and sent to the active, which logs it too)."""
+        held: dict[str, Any] | None = None  # read with a burst, not part of it
+        while True:
+            message = held if held is not None else await reader.next()
+            held, broken = None, None
+            if message["t"] == "commit":
+                commits = [message]
+                try:
                     while len(commits) < REPLICATION_APPLY_RECORDS_MAX and (
                         (more := reader.buffered()) is not None
                     ):
@@ -307,15 +336,38 @@ class Replica:
                             held = more
                             break
                         commits.append(more)
-                    answers = self.receive_commits(commits)
-                else:
-                    answers = [self.receive(message)]
-                for answer in answers:
-                    if answer is not None:
-                        await stream.send_all(frame(answer))
-                        if answer["t"] == "refuse":
-                            return
-                self.store.start_writeback()  # the pages, once the acknowledgement is out
+                except LinkBroken as error:  # the records before it are applied first
+                    broken = error
+                answers = self.receive_commits(commits)
+            else:
+                answers = [self.receive(message)]
+            for answer in answers:
+                if answer is not None and answer["t"] == "refuse":
+                    await self._refuse(stream, str(answer["why"]))
+                    return
+                if answer is not None:
+                    await stream.send_all(frame(answer))
+            self.store.start_writeback()  # the pages, once the acknowledgement is out
+            if broken is not None:
+                raise broken
+
+    def _refusing(self, peer: str, why: str) -> None:
+        """Log a refusal of `peer` (a hello, a record, a frame) in one line, at most
+        one per peer and reason every REFUSAL_LOG_INTERVAL_S (the count of those not
+        shown follows)."""
+        peer = clipped(peer)
+        line = f"replica {self.name} refuses {peer}: {why}"
+        self.refusals.refused("replication", peer, line, key=(peer, why))
+
+    async def _refuse(self, stream: trio.abc.Stream, why: str) -> None:
+        """Refuse what the active sent on this link, saying why here and to the active
+        (within REPLICATION_FAIL_LINGER_S: one that does not read is not waited for),
+        and end the link; nothing of what was refused is applied."""
+        why = clipped(why)
+        self._refusing(f"{self.active} (term {self.link_term})", why)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            with trio.move_on_after(REPLICATION_FAIL_LINGER_S):
+                await stream.send_all(frame({"t": "refuse", "why": why}))
 
     async def unconfirmed_term(self, hello: dict[str, Any]) -> str | None:
         """Why a hello that raises this replica's term may not, or None. Only the
@@ -340,7 +392,8 @@ class Replica:
     def check_hello(self, hello: dict[str, Any]) -> str | None:
         """Why this active may not stream to us, or None (its term is then seen)."""
         if hello.get("t") != "hello" or hello.get("group") != self.group_id:
-            return f"not an active of group {self.group_id}"
+            group = clipped(repr(hello.get("group")))
+            return f"not an active of group {self.group_id} (its hello names group {group})"
         term = hello.get("term", 0)
         if type(term) is not int or term < 0:
             return f"a hello with term {term!r}, not a whole number"
@@ -354,6 +407,24 @@ class Replica:
             except JournalError as error:
                 raise CannotStore(str(error)) from None
             self.term_seen = term
+        self.link_term = term
+        return None
+
+    def _term_refusal(self, term: int) -> dict[str, Any] | None:
+        """Why a record of `term` is refused, or None: a term older than the one seen
+        (the fencing token), or another term than its link's hello named. Why the
+        second: a copy or a rebase sets this replica's position to its own term, so
+        one of a term above the hello's (a peer that lies, or a bug) left journals
+        whose position is of a term above every term seen, which no active ever
+        granted: ahead of every instance in an election, and a term etcd never
+        had, so the replica took etcd for having lost its data (a census)."""
+        if self.rules.refuses_term(term, self.term_seen):
+            return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
+        if self.link_term is not None and term != self.link_term:
+            return {
+                "t": "refuse",
+                "why": f"a record of term {term} on a link of term {self.link_term}",
+            }
         return None
 
     def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -362,8 +433,8 @@ class Replica:
             return self.receive_commits([message])[-1]
         try:
             term, number = int(message.get("term", 0)), int(message.get("n", 0))
-            if self.rules.refuses_term(term, self.term_seen):
-                return {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
+            if (refusal := self._term_refusal(term)) is not None:
+                return refusal
             if message["t"] == "bridge":
                 self._bridge(message, number)
                 return None
@@ -389,8 +460,8 @@ class Replica:
         for message in messages:
             try:
                 term, number = int(message.get("term", 0)), int(message.get("n", 0))
-                if self.rules.refuses_term(term, self.term_seen):
-                    refusal = {"t": "refuse", "why": f"older term {term} (seen {self.term_seen})"}
+                if (refusal := self._term_refusal(term)) is not None:
+                    pass
                 elif position != (term, number - 1):
                     refusal = {"t": "refuse", "why": f"gap: at {position}, got {number}"}
                 else:

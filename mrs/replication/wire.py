@@ -32,10 +32,21 @@ HELLO_BYTES_MAX = 4096
 Why a bound of its own: before its hello a connection is anyone's, and a stranger's
 hello announced at REPLICATION_FRAME_BYTES_MAX held 30 MB of a replica's memory per
 connection it sent that much on (mrs.replication.replica `_read_hello`)."""
+ANSWER_BYTES_MAX = 64 << 10
+"""A replica's frames at most, as the active reads them (its answer to the hello, an
+acknowledgement, a refusal or a failure, whose reasons it clips to
+PEER_TEXT_CHARS_MAX): tens of bytes. Why a bound of its own: the active read them at
+REPLICATION_FRAME_BYTES_MAX, so whatever answered at a replica's address (a lying
+peer, another program on a reused port) could announce a 256 MiB frame and hold that
+much of the active's memory per link while it trickled it."""
 
 
 class LinkBroken(Exception):
     """The other end closed, sent a frame too long or one that is not a map."""
+
+
+class LinkClosed(LinkBroken):
+    """The other end closed the link (a link lost, not a fault of what it sent)."""
 
 
 class CannotStore(LinkBroken):
@@ -45,6 +56,12 @@ class CannotStore(LinkBroken):
 
 class LinkRefused(LinkBroken):
     """The other end refused the link or a record ("refuse"), saying why."""
+
+
+class WrongInstance(LinkBroken):
+    """The replica that answered at an instance's replication address names another
+    instance (a wrong address in a machine's bus file, a port forwarded to the wrong
+    place): its acknowledgements would be counted under a name that is not its own."""
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -63,7 +80,7 @@ class FrameReader:
         while len(self._buffer) < size:
             data = await self.stream.receive_some(1 << 16)
             if not data:
-                raise LinkBroken("closed by the other end")
+                raise LinkClosed("closed by the other end")
             self._buffer += data
 
     async def next(self, bytes_max: int = REPLICATION_FRAME_BYTES_MAX) -> dict[str, Any]:
@@ -92,7 +109,7 @@ class FrameReader:
         try:
             message = msgpack.unpackb(body, raw=False)
         except (ValueError, msgpack.UnpackException) as error:
-            raise LinkBroken(f"not msgpack: {error}") from None
+            raise LinkBroken(f"not msgpack: {str(error) or type(error).__name__}") from None
         if not isinstance(message, dict) or "t" not in message:
             raise LinkBroken("a frame that is not a message")
         return message
