@@ -27,7 +27,14 @@ import msgspec
 import trio
 
 from clients.pending import resume
-from clients.requests import put_reply_wait_s, put_request, put_timeout_ms, wire_bytes
+from clients.requests import (
+    body_bytes,
+    headers_problem,
+    put_reply_wait_s,
+    put_request,
+    put_timeout_ms,
+    wire_bytes,
+)
 from clients.resend import Resender
 from mrs import protocol as wire
 from mrs.errors import (
@@ -79,15 +86,25 @@ async def put_one_by_one(client: Any, items: Sequence[PutItem]) -> list[Result]:
     results: list[Result] = []
     for item in items:
         try:
+            if type(item) is not PutItem:
+                raise _not_an_item(item)
             results.append(await client.put(item.body, **item.put_arguments()))
         except MrsError as error:
             results.append(error)
     return results
 
 
+def _not_an_item(item: object) -> FieldRefused:
+    """The refusal of a put_many item that is no PutItem (a tuple, a dict), in its
+    place: before, `item.body` raised a bare AttributeError out of the whole call."""
+    return FieldRefused(Status.BADPARAM, f"put_many takes PutItems, got {type(item).__name__}")
+
+
 def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Put:
     """The Put of one item, checked as `Client.put` checks it; MrsError if refused."""
-    body = item.body
+    if type(item) is not PutItem:
+        raise _not_an_item(item)
+    body = item.body if type(item.body) is bytes else body_bytes(item.body)
     if client.protection is not None and item.protect:
         body = client.protection.seal_for(item.target, body, client.group_id)
     body_bytes_max = client.message_bytes_max
@@ -96,6 +113,8 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
             Status.MSGTOOBIG,
             f"body of {len(body)} bytes exceeds the group's message_bytes_max {body_bytes_max}",
         )
+    if item.headers is not None and (too_big := headers_problem(item.headers)) is not None:
+        raise error_for(Status.MSGTOOBIG, too_big)  # its frame would end the connection
     uma = item.uma
     if uma is None and item.delivery in _RECOVERABLE:
         uma = Uma.DLJ
@@ -103,7 +122,7 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
     return put_request(
         next_id(),
         str(item.target),
-        bytes(body),
+        body,
         item.delivery,
         uma or 0,
         item.msg_class,
@@ -293,6 +312,19 @@ async def room_for(requests: Any, answers: Answers, count: int) -> bool:
         with contextlib.suppress(ConnectionLost):  # the caller sees the link is gone
             await requests.outbox_room(link)
     return len(requests.pending) + count <= CLIENT_REQUESTS_IN_FLIGHT_MAX
+
+
+def items_of(items: Any, what: str) -> Sequence[Any]:
+    """The items of a batch call (put_many's PutItems, confirm_many's seqs) as a
+    sequence: a list or tuple as it is, another iterable (a generator) read into a
+    list; BADPARAM (`FieldRefused`) for what is none (None, an int, one str or bytes).
+    Why: `len(None)` reached the caller as a bare TypeError, and a generator, which a
+    caller may well pass, was refused the same way."""
+    if type(items) is list or type(items) is tuple:
+        return items
+    if isinstance(items, str | bytes | bytearray | dict) or not hasattr(items, "__iter__"):
+        raise FieldRefused(Status.BADPARAM, f"{what}: give a list, got {type(items).__name__}")
+    return list(items)
 
 
 def build_each(items: Sequence[Any], build: Callable[[Any], Any]) -> tuple[list[Any], list]:

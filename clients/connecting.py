@@ -173,6 +173,11 @@ async def put_once(
     recoverable puts by itself (clients.resend), under keys it makes; `put_once` is
     still the way to choose the key (one the application can re-send under after a
     restart of its own) and to re-send on a single server's reconnect."""
+    if type(within_s) not in (int, float) or not 0 <= within_s <= math.inf:
+        raise BadParameter(  # trio's bare ValueError or TypeError before
+            Status.BADPARAM,
+            f"put_once: within_s must be a number of seconds >= 0, got {within_s!r}",
+        )
     headers = {**(put.pop("headers", None) or {}), IDEMPOTENCY_HEADER: key}
     last: ConnectionLost | QueueBusy | None = None
     with trio.move_on_after(within_s):

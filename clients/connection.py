@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from clients.batch import PutItem, put_one_by_one, send_batches, send_batches_resent
+from clients.batch import (
+    PutItem,
+    items_of,
+    put_one_by_one,
+    send_batches,
+    send_batches_resent,
+)
 from clients.confirm_batch import confirm_many
 from clients.dialing import Attachment, Dialer, Dialing
 from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
@@ -49,10 +55,12 @@ from clients.lookup import locate, pending
 from clients.pending import Requests
 from clients.reconnect import Reconnect
 from clients.requests import (
+    body_bytes,
     built,
     confirm_request,
     get_request,
     get_timeout_ms,
+    headers_problem,
     put_reply_wait_s,
     put_request,
     put_timeout_ms,
@@ -276,11 +284,15 @@ class Client:
         Long because the per-put path stays inline: a call more is a cost per put.
         """
         attachment = self._attachment
+        if type(body) is not bytes:  # a bytearray or memoryview copied, else BADPARAM
+            body = body_bytes(body)
         if self.protection is not None and protect:
             body = self.protection.seal_for(target, body, attachment.group_id)
         body_bytes_max = attachment.message_bytes_max
         if body_bytes_max and len(body) > body_bytes_max:
             raise _too_big(len(body), body_bytes_max)
+        if headers is not None and (too_big := headers_problem(headers)) is not None:
+            raise error_for(Status.MSGTOOBIG, too_big)  # its frame would end the connection
         if uma is None and delivery in _RECOVERABLE_MODES:
             uma = Uma.DLJ
         timeout_ms = put_timeout_ms(timeout)  # 0: the default; a tiny one stays positive
@@ -293,7 +305,7 @@ class Client:
         request = put_request(
             requests.next_id(),
             str(target),
-            bytes(body),
+            body,
             delivery,
             uma or 0,
             msg_class,
@@ -342,6 +354,7 @@ class Client:
         With several addresses (a replicated group), recoverable items carry
         idempotency keys and those a failover left unanswered are re-sent
         (clients.resend)."""
+        items = items_of(items, "put_many")
         if self._journal is not None:
             return await put_one_by_one(self, items)
         if self._resender is not None:
@@ -475,6 +488,7 @@ class Client:
         """Confirm many messages with one wait (clients.confirm_batch): every Confirm
         is sent at once and the server commits them together. One result per seq, in
         order: None if confirmed, else the MrsError `confirm` would have raised."""
+        seqs = items_of(seqs, "confirm_many")
         if self._requests.link is None or self._requests.broken is not None:
             await self._linked(None, "confirm_many")
         if self.refused_unconfirmed:  # refused messages an in-order queue holds back
@@ -512,7 +526,7 @@ class Client:
         data; raises NoSuchQueue, NotAuthorized (without its right), BadParameter."""
         requests = self._requests
         requests.require_link(Status.NOTACTIVE, "admin")
-        request = wire.AdminRequest(requests.next_id(), action, dict(args))
+        request = built(wire.AdminRequest, requests.next_id(), action, dict(args))
         reply = await requests.request(request, ADMIN_REQUEST_WAIT_S, "other")
         return cast(wire.AdminReply, reply).result
 

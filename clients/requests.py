@@ -27,6 +27,7 @@ from mrs.core.delivery import check_mode_and_uma
 from mrs.errors import Refused
 from mrs.limits import (
     CORRELATION_ID_BYTES_MAX,
+    HEADERS_BYTES_MAX,
     PRIORITY_MAX,
     PUT_TIMEOUT_S_DEFAULT,
     REPLY_GRACE_S,
@@ -64,6 +65,53 @@ def built(build: Callable[..., Any], *fields: object) -> Any:
         return build(*fields)
     except wire.LocalProtocolError as error:
         raise FieldRefused(Status.BADPARAM, error.message) from None
+
+
+def body_bytes(body: Any) -> bytes:
+    """A put's body as the wire takes it: bytes as they are, a bytearray or a
+    memoryview copied; anything else BADPARAM (`FieldRefused`). Called only for a body
+    that is not bytes (`type(body) is not bytes`), so a put of bytes pays nothing.
+    Why: a str raised a bare TypeError from `bytes()`, None one from `len()`, and a
+    list of ints was silently stored as the bytes it happens to spell."""
+    if type(body) is bytes:
+        return body
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise FieldRefused(
+        Status.BADPARAM,
+        f"put body must be bytes (or a bytearray or memoryview), got {type(body).__name__}"
+        + (": encode it first, e.g. text.encode()" if isinstance(body, str) else ""),
+    )
+
+
+def headers_problem(headers: Any, room_bytes: int = 0) -> str | None:
+    """Why a put's headers cannot travel, or None: encoded, with `room_bytes` left
+    for headers the client adds itself (the SAF drain's), over HEADERS_BYTES_MAX, the
+    group's bound. Called only for a put that has headers.
+    Why: the group refuses such headers MSGTOOBIG only if their frame fits its frame
+    limit; a bigger one (a 2 MiB header) made it close the connection, so every other
+    request on it failed with it, and a journaled put with them was re-sent for ever
+    by the SAF drain, reconnecting hundreds of times a second, while every put
+    journaled after it waited behind it."""
+    if type(headers) is not dict:
+        return None  # the Put's own check names the field (FieldRefused)
+    try:
+        size_bytes = len(_ENCODE(headers)) + room_bytes
+    except (TypeError, ValueError, OverflowError):
+        return None  # not plain data: the Put's own check names it
+    if size_bytes <= HEADERS_BYTES_MAX:
+        return None
+    bound_bytes = HEADERS_BYTES_MAX - room_bytes
+    return f"headers of {size_bytes - room_bytes} bytes exceed {bound_bytes} (encoded)"
+
+
+def wire_int(value: Any, name: str) -> int:
+    """An enum field of a request (delivery, uma, force_j) as the int the wire
+    carries; BADPARAM (`FieldRefused`) for what is no int. Only on the checked path:
+    `int("WF_MEM")` raised a bare ValueError, `int(None)` a TypeError."""
+    if isinstance(value, int) and type(value) is not bool:
+        return int(value)
+    raise FieldRefused(Status.BADPARAM, f"{name} must be one of its enum's members, got {value!r}")
 
 
 def refuse_bad_pair(delivery: int, uma: int) -> None:
@@ -165,8 +213,8 @@ def put_request(
         request_id,
         target,
         body,
-        int(delivery),
-        int(uma),
+        wire_int(delivery, "delivery"),
+        wire_int(uma, "uma"),
         msg_class,
         msg_type,
         priority,
@@ -197,4 +245,4 @@ def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any)
         and type(force_j) is ForceJrn
     ):
         return build_unchecked_from(CONFIRM, (request_id, seq, 0, int(force_j)))
-    return built(wire.Confirm, request_id, seq, confirm_value, int(force_j))
+    return built(wire.Confirm, request_id, seq, confirm_value, wire_int(force_j, "force_j"))

@@ -17,15 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+import msgspec
 import trio
 
 from clients.dialing import Attachment
-from clients.errors import ConnectionLost
+from clients.errors import ConnectionLost, error_for
 from clients.journal_status import JournalEvent as JournalEvent  # its old path
 from clients.journal_status import JournalStatus
 from clients.pending import Requests, _Pending
 from clients.reconnect import PASSING_REFUSALS
-from clients.requests import put_reply_wait_s, refuse_bad_pair
+from clients.requests import headers_problem, put_reply_wait_s, refuse_bad_pair
 from clients.saf_journal import ClientJournal, JournalFull, idempotency_key_for
 from journals import Record
 from mrs import protocol as wire
@@ -34,6 +35,7 @@ from mrs.limits import (
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
     CLIENT_SAF_DELETE_RETRY_S,
+    IDEMPOTENCY_KEY_BYTES_MAX,
 )
 from mrs.model import Address, Psb, Status, Uma, status_of
 
@@ -47,6 +49,20 @@ IDEMPOTENCY_HEADER = "idempotency_key"
 CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
 """Carried by a drained message: its seq in the sender's client journal (the seq the
 journaled put's PSB gave), so the receiver can map it."""
+
+_DRAIN_HEADERS_ROOM_BYTES = len(
+    msgspec.msgpack.encode(
+        {
+            IDEMPOTENCY_HEADER: "k" * IDEMPOTENCY_KEY_BYTES_MAX,
+            wire.REPLY_WHEN_STORED_HEADER: True,
+            CLIENT_SAF_SEQ_HEADER: (1 << 64) - 1,
+            wire.CLIENT_SAF_BACKLOG_HEADER: (1 << 64) - 1,
+        }
+    )
+)
+"""Room a journaled put's headers leave for those the drain adds (`_send_drained`):
+headers that fit alone but not with these were refused by the group at drain time,
+after the put had been answered STORED."""
 
 
 @dataclass(eq=False)
@@ -122,6 +138,9 @@ class SafDrain:
         target = request.target
         uma = request.uma
         refuse_bad_pair(request.delivery, uma)
+        too_big = headers_problem(request.headers, _DRAIN_HEADERS_ROOM_BYTES)
+        if too_big is not None:  # else answered STORED now and refused at drain time
+            raise error_for(Status.MSGTOOBIG, too_big)
         if self._tail is not None and (psb := await self._after_tail(request)) is not None:
             return psb
         if self._journal.closed:  # its `connect` block ended: no writer commits any more
@@ -280,6 +299,9 @@ class SafDrain:
         checked against that limit, and a frame over the server's limit makes it
         close the connection: the drain reconnected and sent the same record again for
         ever (hundreds of times a second), and nothing journaled after it arrived."""
+        headers = record.extra.get("headers")
+        if headers and (too_big := headers_problem(headers, _DRAIN_HEADERS_ROOM_BYTES)):
+            return too_big  # journaled by a release that did not bound them: the same loop
         limit = self._attachment.message_bytes_max
         if not limit or len(record.body) <= limit:
             return None

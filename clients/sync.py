@@ -13,6 +13,7 @@ async client's held messages do (clients.pending.Requests.lose).
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +30,7 @@ from clients.journal_remote import PcjState, RemoteJournalReader
 from clients.requests import built
 from mrs import protocol as wire
 from mrs.core.selection import Selection
-from mrs.errors import ConnectionLost, MrsError
+from mrs.errors import BadParameter, ConnectionLost, MrsError
 from mrs.limits import CLIENT_CLOSE_WAIT_S, GIVE_BACK_WAIT_S
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
@@ -109,6 +110,13 @@ class SyncClient:
         """Around the client's whole life in its thread: cancelled to give it up."""
         self._abandoned = False
         """`__init__` was interrupted: the thread must not keep a client nobody can close."""
+        self._ended = threading.Event()
+        """The trio thread has finished (set by `_run` as it ends). Read in place of
+        `Thread.is_alive()`: on Python < 3.13 a KeyboardInterrupt landing inside
+        `is_alive()` or `join()` marks a thread that still runs as stopped (its
+        `_wait_for_tstate_lock` releases the live thread's lock), and every later call
+        raised ConnectionLost("client closed") while the client ran on in its thread,
+        still attached, and `close()` left it so."""
         self._thread = threading.Thread(target=self._run, name="mrs-client", daemon=True)
         try:
             self._thread.start()  # waits for the thread, which may be dialing already
@@ -117,7 +125,7 @@ class SyncClient:
             self._give_up_opening()
             raise
         if self._error is not None:
-            self._thread.join()
+            self._ended.wait()
             raise self._error
 
     def _give_up_opening(self) -> None:
@@ -131,7 +139,7 @@ class SyncClient:
         if self._token is not None and self._opening is not None:
             with contextlib.suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(self._opening.cancel, trio_token=self._token)
-        self._thread.join(CLIENT_CLOSE_WAIT_S + GIVE_BACK_WAIT_S)
+        self._ended.wait(CLIENT_CLOSE_WAIT_S + GIVE_BACK_WAIT_S)
 
     def _run(self) -> None:
         try:
@@ -140,6 +148,7 @@ class SyncClient:
             if not self._ready.is_set():
                 self._error = error
         finally:
+            self._ended.set()
             self._ready.set()
 
     async def _main(self) -> None:
@@ -167,7 +176,7 @@ class SyncClient:
         will not see, are kept for the next get (`_given_back`), whether the interrupt
         came before or after they arrived: the trio thread alone decides, so no
         message falls between the two threads."""
-        if not self._thread.is_alive():
+        if self._ended.is_set():
             raise ConnectionLost(Status.LINK_DOWN, "client closed")
         call = _Call()
 
@@ -187,8 +196,10 @@ class SyncClient:
         try:
             result = trio.from_thread.run(run, trio_token=self._token)
             return result if convert is None else convert(result)
+        except (trio.RunFinishedError, trio.Cancelled):  # another thread closed it meanwhile
+            raise ConnectionLost(Status.LINK_DOWN, "client closed") from None
         except BaseException:
-            if self._thread.is_alive():  # e.g. KeyboardInterrupt: stop it there
+            if not self._ended.is_set():  # e.g. KeyboardInterrupt: stop it there
                 with contextlib.suppress(trio.RunFinishedError):
                     trio.from_thread.run_sync(self._abandon, call, trio_token=self._token)
             raise
@@ -268,8 +279,10 @@ class SyncClient:
     def wait_journal_status(self, status: Status, timeout: float | None = None) -> None:
         """Block until journal_status is `status`; MrsTimeout-free: raises TimeoutError."""
 
+        wait_s = _wait_s(timeout, "wait_journal_status")
+
         async def wait() -> None:
-            with trio.fail_after(timeout if timeout is not None else float("inf")):
+            with trio.fail_after(wait_s):
                 await self._client.wait_journal_status(status)
 
         self._call(wait)
@@ -284,8 +297,10 @@ class SyncClient:
         client = self._client
         assert client is not None  # set before __init__ returns
 
+        wait_s = _wait_s(timeout, "wait_connected")
+
         async def wait() -> None:
-            with trio.fail_after(timeout if timeout is not None else float("inf")):
+            with trio.fail_after(wait_s):
                 await client.wait_connected()
 
         self._call(wait)
@@ -307,6 +322,8 @@ class SyncClient:
     def get_many(
         self, count_max: int, timeout: float | None = None, select: Selection | None = None
     ) -> list[SyncMessage]:
+        if type(count_max) is not int:  # None would be read as a get's (one message)
+            built(wire.GetBatch, 1, count_max, 0)  # BADPARAM naming the field
         return self._call(
             self._next_messages, count_max, timeout, select, convert=self._sync_messages
         )
@@ -352,15 +369,29 @@ class SyncClient:
             yield self.get()
 
     def close(self) -> None:
-        if self._thread.is_alive() and self._stop is not None:
-            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-            self._thread.join()
+        if not self._ended.is_set() and self._stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):  # another thread closed it
+                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+            self._ended.wait()
 
     def __enter__(self) -> SyncClient:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _wait_s(timeout: Any, what: str) -> float:
+    """A blocking wait's timeout in seconds (None: no bound); BADPARAM for what is no
+    length of time. Before, "5" or -1 reached trio and raised its bare TypeError or
+    ValueError from inside the client's thread."""
+    if timeout is None:
+        return math.inf
+    if type(timeout) not in (int, float) or not 0 <= timeout <= math.inf:
+        raise BadParameter(
+            Status.BADPARAM, f"{what}: timeout must be a number of seconds >= 0, got {timeout!r}"
+        )
+    return float(timeout)
 
 
 def connect_sync(
