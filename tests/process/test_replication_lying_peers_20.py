@@ -29,24 +29,11 @@ from mrs.replication.active import Active
 from mrs.replication.replica import Replica, read_position
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import FrameReader, frame
+from tests.unit.test_replication_lying_peers import InSyncRecord
 
 TERM = 2
 WAIT_S = 30.0
 """Generous: a loaded 2-core CI machine."""
-
-
-class InSyncRecord:
-    """The coordinator's one call an active's link makes: the in-sync set a replica
-    that caught up joins (recorded, always written)."""
-
-    def __init__(self) -> None:
-        self.members: list[tuple[str, ...]] = []
-
-    async def set_in_sync(
-        self, term: int, members: tuple[str, ...], acks_needed: int, request: object = None
-    ) -> bool:
-        self.members.append(members)
-        return True
 
 
 @pytest.fixture
