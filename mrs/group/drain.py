@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 import trio
 
@@ -28,6 +29,14 @@ from mrs.model import Status
 from mrs.protocol.link_events import TransferredMessage
 
 log = logging.getLogger("mrs.forwarding")
+
+SEQ_HELD: Final = 0
+"""The `stored_seq` of a DQF_FULL answer to a SAF-drained message whose seq the
+receiving group holds already under another message (a peer rebuilt and reset counts
+its seqs from the start again, mrs.group.inbound): no seq is 0. Room in that DQF does
+not help; only the confirm of the message held does, so the drain backs off (RETRY)
+instead of asking for room, which the peer would grant at once and the drain spend
+resending the message in a tight loop."""
 
 
 @dataclass(eq=False)
@@ -248,8 +257,13 @@ class Drain:
         return moved
 
 
-def refusal_reason(peer_id: int, status: int) -> str:
+def refusal_reason(peer_id: int, status: int, seq_held: bool = False) -> str:
     """Why a drain waits, for `mrs status`."""
+    if seq_held:
+        return (
+            f"group {peer_id} holds this seq under another message (this group's journals "
+            "were replaced and the link reset): waiting for that one to be confirmed"
+        )
     if status == Status.DQF_FULL:
         return f"group {peer_id}'s DQF is full: waiting for its receivers to confirm"
     if status in PERMANENT_REFUSALS:

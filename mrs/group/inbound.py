@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from msgspec.structs import asdict
@@ -21,6 +21,7 @@ from journals import CorruptRecord, Journal, decode_record, queue_key
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
+from mrs.group.drain import SEQ_HELD
 from mrs.group.idempotency import origin_key, scoped_key
 from mrs.group.intake import enqueue_in_memory
 from mrs.group.notices import Notices
@@ -37,6 +38,7 @@ from mrs.group.shapes import (
 )
 from mrs.group.transfer import RECEIVER_DEAD_LETTERED, Answer, link_results
 from mrs.group.umas import Umas
+from mrs.limits import REFUSAL_LOG_INTERVAL_S
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
 
@@ -58,6 +60,9 @@ class Inbound:
     notices: Notices
     recent_acks: RecentAcks
     """MRS_ACKs other groups sent here, so a resent one is dropped."""
+    held_warned_ns: dict[int, int] = field(default_factory=dict)
+    """Peer -> when a transfer of it under seqs held here was last logged as a WARNING
+    (`_held_already`): its drain retries the refused one every few seconds meanwhile."""
 
     def accept_transfer(
         self,
@@ -104,8 +109,10 @@ class Inbound:
         record and queue a second copy of the seq: it is answered STORED instead. A
         peer whose journals were replaced and reset (mrs.group.incarnation) counts
         its seqs from the start again: its new message would overwrite an old one
-        still held, lost at the next restart. It is refused DQF_FULL and waits in the
-        peer's SAF until the old one is confirmed (a confirm frees room)."""
+        still held, lost at the next restart. It is refused DQF_FULL, answered with
+        stored seq SEQ_HELD: it waits in the peer's SAF, its drain in RETRY, until the
+        old one is confirmed. Logged as a WARNING at most once per
+        REFUSAL_LOG_INTERVAL_S per peer (INFO between): the drain retries meanwhile."""
         keys = [
             (entry, queue_key(entry.target.queue, entry.seq))
             for (entry, _), origin in zip(decoded, origins, strict=True)
@@ -120,7 +127,12 @@ class Inbound:
             if value is not None
         }
         if held:
-            log.warning(
+            now_ns = self.ctx.clock_ns()
+            last_ns = self.held_warned_ns.get(peer_id)
+            warn = last_ns is None or now_ns - last_ns >= REFUSAL_LOG_INTERVAL_S * 1e9
+            if warn:
+                self.held_warned_ns[peer_id] = now_ns
+            (log.warning if warn else log.info)(
                 "group %d sent %d message(s) under seqs this group holds already, e.g. "
                 "seq %d: %d resent (answered stored), %d other (waiting for the seq to be "
                 "confirmed)",
@@ -154,9 +166,7 @@ class Inbound:
                 if held[entry.seq]:
                     outcome(_STORED, entry.seq, "")
                 else:
-                    outcome(
-                        _DQF_FULL, entry.seq, f"seq {entry.seq} is held here by another message"
-                    )
+                    outcome(_DQF_FULL, SEQ_HELD, f"seq {entry.seq} is held here by another message")
                 continue
             self._accept_one(peer_id, entry, origins[index], ordinal, outcome, inbound)
 
@@ -266,7 +276,9 @@ class _TransferAnswers:
             failed_at = self.inbound.inbound_failed_at
             if failed_at is None or ordinal < failed_at:
                 self.inbound.inbound_failed_at = ordinal
-            if status == _DQF_FULL:
+            if status == _DQF_FULL and stored_seq != SEQ_HELD:
+                # A seq held here is no matter of room: its drain backs off instead
+                # (mrs.group.drain.SEQ_HELD), so no slot is held for it meanwhile.
                 self.peers.drain_refused(self.peer_id, ordinal)
         self.results[index] = (seq, int(status), stored_seq)
         self.remaining -= 1

@@ -28,7 +28,7 @@ from typing import Final, Protocol
 
 from journals import Journal, group_key, split_key
 from mrs import protocol as wire
-from mrs.group.drain import DrainAnswer
+from mrs.group.drain import SEQ_HELD, DrainAnswer, refusal_reason
 from mrs.group.peers import Result
 from mrs.group.queue_lookup import local_counts
 from mrs.group.shapes import TransferError
@@ -437,10 +437,8 @@ class PeerLink:
             ask = wire.LinkNotice(self._next_id(), [wire.WaitNotice(0, 0)])
             self._send(ask, Sent.WAIT, [], 0)
         elif backlog == 0 and not self._room_asked:
-            self._room_credit = None
+            self._leave_room()
             self.drain_wait = None
-            leave = wire.LinkNotice(self._next_id(), [wire.LeaveNotice(0, 0)])
-            self._send(leave, Sent.VOLATILE, [], 0)
             log.info("link to group %d: SAF drain done, no longer waits for room", self.peer_id)
 
     def _send(self, event: _Asked, sent: Sent, items: list, count: int) -> None:
@@ -480,7 +478,8 @@ class PeerLink:
             "status": status_name(answer.stuck_status),
             "reason": answer.reason,
         }
-        news = self.drain_wait is None or self.drain_wait["status"] != wait["status"]
+        last = self.drain_wait
+        news = last is None or (last["status"], last["reason"]) != (wait["status"], wait["reason"])
         self.drain_wait = wait
         return news
 
@@ -504,6 +503,24 @@ class PeerLink:
                 answer.stuck_seq,
                 status_name(answer.stuck_status),
             )
+
+    def _wait_for_seq(self, answer: DrainAnswer) -> None:
+        """The peer holds the refused message's seq under another message (it was reset
+        after this group's journals were replaced): room there does not help, so the
+        drain gives back what the peer holds for it and backs off (RETRY: the stuck
+        message alone, 0.2 s doubling to 5 s) until that message is confirmed. Asking
+        for room made the peer grant its free slots at once, and the drain resent the
+        message into them as fast as the link answered."""
+        answer.reason = refusal_reason(self.peer_id, answer.stuck_status, seq_held=True)
+        if self._room_credit is not None:
+            self._leave_room()
+        self._enter_retry(answer)
+
+    def _leave_room(self) -> None:
+        """Stop waiting for room in the peer's DQF: it gives back the slots it holds."""
+        self._room_credit, self._room_asked, self._ask_due = None, False, False
+        leave = wire.LinkNotice(self._next_id(), [wire.LeaveNotice(0, 0)])
+        self._send(leave, Sent.VOLATILE, [], 0)
 
     def _enter_retry(self, answer: DrainAnswer) -> None:
         """Channel rules: a message the peer refused and the DLQ could not take stays
@@ -553,7 +570,10 @@ class PeerLink:
         )
         answer = self.rooms.drain.saf_answered(self.peer_id, answers, self._forgettable)
         if answer.retry and answer.stuck_status == Status.DQF_FULL:
-            self._wait_for_room(answer)
+            if _seq_held(ack, answer.stuck_seq):
+                self._wait_for_seq(answer)
+            else:
+                self._wait_for_room(answer)
             return
         if answer.retry:
             self._enter_retry(answer)
@@ -662,6 +682,15 @@ class PeerLink:
                 self.peer_id, keys, lambda: self._notices_in_flight.difference_update(keys)
             )
         self.wake()
+
+
+def _seq_held(ack: wire.LinkAck, seq: int) -> bool:
+    """Whether the peer refused `seq` because it holds that seq under another message
+    (mrs.group.drain.SEQ_HELD), not for want of room."""
+    return any(
+        result.seq == seq and result.stored_seq == SEQ_HELD and result.status == Status.DQF_FULL
+        for result in ack.results
+    )
 
 
 _ANSWER_STATUSES: Final = frozenset(int(status) for status in Status)
