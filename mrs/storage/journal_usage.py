@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from journals import JournalStore
 from journals.store import RECORD_JOURNALS
+from mrs.storage import journal_measure
 from mrs.storage.journal_reserve import reserve_bytes
 
 log = logging.getLogger("mrs.journal")
@@ -47,18 +48,23 @@ class JournalLimits(Protocol):
 @dataclass(frozen=True, slots=True)
 class Usage:
     used_bytes: int
+    """Pages up to the last one written: what the map must hold (it never goes down)."""
     map_bytes: int
     cap_bytes: int
     records: dict[str, int]
+    in_use_bytes: int = 0
+    """Pages the journals hold now, freed ones not counted: what the journal reserve
+    measures, and what goes down as the journals drain."""
 
     @property
     def used_fraction(self) -> float:
         """Of the cap (journal_bytes_max): what 'full' means to an operator."""
-        return self.used_bytes / self.cap_bytes if self.cap_bytes else 0.0
+        return self.in_use_bytes / self.cap_bytes if self.cap_bytes else 0.0
 
     def as_dict(self) -> dict:
         return {
-            "used_bytes": self.used_bytes,
+            "used_bytes": self.in_use_bytes,
+            "last_page_bytes": self.used_bytes,
             "map_bytes": self.map_bytes,
             "cap_bytes": self.cap_bytes,
             "used_percent": round(100.0 * self.used_fraction, 2),
@@ -67,13 +73,14 @@ class Usage:
 
 
 def usage(store: JournalStore, cap_bytes: int | None = None) -> Usage:
-    """Bytes in use (pages up to the last one written) and records per journal."""
+    """Bytes up to the last page written, bytes of the pages in use, records per journal."""
     info = store.env.info()
     page_bytes = store.env.stat()["psize"]
     used = (info["last_pgno"] + 1) * page_bytes
     map_bytes = info["map_size"]
     records = {journal.value: store.count(journal) for journal in RECORD_JOURNALS}
-    return Usage(used, map_bytes, cap_bytes or map_bytes, records)
+    in_use = journal_measure.pages_in_use_bytes(store)
+    return Usage(used, map_bytes, cap_bytes or map_bytes, records, in_use)
 
 
 @dataclass

@@ -310,7 +310,11 @@ def run_status(args: argparse.Namespace) -> int:
     views, bus_path = targets_from_args(args)
     single = args.address is not None or args.group is not None
 
-    def once() -> int:
+    def once(watching: bool = False) -> int:
+        """One look at every group; the exit status it deserves. Asked for one group,
+        an unanswered look raises its one line, except under --watch (`watching`):
+        there it is that refresh's line on stderr and the watch goes on, so a group
+        restarting is seen coming back instead of ending the watch."""
         for view in views:
             view.status = None
             view.refused = None
@@ -319,18 +323,10 @@ def run_status(args: argparse.Namespace) -> int:
         trio.run(fetch_all, views, args.timeout)
         down = [view for view in views if not view.up]
         if single and down:
-            view = down[0]
-            if view.refused is not None:
-                raise CommandError(
-                    f"group at {view.address} is up but REFUSED the status request "
-                    f"({view.refused}): {refusal_advice(view.refused)}",
-                    EXIT_RUNTIME,
-                )
-            raise CommandError(
-                f"group at {view.address} did not answer ({view.error}); "
-                "is it running? (start it with `mrs serve`)",
-                EXIT_RUNTIME,
-            )
+            error = _single_down(down[0])
+            if not watching or down[0].address.endswith(":0"):  # it can never answer
+                raise error
+            print(f"mrs: {error}", file=sys.stderr, flush=True)
         return EXIT_RUNTIME if down else 0
 
     if args.watch is None:
@@ -343,7 +339,25 @@ def run_status(args: argparse.Namespace) -> int:
     return _watch(args, views, bus_path, single, once)
 
 
+def _single_down(view: GroupView) -> CommandError:
+    """The one line for the one group asked that did not answer, or refused us."""
+    if view.refused is not None:
+        return CommandError(
+            f"group at {view.address} is up but REFUSED the status request "
+            f"({view.refused}): {refusal_advice(view.refused)}",
+            EXIT_RUNTIME,
+        )
+    return CommandError(
+        f"group at {view.address} did not answer ({view.error}); "
+        "is it running? (start it with `mrs serve`)",
+        EXIT_RUNTIME,
+    )
+
+
 def _watch(args, views, bus_path, single, once) -> int:
+    """Refresh until Ctrl-C or --times; the exit status of the last refresh. With one
+    group asked, a refresh it does not answer is one line on stderr (and, with
+    --json, no line on stdout: every stdout line is a status) and the watch goes on."""
     import trio
 
     if args.watch <= 0:
@@ -354,15 +368,16 @@ def _watch(args, views, bus_path, single, once) -> int:
     try:
         if args.json:
             while args.times is None or refreshes < args.times:
-                code = once()
-                print(json.dumps(bus_json(views, bus_path, single)), flush=True)
+                code = once(True)
+                if not single or views[0].up:
+                    print(json.dumps(bus_json(views, bus_path, single)), flush=True)
                 refreshes += 1
                 if args.times is None or refreshes < args.times:
                     trio.run(trio.sleep, args.watch)
             return code
         if not console.is_terminal:  # a pipe or a file: one table after the other
             while args.times is None or refreshes < args.times:
-                code = once()
+                code = once(True)
                 console.print(render(views, bus_path))
                 console.print(f"-- {time.strftime('%H:%M:%S')}, next in {args.watch:g} s --")
                 console.file.flush()
@@ -374,7 +389,7 @@ def _watch(args, views, bus_path, single, once) -> int:
 
         with Live(console=console, auto_refresh=False, screen=False) as live:
             while args.times is None or refreshes < args.times:
-                code = once()
+                code = once(True)
                 live.update(render(views, bus_path), refresh=True)
                 refreshes += 1
                 if args.times is None or refreshes < args.times:
