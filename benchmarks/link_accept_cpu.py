@@ -36,6 +36,7 @@ from in_process import Session, open_group  # the sibling module: imports mrs fi
 
 from journals import InlineWriter
 from mrs import protocol as wire
+from mrs.core.seqspace import GROUP_SHIFT
 from mrs.group import Group
 from mrs.group.link_session import PeerLink
 from mrs.limits import LINK_NOTICES_PER_FRAME_MAX
@@ -127,6 +128,10 @@ def _forget_frames(dialer: wire.Connection, request_id: int, seqs: list[int]) ->
     return frames
 
 
+FIRST_SEQ = (1 << GROUP_SHIFT) | 1
+"""Group 1's first seq: a transferred seq carries its sender's id (mrs.core.seqspace)."""
+
+
 def drain_cpu_s(group: Group, writer: InlineWriter, messages: int, per_transfer: int) -> float:
     """CPU seconds per message group 2 spends on `messages` drained to it."""
     dialer, listener = _wire_pair()
@@ -134,7 +139,7 @@ def drain_cpu_s(group: Group, writer: InlineWriter, messages: int, per_transfer:
     channel = Channel()
     body = b"x" * 1024
     frames = [
-        _transfer_bytes(dialer, index + 1, 1 + index * per_transfer, per_transfer, body)
+        _transfer_bytes(dialer, index + 1, FIRST_SEQ + index * per_transfer, per_transfer, body)
         for index in range(messages // per_transfer)
     ]
     gc_tuning.tune_gc_for_server()  # as `mrs serve` does once it has started
