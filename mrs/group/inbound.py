@@ -112,13 +112,21 @@ class Inbound:
         still held, lost at the next restart. It is refused DQF_FULL, answered with
         stored seq SEQ_HELD: it waits in the peer's SAF, its drain in RETRY, until the
         old one is confirmed. Logged as a WARNING at most once per
-        REFUSAL_LOG_INTERVAL_S per peer (INFO between): the drain retries meanwhile."""
+        REFUSAL_LOG_INTERVAL_S per peer (INFO between): the drain retries meanwhile.
+        Only seqs at or below the peer's `held_seq_max` are read: a drain's seqs rise
+        above every seq held, and reading each one's key cost 3% of its receiver's
+        CPU (benchmarks/README.md)."""
+        peer = self.peers[peer_id]
+        held_max = peer.held_seq_max
         keys = [
             (entry, queue_key(entry.target.queue, entry.seq))
             for (entry, _), origin in zip(decoded, origins, strict=True)
-            if origin and isinstance(entry, Entry)
+            if origin and isinstance(entry, Entry) and entry.seq <= held_max
         ]
-        if not keys:
+        for entry, _ in decoded:  # what this transfer may store: held from now on
+            if entry.seq > peer.held_seq_max:
+                peer.held_seq_max = entry.seq
+        if not keys:  # a drain's usual case: every seq above those held (no read)
             return {}
         values = self.ctx.store.get_raw_many(Journal.DQF, [key for _, key in keys])
         held = {

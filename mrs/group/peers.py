@@ -86,6 +86,11 @@ class PeerState:
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
+    held_seq_max: int = 0
+    """At least the highest of this peer's seqs this group's DQF may hold (from the
+    DQF's keys at start, raised by every transfer since): a transferred seq above it
+    cannot be held already, so its DQF key is not read (mrs.group.inbound
+    `_held_already`)."""
 
     def wait_for_notice(self, seq: int, waiter: Callable[[AnyNotice], None]) -> None:
         """Register `waiter` for the peer's notice about `seq`, keeping the table bounded

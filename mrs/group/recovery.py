@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import struct
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import groupby, islice
@@ -32,9 +33,11 @@ from journals import (
 )
 from journals.protocol import Store
 from mrs.core.heap import trim
+from mrs.core.seqspace import GROUP_SHIFT
 from mrs.group.context import U32, UNPACK_U32, GroupContext
 from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.outbound import Outbound
+from mrs.group.peers import Peers
 from mrs.group.quarantine import quarantine_batch, record_problem
 from mrs.group.sequence import Sequence
 from mrs.group.shapes import Entry, entry_from_record, fits_a_delivery, record_sound
@@ -88,6 +91,7 @@ class Recovery:
         unconfigured: dict[int, int] = {}
         priorities = stored_priorities(ctx.store)
         for queue_id, seqs in dqf_seqs(ctx.store):
+            note_peer_seqs(self.outbound.peers, seqs)
             queue = ctx.queues.get(queue_id)
             if queue is None:
                 unconfigured[queue_id] = unconfigured.get(queue_id, 0) + len(seqs)
@@ -144,6 +148,20 @@ def dqf_seqs(store) -> Iterator[tuple[int, array]]:
             blob = b"".join(key for key in chunk if len(key) == _KEY.size)
         for queue_id, pairs in groupby(_KEY.iter_unpack(blob), itemgetter(0)):
             yield queue_id, array("Q", map(itemgetter(1), pairs))
+
+
+def note_peer_seqs(peers: Peers, seqs: array) -> None:
+    """Raise each peer's `held_seq_max` to the highest of its seqs among `seqs` (one
+    queue's run of DQF keys, in seq order: a seq carries its group in its high bits,
+    so each group's seqs are one stretch, found by bisection)."""
+    index, count = 0, len(seqs)
+    while index < count:
+        group_id = seqs[index] >> GROUP_SHIFT
+        end = bisect_left(seqs, (group_id + 1) << GROUP_SHIFT, index)
+        peer = peers.get(group_id)
+        if peer is not None and seqs[end - 1] > peer.held_seq_max:
+            peer.held_seq_max = seqs[end - 1]
+        index = end
 
 
 def stored_priorities(store) -> dict[int, dict[int, int]]:

@@ -687,3 +687,34 @@ def test_a_peer_resending_what_it_forgot_neither_overwrites_nor_doubles_it(
     with pytest.raises(Refused):  # no second copy of the seq
         pair.nodes[2].group.get(receiver, wire.Get(request_id=2, timeout_ms=0))
     assert pair.nodes[2].store.count(Journal.DQF) == 1
+
+
+def test_a_seq_held_before_a_restart_is_still_not_stored_over(tmp_path: Path) -> None:
+    """The receiving group reads a transferred seq's DQF key only up to the highest
+    seq of that peer it may hold (a drain's rising seqs are never read). After a
+    restart that bound comes from the DQF's keys: without it, another message under a
+    seq held since before the restart was stored over it."""
+    pair = LinkPair(tmp_path)
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"first", DeliveryMode.WF_SAF))
+    pair.nodes[1].commit()
+    pair.connect()
+    pair.links[1].flush()
+    transfer = next(e for e in pair.wires[1].outbox if isinstance(e, wire.LinkTransfer))
+    pair.run()
+    pair.close()
+    pair = LinkPair(tmp_path)  # both groups restarted on their journals
+    pair.connect()
+    other = msgspec.structs.replace(
+        transfer,
+        messages=[msgspec.structs.replace(m, body=b"other") for m in transfer.messages],
+    )
+    pair.links[2].handle(other, pair.wires[2])
+    pair.nodes[2].commit()
+    (answer,) = [e for e in pair.wires[2].outbox if isinstance(e, wire.LinkAck)]
+    assert [result.status for result in answer.results] == [Status.DQF_FULL]
+    receiver = pair.nodes[2].session("IN")
+    pair.nodes[2].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
+    pair.nodes[2].commit()
+    assert only(receiver.events, wire.Delivery).body == b"first"
+    pair.close()
