@@ -127,7 +127,6 @@ class PeerLink:
     peer_id: int
     channel: Channel | None = None
     generation: int = 0
-    messages_sent: int = 0
     messages_received: int = 0
     _request_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _direct: deque = field(default_factory=deque)
@@ -452,7 +451,12 @@ class PeerLink:
         )
         self._in_flight += count
         self._in_flight_bytes += frame_bytes
-        self.messages_sent += count
+        self.rooms.peers[self.peer_id].messages_sent += count
+
+    @property
+    def messages_sent(self) -> int:
+        """What this link sent since the server started (kept with the peer's state)."""
+        return self.rooms.peers[self.peer_id].messages_sent
 
     @property
     def in_flight_bytes(self) -> int:

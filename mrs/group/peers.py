@@ -86,6 +86,11 @@ class PeerState:
     notices_pending: int = 0
     deleting: set[bytes] = field(default_factory=set)
     """SAF keys whose deletion is being committed: neither resent nor deleted again."""
+    messages_sent: int = 0
+    """Messages and notices sent to this peer since the server started, over every
+    connection of its link (`PeerLink.messages_sent`): kept here, not on the link
+    session alone, so the status (and the metric `mrs_link_messages_sent_total`) still
+    has it while the link is down; it read 0 then, and `rate()` counted it all again."""
     held_seq_max: int = 0
     """At least the highest of this peer's seqs this group's DQF may hold (from the
     DQF's keys at start, raised by every transfer since): a transferred seq above it
@@ -222,6 +227,7 @@ class Peers:
                 "notices_pending": peer.notices_pending,
                 "mrs_acks_owed": acks_owed.get(peer.group_id, 0),
                 "receipts_pending": receipts(peer.group_id),
+                "messages_sent": peer.messages_sent,
                 **(
                     peer.link.status_info()
                     if peer.link is not None and hasattr(peer.link, "status_info")

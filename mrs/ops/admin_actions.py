@@ -248,18 +248,13 @@ class AdminActions:
         """Answer a change of the bus file (or the credentials file) once its text is
         journaled (on a majority of a replicated group's instances, as every commit it
         answers)."""
-
-        def journaled(error: JournalError | None) -> None:
-            if error is not None:
-                log.error(
-                    "%s: the file is written but its change not journaled (%s): an "
-                    "instance that becomes active next uses its own copy",
-                    request.action,
-                    error,
-                )
-                result["journaled"] = False
-            session.send(wire.AdminReply(request.request_id, result))
-
+        unjournaled = (
+            f"{request.action}: the file is written but its change not journaled (an "
+            "instance that becomes active next uses its own copy)"
+        )
+        journaled = _answer_when_durable(
+            result, lambda: session.send(wire.AdminReply(request.request_id, result)), unjournaled
+        )
         self.group.ctx.writer.submit(batch, journaled)
 
     def journal(
@@ -298,14 +293,8 @@ class AdminActions:
         line saying who did it. A line that could not be journaled is logged and the
         answer says so (`journaled: false`): the action itself is done."""
 
-        def durable(error: JournalError | None) -> None:
-            if error is not None:
-                log.error(
-                    "admin %s: done, but its journal line is not journaled: %s", action, error
-                )
-                result["journaled"] = False
-            answer()
-
+        unjournaled = f"admin {action}: done, but its journal line is not journaled"
+        durable = _answer_when_durable(result, answer, unjournaled)
         self.journal(session, action, args, result, then=durable)
 
     def read_journal(self, limit: int) -> list[dict]:
@@ -315,6 +304,22 @@ class AdminActions:
     def _store(self) -> tuple[Any, Any] | None:
         group = self.server.group
         return None if group is None else (group.ctx.store, group.ctx.writer)
+
+
+def _answer_when_durable(
+    result: dict, answer: Callable[[], None], unjournaled: str
+) -> Callable[[JournalError | None], None]:
+    """The commit callback of a done action: `answer()` once its commit is durable. A
+    commit that failed is logged (`unjournaled`: what is done and what is not) and the
+    answer says `journaled: false`; the action itself is done, so it is not refused."""
+
+    def durable(error: JournalError | None) -> None:
+        if error is not None:
+            log.error("%s: %s", unjournaled, error)
+            result["journaled"] = False
+        answer()
+
+    return durable
 
 
 # -- browse -----------------------------------------------------------------------------

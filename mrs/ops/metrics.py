@@ -165,38 +165,11 @@ class GroupMetrics:
         return Response(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
 
 
-class LinkSentTotals:
-    """Each peer's `mrs_link_messages_sent_total`, never going back while the server runs.
-
-    Why: a link's status carries its `messages_sent` only while the link is up, and
-    the counter read 0 whenever it was down; back up, it read the whole count again.
-    Prometheus takes a drop for a counter reset, so `increase()` and `rate()` counted
-    every message sent before the cut a second time when the link came back. While the
-    link is down the last count stands; a count that starts again below it (a new
-    link object) is added to what was sent before."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, int] = {}
-        self._before: dict[str, int] = {}
-        """Per peer: what earlier counts of its link had reached."""
-
-    def total(self, peer: str, sent: int | None) -> int:
-        """The counter's value for `peer`; `sent`: its link's count now (None: down)."""
-        last = self._last.get(peer, 0)
-        if sent is None:
-            return self._before.get(peer, 0) + last
-        if sent < last:
-            self._before[peer] = self._before.get(peer, 0) + last
-        self._last[peer] = sent
-        return self._before.get(peer, 0) + sent
-
-
 class _StatusCollector:
     """Gauges read from the group's status at scrape time."""
 
     def __init__(self, metrics: GroupMetrics) -> None:
         self.metrics = metrics
-        self.link_sent = LinkSentTotals()
 
     def describe(self):
         return []
@@ -246,7 +219,7 @@ class _StatusCollector:
         for kind in ("clients", "links"):
             conn.add_metric([group, kind], connections.get(kind, 0))
         yield conn
-        yield from _link_metrics(group, status.get("links") or {}, self.link_sent)
+        yield from _link_metrics(group, status.get("links") or {})
         yield from _queue_metrics(group, status.get("queues") or {})
         yield from replication_metrics(group, status.get("replication") or {})
 
@@ -270,7 +243,7 @@ def _alarm_metric(group: str, alarms: list[dict]) -> GaugeMetricFamily:
     return family
 
 
-def _link_metrics(group: str, links: dict, sent_totals: LinkSentTotals):
+def _link_metrics(group: str, links: dict):
     labels = ["group", "peer"]
     up = GaugeMetricFamily("mrs_link_up", "1 when the link to the peer is up", labels=labels)
     backlog = GaugeMetricFamily(
@@ -287,7 +260,7 @@ def _link_metrics(group: str, links: dict, sent_totals: LinkSentTotals):
         key = [group, str(peer)]
         up.add_metric(key, 1.0 if link.get("state") == "up" else 0.0)
         backlog.add_metric(key, link.get("saf_backlog", 0))
-        sent.add_metric(key, sent_totals.total(str(peer), link.get("messages_sent")))
+        sent.add_metric(key, link.get("messages_sent", 0))
         retry.add_metric(key, 1.0 if link.get("drain") == "retry" else 0.0)
         in_flight.add_metric(key, link.get("in_flight", 0))
     yield from (up, backlog, sent, retry, in_flight)

@@ -306,6 +306,7 @@ def test_link_down_saf_put_is_stored_in_the_saf(node: Node) -> None:
         "notices_pending": 0,
         "mrs_acks_owed": 0,
         "receipts_pending": 0,
+        "messages_sent": 0,  # kept while the link is down (mrs_link_messages_sent_total)
     }
 
 
