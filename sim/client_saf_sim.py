@@ -29,6 +29,7 @@ import trio.testing
 
 from clients import DeliveryMode, MrsError, Reconnect, Status, connect
 from mrs.config.bus import parse_config
+from mrs.offline.stop_signals import run_stoppable
 from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
@@ -329,12 +330,8 @@ def simulate(seed: int) -> Ledger:
     with tempfile.TemporaryDirectory(
         prefix="mrs-client-saf-sim-", dir=shm if shm.is_dir() else None
     ) as scratch:
-        return trio.run(
-            _run,
-            seed,
-            Path(scratch),
-            clock=trio.testing.MockClock(autojump_threshold=0),
-            restrict_keyboard_interrupt_to_checkpoints=True,  # as the swarm's (sim.swarm)
+        return run_stoppable(
+            _run, seed, Path(scratch), clock=trio.testing.MockClock(autojump_threshold=0)
         )
 
 

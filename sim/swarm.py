@@ -27,6 +27,7 @@ import trio.testing
 from clients import MrsError
 from journals import Journal
 from mrs.group import Guarantees
+from mrs.offline.stop_signals import run_stoppable
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.testing.broken_builds import broken_build
 from mrs.testing.replication_builds import REPLICATION_SWITCHES, broken_replication
@@ -273,7 +274,7 @@ def run_seed(
         _seeded_scheduling(),
         _quiet_instances(shape),
     ):
-        history = trio.run(
+        history = run_stoppable(
             _run,
             seed,
             Path(scratch),
@@ -281,11 +282,6 @@ def run_seed(
             shape,
             rules,
             clock=trio.testing.MockClock(autojump_threshold=0),
-            # A stop signal mid-seed unwinds the main task from its next checkpoint.
-            # Raised wherever the code was, it reached the sim's tasks mid-step: trio
-            # failed with TrioInternalError (a task exited twice) or a client
-            # swallowed it as "client closed" (4 in 60 signalled swarms).
-            restrict_keyboard_interrupt_to_checkpoints=True,
         )
     return history, check(history)
 

@@ -157,7 +157,6 @@ def _input_problems(table, bus, args: argparse.Namespace) -> tuple[list[str], ob
 
 
 def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
-    import trio
 
     from clients import ConnectionLost, MrsError
     from mrs.dlq.engine import Engine
@@ -171,7 +170,7 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)
     handler = Handler(engine, options, reporter)
-    from mrs.offline.stop_signals import stop_signals_as_ctrl_c
+    from mrs.offline.stop_signals import run_stoppable, stop_signals_as_ctrl_c
 
     codes = [EXIT_OK]
     # except*: the handler's tasks fail together when the connection goes (every
@@ -180,7 +179,7 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
     # once, with no summary and no word of what it left unfinished.
     with stop_signals_as_ctrl_c() as caught:
         try:
-            trio.run(handler.run, restrict_keyboard_interrupt_to_checkpoints=True)
+            run_stoppable(handler.run)
         except* KeyboardInterrupt:
             signum = caught[0] if caught else signal.SIGINT
             _interrupted(signum, dlj is not None)

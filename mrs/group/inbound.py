@@ -18,6 +18,7 @@ from typing import Final
 from msgspec.structs import asdict
 
 from journals import CorruptRecord, Journal, decode_record, queue_key
+from mrs.core.refusals import RefusalLog
 from mrs.group.acks import RecentAcks
 from mrs.group.context import GroupContext, Outcome
 from mrs.group.dqf import Dqf
@@ -38,7 +39,6 @@ from mrs.group.shapes import (
 )
 from mrs.group.transfer import RECEIVER_DEAD_LETTERED, Answer, link_results
 from mrs.group.umas import Umas
-from mrs.limits import REFUSAL_LOG_INTERVAL_S
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status
 from mrs.protocol.link_events import AckNotice, DeqNotice, LinkResult, TransferredMessage
 
@@ -60,9 +60,12 @@ class Inbound:
     notices: Notices
     recent_acks: RecentAcks
     """MRS_ACKs other groups sent here, so a resent one is dropped."""
-    held_warned_ns: dict[int, int] = field(default_factory=dict)
-    """Peer -> when a transfer of it under seqs held here was last logged as a WARNING
-    (`_held_already`): its drain retries the refused one every few seconds meanwhile."""
+    held_refusals: RefusalLog = field(init=False)
+    """Transfers under seqs held here, logged at most once per peer per
+    REFUSAL_LOG_INTERVAL_S (`_held_already`): the peer's drain retries meanwhile."""
+
+    def __post_init__(self) -> None:
+        self.held_refusals = RefusalLog(log, clock_s=lambda: self.ctx.clock_ns() / 1e9)
 
     def accept_transfer(
         self,
@@ -111,8 +114,9 @@ class Inbound:
         its seqs from the start again: its new message would overwrite an old one
         still held, lost at the next restart. It is refused DQF_FULL, answered with
         stored seq SEQ_HELD: it waits in the peer's SAF, its drain in RETRY, until the
-        old one is confirmed. Logged as a WARNING at most once per
-        REFUSAL_LOG_INTERVAL_S per peer (INFO between): the drain retries meanwhile.
+        old one is confirmed. Logged at most once per REFUSAL_LOG_INTERVAL_S per peer
+        (`held_refusals`, with the count of transfers not shown): the drain retries
+        meanwhile.
         Only seqs at or below the peer's `held_seq_max` are read: a drain's seqs rise
         above every seq held, and reading each one's key cost 3% of its receiver's
         CPU (benchmarks/README.md)."""
@@ -135,20 +139,13 @@ class Inbound:
             if value is not None
         }
         if held:
-            now_ns = self.ctx.clock_ns()
-            last_ns = self.held_warned_ns.get(peer_id)
-            warn = last_ns is None or now_ns - last_ns >= REFUSAL_LOG_INTERVAL_S * 1e9
-            if warn:
-                self.held_warned_ns[peer_id] = now_ns
-            (log.warning if warn else log.info)(
-                "group %d sent %d message(s) under seqs this group holds already, e.g. "
-                "seq %d: %d resent (answered stored), %d other (waiting for the seq to be "
-                "confirmed)",
-                peer_id,
-                len(held),
-                min(held),
-                sum(held.values()),
-                len(held) - sum(held.values()),
+            resent = sum(held.values())
+            self.held_refusals.refused(
+                "seq held",
+                f"group {peer_id}",
+                f"sent {len(held)} message(s) under seqs this group holds already, e.g. "
+                f"seq {min(held)}: {resent} resent (answered stored), {len(held) - resent} "
+                "other (waiting for the seq to be confirmed)",
             )
         return held
 

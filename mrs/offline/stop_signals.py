@@ -1,4 +1,5 @@
-"""SIGTERM and SIGHUP stop a command as Ctrl-C does (`stop_signals_as_ctrl_c`).
+"""SIGTERM and SIGHUP stop a command as Ctrl-C does (`stop_signals_as_ctrl_c`), and
+a stop reaches a trio run's main task at a checkpoint (`run_stoppable`).
 
 Why a module of its own, under mrs: the commands that start processes or hold work
 in flight (the demo, bench, the simulator's scenarios, `mrs dlq-handler`, `mrs
@@ -9,8 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType
+from typing import Any, TypeVar
+
+import trio
+
+T = TypeVar("T")
 
 HANDED_TO_SIGINT = (signal.SIGTERM, signal.SIGHUP)
 """The signals that stop a command of real processes as Ctrl-C does."""
@@ -23,11 +29,8 @@ def stop_signals_as_ctrl_c() -> Iterator[list[signal.Signals]]:
     Ctrl-C does and its `finally` blocks stop the servers it started. Their default
     would end the process at once and leave every `mrs serve`, etcd and temporary
     directory it made behind. Yields the signals caught, in order. Inside `trio.run`
-    SIGINT's handler is trio's; run it with `restrict_keyboard_interrupt_to_checkpoints`
-    so the KeyboardInterrupt reaches the main task at a checkpoint: raised mid-step in
-    another task, trio failed (TrioInternalError) or a client took it for a closed
-    connection (4 of 60 signalled swarms). A signal that is ignored (`nohup`) stays
-    ignored."""
+    SIGINT's handler is trio's: run the command with `run_stoppable`. A signal that is
+    ignored (`nohup`) stays ignored."""
     caught: list[signal.Signals] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -47,3 +50,16 @@ def stop_signals_as_ctrl_c() -> Iterator[list[signal.Signals]]:
     finally:
         for signum, before in previous.items():
             signal.signal(signum, before)
+
+
+def run_stoppable(
+    async_fn: Callable[..., Awaitable[T]], *args: Any, clock: trio.abc.Clock | None = None
+) -> T:
+    """`trio.run` for a command a signal may stop: Ctrl-C (or a signal handed to it)
+    reaches the main task as a KeyboardInterrupt at its next checkpoint. Raised
+    wherever the code was, it reached the simulator's tasks mid-step: trio failed with
+    TrioInternalError (a task exited twice) or a client took it for a closed connection
+    (4 of 60 signalled swarms). One function, so no command forgets the flag."""
+    return trio.run(
+        async_fn, *args, clock=clock, restrict_keyboard_interrupt_to_checkpoints=True
+    )

@@ -27,6 +27,7 @@ from rich.table import Table
 from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
 from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.offline.stop_signals import run_stoppable
 from mrs.tools.console import ToolConsole
 from mrs.tools.demo_failover import run_failover_chapter
 from sim.bus import LinkedBus
@@ -345,9 +346,7 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
     console.print(f"Scratch directory {directory}; config {bus.config_path}")
     try:
         try:
-            code, tally = trio.run(
-                _run, console, bus, messages, restrict_keyboard_interrupt_to_checkpoints=True
-            )  # a stop signal unwinds from a checkpoint, never mid-step (sim.swarm)
+            code, tally = run_stoppable(_run, console, bus, messages)
             code = code or run_failover_chapter(console, directory / "failover", messages)
         except* (ServerStartError, DemoStalled) as failed:
             raise CommandError(_failure_line(failed, bus, messages)) from None

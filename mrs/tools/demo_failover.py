@@ -24,6 +24,7 @@ import trio
 from rich.console import Console
 
 from clients import Client, DeliveryMode, MrsError, NoMoreMessages, Status, connect
+from mrs.offline.stop_signals import run_stoppable
 from sim.delivery_check import check_delivered
 from sim.etcd import EtcdServer, InstanceProcess, wait_active, write_replicated_config
 
@@ -73,13 +74,7 @@ def run_failover_chapter(console: Console, directory: Path, messages: int) -> in
         instances = {name: InstanceProcess(config, name, group_id=2) for name in NAMES}
         for process in instances.values():
             process.start()
-        return trio.run(
-            _chapter,
-            console,
-            instances,
-            min(messages, ORDERS_MAX),
-            restrict_keyboard_interrupt_to_checkpoints=True,  # as the demo's first run
-        )
+        return run_stoppable(_chapter, console, instances, min(messages, ORDERS_MAX))
     finally:
         for process in instances.values():
             process.kill()

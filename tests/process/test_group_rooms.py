@@ -651,6 +651,34 @@ def test_a_saf_record_committed_behind_the_drain_is_still_sent(tmp_path: Path) -
         pair.close()
 
 
+def cross_one_saf_message(pair: LinkPair) -> wire.LinkTransfer:
+    """Put b"first" from group 1 to 2.10 through the SAF, let it cross, and return the
+    transfer that carried it (for a test to send again, as a lying peer would)."""
+    sender = pair.nodes[1].session("OUT")
+    pair.nodes[1].group.put(sender, put("2.10", b"first", DeliveryMode.WF_SAF))
+    pair.nodes[1].commit()
+    pair.connect()
+    pair.links[1].flush()
+    transfer = next(e for e in pair.wires[1].outbox if isinstance(e, wire.LinkTransfer))
+    pair.run()
+    return transfer
+
+
+def with_body(transfer: wire.LinkTransfer, body: bytes) -> wire.LinkTransfer:
+    """`transfer` with every message's body replaced: another message under its seqs."""
+    messages = [msgspec.structs.replace(m, body=body) for m in transfer.messages]
+    return msgspec.structs.replace(transfer, messages=messages)
+
+
+def receiver_answers(pair: LinkPair, transfer: wire.LinkTransfer) -> list[Status]:
+    """Hand `transfer` to group 2's link, commit, and return its answer's statuses."""
+    pair.wires[2].outbox.clear()
+    pair.links[2].handle(transfer, pair.wires[2])
+    pair.nodes[2].commit()
+    (answer,) = [e for e in pair.wires[2].outbox if isinstance(e, wire.LinkAck)]
+    return [result.status for result in answer.results]
+
+
 def test_a_peer_resending_what_it_forgot_neither_overwrites_nor_doubles_it(
     pair: LinkPair,
 ) -> None:
@@ -660,27 +688,11 @@ def test_a_peer_resending_what_it_forgot_neither_overwrites_nor_doubles_it(
     from nothing and reset counts its seqs from 1 again) overwrote the one held, lost
     at the next restart. The same message is answered stored; another one is refused
     DQF_FULL (it waits in its sender's SAF); the message is delivered once, as it came."""
-    sender = pair.nodes[1].session("OUT")
-    pair.nodes[1].group.put(sender, put("2.10", b"first", DeliveryMode.WF_SAF))
-    pair.nodes[1].commit()
-    pair.connect()
-    pair.links[1].flush()
-    transfer = next(e for e in pair.wires[1].outbox if isinstance(e, wire.LinkTransfer))
-    pair.run()
+    transfer = cross_one_saf_message(pair)
     assert pair.nodes[1].store.count(Journal.SAF) == 0
     assert pair.nodes[2].store.count(Journal.DEDUPE) == 0  # forgotten, as the peer asked
-    other = msgspec.structs.replace(
-        transfer,
-        messages=[msgspec.structs.replace(m, body=b"other") for m in transfer.messages],
-    )
-    statuses = []
-    for again in (transfer, other):
-        pair.wires[2].outbox.clear()
-        pair.links[2].handle(again, pair.wires[2])
-        pair.nodes[2].commit()
-        (answer,) = [e for e in pair.wires[2].outbox if isinstance(e, wire.LinkAck)]
-        statuses.extend(result.status for result in answer.results)
-    assert statuses == [Status.STORED, Status.DQF_FULL]
+    assert receiver_answers(pair, transfer) == [Status.STORED]
+    assert receiver_answers(pair, with_body(transfer, b"other")) == [Status.DQF_FULL]
     receiver = pair.nodes[2].session("IN")
     pair.nodes[2].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
     pair.nodes[2].commit()
@@ -696,24 +708,11 @@ def test_a_seq_held_before_a_restart_is_still_not_stored_over(tmp_path: Path) ->
     restart that bound comes from the DQF's keys: without it, another message under a
     seq held since before the restart was stored over it."""
     pair = LinkPair(tmp_path)
-    sender = pair.nodes[1].session("OUT")
-    pair.nodes[1].group.put(sender, put("2.10", b"first", DeliveryMode.WF_SAF))
-    pair.nodes[1].commit()
-    pair.connect()
-    pair.links[1].flush()
-    transfer = next(e for e in pair.wires[1].outbox if isinstance(e, wire.LinkTransfer))
-    pair.run()
+    transfer = cross_one_saf_message(pair)
     pair.close()
     pair = LinkPair(tmp_path)  # both groups restarted on their journals
     pair.connect()
-    other = msgspec.structs.replace(
-        transfer,
-        messages=[msgspec.structs.replace(m, body=b"other") for m in transfer.messages],
-    )
-    pair.links[2].handle(other, pair.wires[2])
-    pair.nodes[2].commit()
-    (answer,) = [e for e in pair.wires[2].outbox if isinstance(e, wire.LinkAck)]
-    assert [result.status for result in answer.results] == [Status.DQF_FULL]
+    assert receiver_answers(pair, with_body(transfer, b"other")) == [Status.DQF_FULL]
     receiver = pair.nodes[2].session("IN")
     pair.nodes[2].group.get(receiver, wire.Get(request_id=1, timeout_ms=0))
     pair.nodes[2].commit()

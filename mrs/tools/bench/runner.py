@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from mrs.offline.stop_signals import run_stoppable
 from mrs.tools.bench.ak_phase import _ak_phase
 from mrs.tools.bench.phases import _end_to_end_phase, _put_phase
 from mrs.tools.bench.results import (
@@ -118,9 +119,7 @@ def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Res
         else:
             processes = {LOCAL_GROUP: GroupProcess(_bench_config(directory, senders), 1)}
         try:
-            return trio.run(
-                _run_phase, processes, bus, phase, restrict_keyboard_interrupt_to_checkpoints=True
-            )  # a stop signal unwinds from a checkpoint, never mid-step (sim.swarm)
+            return run_stoppable(_run_phase, processes, bus, phase)
         except BaseExceptionGroup as group:
             # Errors come out of trio's nurseries wrapped in groups; `mrs` exits 130
             # on a plain KeyboardInterrupt (Ctrl-C).

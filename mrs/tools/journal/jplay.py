@@ -375,11 +375,11 @@ def _run_until_stopped(main, tally: Tally) -> int:
     code for the signal (130, 143, 129), with the summary: SIGTERM's default ended
     jplay at once, with no summary, no word of records in doubt or not attempted,
     and the outcomes of its last quarter second unwritten."""
-    from mrs.offline.stop_signals import stop_signals_as_ctrl_c
+    from mrs.offline.stop_signals import run_stoppable, stop_signals_as_ctrl_c
 
     with stop_signals_as_ctrl_c() as caught:
         try:
-            trio.run(main, restrict_keyboard_interrupt_to_checkpoints=True)
+            run_stoppable(main)
         except KeyboardInterrupt:
             signum = caught[0] if caught else signal.SIGINT
             name = "Ctrl-C" if signum == signal.SIGINT else signum.name
