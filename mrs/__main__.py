@@ -1,5 +1,5 @@
 import sys
 
-from mrs.tools.cli import main
+from mrs.tools.entry import main
 
 sys.exit(main())

@@ -359,15 +359,5 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded(run, verbose=args.verbose)
 
 
-def dmqdump() -> int:
-    """The `dmqdump` command: `mrs dump` under MessageQ's name."""
-    return main(["dump", *sys.argv[1:]])
-
-
-def dmqjplay() -> int:
-    """The `dmqjplay` command: `mrs jplay` under MessageQ's name."""
-    return main(["jplay", *sys.argv[1:]])
-
-
 if __name__ == "__main__":
     sys.exit(main())

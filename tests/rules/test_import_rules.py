@@ -75,4 +75,4 @@ def test_the_entry_point_and_python_m_mrs_reach_the_tools() -> None:
     for name in ("serve", "demo", "bench", "status", "dump", "jplay", "journal", "pcj", "web"):
         assert name in commands
     main = (ROOT / "mrs" / "__main__.py").read_text()
-    assert "mrs.tools.cli" in main
+    assert "mrs.tools.entry" in main
