@@ -180,6 +180,7 @@ class TargetQueue:
                 # match came again ahead of the older messages it had passed over.
                 self.arrivals += 1
                 entry.arrival = self.arrivals
+                self.index.number(entry)
                 if waiter.select is not None and self.pending.cold_count:
                     # Older ones of its lane may wait on disk: its place is among them.
                     self.pending.pass_cold(entry, lane_of(entry))
@@ -397,8 +398,11 @@ class TargetQueue:
         return entry
 
     def _taken(self, entry: Entry, from_window: bool) -> None:
-        """An entry left `pending`: its index entry and what it was counted as go."""
-        self.index.remove(entry.seq)
+        """An entry left `pending`: its index entry and what it was counted as go (its
+        place in the index's order stays with it, for a put-back)."""
+        order = self.index.remove(entry.seq)
+        if order:
+            entry.select_order = order
         if entry.journaled:
             if from_window:
                 self.journaled_body_bytes -= len(entry.body or b"")

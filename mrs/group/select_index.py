@@ -1,5 +1,5 @@
 """A queue's selection index: the attributes of every pending message by seq, the
-seqs holding each correlation id, and those of each (priority, class), in arrival (seq)
+seqs holding each correlation id, and those of each (priority, class), in the queue's
 order — a message given back after its receiver left included, at its place.
 
 Why: a selective get by correlation id (IBM MQ's CorrelId match, MessageQ's
@@ -16,6 +16,13 @@ a queue no selective get ever reads pays nothing for it (one flag test per put a
 get), and that first get reads once the records of the queue's cold messages, which
 are known by seq alone (mrs.group.backlog, mrs.group.recovery); from then on every
 put, get and put-back keeps it.
+
+The order is the index's own number (`Attributes.order`), given as a message joins
+the index, in the queue's order (the queue's messages at the first selective get,
+lane by lane, then each arrival), and kept on the entry while it is out
+(`Entry.select_order`) so a put-back one takes its place again. Not the seq: a seq
+carries its sending group in its high bits, so in seq order another group's older
+message came after this group's newer one, and a selective get took the newer.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ class Attributes(NamedTuple):
     msg_class: int
     msg_type: int
     source: str
+    order: int
+    """The message's place in the queue's order (the module docstring)."""
 
 
 class SelectIndex:
@@ -46,8 +55,10 @@ class SelectIndex:
         """(priority, class) -> seqs, arrival order (an ordered set)."""
         self.unsorted: set[tuple[int, int]] = set()
         """Classes a message came back to out of order (given back, its receiver left):
-        sorted by seq at their next read (`of_class`), once for a whole detach's worth,
-        rather than an ordered set rebuilt at each message."""
+        sorted by order at their next read (`of_class`), once for a whole detach's
+        worth, rather than an ordered set rebuilt at each message."""
+        self.orders_given = 0
+        """The last `Attributes.order` given."""
         self.enabled = False
         """Kept from the queue's first selective get on (`TargetQueue.build_index`)."""
         self.overflowed = 0
@@ -56,8 +67,17 @@ class SelectIndex:
     def __len__(self) -> int:
         return len(self.attributes)
 
+    def number(self, entry) -> None:
+        """Give `entry` its place in the queue's order without indexing it (a message
+        handed to a parked get as it arrived: given back, it goes after the older
+        ones still waiting and before the newer)."""
+        if self.enabled and not entry.select_order:
+            self.orders_given += 1
+            entry.select_order = self.orders_given
+
     def add(self, entry, priority: int) -> None:
-        """Index a pending message (again: a second add of a seq does nothing)."""
+        """Index a pending message (again: a second add of a seq does nothing), at its
+        place in the queue's order: the one it had if it was out, else the last."""
         if not self.enabled:
             return
         seq = entry.seq
@@ -67,15 +87,17 @@ class SelectIndex:
         if len(attributes) >= SELECT_INDEX_MESSAGES_MAX:
             self.overflowed += 1
             return
+        self.number(entry)
+        order = entry.select_order
         correlation_id = entry.correlation_id
         attributes[seq] = Attributes(
-            priority, correlation_id, entry.msg_class, entry.msg_type, entry.source.text
+            priority, correlation_id, entry.msg_class, entry.msg_type, entry.source.text, order
         )
         key = (priority, entry.msg_class)
         group = self.by_class.get(key)
         if group is None:
             group = self.by_class[key] = {}
-        elif seq < next(reversed(group)):
+        elif order < attributes[next(reversed(group))].order:
             self.unsorted.add(key)
         group[seq] = None
         if correlation_id:
@@ -83,17 +105,19 @@ class SelectIndex:
             if held is None:
                 self.by_correlation[correlation_id] = seq
             elif type(held) is int:
-                self.by_correlation[correlation_id] = [held, seq] if held < seq else [seq, held]
+                first = attributes[held].order < order
+                self.by_correlation[correlation_id] = [held, seq] if first else [seq, held]
             else:
-                insort(held, seq)  # type: ignore[type-var]
+                insort(held, seq, key=lambda s: attributes[s].order)  # type: ignore[arg-type]
 
-    def remove(self, seq: int) -> None:
-        """The message left the pending messages (got, dropped)."""
+    def remove(self, seq: int) -> int:
+        """The message left the pending messages (got, dropped): its order (0 if it was
+        not indexed), for the entry to keep while it is out (`Entry.select_order`)."""
         if not self.enabled:
-            return
+            return 0
         found = self.attributes.pop(seq, None)
         if found is None:
-            return
+            return 0
         key = (found.priority, found.msg_class)
         group = self.by_class.get(key)
         if group is not None:
@@ -110,6 +134,7 @@ class SelectIndex:
                     self.by_correlation[correlation_id] = held[0]
             elif held == seq:
                 del self.by_correlation[correlation_id]
+        return found.order
 
     def with_correlation_id(self, correlation_id: bytes) -> list[int]:
         """The seqs of pending messages holding `correlation_id`, arrival order."""
@@ -119,14 +144,16 @@ class SelectIndex:
         return [held] if type(held) is int else list(held)  # type: ignore[arg-type]
 
     def of_class(self, priority: int, msg_class: int) -> dict[int, None]:
-        """The seqs of pending messages of (priority, class), arrival (seq) order."""
+        """The seqs of pending messages of (priority, class), the queue's order."""
         key = (priority, msg_class)
         group = self.by_class.get(key)
         if group is None:
             return {}
         if key in self.unsorted:
             self.unsorted.discard(key)
-            group = self.by_class[key] = dict.fromkeys(sorted(group))
+            attributes = self.attributes
+            ordered = sorted(group, key=lambda seq: attributes[seq].order)
+            group = self.by_class[key] = dict.fromkeys(ordered)
         return group
 
     def clear(self) -> None:

@@ -155,6 +155,9 @@ class Entry:
     arrival: int = 0
     """Place in its queue's arrival order: an entry taken but not delivered goes back
     to this place, so a failed delivery never reorders the queue."""
+    select_order: int = 0
+    """Place in its queue's selection index (mrs.group.select_index), kept while the
+    entry is out: given back, it is found at its place again (0: never indexed)."""
     on_dequeue: Notify | None = None
     """WF/AK_DEQ: the sender waits for the get."""
     on_confirm: Notify | None = None
@@ -189,6 +192,7 @@ class Entry:
         trusted: bool = False,
         times_delivered: int = 0,
         arrival: int = 0,
+        select_order: int = 0,
         on_dequeue: Notify | None = None,
         on_confirm: Notify | None = None,
         account: ByteAccount | None = None,
@@ -215,6 +219,7 @@ class Entry:
         self.trusted = trusted
         self.times_delivered = times_delivered
         self.arrival = arrival
+        self.select_order = select_order
         self.on_dequeue = on_dequeue
         self.on_confirm = on_confirm
         self.account = account
