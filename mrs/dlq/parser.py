@@ -369,6 +369,13 @@ def _check_pattern(word: str, value: str, place: tuple[int, int]) -> None:
         raise _EntryError(place, f"REASON({value}): {instead}")
     if word in NUMERIC_KEYWORDS and not wild and number_for(word, value) is None:
         raise _EntryError(place, f"{word}({value}): not a number or a known {word} name")
+    if word == "PERSIST" and not wild and number_for(word, value) not in (0, 1):
+        raise _EntryError(
+            place,
+            f"PERSIST({value}): a dead letter is 0 (MQPER_NOT_PERSISTENT) or 1 "
+            "(MQPER_PERSISTENT), so this matches nothing (MQPER_PERSISTENCE_AS_Q_DEF is "
+            "settled when a message is put, never carried by one)",
+        )
 
 
 def _matching_nothing(items: list[tuple[str, str, tuple[int, int]]]) -> list[Problem]:

@@ -103,6 +103,22 @@ def test_reason_naming_a_status_mrs_reports_as_an_mqrc_code_is_refused(tmp_path)
         assert _check(config, stdin=table).returncode == 0
 
 
+def test_a_persistence_no_dead_letter_has_is_refused(tmp_path) -> None:
+    """PERSIST(2) (MQPER_PERSISTENCE_AS_Q_DEF) was called valid, yet every dead letter
+    is 0 or 1 (recoverable or not): the rule silently took nothing."""
+    config = write_single_group_config(tmp_path / "bus", queues=STANDARD_QUEUES)
+    for value in ("2", "MQPER_PERSISTENCE_AS_Q_DEF", "7"):
+        result = _check(config, stdin=f"PERSIST({value}) ACTION(DISCARD)\n".encode())
+        assert result.returncode == 2, value
+        assert result.stderr.decode().splitlines()[0].startswith(
+            f"mrs dlq-handler: stdin: line 1, column 1: PERSIST({value}): a dead letter is 0 "
+            "(MQPER_NOT_PERSISTENT) or 1 (MQPER_PERSISTENT), so this matches nothing"
+        ), result.stderr
+    for value in ("1", "MQPER_NOT_PERSISTENT", "?"):
+        table = f"PERSIST({value}) ACTION(DISCARD)\n".encode()
+        assert _check(config, stdin=table).returncode == 0, value
+
+
 def test_a_wildcard_name_on_a_number_keyword_is_a_warning_it_matches_nothing(
     tmp_path,
 ) -> None:
