@@ -15,6 +15,7 @@ import trio
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
 from clients.errors import BadParameter, ConnectionLost, MrsError, QueueBusy, ReplyTimeout
+from clients.protection import Protection
 from clients.reconnect import PASSING_REFUSALS, Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
@@ -30,7 +31,6 @@ from mrs.model import Address, Psb, Status
 
 if TYPE_CHECKING:
     from clients.link import _Link
-    from clients.protection import Protection
 
 RECONNECT_DEFAULT = Reconnect()
 
@@ -82,8 +82,16 @@ async def connect(
     Long because the signature and this docstring name every option; the body is
     four steps: the stream opener, the journal, the first link, the background tasks.
     """
-    if not isinstance(address, str):
-        address = ",".join(address) if address is not None else ""
+    address = _address_text(address)
+    if type(program) is not str:
+        raise BadParameter(Status.BADPARAM, f"connect: program must be a str, got {program!r}")
+    _check_options(
+        reconnect=(reconnect, Reconnect),
+        tls=(tls, ssl.SSLContext),
+        tls_server_name=(tls_server_name, str),
+        credentials=(credentials, ClientCredentials),
+        protection=(protection, Protection),
+    )
     _check_seconds("connect_timeout_s", connect_timeout_s, required=True)
     _check_seconds("heartbeat_s", heartbeat_s, required=False)
     if heartbeat_s == HEARTBEAT_S_DEFAULT and "," in address:
@@ -199,6 +207,34 @@ async def put_once(
         f"put_once {key!r}: not answered within {within_s:g} s{why}; the message may or "
         "may not be stored: put_once again with the same key stores it at most once",
     )
+
+
+def _address_text(address: object) -> str:
+    """`connect`'s address as one string ("H:P" or "H1:P1,H2:P2"); BADPARAM for what is
+    neither a string nor a list of strings (before, an int raised a bare TypeError)."""
+    if isinstance(address, str):
+        return address
+    if address is None:
+        return ""
+    if isinstance(address, list | tuple) and all(isinstance(one, str) for one in address):
+        return ",".join(address)
+    raise BadParameter(
+        Status.BADPARAM,
+        f"connect: address must be HOST:PORT or a list of them, got {address!r}",
+    )
+
+
+def _check_options(**options: tuple[object, type]) -> None:
+    """Each of `connect`'s objects is None or of its type; BADPARAM naming the option.
+    Why: `reconnect=5` was taken, and the first drop (a server restart, the moment the
+    client must carry on) ended the application with a bare AttributeError from the
+    background reconnect; a wrong `tls`, `credentials` or `protection` raised one too."""
+    for name, (value, wanted) in options.items():
+        if value is not None and not isinstance(value, wanted):
+            raise BadParameter(
+                Status.BADPARAM,
+                f"connect: {name} must be None or a {wanted.__name__}, got {value!r}",
+            )
 
 
 def _check_seconds(name: str, value: object, *, required: bool) -> None:

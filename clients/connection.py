@@ -71,7 +71,7 @@ from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # 
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import SafDrain, _psb
 from clients.saf_journal import ClientJournal
-from clients.selective import get_selected
+from clients.selective import get_selected, get_wait_ms, time_left_s
 from mrs import protocol as wire
 from mrs.core.selection import Selection
 from mrs.limits import (
@@ -245,8 +245,7 @@ class Client:
             started_s = trio.current_time()
             with trio.move_on_after(CLIENT_RESEND_WAIT_S if timeout is None else timeout):
                 await self.wait_connected()
-            if timeout is not None:
-                timeout = max(0.0, timeout - (trio.current_time() - started_s))
+            timeout = time_left_s(timeout, started_s)
         requests.require_link(_NOTACTIVE, what)
         return timeout
 
@@ -393,7 +392,7 @@ class Client:
             timeout = await self._after_given_up_gets(timeout)
             if requests.held:  # a given-up get brought it: first, and no Get confirms it
                 return await self._checked(requests.held.popleft())
-        timeout_ms = get_timeout_ms(timeout)  # what `_linked` and the wait left of it
+        timeout_ms = get_wait_ms(timeout)  # what `_linked` and the wait left of it
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = requests.next_id()
         requests.reserve_get(request_id, 1)
@@ -435,7 +434,7 @@ class Client:
         get_timeout_ms(timeout)  # a bad one refused before anything waits
         if requests.link is None or requests.broken is not None:
             timeout = await self._linked(timeout, "get_many")
-        timeout_ms = get_timeout_ms(timeout)
+        timeout_ms = get_wait_ms(timeout)
         wait_s = None if timeout is None else timeout + REPLY_GRACE_S
         request_id = requests.next_id()
         request = built(wire.GetBatch, request_id, count_max, timeout_ms)  # refuses a bad count
@@ -457,9 +456,7 @@ class Client:
         requests = self._requests
         started_s = trio.current_time()
         await requests.cancelled_gets_answered(None if timeout is None else timeout + REPLY_GRACE_S)
-        if timeout is None:
-            return None
-        return max(0.0, timeout - (trio.current_time() - started_s))
+        return time_left_s(timeout, started_s)
 
     async def _checked(self, message: Message) -> Message:
         """With `protection`: verified/decrypted, or refused (ProtectionRefused)."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import deque
 from typing import cast
 
+import trio
+
 from clients.errors import BadParameter
 from clients.pending import Requests
 from clients.requests import built, get_timeout_ms
@@ -43,7 +45,7 @@ async def get_selected(
             Status.BADPARAM,
             f"select takes a Selection (mrs.core.selection), not {type(select).__name__}",
         )
-    timeout_ms = get_timeout_ms(timeout)
+    timeout_ms = get_wait_ms(timeout)
     keys = select.to_wire()
     # Built before anything is held or reserved: a bad count or timeout is BADPARAM
     # and leaves the client as it was (a room reserved and never freed once made
@@ -75,6 +77,33 @@ async def get_selected(
         requests.held.extend(messages)
         return take_held(requests.held, select, len(messages))
     return messages
+
+
+def get_wait_ms(timeout_s: float | None) -> int:
+    """A get's timeout on the wire (`clients.requests.get_timeout_ms`: -1 for None, 0
+    for a poll, BADPARAM for what is no length of time), a positive one at least 1 ms.
+    Why: a timeout under half a millisecond (a deadline's last moment, `deadline -
+    now`) was rounded to 0 and sent as a poll, so `get_many`, a selective get and a
+    get on an implicit queue raised NoMoreMessages where a caller catching MrsTimeout
+    (what a get with a timeout raises when nothing came) expected it."""
+    timeout_ms = get_timeout_ms(timeout_s)
+    if timeout_ms == 0 and timeout_s:  # `timeout_s` > 0: refused above otherwise
+        return 1
+    return timeout_ms
+
+
+def time_left_s(timeout_s: float | None, started_s: float) -> float | None:
+    """What is left of a get's `timeout_s` since `started_s` (trio time): None stays
+    None, a poll stays a poll, and a positive timeout that has run out stays positive
+    (a millisecond), so the get it leaves for still answers TIMEOUT (MrsTimeout), not
+    NOMOREMSG as a poll would."""
+    if timeout_s is None or timeout_s == 0:
+        return timeout_s
+    return max(TIME_LEFT_S_MIN, timeout_s - (trio.current_time() - started_s))
+
+
+TIME_LEFT_S_MIN = 0.001
+"""The least a positive get timeout becomes after waits took its time: one wire ms."""
 
 
 def _passes_over_held(held_count: int, own: Address) -> BadParameter:

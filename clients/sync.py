@@ -28,6 +28,7 @@ from clients.connection import Client, JournalEvent
 from clients.journal_reader import JournalRecord
 from clients.journal_remote import PcjState, RemoteJournalReader
 from clients.requests import built
+from clients.selective import take_held
 from mrs import protocol as wire
 from mrs.core.selection import Selection
 from mrs.errors import BadParameter, ConnectionLost, MrsError
@@ -178,6 +179,8 @@ class SyncClient:
         message falls between the two threads."""
         if self._ended.is_set():
             raise ConnectionLost(Status.LINK_DOWN, "client closed")
+        if trio.lowlevel.in_trio_task():
+            raise _called_from_trio()
         call = _Call()
 
         async def run() -> Any:
@@ -250,6 +253,15 @@ class SyncClient:
                 return given_back.popleft()
             built(wire.GetBatch, 1, count_max, 0)  # a bad count refused, as Client.get_many does
             return [given_back.popleft() for _ in range(min(count_max, len(given_back)))]
+        if given_back and isinstance(select, Selection):  # else refused by the client's get
+            if count_max is not None:
+                built(wire.GetBatch, 1, count_max, 0)
+            # The ones it matches first, as the client's selective get takes its held
+            # ones: before, it passed over them, and on an in-order queue the message it
+            # returned could not be confirmed (BADSEQ: the given-back one came first).
+            taken = take_held(given_back, select, 1 if count_max is None else count_max)
+            if taken:
+                return taken[0] if count_max is None else taken
         client = self._client
         assert client is not None  # set before __init__ returns
         if count_max is None:
@@ -369,9 +381,12 @@ class SyncClient:
             yield self.get()
 
     def close(self) -> None:
-        if not self._ended.is_set() and self._stop is not None:
+        """Detach and stop the client's thread; from any thread, also from inside a
+        trio task (where `trio.from_thread` refuses to run: the close raised
+        RuntimeError and left the queue attached for the rest of the process)."""
+        if not self._ended.is_set() and self._stop is not None and self._token is not None:
             with contextlib.suppress(trio.RunFinishedError):  # another thread closed it
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+                self._token.run_sync_soon(self._stop.set)
             self._ended.wait()
 
     def __enter__(self) -> SyncClient:
@@ -379,6 +394,17 @@ class SyncClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _called_from_trio() -> BadParameter:
+    """The refusal of a blocking call made inside a trio task: it would block that
+    task's whole event loop, and `trio.from_thread` refuses it with a RuntimeError
+    that named no way out."""
+    return BadParameter(
+        Status.BADPARAM,
+        "connect_sync's client blocks: inside a trio task use `async with "
+        "clients.connect(...)`, or call it through trio.to_thread.run_sync",
+    )
 
 
 def _wait_s(timeout: Any, what: str) -> float:
