@@ -533,12 +533,14 @@ class Client:
         Raises NoSuchQueue, or BadParameter for a name several other groups use."""
         return await locate(self._requests, name)
 
-    async def pending(self, queues: Sequence[str | Address]) -> list[int]:
+    async def pending(self, queues: Sequence[str | Address], *, kept: int = 0) -> list[int]:
         """Messages waiting to be got on each queue, in order (putil_show_pending);
         another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
         it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list. The
-        attached queue's count includes the messages this client already holds."""
-        return await pending(self._requests, queues, self.queue, len(self._requests.held))
+        attached queue's count includes the messages this client already holds, and
+        `kept` more its caller holds for its next get (the blocking client's)."""
+        held = len(self._requests.held) + kept
+        return await pending(self._requests, queues, self.queue, held)
 
     async def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
         """MessageQ's MRS_SET_PCJ: the group's default journaling action of

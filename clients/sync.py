@@ -365,8 +365,17 @@ class SyncClient:
         return self._call(self._client.locate, name)
 
     def pending(self, queues: Sequence[str | Address]) -> list[int]:
-        """Messages waiting on each queue, in order (`Client.pending`)."""
-        return self._call(self._client.pending, queues)
+        """Messages waiting on each queue, in order (`Client.pending`): the attached
+        queue's count includes the messages kept from an interrupted get, which the
+        next get returns (before, they were left out, as if already taken)."""
+        return self._call(self._pending, queues)
+
+    async def _pending(self, queues: Sequence[str | Address]) -> list[int]:
+        """In the trio thread, where `_given_back` is kept."""
+        client = self._client
+        assert client is not None  # set before __init__ returns
+        self._drop_stale()
+        return await client.pending(queues, kept=len(self._given_back))
 
     def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
         """MRS_SET_PCJ (`Client.set_pcj`)."""

@@ -178,3 +178,23 @@ def test_a_selective_get_takes_the_message_an_interrupted_blocking_get_kept(
         assert bodies == [b"first", b"second"]
         with pytest.raises(NoMoreMessages):
             receiver.get(timeout=0)
+
+
+def test_pending_counts_the_message_an_interrupted_blocking_get_kept(
+    server: FixedPortServer,
+) -> None:
+    """The async client's pending() counts the messages it holds for the next get; the
+    blocking client's left out the one it kept from a get interrupted as its message
+    came, so a script polling pending() before get() saw 0 and never took it."""
+    with connect_sync(server.address, "SENDER") as sender:
+        sender.put(b"kept", "ORDERS")
+    with connect_sync(server.address, "ORDERS") as receiver:
+        sys.settrace(_interrupt_after_the_answer_came())
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                receiver.get(timeout=WAIT_S)
+        finally:
+            sys.settrace(None)
+        assert receiver.pending(["ORDERS"]) == [1]
+        assert receiver.get(timeout=0).body == b"kept"
+        assert receiver.pending(["ORDERS"]) == [0]
