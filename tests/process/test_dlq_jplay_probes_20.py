@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 
 from clients import DeliveryMode, Status, Uma, connect
@@ -81,20 +82,30 @@ async def test_a_destination_gets_its_letters_in_dlq_order_while_the_handler_wai
         assert arrived == bodies, f"round {round_index}: not in DLQ order"
 
 
+@pytest.mark.parametrize(
+    "prefix",
+    [[], ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]],
+    ids=["foreground", "background-sigint-ignored"],
+)
 async def test_sigterm_stops_the_handler_with_one_line_a_summary_and_nothing_lost(
-    make_bus, tmp_path
+    make_bus, tmp_path, prefix: list[str]
 ) -> None:
     """SIGTERM (`kill`, systemd, a CI job cancelled) ended `mrs dlq-handler` at once:
     exit -15 with no summary and no word of the letters it held. Now it stops as Ctrl-C
     does, exit 143, one line on stderr, the summary last on stdout; every letter is
-    still on the DLQ, those it held marked POSSDUPL."""
+    still on the DLQ, those it held marked POSSDUPL. Also as a script's background job,
+    which runs with SIGINT ignored: there SIGTERM raised KeyboardInterrupt wherever the
+    code was, and trio abandoned the run with tracebacks (mrs.offline.stop_signals)."""
     bus = make_bus(limits="dqf_messages_max = 1000")
     count = 30
     await _dead_letters(bus, [b"%02d" % index for index in range(count)], DeliveryMode.WF_DQF)
     rules = tmp_path / "retry.rules"
     rules.write_text("RETRYINT(1)\nACTION(RETRY) RETRY(100)\n")  # 1.50 refuses: it retries
     process = await trio.lowlevel.open_process(
-        _handler_command(bus, rules), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        prefix + _handler_command(bus, rules),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
     )
     out = bytearray()
     with trio.fail_after(WAIT_S):

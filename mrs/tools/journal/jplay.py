@@ -106,12 +106,14 @@ def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
     """The group's replay ledger, its key secret checked before anything is sent
     (a damaged one raises LedgerDamaged: the run stops, nothing sent twice)."""
     ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
-    if not options.dry_run:
+    if options.dry_run:
+        ledger.plan_again(options.again)  # as the real run would plan
+    else:
         try:
             # one replay at a time per ledger, none beside a DLJ handler (LedgerBusy)
             dlj_lock = Path(where.data_dir) / DLJ_HANDLER_LOCK
             ledger.hold(dlj_lock if options.journal is Journal.DLJ else None)
-            ledger.claim_scope(options.sender or "", options.to)  # the keys' scope
+            ledger.claim_scope(options.sender or "", options.to, again=options.again)
             ledger.key_secret()
         except BaseException:
             ledger.close()
@@ -243,7 +245,7 @@ def _sender_queue(args: argparse.Namespace, where: GroupJournals) -> str:
 
 def _server_address(args: argparse.Namespace, where: GroupJournals) -> str:
     if args.address:
-        return args.address
+        return _checked_address(args.address)
     if where.group is None:
         raise UsageError("give --address HOST:PORT of the group's server (or --config)")
     if where.group.listen_port == 0:
@@ -252,6 +254,16 @@ def _server_address(args: argparse.Namespace, where: GroupJournals) -> str:
             "give --address HOST:PORT (the server printed it as READY HOST:PORT)"
         )
     return where.group.client_address
+
+
+def _checked_address(text: str) -> str:
+    """`--address` as the client will read it (HOST:PORT, a port from 1 to 65535). Why
+    here: the client refused it only when the replay connected, as a stop of the run
+    (exit 1, every record "not attempted", and advice to run the same command again)."""
+    host, _, port = text.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"--address {text!r}: give HOST:PORT of the group's server")
+    return text
 
 
 def _dry_run(store, selection, ledger, options: Options, tally: Tally, target_of) -> None:
@@ -360,7 +372,12 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
     finally:
         tally.elapsed_s = time.perf_counter() - started
         _flush_at_end(replayers[0] if replayers else None, ledger, tally)
-    ledger.scope_settled(options.sender or "", options.to, in_doubt=tally.in_doubt > 0)
+    ledger.scope_settled(
+        options.sender or "",
+        options.to,
+        in_doubt=tally.in_doubt > 0,
+        again_done=options.again and tally.ok,
+    )
     if tally.stopped:
         tally.not_attempted += planner.count_rest()
     _print_summary(options, tally)

@@ -172,6 +172,9 @@ class ReplayLedger:
         self._secret: bytes | None = None
         self._lock_fds: list[int] = []
         """Locks held by `hold`, released by `close`."""
+        self.again_since_ns: int | None = None
+        """When the unfinished `--again` round began (`plan_again`): a record stored
+        since then was replayed by this round, and another `--again` run skips it."""
         if readonly and not (self.path / "data.mdb").exists():
             return  # nothing replayed yet: an empty ledger, and a dry run creates nothing
         if not readonly:
@@ -337,20 +340,14 @@ class ReplayLedger:
             )
         self._lock_fds.append(held)
 
-    def claim_scope(self, sender: str, to: str | None) -> None:
+    def claim_scope(self, sender: str, to: str | None, *, again: bool = False) -> None:
         """Record that this run sends as `sender` (to `to`, or each record's target),
         its records in doubt until `scope_settled`; raise LedgerBusy when the last run
         left records in doubt under another scope. Why: the server scopes an
         idempotency key by sender queue and target; a record sent with no answer,
         sent again by a run with another `--as` or `--to`, was stored a second time,
         unmarked. The same scope finds its first copies (answered with their seqs)."""
-        path = self.path / SCOPE_FILENAME
-        try:
-            last = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            last = None
-        except (OSError, ValueError) as error:
-            raise LedgerDamaged(damaged_ledger(self.path, f"{path.name}: {error}")) from None
+        last = self._last_scope()
         if last is not None and last.get("in_doubt") and (last["as"], last["to"]) != (sender, to):
             flags = f"--as {last['as']}" + (f" --to {last['to']}" if last["to"] else "")
             raise LedgerBusy(
@@ -358,15 +355,55 @@ class ReplayLedger:
                 f"no answer): run it again with {flags} to finish them first; sent as "
                 f"{sender}{' to ' + to if to else ''}, the server would store them again"
             )
+        self.plan_again(again, last)
         self._write_scope(sender, to, in_doubt=True)  # until this run says how it ended
 
-    def scope_settled(self, sender: str, to: str | None, in_doubt: bool) -> None:
-        """This run ended: whether it left records in doubt (`claim_scope`)."""
+    def plan_again(self, again: bool, last: dict | None = None) -> None:
+        """Set `again_since_ns`: when the `--again` round this run belongs to began.
+
+        Why: a record an `--again` run replayed is `stored` under its new generation
+        like any other, and a second `--again` run took it for one replayed before the
+        round: the same command run again after a stop (as the summary advises) sent
+        every record the stopped run had replayed a third time. Now an `--again` run
+        that did not finish is continued by the next `--again` run: records stored
+        since it began are skipped. Once an `--again` run ends with everything it
+        selected replayed, the next one starts a new round."""
+        if last is None:
+            last = self._last_scope()
+        carried = None if last is None else last.get("again_since_ns")
+        if again and carried is None:
+            carried = time.time_ns()
+        self.again_since_ns = carried
+
+    def _last_scope(self) -> dict | None:
+        """What the last run wrote in scope.json; None before the first run."""
+        path = self.path / SCOPE_FILENAME
+        try:
+            last = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            raise LedgerDamaged(damaged_ledger(self.path, f"{path.name}: {error}")) from None
+        if not isinstance(last, dict) or not {"as", "to"} <= last.keys():
+            damage = f"{path.name}: not a replay scope"
+            raise LedgerDamaged(damaged_ledger(self.path, damage))
+        return last
+
+    def scope_settled(
+        self, sender: str, to: str | None, in_doubt: bool, *, again_done: bool = False
+    ) -> None:
+        """This run ended: whether it left records in doubt (`claim_scope`), and
+        whether it was an `--again` run that replayed everything it selected (the
+        round is over: `plan_again`)."""
+        if again_done:
+            self.again_since_ns = None
         self._write_scope(sender, to, in_doubt)
 
     def _write_scope(self, sender: str, to: str | None, in_doubt: bool) -> None:
-        text = json.dumps({"as": sender, "to": to, "in_doubt": in_doubt})
-        replace_file(self.path / SCOPE_FILENAME, text.encode("utf-8"))
+        scope = {"as": sender, "to": to, "in_doubt": in_doubt}
+        if self.again_since_ns is not None:
+            scope["again_since_ns"] = self.again_since_ns
+        replace_file(self.path / SCOPE_FILENAME, json.dumps(scope).encode("utf-8"))
 
     def close(self) -> None:
         if self.env is not None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from pathlib import Path
 from journals import (
     CorruptRecord,
     Journal,
+    JournalError,
     JournalStore,
     WriteBatch,
     decode_record,
@@ -199,13 +202,37 @@ def _own_key(name: str, key: bytes, seq: int, target_group: int, target_queue: i
     return queue_key(target_queue, seq) if name == Journal.DQF else group_key(target_group, seq)
 
 
+SALVAGING_DIRNAME = ".journals.salvaging"
+"""Where salvage builds its copy, renamed to `journals` only once whole."""
+
+
 def copy_out(found: Survey, destination: Path) -> int:
-    """Write every intact entry into a fresh environment at destination/journals."""
+    """Write every intact entry into a fresh environment at destination/journals.
+
+    Built beside it first and renamed into place once every entry is committed: a
+    copy stopped part way (a full disk, Ctrl-C, a kill) was left at
+    destination/journals, whose records all pass `mrs journal verify`, so the
+    documented next steps (verify, move it in, serve) started the group on part of its
+    messages without a word. Now a stopped copy leaves no `journals` there, and the
+    next salvage into the same directory starts over."""
     target = destination / "journals"
     if (target / "data.mdb").exists():
         raise FileExistsError(f"{target} already holds journals: salvage into a new directory")
+    building = destination / SALVAGING_DIRNAME
+    shutil.rmtree(building, ignore_errors=True)  # what a killed salvage left
     size = sum(len(k) + len(v) for e in found.entries.values() for k, v in e.items())
-    store = JournalStore(target, max(MAP_BYTES_DEFAULT, 4 * size))
+    try:
+        copied = _copy_entries(found, JournalStore(building, max(MAP_BYTES_DEFAULT, 4 * size)))
+        os.rename(building, target)
+        _sync_directory(destination)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return copied
+
+
+def _copy_entries(found: Survey, store: JournalStore) -> int:
+    """Every intact entry committed into `store` (closed at the end); how many."""
     copied = 0
     try:
         batch = WriteBatch.empty()
@@ -221,6 +248,15 @@ def copy_out(found: Survey, destination: Path) -> int:
     finally:
         store.close()
     return copied
+
+
+def _sync_directory(path: Path) -> None:
+    """The rename made durable: the directory holding it synced."""
+    directory = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 # ---------------------------------------------------------------------- command line
@@ -310,8 +346,16 @@ def _run_salvage(args: argparse.Namespace) -> int:
     found = survey(journals_path)
     try:
         copied = copy_out(found, args.to)
-    except (FileExistsError, OSError) as error:
+    except FileExistsError as error:
         print(f"mrs journal salvage: {error}", file=sys.stderr)
         return 2
+    except (OSError, JournalError) as error:  # a full disk, a directory it cannot write
+        detail = error.strerror if isinstance(error, OSError) and error.strerror else error
+        print(
+            f"mrs journal salvage: cannot write the copy in {args.to}: {detail}; nothing "
+            "was left there: make room (or choose another --to) and run it again",
+            file=sys.stderr,
+        )
+        return 1
     _print(found, journals_path, args.json, {"copied": copied, "to": str(args.to / "journals")})
     return 0

@@ -46,7 +46,7 @@ from mrs.group.transfer import PERMANENT_REFUSALS
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.offline.selection import RecordFilter
 from mrs.storage.journal_scan import scan
-from mrs.tools.journal.ledger import FAILED, PENDING, STORED, ReplayLedger
+from mrs.tools.journal.ledger import FAILED, PENDING, STORED, LedgerEntry, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay_keys import replay_headers, replay_key  # noqa: F401 - re-exported
@@ -205,7 +205,7 @@ class Planner:
         entries = self.ledger.get_many(self.journal, [key_record[1].seq for key_record in records])
         for key, record in records:
             entry = entries.get(record.seq)
-            if entry is not None and entry.state == STORED and not self.options.again:
+            if entry is not None and entry.state == STORED and self._replayed(entry):
                 self.tally.skipped += 1
                 self.on_skip(key)
                 continue
@@ -222,6 +222,14 @@ class Planner:
                 )
             self.ledger.flush()
         return items
+
+    def _replayed(self, entry: LedgerEntry) -> bool:
+        """Whether a record stored by a replay is done for this run: always, but under
+        `--again` only when the round this run continues stored it (`plan_again`)."""
+        if not self.options.again:
+            return True
+        since_ns = self.ledger.again_since_ns
+        return since_ns is not None and entry.time_ns >= since_ns
 
     def _read_chunk(self) -> list[tuple[bytes, Record]]:
         records: list[tuple[bytes, Record]] = []
