@@ -65,7 +65,9 @@ class Inbound:
     REFUSAL_LOG_INTERVAL_S (`_held_already`): the peer's drain retries meanwhile."""
 
     def __post_init__(self) -> None:
-        self.held_refusals = RefusalLog(log, clock_s=lambda: self.ctx.clock_ns() / 1e9)
+        self.held_refusals = RefusalLog(
+            log, clock_s=lambda: self.ctx.clock_ns() / 1e9, line_format="{peer} {message}"
+        )
 
     def accept_transfer(
         self,

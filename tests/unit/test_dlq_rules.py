@@ -215,7 +215,12 @@ _PATTERN_VALUES = {
     "REASON": _numeric({**MQRC, **MQFB}),
     "FEEDBACK": _numeric(MQFB),
     "MSGTYPE": _numeric(MQMT),
-    "PERSIST": _numeric(MQPER),
+    # a dead letter is 0 or 1: any other PERSIST is refused (it would match nothing)
+    "PERSIST": st.one_of(
+        st.sampled_from(sorted(name for name, value in MQPER.items() if value in (0, 1))),
+        st.sampled_from(["0", "1"]),
+        _WILD,
+    ),
 }
 
 
