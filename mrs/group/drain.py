@@ -18,14 +18,16 @@ from typing import Final
 import trio
 
 from journals import CorruptRecord, Journal, JournalError, Record, WriteBatch, group_key, split_key
+from mrs.group.acks import AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers, PeerState
 from mrs.group.quarantine import quarantine_batch, record_problem
+from mrs.group.reply import report_waiting_sender
 from mrs.group.shapes import entry_from_record, transfer_fields
 from mrs.group.transfer import LINK_LOST, PERMANENT_REFUSALS, decode_saf, status_name
 from mrs.group.umas import Umas
 from mrs.limits import LINK_RETRY_S_MAX, LINK_RETRY_S_MIN, LINK_WINDOW_MESSAGES_MAX
-from mrs.model import Status
+from mrs.model import Psb, Status
 from mrs.protocol.link_events import TransferredMessage
 
 log = logging.getLogger("mrs.forwarding")
@@ -69,6 +71,9 @@ class Drain:
     a copy. Without it a journal that kept failing the copy made the drain resend it
     at the link's round-trip rate, an ERROR line each time. At most
     LINK_WINDOW_MESSAGES_MAX entries (the oldest forgotten: it is tried at once)."""
+    ack_waits: AckWaits | None = None
+    """The AK_CONF MRS_ACKs this group owes (journaled): a SAF message dead-lettered
+    on its way will never be confirmed, so its MRS_ACK is sent when it leaves the SAF."""
 
     def saf_batch(
         self, peer_id: int, after_key: bytes | None, count_max: int, bytes_max: int = 1 << 20
@@ -140,6 +145,8 @@ class Drain:
         moved.stream = object()
         outcome = DrainAnswer()
         stored: list[int] = []
+        dead_lettered: list[tuple[int, Status]] = []  # by the receiver, on its DLQ
+        moved_away: list[tuple[int, Status]] = []  # to this group's DLQ
         for key, status in answers:
             if status == LINK_LOST or key in peer.deleting:
                 continue
@@ -149,6 +156,7 @@ class Drain:
                 continue
             if status == Status.DLQ_SUCCESS:  # the receiver dead-lettered it: done here
                 batch.delete(Journal.SAF, key)
+                dead_lettered.append((split_key(key)[1], Status.NO_DQF))
                 continue
             outcome.restart = True
             if status == Status.LINK_DOWN:
@@ -158,18 +166,24 @@ class Drain:
                     pass
                 elif self._saf_to_dead_letter_queue(key, status, moved.stream):
                     moved.delete(Journal.SAF, key)
+                    moved_away.append((split_key(key)[1], Status(status)))
                     continue
             if not outcome.retry:
                 outcome.retry = True
                 outcome.stuck_seq, outcome.stuck_status = split_key(key)[1], status
                 outcome.reason = refusal_reason(peer_id, status)
         if batch:
-            self._delete_drained(peer, batch, stored, forgettable)
+            # The receiver keeps a dead-lettered one's origin key too (mrs.group.umas
+            # `dead_lettered`): forgotten with the stored ones'.
+            stored.extend(seq for seq, _ in dead_lettered)
+            self._delete_drained(peer, batch, stored, forgettable, settled=dead_lettered)
         if moved:
             # After the copies, in their stream: a commit that fails is tried again
             # batch by batch, and a deletion whose copy failed is then not attempted
             # (stays in the SAF, drained again) instead of landing alone: lost.
-            self._delete_drained(peer, moved, [], forgettable, self._copies_failed)
+            self._delete_drained(
+                peer, moved, [], forgettable, self._copies_failed, settled=moved_away
+            )
         return outcome
 
     def _delete_drained(
@@ -179,9 +193,12 @@ class Drain:
         stored: list[int],
         forgettable,
         failed: Callable[[list[bytes], JournalError], None] | None = None,
+        settled: list[tuple[int, Status]] | None = None,
     ) -> None:
         """Commit the deletion of answered SAF records; a failed one is drained again
-        (the peer answers its copies STORED again, so they are deleted in the end)."""
+        (the peer answers its copies STORED again, so they are deleted in the end).
+        `settled`: (seq, cause) of those dead-lettered, whose senders are told once
+        the deletion is durable (`_dead_lettered`)."""
         ctx = self.ctx
         deleted = len(batch.deletes)
         keys = [key for _, key in batch.deletes]
@@ -192,6 +209,8 @@ class Drain:
             if error is None:
                 ctx.counts.saf_removed(peer, deleted)
                 forgettable(stored)
+                for seq, cause in settled or ():
+                    self._dead_lettered(peer, seq, cause)
             elif failed is not None:
                 failed(keys, error)
             else:
@@ -202,6 +221,21 @@ class Drain:
                 peer.link.poke()
 
         ctx.writer.submit(batch, done)
+
+    def _dead_lettered(self, peer: PeerState, seq: int, cause: Status) -> None:
+        """A SAF message went to a DLQ instead of its target: a WF_CONF / AK_CONF
+        sender still waiting for its confirm is told now (cause, DLQ_SUCCESS). Why:
+        no confirm notice will ever come for it, so before, a SAF_FORCED WF_CONF put
+        timed out and an AK_CONF sender never got its MRS_ACK (its journaled debt
+        stayed for ever). After a restart of this group the journal says where the
+        MRS_ACK goes."""
+        psb = Psb(Status.SUCCESS, cause, seq, Status.DLQ_SUCCESS)
+        waiter = peer.waiters.pop(seq, None)
+        if waiter is not None and report_waiting_sender(waiter, psb):
+            return
+        if self.ack_waits is not None and (queue := self.ack_waits.owed_to(seq)) is not None:
+            self.umas.send_mrs_ack(queue, psb)
+            self.ack_waits.done(seq)
 
     def _copy_waits(self, key: bytes) -> bool:
         """Whether the DLQ copy of this refused SAF record failed too lately to try

@@ -113,7 +113,9 @@ class Notices:
             seq = notice.seq
             answers.append((seq, success, seq))
             if isinstance(notice, ForgetNotice):  # a drain's many notices: asked first
-                forget.delete(Journal.DEDUPE, origin_key(peer_id, seq).encode())
+                key = origin_key(peer_id, seq)
+                forget.delete(Journal.DEDUPE, key.encode())
+                self.umas.dead_lettered.pop(key, None)  # no resend can follow
                 continue
             match notice:
                 case ResyncNotice():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,12 +25,13 @@ from mrs.group.acks import AckOutbox
 from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.held_offers import HeldOffers, MrsAcks
+from mrs.group.idempotency import origin_key
 from mrs.group.peers import Peers
 from mrs.group.queues import TargetQueue
 from mrs.group.reply import PutReply
 from mrs.group.sequence import Sequence
 from mrs.group.shapes import DEAD_LETTER_HEADER, Entry, nonrecoverable_copy, record_from_entry
-from mrs.limits import EVENT_LOG_BYTES_MAX
+from mrs.limits import EVENT_LOG_BYTES_MAX, RECENT_ACKS_MAX
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     RETURNED_HEADER,
@@ -66,6 +68,14 @@ class Umas:
     """The DLQ's AMS-style policy (mrs.protection.dead_letter), None without one."""
     offers: HeldOffers = field(default_factory=HeldOffers)
     """MRS_ACKs made in one commit's report go out together (mrs.group.held_offers)."""
+    dead_lettered: OrderedDict[str, tuple[int, str]] = field(default_factory=OrderedDict)
+    """Origin key of each message another group drained here that this group put on
+    its DLQ lately -> (put time, target), oldest first, at most RECENT_ACKS_MAX. Why:
+    the peer resends it when the link drops before the DLQ_SUCCESS answer reached it,
+    and each resend queued one more copy, delivered CONFIRMREQ (no POSSDUPL). The
+    put time and target tell a resend from a new message under a reused seq (a peer
+    rebuilt and reset). A recoverable DLQ also journals the origin key with the copy,
+    so a resend after a restart of this group is answered without a second one."""
 
     def __post_init__(self) -> None:
         self.dead_letter_protection = dead_letter_protection(self.ctx.bus, self.ctx.group_id)
@@ -183,8 +193,13 @@ class Umas:
         unless `dead_letter_queue_recoverable`: then the copy is journaled in the DQF
         (its batch in `stream`, journals.writer) and `done(True)` comes once it is
         durable. False (and done(False)) if the group has no DLQ, it is full, or its
-        journal refuses the copy at once."""
+        journal refuses the copy at once. A message another group drained here
+        (`dead_lettered`) and resent once on the DLQ is answered True, no second copy."""
         queue = self.ctx.queues.get(DEAD_LETTER_QUEUE)
+        origin = "" if entry.origin_group is None else origin_key(entry.origin_group, entry.seq)
+        if origin and self.dead_lettered.get(origin) == _fingerprint(entry):
+            done(True)
+            return True
         if queue is None or _dead_letters_held(queue) >= queue.config.messages_max:
             done(False)
             return False
@@ -206,6 +221,7 @@ class Umas:
         if not queue.config.recoverable:
             dead.delivery_status = Status.SUCCESS
             queue.offer(dead)
+            self._remember_dead_letter(origin, entry)
             done(True)
             return True
         dead.headers = {**(entry.headers or {}), DEAD_LETTER_HEADER: header}
@@ -214,12 +230,22 @@ class Umas:
         def stored(status: Status, _seq: int, _reason: str) -> None:
             if status != Status.STORED:
                 refusals.append(status)
+            else:
+                self._remember_dead_letter(origin, entry)
             done(status == Status.STORED)
 
-        self.dqf.store_in_dqf(dead, [], stored, stream=stream)
+        self.dqf.store_in_dqf(dead, [origin] if origin else [], stored, stream=stream)
         # A refusal known now (DQF full, journal map full, no room) is a failed put: a
         # caller that deletes its own copy on True (a SAF drain) must keep it.
         return not refusals
+
+    def _remember_dead_letter(self, origin: str, entry: Entry) -> None:
+        """Note a drained message put on the DLQ (`dead_lettered`), bounded."""
+        if not origin:
+            return
+        self.dead_lettered[origin] = _fingerprint(entry)
+        if len(self.dead_lettered) > RECENT_ACKS_MAX:
+            self.dead_lettered.popitem(last=False)  # the oldest
 
     def _to_dead_letter_journal(
         self, entry: Entry, cause: Status, finish: Callable[[bool], None]
@@ -265,6 +291,11 @@ class Umas:
         Here, not only in `MrsAcks`, so that every MRS_ACK passes one interpreted
         method a test can replace (tests/sim/test_sim_conformance.py)."""
         self.acks.send(response_queue, psb)
+
+
+def _fingerprint(entry: Entry) -> tuple[int, str]:
+    """What tells a resent message from another under the same seq (`dead_lettered`)."""
+    return (entry.put_time_ns, str(entry.target))
 
 
 def _dead_letters_held(queue: TargetQueue) -> int:

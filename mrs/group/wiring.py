@@ -88,7 +88,7 @@ class Group:
         )
         self.umas.outbound = self.outbound
         self.notices = Notices(ctx, self.peers, self.umas, ack_waits, self.receipts)
-        self.drain = Drain(ctx, self.peers, self.umas)
+        self.drain = Drain(ctx, self.peers, self.umas, ack_waits=ack_waits)
         self.inbound = Inbound(ctx, self.peers, self.dqf, self.umas, self.notices, RecentAcks())
         self.dlq_readers = DlqReaders()
         self.intake = Intake(
