@@ -51,7 +51,7 @@ from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
 from clients.journal_status import JournalEvent, JournalStatus
 from clients.link import LinkLoops, _Link
-from clients.lookup import locate, pending
+from clients.lookup import locate, pending, queue_text
 from clients.pending import Requests
 from clients.reconnect import Reconnect
 from clients.requests import (
@@ -285,6 +285,10 @@ class Client:
         attachment = self._attachment
         if type(body) is not bytes:  # a bytearray or memoryview copied, else BADPARAM
             body = body_bytes(body)
+        if type(target) is not str:  # an Address; else BADPARAM ("None" was a queue name)
+            target = queue_text(target, "put")
+        if resp_q is not None and type(resp_q) is not str:
+            resp_q = queue_text(resp_q, "put resp_q")
         if self.protection is not None and protect:
             body = self.protection.seal_for(target, body, attachment.group_id)
         body_bytes_max = attachment.message_bytes_max

@@ -198,3 +198,23 @@ def test_pending_counts_the_message_an_interrupted_blocking_get_kept(
         assert receiver.pending(["ORDERS"]) == [1]
         assert receiver.get(timeout=0).body == b"kept"
         assert receiver.pending(["ORDERS"]) == [0]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("target", None), ("target", 10), ("target", b"1.10"), ("resp_q", 10), ("resp_q", b"1.10")],
+)
+async def test_a_put_to_something_that_is_no_queue_is_refused_in_one_line(
+    server: FixedPortServer, field: str, value: object
+) -> None:
+    """`target=None` went out as the queue name "None" (NOSUCHQUEUE "no queue named
+    'None'", the caller's mistake hidden), an int as a name. A queue is a str or an
+    Address (resp_q None: no response queue): anything else is BADPARAM before
+    anything is sent."""
+    async with connect(server.address, "SENDER") as sender:
+        arguments = {"target": "ORDERS", field: value}
+        with pytest.raises(BadParameter, match="a queue is a str or an Address"):
+            await sender.put(b"x", **arguments)  # type: ignore[arg-type]
+        orders = await sender.locate("ORDERS")  # an Address is a queue too
+        psb = await sender.put(b"x", **{"target": "ORDERS", field: orders})
+        assert psb.status == Status.SUCCESS
