@@ -25,6 +25,9 @@ from mrs.storage.journal_scan import find_journals, read_only_map_bytes
 """`mrs journal repair` sizes its copy from it."""
 
 JOURNALS_DIRNAME = "journals"
+REPLAY_LEDGER_DIRNAME = "replay-ledger"
+"""jplay's ledger in a group data directory (mrs.tools.journal.ledger): an LMDB
+environment too, but no journals."""
 CLIENT_SAF_MARK = "journal.id"
 """What a client library's SAF journal keeps beside its data file (clients.saf_check)
 and a group's journals never hold: how a directory given alone is told apart."""
@@ -181,6 +184,13 @@ def _at(
         raise JournalsNotFound(
             f"no journals in {data_dir} (looked for {data_dir / JOURNALS_DIRNAME / 'data.mdb'}); "
             f"has {f'group {group_id}' if group_id else 'a group'} ever run with this data_dir?"
+        )
+    if journals_path == data_dir and data_dir.resolve().name == REPLAY_LEDGER_DIRNAME:
+        # read as journals, each of its entries was "corrupt": an operator told to
+        # salvage a group that is whole
+        raise JournalsNotFound(
+            f"{data_dir} is jplay's replay ledger, not a group's journals: give "
+            f"--data-dir {data_dir.resolve().parent}"
         )
     client_saf = group_id == 0 and (journals_path / CLIENT_SAF_MARK).exists()
     if journals_path == data_dir and not client_saf:

@@ -20,6 +20,7 @@ import trio
 
 from clients import connect
 from journals import Journal
+from mrs.tools.journal.ledger import LEDGER_DIRNAME, ReplayLedger
 from tests.cli_helpers import run_mrs
 from tests.client_helpers import take_all
 from tests.journal_helpers import journal_seqs, record, stopped_bus, write_records
@@ -180,3 +181,28 @@ def test_a_salvage_stopped_by_a_full_disk_leaves_no_journals_that_verify_intact(
     again = run_mrs(*command[3:])
     assert again.returncode == 0, again.stderr
     assert journal_seqs(rescued / "journals", Journal.PCJ) == [item.seq for item in records]
+
+
+@pytest.mark.parametrize(
+    "command", [["journal", "verify"], ["dump", "pcj"]], ids=["verify", "dump"]
+)
+def test_jplays_ledger_named_as_a_data_directory_is_said_to_be_one(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`--data-dir g1/replay-ledger` (the LMDB environment beside `journals/`) was read
+    as a group's journals: `mrs journal verify` reported thousands of corrupt records,
+    exit 1, and sent the operator to salvage a group that is whole. Now one line says
+    what the directory is and which one to give."""
+    data_dir = tmp_path / "g1"
+    write_records(data_dir / "journals", Journal.PCJ, [record(i) for i in range(3)])
+    ReplayLedger(data_dir).close()  # what a first jplay leaves
+    ledger = data_dir / LEDGER_DIRNAME
+    assert (ledger / "data.mdb").exists()
+    result = run_mrs(*command, "--data-dir", str(ledger))
+    assert result.returncode != 0
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("mrs ") and line.endswith(
+        f": {ledger} is jplay's replay ledger, not a group's journals: give "
+        f"--data-dir {data_dir.resolve()}"
+    ), line
+    assert run_mrs(*command, "--data-dir", str(data_dir)).returncode == 0

@@ -36,10 +36,11 @@ import msgpack
 
 from journals import Journal, seq_key
 from mrs.exit_status import CommandError
+from mrs.offline.journal_files import REPLAY_LEDGER_DIRNAME
 from mrs.storage.atomic_file import create_file, replace_file
 from mrs.storage.journal_check import walk
 
-LEDGER_DIRNAME = "replay-ledger"
+LEDGER_DIRNAME = REPLAY_LEDGER_DIRNAME
 SECRET_FILENAME = "key-secret"
 SCOPE_FILENAME = "scope.json"
 """The sender queue and `--to` of the last replay, and whether it left records in
