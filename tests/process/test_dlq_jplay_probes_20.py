@@ -254,3 +254,37 @@ async def test_a_replay_killed_mid_run_is_finished_in_its_own_scope(replay_bus) 
     assert finished == 0 and first["sent"] + first["skipped"] == count
     assert later == 0 and second["skipped"] == count
     assert Counter(replayed_seqs(received)) == Counter(record(i).seq for i in range(count))
+
+
+async def test_a_narrower_run_in_the_same_scope_leaves_the_others_in_doubt(replay_bus) -> None:
+    """After a jplay killed mid-run, a run in the same scope over fewer records
+    (`--limit 1`: one already stored) had nothing in doubt of its own and marked the
+    scope settled, so a run with another `--as` was let in and stored the first run's
+    unanswered records a second time, unmarked. Now the scope stays in doubt while any
+    record is pending."""
+    count = 150
+    bus = replay_bus({Journal.PCJ: [record(i, target_queue=21) for i in range(count)]})
+    async with connect(bus.address, queue="RESTORE") as receiver:
+        received: list = []
+        some = trio.Event()
+        async with trio.open_nursery() as nursery:
+            receiving = await nursery.start(receive_confirming, receiver, received, some, 10)
+            process = await trio.lowlevel.open_process(
+                jplay_command(bus, "pcj", "--rate", "50/s", "--json"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            with trio.fail_after(WAIT_S):
+                await some.wait()
+            process.kill()
+            await process.wait()
+            narrow, _, _ = await jplay(bus, "pcj", "--limit", "1")
+            refused, _, err = await jplay(bus, "pcj", "--as", "SENDER2")
+            finished, _, _ = await jplay(bus, "pcj")
+            later, second, _ = await jplay(bus, "pcj", "--as", "SENDER2", "--json")
+            receiving.cancel()
+        received += await take_all(receiver)
+    assert narrow == 0
+    assert refused == 1 and "left records in doubt" in err, err
+    assert finished == 0 and later == 0 and second["skipped"] == count
+    assert Counter(replayed_seqs(received)) == Counter(record(i).seq for i in range(count))

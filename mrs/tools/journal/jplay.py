@@ -377,6 +377,7 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
         options.to,
         in_doubt=tally.in_doubt > 0,
         again_done=options.again and tally.ok,
+        covered_all=selection.selects_all and selection.limit is None and not tally.stopped,
     )
     if tally.stopped:
         tally.not_attempted += planner.count_rest()

@@ -173,6 +173,8 @@ class ReplayLedger:
         self._secret: bytes | None = None
         self._lock_fds: list[int] = []
         """Locks held by `hold`, released by `close`."""
+        self.last_in_doubt = False
+        """The run before this one left records in doubt (`claim_scope`)."""
         self.again_since_ns: int | None = None
         """When the unfinished `--again` round began (`plan_again`): a record stored
         since then was replayed by this round, and another `--again` run skips it."""
@@ -357,6 +359,7 @@ class ReplayLedger:
                 f"{sender}{' to ' + to if to else ''}, the server would store them again"
             )
         self.plan_again(again, last)
+        self.last_in_doubt = bool(last is not None and last.get("in_doubt"))
         self._write_scope(sender, to, in_doubt=True)  # until this run says how it ended
 
     def plan_again(self, again: bool, last: dict | None = None) -> None:
@@ -391,13 +394,26 @@ class ReplayLedger:
         return last
 
     def scope_settled(
-        self, sender: str, to: str | None, in_doubt: bool, *, again_done: bool = False
+        self,
+        sender: str,
+        to: str | None,
+        in_doubt: bool,
+        *,
+        again_done: bool = False,
+        covered_all: bool = True,
     ) -> None:
         """This run ended: whether it left records in doubt (`claim_scope`), and
         whether it was an `--again` run that replayed everything it selected (the
-        round is over: `plan_again`)."""
+        round is over: `plan_again`). After a run that left records in doubt
+        (`last_in_doubt`), a run settles the scope only if it `covered_all` (it
+        selected every record and was not stopped): one over fewer records (`--limit`,
+        `--seq`, a target) had nothing in doubt of its own and settled it, and a run
+        with another `--as` then stored the first run's unanswered records a second
+        time, unmarked (the ledger holds no entry for a record sent with no answer)."""
         if again_done:
             self.again_since_ns = None
+        if self.last_in_doubt and not covered_all:
+            in_doubt = True
         self._write_scope(sender, to, in_doubt)
 
     def _write_scope(self, sender: str, to: str | None, in_doubt: bool) -> None:
