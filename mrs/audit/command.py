@@ -76,7 +76,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="write the HTML report, tables (Parquet, CSV), JSON and "
                             "Spark's log here (default: write nothing)")  # fmt: skip
     audit.add_argument("--trail", metavar="CORRELATION_ID",
-                       help="every record of this correlation id: put, deliveries, "
+                       help="every record of this correlation id (as `mrs dump` shows it: "
+                            "text, or hex:... for other bytes): put, deliveries, "
                             "confirm or dead letter, replays (no Spark)")  # fmt: skip
     audit.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     audit.add_argument("--overwrite", action="store_true", help="export: replace --out")
@@ -120,6 +121,9 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         return {"config": str(args.config.resolve()), "groups": ",".join(map(str, ids))}
     if not args.data_dir:
         raise AuditUsageError("give --config bus.toml (and --group) or --data-dir DIR")
+    if groups and args.config is not None:
+        raise AuditUsageError("--group picks groups of --config, --data-dir names its own "
+                              "directories: give --group or --data-dir, not both")  # fmt: skip
     if groups:
         raise AuditUsageError("--group goes with --config")
     try:
@@ -228,10 +232,10 @@ def _run(args: argparse.Namespace) -> int:
         until = parse_time(args.until, "--until")
         if since is not None and until is not None and since >= until:
             raise AuditUsageError(f"--since {args.since} is not before --until {args.until}")
-        if args.action == "export" and args.out is None:
-            raise AuditUsageError("export needs --out DIR")
+        if args.action == "export":
+            _check_export_out(args.out, args.overwrite)
         if args.trail is not None:
-            return _trail(sources, args, progress)
+            return _trail(sources, trail_id(args.trail), args, progress)
         check_java()
         log_path = _log_path(args.out)
     except AuditUsageError as error:
@@ -245,6 +249,9 @@ def _run(args: argparse.Namespace) -> int:
     progress(f"starting Spark ({args.master}); its log: {log_path}")
     try:
         spark, table = _start_spark(sources, args, log_path, progress)
+    except AuditJournalDamaged as error:  # a PCJ archive's file (mrs.audit.load)
+        print(f"mrs audit: {error}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as error:
         if not _from_spark(error):
             raise
@@ -308,6 +315,11 @@ def spark_start_line(error: BaseException, log_path: Path) -> str:
         found = re.findall(pattern, text)
         if found:
             return found[-1].strip()[:300]
+    # A cluster manager's client (k8s) fails below SparkContext: py4j says only "An
+    # error occurred while calling None.org.apache.spark.api.java.JavaSparkContext".
+    cause = re.search(r"Error initializing SparkContext\.(?s:.*?)\nCaused by: [\w.$]+: (.*)", text)
+    if cause:
+        return cause.group(1).strip()[:300]
     return spark_error_line(error)
 
 
@@ -330,40 +342,78 @@ def _log_path(out: Path | None) -> Path:
     return Path(name)
 
 
-def _trail(sources: dict[str, str], args: argparse.Namespace, progress: Progress) -> int:
+def trail_id(text: str) -> bytes:
+    """The correlation id `--trail` names, written as `mrs dump` shows one: its text,
+    `hex:...` for an id that is not printable UTF-8 (`mrs dump`'s `hex:fffe2d30`), or
+    `text:...` for an id that itself starts with `hex:`. Bytes typed on the command
+    line that are not UTF-8 are the id's bytes (they were a traceback)."""
+    from mrs.offline.scalars import HEX_PREFIX, TEXT_PREFIX
+
+    if text.startswith(HEX_PREFIX):
+        try:
+            return bytes.fromhex(text[len(HEX_PREFIX) :].replace(" ", ""))
+        except ValueError:
+            raise AuditUsageError(
+                f"--trail: {text!r} is not hex (use pairs of hex digits after 'hex:')"
+            ) from None
+    return os.fsencode(text.removeprefix(TEXT_PREFIX))
+
+
+def _shown_id(correlation_id: bytes) -> str:
+    """The id as `mrs dump` shows it: its text, or hex:... if it is not UTF-8."""
+    try:
+        text = correlation_id.decode()
+    except UnicodeDecodeError:
+        return "hex:" + correlation_id.hex()
+    return "text:" + text if text.startswith("hex:") else text
+
+
+def _trail(sources: dict[str, str], correlation_id: bytes, args: argparse.Namespace,
+           progress: Progress) -> int:  # fmt: skip
     """The trail of one correlation id, read on this machine without Spark."""
     from mrs.audit.load import queue_names, read_journals
     from mrs.audit.reconcile import trail
     from mrs.audit.report import _plain
 
     table = read_journals(sources, progress=progress)
-    events = trail(table, args.trail.encode())
+    events = trail(table, correlation_id)
     names = queue_names(str(args.config) if args.config else None)
     for event in events:
         for address, name in names.items():
             event["detail"] = re.sub(rf"\b{re.escape(address)}\b", name, event["detail"])
     if args.json:
-        print(json.dumps({"correlation_id": args.trail, "events": _plain(events)}))
+        print(json.dumps({"correlation_id": _shown_id(correlation_id),
+                          "events": _plain(events)}))  # fmt: skip
     else:
         for event in events:
             moment = _plain(event["time"]) or "(no time)"
             print(f"{moment}  {event['journal']}:{event['group']}:{event['seq']}  "
                   f"{event['event']}: {event['detail']}")  # fmt: skip
     if not events:
-        print(f"mrs audit: no record of correlation id {args.trail!r} in these journals",
+        print(f"mrs audit: no record of correlation id {_shown_id(correlation_id)!r} "
+              "in these journals",
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
     return 0
+
+
+def _check_export_out(out: Path | None, overwrite: bool) -> None:
+    """Export's --out: given, and empty unless --overwrite. Checked before Spark starts
+    (it was checked after: ten seconds of Spark, and its log added to the directory
+    the operator had just been told was left alone)."""
+    if out is None:
+        raise AuditUsageError("export needs --out DIR")
+    out = out.resolve()
+    if overwrite or not out.is_dir():
+        return
+    if any(p.name != "spark.log" for p in out.iterdir()):
+        raise AuditUsageError(f"export: {out} is not empty (give --overwrite to replace it)")
 
 
 def _export(spark, sources, args, since, until) -> int:
     from mrs.audit.report import export
 
     out = args.out.resolve()
-    if any(p.name != "spark.log" for p in out.iterdir()) and not args.overwrite:
-        print(f"mrs audit export: {out} is not empty (give --overwrite to replace it)",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_USAGE
     written = export(spark, sources, str(out), since, until, mode="overwrite")
     summary = {"out": str(out), "rows": written}
     if args.json:

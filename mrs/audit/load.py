@@ -7,20 +7,25 @@ with the very reader the data source runs (`mrs.audit.source.JournalReader`, so 
 change to what a source reads is a change here too), and handing Spark one table
 makes the audit one plan over one in-memory relation: no Python worker at all.
 
-What is read: the SAF, DQF, DLJ and PCJ of every group named, in that order. On a
-running group a message moves SAF -> DQF -> DLJ or PCJ; reading in that order means
-a message that moves during the audit is seen twice (a duplicate to explain), never
+What is read: the SAF, DQF, DLJ and PCJ of every group named, in that order, then
+each group's PCJ archive (`mrs pcj archive`'s Parquet files: `[group.ops]
+pcj_archive_dir`, by default `DATA_DIR/pcj-archive`) as PCJ rows. On a running group
+a message moves SAF -> DQF -> DLJ or PCJ -> archive; reading in that order means a
+message that moves during the audit is seen twice (a duplicate to explain), never
 missed. The body column is dropped (the audit reports `body_size`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from journals import Journal
 from mrs.audit.columns import SCHEMA
+from mrs.audit.command import AuditJournalDamaged
 
 READ_ORDER = (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
 """SAF before DQF before DLJ and PCJ: the way a message moves (module doc)."""
@@ -31,9 +36,11 @@ def read_journals(
     sources: dict[str, str],
     journals: tuple[Journal, ...] = READ_ORDER,
     progress: Callable[[str], None] | None = None,
+    archived: bool | None = None,
 ) -> pa.Table:
     """Every record of `journals` in the groups `sources` names (the data source's
-    options: `config` + `groups`, or `paths`), body dropped, corrupt rows included."""
+    options: `config` + `groups`, or `paths`), body dropped, corrupt rows included;
+    with `archived` (default: when the PCJ is read) the PCJ archives' rows too."""
     from mrs.audit.source import JournalReader
 
     batches: list[pa.RecordBatch] = []
@@ -50,9 +57,81 @@ def read_journals(
         if progress is not None:
             rows = sum(b.num_rows for b in batches[before:])
             progress(f"read {journal.value.upper()}: {rows:,} records")
+    if Journal.PCJ in journals if archived is None else archived:
+        batches.extend(read_archives(sources, progress))
     if not batches:
         return AUDIT_SCHEMA.empty_table()
     return pa.Table.from_batches([b.cast(AUDIT_SCHEMA) for b in batches], AUDIT_SCHEMA)
+
+
+def archive_dirs(sources: dict[str, str]) -> list[tuple[Path, int]]:
+    """(PCJ archive directory, group) of each group `sources` names: its config's
+    `pcj_archive_dir` (relative to its data_dir), else `DATA_DIR/pcj-archive`."""
+    from mrs.audit.source import resolve_sources
+    from mrs.config.ops import OpsConfig
+
+    options = {key.lower(): value for key, value in sources.items()}
+    groups = {}
+    if "config" in options:
+        from mrs.config.bus import load_config
+
+        groups = load_config(options["config"]).groups
+    found = []
+    for path, group in resolve_sources(options):
+        data_dir = Path(path)
+        if data_dir.name == "journals" and (data_dir / "data.mdb").is_file():
+            data_dir = data_dir.parent
+        ops = groups[group].ops if group in groups else OpsConfig()
+        found.append((ops.archive_dir(data_dir), group))
+    return found
+
+
+class ArchiveUnreadable(AuditJournalDamaged):
+    """A PCJ archive file that pyarrow cannot read: one line naming the directory,
+    exit status 1, as a damaged journal is."""
+
+
+def read_archives(
+    sources: dict[str, str], progress: Callable[[str], None] | None = None
+) -> list[pa.RecordBatch]:
+    """The archived PCJ records of each group, as PCJ rows (body dropped). Without
+    them every message `mrs pcj archive` (or the server's automatic archive) had moved
+    out of the PCJ counted as missing, and was no longer confirmed, in the report."""
+    batches: list[pa.RecordBatch] = []
+    exact_groups = "config" in {key.lower() for key in sources}
+    for directory, group in archive_dirs(sources):
+        if not directory.is_dir():
+            continue
+        try:
+            table = _archived_rows(directory, group if exact_groups else None)
+        except (pa.ArrowException, OSError) as error:
+            raise ArchiveUnreadable(
+                f"PCJ archive {directory}: not readable as Parquet ({error}); "
+                "move the damaged file aside and audit again"
+            ) from None
+        rows = table.num_rows
+        group_column = pa.array([group] * rows, pa.int32())  # as the live PCJ's rows
+        columns = {name: table[name] for name in table.schema.names}
+        arrays = [
+            group_column if name == "group" else columns.get(name, pa.nulls(rows, kind))
+            for name, kind in zip(AUDIT_SCHEMA.names, AUDIT_SCHEMA.types, strict=True)
+        ]
+        batches.extend(pa.Table.from_arrays(arrays, schema=AUDIT_SCHEMA).to_batches())
+        if progress is not None:
+            progress(f"read PCJ archive {directory}: {rows:,} records")
+    return batches
+
+
+def _archived_rows(directory: Path, group: int | None) -> pa.Table:
+    """The audit's columns of the archive's files (of `group` only, if given: a
+    `pcj_archive_dir` may be shared), cast to the audit schema's types."""
+    dataset = ds.dataset(directory, format="parquet", partitioning="hive")
+    names = [n for n in AUDIT_SCHEMA.names if n in dataset.schema.names and n != "group"]
+    where = None
+    if group is not None and "group" in dataset.schema.names:
+        where = ds.field("group") == group
+    table = dataset.to_table(columns=names, filter=where)
+    return table.cast(pa.schema([AUDIT_SCHEMA.field(name) for name in names]))
 
 
 def queue_names(config_path: str | None) -> dict[str, str]:

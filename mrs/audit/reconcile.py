@@ -41,21 +41,24 @@ SEQ_GROUP_SHIFT = 49
 
 _SEQUENCE_SQL = """
 SELECT seq, source, target, place, next_seq, next_source, next_target, next_place FROM (
-  SELECT seq, source, target, place,
+  SELECT seq, source, target, place, in_window,
          lead(seq) OVER w AS next_seq, lead(source) OVER w AS next_source,
-         lead(target) OVER w AS next_target, lead(place) OVER w AS next_place
-  FROM (SELECT seq, source, target, concat(journal, ':', `group`) AS place
+         lead(target) OVER w AS next_target, lead(place) OVER w AS next_place,
+         lead(in_window) OVER w AS next_in_window
+  FROM (SELECT seq, source, target, concat(journal, ':', `group`) AS place, in_window
         FROM {frame} WHERE corrupt IS NULL)
   WINDOW w AS (PARTITION BY shiftright(seq, {shift}) ORDER BY seq, place))
-WHERE next_seq = seq OR next_seq > seq + 1
+WHERE (next_seq = seq OR next_seq > seq + 1) AND (in_window OR next_in_window)
 LIMIT {limit}
 """
+"""Over every record (`in_window` or not: one outside the window still holds its
+counter); a gap or a duplicate is reported when a record beside it is in the window."""
 
 
 _SEQUENCE_COLUMNS = ("seq", "source", "target", "place", "next_seq", "next_source",
                      "next_target", "next_place")  # fmt: skip
 _CORRELATION_COLUMNS = ("prefix", "senders", "source", "messages", "numbers", "first_number",
-                        "last_number", "confirmed", "confirmed_ids")  # fmt: skip
+                        "last_number", "held_numbers", "confirmed", "confirmed_ids")  # fmt: skip
 
 
 def check_rows(spark, frame) -> tuple[list[dict], list[dict]]:
@@ -125,26 +128,42 @@ def sequence_checks(rows: list[dict]) -> dict:
 
 
 _CORRELATION_SQL = """
-SELECT prefix, count(DISTINCT source) AS senders, min(source) AS source,
-       sum(copies) AS messages, count(1) AS numbers,
-       min(number) AS first_number, max(number) AS last_number,
+SELECT ids.prefix, count(DISTINCT CASE WHEN copies > 0 THEN source END) AS senders,
+       min(CASE WHEN copies > 0 THEN source END) AS source, sum(copies) AS messages,
+       count(CASE WHEN copies > 0 THEN 1 END) AS numbers,
+       first(low) AS first_number, first(high) AS last_number,
+       count(CASE WHEN number BETWEEN low AND high THEN 1 END) AS held_numbers,
        sum(confirmed) AS confirmed,
        sum(CASE WHEN confirmed > 0 THEN 1 ELSE 0 END) AS confirmed_ids
-FROM (SELECT prefix, number, min(source) AS source, count(1) AS copies,
-             sum(CASE WHEN journal = 'pcj' THEN 1 ELSE 0 END) AS confirmed
-      FROM (SELECT source, journal, substring(id, 1, length(id) - length(digits)) AS prefix,
+FROM (SELECT prefix, number, min(source) AS source, sum(CAST(in_window AS INT)) AS copies,
+             sum(CASE WHEN journal = 'pcj' AND in_window THEN 1 ELSE 0 END) AS confirmed
+      FROM (SELECT source, journal, in_window,
+                   substring(id, 1, length(id) - length(digits)) AS prefix,
                    try_cast(digits AS BIGINT) AS number
-            FROM (SELECT source, journal, id, regexp_extract(id, '([0-9]*)$', 1) AS digits
-                  FROM (SELECT source, journal, CAST(correlation_id AS STRING) AS id
+            FROM (SELECT source, journal, in_window, id,
+                         regexp_extract(id, '([0-9]*)$', 1) AS digits
+                  FROM (SELECT source, journal, in_window, CAST(correlation_id AS STRING) AS id
                         FROM {frame}
                         WHERE corrupt IS NULL AND correlation_id IS NOT NULL
                               AND length(correlation_id) > 0)))
-      GROUP BY prefix, number)
-GROUP BY prefix
+      GROUP BY prefix, number) AS ids
+JOIN (SELECT prefix, min(number) AS low, max(number) AS high
+      FROM (SELECT substring(id, 1, length(id) - length(digits)) AS prefix,
+                   try_cast(digits AS BIGINT) AS number
+            FROM (SELECT id, regexp_extract(id, '([0-9]*)$', 1) AS digits
+                  FROM (SELECT CAST(correlation_id AS STRING) AS id FROM {frame}
+                        WHERE in_window AND corrupt IS NULL AND correlation_id IS NOT NULL
+                              AND length(correlation_id) > 0)))
+      GROUP BY prefix) AS bounds
+  ON ids.prefix <=> bounds.prefix
+GROUP BY ids.prefix
 LIMIT {limit}
 """
-"""Two steps: per id (prefix, number) its copies and confirms, then per prefix. An id
-without trailing digits is its own prefix with no number (one group per id)."""
+"""Per id (prefix, number) its copies and confirms in the window, then per prefix,
+for the prefixes the window holds. `first_number`/`last_number` are the window's;
+`held_numbers` counts the numbers between them any journal holds, inside the window
+or not (a number confirmed before `--since` is not missing). An id without trailing
+digits is its own prefix with no number (one group per id)."""
 
 
 def _correlation_row(row: dict) -> dict:
@@ -152,7 +171,7 @@ def _correlation_row(row: dict) -> dict:
     confirms (`source` is its first sender, `senders` how many sent ids of it)."""
     numbered = row["first_number"] is not None
     span = row["last_number"] - row["first_number"] + 1 if numbered else 0
-    row["missing_numbers"] = span - row["numbers"] if numbered else 0
+    row["missing_numbers"] = span - row.pop("held_numbers") if numbered else 0
     row["duplicate_confirms"] = row["confirmed"] - row["confirmed_ids"]
     return row
 

@@ -94,7 +94,14 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
     or `mrs.audit.load.read_journals` here) and Spark gets it as one relation. Other
     masters (`table` None and a master that is not local): the executors read the PCJ and
     DLJ through the `mrs-pcj`/`mrs-dlj` formats and the driver reads the DQF and SAF
-    (a backlog, small beside the journals of what happened)."""
+    (a backlog, small beside the journals of what happened).
+
+    Every record is in it, with `in_window`: true for the DQF and SAF (the backlog
+    now) and for PCJ/DLJ records inside `since`/`until`. The counts read the rows in
+    the window; the gap and correlation checks read them all, since a counter whose
+    record was confirmed before `--since` is held, not missing (it was: a message
+    waiting in a DQF since last month made every seq confirmed between it and this
+    month's first a "missing" message)."""
     from pyspark.sql import functions as F
 
     from journals import Journal
@@ -107,11 +114,12 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
         table = table.select(list(SPARK_COLUMNS))
         frame = spark.createDataFrame(table) if table.num_rows else _empty(spark)
     else:
-        table = read_journals(sources, (Journal.SAF, Journal.DQF), progress)
+        table = read_journals(sources, (Journal.SAF, Journal.DQF), progress, archived=True)
         pcj, dlj = (_reader(spark, fmt, sources).drop("body") for fmt in ("mrs-pcj", "mrs-dlj"))
         frame = pcj.unionByName(dlj)
         if table.num_rows:
             frame = frame.unionByName(spark.createDataFrame(table))
+    in_window = F.lit(True)
     if since is not None or until is not None:
         moment = F.when(F.col("journal") == "pcj", F.col("confirm_time")).when(
             F.col("journal") == "dlj", F.col("written_time")
@@ -122,8 +130,8 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
             inside = inside & (moment >= F.lit(since))
         if until is not None:
             inside = inside & (moment < F.lit(until))
-        frame = frame.where(backlog | inside)
-    frame = frame.select(*SPARK_COLUMNS)
+        in_window = F.coalesce(backlog | inside, F.lit(False))
+    frame = frame.select(*SPARK_COLUMNS, in_window.alias("in_window"))
     return frame.cache()  # read by two jobs: converted from Arrow once
 
 
@@ -152,7 +160,7 @@ def compute(spark, sources: dict[str, str], since=None, until=None, *, table=Non
     say = progress or (lambda _text: None)
     frame = audit_frame(spark, sources, since, until, table=table, progress=progress)
     say("counting per queue, sender, hour; latency")
-    counts = _rows(spark.sql(_COUNTS_SQL, frame=frame))
+    counts = _rows(spark.sql(_COUNTS_SQL, frame=frame.where("in_window")))
     latency = _latency(counts)
     say("sequence gaps and duplicates; correlation ids")
     sequence, correlation = reconcile.check_rows(spark, frame)
@@ -291,7 +299,12 @@ def name_addresses(report: Report, names: dict[str, str]) -> None:
 def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,
            mode: str = "errorifexists") -> dict[str, int]:  # fmt: skip
     """Both journals to Parquet under out_dir/{pcj,dlj}, partitioned by date and group
-    (the layout `mrs.audit.parquet` writes); rows written per journal."""
+    (the layout `mrs.audit.parquet` writes); rows written per journal.
+
+    A journal with no rows in the window (a group that never dead-lettered) is one
+    Parquet file of no rows with the schema, `date` and `group` among its columns:
+    partitioned, Spark wrote no file at all, and `spark.read.parquet(DIR/dlj)` failed
+    with UNABLE_TO_INFER_SCHEMA (pyarrow read a table with no columns)."""
     from pyspark.sql import functions as F
 
     pcj, dlj = journals(spark, sources, since, until)
@@ -301,7 +314,11 @@ def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,
         dated = frame.withColumn(
             "date", F.coalesce(F.date_format(moment, "yyyy-MM-dd"), F.lit("unknown"))
         ).cache()
-        dated.write.mode(mode).partitionBy("date", "group").parquet(f"{out_dir}/{name}")
         written[name] = dated.count()
+        if written[name]:
+            dated.write.mode(mode).partitionBy("date", "group").parquet(f"{out_dir}/{name}")
+        else:  # the partition values Spark infers from date=YYYY-MM-DD: a date
+            empty = dated.withColumn("date", F.col("date").cast("date")).coalesce(1)
+            empty.write.mode(mode).parquet(f"{out_dir}/{name}")
         dated.unpersist()
     return written

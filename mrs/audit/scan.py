@@ -43,6 +43,11 @@ from mrs.audit.columns import (
 )
 
 BATCH_ROWS = 8192
+BATCH_BYTES_MAX = 16 << 20
+"""A chunk ends at this many stored bytes even before BATCH_ROWS records: bodies are
+up to 1 GiB (`message_bytes_max`), and 8192 of 1 MiB each made one batch of 8 GiB
+(9.5 GB resident) whose body column Arrow cannot hold in one array (2 GiB): the
+audit of such a PCJ died of "Cannot convert pyarrow.lib.ChunkedArray"."""
 RECORDS_PER_PARTITION = 131_072
 SETTLE_S = 0.2
 """Longer than a group commit takes on a healthy disk (milliseconds)."""
@@ -271,9 +276,9 @@ _FIELDS = 18
 def scan_chunks(
     part: Part, chunk_rows: int = BATCH_ROWS
 ) -> Iterator[tuple[list[list], list[tuple[bytes, str]]]]:
-    """(decoded records, corrupt (key, reason) pairs) in chunks of about chunk_rows,
-    for every record of the part inside its boundary that the conditions admit, in
-    key order, from one LMDB snapshot.
+    """(decoded records, corrupt (key, reason) pairs) in chunks of about chunk_rows
+    (fewer once they hold BATCH_BYTES_MAX stored bytes), for every record of the part
+    inside its boundary that the conditions admit, in key order, from one LMDB snapshot.
 
     The loop is the scan's hot path: a well-formed record costs one slice, one CRC,
     one unpackb and a few comparisons; anything unusual goes through `decode_values`,
@@ -294,9 +299,11 @@ def scan_chunks(
                 return
             rows: list[list] = []
             corrupt: list[tuple[bytes, str]] = []
+            chunk_bytes = 0
             for key, value in cursor.iternext():
                 if key > high:
                     break
+                chunk_bytes += len(value)
                 payload = value[_HEADER_BYTES:]
                 decoded = None
                 if value[:2] == _GOOD_HEADER and crc32(payload) == from_bytes(value[2:6], "big"):
@@ -321,9 +328,9 @@ def scan_chunks(
                 if filter_fields and not conditions.admits(decoded):
                     continue
                 rows.append(decoded)
-                if len(rows) >= chunk_rows:
+                if len(rows) >= chunk_rows or chunk_bytes >= BATCH_BYTES_MAX:
                     yield rows, corrupt
-                    rows, corrupt = [], []
+                    rows, corrupt, chunk_bytes = [], [], 0
             if rows or corrupt:
                 yield rows, corrupt
     finally:

@@ -22,10 +22,13 @@ bounds narrow the key ranges themselves.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import logging
+import math
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -93,20 +96,71 @@ def _paths(options: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+OPTION_NAMES = {"recordsperpartition": "recordsPerPartition", "batchrows": "batchRows",
+                "snapshotsettlems": "snapshotSettleMs"}  # fmt: skip
+"""Options by the spelling the docs give them (Spark hands them lower-cased)."""
+
+
+def int_option(options: dict[str, str], key: str, default: float, minimum: int,
+               kind: type = int) -> Any:  # fmt: skip
+    """A number option (`kind` int or float), or a SourceError naming it: a bad value
+    was Python's "invalid literal for int() with base 10: 'x'", which says neither
+    which option nor what it takes (batchRows said it only inside a task's Java stack)."""
+    if key not in options:
+        return default
+    text = options[key].strip()
+    name = OPTION_NAMES.get(key, key)
+    what = "a whole number" if kind is int else "a number"
+    try:
+        value = kind(text)
+    except ValueError:
+        raise SourceError(f"option {name}: not {what}: {options[key]!r}") from None
+    if not math.isfinite(value):
+        raise SourceError(f"option {name}: not {what}: {options[key]!r}")
+    if value < minimum:
+        raise SourceError(f"option {name}: {value} is below its minimum {minimum}")
+    return value
+
+
+def bool_option(options: dict[str, str], key: str, default: bool) -> bool:
+    """`true` or `false` (any case), or a SourceError naming the option: any other
+    word was read as false (`pushdown=yes` turned pushdown off, unsaid)."""
+    text = options.get(key, str(default)).strip().lower()
+    if text not in ("true", "false"):
+        raise SourceError(f"option {key}: give true or false, not {options[key]!r}")
+    return text == "true"
+
+
+def group_ids(text: str, option: str) -> list[int]:
+    """Group ids of a comma (or space) separated list, or a SourceError naming them."""
+    try:
+        return [int(g) for g in re.split(r"[,\s]+", text) if g]
+    except ValueError:
+        raise SourceError(f"option {option}: not a list of group ids: {text!r}") from None
+
+
 def infer_group(path: str) -> int:
-    """The group of a data dir: its PCJ's target group, else trailing digits, else 0."""
+    """The group of a data dir: the target group of its PCJ's records (confirmed in
+    it), else of its DQF's (waiting for its queues), else the directory's trailing
+    digits, else 0. The DQF's turn: a group that never confirmed with journaling
+    (every message still waiting, or `pcj_default = false`) in a directory named
+    without digits read as group 0 ("in group 0's DQF")."""
     store = scan.open_store(path)
     try:
-        for _, item in store.scan(Journal.PCJ):
-            if not isinstance(item, Exception):
-                return item.target_group
-            break
+        for journal in (Journal.PCJ, Journal.DQF):
+            for _, item in itertools.islice(store.scan(journal), GROUP_PROBE_RECORDS):
+                if not isinstance(item, Exception):
+                    return item.target_group
     finally:
         store.close()
     directory = scan.journal_dir(path)
     name = directory.parent.name if directory.name == "journals" else directory.name
     match = re.search(r"(\d+)$", name)
     return int(match.group(1)) if match else 0
+
+
+GROUP_PROBE_RECORDS = 16
+"""Records of a journal `infer_group` looks at for one that is not corrupt."""
 
 
 def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
@@ -119,7 +173,7 @@ def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
         except (ConfigError, OSError) as error:
             raise SourceError(f"config: {error}") from None
         wanted = options.get("groups", "")
-        ids = [int(g) for g in re.split(r"[,\s]+", wanted) if g] if wanted else list(bus.groups)
+        ids = group_ids(wanted, "groups") if wanted else list(bus.groups)
         try:
             return [(str(bus.group(g).data_dir), g) for g in ids]
         except LookupError as error:
@@ -130,7 +184,7 @@ def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:
     if "group" in options:
         if len(paths) != 1:
             raise SourceError("option group goes with exactly one path")
-        return _whole([(paths[0], int(options["group"]))])
+        return _whole([(paths[0], int_option(options, "group", 0, minimum=0))])
     try:
         return _whole([(str(scan.journal_dir(path)), infer_group(path)) for path in paths])
     except FileNotFoundError as error:
@@ -223,17 +277,20 @@ class JournalReader(DataSourceReader):
         self.options = options
         self.sources = resolve_sources(options)
         self.conditions = scan.Conditions()
-        self.arrow = options.get("arrow", "true").lower() != "false"
+        self.arrow = bool_option(options, "arrow", True)
+        self.records_per_partition = int_option(
+            options, "recordsperpartition", scan.RECORDS_PER_PARTITION, minimum=1
+        )
+        self.settle_ms = int_option(options, "snapshotsettlems", scan.SETTLE_S * 1000, 0, float)
+        self.batch_rows = int_option(options, "batchrows", scan.BATCH_ROWS, minimum=1)
 
     def partitions(self) -> list[InputPartition]:
         parts = scan.plan(
             self.sources,
             self.journal,
             self.conditions,
-            records_per_partition=int(
-                self.options.get("recordsperpartition", scan.RECORDS_PER_PARTITION)
-            ),
-            settle_s=float(self.options.get("snapshotsettlems", scan.SETTLE_S * 1000)) / 1000,
+            records_per_partition=self.records_per_partition,
+            settle_s=self.settle_ms / 1000,
         )
         return [_PartInput(part) for part in parts] or [_PartInput(None)]
 
@@ -242,7 +299,7 @@ class JournalReader(DataSourceReader):
         if part is None:
             return
         if self.arrow:
-            yield from scan.scan_batches(part, int(self.options.get("batchrows", scan.BATCH_ROWS)))
+            yield from scan.scan_batches(part, self.batch_rows)
             return
         for key, decoded in scan.scan_values(part):
             if isinstance(decoded, str):
@@ -277,7 +334,7 @@ class _JournalSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = _options(self.options)
-        pushdown = options.get("pushdown", str(self.pushdown)).lower() == "true"
+        pushdown = bool_option(options, "pushdown", self.pushdown)
         reader_type = PushdownJournalReader if pushdown else JournalReader
         return reader_type(self.journal, options)
 
