@@ -45,16 +45,39 @@ def tls_context(
 ) -> ssl.SSLContext:
     """Verify the server with `ca`; present `cert`/`key` when the group asks for a
     client certificate (`client_cert = "required"`). Verification is always on."""
+    if key is not None and cert is None:
+        raise BadParameter(
+            Status.BADPARAM, f"tls_context: key {key} given without its cert: give both"
+        )
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         if cert is not None:
-            context.load_cert_chain(str(cert), None if key is None else str(key))
+            context.load_cert_chain(
+                str(cert), None if key is None else str(key), password=_no_passphrase
+            )
+    except _EncryptedKey:
+        raise BadParameter(
+            Status.BADPARAM,
+            f"tls_context: the key {key or cert} is encrypted (it has a passphrase), "
+            "which MRS does not ask for: give it an unencrypted key (owner-only, 0600)",
+        ) from None
     except (OSError, ssl.SSLError) as error:  # a file missing, unreadable or no PEM
         named = ", ".join(str(path) for path in (ca, cert, key) if path is not None)
         why = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise BadParameter(Status.BADPARAM, f"tls_context: cannot load {named}: {why}") from None
     return context
+
+
+class _EncryptedKey(Exception):
+    """The private key asked for a passphrase."""
+
+
+def _no_passphrase() -> bytes:
+    """OpenSSL's password callback: called only for an encrypted key. Without it,
+    OpenSSL prompted `Enter PEM pass phrase:` on the terminal, blocking the program
+    (and the event loop), and without a terminal failed as `Invalid argument`."""
+    raise _EncryptedKey
 
 
 def tls_opener(context: ssl.SSLContext, server_name: str | None = None) -> OpenStream:

@@ -85,8 +85,11 @@ def write_identity(identity: Identity, out_dir: Path) -> tuple[Path, Path]:
 def load_identity(path: str | os.PathLike[str]) -> Identity:
     """An identity from its NAME.key file; PolicyError if it is not one, or if others
     than its owner may read it (as ssh refuses such a key: it may have leaked)."""
-    _check_owner_only(Path(path))
+    # What the file is comes first: a NAME.pub given for NAME.key (an easy slip, they
+    # sit side by side) was refused as a private key others may read, with advice
+    # to chmod it and make a new key. Reading it before the mode check uses nothing.
     document = _read_document(Path(path), PRIVATE_KIND)
+    _check_owner_only(Path(path))
     try:
         return Identity(
             check_name(document["name"]),
@@ -187,9 +190,20 @@ def _read_document(path: Path, kind: str) -> dict:
         document = json.loads(path.read_text())
     except OSError as error:
         raise PolicyError(f"{path}: cannot read: {error.strerror or error}") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
         raise PolicyError(f"{path}: not a key file (not JSON)") from None
-    if not isinstance(document, dict) or document.get("kind") != kind:
+    found = document.get("kind") if isinstance(document, dict) else None
+    if found == PUBLIC_KIND and kind == PRIVATE_KIND:
+        raise PolicyError(
+            f"{path} is a public key file; the identity is the private key beside it "
+            "(NAME.key, made by `mrs keys new`)"
+        )
+    if found == PRIVATE_KIND and kind == PUBLIC_KIND:
+        raise PolicyError(
+            f"{path} holds a private key where a public one belongs: copy NAME.pub there, "
+            "and make a new key if others may have read this one"
+        )
+    if found != kind:
         raise PolicyError(f"{path}: not a {kind} file")
     return document
 

@@ -86,6 +86,8 @@ def parse_policies(text: str, path: Path, bus: Any = None) -> PolicySet:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise PolicyError(f"{path}: not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise PolicyError(f"{path}: not valid TOML: nested too deep") from None
     _check_keys(path, document, "", _TOP_KEYS)
     base = path.absolute().parent
     keys_dir = _string(path, document, "keys_dir", "", default="keys")

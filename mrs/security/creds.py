@@ -124,6 +124,8 @@ def load(path: Path) -> Credentials:
         raise CredsError(f"credentials file {path}: {error.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise CredsError(f"credentials file {path}: not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise CredsError(f"credentials file {path}: not valid TOML: nested too deep") from None
     unknown = set(document) - {"principal", "decoy_key"}
     if unknown:
         raise CredsError(f"credentials file {path}: unknown keys {sorted(unknown)}")
@@ -255,7 +257,14 @@ def read_secret(path: Path) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
     except OSError as error:
-        raise CredsError(f"secret file {path}: {error.strerror}") from None
+        raise CredsError(f"secret file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        # Not the error's text: it quotes bytes of the file, which is a secret.
+        # Before, a binary file (a half copy, the wrong file) escaped as
+        # UnicodeDecodeError: a running group reloading its link secret stopped.
+        raise CredsError(
+            f"secret file {path} is not UTF-8 text: is it the file `mrs creds` wrote?"
+        ) from None
     if not text:
         raise CredsError(f"secret file {path} is empty")
     return text

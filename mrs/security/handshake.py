@@ -38,6 +38,8 @@ from mrs.security import scram
 
 AUTH_VERSION = 1
 FRAME_BYTES_MAX = 4096
+NAME_CHARS_MAX = 64
+"""Principal names are 1-64 characters (mrs.security.creds.NAME_PATTERN)."""
 _HEADER = struct.Struct(">I")
 LINK_PROOF_SUFFIX = b"|link-peer"
 FATAL_CODE = getattr(wire.Fatal, "code", 31)
@@ -64,6 +66,18 @@ class ClientCredentials:
     name: str
     password: str
 
+    def __post_init__(self) -> None:
+        """Refuse what can never authenticate, in one line that shows no password.
+        Before, a password of bytes or None (`open(f, "rb").read()`, an unset
+        variable) or one that is not text escaped the connect as AttributeError or
+        UnicodeEncodeError from a worker thread, and a name no principal can have
+        went to the group to be answered PROTOCOL_ERROR or `auth frame of N bytes`."""
+        problem = _credentials_problem(self.name, self.password)
+        if problem is not None:  # CredsError, as from_file: one line at the CLI edge too
+            from mrs.security.creds import CredsError
+
+            raise CredsError(f"credentials: {problem}")
+
     def __repr__(self) -> str:  # never print the password
         return f"ClientCredentials(name={self.name!r})"
 
@@ -76,6 +90,28 @@ class ClientCredentials:
         from mrs.security.creds import read_secret
 
         return cls(name, read_secret(Path(path)))
+
+
+def _credentials_problem(name: object, password: object) -> str | None:
+    """Why `name` and `password` can never authenticate (None: they may)."""
+    from mrs.security.creds import name_problem
+
+    if not isinstance(name, str):
+        return f"the name must be a str, not {type(name).__name__}"
+    if len(name) > NAME_CHARS_MAX:
+        return f"a name of {len(name)} characters: principal names have 1-{NAME_CHARS_MAX}"
+    if (problem := name_problem(name)) is not None:
+        return problem
+    if not isinstance(password, str):
+        return (
+            f"the password of {name!r} must be a str, not {type(password).__name__} "
+            "(ClientCredentials.from_file reads a password file)"
+        )
+    try:
+        password.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"the password of {name!r} is not valid text (undecodable bytes)"
+    return None
 
 
 def auth_message(

@@ -64,6 +64,12 @@ async def admit(authority: Authority, session, deadline_s: float, refusals) -> b
             "auth",
             session.host,
             f"authentication refused ({failure.status.name}): {failure.message} ({session.peer})",
+            # One line per kind of failure of a host, not per host: keyed on the host
+            # alone, a wrong password went unlogged for 10 s after any other refusal
+            # from its host (a tool without credentials, a reconnecting client), and
+            # the count on the next line mixed the kinds. A fixed set of kinds (not
+            # the name, which the peer chooses) keeps a flood to a few lines.
+            key=("auth", session.host, failure.status, failure.protocol_answer),
         )
         with contextlib.suppress(*_CONNECTION_ERRORS), trio.move_on_after(1):
             if failure.protocol_answer:
