@@ -4,6 +4,7 @@ before any transfer (either side), owner-only files whatever the umask."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -175,6 +176,8 @@ async def test_jplay_through_the_server_honours_the_replay_right(single) -> None
 
     denied = await trio.to_thread.run_sync(jplay, "producer")
     assert denied.returncode != 0 and "NOTAUTHORIZED" in denied.stdout + denied.stderr
+    # a re-run cannot help before the grant: the summary says so, not "run it again"
+    assert json.loads(denied.stdout)["resumable"] is False
     async with connect(address, "1.10", credentials=creds("consumer")) as consumer:
         with pytest.raises(NoMoreMessages):
             await consumer.get(timeout=0)

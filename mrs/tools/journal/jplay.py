@@ -449,6 +449,7 @@ def _print_summary(options: Options, tally: Tally) -> None:
                     "elapsed_s": round(tally.elapsed_s, 3),
                     "msgs_per_s": round(rate, 1),
                     "stopped": tally.stopped or None,
+                    "resumable": tally.resumable,
                 }
             )
         )
@@ -490,6 +491,7 @@ def _print_summary(options: Options, tally: Tally) -> None:
     elif not tally.ok:
         console.print(
             "The failures above are refusals a re-run would get again: fix what they name "
-            "(the target queue, --to, the configuration) before replaying them.",
+            "(the target queue, --to, the configuration, a right the principal lacks) "
+            "before replaying them.",
             highlight=False,
         )

@@ -51,6 +51,11 @@ from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay_keys import replay_headers, replay_key  # noqa: F401 - re-exported
 
+REFUSED_UNTIL_FIXED = PERMANENT_REFUSALS | {Status.NOTAUTHORIZED}
+"""Refusals a replay run again gets again until the operator changes something: the
+link's permanent ones, and a right the replaying principal lacks (the summary advised
+running the same command again, which could not help before the grant)."""
+
 PLAN_CHUNK = 1024
 BATCH_PUTS_MAX = 512
 """Puts one worker sends in one put_many (one frame, one commit on the server)."""
@@ -414,7 +419,7 @@ class Replayer:
                 name,
                 f"UMA {options.uma.name}: {uma}",
                 in_doubt=False,
-                permanent=status in PERMANENT_REFUSALS,
+                permanent=status in REFUSED_UNTIL_FIXED,
             )
             return
         self.ledger.stage(
@@ -455,5 +460,5 @@ class Replayer:
                 status_name(status),
                 error.message,
                 in_doubt=False,
-                permanent=status in PERMANENT_REFUSALS,
+                permanent=status in REFUSED_UNTIL_FIXED,
             )
