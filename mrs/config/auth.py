@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mrs.config.keys import unknown_key_problem
+
 AUTH_KEYS = frozenset({"enabled", "credentials", "link_secrets"})
 
 
@@ -29,28 +31,37 @@ class AuthConfig:
 
 
 def parse_auth(raw: Any, config_dir: Path) -> AuthConfig | None | tuple[str, str]:
-    """The [auth] table, None when absent or enabled = false, (key, problem) when bad."""
-    from mrs.config.fields import resolve_path  # here: fields imports the schema, which imports us
+    """The [auth] table, None when absent or enabled = false, (key, problem) when bad.
+    Its problems read as every other table's: an unknown key names the key meant (a
+    typo of `credentials` was told only the known keys), and a wrong value says what
+    it got (`credentials = 5` was told the key "is required"), also with
+    `enabled = false`, which took any value and refused it only once switched on."""
+    # here: fields imports the schema, which imports us
+    from mrs.config.fields import _describe, resolve_path
 
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        return "", "must be a table"
-    unknown = set(raw) - AUTH_KEYS
+        return "", f"must be a table ([auth]), got {_describe(raw)}"
+    unknown = sorted(set(raw) - AUTH_KEYS)
     if unknown:
-        return sorted(unknown)[0], f"unknown key (known: {', '.join(sorted(AUTH_KEYS))})"
+        return unknown[0], unknown_key_problem(unknown[0], AUTH_KEYS)
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
-        return "enabled", "must be true or false"
-    if not enabled:
-        return None
+        return "enabled", f"must be true or false, got {_describe(enabled)}"
     paths = {}
     for key in ("credentials", "link_secrets"):
-        value = raw.get(key)
-        if not isinstance(value, str) or not value:
-            return key, "is required: a path (relative to the config file)"
+        if key not in raw:
+            if not enabled:  # switched off: the table may be a stub
+                continue
+            return key, "required key is missing: a path (relative to the config file)"
+        value = raw[key]
+        if not isinstance(value, str):
+            return key, f"must be a path (a string), got {_describe(value)}"
         path = resolve_path(value, config_dir)
         if isinstance(path, str):
             return key, path
         paths[key] = path
+    if not enabled:  # its values checked all the same: switched on later, they hold
+        return None
     return AuthConfig(paths["credentials"], paths["link_secrets"])

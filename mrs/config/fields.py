@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mrs.config.keys import unknown_key_problem
-from mrs.config.schema import _NAME_PATTERN, _NUMBER_PATTERN, PORT_MAX, ConfigError
+from mrs.config.schema import (
+    _NAME_PATTERN,
+    _NUMBER_PATTERN,
+    NAME_CHARS_MAX,
+    PORT_MAX,
+    ConfigError,
+)
+from mrs.limits import QUEUE_NAME_CHARS_MAX
 from mrs.model import ConfirmStyle
 
 
@@ -45,6 +52,10 @@ def _toml_list(values: list[Any]) -> str:
 
 def _split_host_port(text: str) -> tuple[str, str] | str:
     """('host', 'port') for 'host:port' or '[v6]:port'; a problem string otherwise."""
+    scheme, slashes, rest = text.partition("://")
+    if slashes and scheme.isalpha():  # a URL pasted in ("http://127.0.0.1:9101"), which
+        # read as an IPv6 host without brackets and was refused as one
+        return f"must be 'host:port', not a URL: drop '{scheme}://', e.g. {rest.split('/')[0]!r}"
     host, colon, port = text.rpartition(":")
     if not colon:
         return f"must be 'host:port', got {text!r}"
@@ -81,6 +92,8 @@ class FieldReader:
 
     path: Path
     data_dir_owner: dict[Path, str] = field(default_factory=dict)
+    data_dir_holders: dict[Path, tuple[Path, str]] = field(default_factory=dict)
+    """Every directory above a data_dir read so far: (that data_dir, its key)."""
 
     def fail(self, key: str, problem: str) -> NoReturn:
         raise ConfigError(self.path, key, problem)
@@ -142,6 +155,12 @@ class FieldReader:
 
     def name(self, table: dict[str, Any], key: str, where: str) -> str:
         value = self.string(table, key, where)
+        if len(value) > NAME_CHARS_MAX:
+            self.fail(
+                _join(where, key),
+                f"must be at most {NAME_CHARS_MAX} characters, got {len(value)} (so that "
+                f"GROUP.QUEUE fits the {QUEUE_NAME_CHARS_MAX} characters a lookup by name carries)",
+            )
         if not _NAME_PATTERN.fullmatch(value):
             self.fail(
                 _join(where, key),
@@ -171,7 +190,8 @@ class FieldReader:
         short = len(port_text.lstrip("0")) <= len(str(PORT_MAX))
         port = int(port_text) if short and _NUMBER_PATTERN.fullmatch(port_text) else -1
         if not port_min <= port <= PORT_MAX:
-            shown = repr(port_text) if short else f"{len(port_text)} characters"
+            # the text itself, unless very long: "8080/metrics" was shown as "12 characters"
+            shown = repr(port_text) if len(port_text) <= 40 else f"{len(port_text)} characters"
             self.fail(
                 _join(where, key),
                 f"port must be a number in {port_min}..{PORT_MAX}, got {shown}",
@@ -186,6 +206,11 @@ class FieldReader:
         return path
 
     def data_dir(self, group: dict[str, Any], where: str) -> Path:
+        """A group's or an instance's data directory: its own, not another's, nor
+        inside another's (or holding one). Why nested ones too: a group whose data_dir
+        lay in another's (`g1/journals`) ran, but journal-repair.md's procedure moves
+        the damaged group's whole data_dir aside, taking the other's journals with it,
+        and the other then started empty on the rescued copy's directory."""
         directory = self.file_path(group, "data_dir", where, self.path.absolute().parent)
         directory = directory.resolve()
         if directory in self.data_dir_owner:
@@ -193,7 +218,23 @@ class FieldReader:
                 _join(where, "data_dir"),
                 f"{directory} is also the data_dir of {self.data_dir_owner[directory]}",
             )
+        outer = next((p for p in directory.parents if p in self.data_dir_owner), None)
+        if outer is not None:
+            self.fail(
+                _join(where, "data_dir"),
+                f"{directory} is inside {outer}, the data_dir of {self.data_dir_owner[outer]}: "
+                "give each group and instance a directory of its own, beside the others",
+            )
+        if directory in self.data_dir_holders:
+            inner, owner = self.data_dir_holders[directory]
+            self.fail(
+                _join(where, "data_dir"),
+                f"{directory} holds {inner}, the data_dir of {owner}: "
+                "give each group and instance a directory of its own, beside the others",
+            )
         self.data_dir_owner[directory] = where
+        for parent in directory.parents:
+            self.data_dir_holders.setdefault(parent, (directory, where))
         return directory
 
 

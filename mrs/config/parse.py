@@ -98,6 +98,7 @@ class _Parser(FieldReader):
             for i, raw in enumerate(self.tables(document, "link", ""))
         )
         self.check_links_unique(links)
+        self.check_link_addresses(links, groups)
         for i, link in enumerate(links):
             check_link_tls(self, by_id, f"link[{i}]", link.groups)
         linked: dict[int, set[int]] = {g.id: set() for g in groups}
@@ -114,7 +115,7 @@ class _Parser(FieldReader):
             protection = self.file_path(document, "protection", "", self.path.absolute().parent)
         auth = parse_auth(document.get("auth"), self.path.absolute().parent)
         if isinstance(auth, tuple):
-            self.fail(_join("auth", auth[0]), auth[1])
+            self.fail(_join("auth", auth[0]) if auth[0] else "auth", auth[1])
         coordinator = parse_coordinator(self, document)
         for i, group in enumerate(groups):
             if group.instances and coordinator is None:
@@ -300,28 +301,50 @@ class _Parser(FieldReader):
 
     def _check_addresses_unique(self, groups: list[GroupConfig]) -> None:
         """Every address a server of the bus listens on, once: a group's, or a
-        replicated group's instances' client and replication addresses (within one
-        group `mrs.config.instances` checks them; here across groups, where an
-        instance on another group's port would take that group's clients)."""
+        replicated group's instances' client and replication addresses, and its
+        `[group.ops]` metrics_listen and web_listen (within one group
+        `mrs.config.instances` and `mrs.config.ops` check them; here across groups,
+        where an instance on another group's port would take that group's clients,
+        and one group's metrics on another's listen failed that group's start with
+        "the port is in use by another process", naming neither key)."""
         owners: dict[tuple[str, int], str] = {}
         for i, group in enumerate(groups):
-            addresses = [(f"group[{i}].listen", group.listen_host, group.listen_port)]
-            if group.instances:
-                addresses = [
-                    (f"group[{i}].instance[{n}].{key}", host, port)
-                    for n, instance in enumerate(group.instances)
-                    for key, host, port in (
-                        ("listen", instance.listen_host, instance.listen_port),
-                        ("replication", instance.replication_host, instance.replication_port),
-                    )
-                ]
-            for where, host, port in addresses:
+            for where, host, port in _addresses(group, f"group[{i}]"):
                 if port == 0:
                     continue
                 key = same_address(host, port)
                 if key in owners and not owners[key].startswith(f"group[{i}]."):
                     self.fail(where, f"{host}:{port} is also the address of {owners[key]}")
                 owners.setdefault(key, where)
+
+    def check_link_addresses(
+        self, links: tuple[LinkConfig, ...], groups: list[GroupConfig]
+    ) -> None:
+        """A link's `address` is where the lower group reaches the higher one: of what
+        the bus listens on, only the higher group's own listen (a port has one
+        listener, so another of the bus's addresses is not a proxy either). Why:
+        `address` copied from the lower group's own `listen` loaded, and the group
+        dialed itself for ever, logging "group 1 has no link from group 1", which
+        names neither the link nor its key."""
+        owners = {
+            same_address(host, port): (group.id, where)
+            for i, group in enumerate(groups)
+            for where, host, port in _addresses(group, f"group[{i}]")
+            if port != 0
+        }
+        for i, link in enumerate(links):
+            if link.address_host is None or link.address_port is None:
+                continue
+            owner = owners.get(same_address(link.address_host, link.address_port))
+            if owner is None:
+                continue
+            group_id, where = owner
+            if group_id != link.groups[1] or not where.endswith(".listen") or ".ops." in where:
+                self.fail(
+                    f"link[{i}].address",
+                    f"{link.address_host}:{link.address_port} is {where}, not where group "
+                    f"{link.groups[1]} takes links (its listen): the lower group dials it there",
+                )
 
     def check_queues_unique(self, queues: list[QueueConfig], where: str, group_id: int) -> None:
         ids: dict[int, int] = {}
@@ -359,3 +382,27 @@ class _Parser(FieldReader):
                     f"(also link[{seen[link.groups]}])",
                 )
             seen[link.groups] = i
+
+
+def _addresses(group: GroupConfig, where: str) -> list[tuple[str, str, int]]:
+    """(key, host, port) of every address the group's servers listen on: its listen
+    (or, replicated, its instances' listen and replication addresses), and its
+    metrics and web endpoints when they are on."""
+    addresses = [(f"{where}.listen", group.listen_host, group.listen_port)]
+    if group.instances:
+        addresses = [
+            (f"{where}.instance[{n}].{key}", host, port)
+            for n, instance in enumerate(group.instances)
+            for key, host, port in (
+                ("listen", instance.listen_host, instance.listen_port),
+                ("replication", instance.replication_host, instance.replication_port),
+            )
+        ]
+    ops = group.ops
+    for key, host, port in (
+        ("metrics_listen", ops.metrics_host, ops.metrics_port),
+        ("web_listen", ops.web_host, ops.web_port),
+    ):
+        if host is not None and port is not None:
+            addresses.append((f"{where}.ops.{key}", host, port))
+    return addresses

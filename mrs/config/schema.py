@@ -20,7 +20,11 @@ from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
 from mrs.config.ops import OpsConfig
 from mrs.config.tls import TlsConfig
 from mrs.errors import OperatorError
-from mrs.limits import QUEUE_MESSAGES_MAX_DEFAULT, QUEUE_UNCONFIRMED_MAX_DEFAULT
+from mrs.limits import (
+    QUEUE_MESSAGES_MAX_DEFAULT,
+    QUEUE_NAME_CHARS_MAX,
+    QUEUE_UNCONFIRMED_MAX_DEFAULT,
+)
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 
 GROUP_ID_MIN = 1
@@ -34,6 +38,11 @@ DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
 """MessageQ's name for the DLQ: attachable and addressable by it in every group."""
 
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_CHARS_MAX = (QUEUE_NAME_CHARS_MAX - 1) // 2
+"""The longest group, queue or instance name: `GROUP.QUEUE` of two of them fits what a
+Locate, a ShowPending or a journal reader's queue select carries. Why: names were
+unbounded, and a queue the file declared with a longer name could be attached but
+never located, counted or selected by name (each refused BADPARAM)."""
 _NUMBER_PATTERN = re.compile(r"[0-9]+")
 
 

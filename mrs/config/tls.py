@@ -80,7 +80,7 @@ class TlsConfig:
     def _accepting(self, kind: str, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
         def build() -> ssl.SSLContext:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(self.ca))
-            context.load_cert_chain(str(self.cert), str(self.key))
+            context.load_cert_chain(str(self.cert), str(self.key), password=_no_passphrase)
             context.verify_mode = verify_mode
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             return context
@@ -163,7 +163,7 @@ class TlsConfig:
 
         def build() -> ssl.SSLContext:
             context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
-            context.load_cert_chain(str(self.cert), str(self.key))
+            context.load_cert_chain(str(self.cert), str(self.key), password=_no_passphrase)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             return context
 
@@ -209,6 +209,22 @@ def _path(parser: Any, raw: dict[str, Any], key: str, where: str) -> Path:
     return path
 
 
+class EncryptedKey(ValueError):
+    """A private key that asked for a passphrase (`_no_passphrase`)."""
+
+
+def _no_passphrase() -> bytes:
+    """OpenSSL's password callback, called only for an encrypted key. Without it,
+    OpenSSL prompted `Enter PEM pass phrase:` on the terminal whenever a context was
+    built (the config's load, then each context), and with no terminal every tool
+    stopped with `mrs: Invalid argument`, naming no file. A ValueError: a key swapped
+    for an encrypted one while the group runs is not loaded, as any bad file."""
+    raise EncryptedKey(
+        "the key is encrypted (it has a passphrase), which a group cannot ask for: "
+        "give it an unencrypted key, owner-only (openssl pkey -in KEY -out NEW; chmod 600 NEW)"
+    )
+
+
 def _check_loads(parser: Any, config: TlsConfig, where: str) -> None:
     """Load the files now: a PEM that is not one, or a key of another certificate,
     fails the config load instead of the first handshake."""
@@ -217,7 +233,11 @@ def _check_loads(parser: Any, config: TlsConfig, where: str) -> None:
     except (ssl.SSLError, ValueError) as error:
         parser.fail(f"{where}.ca", f"{config.ca} is not a PEM CA certificate: {_reason(error)}")
     try:
-        ssl.create_default_context().load_cert_chain(str(config.cert), str(config.key))
+        ssl.create_default_context().load_cert_chain(
+            str(config.cert), str(config.key), password=_no_passphrase
+        )
+    except EncryptedKey as error:
+        parser.fail(f"{where}.key", f"{config.key}: {error}")
     except (ssl.SSLError, ValueError) as error:
         parser.fail(
             f"{where}.cert",

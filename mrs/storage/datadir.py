@@ -40,6 +40,17 @@ def lock_holder_pid(data_dir: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def data_dir_in_use(data_dir: Path) -> DataDirError:
+    """The refusal of a second server on `data_dir`, naming the one that holds it
+    (one wording for the lock itself and for `mrs serve`'s check before it binds)."""
+    pid = lock_holder_pid(data_dir)
+    holder = f"pid {pid}" if pid is not None else "another process"
+    return DataDirError(
+        f"data_dir {data_dir} is in use by another mrs serve ({holder}); "
+        "one server per data directory"
+    )
+
+
 @dataclass
 class DataDirGuard:
     """The lock on one data directory and the identity it had when the server opened
@@ -80,12 +91,7 @@ class DataDirGuard:
             os.close(fd)
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise DataDirError(f"data_dir {data_dir}: cannot lock: {error.strerror}") from None
-            pid = lock_holder_pid(data_dir)
-            holder = f"pid {pid}" if pid is not None else "another process"
-            raise DataDirError(
-                f"data_dir {data_dir} is in use by another mrs serve ({holder}); "
-                "one server per data directory"
-            ) from None
+            raise data_dir_in_use(data_dir) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         os.fsync(fd)

@@ -69,6 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
 
         trio.run(serve_instance, bus, args.group, args.instance, options)
         return 0
+    _check_not_running(group.data_dir)
+    _check_endpoint_ports(bus, group)
     trio.run(serve, bus, args.group, args.ready_file, options)
     return 0
 
@@ -83,6 +85,64 @@ def _check_ready_file(path: Path | None) -> None:
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
         why = "a directory" if path.is_dir() else f"{folder} is not a writable directory"
         raise CommandError(f"--ready-file {path}: cannot write a file there ({why})", EXIT_USAGE)
+
+
+def _check_endpoint_ports(bus: BusConfig, group: GroupConfig) -> None:
+    """Refuse a `[group.ops]` metrics_listen or web_listen port another process holds
+    before the server starts. Why here: the server binds them only after its journals
+    are open and the boot epoch is committed, so such a start bumped the epoch (a
+    restart to `mrs_epoch` alerts) and left journals in a new data directory, where
+    operations.md promises a failed start leaves the journals exactly as they were. A
+    bind tried and let go (as a replicated instance checks its client port); the
+    server binds them for real later, so this cannot take a port from it."""
+    import socket
+
+    from mrs.transport.bind_failure import bind_failure
+
+    ops = group.ops
+    for key, host, port in (
+        ("metrics_listen", ops.metrics_host, ops.metrics_port),
+        ("web_listen", ops.web_host, ops.web_port),
+    ):
+        if host is None or not port:  # off, or port 0: the system picks a free one
+            continue
+        try:  # each address as trio.open_tcp_listeners binds it (the server's way)
+            for family, kind, proto, _, address in socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            ):
+                with socket.socket(family, kind, proto) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    probe.bind(address)
+        except OSError as error:
+            where = f"{bus.path}: group {group.id} ({group.name}) ops.{key} = {host}:{port}"
+            raise bind_failure(where, key, error) from None
+
+
+def _check_not_running(data_dir: Path) -> None:
+    """Refuse a second `mrs serve` of a running group in the words of the data
+    directory's lock (mrs.storage.datadir): "in use by another mrs serve (pid N)".
+    Why before anything: the server binds its ports before it takes the lock, so a
+    second start with a fixed `listen` said "the port is in use by another process;
+    stop it or change listen", and the process to stop was the group itself, serving.
+    Asked with a shared lock tried and dropped at once; nothing is created or written."""
+    import fcntl
+
+    from mrs.storage.datadir import LOCK_FILE_NAME, data_dir_in_use
+
+    try:
+        fd = os.open(Path(data_dir) / LOCK_FILE_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # none yet, or unreadable: the server's own checks say so
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: the running server's exclusive lock
+        raise data_dir_in_use(Path(data_dir)) from None
+    except OSError:
+        return  # cannot tell: the server's own lock says why when it starts
+    finally:
+        os.close(fd)  # closing drops the shared lock if it was taken
 
 
 def _check_instance(bus: BusConfig, group: GroupConfig, name: str | None) -> None:
