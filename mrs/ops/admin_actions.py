@@ -854,10 +854,15 @@ def _add_queue(actions: AdminActions, session: AdminSession, request: wire.Admin
     group = actions.group
     config = group.config
     queue_id = values["id"]
-    if queue_id in config.queues or any(q.name == values["name"] for q in config.queues.values()):
+    taken = [
+        f"{config.id}.{qid} is {queue.name}"
+        for qid, queue in config.queues.items()
+        if qid == queue_id or queue.name == values["name"]
+    ]
+    if taken:  # which one: "a queue 50 or 'SAME2'" left the operator to guess
         raise Refused(
             Status.BADPARAM,
-            f"add-queue: group {config.id} has a queue {queue_id} or {values['name']!r}",
+            f"add-queue: group {config.id} has that queue already ({'; '.join(taken)})",
         )
     new_bus, batch = actions.rewrite(lambda text: with_new_queue(text, config.id, values))
     fresh = new_bus.groups[config.id].queues[queue_id]

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mrs.errors import ConnectionLost
+from mrs.errors import ConnectionLost, MrsError
 from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
 from mrs.tools.cli_support import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError, walk_errors
 
@@ -121,11 +121,12 @@ def run_admin(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from clients import connect
+    from contextlib import AsyncExitStack
+
     from mrs.config.bus import load_config
     from mrs.config.tls import operator_connect_options
 
-    address, options = args.address, {}
+    address, options, group, coordinator = args.address, {}, None, None
     if args.config is not None:
         bus = load_config(args.config)
         group = _group_of(args, bus)
@@ -135,17 +136,18 @@ async def _run(args: argparse.Namespace) -> int:
             except LookupError as error:
                 raise CommandError(f"admin: {error}", EXIT_USAGE) from None
             return _journal_offline(Path(data_dir), args)
+        if not group.instances and group.listen_port == 0:  # dialled, it was "refused"
+            raise CommandError(
+                f"admin: group {group.id} ({group.name}) listens on port 0 in {args.config} "
+                "(a port chosen at start): give --address HOST:PORT (its READY line)",
+                EXIT_USAGE,
+            )
         address = group.client_address
         options = operator_connect_options(group)
+        coordinator = bus.coordinator if group.instances else None
     try:
-        async with connect(
-            address,
-            queue=None,
-            program=f"mrs admin {args.admin_command}",
-            connect_timeout_s=CONNECT_TIMEOUT_S,
-            reconnect=None,
-            **options,
-        ) as client:
+        async with AsyncExitStack() as stack:
+            client = await _open(stack, args, address, options, group, coordinator)
             try:
                 return await _act(client, args)
             except ConnectionLost as lost:
@@ -157,6 +159,34 @@ async def _run(args: argparse.Namespace) -> int:
             raise  # our stdout's reader went away (`| head`), not the group
         message = getattr(error, "message", None) or str(error)
         raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
+
+
+async def _open(
+    stack: Any, args: argparse.Namespace, address: str, options: dict, group: Any, coordinator: Any
+) -> Any:
+    """The client connected to the group's server (on a replicated group, to its
+    active, waited for up to CONNECT_TIMEOUT_S during a failover), or CommandError
+    with `mrs status`'s words for why none answered."""
+    from clients import connect
+    from mrs.tools.reach_active import open_active, unreachable_line
+
+    def dial() -> Any:
+        return connect(
+            address,
+            queue=None,
+            program=f"mrs admin {args.admin_command}",
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            reconnect=None,
+            **options,
+        )
+
+    instances = len(address.split(","))
+    try:
+        return await open_active(stack, dial, instances, CONNECT_TIMEOUT_S)
+    except ConnectionLost as lost:
+        group_id = None if group is None else group.id
+        line = await unreachable_line(lost, address, coordinator, group_id, CONNECT_TIMEOUT_S)
+        raise CommandError(f"admin: {line}", EXIT_RUNTIME) from None
 
 
 READ_ONLY_COMMANDS = frozenset({"browse", "connections", "journal"})
@@ -295,10 +325,25 @@ def _select(args: argparse.Namespace) -> dict:
 async def _repeat(client: Any, action: str, args: dict) -> dict:
     """Ask again until nothing is left: each request takes at most
     ADMIN_MOVE_MESSAGES_MAX, so a crash loses no more than one request's progress
-    (and that never half: each message is one transaction)."""
+    (and that never half: each message is one transaction). A request refused or
+    lost after others were done says what they did: before, a purge stopped by
+    dlj_messages_max after 500 messages printed the refusal alone, and the operator
+    read that nothing was purged."""
     total: dict = {}
     while True:
-        result = await client.admin(action, **args)
+        try:
+            result = await client.admin(action, **args)
+        except MrsError as error:
+            if not total:
+                raise
+            line = (
+                _lost_line(action, error)
+                if isinstance(error, ConnectionLost)
+                else f"admin: {getattr(error, 'message', None) or error}"
+            )
+            raise CommandError(
+                f"{line}; done before that: {_summary(action, total)}", EXIT_RUNTIME
+            ) from None
         for key, value in result.items():
             if isinstance(value, int) and key != "left":
                 total[key] = total.get(key, 0) + value

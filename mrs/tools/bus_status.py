@@ -416,3 +416,4 @@ def bus_json(views: list[GroupView], bus_path: Path | None, single: bool) -> dic
         "time_s": round(time.time(), 3),
         "groups": [view.as_dict() for view in views],
     }
+

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,9 @@ log = logging.getLogger("mrs.web")
 
 CONNECT_TIMEOUT_S = 5.0
 """Seconds to reach a group for one action or a password check."""
+CONNECT_ACTIVE_WAIT_S = 10.0
+"""Seconds an action waits for a replicated group's active while none answers (a
+failover: the lease's TTL and a second), within ADMIN_REQUEST_WAIT_S."""
 PASSWORD_ASK_STAGGER_S = 1.0
 """A login asks the next group of the bus when the last has not answered by then."""
 
@@ -160,10 +164,13 @@ class BusWebAdmin(WebAdmin):
             return json_answer(400, {"error": group_id})
         try:
             with trio.fail_after(ADMIN_REQUEST_WAIT_S):
-                async with self._connect(group_id, login.principal, login.password) as client:
+                async with AsyncExitStack() as stack:
+                    client = await self._open_active(stack, group_id, login)
                     result = await client.admin(action, **args)
         except trio.TooSlowError:
             return json_answer(504, {"error": f"group {group_id}: no answer in time"})
+        except _Unreachable as unreachable:
+            return json_answer(502, {"error": f"group {group_id}: {unreachable}"})
         except Exception as error:  # noqa: BLE001 - the group's answer, as one line
             status = getattr(error, "status", None)
             message = getattr(error, "message", None) or str(error)
@@ -171,6 +178,29 @@ class BusWebAdmin(WebAdmin):
                 return json_answer(502, {"error": f"group {group_id}: {message}"})
             return refused_answer(int(status), f"group {group_id}: {message}")
         return json_answer(200, {"group": group_id, **result})
+
+    async def _open_active(self, stack: AsyncExitStack, group_id: int, login: WebLogin) -> Any:
+        """The client connected to the group as the login's principal: a replicated
+        group's active, waited for up to CONNECT_ACTIVE_WAIT_S during a failover (before,
+        an action then was answered at once `all attempts to connect ... failed`);
+        _Unreachable with `mrs status`'s words when none answers."""
+        from mrs.errors import ConnectionLost
+        from mrs.tools.reach_active import open_active, unreachable_line
+
+        view = self.views[group_id]
+        instances = max(len(view.instances), len(view.address.split(",")))
+        try:
+            return await open_active(
+                stack,
+                lambda: self._connect(group_id, login.principal, login.password),
+                instances,
+                CONNECT_ACTIVE_WAIT_S,
+            )
+        except ConnectionLost as lost:
+            line = await unreachable_line(
+                lost, view.address, view.coordinator, view.group, CONNECT_ACTIVE_WAIT_S
+            )
+            raise _Unreachable(line) from None
 
     def group_of(self, chosen: Any, args: dict, action: str = "") -> int | str:
         """The group to act on: the one the form names, else the one a `G.Q` queue
@@ -199,6 +229,10 @@ class BusWebAdmin(WebAdmin):
         if queue and "." not in queue and not owners:
             return f"no queue {queue!r} in any group (groups: {_ids(groups)})"
         return f"say which group (groups: {_ids(groups)})"
+
+
+class _Unreachable(Exception):
+    """No instance of the group answered: the line saying why and what to do."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,61 @@
+"""Reaching a group's server for an operator's command (`mrs admin`, the bus page's
+actions): a replicated group's active waited for through a failover, and the line
+that says why none answered.
+
+Why a module of its own: the status command reads what it reaches and reports the
+rest; an action must reach the one active instance or say, in `mrs status`'s words,
+why it could not. Both commands that act share this one path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mrs.config.instance_types import CoordinatorConfig
+from mrs.tools.bus_status import CONNECT_TIMEOUT_S_DEFAULT, down_reason, leadership_note
+
+ACTIVE_RETRY_S = 0.25
+"""Seconds between two rounds of dialing a replicated group's instances while none
+answers (an operator's command waiting for the new active)."""
+
+
+async def open_active(stack: Any, dial: Any, instances: int, wait_s: float) -> Any:
+    """The client of `dial()` (a `clients.connect(...)` context), entered on `stack`;
+    with several instances, dialled again every ACTIVE_RETRY_S while none answers,
+    for `wait_s` at most. Why: only the active listens, and a failover leaves none
+    listening for the lease's TTL and a second; `mrs admin` and the bus page's actions
+    (reconnecting off: an action is never re-sent behind the operator's back) failed
+    at once then, where an application waits for the new active (clients.dialing)."""
+    import trio
+
+    from mrs.errors import ConnectionLost
+
+    give_up_s = trio.current_time() + wait_s
+    while True:
+        try:
+            return await stack.enter_async_context(dial())
+        except ConnectionLost:
+            if instances < 2 or trio.current_time() + ACTIVE_RETRY_S > give_up_s:
+                raise
+            await trio.sleep(ACTIVE_RETRY_S)
+
+
+async def unreachable_line(
+    error: BaseException,
+    address: str,
+    coordinator: CoordinatorConfig | None,
+    group_id: int | None,
+    waited_s: float,
+) -> str:
+    """Why an operator's command reached no server, in `mrs status`'s words: the OS
+    error's meaning and what to do; for a replicated group, what etcd says of its
+    active. Why: `mrs admin` printed `all attempts to connect to HOST:PORT failed`,
+    the reason (refused, unreachable, unknown host) lost and no advice given."""
+    reason = down_reason(error)
+    if reason == " ".join(str(error).split()):  # no OS error: the client's own words
+        reason = getattr(error, "message", None) or reason
+    reason = reason.removeprefix(f"cannot connect to {address}: ")
+    if coordinator is None or group_id is None:
+        return f"cannot connect to {address} ({reason}); is it running? (start it with `mrs serve`)"
+    note = await leadership_note(coordinator, group_id, CONNECT_TIMEOUT_S_DEFAULT)
+    return f"no instance of group {group_id} answered within {waited_s:g} s ({reason}); {note}"
