@@ -42,7 +42,8 @@ def add_failover_parser(commands: argparse._SubParsersAction, run) -> None:
         "--wait",
         type=positive_float,
         default=FAILOVER_WAIT_S_DEFAULT,
-        help="seconds to wait at most",
+        help=f"seconds to wait at most (not less than the hand-over's own "
+        f"{REPLICATION_HANDOVER_WAIT_S:g} s)",
     )
     failover.set_defaults(run=run)
 
@@ -102,7 +103,10 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
         started_s = time.monotonic()
         request = FailoverRequest(to, uuid.uuid4().hex)
         await _request(coordinator, request, group.name, bus.path)
-        with trio.move_on_after(max(wait_s, REPLICATION_HANDOVER_WAIT_S)):
+        # never less than the active's own hand-over may take: the messages below say
+        # how long was waited (they said `--wait 0.1`'s 0.1 s after 5 s)
+        wait_s = max(wait_s, REPLICATION_HANDOVER_WAIT_S)
+        with trio.move_on_after(wait_s):
             while True:
                 await trio.sleep(REPLICATION_POLL_S)
                 now = await coordinator.read()
