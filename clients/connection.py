@@ -213,7 +213,9 @@ class Client:
 
     async def wait_journal_status(self, status: Status) -> None:
         """Return once journal_status is `status` (e.g. LINK_UP after a drain).
-        Raises JournalFailed if the journal failed (JOURNAL_FAIL) meanwhile."""
+        Raises JournalFailed if the journal failed (JOURNAL_FAIL) meanwhile, and
+        BadParameter at once for a status that can never come (no journal)."""
+        self._status.check_wanted(status)
         while self._status.status != status:
             self._requests.raise_if_broken()
             if self._status.status == Status.JOURNAL_FAIL:

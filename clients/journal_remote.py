@@ -86,7 +86,7 @@ def _ints(values: frozenset[int] | None) -> list[int]:
 
 def _fields(journal: str, query: RecordQuery, page_records: int) -> dict[str, Any]:
     """The ReadJournal fields of a query, but request_id and after_seq."""
-    fields = {
+    fields: dict[str, Any] = {
         "journal": journal,
         "seq_max": -1 if query.seq_max is None else query.seq_max,
         "since_ns": -1 if query.since_ns is None else query.since_ns,
@@ -122,10 +122,20 @@ class RemoteJournalReader:
     _after_seq: int = -1
     _done: bool = False
     _read: int = 0
+    _ended: bool = False
+    """The last `read_page` answered [] (the end): the next one asks again."""
 
     async def read_page(self) -> list[JournalRecord]:
         """The next selected records (at most the page size), asked of the group; []
-        at the end. A page of records that are all filtered out is read on."""
+        at the end. A page of records that are all filtered out is read on. Asked
+        again after the end, it reads on from the last seq read, as the local reader
+        does (clients.journal_reader): a reader iterated again reads the records
+        written since. Why: it read nothing more once it had reached the end."""
+        if self._client is None:
+            raise MrsError(Status.NOTACTIVE, f"the {self.journal} reader is closed")
+        if self._ended and (self.limit is None or self._read < self.limit):
+            self._done = False
+        self._ended = False
         while not self._done:
             client = self._client
             if client is None:
@@ -141,6 +151,7 @@ class RemoteJournalReader:
             records = self._decoded(page.records)
             if records:
                 return records
+        self._ended = True
         return []
 
     def _decoded(self, raw_records: list[bytes]) -> list[JournalRecord]:

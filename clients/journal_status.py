@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import trio
 
+from clients.errors import BadParameter
 from mrs.model import Psb, Status
 
 log = logging.getLogger("clients")
@@ -40,6 +41,10 @@ class JournalEvent:
     message: str = ""
 
 
+JOURNAL_STATUSES = (Status.JOURNAL_ON, Status.LINK_UP, Status.JOURNAL_FAIL)
+"""The values `Client.journal_status` takes with a journal."""
+
+
 class JournalStatus:
     """The journal status, its listeners, and the event that wakes a change's waiters."""
 
@@ -53,6 +58,22 @@ class JournalStatus:
         self.listeners: list[Callable[[JournalEvent], None]] = []
         self.changed = trio.Event()
         """Set (and replaced) on every change of the connection or the journal status."""
+
+    def check_wanted(self, status: object) -> None:
+        """Refuse (BadParameter, one line) a wait for a journal status that can never
+        come: any status on a client without a journal (its status stays None), or a
+        value that is no journal status. Why: such a wait hung for ever."""
+        if not self.journaling:
+            raise BadParameter(
+                Status.BADPARAM,
+                "wait_journal_status: this client has no SAF journal (connect with "
+                "saf_journal=PATH); its journal_status stays None",
+            )
+        if status not in JOURNAL_STATUSES:
+            names = ", ".join(wanted.name for wanted in JOURNAL_STATUSES)
+            raise BadParameter(
+                Status.BADPARAM, f"wait_journal_status: status is one of {names}, got {status!r}"
+            )
 
     def wake(self) -> None:
         """Something a waiter may wait for changed: wake them all."""

@@ -12,6 +12,7 @@ journaled put).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -134,10 +135,18 @@ class SafDrain:
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
-        A mode/UMA pair the server would refuse is refused here (refuse_bad_pair)."""
+        What every group refuses is refused here, as the group would (its PSB says
+        STORED, so a refusal at drain time would lose it): a mode/UMA pair
+        (refuse_bad_pair), a client attached to no queue (NOTATTACHED), a target or
+        resp_q that is no address (`address_problem`, NOSUCHQUEUE)."""
         target = request.target
         uma = request.uma
         refuse_bad_pair(request.delivery, uma)
+        if self._queue_text is None:  # the group refuses a put from no queue, at drain time
+            raise error_for(Status.NOTATTACHED, "attach to a queue first")
+        for address in (target, request.resp_q):
+            if address and (problem := address_problem(address)) is not None:
+                raise error_for(Status.NOSUCHQUEUE, problem)
         too_big = headers_problem(request.headers, _DRAIN_HEADERS_ROOM_BYTES)
         if too_big is not None:  # else answered STORED now and refused at drain time
             raise error_for(Status.MSGTOOBIG, too_big)
@@ -400,6 +409,41 @@ def _psb(reply: wire.PutDone) -> Psb:
 
 _SUCCESS_STATUS, _STORED_STATUS, _NO_UMA_STATUS = Status.SUCCESS, Status.STORED, Status.NO_UMA
 _SUCCESS, _STORED, _NO_UMA = int(_SUCCESS_STATUS), int(_STORED_STATUS), int(_NO_UMA_STATUS)
+
+
+def address_problem(text: str) -> str | None:
+    """Why every group refuses `text` as a put's target or resp_q whatever its
+    configuration (not an address, or an id out of range), in the group's words
+    (mrs.config.schema.BusConfig.resolve); None when only names are left, which the
+    group resolves when the record drains.
+
+    Why here: a journaled put is answered STORED, and one the group refused at drain
+    time NOSUCHQUEUE left the journal with a WARNING: a mistyped `1.0` or `2.1000`,
+    refused at once while connected, was acknowledged and then lost."""
+    group_text, dot, queue_text = text.strip().partition(".")
+    if not dot:  # a queue of the sender's group: any group id stands for it here
+        group_text, queue_text = str(GROUP_IDS[0]), group_text
+    if not group_text or not queue_text or "." in queue_text:
+        return f"not a queue address (GROUP.QUEUE, QUEUE or names): {text!r}"
+    for kind, part, (low, high) in (
+        ("group", group_text, GROUP_IDS),
+        ("queue", queue_text, QUEUE_IDS),
+    ):
+        if _ID_PATTERN.fullmatch(part):
+            if not low <= int(part) <= high:
+                return f"{kind} {int(part)} out of range {low}..{high} in address {text!r}"
+        elif not NAME_PATTERN.fullmatch(part):
+            return f"not a {kind} id or name in address {text!r}: {part!r}"
+    return None
+
+
+GROUP_IDS = (1, 32_000)
+QUEUE_IDS = (1, 999)
+_ID_PATTERN = re.compile(r"[0-9]+")
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""Group and queue ids and names as the bus file allows them: mrs.config.schema's
+GROUP_ID_MIN..MAX, QUEUE_ID_MIN..MAX and name pattern (a test pins them equal), not
+imported: the bus file's schema would cost `import clients` a tenth of a second."""
 
 
 def _numeric(target: str) -> tuple[int, int]:

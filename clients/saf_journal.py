@@ -84,6 +84,7 @@ class ClientJournal:
         _check_cap("saf_messages_max", messages_max, 1, CONFIG_COUNT_MAX)
         _check_cap("saf_bytes_max", bytes_max, CONFIG_JOURNAL_BYTES_MIN, CONFIG_JOURNAL_BYTES_MAX)
         self.messages_max = messages_max
+        self.bytes_max = bytes_max
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock_file = _take_ownership(self.path)
@@ -200,7 +201,8 @@ class ClientJournal:
         if self.count >= self.messages_max:
             raise JournalFull(
                 Status.JOURNAL_FULL,
-                f"client SAF journal {self.path} holds messages_max={self.messages_max}",
+                f"client SAF journal {self.path} holds saf_messages_max={self.messages_max} "
+                "records waiting to drain; raise saf_messages_max or let it drain",
             )
         seq = self._next_seq
         self._next_seq += 1
@@ -227,8 +229,13 @@ class ClientJournal:
         error = outcome[0]
         if error is not None:
             self.count -= 1
-            if isinstance(error, JournalFullError):
-                raise JournalFull(Status.JOURNAL_FULL, f"client SAF journal is full: {error}")
+            if isinstance(error, JournalFullError):  # LMDB's words named its map_size
+                raise JournalFull(
+                    Status.JOURNAL_FULL,
+                    f"client SAF journal {self.path} is full: it reached "
+                    f"saf_bytes_max={self.bytes_max} bytes; raise saf_bytes_max or let "
+                    "it drain",
+                )
             raise JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal write failed: {error}")
         self._changed()
         return seq

@@ -114,9 +114,10 @@ class GroupContext:
         except (LookupError, ValueError) as error:
             # the lookup's text lists the group's queue names and the config path:
             # an operator's detail (Refused.detail), not every caller's
-            raise Refused.detailed(
-                Status.NOSUCHQUEUE, f"unknown queue {text!r}", str(error).strip("'\"")
-            ) from None
+            # its first argument, not str(): a KeyError's str() is quoted, and stripping
+            # quotes off the text took the closing one of "in address '1.0'"
+            detail = str(error.args[0]) if error.args else str(error)
+            raise Refused.detailed(Status.NOSUCHQUEUE, f"unknown queue {text!r}", detail) from None
         if address.group not in self.bus.groups:
             raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
         return address
