@@ -3,8 +3,12 @@ server is found again at the same address (as a real deployment's would be)."""
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import trio
 
@@ -99,3 +103,24 @@ async def take_all(client) -> list:
         if message.needs_confirm:
             await client.confirm(message.seq)
         messages.append(message)
+
+
+def interrupt_at(function: Callable[..., Any], marker: str) -> Callable[..., Any]:
+    """A trace function (for `sys.settrace`) that raises KeyboardInterrupt in the
+    calling thread at the first line of `function` holding `marker`, as a Ctrl-C
+    landing on that bytecode does: the timing of a real signal, made exact. It fires
+    once, then stops tracing."""
+    code = function.__code__
+    lines, first = inspect.getsourcelines(function)
+    target = first + next(i for i, line in enumerate(lines) if marker in line)
+
+    def local(frame: FrameType, event: str, _arg: object) -> Any:
+        if event == "line" and frame.f_lineno == target:
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return local
+
+    def tracer(frame: FrameType, _event: str, _arg: object) -> Any:
+        return local if frame.f_code is code else None
+
+    return tracer

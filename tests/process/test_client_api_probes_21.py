@@ -5,11 +5,9 @@ after an interrupted blocking get. Each against a real `mrs serve` over real soc
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -27,7 +25,7 @@ from clients import (
 )
 from clients.sync import SyncClient
 from mrs.core.selection import by_correlation_id
-from tests.client_helpers import FixedPortServer
+from tests.client_helpers import FixedPortServer, interrupt_at
 
 WAIT_S = 30.0
 """Deadline for what another process must do (a loaded 2-core CI machine)."""
@@ -130,25 +128,16 @@ async def test_the_blocking_client_inside_a_trio_task_refuses_and_gives_its_queu
     assert await trio.to_thread.run_sync(from_a_worker_thread) == Status.STORED
 
 
-def _interrupt_after_the_answer_came() -> Callable[..., Any]:
-    """A trace function that raises KeyboardInterrupt in the caller's thread on the
-    line of `SyncClient._call` that runs once the client's trio thread has handed the
-    answer over, as a Ctrl-C landing there does: the blocking client keeps the message
-    for the next get (`_given_back`). It fires once, then stops tracing."""
-    code = SyncClient._call.__code__
-    lines, first = inspect.getsourcelines(SyncClient._call)
-    target = first + next(i for i, line in enumerate(lines) if "return result if convert" in line)
-
-    def local(frame: FrameType, event: str, _arg: object) -> Any:
-        if event == "line" and frame.f_lineno == target:
-            sys.settrace(None)
-            raise KeyboardInterrupt
-        return local
-
-    def tracer(frame: FrameType, _event: str, _arg: object) -> Any:
-        return local if frame.f_code is code else None
-
-    return tracer
+def _get_interrupted_as_its_message_came(receiver: SyncClient) -> None:
+    """A blocking get stopped by KeyboardInterrupt on the line of `SyncClient._call`
+    that runs once the client's trio thread has handed the answer over, as a Ctrl-C
+    landing there does: the client keeps the message for the next get (`_given_back`)."""
+    sys.settrace(interrupt_at(SyncClient._call, "return result if convert"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            receiver.get(timeout=WAIT_S)
+    finally:
+        sys.settrace(None)
 
 
 def test_a_selective_get_takes_the_message_an_interrupted_blocking_get_kept(
@@ -163,12 +152,7 @@ def test_a_selective_get_takes_the_message_an_interrupted_blocking_get_kept(
         for body in (b"first", b"second"):
             sender.put(body, "ORDERS", correlation_id=b"order-7")
     with connect_sync(server.address, "ORDERS") as receiver:
-        sys.settrace(_interrupt_after_the_answer_came())
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                receiver.get(timeout=WAIT_S)
-        finally:
-            sys.settrace(None)
+        _get_interrupted_as_its_message_came(receiver)
         select = by_correlation_id(b"order-7")
         bodies = []
         for _ in range(2):
@@ -189,12 +173,7 @@ def test_pending_counts_the_message_an_interrupted_blocking_get_kept(
     with connect_sync(server.address, "SENDER") as sender:
         sender.put(b"kept", "ORDERS")
     with connect_sync(server.address, "ORDERS") as receiver:
-        sys.settrace(_interrupt_after_the_answer_came())
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                receiver.get(timeout=WAIT_S)
-        finally:
-            sys.settrace(None)
+        _get_interrupted_as_its_message_came(receiver)
         assert receiver.pending(["ORDERS"]) == [1]
         assert receiver.get(timeout=0).body == b"kept"
         assert receiver.pending(["ORDERS"]) == [0]

@@ -7,14 +7,11 @@ processes, real sockets, a real client SAF journal."""
 
 from __future__ import annotations
 
-import inspect
 import math
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import pytest
 import trio
@@ -32,7 +29,7 @@ from clients import (
 )
 from clients.sync import SyncClient
 from mrs.limits import HEADERS_BYTES_MAX
-from tests.client_helpers import FAST_RECONNECT, FixedPortServer
+from tests.client_helpers import FAST_RECONNECT, FixedPortServer, interrupt_at
 
 WAIT_S = 30.0
 """Deadline for what another process must do (a loaded 2-core CI machine)."""
@@ -45,27 +42,6 @@ def server(tmp_path: Path):
     started.start()
     yield started
     started.stop()
-
-
-def _interrupt_inside_thread_liveness_check() -> Callable[..., Any]:
-    """A trace function that raises KeyboardInterrupt at the line of
-    `Thread._wait_for_tstate_lock` that tries the thread's lock (what `is_alive()` and
-    `join()` run), as a Ctrl-C or a SIGALRM handler landing on that bytecode does.
-    It fires once, then stops tracing."""
-    code = threading.Thread._wait_for_tstate_lock.__code__
-    lines, first = inspect.getsourcelines(threading.Thread._wait_for_tstate_lock)
-    target = first + next(i for i, line in enumerate(lines) if "if lock.acquire(" in line)
-
-    def local(frame: FrameType, event: str, _arg: object) -> Any:
-        if event == "line" and frame.f_lineno == target:
-            sys.settrace(None)
-            raise KeyboardInterrupt
-        return local
-
-    def tracer(frame: FrameType, _event: str, _arg: object) -> Any:
-        return local if frame.f_code is code else None
-
-    return tracer
 
 
 def _take_all(client: SyncClient) -> list[bytes]:
@@ -94,7 +70,9 @@ def test_an_interrupt_in_the_blocking_clients_liveness_check_leaves_it_working(
         sender.put(b"kept", "ANYORDER", delivery=DeliveryMode.WF_DQF)
     receiver = connect_sync(server.address, "ANYORDER")
     got: list[bytes] = []
-    sys.settrace(_interrupt_inside_thread_liveness_check())
+    sys.settrace(  # at the lock's try: what `is_alive()` and `join()` run
+        interrupt_at(threading.Thread._wait_for_tstate_lock, "if lock.acquire(")
+    )
     try:
         message = receiver.get(timeout=WAIT_S)
         message.confirm()
