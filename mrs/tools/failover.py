@@ -65,7 +65,10 @@ def run_failover(args: argparse.Namespace) -> int:
     if args.to is not None and args.to not in {i.name for i in group.instances}:
         names = ", ".join(i.name for i in group.instances)
         raise CommandError(f"group {group.name} has no instance {args.to!r} ({names})", EXIT_USAGE)
-    line = trio.run(_switch, bus, group, args.to or "", args.wait)
+    # never less than the active's own hand-over may take: the messages say how long
+    # was waited (they said `--wait 0.1`'s 0.1 s after 5 s)
+    wait_s = max(args.wait, REPLICATION_HANDOVER_WAIT_S)
+    line = trio.run(_switch, bus, group, args.to or "", wait_s)
     print(line)
     return 0
 
@@ -103,9 +106,6 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
         started_s = time.monotonic()
         request = FailoverRequest(to, uuid.uuid4().hex)
         await _request(coordinator, request, group.name, bus.path)
-        # never less than the active's own hand-over may take: the messages below say
-        # how long was waited (they said `--wait 0.1`'s 0.1 s after 5 s)
-        wait_s = max(wait_s, REPLICATION_HANDOVER_WAIT_S)
         with trio.move_on_after(wait_s):
             while True:
                 await trio.sleep(REPLICATION_POLL_S)
