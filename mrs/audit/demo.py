@@ -126,7 +126,10 @@ class _Py4jQuiet(logging.Filter):
 
 def _gaps_line(missing: int, memory_puts: int) -> str:
     """The audit's `missing` (seq counters no journal holds between a sender's
-    journaled messages), split into what the demo knows took them."""
+    journaled messages), split into what the demo knows took them. The rest: the
+    restart's skipped block, the puts in flight at the SIGKILL (a tick whose put never
+    answered took a seq the tally did not count; the line named only refusals, which
+    a run with every order stored has none of) and puts refused after their seq."""
     from_memory = min(missing, memory_puts)
     rest = missing - from_memory
     words = (
@@ -137,6 +140,6 @@ def _gaps_line(missing: int, memory_puts: int) -> str:
     if rest:
         words += (
             f", the other {rest:,} skipped by NYC's restart (the rest of its reserved "
-            f"block) or taken by puts refused after their seq"
+            f"block) or taken by puts the SIGKILL cut short or that were refused"
         )
     return words
