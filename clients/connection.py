@@ -428,6 +428,10 @@ class Client:
             return await get_selected(requests, select, timeout, count_max)
         if select is not None:  # with protection: one message per call
             return [await self.get(timeout, select)]
+        if not requests.held and requests.cancelled_gets_outstanding:
+            get_timeout_ms(timeout)  # a bad timeout or count refused before any wait
+            built(wire.GetBatch, 1, count_max, 0)
+            timeout = await self._after_given_up_gets(timeout)  # what they bring: held
         if requests.held:
             built(wire.GetBatch, 1, count_max, 0)  # a bad count refused, held messages or not
             held = [requests.held.popleft() for _ in range(min(count_max, len(requests.held)))]
@@ -454,11 +458,11 @@ class Client:
         return requests.older_first([requests.message(delivery) for delivery in reply.deliveries])
 
     async def _after_given_up_gets(self, timeout: float | None) -> float | None:
-        """Before a get sends a Get: wait for the answers of the gets given up before
-        (`Requests.cancelled_gets_answered`), within the get's own timeout; what is
-        left of it. A message one brought is then held and taken first, with no Get
-        sent to confirm it implicitly before the application saw it. A GetBatch needs
-        no such wait: a queue that confirms implicitly refuses it."""
+        """Before a get sends a request: wait for the answers of the gets given up
+        before (`Requests.cancelled_gets_answered`), within the get's own timeout; what
+        is left of it. A message one brought is then held and taken first: no Get is
+        sent to confirm it implicitly before the application saw it, and no get_many
+        or poll is answered without it."""
         requests = self._requests
         started_s = trio.current_time()
         await requests.cancelled_gets_answered(None if timeout is None else timeout + REPLY_GRACE_S)

@@ -132,6 +132,28 @@ class GetPool:
         """The client is closing: no more read-ahead (`settle`)."""
         self._settled: trio.Event | None = None
         """Set when the last batch in flight is answered (`settle` waits for it)."""
+        self._withdrawn_answered = trio.lowlevel.ParkingLot()
+        """Waiting in `withdrawn_answered` for the answers of withdrawn batches."""
+        self.withdrawn_count = 0
+        """Batches withdrawn (their callers gave up) not answered yet: each may still
+        bring messages, which will be held. A get_many or a poll sent before they come
+        was answered without them (none waiting, or EXCMAXUNCONF), or waited its whole
+        timeout while they sat in the client (`withdrawn_answered`)."""
+
+    @property
+    def withdrawn(self) -> bool:
+        """Some withdrawn batch is not answered yet (`withdrawn_count`)."""
+        return self.withdrawn_count > 0
+
+    async def withdrawn_answered(self, wait_s: float | None) -> bool:
+        """Wait (at most `wait_s`, None: no bound) until every withdrawn batch is
+        answered, so what they brought is held before the caller asks the server;
+        False if some are still unanswered then. One round trip: the server answers
+        a withdrawn batch as it reads its CancelGet."""
+        with trio.move_on_after(math.inf if wait_s is None else wait_s):
+            while self.withdrawn:
+                await self._withdrawn_answered.park()
+        return not self.withdrawn
 
     async def get(self, timeout_s: float | None) -> Message | None:
         """The next message for this caller; None: use a single Get instead (the
@@ -253,6 +275,7 @@ class GetPool:
         for request_id, batch in self._batches.items():
             if batch.count:
                 batch.count = 0
+                self.withdrawn_count += 1
                 link.send(wire.CancelGet(request_id))
         self.asked = 0
 
@@ -271,6 +294,10 @@ class GetPool:
             self._reading_ahead = None
         if not self._batches and self._settled is not None:
             self._settled.set()
+        if not batch.count:  # a withdrawn one: what it brought is held (below) before
+            self.withdrawn_count -= 1  # the gets it wakes run
+            if not self.withdrawn_count:
+                self._withdrawn_answered.unpark_all()
         self.asked -= batch.count
         client.release_get(request_id)
         if isinstance(result, (wire.Delivery, wire.DeliveryBatch)):
@@ -344,9 +371,11 @@ class GetPool:
         self._answer_all(error)
         self._batches.clear()
         self.asked = 0
+        self.withdrawn_count = 0
         self._reading_ahead = None
         if self._settled is not None:
             self._settled.set()
+        self._withdrawn_answered.unpark_all()
 
     def _answer_all(self, result: object) -> None:
         for caller in self._callers:

@@ -103,12 +103,10 @@ class Requests:
         """Every Message delivered holds it (bound once by the client: a bound method
         made per message is one more object per message for the collector)."""
         self._cancelled_gets: set[int] = set()
-        """Request ids of Gets withdrawn (CancelGet) whose answer has not come yet."""
-        self._cancelled_singles: set[int] = set()
-        """Those of `_cancelled_gets` that are single Gets: a Get is what confirms
-        implicitly (a queue that does so refuses GetBatch, which brings it nothing)."""
+        """Request ids of Gets and GetBatches withdrawn (CancelGet) whose answer has
+        not come yet (the pool's own batches: `gets.withdrawn`)."""
         self._cancels_answered = trio.lowlevel.ParkingLot()
-        """Gets waiting in `cancelled_gets_answered` until `_cancelled_singles` empties."""
+        """Gets waiting in `cancelled_gets_answered` for the given-up gets' answers."""
         self._get_rooms: dict[int, int] = {}
         """Request id of a get waiting or given up -> messages it may bring (held if
         its caller gave up): see `reserve_get`."""
@@ -177,12 +175,12 @@ class Requests:
                 self.deadlines.add_after(wait_s, request_id, pending)
             await pending.waited()
         except BaseException:
-            self.abandon(link, request_id, pending, type(request) is wire.Get)
+            self.abandon(link, request_id, pending)
             raise
         finally:
             self.pending.pop(request_id, None)
         if pending.timed_out:
-            self.abandon(link, request_id, pending, type(request) is wire.Get)
+            self.abandon(link, request_id, pending)
             raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
         result = pending.result
         if type(result) is _ANSWER_OF.get(type(request)):
@@ -218,17 +216,14 @@ class Requests:
                 f"is not reading; at most {OUTBOX_BYTES_HIGH}): not sent in time, it was not sent",
             )
 
-    def abandon(self, link: _Link, request_id: int, pending: _Pending, single: bool) -> None:
-        """The caller stopped waiting (cancelled, timed out, interrupted); `single`: the
-        request was a Get (not a GetBatch)."""
+    def abandon(self, link: _Link, request_id: int, pending: _Pending) -> None:
+        """The caller stopped waiting (cancelled, timed out, interrupted)."""
         if pending.kind != "get":
             return
         if isinstance(pending.result, wire.Delivery | wire.DeliveryBatch):
             self.hold(pending.result)  # it arrived as the caller gave up
         elif pending.result is None and self.link is link and link.lost is None:
             self._cancelled_gets.add(request_id)
-            if single:
-                self._cancelled_singles.add(request_id)
             self.send(link, wire.CancelGet(request_id))
 
     def hold(self, delivery: wire.Delivery | wire.DeliveryBatch) -> None:
@@ -274,28 +269,37 @@ class Requests:
 
     @property
     def cancelled_gets_outstanding(self) -> bool:
-        """Some Get withdrawn on this connection may still bring a message."""
-        return bool(self._cancelled_singles)
+        """Some get withdrawn on this connection (a Get, a GetBatch, a batch of the
+        get pool) may still bring a message."""
+        return bool(self._cancelled_gets) or self.gets.withdrawn
 
     async def cancelled_gets_answered(self, wait_s: float | None) -> None:
-        """Return once every Get withdrawn on this connection is answered, so what one
-        of them brought is held before the caller's get decides whether to send a Get.
-        Why: on a queue that confirms implicitly each Get confirms the messages handed
-        out before it; a Get sent while a withdrawn get's Delivery was still on the
-        wire confirmed that message before the application saw it (the client then
-        handed it out: a crash before handling it lost it). The server answers every
-        Get in the order it reads them, withdrawn or not, so this is a round trip.
-        MrsTimeout (nothing sent) if the answers have not come within `wait_s`."""
-        if not self._cancelled_singles:
+        """Return once every get withdrawn on this connection is answered, so what one
+        of them brought is held before the caller's get decides whether to send a
+        request, and takes it first. Why: on a queue that confirms implicitly each Get
+        confirms the messages handed out before it; a Get sent while a withdrawn get's
+        Delivery was still on the wire confirmed that message before the application
+        saw it (the client then handed it out: a crash before handling it lost it).
+        And a get_many or a poll sent then was answered without it (nothing waiting,
+        or EXCMAXUNCONF at the cap), or waited its whole timeout while the message sat
+        in the client. The server answers every get in the order it reads them,
+        withdrawn or not, so this is a round trip. MrsTimeout (nothing sent) if the
+        answers have not come within `wait_s`; EXCEEDQUOTA at once when what they may
+        bring leaves no room for another get (`reserve_get`)."""
+        if not self.cancelled_gets_outstanding:
             return
-        with trio.move_on_after(math.inf if wait_s is None else wait_s):
-            while self._cancelled_singles:
+        if (room := self.get_room()) <= 0:  # no get could be sent anyway: refused now
+            raise self.no_get_room(room)
+        given_up = set(self._cancelled_gets)  # not those other tasks give up meanwhile
+        with trio.move_on_after(math.inf if wait_s is None else wait_s) as waited:
+            while not given_up.isdisjoint(self._cancelled_gets):
                 await self._cancels_answered.park()
-        if self._cancelled_singles:
+            await self.gets.withdrawn_answered(None)
+        if waited.cancelled_caught:
             raise MrsTimeout(
                 Status.TIMEOUT,
-                f"{len(self._cancelled_singles)} gets given up before are not answered by "
-                f"{self.address} yet: this get was not sent",
+                f"gets given up before are not answered by {self.address} yet: this get "
+                "was not sent",
             )
 
     def _cancel_answered(self, request_id: int) -> None:
@@ -303,10 +307,7 @@ class Requests:
         withdrawn ones to be answered go on when none is left."""
         self._cancelled_gets.discard(request_id)
         self.release_get(request_id)
-        if request_id in self._cancelled_singles:
-            self._cancelled_singles.discard(request_id)
-            if not self._cancelled_singles:
-                self._cancels_answered.unpark_all()
+        self._cancels_answered.unpark_all()  # each waits for its own given-up ones
 
     def get_room(self) -> int:
         """How many more messages gets may ask for now (see `reserve_get`)."""
@@ -393,7 +394,6 @@ class Requests:
         for request_id in self._cancelled_gets:
             self.release_get(request_id)
         self._cancelled_gets.clear()
-        self._cancelled_singles.clear()
         self._cancels_answered.unpark_all()
         # Held messages that need a confirm come back from the server (POSSDUPL).
         self.held = deque(message for message in self.held if not message.needs_confirm)

@@ -55,11 +55,12 @@ async def get_selected(
     if held:
         return held
     requests.require_link(Status.NOTACTIVE, "get")
-    if count_max is None and requests.cancelled_gets_outstanding:
-        # A Get confirms implicitly what was handed out before (a GetBatch does not:
-        # such a queue refuses it): what a given-up get brings is held first.
+    if requests.cancelled_gets_outstanding:
+        # What a given-up get brings is held, and taken first if it matches: a Get
+        # confirms implicitly what was handed out before, and a request sent before
+        # it came was answered without it.
         await requests.cancelled_gets_answered(None if timeout is None else timeout + REPLY_GRACE_S)
-        held = take_held(requests.held, select, 1)
+        held = take_held(requests.held, select, 1 if count_max is None else count_max)
         if held:
             return held
     batch_of_one = count_max is None and any(kept.needs_confirm for kept in requests.held)

@@ -140,18 +140,19 @@ async def test_gets_beyond_the_bound_are_refused_and_held_ones_served(monkeypatc
 
 
 async def test_a_batch_get_reserves_what_it_may_bring(monkeypatch) -> None:
-    """A get_many given up may bring all it asked for: it counts that many, and asks
-    for fewer when the room left for held messages is short."""
+    """A get_many waiting or given up may bring all it asked for: it counts that many,
+    and another asks for fewer when the room left for held messages is short."""
     monkeypatch.setattr(clients.pending, "HELD_MESSAGES_MAX", 10)
     server = ScriptedServer()
     async with trio.open_nursery() as nursery:
         port = await _start(nursery, server)
         async with clients.connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            with trio.move_on_after(0.05):
-                await client.get_many(7)  # given up: up to 7 may still come
-            await server.until(lambda: len(server.cancels) == 1)
-            with trio.move_on_after(0.05):
-                await client.get_many(7)  # only 3 left: it asks for 3
+            async with trio.open_nursery() as asking:
+                asking.start_soon(client.get_many, 7)  # up to 7 may come
+                await server.until(lambda: len(server.batches) == 1)
+                asking.start_soon(client.get_many, 7)  # only 3 left: it asks for 3
+                await server.until(lambda: len(server.batches) == 2)
+                asking.cancel_scope.cancel()  # both given up: up to 10 may still come
             await server.until(lambda: len(server.cancels) == 2)
             assert server.batch_counts == [7, 3]
             with pytest.raises(clients.QuotaExceeded):
