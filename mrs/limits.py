@@ -543,3 +543,8 @@ to be released and the chosen replica to have every record, before it resigns.""
 JVM_ARCHIVE_BUILD_S_MAX = 600
 """A build of the audit's JVM class archive claimed longer ago than this died (a
 reboot): another audit may build it (mrs.audit.jvm_archive)."""
+
+ENDPOINT_BIND_RETRY_S = 1.0
+"""How often a replicated group's active tries again to take a `[group.ops]`
+endpoint's port that another process holds (a paused old active on the same host):
+once a second, as the active dials a lost replica (mrs.ops.http_endpoint)."""

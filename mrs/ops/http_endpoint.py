@@ -14,11 +14,12 @@ whole request (headers, cookies, a POST body of at most HTTP_BODY_BYTES_MAX).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import ipaddress
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -27,6 +28,7 @@ import trio
 from mrs.exit_status import CommandError
 from mrs.limits import (
     ADMIN_REQUEST_WAIT_S,
+    ENDPOINT_BIND_RETRY_S,
     HTTP_BODY_BYTES_MAX,
     HTTP_CONNECTIONS_MAX,
     HTTP_REQUEST_BYTES_MAX,
@@ -254,6 +256,56 @@ def endpoint_failure(
     config = server.config
     where = f"{server.bus.path}: group {config.id} ({config.name}) ops.{key} = {host}:{port}"
     return bind_failure(where, key, error)
+
+
+async def serve_endpoint(
+    server: Any,
+    key: str,
+    host: str | None,
+    port: int | None,
+    routes: Mapping[str, Route],
+    listening: Callable[[str, int], None],
+    *,
+    handlers: dict[str, Handler] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve one `[group.ops]` endpoint (`key`: metrics_listen, web_listen); calls
+    `listening(host, bound port)` once it listens.
+
+    A port it cannot take fails the group's start in one line (`endpoint_failure`).
+    Not on a replicated group: there it starts at a promotion, and the old active may
+    still hold the port (paused on the same host, it answers nothing until it is
+    resumed and steps down). That failure used to end the new active, and with it the
+    failover: no instance served the group because a port for scrapes was taken. The
+    active now serves messages without the endpoint, says so in one WARNING, and takes
+    the port once it is free."""
+    replicated = bool(getattr(server.config, "instances", None))
+    warned = False
+    async with trio.open_nursery() as nursery:
+        while True:
+            try:
+                bound = await nursery.start(
+                    functools.partial(serve_http, handlers=handlers), host, port, routes
+                )
+                break
+            except OSError as error:
+                failure = endpoint_failure(server, key, host, port, error)
+                if not replicated:
+                    raise failure from None
+                if not warned:
+                    log.warning(
+                        "%s; the active serves messages without it and tries again every %g s",
+                        failure,
+                        ENDPOINT_BIND_RETRY_S,
+                    )
+                    warned = True
+                    task_status.started()
+            await trio.sleep(ENDPOINT_BIND_RETRY_S)
+        listening(*bound)
+        if warned:
+            log.info("ops.%s = %s:%s: listening now", key, host, bound[1])
+        else:
+            task_status.started()
 
 
 HANDLER_WAIT_S = ADMIN_REQUEST_WAIT_S + HTTP_REQUEST_DEADLINE_S

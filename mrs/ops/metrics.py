@@ -31,13 +31,7 @@ from mrs.core.delivery import EMPTY_GET_TEXT
 from mrs.limits import STATUS_BUILD_INTERVAL_S
 from mrs.model import Status, status_of
 from mrs.ops.alarms import ALARM_KINDS
-from mrs.ops.http_endpoint import (
-    Response,
-    SharedBuild,
-    endpoint_failure,
-    http_url,
-    serve_http,
-)
+from mrs.ops.http_endpoint import Response, SharedBuild, http_url, serve_endpoint
 from mrs.ops.replication_metrics import replication_metrics
 
 if TYPE_CHECKING:
@@ -282,20 +276,23 @@ def _queue_metrics(group: str, queues: dict):
 
 
 async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve /metrics on the configured address; report when listening."""
+    """Serve /metrics on the configured address; report when listening (at once on a
+    replicated group's active whose port is still taken: mrs.ops.http_endpoint)."""
     config = ops.server.config.ops
     ops.metrics = ops.metrics or GroupMetrics(ops)
     scrape = SharedBuild(ops.metrics.render, STATUS_BUILD_INTERVAL_S)
     routes = {"/metrics": lambda _query: scrape.get()}
-    async with trio.open_nursery() as nursery:
-        try:
-            host, port = await nursery.start(
-                serve_http, config.metrics_host, config.metrics_port, routes
-            )
-        except OSError as error:
-            raise endpoint_failure(
-                ops.server, "metrics_listen", config.metrics_host, config.metrics_port, error
-            ) from None
+
+    def listening(host: str, port: int) -> None:
         ops.endpoints["metrics"] = f"{http_url(host, port)}metrics"
         log.info("group %d metrics on %s", ops.server.config.id, ops.endpoints["metrics"])
-        task_status.started()
+
+    await serve_endpoint(
+        ops.server,
+        "metrics_listen",
+        config.metrics_host,
+        config.metrics_port,
+        routes,
+        listening,
+        task_status=task_status,
+    )

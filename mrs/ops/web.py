@@ -24,14 +24,7 @@ from typing import TYPE_CHECKING, cast
 import trio
 
 from mrs.limits import STATUS_BUILD_INTERVAL_S
-from mrs.ops.http_endpoint import (
-    Response,
-    SharedBuild,
-    endpoint_failure,
-    http_url,
-    serve_http,
-    text,
-)
+from mrs.ops.http_endpoint import Response, Route, SharedBuild, http_url, serve_endpoint, text
 
 if TYPE_CHECKING:
     from mrs.ops.group_ops import GroupOps
@@ -132,7 +125,7 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
         return await status_answer.get()
 
     title = f"MRS group {config.id} ({config.name})"
-    routes = {
+    routes: dict[str, Route] = {
         "/": lambda _q: Response(200, "text/html; charset=utf-8", page_html(title)),
         "/api/status": api,
         "/api/history": lambda _q: json_response({"samples": list(history)}),
@@ -145,20 +138,24 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
 
         owner = cast(AdminServer, server)
         handlers = WebAdmin(AdminActions(owner), owner.authority).handlers()
+
+    def listening(host: str, port: int) -> None:
+        ops.endpoints["web"] = http_url(host, port)
+        log.info("group %d web view on %s", config.id, ops.endpoints["web"])
+
     async with trio.open_nursery() as nursery:
-        try:
-            host, port = await nursery.start(
-                functools.partial(serve_http, handlers=handlers),
+        await nursery.start(
+            functools.partial(
+                serve_endpoint,
+                server,
+                "web_listen",
                 config.ops.web_host,
                 config.ops.web_port,
                 routes,
+                listening,
+                handlers=handlers,
             )
-        except OSError as error:
-            raise endpoint_failure(
-                server, "web_listen", config.ops.web_host, config.ops.web_port, error
-            ) from None
-        ops.endpoints["web"] = http_url(host, port)
-        log.info("group %d web view on %s", config.id, ops.endpoints["web"])
+        )
         task_status.started()
         while True:
             history.append(sample_of(payload()))
