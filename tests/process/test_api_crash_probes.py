@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 import clients
 from clients import ForceJrn, Message, Status, connect
@@ -62,12 +63,17 @@ async def _selective(client: clients.Client) -> list[Message]:
     return [await client.get(timeout=5, select=by_class_type(0))]
 
 
-@pytest.mark.parametrize(
-    "next_get", [_single, _poll, _many, _selective], ids=["get", "poll", "get_many", "selective"]
-)
-async def test_a_message_that_crossed_a_given_up_get_comes_to_the_next_get_first(
-    next_get: Getter,
-) -> None:
+async def _given_up_get_many(client: clients.Client, server: ScriptedServer) -> None:
+    """A get_many given up (cancel scope) once the scripted group has its GetBatch."""
+    with trio.CancelScope() as giving_up:
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(client.get_many, 1)
+            await server.until(lambda: len(server.gets) == 1)
+            giving_up.cancel()
+    await server.until(lambda: len(server.cancels) == 1)
+
+
+async def test_a_message_that_crossed_a_given_up_get_comes_to_the_next_get_first() -> None:
     """A get_many is given up (cancel scope) while the group hands it message A; the
     application's next get is sent before A's Delivery arrives, and is handed B. The
     client gave the next get B and held A for the get after: the application saw B
@@ -79,16 +85,11 @@ async def test_a_message_that_crossed_a_given_up_get_comes_to_the_next_get_first
     async with trio.open_nursery() as nursery:
         port = await _start(nursery, server)
         async with connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
-            with trio.CancelScope() as giving_up:
-                async with trio.open_nursery() as waiting:
-                    waiting.start_soon(client.get_many, 1)
-                    await server.until(lambda: len(server.gets) == 1)
-                    giving_up.cancel()
-            await server.until(lambda: len(server.cancels) == 1)
+            await _given_up_get_many(client, server)
             received: list[Message] = []
 
-            async def get_next() -> None:
-                received.extend(await next_get(client))
+            async def get_next() -> None:  # a waiting get: the pool asks at once
+                received.extend(await _single(client))
 
             async with trio.open_nursery() as getting:
                 getting.start_soon(get_next)
@@ -102,6 +103,37 @@ async def test_a_message_that_crossed_a_given_up_get_comes_to_the_next_get_first
                     await server.send(newer)
             assert [message.body for message in received] == [b"A"]
             assert [message.body for message in client.held] == [b"B"]
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    "next_get", [_poll, _many, _selective], ids=["poll", "get_many", "selective"]
+)
+async def test_a_poll_or_get_many_after_a_given_up_get_takes_what_it_brought(
+    next_get: Getter,
+) -> None:
+    """A poll, a get_many or a selective get after a given-up get first waits for that
+    get's answer (one round trip), then takes what it brought, asking nothing more.
+    Sent at once, it was answered without it: nothing waiting (a timeout, or
+    NoMoreMessages for a poll) or EXCMAXUNCONF at the cap, the message held."""
+    server = ScriptedServer()
+    async with trio.open_nursery() as nursery:
+        port = await _start(nursery, server)
+        async with connect(f"127.0.0.1:{port}", queue="1.10", heartbeat_s=None) as client:
+            await _given_up_get_many(client, server)
+            received: list[Message] = []
+
+            async def get_next() -> None:
+                received.extend(await next_get(client))
+
+            async with trio.open_nursery() as getting:
+                getting.start_soon(get_next)
+                await trio.testing.wait_all_tasks_blocked()  # waiting, nothing sent
+                assert len(server.gets) == 1
+                (given_up,) = server.gets
+                await server.send(wire.DeliveryBatch(given_up, [_recoverable(given_up, 1, b"A")]))
+            assert [message.body for message in received] == [b"A"]
+            assert len(server.gets) == 1 and not client.held
         nursery.cancel_scope.cancel()
 
 
