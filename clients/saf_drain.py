@@ -36,7 +36,11 @@ from mrs.limits import (
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
     CLIENT_SAF_DELETE_RETRY_S,
+    GROUP_ID_MAX,
+    GROUP_ID_MIN,
     IDEMPOTENCY_KEY_BYTES_MAX,
+    QUEUE_ID_MAX,
+    QUEUE_ID_MIN,
 )
 from mrs.model import Address, Psb, Status, Uma, status_of
 
@@ -437,13 +441,13 @@ def address_problem(text: str) -> str | None:
     return None
 
 
-GROUP_IDS = (1, 32_000)
-QUEUE_IDS = (1, 999)
+GROUP_IDS = (GROUP_ID_MIN, GROUP_ID_MAX)
+QUEUE_IDS = (QUEUE_ID_MIN, QUEUE_ID_MAX)
 _ID_PATTERN = re.compile(r"[0-9]+")
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""Group and queue ids and names as the bus file allows them: mrs.config.schema's
-GROUP_ID_MIN..MAX, QUEUE_ID_MIN..MAX and name pattern (a test pins them equal), not
-imported: the bus file's schema would cost `import clients` a tenth of a second."""
+"""Group and queue ids and names as the bus file allows them: the ids from mrs.limits,
+as mrs.config.schema reads them; the name pattern is the schema's, copied (a test
+pins them equal): the schema itself would cost `import clients` a tenth of a second."""
 
 
 def _numeric(target: str) -> tuple[int, int]:

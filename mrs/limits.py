@@ -548,3 +548,13 @@ ENDPOINT_BIND_RETRY_S = 1.0
 """How often a replicated group's active tries again to take a `[group.ops]`
 endpoint's port that another process holds (a paused old active on the same host):
 once a second, as the active dials a lost replica (mrs.ops.http_endpoint)."""
+
+GROUP_ID_MIN = 1
+"""The lowest group id a bus file may give (here, not in mrs.config.schema, so the
+client library checks an address without importing the bus file's schema)."""
+GROUP_ID_MAX = 32000
+"""The highest group id a bus file may give, as MessageQ's group numbers."""
+QUEUE_ID_MIN = 1
+"""The lowest queue id a bus file may give."""
+QUEUE_ID_MAX = 999
+"""The highest queue id, as MessageQ's queue numbers."""

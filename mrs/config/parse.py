@@ -339,7 +339,7 @@ class _Parser(FieldReader):
             if owner is None:
                 continue
             group_id, where = owner
-            if group_id != link.groups[1] or not where.endswith(".listen") or ".ops." in where:
+            if group_id != link.groups[1] or not where.endswith(".listen"):  # not ops_listen
                 self.fail(
                     f"link[{i}].address",
                     f"{link.address_host}:{link.address_port} is {where}, not where group "

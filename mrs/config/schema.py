@@ -21,16 +21,16 @@ from mrs.config.ops import OpsConfig
 from mrs.config.tls import TlsConfig
 from mrs.errors import OperatorError
 from mrs.limits import (
+    GROUP_ID_MAX,
+    GROUP_ID_MIN,
+    QUEUE_ID_MAX,
+    QUEUE_ID_MIN,
     QUEUE_MESSAGES_MAX_DEFAULT,
     QUEUE_NAME_CHARS_MAX,
     QUEUE_UNCONFIRMED_MAX_DEFAULT,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle
 
-GROUP_ID_MIN = 1
-GROUP_ID_MAX = 32000
-QUEUE_ID_MIN = 1
-QUEUE_ID_MAX = 999
 PORT_MAX = 65535
 
 DEAD_LETTER_QUEUE_NAME = "DLQ"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import logging
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -68,6 +67,7 @@ from mrs.server.harness import ServeOptions, say
 from mrs.server.journal_files import JournalFiles
 from mrs.storage.datadir import DataDirError
 from mrs.storage.journal_usage import UsageWatch
+from mrs.transport.bind_probe import try_bind
 from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.server")
@@ -295,14 +295,8 @@ class InstanceRunner:
         the real network only), or None."""
         if self.network is not TCP:
             return None
-        host, port = self.config.listen_host, self.config.listen_port
         try:
-            family, kind, proto, _, address = socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0]
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                probe.bind(address)
+            try_bind(self.config.listen_host, self.config.listen_port)
         except OSError as error:
             return str(startup.listen_failure(self.bus, self.config, error))
         return None

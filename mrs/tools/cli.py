@@ -95,9 +95,8 @@ def _check_endpoint_ports(bus: BusConfig, group: GroupConfig) -> None:
     operations.md promises a failed start leaves the journals exactly as they were. A
     bind tried and let go (as a replicated instance checks its client port); the
     server binds them for real later, so this cannot take a port from it."""
-    import socket
-
     from mrs.transport.bind_failure import bind_failure
+    from mrs.transport.bind_probe import try_bind
 
     ops = group.ops
     for key, host, port in (
@@ -106,15 +105,8 @@ def _check_endpoint_ports(bus: BusConfig, group: GroupConfig) -> None:
     ):
         if host is None or not port:  # off, or port 0: the system picks a free one
             continue
-        try:  # each address as trio.open_tcp_listeners binds it (the server's way)
-            for family, kind, proto, _, address in socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            ):
-                with socket.socket(family, kind, proto) as probe:
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    if family == socket.AF_INET6:
-                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                    probe.bind(address)
+        try:
+            try_bind(host, port)
         except OSError as error:
             where = f"{bus.path}: group {group.id} ({group.name}) ops.{key} = {host}:{port}"
             raise bind_failure(where, key, error) from None
