@@ -116,6 +116,7 @@ class Drain:
                 log.error("SAF message %d could not be quarantined: %s", record.seq, error)
                 return
             ctx.counts.saf_removed(peer)
+            peer.saf_keys.forget((record.seq,))
             ctx.counts.dlj_added()
             ctx.quarantined += 1
             log.error(
@@ -208,6 +209,7 @@ class Drain:
             peer.deleting.difference_update(keys)
             if error is None:
                 ctx.counts.saf_removed(peer, deleted)
+                peer.saf_keys.forget(split_key(key)[1] for key in keys)
                 forgettable(stored)
                 for seq, cause in settled or ():
                     self._dead_lettered(peer, seq, cause)

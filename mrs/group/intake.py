@@ -42,6 +42,7 @@ from mrs.group.shapes import (
     idempotency_key,
 )
 from mrs.group.umas import Umas
+from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import PUT_DONE
@@ -200,6 +201,13 @@ class Intake:
                 raise Refused(Status.KEY_REUSED, conflict)
             if (busy := self.dqf.dedupe_busy(key)) is not None:
                 raise Refused(Status.QUEUE_BUSY, busy)
+        elif recoverable and self.outbound.saf_copy_busy(target.group, key):
+            raise Refused(
+                Status.QUEUE_BUSY,
+                f"an earlier copy with this idempotency key is being stored in the SAF "
+                f"for group {target.group}, and {DEDUPE_WAITERS_MAX} copies already wait "
+                "for theirs: try again later",
+            )
         return key
 
     def _check_ack_reachable(self, response_queue: Address) -> None:

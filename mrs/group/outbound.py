@@ -32,6 +32,7 @@ from mrs.group.context import GroupContext
 from mrs.group.peers import LinkPort, Peers, PeerState
 from mrs.group.receipts import Receipts
 from mrs.group.reply import PutReply
+from mrs.group.saf_keys import record_saf_key, saf_key
 from mrs.group.shapes import Entry, record_from_entry, transfer_fields
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
@@ -64,6 +65,8 @@ class Outbound:
                 self.ctx.report_corrupt(item, "not forwarded")
                 continue
             self.ctx.counts.saf_added(peer)
+            if peer is not None and (saf_id := record_saf_key(item)) is not None:
+                peer.saf_keys.add(saf_id, item.seq, durable=True)
             if peer is None:
                 log.warning(
                     "SAF holds messages for group %s, which is no longer linked", peer_group
@@ -95,6 +98,9 @@ class Outbound:
             )
             undeliverable(entry, reply, Status.MSGTOOBIG, reason)
             return
+        if (first_seq := self._first_copy_in_saf(peer, entry)) is not None:
+            self._answer_copy(peer, entry, reply, first_seq)
+            return
         mode = entry.delivery
         to_saf_point = mode.interest_point is InterestPoint.SAF
         if mode.recoverable and (to_saf_point or peer.saf_backlog > 0):
@@ -106,6 +112,39 @@ class Outbound:
             self._send_direct(peer, entry, reply)
         else:
             undeliverable(entry, reply, Status.LINK_DOWN, f"link to group {peer.group_id} is down")
+
+    def saf_copy_busy(self, target_group: int, key: str) -> bool:
+        """Whether a put under scoped idempotency `key` to `target_group` is being
+        written to the SAF now (mrs.group.saf_keys)."""
+        peer = self.peers.get(target_group)
+        return peer is not None and peer.saf_keys.busy(key)
+
+    def _answer_copy(self, peer: PeerState, entry: Entry, reply: PutReply, first_seq: int) -> None:
+        """A copy of a keyed put whose first copy waits in the SAF: answered with that
+        seq (no second record, no second MRS_ACK) once the first copy is durable; if its
+        write failed, the copy is put as a message of its own."""
+        if first_seq not in peer.saf_keys.writing:
+            reply.report_copy(first_seq, self.umas.sequence.made_in_this_run(first_seq))
+            return
+
+        def first_written(ok: bool) -> None:
+            if ok:
+                reply.report_copy(first_seq, True)
+            else:
+                self.put(entry, reply)
+
+        peer.saf_keys.wait(first_seq, first_written)
+
+    def _first_copy_in_saf(self, peer: PeerState, entry: Entry) -> int | None:
+        """The seq of the first copy of a keyed put (same idempotency key) that still
+        waits in the SAF for this peer (mrs.group.saf_keys), or None."""
+        if not peer.saf_keys.seq_by_key or (key := saf_key(entry)) is None:
+            return None
+        store = self.ctx.store
+        peer_id = peer.group_id
+        return peer.saf_keys.first_copy(
+            key, lambda seq: store.get_raw(Journal.SAF, group_key(peer_id, seq)) is not None
+        )
 
     def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
         if entry.delivery.interest_point is InterestPoint.CONF:
@@ -168,8 +207,12 @@ class Outbound:
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
         key = group_key(peer.group_id, entry.seq)
         batch = WriteBatch.empty().put_record(Journal.SAF, key, record)
+        if (saf_id := saf_key(entry)) is not None:
+            peer.saf_keys.add(saf_id, entry.seq, durable=False)
 
         def stored(error: JournalError | None) -> None:
+            if saf_id is not None:
+                peer.saf_keys.written(entry.seq, error is None)
             if error is not None:
                 ctx.counts.saf_removed(peer)
             if peer.link is not None:

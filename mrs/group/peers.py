@@ -14,6 +14,7 @@ from typing import Protocol
 
 from mrs.group.context import GroupContext
 from mrs.group.drain_room import DqfRoom
+from mrs.group.saf_keys import SafKeys
 from mrs.limits import LINK_WINDOW_MESSAGES_MAX, PEER_NOTICE_WAITERS_MAX
 from mrs.protocol.link_events import AnyNotice, RoomNotice, TransferredMessage
 
@@ -96,6 +97,8 @@ class PeerState:
     DQF's keys at start, raised by every transfer since): a transferred seq above it
     cannot be held already, so its DQF key is not read (mrs.group.inbound
     `_held_already`)."""
+    saf_keys: SafKeys = field(default_factory=SafKeys)
+    """Idempotency keys of the keyed puts waiting in the SAF for this peer."""
 
     def wait_for_notice(self, seq: int, waiter: Callable[[AnyNotice], None]) -> None:
         """Register `waiter` for the peer's notice about `seq`, keeping the table bounded

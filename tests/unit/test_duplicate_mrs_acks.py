@@ -14,6 +14,7 @@ import msgpack
 from journals import Journal
 from mrs import protocol as wire
 from mrs.errors import Refused
+from mrs.limits import DEDUPE_WAITERS_MAX
 from mrs.model import MRS_ACK_TYPE, DeliveryMode, Psb, Status, Uma
 from tests.process.test_group_rooms import FakeSession, LinkPair, Node, only, open_node
 
@@ -122,4 +123,90 @@ def test_a_copy_sent_to_another_group_brings_no_second_mrs_ack(tmp_path: Path) -
     pair.nodes[2].group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
     pair.nodes[2].commit()
     assert_one_mrs_ack_for(mrs_acks_waiting(node, sender), only(receiver.events, wire.Delivery).seq)
+    pair.close()
+
+
+def saf_put(request_id: int, mode: DeliveryMode) -> wire.Put:
+    """A keyed put to group 2's queue whose UMA stores it in the SAF while the link is down."""
+    return wire.Put(
+        request_id, "2.10", b"order 1", int(mode), int(Uma.SAF),
+        0, 0, 0, 0, b"", "", {"idempotency_key": "order-1"},
+    )  # fmt: skip
+
+
+def delivered_on_group_2(pair: LinkPair) -> wire.Delivery:
+    receiver = pair.nodes[2].session("IN")
+    pair.nodes[2].group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
+    pair.nodes[2].commit()
+    return only(receiver.events, wire.Delivery)
+
+
+def test_a_copy_waiting_in_the_saf_brings_no_second_mrs_ack(tmp_path: Path) -> None:
+    """With the link down the first copy waits in the sender's SAF, where group 2's
+    key cannot answer the copy: it brought a second MRS_ACK (SAF_FORCED) and a second
+    SAF record. Now the copy is answered with the first copy's seq, and one message
+    crosses when the link heals."""
+    pair = LinkPair(tmp_path)
+    node = pair.nodes[1]
+    sender = node.session("OUT")
+    for request_id in (1, 2):  # the first answer lost: the put again
+        node.group.put(sender, saf_put(request_id, DeliveryMode.AK_DQF))
+        pair.run()
+    assert node.store.count(Journal.SAF) == 1
+    first_seq = sender.events[0].seq  # an AK put is answered at once, with its own seq
+    acks = mrs_acks_waiting(node, sender)
+    psbs = [Psb.from_wire(msgpack.unpackb(ack.body)) for ack in acks]
+    assert [(psb.delivery_status, psb.uma_status) for psb in psbs] == [
+        (Status.LINK_DOWN, Status.SAF_SUCCESS)
+    ]
+    pair.connect()
+    pair.run()
+    assert pair.nodes[2].store.count(Journal.DQF) == 1
+    assert node.store.count(Journal.SAF) == 0
+    assert delivered_on_group_2(pair).seq == first_seq
+    assert mrs_acks_waiting(node, sender) == []
+    pair.close()
+
+
+def test_copies_while_the_first_is_written_to_the_saf_wait_for_it(tmp_path: Path) -> None:
+    """Before the first copy's SAF record is durable, copies wait for its commit and
+    are answered with its seq (as local copies are); DEDUPE_WAITERS_MAX of them at
+    most: one more is refused QUEUE_BUSY before it is answered."""
+    pair = LinkPair(tmp_path)
+    node = pair.nodes[1]
+    sender = node.session("OUT")
+    for request_id in range(1, DEDUPE_WAITERS_MAX + 2):  # the first, then its copies
+        node.group.put(sender, saf_put(request_id, DeliveryMode.WF_DQF))
+    try:
+        node.group.put(sender, saf_put(DEDUPE_WAITERS_MAX + 2, DeliveryMode.WF_DQF))
+    except Refused as busy:
+        assert busy.status == Status.QUEUE_BUSY
+    else:
+        raise AssertionError("a copy past DEDUPE_WAITERS_MAX was taken")
+    assert sender.events == []
+    pair.run()
+    assert node.store.count(Journal.SAF) == 1
+    answers = [event for event in sender.events if isinstance(event, wire.PutDone)]
+    assert len(answers) == DEDUPE_WAITERS_MAX + 1
+    assert {answer.seq for answer in answers} == {answers[0].seq}
+    pair.close()
+
+
+def test_a_copy_after_a_restart_finds_its_first_copy_in_the_saf(tmp_path: Path) -> None:
+    """The keys are read back from the SAF at start-up: a copy put after a restart is
+    not stored again, and brings the one MRS_ACK the restart lost (SUCCESS)."""
+    first = LinkPair(tmp_path)
+    first.nodes[1].group.put(first.nodes[1].session("OUT"), saf_put(1, DeliveryMode.AK_DQF))
+    first.run()
+    first.close()
+
+    pair = LinkPair(tmp_path)
+    node = pair.nodes[1]
+    sender = node.session("OUT")
+    node.group.put(sender, saf_put(2, DeliveryMode.AK_DQF))
+    pair.run()
+    assert node.store.count(Journal.SAF) == 1
+    pair.connect()
+    pair.run()
+    assert_one_mrs_ack_for(mrs_acks_waiting(node, sender), delivered_on_group_2(pair).seq)
     pair.close()
