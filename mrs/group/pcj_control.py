@@ -76,8 +76,10 @@ class PcjControl:
 
     def set_pcj(self, session: Session, request: wire.SetPcj) -> None:
         """Change the default at once and roll if asked (every confirm handled after
-        this request follows the new state); answer PcjState once it is durable."""
+        this request follows the new state); answer PcjState once it is durable, and
+        undo the change if it cannot be (JOURNAL_FAIL)."""
         ctx = self.ctx
+        before = self.state()
         if request.default == ForceJrn.FORCE_JRN:
             ctx.pcj_default = True
         elif request.default == ForceJrn.NO_JRN:
@@ -96,6 +98,7 @@ class PcjControl:
 
         def written(error: JournalError | None) -> None:
             if error is not None:
+                self._undo(state, before)
                 session.send(
                     wire.Failure(request_id, int(Status.JOURNAL_FAIL), f"MRS_SET_PCJ: {error}")
                 )
@@ -105,3 +108,15 @@ class PcjControl:
             )
 
         ctx.writer.submit(batch, written)
+
+    def _undo(self, made: PcjControlState, before: PcjControlState) -> None:
+        """A change refused JOURNAL_FAIL is not made: the state goes back to what it
+        was, unless a later MRS_SET_PCJ changed it again meanwhile. Why: the caller is
+        told the change failed, and a restart would read the old state from META, so
+        keeping the new one in memory meant confirms journaled by a default nobody
+        holds (and a segment no restart knows)."""
+        if self.state() != made:
+            return
+        self.ctx.pcj_default = before.default
+        self.ctx.pcj_segment = before.segment
+        self.opened_ns = before.opened_ns

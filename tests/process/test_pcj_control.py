@@ -20,6 +20,7 @@ from clients import (
     connect_sync,
     open_journal,
 )
+from journals import Journal
 from tests.cli_helpers import run_mrs
 
 
@@ -150,3 +151,18 @@ async def test_bad_arguments_are_refused_with_one_line(bus, arguments, words) ->
             await client.set_pcj(**arguments)
     assert refused.value.status == Status.BADPARAM
     assert words in refused.value.message and "\n" not in refused.value.message
+
+
+async def test_a_change_the_journal_refuses_is_not_made(make_mem_bus) -> None:
+    """MRS_SET_PCJ answered JOURNAL_FAIL changed nothing: the default and the segment
+    stay as they were (they stayed changed in memory, and a restart undid them)."""
+    bus = await make_mem_bus()  # pcj_default = false
+    async with bus.connect("ORDERS") as client:
+        bus.fail_commits("EIO")
+        with pytest.raises(MrsError) as failed:
+            await client.set_pcj(default=True, roll=True)
+        assert failed.value.status == Status.JOURNAL_FAIL
+        bus.fail_commits(None)
+        assert (await client.status())["pcj"] == {"default": False, "segment": 0, "opened_ns": 0}
+        await _put_get_confirm(client)  # the default is still false: no PCJ record
+        assert bus.store.count(Journal.PCJ) == 0
