@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -161,6 +162,32 @@ def _check_not_replicated(group: GroupConfig) -> None:
         )
 
 
+MASTER_CONNECT_TIMEOUT_S = 5.0
+"""How long `check_master` waits for a standalone master's port to accept."""
+
+
+def check_master(master: str) -> None:
+    """A standalone master (`spark://HOST:PORT[,HOST:PORT...]`) none of whose
+    addresses accepts a connection is the operator's to fix: said in one line at once.
+    Why: Spark retries a master that does not answer for 72 s before it fails, and
+    its error then names no address."""
+    if not master.startswith("spark://"):
+        return
+    problems: list[str] = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port_text = address.rpartition(":")
+        if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise AuditUsageError(f"--master {master}: {address!r} is not HOST:PORT")
+        try:
+            with socket.create_connection(
+                (host.strip("[]"), int(port_text)), MASTER_CONNECT_TIMEOUT_S
+            ):
+                return
+        except OSError as error:
+            problems.append(f"{address}: {error.strerror or error}")
+    raise AuditUsageError(f"no Spark master answers at {master} ({'; '.join(problems)})")
+
+
 def check_java() -> None:
     import os
 
@@ -237,6 +264,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.trail is not None:
             return _trail(sources, trail_id(args.trail), args, progress)
         check_java()
+        check_master(args.master)
         log_path = _log_path(args.out)
     except AuditUsageError as error:
         print(f"mrs audit: {error}", file=sys.stderr)

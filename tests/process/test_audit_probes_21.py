@@ -278,3 +278,22 @@ def test_a_kubernetes_master_that_does_not_answer_says_why(tmp_path: Path) -> No
     error = Py4JError("An error occurred while calling None.org.apache.spark.api.java."
                       "JavaSparkContext.")  # fmt: skip
     assert spark_start_line(error, log) == "Connection refused: /127.0.0.1:1"
+
+
+def test_a_standalone_master_that_does_not_answer_is_named_at_once(tmp_path: Path) -> None:
+    """Before: Spark retried `spark://127.0.0.1:PORT` (nothing listening) for 72 s and
+    then said "All masters are unresponsive! Giving up." without the address."""
+    import socket
+    import time
+
+    write_records(tmp_path / "g1" / "journals", Journal.PCJ, [record(1)])
+    with socket.socket() as probe:  # a port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = run_mrs("audit", "--data-dir", str(tmp_path / "g1"),
+                     "--master", f"spark://127.0.0.1:{port}")  # fmt: skip
+    _one_line(result, 2, "no Spark master answers", f"127.0.0.1:{port}", "refused")
+    assert time.monotonic() - started < 30
+    bad = run_mrs("audit", "--data-dir", str(tmp_path / "g1"), "--master", "spark://nohost")
+    _one_line(bad, 2, "'nohost' is not HOST:PORT")

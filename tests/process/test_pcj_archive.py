@@ -15,16 +15,23 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from clients import connect_sync, open_journal
+from journals import Journal
 from mrs.model import DeliveryMode
+from tests.journal_helpers import record, write_records
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _mrs(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _mrs(
+    *args: str, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mrs", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -202,3 +209,15 @@ def test_the_automatic_policy_archives_in_the_background(make_bus) -> None:
     assert set(_archived_seqs(bus.data_dir / "pcj-archive")) == expected
     status = json.loads(_mrs("status", "--address", bus.address, "--json").stdout)
     assert "pcj_archive" in status and "automatic PCJ archive: " in bus.log_text()
+
+
+def test_the_archive_directory_is_named_whole(tmp_path: Path) -> None:
+    """Run from the data directory's parent with a relative --data-dir, the line named
+    `g1/pcj-archive`: useless to an operator who pastes it elsewhere (a cron mail)."""
+    write_records(tmp_path / "g1" / "journals", Journal.PCJ, [record(1), record(2)])
+    where = ("pcj", "archive", "--data-dir", "g1", "--group", "1", "--until", "now")
+    result = _mrs(*where, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f" to {tmp_path / 'g1' / 'pcj-archive'} in " in result.stdout, result.stdout
+    listed = _mrs(*where, "--json", cwd=tmp_path)
+    assert json.loads(listed.stdout)["dir"] == str(tmp_path / "g1" / "pcj-archive")

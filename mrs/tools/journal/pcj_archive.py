@@ -260,7 +260,7 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     except JournalsNotFound as error:
         raise CommandError(str(error), EXIT_USAGE) from None
     ops = where.group.ops if where.group is not None else OpsConfig()
-    out_dir = args.dir if args.dir is not None else ops.archive_dir(where.data_dir)
+    out_dir = (args.dir if args.dir is not None else ops.archive_dir(where.data_dir)).absolute()
     with _one_run_at_a_time(where.data_dir, where.group_id):
         result = _archive_located(where, out_dir, until_ns, args)
     if args.json:
