@@ -8,7 +8,9 @@ from mrs.protocol.checks import DECODE_STATE, FRAME_BYTES_MAX_DEFAULT, PROTOCOL_
 from mrs.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from mrs.protocol.events import Event, Fatal, Hello, Welcome
 from mrs.protocol.explain import explain
+from mrs.protocol.link_events import LinkTransfer
 from mrs.protocol.states import (
+    _ACKS,
     _ALL_EVENTS,
     _ANSWERS,
     _ANSWERS_MANY,
@@ -23,6 +25,7 @@ from mrs.protocol.states import (
     _OTHER_KIND,
     _SENDS,
     _STEADY,
+    _TRANSFERS,
     _TRANSITIONS,
     _UINT32_MAX,
     CLIENT,
@@ -63,6 +66,9 @@ class Connection:
         """Ids of the requests each side sent that are not answered yet."""
         self._steady: dict[str, dict[type, str | None]] = {CLIENT: {}, SERVER: {}}
         """Per side, once it is OPEN: the events that keep it OPEN (see _process)."""
+        self._transfer_seqs: dict[int, list[int]] = {}
+        """The seqs of each LinkTransfer we sent that is not answered yet, by request
+        id: its LinkAck must name them, one result per message, in order."""
 
     # -- state ----------------------------------------------------------------------
 
@@ -124,6 +130,9 @@ class Connection:
             for answer in event.answers:
                 answered.discard(answer.request_id)
             return
+        if kind is _TRANSFERS or kind is _ACKS:
+            self._transfer_or_ack(role, event, error)
+            return
         if kind is None:
             return
         state = self._states[role]
@@ -143,6 +152,36 @@ class Connection:
             self._steady[role] = _STEADY[role] if new is OPEN else {}
             if new is CLOSED:
                 self._closed = True
+
+    def _transfer_or_ack(self, role: str, event: Any, error: type[ProtocolError]) -> None:
+        """A LinkTransfer takes its id, and when we send it its seqs are kept; a
+        LinkAck from the peer answering one must name those seqs, one result per
+        message, in order. Why: the sender settles each message by its place in the
+        answer (deleted from its SAF when STORED), so an answer in another order, or
+        naming seqs never sent, would delete a message the peer said it did not store."""
+        request_id = event.request_id
+        if type(event) is LinkTransfer:
+            in_flight = self._in_flight[role]
+            if request_id in in_flight:
+                raise error(f"request_id {request_id} reused while in flight")
+            in_flight.add(request_id)
+            if role == self.our_role:
+                self._transfer_seqs[request_id] = [message.seq for message in event.messages]
+            return
+        self._in_flight[_OTHER[role]].discard(request_id)
+        seqs = self._transfer_seqs.pop(request_id, None) if role == self.their_role else None
+        if seqs is None:  # it answers a notice or a query, or we answer
+            return
+        results = event.results
+        if len(results) != len(seqs):
+            raise error(f"LinkAck answers {len(results)} messages, {len(seqs)} were sent")
+        for index, (result, seq) in enumerate(zip(results, seqs, strict=True)):
+            if result.seq != seq:
+                raise error(
+                    f"LinkAck.results[{index}].seq {result.seq} does not answer message"
+                    f" {index} of LinkTransfer {request_id} (seq {seq}): one result per"
+                    " message, in order"
+                )
 
     def _take_ids(self, role: str, requests: list, error: type[ProtocolError]) -> None:
         """Every request of a batch takes its id, all or none: a reused id (in flight

@@ -168,8 +168,14 @@ _ASKS, _ASKS_MANY, _ANSWERS, _ANSWERS_MANY, _OTHER_KIND = (
     "answers many",
     "other",
 )
+_TRANSFERS, _ACKS = "transfers", "acks"
+"""A LinkTransfer (a request whose messages' seqs its answer must name) and a LinkAck
+(whose results must name them, one per message, in order): they take the long way
+(`Connection._process`), which keeps each transfer's seqs until its answer came."""
 _REQUEST_KIND = {
     PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
+    LinkTransfer: _TRANSFERS,
+    LinkAck: _ACKS,
     AnswerBatch: _ANSWERS_MANY,  # no id of its own: each of its items is an answer
     **dict.fromkeys(
         (
@@ -183,7 +189,6 @@ _REQUEST_KIND = {
             ShowPending,
             SetPcj,
             ReadJournal,
-            LinkTransfer,
             LinkNotice,
             LinkPendingQuery,
             *ADMIN_REQUESTS,
@@ -203,7 +208,6 @@ _REQUEST_KIND = {
             PcjState,
             JournalPage,
             Failure,
-            LinkAck,
             LinkPendingCounts,
             *ADMIN_REPLIES,
         ),

@@ -245,6 +245,7 @@ def _dispatch_rare(
         session.liveness.handshake_done = True
         session.answer_batches = event.answer_batches
         session.program = clipped(event.program)
+        session.unsent_bytes_max = dispatcher.connection_bytes_max
         config = dispatcher.config
         session.send(
             wire.Welcome(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import trio
 
 from mrs import protocol as wire
+from mrs.config.guards import Guards
 from mrs.core.refusals import clipped
 from mrs.group.link_session import PeerLink
 from mrs.group.queues import TargetQueue
@@ -26,6 +27,8 @@ from mrs.transport.watchdog import Liveness
 log = logging.getLogger("mrs.server")
 
 _session_ids = itertools.count(1)
+_UNSENT_BYTES_MAX_DEFAULT = Guards().connection_bytes_max
+"""A session's bound on unread answers until its Hello sets the group's own."""
 
 
 @dataclass(eq=False, repr=False)
@@ -77,6 +80,9 @@ class ServerSession(GroupChannel):
 
     answer_batches: bool = False
     """The client's Hello said it reads AnswerBatch frames (`answer` then batches)."""
+    unsent_bytes_max: int = _UNSENT_BYTES_MAX_DEFAULT
+    """Answers it may leave unread (the guard connection_bytes_max, set at its Hello):
+    beyond, the connection is closed (`_unread`)."""
 
     def stalled_since(self) -> float:
         """When its last bytes arrived (mrs.transport.partial_frames closes the longest stalled)."""
@@ -100,6 +106,27 @@ class ServerSession(GroupChannel):
             super().send(event)
         except wire.LocalProtocolError as error:
             self._cannot_carry(error)
+            return
+        if self.unsent_bytes > self.unsent_bytes_max:
+            self._unread()
+
+    def _unread(self) -> None:
+        """Its peer leaves more answers unread than it may: closed (EXCEEDQUOTA), and
+        what waits for it let go at once. Why: the receive loop stops reading a
+        connection whose answers pass OUTBOX_BYTES_HIGH, but its parked gets still take
+        the messages put meanwhile (a thousand of 1 MiB each, by default), so a client
+        that parks gets and never reads held the server's memory for as long as it kept
+        the connection. Its unconfirmed messages come back as after any lost connection
+        (POSSDUPL); a memory message already handed to it is gone with it, as it would
+        be had it read it and died."""
+        unsent_bytes = self.unsent_bytes
+        self.drop_queued()
+        if self.evicted_because is None:
+            self.evict(
+                "connection_bytes_max",
+                f"{unsent_bytes} bytes of answers unread "
+                f"(connection_bytes_max={self.unsent_bytes_max})",
+            )
 
     def _cannot_carry(self, error: wire.LocalProtocolError) -> None:
         """An event this connection cannot carry (a frame over its limit: a message

@@ -154,6 +154,13 @@ class FramedStream:
         self._outbox = bytearray()
         return data
 
+    def drop_queued(self) -> None:
+        """Forget every frame queued and not yet handed to the stream (a connection
+        being closed for what it left unread); a write under way keeps its own."""
+        self._outbox = bytearray()
+        self._grouped = []
+        self._grouped_bytes = 0
+
     def wake(self) -> None:
         """Wake whoever waits in `wait_ready` (e.g. to notice the connection is lost)."""
         self._ready_set = True
