@@ -372,4 +372,10 @@ class Message:
         """The PSB an MRS_ACK message carries (only for MRS_ACK messages)."""
         if not self.is_mrs_ack:
             raise ValueError("not an MRS_ACK message")
-        return Psb.from_wire(msgpack.unpackb(self.body))
+        try:
+            return Psb.from_wire(msgpack.unpackb(self.body))
+        except (ValueError, TypeError) as error:  # msgpack's errors are ValueErrors
+            raise ValueError(
+                f"message {self.seq} from {self.source} has MRS_ACK's class and type but "
+                f"its body is no PSB ({error}): an application put it, not the MRS"
+            ) from None

@@ -133,7 +133,17 @@ def check_keys(keys: Sequence[Key]) -> None:
 
 
 def _check_key(key: Key) -> None:
+    if type(key) is not Key:  # a list of keys given as one: an AttributeError before
+        hint = ""
+        if isinstance(key, list | tuple):
+            hint = ": pass the keys one by one, Selection(*keys)"
+        raise _refuse(f"a key is a Key(attribute, operator, value), not {type(key).__name__}{hint}")
     attribute, operator, value = key.attribute, key.operator, key.value
+    if type(attribute) is not str or type(operator) is not str:  # a list: unhashable
+        raise _refuse(
+            f"a key's attribute and operator are strings, got {type(attribute).__name__} "
+            f"and {type(operator).__name__}"
+        )
     if attribute not in ATTRIBUTES:
         raise _refuse(f"attribute {attribute!r} is not one of {', '.join(ATTRIBUTES)}")
     if operator not in OPERATORS:

@@ -301,3 +301,16 @@ def test_in_order_queue_accepts_only_the_oldest_delivered():
             check_confirm(ConfirmStyle.EXPLICIT_IN_ORDER, UNCONFIRMED, seq)
         assert caught.value.status == Status.BADSEQ
         assert "30" in caught.value.message
+
+
+def test_a_forged_mrs_ack_is_one_clear_error_not_a_type_error() -> None:
+    """Any application may put class 28 / type -801 (MRS_ACK's): reading its PSB raised
+    `TypeError: cannot unpack non-iterable int object`."""
+    import msgpack
+
+    from mrs.model import Address, Message
+
+    forged = Message(msgpack.packb(7), 5, Address(1, 12), Address(1, 11), MRS_CLASS, MRS_ACK_TYPE)
+    assert forged.is_mrs_ack
+    with pytest.raises(ValueError, match="an application put it, not the MRS"):
+        forged.ack_psb()
