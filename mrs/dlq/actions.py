@@ -57,6 +57,7 @@ def target_text(rule: Rule, message: Message) -> str:
         return _join(header.get("dest_q_mgr_name"), header.get("dest_q_name"))
     reply = (message.headers or {}).get("reply_q") or str(message.source)
     reply_group, _, reply_queue = str(reply).rpartition(".")
+    reply_group = reply_group or str(message.source.group)  # MQ: blank = the putter's
     variables = {
         "&DESTQ": header.get("dest_q_name"),
         "&DESTQM": header.get("dest_q_mgr_name"),
@@ -147,10 +148,21 @@ def target_problems(table: RulesTable, bus, group_id: int) -> list[str]:
                     "is the dead-letter queue this handler reads: every message it "
                     "forwards would come back to it (a loop)"
                 )
+        if why is not None and "." in f"{queue}{manager}":
+            why += _DOTTED_NAME_HINT
         if why is not None:
             line, column = rule.fwd_place
             problems.append(f"line {line}, column {column}: {named} {why}")
     return problems
+
+
+_DOTTED_NAME_HINT = (
+    " ('.' separates GROUP.QUEUE in MRS, and a queue or group name has none: an MQ "
+    "name such as REALLY.DEAD.QUEUE is written as the bus config names the queue, "
+    "e.g. REALLY_DEAD_QUEUE)"
+)
+"""An MQ administrator's FWDQ(REALLY.DEAD.QUEUE) read as group REALLY.DEAD, queue
+QUEUE: the error alone ("no group named 'REALLY'") did not say why."""
 
 
 def _target_problem(target: str, bus, group_id: int) -> str | None:

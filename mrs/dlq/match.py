@@ -50,45 +50,75 @@ def _int_or_none(text: object) -> int | None:
         return None
 
 
+def _cut(keyword: str, texts: tuple[str, ...], named: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The texts a pattern sees: what the letter carries cut to its MQ field's length
+    (a sender chooses it), and the configured names of its queue or group whole (the
+    bus config bounds them, and they may be longer than MQ's 48: cut, a rule naming
+    such a queue would never match it)."""
+    return tuple(text[: DLQ_MATCH_CHARS_MAX[keyword]] for text in texts) + named
+
+
+def _named(names: Names, group: int | None, queue: int | None = None) -> tuple[str, ...]:
+    """The configured name of a queue (or, without `queue`, of a group), if any."""
+    if group is None:
+        return ()
+    name = names(group, queue) if queue is not None else names(group, None)
+    return (name,) if name else ()
+
+
+def _reply_texts(letter: Letter, names: Names) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(REPLYQ texts, REPLYQM texts): the message's `reply_q` header in any form the
+    bus takes ("1.16", "NYC.SENDER2", "SENDER2": in the sender's group), else its
+    sender, numbers and names.
+    `&REPLYQ`/`&REPLYQM` forward to the same header, so the pattern must look at it
+    too: matched against the sender, a rule took letters by one queue and forwarded
+    them to another."""
+    reply_q = (letter.headers or {}).get("reply_q")  # as `mrs.dlq.actions.target_text`
+    if letter.reply_to is None and reply_q:
+        group_text, _, queue_text = str(reply_q).rpartition(".")
+        group_text = group_text or str(letter.source[0])  # MQ: blank = the putter's
+        group, queue = _int_or_none(group_text), _int_or_none(queue_text)
+        queue_names = _named(names, group, queue) if queue is not None else ()
+        return (
+            _cut("REPLYQ", (queue_text,), queue_names),
+            _cut("REPLYQM", (group_text,), _named(names, group)),
+        )
+    group, queue = letter.reply_to or letter.source
+    return (
+        _cut("REPLYQ", (str(queue),), _named(names, group, queue)),
+        _cut("REPLYQM", (str(group),), _named(names, group)),
+    )
+
+
 def letter_values(letter: Letter, names: Names = _no_names) -> dict[str, tuple[str, ...]]:
     """Each pattern keyword -> the texts a pattern may match (number and/or name)."""
     header = letter.header or {}
     dest_group = _int_or_none(header.get("dest_q_mgr_name"))
     dest_queue = _int_or_none(header.get("dest_q_name"))
-    reply_group, reply_queue = letter.reply_to or letter.source
     extra = letter.headers or {}
-
-    def queue_texts(group: int | None, queue: int | None, raw: object) -> tuple[str, ...]:
-        texts = [str(raw if raw is not None else "")]
-        if group is not None and queue is not None and (name := names(group, queue)):
-            texts.append(name)
-        return tuple(texts)
-
-    def group_texts(group: int | None, raw: object) -> tuple[str, ...]:
-        texts = [str(raw if raw is not None else "")]
-        if group is not None and (name := names(group, None)):
-            texts.append(name)
-        return tuple(texts)
-
+    dest_q = "" if header.get("dest_q_name") is None else str(header["dest_q_name"])
+    dest_qm = "" if header.get("dest_q_mgr_name") is None else str(header["dest_q_mgr_name"])
+    dest_q_names = _named(names, dest_group, dest_queue) if dest_queue is not None else ()
+    reply_queue_texts, reply_group_texts = _reply_texts(letter, names)
     feedback = header.get("feedback", header.get("mrs_status", ""))
     values = {
         "APPLIDAT": (letter.correlation_id.rstrip(b"\0").decode("latin-1"),),
         "APPLNAME": (str(header.get("put_appl_name", "")),),
         "APPLTYPE": (str(header.get("put_appl_type", "")),),
-        "DESTQ": queue_texts(dest_group, dest_queue, header.get("dest_q_name")),
-        "DESTQM": group_texts(dest_group, header.get("dest_q_mgr_name")),
         "FEEDBACK": (str(feedback),),
         "FORMAT": (str(header.get("format", "")),),
         "MSGTYPE": (str(letter.msg_type),),
         "PERSIST": ("1" if letter.recoverable else "0",),
         "REASON": (str(header.get("reason", "")),),
-        "REPLYQ": queue_texts(reply_group, reply_queue, reply_queue),
-        "REPLYQM": group_texts(reply_group, reply_group),
         "USERID": (str(extra.get("user_id", "")),),
     }
+    cut = {keyword: _cut(keyword, texts) for keyword, texts in values.items()}
     return {
-        keyword: tuple(text[: DLQ_MATCH_CHARS_MAX[keyword]] for text in texts)
-        for keyword, texts in values.items()
+        **cut,
+        "DESTQ": _cut("DESTQ", (dest_q,), dest_q_names),
+        "DESTQM": _cut("DESTQM", (dest_qm,), _named(names, dest_group)),
+        "REPLYQ": reply_queue_texts,
+        "REPLYQM": reply_group_texts,
     }
 
 

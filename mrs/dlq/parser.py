@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mrs.config.schema import NAME_CHARS_MAX
 from mrs.dlq.codes import NUMBER_ONLY_KEYWORDS, NUMERIC_KEYWORDS, number_for, reason_instead
 from mrs.dlq.table import (
     ACTION_KEYWORDS,
@@ -36,10 +37,12 @@ from mrs.dlq.table import (
     RulesTable,
 )
 from mrs.errors import OperatorError
-from mrs.limits import DLQ_TABLE_BYTES_MAX
+from mrs.limits import DLQ_MATCH_CHARS_MAX, DLQ_TABLE_BYTES_MAX
 
 RULE_KEYWORDS = PATTERN_KEYWORDS + ACTION_KEYWORDS
 ALL_KEYWORDS = RULE_KEYWORDS + CONTROL_KEYWORDS
+NAMED_KEYWORDS = frozenset({"DESTQ", "DESTQM", "REPLYQ", "REPLYQM"})
+"""Pattern keywords that also match a queue's or group's configured name, whole."""
 ERRORS_MAX = 100
 """A table with more errors than this reports the first ERRORS_MAX."""
 _BEYOND_ERROR = (
@@ -378,11 +381,37 @@ def _check_pattern(word: str, value: str, place: tuple[int, int]) -> None:
         )
 
 
+def _too_long(word: str, value: str) -> str | None:
+    """Why a pattern is longer than any value it is matched against, or None. Each
+    value is cut to its MQ field before matching (`mrs.limits.DLQ_MATCH_CHARS_MAX`:
+    USERID 12, APPLIDAT 32, ...), and a queue or group keyword also sees the configured
+    name (up to `NAME_CHARS_MAX`): `USERID(administrator)` took nothing, silently,
+    even from a letter whose user_id was exactly that."""
+    chars_max = DLQ_MATCH_CHARS_MAX[word]
+    if word in NAMED_KEYWORDS:
+        chars_max = max(chars_max, NAME_CHARS_MAX)
+    fixed = len(value.rstrip().replace("*", ""))  # '?' is one character, '*' none
+    if word in NUMERIC_KEYWORDS or fixed <= chars_max:
+        return None
+    shown = value if len(value) <= 60 else f"{value[:57]}..."
+    return (
+        f"warning: {word}({shown}) matches nothing: {fixed} characters, but {word} "
+        f"matches values of at most {chars_max} (longer ones are cut); write at most "
+        f"{chars_max} (e.g. the first {chars_max} followed by *)"
+    )
+
+
 def _matching_nothing(items: list[tuple[str, str, tuple[int, int]]]) -> list[Problem]:
-    """A warning for each wildcard pattern that can match nothing: REASON, MSGTYPE and
-    PERSIST are numbers in every dead letter, so `REASON(MQRC_Q_*)` (a letter in it)
-    is valid and takes nothing; the rule is kept, the operator told."""
-    return [
+    """A warning for each pattern that can match nothing: REASON, MSGTYPE and PERSIST
+    are numbers in every dead letter, so `REASON(MQRC_Q_*)` (a letter in it) is valid
+    and takes nothing; a pattern longer than its value can be (`_too_long`) too. The
+    rule is kept, the operator told (on stderr, by the handler and by --check)."""
+    too_long = [
+        Problem(*place, why)
+        for word, value, place in items
+        if word in PATTERN_KEYWORDS and (why := _too_long(word, value)) is not None
+    ]
+    return too_long + [
         Problem(
             *place,
             f"warning: {word}({value}) matches nothing: a wildcard is matched against the "
