@@ -1,6 +1,6 @@
 """End-to-end message protection: SHOP encrypts for BILLING; nobody else can read it.
 
-Run against the example group: `python protection.py 127.0.0.1:7001`
+Run against the example group: `python docs/examples/protection.py 127.0.0.1:7001`
 (docs/security-protection.md explains each step).
 """
 
