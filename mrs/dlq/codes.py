@@ -36,10 +36,11 @@ NAMES: dict[str, dict[str, int]] = {
     "PERSIST": MQPER,
 }
 NUMERIC_KEYWORDS = frozenset(NAMES)
-NUMBER_ONLY_KEYWORDS = frozenset({"REASON", "MSGTYPE", "PERSIST"})
+NUMBER_ONLY_KEYWORDS = frozenset({"REASON", "FEEDBACK", "MSGTYPE", "PERSIST"})
 """Keywords whose value in a dead letter is always a number (the header's reason is
-an int, a message's type too, PERSIST is 0 or 1): a wildcard pattern there is matched
-against the digits, so one with a letter in it (`REASON(MQRC_Q_*)`) matches nothing."""
+an int, its status (FEEDBACK) too, a message's type too, PERSIST is 0 or 1): a wildcard
+pattern there is matched against the digits, so one with a letter in it
+(`REASON(MQRC_Q_*)`, `FEEDBACK(DQF_*)`) matches nothing."""
 
 
 def reason_instead(value: str) -> str | None:

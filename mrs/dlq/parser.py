@@ -402,8 +402,8 @@ def _too_long(word: str, value: str) -> str | None:
 
 
 def _matching_nothing(items: list[tuple[str, str, tuple[int, int]]]) -> list[Problem]:
-    """A warning for each pattern that can match nothing: REASON, MSGTYPE and PERSIST
-    are numbers in every dead letter, so `REASON(MQRC_Q_*)` (a letter in it) is valid
+    """A warning for each pattern that can match nothing: REASON, FEEDBACK, MSGTYPE and
+    PERSIST are numbers in every dead letter, so `REASON(MQRC_Q_*)` (a letter in it) is valid
     and takes nothing; a pattern longer than its value can be (`_too_long`) too. The
     rule is kept, the operator told (on stderr, by the handler and by --check)."""
     too_long = [

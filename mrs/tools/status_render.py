@@ -7,6 +7,7 @@ fills with `{}`.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -309,8 +310,14 @@ def _queue_row(address: str, queue: dict) -> list:
 
 def _described(fields: dict) -> list[str]:
     """Fields a newer server added, as words ("key words: value"), skipping zeros."""
-    return [f"{key.replace('_', ' ')}: {_words(value)}" for key, value in fields.items()
+    return [f"{_key_words(key)}: {_words(value, key)}" for key, value in fields.items()
             if not _is_nothing(value)]  # fmt: skip
+
+
+def _key_words(key: object) -> str:
+    """`opened_ns` -> "opened": the unit goes with the value (`_words`)."""
+    text = str(key)
+    return (text.removesuffix("_ns") if text.endswith("_ns") else text).replace("_", " ")
 
 
 def _is_nothing(value: Any) -> bool:
@@ -321,12 +328,20 @@ def _is_nothing(value: Any) -> bool:
     return value is None or value is False or value == 0 or value == ""
 
 
-def _words(value: Any) -> str:
-    """A value as an operator reads it: no braces, quotes or `key=value`."""
+_EPOCH_NS_MIN = 10**17
+"""An `_ns` value this large is a time since the epoch (after 1973), not a duration."""
+
+
+def _words(value: Any, key: object = "") -> str:
+    """A value as an operator reads it: no braces, quotes or `key=value`; a time in ns
+    since the epoch (a key ending in `_ns`) as a UTC time, not 19 digits."""
     if isinstance(value, dict):
-        parts = [f"{str(k).replace('_', ' ')} {_words(v)}" for k, v in value.items()
+        parts = [f"{_key_words(k)} {_words(v, k)}" for k, v in value.items()
                  if not _is_nothing(v)]  # fmt: skip
         return ", ".join(parts)
+    if str(key).endswith("_ns") and type(value) is int and value >= _EPOCH_NS_MIN:
+        stamp = datetime.datetime.fromtimestamp(value / 1e9, datetime.UTC)
+        return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
     if isinstance(value, list | tuple):
         if len(value) > 6 or any(isinstance(v, dict | list) for v in value):
             return f"{len(value)} entries"

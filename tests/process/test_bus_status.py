@@ -164,6 +164,14 @@ def test_notes_are_words_and_only_what_is_not_zero() -> None:
     ]
 
 
+def test_a_time_in_the_notes_is_a_utc_time_not_nanoseconds() -> None:
+    """`mrs status` printed "pcj: default yes, segment 1, opened ns 1796540311629414623"."""
+    from mrs.tools.status_render import group_notes
+
+    rolled = {"pcj": {"default": True, "segment": 1, "opened_ns": 1796540311629414623}}
+    assert group_notes(rolled) == ["pcj: default yes, segment 1, opened 2026-12-06 06:58:31 UTC"]
+
+
 def test_times_without_watch_is_refused_in_one_line(three_group_bus) -> None:
     config, _ = three_group_bus
     result = _mrs("status", "--config", str(config), "--times", "3")

@@ -123,15 +123,20 @@ def test_a_wildcard_name_on_a_number_keyword_is_a_warning_it_matches_nothing(
     tmp_path,
 ) -> None:
     """REASON is a number in every dead letter: REASON(MQRC_Q_*) was called valid and
-    silently took nothing. The table still runs (as runmqdlq's would) and says so."""
+    silently took nothing (FEEDBACK(DQF_*) too: the status is a number). The table
+    still runs (as runmqdlq's would) and says so."""
     config = write_single_group_config(tmp_path / "bus", queues=STANDARD_QUEUES)
-    table = b"REASON(20?5) ACTION(IGNORE)\nREASON(MQRC_Q_*) ACTION(DISCARD)\n"
+    table = (
+        b"REASON(20?5) ACTION(IGNORE)\nREASON(MQRC_Q_*) ACTION(DISCARD)\n"
+        b"FEEDBACK(DQF_*) ACTION(DISCARD)\n"
+    )
     result = _check(config, stdin=table)
     assert result.returncode == 0
     assert result.stderr.decode().splitlines() == [
-        "mrs dlq-handler: stdin: line 2, column 1: warning: REASON(MQRC_Q_*) matches "
+        f"mrs dlq-handler: stdin: line {line}, column 1: warning: {pattern} matches "
         "nothing: a wildcard is matched against the number (as in REASON(20?5)), and a "
         "name cannot take one"
+        for line, pattern in ((2, "REASON(MQRC_Q_*)"), (3, "FEEDBACK(DQF_*)"))
     ]
 
 
