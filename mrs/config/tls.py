@@ -158,6 +158,35 @@ class TlsConfig:
                 )
         return None
 
+    def start_problem(self, group: Any) -> str | None:
+        """Why `group`'s server must not start with this [group.tls] (None: it may):
+        an expired certificate or CA (`validity_problem`), or a certificate that does
+        not name `mrs-group-N` while other groups (links) or its own instances
+        (replication) verify that name: every one of them would refuse it, and the
+        refusal was logged on their side, far from the file to fix."""
+        if (problem := self.validity_problem()) is not None:
+            return problem
+        if not group.linked_group_ids and not group.instances:
+            return None
+        wanted = group_server_name(group.id)
+        try:
+            cert = x509.load_pem_x509_certificate(self.cert.read_bytes())
+            names = cert.extensions.get_extension_for_class(
+                x509.SubjectAlternativeName
+            ).value.get_values_for_type(x509.DNSName)
+        except x509.ExtensionNotFound:
+            names = []
+        except (OSError, ValueError):
+            return None  # checked to load when the config was read
+        if wanted in names:
+            return None
+        who = "its linked groups" if group.linked_group_ids else "its other instances"
+        return (
+            f"the certificate {self.cert} does not name {wanted} (its DNS names: "
+            f"{', '.join(names) or 'none'}): {who} verify that name and would refuse it; "
+            "use this group's certificate (`mrs certs`, docs/security.md)"
+        )
+
     def dial_context(self) -> ssl.SSLContext:
         """For dialing a linked group: verify it (name and CA), show our certificate."""
 

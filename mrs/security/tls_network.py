@@ -204,9 +204,10 @@ def tls_network(bus: Any, group: Any) -> TlsNetwork:
     verified by the name mrs-group-N at the address it dials (a link's address, or
     the peer's listen address). ConfigError (one line, `mrs serve` does not start)
     when the group's certificate or CA has expired (one not valid yet is let be, see
-    `TlsConfig.validity_problem`): before, the group served and refused every client
-    and peer with a line that blamed them."""
-    if (problem := group.tls.validity_problem()) is not None:
+    `TlsConfig.validity_problem`), or its certificate does not name mrs-group-N while
+    peers verify that name (`TlsConfig.start_problem`): before, the group served and
+    refused every client and peer with a line that blamed them."""
+    if (problem := group.tls.start_problem(group)) is not None:
         raise ConfigError(bus.path, f"group {group.id} [group.tls]", problem)
     peer_names: dict[tuple[str, int], str] = {}
     for peer_id in group.linked_group_ids:

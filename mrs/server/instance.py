@@ -311,7 +311,7 @@ class InstanceRunner:
             except OperatorError as error:
                 return str(error)
         tls = self.config.tls
-        return None if tls is None else tls.validity_problem()
+        return None if tls is None else tls.start_problem(self.config)
 
     async def _campaign(self, term_at_least: int = 0) -> int | None:
         """Campaign for a term (above `term_at_least`), unless this instance could not
