@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mrs.storage.atomic_file import replace_file
+from mrs.storage.atomic_file import create_file, replace_file
 from mrs.storage.datadir import DataDirError
 
 OWNER_FILE_NAME = "group.json"
@@ -61,8 +61,10 @@ def claim_data_dir(data_dir: Path, owner: dict[str, object], who: str) -> None:
     path = data_dir / OWNER_FILE_NAME
     recorded = _recorded(path)
     if recorded is None:
-        _write(path, owner)
-        return
+        if _write_new(path, owner):
+            return
+        recorded = _recorded(path)  # another server recorded it first: compared below
+        assert recorded is not None, "a file linked into place is not removed"
     if (recorded.get("group_id"), recorded.get("coordinator")) != (
         owner["group_id"],
         owner["coordinator"],
@@ -118,6 +120,19 @@ def _recorded(path: Path) -> dict[str, object] | None:
             "directory is this group's (the next start records it again)"
         )
     return recorded
+
+
+def _write_new(path: Path, owner: dict[str, object]) -> bool:
+    """Record the first owner of a directory that records none: True if this server
+    did; False if another recorded one meanwhile. Why not `_write`: two servers of two
+    groups started at once on one new directory both found no file and both renamed
+    theirs into place; the one whose journals stayed could be the one whose name the
+    file no longer held, refused at its next start."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return create_file(path, (json.dumps(owner) + "\n").encode("utf-8"), 0o600)
+    except OSError as error:
+        raise DataDirError(f"{path}: cannot be written ({error.strerror})") from None
 
 
 def _write(path: Path, owner: dict[str, object]) -> None:

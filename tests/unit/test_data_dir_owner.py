@@ -77,3 +77,36 @@ def test_an_instances_journals_refuse_any_other_server_until_the_entry_is_delete
     assert json.loads((tmp_path / OWNER_FILE_NAME).read_text()) == as_b
     (tmp_path / OWNER_FILE_NAME).write_text(json.dumps(NYC))  # deleted on purpose
     claim_data_dir(tmp_path, NYC, "group 1")
+
+
+def test_two_groups_started_at_once_on_a_new_directory_record_one_owner(tmp_path) -> None:
+    """Both servers found no file and both renamed theirs into place: both went on, and
+    the file could name the one whose server then lost the journals' lock. Now one
+    records the directory and the other is refused, whatever the timing."""
+    import threading
+
+    owners = {1: NYC, 2: owner_of(2, "LDN", "/mrs/bus/2")}
+    for attempt in range(20):
+        data_dir = tmp_path / f"new{attempt}"
+        start = threading.Barrier(2)
+        claimed: list[int] = []
+        refused: list[int] = []
+
+        def start_group(group_id: int, data_dir=data_dir, start=start, claimed=claimed,
+                        refused=refused) -> None:  # fmt: skip
+            start.wait()
+            try:
+                claim_data_dir(data_dir, owners[group_id], f"group {group_id}")
+            except DataDirError:
+                refused.append(group_id)
+            else:
+                claimed.append(group_id)
+
+        threads = [threading.Thread(target=start_group, args=(g,)) for g in owners]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(claimed) == 1 and len(refused) == 1, (claimed, refused)
+        recorded = json.loads((data_dir / OWNER_FILE_NAME).read_text())
+        assert recorded == owners[claimed[0]]
