@@ -92,7 +92,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
         groups = [bus.groups[args.group]]
     views = []
     for group in groups:
-        if group.listen_port == 0:
+        if group.listen_port == 0 and not group.instances:  # instances listen on their own
             views.append(
                 GroupView(
                     f"{group.listen_host}:0",

@@ -200,3 +200,36 @@ def test_watch_streams_each_refresh_when_piped(three_group_bus) -> None:
     finally:
         process.kill()
         process.wait()
+
+
+REPLICATED_WITH_PORT_0 = """\
+[coordinator]
+etcd = ["http://127.0.0.1:2379"]
+[[group]]
+id = 1
+name = "NYC"
+listen = "127.0.0.1:0"
+"""
+
+
+def test_a_replicated_group_is_asked_at_its_instances_whatever_its_own_listen(
+    tmp_path: Path,
+) -> None:
+    """A replicated group whose own `listen` has port 0 (its instances listen, not the
+    group) was reported "listen port is 0 (chosen at start): use --address" instead of
+    being asked at its instances."""
+    import argparse
+
+    from mrs.tools.bus_status import targets_from_args
+
+    instances = "".join(
+        f'[[group.instance]]\nname = "{name}"\nlisten = "127.0.0.1:{7101 + n}"\n'
+        f'replication = "127.0.0.1:{7201 + n}"\ndata_dir = "r1{name}"\n'
+        for n, name in enumerate("abc")
+    )
+    config = tmp_path / "bus.toml"
+    config.write_text(REPLICATED_WITH_PORT_0 + instances)
+    args = argparse.Namespace(address=None, config=config, group=None)
+    (view,) = targets_from_args(args)[0]
+    assert view.error is None
+    assert view.address == "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
