@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from journals import Journal, JournalError, WriteBatch
+from mrs.core.refusals import RefusalLog
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers
 from mrs.group.shapes import Entry, mrs_ack_entry, transfer_fields
@@ -146,6 +147,14 @@ class AckOutbox:
     """Peer group -> MRS_ACKs journaled (or being journaled) for it and not yet answered."""
     unsent: dict[int, list[Entry]] = field(default_factory=dict)
     """Peer group -> durable MRS_ACKs waiting for the link (sent when it comes up)."""
+    lost: RefusalLog = field(init=False)
+    """MRS_ACKs lost (the outbox for a peer full, or their record not written): one
+    line per peer and cause at most every REFUSAL_LOG_INTERVAL_S, with the count of
+    those not shown. Why: a peer group down for long with its outbox full wrote one
+    ERROR line per message its AK senders had got, thousands a second."""
+
+    def __post_init__(self) -> None:
+        self.lost = RefusalLog(log, level=logging.ERROR, line_format="{message}")
 
     def recover(self) -> None:
         """Every MRS_ACK still owed after a restart is sent again once its link is up."""
@@ -167,12 +176,11 @@ class AckOutbox:
         """Journal an MRS_ACK for another group's queue; it leaves once durable."""
         peer_id = response_queue.group
         if self.owed.get(peer_id, 0) >= ACKS_OWED_PER_PEER_MAX:
-            log.error(
-                "MRS_ACK for seq %s to %s lost: %d already owed to group %d",
-                psb_wire[2],
-                response_queue,
-                ACKS_OWED_PER_PEER_MAX,
-                peer_id,
+            self.lost.refused(
+                "mrs_acks_owed",
+                str(peer_id),
+                f"MRS_ACK for seq {psb_wire[2]} to {response_queue} lost: "
+                f"{ACKS_OWED_PER_PEER_MAX} already owed to group {peer_id}",
             )
             return
         self.owed[peer_id] = self.owed.get(peer_id, 0) + 1
@@ -185,7 +193,11 @@ class AckOutbox:
         def journaled(error: JournalError | None) -> None:
             if error is not None:
                 self.owed[peer_id] -= 1
-                log.error("MRS_ACK for seq %s to %s lost: %s", psb_wire[2], response_queue, error)
+                self.lost.refused(
+                    "journal",
+                    str(peer_id),
+                    f"MRS_ACK for seq {psb_wire[2]} to {response_queue} lost: {error}",
+                )
                 return
             self._go(entry)
 

@@ -42,7 +42,7 @@ from mrs.group.shapes import (
     idempotency_key,
 )
 from mrs.group.umas import Umas
-from mrs.limits import DEDUPE_WAITERS_MAX
+from mrs.limits import ACKS_OWED_PER_PEER_MAX, DEDUPE_WAITERS_MAX
 from mrs.model import DEFAULT_PUT_TIMEOUT_S, Address, Psb, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import PUT_DONE
@@ -213,9 +213,10 @@ class Intake:
     def _check_ack_reachable(self, response_queue: Address) -> None:
         """An AK put's MRS_ACK must be able to reach its response queue: a queue of this
         group that exists and has room (`messages_max`, as any put to it), or a queue of
-        a linked group. Why refuse now: an MRS_ACK for a queue that is not there is
-        dropped, and the sender, told SUCCESS, waits for it for ever; one for a queue
-        nobody reads would be held past its bound."""
+        a linked group whose MRS_ACKs owed are under ACKS_OWED_PER_PEER_MAX. Why refuse
+        now: an MRS_ACK for a queue that is not there is dropped, and the sender, told
+        SUCCESS, waits for it for ever; one for a queue nobody reads would be held past
+        its bound; one more for a group whose link has been down long is lost."""
         group_id = self.ctx.group_id
         if response_queue.group == group_id:
             queue = self.ctx.queues.get(response_queue.queue)
@@ -237,6 +238,14 @@ class Intake:
                 Status.NOSUCHQUEUE,
                 f"response queue {response_queue}: group {response_queue.group} is not "
                 f"linked to group {group_id}, so no MRS_ACK could reach it",
+            )
+        if response_queue.group != group_id and (
+            self.outbound.ack_outbox.owed.get(response_queue.group, 0) >= ACKS_OWED_PER_PEER_MAX
+        ):  # its link is down, or its MRS_ACKs are not answered: this one would be lost
+            raise Refused(
+                Status.EXCEEDQUOTA,
+                f"response queue {response_queue}: {ACKS_OWED_PER_PEER_MAX} MRS_ACKs already "
+                f"wait for group {response_queue.group}: put again once its link is up",
             )
 
     def _check_put(self, body: bytes, headers: dict | None) -> tuple[str | None, dict | None]:

@@ -17,6 +17,7 @@ import trio
 
 from mrs import protocol as wire
 from mrs.config.guards import Guards
+from mrs.core.refusals import RefusalLog
 from mrs.errors import MrsError
 from mrs.group.incarnation import PeerIncarnations
 from mrs.group.link_session import PeerLink
@@ -92,6 +93,7 @@ async def dial_forever(
     backoff_s = BACKOFF_S_MIN
     journals_refused = ""
     starting = False  # the last dial was refused by a new active still starting
+    retries = RefusalLog(log, level=logging.INFO, line_format="{message}")
     while True:
         connected = answered = False
         up_s = 0.0
@@ -134,19 +136,24 @@ async def dial_forever(
             if isinstance(error, JournalsChanged) and error.message != journals_refused:
                 journals_refused = error.message
                 log.error("link to group %d refused: %s", link.peer_id, error.message)
-            _log_retry(link.peer_id, host, port, error, backoff_s)
+            _log_retry(retries, link.peer_id, f"{host}:{port}", error, backoff_s)
         await trio.sleep(backoff_s)
         backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
 
 
-def _log_retry(peer_id: int, host: str, port: int, error: BaseException, backoff_s: float) -> None:
-    log.info(
-        "link to group %d at %s:%d: %s; retrying in %.2f s",
-        peer_id,
-        host,
-        port,
-        _describe(error),
-        backoff_s,
+def _log_retry(
+    retries: RefusalLog, peer_id: int, address: str, error: BaseException, backoff_s: float
+) -> None:
+    """One line for a failed dial: at once when its reason is new or the backoff has
+    just reached its cap, then at most every REFUSAL_LOG_INTERVAL_S per reason with
+    the count of dials not shown. Why: a peer group down for a day was redialed every
+    LINK_BACKOFF_S_MAX, and each dial wrote a line (43,200 a day per link)."""
+    why = _describe(error)
+    retries.refused(
+        "link_dial",
+        address,
+        f"link to group {peer_id} at {address}: {why}; retrying in {backoff_s:.2f} s",
+        key=(why, backoff_s >= BACKOFF_S_MAX),
     )
 
 

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mrs.core.refusals import RefusalLog
 from mrs.limits import RECEIPTS_PER_FRAME_MAX as RECEIPTS_PER_FRAME_MAX
 from mrs.limits import RECEIPTS_PER_PEER_MAX as RECEIPTS_PER_PEER_MAX
 from mrs.model import Status
@@ -33,17 +34,22 @@ log = logging.getLogger("mrs.receipts")
 class Receipts:
     pending: dict[int, dict[int, type[Notice]]] = field(default_factory=dict)
     """Peer group -> seq -> DeqNotice or AckNotice, not yet answered by that group."""
+    lost: RefusalLog = field(
+        default_factory=lambda: RefusalLog(log, level=logging.ERROR, line_format="{message}")
+    )
+    """Notices dropped beyond RECEIPTS_PER_PEER_MAX: one line per peer at most every
+    REFUSAL_LOG_INTERVAL_S, with the count of those not shown. Why: while a peer's
+    link stayed down, every further message of it got here wrote an ERROR line."""
 
     def add(self, peer_id: int, kind: type[Notice], seq: int, link: LinkPort | None) -> None:
         """Keep a notice for `peer_id`; send it now if its link is up."""
         kept = self.pending.setdefault(peer_id, {})
         if seq not in kept and len(kept) >= RECEIPTS_PER_PEER_MAX:
-            log.error(
-                "%s notice for message %d lost: %d already wait for group %d",
-                kind.kind,
-                seq,
-                RECEIPTS_PER_PEER_MAX,
-                peer_id,
+            self.lost.refused(
+                "receipts",
+                str(peer_id),
+                f"{kind.kind} notice for message {seq} lost: "
+                f"{RECEIPTS_PER_PEER_MAX} already wait for group {peer_id}",
             )
             return
         kept[seq] = kind

@@ -51,3 +51,36 @@ def test_an_ak_put_is_refused_while_its_response_queue_holds_messages_max(
     node.commit()
     assert node.group.queues[10].waiting == REPLIES_MAX + 2  # the put and its MRS_ACK
     node.close()
+
+
+def test_an_ak_put_is_refused_while_its_response_groups_mrs_acks_are_at_their_bound(
+    tmp_path: Path,
+) -> None:
+    """Group 2 unreachable: the MRS_ACKs owed to its queue 2.11 pile up to
+    ACKS_OWED_PER_PEER_MAX, and each one past it was lost (an ERROR line each) while
+    its AK put had been told SUCCESS. Now the put is refused EXCEEDQUOTA before it is
+    stored, as one whose local response queue is full."""
+    from mrs import protocol as wire
+    from mrs.limits import ACKS_OWED_PER_PEER_MAX
+    from tests.process.test_group_rooms import LinkPair
+
+    pair = LinkPair(tmp_path)  # never connected: group 2 is down
+    node = pair.nodes[1]
+    sender, receiver = node.session("OUT"), node.session("IN")
+
+    def ak_put(request_id: int) -> wire.Put:
+        fields = put("IN", b"order", DeliveryMode.AK_DEQ, request_id=request_id)
+        return msgspec.structs.replace(fields, resp_q="2.11")
+
+    for request_id in range(1, ACKS_OWED_PER_PEER_MAX + 1):
+        node.group.put(sender, ak_put(request_id))
+        node.group.get(receiver, wire.Get(request_id=request_id, timeout_ms=0))
+        if request_id % 500 == 0:
+            node.commit()  # each got message's MRS_ACK is owed to group 2
+    node.commit()
+    assert node.group.outbound.ack_outbox.owed[2] == ACKS_OWED_PER_PEER_MAX
+    with pytest.raises(Refused) as refused:
+        node.group.put(sender, ak_put(ACKS_OWED_PER_PEER_MAX + 1))
+    assert refused.value.status == Status.EXCEEDQUOTA
+    assert "MRS_ACKs already wait for group 2" in refused.value.message
+    pair.close()
