@@ -32,7 +32,7 @@ from clients.batch import (
 )
 from clients.requests import confirm_request
 from mrs import protocol as wire
-from mrs.errors import MrsError
+from mrs.errors import MrsError, error_for
 from mrs.model import ForceJrn, Status
 
 CONFIRM_CHUNK = 256
@@ -73,12 +73,38 @@ async def confirm_many(
     finally:
         for request_id in sent:  # abandoned (cancelled): nobody waits for these
             pending.pop(request_id, None)
-    return [_result(result) for result in results]
+    return [_result(result, seq) for result, seq in zip(results, seqs, strict=True)]
 
 
-def _result(result: object) -> MrsError | None:
+def _result(result: object, seq: int) -> MrsError | None:
     """None for a confirm answered Confirmed; every item is answered or given an error
     before `confirm_many` returns, so None left in place is never a missing answer."""
-    if result is None or type(result) is wire.Confirmed:
+    if result is None:
         return None
+    if type(result) is wire.Confirmed:
+        return confirmed_problem(result, seq)
     return error_of(result, "confirm")
+
+
+def confirmed_problem(reply: wire.Confirmed, seq: int) -> MrsError | None:
+    """None when `reply` says the confirm of `seq` was recorded; else the error to raise.
+
+    Why: a Confirmed carries the seq and a status, and the client read neither, so a
+    broken server's Confirmed of another message, or one with a failure status, was
+    reported to the caller as its confirm recorded (the message then came again, or
+    never went). A group answers a refused confirm with a Failure and a recorded one
+    with Confirmed(seq, SUCCESS) (mrs.group.handover)."""
+    if reply.seq != seq:
+        return error_for(
+            Status.PROTOCOL_ERROR,
+            f"the server answered the confirm of message {seq} with the Confirmed of "
+            f"message {reply.seq}: it may not be recorded",
+        )
+    if reply.status != _SUCCESS:
+        return error_for(
+            reply.status, f"the server answered the confirm of message {seq} with a failure"
+        )
+    return None
+
+
+_SUCCESS = int(Status.SUCCESS)

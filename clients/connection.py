@@ -45,7 +45,7 @@ from clients.batch import (
     send_batches,
     send_batches_resent,
 )
-from clients.confirm_batch import confirm_many
+from clients.confirm_batch import confirm_many, confirmed_problem
 from clients.dialing import Attachment, Dialer, Dialing
 from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
@@ -455,7 +455,10 @@ class Client:
             reply = await requests.request(request, wait_s, "get")
         finally:
             requests.get_answered(request_id)
-        return requests.older_first([requests.message(delivery) for delivery in reply.deliveries])
+        messages = [requests.message(delivery) for delivery in reply.deliveries]
+        if len(messages) <= count:
+            return requests.older_first(messages)
+        return _at_most(requests, messages, count)
 
     async def _after_given_up_gets(self, timeout: float | None) -> float | None:
         """Before a get sends a request: wait for the answers of the gets given up
@@ -483,7 +486,9 @@ class Client:
         if requests.link is None or requests.broken is not None:  # else no call: per request
             await self._linked(None, "confirm")
         request = confirm_request(requests.next_id(), seq, confirm_value, force_j)
-        await requests.request(request, None, "other")
+        reply = await requests.request(request, None, "other")
+        if (problem := confirmed_problem(cast(wire.Confirmed, reply), seq)) is not None:
+            raise problem
         if self.refused_unconfirmed:  # what an in-order queue held back (with protection)
             from clients.protection import confirm_refused
 
@@ -573,6 +578,21 @@ class Client:
     async def _messages(self) -> AsyncIterator[Message]:
         while True:
             yield await self.get()
+
+
+def _at_most(requests: Requests, messages: list[Message], count: int) -> list[Message]:
+    """A get_many's answer that brought more than the `count` it asked for (a broken
+    server): the caller gets `count`, as the call promises, and the rest are held for
+    the next gets, in order (they were delivered: dropping them would lose the ones
+    that need no confirm). Before, get_many(2) returned all of them, 1,000 at most."""
+    log.warning(
+        "the server answered a GetBatch for %d messages with %d: the rest are held",
+        count,
+        len(messages),
+    )
+    taken = requests.older_first(messages[:count])
+    requests.held.extend(messages[count:])
+    return taken
 
 
 def _too_big(body_bytes: int, message_bytes_max: int) -> MrsError:

@@ -188,7 +188,9 @@ class Dialer:
                 f"{attachment.group_id} ({attachment.group_name}) this client is attached to",
             )
         attachment.group_id, attachment.group_name = welcome.group_id, welcome.group_name
-        attachment.message_bytes_max = welcome.message_bytes_max
+        # A limit below 1 says nothing (0 = not stated): a broken server's negative one
+        # made every put MSGTOOBIG ("exceeds the group's message_bytes_max -5").
+        attachment.message_bytes_max = max(0, welcome.message_bytes_max)
         if self._queue_text is None:
             return
         attach = wire.Attach(self._requests.next_id(), self._queue_text)

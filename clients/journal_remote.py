@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from clients.errors import BadParameter, MrsError
+from clients.errors import BadParameter, MrsError, error_for
 from clients.journal_reader import (
     IntSelection,
     JournalRecord,
@@ -145,6 +145,7 @@ class RemoteJournalReader:
                 client.next_id(),
             )
             page = cast(wire.JournalPage, await client.request(request, REPLY_GRACE_S, "other"))
+            _check_progress(page, self._after_seq, self.journal)
             self._after_seq = page.last_seq
             self._done = page.done
             self.corrupt.extend(page.corrupt)
@@ -185,6 +186,21 @@ class RemoteJournalReader:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _check_progress(page: wire.JournalPage, after_seq: int, journal: str) -> None:
+    """PROTOCOL_ERROR for a page that goes back (`last_seq` before the seq asked after:
+    its records would be read twice) or that is not the last and moves on by nothing.
+    Why: the reader reads on until a page says `done`, and a broken server's page
+    that did not move on was asked again and again for ever: `read_page` never
+    returned. A group's page that is not done has looked at a record after
+    `after_seq` (mrs.group.journal_pages.read_page), so its `last_seq` is past it."""
+    if page.last_seq < after_seq or (not page.done and page.last_seq == after_seq):
+        raise error_for(
+            Status.PROTOCOL_ERROR,
+            f"the server's {journal} page after seq {after_seq} ends at seq {page.last_seq} "
+            f"({'the last page' if page.done else 'more to come'}): a page must move on",
+        )
 
 
 def open_remote(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
-from clients.errors import FieldRefused
+from clients.errors import FieldRefused, error_for
 from clients.requests import built
 from mrs import protocol as wire
 from mrs.limits import (
@@ -86,6 +86,11 @@ async def pending(
     wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
     reply = cast(wire.PendingCounts, await client.request(request, wait_s, "other"))
     counts = list(reply.counts)
+    if len(counts) != len(texts):  # a broken server: before, a short list was returned
+        raise error_for(  # as it came, and with held messages an IndexError was raised
+            Status.PROTOCOL_ERROR,
+            f"the server answered pending for {len(texts)} queues with {len(counts)} counts",
+        )
     if held and own is not None:
         for index, text in enumerate(texts):
             if await _names_queue(client, text, own):

@@ -117,23 +117,37 @@ class Requests:
     def message(self, reply: wire.Delivery) -> Message:
         """The Message of a delivery. Positional, in Message's field order: its
         dataclass `__init__` took 0.9 µs with keywords against 0.4 µs without, once
-        per message a consumer gets (benchmarks/README.md)."""
-        return Message(
-            reply.body,
-            reply.seq,
-            _address(reply.source),
-            _address(reply.target),
-            reply.msg_class,
-            reply.msg_type,
-            reply.priority,
-            delivery_mode_of(reply.delivery),
-            status_of(reply.delivery_status),
-            reply.correlation_id,
-            reply.put_time_ns,
-            reply.dead_letter_header,
-            reply.headers,
-            self._confirm_message,
-        )
+        per message a consumer gets (benchmarks/README.md).
+
+        A delivery whose source or target is no `G.Q` or whose delivery mode is no
+        mode (a broken or hostile server: the frame's types are right, its values
+        not) raises ProtocolFailure (PROTOCOL_ERROR) naming the field. Before, a
+        Python ValueError reached the caller of a poll, and from a waiting get (the
+        pool's batch, read in the receive loop) it ended the whole `connect` block
+        with an ExceptionGroup; now the receive loop drops the connection as for any
+        other frame that breaks the protocol, and the gets raise ConnectionLost."""
+        try:
+            return Message(
+                reply.body,
+                reply.seq,
+                _address(reply.source),
+                _address(reply.target),
+                reply.msg_class,
+                reply.msg_type,
+                reply.priority,
+                delivery_mode_of(reply.delivery),
+                status_of(reply.delivery_status),
+                reply.correlation_id,
+                reply.put_time_ns,
+                reply.dead_letter_header,
+                reply.headers,
+                self._confirm_message,
+            )
+        except ValueError as error:  # a `try` costs nothing until it catches
+            raise error_for(
+                Status.PROTOCOL_ERROR,
+                f"the server delivered message {reply.seq} that does not decode: {error}",
+            ) from None
 
     def next_id(self) -> int:
         return next(self._request_ids)

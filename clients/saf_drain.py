@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from clients.dialing import Attachment
-from clients.errors import ConnectionLost, error_for
+from clients.errors import ConnectionLost, MrsError, error_for
 from clients.journal_status import JournalEvent as JournalEvent  # its old path
 from clients.journal_status import JournalStatus
 from clients.pending import Requests, _Pending
@@ -387,6 +387,16 @@ class SafDrain:
                 self.window_bytes = max(1, self.window_bytes // 2)
             self._requests.lose(
                 link, ConnectionLost(Status.LINK_DOWN, f"drain refused: {result.message}")
+            )
+        elif not isinstance(result, MrsError | wire.Failure) and self._requests.link is link:
+            # A broken server's answer of another kind (a Confirmed): before, the record
+            # was left and the drain went on with the newer ones, which were stored
+            # before it (out of order). Dropped as a refusal that passes is, so the
+            # drain starts again from the oldest record.
+            name = type(result).__name__
+            self._requests.lose(
+                link,
+                ConnectionLost(Status.LINK_DOWN, f"the server answered a drained put with {name}"),
             )
 
     def _reject(self, key: bytes, local_seq: int, status: int, message: str) -> None:

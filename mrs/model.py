@@ -373,7 +373,15 @@ class Message:
         if not self.is_mrs_ack:
             raise ValueError("not an MRS_ACK message")
         try:
-            return Psb.from_wire(msgpack.unpackb(self.body))
+            fields = msgpack.unpackb(self.body)
+            if not (
+                type(fields) is list
+                and len(fields) == 4
+                and all(type(field) is int for field in fields)
+                and fields[2] >= 0
+            ):  # a PSB is four ints, its seq >= 0: strings or a float are an application's
+                raise ValueError(f"not four integers with a seq >= 0: {fields!r:.60}")
+            return Psb.from_wire(fields)
         except (ValueError, TypeError) as error:  # msgpack's errors are ValueErrors
             raise ValueError(
                 f"message {self.seq} from {self.source} has MRS_ACK's class and type but "

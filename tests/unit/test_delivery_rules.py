@@ -314,3 +314,11 @@ def test_a_forged_mrs_ack_is_one_clear_error_not_a_type_error() -> None:
     assert forged.is_mrs_ack
     with pytest.raises(ValueError, match="an application put it, not the MRS"):
         forged.ack_psb()
+    for body in (["a", "b", 1, 2], [0, 0, 1.5, 0], [1, 2, -3, 4]):  # PSB-shaped, not one
+        shaped = Message(msgpack.packb(body), 5, Address(1, 12), Address(1, 11), MRS_CLASS,
+                         MRS_ACK_TYPE)  # fmt: skip
+        with pytest.raises(ValueError, match="an application put it"):
+            shaped.ack_psb()
+    real = Message(msgpack.packb([1, 2, 3, 4]), 5, Address(1, 0), Address(1, 11), MRS_CLASS,
+                   MRS_ACK_TYPE)  # fmt: skip
+    assert real.ack_psb().seq == 3
