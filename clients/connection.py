@@ -379,6 +379,8 @@ class Client:
         """
         requests = self._requests
         timeout_ms = get_timeout_ms(timeout)  # a bad one refused before anything waits
+        if self.protection is not None:
+            self.protection.refuse_reading(self.queue)
         if select is not None:
             selected = await get_selected(requests, select, timeout, None, self.queue)
             return await self._checked(selected[0])

@@ -157,6 +157,23 @@ class Protection:
                 f"cannot protect for {policy.queue}: {error}", MQRC_SECURITY_ERROR
             ) from None
 
+    def refuse_reading(self, queue: Address | None) -> None:
+        """Raise ProtectionRefused (nothing taken) when this application could open no
+        message of `queue`: its policy is privacy, tolerates no unprotected message,
+        and the application has no identity to decrypt with. Why before the get: got,
+        each message failed the policy and was moved to the DLQ, so a reader started
+        without `identity=` emptied the queue of messages meant for its real readers."""
+        if queue is None or self.identity is not None or queue.queue == DEAD_LETTER_QUEUE:
+            return
+        policy = self.policies.for_queue(queue)
+        if policy is None or policy.quality is not Quality.PRIVACY or policy.tolerate:
+            return
+        raise ProtectionRefused(
+            f"{queue} has a privacy policy and this application has no identity to open "
+            "its messages (Protection.load(..., identity=NAME.key)): nothing was taken",
+            MQRC_NOT_AUTHORIZED,
+        )
+
     def check(self, queue: Address, body: bytes, returned: bool = False) -> Opened | None:
         """Check a body got from `queue` against its policy: the opened envelope, or
         None to deliver the body as is (no policy, or tolerated unprotected).

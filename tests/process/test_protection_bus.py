@@ -207,6 +207,27 @@ async def test_a_protected_message_is_readable_by_its_receiver_only(start_group,
     assert header["original_source"] == "1.13"
 
 
+async def test_a_reader_without_an_identity_is_refused_before_it_takes_anything(
+    start_group, keys
+) -> None:
+    """Before: a reader of a privacy queue started without `identity=` got each message,
+    failed to open it, and moved it to the DLQ: it emptied the queue of messages meant
+    for their recipients. Now its get is refused first and the message waits for them."""
+    group, directory = start_group()
+    async with connect(group.address, "SENDER", protection=app(directory, keys, "SHOP")) as shop:
+        psb = await shop.put(SECRET, target="1.10", delivery=MODE.WF_DQF)
+    async with connect(group.address, "1.10", protection=app(directory, keys, None)) as nobody:
+        with pytest.raises(ProtectionRefused, match="no identity") as refused:
+            await nobody.get(timeout=5)
+        assert "nothing was taken" in str(refused.value) and not refused.value.dead_lettered
+        with pytest.raises(ProtectionRefused, match="no identity"):
+            await nobody.get_many(10, timeout=0)
+    async with connect(group.address, "1.10", protection=app(directory, keys, "BILLING")) as q:
+        message = await q.get(timeout=5)
+        assert (message.seq, message.body, message.possible_duplicate) == (psb.seq, SECRET, False)
+        await q.confirm(message.seq)
+
+
 # ---------------------------------------------------------------------- integrity
 async def test_unsigned_and_tampered_messages_are_refused_and_dead_lettered(
     start_group, keys
