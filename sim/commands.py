@@ -31,6 +31,8 @@ from sim.swarm import WORKLOADS, run_seed
 T = TypeVar("T")
 SCENARIO_MADE = ("bus", "history.json")
 """What `mrs sim run` makes in its --scratch directory."""
+FAILING_SHOWN = 20
+"""Failing seeds a swarm describes, each with its replay line."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """What stops a run of real processes: Ctrl-C, `kill`, and a closed terminal (its
 `mrs serve` processes take SIGHUP as "reload" and would outlive the harness)."""
@@ -111,13 +113,10 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     the swarm early: the seeds run by then, and the replay line of each that failed."""
     logging.disable(logging.CRITICAL)
     console = Console()
-    unsafe = switches_in(args.unsafe)
-    broken_build(unsafe - REPLICATION_SWITCHES)  # an unknown switch is refused in one
-    if args.history is not None and args.seed is None:
-        raise CommandError("--history writes one seed's history: give --seed too", EXIT_USAGE)
-    refuse_unwritable("--history", args.history)
+    unsafe = _checked_swarm_args(args)
     replicated_run = getattr(args, "replicated", False) or bool(unsafe & REPLICATION_SWITCHES)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    seeds_asked = 1 if args.seed is not None else args.seeds  # len(range) stops at 2**63
     shape = WORKLOADS[getattr(args, "workload", "default")]
     if replicated_run:  # a replication switch needs the replicated group
         shape = replicated(shape)
@@ -148,20 +147,49 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     )
     console.print("faults injected: " + _listed(done.faults))
     console.print("statuses seen: " + _listed(done.observed))
-    for seed, verdict in done.failing[:20]:
-        console.print(f"[red]seed {seed} failed[/]: {_problems(verdict)}")
-        console.print(f"  replay: {_replay_line(args, seed, replicated_run)}", soft_wrap=True)
+    _print_failing(console, args, done.failing, replicated_run)
     if interrupted is not None:
         console.print(
             f"[bold red]interrupted by {interrupted.name}[/]: {done.seeds_run} of "
-            f"{len(seeds)} seeds run, {len(done.failing)} broke an invariant"
+            f"{seeds_asked} seeds run, {len(done.failing)} broke an invariant"
         )
         return interrupted_code(interrupted)
     if done.failing:
-        console.print(f"[bold red]{len(done.failing)} of {len(seeds)} seeds broke an invariant[/]")
+        console.print(f"[bold red]{len(done.failing)} of {seeds_asked} seeds broke an invariant[/]")
         return 1
     console.print("[bold green]every seed kept every invariant[/]")
     return 0
+
+
+def _checked_swarm_args(args: argparse.Namespace) -> frozenset[str]:
+    """The --unsafe switches, once every mistake in the arguments is refused in one
+    line (before a run of minutes)."""
+    unsafe = switches_in(args.unsafe)
+    # an unknown switch is refused in one line that lists both kinds
+    broken_build(unsafe - REPLICATION_SWITCHES, also_known=REPLICATION_SWITCHES)
+    if args.history is not None and args.seed is None:
+        raise CommandError("--history writes one seed's history: give --seed too", EXIT_USAGE)
+    refuse_unwritable("--history", args.history)
+    refuse_negative_seed("--seed", args.seed)
+    refuse_negative_seed("--first", args.first)
+    return unsafe
+
+
+def _print_failing(
+    console: Console,
+    args: argparse.Namespace,
+    failing: list[tuple[int, Verdict]],
+    replicated_run: bool,
+) -> None:
+    """What broke in the first FAILING_SHOWN failing seeds and how to replay each; the
+    numbers of the others on one line (they were left out without a word, so a tester
+    took the seeds listed for every seed that failed)."""
+    for seed, verdict in failing[:FAILING_SHOWN]:
+        console.print(f"[red]seed {seed} failed[/]: {_problems(verdict)}")
+        console.print(f"  replay: {_replay_line(args, seed, replicated_run)}", soft_wrap=True)
+    if len(failing) > FAILING_SHOWN:
+        others = " ".join(str(seed) for seed, _ in failing[FAILING_SHOWN:])
+        console.print(f"{len(failing) - FAILING_SHOWN} more seeds failed: {others}")
 
 
 def _listed(counts: dict[str, int]) -> str:
@@ -179,6 +207,17 @@ def _replay_line(args: argparse.Namespace, seed: int, replicated_run: bool) -> s
         + (f" --workload {workload}" if workload != "default" else "")
         + f" --history seed{seed}.json"
     )
+
+
+def refuse_negative_seed(option: str, seed: int | None) -> None:
+    """Refuse a seed below 0: `random.Random` seeds with the number's absolute value,
+    so seed -7 replayed seed 7 byte for byte, and `--first -100 --seeds 200` counted
+    200 seeds having run 101 distinct ones."""
+    if seed is not None and seed < 0:
+        raise CommandError(
+            f"{option} {seed}: seeds are whole numbers >= 0 (seed -N would replay seed N)",
+            EXIT_USAGE,
+        )
 
 
 def refuse_unwritable(option: str, path: Path | None) -> None:
@@ -231,6 +270,7 @@ def run_scenario_command(args: argparse.Namespace) -> int:
     invariant held (it is what a failure is diagnosed from, so then it stays)."""
     console = Console()
     refuse_unwritable("--history", args.history)
+    refuse_negative_seed("--seed", args.seed)
     if args.scratch is not None:
         claim_scratch(args.scratch, SCENARIO_MADE)
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix=f"mrs-sim-{args.scenario}-"))

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from sim.ports import free_port
-from sim.processes import ServerStartError
+from sim.processes import OWN_PROCESS_GROUP, ServerStartError
 
 ETCD_START_S = 20.0
 INSTANCE_START_S = 30.0
@@ -68,6 +68,7 @@ class EtcdServer:
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,
+            process_group=OWN_PROCESS_GROUP,  # the harness stops it, not the terminal
         )
         log.close()
         deadline = time.monotonic() + ETCD_START_S
@@ -152,6 +153,7 @@ class InstanceProcess:
             stderr=log,
             stdin=subprocess.DEVNULL,
             env=dict(os.environ),
+            process_group=OWN_PROCESS_GROUP,  # the harness stops it, not the terminal
         )
         log.close()
         threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()

@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_TIMEOUT_S = 30.0
+OWN_PROCESS_GROUP = 0
+"""`Popen(process_group=0)`: a server started here is its own process group, so a
+terminal's Ctrl-C (sent to every process of the foreground group) reaches only the
+harness, which stops its servers in order. Sharing the harness's group, a server
+being restarted by `mrs sim run` died of that SIGINT before its READY line, and the
+run ended "group 1 did not start: <its last log line>", exit 1, instead of
+"interrupted by SIGINT", exit 130 (two tries in three)."""
 
 
 class ServerStartError(RuntimeError):
@@ -76,6 +83,7 @@ class GroupProcess:
             stderr=log_file,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env},
+            process_group=OWN_PROCESS_GROUP,
         )
         log_file.close()
         line = self._ready_line()

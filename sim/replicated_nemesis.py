@@ -25,6 +25,7 @@ import json
 import random
 import shutil
 import statistics
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,10 +42,12 @@ from clients import (
     instance_addresses,
     put_once,
 )
+from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.model import DeliveryMode, Status
 from sim.commands import (
     claim_scratch,
     interrupted_code,
+    refuse_negative_seed,
     refuse_unwritable,
     run_processes,
 )
@@ -476,12 +479,21 @@ async def _faults_under_load(
     await workload.consume(until_empty=True)  # the drain: everything left, then NOMOREMSG
 
 
-def run_replicated_command(seconds: float, seed: int, scratch: Path, figures: Path | None) -> int:
-    """`mrs sim replicated`: run, print the figures (JSON), 0 when every check held."""
+def run_replicated_command(
+    seconds: float, seed: int, scratch: Path | None, figures: Path | None
+) -> int:
+    """`mrs sim replicated`: run, print the figures (JSON), 0 when every check held.
+    With no `scratch`, the bus goes in a new temporary directory, made only once the
+    arguments are known good (one made first was left behind, empty, by each refusal)."""
     if shutil.which("etcd") is None:
-        print("mrs sim replicated: etcd is not installed (Debian: apt-get install etcd-server)")
-        return 2
+        raise CommandError(
+            "etcd is not installed (Debian: apt-get install etcd-server)",
+            EXIT_USAGE,
+        )
     refuse_unwritable("--figures", figures)
+    refuse_negative_seed("--seed", seed)
+    if scratch is None:
+        scratch = Path(tempfile.mkdtemp(prefix="mrs-sim-replicated-"))
     claim_scratch(scratch, REPLICATED_MADE)  # two runs on one --scratch: the second refused
     started_s = time.monotonic()
     report, signum = run_processes(run_replicated_nemesis, scratch, scratch, seconds, seed)

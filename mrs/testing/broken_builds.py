@@ -108,7 +108,8 @@ class ConfirmWithoutDelete(Departure):
 
 
 class ForgetUnconfirmedOnDetach(Departure):
-    """A consumer's unconfirmed messages are dropped when it leaves: caught as lost."""
+    """A consumer's unconfirmed messages are dropped when it leaves: caught as
+    unconfirmed lost, and stuck (they stay in the DQF, never handed out again)."""
 
     switch = UNSAFE_FORGET_UNCONFIRMED_ON_DETACH
 
@@ -131,13 +132,21 @@ BROKEN_BUILDS: Final[tuple[type[Departure], ...]] = (
 UNSAFE_SWITCHES: Final = frozenset(build.switch for build in BROKEN_BUILDS)
 
 
-def broken_build(switches: Iterable[str], where: str = "--unsafe") -> Guarantees:
+def broken_build(
+    switches: Iterable[str], where: str = "--unsafe", also_known: Iterable[str] = ()
+) -> Guarantees:
     """The part that breaks each promise named in `switches` (KEPT for none); an
-    unknown word is refused in one line naming `where` it came from."""
+    unknown word is refused in one line naming `where` it came from and the switches
+    there are (`also_known`: others the caller takes, e.g. the replication builds),
+    since neither `--help` nor the message listed them and a typo sent the tester
+    to the docs."""
     words = frozenset(switches)
     unknown = words - UNSAFE_SWITCHES
     if unknown:
-        raise CommandError(f"{where}: unknown switches {sorted(unknown)}", EXIT_USAGE)
+        known = ", ".join(sorted(UNSAFE_SWITCHES | frozenset(also_known)))
+        raise CommandError(
+            f"{where}: unknown switches {sorted(unknown)} (known: {known})", EXIT_USAGE
+        )
     part: Guarantees = KEPT
     for build in BROKEN_BUILDS:
         if build.switch in words:

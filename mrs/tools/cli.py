@@ -227,12 +227,10 @@ def _sim_run(args: argparse.Namespace) -> int:
 
 
 def _sim_replicated(args: argparse.Namespace) -> int:
-    import tempfile
-
     from sim.replicated_nemesis import run_replicated_command
 
-    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="mrs-sim-replicated-"))
-    return run_replicated_command(args.seconds, args.seed, scratch, args.figures)
+    # no --scratch: the command makes a temporary directory once the arguments held
+    return run_replicated_command(args.seconds, args.seed, args.scratch, args.figures)
 
 
 SCENARIO_NAMES = ("crash-loop", "disk-full", "mixed", "partition-storm", "slow-consumer")
