@@ -391,7 +391,7 @@ class Active:
         reader = FrameReader(stream)
         answer = await reader.next(ANSWER_BYTES_MAX)
         if answer["t"] in ("refuse", "fail"):
-            self._refused(name, answer)
+            await self._refused(name, answer)
         (pos_term, pos_number), led = _hello_answer(name, answer)
         if answer.get("name") != name:
             raise WrongInstance(
@@ -504,7 +504,7 @@ class Active:
         while True:
             message = await reader.next(ANSWER_BYTES_MAX)
             if message["t"] in ("refuse", "fail"):
-                self._refused(name, message)
+                await self._refused(name, message)
             if message["t"] == "ack":
                 if name in self.problems:
                     log.info("replica %s stores and acknowledges records again", name)
@@ -514,27 +514,51 @@ class Active:
 
     def _acked(self, name: str, message: dict[str, Any]) -> int:
         """The record an acknowledgement names, if a replica can hold it: one this
-        active sealed. A replica that names a later one (a lie, or a bug) would make
-        records count as durable on a majority before any replica had them; its link
-        is cut instead (LinkBroken), and nothing it said is counted."""
+        active sealed and handed to that replica's link (its `cursor`). A replica that
+        names a later one (a lie, or a bug) would make records count as durable on a
+        majority before any replica had them; its link is cut instead (LinkBroken), and
+        nothing it said is counted. Why the link's cursor too: a record sealed but not
+        yet sent to it (held for company, or behind a full socket) is one it cannot
+        hold either, and before it was counted for it."""
         number = message.get("n")
         if type(number) is not int or not 0 <= number <= self.stream.number:
             raise LinkBroken(
                 f"{name} acknowledged record {number!r}; the last sealed in term "
                 f"{self.term} is {self.stream.number}"
             )
+        link = self.links.get(name)
+        if link is not None and number > link.cursor:
+            raise LinkBroken(
+                f"{name} acknowledged record {number} of term {self.term}; it was sent "
+                f"records up to {link.cursor}"
+            )
         return number
 
-    def _refused(self, name: str, message: dict[str, Any]) -> NoReturn:
+    async def _refused(self, name: str, message: dict[str, Any]) -> NoReturn:
         """A replica refused the link or a record ("refuse"), or cannot store ("fail"):
         the link ends (logged by `_link_ended`); one that has seen a newer term makes
-        this active step down."""
+        this active step down, once the coordinator confirms that this term is over
+        (`_term_over`)."""
         why = clipped(str(message.get("why")))
         if message["t"] == "fail":
             raise CannotStore(why)
-        if "older term" in why:
+        if "older term" in why and await self._term_over():
             self.step_down(f"{name} has seen a newer term")
         raise LinkRefused(why)
+
+    async def _term_over(self) -> bool:
+        """Whether the coordinator no longer names this instance the leader of its
+        term. Why ask: "older term" is only what the peer at a replica's address says,
+        and one that lies (or a stranger on a reused port) made the active step down
+        with one frame while its lease stood, and the next active too: the group
+        without an active for a lease at every dial. A replica that has really seen a
+        newer term saw it from the leader etcd names; etcd unreachable: the lease's
+        renewals decide (the active steps down at half the TTL)."""
+        try:
+            state = await self.coordinator.read()
+        except CoordinatorUnavailable:
+            return False
+        return (state.leader, state.term) != (self.me.name, self.term)
 
     def _full_copy(self) -> Iterator[bytes]:
         """Every journal, in slices of at most REPLICATION_COPY_SLICE_BYTES (and

@@ -102,6 +102,42 @@ _KEPT_WHILE_WIPING = frozenset(key.encode() for key in (POSITION_KEY, TERM_KEY, 
 """The marks a wipe for a full copy keeps: where this replica stands while it is empty."""
 _TWO_U64 = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
+_U64_MAX = (1 << 64) - 1
+LMDB_KEY_BYTES_MAX = 511
+"""The longest key LMDB stores (its default build): a longer one, or an empty one, is
+refused by `mdb_put` as if the journals could take no writes at all."""
+
+
+def _whole(value: Any, what: str) -> int:
+    """`value` as a term or record number: a whole number a position holds (0 to
+    2**64 - 1); ValueError otherwise. Why strict: `int()` of a float infinity raised
+    OverflowError and a negative number failed to pack (struct.error), neither of them
+    refused, so one such frame from a peer ended the replica's serve task, and the
+    instance's process with a traceback (a copy's negative number after its wipe)."""
+    if type(value) is not int or not 0 <= value <= _U64_MAX:
+        raise ValueError(f"{what} {clipped(repr(value))} is not a whole number")
+    return value
+
+
+def _unwritable(batches: list[WriteBatch]) -> str | None:
+    """Why a record's writes may not be applied here, or None. Why: a commit writes
+    the group's journals, never this replica's own marks (`_REPLICATION_KEYS`: where it
+    stands, the term it led, a copy's state); one that did (a peer that lies, or a bug)
+    was applied, and a mark it set (`replication.led`, `copy_upto`, `copy_partial`,
+    `boots`) made this replica no candidate after its next restart, though it had
+    acknowledged every record. And a key LMDB cannot hold was taken for a failing disk
+    ("cannot store", the Replication table's Link column), not for the record's fault."""
+    for batch in batches:
+        keys = [(journal, key) for journal, key, _ in batch.puts] + batch.deletes
+        for journal, key in keys:
+            if journal is Journal.META and key in _REPLICATION_KEYS:
+                return f"it writes this replica's own mark {key.decode()!r}"
+            if not 0 < len(key) <= LMDB_KEY_BYTES_MAX:
+                return (
+                    f"a key of {len(key)} bytes in journal {journal} "
+                    f"(LMDB holds 1 to {LMDB_KEY_BYTES_MAX})"
+                )
+    return None
 
 
 def read_position(store: JournalStore) -> tuple[tuple[int, int], int]:
@@ -432,7 +468,7 @@ class Replica:
         if message["t"] == "commit":
             return self.receive_commits([message])[-1]
         try:
-            term, number = int(message.get("term", 0)), int(message.get("n", 0))
+            term, number = _whole(message.get("term", 0), "term"), _whole(message.get("n", 0), "n")
             if (refusal := self._term_refusal(term)) is not None:
                 return refusal
             if message["t"] == "bridge":
@@ -459,13 +495,18 @@ class Replica:
         applied: list[dict[str, Any]] = []
         for message in messages:
             try:
-                term, number = int(message.get("term", 0)), int(message.get("n", 0))
+                term = _whole(message.get("term", 0), "term")
+                number = _whole(message.get("n", 0), "n")
                 if (refusal := self._term_refusal(term)) is not None:
                     pass
                 elif position != (term, number - 1):
                     refusal = {"t": "refuse", "why": f"gap: at {position}, got {number}"}
                 else:
-                    batches.extend(decode_batches(message["batches"]))
+                    decoded = decode_batches(message["batches"])
+                    if (why := _unwritable(decoded)) is not None:
+                        refusal = {"t": "refuse", "why": f"record {number}: {why}"}
+                    else:
+                        batches.extend(decoded)
             except (ValueError, KeyError, TypeError) as error:
                 refusal = {"t": "refuse", "why": f"malformed: {error}"}
             if refusal is not None:
@@ -479,7 +520,7 @@ class Replica:
             except JournalError as error:
                 raise CannotStore(str(error)) from None
             for message in applied:
-                self.recent.add(int(message["term"]), int(message["n"]), message["batches"])
+                self.recent.add(message["term"], message["n"], message["batches"])
             answers.append({"t": "ack", "n": position[1]})
         return [*answers, refusal] if refusal is not None else answers
 
@@ -488,16 +529,19 @@ class Replica:
         replica of that term: this replica, behind it in the same term, applies it as
         it would have then (mrs.replication.stream `Bridge`); no acknowledgement until
         the rebase that ends the bridge."""
-        old_term, base_number = (int(x) for x in message["base"])
+        old_term, base_number = (_whole(x, "base") for x in message["base"])
         if self.position != (old_term, number - 1) or number > base_number:
             raise LinkBroken(f"bridge record {number} does not follow {self.position}")
-        self._apply(decode_batches(message["batches"]), (old_term, number))
+        batches = decode_batches(message["batches"])
+        if (why := _unwritable(batches)) is not None:
+            raise LinkBroken(f"bridge record {number}: {why}")
+        self._apply(batches, (old_term, number))
         self.recent.clear()
 
     def _rebase(self, message: dict[str, Any], term: int) -> dict[str, Any]:
         """At the new active's base (the position it was promoted from), this replica
         holds what the new active started its term from: it is at (term, 0)."""
-        base = tuple(int(x) for x in message["base"])
+        base = tuple(_whole(x, "base") for x in message["base"])
         if self.position != base:
             return {"t": "refuse", "why": f"gap: at {self.position}, the base is {base}"}
         self._apply([], (term, 0))
@@ -527,14 +571,16 @@ class Replica:
             for j, k, v in message["items"]
             if j != Journal.META or k not in _REPLICATION_KEYS
         ]
+        batches = [WriteBatch(puts, [])]
+        if (why := _unwritable(batches)) is not None:
+            raise ValueError(why)  # before any wipe: refused whole
+        upto = (term, max(number, _whole(message.get("upto", number), "upto")))
         if self._copying != (term, number):
             self._wipe()  # sets the partial mark, which stays until the last slice
         self._copying = (term, number)
-        batches = [WriteBatch(puts, [])]
         if not message.get("last"):
             self._apply(batches, (0, 0))
             return None
-        upto = (term, max(number, int(message.get("upto", number))))
         whole_at = WriteBatch.empty().put_raw(
             Journal.META, COPY_UPTO_KEY.encode(), _TWO_U64.pack(*upto)
         )
