@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from audit_scan import TreeMeter, make_journal  # noqa: E402
+
+from mrs.tools.cli_support import OneLineParser, positive_int  # noqa: E402
 
 
 def run_once(data_dir: Path, env: dict[str, str], cwd: Path) -> tuple[float, float]:
@@ -40,13 +43,27 @@ def run_once(data_dir: Path, env: dict[str, str], cwd: Path) -> tuple[float, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--scratch", type=Path)
+    """`--runs 0` printed a table of no rows and exited 0; a journal made in a
+    temporary directory (no --scratch) was left in /tmp by every run, where no later
+    run finds it again (a new name each time). With --scratch it is kept, and reused."""
+    parser = OneLineParser(prog="audit_report.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=positive_int, default=10_000)
+    parser.add_argument("--runs", type=positive_int, default=3)
+    parser.add_argument("--scratch", type=Path, help="keep (and reuse) the journal here")
     parser.add_argument("--baseline", type=Path, help="a checkout to compare against")
     args = parser.parse_args()
-    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="mrs-audit-bench-"))
+    if args.scratch is not None:
+        _report(args, args.scratch)
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="mrs-audit-bench-"))
+    try:
+        _report(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _report(args: argparse.Namespace, scratch: Path) -> None:
+    """Make (or find) the journal in `scratch`, then one table row per version and run."""
     data_dir = scratch / f"g{args.records}"
     if not (data_dir / "journals" / "data.mdb").exists():
         (data_dir / "journals").mkdir(parents=True, exist_ok=True)

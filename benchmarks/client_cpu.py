@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +35,8 @@ import trio
 
 from clients import DeliveryMode, MrsTimeout, NoMoreMessages, Psb, PutItem, Uma, connect
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS
+from mrs.offline.stop_signals import run_stoppable, stop_signals_as_ctrl_c
+from mrs.tools.cli_support import OneLineParser, positive_int
 from sim.processes import GroupProcess, write_single_group_config
 
 TARGET = "1.10"
@@ -45,6 +51,7 @@ unconfirmed_max = 100000
 id = 100
 name = "SENDER"
 """
+SERVER_STOP_S = 30.0
 LIMITS = f"dqf_messages_max = 10000000\njournal_bytes_max = {8 << 30}\n"
 
 
@@ -123,14 +130,30 @@ async def ak_phase(address: str, messages: int, window: int) -> tuple[float, flo
         return time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=30000, help="per round")
-    parser.add_argument("--window", type=int, default=1000, help="put tasks")
-    parser.add_argument("--gets", type=int, default=1000, help="get -> confirm tasks")
-    parser.add_argument("--rounds", type=int, default=3)
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Counts of at least 1: `--messages 0` (or below) waited forever for messages
+    that were never put, `--window 0` or `--gets 0` likewise, and `--rounds 0`
+    ended in a StatisticsError traceback."""
+    parser = OneLineParser(prog="client_cpu.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=positive_int, default=30000, help="per round")
+    parser.add_argument("--window", type=positive_int, default=1000, help="put tasks")
+    parser.add_argument("--gets", type=positive_int, default=1000, help="get -> confirm tasks")
+    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument(
-        "--batch", type=int, default=0, help="put with put_many calls of this many items"
+        "--batch",
+        type=_non_negative_int,
+        default=0,
+        help="put with put_many calls of this many items",
     )
     parser.add_argument("--label", default="", help="a name for this run's JSON line")
     parser.add_argument(
@@ -142,48 +165,79 @@ def main() -> None:
         help="give connect the address twice, as a replicated group's client: its "
         "recoverable puts then carry idempotency keys (clients.resend)",
     )
-    args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="mrs-client-cpu-"))
-    config = write_single_group_config(directory, queues=QUEUES_TOML, limits=LIMITS)
-    server = GroupProcess(config, 1)
-    address = server.start()
-    if args.as_replicated:
-        address = f"{address},{address}"
-    if args.gc_tuned:
-        from mrs.server.gc_tuning import tune_gc_for_throughput
+    return parser
 
-        tune_gc_for_throughput()
-    put_us, get_us, put_rate, get_rate, ak_us, ak_rate = [], [], [], [], [], []
-    try:
-        for _ in range(args.rounds):
-            cpu_s, wall_s = trio.run(put_phase, address, args.messages, args.window, args.batch)
-            put_us.append(cpu_s / args.messages * 1e6)
-            put_rate.append(args.messages / wall_s)
-            cpu_s, wall_s = trio.run(get_phase, address, args.messages, args.gets)
-            get_us.append(cpu_s / args.messages * 1e6)
-            get_rate.append(args.messages / wall_s)
-            cpu_s, wall_s = trio.run(ak_phase, address, args.messages, args.window)
-            ak_us.append(cpu_s / args.messages * 1e6)
-            ak_rate.append(args.messages / wall_s)
-            trio.run(get_phase, address, args.messages, args.gets)  # empty the queue again
-    finally:
-        server.terminate()
+
+def _rounds(args: argparse.Namespace, address: str) -> dict[str, list[float]]:
+    """Every round's CPU per request and wall rates, by figure."""
+    figures: dict[str, list[float]] = {
+        key: [] for key in ("put_us", "get_us", "put_rate", "get_rate", "ak_us", "ak_rate")
+    }
+    for _ in range(args.rounds):
+        cpu_s, wall_s = run_stoppable(put_phase, address, args.messages, args.window, args.batch)
+        figures["put_us"].append(cpu_s / args.messages * 1e6)
+        figures["put_rate"].append(args.messages / wall_s)
+        cpu_s, wall_s = run_stoppable(get_phase, address, args.messages, args.gets)
+        figures["get_us"].append(cpu_s / args.messages * 1e6)
+        figures["get_rate"].append(args.messages / wall_s)
+        cpu_s, wall_s = run_stoppable(ak_phase, address, args.messages, args.window)
+        figures["ak_us"].append(cpu_s / args.messages * 1e6)
+        figures["ak_rate"].append(args.messages / wall_s)
+        run_stoppable(get_phase, address, args.messages, args.gets)  # empty the queue again
+    return figures
+
+
+def main() -> int:
+    """The server and its temporary directory go whatever happens: the directory (about
+    50 MB) was left in /tmp by every run, and a SIGTERM (`timeout`, a CI job cancelled)
+    also left the `mrs serve` running. Ctrl-C, SIGTERM and SIGHUP stop the run in one
+    line, exit 128 + the signal."""
+    args = _parser().parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="mrs-client-cpu-"))
+    server = GroupProcess(
+        write_single_group_config(directory, queues=QUEUES_TOML, limits=LIMITS), 1
+    )
+    with stop_signals_as_ctrl_c() as caught:
+        try:
+            address = server.start()
+            if args.as_replicated:
+                address = f"{address},{address}"
+            if args.gc_tuned:
+                from mrs.server.gc_tuning import tune_gc_for_throughput
+
+                tune_gc_for_throughput()
+            figures = _rounds(args, address)
+        except KeyboardInterrupt:
+            signum = caught[0] if caught else signal.SIGINT
+            print(f"client_cpu: interrupted by {signum.name}; server stopped", file=sys.stderr)
+            return 128 + int(signum)
+        finally:
+            try:
+                server.terminate(SERVER_STOP_S)
+            except subprocess.TimeoutExpired:
+                server.kill()
+            shutil.rmtree(directory, ignore_errors=True)
+    _print(args.label, figures)
+    return 0
+
+
+def _print(label: str, figures: dict[str, list[float]]) -> None:
     print(
         json.dumps(
             {
-                "label": args.label,
-                "put_cpu_us_median": round(statistics.median(put_us), 1),
-                "get_confirm_cpu_us_median": round(statistics.median(get_us), 1),
-                "ak_put_with_mrs_ack_cpu_us_median": round(statistics.median(ak_us), 1),
-                "put_cpu_us": [round(v, 1) for v in put_us],
-                "get_confirm_cpu_us": [round(v, 1) for v in get_us],
-                "puts_per_s": [round(v) for v in put_rate],
-                "get_confirms_per_s": [round(v) for v in get_rate],
-                "ak_puts_per_s": [round(v) for v in ak_rate],
+                "label": label,
+                "put_cpu_us_median": round(statistics.median(figures["put_us"]), 1),
+                "get_confirm_cpu_us_median": round(statistics.median(figures["get_us"]), 1),
+                "ak_put_with_mrs_ack_cpu_us_median": round(statistics.median(figures["ak_us"]), 1),
+                "put_cpu_us": [round(v, 1) for v in figures["put_us"]],
+                "get_confirm_cpu_us": [round(v, 1) for v in figures["get_us"]],
+                "puts_per_s": [round(v) for v in figures["put_rate"]],
+                "get_confirms_per_s": [round(v) for v in figures["get_rate"]],
+                "ak_puts_per_s": [round(v) for v in figures["ak_rate"]],
             }
         )
     )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,7 +15,6 @@ The figure is messages removed from the DLQ divided by the handler's wall clock
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 import trio
 
 from clients import DeliveryMode, Uma, connect
+from mrs.tools.cli_support import OneLineParser, positive_int
 from sim.processes import GroupProcess
 
 PUT_WINDOW = 64
@@ -149,9 +149,9 @@ def run_once(letters: int, recoverable: bool, window: int, scratch: Path | None)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--letters", type=int, default=5000)
-    parser.add_argument("--window", type=int, default=32, help="handler actions in flight")
+    parser = OneLineParser(prog="dlq_handler.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--letters", type=positive_int, default=5000)
+    parser.add_argument("--window", type=positive_int, default=32, help="handler actions in flight")
     parser.add_argument("--scratch", type=Path, default=None)
     args = parser.parse_args()
     for recoverable in (False, True):

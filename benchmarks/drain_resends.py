@@ -26,7 +26,6 @@ Run it from the repository (a few seconds per phase):
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from pathlib import Path
 import trio
 
 from clients import DeliveryMode, NoMoreMessages, Uma
+from mrs.tools.cli_support import OneLineParser, positive_float, positive_int
 from sim.bus import LinkedBus
 
 QUEUES = """
@@ -193,12 +193,12 @@ async def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fill-s", type=float, default=3.0)
-    parser.add_argument("--full-s", type=float, default=20.0)
-    parser.add_argument("--cut-s", type=float, default=4.0)
-    parser.add_argument("--backlog-s", type=float, default=6.0)
-    parser.add_argument("--dqf-max", type=int, default=50)
+    parser = OneLineParser(prog="drain_resends.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--fill-s", type=positive_float, default=3.0)
+    parser.add_argument("--full-s", type=positive_float, default=20.0)
+    parser.add_argument("--cut-s", type=positive_float, default=4.0)
+    parser.add_argument("--backlog-s", type=positive_float, default=6.0)
+    parser.add_argument("--dqf-max", type=positive_int, default=50)
     parser.add_argument("--put-rate", type=float, default=50.0)
     parser.add_argument("--confirm-ms", type=float, default=30.0)
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")

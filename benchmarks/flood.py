@@ -38,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mrs.tools.cli_support import OneLineParser, positive_float, positive_int
 from sim.processes import GroupProcess, write_single_group_config
 
 FLOOD_ADDRESS = "127.0.0.2"
@@ -353,10 +354,14 @@ def main() -> None:
             result = flood(address, float(seconds), int(rest[0]), int(rest[1]), *rest[2:])
         print(json.dumps(result))
         return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="length of each round")
-    parser.add_argument("--rounds", type=int, default=4, help="quiet/flooded rounds, alternating")
-    parser.add_argument("--in-flight", type=int, default=16, help="producer's puts in flight")
+    parser = OneLineParser(prog="flood.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=positive_float, default=5.0, help="length of each round")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=4, help="quiet/flooded rounds, alternating"
+    )
+    parser.add_argument(
+        "--in-flight", type=positive_int, default=16, help="producer's puts in flight"
+    )
     parser.add_argument("--flood-tasks", type=int, default=32, help="flooder's concurrent tasks")
     parser.add_argument(
         "--flood-nice",

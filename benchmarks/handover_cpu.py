@@ -25,7 +25,6 @@ To compare with an older commit in the same minutes, put its `mrs/` first on the
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import tempfile
 import time
@@ -39,6 +38,7 @@ from mrs import protocol as wire
 from mrs.group import Group
 from mrs.model import DeliveryMode, Uma
 from mrs.server.gc_tuning import tune_gc_for_server
+from mrs.tools.cli_support import OneLineParser, positive_int
 
 BUS = """
 [[group]]
@@ -165,8 +165,8 @@ def parked(rounds: int, body: bytes) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=30, help="batches of 100 per repeat")
+    parser = OneLineParser(prog="handover_cpu.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=positive_int, default=30, help="batches of 100 per repeat")
     parser.add_argument("--body-bytes", type=int, default=1024)
     args = parser.parse_args()
     tune_gc_for_server()  # as `mrs serve` runs

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mrs.protection.envelope import Quality, open_envelope, seal
 from mrs.protection.keys import Identity, Keyring, load_identity, write_identity
+from mrs.tools.cli_support import OneLineParser, positive_int
 
 TASKS = 32
 QUEUES = """
@@ -101,11 +102,13 @@ def end_to_end(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="protection_cost.py", description=__doc__.splitlines()[0])
     parser.add_argument("--body-bytes", type=int, default=1024)
-    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--messages", type=positive_int, default=2000)
     parser.add_argument("--end-to-end", action="store_true", help="through a real group")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (--end-to-end)")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=3, help="interleaved rounds (--end-to-end)"
+    )
     args = parser.parse_args()
     if args.end_to_end:
         end_to_end(args)

@@ -14,7 +14,6 @@ process CPU time per put, so two versions of the put path can be set side by sid
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
 import shutil
@@ -27,6 +26,7 @@ from in_process import Session, open_group  # the sibling module: imports mrs fi
 from mrs import protocol as wire
 from mrs.model import DeliveryMode, Uma
 from mrs.server import gc_tuning
+from mrs.tools.cli_support import OneLineParser, positive_int
 
 BUS = """
 [[group]]
@@ -91,9 +91,9 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--puts", type=int, default=30_000)
-    parser.add_argument("--batch", type=int, default=400, help="puts per commit")
+    parser = OneLineParser(prog="put_path.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--puts", type=positive_int, default=30_000)
+    parser.add_argument("--batch", type=positive_int, default=400, help="puts per commit")
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--key", action="store_true", help="each put has an idempotency key")
     parser.add_argument("--mode", default="WF_DQF", choices=[m.name for m in DeliveryMode])

@@ -39,6 +39,7 @@ import trio
 from procstat import process_cpu_s  # the sibling module (benchmarks/ is on sys.path)
 
 from clients import DeliveryMode, PutItem, Uma
+from mrs.tools.cli_support import OneLineParser, positive_float, positive_int
 from sim.bus import LinkedBus
 
 QUEUES = """
@@ -256,9 +257,9 @@ async def measure(directory: Path, args: argparse.Namespace) -> Figures:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backlog", type=int, default=1_000_000)
-    parser.add_argument("--reference-s", type=float, default=5.0)
+    parser = OneLineParser(prog="saf_backlog_drain.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--backlog", type=positive_int, default=1_000_000)
+    parser.add_argument("--reference-s", type=positive_float, default=5.0)
     parser.add_argument("--batch", type=int, default=250)
     parser.add_argument("--batches", type=int, default=4, help="put_many calls in flight")
     parser.add_argument("--live-rate", type=float, default=1000.0, help="puts/s during drain")

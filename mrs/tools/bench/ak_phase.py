@@ -30,7 +30,7 @@ from mrs.tools.bench.results import (
     TARGET_QUEUE,
     Result,
 )
-from mrs.tools.bench.servers import Servers, _Failures, _Monitors
+from mrs.tools.bench.servers import Servers, _Failures, _Monitors, psb_text
 
 
 class _AckWindow:
@@ -70,7 +70,7 @@ class _AkRun:
                 self.failures.add(f"{type(error).__name__}: {error}")
                 return
             if psb.status != Status.SUCCESS:  # refused: no MRS_ACK will come
-                self.failures.add(f"AK put refused: {psb!r}")
+                self.failures.add(f"AK put {psb_text(psb)}")
                 continue
             if psb.seq in window.acked_early:
                 window.acked_early.discard(psb.seq)
@@ -96,7 +96,7 @@ class _AkRun:
         if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
             self.stored += perf() <= self.deadline
         else:
-            self.failures.add(repr(psb))
+            self.failures.add(f"MRS_ACK {psb_text(psb)}")
 
 
 async def _ak_phase(
@@ -151,7 +151,8 @@ def _ak_result(
         in_flight=connections * tasks_per_connection,
         failures=run.failures.count,
         workload="put-ak",
+        first_failure=run.failures.first_text,
     )
     monitors.fill(result, LOCAL_GROUP)
-    result.msgs_per_commit = result.batches_per_commit
+    result.msgs_per_commit = monitors.msgs_per_commit(LOCAL_GROUP)
     return result

@@ -10,8 +10,11 @@ import contextlib
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+from journals import JournalDeviceError
+from mrs.exit_status import CommandError
 from mrs.tools.bench.disk import measure_fsync, measure_lmdb
 from mrs.tools.bench.report import machine_facts, report
 from mrs.tools.bench.results import (
@@ -27,6 +30,10 @@ from mrs.tools.bench.results import (
 )
 from mrs.tools.bench.runner import measure_cross_group, measure_end_to_end, measure_server
 
+SECONDS_MAX = 3600.0
+"""Per measurement at most: the run takes (7 + client counts) times it. Why: --seconds
+1e300 (nan and inf were refused) started a run that never reported."""
+
 
 def run_bench(args: argparse.Namespace) -> int:
     seconds = float(args.seconds)
@@ -35,6 +42,13 @@ def run_bench(args: argparse.Namespace) -> int:
     senders_max = SENDER_QUEUE_LAST - SENDER_QUEUE_FIRST + 1
     if seconds <= 0 or args.body_bytes < 0:
         print("mrs bench: --seconds must be > 0 and --body-bytes >= 0", file=sys.stderr)
+        return 2
+    if seconds > SECONDS_MAX:
+        print(
+            f"mrs bench: --seconds must be at most {SECONDS_MAX:,.0f} (per measurement), "
+            f"got {seconds:g}",
+            file=sys.stderr,
+        )
         return 2
     if any(n < 1 or n > senders_max for n in clients):
         print(f"mrs bench: --clients must each be 1..{senders_max}", file=sys.stderr)
@@ -48,9 +62,9 @@ def run_bench(args: argparse.Namespace) -> int:
         facts = machine_facts(work)
         results: list[Result] = []
         _progress(f"raw fsync on {work} for {seconds:g} s")
-        results.append(measure_fsync(work, seconds))
+        results.append(_disk_phase("raw fsync", measure_fsync, work, seconds))
         _progress(f"LMDB one synced commit per put for {seconds:g} s")
-        results.append(measure_lmdb(work, seconds))
+        results.append(_disk_phase("LMDB synced commits", measure_lmdb, work, seconds))
         results.extend(_same_group_puts(work, clients, seconds, args.body_bytes))
         if not skip_cross_group:
             _progress(
@@ -77,6 +91,20 @@ def run_bench(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 base.rmdir()
     return 0
+
+
+def _disk_phase(
+    what: str, measure: Callable[[Path, float], Result], work: Path, seconds: float
+) -> Result:
+    """A disk measurement; the disk failing it (ENOSPC on a full one) is one line
+    naming the measurement and the directory, not an "unexpected error"."""
+    try:
+        return measure(work, seconds)
+    except JournalDeviceError as error:
+        raise CommandError(f"bench stopped: {what} in {work}: {error}") from None
+    except OSError as error:
+        problem = error.strerror or str(error)
+        raise CommandError(f"bench stopped: {what} in {work}: {problem}") from None
 
 
 def _same_group_puts(

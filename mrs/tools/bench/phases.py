@@ -23,7 +23,7 @@ from mrs.tools.bench.results import (
     TARGET_QUEUE,
     Result,
 )
-from mrs.tools.bench.servers import Servers, _Failures, _Monitors, _route_label
+from mrs.tools.bench.servers import Servers, _Failures, _Monitors, _route_label, psb_text
 
 
 async def _put_phase(
@@ -66,7 +66,7 @@ async def _put_phase(
             if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
                 stored[0] += 1
             else:
-                failures.add(repr(psb))
+                failures.add(psb_text(psb))
 
     async def connection(index: int, *, task_status) -> None:
         queue = f"{LOCAL_GROUP}.{SENDER_QUEUE_FIRST + index}"
@@ -89,8 +89,9 @@ async def _put_phase(
         await monitors.after()
 
     failures.report("puts not stored")
-    return _put_result(monitors, connections, tasks_per_connection, target_group, stored[0],
-                       latencies, failures.count)
+    return _put_result(
+        monitors, connections, tasks_per_connection, target_group, stored[0], latencies, failures
+    )
 
 
 def _put_result(
@@ -100,7 +101,7 @@ def _put_result(
     target_group: int,
     stored: int,
     latencies: list[float],
-    failures: int,
+    failures: _Failures,
 ) -> Result:
     """The put phase's row: puts stored in the window, named by its shape and route."""
     plural = "s" if connections != 1 else ""
@@ -116,11 +117,12 @@ def _put_result(
         latencies,
         connections=connections,
         in_flight=connections * tasks_per_connection,
-        failures=failures,
+        failures=failures.count,
         workload="put",
+        first_failure=failures.first_text,
     )
     monitors.fill(result, target_group)
-    result.msgs_per_commit = result.batches_per_commit
+    result.msgs_per_commit = monitors.msgs_per_commit(target_group)
     return result
 
 
@@ -157,7 +159,7 @@ async def _produce(run: _EndToEnd, client) -> None:
             if now() <= run.deadline:
                 run.stored += 1
         else:
-            run.put_failures.add(repr(psb))
+            run.put_failures.add(psb_text(psb))
 
 
 async def _consume(run: _EndToEnd, client) -> None:
@@ -239,5 +241,6 @@ async def _end_to_end_phase(
         workload="put-get-confirm",
         consumer_in_flight=E2E_CONSUMER_TASKS,
         puts_stored=run.stored,
+        first_failure=run.put_failures.first_text or run.consume_failures.first_text,
     )
     return monitors.fill(result, target_group)

@@ -186,12 +186,21 @@ def _table(results: list[Result], bases: _Bases) -> Table:
             _fmt(_ratio(r.rate, bases.fsync_rate)),
             _fmt(_ratio(r.rate, bases.lmdb_rate)),
             _fmt(bases.same_ratio[id(r)]),
-            _fmt(r.batches_per_commit if r.kind == "server" else r.msgs_per_commit),
+            _fmt(_per_commit(r)),
             _fmt(r.latency_ms(0.50), 3),
             _fmt(r.latency_ms(0.99), 3),
             _cpu_cell(r),
         )
     return table
+
+
+def _per_commit(r: Result) -> float | None:
+    """The batches/commit column: messages per commit for the disk rows and put rows
+    (each put one batch, as benchmarks/README.md reads it), the writer's batches per
+    commit for put -> get -> confirm rows (three batches a message)."""
+    if r.kind == "server" and r.workload == "put-get-confirm":
+        return r.batches_per_commit
+    return r.msgs_per_commit
 
 
 def _print_notes(console: Console, r: Result) -> None:
@@ -232,7 +241,7 @@ def _print_notes(console: Console, r: Result) -> None:
 
 def _json_row(r: Result, bases: _Bases) -> dict:
     return {
-        **{k: v for k, v in asdict(r).items() if k != "latencies_s"},
+        **{k: v for k, v in asdict(r).items() if k not in ("latencies_s", "first_failure")},
         "rate_per_s": round(r.rate, 1),
         "ratio_to_fsync": _round(_ratio(r.rate, bases.fsync_rate), 3),
         "ratio_to_lmdb_commit": _round(_ratio(r.rate, bases.lmdb_rate), 3),

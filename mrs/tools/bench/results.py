@@ -70,6 +70,9 @@ class Result:
     consumer_in_flight: int = 0
     puts_stored: int | None = None
     """End-to-end rows: puts answered STORED within the window."""
+    first_failure: str = ""
+    """Server rows: what the first failed request or refused put was answered (for the
+    one line a run that stored nothing stops with; not in the JSON)."""
 
     @property
     def rate(self) -> float:

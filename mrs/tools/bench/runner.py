@@ -13,6 +13,8 @@ from pathlib import Path
 
 import trio
 
+from mrs.errors import MrsError
+from mrs.exit_status import CommandError
 from mrs.offline.stop_signals import run_stoppable
 from mrs.tools.bench.ak_phase import _ak_phase
 from mrs.tools.bench.phases import _end_to_end_phase, _put_phase
@@ -26,7 +28,7 @@ from mrs.tools.bench.results import (
 )
 from mrs.tools.bench.servers import Phase, Servers, _bench_config, _limits_toml, _queues_toml
 from sim.bus import LinkedBus
-from sim.processes import GroupProcess
+from sim.processes import GroupProcess, first_start_failure
 
 
 def _log_path(group_id: int, process: GroupProcess) -> Path:
@@ -105,10 +107,43 @@ def _single(group: BaseExceptionGroup) -> BaseException:
     return group
 
 
+def _first_warning(log_path: Path) -> str:
+    """The first WARNING or ERROR a server logged, without its time stamp and logger."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        for level in (" WARNING ", " ERROR "):
+            if level in line:
+                return line.split(level, 1)[1].split(": ", 1)[-1].strip()
+    return ""
+
+
+def _check_measured(result: Result, processes: dict[int, GroupProcess]) -> None:
+    """A server row that stored nothing while its requests failed measured nothing: it
+    stops the bench in one line (what the server answered, and why in its own words,
+    read now: its log is removed next). Why: on a disk with less free space than the
+    servers' journal reserve (5% of the bench's 8 GiB journal_bytes_max, about 410 MiB)
+    every put was refused MRS_RES_EXH, and the bench went on through every row, printed
+    0 puts/s throughout and exited 0."""
+    if result.kind != "server" or result.count or not result.failures:
+        return
+    group_id = result.dqf_group or LOCAL_GROUP
+    process = processes.get(group_id)
+    warning = _first_warning(_log_path(group_id, process)) if process is not None else ""
+    line = (
+        f"bench stopped: {result.name}: nothing was stored, {result.failures:,} requests "
+        f"failed or were refused (the first {result.first_failure})"
+    )
+    raise CommandError(line + (f"; group {group_id} logged: {warning}" if warning else ""))
+
+
 def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Result:
     """Fresh servers on a fresh data directory (one group, or groups 1 and 2 with a
     link), `phase` against them, then stop them and remove the directory, whatever
-    happens (also on Ctrl-C)."""
+    happens (also on Ctrl-C). A server that does not start, or a row that stored
+    nothing, is one line (CommandError)."""
     directory.mkdir(parents=True)
     bus: LinkedBus | None = None
     processes: dict[int, GroupProcess] = {}
@@ -119,14 +154,26 @@ def measure(directory: Path, *, linked: bool, senders: int, phase: Phase) -> Res
         else:
             processes = {LOCAL_GROUP: GroupProcess(_bench_config(directory, senders), 1)}
         try:
-            return run_stoppable(_run_phase, processes, bus, phase)
+            result = run_stoppable(_run_phase, processes, bus, phase)
         except BaseExceptionGroup as group:
             # Errors come out of trio's nurseries wrapped in groups; `mrs` exits 130
             # on a plain KeyboardInterrupt (Ctrl-C).
             if group.subgroup(KeyboardInterrupt) is not None:
                 raise KeyboardInterrupt from None
             raise _single(group) from None
-    except Exception:
+        _check_measured(result, processes)
+        return result
+    except CommandError:
+        raise
+    except Exception as error:
+        if isinstance(error, MrsError):  # a server's refusal says why in its own words
+            raise CommandError(f"bench stopped: {' '.join(str(error).split())}") from None
+        started = first_start_failure(error)
+        if started is not None:
+            # Its last words say why; its log (in the directory removed next) would
+            # be a page of it, and "unexpected error" a bug, which it is not.
+            words = started.last_words().replace(" did not start: mrs: ", " did not start: ")
+            raise CommandError(f"bench stopped: {words}") from None
         for group_id, process in processes.items():
             log_path = _log_path(group_id, process)
             if log_path.exists():
