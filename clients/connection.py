@@ -32,6 +32,7 @@ give_back_held), so it names no private of Client.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -51,7 +52,7 @@ from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
 from clients.journal_status import JournalEvent, JournalStatus
 from clients.link import LinkLoops, _Link
-from clients.lookup import locate, pending, queue_text
+from clients.lookup import locate, pending, pending_texts, queue_text
 from clients.pending import Requests
 from clients.reconnect import Reconnect
 from clients.requests import (
@@ -382,7 +383,8 @@ class Client:
         if self.protection is not None:
             self.protection.refuse_reading(self.queue)
         if select is not None:
-            selected = await get_selected(requests, select, timeout, None, self.queue)
+            linked = functools.partial(self._linked, what="get")
+            selected = await get_selected(requests, select, timeout, None, self.queue, linked)
             return await self._checked(selected[0])
         if requests.held:  # read ahead (MRS_ACKs): no coroutine of `_checked` without protection
             held = requests.held.popleft()
@@ -427,7 +429,8 @@ class Client:
         server refuses it (BadParameter): use `get`. select: only messages it matches."""
         requests = self._requests
         if select is not None and self.protection is None:
-            return await get_selected(requests, select, timeout, count_max)
+            linked = functools.partial(self._linked, what="get_many")
+            return await get_selected(requests, select, timeout, count_max, None, linked)
         if select is not None:  # with protection: one message per call
             return [await self.get(timeout, select)]
         if not requests.held and requests.cancelled_gets_outstanding:
@@ -547,7 +550,12 @@ class Client:
     async def locate(self, name: str | Address) -> Address:
         """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,
         `GROUP.NAME`, or a bare name (the group's own queues first, then the bus).
-        Raises NoSuchQueue, or BadParameter for a name several other groups use."""
+        Raises NoSuchQueue, or BadParameter for a name several other groups use.
+        With several addresses, one made while the client reconnects waits for the new
+        active (`_linked`, as `status` does) instead of raising NOTACTIVE at once."""
+        queue_text(name, "locate")  # a bad name refused at once, not after a wait
+        if self._requests.link is None or self._requests.broken is not None:
+            await self._linked(None, "locate")
         return await locate(self._requests, name)
 
     async def pending(self, queues: Sequence[str | Address], *, kept: int = 0) -> list[int]:
@@ -555,7 +563,12 @@ class Client:
         another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
         it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list. The
         attached queue's count includes the messages this client already holds, and
-        `kept` more its caller holds for its next get (the blocking client's)."""
+        `kept` more its caller holds for its next get (the blocking client's). With
+        several addresses, one made while the client reconnects waits for the new
+        active (`_linked`, as `status` does) instead of raising NOTACTIVE at once."""
+        pending_texts(queues)  # a bad list refused at once, not after a wait
+        if self._requests.link is None or self._requests.broken is not None:
+            await self._linked(None, "pending")
         held = len(self._requests.held) + kept
         return await pending(self._requests, queues, self.queue, held)
 

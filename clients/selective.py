@@ -16,6 +16,7 @@ matches first, in the order they came.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import trio
@@ -35,11 +36,15 @@ async def get_selected(
     timeout: float | None,
     count_max: int | None,
     own: Address | None = None,
+    linked: Callable[[float | None], Awaitable[float | None]] | None = None,
 ) -> list[Message]:
     """The message(s) `select` matches: one Get, or one GetBatch of up to count_max.
     Raises as get does (MrsTimeout, NoMoreMessages), BadParameter for a bad select, or
     for a single get that would confirm implicitly held messages it passes over on the
-    attached queue `own` (see `_ask`)."""
+    attached queue `own` (see `_ask`). `linked(timeout)`: what the client does for a
+    call that finds no connection (`Client._linked`: a replicated group's client waits
+    for the new active within the get's timeout), given what is left of the timeout;
+    None: NOTACTIVE at once."""
     if not isinstance(select, Selection):
         raise BadParameter(
             Status.BADPARAM,
@@ -54,6 +59,11 @@ async def get_selected(
     held = take_held(requests.held, select, 1 if count_max is None else count_max)
     if held:
         return held
+    if linked is not None and (requests.link is None or requests.broken is not None):
+        # Before, a selective get made during a failover raised NOTACTIVE at once
+        # where a plain get waited for the new active (docs/replication.md).
+        timeout = await linked(timeout)
+        timeout_ms = get_wait_ms(timeout)
     requests.require_link(Status.NOTACTIVE, "get")
     if requests.cancelled_gets_outstanding:
         # What a given-up get brings is held, and taken first if it matches: a Get
