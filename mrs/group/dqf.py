@@ -88,6 +88,11 @@ class Dqf:
     """Dedupe key in flight -> the copies waiting for its commit."""
     dedupe_waiters: int = 0
     """Copies waiting, over all keys: at most `DEDUPE_WAITERS_MAX`."""
+    copies_awaiting_confirm: dict[int, list[Callable[[Entry], None]]] = field(
+        default_factory=dict
+    )
+    """First copy's seq -> the WF_CONF copies of it (re-sent under its idempotency key)
+    waiting for its confirm (`await_confirm`): at most DEDUPE_WAITERS_MAX seqs."""
 
     def __post_init__(self) -> None:
         limits = self.ctx.limits
@@ -95,6 +100,26 @@ class Dqf:
         self.reserve = JournalReserve.for_store(
             self.ctx.store, limits.journal_bytes_max, limits.message_bytes_max
         )
+
+    def await_confirm(self, queue: int, seq: int, notify: Callable[[Entry], None]) -> bool:
+        """A WF_CONF copy of message `seq` of `queue`: `notify` at its confirm, as the
+        first copy's sender is (True); False when the DQF no longer holds it (confirmed
+        already: answer now) or DEDUPE_WAITERS_MAX seqs have copies waiting. Why: a
+        copy was answered at once (STORED), before the receiver confirmed, so a
+        WF_CONF put re-sent after a lost connection or a failover (the replicated
+        client re-sends every one) returned before the confirm it waits for."""
+        waiting = self.copies_awaiting_confirm
+        if seq not in waiting and len(waiting) >= DEDUPE_WAITERS_MAX:
+            return False
+        if self.ctx.store.get_raw(Journal.DQF, queue_key(queue, seq)) is None:
+            return False
+        waiting.setdefault(seq, []).append(notify)
+        return True
+
+    def confirmed(self, entry: Entry) -> None:
+        """`entry` was confirmed: the copies waiting for it are answered."""
+        for notify in self.copies_awaiting_confirm.pop(entry.seq, ()):
+            notify(entry)
 
     def journal_full(self, size_bytes: int) -> str | None:
         """Why the journal cannot take a message of this size now, or None."""

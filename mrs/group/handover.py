@@ -479,6 +479,8 @@ class Handover:
                 session.answer(build_unchecked(CONFIRMED, request_id, entry.seq, _SUCCESS))
             if entry.on_confirm is not None:
                 entry.on_confirm(entry)
+            if self.dqf.copies_awaiting_confirm:  # WF_CONF copies of it (mrs.group.dqf)
+                self.dqf.confirmed(entry)
         self.serve_waiting_gets(queue)
 
 

@@ -286,7 +286,7 @@ class Intake:
                 # journaled with the message: the MRS_ACK is owed after a restart too
                 entry.response_queue = reply.response_queue
         keys = [key] if key is not None else []
-        outcome = _StoreOutcome(self.umas, entry, reply)
+        outcome = _StoreOutcome(self.umas, self.dqf, entry, reply)
         self.guarantees.store(self.dqf, entry, keys, reply, outcome)
 
     def _put_memory(self, entry: Entry, reply: PutReply) -> None:
@@ -324,8 +324,9 @@ def enqueue_in_memory(ctx: GroupContext, entry: Entry) -> tuple[Status, str]:
 class _StoreOutcome:
     """The DQF's outcome(status, seq, reason) for one put: the answer once durable."""
 
-    def __init__(self, umas: Umas, entry: Entry, reply: PutReply) -> None:
+    def __init__(self, umas: Umas, dqf: Dqf, entry: Entry, reply: PutReply) -> None:
         self.umas = umas
+        self.dqf = dqf
         self.entry = entry
         self.reply = reply
 
@@ -333,11 +334,21 @@ class _StoreOutcome:
         if status != _STORED_STATUS:
             self.umas.undeliverable(self.entry, self.reply, status, reason)
         elif seq != self.entry.seq:  # a copy: its dedupe key's first copy holds `seq`
-            self.reply.report_copy(seq, self.umas.sequence.made_in_this_run(seq))
+            self._copy(seq)
         elif self.entry.delivery.interest_point is not _CONF:
             self.reply.report_stored(seq)
         else:
             self.reply.stored(Psb(Status.SUCCESS, Status.STORED, seq, Status.NO_UMA))
+
+    def _copy(self, seq: int) -> None:
+        """A copy is answered as its first copy was: a WF_CONF one at the first copy's
+        confirm (`Dqf.await_confirm`) while the DQF holds it, any other now."""
+        mode = self.entry.delivery
+        if mode.interest_point is _CONF and mode.notification is _WF:
+            reporter = self.reply.reporter(seq)
+            if self.dqf.await_confirm(self.entry.target.queue, seq, reporter):
+                return
+        self.reply.report_copy(seq, self.umas.sequence.made_in_this_run(seq))
 
 
 class _Accepted:

@@ -210,3 +210,37 @@ def test_a_copy_after_a_restart_finds_its_first_copy_in_the_saf(tmp_path: Path) 
     pair.run()
     assert_one_mrs_ack_for(mrs_acks_waiting(node, sender), delivered_on_group_2(pair).seq)
     pair.close()
+
+
+def test_a_copy_of_a_wf_conf_put_is_answered_at_the_first_copys_confirm(tmp_path: Path) -> None:
+    """A WF_CONF put re-sent under its key (its connection lost; a replicated client
+    re-sends every one after a failover) was answered at once, STORED, before the
+    receiver confirmed: a WF_CONF answer says the message was confirmed. Now the copy
+    waits for the first copy's confirm and is answered with it; one made after the
+    confirm is answered at once."""
+    node = open_node(tmp_path, 1)
+    sender, receiver = node.session("OUT"), node.session("IN")
+    node.group.put(sender, keyed_put(1, DeliveryMode.WF_CONF))
+    node.commit()
+    node.group.put(sender, keyed_put(2, DeliveryMode.WF_CONF))  # the first answer lost
+    node.commit()
+    assert [e for e in sender.events if isinstance(e, wire.PutDone)] == []  # both wait
+    node.group.get(receiver, wire.Get(request_id=3, timeout_ms=0))
+    node.commit()
+    delivery = only(receiver.events, wire.Delivery)
+    node.group.confirm(
+        receiver, wire.Confirm(request_id=4, seq=delivery.seq, confirm_value=0, force_j=0)
+    )
+    node.commit()
+    answers = {e.request_id: e for e in sender.events if isinstance(e, wire.PutDone)}
+    assert sorted(answers) == [1, 2]
+    for answer in answers.values():
+        assert (answer.status, answer.delivery_status, answer.seq) == (
+            Status.SUCCESS, Status.SUCCESS, delivery.seq,
+        )  # fmt: skip
+    sender.events.clear()
+    node.group.put(sender, keyed_put(5, DeliveryMode.WF_CONF))  # after the confirm: now
+    node.commit()
+    assert only(sender.events, wire.PutDone).seq == delivery.seq
+    assert node.group.dqf.copies_awaiting_confirm == {}
+    node.close()
