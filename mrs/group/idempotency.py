@@ -137,6 +137,15 @@ class AppKeys:
             return checked[3]
         return self._read(key, digest, body)
 
+    def stored_seq(self, key: str, body: bytes) -> int | None:
+        """The seq of the live first copy of `key` with this body that `conflict` has
+        just found, or None (asked right after `conflict(key, body)`, which read it)."""
+        checked = self._checked
+        if checked is None or checked[0] != key or checked[1] is not body:
+            return None
+        found = checked[3]
+        return found[0] if found is not None and found[1] else None
+
     def read_ahead(self, keys: list[str]) -> None:
         """Read `keys` for the lookups of this synchronous pass, in one transaction:
         a read transaction per key was about 5% of a drained message's CPU

@@ -182,7 +182,9 @@ class Intake:
             self.outbound.put_owing_ack(entry, reply, answer)
             return
         else:
-            _Accepted(session, request_id, not reply.stored_reply)(seq, None)
+            _Accepted(session, request_id, not reply.stored_reply)(
+                self._answered_seq(key, body, seq, target), None
+            )
         if target.group != ctx.group_id:
             self.outbound.put(entry, reply)
         elif mode.recoverable:
@@ -209,6 +211,18 @@ class Intake:
                 "for theirs: try again later",
             )
         return key
+
+    def _answered_seq(self, key: str | None, body: bytes, seq: int, target: Address) -> int:
+        """The seq an NN/AK put is answered with at once: its own, or, for a copy of a
+        message this group stored under the same key and body, the first copy's (which
+        its MRS_ACK names too). Why: a re-sent AK put was answered with a new seq that
+        no message ever took, where docs/timeouts-and-duplicates.md promises the first
+        copy's. (A copy for another group's queue, whose key that group holds, still
+        gets its own: this group cannot know.)"""
+        if key is None or target.group != self.ctx.group_id:
+            return seq
+        first = self.dqf.app_keys.stored_seq(key, body)
+        return seq if first is None else first
 
     def _check_ack_reachable(self, response_queue: Address) -> None:
         """An AK put's MRS_ACK must be able to reach its response queue: a queue of this

@@ -54,6 +54,8 @@ def test_a_copy_of_a_stored_ak_put_brings_no_second_mrs_ack(tmp_path: Path) -> N
     node.group.put(sender, keyed_put(2, DeliveryMode.AK_DQF))  # the answer was lost: again
     node.commit()
     seq = only(sender.events[:1], wire.PutDone).seq
+    answered = [event.seq for event in sender.events if isinstance(event, wire.PutDone)]
+    assert answered == [seq, seq]  # the copy's answer names the first copy, as its MRS_ACK
     assert_one_mrs_ack_for(mrs_acks_waiting(node, sender), seq)
     assert node.group.status_info()["dqf_messages"] == 1
     node.close()
