@@ -23,7 +23,7 @@ import struct
 from pathlib import Path
 
 from clients.errors import JournalFailed
-from journals import CorruptRecord, Journal, JournalStore, decode_record, seq_key
+from journals import CorruptRecord, Journal, JournalError, JournalStore, decode_record, seq_key
 from mrs.model import Status
 from mrs.storage.atomic_file import replace_file
 from mrs.storage.journal_check import walk
@@ -59,7 +59,10 @@ def check_before_open(path: Path) -> None:
         return  # a new journal
     problem = _cut_short(data, size)
     if problem is None:
-        report = walk(path)
+        try:
+            report = walk(path)
+        except JournalError as beside:  # its client runs, and its lock.mdb was deleted
+            raise JournalFailed(Status.JOURNAL_FAIL, str(beside)) from None
         if report.failure is not None:
             where = f" (in its {report.failed_in} database)" if report.failed_in else ""
             problem = f"LMDB cannot read it{where}: {report.failure}"

@@ -27,7 +27,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from journals import dqf_index, freelist, residency
+from journals import dqf_index, freelist, lock_file, residency
 from journals.batch import (
     JournalDeviceError,
     JournalError,
@@ -160,13 +160,25 @@ class JournalStore:
             self._writer_fd = _writer_lock(self.path, beside_owner)
             self.guest = self._writer_fd < 0
         try:
-            self._open(map_size_bytes, readonly)
+            self._open_beside_owner(map_size_bytes, readonly)
         except BaseException:
             if hasattr(self, "env"):
                 self.env.close()
             if self._writer_fd >= 0:  # a store that did not open owns nothing
                 os.close(self._writer_fd)
             raise
+
+    def _open_beside_owner(self, map_size_bytes: int, readonly: bool) -> None:
+        """Open, sharing LMDB's lock.mdb with the journals' owner if another process
+        owns them (journals.lock_file), or as the owner recording the one it opened."""
+        owner_alive = True if self.guest else None
+        if self._writer_fd < 0:  # a guest or a reader: never beside another lock.mdb
+            lock_file.check_beside_owner(self.path, owner_alive)
+        self._open(map_size_bytes, readonly)
+        if self._writer_fd >= 0:
+            lock_file.record_owner(self._writer_fd, self.path)
+        else:  # a lock.mdb deleted meanwhile was made again by this open: let it go
+            lock_file.check_beside_owner(self.path, owner_alive)
 
     def _open(self, map_size_bytes: int, readonly: bool) -> None:
         """The environment and its state; for the owner, after the log's replay."""
@@ -803,7 +815,7 @@ DIR_MODE = 0o700
 bits), and files left wider by an older version are narrowed when opened for writing."""
 
 
-WRITER_LOCK_NAME = "writer.lock"
+WRITER_LOCK_NAME = lock_file.WRITER_LOCK_NAME
 
 
 def _writer_lock(path: Path, beside_owner: bool) -> int:

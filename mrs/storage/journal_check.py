@@ -34,6 +34,8 @@ from typing import Any
 
 import msgpack
 
+from journals.batch import JournalError
+from journals.lock_file import check_beside_owner
 from mrs.limits import JOURNAL_PROBLEMS_PER_CHECK_MAX, JOURNAL_WALK_TIMEOUT_S
 
 FLUSH_EVERY = 64
@@ -284,7 +286,10 @@ def walk(
     reverse_db: str | None = None,
     timeout_s: float = JOURNAL_WALK_TIMEOUT_S,
 ) -> Walk:
-    """Walk a journal environment in a child process and collect its report."""
+    """Walk a journal environment in a child process and collect its report.
+    JournalError, before any child runs, if a live owner's lock.mdb was deleted: the
+    child's read would make a new one its owner never sees (journals.lock_file)."""
+    check_beside_owner(Path(journals_path))
     command = [sys.executable, "-m", "mrs.storage.journal_check", str(journals_path)]
     if records:
         command.append("--records")
@@ -344,13 +349,18 @@ def verify_before_open(journals_path: Path, *, unreadable_only: bool = False) ->
     file and the damage (for the server to refuse to start with). `unreadable_only`
     (a tool about to read it: `mrs dump`, `mrs jplay`, `mrs pcj archive`): only damage
     LMDB cannot read past (it would raise or kill the reader, e.g. SIGBUS on a file
-    cut short), not databases that disagree with each other, which a reader shows."""
+    cut short), not databases that disagree with each other, which a reader shows.
+    Also the line of a refusal to read beside a live owner whose lock.mdb was deleted
+    (journals.lock_file): not damage, but no reader may open them either."""
     data_file = Path(journals_path) / "data.mdb"
     if not data_file.exists():
         return None
     if not os.access(data_file, os.R_OK):
         return f"journal {data_file} cannot be read (permission denied)"
-    report = walk(Path(journals_path))
+    try:
+        report = walk(Path(journals_path))
+    except JournalError as refused:  # beside an owner whose lock.mdb was deleted
+        return str(refused)
     if report.failure is not None:
         where = f" (in its {report.failed_in} database)" if report.failed_in else ""
         damage = f"{where}: {report.failure}"

@@ -322,11 +322,23 @@ def _print(found: Survey, journals_path: Path, as_json: bool, extra: dict) -> No
     print(f"{journals_path}: {verdict}" + "".join(f", {k} {v}" for k, v in extra.items()))
 
 
+def _survey_or_refuse(journals_path: Path, action: str) -> Survey | None:
+    """The survey; None (said in one line) when the journals cannot be read beside
+    their running owner, whose lock.mdb was deleted (journals.lock_file)."""
+    try:
+        return survey(journals_path)
+    except JournalError as refused:
+        print(f"mrs journal {action}: {refused}", file=sys.stderr)
+        return None
+
+
 def _run_verify(args: argparse.Namespace) -> int:
     journals_path = _locate(args)
     if journals_path is None:
         return 2
-    found = survey(journals_path)
+    found = _survey_or_refuse(journals_path, "verify")
+    if found is None:
+        return 1
     _print(found, journals_path, args.json, {})
     return 0 if found.intact else 1
 
@@ -343,7 +355,9 @@ def _run_salvage(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    found = survey(journals_path)
+    found = _survey_or_refuse(journals_path, "salvage")
+    if found is None:
+        return 1
     try:
         copied = copy_out(found, args.to)
     except FileExistsError as error:
