@@ -427,6 +427,11 @@ ADMIN_BROWSE_DEFAULT = 20
 """Messages `mrs admin browse` shows without `--limit`."""
 ADMIN_PREVIEW_BYTES_MAX = 64
 """Bytes of each body a browse shows (as text or hex), so a browse frame stays small."""
+ADMIN_REPLY_BYTES_MAX = 512 * 1024
+"""Bytes of the messages one browse answer describes (their headers may hold 32 KiB
+each), or of the lines one `journal` answer carries, at most: half the smallest frame
+a group sends (1 MiB + 64 KiB), so the answer always leaves in one frame; the answer
+says `truncated`, and a smaller --limit (or a browse's `select`) shows the rest."""
 ADMIN_MOVE_MESSAGES_MAX = 500
 """Messages one AdminRequest `move` (or `purge`) takes at most: the command repeats the
 request until the queue is empty, so a crash of either side leaves at most this many

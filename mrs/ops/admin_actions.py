@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,7 @@ from mrs.limits import (
     ADMIN_BROWSE_MESSAGES_MAX,
     ADMIN_MOVE_MESSAGES_MAX,
     ADMIN_PREVIEW_BYTES_MAX,
+    ADMIN_REPLY_BYTES_MAX,
     ADMIN_SELECT_SCAN_MAX,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
@@ -334,10 +336,17 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
     group = actions.group
     now_ns = group.ctx.clock_ns()
     shown: list[dict] = []
+    truncated = False
+    reply_bytes = 0
     scan_max = ADMIN_SELECT_SCAN_MAX if wanted is not None else limit
     for entry in _waiting(group, queue, scan_max):
         if wanted is None or wanted(group, queue, entry):
-            shown.append(_described(group, queue, entry, now_ns))
+            described = _described(group, queue, entry, now_ns)
+            reply_bytes += len(json.dumps(described))
+            if shown and reply_bytes > ADMIN_REPLY_BYTES_MAX:
+                truncated = True  # a reply past the frame closed the asker's connection
+                break
+            shown.append(described)
             if len(shown) >= limit:
                 break
     result = {
@@ -346,6 +355,7 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
         "waiting": queue.waiting,
         "unconfirmed": len(queue.unconfirmed),
         "messages": shown,
+        "truncated": truncated,
     }
     journaled = {"queue": str(queue.address), "limit": limit, "select": args.get("select")}
     actions.journal(session, "browse", journaled, {"shown": len(shown)})
@@ -510,13 +520,19 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     if not discard and ctx.counts.dlj_full(
         ctx.limits.dlj_messages_max, count_on_disk, len(journaled)
     ):
-        _put_back(queue, journaled)
+        _put_back(queue, taken)  # the memory messages too: nothing is purged
         raise Refused(
             Status.DLJ_FAILED,
             f"purge: the DLJ would exceed dlj_messages_max={ctx.limits.dlj_messages_max} "
             "(purge with --discard, or redrive the DLJ first)",
         )
-    batch = _purge_batch(group, queue, journaled, None if discard else (session.principal, reason))
+    try:
+        batch = _purge_batch(
+            group, queue, journaled, None if discard else (session.principal, reason)
+        )
+    except Exception:
+        _put_back(queue, taken)  # refused part way: every message stays where it was
+        raise
     summary = {
         "queue": str(queue.address),
         "dead_lettered": 0 if discard else len(journaled),
@@ -526,7 +542,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
 
     def written(error: JournalError | None) -> None:
         if error is not None:
-            _put_back(queue, journaled)
+            _put_back(queue, taken)
             args = {"queue": str(queue.address), "discard": discard}
             actions.journal(session, "purge", args, {"failed": str(error)})
             session.send(
@@ -802,7 +818,16 @@ def _journal(actions: AdminActions, session: AdminSession, request: wire.AdminRe
     actions.check(session, "journal", None)
     limit = _count(request.args.get("limit", ADMIN_BROWSE_DEFAULT), "limit", 10_000)
     records = actions.read_journal(limit)
-    session.send(wire.AdminReply(request.request_id, {"records": records}))
+    kept: list[dict] = []
+    reply_bytes = 0
+    for record in reversed(records):  # the newest lines that fit one frame
+        reply_bytes += len(json.dumps(record))
+        if kept and reply_bytes > ADMIN_REPLY_BYTES_MAX:
+            break
+        kept.append(record)
+    kept.reverse()
+    result = {"records": kept, "truncated": len(kept) < len(records)}
+    session.send(wire.AdminReply(request.request_id, result))
 
 
 # -- run-time changes, written back to the config file -----------------------------------

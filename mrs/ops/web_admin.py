@@ -53,6 +53,9 @@ log = logging.getLogger("mrs.web")
 
 SESSION_COOKIE = "mrs_session"
 LOGIN_COOKIE = "mrs_login"
+COOKIE_TOKENS_MAX = 8
+"""Tokens one of the page's cookies carries at most: this console's and those of other
+consoles on the same host (`_tokens`)."""
 _JSON = "application/json"
 CSRF_HEADER = "x-csrf-token"
 WEB_ACTIONS = frozenset(
@@ -111,23 +114,33 @@ class WebAdmin:
     # -- sessions ---------------------------------------------------------------------
 
     def _current(self, request: Request) -> WebLogin | None:
-        token = request.cookie(SESSION_COOKIE)
-        login = self.logins.get(token or "")
-        if login is None or login.expires_s < time.monotonic():
-            return None
-        return login
+        found = self._current_token(request)
+        return None if found is None else found[1]
+
+    def _current_token(self, request: Request) -> tuple[str, WebLogin] | None:
+        """This console's login among the session cookie's tokens (the newest), and
+        its token."""
+        now_s = time.monotonic()
+        for token in reversed(_tokens(request, SESSION_COOKIE)):
+            login = self.logins.get(token)
+            if login is not None and login.expires_s >= now_s:
+                return token, login
+        return None
 
     def _start(
         self, principal: str | None, request: Request, password: str | None = None
     ) -> tuple[WebLogin, str]:
-        """A new login and its Set-Cookie header value."""
+        """A new login and its Set-Cookie header value: its token after the other
+        consoles' (this console's older ones dropped)."""
+        others = [one for one in _tokens(request, SESSION_COOKIE) if one not in self.logins]
         token = secrets.token_urlsafe(32)
         expires_s = time.monotonic() + WEB_SESSION_S
         login = WebLogin(principal, secrets.token_urlsafe(32), expires_s, password)
         self.logins[token] = login
         while len(self.logins) > WEB_SESSIONS_MAX:
             self.logins.popitem(last=False)
-        return login, _cookie(SESSION_COOKIE, token, request, int(WEB_SESSION_S))
+        value = ".".join([*others, token][-COOKIE_TOKENS_MAX:])
+        return login, _cookie(SESSION_COOKIE, value, request, int(WEB_SESSION_S))
 
     async def session(self, request: Request) -> Response:
         """GET: who is logged in, and the CSRF token for the next POST. Without
@@ -139,7 +152,8 @@ class WebAdmin:
             headers.append(("Set-Cookie", cookie))
         if login is None:
             token = secrets.token_urlsafe(32)
-            headers.append(("Set-Cookie", _cookie(LOGIN_COOKIE, token, request, 600)))
+            value = ".".join([*_tokens(request, LOGIN_COOKIE), token][-COOKIE_TOKENS_MAX:])
+            headers.append(("Set-Cookie", _cookie(LOGIN_COOKIE, value, request, 600)))
             body = {"admin": True, "login_required": True, "principal": None, "csrf": token}
         else:
             body = {
@@ -175,8 +189,8 @@ class WebAdmin:
             # browser sends across sites only after asking this server, which never agrees.
             return json_answer(415, {"error": f"send the login as {_JSON}"})
         form = _body(request)
-        expected = request.cookie(LOGIN_COOKIE) or ""
-        if not expected or not hmac.compare_digest(str(form.get("csrf", "")), expected):
+        sent = str(form.get("csrf", ""))
+        if not any(_same_token(sent, one) for one in _tokens(request, LOGIN_COOKIE)):
             return json_answer(403, {"error": "login form expired: reload the page"})
         name, password = str(form.get("name", "")), str(form.get("password", ""))
         if not self.login_required:
@@ -198,13 +212,17 @@ class WebAdmin:
         return json_answer(200, {"principal": name, "csrf": login.csrf}, (("Set-Cookie", cookie),))
 
     async def logout(self, request: Request) -> Response:
-        login = self._current(request)
-        if request.method != "POST" or login is None or not _csrf_ok(request, login):
+        login = self._current(request)  # (the bus page forgets expired logins here)
+        found = self._current_token(request)
+        if request.method != "POST" or login is None or found is None:
             return json_answer(403, {"error": "not logged in"})
-        self.logins.pop(request.cookie(SESSION_COOKIE) or "", None)
-        return json_answer(
-            200, {"principal": None}, (("Set-Cookie", _cookie(SESSION_COOKIE, "", request, 0)),)
-        )
+        if not _csrf_ok(request, login):
+            return json_answer(403, {"error": "missing or wrong CSRF token: reload the page"})
+        self.logins.pop(found[0], None)
+        others = [one for one in _tokens(request, SESSION_COOKIE) if one != found[0]]
+        max_age_s = int(WEB_SESSION_S) if others else 0  # the other consoles' stay
+        cookie = _cookie(SESSION_COOKIE, ".".join(others), request, max_age_s)
+        return json_answer(200, {"principal": None}, (("Set-Cookie", cookie),))
 
     # -- actions ----------------------------------------------------------------------
 
@@ -225,6 +243,9 @@ class WebAdmin:
         if not isinstance(args, dict):
             kind = type(args).__name__
             return json_answer(400, {"error": f"args must be a JSON object, got {kind}"})
+        problem = _not_text(form)
+        if problem is not None:
+            return json_answer(400, {"error": f"{action}: {problem}: nothing was done"})
         return await self.perform(login, request, form, str(action), args)
 
     def kept_password(self, password: str) -> str | None:
@@ -272,7 +293,26 @@ def _password_ok(authority: Authority, name: str, password: str) -> bool:
 
 
 def _csrf_ok(request: Request, login: WebLogin) -> bool:
-    return hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), login.csrf)
+    return _same_token(request.headers.get(CSRF_HEADER, ""), login.csrf)
+
+
+def _same_token(sent: str, token: str) -> bool:
+    """`sent` is `token` (ours: ASCII), compared in constant time. Why the ASCII test:
+    hmac.compare_digest raises TypeError for a str that is not ASCII, so a header
+    `X-CSRF-Token: é` (or such a login form) was answered "internal error" with a
+    traceback in the group's log."""
+    return bool(sent) and sent.isascii() and hmac.compare_digest(sent, token)
+
+
+def _tokens(request: Request, name: str) -> list[str]:
+    """The tokens the browser's cookie `name` carries, oldest first. Why several: a
+    browser keeps one cookie per host name whatever the port (RFC 6265, 8.5), so the
+    bus page (`mrs web`, :8100) and each group's page (:8101, ...) on one host share
+    `mrs_session`; with one token in it, logging in to one console logged the
+    operator out of the other, and without [auth] each switch of tab cost a click
+    ("press again"). Each console now keeps the others' tokens beside its own."""
+    value = request.cookie(name) or ""
+    return [token for token in value.split(".") if token][-COOKIE_TOKENS_MAX:]
 
 
 def _cookie(name: str, value: str, request: Request, max_age_s: int) -> str:
@@ -289,6 +329,23 @@ def _body(request: Request) -> dict:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _not_text(form: dict) -> str | None:
+    """Why the posted form holds something that is not text, or None. Why: JSON may
+    carry half of a surrogate pair ("\\udc80"), which no UTF-8 text can hold. The bus
+    page's client refused it when encoding; the group's own page handed it to the
+    action, and a purge with such a `reason` had taken the queue's messages when its
+    DLJ record failed to encode: refused with a Python codec error, the messages left
+    the running queue (still in the DQF, back only after a restart)."""
+    try:
+        json.dumps(form, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = error.object[error.start : error.end]
+        return f"{bad!r} is half of a surrogate pair, not text (a bad paste?)"
+    except RecursionError:  # read by json.loads a frame or two higher up the stack
+        return "args are nested too deeply"
+    return None
 
 
 def refused_answer(status: int, message: str) -> Response:

@@ -107,7 +107,12 @@ class BusWebAdmin(WebAdmin):
         (or as soon as it fails): the first that answers says yes or no. Why staggered
         and not in turn: a group whose host hangs (no answer, not even a refusal) took
         the whole login deadline, and while group 1 hung nobody could log in to act on
-        the others; all at once would have every wrong password refused by every group."""
+        the others; all at once would have every wrong password refused by every group.
+        A name no principal can have (`ops@corp`, `john smith`, a link's `group:N`) is
+        wrong at once, as on the group's own page: it was sent to no group and answered
+        503 "cannot check the password now: group 2 did not answer"."""
+        if not _could_log_in(name, password):
+            return False
         verdict: list[bool] = []
         failures: list[str] = []
         async with self.password_checks, trio.open_nursery() as nursery:
@@ -171,6 +176,12 @@ class BusWebAdmin(WebAdmin):
             return json_answer(504, {"error": f"group {group_id}: no answer in time"})
         except _Unreachable as unreachable:
             return json_answer(502, {"error": f"group {group_id}: {unreachable}"})
+        except _LoginRefused as refused:
+            # The page's login is over: no `status`, so the page shows its login form.
+            found = self._current_token(request)
+            if found is not None:
+                del self.logins[found[0]]  # and the password it kept with it
+            return json_answer(403, {"error": f"group {group_id}: {refused}"})
         except Exception as error:  # noqa: BLE001 - the group's answer, as one line
             status = getattr(error, "status", None)
             message = getattr(error, "message", None) or str(error)
@@ -184,7 +195,7 @@ class BusWebAdmin(WebAdmin):
         group's active, waited for up to CONNECT_ACTIVE_WAIT_S during a failover (before,
         an action then was answered at once `all attempts to connect ... failed`);
         _Unreachable with `mrs status`'s words when none answers."""
-        from mrs.errors import ConnectionLost
+        from mrs.errors import ConnectionLost, NotAuthorized
         from mrs.tools.reach_active import open_active, unreachable_line
 
         view = self.views[group_id]
@@ -196,6 +207,14 @@ class BusWebAdmin(WebAdmin):
                 instances,
                 CONNECT_ACTIVE_WAIT_S,
             )
+        except NotAuthorized as refused:
+            # Why: the principal's password was rotated or the principal removed since
+            # the login. The page said "logged in as NAME" and answered each action
+            # "authentication failed" with no way on but finding Log out.
+            why = getattr(refused, "message", refused)
+            raise _LoginRefused(
+                f"{why} (its password changed, or it was removed, since this login)"
+            ) from None
         except ConnectionLost as lost:
             line = await unreachable_line(
                 lost, view.address, view.coordinator, view.group, CONNECT_ACTIVE_WAIT_S
@@ -211,16 +230,18 @@ class BusWebAdmin(WebAdmin):
         bus = self.bus_now()
         groups = {gid: group for gid, group in bus.groups.items() if gid in self.views}
         if chosen not in (None, ""):
-            if isinstance(chosen, int | str) and str(chosen).isdigit() and int(chosen) in groups:
-                return int(chosen)
+            number = _group_number(chosen)
+            if number is not None and number in groups:
+                return number
             named = [g.id for g in groups.values() if isinstance(chosen, str) and g.name == chosen]
             if named:
                 return named[0]
             return f"no group {chosen!r} in {bus.path} (groups: {_ids(groups)})"
         queue = str(args.get("queue") or "")
         head = queue.split(".", 1)[0]
-        if "." in queue and head.isdigit() and int(head) in groups:
-            return int(head)
+        number = _group_number(head) if "." in queue else None
+        if number is not None and number in groups:
+            return number
         owners = [g.id for g in groups.values() if any(q.name == queue for q in g.queues.values())]
         if len(owners) == 1:
             return owners[0]
@@ -235,6 +256,10 @@ class _Unreachable(Exception):
     """No instance of the group answered: the line saying why and what to do."""
 
 
+class _LoginRefused(Exception):
+    """The group no longer takes the login's password: the login is ended."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """Where the groups asked about one password put their word."""
@@ -247,6 +272,22 @@ class _Answer:
     """Cancelled by the first verdict: the other groups need not answer."""
 
 
+def _could_log_in(name: str, password: str) -> bool:
+    """Whether `name` and `password` could be a principal's login to the page: a name
+    the credentials file allows (not a group's link credential: links never log in
+    to the page) and a password that is text."""
+    from mrs.security.creds import LINK_PREFIX, CredsError
+    from mrs.security.handshake import ClientCredentials
+
+    if not name or not password or name.startswith(LINK_PREFIX):
+        return False
+    try:
+        ClientCredentials(name, password)
+    except CredsError:
+        return False
+    return True
+
+
 def _file_key(path: Path) -> tuple[int, int, int] | None:
     """What changes when the file is written (an atomic rename: a new inode)."""
     try:
@@ -254,6 +295,24 @@ def _file_key(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+GROUP_DIGITS_MAX = 9
+"""Digits a group number may have on the page: more names no group of any bus."""
+
+
+def _group_number(value: Any) -> int | None:
+    """`value` as a group number when it is one (an int, or ASCII digits), else None.
+    Why not str.isdigit and int(): '²' passes isdigit and int() refuses it,
+    as it refuses a string of 5,000 digits; such a group or queue (`².10`) was
+    answered "internal error" with a traceback in `mrs web`'s log."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str) or not 0 < len(value) <= GROUP_DIGITS_MAX:
+        return None
+    return int(value) if all("0" <= char <= "9" for char in value) else None
 
 
 def _ids(groups: dict) -> str:

@@ -358,3 +358,39 @@ def test_moved_and_purged_messages_keep_their_priority_bookkeeping_across_a_kill
         (b"low-2", 0),
     ]
     assert trio.run(_take_all, address, "ORDERS") == []
+
+
+def test_a_purge_the_dlj_refuses_keeps_the_queues_memory_messages(make_bus) -> None:
+    """A purge refused part way (the DLJ full: DLJ_FAILED) put back the journaled
+    messages only: the queue's memory messages were gone although nothing was purged."""
+    bus = make_bus(limits="dlj_messages_max = 2")
+
+    async def fill() -> None:
+        async with connect(bus.address, "SENDER") as client:
+            for i in range(3):
+                await client.put(b"kept %d" % i, "ANYORDER", delivery=DeliveryMode.WF_DQF)
+            for i in range(2):
+                await client.put(b"mem %d" % i, "ANYORDER", delivery=DeliveryMode.NN_MEM)
+
+    trio.run(fill)
+    refused = _admin(bus.address, "purge", "ANYORDER")
+    assert refused.returncode != 0 and "DLJ" in refused.stderr, refused.stderr
+    assert trio.run(_pending_of, bus.address, ["ANYORDER"]) == [5]
+
+
+def test_a_browse_too_big_for_one_frame_is_cut_short_and_says_so(bus) -> None:
+    """Messages with ~30 KiB of headers: a browse of 40 made an answer past the
+    frame limit, the group closed the operator's connection and logged an ERROR."""
+
+    async def fill() -> None:
+        async with connect(bus.address, "SENDER") as client:
+            for i in range(40):
+                await client.put(b"big %d" % i, "ANYORDER", delivery=DeliveryMode.WF_DQF,
+                                 headers={"note": "x" * 30_000})  # fmt: skip
+
+    trio.run(fill)
+    shown = _admin(bus.address, "browse", "ANYORDER", "--limit", "40", "--json")
+    assert shown.returncode == 0, shown.stderr
+    answer = json.loads(shown.stdout)
+    assert answer["truncated"] is True and 0 < len(answer["messages"]) < 40
+    assert [m["preview"] for m in answer["messages"]][:2] == ["big 0", "big 1"]
