@@ -36,7 +36,7 @@ import trio
 from clients import DeliveryMode, MrsTimeout, NoMoreMessages, Psb, PutItem, Uma, connect
 from mrs.model import MRS_ACK_TYPE, MRS_CLASS
 from mrs.offline.stop_signals import run_stoppable, stop_signals_as_ctrl_c
-from mrs.tools.cli_support import OneLineParser, positive_int
+from mrs.tools.cli_support import OneLineParser, non_negative_int, positive_int
 from sim.processes import GroupProcess, write_single_group_config
 
 TARGET = "1.10"
@@ -130,16 +130,6 @@ async def ak_phase(address: str, messages: int, window: int) -> tuple[float, flo
         return time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     """Counts of at least 1: `--messages 0` (or below) waited forever for messages
     that were never put, `--window 0` or `--gets 0` likewise, and `--rounds 0`
@@ -151,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument(
         "--batch",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         help="put with put_many calls of this many items",
     )

@@ -30,6 +30,7 @@ from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.offline.stop_signals import run_stoppable
 from mrs.tools.console import ToolConsole
 from mrs.tools.demo_failover import run_failover_chapter
+from mrs.tools.server_log import first_warning
 from sim.bus import LinkedBus
 from sim.checker import check_delivered
 from sim.processes import ServerStartError, first_start_failure
@@ -384,7 +385,7 @@ def _failure_line(failed: BaseExceptionGroup, bus: LinkedBus, messages: int) -> 
         f"the demo stopped: NYC acknowledged {stalled.acknowledged:,} of {messages:,} orders and "
         + (f"refused the rest ({answers})" if answers else "its sender lost its connection")
     )
-    warning = _first_warning(bus.directory / "group1.log")
+    warning = first_warning(bus.directory / "group1.log", ("mrs.links", "mrs.forwarding"))
     return line + (f"; its log: {warning}" if warning else "")
 
 
@@ -396,15 +397,3 @@ def _leaves(error: BaseException) -> Iterator[BaseException]:
         yield error
 
 
-def _first_warning(log_path: Path) -> str:
-    """The first WARNING or ERROR a group logged, not counting the link's comings and
-    goings (the demo cuts it), without its time stamp."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in lines:
-        for level in (" WARNING ", " ERROR "):
-            if level in line and " mrs.links:" not in line and " mrs.forwarding:" not in line:
-                return line.split(level, 1)[1].split(": ", 1)[-1].strip()
-    return ""

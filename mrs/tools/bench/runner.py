@@ -27,6 +27,7 @@ from mrs.tools.bench.results import (
     Result,
 )
 from mrs.tools.bench.servers import Phase, Servers, _bench_config, _limits_toml, _queues_toml
+from mrs.tools.server_log import first_warning
 from sim.bus import LinkedBus
 from sim.processes import GroupProcess, first_start_failure
 
@@ -107,19 +108,6 @@ def _single(group: BaseExceptionGroup) -> BaseException:
     return group
 
 
-def _first_warning(log_path: Path) -> str:
-    """The first WARNING or ERROR a server logged, without its time stamp and logger."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in lines:
-        for level in (" WARNING ", " ERROR "):
-            if level in line:
-                return line.split(level, 1)[1].split(": ", 1)[-1].strip()
-    return ""
-
-
 def _check_measured(result: Result, processes: dict[int, GroupProcess]) -> None:
     """A server row that stored nothing while its requests failed measured nothing: it
     stops the bench in one line (what the server answered, and why in its own words,
@@ -131,7 +119,7 @@ def _check_measured(result: Result, processes: dict[int, GroupProcess]) -> None:
         return
     group_id = result.dqf_group or LOCAL_GROUP
     process = processes.get(group_id)
-    warning = _first_warning(_log_path(group_id, process)) if process is not None else ""
+    warning = first_warning(_log_path(group_id, process)) if process is not None else ""
     line = (
         f"bench stopped: {result.name}: nothing was stored, {result.failures:,} requests "
         f"failed or were refused (the first {result.first_failure})"
