@@ -54,23 +54,23 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 def positive_int(text: str) -> int:
     """argparse type: a whole number of at least 1 (a count of seeds or messages: zero
     or fewer would run a vacuous check and report it passed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
-    return value
+    return _whole_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number of at least 0 (a count where none means "none")."""
+    return _whole_at_least(text, 0)
+
+
+def _whole_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number >= {least}, got {text!r}"
+        ) from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {value}")
     return value
 
 
