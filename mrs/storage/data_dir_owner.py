@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from journals import Journal, WriteBatch
 from mrs.storage.atomic_file import create_file, replace_file
 from mrs.storage.datadir import DataDirError
 
@@ -146,33 +144,3 @@ def _write(path: Path, owner: dict[str, object]) -> None:
         replace_file(path, (json.dumps(owner) + "\n").encode("utf-8"), 0o600)
     except OSError as error:
         raise DataDirError(f"{path}: cannot be written ({error.strerror})") from None
-
-
-JOURNALS_OWNER_KEY = "journals_group"
-"""META key: the id of the group whose journals these are (a decimal text)."""
-
-
-def claim_journals(store: Any, journals: Path, group_id: int, who: str) -> None:
-    """Refuse journals another group made; record this group in ones that name none.
-
-    Why beside `group.json`: that file says whose the data directory is, but a
-    `journals/` copied in from another group's directory (a restore from the wrong
-    backup, a `cp -r` of the wrong group) kept this group's `group.json`, and the
-    server delivered the other group's stored messages on its own queues of the same
-    numbers, as first deliveries, unmarked. Journals written before this key existed
-    (and a replica's, which the active's records bring it) are adopted."""
-    recorded = store.meta_get(JOURNALS_OWNER_KEY)
-    if recorded is None:
-        batch = WriteBatch.empty().put_raw(
-            Journal.META, JOURNALS_OWNER_KEY.encode(), str(group_id).encode()
-        )
-        store.commit_now(batch)
-        return
-    text = bytes(recorded).decode("ascii", "replace")
-    if text == str(group_id):
-        return
-    raise DataDirError(
-        f"{journals} holds the journals of group {text}, not of {who}: copied from "
-        f"another group's data directory? Put this group's journals back, or move "
-        f"{journals} aside to start it empty; nothing was opened"
-    )
