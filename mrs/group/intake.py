@@ -203,7 +203,7 @@ class Intake:
                 raise Refused(Status.KEY_REUSED, conflict)
             if (busy := self.dqf.dedupe_busy(key)) is not None:
                 raise Refused(Status.QUEUE_BUSY, busy)
-        elif recoverable and self.outbound.saf_copy_busy(target.group, key):
+        elif recoverable and self.outbound.saf_copy_busy(target.group, key, body):
             raise Refused(
                 Status.QUEUE_BUSY,
                 f"an earlier copy with this idempotency key is being stored in the SAF "

@@ -32,7 +32,7 @@ from mrs.group.context import GroupContext
 from mrs.group.peers import LinkPort, Peers, PeerState
 from mrs.group.receipts import Receipts
 from mrs.group.reply import PutReply
-from mrs.group.saf_keys import record_saf_key, saf_key
+from mrs.group.saf_keys import copy_key, record_saf_key, saf_key
 from mrs.group.shapes import Entry, record_from_entry, transfer_fields
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
@@ -113,11 +113,14 @@ class Outbound:
         else:
             undeliverable(entry, reply, Status.LINK_DOWN, f"link to group {peer.group_id} is down")
 
-    def saf_copy_busy(self, target_group: int, key: str) -> bool:
-        """Whether a put under scoped idempotency `key` to `target_group` is being
-        written to the SAF now (mrs.group.saf_keys)."""
+    def saf_copy_busy(self, target_group: int, key: str, body: bytes) -> bool:
+        """Whether copies of a put under scoped idempotency `key` with this `body` to
+        `target_group` wait at their bound while its first copy is written to the SAF
+        (mrs.group.saf_keys)."""
         peer = self.peers.get(target_group)
-        return peer is not None and peer.saf_keys.busy(key)
+        if peer is None or not peer.saf_keys.writing:
+            return False
+        return peer.saf_keys.busy(copy_key(key, body))
 
     def _answer_copy(self, peer: PeerState, entry: Entry, reply: PutReply, first_seq: int) -> None:
         """A copy of a keyed put whose first copy waits in the SAF: answered with that

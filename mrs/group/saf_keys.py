@@ -22,17 +22,26 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from journals import Record
-from mrs.group.idempotency import scoped_key
+from mrs.group.idempotency import fingerprint, scoped_key
 from mrs.group.shapes import IDEMPOTENCY_HEADER, Entry, entry_from_record, idempotency_key
 from mrs.limits import DEDUPE_WAITERS_MAX
 
 
 def saf_key(entry: Entry) -> str | None:
-    """The scoped idempotency key of a recoverable put for another group, or None."""
+    """The SAF copy key of a recoverable put for another group (`copy_key`), or None."""
     if not entry.headers or not entry.delivery.recoverable:
         return None
     key = idempotency_key(entry.headers)
-    return None if key is None else scoped_key(entry.source, entry.target, key)
+    if key is None:
+        return None
+    return copy_key(scoped_key(entry.source, entry.target, key), entry.body)
+
+
+def copy_key(scoped: str, body: bytes | None) -> str:
+    """A scoped idempotency key with its body's fingerprint: only a put of the same key
+    *and* body is a copy. Why: the same key with another body is refused KEY_REUSED by
+    the group that holds the key (the receiving group), not answered as a copy here."""
+    return f"{scoped}#{fingerprint(body).hex()}"
 
 
 def record_saf_key(record: Record) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgpack
+import msgspec
 
 from journals import Journal
 from mrs import protocol as wire
@@ -246,3 +247,20 @@ def test_a_copy_of_a_wf_conf_put_is_answered_at_the_first_copys_confirm(tmp_path
     assert only(sender.events, wire.PutDone).seq == delivery.seq
     assert node.group.dqf.copies_awaiting_confirm == {}
     node.close()
+
+
+def test_the_same_key_with_another_body_in_the_saf_is_no_copy(tmp_path: Path) -> None:
+    """Only the same key and body is a copy: another body under the key goes on as a
+    message of its own (the receiving group, which holds the key, refuses it
+    KEY_REUSED), never answered as the first copy here."""
+    pair = LinkPair(tmp_path)
+    node = pair.nodes[1]
+    sender = node.session("OUT")
+    node.group.put(sender, saf_put(1, DeliveryMode.WF_DQF))
+    pair.run()
+    other = msgspec.structs.replace(saf_put(2, DeliveryMode.WF_DQF), body=b"order 2")
+    node.group.put(sender, other)
+    pair.run()
+    assert node.store.count(Journal.SAF) == 2
+    assert len({e.seq for e in sender.events if isinstance(e, wire.PutDone)}) == 2
+    pair.close()
