@@ -48,14 +48,20 @@ def _instance(name: str, port: int) -> InstanceConfig:
     return InstanceConfig(name, "127.0.0.1", 1, "127.0.0.1", port, Path(name))
 
 
-def _active(store: JournalStore, replicas: tuple[InstanceConfig, ...]) -> Active:
-    """Instance a, active in TERM, with records 1..3 sealed and durable on itself."""
-    stream = CommitStream(term=TERM, replicas=("b", "c"), deliver=lambda dones: None)
+def _active(
+    store: JournalStore,
+    replicas: tuple[InstanceConfig, ...] = (),
+    coordinator: object | None = None,
+    replica_names: tuple[str, ...] = ("b", "c"),
+) -> Active:
+    """Instance a, active in TERM, with records 1..3 sealed and durable on itself;
+    `coordinator` None: one that only records the in-sync set (InSyncRecord)."""
+    stream = CommitStream(term=TERM, replicas=replica_names, deliver=lambda dones: None)
     active = Active(
         group_id=1,
         me=_instance("a", 1),
         replicas=replicas,
-        coordinator=InSyncRecord(),  # type: ignore[arg-type]
+        coordinator=coordinator or InSyncRecord(),  # type: ignore[arg-type]
         term=TERM,
         lease_ttl_s=3,
         store=RecordingStore(store, stream),

@@ -25,9 +25,9 @@ from tests.process.test_sim_probes import (  # the same /proc helpers and clean-
     _command_line,
     _descendants,
     _interrupt,
-    _start_mrs,
     _wait_for,
     reaped,  # noqa: F401 (a fixture)
+    swarm_after_two_seeds,
 )
 
 HUGE_SEEDS = 10**20
@@ -102,20 +102,7 @@ def test_an_interrupted_swarm_of_a_huge_range_still_prints_how_far_it_got(
     """`--seeds 100000000000000000000` is taken (the tester stops it when done), but
     stopping it ended in "unexpected error: OverflowError" and exit 1, not the table
     of the seeds it ran and exit 143."""
-    seeds_dir = tmp_path / "tmp"
-    seeds_dir.mkdir()
-    process = _start_mrs(
-        *("sim", "swarm", "--seeds", str(HUGE_SEEDS), "--workload", "quick"),
-        cwd=tmp_path,
-        env={"TMPDIR": str(seeds_dir)},
-    )
-    seen: set[str] = set()
-
-    def a_seed_done() -> bool:  # each seed runs in a scratch directory of its own
-        seen.update(entry.name for entry in seeds_dir.iterdir())
-        return len(seen) >= 2
-
-    _wait_for(a_seed_done, "a second seed's scratch directory")
+    process = swarm_after_two_seeds(tmp_path, "--seeds", str(HUGE_SEEDS))
     code, output = _interrupt(process, signal.SIGTERM, set())
     assert code == 128 + signal.SIGTERM, output
     assert f" of {HUGE_SEEDS} seeds run" in output

@@ -166,6 +166,26 @@ def test_a_signalled_replicated_nemesis_stops_etcd_and_the_instances(
     assert "interrupted by SIGTERM" in output
 
 
+def swarm_after_two_seeds(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """`mrs sim swarm --workload quick ARGS` started, once its second seed has begun
+    (each seed runs in a scratch directory of its own under TMPDIR)."""
+    seeds_dir = tmp_path / "tmp"
+    seeds_dir.mkdir()
+    process = _start_mrs(
+        *("sim", "swarm", "--workload", "quick", *args),
+        cwd=tmp_path,
+        env={"TMPDIR": str(seeds_dir)},
+    )
+    seen: set[str] = set()
+
+    def a_seed_done() -> bool:
+        seen.update(entry.name for entry in seeds_dir.iterdir())
+        return len(seen) >= 2
+
+    _wait_for(a_seed_done, "a second seed's scratch directory")
+    return process
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupted_swarm_still_prints_the_seeds_it_ran(
     tmp_path: Path, signum: signal.Signals
@@ -173,21 +193,9 @@ def test_an_interrupted_swarm_still_prints_the_seeds_it_ran(
     """Stopping a long swarm used to throw away every seed it had run (SIGTERM: killed
     with no output; Ctrl-C: exit 130, nothing printed). Now it prints the verdicts
     so far, each failing seed's replay line, and how far it got."""
-    seeds_dir = tmp_path / "tmp"
-    seeds_dir.mkdir()
-    process = _start_mrs(  # more seeds than it can run before the signal, on any host
-        *("sim", "swarm", "--seeds", str(SWARM_SEEDS), "--workload", "quick"),
-        *("--unsafe", "possdupl-always"),
-        cwd=tmp_path,
-        env={"TMPDIR": str(seeds_dir)},
+    process = swarm_after_two_seeds(  # more seeds than it can run before the signal
+        tmp_path, "--seeds", str(SWARM_SEEDS), "--unsafe", "possdupl-always"
     )
-    seen: set[str] = set()
-
-    def a_seed_done() -> bool:  # each seed runs in a scratch directory of its own
-        seen.update(entry.name for entry in seeds_dir.iterdir())
-        return len(seen) >= 2
-
-    _wait_for(a_seed_done, "a second seed's scratch directory")
     code, output = _interrupt(process, signum, set())
     assert code == 128 + signum, output
     assert f"interrupted by {signum.name}: " in output

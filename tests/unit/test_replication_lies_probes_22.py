@@ -21,13 +21,12 @@ import trio.testing
 from journals import JournalStore, WriteBatch
 from journals.batch import encode_batches
 from journals.keys import Journal
-from mrs.replication.active import Active
 from mrs.replication.coordinator import MemoryCoordinator, MemoryElection
 from mrs.replication.link_out import LinkOut
 from mrs.replication.replica import Replica, read_position
-from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import FrameReader, LinkBroken, frame
 from tests.process.test_replication_lying_peers_20 import (
+    _active,
     _commit,
     _exchange,
     _hello,
@@ -215,25 +214,6 @@ async def test_a_record_that_writes_outside_the_groups_journals_is_refused_whole
 
 
 # ------------------------------------------------------------- and the active's side
-def _active(store: JournalStore, coordinator: MemoryCoordinator, *replicas: str) -> Active:
-    """Instance a, active in TERM (`coordinator`'s term), with records 1..3 sealed."""
-    stream = CommitStream(term=TERM, replicas=replicas, deliver=lambda dones: None)
-    active = Active(
-        group_id=1,
-        me=_instance("a", 1),
-        replicas=(),
-        coordinator=coordinator,  # type: ignore[arg-type]  # the memory one
-        term=TERM,
-        lease_ttl_s=3,
-        store=RecordingStore(store, stream),
-        stream=stream,
-        on_step_down=lambda reason: None,
-    )
-    for index in range(3):
-        active.store.apply([WriteBatch.empty().put_raw(Journal.DQF, b"q%d" % index, b"x")])
-    return active
-
-
 @pytest.mark.parametrize("term_over", [False, True])
 async def test_a_refusal_that_claims_a_newer_term_steps_down_only_if_etcd_agrees(
     tmp_path, caplog, term_over
@@ -263,7 +243,7 @@ async def test_a_refusal_that_claims_a_newer_term_steps_down_only_if_etcd_agrees
         await stream.send_all(frame({"t": "refuse", "why": f"older term {TERM} (seen 9)"}))
 
     try:
-        active = _active(a_store, coordinator, "b")
+        active = _active(a_store, coordinator=coordinator, replica_names=("b",))
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(trio.serve_tcp, at_bs_address, 0)
             b = _instance("b", listeners[0].socket.getsockname()[1])
@@ -291,7 +271,7 @@ async def test_an_acknowledgement_of_a_record_not_yet_sent_is_not_counted(tmp_pa
     what it was sent counts."""
     store = JournalStore(tmp_path / "a", 1 << 24)
     try:
-        active = _active(store, MemoryCoordinator(MemoryElection(), "a"), "b", "c")
+        active = _active(store, coordinator=MemoryCoordinator(MemoryElection(), "a"))
         ours, theirs = trio.testing.memory_stream_pair()
         active.links["b"] = LinkOut(ours, 1)  # records up to 1 handed to b's link
         for number in (1, 3):
