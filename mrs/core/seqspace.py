@@ -46,6 +46,11 @@ LEGACY_LAST_EPOCH_GAP = 1 << 31
 RESERVED_KEY = b"seq_reserved"
 LEGACY_EPOCH_KEY = b"epoch"
 BOOTS_KEY = b"boots"
+GROUP_KEY = b"journals_group"
+"""The id of the group whose journals these are (decimal text), written with every
+reservation: `mrs.storage.data_dir_owner.check_journals_group` refuses journals another
+group wrote. Recorded here, not at open, so that an open commits nothing before the
+start's first reservation (a full disk fails the start with the epoch untouched)."""
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
@@ -127,6 +132,7 @@ class SeqAllocator:
             WriteBatch.empty()
             .put_raw(Journal.META, RESERVED_KEY, _U64.pack(written))
             .put_raw(Journal.META, BOOTS_KEY, _U64.pack(self.boots))
+            .put_raw(Journal.META, GROUP_KEY, str(self.group_id).encode())
         )
         if fence is not None:
             fence.committed(written)

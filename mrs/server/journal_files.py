@@ -20,6 +20,7 @@ from journals.store import restore_after_restart
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.limits import DATA_DIR_CHECK_INTERVAL_S
 from mrs.server import startup
+from mrs.storage.data_dir_owner import check_journals_group
 from mrs.storage.datadir import DataDirError, DataDirGuard
 from mrs.storage.fault_file import file_fault_hook
 from mrs.storage.journal_check import verify_before_open
@@ -90,6 +91,12 @@ class JournalFiles:
                 ),
             )
         except BaseException:
+            guard.release()
+            raise
+        try:
+            check_journals_group(store, journals, self.config.id, f"group {self.config.id}")
+        except BaseException:
+            store.close()
             guard.release()
             raise
         limits = self.config.limits

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+from mrs.core.seqspace import GROUP_KEY
 from mrs.storage.atomic_file import create_file, replace_file
 from mrs.storage.datadir import DataDirError
 
@@ -144,3 +146,25 @@ def _write(path: Path, owner: dict[str, object]) -> None:
         replace_file(path, (json.dumps(owner) + "\n").encode("utf-8"), 0o600)
     except OSError as error:
         raise DataDirError(f"{path}: cannot be written ({error.strerror})") from None
+
+
+def check_journals_group(store: Any, journals: Path, group_id: int, who: str) -> None:
+    """Refuse journals another group wrote (META `journals_group`, mrs.core.seqspace).
+
+    Why beside `group.json`: that file says whose the data directory is, but a
+    `journals/` copied in from another group's directory (a restore from the wrong
+    backup, a `cp -r` of the wrong group) kept this group's `group.json`, and the
+    server delivered the other group's stored messages on its own queues of the same
+    numbers, as first deliveries, unmarked. Journals that name no group (written
+    before the key existed, or new) are this group's from its first reservation on."""
+    recorded = store.meta_get(GROUP_KEY.decode())
+    if recorded is None:
+        return
+    text = bytes(recorded).decode("ascii", "replace")
+    if text == str(group_id):
+        return
+    raise DataDirError(
+        f"{journals} holds the journals of group {text}, not of {who}: copied from "
+        f"another group's data directory? Put this group's journals back, or move "
+        f"{journals} aside to start it empty; nothing was opened"
+    )

@@ -1,0 +1,48 @@
+"""Defects carried from earlier sessions' notes, fixed in the twenty-third session."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from clients import DeliveryMode
+from tests.conftest import STANDARD_QUEUES
+
+
+def test_journals_copied_from_another_group_are_refused_in_one_line(tmp_path: Path) -> None:
+    """`rm -r g1/journals && cp -r g2/journals g1/` kept group 1's group.json, and
+    group 1 served group 2's stored messages on its own queues, as first deliveries.
+    Now its server refuses them in one line, and its own journals start as before."""
+    import shutil
+
+    from clients import connect_sync
+    from sim.processes import GroupProcess, write_single_group_config
+
+    configs = {}
+    for group_id in (1, 2):
+        path = write_single_group_config(tmp_path / f"bus{group_id}", queues=STANDARD_QUEUES)
+        path.write_text(path.read_text().replace("id = 1\n", f"id = {group_id}\n", 1))
+        configs[group_id] = path
+        server = GroupProcess(path, group_id)
+        server.start()
+        with connect_sync(server.address, "SENDER") as client:
+            client.put(b"of group %d" % group_id, f"{group_id}.10", delivery=DeliveryMode.WF_DQF)
+        server.terminate()
+    g1 = tmp_path / "bus1" / "g1"
+    shutil.move(g1 / "journals", tmp_path / "g1-journals")
+    shutil.copytree(tmp_path / "bus2" / "g1" / "journals", g1 / "journals")
+    refused = subprocess.run(
+        [sys.executable, "-m", "mrs", "serve", "--config", str(configs[1]), "--group", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "holds the journals of group 2, not of group 1" in lines[0], lines
+    shutil.rmtree(g1 / "journals")
+    shutil.move(tmp_path / "g1-journals", g1 / "journals")  # its own back: it serves
+    server = GroupProcess(configs[1], 1)
+    server.start()
+    with connect_sync(server.address, "1.10") as reader:
+        assert reader.get(timeout=10).body == b"of group 1"
+    server.terminate()
