@@ -31,12 +31,12 @@ from mrs.group.acks import AckOutbox, AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import LinkPort, Peers, PeerState
 from mrs.group.receipts import Receipts
-from mrs.group.reply import PutReply
+from mrs.group.reply import PutReply, Reporters
 from mrs.group.saf_keys import copy_key, record_saf_key, saf_key
 from mrs.group.shapes import Entry, record_from_entry, transfer_fields
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
-from mrs.limits import LINK_DIRECT_MESSAGES_MAX
+from mrs.limits import DEDUPE_WAITERS_MAX, LINK_DIRECT_MESSAGES_MAX
 from mrs.model import InterestPoint, Notification, Psb, Status
 
 log = logging.getLogger("mrs.forwarding")
@@ -127,16 +127,36 @@ class Outbound:
         seq (no second record, no second MRS_ACK) once the first copy is durable; if its
         write failed, the copy is put as a message of its own."""
         if first_seq not in peer.saf_keys.writing:
-            reply.report_copy(first_seq, self.umas.sequence.made_in_this_run(first_seq))
+            self._report_copy(peer, entry, reply, first_seq)
             return
 
         def first_written(ok: bool) -> None:
             if ok:
-                reply.report_copy(first_seq, True)
+                self._report_copy(peer, entry, reply, first_seq)
             else:
                 self.put(entry, reply)
 
         peer.saf_keys.wait(first_seq, first_written)
+
+    def _report_copy(self, peer: PeerState, entry: Entry, reply: PutReply, first_seq: int) -> None:
+        """A copy is answered as a put of it would be now: a WF_CONF one, with the link
+        up, at the peer's notice of the first copy's confirm (mrs.group.reply
+        `Reporters`); any other now. Why the link: with the link down a WF_CONF put is
+        answered at once by its UMA (SAF_SUCCESS), and so was its first copy."""
+        mode = entry.delivery
+        wf_conf = mode.interest_point is InterestPoint.CONF and mode.notification is Notification.WF
+        if wf_conf and peer.link is not None:
+            reporter = reply.reporter(first_seq)
+            waiting = peer.waiters.get(first_seq)
+            if isinstance(waiting, Reporters):
+                if len(waiting.reporters) <= DEDUPE_WAITERS_MAX:
+                    waiting.reporters.append(reporter)
+                    return
+            else:
+                reporters = [reporter] if waiting is None else [waiting, reporter]
+                peer.wait_for_notice(first_seq, Reporters(reporters))
+                return
+        reply.report_copy(first_seq, self.umas.sequence.made_in_this_run(first_seq))
 
     def _first_copy_in_saf(self, peer: PeerState, entry: Entry) -> int | None:
         """The seq of the first copy of a keyed put (same idempotency key) that still

@@ -141,6 +141,9 @@ class PeerState:
 def _answered(waiter: Callable[[AnyNotice], None]) -> bool:
     """Whether `waiter` is a reporter (mrs.group.reply `PutReply.reporter`) of a put
     already answered (timed out, or reported): calling it would do nothing."""
+    reporters = getattr(waiter, "reporters", None)  # mrs.group.reply Reporters
+    if reporters is not None:
+        return all(_answered(reporter) for reporter in reporters)
     reply = getattr(waiter, "reply", None)
     return bool(getattr(reply, "done", False))
 

@@ -165,12 +165,28 @@ class _Done:
         self.reply.report(self.psb)
 
 
+class Reporters:
+    """Several puts waiting for one message sent to another group: the first copy of a
+    keyed WF_CONF put and its copies re-sent while it waits in the SAF
+    (mrs.group.outbound `_answer_copy`), each reported when the peer's notice comes.
+    Why: the copy was answered at once, before the receiver confirmed."""
+
+    def __init__(self, reporters: list[Callable[..., None]]) -> None:
+        self.reporters = reporters
+
+    def __call__(self, *args: object) -> None:
+        for reporter in self.reporters:
+            reporter(*args)
+
+
 def report_waiting_sender(notify: object, psb: Psb) -> bool:
     """If `notify` (an entry's on_confirm / on_dequeue) is a local put's reporter whose
     sender still waits (WF) or is owed an MRS_ACK (AK), report `psb` instead of the
     SUCCESS it would have: e.g. MSGUNDEL when an operator purged the message
     (mrs.ops.admin_actions), so the sender is told now, not at its timeout. False
     for anything else (a peer's notice, an MRS_ACK owed after a restart)."""
+    if isinstance(notify, Reporters):
+        return any([report_waiting_sender(reporter, psb) for reporter in notify.reporters])
     if not isinstance(notify, _Done) or notify.reply.done:
         return False
     notify.reply.report(psb)

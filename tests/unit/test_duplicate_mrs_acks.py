@@ -264,3 +264,57 @@ def test_the_same_key_with_another_body_in_the_saf_is_no_copy(tmp_path: Path) ->
     assert node.store.count(Journal.SAF) == 2
     assert len({e.seq for e in sender.events if isinstance(e, wire.PutDone)}) == 2
     pair.close()
+
+
+
+def confirm_on_group_2(pair: LinkPair, count: int) -> list[int]:
+    """Group 2's reader gets `count` messages and confirms each; their seqs."""
+    node = pair.nodes[2]
+    receiver = node.session("IN")
+    seqs = []
+    for request_id in range(count):
+        node.group.get(receiver, wire.Get(request_id=100 + request_id, timeout_ms=0))
+        node.commit()
+        seq = [e for e in receiver.events if isinstance(e, wire.Delivery)][-1].seq
+        confirm = wire.Confirm(request_id=200 + request_id, seq=seq, confirm_value=0, force_j=0)
+        node.group.confirm(receiver, confirm)
+        pair.run()
+        seqs.append(seq)
+    return seqs
+
+
+def wf_conf_put(request_id: int) -> wire.Put:
+    put = saf_put(request_id, DeliveryMode.WF_CONF)
+    return msgspec.structs.replace(put, body=b"order 2", headers={"idempotency_key": "o-2"})
+
+
+def put_done(sender: FakeSession) -> dict[int, wire.PutDone]:
+    return {e.request_id: e for e in sender.events if isinstance(e, wire.PutDone)}
+
+
+def test_a_wf_conf_copy_waiting_in_the_saf_is_answered_at_the_receivers_confirm(
+    tmp_path: Path,
+) -> None:
+    """With the link up and a SAF backlog, a WF_CONF put goes to the SAF (SAF_FORCED)
+    and waits for the receiver's confirm; re-sent under its key, the copy was answered
+    at once, SUCCESS, before the receiver had even got it. Now both wait for the
+    confirm and are answered with it. (With the link down the first copy is answered
+    at once by its UMA, SAF_SUCCESS, and so is a copy.)"""
+    pair = LinkPair(tmp_path)
+    node = pair.nodes[1]
+    sender = node.session("OUT")
+    node.group.put(sender, saf_put(1, DeliveryMode.WF_DQF))  # the backlog, link down
+    pair.run()
+    pair.connect()
+    node.group.put(sender, wf_conf_put(2))
+    node.commit()
+    node.group.put(sender, wf_conf_put(3))  # the first answer lost: the put again
+    pair.run()
+    assert sorted(put_done(sender)) == [1]  # neither WF_CONF put is confirmed yet
+    assert node.store.count(Journal.SAF) == 0 and pair.nodes[2].store.count(Journal.DQF) == 2
+    seqs = confirm_on_group_2(pair, 2)
+    answers = put_done(sender)
+    assert sorted(answers) == [1, 2, 3]
+    for request_id in (2, 3):
+        assert (answers[request_id].status, answers[request_id].seq) == (Status.SUCCESS, seqs[1])
+    pair.close()
