@@ -31,6 +31,8 @@ from sim.swarm import WORKLOADS, run_seed
 T = TypeVar("T")
 SCENARIO_MADE = ("bus", "history.json")
 """What `mrs sim run` makes in its --scratch directory."""
+SEEDS_BY_DEFAULT = 200
+"""`mrs sim swarm` without --seeds: how many seeds it runs."""
 FAILING_SHOWN = 20
 """Failing seeds a swarm describes, each with its replay line."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -170,8 +172,17 @@ def _checked_swarm_args(args: argparse.Namespace) -> frozenset[str]:
     if args.history is not None and args.seed is None:
         raise CommandError("--history writes one seed's history: give --seed too", EXIT_USAGE)
     refuse_unwritable("--history", args.history)
+    if args.seed is not None and (args.seeds is not None or args.first is not None):
+        given = "--seeds" if args.seeds is not None else "--first"
+        raise CommandError(
+            f"--seed replays one seed and {given} sets a range: give one or the other "
+            "(a range's seeds run from --first, 0 if not given, for --seeds, 200 if not given)",
+            EXIT_USAGE,
+        )
     refuse_negative_seed("--seed", args.seed)
     refuse_negative_seed("--first", args.first)
+    args.seeds = SEEDS_BY_DEFAULT if args.seeds is None else args.seeds
+    args.first = 0 if args.first is None else args.first
     return unsafe
 
 

@@ -240,8 +240,10 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
     sim = commands.add_parser("sim", help="fault-injection scenarios and the simulation swarm")
     kinds = sim.add_subparsers(dest="sim_command", required=True, metavar="KIND")
     swarm = kinds.add_parser("swarm", help="deterministic simulation over many seeds")
-    swarm.add_argument("--seeds", type=positive_int, default=200, help="how many seeds")
-    swarm.add_argument("--first", type=int, default=0, help="first seed")
+    swarm.add_argument(
+        "--seeds", type=positive_int, default=None, help="how many seeds (200 if not given)"
+    )
+    swarm.add_argument("--first", type=int, default=None, help="first seed (0 if not given)")
     swarm.add_argument("--seed", type=int, default=None, help="run just this seed (replay)")
     swarm.add_argument("--unsafe", default="", help="broken-build switches (checker proof)")
     swarm.add_argument(

@@ -46,3 +46,16 @@ def test_journals_copied_from_another_group_are_refused_in_one_line(tmp_path: Pa
     with connect_sync(server.address, "1.10") as reader:
         assert reader.get(timeout=10).body == b"of group 1"
     server.terminate()
+
+
+def test_a_swarm_given_seed_and_a_range_refuses_both_in_one_line() -> None:
+    """`mrs sim swarm --seed 3 --seeds 500` replayed seed 3 alone and said nothing of
+    the 500 seeds the tester asked for; `--first` was ignored the same way."""
+    from tests.cli_helpers import run_mrs
+
+    for extra in (["--seeds", "500"], ["--first", "7"]):
+        result = run_mrs("sim", "swarm", "--seed", "3", *extra, timeout_s=30)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.startswith("mrs: ") and extra[0] in result.stderr
+        assert "give one or the other" in result.stderr
+        assert len(result.stderr.splitlines()) == 1
