@@ -59,3 +59,18 @@ def test_a_swarm_given_seed_and_a_range_refuses_both_in_one_line() -> None:
         assert result.stderr.startswith("mrs: ") and extra[0] in result.stderr
         assert "give one or the other" in result.stderr
         assert len(result.stderr.splitlines()) == 1
+
+
+def test_bench_latencies_are_of_stored_puts_only(tmp_path: Path, monkeypatch) -> None:
+    """`mrs bench`'s p50/p99 counted the quick answers of refused puts (a full queue's
+    UMA, answered without a commit) with the stored ones', so a bench whose puts were
+    mostly refused showed a latency better than any put had. Now a row times only the
+    puts it counts: one latency per stored put, WF and AK alike."""
+    from mrs.tools.bench import servers
+    from mrs.tools.bench.runner import measure_server
+
+    monkeypatch.setattr(servers, "DQF_MESSAGES_MAX", 40)  # nearly every put refused
+    for ak in (False, True):
+        result = measure_server(tmp_path / f"ak{ak}", 1, 8, 0.5, 64, ak=ak)
+        assert result.failures > 0 and 0 < result.count <= 40, (ak, result.count)
+        assert len(result.latencies_s) <= result.count + 8, (ak, len(result.latencies_s))

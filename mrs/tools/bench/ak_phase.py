@@ -38,8 +38,9 @@ class _AckWindow:
 
     def __init__(self) -> None:
         self.put_at: dict[int, float] = {}
-        self.acked_early: set[int] = set()
-        """MRS_ACKs read before their put's task resumed (same connection, one loop)."""
+        self.acked_early: dict[int, bool] = {}
+        """MRS_ACKs read before their put's task resumed (same connection, one loop):
+        seq -> whether it reported the message stored."""
 
 
 class _AkRun:
@@ -72,9 +73,9 @@ class _AkRun:
             if psb.status != Status.SUCCESS:  # refused: no MRS_ACK will come
                 self.failures.add(f"AK put {psb_text(psb)}")
                 continue
-            if psb.seq in window.acked_early:
-                window.acked_early.discard(psb.seq)
-                self.latencies.append(perf() - began)
+            if (stored := window.acked_early.pop(psb.seq, None)) is not None:
+                if stored:  # a refusal's quick MRS_ACK is no put's time
+                    self.latencies.append(perf() - began)
             else:
                 window.put_at[psb.seq] = began
             # no timeout: the phase ends by cancelling every task at the deadline
@@ -88,12 +89,13 @@ class _AkRun:
             self.failures.add(f"not an MRS_ACK on the sender queue: {message.msg_class}")
             return
         psb = message.ack_psb()
+        stored = psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED
         began = window.put_at.pop(psb.seq, None)
         if began is None:
-            window.acked_early.add(psb.seq)
-        else:
+            window.acked_early[psb.seq] = stored
+        elif stored:  # a refusal's quick MRS_ACK is no put's time
             self.latencies.append(perf() - began)
-        if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
+        if stored:
             self.stored += perf() <= self.deadline
         else:
             self.failures.add(f"MRS_ACK {psb_text(psb)}")

@@ -62,8 +62,8 @@ async def _put_phase(
             except MrsError as error:
                 failures.add(f"{type(error).__name__}: {error}")
                 return
-            latencies.append(perf() - began)
             if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
+                latencies.append(perf() - began)  # a refusal's quick answer is no put's time
                 stored[0] += 1
             else:
                 failures.add(psb_text(psb))
