@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from journals import (
     CorruptRecord,
@@ -53,6 +53,9 @@ class Outbound:
     """MRS_ACKs on their way to other groups' queues (journaled until answered)."""
     receipts: Receipts
     """DEQ/ACK notices for other groups' messages, sent again when their link is up."""
+    unlinked_saf: dict[int, int] = field(default_factory=dict)
+    """SAF messages found at start-up for groups the config does not link: kept, sent
+    once the link is back in the file (and both groups restarted); `mrs status` shows them."""
 
     def recover(self) -> None:
         """Count each target group's SAF backlog and the notices still to send."""
@@ -67,14 +70,21 @@ class Outbound:
             self.ctx.counts.saf_added(peer)
             if peer is not None and (saf_id := record_saf_key(item)) is not None:
                 peer.saf_keys.add(saf_id, item.seq, durable=True)
-            if peer is None:
-                log.warning(
-                    "SAF holds messages for group %s, which is no longer linked", peer_group
-                )
+            if peer is None:  # one line per group below, not one per message
+                group_id = item.target_group if peer_group is None else peer_group
+                self.unlinked_saf[group_id] = self.unlinked_saf.get(group_id, 0) + 1
         for key, _ in store.raw_items(Journal.NOTICES):
             peer = self.peers.get(split_key(key)[0])
             if peer is not None:
                 peer.notices_pending += 1
+        for peer_group, count in sorted(self.unlinked_saf.items()):
+            log.warning(
+                "group %d: the SAF keeps %d messages for group %d, which the config does not "
+                "link to it: kept, not sent, until a [[link]] between them is back in the file",
+                self.ctx.group_id,
+                count,
+                peer_group,
+            )
         for peer in self.peers.values():
             if peer.saf_backlog:
                 log.info("SAF backlog for group %d: %d messages", peer.group_id, peer.saf_backlog)

@@ -18,7 +18,7 @@ import struct
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby, islice
 from operator import itemgetter
 
@@ -39,9 +39,11 @@ from mrs.group.dqf import PRIORITY_PREFIX, Dqf
 from mrs.group.outbound import Outbound
 from mrs.group.peers import Peers
 from mrs.group.quarantine import quarantine_batch, record_problem
+from mrs.group.queues import TargetQueue
 from mrs.group.sequence import Sequence
 from mrs.group.shapes import Entry, entry_from_record, fits_a_delivery, record_sound
 from mrs.group.umas import Umas
+from mrs.model import DEAD_LETTER_QUEUE
 
 log = logging.getLogger("mrs.group")
 
@@ -70,6 +72,11 @@ class Recovery:
     dqf: Dqf
     umas: Umas
     outbound: Outbound
+    unconfigured: dict[int, dict[int, array]] = field(default_factory=dict)
+    """queue -> priority -> seqs (seq order) of the DQF messages of queues the config
+    does not have (removed from the file, or the DLQ switched off): kept in the DQF,
+    counted in `mrs status`, and handed to the queue if `mrs admin add-queue` adds it
+    back (`adopt`) or a restart finds it in the file again."""
 
     def __post_init__(self) -> None:
         self.pages = PageRelease(self.ctx.store)
@@ -88,26 +95,61 @@ class Recovery:
         self.outbound.recover()
         ctx.counts.dqf_added(ctx.store.count(Journal.DQF))
         recovered = 0
-        unconfigured: dict[int, int] = {}
         priorities = stored_priorities(ctx.store)
         for queue_id, seqs in dqf_seqs(ctx.store):
             note_peer_seqs(self.outbound.peers, seqs)
+            lanes = by_priority(seqs, priorities.get(queue_id))
             queue = ctx.queues.get(queue_id)
             if queue is None:
-                unconfigured[queue_id] = unconfigured.get(queue_id, 0) + len(seqs)
-                priorities.pop(queue_id, None)  # kept with their records
+                kept = self.unconfigured.setdefault(queue_id, {})
+                for priority, lane_seqs in lanes:
+                    kept.setdefault(priority, array("Q")).extend(lane_seqs)
                 continue
-            for priority, lane_seqs in by_priority(seqs, priorities.get(queue_id)):
+            for priority, lane_seqs in lanes:
                 queue.pending.extend_cold(priority, lane_seqs)
             recovered += len(seqs)
-        self.forget_priorities(priorities)
-        for queue_id, count in unconfigured.items():
-            log.warning(
-                "%d DQF messages for unconfigured queue %d kept, not delivered", count, queue_id
-            )
+        self.forget_priorities(priorities)  # what is left has no DQF record
+        for queue_id in self.unconfigured:
+            log.warning("%s", self._kept_line(queue_id))
         self.release_pages()
         trim()  # what growing the backlogs' arrays left in the heap
         log.info("group %d epoch %d: recovered %d DQF messages", ctx.group_id, ctx.epoch, recovered)
+
+    def unconfigured_counts(self) -> dict[str, int]:
+        """`G.Q` -> DQF messages kept for each queue the config does not have."""
+        group_id = self.ctx.group_id
+        return {
+            f"{group_id}.{queue_id}": sum(map(len, lanes.values()))
+            for queue_id, lanes in sorted(self.unconfigured.items())
+        }
+
+    def _kept_line(self, queue_id: int) -> str:
+        """The one line that says where a removed queue's messages are and how to reach them."""
+        group_id = self.ctx.group_id
+        count = sum(map(len, self.unconfigured[queue_id].values()))
+        if queue_id == DEAD_LETTER_QUEUE:
+            back = "set dead_letter_queue = true and restart"
+        else:
+            back = f"add it back: `mrs admin add-queue {queue_id} NAME`, or the file and a restart"
+        return (
+            f"group {group_id}: the DQF keeps {count} messages for queue {group_id}.{queue_id}, "
+            f"which the config does not have: not delivered until the queue is back ({back})"
+        )
+
+    def adopt(self, queue: TargetQueue) -> int:
+        """Give a queue added at run time (mrs admin add-queue) the DQF messages kept
+        for its id, before any new put reaches it: they are older, so they come first,
+        as a restart would order them. How many it got."""
+        lanes = self.unconfigured.pop(queue.address.queue, None)
+        if not lanes:
+            return 0
+        for priority, seqs in sorted(lanes.items()):
+            queue.pending.extend_cold(priority, seqs)
+        count = sum(map(len, lanes.values()))
+        log.info(
+            "queue %s: %d messages the DQF kept for it are waiting on it", queue.address, count
+        )
+        return count
 
     def forget_priorities(self, left: dict[int, dict[int, int]]) -> None:
         """Delete the priority keys whose DQF record is gone (removed by a path that

@@ -204,6 +204,10 @@ class Group:
             "dedupe_keys": ctx.store.count(Journal.DEDUPE),
             "corrupt_records": list(ctx.corrupt),
             "quarantined": ctx.quarantined,
+            "dqf_unconfigured_queues": self.recovery.unconfigured_counts(),
+            "saf_unlinked_groups": {
+                str(peer): count for peer, count in sorted(self.outbound.unlinked_saf.items())
+            },
             "writer": ctx.writer.stats.as_dict(),
             "links": self.peers.status_info(self.ack_outbox.owed, self.receipts.count),
             "dqf_held_for_drains": self.peers.room.status_info(),

@@ -164,8 +164,15 @@ class AdminActions:
             raise Refused(Status.NOSUCHQUEUE, f"{what}: no queue {text!r}") from refused
         queue = group.queues.get(address.queue)
         if address.group == group.config.id and queue is None:
+            kept = group.recovery.unconfigured_counts().get(str(address))
+            hint = (
+                f" (the DQF keeps {kept} messages for it: `mrs admin add-queue "
+                f"{address.queue} NAME` brings them back to browse, move or purge)"
+                if kept
+                else ""
+            )
             raise Refused(
-                Status.NOSUCHQUEUE, f"{what}: no queue {address} in group {address.group}"
+                Status.NOSUCHQUEUE, f"{what}: no queue {address} in group {address.group}{hint}"
             )
         if address.group != group.config.id or queue is None:
             raise Refused(
@@ -895,11 +902,14 @@ def _add_queue(actions: AdminActions, session: AdminSession, request: wire.Admin
     queue.load_cold = ColdReader(
         group.ctx, queue_id, group.umas.ack_after_restart, group.recovery.pages
     )
+    kept = group.recovery.adopt(queue)  # before the queue is reachable: the older first
     config.queues[queue_id] = fresh
     group.ctx.queues[queue_id] = queue
     if actions.server.gate is not None:
         actions.server.gate.forget_decisions()  # a put to the new name was decided unknown
-    result = {"queue": str(queue.address), "name": fresh.name}
+    result: dict[str, str | int] = {"queue": str(queue.address), "name": fresh.name}
+    if kept:
+        result["kept_messages"] = kept
     actions.journal(session, "add_queue", values, result)
     actions.answer_journaled(session, request, batch, result)
 

@@ -447,7 +447,10 @@ def _summary(command: str, result: dict) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in result.items() if k != "principal" and v)
         return f"grants of {result['principal']} replaced: {shown or 'none'}"
     if command == "add-queue":
-        return f"added {result['name']} ({result['queue']}) now and to the config file"
+        added = f"added {result['name']} ({result['queue']}) now and to the config file"
+        if result.get("kept_messages"):
+            added += f"; {result['kept_messages']} kept messages wait on it"
+        return added
     if command == "reset-link":
         return (
             f"link with group {result['peer']} reset: journals {result['forgotten'] or 'none'} "

@@ -34,6 +34,8 @@ _GROUP_KEYS_SHOWN = {
     "endpoints",
     "dlq_readers",
     "quarantined",
+    "dqf_unconfigured_queues",
+    "saf_unlinked_groups",
     "dqf_held_for_drains",
     "guards",
     "clients_draining",
@@ -240,6 +242,10 @@ def group_notes(status: dict) -> list[str]:
         notes.append(f"{corrupt} corrupt records")
     if status.get("quarantined"):
         notes.append(f"{status['quarantined']} quarantined records")
+    for queue, count in (status.get("dqf_unconfigured_queues") or {}).items():
+        notes.append(f"DQF keeps {count} messages for queue {queue}, not in the config")
+    for peer, count in (status.get("saf_unlinked_groups") or {}).items():
+        notes.append(f"SAF keeps {count} messages for group {peer}, not linked")
     for peer, held in sorted((status.get("dqf_held_for_drains") or {}).items()):
         if held:
             notes.append(f"DQF room held for group {peer}'s drain: {_words(held)}")
