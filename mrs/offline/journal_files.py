@@ -60,6 +60,16 @@ class GroupJournals:
         return read_only_map_bytes(self.journals_path)
 
 
+def non_empty_path(text: str) -> Path:
+    """A directory a tool writes to (`pcj archive --dir`, `journal salvage --to`), as
+    argparse's `type`. An empty one (`--dir "$ARCHIVE"`, the variable unset) is refused:
+    read as `.`, the archive went into whatever directory the command ran in, and its
+    records were deleted from the PCJ."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a directory")
+    return Path(text)
+
+
 def add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="bus configuration (TOML)")
     parser.add_argument("--group", type=int, help="group id whose journals to read")

@@ -8,6 +8,7 @@ import datetime
 import difflib
 import re
 from collections.abc import Iterable
+from fractions import Fraction
 
 from mrs.errors import OperatorError
 from mrs.model import Status
@@ -40,7 +41,8 @@ def parse_duration_ns(text: str) -> int:
         raise SelectionError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h, 1d, 1w or 1h30m)")
     total = 0
     for number, unit in _DURATION_PART.findall(cleaned):
-        total += int(float(number) * _DURATION_UNITS_NS[unit])
+        # exact: through a float, 400 digits of hours became infinity and an OverflowError
+        total += int(Fraction(number) * _DURATION_UNITS_NS[unit])
     return total
 
 

@@ -130,6 +130,7 @@ REMOVE_REPLICATED = (
 
 def _prepare(args: argparse.Namespace):
     journal = Journal(args.journal)
+    _refuse_empty(args)
     where = locate(args)
     bus = where.bus
     selection = filter_from_args(args, journal, bus, where.group_id, time.time_ns())
@@ -190,6 +191,15 @@ def _prepare(args: argparse.Namespace):
         return to or f"{record.target_group}.{record.target_queue}"
 
     return options, where, selection, target_of
+
+
+def _refuse_empty(args: argparse.Namespace) -> None:
+    """An empty `--to`, `--as` or `--address` (`--to "$RESTORE"` with the variable
+    unset) refused. Why: each was read as not given, so `--to ''` replayed every record
+    to its original target, the production queue, instead of the one meant."""
+    for option, value in (("--to", args.to), ("--as", args.as_queue), ("--address", args.address)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{option} is empty: give a value, or leave {option} out")
 
 
 def _check_timeout(timeout_s: float) -> None:

@@ -27,6 +27,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -428,3 +429,79 @@ class ReplayLedger:
             self.env = None
         while self._lock_fds:
             os.close(self._lock_fds.pop())  # releases its lock
+
+
+LEDGER_SALVAGING_DIRNAME = ".replay-ledger.salvaging"
+"""Where `copy_ledger` builds its copy, renamed to `replay-ledger` only once whole."""
+
+
+def copy_ledger(data_dir: Path, destination: Path) -> str | None:
+    """Copy jplay's ledger of the data directory `data_dir` into `destination`, a new
+    data directory (`mrs journal salvage --to`); what was copied, in words, or None
+    when `data_dir` has no ledger.
+
+    Why salvage carries it: the documented procedure swaps the salvaged directory in
+    for the damaged one, and the ledger stayed behind. The next `mrs jplay` then found
+    no record replayed and made a new key secret, so it replayed every record again
+    under new idempotency keys, and the server stored each a second time, its `replay`
+    header the same as the first copy's. A ledger whose entries cannot be read still
+    gives its key secret: a replay then resends under the first keys, and the server
+    answers what it stored within its dedupe window as a duplicate."""
+    source = Path(data_dir) / LEDGER_DIRNAME
+    if not (source / SECRET_FILENAME).exists() and not (source / "data.mdb").exists():
+        return None
+    target = Path(destination) / LEDGER_DIRNAME
+    _refuse_another_ledger(source, target)
+    building = Path(destination) / LEDGER_SALVAGING_DIRNAME
+    shutil.rmtree(building, ignore_errors=True)  # what a stopped salvage left
+    building.mkdir(mode=0o700, parents=True)
+    try:
+        for name in (SECRET_FILENAME, SCOPE_FILENAME):
+            if (source / name).exists():
+                create_file(building / name, (source / name).read_bytes(), mode=0o600)
+        said = _copy_entries(source, building)
+        shutil.rmtree(target, ignore_errors=True)  # a stopped salvage's, same secret
+        os.rename(building, target)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return said
+
+
+def _refuse_another_ledger(source: Path, target: Path) -> None:
+    """FileExistsError when `target` holds a ledger that is not a copy of `source`'s
+    (a stopped salvage's copy has the same key secret, and is replaced)."""
+    if not target.exists():
+        return
+    try:
+        same = (target / SECRET_FILENAME).read_bytes() == (source / SECRET_FILENAME).read_bytes()
+    except OSError:
+        same = False
+    if not same:
+        raise FileExistsError(
+            f"{target} already holds another replay ledger: salvage into a new directory"
+        )
+
+
+def _copy_entries(source: Path, building: Path) -> str:
+    """The ledger's entries copied into `building` by LMDB (one consistent snapshot);
+    what was copied, in words."""
+    if not (source / "data.mdb").exists():
+        return "key secret copied (no replay recorded yet)"
+    try:
+        ledger = ReplayLedger(source.parent, readonly=True)
+    except (LedgerDamaged, lmdb.Error) as damaged:
+        return (
+            f"entries not copied ({damaged}); key secret copied: jplay resends each "
+            "record under its first key, and the server stores none twice that it "
+            "stored within its dedupe window"
+        )
+    try:
+        assert ledger.env is not None
+        ledger.env.copy(str(building))
+        os.chmod(building / "data.mdb", 0o600)
+        with ledger.env.begin() as txn:
+            entries = sum(txn.stat(db)["entries"] for db in ledger._dbs.values() if db is not None)
+    finally:
+        ledger.close()
+    return f"copied with its key secret ({entries} records replayed or tried)"

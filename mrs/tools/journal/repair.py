@@ -43,9 +43,10 @@ from journals import (
 )
 from journals.keys import filing_problem
 from mrs.config.bus import ConfigError
-from mrs.offline.journal_files import JournalsNotFound, locate
+from mrs.offline.journal_files import GroupJournals, JournalsNotFound, locate
 from mrs.storage.journal_check import DATABASES, INDEXES, walk
 from mrs.storage.journal_scan import MAP_BYTES_DEFAULT
+from mrs.tools.journal.ledger import copy_ledger
 
 RECORD_DATABASES = frozenset(
     journal.value for journal in (Journal.SAF, Journal.DQF, Journal.DLJ, Journal.PCJ)
@@ -206,15 +207,20 @@ SALVAGING_DIRNAME = ".journals.salvaging"
 """Where salvage builds its copy, renamed to `journals` only once whole."""
 
 
-def copy_out(found: Survey, destination: Path) -> int:
-    """Write every intact entry into a fresh environment at destination/journals.
+def copy_out(
+    found: Survey, destination: Path, ledger_from: Path | None = None
+) -> tuple[int, str | None]:
+    """Write every intact entry into a fresh environment at destination/journals, and
+    jplay's replay ledger of the data directory `ledger_from` beside it
+    (`copy_ledger`); (entries copied, what became of the ledger or None without one).
 
     Built beside it first and renamed into place once every entry is committed: a
     copy stopped part way (a full disk, Ctrl-C, a kill) was left at
     destination/journals, whose records all pass `mrs journal verify`, so the
     documented next steps (verify, move it in, serve) started the group on part of its
     messages without a word. Now a stopped copy leaves no `journals` there, and the
-    next salvage into the same directory starts over."""
+    next salvage into the same directory starts over. The ledger goes first, so a
+    `journals` there always has its ledger beside it."""
     target = destination / "journals"
     if (target / "data.mdb").exists():
         raise FileExistsError(f"{target} already holds journals: salvage into a new directory")
@@ -223,12 +229,13 @@ def copy_out(found: Survey, destination: Path) -> int:
     size = sum(len(k) + len(v) for e in found.entries.values() for k, v in e.items())
     try:
         copied = _copy_entries(found, JournalStore(building, max(MAP_BYTES_DEFAULT, 4 * size)))
+        ledger = copy_ledger(ledger_from, destination) if ledger_from is not None else None
         os.rename(building, target)
         _sync_directory(destination)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
-    return copied
+    return copied, ledger
 
 
 def _copy_entries(found: Survey, store: JournalStore) -> int:
@@ -262,7 +269,7 @@ def _sync_directory(path: Path) -> None:
 # ---------------------------------------------------------------------- command line
 def add_journal_repair(commands) -> None:
     """Add `mrs journal verify` and `mrs journal salvage` to the `mrs` subparsers."""
-    from mrs.offline.journal_files import add_location_arguments
+    from mrs.offline.journal_files import add_location_arguments, non_empty_path
 
     journal = commands.add_parser(
         "journal",
@@ -281,16 +288,18 @@ def add_journal_repair(commands) -> None:
         "salvage", help="copy every intact record into a fresh data directory (--to DIR)"
     )
     add_location_arguments(salvage)
-    salvage.add_argument("--to", type=Path, required=True, help="new data directory to fill")
+    salvage.add_argument(
+        "--to", type=non_empty_path, required=True, help="new data directory to fill"
+    )
     salvage.add_argument("--json", action="store_true", help="the report as one JSON object")
     salvage.set_defaults(run=_run_salvage)
 
 
-def _locate(args: argparse.Namespace) -> Path | None:
+def _locate(args: argparse.Namespace) -> GroupJournals | None:
     if args.group is None and args.data_dir is not None:
         args.group = 0  # a bare --data-dir needs no group number
     try:
-        return locate(args).journals_path
+        return locate(args)
     except (JournalsNotFound, ConfigError) as error:
         print(f"mrs journal: {error}", file=sys.stderr)
         return None
@@ -333,9 +342,10 @@ def _survey_or_refuse(journals_path: Path, action: str) -> Survey | None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    journals_path = _locate(args)
-    if journals_path is None:
+    where = _locate(args)
+    if where is None:
         return 2
+    journals_path = where.journals_path
     found = _survey_or_refuse(journals_path, "verify")
     if found is None:
         return 1
@@ -344,9 +354,10 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _run_salvage(args: argparse.Namespace) -> int:
-    journals_path = _locate(args)
-    if journals_path is None:
+    where = _locate(args)
+    if where is None:
         return 2
+    journals_path = where.journals_path
     source = journals_path.resolve()
     if args.to.resolve() == source or source in args.to.resolve().parents:
         print(
@@ -359,7 +370,7 @@ def _run_salvage(args: argparse.Namespace) -> int:
     if found is None:
         return 1
     try:
-        copied = copy_out(found, args.to)
+        copied, ledger = copy_out(found, args.to, where.data_dir)
     except FileExistsError as error:
         print(f"mrs journal salvage: {error}", file=sys.stderr)
         return 2
@@ -371,5 +382,8 @@ def _run_salvage(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    _print(found, journals_path, args.json, {"copied": copied, "to": str(args.to / "journals")})
+    extra: dict = {"copied": copied, "to": str(args.to / "journals")}
+    if ledger is not None:
+        extra["replay_ledger"] = ledger
+    _print(found, journals_path, args.json, extra)
     return 0
