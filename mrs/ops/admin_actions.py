@@ -550,7 +550,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     def written(error: JournalError | None) -> None:
         if error is not None:
             _put_back(queue, taken)
-            args = {"queue": str(queue.address), "discard": discard}
+            args = {"queue": str(queue.address), "discard": discard, "reason": reason}
             actions.journal(session, "purge", args, {"failed": str(error)})
             session.send(
                 wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
@@ -566,7 +566,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         actions.journal_then_answer(
             session,
             "purge",
-            {"queue": str(queue.address), "discard": discard},
+            {"queue": str(queue.address), "discard": discard, "reason": reason},
             result,
             lambda: session.send(wire.AdminReply(request.request_id, result)),
         )
@@ -686,6 +686,7 @@ def _move(actions: AdminActions, session: AdminSession, request: wire.AdminReque
             f"move: {target.address} has room for {room} memory messages, {len(memory)} would come",
         )
     mover = _Mover(actions, session, request.request_id, source, target, len(taken))
+    mover.select = args.get("select") or None
     for entry in taken:
         mover.move(entry)
     mover.submitted()
@@ -693,7 +694,9 @@ def _move(actions: AdminActions, session: AdminSession, request: wire.AdminReque
 
 class _Mover:
     """One move request: one transaction per journaled message, answered once every
-    one of them has ended."""
+    one of them has ended. The moved messages wait on the target from then, all in
+    the source's order: before, a memory message waited there at once and a journaled
+    one at its commit, so a queue holding both came out memory ones first."""
 
     def __init__(
         self,
@@ -713,6 +716,10 @@ class _Mover:
         self.waiting = count
         self.moved = 0
         self.failed: list[str] = []
+        self.arrived: list[Entry | None] = []
+        """The copies for the target in the source's order (None: not moved)."""
+        self.select: dict | None = None
+        """The selection asked for, journaled with the move (None: everything)."""
         self.all_submitted = False
         self.result: dict = {}
         """What the answer says, made once every message's transaction has ended."""
@@ -721,13 +728,14 @@ class _Mover:
         group = self.group
         ctx = group.ctx
         moved = _moved_copy(entry, group.sequence.next(), self.target.address, self.session)
+        place = len(self.arrived)
+        self.arrived.append(None)
         if not entry.journaled:
-            self.target.offer(moved)
-            self.ended(None, entry, moved)
+            self.ended(None, entry, moved, place)
             return
         if entry.body is None and not group.dqf.load_body(self.source, entry):
             self.target.stores.submitted()  # as if submitted: `ended` counts it back
-            self.ended(JournalError("body unreadable"), entry, moved)
+            self.ended(JournalError("body unreadable"), entry, moved, place)
             return
         moved.body = entry.body
         old_key = queue_key(self.source.address.queue, entry.seq)
@@ -740,15 +748,14 @@ class _Mover:
         forget_priority(batch, old_key, entry.priority)  # its lane after a restart
         keep_priority(batch, new_key, moved.priority)
         self.target.stores.submitted()
-        ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved))
+        ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved, place))
 
-    def ended(self, error: JournalError | None, entry: Entry, moved: Entry) -> None:
+    def ended(self, error: JournalError | None, entry: Entry, moved: Entry, place: int) -> None:
         if moved.journaled:
             self.target.stores.ended()
         if error is None:
             self.moved += 1
-            if moved.journaled:
-                self.target.offer(moved)
+            self.arrived[place] = moved
         else:
             self.source.put_back(entry)
             self.failed.append(f"{entry.seq}: {error}")
@@ -763,6 +770,9 @@ class _Mover:
         if not self.all_submitted or self.waiting:
             return
         group = self.group
+        for moved in self.arrived:
+            if moved is not None:
+                self.target.offer(moved)
         group.handover.serve_waiting_gets(self.target)
         self.result = {
             "queue": str(self.source.address),
@@ -772,6 +782,8 @@ class _Mover:
             "left": self.source.waiting,
         }
         args = {"queue": str(self.source.address), "to": str(self.target.address)}
+        if self.select:  # which messages: without it the line read as the whole queue
+            args["select"] = _plain(self.select)
         self.actions.journal_then_answer(self.session, "move", args, self.result, self._answer)
 
     def _answer(self) -> None:

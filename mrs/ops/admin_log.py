@@ -54,8 +54,10 @@ class AdminLog:
         durable by waiting for its line."""
         text = json.dumps(line, sort_keys=True)
         try:
-            with open(self.path, "a", encoding="utf-8") as file:
-                file.write(text + "\n")
+            with open(self.path, "ab+") as file:
+                # A line cut short (a full disk, a crash in the middle of a write) is
+                # ended first: appended to it, this action's line was lost with it.
+                file.write((b"\n" if _ends_torn(file) else b"") + text.encode() + b"\n")
                 file.flush()
                 os.fsync(file.fileno())
         except OSError as error:
@@ -73,11 +75,7 @@ class AdminLog:
         if found is not None and (keys := self._known_keys(found[0])):
             values = found[0].get_raw_many(Journal.META, keys[-limit:])  # one read
             return [json.loads(value) for value in values if value is not None]
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in lines[-limit:] if line.strip()]
+        return read_file(self.path, limit)[0]
 
     def _commit(
         self,
@@ -112,3 +110,35 @@ class AdminLog:
                 after = pairs[-1][0]
             self._keys = keys
         return self._keys
+
+
+def _ends_torn(file: Any) -> bool:
+    """Whether the file (opened to append and read) ends in a line without its end."""
+    if file.seek(0, os.SEEK_END) == 0:
+        return False
+    file.seek(-1, os.SEEK_END)
+    return bool(file.read(1) != b"\n")
+
+
+def read_file(path: Path, limit: int) -> tuple[list[dict], int]:
+    """The last `limit` lines of an admin journal file that read as JSON objects, oldest
+    first, and how many of those last lines did not (a line cut short by a crash or a
+    full disk): skipped and counted, so the lines around it are still read. Why:
+    `mrs admin journal --offline` after a crash stopped at such a line with "unexpected
+    error: JSONDecodeError" and showed nothing."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return [], 0
+    records: list[dict] = []
+    unreadable = 0
+    for line in [line for line in lines if line.strip()][-limit:]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            unreadable += 1
+    return records, unreadable

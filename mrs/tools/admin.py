@@ -127,10 +127,14 @@ async def _run(args: argparse.Namespace) -> int:
     from mrs.config.tls import operator_connect_options
 
     address, options, group, coordinator = args.address, {}, None, None
+    if getattr(args, "offline", False) and args.config is None:  # it asked a down server
+        raise CommandError(
+            "admin: journal --offline reads the data directory: give --config", EXIT_USAGE
+        )
     if args.config is not None:
         bus = load_config(args.config)
         group = _group_of(args, bus)
-        if getattr(args, "offline", False):
+        if getattr(args, "offline", False):  # the file, not the server
             try:
                 data_dir = group.data_dir_of(args.instance)
             except LookupError as error:
@@ -297,13 +301,27 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
 def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:
     """The admin journal read from its file, without the server (it may be down)."""
     from mrs.ops.admin_actions import JOURNAL_FILE_NAME
+    from mrs.ops.admin_log import read_file
 
+    if args.limit < 1:  # lines[-0:] was every line, a negative limit all but the first
+        raise CommandError(
+            f"admin: journal: --limit must be 1 or more, got {args.limit}", EXIT_USAGE
+        )
     path = data_dir / JOURNAL_FILE_NAME
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        lines = []
-    result = {"records": [json.loads(line) for line in lines[-args.limit :] if line.strip()]}
+        records, unreadable = read_file(path, args.limit)
+    except OSError as error:
+        raise CommandError(
+            f"admin: journal: {path}: {error.strerror or error}", EXIT_RUNTIME
+        ) from None
+    result: dict[str, Any] = {"records": records}
+    if unreadable:
+        result["unreadable_lines"] = unreadable
+        print(
+            f"mrs: admin: journal: {path}: {unreadable} line(s) that are not JSON skipped "
+            "(a line cut short by a crash or a full disk)",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -359,7 +377,12 @@ def _print_table(command: str, result: dict) -> None:
 
     from mrs.tools.console import ToolConsole
 
-    console = ToolConsole(width=TABLE_COLUMNS, file=sys.stdout, soft_wrap=False)
+    # markup off: a body, a program name, a reason or a header name is shown as sent;
+    # with rich's markup on, "[/x]" in one stopped the table ("closing tag ... doesn't
+    # match") and "[red]" was taken as a style, its brackets not shown.
+    console = ToolConsole(
+        width=TABLE_COLUMNS, file=sys.stdout, soft_wrap=False, markup=False, highlight=False
+    )
     if command == "browse":
         table = Table(title=_browse_title(result), title_justify="left")
         for column in ("seq", "age s", "dlv", "dup", "cls/typ", "body"):
