@@ -77,6 +77,9 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     for kind in ("attach", "put", "confirm", "manage"):
         grant.add_argument(f"--{kind}", action="append", metavar="PATTERN", help="queue pattern")
     grant.add_argument("--admin", action="append", metavar="RIGHT", help="an admin right")
+    grant.add_argument(
+        "--none", action="store_true", help="take every grant away (no option given: refused)"
+    )
     for selective in (browse, move):
         selective.add_argument("--class", dest="msg_class", type=int, help="only this class")
         selective.add_argument("--type", dest="msg_type", type=int, help="only this type")
@@ -127,6 +130,8 @@ async def _run(args: argparse.Namespace) -> int:
     from mrs.config.tls import operator_connect_options
 
     address, options, group, coordinator = args.address, {}, None, None
+    if args.admin_command == "grant":  # before the server is asked
+        _check_grants(args)
     if getattr(args, "offline", False) and args.config is None:  # it asked a down server
         raise CommandError(
             "admin: journal --offline reads the data directory: give --config", EXIT_USAGE
@@ -296,6 +301,20 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
     else:
         _print_table(command, result)
     return EXIT_OK
+
+
+def _check_grants(args: argparse.Namespace) -> None:
+    """A grant replaces every right the principal has: with no right given it took them
+    all away (an operator's own included, locking them out), so that needs `--none`."""
+    given = any(getattr(args, kind) for kind in ("attach", "put", "confirm", "manage", "admin"))
+    if not given and not args.none:
+        raise CommandError(
+            f"admin: grant {args.principal}: no right given, which would take every grant "
+            "away: give --attach/--put/--confirm/--manage/--admin, or --none to mean it",
+            EXIT_USAGE,
+        )
+    if given and args.none:
+        raise CommandError(f"admin: grant {args.principal}: --none with rights given", EXIT_USAGE)
 
 
 def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:

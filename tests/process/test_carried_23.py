@@ -74,3 +74,18 @@ def test_bench_latencies_are_of_stored_puts_only(tmp_path: Path, monkeypatch) ->
         result = measure_server(tmp_path / f"ak{ak}", 1, 8, 0.5, 64, ak=ak)
         assert result.failures > 0 and 0 < result.count <= 40, (ak, result.count)
         assert len(result.latencies_s) <= result.count + 8, (ak, len(result.latencies_s))
+
+
+def test_admin_grant_without_a_right_is_refused_before_the_server_is_asked() -> None:
+    """`mrs admin grant owner --config ...` (the rights forgotten) replaced the
+    principal's grants with none, the operator's own included: locked out at 3 a.m.
+    Now it needs `--none` to mean that, and is refused in one line otherwise (the
+    address is never dialed: nothing listens there)."""
+    from tests.cli_helpers import run_mrs
+
+    result = run_mrs("admin", "grant", "owner", "--address", "127.0.0.1:9", timeout_s=30)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no right given" in result.stderr and "--none" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    both = run_mrs("admin", "grant", "owner", "--none", "--put", "1.*", "--address", "127.0.0.1:9")
+    assert both.returncode == 2 and "--none with rights given" in both.stderr
