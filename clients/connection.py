@@ -93,6 +93,7 @@ from mrs.model import (
     Status,
     Uma,
 )
+from mrs.protection.errors import ProtectionError
 
 log = logging.getLogger("clients")
 
@@ -123,6 +124,9 @@ class Client:
         self.refused_unconfirmed: list[int] = []
         """With protection: refused messages moved to the DLQ whose confirm an in-order
         queue held back; confirmed after the next confirms (clients.protection)."""
+        self.refused_unmoved: dict[int, tuple[int, Message, ProtectionError]] = {}
+        """With protection: refused messages the DLQ put failed for, moved again
+        before the next get (clients.protection.Protection.retry_unmoved)."""
         """Seals puts to / checks gets from protected queues (clients.protection)."""
         queue_text = None if queue is None else str(queue)
         self._program = program
@@ -382,6 +386,8 @@ class Client:
         timeout_ms = get_timeout_ms(timeout)  # a bad one refused before anything waits
         if self.protection is not None:
             self.protection.refuse_reading(self.queue)
+            if self.refused_unmoved:  # refused again until the DLQ takes it
+                await self.protection.retry_unmoved(self)
         if select is not None:
             linked = functools.partial(self._linked, what="get")
             selected = await get_selected(requests, select, timeout, None, self.queue, linked)

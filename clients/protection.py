@@ -58,6 +58,14 @@ class ProtectedClient(Protocol):
     @property
     def queue(self) -> Address | None: ...
 
+    refused_unmoved: dict[int, tuple[int, Message, ProtectionError]]
+    """Refused messages the DLQ put failed for, left unconfirmed on the queue, by seq:
+    (the client's `reconnects` when refused, the message, why). Moved again before
+    the next get (`Protection.retry_unmoved`)."""
+
+    @property
+    def reconnects(self) -> int: ...
+
     async def put(self, body: bytes, target: str | Address, **options: Any) -> Psb: ...
 
     async def confirm(self, seq: int) -> Any: ...
@@ -230,27 +238,57 @@ class Protection:
             opened = self.check(queue, message.body, _returned(message))
         except ProtectionError as error:
             where, failure = await _to_dead_letter_queue(client, queue, message, error)
-            if where:
-                moved = f"moved to {where}"
-            elif message.needs_confirm:
-                moved = (
-                    f"the DLQ put failed ({failure}): left on the queue, and refused "
-                    "again on every get until it can be moved"
-                )
-            else:  # got without a confirm: the queue no longer holds it
-                moved = f"the DLQ put failed ({failure}): discarded, as a nonrecoverable message"
-            raise ProtectionRefused(
-                f"message {message.seq} on {queue} refused: {error} ({moved})",
-                error.reason,
-                message.seq,
-                where is not None,
-            ) from None
+            if where is None and message.needs_confirm:
+                client.refused_unmoved[message.seq] = (client.reconnects, message, error)
+            raise _refusal(queue, message, error, where, failure) from None
         return _without_marker(message) if opened is None else _with_opened(message, opened)
+
+    async def retry_unmoved(self, client: ProtectedClient) -> None:
+        """Before a get: move again the refused messages a DLQ put failed for, and
+        raise ProtectionRefused for the first that still cannot be moved (nothing is
+        taken). Why: such a message is left unconfirmed on the queue, and on a queue
+        that confirms implicitly the next Get confirmed it, so it was neither on the
+        DLQ nor on the queue (at most in the PCJ, as if consumed) although the
+        refusal said it stayed. As AMS backs a message it cannot move out to its
+        queue, every get refuses it until it can be moved (a 'dlq' right granted
+        while the reader runs applies at its next get). Entries of an earlier
+        connection are dropped: the group gave those messages back to the queue."""
+        queue = client.queue
+        unmoved = client.refused_unmoved
+        for seq, (reconnects, message, error) in list(unmoved.items()):
+            if queue is None or reconnects != client.reconnects:
+                del unmoved[seq]
+                continue
+            where, failure = await _to_dead_letter_queue(client, queue, message, error, True)
+            if where is None:
+                raise _refusal(queue, message, error, where, failure)
+            del unmoved[seq]
 
     def _address(self, queue: str | Address) -> Address:
         if isinstance(queue, Address):
             return queue
         return resolve_queue(queue, self.bus)
+
+
+def _refusal(
+    queue: Address, message: Message, error: ProtectionError, where: str | None, failure: str
+) -> ProtectionRefused:
+    """What a get raises for `message` refused by the policy of `queue`: where it went."""
+    if where:
+        moved = f"moved to {where}"
+    elif message.needs_confirm:
+        moved = (
+            f"the DLQ put failed ({failure}): left on the queue, and refused "
+            "again on every get until it can be moved"
+        )
+    else:  # got without a confirm: the queue no longer holds it
+        moved = f"the DLQ put failed ({failure}): discarded, as a nonrecoverable message"
+    return ProtectionRefused(
+        f"message {message.seq} on {queue} refused: {error} ({moved})",
+        error.reason,
+        message.seq,
+        where is not None,
+    )
 
 
 def _group_ack(message: Message) -> bool:
@@ -282,7 +320,11 @@ def _with_opened(message: Message, opened: Opened) -> Message:
 
 
 async def _to_dead_letter_queue(
-    client: ProtectedClient, queue: Address, message: Message, error: ProtectionError
+    client: ProtectedClient,
+    queue: Address,
+    message: Message,
+    error: ProtectionError,
+    again: bool = False,
 ) -> tuple[str | None, str]:
     """Put the refused message, as it is, on this group's DLQ, then confirm it here.
 
@@ -329,12 +371,16 @@ async def _to_dead_letter_queue(
             protect=False,
         )
     except MrsError as failed:
-        log.error("refused message %d not moved to the DLQ: %s", message.seq, failed)
-        return None, str(failed)
-    stored = isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
-    if not stored and psb.uma_status != Status.DLJ_SUCCESS:
-        failure = f"{_name(psb.delivery_status)}, {_name(psb.uma_status)}"
-        log.error("refused message %d not moved to the DLQ: %s", message.seq, failure)
+        stored, failure = False, str(failed) or type(failed).__name__
+    else:
+        stored = isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
+        failure = ""
+        if not stored and psb.uma_status != Status.DLJ_SUCCESS:
+            failure = f"{_name(psb.delivery_status)}, {_name(psb.uma_status)}"
+    if failure:
+        # `again`: a get retrying the move (Protection.retry_unmoved) said it once
+        level = logging.DEBUG if again else logging.ERROR
+        log.log(level, "refused message %d not moved to the DLQ: %s", message.seq, failure)
         return None, failure
     if message.needs_confirm:
         await _confirm_refused_now(client, message.seq)

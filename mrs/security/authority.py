@@ -17,10 +17,12 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import monotonic
 
 import trio
 
 from mrs.config.auth import AuthConfig
+from mrs.limits import CREDENTIALS_CHECK_INTERVAL_S
 from mrs.model import Status
 from mrs.security import scram
 from mrs.security.creds import (
@@ -97,6 +99,8 @@ class Authority:
         took away (mrs.server.connections)."""
         self.creds, self._link_salted, self._link_password = self._load()  # CredsError: no start
         self._stamps = self._current_stamps()
+        self._changing: tuple[tuple[_Stamp | None, _Stamp | None], float] | None = None
+        """Stamps of files seen changed in place, and when first seen so (`_settled`)."""
         log.info("credentials in force: %s", self.in_force())
 
     def in_force(self) -> str:
@@ -160,8 +164,32 @@ class Authority:
         return True
 
     def reload_if_changed(self) -> None:
-        if self._current_stamps() != self._stamps:
+        stamps = self._current_stamps()
+        if stamps == self._stamps:
+            self._changing = None
+        elif self._settled(stamps):
             self.reload("file changed")
+
+    def _settled(self, stamps: tuple[_Stamp | None, _Stamp | None]) -> bool:
+        """Whether changed files can be read now. At once when each was replaced
+        whole (another inode: `mrs creds` renames a complete file over the old one)
+        or removed; a file changed in place (an editor, `cp`, `scp`) once it has
+        stayed the same for CREDENTIALS_CHECK_INTERVAL_S. Why: such a copy truncates
+        the file first, and a group that read it then (empty, or cut between two
+        principals) loaded a valid file without those principals and closed every
+        connection of theirs for good (the client library does not reconnect after
+        NOTAUTHORIZED)."""
+        in_place = any(
+            new is not None and old is not None and new.inode == old.inode and new != old
+            for new, old in zip(stamps, self._stamps, strict=True)
+        )
+        if not in_place:
+            return True
+        now = monotonic()
+        if self._changing is None or self._changing[0] != stamps:
+            self._changing = (stamps, now)
+            return False
+        return now - self._changing[1] >= CREDENTIALS_CHECK_INTERVAL_S
 
     def _decoy(self, name: str) -> scram.Verifier:
         """What an unknown name is answered: derived from the credentials file alone

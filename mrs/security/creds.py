@@ -126,6 +126,11 @@ def load(path: Path) -> Credentials:
         raise CredsError(f"credentials file {path}: not valid TOML: {error}") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise CredsError(f"credentials file {path}: not valid TOML: nested too deep") from None
+    if not text.strip():
+        # Not a file without principals (`mrs creds` writes its header and decoy_key
+        # even then): an empty one is a copy begun, or a mistake, and loaded it would
+        # close every application's connection.
+        raise CredsError(f"credentials file {path} is empty (write it with `mrs creds add`)")
     unknown = set(document) - {"principal", "decoy_key"}
     if unknown:
         raise CredsError(f"credentials file {path}: unknown keys {sorted(unknown)}")
@@ -205,7 +210,12 @@ def save(path: Path, creds: Credentials) -> None:
 
 
 def load_or_empty(path: Path) -> Credentials:
-    return load(path) if Path(path).exists() else Credentials()
+    """The file's credentials; none when it does not exist or is empty (`mrs creds
+    add` starts it)."""
+    path = Path(path)
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return Credentials()
+    return load(path)
 
 
 def generate_password() -> str:

@@ -245,6 +245,11 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 def refusal_advice(reason: str) -> str:
     """What to do about a refusal, in the operator's words."""
+    if "does not speak TLS" in reason:  # TLS to a group without [group.tls]
+        return (
+            "the group there has no [group.tls]: reach it without TLS (unset MRS_TLS_CA, "
+            "MRS_TLS_CERT and MRS_TLS_KEY, or correct its [group.tls] in the config)"
+        )
     if "TLS" in reason or "certificate" in reason or "handshake" in reason:
         return (
             "run it where the group's certificates are (--config), or set MRS_TLS_CA "

@@ -216,6 +216,17 @@ def _rotate(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load(path)
     _known(creds, args.name, path)  # before a --generate'd password is printed
+    if args.name.startswith(store.LINK_PREFIX):
+        # Its verifier alone changed: the group's secret file kept the old password,
+        # so the group could no longer load the file (every later `mrs creds` change,
+        # a removal included, was not applied; a restart refused to start) and its
+        # peers refused its link.
+        raise CommandError(
+            f"{args.name} is a group's link credential: rotate it with `mrs creds "
+            f"add-group {args.name.removeprefix(store.LINK_PREFIX)} --rotate`, which "
+            "writes the group's secret file too",
+            EXIT_USAGE,
+        )
     iterations = _iterations(args)
     store.rotate(creds, args.name, _password(args), iterations)
     store.save(path, creds)
