@@ -33,6 +33,7 @@ from mrs.limits import (
     REPLICATION_DIAL_S_MAX,
     REPLICATION_DIAL_S_MIN,
     REPLICATION_HANDOVER_WAIT_S,
+    REPLICATION_LAG_S_MAX,
     REPLICATION_LATE_S,
     REPLICATION_RENEW_FRACTION_DEFAULT,
     REPLICATION_REST_HOLD_S,
@@ -91,6 +92,10 @@ class Active:
         """Replicas that held every record this instance held when it won the term
         (coordinator `same_position_replicas`): etcd names them in sync until one joins."""
         self.connected: set[str] = set()
+        self._down_since: dict[str, float] = {}
+        """When each replica's link was last lost (or the term began), while it is not
+        connected: one down longer than the lag bound leaves the in-sync set, even in
+        a group that writes nothing (`_lag_loop`)."""
         self.stepped_down: str | None = None
         self.resigned = False
         """Set as a planned hand-over gives the lease up: its renewals stop."""
@@ -113,6 +118,10 @@ class Active:
         store.on_lost = self.step_down
 
     async def run(self) -> None:
+        began_s = trio.current_time()
+        for replica in self.replicas:
+            if replica.name not in self.connected:
+                self._down_since.setdefault(replica.name, began_s)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop, nursery)
             if self.co_holders:  # before any link: a join rewrites the record after it
@@ -278,12 +287,19 @@ class Active:
     async def _lag_loop(self) -> None:
         while True:
             await trio.sleep(_LAG_CHECK_S)
-            for name in self.stream.laggards():
+            now_s = trio.current_time()
+            unreachable = {
+                name
+                for name, since_s in self._down_since.items()
+                if now_s - since_s > REPLICATION_LAG_S_MAX
+            }
+            for name in self.stream.laggards(unreachable):
+                why = f"{name}'s link is down" if name in unreachable else f"{name} lags"
                 async with self._sync_lock:
                     # its acknowledgements stop counting first, then etcd stops naming it
                     self.stream.in_sync.discard(name)
                     self.stream.wake_waiters()
-                    await self._record_in_sync(self.stream.in_sync, f"{name} lags")
+                    await self._record_in_sync(self.stream.in_sync, why)
 
     async def _join(self, name: str) -> None:
         """`name` has every record: record it in etcd, then count its acknowledgements
@@ -358,6 +374,7 @@ class Active:
                 ended = _telling(group)
             finally:
                 self.connected.discard(name)
+                self._down_since.setdefault(name, trio.current_time())
             progressed = self.stream.acked.get(name, 0) > acked_before
             self._link_ended(name, ended, progressed)
             delay_s = (
@@ -420,10 +437,12 @@ class Active:
             how = f"a full copy at {self.stream.number}"
         link = self.links[name] = LinkOut(stream, self.stream.number)
         self.connected.add(name)
+        self._down_since.pop(name, None)
         fruitless = not self._last_end.get(name, ("", True))[1]
         (log.debug if fruitless or name in self.problems else log.info)(
             "replica %s at %s: sending %s", name, (pos_term, pos_number), how
         )
+        await self._join_if_whole(name, (pos_term, pos_number), answer.get("whole") is True)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
@@ -446,6 +465,15 @@ class Active:
                     link.cursor = self.stream.number
         finally:
             del self.links[name]
+
+    async def _join_if_whole(self, name: str, position: tuple[int, int], whole: bool) -> None:
+        """A replica that says at the hello it holds every record of this term joins
+        the in-sync set now. Why: in a group that writes nothing, no record goes out
+        and no acknowledgement comes, so a replica back after its link was down (and
+        dropped for it, `_lag_loop`) stayed out of the set until the next write."""
+        at_end = whole and position == (self.term, self.stream.number)
+        if at_end and self.stream.ack(name, position[1]):
+            await self._join(name)
 
     async def _hold_for_company(self) -> None:
         """Wait REPLICATION_REST_HOLD_S for more records to send with the one that woke

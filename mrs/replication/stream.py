@@ -25,8 +25,9 @@ answers, with the quorum rule:
 - the set is what etcd records (`coordinator`): a replica joins it once it has
   acknowledged every record sealed (etcd written first, then its acknowledgements
   count), and leaves it when it lags beyond REPLICATION_LAG_S_MAX or the backlog
-  bounds (its acknowledgements stop counting first, then etcd is written), and only
-  while the replicas left hold every answer given: a dead replica must not stay
+  bounds, or its link has been down that long (`laggards`; its acknowledgements
+  stop counting first, then etcd is written), and only while the replicas left
+  hold every answer given: a dead replica must not stay
   listed, since a candidate would wait for its position. Fewer than `acks_needed`
   replicas in sync: nothing is answered; the active waits (the client's put times
   out) rather than answer from fewer disks than a majority.
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -332,21 +333,29 @@ class CommitStream:
         index = self.waiting[0][0] - self.records[0].number
         return self.records[index].sealed_s if 0 <= index < len(self.records) else math.inf
 
-    def laggards(self) -> list[str]:
+    def laggards(self, unreachable: Collection[str] = ()) -> list[str]:
         """In-sync replicas to drop: missing a record sealed longer ago than the lag
-        bound (or beyond the backlog), and only while the replicas left still hold
-        every answer given (`acks_needed` of them have `answered`)."""
+        bound (or beyond the backlog), or `unreachable` (their link down longer than
+        the lag bound, though they miss no record), and only while the replicas left
+        still hold every answer given (`acks_needed` of them have `answered`).
+
+        Why `unreachable`: in a group that writes nothing, a dead replica misses no
+        record, so it stayed named in sync for good, and when the active was lost
+        next, the replica left waited for the dead one's position: the group down
+        until it came back, though the one left held every answer (found by a probe,
+        tests/process/test_replicated_ops_23.py)."""
         now_s = self.clock_s()
         kept = set(self.in_sync)
         dropped: list[str] = []
         for name in sorted(self.in_sync):
             acked = self.acked.get(name, 0)
-            if acked >= self.number:
-                continue
-            missing = next((r for r in self.records if r.number > acked), None)
-            late = missing is None or now_s - missing.sealed_s > REPLICATION_LAG_S_MAX
-            if not late and self.number - acked <= REPLICATION_BACKLOG_RECORDS_MAX:
-                continue
+            if name not in unreachable:
+                if acked >= self.number:
+                    continue
+                missing = next((r for r in self.records if r.number > acked), None)
+                late = missing is None or now_s - missing.sealed_s > REPLICATION_LAG_S_MAX
+                if not late and self.number - acked <= REPLICATION_BACKLOG_RECORDS_MAX:
+                    continue
             rest = kept - {name}
             if self.durable_on(rest) >= self.answered and len(rest) >= self.acks_needed:
                 kept = rest
