@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Hashable
 
 from mrs.limits import PEER_TEXT_CHARS_MAX, REFUSAL_KEYS_MAX, REFUSAL_LOG_INTERVAL_S
@@ -24,7 +25,6 @@ def clipped(text: str, chars_max: int = PEER_TEXT_CHARS_MAX) -> str:
     if len(text) <= chars_max:
         return text
     return text[: chars_max - 3] + "..."
-
 
 
 class RefusalLog:
@@ -45,10 +45,12 @@ class RefusalLog:
         self.line_format = line_format
         """How a line reads, from {peer} and {message} (the count of hits not shown
         is appended)."""
-        self._last: dict[Hashable, tuple[float, int]] = {}
+        self._last: dict[Hashable, tuple[float, int, str]] = {}
+        """key -> (when its last line was logged, hits not shown since, that line)."""
         self.total = 0
         self.by_limit: dict[str, int] = {}
         """Hits per limit since start (for status: what the guards turned away)."""
+        _ALL.add(self)
 
     def refused(self, limit: str, peer: str, message: str, key: Hashable = None) -> bool:
         """Count a hit of `limit` by `peer`; log its line unless a line for the
@@ -61,14 +63,38 @@ class RefusalLog:
         now = self.clock_s()
         last = self._last.get(key)
         if last is not None and now - last[0] < self.every_s:
-            self._last[key] = (last[0], last[1] + 1)
+            self._last[key] = (last[0], last[1] + 1, last[2])
             return False
         if len(self._last) >= REFUSAL_KEYS_MAX:
+            self.flush()  # the counts not shown yet, before the table is emptied
             self._last.clear()
         suppressed = last[1] if last is not None else 0
-        more = f" ({suppressed} more since the last such line)" if suppressed else ""
-        self.logger.log(
-            self.level, "%s%s", self.line_format.format(peer=peer, message=message), more
-        )
-        self._last[key] = (now, 0)
+        line = self.line_format.format(peer=peer, message=message)
+        self._log(line, suppressed)
+        self._last[key] = (now, 0, line)
         return True
+
+    def flush(self) -> None:
+        """Log the hits not shown of each key whose last line is `every_s` old. Why:
+        they were told only by the key's next line, so a burst (664 wrong passwords
+        in 2 s) left one line and its count was never logged if the burst ended."""
+        now = self.clock_s()
+        for key, (logged_s, suppressed, line) in list(self._last.items()):
+            if suppressed and now - logged_s >= self.every_s:
+                self._log(line, suppressed)
+                self._last[key] = (now, 0, line)
+
+    def _log(self, line: str, suppressed: int) -> None:
+        more = f" ({suppressed} more since the last such line)" if suppressed else ""
+        self.logger.log(self.level, "%s%s", line, more)
+
+
+_ALL: weakref.WeakSet[RefusalLog] = weakref.WeakSet()
+"""Every RefusalLog of this process, for `flush_all`."""
+
+
+def flush_all() -> None:
+    """`RefusalLog.flush` of every one in this process (a server calls it every
+    REFUSAL_LOG_INTERVAL_S)."""
+    for refusals in list(_ALL):
+        refusals.flush()

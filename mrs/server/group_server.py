@@ -41,11 +41,11 @@ from journals import (
     checksum,
 )
 from mrs.config.bus import BusConfig, GroupConfig
-from mrs.core.refusals import RefusalLog
+from mrs.core.refusals import RefusalLog, flush_all
 from mrs.core.timers import TrioTimers
 from mrs.group import KEPT, Group, Guarantees
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
-from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN
+from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN, REFUSAL_LOG_INTERVAL_S
 from mrs.native import loader as native
 from mrs.ops.admin_actions import AdminActions
 from mrs.ops.group_ops import GroupOps
@@ -265,8 +265,9 @@ class GroupServer:
     def _start_watchers(self, nursery: trio.Nursery, connections: Connections) -> None:
         """The files a running group keeps an eye on: its data directory, and with
         [auth] the credentials file (a revocation applies without a new connection)."""
-        if self.journal_files.guard is not None:
+        if self.journal_files.guard is not None:  # real files (not the simulator's)
             nursery.start_soon(self.journal_files.watch, self.journal_files.guard)
+            nursery.start_soon(_flush_refusals)
         if self.authority is not None:
             nursery.start_soon(connections.watch_credentials, self.authority)
 
@@ -426,3 +427,11 @@ def _hot_path() -> str:
     if state.compiled:
         return f"compiled ({state.reason}); {crc}"
     return f"pure Python ({state.status}: {state.reason}); {crc}"
+
+
+async def _flush_refusals() -> None:
+    """The log's counts of refusals not shown (mrs.core.refusals): once a burst ends,
+    its count is written within REFUSAL_LOG_INTERVAL_S, not at the next refusal."""
+    while True:
+        await trio.sleep(REFUSAL_LOG_INTERVAL_S)
+        flush_all()

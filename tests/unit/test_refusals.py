@@ -77,3 +77,26 @@ def test_tls_refusals_are_logged_per_host_and_reason(caplog) -> None:
         "TLS handshake from 127.0.0.1:0 refused: not a TLS handshake",
         "TLS handshake from 127.0.0.1:99 refused: a plaintext MRS client (answered: TLS only)",
     ]
+
+
+def test_a_burst_that_ends_has_its_count_logged_by_the_flush(caplog) -> None:
+    """A burst of 664 wrong passwords in 2 s left one line: the count of the rest
+    waited for the key's next hit, which never came. `flush` (every server calls
+    `flush_all` each interval) writes it once the interval has passed, once."""
+    from mrs.core.refusals import flush_all
+
+    clock = _Clock()
+    refusals = RefusalLog(logging.getLogger("t.flush"), every_s=5.0, clock_s=clock)
+    with caplog.at_level(logging.INFO):
+        for _ in range(664):
+            refusals.refused("auth", "10.0.0.9", "wrong password")
+        clock.now_s = 4.0
+        flush_all()  # too soon: nothing more
+        clock.now_s = 5.0
+        flush_all()
+        clock.now_s = 20.0
+        flush_all()  # nothing left to tell
+    assert _lines(caplog, "t.flush") == [
+        "10.0.0.9: wrong password",
+        "10.0.0.9: wrong password (663 more since the last such line)",
+    ]
