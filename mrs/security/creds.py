@@ -246,8 +246,16 @@ def rotate(
 
 
 def grant(creds: Credentials, name: str, permissions: Permissions) -> None:
-    """Replace a principal's grants (its password stays)."""
-    creds.principals[name] = replace(_existing(creds, name), permissions=permissions)
+    """Replace a principal's grants (its password stays). A group's link credential
+    (`group:N`) takes none: a link is no application, and rights granted to it let
+    whoever holds a group's link secret attach, get and confirm as an application."""
+    principal = _existing(creds, name)
+    if name.startswith(LINK_PREFIX):
+        raise CredsError(
+            f"{name} is a group's link credential: it takes no grants (a link puts and "
+            "confirms as its group, not as an application); grant an application principal"
+        )
+    creds.principals[name] = replace(principal, permissions=permissions)
 
 
 def remove(creds: Credentials, name: str) -> None:

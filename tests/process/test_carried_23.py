@@ -89,3 +89,20 @@ def test_admin_grant_without_a_right_is_refused_before_the_server_is_asked() -> 
     assert len(result.stderr.splitlines()) == 1
     both = run_mrs("admin", "grant", "owner", "--none", "--put", "1.*", "--address", "127.0.0.1:9")
     assert both.returncode == 2 and "--none with rights given" in both.stderr
+
+
+def test_a_groups_link_credential_takes_no_grants(tmp_path: Path) -> None:
+    """`mrs creds grant group:2 --attach '*'` (and the same through `mrs admin grant`
+    and the web page, which share `mrs.security.creds.grant`) gave application rights
+    to a link credential: whoever held group 2's link secret could attach and get
+    as an application. Refused in one line; the file is left as it was."""
+    from tests.cli_helpers import run_mrs
+
+    creds = tmp_path / "creds.toml"
+    assert run_mrs("creds", "add-group", "2", "--file", str(creds), "--secrets",
+                   str(tmp_path)).returncode == 0  # fmt: skip
+    before = creds.read_bytes()
+    result = run_mrs("creds", "grant", "group:2", "--file", str(creds), "--attach", "*")
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "link credential" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert creds.read_bytes() == before
