@@ -18,6 +18,8 @@ from typing import Any
 
 from cryptography import x509
 
+from mrs.limits import CERT_EXPIRY_WARN_DAYS
+
 TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
 CLIENT_CERT_CHOICES = {
     "none": ssl.CERT_NONE,
@@ -155,6 +157,32 @@ class TlsConfig:
                     f"the {what} {path} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} "
                     "UTC: every TLS handshake would fail; make new certificates "
                     "(`mrs certs --force`, docs/security.md)"
+                )
+        return None
+
+    def expiry_notice(self, now: datetime.datetime | None = None) -> tuple[int, str] | None:
+        """(log level, line) when this group's certificate or CA expires within
+        CERT_EXPIRY_WARN_DAYS (WARNING) or has expired (ERROR), else None. Why: a
+        certificate that expired while the group ran made every new handshake fail
+        with INFO lines only, and nothing said so before the day came."""
+        now = now or datetime.datetime.now(datetime.UTC)
+        soon = now + datetime.timedelta(days=CERT_EXPIRY_WARN_DAYS)
+        for what, path in (("certificate", self.cert), ("CA certificate", self.ca)):
+            try:
+                ends = x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc
+            except (OSError, ValueError):
+                continue  # a file being replaced: the next look reads it
+            when = f"{ends:%Y-%m-%d %H:%M} UTC"
+            fix = "make new certificates (`mrs certs`, docs/security.md)"
+            if now > ends:
+                return logging.ERROR, (
+                    f"the {what} {path} expired on {when}: every new TLS handshake "
+                    f"fails; {fix}"
+                )
+            if soon > ends:
+                days = (ends - now).days
+                return logging.WARNING, (
+                    f"the {what} {path} expires on {when} (in {days} days): {fix}"
                 )
         return None
 

@@ -41,11 +41,17 @@ from journals import (
     checksum,
 )
 from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.tls import TlsConfig
 from mrs.core.refusals import RefusalLog, flush_all
 from mrs.core.timers import TrioTimers
 from mrs.group import KEPT, Group, Guarantees
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
-from mrs.limits import COMMIT_COMPANY_WAIT_S, PARTIAL_FRAMES_FRAMES_MIN, REFUSAL_LOG_INTERVAL_S
+from mrs.limits import (
+    CERT_EXPIRY_CHECK_S,
+    COMMIT_COMPANY_WAIT_S,
+    PARTIAL_FRAMES_FRAMES_MIN,
+    REFUSAL_LOG_INTERVAL_S,
+)
 from mrs.native import loader as native
 from mrs.ops.admin_actions import AdminActions
 from mrs.ops.group_ops import GroupOps
@@ -270,6 +276,8 @@ class GroupServer:
             nursery.start_soon(_flush_refusals)
         if self.authority is not None:
             nursery.start_soon(connections.watch_credentials, self.authority)
+        if self.config.tls is not None:
+            nursery.start_soon(_watch_certificate_expiry, self.config.tls)
 
     def status_info(self) -> dict:
         """The group's status plus the operator's view (version, uptime, journal use)."""
@@ -435,3 +443,12 @@ async def _flush_refusals() -> None:
     while True:
         await trio.sleep(REFUSAL_LOG_INTERVAL_S)
         flush_all()
+
+
+async def _watch_certificate_expiry(tls: TlsConfig) -> None:
+    """Say in the log, at start and every CERT_EXPIRY_CHECK_S, that this group's
+    certificate or CA expires soon or has expired (`TlsConfig.expiry_notice`)."""
+    while True:
+        if (notice := tls.expiry_notice()) is not None:
+            logging.getLogger("mrs.tls").log(*notice)
+        await trio.sleep(CERT_EXPIRY_CHECK_S)

@@ -106,3 +106,63 @@ def test_a_groups_link_credential_takes_no_grants(tmp_path: Path) -> None:
     assert result.returncode != 0, result.stdout + result.stderr
     assert "link credential" in result.stderr and len(result.stderr.splitlines()) == 1
     assert creds.read_bytes() == before
+
+
+def _group_certificate_ending_in(config: Path, days: float) -> None:
+    """Replace group 1's certificate (made by `mrs certs --apply`) by one of the same
+    CA and names whose validity ends `days` from now."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from mrs.config.bus import load_config
+    from mrs.tools import certs as certs_tool
+
+    out = config.parent / "certs"
+    ca_cert = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), None)
+    began = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
+        days=certs_tool.VALID_DAYS - days
+    )
+    names = certs_tool._group_names(load_config(config).group(1))
+    certs_tool._leaf(out, "group-1", names, ca_cert, ca_key, began)  # type: ignore[arg-type]
+
+
+def test_a_certificate_that_expires_soon_is_a_warning_of_the_running_group(
+    tmp_path: Path,
+) -> None:
+    """A certificate that expired while the group ran made every new handshake fail
+    with INFO lines only, and nothing warned before the day. Now `mrs serve` logs a
+    WARNING naming the file and the day from CERT_EXPIRY_WARN_DAYS before (and every
+    CERT_EXPIRY_CHECK_S), an ERROR once it has expired; none for a fresh one."""
+    import logging
+
+    from mrs.config.bus import load_config
+    from sim.processes import write_single_group_config
+    from tests.cli_helpers import run_mrs
+
+    config = write_single_group_config(tmp_path / "bus", queues=STANDARD_QUEUES)
+    made = run_mrs("certs", "--config", str(config), "--out", str(config.parent / "certs"),
+                   "--apply")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    tls = load_config(config).group(1).tls
+    assert tls is not None and tls.expiry_notice() is None
+    _group_certificate_ending_in(config, 3)
+    level, line = tls.expiry_notice() or (0, "")
+    assert level == logging.WARNING and "group-1.pem expires on" in line and "in 2 days" in line
+    _group_certificate_ending_in(config, 1)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mrs", "serve", "--config", str(config), "--group", "1"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stderr is not None
+        for said in server.stderr:  # the warning comes before READY
+            assert "READY" not in said, "no warning before the group was ready"
+            if "expires on" in said:
+                assert "WARNING" in said and "group-1.pem" in said and "mrs certs" in said
+                break
+    finally:
+        server.kill()
+        server.wait()
