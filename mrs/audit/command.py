@@ -11,8 +11,8 @@ operator's mistake (no journal there, unknown group, bad time, no Java, a bad
 --master) is one line on stderr and exit status 2; a damaged journal or a failed
 Spark job is one line and status 1; Ctrl-C is one line and status 130. Files are
 written only under `--out`: without it the report is the terminal summary (or
-`--json`), and Spark's own log goes to a temporary file that is removed when the
-audit succeeds. Progress is a line per stage on stderr.
+`--json`), and Spark's own log goes to a temporary file that is removed at the end
+unless the error line names it. Progress is a line per stage on stderr.
 """
 
 from __future__ import annotations
@@ -215,6 +215,8 @@ class Progress:
 
 _TERMINAL: list[int] = []
 """A copy of fd 2 taken before Spark starts (it points fd 2 at its log meanwhile)."""
+_TEMPORARY_LOG: list[Path] = []
+"""Spark's log in a temporary file (no --out): removed unless a line names it."""
 
 
 def _interrupted(_signum=None, _frame=None) -> None:
@@ -223,8 +225,17 @@ def _interrupted(_signum=None, _frame=None) -> None:
     because files are written last, and `os._exit` skips py4j's shutdown tracebacks."""
     try:
         os.write(_TERMINAL[0] if _TERMINAL else 2, b"\nmrs audit: interrupted\n")
+        for path in _TEMPORARY_LOG:  # `os._exit` skips every `finally`
+            path.unlink(missing_ok=True)
+        _remove_shipped_code()
     finally:
         os._exit(EXIT_INTERRUPTED)
+
+
+def _remove_shipped_code() -> None:
+    from mrs.audit.session import remove_shipped_code
+
+    remove_shipped_code()
 
 
 def spark_error_line(error: BaseException) -> str:
@@ -272,43 +283,78 @@ def _run(args: argparse.Namespace) -> int:
     except AuditJournalDamaged as error:
         print(f"mrs audit: {error}", file=sys.stderr)
         return EXIT_FAILED
+    if args.out is None:
+        _TEMPORARY_LOG[:] = [log_path]
+    progress(f"starting Spark ({args.master}); its log: {log_path}")
+    try:
+        return _run_spark(args, sources, since, until, progress, log_path)
+    finally:
+        _TEMPORARY_LOG.clear()
+
+
+def _run_spark(args: argparse.Namespace, sources: dict[str, str], since, until,
+               progress: Progress, log_path: Path) -> int:  # fmt: skip
+    """Start Spark and run the job. Spark's temporary log (no --out) is kept only when
+    the one line names it: it was kept after every failure, so each mistyped
+    --master and each Ctrl-C left a `mrs-audit-*.log` in /tmp that nothing named."""
     from mrs.audit.session import build_local_archive, is_local
 
-    progress(f"starting Spark ({args.master}); its log: {log_path}")
+    temporary = args.out is None
     try:
         spark, table = _start_spark(sources, args, log_path, progress)
     except AuditJournalDamaged as error:  # a PCJ archive's file (mrs.audit.load)
+        _drop_log(log_path, temporary)
         print(f"mrs audit: {error}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as error:
         if not _from_spark(error):
+            _drop_log(log_path, temporary)
             raise
-        why = spark_start_line(error, log_path)
-        print(f"mrs audit: Spark did not start with --master {args.master}: {why} "
-              f"(log: {log_path})", file=sys.stderr)  # fmt: skip
+        print(f"mrs audit: Spark did not start with --master {args.master}: "
+              f"{_start_failure(error, log_path, temporary)}", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     progress("Spark started")
     signal.signal(signal.SIGINT, _interrupted)  # pyspark installed its own
-    failed = True
+    keep_log = False
     try:
         if args.action == "export":
-            status = _export(spark, sources, args, since, until)
-        else:
-            status = _report(spark, sources, args, since, until, progress, table)
-        failed = status != 0
-        return status
+            return _export(spark, sources, args, since, until)
+        return _report(spark, sources, args, since, until, progress, table)
+    except AuditJournalDamaged as error:  # a PCJ archive's file, read after the start
+        print(f"mrs audit: {error}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as error:  # noqa: BLE001 - Spark wraps everything; say it in one line
         if _from_spark(error):
+            keep_log = True
             print(f"mrs audit: Spark job failed: {spark_error_line(error)} (log: {log_path})",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
         raise
     finally:
         spark.stop()
+        _remove_shipped_code()
         if is_local(args.master):
             build_local_archive()  # once per JDK and Spark: later JVMs start sooner
-        if args.out is None and not failed:
-            log_path.unlink(missing_ok=True)
+        if not keep_log:
+            _drop_log(log_path, temporary)
+
+
+def _drop_log(log_path: Path, temporary: bool) -> None:
+    if temporary:
+        log_path.unlink(missing_ok=True)
+
+
+def _start_failure(error: BaseException, log_path: Path, temporary: bool) -> str:
+    """Why Spark did not start, and where its log is. A temporary log whose reason is
+    in the line has nothing more for the operator: it is removed, and the line says
+    how to keep one."""
+    reason = _reason_in_log(log_path)
+    if reason is None:
+        return f"{spark_error_line(error)} (log: {log_path})"
+    if temporary:
+        log_path.unlink(missing_ok=True)
+        return f"{reason} (to keep Spark's log: give --out DIR)"
+    return f"{reason} (log: {log_path})"
 
 
 def _start_spark(sources: dict[str, str], args: argparse.Namespace, log_path: Path,
@@ -335,6 +381,11 @@ def _from_spark(error: BaseException) -> bool:
 def spark_start_line(error: BaseException, log_path: Path) -> str:
     """Why Spark did not start: the JVM's reason from its log (a bad master URL, no
     master answering), which py4j's error does not carry; else `spark_error_line`."""
+    reason = _reason_in_log(log_path)
+    return spark_error_line(error) if reason is None else reason
+
+
+def _reason_in_log(log_path: Path) -> str | None:
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
@@ -348,11 +399,11 @@ def spark_start_line(error: BaseException, log_path: Path) -> str:
     cause = re.search(r"Error initializing SparkContext\.(?s:.*?)\nCaused by: [\w.$]+: (.*)", text)
     if cause:
         return cause.group(1).strip()[:300]
-    return spark_error_line(error)
+    return None
 
 
 def _log_path(out: Path | None) -> Path:
-    """Spark's log: in --out, else a temporary file (removed when the audit succeeds).
+    """Spark's log: in --out, else a temporary file (removed at the end unless a line names it).
     An --out that cannot be a directory is the operator's to fix: one line, before
     Spark starts."""
     if out is not None:

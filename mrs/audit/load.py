@@ -122,6 +122,34 @@ def read_archives(
     return batches
 
 
+def archive_files(sources: dict[str, str]) -> list[tuple[int, list[Path]]]:
+    """(group, its PCJ archive's Parquet files) of each group `sources` names that
+    has any, each file's footer read first: a damaged one is one line
+    (`ArchiveUnreadable`), not a failed Spark job. Hidden and `_` files are skipped,
+    as pyarrow and Spark skip them (an archive run's `.NAME.tmp` in flight)."""
+    import pyarrow.parquet as pq
+
+    found = []
+    for directory, group in archive_dirs(sources):
+        if not directory.is_dir():
+            continue
+        files = sorted(
+            path for path in directory.rglob("*.parquet")
+            if not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts)
+        )  # fmt: skip
+        for path in files:
+            try:
+                pq.read_metadata(path)
+            except (pa.ArrowException, OSError) as error:
+                raise ArchiveUnreadable(
+                    f"PCJ archive {directory}: not readable as Parquet ({error}); "
+                    "move the damaged file aside and audit again"
+                ) from None
+        if files:
+            found.append((group, files))
+    return found
+
+
 def _archived_rows(directory: Path, group: int | None) -> pa.Table:
     """The audit's columns of the archive's files (of `group` only, if given: a
     `pcj_archive_dir` may be shared), cast to the audit schema's types."""

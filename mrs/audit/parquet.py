@@ -62,11 +62,16 @@ def _as_table(rows) -> pa.Table:
     return pa.concat_tables([t.select(list(SCHEMA.names)).cast(SCHEMA) for t in tables])
 
 
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+"""The directory name of a null partition value (a row with no time: a corrupt
+record), which Spark and pyarrow read back as null, so `date` stays a date column."""
+
+
 def partition_dates(table: pa.Table) -> pa.Array:
-    """The UTC day of each row: confirm_time, else written_time, else put_time."""
+    """The UTC day of each row: confirm_time, else written_time, else put_time (null
+    for a row with none of them)."""
     moment = pc.coalesce(table["confirm_time"], table["written_time"], table["put_time"])
-    days = pc.strftime(moment, format="%Y-%m-%d", locale="C")
-    return pc.fill_null(days, "unknown")
+    return pc.strftime(moment, format="%Y-%m-%d", locale="C")
 
 
 def _fsync_path(path: Path) -> None:
@@ -100,6 +105,14 @@ def _write_file(table: pa.Table, directory: Path, prefix: str, compression: str)
     return final
 
 
+def _matches(column, value) -> pa.Array:
+    return pc.is_null(column) if value is None else pc.equal(column, value)
+
+
+def _partition_name(value) -> str:
+    return NULL_PARTITION if value is None else str(value)
+
+
 def write_parquet(
     rows,
     out_dir: Path | str,
@@ -126,13 +139,11 @@ def write_parquet(
         .to_pylist()
     ):
         mask = pc.and_(
-            pc.equal(keyed["_date"], key["date"]),
-            pc.equal(keyed["group"], key["group"])
-            if key["group"] is not None
-            else pc.is_null(keyed["group"]),
+            _matches(keyed["_date"], key["date"]), _matches(keyed["group"], key["group"])
         )
         part = keyed.filter(mask).drop_columns(["_date"])
-        directory = out_dir / f"date={key['date']}" / f"group={key['group']}"
+        directory = (out_dir / f"date={_partition_name(key['date'])}"
+                     / f"group={_partition_name(key['group'])}")  # fmt: skip
         for start in range(0, part.num_rows, rows_per_file_max):
             chunk = part.slice(start, rows_per_file_max)
             written.append(_write_file(chunk, directory, prefix, compression))

@@ -296,10 +296,40 @@ def name_addresses(report: Report, names: dict[str, str]) -> None:
                     row[f"{column}_name"] = names.get(row[column] or "", row[column])
 
 
+def archived_pcj(spark, sources: dict[str, str]):
+    """The PCJ archives' rows (`mrs pcj archive`'s Parquet files) of the groups
+    `sources` names, body included, as a DataFrame in the formats' schema; None if no
+    group has one. Read by Spark from the files (on a cluster, the executors), each
+    row's `group` the group whose archive holds it, as `mrs.audit.load` reads them.
+
+    Why: export read the live PCJ only, so every record the archive (or the server's
+    automatic archive) had moved was missing from the export while `mrs audit` counted
+    it confirmed: the export of a partly archived PCJ disagreed with the report."""
+    from pyspark.sql import functions as F
+
+    from mrs.audit.load import archive_files
+    from mrs.audit.source import SPARK_SCHEMA
+
+    exact_groups = "config" in {key.lower() for key in sources}
+    frames = []
+    for group, files in archive_files(sources):
+        frame = spark.read.schema(SPARK_SCHEMA).parquet(*map(str, files))
+        if exact_groups:  # a `pcj_archive_dir` may be shared by groups
+            frame = frame.where(F.col("group") == group)
+        frames.append(frame.withColumn("group", F.lit(group).cast("int")))
+    if not frames:
+        return None
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
+
+
 def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,
            mode: str = "errorifexists") -> dict[str, int]:  # fmt: skip
     """Both journals to Parquet under out_dir/{pcj,dlj}, partitioned by date and group
-    (the layout `mrs.audit.parquet` writes); rows written per journal.
+    (the layout `mrs.audit.parquet` writes), the PCJ with its archive's rows (as the
+    report counts them); rows written per journal.
 
     A journal with no rows in the window (a group that never dead-lettered) is one
     Parquet file of no rows with the schema, `date` and `group` among its columns:
@@ -308,12 +338,16 @@ def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,
     from pyspark.sql import functions as F
 
     pcj, dlj = journals(spark, sources, since, until)
+    archived = archived_pcj(spark, sources)
+    if archived is not None:
+        pcj = pcj.unionByName(_bounded(archived, "confirm_time", since, until))
     written = {}
     for name, frame in (("pcj", pcj), ("dlj", dlj)):
         moment = F.coalesce("confirm_time", "written_time", "put_time")
-        dated = frame.withColumn(
-            "date", F.coalesce(F.date_format(moment, "yyyy-MM-dd"), F.lit("unknown"))
-        ).cache()
+        # A record with no time (a corrupt one) has a null date: Hive's default
+        # partition, read back as null. It was `date=unknown`, which made `date` a
+        # string column and matched every `date >= '...'` filter.
+        dated = frame.withColumn("date", F.date_format(moment, "yyyy-MM-dd")).cache()
         written[name] = dated.count()
         if written[name]:
             dated.write.mode(mode).partitionBy("date", "group").parquet(f"{out_dir}/{name}")
