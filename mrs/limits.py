@@ -206,9 +206,9 @@ CREDENTIALS_CHECK_INTERVAL_S = 0.5
 """With [auth], how often a running group looks at its credentials file (two stats)
 besides at each new connection and on SIGHUP: a `mrs creds remove` then ends the
 removed principal's connections within this, even when nobody else connects."""
-CERT_EXPIRY_WARN_DAYS = 14
+CERT_EXPIRY_WARN_S = 14 * 86400.0
 """A running group with [group.tls] logs a WARNING once its certificate or CA expires
-within this many days (an ERROR once expired), every CERT_EXPIRY_CHECK_S."""
+within this (14 days; an ERROR once expired), every CERT_EXPIRY_CHECK_S."""
 CERT_EXPIRY_CHECK_S = 6 * 3600.0
 """How often a running group looks at its certificates' end dates (and logs)."""
 TLS_REFUSAL_LOG_INTERVAL_S = 1.0

@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography import x509
 
-from mrs.limits import CERT_EXPIRY_WARN_DAYS
+from mrs.limits import CERT_EXPIRY_WARN_S
 
 TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
 CLIENT_CERT_CHOICES = {
@@ -162,11 +162,11 @@ class TlsConfig:
 
     def expiry_notice(self, now: datetime.datetime | None = None) -> tuple[int, str] | None:
         """(log level, line) when this group's certificate or CA expires within
-        CERT_EXPIRY_WARN_DAYS (WARNING) or has expired (ERROR), else None. Why: a
+        CERT_EXPIRY_WARN_S (WARNING) or has expired (ERROR), else None. Why: a
         certificate that expired while the group ran made every new handshake fail
         with INFO lines only, and nothing said so before the day came."""
         now = now or datetime.datetime.now(datetime.UTC)
-        soon = now + datetime.timedelta(days=CERT_EXPIRY_WARN_DAYS)
+        soon = now + datetime.timedelta(seconds=CERT_EXPIRY_WARN_S)
         for what, path in (("certificate", self.cert), ("CA certificate", self.ca)):
             try:
                 ends = x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc

@@ -134,7 +134,7 @@ def test_a_certificate_that_expires_soon_is_a_warning_of_the_running_group(
 ) -> None:
     """A certificate that expired while the group ran made every new handshake fail
     with INFO lines only, and nothing warned before the day. Now `mrs serve` logs a
-    WARNING naming the file and the day from CERT_EXPIRY_WARN_DAYS before (and every
+    WARNING naming the file and the day from CERT_EXPIRY_WARN_S before (and every
     CERT_EXPIRY_CHECK_S), an ERROR once it has expired; none for a fresh one."""
     import logging
 
