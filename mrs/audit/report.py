@@ -340,7 +340,12 @@ def export(spark, sources: dict[str, str], out_dir: str, since=None, until=None,
     pcj, dlj = journals(spark, sources, since, until)
     archived = archived_pcj(spark, sources)
     if archived is not None:
-        pcj = pcj.unionByName(_bounded(archived, "confirm_time", since, until))
+        # A record both archived and still in the live PCJ (an archive run stopped
+        # after writing its file, before its deletes: the next run finishes them) is
+        # one message: exported once, from the live PCJ.
+        live = pcj.select("group", "seq")
+        only_archived = archived.join(live, on=["group", "seq"], how="left_anti")
+        pcj = pcj.unionByName(_bounded(only_archived, "confirm_time", since, until))
     written = {}
     for name, frame in (("pcj", pcj), ("dlj", dlj)):
         moment = F.coalesce("confirm_time", "written_time", "put_time")

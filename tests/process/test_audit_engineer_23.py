@@ -89,6 +89,24 @@ def test_export_of_a_partly_archived_pcj_has_each_confirmed_message_once(
     assert [row["seq"] - GROUP_1_SEQ for row in _exported(out, "pcj")] == DAYS["2023-11-16"]
 
 
+
+def test_a_record_both_archived_and_live_is_exported_once(
+    spark, tmp_path: Path  # noqa: F811
+) -> None:
+    """An archive run stopped after writing its file and before deleting the records
+    from the PCJ (the next run finishes its deletes) leaves those records in both
+    places: the export wrote each twice, unmarked. Now once, from the live PCJ."""
+    data_dir = tmp_path / "g1"
+    _partly_archived(data_dir)
+    archived = [record(i, seq=GROUP_1_SEQ + i, confirm_time_ns=CONFIRMED_NS[i],
+                       body=b"body %d" % i) for i in DAYS["2023-11-14"]]  # fmt: skip
+    write_records(data_dir / "journals", Journal.PCJ, archived)  # the deletes never made
+    sources = {"paths": json.dumps([str(data_dir)])}
+    out = tmp_path / "parquet"
+    assert export(spark, sources, str(out)) == {"pcj": 6, "dlj": 2}
+    assert [row["seq"] - GROUP_1_SEQ for row in _exported(out, "pcj")] == list(range(6))
+
+
 def test_a_corrupt_record_exports_with_a_null_date_not_a_string_one(
     spark, tmp_path: Path  # noqa: F811
 ) -> None:
