@@ -258,4 +258,12 @@ def _split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise error_for(Status.BADPARAM, f"server address must be HOST:PORT, got {address!r}")
-    return host.strip("[]"), int(port)
+    host = host.strip("[]")
+    try:  # a label over 63 characters failed in the socket's IDNA encoding, as a
+        # UnicodeError that `mrs admin`/`mrs jplay` showed as "unexpected error"
+        usable = ":" in host or bool(host.encode("idna"))
+    except UnicodeError:
+        usable = False
+    if not usable or any(ord(c) < 0x20 or ord(c) == 0x7F for c in host):
+        raise error_for(Status.BADPARAM, f"server address {address!r}: the host is not a host name")
+    return host, int(port)

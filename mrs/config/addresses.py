@@ -6,6 +6,8 @@ Config checks compare addresses as keys; the same port spelled `localhost` and
 
 from __future__ import annotations
 
+import ipaddress
+
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
 """Hosts that take the port on every address of the machine."""
 
@@ -36,3 +38,29 @@ def parse_host_port(text: str, *, port_min: int = 0) -> tuple[str, int] | str:
         return FieldReader(Path()).host_port({"address": text}, "address", "", port_min=port_min)
     except ConfigError as error:
         return error.problem
+
+
+def takes_local_port(host: str) -> bool:
+    """Whether a listener on `host` holds its port for what this machine dials at
+    home: a wildcard host, or a loopback one (`127.0.0.1`, `localhost`, `::1`)."""
+    name = LOOPBACK_NAMES.get(host.lower(), host)
+    if name in WILDCARD_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name: where it points is the resolver's business
+        return False
+
+
+def overlap(host: str, other_host: str, port: int, other_port: int) -> bool:
+    """Whether two listening addresses are one port on one machine: the same address
+    (`same_address`), or a wildcard host and a loopback or wildcard one on the same
+    port. Why the second: a group on `0.0.0.0:7001` holds 127.0.0.1:7001 too, so a
+    group listening there could not start, and `mrs status` and the group's clients
+    and links dialing it reached the other group and took it for this one."""
+    if same_address(host, port) == same_address(other_host, other_port):
+        return True
+    wildcard = host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS
+    return (
+        port == other_port and wildcard and takes_local_port(host) and takes_local_port(other_host)
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mrs.config.addresses import same_address
+from mrs.config.addresses import WILDCARD_HOSTS, overlap, same_address
 from mrs.config.auth import parse_auth
 from mrs.config.fields import FieldReader, _describe, _join, _toml_list
 from mrs.config.guards import Guards, parse_guards
@@ -306,16 +306,19 @@ class _Parser(FieldReader):
         `mrs.config.instances` and `mrs.config.ops` check them; here across groups,
         where an instance on another group's port would take that group's clients,
         and one group's metrics on another's listen failed that group's start with
-        "the port is in use by another process", naming neither key)."""
-        owners: dict[tuple[str, int], str] = {}
+        "the port is in use by another process", naming neither key). A wildcard
+        host overlaps a loopback or wildcard one on its port (`addresses.overlap`)."""
+        on_port: dict[int, list[tuple[str, str]]] = {}  # port: (host, key) seen
         for i, group in enumerate(groups):
             for where, host, port in _addresses(group, f"group[{i}]"):
                 if port == 0:
                     continue
-                key = same_address(host, port)
-                if key in owners and not owners[key].startswith(f"group[{i}]."):
-                    self.fail(where, f"{host}:{port} is also the address of {owners[key]}")
-                owners.setdefault(key, where)
+                for other_host, other in on_port.get(port, []):
+                    if not other.startswith(f"group[{i}].") and overlap(
+                        host, other_host, port, port
+                    ):
+                        self.fail(where, _overlap_problem(host, other_host, port, other))
+                on_port.setdefault(port, []).append((host, where))
 
     def check_link_addresses(
         self, links: tuple[LinkConfig, ...], groups: list[GroupConfig]
@@ -382,6 +385,23 @@ class _Parser(FieldReader):
                     f"(also link[{seen[link.groups]}])",
                 )
             seen[link.groups] = i
+
+
+def _overlap_problem(host: str, other_host: str, port: int, other: str) -> str:
+    """The one line for a listening address that overlaps `other`'s."""
+    problem = f"{_shown(host)}:{port} is also the address of {other}"
+    if other_host == host:
+        return problem
+    if {host, other_host} & WILDCARD_HOSTS:
+        return (
+            f"{problem} ({_shown(other_host)}:{port}: a 0.0.0.0 or :: host takes "
+            "its port on every address of the machine)"
+        )
+    return f"{problem} ({_shown(other_host)}:{port})"
+
+
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _addresses(group: GroupConfig, where: str) -> list[tuple[str, str, int]]:

@@ -48,8 +48,8 @@ def _serve(args: argparse.Namespace) -> int:
     bus = load_config(args.config)
     _check_ready_file(args.ready_file)
     if args.group not in bus.groups:
-        raise ConfigError(
-            bus.path,
+        raise ConfigError(  # the file as given, as every other config error names it
+            args.config,
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
@@ -64,7 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         options = replace(options, pcj_archiver=archive_pcj)
     if group.instances or args.instance is not None:
-        _check_instance(bus, group, args.instance)
+        _check_instance(args.config, group, args.instance)
         from mrs.server.instance import serve_instance
 
         trio.run(serve_instance, bus, args.group, args.instance, options)
@@ -137,15 +137,16 @@ def _check_not_running(data_dir: Path) -> None:
         os.close(fd)  # closing drops the shared lock if it was taken
 
 
-def _check_instance(bus: BusConfig, group: GroupConfig, name: str | None) -> None:
-    """A replicated group is served one instance at a time, by name (one line if not)."""
+def _check_instance(config: Path, group: GroupConfig, name: str | None) -> None:
+    """A replicated group is served one instance at a time, by name (one line if not),
+    the file named as given (`bus.toml: --instance: ...`), like every config error."""
     names = ", ".join(i.name for i in group.instances)
     if not group.instances:
-        raise ConfigError(bus.path, "--instance", f"group {group.id} has no [[group.instance]]")
+        raise ConfigError(config, "--instance", f"group {group.id} has no [[group.instance]]")
     if name is None or name not in {i.name for i in group.instances}:
         shown = "missing" if name is None else f"no instance {name!r}"
         raise ConfigError(
-            bus.path, "--instance", f"{shown}: group {group.id} is replicated ({names})"
+            config, "--instance", f"{shown}: group {group.id} is replicated ({names})"
         )
 
 

@@ -12,6 +12,7 @@ tweaks live here so `mrs/tools/cli.py` stays a flat list of subcommands others c
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import os
 import select
@@ -27,9 +28,34 @@ __all__ = ["EXIT_OK", "EXIT_RUNTIME", "EXIT_USAGE", "CommandError"]
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line naming the command and its --help."""
 
+    given: tuple[str, ...] = ()
+    """The command line being parsed (`parse_arguments` sets it)."""
+
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("the following arguments are required"):
+            message += _misspelt_options(self, OneLineParser.given)
         print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+def _misspelt_options(parser: argparse.ArgumentParser, given: tuple[str, ...]) -> str:
+    """A hint, `(--confg is not an option: did you mean --config?)`, for each `--word`
+    given that `parser` does not know. Why: argparse reports a required option missing
+    before it reports an unknown one, so `mrs serve --confg bus.toml --group 1` said
+    only "required: --config", naming an option the operator believed they gave."""
+    known = [option for action in parser._actions for option in action.option_strings]
+    long_options = [option for option in known if option.startswith("--")]
+    hints = []
+    for token in given:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if not name.startswith("--") or any(o.startswith(name) for o in long_options):
+            continue  # a value, or an option (argparse takes a unique prefix)
+        close = difflib.get_close_matches(name, long_options, n=1)
+        meant = f": did you mean {close[0]}?" if close else ""
+        hints.append(f"{name} is not an option{meant}")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -89,6 +115,7 @@ def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
     """`parser.parse_args`, but arguments no parser took are reported by the subcommand
     that was given them (`mrs admin journal: unrecognized arguments: dqf (see mrs admin
     journal --help)`), not by `mrs`, whose help does not list them."""
+    OneLineParser.given = tuple(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra:
         chosen = parser

@@ -25,6 +25,7 @@ from mrs.ops.web import (
     page_html,
     sample_of,
 )
+from mrs.tools.cli_support import positive_float
 
 if TYPE_CHECKING:
     from mrs.tools.web_actions import BusWebAdmin
@@ -42,7 +43,12 @@ def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
         "--listen", default=WEB_LISTEN_DEFAULT, help="HOST:PORT to serve on (port 0: any free)"
     )
     web.add_argument(
-        "--timeout", type=float, default=3.0, help="seconds to wait for each group's status"
+        # > 0 and finite, as `mrs status --timeout`: 0, a negative, nan or inf was taken,
+        # and the page showed every group DOWN or REFUSED while they served
+        "--timeout",
+        type=positive_float,
+        default=3.0,
+        help="seconds to wait for each group's status",
     )
     web.add_argument(
         "--admin",

@@ -270,9 +270,11 @@ def _checked_address(text: str) -> str:
     """`--address` as the client will read it (HOST:PORT, a port from 1 to 65535). Why
     here: the client refused it only when the replay connected, as a stop of the run
     (exit 1, every record "not attempted", and advice to run the same command again)."""
-    host, _, port = text.rpartition(":")
-    if not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise UsageError(f"--address {text!r}: give HOST:PORT of the group's server")
+    from mrs.config.addresses import parse_host_port
+
+    for part in text.split(","):  # a replicated group's instances, comma-separated
+        if isinstance(problem := parse_host_port(part, port_min=1), str):
+            raise UsageError(f"--address {text!r}: {problem}")
     return text
 
 
