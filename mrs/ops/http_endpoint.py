@@ -351,6 +351,8 @@ async def _receive(
         data += chunk
         if len(data) > HTTP_REQUEST_BYTES_MAX:
             return text(400, "request too large\n")
+        if not _may_start_http(data):
+            return text(400, "not an HTTP request (the group's MRS port is its listen)\n")
     request_line = data.split(b"\n", 1)[0].decode("latin-1").strip()
     parts = request_line.split()
     if len(parts) != 3:
@@ -378,6 +380,17 @@ async def _receive(
             break
         body += chunk
     return Request(method, path, query, headers, body[:length], _peer(stream))
+
+
+def _may_start_http(data: bytes) -> bool:
+    """False when the first byte cannot begin a request line (a method is upper-case
+    letters; blank lines may come first). Why: an MRS client given a group's
+    metrics_listen or web_listen by mistake sends a binary Hello and waits; the page
+    waited for a blank line until its deadline, so `mrs status` said "no answer within
+    3 s; is it running?" of a group that was running. Answered at once, the client
+    reads "HTTP" and `mrs status` names the mistake."""
+    first = data.lstrip(b"\r\n")[:1]
+    return not first or b"A" <= first <= b"Z"
 
 
 def _content_length(value: str) -> int | None:

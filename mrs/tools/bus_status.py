@@ -16,6 +16,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -218,6 +219,8 @@ def refusal(error: BaseException) -> str | None:
     silent)."""
     from clients import ConnectionLost, MrsError, ReplyTimeout, TlsRefused
 
+    if foreign_reason(error) is not None:  # not a group at all: nothing refused us
+        return None
     for inner in _chain(error):
         if isinstance(inner, TlsRefused):
             return " ".join(inner.message.split())
@@ -272,14 +275,52 @@ _ERRNO_WORDS = {
 }
 
 
+NOT_MRS = "something listens there but does not speak MRS"
+"""How a down reason starts when the address holds another program (`foreign_reason`)."""
+
+_FRAME_OF = re.compile(r"frame of (\d+) bytes")
+
+
+def foreign_reason(error: BaseException) -> str | None:
+    """Why the address is not an MRS group's, when what answered broke the protocol
+    from its first bytes (an HTTP server such as a group's own metrics_listen or
+    web_listen, an SSH banner), else None.
+
+    Why: the client reads another program's first bytes as a frame length and fails
+    on it (PROTOCOL_ERROR, "frame of 1213486160 bytes", which is b"HTTP"), and that
+    error used to be shown as the group's answer: "is up but REFUSED the status
+    request ... see the group's log", for an address where no group listens."""
+    from mrs.protocol.errors import RemoteProtocolError
+
+    for inner in _chain(error):
+        if not isinstance(inner, RemoteProtocolError):
+            continue
+        text = " ".join(str(inner.message).split())
+        said = _FRAME_OF.search(text)
+        if said is None and text != "empty frame":
+            continue  # a frame MRS reads but does not expect: a group, maybe of another release
+        if said is not None and int(said.group(1)) < 2**32:
+            head = int(said.group(1)).to_bytes(4, "big")
+            if all(32 <= byte < 127 for byte in head):
+                http = " (an HTTP server: a group's metrics_listen or web_listen?)"
+                kind = http if head == b"HTTP" else ""
+                return f"{NOT_MRS}: it answered {head.decode()!r}...{kind}"
+        return f"{NOT_MRS} ({text})"
+    return None
+
+
 def down_reason(error: BaseException) -> str:
     """Why a group did not answer, in words: the OS error's meaning, not the text of
     the exception that carried it (which quotes the address as a Python tuple)."""
+    if (foreign := foreign_reason(error)) is not None:
+        return foreign
     for inner in _chain(error):
         if isinstance(inner, socket.gaierror):
             return f"cannot resolve the host name ({inner.strerror or inner})"
         if isinstance(inner, OSError) and inner.errno is not None:
             return _ERRNO_WORDS.get(inner.errno) or os.strerror(inner.errno).lower()
+    if str(error).endswith("failed: mrs: LINK_DOWN: server closed the connection"):
+        return "it took the connection and closed it without answering"  # not the chain's text
     return root_cause(error)
 
 
@@ -350,6 +391,12 @@ def _single_down(view: GroupView) -> CommandError:
         return CommandError(
             f"group at {view.address} is up but REFUSED the status request "
             f"({view.refused}): {refusal_advice(view.refused)}",
+            EXIT_RUNTIME,
+        )
+    if (view.error or "").startswith(NOT_MRS):
+        return CommandError(
+            f"no group at {view.address}: {view.error}; check the address (a group's "
+            "`listen`, or an instance's)",
             EXIT_RUNTIME,
         )
     return CommandError(
