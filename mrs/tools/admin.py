@@ -27,7 +27,14 @@ from typing import Any
 
 from mrs.errors import ConnectionLost, MrsError
 from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
-from mrs.tools.cli_support import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError, walk_errors
+from mrs.tools.cli_support import (
+    EXIT_OK,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    CommandError,
+    int64,
+    walk_errors,
+)
 
 CONNECT_TIMEOUT_S = 10.0
 """Seconds to reach the group's server."""
@@ -48,7 +55,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     browse.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
     browse.add_argument(
         "--limit",
-        type=int,
+        type=int64,
         default=ADMIN_BROWSE_DEFAULT,
         help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
     )
@@ -63,14 +70,14 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         "set-limits", help="change a queue's limits now and in the config file"
     )
     limits.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
-    limits.add_argument("--messages-max", type=int, help="memory messages it may hold")
-    limits.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
+    limits.add_argument("--messages-max", type=int64, help="memory messages it may hold")
+    limits.add_argument("--unconfirmed-max", type=int64, help="deliveries awaiting a confirm")
     add = actions.add_parser("add-queue", help="add a queue now and to the config file")
-    add.add_argument("id", type=int, help="the queue's id in its group")
+    add.add_argument("id", type=int64, help="the queue's id in its group")
     add.add_argument("name", help="the queue's name")
     add.add_argument("--confirm", help="confirm style (default explicit-in-order)")
-    add.add_argument("--messages-max", type=int, help="memory messages it may hold")
-    add.add_argument("--unconfirmed-max", type=int, help="deliveries awaiting a confirm")
+    add.add_argument("--messages-max", type=int64, help="memory messages it may hold")
+    add.add_argument("--unconfirmed-max", type=int64, help="deliveries awaiting a confirm")
     add.add_argument("--no-dqf", action="store_true", help="memory only (recoverable = false)")
     grant = actions.add_parser("grant", help="replace a principal's grants (credentials file)")
     grant.add_argument("principal", help="the principal's name")
@@ -81,18 +88,18 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         "--none", action="store_true", help="take every grant away (no option given: refused)"
     )
     for selective in (browse, move):
-        selective.add_argument("--class", dest="msg_class", type=int, help="only this class")
-        selective.add_argument("--type", dest="msg_type", type=int, help="only this type")
+        selective.add_argument("--class", dest="msg_class", type=int64, help="only this class")
+        selective.add_argument("--type", dest="msg_type", type=int64, help="only this type")
         selective.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
         selective.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
     reset = actions.add_parser(
         "reset-link",
         help="accept a peer group's new journals on its link (after the peer was rebuilt)",
     )
-    reset.add_argument("peer", type=int, help="the peer group's id")
+    reset.add_argument("peer", type=int64, help="the peer group's id")
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
-    journal.add_argument("--limit", type=int, default=ADMIN_BROWSE_DEFAULT, help="records")
+    journal.add_argument("--limit", type=int64, default=ADMIN_BROWSE_DEFAULT, help="records")
     journal.add_argument(
         "--offline", action="store_true", help="read the file in the data directory (--config)"
     )
@@ -110,7 +117,7 @@ def _add_where(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--address", help="HOST:PORT of the group's server instead")
     parser.add_argument(
         "--group",
-        type=int,
+        type=int64,
         help="the group (default: the queue's; a name in several groups must say which)",
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of a table")

@@ -166,3 +166,18 @@ def test_a_certificate_that_expires_soon_is_a_warning_of_the_running_group(
     finally:
         server.kill()
         server.wait()
+
+
+def test_an_admin_number_the_wire_cannot_carry_is_a_usage_error() -> None:
+    """`mrs admin set-limits Q --messages-max 99999999999999999999` was refused by the
+    frame encoder in its own words ("AdminRequest.args holds an int out of msgpack
+    range"); now argparse's one line, exit 2, before anything is dialed."""
+    from tests.cli_helpers import run_mrs
+
+    huge = str(10**20)
+    for argv in (("set-limits", "ORDERS", "--messages-max", huge),
+                 ("browse", "ORDERS", "--limit", huge)):  # fmt: skip
+        result = run_mrs("admin", *argv, "--address", "127.0.0.1:9", timeout_s=30)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "below 2**63" in result.stderr and "msgpack" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1
