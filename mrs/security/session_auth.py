@@ -14,9 +14,10 @@ import trio
 
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig, GroupConfig
+from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.model import Status
 from mrs.security.authority import Authority
-from mrs.security.creds import link_principal
+from mrs.security.creds import CredsError, link_principal
 from mrs.security.gate import Gate
 from mrs.security.handshake import AuthFailed
 
@@ -30,7 +31,10 @@ def build(bus: BusConfig, group: GroupConfig) -> tuple[Authority | None, Gate | 
     """(None, None) when [auth] is off; CredsError (one line) if the files are unusable."""
     if bus.auth is None:
         return None, None
-    authority = Authority(bus.auth, group.id, group.linked_group_ids)
+    try:
+        authority = Authority(bus.auth, group.id, group.linked_group_ids)
+    except CredsError as error:  # a file the config names: a config mistake, exit 2
+        raise CommandError(str(error), EXIT_USAGE) from None
     for what, host in (
         ("web_listen", group.ops.web_host),
         ("metrics_listen", group.ops.metrics_host),

@@ -181,3 +181,19 @@ def test_an_admin_number_the_wire_cannot_carry_is_a_usage_error() -> None:
         assert result.returncode == 2, result.stdout + result.stderr
         assert "below 2**63" in result.stderr and "msgpack" not in result.stderr
         assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_missing_credentials_file_is_a_config_error_exit_2(tmp_path: Path) -> None:
+    """configuration.md: every config mistake is one line and exit status 2. `[auth]`
+    naming a credentials file that is not there ended `mrs serve` with status 1."""
+    from tests.auth_helpers import SecureBus
+
+    bus = SecureBus(tmp_path / "bus", group_ids=(1,))
+    assert bus.config_path is not None
+    (bus.config_path.parent / "creds.toml").unlink()
+    served = subprocess.run(
+        [sys.executable, "-m", "mrs", "serve", "--config", str(bus.config_path), "--group", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert served.returncode == 2, served.stderr
+    assert len(served.stderr.splitlines()) == 1 and "creds.toml" in served.stderr
