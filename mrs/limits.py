@@ -525,6 +525,13 @@ REPLICATION_ETCD_TIMEOUT_S = 2.0
 REPLICATION_LAG_S_MAX = 1.0
 """An in-sync replica that has not acknowledged a commit this long after it was sealed
 leaves the in-sync set (while the replicas left hold every answer given)."""
+REPLICATION_PING_S = 1.0
+"""An idle replication link (no record to send) carries a ping this often, which the
+replica answers (mrs.replication.active `_stream`)."""
+REPLICATION_SILENT_S_MAX = 5.0
+"""A replica that answers pings and has answered nothing this long on an idle link is
+taken for lost: the link ends, and it leaves the in-sync set REPLICATION_LAG_S_MAX
+later (a machine powered off, a cut that drops packets: no TCP close comes)."""
 REPLICATION_REST_HOLD_S = 0.005
 """A record goes to an in-sync replica no answer waits for (mrs.replication.link_out
 `write_first` did not pick it) at most this long after the active flushed it, with the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
@@ -35,8 +36,10 @@ from mrs.limits import (
     REPLICATION_HANDOVER_WAIT_S,
     REPLICATION_LAG_S_MAX,
     REPLICATION_LATE_S,
+    REPLICATION_PING_S,
     REPLICATION_RENEW_FRACTION_DEFAULT,
     REPLICATION_REST_HOLD_S,
+    REPLICATION_SILENT_S_MAX,
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
 )
 from mrs.replication.coordinator import Coordinator, CoordinatorUnavailable, FailoverRequest
@@ -44,6 +47,7 @@ from mrs.replication.link_out import LinkOut, write_first
 from mrs.replication.stream import CommitStream, RecordingStore
 from mrs.replication.wire import (
     ANSWER_BYTES_MAX,
+    PING_FRAME,
     CannotStore,
     FrameReader,
     LinkBroken,
@@ -444,27 +448,40 @@ class Active:
         )
         await self._join_if_whole(name, (pos_term, pos_number), answer.get("whole") is True)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._acks, name, reader, nursery.cancel_scope)
-                while True:
-                    await link.send(frames)
-                    if self.stepped_down is not None:
-                        nursery.cancel_scope.cancel()
-                        return
-                    wanted = link.rearm()
-                    if not link.has_work(self.stream.number):
-                        await wanted.wait()  # `_write_rest` wakes it if the loop could not send
-                    held = name in self._held()
-                    if held:  # the records of the next few commits go with it
-                        await self._hold_for_company()
-                    frames = self.stream.records_after(link.cursor)
-                    if frames is None:
-                        raise LinkBroken(f"{name} fell out of the records kept")
-                    if held and len(frames) > 1:
-                        frames = [b"".join(frames)]  # one write; the replica applies them as one
-                    link.cursor = self.stream.number
+            await self._stream(name, link, frames, reader, answer.get("pings") is True)
         finally:
             del self.links[name]
+
+    async def _stream(
+        self, name: str, link: LinkOut, frames: Iterable[bytes], reader: FrameReader, pings: bool
+    ) -> None:
+        """Send `name` its records as they are sealed (and read its answers, `_acks`);
+        while there are none, a ping every REPLICATION_PING_S to a replica that answers
+        them (`pings`, said in its hello)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._acks, name, reader, pings)
+            while True:
+                await link.send(frames)
+                if self.stepped_down is not None:
+                    nursery.cancel_scope.cancel()
+                    return
+                wanted = link.rearm()
+                if not link.has_work(self.stream.number):
+                    with trio.move_on_after(REPLICATION_PING_S if pings else math.inf):
+                        await wanted.wait()  # `_write_rest` wakes it if the loop could not send
+                    if not wanted.is_set():
+                        frames = [PING_FRAME]
+                        continue
+                held = name in self._held()
+                if held:  # the records of the next few commits go with it
+                    await self._hold_for_company()
+                records = self.stream.records_after(link.cursor)
+                if records is None:
+                    raise LinkBroken(f"{name} fell out of the records kept")
+                if held and len(records) > 1:
+                    records = [b"".join(records)]  # one write; the replica applies them as one
+                frames = records
+                link.cursor = self.stream.number
 
     async def _join_if_whole(self, name: str, position: tuple[int, int], whole: bool) -> None:
         """A replica that says at the hello it holds every record of this term joins
@@ -528,9 +545,25 @@ class Active:
             if link.has_work(stream.number):
                 link.want()  # its task sends the rest (or finds the records gone)
 
-    async def _acks(self, name: str, reader: FrameReader, scope: trio.CancelScope) -> None:
+    async def _acks(self, name: str, reader: FrameReader, pings: bool) -> None:
+        """Read `name`'s answers. One that answers pings and has said nothing for
+        REPLICATION_SILENT_S_MAX while it had every record sent to it is lost: the link
+        ends (LinkBroken), so that `_lag_loop` drops it from the in-sync set. Why: a
+        replica gone without its TCP connection closing (its machine powered off, a
+        cut that drops packets, a paused process) on a group that writes nothing
+        missed no record and kept its link "up", so it stayed in sync for good, and a
+        failover after the active's loss waited for its position."""
         while True:
-            message = await reader.next(ANSWER_BYTES_MAX)
+            message: dict[str, Any] | None = None
+            with trio.move_on_after(REPLICATION_SILENT_S_MAX if pings else math.inf):
+                message = await reader.next(ANSWER_BYTES_MAX)
+            if message is None:
+                if self._owes_nothing(name):
+                    raise LinkBroken(
+                        f"{name} answered no ping for {REPLICATION_SILENT_S_MAX:g} s "
+                        "(its machine or process stopped, or the network drops its packets)"
+                    )
+                continue  # records in flight: `_lag_loop` watches those
             if message["t"] in ("refuse", "fail"):
                 await self._refused(name, message)
             if message["t"] == "ack":
@@ -539,6 +572,12 @@ class Active:
                     del self.problems[name]
                 if self.stream.ack(name, self._acked(name, message)):
                     await self._join(name)
+
+    def _owes_nothing(self, name: str) -> bool:
+        """Whether `name` has acknowledged every record its link sent (an idle link,
+        where only pings and their answers cross)."""
+        link = self.links.get(name)
+        return link is None or self.stream.acked.get(name, 0) >= link.cursor
 
     def _acked(self, name: str, message: dict[str, Any]) -> int:
         """The record an acknowledgement names, if a replica can hold it: one this

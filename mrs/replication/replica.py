@@ -50,6 +50,7 @@ from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge
 from mrs.replication.wire import (
     HELLO_BYTES_MAX,
+    PONG,
     CannotStore,
     FrameReader,
     LinkBroken,
@@ -346,6 +347,7 @@ class Replica:
                 "pos": (0, 0) if self.diverged else self.position,  # (0, 0): a full copy
                 "led": self.led,
                 "whole": self.holds_journals,
+                "pings": True,  # answered with PONG (mrs.replication.wire)
             }
             await stream.send_all(frame(hello_back))
             try:
@@ -465,6 +467,8 @@ class Replica:
 
     def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """Apply one message of the active; the answer to send (ack or refuse)."""
+        if message["t"] == "ping":
+            return PONG
         if message["t"] == "commit":
             return self.receive_commits([message])[-1]
         try:

@@ -10,6 +10,8 @@ frame, msgpack) with no event table:
     active -> replica  {"t": "commit", "term": T, "n": n, "batches": [[puts, deletes], ...]}
     active -> replica  {"t": "copy", "term": T, "n": n, "items": [...], "last": bool}
     replica -> active  {"t": "ack", "n": n}  or  {"t": "refuse", "why": text}
+    active -> replica  {"t": "ping"}  (an idle link, to a replica whose hello has
+                       "pings": true)  ->  {"t": "pong"}
 
 A commit is the active's journal writes of one commit, in order: each batch's puts
 as [journal, key, value] and deletes as [journal, key] (journals.batch
@@ -67,6 +69,12 @@ class WrongInstance(LinkBroken):
 def frame(message: dict[str, Any]) -> bytes:
     body = msgpack.packb(message, use_bin_type=True)
     return _LENGTH.pack(len(body)) + body
+
+
+PING_FRAME = frame({"t": "ping"})
+"""What the active sends on an idle link; the replica answers PONG (a replica of an
+earlier build, whose hello does not say "pings", is sent none: it would refuse one)."""
+PONG = {"t": "pong"}
 
 
 class FrameReader:

@@ -78,3 +78,35 @@ def test_a_replica_lost_on_a_quiet_group_leaves_the_set_and_the_other_takes_over
     assert wait_active({lost: instances[lost]}, FAILOVER_S_MAX) == lost
     instances[left].start()  # answers wait for a replica: a majority of the disks
     assert trio.run(_drain, addresses) == expected
+
+
+def test_a_replica_silent_on_a_quiet_group_leaves_the_set_and_comes_back(
+    instances: dict[str, InstanceProcess],
+) -> None:
+    """A replica that stops answering with its TCP connection kept (SIGSTOP here; a
+    machine powered off or a cut that drops packets likewise) on a group that writes
+    nothing missed no record and kept its link up: named in sync for good, so that a
+    failover after the active's loss would wait for it. Now the active's pings go
+    unanswered and it drops it within REPLICATION_SILENT_S_MAX and the lag bound;
+    resumed, it is in sync again without a write."""
+    from mrs.limits import REPLICATION_LAG_S_MAX, REPLICATION_SILENT_S_MAX
+
+    first = wait_active(instances, WAIT_S)
+    silent = sorted(name for name in instances if name != first)[0]
+    addresses = instance_addresses(instances[first].config_path, "NYC")
+
+    async def quiet_night() -> None:
+        async with connect(addresses, "SENDER") as client:
+            await wait_in_sync(client, {"a", "b", "c"})
+            assert (await client.put(b"night", "ORDERS")).status == Status.SUCCESS
+            await wait_caught_up(client, {"a", "b", "c"})
+            instances[silent].pause()
+            try:
+                with trio.fail_after(REPLICATION_SILENT_S_MAX + 10 * REPLICATION_LAG_S_MAX):
+                    while (await client.status())["replication"]["replicas"][silent]["in_sync"]:
+                        await trio.sleep(0.2)
+            finally:
+                instances[silent].resume()
+            await wait_in_sync(client, {"a", "b", "c"}, timeout_s=WAIT_S)
+
+    trio.run(quiet_night)

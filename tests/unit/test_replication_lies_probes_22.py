@@ -123,7 +123,8 @@ async def test_a_number_no_position_holds_is_refused_and_the_replica_serves_on(
     message, why = NUMBERS[case]
     first, again = await _told(replica, frame(message))
     assert first[-1]["t"] == "refuse" and f"malformed: {why}" in first[-1]["why"], first
-    assert again[0] == {"t": "hello", "name": "b", "pos": [TERM, 1], "led": 0, "whole": True}
+    assert again[0] == {"t": "hello", "name": "b", "pos": [TERM, 1], "led": 0, "whole": True,
+                        "pings": True}  # fmt: skip
     assert len(_lines(caplog, f"replica b refuses a (term {TERM}): malformed: {why}")) == 1
     assert read_position(store) == ((TERM, 1), TERM) and store.get_raw(Journal.DQF, b"k1")
     assert replica.holds_journals and not replica.copy_partial
