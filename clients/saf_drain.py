@@ -42,7 +42,7 @@ from mrs.limits import (
     QUEUE_ID_MAX,
     QUEUE_ID_MIN,
 )
-from mrs.model import Address, Psb, Status, Uma, status_of
+from mrs.model import Address, DeliveryMode, Notification, Psb, Status, Uma, status_of
 
 if TYPE_CHECKING:
     from clients.link import _Link
@@ -136,6 +136,12 @@ class SafDrain:
         """Not None while the drain has sent every journal record and waits only for
         their answers: a put made then waits for it (`_after_tail`) instead of going
         into the journal behind them (module doc: the drain must be able to end)."""
+        self._retry_at: float | None = None
+        """Not None while records left in the journal wait to be sent again (the
+        server did not keep them, or their delete failed): when, on trio's clock. No
+        newer record is sent meanwhile (`_drain`)."""
+        self._holding_logged = False
+        """A record the server did not keep was logged, and none was stored since."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
@@ -245,10 +251,11 @@ class SafDrain:
         journal.on_corrupt = self._report_corrupt
         after_key: bytes | None = None
         window = _Window()
+        self._retry_at = None
         while self._requests.link is link:
             self._wake = trio.Event()
             journal.on_change = self._wake.set
-            room = self._room(window)
+            room = self._room(window) if self._retry_at is None else 0
             items = journal.read_after(after_key, room) if room > 0 else []
             for key, record in items:
                 after_key = key
@@ -270,13 +277,19 @@ class SafDrain:
             if room > 0 and window.keys and not journal.appending and self._tail is None:
                 self._tail = trio.Event()  # every record sent: new puts wait, not journal
             if not window.keys and journal.idle and after_key is not None:
-                # Records are left, none after `after_key`: their delete failed (a full
-                # disk). Sent again from the oldest after a pause (the server answers
-                # each with its first copy's seq) and deleted then; puts journal meanwhile.
+                # Records are left, none after `after_key`: the server did not keep them
+                # (`_not_kept`), or their delete failed (a full disk). Sent again from
+                # the oldest after a pause (the server answers a stored one with its
+                # first copy's seq); puts journal meanwhile, sent after them. A wake
+                # (a put journaled) does not cut the pause short: each one sent the
+                # whole backlog again at once while a full DQF refused it.
                 self._release_tail()
-                with trio.move_on_after(CLIENT_SAF_DELETE_RETRY_S):
+                if self._retry_at is None:
+                    self._retry_at = trio.current_time() + CLIENT_SAF_DELETE_RETRY_S
+                with trio.move_on_at(self._retry_at):
                     await self._wake.wait()
-                after_key = None
+                if trio.current_time() >= self._retry_at:
+                    after_key, self._retry_at = None, None
                 continue
             await self._wake.wait()
 
@@ -352,7 +365,7 @@ class SafDrain:
 
         def answered(result: object) -> None:
             window.remove(key)
-            self._drain_answered(link, key, record.seq, result)
+            self._drain_answered(link, key, record, result)
             self._wake.set()
 
         wait_s = put_reply_wait_s(request.timeout_ms / 1000)
@@ -371,8 +384,13 @@ class SafDrain:
         self._requests.deadlines.add_after(wait_s, request.request_id, pending)
         self._requests.send(link, request)
 
-    def _drain_answered(self, link: _Link, key: bytes, local_seq: int, result: object) -> None:
+    def _drain_answered(self, link: _Link, key: bytes, record: Record, result: object) -> None:
+        local_seq = record.seq
         if isinstance(result, wire.PutDone):
+            if result.uma_status in _UMA_LOST and record.delivery not in _AK_MODES:
+                self._not_kept(key, local_seq, result)
+                return
+            self._holding_logged = False
             self._journal.remove([key])
             self._status.notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
         elif isinstance(result, wire.Failure) and result.status not in PASSING_REFUSALS:
@@ -399,6 +417,33 @@ class SafDrain:
                 ConnectionLost(Status.LINK_DOWN, f"the server answered a drained put with {name}"),
             )
 
+    def _not_kept(self, key: bytes, local_seq: int, result: wire.PutDone) -> None:
+        """The server answered a drained put but kept the message nowhere: it could not
+        reach its interest point (a full DQF, no DQF) and its UMA failed too (SAF for a
+        queue of the server's own group, a DLJ at its cap). Why not "drained": the put
+        was answered STORED when it was journaled, and its record was deleted, so the
+        message was lost with no word to anyone. A cause that passes (DQF_FULL,
+        MRS_RES_EXH, a device) keeps the record, sent again after a pause
+        (`_retry_at`), as the group keeps a message in its SAF; one that cannot pass
+        (NO_DQF, NOSUCHQUEUE) is refused for good, as the group refuses such a put. An AK
+        put's MRS_ACK already tells its sender, as it would a connected put's."""
+        cause, uma = _name(result.delivery_status), _name(result.uma_status)
+        why = f"the group could not store it ({cause}) and its UMA failed ({uma})"
+        if result.delivery_status in _CAUSES_FOR_GOOD:
+            self._reject(key, local_seq, result.delivery_status, why)
+            return
+        if self._retry_at is None:
+            self._retry_at = trio.current_time() + CLIENT_SAF_DELETE_RETRY_S
+        if not self._holding_logged:  # one line per run of them, not one per record
+            self._holding_logged = True
+            log.warning(
+                "client SAF record %d not kept: %s; it stays in the journal and is sent "
+                "again in %g s",
+                local_seq,
+                why,
+                CLIENT_SAF_DELETE_RETRY_S,
+            )
+
     def _reject(self, key: bytes, local_seq: int, status: int, message: str) -> None:
         """A record the server refuses for good: logged, removed (it can never be
         delivered) and heard by listeners (kind "rejected")."""
@@ -422,6 +467,17 @@ def _psb(reply: wire.PutDone) -> Psb:
 
 
 _SUCCESS_STATUS, _STORED_STATUS, _NO_UMA_STATUS = Status.SUCCESS, Status.STORED, Status.NO_UMA
+_UMA_LOST = frozenset(
+    int(status)
+    for status in (Status.SAF_FAILED, Status.DLJ_FAILED, Status.DLQ_FAILED, Status.RTS_FAIL)
+)
+"""A drained put's UMA status saying the message is nowhere (a discard is the sender's
+choice: DISC_FAILED and DISCL_FAILED discarded it all the same)."""
+_CAUSES_FOR_GOOD = frozenset(
+    int(status) for status in (Status.NO_DQF, Status.NOSUCHQUEUE, Status.MSGTOOBIG)
+)
+"""Why a message was not kept that no wait heals: the group's configuration."""
+_AK_MODES = frozenset(int(mode) for mode in DeliveryMode if mode.notification is Notification.AK)
 _SUCCESS, _STORED, _NO_UMA = int(_SUCCESS_STATUS), int(_STORED_STATUS), int(_NO_UMA_STATUS)
 
 
