@@ -133,6 +133,7 @@ async def connect(
                     yield client
                 finally:
                     await client.lifetime.give_back_held()  # shielded, bounded
+                    client.lifetime.stop()
                     nursery.cancel_scope.cancel()
                     client.closed()
         except BaseExceptionGroup as group:

@@ -649,6 +649,9 @@ class Lifetime:
         self._loops = loops
         self._status = status
         self._requests = requests
+        self._running = trio.CancelScope(shield=True)
+        """Around `run`: only `stop` ends it, not a cancel scope around the connect
+        block (`run`)."""
 
     async def open(self, *, wait_for_active: bool) -> _Link:
         """Dial, handshake and attach (`connect`'s first link). ConnectionLost if
@@ -664,10 +667,23 @@ class Lifetime:
             self._loops.install(link)
 
     async def run(self, link: _Link | None) -> None:
-        """Serve the connection and reconnect after drops, until the client closes."""
-        await self._dialer.run(link)
+        """Serve the connection and reconnect after drops, until the client closes
+        (`stop`). Shielded: a scope cancelled around the whole connect block (a
+        `move_on_after`, a nursery torn down, Ctrl-C) cancels the application's code,
+        and the close that follows still has the connection's loops to write its
+        CancelGets and GiveBack and read their answers. Before, they were cancelled
+        with it: the close waited GIVE_BACK_WAIT_S for a write no loop made, and
+        every message the client held that needs no confirm (read-ahead MRS_ACKs, a
+        memory message that crossed a get given up) was lost."""
+        with self._running:
+            await self._dialer.run(link)
 
     async def give_back_held(self) -> None:
         """Closing: read-ahead messages no get took go back to the queue (shielded,
         bounded: clients.pending.Requests.give_back_held)."""
         await self._requests.give_back_held()
+
+    def stop(self) -> None:
+        """Closing, once the held messages are given back: end `run` (its loops close
+        the connection, shielded and bounded: clients.link.LinkLoops.serve)."""
+        self._running.cancel()

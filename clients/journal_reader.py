@@ -19,6 +19,7 @@ reader on another host (`Client.open_journal`, clients.journal_remote).
 from __future__ import annotations
 
 import datetime
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,13 +231,33 @@ class JournalReader:
     corrupt: list[str] = field(default_factory=list)
     _after_seq: int | None = None
     _read: int = 0
+    _unread: deque[JournalRecord] = field(default_factory=deque)
+    """Records read and not handed out yet: the next iteration hands them out first.
+    Why: a loop stopped part way through a chunk (a `break`, a cancel scope) and
+    iterated again went on after the chunk, so the rest of it was never read."""
 
     def read_chunk(self) -> list[JournalRecord]:
-        """The next records (at most JOURNAL_READ_CHUNK_MESSAGES), read in one short
-        read transaction; [] at the end. Blocking: `async for` runs it in a thread."""
-        store = self._store
-        if store is None:
+        """The next records (at most JOURNAL_READ_CHUNK_MESSAGES): those read and not
+        handed out yet, else the next ones, read in one short read transaction; [] at
+        the end. Blocking: `async for` runs it in a thread."""
+        self.fill()
+        records = list(self._unread)
+        self._unread.clear()
+        return records
+
+    def fill(self) -> bool:
+        """Unless records read before wait to be handed out, read the next chunk of
+        them (blocking); whether any wait now (False: the end)."""
+        if self._store is None:
             raise MrsError(Status.NOTACTIVE, f"journal {self.path} ({self.journal}) is closed")
+        if not self._unread:
+            self._unread.extend(self._next_chunk())
+        return bool(self._unread)
+
+    def _next_chunk(self) -> list[JournalRecord]:
+        """The records of the next chunk(s) the selection leaves; [] at the end."""
+        store = self._store
+        assert store is not None  # checked by `fill`
         records: list[JournalRecord] = []
         scanned = True
         while not records and scanned:  # a chunk of corrupt records only: read on
@@ -263,18 +284,22 @@ class JournalReader:
         return records
 
     def __iter__(self) -> Iterator[JournalRecord]:
-        while chunk := self.read_chunk():
-            yield from chunk
+        while self._unread or self.fill():
+            yield self._unread.popleft()  # handed out: a loop stopped now has it
 
     async def _records(self) -> AsyncIterator[JournalRecord]:
-        while chunk := await trio.to_thread.run_sync(self.read_chunk):
-            for record in chunk:
-                yield record
+        while self._unread or await self._filled():
+            yield self._unread.popleft()
+
+    async def _filled(self) -> bool:
+        """`fill` in a worker thread (it reads the files)."""
+        return await trio.to_thread.run_sync(self.fill)
 
     def __aiter__(self) -> AsyncIterator[JournalRecord]:
         return self._records()
 
     def close(self) -> None:
+        self._unread.clear()
         if self._store is not None:
             self._store.close()
             self._store = None

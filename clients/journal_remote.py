@@ -12,9 +12,12 @@ one conversion (clients.journal_reader.journal_record), and selects with the sam
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
+
+import trio
 
 from clients.errors import BadParameter, MrsError, error_for
 from clients.journal_reader import (
@@ -123,16 +126,50 @@ class RemoteJournalReader:
     _done: bool = False
     _read: int = 0
     _ended: bool = False
-    """The last `read_page` answered [] (the end): the next one asks again."""
+    """The last page asked for answered [] (the end): the next one asks again."""
+    _unread: deque[JournalRecord] = field(default_factory=deque)
+    """Records read from the group and not handed out yet: the next iteration (or
+    `read_page`) hands them out first. Why: a loop stopped part way through a page (a
+    `break`, a cancel scope around its work, Ctrl-C in the blocking client) and
+    iterated again went on from the page after, so the rest of the page was never
+    read, though the reader had moved past it."""
+    _filling: trio.Lock = field(default_factory=trio.Lock)
+    """Held while a page is asked for (`fill`): one page at a time, so a second ask
+    made while the first is still answered (an interrupted blocking call) reads on."""
 
     async def read_page(self) -> list[JournalRecord]:
-        """The next selected records (at most the page size), asked of the group; []
-        at the end. A page of records that are all filtered out is read on. Asked
-        again after the end, it reads on from the last seq read, as the local reader
-        does (clients.journal_reader): a reader iterated again reads the records
-        written since. Why: it read nothing more once it had reached the end."""
+        """The next selected records (at most the page size): those read and not yet
+        handed out, else the next page asked of the group; [] at the end. A page of
+        records that are all filtered out is read on. Asked again after the end, it
+        reads on from the last seq read, as the local reader does
+        (clients.journal_reader): a reader iterated again reads the records written
+        since. Why: it read nothing more once it had reached the end."""
+        await self.fill()
+        records = list(self._unread)
+        self._unread.clear()
+        return records
+
+    async def fill(self) -> bool:
+        """Unless records read before wait to be handed out, ask the group for the next
+        page of them; whether any wait now (False: the end)."""
         if self._client is None:
             raise MrsError(Status.NOTACTIVE, f"the {self.journal} reader is closed")
+        async with self._filling:
+            if not self._unread:
+                self._unread.extend(await self._next_page())
+        return bool(self._unread)
+
+    def take(self) -> JournalRecord:
+        """The oldest record `fill` read and nobody was handed yet (there is one)."""
+        return self._unread.popleft()
+
+    @property
+    def unread(self) -> int:
+        """Records read from the group and not handed out yet."""
+        return len(self._unread)
+
+    async def _next_page(self) -> list[JournalRecord]:
+        """The records of the next page(s) the selection leaves; [] at the end."""
         if self._ended and (self.limit is None or self._read < self.limit):
             self._done = False
         self._ended = False
@@ -170,9 +207,8 @@ class RemoteJournalReader:
         return records
 
     async def _records(self) -> AsyncIterator[JournalRecord]:
-        while page := await self.read_page():
-            for record in page:
-                yield record
+        while self._unread or await self.fill():
+            yield self._unread.popleft()  # handed out: a loop stopped now has it
 
     def __aiter__(self) -> AsyncIterator[JournalRecord]:
         return self._records()
@@ -180,6 +216,7 @@ class RemoteJournalReader:
     def close(self) -> None:
         """pams_close_jrn: nothing is held on the group; the reader reads no more."""
         self._client = None
+        self._unread.clear()
 
     async def __aenter__(self) -> RemoteJournalReader:
         return self

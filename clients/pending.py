@@ -273,6 +273,12 @@ class Requests:
             return
         with trio.CancelScope(shield=True), trio.move_on_after(GIVE_BACK_WAIT_S):
             await self.gets.settle(link)
+            # Gets given up on their own (a get_many, a poll, a selective get) may
+            # still bring messages: answered before the GiveBack, so it names them.
+            # Before, a get_many given up just before the close left its batch on
+            # the wire and its memory messages were lost.
+            while self._cancelled_gets and link.lost is None:
+                await self._cancels_answered.park()
             seqs = [message.seq for message in self.held if not message.needs_confirm]
             if not seqs:
                 return

@@ -76,11 +76,19 @@ class SyncJournalReader:
         return self._reader.corrupt
 
     def read_page(self) -> list[JournalRecord]:
-        return self._sync._call(self._reader.read_page)
+        """The next records: those read and not handed out yet, else the next page."""
+        reader = self._reader
+        if not reader.unread:
+            self._sync._call(reader.fill)
+        return [reader.take() for _ in range(reader.unread)]
 
     def __iter__(self) -> Iterator[JournalRecord]:
-        while page := self.read_page():
-            yield from page
+        # Each page is read into the reader in the client's thread and taken from it
+        # here, one record at a time: a loop stopped part way (a `break`, Ctrl-C) and
+        # iterated again goes on with the next record, not the next page.
+        reader = self._reader
+        while reader.unread or self._sync._call(reader.fill):
+            yield reader.take()
 
     def close(self) -> None:
         self._reader.close()
