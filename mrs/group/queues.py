@@ -424,7 +424,9 @@ class TargetQueue:
             self.build_index()
         attributes = index.attributes
         correlation_id = select.equal_value("correlation_id")
-        if correlation_id is not None:
+        # b"" (the messages without one) is not in the index: scanned like other keys.
+        # Why: the lookup found none, so such a get waited out its timeout beside them.
+        if correlation_id:
             best: tuple[int, int] | None = None
             for seq in islice(index.with_correlation_id(correlation_id), SELECT_SCAN_MESSAGES_MAX):  # type: ignore[arg-type]
                 held = attributes[seq]
