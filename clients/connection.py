@@ -48,7 +48,7 @@ from clients.batch import (
 )
 from clients.confirm_batch import confirm_many, confirmed_problem
 from clients.dialing import Attachment, Dialer, Dialing
-from clients.errors import ConnectionLost, JournalFailed, MrsError, error_for
+from clients.errors import ConnectionLost, JournalFailed, MrsError, PutOutcomeUnknown, error_for
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
 from clients.journal_status import JournalEvent, JournalStatus
 from clients.link import LinkLoops, _Link
@@ -339,7 +339,15 @@ class Client:
                 requests.require_link(_LINK_DOWN, "put")
             reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         except ConnectionLost as lost:  # a `try` costs nothing until it catches
-            if resender is None or delivery not in _RECOVERABLE_MODES:
+            if delivery not in _RECOVERABLE_MODES:
+                raise
+            if (
+                self._drain is not None
+                and not isinstance(lost, PutOutcomeUnknown)
+                and self._status.status == Status.JOURNAL_ON
+            ):  # lost before it was sent: journaled, as a put made a moment later is
+                return await self._drain.put_journaled(request)
+            if resender is None:
                 raise
             return await resender.resend(lost, lambda: self._send_put(request, timeout), len(body))
         return _psb(reply)

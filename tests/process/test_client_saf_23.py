@@ -12,10 +12,21 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, JournalEvent, MrsError, Status, Uma, connect, saf_drain
+from clients import (
+    ConnectionLost,
+    DeliveryMode,
+    JournalEvent,
+    MrsError,
+    PutOutcomeUnknown,
+    Status,
+    Uma,
+    connect,
+    saf_drain,
+)
 from sim.ports import free_port
 from sim.processes import GroupProcess, write_single_group_config
 from tests.client_helpers import FAST_RECONNECT as FAST
+from tests.client_helpers import FixedPortServer
 from tests.conftest import STANDARD_QUEUES
 
 NO_DQF_QUEUE = """
@@ -190,3 +201,50 @@ async def test_puts_during_a_full_dqf_do_not_resend_the_backlog(
             assert client.journal_backlog == 50
     finally:
         logging.getLogger("clients").removeHandler(handler)
+
+
+async def test_a_put_the_drop_left_unsent_is_journaled(tmp_path) -> None:
+    """A journaling client whose server dies while many recoverable puts wait in its
+    outbox (more than OUTBOX_BYTES_HIGH): those were never sent, so the library can
+    journal them as it journals a put made a moment later. Before, each raised
+    ConnectionLost "the request was not sent" (270 of 400 here), though the docs
+    promise that a client with a SAF journal journals its recoverable puts while
+    the server is down; only a put sent and not answered may raise
+    (PutOutcomeUnknown). Every put answered is then delivered."""
+    server = FixedPortServer(tmp_path / "bus")
+    server.start()
+    answered: dict[int, str] = {}
+    first = trio.Event()
+    try:
+        async with connect(
+            server.address, "SENDER", saf_journal=tmp_path / "j", reconnect=FAST
+        ) as client:
+
+            async def put(n: int) -> None:
+                try:
+                    psb = await client.put(
+                        b"%06d" % n + bytes(65536), "ORDERS", delivery=DeliveryMode.WF_DQF
+                    )
+                    answered[n] = psb.status.name
+                except PutOutcomeUnknown:
+                    answered[n] = "unknown"
+                except ConnectionLost as lost:
+                    answered[n] = f"raised {lost.message}"
+                first.set()
+
+            async with trio.open_nursery() as nursery:
+                for n in range(400):
+                    nursery.start_soon(put, n)
+                await first.wait()
+                server.kill()
+            raised = {n: how for n, how in answered.items() if how.startswith("raised")}
+            assert raised == {}
+            assert "JOURNAL_ON" in answered.values()  # some did wait in the outbox
+            server.start()
+            with trio.fail_after(30):
+                await client.wait_journal_status(Status.LINK_UP)
+        stored = {n for n, how in answered.items() if how in ("SUCCESS", "JOURNAL_ON")}
+        got = {int(body[:6]) for body in await _receive(server.address, 400)}
+        assert stored <= got
+    finally:
+        server.stop()
