@@ -343,6 +343,11 @@ DLQ_RETRY_INTERVAL_S_MIN = 1.0
 refuses, so no wait at all would be a loop as fast as the server can refuse."""
 DLQ_HANDLER_SEEN_MAX_DEFAULT = 10_000
 """Dead letters whose retry count the handler remembers at most."""
+DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+"""Bodies of the dead letters the handler works at once (waiting for a retry, or
+behind an earlier letter to the same destination), in bytes; past it no new letter
+is taken until some leave. The count alone (`--seen-max`) let 10,000 letters of
+1 MiB make a 10 GiB handler; a letter it leaves (IGNORE) keeps no body."""
 DLQ_HANDLER_RETURNS_MAX = 5
 """A dead letter the handler has already put back out this many times (it came back
 each time: a loop through a rule or its destination) is left on the DLQ, reported."""

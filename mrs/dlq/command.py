@@ -24,6 +24,8 @@ DLQ_NAMES = ("", "DLQ", "96", "PAMS_DEAD_LETTER_QUEUE", "SYSTEM.DEAD.LETTER.QUEU
 
 
 def add_parser(commands: argparse._SubParsersAction, run) -> None:
+    from mrs.limits import DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT
+
     parser = commands.add_parser(
         "dlq-handler", help="runmqdlq-style dead-letter handler driven by a rules table"
     )
@@ -40,6 +42,12 @@ def add_parser(commands: argparse._SubParsersAction, run) -> None:
     parser.add_argument("--window", type=int, default=32, help="actions in flight at most")
     parser.add_argument(
         "--seen-max", type=int, default=10_000, help="messages held but not removed at most"
+    )
+    parser.add_argument(
+        "--held-bytes-max",
+        type=int,
+        default=DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT,
+        help="bytes of bodies of the letters being worked at most (default 64 MiB)",
     )
     parser.set_defaults(run=run)
 
@@ -58,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.window < 1 or args.seen_max < 1:
         return _fail("--window and --seen-max must be at least 1")
+    if args.held_bytes_max < 1:
+        return _fail("--held-bytes-max must be at least 1")
     source = str(args.rules) if args.rules else "stdin"
     try:  # at most one byte more than a table may have: /dev/zero is refused, not read
         if args.rules:
@@ -167,6 +177,7 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
     address = args.address or group.client_address
     wait_s = 0 if args.once else table.control.wait_s
     options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max, dlj=dlj)
+    options.held_bytes_max = args.held_bytes_max
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)
     handler = Handler(engine, options, reporter)

@@ -34,7 +34,12 @@ from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
 from mrs.dlq.sources import DljSource, DlqSource
 from mrs.dlq.table import Action, Rule
-from mrs.limits import DLQ_HANDLER_POLL_S, DLQ_HANDLER_WINDOW_DEFAULT, PUT_TIMEOUT_S_DEFAULT
+from mrs.limits import (
+    DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT,
+    DLQ_HANDLER_POLL_S,
+    DLQ_HANDLER_WINDOW_DEFAULT,
+    PUT_TIMEOUT_S_DEFAULT,
+)
 from mrs.model import DEAD_LETTER_QUEUE, Message, Psb, Status
 
 
@@ -52,6 +57,9 @@ class HandlerOptions:
     """A `GroupJournals` when the input is the DLJ (INPUTQ(DLJ)); None for the DLQ."""
     open_stream: Callable | None = None
     """How to reach `address` (None: TCP); the in-process test bus passes its own."""
+    held_bytes_max: int = DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT
+    """Bodies of the letters being worked, at most (the takes on their way when it is
+    reached arrive too: at most `window` letters beyond it)."""
 
 
 @dataclass(eq=False)
@@ -67,6 +75,9 @@ class Handler:
     _all_done: trio.Event = field(default_factory=trio.Event)
     source: DlqSource | DljSource | None = None
     _full_told: bool = False
+    _held_bytes: int = 0
+    """Bodies of the letters being worked (a left letter keeps none)."""
+    _bytes_told: bool = False
     _stop_told: bool = False
     _tickets: int = 0
     """Takes asked for, numbered in the order they were asked (= the DLQ's order)."""
@@ -83,11 +94,17 @@ class Handler:
     """Set once the first take is answered: the other takers start then (`_take`)."""
 
     async def run(self) -> None:
+        # reconnect=None: a lost connection ends the handler (exit 3). Reconnected, it
+        # went on believing it held letters whose leases the server had given back (or
+        # lost with a memory DLQ in a restart): a record full of them took nothing new
+        # for ever, without a line, and a letter's put after the drop was followed by a
+        # confirm the new connection could not make.
         async with connect(
             self.options.address,
             queue=str(DEAD_LETTER_QUEUE),
             program="mrs dlq-handler",
             open_stream=self.options.open_stream,
+            reconnect=None,
         ) as client:
             if self.options.dlj is not None:
                 group_name = self.options.bus.group(self.options.group_id).name
@@ -96,7 +113,10 @@ class Handler:
             else:
                 self.source = DlqSource(client)
             try:
-                await self.serve(client, self.source)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_until_lost, client)
+                    await self.serve(client, self.source)
+                    nursery.cancel_scope.cancel()
             finally:
                 self.source.close()
 
@@ -175,6 +195,7 @@ class Handler:
             admitted = self.engine.admit(letter_of(released), self.clock())
             assert admitted, "room was reserved before the take"
             self._working += 1
+            self._held_bytes += len(released.body)
             if self._all_done.is_set():
                 self._all_done = trio.Event()
             self._arrival_of[released.seq] = self._released - 1
@@ -187,7 +208,10 @@ class Handler:
             self._all_done.set()
 
     def _room(self) -> bool:
-        return self.engine.seen + self._taking < self.engine.seen_max
+        return (
+            self.engine.seen + self._taking < self.engine.seen_max
+            and self._held_bytes < self.options.held_bytes_max
+        )
 
     def _idle(self) -> float:
         return 0.0 if self._working else self.clock() - self._idle_since
@@ -197,14 +221,23 @@ class Handler:
         stop (False): with every held message left where it is (IGNORE, no header) and
         none being worked, no room comes, so WAIT(NO) ends now and WAIT(nnn) when idle
         for nnn seconds, telling what was not looked at."""
-        if not self._full_told:
-            self._full_told = True
-            self.reporter.note(
-                f"the record of messages held is full (--seen-max {self.engine.seen_max}): "
-                "taking no more until some leave"
-            )
         wait_s = self.options.wait_s
         while not self._room():
+            # Told when letters fill the record, not when takes on their way do: with
+            # --seen-max under --window the note came at start on an empty DLQ.
+            if self.engine.full() and not self._full_told:
+                self._full_told = True
+                self.reporter.note(
+                    f"the record of messages held is full (--seen-max {self.engine.seen_max}):"
+                    " taking no more until some leave"
+                )
+            if self._held_bytes >= self.options.held_bytes_max and not self._bytes_told:
+                self._bytes_told = True
+                self.reporter.note(
+                    f"the letters being worked hold {self._held_bytes} bytes of bodies "
+                    f"(--held-bytes-max {self.options.held_bytes_max}): taking no more "
+                    "until some leave"
+                )
             settled = self._working == 0 and self._taking == 0
             if wait_s is not None and settled and self._idle() >= wait_s:
                 if not self._stop_told:
@@ -226,6 +259,7 @@ class Handler:
             self._arrival_of.pop(message.seq, None)
             self._uncertain.discard(message.seq)
             self._working -= 1
+            self._held_bytes -= len(message.body)
             self._idle_since = self.clock()
             if self._working == 0:
                 self._all_done.set()
@@ -435,6 +469,15 @@ class _Lane:
     def wake_first(self) -> None:
         if (woken := self.wakers.pop(self.waiting[0], None)) is not None:
             woken.set()
+
+
+async def _until_lost(client) -> None:
+    """Raise ConnectionLost within DLQ_HANDLER_POLL_S of the connection dropping, even
+    while no request is out (takers waiting for room, letters waiting for a retry,
+    --once waiting for its last letters): a request in flight notices at once."""
+    while True:
+        await client.wait_connected()  # returns while connected; raises once it is lost
+        await trio.sleep(DLQ_HANDLER_POLL_S)
 
 
 def _stored(psb: Psb) -> bool:
