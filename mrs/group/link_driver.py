@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,9 @@ LINK_PROGRAM_PREFIX = "group:"
 PEER_STARTING = "is starting: its active waits for a replica to hold its first records"
 """How a replicated group's new active refuses a link until its first records are on
 a majority (mrs.server.links): a moment, so the dialer tries again at once."""
+EARLIER_RELEASE_REFUSAL = re.compile(r"\bHello frame has (\d+) fields, expected (\d+)\b")
+"""How a group of an earlier release refuses a link Hello longer than it knows (one
+with this release's `incarnation`): the dialer then links without it."""
 
 
 def new_link(rooms: LinkRooms, peer_id: int) -> PeerLink:
@@ -90,12 +94,10 @@ async def dial_forever(
     group's journals' incarnation, said in the Hello, and the peer's, checked in its
     Welcome (mrs.group.incarnation); a peer whose journals changed is logged as an
     ERROR once per change, not at every redial."""
-    backoff_s = BACKOFF_S_MIN
-    journals_refused = ""
-    starting = False  # the last dial was refused by a new active still starting
-    retries = RefusalLog(log, level=logging.INFO, line_format="{message}")
+    redials = _Redials(link.peer_id, f"{host}:{port}")
     while True:
         connected = answered = False
+        said = None if redials.earlier else incarnations
         up_s = 0.0
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -106,8 +108,9 @@ async def dial_forever(
                     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                         await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
-                await _handshake(channel, link.peer_id, group_id, incarnations)
+                await _handshake(channel, link.peer_id, group_id, incarnations, said)
                 answered, up_s = True, trio.current_time()
+                redials.earlier = False  # a peer upgraded since is told the incarnation
                 link.up(channel)
                 try:
                     async with trio.open_nursery() as tasks:
@@ -126,19 +129,48 @@ async def dial_forever(
                         # It served a while: redial at once. One that breaks at once
                         # (a peer that lies, or closes after the Welcome) keeps backing
                         # off, or it was redialed, resent to and logged 20 times a second.
-                        backoff_s = BACKOFF_S_MIN
+                        redials.backoff_s = BACKOFF_S_MIN
         except Exception as error:  # noqa: BLE001 - the link retries whatever went wrong
-            if isinstance(error, PeerStarting) and not starting:
-                backoff_s = BACKOFF_S_MIN  # its replica holds them within milliseconds
-            starting = isinstance(error, PeerStarting)
-            if connected and not answered and hasattr(network, "pass_over") and not starting:
-                network.pass_over()  # a replicated peer: its next instance first next time
-            if isinstance(error, JournalsChanged) and error.message != journals_refused:
-                journals_refused = error.message
-                log.error("link to group %d refused: %s", link.peer_id, error.message)
-            _log_retry(retries, link.peer_id, f"{host}:{port}", error, backoff_s)
-        await trio.sleep(backoff_s)
-        backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+            redials.failed(error, network if connected and not answered else None)
+        await trio.sleep(redials.backoff_s)
+        redials.backoff_s = min(redials.backoff_s * 2, BACKOFF_S_MAX)
+
+
+@dataclass
+class _Redials:
+    """What `dial_forever`'s failed dials to one peer tell its next dial."""
+
+    peer_id: int
+    address: str
+    backoff_s: float = BACKOFF_S_MIN
+    journals_refused: str = ""
+    starting: bool = False
+    """The last dial was refused by a new active still starting."""
+    earlier: bool = False
+    """The last dial was refused by a peer of an earlier release: the next says no
+    incarnation (`PeerOfEarlierRelease`)."""
+    retries: RefusalLog = field(
+        default_factory=lambda: RefusalLog(log, level=logging.INFO, line_format="{message}")
+    )
+    warnings: RefusalLog = field(
+        default_factory=lambda: RefusalLog(log, level=logging.WARNING, line_format="{message}")
+    )
+
+    def failed(self, error: Exception, unanswered: Network | None) -> None:
+        """Take a failed dial's `error`; `unanswered`: the network, when the peer took
+        the connection and gave no Welcome."""
+        if isinstance(error, PeerStarting) and not self.starting:
+            self.backoff_s = BACKOFF_S_MIN  # its replica holds them within milliseconds
+        self.starting = isinstance(error, PeerStarting)
+        self.earlier = isinstance(error, PeerOfEarlierRelease)
+        if self.earlier:
+            _log_earlier_release(self.warnings, self.peer_id, self.address)
+        elif unanswered is not None and hasattr(unanswered, "pass_over") and not self.starting:
+            unanswered.pass_over()  # a replicated peer: its next instance first next time
+        if isinstance(error, JournalsChanged) and error.message != self.journals_refused:
+            self.journals_refused = error.message
+            log.error("link to group %d refused: %s", self.peer_id, error.message)
+        _log_retry(self.retries, self.peer_id, self.address, error, self.backoff_s)
 
 
 def _log_retry(
@@ -176,15 +208,30 @@ class PeerStarting(LinkRefused):
     more for an active that was ready a few milliseconds after it refused."""
 
 
+class PeerOfEarlierRelease(LinkRefused):
+    """The peer refused this release's link Hello as longer than it knows
+    (EARLIER_RELEASE_REFUSAL): a group of an earlier release, during a rolling
+    upgrade. The next dial says no incarnation, as that release's groups
+    did: such a peer checks none anyway, and its Welcome carries none to check. Why:
+    the lower-numbered group upgraded first was refused by its old peer until that
+    one was upgraded too, and what it sent there waited in its SAF all that while."""
+
+
 class JournalsChanged(LinkRefused):
     """The peer's journals are not the ones this group linked with before
     (mrs.group.incarnation): refused until an operator resets the link."""
 
 
 async def _handshake(
-    channel: DialedChannel, peer_id: int, group_id: int, incarnations: PeerIncarnations | None
+    channel: DialedChannel,
+    peer_id: int,
+    group_id: int,
+    incarnations: PeerIncarnations | None,
+    said: PeerIncarnations | None,
 ) -> None:
-    own = incarnations.own if incarnations is not None else b""
+    """Hello (saying `said`'s incarnation: None for a peer of an earlier release,
+    `dial_forever`), then the peer's Welcome, its incarnation checked by `incarnations`."""
+    own = said.own if said is not None else b""
     program = f"{LINK_PROGRAM_PREFIX}{group_id}"
     await channel.send_now(wire.Hello(wire.PROTOCOL_VERSION, program, "link", group_id, False, own))
     try:
@@ -192,8 +239,7 @@ async def _handshake(
     except StreamClosed:
         raise LinkRefused("peer closed during the handshake") from None
     if isinstance(event, wire.Fatal):
-        refused = PeerStarting if PEER_STARTING in event.message else LinkRefused
-        raise refused(f"peer refused the link: {event.message}")
+        raise _refusal(event.message, own)
     if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
         found = getattr(event, "group_id", event)
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
@@ -201,6 +247,29 @@ async def _handshake(
         problem = incarnations.admit(peer_id, event.incarnation)
         if problem is not None:
             raise JournalsChanged(problem)
+
+
+def _refusal(message: str, own: bytes) -> LinkRefused:
+    """The error for a peer's refusal of this dialer's Hello (that said `own`)."""
+    if PEER_STARTING in message:
+        return PeerStarting(f"peer refused the link: {message}")
+    earlier = EARLIER_RELEASE_REFUSAL.search(message)
+    if own and earlier is not None and int(earlier[1]) > int(earlier[2]):
+        return PeerOfEarlierRelease(f"peer refused the link: {message}")
+    return LinkRefused(f"peer refused the link: {message}")
+
+
+def _log_earlier_release(warnings: RefusalLog, peer_id: int, address: str) -> None:
+    """One WARNING (at most every REFUSAL_LOG_INTERVAL_S) that `peer_id` runs an
+    earlier release: the link goes on without the incarnation check until it is
+    upgraded."""
+    warnings.refused(
+        "link_earlier_release",
+        address,
+        f"link to group {peer_id} at {address}: group {peer_id} runs an earlier release"
+        " (it refused this release's link Hello): linking without the journals'"
+        f" incarnation, which it does not check; upgrade group {peer_id}",
+    )
 
 
 async def serve_link(
