@@ -63,11 +63,17 @@ class Inbound:
     held_refusals: RefusalLog = field(init=False)
     """Transfers under seqs held here, logged at most once per peer per
     REFUSAL_LOG_INTERVAL_S (`_held_already`): the peer's drain retries meanwhile."""
+    held_resends: RefusalLog = field(init=False)
+    """Transfers that only resent what is stored here, at INFO (`_held_already`)."""
 
     def __post_init__(self) -> None:
-        self.held_refusals = RefusalLog(
-            log, clock_s=lambda: self.ctx.clock_ns() / 1e9, line_format="{peer} {message}"
+        self.held_refusals = RefusalLog(log, clock_s=self._clock_s, line_format="{peer} {message}")
+        self.held_resends = RefusalLog(
+            log, clock_s=self._clock_s, level=logging.INFO, line_format="{peer} {message}"
         )
+
+    def _clock_s(self) -> float:
+        return self.ctx.clock_ns() / 1e9
 
     def accept_transfer(
         self,
@@ -118,7 +124,8 @@ class Inbound:
         stored seq SEQ_HELD: it waits in the peer's SAF, its drain in RETRY, until the
         old one is confirmed. Logged at most once per REFUSAL_LOG_INTERVAL_S per peer
         (`held_refusals`, with the count of transfers not shown): the drain retries
-        meanwhile.
+        meanwhile; a transfer that only resent messages stored here, at INFO
+        (`held_resends`).
         Only seqs at or below the peer's `held_seq_max` are read: a drain's seqs rise
         above every seq held, and reading each one's key cost 3% of its receiver's
         CPU (benchmarks/README.md)."""
@@ -142,7 +149,11 @@ class Inbound:
         }
         if held:
             resent = sum(held.values())
-            self.held_refusals.refused(
+            # Only resends: a link dropped before its acknowledgement arrived, the
+            # ordinary aftermath of every cut mid-transfer, answered stored. Before, it
+            # was a WARNING after each cut that read like replaced journals.
+            lines = self.held_resends if resent == len(held) else self.held_refusals
+            lines.refused(
                 "seq held",
                 f"group {peer_id}",
                 f"sent {len(held)} message(s) under seqs this group holds already, e.g. "
