@@ -9,6 +9,7 @@ etcd runs on free ports with its data directory where the caller says; CI instal
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import shutil
@@ -83,9 +84,11 @@ class EtcdServer:
                 break
             time.sleep(0.1)
         self.stop()
+        text = (self.directory / "etcd.log").read_text(errors="replace")
         raise ServerStartError(
             f"etcd did not start: see {self.directory / 'etcd.log'}\n"
-            + (self.directory / "etcd.log").read_text()[-2000:]
+            + text[-2000:]
+            + etcd_fatal_line(text)  # last, for last_words: a panic's log ended in its stack
         )
 
     def stop(self) -> None:
@@ -98,6 +101,23 @@ class EtcdServer:
         member disk, or a member set rebuilt empty)."""
         self.stop()
         shutil.rmtree(self.directory / "etcd-data", ignore_errors=True)
+
+
+def etcd_fatal_line(log: str) -> str:
+    """What etcd said when it gave up, as a last line ("\ncreate wal error: no space
+    left on device"), or "": its critical line (capnslog's ` C | `, zap's level fatal
+    or panic, with the error). A panic's log ends in its goroutine stack, and `mrs demo`
+    said "etcd did not start: go.etcd.io/etcd/main.go:28 +0x17"."""
+    for line in reversed(log.splitlines()):
+        if " C | " in line:
+            return "\n" + line.split(" C | ", 1)[1].split(": ", 1)[-1].strip()
+        if line.startswith("{") and ('"level":"fatal"' in line or '"level":"panic"' in line):
+            with contextlib.suppress(ValueError):
+                said = json.loads(line)
+                if isinstance(said, dict):
+                    error = said.get("error")
+                    return "\n" + str(said.get("msg", "")) + (f": {error}" if error else "")
+    return ""
 
 
 def write_replicated_config(directory: Path, endpoint: str, queues: str, ttl_s: int = 3) -> Path:

@@ -10,24 +10,31 @@ clients.resend); every acknowledged order is delivered, in order per task, none 
 unmarked. Then the wiped instance is started again with an empty directory: it
 rejoins with a full copy from the new active and counts as in sync.
 
-Without etcd on the machine the chapter is skipped with one line saying why.
+Without etcd on the machine the chapter is skipped with one line saying why; when the
+group stores no orders (a disk under the journal reserve) it stops with one line
+saying what the group answered.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import trio
 from rich.console import Console
 
 from clients import Client, DeliveryMode, MrsError, NoMoreMessages, Status, connect
+from mrs.exit_status import CommandError
 from mrs.offline.stop_signals import run_stoppable
+from mrs.tools.server_log import first_warning
 from sim.delivery_check import check_delivered
 from sim.etcd import EtcdServer, InstanceProcess, wait_active, write_replicated_config
 
+T = TypeVar("T")
 CHAPTER = 7
 """Its number in the demo: after the story's six, before the audit (mrs.audit.demo)."""
 TASKS = 4
@@ -39,15 +46,34 @@ IN_SYNC_S_MAX = 60.0
 NAMES = ("a", "b", "c")
 
 
+class ChapterStalled(Exception):
+    """The replicated group stopped storing orders before the chapter could go on."""
+
+    def __init__(self, acknowledged: int, refused: dict[str, int]) -> None:
+        super().__init__(acknowledged, refused)
+        self.acknowledged = acknowledged
+        self.refused = refused
+
+
 @dataclass
 class _Tally:
     acknowledged: set[str] = field(default_factory=set)
-    deliveries: list[tuple[str, Status, int]] = field(default_factory=list)
+    """Orders whose put answered STORED: in LDN's DQF, replicated."""
+    deliveries: list[tuple[str, Status | int, int]] = field(default_factory=list)
+    refused: dict[str, int] = field(default_factory=dict)
+    """Orders answered but not stored, by delivery status (a put's status is
+    SUCCESS also when its PSB says MRS_RES_EXH: counted as acknowledged, a disk
+    under the journal reserve made the chapter print FAILED, lost 600)."""
+    senders_left: int = TASKS
     resent: int = 0
     progress: trio.Event = field(default_factory=trio.Event)
 
     async def wait_acknowledged(self, count: int) -> None:
+        """Until `count` orders are stored; ChapterStalled when every sender is done
+        short of that (it waited forever for orders the group refused)."""
         while len(self.acknowledged) < count:
+            if not self.senders_left:
+                raise ChapterStalled(len(self.acknowledged), dict(self.refused))
             self.progress = trio.Event()
             await self.progress.wait()
 
@@ -75,6 +101,8 @@ def run_failover_chapter(console: Console, directory: Path, messages: int) -> in
         for process in instances.values():
             process.start()
         return run_stoppable(_chapter, console, instances, min(messages, ORDERS_MAX))
+    except* ChapterStalled as stalled:
+        raise CommandError(_stalled_line(stalled, directory, min(messages, ORDERS_MAX))) from None
     finally:
         for process in instances.values():
             process.kill()
@@ -82,7 +110,7 @@ def run_failover_chapter(console: Console, directory: Path, messages: int) -> in
 
 
 async def _chapter(console: Console, instances: dict[str, InstanceProcess], orders: int) -> int:
-    first = await trio.to_thread.run_sync(wait_active, instances, 60)
+    first = await _in_thread(wait_active, instances, 60)
     addresses = _addresses(instances)
     console.print(
         f"[bold]{CHAPTER}.[/] LDN as three instances (etcd leadership, lease {LEASE_TTL_S} s): "
@@ -102,7 +130,7 @@ async def _chapter(console: Console, instances: dict[str, InstanceProcess], orde
             nursery.start_soon(_receive, receiver, tally)
             async with trio.open_nursery() as senders:
                 for task in range(TASKS):
-                    senders.start_soon(_send, sender, task, orders // TASKS, tally)
+                    senders.start_soon(_send, sender, task, _task_orders(orders, task), tally)
                 await tally.wait_acknowledged(orders // 3)
                 second, failover_s = await _kill_and_wipe(console, instances, first, tally)
                 console.print(
@@ -124,26 +152,64 @@ async def _chapter(console: Console, instances: dict[str, InstanceProcess], orde
     return code
 
 
+async def _in_thread(wait: Callable[..., T], *args: Any) -> T:
+    """A blocking wait that only reads (an instance's lines), given up on Ctrl-C: the
+    demo waited for the instance to come up before it stopped (2 to 4 s here, up to
+    the wait's 60 s on a loaded machine), then printed "took over" after the Ctrl-C.
+    The thread left behind ends with the wait's deadline; the processes it reads from
+    are killed by `run_failover_chapter` (it starts none)."""
+    return await trio.to_thread.run_sync(wait, *args, abandon_on_cancel=True)
+
+
 def _addresses(instances: dict[str, InstanceProcess]) -> list[str]:
     from clients import instance_addresses
 
     return instance_addresses(next(iter(instances.values())).config_path, "LDN")
 
 
+def _stalled_line(failed: BaseExceptionGroup, directory: Path, orders: int) -> str:
+    """One line: what the group answered instead of STORED, and the first warning
+    of an instance's log (read now: the scratch directory may be removed next)."""
+    stalled = _first_stalled(failed)
+    answers = ", ".join(f"{count:,} {name}" for name, count in sorted(stalled.refused.items()))
+    line = (
+        f"the demo stopped in chapter {CHAPTER}: LDN acknowledged {stalled.acknowledged:,} "
+        f"of {orders:,} orders as stored and refused the rest ({answers or 'no answer'})"
+    )
+    warnings = (first_warning(directory / f"{name}.log") for name in NAMES)
+    warning = next((found for found in warnings if found), "")
+    return line + (f"; its log: {warning}" if warning else "")
+
+
+def _first_stalled(error: BaseException) -> ChapterStalled:
+    if isinstance(error, BaseExceptionGroup):
+        return _first_stalled(error.exceptions[0])
+    assert isinstance(error, ChapterStalled)
+    return error
+
+
 async def _send(client: Client, task: int, count: int, tally: _Tally) -> None:
     """Put `count` orders in turn; each `put` returns its real answer across the
-    failover (the client re-sends one the kill left unanswered)."""
-    for number in range(count):
-        order_id = f"t{task}:{number}"
-        psb = await client.put(
-            b"order " + order_id.encode(),
-            "ORDERS",
-            delivery=DeliveryMode.WF_DQF,
-            correlation_id=order_id.encode(),
-        )
-        if psb.status == Status.SUCCESS:
-            tally.acknowledged.add(order_id)
+    failover (the client re-sends one the kill left unanswered). An order counts as
+    acknowledged when its PSB says STORED; any other delivery status is a refusal."""
+    try:
+        for number in range(count):
+            order_id = f"t{task}:{number}"
+            psb = await client.put(
+                b"order " + order_id.encode(),
+                "ORDERS",
+                delivery=DeliveryMode.WF_DQF,
+                correlation_id=order_id.encode(),
+            )
+            if psb.status == Status.SUCCESS and psb.delivery_status == Status.STORED:
+                tally.acknowledged.add(order_id)
+            else:
+                name = getattr(psb.delivery_status, "name", str(psb.delivery_status))
+                tally.refused[name] = tally.refused.get(name, 0) + 1
             tally.progress.set()
+    finally:
+        tally.senders_left -= 1
+        tally.progress.set()
 
 
 async def _receive(client: Client, tally: _Tally) -> None:
@@ -193,7 +259,7 @@ async def _kill_and_wipe(
         f"and [bold red]its data directory deleted[/] ({data_dir.name}/): its disk is gone."
     )
     others = {name: process for name, process in instances.items() if name != first}
-    second = await trio.to_thread.run_sync(wait_active, others, FAILOVER_S_MAX)
+    second = await _in_thread(wait_active, others, FAILOVER_S_MAX)
     return second, time.monotonic() - killed_s
 
 
@@ -201,7 +267,7 @@ async def _rejoin(process: InstanceProcess, client: Client) -> float:
     """Start the wiped instance again; seconds until the active counts it in sync."""
     started_s = time.monotonic()
     process.start()
-    await trio.to_thread.run_sync(process.wait_for, "REPLICA")
+    await _in_thread(process.wait_for, "REPLICA")
     await _wait_in_sync(client, set(NAMES))
     return time.monotonic() - started_s
 
@@ -216,11 +282,19 @@ async def _wait_in_sync(client: Client, names: set[str]) -> None:
             await trio.sleep(0.1)
 
 
+def _task_orders(orders: int, task: int) -> int:
+    """The orders task number `task` sends: together exactly `orders` (`orders //
+    TASKS` each sent none at all for `--messages 3`, and 596 for 599 said)."""
+    return orders // TASKS + (1 if task < orders % TASKS else 0)
+
+
 def _verdict(console: Console, tally: _Tally, orders: int) -> int:
     verdict = check_delivered(tally.acknowledged, tally.deliveries)
     unmarked, violations = len(verdict.unmarked_duplicates), len(verdict.order_violations)
+    refused = ", ".join(f"{count} {name}" for name, count in sorted(tally.refused.items()))
     console.print(
-        f"   orders acknowledged {len(tally.acknowledged)} of {orders // TASKS * TASKS} "
+        f"   orders acknowledged {len(tally.acknowledged)} of {orders}"
+        f"{f' (refused: {refused})' if refused else ''} "
         f"(re-sent by the client after the kill: {tally.resent}); delivered "
         f"{verdict.delivered}; lost {len(verdict.lost)}; redelivered marked POSSDUPL "
         f"{verdict.marked_redeliveries}; unmarked duplicates {unmarked}; order "
