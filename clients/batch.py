@@ -209,7 +209,7 @@ async def send_batches(client: Any, requests: Any, items: Sequence[PutItem]) -> 
     frames, send through `requests` (the client's request table,
     clients.pending.Requests) with at most CLIENT_REQUESTS_IN_FLIGHT_MAX requests in
     flight, and collect every answer."""
-    requests.require_link(Status.LINK_DOWN, "put_many")
+    await requests.linked(Status.LINK_DOWN, "put_many")
     results, puts = build_each(items, lambda item: build_put(client, requests.next_id, item))
     await send_built(requests, results, puts, batch_wait_s(items, puts))
     return [_result(result) for result in results]
@@ -267,7 +267,7 @@ async def send_batches_resent(
 
     async def send(some: list[tuple[int, wire.Put]]) -> list[Result]:
         try:
-            requests.require_link(Status.LINK_DOWN, "put_many")
+            await requests.linked(Status.LINK_DOWN, "put_many")
         except ConnectionLost as lost:
             if lost.status != Status.LINK_DOWN:
                 raise

@@ -52,7 +52,7 @@ async def confirm_many(
 ) -> list[MrsError | None]:
     """Confirm every seq (see the module doc) through `requests`, the client's
     request table (clients.pending.Requests); one result per seq, in order."""
-    requests.require_link(Status.NOTACTIVE, "confirm_many")
+    await requests.linked(Status.NOTACTIVE, "confirm_many")
     link = requests.link
     results, confirms = build_each(
         seqs, lambda seq: confirm_request(requests.next_id(), seq, 0, force_j)

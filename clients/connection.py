@@ -253,7 +253,7 @@ class Client:
             with trio.move_on_after(CLIENT_RESEND_WAIT_S if timeout is None else timeout):
                 await self.wait_connected()
             timeout = time_left_s(timeout, started_s)
-        requests.require_link(_NOTACTIVE, what)
+        await requests.linked(_NOTACTIVE, what)
         return timeout
 
     # ------------------------------------------------------------------ API
@@ -336,6 +336,9 @@ class Client:
                 return await drain.put_journaled(request)
             if requests.link is None or requests.broken is not None:  # else no call: per request
                 refuse_bad_pair(request.delivery, request.uma)  # the mistake before the link
+                # A checkpoint before LINK_DOWN: a caller that retries in a loop would
+                # otherwise never let the background reconnect (or anything) run.
+                await trio.lowlevel.checkpoint()
                 requests.require_link(_LINK_DOWN, "put")
             reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         except ConnectionLost as lost:  # a `try` costs nothing until it catches
@@ -361,6 +364,7 @@ class Client:
         if drain is not None and self._status.status == Status.JOURNAL_ON:
             return await drain.put_journaled(request)
         if requests.link is None or requests.broken is not None:  # else no call: per request
+            await trio.lowlevel.checkpoint()  # see `put`
             requests.require_link(_LINK_DOWN, "put")
         reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         return _psb(reply)
@@ -556,7 +560,7 @@ class Client:
         connections(), journal(limit). Returns what the group answered as plain
         data; raises NoSuchQueue, NotAuthorized (without its right), BadParameter."""
         requests = self._requests
-        requests.require_link(Status.NOTACTIVE, "admin")
+        await requests.linked(Status.NOTACTIVE, "admin")
         request = built(wire.AdminRequest, requests.next_id(), action, dict(args))
         reply = await requests.request(request, ADMIN_REQUEST_WAIT_S, "other")
         return cast(wire.AdminReply, reply).result

@@ -70,7 +70,7 @@ def _pcj_default(default: Any) -> int:
 
 
 async def set_pcj(client: Requester, default: Any, roll: Any) -> PcjState:
-    client.require_link(Status.NOTACTIVE, "set_pcj")
+    await client.linked(Status.NOTACTIVE, "set_pcj")
     if type(roll) is not bool:
         raise BadParameter(Status.BADPARAM, f"set_pcj: roll is True or False, got {roll!r}")
     request = built(wire.SetPcj, client.next_id(), _pcj_default(default), roll)

@@ -27,7 +27,8 @@ class Requester(Protocol):
     """What locate and pending use of the client's request table
     (clients.pending.Requests)."""
 
-    def require_link(self, status: Status, what: str) -> None: ...
+    def require_link(self, status: Status, what: str) -> object: ...
+    async def linked(self, status: Status, what: str) -> object: ...
     def next_id(self) -> int: ...
     async def request(self, request: object, wait_s: float | None, kind: str = ...) -> object: ...
 
@@ -68,7 +69,7 @@ def pending_texts(queues: Any) -> list[str]:
 
 
 async def locate(client: Requester, name: str | Address) -> Address:
-    client.require_link(Status.NOTACTIVE, "locate")
+    await client.linked(Status.NOTACTIVE, "locate")
     request = built(wire.Locate, client.next_id(), queue_text(name, "locate"))
     reply = cast(wire.Located, await client.request(request, REPLY_GRACE_S, "other"))
     return Address(reply.group, reply.queue)
@@ -80,7 +81,7 @@ async def pending(
     """The group's counts, plus the `held` messages this client already has for its own
     queue `own` (read ahead, not yet got): the group handed them out, but for the
     application they are still waiting, and a `get` returns them next."""
-    client.require_link(Status.NOTACTIVE, "pending")
+    await client.linked(Status.NOTACTIVE, "pending")
     texts = pending_texts(queues)
     request = built(wire.ShowPending, client.next_id(), texts)
     wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups

@@ -163,6 +163,7 @@ class Requests:
         link = self.link
         if link is None or link.unsent_bytes > OUTBOX_BYTES_HIGH:  # one test on the fast path
             # lost while the caller waited (e.g. in the get pool), or not reading
+            await trio.lowlevel.checkpoint()  # a LINK_DOWN/NOTACTIVE retried in a loop
             link = self.require_link(_NOT_LINKED_STATUS.get(kind, Status.NOTACTIVE), kind)
             await self.outbox_room(link, wait_s)
         if len(self.pending) >= CLIENT_REQUESTS_IN_FLIGHT_MAX:
@@ -423,6 +424,15 @@ class Requests:
     def raise_if_broken(self) -> None:
         if self.broken is not None:
             raise self.broken
+
+    async def linked(self, status: Status, what: str) -> _Link:
+        """`require_link`, with a checkpoint first when it is going to raise. Why: an
+        application that retries a refused call in a loop (`except MrsError:
+        continue`) never yielded to trio, so the client's own reconnect never ran
+        and neither did anything else of the program (a cancel scope never fired)."""
+        if self.link is None or self.broken is not None:
+            await trio.lowlevel.checkpoint()
+        return self.require_link(status, what)
 
     def require_link(self, status: Status, what: str) -> _Link:
         """The connection; raise unless one is up: `status` (LINK_DOWN for puts,

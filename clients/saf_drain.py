@@ -224,7 +224,7 @@ class SafDrain:
         requests = self._requests
         if self._status.status == Status.JOURNAL_ON or requests.link is None:
             return None
-        requests.require_link(Status.LINK_DOWN, "put")
+        await requests.linked(Status.LINK_DOWN, "put")
         reply = await requests.request(request, put_reply_wait_s(request.timeout_ms / 1000), "put")
         return _psb(cast(wire.PutDone, reply))
 

@@ -64,7 +64,7 @@ async def get_selected(
         # where a plain get waited for the new active (docs/replication.md).
         timeout = await linked(timeout)
         timeout_ms = get_wait_ms(timeout)
-    requests.require_link(Status.NOTACTIVE, "get")
+    await requests.linked(Status.NOTACTIVE, "get")
     if requests.cancelled_gets_outstanding:
         # What a given-up get brings is held, and taken first if it matches: a Get
         # confirms implicitly what was handed out before, and a request sent before

@@ -197,3 +197,55 @@ def test_a_missing_credentials_file_is_a_config_error_exit_2(tmp_path: Path) -> 
     )  # fmt: skip
     assert served.returncode == 2, served.stderr
     assert len(served.stderr.splitlines()) == 1 and "creds.toml" in served.stderr
+
+
+async def test_a_call_retried_in_a_loop_while_the_server_is_down_lets_trio_run(
+    tmp_path: Path,
+) -> None:
+    """With the server gone, `put` (and put_many, confirm_many, locate, pending, a
+    selective get) raised LINK_DOWN/NOTACTIVE without a checkpoint, so the ordinary
+    loop `except MrsError: continue` never yielded: the client's own reconnect never
+    ran, a cancel scope never fired, the rest of the program stood still (200,000
+    tries and a 10 ms ticker never ticked). Now each refusal is a checkpoint."""
+    import trio
+
+    from clients import MrsError, connect
+    from mrs.core.selection import by_class_type
+    from tests.client_helpers import FAST_RECONNECT, FixedPortServer
+
+    server = FixedPortServer(tmp_path / "bus")
+    server.start()
+    calls = {
+        "put": lambda client: client.put(b"x", "ORDERS"),
+        "put_many": lambda client: client.put_many([(b"x", "ORDERS")]),
+        "confirm_many": lambda client: client.confirm_many([1]),
+        "locate": lambda client: client.locate("ORDERS"),
+        "pending": lambda client: client.pending(["ORDERS"]),
+        "selective get": lambda client: client.get(timeout=0, select=by_class_type(1)),
+    }
+    try:
+        async with connect(server.address, "SENDER", reconnect=FAST_RECONNECT) as client:
+            server.kill()
+            for name, call in calls.items():
+                ticks = 0
+
+                async def ticker() -> None:
+                    nonlocal ticks
+                    while True:
+                        await trio.sleep(0.01)
+                        ticks += 1
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(ticker)
+                    for _ in range(20_000):  # a bound, so the old code ends too
+                        try:
+                            await call(client)
+                        except MrsError:
+                            continue
+                        if ticks > 3:
+                            break
+                        await trio.sleep(0)
+                    nursery.cancel_scope.cancel()
+                assert ticks > 3, f"{name}: the program stood still while it was refused"
+    finally:
+        server.stop()
