@@ -170,6 +170,11 @@ DEDUPE_PURGE_INTERVAL_S = 600.0
 """How often expired idempotency keys are purged."""
 DEDUPE_PURGE_BATCH_MAX = 10_000
 """Keys purged in one transaction at most."""
+DEDUPE_PURGE_SCAN_MAX = 20_000
+"""Keys one step of the purge's sweep looks at, at most (a few ms on the event loop)."""
+DEDUPE_PURGE_STEP_S = 0.25
+"""The pause between two steps of one sweep of the keys: a sweep goes on until it has
+looked at every key, then the next starts DEDUPE_PURGE_INTERVAL_S later."""
 PEER_NOTICE_WAITERS_MAX = 100_000
 """Puts awaiting a linked group's notice (got, confirmed) kept at most per group
 (mrs.group.peers): an AK_DEQ / AK_ACK put has no deadline, and its notice never comes

@@ -30,7 +30,7 @@ from mrs.group.peers import Peers
 from mrs.group.quarantine import QUARANTINE_EXTRA
 from mrs.group.queues import GetWaiter, TargetQueue
 from mrs.group.shapes import Entry, encode_entry, record_from_entry
-from mrs.limits import DEDUPE_WAITERS_MAX
+from mrs.limits import DEDUPE_PURGE_STEP_S, DEDUPE_WAITERS_MAX
 from mrs.model import Status
 from mrs.storage.journal_reserve import JournalReserve
 
@@ -93,6 +93,8 @@ class Dqf:
     )
     """First copy's seq -> the WF_CONF copies of it (re-sent under its idempotency key)
     waiting for its confirm (`await_confirm`): at most DEDUPE_WAITERS_MAX seqs."""
+    dedupe_keys_purged: int = 0
+    """Expired keys the purge's sweep under way deleted so far (logged at its end)."""
 
     def __post_init__(self) -> None:
         limits = self.ctx.limits
@@ -120,6 +122,20 @@ class Dqf:
         """`entry` was confirmed: the copies waiting for it are answered."""
         for notify in self.copies_awaiting_confirm.pop(entry.seq, ()):
             notify(entry)
+
+    def copies_left(self, seq: int) -> list[Callable[[Entry], None]]:
+        """Message `seq` left the DQF unconfirmed (purged, quarantined): the copies that
+        waited for its confirm, no longer kept (the caller tells their senders). Why:
+        they stayed for ever, and at DEDUPE_WAITERS_MAX seqs every later WF_CONF copy
+        was answered before its confirm (soak probe: one per purged message)."""
+        return self.copies_awaiting_confirm.pop(seq, [])
+
+    def copies_moved(self, seq: int, moved_seq: int) -> None:
+        """Message `seq` now waits as `moved_seq` (an operator's move): its copies wait
+        for that one's confirm, as its first sender does."""
+        copies = self.copies_awaiting_confirm.pop(seq, None)
+        if copies is not None:
+            self.copies_awaiting_confirm[moved_seq] = copies
 
     def journal_full(self, size_bytes: int) -> str | None:
         """Why the journal cannot take a message of this size now, or None."""
@@ -258,17 +274,27 @@ class Dqf:
             "copies (of all keys) already wait for theirs: try again later"
         )
 
-    def purge_dedupe_keys(self, *, now: bool = False) -> None:
-        """Delete expired application keys (and old unscoped ones); every
-        PURGE_INTERVAL_S, and at start-up (`now`, before the writer runs)."""
-        batch = self.app_keys.purge_batch()
-        if batch is not None:
-            log.info("purging %d expired idempotency keys", len(batch))
+    def purge_dedupe_keys(self, *, now: bool = False, after: bytes | None = None) -> None:
+        """One step of the sweep that deletes expired application keys (and old unscoped
+        ones), from the key after `after`: at start-up (`now`, before the writer runs),
+        then every DEDUPE_PURGE_STEP_S until the sweep has looked at every key, then
+        again PURGE_INTERVAL_S later (mrs.group.idempotency)."""
+        stale, resume = self.app_keys.expired(after)
+        if stale:
+            batch = WriteBatch.empty()
+            for key in stale:
+                batch.delete(Journal.DEDUPE, key)
             if now:
                 self.ctx.store.commit_now(batch)
             else:
-                self.ctx.writer.submit(batch, lambda error: None)
-        self.ctx.timers.call_later(PURGE_INTERVAL_S, self.purge_dedupe_keys)
+                self.ctx.writer.submit(batch, _ignore_error)
+            self.dedupe_keys_purged += len(stale)
+        if resume is None:
+            if self.dedupe_keys_purged:
+                log.info("purged %d expired idempotency keys", self.dedupe_keys_purged)
+            self.dedupe_keys_purged = 0
+        delay_s = PURGE_INTERVAL_S if resume is None else DEDUPE_PURGE_STEP_S
+        self.ctx.timers.call_later(delay_s, _PurgeStep(self, resume))
 
     def load_body(self, queue: TargetQueue, entry: Entry) -> bool:
         """Read a journaled body left on disk; False (and reported) if it is unusable."""
@@ -296,7 +322,7 @@ class Dqf:
         if entry.journaled:
             key = queue_key(queue.address.queue, entry.seq)
             batch.delete(Journal.DQF, key).delete(Journal.MARKS, key)
-        self.ctx.writer.submit(batch, _Quarantined(self.ctx, entry))
+        self.ctx.writer.submit(batch, _Quarantined(self.ctx, entry, self.copies_awaiting_confirm))
 
 
 class _Stored:
@@ -327,6 +353,7 @@ class _Stored:
 class _Quarantined:
     ctx: GroupContext
     entry: Entry
+    copies: dict[int, list[Callable[[Entry], None]]]
 
     def __call__(self, error: JournalError | None) -> None:
         if error is not None:
@@ -335,5 +362,22 @@ class _Quarantined:
             return
         self.ctx.quarantined += 1
         self.ctx.counts.dlj_added()
+        self.copies.pop(self.entry.seq, None)  # never confirmed now (Dqf.copies_left)
         if self.entry.journaled:
             self.ctx.counts.dqf_removed()
+
+
+class _PurgeStep:
+    """The timer of the dedupe purge's next step (a class, not a closure: a compiled
+    module's timers call it by position)."""
+
+    def __init__(self, dqf: Dqf, after: bytes | None) -> None:
+        self.dqf = dqf
+        self.after = after
+
+    def __call__(self) -> None:
+        self.dqf.purge_dedupe_keys(after=self.after)
+
+
+def _ignore_error(error: JournalError | None) -> None:
+    """A purge commit that failed deletes nothing: the next sweep finds the keys again."""

@@ -12,8 +12,14 @@ it; anyone could claim a key first; keys never expired. Now
   with KEY_REUSED (nothing stored, no UMA); with the same body it is answered with
   the first copy's seq (STORED) and not stored again;
 - after `limits.dedupe_window_s` (default 7 days) a key expires: the same key then
-  stores a new message, and expired keys are purged at start-up and every 10 minutes,
-  so the journal does not grow with old keys.
+  stores a new message, and expired keys are purged by a sweep of every key at
+  start-up and every 10 minutes, so the journal does not grow with old keys. The sweep
+  goes in steps from a cursor (`expired`), each looking at DEDUPE_PURGE_SCAN_MAX keys
+  at most. Why: a purge used to take the first 10,000 expired keys found from the first
+  key, once every 10 minutes: a producer keying more than ~17 puts a second (every
+  recoverable put of a replicated group's client carries a key) made expired keys
+  faster than they went, so the journal grew for ever past the window; and each purge
+  looked at every live key before the expired ones in one pass on the event loop.
 
 Link dedupe keys (`origin:<group>:<seq>`) are not application keys: they are dropped
 when the sending group says it can no longer resend (forget notices).
@@ -34,9 +40,9 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from journals import Journal, WriteBatch
+from journals import Journal
 from journals.protocol import Store
-from mrs.limits import DEDUPE_PURGE_BATCH_MAX
+from mrs.limits import DEDUPE_PURGE_BATCH_MAX, DEDUPE_PURGE_SCAN_MAX
 from mrs.limits import DEDUPE_PURGE_INTERVAL_S as PURGE_INTERVAL_S  # noqa: F401 (old name)
 from mrs.model import Address
 
@@ -47,6 +53,10 @@ _VALUE = struct.Struct(">QQ16sB")
 _VALUE_BLAKE2B = struct.Struct(">QQ16s")
 """A value written before the algorithm byte: its fingerprint is BLAKE2b's."""
 _U64 = struct.Struct(">Q")
+_APP = APP_PREFIX.encode()
+_ORIGIN = ORIGIN_PREFIX.encode()
+_SCAN_BYTES_MAX = 1 << 62
+"""A sweep's step is bounded by its count of keys, not their bytes."""
 FINGERPRINT_BLAKE2B = 1
 FINGERPRINT_SHA256 = 2
 
@@ -188,29 +198,33 @@ class AppKeys:
             f"another body ({seq_text}) within the dedupe window"
         )
 
-    def expired(self, count_max: int = DEDUPE_PURGE_BATCH_MAX) -> list[bytes]:
-        """Keys to delete: expired application keys and unscoped keys of the old
-        format (they can no longer match any put)."""
+    def expired(
+        self, after: bytes | None = None, count_max: int = DEDUPE_PURGE_BATCH_MAX
+    ) -> tuple[list[bytes], bytes | None]:
+        """One step of a sweep of the keys in key order: the keys to delete (expired
+        application keys, and unscoped keys of the old format, which can no longer match
+        any put), at most `count_max`, among at most DEDUPE_PURGE_SCAN_MAX keys after
+        `after` (None: from the first); and the last key looked at, where the next step
+        goes on (None: this step reached the last key)."""
         now_ns = self.clock_ns()
         stale: list[bytes] = []
-        for key, value in self.store.raw_items(Journal.DEDUPE):
+        items = self.store.items_after(
+            Journal.DEDUPE, b"", after, DEDUPE_PURGE_SCAN_MAX, _SCAN_BYTES_MAX
+        )
+        inflight = self.inflight
+        for key, value in items:
             name = bytes(key)
-            if name.startswith(ORIGIN_PREFIX.encode()):
+            if name.startswith(_ORIGIN):
                 continue
-            if name.startswith(APP_PREFIX.encode()):
+            if name.startswith(_APP):
                 _, expires_ns, _, _ = unpack_value(bytes(value))
                 if expires_ns is not None and expires_ns > now_ns:
                     continue
+                if inflight and name.decode(errors="replace") in inflight:
+                    continue  # stored again under way: the put's commit writes it anew
             stale.append(name)
             if len(stale) >= count_max:
-                break
-        return stale
-
-    def purge_batch(self) -> WriteBatch | None:
-        stale = self.expired()
-        if not stale:
-            return None
-        batch = WriteBatch.empty()
-        for key in stale:
-            batch.delete(Journal.DEDUPE, key)
-        return batch
+                return stale, name
+        if len(items) < DEDUPE_PURGE_SCAN_MAX:
+            return stale, None
+        return stale, bytes(items[-1][0])

@@ -556,7 +556,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
                 wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
             )
             return
-        summary["senders_told"] = _tell_senders(taken, journaled, discard)
+        summary["senders_told"] = _tell_senders(taken, journaled, discard, group.dqf.copies_left)
         ctx.counts.dqf_removed(len(journaled))
         for _ in journaled:
             if not discard:
@@ -603,18 +603,25 @@ def _purge_batch(
     return batch
 
 
-def _tell_senders(taken: list[Entry], journaled: list[Entry], discard: bool) -> int:
+def _tell_senders(
+    taken: list[Entry],
+    journaled: list[Entry],
+    discard: bool,
+    copies_left: Callable[[int], list[Callable[[Entry], None]]],
+) -> int:
     """Senders still waiting on a purged message (a WF put waiting for its get or
     confirm, an AK put owed its MRS_ACK) are told now, as MessageQ tells a sender
     whose message could not be delivered: SUCCESS with delivery status MSGUNDEL and
     what became of it as the UMA status (DLJ_SUCCESS: in the DLJ; DISC_SUCCESS:
-    discarded). Without this they waited for their timeout. How many were told."""
+    discarded). Without this they waited for their timeout. How many were told; the
+    WF_CONF copies re-sent under the message's idempotency key too (`copies_left`)."""
     told = 0
     dead_lettered = {id(entry) for entry in journaled} if not discard else set()
     for entry in taken:
         uma = Status.DLJ_SUCCESS if id(entry) in dead_lettered else Status.DISC_SUCCESS
         psb = Psb(Status.SUCCESS, Status.MSGUNDEL, entry.seq, uma)
-        for notify in (entry.on_confirm, entry.on_dequeue):
+        copies = copies_left(entry.seq) if entry.journaled else []
+        for notify in (entry.on_confirm, entry.on_dequeue, *copies):
             if notify is not None and report_waiting_sender(notify, psb):
                 told += 1
     return told
@@ -756,6 +763,7 @@ class _Mover:
         if error is None:
             self.moved += 1
             self.arrived[place] = moved
+            self.group.dqf.copies_moved(entry.seq, moved.seq)
         else:
             self.source.put_back(entry)
             self.failed.append(f"{entry.seq}: {error}")
