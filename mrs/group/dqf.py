@@ -184,7 +184,7 @@ class Dqf:
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []
             if key.startswith(APP_PREFIX):
-                self.app_keys.inflight[key] = digest
+                self.app_keys.inflight[key] = (digest, entry.seq)
                 value = self.app_keys.value(entry.seq, digest)
             else:
                 value = U64.pack(entry.seq)
@@ -242,7 +242,7 @@ class Dqf:
         application key reused for another body is refused KEY_REUSED
         (mrs.group.idempotency); an expired one stores the message again."""
         if key in self._dedupe_waiting:
-            if self.app_keys.inflight.get(key, digest) != digest:
+            if self.app_keys.inflight.get(key, (digest, 0))[0] != digest:
                 outcome(Status.KEY_REUSED, 0, "idempotency key reused for another body")
             elif self.dedupe_waiters >= DEDUPE_WAITERS_MAX:
                 outcome(Status.LINK_DOWN, 0, self._waiters_full())

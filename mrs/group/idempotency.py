@@ -112,8 +112,8 @@ class AppKeys:
     store: Store
     window_s: float
     clock_ns: Callable[[], int]
-    inflight: dict[str, bytes] = field(default_factory=dict)
-    """Key -> body fingerprint of a first copy not yet durable."""
+    inflight: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    """Key -> (body fingerprint, seq) of a first copy not yet durable."""
     _checked: tuple | None = field(default=None, repr=False)
     """(key, body, fingerprint, lookup result) of the put `conflict` just checked:
     the store of that same put (`digest_of`, `lookup`, in the same synchronous pass,
@@ -149,7 +149,13 @@ class AppKeys:
 
     def stored_seq(self, key: str, body: bytes) -> int | None:
         """The seq of the live first copy of `key` with this body that `conflict` has
-        just found, or None (asked right after `conflict(key, body)`, which read it)."""
+        just found, or None (asked right after `conflict(key, body)`, which read it);
+        or of a first copy with this body still being stored. Why the second: an AK
+        copy re-sent while its first copy's commit ran (a slow disk) was answered with
+        a seq of its own that no message took and no MRS_ACK named."""
+        flying = self.inflight.get(key)
+        if flying is not None:
+            return flying[1] if flying[0] == fingerprint(body) else None
         checked = self._checked
         if checked is None or checked[0] != key or checked[1] is not body:
             return None
@@ -181,7 +187,7 @@ class AppKeys:
         digest = fingerprint(body)
         inflight = self.inflight.get(key)
         if inflight is not None:
-            same = inflight == digest
+            same = inflight[0] == digest
             seq_text = "a put still in flight"
         else:
             found = self._read(key, digest, body)

@@ -10,7 +10,7 @@ layer above this one, and given here as `guarantees`.
 - `MRS_WRITER` -> `writer_kind`: `inline` (default) or `thread`, where the group
   commit runs;
 - `MRS_FAULT_FILE` -> `fault_file`: a file whose word (EIO, ENOSPC, MAPFULL) fails
-  the next commits;
+  the next commits, or (`SLOW <seconds>`) makes them that much slower;
 - `MRS_GC_THRESHOLDS` -> `gc_thresholds`: the collector's settings once recovered
   (mrs.server.gc_tuning): unset for the measured default, `off`, or `gen0,gen1,gen2`.
 """
