@@ -40,6 +40,9 @@ class WriterStats:
     wait_time_s_total: float = 0.0
     """Summed over commits: from the first batch submitted to the commit's start (how
     long the oldest write of each commit waited for its fsync to begin)."""
+    commit_s_max: float = 0.0
+    """The longest commit since the server last looked (mrs.ops.group_ops warns of a
+    slow disk from it, and sets it back to 0)."""
 
     def as_dict(self) -> dict:
         return {
@@ -202,7 +205,10 @@ def commit_together(
         ]
     else:
         results = [(done, None) for _, done in pending]
-    stats.commit_time_s_total += time.perf_counter() - started_s
+    took_s = time.perf_counter() - started_s
+    stats.commit_time_s_total += took_s
+    if took_s > stats.commit_s_max:
+        stats.commit_s_max = took_s
     stats.batches += len(pending)
     stats.operations += sum([len(batch.puts) for batch in batches]) + sum(
         [len(batch.deletes) for batch in batches]

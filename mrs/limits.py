@@ -211,6 +211,9 @@ CREDENTIALS_CHECK_INTERVAL_S = 0.5
 """With [auth], how often a running group looks at its credentials file (two stats)
 besides at each new connection and on SIGHUP: a `mrs creds remove` then ends the
 removed principal's connections within this, even when nobody else connects."""
+SLOW_COMMIT_S = 1.0
+"""A journal commit longer than this is a WARNING in the group's log (rate-limited):
+the disk is slow or stalled, and every answer waited for it."""
 CERT_EXPIRY_WARN_S = 14 * 86400.0
 """A running group with [group.tls] logs a WARNING once its certificate or CA expires
 within this (14 days; an ERROR once expired), every CERT_EXPIRY_CHECK_S."""

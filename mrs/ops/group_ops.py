@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from mrs import __version__
-from mrs.limits import JOURNAL_CHECK_INTERVAL_S, PCJ_ARCHIVE_RUNS_KEPT_MAX
+from mrs.core.refusals import RefusalLog
+from mrs.limits import JOURNAL_CHECK_INTERVAL_S, PCJ_ARCHIVE_RUNS_KEPT_MAX, SLOW_COMMIT_S
 from mrs.ops.alarms import disk_numbers, group_alarms
 from mrs.ops.queue_rates import QueueCounts
 from mrs.storage.journal_usage import UsageWatch
@@ -69,6 +70,8 @@ class GroupOps:
         self.watch: UsageWatch | None = None
         self.metrics: Any = None
         """mrs.ops.metrics.GroupMetrics once the endpoint is on."""
+        self._slow_commits = RefusalLog(log, line_format="{message}")
+        """Slow commits in the log (`_slow_commit`): one line an interval."""
         self.endpoints: dict[str, str] = {}
         self.queue_counts: QueueCounts | None = (
             QueueCounts() if server.config.ops.web_port is not None else None
@@ -111,11 +114,28 @@ class GroupOps:
         return self.queue_counts.observer(session, chain)
 
     def after_commit(self) -> None:
-        """Grow the map between commits, before a burst can fill it."""
+        """Grow the map between commits, before a burst can fill it; say when the disk
+        is slow."""
         if self.metrics is not None:
             self.metrics.after_commit()
+        group = self.server.group
+        if group is not None and group.writer.stats.commit_s_max > SLOW_COMMIT_S:
+            self._slow_commit(group.writer.stats)
         if self.watch is not None and self.watch.can_grow:
             self.watch.grow_if_needed()
+
+    def _slow_commit(self, stats: Any) -> None:
+        """A WARNING (at most one a REFUSAL_LOG_INTERVAL_S, with the count of those not
+        shown) for a commit longer than SLOW_COMMIT_S. Why: with the default writer
+        every answer waits for the commit, and a disk that stalled 18 s left nothing
+        in the log while clients said "server silent for 15 s"."""
+        took_s, stats.commit_s_max = stats.commit_s_max, 0.0
+        self._slow_commits.refused(
+            "slow-commit",
+            "journal",
+            f"group {self.server.config.id}: a journal commit took {took_s:.1f} s: the disk "
+            "holding the journals is slow or stalled, and every answer waited for it",
+        )
 
     async def start_endpoints(self, nursery: trio.Nursery) -> None:
         """The opt-in endpoints (metrics, web), listening when this returns: the server

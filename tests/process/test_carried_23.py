@@ -249,3 +249,21 @@ async def test_a_call_retried_in_a_loop_while_the_server_is_down_lets_trio_run(
                 assert ticks > 3, f"{name}: the program stood still while it was refused"
     finally:
         server.stop()
+
+
+async def test_a_slow_commit_is_a_warning_in_the_groups_log(make_bus, tmp_path: Path) -> None:
+    """With the default writer every answer waits for the commit: a disk that stalled
+    18 s left nothing in the group's log while its clients said "server silent for
+    15 s". Now a commit over SLOW_COMMIT_S is a WARNING naming how long it took."""
+    fault = tmp_path / "fault"
+    fault.write_text("")
+    bus = make_bus(env={"MRS_FAULT_FILE": str(fault)})
+    async with bus.connect(queue="SENDER") as sender:
+        await sender.put(b"quick", "ORDERS", delivery=DeliveryMode.WF_DQF)
+        assert "journal commit took" not in bus.log_text()
+        fault.write_text("SLOW 1.5")
+        await sender.put(b"late", "ORDERS", delivery=DeliveryMode.WF_DQF)
+        fault.write_text("")
+        await sender.put(b"after", "ORDERS", delivery=DeliveryMode.WF_DQF)
+    lines = [line for line in bus.log_text().splitlines() if "journal commit took" in line]
+    assert len(lines) == 1 and "WARNING" in lines[0] and "took 1." in lines[0], lines
