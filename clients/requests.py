@@ -135,7 +135,9 @@ def put_timeout_ms(timeout_s: Any) -> int:
         return 0
     if type(timeout_s) not in _NUMBERS or not 0 < timeout_s < math.inf:
         raise FieldRefused(
-            Status.BADPARAM, f"put timeout must be a number of seconds >= 0, got {timeout_s!r}"
+            Status.BADPARAM,
+            "put timeout must be a finite number of seconds >= 0 (None: the group's "
+            f"default), got {timeout_s!r}",
         )
     return min(_TIMEOUT_MS_MAX, max(1, round(timeout_s * 1000)))
 
@@ -147,7 +149,9 @@ def get_timeout_ms(timeout_s: Any) -> int:
         return -1
     if type(timeout_s) not in _NUMBERS or not 0 <= timeout_s < math.inf:
         raise FieldRefused(
-            Status.BADPARAM, f"get timeout must be a number of seconds >= 0, got {timeout_s!r}"
+            Status.BADPARAM,
+            "get timeout must be a finite number of seconds >= 0 (None: no limit), "
+            f"got {timeout_s!r}",
         )
     return min(_TIMEOUT_MS_MAX, round(timeout_s * 1000))
 
