@@ -29,6 +29,10 @@ MRS_CLASS = 28
 MRS_ACK_TYPE = -801
 """Message type of an MRS_ACK (carries the PSB of an AK-mode put)."""
 
+MRS_ACK_SOURCE_QUEUE = 0
+"""The queue an MRS_ACK comes from: the group's own (G.0), which no application is
+attached to (`Message.is_mrs_ack`)."""
+
 
 class NamedIntEnum(enum.IntEnum):
     """An IntEnum that prints as its name (`Status.STORED`, not `31`) in logs, errors
@@ -366,11 +370,23 @@ class Message:
 
     @property
     def is_mrs_ack(self) -> bool:
-        return self.msg_class == MRS_CLASS and self.msg_type == MRS_ACK_TYPE
+        """An MRS_ACK: class 28, type -801, from a group's queue 0, where only a group
+        sends from. Why the source: an application may put a message of that class and
+        type, and a receiver took it for the group's word on its put (a forged PSB)."""
+        return (
+            self.msg_class == MRS_CLASS
+            and self.msg_type == MRS_ACK_TYPE
+            and self.source.queue == MRS_ACK_SOURCE_QUEUE
+        )
 
     def ack_psb(self) -> Psb:
         """The PSB an MRS_ACK message carries (only for MRS_ACK messages)."""
         if not self.is_mrs_ack:
+            if self.msg_class == MRS_CLASS and self.msg_type == MRS_ACK_TYPE:
+                raise ValueError(
+                    f"not an MRS_ACK: class 28, type -801 from {self.source}, an "
+                    "application's queue (an application put it, not the MRS)"
+                )
             raise ValueError("not an MRS_ACK message")
         try:
             fields = msgpack.unpackb(self.body)

@@ -311,14 +311,22 @@ def test_a_forged_mrs_ack_is_one_clear_error_not_a_type_error() -> None:
     from mrs.model import Address, Message
 
     forged = Message(msgpack.packb(7), 5, Address(1, 12), Address(1, 11), MRS_CLASS, MRS_ACK_TYPE)
-    assert forged.is_mrs_ack
+    assert not forged.is_mrs_ack  # from an application's queue: only a group sends from .0
     with pytest.raises(ValueError, match="an application put it, not the MRS"):
         forged.ack_psb()
-    for body in (["a", "b", 1, 2], [0, 0, 1.5, 0], [1, 2, -3, 4]):  # PSB-shaped, not one
+    # A well-formed PSB from an application's queue was taken for the group's word on
+    # a put (a forged SUCCESS): refused by its source, not only by its shape.
+    for body in (["a", "b", 1, 2], [0, 0, 1.5, 0], [1, 2, -3, 4], [1, 1, 3, 1]):
         shaped = Message(msgpack.packb(body), 5, Address(1, 12), Address(1, 11), MRS_CLASS,
                          MRS_ACK_TYPE)  # fmt: skip
+        assert not shaped.is_mrs_ack
         with pytest.raises(ValueError, match="an application put it"):
             shaped.ack_psb()
+    for body in (["a", "b", 1, 2], [0, 0, 1.5, 0], [1, 2, -3, 4]):  # from .0, not a PSB
+        odd = Message(msgpack.packb(body), 5, Address(1, 0), Address(1, 11), MRS_CLASS,
+                      MRS_ACK_TYPE)  # fmt: skip
+        with pytest.raises(ValueError, match="an application put it"):
+            odd.ack_psb()
     real = Message(msgpack.packb([1, 2, 3, 4]), 5, Address(1, 0), Address(1, 11), MRS_CLASS,
                    MRS_ACK_TYPE)  # fmt: skip
     assert real.ack_psb().seq == 3
