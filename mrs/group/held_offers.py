@@ -84,6 +84,10 @@ class MrsAcks:
         self.offers = offers
         self.source = Address(ctx.group_id, 0)
         """Every MRS_ACK's source (queue 0 of this group): one Address, not one per ack."""
+        self.sent: dict[tuple[int, int, int], int] = {}
+        """(status, delivery status, UMA status) of each MRS_ACK made -> how many: an
+        AK put's outcome, which its put's answer (UMA_NA) did not say (`mrs_acks_total`,
+        mrs.ops.metrics)."""
 
     def send(self, response_queue: Address, psb: Psb) -> None:
         ctx = self.ctx
@@ -96,6 +100,9 @@ class MrsAcks:
             )
             return
         psb_wire = psb.to_wire()
+        outcome = (psb_wire[0], psb_wire[1], psb_wire[3])
+        sent = self.sent
+        sent[outcome] = sent.get(outcome, 0) + 1
         ack = mrs_ack_entry(
             self.sequence.next(),
             _ENCODE(psb_wire),

@@ -204,6 +204,7 @@ class Group:
             "dedupe_keys": ctx.store.count(Journal.DEDUPE),
             "corrupt_records": list(ctx.corrupt),
             "quarantined": ctx.quarantined,
+            "mrs_acks_sent": [[*psb, count] for psb, count in self.umas.acks.sent.items()],
             "dqf_unconfigured_queues": self.recovery.unconfigured_counts(),
             "saf_unlinked_groups": {
                 str(peer): count for peer, count in sorted(self.outbound.unlinked_saf.items())

@@ -213,9 +213,25 @@ class _StatusCollector:
         for kind in ("clients", "links"):
             conn.add_metric([group, kind], connections.get(kind, 0))
         yield conn
+        yield _mrs_acks_metric(group, status.get("mrs_acks_sent") or [])
         yield from _link_metrics(group, status.get("links") or {})
         yield from _queue_metrics(group, status.get("queues") or {})
         yield from replication_metrics(group, status.get("replication") or {})
+
+
+def _mrs_acks_metric(group: str, sent: list[list[int]]) -> CounterMetricFamily:
+    """MRS_ACKs made, by the PSB they carry: an AK put's outcome, which its answer
+    (UMA_NA) does not say, so `mrs_puts_total` cannot (a discarded AK_MEM put)."""
+    family = CounterMetricFamily(
+        "mrs_acks",
+        "MRS_ACKs made for AK puts, by status, delivery status and what the UMA did "
+        "(an AK put's outcome: its put was answered UMA_NA)",
+        labels=["group", "status", "delivery_status", "uma_status"],
+    )
+    for status, delivery_status, uma_status, count in sent:
+        names = [_status_name(value) for value in (status, delivery_status, uma_status)]
+        family.add_metric([group, *names], count)
+    return family
 
 
 def _gauge(name: str, help_text: str, group: str, value: float) -> GaugeMetricFamily:

@@ -34,6 +34,7 @@ _GROUP_KEYS_SHOWN = {
     "endpoints",
     "dlq_readers",
     "quarantined",
+    "mrs_acks_sent",
     "dqf_unconfigured_queues",
     "saf_unlinked_groups",
     "dqf_held_for_drains",

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients import connect_sync
-from mrs.model import DeliveryMode, Status, Uma
+from mrs.model import DeliveryMode, Psb, Status, Uma
 from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs, status_json
@@ -52,15 +52,17 @@ def nyc_alone(tmp_path: Path) -> Iterator[GroupProcess]:
         nyc.terminate()
 
 
-def _puts_scraped(url: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """Each `mrs_puts_total` series the endpoint serves: its labels -> its value."""
+def _puts_scraped(
+    url: str, name: str = "mrs_puts_total"
+) -> dict[tuple[tuple[str, str], ...], float]:
+    """Each `name` series the endpoint serves: its labels -> its value."""
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     return {
         tuple(sorted(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "mrs_puts_total"
+        if sample.name == name
     }
 
 
@@ -69,14 +71,16 @@ def _documented_rules() -> str:
     return operations.split("### Alerting", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
 
 
-def _series_of(puts: dict[tuple[tuple[str, str], ...], float]) -> list[dict]:
+def _series_of(
+    puts: dict[tuple[tuple[str, str], ...], float], name: str = "mrs_puts_total"
+) -> list[dict]:
     """The scraped series as Prometheus would have them from minute 0, scraped every
     15 s as job mrs, each growing by its scraped value per scrape (puts keep coming)."""
     scraped = {"job": "mrs", "instance": "h:9101"}
     series = [{"series": 'up{job="mrs",instance="h:9101"}', "values": "1x80"}]
     for labels, value in puts.items():
         selector = ",".join(f'{k}="{v}"' for k, v in {**scraped, **dict(labels)}.items())
-        series.append({"series": f"mrs_puts_total{{{selector}}}", "values": f"0+{value:g}x80"})
+        series.append({"series": f"{name}{{{selector}}}", "values": f"0+{value:g}x80"})
     return series
 
 
@@ -132,6 +136,57 @@ def test_ak_and_nn_puts_do_not_fire_the_undeliverable_puts_alert(
                         "eval_time": "11m",
                         "alertname": "MrsUndeliverablePuts",
                         "exp_alerts": [{"exp_labels": {**ran, "uma_status": "DLQ_SUCCESS"}}],
+                    }
+                ],
+            },
+        ],
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_ak_puts_outcome_is_counted_from_its_mrs_ack_and_alerts(
+    nyc_alone: GroupProcess, tmp_path: Path
+) -> None:
+    """An AK put is answered UMA_NA at once; its outcome comes in its MRS_ACK, which no
+    metric counted: an AK_MEM put discarded over a down link showed nowhere, and no
+    documented alert could fire. `mrs_acks_total` counts each MRS_ACK by its PSB,
+    and the documented MrsUndeliverableAkPuts fires on a UMA that ran, not on STORED."""
+
+    def next_mrs_ack(client) -> Psb:
+        """The next MRS_ACK on ORDERS (the sender's queue, where its own put lands too)."""
+        while not (message := client.get(timeout=10)).is_mrs_ack:
+            client.confirm(message.seq)
+        return message.ack_psb()
+
+    with connect_sync(nyc_alone.address, "ORDERS") as client:
+        assert client.put(b"fine", "1.10", delivery=DeliveryMode.AK_DQF).uma_status is Status.UMA_NA
+        assert next_mrs_ack(client).delivery_status == Status.STORED
+        url = status_json("--address", nyc_alone.address)["endpoints"]["metrics"]
+        healthy = _puts_scraped(url, "mrs_acks_total")
+        client.put(b"to LDN", "2.10", delivery=DeliveryMode.AK_MEM, uma=Uma.DISC)
+        psb = next_mrs_ack(client)
+        assert (psb.delivery_status, psb.uma_status) == (Status.LINK_DOWN, Status.DISC_SUCCESS)
+        incident = _puts_scraped(url, "mrs_acks_total")
+    assert [dict(labels)["delivery_status"] for labels in healthy] == ["STORED"]
+    discarded = {dict(labels)["uma_status"]: value for labels, value in incident.items()}
+    assert discarded == {"NO_UMA": 1.0, "DISC_SUCCESS": 1.0}
+    ran = {"severity": "warning", "group": "1", "delivery_status": "LINK_DOWN"}
+    done = _promtool(
+        tmp_path,
+        [
+            {
+                "interval": "15s",
+                "input_series": _series_of(healthy, "mrs_acks_total"),
+                "alert_rule_test": [{"eval_time": "11m", "alertname": "MrsUndeliverableAkPuts"}],
+            },
+            {
+                "interval": "15s",
+                "input_series": _series_of(incident, "mrs_acks_total"),
+                "alert_rule_test": [
+                    {
+                        "eval_time": "11m",
+                        "alertname": "MrsUndeliverableAkPuts",
+                        "exp_alerts": [{"exp_labels": {**ran, "uma_status": "DISC_SUCCESS"}}],
                     }
                 ],
             },
