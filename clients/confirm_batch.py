@@ -27,12 +27,13 @@ from clients.batch import (
     build_each,
     error_of,
     expect,
+    items_of,
     mark_not_sent,
     room_for,
 )
 from clients.requests import confirm_request
 from mrs import protocol as wire
-from mrs.errors import MrsError, error_for
+from mrs.errors import FieldRefused, MrsError, error_for
 from mrs.model import ForceJrn, Status
 
 CONFIRM_CHUNK = 256
@@ -48,14 +49,20 @@ class _ConfirmPending(ItemPending):
 
 
 async def confirm_many(
-    requests: Any, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+    requests: Any,
+    seqs: Sequence[int],
+    force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+    confirm_values: Sequence[int] | None = None,
 ) -> list[MrsError | None]:
     """Confirm every seq (see the module doc) through `requests`, the client's
-    request table (clients.pending.Requests); one result per seq, in order."""
+    request table (clients.pending.Requests); one result per seq, in order; each
+    with its `confirm_values` entry (all 0 without them: `confirm_values_of`)."""
     await requests.linked(Status.NOTACTIVE, "confirm_many")
     link = requests.link
+    values = confirm_values_of(seqs, confirm_values)
     results, confirms = build_each(
-        seqs, lambda seq: confirm_request(requests.next_id(), seq, 0, force_j)
+        list(zip(seqs, values, strict=True)),
+        lambda pair: confirm_request(requests.next_id(), pair[0], pair[1], force_j),
     )
     answers = Answers(results)
     pending = requests.pending
@@ -74,6 +81,21 @@ async def confirm_many(
         for request_id in sent:  # abandoned (cancelled): nobody waits for these
             pending.pop(request_id, None)
     return [_result(result, seq) for result, seq in zip(results, seqs, strict=True)]
+
+
+def confirm_values_of(seqs: Sequence[int], values: Sequence[int] | None) -> Sequence[int]:
+    """One confirm value per seq (MessageQ's pams_confirm_msg status, kept in the PCJ):
+    `values` as given, or 0 for each; BADPARAM unless one per seq. Why: a ported
+    program confirming in batches could not record the value it confirms with."""
+    if values is None:
+        return [0] * len(seqs)
+    values = items_of(values, "confirm_many confirm_values")
+    if len(values) != len(seqs):
+        raise FieldRefused(
+            Status.BADPARAM,
+            f"confirm_many: {len(values)} confirm_values for {len(seqs)} seqs: give one each",
+        )
+    return values
 
 
 def _result(result: object, seq: int) -> MrsError | None:

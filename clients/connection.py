@@ -46,7 +46,7 @@ from clients.batch import (
     send_batches,
     send_batches_resent,
 )
-from clients.confirm_batch import confirm_many, confirmed_problem
+from clients.confirm_batch import confirm_many, confirm_values_of, confirmed_problem
 from clients.dialing import Attachment, Dialer, Dialing
 from clients.errors import ConnectionLost, JournalFailed, MrsError, PutOutcomeUnknown, error_for
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
@@ -518,28 +518,34 @@ class Client:
             await confirm_refused(self)
 
     async def confirm_many(
-        self, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+        self,
+        seqs: Sequence[int],
+        force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+        *,
+        confirm_values: Sequence[int] | None = None,
     ) -> list[MrsError | None]:
         """Confirm many messages with one wait (clients.confirm_batch): every Confirm
         is sent at once and the server commits them together. One result per seq, in
-        order: None if confirmed, else the MrsError `confirm` would have raised."""
+        order: None if confirmed, else the MrsError `confirm` would have raised.
+        `confirm_values`: one per seq, as `confirm(confirm_value=)` takes (0 each)."""
         seqs = items_of(seqs, "confirm_many")
         if self._requests.link is None or self._requests.broken is not None:
             await self._linked(None, "confirm_many")
         if self.refused_unconfirmed:  # refused messages an in-order queue holds back
-            return await self._confirm_in_turn(seqs, force_j)
-        return await confirm_many(self._requests, seqs, force_j)
+            values = confirm_values_of(seqs, confirm_values)
+            return await self._confirm_in_turn(seqs, force_j, values)
+        return await confirm_many(self._requests, seqs, force_j, confirm_values)
 
     async def _confirm_in_turn(
-        self, seqs: Sequence[int], force_j: ForceJrn
+        self, seqs: Sequence[int], force_j: ForceJrn, values: Sequence[int]
     ) -> list[MrsError | None]:
         """`confirm_many` one `confirm` at a time, so each held refused message is
         confirmed as soon as the queue allows it (between the application's): sent
         together, the seqs after one were answered BADSEQ, as was every later confirm."""
         results: list[MrsError | None] = []
-        for seq in seqs:
+        for seq, value in zip(seqs, values, strict=True):
             try:
-                await self.confirm(seq, force_j=force_j)
+                await self.confirm(seq, confirm_value=value, force_j=force_j)
             except MrsError as error:
                 results.append(error)
             else:

@@ -205,3 +205,21 @@ async def test_the_bounds_of_a_put(bus) -> None:
         with trio.fail_after(WAIT_S):
             with pytest.raises(NoMoreMessages):
                 await q.get(timeout=0)
+
+
+async def test_confirm_many_records_each_confirm_value(bus) -> None:
+    """pams_confirm_msg takes a confirm value, kept in the PCJ; `confirm_many` always
+    recorded 0, so a ported program that confirms in batches could not keep its
+    values. Now `confirm_values` gives one per seq (in order, in-turn too); a count
+    that does not match the seqs is BADPARAM before anything is confirmed."""
+    values = [-7, 0, 2**63 - 1]
+    async with connect(bus.address, "SENDER") as sender, connect(bus.address, "ANYORDER") as q:
+        for n in range(3):
+            await sender.put(b"order %d" % n, "ANYORDER", delivery=D.WF_DQF)
+        seqs = [(await q.get(timeout=WAIT_S)).seq for _ in range(3)]
+        with pytest.raises(BadParameter, match="2 confirm_values for 3 seqs"):
+            await q.confirm_many(seqs, confirm_values=values[:2])
+        assert await q.confirm_many(seqs, confirm_values=values) == [None, None, None]
+    with open_journal(bus.data_dir, "pcj") as pcj:
+        records = {record.seq: record.confirm_value for record in pcj}
+    assert records == dict(zip(seqs, values, strict=True))
