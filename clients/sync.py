@@ -8,13 +8,20 @@ one whose message had already come (the interrupt landed while it was handed ove
 keeps it for the next get, in order -- unless the connection it came on was lost
 since: a recoverable message then comes again from the server (POSSDUPL), as the
 async client's held messages do (clients.pending.Requests.lose).
+
+Any thread may call it (calls from several run at once); a process forked after the
+connect has no such thread, so its calls are refused; a client dropped without
+close() is closed when it is collected (`_Life`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
+import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -31,7 +38,7 @@ from clients.requests import built
 from clients.selective import take_held
 from mrs import protocol as wire
 from mrs.core.selection import Selection
-from mrs.errors import BadParameter, ConnectionLost, MrsError
+from mrs.errors import BadParameter, ConnectionLost, MrsError, ReplyTimeout
 from mrs.limits import CLIENT_CLOSE_WAIT_S, GIVE_BACK_WAIT_S
 from mrs.model import Address, ForceJrn, Message, Psb, Status
 
@@ -100,77 +107,132 @@ class SyncJournalReader:
         self.close()
 
 
-class SyncClient:
-    """Blocking twin of `Client`: put, get, confirm, status, iteration."""
+class _Life:
+    """The client's trio thread and what it shares with the caller's threads.
+
+    The thread runs `run` of this object, which holds no reference to its SyncClient:
+    a client dropped without close() is collected, and its finalizer closes it
+    (`dropped`). Before, the thread's target was the SyncClient's own method, so a
+    dropped client was never collected: its thread, connection and attach lived for
+    the rest of the process, and every later attach to its queue met QUEUE_BUSY."""
 
     def __init__(self, address: str, queue: str | Address | None, options: dict) -> None:
-        self._args = (address, queue, options)
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._client: Client | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._given_back: deque[Message] = deque()
-        """Messages an interrupted call had got (`_call`): the next gets return them.
-        Read and written in the trio thread only (`_give_back`, `_next_messages`)."""
-        self._given_back_reconnects = 0
-        """`Client.reconnects` when they were given back: the connection they came on."""
-        self._opening: trio.CancelScope | None = None
+        self.args = (address, queue, options)
+        self.pid = os.getpid()
+        """The process that connected: a forked child has a copy of this object but
+        not the thread (`forked`)."""
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.client: Client | None = None
+        self.token: trio.lowlevel.TrioToken | None = None
+        self.stop: trio.Event | None = None
+        self.opening: trio.CancelScope | None = None
         """Around the client's whole life in its thread: cancelled to give it up."""
-        self._abandoned = False
-        """`__init__` was interrupted: the thread must not keep a client nobody can close."""
-        self._ended = threading.Event()
-        """The trio thread has finished (set by `_run` as it ends). Read in place of
+        self.abandoned = False
+        """`SyncClient.__init__` was interrupted: the thread must not keep a client
+        nobody can close."""
+        self.ended = threading.Event()
+        """The trio thread has finished (set by `run` as it ends). Read in place of
         `Thread.is_alive()`: on Python < 3.13 a KeyboardInterrupt landing inside
         `is_alive()` or `join()` marks a thread that still runs as stopped (its
         `_wait_for_tstate_lock` releases the live thread's lock), and every later call
         raised ConnectionLost("client closed") while the client ran on in its thread,
         still attached, and `close()` left it so."""
-        self._thread = threading.Thread(target=self._run, name="mrs-client", daemon=True)
-        try:
-            self._thread.start()  # waits for the thread, which may be dialing already
-            self._ready.wait()
-        except BaseException:  # Ctrl-C while it connects: no client object is returned
-            self._give_up_opening()
-            raise
-        if self._error is not None:
-            self._ended.wait()
-            raise self._error
+        self.thread = threading.Thread(target=self.run, name="mrs-client", daemon=True)
 
-    def _give_up_opening(self) -> None:
-        """`__init__` was interrupted: close the client in its thread (or stop it
-        attaching) and wait a moment for that, so the queue is free for the next
-        attach. Before, the thread attached anyway and held the queue for the rest
-        of the process, with no object left to close it: every retry met QUEUE_BUSY.
-        (`_main` reads `_abandoned` after it sets `_token`, and this reads `_token`
-        after it sets `_abandoned`: one of the two sees the other.)"""
-        self._abandoned = True
-        if self._token is not None and self._opening is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(self._opening.cancel, trio_token=self._token)
-        self._ended.wait(CLIENT_CLOSE_WAIT_S + GIVE_BACK_WAIT_S)
+    def forked(self) -> bool:
+        """This is a child process forked after the connect: the client's thread and
+        its trio run are not here (fork copies only the thread that called it)."""
+        return os.getpid() != self.pid
 
-    def _run(self) -> None:
+    def run(self) -> None:
         try:
-            trio.run(self._main)
+            trio.run(self.main)
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
-            if not self._ready.is_set():
-                self._error = error
+            if not self.ready.is_set():
+                self.error = error
         finally:
-            self._ended.set()
-            self._ready.set()
+            self.ended.set()
+            self.ready.set()
 
-    async def _main(self) -> None:
-        address, queue, options = self._args
-        self._stop = trio.Event()
-        with trio.CancelScope() as self._opening:
-            self._token = trio.lowlevel.current_trio_token()
-            if self._abandoned:  # interrupted before the token was there to cancel with
+    async def main(self) -> None:
+        address, queue, options = self.args
+        self.stop = trio.Event()
+        with trio.CancelScope() as self.opening:
+            self.token = trio.lowlevel.current_trio_token()
+            if self.abandoned:  # interrupted before the token was there to cancel with
                 return
             async with connect(address, queue, **options) as client:
-                self._client = client
-                self._ready.set()
-                await self._stop.wait()
+                self.client = client
+                self.ready.set()
+                await self.stop.wait()
+
+    def give_up_opening(self) -> None:
+        """`SyncClient.__init__` was interrupted: close the client in its thread (or
+        stop it attaching) and wait a moment for that, so the queue is free for the
+        next attach. Before, the thread attached anyway and held the queue for the
+        rest of the process, with no object left to close it: every retry met
+        QUEUE_BUSY. (`main` reads `abandoned` after it sets `token`, and this reads
+        `token` after it sets `abandoned`: one of the two sees the other.)"""
+        self.abandoned = True
+        if self.token is not None and self.opening is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self.opening.cancel, trio_token=self.token)
+        self.ended.wait(CLIENT_CLOSE_WAIT_S + GIVE_BACK_WAIT_S)
+
+    def close(self, wait_s: float | None = None) -> None:
+        """Detach and stop the thread; wait for it (at most `wait_s`), unless called
+        in the client's own thread (a journal listener): it ends once that returns.
+        Before, a close made there waited for the thread it blocked, for ever. In a
+        forked child, nothing: the connection is the parent's."""
+        if self.forked() or self.ended.is_set() or self.stop is None or self.token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):  # another thread closed it
+            self.token.run_sync_soon(self.stop.set)
+        if threading.current_thread() is not self.thread:
+            self.ended.wait(wait_s)
+
+    def dropped(self) -> None:
+        """The SyncClient was collected, or the interpreter exits, without close():
+        close it now, with a ResourceWarning as an unclosed file gives, so what it
+        holds is given back and its queue is free for the next attach."""
+        if self.forked() or self.ended.is_set():
+            return
+        queue = self.client.queue if self.client is not None else None
+        warnings.warn(
+            f"connect_sync client of queue {queue} was not closed: closing it now",
+            ResourceWarning,
+            stacklevel=1,
+        )
+        self.close(CLIENT_CLOSE_WAIT_S + GIVE_BACK_WAIT_S)
+
+
+class SyncClient:
+    """Blocking twin of `Client`: put, get, confirm, status, iteration.
+
+    One client may be shared by any number of threads: each call is handed to the
+    client's trio thread, so calls from several threads run at once on its one
+    connection, as tasks share an async Client."""
+
+    def __init__(self, address: str, queue: str | Address | None, options: dict) -> None:
+        life = self._life = _Life(address, queue, options)
+        self._given_back: deque[Message] = deque()
+        """Messages an interrupted call had got (`_call`): the next gets return them.
+        Read and written in the trio thread only (`_give_back`, `_next_messages`)."""
+        self._given_back_reconnects = 0
+        """`Client.reconnects` when they were given back: the connection they came on."""
+        try:
+            life.thread.start()  # waits for the thread, which may be dialing already
+            life.ready.wait()
+        except BaseException:  # Ctrl-C while it connects: no client object is returned
+            life.give_up_opening()
+            raise
+        if life.error is not None:
+            life.ended.wait()
+            raise life.error
+        assert life.client is not None  # set before `ready` when no error
+        self._client: Client = life.client
+        weakref.finalize(self, life.dropped)  # dropped unclosed: closed (`_Life.dropped`)
 
     def _call(
         self,
@@ -185,7 +247,10 @@ class SyncClient:
         will not see, are kept for the next get (`_given_back`), whether the interrupt
         came before or after they arrived: the trio thread alone decides, so no
         message falls between the two threads."""
-        if self._ended.is_set():
+        life = self._life
+        if life.forked():  # before: the call waited for a thread the child has not
+            raise _forked(life.pid)
+        if life.ended.is_set():
             raise ConnectionLost(Status.LINK_DOWN, "client closed")
         if trio.lowlevel.in_trio_task():
             raise _called_from_trio()
@@ -205,14 +270,14 @@ class SyncClient:
             return None  # cancelled after an interrupt: nobody reads this
 
         try:
-            result = trio.from_thread.run(run, trio_token=self._token)
+            result = trio.from_thread.run(run, trio_token=life.token)
             return result if convert is None else convert(result)
         except (trio.RunFinishedError, trio.Cancelled):  # another thread closed it meanwhile
             raise ConnectionLost(Status.LINK_DOWN, "client closed") from None
         except BaseException:
-            if not self._ended.is_set():  # e.g. KeyboardInterrupt: stop it there
+            if not life.ended.is_set():  # e.g. KeyboardInterrupt: stop it there
                 with contextlib.suppress(trio.RunFinishedError):
-                    trio.from_thread.run_sync(self._abandon, call, trio_token=self._token)
+                    trio.from_thread.run_sync(self._abandon, call, trio_token=life.token)
             raise
 
     def _abandon(self, call: _Call) -> None:
@@ -297,31 +362,33 @@ class SyncClient:
         self._client.add_journal_listener(listener)
 
     def wait_journal_status(self, status: Status, timeout: float | None = None) -> None:
-        """Block until journal_status is `status`; MrsTimeout-free: raises TimeoutError."""
-
+        """Block until journal_status is `status`; ReplyTimeout (a TimeoutError and an
+        MrsError, status TIMEOUT) if `timeout` passes first."""
         wait_s = _wait_s(timeout, "wait_journal_status")
 
         async def wait() -> None:
-            with trio.fail_after(wait_s):
-                await self._client.wait_journal_status(status)
+            with trio.move_on_after(wait_s):
+                return await self._client.wait_journal_status(status)
+            raise _not_within(f"wait_journal_status: not {status.name}", wait_s)
 
         self._call(wait)
 
     @property
     def connected(self) -> bool:
-        return self._client is not None and self._client.connected
+        return not self._life.forked() and self._client.connected
 
     def wait_connected(self, timeout: float | None = None) -> None:
         """Block until the client is attached again after a drop (`Client.wait_connected`);
-        raises TimeoutError if `timeout` passes first, the client's error if it gave up."""
+        raises ReplyTimeout (a TimeoutError and an MrsError, status TIMEOUT) if
+        `timeout` passes first, the client's error if it gave up. Before, both waits
+        raised trio's TooSlowError, neither a TimeoutError nor an MrsError."""
         client = self._client
-        assert client is not None  # set before __init__ returns
-
         wait_s = _wait_s(timeout, "wait_connected")
 
         async def wait() -> None:
-            with trio.fail_after(wait_s):
-                await client.wait_connected()
+            with trio.move_on_after(wait_s):
+                return await client.wait_connected()
+            raise _not_within("wait_connected: not connected", wait_s)
 
         self._call(wait)
 
@@ -400,11 +467,10 @@ class SyncClient:
     def close(self) -> None:
         """Detach and stop the client's thread; from any thread, also from inside a
         trio task (where `trio.from_thread` refuses to run: the close raised
-        RuntimeError and left the queue attached for the rest of the process)."""
-        if not self._ended.is_set() and self._stop is not None and self._token is not None:
-            with contextlib.suppress(trio.RunFinishedError):  # another thread closed it
-                self._token.run_sync_soon(self._stop.set)
-            self._ended.wait()
+        RuntimeError and left the queue attached for the rest of the process), and
+        from a journal listener (`_Life.close`). Again: nothing. In a process forked
+        after the connect: nothing (the connection is the parent's)."""
+        self._life.close()
 
     def __enter__(self) -> SyncClient:
         return self
@@ -422,6 +488,20 @@ def _called_from_trio() -> BadParameter:
         "connect_sync's client blocks: inside a trio task use `async with "
         "clients.connect(...)`, or call it through trio.to_thread.run_sync",
     )
+
+
+def _forked(pid: int) -> BadParameter:
+    """The refusal of a call in a process forked after the connect: the client's
+    thread and connection stayed in the parent, so the call waited for ever."""
+    return BadParameter(
+        Status.BADPARAM,
+        f"this connect_sync client belongs to process {pid}, which forked this one: "
+        "connect again in this process (its close() here does nothing)",
+    )
+
+
+def _not_within(what: str, wait_s: float) -> ReplyTimeout:
+    return ReplyTimeout(Status.TIMEOUT, f"{what} within {wait_s:g} s")
 
 
 def _wait_s(timeout: Any, what: str) -> float:
