@@ -424,9 +424,15 @@ class SyncClient:
         self._call(self._client.confirm, seq, confirm_value, force_j)
 
     def confirm_many(
-        self, seqs: Sequence[int], force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+        self,
+        seqs: Sequence[int],
+        force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+        *,
+        confirm_values: Sequence[int] | None = None,
     ) -> list[MrsError | None]:
-        return self._call(self._client.confirm_many, seqs, force_j)
+        return self._call(
+            self._client.confirm_many, seqs, force_j, confirm_values=confirm_values
+        )
 
     def status(self) -> dict:
         return self._call(self._client.status)

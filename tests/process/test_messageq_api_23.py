@@ -223,3 +223,15 @@ async def test_confirm_many_records_each_confirm_value(bus) -> None:
     with open_journal(bus.data_dir, "pcj") as pcj:
         records = {record.seq: record.confirm_value for record in pcj}
     assert records == dict(zip(seqs, values, strict=True))
+
+
+def test_the_blocking_confirm_many_takes_confirm_values_too(bus) -> None:
+    """The blocking client's `confirm_many` passes `confirm_values` on."""
+    from clients import connect_sync
+
+    with connect_sync(bus.address, "SENDER") as sender, connect_sync(bus.address, "ANYORDER") as q:
+        sender.put(b"one", "ANYORDER", delivery=D.WF_DQF)
+        seq = q.get(timeout=WAIT_S).seq
+        assert q.confirm_many([seq], confirm_values=[42]) == [None]
+    with open_journal(bus.data_dir, "pcj") as pcj:
+        assert {record.seq: record.confirm_value for record in pcj} == {seq: 42}
