@@ -180,9 +180,10 @@ class TlsConfig:
                     f"fails; {fix}"
                 )
             if soon > ends:
-                days = (ends - now).days
+                left_h = (ends - now).total_seconds() / 3600
+                left = f"{left_h / 24:.0f} days" if left_h >= 36 else f"{left_h:.0f} hours"
                 return logging.WARNING, (
-                    f"the {what} {path} expires on {when} (in {days} days): {fix}"
+                    f"the {what} {path} expires on {when} (in {left}): {fix}"
                 )
         return None
 

@@ -150,7 +150,7 @@ def test_a_certificate_that_expires_soon_is_a_warning_of_the_running_group(
     assert tls is not None and tls.expiry_notice() is None
     _group_certificate_ending_in(config, 3)
     level, line = tls.expiry_notice() or (0, "")
-    assert level == logging.WARNING and "group-1.pem expires on" in line and "in 2 days" in line
+    assert level == logging.WARNING and "group-1.pem expires on" in line and "in 3 days" in line
     _group_certificate_ending_in(config, 1)
     server = subprocess.Popen(
         [sys.executable, "-m", "mrs", "serve", "--config", str(config), "--group", "1"],
