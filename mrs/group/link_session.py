@@ -549,6 +549,18 @@ class PeerLink:
         self.rooms.timers.call_later(self._retry_s, self.poke)
         self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
 
+    def _stuck_one_stored(self, answers: list[tuple[bytes, int]]) -> None:
+        """The wait's refused message stored at last (room came): the wait names no
+        message any more. Why: while the drain waited for room it went on naming the
+        first message refused, long delivered, and an operator looked for it in the
+        SAF in vain (`mrs status`, the web view)."""
+        assert self.drain_wait is not None
+        stuck = self.drain_wait["stuck_seq"]
+        for key, status in answers:
+            if status == Status.STORED and split_key(key)[1] == stuck:
+                self.drain_wait["stuck_seq"] = None
+                return
+
     def _first_answers(self, answers: list[tuple[bytes, int]]) -> list[tuple[bytes, int]]:
         """Drop answers for records another copy already got stored (a restarted drain
         resends records still in flight), so none is deleted twice."""
@@ -573,6 +585,8 @@ class PeerLink:
             [(key, result.status) for key, result in zip(pending.items, ack.results, strict=True)]
         )
         answer = self.rooms.drain.saf_answered(self.peer_id, answers, self._forgettable)
+        if self.drain_wait is not None and self.drain_wait["stuck_seq"] is not None:
+            self._stuck_one_stored(answers)
         if answer.retry and answer.stuck_status == Status.DQF_FULL:
             if _seq_held(ack, answer.stuck_seq):
                 self._wait_for_seq(answer)

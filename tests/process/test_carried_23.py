@@ -267,3 +267,45 @@ async def test_a_slow_commit_is_a_warning_in_the_groups_log(make_bus, tmp_path: 
         await sender.put(b"after", "ORDERS", delivery=DeliveryMode.WF_DQF)
     lines = [line for line in bus.log_text().splitlines() if "journal commit took" in line]
     assert len(lines) == 1 and "WARNING" in lines[0] and "took 1." in lines[0], lines
+
+
+def test_a_drain_waiting_for_room_names_no_message_once_its_stuck_one_is_stored(
+    tmp_path: Path,
+) -> None:
+    """`mrs status`'s drain wait named the first message the full DQF refused for as
+    long as the drain waited for room, after that message was long delivered (an
+    operator looked it up in the SAF and did not find it). Once it is stored the wait
+    names no message; the status (DQF_FULL) stays while the drain waits."""
+    from mrs import protocol as wire
+    from mrs.model import Uma
+    from tests.process.test_group_rooms import LinkPair, put
+
+    pair = LinkPair(tmp_path)  # group 1's DQF holds 5
+    try:
+        back = pair.nodes[2].session("OUT")
+        for index in range(1, 9):
+            pair.nodes[2].group.put(
+                back, put("1.10", b"r", DeliveryMode.WF_DQF, Uma.SAF, request_id=index)
+            )
+        pair.nodes[2].commit()
+        pair.connect()
+        pair.run()
+        wait = pair.links[2].status_info()["drain_wait"]
+        assert wait["status"] == "DQF_FULL" and wait["stuck_seq"] is not None
+        stuck = wait["stuck_seq"]
+        receiver = pair.nodes[1].session("IN")
+        for request_id in (1, 3):  # two confirmed: room for the stuck one and one more
+            pair.nodes[1].group.get(receiver, wire.Get(request_id=request_id, timeout_ms=0))
+            pair.nodes[1].commit()
+            seq = [e for e in receiver.events if isinstance(e, wire.Delivery)][-1].seq
+            confirm = wire.Confirm(request_id=request_id + 1, seq=seq, confirm_value=0, force_j=0)
+            pair.nodes[1].group.confirm(receiver, confirm)
+            pair.run()
+        from journals import Journal
+        from journals.keys import group_key
+
+        assert pair.nodes[2].store.get_raw(Journal.SAF, group_key(1, stuck)) is None  # sent
+        wait = pair.links[2].status_info()["drain_wait"]
+        assert wait["status"] == "DQF_FULL" and wait["stuck_seq"] is None, wait
+    finally:
+        pair.close()
