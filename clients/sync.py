@@ -131,6 +131,10 @@ class _Life:
         self.abandoned = False
         """`SyncClient.__init__` was interrupted: the thread must not keep a client
         nobody can close."""
+        self.closing = False
+        """close() was called: later calls are refused at once ("client closed"), also
+        while a close made in the client's own thread (a journal listener) is still
+        ending it (`close`)."""
         self.ended = threading.Event()
         """The trio thread has finished (set by `run` as it ends). Read in place of
         `Thread.is_alive()`: on Python < 3.13 a KeyboardInterrupt landing inside
@@ -187,6 +191,7 @@ class _Life:
         forked child, nothing: the connection is the parent's."""
         if self.forked() or self.ended.is_set() or self.stop is None or self.token is None:
             return
+        self.closing = True
         with contextlib.suppress(trio.RunFinishedError):  # another thread closed it
             self.token.run_sync_soon(self.stop.set)
         if threading.current_thread() is not self.thread:
@@ -250,7 +255,7 @@ class SyncClient:
         life = self._life
         if life.forked():  # before: the call waited for a thread the child has not
             raise _forked(life.pid)
-        if life.ended.is_set():
+        if life.closing or life.ended.is_set():
             raise ConnectionLost(Status.LINK_DOWN, "client closed")
         if trio.lowlevel.in_trio_task():
             raise _called_from_trio()

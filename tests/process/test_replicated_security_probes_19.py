@@ -156,7 +156,7 @@ def test_a_revocation_holds_after_a_kill_and_the_log_names_the_copy_in_force(
                         nursery.start_soon(parked_get)
                         granted = await trio.to_thread.run_sync(
                             lambda: run_mrs(
-                                "admin", "grant", "consumer", "--config", str(files["a"]),
+                                "admin", "grant", "consumer", "--none", "--config", str(files["a"]),
                                 env={"MRS_AUTH_NAME": "owner",
                                      "MRS_AUTH_PASSWORD": password_of("owner")},
                             )
