@@ -681,14 +681,17 @@ def test_the_web_view_shows_each_instance(etcd, tmp_path) -> None:
         assert 'id="replication"' in page
         if CHROMIUM is None:  # CI installs it (.ci/system-packages --tests)
             (pytest.fail if os.environ.get("CI") else pytest.skip)("needs chromium")
-        dom = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu"]
-            + ["--virtual-time-budget=5000", "--dump-dom", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
-        cells = dict(re.findall(r'data-key="1/([^"]+)"[^>]*>([^<]*)<', dom))
+        for _ in range(3):  # on a loaded host the page's first fetch may miss the budget
+            dom = subprocess.run(
+                [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu"]
+                + ["--virtual-time-budget=5000", "--dump-dom", url],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+            cells = dict(re.findall(r'data-key="1/([^"]+)"[^>]*>([^<]*)<', dom))
+            if f"{active}.role" in cells:
+                break
         term = str(shown["term"])
         assert (cells[f"{active}.role"], cells[f"{active}.term"]) == ("active", term)
         assert (cells[f"{live}.role"], cells[f"{live}.in_sync"]) == ("replica", "yes")
