@@ -20,6 +20,7 @@ from clients.link import _Link, _next_event
 from clients.reconnect import PASSING_REFUSALS
 from clients.tls import tls_refusal
 from mrs import protocol as wire
+from mrs.config.addresses import host_problem
 from mrs.limits import CLIENT_FRAME_BYTES_MAX
 from mrs.model import Address, Status
 from mrs.protocol.errors import RemoteProtocolError
@@ -259,11 +260,6 @@ def _split_address(address: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise error_for(Status.BADPARAM, f"server address must be HOST:PORT, got {address!r}")
     host = host.strip("[]")
-    try:  # a label over 63 characters failed in the socket's IDNA encoding, as a
-        # UnicodeError that `mrs admin`/`mrs jplay` showed as "unexpected error"
-        usable = ":" in host or bool(host.encode("idna"))
-    except UnicodeError:
-        usable = False
-    if not usable or any(ord(c) < 0x20 or ord(c) == 0x7F for c in host):
-        raise error_for(Status.BADPARAM, f"server address {address!r}: the host is not a host name")
+    if (problem := host_problem(host)) is not None:  # the socket's UnicodeError otherwise
+        raise error_for(Status.BADPARAM, f"server address {address!r}: {problem}")
     return host, int(port)

@@ -64,3 +64,25 @@ def overlap(host: str, other_host: str, port: int, other_port: int) -> bool:
     return (
         port == other_port and wildcard and takes_local_port(host) and takes_local_port(other_host)
     )
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` can never be dialed or listened on, or None: the bus file's check
+    (`mrs.config.fields`) and the client's (`clients.dialing`), one rule. Why: a NUL in
+    the host was cut there by the C library (`127.0.0.1\\0junk` listened on 127.0.0.1,
+    while `mrs status` dialed the whole string), and a label over 63 characters failed
+    the socket's IDNA encoding, so `mrs serve` ended in "unexpected error:
+    UnicodeError" and `mrs admin` quoted the codec."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in host):
+        return "the host must not hold control characters"
+    if ":" in host:  # an IPv6 literal (from brackets): not a name to encode
+        return None
+    try:
+        host.encode("idna")  # what the socket calls do with a host name
+    except UnicodeError:
+        shown = host if len(host) <= 40 else host[:37] + "..."
+        return (
+            f"the host is not a host name ({shown!r}): each dot-separated part must be "
+            "1 to 63 characters"
+        )
+    return None

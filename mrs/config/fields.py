@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from mrs.config.addresses import host_problem
 from mrs.config.keys import unknown_key_problem
 from mrs.config.schema import (
     _NAME_PATTERN,
@@ -67,28 +68,8 @@ def _split_host_port(text: str) -> tuple[str, str] | str:
         return f"an IPv6 host must be in brackets, e.g. '[::1]:7001', got {text!r}"
     if not host or any(c.isspace() for c in host):
         return f"must be 'host:port' with a non-empty host, got {text!r}"
-    return _host_problem(host, text) or (host, port)
-
-
-def _host_problem(host: str, text: str) -> str | None:
-    """Why `host` can never be dialed or listened on, or None. Why checked here: a
-    NUL in the host was cut there by the C library (`127.0.0.1\\0junk` listened on
-    127.0.0.1, while `mrs status` dialed the whole string), and a label over 63
-    characters failed the socket's IDNA encoding, so `mrs serve` ended in
-    "unexpected error: UnicodeError" and `mrs admin` quoted the codec."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in host):
-        return f"the host must not hold control characters, got {text!r}"
-    if ":" in host:  # an IPv6 literal (from brackets): not a name to encode
-        return None
-    try:
-        host.encode("idna")  # what the socket calls do with a host name
-    except UnicodeError:
-        shown = host if len(host) <= 40 else host[:37] + "..."
-        return (
-            f"the host {shown!r} is not a host name: each dot-separated part must be "
-            "1 to 63 characters"
-        )
-    return None
+    problem = host_problem(host)
+    return (host, port) if problem is None else f"{problem}, got {text!r}"
 
 
 def resolve_path(text: str, base: Path) -> Path | str:
