@@ -373,16 +373,17 @@ class Message:
         """An MRS_ACK: class 28, type -801, from a group's queue 0, where only a group
         sends from. Why the source: an application may put a message of that class and
         type, and a receiver took it for the group's word on its put (a forged PSB)."""
-        return (
-            self.msg_class == MRS_CLASS
-            and self.msg_type == MRS_ACK_TYPE
-            and self.source.queue == MRS_ACK_SOURCE_QUEUE
-        )
+        return self._mrs_ack_shaped and self.source.queue == MRS_ACK_SOURCE_QUEUE
+
+    @property
+    def _mrs_ack_shaped(self) -> bool:
+        """Class 28, type -801: an MRS_ACK's, or an application's that took them."""
+        return self.msg_class == MRS_CLASS and self.msg_type == MRS_ACK_TYPE
 
     def ack_psb(self) -> Psb:
         """The PSB an MRS_ACK message carries (only for MRS_ACK messages)."""
         if not self.is_mrs_ack:
-            if self.msg_class == MRS_CLASS and self.msg_type == MRS_ACK_TYPE:
+            if self._mrs_ack_shaped:
                 raise ValueError(
                     f"not an MRS_ACK: class 28, type -801 from {self.source}, an "
                     "application's queue (an application put it, not the MRS)"

@@ -92,22 +92,22 @@ def int64(text: str) -> int:
     """argparse type: a whole number the wire carries (signed 64 bits). Why: a larger
     one was refused by the frame encoder in its own words ("AdminRequest.args holds
     an int out of msgpack range"); what a value means is the server's to check."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    value = _whole(text, "")
     if not -(1 << 63) <= value < 1 << 63:
         raise argparse.ArgumentTypeError(f"must be a whole number below 2**63, got {text}")
     return value
 
 
-def _whole_at_least(text: str, least: int) -> int:
+def _whole(text: str, rule: str) -> int:
+    """`text` as a whole number, or argparse's refusal saying the `rule` it must keep."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number >= {least}, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"must be a whole number{rule}, got {text!r}") from None
+
+
+def _whole_at_least(text: str, least: int) -> int:
+    value = _whole(text, f" >= {least}")
     if value < least:
         raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {value}")
     return value
