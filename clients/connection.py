@@ -336,10 +336,7 @@ class Client:
                 return await drain.put_journaled(request)
             if requests.link is None or requests.broken is not None:  # else no call: per request
                 refuse_bad_pair(request.delivery, request.uma)  # the mistake before the link
-                # A checkpoint before LINK_DOWN: a caller that retries in a loop would
-                # otherwise never let the background reconnect (or anything) run.
-                await trio.lowlevel.checkpoint()
-                requests.require_link(_LINK_DOWN, "put")
+                await requests.linked(_LINK_DOWN, "put")  # a checkpoint before LINK_DOWN
             reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         except ConnectionLost as lost:  # a `try` costs nothing until it catches
             if delivery not in _RECOVERABLE_MODES:
@@ -364,8 +361,7 @@ class Client:
         if drain is not None and self._status.status == Status.JOURNAL_ON:
             return await drain.put_journaled(request)
         if requests.link is None or requests.broken is not None:  # else no call: per request
-            await trio.lowlevel.checkpoint()  # see `put`
-            requests.require_link(_LINK_DOWN, "put")
+            await requests.linked(_LINK_DOWN, "put")
         reply = await requests.request(request, put_reply_wait_s(timeout), "put")
         return _psb(reply)
 

@@ -163,8 +163,7 @@ class Requests:
         link = self.link
         if link is None or link.unsent_bytes > OUTBOX_BYTES_HIGH:  # one test on the fast path
             # lost while the caller waited (e.g. in the get pool), or not reading
-            await trio.lowlevel.checkpoint()  # a LINK_DOWN/NOTACTIVE retried in a loop
-            link = self.require_link(_NOT_LINKED_STATUS.get(kind, Status.NOTACTIVE), kind)
+            link = await self.linked(_NOT_LINKED_STATUS.get(kind, Status.NOTACTIVE), kind)
             await self.outbox_room(link, wait_s)
         if len(self.pending) >= CLIENT_REQUESTS_IN_FLIGHT_MAX:
             raise QuotaExceeded(
