@@ -119,14 +119,14 @@ class Recovery:
         """`G.Q` -> DQF messages kept for each queue the config does not have."""
         group_id = self.ctx.group_id
         return {
-            f"{group_id}.{queue_id}": sum(map(len, lanes.values()))
+            f"{group_id}.{queue_id}": _kept_count(lanes)
             for queue_id, lanes in sorted(self.unconfigured.items())
         }
 
     def _kept_line(self, queue_id: int) -> str:
         """The one line that says where a removed queue's messages are and how to reach them."""
         group_id = self.ctx.group_id
-        count = sum(map(len, self.unconfigured[queue_id].values()))
+        count = _kept_count(self.unconfigured[queue_id])
         if queue_id == DEAD_LETTER_QUEUE:
             back = "set dead_letter_queue = true and restart"
         else:
@@ -145,7 +145,7 @@ class Recovery:
             return 0
         for priority, seqs in sorted(lanes.items()):
             queue.pending.extend_cold(priority, seqs)
-        count = sum(map(len, lanes.values()))
+        count = _kept_count(lanes)
         log.info(
             "queue %s: %d messages the DQF kept for it are waiting on it", queue.address, count
         )
@@ -216,6 +216,11 @@ def stored_priorities(store) -> dict[int, dict[int, int]]:
             queue_id, seq = _KEY.unpack(key[size:])
             found.setdefault(queue_id, {})[seq] = value[0]
     return found
+
+
+def _kept_count(lanes: dict[int, array]) -> int:
+    """Messages kept for an unconfigured queue, over its priority lanes."""
+    return sum(map(len, lanes.values()))
 
 
 def by_priority(seqs: array, priorities: dict[int, int] | None) -> list[tuple[int, array]]:
