@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any, Final, NoReturn
 
 from mrs.protocol.checks import DECODE_STATE, FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION, _short
-from mrs.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from mrs.protocol.errors import (
+    FrameRefused,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+)
 from mrs.protocol.events import Event, Fatal, Hello, Welcome
 from mrs.protocol.explain import explain
 from mrs.protocol.link_events import LinkTransfer
@@ -298,7 +303,7 @@ class Connection:
             while have - pos >= _HEADER_BYTES:
                 size = unpack_from(buf, pos)[0]
                 if size > frame_bytes_max or size == 0:
-                    self._fail(_size_problem(bytes(buf[pos : pos + 4]), size, frame_bytes_max))
+                    self._fail_frame(bytes(buf[pos : pos + 4]), size, frame_bytes_max)
                 start = pos + _HEADER_BYTES
                 end = start + size
                 if end > have:
@@ -333,6 +338,12 @@ class Connection:
 
     def _fail(self, message: str) -> NoReturn:
         self._error = RemoteProtocolError(message)
+        raise self._error
+
+    def _fail_frame(self, head: bytes, size: int, frame_bytes_max: int) -> NoReturn:
+        """A frame length refused: the error carries the four bytes read (FrameRefused)."""
+        named = size != 0 and any(head.startswith(start) for start, _ in _FOREIGN_STARTS)
+        self._error = FrameRefused(_size_problem(head, size, frame_bytes_max), head, named)
         raise self._error
 
     # -- sending --------------------------------------------------------------------

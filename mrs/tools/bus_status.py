@@ -16,7 +16,6 @@ import argparse
 import errno
 import json
 import os
-import re
 import socket
 import sys
 import time
@@ -278,8 +277,6 @@ _ERRNO_WORDS = {
 NOT_MRS = "something listens there but does not speak MRS"
 """How a down reason starts when the address holds another program (`foreign_reason`)."""
 
-_FRAME_OF = re.compile(r"frame of (\d+) bytes")
-
 
 def foreign_reason(error: BaseException) -> str | None:
     """Why the address is not an MRS group's, when what answered broke the protocol
@@ -290,22 +287,17 @@ def foreign_reason(error: BaseException) -> str | None:
     on it (PROTOCOL_ERROR, "frame of 1213486160 bytes", which is b"HTTP"), and that
     error used to be shown as the group's answer: "is up but REFUSED the status
     request ... see the group's log", for an address where no group listens."""
-    from mrs.protocol.errors import RemoteProtocolError
+    from mrs.protocol.errors import FrameRefused
 
     for inner in _chain(error):
-        if not isinstance(inner, RemoteProtocolError):
-            continue
-        text = " ".join(str(inner.message).split())
-        said = _FRAME_OF.search(text)
-        if said is None and text != "empty frame":
-            continue  # a frame MRS reads but does not expect: a group, maybe of another release
-        if said is not None and int(said.group(1)) < 2**32:
-            head = int(said.group(1)).to_bytes(4, "big")
-            if all(32 <= byte < 127 for byte in head):
-                http = " (an HTTP server: a group's metrics_listen or web_listen?)"
-                kind = http if head == b"HTTP" else ""
-                return f"{NOT_MRS}: it answered {head.decode()!r}...{kind}"
-        return f"{NOT_MRS} ({text})"
+        if not isinstance(inner, FrameRefused) or inner.named:
+            continue  # a frame MRS reads, or a protocol its message names already
+        head = inner.head
+        if any(head) and all(32 <= byte < 127 for byte in head):
+            http = " (an HTTP server: a group's metrics_listen or web_listen?)"
+            kind = http if head == b"HTTP" else ""
+            return f"{NOT_MRS}: it answered {head.decode()!r}...{kind}"
+        return f"{NOT_MRS} ({' '.join(str(inner.message).split())})"
     return None
 
 
