@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.disk_helpers import mounted_tmpfs
 from tests.process.test_cli_errors import small_disk  # noqa: F401 (a fixture)
 from tests.process.test_command_line_probes_19 import _one_line, _stop, _using
 from tests.process.test_sim_probes import (  # the /proc helpers and clean-up fixture
@@ -50,16 +51,7 @@ ADDRESS_SPACE_BYTES = 4 << 30
 @pytest.fixture
 def disk_under_the_reserve(tmp_path: Path) -> Iterator[Path]:
     """A real tmpfs of UNDER_THE_RESERVE_MIB: its free space is really measured."""
-    mountpoint = tmp_path / "disk"
-    mountpoint.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={UNDER_THE_RESERVE_MIB}m", "tmpfs", str(mountpoint)],
-        capture_output=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root): " + mounted.stderr.decode().strip())
-    yield mountpoint
-    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+    yield from mounted_tmpfs(tmp_path / "disk", f"{UNDER_THE_RESERVE_MIB}m")
 
 
 def _bench(

@@ -17,6 +17,7 @@ from mrs.tools.cli import build_parser
 from mrs.tools.cli_support import DefaultsHelpFormatter, subparsers_of
 from sim.ports import free_port
 from sim.processes import GroupProcess, write_single_group_config
+from tests.disk_helpers import mounted_tmpfs
 
 QUEUES = """
 [[group.queue]]
@@ -176,15 +177,7 @@ def test_full_disk_at_start_is_one_line_exit_1_and_does_not_bump_the_epoch(tmp_p
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A real 2 MiB filesystem (tmpfs), so a full disk is a real ENOSPC."""
-    mountpoint = tmp_path / "small-disk"
-    mountpoint.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mountpoint)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root): " + mounted.stderr.decode().strip())
-    yield mountpoint
-    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+    yield from mounted_tmpfs(tmp_path / "small-disk", "2m")
 
 
 def test_a_really_full_disk_is_one_line_exit_1_and_does_not_bump_the_epoch(

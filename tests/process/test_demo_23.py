@@ -26,6 +26,7 @@ from mrs.exit_status import CommandError
 from mrs.tools import demo_failover
 from sim.etcd import etcd_fatal_line
 from sim.processes import ServerStartError
+from tests.disk_helpers import mounted_tmpfs
 from tests.etcd_helpers import skip_without_etcd
 from tests.process.test_sim_probes import (  # the /proc helpers and clean-up fixture
     _alive,
@@ -66,31 +67,17 @@ CHAPTER_ALONE = """\
     """
 
 
-def _tmpfs(directory: Path, size: str) -> Iterator[Path]:
-    directory.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
-        capture_output=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root): " + mounted.stderr.decode().strip())
-    try:
-        yield directory
-    finally:
-        subprocess.run(["umount", "-l", str(directory)], check=False)
-
-
 @pytest.fixture
 def no_room_for_etcd(tmp_path: Path) -> Iterator[Path]:
     """A disk smaller than etcd's first WAL file."""
-    yield from _tmpfs(tmp_path / "disk", "40m")
+    yield from mounted_tmpfs(tmp_path / "disk", "40m")
 
 
 @pytest.fixture
 def under_the_reserve(tmp_path: Path) -> Iterator[Path]:
     """Room for etcd's WAL (64 MiB) and its first snapshot, and then less than the
     journal reserve (50 MiB) left (at 100 MiB etcd itself once ran out, in CI)."""
-    yield from _tmpfs(tmp_path / "disk", "110m")
+    yield from mounted_tmpfs(tmp_path / "disk", "110m")
 
 
 def _chapter(directory: Path, messages: int) -> tuple[int, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore, WriteBatch
 from journals.commit_log import CommitLog, LogContents, read_log
 from tests.conftest import STANDARD_QUEUES, Bus
+from tests.disk_helpers import mounted_tmpfs
 from tests.journal_helpers import mrs, record, write_records
 
 BODY_BYTES = 8000
@@ -35,16 +35,7 @@ SMALL_JOURNAL_LIMITS = "journal_bytes_max = 67108864\nmessage_bytes_max = 16384"
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 20 MiB filesystem (tmpfs): a full disk is a real ENOSPC."""
-    mountpoint = tmp_path / "small-disk"
-    mountpoint.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mountpoint)],
-        capture_output=True,
-        check=False,
-    )
-    assert mounted.returncode == 0, mounted.stderr.decode()  # the tests run as root
-    yield mountpoint
-    subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+    yield from mounted_tmpfs(tmp_path / "small-disk", "20m")
 
 
 def _bus_on(disk: Path, log_dir: Path) -> Bus:
