@@ -6,7 +6,8 @@ puts WF_DQF (UMA SAF) to queue 2.10 at `--put-rate` (50/s); a consumer on group 
 gets and confirms one message every `--confirm-ms` (30 ms). The consumer is slower
 than the producer, so group 2's DQF stays full, the drain is refused DQF_FULL and
 waits for room, and the SAF backlog grows. Each phase reports group 1's link
-`messages_sent` (what `mrs_link_messages_sent_total` counts) per message group 2
+`messages_sent` + `messages_resent` (`mrs_link_messages_sent_total` and
+`mrs_link_messages_resent_total`: every link message) per message group 2
 stored from the link (the consumer got it, or it is still in group 2's DQF: the
 DQF's depth at the phase's end less at its start), what the consumer got, and the
 WARNING lines both groups logged:
@@ -136,9 +137,14 @@ async def _consume(bus: LinkedBus, run: Run, confirm_s: float, stop: trio.Event)
             await trio.sleep(confirm_s)
 
 
+def _link_messages(link: dict) -> int:
+    """Every message the link sent: first sends and resends (counted apart)."""
+    return int(link["messages_sent"]) + int(link.get("messages_resent", 0))
+
+
 async def _phase(bus: LinkedBus, run: Run, name: str, seconds: float) -> Phase:
     phase = Phase(name, seconds)
-    sent_before, dqf_before = (await _link_info(bus))["messages_sent"], await _dqf_messages(bus)
+    sent_before, dqf_before = _link_messages(await _link_info(bus)), await _dqf_messages(bus)
     delivered_before, warnings_before = len(run.delivered_seqs), _warnings(bus)
     if name == "cut":
         bus.proxy(1, 2).cut()
@@ -148,7 +154,7 @@ async def _phase(bus: LinkedBus, run: Run, name: str, seconds: float) -> Phase:
         await trio.sleep(seconds / 2)
     else:
         await trio.sleep(seconds)
-    phase.sent = (await _link_info(bus))["messages_sent"] - sent_before
+    phase.sent = _link_messages(await _link_info(bus)) - sent_before
     phase.delivered = len(run.delivered_seqs) - delivered_before
     phase.stored = phase.delivered + await _dqf_messages(bus) - dqf_before
     phase.warnings = _warnings(bus) - warnings_before
@@ -166,8 +172,8 @@ async def measure(
     confirm_ms: float = 30.0,
 ) -> Run:
     """Run the scenario on real processes in `directory`; the counts of each phase.
-    `messages_sent` counts every link message since the link's first connection
-    (a cut and heal keep the session), so the phases' deltas add up."""
+    `messages_sent` and `messages_resent` count every link message since the link's
+    first connection (a cut and heal keep the session), so the phases' deltas add up."""
     bus = LinkedBus(directory, queues=QUEUES, group_limits={2: f"dqf_messages_max = {dqf_max}"})
     run = Run()
     async with trio.open_nursery() as nursery:

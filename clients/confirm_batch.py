@@ -13,14 +13,21 @@ seq not delivered on this connection, already confirmed) never fails the others.
 MrsError that `confirm` alone would have raised (returned in its place, not raised).
 It raises only when nothing could be tried (not connected) or when cancelled; a
 connection lost meanwhile answers each unanswered confirm `ConnectionLost` (the
-message is still unconfirmed on the server and comes again marked POSSDUPL).
+message is still unconfirmed on the server and comes again marked POSSDUPL). The
+batch waits at most `wait_s` (clients.answer_waits): a confirm sent and not answered
+by then is a `ReplyTimeout` (it may still be recorded), one not sent yet an
+`MrsTimeout` (it was not sent).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import trio
+
+from clients.answer_waits import CONFIRM_OUTCOME, not_answered
 from clients.batch import (
     Answers,
     ItemPending,
@@ -33,7 +40,7 @@ from clients.batch import (
 )
 from clients.requests import confirm_request
 from mrs import protocol as wire
-from mrs.errors import FieldRefused, MrsError, error_for
+from mrs.errors import FieldRefused, MrsError, MrsTimeout, error_for
 from mrs.model import ForceJrn, Status
 
 CONFIRM_CHUNK = 256
@@ -53,10 +60,12 @@ async def confirm_many(
     seqs: Sequence[int],
     force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
     confirm_values: Sequence[int] | None = None,
+    wait_s: float = math.inf,
 ) -> list[MrsError | None]:
     """Confirm every seq (see the module doc) through `requests`, the client's
     request table (clients.pending.Requests); one result per seq, in order; each
-    with its `confirm_values` entry (all 0 without them: `confirm_values_of`)."""
+    with its `confirm_values` entry (all 0 without them: `confirm_values_of`),
+    within `wait_s`."""
     await requests.linked(Status.NOTACTIVE, "confirm_many")
     link = requests.link
     values = confirm_values_of(seqs, confirm_values)
@@ -67,20 +76,49 @@ async def confirm_many(
     answers = Answers(results)
     pending = requests.pending
     sent: list[int] = []
+    start = 0
     try:
-        for start in range(0, len(confirms), CONFIRM_CHUNK):
-            chunk = confirms[start : start + CONFIRM_CHUNK]
-            if not await room_for(requests, answers, len(chunk)) or requests.link is not link:
-                mark_not_sent(requests, link, results, chunk, "confirm")
-                continue
-            for index, request in chunk:
-                link.send(request)
-                expect(pending, link, sent, request.request_id, _ConfirmPending(answers, index))
-        await answers.wait_until(0)
+        with trio.move_on_after(wait_s) as waited:
+            for start in range(0, len(confirms), CONFIRM_CHUNK):
+                chunk = confirms[start : start + CONFIRM_CHUNK]
+                if not await room_for(requests, answers, len(chunk)) or requests.link is not link:
+                    mark_not_sent(requests, link, results, chunk, "confirm")
+                    continue
+                for index, request in chunk:
+                    link.send(request)
+                    expect(pending, link, sent, request.request_id, _ConfirmPending(answers, index))
+            start = len(confirms)
+            await answers.wait_until(0)
+        if waited.cancelled_caught:
+            _timed_out(requests, seqs, results, sent, confirms[start:], wait_s)
     finally:
-        for request_id in sent:  # abandoned (cancelled): nobody waits for these
+        for request_id in sent:  # abandoned (cancelled, timed out): nobody waits for these
             pending.pop(request_id, None)
     return [_result(result, seq) for result, seq in zip(results, seqs, strict=True)]
+
+
+def _timed_out(
+    requests: Any,
+    seqs: Sequence[int],
+    results: list[Any],
+    sent: list[int],
+    unsent: list[tuple[int, Any]],
+    wait_s: float,
+) -> None:
+    """After the batch's wait: each confirm sent and still unanswered is a
+    ReplyTimeout (it may still be recorded), each not sent yet an MrsTimeout. Before
+    there was no wait, and a confirm left unanswered here would read as recorded."""
+    for request_id in sent:
+        item = requests.pending.get(request_id)
+        if isinstance(item, _ConfirmPending) and results[item.index] is None:
+            what = f"confirm_many's confirm of message {seqs[item.index]}"
+            results[item.index] = not_answered(what, requests.address, wait_s, CONFIRM_OUTCOME)
+    for index, _request in unsent:
+        if results[index] is None:
+            results[index] = MrsTimeout(
+                Status.TIMEOUT,
+                f"confirm of message {seqs[index]}: not sent in time; it was not sent",
+            )
 
 
 def confirm_values_of(seqs: Sequence[int], values: Sequence[int] | None) -> Sequence[int]:

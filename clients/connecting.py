@@ -21,11 +21,13 @@ from clients.saf_drain import IDEMPOTENCY_HEADER
 from clients.saf_journal import ClientJournal
 from clients.tls import default_tls, tls_opener
 from mrs.limits import (
+    CLIENT_REQUEST_WAIT_S_DEFAULT,
     CLIENT_SAF_BYTES_MAX_DEFAULT,
     CLIENT_SAF_MESSAGES_MAX_DEFAULT,
     HEARTBEAT_S_DEFAULT,
     HEARTBEAT_S_INSTANCES_DEFAULT,
     PUT_ONCE_BUSY_RETRY_S,
+    READ_AHEAD_MAX,
 )
 from mrs.model import Address, Psb, Status
 
@@ -52,6 +54,8 @@ async def connect(
     tls: ssl.SSLContext | None = None,
     tls_server_name: str | None = None,
     credentials: ClientCredentials | None = None,
+    read_ahead_max: int = READ_AHEAD_MAX,
+    request_timeout_s: float = CLIENT_REQUEST_WAIT_S_DEFAULT,
 ) -> AsyncIterator[Client]:
     """Connect to a group server and attach to `queue` (e.g. "1.10" or "ORDERS").
 
@@ -78,6 +82,13 @@ async def connect(
     Without it, the process default (set by the `mrs` command from MRS_TLS_*), if any.
     credentials: a name and password for a group with auth on (clients.auth); without
     them, the process default (set by the `mrs` command from MRS_AUTH_*), if any.
+    request_timeout_s: how long confirm, confirm_many, status, locate and pending
+    wait for their answer when not given a `timeout=` of their own (60 s), then
+    ReplyTimeout (clients.answer_waits); a finite number of seconds > 0.
+    read_ahead_max: memory-only messages (MRS_ACKs, NN) a waiting get may bring
+    beyond its own, held for the next gets (0..READ_AHEAD_MAX, docs/client-library.md
+    "Read-ahead"); 0 switches read-ahead off, so a message of higher priority that
+    arrives later is got before the ones behind it.
 
     Long because the signature and this docstring name every option; the body is
     four steps: the stream opener, the journal, the first link, the background tasks.
@@ -94,6 +105,8 @@ async def connect(
     )
     _check_seconds("connect_timeout_s", connect_timeout_s, required=True)
     _check_seconds("heartbeat_s", heartbeat_s, required=False)
+    _check_seconds("request_timeout_s", request_timeout_s, required=True)
+    _check_read_ahead(read_ahead_max)
     if heartbeat_s == HEARTBEAT_S_DEFAULT and "," in address:
         heartbeat_s = HEARTBEAT_S_INSTANCES_DEFAULT  # a paused active passed over in seconds
     tls = tls if tls is not None else default_tls()
@@ -118,6 +131,8 @@ async def connect(
             journal=journal,
             heartbeat_s=heartbeat_s,
             protection=protection,
+            read_ahead_max=read_ahead_max,
+            request_timeout_s=float(request_timeout_s),
         )
         link = await _first_link(client, journal)
         if journal is not None:
@@ -247,6 +262,17 @@ def _check_seconds(name: str, value: object, *, required: bool) -> None:
     if type(value) not in (int, float) or not 0 < value < math.inf:  # type: ignore[operator]
         raise BadParameter(
             Status.BADPARAM, f"connect: {name} must be a number of seconds > 0, got {value!r}"
+        )
+
+
+def _check_read_ahead(value: object) -> None:
+    """`read_ahead_max` is a whole number 0..READ_AHEAD_MAX (what a GetBatch carries);
+    BADPARAM otherwise, before anything is dialed."""
+    if type(value) is not int or not 0 <= value <= READ_AHEAD_MAX:
+        raise BadParameter(
+            Status.BADPARAM,
+            f"connect: read_ahead_max must be a whole number 0..{READ_AHEAD_MAX} "
+            f"(0: no read-ahead), got {value!r}",
         )
 
 

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
+from clients.answer_waits import CONFIRM_OUTCOME, QUERY_OUTCOME, answer_wait_s, not_answered
 from clients.batch import (
     PutItem,
     items_of,
@@ -48,9 +49,18 @@ from clients.batch import (
 )
 from clients.confirm_batch import confirm_many, confirm_values_of, confirmed_problem
 from clients.dialing import Attachment, Dialer, Dialing
-from clients.errors import ConnectionLost, JournalFailed, MrsError, PutOutcomeUnknown, error_for
+from clients.errors import (
+    BadParameter,
+    ConnectionLost,
+    JournalFailed,
+    MrsError,
+    PutOutcomeUnknown,
+    ReplyTimeout,
+    error_for,
+)
+from clients.get_pool import keep_asked
 from clients.journal_remote import PcjState, RemoteJournalReader, open_remote, set_pcj
-from clients.journal_status import JournalEvent, JournalStatus
+from clients.journal_status import JournalEvent, JournalStatus, RefusedRecord
 from clients.link import LinkLoops, _Link
 from clients.lookup import locate, pending, pending_texts, queue_text
 from clients.pending import Requests
@@ -71,14 +81,16 @@ from clients.resend import Resender
 from clients.saf_drain import CLIENT_SAF_SEQ_HEADER as CLIENT_SAF_SEQ_HEADER  # old path
 from clients.saf_drain import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # old path
 from clients.saf_drain import SafDrain, _psb
-from clients.saf_journal import ClientJournal
+from clients.saf_journal import REFUSED_LISTED_DEFAULT, ClientJournal
 from clients.selective import get_selected, get_wait_ms, time_left_s
 from mrs import protocol as wire
 from mrs.core.selection import Selection
 from mrs.limits import (
     ADMIN_REQUEST_WAIT_S,
+    CLIENT_REQUEST_WAIT_S_DEFAULT,
     CLIENT_RESEND_WAIT_S,
     HEARTBEAT_S_DEFAULT,
+    READ_AHEAD_MAX,
     REPLY_GRACE_S,
 )
 
@@ -118,8 +130,13 @@ class Client:
         journal: ClientJournal | None = None,
         heartbeat_s: float | None = HEARTBEAT_S_DEFAULT,
         protection: Protection | None = None,
+        read_ahead_max: int = READ_AHEAD_MAX,
+        request_timeout_s: float = CLIENT_REQUEST_WAIT_S_DEFAULT,
     ) -> None:
         self.address = address
+        self.request_timeout_s = request_timeout_s
+        """How long confirm, confirm_many, status, locate and pending wait for their
+        answer without a `timeout=` of their own (clients.answer_waits)."""
         self.protection = protection
         self.refused_unconfirmed: list[int] = []
         """With protection: refused messages moved to the DLQ whose confirm an in-order
@@ -134,6 +151,7 @@ class Client:
         self._status = JournalStatus(journal is not None)
         self._attachment = Attachment()
         self._requests = Requests(address, self._status, self.confirm)
+        self._requests.gets.read_ahead_max = read_ahead_max  # checked by `connect`
         self._drain = (
             None
             if journal is None
@@ -216,6 +234,35 @@ class Client:
         """Call `listener(JournalEvent)` on every journal status change and drain."""
         self._status.listeners.append(listener)
 
+    @property
+    def journal_refused(self) -> int:
+        """Journaled puts the group refused for good at drain time, kept aside in the
+        client SAF journal (docs/client-saf.md, "Refused records")."""
+        return 0 if self._journal is None else self._journal.refused_count
+
+    def refused_records(self, limit: int = REFUSED_LISTED_DEFAULT) -> list[RefusedRecord]:
+        """The journaled puts kept aside as refused, oldest first (at most `limit`)."""
+        return self._saf_journal("refused_records").refused_records(limit)
+
+    async def redrive_refused(self, seqs: Collection[int] | None = None) -> dict[int, int]:
+        """Send refused records (all, or those of `seqs`) again, behind the backlog,
+        each under a new client seq: {old seq: new seq}."""
+        moved = await self._saf_journal("redrive_refused").redrive(seqs)
+        if moved and self._drain is not None:
+            self._drain.redriven()
+        return moved
+
+    async def discard_refused(self, seqs: Collection[int]) -> int:
+        """Drop the refused records of `seqs` for good (logged); how many."""
+        return await self._saf_journal("discard_refused").discard(seqs)
+
+    def _saf_journal(self, what: str) -> ClientJournal:
+        if self._journal is None:
+            raise BadParameter(
+                Status.BADPARAM, f"{what}: this client has no SAF journal (saf_journal=PATH)"
+            )
+        return self._journal
+
     async def wait_journal_status(self, status: Status) -> None:
         """Return once journal_status is `status` (e.g. LINK_UP after a drain).
         Raises JournalFailed if the journal failed (JOURNAL_FAIL) meanwhile, and
@@ -239,6 +286,11 @@ class Client:
         while self._requests.link is None:
             self._requests.raise_if_broken()
             await self._status.changed.wait()
+
+    async def _linked_within(self, wait_s: float, what: str) -> float:
+        """`_linked` for a call bounded by `wait_s`: what is left of it."""
+        left_s = await self._linked(wait_s, what)
+        return wait_s if left_s is None else left_s
 
     async def _linked(self, timeout: float | None, what: str) -> float | None:
         """A call that found no connection: with several addresses (a replicated group,
@@ -497,15 +549,30 @@ class Client:
         return await self.protection.deliver(self, message)
 
     async def confirm(
-        self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+        self,
+        seq: int,
+        confirm_value: int = 0,
+        force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Confirm a CONFIRMREQ/POSSDUPL message: the MRS forgets it (and journals it
-        to the PCJ if asked)."""
+        to the PCJ if asked). Waits at most `timeout` seconds (None: the connection's
+        `request_timeout_s`, 60 s unless `connect` was given another), then raises
+        ReplyTimeout: the confirm may still be recorded (clients.answer_waits)."""
         requests = self._requests
+        wait_s = self.request_timeout_s
+        if timeout is not None:
+            wait_s = answer_wait_s(timeout, wait_s, "confirm")
+        left_s = wait_s
         if requests.link is None or requests.broken is not None:  # else no call: per request
-            await self._linked(None, "confirm")
+            left_s = await self._linked_within(wait_s, "confirm")
         request = confirm_request(requests.next_id(), seq, confirm_value, force_j)
-        reply = await requests.request(request, None, "other")
+        try:
+            reply = await requests.request(request, left_s, "other")
+        except ReplyTimeout:
+            what = f"confirm of message {seq}"
+            raise not_answered(what, self.address, wait_s, CONFIRM_OUTCOME) from None
         if (problem := confirmed_problem(cast(wire.Confirmed, reply), seq)) is not None:
             raise problem
         if self.refused_unconfirmed:  # what an in-order queue held back (with protection)
@@ -519,41 +586,51 @@ class Client:
         force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
         *,
         confirm_values: Sequence[int] | None = None,
+        timeout: float | None = None,
     ) -> list[MrsError | None]:
         """Confirm many messages with one wait (clients.confirm_batch): every Confirm
         is sent at once and the server commits them together. One result per seq, in
         order: None if confirmed, else the MrsError `confirm` would have raised.
-        `confirm_values`: one per seq, as `confirm(confirm_value=)` takes (0 each)."""
+        `confirm_values`: one per seq, as `confirm(confirm_value=)` takes (0 each).
+        The whole batch waits at most `timeout` (as `confirm`'s): a confirm left
+        unanswered then is a ReplyTimeout in its place (it may still be recorded)."""
         seqs = items_of(seqs, "confirm_many")
+        wait_s = answer_wait_s(timeout, self.request_timeout_s, "confirm_many")
         if self._requests.link is None or self._requests.broken is not None:
-            await self._linked(None, "confirm_many")
+            wait_s = await self._linked_within(wait_s, "confirm_many")
         if self.refused_unconfirmed:  # refused messages an in-order queue holds back
             values = confirm_values_of(seqs, confirm_values)
-            return await self._confirm_in_turn(seqs, force_j, values)
-        return await confirm_many(self._requests, seqs, force_j, confirm_values)
+            return await self._confirm_in_turn(seqs, force_j, values, wait_s)
+        return await confirm_many(self._requests, seqs, force_j, confirm_values, wait_s)
 
     async def _confirm_in_turn(
-        self, seqs: Sequence[int], force_j: ForceJrn, values: Sequence[int]
+        self, seqs: Sequence[int], force_j: ForceJrn, values: Sequence[int], wait_s: float
     ) -> list[MrsError | None]:
         """`confirm_many` one `confirm` at a time, so each held refused message is
         confirmed as soon as the queue allows it (between the application's): sent
-        together, the seqs after one were answered BADSEQ, as was every later confirm."""
+        together, the seqs after one were answered BADSEQ, as was every later confirm.
+        Each waits at most `wait_s`."""
         results: list[MrsError | None] = []
         for seq, value in zip(seqs, values, strict=True):
             try:
-                await self.confirm(seq, confirm_value=value, force_j=force_j)
+                await self.confirm(seq, confirm_value=value, force_j=force_j, timeout=wait_s)
             except MrsError as error:
                 results.append(error)
             else:
                 results.append(None)
         return results
 
-    async def status(self) -> dict:
-        """The group's status: queues, DQF depth, writer statistics."""
+    async def status(self, *, timeout: float | None = None) -> dict:
+        """The group's status: queues, DQF depth, writer statistics. Waits at most
+        `timeout` (as `confirm`'s), then ReplyTimeout."""
         requests = self._requests
+        wait_s = left_s = answer_wait_s(timeout, self.request_timeout_s, "status")
         if requests.link is None or requests.broken is not None:
-            await self._linked(None, "status")
-        reply = await requests.request(wire.StatusRequest(requests.next_id()), None, "other")
+            left_s = await self._linked_within(wait_s, "status")
+        try:
+            reply = await requests.request(wire.StatusRequest(requests.next_id()), left_s)
+        except ReplyTimeout:
+            raise not_answered("status", self.address, wait_s, QUERY_OUTCOME) from None
         return reply.info
 
     async def admin(self, action: str, /, **args: object) -> dict:
@@ -567,30 +644,42 @@ class Client:
         reply = await requests.request(request, ADMIN_REQUEST_WAIT_S, "other")
         return cast(wire.AdminReply, reply).result
 
-    async def locate(self, name: str | Address) -> Address:
+    async def locate(self, name: str | Address, *, timeout: float | None = None) -> Address:
         """The address of the queue `name` names (MessageQ's pams_locate_q): `G.Q`,
         `GROUP.NAME`, or a bare name (the group's own queues first, then the bus).
         Raises NoSuchQueue, or BadParameter for a name several other groups use.
         With several addresses, one made while the client reconnects waits for the new
-        active (`_linked`, as `status` does) instead of raising NOTACTIVE at once."""
+        active (`_linked`, as `status` does) instead of raising NOTACTIVE at once.
+        Waits at most `timeout` (as `confirm`'s), then ReplyTimeout."""
         queue_text(name, "locate")  # a bad name refused at once, not after a wait
+        wait_s = left_s = answer_wait_s(timeout, self.request_timeout_s, "locate")
         if self._requests.link is None or self._requests.broken is not None:
-            await self._linked(None, "locate")
-        return await locate(self._requests, name)
+            left_s = await self._linked_within(wait_s, "locate")
+        try:
+            return await locate(self._requests, name, left_s)
+        except ReplyTimeout:
+            raise not_answered(f"locate {name}", self.address, wait_s, QUERY_OUTCOME) from None
 
-    async def pending(self, queues: Sequence[str | Address], *, kept: int = 0) -> list[int]:
+    async def pending(
+        self, queues: Sequence[str | Address], *, kept: int = 0, timeout: float | None = None
+    ) -> list[int]:
         """Messages waiting to be got on each queue, in order (putil_show_pending);
         another group's are asked over the link (MrsError LINK_DOWN or TIMEOUT when
         it cannot answer). Raises NoSuchQueue, or BadParameter for a bad list. The
         attached queue's count includes the messages this client already holds, and
         `kept` more its caller holds for its next get (the blocking client's). With
         several addresses, one made while the client reconnects waits for the new
-        active (`_linked`, as `status` does) instead of raising NOTACTIVE at once."""
+        active (`_linked`, as `status` does) instead of raising NOTACTIVE at once.
+        Waits at most `timeout` (as `confirm`'s), then ReplyTimeout."""
         pending_texts(queues)  # a bad list refused at once, not after a wait
+        wait_s = left_s = answer_wait_s(timeout, self.request_timeout_s, "pending")
         if self._requests.link is None or self._requests.broken is not None:
-            await self._linked(None, "pending")
+            left_s = await self._linked_within(wait_s, "pending")
         held = len(self._requests.held) + kept
-        return await pending(self._requests, queues, self.queue, held)
+        try:
+            return await pending(self._requests, queues, self.queue, held, left_s)
+        except ReplyTimeout:
+            raise not_answered("pending", self.address, wait_s, QUERY_OUTCOME) from None
 
     async def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
         """MessageQ's MRS_SET_PCJ: the group's default journaling action of
@@ -617,16 +706,13 @@ class Client:
 
 def _at_most(requests: Requests, messages: list[Message], count: int) -> list[Message]:
     """A get_many's answer that brought more than the `count` it asked for (a broken
-    server): the caller gets `count`, as the call promises, and the rest are held for
-    the next gets, in order (they were delivered: dropping them would lose the ones
-    that need no confirm). Before, get_many(2) returned all of them, 1,000 at most."""
-    log.warning(
-        "the server answered a GetBatch for %d messages with %d: the rest are held",
-        count,
-        len(messages),
-    )
-    taken = requests.older_first(messages[:count])
-    requests.held.extend(messages[count:])
+    server): the caller gets `count`, as the call promises; the rest are held for the
+    next gets, in order, within the held messages' bound, and past it those that need
+    no confirm are given back to the queue (`keep_asked`). Before, get_many(2)
+    returned all of them, and then held all of them, as many as a frame carries."""
+    kept = keep_asked(requests.link, messages, count, requests.held, hold_surplus=True)
+    taken = requests.older_first(kept[:count])
+    requests.held.extend(kept[count:])
     return taken
 
 

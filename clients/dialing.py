@@ -21,7 +21,13 @@ from clients.reconnect import PASSING_REFUSALS
 from clients.tls import tls_refusal
 from mrs import protocol as wire
 from mrs.config.addresses import host_problem
-from mrs.limits import CLIENT_FRAME_BYTES_MAX
+from mrs.limits import (
+    CLIENT_FRAME_BYTES_MAX,
+    GROUP_ID_MAX,
+    GROUP_ID_MIN,
+    QUEUE_ID_MAX,
+    QUEUE_ID_MIN,
+)
 from mrs.model import Address, Status
 from mrs.protocol.errors import RemoteProtocolError
 
@@ -177,6 +183,11 @@ class Dialer:
             raise error_for(welcome.status, welcome.message)
         if not isinstance(welcome, wire.Welcome):
             raise _unexpected("Hello", welcome)
+        if not GROUP_ID_MIN <= welcome.group_id <= GROUP_ID_MAX:
+            raise RemoteProtocolError(
+                f"the server answered Hello as group {welcome.group_id}, no group id "
+                f"({GROUP_ID_MIN}..{GROUP_ID_MAX})"
+            )
         attachment = self._attachment
         if attachment.group_id and welcome.group_id != attachment.group_id:
             # Another group's server at one of the addresses (a wrong bus file, a port
@@ -201,6 +212,14 @@ class Dialer:
             raise error_for(attached.status, attached.message)
         if not isinstance(attached, wire.Attached):
             raise _unexpected("Attach", attached)
+        if not _is_queue_address(attached.group, attached.queue):
+            # A broken or hostile server: before, "-1.1000000" became the queue this
+            # client is attached to (its MRS_ACKs' and SAF drain's resp_q, `pending`'s own).
+            raise RemoteProtocolError(
+                f"the server answered Attach with {attached.group}.{attached.queue}, no "
+                f"queue address (groups {GROUP_ID_MIN}..{GROUP_ID_MAX}, queues "
+                f"{QUEUE_ID_MIN}..{QUEUE_ID_MAX})"
+            )
         attachment.queue = Address(attached.group, attached.queue)
 
     async def run(self, link: _Link | None) -> None:
@@ -245,6 +264,11 @@ class Dialer:
         )
         self._status.wake()
         return None
+
+
+def _is_queue_address(group: int, queue: int) -> bool:
+    """Whether (group, queue) is an address a bus file can give (mrs.limits)."""
+    return GROUP_ID_MIN <= group <= GROUP_ID_MAX and QUEUE_ID_MIN <= queue <= QUEUE_ID_MAX
 
 
 def _unexpected(request: str, answer: object) -> ConnectionLost:

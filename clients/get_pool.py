@@ -28,6 +28,7 @@ What each caller still sees is a Get's behaviour:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +39,14 @@ import trio
 from clients.errors import MrsError, ReplyTimeout, error_for
 from clients.waiting import Pending
 from mrs import protocol as wire
-from mrs.limits import GET_BATCH_ITEMS_MAX, GET_POOL_BATCH_MAX, READ_AHEAD_MAX, REPLY_GRACE_S
+from mrs.limits import (
+    GET_BATCH_ITEMS_MAX,
+    GET_POOL_BATCH_MAX,
+    HELD_MESSAGES_MAX,
+    LENT_REMEMBERED_MAX,
+    READ_AHEAD_MAX,
+    REPLY_GRACE_S,
+)
 from mrs.model import Message, Status
 from mrs.protocol.base import build_unchecked
 from mrs.protocol.event_types import FAILURE, GET_BATCH
@@ -47,6 +55,8 @@ if TYPE_CHECKING:
     from clients.deadlines import ReplyDeadlines
     from clients.errors import QuotaExceeded
     from clients.link import _Link
+
+log = logging.getLogger("clients")
 
 _RETRY_SINGLE: Final = object()
 """A caller's answer when the server refuses batch gets on this queue: use a Get."""
@@ -103,12 +113,14 @@ class _Caller(Pending):
 
 
 class _Batch:
-    """A GetBatch in flight: what it may still bring, and the callers it was asked for
-    (those its refusal concerns)."""
+    """A GetBatch in flight: what it may still bring, the callers it was asked for
+    (those its refusal concerns), and the most messages its answer may hold (its
+    count and its read-ahead: `messages_max`, kept when it is withdrawn)."""
 
-    def __init__(self, count: int, callers: list[_Caller]) -> None:
+    def __init__(self, count: int, callers: list[_Caller], messages_max: int) -> None:
         self.count = count
         self.callers = callers
+        self.messages_max = messages_max
 
 
 class GetPool:
@@ -130,6 +142,10 @@ class GetPool:
         """Request id of the batch in flight that may bring read-ahead messages."""
         self.closing = False
         """The client is closing: no more read-ahead (`settle`)."""
+        self.read_ahead_max = READ_AHEAD_MAX
+        """Messages a batch may take beyond its callers' (`connect(read_ahead_max=)`,
+        0..READ_AHEAD_MAX): 0 switches read-ahead off, so a message of higher priority
+        that arrives later is got before the ones behind it."""
         self._settled: trio.Event | None = None
         """Set when the last batch in flight is answered (`settle` waits for it)."""
         self._withdrawn_answered = trio.lowlevel.ParkingLot()
@@ -227,14 +243,14 @@ class GetPool:
 
     def _read_ahead(self) -> int:
         """How many messages beyond its callers' the next batch may take (read-ahead):
-        READ_AHEAD_MAX when nothing is held and no read-ahead is on its way, else 0
+        `read_ahead_max` when nothing is held and no read-ahead is on its way, else 0
         (and 0 once the pool is closing). Not counted against the gets' room
         (HELD_MESSAGES_MAX): a get finds these held and never waits for room, and a
         consumer with many lanes must never be refused because of them; what is held
         stays within HELD_MESSAGES_MAX + READ_AHEAD_MAX."""
         if self.closing or self._reading_ahead is not None or self._client.held:
             return 0
-        return READ_AHEAD_MAX
+        return self.read_ahead_max
 
     def _send_batch(
         self,
@@ -263,7 +279,7 @@ class GetPool:
             self._reading_ahead = request_id
         for caller in callers:
             caller.asked = True
-        self._batches[request_id] = _Batch(count, callers)
+        self._batches[request_id] = _Batch(count, callers, count + extra)
         self.asked += count
         client.pending[request_id] = Pending("get", self._answer_of(request_id))
         link.send(request)
@@ -302,8 +318,12 @@ class GetPool:
         client.release_get(request_id)
         if isinstance(result, (wire.Delivery, wire.DeliveryBatch)):
             deliveries = result.deliveries if isinstance(result, wire.DeliveryBatch) else [result]
-            for delivery in deliveries:  # any more than the callers waiting are held
-                message = client.message(delivery)
+            messages = [client.message(delivery) for delivery in deliveries]
+            if len(messages) > batch.messages_max:  # a server breaking the protocol
+                messages = keep_asked(
+                    client.link, messages, batch.messages_max, client.held, hold_surplus=False
+                )
+            for message in messages:  # any more than the callers waiting are held
                 if not self._give(message):
                     client.held.append(message)
         elif type(result) is FAILURE:
@@ -391,3 +411,47 @@ class GetPool:
         """Drop callers that left: a caller waiting for ever at the head must not
         keep every caller that timed out behind it."""
         self._callers = deque(caller for caller in self._callers if not caller.done)
+
+
+def keep_asked(
+    link: _Link | None,
+    messages: list[Message],
+    messages_max: int,
+    held: deque[Message],
+    *,
+    hold_surplus: bool,
+) -> list[Message]:
+    """What a client keeps of an answer that brought more than the `messages_max` its
+    request asked for (a broken server): those first, then, while what is held stays
+    within HELD_MESSAGES_MAX + READ_AHEAD_MAX, the surplus that needs a confirm (the
+    group counts it delivered: dropped, it would come again marked POSSDUPL, unseen,
+    and jam an in-order queue) and, with `hold_surplus` (a get_many: its documented
+    "the rest are held for the next gets"), the rest of the surplus too. The surplus
+    that needs no confirm and is not kept is given back at once (GiveBack: the group
+    puts each at its place in the queue again, unmarked, for the next get). Why:
+    before, every message of such an answer was held, as many as the frame could
+    carry, beyond every bound the held messages keep (docs/client-library.md)."""
+    kept = messages[:messages_max]
+    room = HELD_MESSAGES_MAX + READ_AHEAD_MAX - len(held) - messages_max
+    given_back: list[int] = []
+    dropped = 0
+    for message in messages[messages_max:]:
+        if room > 0 and (hold_surplus or message.needs_confirm):
+            kept.append(message)
+            room -= 1
+        elif not message.needs_confirm:
+            given_back.append(message.seq)
+        else:  # unconfirmed on the group: it comes again after a reconnect, POSSDUPL
+            dropped += 1
+    log.warning(
+        "the server answered a get for %d with %d messages: %d held, %d given back, %d later",
+        messages_max,
+        len(messages),
+        len(kept) - messages_max,
+        len(given_back),
+        dropped,
+    )
+    if given_back and link is not None:
+        for first in range(0, len(given_back), LENT_REMEMBERED_MAX):
+            link.send(wire.GiveBack(given_back[first : first + LENT_REMEMBERED_MAX]))
+    return kept

@@ -216,6 +216,90 @@ def selection(
 
 
 @dataclass(eq=False)
+class ReadAhead:
+    """Where a journal reader is, for the reader of the files (`JournalReader`) and the
+    reader over the wire (clients.journal_remote.RemoteJournalReader) alike: records
+    read and not handed out yet, the last seq read past, how many were read against
+    the `limit`, the records that could not be decoded, and an end not reported yet.
+    Pure logic: each reader only reads (the files, or pages from the group) and hands
+    what it read here.
+
+    Why one class: the two readers kept a copy each of this bookkeeping, and a fix
+    made in one (records read and not handed out kept for the next loop, reading on
+    after the end) had to be found again in the other."""
+
+    journal: str
+    """"pcj" or "dlj"."""
+    limit: int | None = None
+    after_seq: int | None = None
+    """The last seq read past (None: none yet): the next read starts after it."""
+    corrupt: list[str] = field(default_factory=list)
+    _unread: deque[JournalRecord] = field(default_factory=deque)
+    """Records read and not handed out yet: the next iteration hands them out first.
+    Why: a loop stopped part way through a chunk (a `break`, a cancel scope, Ctrl-C in
+    the blocking client) and iterated again went on after the chunk, so the rest of
+    it was never read."""
+    _read: int = 0
+    _end_unreported: bool = False
+    """A read reached the end and brought records: the end is reported (without
+    reading) once they are handed out, and the read after that reads on."""
+
+    @property
+    def unread(self) -> int:
+        """Records read and not handed out yet."""
+        return len(self._unread)
+
+    def take(self) -> JournalRecord:
+        """The oldest record read and not handed out yet (there is one)."""
+        return self._unread.popleft()
+
+    def take_all(self) -> list[JournalRecord]:
+        records = list(self._unread)
+        self._unread.clear()
+        return records
+
+    def wants_read(self) -> bool:
+        """Whether a reader should read now: nothing waits to be handed out, the limit
+        leaves room, and no end waits to be reported (reported by this False: the
+        next call says read on, for the records written since)."""
+        if self._unread:
+            return False
+        if self._end_unreported:
+            self._end_unreported = False
+            return False
+        return self.room(1) > 0
+
+    def room(self, chunk_max: int) -> int:
+        """How many records to read now: chunk_max, less what the limit leaves."""
+        if self.limit is None:
+            return chunk_max
+        return max(0, min(chunk_max, self.limit - self._read))
+
+    def passed(self, seq: int) -> None:
+        """The read went past `seq`: the next one starts after it."""
+        self.after_seq = seq
+
+    def add(self, record: Record | CorruptRecord) -> bool:
+        """A record read: kept to be handed out (False, and not kept, once the limit
+        is reached); one that could not be decoded is listed in `corrupt`."""
+        if isinstance(record, CorruptRecord):
+            self.corrupt.append(str(record))
+            return True
+        if self.room(1) == 0:
+            return False
+        self._unread.append(journal_record(self.journal, record))
+        self._read += 1
+        return True
+
+    def reached_end(self) -> None:
+        """The read found the end of the journal (the last page, or nothing left)."""
+        self._end_unreported = bool(self._unread)
+
+    def clear(self) -> None:
+        self._unread.clear()
+
+
+@dataclass(eq=False)
 class JournalReader:
     """An open journal: iterate it (`for` or `async for`) for its selected records, in
     seq order; close it (or use it as a context manager, `with` or `async with`).
@@ -228,68 +312,57 @@ class JournalReader:
     _store: JournalStore | None
     _selection: RecordQuery
     limit: int | None = None
-    corrupt: list[str] = field(default_factory=list)
-    _after_seq: int | None = None
-    _read: int = 0
-    _unread: deque[JournalRecord] = field(default_factory=deque)
-    """Records read and not handed out yet: the next iteration hands them out first.
-    Why: a loop stopped part way through a chunk (a `break`, a cancel scope) and
-    iterated again went on after the chunk, so the rest of it was never read."""
+    _ahead: ReadAhead = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._ahead = ReadAhead(self.journal, self.limit)
+
+    @property
+    def corrupt(self) -> list[str]:
+        """A line for each record that could not be decoded (skipped)."""
+        return self._ahead.corrupt
 
     def read_chunk(self) -> list[JournalRecord]:
         """The next records (at most JOURNAL_READ_CHUNK_MESSAGES): those read and not
         handed out yet, else the next ones, read in one short read transaction; [] at
         the end. Blocking: `async for` runs it in a thread."""
         self.fill()
-        records = list(self._unread)
-        self._unread.clear()
-        return records
+        return self._ahead.take_all()
 
     def fill(self) -> bool:
         """Unless records read before wait to be handed out, read the next chunk of
-        them (blocking); whether any wait now (False: the end)."""
-        if self._store is None:
-            raise MrsError(Status.NOTACTIVE, f"journal {self.path} ({self.journal}) is closed")
-        if not self._unread:
-            self._unread.extend(self._next_chunk())
-        return bool(self._unread)
-
-    def _next_chunk(self) -> list[JournalRecord]:
-        """The records of the next chunk(s) the selection leaves; [] at the end."""
+        them (blocking); whether any wait now (False: the end). A chunk of records
+        the selection leaves out, or of corrupt ones only, is read on."""
         store = self._store
-        assert store is not None  # checked by `fill`
-        records: list[JournalRecord] = []
-        scanned = True
-        while not records and scanned:  # a chunk of corrupt records only: read on
-            room = JOURNAL_READ_CHUNK_MESSAGES
-            if self.limit is not None:
-                room = min(room, self.limit - self._read)
-            if room <= 0:
-                return []
+        if store is None:
+            raise MrsError(Status.NOTACTIVE, f"journal {self.path} ({self.journal}) is closed")
+        ahead = self._ahead
+        while ahead.wants_read():
             scanned = False
             for key, item in scan(
                 store,
                 READABLE[self.journal],
                 self._selection,
-                after_seq=self._after_seq,
-                chunk=room,
+                after_seq=ahead.after_seq,
+                chunk=ahead.room(JOURNAL_READ_CHUNK_MESSAGES),
             ):
                 scanned = True
-                self._after_seq = seq_of_key(key)
-                if isinstance(item, CorruptRecord):
-                    self.corrupt.append(str(item))
-                    continue
-                records.append(journal_record(self.journal, item))
-        self._read += len(records)
-        return records
+                ahead.passed(seq_of_key(key))
+                ahead.add(item)
+            if not scanned:
+                ahead.reached_end()
+                break
+        return ahead.unread > 0
 
     def __iter__(self) -> Iterator[JournalRecord]:
-        while self._unread or self.fill():
-            yield self._unread.popleft()  # handed out: a loop stopped now has it
+        ahead = self._ahead
+        while ahead.unread or self.fill():
+            yield ahead.take()  # handed out: a loop stopped now has it
 
     async def _records(self) -> AsyncIterator[JournalRecord]:
-        while self._unread or await self._filled():
-            yield self._unread.popleft()
+        ahead = self._ahead
+        while ahead.unread or await self._filled():
+            yield ahead.take()
 
     async def _filled(self) -> bool:
         """`fill` in a worker thread (it reads the files)."""
@@ -299,7 +372,7 @@ class JournalReader:
         return self._records()
 
     def close(self) -> None:
-        self._unread.clear()
+        self._ahead.clear()
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -12,7 +12,6 @@ one conversion (clients.journal_reader.journal_record), and selects with the sam
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -24,9 +23,9 @@ from clients.journal_reader import (
     IntSelection,
     JournalRecord,
     QueueSelection,
+    ReadAhead,
     TimeBound,
     checked_journal,
-    journal_record,
     selection,
 )
 from clients.lookup import Requester
@@ -115,100 +114,86 @@ class RemoteJournalReader:
     """An open journal of the group: iterate it (`async for`) for its selected records
     in seq order, page by page; `close()` it (or `async with`). Records the reader
     cannot decode are skipped and listed in `corrupt` (one line each): check it after
-    the loop."""
+    the loop. Where it is (records read and not handed out, the last seq, the limit,
+    the end) is the local reader's own `ReadAhead` (clients.journal_reader)."""
 
     journal: str
     _client: Requester | None
     _fields: dict[str, Any]
     limit: int | None = None
-    corrupt: list[str] = field(default_factory=list)
-    _after_seq: int = -1
-    _done: bool = False
-    _read: int = 0
-    _ended: bool = False
-    """The last page asked for answered [] (the end): the next one asks again."""
-    _unread: deque[JournalRecord] = field(default_factory=deque)
-    """Records read from the group and not handed out yet: the next iteration (or
-    `read_page`) hands them out first. Why: a loop stopped part way through a page (a
-    `break`, a cancel scope around its work, Ctrl-C in the blocking client) and
-    iterated again went on from the page after, so the rest of the page was never
-    read, though the reader had moved past it."""
+    _ahead: ReadAhead = field(init=False)
     _filling: trio.Lock = field(default_factory=trio.Lock)
     """Held while a page is asked for (`fill`): one page at a time, so a second ask
     made while the first is still answered (an interrupted blocking call) reads on."""
+
+    def __post_init__(self) -> None:
+        self._ahead = ReadAhead(self.journal, self.limit)
+
+    @property
+    def corrupt(self) -> list[str]:
+        """A line for each record that could not be decoded (skipped)."""
+        return self._ahead.corrupt
 
     async def read_page(self) -> list[JournalRecord]:
         """The next selected records (at most the page size): those read and not yet
         handed out, else the next page asked of the group; [] at the end. A page of
         records that are all filtered out is read on. Asked again after the end, it
-        reads on from the last seq read, as the local reader does
-        (clients.journal_reader): a reader iterated again reads the records written
-        since. Why: it read nothing more once it had reached the end."""
+        reads on from the last seq read, as the local reader does: a reader iterated
+        again reads the records written since."""
         await self.fill()
-        records = list(self._unread)
-        self._unread.clear()
-        return records
+        return self._ahead.take_all()
 
     async def fill(self) -> bool:
         """Unless records read before wait to be handed out, ask the group for the next
-        page of them; whether any wait now (False: the end)."""
+        page(s) of them; whether any wait now (False: the end)."""
         if self._client is None:
             raise MrsError(Status.NOTACTIVE, f"the {self.journal} reader is closed")
         async with self._filling:
-            if not self._unread:
-                self._unread.extend(await self._next_page())
-        return bool(self._unread)
+            ahead = self._ahead
+            while ahead.wants_read():
+                page = await self._next_page()
+                for raw in page.records:
+                    if not ahead.room(1):
+                        break  # the limit is reached: the rest of the page is not read
+                    try:
+                        ahead.add(decode_record(raw, self.journal))
+                    except CorruptRecord as corrupt:
+                        ahead.add(corrupt)
+                if page.done:
+                    ahead.reached_end()
+                    break
+        return ahead.unread > 0
 
     def take(self) -> JournalRecord:
         """The oldest record `fill` read and nobody was handed yet (there is one)."""
-        return self._unread.popleft()
+        return self._ahead.take()
 
     @property
     def unread(self) -> int:
         """Records read from the group and not handed out yet."""
-        return len(self._unread)
+        return self._ahead.unread
 
-    async def _next_page(self) -> list[JournalRecord]:
-        """The records of the next page(s) the selection leaves; [] at the end."""
-        if self._ended and (self.limit is None or self._read < self.limit):
-            self._done = False
-        self._ended = False
-        while not self._done:
-            client = self._client
-            if client is None:
-                raise MrsError(Status.NOTACTIVE, f"the {self.journal} reader is closed")
-            request = built(
-                functools.partial(wire.ReadJournal, after_seq=self._after_seq, **self._fields),
-                client.next_id(),
-            )
-            page = cast(wire.JournalPage, await client.request(request, REPLY_GRACE_S, "other"))
-            _check_progress(page, self._after_seq, self.journal)
-            self._after_seq = page.last_seq
-            self._done = page.done
-            self.corrupt.extend(page.corrupt)
-            records = self._decoded(page.records)
-            if records:
-                return records
-        self._ended = True
-        return []
-
-    def _decoded(self, raw_records: list[bytes]) -> list[JournalRecord]:
-        records = []
-        for raw in raw_records:
-            if self.limit is not None and self._read >= self.limit:
-                self._done = True
-                break
-            try:
-                records.append(journal_record(self.journal, decode_record(raw, self.journal)))
-            except CorruptRecord as corrupt:
-                self.corrupt.append(str(corrupt))
-                continue
-            self._read += 1
-        return records
+    async def _next_page(self) -> wire.JournalPage:
+        """The group's next page after the last seq read past (checked to move on)."""
+        client = self._client
+        if client is None:
+            raise MrsError(Status.NOTACTIVE, f"the {self.journal} reader is closed")
+        ahead = self._ahead
+        after_seq = -1 if ahead.after_seq is None else ahead.after_seq
+        request = built(
+            functools.partial(wire.ReadJournal, after_seq=after_seq, **self._fields),
+            client.next_id(),
+        )
+        page = cast(wire.JournalPage, await client.request(request, REPLY_GRACE_S, "other"))
+        _check_progress(page, after_seq, self.journal)
+        ahead.passed(page.last_seq)
+        ahead.corrupt.extend(page.corrupt)
+        return page
 
     async def _records(self) -> AsyncIterator[JournalRecord]:
-        while self._unread or await self.fill():
-            yield self._unread.popleft()  # handed out: a loop stopped now has it
+        ahead = self._ahead
+        while ahead.unread or await self.fill():
+            yield ahead.take()  # handed out: a loop stopped now has it
 
     def __aiter__(self) -> AsyncIterator[JournalRecord]:
         return self._records()
@@ -216,7 +201,7 @@ class RemoteJournalReader:
     def close(self) -> None:
         """pams_close_jrn: nothing is held on the group; the reader reads no more."""
         self._client = None
-        self._unread.clear()
+        self._ahead.clear()
 
     async def __aenter__(self) -> RemoteJournalReader:
         return self
@@ -268,5 +253,5 @@ def open_remote(
     fields = _fields(name, query, page_records)
     reader = RemoteJournalReader(name, client, fields, limit)
     if query.seq_min:
-        reader._after_seq = query.seq_min - 1
+        reader._ahead.passed(query.seq_min - 1)
     return reader

@@ -41,6 +41,27 @@ class JournalEvent:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedRecord:
+    """A journaled put the group refused for good when it drained (`Client.refused_records`):
+    kept in the client journal, not sent again until `Client.redrive_refused`."""
+
+    local_seq: int
+    """Its client journal seq (the seq its put's PSB gave)."""
+    target: str
+    """The target as the put gave it."""
+    body: bytes
+    status: Status | int
+    """Why the group refused it: NOTAUTHORIZED, NOSUCHQUEUE, NO_DQF, MSGTOOBIG, ..."""
+    message: str
+    """The group's words (or the client's, for a body over the group's limit)."""
+    refused_time_ns: int
+    msg_class: int = 0
+    msg_type: int = 0
+    correlation_id: bytes = b""
+    headers: dict | None = None
+
+
 JOURNAL_STATUSES = (Status.JOURNAL_ON, Status.LINK_UP, Status.JOURNAL_FAIL)
 """The values `Client.journal_status` takes with a journal."""
 

@@ -110,7 +110,7 @@ class LinkLoops:
                     nursery.start_soon(self._watch, link, self.heartbeat_s)
                 nursery.start_soon(self._send_loop, link, nursery.cancel_scope)
                 nursery.start_soon(self._session.deadlines.run)
-                if self._drain is not None and self._status.status != Status.LINK_UP:
+                if self._drain is not None:  # the backlog, then records sent again (redriven)
                     nursery.start_soon(self._drain.drain, link)
         finally:
             closing = link.lost is None  # cancelled: the client is closing
@@ -187,10 +187,14 @@ class LinkLoops:
 
 
 async def _next_event(link: _Link) -> object:
+    """The server's next event of the handshake; ConnectionLost, `closed_unanswered`,
+    if the server closes the stream instead of answering."""
     try:
         return await link.next_event()
     except StreamClosed:
-        raise ConnectionLost(Status.LINK_DOWN, "server closed the connection") from None
+        closed = ConnectionLost(Status.LINK_DOWN, "server closed the connection")
+        closed.closed_unanswered = True
+        raise closed from None
 
 
 async def _released(stream: trio.abc.Stream) -> None:

@@ -11,12 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
+import trio
+
 from clients.errors import FieldRefused, error_for
 from clients.requests import built
+from clients.selective import TIME_LEFT_S_MIN
 from mrs import protocol as wire
 from mrs.limits import (
+    GROUP_ID_MAX,
+    GROUP_ID_MIN,
     PENDING_QUERY_WAIT_S,
     PENDING_QUEUES_MAX,
+    QUEUE_ID_MAX,
+    QUEUE_ID_MIN,
     QUEUE_NAME_CHARS_MAX,
     REPLY_GRACE_S,
 )
@@ -68,23 +75,46 @@ def pending_texts(queues: Any) -> list[str]:
     return texts
 
 
-async def locate(client: Requester, name: str | Address) -> Address:
+async def locate(client: Requester, name: str | Address, wait_s: float = REPLY_GRACE_S) -> Address:
+    """The address `name` names, its answer awaited at most `wait_s`."""
     await client.linked(Status.NOTACTIVE, "locate")
     request = built(wire.Locate, client.next_id(), queue_text(name, "locate"))
-    reply = cast(wire.Located, await client.request(request, REPLY_GRACE_S, "other"))
-    return Address(reply.group, reply.queue)
+    reply = cast(wire.Located, await client.request(request, wait_s, "other"))
+    return located_address(reply, name)
+
+
+def located_address(reply: wire.Located, name: object) -> Address:
+    """The Address a Located names; PROTOCOL_ERROR (`ProtocolFailure`) for numbers no
+    queue of a bus can have (mrs.limits: groups GROUP_ID_MIN..GROUP_ID_MAX, queues
+    QUEUE_ID_MIN..QUEUE_ID_MAX). Why: a broken or hostile server's Located(-1, 10**18)
+    was taken as an address, and the application put to "-1.1000000000000000000"
+    (refused, or worse, read as a name). Only this call fails: the connection and
+    the other calls on it go on."""
+    if GROUP_ID_MIN <= reply.group <= GROUP_ID_MAX and QUEUE_ID_MIN <= reply.queue <= QUEUE_ID_MAX:
+        return Address(reply.group, reply.queue)
+    raise error_for(
+        Status.PROTOCOL_ERROR,
+        f"the server answered locate {str(name)[:60]!r} with {reply.group}.{reply.queue}, "
+        f"no queue address (groups {GROUP_ID_MIN}..{GROUP_ID_MAX}, queues "
+        f"{QUEUE_ID_MIN}..{QUEUE_ID_MAX})",
+    )
 
 
 async def pending(
-    client: Requester, queues: Sequence[str | Address], own: Address | None = None, held: int = 0
+    client: Requester,
+    queues: Sequence[str | Address],
+    own: Address | None = None,
+    held: int = 0,
+    wait_s: float = PENDING_QUERY_WAIT_S + REPLY_GRACE_S,  # the group's wait for other groups
 ) -> list[int]:
     """The group's counts, plus the `held` messages this client already has for its own
     queue `own` (read ahead, not yet got): the group handed them out, but for the
-    application they are still waiting, and a `get` returns them next."""
+    application they are still waiting, and a `get` returns them next. Every answer
+    (the counts, and a locate of each name) within `wait_s` together."""
     await client.linked(Status.NOTACTIVE, "pending")
     texts = pending_texts(queues)
     request = built(wire.ShowPending, client.next_id(), texts)
-    wait_s = PENDING_QUERY_WAIT_S + REPLY_GRACE_S  # the group's wait for other groups
+    deadline_s = trio.current_time() + wait_s
     reply = cast(wire.PendingCounts, await client.request(request, wait_s, "other"))
     counts = list(reply.counts)
     if len(counts) != len(texts):  # a broken server: before, a short list was returned
@@ -92,16 +122,27 @@ async def pending(
             Status.PROTOCOL_ERROR,
             f"the server answered pending for {len(texts)} queues with {len(counts)} counts",
         )
+    if any(count < 0 for count in counts):  # a broken server: returned as they came
+        raise error_for(
+            Status.PROTOCOL_ERROR,
+            f"the server answered pending with a negative count: {counts[:PENDING_SHOWN_MAX]}",
+        )
     if held and own is not None:
         for index, text in enumerate(texts):
-            if await _names_queue(client, text, own):
+            if await _names_queue(client, text, own, deadline_s):
                 counts[index] += held
     return counts
 
 
-async def _names_queue(client: Requester, text: str, queue: Address) -> bool:
-    """Whether a queue text is `queue`: a `G.Q` is read here, a name asked of the group."""
+PENDING_SHOWN_MAX = 10
+"""Counts a protocol error quotes at most (a call asks for up to PENDING_QUEUES_MAX)."""
+
+
+async def _names_queue(client: Requester, text: str, queue: Address, deadline_s: float) -> bool:
+    """Whether a queue text is `queue`: a `G.Q` is read here, a name asked of the group
+    (within what is left until `deadline_s`, trio time)."""
     try:
         return Address.parse(text) == queue
     except ValueError:
-        return await locate(client, text) == queue
+        left_s = max(TIME_LEFT_S_MIN, deadline_s - trio.current_time())  # still asked
+        return await locate(client, text, left_s) == queue

@@ -30,7 +30,7 @@ from clients.errors import (
     ReplyTimeout,
     error_for,
 )
-from clients.get_pool import GetPool
+from clients.get_pool import GetPool, keep_asked
 from clients.journal_status import JournalStatus
 from clients.requests import wire_bytes
 from clients.waiting import RESUMED as RESUMED  # re-exported (benchmarks/resume_cost.py)
@@ -195,7 +195,7 @@ class Requests:
             self.pending.pop(request_id, None)
         if pending.timed_out:
             self.abandon(link, request_id, pending)
-            raise ReplyTimeout(Status.TIMEOUT, "no answer from the server in time")
+            raise self.not_answered(request, wait_s, kind)
         result = pending.result
         if type(result) is _ANSWER_OF.get(type(request)):
             return result
@@ -207,6 +207,18 @@ class Requests:
             Status.PROTOCOL_ERROR,
             f"the server answered {type(request).__name__} with {type(result).__name__}",
         )
+
+    def not_answered(self, request: object, wait_s: float | None, kind: str) -> ReplyTimeout:
+        """The ReplyTimeout of a request whose answer did not come within `wait_s`: one
+        line naming the request, the server and the wait, and for a put what it may
+        still have done. Before, every one said "no answer from the server in time",
+        and a put's did not say that its message may be stored."""
+        name = type(request).__name__
+        waited = "in time" if wait_s is None else f"within {wait_s:g} s"
+        line = f"{name}: no answer from {self.address} {waited}"
+        if kind == "put":
+            line += "; the message may or may not be stored: re-send under an idempotency key"
+        return ReplyTimeout(Status.TIMEOUT, line)
 
     async def outbox_room(self, link: _Link, wait_s: float | None = None) -> None:
         """Wait until the bytes queued on `link` and not yet written are back under
@@ -242,9 +254,14 @@ class Requests:
 
     def hold(self, delivery: wire.Delivery | wire.DeliveryBatch) -> None:
         """Keep the messages that came for a get its caller gave up (served to the
-        next gets). Bounded by `reserve_get`: only a get that reserved room brings any."""
+        next gets). Bounded by `reserve_get`: only a get that reserved room brings any,
+        and no more than it reserved (a broken server's surplus: `keep_asked`)."""
         batch = delivery.deliveries if type(delivery) is wire.DeliveryBatch else (delivery,)
-        self.held.extend(self.message(one) for one in batch)
+        messages = [self.message(one) for one in batch]
+        asked = self._get_rooms.get(delivery.request_id)
+        if asked is not None and len(messages) > asked:
+            messages = keep_asked(self.link, messages, asked, self.held, hold_surplus=True)
+        self.held.extend(messages)
         self.gets.serve_held()  # gets already waiting in the pool come first
 
     def older_first(self, messages: list[Message]) -> list[Message]:

@@ -13,8 +13,9 @@ server does before it opens its journals (mrs.storage.journal_check), the client
 2. compares the file's size with the last page its LMDB meta page counts, so a file
    cut short is refused before LMDB maps it;
 3. walks every page in a child process, which a damaged page may kill instead of us;
-4. then, opened, reads every record: its checksum, its key against its own seq,
-   the seq against the next one to give, and the number read against LMDB's count.
+4. then, opened, reads every record (those waiting to drain, and those the group
+   refused, kept aside): its checksum, its key against its own seq, the seq against
+   the next one to give, and the number read against LMDB's count.
 """
 
 from __future__ import annotations
@@ -79,22 +80,31 @@ def check_records(path: Path, store: JournalStore, journal_id: str | None, next_
             path, f"its data file holds journal {journal_id or 'none'}, not {identity} made here"
         )
     problems: list[str] = []
-    read = 0
-    for key, value in store.raw_items(Journal.SAF):
-        read += 1
-        try:
-            record = decode_record(value, Journal.SAF.value, key)
-        except CorruptRecord as corrupt:
-            problems.append(f"record {_seq_of(key)}: {corrupt.problem}")
-            continue
-        if key != seq_key(record.seq) or not 0 < record.seq < next_seq:
-            problems.append(f"record at {_seq_of(key)} holds seq {record.seq}")
-    counted = store.count(Journal.SAF)
-    if read != counted:
-        problems.append(f"{counted} records counted, {read} readable")
+    for journal, kind in ((Journal.SAF, "record"), (Journal.DLJ, "refused record")):
+        problems.extend(_record_problems(store, journal, kind, next_seq))
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise refused(path, f"{problems[0]}{more}")
+
+
+def _record_problems(store: JournalStore, journal: Journal, kind: str, next_seq: int) -> list[str]:
+    """What is wrong with the records of one of the journal's databases: the records
+    waiting to drain (SAF), or those the group refused, kept aside (DLJ)."""
+    problems: list[str] = []
+    read = 0
+    for key, value in store.raw_items(journal):
+        read += 1
+        try:
+            record = decode_record(value, journal.value, key)
+        except CorruptRecord as corrupt:
+            problems.append(f"{kind} {_seq_of(key)}: {corrupt.problem}")
+            continue
+        if key != seq_key(record.seq) or not 0 < record.seq < next_seq:
+            problems.append(f"{kind} at {_seq_of(key)} holds seq {record.seq}")
+    counted = store.count(journal)
+    if read != counted:
+        problems.append(f"{counted} {kind}s counted, {read} readable")
+    return problems
 
 
 def read_identity(path: Path) -> str | None:

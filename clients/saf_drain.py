@@ -28,6 +28,7 @@ from clients.journal_status import JournalStatus
 from clients.pending import Requests, _Pending
 from clients.reconnect import PASSING_REFUSALS
 from clients.requests import headers_problem, put_reply_wait_s, refuse_bad_pair
+from clients.saf_journal import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # its old path
 from clients.saf_journal import ClientJournal, JournalFull, idempotency_key_for
 from journals import Record
 from mrs import protocol as wire
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clients")
 
-IDEMPOTENCY_HEADER = "idempotency_key"
-"""The server's dedupe header (mrs.group.shapes.IDEMPOTENCY_HEADER; a test pins them equal)."""
 CLIENT_SAF_SEQ_HEADER = "client_saf_seq"
 """Carried by a drained message: its seq in the sender's client journal (the seq the
 journaled put's PSB gave), so the receiver can map it."""
@@ -142,6 +141,8 @@ class SafDrain:
         newer record is sent meanwhile (`_drain`)."""
         self._holding_logged = False
         """A record the server did not keep was logged, and none was stored since."""
+        self._redriven = trio.Event()
+        """Set when refused records went back into the journal (`redriven`)."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
@@ -238,11 +239,26 @@ class SafDrain:
         """Send every journal record, oldest first, CLIENT_DRAIN_WINDOW_MESSAGES in
         flight; a record is deleted when the server answers it stored. LINK_UP when
         nothing is left. Puts made once every record was sent wait for the last
-        answers (`_after_tail`), released when this drain ends however it ends."""
-        try:
-            await self._drain(link)
-        finally:
-            self._release_tail()
+        answers (`_after_tail`), released when this drain ends however it ends. Then,
+        while the connection lasts, it waits for refused records sent again
+        (`redriven`) and drains them the same way."""
+        while True:
+            try:
+                await self._drain(link)
+            finally:
+                self._release_tail()
+            if link.lost is not None or self._requests.link is not link:
+                return
+            await self._redriven.wait()  # cancelled with the connection's loops
+            self._redriven = trio.Event()
+
+    def redriven(self) -> None:
+        """Refused records went back into the journal (`Client.redrive_refused`): puts
+        journal behind them (JOURNAL_ON) and the drain sends them on this connection
+        (or the next one)."""
+        if self._status.status != Status.JOURNAL_ON:
+            self._status.set(Status.JOURNAL_ON)
+        self._redriven.set()
 
     async def _drain(self, link: _Link) -> None:
         """`drain`'s loop: read a window's room of records, send them, wait for a change."""
@@ -260,7 +276,7 @@ class SafDrain:
             for key, record in items:
                 after_key = key
                 if (too_big := self._too_big(record)) is not None:
-                    self._reject(key, record.seq, Status.MSGTOOBIG, too_big)
+                    self._reject(key, record, Status.MSGTOOBIG, too_big)
                     continue
                 window.add(key, len(record.body))
                 self._send_drained(link, key, record, window)
@@ -388,13 +404,13 @@ class SafDrain:
         local_seq = record.seq
         if isinstance(result, wire.PutDone):
             if result.uma_status in _UMA_LOST and record.delivery not in _AK_MODES:
-                self._not_kept(key, local_seq, result)
+                self._not_kept(key, record, result)
                 return
             self._holding_logged = False
             self._journal.remove([key])
             self._status.notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
         elif isinstance(result, wire.Failure) and result.status not in PASSING_REFUSALS:
-            self._reject(key, local_seq, result.status, result.message)
+            self._reject(key, record, result.status, result.message)
         elif isinstance(result, wire.Failure) and self._requests.link is link:
             # Left in the journal; drop the connection so the drain restarts from the
             # oldest record (the server dedupes what it already stored). EXCEEDQUOTA is
@@ -417,7 +433,7 @@ class SafDrain:
                 ConnectionLost(Status.LINK_DOWN, f"the server answered a drained put with {name}"),
             )
 
-    def _not_kept(self, key: bytes, local_seq: int, result: wire.PutDone) -> None:
+    def _not_kept(self, key: bytes, record: Record, result: wire.PutDone) -> None:
         """The server answered a drained put but kept the message nowhere: it could not
         reach its interest point (a full DQF, no DQF) and its UMA failed too (SAF for a
         queue of the server's own group, a DLJ at its cap). Why not "drained": the put
@@ -430,7 +446,7 @@ class SafDrain:
         cause, uma = _name(result.delivery_status), _name(result.uma_status)
         why = f"the group could not store it ({cause}) and its UMA failed ({uma})"
         if result.delivery_status in _CAUSES_FOR_GOOD:
-            self._reject(key, local_seq, result.delivery_status, why)
+            self._reject(key, record, result.delivery_status, why)
             return
         if self._retry_at is None:
             self._retry_at = trio.current_time() + CLIENT_SAF_DELETE_RETRY_S
@@ -439,22 +455,26 @@ class SafDrain:
             log.warning(
                 "client SAF record %d not kept: %s; it stays in the journal and is sent "
                 "again in %g s",
-                local_seq,
+                record.seq,
                 why,
                 CLIENT_SAF_DELETE_RETRY_S,
             )
 
-    def _reject(self, key: bytes, local_seq: int, status: int, message: str) -> None:
-        """A record the server refuses for good: logged, removed (it can never be
-        delivered) and heard by listeners (kind "rejected")."""
+    def _reject(self, key: bytes, record: Record, status: int, message: str) -> None:
+        """A record the server refuses for good: logged, moved out of the drain into
+        the journal's refused records (its put was answered STORED: never deleted in
+        silence; the application sends it again with `redrive_refused` once the cause
+        is fixed, e.g. the put right given back) and heard by listeners ("rejected").
+        The drain goes on with the records after it."""
         log.warning(
-            "client SAF record %d refused by the server (%s): %s; removed",
-            local_seq,
+            "client SAF record %d refused by the server (%s): %s; kept aside in the "
+            "journal (refused_records(), redrive_refused())",
+            record.seq,
             _name(status),
             message,
         )
-        self._journal.remove([key])
-        self._status.notify(JournalEvent("rejected", status_of(status), local_seq, None, message))
+        self._journal.refuse(key, record, status, message)
+        self._status.notify(JournalEvent("rejected", status_of(status), record.seq, None, message))
 
 
 def _psb(reply: wire.PutDone) -> Psb:

@@ -15,6 +15,15 @@ seqs as its original; with one id per journal both would send different messages
 under one key and the group would refuse the later ones (KEY_REUSED). A record keeps
 its key for every re-send, and records already in the file when it was copied keep
 theirs in both copies, so the group stores each of those once.
+
+A record the group refuses for good when it drains (NOTAUTHORIZED: the sender lost
+its put right after the put was journaled; NOSUCHQUEUE for a name; NO_DQF;
+MSGTOOBIG) was answered STORED when it was journaled, so it is never deleted: it
+moves, in one transaction, to the journal's second database (`REFUSED`), with the
+status and words of the refusal. The drain goes on with the others (a refused record
+holds up nothing), and the application lists it (`refused_records`), sends it again
+once the cause is fixed (`redrive`: back at the drain's tail under a new local seq)
+or drops it on purpose (`discard`); `mrs dump dlj --client-saf PATH` lists them.
 """
 
 from __future__ import annotations
@@ -23,8 +32,9 @@ import fcntl
 import logging
 import os
 import struct
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import lmdb
@@ -32,6 +42,7 @@ import trio
 
 from clients import saf_check
 from clients.errors import BadParameter, JournalBusy, JournalFailed, JournalFull
+from clients.journal_status import RefusedRecord
 from journals import (
     CorruptRecord,
     InlineWriter,
@@ -59,9 +70,23 @@ log = logging.getLogger("clients")
 LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
 _META_NEXT_SEQ = "next_seq"
+IDEMPOTENCY_HEADER = "idempotency_key"
+"""The server's dedupe header (mrs.group.shapes.IDEMPOTENCY_HEADER; a test pins them equal)."""
 KEY_ID_FIELD = "key_id"
 """The record field (`Record.extra`) holding the key id it was appended under."""
 _U64 = struct.Struct(">Q")
+REFUSED = Journal.DLJ
+"""The database of records the group refused for good at drain time (module doc):
+kept aside, never sent by the drain, moved back by `redrive`."""
+REFUSED_MESSAGE_FIELD = "refused_message"
+"""The record field (`Record.extra`) holding the group's words for its refusal; the
+status is `Record.reason`, the time `Record.written_time_ns`."""
+REFUSED_READ_MAX = 10_000
+"""At most this many refused records are listed, moved or dropped per call."""
+REFUSED_LISTED_DEFAULT = 1000
+"""How many `refused_records` lists without a limit of the caller's."""
+REDRIVE_BATCH_MAX = 256
+"""Refused records moved back to the drain in one transaction (`redrive`)."""
 
 
 def idempotency_key_for(journal_id: str, local_seq: int) -> str:
@@ -87,6 +112,7 @@ class ClientJournal:
         self.bytes_max = bytes_max
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            _refuse_foreign(self.path)
             self._lock_file = _take_ownership(self.path)
         except OSError as error:
             raise _unusable(self.path, error) from None
@@ -112,6 +138,19 @@ class ClientJournal:
         """This opening's key id, stored in every record it appends (module docstring)."""
         self._next_seq = self._stored_next_seq()
         self.count = self.store.count(Journal.SAF)
+        self.refused_count = self.store.count(REFUSED)
+        """Records the group refused for good, kept aside (module doc)."""
+        self._refused_lock = trio.Lock()
+        """Held by `redrive` and `discard` from their read to their commit: two at once
+        would move one record twice (sent twice, under two seqs)."""
+        if self.refused_count:
+            log.warning(
+                "client SAF journal %s holds %d record(s) the group refused when they "
+                "drained (kept aside, not sent): refused_records() lists them, "
+                "redrive_refused() sends them again, discard_refused() drops them",
+                self.path,
+                self.refused_count,
+            )
         self.corrupt: dict[bytes, str] = {}
         """Records found unreadable while running (key -> why): kept, never sent."""
         self.on_corrupt: Callable[[int, str], None] = lambda local_seq, problem: None
@@ -122,7 +161,8 @@ class ClientJournal:
         self.closed = False
         """Closed with its client: an append now would wait for ever for a commit."""
         self._deletes_failing = False
-        """A delete failed and none has worked since (its WARNING was logged)."""
+        """A delete (or a move of a refused record aside) failed and none has worked
+        since (its WARNING was logged)."""
         self.appending = 0
         """Appends submitted and not yet committed: records the drain cannot read yet."""
 
@@ -288,6 +328,191 @@ class ClientJournal:
 
         self.writer.submit(batch, committed)
 
+    def refuse(self, key: bytes, record: Record, status: int, message: str) -> None:
+        """Move a record the group refused for good out of the drain into `REFUSED`
+        (one group-committed batch), with the refusal's status, words and time. Why
+        not delete it: its put was answered STORED, and a right taken away by mistake
+        (NOTAUTHORIZED) or a name not yet configured (NOSUCHQUEUE) is fixed by an
+        operator, after which the application sends it again (`redrive`)."""
+        if self.crashed:
+            return
+        record.reason = status
+        record.written_time_ns = time.time_ns()
+        record.extra[REFUSED_MESSAGE_FIELD] = message
+        batch = WriteBatch.empty().delete(Journal.SAF, key).put_record(REFUSED, key, record)
+
+        def committed(error: JournalError | None) -> None:
+            if error is None:
+                self.count -= 1
+                self.refused_count += 1
+                self._deletes_failing = False
+            elif not (self._deletes_failing or self.crashed):  # one line per run
+                self._deletes_failing = True  # left in the drain: sent again, refused again
+                log.warning(
+                    "client SAF journal %s: keeping refused record %d aside failed (%s); "
+                    "it stays in the drain",
+                    self.path,
+                    record.seq,
+                    error,
+                )
+            self._changed()
+
+        self.writer.submit(batch, committed)
+
+    def refused_records(self, count_max: int = REFUSED_LISTED_DEFAULT) -> list[RefusedRecord]:
+        """The records kept aside as refused, oldest first, at most count_max."""
+        if type(count_max) is not int or not 1 <= count_max <= REFUSED_READ_MAX:
+            raise BadParameter(
+                Status.BADPARAM,
+                f"refused_records: limit is 1..{REFUSED_READ_MAX}, got {count_max!r}",
+            )
+        out: list[RefusedRecord] = []
+        for key, record in self._refused(count_max):
+            extra = record.extra
+            target = extra.get("target") or f"{record.target_group}.{record.target_queue}"
+            out.append(
+                RefusedRecord(
+                    int.from_bytes(key, "big"),
+                    str(target),
+                    record.body,
+                    _status_name(record.reason),
+                    str(extra.get(REFUSED_MESSAGE_FIELD, "")),
+                    record.written_time_ns,
+                    record.msg_class,
+                    record.msg_type,
+                    record.correlation_id,
+                    dict(extra.get("headers") or {}),
+                )
+            )
+        return out
+
+    async def redrive(self, local_seqs: Collection[int] | None = None) -> dict[int, int]:
+        """Move refused records (all, or those of `local_seqs`; at most
+        REFUSED_READ_MAX) back to the drain, at its tail, each under a new local seq:
+        {old seq: new seq}. REDRIVE_BATCH_MAX records per transaction, as many as
+        saf_messages_max leaves room for (JournalFull if it leaves none)."""
+        wanted = _wanted_keys(local_seqs)
+        moved: dict[int, int] = {}
+        async with self._refused_lock:
+            keys = self._refused_keys(wanted)  # those refused now: not those refused again
+            for start in range(0, len(keys), REDRIVE_BATCH_MAX):
+                room = self.messages_max - self.count
+                if room <= 0 and not moved:
+                    raise JournalFull(
+                        Status.JOURNAL_FULL,
+                        f"client SAF journal {self.path} holds saf_messages_max="
+                        f"{self.messages_max} records waiting to drain: nothing redriven; "
+                        "let it drain first",
+                    )
+                chosen = keys[start : start + min(room, REDRIVE_BATCH_MAX)]
+                if not chosen:
+                    break
+                moved.update(await self._redrive(chosen))
+        return moved
+
+    async def _redrive(self, keys: list[bytes]) -> dict[int, int]:
+        """`redrive`'s work for one transaction: the records of `keys` moved back."""
+        moved: dict[int, int] = {}
+        batch = WriteBatch.empty()
+        for key in keys:
+            try:
+                record = self.store.get(REFUSED, key)
+            except CorruptRecord:
+                continue  # left where it is: saf_check refuses the journal at the next attach
+            if record is None:
+                continue
+            # It keeps the key it was refused under (the group stored nothing under
+            # it): two copies of a journal that both send it again store it once.
+            headers = dict(record.extra.get("headers") or {})
+            headers.setdefault(
+                IDEMPOTENCY_HEADER, idempotency_key_for(self.key_id_of(record), record.seq)
+            )
+            record.extra["headers"] = headers
+            old_seq, record.seq = record.seq, self._next_seq
+            self._next_seq += 1
+            record.reason = 0
+            record.extra.pop(REFUSED_MESSAGE_FIELD, None)
+            record.extra[KEY_ID_FIELD] = self.key_id
+            record.written_time_ns = time.time_ns()
+            batch.delete(REFUSED, key).put_record(Journal.SAF, seq_key(record.seq), record)
+            moved[old_seq] = record.seq
+        if not moved:
+            return moved
+        batch.put_raw(Journal.META, _META_NEXT_SEQ.encode(), _U64.pack(self._next_seq))
+        await self._commit(batch, "redrive")
+        self.refused_count -= len(moved)
+        self.count += len(moved)
+        self._changed()
+        return moved
+
+    async def discard(self, local_seqs: Collection[int]) -> int:
+        """Drop the refused records of `local_seqs` for good (logged); how many."""
+        wanted = _wanted_keys(local_seqs)
+        async with self._refused_lock:
+            chosen = self._refused_keys(wanted)
+            if not chosen:
+                return 0
+            batch = WriteBatch.empty()
+            for key in chosen:
+                batch.delete(REFUSED, key)
+            await self._commit(batch, "discard")
+        self.refused_count -= len(chosen)
+        log.warning(
+            "client SAF journal %s: %d refused record(s) discarded by the application: %s",
+            self.path,
+            len(chosen),
+            ", ".join(str(int.from_bytes(key, "big")) for key in chosen),
+        )
+        return len(chosen)
+
+    def _refused_keys(self, wanted: set[bytes] | None) -> list[bytes]:
+        """The keys of refused records (those of `wanted`, or all), oldest first, at
+        most REFUSED_READ_MAX; no value is read."""
+        self._check_usable()
+        keys = [key for key in self.store.keys(REFUSED) if wanted is None or key in wanted]
+        return keys[:REFUSED_READ_MAX]
+
+    def _refused(self, count_max: int) -> list[tuple[bytes, Record]]:
+        """Refused records, oldest first, at most count_max; one that cannot be
+        decoded is left out (saf_check refuses the journal at the next attach)."""
+        self._check_usable()
+        out: list[tuple[bytes, Record]] = []
+        after: bytes | None = None
+        while len(out) < count_max:
+            items = self.store.items_after(REFUSED, b"", after, count_max - len(out), 1 << 20)
+            if not items:
+                return out
+            for key, value in items:
+                after = key
+                try:
+                    out.append((key, decode_record(value, REFUSED.value, key)))
+                except CorruptRecord:
+                    continue
+        return out
+
+    def _check_usable(self) -> None:
+        if self.crashed or self.closed:
+            raise JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal {self.path} is closed")
+
+    async def _commit(self, batch: WriteBatch, what: str) -> None:
+        """Commit `batch` (group commit), waiting shielded for it; JournalFailed if
+        the disk refused it (then nothing of it was written)."""
+        self._check_usable()
+        done = trio.Event()
+        outcome: list[JournalError | None] = []
+
+        def committed(error: JournalError | None) -> None:
+            outcome.append(error)
+            done.set()
+
+        self.writer.submit(batch, committed)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        if outcome[0] is not None:
+            raise JournalFailed(
+                Status.JOURNAL_FAIL, f"client SAF journal {self.path}: {what} failed: {outcome[0]}"
+            )
+
     def crash(self) -> None:
         """Behave as if the process were SIGKILLed now (the simulator's client kill):
         writes not yet committed are lost, and nothing is written any more."""
@@ -302,6 +527,24 @@ class ClientJournal:
         self.writer.stop()
         self.store.close()
         self._lock_file.close()
+
+
+def _wanted_keys(local_seqs: Collection[int] | None) -> set[bytes] | None:
+    """The keys of `local_seqs` (None: every one), or BadParameter (one line)."""
+    if local_seqs is None:
+        return None
+    if isinstance(local_seqs, str | bytes) or not isinstance(local_seqs, Collection):
+        raise BadParameter(Status.BADPARAM, f"seqs is a collection of ints, got {local_seqs!r}")
+    if any(type(seq) is not int or seq < 1 for seq in local_seqs):
+        raise BadParameter(Status.BADPARAM, f"seqs holds local seqs >= 1, got {local_seqs!r}")
+    return {seq_key(seq) for seq in local_seqs}
+
+
+def _status_name(value: int) -> Status | int:
+    try:
+        return Status(value)
+    except ValueError:
+        return value
 
 
 def _checked_path(path: object) -> Path:
@@ -329,6 +572,43 @@ def _unusable(path: Path, error: BaseException) -> JournalFailed:
         Status.JOURNAL_FAIL,
         f"client SAF journal {path} cannot be opened: {why}; nothing in it was changed "
         "(saf_journal must be a directory this process may write)",
+    )
+
+
+_CLIENT_META_KEYS = frozenset({_META_ID.encode(), _META_NEXT_SEQ.encode()})
+
+
+def _refuse_foreign(path: Path) -> None:
+    """JournalFailed (one line) when `path` holds journals that are no client SAF
+    journal, before anything is written there: a group server's (`saf_journal`
+    pointed at a group's data directory), whose META records what a group keeps
+    (its incarnation, its boots) and no client journal id.
+
+    Why: such a directory was taken for a client journal: the client wrote its id
+    into the group's journals, and each put it journaled went into the group's own
+    SAF, answered STORED, where the group found it at its next start as a message
+    for group 0, kept and never sent."""
+    data = path / saf_check.DATA_FILE
+    if saf_check.read_identity(path) is not None or not data.exists() or not data.stat().st_size:
+        return  # a client journal made here, or a new one
+    saf_check.check_before_open(path)  # a damaged file is refused first, in a child
+    try:
+        store = JournalStore(path, readonly=True, beside_owner=True)
+    except (JournalError, lmdb.Error) as error:
+        raise saf_check.refused(path, f"LMDB cannot open it: {error}") from None
+    try:
+        meta_keys = set(store.keys(Journal.META))
+        held = sum(store.count(journal) for journal in (Journal.DQF, Journal.PCJ))
+    finally:
+        store.close()
+    others = sorted(key.decode(errors="replace") for key in meta_keys - _CLIENT_META_KEYS)
+    if _META_ID.encode() in meta_keys or not (others or held):
+        return  # a client journal made before `journal.id` was written beside it
+    what = f"its meta data records {', '.join(others[:3])}" if others else "DQF or PCJ records"
+    raise JournalFailed(
+        Status.JOURNAL_FAIL,
+        f"{path} holds a group server's journals ({what}), not a client SAF journal; "
+        "nothing in it was changed (give saf_journal a directory of its own)",
     )
 
 

@@ -22,6 +22,7 @@ from typing import cast
 import trio
 
 from clients.errors import BadParameter
+from clients.get_pool import keep_asked
 from clients.pending import Requests
 from clients.requests import built, get_timeout_ms
 from mrs import protocol as wire
@@ -84,8 +85,14 @@ async def get_selected(
         else:
             raise _passes_over_held(len(requests.held), own) from refused
     messages = [requests.message(delivery) for delivery in deliveries]
-    if requests.held:  # held while it waited: delivered before these, matching ones first
+    asked = 1 if count_max is None else count_max
+    surplus: list[Message] = []
+    if len(messages) > asked:  # a broken server: the caller gets what it asked for
+        kept = keep_asked(requests.link, messages, asked, requests.held, hold_surplus=True)
+        messages, surplus = kept[:asked], kept[asked:]
+    if requests.held or surplus:  # held while it waited: delivered before these
         requests.held.extend(messages)
+        requests.held.extend(surplus)
         return take_held(requests.held, select, len(messages))
     return messages
 

@@ -23,7 +23,7 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -34,7 +34,9 @@ from clients.connecting import connect
 from clients.connection import Client, JournalEvent
 from clients.journal_reader import JournalRecord
 from clients.journal_remote import PcjState, RemoteJournalReader
+from clients.journal_status import RefusedRecord
 from clients.requests import built
+from clients.saf_journal import REFUSED_LISTED_DEFAULT
 from clients.selective import take_held
 from mrs import protocol as wire
 from mrs.core.selection import Selection
@@ -60,11 +62,15 @@ class SyncMessage(Message):
     """A message from a `SyncClient`: `confirm()` blocks until the server answered."""
 
     def confirm(  # type: ignore[override] - blocking twin of Message.confirm
-        self, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+        self,
+        confirm_value: int = 0,
+        force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+        *,
+        timeout: float | None = None,
     ) -> None:
         if self._confirm is None:
             raise ValueError("this message was not received through a client connection")
-        self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j)
+        self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j, timeout=timeout)
 
 
 _MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
@@ -366,6 +372,26 @@ class SyncClient:
         """`listener` runs in the client's trio thread: keep it short."""
         self._client.add_journal_listener(listener)
 
+    @property
+    def journal_refused(self) -> int:
+        return self._client.journal_refused
+
+    def refused_records(self, limit: int = REFUSED_LISTED_DEFAULT) -> list[RefusedRecord]:
+        """`Client.refused_records`, read in the client's thread."""
+
+        async def read() -> list[RefusedRecord]:
+            return self._client.refused_records(limit)
+
+        return self._call(read)
+
+    def redrive_refused(self, seqs: Collection[int] | None = None) -> dict[int, int]:
+        """`Client.redrive_refused`: {old client seq: new client seq}."""
+        return self._call(self._client.redrive_refused, seqs)
+
+    def discard_refused(self, seqs: Collection[int]) -> int:
+        """`Client.discard_refused`: how many were dropped."""
+        return self._call(self._client.discard_refused, seqs)
+
     def wait_journal_status(self, status: Status, timeout: float | None = None) -> None:
         """Block until journal_status is `status`; ReplyTimeout (a TimeoutError and an
         MrsError, status TIMEOUT) if `timeout` passes first."""
@@ -424,9 +450,16 @@ class SyncClient:
         return [self._sync_message(message) for message in messages]
 
     def confirm(
-        self, seq: int, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+        self,
+        seq: int,
+        confirm_value: int = 0,
+        force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+        *,
+        timeout: float | None = None,
     ) -> None:
-        self._call(self._client.confirm, seq, confirm_value, force_j)
+        """`Client.confirm`, blocking: at most `timeout` (None: the connection's
+        `request_timeout_s`), then ReplyTimeout (the confirm may still be recorded)."""
+        self._call(self._client.confirm, seq, confirm_value, force_j, timeout=timeout)
 
     def confirm_many(
         self,
@@ -434,34 +467,41 @@ class SyncClient:
         force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
         *,
         confirm_values: Sequence[int] | None = None,
+        timeout: float | None = None,
     ) -> list[MrsError | None]:
         return self._call(
-            self._client.confirm_many, seqs, force_j, confirm_values=confirm_values
+            self._client.confirm_many,
+            seqs,
+            force_j,
+            confirm_values=confirm_values,
+            timeout=timeout,
         )
 
-    def status(self) -> dict:
-        return self._call(self._client.status)
+    def status(self, *, timeout: float | None = None) -> dict:
+        return self._call(self._client.status, timeout=timeout)
 
     def admin(self, action: str, **args: object) -> dict:
         """An operator's action on the group (`Client.admin`)."""
         return self._call(self._client.admin, action, **args)
 
-    def locate(self, name: str | Address) -> Address:
+    def locate(self, name: str | Address, *, timeout: float | None = None) -> Address:
         """The queue's address by its name (`Client.locate`)."""
-        return self._call(self._client.locate, name)
+        return self._call(self._client.locate, name, timeout=timeout)
 
-    def pending(self, queues: Sequence[str | Address]) -> list[int]:
+    def pending(
+        self, queues: Sequence[str | Address], *, timeout: float | None = None
+    ) -> list[int]:
         """Messages waiting on each queue, in order (`Client.pending`): the attached
         queue's count includes the messages kept from an interrupted get, which the
         next get returns (before, they were left out, as if already taken)."""
-        return self._call(self._pending, queues)
+        return self._call(self._pending, queues, timeout)
 
-    async def _pending(self, queues: Sequence[str | Address]) -> list[int]:
+    async def _pending(self, queues: Sequence[str | Address], timeout: float | None) -> list[int]:
         """In the trio thread, where `_given_back` is kept."""
         client = self._client
         assert client is not None  # set before __init__ returns
         self._drop_stale()
-        return await client.pending(queues, kept=len(self._given_back))
+        return await client.pending(queues, kept=len(self._given_back), timeout=timeout)
 
     def set_pcj(self, default: bool | ForceJrn | None = None, roll: bool = False) -> PcjState:
         """MRS_SET_PCJ (`Client.set_pcj`)."""

@@ -188,6 +188,12 @@ class ProtocolFailure(MrsError):
 class ConnectionLost(MrsError):
     """LINK_DOWN: the connection to the group server closed before the answer came."""
 
+    closed_unanswered: bool = False
+    """The server took the connection and closed it before answering the handshake
+    (no Welcome, no Attached, no Fatal saying why): set where the client reads that
+    end (clients.link), so `mrs status` can say it in words (mrs.tools.bus_status
+    `down_reason`) without reading the message's text, which wrappers prefix."""
+
 
 class PutOutcomeUnknown(ConnectionLost):
     """The connection dropped after a put was sent and before its answer came: the

@@ -251,6 +251,10 @@ LINK_DIRECT_MESSAGES_MAX = 10_000
 """Messages waiting for a link's window (sent directly, not through the SAF) at most.
 A put beyond it does not wait in memory: a recoverable one goes to the SAF
 (SAF_FORCED, drained in order), a nonrecoverable one takes its UMA (MRS_RES_EXH)."""
+SAF_KEYS_DELIVERED_MAX = 10_000
+"""Idempotency keys of keyed recoverable puts a peer group stored, remembered per peer
+by the sending group (the newest; mrs.group.saf_keys): a copy put while the link is
+down is answered as the copy it is, with no SAF record and no MRS_ACK of its own."""
 
 # ------------------------------------------------------------------ config ranges
 CONFIG_FILE_BYTES_MAX = 16 << 20
@@ -293,6 +297,13 @@ and is re-sent under its idempotency key (clients.resend); one more beyond this 
 beyond CLIENT_RESEND_BYTES_MAX) raises PutOutcomeUnknown as on a single server."""
 CLIENT_RESEND_BYTES_MAX = 64 * 1024 * 1024
 """...and the body bytes those puts hold at most."""
+CLIENT_REQUEST_WAIT_S_DEFAULT = 60.0
+"""How long `confirm`, `confirm_many`, `status`, `locate` and `pending` wait for their
+answer unless given a `timeout=` of their own (`connect(request_timeout_s=)` sets
+another for a connection): then ReplyTimeout. Why a bound: the server answers a
+confirm only once its commit is durable, and its heartbeats go on while its disk
+stalls, so without one a confirm behind a stalled commit waited for ever
+(clients.answer_waits)."""
 CLIENT_RESEND_WAIT_S = 60.0
 """How long a put of a replicated group's client waits for a connection to the new
 active before it gives up and raises what the lost connection said (a failover takes

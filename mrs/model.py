@@ -348,12 +348,18 @@ class Message:
         return self.delivery_status == Status.POSSDUPL
 
     async def confirm(
-        self, confirm_value: int = 0, force_j: ForceJrn = ForceJrn.DEFAULT_JRN
+        self,
+        confirm_value: int = 0,
+        force_j: ForceJrn = ForceJrn.DEFAULT_JRN,
+        *,
+        timeout: float | None = None,
     ) -> None:
-        """Confirm this message on the queue it was got from (like a nats ack)."""
+        """Confirm this message on the queue it was got from (like a nats ack); within
+        `timeout` seconds (None: the connection's `request_timeout_s`), as the
+        client's `confirm`."""
         if self._confirm is None:
             raise ValueError("this message was not received through a client connection")
-        await self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j)
+        await self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j, timeout=timeout)
 
     @property
     def original_target(self) -> Address | None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import msgpack
 import trio
 
-from clients import DeliveryMode, MrsError, NoMoreMessages
+from clients import DeliveryMode, MrsError, NoMoreMessages, ReplyTimeout
 from mrs.core.delivery import supported
 from mrs.core.selection import Selection, by_correlation_id, by_priority
 from mrs.model import DEAD_LETTER_QUEUE, MRS_ACK_TYPE, MRS_CLASS, InterestPoint, Status, Uma
@@ -188,10 +188,12 @@ async def burst(run: Run, group_id: int, count: int) -> None:
 
 # ---------------------------------------------------------------------- consumers
 def _answer_lost(error: MrsError) -> bool:
-    """True when the request's answer never arrived (it may have been acted on)."""
+    """True when the request's answer never arrived (it may have been acted on): by
+    the error's type (ReplyTimeout: the client gave up waiting), not its words, which
+    name the request and the server."""
     if error.status == Status.LINK_DOWN or error.status == Status.PROTOCOL_ERROR:
         return True
-    return error.status == Status.TIMEOUT and "no answer from the server" in error.message
+    return isinstance(error, ReplyTimeout)
 
 
 async def get_recorded(

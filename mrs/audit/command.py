@@ -219,17 +219,28 @@ _TEMPORARY_LOG: list[Path] = []
 """Spark's log in a temporary file (no --out): removed unless a line names it."""
 
 
-def _interrupted(_signum=None, _frame=None) -> None:
-    """Ctrl-C: one line and status 130, whatever Spark was doing. The JVM ignores
-    SIGINT and exits when its stdin (our pipe) closes; nothing is left half-written
-    because files are written last, and `os._exit` skips py4j's shutdown tracebacks."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops an audit with its one line: Ctrl-C, `kill` (a service stopped, `timeout`)
+and a closed terminal. Why SIGTERM and SIGHUP too: their default ended the audit at
+once, and each run so stopped left its temporary Spark log in `$TMPDIR`."""
+
+
+def _interrupted(signum: int | None = None, _frame=None) -> None:
+    """A stop (Ctrl-C, SIGTERM, SIGHUP): one line and status 130 (143, 129), whatever
+    Spark was doing. The JVM ignores SIGINT and exits when its stdin (our pipe) closes;
+    nothing is left half-written because files are written last, and `os._exit` skips
+    py4j's shutdown tracebacks."""
+    if signum is None or signum == signal.SIGINT:
+        line, code = "interrupted", EXIT_INTERRUPTED
+    else:
+        line, code = f"stopped ({signal.Signals(signum).name})", 128 + int(signum)
     try:
-        os.write(_TERMINAL[0] if _TERMINAL else 2, b"\nmrs audit: interrupted\n")
+        os.write(_TERMINAL[0] if _TERMINAL else 2, f"\nmrs audit: {line}\n".encode())
         for path in _TEMPORARY_LOG:  # `os._exit` skips every `finally`
             path.unlink(missing_ok=True)
         _remove_shipped_code()
     finally:
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(code)
 
 
 def _remove_shipped_code() -> None:
@@ -252,14 +263,15 @@ def spark_error_line(error: BaseException) -> str:
 def run(args: argparse.Namespace) -> int:
     if not _TERMINAL:
         _TERMINAL.append(os.dup(2))
-    previous = signal.signal(signal.SIGINT, _interrupted)
+    previous = {signum: signal.signal(signum, _interrupted) for signum in STOP_SIGNALS}
     try:
         return _run(args)
     except KeyboardInterrupt:
         _interrupted()
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -38,25 +38,11 @@ def code_zip(directory: Path) -> Path:
     return path
 
 
-LOG4J2_PROPERTIES = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = spark %p %c{1}: %m%n
-"""
-"""Spark's JVM says only errors: the audit's own output is the progress line."""
-
-
-def _log4j2_file() -> Path:
-    path = Path(tempfile.gettempdir()) / "mrs-audit-log4j2.properties"
-    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
-        scratch = path.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(LOG4J2_PROPERTIES)
-        os.replace(scratch, path)
-    return path
+LOG4J2_FILE = Path(__file__).with_name("spark-log4j2.properties")
+"""Spark's JVM says only errors (its log4j2 configuration): the audit's own output is
+the progress line. A file of the package, named to the JVM as it is: it was written
+into `$TMPDIR` by every audit, where it stayed, shared by every user of the machine
+(a file another user made there first was read as it was, or could not be replaced)."""
 
 
 def is_local(master: str) -> bool:
@@ -109,7 +95,7 @@ def build_session(master: str = "local[2]", app_name: str = "mrs audit", conf=No
 
     for name in ("py4j", "matplotlib"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    java_options = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
+    java_options = f"-Dlog4j2.configurationFile={LOG4J2_FILE.as_uri()}"  # no spaces
     archive = local_archive() if is_local(master) else None
     if is_local(master):
         java_options += f" {JVM_OPTIONS}"

@@ -73,10 +73,20 @@ _TOML_ESCAPES |= {"\f": "\\f", "\r": "\\r"}
 
 
 def _value(value: object) -> str:
+    """`value` written as TOML of its own type, so the parser's refusal of a wrong one
+    names it. Why: anything not a bool or an int was written as a string, and a limit
+    of 1.5 (or [5]) from the web page was refused as "got string '1.5'"."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, int | float):
+        return repr(value)  # a float as TOML reads it back: 1.5, 1e+300, inf, nan
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{_toml_string(str(key))} = {_value(item)}" for key, item in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    if value is None:
+        raise ValueError("null has no form in a TOML file")
     return _toml_string(str(value))
 
 
@@ -158,8 +168,8 @@ def with_new_queue(text: str, group_id: int, values: dict[str, object]) -> str:
 
 
 def _as_read(values: dict[str, object]) -> dict[str, Any]:
-    """`values` as the file will read once `_value` wrote them (7.5 becomes "7.5"),
-    so a value of the wrong type is left to the parser's one line."""
+    """`values` as the file will read once `_value` wrote them, so a value of the
+    wrong type is left to the parser's one line."""
     return tomllib.loads("".join(f"{key} = {_value(v)}\n" for key, v in values.items()))
 
 

@@ -16,6 +16,10 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mrs.dlq.table import RulesTable
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -77,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             data = sys.stdin.buffer.read(DLQ_TABLE_BYTES_MAX + 1)
     except OSError as error:
         return _fail(f"cannot read the rules table {source}: {error}")
+    table: RulesTable | None
     try:
         table, problems = parse_table(decode_table(data), strict=args.strict), []
     except RulesError as error:
@@ -149,6 +154,15 @@ def _input_problems(table, bus, args: argparse.Namespace) -> tuple[list[str], ob
     if input_qm and input_qm not in (str(group.id), group.name):
         problems.append(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
     if input_q.upper() != "DLJ":
+        if not group.dead_letter_queue:
+            # Else --check called the table valid and the run ended with exit 3, "group
+            # 1 refused: NOSUCHQUEUE": a lost connection by the docs, for a mistake
+            # in the configuration.
+            problems.append(
+                f"INPUTQ({input_q}): group {group.id} ({group.name}) has no dead letter "
+                "queue (dead_letter_queue = false in its config): work its DLJ "
+                "(INPUTQ(DLJ)), or give the group its DLQ"
+            )
         return problems, None
     if group.instances:  # the handler marks and deletes DLJ records in place
         problems.append(

@@ -16,6 +16,7 @@ import bisect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import trio
 
@@ -34,6 +35,7 @@ from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
 from mrs.dlq.sources import DljSource, DlqSource
 from mrs.dlq.table import Action, Rule
+from mrs.group.dlq_leases import HANDLER_PROGRAM
 from mrs.limits import (
     DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT,
     DLQ_HANDLER_POLL_S,
@@ -41,6 +43,7 @@ from mrs.limits import (
     PUT_TIMEOUT_S_DEFAULT,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Message, Psb, Status
+from mrs.offline.journal_files import GroupJournals
 
 
 @dataclass
@@ -92,6 +95,9 @@ class Handler:
     is marked a possible duplicate."""
     _first_take: trio.Event = field(default_factory=trio.Event)
     """Set once the first take is answered: the other takers start then (`_take`)."""
+    _ended: trio.Event = field(default_factory=trio.Event)
+    """Set when a taker ended with nothing worked and no take out: the others end too
+    (`_end_takers`) rather than each finding so after a poll of its own."""
 
     async def run(self) -> None:
         # reconnect=None: a lost connection ends the handler (exit 3). Reconnected, it
@@ -102,16 +108,16 @@ class Handler:
         async with connect(
             self.options.address,
             queue=str(DEAD_LETTER_QUEUE),
-            program="mrs dlq-handler",
+            program=HANDLER_PROGRAM,
             open_stream=self.options.open_stream,
             reconnect=None,
         ) as client:
             if self.options.dlj is not None:
                 group_name = self.options.bus.group(self.options.group_id).name
-                self.source = DljSource(self.options.dlj, group_name)
+                self.source = DljSource(cast(GroupJournals, self.options.dlj), group_name)
                 await self.source.open(self.reporter.note)
             else:
-                self.source = DlqSource(client)
+                self.source = DlqSource(client, self.reporter.note)
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_until_lost, client)
@@ -164,22 +170,33 @@ class Handler:
             self._tickets += 1
             self._taking += 1
             if wait_s == 0:
-                message = await self.source.take(0)
+                message = await self._input().take(0)
             else:
                 poll_s = DLQ_HANDLER_POLL_S
                 if wait_s is not None:
                     poll_s = min(DLQ_HANDLER_POLL_S, max(0.0, wait_s - self._idle()))
-                message = await self.source.take(poll_s)
+                message = await self._input().take(poll_s)
             self._first_take.set()
             self._arrive(ticket, message, client, nursery, limiter)
             if message is not None:
                 continue
             if wait_s == 0:
                 if self._working == 0 and not self._arrived:
+                    self._end_takers()
                     return
                 await self._all_done.wait()
             elif wait_s is not None and self._idle() >= wait_s:
+                self._end_takers()
                 return
+
+    def _end_takers(self) -> None:
+        """WAIT says stop: the takers waiting for room end now, when nothing is being
+        worked and no take is out (a letter on its way is still worked by its taker).
+        Before, each found so after a DLQ_HANDLER_POLL_S poll of its own, one at a
+        time with one place left in the record: a `--once` run holding --seen-max - 1
+        letters (or stopped by the DLQ's unconfirmed cap) ended some 30 s late."""
+        if self._working == 0 and self._taking == 0:
+            self._ended.set()
 
     def _arrive(self, ticket: int, message: Message | None, client, nursery, limiter) -> None:
         """Admit what the takes brought in the order they were asked for, whatever
@@ -223,6 +240,8 @@ class Handler:
         for nnn seconds, telling what was not looked at."""
         wait_s = self.options.wait_s
         while not self._room():
+            if self._ended.is_set():
+                return False
             # Told when letters fill the record, not when takes on their way do: with
             # --seen-max under --window the note came at start on an empty DLQ.
             if self.engine.full() and not self._full_told:
@@ -248,7 +267,8 @@ class Handler:
                         "--seen-max, or move what no rule takes with a catch-all rule)"
                     )
                 return False
-            await trio.sleep(DLQ_HANDLER_POLL_S)
+            with trio.move_on_after(DLQ_HANDLER_POLL_S):
+                await self._ended.wait()
         return True
 
     async def _work(self, client, message: Message, limiter: trio.CapacityLimiter) -> None:
@@ -284,6 +304,7 @@ class Handler:
             if step.kind is StepKind.WAIT:
                 await trio.sleep(step.wait_s)
                 continue
+            assert step.rule is not None, "an ACT step names its rule"
             if not await self._first_in_lane(seq):
                 continue  # an earlier letter left the lane: look at the step again
             async with limiter:
@@ -307,6 +328,10 @@ class Handler:
             self._event(
                 message, step.rule, step.rule.action.value, step.attempt, "failed", detail, target
             )
+
+    def _input(self) -> DlqSource | DljSource:
+        assert self.source is not None, "the source is set before anything is taken"
+        return self.source
 
     # ------------------------------------------------------------------ lanes
     def _join_lane(self, message: Message) -> None:
@@ -373,7 +398,7 @@ class Handler:
     async def _act(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
         """(outcome, target, detail). The DLQ confirm comes only after a stored put."""
         if rule.action is Action.DISCARD:
-            await self.source.remove(message)
+            await self._input().remove(message)
             return "discarded", "", ""
         try:
             target = target_text(rule, message)
@@ -386,7 +411,7 @@ class Handler:
         if own_dlq and (why := headerless_into_own_dlq(plan, address, self.options.group_id)):
             return "failed", str(address), why
         uma = uma_for(plan.delivery, address.group != self.options.group_id)
-        await self.source.before_put(message)
+        await self._input().before_put(message)
         try:
             psb = await client.put(
                 message.body,
@@ -413,7 +438,7 @@ class Handler:
                 str(address),
                 f"not stored: {_name(psb.delivery_status)}/" + _name(psb.uma_status),
             )
-        await self.source.remove(message)
+        await self._input().remove(message)
         outcome = "forwarded" if rule.action is Action.FWD else "retried"
         return outcome, str(address), _name(psb.delivery_status)
 

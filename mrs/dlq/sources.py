@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from clients import MrsTimeout, NoMoreMessages, ReplyTimeout
+from clients import MrsError, MrsTimeout, NoMoreMessages, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.core.deadletter import dead_letter_header
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
@@ -38,17 +38,36 @@ class DlqSource:
 
     name = "DLQ"
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, note=None) -> None:
         self.client = client
+        self.note = note
+        self._capped_told = False
 
     async def take(self, timeout_s: float) -> Message | None:
         try:
             return await self.client.get(timeout=timeout_s)
         except (MrsTimeout, ReplyTimeout, NoMoreMessages):
             return None
+        except MrsError as error:
+            if error.status != Status.EXCMAXUNCONF:
+                raise
+            why = str(error)
+        # The DLQ's unconfirmed_max counts the letters all its readers hold: at it, it
+        # hands out no more until some leave, as when the handler's own record is
+        # full. Before, the refusal ended the handler with exit 3 ("group refused"),
+        # a lost connection by the docs, while it held every letter it had taken.
+        if not self._capped_told and self.note is not None:
+            self._capped_told = True
+            self.note(
+                f"the DLQ holds as many letters unconfirmed as it may ({why}): taking "
+                "no more until some leave (other readers of the DLQ hold letters too)"
+            )
+        await trio.sleep(timeout_s)  # as a get that found nothing for so long
+        return None
 
     async def before_put(self, message: Message) -> None:
-        """Nothing to do: a lease that comes back is already delivered POSSDUPL."""
+        """Nothing to do: the group counts the put against the lease it names (its
+        `dlq_seq`), and that lease comes back POSSDUPL (mrs.group.dlq_leases)."""
 
     async def remove(self, message: Message) -> None:
         # NO_JRN: removing a dead letter is not an application's confirmation, so it
@@ -123,7 +142,7 @@ class DljSource:
         while not self._ready:
             read = 0
             for key, record in scan(
-                self.store, Journal.DLJ, selection, after_seq=self._after_seq, chunk=SCAN_CHUNK
+                self._opened(), Journal.DLJ, selection, after_seq=self._after_seq, chunk=SCAN_CHUNK
             ):
                 read += 1
                 self._after_seq = seq_of_key(key)
@@ -140,7 +159,7 @@ class DljSource:
         target = Address(record.target_group, record.target_queue)
         headers = record.extra.get("headers") if isinstance(record.extra, dict) else None
         cause = status_of(record.reason)
-        attempted = self.store.get_raw(Journal.META, _attempt_key(record.seq)) is not None
+        attempted = self._opened().get_raw(Journal.META, _attempt_key(record.seq)) is not None
         return Message(
             body=record.body,
             seq=record.seq,
@@ -159,9 +178,13 @@ class DljSource:
             headers=headers,
         )
 
+    def _opened(self) -> JournalStore:
+        assert self.store is not None, "the DLJ is read only between open and close"
+        return self.store
+
     async def before_put(self, message: Message) -> None:
         batch = WriteBatch.empty().put_raw(Journal.META, _attempt_key(message.seq), b"1")
-        await trio.to_thread.run_sync(self.store.commit_now, batch)
+        await trio.to_thread.run_sync(self._opened().commit_now, batch)
 
     async def remove(self, message: Message) -> None:
         batch = (
@@ -169,7 +192,7 @@ class DljSource:
             .delete(Journal.DLJ, seq_key(message.seq))
             .delete(Journal.META, _attempt_key(message.seq))
         )
-        await trio.to_thread.run_sync(self.store.commit_now, batch)
+        await trio.to_thread.run_sync(self._opened().commit_now, batch)
         self._handed.discard(message.seq)
 
 

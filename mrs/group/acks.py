@@ -30,7 +30,7 @@ from mrs.group.shapes import Entry, mrs_ack_entry, transfer_fields
 from mrs.group.transfer import LINK_LOST
 from mrs.limits import ACKS_OWED_PER_PEER_MAX as ACKS_OWED_PER_PEER_MAX
 from mrs.limits import RECENT_ACKS_MAX as RECENT_ACKS_MAX
-from mrs.model import Address
+from mrs.model import Address, Status
 
 log = logging.getLogger("mrs.ack_waits")
 
@@ -148,7 +148,8 @@ class AckOutbox:
     unsent: dict[int, list[Entry]] = field(default_factory=dict)
     """Peer group -> durable MRS_ACKs waiting for the link (sent when it comes up)."""
     lost: RefusalLog = field(init=False)
-    """MRS_ACKs lost (the outbox for a peer full, or their record not written): one
+    """MRS_ACKs lost (the outbox for a peer full, their record not written, or refused
+    by the peer: e.g. NOTACTIVE, a temporary queue nobody is attached to): one
     line per peer and cause at most every REFUSAL_LOG_INTERVAL_S, with the count of
     those not shown. Why: a peer group down for long with its outbox full wrote one
     ERROR line per message its AK senders had got, thousands a second."""
@@ -221,8 +222,13 @@ class AckOutbox:
             if status == LINK_LOST:
                 self.unsent.setdefault(peer_id, []).append(entry)  # sent again at link up
                 return
-            if status < 0:
-                log.error("group %d refused the MRS_ACK %d: status %d", peer_id, entry.seq, status)
+            if status < 0:  # lost: said once per peer and status per interval, with a count
+                self.lost.refused(
+                    f"refused {status}",
+                    str(peer_id),
+                    f"group {peer_id} refused the MRS_ACK {entry.seq} for {entry.target}: "
+                    f"{_status_name(status)}; it is lost",
+                )
             self._forget(peer_id, entry.seq)
 
         peer.link.send_message(transfer_fields(entry), on_result)
@@ -249,6 +255,15 @@ class AckOutbox:
             put_time_ns,
             False,  # read back from the journal: checked again at delivery
         )
+
+
+def _status_name(status: int) -> str:
+    """A peer's refusal as MessageQ names it (NOTACTIVE: a temporary queue nobody is
+    attached to), the number when it names none."""
+    try:
+        return Status(status).name
+    except ValueError:
+        return f"status {status}"
 
 
 @dataclass(eq=False)

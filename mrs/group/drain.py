@@ -209,6 +209,10 @@ class Drain:
             peer.deleting.difference_update(keys)
             if error is None:
                 ctx.counts.saf_removed(peer, deleted)
+                if peer.saf_keys.key_by_seq:  # keyed ones: a copy is answered as one
+                    dead = {seq for seq, _ in settled or ()}
+                    delivered = [seq for seq in stored if seq not in dead]
+                    peer.saf_keys.drained(delivered, ctx.clock_ns())
                 peer.saf_keys.forget(split_key(key)[1] for key in keys)
                 forgettable(stored)
                 for seq, cause in settled or ():

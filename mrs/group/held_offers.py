@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import msgspec
 
+from mrs.core.refusals import RefusalLog
 from mrs.group.context import GroupContext
 from mrs.group.queues import TargetQueue
 from mrs.group.sequence import Sequence
@@ -84,6 +85,8 @@ class MrsAcks:
         self.offers = offers
         self.source = Address(ctx.group_id, 0)
         """Every MRS_ACK's source (queue 0 of this group): one Address, not one per ack."""
+        self.dropped = RefusalLog(log, level=logging.WARNING, line_format="{message}")
+        """MRS_ACKs for a temporary queue nobody is attached to (`send`), dropped."""
         self.sent: dict[tuple[int, int, int], int] = {}
         """(status, delivery status, UMA status) of each MRS_ACK made -> how many: an
         AK put's outcome, which its put's answer (UMA_NA) did not say (`mrs_acks_total`,
@@ -97,6 +100,18 @@ class MrsAcks:
         if queue is None and not remote:
             log.error(
                 "MRS_ACK for seq %d: group %d has no queue %s", psb.seq, group_id, response_queue
+            )
+            return
+        if queue is not None and not queue.active:
+            # A temporary queue whose program left: as MessageQ's, it no longer exists
+            # (NOTACTIVE), and an MRS_ACK kept there would wait for nobody. Dropped,
+            # said once per REFUSAL_LOG_INTERVAL_S with a count (an AK producer that left
+            # with thousands of puts in flight must not write a line for each).
+            self.dropped.refused(
+                "mrs-ack-notactive",
+                str(response_queue),
+                f"MRS_ACK for seq {psb.seq} dropped: its response queue {response_queue} "
+                "is temporary and nobody is attached to it (NOTACTIVE)",
             )
             return
         psb_wire = psb.to_wire()

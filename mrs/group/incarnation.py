@@ -17,7 +17,8 @@ refuses a channel whose sequence numbers do not match until an operator resets i
 The reset is `mrs admin reset-link PEER` on the refusing group (mrs.ops.link_reset):
 it drops the record and the old journals' dedupe keys, and the next link records the
 new incarnation. Nothing is lost while the link is refused: what either side would
-send waits in its SAF. A peer of an older release sends none and is not checked.
+send waits in its SAF. A peer of an older release sends none and is not checked
+(a dialer falls back to that only for a peer never met with one: mrs.group.link_driver).
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class PeerIncarnations:
             f"reset-link {peer_id} --config {self.config_path} --group {self.group_id}`. "
             "Nothing waiting is lost meanwhile"
         )
+
+    def recorded(self, peer_id: int) -> bytes | None:
+        """The incarnation recorded for `peer_id` (None if its links never brought one)."""
+        recorded = self.store.meta_get(_peer_key(peer_id))
+        return None if recorded is None else bytes(recorded)
 
     def reset(self, peer_id: int) -> tuple[bytes | None, int]:
         """Forget `peer_id`'s recorded incarnation and the dedupe keys of its messages

@@ -85,7 +85,9 @@ class Intake:
         if queue is None:
             raise Refused(Status.NOSUCHQUEUE, f"group {ctx.group_id} has no queue {address.queue}")
         if queue.shared:  # several DLQ readers at once (mrs.group.dlq_leases)
-            self.dlq_readers.attach(queue, session.id, getattr(session, "peer", "?"))
+            self.dlq_readers.attach(
+                queue, session.id, getattr(session, "program", ""), getattr(session, "peer", "?")
+            )
         elif queue.attached_session is not None:
             raise Refused(Status.QUEUE_BUSY, f"queue {address} is attached by another program")
         else:
@@ -99,7 +101,7 @@ class Intake:
             return
         session.attached = None
         if queue.shared:
-            returned = self.dlq_readers.detach(queue, session.id)
+            returned = self.dlq_readers.detach(queue, session.id, self.ctx.writer)
         else:
             returned = self.guarantees.detach(queue)
         if returned:
@@ -226,7 +228,8 @@ class Intake:
 
     def _check_ack_reachable(self, response_queue: Address) -> None:
         """An AK put's MRS_ACK must be able to reach its response queue: a queue of this
-        group that exists and has room (`messages_max`, as any put to it), or a queue of
+        group that exists, is active (a temporary queue: attached) and has room
+        (`messages_max`, as any put to it), or a queue of
         a linked group whose MRS_ACKs owed are under ACKS_OWED_PER_PEER_MAX. Why refuse
         now: an MRS_ACK for a queue that is not there is dropped, and the sender, told
         SUCCESS, waits for it for ever; one for a queue nobody reads would be held past
@@ -239,6 +242,12 @@ class Intake:
                     Status.NOSUCHQUEUE,
                     f"response queue {response_queue}: group {group_id} has no queue "
                     f"{response_queue.queue}, so no MRS_ACK could reach it",
+                )
+            if not queue.active:  # its MRS_ACK would be dropped (mrs.group.held_offers)
+                raise Refused(
+                    Status.NOTACTIVE,
+                    f"response queue {response_queue} is temporary and not attached, so "
+                    "no MRS_ACK could reach it",
                 )
             if queue.memory_count >= queue.config.messages_max:
                 # its MRS_ACKs are not being read: one more each put would grow it for ever
@@ -322,7 +331,7 @@ def enqueue_in_memory(ctx: GroupContext, entry: Entry) -> tuple[Status, str]:
     if queue is None:
         return Status.NOSUCHQUEUE, f"no queue {entry.target}"
     attached = queue.attached_session is not None
-    if not attached and not queue.config.permanent:
+    if not queue.active:
         return Status.NOTACTIVE, f"queue {entry.target} is not attached"
     if queue.memory_count >= queue.config.messages_max:
         return (

@@ -18,15 +18,15 @@ import trio
 
 from mrs import protocol as wire
 from mrs.config.guards import Guards
-from mrs.core.refusals import RefusalLog
+from mrs.core.refusals import RefusalLog, clipped
 from mrs.errors import MrsError
-from mrs.group.incarnation import PeerIncarnations
+from mrs.group.incarnation import PeerIncarnations, short
 from mrs.group.link_session import PeerLink
 from mrs.group.wiring import LinkRooms
 from mrs.limits import LINK_BACKOFF_S_MAX as BACKOFF_S_MAX
 from mrs.limits import LINK_BACKOFF_S_MIN as BACKOFF_S_MIN
 from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
-from mrs.limits import OUTBOX_BYTES_HIGH
+from mrs.limits import OUTBOX_BYTES_HIGH, REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
 from mrs.transport.framed import GroupChannel, StreamClosed
 from mrs.transport.network import TCP, Network
@@ -40,7 +40,8 @@ PEER_STARTING = "is starting: its active waits for a replica to hold its first r
 a majority (mrs.server.links): a moment, so the dialer tries again at once."""
 EARLIER_RELEASE_REFUSAL = re.compile(r"\bHello frame has (\d+) fields, expected (\d+)\b")
 """How a group of an earlier release refuses a link Hello longer than it knows (one
-with this release's `incarnation`): the dialer then links without it."""
+with this release's `incarnation`): the dialer then links without it, unless that
+peer's links brought an incarnation before (`_refusal`)."""
 
 
 def new_link(rooms: LinkRooms, peer_id: int) -> PeerLink:
@@ -111,6 +112,7 @@ async def dial_forever(
                 await _handshake(channel, link.peer_id, group_id, incarnations, said)
                 answered, up_s = True, trio.current_time()
                 redials.earlier = False  # a peer upgraded since is told the incarnation
+                redials.down_since_s = None
                 link.up(channel)
                 try:
                     async with trio.open_nursery() as tasks:
@@ -125,6 +127,7 @@ async def dial_forever(
                 finally:
                     channel.closed = True
                     link.down("connection closed", channel)
+                    redials.down_since_s = trio.current_time()
                     if trio.current_time() - up_s >= BACKOFF_S_MAX:
                         # It served a while: redial at once. One that breaks at once
                         # (a peer that lies, or closes after the Welcome) keeps backing
@@ -149,6 +152,10 @@ class _Redials:
     earlier: bool = False
     """The last dial was refused by a peer of an earlier release: the next says no
     incarnation (`PeerOfEarlierRelease`)."""
+    down_since_s: float | None = None
+    """When the link, up before, went down (trio time; None while up or never up):
+    for REFUSAL_LOG_INTERVAL_S from then its failed redials are not logged at INFO,
+    the link's own WARNING said why it went down (mrs.group.link_session `down`)."""
     retries: RefusalLog = field(
         default_factory=lambda: RefusalLog(log, level=logging.INFO, line_format="{message}")
     )
@@ -170,6 +177,11 @@ class _Redials:
         if isinstance(error, JournalsChanged) and error.message != self.journals_refused:
             self.journals_refused = error.message
             log.error("link to group %d refused: %s", self.peer_id, error.message)
+        since_s = self.down_since_s
+        if since_s is not None and trio.current_time() - since_s < REFUSAL_LOG_INTERVAL_S:
+            # One line per state change: a short outage is its down and its up line.
+            log.debug("link to group %d at %s: %s", self.peer_id, self.address, _describe(error))
+            return
         _log_retry(self.retries, self.peer_id, self.address, error, self.backoff_s)
 
 
@@ -212,7 +224,8 @@ class PeerOfEarlierRelease(LinkRefused):
     """The peer refused this release's link Hello as longer than it knows
     (EARLIER_RELEASE_REFUSAL): a group of an earlier release, during a rolling
     upgrade. The next dial says no incarnation, as that release's groups
-    did: such a peer checks none anyway, and its Welcome carries none to check. Why:
+    did: such a peer checks none anyway, and its Welcome carries none to check. Only
+    from a peer this group never met with an incarnation (`_refusal`). Why:
     the lower-numbered group upgraded first was refused by its old peer until that
     one was upgraded too, and what it sent there waited in its SAF all that while."""
 
@@ -239,24 +252,65 @@ async def _handshake(
     except StreamClosed:
         raise LinkRefused("peer closed during the handshake") from None
     if isinstance(event, wire.Fatal):
-        raise _refusal(event.message, own)
+        raise _refusal(event.message, own, peer_id, incarnations)
     if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
         found = getattr(event, "group_id", event)
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
+    if incarnations is not None and own and not event.incarnation:
+        _check_bare_welcome(incarnations, peer_id)
     if incarnations is not None:
         problem = incarnations.admit(peer_id, event.incarnation)
         if problem is not None:
             raise JournalsChanged(problem)
 
 
-def _refusal(message: str, own: bytes) -> LinkRefused:
-    """The error for a peer's refusal of this dialer's Hello (that said `own`)."""
+def _check_bare_welcome(incarnations: PeerIncarnations, peer_id: int) -> None:
+    """A Welcome without an incarnation, to a Hello that said one: JournalsChanged
+    from a peer whose incarnation is recorded. A group of this release answers such a
+    Hello with its own, one of an earlier release refuses it, and no group goes back
+    to an earlier release; taken (as before), whatever answered at the peer's address
+    was linked with its journals unchecked. From a peer never met with one it is let
+    through: there is nothing to check it against."""
+    recorded = incarnations.recorded(peer_id)
+    if recorded is not None:
+        raise JournalsChanged(
+            f"group {peer_id} welcomed this release's link Hello without its journals'"
+            f" incarnation, but its links brought one before ({short(recorded)}): not"
+            f" linked. Stop whatever answers at its address; if group {peer_id} was"
+            f" really taken back to an earlier release, run `mrs admin reset-link"
+            f" {peer_id} --config {incarnations.config_path} --group {incarnations.group_id}`"
+        )
+
+
+def _refusal(
+    message: str,
+    own: bytes,
+    peer_id: int = 0,
+    incarnations: PeerIncarnations | None = None,
+) -> LinkRefused:
+    """The error for a peer's refusal of this dialer's Hello (that said `own`). A
+    refusal worded as an earlier release's is taken as one only from a peer no link
+    has brought an incarnation from (`incarnations`): one that did runs this release
+    at least, and no group goes back to an earlier one (docs/operations.md, "Upgrading
+    a bus"). Why: the refusal's text is all a peer has to say, and a peer (or whatever
+    answers at its address) that said it made the dialer drop the incarnation from
+    its Hello, so neither side checked the other's journals."""
+    clipped_message = clipped(message)
     if PEER_STARTING in message:
-        return PeerStarting(f"peer refused the link: {message}")
+        return PeerStarting(f"peer refused the link: {clipped_message}")
     earlier = EARLIER_RELEASE_REFUSAL.search(message)
-    if own and earlier is not None and int(earlier[1]) > int(earlier[2]):
-        return PeerOfEarlierRelease(f"peer refused the link: {message}")
-    return LinkRefused(f"peer refused the link: {message}")
+    if not (own and earlier is not None and int(earlier[1]) > int(earlier[2])):
+        return LinkRefused(f"peer refused the link: {clipped_message}")
+    if incarnations is None or (recorded := incarnations.recorded(peer_id)) is None:
+        return PeerOfEarlierRelease(f"peer refused the link: {clipped_message}")
+    return JournalsChanged(
+        f"group {peer_id} refused this release's link Hello as a group of an earlier release"
+        f" would ({clipped_message}), but its links brought this release's incarnation"
+        f" of its journals before ({short(recorded)}): not linked without it. Stop whatever"
+        f" answers at its address; if group {peer_id} was really taken back to an earlier"
+        f" release, run `mrs admin reset-link {peer_id} --config {incarnations.config_path}"
+        f" --group {incarnations.group_id}`; nothing waiting is lost meanwhile"
+    )
 
 
 def _log_earlier_release(warnings: RefusalLog, peer_id: int, address: str) -> None:
@@ -285,21 +339,35 @@ async def serve_link(
     Hello was adopted). One receive loop and one watchdog for both, started in `tasks`
     (whose scope this cancels as it returns), so a link behaves the same whichever
     group dialed. `name` says which end in log lines ("link to group 2")."""
-    tasks.start_soon(channel.send_loop)
-    tasks.start_soon(_watch_link, channel, liveness, guards, name, tasks.cancel_scope)
+    tasks.start_soon(_send_loop, link, channel, name)
+    tasks.start_soon(_watch_link, link, channel, liveness, guards, name, tasks.cancel_scope)
     tasks.start_soon(_watch_answers, link, channel, guards, name, tasks.cancel_scope)
     try:
-        await _receive_link_events(link, channel, liveness)
+        why = await _receive_link_events(link, channel, liveness)
     except wire.ProtocolError as error:
-        log.warning("%s: protocol error: %s", name, error)
+        link.ending(channel, f"{name} down: protocol error: {error}")
         with contextlib.suppress(wire.ProtocolError):
             channel.send(wire.Fatal(int(error.status), str(error)))
         with trio.move_on_after(1):
             await channel.flushed()
+    except Exception as error:
+        link.ending(channel, f"{name} down: {_describe(error)}")
+        raise
+    else:
+        link.ending(channel, f"{name} down: {why}")
     tasks.cancel_scope.cancel()
 
 
-async def _receive_link_events(link: PeerLink, channel: GroupChannel, liveness: Liveness) -> None:
+async def _send_loop(link: PeerLink, channel: GroupChannel, name: str) -> None:
+    """The channel's send loop; an error that ends it is why the link went down."""
+    try:
+        await channel.send_loop()
+    except Exception as error:
+        link.ending(channel, f"{name} down: {_describe(error)}")
+        raise
+
+
+async def _receive_link_events(link: PeerLink, channel: GroupChannel, liveness: Liveness) -> str:
     """Hand each event to the session until the peer closes or says Fatal; what came
     buffered with the handshake first. Answers that wait for no commit (a notice's
     LinkAck, a Pong) leave at once; a peer that stops reading slows this reader: once
@@ -307,16 +375,18 @@ async def _receive_link_events(link: PeerLink, channel: GroupChannel, liveness: 
     unanswered frames (their window bounds them): with big messages drained both ways,
     each side waited for its outbox of transfers to drain before reading the other's,
     and neither read again (the link was given up for silence, redialed, and stuck
-    the same way: nothing crossed)."""
+    the same way: nothing crossed). Returns why the connection ended."""
     events, still_open = channel.connection.events(), True
     while True:
         for event in events:
-            if event is wire.CLOSED or isinstance(event, wire.Fatal):
-                return
+            if isinstance(event, wire.Fatal):
+                return f"the peer ended it: {clipped(event.message)}"
+            if event is wire.CLOSED:
+                return "the peer closed the connection"
             link.handle(event, channel)
         channel.write_now()
         if not still_open:
-            return
+            return "the peer closed the connection"
         liveness.heard(channel.buffered_bytes, len(events))
         await channel.wait_drained(OUTBOX_BYTES_HIGH + link.in_flight_bytes)
         events, still_open = await channel.receive_events()
@@ -339,10 +409,11 @@ async def _watch_answers(
     while (waited_s := link.unanswered_s()) < limit_s:
         await trio.sleep(limit_s - waited_s if waited_s > 0 else guards.heartbeat_interval_s)
     why = f"an answer awaited for {waited_s:.1f} s (silence limit {limit_s:g} s)"
-    await _declare_down(channel, name, why, scope)
+    await _declare_down(link, channel, name, why, scope)
 
 
 async def _watch_link(
+    link: PeerLink,
     channel: GroupChannel,
     liveness: Liveness,
     guards: Guards,
@@ -357,14 +428,15 @@ async def _watch_link(
             channel.send(wire.Ping(next_nonce()))
 
     why = await watch(liveness, guards, guards.link_silence_s_max, ping)
-    await _declare_down(channel, name, why, scope)
+    await _declare_down(link, channel, name, why, scope)
 
 
 async def _declare_down(
-    channel: GroupChannel, name: str, why: str, scope: trio.CancelScope
+    link: PeerLink, channel: GroupChannel, name: str, why: str, scope: trio.CancelScope
 ) -> None:
-    """Close a link connection the peer no longer serves: say why, then end it."""
-    log.warning("%s declared down: %s", name, why)
+    """Close a link connection the peer no longer serves: say why (the line the
+    link's `down` logs), then end it."""
+    link.ending(channel, f"{name} declared down: {why}")
     with contextlib.suppress(wire.ProtocolError):
         channel.send(wire.Fatal(int(Status.TIMEOUT), f"closing: {why}"))
     with trio.move_on_after(1):

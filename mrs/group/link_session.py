@@ -48,7 +48,7 @@ from mrs.limits import LINK_TRANSFER_BYTES_MAX as TRANSFER_BYTES_MAX
 from mrs.limits import LINK_TRANSFER_MESSAGES_MAX as TRANSFER_MESSAGES_MAX
 from mrs.limits import LINK_WINDOW_BYTES_MAX as WINDOW_BYTES_MAX
 from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
-from mrs.model import Status
+from mrs.model import DeliveryMode, Status
 
 log = logging.getLogger("mrs.links")
 
@@ -117,6 +117,9 @@ class _Outstanding:
     """Its frame's size (counted against WINDOW_BYTES_MAX until answered)."""
     sent_s: float = 0.0
     """When it was sent (`unanswered_s`)."""
+    saf_keys: list[bytes] = field(default_factory=list)
+    """For DIRECT transfers: the SAF keys its recoverable messages take if the link
+    drops before the answer (their drain is then a resend: `PeerLink.messages_resent`)."""
 
 
 @dataclass(eq=False)
@@ -172,6 +175,23 @@ class PeerLink:
     """When the last wait for room was logged as a WARNING (`_wait_for_room`)."""
     retry_until: float = 0.0
     """While now_s() < this, the SAF drain is in RETRY (channel rules)."""
+    _ending: tuple[object, str] | None = None
+    """(connection, the line saying why it ends), told by the driver (`ending`) before
+    it calls `down`: the one line the drop logs."""
+    _down_since_s: float | None = None
+    """When the link went down (None before its first connection): the line saying it
+    is up again tells how long it was down."""
+    _saf_sent_max: bytes | None = None
+    """The highest SAF key this link ever sent (over every connection): the drain reads
+    in key order, so a key at or below it was sent before (a resend), unless it is in
+    `_saf_never_sent`. How `messages_sent` tells first sends from resends."""
+    _saf_never_sent: set[bytes] = field(default_factory=set)
+    """SAF keys at or below `_saf_sent_max` never sent yet: a record committed behind
+    the cursor (`_rewind_to_unwritten`), a direct message still queued when the link
+    dropped. Dropped once sent, or once below the SAF's oldest record."""
+    _saf_sent_before: set[bytes] = field(default_factory=set)
+    """SAF keys of messages sent directly and in flight when the link dropped: kept in
+    the SAF, their drain is a resend. Dropped like `_saf_never_sent`."""
     _retry_s: float = RETRY_S_MIN
     now_s: Callable[[], float] = _no_clock
     """The time in seconds (the driver's clock; a test gives its own)."""
@@ -271,14 +291,17 @@ class PeerLink:
             "queued": len(self._direct),
             "connections": self.generation,
             "messages_sent": self.messages_sent,
+            "messages_resent": self.messages_resent,
             "messages_received": self.messages_received,
         }
 
     # ------------------------------------------------------------------ up / down
     def up(self, channel: Channel) -> None:
+        """A connection to the peer is ready. One INFO line: up, after how long down,
+        and what waits to be sent (a replaced connection says so instead)."""
         old = self.channel
         if old is not None:
-            self.down("replaced by a new connection")
+            self._drop()
             # Told it is over, the old connection's peer closes it and dials again. Left
             # open, it looked alive to the dialer (its heartbeats were answered) while
             # this side counted the link down once the new connection ended: nothing
@@ -296,18 +319,49 @@ class PeerLink:
         if self._room_credit is not None:  # the peer forgot the room it held for us
             self._room_credit, self._room_asked, self._ask_due = 0, False, True
         self.rooms.outbound.link_up(self.peer_id, self)
+        peer = self.rooms.peers[self.peer_id]
+        queued = f"SAF backlog {peer.saf_backlog}" + (
+            f", {peer.notices_pending} notices to send" if peer.notices_pending else ""
+        )
+        since_s, self._down_since_s = self._down_since_s, None
+        if old is not None:
+            log.info("link to group %d: a new connection replaced it (%s)", self.peer_id, queued)
+        elif since_s is None:
+            log.info("link to group %d up (%s)", self.peer_id, queued)
+        else:
+            down_s = self.now_s() - since_s
+            log.info("link to group %d up after %.1f s down (%s)", self.peer_id, down_s, queued)
         self.wake()
 
+    def ending(self, channel: Channel, line: str) -> None:
+        """Why `channel` ends, said by the driver before it calls `down`: the first
+        reason told for a connection is the one `down` logs (a watchdog's, a protocol
+        error, the peer's Fatal, a socket's error), not the close that follows it."""
+        if self._ending is None or self._ending[0] is not channel:
+            self._ending = (channel, line)
+
     def down(self, why: str, channel: Channel | None = None) -> None:
-        """The connection ended: answer everything in flight LINK_LOST."""
+        """The connection ended: answer everything in flight LINK_LOST. One WARNING:
+        down, and why (what the driver told `ending`, or `why`). Why one: a drop
+        wrote three lines on the dialing group (the link lost, the link down, the
+        redial failing), none of them saying the cause when a watchdog ended it."""
         if self.channel is None or (channel is not None and channel is not self.channel):
             return
+        ended = self._ending
+        line = ended[1] if ended is not None and ended[0] is self.channel else ""
+        log.warning("%s", line or f"link to group {self.peer_id} down: {why}")
+        self._down_since_s = self.now_s()
+        self._drop()
+
+    def _drop(self) -> None:
+        """Forget the connection: answer everything in flight LINK_LOST."""
         self.channel = None
-        log.warning("link to group %d lost: %s", self.peer_id, why)
+        self._ending = None
         self.rooms.outbound.link_down(self.peer_id)
         outstanding, self._outstanding = self._outstanding, {}
         self._in_flight = self._in_flight_bytes = 0
         for pending in outstanding.values():
+            self._saf_sent_before.update(pending.saf_keys)
             if pending.sent is Sent.FORGET:
                 self._forget.extend(pending.items)
             if pending.sent is Sent.DIRECT:
@@ -315,8 +369,12 @@ class PeerLink:
                     on_result(LINK_LOST, 0)
             if pending.sent is Sent.QUERY:
                 pending.items[0](None)
+        high = self._saf_sent_max
         while self._direct:
-            _, on_result = self._direct.popleft()
+            message, on_result = self._direct.popleft()
+            key = _saf_key_of(self.peer_id, message)
+            if key is not None and high is not None and key <= high:
+                self._saf_never_sent.add(key)
             on_result(LINK_LOST, 0)
 
     # ------------------------------------------------------------------ sending
@@ -364,14 +422,37 @@ class PeerLink:
             )
             if last_key == self._saf_cursor:
                 break  # nothing more committed yet; a commit will poke us
+            if records and self._saf_cursor is None:
+                self._forget_sent_below(records[0][0])
             self._saf_cursor = last_key
             if records:
                 keys = [key for key, _ in records]
                 self._saf_copies.update(keys)
                 messages = [message for _, message in records]
                 transfer = wire.LinkTransfer(self._next_id(), messages)
-                self._send(transfer, Sent.SAF, keys, len(keys))
+                self._send(transfer, Sent.SAF, keys, len(keys), self._resent_count(keys))
                 self._spend(len(keys))
+
+    def _resent_count(self, keys: list[bytes]) -> int:
+        """How many of these SAF keys, about to be sent in key order, were sent before."""
+        resent, high = 0, self._saf_sent_max
+        for key in keys:
+            if key in self._saf_sent_before:
+                self._saf_sent_before.discard(key)
+                resent += 1
+            elif high is not None and key <= high:
+                if key in self._saf_never_sent:
+                    self._saf_never_sent.discard(key)
+                else:
+                    resent += 1
+        if keys and (high is None or keys[-1] > high):
+            self._saf_sent_max = keys[-1]
+        return resent
+
+    def _forget_sent_below(self, oldest: bytes) -> None:
+        """The SAF's oldest record for the peer is `oldest`: keys below it are gone."""
+        for keys in (self._saf_never_sent, self._saf_sent_before):
+            keys.difference_update([key for key in keys if key < oldest])
 
     def _send_direct_queue(self) -> None:
         """Send the messages put for the peer while no SAF backlog held them back."""
@@ -390,6 +471,8 @@ class PeerLink:
             transfer = wire.LinkTransfer(self._next_id(), [message for message, _ in chunk])
             on_results = [on_result for _, on_result in chunk]
             self._send(transfer, Sent.DIRECT, on_results, len(chunk))
+            saf_keys = (_saf_key_of(self.peer_id, message) for message, _ in chunk)
+            self._outstanding[transfer.request_id].saf_keys = [k for k in saf_keys if k]
 
     def _bytes_room(self) -> int:
         """Bytes the window may still send; at least one message when none is in flight
@@ -405,6 +488,9 @@ class PeerLink:
         journals = self.rooms.drain.ctx.store
         committed = sorted(k for k in self._saf_unwritten if journals.get_raw(Journal.SAF, k))
         self._saf_unwritten.difference_update(committed)
+        high = self._saf_sent_max  # one read before its callback may be in flight
+        behind = [k for k in committed if high is not None and k <= high]
+        self._saf_never_sent.update(k for k in behind if k not in self._saf_copies)
         cursor = self._saf_cursor
         if committed and cursor is not None and committed[0] <= cursor:
             _, seq = split_key(committed[0])
@@ -440,7 +526,7 @@ class PeerLink:
             self.drain_wait = None
             log.info("link to group %d: SAF drain done, no longer waits for room", self.peer_id)
 
-    def _send(self, event: _Asked, sent: Sent, items: list, count: int) -> None:
+    def _send(self, event: _Asked, sent: Sent, items: list, count: int, resent: int = 0) -> None:
         channel = self.channel
         assert channel is not None, "flush() and the notices send only while the link is up"
         before = getattr(channel, "unsent_bytes", 0)
@@ -451,12 +537,20 @@ class PeerLink:
         )
         self._in_flight += count
         self._in_flight_bytes += frame_bytes
-        self.rooms.peers[self.peer_id].messages_sent += count
+        peer = self.rooms.peers[self.peer_id]
+        peer.messages_sent += count - resent
+        peer.messages_resent += resent
 
     @property
     def messages_sent(self) -> int:
-        """What this link sent since the server started (kept with the peer's state)."""
+        """Messages this link sent since the server started, each once: at its first
+        send (kept with the peer's state; `rate()` is the drain rate)."""
         return self.rooms.peers[self.peer_id].messages_sent
+
+    @property
+    def messages_resent(self) -> int:
+        """Messages this link sent again since the server started (`_resent_count`)."""
+        return self.rooms.peers[self.peer_id].messages_resent
 
     @property
     def in_flight_bytes(self) -> int:
@@ -700,6 +794,14 @@ class PeerLink:
                 self.peer_id, keys, lambda: self._notices_in_flight.difference_update(keys)
             )
         self.wake()
+
+
+def _saf_key_of(peer_id: int, message: wire.TransferredMessage) -> bytes | None:
+    """The SAF key a direct message takes if its link drops first (a recoverable one
+    goes to the SAF: mrs.group.outbound), or None."""
+    if not DeliveryMode(message.delivery).recoverable:
+        return None
+    return group_key(peer_id, message.seq)
 
 
 def _seq_held(ack: wire.LinkAck, seq: int) -> bool:

@@ -170,14 +170,23 @@ class Outbound:
 
     def _first_copy_in_saf(self, peer: PeerState, entry: Entry) -> int | None:
         """The seq of the first copy of a keyed put (same idempotency key) that still
-        waits in the SAF for this peer (mrs.group.saf_keys), or None."""
-        if not peer.saf_keys.seq_by_key or (key := saf_key(entry)) is None:
+        waits in the SAF for this peer, or that the peer stored already (but for a
+        WF_CONF put: its copy is answered at the first copy's confirm, which may be
+        told already; mrs.group.saf_keys), or None."""
+        keys = peer.saf_keys
+        if not (keys.seq_by_key or keys.delivered) or (key := saf_key(entry)) is None:
             return None
         store = self.ctx.store
         peer_id = peer.group_id
-        return peer.saf_keys.first_copy(
+        first_seq = keys.first_copy(
             key, lambda seq: store.get_raw(Journal.SAF, group_key(peer_id, seq)) is not None
         )
+        mode = entry.delivery
+        wf_conf = mode.interest_point is InterestPoint.CONF and mode.notification is Notification.WF
+        if first_seq is not None or wf_conf:
+            return first_seq
+        window_s = self.ctx.bus.group(peer_id).limits.dedupe_window_s
+        return keys.delivered_copy(key, self.ctx.clock_ns(), window_s * 1_000_000_000)
 
     def _put_via_saf(self, peer: PeerState, entry: Entry, reply: PutReply, reached: Status) -> None:
         if entry.delivery.interest_point is InterestPoint.CONF:
@@ -309,21 +318,30 @@ class Outbound:
             self.umas.undeliverable(entry, reply, cause, reason)
         elif stored_seq != entry.seq:  # a copy (same idempotency key) of one stored before
             peer.waiters.pop(entry.seq, None)
+            self._stored_by_peer(peer, entry, status, stored_seq)
             reply.report_copy(stored_seq, self.umas.sequence.made_in_this_run(stored_seq))
         elif not waits_for_receiver:
+            self._stored_by_peer(peer, entry, status, stored_seq)
             reply.report(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
         elif entry.delivery.recoverable:
+            self._stored_by_peer(peer, entry, status, stored_seq)
             reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+
+    def _stored_by_peer(self, peer: PeerState, entry: Entry, status: int, seq: int) -> None:
+        """A keyed recoverable put the peer stored directly (as `seq`): a copy put while
+        the link is down is answered with `seq` (mrs.group.saf_keys `delivered`)."""
+        if status != Status.STORED or not entry.headers:
+            return
+        if (key := saf_key(entry)) is not None:
+            peer.saf_keys.stored_by_peer(key, seq, self.ctx.clock_ns())
 
     def link_up(self, peer_id: int, link: LinkPort) -> None:
         peer = self.peers[peer_id]
-        peer.link = link
-        log.info("link to group %d up (SAF backlog %d)", peer_id, peer.saf_backlog)
+        peer.link = link  # the link logs the line (mrs.group.link_session `up`)
         self.ack_outbox.link_up(peer_id)
         self.receipts.link_up(peer_id, link)
 
     def link_down(self, peer_id: int) -> None:
-        self.peers[peer_id].link = None
-        log.info("link to group %d down", peer_id)  # the link logs the WARNING, with why
+        self.peers[peer_id].link = None  # the link logs the WARNING, with why
         for _ in range(self.peers.room.satisfied(peer_id)):  # its drain restarts anyway
             self.peers.dqf_freed()

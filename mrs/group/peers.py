@@ -91,7 +91,14 @@ class PeerState:
     """Messages and notices sent to this peer since the server started, over every
     connection of its link (`PeerLink.messages_sent`): kept here, not on the link
     session alone, so the status (and the metric `mrs_link_messages_sent_total`) still
-    has it while the link is down; it read 0 then, and `rate()` counted it all again."""
+    has it while the link is down; it read 0 then, and `rate()` counted it all again.
+    A message counts here once, at its first send: its resends count in `messages_resent`."""
+    messages_resent: int = 0
+    """Messages sent to this peer again (`PeerLink.messages_resent`): a RETRY's stuck
+    message, a drain restarted after a refusal, what was in flight when the link
+    dropped. Why apart: counted with the first sends, `rate()` of
+    `mrs_link_messages_sent_total` grew while a peer refused everything (the docs call
+    it the drain rate) and `MrsSafNotDraining` never fired for a drain stuck in RETRY."""
     held_seq_max: int = 0
     """At least the highest of this peer's seqs this group's DQF may hold (from the
     DQF's keys at start, raised by every transfer since): a transferred seq above it
@@ -234,6 +241,7 @@ class Peers:
                 "mrs_acks_owed": acks_owed.get(peer.group_id, 0),
                 "receipts_pending": receipts(peer.group_id),
                 "messages_sent": peer.messages_sent,
+                "messages_resent": peer.messages_resent,
                 **(
                     peer.link.status_info()
                     if peer.link is not None and hasattr(peer.link, "status_info")

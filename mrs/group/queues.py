@@ -148,6 +148,14 @@ class TargetQueue:
         """Gets are parked, no message waits: a confirm answered later holds none up."""
         return bool(self.waiters) and not self.pending.count and not self.pending.cold_count
 
+    @property
+    def active(self) -> bool:
+        """Whether nonrecoverable messages may be queued here now (a put, an MRS_ACK, a
+        returned message): a permanent queue always, a temporary one (`permanent =
+        false`) only while attached. MessageQ's temporary queue exists only while its
+        program is attached: one for it then is NOTACTIVE, not kept for nobody."""
+        return self.config.permanent or self.attached_session is not None
+
     def can_deliver(self) -> bool:
         """False while unconfirmed_max (with reserved deliveries) await a confirm."""
         return len(self.unconfirmed) + self.stores.reserved < self.unconfirmed_max

@@ -14,17 +14,25 @@ dropped with it (`forget`, by the drain's deletions); `first_copy` also drops an
 entry whose record is gone, whatever removed it. A copy that arrives while the first
 copy's record is being written waits for that commit (at most DEDUPE_WAITERS_MAX
 copies; beyond, QUEUE_BUSY), as a local copy does.
+
+Once the peer has stored a keyed message (drained from the SAF, or sent directly), its
+key is remembered here too (`delivered`: the newest SAF_KEYS_DELIVERED_MAX per peer,
+for the peer's dedupe window). Why: a copy put while the link was down went into the
+SAF (its UMA, or SAF_FORCED) and brought an MRS_ACK of its own, a second one for one
+message and under a seq the peer never holds (the peer answered it as the copy it was
+once drained). Now such a copy is answered with the first copy's seq here at once.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from journals import Record
 from mrs.group.idempotency import fingerprint, scoped_key
 from mrs.group.shapes import IDEMPOTENCY_HEADER, Entry, entry_from_record, idempotency_key
-from mrs.limits import DEDUPE_WAITERS_MAX
+from mrs.limits import DEDUPE_WAITERS_MAX, SAF_KEYS_DELIVERED_MAX
 
 
 def saf_key(entry: Entry) -> str | None:
@@ -62,6 +70,9 @@ class SafKeys:
     copy's commit (mrs.group.dqf)."""
     copies_waiting: int = 0
     """Copies waiting in `writing`, at most DEDUPE_WAITERS_MAX (then `busy`)."""
+    delivered: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
+    """Key -> (the seq the peer stored its message under, when: clock ns), oldest
+    first, SAF_KEYS_DELIVERED_MAX at most (`stored_by_peer`)."""
 
     def add(self, key: str, seq: int, *, durable: bool) -> None:
         self.seq_by_key[key] = seq
@@ -83,6 +94,32 @@ class SafKeys:
         """`copy(ok)` once the first copy's record `seq` (being written) is answered."""
         self.writing[seq].append(copy)
         self.copies_waiting += 1
+
+    def stored_by_peer(self, key: str, seq: int, now_ns: int) -> None:
+        """The peer stored the message of `key` under `seq` (its first copy's)."""
+        self.delivered.pop(key, None)
+        self.delivered[key] = (seq, now_ns)
+        while len(self.delivered) > SAF_KEYS_DELIVERED_MAX:
+            self.delivered.popitem(last=False)
+
+    def drained(self, seqs: Iterable[int], now_ns: int) -> None:
+        """SAF records the peer stored, about to be forgotten: their keys are kept in
+        `delivered`."""
+        for seq in seqs:
+            key = self.key_by_seq.get(seq)
+            if key is not None:
+                self.stored_by_peer(key, seq, now_ns)
+
+    def delivered_copy(self, key: str, now_ns: int, window_ns: int) -> int | None:
+        """The seq the peer stored `key`'s first copy under, if it did within
+        `window_ns` (its dedupe window: it forgets the key then), else None."""
+        found = self.delivered.get(key)
+        if found is None:
+            return None
+        if now_ns - found[1] > window_ns:
+            del self.delivered[key]
+            return None
+        return found[0]
 
     def forget(self, seqs: Iterable[int]) -> None:
         """SAF records deleted (drained, dead-lettered, quarantined)."""

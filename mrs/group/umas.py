@@ -165,7 +165,11 @@ class Umas:
             if response_queue.group == self.ctx.group_id
             else None
         )
-        if queue is None or queue.memory_count >= queue.config.messages_max:
+        if (
+            queue is None
+            or not queue.active  # a temporary queue nobody is attached to: NOTACTIVE
+            or queue.memory_count >= queue.config.messages_max
+        ):
             return False
         returned = nonrecoverable_copy(entry, target=response_queue)
         returned.delivery_status = Status.MSGUNDEL

@@ -4,13 +4,16 @@ Why here, beside the other operator's views: an action is asked over the client
 protocol (an AdminRequest from `mrs admin`, the web view or a client's `admin()`),
 checked against the asker's rights under [auth] (mrs.security.permissions'
 manage grant per queue, the status right for connections), done on the group's
-queues and journals, and written down with who asked for it: one JSON line per
-action in the group's admin journal (`admin-journal.jsonl` in its data directory,
-read back with `mrs admin journal`) and one log line.
+queues and journals, and written down with who asked for it: one log line per
+action, and one JSON line in the group's admin journal (`admin-journal.jsonl` in its
+data directory, read back with `mrs admin journal`) per action that changes the
+group and per refusal; a look that was done (browse, connections, the journal
+itself) is logged only (`AdminActions.looked`).
 
 What each action promises:
 - browse looks without taking: the memory window, then the cold backlog read from
-  the DQF; nothing is marked or delivered.
+  the DQF; nothing is marked or delivered. A page ends where the next starts
+  (`next_after`, the seq of the last message looked at; `after` asks for it).
 - purge takes what waits (not what a consumer holds unconfirmed): journaled messages
   go to the DLJ with the reason and who purged them, in one transaction with their
   DQF delete, unless `discard`; memory messages are discarded and counted.
@@ -166,8 +169,8 @@ class AdminActions:
         if address.group == group.config.id and queue is None:
             kept = group.recovery.unconfigured_counts().get(str(address))
             hint = (
-                f" (the DQF keeps {kept} messages for it: `mrs admin add-queue "
-                f"{address.queue} NAME` brings them back to browse, move or purge)"
+                f" (the DQF keeps {kept} messages for it: `add_queue id={address.queue}` "
+                "brings them back to browse, move or purge)"
                 if kept
                 else ""
             )
@@ -288,6 +291,18 @@ class AdminActions:
         self.log.write(line, then)
         log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
 
+    def looked(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
+        """A read-only action done (browse, connections, journal): its log line, not a
+        journal line. Why: the admin journal is the trail of who changed what, kept
+        synced and, in the group's journals, its last ADMIN_LOG_RECORDS_MAX lines;
+        each look appended and fsynced a line too, so a script watching `mrs admin
+        connections` every few seconds cost a synced write each time, grew the file
+        for ever and pushed the last purge out of what `mrs admin journal` shows.
+        A look refused (no right, a mistake) is still journaled: an attempt past
+        one's rights is what an auditor looks for."""
+        who = session.principal or "(no auth)"
+        log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
+
     def journal_then_answer(
         self,
         session: AdminSession,
@@ -340,22 +355,30 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
     actions.check(session, "browse", queue)
     limit = _count(args.get("limit", ADMIN_BROWSE_DEFAULT), "limit", ADMIN_BROWSE_MESSAGES_MAX)
     wanted = _selection(args.get("select") or {})
+    after = _cursor(args.get("after"))
     group = actions.group
     now_ns = group.ctx.clock_ns()
     shown: list[dict] = []
     truncated = False
     reply_bytes = 0
     scan_max = ADMIN_SELECT_SCAN_MAX if wanted is not None else limit
-    for entry in _waiting(group, queue, scan_max):
-        if wanted is None or wanted(group, queue, entry):
+    places, found = _places_after(queue, after)
+    next_after: int | None = None  # the next page's start: the last one looked at
+    last_seq: int | None = None
+    for scanned, (seq, held) in enumerate(places):
+        if scanned >= scan_max or len(shown) >= limit:
+            next_after = last_seq  # more wait behind what was looked at
+            break
+        entry = held if held is not None else _read_cold(group, queue, seq)
+        if entry is not None and (wanted is None or wanted(group, queue, entry)):
             described = _described(group, queue, entry, now_ns)
             reply_bytes += len(json.dumps(described))
             if shown and reply_bytes > ADMIN_REPLY_BYTES_MAX:
                 truncated = True  # a reply past the frame closed the asker's connection
+                next_after = last_seq  # the next page starts with this one
                 break
             shown.append(described)
-            if len(shown) >= limit:
-                break
+        last_seq = seq
     result = {
         "queue": str(queue.address),
         "name": queue.config.name,
@@ -363,28 +386,55 @@ def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminReq
         "unconfirmed": len(queue.unconfirmed),
         "messages": shown,
         "truncated": truncated,
+        "next_after": next_after,
     }
-    journaled = {"queue": str(queue.address), "limit": limit, "select": args.get("select")}
-    actions.journal(session, "browse", journaled, {"shown": len(shown)})
+    if after is not None and not found:
+        result["after_gone"] = True
+    asked = {"queue": str(queue.address), "limit": limit, "select": args.get("select")}
+    actions.looked(session, "browse", {**asked, "after": after}, {"shown": len(shown)})
     session.send(wire.AdminReply(request.request_id, result))
 
 
-def _waiting(group: Group, queue: TargetQueue, count_max: int) -> Iterator[Entry]:
-    """Up to `count_max` waiting messages in delivery order, without taking them: each
-    priority lane from the highest, its memory window, then its cold backlog read
-    from the DQF (mrs.group.lanes)."""
-    left = count_max
+def _cursor(value: Any) -> int | None:
+    """A browse's `after`: the seq of the last message a page showed (an int, or its
+    decimal digits: a web page's script cannot hold a seq past 2**53 as a number)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+        raise Refused(
+            Status.BADPARAM, f"browse: after must be a message's seq, got {value!r}"[:200]
+        )
+    return value
+
+
+def _places(queue: TargetQueue) -> Iterator[tuple[int, Entry | None]]:
+    """Every waiting message's (seq, entry in memory or None: cold, on disk only) in
+    delivery order, without taking or reading any: each priority lane from the
+    highest, its memory window, then its cold backlog (mrs.group.lanes)."""
     for lane in queue.pending.lanes():
-        for entry in itertools.islice(lane.window, left):
-            yield entry
-            left -= 1
-        for seq, held in lane.cold.peek(left):
-            cold = held if held is not None else _read_cold(group, queue, seq)
-            if cold is not None:
-                yield cold
-                left -= 1
-        if left <= 0:
-            return
+        for entry in lane.window:
+            yield entry.seq, entry
+        for seq in lane.cold:
+            yield seq, lane.cold.held_entry(seq)
+
+
+def _places_after(
+    queue: TargetQueue, after: int | None
+) -> tuple[Iterator[tuple[int, Entry | None]], bool]:
+    """The places from just after the message `after` (a browse's next page), and
+    whether it still waits. Why a seq and not a count: messages that arrive or leave
+    between two pages move every count, and a page by count showed some twice and
+    skipped others; a message's place in its lane does not move. When `after` has
+    left meanwhile (a get took it, and with it what waited before it), the page
+    starts at the first waiting message again: rows may repeat, none is skipped."""
+    if after is None:
+        return _places(queue), True
+    start = next((i + 1 for i, (seq, _) in enumerate(_places(queue)) if seq == after), None)
+    if start is None:
+        return _places(queue), False
+    return itertools.islice(_places(queue), start, None), True
 
 
 Selection = Callable[["Group", TargetQueue, Entry], bool]
@@ -531,7 +581,7 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         raise Refused(
             Status.DLJ_FAILED,
             f"purge: the DLJ would exceed dlj_messages_max={ctx.limits.dlj_messages_max} "
-            "(purge with --discard, or redrive the DLJ first)",
+            "(purge with `discard=true`, or redrive the DLJ first)",
         )
     try:
         batch = _purge_batch(
@@ -671,7 +721,7 @@ def _put_back(queue: TargetQueue, entries: list[Entry]) -> None:
 def _move(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     args = request.args
     source = actions.queue(args.get("queue"), "move")
-    target = actions.queue(args.get("to"), "move --to")
+    target = actions.queue(args.get("to"), "move `to`")
     if target is source:
         raise Refused(Status.BADPARAM, "move: the target is the source queue")
     actions.check(session, "move", source)
@@ -837,7 +887,7 @@ def _connections(actions: AdminActions, session: AdminSession, request: wire.Adm
                 "self": other is session,
             }
         )
-    actions.journal(session, "connections", {}, {"connections": len(rows)})
+    actions.looked(session, "connections", {}, {"connections": len(rows)})
     session.send(wire.AdminReply(request.request_id, {"connections": rows}))
 
 
@@ -854,6 +904,7 @@ def _journal(actions: AdminActions, session: AdminSession, request: wire.AdminRe
         kept.append(record)
     kept.reverse()
     result = {"records": kept, "truncated": len(kept) < len(records)}
+    actions.looked(session, "journal", {"limit": limit}, {"records": len(kept)})
     session.send(wire.AdminReply(request.request_id, result))
 
 
@@ -1020,7 +1071,7 @@ def _reset_link(actions: AdminActions, session: AdminSession, request: wire.Admi
 
 
 _ARG_NAMES: dict[str, frozenset[str]] = {
-    "browse": frozenset({"queue", "limit", "select"}),
+    "browse": frozenset({"queue", "limit", "select", "after"}),
     "purge": frozenset({"queue", "discard", "reason"}),
     "move": frozenset({"queue", "to", "limit", "select"}),
     "connections": frozenset(),

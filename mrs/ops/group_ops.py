@@ -8,6 +8,7 @@ each inline commit and runs `run()` in its nursery; everything else lives here.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -86,6 +87,9 @@ class GroupOps:
         self.archive_lock = trio.Lock()
         """One archive run at a time on a replicated group's active."""
         self._nursery: trio.Nursery | None = None
+        self._held: dict[str, list[trio.SocketListener]] = {}
+        """The endpoints' addresses taken before the journals (`bind_endpoints`),
+        by key, until they are served."""
 
     def attach_store(self, can_grow: bool) -> None:
         """Called once the journals are open (before recovery)."""
@@ -137,6 +141,41 @@ class GroupOps:
             "holding the journals is slow or stalled, and every answer waited for it",
         )
 
+    async def bind_endpoints(self) -> None:
+        """Take the opt-in endpoints' addresses (metrics, web) and hold them until
+        `start_endpoints` serves them; a port another process holds raises the one line
+        naming its key (mrs.ops.http_endpoint.endpoint_failure). The server calls this
+        beside the bind of its own `listen`, before it opens the journals. Why: a
+        check by a bind let go (the command's, before the server) left the port free
+        until the server bound it after committing its boot epoch, and a port taken in
+        between failed the start with the epoch bumped and the journals changed. Not
+        on a replicated group: its active takes the ports when it wins a term, and
+        retries while an old active still holds them (`serve_endpoint`)."""
+        from mrs.ops.http_endpoint import bind_endpoint, endpoint_failure
+
+        if self.server.config.instances:
+            return
+        ops = self.server.config.ops
+        for key, host, port in (
+            ("metrics_listen", ops.metrics_host, ops.metrics_port),
+            ("web_listen", ops.web_host, ops.web_port),
+        ):
+            if port is None:
+                continue
+            try:
+                self._held[key] = await bind_endpoint(host, port)
+            except OSError as error:
+                self.release_endpoints()
+                raise endpoint_failure(self.server, key, host, port, error) from None
+
+    def release_endpoints(self) -> None:
+        """Close the addresses `bind_endpoints` holds and no endpoint serves (a start
+        that failed after taking them)."""
+        for listeners in self._held.values():
+            for listener in listeners:
+                listener.socket.close()
+        self._held.clear()
+
     async def start_endpoints(self, nursery: trio.Nursery) -> None:
         """The opt-in endpoints (metrics, web), listening when this returns: the server
         awaits it before READY, so a port they cannot take fails the start in one line
@@ -146,11 +185,13 @@ class GroupOps:
         if ops.metrics_port is not None:
             from mrs.ops.metrics import serve_metrics
 
-            await nursery.start(serve_metrics, self)
+            held = self._held.pop("metrics_listen", None)
+            await nursery.start(functools.partial(serve_metrics, listeners=held), self)
         if ops.web_port is not None:
             from mrs.ops.web import serve_group_web
 
-            await nursery.start(serve_group_web, self)
+            held = self._held.pop("web_listen", None)
+            await nursery.start(functools.partial(serve_group_web, listeners=held), self)
 
     async def run(self) -> None:
         """Journal checks every second, and the PCJ's archive when it is on."""

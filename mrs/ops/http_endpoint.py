@@ -173,11 +173,14 @@ async def serve_http(
     routes: dict[str, Route],
     *,
     handlers: dict[str, Handler] | None = None,
+    listeners: list[trio.SocketListener] | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `routes` (exact paths, GET and HEAD) and `handlers` (exact paths, any
-    method) on host:port; reports (host, bound port)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    method) on host:port, or on `listeners` already bound there (`bind_endpoint`);
+    reports (host, bound port)."""
+    if listeners is None:
+        listeners = await bind_endpoint(host, port)
     bound = listeners[0].socket.getsockname()[1]
     slots = _process_slots()
     local_only = all(_loopback(listener.socket.getsockname()[0]) for listener in listeners)
@@ -197,6 +200,12 @@ async def serve_http(
     async with trio.open_nursery() as nursery:
         for listener in listeners:
             nursery.start_soon(_accept_within, listener, slots, handle, nursery)
+
+
+async def bind_endpoint(host: str | None, port: int) -> list[trio.SocketListener]:
+    """Take an endpoint's address (every address `host` resolves to), as `serve_http`
+    serves it; OSError when it cannot be bound."""
+    return await trio.open_tcp_listeners(port, host=host)
 
 
 _SLOTS: trio.lowlevel.RunVar[trio.Semaphore] = trio.lowlevel.RunVar("mrs_http_slots")
@@ -267,9 +276,12 @@ async def serve_endpoint(
     listening: Callable[[str, int], None],
     *,
     handlers: dict[str, Handler] | None = None,
+    listeners: list[trio.SocketListener] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve one `[group.ops]` endpoint (`key`: metrics_listen, web_listen); calls
+    """Serve one `[group.ops]` endpoint (`key`: metrics_listen, web_listen) on
+    `listeners` when the server took its address before its journals
+    (mrs.ops.group_ops.GroupOps.bind_endpoints), else on a bind of its own; calls
     `listening(host, bound port)` once it listens.
 
     A port it cannot take fails the group's start in one line (`endpoint_failure`).
@@ -285,7 +297,10 @@ async def serve_endpoint(
         while True:
             try:
                 bound = await nursery.start(
-                    functools.partial(serve_http, handlers=handlers), host, port, routes
+                    functools.partial(serve_http, handlers=handlers, listeners=listeners),
+                    host,
+                    port,
+                    routes,
                 )
                 break
             except OSError as error:

@@ -45,6 +45,25 @@ MESSAGES_PER_COMMIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 
 _EMPTY_GET_STATUSES = frozenset({int(Status.TIMEOUT), int(Status.NOMOREMSG)})
 
+PUT_OUTCOMES_AT_START = (
+    (Status.SUCCESS, Status.STORED, Status.NO_UMA),
+    (Status.SUCCESS, Status.ENQUEUED, Status.NO_UMA),
+    (Status.SUCCESS, Status.UNATTACHEDQ, Status.NO_UMA),
+    (Status.SUCCESS, Status.SUCCESS, Status.NO_UMA),
+    (Status.SUCCESS, Status.SUCCESS, Status.UMA_NA),
+)
+"""The PSBs of a put that reached its interest point (and of an AK or NN put, answered
+at once): their `mrs_puts_total` series exist at 0 from the start, and those an AK
+put's MRS_ACK carries in `mrs_acks_total`. Why: `rate()` and `increase()` count
+nothing before a series' first sample, so a series born at its first put hid the
+burst that made it from every rate panel. The outcomes of a UMA are not made ahead:
+causes times UMAs are a hundred series per group, nearly all never seen; the
+documented rules count a new series' first value instead (docs/operations.md)."""
+LINKED_PUT_OUTCOMES_AT_START = ((Status.SUCCESS, Status.SAF_FORCED, Status.NO_UMA),)
+"""Added on a group with links: puts kept in order behind a SAF backlog."""
+DELIVERY_STATUSES_AT_START = (Status.CONFIRMREQ, Status.POSSDUPL, Status.SUCCESS)
+CONFIRM_STATUSES_AT_START = (Status.SUCCESS,)
+
 
 def _status_name(value: int) -> str:
     status = status_of(value)
@@ -113,6 +132,23 @@ class GroupMetrics:
         self._last_commits = 0
         self._last_batches = 0
         self._last_time_s = 0.0
+        self._zero_series_at_start(bool(ops.server.config.linked_group_ids))
+
+    def _zero_series_at_start(self, linked: bool) -> None:
+        """The counters' series whose labels are known at start, at 0 from the first
+        scrape (PUT_OUTCOMES_AT_START says why); links and queues are there already,
+        read from the group's status."""
+        group = self.group_label
+        outcomes = PUT_OUTCOMES_AT_START + (LINKED_PUT_OUTCOMES_AT_START if linked else ())
+        for outcome in outcomes:
+            key = (int(outcome[0]), int(outcome[1]), int(outcome[2]))
+            self._put_counters[key] = self.puts.labels(group, *(s.name for s in outcome))
+        for status in DELIVERY_STATUSES_AT_START:
+            self.deliveries.labels(group, status.name)
+        for status in CONFIRM_STATUSES_AT_START:
+            self.confirms.labels(group, status.name)
+        for value in sorted(_EMPTY_GET_STATUSES):
+            self.empty_gets.labels(group, _status_name(value))
 
     def observe_reply(self, event: object) -> None:
         """Count one reply leaving the server (cheap: one isinstance chain)."""
@@ -228,9 +264,12 @@ def _mrs_acks_metric(group: str, sent: list[list[int]]) -> CounterMetricFamily:
         "(an AK put's outcome: its put was answered UMA_NA)",
         labels=["group", "status", "delivery_status", "uma_status"],
     )
-    for status, delivery_status, uma_status, count in sent:
-        names = [_status_name(value) for value in (status, delivery_status, uma_status)]
-        family.add_metric([group, *names], count)
+    counts = {(status, delivery, uma): count for status, delivery, uma, count in sent}
+    for outcome in PUT_OUTCOMES_AT_START:  # at 0 until the first (PUT_OUTCOMES_AT_START)
+        if outcome[2] is not Status.UMA_NA:  # a put's own answer, never an MRS_ACK's
+            counts.setdefault((int(outcome[0]), int(outcome[1]), int(outcome[2])), 0)
+    for psb, count in counts.items():
+        family.add_metric([group, *(_status_name(value) for value in psb)], count)
     return family
 
 
@@ -260,7 +299,14 @@ def _link_metrics(group: str, links: dict):
         "mrs_saf_backlog", "SAF messages waiting for the peer", labels=labels
     )
     sent = CounterMetricFamily(
-        "mrs_link_messages_sent", "Messages sent on the link (rate() = drain rate)", labels=labels
+        "mrs_link_messages_sent",
+        "Messages sent on the link, each once (rate() = drain rate)",
+        labels=labels,
+    )
+    resent = CounterMetricFamily(
+        "mrs_link_messages_resent",
+        "Messages sent on the link again (RETRY, a restarted drain, after a drop)",
+        labels=labels,
     )
     retry = GaugeMetricFamily(
         "mrs_link_drain_retry", "1 while the peer answers RETRY", labels=labels
@@ -271,9 +317,10 @@ def _link_metrics(group: str, links: dict):
         up.add_metric(key, 1.0 if link.get("state") == "up" else 0.0)
         backlog.add_metric(key, link.get("saf_backlog", 0))
         sent.add_metric(key, link.get("messages_sent", 0))
+        resent.add_metric(key, link.get("messages_resent", 0))
         retry.add_metric(key, 1.0 if link.get("drain") == "retry" else 0.0)
         in_flight.add_metric(key, link.get("in_flight", 0))
-    yield from (up, backlog, sent, retry, in_flight)
+    yield from (up, backlog, sent, resent, retry, in_flight)
 
 
 def _queue_metrics(group: str, queues: dict):
@@ -291,9 +338,15 @@ def _queue_metrics(group: str, queues: dict):
     yield from (depth, dqf, unconfirmed)
 
 
-async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve /metrics on the configured address; report when listening (at once on a
-    replicated group's active whose port is still taken: mrs.ops.http_endpoint)."""
+async def serve_metrics(
+    ops: GroupOps,
+    *,
+    listeners: list[trio.SocketListener] | None = None,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve /metrics on the configured address (on `listeners` when the server took
+    it before its journals); report when listening (at once on a replicated group's
+    active whose port is still taken: mrs.ops.http_endpoint)."""
     config = ops.server.config.ops
     ops.metrics = ops.metrics or GroupMetrics(ops)
     scrape = SharedBuild(ops.metrics.render, STATUS_BUILD_INTERVAL_S)
@@ -310,5 +363,6 @@ async def serve_metrics(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) 
         config.metrics_port,
         routes,
         listening,
+        listeners=listeners,
         task_status=task_status,
     )

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, cast
 import trio
 
 from mrs.limits import STATUS_BUILD_INTERVAL_S
-from mrs.ops.http_endpoint import Response, Route, SharedBuild, http_url, serve_endpoint, text
+from mrs.ops.http_endpoint import (
+    Handler,
+    Response,
+    Route,
+    SharedBuild,
+    http_url,
+    serve_endpoint,
+    text,
+)
 
 if TYPE_CHECKING:
     from mrs.ops.group_ops import GroupOps
@@ -95,8 +103,25 @@ def json_response(payload: dict) -> Response:
 
 
 # ---------------------------------------------------------------- served by a group
-async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """The group's own page: this group only."""
+def _admin_handlers(ops: GroupOps) -> dict[str, Handler]:
+    """The web page's admin actions (`web_admin = true`), none otherwise."""
+    if not ops.server.config.ops.web_admin:
+        return {}
+    from mrs.ops.admin_actions import AdminActions, AdminServer
+    from mrs.ops.web_admin import WebAdmin
+
+    owner = cast(AdminServer, ops.server)
+    return WebAdmin(AdminActions(owner), owner.authority).handlers()
+
+
+async def serve_group_web(
+    ops: GroupOps,
+    *,
+    listeners: list[trio.SocketListener] | None = None,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The group's own page: this group only (on `listeners` when the server took its
+    address before its journals)."""
     server = ops.server
     config = server.config
 
@@ -131,13 +156,7 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
         "/api/history": lambda _q: json_response({"samples": list(history)}),
         "/healthz": lambda _q: text(200, "ok\n"),
     }
-    handlers = {}
-    if config.ops.web_admin:
-        from mrs.ops.admin_actions import AdminActions, AdminServer
-        from mrs.ops.web_admin import WebAdmin
-
-        owner = cast(AdminServer, server)
-        handlers = WebAdmin(AdminActions(owner), owner.authority).handlers()
+    handlers = _admin_handlers(ops)
 
     def listening(host: str, port: int) -> None:
         ops.endpoints["web"] = http_url(host, port)
@@ -154,6 +173,7 @@ async def serve_group_web(ops: GroupOps, *, task_status=trio.TASK_STATUS_IGNORED
                 routes,
                 listening,
                 handlers=handlers,
+                listeners=listeners,
             )
         )
         task_status.started()

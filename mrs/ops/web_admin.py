@@ -41,6 +41,7 @@ from mrs.limits import (
     WEB_SESSIONS_MAX,
 )
 from mrs.model import Status
+from mrs.ops.admin_terms import grant_problem, rendered
 from mrs.ops.http_endpoint import Handler, Request, Response
 from mrs.security import scram
 from mrs.security.creds import LINK_PREFIX
@@ -58,6 +59,7 @@ COOKIE_TOKENS_MAX = 8
 consoles on the same host (`_tokens`)."""
 _JSON = "application/json"
 CSRF_HEADER = "x-csrf-token"
+BADPARAM = int(Status.BADPARAM)
 WEB_ACTIONS = frozenset(
     {"browse", "purge", "move", "connections", "journal", "set_limits", "add_queue", "grant"}
 )
@@ -246,6 +248,11 @@ class WebAdmin:
         problem = _not_text(form)
         if problem is not None:
             return json_answer(400, {"error": f"{action}: {problem}: nothing was done"})
+        if action == "grant":  # the rule `mrs admin grant` keeps: `none` is the page's box
+            args = dict(args)
+            problem = grant_problem(str(args.get("principal", "")), args, args.pop("none", False))
+            if problem is not None:
+                return json_answer(400, {"error": rendered(problem, "web"), "status": BADPARAM})
         return await self.perform(login, request, form, str(action), args)
 
     def kept_password(self, password: str) -> str | None:
@@ -349,8 +356,9 @@ def _not_text(form: dict) -> str | None:
 
 
 def refused_answer(status: int, message: str) -> Response:
+    """A group's refusal (in the AdminRequest's terms) in the page's words."""
     code = 403 if status == Status.NOTAUTHORIZED else 400
-    return json_answer(code, {"error": message, "status": int(status)})
+    return json_answer(code, {"error": rendered(message, "web"), "status": int(status)})
 
 
 def json_answer(status: int, body: dict, headers: tuple[tuple[str, str], ...] = ()) -> Response:

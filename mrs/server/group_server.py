@@ -169,6 +169,7 @@ class GroupServer:
         except BaseException:
             for listener in listeners or ():
                 await listener.aclose()
+            self.ops.release_endpoints()
             raise
         self.ops.attach_store(can_grow=self.writer_kind != "thread")
         writer = self._make_writer()
@@ -189,6 +190,7 @@ class GroupServer:
         except JournalError as error:
             self.store.close()
             self.journal_files.release()
+            self.ops.release_endpoints()
             raise startup.journal_failure(self.bus, self.config, error) from None
         writer.start()
         try:
@@ -202,20 +204,7 @@ class GroupServer:
                 if isinstance(writer, InlineWriter):
                     nursery.start_soon(self._commit_loop, writer)
                 self.peer_links.start(self.group, nursery)
-                if listeners is not None:
-                    host, port = await nursery.start(
-                        functools.partial(self.network.serve_listeners, gate=connections),
-                        connections.serve,
-                        self.config.listen_host,
-                        listeners,
-                    )
-                else:
-                    host, port = await nursery.start(
-                        self.network.serve,
-                        connections.serve,
-                        self.config.listen_host,
-                        self.config.listen_port,
-                    )
+                port = await self._serve_clients(nursery, connections, listeners)
                 self.address = (self.config.listen_host, port)
                 task_status.started(self.address)
         finally:
@@ -225,9 +214,34 @@ class GroupServer:
                 writer.stop()
                 self.store.close()
             self.journal_files.release()
+            self.ops.release_endpoints()  # taken, never served (the start was cancelled)
             log.info("group %d stopped; journals closed", self.config.id)
         if self.journal_files.lost is not None:
             raise DataDirError(self.journal_files.lost)
+
+    async def _serve_clients(
+        self,
+        nursery: trio.Nursery,
+        connections: Connections,
+        listeners: list[trio.SocketListener] | None,
+    ) -> int:
+        """Serve the clients on the listeners `_bind` took (real TCP) or on a listen of
+        the network's own (the simulator's); returns the bound port."""
+        if listeners is not None:
+            _host, port = await nursery.start(
+                functools.partial(self.network.serve_listeners, gate=connections),
+                connections.serve,
+                self.config.listen_host,
+                listeners,
+            )
+        else:
+            _host, port = await nursery.start(
+                self.network.serve,
+                connections.serve,
+                self.config.listen_host,
+                self.config.listen_port,
+            )
+        return port
 
     def _connections(self, group: Group) -> Connections:
         """The dispatcher and the connections, made once the group exists; with [auth]
@@ -297,14 +311,22 @@ class GroupServer:
         }
 
     async def _bind(self) -> list[trio.SocketListener] | None:
-        """On real TCP, take the listen address first: a port in use or a foreign host
-        must fail the start before the journals (and the epoch) are touched."""
+        """On real TCP, take the listen address and the `[group.ops]` endpoints'
+        first: a port in use or a foreign host must fail the start before the journals
+        (and the epoch) are touched."""
         if not isinstance(self.network, TcpNetwork):
             return None
         try:
-            return await self.network.listen(self.config.listen_host, self.config.listen_port)
+            listeners = await self.network.listen(self.config.listen_host, self.config.listen_port)
         except OSError as error:
             raise startup.listen_failure(self.bus, self.config, error) from None
+        try:
+            await self.ops.bind_endpoints()  # metrics_listen, web_listen: held until served
+        except BaseException:
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        return listeners
 
     def _make_writer(self) -> GroupCommitWriter | InlineWriter:
         if self.writer_kind == "thread":

@@ -27,6 +27,7 @@ from typing import Any
 
 from mrs.errors import ConnectionLost, MrsError
 from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
+from mrs.security.permissions import GRANT_KINDS
 from mrs.tools.cli_support import (
     EXIT_OK,
     EXIT_RUNTIME,
@@ -51,14 +52,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
         "MRS_AUTH_NAME and MRS_AUTH_PASSWORD_FILE.",
     )
     actions = admin.add_subparsers(dest="admin_command", required=True, metavar="ACTION")
-    browse = actions.add_parser("browse", help="look at a queue's messages without taking them")
-    browse.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
-    browse.add_argument(
-        "--limit",
-        type=int64,
-        default=ADMIN_BROWSE_DEFAULT,
-        help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
-    )
+    browse = _add_browse(actions)
     purge = actions.add_parser("purge", help="empty a queue: journaled messages to the DLJ")
     purge.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
     purge.add_argument("--discard", action="store_true", help="delete instead of the DLJ")
@@ -108,6 +102,24 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     )
     for parser in (browse, purge, move, limits, add, grant, reset, connections, journal):
         _add_where(parser)
+
+
+def _add_browse(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    browse = actions.add_parser("browse", help="look at a queue's messages without taking them")
+    browse.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
+    browse.add_argument(
+        "--limit",
+        type=int64,
+        default=ADMIN_BROWSE_DEFAULT,
+        help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
+    )
+    browse.add_argument(
+        "--after",
+        type=int64,
+        metavar="SEQ",
+        help="the next page: the messages after this one (the seq the last page ends with)",
+    )
+    return browse
 
 
 def _add_where(parser: argparse.ArgumentParser) -> None:
@@ -174,7 +186,14 @@ async def _run(args: argparse.Namespace) -> int:
         if any(isinstance(inner, BrokenPipeError) for inner in walk_errors(error)):
             raise  # our stdout's reader went away (`| head`), not the group
         message = getattr(error, "message", None) or str(error)
-        raise CommandError(f"admin: {message}", EXIT_RUNTIME) from None
+        raise CommandError(f"admin: {_words(message)}", EXIT_RUNTIME) from None
+
+
+def _words(message: str) -> str:
+    """A refusal of the group (in the AdminRequest's terms) in this command's words."""
+    from mrs.ops.admin_terms import rendered
+
+    return rendered(message, "cli")
 
 
 async def _open(
@@ -266,8 +285,10 @@ def _group_of(args: argparse.Namespace, bus: Any) -> Any:
 async def _act(client: Any, args: argparse.Namespace) -> int:
     command = args.admin_command
     if command == "browse":
+        # `after` only when given: a group of the release before does not know it
+        page = {} if args.after is None else {"after": args.after}
         result = await client.admin(
-            "browse", queue=args.queue, limit=args.limit, select=_select(args)
+            "browse", queue=args.queue, limit=args.limit, select=_select(args), **page
         )
     elif command == "purge":
         result = await _repeat(
@@ -294,8 +315,7 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
             recoverable=False if args.no_dqf else None,
         )
     elif command == "grant":
-        kinds = ("attach", "put", "confirm", "manage", "admin")
-        grants = {kind: getattr(args, kind) or [] for kind in kinds}
+        grants = {kind: getattr(args, kind) or [] for kind in GRANT_KINDS}
         result = await client.admin("grant", principal=args.principal, **grants)
     elif command == "reset-link":
         result = await client.admin("reset_link", peer=args.peer)
@@ -306,22 +326,19 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        _print_table(command, result)
+        _print_table(command, result, getattr(args, "after", None))
     return EXIT_OK
 
 
 def _check_grants(args: argparse.Namespace) -> None:
-    """A grant replaces every right the principal has: with no right given it took them
-    all away (an operator's own included, locking them out), so that needs `--none`."""
-    given = any(getattr(args, kind) for kind in ("attach", "put", "confirm", "manage", "admin"))
-    if not given and not args.none:
-        raise CommandError(
-            f"admin: grant {args.principal}: no right given, which would take every grant "
-            "away: give --attach/--put/--confirm/--manage/--admin, or --none to mean it",
-            EXIT_USAGE,
-        )
-    if given and args.none:
-        raise CommandError(f"admin: grant {args.principal}: --none with rights given", EXIT_USAGE)
+    """The grant rule the web pages keep too (mrs.ops.admin_terms.grant_problem): no
+    right given needs `--none`."""
+    from mrs.ops.admin_terms import grant_problem, rendered
+
+    grants = {kind: getattr(args, kind) for kind in GRANT_KINDS}
+    problem = grant_problem(args.principal, grants, args.none)
+    if problem is not None:
+        raise CommandError(f"admin: {rendered(problem, 'cli')}", EXIT_USAGE)
 
 
 def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:
@@ -383,7 +400,7 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
             line = (
                 _lost_line(action, error)
                 if isinstance(error, ConnectionLost)
-                else f"admin: {getattr(error, 'message', None) or error}"
+                else f"admin: {_words(getattr(error, 'message', None) or str(error))}"
             )
             raise CommandError(
                 f"{line}; done before that: {_summary(action, total)}", EXIT_RUNTIME
@@ -398,7 +415,7 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
             return total
 
 
-def _print_table(command: str, result: dict) -> None:
+def _print_table(command: str, result: dict, after: int | None = None) -> None:
     from rich.table import Table
 
     from mrs.tools.console import ToolConsole
@@ -410,7 +427,8 @@ def _print_table(command: str, result: dict) -> None:
         width=TABLE_COLUMNS, file=sys.stdout, soft_wrap=False, markup=False, highlight=False
     )
     if command == "browse":
-        table = Table(title=_browse_title(result), title_justify="left")
+        title = _browse_title(result, after)
+        table = Table(title=title, title_justify="left")
         for column in ("seq", "age s", "dlv", "dup", "cls/typ", "body"):
             table.add_column(column, overflow="ellipsis", no_wrap=column != "body")
         for message in result["messages"]:
@@ -423,6 +441,8 @@ def _print_table(command: str, result: dict) -> None:
                 _body_cell(message),
             )
         console.print(table)
+        if result.get("next_after") is not None:  # a group of the release before: absent
+            console.print(f"next page: --after {result['next_after']}")
     elif command == "connections":
         table = Table(title="connections", title_justify="left")
         for column, width in (
@@ -455,17 +475,21 @@ def _print_table(command: str, result: dict) -> None:
                 _utc(record["time_ns"]),
                 record["principal"] or "-",
                 record["action"],
-                _short(record["args"], record["result"]),
+                _words(_short(record["args"], record["result"])),
             )
         console.print(table)
     else:
         console.print(_summary(command, result))
 
 
-def _browse_title(result: dict) -> str:
+def _browse_title(result: dict, after: int | None) -> str:
+    count = len(result["messages"])
+    shown = f"first {count}" if after is None else f"{count} after seq {after}"
+    if result.get("after_gone"):
+        shown = f"first {count} (seq {after} has left the queue)"
     return (
         f"{result['name']} ({result['queue']}): {result['waiting']} waiting, "
-        f"{result['unconfirmed']} unconfirmed; first {len(result['messages'])}"
+        f"{result['unconfirmed']} unconfirmed; {shown}"
     )
 
 

@@ -311,7 +311,7 @@ def down_reason(error: BaseException) -> str:
             return f"cannot resolve the host name ({inner.strerror or inner})"
         if isinstance(inner, OSError) and inner.errno is not None:
             return _ERRNO_WORDS.get(inner.errno) or os.strerror(inner.errno).lower()
-    if str(error).endswith("failed: mrs: LINK_DOWN: server closed the connection"):
+    if any(getattr(inner, "closed_unanswered", False) for inner in _chain(error)):
         return "it took the connection and closed it without answering"  # not the chain's text
     return root_cause(error)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mrs import __version__
 from mrs.audit.command import add_parser as add_audit
-from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
+from mrs.config.bus import ConfigError, GroupConfig, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import DEMO_MESSAGES_MAX
@@ -70,7 +70,6 @@ def _serve(args: argparse.Namespace) -> int:
         trio.run(serve_instance, bus, args.group, args.instance, options)
         return 0
     _check_not_running(group.data_dir)
-    _check_endpoint_ports(bus, group)
     trio.run(serve, bus, args.group, args.ready_file, options)
     return 0
 
@@ -85,31 +84,6 @@ def _check_ready_file(path: Path | None) -> None:
     if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
         why = "a directory" if path.is_dir() else f"{folder} is not a writable directory"
         raise CommandError(f"--ready-file {path}: cannot write a file there ({why})", EXIT_USAGE)
-
-
-def _check_endpoint_ports(bus: BusConfig, group: GroupConfig) -> None:
-    """Refuse a `[group.ops]` metrics_listen or web_listen port another process holds
-    before the server starts. Why here: the server binds them only after its journals
-    are open and the boot epoch is committed, so such a start bumped the epoch (a
-    restart to `mrs_epoch` alerts) and left journals in a new data directory, where
-    operations.md promises a failed start leaves the journals exactly as they were. A
-    bind tried and let go (as a replicated instance checks its client port); the
-    server binds them for real later, so this cannot take a port from it."""
-    from mrs.transport.bind_failure import bind_failure
-    from mrs.transport.bind_probe import try_bind
-
-    ops = group.ops
-    for key, host, port in (
-        ("metrics_listen", ops.metrics_host, ops.metrics_port),
-        ("web_listen", ops.web_host, ops.web_port),
-    ):
-        if host is None or not port:  # off, or port 0: the system picks a free one
-            continue
-        try:
-            try_bind(host, port)
-        except OSError as error:
-            where = f"{bus.path}: group {group.id} ({group.name}) ops.{key} = {host}:{port}"
-            raise bind_failure(where, key, error) from None
 
 
 def _check_not_running(data_dir: Path) -> None:

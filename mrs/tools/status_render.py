@@ -270,6 +270,7 @@ _LINK_WORDS = {
     "notices_pending": "notices pending",
     "queued": "messages queued to send",
     "messages_sent": "messages sent",
+    "messages_resent": "messages sent again",
     "messages_received": "messages received",
 }
 

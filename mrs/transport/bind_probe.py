@@ -1,13 +1,13 @@
 """Whether a listening address can be bound now: a TCP bind of each of its addresses,
 tried and let go.
 
-Why: a server binds some of its ports only once it serves (a replicated instance its
-client port when it becomes active; a group its `[group.ops]` endpoints after its
-journals are open), and a port another process holds must be found before that: an
-instance that could not listen once active left its group with a term and no
-active, and a group that could not bind its metrics port failed after bumping its
-epoch. The addresses are bound as `trio.open_tcp_listeners` binds them (the
-server's own way), so what passes here binds there.
+Why: a replicated instance binds its client port only once it becomes active, and a
+port another process holds must be found before it campaigns: an instance that could
+not listen once active left its group with a term and no active. The addresses are
+bound as `trio.open_tcp_listeners` binds them (the server's own way), so what passes
+here binds there. A port that must be free for a start to succeed is bound and held
+instead (a group's `listen` and `[group.ops]` endpoints: mrs.server.group_server), as
+a probe let go leaves the port to whoever takes it next.
 """
 
 from __future__ import annotations

@@ -347,7 +347,9 @@ async def test_sigkill_mid_forward_loses_nothing_and_marks_repeats(make_bus, tmp
     events = [json.loads(line) for line in finished.stdout.splitlines()]
     summary = events[-1]["summary"]
     assert 0 < summary["forwarded"] < count  # the killed handler did part of the work
-    assert any(event.get("possdupl") for event in events)  # its leases came back marked
+    # its leases came back marked only where its put was on its way (--window 2 of
+    # them at most); those it only held came back as they were
+    assert sum(bool(event.get("possdupl")) for event in events) <= 2
     assert await dlq_bodies(bus) == []
     async with bus.connect(queue="ANYORDER") as target:
         arrived = await take_all(target)

@@ -126,8 +126,8 @@ def test_a_purge_whose_reason_is_not_text_keeps_the_queue(tmp_path: Path) -> Non
     log = (tmp_path / "group1.log").read_text(errors="replace")
     assert "Traceback" not in log and "Logging error" not in log
     journal = tmp_path / "g1" / "admin-journal.jsonl"
-    actions = [json.loads(line)["action"] for line in journal.read_text().splitlines()]
-    assert actions == ["browse"]  # the refused forms reached no action
+    lines = journal.read_text().splitlines() if journal.exists() else []
+    assert lines == []  # the refused forms reached no action (the browse done: logged only)
 
 
 def test_a_token_that_is_not_ascii_is_a_plain_refusal(tmp_path: Path) -> None:

@@ -225,11 +225,13 @@ class _TablePrinter:
 
 # ---------------------------------------------------------------------- command
 def run_dump(args: argparse.Namespace) -> int:
-    if getattr(args, "client_saf", None) is not None and args.journal in (None, "saf"):
-        args.journal = "saf"  # a client journal holds only SAF records
+    if getattr(args, "client_saf", None) is not None and args.journal in (None, "saf", "dlj"):
+        # a client journal holds its SAF records and those the group refused (dlj)
+        args.journal = args.journal or "saf"
     elif args.journal is None or getattr(args, "client_saf", None) is not None:
         print(
-            "mrs dump: give a journal (saf, dqf, dlj or pcj), or --client-saf PATH alone",
+            "mrs dump: give a journal (saf, dqf, dlj or pcj), or --client-saf PATH alone "
+            "(or with dlj: the records its group refused)",
             file=sys.stderr,
         )
         return 2

@@ -58,13 +58,15 @@ from mrs.tools.journal.render import status_name
 from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
 
 
-def _count_selected(store: JournalStore, journal: Journal, selection: RecordFilter) -> int:
+def _count_selected(store: JournalStore, journal: Journal, selection: RecordFilter) -> int | None:
+    """The progress bar's total: every selected record. None under `--limit`, which
+    counts the records this run replays, not those the ledger skips on the way."""
+    if selection.limit is not None:
+        return None
     total = 0
     for _key, record in scan(store, journal, selection):
         if not isinstance(record, CorruptRecord):
             total += 1
-            if selection.limit is not None and total >= selection.limit:
-                break
     return total
 
 
@@ -258,7 +260,7 @@ def _server_address(args: argparse.Namespace, where: GroupJournals) -> str:
         return _checked_address(args.address)
     if where.group is None:
         raise UsageError("give --address HOST:PORT of the group's server (or --config)")
-    if where.group.listen_port == 0:
+    if where.group.listen_port == 0 and not where.group.instances:  # instances: their own
         raise UsageError(
             f"group {where.group_id} listens on a port chosen at start (0 in the config): "
             "give --address HOST:PORT (the server printed it as READY HOST:PORT)"
@@ -388,7 +390,7 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
         options.sender or "",
         options.to,
         in_doubt=tally.in_doubt > 0,
-        again_done=options.again and tally.ok,
+        again_done=options.again and tally.ok and not planner.cut_by_limit,
         covered_all=selection.selects_all and selection.limit is None and not tally.stopped,
     )
     if tally.stopped:

@@ -131,7 +131,9 @@ def _archive_chunk(
     from mrs.audit.parquet import write_records
 
     prefix = f"{PREFIX_HEAD}-g{group_id}-{uuid.uuid4().hex[:16]}"
-    store.commit_now(WriteBatch.empty().put_raw(Journal.META, INTENT_KEY.encode(), prefix.encode()))
+    store.commit_now(
+        WriteBatch.empty().put_raw(Journal.META, INTENT_KEY.encode(), _intent(prefix, out_dir))
+    )
     _kill_point("intent", kill_at)
     files = write_records(records, out_dir, group=group_id, journal="pcj", prefix=prefix)
     _kill_point("written", kill_at)
@@ -156,18 +158,38 @@ def _scan_after(store: JournalStore, after: bytes | None, count_max: int):
             yield key, corrupt
 
 
+def _intent(prefix: str, out_dir: Path) -> bytes:
+    """A chunk's intent: its files' prefix and the directory they go to (JSON)."""
+    directory = os.fsdecode(Path(out_dir).absolute())
+    return json.dumps({"prefix": prefix, "dir": directory}).encode()
+
+
+def _read_intent(value: bytes, out_dir: Path) -> tuple[str, Path]:
+    """(prefix, directory) of an intent. Why the directory: a run killed while writing
+    to `--dir A` and followed by one writing elsewhere (`--dir B`, the default, the
+    automatic policy) looked for the killed run's files in B, found none, and left
+    their records in the PCJ: the next chunk archived them a second time, in B. An
+    intent of an older version holds the prefix alone: its files are in this run's."""
+    text = bytes(value).decode()
+    if not text.startswith("{"):
+        return text, out_dir
+    intent = json.loads(text)
+    return intent["prefix"], Path(intent["dir"])
+
+
 def finish_intent(store: JournalStore, out_dir: Path) -> int:
     """Complete what a killed run left: remove from the PCJ the records that are in its
-    files on disk, delete its temporary files, clear the intent. Returns the count."""
-    prefix_bytes = store.meta_get(INTENT_KEY)
-    if not prefix_bytes:
+    files on disk (in the directory that run wrote to), delete its temporary files,
+    clear the intent. Returns the count."""
+    intent = store.meta_get(INTENT_KEY)
+    if not intent:
         return 0
-    prefix = bytes(prefix_bytes).decode()
+    prefix, directory = _read_intent(intent, out_dir)
     import pyarrow.parquet as pq
 
     seqs: list[int] = []
-    if out_dir.exists():
-        for path in out_dir.rglob(f"*{prefix}-*"):
+    if directory.exists():
+        for path in directory.rglob(f"*{prefix}-*"):
             if path.name.startswith("."):
                 path.unlink(missing_ok=True)  # a temporary file never renamed: not archived
                 continue
@@ -185,8 +207,10 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
     batch.delete(Journal.META, INTENT_KEY.encode())
     store.commit_now(batch)
     log.warning(
-        "finished an interrupted PCJ archive (%s): %d archived records removed from the PCJ",
+        "finished an interrupted PCJ archive (%s) in %s: %d archived records removed from "
+        "the PCJ",
         prefix,
+        directory,
         present,
     )
     return present

@@ -183,6 +183,11 @@ class Planner:
         self.on_skip = on_skip
         self.after_seq: int | None = None
         self.done = False
+        self.planned = 0
+        """Records this run has planned to send (what `--limit` counts)."""
+        self.cut_by_limit = False
+        """`--limit` ended the plan: the selection may hold more to replay, so an
+        `--again` round is not over (`ReplayLedger.scope_settled`)."""
         self._seq_range = RecordFilter(
             journal, seq_min=selection.seq_min, seq_max=selection.seq_max
         )
@@ -201,16 +206,23 @@ class Planner:
     def plan_chunk(self) -> list[Item]:
         """The items of the next chunk of records: [] also when the ledger skips all of
         it (`done` says whether more may come). One chunk at a time, so a replay can
-        service its connection between chunks (Replayer.next_items)."""
+        service its connection between chunks (Replayer.next_items).
+
+        `--limit N` counts the records this run replays, not those the ledger skips:
+        counted among the selected, an operator replaying in slices (`--limit 100`,
+        run again and again) got fewer new records each run, and none once the first
+        N had been replayed."""
         if self.done:
             return []
         items: list[Item] = []
         intents: list[Item] = []
         records = self._read_chunk()
         entries = self.ledger.get_many(self.journal, [key_record[1].seq for key_record in records])
+        limit = self.selection.limit
         for key, record in records:
+            self.tally.selected += 1
             entry = entries.get(record.seq)
-            if entry is not None and entry.state == STORED and self._replayed(entry):
+            if self._skips(entry):
                 self.tally.skipped += 1
                 self.on_skip(key)
                 continue
@@ -220,6 +232,10 @@ class Planner:
                 item.gen += 1  # --again: a new generation, a new idempotency key
                 intents.append(item)
             items.append(item)
+            self.planned += 1
+            if limit is not None and self.planned >= limit:
+                self.done = self.cut_by_limit = True
+                break
         if intents and not self.options.dry_run:
             for item in intents:
                 self.ledger.stage(
@@ -227,6 +243,10 @@ class Planner:
                 )
             self.ledger.flush()
         return items
+
+    def _skips(self, entry: LedgerEntry | None) -> bool:
+        """Whether the ledger says this run leaves the record alone (replayed before)."""
+        return entry is not None and entry.state == STORED and self._replayed(entry)
 
     def _replayed(self, entry: LedgerEntry) -> bool:
         """Whether a record stored by a replay is done for this run: always, but under
@@ -237,8 +257,8 @@ class Planner:
         return since_ns is not None and entry.time_ns >= since_ns
 
     def _read_chunk(self) -> list[tuple[bytes, Record]]:
+        """The selected records of the next PLAN_CHUNK read (corrupt ones reported)."""
         records: list[tuple[bytes, Record]] = []
-        limit = self.selection.limit
         read = 0
         for key, record in scan(
             self.store, self.journal, self._seq_range, after_seq=self.after_seq, chunk=PLAN_CHUNK
@@ -251,22 +271,27 @@ class Planner:
                 continue
             if self._matches is not None and not self._matches(record):
                 continue
-            if limit is not None and self.tally.selected >= limit:
-                self.done = True
-                break
-            self.tally.selected += 1
             records.append((key, record))
         if read < PLAN_CHUNK:
             self.done = True
         return records
 
     def count_rest(self) -> int:
-        """Selected records not planned yet (after a stop): read only, no intents."""
+        """Selected records this run would still have sent (after a stop): read only,
+        no intents; those the ledger skips are not among them, and `--limit` bounds
+        them as it bounds the plan."""
         rest = 0
+        limit = self.selection.limit
         while not self.done:
-            before = self.tally.selected
-            self._read_chunk()
-            rest += self.tally.selected - before
+            records = self._read_chunk()
+            entries = self.ledger.get_many(self.journal, [record.seq for _key, record in records])
+            for _key, record in records:
+                if limit is not None and self.planned + rest >= limit:
+                    self.done = True
+                    break
+                if not self._skips(entries.get(record.seq)):
+                    self.tally.selected += 1
+                    rest += 1
         return rest
 
 
