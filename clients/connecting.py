@@ -18,7 +18,7 @@ from clients.errors import BadParameter, ConnectionLost, MrsError, QueueBusy, Re
 from clients.protection import Protection
 from clients.reconnect import PASSING_REFUSALS, Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
-from clients.saf_journal import ClientJournal
+from clients.saf_journal import ClientJournal, JournalMismatch
 from clients.tls import default_tls, tls_opener
 from mrs.limits import (
     CLIENT_REQUEST_WAIT_S_DEFAULT,
@@ -169,6 +169,8 @@ async def _first_link(client: Client, journal: ClientJournal | None) -> _Link | 
         if journal is None:
             raise
         return None
+    except JournalMismatch:  # JOURNAL_FAIL, but no wait heals it: the journal is refused
+        raise
     except MrsError as refused:
         # A refusal that heals by waiting (QUEUE_BUSY: a killed predecessor's connection
         # is not yet reaped; EXCEEDQUOTA: the server's admission bound): the journal

@@ -167,6 +167,8 @@ class Client:
             connect_timeout_s,
             open_stream or trio.open_tcp_stream,
             reconnect,
+            "" if journal is None else journal.journal_id,
+            None if journal is None else journal.check_home,
         )
         self._dialer = Dialer(dialing, self._requests, self._status, self._attachment, self._loops)
         self._resender = Resender(self.wait_connected) if "," in address else None

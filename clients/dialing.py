@@ -18,6 +18,7 @@ import trio
 from clients.errors import ConnectionLost, MrsError, error_for
 from clients.link import _Link, _next_event
 from clients.reconnect import PASSING_REFUSALS
+from clients.saf_journal import JournalMismatch
 from clients.tls import tls_refusal
 from mrs import protocol as wire
 from mrs.config.addresses import host_problem
@@ -70,6 +71,13 @@ class Dialing:
     connect_timeout_s: float
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]
     reconnect: Reconnect | None
+    journal_id: str = ""
+    """The client SAF journal's id ("" without one): said in the Hello, which asks
+    the group for its journals' incarnation in the Welcome."""
+    check_home: Callable[[int, bytes], None] | None = None
+    """With a journal: given each Welcome's group id and incarnation before anything
+    is sent; raises JournalMismatch for a group that is not the journal's home
+    (clients.saf_journal.ClientJournal.check_home)."""
 
 
 class Dialer:
@@ -92,6 +100,8 @@ class Dialer:
         self._connect_timeout_s = dialing.connect_timeout_s
         self._open_stream = dialing.open_stream
         self._reconnect = dialing.reconnect
+        self._journal_id = dialing.journal_id
+        self._check_home = dialing.check_home
         self._requests = requests
         self._status = status
         self._attachment = attachment
@@ -176,7 +186,11 @@ class Dialer:
 
     async def _handshake(self, link: _Link) -> None:
         # answer_batches: this client reads AnswerBatch frames (clients.pending.Requests.dispatch)
-        hello = wire.Hello(wire.PROTOCOL_VERSION, self._program, "app", 0, True)
+        # With a SAF journal the Hello says its id (`incarnation`), and a group of this
+        # release answers with its journals' incarnation; without one it keeps the
+        # shape servers of releases before the link incarnation read.
+        said = self._journal_id.encode()
+        hello = wire.Hello(wire.PROTOCOL_VERSION, self._program, "app", 0, True, said)
         await link.send_now(hello)
         welcome = await _next_event(link)
         if isinstance(welcome, wire.Fatal):
@@ -199,6 +213,8 @@ class Dialer:
                 f"it is group {welcome.group_id} ({welcome.group_name}), not group "
                 f"{attachment.group_id} ({attachment.group_name}) this client is attached to",
             )
+        if self._check_home is not None:  # JournalMismatch: nothing sent, nothing changed
+            self._check_home(welcome.group_id, welcome.incarnation)
         attachment.group_id, attachment.group_name = welcome.group_id, welcome.group_name
         # A limit below 1 says nothing (0 = not stated): a broken server's negative one
         # made every put MSGTOOBIG ("exceeds the group's message_bytes_max -5").
@@ -251,6 +267,10 @@ class Dialer:
                 link = await self.open()
             except ConnectionLost:
                 continue
+            except JournalMismatch as mismatch:  # JOURNAL_FAIL, but no wait heals it
+                self._requests.broken = mismatch
+                self._status.fail(str(mismatch))
+                return None
             except MrsError as refused:
                 if refused.status in PASSING_REFUSALS:
                     continue  # e.g. QUEUE_BUSY: our old connection is not yet noticed closed

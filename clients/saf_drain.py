@@ -37,6 +37,8 @@ from mrs.limits import (
     CLIENT_DRAIN_REFILL_MESSAGES,
     CLIENT_DRAIN_WINDOW_MESSAGES,
     CLIENT_SAF_DELETE_RETRY_S,
+    CLIENT_SAF_REFUSALS_MAX,
+    CLIENT_SAF_REFUSALS_SPAN_S,
     GROUP_ID_MAX,
     GROUP_ID_MIN,
     IDEMPOTENCY_KEY_BYTES_MAX,
@@ -67,6 +69,16 @@ _DRAIN_HEADERS_ROOM_BYTES = len(
 """Room a journaled put's headers leave for those the drain adds (`_send_drained`):
 headers that fit alone but not with these were refused by the group at drain time,
 after the put had been answered STORED."""
+
+
+@dataclass(slots=True)
+class _Refusals:
+    """The record last refused with a status that passes by waiting: how often in a
+    row and since when (`SafDrain._refused_again`)."""
+
+    local_seq: int
+    first_at: float
+    count: int = 0
 
 
 @dataclass(eq=False)
@@ -143,6 +155,8 @@ class SafDrain:
         """A record the server did not keep was logged, and none was stored since."""
         self._redriven = trio.Event()
         """Set when refused records went back into the journal (`redriven`)."""
+        self._refusals: _Refusals | None = None
+        """The record last refused with a passing status (`_refused_again`)."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
@@ -407,10 +421,14 @@ class SafDrain:
                 self._not_kept(key, record, result)
                 return
             self._holding_logged = False
+            if self._refusals is not None and self._refusals.local_seq == local_seq:
+                self._refusals = None
             self._journal.remove([key])
             self._status.notify(JournalEvent("drained", Status.SUCCESS, local_seq, _psb(result)))
         elif isinstance(result, wire.Failure) and result.status not in PASSING_REFUSALS:
             self._reject(key, record, result.status, result.message)
+        elif isinstance(result, wire.Failure) and self._refused_again(key, record, result):
+            return  # kept aside: the drain goes on with the records after it
         elif isinstance(result, wire.Failure) and self._requests.link is link:
             # Left in the journal; drop the connection so the drain restarts from the
             # oldest record (the server dedupes what it already stored). EXCEEDQUOTA is
@@ -432,6 +450,44 @@ class SafDrain:
                 link,
                 ConnectionLost(Status.LINK_DOWN, f"the server answered a drained put with {name}"),
             )
+
+    def _refused_again(self, key: bytes, record: Record, result: wire.Failure) -> bool:
+        """Whether a record refused with a status that passes by waiting has been
+        refused so CLIENT_SAF_REFUSALS_MAX times in a row, over at least
+        CLIENT_SAF_REFUSALS_SPAN_S: then it is kept aside as refused (`_reject`, the
+        status named) and True. Only statuses the record itself can cause count: a
+        SERVER_ERROR (the group failed on it), a TIMEOUT, an EXCEEDQUOTA once the
+        window is one record (the record alone is over the connection's bound);
+        SHUTTING_DOWN, QUEUE_BUSY, LINK_DOWN, JOURNAL_FAIL say the group's state.
+
+        Why: the drain is FIFO, and after such a refusal it reconnects and sends the
+        oldest record first, so one record the group failed on every time (a bug its
+        contents trigger) held every record behind it, to every target, for ever,
+        with one WARNING per reconnect. Kept aside it is not lost: the application
+        sends it again with `redrive_refused` once the group is fixed."""
+        status = result.status
+        counted = status in (Status.SERVER_ERROR, Status.TIMEOUT) or (
+            status == Status.EXCEEDQUOTA and self.window_messages == 1
+        )
+        if not counted:
+            return False
+        now = trio.current_time()
+        refusals = self._refusals
+        if refusals is None or refusals.local_seq != record.seq:
+            refusals = self._refusals = _Refusals(record.seq, now)
+        refusals.count += 1
+        span_s = now - refusals.first_at
+        if refusals.count < CLIENT_SAF_REFUSALS_MAX or span_s < CLIENT_SAF_REFUSALS_SPAN_S:
+            return False
+        self._refusals = None
+        self._reject(
+            key,
+            record,
+            status,
+            f"refused {refusals.count} times in a row over {span_s:.1f} s ({_name(status)}: "
+            f"{result.message}); taken as caused by this record",
+        )
+        return True
 
     def _not_kept(self, key: bytes, record: Record, result: wire.PutDone) -> None:
         """The server answered a drained put but kept the message nowhere: it could not

@@ -70,6 +70,11 @@ log = logging.getLogger("clients")
 LOCK_FILE = "owner.lock"
 _META_ID = "client_journal_id"
 _META_NEXT_SEQ = "next_seq"
+_META_HOME_GROUP = "home_group"
+"""META: the id of the group the journal drains into (8 bytes), from its first Welcome."""
+_META_HOME_INCARNATION = "home_incarnation"
+"""META: that group's journals' incarnation (mrs.group.incarnation), from the first
+Welcome that carried one."""
 IDEMPOTENCY_HEADER = "idempotency_key"
 """The server's dedupe header (mrs.group.shapes.IDEMPOTENCY_HEADER; a test pins them equal)."""
 KEY_ID_FIELD = "key_id"
@@ -87,6 +92,12 @@ REFUSED_LISTED_DEFAULT = 1000
 """How many `refused_records` lists without a limit of the caller's."""
 REDRIVE_BATCH_MAX = 256
 """Refused records moved back to the drain in one transaction (`redrive`)."""
+
+
+class JournalMismatch(JournalFailed):
+    """JOURNAL_FAIL: the journal holds records for another group, or for other journals
+    of its group (another incarnation), than the server this client reached. Nothing
+    was sent and nothing in the journal changed; `rehome` re-homes it deliberately."""
 
 
 def idempotency_key_for(journal_id: str, local_seq: int) -> str:
@@ -137,6 +148,9 @@ class ClientJournal:
         self.key_id = uuid.uuid4().hex
         """This opening's key id, stored in every record it appends (module docstring)."""
         self._next_seq = self._stored_next_seq()
+        self.home = _stored_home(self.store)
+        """(group id, incarnation) the journal drains into (0, b"": not yet known):
+        `check_home`."""
         self.count = self.store.count(Journal.SAF)
         self.refused_count = self.store.count(REFUSED)
         """Records the group refused for good, kept aside (module doc)."""
@@ -193,6 +207,72 @@ class ClientJournal:
     def _stored_next_seq(self) -> int:
         raw = self.store.meta_get(_META_NEXT_SEQ)
         return _U64.unpack(raw)[0] if raw else 1
+
+    def check_home(self, group_id: int, incarnation: bytes) -> None:
+        """Called with each Welcome, before anything is sent from the journal: raise
+        JournalMismatch (nothing written) when the journal holds records and its home
+        is another group, or its group with other journals (another incarnation: a
+        group rebuilt, another bus's group of the same id); else record this group
+        (and its incarnation, when the Welcome carries one) as the home.
+
+        Why: a journal was tied to no group. One written while connected to group 1
+        of one bus drained into whatever group the client reached next (a config
+        change, a copied journal, a test machine's journal on production): records
+        meant for one bus were stored by another, kept for ever in its SAF for a
+        group it has no link to, or delivered to another application. A replicated
+        group's instances share one incarnation, so a failover drains on. An empty
+        journal holds nothing meant for anyone: it takes the new home, logged."""
+        home_group, home_incarnation = self.home
+        held = self.count + self.refused_count
+        other_journals = bool(home_incarnation and incarnation and home_incarnation != incarnation)
+        if held and home_group and (home_group != group_id or other_journals):
+            raise JournalMismatch(Status.JOURNAL_FAIL, self._mismatch(group_id, incarnation))
+        if home_group != group_id:
+            home_incarnation = b""
+        new_home = (group_id, incarnation or home_incarnation)
+        if new_home == self.home or self.crashed or self.closed:
+            return
+        batch = WriteBatch.empty().put_raw(
+            Journal.META, _META_HOME_GROUP.encode(), _U64.pack(group_id)
+        )
+        if new_home[1]:
+            batch.put_raw(Journal.META, _META_HOME_INCARNATION.encode(), new_home[1])
+        else:
+            batch.delete(Journal.META, _META_HOME_INCARNATION.encode())
+        try:
+            self.store.commit_now(batch)
+        except JournalError as error:  # a full disk: the drain is what frees room
+            log.warning(
+                "client SAF journal %s: recording %s as its group failed (%s); it drains "
+                "all the same, and this process holds it to that group",
+                self.path,
+                _home_text(*new_home),
+                error,
+            )
+        if home_group:
+            log.info(
+                "client SAF journal %s (empty) now drains into %s, not %s",
+                self.path,
+                _home_text(*new_home),
+                _home_text(*self.home),
+            )
+        self.home = new_home
+
+    def _mismatch(self, group_id: int, incarnation: bytes) -> str:
+        """The one line of a journal refused for a group that is not its home."""
+        home_group, home_incarnation = self.home
+        if home_group != group_id:
+            found = f"group {group_id}"
+        else:
+            found = f"group {group_id} with other journals ({incarnation.hex()[:12]})"
+        return (
+            f"client SAF journal {self.path} holds {self.count} record(s) waiting and "
+            f"{self.refused_count} refused for {_home_text(home_group, home_incarnation)}, "
+            f"but this server is {found}: nothing was sent from it and nothing in it "
+            "changed. Connect to its group, or, if its records are meant for this one, "
+            "re-home it with the application stopped: "
+            f"clients.saf_journal.rehome({str(self.path)!r})"
+        )
 
     def _identity(self) -> str:
         """The journal's id, made and committed with a new journal; written beside
@@ -529,6 +609,49 @@ class ClientJournal:
         self._lock_file.close()
 
 
+def _stored_home(store: JournalStore) -> tuple[int, bytes]:
+    raw_group = store.meta_get(_META_HOME_GROUP)
+    raw_incarnation = store.meta_get(_META_HOME_INCARNATION)
+    group_id = _U64.unpack(raw_group)[0] if raw_group else 0
+    return group_id, bytes(raw_incarnation) if raw_incarnation else b""
+
+
+def _home_text(group_id: int, incarnation: bytes) -> str:
+    """A home as the log lines name it: `group 1 (journals 1a2b3c4d5e6f)`."""
+    if not incarnation:
+        return f"group {group_id}"
+    return f"group {group_id} (journals {incarnation.hex()[:12]})"
+
+
+def rehome(path: str | Path) -> str:
+    """Forget the group a journal drains into (`ClientJournal.check_home`), so its
+    records drain into the group the next client reaches: an operator's deliberate
+    act, with the application stopped (it takes the journal's lock: JournalBusy while
+    a client owns it). The journal is checked first as at attach (JournalFailed
+    when damaged). Returns the home it forgot, in words."""
+    if not (Path(path) / saf_check.DATA_FILE).exists():
+        raise BadParameter(Status.BADPARAM, f"rehome: no client SAF journal at {path}")
+    journal = ClientJournal(path)
+    try:
+        forgot = _home_text(*journal.home) if journal.home[0] else "no group"
+        journal.store.commit_now(
+            WriteBatch.empty()
+            .delete(Journal.META, _META_HOME_GROUP.encode())
+            .delete(Journal.META, _META_HOME_INCARNATION.encode())
+        )
+        log.warning(
+            "client SAF journal %s re-homed: it drained into %s; its %d record(s) "
+            "waiting and %d refused now drain into the group the next client reaches",
+            journal.path,
+            forgot,
+            journal.count,
+            journal.refused_count,
+        )
+        return forgot
+    finally:
+        journal.close()
+
+
 def _wanted_keys(local_seqs: Collection[int] | None) -> set[bytes] | None:
     """The keys of `local_seqs` (None: every one), or BadParameter (one line)."""
     if local_seqs is None:
@@ -575,7 +698,9 @@ def _unusable(path: Path, error: BaseException) -> JournalFailed:
     )
 
 
-_CLIENT_META_KEYS = frozenset({_META_ID.encode(), _META_NEXT_SEQ.encode()})
+_CLIENT_META_KEYS = frozenset(
+    key.encode() for key in (_META_ID, _META_NEXT_SEQ, _META_HOME_GROUP, _META_HOME_INCARNATION)
+)
 
 
 def _refuse_foreign(path: Path) -> None:

@@ -337,6 +337,14 @@ CLIENT_SAF_DELETE_RETRY_S = 1.0
 failed (the disk full): without it they stayed in the journal, JOURNAL_ON and the
 backlog for ever, though the server had them, and a restart a dedupe window later
 would deliver them twice."""
+CLIENT_SAF_REFUSALS_MAX = 5
+"""Refusals in a row a drained record takes before it is kept aside (next one)."""
+CLIENT_SAF_REFUSALS_SPAN_S = 60.0
+"""A drained record the group refuses this many times in a row, over at least this
+long, with a status that says "try again" and that a record can cause itself
+(SERVER_ERROR, TIMEOUT, EXCEEDQUOTA once the drain's window is one record) is kept
+aside as refused (clients.saf_drain.SafDrain._refused_again): before, it was sent
+again for ever and every record behind it waited (FIFO)."""
 
 EVENT_LOG_BYTES_MAX = 64 << 20
 """A group's event log (`events.jsonl`: DISCL's lines) is started anew past this, the
@@ -367,6 +375,13 @@ DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 behind an earlier letter to the same destination), in bytes; past it no new letter
 is taken until some leave. The count alone (`--seen-max`) let 10,000 letters of
 1 MiB make a 10 GiB handler; a letter it leaves (IGNORE) keeps no body."""
+DLQ_HANDLER_CONFIRM_TRIES_MAX = 5
+"""Times the handler sends the DLQ confirm of one letter when the group answers that
+it could not record it (JOURNAL_FAIL, MRS_RES_EXH) or does not answer, before it
+leaves the letter held (reported) rather than end with exit 3."""
+DLQ_HANDLER_CONFIRM_PAUSE_S = 0.2
+"""The wait before the second send of a failed DLQ confirm; doubled before each next
+one (0.2 + 0.4 + 0.8 + 1.6 s with DLQ_HANDLER_CONFIRM_TRIES_MAX = 5)."""
 DLQ_HANDLER_RETURNS_MAX = 5
 """A dead letter the handler has already put back out this many times (it came back
 each time: a loop through a rule or its destination) is left on the DLQ, reported."""
@@ -470,6 +485,16 @@ ADMIN_REQUEST_WAIT_S = 60.0
 ADMIN_LOG_RECORDS_MAX = 10_000
 """Admin journal lines a group keeps in its journals (mrs.ops.admin_log), so that they
 follow a replicated group through a failover; its data directory's file keeps all."""
+ADMIN_REFUSAL_LINES_MAX = 20
+"""Refused admin actions of one principal journaled one by one per
+ADMIN_REFUSAL_INTERVAL_S at most (the next)."""
+ADMIN_REFUSAL_INTERVAL_S = 10.0
+"""Refused admin actions journaled one by one per principal per interval at most; the
+rest are counted and journaled as one line when the interval ends (mrs.ops.admin_log):
+a principal without rights asking in a loop cost a synced line each and pushed the
+last purge out of the ADMIN_LOG_RECORDS_MAX lines `mrs admin journal` shows."""
+ADMIN_REFUSAL_ACTIONS_MAX = 16
+"""Action names one such count line names (a flood of made-up names: the rest as one)."""
 HTTP_BODY_BYTES_MAX = 16 * 1024
 """Bytes of a POST body the web view reads at most (a login form, an action's JSON)."""
 WEB_SESSION_S = 8 * 3600.0

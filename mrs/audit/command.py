@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mrs.errors import OperatorError
+from mrs.offline.journal_files import operator_path
 
 if TYPE_CHECKING:
     from mrs.config.schema import GroupConfig
@@ -61,10 +62,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
         "the journals as Parquet partitioned by date and group.",
     )
     audit.add_argument("action", nargs="?", choices=("report", "export"), default="report")
-    audit.add_argument("--config", type=Path, help="bus configuration (TOML)")
+    audit.add_argument("--config", type=operator_path, help="bus configuration (TOML)")
     audit.add_argument("--group", action="append", default=[],
                        help="group id(s) of --config, e.g. 1 or 1,2 (default: all)")  # fmt: skip
-    audit.add_argument("--data-dir", action="append", default=[], type=Path,
+    audit.add_argument("--data-dir", action="append", default=[], type=operator_path,
                        help="a group's data directory (repeat for several)")  # fmt: skip
     audit.add_argument(
         "--master",
@@ -73,7 +74,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     audit.add_argument("--since", help="from this UTC time (ISO 8601; confirm/dead-letter time)")
     audit.add_argument("--until", help="before this UTC time (ISO 8601)")
-    audit.add_argument("--out", type=Path,
+    audit.add_argument("--out", type=operator_path,
                        help="write the HTML report, tables (Parquet, CSV), JSON and "
                             "Spark's log here (default: write nothing)")  # fmt: skip
     audit.add_argument("--trail", metavar="CORRELATION_ID",

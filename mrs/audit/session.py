@@ -32,6 +32,7 @@ def code_zip(directory: Path) -> Path:
     path = directory / "mrs-audit-code.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in SHIPPED_PACKAGES:
+            assert package.__file__ is not None  # a regular package, not a namespace
             root = Path(package.__file__).parent
             for source in sorted(root.rglob("*.py")):
                 archive.write(source, source.relative_to(root.parent).as_posix())
@@ -119,7 +120,9 @@ def build_session(master: str = "local[2]", app_name: str = "mrs audit", conf=No
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if archive is not None:
-        archive.note_classpath(str(spark.sparkContext._jvm.System.getProperty("java.class.path")))
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # the session just started: its gateway is open
+        archive.note_classpath(str(jvm.System.getProperty("java.class.path")))
     if not is_local(master):
         ship_code(spark)
     register(spark)

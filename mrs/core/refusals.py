@@ -15,6 +15,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Hashable
+from typing import Protocol
 
 from mrs.limits import PEER_TEXT_CHARS_MAX, REFUSAL_KEYS_MAX, REFUSAL_LOG_INTERVAL_S
 
@@ -89,8 +90,20 @@ class RefusalLog:
         self.logger.log(self.level, "%s%s", line, more)
 
 
-_ALL: weakref.WeakSet[RefusalLog] = weakref.WeakSet()
-"""Every RefusalLog of this process, for `flush_all`."""
+class Flushed(Protocol):
+    """What `flush_all` flushes: a RefusalLog, or a count kept elsewhere (the admin
+    journal's refusals, mrs.ops.admin_log)."""
+
+    def flush(self) -> None: ...
+
+
+_ALL: weakref.WeakSet[Flushed] = weakref.WeakSet()
+"""Every RefusalLog of this process (and each `flush_also`), for `flush_all`."""
+
+
+def flush_also(counts: Flushed) -> None:
+    """Have `flush_all` flush `counts` too, for as long as it lives."""
+    _ALL.add(counts)
 
 
 def flush_all() -> None:

@@ -33,7 +33,7 @@ from mrs.dlq.actions import (
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
-from mrs.dlq.sources import DljSource, DlqSource
+from mrs.dlq.sources import DljSource, DlqSource, NotRemoved
 from mrs.dlq.table import Action, Rule
 from mrs.group.dlq_leases import HANDLER_PROGRAM
 from mrs.limits import (
@@ -309,8 +309,11 @@ class Handler:
                 continue  # an earlier letter left the lane: look at the step again
             async with limiter:
                 outcome, target, detail = await self._acting(client, step.rule, message)
-            if outcome in ("discarded", "forwarded", "retried"):
+            if outcome == HELD:  # done, but still held: in held_not_removed too
+                outcome = "forwarded" if step.rule.action is Action.FWD else "retried"
+            elif outcome in ("discarded", "forwarded", "retried"):
                 self.engine.forget(seq)
+            if outcome in ("discarded", "forwarded", "retried"):
                 self.counts[outcome] += 1
                 self._event(
                     message,
@@ -398,7 +401,10 @@ class Handler:
     async def _act(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
         """(outcome, target, detail). The DLQ confirm comes only after a stored put."""
         if rule.action is Action.DISCARD:
-            await self._input().remove(message)
+            try:
+                await self._input().remove(message, discarded=True)
+            except NotRemoved as error:
+                return "failed", "", f"{error}; still held"  # RETRYINT, as a failed put
             return "discarded", "", ""
         try:
             target = target_text(rule, message)
@@ -438,7 +444,16 @@ class Handler:
                 str(address),
                 f"not stored: {_name(psb.delivery_status)}/" + _name(psb.uma_status),
             )
-        await self._input().remove(message)
+        try:
+            await self._input().remove(message)
+        except NotRemoved as error:
+            # Stored: never put again by this run (it stays in the record, held). The
+            # group counted the put, so the letter comes back POSSDUPL after the run,
+            # and the next run's put of it is marked (and keyed) as a repeat.
+            return HELD, str(address), (
+                f"{_name(psb.delivery_status)}; not removed from the {self._input().name}: "
+                f"{error}; held until the handler ends, then back POSSDUPL"
+            )
         outcome = "forwarded" if rule.action is Action.FWD else "retried"
         return outcome, str(address), _name(psb.delivery_status)
 
@@ -503,6 +518,11 @@ async def _until_lost(client) -> None:
     while True:
         await client.wait_connected()  # returns while connected; raises once it is lost
         await trio.sleep(DLQ_HANDLER_POLL_S)
+
+
+HELD = "held"
+"""What `_act` answers when a FWD/RETRY put was stored but the letter could not be
+removed (`NotRemoved`): reported as forwarded/retried, and the letter stays held."""
 
 
 def _stored(psb: Psb) -> bool:

@@ -22,6 +22,8 @@ import trio
 from clients import MrsError, MrsTimeout, NoMoreMessages, ReplyTimeout
 from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.core.deadletter import dead_letter_header
+from mrs.group.dlq_leases import DISCARD_CONFIRM_VALUE
+from mrs.limits import DLQ_HANDLER_CONFIRM_PAUSE_S, DLQ_HANDLER_CONFIRM_TRIES_MAX
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
 from mrs.offline.journal_files import GroupJournals, open_store
 from mrs.offline.selection import RecordFilter
@@ -31,6 +33,15 @@ SCAN_CHUNK = 1000
 LOCK_FILE = "dlq-handler-dlj.lock"
 _ATTEMPT_PREFIX = b"dlq-handler-attempt:"
 _U64 = struct.Struct(">Q")
+
+
+_CONFIRM_FAILED_FOR_NOW = frozenset({Status.JOURNAL_FAIL, Status.MRS_RES_EXH})
+"""A DLQ confirm the group could not record now (its commit failed): the letter is
+still held, so the same confirm may be sent again."""
+
+
+class NotRemoved(Exception):
+    """The letter's confirm (or DLJ deletion) failed for now: it stays held."""
 
 
 class DlqSource:
@@ -69,10 +80,38 @@ class DlqSource:
         """Nothing to do: the group counts the put against the lease it names (its
         `dlq_seq`), and that lease comes back POSSDUPL (mrs.group.dlq_leases)."""
 
-    async def remove(self, message: Message) -> None:
-        # NO_JRN: removing a dead letter is not an application's confirmation, so it
-        # never lands in the PCJ (the audit trail), even from a recoverable DLQ.
-        await self.client.confirm(message.seq, force_j=ForceJrn.NO_JRN)
+    async def remove(self, message: Message, discarded: bool = False) -> None:
+        """Confirm the letter (the group's count says `discarded` or moved: its
+        DISCARD_CONFIRM_VALUE). A confirm the group could not record, or left
+        unanswered, is sent again, DLQ_HANDLER_CONFIRM_TRIES_MAX times in all, then
+        NotRemoved: the letter is still held. Before, the first JOURNAL_FAIL ended the
+        handler with exit 3, and a letter whose put was stored came back to be put
+        again. A BADSEQ after an unanswered confirm means that one was recorded."""
+        pause_s = DLQ_HANDLER_CONFIRM_PAUSE_S
+        unanswered = False
+        for attempt in range(1, DLQ_HANDLER_CONFIRM_TRIES_MAX + 1):
+            try:
+                # NO_JRN: removing a dead letter is not an application's confirmation,
+                # so it never lands in the PCJ (the audit trail), even from a
+                # recoverable DLQ.
+                await self.client.confirm(
+                    message.seq,
+                    DISCARD_CONFIRM_VALUE if discarded else 0,
+                    force_j=ForceJrn.NO_JRN,
+                )
+                return
+            except ReplyTimeout as error:
+                unanswered, why = True, f"{error}"
+            except MrsError as error:
+                if unanswered and error.status == Status.BADSEQ:
+                    return  # the unanswered confirm was recorded: the letter is gone
+                if error.status not in _CONFIRM_FAILED_FOR_NOW:
+                    raise
+                why = f"{_status_name(error.status)}: {error}"
+            if attempt < DLQ_HANDLER_CONFIRM_TRIES_MAX:
+                await trio.sleep(pause_s)
+                pause_s *= 2
+        raise NotRemoved(f"the DLQ confirm failed {DLQ_HANDLER_CONFIRM_TRIES_MAX} times ({why})")
 
     def close(self) -> None:
         pass
@@ -186,7 +225,7 @@ class DljSource:
         batch = WriteBatch.empty().put_raw(Journal.META, _attempt_key(message.seq), b"1")
         await trio.to_thread.run_sync(self._opened().commit_now, batch)
 
-    async def remove(self, message: Message) -> None:
+    async def remove(self, message: Message, discarded: bool = False) -> None:
         batch = (
             WriteBatch.empty()
             .delete(Journal.DLJ, seq_key(message.seq))
@@ -198,3 +237,7 @@ class DljSource:
 
 def _attempt_key(seq: int) -> bytes:
     return _ATTEMPT_PREFIX + _U64.pack(seq)
+
+
+def _status_name(status: object) -> str:
+    return getattr(status, "name", str(status))

@@ -15,7 +15,7 @@ senders' outstanding requests).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
@@ -129,6 +129,18 @@ class ColdBacklog(Generic[E]):
         selective get took out (`discard`): browse showed them as waiting while their
         receiver held them."""
         return [(seq, self._held.get(seq)) for seq in islice(iter(self), count)]
+
+    def after(self, seq: int) -> Iterator[tuple[int, E | None]] | None:
+        """The (seq, entry held in memory or None) that wait behind `seq`, without
+        taking them, or None when `seq` does not wait here: where an operator's next
+        browse page starts (mrs.ops.admin_actions), found by a seek
+        (`SeqDeltas.after`), not by a walk from the front."""
+        skipped = self._skipped
+        rest = None if seq in skipped else self._seqs.after(seq)
+        if rest is None:
+            return None
+        held = self._held
+        return ((one, held.get(one)) for one in rest if one not in skipped)
 
     def take(self, count: int, load: Loader, order: list[int] | None = None) -> list[E]:
         """The next `count` messages, oldest first, cold ones read back with `load`.

@@ -10,6 +10,14 @@ forward or retry was acknowledged as stored. A holder that disconnects (or is
 SIGKILLed) gives its leases back to the front of the queue for the next reader:
 POSSDUPL when a copy of the letter may have left, else as it was (`HANDLER_PROGRAM`).
 
+Each letter has one holder at a time (`DlqReaders.holders`): a lease is the
+holder's until its confirm is committed, it disconnects, or the get that made it
+fails, and a get by another reader makes that reader the holder. Before, a get whose
+delivery mark failed to commit (JOURNAL_FAIL on a recoverable DLQ) left the letter
+among its reader's leases: once another reader got it, the first one's detach put
+it back on the DLQ, so a third reader got the letter the second was acting on, and
+the second's confirm was refused (BADSEQ).
+
 The group calls in here from attach, detach, get and confirm; the counts per reader
 are what `mrs status` shows as `dlq_readers`.
 """
@@ -42,6 +50,13 @@ carried the mark to a receiver that had the only copy. Any other reader may have
 used a letter another way (printed it, stored it, put a copy through another
 connection): all it held comes back POSSDUPL, as from any queue."""
 
+DISCARD_CONFIRM_VALUE = 1
+"""The confirmation value `mrs dlq-handler` gives the confirm of a letter it discards
+(DISCARD), whatever puts of it were tried and failed before; it confirms a letter it
+moved (a FWD or RETRY put stored) with 0. The group counts a handler's letter as
+moved or discarded by it: before, a letter whose put failed and that a DISCARD rule
+then removed was counted moved, as any letter a put had named."""
+
 
 @dataclass(slots=True)
 class Reader:
@@ -57,7 +72,16 @@ class Reader:
     """Removed without a put."""
     put: int = 0
     leases: set[int] = field(default_factory=set)
+    """The letters it holds: exactly the seqs `DlqReaders.holders` gives to it."""
     put_for: set[int] = field(default_factory=set)
+    confirming: dict[int, bool] = field(default_factory=dict)
+    """seq -> discarded: a confirm of a letter it holds, not yet committed."""
+    marking: set[int] = field(default_factory=set)
+    """Letters handed to its get whose delivery mark is not committed yet. Left at
+    its detach, such a letter keeps its count: the mark's commit may still succeed
+    (POSSDUPL, erring safe), and if it fails the hand-over's undo takes the count
+    back once (mrs.group.handover `_mark_failed`). Lowered by the detach too, it
+    went below its true count, and a later copy came CONFIRMREQ: unmarked."""
 
     def as_dict(self, session_id: int) -> dict:
         return {
@@ -75,6 +99,8 @@ class Reader:
 @dataclass(eq=False)
 class DlqReaders:
     readers: dict[int, Reader] = field(default_factory=dict)
+    holders: dict[int, int] = field(default_factory=dict)
+    """seq -> the session holding that letter: one holder per letter."""
 
     def attach(self, queue: TargetQueue, session_id: int, program: str, peer: str) -> None:
         self.readers[session_id] = Reader(program, peer, program == HANDLER_PROGRAM)
@@ -88,12 +114,19 @@ class DlqReaders:
         A letter no copy can have left for comes back as it was (`_as_it_was`)."""
         reader = self.readers.pop(session_id, None)
         held = reader.leases if reader else set()
+        for seq in held:
+            assert self.holders.get(seq) == session_id, "a reader's leases are its own"
+            del self.holders[seq]
         returned = sorted(
             (queue.unconfirmed.pop(seq) for seq in held if seq in queue.unconfirmed),
             key=lambda entry: entry.seq,
         )
         if reader is not None and reader.acts_by_puts:
-            untouched = [entry for entry in returned if entry.seq not in reader.put_for]
+            untouched = [
+                entry
+                for entry in returned
+                if entry.seq not in reader.put_for and entry.seq not in reader.marking
+            ]
             _as_it_was(queue, untouched, writer)
         for entry in reversed(returned):
             queue.put_back(entry, front=True)
@@ -104,31 +137,76 @@ class DlqReaders:
         return returned
 
     def leased(self, session_id: int, entry: Entry) -> None:
+        """`entry` was handed to the session's get: the session is its one holder."""
+        reader = self.readers.get(session_id)
+        if reader is None:
+            return
+        self._let_go(entry.seq)  # a lease left behind elsewhere is over
+        reader.got += 1
+        reader.leases.add(entry.seq)
+        self.holders[entry.seq] = session_id
+
+    def marks_pending(self, session_id: int, seqs: list[int]) -> None:
+        """The delivery marks of `seqs`, handed to the session's get, are committing."""
         reader = self.readers.get(session_id)
         if reader is not None:
-            reader.got += 1
-            reader.leases.add(entry.seq)
+            reader.marking.update(seq for seq in seqs if self.holders.get(seq) == session_id)
 
-    def check_holder(self, session_id: int, seq: int) -> None:
+    def marks_committed(self, session_id: int, seqs: list[int]) -> None:
+        """Those marks are durable: the letters are handed out."""
         reader = self.readers.get(session_id)
-        if reader is None or seq not in reader.leases:
-            raise Refused(Status.BADSEQ, f"dead letter {seq} is not held by this connection")
+        if reader is not None:
+            reader.marking.difference_update(seqs)
 
-    def removed(self, session_id: int, seq: int) -> None:
+    def released(self, session_id: int, seq: int) -> None:
+        """The get that leased `seq` failed (its delivery mark was not committed):
+        the letter was never handed out, and the session holds it no longer."""
         reader = self.readers.get(session_id)
+        if reader is not None and self.holders.get(seq) == session_id:
+            reader.got -= 1
+            self._let_go(seq)
+
+    def _let_go(self, seq: int) -> None:
+        holder = self.holders.pop(seq, None)
+        reader = self.readers.get(holder) if holder is not None else None
         if reader is not None:
             reader.leases.discard(seq)
-            if seq in reader.put_for:
-                reader.put_for.discard(seq)
-                reader.moved += 1
-            else:
-                reader.discarded += 1
+            reader.put_for.discard(seq)
+            reader.confirming.pop(seq, None)
+            reader.marking.discard(seq)
+
+    def confirming(self, session_id: int, seq: int, confirm_value: int) -> None:
+        """A confirm of `seq`: refused BADSEQ unless the session holds it. The lease
+        stays until the confirm is committed (`removed`); a failed commit leaves it
+        held, so the holder may confirm it again."""
+        reader = self.readers.get(session_id)
+        if reader is None or self.holders.get(seq) != session_id:
+            raise Refused(Status.BADSEQ, f"dead letter {seq} is not held by this connection")
+        discarded = reader.acts_by_puts and confirm_value == DISCARD_CONFIRM_VALUE
+        reader.confirming[seq] = discarded or seq not in reader.put_for
+
+    def confirm_failed(self, session_id: int, seq: int) -> None:
+        reader = self.readers.get(session_id)
+        if reader is not None:
+            reader.confirming.pop(seq, None)
+
+    def removed(self, session_id: int, seq: int) -> None:
+        """The confirm of `seq` is committed: the letter left the DLQ."""
+        reader = self.readers.get(session_id)
+        if reader is None or self.holders.get(seq) != session_id:
+            return
+        discarded = reader.confirming.pop(seq, seq not in reader.put_for)
+        self._let_go(seq)
+        if discarded:
+            reader.discarded += 1
+        else:
+            reader.moved += 1
 
     def counted_put(self, session_id: int, dlq_seq: int | None) -> None:
         reader = self.readers.get(session_id)
         if reader is not None:
             reader.put += 1
-            if dlq_seq in reader.leases:
+            if dlq_seq is not None and self.holders.get(dlq_seq) == session_id:
                 reader.put_for.add(dlq_seq)
 
     def status_info(self) -> list[dict]:

@@ -162,11 +162,11 @@ class Handover:
                 )
             )
             return True
-        if queue.shared:
-            self.dlq_readers.leased(session.id, entry)
         handed = self.count_delivery(request_id, queue, entry)
         if handed is None:
             return False
+        if queue.shared:
+            self.dlq_readers.leased(session.id, entry)
         self.send_when_marked(
             session, request_id, queue, [handed], handed[1], entry if premarked else None
         )
@@ -237,6 +237,9 @@ class Handover:
             if dequeued:
                 _tell_dequeued(handed)
             return
+        dlq_seqs = [entry.seq for entry, _, _ in handed] if queue.shared else []
+        if dlq_seqs:  # a detach meanwhile leaves their counts (mrs.group.dlq_leases)
+            self.dlq_readers.marks_pending(session.id, dlq_seqs)
 
         def marked(error: JournalError | None) -> None:
             if marking is not None:  # first: a failed mark may hand its entry out again
@@ -244,6 +247,8 @@ class Handover:
             if error is not None:
                 self._mark_failed(session, request_id, queue, handed, error)
                 return
+            if dlq_seqs:
+                self.dlq_readers.marks_committed(session.id, dlq_seqs)
             session.send(answer)
             if dequeued:
                 _tell_dequeued(handed)
@@ -267,6 +272,8 @@ class Handover:
         unconfirmed = queue.unconfirmed
         for entry, _, needs_confirm in reversed(handed):
             entry.times_delivered -= 1
+            if queue.shared:  # its lease never began (mrs.group.dlq_leases)
+                self.dlq_readers.released(session.id, entry.seq)
             queue.unlend(entry.seq)  # a read-ahead entry was never lent
             if not needs_confirm or (attached and unconfirmed.pop(entry.seq, None) is not None):
                 queue.put_back(entry)
@@ -353,9 +360,8 @@ class Handover:
         queue = attached_queue(session)
         journal = journal_on_confirm(force_j, self.ctx.pcj_default)
         check_confirm(queue.confirm_style, queue.unconfirmed, seq)
-        if queue.shared:
-            self.dlq_readers.check_holder(session.id, seq)
-            self.dlq_readers.removed(session.id, seq)
+        if queue.shared:  # the lease ends when the confirm is committed (_commit_ended)
+            self.dlq_readers.confirming(session.id, seq, confirm_value)
         entry = queue.unconfirmed.pop(seq)
         if run is not None and not journal and self._deletes_only(entry):
             if run.queue is not queue:
@@ -460,6 +466,9 @@ class Handover:
         if error is not None:
             if session.attached is queue:
                 queue.restore_unconfirmed([entry for entry, _ in confirms])
+                if queue.shared:  # still held: its holder may confirm it again
+                    for entry, _ in confirms:
+                        self.dlq_readers.confirm_failed(session.id, entry.seq)
             else:
                 for entry, _ in confirms:
                     queue.put_back(entry)
@@ -472,6 +481,8 @@ class Handover:
             return
         ctx = self.ctx
         for entry, request_id in confirms:
+            if queue.shared:
+                self.dlq_readers.removed(session.id, entry.seq)
             if entry.journaled:
                 ctx.counts.dqf_removed()
                 self.notices.peers.dqf_freed()

@@ -12,13 +12,17 @@ So a group's journals carry an incarnation: 16 random bytes in META, written by 
 first start and replicated with them (every instance of a replicated group has the
 same one). A link's Hello and Welcome carry it. Each side records the first one it
 meets for each peer (after the peer's identity and credentials were checked) and
-refuses a link that brings another one, with one line saying what to do: as IBM MQ
-refuses a channel whose sequence numbers do not match until an operator resets it.
+refuses a link that brings another one, or none once one was recorded, with one line
+saying what to do: as IBM MQ refuses a channel whose sequence numbers do not match
+until an operator resets it.
 The reset is `mrs admin reset-link PEER` on the refusing group (mrs.ops.link_reset):
 it drops the record and the old journals' dedupe keys, and the next link records the
 new incarnation. Nothing is lost while the link is refused: what either side would
-send waits in its SAF. A peer of an older release sends none and is not checked
-(a dialer falls back to that only for a peer never met with one: mrs.group.link_driver).
+send waits in its SAF. A peer of an older release sends none and is not checked, as
+long as its links never brought one: no group goes back to an earlier release, so
+a link without one from a peer that did is not that peer (`PeerIncarnations.admit`),
+on either side (a dialer falls back to an earlier release's Hello only for a peer
+never met with one: mrs.group.link_driver).
 """
 
 from __future__ import annotations
@@ -68,11 +72,12 @@ class PeerIncarnations:
 
     def admit(self, peer_id: int, incarnation: bytes) -> str | None:
         """None when a link from `peer_id` bringing `incarnation` may go on (a first
-        one is recorded now, durably); else the refusal, one line."""
-        if not incarnation:
-            return None  # a peer of an older release: nothing to compare
+        one is recorded now, durably); else the refusal, one line. An empty `incarnation`
+        (an earlier release's link) goes on only while none is recorded for `peer_id`."""
         key = _peer_key(peer_id)
         recorded = self.store.meta_get(key)
+        if not incarnation:
+            return None if recorded is None else self._said_none(peer_id, bytes(recorded))
         if recorded is None:
             self.store.commit_now(
                 WriteBatch.empty().put_raw(Journal.META, key.encode(), incarnation)
@@ -87,6 +92,23 @@ class PeerIncarnations:
             f"replaced. Stop a stray process; if group {peer_id} was rebuilt, run `mrs admin "
             f"reset-link {peer_id} --config {self.config_path} --group {self.group_id}`. "
             "Nothing waiting is lost meanwhile"
+        )
+
+    def _said_none(self, peer_id: int, recorded: bytes) -> str:
+        """The refusal of a link (a Hello or a Welcome) that says no incarnation from a
+        peer whose links brought one before. Why: a group of this release always says
+        it, and no group goes back to an earlier release (docs/operations.md), so what
+        leaves it out is not the group this one linked with (an earlier release's
+        process started by mistake on other journals, whatever answers or dials in
+        its name); taken for an earlier release, as before, it replaced the real
+        link's connection with its journals unchecked."""
+        return (
+            f"group {peer_id} said no journals' incarnation, but its links brought one "
+            f"before ({short(recorded)}): a group of this release says it, and none goes "
+            f"back to an earlier release. Stop whatever dials or answers as group "
+            f"{peer_id}; if group {peer_id} was really taken back to an earlier release, "
+            f"run `mrs admin reset-link {peer_id} --config {self.config_path} --group "
+            f"{self.group_id}`. Nothing waiting is lost meanwhile"
         )
 
     def recorded(self, peer_id: int) -> bytes | None:

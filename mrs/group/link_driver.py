@@ -256,30 +256,12 @@ async def _handshake(
     if not isinstance(event, wire.Welcome) or event.group_id != peer_id:
         found = getattr(event, "group_id", event)
         raise LinkRefused(f"expected group {peer_id} at this address, found {found}")
-    if incarnations is not None and own and not event.incarnation:
-        _check_bare_welcome(incarnations, peer_id)
     if incarnations is not None:
+        # A Welcome without an incarnation from a peer whose links brought one is
+        # refused there too: whatever answered is not that peer (`admit`).
         problem = incarnations.admit(peer_id, event.incarnation)
         if problem is not None:
             raise JournalsChanged(problem)
-
-
-def _check_bare_welcome(incarnations: PeerIncarnations, peer_id: int) -> None:
-    """A Welcome without an incarnation, to a Hello that said one: JournalsChanged
-    from a peer whose incarnation is recorded. A group of this release answers such a
-    Hello with its own, one of an earlier release refuses it, and no group goes back
-    to an earlier release; taken (as before), whatever answered at the peer's address
-    was linked with its journals unchecked. From a peer never met with one it is let
-    through: there is nothing to check it against."""
-    recorded = incarnations.recorded(peer_id)
-    if recorded is not None:
-        raise JournalsChanged(
-            f"group {peer_id} welcomed this release's link Hello without its journals'"
-            f" incarnation, but its links brought one before ({short(recorded)}): not"
-            f" linked. Stop whatever answers at its address; if group {peer_id} was"
-            f" really taken back to an earlier release, run `mrs admin reset-link"
-            f" {peer_id} --config {incarnations.config_path} --group {incarnations.group_id}`"
-        )
 
 
 def _refusal(

@@ -45,3 +45,22 @@ def memory_quota_problem(queue: TargetQueue, entry: Entry, guards: Guards) -> st
         return None
     _refusals.refused(limit, f"queue {queue.address}", f"EXCEEDQUOTA: {problem}")
     return problem
+
+
+def over_bound(queue: TargetQueue, guards: Guards) -> str | None:
+    """Why `queue` holds more nonrecoverable messages than its bounds allow, or None.
+
+    A queue can be over: messages a client gives back when it closes with read-ahead
+    it never handed to a get (GiveBack) wait again whatever the queue holds, since
+    they were accepted once and dropping them would lose them; a producer may have
+    filled the queue while they were lent. The bound then holds by refusing every
+    new put (EXCEEDQUOTA, `enqueue_in_memory`) until gets take it back under, and
+    `mrs status` says so on the queue's row."""
+    messages_max = queue.config.messages_max
+    if queue.memory_count > messages_max:
+        held = f"{queue.memory_count} messages, messages_max={messages_max}"
+    elif queue.memory_bytes > guards.queue_bytes_max:
+        held = f"{queue.memory_bytes} bytes, queue_bytes_max={guards.queue_bytes_max}"
+    else:
+        return None
+    return f"holds {held} (messages given back): new puts refused EXCEEDQUOTA until under"

@@ -16,6 +16,7 @@ from journals import GroupCommitWriter, InlineWriter, Journal
 from journals.protocol import Store
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig, GroupConfig
+from mrs.config.guards import Guards
 from mrs.group.acks import AckOutbox, AckWaits, RecentAcks
 from mrs.group.batch_get import BatchGet
 from mrs.group.confirm_run import ConfirmRun
@@ -29,6 +30,7 @@ from mrs.group.held_offers import HeldOffers
 from mrs.group.inbound import Inbound
 from mrs.group.intake import Intake
 from mrs.group.journal_pages import read_page
+from mrs.group.memory_quota import over_bound
 from mrs.group.notices import Notices
 from mrs.group.outbound import Outbound
 from mrs.group.pcj_control import PcjControl
@@ -214,12 +216,15 @@ class Group:
             "dqf_held_for_drains": self.peers.room.status_info(),
             "dlq_readers": self.dlq_readers.status_info(),
             "pcj": self.pcj_control.status_info(),
-            "queues": {str(queue.address): _queue_status(queue) for queue in ctx.queues.values()},
+            "queues": {
+                str(queue.address): _queue_status(queue, ctx.config.guards)
+                for queue in ctx.queues.values()
+            },
         }
 
 
-def _queue_status(queue: TargetQueue) -> dict:
-    return {
+def _queue_status(queue: TargetQueue, guards: Guards) -> dict:
+    status = {
         "name": queue.config.name,
         "pending": queue.waiting,
         "unconfirmed": len(queue.unconfirmed),
@@ -228,3 +233,6 @@ def _queue_status(queue: TargetQueue) -> dict:
         + sum(1 for entry in queue.unconfirmed.values() if entry.journaled),
         "attached": queue.attached_session is not None,
     }
+    if (over := over_bound(queue, guards)) is not None:  # only while over: a note, not a column
+        status["over_bound"] = over
+    return status

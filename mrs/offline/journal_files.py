@@ -60,22 +60,35 @@ class GroupJournals:
         return read_only_map_bytes(self.journals_path)
 
 
+def operator_path(text: str) -> Path:
+    """A path option of the journal tools, as argparse's `type`: `~` and `~user`
+    expanded, as the config's paths are (mrs.config.fields `resolve_path`). Why: the
+    shell leaves `~` alone when quoted (`--dir '~/x'`) or after `--dir=`, and the
+    tools took it literally, as `./~/x`, where `pcj_archive_dir = "~/x"` meant the
+    home directory: an archive landed in a directory named `~`, which a later
+    `rm -r ~` typed to clean it up would take for the home directory."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # "~nosuchuser/..."
+        raise argparse.ArgumentTypeError(f"cannot expand the home directory in {text!r}") from None
+
+
 def non_empty_path(text: str) -> Path:
     """A directory a tool writes to (`pcj archive --dir`, `journal salvage --to`), as
-    argparse's `type`. An empty one (`--dir "$ARCHIVE"`, the variable unset) is refused:
-    read as `.`, the archive went into whatever directory the command ran in, and its
-    records were deleted from the PCJ."""
+    argparse's `type` (`operator_path`). An empty one (`--dir "$ARCHIVE"`, the variable
+    unset) is refused: read as `.`, the archive went into whatever directory the
+    command ran in, and its records were deleted from the PCJ."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a directory")
-    return Path(text)
+    return operator_path(text)
 
 
 def add_location_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="bus configuration (TOML)")
+    parser.add_argument("--config", type=operator_path, help="bus configuration (TOML)")
     parser.add_argument("--group", type=int, help="group id whose journals to read")
     parser.add_argument(
         "--data-dir",
-        type=Path,
+        type=operator_path,
         help="read this group data directory (holding journals/) instead, e.g. a copy",
     )
     parser.add_argument(
@@ -241,4 +254,31 @@ def open_store(where: GroupJournals, *, writable: bool = False) -> JournalStore:
         raise CommandError(f"cannot open the journals in {where_text}: {problem}") from None
     if not where.client_saf:
         refuse_unfinished_copy(store, where.journals_path)
+        _refuse_another_groups(store, where)
     return store
+
+
+def _refuse_another_groups(store: JournalStore, where: GroupJournals) -> None:
+    """Close `store` and raise CommandError (one line, exit 2) when its journals name
+    another group than `--group` (META `journals_group`, as `mrs serve` checks them:
+    mrs.storage.data_dir_owner). Why: `--data-dir /backup/g1 --group 2` was read as
+    group 2's: `mrs pcj archive` filed group 1's records under `group=2` in Parquet
+    (the audit then counted them for group 2), jplay sent them from group 2's queue
+    with `"group": 2` in their replay header, and a selection by queue number alone
+    matched nothing. Journals that name no group (a copy from before the key) pass."""
+    from mrs.core.seqspace import GROUP_KEY
+
+    recorded = store.meta_get(GROUP_KEY.decode()) if where.group_id else None
+    if recorded is None:
+        return
+    text = bytes(recorded).decode("ascii", "replace")
+    if text == str(where.group_id):
+        return
+    store.close()
+    raise CommandError(
+        f"{where.journals_path} holds the journals of group {text}, not of group "
+        f"{where.group_id}: give --group {text} (with --data-dir DIR, the group whose "
+        "journals DIR holds), or the data directory of group "
+        f"{where.group_id}",
+        EXIT_USAGE,
+    )

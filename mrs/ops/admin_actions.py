@@ -31,7 +31,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,6 +42,7 @@ from mrs.config.rewrite import edit_lock, with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
 from mrs.group.context import U32, UNPACK_U32
 from mrs.group.dqf import forget_priority, keep_priority
+from mrs.group.lanes import Lane
 from mrs.group.queues import TargetQueue
 from mrs.group.reply import report_waiting_sender
 from mrs.group.shapes import Entry, encode_entry, moved_copy, record_from_entry
@@ -55,6 +56,7 @@ from mrs.limits import (
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
 from mrs.ops.admin_log import AdminLog
+from mrs.ops.admin_terms import GIVE_A_RIGHT
 from mrs.ops.bus_file_record import (
     BUS_FILE_KEY,
     CREDENTIALS_FILE_KEY,
@@ -62,6 +64,7 @@ from mrs.ops.bus_file_record import (
     next_record,
 )
 from mrs.security import permissions as rules
+from mrs.security.permissions import GRANT_KINDS
 
 if TYPE_CHECKING:
     from mrs.config.bus import BusConfig, GroupConfig
@@ -115,7 +118,7 @@ class AdminActions:
     def __init__(self, server: AdminServer) -> None:
         self.server = server
         self.journal_path = Path(server.config.data_dir) / JOURNAL_FILE_NAME
-        self.log = AdminLog(self.journal_path, self._store)
+        self.log = AdminLog.of(self.journal_path, self._store)
         self._refusal_journaled = False
         """The request under way was refused and journaled by `check` (its right)."""
         self._files: dict[bytes, BusFileRecord | None] = {}
@@ -145,7 +148,13 @@ class AdminActions:
         """A refused action in the admin journal: what was asked and why it was not done."""
         status = getattr(refused.status, "name", str(refused.status))
         asked = _plain(args) if isinstance(args, dict) else {"args": repr(args)[:200]}
-        self.journal(session, action, asked, {"refused": refused.message, "status": status})
+        self.refusal_line(session, action, asked, {"refused": refused.message, "status": status})
+
+    def refusal_line(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
+        """A refusal's journal line, or only its count when its principal has had their
+        share of lines for now (mrs.ops.admin_log.RefusalLines)."""
+        if self.log.refusals.admit(session.principal, action):
+            self.journal(session, action, args, result)
 
     # -- the parts every action shares -------------------------------------------------
 
@@ -200,7 +209,7 @@ class AdminActions:
             )
         if problem is not None:
             who = session.principal or "(unauthenticated)"
-            self.journal(session, action, {"queue": _name(queue)}, {"refused": problem})
+            self.refusal_line(session, action, {"queue": _name(queue)}, {"refused": problem})
             self._refusal_journaled = True
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
@@ -211,7 +220,7 @@ class AdminActions:
             return
         problem = rules.may_admin(authority.permissions(session.principal), right)
         if problem is not None:
-            self.journal(session, action, {}, {"refused": problem})
+            self.refusal_line(session, action, {}, {"refused": problem})
             self._refusal_journaled = True
             who = session.principal or "(unauthenticated)"
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {action}: {problem}")
@@ -414,10 +423,7 @@ def _places(queue: TargetQueue) -> Iterator[tuple[int, Entry | None]]:
     delivery order, without taking or reading any: each priority lane from the
     highest, its memory window, then its cold backlog (mrs.group.lanes)."""
     for lane in queue.pending.lanes():
-        for entry in lane.window:
-            yield entry.seq, entry
-        for seq in lane.cold:
-            yield seq, lane.cold.held_entry(seq)
+        yield from _lane_places(lane)
 
 
 def _places_after(
@@ -428,13 +434,32 @@ def _places_after(
     between two pages move every count, and a page by count showed some twice and
     skipped others; a message's place in its lane does not move. When `after` has
     left meanwhile (a get took it, and with it what waited before it), the page
-    starts at the first waiting message again: rows may repeat, none is skipped."""
+    starts at the first waiting message again: rows may repeat, none is skipped.
+    Found lane by lane, in its window, else by a seek in its cold backlog
+    (`ColdBacklog.after`): a walk of every place before it cost each page time in
+    proportion to the queue's depth, on the event loop."""
     if after is None:
         return _places(queue), True
-    start = next((i + 1 for i, (seq, _) in enumerate(_places(queue)) if seq == after), None)
-    if start is None:
-        return _places(queue), False
-    return itertools.islice(_places(queue), start, None), True
+    lanes = queue.pending.lanes()
+    for number, lane in enumerate(lanes):
+        at = next((i for i, entry in enumerate(lane.window) if entry.seq == after), None)
+        rest = (
+            lane.cold.after(after)
+            if at is None
+            else itertools.islice(_lane_places(lane), at + 1, None)
+        )
+        if rest is not None:
+            later = (place for other in lanes[number + 1 :] for place in _lane_places(other))
+            return itertools.chain(rest, later), True
+    return _places(queue), False
+
+
+def _lane_places(lane: Lane[Entry]) -> Iterator[tuple[int, Entry | None]]:
+    """One lane's waiting messages, as `_places` gives them."""
+    for entry in lane.window:
+        yield entry.seq, entry
+    for seq in lane.cold:
+        yield seq, lane.cold.held_entry(seq)
 
 
 Selection = Callable[["Group", TargetQueue, Entry], bool]
@@ -990,7 +1015,7 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     `mrs creds grant`); every group of the bus reloads the file when it changes."""
     from mrs.security import creds as store
     from mrs.security.creds import CredsError
-    from mrs.security.permissions import GRANT_KINDS, parse_permissions
+    from mrs.security.permissions import parse_permissions
 
     actions.check_right(session, "grant", "config")
     authority = actions.server.authority
@@ -998,6 +1023,9 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         raise Refused(Status.BADPARAM, "grant: this bus has no [auth]: nothing to grant")
     args = request.args
     name = args.get("principal")
+    problem = grant_problem(str(name)[:64], args)
+    if problem is not None:
+        raise Refused(Status.BADPARAM, problem)
     perms = parse_permissions({kind: args.get(kind) or [] for kind in GRANT_KINDS})
     if not isinstance(name, str) or isinstance(perms, str):
         problem = perms if isinstance(perms, str) else "give the principal's name"
@@ -1018,6 +1046,34 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     # journaled too: the next active of a replicated group grants the same
     batch = actions.file_changed(CREDENTIALS_FILE_KEY, before, after)
     actions.answer_journaled(session, request, batch, result)
+
+
+def grant_problem(principal: str, args: Mapping[str, Any]) -> str | None:
+    """Why a grant must not be done, in the AdminRequest's terms, or None. A grant
+    replaces every right the principal has: with no right given it took them all
+    away (an operator's own included, locking them out), so that needs `none=true`.
+    The group's rule, for every asker: it was the command line's and the web page's
+    alone, and `client.admin("grant", principal=NAME)` took every grant away. An
+    `mrs admin grant --none` of the release before sends each right empty and no
+    `none`: refused, and told so (`mrs admin` before the server asks keeps the
+    same rule: mrs.tools.admin)."""
+    none = args.get("none", False)
+    if type(none) is not bool:
+        return f"grant {principal}: none must be true or false, got {type(none).__name__}"
+    given = any(args.get(kind) for kind in GRANT_KINDS)
+    if given and none:
+        return f"grant {principal}: `none=true` with rights given"
+    if given or none:
+        return None
+    earlier = (  # an earlier `mrs admin grant --none`: each right sent empty
+        " (an earlier `mrs admin grant` sends its none option so: use this release's)"
+        if all(args.get(kind) == [] for kind in GRANT_KINDS)
+        else ""
+    )
+    return (
+        f"grant {principal}: no right given, which would take every grant away: "
+        f"give {GIVE_A_RIGHT}, or `none=true` to mean it{earlier}"
+    )
 
 
 def _pcj_archive(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
@@ -1078,7 +1134,7 @@ _ARG_NAMES: dict[str, frozenset[str]] = {
     "journal": frozenset({"limit"}),
     "set_limits": frozenset({"queue", *LIMIT_KEYS}),
     "add_queue": frozenset(QUEUE_KEYS),
-    "grant": frozenset({"principal", *rules.GRANT_KINDS}),
+    "grant": frozenset({"principal", "none", *rules.GRANT_KINDS}),
     "pcj_archive": frozenset({"until_ns", "closed"}),
     "reset_link": frozenset({"peer"}),
 }

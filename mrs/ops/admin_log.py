@@ -9,7 +9,11 @@ failover `mrs admin journal` on the new active showed nothing of what operators 
 before it (an auditor asking who purged a queue found no one); a group's own
 journals follow it through a failover, a full copy and a restore from a copy.
 At most `ADMIN_LOG_RECORDS_MAX` are kept in the journals (the oldest go with each new
-one past it); the file keeps everything.
+one past it); the file keeps everything. Refusals are journaled one by one up to
+ADMIN_REFUSAL_LINES_MAX per principal per ADMIN_REFUSAL_INTERVAL_S, the rest as one
+count line (`RefusalLines`), so nobody can push the others' lines out by asking.
+One AdminLog per file (`AdminLog.of`): the group's requests and its web page's
+actions write the same lines, and two logs each trimmed and listed only their own.
 """
 
 from __future__ import annotations
@@ -20,12 +24,21 @@ import logging
 import os
 import struct
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from journals import Journal, JournalError, WriteBatch
-from mrs.limits import ADMIN_LOG_RECORDS_MAX
+from mrs.core.refusals import flush_also
+from mrs.limits import (
+    ADMIN_LOG_RECORDS_MAX,
+    ADMIN_REFUSAL_ACTIONS_MAX,
+    ADMIN_REFUSAL_INTERVAL_S,
+    ADMIN_REFUSAL_LINES_MAX,
+    REFUSAL_KEYS_MAX,
+)
 
 log = logging.getLogger("mrs.admin")
 
@@ -44,6 +57,17 @@ class AdminLog:
         self._keys: list[bytes] | None = None
         """The journals' admin-log keys, oldest first (read at the first write)."""
         self._count = itertools.count()
+        self.refusals = RefusalLines(self.write)
+
+    @classmethod
+    def of(cls, path: Path, store_of: Callable[[], tuple[Any, Any] | None]) -> AdminLog:
+        """The AdminLog of the file at `path`, made at the first ask (the module
+        docstring says why one)."""
+        key = str(path.resolve())
+        found = _LOGS.get(key)
+        if found is None:
+            found = _LOGS[key] = cls(path, store_of)
+        return found
 
     def write(self, line: dict, then: Callable[[JournalError | None], None] | None = None) -> None:
         """Append `line` to the file and commit it to the journals; `then` is told
@@ -110,6 +134,96 @@ class AdminLog:
                 after = pairs[-1][0]
             self._keys = keys
         return self._keys
+
+
+_LOGS: weakref.WeakValueDictionary[str, AdminLog] = weakref.WeakValueDictionary()
+"""The AdminLog of each admin journal file in use in this process."""
+
+
+@dataclass
+class _Window:
+    """One principal's refusals in the interval that started at `started_s`."""
+
+    started_s: float
+    journaled: int = 0
+    counted: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    actions: dict[str, int] = field(default_factory=dict)
+
+
+class RefusalLines:
+    """Which refusals are journaled one by one: per principal, the first
+    ADMIN_REFUSAL_LINES_MAX of each ADMIN_REFUSAL_INTERVAL_S; the others are counted
+    and journaled as one line (`action` "refusals") once the interval is over, at the
+    principal's next refusal or at the server's next `flush_all`. Why: each
+    refusal was a synced line, so a principal with no right asking in a loop cost
+    an fsync per request and pushed every other line out of the last
+    ADMIN_LOG_RECORDS_MAX; the count line still tells an auditor it happened."""
+
+    def __init__(
+        self, write: Callable[[dict], None], clock_s: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.write = write
+        self.clock_s = clock_s
+        self._windows: dict[str | None, _Window] = {}
+        flush_also(self)
+
+    def admit(self, principal: str | None, action: str) -> bool:
+        """Whether this refusal of `principal` is journaled as its own line (else it
+        is counted for the interval's count line)."""
+        now_s = self.clock_s()
+        window = self._windows.get(principal)
+        if window is None or now_s - window.started_s >= ADMIN_REFUSAL_INTERVAL_S:
+            if window is not None:
+                self._counted_line(principal, window)
+            elif len(self._windows) >= REFUSAL_KEYS_MAX:
+                self.flush(every=True)
+            window = self._windows[principal] = _Window(now_s)
+        if window.journaled < ADMIN_REFUSAL_LINES_MAX:
+            window.journaled += 1
+            return True
+        window.counted += 1
+        window.last_ns = time.time_ns()
+        window.first_ns = window.first_ns or window.last_ns
+        named = action if action in window.actions else "(others)"
+        if len(window.actions) < ADMIN_REFUSAL_ACTIONS_MAX:
+            named = action
+        window.actions[named] = window.actions.get(named, 0) + 1
+        return False
+
+    def flush(self, every: bool = False) -> None:
+        """Journal the count line of each interval that is over (`every`: of all)."""
+        now_s = self.clock_s()
+        for principal, window in list(self._windows.items()):
+            if every or now_s - window.started_s >= ADMIN_REFUSAL_INTERVAL_S:
+                del self._windows[principal]
+                self._counted_line(principal, window)
+
+    def _counted_line(self, principal: str | None, window: _Window) -> None:
+        if not window.counted:
+            return
+        self.write(
+            {
+                "time_ns": time.time_ns(),
+                "principal": principal,
+                "peer": None,
+                "action": "refusals",
+                "args": {"first_ns": window.first_ns, "last_ns": window.last_ns},
+                "result": {
+                    "refused": f"{window.counted} more refusals not journaled one by one "
+                    f"(at most {ADMIN_REFUSAL_LINES_MAX} per {ADMIN_REFUSAL_INTERVAL_S:g} s)",
+                    "count": window.counted,
+                    "actions": window.actions,
+                },
+            }
+        )
+        log.warning(
+            "admin: %s: %d more refusals not journaled one by one: %s",
+            principal or "(no auth)",
+            window.counted,
+            window.actions,
+        )
 
 
 def _ends_torn(file: Any) -> bool:

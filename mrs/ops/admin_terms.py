@@ -2,28 +2,26 @@
 renderings.
 
 Why: a refusal is made once, by the rule that refuses (the group's
-mrs.ops.admin_actions, or `grant_problem` here, which `mrs admin` and the web pages
-both run before they ask), in the terms of the AdminRequest itself: its argument
+mrs.ops.admin_actions, its `grant_problem` included), in the terms of the
+AdminRequest itself: its argument
 names in backquotes (`discard=true`, `to`), the words of a program that calls
 `client.admin()`. `mrs admin` shows them as its options (`--discard`), the web pages
 as their fields and buttons. Before, the rule was written for the command line: the
 web page read "purge with --discard" and "add-queue 20 NAME" where it has boxes and
-buttons, and had no copy of the grant rule at all, so "Replace grants" with every
-field empty took every grant away (the command line refuses that without --none).
+buttons.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Literal
 
 from mrs.security.permissions import GRANT_KINDS
 
 Front = Literal["cli", "web"]
 
-_GIVE_A_RIGHT = "`" + "`/`".join(GRANT_KINDS) + "`"
-"""The grant's rights, as a refusal names them."""
+GIVE_A_RIGHT = "`" + "`/`".join(GRANT_KINDS) + "`"
+"""The grant's rights, as a refusal names them (mrs.ops.admin_actions.grant_problem)."""
 
 _TERMS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (
@@ -38,7 +36,7 @@ _TERMS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     ),
     (re.compile(r"`none=true`"), "--none", "'none (take every grant away)' ticked"),
     (
-        re.compile(re.escape(_GIVE_A_RIGHT)),
+        re.compile(re.escape(GIVE_A_RIGHT)),
         "/".join(f"--{kind}" for kind in GRANT_KINDS),
         "a pattern in attach, put, confirm or manage, or a right in admin",
     ),
@@ -53,18 +51,3 @@ def rendered(message: str, front: Front) -> str:
     for term, cli, web in _TERMS:
         message = term.sub(cli if front == "cli" else web, message)
     return message
-
-
-def grant_problem(principal: str, grants: Mapping[str, object], none: object) -> str | None:
-    """Why a grant must not be asked for, in the AdminRequest's terms, or None. A
-    grant replaces every right the principal has: with no right given it took them
-    all away (an operator's own included, locking them out), so that needs `none`."""
-    given = any(grants.get(kind) for kind in GRANT_KINDS)
-    if not given and none is not True:
-        return (
-            f"grant {principal}: no right given, which would take every grant away: "
-            f"give {_GIVE_A_RIGHT}, or `none=true` to mean it"
-        )
-    if given and none:
-        return f"grant {principal}: `none=true` with rights given"
-    return None

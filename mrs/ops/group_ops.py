@@ -168,6 +168,15 @@ class GroupOps:
                 self.release_endpoints()
                 raise endpoint_failure(self.server, key, host, port, error) from None
 
+    def answering_recovering(self):  # -> mrs.ops.recovering.RecoveringAnswers
+        """Around the journals' opening and recovery (`with`): the endpoints held by
+        `bind_endpoints` answer 503 "recovering" at once (mrs.ops.recovering)."""
+        from mrs.ops.recovering import RecoveringAnswers
+
+        config = self.server.config
+        held = [listener.socket.fileno() for each in self._held.values() for listener in each]
+        return RecoveringAnswers(held, f"group {config.id} ({config.name})")
+
     def release_endpoints(self) -> None:
         """Close the addresses `bind_endpoints` holds and no endpoint serves (a start
         that failed after taking them)."""

@@ -163,6 +163,11 @@ def http_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
+ANY_PATH = "*"
+"""A route under this key answers every path no other route names (a group that is
+recovering: mrs.ops.recovering)."""
+
+
 def text(status: int, body: str) -> Response:
     return Response(status, "text/plain; charset=utf-8", body.encode())
 
@@ -463,7 +468,7 @@ async def _routed(routes: dict[str, Route], request: Request) -> Response:
     """A read-only page's answer (GET and HEAD only)."""
     if request.method not in ("GET", "HEAD"):
         return text(405, "read-only: GET and HEAD only\n")
-    route = routes.get(request.path)
+    route = routes.get(request.path) or routes.get(ANY_PATH)
     if route is None:
         return text(404, f"no such page: {request.path}; pages: {', '.join(sorted(routes))}\n")
     try:

@@ -41,7 +41,7 @@ from mrs.limits import (
     WEB_SESSIONS_MAX,
 )
 from mrs.model import Status
-from mrs.ops.admin_terms import grant_problem, rendered
+from mrs.ops.admin_terms import rendered
 from mrs.ops.http_endpoint import Handler, Request, Response
 from mrs.security import scram
 from mrs.security.creds import LINK_PREFIX
@@ -59,7 +59,6 @@ COOKIE_TOKENS_MAX = 8
 consoles on the same host (`_tokens`)."""
 _JSON = "application/json"
 CSRF_HEADER = "x-csrf-token"
-BADPARAM = int(Status.BADPARAM)
 WEB_ACTIONS = frozenset(
     {"browse", "purge", "move", "connections", "journal", "set_limits", "add_queue", "grant"}
 )
@@ -248,11 +247,8 @@ class WebAdmin:
         problem = _not_text(form)
         if problem is not None:
             return json_answer(400, {"error": f"{action}: {problem}: nothing was done"})
-        if action == "grant":  # the rule `mrs admin grant` keeps: `none` is the page's box
-            args = dict(args)
-            problem = grant_problem(str(args.get("principal", "")), args, args.pop("none", False))
-            if problem is not None:
-                return json_answer(400, {"error": rendered(problem, "web"), "status": BADPARAM})
+        if action == "grant":  # a field left empty gives no right (the group's rule)
+            args = {key: value for key, value in args.items() if value != []}
         return await self.perform(login, request, form, str(action), args)
 
     def kept_password(self, password: str) -> str | None:

@@ -165,33 +165,13 @@ class GroupServer:
         durable. Whatever cannot start fails before the epoch is committed."""
         listeners = await self._bind()
         try:
-            self.store = self.journal_files.open()
+            with self.ops.answering_recovering():  # the ops ports say so meanwhile
+                writer, connections = self._open_and_recover()
         except BaseException:
             for listener in listeners or ():
                 await listener.aclose()
             self.ops.release_endpoints()
             raise
-        self.ops.attach_store(can_grow=self.writer_kind != "thread")
-        writer = self._make_writer()
-        self.group = Group(
-            self.bus,
-            self.config,
-            writer.recording if isinstance(writer, ReplicatedWriter) else self.store,
-            writer,
-            self.timers,
-            clock_ns=self.clock_ns,
-            guarantees=self.guarantees,
-        )
-        connections = self._connections(self.group)
-        if broken := self.guarantees.broken:
-            log.warning("UNSAFE build switches on (harness only): %s", ", ".join(sorted(broken)))
-        try:
-            self.group.recover()
-        except JournalError as error:
-            self.store.close()
-            self.journal_files.release()
-            self.ops.release_endpoints()
-            raise startup.journal_failure(self.bus, self.config, error) from None
         writer.start()
         try:
             async with trio.open_nursery() as nursery:
@@ -218,6 +198,32 @@ class GroupServer:
             log.info("group %d stopped; journals closed", self.config.id)
         if self.journal_files.lost is not None:
             raise DataDirError(self.journal_files.lost)
+
+    def _open_and_recover(self) -> tuple[GroupCommitWriter | InlineWriter, Connections]:
+        """Open the journals, make the group and recover it: the start's long part,
+        which never yields to the event loop."""
+        self.store = self.journal_files.open()
+        self.ops.attach_store(can_grow=self.writer_kind != "thread")
+        writer = self._make_writer()
+        self.group = Group(
+            self.bus,
+            self.config,
+            writer.recording if isinstance(writer, ReplicatedWriter) else self.store,
+            writer,
+            self.timers,
+            clock_ns=self.clock_ns,
+            guarantees=self.guarantees,
+        )
+        connections = self._connections(self.group)
+        if broken := self.guarantees.broken:
+            log.warning("UNSAFE build switches on (harness only): %s", ", ".join(sorted(broken)))
+        try:
+            self.group.recover()
+        except JournalError as error:
+            self.store.close()
+            self.journal_files.release()
+            raise startup.journal_failure(self.bus, self.config, error) from None
+        return writer, connections
 
     async def _serve_clients(
         self,
@@ -257,6 +263,7 @@ class GroupServer:
             self.peer_links.adopt,
         )
         dispatcher.admin = AdminActions(self)
+        dispatcher.incarnation = self.peer_links.durable_incarnation
         self.connections = Connections(
             group,
             dispatcher,

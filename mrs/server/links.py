@@ -76,6 +76,12 @@ class PeerLinks:
         else:  # an unreplicated group's: synced on its one disk
             self._start_links(incarnations, nursery)
 
+    def durable_incarnation(self) -> bytes:
+        """This group's journals' incarnation once it is on a majority of its instances
+        (`_start_when_answerable`), b"" before: a client's SAF journal records the one
+        its group tells it, and one a failover lost would refuse the next active."""
+        return b"" if self.incarnations is None else self.incarnations.own
+
     async def _start_when_answerable(
         self, store: RecordingStore, incarnations: PeerIncarnations, nursery: trio.Nursery
     ) -> None:
@@ -191,8 +197,9 @@ class PeerLinks:
                 f"journals of group {peer_id}", session.host, f"refused link: {problem}"
             )
             raise wire.RemoteProtocolError(problem, Status.LINK_DOWN)
-        # A dialer of an earlier release says no incarnation, and refuses a Welcome
-        # with a field it does not know: it is answered without one.
+        # A dialer of an earlier release says no incarnation (admitted only from a
+        # peer whose links never brought one), and refuses a Welcome with a field it
+        # does not know: it is answered without one.
         own = incarnations.own if hello.incarnation else b""
         session.send(
             wire.Welcome(

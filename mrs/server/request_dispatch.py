@@ -68,6 +68,9 @@ class Dispatcher:
         self.parked_gets_max: int = guards.parked_gets_max
         self.admin: Callable[[ServerSession, wire.AdminRequest], None] | None = None
         """The operator's actions (mrs.ops.admin_actions), set by the server."""
+        self.incarnation: Callable[[], bytes] = lambda: b""
+        """This group's journals' incarnation once it is durable (b"" before), set by
+        the server: told to a client whose Hello says its SAF journal's id."""
 
     def begin(self, session: ServerSession, request_id: int, body_bytes: int) -> None:
         """Count a request as in flight until answered, or refuse it (EXCEEDQUOTA)."""
@@ -247,9 +250,18 @@ def _dispatch_rare(
         session.program = clipped(event.program)
         session.unsent_bytes_max = dispatcher.connection_bytes_max
         config = dispatcher.config
+        # A client with a SAF journal says its id and is told the incarnation its
+        # journal drains into (clients.saf_journal.ClientJournal.check_home); a client
+        # of an earlier release says none and refuses a Welcome with a field it does
+        # not know.
+        incarnation = dispatcher.incarnation() if event.incarnation else b""
         session.send(
             wire.Welcome(
-                wire.PROTOCOL_VERSION, config.id, config.name, config.limits.message_bytes_max
+                wire.PROTOCOL_VERSION,
+                config.id,
+                config.name,
+                config.limits.message_bytes_max,
+                incarnation,
             )
         )
     elif isinstance(event, wire.Attach):

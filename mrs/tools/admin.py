@@ -314,9 +314,11 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
             unconfirmed_max=args.unconfirmed_max,
             recoverable=False if args.no_dqf else None,
         )
-    elif command == "grant":
-        grants = {kind: getattr(args, kind) or [] for kind in GRANT_KINDS}
-        result = await client.admin("grant", principal=args.principal, **grants)
+    elif command == "grant":  # --none said as such (an earlier release's sent 5 empty)
+        grants = {kind: getattr(args, kind) for kind in GRANT_KINDS if getattr(args, kind)}
+        result = await client.admin(
+            "grant", principal=args.principal, **({"none": True} if args.none else grants)
+        )
     elif command == "reset-link":
         result = await client.admin("reset_link", peer=args.peer)
     elif command == "connections":
@@ -331,12 +333,13 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
 
 
 def _check_grants(args: argparse.Namespace) -> None:
-    """The grant rule the web pages keep too (mrs.ops.admin_terms.grant_problem): no
-    right given needs `--none`."""
-    from mrs.ops.admin_terms import grant_problem, rendered
+    """The group's grant rule (mrs.ops.admin_actions.grant_problem: no right given
+    needs `--none`), asked before the group is: a usage mistake, nothing sent."""
+    from mrs.ops.admin_actions import grant_problem
+    from mrs.ops.admin_terms import rendered
 
-    grants = {kind: getattr(args, kind) for kind in GRANT_KINDS}
-    problem = grant_problem(args.principal, grants, args.none)
+    grants = {kind: getattr(args, kind) for kind in GRANT_KINDS if getattr(args, kind)}
+    problem = grant_problem(args.principal, {**grants, "none": args.none})
     if problem is not None:
         raise CommandError(f"admin: {rendered(problem, 'cli')}", EXIT_USAGE)
 

@@ -114,6 +114,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
                 connect_options=operator_connect_options(group),
                 coordinator=bus.coordinator if group.instances else None,
                 instances={instance.name: instance.listen for instance in group.instances},
+                ops_addresses=[] if group.instances else _ops_addresses(group),
             )
         )
     return views, bus.path
@@ -151,9 +152,47 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     except Exception as error:  # noqa: BLE001 - one group's failure is shown, not raised
         view.error = down_reason(error)
         view.refused = refusal(error)
+    if view.error is not None and view.refused is None and view.ops_addresses:
+        view.recovering = await recovering_answer(view.ops_addresses, min(timeout_s, 1.0))
     coordinator, group_id = view.coordinator, view.group
     if view.error is not None and view.refused is None and coordinator and group_id is not None:
         view.error += f"; {await leadership_note(coordinator, group_id, timeout_s)}"
+
+
+def _ops_addresses(group: Any) -> list[tuple[str, int]]:
+    """Where to reach a group's metrics and web endpoints from here (a wildcard host
+    by loopback)."""
+    ops = group.ops
+    found = []
+    for host, port in ((ops.metrics_host, ops.metrics_port), (ops.web_host, ops.web_port)):
+        if port:
+            wildcard = host in (None, "", "0.0.0.0", "::")
+            found.append(("127.0.0.1" if wildcard else str(host), port))
+    return found
+
+
+async def recovering_answer(addresses: list[tuple[str, int]], timeout_s: float) -> str | None:
+    """The line a group's ops endpoint answers while the group recovers its journals
+    (mrs.ops.recovering), or None. Why: its client port holds a connection unanswered
+    until recovery ends, and "no answer within 3 s" read as a group that hangs."""
+    import trio
+
+    from mrs.ops.recovering import RECOVERING_WORD
+
+    for host, port in addresses:
+        data = b""
+        with trio.move_on_after(timeout_s):
+            try:
+                async with await trio.open_tcp_stream(host, port) as stream:
+                    await stream.send_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                    while len(data) < 4096 and (chunk := await stream.receive_some(4096)):
+                        data += chunk
+            except OSError:
+                continue
+        head, _, body = data.partition(b"\r\n\r\n")
+        if head.startswith(b"HTTP/1.1 503") and body.startswith(RECOVERING_WORD.encode()):
+            return " ".join(body.decode(errors="replace").split())
+    return None
 
 
 async def _leader_first(view: GroupView, timeout_s: float) -> str:
@@ -379,6 +418,12 @@ def run_status(args: argparse.Namespace) -> int:
 
 def _single_down(view: GroupView) -> CommandError:
     """The one line for the one group asked that did not answer, or refused us."""
+    if view.recovering is not None:
+        return CommandError(
+            f"group at {view.address} is RECOVERING ({view.recovering}); its clients "
+            "wait until then: ask again shortly",
+            EXIT_RUNTIME,
+        )
     if view.refused is not None:
         return CommandError(
             f"group at {view.address} is up but REFUSED the status request "

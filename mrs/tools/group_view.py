@@ -33,15 +33,25 @@ class GroupView:
     """A replicated group's instances: name -> client address (the one etcd names
     active is asked first)."""
 
+    ops_addresses: list[tuple[str, int]] = field(default_factory=list, repr=False)
+    """Its `[group.ops]` endpoints (metrics_listen, web_listen) from the config: asked
+    when the client port does not answer, since they say "recovering" meanwhile."""
+    recovering: str | None = None
+    """What an ops endpoint said while the group recovers its journals (its client
+    port holds connections unanswered until then)."""
+
     @property
     def up(self) -> bool:
         return self.status is not None
 
     @property
     def state(self) -> str:
-        """UP (status read), REFUSED (answered, but not to us), or DOWN."""
+        """UP (status read), RECOVERING (its ops endpoint says so), REFUSED (answered,
+        but not to us), or DOWN."""
         if self.status is not None:
             return "UP"
+        if self.recovering is not None:
+            return "RECOVERING"
         return "REFUSED" if self.refused is not None else "DOWN"
 
     def as_dict(self) -> dict[str, Any]:
@@ -53,5 +63,6 @@ class GroupView:
             "state": self.state,
             "error": self.error,
             "refused": self.refused,
+            "recovering": self.recovering,
             "status": self.status,
         }

@@ -187,12 +187,14 @@ def _add_down_group(view: GroupView, label: str, groups, details, links, names) 
     from rich.text import Text
 
     refused = view.refused is not None
-    style = "yellow" if refused else "red"
+    style = "yellow" if refused or view.recovering else "red"
     groups.add_row(label or view.address, Text(view.state, style=f"bold {style}"),
                    *["-"] * (len(GROUP_COLUMNS) - 2))  # fmt: skip
     reason = f"refused the status request: {view.refused}" if refused else view.error
+    if view.recovering is not None:
+        reason = f"{view.recovering} (its client port: {view.error})"
     details.add_row(label, view.address, "-", Text(f"{view.state}: {reason}", style=style))
-    why = "status refused" if refused else "group down"
+    why = "status refused" if refused else "group recovering" if view.recovering else "group down"
     for peer in view.links_configured:
         peer_label = _peer_label(str(peer), names)
         links.add_row(label, peer_label, Text("unknown", style="yellow"), "-", "-", "-", why)

@@ -21,7 +21,7 @@ from sim.bus import LinkedBus
 from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs
-from tests.process.test_links import drain, proc_bus, wait_for_link
+from tests.process.test_links import QUEUES, drain, proc_bus, wait_for_link
 
 __all__ = ["proc_bus"]  # the fixture: two real groups behind a fault proxy
 
@@ -142,12 +142,23 @@ async def test_a_dialing_group_refuses_a_peer_rebuilt_from_nothing_until_reset(p
 
 
 async def test_a_dialer_of_an_earlier_release_is_answered_in_the_shape_it_reads(
-    proc_bus,
+    tmp_path,
 ) -> None:
     """A group of an earlier release dials with a Hello that says no incarnation and
     refuses a Welcome with more fields than it knows: it is answered with the four
-    it reads, and its link is accepted unchecked."""
-    host, port = proc_bus.address(2).rsplit(":", 1)
+    it reads, and its link is accepted unchecked. Group 2 alone is started, so group
+    1's links never brought it an incarnation: once one did, a Hello without one is
+    refused (tests/process/test_link_admission_24b.py)."""
+    bus = LinkedBus(tmp_path / "bus", queues=QUEUES)
+    await trio.to_thread.run_sync(bus.processes[2].start)
+    try:
+        await _earlier_dialer_welcomed(bus)
+    finally:
+        bus.stop()
+
+
+async def _earlier_dialer_welcomed(bus: LinkedBus) -> None:
+    host, port = bus.address(2).rsplit(":", 1)
     stream = await trio.open_tcp_stream(host, int(port))
     hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
     await stream.send_all(wire.Connection("client").send(hello))
@@ -157,4 +168,6 @@ async def test_a_dialer_of_an_earlier_release_is_answered_in_the_shape_it_reads(
             data += await stream.receive_some(65536)
     welcome = msgspec.msgpack.decode(data[4 : 4 + int.from_bytes(data[:4], "big")])
     assert welcome[:3] == [2, wire.PROTOCOL_VERSION, 2] and len(welcome) == 5
+    async with bus.connect(2, None) as client:
+        assert (await client.status())["links"]["1"]["state"] == "up"  # adopted
     await stream.aclose()

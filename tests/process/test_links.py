@@ -11,6 +11,8 @@ import pytest
 import trio
 
 from clients import DeliveryMode, NoMoreMessages, Status, Uma
+from mrs import protocol as wire
+from mrs.group.incarnation import INCARNATION_KEY
 from sim.bus import LinkedBus
 
 MODE = DeliveryMode
@@ -299,6 +301,15 @@ async def test_link_from_a_wrong_group_is_refused(bus, program, group, caplog) -
     assert (await link_state(bus, 1, 2))["state"] == "up"
 
 
+def group_1_hello(bus) -> wire.Hello:
+    """The link Hello group 1 sends, with its journals' incarnation read from them:
+    group 2 recorded it when the link came up, and refuses a Hello without it
+    (mrs.group.incarnation)."""
+    incarnation = bus.store(1).meta_get(INCARNATION_KEY)
+    assert incarnation, "group 1 has linked: its journals have an incarnation"
+    return wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1, False, bytes(incarnation))
+
+
 async def test_a_second_link_connection_that_ends_leaves_the_link_up(bus) -> None:
     """A link Hello from group 1 on a new connection replaces the live one (a redial
     while the old one is half-open). When the new one then ended, group 2 counted
@@ -311,8 +322,7 @@ async def test_a_second_link_connection_that_ends_leaves_the_link_up(bus) -> Non
     connection = wire.Connection("client")
     stream = await bus.memory.network.node("clients").connect(host, int(port))
     async with stream:
-        hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
-        await stream.send_all(connection.send(hello))
+        await stream.send_all(connection.send(group_1_hello(bus)))
         events = []
         while not events:
             connection.receive_data(await stream.receive_some(65536))
@@ -340,8 +350,7 @@ async def test_a_peer_that_sends_more_than_a_group_sends_in_one_frame_is_refused
     fields = (10, 1, 11, b"x", 0, 0, 0, int(MODE.WF_DQF), int(Uma.DISC), b"", 1, None, False)
     messages = [wire.TransferredMessage(1_000 + index, *fields) for index in range(count)]
     async with stream:
-        hello = wire.Hello(wire.PROTOCOL_VERSION, "group:1", "link", 1)
-        await stream.send_all(connection.send(hello))
+        await stream.send_all(connection.send(group_1_hello(bus)))
         await stream.send_all(connection.send(wire.LinkTransfer(1, messages)))
         events: list = []
         while not any(isinstance(event, wire.Fatal) for event in events):

@@ -113,7 +113,7 @@ class FakeSource:
     async def before_put(self, message) -> None:
         pass
 
-    async def remove(self, message) -> None:
+    async def remove(self, message, discarded: bool = False) -> None:
         self.removed.append(message.seq)
 
 

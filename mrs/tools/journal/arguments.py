@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
-from mrs.offline.journal_files import add_location_arguments
+from mrs.offline.journal_files import add_location_arguments, operator_path
 from mrs.offline.selection import add_selection_arguments
 
 PREVIEW_BYTES = 48
@@ -53,7 +52,7 @@ def add_dump_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("journal", nargs="?", choices=["saf", "dqf", "dlj", "pcj"])
     parser.add_argument(
         "--client-saf",
-        type=Path,
+        type=operator_path,
         metavar="PATH",
         help="read a client library's SAF journal (connect(..., saf_journal=PATH)) instead",
     )

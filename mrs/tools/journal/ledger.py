@@ -132,6 +132,33 @@ def damaged_ledger(path: Path, damage: str) -> str:
     )
 
 
+def _is_scope(value: object) -> bool:
+    """Whether `value` is a scope as `_write_scope` writes it, each field of its type.
+    Why each type: an `again_since_ns` of another (a scope edited by hand, a bad
+    copy) was met only when a ledger time was compared with it, and jplay --again
+    stopped on "unexpected error: TypeError" half-way through planning."""
+    if not isinstance(value, dict) or not {"as", "to"} <= value.keys():
+        return False
+    since = value.get("again_since_ns")
+    return (
+        isinstance(value["as"], str)
+        and (value["to"] is None or isinstance(value["to"], str))
+        and isinstance(value.get("in_doubt", False), bool)
+        and (since is None or (isinstance(since, int) and not isinstance(since, bool)))
+    )
+
+
+def _damaged_scope(path: Path, damage: str) -> str:
+    """The one line for a damaged scope.json: what is wrong and the way out. Not the
+    ledger's (`damaged_ledger`): moving data.mdb aside leaves the scope as it is,
+    refused again, and forgets what was replayed."""
+    return (
+        f"the replay ledger's {path} is damaged: {damage}; move it aside and run the "
+        "last replay's command again (the same --as and --to): records it left in "
+        "doubt are then answered as duplicates, not stored twice"
+    )
+
+
 def _create_secret(path: Path) -> bytes:
     """A new secret at `path`, or the one another jplay made first: two first runs on
     one data directory once each kept the secret it made (the last rename won the
@@ -388,10 +415,9 @@ class ReplayLedger:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as error:
-            raise LedgerDamaged(damaged_ledger(self.path, f"{path.name}: {error}")) from None
-        if not isinstance(last, dict) or not {"as", "to"} <= last.keys():
-            damage = f"{path.name}: not a replay scope"
-            raise LedgerDamaged(damaged_ledger(self.path, damage))
+            raise LedgerDamaged(_damaged_scope(path, str(error))) from None
+        if not _is_scope(last):
+            raise LedgerDamaged(_damaged_scope(path, "not a replay scope"))
         return last
 
     def scope_settled(
@@ -418,7 +444,7 @@ class ReplayLedger:
         self._write_scope(sender, to, in_doubt)
 
     def _write_scope(self, sender: str, to: str | None, in_doubt: bool) -> None:
-        scope = {"as": sender, "to": to, "in_doubt": in_doubt}
+        scope: dict[str, str | bool | int | None] = {"as": sender, "to": to, "in_doubt": in_doubt}
         if self.again_since_ns is not None:
             scope["again_since_ns"] = self.again_since_ns
         replace_file(self.path / SCOPE_FILENAME, json.dumps(scope).encode("utf-8"))

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from journals import CorruptRecord, Journal, JournalStore, WriteBatch, seq_key
 from mrs.group.pcj_control import read_state
@@ -74,6 +74,12 @@ class ArchiveResult:
             "corrupt_kept": self.corrupt_kept,
             "pcj_remaining": self.remaining,
         }
+
+
+class ArchiveWriteFailed(Exception):
+    """A chunk's Parquet files could not be written (the directory is a file, the disk
+    is full, no permission): `str()` is the one line saying why and where its records
+    are. What was written of the chunk is removed and its intent cleared first."""
 
 
 def _kill_point(step: str, kill_at: str | None) -> None:
@@ -135,7 +141,10 @@ def _archive_chunk(
         WriteBatch.empty().put_raw(Journal.META, INTENT_KEY.encode(), _intent(prefix, out_dir))
     )
     _kill_point("intent", kill_at)
-    files = write_records(records, out_dir, group=group_id, journal="pcj", prefix=prefix)
+    try:
+        files = write_records(records, out_dir, group=group_id, journal="pcj", prefix=prefix)
+    except Exception as error:  # pyarrow's own errors too: the chunk is undone either way
+        _undo_chunk(store, prefix, out_dir, len(keys), result, error)
     _kill_point("written", kill_at)
     batch = WriteBatch.empty()
     for key in keys:
@@ -144,6 +153,64 @@ def _archive_chunk(
     store.commit_now(batch)
     result.archived += len(keys)
     result.files.extend(str(path) for path in files)
+
+
+def _undo_chunk(
+    store: JournalStore,
+    prefix: str,
+    out_dir: Path,
+    records: int,
+    result: ArchiveResult,
+    error: Exception,
+) -> NoReturn:
+    """A chunk whose files could not be written: remove what of them reached the disk,
+    clear its intent, raise ArchiveWriteFailed. Why: the intent stayed, and the next
+    run said it "finished an interrupted PCJ archive" of a run that had failed and
+    lost nothing. Should a file not go away, the intent stays: the next run finishes
+    the chunk (it removes from the PCJ the records in the files still there)."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f"{error.filename}: " if error.filename else ""
+        why = f"{where}{error.strerror}"
+    else:
+        why = " ".join(str(error).split()) or type(error).__name__
+    removed = _remove_files(out_dir, prefix)
+    if removed:
+        store.commit_now(WriteBatch.empty().delete(Journal.META, INTENT_KEY.encode()))
+    before = f"; {result.archived} records archived before it" if result.archived else ""
+    left = "" if removed else "; some of its files could not be removed: the next run finishes them"
+    raise ArchiveWriteFailed(
+        f"cannot write the archive to {out_dir} ({why}): a chunk of {records} records "
+        f"was not archived, they stay in the PCJ{before}{left}"
+    ) from error
+
+
+def _remove_files(out_dir: Path, prefix: str) -> bool:
+    """Remove the files of a chunk's prefix under out_dir (those renamed into place and
+    temporaries), durably, and the partition directories they leave empty. Whether
+    every one went (False: some stay, and the chunk's intent must stay with them)."""
+    removed = True
+    for path in list(out_dir.rglob(f"*{prefix}-*")) if out_dir.is_dir() else []:
+        try:
+            path.unlink()
+            _fsync_directory(path.parent)
+        except OSError:
+            removed = False
+            continue
+        for directory in (path.parent, path.parent.parent):  # group=N, then date=D
+            if directory == out_dir or out_dir not in directory.parents:
+                break
+            with contextlib.suppress(OSError):  # not empty: another chunk's files
+                directory.rmdir()
+                _fsync_directory(directory.parent)
+    return removed
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _scan_after(store: JournalStore, after: bytes | None, count_max: int):
@@ -188,11 +255,13 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
     import pyarrow.parquet as pq
 
     seqs: list[int] = []
+    files = 0
     if directory.exists():
         for path in directory.rglob(f"*{prefix}-*"):
             if path.name.startswith("."):
                 path.unlink(missing_ok=True)  # a temporary file never renamed: not archived
                 continue
+            files += 1
             seqs.extend(pq.read_table(path, columns=["seq"]).column("seq").to_pylist())
     from mrs.audit.columns import stored_seq
 
@@ -206,13 +275,21 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
             present += 1
     batch.delete(Journal.META, INTENT_KEY.encode())
     store.commit_now(batch)
-    log.warning(
-        "finished an interrupted PCJ archive (%s) in %s: %d archived records removed from "
-        "the PCJ",
-        prefix,
-        directory,
-        present,
-    )
+    if files:
+        log.warning(
+            "finished an interrupted PCJ archive (%s) in %s: %d archived records removed "
+            "from the PCJ",
+            prefix,
+            directory,
+            present,
+        )
+    else:  # stopped before its files reached the disk: nothing archived, nothing lost
+        log.warning(
+            "an interrupted PCJ archive (%s) wrote no file in %s: its records stay in the "
+            "PCJ, archived by this run",
+            prefix,
+            directory,
+        )
     return present
 
 
@@ -286,7 +363,10 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     ops = where.group.ops if where.group is not None else OpsConfig()
     out_dir = (args.dir if args.dir is not None else ops.archive_dir(where.data_dir)).absolute()
     with _one_run_at_a_time(where.data_dir, where.group_id):
-        result = _archive_located(where, out_dir, until_ns, args)
+        try:
+            result = _archive_located(where, out_dir, until_ns, args)
+        except ArchiveWriteFailed as error:
+            raise CommandError(f"pcj archive: {error}") from None  # exit 1: failed
     if args.json:
         print(json.dumps({"group": where.group_id, "dir": str(out_dir), **result.as_dict()}))
     else:

@@ -140,10 +140,10 @@ def survey(journals_path: Path) -> Survey:
             break
         start_db = following[0]
     for name, entries in result.entries.items():
-        report = result.reports.setdefault(name, DatabaseReport(name))
+        database = result.reports.setdefault(name, DatabaseReport(name))
         if name in RECORD_DATABASES:
-            _check_records(name, entries, report, result.doubled.get(name, []))
-        report.readable = len(entries)
+            _check_records(name, entries, database, result.doubled.get(name, []))
+        database.readable = len(entries)
     return result
 
 
