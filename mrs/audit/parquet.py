@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mrs.audit.columns import SCHEMA, batch_from_records
+from mrs.storage.atomic_file import fsync_path
 
 ROWS_PER_FILE_MAX = 1_000_000
 
@@ -74,14 +75,6 @@ def partition_dates(table: pa.Table) -> pa.Array:
     return pc.strftime(moment, format="%Y-%m-%d", locale="C")
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _make_dirs(directory: Path) -> None:
     """mkdir -p, fsyncing each parent whose entries changed."""
     missing = []
@@ -91,7 +84,7 @@ def _make_dirs(directory: Path) -> None:
         probe = probe.parent
     for path in reversed(missing):
         path.mkdir(exist_ok=True)
-        _fsync_path(path.parent)
+        fsync_path(path.parent)
 
 
 def _write_file(table: pa.Table, directory: Path, prefix: str, compression: str) -> Path:
@@ -99,9 +92,9 @@ def _write_file(table: pa.Table, directory: Path, prefix: str, compression: str)
     final = directory / f"{prefix}-{uuid.uuid4().hex}.parquet"
     temporary = directory / f".{final.name}.tmp"
     pq.write_table(table, temporary, compression=compression)
-    _fsync_path(temporary)
+    fsync_path(temporary)
     os.replace(temporary, final)
-    _fsync_path(directory)
+    fsync_path(directory)
     return final
 
 

@@ -53,8 +53,14 @@ def _place(path: Path, data: bytes, mode: int, put: Callable[[str, Path], None])
         put(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)  # a link leaves it; a rename took it
-    directory = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+    fsync_path(path.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync by path: a file's data, or a directory's entries (a file created, renamed
+    or removed in it: the file's own fsync does not cover them)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        os.fsync(directory)
+        os.fsync(descriptor)
     finally:
-        os.close(directory)
+        os.close(descriptor)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from journals import CorruptRecord, Journal, JournalStore, WriteBatch, seq_key
 from mrs.group.pcj_control import read_state
+from mrs.storage.atomic_file import fsync_path
 from mrs.storage.journal_scan import record_segment
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def _remove_files(out_dir: Path, prefix: str) -> bool:
     for path in list(out_dir.rglob(f"*{prefix}-*")) if out_dir.is_dir() else []:
         try:
             path.unlink()
-            _fsync_directory(path.parent)
+            fsync_path(path.parent)
         except OSError:
             removed = False
             continue
@@ -201,16 +202,8 @@ def _remove_files(out_dir: Path, prefix: str) -> bool:
                 break
             with contextlib.suppress(OSError):  # not empty: another chunk's files
                 directory.rmdir()
-                _fsync_directory(directory.parent)
+                fsync_path(directory.parent)
     return removed
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _scan_after(store: JournalStore, after: bytes | None, count_max: int):

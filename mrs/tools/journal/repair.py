@@ -44,6 +44,7 @@ from journals import (
 from journals.keys import filing_problem
 from mrs.config.bus import ConfigError
 from mrs.offline.journal_files import GroupJournals, JournalsNotFound, locate
+from mrs.storage.atomic_file import fsync_path
 from mrs.storage.journal_check import DATABASES, INDEXES, walk
 from mrs.storage.journal_scan import MAP_BYTES_DEFAULT
 from mrs.tools.journal.ledger import copy_ledger
@@ -231,7 +232,7 @@ def copy_out(
         copied = _copy_entries(found, JournalStore(building, max(MAP_BYTES_DEFAULT, 4 * size)))
         ledger = copy_ledger(ledger_from, destination) if ledger_from is not None else None
         os.rename(building, target)
-        _sync_directory(destination)
+        fsync_path(destination)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
@@ -255,15 +256,6 @@ def _copy_entries(found: Survey, store: JournalStore) -> int:
     finally:
         store.close()
     return copied
-
-
-def _sync_directory(path: Path) -> None:
-    """The rename made durable: the directory holding it synced."""
-    directory = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 # ---------------------------------------------------------------------- command line
