@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator
-from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 from mrs.group.seq_deltas import SeqDeltas
@@ -122,13 +121,6 @@ class ColdBacklog(Generic[E]):
         """The seqs still in the backlog, oldest first (a selective get's scan)."""
         skipped = self._skipped
         return (seq for seq in self._seqs if seq not in skipped)
-
-    def peek(self, count: int) -> list[tuple[int, E | None]]:
-        """The next `count` (seq, entry held in memory or None) without taking them:
-        what an operator's browse looks at (mrs.ops.admin_actions). Not those a
-        selective get took out (`discard`): browse showed them as waiting while their
-        receiver held them."""
-        return [(seq, self._held.get(seq)) for seq in islice(iter(self), count)]
 
     def after(self, seq: int) -> Iterator[tuple[int, E | None]] | None:
         """The (seq, entry held in memory or None) that wait behind `seq`, without
