@@ -284,11 +284,13 @@ class Requests:
         names every held message that needs no confirm (the server takes back those
         it lent and ignores the rest; held recoverable ones are unconfirmed and come
         again by themselves, marked POSSDUPL). Bounded by GIVE_BACK_WAIT_S: a server
-        that does not answer in time loses only what it lent (not recoverable)."""
-        link = self.link
-        if link is None or link.lost is not None:
-            return
+        that does not answer in time loses only what it lent (not recoverable). A
+        close while the connection is down (reconnecting) waits for the reconnect
+        within the same bound when it holds messages to give back."""
         with trio.CancelScope(shield=True), trio.move_on_after(GIVE_BACK_WAIT_S):
+            link = await self._link_to_give_back()
+            if link is None:
+                return
             await self.gets.settle(link)
             # Gets given up on their own (a get_many, a poll, a selective get) may
             # still bring messages: answered before the GiveBack, so it names them.
@@ -297,12 +299,25 @@ class Requests:
             while self._cancelled_gets and link.lost is None:
                 await self._cancels_answered.park()
             seqs = [message.seq for message in self.held if not message.needs_confirm]
-            if not seqs:
-                return
             self.held = deque(message for message in self.held if message.needs_confirm)
-            for first in range(0, len(seqs), LENT_REMEMBERED_MAX):  # one frame in practice
+            # Sent even when empty: it tells the server this close is clean, so it
+            # forgets what it lent; after a lost connection it keeps that for the
+            # GiveBack of the client's next connection (mrs.group.queues.detach).
+            for first in range(0, max(len(seqs), 1), LENT_REMEMBERED_MAX):  # one frame
                 self.send_frame(link, wire.GiveBack(seqs[first : first + LENT_REMEMBERED_MAX]))
             await link.flushed()
+
+    async def _link_to_give_back(self) -> _Link | None:
+        """The live connection; while there is none, with messages held to give back,
+        the next one (the server keeps what it lent across a lost connection), unless
+        the client gave up. None: nothing to give back, or no connection to do it."""
+        while True:
+            link = self.link
+            if link is not None and link.lost is None:
+                return link
+            if self.broken is not None or all(m.needs_confirm for m in self.held):
+                return None
+            await self.status.changed.wait()
 
     @property
     def cancelled_gets_outstanding(self) -> bool:

@@ -2,6 +2,9 @@
 And the TIMEOUT case: resend with the same correlation id so duplicates are visible.
 
     python docs/examples/ak_and_timeouts.py 127.0.0.1:7001
+
+Its gets select what it put (its MRS_ACK, its correlation ids), so messages the
+other pages' examples left on SENDER or ORDERS are neither taken nor in its way.
 """
 
 import sys
@@ -9,6 +12,8 @@ import sys
 import trio
 
 from clients import DeliveryMode, MrsTimeout, Uma, connect
+from mrs.core.selection import by_class_type, by_correlation_id
+from mrs.model import MRS_ACK_TYPE, MRS_CLASS
 
 
 async def main(address: str) -> None:
@@ -20,7 +25,7 @@ async def main(address: str) -> None:
             uma=Uma.DLJ,
             correlation_id=b"order-17",
         )
-        ack = await sender.get(timeout=5.0)  # class 28, type -801
+        ack = await sender.get(timeout=5.0, select=by_class_type(MRS_CLASS, MRS_ACK_TYPE))
         assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
         print(f"MRS_ACK for seq {psb.seq}: {ack.ack_psb().delivery_status.name}")
 
@@ -46,8 +51,8 @@ async def main(address: str) -> None:
 
     async with connect(address, queue="ORDERS") as receiver:
         seen = set()
-        for _ in range(3):
-            message = await receiver.get(timeout=5.0)
+        for correlation_id in (b"order-17", b"order-18", b"order-18"):
+            message = await receiver.get(timeout=5.0, select=by_correlation_id(correlation_id))
             duplicate = message.correlation_id in seen
             seen.add(message.correlation_id)
             print(f"{message.correlation_id.decode()}: duplicate={duplicate}")

@@ -72,8 +72,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
         default="local[2]",
         help="Spark master URL (default local[2]; e.g. spark://host:7077)",
     )
-    audit.add_argument("--since", help="from this UTC time (ISO 8601; confirm/dead-letter time)")
-    audit.add_argument("--until", help="before this UTC time (ISO 8601)")
+    audit.add_argument("--since", metavar="TIME",
+                       help="from TIME (confirm/dead-letter time): ISO (naive = local time; "
+                            "Z or +02:00 honoured) or 2h, 30m, 1d back from now")  # fmt: skip
+    audit.add_argument("--until", metavar="TIME", help="before TIME (same forms)")
     audit.add_argument("--out", type=operator_path,
                        help="write the HTML report, tables (Parquet, CSV), JSON and "
                             "Spark's log here (default: write nothing)")  # fmt: skip
@@ -89,18 +91,17 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 
 def parse_time(text: str | None, option: str) -> datetime.datetime | None:
-    """ISO 8601 date or date-time; UTC unless it names a zone."""
+    """The time rule of every operator tool (`mrs.offline.scalars.parse_time_ns`: a
+    time without a zone is local time, a zone is honoured, `2h` is two hours ago), as
+    the aware UTC datetime Spark compares with; a mistake is an AuditUsageError."""
+    from mrs.offline.scalars import SelectionError, parse_time_utc
+
     if text is None:
         return None
     try:
-        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise AuditUsageError(
-            f"{option}: not an ISO 8601 time (e.g. 2026-11-23 or 2026-11-23T14:00): {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment
+        return parse_time_utc(text, time.time_ns(), option)
+    except SelectionError as error:
+        raise AuditUsageError(str(error)) from None
 
 
 def source_options(args: argparse.Namespace) -> dict[str, str]:

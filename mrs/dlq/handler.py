@@ -16,6 +16,7 @@ import bisect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
 import trio
@@ -33,7 +34,7 @@ from mrs.dlq.actions import (
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter
 from mrs.dlq.report import Event, Reporter
-from mrs.dlq.sources import DljSource, DlqSource, NotRemoved
+from mrs.dlq.sources import DljSource, DlqSource, NotMarked, NotRemoved
 from mrs.dlq.table import Action, Rule
 from mrs.group.dlq_leases import HANDLER_PROGRAM
 from mrs.limits import (
@@ -63,6 +64,9 @@ class HandlerOptions:
     held_bytes_max: int = DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT
     """Bodies of the letters being worked, at most (the takes on their way when it is
     reached arrive too: at most `window` letters beyond it)."""
+    fault_file: Path | None = None
+    """The harness's fault file for the DLJ's own commits (MRS_FAULT_FILE, read by
+    the CLI edge: mrs.dlq.command); None in production."""
 
 
 @dataclass(eq=False)
@@ -114,7 +118,9 @@ class Handler:
         ) as client:
             if self.options.dlj is not None:
                 group_name = self.options.bus.group(self.options.group_id).name
-                self.source = DljSource(cast(GroupJournals, self.options.dlj), group_name)
+                self.source = DljSource(
+                    cast(GroupJournals, self.options.dlj), group_name, self.options.fault_file
+                )
                 await self.source.open(self.reporter.note)
             else:
                 self.source = DlqSource(client, self.reporter.note)
@@ -417,7 +423,10 @@ class Handler:
         if own_dlq and (why := headerless_into_own_dlq(plan, address, self.options.group_id)):
             return "failed", str(address), why
         uma = uma_for(plan.delivery, address.group != self.options.group_id)
-        await self._input().before_put(message)
+        try:
+            await self._input().before_put(message)
+        except NotMarked as error:
+            return "failed", str(address), str(error)
         try:
             psb = await client.put(
                 message.body,
@@ -450,9 +459,13 @@ class Handler:
             # Stored: never put again by this run (it stays in the record, held). The
             # group counted the put, so the letter comes back POSSDUPL after the run,
             # and the next run's put of it is marked (and keyed) as a repeat.
-            return HELD, str(address), (
-                f"{_name(psb.delivery_status)}; not removed from the {self._input().name}: "
-                f"{error}; held until the handler ends, then back POSSDUPL"
+            return (
+                HELD,
+                str(address),
+                (
+                    f"{_name(psb.delivery_status)}; not removed from the {self._input().name}: "
+                    f"{error}; {self._input().held_then}"
+                ),
             )
         outcome = "forwarded" if rule.action is Action.FWD else "retried"
         return outcome, str(address), _name(psb.delivery_status)

@@ -5,8 +5,11 @@ The DLQ (`DlqSource`): every get is a lease, removing is the confirm (see
 journal, read from its LMDB environment while the server runs (as `mrs jplay` does);
 a record is removed only after its action is durable (DISCARD, or a FWD/RETRY put
 acknowledged as stored). Before each put the attempt is committed, so a handler killed
-after the put and before the removal marks the repeat as a possible duplicate. One
-handler works a DLJ at a time (an exclusive lock file); another waits for it.
+after the put and before the removal marks the repeat as a possible duplicate; a put
+whose mark could not be committed is not made (`NotMarked`), and a removal that failed
+(a device error) is tried again as the DLQ confirm is, then left (`NotRemoved`): the
+record keeps its mark, so the next run's repeat is marked. One handler works a DLJ at a
+time (an exclusive lock file); another waits for it.
 """
 
 from __future__ import annotations
@@ -20,13 +23,22 @@ from pathlib import Path
 import trio
 
 from clients import MrsError, MrsTimeout, NoMoreMessages, ReplyTimeout
-from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalError,
+    JournalStore,
+    Record,
+    WriteBatch,
+    seq_key,
+)
 from mrs.core.deadletter import dead_letter_header
 from mrs.group.dlq_leases import DISCARD_CONFIRM_VALUE
 from mrs.limits import DLQ_HANDLER_CONFIRM_PAUSE_S, DLQ_HANDLER_CONFIRM_TRIES_MAX
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
 from mrs.offline.journal_files import GroupJournals, open_store
 from mrs.offline.selection import RecordFilter
+from mrs.storage.fault_file import file_fault_hook
 from mrs.storage.journal_scan import scan, seq_of_key
 
 SCAN_CHUNK = 1000
@@ -44,10 +56,17 @@ class NotRemoved(Exception):
     """The letter's confirm (or DLJ deletion) failed for now: it stays held."""
 
 
+class NotMarked(Exception):
+    """The DLJ record's attempt mark could not be committed: its put is not made
+    (killed after it, the handler's next run would repeat it unmarked)."""
+
+
 class DlqSource:
     """The group's DLQ through the handler's client connection."""
 
     name = "DLQ"
+    held_then = "held until the handler ends, then back POSSDUPL"
+    """What becomes of a letter whose put was stored and that was not removed."""
 
     def __init__(self, client, note=None) -> None:
         self.client = client
@@ -121,10 +140,18 @@ class DljSource:
     """The group's DLJ, read and trimmed directly in its LMDB environment."""
 
     name = "DLJ"
+    held_then = (
+        "left in the DLJ with its attempt mark: the next run repeats it marked a possible duplicate"
+    )
 
-    def __init__(self, journals: GroupJournals, group_name: str) -> None:
+    def __init__(
+        self, journals: GroupJournals, group_name: str, fault_file: Path | None = None
+    ) -> None:
         self.journals = journals
         self.group_name = group_name
+        self.fault_file = fault_file
+        """The harness's fault file (MRS_FAULT_FILE, mrs.storage.fault_file) for the
+        handler's own DLJ commits (attempt marks, removals); None in production."""
         self.store: JournalStore | None = None
         self._lock_fd: int | None = None
         self._ready: deque[Message] = deque()
@@ -150,6 +177,8 @@ class DljSource:
                     told = True
                 await trio.sleep(1.0)
         self.store = open_store(self.journals, writable=True)
+        if self.fault_file is not None:
+            self.store.fault_hook = file_fault_hook(self.fault_file)
 
     def close(self) -> None:
         if self.store is not None:
@@ -222,17 +251,39 @@ class DljSource:
         return self.store
 
     async def before_put(self, message: Message) -> None:
+        """Commit the record's attempt mark, or NotMarked: the put is not made."""
         batch = WriteBatch.empty().put_raw(Journal.META, _attempt_key(message.seq), b"1")
-        await trio.to_thread.run_sync(self._opened().commit_now, batch)
+        try:
+            await trio.to_thread.run_sync(self._opened().commit_now, batch)
+        except JournalError as error:
+            why = f"the attempt mark could not be written to the DLJ ({error}); not put"
+            raise NotMarked(why) from None
 
     async def remove(self, message: Message, discarded: bool = False) -> None:
+        """Delete the record and its attempt mark in one synced commit. One that failed
+        (a device error, a full map) is made again, DLQ_HANDLER_CONFIRM_TRIES_MAX times
+        in all as the DLQ confirm is, then NotRemoved: the record stays (held by this
+        run, never taken again by it) with its mark. Before, the first failure ended
+        the handler with a traceback, every put on its way cut off."""
         batch = (
             WriteBatch.empty()
             .delete(Journal.DLJ, seq_key(message.seq))
             .delete(Journal.META, _attempt_key(message.seq))
         )
-        await trio.to_thread.run_sync(self._opened().commit_now, batch)
-        self._handed.discard(message.seq)
+        pause_s = DLQ_HANDLER_CONFIRM_PAUSE_S
+        for attempt in range(1, DLQ_HANDLER_CONFIRM_TRIES_MAX + 1):
+            try:
+                await trio.to_thread.run_sync(self._opened().commit_now, batch)
+            except JournalError as error:
+                why = f"{error}"
+            else:
+                self._handed.discard(message.seq)
+                return
+            if attempt < DLQ_HANDLER_CONFIRM_TRIES_MAX:
+                await trio.sleep(pause_s)
+                pause_s *= 2
+        tries = DLQ_HANDLER_CONFIRM_TRIES_MAX
+        raise NotRemoved(f"the DLJ deletion failed {tries} times ({why})")
 
 
 def _attempt_key(seq: int) -> bytes:

@@ -203,6 +203,8 @@ class DlqReaders:
             reader.moved += 1
 
     def counted_put(self, session_id: int, dlq_seq: int | None) -> None:
+        """A put passing the context of letter `dlq_seq` was taken in (past every
+        refusal as it arrives: mrs.group.intake): a copy may leave for the letter."""
         reader = self.readers.get(session_id)
         if reader is not None:
             reader.put += 1

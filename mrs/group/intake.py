@@ -148,8 +148,9 @@ class Intake:
             self._check_ack_reachable(response_queue)
         put_time_ns = ctx.clock_ns()
         headers = request_headers
+        passed: tuple[int | None] | None = None
         if headers is not None and CONTEXT_HEADER in headers:
-            source, put_time_ns = self._passed_context(session, headers, put_time_ns)
+            source, put_time_ns, passed = self._passed_context(session, headers, put_time_ns)
             headers = {key: value for key, value in headers.items() if key != CONTEXT_HEADER}
         if key is not None:
             key = self._scoped_key(source, target, key, mode.recoverable, body)
@@ -175,6 +176,11 @@ class Intake:
             own_header is None and headers is request_headers,  # trusted: see Entry.trusted
             getattr(session, "principal", None),  # who put it, with [auth] on
         )
+        if passed is not None:
+            # Counted only here, past every refusal (KEY_REUSED, QUEUE_BUSY, an unknown
+            # sender): a refused put left no copy, and counted it brought its letter
+            # back POSSDUPL (mrs.group.dlq_leases `counted_put`).
+            self.dlq_readers.counted_put(session.id, passed[0])
         if notification is _WF:
             timeout_s = timeout_ms / 1000 if timeout_ms else DEFAULT_PUT_TIMEOUT_S
             reply.deadline = self.deadlines.add(timeout_s, reply)
@@ -291,15 +297,15 @@ class Intake:
 
     def _passed_context(
         self, session: Session, headers: dict, put_time_ns: int
-    ) -> tuple[Address, int]:
-        """A DLQ reader forwarding a dead letter keeps its original sender and time."""
+    ) -> tuple[Address, int, tuple[int | None]]:
+        """A DLQ reader forwarding a dead letter keeps its original sender and time;
+        the dead letter it names (`dlq_seq`), counted once the put is taken in."""
         if session.attached is None or not session.attached.shared:
             raise Refused(
                 Status.BADPARAM, f"only a dead-letter queue reader may pass {CONTEXT_HEADER}"
             )
         source_text, original_ns, dlq_seq = passed_source(headers[CONTEXT_HEADER])
-        self.dlq_readers.counted_put(session.id, dlq_seq)
-        return self.ctx.resolve(source_text), original_ns or put_time_ns
+        return self.ctx.resolve(source_text), original_ns or put_time_ns, (dlq_seq,)
 
     def _put_recoverable(self, entry: Entry, reply: PutReply, key: str | None) -> None:
         confirmed_point = entry.delivery.interest_point is _CONF

@@ -114,11 +114,15 @@ class TargetQueue:
     """DQF stores for this queue under way, and how many took a parked get with them
     (`reserve_waiter`): their one owner (mrs.group.queue_stores)."""
     lent: OrderedDict[int, Entry] = field(default_factory=OrderedDict)
-    """Entries needing no confirm lent to the attached client (read ahead beyond a
+    """Entries needing no confirm lent to the queue's client (read ahead beyond a
     GetBatch's count, or handed to a get), by seq, oldest first (given back by
-    `give_back`; bounded by LENT_*; forgotten at detach). An OrderedDict: a
+    `give_back`; bounded by LENT_*). Forgotten at the detach of a client that gave
+    back (a clean close); kept across a lost connection, whose client still holds them
+    and gives them back from its next connection (`detach`). An OrderedDict: a
     dict's oldest key after many front pops scans the holes (1.9 against 0.4 µs)."""
     lent_bytes: int = 0
+    gave_back: bool = False
+    """The attached client sent a GiveBack (it closes): `detach` forgets `lent`."""
     confirms_failed: set[int] = field(default_factory=set)
     """Seqs whose confirm's commit failed and that wait in `unconfirmed` again
     (`restore_unconfirmed`); touched only when a commit fails and at detach."""
@@ -563,6 +567,7 @@ class TargetQueue:
         """Read-ahead entries the client never handed to a get: each seq lent goes
         back to its place in arrival order, waiting in memory again; a seq not lent
         (or already given back) is ignored. Returns how many came back."""
+        self.gave_back = True
         returned = 0
         for seq in seqs:
             entry = self.lent.pop(seq, None)
@@ -614,8 +619,14 @@ class TargetQueue:
                 self.memory_count += 1
                 self.memory_bytes += len(entry.body or b"")
         self.attached_session = None
-        self.lent.clear()  # what the client still held is its own now (not recoverable)
-        self.lent_bytes = 0
+        if self.gave_back:  # a clean close: the client gave back all it held
+            self.lent.clear()
+            self.lent_bytes = 0
+            self.gave_back = False
+        # Else the connection was lost: the client keeps what it read ahead for its
+        # gets after a reconnect, and gives back at its close what none took. Before,
+        # `lent` was forgotten here and that GiveBack ignored: every read-ahead
+        # message held across a reconnect and not got was lost at the close.
         for waiter in self.waiters:
             waiter.cancel_timer()
         self.waiters.clear()

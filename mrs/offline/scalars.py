@@ -1,5 +1,7 @@
 """What an operator types, parsed: durations, times, integer ranges, byte patterns,
 reasons. Every mistake is a `SelectionError` naming the option and what it expects.
+Times have one rule for every tool, here, and the printed form that reads back
+(`format_time_ns`): see the comment above `parse_time_ns`.
 """
 
 from __future__ import annotations
@@ -46,28 +48,83 @@ def parse_duration_ns(text: str) -> int:
     return total
 
 
+# ---------------------------------------------------------------------- times
+# One rule for every operator tool (`mrs dump`, `mrs jplay`, `mrs pcj archive`,
+# `mrs audit`, `mrs admin journal`): a time without a zone is the machine's local time
+# (TZ), as `date`, `journalctl --since` and `find -newermt` read one: the operator
+# types the wall clock in front of them, and on a server kept in UTC local time is
+# UTC. A zone (`Z`, `+02:00`, a trailing `UTC`) is honoured. Every time a tool prints
+# for a person comes from `format_time_ns`: local time *with its offset*, to the
+# nanosecond a journal keeps, so pasted into any tool's --since/--until, on any
+# machine, it names the very instant (an --until pasted from a record keeps it).
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_UTC_WORD = re.compile(r"\s*(?:UTC|GMT)$", re.IGNORECASE)
+_FRACTION = re.compile(r"(?<=\d\d:\d\d:\d\d)[.,](\d+)")
+_TIME_FORMS = (
+    "use an ISO time like 2024-05-01T10:00 (local time), 2024-05-01T10:00:00Z or "
+    "2024-05-01T10:00-04:00, 'now', or a duration back from now like 2h, 30m, 1d"
+)
+
+
 def parse_time_ns(text: str, now_ns: int, option: str = "--since") -> int:
-    """An ISO time ('2024-05-01T10:00', '...Z', '...+02:00'; naive = local time),
-    a duration back from now ('2h' = two hours ago), or 'now' -> ns since the epoch."""
+    """An ISO date or date-time ('2024-05-01', '2024-05-01T10:00', '...Z', '...+02:00',
+    '... UTC'; naive = local time; seconds to the nanosecond), a duration back from now
+    ('2h' = two hours ago), or 'now' -> ns since the epoch."""
     cleaned = text.strip()
     if cleaned.lower() == "now":
         return now_ns
     if _DURATION.fullmatch(cleaned.lower()):
         return now_ns - parse_duration_ns(cleaned)
+    utc_word = _UTC_WORD.search(cleaned)
+    if utc_word is not None:
+        cleaned = cleaned[: utc_word.start()]
+    fraction_ns = 0
+    if (fraction := _FRACTION.search(cleaned)) is not None:  # datetime keeps 6 digits
+        fraction_ns = int(fraction.group(1)[:9].ljust(9, "0"))
+        cleaned = cleaned[: fraction.start()] + cleaned[fraction.end() :]
     try:
         moment = datetime.datetime.fromisoformat(cleaned)
     except ValueError:
-        raise SelectionError(
-            f"{option}: not a time: {text!r} (use an ISO time like 2024-05-01T10:00, "
-            "2024-05-01T10:00:00Z, or a duration back from now like 2h, 30m, 1d)"
-        ) from None
+        raise SelectionError(f"{option}: not a time: {text!r} ({_TIME_FORMS})") from None
+    if utc_word is not None:
+        if moment.tzinfo is not None:
+            raise SelectionError(f"{option}: {text!r} names two zones: give one")
+        moment = moment.replace(tzinfo=datetime.UTC)
     if moment.tzinfo is None:
         try:
             moment = moment.astimezone()  # naive times are the operator's local time
         except (OverflowError, ValueError):  # 0001-01-01 is year 0 east of UTC
             raise SelectionError(f"{option}: {text!r} is out of range") from None
-    delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    delta = moment - _EPOCH
+    seconds = delta.days * 86_400 + delta.seconds
+    return seconds * 1_000_000_000 + delta.microseconds * 1000 + fraction_ns
+
+
+def parse_time_utc(text: str, now_ns: int, option: str = "--since") -> datetime.datetime:
+    """`parse_time_ns` as an aware UTC datetime (microseconds), for a tool that hands
+    the bound to a library (Spark); a time no datetime holds is a SelectionError."""
+    time_ns = parse_time_ns(text, now_ns, option)
+    try:
+        return _EPOCH + datetime.timedelta(microseconds=time_ns // 1000)
+    except OverflowError:
+        raise SelectionError(
+            f"{option}: {text!r} is out of range (years 1 to 9999 in UTC)"
+        ) from None
+
+
+def format_time_ns(time_ns: int) -> str:
+    """ns since the epoch -> '2024-05-01T06:00:00.123456789-04:00': the local time with
+    its offset, to the nanosecond; '-' for 0 (unset); the number when no date holds it.
+    `parse_time_ns` reads it back to the same ns, whatever the reader's TZ."""
+    if not time_ns:
+        return "-"
+    second, rest_ns = divmod(time_ns, 1_000_000_000)
+    try:
+        moment = datetime.datetime.fromtimestamp(second, datetime.UTC).astimezone()
+    except (OverflowError, ValueError, OSError):
+        return str(time_ns)
+    text = moment.isoformat(timespec="seconds")
+    return f"{text[:19]}.{rest_ns:09d}{text[19:]}"
 
 
 def parse_int_range(

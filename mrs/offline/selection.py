@@ -96,7 +96,7 @@ def resolve_address(
             raise SelectionError(f"{option}: {problem}") from None
         return address.group, address.queue
     group_text, dot, queue_text = text.partition(".")
-    if not dot:
+    if not dot and group_text.isdigit():
         if not group_id:  # `--data-dir` alone: whose queue 10 is it?
             raise SelectionError(
                 f"{option}: {text!r} names a queue by number only: give --group N "

@@ -1,7 +1,7 @@
 """Hooks the group server calls: build the authority, authenticate a new connection.
 
 Kept here so the server's own change is a few lines: `build` once at start,
-`admit` before the protocol handshake of every connection, `check_link` when a
+`admit` before the protocol handshake of every connection, `link_problem` when a
 link Hello arrives.
 """
 
@@ -89,20 +89,14 @@ async def admit(authority: Authority, session, deadline_s: float, refusals) -> b
     return True
 
 
-def check_link(authority: Authority | None, session, peer_id: int) -> None:
-    """A link Hello for peer_id: only a connection that proved it is that group."""
+def link_problem(authority: Authority | None, session, peer_id: int) -> str | None:
+    """A link Hello for peer_id: None when the connection proved it is that group (or
+    [auth] is off), else why not. The caller logs it (rate-limited: a misconfigured
+    peer dials again every few seconds, forever; mrs.server.links) and refuses the
+    Hello NOTAUTHORIZED."""
     if authority is None:
-        return
+        return None
     expected = link_principal(peer_id)
-    if session.principal != expected:
-        log.warning(
-            "refused link Hello claiming group %d from %r at %s: not authenticated as %r",
-            peer_id,
-            session.principal,
-            session.peer,
-            expected,
-        )
-        raise wire.RemoteProtocolError(
-            f"a link from group {peer_id} must authenticate as {expected!r}",
-            Status.NOTAUTHORIZED,
-        )
+    if session.principal == expected:
+        return None
+    return f"a link from group {peer_id} must authenticate as {expected!r}"

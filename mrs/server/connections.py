@@ -28,6 +28,7 @@ from mrs.security.authority import Authority
 from mrs.security.gate import Gate
 from mrs.security.tls import transport_socket
 from mrs.server.client_drains import ClientDrains
+from mrs.server.links import LinkHelloRefused
 from mrs.server.request_dispatch import Dispatcher
 from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection_errors
 from mrs.transport.admission import Admission
@@ -246,7 +247,10 @@ class Connections:
 
     async def _protocol_error(self, session: ServerSession, error: wire.ProtocolError) -> None:
         text = clipped(str(error))
-        self.refusals.refused("protocol", session.host, f"protocol error: {text} ({session.peer})")
+        if not isinstance(error, LinkHelloRefused):  # logged by the links, in its own slot
+            self.refusals.refused(
+                "protocol", session.host, f"protocol error: {text} ({session.peer})"
+            )
         await self._fatal(session, error.status, text)
 
     async def _serve_adopted(self, session: ServerSession, nursery: trio.Nursery) -> None:

@@ -45,6 +45,7 @@ from mrs.config.tls import TlsConfig
 from mrs.core.refusals import RefusalLog, flush_all
 from mrs.core.timers import TrioTimers
 from mrs.group import KEPT, Group, Guarantees
+from mrs.group.incarnation import own_incarnation
 from mrs.group.link_session import FRAME_OVERHEAD_BYTES, TRANSFER_BYTES_MAX
 from mrs.limits import (
     CERT_EXPIRY_CHECK_S,
@@ -219,6 +220,11 @@ class GroupServer:
             log.warning("UNSAFE build switches on (harness only): %s", ", ".join(sorted(broken)))
         try:
             self.group.recover()
+            # A new group's first write of its incarnation (read by `PeerLinks.start`),
+            # here while the ops ports answer "recovering": a commit after this holds
+            # the event loop with the endpoints served but silent and the client port
+            # not yet, and a slow disk made `mrs status` say the group did not answer.
+            own_incarnation(self.group.ctx.store)
         except JournalError as error:
             self.store.close()
             self.journal_files.release()

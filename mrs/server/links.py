@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import NoReturn
 
 import trio
 
@@ -169,23 +170,26 @@ class PeerLinks:
         peer_id = hello.group
         link = self.links.get(peer_id)
         if link is None or peer_id >= self.config.id:
-            self.refusals.refused(
-                f"link claiming group {peer_id}",
-                session.host,
+            self._refuse(
+                "not linked",
+                peer_id,
+                session,
                 f"refused link from {session.peer} claiming group {peer_id} "
                 f"({clipped(hello.program)!r}): not a lower-numbered group linked to "
                 f"group {self.config.id}",
-            )
-            raise wire.RemoteProtocolError(
                 f"group {self.config.id} has no link from group {peer_id} "
-                f"({clipped(hello.program)!r})"
+                f"({clipped(hello.program)!r})",
             )
         if (problem := check_link_peer(session.stream, peer_id)) is not None:
-            self.refusals.refused(
-                problem, session.host, f"refused link from {session.peer}: {problem}"
+            self._refuse(
+                problem, peer_id, session, f"refused link from {session.peer}: {problem}", problem
             )
-            raise wire.RemoteProtocolError(problem)
-        session_auth.check_link(self.authority, session, peer_id)
+        if (problem := session_auth.link_problem(self.authority, session, peer_id)) is not None:
+            line = (
+                f"refused link Hello claiming group {peer_id} from {session.principal!r} "
+                f"at {session.peer}: {problem}"
+            )
+            self._refuse("auth", peer_id, session, line, problem, Status.NOTAUTHORIZED)
         incarnations = self.incarnations
         if incarnations is None:  # not on a majority yet (`_start_when_answerable`)
             raise wire.RemoteProtocolError(
@@ -193,10 +197,11 @@ class PeerLinks:
                 Status.LINK_DOWN,
             )
         if (problem := incarnations.admit(peer_id, hello.incarnation)) is not None:
-            self.refusals.refused(
-                f"journals of group {peer_id}", session.host, f"refused link: {problem}"
-            )
-            raise wire.RemoteProtocolError(problem, Status.LINK_DOWN)
+            # Each set of journals its own line: a stray process on other journals
+            # and a rebuilt group dialing at once are two things to act on.
+            kind = f"journals {hello.incarnation.hex()}" if hello.incarnation else "no journals"
+            line = f"refused link: {problem} ({session.peer})"
+            self._refuse(kind, peer_id, session, line, problem, Status.LINK_DOWN)
         # A dialer of an earlier release says no incarnation (admitted only from a
         # peer whose links never brought one), and refuses a Welcome with a field it
         # does not know: it is answered without one.
@@ -212,3 +217,31 @@ class PeerLinks:
         )
         session.link = link
         link.up(session)
+
+    def _refuse(
+        self,
+        kind: str,
+        peer_id: int,
+        session: ServerSession,
+        line: str,
+        answer: str,
+        status: Status = Status.PROTOCOL_ERROR,
+    ) -> NoReturn:
+        """Log a refused link Hello (`line`) and raise the dialer's answer. One line per
+        (kind, claimed group, host) per REFUSAL_LOG_INTERVAL_S, with the count of those
+        not shown (logged by `flush_all` when the interval ends, if no line comes).
+        Why per kind and per group: keyed on the host alone, the first refusal hid
+        every other for the interval (a rebuilt group's journals, then a stray
+        process's, a group claiming to be another), and the operator fixed the first
+        problem without hearing of the second. The error says it was logged, so the
+        connection's protocol-error line, whose slot every protocol error of the host
+        shares, does not say it again (mrs.server.connections)."""
+        self.refusals.refused(
+            f"link Hello of group {peer_id}", session.host, line, key=(kind, peer_id, session.host)
+        )
+        raise LinkHelloRefused(answer, status)
+
+
+class LinkHelloRefused(wire.RemoteProtocolError):
+    """A link Hello refused and logged by `PeerLinks.adopt`: the connection ends with
+    its answer and logs nothing more."""

@@ -421,6 +421,7 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
 def _print_table(command: str, result: dict, after: int | None = None) -> None:
     from rich.table import Table
 
+    from mrs.offline.scalars import format_time_ns
     from mrs.tools.console import ToolConsole
 
     # markup off: a body, a program name, a reason or a header name is shown as sent;
@@ -471,11 +472,12 @@ def _print_table(command: str, result: dict, after: int | None = None) -> None:
         console.print(table)
     elif command == "journal":
         table = Table(title="admin journal", title_justify="left")
-        for column in ("time (UTC)", "who", "action", "what"):
+        table.add_column("time", no_wrap=True)  # whole, to paste into a --since
+        for column in ("who", "action", "what"):
             table.add_column(column, overflow="fold")
         for record in result["records"]:
             table.add_row(
-                _utc(record["time_ns"]),
+                format_time_ns(record["time_ns"]),
                 record["principal"] or "-",
                 record["action"],
                 _words(_short(record["args"], record["result"])),
@@ -499,13 +501,6 @@ def _browse_title(result: dict, after: int | None) -> str:
 def _body_cell(message: dict) -> str:
     headers = ", ".join(sorted(message["headers"]))
     return f"{message['preview']} ({message['size']} B{'; ' + headers if headers else ''})"
-
-
-def _utc(time_ns: int) -> str:
-    import datetime
-
-    moment = datetime.datetime.fromtimestamp(time_ns / 1e9, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _short(args: dict, result: dict) -> str:

@@ -27,6 +27,7 @@ from rich.table import Table
 from journals import CorruptRecord, Journal, Record
 from mrs.config.bus import ConfigError
 from mrs.offline.journal_files import JournalsNotFound, locate, open_store
+from mrs.offline.scalars import format_time_ns
 from mrs.offline.selection import (
     RecordFilter,
     SelectionError,
@@ -38,7 +39,6 @@ from mrs.tools.console import ToolConsole
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 from mrs.tools.journal.render import (
     DELIVERY_NAMES,
-    local_time,
     principal_of,
     record_json,
     render_bytes,
@@ -81,8 +81,8 @@ class Summary:
         )
         if self.records:
             text += (
-                f", oldest {local_time(self.oldest_ns)}, newest {local_time(self.newest_ns)} "
-                f"({which}, local)"
+                f", oldest {format_time_ns(self.oldest_ns)}, "
+                f"newest {format_time_ns(self.newest_ns)} ({which})"
             )
         if self.corrupt:
             noun = "record" if self.corrupt == 1 else "records"
@@ -108,7 +108,7 @@ def _columns(journal: Journal, body: str | None) -> list[str]:
 def _row(journal: Journal, record: Record, body: str | None) -> list[str]:
     row = [
         str(record.seq),
-        local_time(record_time_ns(record)),
+        format_time_ns(record_time_ns(record)),
         _source_text(record),
         target_text(record),
         str(record.msg_class),

@@ -59,17 +59,6 @@ def iso_utc(time_ns: int) -> str | None:
     return text.replace("+00:00", "Z")
 
 
-def local_time(time_ns: int) -> str:
-    if not time_ns:
-        return "-"
-    try:
-        moment = datetime.datetime.fromtimestamp(time_ns // 1_000_000_000)
-    except (OverflowError, ValueError, OSError):
-        return str(time_ns)
-    moment = moment.replace(microsecond=(time_ns % 1_000_000_000) // 1000)
-    return moment.isoformat(sep=" ", timespec="milliseconds")
-
-
 @functools.lru_cache(maxsize=1024)  # a few dozen statuses; bounded for corrupt values
 @functools.lru_cache(maxsize=256)
 def status_name(value: int) -> str:
