@@ -15,6 +15,7 @@ import trio
 from clients.auth import ClientCredentials, authenticating_opener, default_credentials
 from clients.connection import Client
 from clients.errors import BadParameter, ConnectionLost, MrsError, QueueBusy, ReplyTimeout
+from clients.lookup import queue_text
 from clients.protection import Protection
 from clients.reconnect import PASSING_REFUSALS, Reconnect
 from clients.saf_drain import IDEMPOTENCY_HEADER
@@ -40,7 +41,7 @@ RECONNECT_DEFAULT = Reconnect()
 @asynccontextmanager
 async def connect(
     address: str | Sequence[str],
-    queue: str | Address | None,
+    queue: str | int | Address | None,
     *,
     program: str = "mrs-client",
     connect_timeout_s: float = 10.0,
@@ -94,6 +95,7 @@ async def connect(
     four steps: the stream opener, the journal, the first link, the background tasks.
     """
     address = _address_text(address)
+    queue = _queue_of(queue)
     if type(program) is not str:
         raise BadParameter(Status.BADPARAM, f"connect: program must be a str, got {program!r}")
     _check_options(
@@ -265,6 +267,25 @@ def _check_seconds(name: str, value: object, *, required: bool) -> None:
         raise BadParameter(
             Status.BADPARAM, f"connect: {name} must be a number of seconds > 0, got {value!r}"
         )
+
+
+def _queue_of(queue: object) -> str | Address | None:
+    """The queue `connect` attaches to: None, an Address, a `G.Q` or a name (checked
+    as a put's target is, `clients.lookup.queue_text`), or a queue number (an int, as
+    MessageQ's pams_attach_q takes it). BADPARAM for anything else, before anything is
+    dialed. Why: its `str()` was sent, so `10.0` was refused NOSUCHQUEUE "queue 0 out
+    of range", b"1.10" as a group named "b'1", and True as a queue named 'True'."""
+    if queue is None or isinstance(queue, Address):
+        return queue
+    if type(queue) is int:
+        return str(queue)
+    if isinstance(queue, str):
+        return queue_text(queue, "connect")
+    raise BadParameter(
+        Status.BADPARAM,
+        "connect: queue must be a str (G.Q or a name), a queue number or an Address, "
+        f"got {type(queue).__name__} {queue!r:.40}",
+    )
 
 
 def _check_read_ahead(value: object) -> None:

@@ -122,7 +122,7 @@ class _Life:
     dropped client was never collected: its thread, connection and attach lived for
     the rest of the process, and every later attach to its queue met QUEUE_BUSY."""
 
-    def __init__(self, address: str, queue: str | Address | None, options: dict) -> None:
+    def __init__(self, address: str, queue: str | int | Address | None, options: dict) -> None:
         self.args = (address, queue, options)
         self.pid = os.getpid()
         """The process that connected: a forked child has a copy of this object but
@@ -225,7 +225,7 @@ class SyncClient:
     client's trio thread, so calls from several threads run at once on its one
     connection, as tasks share an async Client."""
 
-    def __init__(self, address: str, queue: str | Address | None, options: dict) -> None:
+    def __init__(self, address: str, queue: str | int | Address | None, options: dict) -> None:
         life = self._life = _Life(address, queue, options)
         self._given_back: deque[Message] = deque()
         """Messages an interrupted call had got (`_call`): the next gets return them.
@@ -359,6 +359,33 @@ class SyncClient:
     @property
     def attach_status(self) -> Status:
         return self._client.attach_status
+
+    # The async client's plain facts, read as they are (ints and strs: no call into
+    # the trio thread). Why: docs/client-library.md names `q.reconnects` beside
+    # `q.connected`, and a blocking script that sized its body by `message_bytes_max`
+    # (the limit +1 is MSGTOOBIG) met an AttributeError on each.
+    @property
+    def group_id(self) -> int:
+        return self._client.group_id
+
+    @property
+    def group_name(self) -> str:
+        return self._client.group_name
+
+    @property
+    def message_bytes_max(self) -> int:
+        """The server's body limit, from its Welcome (0 = unknown)."""
+        return self._client.message_bytes_max
+
+    @property
+    def reconnects(self) -> int:
+        """Connections opened again after a drop."""
+        return self._client.reconnects
+
+    @property
+    def resent_puts(self) -> int:
+        """Puts re-sent under their idempotency keys after a failover (clients.resend)."""
+        return self._client.resent_puts
 
     @property
     def journal_status(self) -> Status | None:
@@ -569,7 +596,7 @@ def _wait_s(timeout: Any, what: str) -> float:
 
 
 def connect_sync(
-    address: str, queue: str | Address | None, *, program: str = "mrs-client", **options: Any
+    address: str, queue: str | int | Address | None, *, program: str = "mrs-client", **options: Any
 ) -> SyncClient:
     """Connect and attach, blocking. Use as a context manager or call close().
 

@@ -371,6 +371,7 @@ class JournalStore:
         told = None if before_commit is None else hook
         # Each remedy once, in turn; one that found nothing to do passes to the next.
         remedies = iter((self._free_pinned_pages, self._grow_map))
+        disk_remedy = True
         while True:
             try:
                 apply_batches(self, batches, told)
@@ -378,6 +379,10 @@ class JournalStore:
             except JournalFullError:
                 if ran or not any(made_room() for made_room in remedies):
                     raise
+            except JournalDeviceError as error:
+                if ran or not disk_remedy or not self._room_on_full_disk(error):
+                    raise
+                disk_remedy = False
         if self.commit_log is not None:
             self._end_checkpoint(wait=False)
             if self._checkpoint is None and self._checkpoint_due():
@@ -426,6 +431,22 @@ class JournalStore:
 
     def _grow_map(self) -> bool:
         return self.grow_map is not None and self.grow_map()
+
+    def _room_on_full_disk(self, error: JournalDeviceError) -> bool:
+        """After a commit the full disk refused (ENOSPC; nothing of it was kept): a
+        checkpoint lets LMDB reuse the pages freed since the last one, inside its
+        file, and measures the disk again, so the commits after it are flushed on
+        their own (`near_full`) and reuse what each frees. Without it a disk filled
+        at once by another program refused every get and confirm, the very commits
+        that free space, until the next checkpoint, which no failing commit reached.
+        True if the commit may be tried again."""
+        if error.errno_value != errno.ENOSPC or self.commit_log is None or self.failed:
+            return False
+        try:
+            self.checkpoint()
+        except JournalError:
+            return False
+        return True
 
     def items_after(
         self,
@@ -581,8 +602,8 @@ def apply_batches(
         _commit(store, batches, before_commit, replayed)
     except lmdb.MapFullError as error:
         raise JournalFullError(f"journal map full: {error}") from None
-    except lmdb.DiskError as error:  # py-lmdb's class for ENOSPC (no space left)
-        raise JournalDeviceError(f"journal device failed: {error}", errno.ENOSPC) from None
+    except lmdb.DiskError:  # py-lmdb's class for ENOSPC (no space left)
+        raise JournalDeviceError(_disk_full_words(store.path), errno.ENOSPC) from None
     except OSError as error:
         raise JournalDeviceError(
             f"journal device failed: {os.strerror(error.errno or errno.EIO)}", error.errno
@@ -804,6 +825,18 @@ def _disk_full(path: Path, batches: list[WriteBatch]) -> str | None:
     needed = DISK_SLACK_BYTES + sum(len(value) for b in batches for _, _, value in b.puts)
     if free_bytes >= needed:
         return None
+    return _disk_full_words(path, free_bytes)
+
+
+def _disk_full_words(path: Path, free_bytes: int | None = None) -> str:
+    """What a commit the full disk refused says (journals.md): the disk, its free bytes
+    (None: measured here)."""
+    if free_bytes is None:
+        try:
+            stats = os.statvfs(path)
+            free_bytes = stats.f_bavail * stats.f_frsize
+        except OSError:
+            return f"journal device full: no space left on device (ENOSPC) for {path}"
     return (
         f"journal device full: no space left on device (ENOSPC) for {path}: {free_bytes} bytes free"
     )

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from mrs.errors import BadParameter, Refused
 from mrs.limits import CORRELATION_ID_BYTES_MAX, PRIORITY_MAX, SELECTION_KEYS_MAX
-from mrs.model import Status
+from mrs.model import Address, Status
 
 EQ: Final = "eq"
 NE: Final = "ne"
@@ -113,7 +113,11 @@ def by_priority(operator: str, priority: int) -> Selection:
     return Selection(Key("priority", operator, priority))
 
 
-def by_source(source: str) -> Selection:
+def by_source(source: str | Address) -> Selection:
+    """The messages put from `source`: "G.Q", or an Address (a message's `source`, so
+    `by_source(reply.source)` reads as it should: it was refused BADPARAM)."""
+    if isinstance(source, Address):
+        source = source.text
     return Selection(Key("source", EQ, source))
 
 

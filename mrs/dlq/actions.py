@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mrs.config.schema import NAME_CHARS_MAX
+from mrs.dlq.parser import shown
 from mrs.dlq.table import FWDQ_VARIABLES, FWDQM_VARIABLES, Action, Rule, RulesTable
 from mrs.group.dlq_leases import CONTEXT_HEADER
 from mrs.group.shapes import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
@@ -139,8 +141,11 @@ def target_problems(table: RulesTable, bus, group_id: int) -> list[str]:
             continue
         manager = (rule.fwd_qm or "").strip()
         queue = (rule.fwd_q or "").strip()
-        named = f"FWDQ({rule.fwd_q})" + (f" FWDQM({rule.fwd_qm})" if manager else "")
+        named = f"FWDQ({shown(queue)})" + (f" FWDQM({shown(manager)})" if manager else "")
         why = _target_problem(f"{manager}.{queue}" if manager else queue, bus, group_id)
+        if why is not None and max(len(queue), len(manager)) > NAME_CHARS_MAX:
+            # the address's own error quotes it whole, twice: one line, not 2 MiB
+            why = f"names no queue of the bus: a name has at most {NAME_CHARS_MAX} characters"
         if why is None and not table.reads_dead_letter_journal:
             address = bus.resolve(f"{manager}.{queue}" if manager else queue, group_id)
             if address == Address(group_id, DEAD_LETTER_QUEUE):

@@ -143,24 +143,29 @@ def _input_problems(table, bus, args: argparse.Namespace) -> tuple[list[str], ob
     """What the control data's INPUTQ and INPUTQM say against --group (the DLQ, or
     the DLJ of an unreplicated group whose journals are here), and the DLJ to work;
     without a bus, only what needs none."""
+    from mrs.dlq.parser import shown
+
     control = table.control
     input_q = (control.input_q or "").strip()
     if input_q.upper() != "DLJ" and input_q.upper() not in DLQ_NAMES:
-        return [f"INPUTQ({input_q}): a handler works the group's DLQ (DLQ, 96) or its DLJ"], None
+        why = f"INPUTQ({shown(input_q)}): a handler works the group's DLQ (DLQ, 96) or its DLJ"
+        return [why], None
     if bus is None:
         return [], None
     group = bus.group(args.group)
     problems = []
     input_qm = (control.input_qm or "").strip()
     if input_qm and input_qm not in (str(group.id), group.name):
-        problems.append(f"INPUTQM({input_qm}) is not group {group.id} ({group.name}) of --group")
+        problems.append(
+            f"INPUTQM({shown(input_qm)}) is not group {group.id} ({group.name}) of --group"
+        )
     if input_q.upper() != "DLJ":
         if not group.dead_letter_queue:
             # Else --check called the table valid and the run ended with exit 3, "group
             # 1 refused: NOSUCHQUEUE": a lost connection by the docs, for a mistake
             # in the configuration.
             problems.append(
-                f"INPUTQ({input_q}): group {group.id} ({group.name}) has no dead letter "
+                f"INPUTQ({shown(input_q)}): group {group.id} ({group.name}) has no dead letter "
                 "queue (dead_letter_queue = false in its config): work its DLJ "
                 "(INPUTQ(DLJ)), or give the group its DLQ"
             )

@@ -76,6 +76,16 @@ class RulesError(OperatorError, ValueError):
         super().__init__("\n".join(str(problem) for problem in problems))
 
 
+SHOWN_CHARS_MAX = 60
+"""An error quotes at most this many characters of a value or word: a 1 MiB token
+(a base64 blob, a minified file named by mistake) made a 1 MiB error line."""
+
+
+def shown(value: str) -> str:
+    """`value` as an error quotes it: whole, or its start and '...' when long."""
+    return value if len(value) <= SHOWN_CHARS_MAX else f"{value[: SHOWN_CHARS_MAX - 3]}..."
+
+
 class _EntryError(Exception):
     def __init__(self, position: tuple[int, int], message: str) -> None:
         self.position = position
@@ -159,7 +169,9 @@ def _forwards_to_own_dlq(rules: list[Rule]) -> list[Problem]:
 
 
 def forwards_to_own_dlq(rule: Rule) -> str:
-    named = f"FWDQ({rule.fwd_q})" + (f" FWDQM({rule.fwd_qm})" if rule.fwd_qm else "")
+    named = f"FWDQ({shown(rule.fwd_q or '')})" + (
+        f" FWDQM({shown(rule.fwd_qm)})" if rule.fwd_qm else ""
+    )
     return (
         f"{named} is the dead-letter queue this handler reads: every message it forwards "
         "would come back to it (a loop)"
@@ -174,8 +186,14 @@ def _entries(text: str, problems: list[Problem], warnings: list[Problem] | None)
     chars: list[str] = []
     places: list[tuple[int, int]] = []
     continuing: str | bool = False
+    continued_at = 0
     broken = False
     lines = text.split("\n")
+    if len(lines) > 1 and not lines[-1]:
+        # The newline that ends the last line starts no line of its own: read as a
+        # blank one, it ended a rule whose last line ends with '+' or '-' (a table
+        # cut short) as if it were complete, and only when the file ends in one.
+        lines.pop()
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         stripped = line.rstrip()
@@ -198,15 +216,15 @@ def _entries(text: str, problems: list[Problem], warnings: list[Problem] | None)
             chars.append(stripped[column])
             places.append((number, column + 1))
         if marker in ("+", "-"):
-            continuing = marker
+            continuing, continued_at = marker, number
             continue
         continuing = False
         if not broken:  # an entry with an error is reported once, not re-checked
             entries.append(_Entry("".join(chars), places, (number, len(stripped) + 1)))
         chars, places, broken = [], [], False
     if continuing:
-        last = len(lines)
-        problems.append(Problem(last, 1, "the table ends inside a continued rule"))
+        # at the line whose '+' or '-' continues into nothing (comments may follow it)
+        problems.append(Problem(continued_at, 1, "the table ends inside a continued rule"))
     return entries
 
 
@@ -230,7 +248,7 @@ def _items(entry: _Entry) -> list[tuple[str, str, tuple[int, int]]]:
         if not word:
             raise _EntryError(place, f"expected a keyword, found {text[start]!r}")
         if word not in ALL_KEYWORDS:
-            raise _EntryError(place, f"unknown keyword {word}")
+            raise _EntryError(place, f"unknown keyword {shown(word)}")
         if word in seen:
             raise _EntryError(place, f"keyword {word} given twice in one rule")
         seen.add(word)
@@ -320,7 +338,11 @@ def _rule(items: list[tuple[str, str, tuple[int, int]]], line: int) -> Rule:
     given = {word: (value, place) for word, value, place in items}
     for word, (_, place) in given.items():
         if word in CONTROL_KEYWORDS:
-            raise _EntryError(place, f"{word} belongs in the control data, the first entry")
+            raise _EntryError(
+                place,
+                f"{word} belongs in the control data, the first entry: one entry, so "
+                "write it on the first entry's line or end that line with '+' to continue it",
+            )
     if "ACTION" not in given:
         place = items[0][2] if items else (line, 1)
         raise _EntryError(place, "the rule has no ACTION (DISCARD, IGNORE, RETRY or FWD)")
@@ -329,7 +351,7 @@ def _rule(items: list[tuple[str, str, tuple[int, int]]], line: int) -> Rule:
         action = Action(value.upper())
     except ValueError:
         raise _EntryError(
-            place, f"ACTION({value}): must be DISCARD, IGNORE, RETRY or FWD"
+            place, f"ACTION({shown(value)}): must be DISCARD, IGNORE, RETRY or FWD"
         ) from None
     if action is not Action.FWD:
         for word in FORWARD_ONLY_KEYWORDS:
@@ -369,13 +391,13 @@ def _rule(items: list[tuple[str, str, tuple[int, int]]], line: int) -> Rule:
 def _check_pattern(word: str, value: str, place: tuple[int, int]) -> None:
     wild = any(c in value for c in "*?")
     if word == "REASON" and not wild and (instead := reason_instead(value)) is not None:
-        raise _EntryError(place, f"REASON({value}): {instead}")
+        raise _EntryError(place, f"REASON({shown(value)}): {instead}")
     if word in NUMERIC_KEYWORDS and not wild and number_for(word, value) is None:
-        raise _EntryError(place, f"{word}({value}): not a number or a known {word} name")
+        raise _EntryError(place, f"{word}({shown(value)}): not a number or a known {word} name")
     if word == "PERSIST" and not wild and number_for(word, value) not in (0, 1):
         raise _EntryError(
             place,
-            f"PERSIST({value}): a dead letter is 0 (MQPER_NOT_PERSISTENT) or 1 "
+            f"PERSIST({shown(value)}): a dead letter is 0 (MQPER_NOT_PERSISTENT) or 1 "
             "(MQPER_PERSISTENT), so this matches nothing (MQPER_PERSISTENCE_AS_Q_DEF is "
             "settled when a message is put, never carried by one)",
         )
@@ -393,9 +415,8 @@ def _too_long(word: str, value: str) -> str | None:
     fixed = len(value.rstrip().replace("*", ""))  # '?' is one character, '*' none
     if word in NUMERIC_KEYWORDS or fixed <= chars_max:
         return None
-    shown = value if len(value) <= 60 else f"{value[:57]}..."
     return (
-        f"warning: {word}({shown}) matches nothing: {fixed} characters, but {word} "
+        f"warning: {word}({shown(value)}) matches nothing: {fixed} characters, but {word} "
         f"matches values of at most {chars_max} (longer ones are cut); write at most "
         f"{chars_max} (e.g. the first {chars_max} followed by *)"
     )
@@ -414,7 +435,7 @@ def _matching_nothing(items: list[tuple[str, str, tuple[int, int]]]) -> list[Pro
     return too_long + [
         Problem(
             *place,
-            f"warning: {word}({value}) matches nothing: a wildcard is matched against the "
+            f"warning: {word}({shown(value)}) matches nothing: a wildcard is matched against the "
             "number (as in REASON(20?5)), and a name cannot take one",
         )
         for word, value, place in items
@@ -433,7 +454,7 @@ def _forward_queue(
     if value.startswith("&"):
         if value.upper() not in variables:
             raise _EntryError(
-                place, f"{word}({value}): the variables here are {' and '.join(variables)}"
+                place, f"{word}({shown(value)}): the variables here are {' and '.join(variables)}"
             )
         return value.upper()
     if not value.strip():
@@ -441,7 +462,7 @@ def _forward_queue(
             raise _EntryError(place, f"{word}(' '): a queue name is required")
         return value
     if any(c in value for c in "*?"):
-        raise _EntryError(place, f"{word}({value}): no wildcards in a queue to forward to")
+        raise _EntryError(place, f"{word}({shown(value)}): no wildcards in a queue to forward to")
     return value
 
 
@@ -452,7 +473,8 @@ def _choice(given: dict, word: str, choices: dict, default):
     try:
         return choices[value.upper()]
     except KeyError:
-        raise _EntryError(place, f"{word}({value}): must be {' or '.join(choices)}") from None
+        must = f"{word}({shown(value)}): must be {' or '.join(choices)}"
+        raise _EntryError(place, must) from None
 
 
 def _number(
@@ -460,10 +482,10 @@ def _number(
 ) -> int:
     """`value` as a whole number in low..high, or the entry's one-line error naming
     the value (its length, when it is too long to show) and what `word` also takes."""
-    shown = value if len(value) <= 24 else f"{len(value)} digits"
+    text = value if len(value) <= 24 else f"{len(value)} digits"
     if not value.isdigit() or not value.isascii():
-        raise _EntryError(place, f"{word}({shown}): must be {other}a whole number")
+        raise _EntryError(place, f"{word}({text}): must be {other}a whole number")
     if len(value.lstrip("0")) > len(str(high)) or not low <= int(value) <= high:
         # the length first: int() of thousands of digits raises
-        raise _EntryError(place, f"{word}({shown}): must be {other}a whole number in {low}..{high}")
+        raise _EntryError(place, f"{word}({text}): must be {other}a whole number in {low}..{high}")
     return int(value)

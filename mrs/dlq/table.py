@@ -2,8 +2,9 @@
 
 Mirrors runmqdlq's rules table (`shared/reference/runmqdlq-rules-grammar.md`). The
 parser (`mrs.dlq.parser`) builds these; the printer writes them back as text the
-parser reads into an equal table, within the 72-column rule, so a table can be
-normalised, generated and round-tripped.
+parser reads into an equal table, within the 72-column rule (but for a run of `*`
+longer than a line, which no continuation can start), so a table can be normalised,
+generated and round-tripped.
 """
 
 from __future__ import annotations
@@ -150,6 +151,18 @@ def control_keywords(control: Control) -> list[str]:
     return items
 
 
+def _split_point(item: str) -> int | None:
+    """Where to cut a long item for a '-' continuation: at most 71 characters before
+    the '-', and never where the next line would begin (after blanks) with '*': the
+    parser reads such a line as a comment, wherever it is (a pattern `A*B` cut
+    before its '*' lost the rest of the rule). None when no cut works (a run of '*'
+    longer than a line): the item is then written whole, past column 72."""
+    for cut in range(COLUMNS_SIGNIFICANT - 1, 0, -1):
+        if not item[cut:].lstrip().startswith("*"):
+            return cut
+    return None
+
+
 def _lines(items: list[str]) -> list[str]:
     """Lay items out in lines of at most 72 columns, joined by '+' continuations.
     An item longer than a line is split with '-' (continue from column 1)."""
@@ -163,10 +176,10 @@ def _lines(items: list[str]) -> list[str]:
             continue
         if current:
             lines.append(current + " +")
-        while len(item) > width:
+        while len(item) > width and (cut := _split_point(item)) is not None:
             # '-' continues with the next line from its first column: exact split.
-            lines.append(item[: COLUMNS_SIGNIFICANT - 1] + "-")
-            item = item[COLUMNS_SIGNIFICANT - 1 :]
+            lines.append(item[:cut] + "-")
+            item = item[cut:]
         current = item
     lines.append(current)
     return lines

@@ -165,8 +165,11 @@ class AdminActions:
             raise Refused(Status.NOTACTIVE, "the group is starting")
         return group
 
-    def queue(self, text: Any, what: str) -> TargetQueue:
-        """This group's queue named by `text`, or Refused NOSUCHQUEUE (one line)."""
+    def queue(
+        self, text: Any, what: str, elsewhere: str = "ask its own group's server"
+    ) -> TargetQueue:
+        """This group's queue named by `text`, or Refused NOSUCHQUEUE (one line;
+        `elsewhere`: what to do about a queue of another group)."""
         if not isinstance(text, str) or not text:
             raise Refused(Status.BADPARAM, f"{what}: give a queue (G.Q or a name)")
         group = self.group
@@ -189,8 +192,7 @@ class AdminActions:
         if address.group != group.config.id or queue is None:
             raise Refused(
                 Status.NOSUCHQUEUE,
-                f"{what}: {text} is not a queue of group {group.config.id} "
-                "(ask its own group's server)",
+                f"{what}: {text} is not a queue of group {group.config.id} ({elsewhere})",
             )
         return queue
 
@@ -746,7 +748,14 @@ def _put_back(queue: TargetQueue, entries: list[Entry]) -> None:
 def _move(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     args = request.args
     source = actions.queue(args.get("queue"), "move")
-    target = actions.queue(args.get("to"), "move `to`")
+    # Why its own words: "ask its own group's server" sent the operator to a group
+    # that cannot take messages out of this one.
+    target = actions.queue(
+        args.get("to"),
+        "move `to`",
+        "a move stays in its group: to send them to another group, purge them to the "
+        "DLJ and replay them there with `mrs jplay dlj --to QUEUE`",
+    )
     if target is source:
         raise Refused(Status.BADPARAM, "move: the target is the source queue")
     actions.check(session, "move", source)

@@ -222,34 +222,46 @@ class BusWebAdmin(WebAdmin):
             raise _Unreachable(line) from None
 
     def group_of(self, chosen: Any, args: dict, action: str = "") -> int | str:
-        """The group to act on: the one the form names, else the one a `G.Q` queue
-        names, else the group with a queue of that name, else the bus's only group (for
-        a grant, its first: the credentials file is the bus's, every group reloads it);
-        or a one-line mistake. Only the groups this page reaches (those of the file
-        when it started: a group added since needs a restart of `mrs web`)."""
+        """The group to act on: the one the form names, else the one a `G.Q` or
+        `GROUP.NAME` queue names, else the group with a queue of that name, else the
+        bus's only group (for a grant, its first: the credentials file is the bus's,
+        every group reloads it); or a one-line mistake. `mrs admin --config` reads a
+        queue so (mrs.tools.admin `_group_of`): before, `LDN.REPLAY`, which its refusal
+        of a name two groups have tells the operator to write, was answered "say which
+        group" here. Only the groups this page reaches (those of the file when it
+        started: a group added since needs a restart of `mrs web`)."""
         bus = self.bus_now()
         groups = {gid: group for gid, group in bus.groups.items() if gid in self.views}
-        if chosen not in (None, ""):
-            number = _group_number(chosen)
-            if number is not None and number in groups:
-                return number
-            named = [g.id for g in groups.values() if isinstance(chosen, str) and g.name == chosen]
-            if named:
-                return named[0]
-            return f"no group {chosen!r} in {bus.path} (groups: {_ids(groups)})"
+        if chosen not in (None, "") or "." in str(args.get("queue") or ""):
+            named = chosen if chosen not in (None, "") else str(args["queue"]).split(".")[0]
+            found = _group_named(named, groups)
+            if found is not None:
+                return found
+            return f"no group {str(named)[:64]!r} in {bus.path} (groups: {_ids(groups)})"
         queue = str(args.get("queue") or "")
-        head = queue.split(".", 1)[0]
-        number = _group_number(head) if "." in queue else None
-        if number is not None and number in groups:
-            return number
-        owners = [g.id for g in groups.values() if any(q.name == queue for q in g.queues.values())]
+        owners = [g for g in groups.values() if any(q.name == queue for q in g.queues.values())]
         if len(owners) == 1:
-            return owners[0]
+            return owners[0].id
         if len(groups) == 1 or (action == "grant" and groups):
             return next(iter(groups))
-        if queue and "." not in queue and not owners:
-            return f"no queue {queue!r} in any group (groups: {_ids(groups)})"
+        if len(owners) > 1:  # `mrs admin`'s words: which groups, and how to say one
+            named = " and ".join(f"{g.id} ({g.name})" for g in owners)
+            return (
+                f"queue {queue[:64]!r} is in groups {named}: say which, e.g. "
+                f"{owners[0].name}.{queue[:64]} or its group"
+            )
+        if queue:
+            return f"no queue {queue[:64]!r} in any group (groups: {_ids(groups)})"
         return f"say which group (groups: {_ids(groups)})"
+
+
+def _group_named(value: Any, groups: dict) -> int | None:
+    """The group of `groups` that `value` names by its number or its name, or None."""
+    number = _group_number(value)
+    if number is not None and number in groups:
+        return number
+    named = [g.id for g in groups.values() if isinstance(value, str) and g.name == value]
+    return named[0] if named else None
 
 
 class _Unreachable(Exception):

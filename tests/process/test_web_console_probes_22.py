@@ -56,7 +56,7 @@ def test_the_bus_page_answers_a_group_typed_in_other_digits_in_one_line(tmp_path
     assert web.stderr is not None
     logged = web.stderr.read()
     assert by_group == (400, {"error": f"no group '\u00b2' in {config} (groups: 1, 2)"})
-    assert by_queue == (400, {"error": "say which group (groups: 1, 2)"})
+    assert by_queue == (400, {"error": f"no group '\u00b2' in {config} (groups: 1, 2)"})
     assert by_length[0] == 400 and by_length[1]["error"].startswith("no group '1111"), by_length
     assert "Traceback" not in logged, logged[-3000:]
 

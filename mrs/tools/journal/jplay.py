@@ -123,6 +123,17 @@ def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
     return ledger
 
 
+KEEPS_A_COPY = {
+    Uma.DLJ: "in the dlj",
+    Uma.DLQ: "on the dead letter queue",
+    Uma.RTS: "back on the queue jplay sends from",
+}
+"""UMAs that keep a replay the server could not store (what the put answers
+DLJ_SUCCESS, DLQ_SUCCESS, RTS_SUCCESS). Why refused: the replay is reported failed and
+its record stays to be sent again, as the summary advises, so every run left one more
+copy there, and a redrive of those copies delivered each record once per run beside
+the copy a later run stored. SAF's copy is the stored replay itself (and its key)."""
+
 REMOVE_REPLICATED = (
     "--remove: these are a replicated group's journals; a removal written here would "
     "not reach the other instances (their copies come back after a failover), so "
@@ -149,14 +160,7 @@ def _prepare(args: argparse.Namespace):
         uma = Uma[args.uma.upper()]
     except KeyError:
         raise UsageError(f"--uma: no UMA {args.uma!r} (DISC, DISCL, RTS, DLQ, DLJ, SAF)") from None
-    if uma is Uma.SAF and delivery.interest_point is InterestPoint.SAF:
-        raise UsageError("--uma SAF is not supported with WF_SAF")
-    if uma is Uma.DLJ and journal is Journal.DLJ:
-        raise UsageError(
-            "--uma DLJ with the dlj: a redrive that fails would become a second dead letter "
-            "beside the one replayed, and each run would double them; keep --uma DISC (the "
-            "default: the dead letter stays) or send them --to a queue that takes them"
-        )
+    _check_uma(uma, delivery, journal)
     if args.remove and journal is not Journal.DLJ:
         raise UsageError("--remove applies to the dlj: the pcj is the audit trail and stays")
     if not 1 <= args.window <= CLIENT_REQUESTS_IN_FLIGHT_MAX:
@@ -193,6 +197,27 @@ def _prepare(args: argparse.Namespace):
         return to or f"{record.target_group}.{record.target_queue}"
 
     return options, where, selection, target_of
+
+
+
+def _check_uma(uma: Uma, delivery: DeliveryMode, journal: Journal) -> None:
+    """The UMAs a replay may take: none that keeps a copy of a failed replay."""
+    if uma is Uma.SAF and delivery.interest_point is InterestPoint.SAF:
+        raise UsageError("--uma SAF is not supported with WF_SAF")
+    if uma is Uma.DLJ and journal is Journal.DLJ:
+        raise UsageError(
+            "--uma DLJ with the dlj: a redrive that fails would become a second dead letter "
+            "beside the one replayed, and each run would double them; keep --uma DISC (the "
+            "default: the dead letter stays) or send them --to a queue that takes them"
+        )
+    if uma in KEEPS_A_COPY:
+        raise UsageError(
+            f"--uma {uma.name}: a replay that cannot be stored would be put {KEEPS_A_COPY[uma]} "
+            f"while its {journal.value} record stays to be replayed again, so each run would "
+            "add another copy of it there; keep --uma DISC (the default: the failure is "
+            "reported and the next run sends it again) or send the records --to a queue "
+            "that takes them"
+        )
 
 
 def _refuse_empty(args: argparse.Namespace) -> None:
@@ -398,7 +423,9 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
     _print_summary(options, tally)
     if code:
         return code
-    return 0 if tally.ok else 1
+    # A corrupt record met is one this run did not replay (and no re-run will): not 0,
+    # which says every selected record is replayed (`mrs dump` exits 1 for it too).
+    return 0 if tally.ok and not tally.corrupt else 1
 
 
 def _run_until_stopped(main, tally: Tally) -> int:
@@ -495,6 +522,11 @@ def _print_summary(options: Options, tally: Tally) -> None:
         )
     if tally.stopped:
         console.print(f"stopped: {tally.stopped}", highlight=False, markup=False)
+    _print_advice(console, tally)
+
+
+def _print_advice(console: Console, tally: Tally) -> None:
+    """What the operator does next: run again, fix a refusal, repair the journal."""
     if tally.resumable:
         console.print(
             "Run the same command again to resume: records stored are skipped, the rest are "
@@ -507,5 +539,12 @@ def _print_summary(options: Options, tally: Tally) -> None:
             "The failures above are refusals a re-run would get again: fix what they name "
             "(the target queue, --to, the configuration, a right the principal lacks) "
             "before replaying them.",
+            highlight=False,
+        )
+    if tally.corrupt:
+        console.print(
+            f"{tally.corrupt} corrupt {'record was' if tally.corrupt == 1 else 'records were'} "
+            "not replayed (each run meets them again): `mrs journal verify` names them, "
+            "`mrs journal salvage` copies what can be read (docs/journal-repair.md).",
             highlight=False,
         )

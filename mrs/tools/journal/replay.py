@@ -267,7 +267,8 @@ class Planner:
             self.after_seq = int.from_bytes(key[-8:], "big")
             if isinstance(record, CorruptRecord):
                 self.tally.corrupt += 1
-                print(f"mrs jplay: {record}; not replayed", file=sys.stderr)
+                # its seq as --seq and `mrs dump` write it (the key is in hex)
+                print(f"mrs jplay: {record} (seq {self.after_seq}); not replayed", file=sys.stderr)
                 continue
             if self._matches is not None and not self._matches(record):
                 continue
