@@ -28,12 +28,14 @@ or drops it on purpose (`discard`); `mrs dump dlj --client-saf PATH` lists them.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import struct
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from journals import (
     CorruptRecord,
     InlineWriter,
     Journal,
+    JournalDeviceError,
     JournalError,
     JournalFullError,
     JournalStore,
@@ -158,13 +161,7 @@ class ClientJournal:
         """Held by `redrive` and `discard` from their read to their commit: two at once
         would move one record twice (sent twice, under two seqs)."""
         if self.refused_count:
-            log.warning(
-                "client SAF journal %s holds %d record(s) the group refused when they "
-                "drained (kept aside, not sent): refused_records() lists them, "
-                "redrive_refused() sends them again, discard_refused() drops them",
-                self.path,
-                self.refused_count,
-            )
+            _warn_refused(self.path, self.refused_count)
         self.corrupt: dict[bytes, str] = {}
         """Records found unreadable while running (key -> why): kept, never sent."""
         self.on_corrupt: Callable[[int, str], None] = lambda local_seq, problem: None
@@ -179,6 +176,10 @@ class ClientJournal:
         since (its WARNING was logged)."""
         self.appending = 0
         """Appends submitted and not yet committed: records the drain cannot read yet."""
+        self._owner_pid = os.getpid()
+        """The process that opened it: a child forked since holds a copy it must not use
+        (`_let_go_in_child`)."""
+        _OPEN_JOURNALS.add(self)
 
     def _open_checked(self, bytes_max: int) -> JournalStore:
         """The journal's store, once saf_check found it whole (JournalFailed if not).
@@ -313,7 +314,8 @@ class ClientJournal:
     # ----------------------------------------------------------------- records
     async def append(self, record: Record) -> int:
         """Journal one record durably (fsync, group commit); returns its local seq.
-        Raises JournalFull at the cap, MrsError(JOURNAL_FAIL) if the disk failed."""
+        Raises JournalFull at a cap or on a full disk, JournalFailed (JOURNAL_FAIL) if
+        the disk failed otherwise."""
         if self.crashed:
             raise JournalFailed(Status.JOURNAL_FAIL, "the client crashed")
         if self.closed:
@@ -355,6 +357,15 @@ class ClientJournal:
                     f"client SAF journal {self.path} is full: it reached "
                     f"saf_bytes_max={self.bytes_max} bytes; raise saf_bytes_max or let "
                     "it drain",
+                )
+            if isinstance(error, JournalDeviceError) and error.errno_value == errno.ENOSPC:
+                # Full as at a cap: the UMA applies (DISC/DISCL discard). Before, a full
+                # disk raised JournalFailed whatever the UMA, where the group answers a
+                # full device with the put's UMA (DQF_DEVICE_FAIL, DISC_SUCCESS).
+                raise JournalFull(
+                    Status.JOURNAL_FULL,
+                    f"client SAF journal {self.path} is full: its disk has no space left "
+                    f"({error}); free space on it or let it drain",
                 )
             raise JournalFailed(Status.JOURNAL_FAIL, f"client SAF journal write failed: {error}")
         self._changed()
@@ -602,11 +613,53 @@ class ClientJournal:
             done(JournalError("the client crashed before the commit"))
 
     def close(self) -> None:
-        """Commit what is pending and close; later appends raise (`closed`)."""
+        """Commit what is pending and close; later appends raise (`closed`). In a child
+        forked after the open, nothing: the journal is the parent's."""
         self.closed = True
+        if os.getpid() != self._owner_pid:
+            return
         self.writer.stop()
         self.store.close()
         self._lock_file.close()
+
+    def _let_go_in_child(self) -> None:
+        """Right after a fork, in the child: close its copies of the journal's locks
+        and take the journal as closed here (never written, committed or closed from
+        the child; the parent owns it).
+
+        Why: both locks are flocks, which belong to the open file that fork shares. A
+        child the application forked (a multiprocessing worker, a pre-fork server),
+        which can use no client of its parent's, held them for as long as it lived:
+        the parent SIGKILLed and restarted was refused its own journal, "in use by
+        another process (pid <the dead parent>)", its acknowledged puts stranded
+        until the child ended."""
+        if self.closed or os.getpid() == self._owner_pid:
+            return
+        self.closed = True
+        self._lock_file.close()
+        self.store.let_go_in_forked_child()
+
+
+_OPEN_JOURNALS: weakref.WeakSet[ClientJournal] = weakref.WeakSet()
+"""The journals this process opened (`ClientJournal._let_go_in_child`)."""
+
+
+def _let_go_of_journals_in_child() -> None:
+    for journal in list(_OPEN_JOURNALS):
+        journal._let_go_in_child()
+
+
+os.register_at_fork(after_in_child=_let_go_of_journals_in_child)
+
+
+def _warn_refused(path: Path, count: int) -> None:
+    log.warning(
+        "client SAF journal %s holds %d record(s) the group refused when they "
+        "drained (kept aside, not sent): refused_records() lists them, "
+        "redrive_refused() sends them again, discard_refused() drops them",
+        path,
+        count,
+    )
 
 
 def _stored_home(store: JournalStore) -> tuple[int, bytes]:

@@ -342,6 +342,18 @@ class JournalStore:
             os.close(self._writer_fd)  # releases the writer lock
             self._writer_fd = -1
 
+    def let_go_in_forked_child(self) -> None:
+        """In a child forked while this store was open: close the child's copy of the
+        writer lock, and nothing else (the environment, its snapshot and its log stay
+        the parent's; the child must not write, checkpoint or close them).
+
+        Why: an flock belongs to the open file, which fork shares, so a child that
+        outlived its SIGKILLed parent kept the journals locked for a process that no
+        longer existed, and the parent's successor was refused them."""
+        if self._writer_fd >= 0:
+            os.close(self._writer_fd)
+            self._writer_fd = -1
+
     # ----- synchronous writes (startup, tools); the server's hot path uses the writer
     def commit_now(self, batch: WriteBatch) -> None:
         """Apply one batch in its own synced transaction, on the calling thread."""

@@ -51,6 +51,10 @@ OUTBOX_BYTES_HIGH = 8 * 1024 * 1024
 """Unwritten bytes on one connection, both ways: the server stops reading a client's
 requests while this much of its replies is unsent; the client library holds a new
 request back while this much of its own is (clients.pending `Requests.outbox_room`)."""
+UNREAD_ANSWERS_NOTE_BYTES_MIN = 64 * 1024
+"""Growth of a connection's unread answers counted at once in the group's total
+(mrs.transport.unread_answers; smaller growth waits for its next write or receive):
+counting each answer would cost a call per answer on the hot path."""
 COMMIT_COMPANY_WAIT_S = 0.003
 """How long a commit of batches that can wait (confirms of consumers with gets parked)
 waits for one that cannot, to share its fsync (mrs.server.group_server's commit loop). Longer than

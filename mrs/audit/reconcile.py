@@ -61,10 +61,11 @@ _CORRELATION_COLUMNS = ("prefix", "senders", "source", "messages", "numbers", "f
                         "last_number", "held_numbers", "confirmed", "confirmed_ids")  # fmt: skip
 
 
-def check_rows(spark, frame) -> tuple[list[dict], list[dict]]:
+def check_rows(spark, frame) -> tuple[list[dict], list[dict], list[int]]:
     """One job for both checks: (sequence rows: the neighbour pairs that are a
-    duplicate or a gap; correlation rows: per id prefix). The two result shapes
-    travel as JSON in one column of one union, so Spark schedules one job."""
+    duplicate or a gap; correlation rows: per id prefix; the seqs of the corrupt
+    records). The result shapes travel as JSON in one column of one union, so Spark
+    schedules one job."""
     import json
 
     sequence = _SEQUENCE_SQL.format(frame="{frame}", shift=SEQ_GROUP_SHIFT,
@@ -72,20 +73,35 @@ def check_rows(spark, frame) -> tuple[list[dict], list[dict]]:
     correlation = _CORRELATION_SQL.format(frame="{frame}", limit=CHECK_ROWS_MAX)
     query = (
         f"SELECT 'sequence' AS kind, to_json(struct(*)) AS row FROM ({sequence})\n"
-        f"UNION ALL\nSELECT 'correlation', to_json(struct(*)) FROM ({correlation})"
+        f"UNION ALL\nSELECT 'correlation', to_json(struct(*)) FROM ({correlation})\n"
+        f"UNION ALL\nSELECT 'corrupt', to_json(struct(seq)) FROM ({_CORRUPT_SQL})"
     )
-    found: dict[str, list[dict]] = {"sequence": [], "correlation": []}
+    found: dict[str, list[dict]] = {"sequence": [], "correlation": [], "corrupt": []}
     for kind, text in spark.sql(query, frame=frame).collect():
         found[kind].append(json.loads(text))
     sequence_rows = [{c: row.get(c) for c in _SEQUENCE_COLUMNS} for row in found["sequence"]]
     correlation_rows = [_correlation_row({c: row.get(c) for c in _CORRELATION_COLUMNS})
                         for row in found["correlation"]]  # fmt: skip
     correlation_rows.sort(key=lambda row: row["prefix"])
-    return sequence_rows, correlation_rows
+    return sequence_rows, correlation_rows, [row["seq"] for row in found["corrupt"]]
 
 
-def sequence_checks(rows: list[dict]) -> dict:
-    """Gaps and duplicates from `sequence_rows`: per sender, per queue, listed."""
+_CORRUPT_SQL = f"""
+SELECT seq FROM {{frame}} WHERE corrupt IS NOT NULL AND seq IS NOT NULL LIMIT {CHECK_ROWS_MAX}
+"""
+
+
+def _held_by_corrupt(corrupt_seqs: list[int], after: int, before: int) -> int:
+    """How many corrupt records hold a seq strictly between two sound records'."""
+    return sum(1 for seq in corrupt_seqs if after < seq < before)
+
+
+def sequence_checks(rows: list[dict], corrupt_seqs: list[int] | None = None) -> dict:
+    """Gaps and duplicates from `sequence_rows`: per sender, per queue, listed.
+
+    A counter held by a corrupt record (`corrupt_seqs`) is not missing: its journal
+    holds the seq, and the record is counted in `corrupt_records` alone. Why: it was
+    a gap, its message "missing" and charged to its sender's neighbours."""
     gaps_by_sender: collections.Counter[str] = collections.Counter()
     missing_by_sender: collections.Counter[str] = collections.Counter()
     missing_by_queue: collections.Counter[str] = collections.Counter()
@@ -101,7 +117,9 @@ def sequence_checks(rows: list[dict]) -> dict:
                 if place not in found["places"]:
                     found["places"].append(place)
             continue
-        missing = next_seq - seq - 1
+        missing = next_seq - seq - 1 - _held_by_corrupt(corrupt_seqs or [], seq, next_seq)
+        if missing <= 0:
+            continue
         sender = row["source"] if row["source"] == row["next_source"] else None
         queue = row["target"] if sender and row["target"] == row["next_target"] else None
         if sender is None:

@@ -102,10 +102,11 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
     record was confirmed before `--since` is held, not missing (it was: a message
     waiting in a DQF since last month made every seq confirmed between it and this
     month's first a "missing" message)."""
+    import pyarrow as pa
     from pyspark.sql import functions as F
 
     from journals import Journal
-    from mrs.audit.load import read_journals
+    from mrs.audit.load import read_archives, read_journals
     from mrs.audit.session import is_local
 
     if table is None and is_local(spark.sparkContext.master):
@@ -114,11 +115,15 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
         table = table.select(list(SPARK_COLUMNS))
         frame = spark.createDataFrame(table) if table.num_rows else _empty(spark)
     else:
-        table = read_journals(sources, (Journal.SAF, Journal.DQF), progress, archived=True)
+        table = read_journals(sources, (Journal.SAF, Journal.DQF), progress, archived=False)
         pcj, dlj = (_reader(spark, fmt, sources).drop("body") for fmt in ("mrs-pcj", "mrs-dlj"))
         frame = pcj.unionByName(dlj)
         if table.num_rows:
             frame = frame.unionByName(spark.createDataFrame(table))
+        if archived := read_archives(sources, progress):  # one message if also live
+            rows = spark.createDataFrame(pa.Table.from_batches(archived))
+            live = pcj.select("group", "seq")
+            frame = frame.unionByName(rows.join(live, on=["group", "seq"], how="left_anti"))
     in_window = F.lit(True)
     if since is not None or until is not None:
         moment = F.when(F.col("journal") == "pcj", F.col("confirm_time")).when(
@@ -160,11 +165,12 @@ def compute(spark, sources: dict[str, str], since=None, until=None, *, table=Non
     say = progress or (lambda _text: None)
     frame = audit_frame(spark, sources, since, until, table=table, progress=progress)
     say("counting per queue, sender, hour; latency")
-    counts = _rows(spark.sql(_COUNTS_SQL, frame=frame.where("in_window")))
+    counts = _rows(spark.sql(_COUNTS_SQL.replace("{hour_us}", str(HOUR_US)),
+                             frame=frame.where("in_window")))
     latency = _latency(counts)
     say("sequence gaps and duplicates; correlation ids")
-    sequence, correlation = reconcile.check_rows(spark, frame)
-    checks = reconcile.sequence_checks(sequence)
+    sequence, correlation, corrupt_seqs = reconcile.check_rows(spark, frame)
+    checks = reconcile.sequence_checks(sequence, corrupt_seqs)
     report = assemble(counts, latency, checks, correlation)
     report.notes.extend(unjournaled_confirm_notes(sources))
     if names:
@@ -176,16 +182,18 @@ _COUNTS_SQL = """
 SELECT 'fine' AS kind, journal, bad, source, target, source_group, target_group,
        dead_letter_reason, NULL AS hour, count(1) AS n,
        sum(CAST(possdupl AS INT)) AS possdupl, count(replayed_from) AS replayed,
-       min(confirm_time) AS first_confirm, max(confirm_time) AS last_confirm,
+       unix_micros(min(confirm_time)) AS first_confirm,
+       unix_micros(max(confirm_time)) AS last_confirm,
        sum(body_size) AS body_bytes,
        NULL AS p50_ms, NULL AS p95_ms, NULL AS p99_ms, NULL AS max_ms
 FROM (SELECT *, corrupt IS NOT NULL AS bad FROM {frame})
 GROUP BY journal, bad, source, target, source_group, target_group, dead_letter_reason
 UNION ALL
-SELECT 'hour', 'pcj', false, NULL, NULL, NULL, NULL, NULL, date_trunc('hour', confirm_time),
-       count(1), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT 'hour', 'pcj', false, NULL, NULL, NULL, NULL, NULL,
+       unix_micros(confirm_time) DIV {hour_us} * {hour_us}, count(1), NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
 FROM {frame} WHERE journal = 'pcj' AND corrupt IS NULL
-GROUP BY date_trunc('hour', confirm_time)
+GROUP BY unix_micros(confirm_time) DIV {hour_us}
 UNION ALL
 SELECT 'latency', 'pcj', false, NULL, target, NULL, NULL, NULL, NULL, count(1), NULL, NULL,
        NULL, NULL, NULL, percentile(latency_ms, 0.5), percentile(latency_ms, 0.95),
@@ -199,7 +207,24 @@ GROUP BY target
 fine grain (journal, sender, queue, groups, reason) that totals, per_queue,
 per_sender, cross_group, dead_letters and the reconciliation are summed from on the
 driver; the confirm hour for per_hour; the target queue for the exact latency
-percentiles (linear interpolation, as Spark's `percentile`)."""
+percentiles (linear interpolation, as Spark's `percentile`).
+
+Times come back as microseconds since the epoch (`utc_micros` makes them UTC
+datetimes), the hour by integer division, not `date_trunc`. Why: Spark hands a
+timestamp to Python as a naive datetime in the Python process's local time zone,
+which the report then labelled UTC: on a machine whose zone is not UTC every confirm
+time and hour of the report was off by the zone's offset (and `date_trunc` cut hours
+in the session's zone)."""
+HOUR_US = 3_600_000_000
+
+
+def utc_micros(value: int | None) -> datetime.datetime | None:
+    """Microseconds since the epoch (a count's time) as an aware UTC datetime."""
+    if value is None:
+        return None
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(
+        microseconds=value
+    )
 
 
 def _latency(counts: list[dict]) -> list[dict]:
@@ -236,8 +261,8 @@ def assemble(counts: list[dict], latency: list[dict], checks: dict, correlation:
     tables = {
         "per_queue": [{"target": k, "messages": n} for k, n in _tally(pcj, lambda r: r["target"])],
         "per_sender": [{"source": k, "messages": n} for k, n in _tally(pcj, lambda r: r["source"])],
-        "per_hour": [{"hour": k, "messages": n} for k, n in _tally(hours, lambda r: r["hour"])
-                     if k is not None],  # fmt: skip
+        "per_hour": [{"hour": utc_micros(k), "messages": n}
+                     for k, n in _tally(hours, lambda r: r["hour"]) if k is not None],  # fmt: skip
         "cross_group": [{"source_group": k[0], "target_group": k[1], "messages": n}
                         for k, n in _tally(pcj, lambda r: (r["source_group"],
                                                            r["target_group"]))],  # fmt: skip
@@ -270,8 +295,8 @@ def _totals(fine, pcj, dlj, sound, checks, correlation) -> dict:
         "replayed": sum(r["replayed"] for r in pcj),
         "corrupt_records": sum(r["n"] for r in fine if r["bad"]),
         "body_bytes": sum(r["body_bytes"] or 0 for r in pcj),
-        "first_confirm": min(firsts, default=None),
-        "last_confirm": max(lasts, default=None),
+        "first_confirm": utc_micros(min(firsts, default=None)),
+        "last_confirm": utc_micros(max(lasts, default=None)),
         "in_dqf": sum(r["n"] for r in sound if r["journal"] == "dqf"),
         "in_saf": sum(r["n"] for r in sound if r["journal"] == "saf"),
         "missing": sum(checks["missing_by_sender"].values()) + checks["unattributed"],

@@ -44,6 +44,9 @@ class Guards:
     partial_frames_bytes_max: int = 64 * 1024 * 1024
     """Bytes of unfinished frames of all connections together (at least two maximal
     frames); beyond it the connection stalled longest is closed (mrs.transport.partial_frames)."""
+    answers_unread_bytes_max: int = 256 * 1024 * 1024
+    """Bytes of answers all connections together leave unread; beyond it the
+    connection holding most is closed (mrs.transport.unread_answers)."""
     parked_gets_max: int = 1000
     """Gets of one connection waiting for a message at once."""
     requests_in_flight_max: int = 10_000

@@ -12,7 +12,6 @@ by SIGHUP: one line on stderr, then the summary).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import sys
@@ -187,20 +186,18 @@ def _input_problems(table, bus, args: argparse.Namespace) -> tuple[list[str], ob
 
 
 def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
-
     from clients import ConnectionLost, MrsError
     from mrs.dlq.engine import Engine
     from mrs.dlq.handler import Handler, HandlerOptions
     from mrs.dlq.report import Reporter
-    from mrs.server.harness import FAULT_FILE_ENV
 
     group = bus.group(args.group)
     address = args.address or group.client_address
     wait_s = 0 if args.once else table.control.wait_s
     options = HandlerOptions(address, group.id, bus, wait_s, args.window, args.seen_max, dlj=dlj)
     options.held_bytes_max = args.held_bytes_max
-    if dlj is not None and (fault_text := os.environ.get(FAULT_FILE_ENV)):
-        options.fault_file = Path(fault_text)  # the harness's, as `mrs serve` takes it
+    if dlj is not None and (fault_text := getattr(args, "fault_file", None)):
+        options.fault_file = Path(fault_text)  # the harness's (mrs.tools.cli reads it)
     engine = Engine(table, names=_names(bus), seen_max=args.seen_max)
     reporter = Reporter(json_lines=args.json)
     handler = Handler(engine, options, reporter)

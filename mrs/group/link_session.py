@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
+import re
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Final, Protocol
 
 from journals import Journal, group_key, split_key
 from mrs import protocol as wire
+from mrs.core.refusals import RefusalLog
 from mrs.group.drain import SEQ_HELD, DrainAnswer, refusal_reason
 from mrs.group.peers import Result
 from mrs.group.queue_lookup import local_counts
@@ -35,6 +37,7 @@ from mrs.group.shapes import TransferError
 from mrs.group.transfer import LINK_LOST, status_name
 from mrs.group.wiring import LinkRooms
 from mrs.limits import (
+    LINK_BACKOFF_S_MAX,
     LINK_DIRECT_MESSAGES_MAX,
     PENDING_QUEUES_MAX,
     RECEIPTS_PER_FRAME_MAX,
@@ -51,6 +54,9 @@ from mrs.limits import LINK_WINDOW_MESSAGES_MAX as WINDOW_MESSAGES_MAX
 from mrs.model import DeliveryMode, Status
 
 log = logging.getLogger("mrs.links")
+
+_DIGITS: Final = re.compile(r"\d+")
+"""What varies between two lines of one kind (seqs, sizes, ports): `PeerLink.down`."""
 
 _NOT_REFUSED_HERE = frozenset({Status.STORED, Status.DLQ_SUCCESS, Status.LINK_DOWN, LINK_LOST})
 """Answers that name no refusal in their own transfer."""
@@ -171,6 +177,9 @@ class PeerLink:
     """After a RETRY backoff: messages the drain may send until one transfer is
     stored (the stuck one alone); None when not retrying."""
     _resync_due: bool = False
+    _unexplained_restart: bool = False
+    """The drain's last restart was for LINK_DOWN answers behind no failure the peer
+    named (`_refused_unexplained`); cleared once a transfer is settled."""
     _room_warned_s: float = float("-inf")
     """When the last wait for room was logged as a WARNING (`_wait_for_room`)."""
     retry_until: float = 0.0
@@ -193,6 +202,14 @@ class PeerLink:
     """SAF keys of messages sent directly and in flight when the link dropped: kept in
     the SAF, their drain is a resend. Dropped like `_saf_never_sent`."""
     _retry_s: float = RETRY_S_MIN
+    _up_since_s: float = float("-inf")
+    """When the current (or last) connection came up."""
+    _breaks_at_once: int = 0
+    """Connections running that broke at once (`down`); from two on, the next one's
+    "up" line waits until it has served LINK_BACKOFF_S_MAX (`_UpLine`)."""
+    _up_said: bool = False
+    """The current (or last) connection's "up" line was logged."""
+    _flap_lines: RefusalLog | None = None
     now_s: Callable[[], float] = _no_clock
     """The time in seconds (the driver's clock; a test gives its own)."""
     wake: Callable[[], None] = _nothing
@@ -319,19 +336,44 @@ class PeerLink:
         if self._room_credit is not None:  # the peer forgot the room it held for us
             self._room_credit, self._room_asked, self._ask_due = 0, False, True
         self.rooms.outbound.link_up(self.peer_id, self)
+        self._up_since_s = now_s = self.now_s()
+        if old is not None:
+            queued = self._queued()
+            log.info("link to group %d: a new connection replaced it (%s)", self.peer_id, queued)
+            self._up_said = True
+        elif self._breaks_at_once >= 2:
+            # It keeps breaking at once: "up" once this one has served a while (its
+            # end, if it breaks first, rate limited: `down`).
+            self._up_said = False
+            self.rooms.timers.call_later(LINK_BACKOFF_S_MAX, _UpLine(self, channel, now_s))
+        else:
+            self._say_up()
+        self.wake()
+
+    def _say_up(self) -> None:
+        """The line saying the link is up: after how long down, what waits to be sent."""
+        since_s, self._down_since_s = self._down_since_s, None
+        self._up_said = True
+        if since_s is None:
+            log.info("link to group %d up (%s)", self.peer_id, self._queued())
+        else:
+            down_s = self._up_since_s - since_s
+            log.info(
+                "link to group %d up after %.1f s down (%s)", self.peer_id, down_s, self._queued()
+            )
+
+    def served_a_while(self, channel: Channel, up_s: float) -> None:
+        """`channel`, up since `up_s`, has served LINK_BACKOFF_S_MAX (`_UpLine`): if it
+        is still this link's connection, it no longer breaks at once: say "up"."""
+        if self.channel is channel and self._up_since_s == up_s:
+            self._breaks_at_once = 0
+            self._say_up()
+
+    def _queued(self) -> str:
         peer = self.rooms.peers[self.peer_id]
-        queued = f"SAF backlog {peer.saf_backlog}" + (
+        return f"SAF backlog {peer.saf_backlog}" + (
             f", {peer.notices_pending} notices to send" if peer.notices_pending else ""
         )
-        since_s, self._down_since_s = self._down_since_s, None
-        if old is not None:
-            log.info("link to group %d: a new connection replaced it (%s)", self.peer_id, queued)
-        elif since_s is None:
-            log.info("link to group %d up (%s)", self.peer_id, queued)
-        else:
-            down_s = self.now_s() - since_s
-            log.info("link to group %d up after %.1f s down (%s)", self.peer_id, down_s, queued)
-        self.wake()
 
     def ending(self, channel: Channel, line: str) -> None:
         """Why `channel` ends, said by the driver before it calls `down`: the first
@@ -344,14 +386,34 @@ class PeerLink:
         """The connection ended: answer everything in flight LINK_LOST. One WARNING:
         down, and why (what the driver told `ending`, or `why`). Why one: a drop
         wrote three lines on the dialing group (the link lost, the link down, the
-        redial failing), none of them saying the cause when a watchdog ended it."""
+        redial failing), none of them saying the cause when a watchdog ended it.
+        After two connections running that broke at once (each served less than
+        LINK_BACKOFF_S_MAX: a peer that lies, or closes after the handshake), the next
+        says "up" only once it has served that long (`up`), and the end of one that
+        did not is one line per kind per interval, with the count not shown: such a
+        peer wrote a line down and a line up for each connection, every 2 s on the
+        dialer, and on the group it dialed at whatever rate it dialed."""
         if self.channel is None or (channel is not None and channel is not self.channel):
             return
         ended = self._ending
         line = ended[1] if ended is not None and ended[0] is self.channel else ""
-        log.warning("%s", line or f"link to group {self.peer_id} down: {why}")
-        self._down_since_s = self.now_s()
+        line = line or f"link to group {self.peer_id} down: {why}"
+        now_s = self.now_s()
+        at_once = now_s - self._up_since_s < LINK_BACKOFF_S_MAX
+        if at_once and not self._up_said:
+            self._flaps().refused("link_flap", "", line, key=_DIGITS.sub("#", line))
+        else:  # the outage of a link said to be up, or one that served a while
+            log.warning("%s", line)
+        self._breaks_at_once = self._breaks_at_once + 1 if at_once else 0
+        if self._down_since_s is None:  # the outage began (still down since an "up" unsaid)
+            self._down_since_s = now_s
         self._drop()
+
+    def _flaps(self) -> RefusalLog:
+        """The lines of connections that broke at once (`down`), rate limited."""
+        if self._flap_lines is None:
+            self._flap_lines = RefusalLog(log, clock_s=self.now_s, line_format="{message}")
+        return self._flap_lines
 
     def _drop(self) -> None:
         """Forget the connection: answer everything in flight LINK_LOST."""
@@ -697,11 +759,30 @@ class PeerLink:
         if answer.restart and (
             refused_here or not self._refused_behind(ack.request_id, pending.drain_pass)
         ):
+            if not refused_here and self._unexplained_restart:
+                self._refused_unexplained(answers)
+                return
+            self._unexplained_restart = not refused_here
             self.restart_drain()
+
+    def _refused_unexplained(self, answers: list[tuple[bytes, int]]) -> None:
+        """The peer answered a transfer of a restarted drain LINK_DOWN ("refused behind
+        an earlier failure") with no failure of that pass to be behind, twice running:
+        RETRY, like a refusal. Once may be a race (a commit of the pass before failed
+        after the resync); again, the peer is broken or lying. Why: the drain restarted
+        at once each time, and such a peer had the whole window read, sent and refused
+        again at the link's round-trip rate (1,400 transfers a second), without a line."""
+        stuck = next(split_key(key)[1] for key, status in answers if status == Status.LINK_DOWN)
+        reason = (
+            f"group {self.peer_id} refused it behind an earlier failure (LINK_DOWN) that "
+            "it never named"
+        )
+        self._enter_retry(DrainAnswer(True, True, stuck, int(Status.LINK_DOWN), reason))
 
     def _settled(self) -> None:
         """A transfer of this pass was settled: a RETRY is over."""
         self._retry_s = RETRY_S_MIN
+        self._unexplained_restart = False
         if self._probe_left is not None:
             self._probe_left = None
             log.info("link to group %d: SAF drain out of RETRY", self.peer_id)
@@ -794,6 +875,20 @@ class PeerLink:
                 self.peer_id, keys, lambda: self._notices_in_flight.difference_update(keys)
             )
         self.wake()
+
+
+@dataclass(eq=False, slots=True)
+class _UpLine:
+    """The "up" line of a connection that came after connections that broke at once
+    (`PeerLink.down`): logged once it has served LINK_BACKOFF_S_MAX, if it still
+    serves."""
+
+    link: PeerLink
+    channel: Channel
+    up_s: float
+
+    def __call__(self) -> None:
+        self.link.served_a_while(self.channel, self.up_s)
 
 
 def _saf_key_of(peer_id: int, message: wire.TransferredMessage) -> bytes | None:

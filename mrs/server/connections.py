@@ -34,6 +34,7 @@ from mrs.server.session import CONNECTION_ERRORS, ServerSession, only_connection
 from mrs.transport.admission import Admission
 from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.partial_frames import PartialFrames
+from mrs.transport.unread_answers import UnreadAnswers
 from mrs.transport.watchdog import next_nonce, watch
 
 log = logging.getLogger("mrs.server")
@@ -62,6 +63,7 @@ class Connections:
     guards: Guards
     partial_frames: PartialFrames
     handshakes: HandshakeSlots
+    unread_answers: UnreadAnswers
     gone_before_served: int = 0
     """Connections their peers reset before the accept loop took them (see `gone`)."""
 
@@ -76,6 +78,7 @@ class Connections:
         connection = wire.Connection("server", frame_bytes_max=self.frame_bytes_max)
         session = ServerSession(stream, connection)
         session.written_after_commit = self.answered_sessions
+        session.unread_answers = self.unread_answers
         session.observe = self.ops.reply_observer(session)
         host = ""
         if address is not None:
@@ -101,6 +104,7 @@ class Connections:
                 log.exception("connection from %s failed", session.peer)
         finally:
             self.partial_frames.forget(session)
+            self.unread_answers.forget(session)
             session.connection.discard_buffered()
             if session.evicted_because is not None:
                 await self._evicted(session, *session.evicted_because)
@@ -309,6 +313,8 @@ class Connections:
             return False
         if not still_open:
             return False
+        if session.unread_bytes != session.unsent_bytes:  # what it left unread, in all
+            session.count_unread()
         buffered_bytes = session.buffered_bytes
         session.liveness.heard(buffered_bytes, len(events))
         if buffered_bytes or session.partial_bytes:

@@ -75,6 +75,7 @@ from mrs.transport.admission import Admission
 from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import TCP, Network, TcpNetwork
 from mrs.transport.partial_frames import PartialFrames
+from mrs.transport.unread_answers import UnreadAnswers
 
 __all__ = ["CONNECTION_ERRORS", "GroupServer", "ServerSession", "only_connection_errors", "serve"]
 
@@ -285,10 +286,21 @@ class GroupServer:
             self.guards,
             self.partial_frames,
             self.handshakes,
+            UnreadAnswers(self.guards.answers_unread_bytes_max, self.partial_frames.let_go),
         )
         if self.authority is not None:
             self.authority.listeners.append(self.connections.credentials_reloaded)
         return self.connections
+
+    def _connection_counts(self) -> dict[str, int]:
+        """The guards' counts kept by `Connections` (0 before the first is served)."""
+        connections = self.connections
+        if connections is None:
+            return {"unread_answer_bytes": 0, "gone_before_served": 0}
+        return {
+            "unread_answer_bytes": connections.unread_answers.total_bytes,
+            "gone_before_served": connections.gone_before_served,
+        }
 
     def _stop(self) -> None:
         """Stop serving (the data directory was lost): `run` raises why once stopped."""
@@ -316,9 +328,7 @@ class GroupServer:
                 "refused": dict(sorted(self.refusals.by_limit.items())),
                 "handshakes_in_progress": self.handshakes.in_progress(),
                 "unfinished_frame_bytes": self.partial_frames.total_bytes,
-                "gone_before_served": self.connections.gone_before_served
-                if self.connections is not None
-                else 0,
+                **self._connection_counts(),
             },
             **({"replication": self.replication_status()} if self.replication_status else {}),
         }

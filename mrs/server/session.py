@@ -21,7 +21,9 @@ from mrs.core.refusals import clipped
 from mrs.group.link_session import PeerLink
 from mrs.group.queues import TargetQueue
 from mrs.group.shapes import ByteAccount
+from mrs.limits import UNREAD_ANSWERS_NOTE_BYTES_MIN
 from mrs.transport.framed import FramedStream, GroupChannel
+from mrs.transport.unread_answers import UnreadAnswers
 from mrs.transport.watchdog import Liveness
 
 log = logging.getLogger("mrs.server")
@@ -83,6 +85,11 @@ class ServerSession(GroupChannel):
     unsent_bytes_max: int = _UNSENT_BYTES_MAX_DEFAULT
     """Answers it may leave unread (the guard connection_bytes_max, set at its Hello):
     beyond, the connection is closed (`_unread`)."""
+    unread_answers: UnreadAnswers | None = None
+    """The group's count of answers left unread by all connections
+    (answers_unread_bytes_max), None outside a server (tests of one session)."""
+    unread_bytes: int = 0
+    """Its unread answers as last counted there (kept by `UnreadAnswers`)."""
 
     def stalled_since(self) -> float:
         """When its last bytes arrived (mrs.transport.partial_frames closes the longest stalled)."""
@@ -102,13 +109,33 @@ class ServerSession(GroupChannel):
         if self.closed:
             return
         self._answered(event)
+        if self.evicted_because is not None and type(event) is not wire.Fatal:
+            return  # closing: answers made before its task ends would only pile up
         try:
             super().send(event)
         except wire.LocalProtocolError as error:
             self._cannot_carry(error)
             return
-        if self.unsent_bytes > self.unsent_bytes_max:
+        unsent_bytes = self.unsent_bytes
+        if unsent_bytes > self.unsent_bytes_max:
             self._unread()
+        elif unsent_bytes - self.unread_bytes > UNREAD_ANSWERS_NOTE_BYTES_MIN:
+            self.count_unread()
+
+    def count_unread(self) -> None:
+        """Count its unread answers now in the group's total (answers_unread_bytes_max),
+        which may close the connection holding most."""
+        if self.unread_answers is not None:
+            self.unread_answers.hold(self, self.unsent_bytes)
+
+    async def write(self, data: bytes | bytearray) -> None:
+        """FramedStream.write, then its count in the group's total of unread answers
+        brought down to what its peer has not taken (the peer read)."""
+        try:
+            await FramedStream.write(self, data)
+        finally:
+            if self.unread_bytes:  # its peer took some: counted at once
+                self.count_unread()
 
     def _unread(self) -> None:
         """Its peer leaves more answers unread than it may: closed (EXCEEDQUOTA), and

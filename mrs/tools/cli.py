@@ -185,7 +185,11 @@ def _jplay(args: argparse.Namespace) -> int:
 
 def _dlq_handler(args: argparse.Namespace) -> int:
     from mrs.dlq.command import run
+    from mrs.server.harness import FAULT_FILE_ENV
 
+    # the harness's fault file for its DLJ commits, as `mrs serve` takes it (read here:
+    # the environment is read at the CLI edge only)
+    args.fault_file = os.environ.get(FAULT_FILE_ENV) or None
     return run(args)
 
 

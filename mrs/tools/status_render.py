@@ -41,6 +41,7 @@ _GROUP_KEYS_SHOWN = {
     "guards",
     "clients_draining",
     "alarms",
+    "replication",  # the Replication table shows it; a note only when answers are held
 }
 _LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight"}
 _QUEUE_KEYS_SHOWN = {"name", "pending", "unconfirmed", "dqf_depth", "attached"}
@@ -261,9 +262,36 @@ def group_notes(status: dict) -> list[str]:
     draining = status.get("clients_draining") or []
     if draining:
         notes.append(f"{len(draining)} clients draining their SAF journals")
+    if held := replication_held(status.get("replication")):
+        notes.append(held)
     extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
     notes.extend(_described(extras))
     return notes
+
+
+def replication_held(replication: object) -> str | None:
+    """The note a replicated group's active gets when it cannot answer: fewer of the
+    replicas its answers wait for are linked than each answer needs (two instances
+    of three lost). Why: the group still answers `mrs status` and shows UP, while
+    every WF put, get and confirm waits (a put times out); before, the only sign was
+    the Notes column's dump of the whole replication status."""
+    if not isinstance(replication, dict):
+        return None
+    replicas = replication.get("replicas") or {}
+    needed = replication.get("acks_needed") or 0
+    linked = sorted(
+        name
+        for name, replica in replicas.items()
+        if isinstance(replica, dict) and replica.get("waited_for") and replica.get("connected")
+    )
+    if not isinstance(needed, int) or len(linked) >= needed:
+        return None
+    return (
+        f"ANSWERS HELD: each answer waits for {needed} replica(s) in sync, and "
+        f"{len(linked)} is linked: recoverable puts, gets and confirms wait (a put times "
+        "out, its outcome unknown) until an instance is back; nothing is answered "
+        "from one disk"
+    )
 
 
 _LINK_WORDS = {

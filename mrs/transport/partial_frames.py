@@ -84,11 +84,17 @@ class PartialFrames:
         """`holder` is closing: its bytes no longer count (and are to be let go)."""
         if holder.partial_bytes:
             self.total_bytes -= holder.partial_bytes
-            self._released_bytes += holder.partial_bytes
+            self.let_go(holder.partial_bytes)
             holder.partial_bytes = 0
-            if self._released_bytes >= HEAP_TRIM_RELEASED_BYTES_MIN:
-                self._trim_wanted.set()
         self._holders.pop(holder, None)
+
+    def let_go(self, size_bytes: int) -> None:
+        """Buffers of `size_bytes` are let go (an unfinished frame, or answers a
+        connection left unread, mrs.transport.unread_answers): the heap is trimmed
+        once enough were."""
+        self._released_bytes += size_bytes
+        if self._released_bytes >= HEAP_TRIM_RELEASED_BYTES_MIN:
+            self._trim_wanted.set()
 
     async def trim_loop(self) -> None:
         """Give the heap's free pages back once enough unfinished frames were let go,

@@ -263,7 +263,7 @@ def test_mrs_dump_shows_the_name_a_client_journal_record_was_put_to(server, tmp_
     table = subprocess.run(dump, capture_output=True, text=True, timeout=60)
     assert table.returncode == 0, table.stderr
     rows = [line.split() for line in table.stdout.splitlines() if " WF_DQF" in line]
-    assert [row[4] for row in rows] == ["ORDERS", "1.10"], table.stdout
+    assert [row[3] for row in rows] == ["ORDERS", "1.10"], table.stdout
 
 
 def test_docs_example_drains_after_the_server_starts(server, tmp_path) -> None:
