@@ -132,6 +132,13 @@ class _CheckpointJob:
         self.thread: threading.Thread | None = None
         self.error: OSError | None = None
 
+    def failed(self) -> OSError | None:
+        """Its flush's error, read through a call: after `job.error = None` and a
+        flush that set it again, a read of `job.error` itself is narrowed to None by
+        the type checker, and the compiled module then raised TypeError
+        ("None object expected; got OSError") instead of the journal error."""
+        return self.error
+
 
 class JournalStore:
     """The LMDB environment of one group. Open it once per process."""
@@ -303,8 +310,8 @@ class JournalStore:
                 _start_flush(self, job)
                 return
             _flush_and_mark(self, job)
-            if job.error is not None:
-                raise job.error
+            if (error := job.failed()) is not None:
+                raise error
         self._checkpoint = None
         if self._pinned is not None:
             self._pinned.abort()

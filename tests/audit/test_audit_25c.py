@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 import datetime
 import json
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from mrs.audit.report import compute, export
 from tests.audit_fixtures import loss_journal, spark  # noqa: F401 - fixtures
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import HOUR_NS, T0_NS, record, write_raw, write_records
+from tests.test_operator_times_25 import local_zone
 
 pytestmark = pytest.mark.xdist_group("spark")
 """One worker for every test that may use the test session's Spark session."""
@@ -120,17 +119,8 @@ def test_a_corrupt_record_holds_its_seq_and_is_counted_once(spark, tmp_path: Pat
 @pytest.fixture
 def local_zone_not_utc() -> Iterator[None]:
     """This process's local time zone is St John's (UTC-03:30, not a whole hour)."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "America/St_Johns"
-    time.tzset()
-    try:
+    with local_zone("America/St_Johns"):
         yield
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
 
 
 def test_report_times_are_utc_whatever_the_local_zone(
