@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mrs.dlq.engine import Engine, StepKind
 from mrs.dlq.match import Letter, glob_matches
-from mrs.dlq.parser import SHOWN_CHARS_MAX, RulesError, parse_table
+from mrs.dlq.parser import SHOWN_CHARS_MAX, parse_table
 from mrs.dlq.table import (
     COLUMNS_SIGNIFICANT,
     DEAD_LETTER_QUEUE_NAMES,
@@ -33,14 +33,7 @@ from mrs.dlq.table import (
 from sim.processes import write_single_group_config
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
-
-
-def only_problem(text: str) -> tuple[int, int, str]:
-    with pytest.raises(RulesError) as caught:
-        parse_table(text)
-    assert len(caught.value.problems) == 1, caught.value.problems
-    problem = caught.value.problems[0]
-    return problem.line, problem.column, problem.message
+from tests.unit.test_dlq_rules import only_problem
 
 
 # ------------------------------------------------------------- the printer's '-' splits
