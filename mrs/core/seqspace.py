@@ -15,6 +15,21 @@ than the allocator hands out, and a block no reservation on a majority covers is
 refused (JOURNAL_FAIL): a seq leaves with a link transfer before any replica has its
 commit, and the next active counts from the reservation its own journals hold.
 
+A group's first start (journals with no reservation) does not count from 1 but from
+its wall clock: `FRESH_COUNTERS_PER_S` counters for each second since
+`FRESH_EPOCH_S` (`fresh_start`). Why: a group rebuilt from nothing (its machine lost,
+no replicated group) keeps its id, and its peers still hold its old incarnation's
+seqs: confirmed ones in their PCJ (keyed by seq alone), unconfirmed ones in their DQF
+(keyed by queue and seq), confirm notices and dedupe keys (origin and seq). Counting
+from 1 again, its first messages after `mrs admin reset-link` took those keys: a
+confirm replaced the old PCJ record, the audit trail of a message already confirmed.
+Counting from the clock, the new incarnation starts above every seq the old one
+issued as long as the old one averaged fewer than 131,072 seqs a second over its
+life (about the most one group puts at its peak on these machines); the counters
+last until 2162 at that rate. A start with a reservation (every restart, failover and
+upgrade) counts from the reservation as before, so the clock adds no gap to a running
+group's seqs; a rebuilt group's first seq leaves one in its peers' audit (docs/audit.md).
+
 The layout before this one was `group | boot epoch (17 bits) | counter (32 bits)`,
 which ran out after 131,071 starts. A journal written with it is migrated at the
 first start: the counter goes on from `(last epoch + 1) << 32`, above every seq the
@@ -28,6 +43,7 @@ boot issued fewer than 2**31 seqs, and keeps ~2**31 for the rest of its life.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -41,6 +57,10 @@ GROUP_SHIFT: Final = 49
 COUNTER_MAX = (1 << GROUP_SHIFT) - 1
 RESERVE_FIRST = 1 << 10
 RESERVE_MAX = 1 << 20
+FRESH_EPOCH_S: Final = 1_767_225_600
+"""2026-01-01T00:00:00Z: a fresh group's counter is the seconds since then, scaled."""
+FRESH_COUNTERS_PER_S: Final = 1 << 17
+"""Counters per second of wall clock before a fresh group's first seq (module docstring)."""
 LEGACY_EPOCH_SHIFT = 32
 LEGACY_LAST_EPOCH_GAP = 1 << 31
 RESERVED_KEY = b"seq_reserved"
@@ -75,6 +95,9 @@ class SeqAllocator:
     fence: Any = None
     """A replicated active's SeqFence (taken from the store's `seq_fence` at start):
     `ahead`, `covered()`, `committed(reached)`; None writes what it hands out."""
+    clock_ns: Callable[[], int] | None = None
+    """The wall clock a fresh group's first counter is read from (`fresh_start`);
+    None counts a fresh group from 1 (unit tests of the allocator alone)."""
     first_of_run: int = 0
     """The first seq this start may hand out: a seq below it was made by an earlier
     run (or, in a replicated group, an earlier active), whose memory died with it."""
@@ -91,7 +114,10 @@ class SeqAllocator:
             start = _U64.unpack(reserved)[0]
         else:
             legacy = self.store.meta_get(LEGACY_EPOCH_KEY.decode())
-            start = legacy_start(self.store, self.group_id, _U32.unpack(legacy)[0]) if legacy else 1
+            if legacy:
+                start = legacy_start(self.store, self.group_id, _U32.unpack(legacy)[0])
+            else:
+                start = 1 if self.clock_ns is None else fresh_start(self.clock_ns())
         boots = self.store.meta_get(BOOTS_KEY.decode())
         self.boots = (_U64.unpack(boots)[0] if boots else 0) + 1
         self._next = self._reserved = max(start, 1)
@@ -137,6 +163,14 @@ class SeqAllocator:
         if fence is not None:
             fence.committed(written)
         self._reserved = reserved
+
+
+def fresh_start(now_ns: int) -> int:
+    """The first counter of a group whose journals never reserved any: scaled from the
+    wall clock, so a rebuilt group starts above its old incarnation's seqs (module
+    docstring); 1 for a clock before FRESH_EPOCH_S (a simulator's)."""
+    seconds = now_ns // 1_000_000_000 - FRESH_EPOCH_S
+    return min(max(seconds * FRESH_COUNTERS_PER_S, 1), COUNTER_MAX // 2)
 
 
 def counter_of(seq: int) -> int:

@@ -15,7 +15,7 @@ class Sequence:
 
     def start(self) -> None:
         """Count this start (the epoch) and reserve the first block of seqs."""
-        self._seqs = SeqAllocator(self.ctx.store, self.ctx.config.id)
+        self._seqs = SeqAllocator(self.ctx.store, self.ctx.config.id, clock_ns=self.ctx.clock_ns)
         self._seqs.start()
         self.ctx.epoch = self._seqs.boots
 

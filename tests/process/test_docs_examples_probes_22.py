@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mrs.core.seqspace import GROUP_SHIFT as SEQ_GROUP_SHIFT
 from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs, status_json
@@ -148,10 +149,29 @@ def test_client_saf_transcript_is_what_the_example_prints(tmp_path: Path) -> Non
         child.kill()
         server.terminate()
     assert child.returncode == 0, err
-    printed = iter(lines + out.splitlines())
     shown = transcript_lines("client-saf.md", "Try it")
     assert len(shown) == 9, "the scan of the page is broken"
+    assert {seq >> SEQ_GROUP_SHIFT for seq in _server_seqs(shown)} == {1}  # group 1's
+    printed = iter(_seqs_from_first(lines + out.splitlines()))
+    shown = _seqs_from_first(shown)
     assert [line for line in shown if line not in printed] == []  # in the page's order
+
+
+SERVER_SEQ = re.compile(r"\b\d{15,}\b")
+"""A server seq in a transcript (group 1's are 16 digits)."""
+
+
+def _server_seqs(lines: list[str]) -> list[int]:
+    return [int(number) for line in lines for number in SERVER_SEQ.findall(line)]
+
+
+def _seqs_from_first(lines: list[str]) -> list[str]:
+    """`lines` with each server seq written as its distance from the first one: a new
+    group's counter starts from its wall clock (mrs.core.seqspace.fresh_start), so the
+    page can show what one run printed, not what every run prints."""
+    first = min(_server_seqs(lines), default=0)
+    return [SERVER_SEQ.sub(lambda m: f"<first seq + {int(m.group()) - first}>", line)
+            for line in lines]  # fmt: skip
 
 
 SUBCOMMAND = re.compile(r"`mrs ([a-z][a-z-]*)")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 import trio
 
 from clients import DeliveryMode, ForceJrn, Status, Uma
@@ -133,16 +132,13 @@ def _pcj_bodies(bus: LinkedBus, group: int) -> list[bytes]:
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: PCJ keys are the seq alone, and a rebuilt peer's seqs start again "
-    "(the fix changes the PCJ key or the seq allocation: see the twenty-fifth session's report)",
-)
 async def test_a_rebuilt_peers_confirmed_message_keeps_the_old_ones_pcj_record(proc_bus) -> None:
     """Group 1's message is confirmed in group 2 (a PCJ record there); group 1 is
-    rebuilt from nothing and the link reset; its first message comes under the same
-    seq (its counter starts again) and is confirmed. Both confirmations stay in group
-    2's PCJ, the audit trail (before: the new record was written over the old)."""
+    rebuilt from nothing and the link reset; its first message is confirmed. Both
+    confirmations stay in group 2's PCJ, the audit trail. Before, the rebuilt group's
+    counter started again from 1, its first message came under the old one's seq, and
+    the new PCJ record was written over the old (the PCJ is keyed by seq alone); a
+    fresh group now counts from its wall clock (mrs.core.seqspace.fresh_start)."""
     old_seq = await _put_and_confirm(proc_bus, b"old journals")
     await _rebuilt_group_one_refused(proc_bus)
     config = str(proc_bus.config_path)
@@ -150,5 +146,5 @@ async def test_a_rebuilt_peers_confirmed_message_keeps_the_old_ones_pcj_record(p
     assert reset.returncode == 0, reset.stderr
     await wait_for_link(proc_bus, 2, 1, "up")
     new_seq = await _put_and_confirm(proc_bus, b"new journals")
-    assert new_seq == old_seq  # what makes it a collision
+    assert new_seq > old_seq  # the rebuilt group's counter starts above the old one's
     assert sorted(_pcj_bodies(proc_bus, 2)) == [b"new journals", b"old journals"]
