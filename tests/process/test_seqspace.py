@@ -11,10 +11,13 @@ from clients import DeliveryMode, Status, Uma, connect
 from journals import Journal, JournalStore, WriteBatch, queue_key
 from mrs.core.seqspace import (
     COUNTER_MAX,
+    FRESH_COUNTERS_PER_S,
+    FRESH_EPOCH_S,
     GROUP_SHIFT,
     RESERVE_FIRST,
     SeqAllocator,
     counter_of,
+    fresh_start,
     group_of,
 )
 from sim.memstore import MemoryJournalStore
@@ -117,3 +120,31 @@ def test_a_reservation_the_disk_refuses_is_the_puts_journal_fail_not_a_server_er
     assert "cannot reserve sequence numbers: journal device failed" in refused.value.message
     store.commit_now = commit_now  # type: ignore[method-assign]
     assert allocator.next() > issued[-1]
+
+
+def test_a_fresh_group_counts_from_its_clock_and_a_restart_from_its_reservation() -> None:
+    """A rebuilt group (fresh journals, same id) starts above the seqs its old
+    incarnation issued at up to FRESH_COUNTERS_PER_S a second; a restart does not
+    jump to the clock (no gap in a running group's seqs)."""
+    store = MemoryJournalStore()
+    built_ns = (FRESH_EPOCH_S + 86_400) * 1_000_000_000
+    old = SeqAllocator(store, group_id=1, clock_ns=lambda: built_ns)
+    old.start()
+    first = old.next()
+    assert counter_of(first) == fresh_start(built_ns) == 86_400 * FRESH_COUNTERS_PER_S
+    issued = [old.next() for _ in range(5_000)]
+    restarted = SeqAllocator(store, group_id=1, clock_ns=lambda: built_ns + 3_600 * 10**9)
+    restarted.start()
+    skipped = counter_of(restarted.next()) - counter_of(issued[-1])
+    assert 0 < skipped < FRESH_COUNTERS_PER_S  # the rest of a block, not an hour of clock
+    # Lost with its journals an hour later, after 5,001 seqs: the rebuilt one starts above.
+    rebuilt = SeqAllocator(MemoryJournalStore(), 1, clock_ns=lambda: built_ns + 3_600 * 10**9)
+    rebuilt.start()
+    assert rebuilt.next() > issued[-1]
+
+
+def test_a_clock_before_the_fresh_epoch_or_far_ahead_still_leaves_room() -> None:
+    assert fresh_start(0) == 1  # a simulator's clock
+    assert fresh_start((FRESH_EPOCH_S - 1) * 10**9) == 1
+    far = fresh_start(2**63)
+    assert far == COUNTER_MAX // 2  # half the counters left for the rest of its life
