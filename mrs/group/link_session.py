@@ -126,6 +126,9 @@ class _Outstanding:
     saf_keys: list[bytes] = field(default_factory=list)
     """For DIRECT transfers: the SAF keys its recoverable messages take if the link
     drops before the answer (their drain is then a resend: `PeerLink.messages_resent`)."""
+    notice_seqs: list[int] | None = None
+    """For a LinkNotice: its notices' seqs, in order, that its LinkAck must name
+    (`_check_notice_results`)."""
 
 
 @dataclass(eq=False)
@@ -410,7 +413,8 @@ class PeerLink:
         self._drop()
 
     def _flaps(self) -> RefusalLog:
-        """The lines of connections that broke at once (`down`), rate limited."""
+        """The lines of connections that broke at once (`down`) and of answers to no
+        frame in flight (`_answers_nothing`), rate limited."""
         if self._flap_lines is None:
             self._flap_lines = RefusalLog(log, clock_s=self.now_s, line_format="{message}")
         return self._flap_lines
@@ -594,9 +598,11 @@ class PeerLink:
         before = getattr(channel, "unsent_bytes", 0)
         channel.send(event)
         frame_bytes = getattr(channel, "unsent_bytes", 0) - before
-        self._outstanding[event.request_id] = _Outstanding(
-            sent, items, count, self._drain_pass, frame_bytes, self.now_s()
-        )
+        pending = _Outstanding(sent, items, count, self._drain_pass, frame_bytes, self.now_s())
+        if isinstance(event, wire.LinkNotice):  # forget notices: `items` are their seqs
+            notices = event.notices
+            pending.notice_seqs = items if sent is Sent.FORGET else [n.seq for n in notices]
+        self._outstanding[event.request_id] = pending
         self._in_flight += count
         self._in_flight_bytes += frame_bytes
         peer = self.rooms.peers[self.peer_id]
@@ -819,12 +825,12 @@ class PeerLink:
                     results = rooms.notices.accept_notices(self.peer_id, event.notices, self)
                     channel.send(wire.LinkAck(event.request_id, results))
                 case wire.LinkAck():
-                    self._acknowledged(event)
+                    self._acknowledged(event, channel)
                 case wire.LinkPendingQuery():
                     counts = local_counts(rooms.peers.ctx, event.queues)
                     channel.send(wire.LinkPendingCounts(event.request_id, counts))
                 case wire.LinkPendingCounts():
-                    self._counted(event)
+                    self._counted(event, channel)
                 case wire.Ping():
                     channel.send(wire.Pong(event.nonce))
                 case wire.Pong():
@@ -834,23 +840,48 @@ class PeerLink:
         except TransferError as error:
             raise wire.RemoteProtocolError(str(error)) from None
 
-    def _counted(self, answer: wire.LinkPendingCounts) -> None:
+    def _counted(self, answer: wire.LinkPendingCounts, channel: Channel) -> None:
         pending = self._outstanding.get(answer.request_id)
         if pending is None or pending.sent is not Sent.QUERY:
-            return  # an answer from a connection generation already given up
+            self._answers_nothing(answer, channel)
+            return
         del self._outstanding[answer.request_id]
         pending.items[0](list(answer.counts))
 
-    def _acknowledged(self, ack: wire.LinkAck) -> None:
+    def _answers_nothing(
+        self, answer: wire.LinkAck | wire.LinkPendingCounts, channel: Channel
+    ) -> None:
+        """An answer to no frame in flight: one from a connection already given up is
+        dropped unsaid; on the current one, the peer answered a frame never sent, or
+        one answered already (it changes nothing: the first answer settled it), said
+        in one WARNING per interval. Why: it was dropped unsaid, and a peer that
+        answered twice, or made answers up, went unseen."""
+        if channel is not self.channel:
+            return
+        kind = type(answer).__name__
+        line = (
+            f"link to group {self.peer_id}: {kind} {answer.request_id} answers no frame in"
+            " flight (never sent, or answered already): ignored"
+        )
+        self._flaps().refused("link_answer", "", line, key=("link_answer", kind))
+
+    def _acknowledged(self, ack: wire.LinkAck, channel: Channel) -> None:
         pending = self._outstanding.get(ack.request_id)
         if pending is None:
-            return  # an answer from a connection generation already given up
+            self._answers_nothing(ack, channel)
+            return
         sent = pending.sent
         if sent in (Sent.DIRECT, Sent.SAF):
             # Checked before anything is settled: a lying answer leaves the transfer
             # outstanding, so the drop it causes answers its messages LINK_LOST (a
             # recoverable one goes to the SAF) instead of leaving their puts unanswered.
             _check_results(ack, len(pending.items))
+        elif pending.notice_seqs is not None:
+            # The same for notices: a confirm notice is deleted from the journal once
+            # answered, so an answer that does not take it would lose it for good.
+            _check_notice_results(ack, pending.notice_seqs)
+        else:
+            raise TransferError(f"LinkAck answers LinkPendingQuery {ack.request_id}")
         del self._outstanding[ack.request_id]
         self._in_flight -= pending.count
         self._in_flight_bytes -= pending.frame_bytes
@@ -921,6 +952,29 @@ def _check_results(ack: wire.LinkAck, sent_count: int) -> None:
     for index, result in enumerate(ack.results):
         if result.status not in _ANSWER_STATUSES:
             raise TransferError(f"LinkAck.results[{index}].status {result.status} is not a status")
+
+
+def _check_notice_results(ack: wire.LinkAck, seqs: list[int]) -> None:
+    """A LinkAck for notices takes each of them: one result per notice, in order,
+    naming its seq, SUCCESS (what every release answers). Anything else is a lying or
+    broken peer (TransferError: a protocol error, the link drops and the notices are
+    sent again on the next connection). Why: unchecked, an answer with no result, or
+    another notice's, had the sender delete durable confirm notices the peer never
+    took, and the origin's WF_CONF put or AK_CONF MRS_ACK never came."""
+    results = ack.results
+    if len(results) != len(seqs):
+        raise TransferError(f"LinkAck answers {len(results)} notices, {len(seqs)} were sent")
+    for index, (result, seq) in enumerate(zip(results, seqs, strict=True)):
+        if result.seq != seq:
+            raise TransferError(
+                f"LinkAck.results[{index}].seq {result.seq} does not answer notice {index} of"
+                f" LinkNotice {ack.request_id} (seq {seq}): one result per notice, in order"
+            )
+        if result.status != Status.SUCCESS:
+            raise TransferError(
+                f"LinkAck.results[{index}].status {status_name(result.status)} does not take"
+                f" notice {index} of LinkNotice {ack.request_id} (seq {seq}): it must be SUCCESS"
+            )
 
 
 _ITEMS_PER_FRAME_MAX: Final[dict[type, tuple[str, int]]] = {
