@@ -60,7 +60,7 @@ def target_text(rule: Rule, message: Message) -> str:
     reply = (message.headers or {}).get("reply_q") or str(message.source)
     reply_group, _, reply_queue = str(reply).rpartition(".")
     reply_group = reply_group or str(message.source.group)  # MQ: blank = the putter's
-    variables = {
+    variables: dict[str | None, object] = {
         "&DESTQ": header.get("dest_q_name"),
         "&DESTQM": header.get("dest_q_mgr_name"),
         "&REPLYQ": reply_queue,
@@ -135,13 +135,16 @@ def target_problems(table: RulesTable, bus, group_id: int) -> list[str]:
     than as a failed attempt per message. Variables are filled per message: skipped."""
     problems = []
     for rule in table.rules:
-        if rule.action is not Action.FWD or rule.fwd_q in FWDQ_VARIABLES:
-            continue
-        if rule.fwd_qm in FWDQM_VARIABLES:
+        if rule.action is not Action.FWD:
             continue
         manager = (rule.fwd_qm or "").strip()
         queue = (rule.fwd_q or "").strip()
         named = f"FWDQ({shown(queue)})" + (f" FWDQM({shown(manager)})" if manager else "")
+        if rule.fwd_q in FWDQ_VARIABLES or rule.fwd_qm in FWDQM_VARIABLES:
+            if (why := _fixed_half_problem(rule, bus)) is not None:
+                line, column = rule.fwd_place
+                problems.append(f"line {line}, column {column}: {named} {why}")
+            continue
         why = _target_problem(f"{manager}.{queue}" if manager else queue, bus, group_id)
         if why is not None and max(len(queue), len(manager)) > NAME_CHARS_MAX:
             # the address's own error quotes it whole, twice: one line, not 2 MiB
@@ -168,6 +171,38 @@ _DOTTED_NAME_HINT = (
 )
 """An MQ administrator's FWDQ(REALLY.DEAD.QUEUE) read as group REALLY.DEAD, queue
 QUEUE: the error alone ("no group named 'REALLY'") did not say why."""
+
+
+def _fixed_half_problem(rule: Rule, bus) -> str | None:
+    """Why the half of FWDQ/FWDQM without a variable names nothing on the bus, or None.
+    Why: only a FWD whose FWDQ and FWDQM were both fixed was checked, so `--check`
+    called `FWDQ(&DESTQ) FWDQM(BBBB)` valid (a group the bus does not have, MQ's
+    sample table forwards so), and the handler then failed every letter the rule
+    took, one attempt each, and left them all on the DLQ. Blank FWDQM: this group."""
+    manager = (rule.fwd_qm or "").strip()
+    queue = (rule.fwd_q or "").strip()
+    if rule.fwd_q in FWDQ_VARIABLES:
+        if not manager or rule.fwd_qm in FWDQM_VARIABLES:
+            return None
+        if len(manager) > NAME_CHARS_MAX:
+            return f"names no group of the bus: a name has at most {NAME_CHARS_MAX} characters"
+        try:
+            if manager.isdigit():
+                bus.group(int(manager))
+            else:
+                bus.group_by_name(manager)
+        except LookupError as error:
+            hint = _DOTTED_NAME_HINT if "." in manager else ""
+            return f"names no group of the bus: {error}{hint}"
+        return None
+    if len(queue) > NAME_CHARS_MAX:
+        return f"names no queue of the bus: a name has at most {NAME_CHARS_MAX} characters"
+    if "." not in queue:
+        for group in bus.groups.values():
+            if _target_problem(f"{group.id}.{queue}", bus, group.id) is None:
+                return None
+    hint = _DOTTED_NAME_HINT if "." in queue else ""
+    return f"names no queue of any group of the bus (FWDQM names the group){hint}"
 
 
 def _target_problem(target: str, bus, group_id: int) -> str | None:

@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--window and --seen-max must be at least 1")
     if args.held_bytes_max < 1:
         return _fail("--held-bytes-max must be at least 1")
+    if args.address is not None and (problem := _address_problem(args.address)) is not None:
+        return _fail(problem)
     source = str(args.rules) if args.rules else "stdin"
     try:  # at most one byte more than a table may have: /dev/zero is refused, not read
         if args.rules:
@@ -116,7 +118,27 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if bus is None:
         return _fail("give --config and --group")
+    group = bus.group(args.group)
+    if args.address is None and group.listen_port == 0 and not group.instances:
+        return _fail(
+            f"group {group.id} listens on a port chosen at start (0 in the config): give "
+            "--address HOST:PORT (the server printed it as READY HOST:PORT)"
+        )
     return _run_handler(args, table, bus, dlj)
+
+
+def _address_problem(text: str) -> str | None:
+    """Why `--address` is not HOST:PORT (a port from 1 to 65535; a replicated group's
+    instances comma-separated), or None. Why here: the client refused it only when the
+    handler connected, and an operator's typo ended as exit 3, "group 1 refused", the
+    code of a group that could not be reached; so did the port 0 of a config whose
+    server picks its port at start (`run`)."""
+    from mrs.config.addresses import parse_host_port
+
+    for part in text.split(","):
+        if isinstance(problem := parse_host_port(part, port_min=1), str):
+            return f"--address {text!r}: {problem}"
+    return None
 
 
 def _place(problem: str) -> tuple[int, int]:

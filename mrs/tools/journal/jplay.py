@@ -33,7 +33,7 @@ from mrs.config.bus import ConfigError
 from mrs.dlq.sources import LOCK_FILE as DLJ_HANDLER_LOCK
 from mrs.exit_status import EXIT_RUNTIME
 from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX
-from mrs.model import DeliveryMode, InterestPoint, Uma
+from mrs.model import DEAD_LETTER_QUEUE, DeliveryMode, InterestPoint, Uma
 from mrs.offline.journal_files import (
     GroupJournals,
     JournalsNotFound,
@@ -246,6 +246,17 @@ def _replay_target(text: str, where: GroupJournals) -> str:
     the bus does not have would refuse every record, and no re-run would change that."""
     bus = where.bus
     group, queue = resolve_address(text, bus, where.group_id, "--to")
+    if queue == DEAD_LETTER_QUEUE:
+        # A replay carries no dead-letter header: on a DLQ, mrs dlq-handler never
+        # matches it ("no dead-letter header", left there for good, as runmqdlq leaves
+        # a message without an MQDLH), and with --remove its DLJ record, the one
+        # place that said why it was dead, was deleted.
+        raise UsageError(
+            f"--to {text}: {group}.{DEAD_LETTER_QUEUE} is a dead letter queue, and a replay "
+            "carries no dead-letter header: mrs dlq-handler would never match it and it "
+            "would stay there; work the DLJ by rules with mrs dlq-handler (INPUTQ(DLJ)), "
+            "or replay --to a queue a program reads"
+        )
     if bus is not None:
         if group not in bus.groups:
             known = ", ".join(str(g) for g in bus.groups)

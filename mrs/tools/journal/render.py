@@ -47,7 +47,12 @@ def render_bytes(data: bytes, limit: int | None = None) -> tuple[str, bool]:
 
 
 def iso_utc(time_ns: int) -> str | None:
-    """ns since the epoch -> '2024-05-01T10:00:00.123456Z' (None for 0 or nonsense)."""
+    """ns since the epoch -> '2024-05-01T10:00:00.123456789Z', the very instant (six
+    digits when it falls on a microsecond: '...00.123456Z'); None for 0 or nonsense.
+    Why to the nanosecond: cut to microseconds, a record's own `time` given back as
+    `--until` (or `--since` and `--until`) selected every record but that one, as the
+    time falls before the record's; a script that replays "up to the record it looked
+    at" left it out. The table prints nanoseconds for the same reason."""
     if not time_ns:
         return None
     second, rest = divmod(time_ns, 1_000_000_000)
@@ -55,8 +60,13 @@ def iso_utc(time_ns: int) -> str | None:
         moment = datetime.datetime.fromtimestamp(second, _UTC)
     except (OverflowError, ValueError, OSError):
         return None
-    text = moment.replace(microsecond=rest // 1000).isoformat(timespec="microseconds")
-    return text.replace("+00:00", "Z")
+    return f"{moment.isoformat()[:19]}.{_fraction(rest)}Z"
+
+
+def _fraction(nanoseconds: int) -> str:
+    """The digits after the second's point: microseconds when they say it exactly."""
+    microseconds, below = divmod(nanoseconds, 1000)
+    return f"{microseconds:06d}" if not below else f"{nanoseconds:09d}"
 
 
 @functools.lru_cache(maxsize=1024)  # a few dozen statuses; bounded for corrupt values
@@ -250,4 +260,4 @@ def _iso_json(time_ns: int) -> str:
             return "null"
         _second_cache[0] = second
         _second_cache[1] = text[:19]
-    return f'"{_second_cache[1]}.{rest // 1000:06d}Z"'
+    return f'"{_second_cache[1]}.{_fraction(rest)}Z"'
