@@ -9,7 +9,9 @@ a restart. So the response queue is journaled (META, key "ackwait:" + seq) when 
 put is made, before the put is answered and before the message leaves, and deleted
 when the acknowledgement is sent (or the put ends otherwise);
 a confirm notice with no waiter in memory finds it here. A notice resent after a link
-drop finds nothing (deleted, or being deleted), so the MRS_ACK is sent once.
+drop finds nothing (deleted, or being deleted), so the MRS_ACK is sent once. The record
+names the group the message went to, and only that group's notice settles it: a peer
+is not trusted for being any other group (docs/security.md).
 """
 
 from __future__ import annotations
@@ -56,16 +58,24 @@ class AckWaits:
     one; until then it stays here, so the set is bounded by the records on disk."""
     _undeleted: set[int] = field(default_factory=set)
     """Seqs whose delete failed, deleted again with the next `done`."""
+    misdirected: RefusalLog = field(init=False)
+    """Confirm notices from a group the message was not sent to: one WARNING per
+    peer at most every REFUSAL_LOG_INTERVAL_S, with the count of those not shown."""
+
+    def __post_init__(self) -> None:
+        self.misdirected = RefusalLog(log, line_format="{message}")
 
     def journal(
         self,
         seq: int,
         response_queue: Address,
+        target_group: int,
         then: Callable[[JournalError | None], None] | None = None,
     ) -> None:
-        """Remember (durably) that an MRS_ACK for `seq` is owed to `response_queue`;
-        `then(error)` once that is durable (the put is answered only then)."""
-        value = msgpack.packb([response_queue.group, response_queue.queue])
+        """Remember (durably) that an MRS_ACK for `seq`, put to a queue of group
+        `target_group`, is owed to `response_queue`; `then(error)` once that is
+        durable (the put is answered only then)."""
+        value = msgpack.packb([response_queue.group, response_queue.queue, target_group])
         batch = WriteBatch.empty().put_raw(Journal.META, ack_wait_key(seq), value)
         report = _log_failure(seq, "journal")
 
@@ -97,17 +107,32 @@ class AckWaits:
 
         self.ctx.writer.submit(batch, deleted)
 
-    def owed_to(self, seq: int) -> Address | None:
+    def owed_to(self, seq: int, peer_id: int | None = None) -> Address | None:
         """The response queue still owed an MRS_ACK for `seq`, or None. The caller sends
         it, then calls `done(seq)`: the MRS_ACK (journaled, for another group's queue)
         is submitted before the record is deleted, so a crash between the two commits
-        leaves the record behind, never loses the acknowledgement."""
+        leaves the record behind, never loses the acknowledgement.
+
+        `peer_id`: the group whose confirm notice asks. None (with one WARNING per
+        interval) when the message went to another group: that group's notice is
+        still owed the MRS_ACK. Why: group 2 could otherwise have the sender told
+        SUCCESS for a put to group 3 its receiver never confirmed. A record of an
+        earlier build names no group and is settled by any peer's notice, as then."""
         if seq in self._deleting:
             return None
         value = self.ctx.store.get_raw(Journal.META, ack_wait_key(seq))
         if value is None:
             return None
-        group, queue = msgpack.unpackb(value)
+        group, queue, *sent_to = msgpack.unpackb(value)
+        if peer_id is not None and sent_to and sent_to[0] != peer_id:
+            self.misdirected.refused(
+                "confirm_notice_group",
+                str(peer_id),
+                f"group {peer_id} sent a confirm notice for seq {seq}, which this group "
+                f"sent to group {sent_to[0]}: no MRS_ACK sent for it (group "
+                f"{sent_to[0]}'s confirm notice sends it)",
+            )
+            return None
         return Address(group, queue)
 
     def count(self) -> int:

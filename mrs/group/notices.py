@@ -130,8 +130,13 @@ class Notices:
                     self.peers.drain_left(peer_id)
                 case _ if (waiter := peer.waiters.pop(seq, None)) is not None:
                     waiter(notice)
-                case ConfNotice() if (response_queue := self.ack_waits.owed_to(seq)) is not None:
-                    # this group restarted since the AK_CONF put: the journal knows where
+                case ConfNotice() if (
+                    response_queue := self.ack_waits.owed_to(seq, peer_id)
+                ) is not None:
+                    # this group restarted since the AK_CONF put: the journal knows where.
+                    # A notice from a group the message did not go to finds None (one
+                    # WARNING) and is still answered taken: refused, a confused peer
+                    # would drop the link and send it again for ever.
                     self.umas.send_mrs_ack(
                         response_queue, Psb(Status.SUCCESS, Status.SUCCESS, seq, Status.NO_UMA)
                     )

@@ -225,7 +225,7 @@ class Outbound:
             reply.on_done = lambda: self.ack_waits.done(entry.seq)  # whatever its outcome
             self.put(entry, reply)
 
-        self.ack_waits.journal(entry.seq, reply.response_queue, journaled)
+        self.ack_waits.journal(entry.seq, reply.response_queue, entry.target.group, journaled)
 
     def _owe_ack(self, entry: Entry, reply: PutReply) -> None:
         """AK_CONF: once its outcome is reported, forget the MRS_ACK journaled as owed."""
