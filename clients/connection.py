@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import trio
 
@@ -108,6 +108,7 @@ from mrs.model import (
 from mrs.protection.errors import ProtectionError
 
 log = logging.getLogger("clients")
+T = TypeVar("T")
 
 _RECOVERABLE_MODES = frozenset(mode for mode in DeliveryMode if mode.recoverable)
 _LINK_DOWN, _NOTACTIVE = Status.LINK_DOWN, Status.NOTACTIVE
@@ -626,14 +627,37 @@ class Client:
         """The group's status: queues, DQF depth, writer statistics. Waits at most
         `timeout` (as `confirm`'s), then ReplyTimeout."""
         requests = self._requests
-        wait_s = left_s = answer_wait_s(timeout, self.request_timeout_s, "status")
-        if requests.link is None or requests.broken is not None:
-            left_s = await self._linked_within(wait_s, "status")
-        try:
+        wait_s = answer_wait_s(timeout, self.request_timeout_s, "status")
+
+        async def ask(left_s: float) -> dict:
             reply = await requests.request(wire.StatusRequest(requests.next_id()), left_s)
+            return cast(wire.StatusReply, reply).info
+
+        try:
+            return await self._query(ask, wait_s, "status")
         except ReplyTimeout:
             raise not_answered("status", self.address, wait_s, QUERY_OUTCOME) from None
-        return reply.info
+
+    async def _query(self, ask: Callable[[float], Awaitable[T]], wait_s: float, what: str) -> T:
+        """A query that changes nothing (`status`, `locate`, `pending`) asked within
+        `wait_s` by `ask(left_s)`. With several addresses (a replicated group) one that
+        finds no connection waits for the new active (`_linked`), and one whose
+        connection is lost before its answer (in flight, or not yet sent) is asked again
+        there, within what is left of `wait_s`: it changed nothing, so asking again is
+        safe. Before, one made just as the active died raised ConnectionLost (LINK_DOWN)
+        while one made a moment later waited, so a loop watching `pending` was handed
+        an error at each failover. On one address it raises as before."""
+        started_s = trio.current_time()
+        left_s = wait_s
+        while True:
+            if self._requests.link is None or self._requests.broken is not None:
+                left_s = await self._linked_within(left_s, what)
+            try:
+                return await ask(left_s)
+            except ConnectionLost as lost:
+                left_s = wait_s - (trio.current_time() - started_s)
+                if self._resender is None or lost.status != Status.LINK_DOWN or left_s <= 0:
+                    raise
 
     async def admin(self, action: str, /, **args: object) -> dict:
         """An operator's action on the group (`mrs admin`; docs/operations.md):
@@ -654,11 +678,11 @@ class Client:
         active (`_linked`, as `status` does) instead of raising NOTACTIVE at once.
         Waits at most `timeout` (as `confirm`'s), then ReplyTimeout."""
         queue_text(name, "locate")  # a bad name refused at once, not after a wait
-        wait_s = left_s = answer_wait_s(timeout, self.request_timeout_s, "locate")
-        if self._requests.link is None or self._requests.broken is not None:
-            left_s = await self._linked_within(wait_s, "locate")
+        wait_s = answer_wait_s(timeout, self.request_timeout_s, "locate")
         try:
-            return await locate(self._requests, name, left_s)
+            return await self._query(
+                functools.partial(locate, self._requests, name), wait_s, "locate"
+            )
         except ReplyTimeout:
             raise not_answered(f"locate {name}", self.address, wait_s, QUERY_OUTCOME) from None
 
@@ -674,12 +698,14 @@ class Client:
         active (`_linked`, as `status` does) instead of raising NOTACTIVE at once.
         Waits at most `timeout` (as `confirm`'s), then ReplyTimeout."""
         pending_texts(queues)  # a bad list refused at once, not after a wait
-        wait_s = left_s = answer_wait_s(timeout, self.request_timeout_s, "pending")
-        if self._requests.link is None or self._requests.broken is not None:
-            left_s = await self._linked_within(wait_s, "pending")
-        held = len(self._requests.held) + kept
-        try:
+        wait_s = answer_wait_s(timeout, self.request_timeout_s, "pending")
+
+        async def ask(left_s: float) -> list[int]:
+            held = len(self._requests.held) + kept  # counted on the connection asked
             return await pending(self._requests, queues, self.queue, held, left_s)
+
+        try:
+            return await self._query(ask, wait_s, "pending")
         except ReplyTimeout:
             raise not_answered("pending", self.address, wait_s, QUERY_OUTCOME) from None
 
