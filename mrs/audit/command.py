@@ -75,7 +75,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
     audit.add_argument("--since", metavar="TIME",
                        help="from TIME (confirm/dead-letter time): ISO (naive = local time; "
                             "Z or +02:00 honoured) or 2h, 30m, 1d back from now")  # fmt: skip
-    audit.add_argument("--until", metavar="TIME", help="before TIME (same forms)")
+    audit.add_argument("--until", metavar="TIME",
+                       help="at or before TIME (same forms; a time pasted from "
+                            "mrs dump keeps its record); with --trail, both bound "
+                            "its records")  # fmt: skip
     audit.add_argument("--out", type=operator_path,
                        help="write the HTML report, tables (Parquet, CSV), JSON and "
                             "Spark's log here (default: write nothing)")  # fmt: skip
@@ -133,7 +136,14 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         dirs = [str(readable_journal(d.resolve())) for d in args.data_dir]
     except FileNotFoundError as error:
         raise AuditUsageError(str(error)) from None
-    return {"paths": json.dumps(dirs)}
+    if args.config is None:
+        return {"paths": json.dumps(dirs)}
+    from mrs.audit.load import PATHS_CONFIG
+    from mrs.config.bus import load_config
+
+    load_config(args.config)  # a mistake in it is one line here, not in Spark
+    # the queues' names, and each group's `pcj_archive_dir` (`mrs.audit.load.archive_dirs`)
+    return {"paths": json.dumps(dirs), PATHS_CONFIG: str(args.config.resolve())}
 
 
 def readable_journal(data_dir: Path) -> Path:
@@ -282,12 +292,12 @@ def _run(args: argparse.Namespace) -> int:
         sources = source_options(args)
         since = parse_time(args.since, "--since")
         until = parse_time(args.until, "--until")
-        if since is not None and until is not None and since >= until:
+        if since is not None and until is not None and since > until:  # both inclusive
             raise AuditUsageError(f"--since {args.since} is not before --until {args.until}")
         if args.action == "export":
             _check_export_out(args.out, args.overwrite)
         if args.trail is not None:
-            return _trail(sources, trail_id(args.trail), args, progress)
+            return _trail(sources, trail_id(args.trail), args, progress, (since, until))
         check_java()
         check_master(args.master)
         log_path = _log_path(args.out)
@@ -462,14 +472,17 @@ def _shown_id(correlation_id: bytes) -> str:
 
 
 def _trail(sources: dict[str, str], correlation_id: bytes, args: argparse.Namespace,
-           progress: Progress) -> int:  # fmt: skip
-    """The trail of one correlation id, read on this machine without Spark."""
+           progress: Progress, window: tuple) -> int:  # fmt: skip
+    """The trail of one correlation id, read on this machine without Spark: the
+    records in the window (`--since`/`--until`, as the report counts them) only."""
     from mrs.audit.load import queue_names, read_journals
-    from mrs.audit.reconcile import trail
+    from mrs.audit.reconcile import in_window, trail_events, trail_records
     from mrs.audit.report import _plain
 
     table = read_journals(sources, progress=progress)
-    events = trail(table, correlation_id)
+    records = trail_records(table, correlation_id)
+    kept = [record for record in records if in_window(record, *window)]
+    events = trail_events(kept)
     names = queue_names(str(args.config) if args.config else None)
     for event in events:
         for address, name in names.items():
@@ -483,11 +496,20 @@ def _trail(sources: dict[str, str], correlation_id: bytes, args: argparse.Namesp
             print(f"{moment}  {event['journal']}:{event['group']}:{event['seq']}  "
                   f"{event['event']}: {event['detail']}")  # fmt: skip
     if not events:
-        print(f"mrs audit: no record of correlation id {_shown_id(correlation_id)!r} "
-              "in these journals",
-              file=sys.stderr)  # fmt: skip
+        print(f"mrs audit: {_no_trail(correlation_id, args, len(records))}", file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def _no_trail(correlation_id: bytes, args: argparse.Namespace, outside: int) -> str:
+    """Why a trail is empty: no record of the id at all, or none in the window."""
+    shown = _shown_id(correlation_id)
+    if not outside:
+        return f"no record of correlation id {shown!r} in these journals"
+    return (
+        f"no record of correlation id {shown!r} between {args.since or 'the start'} "
+        f"and {args.until or 'now'} ({outside} records of it outside that window)"
+    )
 
 
 def _check_export_out(out: Path | None, overwrite: bool) -> None:

@@ -69,26 +69,54 @@ def read_journals(
     return pa.Table.from_batches([b.cast(AUDIT_SCHEMA) for b in batches], AUDIT_SCHEMA)
 
 
-def archive_dirs(sources: dict[str, str]) -> list[tuple[Path, int]]:
-    """(PCJ archive directory, group) of each group `sources` names: its config's
-    `pcj_archive_dir` (relative to its data_dir), else `DATA_DIR/pcj-archive`."""
+PATHS_CONFIG = "pathsconfig"
+"""The sources' key for a `--config` given with `--data-dir`: the bus config whose
+`[group.ops] pcj_archive_dir` says where each directory's group keeps its PCJ
+archive. The data source ignores it (its paths name their own groups)."""
+
+
+def archive_dirs(sources: dict[str, str]) -> list[tuple[Path, int, int | None]]:
+    """(PCJ archive directory, group, the group whose rows to read there or None for
+    all) of each group `sources` names: its config's `pcj_archive_dir` (relative to
+    its data_dir), else `DATA_DIR/pcj-archive`. The config is `config` (with `groups`)
+    or `PATHS_CONFIG` (`--data-dir` with `--config`): a directory is then the group
+    whose data_dir (or an instance's) it is, else the group its journal says. Why:
+    with `--data-dir` the config's `pcj_archive_dir` was ignored, so every message a
+    group so configured had archived was left out of the audit, unsaid."""
     from mrs.audit.source import resolve_sources
     from mrs.config.ops import OpsConfig
 
     options = {key.lower(): value for key, value in sources.items()}
-    groups = {}
-    if "config" in options:
+    config = options.get("config") or options.get(PATHS_CONFIG)
+    bus = None
+    if config:
         from mrs.config.bus import load_config
 
-        groups = load_config(options["config"]).groups
+        bus = load_config(config)
     found = []
     for path, group in resolve_sources(options):
         data_dir = Path(path)
         if data_dir.name == "journals" and (data_dir / "data.mdb").is_file():
             data_dir = data_dir.parent
-        ops = groups[group].ops if group in groups else OpsConfig()
-        found.append((ops.archive_dir(data_dir), group))
+        configured = None
+        if bus is not None:
+            configured = (None if "config" in options else _group_of_dir(bus, data_dir)) \
+                or bus.groups.get(group)  # fmt: skip
+        ops = configured.ops if configured is not None else OpsConfig()
+        only = configured.id if configured is not None else None  # a dir may be shared
+        found.append((ops.archive_dir(data_dir), group, only))
     return found
+
+
+def _group_of_dir(bus, data_dir: Path):
+    """The config's group whose data_dir, or one of whose instances' data_dir, is
+    `data_dir`; None if none is."""
+    here = data_dir.resolve()
+    for group in bus.groups.values():
+        dirs = [group.data_dir, *(instance.data_dir for instance in group.instances)]
+        if any(Path(d).resolve() == here for d in dirs):
+            return group
+    return None
 
 
 class ArchiveUnreadable(AuditJournalDamaged):
@@ -111,12 +139,11 @@ def read_archives(
     live PCJ as the export reads it. Why: the report counted it confirmed twice, a
     "duplicate" held in `pcj:1` and `pcj:1`, and a correlation id confirmed twice."""
     batches: list[pa.RecordBatch] = []
-    exact_groups = "config" in {key.lower() for key in sources}
-    for directory, group in archive_dirs(sources):
+    for directory, group, only in archive_dirs(sources):
         if not directory.is_dir():
             continue
         try:
-            table = _archived_rows(directory, group if exact_groups else None)
+            table = _archived_rows(directory, only)
         except (pa.ArrowException, OSError) as error:
             raise ArchiveUnreadable(
                 f"PCJ archive {directory}: not readable as Parquet ({error}); "
@@ -145,15 +172,16 @@ def _not_live(table: pa.Table, group: int, live: pa.Table) -> pa.Table:
     return table.filter(pc.invert(pc.is_in(table["seq"], value_set=mine.combine_chunks())))
 
 
-def archive_files(sources: dict[str, str]) -> list[tuple[int, list[Path]]]:
-    """(group, its PCJ archive's Parquet files) of each group `sources` names that
-    has any, each file's footer read first: a damaged one is one line
+def archive_files(sources: dict[str, str]) -> list[tuple[int, list[Path], int | None]]:
+    """(group, its PCJ archive's Parquet files, the group whose rows to read in them
+    or None for all: `archive_dirs`) of each group `sources` names that has any,
+    each file's footer read first: a damaged one is one line
     (`ArchiveUnreadable`), not a failed Spark job. Hidden and `_` files are skipped,
     as pyarrow and Spark skip them (an archive run's `.NAME.tmp` in flight)."""
     import pyarrow.parquet as pq
 
     found = []
-    for directory, group in archive_dirs(sources):
+    for directory, group, only in archive_dirs(sources):
         if not directory.is_dir():
             continue
         files = sorted(
@@ -169,7 +197,7 @@ def archive_files(sources: dict[str, str]) -> list[tuple[int, list[Path]]]:
                     "move the damaged file aside and audit again"
                 ) from None
         if files:
-            found.append((group, files))
+            found.append((group, files, only))
     return found
 
 

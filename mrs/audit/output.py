@@ -17,7 +17,64 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from mrs.audit.report import TABLES, Report, _plain
+from mrs.audit.report import NAMED_COLUMNS, TABLES, Report, _plain
+
+_COUNT = pa.int64()
+_RECONCILED = [("stored", _COUNT), ("confirmed", _COUNT), ("dead_lettered", _COUNT),
+               ("in_dqf", _COUNT), ("in_saf", _COUNT), ("missing", _COUNT),
+               ("duplicates", _COUNT)]  # fmt: skip
+_MS = pa.float64()
+TABLE_SCHEMAS = {
+    "totals": pa.schema(
+        [(name, _COUNT) for name in ("confirmed", "dead_letters", "possdupl")]
+        + [("possdupl_rate", pa.float64())]
+        + [(name, _COUNT) for name in ("replayed", "corrupt_records", "body_bytes")]
+        + [("first_confirm", pa.string()), ("last_confirm", pa.string())]
+        + [(name, _COUNT) for name in ("in_dqf", "in_saf", "missing", "missing_unattributed",
+                                       "gaps", "duplicates")]  # fmt: skip
+        + [("checks_truncated", pa.bool_()), ("correlation_missing_numbers", _COUNT),
+           ("correlation_duplicate_confirms", _COUNT)]  # fmt: skip
+    ),
+    "reconciliation_queue": pa.schema([("target", pa.string()), *_RECONCILED]),
+    "reconciliation_sender": pa.schema([("source", pa.string()), *_RECONCILED]),
+    "per_queue": pa.schema([("target", pa.string()), ("messages", _COUNT)]),
+    "per_sender": pa.schema([("source", pa.string()), ("messages", _COUNT)]),
+    "per_hour": pa.schema([("hour", pa.timestamp("us", "UTC")), ("messages", _COUNT)]),
+    "cross_group": pa.schema([("source_group", _COUNT), ("target_group", _COUNT),
+                              ("messages", _COUNT)]),  # fmt: skip
+    "latency": pa.schema([("target", pa.string()), ("messages", _COUNT), ("p50_ms", _MS),
+                          ("p95_ms", _MS), ("p99_ms", _MS), ("max_ms", _MS)]),  # fmt: skip
+    "dead_letters": pa.schema([("dead_letter_reason", pa.string()), ("messages", _COUNT)]),
+    "gaps": pa.schema([("after_seq", _COUNT), ("before_seq", _COUNT), ("missing", _COUNT),
+                       ("sender", pa.string()), ("queue", pa.string())]),  # fmt: skip
+    "duplicates": pa.schema([("seq", _COUNT), ("source", pa.string()),
+                             ("target", pa.string()), ("places", pa.string())]),  # fmt: skip
+    "correlation": pa.schema(
+        [("prefix", pa.string()), ("senders", _COUNT), ("source", pa.string())]
+        + [(name, _COUNT) for name in ("messages", "numbers", "first_number", "last_number",
+                                       "confirmed", "confirmed_ids", "missing_numbers",
+                                       "duplicate_confirms")]  # fmt: skip
+    ),
+}
+"""Each table's columns and types, whatever its rows: a table with no rows (the
+`gaps` of a clean audit) was one column `empty`, and a column whose values were all
+null (a gap's `sender` when every gap was between two senders) had no type, so the
+same table of two audits did not read or union as one dataset."""
+
+
+def table_of(name: str, rows: list[dict], named: bool = False) -> pa.Table:
+    """One table of the report in its `TABLE_SCHEMAS` columns, then (`named`: the
+    report has the config's names) a `_name` column beside each address, then any
+    other column its rows carry."""
+    declared = TABLE_SCHEMAS.get(name, pa.schema([]))
+    if named:
+        names = [f"{c}_name" for c in NAMED_COLUMNS if c in declared.names]
+        declared = pa.schema([*declared, *((n, pa.string()) for n in names)])
+    keys = dict.fromkeys(key for row in rows for key in row if key not in declared.names)
+    extra = [(key, pa.string()) if key.endswith("_name") else
+             pa.Table.from_pylist([{key: row.get(key)} for row in rows]).schema.field(key)
+             for key in keys]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=pa.schema([*declared, *extra]))
 
 
 def write_tables(report: Report, out_dir: Path) -> list[Path]:
@@ -27,7 +84,7 @@ def write_tables(report: Report, out_dir: Path) -> list[Path]:
     written = []
     named = {"totals": [_plain(report.totals)], **report.tables}
     for name, rows in named.items():
-        table = pa.Table.from_pylist(rows) if rows else pa.table({"empty": pa.array([], pa.int8())})
+        table = table_of(name, rows, report.named)
         for suffix, write in (
             (".parquet", lambda t, p: pq.write_table(t, p)),
             (".csv", lambda t, p: pacsv.write_csv(t, p)),

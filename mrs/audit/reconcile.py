@@ -232,16 +232,45 @@ _TRAIL_COLUMNS = ("journal", "group", "seq", "source", "target", "put_time", "wr
                   "dead_letter_reason", "delivery_mode", "uma", "principal")  # fmt: skip
 
 
-def trail(table: pa.Table, correlation_id: bytes) -> list[dict]:
+def trail(table: pa.Table, correlation_id: bytes, since: datetime.datetime | None = None,
+          until: datetime.datetime | None = None) -> list[dict]:  # fmt: skip
     """Every event of the messages with this correlation id, oldest first: each
     record's put, its place now (SAF, DQF), its deliveries and confirm or its dead
-    letter, and every record that replays one of them (jplay)."""
+    letter, and every record that replays one of them (jplay); of the records in
+    the window `since`/`until` only (`in_window`), if one is given."""
+    records = trail_records(table, correlation_id)
+    return trail_events([r for r in records if in_window(r, since, until)])
+
+
+def trail_records(table: pa.Table, correlation_id: bytes) -> list[dict]:
+    """The records of this correlation id and those that replay one of them."""
     mine = table.filter(pc.equal(table["correlation_id"], pa.scalar(correlation_id, pa.binary())))
     places = {f"{r['journal']}:{r['group']}:{r['seq']}" for r in mine.to_pylist()}
     replays = table.filter(pc.is_in(table["replayed_from"], pa.array(sorted(places), pa.string())))
     records = mine.select(list(_TRAIL_COLUMNS)).to_pylist()
     records += [r for r in replays.select(list(_TRAIL_COLUMNS)).to_pylist()
                 if f"{r['journal']}:{r['group']}:{r['seq']}" not in places]  # fmt: skip
+    return records
+
+
+def in_window(record: dict, since: datetime.datetime | None,
+              until: datetime.datetime | None) -> bool:  # fmt: skip
+    """The report's window (`mrs.audit.report.audit_frame`) for one record: a PCJ
+    record by its confirm time, a DLJ record by its dead-lettering, both bounds
+    inclusive; a message still waiting in a SAF or DQF is in every window (the backlog
+    now, as the report counts it `in_dqf`/`in_saf`). Why: `--trail` ignored
+    `--since`/`--until`, so the trail of an id showed records the report of the same
+    window did not count."""
+    if since is None and until is None or record["journal"] in ("saf", "dqf"):
+        return True
+    moment = record["confirm_time"] if record["journal"] == "pcj" else record["written_time"]
+    if moment is None:
+        return False
+    return (since is None or moment >= since) and (until is None or moment <= until)
+
+
+def trail_events(records: list[dict]) -> list[dict]:
+    """The events of these records, oldest first."""
     events: list[dict] = []
     for record in records:
         events.extend(_events(record))

@@ -40,6 +40,8 @@ class Report:
     tables: dict[str, list[dict]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     """What the reader must know to read the figures (e.g. confirms not journaled)."""
+    named: bool = False
+    """The config's queue names are beside the addresses (`name_addresses`)."""
 
     def as_json(self) -> dict:
         tables = {k: _plain(v) for k, v in self.tables.items()}
@@ -70,8 +72,8 @@ def _bounded(frame, column: str, since, until):
 
     if since is not None:
         frame = frame.where(F.col(column) >= F.lit(since))
-    if until is not None:
-        frame = frame.where(F.col(column) < F.lit(until))
+    if until is not None:  # inclusive, as in every tool: an --until pasted from a record keeps it
+        frame = frame.where(F.col(column) <= F.lit(until))
     return frame
 
 
@@ -133,8 +135,8 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
         inside = F.lit(True)
         if since is not None:
             inside = inside & (moment >= F.lit(since))
-        if until is not None:
-            inside = inside & (moment < F.lit(until))
+        if until is not None:  # inclusive (`_bounded`)
+            inside = inside & (moment <= F.lit(until))
         in_window = F.coalesce(backlog | inside, F.lit(False))
     frame = frame.select(*SPARK_COLUMNS, in_window.alias("in_window"))
     return frame.cache()  # read by two jobs: converted from Arrow once
@@ -314,6 +316,7 @@ NAMED_COLUMNS = ("target", "source", "sender", "queue")
 
 def name_addresses(report: Report, names: dict[str, str]) -> None:
     """Beside each GROUP.QUEUE column, its `_name` from the config (GROUP.NAME)."""
+    report.named = True
     for rows in report.tables.values():
         for row in rows:
             for column in NAMED_COLUMNS:
@@ -335,12 +338,11 @@ def archived_pcj(spark, sources: dict[str, str]):
     from mrs.audit.load import archive_files
     from mrs.audit.source import SPARK_SCHEMA
 
-    exact_groups = "config" in {key.lower() for key in sources}
     frames = []
-    for group, files in archive_files(sources):
+    for group, files, only in archive_files(sources):
         frame = spark.read.schema(SPARK_SCHEMA).parquet(*map(str, files))
-        if exact_groups:  # a `pcj_archive_dir` may be shared by groups
-            frame = frame.where(F.col("group") == group)
+        if only is not None:  # a `pcj_archive_dir` may be shared by groups
+            frame = frame.where(F.col("group") == only)
         frames.append(frame.withColumn("group", F.lit(group).cast("int")))
     if not frames:
         return None
