@@ -16,6 +16,14 @@ LOOPBACK_NAMES = {"localhost": "127.0.0.1", "ip6-localhost": "::1"}
 """Host names every machine resolves to its own loopback address."""
 
 
+def host_port(host: str, port: int | str) -> str:
+    """`HOST:PORT` as the bus file spells it, an IPv6 host in brackets (`[::1]:7001`):
+    the one way every line an operator reads (READY, the log, `mrs status`, errors)
+    writes an address. Why: `::1:7001` was printed where the file refuses it ("an
+    IPv6 host must be in brackets"), and a script cannot tell it from host `::1:7001`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def same_address(host: str, port: int) -> tuple[str, int]:
     """The key two addresses of one machine share when they take the same port:
     `localhost:7001` and `127.0.0.1:7001` are one listener (a config that spelled

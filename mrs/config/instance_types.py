@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrs.config.addresses import host_port
 from mrs.limits import REPLICATION_LEASE_TTL_S_DEFAULT
 
 
@@ -25,7 +26,7 @@ class InstanceConfig:
 
     @property
     def listen(self) -> str:
-        return f"{self.listen_host}:{self.listen_port}"
+        return host_port(self.listen_host, self.listen_port)
 
 
 COORDINATOR_PREFIX_DEFAULT = "/mrs"

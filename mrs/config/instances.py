@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from mrs.config.addresses import same_address
+from mrs.config.addresses import host_port, same_address
 from mrs.config.fields import FieldReader, _describe, _join
 from mrs.config.instance_types import (
     COORDINATOR_PREFIX_DEFAULT,
@@ -143,7 +143,7 @@ def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where:
             (
                 "replication",
                 same_address(instance.replication_host, instance.replication_port),
-                f"{instance.replication_host}:{instance.replication_port}",
+                host_port(instance.replication_host, instance.replication_port),
             ),
         ):
             kind = "name" if key == "name" else "address"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrs.config.addresses import WILDCARD_HOSTS, same_address
+from mrs.config.addresses import WILDCARD_HOSTS, host_port, same_address
 from mrs.storage.journal_usage import WARN_PERCENTS_DEFAULT
 
 OPS_KEYS = frozenset(
@@ -148,7 +148,8 @@ def _check_own_ports(
             ):
                 parser.fail(
                     f"{group_where}.ops.{key}",
-                    f"{host}:{port} is also {other} ({other_host}:{other_port}): "
+                    f"{host_port(host, port)} is also {other} "
+                    f"({host_port(other_host, other_port)}): "
                     f"give {key} a port of its own",
                 )
         taken.append((f"{group_where}.ops.{key}", host, port))

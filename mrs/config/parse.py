@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mrs.config.addresses import WILDCARD_HOSTS, overlap, same_address
+from mrs.config.addresses import WILDCARD_HOSTS, host_port, overlap, same_address
 from mrs.config.auth import parse_auth
 from mrs.config.fields import FieldReader, _describe, _join, _toml_list
 from mrs.config.guards import Guards, parse_guards
@@ -345,7 +345,8 @@ class _Parser(FieldReader):
             if group_id != link.groups[1] or not where.endswith(".listen"):  # not ops_listen
                 self.fail(
                     f"link[{i}].address",
-                    f"{link.address_host}:{link.address_port} is {where}, not where group "
+                    f"{host_port(link.address_host, link.address_port)} is {where}, "
+                    f"not where group "
                     f"{link.groups[1]} takes links (its listen): the lower group dials it there",
                 )
 
@@ -389,19 +390,15 @@ class _Parser(FieldReader):
 
 def _overlap_problem(host: str, other_host: str, port: int, other: str) -> str:
     """The one line for a listening address that overlaps `other`'s."""
-    problem = f"{_shown(host)}:{port} is also the address of {other}"
+    problem = f"{host_port(host, port)} is also the address of {other}"
     if other_host == host:
         return problem
     if {host, other_host} & WILDCARD_HOSTS:
         return (
-            f"{problem} ({_shown(other_host)}:{port}: a 0.0.0.0 or :: host takes "
+            f"{problem} ({host_port(other_host, port)}: a 0.0.0.0 or :: host takes "
             "its port on every address of the machine)"
         )
-    return f"{problem} ({_shown(other_host)}:{port})"
-
-
-def _shown(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+    return f"{problem} ({host_port(other_host, port)})"
 
 
 def _addresses(group: GroupConfig, where: str) -> list[tuple[str, str, int]]:

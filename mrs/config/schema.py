@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrs.config.addresses import host_port
 from mrs.config.auth import AuthConfig
 from mrs.config.guards import Guards
 from mrs.config.instance_types import CoordinatorConfig, InstanceConfig
@@ -135,7 +136,7 @@ class GroupConfig:
         `clients.connect` takes: only the active listens)."""
         if self.instances:
             return ",".join(instance.listen for instance in self.instances)
-        return f"{self.listen_host}:{self.listen_port}"
+        return host_port(self.listen_host, self.listen_port)
 
     def data_dir_of(self, instance: str | None) -> Path:
         """The data directory whose journals an offline tool reads (`--instance`): the

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import trio
 
 from mrs import protocol as wire
+from mrs.config.addresses import host_port
 from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog, clipped
 from mrs.errors import MrsError
@@ -95,7 +96,7 @@ async def dial_forever(
     group's journals' incarnation, said in the Hello, and the peer's, checked in its
     Welcome (mrs.group.incarnation); a peer whose journals changed is logged as an
     ERROR once per change, not at every redial."""
-    redials = _Redials(link.peer_id, f"{host}:{port}")
+    redials = _Redials(link.peer_id, host_port(host, port))
     while True:
         connected = answered = False
         said = None if redials.earlier else incarnations

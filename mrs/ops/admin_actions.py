@@ -8,7 +8,8 @@ queues and journals, and written down with who asked for it: one log line per
 action, and one JSON line in the group's admin journal (`admin-journal.jsonl` in its
 data directory, read back with `mrs admin journal`) per action that changes the
 group and per refusal; a look that was done (browse, connections, the journal
-itself) is logged only (`AdminActions.looked`).
+itself) is logged only, at most once per REFUSAL_LOG_INTERVAL_S per principal, action
+and queue with the count of those not shown (`AdminActions.looked`).
 
 What each action promises:
 - browse looks without taking: the memory window, then the cold backlog read from
@@ -40,6 +41,7 @@ from journals import CorruptRecord, Journal, JournalError, WriteBatch, queue_key
 from mrs import protocol as wire
 from mrs.config.rewrite import edit_lock, with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
+from mrs.core.refusals import RefusalLog
 from mrs.group.context import U32, UNPACK_U32
 from mrs.group.dqf import forget_priority, keep_priority
 from mrs.group.lanes import Lane
@@ -124,6 +126,9 @@ class AdminActions:
         self._files: dict[bytes, BusFileRecord | None] = {}
         """Each run-time-changed file's last change journaled, by its META key (read
         at the first change): the bus file, the credentials file."""
+        self.looks = RefusalLog(log, level=logging.INFO, line_format="{message}")
+        """The log lines of looks done (`looked`): one per (principal, action, queue)
+        per REFUSAL_LOG_INTERVAL_S, with the count of those not shown."""
 
     def __call__(self, session: AdminSession, request: wire.AdminRequest) -> None:
         """One request: checked, done, journaled; a mistake raises Refused (one line)."""
@@ -310,9 +315,12 @@ class AdminActions:
         connections` every few seconds cost a synced write each time, grew the file
         for ever and pushed the last purge out of what `mrs admin journal` shows.
         A look refused (no right, a mistake) is still journaled: an attempt past
-        one's rights is what an auditor looks for."""
+        one's rights is what an auditor looks for. The log line itself is throttled
+        (`looks`): a script polling `mrs admin browse` in a loop wrote one line per
+        request into the server's log for ever; a change's line (`journal`) is not."""
         who = session.principal or "(no auth)"
-        log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
+        line = f"admin {action} by {who} at {session.peer}: {args} -> {result}"
+        self.looks.refused(action, who, line, key=(session.principal, action, args.get("queue")))
 
     def journal_then_answer(
         self,

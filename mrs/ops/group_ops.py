@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from mrs import __version__
+from mrs.config.addresses import host_port
 from mrs.core.refusals import RefusalLog
 from mrs.limits import JOURNAL_CHECK_INTERVAL_S, PCJ_ARCHIVE_RUNS_KEPT_MAX, SLOW_COMMIT_S
 from mrs.ops.alarms import disk_numbers, group_alarms
@@ -264,7 +265,7 @@ class GroupOps:
             "pid": os.getpid(),
             "started_time_s": round(self.started_time_s, 3),
             "uptime_s": round(time.monotonic() - self._started_monotonic_s, 3),
-            "listen": f"{server.address[0]}:{server.address[1]}" if server.address else None,
+            "listen": host_port(*server.address) if server.address else None,
             "connections": {"clients": clients, "links": links_up},
             "journal": journal,
             "alarms": [alarm.as_dict() for alarm in alarms],

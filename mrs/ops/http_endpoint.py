@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
+from mrs.config.addresses import host_port
 from mrs.exit_status import CommandError
 from mrs.limits import (
     ADMIN_REQUEST_WAIT_S,
@@ -160,7 +161,7 @@ browser now refuses to frame it. nosniff: a text answer is never run as HTML."""
 
 def http_url(host: str, port: int) -> str:
     """The page's address as a browser takes it: an IPv6 host in brackets."""
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    return f"http://{host_port(host, port)}/"
 
 
 ANY_PATH = "*"
@@ -268,7 +269,8 @@ def endpoint_failure(
     that cannot be bound, naming the file, the group, the key and the address, as the
     group's own `listen` failure does (mrs.transport.bind_failure)."""
     config = server.config
-    where = f"{server.bus.path}: group {config.id} ({config.name}) ops.{key} = {host}:{port}"
+    address = host_port(str(host), str(port))
+    where = f"{server.bus.path}: group {config.id} ({config.name}) ops.{key} = {address}"
     return bind_failure(where, key, error)
 
 
@@ -323,7 +325,7 @@ async def serve_endpoint(
             await trio.sleep(ENDPOINT_BIND_RETRY_S)
         listening(*bound)
         if warned:
-            log.info("ops.%s = %s:%s: listening now", key, host, bound[1])
+            log.info("ops.%s = %s: listening now", key, host_port(str(host), bound[1]))
         else:
             task_status.started()
 

@@ -26,6 +26,7 @@ import trio
 
 from journals import JournalError, WriteBatch
 from journals.keys import Journal
+from mrs.config.addresses import host_port
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import clipped
 from mrs.limits import (
@@ -711,7 +712,7 @@ def _address_of(replicas: tuple[InstanceConfig, ...], name: str) -> str:
     for a name it does not list: a test's bare link)."""
     for replica in replicas:
         if replica.name == name:
-            return f"{replica.replication_host}:{replica.replication_port}"
+            return host_port(replica.replication_host, replica.replication_port)
     return "its address"
 
 

@@ -29,6 +29,7 @@ import ssl
 
 import trio
 
+from mrs.config.addresses import host_port
 from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
@@ -136,6 +137,6 @@ class ReplicationTls(TcpNetwork):
         except (trio.BrokenResourceError, trio.TooSlowError, OSError) as error:
             await trio.aclose_forcefully(stream)
             why = describe_tls_error(error) if not isinstance(error, trio.TooSlowError) else ""
-            self._refuse(f"to {host}:{port}", why or "no handshake in time")
-            raise ConnectionError(f"TLS to replica {host}:{port}: {why}") from None
+            self._refuse(f"to {host_port(host, port)}", why or "no handshake in time")
+            raise ConnectionError(f"TLS to replica {host_port(host, port)}: {why}") from None
         return tls_stream

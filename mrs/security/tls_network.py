@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from mrs import protocol as wire
+from mrs.config.addresses import host_port
 from mrs.config.schema import ConfigError
 from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
@@ -170,7 +171,9 @@ class TlsNetwork(TcpNetwork):
         except BaseException as error:
             await trio.aclose_forcefully(stream)
             if isinstance(error, trio.BrokenResourceError | OSError):
-                raise ConnectionError(f"TLS to {host}:{port} ({name}): {_why(error)}") from None
+                raise ConnectionError(
+                    f"TLS to {host_port(host, port)} ({name}): {_why(error)}"
+                ) from None
             raise
         return tls_stream
 
@@ -235,7 +238,7 @@ def peer_address(stream: trio.abc.Stream) -> str:
         host, port = stream.socket.getpeername()[:2]  # type: ignore[attr-defined]
     except (OSError, AttributeError):
         return "?"
-    return f"{host}:{port}"
+    return host_port(host, port)
 
 
 def transport_socket(stream: trio.abc.Stream) -> Any:

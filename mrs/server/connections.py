@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import trio
 
 from mrs import protocol as wire
+from mrs.config.addresses import host_port
 from mrs.config.guards import Guards
 from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
@@ -83,7 +84,7 @@ class Connections:
         host = ""
         if address is not None:
             host, port = address
-            session.peer = f"{host}:{port}"
+            session.peer = host_port(host, port)
         if host and (refusal := self.admission.admit(host)) is not None:
             await self._refuse_connection(stream, connection, host, refusal)
             return

@@ -40,6 +40,7 @@ from journals import (
     JournalStore,
     checksum,
 )
+from mrs.config.addresses import host_port
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.tls import TlsConfig
 from mrs.core.refusals import RefusalLog, flush_all
@@ -98,8 +99,10 @@ class GroupServer:
         fault_file: Path | None = None,
         replicated_writer: Callable[..., ReplicatedWriter] | None = None,
         pcj_archiver: PcjArchiver | None = None,
+        claim_data_dir: Callable[[], None] | None = None,
     ) -> None:
         self.bus = bus
+        self.claim_data_dir = claim_data_dir  # mrs.storage.data_dir_owner, in `run`
         self.config = group_config
         self.network = network
         if group_config.tls is not None and network is TCP:
@@ -167,6 +170,11 @@ class GroupServer:
         durable. Whatever cannot start fails before the epoch is committed."""
         listeners = await self._bind()
         try:
+            if self.claim_data_dir is not None:
+                # once the ports are this server's: claimed before, a start refused "the
+                # port is in use" left a new data directory made and claimed by a group
+                # that never served there
+                self.claim_data_dir()
             with self.ops.answering_recovering():  # the ops ports say so meanwhile
                 writer, connections = self._open_and_recover()
         except BaseException:
@@ -437,28 +445,29 @@ async def serve(
     harness switches the CLI read from its environment (mrs.server.harness)."""
     options = options or ServeOptions()
     config = bus.group(group_id)
-    startup.claim_group_data_dir(bus, config, config.data_dir, f"group {group_id}")
     server = GroupServer(
         bus,
         config,
         guarantees=options.guarantees,
         writer_kind=options.writer_kind,
         fault_file=options.fault_file,
+        claim_data_dir=functools.partial(
+            startup.claim_group_data_dir, bus, config, config.data_dir, f"group {group_id}"
+        ),
     )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(server.run)
             if options.gc_thresholds is not None:  # recovered: freeze what start-up built
                 gc_tuning.tune_gc(options.gc_thresholds)
-            say(f"READY {host}:{port}")
-            if ready_file is not None:
-                ready_file.write_text(f"{host}:{port}\n")
+            if ready_file is not None:  # before READY: a harness reads it then
+                ready_file.write_text(f"{host_port(host, port)}\n")
+            say(f"READY {host_port(host, port)}")
             log.info(
-                "group %d (%s) listening on %s:%d, pid %d",
+                "group %d (%s) listening on %s, pid %d",
                 group_id,
                 server.config.name,
-                host,
-                port,
+                host_port(host, port),
                 os.getpid(),
             )
             log.info("hot path: %s", _hot_path())

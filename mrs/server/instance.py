@@ -26,6 +26,7 @@ from dataclasses import replace
 import trio
 
 from journals import Journal, JournalError, JournalStore
+from mrs.config.addresses import host_port
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.config.instance_types import InstanceConfig
 from mrs.core.refusals import RefusalLog
@@ -272,7 +273,7 @@ class InstanceRunner:
         try:
             await nursery.start(replica.serve, host, port, self.replication_network)
         except OSError as error:
-            setting = f"instance {self.me.name} replication = {host}:{port}"
+            setting = f"instance {self.me.name} replication = {host_port(host, port)}"
             raise startup.listen_failure(self.bus, self.config, error, setting) from None
 
     def _cannot_take_clients(self) -> str | None:
@@ -528,7 +529,7 @@ class InstanceRunner:
                 self.server = server
                 server.replication_status = self.active.status_info
                 nursery.start_soon(self.active.run)
-                say(f"READY {host}:{port}")
+                say(f"READY {host_port(host, port)}")
         finally:
             self.active = None
             self.server = None

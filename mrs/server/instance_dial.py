@@ -15,6 +15,7 @@ from typing import Any
 
 import trio
 
+from mrs.config.addresses import host_port
 from mrs.config.instance_types import InstanceConfig
 from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
 from mrs.transport.network import Network
@@ -55,7 +56,7 @@ class InstancesNetwork:
                     return await self.network.connect(instance_host, instance_port)
                 except OSError as error:
                     why = _why(error)
-            failures.append(f"{instance_host}:{instance_port} {why}")
+            failures.append(f"{host_port(instance_host, instance_port)} {why}")
             self.addresses.append(self.addresses.pop(0))
         raise OSError(f"no instance took the connection: {'; '.join(failures)}")
 

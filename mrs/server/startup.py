@@ -18,6 +18,7 @@ from pathlib import Path
 
 import lmdb
 
+from mrs.config.addresses import host_port
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.instance_types import COORDINATOR_PREFIX_DEFAULT
 from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
@@ -80,7 +81,7 @@ def listen_failure(
 ) -> CommandError:
     """The one line for a listener that cannot be bound; `setting` names the address
     in the file ("listen = H:P", the default, or an instance's "replication = H:P")."""
-    setting = setting or f"listen = {config.listen_host}:{config.listen_port}"
+    setting = setting or f"listen = {host_port(config.listen_host, config.listen_port)}"
     key = setting.split(" =", 1)[0].split()[-1]
     return bind_failure(_group_key(bus, config, setting), key, error)
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mrs.config.addresses import host_port
 from mrs.config.instance_types import CoordinatorConfig
 from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError, positive_float
@@ -95,7 +96,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
         if group.listen_port == 0 and not group.instances:  # instances listen on their own
             views.append(
                 GroupView(
-                    f"{group.listen_host}:0",
+                    host_port(group.listen_host, 0),
                     group.id,
                     group.name,
                     error="listen port is 0 (chosen at start): use --address HOST:PORT",

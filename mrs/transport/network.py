@@ -18,6 +18,7 @@ from typing import Protocol
 
 import trio
 
+from mrs.config.addresses import host_port
 from mrs.limits import ACCEPT_BATCH_MAX, ACCEPTS_PER_S_MAX
 from mrs.transport.open_files import OutOfFilesLog
 
@@ -137,7 +138,7 @@ async def _accept_loop(
 
 def _name_of(listening: socket.socket) -> str:
     host, port = listening.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(host, port)
 
 
 async def _accept_waiting(
