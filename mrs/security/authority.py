@@ -33,7 +33,7 @@ from mrs.security.creds import (
     load,
     read_secret,
 )
-from mrs.security.files import narrow
+from mrs.security.files import owner_only
 from mrs.security.handshake import (
     AUTH_VERSION,
     LINK_PROOF_SUFFIX,
@@ -65,25 +65,7 @@ def _stamp(path) -> _Stamp | None:
     return _Stamp(st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _owner_only(path, what: str) -> None:
-    """Narrow a file others may read to 0600 (as journals are), and say so: `mrs creds`
-    writes these files 0600, but a copy to another host (`cp` under umask 022) left
-    the link secret, which proves the group's identity, readable by every local user."""
-    try:
-        mode = os.stat(path).st_mode & 0o777
-        if not mode & 0o077:
-            return
-        narrow(path)
-    except OSError as error:
-        log.warning("%s %s: cannot make it owner-only: %s", what, path, error.strerror or error)
-        return
-    log.warning(
-        "%s %s was readable by others (%04o): narrowed to 0600; if someone else may have "
-        "read it, rotate it (docs/security-auth.md)",
-        what,
-        path,
-        mode,
-    )
+ROTATE_IT = "rotate it (docs/security-auth.md)"
 
 
 class Authority:
@@ -125,7 +107,7 @@ class Authority:
 
     def _load(self) -> tuple[Credentials, bytes | None, str | None]:
         creds = load(self.config.credentials_path)
-        _owner_only(self.config.credentials_path, "credentials file")
+        owner_only(self.config.credentials_path, "credentials file", log, ROTATE_IT)
         if not self.linked_group_ids:
             return creds, None, None
         own = creds.get(link_principal(self.group_id))
@@ -136,7 +118,7 @@ class Authority:
                 f"{link_principal(self.group_id)!r} (mrs creds add-group)"
             )
         password = read_secret(self.config.link_secret_path(self.group_id))
-        _owner_only(self.config.link_secret_path(self.group_id), "link secret")
+        owner_only(self.config.link_secret_path(self.group_id), "link secret", log, ROTATE_IT)
         salted = scram.salted_password(password, own.verifier.salt, own.verifier.iterations)
         if not scram.proof_valid(
             own.verifier, b"self-check", scram.client_proof(salted, b"self-check")

@@ -7,6 +7,7 @@ umask; files that already exist with wider modes are narrowed explicitly.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 
@@ -29,6 +30,30 @@ def narrow(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         mode = DIR_MODE if Path(path).is_dir() else FILE_MODE
         os.chmod(path, mode)
+
+
+def owner_only(path: Path, what: str, log: logging.Logger, advice: str) -> None:
+    """Narrow a file others may read to 0600 and say so in one WARNING (`advice`:
+    what to do if someone else may have read it). Why: a file the group loads and
+    that proves who it is (the credentials file, its link secret, its TLS private
+    key) copied to another host with `cp` under umask 022 was 0644, readable by
+    every local user, and nothing said so."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+        if not mode & 0o077:
+            return
+        narrow(path)
+    except OSError as error:
+        log.warning("%s %s: cannot make it owner-only: %s", what, path, error.strerror or error)
+        return
+    log.warning(
+        "%s %s was readable by others (%04o): narrowed to 0600; if someone else may have "
+        "read it, %s",
+        what,
+        path,
+        mode,
+        advice,
+    )
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -26,6 +26,7 @@ from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
+from mrs.security.files import owner_only
 from mrs.transport.handshake_slots import HandshakeSlots
 from mrs.transport.network import Gate, Handler, TcpNetwork
 from mrs.transport.tls_stream import TlsStream, tls_handshake
@@ -48,6 +49,7 @@ CLOSE_DRAINS_MAX = 64
 """Refused connections being closed gently at once; more are closed at once."""
 TLS_HANDSHAKE_RECORD = b"\x16"
 """The first byte of every TLS connection (a handshake record: the ClientHello)."""
+KEY_ADVICE = "make a new key and certificate for this group (docs/security.md)"
 PLAINTEXT_REFUSAL = (
     "this group speaks TLS only: connect with tls=clients.tls_context(ca, cert, key)"
     " (docs/security.md)"
@@ -61,7 +63,9 @@ class TlsNetwork(TcpNetwork):
         self.config = config
         self.peer_names = peer_names
         """(host, port) dialed -> the name its certificate must carry (mrs-group-N)."""
-        config.server_context()  # built now: files that do not load fail the start
+        self._key_checked: ssl.SSLContext | None = None
+        """The server context whose key file was last made owner-only (`server_context`)."""
+        self._serving_context()  # built now: files that do not load fail the start
         config.dial_context()
         self.refused = 0
         """Handshakes that failed (plaintext clients, wrong CA, no certificate, bounds)."""
@@ -77,8 +81,18 @@ class TlsNetwork(TcpNetwork):
     @property
     def server_context(self) -> ssl.SSLContext:
         """The context of the certificate files as they are now (a replaced
-        certificate is served from the next handshake: TlsConfig._current)."""
-        return self.config.server_context()
+        certificate is served from the next handshake: TlsConfig._current). Each time
+        it is built (at start, after the files changed) the private key is made
+        owner-only, as the link secret is: a key copied with `cp` under umask 022
+        was left readable by every local user, who could then pose as this group."""
+        return self._serving_context()
+
+    def _serving_context(self) -> ssl.SSLContext:
+        context = self.config.server_context()
+        if context is not self._key_checked:
+            self._key_checked = context
+            owner_only(self.config.key, "TLS private key", log, KEY_ADVICE)
+        return context
 
     @property
     def dial_context(self) -> ssl.SSLContext:
