@@ -238,7 +238,7 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
             _interrupted(signum, dlj is not None)
             codes.append(128 + int(signum))
         except* (ConnectionLost, OSError) as lost:
-            reporter.note(f"connection to group {group.id} at {address} lost: {_first(lost)}")
+            reporter.note(_lost_note(handler.connected, group, address, lost))
             codes.append(EXIT_CONNECTION)
         except* MrsError as refused:
             reporter.note(f"group {group.id} refused: {_first(refused)}")
@@ -261,6 +261,39 @@ def _interrupted(signum: signal.Signals, dlj: bool) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def _lost_note(connected: bool, group, address: str, lost: BaseExceptionGroup) -> str:
+    """The line for exit 3: a group never reached (nothing listens at the address, the
+    host unknown) is told apart from a connection lost while the handler worked. Why:
+    both read "connection to group 1 at ... lost", and an operator who mistyped the
+    port looked for a crash of a group the handler had never reached."""
+    named = f"group {group.id} ({group.name}) at {address}"
+    if connected:
+        return f"connection to {named} lost: {_first(lost)}"
+    return (
+        f"could not connect to {named}: {_os_reason(lost)}; is it running, and is "
+        "that its address? (no dead letter was touched)"
+    )
+
+
+def _os_reason(error: BaseException) -> str:
+    """The operating system's reason a connect failed, in words ("connection
+    refused", "cannot resolve the host name ..."), else the error's own text."""
+    import os
+    import socket
+
+    stack, seen = [error], 0
+    while stack and seen < 64:  # the error, its groups and causes, bounded
+        current, seen = stack.pop(0), seen + 1
+        if isinstance(current, socket.gaierror):
+            return f"cannot resolve the host name ({current.strerror or current})"
+        if isinstance(current, OSError) and current.errno is not None:
+            return os.strerror(current.errno).lower()
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return str(_first(error) if isinstance(error, BaseExceptionGroup) else error)
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

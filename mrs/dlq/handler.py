@@ -102,6 +102,9 @@ class Handler:
     _ended: trio.Event = field(default_factory=trio.Event)
     """Set when a taker ended with nothing worked and no take out: the others end too
     (`_end_takers`) rather than each finding so after a poll of its own."""
+    connected: bool = False
+    """Set once the connection to the group is made: a failure before it is a group
+    never reached (mrs.dlq.command says "could not connect"), not a connection lost."""
 
     async def run(self) -> None:
         # reconnect=None: a lost connection ends the handler (exit 3). Reconnected, it
@@ -116,6 +119,7 @@ class Handler:
             open_stream=self.options.open_stream,
             reconnect=None,
         ) as client:
+            self.connected = True
             if self.options.dlj is not None:
                 group_name = self.options.bus.group(self.options.group_id).name
                 self.source = DljSource(
@@ -446,8 +450,12 @@ class Handler:
             if error.status == Status.TIMEOUT:
                 self._uncertain.add(message.seq)
                 return "failed", str(address), "put timed out; outcome unknown, will repeat"
+            if error.status in REFUSED_OUTRIGHT:
+                await self._nothing_stored(message)
             return "failed", str(address), f"{_name(error.status)}: {error}"
         if not _stored(psb):
+            if psb.uma_status in NOTHING_KEPT:
+                await self._nothing_stored(message)
             return (
                 "failed",
                 str(address),
@@ -469,6 +477,15 @@ class Handler:
             )
         outcome = "forwarded" if rule.action is Action.FWD else "retried"
         return outcome, str(address), _name(psb.delivery_status)
+
+    async def _nothing_stored(self, message: Message) -> None:
+        """The group answered that this put stored no copy: the source may take back
+        its attempt mark, unless an earlier put of the letter may have stored one (it
+        timed out in this run, or the letter came marked POSSDUPL)."""
+        if not isinstance(self.source, DljSource):
+            return  # the DLQ: the group counts the put as it takes it in (its own rule)
+        if message.seq not in self._uncertain and message.delivery_status != Status.POSSDUPL:
+            await self.source.nothing_stored(message)
 
     async def _report_no_header_periodically(self) -> None:
         interval_s = max(self.engine.retry_interval_s, DLQ_HANDLER_POLL_S)
@@ -536,6 +553,39 @@ async def _until_lost(client) -> None:
 HELD = "held"
 """What `_act` answers when a FWD/RETRY put was stored but the letter could not be
 removed (`NotRemoved`): reported as forwarded/retried, and the letter stays held."""
+
+
+REFUSED_OUTRIGHT = frozenset(
+    {
+        Status.NOTSUPPORTED,
+        Status.BADDELIVERY,
+        Status.BADUMA,
+        Status.NOSUCHQUEUE,
+        Status.MSGTOOBIG,
+        Status.BADPARAM,
+        Status.KEY_REUSED,
+        Status.QUEUE_BUSY,
+        Status.NOTAUTHORIZED,
+    }
+)
+"""What a put raises when the group refused it as it arrived (or the library did not
+send it): nothing was stored. Any other error (a timeout, a lost connection, a
+server or journal fault) leaves the outcome unknown."""
+
+NOTHING_KEPT = frozenset(
+    {
+        Status.DISC_SUCCESS,
+        Status.DISCL_SUCCESS,
+        Status.DISC_FAILED,
+        Status.DISCL_FAILED,
+        Status.SAF_FAILED,
+        Status.DLQ_FAILED,
+        Status.DLJ_FAILED,
+        Status.RTS_FAIL,
+    }
+)
+"""The UMA status of a put not delivered that says no copy was kept anywhere (the
+handler's UMA DISC discarded it, or the UMA failed: docs/undeliverable.md)."""
 
 
 def _stored(psb: Psb) -> bool:

@@ -14,6 +14,7 @@ time (an exclusive lock file); another waits for it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -258,6 +259,17 @@ class DljSource:
         except JournalError as error:
             why = f"the attempt mark could not be written to the DLJ ({error}); not put"
             raise NotMarked(why) from None
+
+    async def nothing_stored(self, message: Message) -> None:
+        """The put after `before_put` stored nothing (the group refused it outright, or
+        discarded it): take the attempt mark back, so the next run does not flag the
+        record's one copy POSSDUPL. Why: the mark stayed, and a put refused NO_DQF or
+        NOSUCHQUEUE made the record's next put, after the operator fixed the rule or
+        the queue, a possible duplicate of a copy that never existed. A deletion that
+        fails leaves the mark: a possible duplicate flagged, never one unflagged."""
+        batch = WriteBatch.empty().delete(Journal.META, _attempt_key(message.seq))
+        with contextlib.suppress(JournalError):
+            await trio.to_thread.run_sync(self._opened().commit_now, batch)
 
     async def remove(self, message: Message, discarded: bool = False) -> None:
         """Delete the record and its attempt mark in one synced commit. One that failed
