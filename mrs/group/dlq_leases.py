@@ -32,12 +32,26 @@ from mrs.group.context import PACK_U32
 from mrs.group.quarantine import INT64_MAX
 from mrs.group.queues import TargetQueue
 from mrs.group.shapes import Entry
-from mrs.model import Status
+from mrs.model import Psb, Status
 
 CONTEXT_HEADER = "pass_context"
 """A put from a DLQ reader may carry {"source": "G.Q", "put_time_ns": n, "dlq_seq": s}:
 the message keeps its original sender (MQPMO_PASS_ALL_CONTEXT), and the group counts
 it against the dead letter `s` the reader holds. Only DLQ readers may pass it."""
+
+NOTHING_KEPT = frozenset(
+    {
+        Status.DISC_SUCCESS,
+        Status.DISCL_SUCCESS,
+        Status.DISC_FAILED,
+        Status.DISCL_FAILED,
+        Status.SAF_FAILED,
+        Status.DLQ_FAILED,
+        Status.DLJ_FAILED,
+        Status.RTS_FAIL,
+    }
+)
+"""UMA statuses of a put not delivered that say no copy was kept anywhere."""
 
 HANDLER_PROGRAM = "mrs dlq-handler"
 """The program `mrs dlq-handler` names in its Hello. A reader so named acts on a
@@ -73,7 +87,9 @@ class Reader:
     put: int = 0
     leases: set[int] = field(default_factory=set)
     """The letters it holds: exactly the seqs `DlqReaders.holders` gives to it."""
-    put_for: set[int] = field(default_factory=set)
+    put_for: dict[int, int] = field(default_factory=dict)
+    """Letter -> its puts taken in that may have left a copy (answered so, or not
+    answered yet): a put answered with no copy kept anywhere is taken back."""
     confirming: dict[int, bool] = field(default_factory=dict)
     """seq -> discarded: a confirm of a letter it holds, not yet committed."""
     marking: set[int] = field(default_factory=set)
@@ -171,7 +187,7 @@ class DlqReaders:
         reader = self.readers.get(holder) if holder is not None else None
         if reader is not None:
             reader.leases.discard(seq)
-            reader.put_for.discard(seq)
+            reader.put_for.pop(seq, None)
             reader.confirming.pop(seq, None)
             reader.marking.discard(seq)
 
@@ -209,7 +225,25 @@ class DlqReaders:
         if reader is not None:
             reader.put += 1
             if dlq_seq is not None and self.holders.get(dlq_seq) == session_id:
-                reader.put_for.add(dlq_seq)
+                reader.put_for[dlq_seq] = reader.put_for.get(dlq_seq, 0) + 1
+
+    def put_answered(self, session_id: int, dlq_seq: int, psb: Psb) -> None:
+        """A counted put of letter `dlq_seq` is answered. One that kept no copy (not
+        delivered, and its UMA discarded it or failed) is taken back: with no other
+        put of it in doubt, the letter comes back as it was, not POSSDUPL. Why: a put
+        refused NO_DQF or EXCEEDQUOTA (the handler's UMA DISC) brought its letter
+        back POSSDUPL, and the next run's put of it, after the operator fixed the
+        queue, flagged the only copy a possible duplicate."""
+        reader = self.readers.get(session_id)
+        if reader is None or self.holders.get(dlq_seq) != session_id:
+            return
+        if int(psb.delivery_status) > 0 or psb.uma_status not in NOTHING_KEPT:
+            return
+        left = reader.put_for.get(dlq_seq, 0) - 1
+        if left > 0:
+            reader.put_for[dlq_seq] = left
+        else:
+            reader.put_for.pop(dlq_seq, None)
 
     def status_info(self) -> list[dict]:
         return [reader.as_dict(session_id) for session_id, reader in self.readers.items()]

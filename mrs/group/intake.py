@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 from msgspec.structs import astuple
@@ -181,6 +182,8 @@ class Intake:
             # sender): a refused put left no copy, and counted it brought its letter
             # back POSSDUPL (mrs.group.dlq_leases `counted_put`).
             self.dlq_readers.counted_put(session.id, passed[0])
+            if passed[0] is not None:
+                reply.on_report = partial(self.dlq_readers.put_answered, session.id, passed[0])
         if notification is _WF:
             timeout_s = timeout_ms / 1000 if timeout_ms else DEFAULT_PUT_TIMEOUT_S
             reply.deadline = self.deadlines.add(timeout_s, reply)

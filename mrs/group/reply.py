@@ -49,6 +49,9 @@ class PutReply:
     """The put asked for its PutDone once stored, whatever its mode (a client SAF
     journal draining: it may delete its record only then)."""
     stored_answered: bool = False
+    on_report: Callable[[Psb], None] | None = None
+    """Told the put's outcome when it is reported (a DLQ reader's put: the group takes
+    back its count of the letter when the outcome says no copy was kept)."""
 
     def __init__(
         self,
@@ -63,6 +66,7 @@ class PutReply:
         on_done: Callable[[], None] | None = None,
         stored_reply: bool = False,
         stored_answered: bool = False,
+        on_report: Callable[[Psb], None] | None = None,
     ) -> None:
         # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.send_ack = send_ack
@@ -76,6 +80,7 @@ class PutReply:
         self.on_done = on_done
         self.stored_reply = stored_reply
         self.stored_answered = stored_answered
+        self.on_report = on_report
 
     def stored(self, psb: Psb) -> None:
         """The message is durable here (DQF or SAF): answer a stored_reply put now."""
@@ -86,6 +91,8 @@ class PutReply:
     def report(self, psb: Psb) -> None:
         if self.done:
             return
+        if self.on_report is not None:
+            self.on_report(psb)
         self._finish()
         self.stored(psb)
         notification = self.mode.notification

@@ -130,9 +130,10 @@ async def test_a_stopped_handler_marks_only_the_letter_it_put(
     make_bus, tmp_path, signum: signal.Signals
 ) -> None:
     """Five letters for a full queue, RETRY each: the first is tried (its put reached
-    the group, which refused it: a copy may have been made, as far as the group is
-    concerned), the four behind it wait their turn. Stopped there, only the one tried
-    comes back POSSDUPL; the four it only held come back as they were."""
+    the group, which answered it EXCEEDQUOTA with its UMA DISC: no copy kept), the four
+    behind it wait their turn. Stopped there, all five come back as they were: the one
+    tried too, since its put's answer said no copy was kept (it came back POSSDUPL, and
+    the next run, after the operator made room, flagged its only copy)."""
     bus = make_bus()
     async with bus.connect(queue="SENDER") as sender:
         for body in (b"fill-1", b"fill-2"):  # SMALL holds 2: every put to it is refused
@@ -154,7 +155,7 @@ async def test_a_stopped_handler_marks_only_the_letter_it_put(
         await process.wait()
         await _no_reader_left(bus)
     marks = await _marks_on_the_dlq(bus)
-    assert marks == {seqs[0]: Status.POSSDUPL, **{seq: Status.CONFIRMREQ for seq in seqs[1:]}}
+    assert marks == {seq: Status.CONFIRMREQ for seq in seqs}
 
 
 async def test_a_journaled_dlq_keeps_the_letters_marks_exact_across_a_restart(
