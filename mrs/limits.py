@@ -573,6 +573,10 @@ REPLICATION_POLL_S = 0.2
 COORDINATOR_LOG_INTERVAL_S = 30.0
 """While the coordinator does not answer, a replica logs it once, then at most this
 often with the count of tries (it asks every REPLICATION_POLL_S)."""
+CENSUS_WAIT_LOG_S = 10.0
+"""An instance waiting this long for the same instances' census (a new group, or etcd's
+data lost) says which, once (mrs.server.instance): a new group whose third instance
+was started against another etcd or [coordinator] prefix never started, silently."""
 REPLICATION_ETCD_TIMEOUT_S = 2.0
 """One request to etcd at most, before the next endpoint is tried."""
 REPLICATION_LAG_S_MAX = 1.0

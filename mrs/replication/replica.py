@@ -59,7 +59,7 @@ from mrs.replication.wire import (
 )
 from mrs.security.tls_network import transport_socket
 from mrs.transport.handshake_slots import HandshakeSlots
-from mrs.transport.network import TCP, Network
+from mrs.transport.network import TCP, Network, TcpNetwork
 
 log = logging.getLogger("mrs.replication")
 _DISCARD_BYTES = 1 << 16
@@ -279,6 +279,19 @@ class Replica:
     ) -> None:
         """Take actives' links on host:port (of `network`: TCP, or the simulator's)."""
         await network.serve(self._handle, host, port, task_status=task_status)
+
+    async def serve_listeners(
+        self,
+        host: str,
+        listeners: list[trio.SocketListener],
+        network: TcpNetwork = TCP,
+        *,
+        task_status=trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Take actives' links on listeners bound before (mrs.server.instance binds its
+        replication address before it claims its data directory and opens its
+        journals: a port taken fails the start with nothing written)."""
+        await network.serve_listeners(self._handle, host, listeners, task_status=task_status)
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         async with stream:

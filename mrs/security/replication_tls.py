@@ -73,16 +73,20 @@ class ReplicationTls(TcpNetwork):
     def dial_context(self) -> ssl.SSLContext:
         return self.config.dial_context()
 
-    async def serve(
+    async def serve_listeners(
         self,
         handler: Handler,
         host: str,
-        port: int,
+        listeners: list[trio.SocketListener],
         *,
         task_status: trio.TaskStatus = trio.TASK_STATUS_IGNORED,
         gate: Gate | None = None,
     ) -> None:
-        await super().serve(self._accepted(handler), host, port, task_status=task_status, gate=gate)
+        """Every way of serving goes through here (`serve` binds, then calls it): a
+        replica serving listeners bound before takes TLS links too."""
+        await super().serve_listeners(
+            self._accepted(handler), host, listeners, task_status=task_status, gate=gate
+        )
 
     def _accepted(self, handler: Handler) -> Handler:
         async def handle(stream: trio.abc.Stream) -> None:

@@ -16,6 +16,7 @@ when active (as `mrs serve` prints), `STEPPED DOWN name` after a step-down.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import signal
@@ -33,6 +34,7 @@ from mrs.core.refusals import RefusalLog
 from mrs.errors import OperatorError
 from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import (
+    CENSUS_WAIT_LOG_S,
     COORDINATOR_LOG_INTERVAL_S,
     REPLICATION_HANDOVER_FALLBACK_S,
     REPLICATION_POLL_S,
@@ -69,9 +71,16 @@ from mrs.server.journal_files import JournalFiles
 from mrs.storage.datadir import DataDirError
 from mrs.storage.journal_usage import UsageWatch
 from mrs.transport.bind_probe import try_bind
-from mrs.transport.network import TCP, Network
+from mrs.transport.network import TCP, Network, TcpNetwork
 
 log = logging.getLogger("mrs.server")
+
+
+def _close(listeners: list[trio.SocketListener] | None) -> None:
+    """Close listeners at once (closing a closed one does nothing): in a `finally`
+    that may run cancelled, where an awaited close would raise over the error."""
+    for listener in listeners or ():
+        listener.socket.close()
 
 
 def majority_acks(instances: int) -> int:
@@ -93,9 +102,6 @@ async def serve_instance(
     group = bus.group(group_id)
     me = group.instance(name)
     assert bus.coordinator is not None  # the config refuses instances without one
-    startup.claim_group_data_dir(
-        bus, group, me.data_dir, f"instance {name} of group {group_id}", name
-    )
     key = etcd_prefix(bus.coordinator.prefix, group_id)
     client = EtcdClient(bus.coordinator.etcd)
     coordinator = EtcdCoordinator(client, key, name, bus.coordinator.lease_ttl_s)
@@ -106,6 +112,14 @@ async def serve_instance(
         coordinator,
         options or ServeOptions(),
         replication_network=TCP if group.tls is None else ReplicationTls(group.tls, group_id),
+        claim_data_dir=functools.partial(
+            startup.claim_group_data_dir,
+            bus,
+            group,
+            me.data_dir,
+            f"instance {name} of group {group_id}",
+            name,
+        ),
     )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -134,10 +148,14 @@ class InstanceRunner:
         open_store: Callable[[], JournalStore] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         rules: ReplicationRules = KEPT_REPLICATION,
+        claim_data_dir: Callable[[], None] | None = None,
     ) -> None:
         """`network`, `open_store`, `clock_ns` and `rules` are the simulator's (its
         memory network and journals, its clock, a broken build); production keeps the
-        defaults: TCP, the instance's LMDB files, the wall clock, the kept rules."""
+        defaults: TCP, the instance's LMDB files, the wall clock, the kept rules.
+        `claim_data_dir` (mrs.storage.data_dir_owner) is called each time the journals
+        are opened as a replica, once the replication address is bound."""
+        self.claim_data_dir = claim_data_dir
         self.network = network
         self.replication_network = network if replication_network is None else replication_network
         """The replication link's: `network`, or TLS between the group's instances
@@ -159,6 +177,8 @@ class InstanceRunner:
         """When the coordinator stopped answering this replica (None: it answers)."""
         self._census_posted = False
         """This replica has closed its term and posted a census (mrs.replication.census)."""
+        self._census_missing: tuple[tuple[str, ...], float, bool] = ((), 0.0, False)
+        """The instances whose census it waits for, since when, and whether it said so."""
         self._said_empty = False
         """It logged that its journals hold nothing, so it is no candidate."""
         self._said_cannot_listen: str | None = None
@@ -229,7 +249,16 @@ class InstanceRunner:
             open_store=self.open_store,
             fault_file=self.options.fault_file,
         )
-        store = files.open()
+        listeners = await self._bind_replication()
+        try:
+            if self.claim_data_dir is not None:
+                # once the port is this instance's: claimed before, a start refused
+                # "the port is in use" left a data directory made, claimed and opened
+                self.claim_data_dir()
+            store = files.open()
+        except BaseException:
+            _close(listeners)
+            raise
         UsageWatch.for_limits(store, self.config.limits, self.group.id)
         try:
             replica = Replica(
@@ -245,7 +274,7 @@ class InstanceRunner:
                 gc_tuning.tune_gc(self.options.gc_thresholds)
             with lost_scope:
                 async with trio.open_nursery() as nursery:
-                    await self._serve_replication(replica, nursery)
+                    await self._serve_replication(replica, nursery, listeners)
                     if files.guard is not None:  # LMDB files (not the simulator's store)
                         nursery.start_soon(files.watch, files.guard)
                     say(f"REPLICA {self.me.name}")
@@ -257,6 +286,7 @@ class InstanceRunner:
                     granted = store.get_raw(Journal.META, CREDENTIALS_FILE_KEY)
                     nursery.cancel_scope.cancel()
         finally:
+            _close(listeners)  # served, they are closed already; else never served
             store.close()
             files.release()
         if files.lost is not None:
@@ -266,15 +296,42 @@ class InstanceRunner:
             catch_up_credentials(self.bus.auth.credentials_path, BusFileRecord.of(granted))
         return term, bridge, co_holders
 
-    async def _serve_replication(self, replica: Replica, nursery: trio.Nursery) -> None:
-        """Take the active's links on this instance's replication address; one line
-        naming the setting when it cannot be bound."""
-        host, port = self.me.replication_host, self.me.replication_port
+    async def _bind_replication(self) -> list[trio.SocketListener] | None:
+        """Bind this instance's replication address (real TCP; None over the
+        simulator's network, served by `_serve_replication`) before its data directory
+        is claimed and its journals opened, as `mrs serve` binds its ports first: a
+        port taken fails the start with the directory as it was. One line naming the
+        setting when it cannot be bound."""
+        network = self.replication_network
+        if not isinstance(network, TcpNetwork):
+            return None
         try:
-            await nursery.start(replica.serve, host, port, self.replication_network)
+            return await network.listen(self.me.replication_host, self.me.replication_port)
         except OSError as error:
-            setting = f"instance {self.me.name} replication = {host_port(host, port)}"
-            raise startup.listen_failure(self.bus, self.config, error, setting) from None
+            raise self._replication_listen_failure(error) from None
+
+    def _replication_listen_failure(self, error: OSError) -> CommandError:
+        host, port = self.me.replication_host, self.me.replication_port
+        setting = f"instance {self.me.name} replication = {host_port(host, port)}"
+        return startup.listen_failure(self.bus, self.config, error, setting)
+
+    async def _serve_replication(
+        self,
+        replica: Replica,
+        nursery: trio.Nursery,
+        listeners: list[trio.SocketListener] | None,
+    ) -> None:
+        """Take the active's links on this instance's replication address: on the
+        `listeners` `_bind_replication` bound, or on a listen of the network's own."""
+        network, host = self.replication_network, self.me.replication_host
+        if listeners is not None:
+            assert isinstance(network, TcpNetwork)
+            await nursery.start(replica.serve_listeners, host, listeners, network)
+            return
+        try:
+            await nursery.start(replica.serve, host, self.me.replication_port, network)
+        except OSError as error:
+            raise self._replication_listen_failure(error) from None
 
     def _cannot_take_clients(self) -> str | None:
         """Why this instance could not take clients if it won a term now, or None;
@@ -451,8 +508,45 @@ class InstanceRunner:
         names = tuple(instance.name for instance in self.group.instances)
         posted = await self.coordinator.read_census(names)
         if not may_campaign_by_census(posted, self.me.name, len(names)):
+            needed = len(names) // 2 + 1 if census.holds else len(names)
+            self._say_census_missing(names, posted, needed)
             return None
         return max(other.term_seen for other in posted.values())
+
+    def _say_census_missing(
+        self, names: tuple[str, ...], posted: dict[str, Census], needed: int
+    ) -> None:
+        """One WARNING once the same instances' census has been missing for
+        CENSUS_WAIT_LOG_S while too few are posted to decide. Why: a new group starts
+        only once all its instances have posted, and an instance started with another
+        etcd or [coordinator] prefix (a typo on one machine) posts where the others
+        never look; the group then never started, and no log said why."""
+        missing = tuple(name for name in names if name not in posted)
+        now_s = trio.current_time()
+        waited, since_s, said = self._census_missing
+        if missing != waited:
+            self._census_missing = (missing, now_s, False)
+            return
+        if said or len(posted) >= needed or now_s - since_s < CENSUS_WAIT_LOG_S:
+            return
+        self._census_missing = (missing, since_s, True)
+        where = "(no [coordinator])"
+        if self.bus.coordinator is not None:
+            etcd = ", ".join(self.bus.coordinator.etcd)
+            where = f"{etcd} under {etcd_prefix(self.bus.coordinator.prefix, self.group.id)}"
+        log.warning(
+            "instance %s has waited %.0f s for instance(s) %s: etcd holds no record of "
+            "group %d it can trust, and the group starts once %d of its %d instances have "
+            "posted what their journals hold (census in %s); start them, each with the "
+            "same [coordinator] etcd and prefix",
+            self.me.name,
+            now_s - since_s,
+            ", ".join(missing),
+            self.group.id,
+            needed,
+            len(names),
+            where,
+        )
 
     def _coordinator_unavailable(self, error: CoordinatorUnavailable) -> None:
         """One WARNING when the coordinator stops answering (and one per other reason),

@@ -11,8 +11,9 @@ So the directory says whose it is: `group.json` holds the group id, its name and
 coordinator key of the group (`<[coordinator] prefix>/<group id>`, which tells two
 buses' groups of the same id apart). The first start writes it (into a directory
 that has none: a new one, or one from before this file existed, which is adopted),
-a `mrs serve --group` once its ports are bound (`GroupServer.claim_data_dir`: a
-start refused for a port in use leaves a new directory unmade and unclaimed);
+a `mrs serve --group` once its ports are bound (`GroupServer.claim_data_dir`), an
+instance once its replication address is (`InstanceRunner.claim_data_dir`): a start
+refused for a port in use leaves a new directory unmade and unclaimed;
 every later start compares it before anything is opened or locked, and refuses a
 directory of another group with one line (DataDirError): nothing is read, written or
 lost. The name is shown, not compared: renaming a group keeps its journals.

@@ -65,6 +65,9 @@ def _serve(args: argparse.Namespace) -> int:
         options = replace(options, pcj_archiver=archive_pcj)
     if group.instances or args.instance is not None:
         _check_instance(args.config, group, args.instance)
+        # before its replication port is bound: the same instance started twice
+        # would be told "the port is in use: stop it", naming itself, serving
+        _check_not_running(group.instance(args.instance).data_dir)
         from mrs.server.instance import serve_instance
 
         trio.run(serve_instance, bus, args.group, args.instance, options)
