@@ -71,6 +71,13 @@ SCHEMA = pa.schema(
 """The audit schema. Times are UTC timestamps (microseconds); `written_time` is when
 the record was journaled (the confirm for the PCJ, the dead-lettering for the DLJ)."""
 COLUMN_NAMES = tuple(SCHEMA.names)
+EXACT_TIMES = {"put_time": "put_time_ns", "written_time": "written_time_ns",
+               "confirm_time": "confirm_time_ns"}  # fmt: skip
+"""Each time column and the column of the same time to the nanosecond (int64 ns since
+the epoch, null when unset), which the journals keep and `mrs dump` and `mrs jplay`
+print and read. Not in the public schema (Spark's timestamps are microseconds): only
+the driver's reads that print a record's instant ask for them (`exact=True`)."""
+EXACT_SCHEMA = pa.schema([*SCHEMA, *(pa.field(n, pa.int64()) for n in EXACT_TIMES.values())])
 DESCRIPTIONS = {
     "journal": "pcj or dlj",
     "group": "the group whose journal holds the record",
@@ -159,6 +166,12 @@ def stored_seq(value: int) -> int:
     return value % (SEQ_SIGN << 1)
 
 
+def _exact(ns_values) -> pa.Array:
+    """ns since the epoch as they are; 0 (unset) -> null."""
+    ns = pa.array(ns_values, pa.int64())
+    return pc.if_else(pc.equal(ns, 0), None, ns)
+
+
 def _timestamps(ns_values) -> pa.Array:
     """ns since the epoch -> UTC microsecond timestamps; 0 (unset) -> null."""
     ns = pa.array(ns_values, pa.int64())
@@ -208,13 +221,15 @@ def _extra_fields(extras) -> tuple[list, list, list, list]:
     return possdupl, deliveries, replayed, principals
 
 
-def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBatch:
-    """Decoded records (field lists) -> one Arrow batch in the audit schema.
+def batch_from_values(rows: list[list], group: int, journal: str,
+                      exact: bool = False) -> pa.RecordBatch:  # fmt: skip
+    """Decoded records (field lists) -> one Arrow batch in the audit schema (with
+    `exact`, `EXACT_SCHEMA`: the times to the nanosecond too).
 
     Columns are built with Arrow compute where it can (addresses, times, sizes):
     per-row Python work is what limits a scan."""
     if not rows:
-        return _empty_batch()
+        return _empty_batch(exact)
     columns = list(zip(*rows, strict=True))
     count = len(rows)
     source_group = pa.array(columns[_SOURCE_GROUP], pa.int32())
@@ -259,20 +274,25 @@ def batch_from_values(rows: list[list], group: int, journal: str) -> pa.RecordBa
         pa.array(principals, pa.string()),
         pa.nulls(count, pa.string()),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+    if not exact:
+        return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+    arrays += [_exact(columns[_PUT_TIME_NS]), _exact(columns[_WRITTEN_TIME_NS]),
+               _exact(columns[_CONFIRM_TIME_NS])]  # fmt: skip
+    return pa.RecordBatch.from_arrays(arrays, schema=EXACT_SCHEMA)
 
 
-def _empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=SCHEMA)
+def _empty_batch(exact: bool = False) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=EXACT_SCHEMA if exact else SCHEMA)
 
 
-def corrupt_batch(items: list[tuple[bytes, str]], group: int, journal: str) -> pa.RecordBatch:
+def corrupt_batch(items: list[tuple[bytes, str]], group: int, journal: str,
+                  exact: bool = False) -> pa.RecordBatch:  # fmt: skip
     """Rows that report corrupt records: group, seq (from the key), journal, problem."""
     rows = [
         {"journal": journal, "group": group, "seq": _signed_seq_of_key(key), "corrupt": problem}
         for key, problem in items
     ]
-    return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    return pa.RecordBatch.from_pylist(rows, schema=EXACT_SCHEMA if exact else SCHEMA)
 
 
 def _signed_seq_of_key(key: bytes) -> int | None:

@@ -479,7 +479,7 @@ def _trail(sources: dict[str, str], correlation_id: bytes, args: argparse.Namesp
     from mrs.audit.reconcile import in_window, trail_events, trail_records
     from mrs.audit.report import _plain
 
-    table = read_journals(sources, progress=progress)
+    table = read_journals(sources, progress=progress, exact_times=True)  # as mrs dump prints
     records = trail_records(table, correlation_id)
     kept = [record for record in records if in_window(record, *window)]
     events = trail_events(kept)

@@ -34,7 +34,9 @@ import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mrs.audit.columns import EXACT_TIMES
 from mrs.limits import AUDIT_CHECK_ROWS_MAX as CHECK_ROWS_MAX
+from mrs.offline.scalars import iso_utc
 
 SEQ_GROUP_SHIFT = 49
 """A seq is group (high bits) | counter (mrs.core.seqspace.GROUP_SHIFT)."""
@@ -243,12 +245,14 @@ def trail(table: pa.Table, correlation_id: bytes, since: datetime.datetime | Non
 
 
 def trail_records(table: pa.Table, correlation_id: bytes) -> list[dict]:
-    """The records of this correlation id and those that replay one of them."""
+    """The records of this correlation id and those that replay one of them (with
+    their times to the nanosecond, when `table` has them: `EXACT_TIMES`)."""
     mine = table.filter(pc.equal(table["correlation_id"], pa.scalar(correlation_id, pa.binary())))
     places = {f"{r['journal']}:{r['group']}:{r['seq']}" for r in mine.to_pylist()}
     replays = table.filter(pc.is_in(table["replayed_from"], pa.array(sorted(places), pa.string())))
-    records = mine.select(list(_TRAIL_COLUMNS)).to_pylist()
-    records += [r for r in replays.select(list(_TRAIL_COLUMNS)).to_pylist()
+    columns = [*_TRAIL_COLUMNS, *(c for c in EXACT_TIMES.values() if c in table.schema.names)]
+    records = mine.select(columns).to_pylist()
+    records += [r for r in replays.select(columns).to_pylist()
                 if f"{r['journal']}:{r['group']}:{r['seq']}" not in places]  # fmt: skip
     return records
 
@@ -270,15 +274,34 @@ def in_window(record: dict, since: datetime.datetime | None,
 
 
 def trail_events(records: list[dict]) -> list[dict]:
-    """The events of these records, oldest first."""
+    """The events of these records, oldest first; each event's `time` is its exact
+    instant as `mrs dump --json` prints it (`iso_utc`: nanoseconds, six digits on a
+    whole microsecond), None if the record has none. Why: cut to the microsecond
+    (Spark's timestamps), a trail's confirm time pasted into `mrs dump --until` fell
+    before that record's own and left it out."""
     events: list[dict] = []
     for record in records:
         events.extend(_events(record))
-    epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
-    events.sort(key=lambda e: (e["time"] or epoch, e["seq"], e["order"]))
+    events.sort(key=lambda e: (e["time"] or 0, e["seq"], e["order"]))
     for event in events:
         del event["order"]
+        event["time"] = iso_utc(event["time"]) if event["time"] else None
     return events
+
+
+def _instant(record: dict, column: str) -> int | None:
+    """The record's time `column` in ns since the epoch: the exact column if read
+    (`EXACT_TIMES`), else the microsecond timestamp's."""
+    exact = record.get(EXACT_TIMES[column])
+    if exact is not None:
+        return exact
+    moment = record[column]
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    delta = moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    return ((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000
 
 
 def _events(record: dict) -> list[dict]:
@@ -291,27 +314,28 @@ def _events(record: dict) -> list[dict]:
           f"UMA {record['uma']})"  # fmt: skip
     if record["replayed_from"]:
         put = f"replay of {record['replayed_from']}: " + put
-    events = [{**base, "time": record["put_time"], "event": "put", "detail": put, "order": 0}]
+    events = [{**base, "time": _instant(record, "put_time"), "event": "put", "detail": put,
+               "order": 0}]  # fmt: skip
     journal = record["journal"]
     if journal == "saf":
         detail = f"in group {record['group']}'s SAF, waiting for the link to its target"
-        events.append({**base, "time": record["written_time"], "event": "stored in SAF",
+        events.append({**base, "time": _instant(record, "written_time"), "event": "stored in SAF",
                        "detail": detail, "order": 1})  # fmt: skip
     elif journal == "dqf":
         detail = f"in group {record['group']}'s DQF, not yet confirmed"
-        events.append({**base, "time": record["written_time"], "event": "stored in DQF",
+        events.append({**base, "time": _instant(record, "written_time"), "event": "stored in DQF",
                        "detail": detail, "order": 1})  # fmt: skip
     elif journal == "dlj":
         detail = f"dead-lettered in group {record['group']}: {record['dead_letter_reason']}"
-        events.append({**base, "time": record["written_time"], "event": "dead letter",
+        events.append({**base, "time": _instant(record, "written_time"), "event": "dead letter",
                        "detail": detail, "order": 2})  # fmt: skip
     else:
         delivered = record["deliveries"]
         times = f"{delivered} time(s)" if delivered is not None else "(count not recorded)"
         note = ", POSSDUPL" if record["possdupl"] else ""
-        events.append({**base, "time": record["confirm_time"], "event": "delivered",
+        events.append({**base, "time": _instant(record, "confirm_time"), "event": "delivered",
                        "detail": f"handed out {times}{note}", "order": 1})  # fmt: skip
-        events.append({**base, "time": record["confirm_time"], "event": "confirm",
+        events.append({**base, "time": _instant(record, "confirm_time"), "event": "confirm",
                        "detail": f"confirmed in group {record['group']} with value "
                                  f"{record['confirm_value']}", "order": 2})  # fmt: skip
     return events

@@ -339,7 +339,8 @@ def archived_pcj(spark, sources: dict[str, str]):
     from mrs.audit.source import SPARK_SCHEMA
 
     frames = []
-    for group, files, only in archive_files(sources):
+    found = archive_files(sources)
+    for group, files, only in found:
         frame = spark.read.schema(SPARK_SCHEMA).parquet(*map(str, files))
         if only is not None:  # a `pcj_archive_dir` may be shared by groups
             frame = frame.where(F.col("group") == only)
@@ -349,6 +350,8 @@ def archived_pcj(spark, sources: dict[str, str]):
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame)
+    if len({group for group, _, _ in found}) < len(found):  # a replicated group's archives
+        union = union.dropDuplicates(["group", "seq"])  # (`mrs.audit.load.read_archives`)
     return union
 
 

@@ -346,35 +346,37 @@ def scan_values(part: Part) -> Iterator[tuple[bytes | None, list | str]]:
         yield from corrupt
 
 
-def scan_batches(part: Part, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The part as Arrow batches in the audit schema; corrupt records as report rows."""
+def scan_batches(part: Part, batch_rows: int = BATCH_ROWS,
+                 exact: bool = False) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The part as Arrow batches in the audit schema (with `exact`, the times to the
+    nanosecond too: `columns.EXACT_SCHEMA`); corrupt records as report rows."""
     for rows, corrupt in scan_chunks(part, batch_rows):
         if rows:
-            yield _to_batch(rows, part)
+            yield _to_batch(rows, part, exact)
         if corrupt:
-            yield corrupt_batch(corrupt, part.group, part.journal)
+            yield corrupt_batch(corrupt, part.group, part.journal, exact)
 
 
 _WRONG_FIELDS = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException)
 
 
-def _to_batch(rows: list[list], part: Part) -> pa.RecordBatch:
+def _to_batch(rows: list[list], part: Part, exact: bool = False) -> pa.RecordBatch:
     """One batch; if a checksummed record still holds fields of the wrong type, build
     the batch record by record so only that record is reported as corrupt."""
     try:
-        return batch_from_values(rows, part.group, part.journal)
+        return batch_from_values(rows, part.group, part.journal, exact)
     except _WRONG_FIELDS:
         good, bad = [], []
         for values in rows:
             try:
-                batch_from_values([values], part.group, part.journal)
+                batch_from_values([values], part.group, part.journal, exact)
                 good.append(values)
             except _WRONG_FIELDS as error:
                 seq = values[SEQ] if isinstance(values[SEQ], int) else 0
                 bad.append((_key(seq % (1 << 64)), f"field of the wrong type: {error}"))
-        batches = [batch_from_values(good, part.group, part.journal)] if good else []
+        batches = [batch_from_values(good, part.group, part.journal, exact)] if good else []
         if bad:
-            batches.append(corrupt_batch(bad, part.group, part.journal))
+            batches.append(corrupt_batch(bad, part.group, part.journal, exact))
         return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 

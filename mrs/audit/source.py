@@ -272,6 +272,11 @@ class _PartInput(InputPartition):
 class JournalReader(DataSourceReader):
     """Plans parts at a fixed snapshot boundary and reads them as Arrow batches."""
 
+    exact_times = False
+    """Batches with the times to the nanosecond too (`columns.EXACT_TIMES`): set by the
+    driver's own reads (`mrs.audit.load.read_journals`), never by Spark's (its schema
+    has no such columns)."""
+
     def __init__(self, journal: str, options: dict[str, str]) -> None:
         self.journal = journal
         self.options = options
@@ -299,7 +304,7 @@ class JournalReader(DataSourceReader):
         if part is None:
             return
         if self.arrow:
-            yield from scan.scan_batches(part, self.batch_rows)
+            yield from scan.scan_batches(part, self.batch_rows, self.exact_times)
             return
         for key, decoded in scan.scan_values(part):
             if isinstance(decoded, str):

@@ -127,6 +127,29 @@ def format_time_ns(time_ns: int) -> str:
     return f"{text[:19]}.{rest_ns:09d}{text[19:]}"
 
 
+def iso_utc(time_ns: int) -> str | None:
+    """ns since the epoch -> '2024-05-01T10:00:00.123456789Z', the very instant (six
+    digits when it falls on a microsecond: '...00.123456Z'); None for 0 or nonsense.
+    Why to the nanosecond: cut to microseconds, a record's own `time` given back as
+    `--until` (or `--since` and `--until`) selected every record but that one, as the
+    time falls before the record's; a script that replays "up to the record it looked
+    at" left it out. The table prints nanoseconds for the same reason."""
+    if not time_ns:
+        return None
+    second, rest = divmod(time_ns, 1_000_000_000)
+    try:
+        moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+    return f"{moment.isoformat()[:19]}.{time_fraction(rest)}Z"
+
+
+def time_fraction(nanoseconds: int) -> str:
+    """The digits after the second's point: microseconds when they say it exactly."""
+    microseconds, below = divmod(nanoseconds, 1000)
+    return f"{microseconds:06d}" if not below else f"{nanoseconds:09d}"
+
+
 def parse_int_range(
     text: str, option: str, *, minimum: int | None = None, maximum: int | None = None
 ) -> tuple[int | None, int | None]:

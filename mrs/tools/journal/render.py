@@ -6,7 +6,6 @@ format is what `mrs dump --json` promises scripts (docs/journal-tools.md).
 
 from __future__ import annotations
 
-import datetime
 import functools
 import json
 import math
@@ -14,10 +13,10 @@ import math
 from journals import Journal, Record
 from mrs.group.shapes import PRINCIPAL_FIELD
 from mrs.model import DeliveryMode, Status, Uma
+from mrs.offline.scalars import iso_utc, time_fraction
 from mrs.storage.journal_scan import record_time_ns
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 
-_UTC = datetime.UTC
 DELIVERY_NAMES = {int(mode): mode.name for mode in DeliveryMode}
 _UMA_NAMES = {int(uma): uma.name for uma in Uma}
 
@@ -44,29 +43,6 @@ def render_bytes(data: bytes, limit: int | None = None) -> tuple[str, bool]:
     ):
         return text, truncated
     return "hex:" + shown.hex(), truncated
-
-
-def iso_utc(time_ns: int) -> str | None:
-    """ns since the epoch -> '2024-05-01T10:00:00.123456789Z', the very instant (six
-    digits when it falls on a microsecond: '...00.123456Z'); None for 0 or nonsense.
-    Why to the nanosecond: cut to microseconds, a record's own `time` given back as
-    `--until` (or `--since` and `--until`) selected every record but that one, as the
-    time falls before the record's; a script that replays "up to the record it looked
-    at" left it out. The table prints nanoseconds for the same reason."""
-    if not time_ns:
-        return None
-    second, rest = divmod(time_ns, 1_000_000_000)
-    try:
-        moment = datetime.datetime.fromtimestamp(second, _UTC)
-    except (OverflowError, ValueError, OSError):
-        return None
-    return f"{moment.isoformat()[:19]}.{_fraction(rest)}Z"
-
-
-def _fraction(nanoseconds: int) -> str:
-    """The digits after the second's point: microseconds when they say it exactly."""
-    microseconds, below = divmod(nanoseconds, 1000)
-    return f"{microseconds:06d}" if not below else f"{nanoseconds:09d}"
 
 
 @functools.lru_cache(maxsize=1024)  # a few dozen statuses; bounded for corrupt values
@@ -260,4 +236,4 @@ def _iso_json(time_ns: int) -> str:
             return "null"
         _second_cache[0] = second
         _second_cache[1] = text[:19]
-    return f'"{_second_cache[1]}.{_fraction(rest)}Z"'
+    return f'"{_second_cache[1]}.{time_fraction(rest)}Z"'
