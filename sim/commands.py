@@ -266,7 +266,13 @@ def claim_scratch(scratch: Path, made_by_a_run: tuple[str, ...]) -> None:
     passed the check, and the second rewrote the bus file under the first (new
     ports), which then hung until killed."""
     refuse_used_scratch(scratch, made_by_a_run)
-    scratch.mkdir(parents=True, exist_ok=True)
+    try:  # a path the tester got wrong is named as the option's, exit 2
+        scratch.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(
+            f"--scratch {scratch}: cannot make the directory ({error.strerror or error})",
+            EXIT_USAGE,
+        ) from None
     try:
         (scratch / made_by_a_run[0]).mkdir()
     except FileExistsError:

@@ -484,7 +484,10 @@ def run_replicated_command(
 ) -> int:
     """`mrs sim replicated`: run, print the figures (JSON), 0 when every check held.
     With no `scratch`, the bus goes in a new temporary directory, made only once the
-    arguments are known good (one made first was left behind, empty, by each refusal)."""
+    arguments are known good (one made first was left behind, empty, by each refusal),
+    and removed when every check held, as `mrs sim run` does (each run left its etcd
+    and three instances' journals in the temp directory, and a failed one did not say
+    where they were)."""
     if shutil.which("etcd") is None:
         raise CommandError(
             "etcd is not installed (Debian: apt-get install etcd-server)",
@@ -492,6 +495,7 @@ def run_replicated_command(
         )
     refuse_unwritable("--figures", figures)
     refuse_negative_seed("--seed", seed)
+    made_here = scratch is None
     if scratch is None:
         scratch = Path(tempfile.mkdtemp(prefix="mrs-sim-replicated-"))
     claim_scratch(scratch, REPLICATED_MADE)  # two runs on one --scratch: the second refused
@@ -510,8 +514,14 @@ def run_replicated_command(
     print(text)
     if figures is not None:
         figures.write_text(text + "\n")
+    # a failure names its seed in the figures and how to run its schedule again
+    print(f"reproduce the schedule: mrs sim replicated --seed {seed} --seconds {seconds:g}")
     if not report.ok:
         print(report.check.failures() or f"unhealthy: {report.unhealthy}")
+        print(f"the bus (etcd, the instances' journals and logs) stays in {scratch}")
         return 1
     print("every check held: nothing answered lost, no unmarked duplicate, order kept")
+    if made_here:
+        shutil.rmtree(scratch, ignore_errors=True)
+        print(f"removed {scratch} (pass --scratch DIR to keep the bus)")
     return 0
