@@ -210,10 +210,8 @@ class AdminActions:
         if queue is None:
             problem = rules.may_admin(perms, "status")
         else:
-            address = queue.address
-            problem = rules.may_manage(
-                perms, action, f"{address.group}.{address.queue}", queue.config.name
-            )
+            names = rules.spellings(self.group.ctx.bus, self.group.config.id, queue.address)
+            problem = rules.may_manage(perms, action, str(queue.address), names)
         if problem is not None:
             who = session.principal or "(unauthenticated)"
             self.refusal_line(session, action, {"queue": _name(queue)}, {"refused": problem})
@@ -559,6 +557,9 @@ def _described(group: Group, queue: TargetQueue, entry: Entry, now_ns: int) -> d
         "age_s": round(max(0, now_ns - entry.put_time_ns) / 1e9, 3),
         "correlation_id": entry.correlation_id.hex(),
         "headers": _plain(entry.headers or {}),
+        # a dead letter's why and where it was going (MQDLH), or None: without it
+        # the web page and `browse --json` showed a DLQ's letters with no reason
+        "dead_letter_header": _plain(entry.dead_letter_header),
     }
 
 
@@ -1047,6 +1048,8 @@ def _grant(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
     if not isinstance(name, str) or isinstance(perms, str):
         problem = perms if isinstance(perms, str) else "give the principal's name"
         raise Refused(Status.BADPARAM, f"grant: {problem}")
+    if (problem := rules.grants_problem(perms, actions.group.ctx.bus)) is not None:
+        raise Refused(Status.BADPARAM, f"grant {name}: {problem}")  # as `mrs creds grant`
     path = authority.config.credentials_path
     try:
         with edit_lock(path):  # every group of the bus grants in the same file

@@ -22,6 +22,8 @@ from time import monotonic
 import trio
 
 from mrs.config.auth import AuthConfig
+from mrs.config.schema import BusConfig
+from mrs.core.refusals import clipped
 from mrs.limits import CREDENTIALS_CHECK_INTERVAL_S
 from mrs.model import Status
 from mrs.security import scram
@@ -45,7 +47,7 @@ from mrs.security.handshake import (
     encode,
     field,
 )
-from mrs.security.permissions import NONE, Permissions
+from mrs.security.permissions import NONE, Permissions, load_warnings
 
 log = logging.getLogger("mrs.security")
 
@@ -66,14 +68,25 @@ def _stamp(path) -> _Stamp | None:
 
 
 ROTATE_IT = "rotate it (docs/security-auth.md)"
+GRANT_WARNINGS_MAX = 20
+"""Lines of grant warnings a load logs (`Authority.warn_of_grants`); then a count."""
 
 
 class Authority:
     """Credentials in force for one group (built only when [auth] is configured)."""
 
-    def __init__(self, config: AuthConfig, group_id: int, linked_group_ids: tuple[int, ...]):
+    def __init__(
+        self,
+        config: AuthConfig,
+        group_id: int,
+        linked_group_ids: tuple[int, ...],
+        bus: BusConfig | None = None,
+    ):
         self.config = config
         self.group_id = group_id
+        self.bus = bus
+        """The bus the grants name queues of: each load warns of a grant that names
+        what it does not have (`warn_of_grants`); None: not checked."""
         self.linked_group_ids = linked_group_ids
         self.reloads = 0
         self.listeners: list[Callable[[], None]] = []
@@ -84,6 +97,7 @@ class Authority:
         self._changing: tuple[tuple[_Stamp | None, _Stamp | None], float] | None = None
         """Stamps of files seen changed in place, and when first seen so (`_settled`)."""
         log.info("credentials in force: %s", self.in_force())
+        self.warn_of_grants()
 
     def in_force(self) -> str:
         """Which copy of the credentials file is in force: its path, its principals
@@ -141,6 +155,7 @@ class Authority:
             return False
         self.reloads += 1
         log.info("credentials reloaded (%s): %s", why, self.in_force())
+        self.warn_of_grants()
         for listener in self.listeners:
             listener()
         return True
@@ -172,6 +187,26 @@ class Authority:
             self._changing = (stamps, now)
             return False
         return now - self._changing[1] >= CREDENTIALS_CHECK_INTERVAL_S
+
+    def warn_of_grants(self) -> None:
+        """A WARNING per grant in force that names what the bus does not have, or
+        whose meaning narrowed (mrs.security.permissions `load_warnings`), at most
+        GRANT_WARNINGS_MAX lines a load. Never a refusal: a file an earlier release
+        accepted must not keep a group from starting."""
+        if self.bus is None:
+            return
+        lines = [
+            f"credentials: principal {name!r}: {warning}"
+            for name, principal in sorted(self.creds.principals.items())
+            for warning in load_warnings(principal.permissions, self.bus, self.group_id)
+        ]
+        for line in lines[:GRANT_WARNINGS_MAX]:
+            log.warning("%s", line)
+        if len(lines) > GRANT_WARNINGS_MAX:
+            log.warning(
+                "credentials: %d more warnings of grants (`mrs creds list` shows them)",
+                len(lines) - GRANT_WARNINGS_MAX,
+            )
 
     def _decoy(self, name: str) -> scram.Verifier:
         """What an unknown name is answered: derived from the credentials file alone
@@ -221,7 +256,8 @@ class Authority:
         )
         valid = scram.proof_valid(verifier, message, proof)  # for an unknown name too
         if principal is None or not valid:
-            raise AuthFailed(Status.NOTAUTHORIZED, f"authentication failed for {name!r}")
+            # the name is the peer's (up to a frame, ~4 KB): clipped in the log and answer
+            raise AuthFailed(Status.NOTAUTHORIZED, f"authentication failed for {clipped(name)!r}")
         answer = {"ok": True, "signature": scram.server_signature(verifier.server_key, message)}
         if name.startswith(LINK_PREFIX) and self._link_salted is not None:
             answer["peer_proof"] = scram.client_proof(

@@ -9,7 +9,6 @@ locks no queue, a denied put stores nothing, a denied confirm removes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 from mrs import protocol as wire
@@ -20,7 +19,7 @@ from mrs.group.dlq_leases import CONTEXT_HEADER
 from mrs.group.queue_lookup import locate_in
 from mrs.group.shapes import DEAD_LETTER_HEADER
 from mrs.limits import DENIAL_LOG_INTERVAL_S
-from mrs.model import DEAD_LETTER_QUEUE, Address, Status
+from mrs.model import Address, Status
 from mrs.security import permissions as rules
 from mrs.security.authority import Authority
 
@@ -156,7 +155,7 @@ class Gate:
         address = self._resolve(put.target)
         if address is None:
             return None
-        text, name, is_dlq = self._facts(address)
+        text, names, is_dlq = self._facts(address)
         headers = put.headers or {}
         replay = headers.get(REPLAY_HEADER)
         replay_journal = None
@@ -165,7 +164,7 @@ class Gate:
             replay_journal = journal if isinstance(journal, str) else "?"
         facts = rules.PutFacts(
             target=text,
-            target_name=name,
+            target_names=names,
             target_is_dlq=is_dlq,
             dead_letter_header=DEAD_LETTER_HEADER in headers,
             dlq_context=CONTEXT_HEADER in headers,
@@ -194,8 +193,5 @@ class Gate:
             return None
         return address if address.group in self.bus.groups else None
 
-    def _facts(self, address: Address) -> tuple[str, str | None, bool]:
-        name = None
-        with contextlib.suppress(LookupError, KeyError, AttributeError):
-            name = self.bus.group(address.group).queue(address.queue).name
-        return f"{address.group}.{address.queue}", name, address.queue == DEAD_LETTER_QUEUE
+    def _facts(self, address: Address) -> tuple[str, tuple[str, ...], bool]:
+        return rules.queue_facts(self.bus, self.group_id, address)

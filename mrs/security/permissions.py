@@ -12,10 +12,21 @@ A principal's grants live with its verifier in the credentials file (mrs.securit
 Locating a queue (Locate) or counting its pending messages (ShowPending) needs an
 attach or a put grant on it, or the admin right status.
 
-A pattern is matched (fnmatch) against the queue's address "G.Q" and against its
-configured name, so "2.*" is every queue of group 2, "*" everything, "ORDERS" one
-queue by name. Nothing is granted by default: a principal without grants can
-authenticate and nothing else. What each admin right opens:
+A pattern is matched (fnmatch: "*" and "?" match any characters, the dot included)
+against every spelling of the queue's address that the bus's address resolver
+reads as that queue (mrs.config.schema `BusConfig.resolve`) from the group that
+checks: "G.Q", "G.NAME", "GNAME.Q" and "GNAME.NAME", and for a queue of that group
+(the one the principal is connected to) "Q" and "NAME" alone (`spellings`). So
+"2.*" and "LDN.*" are every queue of group 2 (named LDN), "*.ORDERS" every group's
+ORDERS, "*" everything, and "ORDERS" one queue: the connected group's ORDERS, as a
+put to target "ORDERS" means (an IBM MQ authority record names one queue manager's
+queue). Why: a grant was matched against "G.Q" and the bare name only, so
+"LDN.SHIPPING" matched nothing, and "ORDERS" matched every group's ORDERS (a
+credentials file written before keeps loading; a group warns of a grant whose
+meaning narrowed, `load_warnings`). `mrs creds` refuses a grant that names a group
+or a queue the bus does not have (`named_problem`). Nothing is granted by default:
+a principal without grants can authenticate and nothing else. What each admin
+right opens:
 
     status  the group status (seqs, epochs, link state: no longer public)
     dlq     attach to / put to a dead letter queue, pass a dead-letter header or a
@@ -41,6 +52,12 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mrs.config.schema import DEAD_LETTER_QUEUE_MESSAGEQ_NAME, BusConfig, GroupConfig
+from mrs.model import DEAD_LETTER_QUEUE, Address
+
+Names = tuple[str, ...] | str | None
+"""The texts a queue is matched under besides its address: its `spellings` (what
+the server passes), a single text (one more spelling), or None (the address alone)."""
 ADMIN_RIGHTS = frozenset({"status", "dlq", "dlj", "replay", "pcj", "config"})
 GRANT_KINDS = ("attach", "put", "confirm", "admin", "manage")
 
@@ -99,35 +116,180 @@ def parse_permissions(raw: dict) -> Permissions | str:
     )
 
 
-def matches(patterns: Iterable[str], address: str, name: str | None) -> bool:
+def spellings(bus: BusConfig, here: int, address: Address) -> tuple[str, ...]:
+    """Every text the bus's address resolver reads as `address` for a client of group
+    `here` ("G.Q" first): what a grant pattern is matched against. Why all of them:
+    every tool that takes a queue (put targets, attach, jplay --to, the DLQ handler,
+    mrs admin) takes each spelling, and a grant written with a group's name
+    ("LDN.SHIPPING") was accepted and then matched nothing."""
+    group_texts = [str(address.group)]
+    queue_texts = [str(address.queue)]
+    group = bus.groups.get(address.group)
+    if group is not None:
+        group_texts.append(group.name)
+        queue = group.queues.get(address.queue)
+        if queue is not None:
+            queue_texts.append(queue.name)
+            if address.queue == DEAD_LETTER_QUEUE:
+                queue_texts.append(DEAD_LETTER_QUEUE_MESSAGEQ_NAME)
+    texts = [f"{g}.{q}" for g in group_texts for q in queue_texts]
+    if address.group == here:  # a queue alone names one of the connected group's
+        texts.extend(queue_texts)
+    return tuple(dict.fromkeys(texts))
+
+
+def queue_facts(bus: BusConfig, here: int, address: Address) -> tuple[str, tuple[str, ...], bool]:
+    """What the rules below take of a queue, checked by group `here`: its address
+    "G.Q" (what a refusal names), its `spellings`, and whether it is a DLQ."""
+    text = f"{address.group}.{address.queue}"
+    return text, spellings(bus, here, address), address.queue == DEAD_LETTER_QUEUE
+
+
+def matches(patterns: Iterable[str], address: str, names: Names) -> bool:
+    """Whether a pattern matches the queue at `address` under one of its `names` (its
+    `spellings`; a single text is one more spelling; None: the address alone)."""
+    texts = (address,) if names is None else (address, names) if isinstance(names, str) else names
     for pattern in patterns:
-        if fnmatch.fnmatchcase(address, pattern):
-            return True
-        if name is not None and fnmatch.fnmatchcase(name, pattern):
-            return True
+        for text in texts:
+            if fnmatch.fnmatchcase(text, pattern):
+                return True
     return False
 
 
-def may_attach(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+WILDCARD_CHARACTERS = frozenset("*?[")
+
+
+def _literal(text: str) -> bool:
+    return not WILDCARD_CHARACTERS.intersection(text)
+
+
+def _has_queue(group: GroupConfig, text: str) -> bool:
+    if text.isdigit():
+        return int(text) in group.queues
+    try:
+        group.queue_by_name(text)
+    except LookupError:
+        return False
+    return True
+
+
+def named_problem(bus: BusConfig, pattern: str) -> tuple[str, bool] | None:
+    """Why `pattern` can match no queue of `bus`, or None: a group or a queue it names
+    without wildcards that the bus does not have; with whether it was named by name.
+    A name the bus does not have is a mistake (`mrs creds` refuses it, as every tool
+    refuses it in an address); a number may be of a group or queue to come (as the
+    resolver takes `2.10` unconfigured): said, and taken. A wildcard leaves its part
+    open ("2.3*" grants queues added later). A group warns of both at load."""
+    group_text, dot, queue_text = pattern.partition(".")
+    if not dot:
+        if not _literal(pattern) or any(_has_queue(g, pattern) for g in bus.groups.values()):
+            return None
+        problem = (
+            f"no group of the bus has a queue {_shown(pattern)} (a queue without its "
+            "group names the connected group's; write GROUP.QUEUE)"
+        )
+        return problem, not pattern.isdigit()
+    groups = [
+        group
+        for group in bus.groups.values()
+        if fnmatch.fnmatchcase(str(group.id), group_text)
+        or fnmatch.fnmatchcase(group.name, group_text)
+    ]
+    if not groups:
+        known = ", ".join(f"{g.id} {g.name}" for g in bus.groups.values())
+        problem = f"the bus has no group {_shown(group_text)} (groups: {known})"
+        return problem, _literal(group_text) and not group_text.isdigit()
+    if not _literal(queue_text) or any(_has_queue(g, queue_text) for g in groups):
+        return None
+    if len(groups) == 1:
+        where = f"group {groups[0].id} ({groups[0].name}) has no queue"
+    else:
+        where = f"none of groups {', '.join(f'{g.id} ({g.name})' for g in groups)} has a queue"
+    return f"{where} {_shown(queue_text)}", not queue_text.isdigit()
+
+
+def _shown(text: str) -> str:
+    return text if text.isdigit() else repr(text)
+
+
+def grants_problem(perms: Permissions, bus: BusConfig) -> str | None:
+    """The first grant of `perms` that names by name what `bus` does not have, in one
+    line (what `mrs creds` and `mrs admin grant` refuse), or None."""
+    for line, by_name in _unknown(perms, bus):
+        if by_name:
+            return line
+    return None
+
+
+def grants_notes(perms: Permissions, bus: BusConfig) -> list[str]:
+    """The grants of `perms` that name a group or queue number `bus` does not have
+    (yet): `mrs creds` says so and writes them."""
+    return [line for line, by_name in _unknown(perms, bus) if not by_name]
+
+
+def _unknown(perms: Permissions, bus: BusConfig) -> list[tuple[str, bool]]:
+    found = []
+    for kind, patterns in _queue_grants(perms):
+        for pattern in patterns:
+            if (unknown := named_problem(bus, pattern)) is not None:
+                found.append((f"{kind} {pattern!r}: {unknown[0]}", unknown[1]))
+    return found
+
+
+def load_warnings(perms: Permissions, bus: BusConfig, here: int) -> list[str]:
+    """What group `here` warns of when it loads these grants (it never refuses a file
+    an earlier release wrote): a grant naming what the bus does not have, and a put
+    grant of a queue name alone that this group does not have but another group does
+    (earlier releases matched every group's queue of that name: now it names the
+    connected group's, so from here it grants nothing)."""
+    warnings = []
+    for kind, patterns in _queue_grants(perms):
+        for pattern in patterns:
+            if (unknown := named_problem(bus, pattern)) is not None:
+                warnings.append(f"{kind} {pattern!r} grants nothing: {unknown[0]}")
+                continue
+            own = bus.groups.get(here)
+            if kind != "put" or "." in pattern or not _literal(pattern) or own is None:
+                continue
+            if not _has_queue(own, pattern):
+                warnings.append(
+                    f"put {pattern!r} grants nothing from group {here} ({own.name}), which "
+                    f"has no queue {pattern!r}: a queue without its group names the "
+                    f"connected group's (every group's before this release); write "
+                    f"GROUP.{pattern}, or '*.{pattern}' for every group's"
+                )
+    return warnings
+
+
+def _queue_grants(perms: Permissions) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return (
+        ("attach", perms.attach),
+        ("put", perms.put),
+        ("confirm", perms.confirm),
+        ("manage", perms.manage),
+    )
+
+
+def may_attach(perms: Permissions, address: str, names: Names, is_dlq: bool) -> str | None:
     if is_dlq:
         if "dlq" in perms.admin:
             return None
         return f"attach to dead letter queue {address} needs the admin right 'dlq'"
-    if matches(perms.attach, address, name):
+    if matches(perms.attach, address, names):
         return None
     return f"attach to {address} is not granted"
 
 
-def may_get(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+def may_get(perms: Permissions, address: str, names: Names, is_dlq: bool) -> str | None:
     """Get from the attached queue: the attach grant, still held (grants reload live)."""
-    problem = may_attach(perms, address, name, is_dlq)
+    problem = may_attach(perms, address, names, is_dlq)
     return None if problem is None else problem.replace("attach to", "get from", 1)
 
 
-def may_confirm(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+def may_confirm(perms: Permissions, address: str, names: Names, is_dlq: bool) -> str | None:
     if is_dlq and "dlq" in perms.admin:
         return None
-    if matches(perms.confirm, address, name):
+    if matches(perms.confirm, address, names):
         return None
     return f"confirm on {address} is not granted"
 
@@ -137,7 +299,8 @@ class PutFacts:
     """What a put asks for, as far as permissions care."""
 
     target: str
-    target_name: str | None
+    target_names: Names
+    """The target's `spellings` (a single text: one more spelling)."""
     target_is_dlq: bool
     dead_letter_header: bool
     dlq_context: bool
@@ -159,25 +322,25 @@ def may_put(perms: Permissions, facts: PutFacts) -> str | None:
             return "put with a replay header needs the admin right 'replay'"
         if facts.replay_journal == "dlj" and "dlj" not in perms.admin:
             return "replaying a DLJ record needs the admin right 'dlj'"
-    if facts.target_is_dlq or matches(perms.put, facts.target, facts.target_name):
+    if facts.target_is_dlq or matches(perms.put, facts.target, facts.target_names):
         return None
     return f"put to {facts.target} is not granted"
 
 
-def may_respond_to(perms: Permissions, address: str, name: str | None, is_dlq: bool) -> str | None:
+def may_respond_to(perms: Permissions, address: str, names: Names, is_dlq: bool) -> str | None:
     """A put naming `address` as its response queue (not the sender's own): MRS puts
     the MRS_ACK or the returned message there, so it needs what a put there needs."""
     if is_dlq:
         if "dlq" in perms.admin:
             return None
         return f"response queue {address} is a dead letter queue: needs the admin right 'dlq'"
-    if matches(perms.put, address, name):
+    if matches(perms.put, address, names):
         return None
     return f"response queue {address} is not granted (a put to {address} would be needed)"
 
 
 def may_look_up(
-    perms: Permissions, what: str, address: str, name: str | None, is_dlq: bool
+    perms: Permissions, what: str, address: str, names: Names, is_dlq: bool
 ) -> str | None:
     """Locate a queue or count its pending messages (`what`): what a principal may
     use it may find and count, so an attach or a put grant on it (or the admin right
@@ -188,7 +351,7 @@ def may_look_up(
         if "dlq" in perms.admin:
             return None
         return f"{what} of dead letter queue {address} needs the admin right 'dlq'"
-    if matches(perms.attach, address, name) or matches(perms.put, address, name):
+    if matches(perms.attach, address, names) or matches(perms.put, address, names):
         return None
     return f"{what} of {address} needs a grant to attach to it or put to it"
 
@@ -201,9 +364,9 @@ def may_admin(perms: Permissions, right: str, what: str | None = None) -> str | 
     return f"{what or right} needs the admin right {right!r}"
 
 
-def may_manage(perms: Permissions, action: str, address: str, name: str | None) -> str | None:
+def may_manage(perms: Permissions, action: str, address: str, names: Names) -> str | None:
     """An operator's action on a queue (`mrs admin browse/purge/move/set-limits`):
     the manage grant on it (the DLQ included: it is named like any queue)."""
-    if matches(perms.manage, address, name):
+    if matches(perms.manage, address, names):
         return None
     return f"{action} on {address} needs the manage right on it"

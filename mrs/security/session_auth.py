@@ -32,7 +32,7 @@ def build(bus: BusConfig, group: GroupConfig) -> tuple[Authority | None, Gate | 
     if bus.auth is None:
         return None, None
     try:
-        authority = Authority(bus.auth, group.id, group.linked_group_ids)
+        authority = Authority(bus.auth, group.id, group.linked_group_ids, bus)
     except CredsError as error:  # a file the config names: a config mistake, exit 2
         raise CommandError(str(error), EXIT_USAGE) from None
     for what, host in (

@@ -21,7 +21,13 @@ from pathlib import Path
 from mrs.security import creds as store
 from mrs.security import scram
 from mrs.security.files import private_dir, write_private
-from mrs.security.permissions import ADMIN_RIGHTS, Permissions, parse_permissions
+from mrs.security.permissions import (
+    ADMIN_RIGHTS,
+    Permissions,
+    grants_notes,
+    grants_problem,
+    parse_permissions,
+)
 from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
 
@@ -147,6 +153,11 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def _grants(args: argparse.Namespace) -> Permissions:
+    """The grants the options give; with --config, a name in one must be a group's or
+    a queue's of the bus (`grants_problem`: a typo, or a group's name, was accepted and
+    granted nothing); a number the bus does not have (yet) is said on stderr, and
+    taken. With --file there is no bus to check against: the group warns of such a
+    grant when it loads the file."""
     perms = parse_permissions(
         {
             "attach": args.attach or [],
@@ -158,6 +169,15 @@ def _grants(args: argparse.Namespace) -> Permissions:
     )
     if isinstance(perms, str):
         raise CommandError(perms, EXIT_USAGE)
+    if args.config is not None:
+        from mrs.config.bus import load_config
+
+        bus = load_config(args.config)
+        problem = grants_problem(perms, bus)
+        if problem is not None:
+            raise CommandError(f"{args.config}: {problem}", EXIT_USAGE)
+        for note in grants_notes(perms, bus):
+            print(f"note: {note}; granted all the same, for when it is added", file=sys.stderr)
     return perms
 
 
