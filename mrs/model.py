@@ -281,6 +281,22 @@ UMA_FAILURE: dict[Uma, Status] = {
 }
 
 
+NOTHING_KEPT_UMA_STATUSES = frozenset(
+    {
+        Status.DISC_SUCCESS,
+        Status.DISCL_SUCCESS,
+        Status.DISC_FAILED,
+        Status.DISCL_FAILED,
+        Status.SAF_FAILED,
+        Status.DLQ_FAILED,
+        Status.DLJ_FAILED,
+        Status.RTS_FAIL,
+    }
+)
+"""The UMA statuses of a put not delivered that say no copy was kept anywhere (its
+UMA discarded it, or the UMA failed: docs/undeliverable.md)."""
+
+
 class Psb(msgspec.Struct, frozen=True, gc=False):
     """PAMS Status Block: the outcome of a put (or the status of a delivered message).
 
@@ -304,6 +320,13 @@ class Psb(msgspec.Struct, frozen=True, gc=False):
     def stored(self) -> bool:
         """True when the message reached its interest point (or was accepted for it)."""
         return int(self.status) > 0 and int(self.delivery_status) > 0  # > 0: a success
+
+    @property
+    def kept_no_copy(self) -> bool:
+        """True when the message was not delivered and its UMA kept no copy anywhere:
+        a put that may be made again without marking the next copy a possible duplicate
+        (the DLQ handler's puts, mrs.dlq.handler and mrs.group.dlq_leases)."""
+        return int(self.delivery_status) <= 0 and self.uma_status in NOTHING_KEPT_UMA_STATUSES
 
     def to_wire(self) -> list[int]:
         return [int(self.status), int(self.delivery_status), self.seq, int(self.uma_status)]

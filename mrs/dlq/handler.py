@@ -454,7 +454,7 @@ class Handler:
                 await self._nothing_stored(message)
             return "failed", str(address), f"{_name(error.status)}: {error}"
         if not _stored(psb):
-            if psb.uma_status in NOTHING_KEPT:
+            if psb.kept_no_copy:
                 await self._nothing_stored(message)
             return (
                 "failed",
@@ -571,21 +571,6 @@ REFUSED_OUTRIGHT = frozenset(
 """What a put raises when the group refused it as it arrived (or the library did not
 send it): nothing was stored. Any other error (a timeout, a lost connection, a
 server or journal fault) leaves the outcome unknown."""
-
-NOTHING_KEPT = frozenset(
-    {
-        Status.DISC_SUCCESS,
-        Status.DISCL_SUCCESS,
-        Status.DISC_FAILED,
-        Status.DISCL_FAILED,
-        Status.SAF_FAILED,
-        Status.DLQ_FAILED,
-        Status.DLJ_FAILED,
-        Status.RTS_FAIL,
-    }
-)
-"""The UMA status of a put not delivered that says no copy was kept anywhere (the
-handler's UMA DISC discarded it, or the UMA failed: docs/undeliverable.md)."""
 
 
 def _stored(psb: Psb) -> bool:

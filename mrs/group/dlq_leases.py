@@ -39,20 +39,6 @@ CONTEXT_HEADER = "pass_context"
 the message keeps its original sender (MQPMO_PASS_ALL_CONTEXT), and the group counts
 it against the dead letter `s` the reader holds. Only DLQ readers may pass it."""
 
-NOTHING_KEPT = frozenset(
-    {
-        Status.DISC_SUCCESS,
-        Status.DISCL_SUCCESS,
-        Status.DISC_FAILED,
-        Status.DISCL_FAILED,
-        Status.SAF_FAILED,
-        Status.DLQ_FAILED,
-        Status.DLJ_FAILED,
-        Status.RTS_FAIL,
-    }
-)
-"""UMA statuses of a put not delivered that say no copy was kept anywhere."""
-
 HANDLER_PROGRAM = "mrs dlq-handler"
 """The program `mrs dlq-handler` names in its Hello. A reader so named acts on a
 letter it holds only by confirming it or by a put on its own connection that passes
@@ -237,7 +223,7 @@ class DlqReaders:
         reader = self.readers.get(session_id)
         if reader is None or self.holders.get(dlq_seq) != session_id:
             return
-        if int(psb.delivery_status) > 0 or psb.uma_status not in NOTHING_KEPT:
+        if not psb.kept_no_copy:
             return
         left = reader.put_for.get(dlq_seq, 0) - 1
         if left > 0:
