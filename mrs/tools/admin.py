@@ -13,8 +13,9 @@ Each is one AdminRequest to the group's server (mrs.ops.admin_actions), under [a
 with the credentials of MRS_AUTH_NAME (the manage grant on the queue, the status right
 for connections and the journal). Tables fit 80 columns; `--json` prints the group's
 answer as is. A mistake (unknown queue, no right, bad limit) is one line and exit
-status 1 (2 for usage). A move repeats its request until the source is empty, each
-message in one transaction on the server: run it again after a crash to finish it.
+status 1 (2 for usage). A move repeats its request until the source is empty (or it
+took as many as the source held at the first answer), each message in one
+transaction on the server: run it again after a crash to finish it.
 """
 
 from __future__ import annotations
@@ -392,8 +393,13 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
     (and that never half: each message is one transaction). A request refused or
     lost after others were done says what they did: before, a purge stopped by
     dlj_messages_max after 500 messages printed the refusal alone, and the operator
-    read that nothing was purged."""
+    read that nothing was purged.
+
+    It stops once it has done as many as the queue held at the first answer (done
+    then plus left then): what a producer puts meanwhile is not chased. Why: under a
+    producer faster than one request's 500 a round trip, a purge never ended."""
     total: dict = {}
+    asked: int | None = None
     while True:
         try:
             result = await client.admin(action, **args)
@@ -414,8 +420,20 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
             else:
                 total[key] = value
         done = sum(v for k, v in result.items() if isinstance(v, int) and k != "left")
-        if result.get("left", 0) == 0 or done == 0:
+        if asked is None:
+            asked = _taken(result) + result.get("left", 0)
+        finished = _taken(total)
+        if result.get("left", 0) == 0 or done == 0 or finished >= asked:
             return total
+
+
+_TAKEN_KEYS = ("dead_lettered", "discarded", "memory_discarded", "moved")
+"""The counts of a purge's or a move's answer that are messages taken off the queue
+(not `senders_told`, nor `left`)."""
+
+
+def _taken(result: dict) -> int:
+    return sum(result.get(key, 0) for key in _TAKEN_KEYS)
 
 
 def _print_table(command: str, result: dict, after: int | None = None) -> None:
