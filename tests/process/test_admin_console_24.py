@@ -102,8 +102,14 @@ def test_a_look_is_logged_and_a_change_or_a_refusal_is_journaled(bus) -> None:
         ("browse", True), ("purge", False)
     ]  # fmt: skip
     log = bus.log_text()
-    # the three looks are one line (throttled, test_ops_edges_26), the refused one its own
-    assert log.count("admin browse by (no auth)") == 2 and "admin connections by" in log
+    # the three looks are one line (throttled, test_ops_edges_26), the refused one its
+    # own; on a slow host the throttle's count of the other two may follow in a line
+    browses = [
+        line
+        for line in log.splitlines()
+        if "admin browse by (no auth)" in line and "more since the last such line" not in line
+    ]
+    assert len(browses) == 2 and "admin connections by" in log
     assert "admin journal by (no auth)" in log
 
 

@@ -20,8 +20,9 @@ from clients import DeliveryMode as ClientMode
 from clients import NoMoreMessages
 from clients import Status as ClientStatus
 from clients import Uma as ClientUma
-from journals import Journal
+from journals import Journal, JournalStore, WriteBatch
 from mrs import protocol as wire
+from mrs.core.seqspace import RESERVED_KEY, counter_of
 from mrs.group.link_session import PeerLink
 from mrs.model import DeliveryMode, Status
 from sim.bus import LinkedBus
@@ -168,6 +169,22 @@ def wipe(bus: LinkedBus, group_id: int) -> None:
         path.rmdir() if path.is_dir() else path.unlink()
 
 
+def rebuilt_counting_from(bus: LinkedBus, group_id: int, seq: int) -> None:
+    """`wipe`, then new journals whose first seq will be `seq`: a rebuilt host whose
+    clock was set back (a fresh group counts from its wall clock, so a rebuild
+    otherwise starts above its old seqs: mrs.core.seqspace.fresh_start). The
+    collision the receiver must still survive."""
+    wipe(bus, group_id)
+    store = JournalStore(bus.data_dir(group_id) / "journals")
+    try:
+        reserved = WriteBatch.empty().put_raw(
+            Journal.META, RESERVED_KEY, counter_of(seq).to_bytes(8, "big")
+        )
+        store.commit_now(reserved)
+    finally:
+        store.close()
+
+
 def refused_dqf_full(info: dict) -> bool:
     """The link is up and its drain was refused DQF_FULL (a held seq, here)."""
     wait = info.get("drain_wait") or {}
@@ -176,8 +193,9 @@ def refused_dqf_full(info: dict) -> bool:
 
 async def test_rebuilt_sender_waits_for_a_held_seq_through_a_receiver_kill(proc_bus) -> None:
     """Real processes: group 2 holds group 1's "first" unconfirmed; group 1 is
-    SIGKILLed, rebuilt from an empty data directory and reset on group 2; its
-    "second" comes under the seq of "first". Before, group 1's drain resent it (and
+    SIGKILLed, rebuilt from an empty data directory (its clock set back:
+    `rebuilt_counting_from`) and reset on group 2; its "second" comes under the seq
+    of "first". Before, group 1's drain resent it (and
     "third" behind it) as fast as the link answered, thousands of link messages a
     second, and group 2 logged a WARNING for each. Now, through a SIGKILL of group 2
     meanwhile, group 1 sends a handful; once "first" is confirmed, "second" and
@@ -188,7 +206,7 @@ async def test_rebuilt_sender_waits_for_a_held_seq_through_a_receiver_kill(proc_
         )
     await wait_for_link(proc_bus, 1, 2, "up", backlog=0)
     await trio.to_thread.run_sync(proc_bus.processes[1].kill)
-    wipe(proc_bus, 1)
+    rebuilt_counting_from(proc_bus, 1, psb.seq)
     await trio.to_thread.run_sync(proc_bus.processes[1].start)
     async with proc_bus.connect(1, "OUT") as sender:
         seqs = []
@@ -198,7 +216,7 @@ async def test_rebuilt_sender_waits_for_a_held_seq_through_a_receiver_kill(proc_
             )
             assert again.delivery_status == ClientStatus.STORED
             seqs.append(again.seq)
-    assert seqs[0] == psb.seq  # counted from the start again: the seq of "first"
+    assert seqs[0] == psb.seq  # counted from the old counter again: the seq of "first"
     await wait_for_link(proc_bus, 1, 2, "down", backlog=2)  # group 2 refuses the link
     reset = run_mrs(
         "admin", "reset-link", "1", "--config", str(proc_bus.config_path), "--group", "2"

@@ -16,7 +16,9 @@ import msgspec
 import trio
 
 from clients import DeliveryMode, MrsError, Status, Uma
+from journals import Journal, JournalStore, WriteBatch
 from mrs import protocol as wire
+from mrs.core.seqspace import RESERVE_FIRST, RESERVED_KEY
 from sim.bus import LinkedBus
 from sim.ports import free_port
 from sim.processes import GroupProcess
@@ -47,8 +49,21 @@ async def _logged(bus: LinkedBus, group: int, pattern: str) -> str:
 
 def _second_group_one(bus: LinkedBus) -> GroupProcess:
     """Group 1 started again from a config whose group 1 has a fresh data directory
-    (another host's process): same id, same link, other journals."""
+    (another host's process): same id, same link, other journals. They count from the
+    first process's first seq, as two processes started in the same second do (a fresh
+    group counts from its wall clock: mrs.core.seqspace.fresh_start): the collision."""
     assert bus.config_path is not None
+    first = JournalStore(bus.data_dir(1) / "journals")
+    try:
+        reserved = int.from_bytes(first.meta_get(RESERVED_KEY.decode()), "big")
+    finally:
+        first.close()
+    other = JournalStore(bus.directory / "g1-other" / "journals")
+    try:  # the first process's one block: its first seq
+        start = (reserved - RESERVE_FIRST).to_bytes(8, "big")
+        other.commit_now(WriteBatch.empty().put_raw(Journal.META, RESERVED_KEY, start))
+    finally:
+        other.close()
     text = bus.config_path.read_text()
     text = text.replace(f'127.0.0.1:{bus.ports[1]}"', f'127.0.0.1:{free_port()}"', 1)
     text = text.replace('data_dir = "g1"', 'data_dir = "g1-other"', 1)
@@ -83,8 +98,9 @@ async def test_a_second_group_one_on_other_journals_is_refused_until_reset(proc_
     messages lost. Now its link is refused (one line saying what to do) and the five
     wait in its SAF; `mrs admin reset-link` is refused while a link is up, and once
     run on a down link lets them in: all ten arrive. The second process counts its
-    seqs from the start again: its five came under the seqs of the first five, still
-    held, and overwrote their records (lost at group 2's next restart, SIGKILL here).
+    seqs from the first's start (`_second_group_one`): its five came under the seqs
+    of the first five, still held, and overwrote their records (lost at group 2's
+    next restart, SIGKILL here).
     They now wait in group 1's SAF until the first five are confirmed."""
     config = str(proc_bus.config_path)
     up = run_mrs("admin", "reset-link", "1", "--config", config, "--group", "2")

@@ -79,7 +79,10 @@ def test_a_polling_script_does_not_fill_the_log_but_every_change_is_logged(bus) 
         for _ in range(3):  # three changes (the first purges, the next find nothing)
             sender.admin("purge", queue="ORDERS", reason="bad feed")
     assert bus.process.terminate() == 0  # every line is in the log now
-    log = bus.log_text()
+    # a line counting the looks not shown may follow each on a slow host: not a look
+    log = "\n".join(
+        line for line in bus.log_text().splitlines() if "more since the last such line" not in line
+    )
     assert log.count("admin browse by (no auth)") == 1, log[-3000:]
     assert log.count("admin connections by (no auth)") == 1, log[-3000:]
     assert log.count("admin journal by (no auth)") == 1, log[-3000:]
