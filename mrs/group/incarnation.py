@@ -39,6 +39,8 @@ INCARNATION_KEY: Final = "incarnation"
 """META: this group's journals' incarnation."""
 PEER_INCARNATION_PREFIX: Final = "peer_incarnation:"
 """META: `peer_incarnation:<group id>` -> the incarnation first met on a link from it."""
+PEER_TERM_PREFIX: Final = "peer_term:"
+"""META: `peer_term:<group id>` -> the highest term a replicated peer's link Hello said."""
 INCARNATION_BYTES: Final = 16
 
 
@@ -69,6 +71,9 @@ class PeerIncarnations:
     """This group's incarnation, sent in its Hello or Welcome."""
     config_path: str = "bus.toml"
     """The bus file, named in the command a refusal tells the operator to run."""
+    term: int = 0
+    """This group's active's term (a replicated group's; 0: unreplicated), said in
+    its link Hello."""
 
     def admit(self, peer_id: int, incarnation: bytes) -> str | None:
         """None when a link from `peer_id` bringing `incarnation` may go on (a first
@@ -94,6 +99,36 @@ class PeerIncarnations:
             "Nothing waiting is lost meanwhile"
         )
 
+    def admit_term(self, peer_id: int, term: int) -> str | None:
+        """None when a link Hello from `peer_id` saying `term` may go on (a higher term
+        than any met is recorded now, durably); else the refusal, one line.
+
+        Why: a replicated peer's old active that outlived its lease (paused, its
+        clock slow, cut off) still holds the SAF records its successor drained here
+        and deleted; told by the successor that they are gone ("forget" notices),
+        this group drops their dedupe keys, and once they are confirmed nothing here
+        knows them. The old active's link, coming back before it learns it lost its
+        lease, drained them again: stored and delivered a second time, unmarked
+        (`mrs sim swarm --replicated --seed 52113`). A term is a fencing token: the
+        old active's is below its successor's. 0 (an unreplicated group, or one of an
+        earlier release) is not checked."""
+        if term <= 0:
+            return None
+        key = f"{PEER_TERM_PREFIX}{peer_id}"
+        recorded = self.store.meta_get(key)
+        highest = int(bytes(recorded).decode()) if recorded is not None else 0
+        if term >= highest:
+            if term > highest:
+                self.store.commit_now(
+                    WriteBatch.empty().put_raw(Journal.META, key.encode(), str(term).encode())
+                )
+            return None
+        return (
+            f"group {peer_id}'s instance dialing is the active of term {term}, but group "
+            f"{peer_id}'s term {highest} linked here since: an old active that lost its "
+            "lease, refused (what it would send, its successor sent)"
+        )
+
     def _said_none(self, peer_id: int, recorded: bytes) -> str:
         """The refusal of a link (a Hello or a Welcome) that says no incarnation from a
         peer whose links brought one before. Why: a group of this release always says
@@ -117,10 +152,10 @@ class PeerIncarnations:
         return None if recorded is None else bytes(recorded)
 
     def reset(self, peer_id: int) -> tuple[bytes | None, int]:
-        """Forget `peer_id`'s recorded incarnation and the dedupe keys of its messages
-        (they name seqs of journals that are gone): the incarnation forgotten (None if
-        none was recorded) and how many keys were deleted. In batches, each one
-        commit: a crash between them leaves keys a second reset deletes."""
+        """Forget `peer_id`'s recorded incarnation (and term), and the dedupe keys of its
+        messages (they name seqs of journals that are gone): the incarnation forgotten
+        (None if none was recorded) and how many keys were deleted. In batches, each
+        one commit: a crash between them leaves keys a second reset deletes."""
         key = _peer_key(peer_id)
         recorded = self.store.meta_get(key)
         prefix = f"{ORIGIN_PREFIX}{peer_id}:".encode()
@@ -136,7 +171,11 @@ class PeerIncarnations:
                 batch.delete(Journal.DEDUPE, bytes(dedupe_key))
             self.store.commit_now(batch)
             deleted += len(items)
-        self.store.commit_now(WriteBatch.empty().delete(Journal.META, key.encode()))
+        self.store.commit_now(
+            WriteBatch.empty()
+            .delete(Journal.META, key.encode())
+            .delete(Journal.META, f"{PEER_TERM_PREFIX}{peer_id}".encode())
+        )
         return (None if recorded is None else bytes(recorded)), deleted
 
 

@@ -39,6 +39,9 @@ LINK_PROGRAM_PREFIX = "group:"
 PEER_STARTING = "is starting: its active waits for a replica to hold its first records"
 """How a replicated group's new active refuses a link until its first records are on
 a majority (mrs.server.links): a moment, so the dialer tries again at once."""
+HELLO_FIELDS_WITH_INCARNATION = 6
+"""A link Hello's fields up to `incarnation`: what a group of the release before the
+link term reads (it refuses a replicated group's, which says a `term` too)."""
 EARLIER_RELEASE_REFUSAL = re.compile(r"\bHello frame has (\d+) fields, expected (\d+)\b")
 """How a group of an earlier release refuses a link Hello longer than it knows (one
 with this release's `incarnation`): the dialer then links without it, unless that
@@ -100,6 +103,7 @@ async def dial_forever(
     while True:
         connected = answered = False
         said = None if redials.earlier else incarnations
+        term = 0 if redials.earlier or redials.termless else incarnations_term(incarnations)
         up_s = 0.0
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -110,9 +114,10 @@ async def dial_forever(
                     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                         await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
-                await _handshake(channel, link.peer_id, group_id, incarnations, said)
+                await _handshake(channel, link.peer_id, group_id, incarnations, said, term)
                 answered, up_s = True, trio.current_time()
                 redials.earlier = False  # a peer upgraded since is told the incarnation
+                redials.termless = False  # and the term
                 redials.down_since_s = None
                 link.up(channel)
                 try:
@@ -153,6 +158,9 @@ class _Redials:
     earlier: bool = False
     """The last dial was refused by a peer of an earlier release: the next says no
     incarnation (`PeerOfEarlierRelease`)."""
+    termless: bool = False
+    """The last dial was refused by a peer of the release before the link term: the
+    next says no term (`PeerWithoutTerms`)."""
     down_since_s: float | None = None
     """When the link, up before, went down (trio time; None while up or never up):
     for REFUSAL_LOG_INTERVAL_S from then its failed redials are not logged at INFO,
@@ -171,8 +179,9 @@ class _Redials:
             self.backoff_s = BACKOFF_S_MIN  # its replica holds them within milliseconds
         self.starting = isinstance(error, PeerStarting)
         self.earlier = isinstance(error, PeerOfEarlierRelease)
-        if self.earlier:
-            _log_earlier_release(self.warnings, self.peer_id, self.address)
+        self.termless = isinstance(error, PeerWithoutTerms)
+        if self.earlier or self.termless:
+            _log_earlier_release(self.warnings, self.peer_id, self.address, self.termless)
         elif unanswered is not None and hasattr(unanswered, "pass_over") and not self.starting:
             unanswered.pass_over()  # a replicated peer: its next instance first next time
         if isinstance(error, JournalsChanged) and error.message != self.journals_refused:
@@ -231,6 +240,13 @@ class PeerOfEarlierRelease(LinkRefused):
     one was upgraded too, and what it sent there waited in its SAF all that while."""
 
 
+class PeerWithoutTerms(LinkRefused):
+    """The peer refused a replicated group's link Hello for its `term`, the one field
+    it does not know (EARLIER_RELEASE_REFUSAL, expecting HELLO_FIELDS_WITH_INCARNATION):
+    a group of the release before the link term. The next dial says the incarnation,
+    which it checks, and no term: such a peer does not fence old actives."""
+
+
 class JournalsChanged(LinkRefused):
     """The peer's journals are not the ones this group linked with before
     (mrs.group.incarnation): refused until an operator resets the link."""
@@ -242,12 +258,16 @@ async def _handshake(
     group_id: int,
     incarnations: PeerIncarnations | None,
     said: PeerIncarnations | None,
+    term: int = 0,
 ) -> None:
     """Hello (saying `said`'s incarnation: None for a peer of an earlier release,
-    `dial_forever`), then the peer's Welcome, its incarnation checked by `incarnations`."""
+    `dial_forever`; and `term`, a replicated group's, 0 for none), then the peer's
+    Welcome, its incarnation checked by `incarnations`."""
     own = said.own if said is not None else b""
     program = f"{LINK_PROGRAM_PREFIX}{group_id}"
-    await channel.send_now(wire.Hello(wire.PROTOCOL_VERSION, program, "link", group_id, False, own))
+    await channel.send_now(
+        wire.Hello(wire.PROTOCOL_VERSION, program, "link", group_id, False, own, term)
+    )
     try:
         event = await channel.next_event(HANDSHAKE_TIMEOUT_S)
     except StreamClosed:
@@ -284,6 +304,8 @@ def _refusal(
     earlier = EARLIER_RELEASE_REFUSAL.search(message)
     if not (own and earlier is not None and int(earlier[1]) > int(earlier[2])):
         return LinkRefused(f"peer refused the link: {clipped_message}")
+    if int(earlier[2]) >= HELLO_FIELDS_WITH_INCARNATION:  # it checks incarnations
+        return PeerWithoutTerms(f"peer refused the link: {clipped_message}")
     if incarnations is None or (recorded := incarnations.recorded(peer_id)) is None:
         return PeerOfEarlierRelease(f"peer refused the link: {clipped_message}")
     return JournalsChanged(
@@ -296,16 +318,28 @@ def _refusal(
     )
 
 
-def _log_earlier_release(warnings: RefusalLog, peer_id: int, address: str) -> None:
+def incarnations_term(incarnations: PeerIncarnations | None) -> int:
+    """The term a link Hello says: the replicated group's active's, else 0."""
+    return 0 if incarnations is None else incarnations.term
+
+
+def _log_earlier_release(
+    warnings: RefusalLog, peer_id: int, address: str, termless: bool = False
+) -> None:
     """One WARNING (at most every REFUSAL_LOG_INTERVAL_S) that `peer_id` runs an
-    earlier release: the link goes on without the incarnation check until it is
-    upgraded."""
+    earlier release: the link goes on without the incarnation check (`termless`: the
+    term's) until it is upgraded."""
+    what = (
+        "this group's term, so it does not refuse an old active of this group"
+        if termless
+        else "the journals' incarnation, which it does not check"
+    )
     warnings.refused(
         "link_earlier_release",
         address,
         f"link to group {peer_id} at {address}: group {peer_id} runs an earlier release"
-        " (it refused this release's link Hello): linking without the journals'"
-        f" incarnation, which it does not check; upgrade group {peer_id}",
+        f" (it refused this release's link Hello): linking without {what}; upgrade"
+        f" group {peer_id}",
     )
 
 

@@ -814,6 +814,14 @@ class PeerLink:
     def handle(self, event: object, channel: Channel) -> None:
         """A link event from the peer. Raises wire.RemoteProtocolError on nonsense."""
         rooms = self.rooms
+        replaced = self.channel is not None and channel is not self.channel
+        if replaced and isinstance(event, (wire.LinkTransfer, wire.LinkNotice)):
+            # From a connection a newer one replaced: its peer sends it again on its own
+            # connection if it is still the peer's. Taken, an old active of a replicated
+            # peer (mrs.group.incarnation `admit_term`) whose connection came before its
+            # successor's stored here what the successor had drained and had this group
+            # forget.
+            return
         try:
             _check_frame_size(event)
             match event:

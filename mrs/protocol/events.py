@@ -60,6 +60,10 @@ class Hello(EventStruct, tag=1, omit_defaults=True):
     send this field, gets one frame per answer)."""
     incarnation: Incarnation = b""
     """A link's: the dialing group's journals' incarnation (mrs.group.incarnation)."""
+    term: Seq = 0
+    """A link's from a replicated group: its active's term, so the peer refuses an
+    old active that outlived its lease (mrs.group.incarnation `admit_term`); 0 (not
+    sent) from an unreplicated group."""
 
 
 class Attach(EventStruct, tag=10):

@@ -68,6 +68,8 @@ class PeerLinks:
         incarnations = PeerIncarnations(
             store, self.config.id, own_incarnation(store), str(self.bus.path)
         )
+        if isinstance(store, RecordingStore):  # said in each link Hello: a fencing token
+            incarnations.term = store.stream.term
         for peer_id in group.peers:
             link = new_link(group.link_rooms, peer_id)
             self.links[peer_id] = link
@@ -202,6 +204,9 @@ class PeerLinks:
             kind = f"journals {hello.incarnation.hex()}" if hello.incarnation else "no journals"
             line = f"refused link: {problem} ({session.peer})"
             self._refuse(kind, peer_id, session, line, problem, Status.LINK_DOWN)
+        if (problem := incarnations.admit_term(peer_id, hello.term)) is not None:
+            line = f"refused link: {problem} ({session.peer})"
+            self._refuse("old term", peer_id, session, line, problem, Status.LINK_DOWN)
         # A dialer of an earlier release says no incarnation (admitted only from a
         # peer whose links never brought one), and refuses a Welcome with a field it
         # does not know: it is answered without one.
