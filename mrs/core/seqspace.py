@@ -60,7 +60,9 @@ RESERVE_MAX = 1 << 20
 FRESH_EPOCH_S: Final = 1_767_225_600
 """2026-01-01T00:00:00Z: a fresh group's counter is the seconds since then, scaled."""
 FRESH_COUNTERS_PER_S: Final = 1 << 17
-"""Counters per second of wall clock before a fresh group's first seq (module docstring)."""
+"""Counters per second of wall clock before a fresh group's first seq (module
+docstring), counted to the nanosecond: a group rebuilt a moment after its first start
+(a test, a script) still starts above the seqs its first incarnation issued since."""
 LEGACY_EPOCH_SHIFT = 32
 LEGACY_LAST_EPOCH_GAP = 1 << 31
 RESERVED_KEY = b"seq_reserved"
@@ -169,8 +171,9 @@ def fresh_start(now_ns: int) -> int:
     """The first counter of a group whose journals never reserved any: scaled from the
     wall clock, so a rebuilt group starts above its old incarnation's seqs (module
     docstring); 1 for a clock before FRESH_EPOCH_S (a simulator's)."""
-    seconds = now_ns // 1_000_000_000 - FRESH_EPOCH_S
-    return min(max(seconds * FRESH_COUNTERS_PER_S, 1), COUNTER_MAX // 2)
+    since_ns = now_ns - FRESH_EPOCH_S * 1_000_000_000
+    counter = since_ns * FRESH_COUNTERS_PER_S // 1_000_000_000  # one every ~7.6 µs
+    return min(max(counter, 1), COUNTER_MAX // 2)
 
 
 def counter_of(seq: int) -> int:

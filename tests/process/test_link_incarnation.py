@@ -49,10 +49,20 @@ async def _logged(bus: LinkedBus, group: int, pattern: str) -> str:
 
 def _second_group_one(bus: LinkedBus) -> GroupProcess:
     """Group 1 started again from a config whose group 1 has a fresh data directory
-    (another host's process): same id, same link, other journals. They count from the
-    first process's first seq, as two processes started in the same second do (a fresh
-    group counts from its wall clock: mrs.core.seqspace.fresh_start): the collision."""
+    (another host's process): same id, same link, other journals."""
     assert bus.config_path is not None
+    text = bus.config_path.read_text()
+    text = text.replace(f'127.0.0.1:{bus.ports[1]}"', f'127.0.0.1:{free_port()}"', 1)
+    text = text.replace('data_dir = "g1"', 'data_dir = "g1-other"', 1)
+    path = bus.directory / "bus-other.toml"
+    path.write_text(text)
+    return GroupProcess(path, 1, log_path=bus.directory / "group1.log")
+
+
+def _counting_from_the_first(bus: LinkedBus) -> None:
+    """The second process's journals count from the first process's first seq, as two
+    processes started at the same moment do (a fresh group counts from its wall clock:
+    mrs.core.seqspace.fresh_start): the collision."""
     first = JournalStore(bus.data_dir(1) / "journals")
     try:
         reserved = int.from_bytes(first.meta_get(RESERVED_KEY.decode()), "big")
@@ -64,12 +74,6 @@ def _second_group_one(bus: LinkedBus) -> GroupProcess:
         other.commit_now(WriteBatch.empty().put_raw(Journal.META, RESERVED_KEY, start))
     finally:
         other.close()
-    text = bus.config_path.read_text()
-    text = text.replace(f'127.0.0.1:{bus.ports[1]}"', f'127.0.0.1:{free_port()}"', 1)
-    text = text.replace('data_dir = "g1"', 'data_dir = "g1-other"', 1)
-    path = bus.directory / "bus-other.toml"
-    path.write_text(text)
-    return GroupProcess(path, 1, log_path=bus.directory / "group1.log")
 
 
 async def _store_unanswered(bus: LinkedBus, bodies: list[bytes]) -> None:
@@ -98,7 +102,7 @@ async def test_a_second_group_one_on_other_journals_is_refused_until_reset(proc_
     messages lost. Now its link is refused (one line saying what to do) and the five
     wait in its SAF; `mrs admin reset-link` is refused while a link is up, and once
     run on a down link lets them in: all ten arrive. The second process counts its
-    seqs from the first's start (`_second_group_one`): its five came under the seqs
+    seqs from the first's start (`_counting_from_the_first`): its five came under the seqs
     of the first five, still held, and overwrote their records (lost at group 2's
     next restart, SIGKILL here).
     They now wait in group 1's SAF until the first five are confirmed."""
@@ -109,6 +113,7 @@ async def test_a_second_group_one_on_other_journals_is_refused_until_reset(proc_
     await _store_unanswered(proc_bus, first)
 
     proc_bus.processes[1] = _second_group_one(proc_bus)
+    _counting_from_the_first(proc_bus)
     await trio.to_thread.run_sync(proc_bus.processes[1].start)
     second = [b"second %d" % index for index in range(5)]
     async with proc_bus.connect(1, "OUT") as sender:
