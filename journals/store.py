@@ -158,6 +158,10 @@ class JournalStore:
         self._page_dropper = residency.PageDropper(self.path / "data.mdb")
         self.grow_map: Callable[[], bool] | None = None
         """Set by the server (mrs.storage.journal_usage): grow the map; True if it grew."""
+        self.lineage: bytes | None = None
+        """Set by the server (mrs.server.journal_files): data.mdb's inode and birth time
+        (mrs.storage.file_identity `lineage_of`), kept in the journal by the seq
+        allocator so that a copy of it (a backup restored) counts seqs from its clock."""
         self.guest = False
         """Writing beside the process that owns the journals (its server): each commit
         synced by LMDB itself, never through the owner's commit log (`_writer_lock`)."""

@@ -30,6 +30,12 @@ last until 2162 at that rate. A start with a reservation (every restart, failove
 upgrade) counts from the reservation as before, so the clock adds no gap to a running
 group's seqs; a rebuilt group's first seq leaves one in its peers' audit (docs/audit.md).
 
+A start on a *copy* of the journals (a backup restored, the data directory copied to
+another disk, a salvage) counts from its clock too, when that is above the copy's
+reservation: the original may have issued every seq above that reservation since the
+copy was made. The journal keeps its file's inode and birth time (`LINEAGE_KEY`, the
+store's `lineage`), and a start that finds other ones knows it runs on a copy.
+
 The layout before this one was `group | boot epoch (17 bits) | counter (32 bits)`,
 which ran out after 131,071 starts. A journal written with it is migrated at the
 first start: the counter goes on from `(last epoch + 1) << 32`, above every seq the
@@ -68,6 +74,9 @@ LEGACY_LAST_EPOCH_GAP = 1 << 31
 RESERVED_KEY = b"seq_reserved"
 LEGACY_EPOCH_KEY = b"epoch"
 BOOTS_KEY = b"boots"
+LINEAGE_KEY = b"journal_lineage"
+"""The journal file's inode and birth time as the last start found them (the store's
+`lineage`, mrs.storage.file_identity): a start that finds other ones runs on a copy."""
 GROUP_KEY = b"journals_group"
 """The id of the group whose journals these are (decimal text), written with every
 reservation: `mrs.storage.data_dir_owner.check_journals_group` refuses journals another
@@ -100,6 +109,9 @@ class SeqAllocator:
     clock_ns: Callable[[], int] | None = None
     """The wall clock a fresh group's first counter is read from (`fresh_start`);
     None counts a fresh group from 1 (unit tests of the allocator alone)."""
+    copied_from: int = 0
+    """The counter a start on a copy of the journals would have gone on from, before it
+    went to its clock instead (0: not a copy, or not moved): for its log line."""
     first_of_run: int = 0
     """The first seq this start may hand out: a seq below it was made by an earlier
     run (or, in a replicated group, an earlier active), whose memory died with it."""
@@ -120,12 +132,37 @@ class SeqAllocator:
                 start = legacy_start(self.store, self.group_id, _U32.unpack(legacy)[0])
             else:
                 start = 1 if self.clock_ns is None else fresh_start(self.clock_ns())
+        if reserved is not None and self._on_a_copy():
+            moved = fresh_start(self.clock_ns()) if self.clock_ns is not None else 0
+            if moved > start:
+                self.copied_from, start = start, moved
         boots = self.store.meta_get(BOOTS_KEY.decode())
         self.boots = (_U64.unpack(boots)[0] if boots else 0) + 1
         self._next = self._reserved = max(start, 1)
         self.first_of_run = (self.group_id << GROUP_SHIFT) | self._next
         self._block = RESERVE_FIRST
         self._reserve()
+
+    def _on_a_copy(self) -> bool:
+        """Whether the journal file is not the one the last start wrote its lineage
+        into: restored from a backup, moved, or salvaged. Why it matters: the copy's
+        reservation is its own at the time of the copy, and the original may have
+        issued every seq above it since, to peers that still hold them (in their PCJ,
+        DQF and dedupe keys); a start on a copy counts from its clock instead, as a
+        fresh group does, above all of them. A replicated group's store keeps no
+        lineage: its replicas' journals are copies by design, fenced by the term."""
+        lineage = self._lineage()
+        if lineage is None:
+            return False
+        kept = self.store.meta_get(LINEAGE_KEY.decode())
+        return kept is not None and bytes(kept) != lineage
+
+    def _lineage(self) -> bytes | None:
+        """The journal file's lineage, for an unreplicated group's store only."""
+        if self.fence is not None:
+            return None
+        lineage = getattr(self.store, "lineage", None)
+        return lineage if isinstance(lineage, bytes) else None
 
     def next(self) -> int:
         if self._next >= self._reserved:
@@ -156,12 +193,16 @@ class SeqAllocator:
                     "of its instances yet (no replica acknowledges): try again"
                 )
             written = min(reserved + fence.ahead, COUNTER_MAX + 1)
-        self.store.commit_now(
+        batch = (
             WriteBatch.empty()
             .put_raw(Journal.META, RESERVED_KEY, _U64.pack(written))
             .put_raw(Journal.META, BOOTS_KEY, _U64.pack(self.boots))
             .put_raw(Journal.META, GROUP_KEY, str(self.group_id).encode())
         )
+        lineage = self._lineage()
+        if lineage is not None:
+            batch.put_raw(Journal.META, LINEAGE_KEY, lineage)
+        self.store.commit_now(batch)
         if fence is not None:
             fence.committed(written)
         self._reserved = reserved

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from mrs.core.seqspace import SeqAllocator
+from mrs.core.seqspace import SeqAllocator, counter_of
 from mrs.group.context import GroupContext
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -18,6 +21,16 @@ class Sequence:
         self._seqs = SeqAllocator(self.ctx.store, self.ctx.config.id, clock_ns=self.ctx.clock_ns)
         self._seqs.start()
         self.ctx.epoch = self._seqs.boots
+        if self._seqs.copied_from:
+            log.warning(
+                "group %d runs on a copy of its journals (restored from a backup, moved or "
+                "salvaged): it counts its seqs from its clock (%d), not from the copy's "
+                "reservation (%d), so that no seq the original issued after the copy is "
+                "issued again",
+                self.ctx.group_id,
+                counter_of(self._seqs.first_of_run),
+                self._seqs.copied_from,
+            )
 
     def made_in_this_run(self, seq: int) -> bool:
         """Whether `seq` was handed out since this start: what this run made for it

@@ -8,6 +8,7 @@ loudly instead of committing into nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from journals.store import restore_after_restart
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.limits import DATA_DIR_CHECK_INTERVAL_S
 from mrs.server import startup
+from mrs.storage import file_identity
 from mrs.storage.data_dir_owner import check_journals_group
 from mrs.storage.datadir import DataDirError, DataDirGuard
 from mrs.storage.fault_file import file_fault_hook
@@ -101,7 +103,10 @@ class JournalFiles:
             raise
         limits = self.config.limits
         ensure_headroom(store, limits.journal_bytes_max, limits.message_bytes_max)
-        guard.watch_journal(self.config.data_dir / "journals" / "data.mdb")
+        journal_file = self.config.data_dir / "journals" / "data.mdb"
+        guard.watch_journal(journal_file)
+        with contextlib.suppress(OSError):  # unreadable: no copy noticed (and none made)
+            store.lineage = file_identity.lineage_of(str(journal_file))
         self.guard = guard
         return store
 

@@ -25,13 +25,16 @@ _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
 _STATX_NLINK = 0x4
 _STATX_INO = 0x100
+_STATX_BTIME = 0x800
 _STATX_BUFFER_BYTES = 256
 """sizeof(struct statx) in <linux/stat.h>."""
 _NLINK = struct.Struct("=I")
 _INO = struct.Struct("=Q")
 _DEV = struct.Struct("=II")
-_NLINK_AT, _INO_AT, _DEV_AT = 16, 32, 136
-"""Offsets of stx_nlink, stx_ino and stx_dev_major/minor in struct statx."""
+_MASK = struct.Struct("=I")
+_BTIME = struct.Struct("=qI")
+_MASK_AT, _NLINK_AT, _INO_AT, _BTIME_AT, _DEV_AT = 0, 16, 32, 80, 136
+"""Offsets of stx_mask, stx_nlink, stx_ino, stx_btime and stx_dev_major/minor in struct statx."""
 
 
 class Identity(NamedTuple):
@@ -59,22 +62,30 @@ class _Statx:
         self.function = _libc_statx()
 
     def identity(self, dir_fd: int, path: bytes, flags: int) -> Identity | None:
-        function = self.function
-        if function is None:
+        buffer = self.read(dir_fd, path, flags, _STATX_NLINK | _STATX_INO)
+        if buffer is None:
             return None
-        buffer = ctypes.create_string_buffer(_STATX_BUFFER_BYTES)  # per call: any thread
-        if function(dir_fd, path, flags, _STATX_NLINK | _STATX_INO, buffer) != 0:
-            code = ctypes.get_errno()
-            if code in (errno.ENOSYS, errno.EPERM):  # no statx here (kernel, seccomp)
-                self.function = None
-                return None
-            raise OSError(code, os.strerror(code), path.decode(errors="replace") or None)
         major, minor = _DEV.unpack_from(buffer, _DEV_AT)
         return Identity(
             os.makedev(major, minor),
             _INO.unpack_from(buffer, _INO_AT)[0],
             _NLINK.unpack_from(buffer, _NLINK_AT)[0],
         )
+
+
+    def read(self, dir_fd: int, path: bytes, flags: int, mask: int):  # -> the buffer or None
+        """The filled struct statx, or None where there is no statx."""
+        function = self.function
+        if function is None:
+            return None
+        buffer = ctypes.create_string_buffer(_STATX_BUFFER_BYTES)  # per call: any thread
+        if function(dir_fd, path, flags, mask, buffer) != 0:
+            code = ctypes.get_errno()
+            if code in (errno.ENOSYS, errno.EPERM):  # no statx here (kernel, seccomp)
+                self.function = None
+                return None
+            raise OSError(code, os.strerror(code), path.decode(errors="replace") or None)
+        return buffer
 
 
 _STATX = _Statx()
@@ -101,3 +112,19 @@ def of_fd(fd: int) -> Identity:
         return found
     stat = os.fstat(fd)
     return Identity(stat.st_dev, stat.st_ino, stat.st_nlink)
+
+
+def lineage_of(path: str) -> bytes:
+    """The inode and birth time of the file at `path`, as bytes to keep and compare:
+    the same for as long as this file exists, different for a copy of it (a backup
+    restored, a directory moved to another disk), which gets a new inode or at least
+    a new birth time. Read once per start (mrs.core.seqspace keeps it in the journal);
+    where the filesystem keeps no birth time, the inode alone (a copy that happens to
+    take the freed inode of the original then goes unnoticed)."""
+    buffer = _STATX.read(_AT_FDCWD, os.fsencode(path), 0, _STATX_INO | _STATX_BTIME)
+    if buffer is None:
+        return _INO.pack(os.stat(path).st_ino)
+    inode = _INO.pack(_INO.unpack_from(buffer, _INO_AT)[0])
+    if not _MASK.unpack_from(buffer, _MASK_AT)[0] & _STATX_BTIME:
+        return inode
+    return inode + _BTIME.pack(*_BTIME.unpack_from(buffer, _BTIME_AT))
