@@ -3,11 +3,18 @@ with [auth] on, and with [auth] and TLS on, against off, in one run on three ser
 of the same shape.
 
     python benchmarks/auth_overhead.py [--seconds 3] [--rounds 3]
+    python benchmarks/auth_overhead.py --check
 
 Rounds alternate between the servers so drift on a shared machine hits both alike. Puts are
 WF_DQF (durable: one fsync per group commit) to a local queue, from 4 connections
 with 32 puts in flight each; connect time is connect + authenticate + attach, with
 the default 100,000 PBKDF2 rounds (paid by the client, once per connection).
+
+--check times the server's grant check of one put in process (mrs.security.gate):
+remembered, and decided afresh (resolve the target, spell it every way the resolver
+reads it, match each put pattern against each spelling), for a put without headers
+and for one carrying a new idempotency key each time, as a resending client's do.
+The grants match only the bare name, so every pattern meets every spelling.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clients import ClientCredentials, DeliveryMode, Uma, connect, tls_context  # noqa: E402
+from mrs import protocol as wire  # noqa: E402
+from mrs.config.bus import load_config  # noqa: E402
+from mrs.security.session_auth import build  # noqa: E402
 from mrs.tools.cli import main as mrs_main  # noqa: E402
 from sim.processes import GroupProcess  # noqa: E402
 
@@ -131,11 +141,51 @@ async def measure(servers: dict, seconds: float, rounds: int) -> None:
         )
 
 
+CHECKS = 100_000
+
+
+def check_cost(directory: Path) -> None:
+    """Microseconds per grant check of a put (see the module docstring)."""
+    config = directory / "bus.toml"
+    config.write_text(
+        '[[group]]\nid = 1\nname = "B"\nlisten = "127.0.0.1:0"\ndata_dir = "g1"\n'
+        '[[group.queue]]\nid = 10\nname = "IN"\n[[group.queue]]\nid = 11\nname = "OUT"\n'
+        '[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n'
+    )
+    (directory / "bench.pw").write_text(CREDS.password)
+    argv = ["creds", "add", "bench", "--config", str(config), "--password-file"]
+    argv += [str(directory / "bench.pw"), "--put", "B.OUT*", "--put", "1.2*", "--put", "IN"]
+    assert mrs_main(argv) == 0
+    bus = load_config(config)
+    _, gate = build(bus, bus.groups[1])
+    assert gate is not None
+    session = type("Session", (), {"principal": "bench", "attached": None, "peer": "bench"})()
+    plain = [wire.Put(n + 1, "IN", b"x", 1, 1, 0, 0, 0, 0, b"", "") for n in range(CHECKS)]
+    keyed = [
+        wire.Put(n + 1, "IN", b"x", 1, 1, 0, 0, 0, 0, b"", "", {"idempotency_key": f"app:{n}"})
+        for n in range(CHECKS)
+    ]
+    for name, puts in (("no headers", plain), ("a new idempotency key each", keyed)):
+        for how, forget in (("remembered", False), ("decided afresh", True)):
+            started = time.perf_counter()
+            for put in puts:
+                if forget:
+                    gate.forget_decisions()
+                gate.check(session, put)
+            each_us = (time.perf_counter() - started) / CHECKS * 1e6
+            print(f"  put, {name:26} {how:15} {each_us:6.2f} us per check")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--check", action="store_true", help="time the grant check alone")
     args = parser.parse_args()
+    if args.check:
+        with tempfile.TemporaryDirectory() as scratch:
+            check_cost(Path(scratch))
+        return
     with tempfile.TemporaryDirectory() as scratch:
         servers = {
             mode: make_server(Path(scratch) / mode.replace("+", "-"), mode) for mode in MODES

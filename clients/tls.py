@@ -8,6 +8,7 @@ get better by retrying, so the client does not retry it.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,12 @@ import trio
 from clients.errors import BadParameter, ConnectionLost, MrsError
 from mrs.config.tls import NOT_TLS, ssl_failure, strict_eof
 from mrs.model import Status
+from mrs.security.files import owner_only
 from mrs.transport.tls_stream import tls_handshake
+
+log = logging.getLogger("clients")
+
+KEY_ADVICE = "make a new key and certificate for this client (docs/security.md)"
 
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
@@ -44,7 +50,10 @@ def tls_context(
     ca: str | Path, cert: str | Path | None = None, key: str | Path | None = None
 ) -> ssl.SSLContext:
     """Verify the server with `ca`; present `cert`/`key` when the group asks for a
-    client certificate (`client_cert = "required"`). Verification is always on."""
+    client certificate (`client_cert = "required"`). Verification is always on. A key
+    file others may read is made owner-only (0600) with one WARNING naming it, as the
+    group does with its own (mrs.security.files.owner_only): copied with `cp` under
+    umask 022 it was 0644, and anyone on the machine could pose as the application."""
     if key is not None and cert is None:
         raise BadParameter(
             Status.BADPARAM, f"tls_context: key {key} given without its cert: give both"
@@ -66,6 +75,8 @@ def tls_context(
         named = ", ".join(str(path) for path in (ca, cert, key) if path is not None)
         why = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise BadParameter(Status.BADPARAM, f"tls_context: cannot load {named}: {why}") from None
+    if cert is not None:  # the key, or the certificate file that holds it
+        owner_only(Path(key if key is not None else cert), "TLS private key", log, KEY_ADVICE)
     return context
 
 

@@ -85,6 +85,17 @@ class RefusalLog:
                 self._log(line, suppressed)
                 self._last[key] = (now, 0, line)
 
+    def flush_at_stop(self) -> None:
+        """Log the hits not shown of every key, however recent its last line, once:
+        the process stops. Why: `flush` waits until a key's line is `every_s` old,
+        so a burst in the last seconds before a stop was told by one line and its
+        count was lost (a flood that hit a server just before it was restarted)."""
+        for key, (logged_s, suppressed, line) in list(self._last.items()):
+            if suppressed:
+                more = f"{suppressed} more since the last such line"
+                self.logger.log(self.level, "%s (%s; logged as the server stops)", line, more)
+                self._last[key] = (logged_s, 0, line)
+
     def _log(self, line: str, suppressed: int) -> None:
         more = f" ({suppressed} more since the last such line)" if suppressed else ""
         self.logger.log(self.level, "%s%s", line, more)
@@ -111,3 +122,12 @@ def flush_all() -> None:
     REFUSAL_LOG_INTERVAL_S)."""
     for refusals in list(_ALL):
         refusals.flush()
+
+
+def flush_all_at_stop() -> None:
+    """`RefusalLog.flush_at_stop` of every one in this process: `mrs serve` calls it
+    as it ends, whatever ended it. Counts kept elsewhere (`flush_also`: the admin
+    journal's, written through the group's journals, closed by then) are not."""
+    for refusals in list(_ALL):
+        if isinstance(refusals, RefusalLog):
+            refusals.flush_at_stop()

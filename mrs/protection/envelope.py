@@ -126,7 +126,9 @@ def _encrypt(
     wrapped = {}
     for keys in recipients:
         nonce = os.urandom(NONCE_BYTES)
-        wrap_key = _wrap_key(ephemeral.exchange(keys.encrypt_key), ephemeral_public, keys)
+        wrap_key = _wrap_key(
+            ephemeral.exchange(keys.encrypt_key), ephemeral_public, keys.encrypt_key
+        )
         wrapped[keys.name] = [nonce, AESGCM(wrap_key).encrypt(nonce, content_key, CONTEXT)]
     header = {"v": VERSION, "qop": Quality.PRIVACY.value, "epk": ephemeral_public, "to": names}
     nonce = os.urandom(NONCE_BYTES)
@@ -156,9 +158,7 @@ def _decrypt(envelope: dict, reader: Identity | None) -> tuple[str, bytes, bytes
     ):
         raise ProtectionError("malformed protected message: no wrapped key for the reader")
     try:
-        shared = reader.decrypt_key.exchange(X25519PublicKey.from_public_bytes(ephemeral_public))
-        wrap_key = _wrap_key(shared, ephemeral_public, reader.public)
-        content_key = AESGCM(wrap_key).decrypt(entry[0], entry[1], CONTEXT)
+        content_key = _unwrap(reader, ephemeral_public, entry)
         header = {k: envelope.get(k) for k in ("v", "qop", "epk", "to")}
         inner = AESGCM(content_key).decrypt(
             _bytes(envelope, "nonce"), _bytes(envelope, "ct"), _header_bytes(header)
@@ -177,8 +177,22 @@ def _decrypt(envelope: dict, reader: Identity | None) -> tuple[str, bytes, bytes
     return signer, data, signature, names
 
 
-def _wrap_key(shared: bytes, ephemeral_public: bytes, recipient: PublicKeys) -> bytes:
-    info = CONTEXT + b" wrap" + ephemeral_public + recipient.encrypt_key.public_bytes_raw()
+def _unwrap(reader: Identity, ephemeral_public: bytes, entry: list) -> bytes:
+    """The content key wrapped for `reader`: by its newest decryption key, else by
+    one of before its rotations (the message was sealed for it); InvalidTag if none
+    unwraps it."""
+    ephemeral = X25519PublicKey.from_public_bytes(ephemeral_public)
+    for key in (reader.decrypt_key, *reader.previous_decrypt_keys):
+        wrap_key = _wrap_key(key.exchange(ephemeral), ephemeral_public, key.public_key())
+        try:
+            return AESGCM(wrap_key).decrypt(entry[0], entry[1], CONTEXT)
+        except InvalidTag:
+            continue
+    raise InvalidTag
+
+
+def _wrap_key(shared: bytes, ephemeral_public: bytes, encrypt_key: X25519PublicKey) -> bytes:
+    info = CONTEXT + b" wrap" + ephemeral_public + encrypt_key.public_bytes_raw()
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 

@@ -28,6 +28,9 @@ from mrs.protection.errors import PolicyError
 
 PRIVATE_KIND = "mrs-identity-v1"
 PUBLIC_KIND = "mrs-public-key-v1"
+PREVIOUS_KEYS_MAX = 16
+"""Decryption keys of earlier rotations an identity keeps (each tried in turn on a
+message its newest key does not open)."""
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 """An identity name: also a file name, so no separators and no leading dot."""
 
@@ -48,11 +51,23 @@ class Identity:
     name: str
     signing_key: Ed25519PrivateKey
     decrypt_key: X25519PrivateKey
+    previous_decrypt_keys: tuple[X25519PrivateKey, ...] = ()
+    """Decryption keys of before its rotations (`rotated`), newest first: what was
+    sealed for them still opens."""
 
     @classmethod
     def generate(cls, name: str) -> Identity:
         check_name(name)
         return cls(name, Ed25519PrivateKey.generate(), X25519PrivateKey.generate())
+
+    def rotated(self) -> Identity:
+        """New signing and encryption keys under the same name, the decryption keys
+        of before kept (PREVIOUS_KEYS_MAX at most). Why: messages sealed for the old
+        key wait on queues (and arrive from senders that have not yet read the new
+        NAME.pub); a reader that could open only its newest key refused each to the
+        DLQ, and the key that could open them was gone."""
+        kept = (self.decrypt_key, *self.previous_decrypt_keys)[:PREVIOUS_KEYS_MAX]
+        return Identity(self.name, Ed25519PrivateKey.generate(), X25519PrivateKey.generate(), kept)
 
     @property
     def public(self) -> PublicKeys:
@@ -82,6 +97,29 @@ def write_identity(identity: Identity, out_dir: Path) -> tuple[Path, Path]:
     return private_path, public_path
 
 
+def rotate_identity(name: str, out_dir: Path) -> tuple[Path, Path]:
+    """Replace NAME.key in `out_dir` by `Identity.rotated` of it (atomically, 0600)
+    and NAME.pub by its public half; PolicyError when there is no NAME.key to rotate
+    (or it is not owner-only)."""
+    private_path = out_dir / f"{check_name(name)}.key"
+    if not private_path.exists():
+        raise PolicyError(f"{private_path} does not exist: make it with `mrs keys new {name}`")
+    identity = load_identity(private_path)
+    if identity.name != name:
+        raise PolicyError(f"{private_path} holds the key of {identity.name!r}, not {name!r}")
+    new = identity.rotated()
+    public_path = out_dir / f"{name}.pub"
+    for path, document, mode in (
+        (private_path, _private_document(new), 0o600),
+        (public_path, _public_document(new.public), 0o644),
+    ):
+        temporary = path.with_name(f".{path.name}.rotating")
+        temporary.unlink(missing_ok=True)
+        _write_new(temporary, document, mode)
+        os.replace(temporary, path)
+    return private_path, public_path
+
+
 def load_identity(path: str | os.PathLike[str]) -> Identity:
     """An identity from its NAME.key file; PolicyError if it is not one, or if others
     than its owner may read it (as ssh refuses such a key: it may have leaked)."""
@@ -95,6 +133,10 @@ def load_identity(path: str | os.PathLike[str]) -> Identity:
             check_name(document["name"]),
             Ed25519PrivateKey.from_private_bytes(_b64(document["sign_private"])),
             X25519PrivateKey.from_private_bytes(_b64(document["encrypt_private"])),
+            tuple(
+                X25519PrivateKey.from_private_bytes(_b64(text))
+                for text in list(document.get("encrypt_previous") or ())[:PREVIOUS_KEYS_MAX]
+            ),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise PolicyError(f"{path}: not a valid identity key file ({error})") from None
@@ -150,6 +192,15 @@ def _private_document(identity: Identity) -> dict:
         "name": identity.name,
         "sign_private": _text(identity.signing_key.private_bytes_raw()),
         "encrypt_private": _text(identity.decrypt_key.private_bytes_raw()),
+        **(
+            {
+                "encrypt_previous": [
+                    _text(k.private_bytes_raw()) for k in identity.previous_decrypt_keys
+                ]
+            }
+            if identity.previous_decrypt_keys
+            else {}
+        ),
     }
 
 

@@ -44,7 +44,14 @@ def owner_only(path: Path, what: str, log: logging.Logger, advice: str) -> None:
             return
         narrow(path)
     except OSError as error:
-        log.warning("%s %s: cannot make it owner-only: %s", what, path, error.strerror or error)
+        log.warning(
+            "%s %s: others may read it and it cannot be made owner-only (%s): "
+            "chmod 600 %s as its owner",
+            what,
+            path,
+            error.strerror or error,
+            path,
+        )
         return
     log.warning(
         "%s %s was readable by others (%04o): narrowed to 0600; if someone else may have "

@@ -10,6 +10,7 @@ locks no queue, a denied put stores nothing, a denied confirm removes nothing.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig
@@ -29,8 +30,31 @@ REPLAY_HEADER = "replay"
 """Set by mrs.tools.journal.replay_keys.replay_headers on every replayed message."""
 DECISIONS_MAX = 4096
 """Remembered answers (principal, request kind, queue) -> problem; cleared when the
-credentials reload or when full. A put costs a dict lookup instead of resolving the
-target and matching patterns (19 us per put measured without it)."""
+credentials reload, when the group's queues change (`forget_decisions`) or when full.
+A put costs a dict lookup instead of resolving the target, spelling it every way the
+resolver reads it and matching each pattern against each spelling (19 us per put
+measured without it; a put carrying headers, as every put of a resending client
+does, is keyed on what its headers say to the rules: benchmarks/auth_overhead.py
+--check)."""
+
+HeaderFacts = tuple[bool, bool, str | None]
+"""What a put's headers say to the rules (`rules.PutFacts`): a dead-letter header,
+a DLQ reader's context, the journal of a replay header ("pcj", "dlj", "?": any
+other value) or None. Nothing else of the headers changes a decision, so a put's
+remembered decision is keyed on these (a client's own headers, its idempotency key
+among them, do not make each put a new decision)."""
+NO_HEADER_FACTS: HeaderFacts = (False, False, None)
+
+
+def header_facts(headers: dict) -> HeaderFacts:
+    replay = headers.get(REPLAY_HEADER)
+    replay_journal = None
+    if replay is not None:
+        journal = replay.get("journal") if isinstance(replay, dict) else None
+        # only these two mean anything to the rules: any other text is "?", so a
+        # client cannot make each put a new remembered decision with a new text
+        replay_journal = journal if journal in ("pcj", "dlj") else "?"
+    return (DEAD_LETTER_HEADER in headers, CONTEXT_HEADER in headers, replay_journal)
 
 
 class Gate:
@@ -95,14 +119,14 @@ class Gate:
         principal = getattr(session, "principal", None)
         kind = type(event)
         if kind is wire.Put:
-            if event.headers:
-                return None
-            if not event.resp_q:
-                return (principal, "put", event.target)
+            put = cast(wire.Put, event)
+            said = header_facts(put.headers) if put.headers else None
+            if not put.resp_q:
+                return (principal, "put", put.target, said)
             # a response queue is allowed when it is the sender's own: key on that too
             queue = getattr(session, "attached", None)
             own = None if queue is None else queue.address
-            return (principal, "put", event.target, event.resp_q, own)
+            return (principal, "put", put.target, said, put.resp_q, own)
         if kind is wire.Get or kind is wire.Confirm:
             queue = getattr(session, "attached", None)
             return None if queue is None else (principal, kind, queue.address)
@@ -156,18 +180,15 @@ class Gate:
         if address is None:
             return None
         text, names, is_dlq = self._facts(address)
-        headers = put.headers or {}
-        replay = headers.get(REPLAY_HEADER)
-        replay_journal = None
-        if replay is not None:
-            journal = replay.get("journal") if isinstance(replay, dict) else None
-            replay_journal = journal if isinstance(journal, str) else "?"
+        dead_letter_header, dlq_context, replay_journal = (
+            header_facts(put.headers) if put.headers else NO_HEADER_FACTS
+        )
         facts = rules.PutFacts(
             target=text,
             target_names=names,
             target_is_dlq=is_dlq,
-            dead_letter_header=DEAD_LETTER_HEADER in headers,
-            dlq_context=CONTEXT_HEADER in headers,
+            dead_letter_header=dead_letter_header,
+            dlq_context=dlq_context,
             replay_journal=replay_journal,
         )
         return rules.may_put(perms, facts)

@@ -39,12 +39,17 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
         "status",
         help="the bus (or one group) as a table: groups, links, SAF backlog, queues, journals",
         description="Ask every group of the bus (--config), one group (--config --group) "
-        "or one server (--address) for its status. Exit 0 when every group answered, 1 "
-        "when one is down, 2 for bad usage. See docs/operations.md.",
+        "or one server (--address; with --config, named by the bus file: an instance of "
+        "a replicated group that is a replica says so). Exit 0 when every group "
+        "answered, 1 when one is down or the address is not the active, 2 for bad "
+        "usage. See docs/operations.md.",
     )
     status.add_argument("--config", type=Path, help="bus configuration (TOML): every group")
     status.add_argument("--group", type=int, help="only this group of --config")
-    status.add_argument("--address", help="HOST:PORT of one server instead of --config")
+    status.add_argument(
+        "--address",
+        help="HOST:PORT of one server (with --config: a group's or an instance's address)",
+    )
     status.add_argument("--json", action="store_true", help="JSON for scripts instead of the table")
     status.add_argument(
         "--watch",
@@ -73,12 +78,15 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
     from mrs.config.bus import load_config
 
     if args.address:
-        if args.config is not None or args.group is not None:
-            raise CommandError("give --address, or --config [--group], not both", 2)
+        if args.group is not None:
+            raise CommandError("give --address (with --config to name it), or --group", 2)
         # Read as the bus file reads `listen` ('²' passed str.isdigit and broke int()).
-        if isinstance(problem := parse_host_port(args.address, port_min=1), str):
-            raise CommandError(f"--address: {problem} (e.g. 127.0.0.1:7001)", EXIT_USAGE)
-        return [GroupView(args.address)], None
+        if isinstance(place := parse_host_port(args.address, port_min=1), str):
+            raise CommandError(f"--address: {place} (e.g. 127.0.0.1:7001)", EXIT_USAGE)
+        if args.config is None:
+            return [GroupView(args.address)], None
+        bus = load_config(args.config)
+        return [_view_of_address(bus, args.address, place)], bus.path
     if args.config is None:
         raise CommandError(
             "give --config BUS.TOML (every group), --config with --group, or --address HOST:PORT",
@@ -121,6 +129,39 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
     return views, bus.path
 
 
+def _view_of_address(bus: Any, address: str, place: tuple[str, int]) -> GroupView:
+    """The server of the bus file at `address` (a group's `listen`, an instance's
+    `listen` or `replication`), asked alone with the file's TLS settings; a usage
+    error when the file has none there. Why: an instance of a replicated group
+    listens for clients only while it is the active, and asked by its address alone
+    a replica read as a group down ("is it running?"); the file says what it is."""
+    for group in bus.groups.values():
+        options = operator_connect_options(group)
+        if not group.instances and (group.listen_host, group.listen_port) == place:
+            return GroupView(address, group.id, group.name, connect_options=options,
+                             links_configured=list(group.linked_group_ids),
+                             ops_addresses=_ops_addresses(group))  # fmt: skip
+        for instance in group.instances:
+            replication = (instance.replication_host, instance.replication_port)
+            if place in ((instance.listen_host, instance.listen_port), replication):
+                return GroupView(
+                    instance.listen,
+                    group.id,
+                    group.name,
+                    links_configured=list(group.linked_group_ids),
+                    connect_options=options,
+                    coordinator=bus.coordinator,
+                    instance=instance.name,
+                    instance_addresses={i.name: i.listen for i in group.instances},
+                    replication_address=host_port(*replication),
+                )
+    raise CommandError(
+        f"--address {address} is no group's listen and no instance's listen or "
+        f"replication address in {bus.path}: give one of them, or --address alone",
+        EXIT_USAGE,
+    )
+
+
 async def fetch_all(views: list[GroupView], timeout_s: float) -> None:
     """Fill in each view's status (or error), all groups at once."""
     import trio
@@ -156,8 +197,57 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     if view.error is not None and view.refused is None and view.ops_addresses:
         view.recovering = await recovering_answer(view.ops_addresses, min(timeout_s, 1.0))
     coordinator, group_id = view.coordinator, view.group
-    if view.error is not None and view.refused is None and coordinator and group_id is not None:
-        view.error += f"; {await leadership_note(coordinator, group_id, timeout_s)}"
+    if view.error is None or view.refused is not None or not coordinator or group_id is None:
+        return
+    if view.instance is not None:
+        view.not_active = await not_active_line(view, coordinator, group_id, timeout_s)
+        return
+    view.error += f"; {await leadership_note(coordinator, group_id, timeout_s)}"
+
+
+async def not_active_line(
+    view: GroupView, coordinator: CoordinatorConfig, group_id: int, timeout_s: float
+) -> str:
+    """What the instance `view` names is, when its client address did not answer: a
+    replica (its replication port takes a connection: it runs), not running (neither
+    port does), or the active etcd names that clients cannot reach; with where the
+    active is. A connection to the replication port that says nothing is closed
+    by the replica without a log line (mrs.replication.replica `_handle`)."""
+    import trio
+
+    name, address = view.instance, view.replication_address
+    runs = False
+    with trio.move_on_after(min(timeout_s, 1.0)):
+        try:
+            host, port = address.rsplit(":", 1)
+            await (await trio.open_tcp_stream(host.strip("[]"), int(port))).aclose()
+            runs = True
+        except OSError:
+            pass
+    state = await _etcd_state(coordinator, group_id, timeout_s / 2)
+    what = f"{view.address} is instance {name} of replicated group {group_id} ({view.name})"
+    if isinstance(state, str):
+        active = f"etcd does not answer ({state}), so which instance is active is unknown"
+    elif state.leader is None:
+        active = f"etcd names no active instance (term {state.term}): a failover is under way"
+    elif state.leader == name:
+        return (
+            f"{what}, which etcd names active in term {state.term}, and its client address "
+            f"does not answer ({view.error}): it is starting, or clients cannot reach it"
+        )
+    else:
+        at = view.instance_addresses.get(state.leader, "?")
+        active = f"etcd names {state.leader} active in term {state.term}, at {at}"
+    if runs:
+        return (
+            f"{what}: a replica (it runs, and only the active takes clients); {active}; "
+            f"the group's status: `mrs status --config BUS.TOML --group {group_id}`"
+        )
+    return (
+        f"{what}: not running (nothing listens on its client address {view.address} or "
+        f"its replication address {address}); {active}; start it with `mrs serve "
+        f"--config BUS.TOML --group {group_id} --instance {name}`"
+    )
 
 
 def _ops_addresses(group: Any) -> list[tuple[str, int]]:
@@ -431,15 +521,24 @@ def _single_down(view: GroupView) -> CommandError:
             f"({view.refused}): {refusal_advice(view.refused)}",
             EXIT_RUNTIME,
         )
+    if view.not_active is not None:
+        return CommandError(view.not_active, EXIT_RUNTIME)
     if (view.error or "").startswith(NOT_MRS):
         return CommandError(
             f"no group at {view.address}: {view.error}; check the address (a group's "
             "`listen`, or an instance's)",
             EXIT_RUNTIME,
         )
+    replica = ""
+    if view.group is None:  # asked by its address alone: it may be an instance's
+        replica = (
+            "; an instance of a replicated group listens for clients only while it is "
+            f"the active: `mrs status --config BUS.TOML --address {view.address}` says "
+            "what it is"
+        )
     return CommandError(
         f"group at {view.address} did not answer ({view.error}); "
-        "is it running? (start it with `mrs serve`)",
+        f"is it running? (start it with `mrs serve`){replica}",
         EXIT_RUNTIME,
     )
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,11 +72,27 @@ def _serve(args: argparse.Namespace) -> int:
         _check_not_running(group.instance(args.instance).data_dir)
         from mrs.server.instance import serve_instance
 
-        trio.run(serve_instance, bus, args.group, args.instance, options)
+        with _refusal_counts_logged():
+            trio.run(serve_instance, bus, args.group, args.instance, options)
         return 0
     _check_not_running(group.data_dir)
-    trio.run(serve, bus, args.group, args.ready_file, options)
+    with _refusal_counts_logged():
+        trio.run(serve, bus, args.group, args.ready_file, options)
     return 0
+
+
+@contextlib.contextmanager
+def _refusal_counts_logged() -> Iterator[None]:
+    """Log the refusal counts the server's logs still hold back (mrs.core.refusals)
+    as it stops, however it stops. Why: each was told only at its key's next line or
+    REFUSAL_LOG_INTERVAL_S later, so a flood in the last seconds before a restart left
+    one line and its count was lost."""
+    from mrs.core.refusals import flush_all_at_stop
+
+    try:
+        yield
+    finally:
+        flush_all_at_stop()
 
 
 def _check_ready_file(path: Path | None) -> None:

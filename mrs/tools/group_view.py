@@ -36,6 +36,14 @@ class GroupView:
     ops_addresses: list[tuple[str, int]] = field(default_factory=list, repr=False)
     """Its `[group.ops]` endpoints (metrics_listen, web_listen) from the config: asked
     when the client port does not answer, since they say "recovering" meanwhile."""
+    instance: str | None = None
+    """The replicated group's instance asked alone (`mrs status --config --address`)."""
+    instance_addresses: dict[str, str] = field(default_factory=dict, repr=False)
+    """Its group's instances' client addresses, to say where the active is."""
+    replication_address: str = ""
+    """That instance's replication address: a replica listens there, and only there."""
+    not_active: str | None = None
+    """Why that instance did not answer: a replica, not running, or cut off."""
     recovering: str | None = None
     """What an ops endpoint said while the group recovers its journals (its client
     port holds connections unanswered until then)."""

@@ -40,16 +40,15 @@ def _too_big() -> bytes:
     return struct.pack(">I", _frame_limit(1 << 20) + 1) + bytes(64)
 
 
-@dataclass
-class Liar:
-    """Group 2 as a scripted fake: it welcomes group 1's link (with no incarnation,
-    so the real group 2 is admitted after it), answers pings and notices, and answers
-    everything else as `script` says. Counts connections and transfers."""
+class LinkPeer:
+    """Group 2 as a scripted fake speaking the link protocol over a real TCP socket
+    (shared with tests.process.test_link_ack_26): it serves group 1's link dials and
+    sends, for each event it receives, what `_replies` says (events, or raw bytes),
+    None to close the connection. Left to itself it welcomes the link as group 2
+    (`welcome`), answers pings, and answers each notice as taken. A subclass is a
+    dataclass with a `changed` event: `_count` and `wait_for` count on it."""
 
-    script: Script
-    connections: int = 0
-    transfers: int = 0
-    changed: trio.Event = field(default_factory=trio.Event)
+    changed: trio.Event
 
     async def serve(self, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         await trio.serve_tcp(self._connection, port, host="127.0.0.1", task_status=task_status)
@@ -67,19 +66,19 @@ class Liar:
                         raw = reply if isinstance(reply, bytes) else connection.send(reply)  # type: ignore[arg-type]
                         await stream.send_all(raw)
 
+    def welcome(self) -> wire.Welcome:
+        """Group 2's Welcome, with no incarnation: the real group 2 is admitted after."""
+        return wire.Welcome(wire.PROTOCOL_VERSION, 2, "G2", 0)
+
     def _replies(self, event: object) -> list[object] | None:
         if isinstance(event, wire.Hello):
-            self._count("connections")
-            welcome = wire.Welcome(wire.PROTOCOL_VERSION, 2, "G2", 0)
-            return [welcome, *(self.script(self, event) or [])]
+            return [self.welcome()]
         if isinstance(event, wire.Ping):
             return [wire.Pong(event.nonce)]
         if isinstance(event, wire.LinkNotice):
             results = [wire.LinkResult(notice.seq, 1, notice.seq) for notice in event.notices]
             return [wire.LinkAck(event.request_id, results)]
-        if isinstance(event, wire.LinkTransfer):
-            self._count("transfers")
-        return self.script(self, event)
+        return []
 
     def _count(self, what: str) -> None:
         setattr(self, what, getattr(self, what) + 1)
@@ -89,6 +88,27 @@ class Liar:
     async def wait_for(self, what: str, count: int) -> None:
         while getattr(self, what) < count:
             await self.changed.wait()
+
+
+@dataclass
+class Liar(LinkPeer):
+    """A `LinkPeer` that answers everything but pings and notices as `script` says
+    (and a Hello after its Welcome). Counts connections and transfers."""
+
+    script: Script
+    connections: int = 0
+    transfers: int = 0
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def _replies(self, event: object) -> list[object] | None:
+        if isinstance(event, wire.Hello):
+            self._count("connections")
+            return [self.welcome(), *(self.script(self, event) or [])]
+        if isinstance(event, wire.Ping | wire.LinkNotice):
+            return super()._replies(event)
+        if isinstance(event, wire.LinkTransfer):
+            self._count("transfers")
+        return self.script(self, event)
 
 
 def _behind_nothing(_liar: Liar, event: object) -> list[object]:

@@ -80,6 +80,17 @@ async def _mrs_acks(client) -> list[tuple[int, int]]:
         acks.append((ack.ack_psb().seq, ack.ack_psb().delivery_status))
 
 
+def _written(client) -> int:
+    """How many of the client's requests await their answer with every byte of them
+    written to its connection (0 while bytes wait to be written). Read from another
+    thread for a blocking client's: a count only, taken under the GIL."""
+    requests = client._requests
+    link = requests.link
+    if link is None or link.unsent_bytes:
+        return 0
+    return len(requests.pending.keys() - link.unsent)
+
+
 def test_a_consumer_and_its_senders_across_a_kill_of_the_active(instances) -> None:
     """Four messages got in one get_many, the first confirmed; an AK_CONF put whose
     MRS_ACK waits for the confirm; a WF_CONF put waiting for its receiver; a selective
@@ -190,7 +201,9 @@ def test_queries_in_flight_when_the_active_dies_are_asked_again_on_the_new_one(
                 locate = functools.partial(client.locate, "ANYORDER", **within)
                 nursery.start_soon(call, "locate", locate)
                 thread.start()
-                await trio.sleep(0.5)  # sent, and no answer can come from a stopped process
+                with trio.fail_after(ANSWER_S_MAX):  # sent; a stopped process answers none
+                    while _written(client) < 3 or _written(blocking._client) < 1:
+                        await trio.sleep(0.01)
                 instances[first].kill()
             await trio.to_thread.run_sync(thread.join, ANSWER_S_MAX)
 
