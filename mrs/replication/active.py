@@ -20,8 +20,9 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
+import msgpack
 import trio
 
 from journals import JournalError, WriteBatch
@@ -60,6 +61,49 @@ from mrs.transport.network import TCP, Network
 
 log = logging.getLogger("mrs.replication")
 
+
+class HandOverServer(Protocol):
+    """What a planned hand-over asks of the active's server (`Active.hand_over`)."""
+
+    def pause(self) -> None:
+        """Take no new request from a client connection (each waits unread)."""
+
+    def resume(self) -> None:
+        """Take requests again (the hand-over was refused)."""
+
+    def commit_now(self) -> None:
+        """Commit what the requests taken in so far submitted."""
+
+    def owed_acks(self) -> list[tuple[int, int, bytes]]:
+        """The MRS_ACKs made and not yet handed to a client: (group, queue, body)."""
+
+    async def written(self) -> None:
+        """Until every answer and message handed to a connection is written to it."""
+
+
+class _NoServer:
+    """A bare active (the unit tests' links): nothing to pause, commit or hand over."""
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def commit_now(self) -> None:
+        pass
+
+    def owed_acks(self) -> list[tuple[int, int, bytes]]:
+        return []
+
+    async def written(self) -> None:
+        pass
+
+
+_SETTLE_POLL_S = 0.01
+"""How often a hand-over looks whether the last commits are answered (a commit made by
+the server's loop wakes no waiter of the stream's)."""
+
 LINK_ERRORS = (LinkBroken, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _LAG_CHECK_S = 0.1
 
@@ -81,7 +125,10 @@ class Active:
         on_step_down: Callable[[str], None],
         network: Network = TCP,
         co_holders: frozenset[str] = frozenset(),
+        server: HandOverServer | None = None,
     ) -> None:
+        self.server: HandOverServer = _NoServer() if server is None else server
+        """The active's server, as a planned hand-over pauses and settles it."""
         self.network = network
         """Where the replicas are dialed: TCP, or the simulator's memory network."""
         self.group_id = group_id
@@ -208,10 +255,19 @@ class Active:
         Why a commit first (`HANDOVER_KEY`): a replica that has every record because
         nothing was written since may be paused or cut off, and once only it is named
         in sync nobody else may take over. Its acknowledgement of a record made now
-        shows it is there to win the next term."""
+        shows it is there to win the next term.
+
+        Why the server is paused and settled before answers stop (`_settle`): an AK
+        put is answered when read, and its MRS_ACK made when its commit is answered;
+        a put taken in while answers were stopped was never committed, and a commit
+        held then made no MRS_ACK, so the sender, told SUCCESS, never had one. The
+        MRS_ACKs made and not yet got are recorded for the next active
+        (`HANDOVER_ACKS_KEY`): they lived in this instance's memory only."""
         chosen = await self._answering_replicas(request)
         if chosen is None:
             return False
+        self.server.pause()
+        await self._settle(chosen)
         # Answers stop first: one given while etcd is written could rest on a replica
         # that is not chosen, and the chosen one would win without it.
         self.stream.answering = False
@@ -219,24 +275,73 @@ class Active:
         with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
             while any(self.stream.acked.get(name, 0) < given for name in chosen):
                 await self.stream.released.wait()
-        why = ""
+        why, owed = "", self.server.owed_acks()
         async with self._sync_lock:  # without this instance: only the chosen may campaign
             if any(self.stream.acked.get(name, 0) < given for name in chosen):
                 why = f"{', '.join(sorted(chosen))} did not take the last answered records"
+            elif not await self._keep_owed_acks(chosen, owed):
+                why = f"{', '.join(sorted(chosen))} did not take the MRS_ACKs owed"
             # each of them has every answered record: any one may campaign on its own
             elif not await self._record_in_sync(
                 chosen, "planned hand-over", with_me=False, acks_needed=len(chosen), request=request
             ):
                 why = "the in-sync record was not written (etcd, or the request withdrawn)"
         if why:
-            if self.stepped_down is None:  # else the lease is gone: nothing is answered
-                self.stream.answer_again()
-            await self._refuse(request, why)
+            await self._refused_after_settling(request, why, owed)
             return False
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            await self.server.written()  # what was handed out reaches its clients
         self.resigned = True
         await self.coordinator.resign()
         self.step_down(f"planned hand-over to {', '.join(sorted(chosen))}")
         return True
+
+    async def _settle(self, chosen: set[str]) -> None:
+        """With no request taken in any more: commit what was taken, and wait (within
+        the hand-over's bound) until those commits are answered (an AK put's MRS_ACK
+        made) and the chosen replicas have them."""
+        self.server.commit_now()
+        last = self.stream.number
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            while self.stream.answered < last or any(
+                self.stream.acked.get(name, 0) < last for name in chosen
+            ):
+                with trio.move_on_after(_SETTLE_POLL_S):
+                    await self.stream.released.wait()
+
+    async def _keep_owed_acks(self, chosen: set[str], owed: list[tuple[int, int, bytes]]) -> bool:
+        """Commit the MRS_ACKs owed (`HANDOVER_ACKS_KEY`) and wait until the chosen
+        replicas have that record; True once they do (or when none is owed)."""
+        if not owed:
+            return True
+        try:
+            self.store.commit_now(_handover_acks_record(self.term, owed))
+        except JournalError as error:
+            log.error("the MRS_ACKs owed at the hand-over could not be recorded: %s", error)
+            return False
+        number = self.stream.number
+        with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
+            while any(self.stream.acked.get(name, 0) < number for name in chosen):
+                await self.stream.released.wait()
+        return all(self.stream.acked.get(name, 0) >= number for name in chosen)
+
+    async def _refused_after_settling(
+        self, request: FailoverRequest, why: str, owed: list[tuple[int, int, bytes]]
+    ) -> None:
+        """The hand-over is refused once the server was paused: the record of the
+        MRS_ACKs owed is deleted first (this instance hands them out itself), then
+        answers and requests resume."""
+        if owed and self.stepped_down is None:
+            try:
+                self.store.commit_now(
+                    WriteBatch.empty().delete(Journal.META, HANDOVER_ACKS_KEY.encode())
+                )
+            except JournalError as error:  # the next active would hand them out again
+                log.error("the record of the MRS_ACKs owed could not be deleted: %s", error)
+        if self.stepped_down is None:  # else the lease is gone: nothing is answered
+            self.stream.answer_again()
+            self.server.resume()
+        await self._refuse(request, why)
 
     async def _answering_replicas(self, request: FailoverRequest) -> set[str] | None:
         """The replicas to hand over to: the one asked for (or those in sync) that
@@ -732,6 +837,17 @@ def _hello_answer(name: str, answer: dict[str, Any]) -> tuple[tuple[int, int], i
 
 HANDOVER_KEY = "replication.handover"
 """META: the last planned hand-over's term and chosen replicas (`Active.hand_over`)."""
+
+
+HANDOVER_ACKS_KEY = "replication.handover_acks"
+"""META: the MRS_ACKs a planned hand-over's old active had made and not handed out,
+msgpack [term, [[group, queue, body], ...]]: the next active hands them out once it
+has deleted the record (mrs.server.instance `_hand_out_owed_acks`)."""
+
+
+def _handover_acks_record(term: int, owed: list[tuple[int, int, bytes]]) -> WriteBatch:
+    value = msgpack.packb([term, [list(ack) for ack in owed]])
+    return WriteBatch.empty().put_raw(Journal.META, HANDOVER_ACKS_KEY.encode(), value)
 
 
 def _handover_record(term: int, chosen: set[str]) -> WriteBatch:

@@ -67,6 +67,18 @@ class Connections:
     unread_answers: UnreadAnswers
     gone_before_served: int = 0
     """Connections their peers reset before the accept loop took them (see `gone`)."""
+    paused: trio.Event | None = None
+    """While a planned hand-over settles (mrs.replication.active `Active.hand_over`):
+    what a client sends is read and not dispatched until this is set (`resume`)."""
+
+    def pause(self) -> None:
+        if self.paused is None:
+            self.paused = trio.Event()
+
+    def resume(self) -> None:
+        if self.paused is not None:
+            self.paused.set()
+            self.paused = None
 
     async def serve(self, stream: trio.abc.Stream) -> None:
         try:
@@ -299,6 +311,8 @@ class Connections:
         receive loop alike); False once the connection ended (EOF, protocol error)."""
         try:
             events, still_open = await session.receive_events()
+            if self.paused is not None:
+                await self.paused.wait()
             dispatched = self.dispatcher.dispatch_all(session, events)
             # Answers that wait for no commit (an AK put's, a get of a message in
             # memory) leave now, not at the send loop's turn, which may come after a

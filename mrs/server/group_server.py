@@ -413,6 +413,12 @@ class GroupServer:
             writer.wake_at_batches = 0
             self._commit_wanted = trio.Event()
 
+    def commit_now(self) -> None:
+        """Commit what is pending now, its answers to the sockets (a planned
+        hand-over's last commit, mrs.replication.active `Active.hand_over`)."""
+        if self.group is not None and isinstance(self.group.writer, InlineWriter):
+            self._commit(self.group.writer)
+
     def _commit(self, writer: InlineWriter) -> None:
         """Commit what is pending, then hand the answers it made to the sockets."""
         self._answer(writer.commit_pending)

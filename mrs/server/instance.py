@@ -66,6 +66,7 @@ from mrs.security.authority import Authority
 from mrs.security.replication_tls import ReplicationTls
 from mrs.server import gc_tuning, startup
 from mrs.server.group_server import GroupServer
+from mrs.server.handover_acks import ServerHandOver, hand_out_owed_acks
 from mrs.server.harness import ServeOptions, say
 from mrs.server.journal_files import JournalFiles
 from mrs.storage.datadir import DataDirError
@@ -190,7 +191,8 @@ class InstanceRunner:
         self.on_step_down: Callable[[], None] | None = None
         """Told each time an active term ends here: what lived only in its memory
         (nonrecoverable messages, MRS_ACKs waiting) is gone, as in a crash (the
-        simulator's checker counts it so)."""
+        simulator's checker counts it so); after a planned hand-over, the MRS_ACKs
+        waiting were recorded for the next active (mrs.server.handover_acks)."""
 
     async def run(self) -> None:
         while True:
@@ -599,6 +601,7 @@ class InstanceRunner:
                 on_step_down=lambda reason: scope.cancel(),
                 network=self.replication_network,
                 co_holders=co_holders,
+                server=ServerHandOver(server),
             )
             return ReplicatedWriter(recording, wake, stream)
 
@@ -618,6 +621,7 @@ class InstanceRunner:
                 scope = nursery.cancel_scope  # a step-down stops the server and the links
                 host, port = await nursery.start(server.run)
                 assert self.active is not None  # made by server.run
+                hand_out_owed_acks(server)  # a planned hand-over's, to this term
                 if self.options.gc_thresholds is not None:  # as `mrs serve` once recovered
                     gc_tuning.tune_gc(self.options.gc_thresholds)
                 self.server = server

@@ -5,8 +5,10 @@ Why through etcd and not a request to the active: the active already reads etcd 
 TTL / 4 to renew its lease, so the request is one key it finds there
 (`<prefix>/<group id>/failover`); no new protocol event, and it works whichever
 instance is active. The active then commits a record the chosen replica must
-acknowledge (proof it is there to take over), waits until every answer it holds is
-out, stops answering, records only that replica as in sync, resigns and steps down
+acknowledge (proof it is there to take over), takes no new request, waits until the
+commits of those it took are answered and on that replica, stops answering, records
+the MRS_ACKs its clients have not yet got for the next active, records only that
+replica as in sync, resigns and steps down
 (mrs.replication.active.Active.hand_over); the replica wins the next term and
 recovers as a restarted group does. Nothing acknowledged is lost and nothing is
 marked POSSDUPL that was not handed out. This command waits for the new active and
