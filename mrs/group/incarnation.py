@@ -40,7 +40,8 @@ INCARNATION_KEY: Final = "incarnation"
 PEER_INCARNATION_PREFIX: Final = "peer_incarnation:"
 """META: `peer_incarnation:<group id>` -> the incarnation first met on a link from it."""
 PEER_TERM_PREFIX: Final = "peer_term:"
-"""META: `peer_term:<group id>` -> the highest term a replicated peer's link Hello said."""
+"""META: `peer_term:<group id>` -> the highest term a replicated peer's link Hello (or
+Welcome) said."""
 INCARNATION_BYTES: Final = 16
 
 
@@ -73,7 +74,7 @@ class PeerIncarnations:
     """The bus file, named in the command a refusal tells the operator to run."""
     term: int = 0
     """This group's active's term (a replicated group's; 0: unreplicated), said in
-    its link Hello."""
+    its link Hello, and in its link Welcome to a dialer that asks for it."""
 
     def admit(self, peer_id: int, incarnation: bytes) -> str | None:
         """None when a link from `peer_id` bringing `incarnation` may go on (a first
@@ -99,9 +100,11 @@ class PeerIncarnations:
             "Nothing waiting is lost meanwhile"
         )
 
-    def admit_term(self, peer_id: int, term: int) -> str | None:
-        """None when a link Hello from `peer_id` saying `term` may go on (a higher term
-        than any met is recorded now, durably); else the refusal, one line.
+    def admit_term(self, peer_id: int, term: int, instance: str = "dialing") -> str | None:
+        """None when a link Hello (or Welcome) from `peer_id` saying `term` may go on (a
+        higher term than any met is recorded now, durably); else the refusal, one line
+        (`instance`: which of the peer's instances said it, "dialing" or "that
+        welcomed this link").
 
         Why: a replicated peer's old active that outlived its lease (paused, its
         clock slow, cut off) still holds the SAF records its successor drained here
@@ -109,9 +112,10 @@ class PeerIncarnations:
         this group drops their dedupe keys, and once they are confirmed nothing here
         knows them. The old active's link, coming back before it learns it lost its
         lease, drained them again: stored and delivered a second time, unmarked
-        (`mrs sim swarm --replicated --seed 52113`). A term is a fencing token: the
-        old active's is below its successor's. 0 (an unreplicated group, or one of an
-        earlier release) is not checked."""
+        (`mrs sim swarm --replicated --seed 52113`); the same when the old active
+        accepts the link of a lower-numbered group (its Welcome says its term). A
+        term is a fencing token: the old active's is below its successor's. 0 (an
+        unreplicated group, or one of an earlier release) is not checked."""
         if term <= 0:
             return None
         key = f"{PEER_TERM_PREFIX}{peer_id}"
@@ -124,7 +128,7 @@ class PeerIncarnations:
                 )
             return None
         return (
-            f"group {peer_id}'s instance dialing is the active of term {term}, but group "
+            f"group {peer_id}'s instance {instance} is the active of term {term}, but group "
             f"{peer_id}'s term {highest} linked here since: an old active that lost its "
             "lease, refused (what it would send, its successor sent)"
         )

@@ -42,6 +42,10 @@ a majority (mrs.server.links): a moment, so the dialer tries again at once."""
 HELLO_FIELDS_WITH_INCARNATION = 6
 """A link Hello's fields up to `incarnation`: what a group of the release before the
 link term reads (it refuses a replicated group's, which says a `term` too)."""
+HELLO_FIELDS_WITH_TERM = 7
+"""A link Hello's fields up to `term`: what a group of the release before the
+Welcome's term reads (it refuses this release's Hello to a replicated group, which
+says `welcome_term`)."""
 EARLIER_RELEASE_REFUSAL = re.compile(r"\bHello frame has (\d+) fields, expected (\d+)\b")
 """How a group of an earlier release refuses a link Hello longer than it knows (one
 with this release's `incarnation`): the dialer then links without it, unless that
@@ -92,18 +96,22 @@ async def dial_forever(
     guards: Guards | None = None,
     secure: Callable[[trio.abc.Stream, int], Awaitable[None]] | None = None,
     incarnations: PeerIncarnations | None = None,
+    peer_replicated: bool = False,
 ) -> None:
     """Keep the link to a higher-numbered peer up: connect, handshake, serve; on any
     failure wait (capped exponential backoff) and try again. secure: authenticate the
     new stream to the peer (mrs.security) before the link Hello. incarnations: this
     group's journals' incarnation, said in the Hello, and the peer's, checked in its
     Welcome (mrs.group.incarnation); a peer whose journals changed is logged as an
-    ERROR once per change, not at every redial."""
+    ERROR once per change, not at every redial. peer_replicated: the Hello asks for
+    the peer's term (`welcome_term`), and a Welcome from an old active is refused; an
+    unreplicated peer has none to say, and is sent the Hello of the release before."""
     redials = _Redials(link.peer_id, host_port(host, port))
     while True:
         connected = answered = False
         said = None if redials.earlier else incarnations
         term = 0 if redials.earlier or redials.termless else incarnations_term(incarnations)
+        welcome_term = peer_replicated and said is not None and not redials.without_terms
         up_s = 0.0
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -114,10 +122,12 @@ async def dial_forever(
                     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                         await secure(stream, link.peer_id)
                 channel = DialedChannel(stream, wire.Connection("client", frame_bytes_max))
-                await _handshake(channel, link.peer_id, group_id, incarnations, said, term)
+                await _handshake(
+                    channel, link.peer_id, group_id, incarnations, said, term, welcome_term
+                )
                 answered, up_s = True, trio.current_time()
                 redials.earlier = False  # a peer upgraded since is told the incarnation
-                redials.termless = False  # and the term
+                redials.termless = redials.termless_welcome = False  # and the terms
                 redials.down_since_s = None
                 link.up(channel)
                 try:
@@ -161,6 +171,9 @@ class _Redials:
     termless: bool = False
     """The last dial was refused by a peer of the release before the link term: the
     next says no term (`PeerWithoutTerms`)."""
+    termless_welcome: bool = False
+    """The last dial was refused by a peer of the release before the Welcome's term:
+    the next does not ask for it (`PeerWithoutWelcomeTerms`)."""
     down_since_s: float | None = None
     """When the link, up before, went down (trio time; None while up or never up):
     for REFUSAL_LOG_INTERVAL_S from then its failed redials are not logged at INFO,
@@ -172,6 +185,11 @@ class _Redials:
         default_factory=lambda: RefusalLog(log, level=logging.WARNING, line_format="{message}")
     )
 
+    @property
+    def without_terms(self) -> bool:
+        """The last dial was refused by a peer of a release before either term."""
+        return self.termless or self.termless_welcome
+
     def failed(self, error: Exception, unanswered: Network | None) -> None:
         """Take a failed dial's `error`; `unanswered`: the network, when the peer took
         the connection and gave no Welcome."""
@@ -180,10 +198,17 @@ class _Redials:
         self.starting = isinstance(error, PeerStarting)
         self.earlier = isinstance(error, PeerOfEarlierRelease)
         self.termless = isinstance(error, PeerWithoutTerms)
-        if self.earlier or self.termless:
-            _log_earlier_release(self.warnings, self.peer_id, self.address, self.termless)
+        self.termless_welcome = isinstance(error, PeerWithoutWelcomeTerms)
+        if self.earlier or self.termless or self.termless_welcome:
+            _log_earlier_release(self.warnings, self.peer_id, self.address, error)
         elif unanswered is not None and hasattr(unanswered, "pass_over") and not self.starting:
             unanswered.pass_over()  # a replicated peer: its next instance first next time
+        if isinstance(error, OldActiveWelcomed):  # passed over above: its successor next
+            self.warnings.refused(
+                "link_old_term",
+                self.address,
+                f"link to group {self.peer_id} at {self.address} refused: {error.message}",
+            )
         if isinstance(error, JournalsChanged) and error.message != self.journals_refused:
             self.journals_refused = error.message
             log.error("link to group %d refused: %s", self.peer_id, error.message)
@@ -247,6 +272,21 @@ class PeerWithoutTerms(LinkRefused):
     which it checks, and no term: such a peer does not fence old actives."""
 
 
+class PeerWithoutWelcomeTerms(LinkRefused):
+    """The peer refused this release's link Hello for its `welcome_term`, the one field
+    it does not know (EARLIER_RELEASE_REFUSAL, expecting HELLO_FIELDS_WITH_TERM): a
+    group of the release before the Welcome's term. The next dial says the incarnation
+    and the term, which it checks, and does not ask for its term: an old active of
+    such a peer that accepts the link is not refused."""
+
+
+class OldActiveWelcomed(LinkRefused):
+    """The peer's instance that welcomed the link is the active of a term older than
+    one this group linked with (mrs.group.incarnation `admit_term`): an old active
+    that outlived its lease. The connection is dropped before anything on it is
+    taken; the next dial tries the peer's next instance."""
+
+
 class JournalsChanged(LinkRefused):
     """The peer's journals are not the ones this group linked with before
     (mrs.group.incarnation): refused until an operator resets the link."""
@@ -259,15 +299,18 @@ async def _handshake(
     incarnations: PeerIncarnations | None,
     said: PeerIncarnations | None,
     term: int = 0,
+    welcome_term: bool = False,
 ) -> None:
     """Hello (saying `said`'s incarnation: None for a peer of an earlier release,
-    `dial_forever`; and `term`, a replicated group's, 0 for none), then the peer's
-    Welcome, its incarnation checked by `incarnations`."""
+    `dial_forever`; `term`, a replicated group's, 0 for none; and `welcome_term`, that
+    this dialer reads the peer's term), then the peer's Welcome, its incarnation and
+    term checked by `incarnations`."""
     own = said.own if said is not None else b""
     program = f"{LINK_PROGRAM_PREFIX}{group_id}"
-    await channel.send_now(
-        wire.Hello(wire.PROTOCOL_VERSION, program, "link", group_id, False, own, term)
+    hello = wire.Hello(
+        wire.PROTOCOL_VERSION, program, "link", group_id, False, own, term, welcome_term
     )
+    await channel.send_now(hello)
     try:
         event = await channel.next_event(HANDSHAKE_TIMEOUT_S)
     except StreamClosed:
@@ -283,6 +326,26 @@ async def _handshake(
         problem = incarnations.admit(peer_id, event.incarnation)
         if problem is not None:
             raise JournalsChanged(problem)
+        await _admit_welcome_term(channel, peer_id, incarnations, event.term)
+
+
+async def _admit_welcome_term(
+    channel: DialedChannel, peer_id: int, incarnations: PeerIncarnations, term: int
+) -> None:
+    """Refuse a Welcome from an old active of `peer_id` (OldActiveWelcomed), telling
+    it why: its term is older than one its group linked with. Why: a replicated
+    peer's active that outlived its lease still accepts links; taken, its link
+    drained its SAF again after its successor had drained it here and had this group
+    forget the dedupe keys (confirmed messages came again, unmarked), and took its
+    notices. Nothing on this connection is handed to the link: what came behind the
+    Welcome is dropped with it."""
+    problem = incarnations.admit_term(peer_id, term, "that welcomed this link")
+    if problem is None:
+        return
+    with contextlib.suppress(Exception):  # it may have gone: refused either way
+        with trio.move_on_after(1):
+            await channel.send_now(wire.Fatal(int(Status.LINK_DOWN), f"link refused: {problem}"))
+    raise OldActiveWelcomed(problem)
 
 
 def _refusal(
@@ -304,6 +367,8 @@ def _refusal(
     earlier = EARLIER_RELEASE_REFUSAL.search(message)
     if not (own and earlier is not None and int(earlier[1]) > int(earlier[2])):
         return LinkRefused(f"peer refused the link: {clipped_message}")
+    if int(earlier[2]) >= HELLO_FIELDS_WITH_TERM:  # it checks incarnations and terms
+        return PeerWithoutWelcomeTerms(f"peer refused the link: {clipped_message}")
     if int(earlier[2]) >= HELLO_FIELDS_WITH_INCARNATION:  # it checks incarnations
         return PeerWithoutTerms(f"peer refused the link: {clipped_message}")
     if incarnations is None or (recorded := incarnations.recorded(peer_id)) is None:
@@ -324,16 +389,17 @@ def incarnations_term(incarnations: PeerIncarnations | None) -> int:
 
 
 def _log_earlier_release(
-    warnings: RefusalLog, peer_id: int, address: str, termless: bool = False
+    warnings: RefusalLog, peer_id: int, address: str, error: Exception
 ) -> None:
     """One WARNING (at most every REFUSAL_LOG_INTERVAL_S) that `peer_id` runs an
-    earlier release: the link goes on without the incarnation check (`termless`: the
-    term's) until it is upgraded."""
-    what = (
-        "this group's term, so it does not refuse an old active of this group"
-        if termless
-        else "the journals' incarnation, which it does not check"
-    )
+    earlier release: the link goes on without the check that release lacks (`error`
+    says which) until it is upgraded."""
+    if isinstance(error, PeerWithoutWelcomeTerms):
+        what = f"its term, so this group does not refuse an old active of group {peer_id}"
+    elif isinstance(error, PeerWithoutTerms):
+        what = "this group's term, so it does not refuse an old active of this group"
+    else:
+        what = "the journals' incarnation, which it does not check"
     warnings.refused(
         "link_earlier_release",
         address,

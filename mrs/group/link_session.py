@@ -126,9 +126,6 @@ class _Outstanding:
     saf_keys: list[bytes] = field(default_factory=list)
     """For DIRECT transfers: the SAF keys its recoverable messages take if the link
     drops before the answer (their drain is then a resend: `PeerLink.messages_resent`)."""
-    notice_seqs: list[int] | None = None
-    """For a LinkNotice: its notices' seqs, in order, that its LinkAck must name
-    (`_check_notice_results`)."""
 
 
 @dataclass(eq=False)
@@ -599,9 +596,6 @@ class PeerLink:
         channel.send(event)
         frame_bytes = getattr(channel, "unsent_bytes", 0) - before
         pending = _Outstanding(sent, items, count, self._drain_pass, frame_bytes, self.now_s())
-        if isinstance(event, wire.LinkNotice):  # forget notices: `items` are their seqs
-            notices = event.notices
-            pending.notice_seqs = items if sent is Sent.FORGET else [n.seq for n in notices]
         self._outstanding[event.request_id] = pending
         self._in_flight += count
         self._in_flight_bytes += frame_bytes
@@ -884,12 +878,12 @@ class PeerLink:
             # outstanding, so the drop it causes answers its messages LINK_LOST (a
             # recoverable one goes to the SAF) instead of leaving their puts unanswered.
             _check_results(ack, len(pending.items))
-        elif pending.notice_seqs is not None:
+        elif sent is Sent.QUERY:
+            raise TransferError(f"LinkAck answers LinkPendingQuery {ack.request_id}")
+        else:
             # The same for notices: a confirm notice is deleted from the journal once
             # answered, so an answer that does not take it would lose it for good.
-            _check_notice_results(ack, pending.notice_seqs)
-        else:
-            raise TransferError(f"LinkAck answers LinkPendingQuery {ack.request_id}")
+            _check_notices_taken(ack)
         del self._outstanding[ack.request_id]
         self._in_flight -= pending.count
         self._in_flight_bytes -= pending.frame_bytes
@@ -962,26 +956,20 @@ def _check_results(ack: wire.LinkAck, sent_count: int) -> None:
             raise TransferError(f"LinkAck.results[{index}].status {result.status} is not a status")
 
 
-def _check_notice_results(ack: wire.LinkAck, seqs: list[int]) -> None:
-    """A LinkAck for notices takes each of them: one result per notice, in order,
-    naming its seq, SUCCESS (what every release answers). Anything else is a lying or
-    broken peer (TransferError: a protocol error, the link drops and the notices are
-    sent again on the next connection). Why: unchecked, an answer with no result, or
-    another notice's, had the sender delete durable confirm notices the peer never
+def _check_notices_taken(ack: wire.LinkAck) -> None:
+    """A LinkAck for notices takes each of them: SUCCESS (what every release answers)
+    for each, the result that names it (its one result per notice, in order, naming
+    its seq, was checked as the answer arrived: mrs.protocol.connection). Anything
+    else is a lying or broken peer (TransferError: a protocol error, the link drops
+    and the notices are sent again on the next connection). Why: unchecked, an answer
+    refusing a notice had the sender delete durable confirm notices the peer never
     took, and the origin's WF_CONF put or AK_CONF MRS_ACK never came."""
-    results = ack.results
-    if len(results) != len(seqs):
-        raise TransferError(f"LinkAck answers {len(results)} notices, {len(seqs)} were sent")
-    for index, (result, seq) in enumerate(zip(results, seqs, strict=True)):
-        if result.seq != seq:
-            raise TransferError(
-                f"LinkAck.results[{index}].seq {result.seq} does not answer notice {index} of"
-                f" LinkNotice {ack.request_id} (seq {seq}): one result per notice, in order"
-            )
+    for index, result in enumerate(ack.results):
         if result.status != Status.SUCCESS:
             raise TransferError(
                 f"LinkAck.results[{index}].status {status_name(result.status)} does not take"
-                f" notice {index} of LinkNotice {ack.request_id} (seq {seq}): it must be SUCCESS"
+                f" notice {index} of LinkNotice {ack.request_id} (seq {result.seq}): it must"
+                " be SUCCESS"
             )
 
 

@@ -13,7 +13,7 @@ from mrs.protocol.errors import (
 )
 from mrs.protocol.events import Event, Fatal, Hello, Welcome
 from mrs.protocol.explain import explain
-from mrs.protocol.link_events import LinkTransfer
+from mrs.protocol.link_events import LinkNotice, LinkTransfer
 from mrs.protocol.states import (
     _ACKS,
     _ALL_EVENTS,
@@ -72,8 +72,10 @@ class Connection:
         self._steady: dict[str, dict[type, str | None]] = {CLIENT: {}, SERVER: {}}
         """Per side, once it is OPEN: the events that keep it OPEN (see _process)."""
         self._transfer_seqs: dict[int, list[int]] = {}
-        """The seqs of each LinkTransfer we sent that is not answered yet, by request
-        id: its LinkAck must name them, one result per message, in order."""
+        """The seqs of each LinkTransfer or LinkNotice we sent that is not answered yet,
+        by request id: its LinkAck must name them, one result per item, in order."""
+        self._notice_ids: set[int] = set()
+        """Which of `_transfer_seqs` are LinkNotices (their answer's wording)."""
 
     # -- state ----------------------------------------------------------------------
 
@@ -159,34 +161,50 @@ class Connection:
                 self._closed = True
 
     def _transfer_or_ack(self, role: str, event: Any, error: type[ProtocolError]) -> None:
-        """A LinkTransfer takes its id, and when we send it its seqs are kept; a
-        LinkAck from the peer answering one must name those seqs, one result per
-        message, in order. Why: the sender settles each message by its place in the
-        answer (deleted from its SAF when STORED), so an answer in another order, or
-        naming seqs never sent, would delete a message the peer said it did not store."""
+        """A LinkTransfer or a LinkNotice takes its id, and when we send it its items'
+        seqs are kept; a LinkAck from the peer answering one must name those seqs, one
+        result per item, in order. Why: the sender settles each message by its place
+        in the answer (deleted from its SAF when STORED), and each notice too (a
+        confirm notice is deleted from its journal once answered), so an answer in
+        another order, short, or naming seqs never sent, would delete a message the
+        peer said it did not store, or a notice it never took (what each result says
+        is the session's to judge: mrs.group.link_session)."""
         request_id = event.request_id
-        if type(event) is LinkTransfer:
+        if type(event) is LinkTransfer or type(event) is LinkNotice:
             in_flight = self._in_flight[role]
             if request_id in in_flight:
                 raise error(f"request_id {request_id} reused while in flight")
             in_flight.add(request_id)
             if role == self.our_role:
-                self._transfer_seqs[request_id] = [message.seq for message in event.messages]
+                self._keep_seqs(event)
             return
         self._in_flight[_OTHER[role]].discard(request_id)
         seqs = self._transfer_seqs.pop(request_id, None) if role == self.their_role else None
-        if seqs is None:  # it answers a notice or a query, or we answer
+        if seqs is None:  # it answers a query, or we answer
             return
+        notice = request_id in self._notice_ids
+        self._notice_ids.discard(request_id)
+        item, frame = ("notice", "LinkNotice") if notice else ("message", "LinkTransfer")
         results = event.results
         if len(results) != len(seqs):
-            raise error(f"LinkAck answers {len(results)} messages, {len(seqs)} were sent")
+            raise error(f"LinkAck answers {len(results)} {item}s, {len(seqs)} were sent")
         for index, (result, seq) in enumerate(zip(results, seqs, strict=True)):
             if result.seq != seq:
                 raise error(
-                    f"LinkAck.results[{index}].seq {result.seq} does not answer message"
-                    f" {index} of LinkTransfer {request_id} (seq {seq}): one result per"
-                    " message, in order"
+                    f"LinkAck.results[{index}].seq {result.seq} does not answer {item}"
+                    f" {index} of {frame} {request_id} (seq {seq}): one result per"
+                    f" {item}, in order"
                 )
+
+    def _keep_seqs(self, event: Any) -> None:
+        """Keep the seqs of a LinkTransfer's messages or a LinkNotice's notices we send,
+        for `_transfer_or_ack` to check the answer by."""
+        request_id = event.request_id
+        if type(event) is LinkTransfer:
+            self._transfer_seqs[request_id] = [message.seq for message in event.messages]
+        else:
+            self._transfer_seqs[request_id] = [notice.seq for notice in event.notices]
+            self._notice_ids.add(request_id)
 
     def _take_ids(self, role: str, requests: list, error: type[ProtocolError]) -> None:
         """Every request of a batch takes its id, all or none: a reused id (in flight

@@ -62,8 +62,14 @@ class Hello(EventStruct, tag=1, omit_defaults=True):
     """A link's: the dialing group's journals' incarnation (mrs.group.incarnation)."""
     term: Seq = 0
     """A link's from a replicated group: its active's term, so the peer refuses an
-    old active that outlived its lease (mrs.group.incarnation `admit_term`); 0 (not
-    sent) from an unreplicated group."""
+    old active that outlived its lease (mrs.group.incarnation `admit_term`); 0 (sent
+    only before `welcome_term`) from an unreplicated group."""
+    welcome_term: bool = False
+    """A link's to a replicated group, from this release on: the dialer reads the
+    accepting active's term in the Welcome (`Welcome.term`). Why a field of its own:
+    a dialer of the release before refuses a Welcome longer than it knows, and a
+    replicated one says a term too, so only this says the dialer takes the
+    Welcome's term."""
 
 
 class Attach(EventStruct, tag=10):
@@ -209,6 +215,10 @@ class Welcome(EventStruct, tag=2, omit_defaults=True):
     message_bytes_max: I64 = 0
     incarnation: Incarnation = b""
     """To a link: this group's journals' incarnation (mrs.group.incarnation)."""
+    term: Seq = 0
+    """To a link whose Hello set `welcome_term`, from a replicated group: its active's
+    term, so the dialer refuses an old active that outlived its lease and still takes
+    links (mrs.group.incarnation `admit_term`); 0 (not sent) otherwise."""
 
 
 class Attached(EventStruct, tag=11):

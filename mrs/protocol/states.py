@@ -169,12 +169,14 @@ _ASKS, _ASKS_MANY, _ANSWERS, _ANSWERS_MANY, _OTHER_KIND = (
     "other",
 )
 _TRANSFERS, _ACKS = "transfers", "acks"
-"""A LinkTransfer (a request whose messages' seqs its answer must name) and a LinkAck
-(whose results must name them, one per message, in order): they take the long way
-(`Connection._process`), which keeps each transfer's seqs until its answer came."""
+"""A LinkTransfer or a LinkNotice (a request whose messages' or notices' seqs its
+answer must name) and a LinkAck (whose results must name them, one per item, in
+order): they take the long way (`Connection._process`), which keeps each one's seqs
+until its answer came."""
 _REQUEST_KIND = {
     PutBatch: _ASKS_MANY,  # no id of its own: each of its puts is a request
     LinkTransfer: _TRANSFERS,
+    LinkNotice: _TRANSFERS,
     LinkAck: _ACKS,
     AnswerBatch: _ANSWERS_MANY,  # no id of its own: each of its items is an answer
     **dict.fromkeys(
@@ -189,7 +191,6 @@ _REQUEST_KIND = {
             ShowPending,
             SetPcj,
             ReadJournal,
-            LinkNotice,
             LinkPendingQuery,
             *ADMIN_REQUESTS,
         ),

@@ -116,6 +116,7 @@ class PeerLinks:
                     dial_forever,
                     secure=self.authority.dial_link if self.authority is not None else None,
                     incarnations=incarnations,
+                    peer_replicated=bool(self.bus.group(peer_id).instances),
                 ),
                 link,
                 host,
@@ -207,19 +208,7 @@ class PeerLinks:
         if (problem := incarnations.admit_term(peer_id, hello.term)) is not None:
             line = f"refused link: {problem} ({session.peer})"
             self._refuse("old term", peer_id, session, line, problem, Status.LINK_DOWN)
-        # A dialer of an earlier release says no incarnation (admitted only from a
-        # peer whose links never brought one), and refuses a Welcome with a field it
-        # does not know: it is answered without one.
-        own = incarnations.own if hello.incarnation else b""
-        session.send(
-            wire.Welcome(
-                wire.PROTOCOL_VERSION,
-                self.config.id,
-                self.config.name,
-                self.config.limits.message_bytes_max,
-                own,
-            )
-        )
+        session.send(link_welcome(self.config, incarnations, hello))
         session.link = link
         link.up(session)
 
@@ -245,6 +234,27 @@ class PeerLinks:
             f"link Hello of group {peer_id}", session.host, line, key=(kind, peer_id, session.host)
         )
         raise LinkHelloRefused(answer, status)
+
+
+def link_welcome(
+    config: GroupConfig, incarnations: PeerIncarnations, hello: wire.Hello
+) -> wire.Welcome:
+    """The Welcome of an adopted link, in the shape its dialer reads. A dialer of an
+    earlier release refuses a Welcome with a field it does not know: one that says no
+    incarnation (admitted only from a peer whose links never brought one) is answered
+    without one, and only one that set `welcome_term` is told this group's term (a
+    replicated group's), so it refuses this instance if it is an old active. A
+    replicated dialer of the release before says its own term but reads none."""
+    own = incarnations.own if hello.incarnation else b""
+    term = incarnations.term if hello.welcome_term else 0
+    return wire.Welcome(
+        wire.PROTOCOL_VERSION,
+        config.id,
+        config.name,
+        config.limits.message_bytes_max,
+        own,
+        term,
+    )
 
 
 class LinkHelloRefused(wire.RemoteProtocolError):

@@ -27,6 +27,7 @@ from mrs.protocol import (
     Get,
     Hello,
     LinkAck,
+    LinkNotice,
     LinkTransfer,
     LocalProtocolError,
     ProtocolError,
@@ -213,10 +214,12 @@ CUTS = st.lists(st.integers(0, 100_000), max_size=12)
 def test_every_event_round_trips_through_a_split_stream(
     hello, welcome, requests, replies, client_cuts, server_cuts
 ):
-    # A LinkAck answering one of these LinkTransfers must name its seqs in order (the
-    # connection refuses any other: tests/process/test_wire_fuzz_probes_22.py).
+    # A LinkAck answering one of these LinkTransfers or LinkNotices must name its seqs
+    # in order (the connection refuses any other: tests/process/test_wire_fuzz_probes_22.py).
     transfers = {r.request_id: [m.seq for m in r.messages] for r in requests
                  if isinstance(r, LinkTransfer)}  # fmt: skip
+    transfers.update({r.request_id: [n.seq for n in r.notices] for r in requests
+                      if isinstance(r, LinkNotice)})  # fmt: skip
     assume(all(
         [result.seq for result in r.results] == transfers[r.request_id]
         for r in replies if isinstance(r, LinkAck) and r.request_id in transfers
