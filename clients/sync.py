@@ -228,8 +228,10 @@ class SyncClient:
     def __init__(self, address: str, queue: str | int | Address | None, options: dict) -> None:
         life = self._life = _Life(address, queue, options)
         self._given_back: deque[Message] = deque()
-        """Messages an interrupted call had got (`_call`): the next gets return them.
-        Read and written in the trio thread only (`_give_back`, `_next_messages`)."""
+        """Messages an interrupted call had got (`_call`) on a client with protection
+        (opened already; without protection the client holds them: `_give_back`): the
+        next gets return them. Read and written in the trio thread only
+        (`_give_back`, `_next_messages`)."""
         self._given_back_reconnects = 0
         """`Client.reconnects` when they were given back: the connection they came on."""
         try:
@@ -302,14 +304,20 @@ class SyncClient:
 
     def _give_back(self, result: object) -> None:
         """In the trio thread: messages a caller did not see, first in line for its
-        next get."""
-        self._drop_stale()
+        next get: held again by the client (`Client.hold_again`), so a selective get
+        on an implicit queue does not confirm them unseen and a close gives back the
+        memory-only ones; with protection (opened already), kept here."""
         if isinstance(result, Message):
-            self._given_back.appendleft(result)
+            messages = [result]
         elif isinstance(result, list):
-            self._given_back.extendleft(
-                reversed([item for item in result if isinstance(item, Message)])
-            )
+            messages = [item for item in result if isinstance(item, Message)]
+        else:
+            return
+        if self._client.protection is None:
+            self._client.hold_again(messages)
+            return
+        self._drop_stale()
+        self._given_back.extendleft(reversed(messages))
 
     def _drop_stale(self) -> None:
         """Forget the given-back messages that need a confirm once the connection they

@@ -388,14 +388,27 @@ class Message:
     def original_target(self) -> Address | None:
         """For a message returned to its sender (UMA RTS, delivery status MSGUNDEL):
         the queue it was going to (MessageQ's show buffer `original_target`)."""
-        returned = (self.headers or {}).get(RETURNED_HEADER)
-        return Address.parse(returned["original_target"]) if returned else None
+        returned = self._returned
+        target = returned.get("original_target")
+        return Address.parse(target) if isinstance(target, str) else None
 
     @property
     def return_reason(self) -> Status | int | None:
         """For a returned message: why it could not be delivered (e.g. DQF_FULL)."""
+        reason = self._returned.get("reason")
+        return status_of(reason) if type(reason) is int else None
+
+    @property
+    def _returned(self) -> dict:
+        """The RETURNED_HEADER of a message a group returned (MSGUNDEL, which only a
+        group sets); empty for any other. Why: an application may put any headers, and
+        on a message delivered as usual an `mrs_returned` header is the sender's word,
+        not the group's (read as it was, it named a forged target, and a malformed one
+        raised KeyError from these properties)."""
+        if self.delivery_status != Status.MSGUNDEL:
+            return {}
         returned = (self.headers or {}).get(RETURNED_HEADER)
-        return status_of(returned["reason"]) if returned else None
+        return returned if isinstance(returned, dict) else {}
 
     @property
     def is_mrs_ack(self) -> bool:
