@@ -82,12 +82,29 @@ SLOT_BYTES = 2 * 65536 + 4096
 RECORDS_OFFSET = SLOT_BYTES
 
 
+_boot_ids: dict[Path, bytes] = {}
+"""`boot_id` as read from each path, once per process."""
+
+
 def boot_id() -> bytes:
     """This boot's id (16 bytes): a different one means the machine restarted, and
     pages the kernel had not written when it stopped may be lost. Without one (not
-    Linux), every open counts as after a restart, which is always safe."""
+    Linux), every open counts as after a restart, which is always safe.
+
+    Read once per process (per BOOT_ID_PATH): it changes only with a reboot, which no
+    process outlives. Why: every checkpoint's header carries it, and a busy group
+    checkpoints at each large commit; opening and reading /proc for it was 4% of the
+    server's CPU on peerbench's put -> get -> confirm shape (benchmarks/README.md)."""
+    path = BOOT_ID_PATH
+    known = _boot_ids.get(path)
+    if known is None:
+        known = _boot_ids[path] = _read_boot_id(path)
+    return known
+
+
+def _read_boot_id(path: Path) -> bytes:
     try:
-        text = BOOT_ID_PATH.read_text().strip()
+        text = path.read_text().strip()
         return bytes.fromhex(text.replace("-", ""))[:16].ljust(16, b"\0")
     except (OSError, ValueError):
         return bytes(16)
