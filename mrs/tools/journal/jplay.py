@@ -176,6 +176,8 @@ def _prepare(args: argparse.Namespace):
     if not args.dry_run:
         sender = _sender_queue(args, where)
         address = _server_address(args, where)
+    elif args.as_queue is not None:  # a dry run plans the real one: the same refusals
+        _sender_queue(args, where)
     options = Options(
         journal=journal,
         group_id=where.group_id,
@@ -288,6 +290,23 @@ def _sender_queue(args: argparse.Namespace, where: GroupJournals) -> str:
             raise UsageError(str(error)) from None
     if group != where.group_id:
         raise UsageError(f"--as {text}: attach to a queue of group {where.group_id}")
+    if queue == DEAD_LETTER_QUEUE:
+        # Every replay would name the DLQ as its sender: a receiver's answer to it would
+        # land there without a dead-letter header, where mrs dlq-handler never matches it.
+        raise UsageError(
+            f"--as {text}: {group}.{DEAD_LETTER_QUEUE} is the dead letter queue: replays "
+            "would name it as their sender, and answers to them would land there without "
+            "a dead-letter header; send from a queue of your own (REPLAY)"
+        )
+    if where.bus is not None and queue not in where.bus.groups[group].queues:
+        # Why: `--as 1.999` was attached to only when the run began, and refused there as
+        # a stop of the run (exit 1, every record "not attempted", advice to run the same
+        # command again), which no re-run could change.
+        config = where.bus.groups[group]
+        raise UsageError(
+            f"--as {text}: group {group} ({config.name}) has no queue {queue} "
+            f"(queues: {', '.join(str(q) for q in config.queues)})"
+        )
     return f"{group}.{queue}"
 
 
@@ -341,6 +360,7 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
                     "selected": tally.selected,
                     "would_send": would_send,
                     "would_skip": tally.skipped,
+                    "copies": tally.copies,
                     "would_remove": tally.removed,
                     "corrupt": tally.corrupt,
                     "by_target": dict(tally.by_target),
@@ -366,6 +386,8 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
         f"dry run: would send {would_send} of {tally.selected} selected, skip {tally.skipped} "
         "(already replayed)"
     )
+    if tally.copies:
+        line += f", pass over {tally.copies} {COPIES_SAID}"
     if options.remove:
         line += f", remove {tally.removed} from the dlj once stored"
     if tally.corrupt:
@@ -480,6 +502,9 @@ def _flush_at_end(replayer: Replayer | None, ledger, tally: Tally) -> None:
         tally.stopped = f"cannot write the ledger or the journal: {error}"
 
 
+COPIES_SAID = "(copies earlier replays made, confirmed here: --again replays their originals)"
+
+
 def _print_summary(options: Options, tally: Tally) -> None:
     rate = tally.sent / tally.elapsed_s if tally.elapsed_s > 0 else 0.0
     if options.json:
@@ -491,6 +516,7 @@ def _print_summary(options: Options, tally: Tally) -> None:
                     "selected": tally.selected,
                     "sent": tally.sent,
                     "skipped": tally.skipped,
+                    "copies": tally.copies,
                     "failed": tally.failed,
                     "in_doubt": tally.in_doubt,
                     "not_attempted": tally.not_attempted,
@@ -511,6 +537,8 @@ def _print_summary(options: Options, tally: Tally) -> None:
         f"jplay {options.journal.value} of group {options.group_id}: selected {tally.selected}, "
         f"sent {tally.sent}, skipped {tally.skipped} (already replayed), failed {tally.failed}"
     )
+    if tally.copies:
+        line += f", passed over {tally.copies} {COPIES_SAID}"
     if tally.in_doubt:
         line += f" ({tally.in_doubt} in doubt: sent, no answer)"
     if tally.not_attempted:

@@ -38,7 +38,7 @@ def progress_wanted(options: Options) -> bool:
 
 async def _show_progress(progress: Progress, task_id, tally: Tally) -> None:
     while True:
-        progress.update(task_id, completed=tally.sent + tally.failed + tally.skipped)
+        progress.update(task_id, completed=tally.sent + tally.failed + tally.skipped + tally.copies)
         await trio.sleep(PROGRESS_REFRESH_S)
 
 
@@ -63,5 +63,5 @@ def start_progress(
 
 
 def stop_progress(progress: Progress, task_id: TaskID, tally: Tally) -> None:
-    progress.update(task_id, completed=tally.sent + tally.failed + tally.skipped)
+    progress.update(task_id, completed=tally.sent + tally.failed + tally.skipped + tally.copies)
     progress.stop()

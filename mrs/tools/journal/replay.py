@@ -40,8 +40,9 @@ from clients import (
     PutItem,
     ReplyTimeout,
 )
-from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch
+from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, seq_key
 from mrs.errors import OperatorError
+from mrs.group.shapes import IDEMPOTENCY_HEADER
 from mrs.group.transfer import PERMANENT_REFUSALS
 from mrs.model import DeliveryMode, Status, Uma
 from mrs.offline.selection import RecordFilter
@@ -108,6 +109,9 @@ class Tally:
     selected: int = 0
     sent: int = 0
     skipped: int = 0
+    copies: int = 0
+    """PCJ records that are copies this ledger's replays made, confirmed there, whose
+    original is still in the PCJ (`Planner._own_copy`): never sent again."""
     failed: int = 0
     in_doubt: int = 0
     permanent: int = 0
@@ -195,6 +199,7 @@ class Planner:
         at most, matched here. Read with the whole selection, a chunk went on until
         PLAN_CHUNK records matched: through millions when few do, in one call."""
         self._matches = None if selection.selects_all else selection.matches
+        self._secret: bytes | None = None
 
     def next_chunk(self) -> list[Item]:
         """The next items to send; [] once everything is planned."""
@@ -221,6 +226,9 @@ class Planner:
         limit = self.selection.limit
         for key, record in records:
             self.tally.selected += 1
+            if self._own_copy(record):
+                self.tally.copies += 1
+                continue
             entry = entries.get(record.seq)
             if self._skips(entry):
                 self.tally.skipped += 1
@@ -243,6 +251,38 @@ class Planner:
                 )
             self.ledger.flush()
         return items
+
+    def _own_copy(self, record: Record) -> bool:
+        """Whether a PCJ record is the confirmation of a copy that a replay from this
+        ledger made (its idempotency key is one only the ledger's secret makes) of a
+        record still in the PCJ.
+
+        Why: a replay to a queue whose receiver confirms into this PCJ (the original
+        target, or a --to queue with pcj_default) adds a PCJ record per copy; a run of
+        the same command again after a stop (`--since 1h`, no --until) selected those
+        copies as new records and sent each again under a new key, so the receiver got
+        every record stopped after its copy was confirmed twice. Replaying the original
+        (`--again`) is how to send it once more; a copy whose original has left the PCJ
+        (archived) is the only record of it left, and is replayed."""
+        if self.journal is not Journal.PCJ or not isinstance(record.extra, dict):
+            return False
+        headers = record.extra.get("headers")
+        if not isinstance(headers, dict):
+            return False
+        replay = headers.get("replay")
+        if not isinstance(replay, dict) or replay.get("journal") != self.journal.value:
+            return False
+        seq, gen = replay.get("seq"), replay.get("generation")
+        if replay.get("group") != self.options.group_id or seq == record.seq:
+            return False
+        if not isinstance(seq, int) or not isinstance(gen, int) or not 0 <= seq < 1 << 64:
+            return False
+        if self._secret is None:
+            self._secret = self.ledger.key_secret()
+        key = replay_key(self._secret, self.journal, self.options.group_id, seq, gen)
+        if headers.get(IDEMPOTENCY_HEADER) != key:
+            return False  # another program's message that says it is a replay
+        return self.store.get_raw(self.journal, seq_key(seq)) is not None
 
     def _skips(self, entry: LedgerEntry | None) -> bool:
         """Whether the ledger says this run leaves the record alone (replayed before)."""
@@ -290,6 +330,8 @@ class Planner:
                 if limit is not None and self.planned + rest >= limit:
                     self.done = True
                     break
+                if self._own_copy(record):
+                    continue
                 if not self._skips(entries.get(record.seq)):
                     self.tally.selected += 1
                     rest += 1
