@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mrs.core.seqspace import SeqAllocator, counter_of
 from mrs.group.context import GroupContext
@@ -15,6 +15,9 @@ log = logging.getLogger(__name__)
 class Sequence:
     ctx: GroupContext
     _seqs: SeqAllocator | None = None
+    carried_over: set[int] = field(default_factory=set)
+    """The seqs whose MRS_ACKs a planned hand-over's old active made and this run
+    hands out (mrs.server.handover_acks `hand_out_owed_acks`): made for this run."""
 
     def start(self) -> None:
         """Count this start (the epoch) and reserve the first block of seqs."""
@@ -34,9 +37,10 @@ class Sequence:
 
     def made_in_this_run(self, seq: int) -> bool:
         """Whether `seq` was handed out since this start: what this run made for it
-        in memory (an AK_DQF put's MRS_ACK) still exists or was delivered."""
+        in memory (an AK_DQF put's MRS_ACK) still exists or was delivered; so it is
+        for an MRS_ACK an earlier run made and this one hands out (`carried_over`)."""
         seqs = self._seqs
-        return seqs is not None and seq >= seqs.first_of_run
+        return seqs is not None and (seq >= seqs.first_of_run or seq in self.carried_over)
 
     def next(self) -> int:
         seqs = self._seqs

@@ -84,6 +84,11 @@ def hand_out_owed_acks(server: GroupServer) -> None:
     except (ValueError, TypeError) as error:
         log.error("the MRS_ACKs owed at the last hand-over are unreadable, dropped: %s", error)
         acks, term = [], 0
+    # A copy of one of these puts re-sent under its key makes no MRS_ACK of its own
+    # (mrs.group.reply `PutReply.report_copy`): it has this one. Before the delete is
+    # durable: a copy may come meanwhile; should the delete fail, the next active
+    # hands them out, and a copy here still makes none.
+    group.umas.sequence.carried_over.update(psb.seq for _, psb in acks)
 
     def deleted(error: JournalError | None) -> None:
         if error is not None:
