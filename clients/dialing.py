@@ -9,6 +9,9 @@ each new connection to the loops that serve it.
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -53,6 +56,40 @@ class Attachment:
 class _PassedOver(Exception):
     """One server of the list could not be dialled or did not answer the handshake as
     MRS: the next one is tried."""
+
+    dial_failed = False
+    """The dial itself failed: the message does not name the address."""
+    refused = False
+    """Its dial was refused: nothing listens at that address."""
+
+
+NOTHING_LISTENS = "connection refused: nothing listens there"
+START_ADVICE = "is the group's server running? (start it with `mrs serve`)"
+"""Said once after the reasons when a dial was refused: the newcomer's first mistake
+is a program started before its group, or given the wrong port."""
+
+
+def dial_problem(error: BaseException) -> str:
+    """Why a dial failed, in words: the OS error's meaning, not trio's wrapper.
+
+    Why: trio's error says only that every attempt failed ("all attempts to connect
+    to H:P failed"), the reason (refused, unreachable, an unknown host) in the
+    exception group under it; an application's traceback ended on that line, where
+    `mrs status` for the same address said "connection refused: nothing listens
+    there; is it running?"."""
+    stack, seen = [error], 0
+    while stack and seen < 64:  # the error, its groups and causes, bounded
+        current, seen = stack.pop(0), seen + 1
+        if isinstance(current, socket.gaierror):
+            return f"cannot resolve the host name ({current.strerror or current})"
+        if isinstance(current, OSError) and current.errno is not None:
+            if current.errno == errno.ECONNREFUSED:
+                return NOTHING_LISTENS
+            return os.strerror(current.errno).lower()
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return str(error) or "no answer in time"
 
 
 class Server(Protocol):
@@ -120,16 +157,20 @@ class Dialer:
         a probe: etcd's port first in the list)."""
         problems = []
         why: BaseException | None = None
+        refused = False
         for _attempt in range(len(self._servers)):
             host, port = self._servers[0]
             try:
                 return await self._open_one(host, port)
             except _PassedOver as passed:
-                problems.append(str(passed))
+                several = len(self._servers) > 1 and passed.dial_failed
+                problems.append(f"{host}:{port}: {passed}" if several else str(passed))
+                refused = refused or passed.refused
                 why = passed.__cause__  # the OS error: `mrs status` words it
                 self._servers.append(self._servers.pop(0))
+        advice = f"; {START_ADVICE}" if refused else ""
         raise ConnectionLost(
-            Status.LINK_DOWN, f"cannot connect to {self.address}: {'; '.join(problems)}"
+            Status.LINK_DOWN, f"cannot connect to {self.address}: {'; '.join(problems)}{advice}"
         ) from why
 
     async def open_first(self, *, wait_for_active: bool) -> _Link:
@@ -160,7 +201,9 @@ class Dialer:
             with trio.fail_after(self._connect_timeout_s):
                 stream = await self._open_stream(host, port)
         except (OSError, trio.TooSlowError) as error:
-            raise _PassedOver(str(error) or "no answer in time") from error
+            passed = _PassedOver(dial_problem(error))
+            passed.dial_failed, passed.refused = True, str(passed) == NOTHING_LISTENS
+            raise passed from error
         link = _Link(stream, wire.Connection("client", frame_bytes_max=CLIENT_FRAME_BYTES_MAX))
         try:
             with trio.fail_after(self._connect_timeout_s):
