@@ -9,9 +9,6 @@ each new connection to the loops that serve it.
 
 from __future__ import annotations
 
-import errno
-import os
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -34,6 +31,7 @@ from mrs.limits import (
 )
 from mrs.model import Address, Status
 from mrs.protocol.errors import RemoteProtocolError
+from mrs.transport.dial_reason import NOTHING_LISTENS, dial_reason
 
 if TYPE_CHECKING:
     from clients.journal_status import JournalStatus
@@ -63,7 +61,6 @@ class _PassedOver(Exception):
     """Its dial was refused: nothing listens at that address."""
 
 
-NOTHING_LISTENS = "connection refused: nothing listens there"
 START_ADVICE = "is the group's server running? (start it with `mrs serve`)"
 """Said once after the reasons when a dial was refused: the newcomer's first mistake
 is a program started before its group, or given the wrong port."""
@@ -76,20 +73,8 @@ def dial_problem(error: BaseException) -> str:
     to H:P failed"), the reason (refused, unreachable, an unknown host) in the
     exception group under it; an application's traceback ended on that line, where
     `mrs status` for the same address said "connection refused: nothing listens
-    there; is it running?"."""
-    stack, seen = [error], 0
-    while stack and seen < 64:  # the error, its groups and causes, bounded
-        current, seen = stack.pop(0), seen + 1
-        if isinstance(current, socket.gaierror):
-            return f"cannot resolve the host name ({current.strerror or current})"
-        if isinstance(current, OSError) and current.errno is not None:
-            if current.errno == errno.ECONNREFUSED:
-                return NOTHING_LISTENS
-            return os.strerror(current.errno).lower()
-        if isinstance(current, BaseExceptionGroup):
-            stack.extend(current.exceptions)
-        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return str(error) or "no answer in time"
+    there; is it running?" (mrs.transport.dial_reason)."""
+    return dial_reason(error) or str(error) or "no answer in time"
 
 
 class Server(Protocol):

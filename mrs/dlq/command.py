@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mrs.transport.dial_reason import dial_reason
+
 if TYPE_CHECKING:
     from mrs.dlq.table import RulesTable
 
@@ -279,20 +281,11 @@ def _lost_note(connected: bool, group, address: str, lost: BaseExceptionGroup) -
 
 def _os_reason(error: BaseException) -> str:
     """The operating system's reason a connect failed, in words ("connection
-    refused", "cannot resolve the host name ..."), else the error's own text."""
-    import os
-    import socket
-
-    stack, seen = [error], 0
-    while stack and seen < 64:  # the error, its groups and causes, bounded
-        current, seen = stack.pop(0), seen + 1
-        if isinstance(current, socket.gaierror):
-            return f"cannot resolve the host name ({current.strerror or current})"
-        if isinstance(current, OSError) and current.errno is not None:
-            return os.strerror(current.errno).lower()
-        if isinstance(current, BaseExceptionGroup):
-            stack.extend(current.exceptions)
-        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    refused: nothing listens there", "cannot resolve the host name ..."), else the
+    error's own text."""
+    found = dial_reason(error)
+    if found is not None:
+        return found
     return str(_first(error) if isinstance(error, BaseExceptionGroup) else error)
 
 

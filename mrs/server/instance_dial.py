@@ -10,7 +10,6 @@ from the peer's last seq) does the rest.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import trio
@@ -18,6 +17,7 @@ import trio
 from mrs.config.addresses import host_port
 from mrs.config.instance_types import InstanceConfig
 from mrs.limits import LINK_HANDSHAKE_TIMEOUT_S as HANDSHAKE_TIMEOUT_S
+from mrs.transport.dial_reason import dial_reason
 from mrs.transport.network import Network
 
 
@@ -62,11 +62,9 @@ class InstancesNetwork:
 
 
 def _why(error: OSError) -> str:
-    """What one instance said, in a word (trio wraps each address's error in one
+    """What one instance said, in a few words (trio wraps each address's error in one
     that repeats the address: "all attempts to connect to ... failed")."""
     cause = error.__cause__
     inner = cause.exceptions[0] if isinstance(cause, BaseExceptionGroup) else cause
     found = inner if isinstance(inner, OSError) else error
-    if found.errno:
-        return os.strerror(found.errno).lower()
-    return str(found) or type(found).__name__
+    return dial_reason(found) or str(found) or type(found).__name__

@@ -13,10 +13,8 @@ a link's drain wait reason) are shown as they come, so the table never hides the
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError, positive_float
 from mrs.tools.group_view import GroupView
 from mrs.tools.status_render import render
+from mrs.transport.dial_reason import dial_reason
 
 CONNECT_TIMEOUT_S_DEFAULT = 3.0
 WATCH_S_DEFAULT = 2.0
@@ -395,15 +394,6 @@ def refusal_advice(reason: str) -> str:
     return "see the group's log"
 
 
-_ERRNO_WORDS = {
-    errno.ECONNREFUSED: "connection refused: nothing listens there",
-    errno.EHOSTUNREACH: "host unreachable",
-    errno.ENETUNREACH: "network unreachable",
-    errno.ETIMEDOUT: "connection timed out",
-    errno.ECONNRESET: "connection reset",
-}
-
-
 NOT_MRS = "something listens there but does not speak MRS"
 """How a down reason starts when the address holds another program (`foreign_reason`)."""
 
@@ -436,11 +426,8 @@ def down_reason(error: BaseException) -> str:
     the exception that carried it (which quotes the address as a Python tuple)."""
     if (foreign := foreign_reason(error)) is not None:
         return foreign
-    for inner in _chain(error):
-        if isinstance(inner, socket.gaierror):
-            return f"cannot resolve the host name ({inner.strerror or inner})"
-        if isinstance(inner, OSError) and inner.errno is not None:
-            return _ERRNO_WORDS.get(inner.errno) or os.strerror(inner.errno).lower()
+    if (reason := dial_reason(error)) is not None:
+        return reason
     if any(getattr(inner, "closed_unanswered", False) for inner in _chain(error)):
         return "it took the connection and closed it without answering"  # not the chain's text
     return root_cause(error)
