@@ -75,8 +75,16 @@ class LinkedBus:
             await nursery.start(proxy.run)
 
     def start(self) -> None:
-        for process in self.processes.values():
-            process.start()
+        """Start every group, in order; when one does not start (ServerStartError, or
+        the run is interrupted meanwhile), the ones already started are stopped before
+        the error goes on: `mrs sim run` whose group 2 did not start left group 1
+        running, in a process group of its own, after the command had ended."""
+        try:
+            for process in self.processes.values():
+                process.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """SIGTERM each running group and wait for it; one that does not exit in time

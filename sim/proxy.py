@@ -5,9 +5,10 @@ every accepted connection to the real peer as TCP would: a half-close is passed 
 and each direction holds at most one chunk, so a peer that never reads stops its
 sender. `cut()` closes every connection it carries and refuses new ones until
 `heal()`; `blackhole("forward")` silently drops what the dialer sends (or
-"backward": what the peer answers, its end of stream too) while the connection stays
-up, which is how a peer ends up storing a message whose acknowledgement never
-arrives.
+"backward": what the peer answers, its end of stream too; no direction: both)
+while the connection stays up, which is how a peer ends up storing a message whose
+acknowledgement never arrives; `heal()` then drops the connections the blackhole
+carried (their streams have bytes missing).
 """
 
 from __future__ import annotations
@@ -46,14 +47,25 @@ class FaultProxy:
             scope.cancel()
 
     def heal(self) -> None:
+        """Let connections through again, and end a blackhole: a connection it carried
+        lost bytes in the middle of its stream, which TCP never does, so it is dropped
+        (as `cut()` drops one) and its peers dial again. Kept up, it went on with frames
+        missing: the link stayed up with its transfers unanswered until the silence
+        limit, and the later frames overtook the lost ones (the in-memory proxy of
+        sim.membus and sim.memnet reset such connections too)."""
         self._cut = False
-        self._blackholed.clear()
+        if self._blackholed:
+            self._blackholed.clear()
+            for scope in list(self._scopes):
+                scope.cancel()
 
-    def blackhole(self, direction: str) -> None:
-        """Silently drop bytes going one way ("forward": dialer -> peer)."""
-        if direction not in DIRECTIONS:
+    def blackhole(self, direction: str | None = None) -> None:
+        """Silently drop bytes going one way ("forward": dialer -> peer), or both ways
+        when no direction is given (a peer that lost power; `blackhole()`, as the
+        in-memory bus's proxy is called, was a TypeError here)."""
+        if direction is not None and direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}")
-        self._blackholed.add(direction)
+        self._blackholed.update(DIRECTIONS if direction is None else (direction,))
 
     @property
     def is_cut(self) -> bool:

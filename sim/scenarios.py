@@ -22,7 +22,7 @@ from pathlib import Path
 import trio
 
 from clients import MrsError, connect
-from journals import Journal, JournalStore
+from journals import CorruptRecord, Journal, JournalStore
 from sim import workload
 from sim.bus import LinkedBus
 from sim.checker import History
@@ -120,7 +120,9 @@ async def _nemesis(
             await trio.sleep(hold_s)
             run.fault_files[victim].write_text("")
         elif action == "pause":
-            pid = bus.processes[victim].process.pid
+            paused = bus.processes[victim].process
+            assert paused is not None  # started before the nemesis runs
+            pid = paused.pid
             os.kill(pid, signal.SIGSTOP)
             try:  # also when cancelled: a stopped process ignores the SIGTERM that stops it
                 await trio.sleep(hold_s)
@@ -190,8 +192,8 @@ async def run_scenario(
     run = RealRun(bus, rng, history, fault_files=fault_files)
     async with trio.open_nursery() as nursery:
         await bus.start_proxies(nursery)
-        await trio.to_thread.run_sync(bus.start)
         try:
+            await trio.to_thread.run_sync(bus.start)
             async with trio.open_nursery() as load:
                 for group_id in GROUPS:
                     load.start_soon(workload.consumer, run, group_id, workload.IN_ORDER_QUEUE, 1)
@@ -228,13 +230,21 @@ async def run_scenario(
 
 
 def _read_journals(history: History, group_id: int, path: Path) -> None:
-    """After the drain: what the DLJ holds, and anything left in a DQF or SAF."""
+    """After the drain: what the DLJ holds, and anything left in a DQF or SAF. A
+    corrupt record (in any of them) is a leftover too, named by its problem: the
+    verdict shows it as stuck, where `record.body` of a CorruptRecord ended the run in
+    an AttributeError with no verdict at all."""
     store = JournalStore(path, readonly=True)
     try:
-        for _, record in store.scan(Journal.DLJ):
-            history.dead_letter_journal.add(record.body.decode())
-        for journal in (Journal.DQF, Journal.SAF):
-            left = [record.body.decode() for _, record in store.scan(journal)]
+        for journal in (Journal.DLJ, Journal.DQF, Journal.SAF):
+            left = []
+            for _, record in store.scan(journal):
+                if isinstance(record, CorruptRecord):
+                    left.append(f"corrupt: {record}")
+                elif journal is Journal.DLJ:
+                    history.dead_letter_journal.add(record.body.decode())
+                else:
+                    left.append(record.body.decode())
             if left:
                 history.leftovers[f"g{group_id} {journal.name}"] = left
     finally:
@@ -249,5 +259,5 @@ def _heal(run: RealRun) -> None:
     for path in run.fault_files.values():
         path.write_text("")
     for process in run.bus.processes.values():
-        if process.running:
+        if process.running and process.process is not None:
             os.kill(process.process.pid, signal.SIGCONT)
