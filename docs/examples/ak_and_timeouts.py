@@ -61,4 +61,4 @@ async def main(address: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    trio.run(main, sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:7001")

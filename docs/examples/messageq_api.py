@@ -77,5 +77,6 @@ def blocking(address: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "docs/examples/g1")
-    blocking(sys.argv[1])
+    address = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:7001"
+    trio.run(main, address, sys.argv[2] if len(sys.argv) > 2 else "docs/examples/g1")
+    blocking(address)

@@ -26,6 +26,7 @@ from mrs.ops.web import (
     sample_of,
 )
 from mrs.tools.cli_support import positive_float
+from mrs.transport.bind_failure import bind_failure
 
 if TYPE_CHECKING:
     from mrs.tools.web_actions import BusWebAdmin
@@ -84,7 +85,6 @@ def _listen_address(text: str) -> tuple[str, int]:
 
 def run_web(args: argparse.Namespace) -> int:
     from mrs.tools.bus_status import bus_json, fetch_all, targets_from_args
-    from mrs.tools.cli_support import CommandError
 
     host, port = _listen_address(args.listen)
     status_args = argparse.Namespace(address=None, config=args.config, group=None)
@@ -138,9 +138,7 @@ def run_web(args: argparse.Namespace) -> int:
                     functools.partial(serve_http, handlers=handlers), host, port, routes
                 )
             except OSError as error:
-                raise CommandError(
-                    f"--listen {args.listen}: cannot listen ({error.strerror or error})", 1
-                ) from None
+                raise bind_failure(f"mrs web --listen {args.listen}", "--listen", error) from None
             print(f"WEB {http_url(bound_host, bound_port)}", flush=True)
 
     try:

@@ -10,6 +10,7 @@ no advice).
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -49,4 +50,25 @@ def test_each_instance_says_its_own_reason() -> None:
         f"cannot connect to {first},{second}: {first}: connection refused: nothing "
         f"listens there; {second}: connection refused: nothing listens there; is the "
         "group's server running? (start it with `mrs serve`)"
+    )
+
+
+def test_mrs_web_on_a_port_in_use_says_what_to_do(tmp_path: Path) -> None:
+    """A second `mrs web` on 8100 said only `cannot listen (Address already in use)`,
+    where `mrs serve` says what to do: now the same words (mrs.transport.bind_failure)."""
+    from tests.process.test_web_bus_admin import _plain_bus
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "mrs", "web", "--config", str(_plain_bus(tmp_path)),
+             "--listen", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"mrs: mrs web --listen 127.0.0.1:{port}: the port is in use by another process; "
+        "stop it or change --listen\n"
     )
