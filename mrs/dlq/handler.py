@@ -102,6 +102,9 @@ class Handler:
     _ended: trio.Event = field(default_factory=trio.Event)
     """Set when a taker ended with nothing worked and no take out: the others end too
     (`_end_takers`) rather than each finding so after a poll of its own."""
+    _changed: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) when room may have come: a letter's work ended, a take was
+    answered, or the takers end. Takers waiting for room wake on it (`_wake`)."""
     connected: bool = False
     """Set once the connection to the group is made: a failure before it is a group
     never reached (mrs.dlq.command says "could not connect"), not a connection lost."""
@@ -123,7 +126,10 @@ class Handler:
             if self.options.dlj is not None:
                 group_name = self.options.bus.group(self.options.group_id).name
                 self.source = DljSource(
-                    cast(GroupJournals, self.options.dlj), group_name, self.options.fault_file
+                    cast(GroupJournals, self.options.dlj),
+                    group_name,
+                    self.options.fault_file,
+                    left_max=self.options.seen_max,
                 )
                 await self.source.open(self.reporter.note)
             else:
@@ -207,6 +213,14 @@ class Handler:
         letters (or stopped by the DLQ's unconfirmed cap) ended some 30 s late."""
         if self._working == 0 and self._taking == 0:
             self._ended.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the takers waiting for room: they look again now. Why: each looked
+        once a DLQ_HANDLER_POLL_S only, so a DLJ of 40 records the table leaves,
+        worked with `--seen-max 1`, took some 40 s where a fraction of one does."""
+        self._changed.set()
+        self._changed = trio.Event()
 
     def _arrive(self, ticket: int, message: Message | None, client, nursery, limiter) -> None:
         """Admit what the takes brought in the order they were asked for, whatever
@@ -233,6 +247,7 @@ class Handler:
             # nothing while an earlier take was still out waits for this, not for a
             # message's work that may never start (an empty DLQ hung --once).
             self._all_done.set()
+        self._wake()
 
     def _room(self) -> bool:
         return (
@@ -271,15 +286,29 @@ class Handler:
             if wait_s is not None and settled and self._idle() >= wait_s:
                 if not self._stop_told:
                     self._stop_told = True
-                    self.reporter.note(
-                        f"ending with the record full: {self.engine.seen} messages held are "
-                        "left on the DLQ, and any behind them were not looked at (raise "
-                        "--seen-max, or move what no rule takes with a catch-all rule)"
-                    )
+                    self.reporter.note(self._stopped_full_note())
                 return False
+            changed = self._changed
             with trio.move_on_after(DLQ_HANDLER_POLL_S):
-                await self._ended.wait()
+                await changed.wait()
         return True
+
+    def _stopped_full_note(self) -> str:
+        """Why the run ends with its record full, where the letters held are. With the
+        DLJ only records it put and could not remove are held then (a left one is not):
+        the note said "left on the DLQ", and the operator looked at an empty DLQ."""
+        if isinstance(self.source, DljSource):
+            return (
+                f"ending with the record full: {self.engine.seen} messages held are left in "
+                "the DLJ (each was put, and its deletion failed: the next run repeats it "
+                "marked a possible duplicate), and any behind them were not looked at "
+                "(raise --seen-max)"
+            )
+        return (
+            f"ending with the record full: {self.engine.seen} messages held are "
+            "left on the DLQ, and any behind them were not looked at (raise "
+            "--seen-max, or move what no rule takes with a catch-all rule)"
+        )
 
     async def _work(self, client, message: Message, limiter: trio.CapacityLimiter) -> None:
         try:
@@ -293,6 +322,7 @@ class Handler:
             self._idle_since = self.clock()
             if self._working == 0:
                 self._all_done.set()
+            self._wake()
 
     async def _work_one(self, client, message: Message, limiter) -> None:
         seq = message.seq
@@ -302,15 +332,15 @@ class Handler:
                 self._no_header[seq] = None
                 self.counts["no_header"] += 1
                 self._event(message, None, "NONE", 0, "left", step.reason)
-                return
+                return self._leave(message)
             if step.kind is StepKind.IGNORE:
                 self.counts["ignored"] += 1
                 self._event(message, step.rule, "IGNORE", step.attempt, "left", step.reason)
-                return
+                return self._leave(message)
             if step.kind is StepKind.LOOPED:
                 self.counts["looped"] += 1
                 self._event(message, None, "NONE", 0, "left", step.reason)
-                return
+                return self._leave(message)
             if step.kind is StepKind.WAIT:
                 await trio.sleep(step.wait_s)
                 continue
@@ -341,6 +371,17 @@ class Handler:
             self._event(
                 message, step.rule, step.rule.action.value, step.attempt, "failed", detail, target
             )
+
+    def _leave(self, message: Message) -> None:
+        """The letter is left where it is. A DLQ letter stays leased to the handler, so
+        it stays in the record (--seen-max). A DLJ record has no lease: the handler
+        passes over it and forgets it. Why: five IGNOREd DLJ records held
+        `--seen-max 5` full, and the run ended without looking at the records behind
+        them, which a catch-all rule would have forwarded."""
+        if isinstance(self.source, DljSource):
+            self.engine.forget(message.seq)
+            self._no_header.pop(message.seq, None)
+            self.source.leave(message)
 
     def _input(self) -> DlqSource | DljSource:
         assert self.source is not None, "the source is set before anything is taken"

@@ -9,7 +9,9 @@ after the put and before the removal marks the repeat as a possible duplicate; a
 whose mark could not be committed is not made (`NotMarked`), and a removal that failed
 (a device error) is tried again as the DLQ confirm is, then left (`NotRemoved`): the
 record keeps its mark, so the next run's repeat is marked. One handler works a DLJ at a
-time (an exclusive lock file); another waits for it.
+time (an exclusive lock file); another waits for it. A DLJ record has no lease: one the
+handler leaves (IGNORE) is passed over by the scan (`DljSource.leave`), not held against
+`--seen-max` as a leased DLQ letter is.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ from journals import (
 )
 from mrs.core.deadletter import dead_letter_header
 from mrs.group.dlq_leases import DISCARD_CONFIRM_VALUE
-from mrs.limits import DLQ_HANDLER_CONFIRM_PAUSE_S, DLQ_HANDLER_CONFIRM_TRIES_MAX
+from mrs.limits import (
+    DLQ_HANDLER_CONFIRM_PAUSE_S,
+    DLQ_HANDLER_CONFIRM_TRIES_MAX,
+    DLQ_HANDLER_SEEN_MAX_DEFAULT,
+)
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
 from mrs.offline.journal_files import GroupJournals, open_store
 from mrs.offline.selection import RecordFilter
@@ -146,7 +152,11 @@ class DljSource:
     )
 
     def __init__(
-        self, journals: GroupJournals, group_name: str, fault_file: Path | None = None
+        self,
+        journals: GroupJournals,
+        group_name: str,
+        fault_file: Path | None = None,
+        left_max: int = DLQ_HANDLER_SEEN_MAX_DEFAULT,
     ) -> None:
         self.journals = journals
         self.group_name = group_name
@@ -157,11 +167,21 @@ class DljSource:
         self._lock_fd: int | None = None
         self._ready: deque[Message] = deque()
         self._handed: set[int] = set()
+        """Records handed out and still held by the run (being worked, or put and not
+        removed): at most the handler's --seen-max."""
+        self._left: set[int] = set()
+        """Records the run left (IGNORE): a re-scan from the start passes over them.
+        At most `left_max`; past it the run re-scans no more (`_restart`)."""
+        self.left_max = left_max
+        self._left_overflowed = False
+        self._overflow_told = False
         self._after_seq: int | None = None
         self._restarted_s = float("-inf")
+        self.note = None
 
     async def open(self, note) -> None:
         """Take the DLJ lock (waiting while another handler holds it), open the store."""
+        self.note = note
         path = Path(self.journals.data_dir) / LOCK_FILE
         self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         told = False
@@ -199,17 +219,45 @@ class DljSource:
             now_s = trio.current_time()
             if now_s - self._restarted_s >= timeout_s:  # once a poll, not once a taker
                 self._restarted_s = now_s
-                self._after_seq = None  # new records may have landed anywhere: look again
+                self._restart()
         return None
+
+    def _restart(self) -> None:
+        """Scan again from the start: new records may have landed anywhere (a seq is
+        its origin group's). Not once more records were left than the run remembers:
+        those it forgot would be looked at (and reported) again on every poll."""
+        if not self._left_overflowed:
+            self._after_seq = None
+            return
+        if self.note is not None and not self._overflow_told:
+            self._overflow_told = True
+            self.note(
+                f"more than {self.left_max} records are left in the DLJ (--seen-max): the "
+                "handler no longer re-scans it from its start; a record that lands before "
+                f"seq {self._after_seq} is looked at by the next run (raise --seen-max)"
+            )
+
+    def leave(self, message: Message) -> None:
+        """The run leaves this record in the DLJ (IGNORE: no rule takes it, or every
+        one failed): it holds it no more. The scan is past it, and a re-scan from the
+        start passes over it while the run remembers it (`left_max` records)."""
+        self._handed.discard(message.seq)
+        if len(self._left) < self.left_max:
+            self._left.add(message.seq)
+        else:
+            self._left_overflowed = True
 
     def _scan(self) -> None:
         """Read on from `_after_seq`, a chunk (one short read transaction) at a time,
         until some record is ready or the journal's end is reached: a chunk of records
         already handed out (held: IGNORE, no match) is passed over, not taken for the
-        end, or a handler holding SCAN_CHUNK records would never see a newer one."""
+        end, or a handler holding SCAN_CHUNK records would never see a newer one. It
+        stops at the first record ready: a chunk's records all made ready held up to
+        SCAN_CHUNK bodies beyond --held-bytes-max."""
         selection = RecordFilter(Journal.DLJ)
         while not self._ready:
             read = 0
+            # Returning mid-chunk drops the scan: its read transaction ends with it.
             for key, record in scan(
                 self._opened(), Journal.DLJ, selection, after_seq=self._after_seq, chunk=SCAN_CHUNK
             ):
@@ -217,10 +265,11 @@ class DljSource:
                 self._after_seq = seq_of_key(key)
                 if isinstance(record, CorruptRecord):
                     continue  # `mrs dump` reports it; a handler cannot match it
-                if record.seq in self._handed:
+                if record.seq in self._handed or record.seq in self._left:
                     continue
                 self._handed.add(record.seq)
                 self._ready.append(self._message(record))
+                return
             if read < SCAN_CHUNK:
                 return  # the end of the journal
 

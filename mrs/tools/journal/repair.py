@@ -358,6 +358,13 @@ def _run_salvage(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if (not_a_directory := _not_a_directory(args.to)) is not None:
+        print(
+            f"mrs journal salvage: --to {args.to}: {not_a_directory} is a file, not a "
+            "directory: name a new directory (or an empty one) to fill",
+            file=sys.stderr,
+        )
+        return 2
     found = _survey_or_refuse(journals_path, "salvage")
     if found is None:
         return 1
@@ -379,3 +386,17 @@ def _run_salvage(args: argparse.Namespace) -> int:
         extra["replay_ledger"] = ledger
     _print(found, journals_path, args.json, extra)
     return 0
+
+
+def _not_a_directory(path: Path) -> Path | None:
+    """The nearest existing one of `path` and its parents when that is not a
+    directory (a regular file: the operator's mistake), else None. Why: `--to FILE`
+    (or a path under a file) surveyed the whole journal, then ended "cannot write the
+    copy ...: Not a directory ... make room", exit 1, as a full disk does."""
+    for place in (path, *path.parents):
+        try:
+            if place.exists():
+                return None if place.is_dir() else place
+        except OSError:  # cannot look (no permission): the copy says why it fails
+            return None
+    return None
