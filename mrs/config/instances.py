@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from mrs.config.addresses import host_port, same_address
+from mrs.config.addresses import host_port, overlap, same_address
 from mrs.config.fields import FieldReader, _describe, _join
 from mrs.config.instance_types import (
     COORDINATOR_PREFIX_DEFAULT,
@@ -128,30 +128,37 @@ def parse_instances(
 
 
 def _check_distinct(reader: FieldReader, instances: list[InstanceConfig], where: str) -> None:
-    """Names, client addresses and replication addresses: each used once in the group
-    (`localhost` and 127.0.0.1 are one address: mrs.config.addresses)."""
-    seen: dict[object, int] = {}
+    """Names, client addresses and replication addresses: each used once in the group.
+    Two addresses are one when they are one listener on one machine
+    (`addresses.overlap`: `localhost` and 127.0.0.1, or a wildcard host and a loopback
+    or wildcard one on its port), as across groups (mrs.config.parse). Why the
+    wildcard too: an instance on 0.0.0.0:7101 beside one (or its own replication) on
+    127.0.0.1:7101 loaded, and the second to start failed on a port in use."""
+    names: dict[str, int] = {}
+    seen: list[tuple[str, int, int, str]] = []  # host, port, instance, key
     for i, instance in enumerate(instances):
         at = f"{where}.instance[{i}]"
-        for key, value, shown in (
-            ("name", instance.name, instance.name),
-            (
-                "listen",
-                same_address(instance.listen_host, instance.listen_port),
-                instance.listen,
-            ),
-            (
-                "replication",
-                same_address(instance.replication_host, instance.replication_port),
-                host_port(instance.replication_host, instance.replication_port),
-            ),
+        if instance.name in names:
+            reader.fail(
+                _join(at, "name"),
+                f"{instance.name} is also used by {where}.instance[{names[instance.name]}]",
+            )
+        names[instance.name] = i
+        for key, host, port in (
+            ("listen", instance.listen_host, instance.listen_port),
+            ("replication", instance.replication_host, instance.replication_port),
         ):
-            kind = "name" if key == "name" else "address"
-            if (kind, value) in seen:
-                other = seen[(kind, value)]
+            for other_host, other_port, other, other_key in seen:
+                if not overlap(host, other_host, port, other_port):
+                    continue
                 user = "its listen address" if other == i else f"used by {where}.instance[{other}]"
-                reader.fail(_join(at, key), f"{shown} is also {user}")
-            seen[(kind, value)] = i
+                if same_address(host, port) != same_address(other_host, other_port):
+                    user += (
+                        f" (its {other_key}, {host_port(other_host, other_port)}: a 0.0.0.0 or :: "
+                        "host takes its port on every address of the machine)"
+                    )
+                reader.fail(_join(at, key), f"{host_port(host, port)} is also {user}")
+            seen.append((host, port, i, key))
 
 
 def _etcd_url_ok(endpoint: str) -> bool:

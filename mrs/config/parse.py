@@ -329,24 +329,32 @@ class _Parser(FieldReader):
         `address` copied from the lower group's own `listen` loaded, and the group
         dialed itself for ever, logging "group 1 has no link from group 1", which
         names neither the link nor its key."""
-        owners = {
-            same_address(host, port): (group.id, where)
+        owners = [
+            (host, port, group.id, where)
             for i, group in enumerate(groups)
             for where, host, port in _addresses(group, f"group[{i}]")
             if port != 0
-        }
+        ]
         for i, link in enumerate(links):
             if link.address_host is None or link.address_port is None:
                 continue
-            owner = owners.get(same_address(link.address_host, link.address_port))
+            link_host, link_port = link.address_host, link.address_port
+            # the same listener: `same_address`, or a wildcard listen's loopback
+            # (`overlap`): a group on 0.0.0.0:7001 whose link said 127.0.0.1:7001
+            # dialed itself for ever, as one given its own spelling did
+            owner = next(
+                (o for o in owners if overlap(link_host, o[0], link_port, o[1])), None
+            )
             if owner is None:
                 continue
-            group_id, where = owner
+            host, port, group_id, where = owner
             if group_id != link.groups[1] or not where.endswith(".listen"):  # not ops_listen
+                shown = host_port(link_host, link_port)
+                if same_address(link_host, link_port) != same_address(host, port):
+                    shown += f" (the listener of {host_port(host, port)})"
                 self.fail(
                     f"link[{i}].address",
-                    f"{host_port(link.address_host, link.address_port)} is {where}, "
-                    f"not where group "
+                    f"{shown} is {where}, not where group "
                     f"{link.groups[1]} takes links (its listen): the lower group dials it there",
                 )
 
