@@ -219,11 +219,15 @@ class NotTls(Exception):
 def tls_network(bus: Any, group: Any) -> TlsNetwork:
     """The TLS network of `group` (its config has `tls`): each group it dials is
     verified by the name mrs-group-N at the address it dials (a link's address, or
-    the peer's listen address). ConfigError (one line, `mrs serve` does not start)
-    when the group's certificate or CA has expired (one not valid yet is let be, see
-    `TlsConfig.validity_problem`), or its certificate does not name mrs-group-N while
-    peers verify that name (`TlsConfig.start_problem`): before, the group served and
-    refused every client and peer with a line that blamed them."""
+    the peer's listen address, or each of a replicated peer's instances': before, only
+    the first instance's was named, and the others were checked against their IP
+    address, which `mrs certs` does not put in the certificate).
+
+    ConfigError (one line, `mrs serve` does not start) when the group's certificate
+    or CA has expired (one not valid yet is let be, see `TlsConfig.validity_problem`),
+    or its certificate does not name mrs-group-N while peers verify that name
+    (`TlsConfig.start_problem`): before, the group served and refused every client
+    and peer with a line that blamed them."""
     if (problem := group.tls.start_problem(group)) is not None:
         raise ConfigError(bus.path, f"group {group.id} [group.tls]", problem)
     peer_names: dict[tuple[str, int], str] = {}
@@ -234,6 +238,10 @@ def tls_network(bus: Any, group: Any) -> TlsNetwork:
         else:
             peer = bus.group(peer_id)
             address = (peer.listen_host, peer.listen_port)
+            for instance in peer.instances:  # a replicated peer's link dials each in turn
+                peer_names[(instance.listen_host, instance.listen_port)] = group_server_name(
+                    peer_id
+                )
         peer_names[address] = group_server_name(peer_id)
     return TlsNetwork(group.tls, peer_names)
 
