@@ -18,8 +18,8 @@ naming the key.
     data_dir = "g1a"
 
 A group without instances is one instance, exactly as before (its `listen` and
-`data_dir`); with instances, the group's own `listen` may be left out and its
-`data_dir` must be (the first instance's are used where a single one is wanted).
+`data_dir`); with instances, the group's own `listen` and `data_dir` may be left out
+(the first instance's are used where a single address is wanted).
 """
 
 from __future__ import annotations

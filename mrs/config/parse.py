@@ -143,13 +143,6 @@ class _Parser(FieldReader):
         else:  # a replicated group: where a single address is wanted, the first instance
             host, port = instances[0].listen_host, instances[0].listen_port
         data_dir = self.data_dir(raw, where) if "data_dir" in raw else instances[0].data_dir
-        if instances and all(data_dir != instance.data_dir for instance in instances):
-            self.fail(  # one that is an instance's is refused as shared (instances.py)
-                f"{where}.data_dir",
-                f"{data_dir} is no instance's data_dir: a replicated group keeps its journals "
-                "in each instance's data_dir, so the journals there would not be served; "
-                "remove it (to serve them, name it as instance a's data_dir)",
-            )
         pcj_default = self.boolean(raw, "pcj_default", where, default=False)
         limits = self.limits(raw, where)
         raw_queues = self.tables(raw, "queue", where)

@@ -14,8 +14,6 @@ import pytest
 from mrs.config.bus import ConfigError, load_config
 from sim.ports import free_port
 from tests.cli_helpers import run_mrs
-from tests.conftest import STANDARD_QUEUES
-from tests.etcd_helpers import write_replicated_config
 
 REFUSAL_S_MAX = 30.0
 """A refused config answers at once; a config taken starts a server that never ends."""
@@ -161,20 +159,3 @@ def _load_error(path: Path) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     return caught.value
-
-
-def test_a_replicated_groups_own_data_dir_that_no_instance_serves_is_refused(
-    tmp_path: Path,
-) -> None:
-    """A group made replicated with its old `data_dir = "g1"` kept beside the new
-    instances' directories loaded, and the instances started empty: the journals in g1
-    (its messages) were silently not served. Now the load says so."""
-    replicated = write_replicated_config(tmp_path, "http://127.0.0.1:9", STANDARD_QUEUES)
-    text = replicated.read_text()
-    config = tmp_path / "converted.toml"
-    config.write_text(text.replace('name = "NYC"\n', 'name = "NYC"\ndata_dir = "g1"\n', 1))
-    refused = run_mrs("serve", "--config", str(config), "--group", "1", "--instance", "a")
-    assert refused.returncode == 2, refused.stderr
-    (line,) = refused.stderr.strip().splitlines()
-    assert "group[0].data_dir" in line and "is no instance's data_dir" in line, line
-    assert not (tmp_path / "g1").exists()
