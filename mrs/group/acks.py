@@ -12,6 +12,16 @@ a confirm notice with no waiter in memory finds it here. A notice resent after a
 drop finds nothing (deleted, or being deleted), so the MRS_ACK is sent once. The record
 names the group the message went to, and only that group's notice settles it: a peer
 is not trusted for being any other group (docs/security.md).
+
+The message itself is journaled beside its debt (META, "ackmsg:" + seq, the record a
+SAF would hold), in the same batch. Why: the put is answered once the debt is durable,
+and a message sent straight over the link was then in memory only until the peer
+stored it: a SIGKILL of this group in that moment lost it, and its debt waited for a
+confirm that never came. The copy goes when the message is safe elsewhere: in the
+batch that writes its SAF record, once the peer answered it STORED (and only then is
+the peer told it may forget its (origin, seq) dedupe key: `PeerState.forgets_held`),
+or with its debt. A copy found at start-up is moved into the SAF with its original
+seq (mrs.group.outbound `recover`), and the peer's dedupe drops it if it stored it.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from journals import Journal, JournalError, WriteBatch
+from journals import Journal, JournalError, Record, WriteBatch
 from mrs.core.refusals import RefusalLog
 from mrs.group.context import GroupContext
 from mrs.group.peers import Peers
@@ -37,6 +47,7 @@ from mrs.model import Address, Status
 log = logging.getLogger("mrs.ack_waits")
 
 KEY_PREFIX = b"ackwait:"
+MESSAGE_PREFIX = b"ackmsg:"
 OUT_PREFIX = b"ackout:"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -44,6 +55,11 @@ _U64 = struct.Struct(">Q")
 
 def ack_wait_key(seq: int) -> bytes:
     return KEY_PREFIX + _U64.pack(seq)
+
+
+def ack_message_key(seq: int) -> bytes:
+    """The META key of the copy of an AK_CONF message to another group (its record)."""
+    return MESSAGE_PREFIX + _U64.pack(seq)
 
 
 @dataclass(eq=False)
@@ -58,6 +74,9 @@ class AckWaits:
     one; until then it stays here, so the set is bounded by the records on disk."""
     _undeleted: set[int] = field(default_factory=set)
     """Seqs whose delete failed, deleted again with the next `done`."""
+    messages: set[int] = field(default_factory=set)
+    """Seqs whose message copy (`ack_message_key`) is on disk, or being written, and
+    not yet being deleted."""
     misdirected: RefusalLog = field(init=False)
     """Confirm notices from a group the message was not sent to: one WARNING per
     peer at most every REFUSAL_LOG_INTERVAL_S, with the count of those not shown."""
@@ -71,16 +90,22 @@ class AckWaits:
         response_queue: Address,
         target_group: int,
         then: Callable[[JournalError | None], None] | None = None,
+        message: Record | None = None,
     ) -> None:
         """Remember (durably) that an MRS_ACK for `seq`, put to a queue of group
-        `target_group`, is owed to `response_queue`; `then(error)` once that is
-        durable (the put is answered only then)."""
+        `target_group`, is owed to `response_queue`, and keep a copy of the `message`
+        with it; `then(error)` once that is durable (the put is answered only then)."""
         value = msgpack.packb([response_queue.group, response_queue.queue, target_group])
         batch = WriteBatch.empty().put_raw(Journal.META, ack_wait_key(seq), value)
+        if message is not None:
+            batch.put_record(Journal.META, ack_message_key(seq), message)
+            self.messages.add(seq)
         report = _log_failure(seq, "journal")
 
         def journaled(error: JournalError | None) -> None:
             report(error)
+            if error is not None:
+                self.messages.discard(seq)
             if then is not None:
                 then(error)
 
@@ -91,11 +116,13 @@ class AckWaits:
         if seq in self._deleting:
             return
         self._deleting.add(seq)
+        self.messages.discard(seq)
         seqs = {seq} | self._undeleted
         self._undeleted = set()
         batch = WriteBatch.empty()
         for each in seqs:
             batch.delete(Journal.META, ack_wait_key(each))
+            batch.delete(Journal.META, ack_message_key(each))
         report = _log_failure(seq, "delete")
 
         def deleted(error: JournalError | None) -> None:
@@ -104,6 +131,27 @@ class AckWaits:
                 self._deleting -= seqs
             else:  # still owed to nobody: kept out of `owed_to`, deleted again next time
                 self._undeleted |= seqs
+
+        self.ctx.writer.submit(batch, deleted)
+
+    def message_moved(self, batch: WriteBatch, seq: int) -> None:
+        """`batch` writes the message's SAF record: its copy goes in the same commit."""
+        if seq in self.messages:
+            self.messages.discard(seq)
+            batch.delete(Journal.META, ack_message_key(seq))
+
+    def message_delivered(self, seq: int, then: Callable[[], None]) -> None:
+        """The peer stored the message: delete its copy; `then()` once that is durable
+        (the peer may forget its dedupe key only then). A failed delete leaves the copy,
+        resent at the next start and dropped by the peer as one it has."""
+        self.messages.discard(seq)
+        batch = WriteBatch.empty().delete(Journal.META, ack_message_key(seq))
+        report = _log_failure(seq, "delete the message copy of")
+
+        def deleted(error: JournalError | None) -> None:
+            report(error)
+            if error is None:
+                then()
 
         self.ctx.writer.submit(batch, deleted)
 

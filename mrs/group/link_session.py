@@ -456,6 +456,9 @@ class PeerLink:
         if draining and peer.saf_backlog > 0:
             self._drain_saf()
         self._send_direct_queue()
+        if peer.forgets_due:  # their journaled copies are gone (mrs.group.acks)
+            self._forget.extend(peer.forgets_due)
+            peer.forgets_due.clear()
         if self._forget:
             forget, self._forget = self._forget, []
             for start in range(0, len(forget), NOTICES_PER_FRAME_MAX):
@@ -888,8 +891,9 @@ class PeerLink:
         self._in_flight -= pending.count
         self._in_flight_bytes -= pending.frame_bytes
         if sent is Sent.DIRECT:
+            held = self.rooms.peers[self.peer_id].forgets_held
             for on_result, result in zip(pending.items, ack.results, strict=True):
-                if result.status == Status.STORED:
+                if result.status == Status.STORED and result.seq not in held:
                     self._forget.append(result.seq)
                 on_result(result.status, result.stored_seq)
         elif sent is Sent.SAF:

@@ -10,6 +10,9 @@ The rules (MessageQ MRS, DESIGN.md §2):
   SAF stores it in the local SAF (SAF_SUCCESS). A recoverable message in flight when
   the link drops goes to the SAF (SAF_FORCED) and is resent: the peer may have it
   (its (origin group, seq) dedupe stores it once).
+- An AK_CONF put's message is journaled beside its MRS_ACK debt (mrs.group.acks) before
+  the put is answered; a copy found at start-up goes into the SAF with its seq and is
+  resent (`_resend_copies`): a SIGKILL before the peer stored it loses nothing.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from journals import (
     JournalError,
     JournalFullError,
     WriteBatch,
+    decode_record,
     group_key,
     split_key,
 )
-from mrs.group.acks import AckOutbox, AckWaits
+from mrs.group.acks import MESSAGE_PREFIX, AckOutbox, AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import LinkPort, Peers, PeerState
 from mrs.group.receipts import Receipts
@@ -59,6 +63,7 @@ class Outbound:
 
     def recover(self) -> None:
         """Count each target group's SAF backlog and the notices still to send."""
+        self._resend_copies()
         store = self.ctx.store
         for key, item in store.scan(Journal.SAF):
             peer_group, _seq = split_key(key)
@@ -89,6 +94,36 @@ class Outbound:
             if peer.saf_backlog:
                 log.info("SAF backlog for group %d: %d messages", peer.group_id, peer.saf_backlog)
         self.ack_outbox.recover()
+
+    def _resend_copies(self) -> None:
+        """Move each AK_CONF message copy journaled beside its debt into the SAF, under
+        its own seq (one transaction): the drain resends it in seq order, and the peer
+        answers one it stored already STORED without storing it again (its dedupe key
+        is kept until this group's forget notice, sent only once the copy is gone)."""
+        store = self.ctx.store
+        batch = WriteBatch.empty()
+        for key, value in store.raw_items(Journal.META):
+            if not key.startswith(MESSAGE_PREFIX):
+                continue
+            try:
+                record = decode_record(value, Journal.META.value, key)
+            except CorruptRecord as corrupt:
+                self.ctx.report_corrupt(corrupt, "not resent")
+                continue
+            batch.put_raw(Journal.SAF, group_key(record.target_group, record.seq), value)
+            batch.delete(Journal.META, key)
+        if not len(batch):
+            return
+        try:
+            store.commit_now(batch)
+        except JournalError as error:  # kept beside their debts: moved at the next start
+            log.error("AK_CONF messages journaled with their debts not resent: %s", error)
+            return
+        log.info(
+            "group %d: %d AK_CONF messages in flight at the last stop resent via the SAF",
+            self.ctx.group_id,
+            len(batch) // 2,
+        )
 
     def put(self, entry: Entry, reply: PutReply) -> None:
         """A put for another group: direct, via the SAF, or undeliverable."""
@@ -212,9 +247,10 @@ class Outbound:
     def put_owing_ack(
         self, entry: Entry, reply: PutReply, answer: Callable[[int, Status | None], None]
     ) -> None:
-        """AK_CONF to another group: journal the MRS_ACK owed (mrs.group.acks) before the
-        put is answered and before the message leaves, so no restart of this group
-        loses it. `answer(seq, None)` accepts the put; `answer(seq, status)` refuses it."""
+        """AK_CONF to another group: journal the MRS_ACK owed (mrs.group.acks), and the
+        message with it, before the put is answered and before the message leaves, so
+        no restart of this group loses either. `answer(seq, None)` accepts the put;
+        `answer(seq, status)` refuses it."""
 
         def journaled(error: JournalError | None) -> None:
             if error is not None:
@@ -225,7 +261,10 @@ class Outbound:
             reply.on_done = lambda: self.ack_waits.done(entry.seq)  # whatever its outcome
             self.put(entry, reply)
 
-        self.ack_waits.journal(entry.seq, reply.response_queue, entry.target.group, journaled)
+        message = record_from_entry(entry, written_time_ns=self.ctx.clock_ns())
+        self.ack_waits.journal(
+            entry.seq, reply.response_queue, entry.target.group, journaled, message
+        )
 
     def _owe_ack(self, entry: Entry, reply: PutReply) -> None:
         """AK_CONF: once its outcome is reported, forget the MRS_ACK journaled as owed."""
@@ -249,6 +288,7 @@ class Outbound:
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
         key = group_key(peer.group_id, entry.seq)
         batch = WriteBatch.empty().put_record(Journal.SAF, key, record)
+        self.ack_waits.message_moved(batch, entry.seq)  # now the SAF holds it
         if (saf_id := saf_key(entry)) is not None:
             peer.saf_keys.add(saf_id, entry.seq, durable=False)
 
@@ -284,6 +324,8 @@ class Outbound:
             peer.wait_for_notice(entry.seq, reply.reporter(entry.seq))
             if entry.delivery.interest_point is InterestPoint.CONF:
                 self._owe_ack(entry, reply)
+        if entry.seq in self.ack_waits.messages:  # forgotten by the peer once the copy is gone
+            peer.forgets_held.add(entry.seq)
 
         def on_result(status: int, stored_seq: int) -> None:
             self._direct_answered(peer, entry, reply, waits_for_receiver, status, stored_seq)
@@ -302,6 +344,10 @@ class Outbound:
         stored_seq: int,
     ) -> None:
         """The peer answered a direct message (or its link dropped first)."""
+        if entry.seq in peer.forgets_held:
+            peer.forgets_held.discard(entry.seq)
+            if status == Status.STORED:
+                self.ack_waits.message_delivered(entry.seq, lambda: self._forget(peer, entry.seq))
         if status in (LINK_LOST, Status.LINK_DOWN) and entry.delivery.recoverable:
             # The peer may or may not have it: keep it in the SAF and resend; the
             # peer's (origin, seq) dedupe makes that safe. Taking the UMA here
@@ -326,6 +372,12 @@ class Outbound:
         elif entry.delivery.recoverable:
             self._stored_by_peer(peer, entry, status, stored_seq)
             reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+
+    def _forget(self, peer: PeerState, seq: int) -> None:
+        """The peer may forget the dedupe key of `seq`: sent with the link's next flush."""
+        peer.forgets_due.append(seq)
+        if peer.link is not None:
+            peer.link.poke()
 
     def _stored_by_peer(self, peer: PeerState, entry: Entry, status: int, seq: int) -> None:
         """A keyed recoverable put the peer stored directly (as `seq`): a copy put while

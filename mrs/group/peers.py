@@ -106,6 +106,14 @@ class PeerState:
     `_held_already`)."""
     saf_keys: SafKeys = field(default_factory=SafKeys)
     """Idempotency keys of the keyed puts waiting in the SAF for this peer."""
+    forgets_held: set[int] = field(default_factory=set)
+    """Seqs of AK_CONF messages sent directly whose copy is journaled beside their
+    debt (mrs.group.acks): their STORED answer does not make the link send a forget
+    notice; the copy's deletion does, once durable (`forgets_due`). Why: a copy
+    resent after a restart must still find the peer's dedupe key."""
+    forgets_due: list[int] = field(default_factory=list)
+    """Seqs the peer may now forget, taken into the link's forget notices at its next
+    flush (kept while the link is down)."""
 
     def wait_for_notice(self, seq: int, waiter: Callable[[AnyNotice], None]) -> None:
         """Register `waiter` for the peer's notice about `seq`, keeping the table bounded

@@ -140,13 +140,6 @@ async def test_a_full_remote_queue_returns_each_message_to_its_sender(tmp_path, 
         bus.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found, not fixed: an AK_CONF put to another group is answered once its "
-    "MRS_ACK debt is journaled, but the message itself leaves from memory; a SIGKILL "
-    "of the sending group before the peer stored it loses the message, and the "
-    "journaled debt then waits for a confirm that never comes (see the report)",
-)
 async def test_an_ak_conf_put_in_flight_when_its_group_is_killed_is_not_lost(
     tmp_path, nursery
 ) -> None:
@@ -172,5 +165,61 @@ async def test_an_ak_conf_put_in_flight_when_its_group_is_killed_is_not_lost(
         async with bus.connect(1, "OUT") as sender:
             ack = await sender.get(timeout=WAIT_S)
             assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
+    finally:
+        bus.stop()
+
+
+async def test_an_ak_conf_message_the_peer_stored_before_the_kill_arrives_once(
+    tmp_path, nursery
+) -> None:
+    """The peer stores the AK_CONF message but its answers cannot come back (black hole
+    backward); the receiver gets and confirms it; group 1 is SIGKILLed and started
+    again and resends the copy journaled with the debt: the peer drops it as one it
+    has (its dedupe key is kept until group 1 lets it go), so the receiver gets it
+    once and the sender one MRS_ACK, nothing stays in group 1's SAF and group 2
+    forgets the key in the end."""
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        bus.proxy(1, 2).blackhole("backward")
+        async with bus.connect(1, "OUT") as sender:
+            psb = await sender.put(b"once", target="2.10", delivery=MODE.AK_CONF, uma=Uma.DLJ)
+            assert (psb.status, psb.uma_status) == (Status.SUCCESS, Status.UMA_NA)
+        async with bus.connect(2, "IN") as receiver:
+            message = await receiver.get(timeout=WAIT_S)
+            assert message.body == b"once"
+            await receiver.confirm(message.seq)
+        await trio.to_thread.run_sync(bus.processes[1].restart)  # SIGKILL, then start
+        bus.proxy(1, 2).heal()
+        await wait_until(bus, 1, lambda status: status["links"]["2"]["state"] == "up")
+        async with bus.connect(1, "OUT") as sender:
+            ack = await sender.get(timeout=WAIT_S)
+            assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
+            assert await answers(sender) == []
+        await wait_until(bus, 1, lambda status: status["links"]["2"]["saf_backlog"] == 0)
+        async with bus.connect(2, "IN") as receiver:
+            with pytest.raises((NoMoreMessages, MrsError)):  # no second copy
+                await receiver.get(timeout=0.5)
+        await wait_until(bus, 2, lambda status: status["dedupe_keys"] == 0)  # forgotten
+    finally:
+        bus.stop()
+
+
+async def test_the_peer_forgets_a_direct_ak_conf_message_once_its_copy_is_gone(
+    tmp_path, nursery
+) -> None:
+    """An AK_CONF message sent straight over the link keeps its dedupe key at the peer
+    until the sender has deleted the copy journaled with its debt; then the forget
+    notice goes, and the MRS_ACK comes once the receiver confirms."""
+    bus = await start_bus(tmp_path, nursery)
+    try:
+        async with bus.connect(1, "OUT") as sender:
+            psb = await sender.put(b"direct", target="2.10", delivery=MODE.AK_CONF, uma=Uma.DLJ)
+            async with bus.connect(2, "IN") as receiver:
+                message = await receiver.get(timeout=WAIT_S)
+                await wait_until(bus, 2, lambda status: status["dedupe_keys"] == 0)
+                await receiver.confirm(message.seq)
+            ack = await sender.get(timeout=WAIT_S)
+            assert ack.is_mrs_ack and ack.ack_psb().seq == psb.seq
+            assert (await status_of(bus, 1))["links"]["2"]["saf_backlog"] == 0
     finally:
         bus.stop()
