@@ -109,7 +109,7 @@ class PastedPage:
         self.page = page
         self.directory = directory
         self.ports: dict[str, int] = {}
-        self.servers: list[tuple[subprocess.Popen[str], IO[str]]] = []
+        self.servers: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
         self.log = (directory / "servers.log").open("ab")
         shutil.copytree(DOCS / "examples", directory / "docs" / "examples")
         for name in (".ci", "benchmarks", "tests", "pyproject.toml"):
@@ -150,9 +150,11 @@ class PastedPage:
         """A block that starts servers, in the foreground or with `&`: done when each
         `mrs serve` line's server printed READY."""
         starts = re.findall(r"^\s*(?:\S*/)?mrs serve .*$", script, re.MULTILINE)
+        # Unbuffered bytes: a buffered reader took two servers' READY lines in one read,
+        # and select() then saw nothing more to read and waited out the timeout.
         process = subprocess.Popen(
             ["bash", "-e", "-c", script], cwd=self.directory, env=shell_environment(),
-            stdout=subprocess.PIPE, stderr=self.log, start_new_session=True, text=True,
+            stdout=subprocess.PIPE, stderr=self.log, start_new_session=True, bufsize=0,
         )  # fmt: skip
         output = process.stdout
         assert output is not None
@@ -160,7 +162,7 @@ class PastedPage:
         lines: list[str] = []
         while sum(line.startswith("READY ") for line in lines) < len(starts):
             readable, _, _ = select.select([output], [], [], READY_TIMEOUT_S)
-            line = output.readline() if readable else ""
+            line = output.readline().decode(errors="replace") if readable else ""
             if not line:
                 self.log.flush()
                 errors = (self.directory / "servers.log").read_text(errors="replace")[-2000:]
