@@ -100,11 +100,6 @@ class _NoServer:
         pass
 
 
-_STOP_WAIT_S = 2 * REPLICATION_HANDOVER_WAIT_S
-"""How long a planned stop (SIGTERM, `Active.stop`) may spend handing over before it
-stops without: a healthy hand-over takes about a second, and an operator's `kill` (or
-systemd's stop, 90 s by default) must never hang on a replica that does not answer."""
-
 _SETTLE_POLL_S = 0.01
 """How often a hand-over looks whether the last commits are answered (a commit made by
 the server's loop wakes no waiter of the stream's)."""
@@ -157,10 +152,6 @@ class Active:
         self.resigned = False
         """Set as a planned hand-over gives the lease up: its renewals stop."""
         self._handing_over: FailoverRequest | None = None
-        self._hand_over_lock = trio.Lock()
-        """One hand-over at a time: `mrs failover`'s (`_take_up`) or a stop's (`stop`)."""
-        self.stopping = False
-        """A planned stop (`stop`) began: a failover request is refused from then on."""
         self._sync_lock = trio.Lock()
         self.recorded: set[str] = set()
         """The replicas etcd names as in sync (a subset of those waited for)."""
@@ -254,43 +245,12 @@ class Active:
             return  # the renewals decide what etcd's absence means
         self._floors_recorded = floors
 
-    async def stop(self) -> None:
-        """A planned stop (SIGTERM, mrs.server.instance `InstanceRunner.stop`): a
-        hand-over to the replicas in sync as `mrs failover` without `--to` makes it,
-        within `_STOP_WAIT_S`; without one (none in sync, none acknowledges, time is
-        up) it stops answering and gives the lease up, saying so in one line.
-
-        Why a hand-over: an operator's `kill` or `systemctl stop` is a graceful stop.
-        Given up at once, the MRS_ACKs waiting in this instance's memory and the
-        MRS_ACKs of AK puts answered and not yet committed were lost as in a crash,
-        though a switch-over loses none."""
-        self.stopping = True
-        if self.stepped_down is None and not self.resigned:
-            with trio.move_on_after(_STOP_WAIT_S) as bound:
-                async with self._hand_over_lock:
-                    if self.stepped_down is not None or await self.hand_over(None):
-                        return
-            if bound.cancelled_caught:
-                self._say_no_hand_over(f"it did not end within {_STOP_WAIT_S:g} s")
-        self.stream.answering = False
-        self.resigned = True
-        await self.coordinator.resign()
-
-    def _say_no_hand_over(self, why: str) -> None:
-        log.warning(
-            "instance %s stops without a hand-over: %s; the MRS_ACKs and nonrecoverable "
-            "messages in its memory go with it, as in a crash",
-            self.me.name,
-            why,
-        )
-
-    async def hand_over(self, request: FailoverRequest | None) -> bool:
-        """A planned switch-over (`mrs failover`; `request` None: a planned stop,
-        `stop`): once every answer held is out and the chosen replica (or every one
-        in sync) has every record, record only them as in sync, resign and step down;
-        nothing is lost and nothing handed out is marked POSSDUPL that was not.
-        Whether it stepped down; otherwise the request is refused, saying why, so it
-        is never carried out later (a stop's refusal leaves the server paused).
+    async def hand_over(self, request: FailoverRequest) -> bool:
+        """A planned switch-over (`mrs failover`): once every answer held is out and
+        the chosen replica (or every one in sync) has every record, record only them
+        as in sync, resign and step down; nothing is lost and nothing handed out is
+        marked POSSDUPL that was not. Whether it stepped down; otherwise the request is
+        refused, saying why, so it is never carried out later.
 
         Why a commit first (`HANDOVER_KEY`): a replica that has every record because
         nothing was written since may be paused or cut off, and once only it is named
@@ -366,16 +326,11 @@ class Active:
         return all(self.stream.acked.get(name, 0) >= number for name in chosen)
 
     async def _refused_after_settling(
-        self, request: FailoverRequest | None, why: str, owed: list[tuple[int, int, bytes]]
+        self, request: FailoverRequest, why: str, owed: list[tuple[int, int, bytes]]
     ) -> None:
         """The hand-over is refused once the server was paused: the record of the
         MRS_ACKs owed is deleted first (this instance hands them out itself), then
-        answers and requests resume. A stop's (no `request`) leaves all as it is: the
-        instance stops, and the next active hands out the MRS_ACKs owed if it has
-        their record (none was handed out here since)."""
-        if request is None:
-            await self._refuse(request, why)
-            return
+        answers and requests resume."""
         if owed and self.stepped_down is None:
             try:
                 self.store.commit_now(
@@ -388,19 +343,15 @@ class Active:
             self.server.resume()
         await self._refuse(request, why)
 
-    async def _answering_replicas(self, request: FailoverRequest | None) -> set[str] | None:
+    async def _answering_replicas(self, request: FailoverRequest) -> set[str] | None:
         """The replicas to hand over to: the one asked for (or those in sync) that
         acknowledge a record made now, with every answer held out; None (refused)."""
-        to = "" if request is None else request.to
-        chosen = {to} if to else set(self.recorded)
-        if to and to not in self.recorded:
-            await self._refuse(request, f"{to} is not in sync")
+        chosen = {request.to} if request.to else set(self.recorded)
+        if request.to and request.to not in self.recorded:
+            await self._refuse(request, f"{request.to} is not in sync")
             return None
-        if request is None:  # a stop waits for none it has no link to (stopped before it)
-            chosen &= self.links.keys()
         if not chosen:
-            why = "no replica is in sync" if request is not None else "no replica in sync is linked"
-            await self._refuse(request, why)
+            await self._refuse(request, "no replica is in sync")
             return None
         try:
             self.store.commit_now(_handover_record(self.term, chosen))
@@ -426,18 +377,11 @@ class Active:
 
     async def _take_up(self, request: FailoverRequest) -> None:
         try:
-            async with self._hand_over_lock:
-                if self.stopping:
-                    await self._refuse(request, "the active is stopping (SIGTERM)")
-                elif self.stepped_down is None:
-                    await self.hand_over(request)
+            await self.hand_over(request)
         finally:
             self._handing_over = None
 
-    async def _refuse(self, request: FailoverRequest | None, why: str) -> None:
-        if request is None:  # a planned stop's: it stops all the same
-            self._say_no_hand_over(why)
-            return
+    async def _refuse(self, request: FailoverRequest, why: str) -> None:
         log.warning("failover to %s refused: %s; staying active", request.to or "any", why)
         await self.coordinator.refuse_failover(request, why)
 

@@ -203,11 +203,10 @@ class InstanceRunner:
                 self.on_step_down()
 
     async def stop(self) -> None:
-        """A planned stop (SIGTERM, SIGINT): an active hands over to a replica in sync
-        as `mrs failover` does, within a bound, else gives the lease up so a replica
-        takes over at once (mrs.replication.active `Active.stop`)."""
+        """A planned stop: give the lease up so a replica takes over at once."""
         if self.active is not None:
-            await self.active.stop()
+            self.active.stream.answering = False
+            await self.coordinator.resign()
 
     def _reread_queues(self) -> None:
         """The group's queues as the bus file says now. Why: `mrs admin add-queue` and

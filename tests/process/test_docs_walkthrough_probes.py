@@ -109,10 +109,11 @@ def test_operations_errors_transcript_is_what_mrs_prints(tmp_path: Path) -> None
     """operations.md, "Errors and exit codes": a listen port another process holds,
     and a status of a group that is not running, print the page's lines with the
     page's exit status (1: the machine must change, not the command)."""
-    (serve, _), (echo, exit_status), (status, _), _auth = pairs = _transcript(
-        "operations.md", "## Errors and exit codes"
-    )
-    assert echo == "echo $?" and len(pairs) == 4
+    pairs = _transcript("operations.md", "## Errors and exit codes")
+    (serve, _), (echo, exit_status), (status, _), (replica, _), _auth = pairs
+    assert echo == "echo $?" and len(pairs) == 5
+    # The replica's line needs etcd and three instances: tests/process/test_ops_27.py.
+    assert replica.startswith("mrs status --config replicated.toml --address")
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()

@@ -360,9 +360,9 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
                     "selected": tally.selected,
                     "would_send": would_send,
                     "would_skip": tally.skipped,
-                    "copies": tally.copies,
                     "would_remove": tally.removed,
                     "corrupt": tally.corrupt,
+                    "copies": tally.copies,  # after the fields of the release before
                     "by_target": dict(tally.by_target),
                     "by_reason": dict(tally.by_reason),
                     "by_target_and_reason": [
@@ -516,12 +516,12 @@ def _print_summary(options: Options, tally: Tally) -> None:
                     "selected": tally.selected,
                     "sent": tally.sent,
                     "skipped": tally.skipped,
-                    "copies": tally.copies,
                     "failed": tally.failed,
                     "in_doubt": tally.in_doubt,
                     "not_attempted": tally.not_attempted,
                     "removed": tally.removed,
                     "corrupt": tally.corrupt,
+                    "copies": tally.copies,  # after the fields of the release before
                     "statuses": dict(tally.statuses),
                     "failures": tally.failures,
                     "elapsed_s": round(tally.elapsed_s, 3),
