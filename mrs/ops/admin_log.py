@@ -57,6 +57,10 @@ class AdminLog:
         self._keys: list[bytes] | None = None
         """The journals' admin-log keys, oldest first (read at the first write)."""
         self._count = itertools.count()
+        self._pending: dict[bytes, str] = {}
+        """Lines submitted to the journals and not committed yet, by key: `read` shows
+        them. Why: a refused action answered at once and its line committed after, so
+        a `mrs admin journal` asked right after the answer missed it."""
         self.refusals = RefusalLines(self.write)
 
     @classmethod
@@ -97,8 +101,14 @@ class AdminLog:
         the file for a data directory whose journals hold none (written before)."""
         found = self.store_of()
         if found is not None and (keys := self._known_keys(found[0])):
-            values = found[0].get_raw_many(Journal.META, keys[-limit:])  # one read
-            return [json.loads(value) for value in values if value is not None]
+            wanted = keys[-limit:]
+            values = found[0].get_raw_many(Journal.META, wanted)  # one read
+            pending = self._pending
+            texts = [
+                value if value is not None else pending.get(key)
+                for key, value in zip(wanted, values, strict=True)
+            ]
+            return [json.loads(text) for text in texts if text is not None]
         return read_file(self.path, limit)[0]
 
     def _commit(
@@ -112,10 +122,12 @@ class AdminLog:
         key = KEY_PREFIX + _KEY.pack(time.time_ns(), next(self._count) & 0xFFFFFFFF)
         batch = WriteBatch.empty().put_raw(Journal.META, key, text.encode())
         keys.append(key)
+        self._pending[key] = text
         while len(keys) > ADMIN_LOG_RECORDS_MAX:
             batch.delete(Journal.META, keys.pop(0))
 
         def committed(error: JournalError | None) -> None:
+            self._pending.pop(key, None)
             if error is not None:
                 log.error("admin journal line not committed to the journals: %s", error)
             if then is not None:
