@@ -4,11 +4,7 @@ and run again; `--as` naming a queue the group lacks, or its dead letter queue."
 
 from __future__ import annotations
 
-import json
-import sys
-
 import pytest
-import trio
 
 from clients import DeliveryMode, connect
 from journals import Journal
@@ -21,17 +17,7 @@ from tests.journal_helpers import (
     stopped_bus,
     write_records,
 )
-
-
-async def _jplay(bus, *args: str) -> tuple[int, dict, str]:
-    """`mrs jplay ... --json` to the end: (exit status, summary, stderr)."""
-    command = [
-        sys.executable, "-m", "mrs", "jplay", "--config", str(bus.config_path), "--group", "1",
-        "--address", bus.address, *args, "--json",
-    ]  # fmt: skip
-    done = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
-    out = done.stdout.decode()
-    return done.returncode, (json.loads(out) if out.strip() else {}), done.stderr.decode()
+from tests.process.test_jplay_25b import _jplay
 
 
 async def _confirm_all(bus, queue: str) -> list:
