@@ -43,6 +43,9 @@ class FaultProxy:
         """Drop every connection now and refuse new ones until heal()."""
         self._cut = True
         self.cuts += 1
+        self._drop_all()
+
+    def _drop_all(self) -> None:
         for scope in list(self._scopes):
             scope.cancel()
 
@@ -56,8 +59,7 @@ class FaultProxy:
         self._cut = False
         if self._blackholed:
             self._blackholed.clear()
-            for scope in list(self._scopes):
-                scope.cancel()
+            self._drop_all()
 
     def blackhole(self, direction: str | None = None) -> None:
         """Silently drop bytes going one way ("forward": dialer -> peer), or both ways

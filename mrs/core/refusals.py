@@ -92,12 +92,11 @@ class RefusalLog:
         count was lost (a flood that hit a server just before it was restarted)."""
         for key, (logged_s, suppressed, line) in list(self._last.items()):
             if suppressed:
-                more = f"{suppressed} more since the last such line"
-                self.logger.log(self.level, "%s (%s; logged as the server stops)", line, more)
+                self._log(line, suppressed, "; logged as the server stops")
                 self._last[key] = (logged_s, 0, line)
 
-    def _log(self, line: str, suppressed: int) -> None:
-        more = f" ({suppressed} more since the last such line)" if suppressed else ""
+    def _log(self, line: str, suppressed: int, when: str = "") -> None:
+        more = f" ({suppressed} more since the last such line{when})" if suppressed else ""
         self.logger.log(self.level, "%s%s", line, more)
 
 

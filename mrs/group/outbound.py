@@ -102,6 +102,7 @@ class Outbound:
         is kept until this group's forget notice, sent only once the copy is gone)."""
         store = self.ctx.store
         batch = WriteBatch.empty()
+        moved = 0
         for key, value in store.raw_items(Journal.META):
             if not key.startswith(MESSAGE_PREFIX):
                 continue
@@ -112,7 +113,8 @@ class Outbound:
                 continue
             batch.put_raw(Journal.SAF, group_key(record.target_group, record.seq), value)
             batch.delete(Journal.META, key)
-        if not len(batch):
+            moved += 1
+        if not moved:
             return
         try:
             store.commit_now(batch)
@@ -122,7 +124,7 @@ class Outbound:
         log.info(
             "group %d: %d AK_CONF messages in flight at the last stop resent via the SAF",
             self.ctx.group_id,
-            len(batch) // 2,
+            moved,
         )
 
     def put(self, entry: Entry, reply: PutReply) -> None:

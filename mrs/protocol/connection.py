@@ -71,11 +71,10 @@ class Connection:
         """Ids of the requests each side sent that are not answered yet."""
         self._steady: dict[str, dict[type, str | None]] = {CLIENT: {}, SERVER: {}}
         """Per side, once it is OPEN: the events that keep it OPEN (see _process)."""
-        self._transfer_seqs: dict[int, list[int]] = {}
+        self._transfer_seqs: dict[int, tuple[str, list[int]]] = {}
         """The seqs of each LinkTransfer or LinkNotice we sent that is not answered yet,
-        by request id: its LinkAck must name them, one result per item, in order."""
-        self._notice_ids: set[int] = set()
-        """Which of `_transfer_seqs` are LinkNotices (their answer's wording)."""
+        by request id, with what its items are ("message" or "notice": the wording of
+        a refusal): its LinkAck must name them, one result per item, in order."""
 
     # -- state ----------------------------------------------------------------------
 
@@ -179,12 +178,11 @@ class Connection:
                 self._keep_seqs(event)
             return
         self._in_flight[_OTHER[role]].discard(request_id)
-        seqs = self._transfer_seqs.pop(request_id, None) if role == self.their_role else None
-        if seqs is None:  # it answers a query, or we answer
+        kept = self._transfer_seqs.pop(request_id, None) if role == self.their_role else None
+        if kept is None:  # it answers a query, or we answer
             return
-        notice = request_id in self._notice_ids
-        self._notice_ids.discard(request_id)
-        item, frame = ("notice", "LinkNotice") if notice else ("message", "LinkTransfer")
+        item, seqs = kept
+        frame = "LinkNotice" if item == "notice" else "LinkTransfer"
         results = event.results
         if len(results) != len(seqs):
             raise error(f"LinkAck answers {len(results)} {item}s, {len(seqs)} were sent")
@@ -201,10 +199,9 @@ class Connection:
         for `_transfer_or_ack` to check the answer by."""
         request_id = event.request_id
         if type(event) is LinkTransfer:
-            self._transfer_seqs[request_id] = [message.seq for message in event.messages]
+            self._transfer_seqs[request_id] = ("message", [m.seq for m in event.messages])
         else:
-            self._transfer_seqs[request_id] = [notice.seq for notice in event.notices]
-            self._notice_ids.add(request_id)
+            self._transfer_seqs[request_id] = ("notice", [n.seq for n in event.notices])
 
     def _take_ids(self, role: str, requests: list, error: type[ProtocolError]) -> None:
         """Every request of a batch takes its id, all or none: a reused id (in flight

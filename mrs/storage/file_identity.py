@@ -73,7 +73,7 @@ class _Statx:
         )
 
 
-    def read(self, dir_fd: int, path: bytes, flags: int, mask: int):  # -> the buffer or None
+    def read(self, dir_fd: int, path: bytes, flags: int, mask: int) -> ctypes.Array | None:
         """The filled struct statx, or None where there is no statx."""
         function = self.function
         if function is None:
