@@ -5,29 +5,15 @@ fields of a returned message (UMA RTS) against headers any sender may put."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from clients import BadParameter, DeliveryMode, NoMoreMessages, Status, Uma, connect_sync
-from clients.sync import SyncClient
 from mrs.core.selection import by_class_type
 from mrs.model import Address
-from tests.client_helpers import interrupt_at
+from tests.process.test_client_api_probes_21 import _get_interrupted_as_its_message_came
 
 WAIT_S = 30.0
 """Deadline for what the server process must do (a loaded 2-core CI machine)."""
-
-
-def _get_interrupted_as_its_message_came(receiver: SyncClient) -> None:
-    """Ctrl-C landing on the line of `SyncClient._call` that runs once the client's
-    trio thread handed the get's answer over: the client keeps the message."""
-    sys.settrace(interrupt_at(SyncClient._call, "return result if convert"))
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            receiver.get(timeout=WAIT_S)
-    finally:
-        sys.settrace(None)
 
 
 def _drain(address: str, queue: str) -> list[tuple[bytes, int]]:

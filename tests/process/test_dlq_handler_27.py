@@ -29,6 +29,7 @@ from mrs.dlq.report import Reporter
 from mrs.offline.journal_files import locate
 from tests.client_helpers import take_all
 from tests.journal_helpers import record, stopped_bus
+from tests.process.test_dlq_handler_24 import _read_line
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
@@ -158,19 +159,6 @@ def test_salvage_to_a_file_is_a_usage_error(tmp_path, under: str) -> None:
 
 
 # ------------------------------------------- re-scans: left records once, new ones found
-async def _read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes:
-    """The next line of a child's output (b"" at its end), read as it comes."""
-    while b"\n" not in buffer:
-        chunk = await stream.receive_some()
-        if not chunk:
-            line, buffer[:] = bytes(buffer), b""
-            return line
-        buffer.extend(chunk)
-    line, _, rest = bytes(buffer).partition(b"\n")
-    buffer[:] = rest
-    return line
-
-
 async def _rescan_run(bus, seen_max: int) -> tuple[int, list[dict], int]:
     """A WAIT(3) handler over two IGNOREd records; once it has left both, a new
     record lands in the DLJ with a seq before theirs (a live put of group 1, whose
