@@ -93,8 +93,8 @@ def boot_id() -> bytes:
 
     Read once per process (per BOOT_ID_PATH): it changes only with a reboot, which no
     process outlives. Why: every checkpoint's header carries it, and a busy group
-    checkpoints at each large commit; opening and reading /proc for it was 4% of the
-    server's CPU on peerbench's put -> get -> confirm shape (benchmarks/README.md)."""
+    checkpoints at each large commit, so opening and reading /proc for it showed in
+    the server's profile (benchmarks/README.md has the figures)."""
     path = BOOT_ID_PATH
     known = _boot_ids.get(path)
     if known is None:

@@ -217,8 +217,9 @@ class Handler:
 
     def _wake(self) -> None:
         """Wake the takers waiting for room: they look again now. Why: each looked
-        once a DLQ_HANDLER_POLL_S only, so a DLJ of 40 records the table leaves,
-        worked with `--seen-max 1`, took some 40 s where a fraction of one does."""
+        once a DLQ_HANDLER_POLL_S only, so a run whose room came back letter by letter
+        (a DLJ of records the table leaves, with a small `--seen-max`) waited a poll
+        for each."""
         self._changed.set()
         self._changed = trio.Event()
 
