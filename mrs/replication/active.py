@@ -100,6 +100,10 @@ class _NoServer:
         pass
 
 
+_SETTLE_POLL_S = 0.01
+"""How often a hand-over looks whether the last commits are answered (a commit made by
+the server's loop wakes no waiter of the stream's)."""
+
 LINK_ERRORS = (LinkBroken, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _LAG_CHECK_S = 0.1
 
@@ -302,7 +306,8 @@ class Active:
             while self.stream.answered < last or any(
                 self.stream.acked.get(name, 0) < last for name in chosen
             ):
-                await self.stream.released.wait()  # an acknowledgement, or an answer
+                with trio.move_on_after(_SETTLE_POLL_S):
+                    await self.stream.released.wait()
 
     async def _keep_owed_acks(self, chosen: set[str], owed: list[tuple[int, int, bytes]]) -> bool:
         """Commit the MRS_ACKs owed (`HANDOVER_ACKS_KEY`) and wait until the chosen

@@ -306,23 +306,16 @@ class CommitStream:
         return acks[self.acks_needed - 1]
 
     def release(self) -> None:
-        """Answer every held commit a majority has; when that moves `answered`, wake
-        whoever waits on `released`. Why here: a commit made on the server's loop
-        (`hold`) answers too, not only an acknowledgement, and a waiter of
-        `wait_answered` or of a hand-over's last commits (mrs.replication.active
-        `_settle`) slept on until the next acknowledgement."""
+        """Answer every held commit a majority has."""
         if not self.answering:
             return
         durable = self.rules.answerable(self)
-        moved = durable > self.answered
         self.answered = max(self.answered, durable)
         ready: list[Done] = []
         while self.waiting and self.waiting[0][0] <= durable:
             ready.extend(self.waiting.popleft()[1])
         if ready:
             self.deliver(ready)
-        if moved:
-            self.wake_waiters()
 
     def answer_again(self) -> None:
         """Answers resume (a planned hand-over was refused): what a majority holds is
