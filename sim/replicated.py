@@ -40,7 +40,12 @@ from journals import Journal, WriteBatch
 from mrs.config.bus import BusConfig
 from mrs.config.instance_types import InstanceConfig
 from mrs.group import KEPT, Guarantees
-from mrs.replication.coordinator import MemoryCoordinator, MemoryElection
+from mrs.replication.coordinator import (
+    NO_CO_HOLDERS,
+    CoHolders,
+    MemoryCoordinator,
+    MemoryElection,
+)
 from mrs.replication.replica import POSITION_KEY
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.server.group_server import GroupServer
@@ -93,8 +98,10 @@ class SimCoordinator(MemoryCoordinator):
         super().__init__(group.election, name)
         self.group = group
 
-    async def campaign(self, term_at_least: int = 0) -> int | None:
-        term = await super().campaign(term_at_least)
+    async def campaign(
+        self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
+    ) -> int | None:
+        term = await super().campaign(term_at_least, co_holders)
         if term is not None:
             self.group.renewed_s[self.name] = trio.current_time()
             self.group.terms.append((term, self.name))

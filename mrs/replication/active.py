@@ -140,9 +140,6 @@ class Active:
         self.store = store
         self.stream = stream
         self.on_step_down = on_step_down
-        self.co_holders = co_holders
-        """Replicas that held every record this instance held when it won the term
-        (coordinator `same_position_replicas`): etcd names them in sync until one joins."""
         self.connected: set[str] = set()
         self._down_since: dict[str, float] = {}
         """When each replica's link was last lost (or the term began), while it is not
@@ -153,8 +150,10 @@ class Active:
         """Set as a planned hand-over gives the lease up: its renewals stop."""
         self._handing_over: FailoverRequest | None = None
         self._sync_lock = trio.Lock()
-        self.recorded: set[str] = set()
-        """The replicas etcd names as in sync (a subset of those waited for)."""
+        self.recorded: set[str] = set(co_holders)
+        """The replicas etcd names as in sync (a subset of those waited for); at first
+        the win's co-holders (coordinator `CoHolders`: they held every record this
+        instance held when it won, and etcd names them until a replica joins)."""
         self.links: dict[str, LinkOut] = {}
         self.problems: dict[str, str] = {}
         """Why a replica said it cannot store our records ("fail"), until it acknowledges
@@ -176,8 +175,6 @@ class Active:
                 self._down_since.setdefault(replica.name, began_s)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop, nursery)
-            if self.co_holders:  # before any link: a join rewrites the record after it
-                await self._record_co_holders()
             nursery.start_soon(self._lag_loop)
             for replica in self.replicas:
                 nursery.start_soon(self._link_loop, replica)
@@ -421,18 +418,6 @@ class Active:
                 self.stream.in_sync.add(name)
                 self.stream.release()  # it may hold the last answers held: they go now
                 self.stream.wake_waiters()  # and whoever waits for them (`wait_answered`)
-
-    async def _record_co_holders(self) -> None:
-        """Name the replicas at this instance's winning position in sync, each holding
-        every answer: nothing of this term is answered before a replica joins, and the
-        first join rewrites the record. So if this instance is lost before then, one of
-        them may take over (`may_campaign`), instead of the group waiting for it."""
-        async with self._sync_lock:
-            await self._record_in_sync(
-                set(self.co_holders),
-                "they hold every record this instance held when it won",
-                acks_needed=len(self.co_holders),
-            )
 
     async def _record_in_sync(
         self,

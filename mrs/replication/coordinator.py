@@ -151,6 +151,29 @@ def same_position_replicas(state: GroupState, name: str, position: Position) -> 
     return frozenset(m for m, at in state.positions.items() if m != name and at == position)
 
 
+@dataclass(frozen=True, slots=True)
+class CoHolders:
+    """The listed replicas that posted, for closing `closing_term`, the position a
+    candidate wins at (`same_position_replicas`): its win names them in sync in the
+    same transaction. Why in the win and not after it: before, the new active wrote
+    them once its recovery was done, and lost in between (a SIGKILL, its machine) it
+    left a record naming itself alone, so the group waited for it for ever though a
+    replica held every record it held (found by a test run under load)."""
+
+    closing_term: int
+    names: frozenset[str]
+
+    def members(self, winner: str, term: int) -> tuple[tuple[str, ...], int]:
+        """The win's in-sync members and acks: the co-holders only while etcd's term
+        is still the one they closed (else their positions say nothing of it)."""
+        if term != self.closing_term or not self.names:
+            return (winner,), 0
+        return (winner, *sorted(self.names)), len(self.names)
+
+
+NO_CO_HOLDERS = CoHolders(0, frozenset())
+
+
 @dataclass(frozen=True)
 class FailoverRequest:
     """A planned switch-over asked of the active (`mrs failover`): to `to` ("" for
@@ -184,9 +207,12 @@ class Coordinator(Protocol):
 
     async def read(self) -> GroupState: ...
 
-    async def campaign(self, term_at_least: int = 0) -> int | None:
+    async def campaign(
+        self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
+    ) -> int | None:
         """Take the leadership if it is free: the new term (above `term_at_least` and
-        every term granted before), or None (someone holds it)."""
+        every term granted before), or None (someone holds it). The win's in-sync
+        record names this instance and `co_holders` (`CoHolders.members`)."""
 
     async def post_census(self, census: Census) -> None:
         """Post what this instance's journals hold (kept only while it keeps posting)."""
@@ -304,18 +330,21 @@ class EtcdCoordinator:
                 positions[member] = position
         return positions
 
-    async def campaign(self, term_at_least: int = 0) -> int | None:
+    async def campaign(
+        self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
+    ) -> int | None:
         try:
             current = await self.client.get(self.term_key)
             term, revision = (int(current[0]), current[1]) if current is not None else (0, 0)
             lease_id = await self.client.grant(self.ttl_s)
             new_term = max(term, term_at_least) + 1
+            members, acks = co_holders.members(self.name, term)
             won = await self.client.txn(
                 [absent(self.leader_key), modified_at(self.term_key, revision)],
                 [
                     put_op(self.leader_key, self._leader_value(new_term), lease_id),
                     put_op(self.term_key, str(new_term).encode()),
-                    put_op(self.sync_key, _sync_value(new_term, (self.name,), self.name, 0)),
+                    put_op(self.sync_key, _sync_value(new_term, members, self.name, acks)),
                     delete_op(self.failover_key),  # a hand-over asked of an old term is done
                 ],
             )
@@ -561,14 +590,17 @@ class MemoryCoordinator:
             dict(election.floors),
         )
 
-    async def campaign(self, term_at_least: int = 0) -> int | None:
+    async def campaign(
+        self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
+    ) -> int | None:
         election = self.election
         election._reach(self.name)
         if election.leader is not None:
             return None
+        members, acks = co_holders.members(self.name, election.term)
         election.term = max(election.term, term_at_least) + 1
         election.leader, election.leader_term = self.name, election.term
-        election.in_sync, election.sync_leader, election.acks_needed = (self.name,), self.name, 0
+        election.in_sync, election.sync_leader, election.acks_needed = members, self.name, acks
         election.failover = None
         self.term = election.term
         return self.term

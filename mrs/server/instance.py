@@ -49,6 +49,8 @@ from mrs.ops.bus_file_record import (
 from mrs.replication.active import Active
 from mrs.replication.census import Census, history_term, may_campaign_by_census, record_trusted
 from mrs.replication.coordinator import (
+    NO_CO_HOLDERS,
+    CoHolders,
     Coordinator,
     CoordinatorUnavailable,
     EtcdCoordinator,
@@ -75,6 +77,9 @@ from mrs.transport.bind_probe import try_bind
 from mrs.transport.network import TCP, Network, TcpNetwork
 
 log = logging.getLogger("mrs.server")
+
+Won = tuple[int, frozenset[str]]
+"""A term won, and the replicas its in-sync record names beside the winner."""
 
 
 def _close(listeners: list[trio.SocketListener] | None) -> None:
@@ -373,16 +378,21 @@ class InstanceRunner:
         tls = self.config.tls
         return None if tls is None else tls.start_problem(self.config)
 
-    async def _campaign(self, term_at_least: int = 0) -> int | None:
+    async def _campaign(
+        self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
+    ) -> Won | None:
         """Campaign for a term (above `term_at_least`), unless this instance could not
-        take clients as the active (`_cannot_take_clients`): the term won, or None."""
+        take clients as the active (`_cannot_take_clients`): the term won and the
+        replicas its in-sync record names beside this instance, or None."""
         if self._cannot_take_clients() is not None:
             return None
-        return await self.coordinator.campaign(term_at_least)
+        term = await self.coordinator.campaign(term_at_least, co_holders)
+        if term is None:
+            return None
+        members, _ = co_holders.members(self.me.name, co_holders.closing_term)
+        return term, frozenset(members) - {self.me.name}
 
-    async def _campaign_or_stop(
-        self, replica: Replica, files: JournalFiles
-    ) -> tuple[int, frozenset[str]]:
+    async def _campaign_or_stop(self, replica: Replica, files: JournalFiles) -> Won:
         """`_campaign_when_free`, where journals that fail (closing a term, recording a
         census) stop the instance with one line, as the active's do: a replica that
         cannot write cannot become active."""
@@ -392,7 +402,7 @@ class InstanceRunner:
             files.lose(f"its journals failed: {error}")
             raise DataDirError(f"instance {self.me.name} stops: {files.lost}") from None
 
-    async def _campaign_when_free(self, replica: Replica) -> tuple[int, frozenset[str]]:
+    async def _campaign_when_free(self, replica: Replica) -> Won:
         """Campaign whenever the rules allow; never with journals that hold no record
         once the group had a term: an instance that lost its disk may still be named
         in sync (the active learns it only when it dials it), and must take a copy
@@ -404,17 +414,29 @@ class InstanceRunner:
             try:
                 state = await self.coordinator.read()
                 self._coordinator_answered()
-                term = await self._try_term(replica, state)
+                won = await self._try_term(replica, state)
             except CoordinatorUnavailable as error:
                 self._coordinator_unavailable(error)
                 continue
-            if term is not None:
+            if won is not None:
+                term, co_holders = won
                 log.info("instance %s won term %d", self.me.name, term)
                 self._census_posted = False
-                position = replica.comparable_position
-                return term, same_position_replicas(state, self.me.name, position)
+                if co_holders:
+                    log.info(
+                        "in sync in term %d: %s (they hold every record this instance "
+                        "held when it won)",
+                        term,
+                        ", ".join(sorted({self.me.name, *co_holders})),
+                    )
+                return won
 
-    async def _try_term(self, replica: Replica, state: GroupState) -> int | None:
+    def _co_holders(self, replica: Replica, state: GroupState) -> CoHolders:
+        """The replicas a win in `state` names in sync beside this instance."""
+        position = replica.comparable_position
+        return CoHolders(state.term, same_position_replicas(state, self.me.name, position))
+
+    async def _try_term(self, replica: Replica, state: GroupState) -> Won | None:
         """One look at the coordinator: the term won, or None (not now)."""
         history = history_term(replica.position, replica.led)
         if not record_trusted(state.in_sync, state.term, history):
@@ -445,7 +467,7 @@ class InstanceRunner:
                 self._said_empty = True
                 log.info("instance %s holds no journals: not a candidate", self.me.name)
             return None
-        return await self._campaign()
+        return await self._campaign(co_holders=self._co_holders(replica, state))
 
     def _lost_acknowledged(self, replica: Replica, state: GroupState) -> bool:
         """These journals end before a record this instance acknowledged as a replica
