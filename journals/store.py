@@ -162,6 +162,10 @@ class JournalStore:
         """Set by the server (mrs.server.journal_files): data.mdb's inode and birth time
         (mrs.storage.file_identity `lineage_of`), kept in the journal by the seq
         allocator so that a copy of it (a backup restored) counts seqs from its clock."""
+        self.reservation_mark: Any = None
+        """Set by the server (mrs.server.journal_files): the file beside the journals that
+        the seq allocator writes each reservation to, read at start for a copy restored
+        over the journal file (mrs.storage.reservation_mark)."""
         self.guest = False
         """Writing beside the process that owns the journals (its server): each commit
         synced by LMDB itself, never through the owner's commit log (`_writer_lock`)."""

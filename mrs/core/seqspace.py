@@ -132,16 +132,42 @@ class SeqAllocator:
                 start = legacy_start(self.store, self.group_id, _U32.unpack(legacy)[0])
             else:
                 start = 1 if self.clock_ns is None else fresh_start(self.clock_ns())
-        if reserved is not None and self._on_a_copy():
-            moved = fresh_start(self.clock_ns()) if self.clock_ns is not None else 0
-            if moved > start:
-                self.copied_from, start = start, moved
+        if reserved is not None:
+            start = self._above_the_original(start)
         boots = self.store.meta_get(BOOTS_KEY.decode())
         self.boots = (_U64.unpack(boots)[0] if boots else 0) + 1
         self._next = self._reserved = max(start, 1)
         self.first_of_run = (self.group_id << GROUP_SHIFT) | self._next
         self._block = RESERVE_FIRST
         self._reserve()
+
+    def _above_the_original(self, start: int) -> int:
+        """Where a start whose journals reserved up to `start` counts from: above the
+        data directory's own reservation mark when the journals end below it, and
+        above the clock on a copy (`_on_a_copy`); `copied_from` says it moved.
+
+        Why the mark (the store's `reservation_mark`, a file beside the journals): a
+        backup copied over the journal file in place (`cp -a backup/. g1/`, `rsync
+        --inplace`) keeps the original's inode and birth time, so the lineage check
+        misses it, while the mark, not in the backup of the journals, still holds
+        the last reservation the original made: every seq it issued is below it."""
+        moved = start
+        mark = self._reservation_mark()
+        marked = mark.read() if mark is not None else None
+        if marked is not None and marked > moved:
+            moved = marked
+        if self._on_a_copy() and self.clock_ns is not None:
+            moved = max(moved, fresh_start(self.clock_ns()))
+        if moved > start:
+            self.copied_from = start
+        return moved
+
+    def _reservation_mark(self) -> Any:
+        """The store's reservation mark (read() -> int | None, write(int)), for an
+        unreplicated group's store only (a replica's journals are fenced by the term)."""
+        if self.fence is not None:
+            return None
+        return getattr(self.store, "reservation_mark", None)
 
     def _on_a_copy(self) -> bool:
         """Whether the journal file is not the one the last start wrote its lineage
@@ -155,7 +181,7 @@ class SeqAllocator:
         if lineage is None:
             return False
         kept = self.store.meta_get(LINEAGE_KEY.decode())
-        return kept is not None and bytes(kept) != lineage
+        return kept is not None and not same_file(bytes(kept), lineage)
 
     def _lineage(self) -> bytes | None:
         """The journal file's lineage, for an unreplicated group's store only."""
@@ -205,7 +231,22 @@ class SeqAllocator:
         self.store.commit_now(batch)
         if fence is not None:
             fence.committed(written)
+        elif (mark := self._reservation_mark()) is not None:
+            mark.write(written)  # after the commit: never above what the journal holds
         self._reserved = reserved
+
+
+def same_file(kept: bytes, now: bytes) -> bool:
+    """Whether two lineages (mrs.storage.file_identity `lineage_of`: the inode, then the
+    birth time where the filesystem gave one) name the same file. Where one of them has
+    no birth time, the inodes alone decide. Why: the same file read once with statx and
+    once without it (a container whose seccomp refuses statx, an older kernel) gives
+    the inode alone one time and the inode and birth time the other; compared whole,
+    every such start counted as one on a copy, and its seqs jumped to its clock."""
+    if kept == now:
+        return True
+    inode = _U64.size
+    return (len(kept) == inode or len(now) == inode) and kept[:inode] == now[:inode]
 
 
 def fresh_start(now_ns: int) -> int:

@@ -27,9 +27,9 @@ class Sequence:
         if self._seqs.copied_from:
             log.warning(
                 "group %d runs on a copy of its journals (restored from a backup, moved or "
-                "salvaged): it counts its seqs from its clock (%d), not from the copy's "
-                "reservation (%d), so that no seq the original issued after the copy is "
-                "issued again",
+                "salvaged): it counts its seqs from %d (its clock, or the reservation its "
+                "data directory last recorded), not from the copy's reservation (%d), so "
+                "that no seq the original issued after the copy is issued again",
                 self.ctx.group_id,
                 counter_of(self._seqs.first_of_run),
                 self._seqs.copied_from,

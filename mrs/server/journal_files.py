@@ -27,6 +27,7 @@ from mrs.storage.datadir import DataDirError, DataDirGuard
 from mrs.storage.fault_file import file_fault_hook
 from mrs.storage.journal_check import verify_before_open
 from mrs.storage.journal_reserve import ensure_headroom
+from mrs.storage.reservation_mark import ReservationMark
 
 log = logging.getLogger("mrs.server")
 
@@ -107,6 +108,7 @@ class JournalFiles:
         guard.watch_journal(journal_file)
         with contextlib.suppress(OSError):  # unreadable: no copy noticed (and none made)
             store.lineage = file_identity.lineage_of(str(journal_file))
+        store.reservation_mark = ReservationMark(self.config.data_dir)
         self.guard = guard
         return store
 
