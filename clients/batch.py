@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import trio
 
+from clients.lookup import queue_text
 from clients.pending import resume
 from clients.requests import (
     body_bytes,
@@ -105,8 +106,9 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
     if type(item) is not PutItem:
         raise _not_an_item(item)
     body = item.body if type(item.body) is bytes else body_bytes(item.body)
+    target, resp_q = _queues_of(item)
     if client.protection is not None and item.protect:
-        body = client.protection.seal_for(item.target, body, client.group_id)
+        body = client.protection.seal_for(target, body, client.group_id)
     body_bytes_max = client.message_bytes_max
     if body_bytes_max and len(body) > body_bytes_max:
         raise error_for(
@@ -121,7 +123,7 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
     timeout_ms = put_timeout_ms(item.timeout)
     return put_request(
         next_id(),
-        str(item.target),
+        target,
         body,
         item.delivery,
         uma or 0,
@@ -130,9 +132,22 @@ def build_put(client: Any, next_id: Callable[[], int], item: PutItem) -> wire.Pu
         item.priority,
         timeout_ms,
         item.correlation_id,
-        str(item.resp_q) if item.resp_q is not None else "",
+        resp_q,
         item.headers,
     )
+
+
+def _queues_of(item: PutItem) -> tuple[str, str]:
+    """An item's target and response queue as the wire carries them ("" for no
+    response queue), each a str or an Address, else BADPARAM in the item's place, as
+    `Client.put` refuses them. Why: `str()` of anything was sent, so a target of None
+    went out as the queue name "None", and an int (10) or bytes (b"1.10") reached a
+    queue the caller never named (10 is ORDERS' number) where `put` refuses them."""
+    target = item.target if type(item.target) is str else queue_text(item.target, "put_many")
+    resp_q = item.resp_q
+    if resp_q is None:
+        return target, ""
+    return target, resp_q if type(resp_q) is str else queue_text(resp_q, "put_many resp_q")
 
 
 def frames(puts: list[tuple[int, wire.Put]]) -> list[list[tuple[int, wire.Put]]]:

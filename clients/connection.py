@@ -517,9 +517,11 @@ class Client:
             return await get_selected(requests, select, timeout, count_max, None, linked)
         if select is not None:  # with protection: one message per call
             return [await self.get(timeout, select)]
+        # A bad timeout refused whether messages are held or not, as `get` refuses it:
+        # before, one was refused only once the held (read-ahead) messages ran out.
+        get_timeout_ms(timeout)
         if not requests.held and requests.cancelled_gets_outstanding:
-            get_timeout_ms(timeout)  # a bad timeout or count refused before any wait
-            built(wire.GetBatch, 1, count_max, 0)
+            built(wire.GetBatch, 1, count_max, 0)  # a bad count refused before any wait
             timeout = await self._after_given_up_gets(timeout)  # what they bring: held
         if requests.held:
             built(wire.GetBatch, 1, count_max, 0)  # a bad count refused, held messages or not
@@ -530,7 +532,6 @@ class Client:
             return [await self._checked(held[0])]
         if self.protection is not None:
             return [await self.get(timeout)]
-        get_timeout_ms(timeout)  # a bad one refused before anything waits
         if requests.link is None or requests.broken is not None:
             timeout = await self._linked(timeout, "get_many")
         timeout_ms = get_wait_ms(timeout)
