@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import struct
 from collections import deque
 from pathlib import Path
 
@@ -44,14 +43,14 @@ from mrs.limits import (
 )
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
 from mrs.offline.journal_files import GroupJournals, open_store
+from mrs.offline.redrive_traces import JplayTraces
+from mrs.offline.redrive_traces import handler_attempt_key as _attempt_key
 from mrs.offline.selection import RecordFilter
 from mrs.storage.fault_file import file_fault_hook
 from mrs.storage.journal_scan import scan, seq_of_key
 
 SCAN_CHUNK = 1000
 LOCK_FILE = "dlq-handler-dlj.lock"
-_ATTEMPT_PREFIX = b"dlq-handler-attempt:"
-_U64 = struct.Struct(">Q")
 
 
 _CONFIRM_FAILED_FOR_NOW = frozenset({Status.JOURNAL_FAIL, Status.MRS_RES_EXH})
@@ -164,6 +163,9 @@ class DljSource:
         """The harness's fault file (MRS_FAULT_FILE, mrs.storage.fault_file) for the
         handler's own DLJ commits (attempt marks, removals); None in production."""
         self.store: JournalStore | None = None
+        self.jplay: JplayTraces | None = None
+        """`mrs jplay dlj`'s ledger: a record it replayed and left (or may have, when
+        its last run was stopped in doubt) is put marked (mrs.offline.redrive_traces)."""
         self._lock_fd: int | None = None
         self._ready: deque[Message] = deque()
         self._handed: set[int] = set()
@@ -198,6 +200,13 @@ class DljSource:
                     told = True
                 await trio.sleep(1.0)
         self.store = open_store(self.journals, writable=True)
+        self.jplay = JplayTraces(Path(self.journals.data_dir))
+        if self.jplay.in_doubt is not None:
+            note(
+                f"the last mrs jplay from {self.journals.data_dir} ({self.jplay.in_doubt}) "
+                "was stopped with records in doubt (sent, no answer): this run marks every "
+                "put a possible duplicate; run that jplay again to finish them first"
+            )
         if self.fault_file is not None:
             self.store.fault_hook = file_fault_hook(self.fault_file)
 
@@ -205,6 +214,9 @@ class DljSource:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.jplay is not None:
+            self.jplay.close()
+            self.jplay = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the lock
             self._lock_fd = None
@@ -277,7 +289,10 @@ class DljSource:
         target = Address(record.target_group, record.target_queue)
         headers = record.extra.get("headers") if isinstance(record.extra, dict) else None
         cause = status_of(record.reason)
-        attempted = self._opened().get_raw(Journal.META, _attempt_key(record.seq)) is not None
+        mark = self._opened().get_raw(Journal.META, _attempt_key(record.seq))
+        attempted = mark is not None
+        if not attempted and self.jplay is not None:
+            attempted = self.jplay.replayed(record.seq)
         return Message(
             body=record.body,
             seq=record.seq,
@@ -345,10 +360,6 @@ class DljSource:
                 pause_s *= 2
         tries = DLQ_HANDLER_CONFIRM_TRIES_MAX
         raise NotRemoved(f"the DLJ deletion failed {tries} times ({why})")
-
-
-def _attempt_key(seq: int) -> bytes:
-    return _ATTEMPT_PREFIX + _U64.pack(seq)
 
 
 def _status_name(status: object) -> str:

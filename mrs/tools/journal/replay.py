@@ -44,9 +44,10 @@ from journals import CorruptRecord, Journal, JournalStore, Record, WriteBatch, s
 from mrs.errors import OperatorError
 from mrs.group.shapes import IDEMPOTENCY_HEADER
 from mrs.group.transfer import PERMANENT_REFUSALS
-from mrs.model import DeliveryMode, Status, Uma
+from mrs.model import POSSIBLE_DUPLICATE_HEADER, DeliveryMode, Status, Uma
+from mrs.offline.redrive_traces import handler_attempt_key
 from mrs.offline.selection import RecordFilter
-from mrs.storage.journal_scan import scan
+from mrs.storage.journal_scan import scan, seq_of_key
 from mrs.tools.journal.ledger import FAILED, PENDING, STORED, LedgerEntry, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
@@ -100,6 +101,10 @@ class Item:
     record: Record
     gen: int
     target: str
+    repeat: bool = False
+    """A DLJ record `mrs dlq-handler` put and did not remove (its attempt mark): a
+    copy may be stored under the handler's key, so this put is marked a possible
+    duplicate (mrs.offline.redrive_traces)."""
 
 
 @dataclass
@@ -235,7 +240,7 @@ class Planner:
                 self.on_skip(key)
                 continue
             gen = entry.gen if entry is not None else 1
-            item = Item(key, record, gen, self.target_of(record))
+            item = Item(key, record, gen, self.target_of(record), self._handler_put(record))
             if entry is not None and entry.state == STORED:
                 item.gen += 1  # --again: a new generation, a new idempotency key
                 intents.append(item)
@@ -251,6 +256,14 @@ class Planner:
                 )
             self.ledger.flush()
         return items
+
+    def _handler_put(self, record: Record) -> bool:
+        """Whether the DLJ handler's attempt mark is on this record: a handler killed
+        between its put and the removal left it, and its copy may be stored under
+        another idempotency key than jplay's (mrs.offline.redrive_traces)."""
+        if self.journal is not Journal.DLJ:
+            return False
+        return self.store.get_raw(Journal.META, handler_attempt_key(record.seq)) is not None
 
     def _own_copy(self, record: Record) -> bool:
         """Whether a PCJ record is the confirmation of a copy that a replay from this
@@ -413,8 +426,9 @@ class Replayer:
         self.ledger.flush()
         if self.removals:
             batch = WriteBatch.empty()
-            for key in self.removals:
+            for key in self.removals:  # the handler's attempt mark with its record
                 batch.delete(Journal.DLJ, key)
+                batch.delete(Journal.META, handler_attempt_key(seq_of_key(key)))
             self.store.commit_now(batch)
             self.tally.removed += len(self.removals)
             self.removals.clear()
@@ -453,6 +467,11 @@ class Replayer:
 
     def _put_item(self, item: Item) -> PutItem:
         record, options = item.record, self.options
+        headers = replay_headers(
+            record, options.journal, options.group_id, item.gen, self.ledger.key_secret()
+        )
+        if item.repeat:
+            headers[POSSIBLE_DUPLICATE_HEADER] = True
         return PutItem(
             record.body,
             item.target,
@@ -463,9 +482,7 @@ class Replayer:
             priority=record.priority,
             correlation_id=record.correlation_id,
             timeout=options.timeout_s,
-            headers=replay_headers(
-                record, options.journal, options.group_id, item.gen, self.ledger.key_secret()
-            ),
+            headers=headers,
         )
 
     def _outcome(self, item: Item, result: Psb | MrsError) -> None:
