@@ -200,17 +200,21 @@ class Client:
         client gives back what it can; what is left here comes back POSSDUPL."""
         return tuple(self._requests.held)
 
-    def hold_again(self, messages: Sequence[Message]) -> None:
+    def hold_again(self, messages: Sequence[Message], reconnects: int | None = None) -> None:
         """Messages a caller was handed and never saw (a blocking get interrupted as its
         answer came, clients.sync): held again, first in line, so every rule of held
         messages applies to them (taken first; passed over by a selective get on an
         implicit queue only by refusal; given back at close; counted by `pending`).
         Why: kept apart, a selective Get confirmed them unseen and a close lost the
         memory-only ones. Those that need a confirm are dropped while the connection
-        is down: the group delivers them again, POSSDUPL. Not with `protection`: held
+        is down, or once it is another than the one they came on (`reconnects`: its
+        count then; a drop and a reconnect between the answer and the interrupt left
+        a copy whose confirm failed BADSEQ, handed out before the group's POSSDUPL
+        one): the group delivers them again, POSSDUPL. Not with `protection`: held
         messages are opened when taken, and these are open already."""
         requests = self._requests
-        if requests.link is None or requests.broken is not None:
+        moved = reconnects is not None and reconnects != self.reconnects
+        if moved or requests.link is None or requests.broken is not None:
             messages = [message for message in messages if not message.needs_confirm]
         requests.held.extendleft(reversed(messages))
         requests.gets.serve_held()  # a get already waiting (another thread's) takes it

@@ -55,6 +55,8 @@ class _Call:
     result: object = None
     has_result: bool = False
     """The result is on its way to the caller (taken back if it is abandoned)."""
+    reconnects: int = 0
+    """`Client.reconnects` when the result came: the connection its messages came on."""
 
 
 @dataclass(slots=True)
@@ -276,9 +278,10 @@ class SyncClient:
                     scope.cancel()
                 result = await function(*args, **kwargs)
                 if call.abandoned:
-                    self._give_back(result)
+                    self._give_back(result, self._client.reconnects)
                     return None
                 call.result, call.has_result = result, True
+                call.reconnects = self._client.reconnects
                 return result
             return None  # cancelled after an interrupt: nobody reads this
 
@@ -298,15 +301,16 @@ class SyncClient:
         call.abandoned = True
         if call.has_result:
             call.has_result = False
-            self._give_back(call.result)
+            self._give_back(call.result, call.reconnects)
         elif call.scope is not None:
             call.scope.cancel()
 
-    def _give_back(self, result: object) -> None:
+    def _give_back(self, result: object, reconnects: int) -> None:
         """In the trio thread: messages a caller did not see, first in line for its
-        next get: held again by the client (`Client.hold_again`), so a selective get
-        on an implicit queue does not confirm them unseen and a close gives back the
-        memory-only ones; with protection (opened already), kept here."""
+        next get: held again by the client (`Client.hold_again`, `reconnects` naming
+        the connection they came on), so a selective get on an implicit queue does
+        not confirm them unseen and a close gives back the memory-only ones; with
+        protection (opened already), kept here."""
         if isinstance(result, Message):
             messages = [result]
         elif isinstance(result, list):
@@ -314,7 +318,7 @@ class SyncClient:
         else:
             return
         if self._client.protection is None:
-            self._client.hold_again(messages)
+            self._client.hold_again(messages, reconnects)
             return
         self._drop_stale()
         self._given_back.extendleft(reversed(messages))
