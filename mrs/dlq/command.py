@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
                 data = file.read(DLQ_TABLE_BYTES_MAX + 1)
         else:
             data = sys.stdin.buffer.read(DLQ_TABLE_BYTES_MAX + 1)
-    except OSError as error:
-        return _fail(f"cannot read the rules table {source}: {error}")
+    except OSError as error:  # its strerror: str() repeated the path, "[Errno 2] ...: '/x'"
+        return _fail(f"cannot read the rules table {source}: {error.strerror or error}")
     table: RulesTable | None
     try:
         table, problems = parse_table(decode_table(data), strict=args.strict), []

@@ -19,6 +19,7 @@ from journals import JournalError, JournalStore
 from mrs.config.bus import BusConfig, ConfigError, GroupConfig, load_config
 from mrs.errors import OperatorError
 from mrs.exit_status import EXIT_RUNTIME, EXIT_USAGE, CommandError
+from mrs.limits import GROUP_ID_MAX, GROUP_ID_MIN
 from mrs.storage.journal_check import verify_before_open
 from mrs.storage.journal_scan import find_journals, read_only_map_bytes
 
@@ -83,9 +84,29 @@ def non_empty_path(text: str) -> Path:
     return operator_path(text)
 
 
+def group_id(text: str) -> int:
+    """`--group` of the journal tools, as argparse's `type`: a group id the config
+    allows (1..32000). Why: `--group 0` means "no group" to the check that the
+    journals are the group's own (`_refuse_another_groups`), so `mrs pcj archive
+    --data-dir /srv/g1 --group 0` filed group 1's records under `group=0` in Parquet
+    and deleted them from the PCJ; `--group -1` did the same with a copy whose
+    journals name no group, and a number past 64 bits failed mid-archive with
+    "Python int too large to convert to C long"."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a group id, got {text!r}") from None
+    if not GROUP_ID_MIN <= value <= GROUP_ID_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a group id {GROUP_ID_MIN}..{GROUP_ID_MAX} (the config's [[group]] id), "
+            f"got {text}"
+        )
+    return value
+
+
 def add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=operator_path, help="bus configuration (TOML)")
-    parser.add_argument("--group", type=int, help="group id whose journals to read")
+    parser.add_argument("--group", type=group_id, help="group id whose journals to read")
     parser.add_argument(
         "--data-dir",
         type=operator_path,

@@ -252,6 +252,21 @@ def misfiled(items, journal: str) -> list[str]:
     return problems
 
 
+EMPTY_DATA_FILE = "the data file is empty (0 bytes): it holds no LMDB environment"
+"""The damage reported for a data file of no bytes."""
+
+
+def _is_empty(path: str) -> bool:
+    """True when the environment's data file has no bytes. Why: opened read-only, LMDB
+    takes an empty file for a new environment, fails to write its first pages, and
+    says only "Bad file descriptor": `mrs serve`, `mrs dump` and `mrs journal verify`
+    passed that on as the damage, which names no file and sounds like a bug."""
+    try:
+        return os.path.getsize(os.path.join(path, "data.mdb")) == 0
+    except OSError:  # gone, or not ours to read: LMDB's open says which
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     path = args.pop(0)
@@ -259,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     reverse = "--reverse" in args
     start_db = args[args.index("--from") + 1] if "--from" in args else None
     after = bytes.fromhex(args[args.index("--after") + 1]) if "--after" in args else None
+    if _is_empty(path):
+        sys.stdout.buffer.write(msgpack.packb(["error", EMPTY_DATA_FILE]))
+        return 3
     return _walk(path, records, start_db, after, reverse)
 
 

@@ -139,9 +139,7 @@ def _password(args: argparse.Namespace) -> str:
             raise CommandError("no password on stdin", EXIT_USAGE)
         return text
     if args.generate:
-        password = store.generate_password()
-        print(password)
-        return password
+        return store.generate_password()  # printed once saved (`_saved`)
     if not sys.stdin.isatty():
         raise CommandError(
             "give the password with --password-file, --password-stdin or --generate", EXIT_USAGE
@@ -193,7 +191,7 @@ def _add(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load_or_empty(path)
     iterations = _iterations(args)
-    # Every check comes before _password: a --generate'd password is printed at once.
+    # Every check comes before _password, which may read stdin or ask twice.
     if (problem := store.name_problem(args.name)) is not None:
         raise CommandError(problem, EXIT_USAGE)
     if args.name.startswith(store.LINK_PREFIX):
@@ -204,8 +202,9 @@ def _add(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     grants = _grants(args)
-    store.add(creds, args.name, _password(args), grants, iterations)
-    store.save(path, creds)
+    password = _password(args)
+    store.add(creds, args.name, password, grants, iterations)
+    _saved(path, creds, args, password)
     print(f"added {args.name} to {path}", file=sys.stderr)
     return 0
 
@@ -227,7 +226,7 @@ def _add_group(args: argparse.Namespace) -> int:
         store.add(creds, name, password, Permissions(), _iterations(args))
     secret_path = private_dir(secrets) / f"group-{args.group}.secret"
     write_private(secret_path, (password + "\n").encode("ascii"))
-    store.save(path, creds)
+    _saved(path, creds)
     print(f"{name}: secret in {secret_path}, verifier in {path}", file=sys.stderr)
     return 0
 
@@ -235,7 +234,7 @@ def _add_group(args: argparse.Namespace) -> int:
 def _rotate(args: argparse.Namespace) -> int:
     path, _ = _paths(args)
     creds = store.load(path)
-    _known(creds, args.name, path)  # before a --generate'd password is printed
+    _known(creds, args.name, path)  # before _password reads stdin or asks
     if args.name.startswith(store.LINK_PREFIX):
         # Its verifier alone changed: the group's secret file kept the old password,
         # so the group could no longer load the file (every later `mrs creds` change,
@@ -248,8 +247,9 @@ def _rotate(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     iterations = _iterations(args)
-    store.rotate(creds, args.name, _password(args), iterations)
-    store.save(path, creds)
+    password = _password(args)
+    store.rotate(creds, args.name, password, iterations)
+    _saved(path, creds, args, password)
     print(f"rotated {args.name} in {path}", file=sys.stderr)
     return 0
 
@@ -259,7 +259,7 @@ def _grant(args: argparse.Namespace) -> int:
     creds = store.load(path)
     _known(creds, args.name, path)
     store.grant(creds, args.name, _grants(args))
-    store.save(path, creds)
+    _saved(path, creds)
     print(f"grants of {args.name} replaced in {path}", file=sys.stderr)
     return 0
 
@@ -269,9 +269,33 @@ def _remove(args: argparse.Namespace) -> int:
     creds = store.load(path)
     _known(creds, args.name, path)
     store.remove(creds, args.name)
-    store.save(path, creds)
+    _saved(path, creds)
     print(f"removed {args.name} from {path}", file=sys.stderr)
     return 0
+
+
+def _saved(
+    path: Path,
+    creds: store.Credentials,
+    args: argparse.Namespace | None = None,
+    password: str | None = None,
+) -> None:
+    """Write the file; then print the password `--generate` made. Why: it was printed
+    before the write, so `mrs creds add app --file /etc/mrs/creds.toml --generate` with
+    no /etc/mrs printed a password no file held (an operator hands it on), and the one
+    line named the write's temporary file (`/etc/mrs/.creds.toml.x1y2z3: No such file
+    or directory`), not the credentials file."""
+    try:
+        store.save(path, creds)
+    except OSError as error:
+        problem = error.strerror or str(error)
+        if isinstance(error, FileNotFoundError):
+            problem = f"{path.parent} does not exist (create it first)"
+        elif isinstance(error, NotADirectoryError):
+            problem = f"{path.parent} is not a directory"
+        raise CommandError(f"cannot write the credentials file {path}: {problem}") from None
+    if args is not None and args.generate and password is not None:
+        print(password)
 
 
 def _known(creds: store.Credentials, name: str, path: Path) -> None:
