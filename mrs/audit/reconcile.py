@@ -65,8 +65,9 @@ _CORRELATION_COLUMNS = ("prefix", "senders", "source", "messages", "numbers", "f
 
 def check_rows(spark, frame) -> tuple[list[dict], list[dict], list[int]]:
     """One job for both checks: (sequence rows: the neighbour pairs that are a
-    duplicate or a gap; correlation rows: per id prefix; the seqs of the corrupt
-    records). The result shapes travel as JSON in one column of one union, so Spark
+    duplicate or a gap; correlation rows: per id prefix; the seqs held without a
+    sound record: those of the corrupt records and of the records replayed away,
+    `_REPLAYED_AWAY_SQL`). The result shapes travel as JSON in one column of one union, so Spark
     schedules one job."""
     import json
 
@@ -76,7 +77,8 @@ def check_rows(spark, frame) -> tuple[list[dict], list[dict], list[int]]:
     query = (
         f"SELECT 'sequence' AS kind, to_json(struct(*)) AS row FROM ({sequence})\n"
         f"UNION ALL\nSELECT 'correlation', to_json(struct(*)) FROM ({correlation})\n"
-        f"UNION ALL\nSELECT 'corrupt', to_json(struct(seq)) FROM ({_CORRUPT_SQL})"
+        f"UNION ALL\nSELECT 'corrupt', to_json(struct(seq)) FROM ({_CORRUPT_SQL})\n"
+        f"UNION ALL\nSELECT 'corrupt', to_json(struct(seq)) FROM ({_REPLAYED_AWAY_SQL})"
     )
     found: dict[str, list[dict]] = {"sequence": [], "correlation": [], "corrupt": []}
     for kind, text in spark.sql(query, frame=frame).collect():
@@ -85,12 +87,36 @@ def check_rows(spark, frame) -> tuple[list[dict], list[dict], list[int]]:
     correlation_rows = [_correlation_row({c: row.get(c) for c in _CORRELATION_COLUMNS})
                         for row in found["correlation"]]  # fmt: skip
     correlation_rows.sort(key=lambda row: row["prefix"])
-    return sequence_rows, correlation_rows, [row["seq"] for row in found["corrupt"]]
+    held = sorted({row["seq"] for row in found["corrupt"]})
+    return sequence_rows, correlation_rows, held
 
 
 _CORRUPT_SQL = f"""
 SELECT seq FROM {{frame}} WHERE corrupt IS NOT NULL AND seq IS NOT NULL LIMIT {CHECK_ROWS_MAX}
 """
+
+
+_ORIGIN_SEQ = """CAST(CASE WHEN origin >= 9223372036854775808 THEN origin - 18446744073709551616
+                 ELSE origin END AS BIGINT)"""
+"""The seq of the record a row replays (`replayed_from` is `JOURNAL:GROUP:SEQ`, the
+seq unsigned as the replay header keeps it) as the `seq` column holds seqs (signed,
+`mrs.audit.columns.signed_seq`), from `origin`, its DECIMAL(20,0); null if unreadable."""
+_ORIGIN = "try_cast(substring_index(replayed_from, ':', -1) AS DECIMAL(20,0))"
+
+_REPLAYED_AWAY_SQL = f"""
+SELECT DISTINCT replayed.seq FROM (
+  SELECT {_ORIGIN_SEQ} AS seq FROM (SELECT {_ORIGIN} AS origin FROM {{frame}}
+                                    WHERE corrupt IS NULL AND replayed_from IS NOT NULL)
+) AS replayed
+LEFT ANTI JOIN (SELECT seq FROM {{frame}} WHERE seq IS NOT NULL) AS held ON replayed.seq = held.seq
+WHERE replayed.seq IS NOT NULL
+LIMIT {CHECK_ROWS_MAX}
+"""
+"""The seqs of records that no journal holds any more but a replay of them does: a
+dead letter redriven by `mrs jplay dlj --remove` (deleted once its replay was stored).
+Its counter is held by its replay, not missing. Why: each redriven dead letter was a
+gap, its message counted `missing` and charged to its sender, though the replay (a
+new message from the `--as` queue, counted there) was confirmed."""
 
 
 def _held_by_corrupt(corrupt_seqs: list[int], after: int, before: int) -> int:
@@ -103,7 +129,8 @@ def sequence_checks(rows: list[dict], corrupt_seqs: list[int] | None = None) -> 
 
     A counter held by a corrupt record (`corrupt_seqs`) is not missing: its journal
     holds the seq, and the record is counted in `corrupt_records` alone. Why: it was
-    a gap, its message "missing" and charged to its sender's neighbours."""
+    a gap, its message "missing" and charged to its sender's neighbours. The same for
+    a record replayed away (`_REPLAYED_AWAY_SQL`: `check_rows` gives both)."""
     gaps_by_sender: collections.Counter[str] = collections.Counter()
     missing_by_sender: collections.Counter[str] = collections.Counter()
     missing_by_queue: collections.Counter[str] = collections.Counter()
@@ -147,7 +174,37 @@ def sequence_checks(rows: list[dict], corrupt_seqs: list[int] | None = None) -> 
     }
 
 
-_CORRELATION_SQL = """
+_SHOWN_ID = """CASE WHEN NOT is_valid_utf8(CAST(correlation_id AS STRING))
+                    THEN concat('hex:', lower(hex(correlation_id)))
+                    WHEN startswith(CAST(correlation_id AS STRING), 'hex:')
+                    THEN concat('text:', CAST(correlation_id AS STRING))
+                    ELSE CAST(correlation_id AS STRING) END"""
+"""A correlation id as `mrs dump` and `--trail` write it (`mrs.audit.command.trail_id`):
+its text, `hex:...` if it is not UTF-8 (`text:...` if its text starts with `hex:`).
+Why: a binary id was cast to text as it was, so the table's prefix was U+FFFD
+replacement characters (two ids told apart by their bytes looked the same, and none
+could be pasted into `--trail`), and its numbers came from Java's decoding of it."""
+
+_IDS = f"""
+SELECT source, journal, in_window, message,
+       substring(id, 1, length(id) - length(digits)) AS prefix,
+       try_cast(digits AS BIGINT) AS number
+FROM (SELECT source, journal, in_window, message, id,
+             CASE WHEN startswith(id, 'hex:') THEN '' ELSE regexp_extract(id, '([0-9]*)$', 1)
+             END AS digits
+      FROM (SELECT source, journal, in_window, {_SHOWN_ID} AS id,
+                   coalesce(replayed_from, concat(journal, ':', `group`, ':',
+                            CAST(CASE WHEN seq < 0 THEN CAST(seq AS DECIMAL(20,0))
+                                      + 18446744073709551616 ELSE seq END AS STRING))) AS message
+            FROM {{frame}}
+            WHERE corrupt IS NULL AND correlation_id IS NOT NULL AND length(correlation_id) > 0))
+"""
+"""Each record's id as prefix and number, and the message it is: its own
+`JOURNAL:GROUP:SEQ`, or for a replay (`mrs jplay`) the `replayed_from` of the record it
+replays, so a replay and its original are one message (a hex id is its own prefix,
+with no number)."""
+
+_CORRELATION_SQL = f"""
 SELECT ids.prefix, count(DISTINCT CASE WHEN copies > 0 THEN source END) AS senders,
        min(CASE WHEN copies > 0 THEN source END) AS source, sum(copies) AS messages,
        count(CASE WHEN copies > 0 THEN 1 END) AS numbers,
@@ -155,35 +212,25 @@ SELECT ids.prefix, count(DISTINCT CASE WHEN copies > 0 THEN source END) AS sende
        count(CASE WHEN number BETWEEN low AND high THEN 1 END) AS held_numbers,
        sum(confirmed) AS confirmed,
        sum(CASE WHEN confirmed > 0 THEN 1 ELSE 0 END) AS confirmed_ids
-FROM (SELECT prefix, number, min(source) AS source, sum(CAST(in_window AS INT)) AS copies,
-             sum(CASE WHEN journal = 'pcj' AND in_window THEN 1 ELSE 0 END) AS confirmed
-      FROM (SELECT source, journal, in_window,
-                   substring(id, 1, length(id) - length(digits)) AS prefix,
-                   try_cast(digits AS BIGINT) AS number
-            FROM (SELECT source, journal, in_window, id,
-                         regexp_extract(id, '([0-9]*)$', 1) AS digits
-                  FROM (SELECT source, journal, in_window, CAST(correlation_id AS STRING) AS id
-                        FROM {frame}
-                        WHERE corrupt IS NULL AND correlation_id IS NOT NULL
-                              AND length(correlation_id) > 0)))
-      GROUP BY prefix, number) AS ids
+FROM (SELECT prefix, number, min(source) AS source,
+             count(DISTINCT CASE WHEN in_window THEN message END) AS copies,
+             count(DISTINCT CASE WHEN journal = 'pcj' AND in_window THEN message END)
+               AS confirmed
+      FROM ({_IDS}) GROUP BY prefix, number) AS ids
 JOIN (SELECT prefix, min(number) AS low, max(number) AS high
-      FROM (SELECT substring(id, 1, length(id) - length(digits)) AS prefix,
-                   try_cast(digits AS BIGINT) AS number
-            FROM (SELECT id, regexp_extract(id, '([0-9]*)$', 1) AS digits
-                  FROM (SELECT CAST(correlation_id AS STRING) AS id FROM {frame}
-                        WHERE in_window AND corrupt IS NULL AND correlation_id IS NOT NULL
-                              AND length(correlation_id) > 0)))
-      GROUP BY prefix) AS bounds
+      FROM ({_IDS}) WHERE in_window GROUP BY prefix) AS bounds
   ON ids.prefix <=> bounds.prefix
 GROUP BY ids.prefix
-LIMIT {limit}
+LIMIT {{limit}}
 """
-"""Per id (prefix, number) its copies and confirms in the window, then per prefix,
+"""Per id (prefix, number) its messages and confirms in the window, then per prefix,
 for the prefixes the window holds. `first_number`/`last_number` are the window's;
 `held_numbers` counts the numbers between them any journal holds, inside the window
 or not (a number confirmed before `--since` is not missing). An id without trailing
-digits is its own prefix with no number (one group per id)."""
+digits is its own prefix with no number (one group per id). A replay and the record
+it replays count as one message (`_IDS`). Why: every `mrs jplay pcj` replay a
+receiver confirmed was a `duplicate_confirms` of its id, and each copy one more
+message, so an operator's restore read as orders processed twice."""
 
 
 def _correlation_row(row: dict) -> dict:

@@ -140,13 +140,20 @@ def group_ids(text: str, option: str) -> list[int]:
 
 
 def infer_group(path: str) -> int:
-    """The group of a data dir: the target group of its PCJ's records (confirmed in
-    it), else of its DQF's (waiting for its queues), else the directory's trailing
-    digits, else 0. The DQF's turn: a group that never confirmed with journaling
-    (every message still waiting, or `pcj_default = false`) in a directory named
-    without digits read as group 0 ("in group 0's DQF")."""
+    """The group of a data dir: the group its journals say wrote them (META
+    `journals_group`, which a server writes with every reservation), else the target
+    group of its PCJ's records (confirmed in it), else of its DQF's (waiting for its
+    queues), else the directory's trailing digits, else 0. The DQF's turn: a group
+    that never confirmed with journaling (every message still waiting, or
+    `pcj_default = false`) in a directory named without digits read as group 0 ("in
+    group 0's DQF"). META's turn, first: a group whose journals hold dead letters
+    only (or nothing) in such a directory read as group 0 too ("dlj:0",
+    "dead-lettered in group 0")."""
     store = scan.open_store(path)
     try:
+        recorded = store.meta_get(JOURNALS_GROUP_KEY)
+        if recorded is not None and bytes(recorded).isdigit():
+            return int(bytes(recorded))
         for journal in (Journal.PCJ, Journal.DQF):
             for _, item in itertools.islice(store.scan(journal), GROUP_PROBE_RECORDS):
                 if not isinstance(item, Exception):
@@ -160,6 +167,10 @@ def infer_group(path: str) -> int:
 
 
 GROUP_PROBE_RECORDS = 16
+JOURNALS_GROUP_KEY = "journals_group"
+"""META key of the group that wrote the journals (`mrs.core.seqspace.GROUP_KEY`),
+spelled here because this module runs on executors that have only the audit's own
+packages' needs (pyspark, pyarrow, lmdb, msgpack), not `mrs.core`'s."""
 """Records of a journal `infer_group` looks at for one that is not corrupt."""
 
 
