@@ -8,16 +8,9 @@ from __future__ import annotations
 import shutil
 import struct
 
-from clients import DeliveryMode, Status, Uma, connect
 from mrs.core.seqspace import FRESH_EPOCH_S, RESERVE_FIRST, SeqAllocator, counter_of
 from sim.memstore import MemoryJournalStore
-
-
-async def _put(address: str, body: bytes) -> int:
-    async with connect(address, queue="SENDER") as sender:
-        psb = await sender.put(body, target="ORDERS", delivery=DeliveryMode.WF_DQF, uma=Uma.DISC)
-        assert psb.delivery_status == Status.STORED
-        return psb.seq
+from tests.process.test_seqspace_copy_27 import _put
 
 
 async def test_a_backup_copied_over_the_journal_file_counts_above_the_originals_seqs(
