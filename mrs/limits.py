@@ -215,6 +215,11 @@ CREDENTIALS_CHECK_INTERVAL_S = 0.5
 """With [auth], how often a running group looks at its credentials file (two stats)
 besides at each new connection and on SIGHUP: a `mrs creds remove` then ends the
 removed principal's connections within this, even when nobody else connects."""
+CREDENTIALS_FILE_BYTES_MAX = 16 << 20
+"""A credentials file (and a secret file) is read whole: one larger than this is
+refused. A principal takes about 300 bytes, so 16 MiB holds some 50,000 of them;
+`mrs creds list --file /dev/zero` read until memory ran out, and a group reloading
+such a file would have done the same."""
 SLOW_COMMIT_S = 1.0
 """A journal commit longer than this is a WARNING in the group's log (rate-limited):
 the disk is slow or stalled, and every answer waited for it."""

@@ -9,16 +9,20 @@ import sys
 
 
 def run_mrs(
-    *args: str, timeout_s: float = 60.0, env: dict[str, str] | None = None
+    *args: str,
+    timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess:
     """`mrs ARGS...` in this interpreter, output captured as text; `env` adds to the
-    environment (e.g. MRS_AUTH_NAME)."""
+    environment (e.g. MRS_AUTH_NAME); `cwd`: the directory it runs in (default: ours)."""
     return subprocess.run(
         [sys.executable, "-m", "mrs", *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
         env={**os.environ, **env} if env else None,
+        cwd=cwd,
     )
 
 

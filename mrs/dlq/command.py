@@ -31,12 +31,13 @@ DLQ_NAMES = ("", "DLQ", "96", "PAMS_DEAD_LETTER_QUEUE", "SYSTEM.DEAD.LETTER.QUEU
 
 def add_parser(commands: argparse._SubParsersAction, run) -> None:
     from mrs.limits import DLQ_HANDLER_HELD_BYTES_MAX_DEFAULT
+    from mrs.offline.journal_files import operator_path
 
     parser = commands.add_parser(
         "dlq-handler", help="runmqdlq-style dead-letter handler driven by a rules table"
     )
-    parser.add_argument("rules", nargs="?", type=Path, help="rules table (default: stdin)")
-    parser.add_argument("--config", type=Path, help="bus configuration (TOML)")
+    parser.add_argument("rules", nargs="?", type=operator_path, help="rules table (default: stdin)")
+    parser.add_argument("--config", type=operator_path, help="bus configuration (TOML)")
     parser.add_argument("--group", type=int, help="the group whose DLQ to work")
     parser.add_argument("--address", help="HOST:PORT of the group (default: from --config)")
     parser.add_argument("--once", action="store_true", help="process what is there, then exit")

@@ -62,26 +62,22 @@ class GroupJournals:
 
 
 def operator_path(text: str) -> Path:
-    """A path option of the journal tools, as argparse's `type`: `~` and `~user`
-    expanded, as the config's paths are (mrs.config.fields `resolve_path`). Why: the
-    shell leaves `~` alone when quoted (`--dir '~/x'`) or after `--dir=`, and the
-    tools took it literally, as `./~/x`, where `pcj_archive_dir = "~/x"` meant the
-    home directory: an archive landed in a directory named `~`, which a later
-    `rm -r ~` typed to clean it up would take for the home directory."""
+    """Every path option of every `mrs` subcommand, as argparse's `type` (one rule, so
+    no command reads a path nobody typed). An empty one (`--config "$CONFIG"`, `--out
+    "$DIR"`, the variable unset) is refused: `Path("")` is `.`, so `--config ""` was
+    answered "config error: .: (file): cannot read: Is a directory", `mrs keys new
+    --out ""` wrote a private key into whatever directory the command ran in, and
+    `mrs pcj archive --dir ""` archived there and deleted the records from the PCJ.
+    `~` and `~user` are expanded, as the config's paths are (mrs.config.fields
+    `resolve_path`): the shell leaves `~` alone when quoted (`--dir '~/x'`) or after
+    `--dir=`, and a tool that took it literally, as `./~/x`, made a directory named
+    `~`, which a later `rm -r ~` typed to clean it up would take for the home."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a path")
     try:
         return Path(text).expanduser()
     except RuntimeError:  # "~nosuchuser/..."
         raise argparse.ArgumentTypeError(f"cannot expand the home directory in {text!r}") from None
-
-
-def non_empty_path(text: str) -> Path:
-    """A directory a tool writes to (`pcj archive --dir`, `journal salvage --to`), as
-    argparse's `type` (`operator_path`). An empty one (`--dir "$ARCHIVE"`, the variable
-    unset) is refused: read as `.`, the archive went into whatever directory the
-    command ran in, and its records were deleted from the PCJ."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty: give a directory")
-    return operator_path(text)
 
 
 def group_id(text: str) -> int:

@@ -37,6 +37,17 @@ def unb64(text: str) -> bytes:
     return base64.b64decode(text)
 
 
+def _unanswered(error: httpx.HTTPError) -> str:
+    """Why an endpoint gave no answer, in words. Why: `repr` of httpx's error,
+    `ConnectError('all attempts to connect to 127.0.0.1:2379 failed')`, reached the
+    operator as it was (`mrs failover`, `mrs status`, the server's log)."""
+    if isinstance(error, httpx.ConnectError):
+        return "cannot connect"
+    if isinstance(error, httpx.TimeoutException):
+        return "no answer in time"
+    return f"{type(error).__name__}: {error}"
+
+
 class EtcdClient:
     """The few etcd calls a coordinator needs; one httpx client per instance."""
 
@@ -58,7 +69,7 @@ class EtcdClient:
             try:
                 response = await self._http.post(endpoint + path, json=body)
             except httpx.HTTPError as error:
-                problems.append(f"{endpoint}: {error!r}")
+                problems.append(f"{endpoint}: {_unanswered(error)}")
                 continue
             if response.status_code != 200:
                 raise EtcdError(f"{endpoint}{path}: HTTP {response.status_code} {response.text}")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mrs.errors import OperatorError
+from mrs.limits import CREDENTIALS_FILE_BYTES_MAX
 from mrs.security import scram
 from mrs.security.files import write_private
 from mrs.security.permissions import NONE, Permissions, parse_permissions
@@ -114,7 +115,7 @@ def _unb64(text: object, where: str) -> bytes:
 def load(path: Path) -> Credentials:
     """Read and check the file; CredsError (one line) on anything unusable."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_text(path, "credentials file")
         document = tomllib.loads(text)
     except FileNotFoundError:
         raise CredsError(
@@ -122,7 +123,7 @@ def load(path: Path) -> Credentials:
         ) from None
     except OSError as error:
         raise CredsError(f"credentials file {path}: {error.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+    except tomllib.TOMLDecodeError as error:
         raise CredsError(f"credentials file {path}: not valid TOML: {error}") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise CredsError(f"credentials file {path}: not valid TOML: nested too deep") from None
@@ -145,6 +146,27 @@ def load(path: Path) -> Credentials:
     for name, raw in table.items():
         creds.principals[name] = _principal(path, name, raw)
     return creds
+
+
+def _read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of a credentials or secret file (`what`), read up to
+    CREDENTIALS_FILE_BYTES_MAX. Why: read whole with no bound, `--file /dev/zero` read
+    until memory ran out; and a file that is not UTF-8 (a binary file, the wrong one)
+    was answered in Python's codec words (`'utf-8' codec can't decode byte 0xbc in
+    position 2`), quoting a byte of what may be a secret. OSError passes through."""
+    with open(path, "rb") as file:
+        data = file.read(CREDENTIALS_FILE_BYTES_MAX + 1)  # a pipe or device reads too
+    if len(data) > CREDENTIALS_FILE_BYTES_MAX:
+        raise CredsError(
+            f"{what} {path} is larger than {CREDENTIALS_FILE_BYTES_MAX >> 20} MiB: "
+            "is it the file `mrs creds` wrote?"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CredsError(
+            f"{what} {path} is not UTF-8 text: is it the file `mrs creds` wrote?"
+        ) from None
 
 
 def _principal(path: Path, name: str, raw: object) -> Principal:
@@ -273,16 +295,12 @@ def _existing(creds: Credentials, name: str) -> Principal:
 def read_secret(path: Path) -> str:
     """A password kept in a file (a group's link secret, a tool's password)."""
     try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise CredsError(f"secret file {path}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        # Not the error's text: it quotes bytes of the file, which is a secret.
+        # Not the decoder's text: it quotes bytes of the file, which is a secret.
         # Before, a binary file (a half copy, the wrong file) escaped as
         # UnicodeDecodeError: a running group reloading its link secret stopped.
-        raise CredsError(
-            f"secret file {path} is not UTF-8 text: is it the file `mrs creds` wrote?"
-        ) from None
+        text = _read_text(path, "secret file").strip()
+    except OSError as error:
+        raise CredsError(f"secret file {path}: {error.strerror or error}") from None
     if not text:
         raise CredsError(f"secret file {path} is empty")
     return text

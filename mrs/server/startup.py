@@ -38,15 +38,7 @@ def check_data_dir(bus: BusConfig, config: GroupConfig) -> None:
     """Refuse a data_dir that is a file, or journal files this process cannot write,
     before anything is opened (LMDB's own errors name neither)."""
     data_dir = Path(config.data_dir)
-    for parent in (data_dir, *data_dir.parents):
-        if parent.exists() and not parent.is_dir():
-            raise CommandError(
-                f"{_group_key(bus, config, 'data_dir')}: {parent} is a file, not a directory; "
-                "point data_dir at a directory (it is created if missing)",
-                EXIT_USAGE,
-            )
-        if parent.exists():
-            break
+    _refuse_a_file_in_the_way(_group_key(bus, config, "data_dir"), data_dir)
     journals = data_dir / "journals"
     for name in JOURNAL_FILES:
         path = journals / name
@@ -63,6 +55,21 @@ def check_data_dir(bus: BusConfig, config: GroupConfig) -> None:
         os.close(fd)
 
 
+def _refuse_a_file_in_the_way(key: str, data_dir: Path) -> None:
+    """Refuse a `data_dir` that is a file, or lies under one (`key` names it in the
+    config), in one line naming it."""
+    for parent in (data_dir, *data_dir.parents):
+        if parent.exists() and not parent.is_dir():
+            what = f"{parent} is" if parent == data_dir else f"{data_dir} lies under {parent},"
+            raise CommandError(
+                f"{key}: {what} a file, not a directory; "
+                "point data_dir at a directory (it is created if missing)",
+                EXIT_USAGE,
+            )
+        if parent.exists():
+            break
+
+
 def claim_group_data_dir(
     bus: BusConfig, config: GroupConfig, data_dir: Path, who: str, instance: str | None = None
 ) -> None:
@@ -71,6 +78,10 @@ def claim_group_data_dir(
     recorded is the group's coordinator key, `<[coordinator] prefix>/<id>`, for an
     unreplicated group as for its instances: a group made replicated later starts an
     instance on its old directory."""
+    # first: the claim reads data_dir/group.json, and a data_dir under a file was
+    # refused as ".../group.json: cannot be read (Not a directory)"
+    key = "data_dir" if instance is None else f"instance {instance} data_dir"
+    _refuse_a_file_in_the_way(_group_key(bus, config, key), Path(data_dir))
     prefix = bus.coordinator.prefix if bus.coordinator is not None else COORDINATOR_PREFIX_DEFAULT
     owner = owner_of(config.id, config.name, etcd_prefix(prefix, config.id), instance)
     claim_data_dir(data_dir, owner, who)

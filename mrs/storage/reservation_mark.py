@@ -44,7 +44,7 @@ class ReservationMark:
         logged once and otherwise ignored: the journal holds the reservation, and
         only the check of a copy restored over the journal file is weaker for it."""
         try:
-            replace_file(self.path, b"%d\n" % reserved, 0o644)
+            replace_file(self.path, b"%d\n" % reserved, 0o600)
         except OSError as error:
             if not self._failed:
                 log.warning("cannot write %s (checked at start for a copy): %s", self.path, error)

@@ -28,6 +28,7 @@ from typing import Any
 
 from mrs.errors import ConnectionLost, MrsError
 from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
+from mrs.offline.journal_files import operator_path
 from mrs.security.permissions import GRANT_KINDS
 from mrs.tools.cli_support import (
     EXIT_OK,
@@ -126,7 +127,7 @@ def _add_browse(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def _add_where(parser: argparse.ArgumentParser) -> None:
     """The options every action shares: which group's server to ask, and how to print."""
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", type=Path, help="bus configuration")
+    where.add_argument("--config", type=operator_path, help="bus configuration")
     where.add_argument("--address", help="HOST:PORT of the group's server instead")
     parser.add_argument(
         "--group",

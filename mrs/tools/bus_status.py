@@ -22,6 +22,7 @@ from typing import Any
 
 from mrs.config.addresses import host_port
 from mrs.config.instance_types import CoordinatorConfig
+from mrs.offline.journal_files import operator_path
 from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError, positive_float
 from mrs.tools.group_view import GroupView
@@ -43,7 +44,9 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
         "answered, 1 when one is down or the address is not the active, 2 for bad "
         "usage. See docs/operations.md.",
     )
-    status.add_argument("--config", type=Path, help="bus configuration (TOML): every group")
+    status.add_argument(
+        "--config", type=operator_path, help="bus configuration (TOML): every group"
+    )
     status.add_argument("--group", type=int, help="only this group of --config")
     status.add_argument(
         "--address",

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mrs.config.bus import BusConfig, GroupConfig, load_config
+from mrs.offline.journal_files import operator_path
 from mrs.security.tls import group_server_name
 from mrs.tools.cli_support import EXIT_USAGE, CommandError
 
@@ -259,8 +260,10 @@ def add_certs_parser(commands: argparse._SubParsersAction) -> None:
         "into --out (files 0600, directory 0700), then print the [group.tls] table for "
         "each group (--apply: add them to the config file). See docs/security.md.",
     )
-    certs.add_argument("--config", type=Path, required=True, help="bus configuration (TOML)")
-    certs.add_argument("--out", type=Path, required=True, help="directory for the files")
+    certs.add_argument(
+        "--config", type=operator_path, required=True, help="bus configuration (TOML)"
+    )
+    certs.add_argument("--out", type=operator_path, required=True, help="directory for the files")
     certs.add_argument("--apply", action="store_true", help="add the tables to --config")
     certs.add_argument("--force", action="store_true", help="replace an existing CA in --out")
     certs.set_defaults(run=run_certs)

@@ -17,6 +17,7 @@ from mrs.config.bus import ConfigError, GroupConfig, load_config
 from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import DEMO_MESSAGES_MAX
+from mrs.offline.journal_files import operator_path
 from mrs.tools.admin import add_admin_parser
 from mrs.tools.bus_status import add_status_parser
 from mrs.tools.certs import add_certs_parser, tool_tls_from_env
@@ -258,7 +259,10 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
         help="group 1 as three instances with failovers (docs/sim.md, the replicated group)",
     )
     swarm.add_argument(
-        "--history", type=Path, default=None, help="write the history of --seed as JSON here"
+        "--history",
+        type=operator_path,
+        default=None,
+        help="write the history of --seed as JSON here",
     )
     swarm.set_defaults(run=_sim_swarm)
     run = kinds.add_parser("run", help="a scenario against real processes")
@@ -267,8 +271,10 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
         "--seconds", type=positive_float, default=60.0, help="length of the fault phase"
     )
     run.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
-    run.add_argument("--history", type=Path, default=None, help="write the history JSON here")
-    run.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
+    run.add_argument(
+        "--history", type=operator_path, default=None, help="write the history JSON here"
+    )
+    run.add_argument("--scratch", type=operator_path, default=None, help="keep the bus here")
     run.set_defaults(run=_sim_run)
     replicated = kinds.add_parser(
         "replicated", help="a replicated group (etcd, three instances) under real faults"
@@ -277,8 +283,10 @@ def _add_sim_parser(commands: argparse._SubParsersAction) -> None:
         "--seconds", type=positive_float, default=60.0, help="length of the faults"
     )
     replicated.add_argument("--seed", type=int, default=1, help="seed of the fault schedule")
-    replicated.add_argument("--scratch", type=Path, default=None, help="keep the bus here")
-    replicated.add_argument("--figures", type=Path, default=None, help="write the figures here")
+    replicated.add_argument("--scratch", type=operator_path, default=None, help="keep the bus here")
+    replicated.add_argument(
+        "--figures", type=operator_path, default=None, help="write the figures here"
+    )
     replicated.set_defaults(run=_sim_replicated)
 
 
@@ -323,7 +331,7 @@ def _add_demo_parser(commands: argparse._SubParsersAction) -> None:
     )
     demo.add_argument(
         "--scratch",
-        type=Path,
+        type=operator_path,
         default=None,
         help="scratch directory (default: a new temporary one)",
     )
@@ -337,10 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run one group's server")
-    serve.add_argument("--config", required=True, type=Path, help="bus configuration (TOML)")
+    serve.add_argument(
+        "--config", required=True, type=operator_path, help="bus configuration (TOML)"
+    )
     serve.add_argument("--group", required=True, type=int, help="group id to run")
     serve.add_argument(
-        "--ready-file", type=Path, default=None, help="write HOST:PORT here once listening"
+        "--ready-file", type=operator_path, default=None, help="write HOST:PORT here once listening"
     )
     serve.add_argument(
         "--instance", default=None, help="the instance of a replicated group to run (its name)"
@@ -365,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--scratch",
-        type=Path,
+        type=operator_path,
         default=None,
         help="directory on the disk to measure (default: ./.bench)",
     )

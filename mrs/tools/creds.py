@@ -18,6 +18,7 @@ import getpass
 import sys
 from pathlib import Path
 
+from mrs.offline.journal_files import operator_path
 from mrs.security import creds as store
 from mrs.security import scram
 from mrs.security.files import private_dir, write_private
@@ -45,7 +46,7 @@ def add_parser(commands) -> None:
     group = actions.add_parser("add-group", help="make a group's link secret and principal")
     group.add_argument("group", type=int)
     _where_options(group)
-    group.add_argument("--secrets", type=Path, help="link secrets directory (with --file)")
+    group.add_argument("--secrets", type=operator_path, help="link secrets directory (with --file)")
     group.add_argument(
         "--iterations",
         type=int,
@@ -80,14 +81,14 @@ def add_parser(commands) -> None:
 def _where_options(parser: argparse.ArgumentParser) -> None:
     """--config or --file: where the credentials file is."""
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--config", type=Path, help="bus config: use its [auth] paths")
-    where.add_argument("--file", type=Path, help="the credentials file itself")
+    where.add_argument("--config", type=operator_path, help="bus config: use its [auth] paths")
+    where.add_argument("--file", type=operator_path, help="the credentials file itself")
 
 
 def _password_options(parser: argparse.ArgumentParser) -> None:
     """Where the password comes from, and its hashing rounds."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--password-file", type=Path, help="read the password from a file")
+    source.add_argument("--password-file", type=operator_path, help="read the password from a file")
     source.add_argument(
         "--password-stdin", action="store_true", help="read the password from stdin"
     )

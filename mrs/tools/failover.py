@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import REPLICATION_HANDOVER_WAIT_S, REPLICATION_POLL_S
+from mrs.offline.journal_files import operator_path
 from mrs.tools.cli_support import positive_float
 
 FAILOVER_WAIT_S_DEFAULT = 30.0
@@ -35,7 +36,9 @@ def add_failover_parser(commands: argparse._SubParsersAction, run) -> None:
     failover = commands.add_parser(
         "failover", help="hand a replicated group's active role to another instance"
     )
-    failover.add_argument("--config", required=True, type=Path, help="bus configuration (TOML)")
+    failover.add_argument(
+        "--config", required=True, type=operator_path, help="bus configuration (TOML)"
+    )
     failover.add_argument("group", help="the group: its name or id")
     failover.add_argument(
         "--to", help="the instance to hand over to (in sync; default: the active picks one)"
@@ -76,17 +79,9 @@ def run_failover(args: argparse.Namespace) -> int:
 
 
 async def _switch(bus, group, to: str, wait_s: float) -> str:
-    """Ask for the hand-over, then wait for another instance to hold a newer term, or
-    for the active's refusal; a request still standing when the wait ends is withdrawn,
-    so the active never carries it out after this command said it failed."""
-    import trio
-
-    from mrs.replication.coordinator import (
-        CoordinatorUnavailable,
-        EtcdCoordinator,
-        FailoverRequest,
-        etcd_prefix,
-    )
+    """`_hand_over` through the bus's etcd, an etcd that does not answer said in one
+    line (`_etcd_silent`)."""
+    from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
     from mrs.replication.etcd import EtcdClient
 
     coordinator = EtcdCoordinator(
@@ -95,56 +90,95 @@ async def _switch(bus, group, to: str, wait_s: float) -> str:
         "mrs-failover",
         bus.coordinator.lease_ttl_s,
     )
+    asked: list[object] = []
     try:
-        before = await coordinator.read()
-        if before.leader is None:
-            raise CommandError(
-                f"{group.name}: no active instance now (a failover is under way?)", 1
-            )
-        if to and to not in (before.in_sync or ()):
-            raise _not_in_sync(group.name, to, before.in_sync or ())
-        if to == before.leader:
-            return f"{group.name}: {to} is already active (term {before.term})"
-        started_s = time.monotonic()
-        request = FailoverRequest(to, uuid.uuid4().hex)
-        await _request(coordinator, request, group.name, bus.path)
-        with trio.move_on_after(wait_s):
-            while True:
-                await trio.sleep(REPLICATION_POLL_S)
-                now = await coordinator.read()
-                if now.leader is not None and now.term > before.term:
-                    took_s = time.monotonic() - started_s
-                    switched = f"{before.leader} -> {now.leader} (term {now.term})"
-                    if to and now.leader != to:  # not this request's switch
-                        raise CommandError(
-                            f"{group.name}: {switched}, not to {to}: the active changed "
-                            "another way (lost, or another failover)",
-                            1,
-                        )
-                    return f"{group.name}: {switched} in {took_s:.1f} s"
-                if (why := await coordinator.failover_refusal(request)) is not None:
-                    raise CommandError(
-                        f"{group.name}: {before.leader} refused the failover: {why}; "
-                        f"it stays active",
-                        1,
-                    )
-        if await coordinator.withdraw_failover(request):
-            raise CommandError(
-                f"{group.name}: {before.leader} did not act on the request within "
-                f"{wait_s:g} s; it is withdrawn",
-                1,
-            )
-        if (why := await coordinator.failover_refusal(request)) is not None:
-            raise CommandError(f"{group.name}: {before.leader} refused the failover: {why}", 1)
-        raise CommandError(
-            f"{group.name}: {before.leader} handed over, and no instance took over within "
-            f"{wait_s:g} s (mrs status --config {bus.path} says where it stands)",
-            1,
-        )
+        return await _hand_over(coordinator, bus, group, to, wait_s, asked)
     except CoordinatorUnavailable as error:
-        raise CommandError(f"etcd: {error}", 1) from None
+        raise _etcd_silent(str(error), bus, bool(asked)) from None
     finally:
         await coordinator.aclose()
+
+
+async def _hand_over(coordinator, bus, group, to: str, wait_s: float, asked: list) -> str:
+    """Ask for the hand-over (noted in `asked`), then wait for another instance to hold
+    a newer term, or for the active's refusal; a request still standing when the wait
+    ends is withdrawn, so the active never carries it out after this command said it
+    failed."""
+    import trio
+
+    from mrs.replication.coordinator import FailoverRequest
+
+    before = await coordinator.read()
+    if before.leader is None:
+        raise CommandError(f"{group.name}: no active instance now (a failover is under way?)", 1)
+    if to and to not in (before.in_sync or ()):
+        raise _not_in_sync(group.name, to, before.in_sync or ())
+    if to == before.leader:
+        return f"{group.name}: {to} is already active (term {before.term})"
+    started_s = time.monotonic()
+    request = FailoverRequest(to, uuid.uuid4().hex)
+    await _request(coordinator, request, group.name, bus.path)
+    asked.append(request)
+    with trio.move_on_after(wait_s):
+        while True:
+            await trio.sleep(REPLICATION_POLL_S)
+            now = await coordinator.read()
+            if now.leader is not None and now.term > before.term:
+                took_s = time.monotonic() - started_s
+                switched = f"{before.leader} -> {now.leader} (term {now.term})"
+                if to and now.leader != to:  # not this request's switch
+                    raise CommandError(
+                        f"{group.name}: {switched}, not to {to}: the active changed "
+                        "another way (lost, or another failover)",
+                        1,
+                    )
+                return f"{group.name}: {switched} in {took_s:.1f} s"
+            if (why := await coordinator.failover_refusal(request)) is not None:
+                raise CommandError(
+                    f"{group.name}: {before.leader} refused the failover: {why}; it stays active",
+                    1,
+                )
+    if await coordinator.withdraw_failover(request):
+        raise CommandError(
+            f"{group.name}: {before.leader} did not act on the request within "
+            f"{wait_s:g} s; it is withdrawn",
+            1,
+        )
+    if (why := await coordinator.failover_refusal(request)) is not None:
+        raise CommandError(f"{group.name}: {before.leader} refused the failover: {why}", 1)
+    raise CommandError(
+        f"{group.name}: {before.leader} handed over, and no instance took over within "
+        f"{wait_s:g} s (mrs status --config {bus.path} says where it stands)",
+        1,
+    )
+
+
+ETCD_UNREACHABLE = "etcd unreachable: "
+"""How mrs.replication.etcd.EtcdClient begins the error of an etcd no endpoint of
+which answered (`ENDPOINT: why; ...` follows)."""
+
+
+def _etcd_silent(text: str, bus, asked: bool) -> CommandError:
+    """The one line for an etcd that could not be asked. Why: it was the client's own
+    words, `etcd: etcd unreachable: http://...: ConnectError('all attempts to connect
+    to 127.0.0.1:2379 failed')`, naming neither the config entry to check nor whether
+    a failover was asked for."""
+    where = ", ".join(bus.coordinator.etcd)
+    if not text.startswith(ETCD_UNREACHABLE):  # it answered, with an error
+        return CommandError(f"etcd at {where}: {text}", 1)
+    why = text.removeprefix(ETCD_UNREACHABLE)
+    if len(bus.coordinator.etcd) == 1:
+        why = why.removeprefix(f"{where}: ")
+    state = (
+        f"a failover was asked for and may still happen (mrs status --config {bus.path})"
+        if asked
+        else "no failover was asked for"
+    )
+    return CommandError(
+        f"etcd at {where} does not answer ({why}); {state}: check that etcd is running "
+        f"there and that [coordinator] etcd in {bus.path} is its client URL",
+        1,
+    )
 
 
 def _not_in_sync(group_name: str, to: str, in_sync: Iterable[str]) -> CommandError:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from mrs.offline.journal_files import operator_path
 from mrs.protection.errors import PolicyError
 from mrs.protection.keys import PREVIOUS_KEYS_MAX, Identity, rotate_identity, write_identity
 from mrs.tools.cli_support import EXIT_USAGE, CommandError
@@ -20,7 +20,7 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:
         "new", help="make NAME.key (private, 0600) and NAME.pub (give it to the others)"
     )
     new.add_argument("name", help="the identity's name: the signer name policies list")
-    new.add_argument("--out", type=Path, required=True, help="directory to write them to")
+    new.add_argument("--out", type=operator_path, required=True, help="directory to write them to")
     new.set_defaults(run=run_keys_new)
     rotate = actions.add_parser(
         "rotate",
@@ -28,7 +28,9 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:
         "messages sealed for them still open; copy the new NAME.pub to every keys_dir",
     )
     rotate.add_argument("name", help="the identity's name (DIR/NAME.key must exist)")
-    rotate.add_argument("--out", type=Path, required=True, help="the directory holding NAME.key")
+    rotate.add_argument(
+        "--out", type=operator_path, required=True, help="the directory holding NAME.key"
+    )
     rotate.set_defaults(run=run_keys_rotate)
 
 

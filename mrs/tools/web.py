@@ -11,11 +11,11 @@ import argparse
 import collections
 import functools
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
+from mrs.offline.journal_files import operator_path
 from mrs.ops.http_endpoint import Response, http_url, serve_http, text
 from mrs.ops.web import (
     BUS_CACHE_S,
@@ -39,7 +39,7 @@ def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
         description="Serve the bus status page on --listen; it asks every group of "
         "--config for its status, like `mrs status`. See docs/operations.md.",
     )
-    web.add_argument("--config", type=Path, required=True, help="bus configuration (TOML)")
+    web.add_argument("--config", type=operator_path, required=True, help="bus configuration (TOML)")
     web.add_argument(
         "--listen", default=WEB_LISTEN_DEFAULT, help="HOST:PORT to serve on (port 0: any free)"
     )

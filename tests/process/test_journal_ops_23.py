@@ -82,7 +82,7 @@ def test_a_salvage_copies_the_key_secret_of_a_ledger_it_cannot_read(tmp_path: Pa
     again = run_mrs("journal", "salvage", "--data-dir", str(bus.data_dir), "--to", str(rescued))
     assert again.returncode == 2 and "already holds journals" in again.stderr
     empty = run_mrs("journal", "salvage", "--data-dir", str(bus.data_dir), "--to", "")
-    assert empty.returncode == 2 and "argument --to: empty: give a directory" in empty.stderr
+    assert empty.returncode == 2 and "argument --to: empty: give a path" in empty.stderr
 
 
 @pytest.mark.parametrize("option", ["--to", "--as", "--address"])
@@ -128,7 +128,7 @@ def test_an_empty_archive_directory_is_refused_and_the_pcj_kept(tmp_path: Path) 
         cwd=workdir,
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("mrs pcj archive: argument --dir: empty: give a directory")
+    assert result.stderr.startswith("mrs pcj archive: argument --dir: empty: give a path")
     assert journal_seqs(bus.data_dir / "journals", Journal.PCJ) == [record(i).seq for i in range(3)]
     assert list(workdir.iterdir()) == []
 

@@ -293,7 +293,7 @@ def test_failover_edges_answer_in_one_line_and_leave_the_group_serving(etcd, tmp
             (config, first, 0, f"{first} is already active"),
             (config, "zz", 2, "has no instance 'zz'"),
             (config, dropped, 1, f"{dropped} is not in sync (in sync: "),
-            (dead_etcd, first, 1, "etcd unreachable"),
+            (dead_etcd, first, 1, "does not answer (cannot connect); no failover was asked for"),
         ]
         for path, to, code, text in cases:
             done = run_mrs("failover", "--config", str(path), "NYC", "--to", to)

@@ -288,7 +288,7 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
 
 # ---------------------------------------------------------------------- the command
 def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
-    from mrs.offline.journal_files import add_location_arguments, non_empty_path
+    from mrs.offline.journal_files import add_location_arguments, operator_path
 
     pcj = commands.add_parser("pcj", help="PCJ retention: archive confirmed records to Parquet")
     actions = pcj.add_subparsers(dest="pcj_command", required=True, metavar="ACTION")
@@ -314,7 +314,7 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
     )
     archive.add_argument(
         "--dir",
-        type=non_empty_path,
+        type=operator_path,
         default=None,
         help="where the Parquet files go (default: [group.ops] pcj_archive_dir, "
         "relative to data_dir: pcj-archive)",

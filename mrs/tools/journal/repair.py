@@ -17,7 +17,8 @@ LMDB abort cannot kill them, and never write to the damaged environment:
   key is filed under its own key again. Where LMDB itself cannot read past a
   damaged page, it reads the rest of that database backwards from its end, so only
   what sits on the damaged pages is lost, and it says which key range that is.
-  Start a server on the copy by pointing `data_dir` at DIR.
+  Start a server on the copy by pointing `data_dir` at DIR. Exit 0 copied, 1 the
+  copy failed or nothing at all could be read (then nothing is written), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ def _copy_entries(found: Survey, store: JournalStore) -> int:
 # ---------------------------------------------------------------------- command line
 def add_journal_repair(commands) -> None:
     """Add `mrs journal verify` and `mrs journal salvage` to the `mrs` subparsers."""
-    from mrs.offline.journal_files import add_location_arguments, non_empty_path
+    from mrs.offline.journal_files import add_location_arguments, operator_path
 
     journal = commands.add_parser(
         "journal",
@@ -281,7 +282,7 @@ def add_journal_repair(commands) -> None:
     )
     add_location_arguments(salvage)
     salvage.add_argument(
-        "--to", type=non_empty_path, required=True, help="new data directory to fill"
+        "--to", type=operator_path, required=True, help="new data directory to fill"
     )
     salvage.add_argument("--json", action="store_true", help="the report as one JSON object")
     salvage.set_defaults(run=_run_salvage)
@@ -368,6 +369,14 @@ def _run_salvage(args: argparse.Namespace) -> int:
     found = _survey_or_refuse(journals_path, "salvage")
     if found is None:
         return 1
+    if (unreadable := _nothing_readable(found)) is not None:
+        _print(found, journals_path, args.json, {"copied": 0})
+        print(
+            f"mrs journal salvage: nothing to salvage: no entry of {journals_path} could be "
+            f"read ({unreadable}); nothing was written to {args.to}",
+            file=sys.stderr,
+        )
+        return 1
     try:
         copied, ledger = copy_out(found, args.to, where.data_dir)
     except FileExistsError as error:
@@ -386,6 +395,18 @@ def _run_salvage(args: argparse.Namespace) -> int:
         extra["replay_ledger"] = ledger
     _print(found, journals_path, args.json, extra)
     return 0
+
+
+def _nothing_readable(found: Survey) -> str | None:
+    """What is wrong when damaged journals gave up no entry at all (a file that is no
+    LMDB environment: random bytes, an empty data.mdb), else None. Why: salvage then
+    made an empty environment at --to and ended "DAMAGED, copied 0", exit 0, and the
+    documented next steps (verify: intact; swap; serve) started the group on no
+    messages. An intact environment with no entries is copied as it is."""
+    if found.intact or any(found.entries.values()):
+        return None
+    damage = [r.damage for r in found.reports.values() if r.damage is not None]
+    return damage[0] if damage else "every entry failed its checks"
 
 
 def _not_a_directory(path: Path) -> Path | None:
