@@ -10,8 +10,10 @@ meanwhile (`_full_copy`).
 
 Stepping down: the lease is renewed every TTL / REPLICATION_RENEW_FRACTION_DEFAULT;
 once REPLICATION_STEP_DOWN_FRACTION_DEFAULT of the TTL has passed since the last renewal that
-worked, the active stops answering (nothing held is answered any more) and asks its
-owner to stop serving, well before etcd can let a replica take over.
+worked, the active stops answering (nothing held is answered any more), asks etcd once
+more (a stalled process misses its renewals though etcd still holds its lease: it
+answers again if etcd renews it, `_renew_late`), and otherwise asks its owner to stop
+serving, well before etcd can let a replica take over.
 """
 
 from __future__ import annotations
@@ -197,16 +199,20 @@ class Active:
         lease is renewed while the hand-over waits for a replica (longer than a TTL,
         it would lapse, and a replica take over while this instance still answered)."""
         renew_every_s = self.lease_ttl_s / REPLICATION_RENEW_FRACTION_DEFAULT
+        step_down_after_s = self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
         last_ok_s = trio.current_time()
         while True:
             sent_s = trio.current_time()
             renewed = False
-            with trio.move_on_at(
-                last_ok_s + self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
-            ):
+            with trio.move_on_at(last_ok_s + step_down_after_s):
                 renewed = await self.coordinator.renew()
             if self.resigned or self.stepped_down is not None:
                 return
+            if not renewed and trio.current_time() - last_ok_s >= step_down_after_s:
+                sent_s = trio.current_time()
+                renewed = await self._renew_late(renew_every_s)
+                if self.resigned or self.stepped_down is not None:
+                    return
             if renewed:
                 last_ok_s = sent_s
                 with trio.move_on_after(renew_every_s / 2):
@@ -215,15 +221,36 @@ class Active:
                 if request is not None and self._handing_over is None:
                     self._handing_over = request
                     nursery.start_soon(self._take_up, request)
-            elif trio.current_time() - last_ok_s >= (
-                self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
-            ):
+            elif trio.current_time() - last_ok_s >= step_down_after_s:
                 self.step_down("the lease could not be renewed")
                 return
             elif not renewed and await self._lease_lost():
                 self.step_down("the lease is lost (another instance may be active)")
                 return
             await trio.sleep(renew_every_s if renewed else renew_every_s / 4)
+
+    async def _renew_late(self, within_s: float) -> bool:
+        """Past the step-down point with no renewal: stop answering, ask etcd once more
+        (within `within_s`) and answer again if it renewed; whether it did.
+
+        Why once more: the renewal may have been missed by this process, not refused by
+        etcd. A process stalled past half its TTL (a loaded host, SIGSTOP, a long
+        pause) woke with a lease etcd still held for it and stepped down without
+        asking, so the group failed over for nothing and this instance won the next
+        term itself (found in the clean-clone CI run: the web view's term 1 became 2).
+        No answer is given while it asks, so none rests on a lease that may have
+        expired; a renewal etcd grants means nobody else can have been active since.
+        During a hand-over, which stops and resumes answers itself, it does not ask."""
+        if self._handing_over is not None:
+            return False
+        was_answering, self.stream.answering = self.stream.answering, False
+        renewed = False
+        with trio.move_on_after(within_s):
+            renewed = await self.coordinator.renew()
+        if renewed and was_answering and not self.resigned and self.stepped_down is None:
+            log.warning("instance %s renewed its lease late: answers again", self.me.name)
+            self.stream.answer_again()
+        return renewed
 
     async def _record_floors(self) -> None:
         """Record in etcd the position each replica has acknowledged, once per renewal

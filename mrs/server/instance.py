@@ -211,6 +211,7 @@ class InstanceRunner:
         """A planned stop: give the lease up so a replica takes over at once."""
         if self.active is not None:
             self.active.stream.answering = False
+            self.active.resigned = True  # a late renewal in flight answers nothing again
             await self.coordinator.resign()
 
     def _reread_queues(self) -> None:
