@@ -260,6 +260,12 @@ LINK_DIRECT_MESSAGES_MAX = 10_000
 """Messages waiting for a link's window (sent directly, not through the SAF) at most.
 A put beyond it does not wait in memory: a recoverable one goes to the SAF
 (SAF_FORCED, drained in order), a nonrecoverable one takes its UMA (MRS_RES_EXH)."""
+LINK_DIRECT_BYTES_MAX = 64 * 1024 * 1024
+"""...and bodies of at most about this many bytes, as a queue keeps of its journaled
+bodies (JOURNALED_BODIES_BYTES_MAX): the count alone let a peer group that stopped
+reading (SIGSTOP, a hung host: its link is lost only after its heartbeats) hold
+10,000 messages of 1 MiB, 10 GB, in the sender's memory (2,000 of 100 KB measured:
++200 MiB). Past it puts go as past the count."""
 SAF_KEYS_DELIVERED_MAX = 10_000
 """Idempotency keys of keyed recoverable puts a peer group stored, remembered per peer
 by the sending group (the newest; mrs.group.saf_keys): a copy put while the link is

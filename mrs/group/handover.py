@@ -61,6 +61,13 @@ class Handover:
     get_deadlines: PutDeadlines = field(init=False)
     """Parked gets' timeouts, in shared buckets as WF puts' are: a dict entry per get,
     not a timer and three closures (mrs.group.put_deadlines)."""
+    marking_bytes: dict[int, int] = field(default_factory=dict)
+    """Bytes of bodies handed to each session's gets (by session id) whose answers
+    wait for their marks' commit (`send_when_marked`), so not yet in its outbox. The
+    server counts them with what it has not read (OUTBOX_BYTES_HIGH): not counted, a
+    client that pipelined thousands of gets and read nothing had a whole queue of
+    journaled 1 MiB messages read back from disk and encoded in one pass (the
+    server's RSS +1 GB, everyone's answers late by half a second)."""
 
     def __post_init__(self) -> None:
         self.get_deadlines = PutDeadlines(self.ctx.timers)
@@ -240,8 +247,13 @@ class Handover:
         dlq_seqs = [entry.seq for entry, _, _ in handed] if queue.shared else []
         if dlq_seqs:  # a detach meanwhile leaves their counts (mrs.group.dlq_leases)
             self.dlq_readers.marks_pending(session.id, dlq_seqs)
+        session_id = session.id
+        answer_bytes = sum(len(entry.body or b"") for entry, _, _ in handed)
+        waiting_bytes = self.marking_bytes
+        waiting_bytes[session_id] = waiting_bytes.get(session_id, 0) + answer_bytes
 
         def marked(error: JournalError | None) -> None:
+            _answer_made(waiting_bytes, session_id, answer_bytes)
             if marking is not None:  # first: a failed mark may hand its entry out again
                 _marks_ended(marking, marked_seqs)
             if error is not None:
@@ -498,6 +510,16 @@ class Handover:
 def _matching(select: Selection | None) -> str:
     """What an empty answer adds for a selective get."""
     return "" if select is None else " matching the selection"
+
+
+def _answer_made(waiting_bytes: dict[int, int], session_id: int, answer_bytes: int) -> None:
+    """A delivery's mark was committed (or failed): its bytes no longer wait for it
+    (`Handover.marking_bytes`); a session with none waiting leaves the table."""
+    left = waiting_bytes.get(session_id, 0) - answer_bytes
+    if left > 0:
+        waiting_bytes[session_id] = left
+    else:
+        waiting_bytes.pop(session_id, None)
 
 
 def _marks_ended(marking: dict[int, int], seqs: list[int]) -> None:

@@ -38,6 +38,7 @@ from mrs.group.transfer import LINK_LOST, status_name
 from mrs.group.wiring import LinkRooms
 from mrs.limits import (
     LINK_BACKOFF_S_MAX,
+    LINK_DIRECT_BYTES_MAX,
     LINK_DIRECT_MESSAGES_MAX,
     PENDING_QUEUES_MAX,
     RECEIPTS_PER_FRAME_MAX,
@@ -139,6 +140,8 @@ class PeerLink:
     messages_received: int = 0
     _request_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _direct: deque = field(default_factory=deque)
+    _direct_bytes: int = 0
+    """Bytes of the bodies in `_direct` (LINK_DIRECT_BYTES_MAX)."""
     _outstanding: dict[int, _Outstanding] = field(default_factory=dict)
     _in_flight: int = 0
     _in_flight_bytes: int = 0
@@ -218,10 +221,14 @@ class PeerLink:
     # ------------------------------------------------------------------ LinkPort
     @property
     def direct_full(self) -> bool:
-        return len(self._direct) >= LINK_DIRECT_MESSAGES_MAX
+        return (
+            len(self._direct) >= LINK_DIRECT_MESSAGES_MAX
+            or self._direct_bytes >= LINK_DIRECT_BYTES_MAX
+        )
 
     def send_message(self, message: wire.TransferredMessage, on_result: Result) -> None:
         self._direct.append((message, on_result))
+        self._direct_bytes += len(message.body)
         self.wake()
 
     def poke(self) -> None:
@@ -433,6 +440,7 @@ class PeerLink:
             if pending.sent is Sent.QUERY:
                 pending.items[0](None)
         high = self._saf_sent_max
+        self._direct_bytes = 0
         while self._direct:
             message, on_result = self._direct.popleft()
             key = _saf_key_of(self.peer_id, message)
@@ -534,6 +542,7 @@ class PeerLink:
                     break
                 size += len(self._direct[0][0].body)
                 chunk.append(self._direct.popleft())
+            self._direct_bytes -= size
             transfer = wire.LinkTransfer(self._next_id(), [message for message, _ in chunk])
             on_results = [on_result for _, on_result in chunk]
             self._send(transfer, Sent.DIRECT, on_results, len(chunk))

@@ -40,7 +40,7 @@ from mrs.group.saf_keys import copy_key, record_saf_key, saf_key
 from mrs.group.shapes import Entry, record_from_entry, transfer_fields
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
-from mrs.limits import DEDUPE_WAITERS_MAX, LINK_DIRECT_MESSAGES_MAX
+from mrs.limits import DEDUPE_WAITERS_MAX, LINK_DIRECT_BYTES_MAX, LINK_DIRECT_MESSAGES_MAX
 from mrs.model import InterestPoint, Notification, Psb, Status
 
 log = logging.getLogger("mrs.forwarding")
@@ -314,8 +314,8 @@ class Outbound:
             self._put_via_saf(peer, entry, reply, Status.SAF_FORCED)
             return
         reason = (
-            f"{LINK_DIRECT_MESSAGES_MAX} messages already wait for the link to group "
-            f"{peer.group_id}"
+            f"{LINK_DIRECT_MESSAGES_MAX} messages or {LINK_DIRECT_BYTES_MAX} bytes "
+            f"already wait for the link to group {peer.group_id}"
         )
         self.umas.undeliverable(entry, reply, Status.MRS_RES_EXH, reason)
 

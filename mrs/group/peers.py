@@ -35,7 +35,8 @@ class LinkPort(Protocol):
 
     @property
     def direct_full(self) -> bool:
-        """True when LINK_DIRECT_MESSAGES_MAX messages wait for the window."""
+        """True when LINK_DIRECT_MESSAGES_MAX messages, or LINK_DIRECT_BYTES_MAX bytes of
+        bodies, wait for the window."""
         ...
 
     def poke(self) -> None: ...

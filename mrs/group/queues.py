@@ -304,6 +304,18 @@ class TargetQueue:
             if entry.account is not None:
                 entry.account.held_bytes += size
 
+    def _count_journaled_body(self, entry: Entry) -> None:
+        """A journaled entry back in the window after it was delivered (`detach`): its
+        body counts, or goes back to disk (read at delivery) beyond
+        JOURNALED_BODIES_BYTES_MAX. Why: a reader holding 600 unconfirmed 1 MB messages
+        that left gave them all back with their bodies, and the queue kept 600 MB in
+        memory until they were got again (unconfirmed_max is 1,000 by default)."""
+        body = entry.body
+        if body is not None and self.journaled_body_bytes + len(body) > JOURNALED_BODIES_BYTES_MAX:
+            entry.body = None
+            return
+        self.journaled_body_bytes += len(body or b"")
+
     def _restored_cold(self, entry: Entry) -> None:
         """`entry`, taken from its lane's cold backlog (or handed out as it arrived
         behind it), waits there again at its arrival place (`PriorityLanes.restore_cold`):
@@ -614,7 +626,7 @@ class TargetQueue:
             self.index.add(entry, priority)
             self.pending.insert(entry, priority, place + before)
             if entry.journaled:
-                self.journaled_body_bytes += len(entry.body or b"")
+                self._count_journaled_body(entry)
             else:
                 self.memory_count += 1
                 self.memory_bytes += len(entry.body or b"")

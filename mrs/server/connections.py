@@ -304,7 +304,19 @@ class Connections:
 
     async def _receive_loop(self, session: ServerSession) -> None:
         while await self.receive_once(session):
+            await self._room_for_answers(session)
+
+    async def _room_for_answers(self, session: ServerSession) -> None:
+        """Until the answers the session's peer has not read are within
+        OUTBOX_BYTES_HIGH: those queued, and deliveries whose marks' commit is under
+        way (`Dispatcher.answers_bytes`), which reach the outbox only after it. Why
+        both: counting the outbox alone, a peer that pipelined gets and read nothing
+        was handed a whole queue's journaled messages before the first commit."""
+        while True:
             await session.wait_drained(OUTBOX_BYTES_HIGH)
+            if self.dispatcher.answers_bytes(session) <= OUTBOX_BYTES_HIGH:
+                return
+            await session.next_send()  # the commit answers them (or fails them)
 
     async def receive_once(self, session: ServerSession) -> bool:
         """Read what one recv brings and dispatch every event in it (handshake and
@@ -321,7 +333,7 @@ class Connections:
             session.write_now()
             while dispatched < len(events):  # the answers passed their bound mid-read
                 session.wake()  # the send loop writes them
-                await session.wait_drained(OUTBOX_BYTES_HIGH)
+                await self._room_for_answers(session)
                 dispatched = self.dispatcher.dispatch_all(session, events, dispatched)
         except wire.ProtocolError as error:
             await self._protocol_error(session, error)

@@ -66,6 +66,9 @@ class Dispatcher:
         self.requests_in_flight_max: int = guards.requests_in_flight_max
         self.connection_bytes_max: int = guards.connection_bytes_max
         self.parked_gets_max: int = guards.parked_gets_max
+        self.marking_bytes: dict[int, int] = group.handover.marking_bytes
+        """Bytes of each session's deliveries waiting for their marks' commit
+        (`Handover.marking_bytes`): answers on their way, counted as unsent."""
         self.admin: Callable[[ServerSession, wire.AdminRequest], None] | None = None
         """The operator's actions (mrs.ops.admin_actions), set by the server."""
         self.incarnation: Callable[[], bytes] = lambda: b""
@@ -114,10 +117,11 @@ class Dispatcher:
         """The events one receive brought, in order from `first`: the receive loop's
         one call per receive, so no interpreted frame per event. A ProtocolError stops
         the rest (the connection is broken), as it did one call at a time. Returns
-        where it stopped: len(events), or earlier once the connection's unsent
-        answers pass OUTBOX_BYTES_HIGH (a peer that asks for pages of a journal and
-        does not read them): the receive loop waits for the peer to read, then
-        dispatches the rest. Answers made later (after a commit) are not held back.
+        where it stopped: len(events), or earlier once the connection's unread
+        answers (`answers_bytes`) pass OUTBOX_BYTES_HIGH (a peer that asks for pages
+        of a journal, or for journaled messages, and does not read them): the receive
+        loop waits for the peer to read, then dispatches the rest. Answers made later
+        (after a commit) are not held back.
 
         Confirms in a row share one write batch (mrs.group.confirm_run), submitted
         before the next other request and at the end: a request that breaks the
@@ -140,12 +144,21 @@ class Dispatcher:
                 if run is not None:
                     group.end_confirm_run(run)
                 self.dispatch(session, event)
-                if session.unsent_bytes > OUTBOX_BYTES_HIGH:
+                if self.answers_bytes(session) > OUTBOX_BYTES_HIGH:
                     return index
         finally:
             if run is not None:
                 group.end_confirm_run(run)
         return index
+
+    def answers_bytes(self, session: ServerSession) -> int:
+        """Bytes of answers the session's peer has not read: those queued or being
+        written, and deliveries whose marks' commit is under way (`marking_bytes`)."""
+        unsent_bytes = session.unsent_bytes
+        marking_bytes = self.marking_bytes
+        if marking_bytes:
+            unsent_bytes += marking_bytes.get(session.id, 0)
+        return unsent_bytes
 
     def dispatch(
         self, session: ServerSession, event: object, run: ConfirmRun | None = None

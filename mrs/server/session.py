@@ -90,6 +90,8 @@ class ServerSession(GroupChannel):
     (answers_unread_bytes_max), None outside a server (tests of one session)."""
     unread_bytes: int = 0
     """Its unread answers as last counted there (kept by `UnreadAnswers`)."""
+    _sent: trio.Event | None = None
+    """Set by the next `send` (`next_send`), then forgotten."""
 
     def stalled_since(self) -> float:
         """When its last bytes arrived (mrs.transport.partial_frames closes the longest stalled)."""
@@ -105,7 +107,16 @@ class ServerSession(GroupChannel):
         if self.scope is not None:
             self.scope.cancel()
 
+    async def next_send(self) -> None:
+        """Until the next event is sent to this connection (or dropped as it closes):
+        the receive loop waits so for deliveries whose marks' commit is under way."""
+        sent = self._sent = trio.Event()
+        await sent.wait()
+
     def send(self, event: object) -> None:
+        if self._sent is not None:
+            self._sent.set()
+            self._sent = None
         if self.closed:
             return
         self._answered(event)
