@@ -202,11 +202,7 @@ class DljSource:
         self.store = open_store(self.journals, writable=True)
         self.jplay = JplayTraces(Path(self.journals.data_dir))
         if self.jplay.in_doubt is not None:
-            note(
-                f"the last mrs jplay from {self.journals.data_dir} ({self.jplay.in_doubt}) "
-                "was stopped with records in doubt (sent, no answer): this run marks every "
-                "put a possible duplicate; run that jplay again to finish them first"
-            )
+            note(f"{self.jplay.in_doubt}: this run marks every put a possible duplicate")
         if self.fault_file is not None:
             self.store.fault_hook = file_fault_hook(self.fault_file)
 

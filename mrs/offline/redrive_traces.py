@@ -44,16 +44,29 @@ class JplayTraces:
         self.path = Path(data_dir) / REPLAY_LEDGER_DIRNAME
         self.env: lmdb.Environment | None = None
         self.db = None
-        self.in_doubt = _in_doubt(self.path)
-        """The last jplay run's flags when it stopped with records in doubt (sent, no
-        answer, and so no ledger entry), else None: any record may have a copy."""
-        if not (self.path / "data.mdb").exists():
-            return
-        self.env = lmdb.open(str(self.path), readonly=True, max_dbs=4)
+        flags = _in_doubt(self.path)
+        self.in_doubt = (
+            None
+            if flags is None
+            else f"the last mrs jplay from {data_dir} ({flags}) was stopped with records "
+            "in doubt (sent, no answer); run that jplay again to finish them exactly"
+        )
+        """Why any record may have a copy, else None: the last jplay run stopped with
+        records in doubt (sent, no answer, and so no ledger entry), or its ledger
+        cannot be read."""
         try:
+            if not (self.path / "data.mdb").exists():
+                return
+            self.env = lmdb.open(str(self.path), readonly=True, max_dbs=4)
             self.db = self.env.open_db(Journal.DLJ.value.encode(), create=False)
         except lmdb.NotFoundError:
             self.db = None
+        except (lmdb.Error, OSError) as error:
+            # Another tool's file, damaged or unreadable: every put is marked (a
+            # possible duplicate flagged, never one unflagged), and the note says why,
+            # instead of the handler stopping on jplay's ledger.
+            self.close()
+            self.in_doubt = f"mrs jplay's ledger {self.path} is unreadable ({error})"
 
     def replayed(self, seq: int) -> bool:
         """Whether jplay stored (or was about to store) a copy of DLJ record `seq`."""

@@ -153,25 +153,39 @@ def same_position_replicas(state: GroupState, name: str, position: Position) -> 
 
 @dataclass(frozen=True, slots=True)
 class CoHolders:
-    """The listed replicas that posted, for closing `closing_term`, the position a
-    candidate wins at (`same_position_replicas`): its win names them in sync in the
-    same transaction. Why in the win and not after it: before, the new active wrote
-    them once its recovery was done, and lost in between (a SIGKILL, its machine) it
-    left a record naming itself alone, so the group waited for it for ever though a
-    replica held every record it held (found by a test run under load)."""
+    """What a campaign was judged on: etcd's term when the candidate read the state
+    that allowed it (`closing_term`, the term it closes), and the listed replicas
+    that posted, for closing it, the position the candidate wins at
+    (`same_position_replicas`), which the win names in sync in the same transaction.
 
-    closing_term: int
+    Why the term: the transaction compares the term key with the candidate's own
+    read inside `campaign`, not with the state `may_campaign` judged; a candidate
+    stalled between the two could win a term above one that another active led and
+    answered in meanwhile, named alone, without those answers (found in review).
+    A campaign whose term moved is refused; the next look judges the new state.
+
+    Why the names in the win and not after it: before, the new active wrote them once
+    its recovery was done, and lost in between (a SIGKILL, its machine) it left a
+    record naming itself alone, so the group waited for it for ever though a replica
+    held every record it held (found by a test run under load)."""
+
+    closing_term: int | None
+    """None: a campaign not judged on etcd's record (a census: etcd's record is not
+    trusted, and the term to campaign above is given instead)."""
     names: frozenset[str]
 
-    def members(self, winner: str, term: int) -> tuple[tuple[str, ...], int]:
-        """The win's in-sync members and acks: the co-holders only while etcd's term
-        is still the one they closed (else their positions say nothing of it)."""
-        if term != self.closing_term or not self.names:
+    def moved(self, term: int) -> bool:
+        """Whether etcd's term is no longer the one the campaign was judged on."""
+        return self.closing_term is not None and term != self.closing_term
+
+    def members(self, winner: str) -> tuple[tuple[str, ...], int]:
+        """The win's in-sync members and how many of them each answer waits for."""
+        if self.closing_term is None or not self.names:
             return (winner,), 0
         return (winner, *sorted(self.names)), len(self.names)
 
 
-NO_CO_HOLDERS = CoHolders(0, frozenset())
+NO_CO_HOLDERS = CoHolders(None, frozenset())
 
 
 @dataclass(frozen=True)
@@ -211,8 +225,9 @@ class Coordinator(Protocol):
         self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
     ) -> int | None:
         """Take the leadership if it is free: the new term (above `term_at_least` and
-        every term granted before), or None (someone holds it). The win's in-sync
-        record names this instance and `co_holders` (`CoHolders.members`)."""
+        every term granted before), or None (someone holds it, or etcd's term is not
+        the one `co_holders` was judged on). The win's in-sync record names this
+        instance and `co_holders` (`CoHolders.members`)."""
 
     async def post_census(self, census: Census) -> None:
         """Post what this instance's journals hold (kept only while it keeps posting)."""
@@ -336,9 +351,11 @@ class EtcdCoordinator:
         try:
             current = await self.client.get(self.term_key)
             term, revision = (int(current[0]), current[1]) if current is not None else (0, 0)
+            if co_holders.moved(term):
+                return None
             lease_id = await self.client.grant(self.ttl_s)
             new_term = max(term, term_at_least) + 1
-            members, acks = co_holders.members(self.name, term)
+            members, acks = co_holders.members(self.name)
             won = await self.client.txn(
                 [absent(self.leader_key), modified_at(self.term_key, revision)],
                 [
@@ -595,9 +612,9 @@ class MemoryCoordinator:
     ) -> int | None:
         election = self.election
         election._reach(self.name)
-        if election.leader is not None:
+        if election.leader is not None or co_holders.moved(election.term):
             return None
-        members, acks = co_holders.members(self.name, election.term)
+        members, acks = co_holders.members(self.name)
         election.term = max(election.term, term_at_least) + 1
         election.leader, election.leader_term = self.name, election.term
         election.in_sync, election.sync_leader, election.acks_needed = members, self.name, acks

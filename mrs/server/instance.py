@@ -390,7 +390,7 @@ class InstanceRunner:
         term = await self.coordinator.campaign(term_at_least, co_holders)
         if term is None:
             return None
-        members, _ = co_holders.members(self.me.name, co_holders.closing_term)
+        members, _ = co_holders.members(self.me.name)
         return term, frozenset(members) - {self.me.name}
 
     async def _campaign_or_stop(self, replica: Replica, files: JournalFiles) -> Won:
@@ -460,7 +460,7 @@ class InstanceRunner:
                 ", ".join(state.in_sync or ()),
                 self.me.name,
             )
-            return await self._campaign()
+            return await self._campaign(co_holders=CoHolders(state.term, frozenset()))
         if not self.rules.may_campaign(state, self.me.name, holds_journals=holds) or (
             state.term > 0 and not holds
         ):
