@@ -167,11 +167,11 @@ def infer_group(path: str) -> int:
 
 
 GROUP_PROBE_RECORDS = 16
+"""Records of a journal `infer_group` looks at for one that is not corrupt."""
 JOURNALS_GROUP_KEY = "journals_group"
 """META key of the group that wrote the journals (`mrs.core.seqspace.GROUP_KEY`),
 spelled here because this module runs on executors that have only the audit's own
 packages' needs (pyspark, pyarrow, lmdb, msgpack), not `mrs.core`'s."""
-"""Records of a journal `infer_group` looks at for one that is not corrupt."""
 
 
 def resolve_sources(options: dict[str, str]) -> list[tuple[str, int]]:

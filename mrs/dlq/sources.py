@@ -43,8 +43,7 @@ from mrs.limits import (
 )
 from mrs.model import Address, DeliveryMode, ForceJrn, Message, Status, status_of
 from mrs.offline.journal_files import GroupJournals, open_store
-from mrs.offline.redrive_traces import JplayTraces
-from mrs.offline.redrive_traces import handler_attempt_key as _attempt_key
+from mrs.offline.redrive_traces import JplayTraces, handler_attempt_key
 from mrs.offline.selection import RecordFilter
 from mrs.storage.fault_file import file_fault_hook
 from mrs.storage.journal_scan import scan, seq_of_key
@@ -285,7 +284,7 @@ class DljSource:
         target = Address(record.target_group, record.target_queue)
         headers = record.extra.get("headers") if isinstance(record.extra, dict) else None
         cause = status_of(record.reason)
-        mark = self._opened().get_raw(Journal.META, _attempt_key(record.seq))
+        mark = self._opened().get_raw(Journal.META, handler_attempt_key(record.seq))
         attempted = mark is not None
         if not attempted and self.jplay is not None:
             attempted = self.jplay.replayed(record.seq)
@@ -313,7 +312,7 @@ class DljSource:
 
     async def before_put(self, message: Message) -> None:
         """Commit the record's attempt mark, or NotMarked: the put is not made."""
-        batch = WriteBatch.empty().put_raw(Journal.META, _attempt_key(message.seq), b"1")
+        batch = WriteBatch.empty().put_raw(Journal.META, handler_attempt_key(message.seq), b"1")
         try:
             await trio.to_thread.run_sync(self._opened().commit_now, batch)
         except JournalError as error:
@@ -327,7 +326,7 @@ class DljSource:
         NOSUCHQUEUE made the record's next put, after the operator fixed the rule or
         the queue, a possible duplicate of a copy that never existed. A deletion that
         fails leaves the mark: a possible duplicate flagged, never one unflagged."""
-        batch = WriteBatch.empty().delete(Journal.META, _attempt_key(message.seq))
+        batch = WriteBatch.empty().delete(Journal.META, handler_attempt_key(message.seq))
         with contextlib.suppress(JournalError):
             await trio.to_thread.run_sync(self._opened().commit_now, batch)
 
@@ -340,7 +339,7 @@ class DljSource:
         batch = (
             WriteBatch.empty()
             .delete(Journal.DLJ, seq_key(message.seq))
-            .delete(Journal.META, _attempt_key(message.seq))
+            .delete(Journal.META, handler_attempt_key(message.seq))
         )
         pause_s = DLQ_HANDLER_CONFIRM_PAUSE_S
         for attempt in range(1, DLQ_HANDLER_CONFIRM_TRIES_MAX + 1):

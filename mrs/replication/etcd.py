@@ -29,6 +29,11 @@ class EtcdError(Exception):
     """etcd could not be reached on any endpoint, or answered with an error."""
 
 
+ETCD_UNREACHABLE = "etcd unreachable: "
+"""How the error of an etcd none of whose endpoints answered begins (`ENDPOINT: why;
+...` follows): `mrs failover` tells it from an etcd that answered with an error."""
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -77,7 +82,7 @@ class EtcdClient:
                 self.endpoints = self.endpoints[index:] + self.endpoints[:index]
             text = response.text.strip().splitlines()[0] if response.text.strip() else "{}"
             return json.loads(text)
-        raise EtcdError("etcd unreachable: " + "; ".join(problems))
+        raise EtcdError(ETCD_UNREACHABLE + "; ".join(problems))
 
     async def grant(self, ttl_s: int) -> int:
         answer = await self.call("/v3/lease/grant", {"TTL": ttl_s})

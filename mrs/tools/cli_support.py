@@ -19,6 +19,7 @@ import select
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from mrs.exit_status import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, CommandError
 
@@ -284,3 +285,20 @@ def run_stoppable(prog: str, run: Callable[[], int], stopped: Callable[[], str])
     signum = caught[0] if caught else signal.SIGINT
     print(f"{prog}: interrupted by {signum.name}; {stopped()}", file=sys.stderr, flush=True)
     return 128 + int(signum)
+
+
+def made_scratch(path: Path) -> bool:
+    """Make a `--scratch` directory (its parents too); True if it was not there. A path
+    that cannot be a directory is a usage line naming the option: it was "mrs:
+    /etc/passwd/x: Not a directory" or "mrs: /srv/bench.txt: File exists", exit 1,
+    which named no option (`mrs demo`, `mrs bench`)."""
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"--scratch {path}: not a directory", EXIT_USAGE)
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(
+            f"--scratch {path}: cannot make it: {error.strerror or error}", EXIT_USAGE
+        ) from None
+    return created

@@ -205,7 +205,7 @@ def _add(args: argparse.Namespace) -> int:
     grants = _grants(args)
     password = _password(args)
     store.add(creds, args.name, password, grants, iterations)
-    _saved(path, creds, args, password)
+    _saved(path, creds, password if args.generate else None)
     print(f"added {args.name} to {path}", file=sys.stderr)
     return 0
 
@@ -250,7 +250,7 @@ def _rotate(args: argparse.Namespace) -> int:
     iterations = _iterations(args)
     password = _password(args)
     store.rotate(creds, args.name, password, iterations)
-    _saved(path, creds, args, password)
+    _saved(path, creds, password if args.generate else None)
     print(f"rotated {args.name} in {path}", file=sys.stderr)
     return 0
 
@@ -275,13 +275,8 @@ def _remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def _saved(
-    path: Path,
-    creds: store.Credentials,
-    args: argparse.Namespace | None = None,
-    password: str | None = None,
-) -> None:
-    """Write the file; then print the password `--generate` made. Why: it was printed
+def _saved(path: Path, creds: store.Credentials, generated: str | None = None) -> None:
+    """Write the file; then print the password `--generate` made (`generated`). Why: it was printed
     before the write, so `mrs creds add app --file /etc/mrs/creds.toml --generate` with
     no /etc/mrs printed a password no file held (an operator hands it on), and the one
     line named the write's temporary file (`/etc/mrs/.creds.toml.x1y2z3: No such file
@@ -295,8 +290,8 @@ def _saved(
         elif isinstance(error, NotADirectoryError):
             problem = f"{path.parent} is not a directory"
         raise CommandError(f"cannot write the credentials file {path}: {problem}") from None
-    if args is not None and args.generate and password is not None:
-        print(password)
+    if generated is not None:
+        print(generated)
 
 
 def _known(creds: store.Credentials, name: str, path: Path) -> None:

@@ -28,6 +28,7 @@ from clients import DeliveryMode, MrsError, NoMoreMessages, Status, Uma, connect
 from journals import Journal, JournalStore
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.offline.stop_signals import run_stoppable
+from mrs.tools.cli_support import made_scratch
 from mrs.tools.console import ToolConsole
 from mrs.tools.demo_failover import run_failover_chapter
 from mrs.tools.server_log import first_warning
@@ -319,21 +320,14 @@ def _check_scratch(scratch: Path) -> None:
     """`--scratch` must be a new or empty directory: the story counts what the
     journals hold, so a second run there counted the first one's orders with its own
     (and a first run cut short would leave messages that read as duplicates). Made
-    here, so a path that cannot be a directory is a usage line naming the option."""
-    if scratch.exists() and not scratch.is_dir():
-        raise CommandError(f"--scratch {scratch}: not a directory", EXIT_USAGE)
+    here (`made_scratch`), so a path that cannot be one is a usage line."""
     if scratch.is_dir() and any(scratch.iterdir()):
         raise CommandError(
             f"--scratch {scratch} is not empty: the demo starts from empty journals; "
             "give a new or empty directory (or none: a temporary one)",
             EXIT_USAGE,
         )
-    try:  # one that cannot be made was "mrs: /etc/passwd/x: Not a directory", exit 1
-        scratch.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise CommandError(
-            f"--scratch {scratch}: cannot make it: {error.strerror or error}", EXIT_USAGE
-        ) from None
+    made_scratch(scratch)
 
 
 def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:

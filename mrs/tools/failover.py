@@ -153,16 +153,13 @@ async def _hand_over(coordinator, bus, group, to: str, wait_s: float, asked: lis
     )
 
 
-ETCD_UNREACHABLE = "etcd unreachable: "
-"""How mrs.replication.etcd.EtcdClient begins the error of an etcd no endpoint of
-which answered (`ENDPOINT: why; ...` follows)."""
-
-
 def _etcd_silent(text: str, bus, asked: bool) -> CommandError:
     """The one line for an etcd that could not be asked. Why: it was the client's own
     words, `etcd: etcd unreachable: http://...: ConnectError('all attempts to connect
     to 127.0.0.1:2379 failed')`, naming neither the config entry to check nor whether
     a failover was asked for."""
+    from mrs.replication.etcd import ETCD_UNREACHABLE
+
     where = ", ".join(bus.coordinator.etcd)
     if not text.startswith(ETCD_UNREACHABLE):  # it answered, with an error
         return CommandError(f"etcd at {where}: {text}", 1)

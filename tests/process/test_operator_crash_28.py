@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import defaultdict
 
 import trio
@@ -19,6 +18,8 @@ from clients import Status, connect
 from journals import Journal
 from tests.client_helpers import take_all
 from tests.journal_helpers import journal_seqs, record
+from tests.process.test_dlq_handler import _handler_command
+from tests.process.test_jplay import jplay_command
 
 RECORDS = 40
 WAIT_S = 120
@@ -32,28 +33,8 @@ def _dead_letters() -> list:
     ]
 
 
-def _handler(bus, rules) -> list[str]:
-    return [sys.executable, "-m", "mrs", "dlq-handler", "--config", str(bus.config_path)] + [
-        "--group",
-        "1",
-        "--address",
-        bus.address,
-        "--json",
-        str(rules),
-    ]
-
-
 def _jplay(bus, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mrs", "jplay", "--config", str(bus.config_path)] + [
-        "--group",
-        "1",
-        "--address",
-        bus.address,
-        "dlj",
-        "--remove",
-        "--json",
-        *extra,
-    ]
+    return jplay_command(bus, "dlj", "--remove", "--json", *extra)
 
 
 async def _until_waiting(bus, count: int) -> None:
@@ -95,9 +76,8 @@ async def test_a_killed_replay_finished_by_the_handler_marks_its_repeats(
         await _until_waiting(bus, 1)
     replay.send_signal(signal.SIGKILL)
     replay.wait()
-    done = subprocess.run(
-        _handler(bus, _retry_rules(tmp_path)), capture_output=True, text=True, timeout=WAIT_S
-    )
+    handler = _handler_command(bus, _retry_rules(tmp_path))
+    done = subprocess.run(handler, capture_output=True, text=True, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr
     notes = [line["note"] for line in map(json.loads, done.stdout.splitlines()) if "note" in line]
     assert any("mrs jplay" in note and "in doubt" in note for note in notes), notes
@@ -119,7 +99,7 @@ async def test_a_killed_handler_finished_by_jplay_marks_the_repeat(replay_bus, t
     fault = tmp_path / "handler-fault"
     fault.write_text("SLOW 5")  # each mark and removal of the handler takes 5 s
     handler = subprocess.Popen(
-        _handler(bus, _retry_rules(tmp_path)),
+        _handler_command(bus, _retry_rules(tmp_path)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "MRS_FAULT_FILE": str(fault)},

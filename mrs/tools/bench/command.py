@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from journals import JournalDeviceError
-from mrs.exit_status import EXIT_USAGE, CommandError
+from mrs.exit_status import CommandError
 from mrs.tools.bench.disk import measure_fsync, measure_lmdb
 from mrs.tools.bench.report import machine_facts, report
 from mrs.tools.bench.results import (
@@ -29,6 +29,7 @@ from mrs.tools.bench.results import (
     Result,
 )
 from mrs.tools.bench.runner import measure_cross_group, measure_end_to_end, measure_server
+from mrs.tools.cli_support import made_scratch
 
 SECONDS_MAX = 3600.0
 """Per measurement at most: the run takes (7 + client counts) times it. Why: --seconds
@@ -55,7 +56,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
 
     base = Path(args.scratch) if args.scratch is not None else Path.cwd() / ".bench"
-    created_base = _made_scratch(base)
+    created_base = made_scratch(base)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=base))
     try:
         facts = machine_facts(work)
@@ -90,22 +91,6 @@ def run_bench(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 base.rmdir()
     return 0
-
-
-def _made_scratch(base: Path) -> bool:
-    """Make `--scratch` (its parents too); True if it was not there. A path that cannot
-    be a directory is a usage line naming the option, as `mrs demo` says it: it was
-    "mrs: /srv/bench.txt: File exists", exit 1, which reads as a bench file clash."""
-    if base.exists() and not base.is_dir():
-        raise CommandError(f"--scratch {base}: not a directory", EXIT_USAGE)
-    created = not base.exists()
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise CommandError(
-            f"--scratch {base}: cannot make it: {error.strerror or error}", EXIT_USAGE
-        ) from None
-    return created
 
 
 def _disk_phase(
