@@ -29,6 +29,7 @@ from mrs.dlq.report import Reporter
 from mrs.group.dlq_leases import CONTEXT_HEADER, HANDLER_PROGRAM
 from mrs.model import POSSIBLE_DUPLICATE_HEADER
 from mrs.offline.journal_files import locate
+from mrs.offline.redrive_traces import handler_attempt_key
 from tests.client_helpers import take_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +154,7 @@ def _dlj(bus) -> dict[int, bool]:
     store = JournalStore(bus.data_dir / "journals", readonly=True)
     try:
         return {
-            record.seq: store.get_raw(Journal.META, sources._attempt_key(record.seq)) is not None
+            record.seq: store.get_raw(Journal.META, handler_attempt_key(record.seq)) is not None
             for _key, record in store.scan(Journal.DLJ)
             if isinstance(record, Record)
         }

@@ -18,7 +18,6 @@ import trio
 from clients import DeliveryMode, Status, Uma
 from journals import Journal, JournalStore, Record
 from mrs.config.bus import load_config
-from mrs.dlq import sources
 from mrs.dlq.command import _names
 from mrs.dlq.engine import Engine
 from mrs.dlq.handler import Handler, HandlerOptions
@@ -27,6 +26,7 @@ from mrs.dlq.report import Reporter
 from mrs.limits import REPLY_GRACE_S
 from mrs.model import POSSIBLE_DUPLICATE_HEADER
 from mrs.offline.journal_files import locate
+from mrs.offline.redrive_traces import handler_attempt_key
 from sim.ports import free_port
 from sim.processes import write_single_group_config
 from tests.client_helpers import take_all
@@ -105,7 +105,7 @@ def _marks(journals: Path) -> dict[int, bool]:
     store = JournalStore(journals, readonly=True)
     try:
         return {
-            item.seq: store.get_raw(Journal.META, sources._attempt_key(item.seq)) is not None
+            item.seq: store.get_raw(Journal.META, handler_attempt_key(item.seq)) is not None
             for _key, item in store.scan(Journal.DLJ)
             if isinstance(item, Record)
         }
@@ -119,7 +119,7 @@ def _mark(journals: Path, seq: int) -> None:
 
     store = JournalStore(journals, beside_owner=True)
     try:
-        store.commit_now(WriteBatch.empty().put_raw(Journal.META, sources._attempt_key(seq), b"1"))
+        store.commit_now(WriteBatch.empty().put_raw(Journal.META, handler_attempt_key(seq), b"1"))
     finally:
         store.close()
 
