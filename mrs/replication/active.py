@@ -200,7 +200,12 @@ class Active:
         it would lapse, and a replica take over while this instance still answered)."""
         renew_every_s = self.lease_ttl_s / REPLICATION_RENEW_FRACTION_DEFAULT
         step_down_after_s = self.lease_ttl_s * REPLICATION_STEP_DOWN_FRACTION_DEFAULT
-        last_ok_s = trio.current_time()
+        # From the win's grant (or the last renewal the thread made since), not from
+        # now: counted from now, an active whose start took most of the TTL went on
+        # answering past its lease's expiry while etcd could not be asked, and a
+        # replica could win the next term while it did.
+        self.coordinator.stop_renewing_from_thread()
+        last_ok_s = self.coordinator.lease_sent_s
         while True:
             sent_s = trio.current_time()
             renewed = False

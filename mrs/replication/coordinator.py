@@ -35,10 +35,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+import trio
+
+from mrs.limits import REPLICATION_RENEW_FRACTION_DEFAULT
 from mrs.replication.census import Census, Position, census_of, census_value
 from mrs.replication.etcd import (
     EtcdClient,
@@ -49,6 +53,7 @@ from mrs.replication.etcd import (
     modified_at,
     put_op,
 )
+from mrs.replication.lease_keeper import ThreadRenewals
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +223,22 @@ class Coordinator(Protocol):
     """One instance's handle on its group's leadership."""
 
     name: str
+    lease_sent_s: float
+    """When (trio's clock) the request that granted or last renewed this instance's
+    lease was sent: the lease lasts at least its TTL from then. An active's lease loop
+    starts from it (`Active._lease_loop`), not from its own start: a new active's
+    recovery lies between its win and its first renewal."""
 
     async def read(self) -> GroupState: ...
+
+    def renew_from_thread(self) -> None:
+        """Renew the lease from a thread until `stop_renewing_from_thread`: a new
+        active's start (its term recorded, its journals recovered) holds the event
+        loop before its lease loop begins (mrs.replication.lease_keeper)."""
+
+    def stop_renewing_from_thread(self) -> None:
+        """End `renew_from_thread`'s renewals (none running: nothing), raising
+        `lease_sent_s` by those that succeeded."""
 
     async def campaign(
         self, term_at_least: int = 0, co_holders: CoHolders = NO_CO_HOLDERS
@@ -304,6 +323,8 @@ class EtcdCoordinator:
         self.census_prefix = f"{prefix}/census/"
         self.floors_key = f"{prefix}/acknowledged".encode()
         self.lease_id: int | None = None
+        self.lease_sent_s = 0.0
+        self._thread_renewals: ThreadRenewals | None = None
         self._census_lease: int | None = None
         """The lease this instance's census is posted under: it vanishes TTL after the
         instance stops posting (a stopped instance's says nothing of its journals)."""
@@ -353,6 +374,7 @@ class EtcdCoordinator:
             term, revision = (int(current[0]), current[1]) if current is not None else (0, 0)
             if co_holders.moved(term):
                 return None
+            grant_sent_s = trio.current_time()
             lease_id = await self.client.grant(self.ttl_s)
             new_term = max(term, term_at_least) + 1
             members, acks = co_holders.members(self.name)
@@ -370,8 +392,27 @@ class EtcdCoordinator:
                 return None
         except EtcdError as error:
             raise CoordinatorUnavailable(str(error)) from None
-        self.lease_id, self.term = lease_id, new_term
+        self.lease_id, self.term, self.lease_sent_s = lease_id, new_term, grant_sent_s
         return new_term
+
+    def renew_from_thread(self) -> None:
+        lease_id = self.lease_id
+        if lease_id is None or self._thread_renewals is not None:
+            return
+        every_s = self.ttl_s / REPLICATION_RENEW_FRACTION_DEFAULT
+        self._thread_renewals = ThreadRenewals(
+            lambda: self.client.keepalive_blocking(lease_id) > 0, every_s
+        )
+        self._thread_renewals.start()
+
+    def stop_renewing_from_thread(self) -> None:
+        renewals, self._thread_renewals = self._thread_renewals, None
+        if renewals is None:
+            return
+        renewals.stop()
+        if renewals.renewed_mono_s is not None:  # its age, on trio's clock
+            renewed_s = trio.current_time() - (time.monotonic() - renewals.renewed_mono_s)
+            self.lease_sent_s = max(self.lease_sent_s, renewed_s)
 
     async def post_census(self, census: Census) -> None:
         try:
@@ -588,6 +629,7 @@ class MemoryCoordinator:
         self.election = election
         self.name = name
         self.term = 0
+        self.lease_sent_s = 0.0
 
     async def read(self) -> GroupState:
         election = self.election
@@ -619,8 +661,14 @@ class MemoryCoordinator:
         election.leader, election.leader_term = self.name, election.term
         election.in_sync, election.sync_leader, election.acks_needed = members, self.name, acks
         election.failover = None
-        self.term = election.term
+        self.term, self.lease_sent_s = election.term, trio.current_time()
         return self.term
+
+    def renew_from_thread(self) -> None:
+        """Nothing to do: the simulator's clock stands still while the loop is held."""
+
+    def stop_renewing_from_thread(self) -> None:
+        pass
 
     async def renew(self) -> bool:
         election = self.election

@@ -62,6 +62,7 @@ class EtcdClient:
         if not endpoints:
             raise ValueError("etcd needs at least one endpoint")
         self.endpoints = list(endpoints)
+        self.timeout_s = timeout_s
         self._http = httpx.AsyncClient(timeout=timeout_s)
 
     async def aclose(self) -> None:
@@ -76,13 +77,26 @@ class EtcdClient:
             except httpx.HTTPError as error:
                 problems.append(f"{endpoint}: {_unanswered(error)}")
                 continue
-            if response.status_code != 200:
-                raise EtcdError(f"{endpoint}{path}: HTTP {response.status_code} {response.text}")
+            answer = _answer(endpoint + path, response)
             if index:  # the next call starts where this one worked
                 self.endpoints = self.endpoints[index:] + self.endpoints[:index]
-            text = response.text.strip().splitlines()[0] if response.text.strip() else "{}"
-            return json.loads(text)
+            return answer
         raise EtcdError(ETCD_UNREACHABLE + "; ".join(problems))
+
+    def keepalive_blocking(self, lease_id: int) -> int:
+        """`keepalive` from a thread, while the event loop is held by synchronous work
+        (a new active's recovery, mrs.replication.lease_keeper): its own short-lived
+        client, the endpoints in the same order; 0 also when none answers."""
+        body = {"ID": str(lease_id)}
+        with httpx.Client(timeout=self.timeout_s) as http:
+            for endpoint in list(self.endpoints):
+                url = endpoint + "/v3/lease/keepalive"
+                try:
+                    answer = _answer(url, http.post(url, json=body))
+                except (httpx.HTTPError, EtcdError):
+                    continue
+                return int(answer.get("result", {}).get("TTL", 0))
+        return 0
 
     async def grant(self, ttl_s: int) -> int:
         answer = await self.call("/v3/lease/grant", {"TTL": ttl_s})
@@ -116,6 +130,14 @@ class EtcdClient:
         """Run `success` if every `compare` holds; whether it did."""
         answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success})
         return bool(answer.get("succeeded", False))
+
+
+def _answer(url: str, response: httpx.Response) -> dict[str, Any]:
+    """The JSON answer of one gateway call (its first line: a keep-alive streams)."""
+    if response.status_code != 200:
+        raise EtcdError(f"{url}: HTTP {response.status_code} {response.text}")
+    text = response.text.strip().splitlines()[0] if response.text.strip() else "{}"
+    return json.loads(text)
 
 
 def _found(range_answer: dict[str, Any]) -> tuple[bytes, int] | None:

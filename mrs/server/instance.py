@@ -201,8 +201,11 @@ class InstanceRunner:
 
     async def run(self) -> None:
         while True:
-            term, bridge, co_holders = await self.run_replica()
-            await self.run_active(term, bridge, co_holders)
+            try:
+                term, bridge, co_holders = await self.run_replica()
+                await self.run_active(term, bridge, co_holders)
+            finally:  # a win whose lease loop never began (its start failed)
+                self.coordinator.stop_renewing_from_thread()
             say(f"STEPPED DOWN {self.me.name}")
             if self.on_step_down is not None:
                 self.on_step_down()
@@ -390,6 +393,10 @@ class InstanceRunner:
         term = await self.coordinator.campaign(term_at_least, co_holders)
         if term is None:
             return None
+        # until the term's lease loop begins: what comes before it (the term recorded,
+        # the journals reopened and recovered) holds the event loop, longer than the
+        # lease's TTL with a large DQF on a cold disk (mrs.replication.lease_keeper)
+        self.coordinator.renew_from_thread()
         members, _ = co_holders.members(self.me.name)
         return term, frozenset(members) - {self.me.name}
 
