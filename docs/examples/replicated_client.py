@@ -1,7 +1,7 @@
 """Put orders to a replicated group, then read them back: run it, SIGKILL the active
 instance while it puts, and every order is still delivered once, in order.
 
-    python replicated_client.py replicated.toml [ORDERS]
+    python replicated_client.py replicated.toml [COUNT]    # COUNT orders, 300 by default
 
 The client is given the three instances' addresses (`instance_addresses`) and tries
 them in turn, on connect and on every reconnect: only the active listens. Given
