@@ -625,6 +625,11 @@ the chosen replica was lost between its acknowledgement and its campaign."""
 REPLICATION_HANDOVER_WAIT_S = 5.0
 """A planned switch-over (`mrs failover`) waits this long at most for the answers held
 to be released and the chosen replica to have every record, before it resigns."""
+REPLICATION_STOP_HANDOVER_S_MAX = 10.0
+"""A SIGTERMed active hands its term over (as `mrs failover` does) within this at most,
+then gives its lease up all the same (mrs.replication.active `Active.stop_handing_over`):
+each step of a hand-over waits REPLICATION_HANDOVER_WAIT_S at most, and a service
+manager's stop (systemd: 90 s) must not have to SIGKILL it."""
 JVM_ARCHIVE_BUILD_S_MAX = 600
 """A build of the audit's JVM class archive claimed longer ago than this died (a
 reboot): another audit may build it (mrs.audit.jvm_archive)."""

@@ -45,6 +45,7 @@ from mrs.limits import (
     REPLICATION_REST_HOLD_S,
     REPLICATION_SILENT_S_MAX,
     REPLICATION_STEP_DOWN_FRACTION_DEFAULT,
+    REPLICATION_STOP_HANDOVER_S_MAX,
 )
 from mrs.replication.coordinator import Coordinator, CoordinatorUnavailable, FailoverRequest
 from mrs.replication.link_out import LinkOut, write_first
@@ -106,6 +107,11 @@ _SETTLE_POLL_S = 0.01
 """How often a hand-over looks whether the last commits are answered (a commit made by
 the server's loop wakes no waiter of the stream's)."""
 
+PLANNED_STOP = FailoverRequest("", "planned stop")
+"""The hand-over a SIGTERM of the active makes (`Active.stop_handing_over`), to any
+replica in sync: asked by no `mrs failover`, so nothing of it is read from, written to
+or refused in etcd's request key."""
+
 LINK_ERRORS = (LinkBroken, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _LAG_CHECK_S = 0.1
 
@@ -151,6 +157,8 @@ class Active:
         self.resigned = False
         """Set as a planned hand-over gives the lease up: its renewals stop."""
         self._handing_over: FailoverRequest | None = None
+        self._stop_refused = ""
+        """Why the hand-over of a planned stop was refused (`stop_handing_over` says it)."""
         self._sync_lock = trio.Lock()
         self.recorded: set[str] = set(co_holders)
         """The replicas etcd names as in sync (a subset of those waited for); at first
@@ -275,7 +283,8 @@ class Active:
         self._floors_recorded = floors
 
     async def hand_over(self, request: FailoverRequest) -> bool:
-        """A planned switch-over (`mrs failover`): once every answer held is out and
+        """A planned switch-over (`mrs failover`, or `PLANNED_STOP`: a SIGTERM of the
+        active, `stop_handing_over`): once every answer held is out and
         the chosen replica (or every one in sync) has every record, record only them
         as in sync, resign and step down; nothing is lost and nothing handed out is
         marked POSSDUPL that was not. Whether it stepped down; otherwise the request is
@@ -295,6 +304,7 @@ class Active:
         chosen = await self._answering_replicas(request)
         if chosen is None:
             return False
+        asked = None if request is PLANNED_STOP else request  # a stop is in no etcd key
         self.server.pause()
         await self._settle(chosen)
         # Answers stop first: one given while etcd is written could rest on a replica
@@ -312,7 +322,7 @@ class Active:
                 why = f"{', '.join(sorted(chosen))} did not take the MRS_ACKs owed"
             # each of them has every answered record: any one may campaign on its own
             elif not await self._record_in_sync(
-                chosen, "planned hand-over", with_me=False, acks_needed=len(chosen), request=request
+                chosen, "planned hand-over", with_me=False, acks_needed=len(chosen), request=asked
             ):
                 why = "the in-sync record was not written (etcd, or the request withdrawn)"
         if why:
@@ -322,8 +332,51 @@ class Active:
             await self.server.written()  # what was handed out reaches its clients
         self.resigned = True
         await self.coordinator.resign()
-        self.step_down(f"planned hand-over to {', '.join(sorted(chosen))}")
+        what = "planned stop: hand-over" if request is PLANNED_STOP else "planned hand-over"
+        self.step_down(f"{what} to {', '.join(sorted(chosen))}")
         return True
+
+    async def stop_handing_over(self) -> None:
+        """A planned stop (SIGTERM of the active, mrs.server.instance
+        `InstanceRunner.stop`): the hand-over `mrs failover` makes (`hand_over`), to any
+        replica in sync, within REPLICATION_STOP_HANDOVER_S_MAX. Refused (no replica in
+        sync, none acknowledged) or cut by that bound, the lease is given up at once as
+        before, with one WARNING saying what was not handed over.
+
+        Why: a SIGTERM gave the lease up at once, so the MRS_ACKs its AK senders had not
+        got (each put told SUCCESS, its MRS_ACK in this instance's memory only) never
+        came, and the AK puts it had read and told SUCCESS in its last moments were
+        never stored (tens a stop under load, tests/process/test_planned_stop_29.py):
+        the hand-over pauses the server and settles what it took in first."""
+        why = f"the hand-over took longer than {REPLICATION_STOP_HANDOVER_S_MAX:g} s"
+        with trio.move_on_after(REPLICATION_STOP_HANDOVER_S_MAX):
+            while self._handing_over is not None:  # a `mrs failover` under way ends first
+                await trio.sleep(_SETTLE_POLL_S)
+            if self.resigned:  # handed over by it (or a stop already asked)
+                return
+            if self.stepped_down is not None:
+                why = f"it had stepped down: {self.stepped_down}"
+            elif not self.connected:  # none could acknowledge: not worth its wait
+                why = "no replica is connected"
+            else:
+                self._handing_over = PLANNED_STOP  # the lease loop takes no request now
+                if await self.hand_over(PLANNED_STOP):
+                    return
+                why = self._stop_refused
+        self.server.pause()  # no AK put is told SUCCESS any more that nobody will store
+        self.stream.answering = False
+        self.resigned = True  # a late renewal in flight answers nothing again
+        log.warning(
+            "instance %s stops without handing term %d over (%s): it gives its lease up, "
+            "and what only its memory held goes with it: %d MRS_ACK(s) its senders had "
+            "not got, the nonrecoverable messages on its queues; a message whose delivery "
+            "was not yet answered comes again marked POSSDUPL",
+            self.me.name,
+            self.term,
+            why,
+            len(self.server.owed_acks()),
+        )
+        await self.coordinator.resign()
 
     async def _settle(self, chosen: set[str]) -> None:
         """With no request taken in any more: commit what was taken, and wait (within
@@ -359,7 +412,12 @@ class Active:
     ) -> None:
         """The hand-over is refused once the server was paused: the record of the
         MRS_ACKs owed is deleted first (this instance hands them out itself), then
-        answers and requests resume."""
+        answers and requests resume. A planned stop's refusal resumes nothing: it stops
+        all the same, and that record stays for the next active (if a replica took it,
+        it hands them out; this instance hands none out any more)."""
+        if request is PLANNED_STOP:
+            await self._refuse(request, why)
+            return
         if owed and self.stepped_down is None:
             try:
                 self.store.commit_now(
@@ -411,6 +469,11 @@ class Active:
             self._handing_over = None
 
     async def _refuse(self, request: FailoverRequest, why: str) -> None:
+        """Refuse `request` in etcd, saying why; a planned stop's refusal is kept for
+        `stop_handing_over` to say (it is no request in etcd, and nothing stays active)."""
+        if request is PLANNED_STOP:
+            self._stop_refused = why
+            return
         log.warning("failover to %s refused: %s; staying active", request.to or "any", why)
         await self.coordinator.refuse_failover(request, why)
 

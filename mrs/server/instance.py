@@ -211,11 +211,21 @@ class InstanceRunner:
                 self.on_step_down()
 
     async def stop(self) -> None:
-        """A planned stop: give the lease up so a replica takes over at once."""
-        if self.active is not None:
-            self.active.stream.answering = False
-            self.active.resigned = True  # a late renewal in flight answers nothing again
-            await self.coordinator.resign()
+        """A planned stop (SIGTERM): a serving active hands its term over to a replica in
+        sync as `mrs failover` does, or, refused, gives its lease up at once with one
+        line saying what was not handed over (mrs.replication.active
+        `Active.stop_handing_over`). Why: given up at once, the MRS_ACKs its AK senders
+        had not got were lost with its memory, though each put was told SUCCESS. An
+        active still recovering has answered nothing: it gives the lease up at once."""
+        active = self.active
+        if active is None:
+            return
+        if self.server is not None:
+            await active.stop_handing_over()
+            return
+        active.stream.answering = False
+        active.resigned = True  # a late renewal in flight answers nothing again
+        await self.coordinator.resign()
 
     def _reread_queues(self) -> None:
         """The group's queues as the bus file says now. Why: `mrs admin add-queue` and
