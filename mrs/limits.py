@@ -600,6 +600,11 @@ REPLICATION_SILENT_S_MAX = 5.0
 """A replica that answers pings and has answered nothing this long on an idle link is
 taken for lost: the link ends, and it leaves the in-sync set REPLICATION_LAG_S_MAX
 later (a machine powered off, a cut that drops packets: no TCP close comes)."""
+REPLICATION_HELLO_ANSWER_S_MAX = 30.0
+"""The active waits this long at most for a replica's answer to its hello, then drops
+the link and dials again (mrs.replication.active `_hello_answered`). Generous: a replica
+asks etcd (REPLICATION_ETCD_TIMEOUT_S per endpoint) and flushes its term before it
+answers a hello that raises its term."""
 REPLICATION_REST_HOLD_S = 0.005
 """A record goes to an in-sync replica no answer waits for (mrs.replication.link_out
 `write_first` did not pick it) at most this long after the active flushed it, with the

@@ -38,6 +38,7 @@ from mrs.limits import (
     REPLICATION_DIAL_S_MAX,
     REPLICATION_DIAL_S_MIN,
     REPLICATION_HANDOVER_WAIT_S,
+    REPLICATION_HELLO_ANSWER_S_MAX,
     REPLICATION_LAG_S_MAX,
     REPLICATION_LATE_S,
     REPLICATION_PING_S,
@@ -165,6 +166,11 @@ class Active:
         the win's co-holders (coordinator `CoHolders`: they held every record this
         instance held when it won, and etcd names them until a replica joins)."""
         self.links: dict[str, LinkOut] = {}
+        self._sent: dict[str, int] = {}
+        """The last record of this term handed to each replica's ended links (`LinkOut`
+        cursor): a hello may not claim more (`_claims_unsent`)."""
+        self._claimed: set[str] = set()
+        """Replicas whose hello claimed records never sent to them (logged once)."""
         self.problems: dict[str, str] = {}
         """Why a replica said it cannot store our records ("fail"), until it acknowledges
         one again (`mrs status` shows it)."""
@@ -596,7 +602,7 @@ class Active:
         hello = {"t": "hello", "group": self.group_id, "term": self.term, "from": self.me.name}
         await stream.send_all(frame(hello))
         reader = FrameReader(stream)
-        answer = await reader.next(ANSWER_BYTES_MAX)
+        answer = await _hello_answered(name, reader)
         if answer["t"] in ("refuse", "fail"):
             await self._refused(name, answer)
         (pos_term, pos_number), led = _hello_answer(name, answer)
@@ -606,6 +612,9 @@ class Active:
                 f"{clipped(repr(answer.get('name')))}, not {name}: nothing it acknowledges "
                 f"counts; check instance {name}'s replication address"
             )
+        if self._claims_unsent(name, (pos_term, pos_number)):
+            answer = {**answer, "whole": False}
+            pos_term, pos_number = 0, 0  # its journals are unknown: a full copy
         if pos_term == self.term and pos_number < self.stream.acked.get(name, 0):
             log.error(
                 "replica %s holds records up to %d of term %d, but acknowledged %d: its "
@@ -637,6 +646,31 @@ class Active:
             await self._stream(name, link, frames, reader, answer.get("pings") is True)
         finally:
             del self.links[name]
+            self._sent[name] = max(self._sent.get(name, 0), link.cursor)
+
+    def _claims_unsent(self, name: str, position: tuple[int, int]) -> bool:
+        """Whether `name`'s hello claims a record of this term that none of its links
+        was handed (logged once a term). Why: the records of a term come from its
+        active alone, so such a position is a lie (or a data directory copied from
+        another replica); taken at its word, it counted as an acknowledgement at the
+        hello (`_join_if_whole`, or the link's cursor set past it), and answers went
+        out resting on a disk that never saw their records. It gets a full copy."""
+        term, number = position
+        link = self.links.get(name)
+        sent = max(self._sent.get(name, 0), link.cursor if link is not None else 0)
+        if term != self.term or number <= sent:
+            return False
+        if name not in self._claimed:
+            self._claimed.add(name)
+            log.error(
+                "replica %s says it holds records up to %d of term %d, but was sent "
+                "records up to %d: nothing of that counts; it is sent a full copy",
+                name,
+                number,
+                self.term,
+                sent,
+            )
+        return True
 
     async def _stream(
         self, name: str, link: LinkOut, frames: Iterable[bytes], reader: FrameReader, pings: bool
@@ -899,6 +933,18 @@ def _address_of(replicas: tuple[InstanceConfig, ...], name: str) -> str:
         if replica.name == name:
             return host_port(replica.replication_host, replica.replication_port)
     return "its address"
+
+
+async def _hello_answered(name: str, reader: FrameReader) -> dict[str, Any]:
+    """A replica's answer to the hello, within REPLICATION_HELLO_ANSWER_S_MAX; LinkBroken
+    (the link is dialled again) otherwise. Why: the wait had no bound, and the idle
+    link's silence check (`_acks`) starts only after it, so a peer that took the
+    connection and never answered (a replica's machine powered off or cut off just
+    then, no TCP close coming; a process that lies) held that replica's link loop for
+    good: the true replica, back at its address, was never dialled again this term."""
+    with trio.move_on_after(REPLICATION_HELLO_ANSWER_S_MAX):
+        return await reader.next(ANSWER_BYTES_MAX)
+    raise LinkBroken(f"{name} did not answer the hello in {REPLICATION_HELLO_ANSWER_S_MAX:g} s")
 
 
 def _hello_answer(name: str, answer: dict[str, Any]) -> tuple[tuple[int, int], int]:
