@@ -37,6 +37,7 @@ from clients.requests import (
     wire_bytes,
 )
 from clients.resend import Resender
+from clients.saf_journal import IDEMPOTENCY_HEADER
 from mrs import protocol as wire
 from mrs.errors import (
     ConnectionLost,
@@ -226,7 +227,9 @@ async def send_batches(client: Any, requests: Any, items: Sequence[PutItem]) -> 
     flight, and collect every answer."""
     await requests.linked(Status.LINK_DOWN, "put_many")
     results, puts = build_each(items, lambda item: build_put(client, requests.next_id, item))
-    await send_built(requests, results, puts, batch_wait_s(items, puts))
+    wait_s = batch_wait_s(items, puts)
+    await send_built(requests, results, puts, wait_s)
+    mark_unanswered(results, puts, items, requests.address, wait_s)
     return [_result(result) for result in results]
 
 
@@ -289,6 +292,7 @@ async def send_batches_resent(
             return [lost] * len(some)
         answered: list[Any] = [None] * len(keyed)
         await send_built(requests, answered, some, wait_s)
+        mark_unanswered(answered, some, keyed, requests.address, wait_s)
         return [_result(answered[index]) for index, _ in some]
 
     for (index, _put), result in zip(puts, await send(puts), strict=True):
@@ -381,6 +385,46 @@ def mark_not_sent(requests: Any, link: Any, results: list[Any], indexed: list, w
         )
     for index, _request in indexed:
         results[index] = error
+
+
+def mark_unanswered(
+    results: list[Any],
+    puts: list[tuple[int, wire.Put]],
+    items: Sequence[PutItem],
+    address: str,
+    wait_s: float,
+) -> None:
+    """Give each put of `puts` sent and left unanswered (its result still None) a
+    ReplyTimeout naming it: its index in the list, its target, that the others have
+    their own results, and whether a re-send is safe (`_resend_outcome`). Why: each
+    read "no answer from the server in time", the same words for every item, with
+    no word of which put it was or that its message may be stored, as a single
+    put's timeout says (clients.pending `not_answered`)."""
+    missing = [index for index, _put in puts if results[index] is None]
+    others = ""
+    if len(items) > 1:
+        unanswered = "the only one" if len(missing) == 1 else f"one of {len(missing)}"
+        others = f" ({unanswered} of the {len(items)} items unanswered; the others have results)"
+    for index in missing:
+        item = items[index]
+        outcome = _resend_outcome(item)
+        results[index] = ReplyTimeout(
+            Status.TIMEOUT,
+            f"put_many items[{index}] (to {item.target}): no answer from {address} within "
+            f"{wait_s:g} s{others}; the message may or may not be stored: {outcome}",
+        )
+
+
+def _resend_outcome(item: PutItem) -> str:
+    """Whether re-sending an unanswered item is safe: only under the idempotency key
+    it carried, and only for a recoverable put (the group keeps the keys of the
+    messages it stores: intake `_put_recoverable`)."""
+    key = (item.headers or {}).get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return "it carries no idempotency key, so a re-send may store it twice"
+    if item.delivery in _RECOVERABLE:
+        return f"re-send it under its idempotency key {key!r}: the group stores it once"
+    return "a memory put's idempotency key is not kept, so a re-send may repeat it"
 
 
 def _result(result: object) -> Result:

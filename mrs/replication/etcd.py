@@ -34,6 +34,28 @@ ETCD_UNREACHABLE = "etcd unreachable: "
 ...` follows): `mrs failover` tells it from an etcd that answered with an error."""
 
 
+def silent_etcd_line(
+    error: str, endpoints: Sequence[str], config_path: object, done: str = ""
+) -> str | None:
+    """The operator's line for `error`, an EtcdError's text, when no endpoint of
+    `endpoints` answered (None: etcd answered, with an error of its own): where etcd
+    was asked and why each gave no answer, what the command `done` (if it says), and
+    the config key to check. Why: the client's words (`etcd unreachable:
+    http://...: cannot connect`) named neither `[coordinator] etcd` nor the file that
+    holds it; one wording for `mrs failover` and `mrs serve --instance`'s log."""
+    if not error.startswith(ETCD_UNREACHABLE):
+        return None
+    where = ", ".join(endpoints)
+    why = error.removeprefix(ETCD_UNREACHABLE)
+    if len(endpoints) == 1:
+        why = why.removeprefix(f"{where}: ")
+    told = f"{done}: " if done else ""
+    return (
+        f"etcd at {where} does not answer ({why}); {told}check that etcd is running "
+        f"there and that [coordinator] etcd in {config_path} is its client URL"
+    )
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 

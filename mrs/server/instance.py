@@ -60,7 +60,7 @@ from mrs.replication.coordinator import (
     must_post_position,
     same_position_replicas,
 )
-from mrs.replication.etcd import EtcdClient
+from mrs.replication.etcd import EtcdClient, silent_etcd_line
 from mrs.replication.replica import Replica
 from mrs.replication.rules import KEPT_REPLICATION, ReplicationRules
 from mrs.replication.stream import Bridge, CommitStream, RecordingStore, ReplicatedWriter
@@ -594,11 +594,17 @@ class InstanceRunner:
         """One WARNING when the coordinator stops answering (and one per other reason),
         then one every COORDINATOR_LOG_INTERVAL_S with the count of tries not shown.
         Why: a replica asks every REPLICATION_POLL_S, and an etcd down for an hour
-        logged 18,000 lines per instance, one per try."""
+        logged 18,000 lines per instance, one per try. An etcd none of whose endpoints
+        answers is said as `mrs failover` says it (silent_etcd_line): the endpoints and
+        the `[coordinator] etcd` key of the config to check, not the client's words."""
         if self._coordinator_lost_at_s is None:
             self._coordinator_lost_at_s = trio.current_time()
         reason = str(error)
-        self._coordinator_log.refused("coordinator", "coordinator unavailable", reason, reason)
+        told = reason
+        if self.bus.coordinator is not None:
+            endpoints = self.bus.coordinator.etcd
+            told = silent_etcd_line(reason, endpoints, self.bus.path) or reason
+        self._coordinator_log.refused("coordinator", "coordinator unavailable", told, reason)
 
     def _coordinator_answered(self) -> None:
         """The coordinator answers: one line if it had stopped (its outage is over, and

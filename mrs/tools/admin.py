@@ -12,23 +12,32 @@
 Each is one AdminRequest to the group's server (mrs.ops.admin_actions), under [auth]
 with the credentials of MRS_AUTH_NAME (the manage grant on the queue, the status right
 for connections and the journal). Tables fit 80 columns; `--json` prints the group's
-answer as is. A mistake (unknown queue, no right, bad limit) is one line and exit
-status 1 (2 for usage). A move repeats its request until the source is empty (or it
-took as many as the source held at the first answer), each message in one
-transaction on the server: run it again after a crash to finish it.
+answer as is. A mistake (unknown queue, no right, a limit the config refuses) is one
+line and exit status 1; a usage mistake, exit 2, is caught before the group is asked
+(a value out of its range: a limit, a seq, a group id, a correlation id; text that
+is not UTF-8; an address that is no HOST:PORT). A move repeats its request until the
+source is empty (or it took as many as the source held at the first answer), each
+message in one transaction on the server: run it again after a crash to finish it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from mrs.errors import ConnectionLost, MrsError
-from mrs.limits import ADMIN_BROWSE_DEFAULT, ADMIN_BROWSE_MESSAGES_MAX
-from mrs.offline.journal_files import operator_path
+from mrs.limits import (
+    ADMIN_BROWSE_DEFAULT,
+    ADMIN_BROWSE_MESSAGES_MAX,
+    ADMIN_LOG_RECORDS_MAX,
+    CORRELATION_ID_BYTES_MAX,
+)
+from mrs.offline.journal_files import group_id, operator_path
+from mrs.offline.selection import SEQ_MAX
 from mrs.security.permissions import GRANT_KINDS
 from mrs.tools.cli_support import (
     EXIT_OK,
@@ -36,7 +45,9 @@ from mrs.tools.cli_support import (
     EXIT_USAGE,
     CommandError,
     int64,
+    positive_int,
     walk_errors,
+    whole_in,
 )
 
 CONNECT_TIMEOUT_S = 10.0
@@ -86,16 +97,27 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     for selective in (browse, move):
         selective.add_argument("--class", dest="msg_class", type=int64, help="only this class")
         selective.add_argument("--type", dest="msg_type", type=int64, help="only this type")
-        selective.add_argument("--correlation-id", metavar="HEX", help="only this correlation id")
+        selective.add_argument(
+            "--correlation-id",
+            type=correlation_hex,
+            metavar="HEX",
+            help=f"only this correlation id (hex, at most {CORRELATION_ID_BYTES_MAX} bytes)",
+        )
         selective.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
     reset = actions.add_parser(
         "reset-link",
         help="accept a peer group's new journals on its link (after the peer was rebuilt)",
     )
-    reset.add_argument("peer", type=int64, help="the peer group's id")
+    reset.add_argument("peer", type=group_id, help="the peer group's id")
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
-    journal.add_argument("--limit", type=int64, default=ADMIN_BROWSE_DEFAULT, help="records")
+    journal.add_argument(
+        "--limit",
+        type=positive_int,
+        default=ADMIN_BROWSE_DEFAULT,
+        help=f"the last N records (1..{ADMIN_LOG_RECORDS_MAX} from the group; "
+        "--offline: any number)",
+    )
     journal.add_argument(
         "--offline", action="store_true", help="read the file in the data directory (--config)"
     )
@@ -111,13 +133,13 @@ def _add_browse(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
     browse.add_argument("queue", help="G.Q, GROUP.NAME or a queue name")
     browse.add_argument(
         "--limit",
-        type=int64,
+        type=whole_in(1, ADMIN_BROWSE_MESSAGES_MAX),
         default=ADMIN_BROWSE_DEFAULT,
         help=f"messages to show, 1..{ADMIN_BROWSE_MESSAGES_MAX}",
     )
     browse.add_argument(
         "--after",
-        type=int64,
+        type=whole_in(0, SEQ_MAX, " (a message's seq)"),
         metavar="SEQ",
         help="the next page: the messages after this one (the seq the last page ends with)",
     )
@@ -131,7 +153,7 @@ def _add_where(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--address", help="HOST:PORT of the group's server instead")
     parser.add_argument(
         "--group",
-        type=int64,
+        type=group_id,
         help="the group (default: the queue's; a name in several groups must say which)",
     )
     parser.add_argument("--json", action="store_true", help="JSON instead of a table")
@@ -151,12 +173,12 @@ async def _run(args: argparse.Namespace) -> int:
     from mrs.config.tls import operator_connect_options
 
     address, options, group, coordinator = args.address, {}, None, None
+    _check_text(args)
+    _check_address(args.address)
     if args.admin_command == "grant":  # before the server is asked
         _check_grants(args)
-    if getattr(args, "offline", False) and args.config is None:  # it asked a down server
-        raise CommandError(
-            "admin: journal --offline reads the data directory: give --config", EXIT_USAGE
-        )
+    if args.admin_command == "journal":
+        _check_journal(args)
     if args.config is not None:
         bus = load_config(args.config)
         group = _group_of(args, bus)
@@ -346,15 +368,84 @@ def _check_grants(args: argparse.Namespace) -> None:
         raise CommandError(f"admin: {rendered(problem, 'cli')}", EXIT_USAGE)
 
 
+POSITIONAL = frozenset({"queue", "name", "principal"})
+"""The text arguments given without an option name."""
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Every text argument is text the group can be sent (UTF-8). Why: a byte the
+    terminal's encoding does not hold (`--contains $'\\xff'`, a queue name pasted from
+    a Latin-1 file) reached the encoder, and the operator read "cannot encode
+    AdminRequest: UnicodeEncodeError: 'utf-8' codec can't encode character '\\udcff'
+    ...: surrogates not allowed", exit 1."""
+    for key, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                name = key if key in POSITIONAL else "--" + key.replace("_", "-")
+                given = os.fsencode(text)  # the bytes typed, not Python's escapes of them
+                raise CommandError(
+                    f"admin: {name} {given!r} is not UTF-8 text: type it again as text",
+                    EXIT_USAGE,
+                ) from None
+
+
+def _check_address(address: str | None) -> None:
+    """Each HOST:PORT of --address (a replicated group's instances: several, comma
+    separated), read as `mrs status --address` and the bus file read one. Why: a
+    mistyped one was the client's refusal at connect, exit 1, where `mrs status`
+    says the same mistake is one of usage, exit 2."""
+    from mrs.config.addresses import parse_host_port
+
+    if address is None:  # --config names it
+        return
+    for part in address.split(","):
+        if isinstance(place := parse_host_port(part.strip(), port_min=1), str):
+            raise CommandError(f"admin: --address: {place} (e.g. 127.0.0.1:7001)", EXIT_USAGE)
+
+
+def _check_journal(args: argparse.Namespace) -> None:
+    """`mrs admin journal`'s usage mistakes, before anything is read or asked. (A
+    --limit below 1 is the parser's: lines[-0:] was every line of the file.)"""
+    if args.offline and args.config is None:  # it asked a down server
+        raise CommandError(
+            "admin: journal --offline reads the data directory: give --config", EXIT_USAGE
+        )
+    if not args.offline and args.limit > ADMIN_LOG_RECORDS_MAX:  # else the group's exit 1
+        raise CommandError(
+            f"admin: journal: --limit must be 1..{ADMIN_LOG_RECORDS_MAX} (the lines a group "
+            f"keeps; --offline reads its data directory's file, all of it), got {args.limit}",
+            EXIT_USAGE,
+        )
+
+
+def correlation_hex(text: str) -> str:
+    """argparse type of `--correlation-id`: hex digits of at most
+    CORRELATION_ID_BYTES_MAX bytes, as the group compares them. Why: a longer one was
+    sent and matched nothing (an empty page, as if no message had it), and an odd
+    digit was answered "must be hex" by the group, exit 1, for what was hex."""
+    try:
+        value = bytes.fromhex(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be hex digits, two per byte (e.g. 0a1b), got {text!r}"
+        ) from None
+    if len(value) > CORRELATION_ID_BYTES_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a correlation id is at most {CORRELATION_ID_BYTES_MAX} bytes "
+            f"({2 * CORRELATION_ID_BYTES_MAX} hex digits), got {len(value)}"
+        )
+    return value.hex()
+
+
 def _journal_offline(data_dir: Path, args: argparse.Namespace) -> int:
     """The admin journal read from its file, without the server (it may be down)."""
     from mrs.ops.admin_actions import JOURNAL_FILE_NAME
     from mrs.ops.admin_log import read_file
 
-    if args.limit < 1:  # lines[-0:] was every line, a negative limit all but the first
-        raise CommandError(
-            f"admin: journal: --limit must be 1 or more, got {args.limit}", EXIT_USAGE
-        )
     path = data_dir / JOURNAL_FILE_NAME
     try:
         records, unreadable = read_file(path, args.limit)

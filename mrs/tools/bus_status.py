@@ -22,7 +22,7 @@ from typing import Any
 
 from mrs.config.addresses import host_port
 from mrs.config.instance_types import CoordinatorConfig
-from mrs.offline.journal_files import operator_path
+from mrs.offline.journal_files import group_id, operator_path
 from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError, positive_float
 from mrs.tools.group_view import GroupView
@@ -47,7 +47,7 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
     status.add_argument(
         "--config", type=operator_path, help="bus configuration (TOML): every group"
     )
-    status.add_argument("--group", type=int, help="only this group of --config")
+    status.add_argument("--group", type=group_id, help="only this group of --config")
     status.add_argument(
         "--address",
         help="HOST:PORT of one server (with --config: a group's or an instance's address)",

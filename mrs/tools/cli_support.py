@@ -99,6 +99,23 @@ def int64(text: str) -> int:
     return value
 
 
+def whole_in(least: int, most: int, meaning: str = "") -> Callable[[str], int]:
+    """argparse type: a whole number `least`..`most`, refused naming the range and
+    what it is (`meaning`, e.g. " (a message's seq)"). Why: `mrs admin browse
+    --limit -3` or `--after -5` went to the group, which answered exit 1 after a
+    connection (the group down: "cannot connect", not the mistake); a usage mistake
+    is the parser's, exit 2, before anything is asked."""
+
+    def parse(text: str) -> int:
+        rule = f" {least}..{most}{meaning}"
+        value = _whole(text, rule)
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be a whole number{rule}, got {text}")
+        return value
+
+    return parse
+
+
 def _whole(text: str, rule: str) -> int:
     """`text` as a whole number, or argparse's refusal saying the `rule` it must keep."""
     try:

@@ -158,24 +158,17 @@ def _etcd_silent(text: str, bus, asked: bool) -> CommandError:
     words, `etcd: etcd unreachable: http://...: ConnectError('all attempts to connect
     to 127.0.0.1:2379 failed')`, naming neither the config entry to check nor whether
     a failover was asked for."""
-    from mrs.replication.etcd import ETCD_UNREACHABLE
+    from mrs.replication.etcd import silent_etcd_line
 
-    where = ", ".join(bus.coordinator.etcd)
-    if not text.startswith(ETCD_UNREACHABLE):  # it answered, with an error
-        return CommandError(f"etcd at {where}: {text}", 1)
-    why = text.removeprefix(ETCD_UNREACHABLE)
-    if len(bus.coordinator.etcd) == 1:
-        why = why.removeprefix(f"{where}: ")
     state = (
         f"a failover was asked for and may still happen (mrs status --config {bus.path})"
         if asked
         else "no failover was asked for"
     )
-    return CommandError(
-        f"etcd at {where} does not answer ({why}); {state}: check that etcd is running "
-        f"there and that [coordinator] etcd in {bus.path} is its client URL",
-        1,
-    )
+    line = silent_etcd_line(text, bus.coordinator.etcd, bus.path, state)
+    if line is None:  # it answered, with an error
+        return CommandError(f"etcd at {', '.join(bus.coordinator.etcd)}: {text}", 1)
+    return CommandError(line, 1)
 
 
 def _not_in_sync(group_name: str, to: str, in_sync: Iterable[str]) -> CommandError:
