@@ -241,6 +241,8 @@ class Handover:
                     marked_seqs.append(entry.seq)
         if batch is None:
             session.send(answer)
+            if premarked is not None:  # the only journaled one when no mark is written
+                _bodies_sent(queue, handed)
             if dequeued:
                 _tell_dequeued(handed)
             return
@@ -262,6 +264,7 @@ class Handover:
             if dlq_seqs:
                 self.dlq_readers.marks_committed(session.id, dlq_seqs)
             session.send(answer)
+            _bodies_sent(queue, handed)
             if dequeued:
                 _tell_dequeued(handed)
 
@@ -425,6 +428,8 @@ class Handover:
         self.guarantees.confirm_writes(batch, key)
         forget_priority(batch, key, entry.priority)
         if journal:
+            if entry.body is None:  # left on disk once delivered (`_bodies_sent`)
+                self.dqf.load_body(queue, entry)  # unreadable: reported, recorded empty
             now_ns = ctx.clock_ns()
             record = record_from_entry(entry, written_time_ns=now_ns)
             record.confirm_value = confirm_value
@@ -529,6 +534,22 @@ def _marks_ended(marking: dict[int, int], seqs: list[int]) -> None:
         left = marking.pop(seq, 0) - 1
         if left > 0:
             marking[seq] = left
+
+
+def _bodies_sent(queue: TargetQueue, handed: list[Handed]) -> None:
+    """The Delivery of `handed` went out: the body of each journaled one that awaits
+    its reader's confirm goes back to disk (its DQF record keeps it until the confirm):
+    a redelivery after its reader left, or a PCJ record at its confirm, reads it back.
+    Why: every body a reader held unconfirmed stayed in memory, so a client that got
+    and held 1,000 journaled 1 MB messages (the default unconfirmed_max) grew the
+    server by 1 GB. Only one still in `unconfirmed` as this very entry: one given back
+    meanwhile (its reader left while its mark was committed) waits counted with its
+    body (`TargetQueue.journaled_body_bytes`). Memory messages keep theirs: it is
+    their only copy."""
+    unconfirmed = queue.unconfirmed
+    for entry, _, _ in handed:
+        if entry.journaled and unconfirmed.get(entry.seq) is entry:
+            entry.body = None
 
 
 def _tell_dequeued(handed: list[Handed]) -> None:

@@ -369,7 +369,7 @@ class TargetQueue:
             before = lane.cold.count
             start = self.arrivals
             order: list[int] = []
-            taken = lane.cold.take(room, load, order)
+            taken = lane.cold.take(room, self._bodies_bounded(load), order)
             for entry in taken:
                 self.arrivals += 1
                 entry.arrival = self.arrivals
@@ -383,6 +383,32 @@ class TargetQueue:
             if order:
                 self._number_passed(taken, order, start)
             pending.took_cold(lane, before)
+
+    def _bodies_bounded(self, load: Loader) -> Loader:
+        """`load` for one take of a refill, REFILL_MIN records at a time, each journaled
+        body past JOURNALED_BODIES_BYTES_MAX (with those kept before it in this take)
+        left on disk as soon as it is read (`_refill` counts the ones kept). Why: a take
+        reads up to WINDOW_ENTRIES_MAX records in one call, and with 1 MB messages the
+        server's peak RSS reached 1.6 GB (the records read, their bodies, the journal's
+        pages) to keep 64 MiB of them."""
+        kept_bytes = 0
+
+        def bounded(seqs: list[int]) -> list:
+            nonlocal kept_bytes
+            loaded = []
+            for start in range(0, len(seqs), REFILL_MIN):
+                for entry in load(seqs[start : start + REFILL_MIN]):
+                    body = entry.body
+                    if body is not None and entry.journaled:
+                        room = JOURNALED_BODIES_BYTES_MAX - self.journaled_body_bytes - kept_bytes
+                        if len(body) > room:
+                            entry.body = None
+                        else:
+                            kept_bytes += len(body)
+                    loaded.append(entry)
+            return loaded
+
+        return bounded
 
     def _number_passed(self, taken: list[Entry], order: list[int], start: int) -> None:
         """A refill passed the places of messages a selective get had taken from the

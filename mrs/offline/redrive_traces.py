@@ -91,9 +91,14 @@ class JplayTraces:
 
 
 def _in_doubt(ledger: Path) -> str | None:
-    """The flags of the last jplay run if it left records in doubt (its scope.json,
-    written by mrs.tools.journal.ledger), else None. A scope that cannot be read is
-    taken as in doubt: a possible duplicate flagged, never one unflagged."""
+    """The flags of the last jplay run if it left records of the DLJ in doubt (its
+    scope.json, written by mrs.tools.journal.ledger), else None. A scope that cannot
+    be read is taken as in doubt: a possible duplicate flagged, never one unflagged.
+    So is one that does not say which journal (`journal` null: written by an earlier
+    release, or records of both journals in doubt). One that names the PCJ is not:
+    a replay of the PCJ sends copies of journaled puts, never of a dead letter, and
+    after one stopped in doubt the handler marked every dead letter it redrove (each
+    POSSDUPL, for an application that then checks each one by hand)."""
     try:
         scope = json.loads((ledger / "scope.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -102,5 +107,9 @@ def _in_doubt(ledger: Path) -> str | None:
         return "(its scope.json unreadable)"
     if not isinstance(scope, dict) or not scope.get("in_doubt"):
         return None
+    journal = scope.get("journal")
+    if journal == Journal.PCJ.value:
+        return None
     to = scope.get("to")
-    return f"--as {scope.get('as')}" + (f" --to {to}" if to else "")
+    flags = f"--as {scope.get('as')}" + (f" --to {to}" if to else "")
+    return flags if journal is None else f"{journal} {flags}"

@@ -47,7 +47,13 @@ from mrs.group.dqf import forget_priority, keep_priority
 from mrs.group.lanes import Lane
 from mrs.group.queues import TargetQueue
 from mrs.group.reply import report_waiting_sender
-from mrs.group.shapes import Entry, encode_entry, moved_copy, record_from_entry
+from mrs.group.shapes import (
+    DEAD_LETTER_HEADER,
+    Entry,
+    encode_entry,
+    moved_copy,
+    record_from_entry,
+)
 from mrs.limits import (
     ADMIN_BROWSE_DEFAULT,
     ADMIN_BROWSE_MESSAGES_MAX,
@@ -57,7 +63,7 @@ from mrs.limits import (
     ADMIN_SELECT_SCAN_MAX,
 )
 from mrs.model import DEAD_LETTER_QUEUE, Address, Psb, Status
-from mrs.ops.admin_log import AdminLog
+from mrs.ops.admin_log import AdminLog, StagedLine
 from mrs.ops.admin_terms import GIVE_A_RIGHT
 from mrs.ops.bus_file_record import (
     BUS_FILE_KEY,
@@ -290,20 +296,27 @@ class AdminActions:
         args: dict,
         result: dict,
         then: Callable[[JournalError | None], None] | None = None,
+        staged: StagedLine | None = None,
     ) -> None:
         """Write down who did what (one JSON line, synced) and log it; `then` is told
-        once the line's commit is durable (mrs.ops.admin_log)."""
+        once the line's commit is durable (mrs.ops.admin_log). `staged`: the line the
+        action's own commits carried (`stage`), settled with `result` as its outcome."""
         who = session.principal or "(no auth)"
-        line = {
-            "time_ns": time.time_ns(),
-            "principal": session.principal,
-            "peer": session.peer,
-            "action": action,
-            "args": args,
-            "result": result,
-        }
-        self.log.write(line, then)
+        if staged is not None:
+            staged.line["result"] = result
+            self.log.settle(staged, then)
+        else:
+            self.log.write(_line(session, action, args, result), then)
         log.info("admin %s by %s at %s: %s -> %s", action, who, session.peer, args, result)
+
+    def stage(
+        self, session: AdminSession, action: str, args: dict, result: dict
+    ) -> StagedLine | None:
+        """The journal line of an action whose change is committed later: each of its
+        commits carries it (`StagedLine.put_in`), and `journal(..., staged=)` settles it
+        with the outcome. `result`: what the line says until then, which is what it
+        says after a crash before the outcome (mrs.ops.admin_log says why)."""
+        return self.log.stage(_line(session, action, args, result))
 
     def looked(self, session: AdminSession, action: str, args: dict, result: dict) -> None:
         """A read-only action done (browse, connections, journal): its log line, not a
@@ -327,16 +340,18 @@ class AdminActions:
         args: dict,
         result: dict,
         answer: Callable[[], None],
+        staged: StagedLine | None = None,
     ) -> None:
         """Journal a done action, then `answer()` once its line is as durable as the
         action's own commits. Why: answered first, a SIGKILL of a replicated group's
         active right after the answer left the next active with the action done and no
         line saying who did it. A line that could not be journaled is logged and the
-        answer says so (`journaled: false`): the action itself is done."""
+        answer says so (`journaled: false`): the action itself is done. `staged`: the
+        line its commits carried (`stage`), now given its outcome."""
 
         unjournaled = f"admin {action}: done, but its journal line is not journaled"
         durable = _answer_when_durable(result, answer, unjournaled)
-        self.journal(session, action, args, result, then=durable)
+        self.journal(session, action, args, result, then=durable, staged=staged)
 
     def read_journal(self, limit: int) -> list[dict]:
         """The last `limit` lines of the admin journal, oldest first."""
@@ -345,6 +360,18 @@ class AdminActions:
     def _store(self) -> tuple[Any, Any] | None:
         group = self.server.group
         return None if group is None else (group.ctx.store, group.ctx.writer)
+
+
+def _line(session: AdminSession, action: str, args: dict, result: dict) -> dict:
+    """One admin journal line: when, who, from where, what was asked, what came of it."""
+    return {
+        "time_ns": time.time_ns(),
+        "principal": session.principal,
+        "peer": session.peer,
+        "action": action,
+        "args": args,
+        "result": result,
+    }
 
 
 def _answer_when_durable(
@@ -632,12 +659,16 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         "discarded": len(journaled) if discard else 0,
         "memory_discarded": memory,
     }
+    asked = {"queue": str(queue.address), "discard": discard, "reason": reason}
+    # the line in the purge's own commit: never a purge on disk with nobody on record
+    staged = actions.stage(session, "purge", asked, {**summary, "left": queue.waiting})
+    if staged is not None and journaled:
+        staged.put_in(batch)
 
     def written(error: JournalError | None) -> None:
         if error is not None:
             _put_back(queue, taken)
-            args = {"queue": str(queue.address), "discard": discard, "reason": reason}
-            actions.journal(session, "purge", args, {"failed": str(error)})
+            actions.journal(session, "purge", asked, {"failed": str(error)}, staged=staged)
             session.send(
                 wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
             )
@@ -652,9 +683,10 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         actions.journal_then_answer(
             session,
             "purge",
-            {"queue": str(queue.address), "discard": discard, "reason": reason},
+            asked,
             result,
             lambda: session.send(wire.AdminReply(request.request_id, result)),
+            staged,
         )
 
     if journaled:
@@ -778,7 +810,7 @@ def _move(actions: AdminActions, session: AdminSession, request: wire.AdminReque
     room = target.config.messages_max - target.memory_count
     count_max = _count(args.get("limit", ADMIN_MOVE_MESSAGES_MAX), "limit", ADMIN_MOVE_MESSAGES_MAX)
     taken = _take_selected(actions.group, source, count_max, _selection(args.get("select") or {}))
-    memory = [entry for entry in taken if not entry.journaled]
+    memory = [entry for entry in taken if not _journaled_on(target, entry)]
     if len(memory) > room:
         _put_back(source, taken)
         raise Refused(
@@ -787,6 +819,7 @@ def _move(actions: AdminActions, session: AdminSession, request: wire.AdminReque
         )
     mover = _Mover(actions, session, request.request_id, source, target, len(taken))
     mover.select = args.get("select") or None
+    mover.stage()
     for entry in taken:
         mover.move(entry)
     mover.submitted()
@@ -823,14 +856,36 @@ class _Mover:
         self.all_submitted = False
         self.result: dict = {}
         """What the answer says, made once every message's transaction has ended."""
+        self.staged: StagedLine | None = None
+        """The move's journal line, in each message's transaction (`stage`)."""
+
+    def args(self) -> dict:
+        """What the move's journal line says was asked."""
+        args = {"queue": str(self.source.address), "to": str(self.target.address)}
+        if self.select:  # which messages: without it the line read as the whole queue
+            args["select"] = _plain(self.select)
+        return args
+
+    def stage(self) -> None:
+        """Stage the move's line, carried by every message's transaction and settled
+        with the outcome once all have ended. Why in each: a move is many commits, and
+        a SIGKILL after some left them moved with nobody on record; a line saying
+        `moving` and no `moved` is a move the server did not see end (running it again
+        finishes it)."""
+        result = {
+            "queue": str(self.source.address),
+            "to": str(self.target.address),
+            "moving": self.waiting,
+        }
+        self.staged = self.actions.stage(self.session, "move", self.args(), result)
 
     def move(self, entry: Entry) -> None:
         group = self.group
         ctx = group.ctx
-        moved = _moved_copy(entry, group.sequence.next(), self.target.address, self.session)
+        moved = _moved_copy(entry, group.sequence.next(), self.target, self.session)
         place = len(self.arrived)
         self.arrived.append(None)
-        if not entry.journaled:
+        if not moved.journaled:
             self.ended(None, entry, moved, place)
             return
         if entry.body is None and not group.dqf.load_body(self.source, entry):
@@ -838,17 +893,46 @@ class _Mover:
             self.ended(JournalError("body unreadable"), entry, moved, place)
             return
         moved.body = entry.body
+        if not entry.journaled and (refused := self._dqf_refusal(moved)):
+            self.target.stores.submitted()  # as if submitted: `ended` counts it back
+            self.ended(JournalError(refused), entry, moved, place)
+            return
         old_key = queue_key(self.source.address.queue, entry.seq)
         new_key = queue_key(self.target.address.queue, moved.seq)
         batch = WriteBatch.empty()
-        batch.delete(Journal.DQF, old_key).delete(Journal.MARKS, old_key)
+        if entry.journaled:  # a memory copy has no record on the source
+            batch.delete(Journal.DQF, old_key).delete(Journal.MARKS, old_key)
+            forget_priority(batch, old_key, entry.priority)  # its lane after a restart
         batch.put_raw(Journal.DQF, new_key, encode_entry(moved, ctx.clock_ns()))
         if moved.times_delivered:
             batch.put_raw(Journal.MARKS, new_key, U32.pack(moved.times_delivered))
-        forget_priority(batch, old_key, entry.priority)  # its lane after a restart
         keep_priority(batch, new_key, moved.priority)
+        if self.staged is not None:
+            self.staged.put_in(batch)
         self.target.stores.submitted()
-        ctx.writer.submit(batch, lambda error: self.ended(error, entry, moved, place))
+        ctx.writer.submit(batch, lambda error: self._committed(error, entry, moved, place))
+
+    def _dqf_refusal(self, moved: Entry) -> str | None:
+        """For a memory copy about to get a DQF record (`_journaled_on`): why the DQF
+        cannot take it now, as a put would be refused (the journal's room,
+        dqf_messages_max), or None and its slot counted (`_committed` gives it back)."""
+        dqf, ctx = self.group.dqf, self.group.ctx
+        if full := dqf.journal_full(len(moved.body or b"")):
+            return full
+        if not dqf.peers.may_store(None):
+            return f"DQF holds dqf_messages_max={ctx.limits.dqf_messages_max}"
+        ctx.counts.dqf_added()
+        return None
+
+    def _committed(
+        self, error: JournalError | None, entry: Entry, moved: Entry, place: int
+    ) -> None:
+        """A message's transaction ended: a memory copy's DQF slot, counted by
+        `_dqf_refusal`, is given back if it failed."""
+        if error is not None and not entry.journaled:
+            self.group.ctx.counts.dqf_removed()
+            self.group.dqf.peers.dqf_freed()
+        self.ended(error, entry, moved, place)
 
     def ended(self, error: JournalError | None, entry: Entry, moved: Entry, place: int) -> None:
         if moved.journaled:
@@ -882,10 +966,9 @@ class _Mover:
             "failed": self.failed[:10],
             "left": self.source.waiting,
         }
-        args = {"queue": str(self.source.address), "to": str(self.target.address)}
-        if self.select:  # which messages: without it the line read as the whole queue
-            args["select"] = _plain(self.select)
-        self.actions.journal_then_answer(self.session, "move", args, self.result, self._answer)
+        self.actions.journal_then_answer(
+            self.session, "move", self.args(), self.result, self._answer, self.staged
+        )
 
     def _answer(self) -> None:
         if self.failed:
@@ -895,15 +978,35 @@ class _Mover:
         self.session.send(wire.AdminReply(self.request_id, self.result))
 
 
-def _moved_copy(entry: Entry, seq: int, target: Address, session: AdminSession) -> Entry:
+def _moved_copy(entry: Entry, seq: int, target: TargetQueue, session: AdminSession) -> Entry:
     """The message as it is stored on the target: a new seq there, the rest as it was,
-    and a `moved` header saying from where and by whom."""
+    and a `moved` header saying from where and by whom. A memory copy of a recoverable
+    message (a dead letter of a memory-only DLQ, a copy returned to its sender) moved
+    to a queue with a DQF is stored there as a put of its mode is (`_journaled_on`):
+    journaled, its dead-letter header kept in its record, and no forced status, so it
+    is delivered CONFIRMREQ (POSSDUPL once delivered) and waits for its confirm.
+    Why: it kept the status its copy was forced to (SUCCESS: no confirm) and stayed in
+    memory, so a WF_DQF letter moved from the DLQ to a recoverable queue was gone once
+    handed to a reader that crashed before acting on it, or at a restart."""
     moved_from = {
         "queue": str(entry.target),
         "seq": entry.seq,
         "by": session.principal,
     }
-    return moved_copy(entry, seq, target, {**(entry.headers or {}), MOVED_HEADER: moved_from})
+    headers = {**(entry.headers or {}), MOVED_HEADER: moved_from}
+    moved = moved_copy(entry, seq, target.address, headers)
+    if not entry.journaled and _journaled_on(target, entry):
+        moved.journaled = True
+        moved.delivery_status = None
+        if entry.dead_letter_header is not None:  # where a journaled DLQ keeps it
+            headers[DEAD_LETTER_HEADER] = entry.dead_letter_header
+    return moved
+
+
+def _journaled_on(target: TargetQueue, entry: Entry) -> bool:
+    """Whether `entry` moved to `target` is kept in its DQF: a journaled message, or a
+    memory copy of one whose mode is recoverable when the target has a DQF."""
+    return entry.journaled or (target.config.recoverable and entry.delivery.recoverable)
 
 
 # -- connections and the journal ----------------------------------------------------------

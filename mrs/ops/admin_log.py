@@ -14,6 +14,17 @@ ADMIN_REFUSAL_LINES_MAX per principal per ADMIN_REFUSAL_INTERVAL_S, the rest as 
 count line (`RefusalLines`), so nobody can push the others' lines out by asking.
 One AdminLog per file (`AdminLog.of`): the group's requests and its web page's
 actions write the same lines, and two logs each trimmed and listed only their own.
+
+An action that changes the journals commits its line with its own change (`stage`,
+`StagedLine.put_in`), and its outcome overwrites that line once known (`settle`).
+Why: the line was committed after the action's commit, so a SIGKILL between the two
+left a purge or a move done and nobody on record for it. One commit, not the line
+first: the line's commit would cost the action a second synced write before it
+starts, and a line alone (the action's commit then failed, or never came) would
+name a change that was not made. The file's copy is appended at `settle`: a file
+cannot join the journals' commit, and an intent line there would be a second line per
+action for log shipping to pair with its outcome; `mrs admin journal` reads the
+journals, which hold the line whenever they hold the change.
 """
 
 from __future__ import annotations
@@ -73,6 +84,38 @@ class AdminLog:
             found = _LOGS[key] = cls(path, store_of)
         return found
 
+    def stage(self, line: dict) -> StagedLine | None:
+        """`line` under a key of its own, for the action's commits to carry
+        (`StagedLine.put_in`) and `settle` to finish; None while the group starts (no
+        journals: `settle` then writes the line as `write` does). Read back (`read`)
+        from now on, as a line whose commit is on its way."""
+        found = self.store_of()
+        if found is None:
+            return None
+        key = self._new_key(found[0])
+        staged = StagedLine(key, line, json.dumps(line, sort_keys=True).encode())
+        self._pending[key] = staged.text.decode()
+        return staged
+
+    def settle(
+        self, staged: StagedLine | None, then: Callable[[JournalError | None], None] | None = None
+    ) -> None:
+        """The staged line as it ends (its `line` updated by the caller: the action's
+        outcome): appended to the file, and committed over the staged one under the
+        same key, so the action has one line whether or not a crash came between.
+        `then` as for `write`. The oldest lines past ADMIN_LOG_RECORDS_MAX go here, not
+        in the action's commit: that one may fail, and the lines it deleted would stay
+        on disk, forgotten."""
+        if staged is None:
+            return
+        text = json.dumps(staged.line, sort_keys=True)
+        self._append(text)
+        found = self.store_of()
+        if found is not None:
+            self._commit(*found, text, then, staged.key)
+        elif then is not None:
+            then(None)
+
     def write(self, line: dict, then: Callable[[JournalError | None], None] | None = None) -> None:
         """Append `line` to the file and commit it to the journals; `then` is told
         once the commit is as durable as an answer (on a majority of a replicated
@@ -81,6 +124,16 @@ class AdminLog:
         made through the writer (mrs.group.incarnation's reset) answers when it is
         durable by waiting for its line."""
         text = json.dumps(line, sort_keys=True)
+        self._append(text)
+        found = self.store_of()
+        if found is not None:
+            self._commit(*found, text, then)
+        elif then is not None:
+            then(None)  # the group is starting: nothing of it to wait for
+
+    def _append(self, text: str) -> None:
+        """One line appended to the file and synced (an error is logged: the journals'
+        copy is the one `mrs admin journal` reads)."""
         try:
             with open(self.path, "ab+") as file:
                 # A line cut short (a full disk, a crash in the middle of a write) is
@@ -90,11 +143,6 @@ class AdminLog:
                 os.fsync(file.fileno())
         except OSError as error:
             log.error("admin journal %s not written: %s", self.path, error)
-        found = self.store_of()
-        if found is not None:
-            self._commit(*found, text, then)
-        elif then is not None:
-            then(None)  # the group is starting: nothing of it to wait for
 
     def read(self, limit: int) -> list[dict]:
         """The last `limit` actions, oldest first: from the group's journals, or from
@@ -117,23 +165,30 @@ class AdminLog:
         writer: Any,
         text: str,
         then: Callable[[JournalError | None], None] | None,
+        key: bytes | None = None,
     ) -> None:
+        """Commit `text` under `key` (a staged line's) or a new key, trimming."""
         keys = self._known_keys(store)
-        key = KEY_PREFIX + _KEY.pack(time.time_ns(), next(self._count) & 0xFFFFFFFF)
-        batch = WriteBatch.empty().put_raw(Journal.META, key, text.encode())
-        keys.append(key)
-        self._pending[key] = text
-        while len(keys) > ADMIN_LOG_RECORDS_MAX:
+        line_key = key if key is not None else self._new_key(store)
+        batch = WriteBatch.empty().put_raw(Journal.META, line_key, text.encode())
+        self._pending[line_key] = text
+        while len(keys) > ADMIN_LOG_RECORDS_MAX and keys[0] != line_key:
             batch.delete(Journal.META, keys.pop(0))
 
         def committed(error: JournalError | None) -> None:
-            self._pending.pop(key, None)
+            self._pending.pop(line_key, None)
             if error is not None:
                 log.error("admin journal line not committed to the journals: %s", error)
             if then is not None:
                 then(error)
 
         writer.submit(batch, committed)
+
+    def _new_key(self, store: Any) -> bytes:
+        """A new line's key (time, then a count), listed as the newest."""
+        key = KEY_PREFIX + _KEY.pack(time.time_ns(), next(self._count) & 0xFFFFFFFF)
+        self._known_keys(store).append(key)
+        return key
 
     def _known_keys(self, store: Any) -> list[bytes]:
         if self._keys is None:
@@ -146,6 +201,21 @@ class AdminLog:
                 after = pairs[-1][0]
             self._keys = keys
         return self._keys
+
+
+@dataclass(slots=True)
+class StagedLine:
+    """A line staged for an action's own commits (`AdminLog.stage`): its key, the line
+    (its `result` set at `AdminLog.settle`) and its text as staged."""
+
+    key: bytes
+    line: dict
+    text: bytes
+
+    def put_in(self, batch: WriteBatch) -> WriteBatch:
+        """Put the line, as staged, into one of the action's commits: each commit that
+        changes the group carries who asked for it (the same key: put again, not twice)."""
+        return batch.put_raw(Journal.META, self.key, self.text)
 
 
 _LOGS: weakref.WeakValueDictionary[str, AdminLog] = weakref.WeakValueDictionary()

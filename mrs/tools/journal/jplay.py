@@ -115,7 +115,9 @@ def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
             # one replay at a time per ledger, none beside a DLJ handler (LedgerBusy)
             dlj_lock = Path(where.data_dir) / DLJ_HANDLER_LOCK
             ledger.hold(dlj_lock if options.journal is Journal.DLJ else None)
-            ledger.claim_scope(options.sender or "", options.to, again=options.again)
+            ledger.claim_scope(
+                options.sender or "", options.to, again=options.again, journal=options.journal
+            )
             ledger.key_secret()
         except BaseException:
             ledger.close()

@@ -44,8 +44,11 @@ from mrs.storage.journal_check import walk
 LEDGER_DIRNAME = REPLAY_LEDGER_DIRNAME
 SECRET_FILENAME = "key-secret"
 SCOPE_FILENAME = "scope.json"
-"""The sender queue and `--to` of the last replay, and whether it left records in
-doubt (`ReplayLedger.claim_scope`)."""
+"""The sender queue and `--to` of the last replay, whether it left records in doubt,
+and of which journal (`ReplayLedger.claim_scope`)."""
+JOURNAL_NAMES = frozenset(journal.value for journal in (Journal.PCJ, Journal.DLJ))
+"""What scope.json's `journal` names: the journal whose records are in doubt, or null
+(not known: written by an earlier release, or records of both in doubt)."""
 LOCK_FILENAME = "replay.lock"
 """Held (flock) by the one jplay sending from this ledger (`ReplayLedger.hold`)."""
 LEDGER_MAP_BYTES = 1 << 30
@@ -145,6 +148,7 @@ def _is_scope(value: object) -> bool:
         and (value["to"] is None or isinstance(value["to"], str))
         and isinstance(value.get("in_doubt", False), bool)
         and (since is None or (isinstance(since, int) and not isinstance(since, bool)))
+        and value.get("journal") in (None, *JOURNAL_NAMES)
     )
 
 
@@ -203,6 +207,11 @@ class ReplayLedger:
         """Locks held by `hold`, released by `close`."""
         self.last_in_doubt = False
         """The run before this one left records in doubt (`claim_scope`)."""
+        self.journal: str | None = None
+        """The journal this run replays (`claim_scope`)."""
+        self.last_doubt_journal: str | None = None
+        """The journal of the records the run before left in doubt; None when not
+        known (its scope.json came from an earlier release) or nothing was."""
         self.again_since_ns: int | None = None
         """When the unfinished `--again` round began (`plan_again`): a record stored
         since then was replayed by this round, and another `--again` run skips it."""
@@ -371,23 +380,32 @@ class ReplayLedger:
             )
         self._lock_fds.append(held)
 
-    def claim_scope(self, sender: str, to: str | None, *, again: bool = False) -> None:
-        """Record that this run sends as `sender` (to `to`, or each record's target),
-        its records in doubt until `scope_settled`; raise LedgerBusy when the last run
-        left records in doubt under another scope. Why: the server scopes an
-        idempotency key by sender queue and target; a record sent with no answer,
-        sent again by a run with another `--as` or `--to`, was stored a second time,
-        unmarked. The same scope finds its first copies (answered with their seqs)."""
+    def claim_scope(
+        self, sender: str, to: str | None, *, again: bool = False, journal: Journal | None = None
+    ) -> None:
+        """Record that this run sends as `sender` (to `to`, or each record's target)
+        from `journal`, its records in doubt until `scope_settled`; raise LedgerBusy
+        when the last run left records in doubt under another scope. Why: the server
+        scopes an idempotency key by sender queue and target; a record sent with no
+        answer, sent again by a run with another `--as` or `--to`, was stored a second
+        time, unmarked. The same scope finds its first copies (answered with their
+        seqs). The journal is written down for `mrs dlq-handler`, which marks its
+        puts possible duplicates only while records of the DLJ may be in doubt
+        (mrs.offline.redrive_traces); None: not known (as in a scope.json of an
+        earlier release), which the handler takes as the DLJ."""
         last = self._last_scope()
         if last is not None and last.get("in_doubt") and (last["as"], last["to"]) != (sender, to):
             flags = f"--as {last['as']}" + (f" --to {last['to']}" if last["to"] else "")
+            which = f"mrs jplay {last['journal']}" if last.get("journal") else "the last replay"
             raise LedgerBusy(
                 f"the last replay from this ledger ({flags}) left records in doubt (sent, "
-                f"no answer): run it again with {flags} to finish them first; sent as "
-                f"{sender}{' to ' + to if to else ''}, the server would store them again"
+                f"no answer): run {which} again with {flags} to finish them first; sent "
+                f"as {sender}{' to ' + to if to else ''}, the server would store them again"
             )
         self.plan_again(again, last)
         self.last_in_doubt = bool(last is not None and last.get("in_doubt"))
+        self.last_doubt_journal = last.get("journal") if last and self.last_in_doubt else None
+        self.journal = None if journal is None else journal.value
         self._write_scope(sender, to, in_doubt=True)  # until this run says how it ended
 
     def plan_again(self, again: bool, last: dict | None = None) -> None:
@@ -436,15 +454,38 @@ class ReplayLedger:
         selected every record and was not stopped): one over fewer records (`--limit`,
         `--seq`, a target) had nothing in doubt of its own and settled it, and a run
         with another `--as` then stored the first run's unanswered records a second
-        time, unmarked (the ledger holds no entry for a record sent with no answer)."""
+        time, unmarked (the ledger holds no entry for a record sent with no answer).
+        Nor does a run of the other journal settle it: its records are not the ones
+        in doubt (`_doubt_journal`)."""
         if again_done:
             self.again_since_ns = None
-        if self.last_in_doubt and not covered_all:
-            in_doubt = True
-        self._write_scope(sender, to, in_doubt)
+        left = in_doubt or (
+            self.last_in_doubt and (not covered_all or self._other_journal_in_doubt())
+        )
+        self._write_scope(sender, to, left, own_doubt=in_doubt)
 
-    def _write_scope(self, sender: str, to: str | None, in_doubt: bool) -> None:
+    def _other_journal_in_doubt(self) -> bool:
+        """Whether the last run's records in doubt are known to be of the other journal
+        than this run's (not known, as from an earlier release: taken as this one's,
+        which settles them as that release did)."""
+        last = self.last_doubt_journal
+        return last is not None and self.journal is not None and last != self.journal
+
+    def _doubt_journal(self, own_doubt: bool) -> str | None:
+        """The journal scope.json names: whose records are in doubt once this run
+        ended, or while it runs (`own_doubt`: this run's may be); None when both
+        journals' may be, or it is not known."""
+        if not self.last_in_doubt:
+            return self.journal
+        if not self._other_journal_in_doubt():
+            return self.journal if self.last_doubt_journal is not None else None
+        return None if own_doubt else self.last_doubt_journal
+
+    def _write_scope(
+        self, sender: str, to: str | None, in_doubt: bool, own_doubt: bool = True
+    ) -> None:
         scope: dict[str, str | bool | int | None] = {"as": sender, "to": to, "in_doubt": in_doubt}
+        scope["journal"] = self._doubt_journal(own_doubt) if in_doubt else self.journal
         if self.again_since_ns is not None:
             scope["again_since_ns"] = self.again_since_ns
         replace_file(self.path / SCOPE_FILENAME, json.dumps(scope).encode("utf-8"))
