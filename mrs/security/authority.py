@@ -29,6 +29,7 @@ from mrs.model import Status
 from mrs.security import scram
 from mrs.security.creds import (
     LINK_PREFIX,
+    LINK_SECRET_FILE,
     Credentials,
     CredsError,
     link_principal,
@@ -131,7 +132,7 @@ class Authority:
                 f"{self.config.credentials_path} has no principal "
                 f"{link_principal(self.group_id)!r} (mrs creds add-group)"
             )
-        password = read_secret(self.config.link_secret_path(self.group_id))
+        password = read_secret(self.config.link_secret_path(self.group_id), LINK_SECRET_FILE)
         owner_only(self.config.link_secret_path(self.group_id), "link secret", log, ROTATE_IT)
         salted = scram.salted_password(password, own.verifier.salt, own.verifier.iterations)
         if not scram.proof_valid(

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,23 @@ class CredsError(OperatorError):
     """A credentials file or `mrs creds` argument that cannot be used (one line). An
     operator's mistake, so an MrsError too: an application loading its credentials
     (`ClientCredentials.from_file`) catches it with everything else of the client."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretFile:
+    """Which kind of file a refusal is about: its name in the line (`what`) and the
+    hint that fits it. Why: every refusal ended "is it the file `mrs creds` wrote?",
+    also for an application's password file, which `mrs creds` never writes."""
+
+    what: str
+    hint: str
+
+
+CREDENTIALS_FILE = SecretFile("credentials file", "is it the file `mrs creds` wrote?")
+LINK_SECRET_FILE = SecretFile("link secret file", "is it the one `mrs creds add-group` wrote?")
+PASSWORD_FILE = SecretFile("password file", "it should hold the password alone, as text")
+"""An application's or operator's own file (`ClientCredentials.from_file`,
+MRS_AUTH_PASSWORD_FILE, `mrs creds --password-file`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +133,7 @@ def _unb64(text: object, where: str) -> bytes:
 def load(path: Path) -> Credentials:
     """Read and check the file; CredsError (one line) on anything unusable."""
     try:
-        text = _read_text(path, "credentials file")
+        text = _read_text(path, CREDENTIALS_FILE)
         document = tomllib.loads(text)
     except FileNotFoundError:
         raise CredsError(
@@ -148,25 +166,47 @@ def load(path: Path) -> Credentials:
     return creds
 
 
-def _read_text(path: Path, what: str) -> str:
-    """The UTF-8 text of a credentials or secret file (`what`), read up to
-    CREDENTIALS_FILE_BYTES_MAX. Why: read whole with no bound, `--file /dev/zero` read
-    until memory ran out; and a file that is not UTF-8 (a binary file, the wrong one)
-    was answered in Python's codec words (`'utf-8' codec can't decode byte 0xbc in
-    position 2`), quoting a byte of what may be a secret. OSError passes through."""
-    with open(path, "rb") as file:
-        data = file.read(CREDENTIALS_FILE_BYTES_MAX + 1)  # a pipe or device reads too
+def _read_text(path: Path, kind: SecretFile) -> str:
+    """The UTF-8 text of a credentials or secret file (of `kind`), read up to
+    CREDENTIALS_FILE_BYTES_MAX from a regular file. Why: read whole with no bound,
+    `--file /dev/zero` read until memory ran out; a named pipe with no writer blocked
+    the client or server opening it for good, so it is opened without blocking and
+    refused unless fstat says a regular file; and a file that is not UTF-8 (a binary
+    file, the wrong one) was answered in Python's codec words (`'utf-8' codec can't
+    decode byte 0xbc in position 2`), quoting a byte of what may be a secret. OSError
+    passes through."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    with open(os.open(path, flags), "rb") as file:
+        if (odd := _not_regular(os.fstat(file.fileno()).st_mode)) is not None:
+            raise CredsError(
+                f"{kind.what} {path} is {odd}: only a regular file is read (a pipe or a "
+                "device may block or never end)"
+            )
+        data = file.read(CREDENTIALS_FILE_BYTES_MAX + 1)
     if len(data) > CREDENTIALS_FILE_BYTES_MAX:
         raise CredsError(
-            f"{what} {path} is larger than {CREDENTIALS_FILE_BYTES_MAX >> 20} MiB: "
-            "is it the file `mrs creds` wrote?"
+            f"{kind.what} {path} is larger than {CREDENTIALS_FILE_BYTES_MAX >> 20} MiB: {kind.hint}"
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise CredsError(
-            f"{what} {path} is not UTF-8 text: is it the file `mrs creds` wrote?"
-        ) from None
+        raise CredsError(f"{kind.what} {path} is not UTF-8 text: {kind.hint}") from None
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of `mode` is when it is not a regular file, in words; else None."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, words in (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "no regular file"
 
 
 def _principal(path: Path, name: str, raw: object) -> Principal:
@@ -292,17 +332,18 @@ def _existing(creds: Credentials, name: str) -> Principal:
     return principal
 
 
-def read_secret(path: Path) -> str:
-    """A password kept in a file (a group's link secret, a tool's password)."""
+def read_secret(path: Path, kind: SecretFile) -> str:
+    """A password kept in a file: a group's link secret (LINK_SECRET_FILE) or an
+    application's or tool's password (PASSWORD_FILE); `kind` names it in a refusal."""
     try:
         # Not the decoder's text: it quotes bytes of the file, which is a secret.
         # Before, a binary file (a half copy, the wrong file) escaped as
         # UnicodeDecodeError: a running group reloading its link secret stopped.
-        text = _read_text(path, "secret file").strip()
+        text = _read_text(path, kind).strip()
     except OSError as error:
-        raise CredsError(f"secret file {path}: {error.strerror or error}") from None
+        raise CredsError(f"{kind.what} {path}: {error.strerror or error}") from None
     if not text:
-        raise CredsError(f"secret file {path} is empty")
+        raise CredsError(f"{kind.what} {path} is empty")
     return text
 
 

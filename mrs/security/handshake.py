@@ -87,9 +87,9 @@ class ClientCredentials:
         --password-file` reads it (surrounding whitespace and the final newline
         stripped), so the password an editor or `echo` saved is the one registered.
         An unreadable or empty file raises CredsError, one line naming the file."""
-        from mrs.security.creds import read_secret
+        from mrs.security.creds import PASSWORD_FILE, read_secret
 
-        return cls(name, read_secret(Path(path)))
+        return cls(name, read_secret(Path(path), PASSWORD_FILE))
 
 
 def _credentials_problem(name: object, password: object) -> str | None:

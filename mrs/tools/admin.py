@@ -15,7 +15,8 @@ for connections and the journal). Tables fit 80 columns; `--json` prints the gro
 answer as is. A mistake (unknown queue, no right, a limit the config refuses) is one
 line and exit status 1; a usage mistake, exit 2, is caught before the group is asked
 (a value out of its range: a limit, a seq, a group id, a correlation id; text that
-is not UTF-8; an address that is no HOST:PORT). A move repeats its request until the
+is not UTF-8; a queue that is no queue's shape; an address that is no HOST:PORT;
+--address with --group). A move repeats its request until the
 source is empty (or it took as many as the source held at the first answer), each
 message in one transaction on the server: run it again after a crash to finish it.
 """
@@ -171,10 +172,14 @@ async def _run(args: argparse.Namespace) -> int:
 
     from mrs.config.bus import load_config
     from mrs.config.tls import operator_connect_options
+    from mrs.tools.bus_status import ADDRESS_WITH_GROUP
 
-    address, options, group, coordinator = args.address, {}, None, None
+    address, options, group, coordinator, bus_path = args.address, {}, None, None, None
     _check_text(args)
+    _check_queues(args)
     _check_address(args.address)
+    if args.address is not None and args.group is not None:  # it was ignored
+        raise CommandError(f"admin: {ADDRESS_WITH_GROUP}", EXIT_USAGE)
     if args.admin_command == "grant":  # before the server is asked
         _check_grants(args)
     if args.admin_command == "journal":
@@ -197,9 +202,11 @@ async def _run(args: argparse.Namespace) -> int:
         address = group.client_address
         options = operator_connect_options(group)
         coordinator = bus.coordinator if group.instances else None
+        bus_path = bus.path
     try:
         async with AsyncExitStack() as stack:
-            client = await _open(stack, args, address, options, group, coordinator)
+            where = (group, coordinator, bus_path)
+            client = await _open(stack, args, address, options, where)
             try:
                 return await _act(client, args)
             except ConnectionLost as lost:
@@ -221,11 +228,12 @@ def _words(message: str) -> str:
 
 
 async def _open(
-    stack: Any, args: argparse.Namespace, address: str, options: dict, group: Any, coordinator: Any
+    stack: Any, args: argparse.Namespace, address: str, options: dict, where: tuple
 ) -> Any:
     """The client connected to the group's server (on a replicated group, to its
     active, waited for up to CONNECT_TIMEOUT_S during a failover), or CommandError
-    with `mrs status`'s words for why none answered."""
+    with `mrs status`'s words for why none answered; `where`: the group, its
+    coordinator and the bus file (None each with --address)."""
     from clients import connect
     from mrs.tools.reach_active import open_active, unreachable_line
 
@@ -243,8 +251,11 @@ async def _open(
     try:
         return await open_active(stack, dial, instances, CONNECT_TIMEOUT_S)
     except ConnectionLost as lost:
+        group, coordinator, bus_path = where
         group_id = None if group is None else group.id
-        line = await unreachable_line(lost, address, coordinator, group_id, CONNECT_TIMEOUT_S)
+        line = await unreachable_line(
+            lost, address, coordinator, group_id, CONNECT_TIMEOUT_S, bus_path
+        )
         raise CommandError(f"admin: {line}", EXIT_RUNTIME) from None
 
 
@@ -391,6 +402,39 @@ def _check_text(args: argparse.Namespace) -> None:
                     f"admin: {name} {given!r} is not UTF-8 text: type it again as text",
                     EXIT_USAGE,
                 ) from None
+
+
+QUEUE_FORMS = "give a queue's name or id, G.Q or GROUP.NAME (e.g. ORDERS, 1.10, NYC.ORDERS)"
+"""What a queue argument may be (names hold no dot: mrs.config.schema `resolve`)."""
+
+
+def _check_queues(args: argparse.Namespace) -> None:
+    """The queue (and move's --to) is a queue's shape: not empty, a group before its
+    one dot and a queue after it. Why: `mrs admin browse .` was answered "no group
+    named ''", `browse ''` "several groups: say which with --group" and `browse 1.`
+    went to the group: none said what was wrong with the argument."""
+    for name, text in (
+        ("queue", getattr(args, "queue", None)),
+        ("--to", getattr(args, "to", None)),
+    ):
+        if text is None:
+            continue
+        if (wrong := _misshapen(text)) is not None:
+            raise CommandError(f"admin: {name} {text!r} {wrong}: {QUEUE_FORMS}", EXIT_USAGE)
+
+
+def _misshapen(text: str) -> str | None:
+    """What is wrong with the shape of a queue argument, in words; None: nothing."""
+    group, dot, queue = text.strip().partition(".")
+    if not group and not dot:
+        return "is empty"
+    if dot and not group and not queue:
+        return "is a dot alone"
+    if dot and not group:
+        return "has nothing before its dot (the group)"
+    if dot and not queue:
+        return "has nothing after its dot (the queue)"
+    return "has more than one dot" if "." in queue else None
 
 
 def _check_address(address: str | None) -> None:

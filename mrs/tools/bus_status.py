@@ -24,13 +24,30 @@ from mrs.config.addresses import host_port
 from mrs.config.instance_types import CoordinatorConfig
 from mrs.offline.journal_files import group_id, operator_path
 from mrs.security.tls import operator_connect_options
-from mrs.tools.cli_support import EXIT_RUNTIME, EXIT_USAGE, CommandError, positive_float
+from mrs.tools.cli_support import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    CommandError,
+    positive_float,
+    seconds_in,
+)
 from mrs.tools.group_view import GroupView
 from mrs.tools.status_render import render
 from mrs.transport.dial_reason import dial_reason
 
 CONNECT_TIMEOUT_S_DEFAULT = 3.0
 WATCH_S_DEFAULT = 2.0
+WATCH_S_MIN = 0.1
+"""The shortest --watch: each refresh asks every group; less is a busy loop on them."""
+WATCH_S_MAX = 86400.0
+"""The longest --watch, a day: more (1e308) slept for good after one refresh."""
+ADDRESS_WITH_GROUP = (
+    "give --address HOST:PORT or --group N, not both: --address asks the server "
+    "there, whatever group it is; --group picks a group of --config"
+)
+"""`mrs status` and `mrs admin` given both. Why: `mrs admin` ignored --group then (a
+purge of --group 2's queue emptied the one of the group at --address), and `mrs
+status` said "give --address (with --config to name it), or --group"."""
 PIPED_WIDTH_DEFAULT = 160
 
 
@@ -55,12 +72,13 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
     status.add_argument("--json", action="store_true", help="JSON for scripts instead of the table")
     status.add_argument(
         "--watch",
-        type=positive_float,
+        type=seconds_in(WATCH_S_MIN, WATCH_S_MAX),
         nargs="?",
         const=WATCH_S_DEFAULT,
         default=None,
         metavar="SECONDS",
-        help=f"refresh every SECONDS (default when given alone: {WATCH_S_DEFAULT}) until Ctrl-C",
+        help=f"refresh every SECONDS, {WATCH_S_MIN:g}..{WATCH_S_MAX:g} (default when given "
+        f"alone: {WATCH_S_DEFAULT:g}) until Ctrl-C",
     )
     status.add_argument(
         "--times", type=int, default=None, help="with --watch: stop after this many refreshes"
@@ -81,7 +99,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
 
     if args.address:
         if args.group is not None:
-            raise CommandError("give --address (with --config to name it), or --group", 2)
+            raise CommandError(ADDRESS_WITH_GROUP, EXIT_USAGE)
         # Read as the bus file reads `listen` ('²' passed str.isdigit and broke int()).
         if isinstance(place := parse_host_port(args.address, port_min=1), str):
             raise CommandError(f"--address: {place} (e.g. 127.0.0.1:7001)", EXIT_USAGE)
@@ -124,6 +142,7 @@ def targets_from_args(args: argparse.Namespace) -> tuple[list[GroupView], Path |
                 links_configured=list(group.linked_group_ids),
                 connect_options=operator_connect_options(group),
                 coordinator=bus.coordinator if group.instances else None,
+                config_path=bus.path,
                 instances={instance.name: instance.listen for instance in group.instances},
                 ops_addresses=[] if group.instances else _ops_addresses(group),
             )
@@ -153,6 +172,7 @@ def _view_of_address(bus: Any, address: str, place: tuple[str, int]) -> GroupVie
                     links_configured=list(group.linked_group_ids),
                     connect_options=options,
                     coordinator=bus.coordinator,
+                    config_path=bus.path,
                     instance=instance.name,
                     instance_addresses={i.name: i.listen for i in group.instances},
                     replication_address=host_port(*replication),
@@ -204,7 +224,8 @@ async def _fetch_one(view: GroupView, timeout_s: float) -> None:
     if view.instance is not None:
         view.not_active = await not_active_line(view, coordinator, group_id, timeout_s)
         return
-    view.error += f"; {await leadership_note(coordinator, group_id, timeout_s)}"
+    note = await leadership_note(coordinator, group_id, timeout_s, view.config_path)
+    view.error += f"; {note}"
 
 
 async def not_active_line(
@@ -229,7 +250,8 @@ async def not_active_line(
     state = await _etcd_state(coordinator, group_id, timeout_s / 2)
     what = f"{view.address} is instance {name} of replicated group {group_id} ({view.name})"
     if isinstance(state, str):
-        active = f"etcd does not answer ({state}), so which instance is active is unknown"
+        unknown = "which instance is active is unknown"
+        active = etcd_silence(state, coordinator, view.config_path, unknown)
     elif state.leader is None:
         active = f"etcd names no active instance (term {state.term}): a failover is under way"
     elif state.leader == name:
@@ -310,27 +332,46 @@ async def _etcd_state(coordinator: CoordinatorConfig, group_id: int, timeout_s: 
     import trio
 
     from mrs.replication.coordinator import CoordinatorUnavailable, EtcdCoordinator, etcd_prefix
-    from mrs.replication.etcd import EtcdClient
+    from mrs.replication.etcd import ETCD_UNREACHABLE, EtcdClient
 
     key = etcd_prefix(coordinator.prefix, group_id)
     reader = EtcdCoordinator(EtcdClient(coordinator.etcd), key, "mrs-status", 0)
     try:
         with trio.fail_after(timeout_s):
             return await reader.read()
-    except (CoordinatorUnavailable, trio.TooSlowError) as error:
-        return str(error) or f"no answer within {timeout_s:g} s"
+    except CoordinatorUnavailable as error:
+        return str(error)
+    except trio.TooSlowError:  # said as a silent endpoint is (etcd_silence)
+        return f"{ETCD_UNREACHABLE}no answer within {timeout_s:g} s"
     finally:
         await reader.aclose()
 
 
-async def leadership_note(coordinator: CoordinatorConfig, group_id: int, timeout_s: float) -> str:
+def etcd_silence(reason: str, coordinator: CoordinatorConfig, config_path: Any, done: str) -> str:
+    """The line for an etcd `_etcd_state` could not read (`reason`), with what that
+    means for the group (`done`). Why: `mrs status` and `mrs admin` showed the etcd
+    client's words, `etcd does not answer either (etcd unreachable: http://...:
+    cannot connect)`, where `mrs failover` and `mrs serve --instance` name the
+    endpoints and the config key to check (silent_etcd_line): one wording for all."""
+    from mrs.replication.etcd import silent_etcd_line
+
+    where = ", ".join(coordinator.etcd)
+    line = silent_etcd_line(reason, coordinator.etcd, config_path or "the bus file", done)
+    return line or f"etcd at {where} answered with an error ({reason}); {done}"
+
+
+async def leadership_note(
+    coordinator: CoordinatorConfig, group_id: int, timeout_s: float, config_path: Any
+) -> str:
     """What etcd says of a replicated group no instance of which answered: whether an
     instance holds the lease (starting, or cut off from clients), none does (a
     failover under way, or the in-sync instances down), or etcd does not answer
-    either (no instance can become active until it does)."""
+    either (no instance can become active until it does; `config_path`, the bus
+    file, is named with the key to check)."""
     state = await _etcd_state(coordinator, group_id, timeout_s)
     if isinstance(state, str):
-        return f"etcd does not answer either ({state}): no instance can become active until it does"
+        done = "no instance can become active until it does"
+        return etcd_silence(state, coordinator, config_path, done)
     in_sync = ", ".join(state.in_sync or ()) or "none recorded"
     if state.leader is not None:
         return (

@@ -131,6 +131,25 @@ def _whole_at_least(text: str, least: int) -> int:
     return value
 
 
+def seconds_in(least: float, most: float) -> Callable[[str], float]:
+    """argparse type: a number of seconds `least`..`most`, refused naming the range.
+    Why: `mrs status --watch 1e308` was taken and slept for good after one refresh
+    (saying `next in 1e+308 s`), and `--watch 1e-9` asked every group in a busy loop;
+    a usage mistake is the parser's, exit 2."""
+
+    def parse(text: str) -> float:
+        rule = f"must be a number of seconds {least:g}..{most:g}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{rule}, got {text!r}") from None
+        if not least <= value <= most:  # nan too: every comparison with it is False
+            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        return value
+
+    return parse
+
+
 def positive_float(text: str) -> float:
     """argparse type: a number above 0 (a length in seconds)."""
     try:

@@ -133,7 +133,7 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 def _password(args: argparse.Namespace) -> str:
     if args.password_file is not None:
-        return store.read_secret(args.password_file)
+        return store.read_secret(args.password_file, store.PASSWORD_FILE)
     if args.password_stdin:
         text = sys.stdin.readline().strip()
         if not text:

@@ -29,6 +29,9 @@ class GroupView:
     """TLS settings from the config (mrs.security.tls.operator_connect_options)."""
     coordinator: CoordinatorConfig | None = field(default=None, repr=False)
     """A replicated group's etcd: asked who leads when no instance answers."""
+    config_path: Any = field(default=None, repr=False)
+    """The bus file that names it: a silent etcd's line names the file whose
+    `[coordinator] etcd` to check (mrs.replication.etcd.silent_etcd_line)."""
     instances: dict[str, str] = field(default_factory=dict, repr=False)
     """A replicated group's instances: name -> client address (the one etcd names
     active is asked first)."""

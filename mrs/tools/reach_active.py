@@ -46,16 +46,18 @@ async def unreachable_line(
     coordinator: CoordinatorConfig | None,
     group_id: int | None,
     waited_s: float,
+    config_path: Any = None,
 ) -> str:
     """Why an operator's command reached no server, in `mrs status`'s words: the OS
     error's meaning and what to do; for a replicated group, what etcd says of its
-    active. Why: `mrs admin` printed `all attempts to connect to HOST:PORT failed`,
-    the reason (refused, unreachable, unknown host) lost and no advice given."""
+    active (a silent etcd named with `config_path`, the bus file, to check). Why:
+    `mrs admin` printed `all attempts to connect to HOST:PORT failed`, the reason
+    (refused, unreachable, unknown host) lost and no advice given."""
     reason = down_reason(error)
     if reason == " ".join(str(error).split()):  # no OS error: the client's own words
         reason = getattr(error, "message", None) or reason
     reason = reason.removeprefix(f"cannot connect to {address}: ")
     if coordinator is None or group_id is None:
         return f"cannot connect to {address} ({reason}); is it running? (start it with `mrs serve`)"
-    note = await leadership_note(coordinator, group_id, CONNECT_TIMEOUT_S_DEFAULT)
+    note = await leadership_note(coordinator, group_id, CONNECT_TIMEOUT_S_DEFAULT, config_path)
     return f"no instance of group {group_id} answered within {waited_s:g} s ({reason}); {note}"

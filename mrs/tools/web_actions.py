@@ -217,7 +217,12 @@ class BusWebAdmin(WebAdmin):
             ) from None
         except ConnectionLost as lost:
             line = await unreachable_line(
-                lost, view.address, view.coordinator, view.group, CONNECT_ACTIVE_WAIT_S
+                lost,
+                view.address,
+                view.coordinator,
+                view.group,
+                CONNECT_ACTIVE_WAIT_S,
+                view.config_path,
             )
             raise _Unreachable(line) from None
 

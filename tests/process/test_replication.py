@@ -541,7 +541,7 @@ def test_status_says_what_etcd_holds_when_no_instance_answers(etcd, tmp_path) ->
     lonely = write_replicated_config(tmp_path / "down", unreachable, STANDARD_QUEUES)
     for path, expected in (
         (config, "etcd names no active instance (term 0, in sync: none recorded)"),
-        (lonely, "etcd does not answer either (etcd unreachable: " + unreachable),
+        (lonely, f"etcd at {unreachable} does not answer (cannot connect); no instance"),
     ):
         result = run_mrs("status", "--config", str(path), "--json", "--timeout", "3")
         assert result.returncode == 1, result.stderr
