@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,10 @@ from sim.ports import free_port
 from tests.auth_helpers import SecureBus
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
+from tests.process.test_cli_mistakes_28b import _refused
 
 BLOCKED_S = 30.0
 """How long a command may take before it counts as blocked (it ends in seconds)."""
-
-
-def _refused(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    """The one line on stderr of a command that exited `code`, holding every word."""
-    text = result.stderr.strip()
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stdout + result.stderr
-    assert text and text.count("\n") == 0, text
-    for word in words:
-        assert word in text, (word, text)
-    return text
 
 
 def test_status_and_admin_name_a_silent_etcd_as_mrs_failover_does(tmp_path: Path) -> None:
