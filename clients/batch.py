@@ -403,7 +403,7 @@ def mark_unanswered(
     missing = [index for index, _put in puts if results[index] is None]
     others = ""
     if len(items) > 1:
-        unanswered = "the only one" if len(missing) == 1 else f"one of {len(missing)}"
+        unanswered = "the only one" if len(missing) == 1 else str(len(missing))
         others = f" ({unanswered} of the {len(items)} items unanswered; the others have results)"
     for index in missing:
         item = items[index]

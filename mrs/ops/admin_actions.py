@@ -540,7 +540,16 @@ def _selection(select: Any) -> Selection | None:
 
 
 def _body_of(group: Group, queue: TargetQueue, entry: Entry) -> bytes:
-    record = group.store.get(Journal.DQF, queue_key(queue.address.queue, entry.seq))
+    """The body of a waiting message kept on disk only, as browse and its `contains`
+    read it; empty (and one line naming it) if its record cannot be read. Why: one
+    record that did not decode failed the whole browse with a server error, and the
+    operator saw none of the queue's messages (bodies of messages given back by a
+    reader that left are on disk only: mrs.group.handover `_bodies_sent`)."""
+    try:
+        record = group.store.get(Journal.DQF, queue_key(queue.address.queue, entry.seq))
+    except (JournalError, CorruptRecord) as error:
+        log.warning("browse: DQF message %d of %s unreadable: %s", entry.seq, queue.address, error)
+        return b""
     return record.body if record is not None else b""
 
 

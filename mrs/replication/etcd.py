@@ -117,7 +117,7 @@ class EtcdClient:
                     answer = _answer(url, http.post(url, json=body))
                 except (httpx.HTTPError, EtcdError):
                     continue
-                return int(answer.get("result", {}).get("TTL", 0))
+                return _ttl(answer)
         return 0
 
     async def grant(self, ttl_s: int) -> int:
@@ -126,8 +126,7 @@ class EtcdClient:
 
     async def keepalive(self, lease_id: int) -> int:
         """Renew the lease; its remaining TTL in seconds, 0 when it has expired."""
-        answer = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)})
-        return int(answer.get("result", {}).get("TTL", 0))
+        return _ttl(await self.call("/v3/lease/keepalive", {"ID": str(lease_id)}))
 
     async def revoke(self, lease_id: int) -> None:
         await self.call("/v3/lease/revoke", {"ID": str(lease_id)})
@@ -152,6 +151,11 @@ class EtcdClient:
         """Run `success` if every `compare` holds; whether it did."""
         answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success})
         return bool(answer.get("succeeded", False))
+
+
+def _ttl(keepalive_answer: dict[str, Any]) -> int:
+    """A keep-alive's remaining TTL in seconds, 0 when the lease has expired."""
+    return int(keepalive_answer.get("result", {}).get("TTL", 0))
 
 
 def _answer(url: str, response: httpx.Response) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mrs.config.schema import queue_shape_problem
 from mrs.errors import ConnectionLost, MrsError
 from mrs.limits import (
     ADMIN_BROWSE_DEFAULT,
@@ -419,22 +420,8 @@ def _check_queues(args: argparse.Namespace) -> None:
     ):
         if text is None:
             continue
-        if (wrong := _misshapen(text)) is not None:
+        if (wrong := queue_shape_problem(text)) is not None:
             raise CommandError(f"admin: {name} {text!r} {wrong}: {QUEUE_FORMS}", EXIT_USAGE)
-
-
-def _misshapen(text: str) -> str | None:
-    """What is wrong with the shape of a queue argument, in words; None: nothing."""
-    group, dot, queue = text.strip().partition(".")
-    if not group and not dot:
-        return "is empty"
-    if dot and not group and not queue:
-        return "is a dot alone"
-    if dot and not group:
-        return "has nothing before its dot (the group)"
-    if dot and not queue:
-        return "has nothing after its dot (the queue)"
-    return "has more than one dot" if "." in queue else None
 
 
 def _check_address(address: str | None) -> None:

@@ -148,7 +148,7 @@ async def test_a_put_many_item_left_unanswered_is_named_with_what_a_resend_does(
         nursery.cancel_scope.cancel()
     assert isinstance(answered, Psb) and answered.delivery_status is Status.STORED
     assert isinstance(keyed, ReplyTimeout) and isinstance(bare, ReplyTimeout)
-    head = f"no answer from 127.0.0.1:{port} within 5.1 s (one of 2 of the 3 items unanswered"
+    head = f"no answer from 127.0.0.1:{port} within 5.1 s (2 of the 3 items unanswered"
     assert str(keyed) == (
         f"mrs: TIMEOUT: put_many items[1] (to ORDERS): {head}; the others have results); "
         "the message may or may not be stored: re-send it under its idempotency key "
