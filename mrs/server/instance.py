@@ -21,7 +21,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 import trio
@@ -38,6 +38,7 @@ from mrs.limits import (
     COORDINATOR_LOG_INTERVAL_S,
     REPLICATION_HANDOVER_FALLBACK_S,
     REPLICATION_POLL_S,
+    REPLICATION_STOP_HANDOVER_S_MAX,
 )
 from mrs.ops.bus_file_record import (
     BUS_FILE_KEY,
@@ -128,14 +129,36 @@ async def serve_instance(
         ),
     )
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(runner.run)
-            async for signum in signals:
-                log.info("signal %s: shutting down", signal.Signals(signum).name)
-                await runner.stop()
-                nursery.cancel_scope.cancel()
-                break
+        async with trio.open_nursery() as stopping:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(runner.run)
+                async for signum in signals:
+                    log.info("signal %s: shutting down", signal.Signals(signum).name)
+                    stopping.start_soon(_say_stopping_already, signals, name)
+                    await runner.stop()
+                    nursery.cancel_scope.cancel()
+                    break
+            stopping.cancel_scope.cancel()
     await coordinator.aclose()
+
+
+async def _say_stopping_already(signals: AsyncIterator[int], name: str) -> None:
+    """Take each SIGTERM or SIGINT that comes while the instance stops, with one line.
+
+    Why: the stop of an active hands its term over first (up to
+    REPLICATION_STOP_HANDOVER_S_MAX), and a second signal in that time (a second
+    Ctrl-C, a service manager's and an operator's SIGTERM) stayed pending in trio's
+    receiver, which raised it again once the stop was done, with the default handler
+    in place: the process was killed by its own SIGTERM after a clean stop (exit -15,
+    the refusal counts never logged, the etcd client never closed)."""
+    async for signum in signals:
+        log.info(
+            "signal %s again: instance %s is stopping already (a hand-over of its term "
+            "ends within %g s)",
+            signal.Signals(signum).name,
+            name,
+            REPLICATION_STOP_HANDOVER_S_MAX,
+        )
 
 
 class InstanceRunner:
