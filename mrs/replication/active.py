@@ -159,6 +159,9 @@ class Active:
         """Set as a planned hand-over gives the lease up: its renewals stop."""
         self._handing_over: FailoverRequest | None = None
         self._stop_refused = ""
+        self._owed_recorded = False
+        """The MRS_ACKs owed were committed for the next active (`_keep_owed_acks`):
+        a refused stop then says so instead of counting them as lost."""
         """Why the hand-over of a planned stop was refused (`stop_handing_over` says it)."""
         self._sync_lock = trio.Lock()
         self.recorded: set[str] = set(co_holders)
@@ -372,15 +375,21 @@ class Active:
         self.server.pause()  # no AK put is told SUCCESS any more that nobody will store
         self.stream.answering = False
         self.resigned = True  # a late renewal in flight answers nothing again
+        acks = f"{len(self.server.owed_acks())} MRS_ACK(s) its senders had not got"
+        lost = (
+            f"the nonrecoverable messages on its queues ({acks} are in its journals for "
+            "the next active)"
+            if self._owed_recorded
+            else f"{acks}, the nonrecoverable messages on its queues"
+        )
         log.warning(
             "instance %s stops without handing term %d over (%s): it gives its lease up, "
-            "and what only its memory held goes with it: %d MRS_ACK(s) its senders had "
-            "not got, the nonrecoverable messages on its queues; a message whose delivery "
-            "was not yet answered comes again marked POSSDUPL",
+            "and what only its memory held goes with it: %s; a message whose delivery was "
+            "not yet answered comes again marked POSSDUPL",
             self.me.name,
             self.term,
             why,
-            len(self.server.owed_acks()),
+            lost,
         )
         await self.coordinator.resign()
 
@@ -407,6 +416,7 @@ class Active:
         except JournalError as error:
             log.error("the MRS_ACKs owed at the hand-over could not be recorded: %s", error)
             return False
+        self._owed_recorded = True
         number = self.stream.number
         with trio.move_on_after(REPLICATION_HANDOVER_WAIT_S):
             while any(self.stream.acked.get(name, 0) < number for name in chosen):
