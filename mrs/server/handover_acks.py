@@ -60,6 +60,14 @@ class ServerHandOver:
                     owed.append((entry.target.group, entry.target.queue, bytes(entry.body)))
         return owed
 
+    def serves_clients(self) -> bool:
+        """Whether a client is attached to one of its queues now (a link from another
+        group is none: its transfers are answered once committed, as a WF put is)."""
+        return any(
+            session.attached is not None and not session.closed
+            for session in self.server.sessions
+        )
+
     async def written(self) -> None:
         async with trio.open_nursery() as nursery:
             for session in list(self.server.sessions):

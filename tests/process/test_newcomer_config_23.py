@@ -153,9 +153,10 @@ def test_serve_on_an_unusable_host_is_a_config_error_not_an_unexpected_one(
 
 def test_admin_at_an_unusable_address_says_so_in_one_line() -> None:
     """`--address` goes to the client library, whose socket call raised UnicodeError:
-    `mrs admin` printed the codec's words, `mrs jplay` "unexpected error"."""
+    `mrs admin` printed the codec's words, `mrs jplay` "unexpected error". A usage
+    mistake since `mrs admin` reads --address as `mrs status` does (exit 2)."""
     result = run_mrs("admin", "connections", "--address", f"{LABEL_TOO_LONG}:7001")
-    text = _one_line(result, 1, "the host is not a host name")
+    text = _one_line(result, 2, "the host is not a host name")
     assert "idna" not in text
 
 

@@ -39,6 +39,9 @@ class Owing:
     def owed_acks(self) -> list[tuple[int, int, bytes]]:
         return list(OWED)
 
+    def serves_clients(self) -> bool:
+        return False  # the MRS_ACKs owed alone make it hand over
+
     async def written(self) -> None:
         pass
 
