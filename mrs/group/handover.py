@@ -252,9 +252,10 @@ class Handover:
         answer_bytes = sum(len(entry.body or b"") for entry, _, _ in handed)
         waiting_bytes = self.marking_bytes
         waiting_bytes[session.id] = waiting_bytes.get(session.id, 0) + answer_bytes
-        marked = MarkedAnswer(self, session, request_id, queue, handed, answer, answer_bytes)
-        marked.marking, marked.marked_seqs = marking, marked_seqs
-        marked.dlq_seqs, marked.dequeued = dlq_seqs, dequeued
+        marked = MarkedAnswer(
+            self, session, request_id, queue, handed, answer, answer_bytes,
+            marking, marked_seqs, dlq_seqs, dequeued,
+        )  # fmt: skip
         self.ctx.writer.submit(batch, marked)
 
     def _mark_failed(
@@ -504,40 +505,29 @@ def _matching(select: Selection | None) -> str:
     return "" if select is None else " matching the selection"
 
 
+@dataclass(eq=False)
 class MarkedAnswer:
     """A get's answer waiting for its delivery marks' commit (`Handover.send_when_marked`),
     called with the commit's outcome: sent, or the hand-over undone.
 
-    Why a class and not a nested function: compiled (mypyc), a nested function and its
-    environment refer to each other, so each get's answer, its bodies with it, stayed
-    in memory until the cyclic collector ran, which `mrs serve` runs rarely
-    (mrs.server.gc_tuning): a reader holding 800 unconfirmed 1 MB messages grew the
-    compiled server by 720 MiB, the interpreted one by 40
-    (tests/process/test_delivery_state_29.py)."""
+    Why an object and not a nested function: compiled (mypyc), a nested function and
+    its environment refer to each other, so each get's answer, its bodies with it,
+    stayed in memory until the cyclic collector ran, which `mrs serve` runs rarely
+    (mrs.server.gc_tuning; the measurement is in benchmarks/README.md)."""
 
-    def __init__(
-        self,
-        handover: Handover,
-        session: Session,
-        request_id: int,
-        queue: TargetQueue,
-        handed: list[Handed],
-        answer: wire.Delivery | wire.DeliveryBatch,
-        answer_bytes: int,
-    ) -> None:
-        self.handover = handover
-        self.session = session
-        self.request_id = request_id
-        self.queue = queue
-        self.handed = handed
-        self.answer = answer
-        self.answer_bytes = answer_bytes
-        self.marking: dict[int, int] | None = None
-        """The queue's seqs whose marks are being committed (implicit confirms)."""
-        self.marked_seqs: list[int] = []
-        self.dlq_seqs: list[int] = []
-        self.dequeued = False
-        """A memory entry's DEQ sender waits for the answer to go out."""
+    handover: Handover
+    session: Session
+    request_id: int
+    queue: TargetQueue
+    handed: list[Handed]
+    answer: wire.Delivery | wire.DeliveryBatch
+    answer_bytes: int
+    marking: dict[int, int] | None
+    """The queue's seqs whose marks are being committed (implicit confirms), or None."""
+    marked_seqs: list[int]
+    dlq_seqs: list[int]
+    dequeued: bool
+    """A memory entry's DEQ sender waits for the answer to go out."""
 
     def __call__(self, error: JournalError | None) -> None:
         handover, session, queue, handed = self.handover, self.session, self.queue, self.handed
