@@ -139,7 +139,7 @@ def put_timeout_ms(timeout_s: Any) -> int:
             "put timeout must be a finite number of seconds >= 0 (None: the group's "
             f"default), got {timeout_s!r}",
         )
-    return min(_TIMEOUT_MS_MAX, max(1, round(timeout_s * 1000)))
+    return max(1, _wire_ms(timeout_s))
 
 
 def get_timeout_ms(timeout_s: Any) -> int:
@@ -153,7 +153,15 @@ def get_timeout_ms(timeout_s: Any) -> int:
             "get timeout must be a finite number of seconds >= 0 (None: no limit), "
             f"got {timeout_s!r}",
         )
-    return min(_TIMEOUT_MS_MAX, round(timeout_s * 1000))
+    return _wire_ms(timeout_s)
+
+
+def _wire_ms(timeout_s: float) -> int:
+    """A finite timeout >= 0 in milliseconds, at most _TIMEOUT_MS_MAX. Why the bound
+    before the product: 1e308 s times 1000 is inf, and round(inf) raised
+    OverflowError out of `put`/`get` (and `mrs jplay --timeout 1e308` ended
+    "unexpected error") where a longer timeout than the wire carries is that long."""
+    return min(_TIMEOUT_MS_MAX, round(min(timeout_s, _TIMEOUT_MS_MAX / 1000) * 1000))
 
 
 _NUMBERS: Final = (int, float)

@@ -286,10 +286,16 @@ def _in_range(value: int, low: int, high: int, what: str, text: str) -> int:
     return value
 
 
+QUEUE_FORMS = "give a queue's name or id, G.Q or GROUP.NAME (e.g. ORDERS, 1.10, NYC.ORDERS)"
+"""What a queue argument may be (names hold no dot: `resolve`): the second half of
+`mrs admin`'s and the web page's refusal of a queue `queue_shape_problem` refuses."""
+
+
 def queue_shape_problem(text: str) -> str | None:
     """What is wrong with the shape of a queue address as people write it
     (`BusConfig.resolve`), in words; None when its shape is one `resolve` reads. Why
-    here: `mrs admin` says what is wrong before asking the group, by the same rule."""
+    here: `mrs admin` and the web page's admin boxes say what is wrong before asking
+    the group, by the same rule."""
     group, dot, queue = text.strip().partition(".")
     if not group and not dot:
         return "is empty"

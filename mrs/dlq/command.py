@@ -64,15 +64,32 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+def _window_too_large(window: int) -> str:
+    """The refusal of a `--window` above the gets one connection may have waiting. Why:
+    each of the window's takers keeps a get waiting, and the client library holds at
+    most HELD_MESSAGES_MAX messages got or coming; a larger window (3000) was refused
+    mid-run, told as "group 1 refused: EXCEEDQUOTA", exit 3, as if the group were at
+    fault, and 99999999999 started that many takers until the kernel killed the
+    handler for its memory."""
+    from mrs.limits import HELD_MESSAGES_MAX
+
+    return (
+        f"--window must be from 1 to {HELD_MESSAGES_MAX} (the gets one connection may "
+        f"have waiting), not {window}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Every check the handler makes (the table's syntax, its control data, its FWDQ
     targets against the bus, the options), all reported together; then --check
     stops, else the handler runs."""
     from mrs.dlq.parser import RulesError, decode_table, parse_table
-    from mrs.limits import DLQ_TABLE_BYTES_MAX
+    from mrs.limits import DLQ_TABLE_BYTES_MAX, HELD_MESSAGES_MAX
 
     if args.window < 1 or args.seen_max < 1:
         return _fail("--window and --seen-max must be at least 1")
+    if args.window > HELD_MESSAGES_MAX:
+        return _fail(_window_too_large(args.window))
     if args.held_bytes_max < 1:
         return _fail("--held-bytes-max must be at least 1")
     if args.address is not None and (problem := _address_problem(args.address)) is not None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from mrs import protocol as wire
+from mrs.config.schema import QUEUE_FORMS, queue_shape_problem
 from mrs.core.delivery import Refused
 from mrs.limits import (
     ADMIN_REQUEST_WAIT_S,
@@ -247,6 +248,9 @@ class WebAdmin:
         problem = _not_text(form)
         if problem is not None:
             return json_answer(400, {"error": f"{action}: {problem}: nothing was done"})
+        problem = _queue_shape(args)
+        if problem is not None:
+            return json_answer(400, {"error": f"{action}: {problem}"})
         if action == "grant":  # a field left empty gives no right (the group's rule)
             args = {key: value for key, value in args.items() if value != []}
         return await self.perform(login, request, form, str(action), args)
@@ -348,6 +352,18 @@ def _not_text(form: dict) -> str | None:
         return f"{bad!r} is half of a surrogate pair, not text (a bad paste?)"
     except RecursionError:  # read by json.loads a frame or two higher up the stack
         return "args are nested too deeply"
+    return None
+
+
+def _queue_shape(args: dict) -> str | None:
+    """What is wrong with the shape of the queue (or a move's `to`) the page posted, in
+    `mrs admin`'s words (mrs.config.schema `queue_shape_problem`), or None. Why: the
+    bus page answered `.` and `.ORDERS` "no group ''" and sent `1.` to group 1,
+    answered "no queue '1.'", where `mrs admin` says what is wrong with the text."""
+    for name in ("queue", "to"):
+        text = args.get(name)
+        if isinstance(text, str) and (wrong := queue_shape_problem(text)) is not None:
+            return f"{name} {text[:64]!r} {wrong}: {QUEUE_FORMS}"
     return None
 
 

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mrs.config.schema import queue_shape_problem
+from mrs.config.schema import QUEUE_FORMS, queue_shape_problem
 from mrs.errors import ConnectionLost, MrsError
 from mrs.limits import (
     ADMIN_BROWSE_DEFAULT,
@@ -403,10 +403,6 @@ def _check_text(args: argparse.Namespace) -> None:
                     f"admin: {name} {given!r} is not UTF-8 text: type it again as text",
                     EXIT_USAGE,
                 ) from None
-
-
-QUEUE_FORMS = "give a queue's name or id, G.Q or GROUP.NAME (e.g. ORDERS, 1.10, NYC.ORDERS)"
-"""What a queue argument may be (names hold no dot: mrs.config.schema `resolve`)."""
 
 
 def _check_queues(args: argparse.Namespace) -> None:

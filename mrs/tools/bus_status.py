@@ -27,8 +27,9 @@ from mrs.security.tls import operator_connect_options
 from mrs.tools.cli_support import (
     EXIT_RUNTIME,
     EXIT_USAGE,
+    GROUP_ANSWER_S_MAX,
+    GROUP_ANSWER_S_MIN,
     CommandError,
-    positive_float,
     seconds_in,
 )
 from mrs.tools.group_view import GroupView
@@ -85,9 +86,9 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
     )
     status.add_argument(
         "--timeout",
-        type=positive_float,
+        type=seconds_in(GROUP_ANSWER_S_MIN, GROUP_ANSWER_S_MAX),
         default=CONNECT_TIMEOUT_S_DEFAULT,
-        help="seconds to wait for each group",
+        help=f"seconds to wait for each group, {GROUP_ANSWER_S_MIN:g}..{GROUP_ANSWER_S_MAX:g}",
     )
     status.set_defaults(run=run)
 

@@ -161,6 +161,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+GROUP_ANSWER_S_MIN = 0.01
+"""The shortest `--timeout` of `mrs status` and `mrs web`: less (1e-300) showed every
+serving group DOWN, as 0 did."""
+GROUP_ANSWER_S_MAX = 600.0
+"""The longest `--timeout` of `mrs status` and `mrs web`, ten minutes: a group that has
+not answered its status by then is down for the operator; more (1e308) waited for
+good on a group that accepted the connection and never answered (`seconds_in`)."""
+
+
 def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """`parser.parse_args`, but arguments no parser took are reported by the subcommand
     that was given them (`mrs admin journal: unrecognized arguments: dqf (see mrs admin

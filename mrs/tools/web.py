@@ -25,7 +25,7 @@ from mrs.ops.web import (
     page_html,
     sample_of,
 )
-from mrs.tools.cli_support import positive_float
+from mrs.tools.cli_support import GROUP_ANSWER_S_MAX, GROUP_ANSWER_S_MIN, seconds_in
 from mrs.transport.bind_failure import bind_failure
 
 if TYPE_CHECKING:
@@ -44,12 +44,14 @@ def add_web_parser(commands: argparse._SubParsersAction, run) -> None:
         "--listen", default=WEB_LISTEN_DEFAULT, help="HOST:PORT to serve on (port 0: any free)"
     )
     web.add_argument(
-        # > 0 and finite, as `mrs status --timeout`: 0, a negative, nan or inf was taken,
-        # and the page showed every group DOWN or REFUSED while they served
+        # > 0 and bounded, as `mrs status --timeout`: 0, a negative, nan or inf was
+        # taken, and the page showed every group DOWN or REFUSED while they served;
+        # 1e308 left a poll waiting for good on a group that never answered
         "--timeout",
-        type=positive_float,
+        type=seconds_in(GROUP_ANSWER_S_MIN, GROUP_ANSWER_S_MAX),
         default=3.0,
-        help="seconds to wait for each group's status",
+        help=f"seconds to wait for each group's status, "
+        f"{GROUP_ANSWER_S_MIN:g}..{GROUP_ANSWER_S_MAX:g}",
     )
     web.add_argument(
         "--admin",

@@ -310,7 +310,7 @@ def test_status_timeout_must_be_above_zero(tmp_path: Path, value: str) -> None:
     config = _two_groups(tmp_path / "bus")
     result = run_mrs("status", "--config", str(config), f"--timeout={value}")
     assert result.stdout == ""
-    _one_line(result, 2, "--timeout", "must be a number > 0")
+    _one_line(result, 2, "--timeout", "must be a number of seconds 0.01..600")
 
 
 # ------------------------------------------------- mrs creds: no such principal
