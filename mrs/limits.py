@@ -286,6 +286,11 @@ CONFIG_JOURNAL_BYTES_MAX = 1 << 44
 """16 TiB: LMDB maps the whole file into the address space (47 bits on x86-64)."""
 GUARD_SECONDS_MAX = 86_400.0
 """No guard deadline or interval may exceed a day: a typo of 1e9 would disable it."""
+GUARD_SECONDS_MIN = 0.05
+"""No guard deadline or interval may be shorter than 50 ms: a loaded host's scheduling
+delay alone exceeds it. A group given `heartbeat_interval_s = 0.000001` and
+`link_silence_s_max = 0.000002` loaded, then declared every link down as it came up
+and closed every client (`mrs status` too) as silent: it served nothing."""
 GUARD_COUNT_MAX = 10_000_000
 """Highest count a guard may be set to."""
 GUARD_BYTES_MAX = 1 << 40

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mrs.config.keys import unknown_key_problem
-from mrs.limits import GUARD_BYTES_MAX, GUARD_COUNT_MAX, GUARD_SECONDS_MAX
+from mrs.limits import GUARD_BYTES_MAX, GUARD_COUNT_MAX, GUARD_SECONDS_MAX, GUARD_SECONDS_MIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,25 @@ def _describe(value: object) -> str:
     return type(value).__name__
 
 
+def _seconds_problem(key: str, value: float) -> str | None:
+    """Why a number is no value for `key`, or None. `accepts_per_s` is a rate, so any
+    positive one; the others are deadlines and intervals: GUARD_SECONDS_MIN..a day
+    (a microsecond silence limit loaded, and the group closed every link and client
+    as silent the moment it opened)."""
+    if key == "accepts_per_s":
+        if not 0 < value <= GUARD_COUNT_MAX:
+            return f"must be > 0 and <= {GUARD_COUNT_MAX:g}, got {value}"
+        return None
+    if not 0 < value <= GUARD_SECONDS_MAX:
+        return f"must be > 0 and <= {GUARD_SECONDS_MAX:g}, got {value}"
+    if value < GUARD_SECONDS_MIN:
+        return (
+            f"must be at least {GUARD_SECONDS_MIN:g} s (a loaded host's scheduling delay "
+            f"alone is longer), got {value:g}"
+        )
+    return None
+
+
 def parse_guards(raw: Any) -> Guards | tuple[str, str]:
     """Guards from the TOML table, or (key, problem) for the first fault found.
 
@@ -90,9 +109,9 @@ def parse_guards(raw: Any) -> Guards | tuple[str, str]:
         if key in _FLOAT_KEYS:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return key, f"must be a number, got {_describe(value)}"
-            high = GUARD_COUNT_MAX if key == "accepts_per_s" else GUARD_SECONDS_MAX
-            if not 0 < value <= high:
-                return key, f"must be > 0 and <= {high:g}, got {value}"
+            problem = _seconds_problem(key, value)
+            if problem is not None:
+                return key, problem
             values[key] = float(value)
         else:
             high = GUARD_BYTES_MAX if key.endswith("_bytes_max") else GUARD_COUNT_MAX
