@@ -148,14 +148,17 @@ class Dqf:
         outcome: Outcome,
         stream: object = None,
         guard: Callable[[], bool] | None = None,
+        dead_letter: bool = False,
     ) -> None:
         """Store a recoverable entry in this group's DQF and offer it to its queue once
         durable. `outcome(status, seq, reason)`: STORED with the seq stored (the first
         copy's, for a duplicate key), or the cause that makes it undeliverable
-        (NO_DQF, DQF_FULL, MRS_RES_EXH, DQF_DEVICE_FAIL)."""
+        (NO_DQF, DQF_FULL, MRS_RES_EXH, DQF_DEVICE_FAIL). `dead_letter`: a copy for the
+        DLQ, journaled whatever the DLQ's config (mrs.group.umas
+        `put_on_dead_letter_queue` decides)."""
         ctx = self.ctx
         queue = ctx.queues.get(entry.target.queue)
-        if queue is None or not queue.config.recoverable:
+        if queue is None or not (dead_letter or queue.config.recoverable):
             outcome(Status.NO_DQF, entry.seq, f"no DQF for target {entry.target}")
             return
         # Only an application key compares bodies: a link's origin key holds a seq alone,

@@ -285,6 +285,7 @@ class Drain:
             Status(status),
             f"group {record.target_group} refused it over the link",
             stream=stream,
+            acknowledged=True,  # journaled: a SAF record was answered STORED
         )
         # A failed DLQ put is logged by the link once, when its drain goes into RETRY.
         (log.warning if moved else log.debug)(

@@ -235,7 +235,8 @@ class Inbound:
         reason: str,
     ) -> None:
         """Channel rules, receiving side: a SAF-drained message this group refuses for
-        good goes to this group's DLQ, answered DLQ_SUCCESS once it is there."""
+        good goes to this group's DLQ, answered DLQ_SUCCESS once it is there (journaled
+        when it is recoverable: its sender was told STORED, mrs.group.umas)."""
         if status not in RECEIVER_DEAD_LETTERED:
             outcome(status, stored_seq, reason)
             return
@@ -245,6 +246,7 @@ class Inbound:
             status,
             text,
             lambda done: outcome(Status.DLQ_SUCCESS if done else status, stored_seq, reason),
+            acknowledged=True,
         )
 
     def _accept_memory(self, peer_id: int, entry: Entry, outcome: Outcome) -> None:

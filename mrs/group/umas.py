@@ -191,12 +191,17 @@ class Umas:
         reason: str,
         done: Callable[[bool], None] = lambda moved: None,
         stream: object = None,
+        acknowledged: bool = False,
     ) -> bool:
         """Queue a copy of `entry` on this group's DLQ with a dead-letter header naming
         this group as the putter (MRS redirected it). Memory only, as in MessageQ,
-        unless `dead_letter_queue_recoverable`: then the copy is journaled in the DQF
-        (its batch in `stream`, journals.writer) and `done(True)` comes once it is
-        durable. False (and done(False)) if the group has no DLQ, it is full, or its
+        unless `dead_letter_queue_recoverable`, or the copy is of a recoverable message
+        a group `acknowledged` as stored (a link's channel rules, on either side): then
+        the copy is journaled in the DQF (its batch in `stream`, journals.writer) and
+        `done(True)` comes once it is durable. Why the second: its sender was told
+        STORED, and a memory DLQ lost it with the next crash of the group holding it,
+        where IBM MQ's DLQ, whose rule the link follows, keeps a persistent message
+        persistent. False (and done(False)) if the group has no DLQ, it is full, or its
         journal refuses the copy at once. A message another group drained here
         (`dead_lettered`) and resent once on the DLQ is answered True, no second copy."""
         queue = self.ctx.queues.get(DEAD_LETTER_QUEUE)
@@ -222,7 +227,8 @@ class Umas:
             cause, entry.target, self.ctx.config.name, self.ctx.clock_ns(), reason
         )
         dead.dead_letter_header = header
-        if not queue.config.recoverable:
+        journaled = queue.config.recoverable or (acknowledged and entry.delivery.recoverable)
+        if not journaled:
             dead.delivery_status = Status.SUCCESS
             queue.offer(dead)
             self._remember_dead_letter(origin, entry)
@@ -238,7 +244,9 @@ class Umas:
                 self._remember_dead_letter(origin, entry)
             done(status == Status.STORED)
 
-        self.dqf.store_in_dqf(dead, [origin] if origin else [], stored, stream=stream)
+        self.dqf.store_in_dqf(
+            dead, [origin] if origin else [], stored, stream=stream, dead_letter=True
+        )
         # A refusal known now (DQF full, journal map full, no room) is a failed put: a
         # caller that deletes its own copy on True (a SAF drain) must keep it.
         return not refusals
@@ -303,12 +311,11 @@ def _fingerprint(entry: Entry) -> tuple[int, str]:
 
 
 def _dead_letters_held(queue: TargetQueue) -> int:
-    """What the DLQ's messages_max bounds. A memory DLQ counts its messages in memory;
-    a recoverable one its journaled messages, waiting (in memory or cold) or being
-    stored. Why: those are DQF records, so `memory_count` stays 0 and a flood of dead
-    letters would fill the group's whole DQF, refusing every sender DQF_FULL."""
-    if not queue.config.recoverable:
-        return queue.memory_count
+    """What the DLQ's messages_max bounds: its messages waiting (in memory, journaled in
+    memory or cold) or being stored. Why not `memory_count` alone: journaled ones are
+    DQF records (a recoverable DLQ's, or a memory DLQ's copies of acknowledged
+    messages), and a flood of dead letters would fill the group's whole DQF, refusing
+    every sender DQF_FULL."""
     return queue.waiting + queue.stores.storing
 
 

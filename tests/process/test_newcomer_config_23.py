@@ -189,7 +189,12 @@ def test_web_refuses_a_timeout_that_is_not_a_positive_number(tmp_path: Path, val
         value,
         timeout_s=30,
     )
-    _one_line(result, 2, "mrs web: argument --timeout: must be a number of seconds 0.01..600", "mrs web --help")
+    _one_line(
+        result,
+        2,
+        "mrs web: argument --timeout: must be a number of seconds 0.01..600",
+        "mrs web --help",
+    )
     assert result.stdout == ""  # no WEB line: nothing was served
 
 

@@ -38,4 +38,3 @@ def test_a_guard_deadline_shorter_than_any_host_keeps_is_refused_naming_it(
     message = str(caught.value)
     assert "\n" not in message
     assert f"group[0].guards.{key}: must be at least 0.05 s" in message
-
