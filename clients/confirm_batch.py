@@ -22,7 +22,7 @@ by then is a `ReplyTimeout` (it may still be recorded), one not sent yet an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import trio
@@ -40,8 +40,8 @@ from clients.batch import (
 )
 from clients.requests import confirm_request
 from mrs import protocol as wire
-from mrs.errors import FieldRefused, MrsError, MrsTimeout, error_for
-from mrs.model import ForceJrn, Status
+from mrs.errors import BadSequence, FieldRefused, MrsError, MrsTimeout, error_for
+from mrs.model import ForceJrn, Message, Status
 
 CONFIRM_CHUNK = 256
 """Confirms queued before the caller checks the client's cap on requests in flight."""
@@ -94,7 +94,30 @@ async def confirm_many(
     finally:
         for request_id in sent:  # abandoned (cancelled, timed out): nobody waits for these
             pending.pop(request_id, None)
-    return [_result(result, seq) for result, seq in zip(results, seqs, strict=True)]
+    held = requests.held
+    return [
+        None if (error := _result(result, seq)) is None else held_first(error, held)
+        for result, seq in zip(results, seqs, strict=True)
+    ]
+
+
+def held_first(error: MrsError, held: Iterable[Message]) -> MrsError:
+    """`error`, saying so when the message an in-order queue wants confirmed first is
+    one this client holds, unseen by the application (it came for a get given up,
+    and a selective get passed over it). Why: the group's refusal alone ("queue
+    confirms in order: confirm A before B") named a seq the application was never
+    handed, and nothing said that a plain get returns it."""
+    if type(error) is not BadSequence:
+        return error
+    text = error.message
+    for message in held:
+        if message.needs_confirm and f"confirm {message.seq} before" in text:
+            return BadSequence(
+                Status.BADSEQ,
+                f"{text}: message {message.seq} came for a get given up and is held by "
+                "this client, unseen; take it with a plain get first, then confirm both",
+            )
+    return error
 
 
 def _timed_out(

@@ -47,10 +47,11 @@ from clients.batch import (
     send_batches,
     send_batches_resent,
 )
-from clients.confirm_batch import confirm_many, confirm_values_of, confirmed_problem
+from clients.confirm_batch import confirm_many, confirm_values_of, confirmed_problem, held_first
 from clients.dialing import Attachment, Dialer, Dialing
 from clients.errors import (
     BadParameter,
+    BadSequence,
     ConnectionLost,
     JournalFailed,
     MrsError,
@@ -596,6 +597,8 @@ class Client:
         except ReplyTimeout:
             what = f"confirm of message {seq}"
             raise not_answered(what, self.address, wait_s, CONFIRM_OUTCOME) from None
+        except BadSequence as refused:  # behind a message held unseen? (say so)
+            raise held_first(refused, requests.held) from None
         if (problem := confirmed_problem(cast(wire.Confirmed, reply), seq)) is not None:
             raise problem
         if self.refused_unconfirmed:  # what an in-order queue held back (with protection)
