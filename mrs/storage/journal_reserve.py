@@ -192,16 +192,19 @@ def ensure_headroom(store, cap_bytes: int, message_bytes_max: int) -> None:
 
 
 def _say_when_the_disk_bounds(store, cap_bytes: int, used: int) -> None:
-    """One WARNING at start when the disk cannot give the journal its cap: the disk,
+    """One INFO line at start when the disk cannot give the journal its cap: the disk,
     not journal_bytes_max, is then where new recoverable messages stop (the disk's
-    reserve follows it: `JournalReserve.disk_reserve`). Why: nothing said so at start,
-    and the first sign was a put refused MRS_RES_EXH."""
+    reserve follows it: `JournalReserve.disk_reserve`). Not a WARNING: a cap above the
+    disk is a fair choice ("as much as the disk holds"). Nothing when the disk is
+    already within that reserve: a start on a full disk fails in one line of its own
+    (tests/process/test_cli_errors.py), and a put refused says why."""
     try:
         free = journal_measure.disk_free_bytes(store.path)
     except OSError:
         return
-    if used + free < cap_bytes:
-        log.warning(
+    holds_bytes = used + free
+    if holds_bytes < cap_bytes and free > disk_reserve_bytes(cap_bytes, 0, holds_bytes):
+        log.info(
             "journal_bytes_max %d is more than the disk holding %s can give the journal "
             "(%d bytes in use, %d free): the disk bounds it, and new recoverable messages "
             "are refused (MRS_RES_EXH) once about 5%% of that is left",
