@@ -3,7 +3,9 @@
 Every guard that refuses something (a connection, a request, a message) says so in
 the log, naming the limit and the peer. A hostile client can hit a limit thousands
 of times a second, so per key the first hit is logged at once and later ones at
-most every `every_s`, with the count of those not shown. The key is what one line
+most every `every_s`, with the count of those not shown (a count logged without a
+new hit, by `flush`, shows the latest hit's line, "; this is the latest" when it is
+not the line logged before). The key is what one line
 stands for: by default (limit, peer); the permission gate keys on (principal,
 problem), the TLS listener on (host, reason), so two different reasons from one
 host are each logged. The table of keys is bounded (`REFUSAL_KEYS_MAX`).
@@ -46,8 +48,9 @@ class RefusalLog:
         self.line_format = line_format
         """How a line reads, from {peer} and {message} (the count of hits not shown
         is appended)."""
-        self._last: dict[Hashable, tuple[float, int, str]] = {}
-        """key -> (when its last line was logged, hits not shown since, that line)."""
+        self._last: dict[Hashable, tuple[float, int, str, tuple[str, str]]] = {}
+        """key -> (when its last line was logged, hits not shown since, that line, the
+        (peer, message) of the latest hit not shown)."""
         self.total = 0
         self.by_limit: dict[str, int] = {}
         """Hits per limit since start (for status: what the guards turned away)."""
@@ -64,7 +67,7 @@ class RefusalLog:
         now = self.clock_s()
         last = self._last.get(key)
         if last is not None and now - last[0] < self.every_s:
-            self._last[key] = (last[0], last[1] + 1, last[2])
+            self._last[key] = (last[0], last[1] + 1, last[2], (peer, message))
             return False
         if len(self._last) >= REFUSAL_KEYS_MAX:
             self.flush()  # the counts not shown yet, before the table is emptied
@@ -72,31 +75,48 @@ class RefusalLog:
         suppressed = last[1] if last is not None else 0
         line = self.line_format.format(peer=peer, message=message)
         self._log(line, suppressed)
-        self._last[key] = (now, 0, line)
+        self._last[key] = (now, 0, line, (peer, message))
         return True
 
     def flush(self) -> None:
         """Log the hits not shown of each key whose last line is `every_s` old. Why:
         they were told only by the key's next line, so a burst (664 wrong passwords
-        in 2 s) left one line and its count was never logged if the burst ended."""
+        in 2 s) left one line and its count was never logged if the burst ended.
+        The clock is read only when a count waits (a log whose clock is trio's, flushed
+        outside a trio run by `flush_all`, raised RuntimeError)."""
+        waiting = [(key, last) for key, last in self._last.items() if last[1]]
+        if not waiting:
+            return
         now = self.clock_s()
-        for key, (logged_s, suppressed, line) in list(self._last.items()):
-            if suppressed and now - logged_s >= self.every_s:
-                self._log(line, suppressed)
-                self._last[key] = (now, 0, line)
+        for key, (logged_s, suppressed, line, latest) in waiting:
+            if now - logged_s >= self.every_s:
+                shown = self._log_latest(line, suppressed, latest)
+                self._last[key] = (now, 0, shown, latest)
 
     def flush_at_stop(self) -> None:
         """Log the hits not shown of every key, however recent its last line, once:
         the process stops. Why: `flush` waits until a key's line is `every_s` old,
         so a burst in the last seconds before a stop was told by one line and its
         count was lost (a flood that hit a server just before it was restarted)."""
-        for key, (logged_s, suppressed, line) in list(self._last.items()):
+        for key, (logged_s, suppressed, line, latest) in list(self._last.items()):
             if suppressed:
-                self._log(line, suppressed, "; logged as the server stops")
-                self._last[key] = (logged_s, 0, line)
+                shown = self._log_latest(line, suppressed, latest, "; logged as the server stops")
+                self._last[key] = (logged_s, 0, shown, latest)
 
-    def _log(self, line: str, suppressed: int, when: str = "") -> None:
-        more = f" ({suppressed} more since the last such line{when})" if suppressed else ""
+    def _log_latest(
+        self, line: str, suppressed: int, latest: tuple[str, str], when: str = ""
+    ) -> str:
+        """Log the count of hits not shown with the latest one's line, saying so when it
+        is not the line logged before; returns the line logged. Why: the count was
+        logged with the key's first line, so "message 7 ... is lost (4 more since the
+        last such line)" named message 7 for four later messages, none of them 7."""
+        peer, message = latest
+        shown = self.line_format.format(peer=peer, message=message)
+        self._log(shown, suppressed, when, "; this is the latest" if shown != line else "")
+        return shown
+
+    def _log(self, line: str, suppressed: int, when: str = "", after: str = "") -> None:
+        more = f" ({suppressed} more since the last such line{when}){after}" if suppressed else ""
         self.logger.log(self.level, "%s%s", line, more)
 
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from journals import Journal, JournalError, WriteBatch, seq_key
 from mrs.core.deadletter import dead_letter_header
-from mrs.core.delivery import uma_status
+from mrs.core.delivery import AK, WF, uma_status
 from mrs.core.refusals import RefusalLog
 from mrs.group.acks import AckOutbox
 from mrs.group.context import GroupContext
@@ -85,14 +85,17 @@ class Umas:
         """A UMA that failed, logged at most once per kind per REFUSAL_LOG_INTERVAL_S
         with a count: one client's puts must not write one line each (a put flood
         into a full journal wrote 16,485)."""
+        self.refused_puts = RefusalLog(log, line_format="{message}")
+        """A UMA that failed for a put whose sender is told so (`_lost`): a WARNING,
+        as throttled as `failures`."""
 
     def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
         """Take the entry's UMA and report cause + UMA status to the sender."""
         action = Uma(entry.uma)
 
         def finish(succeeded: bool) -> None:
-            if not succeeded:
-                self._lost(entry, action, cause)
+            if not succeeded:  # before the report: it marks the reply done
+                self._lost(entry, action, cause, _tells_sender(reply))
             reply.report(Psb(Status.SUCCESS, cause, entry.seq, uma_status(action, succeeded)))
 
         if action is Uma.DISC:
@@ -144,15 +147,27 @@ class Umas:
             return False
         return True
 
-    def _lost(self, entry: Entry, action: Uma, cause: Status) -> None:
+    def _lost(self, entry: Entry, action: Uma, cause: Status, told: bool) -> None:
         """Say in the log that a UMA failed, so the message is gone. Why: an NN sender
-        is told nothing, so without this line the loss would be silent; one line per
-        UMA kind per REFUSAL_LOG_INTERVAL_S, with a count, bounds a flood of them."""
-        self.failures.refused(
-            f"uma-{action.name.lower()}-failed",
-            "",
+        is told nothing, so without this line the loss would be silent (an ERROR). A
+        sender `told` the outcome (a WF PutDone, an AK MRS_ACK) keeps what it put: the
+        put was refused, and it knows (a WARNING); "the message is lost" at ERROR
+        for a WF_DQF put answered SAF_FAILED said a message was lost that no one was
+        told was stored. One line per UMA kind and outcome per REFUSAL_LOG_INTERVAL_S,
+        with a count, bounds a flood of them."""
+        undelivered = (
             f"message {entry.seq} from {entry.source} to {entry.target} could not be "
-            f"delivered ({cause.name}) and its UMA {action.name} failed: the message is lost",
+            f"delivered ({cause.name}) and its UMA {action.name} failed"
+        )
+        if not told:
+            failed = f"uma-{action.name.lower()}-failed"
+            self.failures.refused(failed, "", f"{undelivered}: the message is lost")
+            return
+        self.refused_puts.refused(
+            f"uma-{action.name.lower()}-failed-told",
+            "",
+            f"{undelivered}: the put was refused and its sender told so "
+            f"({uma_status(action, False).name})",
         )
 
     def _return_to_sender(
@@ -317,6 +332,16 @@ def _dead_letters_held(queue: TargetQueue) -> int:
     messages), and a flood of dead letters would fill the group's whole DQF, refusing
     every sender DQF_FULL."""
     return queue.waiting + queue.stores.storing
+
+
+def _tells_sender(reply: PutReply) -> bool:
+    """Whether `reply`'s report will tell the sender the put's outcome: not told yet,
+    and a WF caller, an AK sender (its MRS_ACK) or a client SAF journal draining
+    (`stored_reply`) waits for it; an NN sender is told nothing."""
+    if reply.done:
+        return False
+    notification = reply.mode.notification
+    return notification is WF or notification is AK or reply.stored_reply
 
 
 def _roll_when_full(path: Path) -> None:

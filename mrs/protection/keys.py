@@ -85,8 +85,11 @@ def check_name(name: str) -> str:
 
 def write_identity(identity: Identity, out_dir: Path) -> tuple[Path, Path]:
     """Write NAME.key (0600) and NAME.pub (0644) into `out_dir` (made 0700 if new).
-    Refuses to overwrite an existing key: a lost private key cannot be recovered."""
-    out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    Refuses to overwrite an existing key: a lost private key cannot be recovered.
+    `out_dir`'s parent must exist (FileNotFoundError), as `mrs creds` refuses a
+    credentials file in a missing directory. Why: `--out /etc/mrs/keys` with a typo in
+    /etc/mrs made the whole mistyped tree and put the private key where no one looks."""
+    out_dir.mkdir(mode=0o700, exist_ok=True)
     private_path = out_dir / f"{identity.name}.key"
     public_path = out_dir / f"{identity.name}.pub"
     for path in (private_path, public_path):

@@ -24,7 +24,8 @@ queue). Why: a grant was matched against "G.Q" and the bare name only, so
 "LDN.SHIPPING" matched nothing, and "ORDERS" matched every group's ORDERS (a
 credentials file written before keeps loading; a group warns of a grant whose
 meaning narrowed, `load_warnings`). `mrs creds` refuses a grant that names a group
-or a queue the bus does not have (`named_problem`). Nothing is granted by default:
+or a queue the bus does not have (`named_problem`), and one of no queue's shape
+("1.", ".ORDERS": `shape_problem`). Nothing is granted by default:
 a principal without grants can authenticate and nothing else. What each admin
 right opens:
 
@@ -52,7 +53,12 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mrs.config.schema import DEAD_LETTER_QUEUE_MESSAGEQ_NAME, BusConfig, GroupConfig
+from mrs.config.schema import (
+    DEAD_LETTER_QUEUE_MESSAGEQ_NAME,
+    BusConfig,
+    GroupConfig,
+    queue_shape_problem,
+)
 from mrs.model import DEAD_LETTER_QUEUE, Address
 
 Names = tuple[str, ...] | str | None
@@ -173,13 +179,34 @@ def _has_queue(group: GroupConfig, text: str) -> bool:
     return True
 
 
+GRANT_FORMS = (
+    "a grant is a queue pattern: GROUP.QUEUE or QUEUE, by name or number, '*' and '?' "
+    "matching any characters (e.g. 1.10, LDN.*, *.ORDERS)"
+)
+"""The second half of the refusal of a grant of no queue's shape (`shape_problem`)."""
+
+
+def shape_problem(pattern: str) -> str | None:
+    """Why `pattern` has no queue address's shape, so that it matches no spelling of
+    any queue (`spellings` are "G.Q" and "Q", each part one name or number), or None.
+    Why: `mrs creds grant --put 1.` (or ".", ".ORDERS", "1.2.3") was stored and granted
+    nothing. The shape is the one rule `mrs admin` and the web page read a queue by
+    (mrs.config.schema `queue_shape_problem`); a wildcard stays a part ("2.*", "*")."""
+    if (wrong := queue_shape_problem(pattern)) is None:
+        return None
+    return f"{wrong}: {GRANT_FORMS}"
+
+
 def named_problem(bus: BusConfig, pattern: str) -> tuple[str, bool] | None:
-    """Why `pattern` can match no queue of `bus`, or None: a group or a queue it names
-    without wildcards that the bus does not have; with whether it was named by name.
+    """Why `pattern` can match no queue of `bus`, or None: no queue's shape
+    (`shape_problem`: refused), or a group or a queue it names without wildcards that
+    the bus does not have; with whether it is refused (named by name, or no shape).
     A name the bus does not have is a mistake (`mrs creds` refuses it, as every tool
     refuses it in an address); a number may be of a group or queue to come (as the
     resolver takes `2.10` unconfigured): said, and taken. A wildcard leaves its part
-    open ("2.3*" grants queues added later). A group warns of both at load."""
+    open ("2.3*" grants queues added later). A group warns of each at load."""
+    if (wrong := shape_problem(pattern)) is not None:
+        return wrong, True
     group_text, dot, queue_text = pattern.partition(".")
     if not dot:
         if not _literal(pattern) or any(_has_queue(g, pattern) for g in bus.groups.values()):
@@ -212,11 +239,19 @@ def _shown(text: str) -> str:
     return text if text.isdigit() else repr(text)
 
 
-def grants_problem(perms: Permissions, bus: BusConfig) -> str | None:
-    """The first grant of `perms` that names by name what `bus` does not have, in one
-    line (what `mrs creds` and `mrs admin grant` refuse), or None."""
-    for line, by_name in _unknown(perms, bus):
-        if by_name:
+def grants_problem(perms: Permissions, bus: BusConfig | None) -> str | None:
+    """The first grant of `perms` of no queue's shape (`shape_problem`) or that names
+    by name what `bus` does not have, in one line (what `mrs creds`, `mrs admin grant`
+    and the web page's grant refuse), or None. Without a bus (`mrs creds --file`:
+    none to check names against) the shape alone."""
+    if bus is None:
+        for kind, patterns in _queue_grants(perms):
+            for pattern in patterns:
+                if (wrong := shape_problem(pattern)) is not None:
+                    return f"{kind} {pattern!r}: {wrong}"
+        return None
+    for line, refused in _unknown(perms, bus):
+        if refused:
             return line
     return None
 
@@ -224,7 +259,7 @@ def grants_problem(perms: Permissions, bus: BusConfig) -> str | None:
 def grants_notes(perms: Permissions, bus: BusConfig) -> list[str]:
     """The grants of `perms` that name a group or queue number `bus` does not have
     (yet): `mrs creds` says so and writes them."""
-    return [line for line, by_name in _unknown(perms, bus) if not by_name]
+    return [line for line, refused in _unknown(perms, bus) if not refused]
 
 
 def _unknown(perms: Permissions, bus: BusConfig) -> list[tuple[str, bool]]:

@@ -152,11 +152,12 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def _grants(args: argparse.Namespace) -> Permissions:
-    """The grants the options give; with --config, a name in one must be a group's or
-    a queue's of the bus (`grants_problem`: a typo, or a group's name, was accepted and
+    """The grants the options give; each must have a queue's shape (`grants_problem`:
+    "1." was stored and granted nothing), and with --config a name in one must be a
+    group's or a queue's of the bus (a typo, or a group's name, was accepted and
     granted nothing); a number the bus does not have (yet) is said on stderr, and
-    taken. With --file there is no bus to check against: the group warns of such a
-    grant when it loads the file."""
+    taken. With --file there is no bus to check names against: the group warns of
+    such a grant when it loads the file."""
     perms = parse_permissions(
         {
             "attach": args.attach or [],
@@ -168,6 +169,8 @@ def _grants(args: argparse.Namespace) -> Permissions:
     )
     if isinstance(perms, str):
         raise CommandError(perms, EXIT_USAGE)
+    if (problem := grants_problem(perms, None)) is not None:  # the shape: no bus needed
+        raise CommandError(problem, EXIT_USAGE)
     if args.config is not None:
         from mrs.config.bus import load_config
 

@@ -27,9 +27,14 @@ from pathlib import Path
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import REPLICATION_HANDOVER_WAIT_S, REPLICATION_POLL_S
 from mrs.offline.journal_files import operator_path
-from mrs.tools.cli_support import positive_float
+from mrs.tools.cli_support import seconds_in
 
 FAILOVER_WAIT_S_DEFAULT = 30.0
+FAILOVER_WAIT_S_MAX = 3600.0
+"""The longest `--wait`, an hour: the active reads the request when it renews its
+lease (every TTL / 4: 900 s at the longest lease_ttl_s, 3600), and hands over within
+REPLICATION_HANDOVER_WAIT_S. Why bounded: `--wait 1e308` was taken, and a request
+the active never took stood for good, never withdrawn (`seconds_in`: exit 2)."""
 
 
 def add_failover_parser(commands: argparse._SubParsersAction, run) -> None:
@@ -45,10 +50,10 @@ def add_failover_parser(commands: argparse._SubParsersAction, run) -> None:
     )
     failover.add_argument(
         "--wait",
-        type=positive_float,
+        type=seconds_in(REPLICATION_HANDOVER_WAIT_S, FAILOVER_WAIT_S_MAX),
         default=FAILOVER_WAIT_S_DEFAULT,
-        help=f"seconds to wait at most (not less than the hand-over's own "
-        f"{REPLICATION_HANDOVER_WAIT_S:g} s)",
+        help=f"seconds to wait at most ({REPLICATION_HANDOVER_WAIT_S:g}, the hand-over's "
+        f"own, to {FAILOVER_WAIT_S_MAX:g})",
     )
     failover.set_defaults(run=run)
 
@@ -70,10 +75,9 @@ def run_failover(args: argparse.Namespace) -> int:
     if args.to is not None and args.to not in {i.name for i in group.instances}:
         names = ", ".join(i.name for i in group.instances)
         raise CommandError(f"group {group.name} has no instance {args.to!r} ({names})", EXIT_USAGE)
-    # never less than the active's own hand-over may take: the messages say how long
-    # was waited (they said `--wait 0.1`'s 0.1 s after 5 s)
-    wait_s = max(args.wait, REPLICATION_HANDOVER_WAIT_S)
-    line = trio.run(_switch, bus, group, args.to or "", wait_s)
+    # never less than the active's own hand-over may take (the parser's least): the
+    # messages say how long was waited (they said `--wait 0.1`'s 0.1 s after 5 s)
+    line = trio.run(_switch, bus, group, args.to or "", args.wait)
     print(line)
     return 0
 

@@ -35,10 +35,16 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_keys_new(args: argparse.Namespace) -> int:
+    """Make the identity; a missing parent of --out is refused in one line, as `mrs
+    creds add --file` refuses a missing directory (the directory --out names is made)."""
     try:
         private_path, public_path = write_identity(Identity.generate(args.name), args.out)
     except PolicyError as error:
         raise CommandError(str(error), EXIT_USAGE) from None
+    except FileNotFoundError:
+        raise CommandError(
+            f"cannot write keys to {args.out}: {args.out.parent} does not exist (create it first)"
+        ) from None
     except OSError as error:
         raise CommandError(f"cannot write keys to {args.out}: {error.strerror or error}") from None
     print(f"{private_path} (private: keep it with {args.name}, mode 0600)")
