@@ -36,6 +36,7 @@ from mrs.errors import OperatorError
 from mrs.offline.journal_files import operator_path
 
 if TYPE_CHECKING:
+    from mrs.audit.report import Report
     from mrs.config.schema import GroupConfig
 
 EXIT_USAGE = 2
@@ -229,6 +230,13 @@ _TERMINAL: list[int] = []
 """A copy of fd 2 taken before Spark starts (it points fd 2 at its log meanwhile)."""
 _TEMPORARY_LOG: list[Path] = []
 """Spark's log in a temporary file (no --out): removed unless a line names it."""
+_STAGING: list[Path] = []
+"""The report being written beside --out's files (`write_report`): removed by a stop."""
+_HELD: list[int] = []
+"""While `write_report` moves the report's files into --out: a stop's signal waits
+here (its number) and ends the audit once the last file is in."""
+_HOLDING: list[bool] = []
+"""Non-empty while `write_report` moves the files (a stop's signal is held)."""
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -242,6 +250,9 @@ def _interrupted(signum: int | None = None, _frame=None) -> None:
     Spark was doing. The JVM ignores SIGINT and exits when its stdin (our pipe) closes;
     nothing is left half-written because files are written last, and `os._exit` skips
     py4j's shutdown tracebacks."""
+    if _HOLDING:  # the report's files are being moved in: stop after the last
+        _HELD.append(signal.SIGINT if signum is None else signum)
+        return
     if signum is None or signum == signal.SIGINT:
         line, code = "interrupted", EXIT_INTERRUPTED
     else:
@@ -250,6 +261,8 @@ def _interrupted(signum: int | None = None, _frame=None) -> None:
         os.write(_TERMINAL[0] if _TERMINAL else 2, f"\nmrs audit: {line}\n".encode())
         for path in _TEMPORARY_LOG:  # `os._exit` skips every `finally`
             path.unlink(missing_ok=True)
+        for staging in _STAGING:
+            shutil.rmtree(staging, ignore_errors=True)
         _remove_shipped_code()
     finally:
         os._exit(code)
@@ -294,6 +307,7 @@ def _run(args: argparse.Namespace) -> int:
         until = parse_time(args.until, "--until")
         if since is not None and until is not None and since > until:  # both inclusive
             raise AuditUsageError(f"--since {args.since} is not before --until {args.until}")
+        _check_trail_options(args)
         if args.action == "export":
             _check_export_out(args.out, args.overwrite)
         if args.trail is not None:
@@ -496,20 +510,47 @@ def _trail(sources: dict[str, str], correlation_id: bytes, args: argparse.Namesp
             print(f"{moment}  {event['journal']}:{event['group']}:{event['seq']}  "
                   f"{event['event']}: {event['detail']}")  # fmt: skip
     if not events:
-        print(f"mrs audit: {_no_trail(correlation_id, args, len(records))}", file=sys.stderr)
+        damaged = table.num_rows - table["corrupt"].null_count
+        line = _no_trail(correlation_id, args, len(records), damaged)
+        print(f"mrs audit: {line}", file=sys.stderr)
         return EXIT_FAILED
     return 0
 
 
-def _no_trail(correlation_id: bytes, args: argparse.Namespace, outside: int) -> str:
-    """Why a trail is empty: no record of the id at all, or none in the window."""
+def _no_trail(correlation_id: bytes, args: argparse.Namespace, outside: int,
+              damaged: int) -> str:  # fmt: skip
+    """Why a trail is empty: no record of the id at all, or none in the window; and
+    the damaged records whose ids are unreadable. Why those: a trail asked for an id
+    whose record was damaged said "no record of it", as if it had never been stored,
+    the journal's damage (counted by the report, `corrupt_records`) unsaid."""
     shown = _shown_id(correlation_id)
     if not outside:
-        return f"no record of correlation id {shown!r} in these journals"
-    return (
-        f"no record of correlation id {shown!r} between {args.since or 'the start'} "
-        f"and {args.until or 'now'} ({outside} records of it outside that window)"
-    )
+        line = f"no record of correlation id {shown!r} in these journals"
+    else:
+        plural = "record" if outside == 1 else "records"
+        window = f"between {args.since or 'the start'} and {args.until or 'now'}"
+        line = (f"no record of correlation id {shown!r} {window} ({outside} {plural} of it "
+                "outside that window)")  # fmt: skip
+    if damaged == 1:
+        line += "; 1 record is damaged, its id unreadable (`mrs journal verify` names it)"
+    elif damaged:
+        line += (f"; {damaged} records are damaged, their ids unreadable (`mrs journal "
+                 "verify` names them)")  # fmt: skip
+    return line
+
+
+def _check_trail_options(args: argparse.Namespace) -> None:
+    """`--trail` prints one id's records and writes nothing: with `export` or `--out`
+    it is refused. Why: `mrs audit export --out DIR --trail ID` printed the trail and
+    exported nothing, exit 0, and `--trail ID --out DIR` left DIR unmade, unsaid."""
+    if args.trail is None:
+        return
+    if args.action == "export":
+        raise AuditUsageError("export writes the journals, --trail prints one id's records: "
+                              "give one of them")  # fmt: skip
+    if args.out is not None:
+        raise AuditUsageError("--trail prints on stdout and writes no file (--out is the "
+                              "report's): redirect it, e.g. --json > trail.json")  # fmt: skip
 
 
 def _check_export_out(out: Path | None, overwrite: bool) -> None:
@@ -554,7 +595,7 @@ def _report(spark, sources, args, since, until, progress, table) -> int:
     from rich.console import Console
 
     from mrs.audit.load import queue_names
-    from mrs.audit.output import print_summary, write_html, write_json, write_tables
+    from mrs.audit.output import print_summary
     from mrs.audit.report import compute
 
     names = queue_names(str(args.config) if args.config else None)
@@ -562,11 +603,8 @@ def _report(spark, sources, args, since, until, progress, table) -> int:
     page = None
     if args.out is not None:
         progress(f"writing the report to {args.out}")
-        out = args.out.resolve()
-        write_tables(report, out)
-        write_json(report, out / "report.json")
-        page = write_html(report, out / "report.html", "MRS audit",
-                          describe(sources, since, until, args.master))  # fmt: skip
+        page = write_report(report, args.out.resolve(),
+                            describe(sources, since, until, args.master))  # fmt: skip
     progress("done")
     if args.json:
         print(json.dumps({**report.as_json(), "html": str(page) if page else None}))
@@ -576,3 +614,34 @@ def _report(spark, sources, args, since, until, progress, table) -> int:
     if page is not None:
         print(f"report: {page}")
     return 0
+
+
+def write_report(report: Report, out: Path, description: str) -> Path:
+    """The report's files in `out` (report.html, its path returned), whole or not at
+    all: written into a directory beside them, then moved in with a stop's signal
+    held until the last one is in (a stop meanwhile ends the audit just after).
+
+    Why: a stop (Ctrl-C, SIGTERM, `timeout`) while the files were written ended the
+    audit mid-way: the new run's tables stood beside the previous run's report.json
+    and report.html (or beside none), a report half one run's and half another's."""
+    from mrs.audit.output import write_html, write_json, write_tables
+
+    staging = Path(tempfile.mkdtemp(prefix=".mrs-audit-", dir=out))
+    _STAGING.append(staging)
+    try:
+        tables = write_tables(report, staging)
+        write_json(report, staging / "report.json")
+        write_html(report, staging / "report.html", "MRS audit", description)
+        (out / "tables").mkdir(exist_ok=True)
+        _HOLDING.append(True)
+        try:  # report.html last: there, the report is whole
+            for path in [*tables, staging / "report.json", staging / "report.html"]:
+                os.replace(path, out / path.relative_to(staging))
+        finally:
+            _HOLDING.clear()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        _STAGING.clear()
+    if _HELD:
+        _interrupted(_HELD[0])
+    return out / "report.html"

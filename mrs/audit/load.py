@@ -243,10 +243,7 @@ def archive_files(sources: dict[str, str]) -> list[tuple[int, list[Path], int | 
     for directory, group, only in archive_dirs(sources):
         if not directory.is_dir():
             continue
-        files = sorted(
-            path for path in directory.rglob("*.parquet")
-            if not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts)
-        )  # fmt: skip
+        files = archive_parquet_files(directory)
         for path in files:
             try:
                 pq.read_metadata(path)
@@ -260,11 +257,27 @@ def archive_files(sources: dict[str, str]) -> list[tuple[int, list[Path], int | 
     return found
 
 
+def archive_parquet_files(directory: Path) -> list[Path]:
+    """The Parquet files of a PCJ archive directory, named as `mrs pcj archive` names
+    them (`*.parquet`); hidden and `_` files are skipped, as pyarrow and Spark skip
+    them (an archive run's `.NAME.tmp` in flight). Why the suffix for the report too:
+    it read every other file there as well, so a note an operator left beside the
+    archive (a README) failed the audit, the note named a "damaged file", while the
+    export, reading `*.parquet` only, went on."""
+    return sorted(
+        path for path in directory.rglob("*.parquet")
+        if path.is_file()
+        and not any(part.startswith((".", "_")) for part in path.relative_to(directory).parts)
+    )  # fmt: skip
+
+
 def _archived_rows(directory: Path, group: int | None,
                    schema: pa.Schema = AUDIT_SCHEMA) -> pa.Table:  # fmt: skip
     """The audit's columns of the archive's files (of `group` only, if given: a
     `pcj_archive_dir` may be shared), cast to the audit schema's types."""
-    dataset = ds.dataset(directory, format="parquet", partitioning="hive")
+    files = [str(path) for path in archive_parquet_files(directory)]
+    dataset = ds.dataset(files, format="parquet", partitioning="hive",
+                         partition_base_dir=str(directory))  # fmt: skip
     names = [n for n in schema.names if n in dataset.schema.names and n != "group"]
     where = None
     if group is not None and "group" in dataset.schema.names:
