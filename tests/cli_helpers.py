@@ -31,3 +31,16 @@ def status_json(*target: str) -> dict:
     result = run_mrs("status", *target, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def one_line(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    """The refusal an operator reads: exit status `code`, one line on stderr holding
+    each of `words`, no traceback anywhere and no "unexpected error" (a mistake the
+    operator can fix is said, not crashed on). Returns the line."""
+    text = result.stderr.strip()
+    assert result.returncode == code, (result.returncode, result.stdout, text)
+    assert "\n" not in text, text
+    assert "Traceback" not in result.stdout + text and "unexpected error" not in text, text
+    for word in words:
+        assert word in text, (word, text)
+    return text

@@ -4,25 +4,14 @@ no traceback, and nothing done that the mistake did not ask for."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from journals import Journal
 from sim.processes import write_single_group_config
-from tests.cli_helpers import run_mrs
+from tests.cli_helpers import one_line, run_mrs
 from tests.journal_helpers import journal_seqs, record, write_records
-
-
-def _one_line(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    text = result.stderr.strip()
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stdout + result.stderr
-    assert text.count("\n") == 0, text
-    for word in words:
-        assert word in text, (word, text)
-    return text
 
 
 @pytest.mark.parametrize("group", ["0", "-1", "32001", "99999999999999999999"])
@@ -44,7 +33,7 @@ def test_a_group_number_no_group_has_archives_nothing(tmp_path: Path, group: str
         ("journal", "verify"),
     ):
         result = run_mrs(*command, "--data-dir", str(tmp_path / "g1"), "--group", group)
-        _one_line(result, 2, "argument --group", "1..32000", group)
+        one_line(result, 2, "argument --group", "1..32000", group)
     assert journal_seqs(journals, Journal.PCJ) == kept
     assert not archive.exists()
 
@@ -68,7 +57,7 @@ def test_an_empty_journal_file_is_named_empty(tmp_path: Path, command) -> None:
     journals.mkdir(parents=True)
     (journals / "data.mdb").write_bytes(b"")
     given = [part.format(config=config, data_dir=tmp_path / "g1") for part in command]
-    text = _one_line(run_mrs(*given), 1, "data.mdb is damaged", "empty (0 bytes)")
+    text = one_line(run_mrs(*given), 1, "data.mdb is damaged", "empty (0 bytes)")
     assert "Bad file descriptor" not in text
     assert "mrs journal salvage" in text
 
@@ -101,7 +90,7 @@ def test_a_credentials_file_that_cannot_be_written_prints_no_password(
     (tmp_path / "a-file").write_text("not a directory\n")
     path = tmp_path / where
     result = run_mrs("creds", "add", "app", "--file", str(path), "--generate")
-    text = _one_line(result, 1, f"cannot write the credentials file {path}", *words)
+    text = one_line(result, 1, f"cannot write the credentials file {path}", *words)
     assert result.stdout == ""
     assert ".creds.toml." not in text
     made = run_mrs("creds", "add", "app", "--file", str(tmp_path / "c.toml"), "--generate")
@@ -130,7 +119,7 @@ def test_a_path_that_cannot_be_used_names_its_option(
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
     given = [part.format(a_file=a_file, tmp=tmp_path, config=config) for part in args]
-    text = _one_line(run_mrs(*given), code, *words)
+    text = one_line(run_mrs(*given), code, *words)
     for word in not_words:
         assert word not in text
     assert a_file.read_text() == "not a directory\n"

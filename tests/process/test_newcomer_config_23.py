@@ -14,7 +14,7 @@ import pytest
 
 from mrs.config.bus import ConfigError, load_config
 from sim.ports import free_port
-from tests.cli_helpers import run_mrs
+from tests.cli_helpers import one_line, run_mrs
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 LABEL_TOO_LONG = "a" * 64  # one dot-separated part of a host name holds at most 63
@@ -40,16 +40,6 @@ def _refused(tmp_path: Path, text: str) -> str:
     line = str(caught.value)
     assert "\n" not in line
     return line
-
-
-def _one_line(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    text = result.stderr.strip()
-    assert result.returncode == code, (result.returncode, result.stdout, text)
-    assert "\n" not in text and "Traceback" not in text, text
-    assert "unexpected error" not in text, text
-    for word in words:
-        assert word in text, (word, text)
-    return text
 
 
 # -- two groups on one port of one machine -------------------------------------------
@@ -103,7 +93,7 @@ def test_status_refuses_a_bus_whose_groups_share_a_port_in_one_line(tmp_path: Pa
     text = _group(1, "NYC", f"0.0.0.0:{port}") + _group(2, "LON", f"127.0.0.1:{port}")
     config = _write(tmp_path, text)
     result = run_mrs("status", "--config", str(config), "--timeout", "0.5")
-    _one_line(result, 2, "config error:", "group[1].listen", f"0.0.0.0:{port}")
+    one_line(result, 2, "config error:", "group[1].listen", f"0.0.0.0:{port}")
     assert result.stdout == ""
 
 
@@ -147,7 +137,7 @@ def test_serve_on_an_unusable_host_is_a_config_error_not_an_unexpected_one(
 ) -> None:
     config = _write(tmp_path, _group(1, "NYC", f"{LABEL_TOO_LONG}:7001"))
     result = run_mrs("serve", "--config", str(config), "--group", "1")
-    _one_line(result, 2, "config error:", "group[0].listen", "not a host name")
+    one_line(result, 2, "config error:", "group[0].listen", "not a host name")
     assert not (tmp_path / "g1").exists()  # refused before the data directory is made
 
 
@@ -156,7 +146,7 @@ def test_admin_at_an_unusable_address_says_so_in_one_line() -> None:
     `mrs admin` printed the codec's words, `mrs jplay` "unexpected error". A usage
     mistake since `mrs admin` reads --address as `mrs status` does (exit 2)."""
     result = run_mrs("admin", "connections", "--address", f"{LABEL_TOO_LONG}:7001")
-    text = _one_line(result, 2, "the host is not a host name")
+    text = one_line(result, 2, "the host is not a host name")
     assert "idna" not in text
 
 
@@ -168,7 +158,7 @@ def test_an_unusable_address_option_is_a_usage_error(flag: str, tmp_path: Path) 
         if flag == "status"
         else ["web", "--config", str(config), "--listen", f"{LABEL_TOO_LONG}:0"]
     )
-    _one_line(run_mrs(*args), 2, "not a host name")
+    one_line(run_mrs(*args), 2, "not a host name")
 
 
 # -- the command line ------------------------------------------------------------------
@@ -189,7 +179,7 @@ def test_web_refuses_a_timeout_that_is_not_a_positive_number(tmp_path: Path, val
         value,
         timeout_s=30,
     )
-    _one_line(
+    one_line(
         result,
         2,
         "mrs web: argument --timeout: must be a number of seconds 0.01..600",
@@ -255,4 +245,4 @@ def test_a_misspelt_option_is_named_when_a_required_one_is_missing(
 ) -> None:
     """argparse reports the required option first: "required: --config" alone, to an
     operator who believed they had given it."""
-    assert _one_line(run_mrs(*args), 2) == hint
+    assert one_line(run_mrs(*args), 2) == hint

@@ -5,7 +5,6 @@ Each test names the defect it found."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import trio
 
 from clients import DeliveryMode, Status, Uma
 from tests.auth_helpers import SecureBus, add_principal, password_of
-from tests.cli_helpers import run_mrs
+from tests.cli_helpers import one_line, run_mrs
 
 NO_QUEUE_SHAPE = {
     "1.": "has nothing after its dot",
@@ -24,16 +23,6 @@ NO_QUEUE_SHAPE = {
 }
 """Grant patterns that match no spelling of any queue ("G.Q" or "Q", each part one
 name or number), and the words of their refusal."""
-
-
-def _one_line(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    text = result.stderr.strip()
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stdout + result.stderr
-    assert text.count("\n") == 0, text
-    for word in words:
-        assert word in text, (word, text)
-    return text
 
 
 def test_mrs_creds_refuses_a_grant_of_no_queues_shape(tmp_path: Path) -> None:
@@ -47,7 +36,7 @@ def test_mrs_creds_refuses_a_grant_of_no_queues_shape(tmp_path: Path) -> None:
     before = path.read_text()
     for pattern, words in NO_QUEUE_SHAPE.items():
         result = run_mrs("creds", "grant", "alice", "--file", str(path), "--put", pattern)
-        _one_line(result, 2, f"put {pattern!r}", words, "a grant is a queue pattern")
+        one_line(result, 2, f"put {pattern!r}", words, "a grant is a queue pattern")
         assert path.read_text() == before
     for pattern in ("1.*", "*", "*.ORDERS", "LDN.?0", "ORDERS"):
         result = run_mrs("creds", "grant", "alice", "--file", str(path), "--put", pattern)
@@ -72,7 +61,7 @@ def test_mrs_admin_grant_refuses_a_grant_of_no_queues_shape_by_the_same_rule(
         for pattern in ("1.*.*", "1."):
             result = run_mrs("admin", "grant", "consumer", "--put", pattern,
                              "--address", secure.address(1), env=owner)  # fmt: skip
-            _one_line(result, 1, f"put {pattern!r}", NO_QUEUE_SHAPE[pattern])
+            one_line(result, 1, f"put {pattern!r}", NO_QUEUE_SHAPE[pattern])
             assert credentials.read_text() == before
         granted = run_mrs("admin", "grant", "consumer", "--put", "1.*",
                           "--address", secure.address(1), env=owner)  # fmt: skip
@@ -88,7 +77,7 @@ def test_keys_new_refuses_an_out_directory_whose_parent_is_missing(tmp_path: Pat
     (docs/security-protection.md: `mrs keys new SHOP --out keys`)."""
     missing = tmp_path / "typo" / "keys"
     result = run_mrs("keys", "new", "k1", "--out", str(missing))
-    _one_line(result, 1, str(missing.parent), "does not exist (create it first)")
+    one_line(result, 1, str(missing.parent), "does not exist (create it first)")
     assert not missing.parent.exists()
     made = run_mrs("keys", "new", "k1", "--out", "keys", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
@@ -102,7 +91,7 @@ def test_failover_wait_out_of_range_is_refused_at_parse_time(tmp_path: Path, wai
     for good and was never withdrawn. `--wait 0.1` was silently made 5 s."""
     config = tmp_path / "bus.toml"  # never read: the parser refuses first
     result = run_mrs("failover", "--config", str(config), "NYC", "--wait", wait)
-    _one_line(result, 2, "mrs failover", "argument --wait", "5..3600", wait)
+    one_line(result, 2, "mrs failover", "argument --wait", "5..3600", wait)
 
 
 async def _put_refused(address: str, puts: list[tuple[DeliveryMode, str]]) -> list[int]:

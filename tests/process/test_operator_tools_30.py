@@ -6,27 +6,15 @@ exit status (or the page's 400), before any group is asked."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from clients import connect_sync
 from sim.ports import free_port
-from tests.cli_helpers import run_mrs
+from tests.cli_helpers import one_line, run_mrs
 from tests.process.test_admin_console_25b import _bus_file, two_groups  # noqa: F401
 from tests.process.test_web_bus_admin import WebSession, start_web, stop_web
 
 pytestmark = pytest.mark.xdist_group("admin")
-
-
-def _one_line(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    text = result.stderr.strip()
-    assert result.returncode == code, (result.returncode, result.stdout, text)
-    assert "\n" not in text and "Traceback" not in text, text
-    assert "unexpected error" not in text, text
-    for word in words:
-        assert word in text, (word, text)
-    return text
 
 
 @pytest.mark.parametrize("command", ["status", "web"])
@@ -41,7 +29,7 @@ def test_a_wait_for_each_group_out_of_range_is_refused_at_parse_time(
     config = _bus_file(tmp_path)
     where = ["--listen", "127.0.0.1:0"] if command == "web" else []
     result = run_mrs(command, "--config", str(config), *where, "--timeout", value, timeout_s=30)
-    _one_line(result, 2, "--timeout", "must be a number of seconds 0.01..600", value)
+    one_line(result, 2, "--timeout", "must be a number of seconds 0.01..600", value)
     assert result.stdout == ""
 
 
@@ -67,7 +55,7 @@ def test_the_bus_page_refuses_a_queue_of_no_queue_shape_in_mrs_admin_words(
         stop_web(web)
     for queue, (status, body) in answers.items():
         cli = run_mrs("admin", "browse", queue, "--config", str(config))
-        words = _one_line(cli, 2).removeprefix("mrs: admin: ")
+        words = one_line(cli, 2).removeprefix("mrs: admin: ")
         assert (status, body) == (400, {"error": f"browse: {words}"}), (queue, body)
     assert move_to[0] == 400, move_to
     assert move_to[1]["error"].startswith("move: to '1.' has nothing after its dot"), move_to
@@ -105,4 +93,4 @@ def test_a_dlq_handler_window_beyond_a_connections_gets_is_refused(tmp_path, win
     rules.write_text("ACTION(IGNORE)\n")
     for mode in (["--check"], ["--once", "--address", f"127.0.0.1:{free_port()}"]):
         result = run_mrs("dlq-handler", *mode, "--window", window, str(rules), timeout_s=30)
-        _one_line(result, 2, "--window must be from 1 to 1024", f"not {window}")
+        one_line(result, 2, "--window must be from 1 to 1024", f"not {window}")
