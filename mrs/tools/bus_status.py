@@ -254,7 +254,7 @@ async def not_active_line(
         unknown = "which instance is active is unknown"
         active = etcd_silence(state, coordinator, view.config_path, unknown)
     elif state.leader is None:
-        active = f"etcd names no active instance (term {state.term}): a failover is under way"
+        active = _no_leader(state)
     elif state.leader == name:
         return (
             f"{what}, which etcd names active in term {state.term}, and its client address "
@@ -373,12 +373,20 @@ async def leadership_note(
     if isinstance(state, str):
         done = "no instance can become active until it does"
         return etcd_silence(state, coordinator, config_path, done)
-    in_sync = ", ".join(state.in_sync or ()) or "none recorded"
     if state.leader is not None:
         return (
-            f"etcd names {state.leader} active in term {state.term}: it is starting, or "
-            "clients cannot reach it"
+            f"etcd names {state.leader} active in term {state.term}: it is starting, "
+            "clients cannot reach it, or it was lost and its lease (lease_ttl_s) has not "
+            "run out yet (a failover follows)"
         )
+    return _no_leader(state)
+
+
+def _no_leader(state: Any) -> str:
+    """etcd's word on a group none of whose instances holds the lease. Why one text:
+    asked by an instance's address it said "a failover is under way" alone, while the
+    group waited for ever for its only in-sync instance to be started again."""
+    in_sync = ", ".join(state.in_sync or ()) or "none recorded"
     return (
         f"etcd names no active instance (term {state.term}, in sync: {in_sync}): a failover "
         "is under way, or the in-sync instances are down (start them: `mrs serve "
