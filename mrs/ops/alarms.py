@@ -179,8 +179,7 @@ def group_alarms(
         found.append(journal_alarm(journal["used_bytes"], limits.journal_bytes_max, reserve))
         if journal.get("disk_free_bytes") is not None:
             where = str(ctx.config.data_dir)
-            disk_reserve = journal.get("disk_reserve_bytes", reserve)
-            found.append(disk_alarm(where, journal["disk_free_bytes"], disk_reserve))
+            found.append(disk_alarm(where, journal["disk_free_bytes"], reserve))
     return [alarm for alarm in found if alarm is not None]
 
 
@@ -192,23 +191,17 @@ def _dlj_records(journal: dict, counts) -> int:
     return counts.dlj if on_disk is None else on_disk + counts.dlj_in_flight
 
 
-def disk_numbers(
-    data_dir: str, journal_bytes_max: int, message_bytes_max: int, used_bytes: int
-) -> dict:
-    """The journal reserve, the free bytes of the data directory's disk (None when it
-    cannot be measured) and the reserve they are held to (less than the journal's
-    where the disk holds less than journal_bytes_max): what the journal reserve itself
-    compares."""
+def disk_numbers(data_dir: str, journal_bytes_max: int, message_bytes_max: int) -> dict:
+    """The journal reserve and the free bytes of the data directory's disk (None when
+    it cannot be measured): what the journal reserve itself compares."""
     from mrs.storage import journal_measure
-    from mrs.storage.journal_reserve import disk_reserve_bytes, reserve_bytes
+    from mrs.storage.journal_reserve import reserve_bytes
 
     try:
         free: int | None = journal_measure.disk_free_bytes(data_dir)
     except OSError:
         free = None
-    holds_bytes = journal_bytes_max if free is None else used_bytes + free
     return {
         "reserve_bytes": reserve_bytes(journal_bytes_max, message_bytes_max),
         "disk_free_bytes": free,
-        "disk_reserve_bytes": disk_reserve_bytes(journal_bytes_max, message_bytes_max, holds_bytes),
     }

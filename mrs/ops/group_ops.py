@@ -250,10 +250,7 @@ class GroupOps:
             limits = server.config.limits
             journal.update(
                 disk_numbers(
-                    str(server.config.data_dir),
-                    limits.journal_bytes_max,
-                    limits.message_bytes_max,
-                    journal.get("used_bytes", 0),
+                    str(server.config.data_dir), limits.journal_bytes_max, limits.message_bytes_max
                 )
             )
         alarms = (

@@ -12,9 +12,7 @@ reserve. A group that starts with a journal already in its reserve (a lowered ca
 an older version) gets its map grown by the reserve, so it starts and drains.
 
 The reserve is max(5% of journal_bytes_max, 4 x message_bytes_max), at most half the
-cap. The disk's own test keeps the same rule of what the disk can hold (the journal's
-pages and the disk's free bytes) where that is less than the cap (`disk_reserve`).
-Pages in use are measured (one read transaction, a stat per database) at most
+cap. Pages in use are measured (one read transaction, a stat per database) at most
 every RESERVE_MEASURE_INTERVAL_S, plus an estimate of what was accepted since.
 
 Compiled (mrs.native.loader): every recoverable put asks `accepts`. The measures
@@ -45,16 +43,6 @@ def reserve_bytes(cap_bytes: int, message_bytes_max: int) -> int:
     return min(cap_bytes // 2, max(int(cap_bytes * RESERVE_FRACTION), 4 * message_bytes_max))
 
 
-def disk_reserve_bytes(cap_bytes: int, message_bytes_max: int, holds_bytes: int) -> int:
-    """The reserve the disk's free bytes are held to: the cap's, or where the disk holds
-    less than the cap (`holds_bytes`: the journal's pages and the disk's free bytes, all
-    the journal can reach) the same rule of what it holds. Why: with journal_bytes_max
-    = 16 TiB on a disk with 59 GB free, 5% of the cap (880 GB) was more than the disk
-    had, and the group started and refused every recoverable put MRS_RES_EXH, its UMA
-    losing what it could not place."""
-    return reserve_bytes(min(cap_bytes, holds_bytes), message_bytes_max)
-
-
 @dataclass
 class JournalReserve:
     """Decides whether a new message may be journaled; cheap per call."""
@@ -63,10 +51,6 @@ class JournalReserve:
     """A store with an LMDB map (`env`, `path`): see `for_store`."""
     cap_bytes: int
     reserve: int
-    message_bytes_max: int = 0
-    disk_reserve: int = -1
-    """The reserve the disk's free bytes are held to (`disk_reserve_bytes`), as of the
-    last measure; -1 until then."""
     refusing: str | None = None
     """Why new messages are refused now (None: they are accepted)."""
     _measured_at: float = -1.0
@@ -84,8 +68,7 @@ class JournalReserve:
         """None for a store without an LMDB map (the simulator's)."""
         if not hasattr(store, "env"):
             return None
-        reserve = reserve_bytes(cap_bytes, message_bytes_max)
-        return cls(store, cap_bytes, reserve, message_bytes_max)
+        return cls(store, cap_bytes, reserve_bytes(cap_bytes, message_bytes_max))
 
     def accepts(self, size_bytes: int) -> str | None:
         """None if a new message of about size_bytes may be journaled; else why not.
@@ -123,12 +106,10 @@ class JournalReserve:
             )
             if margin:
                 problem += f" (accepting again below {limit} bytes)"
-        elif self._disk_free - self._accepted_bytes - needed < self.disk_reserve + (
-            self.disk_reserve // RESERVE_RESUME_DIVISOR if margin else 0
-        ):
+        elif self._disk_free - self._accepted_bytes - needed < self.reserve + margin:
             problem = (
                 f"disk holding the journal has {self._disk_free} bytes free, under the "
-                f"journal reserve of {self.disk_reserve} bytes (ENOSPC ahead)"
+                f"journal reserve of {self.reserve} bytes (ENOSPC ahead)"
             )
         else:
             problem = None
@@ -146,13 +127,10 @@ class JournalReserve:
             self._disk_free = journal_measure.disk_free_bytes(self.store.path)
         except Exception as error:  # noqa: BLE001 - a failed measure must not fail a put
             log.warning("cannot measure the journal: %s", error)
-        self.disk_reserve = disk_reserve_bytes(
-            self.cap_bytes, self.message_bytes_max, self._used_bytes + self._disk_free
-        )
         # The journal test counts accepted bytes twice (used + 2 x accepted + needed),
         # so room for both tests is half the journal's headroom, at most the disk's.
         journal_room = (self.cap_bytes - self.reserve - self._used_bytes) // 2
-        disk_room = self._disk_free - self.disk_reserve
+        disk_room = self._disk_free - self.reserve
         self._room_bytes = -1 if self.refusing is not None else min(journal_room, disk_room)
 
     def _note(self, problem: str | None) -> None:
@@ -175,7 +153,6 @@ def ensure_headroom(store, cap_bytes: int, message_bytes_max: int) -> None:
         return
     reserve = reserve_bytes(cap_bytes, message_bytes_max)
     used = journal_measure.pages_in_use_bytes(store)
-    _say_when_the_disk_bounds(store, cap_bytes, used)
     map_bytes = store.env.info()["map_size"]
     if used <= cap_bytes - reserve or used + reserve <= map_bytes:
         return
@@ -189,27 +166,3 @@ def ensure_headroom(store, cap_bytes: int, message_bytes_max: int) -> None:
         map_bytes,
         wanted,
     )
-
-
-def _say_when_the_disk_bounds(store, cap_bytes: int, used: int) -> None:
-    """One INFO line at start when the disk cannot give the journal its cap: the disk,
-    not journal_bytes_max, is then where new recoverable messages stop (the disk's
-    reserve follows it: `JournalReserve.disk_reserve`). Not a WARNING: a cap above the
-    disk is a fair choice ("as much as the disk holds"). Nothing when the disk is
-    already within that reserve: a start on a full disk fails in one line of its own
-    (tests/process/test_cli_errors.py), and a put refused says why."""
-    try:
-        free = journal_measure.disk_free_bytes(store.path)
-    except OSError:
-        return
-    holds_bytes = used + free
-    if holds_bytes < cap_bytes and free > disk_reserve_bytes(cap_bytes, 0, holds_bytes):
-        log.info(
-            "journal_bytes_max %d is more than the disk holding %s can give the journal "
-            "(%d bytes in use, %d free): the disk bounds it, and new recoverable messages "
-            "are refused (MRS_RES_EXH) once about 5%% of that is left",
-            cap_bytes,
-            store.path,
-            used,
-            free,
-        )

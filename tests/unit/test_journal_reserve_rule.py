@@ -42,9 +42,7 @@ class _Store:
 
 
 def _reserve() -> JournalReserve:
-    # 4 x message_bytes_max is the reserve: a disk smaller than the cap keeps the same
-    # reserve (test_journal_reserve_disk_30.py: 5% of a larger cap than the disk holds)
-    return JournalReserve(_Store(), CAP_BYTES, RESERVE_BYTES, RESERVE_BYTES // 4)
+    return JournalReserve(_Store(), CAP_BYTES, RESERVE_BYTES)
 
 
 STEP = st.tuples(
