@@ -115,18 +115,25 @@ def _walk(
     return 0
 
 
+MAP_GROWTHS_FOLLOWED_MAX = 8
+"""How many times one step of a walk follows a map the server grew meanwhile."""
+
+
 def _following_growth(env, begin: Callable[[], Any]) -> Any:
     """`begin()` (a read transaction, or a database opened in one); if a running
     server grew the map since the walk opened it (MDB_MAP_RESIZED), the map is taken
-    at its new size and `begin()` tried again. Before, `mrs journal verify` beside a
-    busy group reported its journal DAMAGED."""
+    at its new size and `begin()` tried again, as often as the server grows it
+    meanwhile (MAP_GROWTHS_FOLLOWED_MAX). Before, `mrs journal verify` beside a busy
+    group reported its journal DAMAGED: a second growth during one step, or one
+    during the cross-check's `open_db`s, which did not follow it."""
     import lmdb
 
-    try:
-        return begin()
-    except lmdb.MapResizedError:
-        env.set_mapsize(0)  # no transaction is open here: LMDB takes the file's size
-        return begin()
+    for _ in range(MAP_GROWTHS_FOLLOWED_MAX):
+        try:
+            return begin()
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # no transaction is open here: LMDB takes the file's size
+    return begin()  # a map grown this often meanwhile: its error is the verdict
 
 
 def _touch_all(env, db) -> int:
@@ -166,13 +173,13 @@ def cross_check(
             ("freelist", p) for p in freelist.problems(Path(env.path()) / "data.mdb", txn.id())
         ]
     try:
-        index_db = env.open_db(dqf_index.INDEX_DB, create=False)
+        index_db = _following_growth(env, partial(env.open_db, dqf_index.INDEX_DB, create=False))
     except lmdb.NotFoundError:
         return problems
     dbs = {}
     for name in DATABASES:
         try:
-            dbs[name] = env.open_db(name.encode(), create=False)
+            dbs[name] = _following_growth(env, partial(env.open_db, name.encode(), create=False))
         except lmdb.NotFoundError:
             dbs[name] = None
     with _following_growth(env, env.begin) as txn:
