@@ -6,12 +6,14 @@ in one line what the application can do about it."""
 
 from __future__ import annotations
 
-import trio
-
 from clients import BadSequence, Client, DeliveryMode, Uma, connect
 from mrs.core.selection import by_correlation_id
 from tests.client_helpers import take_all
-from tests.process.test_receive_probes_19 import GatedStream, gated_opener
+from tests.process.test_receive_probes_19 import (
+    GatedStream,
+    gated_opener,
+    give_up_a_get_as_its_answer_comes,
+)
 
 WAIT_S = 30.0
 """Generous: the machine is shared; an answer that never comes fails the test."""
@@ -20,18 +22,7 @@ WAIT_S = 30.0
 async def hold_a_crossed_message(stream: GatedStream, sender: Client, receiver: Client) -> None:
     """Leave `receiver` (on ORDERS) holding "crossed": the message came for a get given
     up while its Delivery was on the client's socket, not yet read."""
-    stream.shut()
-    async with trio.open_nursery() as nursery:
-        given_up = trio.CancelScope()
-
-        async def get_given_up() -> None:
-            with given_up:
-                await receiver.get(timeout=WAIT_S)
-
-        nursery.start_soon(get_given_up)
-        await sender.put(b"crossed", "ORDERS", delivery=DeliveryMode.WF_DQF, uma=Uma.DLJ)
-        await stream.arrived.wait()  # its Delivery is on the client's socket
-        given_up.cancel()
+    await give_up_a_get_as_its_answer_comes(stream, sender, receiver, "ORDERS", uma=Uma.DLJ)
     stream.open()
     await receiver._requests.cancelled_gets_answered(None)  # the given-up get's answer
     assert [message.body for message in receiver.held] == [b"crossed"]

@@ -110,9 +110,12 @@ async def test_an_implicit_get_after_a_given_up_one_does_not_confirm_its_crossed
     assert [body for body, _ in bodies] == [b"crossed", b"later"]
 
 
-async def give_up_a_get_as_its_answer_comes(stream: GatedStream, sender, receiver) -> None:
-    """A get of `receiver` (on IMPLICIT) given up while its Delivery of the recoverable
-    message "crossed" is on the client's socket, not yet read; `stream` is left shut."""
+async def give_up_a_get_as_its_answer_comes(
+    stream: GatedStream, sender, receiver, queue: str = "IMPLICIT", **put_options
+) -> None:
+    """A get of `receiver` (on `queue`) given up while its Delivery of the recoverable
+    message "crossed" (put with `put_options`) is on the client's socket, not yet
+    read; `stream` is left shut."""
     stream.shut()
     async with trio.open_nursery() as nursery:
         given_up = trio.CancelScope()
@@ -122,7 +125,7 @@ async def give_up_a_get_as_its_answer_comes(stream: GatedStream, sender, receive
                 await receiver.get(timeout=30)
 
         nursery.start_soon(get_given_up)
-        await sender.put(b"crossed", "IMPLICIT", delivery=DeliveryMode.WF_DQF)
+        await sender.put(b"crossed", queue, delivery=DeliveryMode.WF_DQF, **put_options)
         await stream.arrived.wait()  # its Delivery is on the client's socket
         given_up.cancel()
 
