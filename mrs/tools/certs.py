@@ -159,8 +159,14 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _private_dir(path: Path) -> None:
+    """--out is made, its parents are not: a mistyped parent is refused in one line, as
+    `mrs keys new` and `mrs creds` refuse one, rather than a tree made where no one looks."""
+    if not path.parent.is_dir():
+        raise CertsError(
+            f"cannot use {path} for certificates: {path.parent} does not exist (create it first)"
+        )
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        path.mkdir(mode=DIR_MODE, exist_ok=True)
         os.chmod(path, DIR_MODE)
     except OSError as error:
         raise CertsError(f"cannot use {path} for certificates: {error.strerror}") from None
@@ -302,6 +308,10 @@ def tool_tls_from_env(environ) -> None:
             "MRS_TLS_*: set MRS_TLS_CA, and MRS_TLS_CERT with MRS_TLS_KEY or neither",
             EXIT_USAGE,
         )
+    for name in ("CA", "CERT", "KEY"):
+        value = environ.get(f"MRS_TLS_{name}")
+        if value and not os.path.isfile(value):  # name the variable, not only the file
+            raise CommandError(f"MRS_TLS_{name}={value}: no such file", EXIT_USAGE)
     from clients.errors import BadParameter
     from clients.tls import set_default_tls, tls_context
 

@@ -404,7 +404,12 @@ async def test_tools_take_tls_from_the_environment(tls_bus, tmp_path) -> None:
 
     good = await trio.to_thread.run_sync(status, env)
     assert good.returncode == 0 and '"name": "G1"' in good.stdout, good.stderr
-    bad = await trio.to_thread.run_sync(status, {**env, "MRS_TLS_CA": str(tmp_path / "no.pem")})
+    missing = await trio.to_thread.run_sync(
+        status, {**env, "MRS_TLS_KEY": str(tmp_path / "no.key")}
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert f"MRS_TLS_KEY={tmp_path / 'no.key'}: no such file" in missing.stderr
+    bad = await trio.to_thread.run_sync(status, {**env, "MRS_TLS_CA": str(certs / "ca.key")})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "MRS_TLS_*: cannot load" in bad.stderr
     plain = await trio.to_thread.run_sync(status, {})

@@ -1,0 +1,47 @@
+"""Operator edges found in the thirty-first session: `mrs certs --out` under a missing
+directory is refused in one line (as `mrs keys new` and `mrs creds` refuse one), and a
+tool's MRS_TLS_* naming a file that is not there names the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.process.test_certs import mrs
+from tests.process.test_tls import write_bus
+
+
+def test_certs_under_a_missing_directory_is_refused_and_makes_no_tree(tmp_path) -> None:
+    config = write_bus(tmp_path)
+    out = tmp_path / "mistyped" / "certs"
+    result = mrs("certs", "--config", str(config), "--out", str(out))
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"{tmp_path / 'mistyped'} does not exist (create it first)" in result.stderr
+    assert not (tmp_path / "mistyped").exists()
+    made = mrs("certs", "--config", str(config), "--out", str(tmp_path / "certs"))
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "certs" / "ca.pem").is_file()
+
+
+def test_a_tool_names_the_tls_variable_whose_file_is_missing(tmp_path) -> None:
+    """Before, `MRS_TLS_CERT=/nope` said "MRS_TLS_*: cannot load ..." and left the
+    operator to work out which of the three variables was wrong."""
+    config = write_bus(tmp_path)
+    assert mrs("certs", "--config", str(config), "--out", str(tmp_path / "certs")).returncode == 0
+    env = {
+        **os.environ,
+        "MRS_TLS_CA": str(tmp_path / "certs" / "ca.pem"),
+        "MRS_TLS_CERT": str(tmp_path / "nope.pem"),
+        "MRS_TLS_KEY": str(tmp_path / "certs" / "client.key"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "mrs", "status", "--address", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"MRS_TLS_CERT={tmp_path / 'nope.pem'}: no such file" in result.stderr
