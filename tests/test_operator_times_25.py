@@ -103,6 +103,7 @@ def test_audit_reads_a_naive_time_as_the_journal_tools_do() -> None:
         "2023-11-15T00:13:20+02:00",
         "2023-11-14 22:13:20 UTC",  # as `mrs status` prints a time
         "2023-11-14T22:13:20.000000Z",  # as `mrs dump --json` prints one
+        "2023-11-14t22:13:20z",  # RFC 3339 allows both letters in lowercase
     ],
 )
 def test_a_zone_is_honoured_by_every_tool(text: str) -> None:

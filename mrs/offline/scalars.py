@@ -78,6 +78,8 @@ def parse_time_ns(text: str, now_ns: int, option: str = "--since") -> int:
     utc_word = _UTC_WORD.search(cleaned)
     if utc_word is not None:
         cleaned = cleaned[: utc_word.start()]
+    if cleaned.endswith("z"):  # RFC 3339 allows a lowercase zone letter; datetime does not
+        cleaned = cleaned[:-1] + "Z"
     fraction_ns = 0
     if (fraction := _FRACTION.search(cleaned)) is not None:  # datetime keeps 6 digits
         fraction_ns = int(fraction.group(1)[:9].ljust(9, "0"))
