@@ -231,12 +231,13 @@ _TERMINAL: list[int] = []
 _TEMPORARY_LOG: list[Path] = []
 """Spark's log in a temporary file (no --out): removed unless a line names it."""
 _STAGING: list[Path] = []
-"""The report being written beside --out's files (`write_report`): removed by a stop."""
+"""The report or export being written beside --out's files (`_staging_in`): removed
+by a stop."""
 _HELD: list[int] = []
-"""While `write_report` moves the report's files into --out: a stop's signal waits
-here (its number) and ends the audit once the last file is in."""
+"""While `_move_in` moves the report's or export's files into --out: a stop's signal
+waits here (its number) and ends the audit once the last file is in."""
 _HOLDING: list[bool] = []
-"""Non-empty while `write_report` moves the files (a stop's signal is held)."""
+"""Non-empty while `_move_in` moves the files (a stop's signal is held)."""
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -567,10 +568,21 @@ def _check_export_out(out: Path | None, overwrite: bool) -> None:
 
 
 def _export(spark, sources, args, since, until) -> int:
+    """Both journals' Parquet in --out, whole or not at all, as `write_report` leaves
+    a report. Why: Spark wrote straight into --out, the PCJ then the DLJ, so a stop in
+    between left a new `pcj/` beside no `dlj/` (or, with --overwrite, beside the
+    previous export's: an export half one run's and half another's, which a data
+    engineer's reader takes as one)."""
     from mrs.audit.report import export
 
     out = args.out.resolve()
-    written = export(spark, sources, str(out), since, until, mode="overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    staging = _staging_in(out)
+    try:
+        written = export(spark, sources, str(staging), since, until, mode="overwrite")
+        _move_in(staging, out, [staging / "pcj", staging / "dlj"])
+    finally:
+        _staging_done(staging)
     summary = {"out": str(out), "rows": written}
     if args.json:
         print(json.dumps(summary))
@@ -626,22 +638,47 @@ def write_report(report: Report, out: Path, description: str) -> Path:
     and report.html (or beside none), a report half one run's and half another's."""
     from mrs.audit.output import write_html, write_json, write_tables
 
-    staging = Path(tempfile.mkdtemp(prefix=".mrs-audit-", dir=out))
-    _STAGING.append(staging)
+    staging = _staging_in(out)
     try:
         tables = write_tables(report, staging)
         write_json(report, staging / "report.json")
         write_html(report, staging / "report.html", "MRS audit", description)
         (out / "tables").mkdir(exist_ok=True)
-        _HOLDING.append(True)
-        try:  # report.html last: there, the report is whole
-            for path in [*tables, staging / "report.json", staging / "report.html"]:
-                os.replace(path, out / path.relative_to(staging))
-        finally:
-            _HOLDING.clear()
+        # report.html last: there, the report is whole
+        _move_in(staging, out, [*tables, staging / "report.json", staging / "report.html"])
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        _STAGING.clear()
+        _staging_done(staging)
+    return out / "report.html"
+
+
+def _staging_in(out: Path) -> Path:
+    """A directory in `out` (so the moves in are renames on one filesystem) that a stop
+    removes; hidden, so Spark and pyarrow readers of `out/pcj` never see it."""
+    staging = Path(tempfile.mkdtemp(prefix=".mrs-audit-", dir=out))
+    _STAGING.append(staging)
+    return staging
+
+
+def _staging_done(staging: Path) -> None:
+    """The staging directory removed (with what `_move_in` put aside), then a stop that
+    came while the files moved in ends the audit."""
+    shutil.rmtree(staging, ignore_errors=True)
+    _STAGING.clear()
     if _HELD:
         _interrupted(_HELD[0])
-    return out / "report.html"
+
+
+def _move_in(staging: Path, out: Path, paths: list[Path]) -> None:
+    """Each path under `staging` renamed to its place under `out`, in order, with a
+    stop's signal held until the last one is in. A directory already there (a previous
+    export's `pcj/`) is first moved aside into `staging`, which `_staging_done` removes:
+    a rename does not replace a directory that has files."""
+    _HOLDING.append(True)
+    try:
+        for path in paths:
+            target = out / path.relative_to(staging)
+            if path.is_dir() and target.is_dir():
+                os.replace(target, Path(tempfile.mkdtemp(dir=staging)) / target.name)
+            os.replace(path, target)
+    finally:
+        _HOLDING.clear()
