@@ -720,7 +720,11 @@ class Client:
         several addresses, one made while the client reconnects waits for the new
         active (`_linked`, as `status` does) instead of raising NOTACTIVE at once.
         Waits at most `timeout` (as `confirm`'s), then ReplyTimeout."""
-        pending_texts(queues)  # a bad list refused at once, not after a wait
+        # Read once, here: a generator was read by this check and reached the request
+        # empty ("give 1..100 queues, got 0" for a generator of two queues).
+        queues = pending_texts(queues)  # a bad list refused at once, not after a wait
+        if type(kept) is not int or kept < 0:  # (a count of the blocking client's)
+            raise BadParameter(Status.BADPARAM, f"pending: kept is an int >= 0, got {kept!r}")
         wait_s = answer_wait_s(timeout, self.request_timeout_s, "pending")
 
         async def ask(left_s: float) -> list[int]:

@@ -157,9 +157,18 @@ def _time_ns(value: TimeBound, name: str) -> int | None:
 
 
 def _addresses(value: QueueSelection, name: str) -> frozenset[tuple[int, int]] | None:
+    """The (group, queue) pairs `target=` or `source=` names: "G.Q", an Address, or a
+    list of them; BadParameter (one line) for anything else. Why the iterable test: a
+    queue number (`target=10`) went to `list()` and raised TypeError to the caller,
+    where every other bad argument of the readers is one BadParameter line."""
     if value is None:
         return None
-    items = [value] if isinstance(value, str | Address) else list(value)
+    if isinstance(value, str | Address):
+        items: list[Any] = [value]
+    elif isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
+        items = list(value)
+    else:
+        raise _refuse(f"{name} is a queue address GROUP.QUEUE, an Address or a list, got {value!r}")
     found = set()
     for item in items:
         try:
