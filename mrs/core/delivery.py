@@ -136,7 +136,8 @@ def check_confirm(style: ConfirmStyle, unconfirmed: Mapping[int, object], seq: i
         raise Refused(
             Status.BADSEQ,
             f"sequence number {seq} is not awaiting a confirm here (confirmed already, "
-            f"or delivered before a reconnect: that message comes again, POSSDUPL)",
+            f"a message that needs no confirm, or delivered before a reconnect: that "
+            f"message comes again, POSSDUPL)",
         )
     if style is _IN_ORDER:
         oldest = next(iter(unconfirmed))
