@@ -593,6 +593,11 @@ CENSUS_WAIT_LOG_S = 10.0
 """An instance waiting this long for the same instances' census (a new group, or etcd's
 data lost) says which, once (mrs.server.instance): a new group whose third instance
 was started against another etcd or [coordinator] prefix never started, silently."""
+ELECTION_WAIT_LOG_S = 10.0
+"""A replica that has waited this long for the same instances before it may campaign (no
+active, and an answered record may be on them alone) says which, once
+(mrs.server.instance `_say_waiting`): before, a group whose active and other in-sync
+replica were both down waited for ever with nothing in any log."""
 REPLICATION_ETCD_TIMEOUT_S = 2.0
 """One request to etcd at most, before the next endpoint is tried."""
 REPLICATION_LAG_S_MAX = 1.0

@@ -106,6 +106,32 @@ def may_campaign(state: GroupState, name: str, *, holds_journals: bool = True) -
     return name in most_advanced(state)
 
 
+def awaited_instances(
+    state: GroupState, name: str, *, holds_journals: bool = True
+) -> tuple[str, ...]:
+    """The instances `name` waits for while `may_campaign` says no and no instance is
+    active: one of them may hold an answered record `name` lacks, so the group stays
+    without an active until one of them is back. Empty while an instance is active (or
+    `name` waits for nobody: it may campaign).
+
+    Who: journals that hold nothing wait for any other in-sync instance (a copy); an
+    instance left out of the in-sync record, for those named in it; a listed replica,
+    for the listed replicas that have not posted their position (enough must have
+    posted to tell who holds every answer), then for the most advanced of them (they
+    campaign, unless they were lost after posting)."""
+    if state.leader is not None or state.in_sync is None:
+        return ()
+    if name not in state.in_sync or not holds_journals:
+        return tuple(m for m in state.in_sync if m != name)
+    if name == state.sync_leader or state.acks_needed is None:
+        return ()
+    listed = [m for m in state.in_sync if m != state.sync_leader]
+    ahead = most_advanced(state)
+    if not ahead:
+        return tuple(m for m in listed if m not in state.positions and m != name)
+    return () if name in ahead else tuple(sorted(ahead))
+
+
 def handed_over_unclaimed(state: GroupState, name: str, led_term: int) -> bool:
     """Whether `name` handed its term over (`mrs failover`: it wrote an in-sync record
     without itself) and nobody has taken a term since: no leader, and etcd's term is

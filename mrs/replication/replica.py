@@ -343,7 +343,8 @@ class Replica:
     async def _link(self, stream: trio.abc.Stream) -> None:
         reader = FrameReader(stream)
         hello = await self._read_hello(stream, reader)
-        refusal = await self.unconfirmed_term(hello) or self.check_hello(hello)
+        refusal = self.foreign_hello(hello)  # before etcd is asked (`foreign_hello`)
+        refusal = refusal or await self.unconfirmed_term(hello) or self.check_hello(hello)
         if refusal is not None:
             self._refusing(str(hello.get("from")), refusal)
             await stream.send_all(frame({"t": "refuse", "why": refusal}))
@@ -440,11 +441,27 @@ class Replica:
             )
         return None
 
+    def foreign_hello(self, hello: dict[str, Any]) -> str | None:
+        """Why `hello` is no hello of an active of this group, or None. Asked before the
+        coordinator is (`unconfirmed_term`). Why first: an instance started with another
+        group id than its group's (one machine's bus file) refused the active's hello
+        with `the coordinator names None the leader of term 0`, its own group's etcd
+        record, which sent the operator to etcd instead of the group id; and a
+        stranger's hello of another group made the replica ask etcd each time."""
+        if hello.get("t") != "hello":
+            return f"a frame {clipped(repr(hello.get('t')))} where a hello belongs"
+        if hello.get("group") != self.group_id:
+            group = clipped(repr(hello.get("group")))
+            return (
+                f"not an active of group {self.group_id} (its hello names group {group}: "
+                "check the group id in each instance's bus file)"
+            )
+        return None
+
     def check_hello(self, hello: dict[str, Any]) -> str | None:
         """Why this active may not stream to us, or None (its term is then seen)."""
-        if hello.get("t") != "hello" or hello.get("group") != self.group_id:
-            group = clipped(repr(hello.get("group")))
-            return f"not an active of group {self.group_id} (its hello names group {group})"
+        if (foreign := self.foreign_hello(hello)) is not None:
+            return foreign
         term = hello.get("term", 0)
         if type(term) is not int or term < 0:
             return f"a hello with term {term!r}, not a whole number"

@@ -36,6 +36,7 @@ from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import (
     CENSUS_WAIT_LOG_S,
     COORDINATOR_LOG_INTERVAL_S,
+    ELECTION_WAIT_LOG_S,
     REPLICATION_HANDOVER_FALLBACK_S,
     REPLICATION_POLL_S,
     REPLICATION_STOP_HANDOVER_S_MAX,
@@ -56,6 +57,7 @@ from mrs.replication.coordinator import (
     CoordinatorUnavailable,
     EtcdCoordinator,
     GroupState,
+    awaited_instances,
     etcd_prefix,
     handed_over_unclaimed,
     must_post_position,
@@ -208,6 +210,9 @@ class InstanceRunner:
         """This replica has closed its term and posted a census (mrs.replication.census)."""
         self._census_missing: tuple[tuple[str, ...], float, bool] = ((), 0.0, False)
         """The instances whose census it waits for, since when, and whether it said so."""
+        self._awaited: tuple[tuple[str, ...], float, bool] = ((), 0.0, False)
+        """The instances it waits for before it may campaign (coordinator
+        `awaited_instances`), since when, and whether it said so (`_say_waiting`)."""
         self._said_empty = False
         """It logged that its journals hold nothing, so it is no candidate."""
         self._said_cannot_listen: str | None = None
@@ -507,8 +512,47 @@ class InstanceRunner:
             if not (holds or self._said_empty or state.leader or state.in_sync is None):
                 self._said_empty = True
                 log.info("instance %s holds no journals: not a candidate", self.me.name)
+            self._say_waiting(state, replica)
             return None
+        self._awaited = ((), 0.0, False)
         return await self._campaign(co_holders=self._co_holders(replica, state))
+
+    def _say_waiting(self, state: GroupState, replica: Replica) -> None:
+        """One WARNING once this replica has waited ELECTION_WAIT_LOG_S for the same
+        instances (coordinator `awaited_instances`): no instance is active, and it may
+        not campaign until one of them is back. Why: with the active and the other
+        in-sync replica both down (or the active alone in sync, then lost), the group
+        stayed without an active for ever, and no instance's log said why or what to
+        start; `mrs status` said only that a failover was under way."""
+        awaited = awaited_instances(state, self.me.name, holds_journals=replica.holds_journals)
+        now_s = trio.current_time()
+        waited, since_s, said = self._awaited
+        if awaited != waited:
+            self._awaited = (awaited, now_s, False)
+            return
+        if not awaited or said or now_s - since_s < ELECTION_WAIT_LOG_S:
+            return
+        self._awaited = (awaited, since_s, True)
+        names = ", ".join(awaited)
+        if not replica.holds_journals:
+            why = "its journals hold nothing of the group, and it takes a copy from an active"
+        elif self.me.name not in (state.in_sync or ()):
+            why = f"it is not in sync, and an answered record may be on {names} alone"
+        elif all(name in state.positions for name in awaited):
+            why = f"{names} posted a position ahead of its own {replica.position} and took no term"
+        else:
+            why = f"an answered record may be on {names} alone (no position posted since)"
+        log.warning(
+            "instance %s has waited %.0f s for instance(s) %s: etcd names no active in term "
+            "%d (in sync: %s), and it may not become active: %s; start %s",
+            self.me.name,
+            now_s - since_s,
+            names,
+            state.term,
+            ", ".join(state.in_sync or ()),
+            why,
+            names,
+        )
 
     def _lost_acknowledged(self, replica: Replica, state: GroupState) -> bool:
         """These journals end before a record this instance acknowledged as a replica
