@@ -294,30 +294,3 @@ def run_certs(args: argparse.Namespace) -> int:
     print("\n# an application connects with the client certificate:")
     print(client_snippet(bus, issued))
     return 0
-
-
-def tool_tls_from_env(environ) -> None:
-    """At the CLI edge: MRS_TLS_CA (with MRS_TLS_CERT and MRS_TLS_KEY when the group
-    asks for a client certificate) becomes the TLS every tool's connect() uses when
-    it has none from the config (`mrs status --address`, `jplay`, `dlq-handler`)."""
-    ca, cert, key = (environ.get(f"MRS_TLS_{name}") for name in ("CA", "CERT", "KEY"))
-    if not (ca or cert or key):
-        return
-    if not ca or bool(cert) != bool(key):
-        raise CommandError(
-            "MRS_TLS_*: set MRS_TLS_CA, and MRS_TLS_CERT with MRS_TLS_KEY or neither",
-            EXIT_USAGE,
-        )
-    for name in ("CA", "CERT", "KEY"):
-        value = environ.get(f"MRS_TLS_{name}")
-        if value and not os.path.isfile(value):  # name the variable, not only the file
-            raise CommandError(f"MRS_TLS_{name}={value}: no such file", EXIT_USAGE)
-    from clients.errors import BadParameter
-    from clients.tls import set_default_tls, tls_context
-
-    try:
-        set_default_tls(tls_context(ca, cert, key))
-    except BadParameter as error:  # "tls_context: cannot load FILES: why"
-        raise CommandError(
-            f"MRS_TLS_*: {error.message.removeprefix('tls_context: ')}", EXIT_USAGE
-        ) from None

@@ -7,20 +7,15 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mrs import __version__
-from mrs.audit.command import add_parser as add_audit
-from mrs.config.bus import ConfigError, GroupConfig, load_config
-from mrs.dlq.command import add_parser as add_dlq_handler
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import DEMO_MESSAGES_MAX
 from mrs.offline.journal_files import operator_path
-from mrs.tools.admin import add_admin_parser
-from mrs.tools.bus_status import add_status_parser
-from mrs.tools.certs import add_certs_parser, tool_tls_from_env
 from mrs.tools.cli_support import (
     OneLineParser,
     finish_parser,
@@ -30,19 +25,16 @@ from mrs.tools.cli_support import (
     run_guarded,
     run_stoppable,
 )
-from mrs.tools.creds import add_parser as add_creds
-from mrs.tools.creds import tool_credentials_from_env
-from mrs.tools.failover import add_failover_parser
-from mrs.tools.journal.arguments import add_journal_tools
-from mrs.tools.journal.pcj_archive import add_pcj_parser
-from mrs.tools.journal.repair import add_journal_repair
-from mrs.tools.keys import add_keys_parser
-from mrs.tools.web import add_web_parser
+from mrs.tools.tool_env import tool_environment
+
+if TYPE_CHECKING:
+    from mrs.config.bus import GroupConfig
 
 
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
+    from mrs.config.bus import ConfigError, load_config
     from mrs.server.group_server import serve
     from mrs.server.harness import serve_options_from
     from mrs.testing.broken_builds import broken_build_from
@@ -136,6 +128,8 @@ def _check_not_running(data_dir: Path) -> None:
 def _check_instance(config: Path, group: GroupConfig, name: str | None) -> None:
     """A replicated group is served one instance at a time, by name (one line if not),
     the file named as given (`bus.toml: --instance: ...`), like every config error."""
+    from mrs.config.bus import ConfigError
+
     names = ", ".join(i.name for i in group.instances)
     if not group.instances:
         raise ConfigError(config, "--instance", f"group {group.id} has no [[group.instance]]")
@@ -338,12 +332,7 @@ def _add_demo_parser(commands: argparse._SubParsersAction) -> None:
     demo.set_defaults(run=_demo)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="mrs", description="MRS: MessageQ-style message recovery service.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--version", action="version", version=f"mrs {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="run one group's server")
     serve.add_argument(
         "--config", required=True, type=operator_path, help="bus configuration (TOML)"
@@ -357,8 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(run=_serve)
 
-    _add_demo_parser(commands)
 
+def _add_bench_parser(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="durable throughput against the disk's fsync limit")
     bench.add_argument(
         "--seconds", type=positive_float, default=3.0, help="duration of each measurement"
@@ -386,26 +375,132 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(run=_bench)
 
-    _add_sim_parser(commands)
+
+# Each subcommand's module is imported when its parser is added (COMMANDS, below).
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.bus_status import add_status_parser
 
     add_status_parser(commands, run=_status)
+
+
+def _add_web(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.web import add_web_parser
+
     add_web_parser(commands, run=_web)
+
+
+def _add_failover(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.failover import add_failover_parser
+
     add_failover_parser(commands, run=_failover)
+
+
+def _add_pcj(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.journal.pcj_archive import add_pcj_parser
+
     add_pcj_parser(commands, run=_pcj_archive)
 
+
+def _add_journal_tools(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.journal.arguments import add_journal_tools
+
     add_journal_tools(commands, run_dump=_dump, run_jplay=_jplay)
+
+
+def _add_journal_repair(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.journal.repair import add_journal_repair
+
     add_journal_repair(commands)
-    add_dlq_handler(commands, _dlq_handler)
-    add_audit(commands)
+
+
+def _add_dlq_handler(commands: argparse._SubParsersAction) -> None:
+    from mrs.dlq.command import add_parser
+
+    add_parser(commands, run=_dlq_handler)
+
+
+def _add_audit(commands: argparse._SubParsersAction) -> None:
+    from mrs.audit.command import add_parser
+
+    add_parser(commands)
+
+
+def _add_keys(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.keys import add_keys_parser
+
     add_keys_parser(commands)
+
+
+def _add_certs(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.certs import add_certs_parser
+
     add_certs_parser(commands)
-    add_creds(commands)
+
+
+def _add_creds(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.creds import add_parser
+
+    add_parser(commands)
+
+
+def _add_admin(commands: argparse._SubParsersAction) -> None:
+    from mrs.tools.admin import add_admin_parser
+
     add_admin_parser(commands)
+
+
+AddParser = Callable[[argparse._SubParsersAction], None]
+
+COMMANDS: tuple[tuple[tuple[str, ...], AddParser], ...] = (
+    (("serve",), _add_serve_parser),
+    (("demo",), _add_demo_parser),
+    (("bench",), _add_bench_parser),
+    (("sim",), _add_sim_parser),
+    (("status",), _add_status),
+    (("web",), _add_web),
+    (("failover",), _add_failover),
+    (("pcj",), _add_pcj),
+    (("dump", "jplay"), _add_journal_tools),
+    (("journal",), _add_journal_repair),
+    (("dlq-handler",), _add_dlq_handler),
+    (("audit",), _add_audit),
+    (("keys",), _add_keys),
+    (("certs",), _add_certs),
+    (("creds",), _add_creds),
+    (("admin",), _add_admin),
+)
+"""Each subcommand's names and what adds its parser, in `mrs --help`'s order.
+
+Why adders and not parsers: a subcommand's module imports what it runs (the
+clients, the journals, Spark's glue, cryptography), and building every parser made
+each command pay for every other's: 0.5 s before `mrs admin` said anything. A
+command line that names a subcommand builds that one alone (`build_parser`)."""
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `mrs` parser; with `command` (a subcommand's name), only that subcommand's.
+    A name no subcommand has builds them all, so argparse's one line lists them."""
+    parser = OneLineParser(prog="mrs", description="MRS: MessageQ-style message recovery service.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"mrs {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    known = any(command in names for names, _add in COMMANDS)
+    for names, add in COMMANDS:
+        if not known or command in names:
+            add(commands)
     return finish_parser(parser)
 
 
+def _command_named(argv: list[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is no option (`mrs`'s own
+    options, -v and --version, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_named(sys.argv[1:] if argv is None else argv))
     args = parse_arguments(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -414,8 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def run() -> int:
-        tool_credentials_from_env(os.environ)
-        tool_tls_from_env(os.environ)
+        tool_environment(os.environ)
         return args.run(args)
 
     return run_guarded(run, verbose=args.verbose)

@@ -312,24 +312,3 @@ def _list(args: argparse.Namespace) -> int:
         shown = " ".join(f"{kind}={','.join(values)}" for kind, values in grants.items() if values)
         print(f"{name}\t{shown or '(no grants)'}")
     return 0
-
-
-def tool_credentials_from_env(environ) -> None:
-    """At the CLI edge: MRS_AUTH_NAME with MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD)
-    become the credentials every tool's connect() uses (`mrs status`, `jplay`, ...)."""
-    name = environ.get("MRS_AUTH_NAME")
-    if not name:
-        return
-    from clients.auth import ClientCredentials, set_default
-
-    password_file = environ.get("MRS_AUTH_PASSWORD_FILE")
-    if password_file:
-        set_default(ClientCredentials.from_file(name, password_file))
-        return
-    password = environ.get("MRS_AUTH_PASSWORD")
-    if not password:
-        raise CommandError(
-            "MRS_AUTH_NAME is set: set MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD) too",
-            EXIT_USAGE,
-        )
-    set_default(ClientCredentials(name, password))

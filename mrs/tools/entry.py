@@ -1,7 +1,7 @@
 """The console scripts' entry points (`mrs`, `dmqdump`, `dmqjplay`, `python -m mrs`).
 
-Why a module of its own: importing `mrs.tools.cli` (every subcommand's parser and
-what it imports) takes about 0.3 s, and a Ctrl-C in that time reached the operator
+Why a module of its own: importing `mrs.tools.cli` and the named subcommand's module
+takes a few tenths of a second, and a Ctrl-C in that time reached the operator
 as a KeyboardInterrupt traceback out of the import. This module imports nothing
 until its guard is in place, so Ctrl-C at any moment ends the command with 130, the
 shell's code for it, and no traceback.
