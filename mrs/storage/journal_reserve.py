@@ -62,6 +62,10 @@ class JournalReserve:
     _room_bytes: int = -1
     """How many bytes may be accepted since the last measure before either test could
     say no (-1 while refusing): below it, `accepts` answers without the tests."""
+    _pending_bytes: int = 0
+    """Bytes accepted since the journal's commit numbered `_pending_commit`: not in
+    its pages until the next commit lands (`_uncommitted_bytes`)."""
+    _pending_commit: int | None = None
 
     @classmethod
     def for_store(cls, store, cap_bytes: int, message_bytes_max: int) -> JournalReserve | None:
@@ -80,6 +84,7 @@ class JournalReserve:
         accepted = self._accepted_bytes + needed
         if accepted <= self._room_bytes and monotonic() < self._fresh_until_s:
             self._accepted_bytes = accepted
+            self._count_pending(needed)
             return None
         return self._accepts_tested(needed)
 
@@ -115,13 +120,14 @@ class JournalReserve:
             problem = None
         if problem is None:
             self._accepted_bytes += needed
+            self._count_pending(needed)
         self._note(problem)
         return problem
 
     def _measure(self, now: float) -> None:
         self._measured_at = now
         self._fresh_until_s = now + RESERVE_MEASURE_INTERVAL_S
-        self._accepted_bytes = 0
+        self._accepted_bytes = self._uncommitted_bytes()
         try:
             self._used_bytes = journal_measure.pages_in_use_bytes(self.store)
             self._disk_free = journal_measure.disk_free_bytes(self.store.path)
@@ -132,6 +138,30 @@ class JournalReserve:
         journal_room = (self.cap_bytes - self.reserve - self._used_bytes) // 2
         disk_room = self._disk_free - self.reserve
         self._room_bytes = -1 if self.refusing is not None else min(journal_room, disk_room)
+
+    def _count_pending(self, needed: int) -> None:
+        """Count an accepted message against the journal's last commit."""
+        number = journal_measure.commit_number(self.store)
+        if number != self._pending_commit:
+            self._pending_commit, self._pending_bytes = number, 0
+        self._pending_bytes += needed
+
+    def _uncommitted_bytes(self) -> int:
+        """What was accepted and is not in the journal's pages yet: the bytes accepted
+        since its last commit (the server's inline writer commits between rounds on
+        the thread that accepts, so the next commit takes them all). A measure keeps
+        them in its estimate.
+
+        Why: a measure used to forget every put accepted before it. Puts arriving
+        faster than commits land (three clients' `put_many` bursts of 60 KB messages)
+        were measured again and again against pages that did not hold them yet, were
+        accepted far past the reserve into the room kept for the confirms that drain
+        a full journal, and with the PCJ on a confirm of a large message then failed
+        MRS_RES_EXH for good."""
+        number = journal_measure.commit_number(self.store)
+        if number is None or number != self._pending_commit:
+            return 0
+        return self._pending_bytes
 
     def _note(self, problem: str | None) -> None:
         if (problem is None) == (self.refusing is None):

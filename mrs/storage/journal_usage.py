@@ -33,6 +33,9 @@ log = logging.getLogger("mrs.journal")
 WARN_PERCENTS_DEFAULT = (80, 95)
 GROW_AT_FRACTION = 0.75
 """Grow the map when this much of the current map is in use."""
+FRAGMENTED_MAP_FACTOR = 2
+"""A map whose free pages lie in runs too short for a record may grow past the cap
+and its headroom up to this many times the cap (`UsageWatch._grow_past_fragments`)."""
 
 
 class JournalLimits(Protocol):
@@ -176,13 +179,17 @@ class UsageWatch:
 
     def make_room(self) -> bool:
         """For a commit that found the map full: grow it towards the cap, or at the
-        cap, once, by `headroom_bytes`. True if the map grew (try the commit again)."""
+        cap, once, by `headroom_bytes`; past that, by `headroom_bytes` again while the
+        records hold no more than the cap (`_grow_past_fragments`). True if the map
+        grew (try the commit again)."""
         used_bytes, map_bytes = self._map_fill()
         if self._grow_towards_cap(used_bytes, map_bytes):
             return True
         limit_bytes = self.cap_bytes + self.headroom_bytes
-        if map_bytes >= limit_bytes or used_bytes < GROW_AT_FRACTION * map_bytes:
+        if not self.headroom_bytes or used_bytes < GROW_AT_FRACTION * map_bytes:
             return False
+        if map_bytes >= limit_bytes:
+            return self._grow_past_fragments(map_bytes)
         self.store.env.set_mapsize(limit_bytes)
         self.grown_times += 1
         log.warning(
@@ -193,5 +200,35 @@ class UsageWatch:
             self.cap_bytes,
             used_bytes,
             limit_bytes,
+        )
+        return True
+
+    def _grow_past_fragments(self, map_bytes: int) -> bool:
+        """A map full past its cap and its headroom, whose records hold no more than
+        the cap: grow it by `headroom_bytes` again (at most to FRAGMENTED_MAP_FACTOR
+        times the cap). True if it grew.
+
+        Why: the headroom is the room LMDB's file may take past the records, but
+        freed pages are reused only in runs as long as a record: after puts of mixed
+        sizes (a 60 KB message beside 500-byte ones) the pages small records freed lay
+        in runs too short for a large message's PCJ copy, the headroom went, and every
+        confirm of a large message failed MRS_RES_EXH for good with the journal's
+        records well inside the cap (a full journal with the PCJ on never drained).
+        New messages stay refused: the reserve measures the records, not the map."""
+        in_use_bytes = journal_measure.pages_in_use_bytes(self.store)
+        grown_bytes = map_bytes + self.headroom_bytes
+        if in_use_bytes > self.cap_bytes or grown_bytes > FRAGMENTED_MAP_FACTOR * self.cap_bytes:
+            return False
+        self.store.env.set_mapsize(grown_bytes)
+        self.grown_times += 1
+        log.warning(
+            "group %d journal map full at %d bytes with %d bytes of records (cap %d): the "
+            "free pages lie in runs too short for the record; grown by its reserve to %d "
+            "bytes so deliveries, confirms and deletes can drain it",
+            self.group_id,
+            map_bytes,
+            in_use_bytes,
+            self.cap_bytes,
+            grown_bytes,
         )
         return True
