@@ -37,7 +37,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from journals import CorruptRecord, Journal, JournalError, WriteBatch, queue_key, seq_key
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalError,
+    JournalFullError,
+    WriteBatch,
+    queue_key,
+    seq_key,
+)
 from mrs import protocol as wire
 from mrs.config.rewrite import edit_lock, with_new_queue, with_queue_values
 from mrs.core.delivery import Refused
@@ -678,9 +686,8 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         if error is not None:
             _put_back(queue, taken)
             actions.journal(session, "purge", asked, {"failed": str(error)}, staged=staged)
-            session.send(
-                wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), f"purge: {error}")
-            )
+            message = _purge_failure(error, discard, len(journaled))
+            session.send(wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), message))
             return
         summary["senders_told"] = _tell_senders(taken, journaled, discard, group.dqf.copies_left)
         ctx.counts.dqf_removed(len(journaled))
@@ -702,6 +709,27 @@ def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequ
         ctx.writer.submit(batch, written)
     else:
         written(None)
+
+
+def _purge_failure(error: JournalError, discard: bool, count: int) -> str:
+    """The line of a purge whose commit failed: nothing was purged, and what to do.
+    Why: a purge to the DLJ on a full journal (its DLJ copies need room before the
+    DQF records are freed) answered LMDB's own words, "journal map full: mdb_put:
+    MDB_MAP_FULL: Environment mapsize limit reached (Please use a larger
+    Environment(map_size=) parameter)", advice no operator can take, and did not say
+    that the messages were all still on the queue or that a discard needs no copies."""
+    if not isinstance(error, JournalFullError):
+        return f"purge: {error}; nothing was purged"
+    if discard:
+        return (
+            f"purge: the journal is full, even for deleting {count} messages: nothing "
+            "was purged; see the journal's use with `mrs status` (docs/journals.md)"
+        )
+    return (
+        f"purge: the journal is full: it has no room for the DLJ copies of {count} "
+        "messages, so nothing was purged (all still wait on the queue); `discard=true` "
+        "deletes them without copies, or make room in the journal first"
+    )
 
 
 def _purge_batch(

@@ -240,8 +240,11 @@ class WebAdmin:
             return json_answer(403, {"error": "missing or wrong CSRF token: reload the page"})
         form = _body(request)
         action, args = form.get("action"), form.get("args", {})
-        if action not in WEB_ACTIONS:
-            return json_answer(400, {"error": f"unknown action {action!r}"})
+        if not isinstance(action, str) or action not in WEB_ACTIONS:
+            # Why the str test first: a list or an object posted as the action
+            # ({"action": ["purge"]}) is unhashable, and the set's `in` raised
+            # TypeError: "internal error" and a traceback in the group's log.
+            return json_answer(400, {"error": f"unknown action {repr(action)[:64]}"})
         if not isinstance(args, dict):
             kind = type(args).__name__
             return json_answer(400, {"error": f"args must be a JSON object, got {kind}"})
