@@ -1109,6 +1109,7 @@ def _set_limits(actions: AdminActions, session: AdminSession, request: wire.Admi
     if queue.address.queue == DEAD_LETTER_QUEUE:
         raise Refused(Status.BADPARAM, "set-limits: the DLQ's limits are not in the file")
     group_id, queue_id = queue.address.group, queue.address.queue
+    was = {key: getattr(queue.config, key) for key in LIMIT_KEYS}
     new_bus, batch = actions.rewrite(
         lambda text: with_queue_values(text, group_id, queue_id, values)
     )
@@ -1124,7 +1125,12 @@ def _set_limits(actions: AdminActions, session: AdminSession, request: wire.Admi
     queue.config = fresh
     queue.unconfirmed_max = fresh.unconfirmed_max
     queue.serve_waiters()  # a higher unconfirmed_max may let a parked get have one now
-    result = {"queue": str(queue.address), **{key: getattr(fresh, key) for key in LIMIT_KEYS}}
+    # `was`: the operator sees what the change replaced (and the journal keeps it)
+    result = {
+        "queue": str(queue.address),
+        **{key: getattr(fresh, key) for key in LIMIT_KEYS},
+        "was": was,
+    }
     actions.journal(session, "set_limits", {"queue": str(queue.address), **values}, result)
     actions.answer_journaled(session, request, batch, result)
 

@@ -647,10 +647,12 @@ def _short(args: dict, result: dict) -> str:
 
 def _summary(command: str, result: dict) -> str:
     if command == "set-limits":
-        return (
-            f"{result['queue']}: messages_max={result['messages_max']} "
-            f"unconfirmed_max={result['unconfirmed_max']} (now and in the config file)"
-        )
+        was = result.get("was", {})
+        shown = []
+        for key in ("messages_max", "unconfirmed_max"):
+            now, before = result[key], was.get(key, result[key])
+            shown.append(f"{key}={now}" + (f" (was {before})" if before != now else ""))
+        return f"{result['queue']}: {' '.join(shown)} (now and in the config file)"
     if command == "grant":
         shown = ", ".join(f"{k}={v}" for k, v in result.items() if k != "principal" and v)
         return f"grants of {result['principal']} replaced: {shown or 'none'}"

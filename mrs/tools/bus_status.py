@@ -68,6 +68,7 @@ def add_status_parser(commands: argparse._SubParsersAction, run) -> None:
     status.add_argument("--group", type=group_id, help="only this group of --config")
     status.add_argument(
         "--address",
+        type=str.strip,  # pasted with a space, as `mrs admin --address` takes one
         help="HOST:PORT of one server (with --config: a group's or an instance's address)",
     )
     status.add_argument("--json", action="store_true", help="JSON for scripts instead of the table")

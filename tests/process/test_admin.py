@@ -252,6 +252,8 @@ def test_limits_and_a_new_queue_change_now_and_survive_a_restart(bus) -> None:
     assert "messages_max" in bad.stderr and bus.config_path.read_text() == config_before
     changed = _admin(bus.address, "set-limits", "ORDERS", "--unconfirmed-max", "1")
     assert changed.returncode == 0, changed.stderr
+    assert "unconfirmed_max=1 (was " in changed.stdout, changed.stdout  # what it replaced
+    assert "messages_max=" in changed.stdout and changed.stdout.count("(was") == 1
     added = _admin(bus.address, "add-queue", "30", "RETRY", "--confirm", "explicit-out-of-order")
     assert added.returncode == 0, added.stderr
     trio.run(_put_all, bus.address, "ORDERS", [b"one", b"two"])

@@ -87,3 +87,11 @@ def test_every_command_is_in_the_table_and_builds_alone() -> None:
         assert names(alone) == set(listed)
         assert all(sub.prog.startswith("mrs ") for sub in subparsers_of(alone))
     assert names(build_parser("no-such-command")) == every  # argparse lists them all
+
+
+def test_status_takes_an_address_pasted_with_spaces_as_admin_does() -> None:
+    """`mrs admin --address ' HOST:PORT'` strips it; `mrs status` refused it as a
+    usage mistake (exit 2), where it now asks that address."""
+    result = mrs("status", "--address", " 127.0.0.1:1 ")
+    assert result.returncode == 1, result.stderr
+    assert "group at 127.0.0.1:1 did not answer" in result.stderr
