@@ -627,8 +627,8 @@ def apply_batches(
     again, no fault hook). Raises JournalError."""
     try:
         _commit(store, batches, before_commit, replayed)
-    except lmdb.MapFullError as error:
-        raise JournalFullError(f"journal map full: {error}") from None
+    except lmdb.MapFullError:
+        raise JournalFullError(_map_full_words(store)) from None
     except lmdb.DiskError:  # py-lmdb's class for ENOSPC (no space left)
         raise JournalDeviceError(_disk_full_words(store.path), errno.ENOSPC) from None
     except OSError as error:
@@ -639,6 +639,23 @@ def apply_batches(
         if (full := _disk_full(store.path, batches)) is not None:
             raise JournalDeviceError(full, errno.ENOSPC) from None
         raise JournalDeviceError(f"journal write failed: {error}") from None
+
+
+def _map_full_words(store: JournalStore) -> str:
+    """What a commit the full map refused says (the MRS_RES_EXH of a put or a confirm,
+    an admin action's failure): the map, its size and what an operator can do.
+    Why: it said py-lmdb's words, "mdb_put: MDB_MAP_FULL: Environment mapsize limit
+    reached (Please use a larger Environment(map_size=) parameter)", an option no
+    operator has; a group's map is sized by its journal_bytes_max."""
+    try:
+        size = f"its map of {int(store.env.info()['map_size'])} bytes"
+    except lmdb.Error:
+        size = "its map"
+    return (
+        f"journal map full: the journal in {store.path} has no room left in {size} for "
+        "this commit; drain its queues, archive its PCJ (`mrs pcj archive`) or raise "
+        'journal_bytes_max (docs/journals.md, "A full journal")'
+    )
 
 
 def _commit(

@@ -183,7 +183,7 @@ def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJo
     client_saf = getattr(args, "client_saf", None)
     if client_saf is not None:  # a client library's own SAF journal (group 0: none)
         if not (client_saf / "data.mdb").exists():
-            raise JournalsNotFound(f"no client SAF journal in {client_saf} (no data.mdb)")
+            raise JournalsNotFound(_no_client_saf(client_saf))
         return GroupJournals(0, client_saf, client_saf, None, None, client_saf=True)
     if args.group is None:
         if group_optional and args.data_dir is not None and args.config is None:
@@ -209,6 +209,20 @@ def locate(args: argparse.Namespace, *, group_optional: bool = False) -> GroupJo
     else:
         raise JournalsNotFound("give --config FILE (with --group N) or --data-dir DIR")
     return _at(data_dir, args.group, bus, group)
+
+
+def _no_client_saf(client_saf: Path) -> str:
+    """Why `--client-saf PATH` names no client SAF journal, and what to give.
+    Why: a file (its data.mdb, say) was answered "no client SAF journal in
+    .../data.mdb (no data.mdb)", which did not say that a directory is wanted."""
+    wanted = "give the directory the client was given as connect(..., saf_journal=DIR)"
+    if client_saf.is_file():
+        if client_saf.name == "data.mdb":
+            return f"{client_saf} is the journal's file: {wanted}: --client-saf {client_saf.parent}"
+        return f"{client_saf} is a file, not a client SAF journal: {wanted}"
+    if not client_saf.exists():
+        return f"no client SAF journal at {client_saf} (no such directory): {wanted}"
+    return f"no client SAF journal in {client_saf} (no data.mdb): {wanted}"
 
 
 def _at(
