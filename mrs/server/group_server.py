@@ -161,9 +161,9 @@ class GroupServer:
         """An archive run on this replicated group's active (mrs.ops.group_ops)."""
         return self.ops.start_pcj_archive(until_ns, closed_only)
 
-    def reset_link(self, peer_id: int) -> dict:
+    def reset_link(self, peer_id: int, force: bool = False) -> dict:
         """Forget a peer's journals (`mrs admin reset-link`, mrs.group.incarnation)."""
-        return self.peer_links.reset(peer_id)
+        return self.peer_links.reset(peer_id, force)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Bind, open journals, recover, serve; on cancel, stop and make everything
@@ -234,6 +234,8 @@ class GroupServer:
             # the event loop with the endpoints served but silent and the client port
             # not yet, and a slow disk made `mrs status` say the group did not answer.
             own_incarnation(self.group.ctx.store)
+            if self.group.dqf.reserve is not None:  # started: a disk short of it is said
+                self.group.dqf.reserve.say_at_start()
         except JournalError as error:
             self.store.close()
             self.journal_files.release()

@@ -39,8 +39,28 @@ RESERVE_RESUME_DIVISOR = 4
 """Refusing, a journal accepts again once a quarter of the reserve more is free."""
 
 
+DISK_PROBLEM = "disk holding the journal has"
+
+
 def reserve_bytes(cap_bytes: int, message_bytes_max: int) -> int:
     return min(cap_bytes // 2, max(int(cap_bytes * RESERVE_FRACTION), 4 * message_bytes_max))
+
+
+def disk_problem(free_bytes: int, reserve: int, cap_bytes: int) -> str:
+    """Why the disk refuses new messages, and what helps. Why the advice: LMDB's file
+    never shrinks, so a journal that drains frees no disk; and a reserve sized from a
+    cap larger than the disk (journal_bytes_max = 16 TiB on a 59 GB disk: 880 GB kept
+    free) refused every recoverable put with nothing said of the cap."""
+    why = (
+        f"{DISK_PROBLEM} {free_bytes} bytes free, under the journal reserve of {reserve} "
+        f"bytes (ENOSPC ahead)"
+    )
+    if reserve > int(cap_bytes * RESERVE_FRACTION):
+        return f"{why}: free space on that disk"
+    return (
+        f"{why}: free space on that disk, or lower journal_bytes_max ({cap_bytes} bytes; "
+        f"the reserve is 5% of it) to what the disk holds"
+    )
 
 
 @dataclass
@@ -73,6 +93,19 @@ class JournalReserve:
         if not hasattr(store, "env"):
             return None
         return cls(store, cap_bytes, reserve_bytes(cap_bytes, message_bytes_max))
+
+    def say_at_start(self) -> None:
+        """A disk with less free than the reserve, said once when the group has started
+        (its start committed: a start the full disk refuses fails in its own one line),
+        in the words of the puts it will refuse. Why: the first such put was the first
+        sign, and a reserve larger than the disk (a cap sized for another machine) made
+        a group that started cleanly and then stored nothing."""
+        try:
+            free_bytes = journal_measure.disk_free_bytes(self.store.path)
+        except OSError:
+            return  # the first put's measure says why
+        if free_bytes < self.reserve:
+            self._note(disk_problem(free_bytes, self.reserve, self.cap_bytes))
 
     def accepts(self, size_bytes: int) -> str | None:
         """None if a new message of about size_bytes may be journaled; else why not.
@@ -112,10 +145,7 @@ class JournalReserve:
             if margin:
                 problem += f" (accepting again below {limit} bytes)"
         elif self._disk_free - self._accepted_bytes - needed < self.reserve + margin:
-            problem = (
-                f"disk holding the journal has {self._disk_free} bytes free, under the "
-                f"journal reserve of {self.reserve} bytes (ENOSPC ahead)"
-            )
+            problem = disk_problem(self._disk_free, self.reserve, self.cap_bytes)
         else:
             problem = None
         if problem is None:
@@ -168,8 +198,9 @@ class JournalReserve:
             return
         if problem is not None:
             self._room_bytes = -1  # refusing: every put is tested until a measure clears it
+            until = "the disk has room" if problem.startswith(DISK_PROBLEM) else "it drains"
             log.warning(
-                "%s: new recoverable messages are refused (MRS_RES_EXH) until it drains", problem
+                "%s: new recoverable messages are refused (MRS_RES_EXH) until %s", problem, until
             )
         else:
             log.info("journal back out of its reserve: new recoverable messages accepted")
