@@ -449,6 +449,13 @@ class Handler:
         finally:
             if lane is not None:
                 lane.acting = None
+                # An earlier letter may have joined the lane's front while this put was
+                # on its way (its own rule for another destination gave up) and waits
+                # for the put to end. Why: woken only when a letter left the lane, it
+                # waited for ever behind a failed put that stays for its next RETRYINT,
+                # which itself waited behind it: both held, `--once` never ended.
+                if lane.waiting:
+                    lane.wake_first()
 
     async def _act(self, client, rule: Rule, message: Message) -> tuple[str, str, str]:
         """(outcome, target, detail). The DLQ confirm comes only after a stored put."""
