@@ -28,7 +28,7 @@ never met with one: mrs.group.link_driver).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from journals import Journal, WriteBatch
@@ -75,11 +75,40 @@ class PeerIncarnations:
     term: int = 0
     """This group's active's term (a replicated group's; 0: unreplicated), said in
     its link Hello, and in its link Welcome to a dialer that asks for it."""
+    refused: dict[int, bytes] = field(default_factory=dict)
+    """The peers whose link this process refused for their journals since it started
+    and has not admitted since, each with the incarnation it brought (b"": none): a
+    reset forgets one of these without `force` (`may_reset`)."""
 
-    def admit(self, peer_id: int, incarnation: bytes) -> str | None:
+    def admit(self, peer_id: int, incarnation: bytes, *, linked: bool = False) -> str | None:
         """None when a link from `peer_id` bringing `incarnation` may go on (a first
         one is recorded now, durably); else the refusal, one line. An empty `incarnation`
-        (an earlier release's link) goes on only while none is recorded for `peer_id`."""
+        (an earlier release's link) goes on only while none is recorded for `peer_id`.
+        A refusal is noted for `may_reset` unless `linked` (the peer's link is up on
+        its recorded journals: what was refused is a stray process beside it)."""
+        problem = self._admission(peer_id, incarnation)
+        if problem is None:
+            self.refused.pop(peer_id, None)
+        elif not linked:
+            self.refused[peer_id] = incarnation
+        return problem
+
+    def note_refused(self, peer_id: int, incarnation: bytes = b"") -> None:
+        """A link to `peer_id` was refused for its journals elsewhere than `admit` (a
+        refusal worded as an earlier release's from a peer that brought an incarnation
+        before: mrs.group.link_driver `_refusal`): a reset may forget it."""
+        self.refused[peer_id] = incarnation
+
+    def may_reset(self, peer_id: int) -> bool:
+        """Whether `peer_id`'s link was refused for its journals since this process
+        started, and not admitted since. Why: a reset deletes the dedupe keys of the
+        peer's messages; a peer merely stopped, cut off or restarting keeps its
+        journals and resends from its SAF what this group stored before its answer
+        arrived: with the keys gone, each was stored and delivered again, unmarked."""
+        return peer_id in self.refused
+
+    def _admission(self, peer_id: int, incarnation: bytes) -> str | None:
+        """`admit`'s rule, recording a first incarnation."""
         key = _peer_key(peer_id)
         recorded = self.store.meta_get(key)
         if not incarnation:
@@ -180,6 +209,7 @@ class PeerIncarnations:
             .delete(Journal.META, key.encode())
             .delete(Journal.META, f"{PEER_TERM_PREFIX}{peer_id}".encode())
         )
+        self.refused.pop(peer_id, None)
         return (None if recorded is None else bytes(recorded)), deleted
 
 

@@ -373,6 +373,7 @@ def _refusal(
         return PeerWithoutTerms(f"peer refused the link: {clipped_message}")
     if incarnations is None or (recorded := incarnations.recorded(peer_id)) is None:
         return PeerOfEarlierRelease(f"peer refused the link: {clipped_message}")
+    incarnations.note_refused(peer_id)
     return JournalsChanged(
         f"group {peer_id} refused this release's link Hello as a group of an earlier release"
         f" would ({clipped_message}), but its links brought this release's incarnation"

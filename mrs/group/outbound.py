@@ -31,13 +31,14 @@ from journals import (
     group_key,
     split_key,
 )
+from mrs.core.refusals import RefusalLog
 from mrs.group.acks import MESSAGE_PREFIX, AckOutbox, AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.peers import LinkPort, Peers, PeerState
 from mrs.group.receipts import Receipts
 from mrs.group.reply import PutReply, Reporters
 from mrs.group.saf_keys import copy_key, record_saf_key, saf_key
-from mrs.group.shapes import Entry, record_from_entry, transfer_fields
+from mrs.group.shapes import Entry, idempotency_key, record_from_entry, transfer_fields
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
 from mrs.limits import DEDUPE_WAITERS_MAX, LINK_DIRECT_BYTES_MAX, LINK_DIRECT_MESSAGES_MAX
@@ -60,6 +61,10 @@ class Outbound:
     unlinked_saf: dict[int, int] = field(default_factory=dict)
     """SAF messages found at start-up for groups the config does not link: kept, sent
     once the link is back in the file (and both groups restarted); `mrs status` shows them."""
+    _alien_lines: RefusalLog = field(
+        default_factory=lambda: RefusalLog(log, line_format="{message}"), repr=False
+    )
+    """Answers storing a message under a seq not its own (`_alien_stored_seq`)."""
 
     def recover(self) -> None:
         """Count each target group's SAF backlog and the notices still to send."""
@@ -346,6 +351,8 @@ class Outbound:
         stored_seq: int,
     ) -> None:
         """The peer answered a direct message (or its link dropped first)."""
+        if status > 0 and stored_seq != entry.seq and idempotency_key(entry.headers) is None:
+            stored_seq = self._alien_stored_seq(peer, entry, stored_seq)
         if entry.seq in peer.forgets_held:
             peer.forgets_held.discard(entry.seq)
             if status == Status.STORED:
@@ -374,6 +381,23 @@ class Outbound:
         elif entry.delivery.recoverable:
             self._stored_by_peer(peer, entry, status, stored_seq)
             reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
+
+    def _alien_stored_seq(self, peer: PeerState, entry: Entry, stored_seq: int) -> int:
+        """The seq to report for `entry`, which the peer answered stored under
+        `stored_seq`, another seq, though it has no idempotency key: only a copy of a
+        keyed put is stored under its first copy's seq, so the peer lies (or is
+        broken). Its own seq, with a WARNING at most once per 10 s per peer. Why:
+        taken for a copy's, the alien seq was the put's answer: the sender was told
+        its message is seq 12345, which no group issued for it, and a WF_CONF put
+        waited for that seq's confirm notice instead of its own."""
+        self._alien_lines.refused(
+            "alien_stored_seq",
+            str(peer.group_id),
+            f"group {peer.group_id} answered message {entry.seq} stored under seq "
+            f"{stored_seq}, though it has no idempotency key (no copy of another): "
+            "answered under its own seq",
+        )
+        return entry.seq
 
     def _forget(self, peer: PeerState, seq: int) -> None:
         """The peer may forget the dedupe key of `seq`: sent with the link's next flush."""

@@ -125,7 +125,7 @@ class AdminServer(Protocol):
     @property
     def gate(self) -> Gate | None: ...
     def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str: ...
-    def reset_link(self, peer_id: int) -> dict: ...
+    def reset_link(self, peer_id: int, force: bool = False) -> dict: ...
 
 
 class AdminActions:
@@ -1263,14 +1263,18 @@ def _pcj_archive(actions: AdminActions, session: AdminSession, request: wire.Adm
 def _reset_link(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     """Forget the journals recorded for a peer group, whose link is refused because it
     came back with others (mrs.group.incarnation): a group rebuilt from nothing. Not
-    while its link is up. Needs the config right: a reset of a stray second process
-    would let its messages in beside the first's."""
+    while its link is up, nor (without `force`) while it was not refused for its
+    journals (mrs.server.links `reset`). Needs the config right: a reset of a stray
+    second process would let its messages in beside the first's."""
     actions.check_right(session, "reset-link", "config")
     peer = request.args.get("peer")
     if type(peer) is not int or peer < 1:
         raise Refused(Status.BADPARAM, "reset_link: give peer, the other group's id")
+    force = request.args.get("force", False)
+    if type(force) is not bool:
+        raise Refused(Status.BADPARAM, "reset_link: force is true or false")
     try:
-        result = actions.server.reset_link(peer)
+        result = actions.server.reset_link(peer, force)
     except LookupError as error:
         raise Refused(Status.BADPARAM, f"reset_link: {error}") from None
 
@@ -1289,7 +1293,8 @@ def _reset_link(actions: AdminActions, session: AdminSession, request: wire.Admi
         )
         session.send(wire.Failure(request.request_id, int(Status.JOURNAL_FAIL), message))
 
-    actions.journal(session, "reset-link", {"peer": peer}, result, then=durable)
+    arguments = {"peer": peer, "force": True} if force else {"peer": peer}
+    actions.journal(session, "reset-link", arguments, result, then=durable)
 
 
 _ARG_NAMES: dict[str, frozenset[str]] = {
@@ -1302,7 +1307,7 @@ _ARG_NAMES: dict[str, frozenset[str]] = {
     "add_queue": frozenset(QUEUE_KEYS),
     "grant": frozenset({"principal", "none", *rules.GRANT_KINDS}),
     "pcj_archive": frozenset({"until_ns", "closed"}),
-    "reset_link": frozenset({"peer"}),
+    "reset_link": frozenset({"peer", "force"}),
 }
 """The arguments each action reads: any other is a mistake (a misspelt `discard`
 would purge into the DLJ, a misspelt limit would be left as it was), refused by name."""

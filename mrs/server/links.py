@@ -143,11 +143,15 @@ class PeerLinks:
         peer = self.bus.group(peer_id)
         return peer.listen_host, peer.listen_port
 
-    def reset(self, peer_id: int) -> dict:
+    def reset(self, peer_id: int, force: bool = False) -> dict:
         """Forget the journals recorded for `peer_id` and their dedupe keys, so its next
         link records the ones it brings (mrs.group.incarnation); LookupError (one line)
         for a group this one has no link with, or whose link is up: its journals are
-        then the recorded ones, and their keys still keep its resends out."""
+        then the recorded ones, and their keys still keep its resends out. Unless
+        `force`, also while its link was not refused for its journals since this
+        process started (`PeerIncarnations.may_reset`): a peer merely stopped keeps
+        its journals, and its SAF resends what this group stored before its answer
+        arrived; with the keys deleted each was stored and delivered again, unmarked."""
         link = self.links.get(peer_id)
         if link is None:
             raise LookupError(f"group {self.config.id} has no link with group {peer_id}")
@@ -157,6 +161,12 @@ class PeerLinks:
             raise LookupError(
                 f"the link with group {peer_id} is up, with the journals recorded for it: "
                 "nothing to reset"
+            )
+        if not force and not self.incarnations.may_reset(peer_id):
+            raise LookupError(
+                f"group {self.config.id} has not refused group {peer_id}'s link for its "
+                "journals since it started: a group merely stopped resends from its SAF, "
+                "stored twice without its dedupe keys. Reset once refused, or --force"
             )
         recorded, deleted = self.incarnations.reset(peer_id)
         forgotten = None if recorded is None else short(recorded)
@@ -199,7 +209,8 @@ class PeerLinks:
                 f"group {self.config.id} {PEER_STARTING}",
                 Status.LINK_DOWN,
             )
-        if (problem := incarnations.admit(peer_id, hello.incarnation)) is not None:
+        linked = link.channel is not None
+        if (problem := incarnations.admit(peer_id, hello.incarnation, linked=linked)) is not None:
             # Each set of journals its own line: a stray process on other journals
             # and a rebuilt group dialing at once are two things to act on.
             kind = f"journals {hello.incarnation.hex()}" if hello.incarnation else "no journals"

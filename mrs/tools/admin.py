@@ -58,6 +58,22 @@ TABLE_COLUMNS = 80
 """Width the tables are laid out for, whatever the terminal says."""
 
 
+def _add_reset_link(actions: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`mrs admin reset-link PEER [--force]` (mrs.server.links `PeerLinks.reset`)."""
+    reset = actions.add_parser(
+        "reset-link",
+        help="accept a peer group's new journals on its link (after the peer was rebuilt)",
+    )
+    reset.add_argument("peer", type=group_id, help="the peer group's id")
+    reset.add_argument(
+        "--force",
+        action="store_true",
+        help="reset although the group has not refused the peer's link for its journals "
+        "(a peer merely stopped may then have its resends stored twice)",
+    )
+    return reset
+
+
 def add_admin_parser(commands: argparse._SubParsersAction) -> None:
     admin = commands.add_parser(
         "admin",
@@ -106,11 +122,7 @@ def add_admin_parser(commands: argparse._SubParsersAction) -> None:
             help=f"only this correlation id (hex, at most {CORRELATION_ID_BYTES_MAX} bytes)",
         )
         selective.add_argument("--contains", metavar="TEXT", help="only bodies holding TEXT")
-    reset = actions.add_parser(
-        "reset-link",
-        help="accept a peer group's new journals on its link (after the peer was rebuilt)",
-    )
-    reset.add_argument("peer", type=group_id, help="the peer group's id")
+    reset = _add_reset_link(actions)
     connections = actions.add_parser("connections", help="the group's client connections")
     journal = actions.add_parser("journal", help="the group's admin journal: who did what")
     journal.add_argument(
@@ -356,7 +368,8 @@ async def _act(client: Any, args: argparse.Namespace) -> int:
             "grant", principal=args.principal, **({"none": True} if args.none else grants)
         )
     elif command == "reset-link":
-        result = await client.admin("reset_link", peer=args.peer)
+        forced = {"force": True} if args.force else {}  # an earlier group knows no force
+        result = await client.admin("reset_link", peer=args.peer, **forced)
     elif command == "connections":
         result = await client.admin("connections")
     else:

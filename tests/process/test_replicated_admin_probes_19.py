@@ -99,8 +99,8 @@ async def _store_from_peer_then_stop(config: Path, nyc: GroupProcess) -> None:
 
 def _reset_link(config: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "mrs", "admin", "reset-link", "1", "--config", str(config)]
-        + ["--group", "2"],
+        [sys.executable, "-m", "mrs", "admin", "reset-link", "1", "--force"]
+        + ["--config", str(config), "--group", "2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -143,7 +143,8 @@ def test_reset_link_is_answered_only_once_a_majority_holds_it(etcd, tmp_path) ->
         assert command.returncode == 1, out
         assert len(err.strip().splitlines()) == 1 and "may or may not be done" in err, err
 
-        again = run_mrs("admin", "reset-link", "1", "--config", str(config), "--group", "2")
+        where = ("--config", str(config), "--group", "2")
+        again = run_mrs("admin", "reset-link", "1", "--force", *where)
         assert again.returncode == 0, again.stderr
         assert "journals" in again.stdout and "forgotten" in again.stdout, again.stdout
         instances[second].kill()  # right after the answer
