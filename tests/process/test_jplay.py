@@ -435,7 +435,7 @@ def test_every_documented_command_is_valid(tmp_path) -> None:
     assert len(commands) >= 15
     for argv in commands:
         args = parser.parse_args(argv)
-        journal = Journal(args.journal)
+        journal = Journal(args.journal or "saf")  # `dump --client-saf DIR` alone: its SAF
         filter_from_args(args, journal, bus_config, 1, time.time_ns())
         if argv[0] == "jplay":
             assert args.journal in ("pcj", "dlj")

@@ -14,6 +14,7 @@ SIGHUP), with the summary; re-run to resume.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -148,7 +149,14 @@ def _prepare(args: argparse.Namespace):
     _refuse_empty(args)
     where = locate(args)
     bus = where.bus
-    selection = filter_from_args(args, journal, bus, where.group_id, time.time_ns())
+    started_ns = time.time_ns()
+    selection = filter_from_args(args, journal, bus, where.group_id, started_ns)
+    selects_all = selection.selects_all
+    if selection.time_max_ns is None:
+        # What the journal held when the run began. Why: without --until, a replay of
+        # a live PCJ read on into the confirms made while it ran: new traffic re-sent
+        # to --to, and a run that a PCJ growing faster than --rate never let end.
+        selection = dataclasses.replace(selection, time_max_ns=started_ns)
     try:
         delivery = DeliveryMode[args.delivery.upper()]
     except KeyError:
@@ -195,6 +203,7 @@ def _prepare(args: argparse.Namespace):
         remove=args.remove,
         dry_run=args.dry_run,
         json=args.json,
+        selects_all=selects_all,
     )
 
     def target_of(record: Record) -> str:
@@ -451,7 +460,7 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
         options.to,
         in_doubt=tally.in_doubt > 0,
         again_done=options.again and tally.ok and not planner.cut_by_limit,
-        covered_all=selection.selects_all and selection.limit is None and not tally.stopped,
+        covered_all=options.selects_all and selection.limit is None and not tally.stopped,
     )
     if tally.stopped:
         tally.not_attempted += planner.count_rest()

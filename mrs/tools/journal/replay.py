@@ -91,6 +91,10 @@ class Options:
     remove: bool
     dry_run: bool
     json: bool
+    selects_all: bool = True
+    """No criterion the operator gave (the end at the run's start aside): the run
+    covers every record the journal held when it began, so it settles a scope an
+    earlier run left in doubt (`Ledger.scope_settled`)."""
 
 
 @dataclass(slots=True)
