@@ -535,6 +535,9 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
     while True:
         try:
             result = await client.admin(action, **args)
+        except KeyboardInterrupt:
+            _say_interrupted(action, total)
+            raise
         except MrsError as error:
             if not total:
                 raise
@@ -557,6 +560,19 @@ async def _repeat(client: Any, action: str, args: dict) -> dict:
         finished = _taken(total)
         if result.get("left", 0) == 0 or done == 0 or finished >= asked:
             return total
+
+
+def _say_interrupted(action: str, total: dict) -> None:
+    """Ctrl-C during a purge or move: what the answered requests did, and that the
+    one under way may be done or not (each message is one transaction, so never
+    half). Why: it ended with 130 and nothing said, and the operator could not tell
+    how much of the queue had gone."""
+    done = f"done before that: {_summary(action, total)}" if total else "nothing answered yet"
+    print(
+        f"mrs: admin: {action} interrupted; {done}; the request under way may be done or "
+        "not (`mrs admin journal` says)",
+        file=sys.stderr,
+    )
 
 
 _TAKEN_KEYS = ("dead_lettered", "discarded", "memory_discarded", "moved")
