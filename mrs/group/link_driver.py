@@ -429,7 +429,7 @@ async def serve_link(
     try:
         why = await _receive_link_events(link, channel, liveness)
     except wire.ProtocolError as error:
-        link.ending(channel, f"{name} down: protocol error: {error}")
+        link.ending(channel, protocol_down_line(name, error))
         with contextlib.suppress(wire.ProtocolError):
             channel.send(wire.Fatal(int(error.status), str(error)))
         with trio.move_on_after(1):
@@ -440,6 +440,15 @@ async def serve_link(
     else:
         link.ending(channel, f"{name} down: {why}")
     tasks.cancel_scope.cancel()
+
+
+def protocol_down_line(name: str, error: wire.ProtocolError) -> str:
+    """Why a link ended on a ProtocolError. A frame cut short by the connection's end
+    is a cut (a network cut, a peer killed mid-send), said as one: it read "protocol
+    error: connection closed mid-frame", which sent the operator after a peer's bug."""
+    if str(error).startswith(wire.MID_FRAME):
+        return f"{name} down: connection cut mid-frame (a network cut, or the peer stopped)"
+    return f"{name} down: protocol error: {error}"
 
 
 async def _send_loop(link: PeerLink, channel: GroupChannel, name: str) -> None:

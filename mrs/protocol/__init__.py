@@ -66,6 +66,7 @@ from mrs.protocol.checks import FRAME_BYTES_MAX_DEFAULT, PROTOCOL_VERSION
 from mrs.protocol.connection import (
     CLIENT,
     CLOSED,
+    MID_FRAME,
     NEED_DATA,
     OPEN,
     SERVER,
@@ -143,6 +144,7 @@ __all__ = [
     "CLOSED",
     "FRAME_BYTES_MAX_DEFAULT",
     "HEARTBEAT_EVENTS",
+    "MID_FRAME",
     "LINK_EVENTS",
     "NOTICES",
     "NEED_DATA",

@@ -42,12 +42,16 @@ from mrs.protocol.states import (
     _Sentinel,
 )
 
-__all__ = ["CLIENT", "CLOSED", "NEED_DATA", "OPEN", "SERVER", "START", "Connection"]
+__all__ = ["CLIENT", "CLOSED", "MID_FRAME", "NEED_DATA", "OPEN", "SERVER", "START", "Connection"]
 
 # Read per frame sent or received: a bound method's alias saves ~14 ns per call once
 # compiled; plain imported names are read directly (benchmarks/README.md, "Final aliases").
 _UNPACK_HEADER: Final = _HEADER.unpack_from
 _PACK_HEADER_INTO: Final = _HEADER.pack_into
+
+MID_FRAME = "connection closed mid-frame"
+"""A ProtocolError's words for a connection that ended inside a frame (a cut, or a
+peer killed mid-send): links say it as a cut (mrs.group.link_driver)."""
 
 
 class Connection:
@@ -272,7 +276,7 @@ class Connection:
         if self._eof:
             if pos == len(self._buf):
                 return CLOSED
-            self._fail("connection closed mid-frame")
+            self._fail(MID_FRAME)
         return NEED_DATA
 
     def events(self) -> list[Event]:
@@ -294,7 +298,7 @@ class Connection:
             return out
         pos = self._decode_all(self._buf, self._pos, len(self._buf), out)
         if self._eof and not self._closed and pos != len(self._buf):
-            self._fail("connection closed mid-frame")
+            self._fail(MID_FRAME)
         return out  # the peer closed after whole frames: CLOSED comes next
 
     def _decode_all(
