@@ -45,7 +45,16 @@ from mrs.limits import (
     QUEUE_ID_MAX,
     QUEUE_ID_MIN,
 )
-from mrs.model import Address, DeliveryMode, Notification, Psb, Status, Uma, status_of
+from mrs.model import (
+    POSSIBLE_DUPLICATE_HEADER,
+    Address,
+    DeliveryMode,
+    Notification,
+    Psb,
+    Status,
+    Uma,
+    status_of,
+)
 
 if TYPE_CHECKING:
     from clients.link import _Link
@@ -63,6 +72,7 @@ _DRAIN_HEADERS_ROOM_BYTES = len(
             wire.REPLY_WHEN_STORED_HEADER: True,
             CLIENT_SAF_SEQ_HEADER: (1 << 64) - 1,
             wire.CLIENT_SAF_BACKLOG_HEADER: (1 << 64) - 1,
+            POSSIBLE_DUPLICATE_HEADER: True,
         }
     )
 )
@@ -157,6 +167,9 @@ class SafDrain:
         """Set when refused records went back into the journal (`redriven`)."""
         self._refusals: _Refusals | None = None
         """The record last refused with a passing status (`_refused_again`)."""
+        self._other_queues: set[tuple[int, int]] = set()
+        """Queues (group, queue; 0, 0 when not known) records were journaled from
+        other than this client's, each logged once (`_from_another_queue`)."""
 
     async def put_journaled(self, request: wire.Put) -> Psb:
         """Journal a checked put locally (JOURNAL_ON); the drain sends it later.
@@ -377,6 +390,8 @@ class SafDrain:
         headers.setdefault(IDEMPOTENCY_HEADER, idempotency_key_for(key_id, record.seq))
         headers[wire.REPLY_WHEN_STORED_HEADER] = True
         headers[CLIENT_SAF_SEQ_HEADER] = record.seq
+        if self._from_another_queue(record):
+            headers[POSSIBLE_DUPLICATE_HEADER] = True
         headers[wire.CLIENT_SAF_BACKLOG_HEADER] = self._journal.count
         request = wire.Put(
             self._requests.next_id(),
@@ -413,6 +428,36 @@ class SafDrain:
         self._requests.pending[request.request_id] = pending
         self._requests.deadlines.add_after(wait_s, request.request_id, pending)
         self._requests.send(link, request)
+
+    def _from_another_queue(self, record: Record) -> bool:
+        """Whether `record` was journaled by a client attached to another queue than
+        this one: then it is sent marked a possible duplicate (POSSDUPL), logged once
+        per queue. Why: the group scopes idempotency keys by sender queue, so a record
+        the earlier client's drain had stored (killed before its delete committed) was
+        stored again under this queue's scope, and its receiver got it twice, the
+        second copy unmarked. A record whose queue is not known is compared by the
+        text the application attached with; a name against numbers counts as another
+        queue (a mark too many, never a copy unmarked)."""
+        queue = self._attachment.queue
+        if queue is None:
+            return False
+        if record.source_queue:
+            other = (record.source_group, record.source_queue) != (queue.group, queue.queue)
+        else:
+            attach = str(record.extra.get("attach") or "")
+            other = bool(attach) and attach != self._queue_text and attach != str(queue)
+        if other and (record.source_group, record.source_queue) not in self._other_queues:
+            self._other_queues.add((record.source_group, record.source_queue))
+            log.warning(
+                "client SAF record %d was journaled from queue %s, and this client is "
+                "attached to %s: the group cannot tell whether it stored it before (its "
+                "dedupe is per sender queue), so it is sent marked POSSDUPL, as are the "
+                "others from that queue",
+                record.seq,
+                record.extra.get("attach") or f"{record.source_group}.{record.source_queue}",
+                queue,
+            )
+        return other
 
     def _drain_answered(self, link: _Link, key: bytes, record: Record, result: object) -> None:
         local_seq = record.seq
