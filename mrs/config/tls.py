@@ -162,16 +162,28 @@ class TlsConfig:
 
     def expiry_notice(self, now: datetime.datetime | None = None) -> tuple[int, str] | None:
         """(log level, line) when this group's certificate or CA expires within
-        CERT_EXPIRY_WARN_S (WARNING) or has expired (ERROR), else None. Why: a
-        certificate that expired while the group ran made every new handshake fail
-        with INFO lines only, and nothing said so before the day came."""
+        CERT_EXPIRY_WARN_S or is not valid yet (WARNING) or has expired (ERROR), else
+        None. Why: a certificate that expired while the group ran made every new
+        handshake fail with INFO lines only, and nothing said so before the day came."""
         now = now or datetime.datetime.now(datetime.UTC)
         soon = now + datetime.timedelta(seconds=CERT_EXPIRY_WARN_S)
         for what, path in (("certificate", self.cert), ("CA certificate", self.ca)):
             try:
-                ends = x509.load_pem_x509_certificate(path.read_bytes()).not_valid_after_utc
+                cert = x509.load_pem_x509_certificate(path.read_bytes())
             except (OSError, ValueError):
                 continue  # a file being replaced: the next look reads it
+            ends, begins = cert.not_valid_after_utc, cert.not_valid_before_utc
+            if now < begins:
+                # Served all the same (a clock behind the CA's must not stop a group),
+                # but said: every peer with the right time refused it, and the group's
+                # only lines were INFO ones blaming the peer ("the peer refused our
+                # certificate"), one per link retry.
+                return logging.WARNING, (
+                    f"the {what} {path} is not valid until {begins:%Y-%m-%d %H:%M} UTC "
+                    f"(this machine's clock says {now:%Y-%m-%d %H:%M} UTC): clients and "
+                    "peers refuse it until then; check this machine's clock or the "
+                    "certificate's dates"
+                )
             when = f"{ends:%Y-%m-%d %H:%M} UTC"
             fix = "make new certificates (`mrs certs`, docs/security.md)"
             if now > ends:

@@ -75,6 +75,9 @@ class WebLogin:
     password: str | None = None
     """Kept only by the bus-wide page (mrs.tools.web_actions), which acts on each group
     over the client protocol as this principal; forgotten with the login."""
+    incarnation: str = ""
+    """The group page's: which addition of the principal logged in (mrs.security.creds
+    `Principal`); the login ends once it is removed, or removed and added again."""
 
 
 @dataclass
@@ -116,8 +119,20 @@ class WebAdmin:
     # -- sessions ---------------------------------------------------------------------
 
     def _current(self, request: Request) -> WebLogin | None:
+        """This console's login, if it holds. Under the group's [auth], one whose
+        principal was removed (or removed and added again: a leaked password's login
+        otherwise acted on with the new principal's grants) is ended here."""
         found = self._current_token(request)
-        return None if found is None else found[1]
+        if found is None:
+            return None
+        token, login = found
+        authority, name = self.authority, login.principal
+        if authority is not None and name is not None and authority.revoked(
+            name, login.incarnation
+        ):
+            del self.logins[token]
+            return None
+        return login
 
     def _current_token(self, request: Request) -> tuple[str, WebLogin] | None:
         """This console's login among the session cookie's tokens (the newest), and
@@ -210,6 +225,8 @@ class WebAdmin:
             await trio.sleep(WEB_LOGIN_FAILURE_DELAY_S)
             return json_answer(403, {"error": "wrong name or password"})
         login, cookie = self._start(name, request, self.kept_password(password))
+        if self.authority is not None and (known := self.authority.creds.get(name)):
+            login.incarnation = known.incarnation
         log.info("web login of %r from %s", name, request.peer)
         return json_answer(200, {"principal": name, "csrf": login.csrf}, (("Set-Cookie", cookie),))
 

@@ -217,6 +217,22 @@ class Authority:
         rounds = [p.verifier.iterations for p in creds.principals.values()]
         return scram.decoy_verifier(creds.decoy_secret(), name, rounds)
 
+    def revoked(self, name: str, incarnation: str) -> str | None:
+        """Why a connection that authenticated as `name` under `incarnation` (the
+        principal's then, `accept`) must end now: the principal is gone, or was
+        removed and added again since (another incarnation: the docs' way to cut off
+        a leaked password's live sessions, done back to back, reaches the group as
+        one change in which the name stays). None: it goes on (a rotation keeps it)."""
+        principal = self.creds.get(name)
+        if principal is None:
+            return f"principal {name!r} was removed from the credentials"
+        if principal.incarnation != incarnation:
+            return (
+                f"principal {name!r} was removed and added again since this connection "
+                "authenticated: connect again with its new password"
+            )
+        return None
+
     def permissions(self, name: str | None) -> Permissions:
         """Grants of a principal as of now (a removed principal has none)."""
         principal = self.creds.get(name) if name is not None else None
@@ -224,9 +240,11 @@ class Authority:
 
     # -- accepting ------------------------------------------------------------------
 
-    async def accept(self, stream: trio.abc.Stream) -> tuple[str, bytes]:
-        """Server half of the exchange: (principal name, bytes read past it), or
-        AuthFailed. The caller bounds the time and answers the failure."""
+    async def accept(self, stream: trio.abc.Stream) -> tuple[str, str, bytes]:
+        """Server half of the exchange: (principal name, the incarnation it proved,
+        bytes read past it), or AuthFailed. The caller bounds the time and answers
+        the failure. The incarnation is the one checked here: the file may reload
+        while the answer is sent."""
         self.reload_if_changed()
         reader = FrameReader(stream)
         first = await reader.frame()
@@ -265,7 +283,7 @@ class Authority:
                 self._link_salted, message + LINK_PROOF_SUFFIX
             )
         await stream.send_all(encode(answer))
-        return name, reader.rest()
+        return name, principal.incarnation, reader.rest()
 
     async def refuse(self, stream: trio.abc.Stream, failure: AuthFailed) -> None:
         """Answer a failed exchange in the form its client reads (best effort)."""

@@ -7,6 +7,7 @@
     iterations = 100000
     stored_key = "base64..."
     server_key = "base64..."
+    incarnation = "hex..."
     attach = ["1.10"]
     put = ["2.*"]
     confirm = ["1.10"]
@@ -45,7 +46,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}|group:[0-9]{1,5}")
 LINK_PREFIX = "group:"
 DECOY_KEY_BYTES = 32
 _VERIFIER_KEYS = ("salt", "iterations", "stored_key", "server_key")
-_KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin", "manage"))
+_KEYS = frozenset(_VERIFIER_KEYS + ("attach", "put", "confirm", "admin", "manage", "incarnation"))
+INCARNATION_BYTES = 8
+"""Random bytes of a principal's incarnation (written as hex)."""
 
 
 class CredsError(OperatorError):
@@ -76,6 +79,13 @@ class Principal:
     name: str
     verifier: scram.Verifier
     permissions: Permissions = NONE
+    incarnation: str = ""
+    """Random, made by `mrs creds add` (and add-group), kept by rotate and grant:
+    which addition of the name this is. A group ends the connections that
+    authenticated under another one (mrs.security.authority `revoked`). Why: `remove`
+    then `add` again, the docs' way to cut off a leaked password's live sessions,
+    run back to back (a script) was seen by the group as one change in which the
+    principal stayed: the leaked sessions went on. Empty in a file written before."""
 
 
 @dataclass(slots=True)
@@ -238,7 +248,10 @@ def _principal(path: Path, name: str, raw: object) -> Principal:
     perms = parse_permissions(raw)
     if isinstance(perms, str):
         raise CredsError(f"{where}: {perms}")
-    return Principal(name, verifier, perms)
+    incarnation = raw.get("incarnation", "")
+    if not isinstance(incarnation, str) or not re.fullmatch(r"[0-9a-f]{0,64}", incarnation):
+        raise CredsError(f"{where}: incarnation must be hex text (written by `mrs creds add`)")
+    return Principal(name, verifier, perms, incarnation)
 
 
 def render(creds: Credentials) -> str:
@@ -259,6 +272,8 @@ def render(creds: Credentials) -> str:
             f"stored_key = {json.dumps(_b64(verifier.stored_key))}",
             f"server_key = {json.dumps(_b64(verifier.server_key))}",
         ]
+        if principal.incarnation:
+            lines.append(f"incarnation = {json.dumps(principal.incarnation)}")
         for kind, values in principal.permissions.as_dict().items():
             lines.append(f"{kind} = {json.dumps(values)}")
     return "\n".join(lines) + "\n"
@@ -296,7 +311,9 @@ def add(
         raise CredsError(problem)
     if name in creds.principals:
         raise CredsError(f"principal {name!r} exists: use `mrs creds rotate` or `grant`")
-    creds.principals[name] = Principal(name, scram.make_verifier(password, iterations), permissions)
+    verifier = scram.make_verifier(password, iterations)
+    incarnation = secrets.token_hex(INCARNATION_BYTES)
+    creds.principals[name] = Principal(name, verifier, permissions, incarnation)
 
 
 def rotate(
@@ -339,11 +356,26 @@ def read_secret(path: Path, kind: SecretFile) -> str:
         # Not the decoder's text: it quotes bytes of the file, which is a secret.
         # Before, a binary file (a half copy, the wrong file) escaped as
         # UnicodeDecodeError: a running group reloading its link secret stopped.
-        text = _read_text(path, kind).strip()
+        text = _read_text(path, kind)
     except OSError as error:
         raise CredsError(f"{kind.what} {path}: {error.strerror or error}") from None
+    return secret_text(text, f"{kind.what} {path}", kind.hint)
+
+
+def secret_text(text: str, where: str, hint: str = PASSWORD_FILE.hint) -> str:
+    """The password `text` holds (a file's or stdin's): stripped of surrounding
+    whitespace, and one line. Why one line: a file of two (a name above the password,
+    a comment, two passwords) was taken whole, newline inside, by
+    `ClientCredentials.from_file` and `mrs creds --password-file`, while
+    `--password-stdin` took its first line: the password registered one way never
+    logged in the other, and the group said only NOTAUTHORIZED. Refused in one
+    line that quotes none of it (`where` names the file or stdin)."""
+    text = text.strip()
     if not text:
-        raise CredsError(f"{kind.what} {path} is empty")
+        raise CredsError(f"{where} is empty")
+    if "\n" in text or "\r" in text:
+        lines = len(text.splitlines())
+        raise CredsError(f"{where} holds {lines} lines, not one password: {hint}")
     return text
 
 

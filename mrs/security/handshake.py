@@ -86,7 +86,8 @@ class ClientCredentials:
         """`name` with the password kept in the file at `path`, read as `mrs creds
         --password-file` reads it (surrounding whitespace and the final newline
         stripped), so the password an editor or `echo` saved is the one registered.
-        An unreadable or empty file raises CredsError, one line naming the file."""
+        An unreadable or empty file, or one of more lines than the password's,
+        raises CredsError, one line naming the file."""
         from mrs.security.creds import PASSWORD_FILE, read_secret
 
         return cls(name, read_secret(Path(path), PASSWORD_FILE))

@@ -56,7 +56,7 @@ async def admit(authority: Authority, session, deadline_s: float, refusals) -> b
     failure: AuthFailed | None = None
     with trio.move_on_after(deadline_s) as scope:
         try:
-            name, rest = await authority.accept(session.stream)
+            name, incarnation, rest = await authority.accept(session.stream)
         except AuthFailed as failed:
             failure = failed
         except _CONNECTION_ERRORS:
@@ -83,6 +83,7 @@ async def admit(authority: Authority, session, deadline_s: float, refusals) -> b
                 await authority.refuse(session.stream, failure)
         return False
     session.principal = name
+    session.principal_incarnation = incarnation
     log.info("connection from %s authenticated as %r", session.peer, name)
     if rest:
         session.connection.receive_data(rest)

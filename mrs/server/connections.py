@@ -142,10 +142,11 @@ class Connections:
             authority.reload_if_changed()
 
     def credentials_reloaded(self) -> None:
-        """The credentials changed: a principal no longer in them loses its
-        connections at once (its parked gets with them, its unconfirmed messages go
-        back to the queue as a detach does), and a get no longer granted is answered
-        NOTAUTHORIZED rather than left parked to receive the next message."""
+        """The credentials changed: a principal no longer in them (or removed and
+        added again since a connection authenticated) loses its connections at once
+        (its parked gets with them, its unconfirmed messages go back to the queue as
+        a detach does), and a get no longer granted is answered NOTAUTHORIZED rather
+        than left parked to receive the next message."""
         authority, group = self.authority, self.group
         if authority is None or self.gate is None:
             return
@@ -153,8 +154,8 @@ class Connections:
             name = session.principal
             if name is None or session.revoked is not None:
                 continue
-            if authority.creds.get(name) is None:
-                self._revoke(session, f"principal {name!r} was removed from the credentials")
+            if (why := authority.revoked(name, session.principal_incarnation)) is not None:
+                self._revoke(session, why)
             elif session.attached is not None and (problem := self.gate.get_problem(session)):
                 refused = group.refuse_parked_gets(
                     session, Status.NOTAUTHORIZED, f"{name}: {problem}"

@@ -61,6 +61,9 @@ class ServerSession(GroupChannel):
     """When it connected (monotonic): its age in `mrs admin connections`."""
     principal: str | None = None
     """Who authenticated on this connection (mrs.security), None with auth off."""
+    principal_incarnation: str = ""
+    """Which addition of that principal it proved (mrs.security.creds `Principal`):
+    one removed and added again since ends it (`Authority.revoked`)."""
     tasks: trio.Nursery | None = None
     """The connection's nursery once its loops run: where a revocation starts the
     task that closes it (mrs.server.connections)."""

@@ -250,7 +250,12 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
         if isinstance(inner, CommandError):
             return str(inner), inner.exit_code
     for inner in errors:
-        if isinstance(inner, DataDirError | CredsError):
+        if isinstance(inner, CredsError):
+            # The file or the name given must change, as `mrs serve` says of the same
+            # file (exit 2): `mrs creds grant group:1` exited 1 where `rotate group:1`
+            # exited 2, an empty --password-file 1 where an empty stdin gave 2.
+            return str(inner), EXIT_USAGE
+        if isinstance(inner, DataDirError):
             return str(inner), EXIT_RUNTIME
     for inner in errors:
         if isinstance(inner, OSError) and inner.errno is not None:

@@ -18,6 +18,7 @@ import getpass
 import sys
 from pathlib import Path
 
+from mrs.limits import CREDENTIALS_FILE_BYTES_MAX
 from mrs.offline.journal_files import operator_path
 from mrs.security import creds as store
 from mrs.security import scram
@@ -135,10 +136,7 @@ def _password(args: argparse.Namespace) -> str:
     if args.password_file is not None:
         return store.read_secret(args.password_file, store.PASSWORD_FILE)
     if args.password_stdin:
-        text = sys.stdin.readline().strip()
-        if not text:
-            raise CommandError("no password on stdin", EXIT_USAGE)
-        return text
+        return _stdin_password()
     if args.generate:
         return store.generate_password()  # printed once saved (`_saved`)
     if not sys.stdin.isatty():
@@ -148,7 +146,30 @@ def _password(args: argparse.Namespace) -> str:
     first = getpass.getpass("password: ")
     if not first or first != getpass.getpass("again: "):
         raise CommandError("passwords empty or not the same", EXIT_USAGE)
+    if first != first.strip():
+        # A password file and --password-stdin are stripped: this one could be
+        # given to no tool (MRS_AUTH_PASSWORD_FILE) or application (from_file).
+        raise CommandError(
+            "a password that begins or ends with a space: a password file is read "
+            "stripped, so it could never log in from one; type it without",
+            EXIT_USAGE,
+        )
     return first
+
+
+def _stdin_password() -> str:
+    """The password on stdin, read as a password file is (`store.secret_text`): all
+    of a pipe or a redirected file, so `--password-stdin < app.pw` registers what
+    `--password-file app.pw` and `ClientCredentials.from_file` read (it took the
+    first line of a two-line file, which the others took whole); one line typed at a
+    terminal."""
+    bound = CREDENTIALS_FILE_BYTES_MAX  # as a password file's: /dev/zero must end
+    text = sys.stdin.readline(bound) if sys.stdin.isatty() else sys.stdin.read(bound + 1)
+    if len(text) > bound:
+        raise CommandError(f"stdin holds more than {bound >> 20} MiB: no password", EXIT_USAGE)
+    if not text.strip():
+        raise CommandError("no password on stdin", EXIT_USAGE)
+    return store.secret_text(text, "the password on stdin")
 
 
 def _grants(args: argparse.Namespace) -> Permissions:

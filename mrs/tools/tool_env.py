@@ -28,18 +28,27 @@ def tool_credentials_from_env(environ) -> None:
     if not name:
         return
     from clients.auth import ClientCredentials, set_default
+    from mrs.security.creds import CredsError, name_problem
 
+    if (problem := name_problem(name)) is not None:
+        raise CommandError(f"MRS_AUTH_NAME: {problem}", EXIT_USAGE)
     password_file = environ.get("MRS_AUTH_PASSWORD_FILE")
-    if password_file:
-        set_default(ClientCredentials.from_file(name, password_file))
-        return
     password = environ.get("MRS_AUTH_PASSWORD")
-    if not password:
+    if not password_file and not password:
         raise CommandError(
             "MRS_AUTH_NAME is set: set MRS_AUTH_PASSWORD_FILE (or MRS_AUTH_PASSWORD) too",
             EXIT_USAGE,
         )
-    set_default(ClientCredentials(name, password))
+    try:
+        if password_file:
+            set_default(ClientCredentials.from_file(name, password_file))
+        else:
+            set_default(ClientCredentials(name, password))
+    except CredsError as error:
+        # Name the variable, as MRS_TLS_* refusals do: the line said "password file
+        # op.pw: No such file or directory" (exit 1) and no command named that file.
+        variable = "MRS_AUTH_PASSWORD_FILE" if password_file else "MRS_AUTH_PASSWORD"
+        raise CommandError(f"{variable}: {error}", EXIT_USAGE) from None
 
 
 def tool_tls_from_env(environ) -> None:
