@@ -98,9 +98,16 @@ class RefusalLog:
         the process stops. Why: `flush` waits until a key's line is `every_s` old,
         so a burst in the last seconds before a stop was told by one line and its
         count was lost (a flood that hit a server just before it was restarted)."""
+        self.flush_now("; logged as the server stops")
+
+    def flush_now(self, when: str) -> None:
+        """Log the hits not shown of every key now, each count followed by `when`
+        (why now). Why: a count logged later, by `flush`, came after the line of
+        the state that ended the hits: a link's failed redials, counted while it
+        was down, were logged 10 s after its "up" line, as if it failed again."""
         for key, (logged_s, suppressed, line, latest) in list(self._last.items()):
             if suppressed:
-                shown = self._log_latest(line, suppressed, latest, "; logged as the server stops")
+                shown = self._log_latest(line, suppressed, latest, when)
                 self._last[key] = (logged_s, 0, shown, latest)
 
     def _log_latest(

@@ -126,6 +126,7 @@ async def dial_forever(
                     channel, link.peer_id, group_id, incarnations, said, term, welcome_term
                 )
                 answered, up_s = True, trio.current_time()
+                redials.retries.flush_now(", before the link came up")  # not after its line
                 redials.earlier = False  # a peer upgraded since is told the incarnation
                 redials.termless = redials.termless_welcome = False  # and the terms
                 redials.down_since_s = None

@@ -235,4 +235,7 @@ def _queue_status(queue: TargetQueue, guards: Guards) -> dict:
     }
     if (over := over_bound(queue, guards)) is not None:  # only while over: a note, not a column
         status["over_bound"] = over
+    if queue.unconfirmed and len(queue.unconfirmed) >= queue.unconfirmed_max:
+        # Only while at it: a consumer that stopped confirming shows on its queue's row.
+        status["at_unconfirmed_max"] = queue.unconfirmed_max
     return status

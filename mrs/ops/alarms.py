@@ -59,7 +59,7 @@ class Alarm:
         }
 
 
-def _high(limit: int) -> int:
+def alarm_threshold(limit: int) -> int:
     """Where the alarm starts: never under ALARM_USE_HIGH of the limit (rounded up)."""
     return math.ceil(limit * ALARM_USE_HIGH)
 
@@ -80,7 +80,7 @@ def _size(count: int) -> str:
 def count_alarm(kind: str, subject: str, count: int, limit: int, what: str) -> Alarm | None:
     """`count` records (or messages) against the configured `limit` (e.g. the DQF's
     records against dqf_messages_max); None while under ALARM_USE_HIGH of it."""
-    threshold = _high(limit)
+    threshold = alarm_threshold(limit)
     if limit <= 0 or count < threshold:
         return None
     words = (
@@ -93,7 +93,7 @@ def count_alarm(kind: str, subject: str, count: int, limit: int, what: str) -> A
 def memory_alarm(queue: str, held_bytes: int, bytes_max: int) -> Alarm | None:
     """Bodies of nonrecoverable messages waiting in one queue's memory against the
     queue_bytes_max guard (mrs.group.memory_quota refuses EXCEEDQUOTA past it)."""
-    threshold = _high(bytes_max)
+    threshold = alarm_threshold(bytes_max)
     if bytes_max <= 0 or held_bytes < threshold:
         return None
     words = (
@@ -107,7 +107,7 @@ def memory_alarm(queue: str, held_bytes: int, bytes_max: int) -> Alarm | None:
 def connection_alarm(peer: str, held_bytes: int, bytes_max: int) -> Alarm | None:
     """Bodies one connection has waiting in the group's memory queues against the
     connection_bytes_max guard (its next nonrecoverable put is refused past it)."""
-    threshold = _high(bytes_max)
+    threshold = alarm_threshold(bytes_max)
     if bytes_max <= 0 or held_bytes < threshold:
         return None
     words = (
@@ -122,7 +122,7 @@ def journal_alarm(used_bytes: int, cap_bytes: int, reserve_bytes: int) -> Alarm 
     """The journal's LMDB map in use against where new recoverable messages stop:
     journal_bytes_max less the reserve kept for deliveries, confirms and deletes."""
     limit = cap_bytes - reserve_bytes
-    threshold = _high(limit)
+    threshold = alarm_threshold(limit)
     if limit <= 0 or used_bytes < threshold:
         return None
     words = (

@@ -23,6 +23,7 @@ from mrs.config.addresses import host_port
 from mrs.core.refusals import RefusalLog
 from mrs.limits import JOURNAL_CHECK_INTERVAL_S, PCJ_ARCHIVE_RUNS_KEPT_MAX, SLOW_COMMIT_S
 from mrs.ops.alarms import disk_numbers, group_alarms
+from mrs.ops.bound_log import BoundLog
 from mrs.ops.queue_rates import QueueCounts
 from mrs.storage.journal_usage import UsageWatch
 
@@ -204,7 +205,8 @@ class GroupOps:
             await nursery.start(functools.partial(serve_group_web, listeners=held), self)
 
     async def run(self) -> None:
-        """Journal checks every second, and the PCJ's archive when it is on."""
+        """Journal checks every second (its usage, and the DQF, SAF and DLJ against
+        their bounds: mrs.ops.bound_log), and the PCJ's archive when it is on."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             ops = self.server.config.ops
@@ -212,8 +214,11 @@ class GroupOps:
                 from mrs.ops.pcj_retention import archive_forever
 
                 nursery.start_soon(archive_forever, self)
+            bounds = BoundLog(self.server.config.id)
             while self.watch is not None:
-                self.watch.check()
+                usage = self.watch.check()
+                if self.server.group is not None:
+                    bounds.check(self.server.group, usage.records)
                 await trio.sleep(JOURNAL_CHECK_INTERVAL_S)
 
     def start_pcj_archive(self, until_ns: int, closed_only: bool) -> str:

@@ -335,6 +335,9 @@ def _link_row(label: str, peer_label: str, link: dict) -> list:
 
 def _queue_row(address: str, queue: dict) -> list:
     more = {k: v for k, v in queue.items() if k not in _QUEUE_KEYS_SHOWN}
+    notes = []
+    if at_max := more.pop("at_unconfirmed_max", None):
+        notes.append(unconfirmed_max_note(at_max))
     return [
         address,
         str(queue.get("name", "")),
@@ -342,8 +345,18 @@ def _queue_row(address: str, queue: dict) -> list:
         str(queue.get("dqf_depth", "-")),
         str(queue.get("unconfirmed", "-")),
         "yes" if queue.get("attached") else "no",
-        "; ".join(_described(more)),
+        "; ".join(notes + _described(more)),
     ]
+
+
+def unconfirmed_max_note(unconfirmed_max: object) -> str:
+    """The note of a queue whose receivers hold its unconfirmed_max. Why: a consumer
+    that stopped confirming showed only as an Unconfirmed count no row compared
+    with anything, while its gets were refused and the queue, then the DQF, filled."""
+    return (
+        f"at its unconfirmed_max ({unconfirmed_max}): gets refused EXCMAXUNCONF until its "
+        "receivers confirm (`mrs admin connections` names them)"
+    )
 
 
 def _described(fields: dict) -> list[str]:
