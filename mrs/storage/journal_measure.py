@@ -29,13 +29,6 @@ def pages_in_use_bytes(store) -> int:
     return pages * stat["psize"]
 
 
-def commit_number(store) -> int | None:
-    """The number of the journal's last commit (`JournalStore.log_number`), or None
-    for a stand-in that has none: the journal reserve keeps counting what it accepted
-    since that commit, which the pages it measures do not hold yet."""
-    return getattr(store, "log_number", None)
-
-
 def disk_free_bytes(path) -> int:
     stats = os.statvfs(path)
     return stats.f_bavail * stats.f_frsize
