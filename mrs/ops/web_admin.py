@@ -216,8 +216,11 @@ class WebAdmin:
             f"the password check took over {HTTP_REQUEST_DEADLINE_S:.0f} s "
             "(other logins, or groups slow to answer): try again"
         )
+        incarnation = self._incarnation(name)
         with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):  # no login holds a slot longer
             checked = await self.password_ok(name, password)
+        if checked is True and self._incarnation(name) != incarnation:
+            checked = "the credentials changed while the password was checked: log in again"
         if isinstance(checked, str):
             return json_answer(503, {"error": checked})
         if not checked:
@@ -225,10 +228,17 @@ class WebAdmin:
             await trio.sleep(WEB_LOGIN_FAILURE_DELAY_S)
             return json_answer(403, {"error": "wrong name or password"})
         login, cookie = self._start(name, request, self.kept_password(password))
-        if self.authority is not None and (known := self.authority.creds.get(name)):
-            login.incarnation = known.incarnation
+        login.incarnation = incarnation
         log.info("web login of %r from %s", name, request.peer)
         return json_answer(200, {"principal": name, "csrf": login.csrf}, (("Set-Cookie", cookie),))
+
+    def _incarnation(self, name: str) -> str:
+        """Which addition of principal `name` is in force ("" for none, or without
+        [auth]). Read before and after a login's password check. Why: the check runs
+        off the event loop, and a `remove` + `add` read meanwhile gave the login made
+        with the leaked password the new addition's incarnation: it never ended."""
+        known = None if self.authority is None else self.authority.creds.get(name)
+        return "" if known is None else known.incarnation
 
     async def logout(self, request: Request) -> Response:
         login = self._current(request)  # (the bus page forgets expired logins here)

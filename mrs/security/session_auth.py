@@ -63,6 +63,13 @@ async def admit(authority: Authority, session, deadline_s: float, refusals) -> b
             return False
     if scope.cancelled_caught:
         failure = AuthFailed(Status.TIMEOUT, f"no authentication within {deadline_s:g} s")
+    elif failure is None and (why := authority.revoked(name, incarnation)) is not None:
+        # The credentials were reloaded while the exchange ran (the client's proof on
+        # its way, the answer being sent), and a session without its principal yet is
+        # not one `credentials_reloaded` ends: the leaked password's login went on
+        # under the old incarnation. Checked here, with no await before the principal
+        # is set below, so any later reload sees this session.
+        failure = AuthFailed(Status.NOTAUTHORIZED, why, protocol_answer=True)
     if failure is not None:
         refusals.refused(
             "auth",

@@ -677,11 +677,11 @@ def _short(args: dict, result: dict) -> str:
 def _summary(command: str, result: dict) -> str:
     if command == "set-limits":
         was = result.get("was", {})
-        shown = []
+        limits = []
         for key in ("messages_max", "unconfirmed_max"):
             now, before = result[key], was.get(key, result[key])
-            shown.append(f"{key}={now}" + (f" (was {before})" if before != now else ""))
-        return f"{result['queue']}: {' '.join(shown)} (now and in the config file)"
+            limits.append(f"{key}={now}" + (f" (was {before})" if before != now else ""))
+        return f"{result['queue']}: {' '.join(limits)} (now and in the config file)"
     if command == "grant":
         shown = ", ".join(f"{k}={v}" for k, v in result.items() if k != "principal" and v)
         return f"grants of {result['principal']} replaced: {shown or 'none'}"

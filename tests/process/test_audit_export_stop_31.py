@@ -58,8 +58,8 @@ def _exported_seqs(out: Path) -> list[int]:
 
 
 def test_a_stopped_export_leaves_the_previous_one_whole_and_the_next_replaces_it(
-    spark,
-    tmp_path: Path,  # noqa: F811
+    spark,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """Before: Spark wrote into --out itself, the PCJ then the DLJ, so a stop in
     between left the new run's `pcj/` beside the previous run's `dlj/`."""
