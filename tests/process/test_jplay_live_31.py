@@ -24,6 +24,11 @@ async def test_a_replay_without_until_stops_at_its_start(replay_bus) -> None:
     code, summary, err = await jplay(bus, "pcj", "--dry-run", "--json", "--to", "RESTORE")
     assert code == 0, err
     assert summary["would_send"] == 3, summary
+    code, summary, err = await jplay(bus, "pcj", "--json", "--to", "RESTORE")
+    assert code == 0 and summary["sent"] == 3, (err, summary)
+    assert summary["later"] == 1, summary  # said, not silently left (a clock ahead, too)
+    code, text, err = await jplay(bus, "pcj", "--to", "RESTORE")
+    assert code == 0 and "left 1 dated after the run began" in err + text, (err, text)
     code, summary, err = await jplay(
         bus, "pcj", "--dry-run", "--json", "--to", "RESTORE", "--until", "2h"
     )

@@ -204,6 +204,7 @@ def _prepare(args: argparse.Namespace):
         dry_run=args.dry_run,
         json=args.json,
         selects_all=selects_all,
+        started_ns=None if args.until else started_ns,
     )
 
     def target_of(record: Record) -> str:
@@ -374,6 +375,7 @@ def _print_dry_run(options: Options, tally: Tally) -> None:
                     "would_remove": tally.removed,
                     "corrupt": tally.corrupt,
                     "copies": tally.copies,  # after the fields of the release before
+                    "later": tally.later,
                     "by_target": dict(tally.by_target),
                     "by_reason": dict(tally.by_reason),
                     "by_target_and_reason": [
@@ -533,6 +535,7 @@ def _print_summary(options: Options, tally: Tally) -> None:
                     "removed": tally.removed,
                     "corrupt": tally.corrupt,
                     "copies": tally.copies,  # after the fields of the release before
+                    "later": tally.later,
                     "statuses": dict(tally.statuses),
                     "failures": tally.failures,
                     "elapsed_s": round(tally.elapsed_s, 3),
@@ -554,6 +557,8 @@ def _print_summary(options: Options, tally: Tally) -> None:
         line += f" ({tally.in_doubt} in doubt: sent, no answer)"
     if tally.not_attempted:
         line += f", not attempted {tally.not_attempted}"
+    if tally.later:
+        line += f", left {tally.later} dated after the run began (the next run takes them)"
     if options.remove:
         line += f", removed {tally.removed} from the dlj"
     if tally.corrupt:

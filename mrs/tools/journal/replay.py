@@ -24,6 +24,7 @@ Why it is built this way (what an operator needs at 3 a.m.):
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter, deque
 from collections.abc import Callable
@@ -47,7 +48,7 @@ from mrs.group.transfer import PERMANENT_REFUSALS
 from mrs.model import POSSIBLE_DUPLICATE_HEADER, DeliveryMode, Status, Uma
 from mrs.offline.redrive_traces import handler_attempt_key
 from mrs.offline.selection import RecordFilter
-from mrs.storage.journal_scan import scan, seq_of_key
+from mrs.storage.journal_scan import record_time_ns, scan, seq_of_key
 from mrs.tools.journal.ledger import FAILED, PENDING, STORED, LedgerEntry, ReplayLedger
 from mrs.tools.journal.pacing import Pacer
 from mrs.tools.journal.render import status_name
@@ -95,6 +96,9 @@ class Options:
     """No criterion the operator gave (the end at the run's start aside): the run
     covers every record the journal held when it began, so it settles a scope an
     earlier run left in doubt (`Ledger.scope_settled`)."""
+    started_ns: int | None = None
+    """The run's start when it is also its selection's end (no --until): a record of
+    a later time is counted (`Tally.later`), not sent."""
 
 
 @dataclass(slots=True)
@@ -128,6 +132,10 @@ class Tally:
     not_attempted: int = 0
     removed: int = 0
     corrupt: int = 0
+    later: int = 0
+    """Records the selection would take but for their time, after the run's start
+    (`Options.started_ns`): a live group's newer records, or a clock ahead of this
+    host's. Said in the summary, so a run that looks complete says what it left."""
     statuses: Counter = field(default_factory=Counter)
     by_target: Counter = field(default_factory=Counter)
     by_reason: Counter = field(default_factory=Counter)
@@ -208,6 +216,7 @@ class Planner:
         at most, matched here. Read with the whole selection, a chunk went on until
         PLAN_CHUNK records matched: through millions when few do, in one call."""
         self._matches = None if selection.selects_all else selection.matches
+        self._later = _later_than_start(selection, options.started_ns)
         self._secret: bytes | None = None
 
     def next_chunk(self) -> list[Item]:
@@ -328,6 +337,8 @@ class Planner:
                 print(f"mrs jplay: {record} (seq {self.after_seq}); not replayed", file=sys.stderr)
                 continue
             if self._matches is not None and not self._matches(record):
+                if self._later is not None and self._later(record):
+                    self.tally.later += 1
                 continue
             records.append((key, record))
         if read < PLAN_CHUNK:
@@ -551,3 +562,18 @@ class Replayer:
                 in_doubt=False,
                 permanent=status in REFUSED_UNTIL_FIXED,
             )
+
+
+def _later_than_start(
+    selection: RecordFilter, started_ns: int | None
+) -> Callable[[Record], bool] | None:
+    """Whether a record the selection refuses is one it would take but for a time
+    after the run's start (None: the operator gave the end, --until)."""
+    if started_ns is None:
+        return None
+    unbounded = dataclasses.replace(selection, time_max_ns=None)
+
+    def later(record: Record) -> bool:
+        return record_time_ns(record) > started_ns and unbounded.matches(record)
+
+    return later
