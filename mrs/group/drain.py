@@ -74,6 +74,9 @@ class Drain:
     ack_waits: AckWaits | None = None
     """The AK_CONF MRS_ACKs this group owes (journaled): a SAF message dead-lettered
     on its way will never be confirmed, so its MRS_ACK is sent when it leaves the SAF."""
+    delete_failures: dict[int, int] = field(default_factory=dict)
+    """Per peer, the commits deleting drained SAF records that failed in a row: the
+    drain starts again only after a backoff (`_delete_failed`)."""
 
     def saf_batch(
         self, peer_id: int, after_key: bytes | None, count_max: int, bytes_max: int = 1 << 20
@@ -208,6 +211,7 @@ class Drain:
         def done(error: JournalError | None) -> None:
             peer.deleting.difference_update(keys)
             if error is None:
+                self.delete_failures.pop(peer.group_id, None)
                 ctx.counts.saf_removed(peer, deleted)
                 if peer.saf_keys.key_by_seq:  # keyed ones: a copy is answered as one
                     dead = {seq for seq, _ in settled or ()}
@@ -219,14 +223,33 @@ class Drain:
                     self._dead_lettered(peer, seq, cause)
             elif failed is not None:
                 failed(keys, error)
-            else:
-                log.error("could not delete %d drained SAF records: %s", deleted, error)
-            if peer.link is not None and error is not None:
-                peer.link.resend_saf()
+            if error is not None:
+                self._delete_failed(peer, deleted if failed is None else 0, error)
             elif peer.link is not None:
                 peer.link.poke()
 
         ctx.writer.submit(batch, done)
+
+    def _delete_failed(self, peer: PeerState, deleted: int, error: JournalError) -> None:
+        """A commit deleting drained SAF records failed: they stay in the SAF and the
+        drain starts again from its oldest record (the peer answers its copies STORED
+        again, so they are deleted in the end), after a backoff of 0.2 s doubling to
+        5 s while such commits fail in a row; `deleted` records (0: said elsewhere)
+        are logged at most once per interval. Why: the drain started again at once,
+        at the link's round-trip rate, with an ERROR line each time: a journal failing
+        its commits (a full map, EIO, ENOSPC) wrote 1,000 lines a second to the log,
+        with both groups busy resending and answering the same records."""
+        failures = self.delete_failures.get(peer.group_id, 0) + 1
+        self.delete_failures[peer.group_id] = failures
+        if deleted:
+            self.umas.failures.refused(
+                "saf-delete",
+                str(peer.group_id),
+                f"could not delete {deleted} SAF records group {peer.group_id} stored: "
+                f"{error}; they stay in the SAF and are drained again",
+            )
+        if peer.link is not None:
+            peer.link.resend_saf(min(LINK_RETRY_S_MAX, LINK_RETRY_S_MIN * 2 ** (failures - 1)))
 
     def _dead_lettered(self, peer: PeerState, seq: int, cause: Status) -> None:
         """A SAF message went to a DLQ instead of its target: a WF_CONF / AK_CONF

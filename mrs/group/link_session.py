@@ -252,10 +252,14 @@ class PeerLink:
             self._saf_unwritten.discard(key)
         self.wake()
 
-    def resend_saf(self) -> None:
+    def resend_saf(self, after_s: float = 0.0) -> None:
         """Drained records could not be deleted: drain again from the oldest record
-        (the peer answers its copies STORED again), so they are deleted in the end."""
+        (the peer answers its copies STORED again), so they are deleted in the end,
+        once `after_s` has passed (the drain's backoff while deletions fail)."""
         self.restart_drain()
+        if after_s > 0:
+            self.retry_until = max(self.retry_until, self.now_s() + after_s)
+            self.rooms.timers.call_later(after_s, self.poke)
         self.wake()
 
     def send_notices(

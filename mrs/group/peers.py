@@ -50,7 +50,10 @@ class LinkPort(Protocol):
         """That record's commit is answered (`committed`) or failed: drain it."""
         ...
 
-    def resend_saf(self) -> None: ...
+    def resend_saf(self, after_s: float = 0.0) -> None:
+        """Drained records could not be deleted: drain again from the oldest record,
+        once `after_s` has passed."""
+        ...
 
     def send_notices(
         self, notices: list[AnyNotice], answered: Callable[[], None] | None = None
