@@ -61,10 +61,11 @@ class Outbound:
     unlinked_saf: dict[int, int] = field(default_factory=dict)
     """SAF messages found at start-up for groups the config does not link: kept, sent
     once the link is back in the file (and both groups restarted); `mrs status` shows them."""
-    _alien_lines: RefusalLog = field(
+    _peer_lines: RefusalLog = field(
         default_factory=lambda: RefusalLog(log, line_format="{message}"), repr=False
     )
-    """Answers storing a message under a seq not its own (`_alien_stored_seq`)."""
+    """Peers' answers worth a line, at most one per 10 s each: a message stored under
+    a seq not its own (`_alien_stored_seq`), direct puts refused (`_peer_refused`)."""
 
     def recover(self) -> None:
         """Count each target group's SAF backlog and the notices still to send."""
@@ -370,6 +371,8 @@ class Outbound:
                 if status == LINK_LOST
                 else f"group {peer.group_id} answered {status}"
             )
+            if status < 0:
+                self._peer_refused(peer, cause)
             self.umas.undeliverable(entry, reply, cause, reason)
         elif stored_seq != entry.seq:  # a copy (same idempotency key) of one stored before
             peer.waiters.pop(entry.seq, None)
@@ -382,6 +385,19 @@ class Outbound:
             self._stored_by_peer(peer, entry, status, stored_seq)
             reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
 
+    def _peer_refused(self, peer: PeerState, cause: Status) -> None:
+        """A WARNING, at most once per 10 s per peer and status (the count of the rest
+        after it), that the peer refuses direct puts. Why: a full DQF there answered
+        every put DQF_FULL, each took its UMA here (708 went into this group's DLJ in
+        an incident drill), and this group's log said nothing of it."""
+        self._peer_lines.refused(
+            "peer_refused",
+            str(peer.group_id),
+            f"group {peer.group_id} refuses direct puts {cause.name}: each takes its "
+            f"UMA here (DLJ, DLQ, RTS, ...); `mrs status` of group {peer.group_id} says why",
+            key=("peer_refused", peer.group_id, int(cause)),
+        )
+
     def _alien_stored_seq(self, peer: PeerState, entry: Entry, stored_seq: int) -> int:
         """The seq to report for `entry`, which the peer answered stored under
         `stored_seq`, another seq, though it has no idempotency key: only a copy of a
@@ -390,7 +406,7 @@ class Outbound:
         taken for a copy's, the alien seq was the put's answer: the sender was told
         its message is seq 12345, which no group issued for it, and a WF_CONF put
         waited for that seq's confirm notice instead of its own."""
-        self._alien_lines.refused(
+        self._peer_lines.refused(
             "alien_stored_seq",
             str(peer.group_id),
             f"group {peer.group_id} answered message {entry.seq} stored under seq "
