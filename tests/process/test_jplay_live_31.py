@@ -33,3 +33,13 @@ async def test_a_replay_without_until_stops_at_its_start(replay_bus) -> None:
         bus, "pcj", "--dry-run", "--json", "--to", "RESTORE", "--until", "2h"
     )
     assert code == 0 and summary["would_send"] == 0, (err, summary)  # --until still rules
+
+
+async def test_a_refused_replay_says_its_record_stays(replay_bus) -> None:
+    """Before: "failed seq N -> 1.77: NO_DQF UMA DISC: DISC_SUCCESS", which read as
+    if the dead letter had been discarded; the UMA took the replay's copy."""
+    bus = replay_bus({Journal.DLJ: [record(0, target_queue=77, reason=-228)]})
+    code, summary, err = await jplay(bus, "dlj", "--json")
+    assert code == 1, err
+    (failure,) = summary["failures"]
+    assert failure["message"].endswith("(of the replay's copy; the record stays in the dlj)")

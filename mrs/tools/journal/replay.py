@@ -514,10 +514,13 @@ class Replayer:
                 options.journal, record.seq, FAILED, item.gen, status=status, target=item.target
             )
             uma = status_name(int(result.uma_status))
+            # Whose copy the UMA took: the replay's. Why said: "UMA DISC: DISC_SUCCESS"
+            # alone read as if the dead letter had been discarded.
+            kept = f"; the record stays in the {options.journal.value}"
             self.tally.fail(
                 item,
                 name,
-                f"UMA {options.uma.name}: {uma}",
+                f"UMA {options.uma.name}: {uma} (of the replay's copy{kept})",
                 in_doubt=False,
                 permanent=status in REFUSED_UNTIL_FIXED,
             )
