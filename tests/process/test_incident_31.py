@@ -5,7 +5,6 @@ says which queue's consumer stopped confirming; a link's log ends with its state
 from __future__ import annotations
 
 import re
-import textwrap
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from sim.ports import free_port
 from sim.processes import GroupProcess
 from tests.cli_helpers import run_mrs, status_json
 from tests.conftest import Bus
+from tests.process.test_config_change_23 import _two_group_bus
 
 LOG_WAIT_S = 20.0
 """The longest a line the group checks for once a second may take to appear."""
@@ -86,22 +86,6 @@ def test_a_consumer_that_stops_confirming_is_seen_and_the_full_dqf_said_once(
     assert bus.process.terminate() == 0
 
 
-def _linked_bus(listen: dict[int, int]) -> str:
-    return "\n".join(
-        textwrap.dedent(f"""\
-            [[group]]
-            id = {group_id}
-            name = "G{group_id}"
-            listen = "127.0.0.1:{listen[group_id]}"
-            data_dir = "g{group_id}"
-            [[group.queue]]
-            id = 10
-            name = "IN"
-            """)
-        for group_id in (1, 2)
-    ) + "\n[[link]]\ngroups = [1, 2]\n"
-
-
 def test_failed_dials_counted_while_the_peer_was_down_are_logged_before_its_up_line(
     tmp_path: Path,
 ) -> None:
@@ -110,7 +94,7 @@ def test_failed_dials_counted_while_the_peer_was_down_are_logged_before_its_up_l
     attempt to connect failed, and an operator reading the log's tail saw it down."""
     listen = {1: free_port(), 2: free_port()}
     config = tmp_path / "bus.toml"
-    config.write_text(_linked_bus(listen))
+    config.write_text(_two_group_bus(listen, linked=True, groups=(1, 2)))
     group1, group2 = GroupProcess(config, 1), GroupProcess(config, 2)
     log_path = tmp_path / "group1.log"
     group1.start()
