@@ -103,11 +103,15 @@ async def _wait_link_up(bus: LinkedBus) -> None:
 
 
 def _warnings(bus: LinkedBus) -> int:
+    """The WARNING lines of both groups about the link and its messages. Not counted:
+    the receiver's DQF at its bound (mrs.ops.bound_log), said once per time it fills,
+    which this scenario makes it do on purpose."""
     count = 0
     for group_id in (1, 2):
         log_path = bus.directory / f"group{group_id}.log"
         text = log_path.read_text(errors="replace") if log_path.exists() else ""
-        count += sum(1 for line in text.splitlines() if "WARNING" in line)
+        lines = text.splitlines()
+        count += sum(1 for line in lines if "WARNING" in line and "mrs.ops:" not in line)
     return count
 
 

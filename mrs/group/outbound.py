@@ -42,7 +42,7 @@ from mrs.group.shapes import Entry, idempotency_key, record_from_entry, transfer
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
 from mrs.limits import DEDUPE_WAITERS_MAX, LINK_DIRECT_BYTES_MAX, LINK_DIRECT_MESSAGES_MAX
-from mrs.model import InterestPoint, Notification, Psb, Status
+from mrs.model import InterestPoint, Notification, Psb, Status, Uma
 
 log = logging.getLogger("mrs.forwarding")
 
@@ -371,7 +371,7 @@ class Outbound:
                 if status == LINK_LOST
                 else f"group {peer.group_id} answered {status}"
             )
-            if status < 0:
+            if status < 0 and entry.uma != Uma.SAF:  # (a SAF drain's wait says it)
                 self._peer_refused(peer, cause)
             self.umas.undeliverable(entry, reply, cause, reason)
         elif stored_seq != entry.seq:  # a copy (same idempotency key) of one stored before

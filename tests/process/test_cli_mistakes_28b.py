@@ -150,7 +150,7 @@ def test_a_credentials_file_that_is_no_text_is_named(tmp_path: Path) -> None:
     creds.write_bytes(b'x = "\xff\xfe"\n')
     creds.chmod(0o600)
     words = (f"credentials file {creds} is not UTF-8 text", "mrs creds")
-    listed = _refused(run_mrs("creds", "list", "--file", str(creds)), 1, *words)
+    listed = _refused(run_mrs("creds", "list", "--file", str(creds)), 2, *words)
     config = write_single_group_config(tmp_path)
     config.write_text(
         '[auth]\ncredentials = "creds.toml"\nlink_secrets = "secrets"\n\n' + config.read_text()
@@ -164,14 +164,14 @@ def test_a_credentials_file_with_no_end_is_refused(tmp_path: Path) -> None:
     """Why: the file was read whole with no bound: `mrs creds list --file /dev/zero`
     read until memory ran out (here: until the timeout killed it)."""
     result = run_mrs("creds", "list", "--file", "/dev/zero", timeout_s=60)
-    _refused(result, 1, "credentials file /dev/zero is a character device: only a regular file")
+    _refused(result, 2, "credentials file /dev/zero is a character device: only a regular file")
     password = run_mrs(
         "creds", "add", "app", "--file", str(tmp_path / "c.toml"), "--password-file", "/dev/zero"
     )
-    _refused(password, 1, "password file /dev/zero is a character device: only a regular file")
+    _refused(password, 2, "password file /dev/zero is a character device: only a regular file")
     assert not (tmp_path / "c.toml").exists()
     endless = tmp_path / "endless.toml"  # a regular file past the bound (sparse)
     with endless.open("wb") as file:
         file.truncate(17 << 20)
     result = run_mrs("creds", "list", "--file", str(endless), timeout_s=60)
-    _refused(result, 1, f"credentials file {endless} is larger than 16 MiB")
+    _refused(result, 2, f"credentials file {endless} is larger than 16 MiB")

@@ -121,11 +121,11 @@ def test_a_named_pipe_for_credentials_or_a_password_is_refused_not_waited_on(
     os.mkfifo(pipe)
     fifo = f"{pipe} is a named pipe: only a regular file is read"
     listed = run_mrs("creds", "list", "--file", str(pipe), timeout_s=BLOCKED_S)
-    _refused(listed, 1, f"credentials file {fifo}")
+    _refused(listed, 2, f"credentials file {fifo}")
     env = {"MRS_AUTH_NAME": "ops", "MRS_AUTH_PASSWORD_FILE": str(pipe)}
     address = f"127.0.0.1:{free_port()}"
     status = run_mrs("status", "--address", address, env=env, timeout_s=BLOCKED_S)
-    _refused(status, 1, f"password file {fifo}")
+    _refused(status, 2, f"password file {fifo}")
     secret = bus.directory / "secrets" / "group-1.secret"
     secret.unlink()
     os.mkfifo(secret)
@@ -148,7 +148,7 @@ def test_a_refusal_hints_at_the_file_it_is_about(tmp_path: Path) -> None:
         "--password-file", str(password),
     )  # fmt: skip
     text = _refused(
-        added, 1, f"password file {password} is not UTF-8 text: it should hold the password "
+        added, 2, f"password file {password} is not UTF-8 text: it should hold the password "
         "alone, as text",
     )  # fmt: skip
     assert "mrs creds" not in text and not (tmp_path / "c.toml").exists()
