@@ -190,18 +190,23 @@ class UsageWatch:
             return False
         if map_bytes >= limit_bytes:
             return self._grow_past_fragments(map_bytes)
-        self.store.env.set_mapsize(limit_bytes)
-        self.grown_times += 1
-        log.warning(
-            "group %d journal map full at its cap of %d bytes (%d in use up to its last "
-            "page): grown by its reserve to %d bytes so deliveries, confirms and deletes "
-            "can drain it; new messages stay refused until they have",
-            self.group_id,
-            self.cap_bytes,
-            used_bytes,
+        self._grow_for_drain(
             limit_bytes,
+            f"at its cap of {self.cap_bytes} bytes ({used_bytes} in use up to its last page)",
         )
         return True
+
+    def _grow_for_drain(self, map_bytes: int, why: str) -> None:
+        """Grow a full map to `map_bytes` so the drain can go on, with its WARNING."""
+        self.store.env.set_mapsize(map_bytes)
+        self.grown_times += 1
+        log.warning(
+            "group %d journal map full %s: grown by its reserve to %d bytes so deliveries, "
+            "confirms and deletes can drain it; new messages stay refused until they have",
+            self.group_id,
+            why,
+            map_bytes,
+        )
 
     def _grow_past_fragments(self, map_bytes: int) -> bool:
         """A map full past its cap and its headroom, whose records hold no more than
@@ -219,16 +224,9 @@ class UsageWatch:
         grown_bytes = map_bytes + self.headroom_bytes
         if in_use_bytes > self.cap_bytes or grown_bytes > FRAGMENTED_MAP_FACTOR * self.cap_bytes:
             return False
-        self.store.env.set_mapsize(grown_bytes)
-        self.grown_times += 1
-        log.warning(
-            "group %d journal map full at %d bytes with %d bytes of records (cap %d): the "
-            "free pages lie in runs too short for the record; grown by its reserve to %d "
-            "bytes so deliveries, confirms and deletes can drain it",
-            self.group_id,
-            map_bytes,
-            in_use_bytes,
-            self.cap_bytes,
+        self._grow_for_drain(
             grown_bytes,
+            f"at {map_bytes} bytes with {in_use_bytes} bytes of records (cap "
+            f"{self.cap_bytes}): the free pages lie in runs too short for the record",
         )
         return True

@@ -18,7 +18,8 @@ from mrs.dlq.engine import Engine
 from mrs.dlq.handler import Handler, HandlerOptions
 from mrs.dlq.parser import parse_table
 from mrs.dlq.report import Reporter
-from mrs.model import Address, DeliveryMode, Message, Psb, Status
+from mrs.model import Message, Psb, Status
+from tests.unit.test_dlq_engine import dead_letter
 
 FULL_UNTIL_S = 100.0
 """The slow destination refuses every put (EXCEEDQUOTA) until this much test time."""
@@ -27,27 +28,6 @@ FULL_UNTIL_S = 100.0
 @pytest.fixture
 def autojump_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0)
-
-
-def _letter(seq: int, put_appl_name: str) -> Message:
-    header = {
-        "reason": 2053,
-        "dest_q_name": "14",
-        "dest_q_mgr_name": "1",
-        "format": "MRS",
-        "put_appl_name": put_appl_name,
-        "put_date": "20261123",
-        "put_time": "12000000",
-    }
-    return Message(
-        body=b"%d" % seq,
-        seq=seq,
-        source=Address(1, 13),
-        target=Address(1, 96),
-        delivery=DeliveryMode.WF_MEM,
-        delivery_status=Status.CONFIRMREQ,
-        dead_letter_header=header,
-    )
 
 
 class _Group:
@@ -108,7 +88,11 @@ async def test_a_letter_joining_a_destination_ahead_of_a_put_on_its_way_is_not_s
         "ACTION(FWD) FWDQ(T) RETRY(20)\n"
     )
     group = _Group()
-    dlq = _Dlq([_letter(1, "first"), _letter(2, "second")])
+    letters = [
+        dead_letter(seq, b"%d" % seq, put_appl_name=name)
+        for seq, name in ((1, "first"), (2, "second"))
+    ]
+    dlq = _Dlq(letters)
     options = HandlerOptions("unused:0", 1, load_config(config), wait_s=0)
     handler = Handler(Engine(table), options, Reporter(True, io.StringIO()))
     with trio.move_on_after(10 * FULL_UNTIL_S) as deadline:
@@ -117,4 +101,3 @@ async def test_a_letter_joining_a_destination_ahead_of_a_put_on_its_way_is_not_s
     assert dlq.removed == [1, 2]
     assert group.stored == [b"1", b"2"]  # the destination's letters in DLQ order
     assert handler.summary()["forwarded"] == 2
-

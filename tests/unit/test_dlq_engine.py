@@ -117,10 +117,12 @@ class FakeSource:
         self.removed.append(message.seq)
 
 
-def dead_letter(seq: int) -> Message:
+def dead_letter(seq: int, body: bytes = b"m", **header_fields: str) -> Message:
+    """A DLQ message for destination 1.14 (`header_fields` added to its MQDLH)."""
     header = {**HEADER, "dest_q_name": "14", "put_date": "20261123", "put_time": "12000000"}
+    header.update(header_fields)
     return Message(
-        body=b"m",
+        body=body,
         seq=seq,
         source=Address(1, 13),
         target=Address(1, 96),
