@@ -475,8 +475,9 @@ COMMANDS: tuple[tuple[tuple[str, ...], AddParser], ...] = (
 
 Why adders and not parsers: a subcommand's module imports what it runs (the
 clients, the journals, Spark's glue, cryptography), and building every parser made
-each command pay for every other's: 0.5 s before `mrs admin` said anything. A
-command line that names a subcommand builds that one alone (`build_parser`)."""
+each command pay for every other's imports before it said anything (figures in
+benchmarks/README.md, "The command line's imports"). A command line that names a
+subcommand builds that one alone (`build_parser`)."""
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
