@@ -196,19 +196,8 @@ class Outbound:
         up, at the peer's notice of the first copy's confirm (mrs.group.reply
         `Reporters`); any other now. Why the link: with the link down a WF_CONF put is
         answered at once by its UMA (SAF_SUCCESS), and so was its first copy."""
-        mode = entry.delivery
-        wf_conf = mode.interest_point is InterestPoint.CONF and mode.notification is Notification.WF
-        if wf_conf and peer.link is not None:
-            reporter = reply.reporter(first_seq)
-            waiting = peer.waiters.get(first_seq)
-            if isinstance(waiting, Reporters):
-                if len(waiting.reporters) <= DEDUPE_WAITERS_MAX:
-                    waiting.reporters.append(reporter)
-                    return
-            else:
-                reporters = [reporter] if waiting is None else [waiting, reporter]
-                peer.wait_for_notice(first_seq, Reporters(reporters))
-                return
+        if peer.link is not None and _waits_with_first_copy(peer, entry, reply, first_seq, True):
+            return
         reply.report_copy(first_seq, self.umas.sequence.made_in_this_run(first_seq))
 
     def _first_copy_in_saf(self, peer: PeerState, entry: Entry) -> int | None:
@@ -377,7 +366,8 @@ class Outbound:
         elif stored_seq != entry.seq:  # a copy (same idempotency key) of one stored before
             peer.waiters.pop(entry.seq, None)
             self._stored_by_peer(peer, entry, status, stored_seq)
-            reply.report_copy(stored_seq, self.umas.sequence.made_in_this_run(stored_seq))
+            if not _waits_with_first_copy(peer, entry, reply, stored_seq, False):
+                reply.report_copy(stored_seq, self.umas.sequence.made_in_this_run(stored_seq))
         elif not waits_for_receiver:
             self._stored_by_peer(peer, entry, status, stored_seq)
             reply.report(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
@@ -439,3 +429,32 @@ class Outbound:
         self.peers[peer_id].link = None  # the link logs the WARNING, with why
         for _ in range(self.peers.room.satisfied(peer_id)):  # its drain restarts anyway
             self.peers.dqf_freed()
+
+
+def _waits_with_first_copy(
+    peer: PeerState, entry: Entry, reply: PutReply, first_seq: int, start: bool
+) -> bool:
+    """Whether a WF_CONF copy of message `first_seq` (same idempotency key) now waits
+    for the peer's confirm notice of it beside the first copy's sender, answered with
+    it as that sender is. `start`: the notice is sure to come (the first copy waits in
+    this group's SAF), so the wait is begun if nobody waits yet; else the copy joins
+    only a wait begun by the first copy's put, which ends at that notice (no waiter
+    left: confirmed already, or a run that ended; answered now). False for any other
+    mode, and beyond DEDUPE_WAITERS_MAX copies. Why: a copy sent straight over the
+    link was answered STORED as soon as the peer deduped it, so a WF_CONF put re-sent
+    after a TIMEOUT returned before the receiver confirmed."""
+    mode = entry.delivery
+    if mode.interest_point is not InterestPoint.CONF or mode.notification is not Notification.WF:
+        return False
+    reporter = reply.reporter(first_seq)
+    waiting = peer.waiters.get(first_seq)
+    if isinstance(waiting, Reporters):
+        if len(waiting.reporters) > DEDUPE_WAITERS_MAX:
+            return False
+        waiting.reporters.append(reporter)
+        return True
+    if waiting is None and not start:
+        return False
+    reporters = [reporter] if waiting is None else [waiting, reporter]
+    peer.wait_for_notice(first_seq, Reporters(reporters))
+    return True
