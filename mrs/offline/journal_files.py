@@ -234,6 +234,14 @@ def _at(
     way, so jplay keeps one replay ledger (and one idempotency secret) per group, not
     a second one inside the journals directory that would replay everything again."""
     journals_path = find_journals(data_dir)  # or pointed straight at a journals environment
+    if journals_path is None and data_dir.is_file():
+        # `--data-dir bus.toml` was asked whether a group had ever run there
+        raise JournalsNotFound(
+            f"{data_dir} is a file, not a data directory: give the group's data_dir "
+            f"(--config {data_dir} --group N finds it)"
+            if data_dir.suffix == ".toml"
+            else f"{data_dir} is a file, not a data directory: give the group's data_dir"
+        )
     if journals_path is None:
         raise JournalsNotFound(
             f"no journals in {data_dir} (looked for {data_dir / JOURNALS_DIRNAME / 'data.mdb'}); "
