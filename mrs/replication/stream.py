@@ -44,7 +44,7 @@ from typing import Any, Final
 import trio
 
 from journals import InlineWriter, JournalError, JournalStore, WriteBatch
-from journals.batch import encode_batches
+from journals.batch import JournalDeviceError, encode_batches
 from journals.writer import Done
 from mrs.core.seqspace import RESERVE_MAX
 from mrs.limits import (
@@ -123,7 +123,8 @@ class RecordingStore:
         self._store = store
         self.stream = stream
         self.lost: JournalError | None = None
-        """Set when a commit already sent failed here: nothing more is written."""
+        """Set when a commit already sent failed here, or this device failed one
+        (`_lose_device`): nothing more is written or answered."""
         self.on_lost: Callable[[str], None] = lambda why: None
         """Told once `lost` is set (the active steps down)."""
         self.seq_fence = SeqFence(stream)
@@ -147,12 +148,26 @@ class RecordingStore:
             if sealed:
                 self.lost = JournalError(f"a commit sent to the replicas failed here: {error}")
                 self.on_lost(str(self.lost))
+            elif isinstance(error, JournalDeviceError):
+                self._lose_device(error)
             raise
         if sealed and self.stream.on_flushed is not None:
             self.stream.on_flushed(self.stream.number)
 
     def commit_now(self, batch: WriteBatch) -> None:
         self.apply([batch])
+
+    def _lose_device(self, error: JournalDeviceError) -> None:
+        """This instance's device failed a commit before it was sent (its data
+        directory deleted or replaced under it, a write refused): step down and answer
+        none of it, as for a failed flush. Why: answered, each put in it was told
+        DQF_DEVICE_FAIL (its DLJ on the same device failing too) and each confirm
+        JOURNAL_FAIL, though the replicas' disks could store them; unanswered, the
+        clients send them again to the replica that takes over. A full map is not
+        this: every instance holds the same journals, so a new active would refuse
+        them as well."""
+        self.lost = JournalError(f"its journals failed a commit: {error}")
+        self.on_lost(str(self.lost))
 
 
 @dataclass(frozen=True, slots=True)
