@@ -534,8 +534,10 @@ class InstanceRunner:
             return
         self._awaited = (awaited, since_s, True)
         names = ", ".join(awaited)
+        start = names
         if not replica.holds_journals:
             why = "its journals hold nothing of the group, and it takes a copy from an active"
+            start = f"{names}, or {self._start_empty_advice(names)}"
         elif self.me.name not in (state.in_sync or ()):
             why = f"it is not in sync, and an answered record may be on {names} alone"
         elif all(name in state.positions for name in awaited):
@@ -551,7 +553,22 @@ class InstanceRunner:
             state.term,
             ", ".join(state.in_sync or ()),
             why,
-            names,
+            start,
+        )
+
+    def _start_empty_advice(self, names: str) -> str:
+        """What to do when `names` run with empty journals too: every copy of the
+        group's journals is gone. Why: each such instance waited for the others and
+        said to start them, though they ran (all three data directories wiped); only
+        the operator may decide to start the group empty, by deleting its record in
+        etcd (the instances then start by census, docs/replication.md)."""
+        coordinator = self.bus.coordinator
+        endpoints = ",".join(coordinator.etcd) if coordinator else "<etcd>"
+        where = etcd_prefix(coordinator.prefix if coordinator else "/mrs", self.group.id)
+        return (
+            f"if {names} run and hold nothing too, every copy of the group's journals is "
+            "gone: restore an instance's data directory, or start the group empty by "
+            f"deleting its record (etcdctl --endpoints {endpoints} del --prefix {where}/)"
         )
 
     def _lost_acknowledged(self, replica: Replica, state: GroupState) -> bool:
