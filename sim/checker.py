@@ -95,6 +95,8 @@ class Verdict:
     selection_mismatches: list[str] = field(default_factory=list)
     never_started: list[str] = field(default_factory=list)
     """A group could not be started at all: the seed ended there, unjudged."""
+    died: list[str] = field(default_factory=list)
+    """A group's server exited unbidden (`mrs sim run`): the run ended there, unjudged."""
 
     @property
     def ok(self) -> bool:
@@ -118,6 +120,7 @@ class Verdict:
             "mrs_ack_violations": len(self.mrs_ack_violations),
             "selection_mismatches": len(self.selection_mismatches),
             "never_started": len(self.never_started),
+            "died": len(self.died),
         }
 
 
@@ -135,6 +138,7 @@ PROBLEMS = (
     "mrs_ack_violations",
     "selection_mismatches",
     "never_started",
+    "died",
 )
 """The Verdict lists that must be empty, in the order reports show them."""
 
@@ -156,6 +160,9 @@ def check(history: History) -> Verdict:
     verdict = Verdict(sent=len(history.sent))
     if history.never_started:  # the seed stopped early: the other checks would only
         verdict.never_started = list(history.never_started)  # list its missing drain
+        return verdict
+    if history.died:  # the same for a run that stopped when a server died unbidden
+        verdict.died = list(history.died)
         return verdict
     first_delivery = _check_deliveries(history, verdict)
     verdict.delivered = len(first_delivery)

@@ -9,9 +9,11 @@ import shutil
 import signal
 import tempfile
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 import trio
@@ -46,25 +48,29 @@ async def until_signalled(
     """`run(*args)`'s result, or the signal of STOP_SIGNALS that stopped it first. The
     signal cancels `run`, so its `finally` blocks stop the processes it started:
     SIGTERM's or SIGHUP's default would end this process at once and leave every
-    `mrs serve` it started running, reparented to init."""
+    `mrs serve` it started running, reparented to init.
+
+    A handler of its own, not trio's signal receiver: the receiver raised again, as
+    it closed, a signal it had not handed out, so a second Ctrl-C while the servers
+    stopped (a tester's usual impatience) ended the command with no word of the
+    signal or of where the bus stays, and a second SIGTERM killed it outright. Here
+    every stop signal is noted at once and the ones after the first do nothing more."""
     results: list[T] = []
     caught: list[signal.Signals] = []
     stops = [each for each in STOP_SIGNALS if signal.getsignal(each) != signal.SIG_IGN]
-    with trio.open_signal_receiver(*stops) as signals:
-        async with trio.open_nursery() as nursery:
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as running:
 
-            async def watch() -> None:
-                async for signum in signals:
-                    caught.append(signal.Signals(signum))
-                    nursery.cancel_scope.cancel()
-                    return
+        def stop(signum: int, frame: FrameType | None) -> None:
+            caught.append(signal.Signals(signum))  # run_sync_soon is signal-safe
+            token.run_sync_soon(running.cancel, idempotent=True)
 
-            async def body() -> None:
-                results.append(await run(*args))
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
-            nursery.start_soon(body)
+        previous = {each: signal.signal(each, stop) for each in stops}
+        try:
+            results.append(await run(*args))
+        finally:
+            for each, handler in previous.items():
+                signal.signal(each, handler)
     return (results[0] if results else None), (caught[0] if caught else None)
 
 
@@ -96,6 +102,8 @@ class SwarmTotals:
     faults: dict[str, int] = field(default_factory=dict)
     observed: dict[str, int] = field(default_factory=dict)
     failing: list[tuple[int, Verdict]] = field(default_factory=list)
+    raised: list[tuple[int, str]] = field(default_factory=list)
+    """Seeds whose run raised, and the error (its type and words)."""
 
     def add(self, seed: int, history: History, verdict: Verdict) -> None:
         self.seeds_run += 1
@@ -108,6 +116,14 @@ class SwarmTotals:
                 into[key] = into.get(key, 0) + value
         if not verdict.ok:
             self.failing.append((seed, verdict))
+
+    def add_raised(self, seed: int, error: Exception) -> None:
+        """A seed whose run raised: a crash of the code under test (or of the harness)
+        is that seed's finding, told with its number and replay line. It ended the
+        swarm as "unexpected error", with no seed to replay and no table of the
+        seeds run before it."""
+        self.seeds_run += 1
+        self.raised.append((seed, _error_words(error)))
 
 
 def run_swarm_command(args: argparse.Namespace) -> int:
@@ -131,7 +147,13 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     with stop_signals_as_ctrl_c() as stopped_by:
         try:
             for seed in seeds:
-                history, verdict = run_seed(seed, unsafe, shape)
+                try:
+                    history, verdict = run_seed(seed, unsafe, shape)
+                except Exception as error:  # noqa: BLE001 - that seed's finding: told, and on
+                    done.add_raised(seed, error)
+                    if getattr(args, "verbose", False):  # the replay line asks for it
+                        traceback.print_exception(error)
+                    continue
                 done.add(seed, history, verdict)
                 if args.history is not None:
                     args.history.write_text(history.to_json())
@@ -150,14 +172,18 @@ def run_swarm_command(args: argparse.Namespace) -> int:
     console.print("faults injected: " + _listed(done.faults))
     console.print("statuses seen: " + _listed(done.observed))
     _print_failing(console, args, done.failing, replicated_run)
+    _print_raised(console, args, done.raised, replicated_run)
+    raised = f", {len(done.raised)} raised an error" if done.raised else ""
     if interrupted is not None:
         console.print(
             f"[bold red]interrupted by {interrupted.name}[/]: {done.seeds_run} of "
-            f"{seeds_asked} seeds run, {len(done.failing)} broke an invariant"
+            f"{seeds_asked} seeds run, {len(done.failing)} broke an invariant{raised}"
         )
         return interrupted_code(interrupted)
-    if done.failing:
-        console.print(f"[bold red]{len(done.failing)} of {seeds_asked} seeds broke an invariant[/]")
+    if done.failing or done.raised:
+        console.print(
+            f"[bold red]{len(done.failing)} of {seeds_asked} seeds broke an invariant{raised}[/]"
+        )
         return 1
     console.print("[bold green]every seed kept every invariant[/]")
     return 0
@@ -201,6 +227,26 @@ def _print_failing(
     if len(failing) > FAILING_SHOWN:
         others = " ".join(str(seed) for seed, _ in failing[FAILING_SHOWN:])
         console.print(f"{len(failing) - FAILING_SHOWN} more seeds failed: {others}")
+
+
+def _print_raised(
+    console: Console, args: argparse.Namespace, raised: list[tuple[int, str]], replicated_run: bool
+) -> None:
+    """Each seed whose run raised, its error and the line that replays it with the
+    traceback (-v); as for failing seeds, the first FAILING_SHOWN, then the numbers."""
+    for seed, words in raised[:FAILING_SHOWN]:
+        console.print(f"[red]seed {seed} raised[/] {words}")
+        console.print(f"  replay: {_replay_line(args, seed, replicated_run)} -v", soft_wrap=True)
+    if len(raised) > FAILING_SHOWN:
+        others = " ".join(str(seed) for seed, _ in raised[FAILING_SHOWN:])
+        console.print(f"{len(raised) - FAILING_SHOWN} more seeds raised: {others}")
+
+
+def _error_words(error: BaseException) -> str:
+    """ "TYPE: words" of the error itself, not of the trio nursery's group carrying it."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
 
 
 def _listed(counts: dict[str, int]) -> str:

@@ -73,6 +73,9 @@ class History:
     """After the final drain: "g<N> DQF" / "g<N> SAF" -> message ids still there."""
     never_started: list[str] = field(default_factory=list)
     """Groups that could not be started at all (the seed ended there), and why."""
+    died: list[str] = field(default_factory=list)
+    """Real processes (`mrs sim run`): groups whose server exited with no fault asking
+    for it, and their last words (the run ended there)."""
     mrs_ack_counts: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     """seq -> how many MRS_ACKs came back for it (exactly one is the rule)."""
     selection_mismatches: list[str] = field(default_factory=list)
@@ -146,6 +149,7 @@ class History:
                 "refused": sorted(self.refused),
                 "leftovers": self.leftovers,
                 "never_started": self.never_started,
+                "died": self.died,
             },
             sort_keys=True,
         )

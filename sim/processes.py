@@ -7,6 +7,7 @@ line (an event, not a sleep), and can stop it gracefully (SIGTERM) or kill it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_TIMEOUT_S = 30.0
+LOG_TAIL_BYTES = 4096
+"""How much of a dead server's log `death_words` reads for its last line."""
 OWN_PROCESS_GROUP = 0
 """`Popen(process_group=0)`: a server started here is its own process group, so a
 terminal's Ctrl-C (sent to every process of the foreground group) reaches only the
@@ -62,6 +65,8 @@ class GroupProcess:
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen | None = None
     address: str = ""
+    ended_on_purpose: subprocess.Popen | None = None
+    """The process `kill` or `terminate` ended (so its exit is no finding)."""
 
     def start(self) -> str:
         """Start the server and return HOST:PORT once it listens."""
@@ -104,6 +109,7 @@ class GroupProcess:
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs; only what was committed survives."""
         if self.process is not None and self.process.poll() is None:
+            self.ended_on_purpose = self.process
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
@@ -112,8 +118,40 @@ class GroupProcess:
         if self.process is None:
             return 0
         if self.process.poll() is None:
+            self.ended_on_purpose = self.process
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=timeout_s)
+
+    @property
+    def died_unbidden(self) -> bool:
+        """The server exited and neither `kill` nor `terminate` ended it: it crashed
+        (a bug, a malformed peer's bytes, the OOM killer, someone's `kill`). A
+        scenario must say so: the nemesis's next crash restarted such a group without a
+        word, and one that stayed down showed as lost and stuck messages, blamed on the
+        journals, after four minutes of waiting for its links to settle."""
+        process = self.process
+        return (
+            process is not None
+            and process is not self.ended_on_purpose
+            and process.poll() is not None
+        )
+
+    def death_words(self) -> str:
+        """ "group N exited unbidden (code C): <the last line of its log>"."""
+        assert self.process is not None
+        code = self.process.returncode
+        how = f"code {code}"
+        if code < 0:
+            with contextlib.suppress(ValueError):  # a number no name is known for
+                how = f"signal {signal.Signals(-code).name}"
+        words = f"group {self.group_id} exited unbidden ({how})"
+        log_path = self.log_path or self.config_path.parent / f"group{self.group_id}.log"
+        try:
+            tail = log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace")
+        except OSError:
+            tail = ""
+        said = [line.strip() for line in tail.splitlines() if line.strip()]
+        return f"{words}: {said[-1]}" if said else words
 
     def restart(self) -> str:
         self.kill()

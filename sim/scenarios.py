@@ -194,39 +194,64 @@ async def run_scenario(
         await bus.start_proxies(nursery)
         try:
             await trio.to_thread.run_sync(bus.start)
-            async with trio.open_nursery() as load:
-                for group_id in GROUPS:
-                    load.start_soon(workload.consumer, run, group_id, workload.IN_ORDER_QUEUE, 1)
-                    load.start_soon(
-                        workload.consumer,
-                        run,
-                        group_id,
-                        workload.PARALLEL_QUEUE,
-                        workload.PARALLEL_GETS,
-                    )
-                    for index in range(PRODUCERS_PER_GROUP):
-                        load.start_soon(workload.producer, run, group_id, index, run.messages_max)
-                await _nemesis(run, actions, duration_s, faults_min)
-                run.stopping = True
-                _heal(run)
-                with trio.move_on_after(SETTLE_S_MAX):
-                    while not await _settled(run):
-                        await trio.sleep(0.2)
-                load.cancel_scope.cancel()
-            for group_id in GROUPS:
-                for queue_id in (workload.IN_ORDER_QUEUE, workload.PARALLEL_QUEUE):
-                    await workload.drain(run, group_id, queue_id)
-            with trio.move_on_after(SETTLE_S_MAX):  # the drain's confirm notices travel:
-                while not await _settled(run):  # AK_CONF MRS_ACKs are sent on arrival
-                    await trio.sleep(0.2)
-            for group_id in GROUPS:
-                await workload.drain_side_queues(run, group_id, PRODUCERS_PER_GROUP)
+            with trio.CancelScope() as watched:
+                nursery.start_soon(_watch_for_deaths, run, watched)
+                await _load_and_drain(run, actions, duration_s, faults_min)
         finally:
             bus.stop()
             nursery.cancel_scope.cancel()
-    for group_id in GROUPS:
-        _read_journals(history, group_id, bus.data_dir(group_id) / "journals")
+    if not history.died:  # a run cut short has no drained journals to judge
+        for group_id in GROUPS:
+            _read_journals(history, group_id, bus.data_dir(group_id) / "journals")
     return history
+
+
+DEATH_POLL_S = 0.2
+"""How often `_watch_for_deaths` looks at the servers (a child's exit has no trio event)."""
+
+
+async def _watch_for_deaths(run: RealRun, watched: trio.CancelScope) -> None:
+    """End the run, with its verdict, once a group's server exits unbidden (not killed
+    or stopped by the harness): a crash is the finding. Unwatched, the nemesis's next
+    `crash` restarted it without a word ("a bad peer never takes a server down" went
+    unchecked), and one left down was waited for (twice SETTLE_S_MAX) and then judged
+    as lost and stuck messages."""
+    while True:
+        await trio.sleep(DEATH_POLL_S)
+        dead = [process for process in run.bus.processes.values() if process.died_unbidden]
+        if dead:
+            run.history.died.extend(process.death_words() for process in dead)
+            watched.cancel()
+            return
+
+
+async def _load_and_drain(
+    run: RealRun, actions: tuple[str, ...], duration_s: float, faults_min: int
+) -> None:
+    """The workload under the nemesis, then heal, settle and drain every queue."""
+    async with trio.open_nursery() as load:
+        for group_id in GROUPS:
+            load.start_soon(workload.consumer, run, group_id, workload.IN_ORDER_QUEUE, 1)
+            load.start_soon(
+                workload.consumer, run, group_id, workload.PARALLEL_QUEUE, workload.PARALLEL_GETS
+            )
+            for index in range(PRODUCERS_PER_GROUP):
+                load.start_soon(workload.producer, run, group_id, index, run.messages_max)
+        await _nemesis(run, actions, duration_s, faults_min)
+        run.stopping = True
+        _heal(run)
+        with trio.move_on_after(SETTLE_S_MAX):
+            while not await _settled(run):
+                await trio.sleep(0.2)
+        load.cancel_scope.cancel()
+    for group_id in GROUPS:
+        for queue_id in (workload.IN_ORDER_QUEUE, workload.PARALLEL_QUEUE):
+            await workload.drain(run, group_id, queue_id)
+    with trio.move_on_after(SETTLE_S_MAX):  # the drain's confirm notices travel:
+        while not await _settled(run):  # AK_CONF MRS_ACKs are sent on arrival
+            await trio.sleep(0.2)
+    for group_id in GROUPS:
+        await workload.drain_side_queues(run, group_id, PRODUCERS_PER_GROUP)
 
 
 def _read_journals(history: History, group_id: int, path: Path) -> None:
