@@ -156,7 +156,9 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
+    if value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
     return value
 
