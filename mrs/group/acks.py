@@ -140,6 +140,23 @@ class AckWaits:
             self.messages.discard(seq)
             batch.delete(Journal.META, ack_message_key(seq))
 
+    def drop_copy(self, seq: int, then: Callable[[], None]) -> None:
+        """The message's UMA is about to run: delete its copy, and `then()` once that
+        commit ended (a failed delete is logged and tried again with its debt's).
+        Why first: the copy is resent from the SAF at the next start, so a crash after
+        the UMA's outcome was seen (a returned copy read, an MRS_ACK saying
+        DISC_SUCCESS) and before the copy's delete was durable both dead-lettered and
+        delivered the message, the delivered copy unmarked."""
+        self.messages.discard(seq)
+        batch = WriteBatch.empty().delete(Journal.META, ack_message_key(seq))
+        report = _log_failure(seq, "delete the message copy of")
+
+        def deleted(error: JournalError | None) -> None:
+            report(error)
+            then()
+
+        self.ctx.writer.submit(batch, deleted)
+
     def message_delivered(self, seq: int, then: Callable[[], None]) -> None:
         """The peer stored the message: delete its copy; `then()` once that is durable
         (the peer may forget its dedupe key only then). A failed delete leaves the copy,

@@ -88,9 +88,7 @@ class Dqf:
     """Dedupe key in flight -> the copies waiting for its commit."""
     dedupe_waiters: int = 0
     """Copies waiting, over all keys: at most `DEDUPE_WAITERS_MAX`."""
-    copies_awaiting_confirm: dict[int, list[Callable[[Entry], None]]] = field(
-        default_factory=dict
-    )
+    copies_awaiting_confirm: dict[int, list[Callable[[Entry], None]]] = field(default_factory=dict)
     """First copy's seq -> the WF_CONF copies of it (re-sent under its idempotency key)
     waiting for its confirm (`await_confirm`): at most DEDUPE_WAITERS_MAX seqs."""
     dedupe_keys_purged: int = 0
@@ -149,13 +147,15 @@ class Dqf:
         stream: object = None,
         guard: Callable[[], bool] | None = None,
         dead_letter: bool = False,
+        moved: Callable[[WriteBatch], None] | None = None,
     ) -> None:
         """Store a recoverable entry in this group's DQF and offer it to its queue once
         durable. `outcome(status, seq, reason)`: STORED with the seq stored (the first
         copy's, for a duplicate key), or the cause that makes it undeliverable
         (NO_DQF, DQF_FULL, MRS_RES_EXH, DQF_DEVICE_FAIL). `dead_letter`: a copy for the
         DLQ, journaled whatever the DLQ's config (mrs.group.umas
-        `put_on_dead_letter_queue` decides)."""
+        `put_on_dead_letter_queue` decides). `moved(batch)`: given the commit that
+        stores it, to delete in it what the stored copy replaces."""
         ctx = self.ctx
         queue = ctx.queues.get(entry.target.queue)
         if queue is None or not (dead_letter or queue.config.recoverable):
@@ -184,6 +184,8 @@ class Dqf:
         batch = WriteBatch.empty().put_raw(_DQF, dqf_key, encode_entry(entry, ctx.clock_ns()))
         keep_priority(batch, dqf_key, entry.priority)
         batch.stream, batch.guard = stream, guard
+        if moved is not None:
+            moved(batch)
         for key in dedupe_keys:
             self._dedupe_waiting[key] = []
             if key.startswith(APP_PREFIX):

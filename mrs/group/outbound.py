@@ -42,7 +42,7 @@ from mrs.group.shapes import Entry, idempotency_key, record_from_entry, transfer
 from mrs.group.transfer import LINK_LOST
 from mrs.group.umas import Umas
 from mrs.limits import DEDUPE_WAITERS_MAX, LINK_DIRECT_BYTES_MAX, LINK_DIRECT_MESSAGES_MAX
-from mrs.model import InterestPoint, Notification, Psb, Status, Uma
+from mrs.model import Address, InterestPoint, Notification, Psb, Status, Uma
 
 log = logging.getLogger("mrs.forwarding")
 
@@ -361,7 +361,7 @@ class Outbound:
                 else f"group {peer.group_id} answered {status}"
             )
             if status < 0 and entry.uma != Uma.SAF:  # (a SAF drain's wait says it)
-                self._peer_refused(peer, cause)
+                self._peer_refused(peer, cause, entry.target)
             self.umas.undeliverable(entry, reply, cause, reason)
         elif stored_seq != entry.seq:  # a copy (same idempotency key) of one stored before
             peer.waiters.pop(entry.seq, None)
@@ -375,16 +375,26 @@ class Outbound:
             self._stored_by_peer(peer, entry, status, stored_seq)
             reply.stored(Psb(Status.SUCCESS, Status(status), stored_seq, Status.NO_UMA))
 
-    def _peer_refused(self, peer: PeerState, cause: Status) -> None:
+    def _peer_refused(self, peer: PeerState, cause: Status, target: Address) -> None:
         """A WARNING, at most once per 10 s per peer and status (the count of the rest
         after it), that the peer refuses direct puts. Why: a full DQF there answered
         every put DQF_FULL, each took its UMA here (708 went into this group's DLJ in
-        an incident drill), and this group's log said nothing of it."""
+        an incident drill), and this group's log said nothing of it. A refusal of one
+        queue (QUEUE_REFUSALS) names that queue, not the group: "group 2 refuses direct
+        puts NO_DQF; `mrs status` of group 2 says why" sent operators to a group that
+        was well, for a queue number it never had."""
+        what = QUEUE_REFUSALS.get(cause)
+        line = (
+            f"group {peer.group_id} refuses direct puts {cause.name}: each takes its "
+            f"UMA here (DLJ, DLQ, RTS, ...); `mrs status` of group {peer.group_id} says why"
+            if what is None
+            else f"group {peer.group_id} refuses puts to {target} ({cause.name}: {what}): "
+            "each takes its UMA here"
+        )
         self._peer_lines.refused(
             "peer_refused",
             str(peer.group_id),
-            f"group {peer.group_id} refuses direct puts {cause.name}: each takes its "
-            f"UMA here (DLJ, DLQ, RTS, ...); `mrs status` of group {peer.group_id} says why",
+            line,
             key=("peer_refused", peer.group_id, int(cause)),
         )
 
@@ -429,6 +439,15 @@ class Outbound:
         self.peers[peer_id].link = None  # the link logs the WARNING, with why
         for _ in range(self.peers.room.satisfied(peer_id)):  # its drain restarts anyway
             self.peers.dqf_freed()
+
+
+QUEUE_REFUSALS: dict[Status, str] = {
+    Status.NO_DQF: "it has no such queue, or no DQF for it",
+    Status.NOSUCHQUEUE: "it has no such queue",
+    Status.EXCEEDQUOTA: "that queue is full (messages_max or queue_bytes_max)",
+    Status.NOTACTIVE: "that queue is temporary and nobody is attached to it",
+}
+"""A peer's refusals of one queue, not of every put (`Outbound._peer_refused`)."""
 
 
 def _waits_with_first_copy(

@@ -21,7 +21,7 @@ from journals import Journal, JournalError, WriteBatch, seq_key
 from mrs.core.deadletter import dead_letter_header
 from mrs.core.delivery import AK, WF, uma_status
 from mrs.core.refusals import RefusalLog
-from mrs.group.acks import AckOutbox
+from mrs.group.acks import AckOutbox, AckWaits
 from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.held_offers import HeldOffers, MrsAcks
@@ -64,6 +64,9 @@ class Umas:
     ack_outbox: AckOutbox
     outbound: SafPort | None = None
     """Set once the outbound room exists (it needs this room too)."""
+    ack_waits: AckWaits | None = None
+    """The MRS_ACKs owed for AK_CONF puts to other groups, whose messages are
+    journaled beside them: a UMA deletes such a copy first (`_after_copy`)."""
     dead_letter_protection: DeadLetterProtection | None = None
     """The DLQ's AMS-style policy (mrs.protection.dead_letter), None without one."""
     offers: HeldOffers = field(default_factory=HeldOffers)
@@ -90,7 +93,33 @@ class Umas:
         as throttled as `failures`."""
 
     def undeliverable(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
-        """Take the entry's UMA and report cause + UMA status to the sender."""
+        """Take the entry's UMA and report cause + UMA status to the sender. An AK_CONF
+        message to another group has a copy journaled beside its MRS_ACK debt, resent
+        from the SAF at the next start: a DLJ record or a SAF store deletes it in its
+        own commit; any other UMA runs once its delete is durable (`_after_copy`)."""
+        action = Uma(entry.uma)
+        if action in _DELETES_THE_COPY or (action is Uma.SAF and self._saf_takes(entry)):
+            self._take(entry, reply, cause, reason)
+        else:
+            self._after_copy(entry, partial(self._take, entry, reply, cause, reason))
+
+    def _saf_takes(self, entry: Entry) -> bool:
+        """Whether UMA SAF stores `entry` (in the SAF towards another linked group)."""
+        return self.outbound is not None and self._other_linked_group(entry.target)
+
+    def _after_copy(self, entry: Entry, then: Callable[[], None]) -> None:
+        """`then()` once the journaled copy of `entry` (mrs.group.acks) is deleted; at
+        once when it has none. Why: with the copy still on disk, a crash after the
+        UMA's outcome was seen (an MRS_ACK saying DISC_SUCCESS, a returned or
+        dead-lettered copy read) resent it from the SAF: delivered as well, unmarked."""
+        waits = self.ack_waits
+        if waits is None or entry.seq not in waits.messages:
+            then()
+            return
+        waits.drop_copy(entry.seq, then)
+
+    def _take(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
+        """Run the entry's UMA (`undeliverable`) and report its outcome."""
         action = Uma(entry.uma)
 
         def finish(succeeded: bool) -> None:
@@ -105,7 +134,7 @@ class Umas:
         elif action is Uma.RTS:
             finish(self._return_to_sender(entry, reply.response_queue, cause, reason))
         elif action is Uma.DLQ:
-            self.put_on_dead_letter_queue(entry, cause, reason, finish)
+            self._to_dead_letter_queue(entry, cause, reason, finish)
         elif action is Uma.DLJ:
             self._to_dead_letter_journal(entry, cause, finish)
         elif self.outbound is not None and self._other_linked_group(entry.target):
@@ -199,6 +228,29 @@ class Umas:
         queue.offer(returned)
         return True
 
+    def _to_dead_letter_queue(
+        self, entry: Entry, cause: Status, reason: str, finish: Callable[[bool], None]
+    ) -> None:
+        """UMA DLQ. A journaled DLQ copy deletes the message's copy (mrs.group.acks) in
+        its own commit, as a DLJ record does; a memory copy, or none (refused), only
+        then finishes, once that copy is deleted (`_after_copy`). Why in one commit:
+        deleted first, a crash before the DLQ copy was stored lost the message; deleted
+        after, one after the store resent it from the SAF as well, unmarked."""
+        copy_moved: list[bool] = []
+
+        def moved(batch: WriteBatch) -> None:
+            copy_moved.append(True)
+            if self.ack_waits is not None:
+                self.ack_waits.message_moved(batch, entry.seq)
+
+        def done(succeeded: bool) -> None:
+            if copy_moved:
+                finish(succeeded)
+            else:
+                self._after_copy(entry, partial(finish, succeeded))
+
+        self.put_on_dead_letter_queue(entry, cause, reason, done, moved=moved)
+
     def put_on_dead_letter_queue(
         self,
         entry: Entry,
@@ -207,6 +259,7 @@ class Umas:
         done: Callable[[bool], None] = lambda moved: None,
         stream: object = None,
         acknowledged: bool = False,
+        moved: Callable[[WriteBatch], None] | None = None,
     ) -> bool:
         """Queue a copy of `entry` on this group's DLQ with a dead-letter header naming
         this group as the putter (MRS redirected it). Memory only, as in MessageQ,
@@ -260,7 +313,7 @@ class Umas:
             done(status == Status.STORED)
 
         self.dqf.store_in_dqf(
-            dead, [origin] if origin else [], stored, stream=stream, dead_letter=True
+            dead, [origin] if origin else [], stored, stream=stream, dead_letter=True, moved=moved
         )
         # A refusal known now (DQF full, journal map full, no room) is a failed put: a
         # caller that deletes its own copy on True (a SAF drain) must keep it.
@@ -282,7 +335,7 @@ class Umas:
             self.failures.refused(
                 "dlj-journal-full", "", f"message {entry.seq} not dead-lettered: {full}"
             )
-            finish(False)
+            self._after_copy(entry, partial(finish, False))
             return
         if ctx.counts.dlj_full(ctx.limits.dlj_messages_max, partial(ctx.store.count, Journal.DLJ)):
             self.failures.refused(
@@ -291,12 +344,14 @@ class Umas:
                 f"DLJ holds dlj_messages_max={ctx.limits.dlj_messages_max}: "
                 f"message {entry.seq} not dead-lettered",
             )
-            finish(False)
+            self._after_copy(entry, partial(finish, False))
             return
         ctx.counts.dlj_reserved()
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
         record.reason = int(cause)
         batch = WriteBatch.empty().put_record(Journal.DLJ, seq_key(entry.seq), record)
+        if self.ack_waits is not None:  # the record replaces the message's copy
+            self.ack_waits.message_moved(batch, entry.seq)
 
         def written(error: JournalError | None) -> None:
             ctx.counts.dlj_reservation_done(error is None)
@@ -318,6 +373,10 @@ class Umas:
         Here, not only in `MrsAcks`, so that every MRS_ACK passes one interpreted
         method a test can replace (tests/sim/test_sim_conformance.py)."""
         self.acks.send(response_queue, psb)
+
+
+_DELETES_THE_COPY = frozenset({Uma.DLJ, Uma.DLQ})
+"""UMAs whose own commit deletes an AK_CONF message's journaled copy (`undeliverable`)."""
 
 
 def _fingerprint(entry: Entry) -> tuple[int, str]:

@@ -82,8 +82,10 @@ class Group:
         self.peers = Peers(ctx)
         self.dqf = Dqf(ctx, self.peers)
         self.ack_outbox = AckOutbox(ctx, self.peers)
-        self.umas = Umas(ctx, self.sequence, self.dqf, self.peers, self.ack_outbox)
         ack_waits = AckWaits(ctx)
+        self.umas = Umas(
+            ctx, self.sequence, self.dqf, self.peers, self.ack_outbox, ack_waits=ack_waits
+        )
         self.receipts = Receipts()
         self.outbound = Outbound(
             ctx, self.peers, self.umas, ack_waits, self.ack_outbox, self.receipts

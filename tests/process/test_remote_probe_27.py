@@ -28,13 +28,14 @@ messages_max = 1
 
 async def answers(client) -> list[tuple]:
     """Everything waiting on the client's queue: returned messages as ("MSG", body,
-    original_target, return_reason), MRS_ACKs as ("ACK", seq, delivery, uma)."""
+    original_target, return_reason), MRS_ACKs as ("ACK", seq, delivery, uma), in no
+    particular order (`in_any_order`)."""
     found: list[tuple] = []
     while True:
         try:
             message = await client.get(timeout=0.5)
         except (NoMoreMessages, MrsError):
-            return found
+            return in_any_order(found)
         if message.is_mrs_ack:
             psb = message.ack_psb()
             found.append(("ACK", psb.seq, psb.delivery_status, psb.uma_status))
@@ -62,7 +63,14 @@ def expected(said: list[tuple], target: str, cause_of) -> list[tuple]:
         wanted.append(("MSG", mode.name.encode(), target, cause))
         if mode.name.startswith("AK_"):
             wanted.append(("ACK", seq, cause, Status.RTS_SUCCESS))
-    return wanted
+    return in_any_order(wanted)
+
+
+def in_any_order(answers: list[tuple]) -> list[tuple]:
+    """`answers` sorted: the outcomes of different puts come in no promised order (an
+    AK_CONF message to another group is returned once its journaled copy is deleted,
+    a commit after the others' returns)."""
+    return sorted(answers, key=repr)
 
 
 def recoverable_cause(recoverable: Status, nonrecoverable: Status):
