@@ -22,6 +22,7 @@ a protocol Fatal(NOTAUTHORIZED) and closed: it can do nothing but authenticate.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from dataclasses import dataclass
@@ -168,6 +169,22 @@ class FrameReader:
     def rest(self) -> bytes:
         return bytes(self.buffer)
 
+    def after_answer(self) -> AuthFailed:
+        """The refusal for bytes the server sent after its answer, unasked: a Fatal
+        frame is the server's own refusal (a group that checks the principal once
+        the exchange is over, and finds it removed and added again meanwhile, ends
+        the connection at once); anything else is a protocol error. Why: that Fatal,
+        read in the same receive as the answer, was "data after the authentication
+        answer", as if the server had broken the protocol."""
+        if len(self.buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self.buffer)
+            if size <= FRAME_BYTES_MAX and len(self.buffer) >= _HEADER.size + size:
+                with contextlib.suppress(AuthFailed):
+                    body = bytes(self.buffer[_HEADER.size : _HEADER.size + size])
+                    if (refusal := fatal_of(_decode(body))) is not None:
+                        return refusal
+        return AuthFailed(Status.PROTOCOL_ERROR, "data after the authentication answer")
+
 
 def _decode(body: bytes) -> object:
     try:
@@ -260,6 +277,6 @@ async def authenticate(stream: trio.abc.Stream, credentials: ClientCredentials) 
             NOTAUTHORIZED, "the server's signature is wrong: it does not hold our verifier"
         )
     if reader.rest():
-        raise AuthFailed(Status.PROTOCOL_ERROR, "data after the authentication answer")
+        raise reader.after_answer()
     peer_proof = final.get("peer_proof")
     return Proven(group, message, peer_proof if isinstance(peer_proof, bytes) else None)
