@@ -196,8 +196,8 @@ LONG_TESTS_FIRST = (
     "tests/sim/test_sim.py::test_real_process_mixed_scenario",
     "tests/process/test_crash.py::",
 )
-"""The suite's longest tests, longest first (minutes on a loaded machine; the swarm's
-200 seeds alone are a sixth of the suite), run before all others: under `pytest -n 2`
+"""The suite's longest tests, longest first (up to minutes on a loaded machine), run
+before all others: under `pytest -n 2`
 each worker takes the next test as it frees up, so a long test started last would
 leave the other core idle at the end; longest first keeps both busy to the end."""
 

@@ -17,8 +17,13 @@ from sim.scenarios import run_scenario
 from sim.simulation import START_ATTEMPTS_MAX
 from sim.swarm import NEMESIS_ACTIONS, QUICK_WORKLOAD, run_seed
 
-SWARM_SEEDS = 200
-PROOF_SEEDS = 100
+SWARM_SEEDS = 80
+"""Enough to reach every nemesis action, mode, UMA and cap the coverage asserts (60
+did, measured); the thousands of seeds a change is weighed on run by hand (`mrs sim
+swarm --seeds 2000`), not in the suite, whose time is bounded (15 minutes)."""
+PROOF_SEEDS = 30
+"""Seeds per broken build: deterministic, so the verdict of these 30 is the same at
+every run (each build was caught in all 30, measured); 100 took three minutes."""
 CATCH_RATE_MIN = 0.9
 MIXED_SECONDS = 60.0
 MIXED_FAULTS_MIN = 20
@@ -86,7 +91,7 @@ def test_same_seed_same_history_byte_for_byte() -> None:
 def test_checker_catches_each_broken_build_in_nine_seeds_of_ten(switch) -> None:
     needed = round(CATCH_RATE_MIN * PROOF_SEEDS)
     caught = missed = 0
-    for seed in range(PROOF_SEEDS):  # stop as soon as the verdict on 100 seeds is known
+    for seed in range(PROOF_SEEDS):  # stop as soon as the verdict is known
         if run_seed(seed, frozenset({switch}), QUICK_WORKLOAD)[1].ok:
             missed += 1
         else:
