@@ -22,6 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import trio
+
 from clients.errors import MrsError
 from mrs.model import (
     DEAD_LETTER_QUEUE,
@@ -319,6 +321,36 @@ def _with_opened(message: Message, opened: Opened) -> Message:
     return dataclasses.replace(message, body=opened.data, headers=headers)
 
 
+def _dead_letter_headers(
+    program: str, queue: Address, message: Message, error: ProtectionError
+) -> dict[str, Any]:
+    """The headers of a refused message's copy on the DLQ: its dead-letter header, the
+    key that stores it once, and the possible-duplicate mark for a redelivery."""
+    header = {
+        "reason": error.reason,
+        "dest_q_name": str(queue.queue),
+        "dest_q_mgr_name": str(queue.group),
+        "format": "MRS",
+        "put_appl_type": "MRS",
+        "put_appl_name": program,
+        "text": f"refused by the protection policy of {queue}: {error}",
+        "original_seq": message.seq,
+        "original_source": str(message.source),
+    }
+    headers: dict[str, Any] = {
+        "dead_letter_header": header,
+        # once however often it is refused: a reader that cannot confirm it (an
+        # in-order queue, a lost connection) gets it again, and so may another
+        "idempotency_key": f"protection-refused {queue} {message.seq}",
+    }
+    if message.delivery_status == Status.POSSDUPL:
+        # Delivered before: an earlier reader may have dead-lettered it already. A
+        # memory DLQ hands it to the DLJ, where the key does not dedupe, so this copy
+        # is marked as the DLQ handler marks its forwards (delivered POSSDUPL).
+        headers[POSSIBLE_DUPLICATE_HEADER] = True
+    return headers
+
+
 async def _to_dead_letter_queue(
     client: ProtectedClient,
     queue: Address,
@@ -334,29 +366,8 @@ async def _to_dead_letter_queue(
     (where it went: "the DLQ", "the DLJ ...", None), and when it could not be moved,
     why: the refusal repeats on every get, so the reader must be told what to fix
     (e.g. the principal lacks the admin right 'dlq')."""
-    header = {
-        "reason": error.reason,
-        "dest_q_name": str(queue.queue),
-        "dest_q_mgr_name": str(queue.group),
-        "format": "MRS",
-        "put_appl_type": "MRS",
-        "put_appl_name": client._program,
-        "text": f"refused by the protection policy of {queue}: {error}",
-        "original_seq": message.seq,
-        "original_source": str(message.source),
-    }
     recoverable = message.delivery.recoverable
-    headers: dict[str, Any] = {
-        "dead_letter_header": header,
-        # once however often it is refused: a reader that cannot confirm it (an
-        # in-order queue, a lost connection) gets it again, and so may another
-        "idempotency_key": f"protection-refused {queue} {message.seq}",
-    }
-    if message.delivery_status == Status.POSSDUPL:
-        # Delivered before: an earlier reader may have dead-lettered it already. A
-        # memory DLQ hands it to the DLJ, where the key does not dedupe, so this copy
-        # is marked as the DLQ handler marks its forwards (delivered POSSDUPL).
-        headers[POSSIBLE_DUPLICATE_HEADER] = True
+    headers = _dead_letter_headers(client._program, queue, message, error)
     try:
         psb = await client.put(
             message.body,
@@ -372,6 +383,9 @@ async def _to_dead_letter_queue(
         )
     except MrsError as failed:
         stored, failure = False, str(failed) or type(failed).__name__
+    except trio.Cancelled:  # the get was given up while the DLQ put was on its way
+        _unmoved_when_given_up(client, message, error)
+        raise
     else:
         stored = isinstance(psb.delivery_status, Status) and psb.delivery_status.ok
         failure = ""
@@ -383,10 +397,32 @@ async def _to_dead_letter_queue(
         log.log(level, "refused message %d not moved to the DLQ: %s", message.seq, failure)
         return None, failure
     if message.needs_confirm:
-        await _confirm_refused_now(client, message.seq)
+        # Shielded (one round trip, bounded by the confirm's own wait): given up here,
+        # a BADSEQ answer (an in-order queue wants older ones first) was never kept
+        # for `confirm_refused`, and the queue jammed as below.
+        with trio.CancelScope(shield=True):
+            await _confirm_refused_now(client, message.seq)
     where = "the DLQ" if stored else "the DLJ (the DLQ is memory only)"
     log.warning("message %d on %s refused (%s): moved to %s", message.seq, queue, error, where)
     return where, ""
+
+
+def _unmoved_when_given_up(
+    client: ProtectedClient, message: Message, error: ProtectionError
+) -> None:
+    """The get was given up (a cancel scope, Ctrl-C in the blocking client) while the
+    refused message's DLQ put waited for its answer: the put may or may not be
+    stored, and the message is unconfirmed on the queue, delivered on this
+    connection. It is kept with the refused messages not moved yet, so the next get
+    moves it again (`Protection.retry_unmoved`, under the same idempotency key) and
+    confirms it; marked POSSDUPL, so that copy is marked a possible duplicate where
+    the key does not dedupe (a memory DLQ hands it to the DLJ). Why: dropped, it was
+    neither handed out nor confirmed, and on an in-order queue every later confirm
+    on the connection was refused BADSEQ naming a message the application never
+    saw, until a reconnect. A message that needs no confirm is gone either way."""
+    if message.needs_confirm:
+        marked = dataclasses.replace(message, delivery_status=Status.POSSDUPL)
+        client.refused_unmoved[message.seq] = (client.reconnects, marked, error)
 
 
 async def _confirm_refused_now(client: ProtectedClient, seq: int) -> None:
