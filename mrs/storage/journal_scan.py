@@ -27,6 +27,9 @@ from mrs.storage.journal_check import damaged_line
 
 SEQ_KEYED = (Journal.DLJ, Journal.PCJ)
 """Journals keyed by the message's seq: a seq selection starts at its first key."""
+PAGE_RECORDS = 1024
+PAGE_BYTES = 16 << 20
+"""A page of `scan_paged`: so many records, or once its bodies hold so many bytes."""
 MAP_BYTES_DEFAULT = 1 << 30
 """The LMDB map a reader opens with when nothing says the server's (at least the file)."""
 PCJ_SEGMENT_FIELD = "pcj_segment"
@@ -160,6 +163,7 @@ def scan(
     *,
     after_seq: int | None = None,
     chunk: int | None = None,
+    after_key: bytes | None = None,
 ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
     """Yield (key, record) of the selected records in key order, from ONE read
     transaction (a consistent snapshot even while the server writes).
@@ -167,7 +171,8 @@ def scan(
     Corrupt records are yielded as CorruptRecord whatever the selection (they cannot
     be matched), so callers report them. `after_seq` resumes a DLJ/PCJ scan after a
     seq; `chunk` stops after that many yielded items (a long read goes in short
-    transactions, so it does not hold the server's old pages). A selection's limit
+    transactions, so it does not hold the server's old pages); `after_key` resumes any
+    journal after a key an earlier scan of the same selection yielded. A selection's limit
     is applied by the caller across chunks. A page LMDB cannot read (a damaged
     file) raises JournalUnreadable: one line, never LMDB's own error.
     """
@@ -175,7 +180,7 @@ def scan(
     if db is None:
         return
     try:
-        yield from _scan(store, db, journal, selection, after_seq, chunk)
+        yield from _scan(store, db, journal, selection, after_seq, chunk, after_key)
     except lmdb.Error as error:  # a damaged page: LMDB refuses to read on
         raise JournalUnreadable(Path(store.path), journal, error) from None
 
@@ -187,6 +192,7 @@ def _scan(
     selection: Selection,
     after_seq: int | None,
     chunk: int | None,
+    after_key: bytes | None = None,
 ) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
     seq_keyed = journal in SEQ_KEYED
     start_seq = selection.seq_min
@@ -197,8 +203,13 @@ def _scan(
     yielded = 0
     with store.env.begin(db=db, buffers=False) as txn:
         cursor = txn.cursor(db)
-        if seq_keyed and start_seq is not None:
-            positioned = cursor.set_range(seq_key(start_seq))
+        first_key = seq_key(start_seq) if seq_keyed and start_seq is not None else None
+        if after_key is not None and (first_key is None or after_key >= first_key):
+            positioned = cursor.set_range(after_key)
+            if positioned and cursor.key() == after_key:
+                positioned = cursor.next()
+        elif first_key is not None:
+            positioned = cursor.set_range(first_key)
         else:
             positioned = cursor.first()
         name = journal.value
@@ -218,6 +229,58 @@ def _scan(
             if chunk is not None and yielded >= chunk:
                 return
             positioned = cursor.next()
+
+
+def scan_paged(
+    store: JournalStore,
+    journal: Journal,
+    selection: Selection,
+    *,
+    page_records: int = PAGE_RECORDS,
+    page_bytes: int = PAGE_BYTES,
+) -> Iterator[tuple[bytes, Record | CorruptRecord]]:
+    """`scan`, read in pages: each page (at most `page_records` items, and about
+    `page_bytes` of bodies) is read whole in a read transaction of its own, which
+    ends before any of it is yielded.
+
+    Why: a caller that waits between records (`mrs dump | less` left open, a pipe
+    nobody reads) held ONE snapshot for as long as it waited, and LMDB can reuse no
+    page the server freed after it: under load the server's journal filled in
+    seconds and the group refused puts and confirms ("journal map full"). Each page is
+    one committed state; a record committed or removed while the pages are read may
+    be in them or not, never twice (a page resumes after the last key yielded)."""
+    after: bytes | None = None
+    while True:
+        page, ended = read_page(store, journal, selection, after, page_records, page_bytes)
+        yield from page
+        if ended or not page:
+            return
+        after = page[-1][0]
+
+
+def read_page(
+    store: JournalStore,
+    journal: Journal,
+    selection: Selection,
+    after: bytes | None,
+    records_max: int,
+    bytes_max: int,
+) -> tuple[list[tuple[bytes, Record | CorruptRecord]], bool]:
+    """One page of `scan_paged` after the key `after` (None: from the start), read in
+    one read transaction that ends before it returns, and whether the journal ended
+    in it (the scan reached its last record, so no page follows)."""
+    page: list[tuple[bytes, Record | CorruptRecord]] = []
+    size = 0
+    scanned = scan(store, journal, selection, after_key=after)
+    try:
+        for key, record in scanned:
+            page.append((key, record))
+            size += len(record.body) if isinstance(record, Record) else 0
+            if len(page) >= records_max or size >= bytes_max:
+                return page, False
+    finally:
+        scanned.close()  # ends the read transaction now, not when collected
+    return page, True
 
 
 def seq_of_key(key: bytes) -> int:

@@ -1,8 +1,11 @@
 """`mrs dump` (dmqdump): print the records of a group's SAF, DQF, DLJ or PCJ.
 
 Why it looks like this: an operator inspects before acting. Dump reads the
-journals read-only from one LMDB snapshot, so it is safe while the server runs and
-what it shows is one consistent state, never half of a commit. Two outputs:
+journals read-only in pages, each from one LMDB snapshot read whole before it is
+printed (`journal_scan.scan_paged`), so it is safe while the server runs: it shows
+no half of a commit, and a dump whose output waits (`| less`) holds no snapshot, which
+kept every page the server freed meanwhile from reuse until its journal was full.
+Two outputs:
 
 - an aligned table (default, rich) for people;
 - `--json`: exactly one JSON object per record on stdout and nothing else, so it
@@ -34,7 +37,7 @@ from mrs.offline.selection import (
     filter_from_args,
     record_time_ns,
 )
-from mrs.storage.journal_scan import scan
+from mrs.storage.journal_scan import scan_paged
 from mrs.tools.console import ToolConsole
 from mrs.tools.journal.arguments import PREVIEW_BYTES
 from mrs.tools.journal.render import (
@@ -48,6 +51,10 @@ from mrs.tools.journal.render import (
 
 TABLE_PAGE_ROWS = 500
 JSON_FLUSH_LINES = 2000
+FLUSH_CHARS = 4 << 20
+"""Output is written once this much text waits, whatever the rows or lines: with
+`--body-full` a row carries a whole body (a 1 MiB body is 2 MiB of hex), and 2,000
+lines of them held 2.4 GB for 400 records of 1 MiB."""
 
 
 @dataclass
@@ -155,11 +162,13 @@ class _TablePrinter:
         self.console = console
         self.columns = columns
         self.rows: list[list[str]] = []
+        self.chars = 0
         self.widths: list[int] | None = None
 
     def add(self, row: list[str]) -> None:
         self.rows.append(row)
-        if len(self.rows) >= TABLE_PAGE_ROWS:
+        self.chars += len(row[-1])  # the body, when shown, is the last cell
+        if len(self.rows) >= TABLE_PAGE_ROWS or self.chars >= FLUSH_CHARS:
             self.flush()
 
     def flush(self) -> None:
@@ -177,6 +186,7 @@ class _TablePrinter:
         else:
             self._print_rich(self.widths, first)
         self.rows.clear()
+        self.chars = 0
 
     def _page_widths(self, widths: list[int]) -> list[int] | None:
         """The widths rich would give this page's columns if it prints every row as its
@@ -266,7 +276,7 @@ def _selected(store, journal, selection: RecordFilter, summary: Summary) -> Iter
     Why one place: both output formats must count, report corrupt records and stop at
     the limit the same way; a corrupt record is reported and counted, never yielded.
     """
-    for _key, record in scan(store, journal, selection):
+    for _key, record in scan_paged(store, journal, selection):
         if isinstance(record, CorruptRecord):
             summary.corrupt += 1
             _report_corrupt(record)
@@ -281,11 +291,14 @@ def _dump_json(store, journal, selection: RecordFilter, group_id: int, body) -> 
     summary = Summary(journal, group_id)
     out = sys.stdout
     lines: list[str] = []
+    chars = 0
     for record in _selected(store, journal, selection, summary):
-        lines.append(record_json(journal, record, body))
-        if len(lines) >= JSON_FLUSH_LINES:
+        lines.append(line := record_json(journal, record, body))
+        chars += len(line)
+        if len(lines) >= JSON_FLUSH_LINES or chars >= FLUSH_CHARS:
             out.write("\n".join(lines) + "\n")
             lines.clear()
+            chars = 0
     if lines:
         out.write("\n".join(lines) + "\n")
     out.flush()
