@@ -654,7 +654,40 @@ def _map_full_words(store: JournalStore) -> str:
     return (
         f"journal map full: the journal in {store.path} has no room left in {size} for "
         "this commit; drain its queues, archive its PCJ (`mrs pcj archive`) or raise "
-        'journal_bytes_max (docs/journals.md, "A full journal")'
+        f'journal_bytes_max (docs/journals.md, "A full journal"){snapshot_holders(store)}'
+    )
+
+
+OLD_SNAPSHOT_COMMITS = 10
+"""A reader whose snapshot is this many commits behind is named (`snapshot_holders`)."""
+
+
+def snapshot_holders(store: JournalStore) -> str:
+    """The other processes whose read transaction pins the journal's freed pages ("; pid
+    N reads it from a snapshot K commits old, ..."), or "" if none does.
+
+    Why: LMDB reuses no page freed after the oldest open snapshot, so a reader left
+    waiting (a `mrs dump` piped to a pager, another program's read transaction) fills
+    the map however much the queues drain; the full map was blamed on the queues or
+    on short runs of free pages, and `mrs status` showed the journal nearly empty."""
+    try:
+        last_txnid = int(store.env.info()["last_txnid"])
+        table = store.env.readers()
+    except lmdb.Error:
+        return ""
+    held = []
+    for line in table.splitlines()[1:]:
+        words = line.split()
+        if len(words) != 3 or not (words[0].isdigit() and words[2].isdigit()):
+            continue  # a free slot ("-") or a line of another shape
+        pid, behind = int(words[0]), last_txnid - int(words[2])
+        if pid != os.getpid() and behind >= OLD_SNAPSHOT_COMMITS:
+            held.append(f"pid {pid} reads it from a snapshot {behind} commits old")
+    if not held:
+        return ""
+    return (
+        f"; {', '.join(held)}: the pages freed since cannot be reused until it ends "
+        "(a `mrs dump` or another reader left waiting?)"
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from journals import JournalStore
-from journals.store import RECORD_JOURNALS
+from journals.store import RECORD_JOURNALS, snapshot_holders
 from mrs.storage import journal_measure
 from mrs.storage.journal_reserve import reserve_bytes
 
@@ -227,6 +227,7 @@ class UsageWatch:
         self._grow_for_drain(
             grown_bytes,
             f"at {map_bytes} bytes with {in_use_bytes} bytes of records (cap "
-            f"{self.cap_bytes}): the free pages lie in runs too short for the record",
+            f"{self.cap_bytes}): the free pages lie in runs too short for the record"
+            f"{snapshot_holders(self.store)}",
         )
         return True
