@@ -42,7 +42,7 @@ from mrs.protection.errors import (
     PolicyError,
     ProtectionError,
 )
-from mrs.protection.keys import Identity, load_identity
+from mrs.protection.keys import Identity, PublicKeys, load_identity
 from mrs.protection.policy import Policy, PolicySet, load_policies, resolve_queue
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,19 @@ class Protection:
     identity: Identity | None = None
     bus: Any = None
     """A BusConfig, so targets can be written as names; None: GROUP.QUEUE only."""
+    own_key_at_load: bool = dataclasses.field(default=False, init=False, compare=False)
+    """keys_dir's NAME.pub held this application's own keys when it was made: a
+    change of that file since means the key was rotated under it (`stale_identity`)."""
+
+    own_keys: tuple[bytes, bytes] | None = dataclasses.field(
+        default=None, init=False, compare=False, repr=False
+    )
+    """The identity's raw public keys, derived once (a check per put compares them)."""
+
+    def __post_init__(self) -> None:
+        if self.identity is not None:
+            object.__setattr__(self, "own_keys", _raw_keys(self.identity.public))
+        object.__setattr__(self, "own_key_at_load", self._own_key_published() is True)
 
     @classmethod
     def load(
@@ -155,6 +168,8 @@ class Protection:
                 f"are {', '.join(policy.signers)}",
                 MQRC_NOT_AUTHORIZED,
             )
+        if (stale := self.stale_identity()) is not None:
+            raise ProtectionRefused(f"{stale}: nothing was sent", MQRC_SECURITY_ERROR)
         try:
             recipients = [self.policies.keyring.get(name) for name in policy.recipients]
             if policy.quality is Quality.PRIVACY and self.identity.name not in policy.recipients:
@@ -172,11 +187,20 @@ class Protection:
         message of `queue`: its policy is privacy, tolerates no unprotected message,
         and the application has no identity to decrypt with. Why before the get: got,
         each message failed the policy and was moved to the DLQ, so a reader started
-        without `identity=` emptied the queue of messages meant for its real readers."""
-        if queue is None or self.identity is not None or queue.queue == DEAD_LETTER_QUEUE:
+        without `identity=` emptied the queue of messages meant for its real readers.
+        Also raised when the reader's key was rotated while it runs (`stale_identity`)."""
+        if queue is None or queue.queue == DEAD_LETTER_QUEUE:
             return
         policy = self.policies.for_queue(queue)
-        if policy is None or policy.quality is not Quality.PRIVACY or policy.tolerate:
+        if policy is None or policy.quality is not Quality.PRIVACY:
+            return
+        if self.identity is not None:
+            # A key rotated under a running reader: what is sealed for the new key
+            # would be refused to the DLQ; it waits for the restarted reader instead.
+            if (stale := self.stale_identity()) is not None:
+                raise ProtectionRefused(f"{stale}: nothing was taken", MQRC_SECURITY_ERROR)
+            return
+        if policy.tolerate:
             return
         raise ProtectionRefused(
             f"{queue} has a privacy policy and this application has no identity to open "
@@ -266,6 +290,36 @@ class Protection:
                 raise _refusal(queue, message, error, where, failure)
             del unmoved[seq]
 
+    def stale_identity(self) -> str | None:
+        """Why this application's keys are older than its NAME.pub in keys_dir, or None.
+
+        True when that file held its keys when the application loaded them and holds
+        others now: `mrs keys rotate` ran while it runs. Why refuse then: a running
+        signer kept signing with the old key, and its readers, verifying with the new
+        NAME.pub, refused each message to the DLQ, where no key could ever verify it
+        (the old one is not kept on purpose); a running reader refused to the DLQ each
+        message sealed for its new key. The file matching nothing at load (not copied
+        yet, say) is not judged: which key is newer cannot be told then."""
+        identity = self.identity
+        if identity is None or not self.own_key_at_load or self._own_key_published() is not False:
+            return None  # True: still its keys; None: no NAME.pub (a removed key is not judged)
+        path = self.policies.keyring.directory / f"{identity.name}.pub"
+        return (
+            f"the key of {identity.name!r} was rotated after this application loaded it "
+            f"({path} now holds another key): restart it with the new {identity.name}.key"
+        )
+
+    def _own_key_published(self) -> bool | None:
+        """Whether keys_dir's NAME.pub holds this application's own public keys (None:
+        no identity, or no readable NAME.pub of its own there)."""
+        if self.identity is None:
+            return None
+        try:
+            published = self.policies.keyring.get(self.identity.name)
+        except PolicyError:
+            return None
+        return _raw_keys(published) == self.own_keys
+
     def _address(self, queue: str | Address) -> Address:
         if isinstance(queue, Address):
             return queue
@@ -291,6 +345,10 @@ def _refusal(
         message.seq,
         where is not None,
     )
+
+
+def _raw_keys(keys: PublicKeys) -> tuple[bytes, bytes]:
+    return keys.verify_key.public_bytes_raw(), keys.encrypt_key.public_bytes_raw()
 
 
 def _group_ack(message: Message) -> bool:
