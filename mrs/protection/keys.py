@@ -160,13 +160,16 @@ def load_public_keys(path: str | os.PathLike[str]) -> PublicKeys:
 
 class Keyring:
     """The public keys of a directory of NAME.pub files, read when first asked for and
-    again when the file changes (another inode, size or time): a key rotated by
-    replacing NAME.pub applies to the next message, in a process that runs on, as a
-    removed NAME.pub revokes it. A stat per look-up, against ~100 us of cryptography."""
+    again when the file changes (another inode, size, modification or change time):
+    a key rotated by replacing NAME.pub applies to the next message, in a process that
+    runs on, as a removed NAME.pub revokes it. The change time too: `cp -p` over the
+    old file keeps its inode and size and sets the modification time to the source's,
+    which a cached key then outlived. A stat per look-up, against ~100 us of
+    cryptography."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._keys: dict[str, tuple[tuple[int, int, int], PublicKeys]] = {}
+        self._keys: dict[str, tuple[tuple[int, int, int, int], PublicKeys]] = {}
 
     def get(self, name: str) -> PublicKeys:
         """The public keys of `name`; PolicyError when there is no NAME.pub."""
@@ -178,7 +181,7 @@ class Keyring:
             raise PolicyError(f"no public key for {name!r} ({path} does not exist)") from None
         except OSError as error:
             raise PolicyError(f"{path}: cannot read: {error.strerror or error}") from None
-        stamp = (status.st_ino, status.st_size, status.st_mtime_ns)
+        stamp = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
         cached = self._keys.get(name)
         if cached is not None and cached[0] == stamp:
             return cached[1]

@@ -11,13 +11,20 @@ protection is the client's alone.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from clients import DeliveryMode, NoMoreMessages, Protection, ProtectionRefused
 from mrs.protection.errors import MQRC_SECURITY_ERROR
-from mrs.protection.keys import Identity, rotate_identity, write_identity
+from mrs.protection.keys import (
+    Identity,
+    Keyring,
+    load_public_keys,
+    rotate_identity,
+    write_identity,
+)
 
 POLICY = """
 keys_dir = "keys"
@@ -82,3 +89,23 @@ async def test_a_reader_still_running_after_its_rotation_takes_nothing(mem_bus, 
             bodies.append(message.body)
             await message.confirm()
     assert bodies == [b"sealed for the old key", b"sealed for the new key"]
+
+
+def test_a_key_copied_over_its_file_with_cp_p_is_read_again(tmp_path: Path) -> None:
+    """`cp -p new/SHOP.pub keys/` keeps the file's inode and size and sets its
+    modification time to the source's: a keyring that cached the old key by those
+    alone went on using it. The change time tells the copy."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_identity(Identity.generate("SHOP"), old)
+    write_identity(Identity.generate("SHOP"), new)
+    keyring = Keyring(old)
+    before = keyring.get("SHOP").verify_key.public_bytes_raw()
+    target, source = old / "SHOP.pub", new / "SHOP.pub"
+    stat = target.stat()
+    assert source.stat().st_size == stat.st_size
+    with open(target, "r+b") as file:  # in place, as cp does: the same inode
+        file.write(source.read_bytes())
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # -p: the old times
+    assert (target.stat().st_ino, target.stat().st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+    after = keyring.get("SHOP").verify_key.public_bytes_raw()
+    assert after != before and after == load_public_keys(source).verify_key.public_bytes_raw()
