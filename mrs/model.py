@@ -325,7 +325,15 @@ class Psb(msgspec.Struct, frozen=True, gc=False):
     def kept_no_copy(self) -> bool:
         """True when the message was not delivered and its UMA kept no copy anywhere:
         a put that may be made again without marking the next copy a possible duplicate
-        (the DLQ handler's puts, mrs.dlq.handler and mrs.group.dlq_leases)."""
+        (the DLQ handler's puts, mrs.dlq.handler and mrs.group.dlq_leases).
+
+        LINK_DOWN is never "no copy": a put to another group is answered so when its
+        link dropped after the message went and before the peer's answer came back,
+        and the peer may hold it. Why: the DLQ handler put a memory letter again
+        unmarked after such an answer, and the receiver got it twice, both copies
+        unflagged (a letter tried while the link was down is flagged needlessly)."""
+        if self.delivery_status == Status.LINK_DOWN:
+            return False
         return int(self.delivery_status) <= 0 and self.uma_status in NOTHING_KEPT_UMA_STATUSES
 
     def to_wire(self) -> list[int]:

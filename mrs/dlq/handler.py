@@ -95,8 +95,8 @@ class Handler:
     _lanes: dict[str, _Lane] = field(default_factory=dict)
     _lane_of: dict[int, str] = field(default_factory=dict)
     _uncertain: set[int] = field(default_factory=set)
-    """Letters whose put timed out (it may have been stored): each later put of one
-    is marked a possible duplicate."""
+    """Letters whose put may have been stored (it timed out, or was answered LINK_DOWN:
+    the link dropped on its way): each later put of one is marked a possible duplicate."""
     _first_take: trio.Event = field(default_factory=trio.Event)
     """Set once the first take is answered: the other takers start then (`_take`)."""
     _ended: trio.Event = field(default_factory=trio.Event)
@@ -503,8 +503,7 @@ class Handler:
                 await self._nothing_stored(message)
             return "failed", str(address), f"{_name(error.status)}: {error}"
         if not _stored(psb):
-            if psb.kept_no_copy:
-                await self._nothing_stored(message)
+            await self._not_stored(message, psb)
             return (
                 "failed",
                 str(address),
@@ -526,6 +525,17 @@ class Handler:
             )
         outcome = "forwarded" if rule.action is Action.FWD else "retried"
         return outcome, str(address), _name(psb.delivery_status)
+
+    async def _not_stored(self, message: Message, psb: Psb) -> None:
+        """A put answered as not delivered. One whose answer says no copy was kept may
+        be made again as it was; any other (LINK_DOWN: its link may have dropped after
+        the message reached the other group) marks every later put of the letter a
+        possible duplicate. Why: after LINK_DOWN the handler put a memory letter again
+        unmarked, and the receiver got two copies, neither flagged."""
+        if psb.kept_no_copy:
+            await self._nothing_stored(message)
+        else:
+            self._uncertain.add(message.seq)
 
     async def _nothing_stored(self, message: Message) -> None:
         """The group answered that this put stored no copy: the source may take back
