@@ -94,6 +94,7 @@ from mrs.limits import (
     READ_AHEAD_MAX,
     REPLY_GRACE_S,
 )
+from mrs.protocol.admin_events import admin_outcome
 
 if TYPE_CHECKING:
     from clients.protection import Protection
@@ -686,11 +687,16 @@ class Client:
         """An operator's action on the group (`mrs admin`; docs/operations.md):
         browse(queue, limit), purge(queue, discard, reason), move(queue, to, limit),
         connections(), journal(limit). Returns what the group answered as plain
-        data; raises NoSuchQueue, NotAuthorized (without its right), BadParameter."""
+        data; raises NoSuchQueue, NotAuthorized (without its right), BadParameter;
+        ReplyTimeout after ADMIN_REQUEST_WAIT_S, saying what the action may have done."""
         requests = self._requests
         await requests.linked(Status.NOTACTIVE, "admin")
         request = built(wire.AdminRequest, requests.next_id(), action, dict(args))
-        reply = await requests.request(request, ADMIN_REQUEST_WAIT_S, "other")
+        try:
+            reply = await requests.request(request, ADMIN_REQUEST_WAIT_S, "other")
+        except ReplyTimeout:  # with what it may have done (mrs.protocol.admin_events)
+            wait_s, outcome = ADMIN_REQUEST_WAIT_S, admin_outcome(action)
+            raise not_answered(action, self.address, wait_s, outcome) from None
         return cast(wire.AdminReply, reply).result
 
     async def locate(self, name: str | Address, *, timeout: float | None = None) -> Address:

@@ -44,6 +44,7 @@ from mrs.limits import (
 from mrs.model import Status
 from mrs.ops.admin_terms import rendered
 from mrs.ops.http_endpoint import Handler, Request, Response
+from mrs.protocol.admin_events import admin_outcome
 from mrs.security import scram
 from mrs.security.creds import LINK_PREFIX
 
@@ -311,7 +312,7 @@ class WebAdmin:
             return json_answer(200, answer.result)
         if isinstance(answer, wire.Failure):
             return refused_answer(answer.status, answer.message)
-        return json_answer(500, {"error": "no answer from the group in time"})
+        return json_answer(500, {"error": unanswered_line(action, ADMIN_REQUEST_WAIT_S)})
 
 
 def _password_ok(authority: Authority, name: str, password: str) -> bool:
@@ -395,6 +396,15 @@ def _queue_shape(args: dict) -> str | None:
         if isinstance(text, str) and (wrong := queue_shape_problem(text)) is not None:
             return f"{name} {text[:64]!r} {wrong}: {QUEUE_FORMS}"
     return None
+
+
+def unanswered_line(action: str, waited_s: float) -> str:
+    """The page's line for an action whose answer did not come, and what it may have
+    done. Why: a purge or a limit set while a replicated group held its answers (no
+    replica in sync linked) was answered "no answer from the group in time", and the
+    operator read that nothing was done: it was done on the active, its answer held
+    until a replica has it."""
+    return f"{action}: no answer from the group within {waited_s:g} s; {admin_outcome(action)}"
 
 
 def refused_answer(status: int, message: str) -> Response:

@@ -39,6 +39,31 @@ class AdminReply(EventStruct, tag=71):
     result: dict
 
 
+ADMIN_LOOK_OUTCOME = "it changed nothing on the group: ask again"
+"""What a look (browse, connections, journal) that got no answer leaves: nothing."""
+
+ADMIN_LOOKS = frozenset({"browse", "connections", "journal"})
+"""The admin actions that change nothing: an unanswered one is only a look to make again."""
+
+ADMIN_CHANGE_OUTCOME = (
+    "it may or may not be done: a replicated group answers once an in-sync replica "
+    "holds the change (`mrs status` says ANSWERS HELD while none is linked), and the "
+    "action stays done on the active meanwhile; look at the queue and the admin "
+    "journal before asking again"
+)
+"""What an admin action that changes the group (purge, move, set_limits, ...) and timed
+out may have done."""
+
+
+def admin_outcome(action: str) -> str:
+    """What an AdminRequest `action` that got no answer in time may have done. Why:
+    `mrs admin purge` on a replicated group whose replicas were both down said
+    "AdminRequest: no answer from ... within 60 s" after its wait, and the operator
+    read that nothing was purged: the purge was done on the active, which holds every
+    answer until a replica in sync has the change."""
+    return ADMIN_LOOK_OUTCOME if action in ADMIN_LOOKS else ADMIN_CHANGE_OUTCOME
+
+
 ADMIN_REQUESTS = (AdminRequest,)
 ADMIN_REPLIES = (AdminReply,)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mrs.config.schema import QUEUE_FORMS, queue_shape_problem
-from mrs.errors import ConnectionLost, MrsError
+from mrs.errors import ConnectionLost, MrsError, NotAuthorized
 from mrs.limits import (
     ADMIN_BROWSE_DEFAULT,
     ADMIN_BROWSE_MESSAGES_MAX,
@@ -263,6 +263,8 @@ async def _open(
     instances = len(address.split(","))
     try:
         return await open_active(stack, dial, instances, CONNECT_TIMEOUT_S)
+    except NotAuthorized as refused:
+        raise CommandError(f"admin: {_refused_line(refused)}", EXIT_RUNTIME) from None
     except ConnectionLost as lost:
         group, coordinator, bus_path = where
         group_id = None if group is None else group.id
@@ -270,6 +272,20 @@ async def _open(
             lost, address, coordinator, group_id, CONNECT_TIMEOUT_S, bus_path
         )
         raise CommandError(f"admin: {line}", EXIT_RUNTIME) from None
+
+
+def _refused_line(refused: Exception) -> str:
+    """The group's refusal of the connection, and, when no principal was given, how to
+    give one. Why: without MRS_AUTH_NAME the line was the client library's "group 2
+    requires authentication: connect with credentials", and the command has no option
+    for credentials: they come from the environment."""
+    message = getattr(refused, "message", None) or str(refused)
+    if os.environ.get("MRS_AUTH_NAME"):
+        return message
+    return (
+        f"{message}: set MRS_AUTH_NAME and MRS_AUTH_PASSWORD_FILE to a principal with "
+        "the action's right (docs/security-auth.md)"
+    )
 
 
 READ_ONLY_COMMANDS = frozenset({"browse", "connections", "journal"})

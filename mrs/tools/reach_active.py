@@ -19,6 +19,16 @@ ACTIVE_RETRY_S = 0.25
 answers (an operator's command waiting for the new active)."""
 
 
+REPLICA_NOTE = (
+    "; an instance of a replicated group listens for clients only while it is the "
+    "active: give --config BUS.TOML, or --address with every instance's HOST:PORT "
+    "(comma separated), to reach the active"
+)
+"""Said when one address alone did not answer (`mrs status --address` says the like).
+Why: `mrs admin purge --address` of a running replica read "is it running? (start it
+with `mrs serve`)" and nothing else, for an instance that was running."""
+
+
 async def open_active(stack: Any, dial: Any, instances: int, wait_s: float) -> Any:
     """The client of `dial()` (a `clients.connect(...)` context), entered on `stack`;
     with several instances, dialled again every ACTIVE_RETRY_S while none answers,
@@ -58,6 +68,7 @@ async def unreachable_line(
         reason = getattr(error, "message", None) or reason
     reason = reason.removeprefix(f"cannot connect to {address}: ")
     if coordinator is None or group_id is None:
-        return f"cannot connect to {address} ({reason}); is it running? (start it with `mrs serve`)"
+        line = f"cannot connect to {address} ({reason}); is it running? (start it with `mrs serve`)"
+        return line + (REPLICA_NOTE if group_id is None and "," not in address else "")
     note = await leadership_note(coordinator, group_id, CONNECT_TIMEOUT_S_DEFAULT, config_path)
     return f"no instance of group {group_id} answered within {waited_s:g} s ({reason}); {note}"

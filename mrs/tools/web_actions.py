@@ -28,10 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from mrs.errors import ConnectionLost
 from mrs.limits import ADMIN_REQUEST_WAIT_S
 from mrs.model import Status
 from mrs.ops.http_endpoint import Request, Response
-from mrs.ops.web_admin import WebAdmin, WebLogin, json_answer, refused_answer
+from mrs.ops.web_admin import (
+    WebAdmin,
+    WebLogin,
+    json_answer,
+    refused_answer,
+    unanswered_line,
+)
+from mrs.protocol.admin_events import ADMIN_LOOKS
 
 if TYPE_CHECKING:
     from mrs.config.bus import BusConfig
@@ -173,7 +181,10 @@ class BusWebAdmin(WebAdmin):
                     client = await self._open_active(stack, group_id, login)
                     result = await client.admin(action, **args)
         except trio.TooSlowError:
-            return json_answer(504, {"error": f"group {group_id}: no answer in time"})
+            line = unanswered_line(action, ADMIN_REQUEST_WAIT_S)
+            return json_answer(504, {"error": f"group {group_id}: {line}"})
+        except ConnectionLost as lost:  # sent (a connect's is _Unreachable): done or not
+            return json_answer(502, {"error": f"group {group_id}: {_lost_line(action, lost)}"})
         except _Unreachable as unreachable:
             return json_answer(502, {"error": f"group {group_id}: {unreachable}"})
         except _LoginRefused as refused:
@@ -195,7 +206,7 @@ class BusWebAdmin(WebAdmin):
         group's active, waited for up to CONNECT_ACTIVE_WAIT_S during a failover (before,
         an action then was answered at once `all attempts to connect ... failed`);
         _Unreachable with `mrs status`'s words when none answers."""
-        from mrs.errors import ConnectionLost, NotAuthorized
+        from mrs.errors import NotAuthorized
         from mrs.tools.reach_active import open_active, unreachable_line
 
         view = self.views[group_id]
@@ -267,6 +278,21 @@ def _group_named(value: Any, groups: dict) -> int | None:
         return number
     named = [g.id for g in groups.values() if isinstance(value, str) and g.name == value]
     return named[0] if named else None
+
+
+def _lost_line(action: str, lost: Exception) -> str:
+    """The line for an action whose connection was lost after it was sent, and what
+    it may have done. Why: a purge whose active was killed under it was answered
+    "group 2: server closed the connection", and the page read "then stopped: ..."
+    as if the request under way had done nothing (`mrs admin` says it may be done)."""
+    message = getattr(lost, "message", None) or str(lost)
+    if action in ADMIN_LOOKS:
+        return message
+    return (
+        f"{action}: the connection to the group was lost before its answer ({message}): "
+        "it may or may not be done; look at the queue and the admin journal before "
+        "pressing again"
+    )
 
 
 class _Unreachable(Exception):

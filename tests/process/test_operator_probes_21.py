@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from clients import DeliveryMode, connect
+from mrs.tools.reach_active import REPLICA_NOTE
 from sim.etcd import wait_active
 from sim.ports import free_port
 from tests.cli_helpers import run_mrs, status_json
@@ -85,7 +86,7 @@ def test_admin_to_a_group_that_is_down_says_why_and_what_to_do() -> None:
         line = _one_line_failure(run_mrs("admin", *argv, "--address", address))
         assert line == (
             f"mrs: admin: cannot connect to {address} (connection refused: nothing listens "
-            "there); is it running? (start it with `mrs serve`)"
+            "there); is it running? (start it with `mrs serve`)" + REPLICA_NOTE
         )
 
 
