@@ -117,13 +117,13 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
 
         bus = load_config(args.config)
         try:
-            ids = [int(g) for g in groups] if groups else list(bus.groups)
+            ids = list(dict.fromkeys(int(g) for g in groups)) if groups else list(bus.groups)
             for group in ids:
                 _check_not_replicated(bus.group(group))
-                readable_journal(bus.group(group).data_dir)
+                _readable_group_journal(group, bus.group(group).data_dir, bool(groups))
         except ValueError:
             raise AuditUsageError(f"--group: not a group id: {','.join(groups)}") from None
-        except (LookupError, FileNotFoundError) as error:
+        except LookupError as error:
             raise AuditUsageError(str(error).strip("'\"")) from None
         return {"config": str(args.config.resolve()), "groups": ",".join(map(str, ids))}
     if not args.data_dir:
@@ -161,6 +161,18 @@ def readable_journal(data_dir: Path) -> Path:
     if (unfinished := unfinished_copy_problem(directory)) is not None:
         raise AuditUsageError(unfinished)
     return directory
+
+
+def _readable_group_journal(group: int, data_dir: Path, picked: bool) -> None:
+    """`readable_journal` of a config's group, a missing journal said with the group's
+    id (and, when every group of the config was meant, how to audit the others). Why:
+    a bus file names groups on other hosts, and `mrs audit --config bus.toml` said only
+    "no group journal (data.mdb) in /var/mrs/g3", naming neither the group nor --group."""
+    try:
+        readable_journal(data_dir)
+    except FileNotFoundError as error:
+        hint = "" if picked else " (give --group with the groups whose journals are here)"
+        raise AuditUsageError(f"group {group}: {error}{hint}") from None
 
 
 def _check_not_replicated(group: GroupConfig) -> None:

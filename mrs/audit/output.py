@@ -202,12 +202,18 @@ img{max-width:100%} .meta{color:#666}
 """
 
 
-def _format(value) -> str:
+def _format(value, column: str = "") -> str:
+    """A cell as the page shows it: counts with thousands separators; a seq or a group
+    id as `mrs dump --seq` and `--group` take it, and a flag as JSON writes it. Why:
+    a gap's `after_seq` read "566,808,395,146,504", which no tool takes pasted, and
+    `checks_truncated` read 0 or 1."""
     value = _plain(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1 else f"{value:,.2f}"
     if isinstance(value, int):
-        return f"{value:,}"
+        return str(value) if column.endswith(("seq", "group")) else f"{value:,}"
     return "" if value is None else str(value)
 
 
@@ -220,7 +226,7 @@ def _html_table(rows: list[dict]) -> str:
         "<tr>"
         + "".join(
             f'<td class="{"n" if isinstance(r[c], int | float) else ""}">'
-            f"{html.escape(_format(r[c]))}</td>"
+            f"{html.escape(_format(r[c], c))}</td>"
             for c in columns
         )
         + "</tr>"

@@ -99,7 +99,10 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
     (a backlog, small beside the journals of what happened).
 
     Every record is in it, with `in_window`: true for the DQF and SAF (the backlog
-    now) and for PCJ/DLJ records inside `since`/`until`. The counts read the rows in
+    now), for PCJ/DLJ records inside `since`/`until`, and for a corrupt record (its
+    time is unreadable: `corrupt_records` counts it in every window; it was counted
+    only with no window at all, so `--since 30d` over a damaged PCJ or DLJ said 0
+    corrupt records). The counts read the rows in
     the window; the gap and correlation checks read them all, since a counter whose
     record was confirmed before `--since` is held, not missing (it was: a message
     waiting in a DQF since last month made every seq confirmed between it and this
@@ -132,13 +135,14 @@ def audit_frame(spark, sources: dict[str, str], since=None, until=None, *, table
         moment = F.when(F.col("journal") == "pcj", F.col("confirm_time")).when(
             F.col("journal") == "dlj", F.col("written_time")
         )
-        backlog = F.col("journal").isin("dqf", "saf")
+        # the backlog now, and a record whose time is unreadable: in every window
+        always = F.col("journal").isin("dqf", "saf") | F.col("corrupt").isNotNull()
         inside = F.lit(True)
         if since is not None:
             inside = inside & (moment >= F.lit(since))
         if until is not None:  # inclusive (`_bounded`)
             inside = inside & (moment <= F.lit(until))
-        in_window = F.coalesce(backlog | inside, F.lit(False))
+        in_window = F.coalesce(always | inside, F.lit(False))
     frame = frame.select(*SPARK_COLUMNS, in_window.alias("in_window"))
     return frame.cache()  # read by two jobs: converted from Arrow once
 

@@ -132,9 +132,12 @@ def bool_option(options: dict[str, str], key: str, default: bool) -> bool:
 
 
 def group_ids(text: str, option: str) -> list[int]:
-    """Group ids of a comma (or space) separated list, or a SourceError naming them."""
+    """Group ids of a comma (or space) separated list, each once, or a SourceError
+    naming them. Why once: a group named twice (`mrs audit --group 1 --group 1,2`,
+    `option("groups", "1,1")`) was read twice, so each of its messages counted
+    confirmed twice and was a "duplicate" held in `pcj:1, pcj:1`."""
     try:
-        return [int(g) for g in re.split(r"[,\s]+", text) if g]
+        return list(dict.fromkeys(int(g) for g in re.split(r"[,\s]+", text) if g))
     except ValueError:
         raise SourceError(f"option {option}: not a list of group ids: {text!r}") from None
 
