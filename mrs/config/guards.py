@@ -70,6 +70,8 @@ def _describe(value: object) -> str:
         return f"{type(value).__name__} {value}"
     if isinstance(value, str):
         return f"string {value[:40]!r}"
+    if isinstance(value, list | dict):  # as TOML names them, as every other table says
+        return "an array" if isinstance(value, list) else "a table"
     return type(value).__name__
 
 

@@ -19,7 +19,8 @@ naming the key.
 
 A group without instances is one instance, exactly as before (its `listen` and
 `data_dir`); with instances, the group's own `listen` and `data_dir` may be left out
-(the first instance's are used where a single address is wanted).
+(the first instance's are used where a single address is wanted; the group's own
+`listen`, if given, is checked but not used: nothing listens there).
 """
 
 from __future__ import annotations
@@ -82,10 +83,17 @@ def parse_coordinator(reader: FieldReader, document: dict[str, Any]) -> Coordina
         if "prefix" in raw
         else COORDINATOR_PREFIX_DEFAULT
     )
-    if not prefix.startswith("/") or prefix.endswith("/") or " " in prefix:
+    # no blank nor control character: a tab, a newline or a NUL was taken (only a
+    # space was refused), and the prefix is written into every log line naming a key
+    if (
+        not prefix.startswith("/")
+        or prefix.endswith("/")
+        or any(c.isspace() or not c.isprintable() for c in prefix)
+    ):
         reader.fail(
             "coordinator.prefix",
-            f'must be a key path like "/mrs/prod" (no trailing /), got {prefix!r}',
+            f'must be a key path like "/mrs/prod" (no trailing /, no blank or control '
+            f"character), got {prefix!r}",
         )
     return CoordinatorConfig(
         etcd=tuple(e.rstrip("/") for e in endpoints), lease_ttl_s=ttl_s, prefix=prefix

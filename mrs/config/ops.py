@@ -69,7 +69,7 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
         return OpsConfig()
     raw = group["ops"]
     if not isinstance(raw, dict):
-        parser.fail(where, "must be a table ([group.ops])")
+        parser.fail(where, f"must be a table ([group.ops]), got {_shown(raw)}")
     parser.check_keys(raw, where, OPS_KEYS, ())
     values: dict[str, Any] = {}
     for key, prefix in (("metrics_listen", "metrics"), ("web_listen", "web")):
@@ -89,7 +89,7 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
         ):
             parser.fail(
                 f"{where}.journal_warn_percent",
-                f"must be an array of percents in 1..100, e.g. [80, 95], got {percents!r}",
+                f"must be an array of percents in 1..100, e.g. [80, 95], got {_shown(percents)}",
             )
         values["journal_warn_percents"] = tuple(sorted(set(percents)))
     if "journal_bytes_initial" in raw:
@@ -107,6 +107,15 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
         )
     _check_needs(parser, raw, values, where)
     return OpsConfig(**values)
+
+
+def _shown(value: Any) -> str:
+    """`value` as the file spells it (`[80, true]`, not Python's `[80, True]`)."""
+    from mrs.config.fields import _describe, _toml_list  # fields imports the schema, us
+
+    if isinstance(value, list) and not any(isinstance(v, list | dict) for v in value):
+        return _toml_list(value)
+    return _describe(value)
 
 
 def _check_needs(parser: Any, raw: dict[str, Any], values: dict[str, Any], where: str) -> None:

@@ -140,7 +140,9 @@ class _Parser(FieldReader):
         name = self.name(raw, "name", where)
         if "listen" in raw or not instances:
             host, port = self.host_port(raw, "listen", where, port_min=0)
-        else:  # a replicated group: where a single address is wanted, the first instance
+        if instances:  # where a single address is wanted, the first instance's: the
+            # group's own `listen` is checked, not used (nothing listens there, and
+            # links dialed it: on port 0 the lower group never dialed the instances)
             host, port = instances[0].listen_host, instances[0].listen_port
         data_dir = self.data_dir(raw, where) if "data_dir" in raw else instances[0].data_dir
         pcj_default = self.boolean(raw, "pcj_default", where, default=False)

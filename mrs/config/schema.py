@@ -236,6 +236,28 @@ class BusConfig:
         known = ", ".join(g.name for g in self.groups.values())
         raise LookupError(f"no group named {name!r} in {self.path} (groups: {known})")
 
+    def undialable_link(self, group_id: int) -> tuple[str, str] | None:
+        """(key, problem) of a link of group `group_id` that can never come up: the
+        higher group, unreplicated, listens on port 0 and the link gives no address,
+        so the lower one has no port to dial. None when every link can be dialed.
+
+        Why at `mrs serve` and not at load: a bus run in one process (the simulator,
+        in-process tests) wires its links without dialing, on port 0. Before, both
+        groups started READY, the lower one logged "cannot dial group N" once, and
+        every message for the other group waited in the SAF for a link never dialed."""
+        for index, link in enumerate(self.links):
+            low, high = link.groups
+            peer = self.groups[high]
+            if group_id not in link.groups or link.address_host is not None:
+                continue
+            if not peer.instances and peer.listen_port == 0:
+                return f"link[{index}]", (
+                    f"group {high} ({peer.name}) listens on port 0 (the system picks a "
+                    f"port at each start), so group {low} cannot dial it over this link: "
+                    f"give group {high}'s listen a fixed port, or the link an address"
+                )
+        return None
+
     def link_between(self, group_a: int, group_b: int) -> LinkConfig | None:
         """The link joining the two groups, or None."""
         wanted = (min(group_a, group_b), max(group_a, group_b))

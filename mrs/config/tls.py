@@ -247,7 +247,9 @@ def parse_tls(parser: Any, group: dict[str, Any], group_where: str) -> TlsConfig
     where = f"{group_where}.tls"
     raw = group["tls"]
     if not isinstance(raw, dict):
-        parser.fail(where, "must be a table ([group.tls])")
+        from mrs.config.fields import _describe  # fields imports the schema, which imports us
+
+        parser.fail(where, f"must be a table ([group.tls]), got {_describe(raw)}")
     parser.check_keys(raw, where, TLS_KEYS, ("ca", "cert", "key"))
     client_cert = raw.get("client_cert", "none")
     if not isinstance(client_cert, str) or client_cert not in CLIENT_CERT_CHOICES:

@@ -48,6 +48,9 @@ def _serve(args: argparse.Namespace) -> int:
             "--group",
             f"no group {args.group} (groups: {', '.join(str(g) for g in bus.groups)})",
         )
+    undialable = bus.undialable_link(args.group)  # a link of port 0: never up
+    if undialable is not None:
+        raise ConfigError(args.config, *undialable)
     # the one place the environment is read; a broken build (harness only) is
     # resolved here, above the server's layer, and handed to it as a part
     options = serve_options_from(os.environ, broken_build_from(os.environ))
