@@ -151,8 +151,9 @@ class Drain:
         stored: list[int] = []
         dead_lettered: list[tuple[int, Status]] = []  # by the receiver, on its DLQ
         moved_away: list[tuple[int, Status]] = []  # to this group's DLQ
+        gone = self._settled_before(peer, answers)
         for key, status in answers:
-            if status == LINK_LOST or key in peer.deleting:
+            if status == LINK_LOST or key in peer.deleting or key in gone:
                 continue
             if status == Status.STORED:
                 batch.delete(Journal.SAF, key)
@@ -189,6 +190,19 @@ class Drain:
                 peer, moved, [], forgettable, self._copies_failed, settled=moved_away
             )
         return outcome
+
+    def _settled_before(self, peer: PeerState, answers: list[tuple[bytes, int]]) -> set[bytes]:
+        """The answered keys no longer in the SAF: answered again after their record
+        was settled (a drain that restarts sends again what was on its way, and the
+        peer answers each copy). Why: such an answer deleted the key again and counted
+        it again, so the SAF count went below zero and its assertion stopped the group
+        (a refused record's restart, then the peer's DLQ_SUCCESS answered twice); a
+        stale refusal read the missing record as corrupt. One read of the batch."""
+        keys = [key for key, status in answers if status != LINK_LOST and key not in peer.deleting]
+        if not keys:
+            return set()
+        values = self.ctx.store.get_raw_many(Journal.SAF, keys)
+        return {key for key, value in zip(keys, values, strict=True) if value is None}
 
     def _delete_drained(
         self,
