@@ -92,7 +92,7 @@ def test_a_pcj_archive_chunk_is_bounded_by_bytes(tmp_path: Path) -> None:
     finally:
         store.close()
     assert (result.archived, left) == (10, 0)
-    assert len(result.files) == 3  # chunks of 4, 4 and 2 records: one file each
+    assert len(result.files) == 4  # chunks of 3, 3, 3 and 1 records (none past 200 KiB)
 
 
 def test_a_jplay_plan_chunk_is_bounded_by_bytes(tmp_path: Path, monkeypatch, capsys) -> None:

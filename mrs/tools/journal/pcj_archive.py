@@ -36,10 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from journals import CorruptRecord, Journal, JournalStore, WriteBatch, seq_key
+from journals import (
+    CorruptRecord,
+    Journal,
+    JournalStore,
+    Record,
+    WriteBatch,
+    decode_record,
+    seq_key,
+)
 from mrs.group.pcj_control import read_state
 from mrs.storage.atomic_file import fsync_path
-from mrs.storage.journal_scan import RecordQuery, read_page, record_segment
+from mrs.storage.journal_scan import record_segment
 
 if TYPE_CHECKING:
     from mrs.config.bus import GroupConfig
@@ -57,8 +65,6 @@ PREFIX_HEAD = "pcj-archive"
 ARCHIVE_POLL_S = 0.2
 """How often `mrs pcj archive` on a replicated group looks for its run's summary."""
 KILL_AT_ENV = "MRS_PCJ_ARCHIVE_KILL_AT"
-ALL = RecordQuery()
-"""The archive reads every PCJ record and selects by time and segment itself."""
 LOCK_FILE_NAME = "pcj-archive.lock"
 """Held by a `mrs pcj archive` run in the group's data directory: one run at a time."""
 """Harness only: SIGKILL this process at a named step (intent, file, written)."""
@@ -118,7 +124,7 @@ def archive_pcj(
     while True:
         keys: list[bytes] = []
         records = []
-        page, ended = read_page(store, Journal.PCJ, ALL, after, chunk_records, chunk_bytes)
+        page = _scan_after(store, after, chunk_records, chunk_bytes)
         for key, record in page:
             after = key
             if isinstance(record, CorruptRecord):
@@ -131,7 +137,7 @@ def archive_pcj(
                 records.append(record)
         if keys:
             _archive_chunk(store, group_id, out_dir, keys, records, result, kill_at)
-        if ended:  # not a chunk's length: one cut by chunk_bytes is short too
+        if not page:  # a chunk cut short by chunk_bytes is not the end: read on
             break
     result.remaining = store.count(Journal.PCJ)
     return result
@@ -210,6 +216,21 @@ def _remove_files(out_dir: Path, prefix: str) -> bool:
                 directory.rmdir()
                 fsync_path(directory.parent)
     return removed
+
+
+def _scan_after(
+    store: JournalStore, after: bytes | None, count_max: int, bytes_max: int
+) -> list[tuple[bytes, Record | CorruptRecord]]:
+    """Up to count_max (key, record) of the PCJ after `after`, about bytes_max of them
+    (at least one), from one snapshot. The store's own `items_after`: the active of a
+    replicated group archives through its recording store, which has no `env`."""
+    page: list[tuple[bytes, Record | CorruptRecord]] = []
+    for key, value in store.items_after(Journal.PCJ, b"", after, count_max, bytes_max):
+        try:
+            page.append((key, decode_record(value, Journal.PCJ.value, key)))
+        except CorruptRecord as corrupt:
+            page.append((key, corrupt))
+    return page
 
 
 def _intent(prefix: str, out_dir: Path) -> bytes:
