@@ -59,6 +59,9 @@ async def answer_handshake(
     return True
 
 
+CLOSE = object()
+"""An answer that closes the connection instead (an active killed while it acts)."""
+
 Answers = Callable[[object], list]
 """A scripted server's answers to one request (after the handshake and the attach)."""
 
@@ -78,6 +81,9 @@ async def scripted_server(
                 if await answer_handshake(stream, connection, event) or answers is None:
                     continue
                 for answer in answers(event):
+                    if answer is CLOSE:  # the server goes away mid-request
+                        await stream.aclose()
+                        return
                     await stream.send_all(connection.send(answer))
 
     async with trio.open_nursery() as nursery:

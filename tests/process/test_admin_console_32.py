@@ -25,7 +25,7 @@ from mrs import protocol as wire
 from mrs.model import Status
 from mrs.ops.http_endpoint import Request
 from mrs.ops.web_admin import WebAdmin, WebLogin
-from tests.client_helpers import answer_handshake, silent_server
+from tests.client_helpers import CLOSE, scripted_server, silent_server
 
 WAIT_S = 0.3
 """The admin wait the tests give instead of ADMIN_REQUEST_WAIT_S's 60 s."""
@@ -103,23 +103,10 @@ async def test_the_group_page_says_an_unanswered_action_may_be_done(
 async def _closing_server(task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Answers the handshake, then closes the connection on the first AdminRequest (an
     active killed while it acts)."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-
-    async def serve(stream: trio.SocketStream) -> None:
-        connection = wire.Connection("server")
-        while data := await stream.receive_some(65536):
-            connection.receive_data(data)
-            for event in connection.events():
-                if await answer_handshake(stream, connection, event):
-                    continue
-                if isinstance(event, wire.AdminRequest):
-                    await stream.aclose()
-                    return
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, serve, listeners)
-        task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.sleep_forever()
+    await scripted_server(
+        lambda event: [CLOSE] if isinstance(event, wire.AdminRequest) else [],
+        task_status=task_status,
+    )
 
 
 def _bus_page(directory: Path, port: int):
