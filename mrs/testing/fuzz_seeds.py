@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import re
 import struct
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,14 +28,28 @@ SEALED_DATA = b"pay 100 to BOB"
 @functools.cache
 def envelope_keys() -> tuple[Any, Any, Any]:
     """SHOP (signer), BILLING (reader) and a keyring with their public keys, made
-    once per process in a scratch directory that lives as long as the process."""
-    from mrs.protection.keys import Identity, Keyring, write_identity
+    once per process and held in memory: a scratch directory of key files was left
+    behind by every atheris run (libFuzzer ends the process without Python's atexit)."""
+    from mrs.protection.keys import Identity
 
-    directory = Path(tempfile.mkdtemp(prefix="mrs-fuzz-keys-"))
     shop, billing = Identity.generate("SHOP"), Identity.generate("BILLING")
-    for identity in (shop, billing):
-        write_identity(identity, directory)
-    return shop, billing, Keyring(directory)
+    return shop, billing, _held_keyring(shop.public, billing.public)
+
+
+def _held_keyring(*held: Any) -> Any:
+    from mrs.protection.errors import PolicyError
+    from mrs.protection.keys import Keyring, PublicKeys, check_name
+
+    class HeldKeyring(Keyring):
+        """A Keyring whose keys are given, not read from NAME.pub files."""
+
+        def get(self, name: str) -> PublicKeys:
+            keys = {keys.name: keys for keys in held}.get(check_name(name))
+            if keys is None:
+                raise PolicyError(f"no public key for {name!r}")
+            return keys
+
+    return HeldKeyring(Path("/nonexistent"))
 
 
 def _envelope_seeds() -> list[bytes]:

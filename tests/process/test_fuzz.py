@@ -7,6 +7,7 @@ sample inputs, and a short atheris run, plus the findings as regression tests.
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -55,21 +56,26 @@ def test_mutation_is_reproducible_from_its_seed() -> None:
 
 def test_atheris_short_run_covers_every_target(tmp_path) -> None:
     """The long-run script itself: coverage-guided inputs spread over all targets,
-    in one process (instrumenting the imports once is most of its cost)."""
+    in one process (instrumenting the imports once is most of its cost). It leaves
+    nothing in the temporary directory: each run used to leave its envelope keys there."""
     pytest.importorskip(
         "atheris", reason="atheris is in the [test] extra only for Python < 3.13 on Linux"
     )
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "fuzz.py"), "mixed", "--runs", "6000"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Done 6000 runs" in result.stderr
     corpus = list((tmp_path / "fuzz-corpus" / "mixed").iterdir())
     assert {entry.read_bytes()[0] % len(TARGETS) for entry in corpus} == set(range(len(TARGETS)))
+    assert list(scratch.iterdir()) == []
 
 
 # -- findings ---------------------------------------------------------------------
