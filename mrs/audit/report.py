@@ -68,13 +68,22 @@ def _reader(spark, fmt: str, sources: dict[str, str]):
 
 
 def _bounded(frame, column: str, since, until):
+    """`frame`'s rows whose `column` is inside `since`/`until` (both inclusive), and
+    every corrupt row (its time is unreadable: in every window, as the report's
+    `audit_frame` counts it). Why: `mrs audit export --since 30d` over a damaged PCJ or
+    DLJ wrote none of its corrupt rows, which the export without a window keeps."""
     from pyspark.sql import functions as F
 
+    if since is None and until is None:
+        return frame
+    inside = F.lit(True)
     if since is not None:
-        frame = frame.where(F.col(column) >= F.lit(since))
+        inside = inside & (F.col(column) >= F.lit(since))
     if until is not None:  # inclusive, as in every tool: an --until pasted from a record keeps it
-        frame = frame.where(F.col(column) <= F.lit(until))
-    return frame
+        inside = inside & (F.col(column) <= F.lit(until))
+    if "corrupt" in frame.columns:
+        inside = F.col("corrupt").isNotNull() | F.coalesce(inside, F.lit(False))
+    return frame.where(inside)
 
 
 def journals(spark, sources: dict[str, str], since=None, until=None):

@@ -7,6 +7,7 @@ The typed readers (`integer`, `boolean`, `name`, `host_port`, `data_dir`, ...) t
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 from dataclasses import dataclass, field
@@ -86,6 +87,48 @@ def resolve_path(text: str, base: Path) -> Path | str:
     except RuntimeError:  # "~nosuchuser/..."
         return f"cannot expand the home directory in {text!r}"
     return path if path.is_absolute() else base / path
+
+
+SYSTEM_DIRECTORIES = frozenset(
+    Path(p)
+    for p in (
+        "/", "/bin", "/boot", "/dev", "/dev/shm", "/etc", "/home", "/lib", "/lib32",
+        "/lib64", "/libx32", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin",
+        "/srv", "/sys", "/tmp", "/usr", "/usr/bin", "/usr/lib", "/usr/local", "/usr/sbin",
+        "/usr/share", "/var", "/var/cache", "/var/lib", "/var/log", "/var/spool", "/var/tmp",
+    )
+)  # fmt: skip
+"""Directories of the system itself, none a group's data_dir (`system_directory_problem`)."""
+_PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"))
+"""The kernel's views: nothing written under them is a file on a disk."""
+
+
+def system_directory_problem(directory: Path, whose: str = "the group") -> str | None:
+    """Why `directory` (absolute, resolved) cannot be `whose` directory (a group's
+    data_dir, the PCJ archive's), or None. Why: `data_dir = "/"` was taken, and the
+    group wrote `journals/`, `group.json` and its lock into the root directory;
+    journal-repair.md's procedure then moves the whole data_dir aside. A system
+    directory (or the user's home) is shared with everything else on the machine; one
+    under /proc or /sys keeps nothing on a disk."""
+    for view in _PSEUDO_FILESYSTEMS:
+        if view == directory or view in directory.parents:
+            return (
+                f"{directory} is under {view}, the kernel's view, not a disk: give "
+                f"{whose} a directory of its own on a disk, e.g. /var/lib/mrs"
+            )
+    with contextlib.suppress(RuntimeError, KeyError, OSError):  # no home: nothing to compare
+        if directory == Path.home().resolve():
+            return (
+                f"{directory} is the home directory: give {whose} a directory of its "
+                f"own, e.g. {directory / 'mrs-data'}"
+            )
+    if directory in SYSTEM_DIRECTORIES:
+        example = Path("/var/lib/mrs") if directory == Path("/") else directory / "mrs"
+        return (
+            f"{directory} is a directory of the system, shared with everything else on "
+            f"the machine: give {whose} a directory of its own, e.g. {example}"
+        )
+    return None
 
 
 @dataclass(slots=True)
@@ -215,6 +258,9 @@ class FieldReader:
         and the other then started empty on the rescued copy's directory."""
         directory = self.file_path(group, "data_dir", where, self.path.absolute().parent)
         directory = directory.resolve()
+        problem = system_directory_problem(directory)
+        if problem is not None:
+            self.fail(_join(where, "data_dir"), problem)
         if directory in self.data_dir_owner:
             self.fail(
                 _join(where, "data_dir"),

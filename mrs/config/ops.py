@@ -39,6 +39,10 @@ OPS_KEYS = frozenset(
 )
 PCJ_ARCHIVE_DIR_DEFAULT = "pcj-archive"
 PCJ_ARCHIVE_INTERVAL_S_DEFAULT = 3600
+PCJ_ARCHIVE_AFTER_S_MAX = 10 * 365 * 86400
+"""Ten years. Why a bound: any integer was taken, and one reaching before the epoch
+(9223372036854775807, or 10000000000: 317 years) made every automatic run archive
+nothing, unsaid, while the operator believed the PCJ was kept in bounds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,16 +101,32 @@ def parse_ops(parser: Any, group: dict[str, Any], group_where: str, journal_byte
             raw, "journal_bytes_initial", where, low=1 << 20, high=journal_bytes_max
         )
     if "pcj_archive_dir" in raw:
-        parser.file_path(raw, "pcj_archive_dir", where, Path())  # "~x", NUL: refused now
+        _check_archive_dir(parser, raw, where)
         values["pcj_archive_dir"] = raw["pcj_archive_dir"]  # relative to data_dir
     if "pcj_archive_after_s" in raw:
-        values["pcj_archive_after_s"] = parser.integer(raw, "pcj_archive_after_s", where, low=0)
+        values["pcj_archive_after_s"] = parser.integer(
+            raw, "pcj_archive_after_s", where, low=0, high=PCJ_ARCHIVE_AFTER_S_MAX
+        )
     if "pcj_archive_interval_s" in raw:
         values["pcj_archive_interval_s"] = parser.integer(
             raw, "pcj_archive_interval_s", where, low=1, high=7 * 86400
         )
     _check_needs(parser, raw, values, where)
     return OpsConfig(**values)
+
+
+def _check_archive_dir(parser: Any, raw: dict[str, Any], where: str) -> None:
+    """`pcj_archive_dir` a path ("~x", NUL refused) and, absolute, none of the
+    system's directories. Why: `pcj_archive_dir = "/"` (or "/etc") was taken, and every
+    archive run wrote its Parquet files and its lock file there. A relative one lies
+    in the data_dir, which is checked as such."""
+    from mrs.config.fields import system_directory_problem  # fields imports the schema, us
+
+    path = parser.file_path(raw, "pcj_archive_dir", where, Path())
+    if path.is_absolute():
+        problem = system_directory_problem(path.resolve(), "the archive")
+        if problem is not None:
+            parser.fail(f"{where}.pcj_archive_dir", problem)
 
 
 def _shown(value: Any) -> str:

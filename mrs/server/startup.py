@@ -70,6 +70,36 @@ def _refuse_a_file_in_the_way(key: str, data_dir: Path) -> None:
             break
 
 
+def _refuse_an_unwritable_dir(key: str, data_dir: Path) -> None:
+    """Make `data_dir` if it is missing, and refuse one this user cannot write, in one
+    line naming the key as the file spells it and what to do. Why: the start said only
+    "/var/lib/mrs/g1/group.json: cannot be written (Permission denied)", a file the
+    operator never named, and no word of data_dir or of the bus file to fix."""
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        problem = f"cannot be created ({error.strerror})"
+    else:
+        if os.access(data_dir, os.W_OK | os.X_OK, effective_ids=True):
+            return
+        problem = "cannot be written (permission denied, or a read-only file system)"
+    raise CommandError(
+        f'{key} = "{data_dir}": {problem}; create it and give it to the user mrs runs '
+        f"as ({_user()}), or point data_dir at a directory that user can write",
+        EXIT_RUNTIME,
+    )
+
+
+def _user() -> str:
+    """This process's user, as `ls -l` names it ("uid 1001" when it has no name)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 def claim_group_data_dir(
     bus: BusConfig, config: GroupConfig, data_dir: Path, who: str, instance: str | None = None
 ) -> None:
@@ -82,6 +112,7 @@ def claim_group_data_dir(
     # refused as ".../group.json: cannot be read (Not a directory)"
     key = "data_dir" if instance is None else f"instance {instance} data_dir"
     _refuse_a_file_in_the_way(_group_key(bus, config, key), Path(data_dir))
+    _refuse_an_unwritable_dir(_group_key(bus, config, key), Path(data_dir))
     prefix = bus.coordinator.prefix if bus.coordinator is not None else COORDINATOR_PREFIX_DEFAULT
     owner = owner_of(config.id, config.name, etcd_prefix(prefix, config.id), instance)
     claim_data_dir(data_dir, owner, who)

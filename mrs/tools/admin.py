@@ -230,7 +230,19 @@ async def _run(args: argparse.Namespace) -> int:
         if any(isinstance(inner, BrokenPipeError) for inner in walk_errors(error)):
             raise  # our stdout's reader went away (`| head`), not the group
         message = getattr(error, "message", None) or str(error)
+        message = _as_typed(message, args.admin_command)
         raise CommandError(f"admin: {_words(message)}", EXIT_RUNTIME) from None
+
+
+def _as_typed(message: str, command: str) -> str:
+    """`message` led by the command the operator typed (`set-limits`), not by the
+    AdminRequest's action (`set_limits`). Why: an unanswered `mrs admin set-limits`
+    (also `add-queue`, `reset-link`) said "admin: set_limits: no answer from ...", a
+    word the operator never typed and no `mrs admin` command takes."""
+    action = command.replace("-", "_")
+    if action != command and message.startswith(f"{action}:"):
+        return command + message[len(action) :]
+    return message
 
 
 def _words(message: str) -> str:
