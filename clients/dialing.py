@@ -9,6 +9,7 @@ each new connection to the loops that serve it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -24,8 +25,10 @@ from mrs import protocol as wire
 from mrs.config.addresses import host_problem
 from mrs.limits import (
     CLIENT_FRAME_BYTES_MAX,
+    CONFIG_MESSAGE_BYTES_MAX,
     GROUP_ID_MAX,
     GROUP_ID_MIN,
+    LINK_FRAME_OVERHEAD_BYTES,
     QUEUE_ID_MAX,
     QUEUE_ID_MIN,
 )
@@ -247,6 +250,7 @@ class Dialer:
         # A limit below 1 says nothing (0 = not stated): a broken server's negative one
         # made every put MSGTOOBIG ("exceeds the group's message_bytes_max -5").
         attachment.message_bytes_max = max(0, welcome.message_bytes_max)
+        link.connection.frame_bytes_max = frame_bytes_max_for(attachment.message_bytes_max)
         if self._queue_text is None:
             return
         attach = wire.Attach(self._requests.next_id(), self._queue_text)
@@ -327,11 +331,40 @@ def _unexpected(request: str, answer: object) -> ConnectionLost:
     )
 
 
+_PORT = re.compile(r"[0-9]{1,5}")
+"""A port as an address spells it: ASCII digits, at most five."""
+
+
 def _split_address(address: str) -> tuple[str, int]:
+    """(host, port) of one HOST:PORT, or BADPARAM before anything is dialed.
+
+    Why the port's range and a URL's scheme are refused here: `127.0.0.1:70011` (a
+    digit too many) was dialed and told "connection refused: nothing listens there;
+    is the group's server running?", and `http://HOST:PORT` "cannot resolve the host
+    name": a typo read as a server that is down. A port of thousands of digits, or of
+    digits `int()` does not take (`7²`), raised a bare ValueError from the client.
+    Port 0 stays: the in-process bus (`mrs.testing`) is reached at the `listen` of
+    its bus file, an ephemeral port's "HOST:0"."""
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise error_for(Status.BADPARAM, f"server address must be HOST:PORT, got {address!r}")
+    if "://" in address or not host or not _PORT.fullmatch(port) or not int(port) < 1 << 16:
+        raise error_for(
+            Status.BADPARAM,
+            "server address must be HOST:PORT (a port up to 65535, no URL scheme), "
+            f"got {address!r}",
+        )
     host = host.strip("[]")
     if (problem := host_problem(host)) is not None:  # the socket's UnicodeError otherwise
         raise error_for(Status.BADPARAM, f"server address {address!r}: {problem}")
     return host, int(port)
+
+
+def frame_bytes_max_for(message_bytes_max: int) -> int:
+    """The largest frame a client takes from and sends to a group whose Welcome said
+    `message_bytes_max`: CLIENT_FRAME_BYTES_MAX, or that message with the room every
+    frame carrying one has around its body (as the group's own bound), whichever is
+    larger. Why: a group may take messages up to 1 GiB (`CONFIG_MESSAGE_BYTES_MAX`),
+    but a put of one over 64 MiB was refused by the client itself with PROTOCOL_ERROR
+    ("Put frame ... exceeds frame_bytes_max 67108864"), and a delivery of one would
+    have ended the connection."""
+    carried = min(message_bytes_max, CONFIG_MESSAGE_BYTES_MAX) + LINK_FRAME_OVERHEAD_BYTES
+    return max(CLIENT_FRAME_BYTES_MAX, carried)

@@ -63,6 +63,15 @@ _RETRY_SINGLE: Final = object()
 
 _TIMEOUT_MS_MAX: Final = (1 << 31) - 1
 
+
+def _batch_wait_ms(left_s: float) -> int:
+    """A pooled batch's wait on the wire: `left_s` in whole milliseconds, 1 ms to
+    _TIMEOUT_MS_MAX. Bounded in seconds before the product: a get(timeout=1e308)
+    made `left_s * 1000` infinite, and `math.ceil(inf)` raised OverflowError in the
+    send loop, which ended the connection ("client closed") for every call on it."""
+    return max(1, math.ceil(min(left_s, _TIMEOUT_MS_MAX / 1000) * 1000))
+
+
 # The pool's clock is the reply deadlines' (`ReplyDeadlines.now_s`), trio's time read cheaply.
 
 CALLERS_SLACK: Final = 64
@@ -267,11 +276,7 @@ class GetPool:
         count = len(callers)
         extra = self._read_ahead() if read_ahead else 0
         deadline_s = min(caller.deadline_s for caller in callers)
-        timeout_ms = (
-            -1
-            if deadline_s == math.inf
-            else min(_TIMEOUT_MS_MAX, max(1, math.ceil((deadline_s - now_s) * 1000)))
-        )
+        timeout_ms = -1 if deadline_s == math.inf else _batch_wait_ms(deadline_s - now_s)
         request_id = client.next_id()
         request = build_unchecked(GET_BATCH, request_id, count, timeout_ms, wait_at_cap, extra)
         client.reserve_get(request_id, count)

@@ -105,13 +105,26 @@ def headers_problem(headers: Any, room_bytes: int = 0) -> str | None:
     return f"headers of {size_bytes - room_bytes} bytes exceed {bound_bytes} (encoded)"
 
 
+_ENUM_OF_FIELD = {
+    "delivery": "DeliveryMode (e.g. DeliveryMode.WF_DQF)",
+    "uma": "Uma (e.g. Uma.DLJ)",
+    "force_j": "ForceJrn (e.g. ForceJrn.FORCE_JRN)",
+}
+"""The enum each field takes, as its refusal names it."""
+
+
 def wire_int(value: Any, name: str) -> int:
     """An enum field of a request (delivery, uma, force_j) as the int the wire
     carries; BADPARAM (`FieldRefused`) for what is no int. Only on the checked path:
-    `int("WF_MEM")` raised a bare ValueError, `int(None)` a TypeError."""
+    `int("WF_MEM")` raised a bare ValueError, `int(None)` a TypeError. The refusal
+    names the enum: "must be one of its enum's members" left a newcomer who passed
+    `delivery="WF_DQF"` to guess which enum, and from where."""
     if isinstance(value, int) and type(value) is not bool:
         return int(value)
-    raise FieldRefused(Status.BADPARAM, f"{name} must be one of its enum's members, got {value!r}")
+    kind = _ENUM_OF_FIELD.get(name, "member of its enum")
+    raise FieldRefused(
+        Status.BADPARAM, f"{name} must be a {kind}, imported from clients, got {value!r}"
+    )
 
 
 def refuse_bad_pair(delivery: int, uma: int) -> None:
@@ -248,7 +261,9 @@ def get_request(request_id: int, timeout_ms: Any) -> wire.Get:
 
 
 def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any) -> wire.Confirm:
-    """The Confirm; unchecked for an int seq in range, confirm value 0 and a ForceJrn."""
+    """The Confirm; unchecked for an int seq in range, confirm value 0 and a ForceJrn.
+    A message passed whole (`q.confirm(message)`, a newcomer's first try) is refused
+    saying what to pass: "Confirm.seq must be an int, got Message" did not."""
     if (
         type(seq) is int
         and 0 <= seq <= _UINT64_MAX
@@ -257,4 +272,10 @@ def confirm_request(request_id: int, seq: Any, confirm_value: Any, force_j: Any)
         and type(force_j) is ForceJrn
     ):
         return build_unchecked_from(CONFIRM, (request_id, seq, 0, int(force_j)))
+    if isinstance(getattr(seq, "seq", None), int):  # a Message given for its seq
+        raise FieldRefused(
+            Status.BADPARAM,
+            f"confirm takes the message's seq, got a {type(seq).__name__}: "
+            "confirm(message.seq), or message.confirm()",
+        )
     return built(wire.Confirm, request_id, seq, confirm_value, wire_int(force_j, "force_j"))
