@@ -151,6 +151,11 @@ class Outbound:
             )
             undeliverable(entry, reply, Status.MSGTOOBIG, reason)
             return
+        if entry.delivery.recoverable and self.umas.memory_dead_letter_queue(entry.target):
+            # As a recoverable put to this group's own DLQ: whatever the link's state.
+            reason = f"no DQF for target {entry.target}: group {peer.group_id}'s DLQ is memory only"
+            undeliverable(entry, reply, Status.NO_DQF, reason)
+            return
         if (first_seq := self._first_copy_in_saf(peer, entry)) is not None:
             self._answer_copy(peer, entry, reply, first_seq)
             return

@@ -26,6 +26,7 @@ from mrs.group.context import GroupContext
 from mrs.group.dqf import Dqf
 from mrs.group.held_offers import HeldOffers, MrsAcks
 from mrs.group.idempotency import origin_key
+from mrs.group.memory_quota import memory_quota_problem
 from mrs.group.peers import Peers
 from mrs.group.queues import TargetQueue
 from mrs.group.reply import PutReply
@@ -105,7 +106,24 @@ class Umas:
 
     def _saf_takes(self, entry: Entry) -> bool:
         """Whether UMA SAF stores `entry` (in the SAF towards another linked group)."""
-        return self.outbound is not None and self._other_linked_group(entry.target)
+        return (
+            self.outbound is not None
+            and self._other_linked_group(entry.target)
+            and not self.memory_dead_letter_queue(entry.target)
+        )
+
+    def memory_dead_letter_queue(self, target: Address) -> bool:
+        """Whether `target` is another group's DLQ that is memory only (the bus file
+        says so: `dead_letter_queue_recoverable` changes only with a restart). Why: no
+        DQF will ever take a recoverable message there, so it answers NO_DQF and UMA
+        SAF fails, as for the sender's own DLQ; held in the SAF instead (SAF_SUCCESS,
+        even LINK_DOWN + SAF_SUCCESS), it was drained to that very DLQ by the channel
+        rules, journaled there under a dead-letter header that replaced its own."""
+        if target.queue != DEAD_LETTER_QUEUE or target.group == self.ctx.group_id:
+            return False
+        group = self.ctx.bus.groups.get(target.group)
+        queue = None if group is None else group.queues.get(DEAD_LETTER_QUEUE)
+        return queue is not None and not queue.recoverable
 
     def _after_copy(self, entry: Entry, then: Callable[[], None]) -> None:
         """`then()` once the journaled copy of `entry` (mrs.group.acks) is deleted; at
@@ -119,13 +137,26 @@ class Umas:
         waits.drop_copy(entry.seq, then)
 
     def _take(self, entry: Entry, reply: PutReply, cause: Status, reason: str) -> None:
-        """Run the entry's UMA (`undeliverable`) and report its outcome."""
+        """Run the entry's UMA (`undeliverable`) and report its outcome. A UMA that was
+        to replace the journaled copy of an AK_CONF message (SAF, DLJ, a journaled DLQ)
+        and failed deletes that copy before the failure is told. Why: its write failed
+        with it, and a crash before the debt's own delete resent the copy from the SAF
+        at the next start: delivered, though its sender was told the put failed (and
+        puts it again)."""
         action = Uma(entry.uma)
+        waits = self.ack_waits
+        copy = waits is not None and entry.seq in waits.messages
 
-        def finish(succeeded: bool) -> None:
+        def report(succeeded: bool) -> None:
             if not succeeded:  # before the report: it marks the reply done
                 self._lost(entry, action, cause, _tells_sender(reply))
             reply.report(Psb(Status.SUCCESS, cause, entry.seq, uma_status(action, succeeded)))
+
+        def finish(succeeded: bool) -> None:
+            if succeeded or not copy or waits is None:
+                report(succeeded)
+            else:
+                waits.drop_copy(entry.seq, partial(report, False))
 
         if action is Uma.DISC:
             finish(True)
@@ -137,15 +168,16 @@ class Umas:
             self._to_dead_letter_queue(entry, cause, reason, finish)
         elif action is Uma.DLJ:
             self._to_dead_letter_journal(entry, cause, finish)
-        elif self.outbound is not None and self._other_linked_group(entry.target):
+        elif self.outbound is not None and self._saf_takes(entry):
             self.outbound.store_in_saf(entry, lambda error: finish(error is None))
         else:
             # Store and forward is for another group's DQF; the local DQF is the store.
-            self.failures.refused(
-                "uma-saf-own-group",
-                "",
-                f"UMA SAF for {entry.target}: no SAF towards the sender's own group",
+            kind, why = (
+                ("uma-saf-memory-dlq", "that DLQ is memory only: no DQF to forward to")
+                if self.memory_dead_letter_queue(entry.target)
+                else ("uma-saf-own-group", "no SAF towards the sender's own group")
             )
+            self.failures.refused(kind, "", f"UMA SAF for {entry.target}: {why}")
             finish(False)
 
     def _other_linked_group(self, target: Address) -> bool:
@@ -203,7 +235,10 @@ class Umas:
         self, entry: Entry, response_queue: Address, cause: Status, reason: str = ""
     ) -> bool:
         """Queue a copy for the sender (MSGUNDEL) that says where it was going and why
-        (the RETURNED_HEADER, read as Message.original_target / return_reason)."""
+        (the RETURNED_HEADER, read as Message.original_target / return_reason). False
+        (RTS_FAIL) where a memory put there would be refused EXCEEDQUOTA, bytes too:
+        a returned copy past `queue_bytes_max` had the queue refuse every later put,
+        `mrs status` blaming "messages given back"."""
         queue = (
             self.ctx.queues.get(response_queue.queue)
             if response_queue.group == self.ctx.group_id
@@ -216,6 +251,8 @@ class Umas:
         ):
             return False
         returned = nonrecoverable_copy(entry, target=response_queue)
+        if memory_quota_problem(queue, returned, self.ctx.config.guards) is not None:
+            return False
         returned.delivery_status = Status.MSGUNDEL
         returned.headers = {
             **(entry.headers or {}),
@@ -244,7 +281,7 @@ class Umas:
                 self.ack_waits.message_moved(batch, entry.seq)
 
         def done(succeeded: bool) -> None:
-            if copy_moved:
+            if copy_moved or not succeeded:  # a failure: `_take` deletes the copy
                 finish(succeeded)
             else:
                 self._after_copy(entry, partial(finish, succeeded))
@@ -269,9 +306,10 @@ class Umas:
         `done(True)` comes once it is durable. Why the second: its sender was told
         STORED, and a memory DLQ lost it with the next crash of the group holding it,
         where IBM MQ's DLQ, whose rule the link follows, keeps a persistent message
-        persistent. False (and done(False)) if the group has no DLQ, it is full, or its
-        journal refuses the copy at once. A message another group drained here
-        (`dead_lettered`) and resent once on the DLQ is answered True, no second copy."""
+        persistent. False (and done(False)) if the group has no DLQ, it is full (its
+        messages_max; queue_bytes_max for a copy in memory), or its journal refuses the
+        copy at once. A message another group drained here (`dead_lettered`) and resent
+        once on the DLQ is answered True, no second copy."""
         queue = self.ctx.queues.get(DEAD_LETTER_QUEUE)
         origin = "" if entry.origin_group is None else origin_key(entry.origin_group, entry.seq)
         if origin and self.dead_lettered.get(origin) == _fingerprint(entry):
@@ -297,11 +335,7 @@ class Umas:
         dead.dead_letter_header = header
         journaled = queue.config.recoverable or (acknowledged and entry.delivery.recoverable)
         if not journaled:
-            dead.delivery_status = Status.SUCCESS
-            queue.offer(dead)
-            self._remember_dead_letter(origin, entry)
-            done(True)
-            return True
+            return self._offer_dead_letter(queue, dead, origin, entry, done)
         dead.headers = {**(entry.headers or {}), DEAD_LETTER_HEADER: header}
         refusals: list[Status] = []
 
@@ -319,6 +353,27 @@ class Umas:
         # caller that deletes its own copy on True (a SAF drain) must keep it.
         return not refusals
 
+    def _offer_dead_letter(
+        self,
+        queue: TargetQueue,
+        dead: Entry,
+        origin: str,
+        entry: Entry,
+        done: Callable[[bool], None],
+    ) -> bool:
+        """Queue the memory copy `dead` of `entry` on the DLQ (`put_on_dead_letter_queue`),
+        bound by queue_bytes_max as a client's memory put there is. Why: without it a
+        UMA DLQ queued 10,000 dead letters of any size, and the DLQ, over its bound,
+        refused every client's put EXCEEDQUOTA."""
+        if memory_quota_problem(queue, dead, self.ctx.config.guards) is not None:
+            done(False)
+            return False
+        dead.delivery_status = Status.SUCCESS
+        queue.offer(dead)
+        self._remember_dead_letter(origin, entry)
+        done(True)
+        return True
+
     def _remember_dead_letter(self, origin: str, entry: Entry) -> None:
         """Note a drained message put on the DLQ (`dead_lettered`), bounded."""
         if not origin:
@@ -335,7 +390,7 @@ class Umas:
             self.failures.refused(
                 "dlj-journal-full", "", f"message {entry.seq} not dead-lettered: {full}"
             )
-            self._after_copy(entry, partial(finish, False))
+            finish(False)  # (`_take` deletes the message's copy first)
             return
         if ctx.counts.dlj_full(ctx.limits.dlj_messages_max, partial(ctx.store.count, Journal.DLJ)):
             self.failures.refused(
@@ -344,7 +399,7 @@ class Umas:
                 f"DLJ holds dlj_messages_max={ctx.limits.dlj_messages_max}: "
                 f"message {entry.seq} not dead-lettered",
             )
-            self._after_copy(entry, partial(finish, False))
+            finish(False)
             return
         ctx.counts.dlj_reserved()
         record = record_from_entry(entry, written_time_ns=ctx.clock_ns())
