@@ -6,7 +6,8 @@ The file holds one word, read at every commit: empty = no fault, EIO or ENOSPC =
 the commit fails as a device error, MAPFULL = the journal is full, `SLOW <seconds>` =
 the commit succeeds that much later (a slow disk: its flush waits, where the writer
 runs it, the event loop with the default inline writer). A tester flips faults on and
-off by rewriting the file while the server runs. Anything else (docs/sim.md) is no
+off by rewriting the file while the server runs (a SLOW flush under way ends when the
+file no longer says SLOW). Anything else (docs/sim.md) is no
 fault and one WARNING until the file changes.
 
 Each fails where LMDB's own would: a full map while the transaction's writes are
@@ -52,9 +53,25 @@ def file_fault_hook(path: Path) -> FaultHook:
         if word == "MAPFULL" and phase == "commit":
             raise lmdb.MapFullError(f"injected map full on {phase}")
         if word.startswith("SLOW ") and phase == "flush":
-            time.sleep(float(word[5:]))
+            _slow_flush(path, float(word[5:]))
 
     return hook
+
+
+SLOW_POLL_S = 0.05
+"""How often a SLOW flush looks whether the fault was turned off."""
+
+
+def _slow_flush(path: Path, seconds: float) -> None:
+    """Wait `seconds`, or until the file no longer says SLOW: turning the fault off
+    ends the flush under way too. Why: a tester who made the disk slow to look at a
+    group recovering, then cleared the file, waited out the whole delay (a minute, if
+    that is what it took to see the state) before the group came up."""
+    deadline_s = time.monotonic() + seconds
+    while (left_s := deadline_s - time.monotonic()) > 0:
+        time.sleep(min(left_s, SLOW_POLL_S))
+        if not _read_word(path)[0].startswith("SLOW "):
+            return
 
 
 def _read_word(path: Path) -> tuple[str, str]:
