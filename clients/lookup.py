@@ -48,7 +48,9 @@ def queue_text(queue: Any, what: str) -> str:
         return str(queue)
     if not isinstance(queue, str):
         raise FieldRefused(
-            Status.BADPARAM, f"{what}: a queue is a str or an Address, got {type(queue).__name__}"
+            Status.BADPARAM,
+            f"{what}: a queue is a str or an Address, got {type(queue).__name__}"
+            + _how_to_name(queue),
         )
     text = queue.strip()
     if not text or len(text) > QUEUE_NAME_CHARS_MAX:
@@ -57,6 +59,20 @@ def queue_text(queue: Any, what: str) -> str:
             f"{what}: a queue name must be 1..{QUEUE_NAME_CHARS_MAX} characters, got {len(text)}",
         )
     return text
+
+
+def _how_to_name(queue: Any) -> str:
+    """For an int given as a queue, how to name that queue number. Why: `connect`
+    takes a queue number (MessageQ's pams_attach_q), so `put(target=10)` was tried,
+    and "a queue is a str or an Address" did not say how to write queue 10. An int
+    stays refused (sessions 21 and 28 chose it): `str()` of whatever came was sent,
+    and a put's target may be of another group, which a bare number cannot say."""
+    if type(queue) is not int:
+        return ""
+    return (
+        f" {queue}: write queue {queue} of the group connected to as '{queue}', "
+        f"of group G as 'G.{queue}' or Address(G, {queue})"
+    )
 
 
 def pending_texts(queues: Any) -> list[str]:

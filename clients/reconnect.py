@@ -7,10 +7,12 @@ an hour after the server came back.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from mrs.errors import BadParameter
 from mrs.model import Status
 
 PASSING_REFUSALS = frozenset(
@@ -46,14 +48,14 @@ class Reconnect:
     """Seed the jitter (deterministic simulation); None = fresh randomness."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.delay_s_initial <= self.delay_s_max:
-            raise ValueError("need 0 < delay_s_initial <= delay_s_max")
-        if self.multiplier < 1:
-            raise ValueError("multiplier must be >= 1")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError("jitter must be in 0..1")
-        if self.attempts_max is not None and self.attempts_max < 1:
-            raise ValueError("attempts_max must be >= 1 or None")
+        """BadParameter (BADPARAM, as every other bad argument of the library) naming
+        the field. Why each check: a bare ValueError was raised where callers catch
+        the library's errors, `multiplier=nan` passed every comparison (the waits
+        then became NaN), and an infinite or non-number value raised TypeError or
+        waited for ever."""
+        problem = _policy_problem(self)
+        if problem is not None:
+            raise BadParameter(Status.BADPARAM, f"Reconnect: {problem}")
 
     def delays(self, rng: random.Random | None = None) -> Iterator[float]:
         """The waits before each attempt, in seconds (finite if attempts_max is set)."""
@@ -64,3 +66,23 @@ class Reconnect:
             attempt += 1
             yield rng.uniform((1 - self.jitter) * step, step)
             step = min(self.delay_s_max, step * self.multiplier)
+
+
+def _finite(value: object) -> bool:
+    """A real number (not a bool) that is neither NaN nor infinite."""
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _policy_problem(policy: Reconnect) -> str | None:
+    """What is wrong with `policy`'s values, in one line; None when they are fine."""
+    initial, cap = policy.delay_s_initial, policy.delay_s_max
+    if not (_finite(initial) and _finite(cap) and 0 < initial <= cap):  # type: ignore[operator]
+        return f"need finite numbers 0 < delay_s_initial <= delay_s_max, got {initial!r}, {cap!r}"
+    if not _finite(policy.multiplier) or policy.multiplier < 1:
+        return f"multiplier must be a finite number >= 1, got {policy.multiplier!r}"
+    if not _finite(policy.jitter) or not 0 <= policy.jitter <= 1:
+        return f"jitter must be a number in 0..1, got {policy.jitter!r}"
+    attempts = policy.attempts_max
+    if attempts is not None and (type(attempts) is not int or attempts < 1):
+        return f"attempts_max must be an int >= 1 or None, got {attempts!r}"
+    return None

@@ -34,7 +34,7 @@ from mrs.limits import (
 )
 from mrs.model import DeliveryMode, ForceJrn, Status, Uma
 from mrs.protocol.base import build_unchecked
-from mrs.protocol.checks import INT64, UINT64_MAX
+from mrs.protocol.checks import INT32, INT64, UINT64_MAX
 from mrs.protocol.event_types import CONFIRM, GET, PUT
 from mrs.protocol.post_init import build_unchecked_from
 
@@ -112,6 +112,15 @@ _ENUM_OF_FIELD = {
 }
 """The enum each field takes, as its refusal names it."""
 
+_NO_MEMBER: Final = {
+    "delivery": (Status.BADDELIVERY, "a delivery mode"),
+    "uma": (Status.BADUMA, "a UMA"),
+}
+"""An int the wire's int32 cannot carry is no delivery mode or UMA: refused as the
+group refuses one that names none (mrs.core.delivery), BADDELIVERY or BADUMA as
+MessageQ and docs/delivery-modes.md say, not BADPARAM "must be in int32 range"."""
+_INT32_MIN, _INT32_MAX = INT32
+
 
 def wire_int(value: Any, name: str) -> int:
     """An enum field of a request (delivery, uma, force_j) as the int the wire
@@ -120,6 +129,9 @@ def wire_int(value: Any, name: str) -> int:
     names the enum: "must be one of its enum's members" left a newcomer who passed
     `delivery="WF_DQF"` to guess which enum, and from where."""
     if isinstance(value, int) and type(value) is not bool:
+        if name in _NO_MEMBER and not _INT32_MIN <= value <= _INT32_MAX:
+            status, what = _NO_MEMBER[name]
+            raise error_for(status, f"{value} is not {what}")
         return int(value)
     kind = _ENUM_OF_FIELD.get(name, "member of its enum")
     raise FieldRefused(

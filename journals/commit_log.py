@@ -129,6 +129,17 @@ class LogContents:
     checkpoint: Checkpoint | None
     records: list[tuple[int, bytes]]
     newest_file: int = 0
+    damage: str | None = None
+    """Why the log cannot be trusted to put the journals back at its checkpoint (after
+    a restart of the machine): a record that fails its CRC with whole records of the
+    next commits after it (a torn end has none: each record is flushed before the
+    next is written). None: sound as far as read. A header that does not read whole
+    is not damage: a power loss tears the header being written, and the checkpoint
+    before it is the one whose snapshot is held until that header is durable (a
+    changed byte in a durable header is not told apart from that; see
+    docs/journals.md)."""
+    damaged_beyond: int = 0
+    """The last commit of a whole record found past a damaged one (0: none)."""
 
     @property
     def last_number(self) -> int:
@@ -145,10 +156,35 @@ def read_log(directory: Path) -> LogContents:
     if not whole:
         return LogContents(None, [])
     checkpoint, newest = max(whole, key=lambda found: found[0].generation)
-    records = _read_records(files[newest], checkpoint.number)
-    last = records[-1][0] if records else checkpoint.number
-    records += _read_records(files[1 - newest], last)  # a checkpoint under way
-    return LogContents(checkpoint, records, newest)
+    damage: str | None = None
+    beyond, records, last = 0, [], checkpoint.number
+    for index in (newest, 1 - newest):  # the other's: a checkpoint under way
+        found, stop = _read_records(files[index], last)
+        records += found
+        last = records[-1][0] if records else last
+        if not beyond and (beyond := _whole_record_after(files[index], stop, last)):
+            damage = (
+                f"{LOG_NAMES[index]} is damaged at byte {stop}: the record of commit "
+                f"{last + 1} fails its check, and whole records up to commit {beyond} "
+                "follow it"
+            )
+    return LogContents(checkpoint, records, newest, damage, beyond)
+
+
+def _whole_record_after(data: bytes, stop: int, number: int) -> int:
+    """The last commit of the whole records that follow the record at `stop`, where a
+    file's records stopped after commit `number`, when that one is commit number + 1
+    failing only its CRC (a changed byte in its payload); 0 otherwise. A record torn
+    by a crash is the last one written: what lies past it is from an older checkpoint
+    (lower numbers) or nothing. Only the damaged record's own head is trusted, so no
+    bytes of a payload past the damage are ever read as a record."""
+    if stop + _RECORD_HEAD.size > len(data):
+        return 0
+    magic, found, length, _ = _RECORD_HEAD.unpack_from(data, stop)
+    if magic != _RECORD_MAGIC or found != number + 1:
+        return 0
+    after, _ = _read_records(data, found, stop + _RECORD_HEAD.size + length)
+    return after[-1][0] if after else 0
 
 
 def _read_file(path: Path) -> bytes:
@@ -172,10 +208,12 @@ def _read_header(data: bytes) -> Checkpoint | None:
     return Checkpoint(generation, number, bytes(boot), bytes(data[_SLOT_HEAD.size : meta_end]))
 
 
-def _read_records(data: bytes, number: int) -> list[tuple[int, bytes]]:
-    """A file's records from the top that follow commit `number` one by one."""
+def _read_records(
+    data: bytes, number: int, offset: int = RECORDS_OFFSET
+) -> tuple[list[tuple[int, bytes]], int]:
+    """A file's records from `offset` (its top) that follow commit `number` one by
+    one, and the offset where they stop."""
     records: list[tuple[int, bytes]] = []
-    offset = RECORDS_OFFSET
     while offset + _RECORD_HEAD.size <= len(data):
         magic, found, length, crc = _RECORD_HEAD.unpack_from(data, offset)
         start = offset + _RECORD_HEAD.size
@@ -186,7 +224,7 @@ def _read_records(data: bytes, number: int) -> list[tuple[int, bytes]]:
             break
         records.append((found, bytes(payload)))
         number, offset = found, start + length
-    return records
+    return records, offset
 
 
 @dataclass(frozen=True, slots=True)

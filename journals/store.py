@@ -266,6 +266,9 @@ class JournalStore:
                 f"checkpoint at {since}: they are an older copy; move the commit.*.log "
                 "files aside to open the journals as they are"
             )
+        if contents.damaged_beyond > max(applied, contents.last_number):
+            assert contents.damage is not None
+            raise _damaged_log(self.path, contents.damage)
         for number, payload in contents.records:
             if number > applied:
                 apply_batches(self, decode_batches(msgpack.unpackb(payload)), replayed=number)
@@ -852,6 +855,8 @@ def _restore_meta_pages(path: Path) -> LogContents:
     if checkpoint is not None and (
         checkpoint.boot != boot_id() or _meta_damaged(data_path, checkpoint.meta_pages)
     ):
+        if contents.damage is not None:
+            raise _damaged_log(path, contents.damage)
         fd = os.open(data_path, os.O_WRONLY)
         try:
             os.pwrite(fd, checkpoint.meta_pages, 0)
@@ -859,6 +864,24 @@ def _restore_meta_pages(path: Path) -> LogContents:
         finally:
             os.close(fd)
     return contents
+
+
+def _damaged_log(path: Path, damage: str) -> JournalError:
+    """The refusal of journals whose log cannot put them back at its checkpoint.
+
+    Why refuse: put back from it, the journals lost every commit after the damage
+    without a word (acknowledged messages gone, confirmed ones delivered again
+    unmarked), or, from an older header than the damaged one, took meta pages naming
+    pages since reused, and no tool could read the file any more. Nothing is written:
+    after a restart that lost no power, LMDB's file as it stands is whole."""
+    return JournalError(
+        f"the commit log of the journals in {path} is damaged ({damage}): opened "
+        "from it, they would lose commits it made durable; nothing was changed. "
+        "If the machine did not lose power, move commit.0.log and "
+        "commit.1.log aside and start again (the journals open as LMDB last wrote "
+        "them); then run `mrs journal verify` on them, and `mrs journal salvage` if "
+        "it finds damage (docs/journal-repair.md)"
+    )
 
 
 def _meta_damaged(data_path: Path, saved_meta_pages: bytes) -> bool:

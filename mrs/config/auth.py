@@ -61,7 +61,26 @@ def parse_auth(raw: Any, config_dir: Path) -> AuthConfig | None | tuple[str, str
         path = resolve_path(value, config_dir)
         if isinstance(path, str):
             return key, path
+        if (problem := _kind_problem(key, path)) is not None:
+            return key, problem
         paths[key] = path
     if not enabled:  # its values checked all the same: switched on later, they hold
         return None
     return AuthConfig(paths["credentials"], paths["link_secrets"])
+
+
+def _kind_problem(key: str, path: Path) -> str | None:
+    """Why `path` can never be what `key` names, or None: `credentials` is a file,
+    `link_secrets` a directory (either may not exist yet: `mrs creds` writes them).
+    Why here: `credentials = "/"` loaded, and `mrs serve` then ended in
+    "credentials file /: Is a directory", which named neither the key nor the table."""
+    try:
+        is_dir = path.is_dir()
+        exists = is_dir or path.exists()
+    except OSError:  # not reachable: the group's own read names it
+        return None
+    if key == "credentials" and is_dir:
+        return f"{path} is a directory: name the credentials file in it (e.g. creds.toml)"
+    if key == "link_secrets" and exists and not is_dir:
+        return f"{path} is a file: name the directory that holds the link secrets"
+    return None

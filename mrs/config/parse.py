@@ -280,6 +280,13 @@ class _Parser(FieldReader):
         port: int | None = None
         if "address" in raw:
             host, port = self.host_port(raw, "address", where, port_min=1)
+            if host in WILDCARD_HOSTS:  # what a group listens on, never a host to dial
+                self.fail(
+                    f"{where}.address",
+                    f"{host_port(host, port)} listens on every address; the lower group "
+                    f"dials this address: give the host group {max(pair)} is reached at "
+                    f"(e.g. 127.0.0.1:{port} or its host name)",
+                )
         return LinkConfig(groups=(min(pair), max(pair)), address_host=host, address_port=port)
 
     # -- cross-checks -----------------------------------------------------------

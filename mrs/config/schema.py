@@ -172,9 +172,10 @@ class GroupConfig:
                 return queue
         if name == DEAD_LETTER_QUEUE_MESSAGEQ_NAME and DEAD_LETTER_QUEUE in self.queues:
             return self.queues[DEAD_LETTER_QUEUE]
-        known = ", ".join(q.name for q in self.queues.values())
+        names = [q.name for q in self.queues.values()]
         raise LookupError(
-            f"group {self.id} ({self.name}) has no queue named {name!r} (queues: {known})"
+            f"group {self.id} ({self.name}) has no queue named {name!r} "
+            f"(queues: {', '.join(names)}){case_hint(name, names)}"
         )
 
     def queue(self, queue_id: int) -> QueueConfig:
@@ -233,8 +234,11 @@ class BusConfig:
         for group in self.groups.values():
             if group.name == name:
                 return group
-        known = ", ".join(g.name for g in self.groups.values())
-        raise LookupError(f"no group named {name!r} in {self.path} (groups: {known})")
+        names = [g.name for g in self.groups.values()]
+        raise LookupError(
+            f"no group named {name!r} in {self.path} (groups: {', '.join(names)})"
+            + case_hint(name, names)
+        )
 
     def undialable_link(self, group_id: int) -> tuple[str, str] | None:
         """(key, problem) of a link of group `group_id` that can never come up: the
@@ -296,6 +300,15 @@ class BusConfig:
         if not _NAME_PATTERN.fullmatch(queue_text):
             raise LookupError(f"not a queue id or name in address {text!r}: {queue_text!r}")
         return Address(group.id, group.queue_by_name(queue_text).id)
+
+
+def case_hint(name: str, names: list[str]) -> str:
+    """The words "; names are case-sensitive: did you mean 'NYC'?" when `name`
+    differs from exactly one of `names` only in case, else "". Why: `nyc.ORDERS` for
+    group NYC was refused with the list of groups only, the one difference unsaid."""
+    folded = name.casefold()
+    same = [known for known in names if known.casefold() == folded]
+    return f"; names are case-sensitive: did you mean {same[0]!r}?" if len(same) == 1 else ""
 
 
 def _id_list(ids: Mapping[int, object]) -> str:

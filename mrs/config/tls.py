@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-
 from mrs.limits import CERT_EXPIRY_WARN_S
 
 TLS_KEYS = frozenset({"ca", "cert", "key", "client_cert"})
@@ -144,6 +142,8 @@ class TlsConfig:
         expired). Asked when `mrs serve` starts, not when the config loads: `mrs dump`
         and the other offline tools must still read a config whose certificate has
         expired."""
+        from cryptography import x509  # not at import: a group without TLS never loads it
+
         now = now or datetime.datetime.now(datetime.UTC)
         for what, path in (("certificate", self.cert), ("CA certificate", self.ca)):
             try:
@@ -165,6 +165,8 @@ class TlsConfig:
         CERT_EXPIRY_WARN_S or is not valid yet (WARNING) or has expired (ERROR), else
         None. Why: a certificate that expired while the group ran made every new
         handshake fail with INFO lines only, and nothing said so before the day came."""
+        from cryptography import x509  # not at import: a group without TLS never loads it
+
         now = now or datetime.datetime.now(datetime.UTC)
         soon = now + datetime.timedelta(seconds=CERT_EXPIRY_WARN_S)
         for what, path in (("certificate", self.cert), ("CA certificate", self.ca)):
@@ -205,6 +207,8 @@ class TlsConfig:
         not name `mrs-group-N` while other groups (links) or its own instances
         (replication) verify that name: every one of them would refuse it, and the
         refusal was logged on their side, far from the file to fix."""
+        from cryptography import x509  # not at import: a group without TLS never loads it
+
         if (problem := self.validity_problem()) is not None:
             return problem
         if not group.linked_group_ids and not group.instances:

@@ -83,13 +83,22 @@ def dead_letter_header(
 REQUIRED_FIELDS = {"reason": int, "dest_q_name": str, "dest_q_mgr_name": str}
 
 
+_KIND_WORDS = {int: "an int", str: "a str"}
+"""A required field's type as a refusal names it ("must be an int", not "a int")."""
+
+
 def header_problem(header: object) -> str | None:
-    """Why an application's own dead-letter header is unusable, or None."""
+    """Why an application's own dead-letter header is unusable, or None. A field
+    left out is said to be missing: it was told "must be a str", as if one were given."""
     if not isinstance(header, dict):
         return "dead_letter_header must be a dict"
     for name, kind in REQUIRED_FIELDS.items():
-        if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool):
-            return f"dead_letter_header.{name} must be a {kind.__name__}"
+        if name not in header:
+            return f"dead_letter_header.{name} is missing ({_KIND_WORDS[kind]})"
+        value = header[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            got = type(value).__name__
+            return f"dead_letter_header.{name} must be {_KIND_WORDS[kind]}, got {got}"
     return None
 
 

@@ -64,8 +64,9 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def _window_too_large(window: int) -> str:
-    """The refusal of a `--window` above the gets one connection may have waiting. Why:
+def _window_refusal(window: int) -> str:
+    """The refusal of a `--window` below 1 or above the gets one connection may have
+    waiting (below 1 was "--window and --seen-max must be ...", naming both). Why the cap:
     each of the window's takers keeps a get waiting, and the client library holds at
     most HELD_MESSAGES_MAX messages got or coming; a larger window (3000) was refused
     mid-run, told as "group 1 refused: EXCEEDQUOTA", exit 3, as if the group were at
@@ -86,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     from mrs.dlq.parser import RulesError, decode_table, parse_table
     from mrs.limits import DLQ_TABLE_BYTES_MAX, HELD_MESSAGES_MAX
 
-    if args.window < 1 or args.seen_max < 1:
-        return _fail("--window and --seen-max must be at least 1")
-    if args.window > HELD_MESSAGES_MAX:
-        return _fail(_window_too_large(args.window))
+    if not 1 <= args.window <= HELD_MESSAGES_MAX:  # the option given, not both
+        return _fail(_window_refusal(args.window))
+    if args.seen_max < 1:
+        return _fail(f"--seen-max must be at least 1, not {args.seen_max}")
     if args.held_bytes_max < 1:
         return _fail("--held-bytes-max must be at least 1")
     if args.address is not None and (problem := _address_problem(args.address)) is not None:

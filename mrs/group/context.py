@@ -112,12 +112,7 @@ class GroupContext:
         try:
             address = self.bus.resolve(text, self.config.id)
         except (LookupError, ValueError) as error:
-            # the lookup's text lists the group's queue names and the config path:
-            # an operator's detail (Refused.detail), not every caller's
-            # its first argument, not str(): a KeyError's str() is quoted, and stripping
-            # quotes off the text took the closing one of "in address '1.0'"
-            detail = str(error.args[0]) if error.args else str(error)
-            raise Refused.detailed(Status.NOSUCHQUEUE, f"unknown queue {text!r}", detail) from None
+            raise lookup_refusal(text, error) from None
         if address.group not in self.bus.groups:
             raise Refused(Status.NOSUCHQUEUE, f"no group {address.group} on this bus")
         return address
@@ -157,3 +152,15 @@ def attached_queue(session: Session) -> TargetQueue:
     if session.attached is None:
         raise Refused(Status.NOTATTACHED, "attach to a queue first")
     return session.attached
+
+
+def lookup_refusal(text: str, error: LookupError | ValueError) -> Refused:
+    """NOSUCHQUEUE for `text`, which `bus.resolve` refused with `error`: a put's
+    target, an attach and a locate say the same words ("queue 0 out of range" was
+    "no queue named '1.0'" from locate). The lookup's text lists the group's queue
+    names and the config path: an operator's detail (Refused.detail, for the status
+    right and everyone with auth off, docs/security-auth.md), not every caller's."""
+    # its first argument, not str(): a KeyError's str() is quoted, and stripping
+    # quotes off the text took the closing one of "in address '1.0'"
+    detail = str(error.args[0]) if error.args else str(error)
+    return Refused.detailed(Status.NOSUCHQUEUE, f"unknown queue {text!r}", detail)

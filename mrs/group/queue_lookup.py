@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig
 from mrs.core.delivery import Refused
-from mrs.group.context import GroupContext
+from mrs.group.context import GroupContext, lookup_refusal
 from mrs.group.peers import Peers
 from mrs.limits import PENDING_QUERY_WAIT_S
 from mrs.model import Address, Status
@@ -39,7 +39,9 @@ def locate_in(bus: BusConfig, group_id: int, text: str) -> Address:
     text = text.strip()
     try:
         address = bus.resolve(text, group_id)
-    except (LookupError, ValueError):
+    except (LookupError, ValueError) as error:
+        if "." in text:  # G.Q or GROUP.NAME: no other group's bare name can be it
+            raise lookup_refusal(text, error) from None
         address = _bus_wide(bus, text)
     group = bus.groups.get(address.group)
     if group is None or address.queue not in group.queues:

@@ -221,8 +221,8 @@ class AdminActions:
         if authority is None:
             return
         perms = authority.permissions(session.principal)
-        if queue is None:
-            problem = rules.may_admin(perms, "status")
+        if queue is None:  # the action named, not the right twice ("status needs 'status'")
+            problem = rules.may_admin(perms, "status", action)
         else:
             names = rules.spellings(self.group.ctx.bus, self.group.config.id, queue.address)
             problem = rules.may_manage(perms, action, str(queue.address), names)
@@ -233,16 +233,18 @@ class AdminActions:
             raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
     def check_right(self, session: AdminSession, action: str, right: str) -> None:
-        """Under [auth]: the admin right `right` (e.g. config for add-queue)."""
+        """Under [auth]: the admin right `right` (e.g. config for add-queue). The
+        refusal names the action as `mrs admin` takes it: "add-queue: config needs the
+        admin right 'config'" named the right where the action belonged."""
         authority = self.server.authority
         if authority is None:
             return
-        problem = rules.may_admin(authority.permissions(session.principal), right)
+        problem = rules.may_admin(authority.permissions(session.principal), right, action)
         if problem is not None:
             self.refusal_line(session, action, {}, {"refused": problem})
             self._refusal_journaled = True
             who = session.principal or "(unauthenticated)"
-            raise Refused(Status.NOTAUTHORIZED, f"{who}: {action}: {problem}")
+            raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
     def rewrite(self, change: Callable[[str], str]) -> tuple[BusConfig, WriteBatch]:
         """Apply `change` to the bus file's text, check the result with the parser,

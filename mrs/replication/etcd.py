@@ -16,11 +16,12 @@ import base64
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from mrs.limits import REPLICATION_ETCD_TIMEOUT_S
+
+if TYPE_CHECKING:
+    import httpx  # imported where used: a group that is not replicated never loads it
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per renewal otherwise
 
@@ -68,6 +69,8 @@ def _unanswered(error: httpx.HTTPError) -> str:
     """Why an endpoint gave no answer, in words. Why: `repr` of httpx's error,
     `ConnectError('all attempts to connect to 127.0.0.1:2379 failed')`, reached the
     operator as it was (`mrs failover`, `mrs status`, the server's log)."""
+    import httpx
+
     if isinstance(error, httpx.ConnectError):
         return "cannot connect"
     if isinstance(error, httpx.TimeoutException):
@@ -85,6 +88,8 @@ class EtcdClient:
             raise ValueError("etcd needs at least one endpoint")
         self.endpoints = list(endpoints)
         self.timeout_s = timeout_s
+        import httpx
+
         self._http = httpx.AsyncClient(timeout=timeout_s)
 
     async def aclose(self) -> None:
@@ -92,6 +97,8 @@ class EtcdClient:
 
     async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST `body` to `path` on the first endpoint that answers; the JSON answer."""
+        import httpx
+
         problems = []
         for index, endpoint in enumerate(self.endpoints):
             try:
@@ -109,6 +116,8 @@ class EtcdClient:
         """`keepalive` from a thread, while the event loop is held by synchronous work
         (a new active's recovery, mrs.replication.lease_keeper): its own short-lived
         client, the endpoints in the same order; 0 also when none answers."""
+        import httpx
+
         body = {"ID": str(lease_id)}
         with httpx.Client(timeout=self.timeout_s) as http:
             for endpoint in list(self.endpoints):

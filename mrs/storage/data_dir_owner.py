@@ -110,21 +110,29 @@ def _check_instance(
 def _recorded(path: Path) -> dict[str, object] | None:
     """The owner recorded at `path`; None if there is no file."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as error:
         raise DataDirError(f"{path}: cannot be read ({error.strerror})") from None
     try:
-        recorded = json.loads(text)
-    except ValueError:
+        recorded = json.loads(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError too: bytes no editor saves as text
         recorded = None
-    if not isinstance(recorded, dict):
+    if not isinstance(recorded, dict) or not _is_group_id(recorded.get("group_id")):
         raise DataDirError(
-            f"{path}: not the JSON object mrs writes; restore it, or remove it if this "
-            "directory is this group's (the next start records it again)"
+            f"{path}: not the JSON object mrs writes (a group_id number, its group "
+            "name and coordinator key); restore it, or remove it if this directory is "
+            "this group's (the next start records it again)"
         )
     return recorded
+
+
+def _is_group_id(value: object) -> bool:
+    """Whether a recorded group_id is one mrs wrote: an integer. Why: edited by hand to
+    "1", it was compared with the group's 1 and refused as "belongs to group 1 ...,
+    not to group 1", a line that names no fault."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _write_new(path: Path, owner: dict[str, object]) -> bool:

@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mrs import __version__
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import DEMO_MESSAGES_MAX
 from mrs.offline.journal_files import operator_path
@@ -483,12 +482,26 @@ benchmarks/README.md, "The command line's imports"). A command line that names a
 subcommand builds that one alone (`build_parser`)."""
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: the version looked up when asked for. Why not argparse's own
+    action: its string is made with the parser, and `mrs.__version__` imports
+    importlib.metadata (12 ms in every `mrs serve` a test or an operator starts)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from mrs import __version__
+
+        parser.exit(message=f"mrs {__version__}\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `mrs` parser; with `command` (a subcommand's name), only that subcommand's.
     A name no subcommand has builds them all, so argparse's one line lists them."""
     parser = OneLineParser(prog="mrs", description="MRS: MessageQ-style message recovery service.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--version", action="version", version=f"mrs {__version__}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     known = any(command in names for names, _add in COMMANDS)
     for names, add in COMMANDS:

@@ -161,6 +161,11 @@ def test_each_action_needs_its_right_and_is_journaled_with_its_principal(tmp_pat
         denied = trio.run(act, "consumer")
         assert all(isinstance(outcome, NotAuthorized) for outcome in denied.values()), denied
         assert "browse on 1.10 needs the manage right" in str(denied["browse"])
+        # the action as `mrs admin` takes it, not the right ("add-queue: config needs ...")
+        assert "consumer: add-queue needs the admin right 'config'" in str(denied["add_queue"])
+        assert "consumer: connections needs the admin right 'status'" in str(
+            denied["connections"]
+        )
         done = trio.run(act, "operator")
         assert done["move"]["moved"] == 2 and done["purge"]["dead_lettered"] == 2
         journal = _journal(tmp_path / "secure" / "g1")

@@ -411,9 +411,9 @@ def test_backoff_is_capped_jittered_and_bounded(initial, factor, cap, jitter, at
 
 
 def test_backoff_rejects_nonsense() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(BadParameter):
         Reconnect(delay_s_initial=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(BadParameter):
         Reconnect(jitter=2)
 
 

@@ -299,9 +299,10 @@ def test_check_reports_syntax_and_bus_errors_together(tmp_path: Path) -> None:
 def test_check_refuses_a_window_the_handler_refuses(tmp_path: Path) -> None:
     rules = tmp_path / "t.rules"
     rules.write_text("ACTION(IGNORE)\n")
-    for option in ("--window", "--seen-max"):
+    for option, said in (("--window", "--window must be from 1 to"),
+                         ("--seen-max", "--seen-max must be at least 1, not 0")):  # fmt: skip
         result = run_mrs("dlq-handler", str(rules), "--check", option, "0")
-        _one_line(result, 2, "--window and --seen-max must be at least 1")
+        _one_line(result, 2, said)
 
 
 # ------------------------------------------------------------ mrs status --timeout

@@ -60,8 +60,8 @@ async def _replayed_seqs(bus, queue: str = "RESTORE") -> Counter:
     [
         (["pcj", "--window", str(CLIENT_REQUESTS_IN_FLIGHT_MAX + 1)], "--window must be from 1"),
         (["pcj", "--window", "99999999999"], "--window must be from 1 to"),
-        (["pcj", "--timeout", "nan"], "--timeout: put timeout must be"),
-        (["pcj", "--timeout", "inf"], "--timeout: put timeout must be"),
+        (["pcj", "--timeout", "nan"], "--timeout must be a finite number of seconds"),
+        (["pcj", "--timeout", "inf"], "--timeout must be a finite number of seconds"),
         (["pcj", "--since", "0001-01-01"], "--since: '0001-01-01' is out of range"),
         (["dlj", "--uma", "DLJ"], "--uma DLJ with the dlj: a redrive that fails would become"),
     ],

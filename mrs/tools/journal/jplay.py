@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import signal
 import sys
 import time
@@ -28,7 +29,6 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from clients import ConnectionLost, MrsError, connect
-from clients.requests import put_timeout_ms
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config.bus import ConfigError
 from mrs.dlq.sources import LOCK_FILE as DLJ_HANDLER_LOCK
@@ -94,7 +94,9 @@ def run_jplay(args: argparse.Namespace) -> int:
             if options.dry_run:
                 _dry_run(store, selection, ledger, options, tally, target_of)
                 _print_dry_run(options, tally)
-                return 0
+                # the real run's status for what it met: a corrupt record is 1 (it
+                # said 0, and `jplay --dry-run && jplay` went on past the damage)
+                return EXIT_RUNTIME if tally.corrupt else 0
             return _replay(store, selection, ledger, options, tally, target_of, where)
         finally:
             ledger.close()
@@ -244,15 +246,15 @@ def _refuse_empty(args: argparse.Namespace) -> None:
 
 
 def _check_timeout(timeout_s: float) -> None:
-    """`--timeout` as the wire carries it (`put_timeout_ms`, the client's own rule): a
-    NaN or infinite one is refused here, once, not by every put of the run (a longer one
-    than the wire carries waits as long as it can, as any client's put)."""
-    try:
-        timeout_ms = put_timeout_ms(timeout_s)
-    except MrsError as error:
-        raise UsageError(f"--timeout: {error.message}") from None
-    if timeout_ms == 0:
-        raise UsageError("--timeout must be more than zero")
+    """`--timeout` a finite number of seconds above zero: a NaN, infinite, negative
+    or zero one is refused here, once, not by every put of the run (a longer one than
+    the wire carries waits as long as it can, as any client's put). Said as an option's
+    error: the client library's words ("(None: the group's default), got -1.0") named
+    a value no command line can give."""
+    if not 0 < timeout_s < math.inf:
+        raise UsageError(
+            f"--timeout must be a finite number of seconds more than zero, not {timeout_s:g}"
+        )
 
 
 def _replay_target(text: str, where: GroupJournals) -> str:
