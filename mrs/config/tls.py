@@ -338,6 +338,12 @@ def check_link_tls(parser: Any, groups: dict[int, Any], link_where: str, pair: t
 NOT_TLS_REASON = "WRONG_VERSION_NUMBER"
 """OpenSSL's reason when what the peer sent is no TLS record (e.g. a plaintext port)."""
 NOT_TLS = "the peer does not speak TLS (OpenSSL: wrong version number)"
+PLAINTEXT_REFUSAL = (
+    "this group speaks TLS only: connect with tls=clients.tls_context(ca, cert, key)"
+    " (docs/security.md)"
+)
+"""The Fatal a group with [group.tls] answers a client that spoke plaintext to it
+(mrs.security.tls_network), read by the client's authentication as that refusal."""
 
 
 PEER_ALERTS = {

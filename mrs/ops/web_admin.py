@@ -318,13 +318,9 @@ class WebAdmin:
 def _password_ok(authority: Authority, name: str, password: str) -> bool:
     """The password against the principal's SCRAM verifier (a decoy for an unknown
     name, so both cost the same); link principals never log in to the page."""
-    creds = authority.creds
-    principal = None if name.startswith(LINK_PREFIX) else creds.get(name)
-    if principal is not None:
-        verifier = principal.verifier
-    else:
-        rounds = [p.verifier.iterations for p in creds.principals.values()]
-        verifier = scram.decoy_verifier(creds.decoy_secret(), name, rounds)
+    principal = None if name.startswith(LINK_PREFIX) else authority.creds.get(name)
+    decoy = authority.decoy(name)  # for a known name too (Authority.decoy says why)
+    verifier = principal.verifier if principal is not None else decoy
     salted = scram.salted_password(password, verifier.salt, verifier.iterations)
     proof = scram.client_proof(salted, b"mrs web login")
     return principal is not None and scram.proof_valid(verifier, b"mrs web login", proof)

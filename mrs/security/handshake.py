@@ -33,6 +33,7 @@ import msgpack
 import trio
 
 from mrs import protocol as wire
+from mrs.config.tls import PLAINTEXT_REFUSAL
 from mrs.model import Status
 from mrs.protocol.connection import TLS_RECORD_START
 from mrs.security import scram
@@ -249,7 +250,11 @@ async def authenticate(stream: trio.abc.Stream, credentials: ClientCredentials) 
     )
     first = await reader.frame()
     if (refusal := fatal_of(first)) is not None:
-        if refusal.status == Status.PROTOCOL_ERROR:
+        # A plaintext client at a TLS port is told so by the group before it reads
+        # anything: that answer alone, as without credentials. Why: "the server does
+        # not take authentication (this group speaks TLS only ...)" said auth was off
+        # on a group that requires it, and sent the operator after the wrong setting.
+        if refusal.status == Status.PROTOCOL_ERROR and refusal.message != PLAINTEXT_REFUSAL:
             refusal.message = f"the server does not take authentication ({refusal.message})"
         raise refusal
     if isinstance(first, dict) and first.get("ok") is False:

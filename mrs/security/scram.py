@@ -107,7 +107,8 @@ def decoy_verifier(secret: bytes, name: str, iterations_in_use: Sequence[int]) -
     Salt and rounds both come from HMAC(secret, name): the same for a name on every
     group and after every restart, as a real name's are. The rounds are one of the
     rounds real principals use, picked with their frequency, so a principal made
-    with unusual rounds is not told apart by them: unknown names show them too."""
+    with unusual rounds is not told apart by them: unknown names show them too.
+    `iterations_in_use` is sorted (`decoy_iterations`)."""
     salt = _hmac(secret, b"salt:" + name.encode("utf-8"))[:SALT_BYTES]
     iterations = decoy_iterations(secret, name, iterations_in_use)
     return Verifier(salt, iterations, os.urandom(KEY_BYTES), os.urandom(KEY_BYTES))
@@ -115,9 +116,11 @@ def decoy_verifier(secret: bytes, name: str, iterations_in_use: Sequence[int]) -
 
 def decoy_iterations(secret: bytes, name: str, iterations_in_use: Sequence[int]) -> int:
     """Rounds for an unknown name: a weighted pick among `iterations_in_use` (one per
-    real principal) by a hash of the name; ITERATIONS_DEFAULT when there are none."""
+    real principal, sorted) by a hash of the name; ITERATIONS_DEFAULT when there are
+    none. Sorted by the caller once per credentials load, not here per name: a sort
+    per name made an unknown name's challenge cost more the more principals a file
+    has, a clock's way to tell it from a known one (mrs.security.authority `decoy`)."""
     if not iterations_in_use:
         return ITERATIONS_DEFAULT
-    ordered = sorted(iterations_in_use)
     pick = int.from_bytes(_hmac(secret, b"rounds:" + name.encode("utf-8"))[:8], "big")
-    return ordered[pick % len(ordered)]
+    return iterations_in_use[pick % len(iterations_in_use)]

@@ -22,7 +22,7 @@ import trio
 from mrs import protocol as wire
 from mrs.config.addresses import host_port
 from mrs.config.schema import ConfigError
-from mrs.config.tls import TlsConfig, describe_tls_error, group_server_name
+from mrs.config.tls import PLAINTEXT_REFUSAL, TlsConfig, describe_tls_error, group_server_name
 from mrs.core.refusals import RefusalLog
 from mrs.limits import TLS_REFUSAL_LOG_INTERVAL_S
 from mrs.model import Status
@@ -50,10 +50,6 @@ CLOSE_DRAINS_MAX = 64
 TLS_HANDSHAKE_RECORD = b"\x16"
 """The first byte of every TLS connection (a handshake record: the ClientHello)."""
 KEY_ADVICE = "make a new key and certificate for this group (docs/security.md)"
-PLAINTEXT_REFUSAL = (
-    "this group speaks TLS only: connect with tls=clients.tls_context(ca, cert, key)"
-    " (docs/security.md)"
-)
 
 
 class TlsNetwork(TcpNetwork):

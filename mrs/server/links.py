@@ -194,9 +194,13 @@ class PeerLinks:
                 f"({clipped(hello.program)!r})",
             )
         if (problem := check_link_peer(session.stream, peer_id)) is not None:
-            self._refuse(
-                problem, peer_id, session, f"refused link from {session.peer}: {problem}", problem
-            )
+            # NOTAUTHORIZED, as a Hello from a principal that is not that group: a
+            # certificate that does not name the group claimed is no proof of it.
+            # Why: answered PROTOCOL_ERROR, a client holding the bus's client
+            # certificate was told it broke the protocol, and with [auth] on too a
+            # wrong principal's link Hello no longer got the NOTAUTHORIZED the docs say.
+            line = f"refused link from {session.peer}: {problem}"
+            self._refuse(problem, peer_id, session, line, problem, Status.NOTAUTHORIZED)
         if (problem := session_auth.link_problem(self.authority, session, peer_id)) is not None:
             line = (
                 f"refused link Hello claiming group {peer_id} from {session.principal!r} "
