@@ -186,8 +186,13 @@ class ClientJournal:
         The meta pages are put back from the commit log's checkpoint first, as the
         server does (after a power loss, or one damaged): the file as LMDB left it may
         name pages the disk never got, and the check refused a journal the log
-        recovers, its acknowledged puts stranded."""
-        restore_after_restart(self.path)
+        recovers, its acknowledged puts stranded. A file of it that cannot be opened
+        or written there (another user's, a file system gone read-only) is the one
+        line of `_unusable`: connect raised the bare OSError."""
+        try:
+            restore_after_restart(self.path)
+        except OSError as error:
+            raise _unusable(self.path, error) from None
         saf_check.check_before_open(self.path)
         try:
             store = JournalStore(self.path, bytes_max)

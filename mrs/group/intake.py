@@ -374,9 +374,15 @@ class _StoreOutcome:
 
     def _copy(self, seq: int) -> None:
         """A copy is answered as its first copy was: a WF_CONF one at the first copy's
-        confirm (`Dqf.await_confirm`) while the DQF holds it, any other now."""
+        confirm (`Dqf.await_confirm`) while the DQF holds it, any other now. A copy
+        that asked to hear only when stored (a client SAF journal's drain) is answered
+        now, whatever its mode: its message is stored. Why: a drain re-sending the
+        WF_CONF records its killed predecessor had stored got no answer until the
+        receiver confirmed them, so it never reached LINK_UP meanwhile (the client
+        dropped the connection at each reply deadline and sent them again)."""
         mode = self.entry.delivery
-        if mode.interest_point is _CONF and mode.notification is _WF:
+        waits = mode.interest_point is _CONF and mode.notification is _WF
+        if waits and not self.reply.stored_reply:
             reporter = self.reply.reporter(seq)
             if self.dqf.await_confirm(self.entry.target.queue, seq, reporter):
                 return

@@ -466,9 +466,13 @@ def _waits_with_first_copy(
     left: confirmed already, or a run that ended; answered now). False for any other
     mode, and beyond DEDUPE_WAITERS_MAX copies. Why: a copy sent straight over the
     link was answered STORED as soon as the peer deduped it, so a WF_CONF put re-sent
-    after a TIMEOUT returned before the receiver confirmed."""
+    after a TIMEOUT returned before the receiver confirmed. A copy that asked to hear
+    only when stored (a client SAF drain, `PutReply.stored_reply`) waits for nothing:
+    its drain could not end before the receiver confirmed (mrs.group.intake `_copy`)."""
     mode = entry.delivery
     if mode.interest_point is not InterestPoint.CONF or mode.notification is not Notification.WF:
+        return False
+    if reply.stored_reply:
         return False
     reporter = reply.reporter(first_seq)
     waiting = peer.waiters.get(first_seq)
