@@ -493,7 +493,8 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         from mrs import __version__
 
-        parser.exit(message=f"mrs {__version__}\n")
+        print(f"mrs {__version__}")  # to stdout, as argparse's own action
+        parser.exit()
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
