@@ -269,6 +269,9 @@ class SafDrain:
         answers (`_after_tail`), released when this drain ends however it ends. Then,
         while the connection lasts, it waits for refused records sent again
         (`redriven`) and drains them the same way."""
+        if self._queue_text is None and self._journal.count:
+            self._leave_for_a_sender()
+            return
         while True:
             try:
                 await self._drain(link)
@@ -278,6 +281,20 @@ class SafDrain:
                 return
             await self._redriven.wait()  # cancelled with the connection's loops
             self._redriven = trio.Event()
+
+    def _leave_for_a_sender(self) -> None:
+        """Keep the records an earlier run journaled, unsent: this client is attached
+        to no queue, and the group refuses a put from none. Why: each was sent,
+        refused NOTATTACHED and moved aside to the refused records, so a program
+        that opened its journal to look at it (`connect(address, None, ...)`) left
+        its predecessor's backlog to be redriven by hand."""
+        log.warning(
+            "client SAF journal %s holds %d record(s) from an earlier run; this client is "
+            "attached to no queue, so they are not sent: they drain when a client "
+            "attached to a queue opens the journal",
+            self._journal.path,
+            self._journal.count,
+        )
 
     def redriven(self) -> None:
         """Refused records went back into the journal (`Client.redrive_refused`): puts

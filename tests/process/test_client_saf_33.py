@@ -9,6 +9,7 @@ one MrsError line, not a bare OSError.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import trio
 
 from clients import DeliveryMode, JournalFailed, Status, connect
 from sim.bus import LinkedBus
-from tests.client_helpers import FAST_RECONNECT, take_all
+from tests.client_helpers import FAST_RECONNECT, FixedPortServer, take_all
 from tests.process.test_links import wait_for_link
 
 QUEUES = """
@@ -103,3 +104,52 @@ def test_a_journal_file_that_cannot_be_opened_is_one_line(tmp_path: Path) -> Non
         trio.run(attach)
     assert refused.value.status == Status.JOURNAL_FAIL
     assert f"client SAF journal {journal} cannot be opened: Is a directory" in str(refused.value)
+
+
+async def test_a_client_attached_to_no_queue_leaves_an_earlier_runs_records(
+    tmp_path: Path,
+) -> None:
+    """A program that opened a producer's journal attached to no queue (to look at
+    it) sent its backlog: the group refused each put NOTATTACHED, and every record
+    was moved aside to the refused ones, to be redriven by hand. The records now stay
+    in the journal, and the next client attached to a queue drains them."""
+    server = FixedPortServer(tmp_path / "bus")
+    journal = tmp_path / "client.saf"
+    said = _Said("attached to no queue, so they are not sent")
+    logging.getLogger("clients").addHandler(said)
+    try:
+        async with connect(
+            server.address, "SENDER", saf_journal=journal, connect_timeout_s=0.3
+        ) as producer:
+            for number in range(3):
+                psb = await producer.put(b"m%d" % number, "1.10", delivery=DeliveryMode.WF_DQF)
+                assert psb.status == Status.JOURNAL_ON, psb
+        server.start()
+        async with connect(server.address, None, saf_journal=journal) as looker:
+            with trio.fail_after(10):
+                await said.event.wait()
+            await looker.status()  # a round trip behind any put the drain sent
+            assert (looker.journal_backlog, looker.refused_records()) == (3, [])
+        async with connect(server.address, "SENDER", saf_journal=journal) as sender:
+            with trio.fail_after(20):
+                await sender.wait_journal_status(Status.LINK_UP)
+        async with connect(server.address, "ORDERS") as receiver:
+            bodies = [message.body for message in await take_all(receiver)]
+        assert bodies == [b"m0", b"m1", b"m2"]
+    finally:
+        logging.getLogger("clients").removeHandler(said)
+        server.stop()
+
+
+class _Said(logging.Handler):
+    """Sets `event` when the client library logs a line holding `words` (in the task
+    that logs it: trio's thread)."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.WARNING)
+        self.words = words
+        self.event = trio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.event.set()
