@@ -12,11 +12,12 @@ import pytest
 import trio
 
 import mrs.group.umas
-from clients import DeliveryMode, MrsError, Status, Uma
+from clients import DeliveryMode, Status, Uma
 from journals import Journal
 from mrs.group.acks import MESSAGE_PREFIX
 from tests.conftest import STANDARD_QUEUES
 from tests.process.test_links import wait_for_link
+from tests.unit.test_uma_probe_32 import restart_faultless, take_one
 
 QUEUES = STANDARD_QUEUES  # 10 ORDERS, 13 SENDER
 SMALL_QUEUES = {1: "[group.guards]\nqueue_bytes_max = 2000"}
@@ -24,14 +25,6 @@ SMALL_QUEUES = {1: "[group.guards]\nqueue_bytes_max = 2000"}
 SMALL_MESSAGES = {1: "message_bytes_max = 1000"}
 """queue_bytes_max may be no less than message_bytes_max (mrs.config.guards)."""
 BODY = b"b" * 900
-
-
-async def _take(client, timeout: float):
-    try:
-        return await client.get(timeout=timeout)
-    except MrsError as error:
-        assert error.status in (Status.TIMEOUT, Status.NOMOREMSG), error
-        return None
 
 
 @pytest.mark.parametrize("link", ["up", "down"])
@@ -63,7 +56,7 @@ async def test_a_recoverable_put_to_another_groups_memory_dlq_answers_no_dqf(
     info = await wait_for_link(linked, 1, 2)
     assert info["saf_backlog"] == 0
     async with linked.connect(2, "2.96") as dead_letters:
-        assert await _take(dead_letters, 2) is None
+        assert await take_one(dead_letters, 2) is None
 
 
 async def test_a_message_returned_past_queue_bytes_max_answers_rts_fail(make_mem_linked) -> None:
@@ -161,14 +154,11 @@ async def test_an_ak_conf_put_whose_uma_failed_is_not_delivered_after_a_crash(
             outcome = (await sender.get(timeout=5)).ack_psb()
         assert (outcome.seq, outcome.uma_status) == (psb.seq, failed)
         linked.kill(1)
-    linked.store(1).fault = None
-    await linked.memory.start(1)
-    await linked.memory.start(2)
-    await wait_for_link(linked, 1, 2)
+    await restart_faultless(linked)
     async with linked.connect(2, "2.10") as receiver:
-        got = await _take(receiver, 2)
+        got = await take_one(receiver, 2)
         if uma is Uma.SAF:
             assert got is not None and got.body == b"first"
             await receiver.confirm(got.seq)
-            got = await _take(receiver, 2)
+            got = await take_one(receiver, 2)
     assert got is None, got.body  # its sender, told the put failed, puts it again

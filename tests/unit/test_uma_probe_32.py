@@ -38,12 +38,21 @@ def _deletes_a_copy(batches) -> bool:
     )
 
 
-async def _take(client, timeout: float):
+async def take_one(client, timeout: float):
+    """The next message on `client`'s queue, or None when none comes in `timeout`."""
     try:
         return await client.get(timeout=timeout)
     except MrsError as error:
         assert error.status in (Status.TIMEOUT, Status.NOMOREMSG), error
         return None
+
+
+async def restart_faultless(linked) -> None:
+    """Start both groups again, group 1's journal without its fault, linked again."""
+    linked.store(1).fault = None
+    await linked.memory.start(1)
+    await linked.memory.start(2)
+    await wait_for_link(linked, 1, 2)
 
 
 @pytest.mark.parametrize("uma", [Uma.DLJ, Uma.DISC, Uma.RTS, Uma.DLQ])
@@ -73,12 +82,9 @@ async def test_an_ak_conf_put_dead_lettered_while_the_link_is_down_is_not_delive
         assert (outcome.seq, outcome.delivery_status) == (psb.seq, Status.LINK_DOWN)
         assert int(outcome.uma_status) > 0, outcome  # the UMA did its job
         linked.kill(1)
-    linked.store(1).fault = None
-    await linked.memory.start(1)
-    await linked.memory.start(2)
-    await wait_for_link(linked, 1, 2)
+    await restart_faultless(linked)
     async with linked.connect(2, "2.10") as receiver:
-        delivered = await _take(receiver, 2)
+        delivered = await take_one(receiver, 2)
     assert delivered is None, delivered  # the sender, told it was not, would put it again
 
 
@@ -123,12 +129,9 @@ async def test_an_ak_conf_put_killed_before_its_recoverable_dlq_copy_commits_is_
             while not crashed:
                 await trio.sleep(0.01)
         linked.kill(1)
-    linked.store(1).fault = None
-    await linked.memory.start(1)
-    await linked.memory.start(2)
-    await wait_for_link(linked, 1, 2)
+    await restart_faultless(linked)
     async with linked.connect(2, "2.10") as receiver:
-        delivered = await _take(receiver, 5)
+        delivered = await take_one(receiver, 5)
     assert delivered is not None and delivered.body == b"7"  # acknowledged: never lost
 
 
