@@ -16,7 +16,7 @@ import sys
 
 import trio
 
-from clients import connect, instance_addresses
+from clients import ConnectionLost, connect, instance_addresses
 from mrs.model import Status
 
 
@@ -32,11 +32,16 @@ async def main(config: str, orders: int) -> None:
             await trio.sleep(0.01)  # a steady stream, so a failover lands in the middle
         print(f"{orders} puts answered, {client.resent_puts} re-sent after a lost answer")
         seen, possdupl = [], 0
-        for _ in range(orders):
-            message = await client.get(timeout=30)
-            seen.append(int(message.body.split()[1]))
-            possdupl += message.delivery_status == Status.POSSDUPL
-            await client.confirm(message.seq)
+        while len(seen) < orders:
+            try:  # the active may be killed while we read too
+                message = await client.get(timeout=30)
+                number = int(message.body.split()[1])
+                possdupl += message.delivery_status == Status.POSSDUPL
+                if number not in seen:  # one handed out before the kill comes again, POSSDUPL
+                    seen.append(number)
+                await client.confirm(message.seq)
+            except ConnectionLost:  # a get or confirm in flight: the message comes again
+                continue
         in_order = seen == list(range(orders))
         print(f"{len(seen)} delivered, in order: {in_order}, POSSDUPL: {possdupl}")
         status = await client.status()

@@ -260,19 +260,20 @@ async def _open(
     with `mrs status`'s words for why none answered; `where`: the group, its
     coordinator and the bus file (None each with --address)."""
     from clients import connect
-    from mrs.tools.reach_active import open_active, unreachable_line
+    from mrs.tools.reach_active import handshake_wait_s, open_active, unreachable_line
+
+    instances = len(address.split(","))
 
     def dial() -> Any:
         return connect(
             address,
             queue=None,
             program=f"mrs admin {args.admin_command}",
-            connect_timeout_s=CONNECT_TIMEOUT_S,
+            connect_timeout_s=handshake_wait_s(CONNECT_TIMEOUT_S, instances),
             reconnect=None,
             **options,
         )
 
-    instances = len(address.split(","))
     try:
         return await open_active(stack, dial, instances, CONNECT_TIMEOUT_S)
     except NotAuthorized as refused:

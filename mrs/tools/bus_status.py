@@ -237,18 +237,13 @@ async def not_active_line(
     replica (its replication port takes a connection: it runs), not running (neither
     port does), or the active etcd names that clients cannot reach; with where the
     active is. A connection to the replication port that says nothing is closed
-    by the replica without a log line (mrs.replication.replica `_handle`)."""
-    import trio
-
+    by the replica without a log line (mrs.replication.replica `_handle`). A client
+    address that takes the connection and does not answer is a process there that
+    hangs: before, a paused old active (its replication port closed, as an active's
+    is) was told "not running (nothing listens ...)", start it, and the start is
+    refused by the data directory's lock while the hung process holds it."""
     name, address = view.instance, view.replication_address
-    runs = False
-    with trio.move_on_after(min(timeout_s, 1.0)):
-        try:
-            host, port = address.rsplit(":", 1)
-            await (await trio.open_tcp_stream(host.strip("[]"), int(port))).aclose()
-            runs = True
-        except OSError:
-            pass
+    runs = await _takes_connections(address, min(timeout_s, 1.0))
     state = await _etcd_state(coordinator, group_id, timeout_s / 2)
     what = f"{view.address} is instance {name} of replicated group {group_id} ({view.name})"
     if isinstance(state, str):
@@ -269,11 +264,34 @@ async def not_active_line(
             f"{what}: a replica (it runs, and only the active takes clients); {active}; "
             f"the group's status: `mrs status --config BUS.TOML --group {group_id}`"
         )
+    if await _takes_connections(view.address, min(timeout_s, 1.0)):
+        return (
+            f"{what}: a process takes connections at its client address and does not "
+            f"answer ({view.error}): a paused or hung process (SIGSTOP, a frozen VM), an "
+            f"old active that has not stepped down yet, or another program on that port; "
+            f"{active}; see which process holds the port (`ss -ltnp`) before starting "
+            "the instance"
+        )
     return (
         f"{what}: not running (nothing listens on its client address {view.address} or "
         f"its replication address {address}); {active}; start it with `mrs serve "
         f"--config BUS.TOML --group {group_id} --instance {name}`"
     )
+
+
+async def _takes_connections(address: str, timeout_s: float) -> bool:
+    """Whether a TCP connection to HOST:PORT `address` is taken within `timeout_s`
+    (closed at once, nothing said)."""
+    import trio
+
+    with trio.move_on_after(timeout_s):
+        try:
+            host, port = address.rsplit(":", 1)
+            await (await trio.open_tcp_stream(host.strip("[]"), int(port))).aclose()
+            return True
+        except (OSError, ValueError):
+            return False
+    return False
 
 
 def _ops_addresses(group: Any) -> list[tuple[str, int]]:
@@ -646,4 +664,3 @@ def bus_json(views: list[GroupView], bus_path: Path | None, single: bool) -> dic
         "time_s": round(time.time(), 3),
         "groups": [view.as_dict() for view in views],
     }
-

@@ -19,6 +19,22 @@ ACTIVE_RETRY_S = 0.25
 answers (an operator's command waiting for the new active)."""
 
 
+HANDSHAKE_SHARE_S_MIN = 1.0
+"""The least time one instance is given to answer a command's handshake."""
+
+
+def handshake_wait_s(wait_s: float, instances: int) -> float:
+    """How long one instance of `instances` may take to answer the handshake of a
+    command that waits `wait_s` for the active (`open_active`): all of it for one
+    address, a share of it for several, so that several rounds fit in the wait. Why:
+    a paused or hung active takes the connection and never answers; given the whole
+    wait, it took it all, and `mrs admin` failed "no instance of group 1 answered
+    within 10 s" though a replica had taken over 4 s in."""
+    if instances < 2:
+        return wait_s
+    return max(HANDSHAKE_SHARE_S_MIN, wait_s / (instances + 1))
+
+
 REPLICA_NOTE = (
     "; an instance of a replicated group listens for clients only while it is the "
     "active: give --config BUS.TOML, or --address with every instance's HOST:PORT "

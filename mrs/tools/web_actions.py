@@ -154,14 +154,18 @@ class BusWebAdmin(WebAdmin):
 
     def _connect(self, group_id: int, name: str | None, password: str | None):
         from clients import ClientCredentials, connect
+        from mrs.tools.reach_active import handshake_wait_s
 
         view = self.views[group_id]
         credentials = ClientCredentials(name, password) if name and password else None
+        instances = len(view.address.split(","))
         return connect(
             view.address,
             queue=None,
             program="mrs web",
-            connect_timeout_s=CONNECT_TIMEOUT_S,
+            connect_timeout_s=min(
+                CONNECT_TIMEOUT_S, handshake_wait_s(CONNECT_ACTIVE_WAIT_S, instances)
+            ),
             reconnect=None,
             heartbeat_s=None,
             credentials=credentials,
