@@ -591,7 +591,9 @@ def _described(group: Group, queue: TargetQueue, entry: Entry, now_ns: int) -> d
     return {
         "seq": entry.seq,
         "size": len(body),
-        "preview": _preview(body[:ADMIN_PREVIEW_BYTES_MAX]),
+        "preview": _preview(
+            body[:ADMIN_PREVIEW_BYTES_MAX], cut=len(body) > ADMIN_PREVIEW_BYTES_MAX
+        ),
         "source": str(entry.source),
         "class": entry.msg_class,
         "type": entry.msg_type,
@@ -609,13 +611,22 @@ def _described(group: Group, queue: TargetQueue, entry: Entry, now_ns: int) -> d
     }
 
 
-def _preview(data: bytes) -> str:
-    """Text when the bytes are printable UTF-8, else hex (prefixed `0x`)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
+def _preview(data: bytes, *, cut: bool = False) -> str:
+    """Text when the bytes are printable UTF-8 (line breaks and tabs too), else hex
+    (prefixed `0x`), as `mrs dump` reads a body. Why: a body `cut` at the preview's
+    end mid-character (any Japanese text past 21 characters) and any body of more than
+    one line (pretty-printed JSON) were shown as hex in the web page and `mrs admin
+    browse`."""
+    text = None
+    for trim in range(4) if cut else range(1):  # a character the cut split is left out
+        try:
+            text = data[: len(data) - trim].decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            continue
+    if text is None or not text.replace("\n", "").replace("\t", "").isprintable():
         return "0x" + data.hex()
-    return text if text.isprintable() else "0x" + data.hex()
+    return text
 
 
 def _plain(value: Any) -> Any:

@@ -467,10 +467,14 @@ def _peer(stream: trio.SocketStream) -> str:
 
 
 async def _routed(routes: dict[str, Route], request: Request) -> Response:
-    """A read-only page's answer (GET and HEAD only)."""
-    if request.method not in ("GET", "HEAD"):
+    """A read-only page's answer (GET and HEAD only); an ANY_PATH route answers every
+    method. Why: while a group recovers, its acting page's POST (an operator's Purge in
+    a page left open across the restart) was answered 405 "read-only: GET and HEAD
+    only", as if web_admin were off, instead of the 503 "recovering" line."""
+    route = routes.get(request.path)
+    if request.method not in ("GET", "HEAD") and (route is not None or ANY_PATH not in routes):
         return text(405, "read-only: GET and HEAD only\n")
-    route = routes.get(request.path) or routes.get(ANY_PATH)
+    route = route or routes.get(ANY_PATH)
     if route is None:
         return text(404, f"no such page: {request.path}; pages: {', '.join(sorted(routes))}\n")
     try:
