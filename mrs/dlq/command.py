@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             with args.rules.open("rb") as file:
                 data = file.read(DLQ_TABLE_BYTES_MAX + 1)
         else:
+            _hint_terminal_input()
             data = sys.stdin.buffer.read(DLQ_TABLE_BYTES_MAX + 1)
     except OSError as error:  # its strerror: str() repeated the path, "[Errno 2] ...: '/x'"
         return _fail(f"cannot read the rules table {source}: {error.strerror or error}")
@@ -262,7 +263,7 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
             reporter.note(_lost_note(handler.connected, group, address, lost))
             codes.append(EXIT_CONNECTION)
         except* MrsError as refused:
-            reporter.note(f"group {group.id} refused: {_first(refused)}")
+            reporter.note(_refused_note(handler.connected, group, address, _first(refused)))
             codes.append(EXIT_CONNECTION)
     reporter.summary(handler.summary())
     return max(codes)
@@ -296,6 +297,34 @@ def _lost_note(connected: bool, group, address: str, lost: BaseExceptionGroup) -
         f"could not connect to {named}: {_os_reason(lost)}; is it running, and is "
         "that its address? (no dead letter was touched)"
     )
+
+
+def _hint_terminal_input() -> None:
+    """One line on stderr when the table is to come from a terminal. Why: an operator
+    who left out RULES_FILE saw the command hang without a word (runmqdlq reads its
+    table from standard input, and so does this), and took it for a stuck handler."""
+    if sys.stdin is not None and sys.stdin.isatty():
+        print(
+            "mrs dlq-handler: reading the rules table from the terminal (end it with "
+            "Ctrl-D; or give RULES_FILE, or < rules.txt)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _refused_note(connected: bool, group, address: str, error: BaseException) -> str:
+    """The line for a refusal that ends the handler. One of the attach (its DLQ is
+    named `G.96`) is a server at the address that is not group G: said so, since the
+    server's own words ("attach to a queue of group 2") read as a handler's bug to an
+    operator who only gave --address."""
+    from mrs.model import Status
+
+    if not connected and getattr(error, "status", None) == Status.NOSUCHQUEUE:
+        return (
+            f"the server at {address} is not group {group.id} ({group.name}): {error}; "
+            "is that its address? (no dead letter was touched)"
+        )
+    return f"group {group.id} refused: {error}"
 
 
 def _os_reason(error: BaseException) -> str:

@@ -115,9 +115,13 @@ class Handler:
         # lost with a memory DLQ in a restart): a record full of them took nothing new
         # for ever, without a line, and a letter's put after the drop was followed by a
         # confirm the new connection could not make.
+        # The DLQ by its full address, `1.96`: every group has a queue 96, so an
+        # --address that reaches another group (a mistyped port) had the handler work
+        # that group's letters by this group's table (a DISCARD rule discarded them);
+        # named so, the other group refuses the attach and nothing is taken.
         async with connect(
             self.options.address,
-            queue=str(DEAD_LETTER_QUEUE),
+            queue=f"{self.options.group_id}.{DEAD_LETTER_QUEUE}",
             program=HANDLER_PROGRAM,
             open_stream=self.options.open_stream,
             reconnect=None,

@@ -56,7 +56,15 @@ from mrs.tools.journal.ledger import LedgerBusy, LedgerDamaged, ReplayLedger
 from mrs.tools.journal.pacing import parse_rate
 from mrs.tools.journal.progress import progress_wanted, start_progress, stop_progress
 from mrs.tools.journal.render import status_name
-from mrs.tools.journal.replay import REPLAY_MODES, Options, Planner, Replayer, Tally, UsageError
+from mrs.tools.journal.replay import (
+    REFUSED_UNTIL_FIXED,
+    REPLAY_MODES,
+    Options,
+    Planner,
+    Replayer,
+    Tally,
+    UsageError,
+)
 
 
 def _count_selected(store: JournalStore, journal: Journal, selection: RecordFilter) -> int | None:
@@ -498,6 +506,7 @@ def _run_until_stopped(main, tally: Tally) -> int:
             tally.stopped = tally.stopped or f"cannot reach the server: {error.message}"
         except MrsError as error:
             tally.stopped = f"{status_name(int(error.status))}: {error.message}"
+            tally.stopped_for_good = int(error.status) in REFUSED_UNTIL_FIXED
         except (lmdb.Error, JournalError) as error:
             tally.stopped = f"cannot write the ledger or the journal: {error}"
     return 0
@@ -589,6 +598,13 @@ def _print_advice(console: Console, tally: Tally) -> None:
             "Run the same command again to resume: records stored are skipped, the rest are "
             "sent; any whose outcome was unknown go under the same idempotency key, so the "
             "server stores each at most once.",
+            highlight=False,
+        )
+    elif tally.stopped_for_good:
+        console.print(
+            "The server refused the run itself (stopped, above), and refuses a re-run "
+            "the same way: fix what it names first (--address reaching another group, "
+            "--as, a right the principal lacks); nothing was sent.",
             highlight=False,
         )
     elif not tally.ok:

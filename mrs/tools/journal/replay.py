@@ -146,6 +146,12 @@ class Tally:
     failures: list[dict] = field(default_factory=list)
     elapsed_s: float = 0.0
     stopped: str = ""
+    stopped_for_good: bool = False
+    """The server refused the run itself for a reason a re-run meets again (the
+    `--as` attach answered NOSUCHQUEUE by a server at `--address` that is another
+    group, or NOTAUTHORIZED): not resumable. Why: the summary said to run the same
+    command again and `--json` said `"resumable": true`, so a script that re-runs
+    while resumable ran for ever against the wrong group."""
 
     def fail(
         self, item: Item, status: str, message: str = "", *, in_doubt: bool, permanent: bool = False
@@ -172,6 +178,8 @@ class Tally:
     def resumable(self) -> bool:
         """Whether running the same command again could deliver more: something was
         not sent, not answered, or refused for a reason that may pass."""
+        if self.stopped_for_good:
+            return False
         return bool(self.not_attempted or self.stopped or self.failed > self.permanent)
 
 
