@@ -25,7 +25,6 @@ import pyspark
 import pytest
 
 from mrs.audit.report import compute
-from sim.ports import free_port
 from tests.audit_fixtures import (  # noqa: F401 - fixtures
     audit_journal,
     report_figures,
@@ -34,6 +33,7 @@ from tests.audit_fixtures import (  # noqa: F401 - fixtures
 
 START_S = 180.0
 JOB_S = 600.0
+pytestmark = pytest.mark.xdist_group("spark")  # the session's one local Spark and cluster
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
 
@@ -91,34 +91,10 @@ def _python_without_checkout(directory: Path) -> Path:
     return wrapper
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
-    port = free_port()
-    master = Daemon(
-        ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-         "--webui-port", str(free_port())], env,
-    )  # fmt: skip
-    worker = None
-    try:
-        master.wait_for(r"Starting Spark master at spark://")
-        worker = Daemon(
-            ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
-             "--memory", "1g", "--webui-port", str(free_port()), "--work-dir",
-             str(tmp_path / "work"), f"spark://127.0.0.1:{port}"], env,
-        )  # fmt: skip
-        worker.wait_for(r"Successfully registered with master")
-        yield f"spark://127.0.0.1:{port}", worker
-    finally:
-        if worker is not None:
-            worker.stop()
-        master.stop()
-
-
 def test_standalone_cluster_gives_the_same_report_as_local_mode(
-    spark, audit_journal, cluster, tmp_path  # noqa: F811
+    spark, audit_journal, cluster, tmp_path  # noqa: F811 - cluster: tests/process/conftest.py
 ):
-    url, worker = cluster
+    url, work = cluster
     local = compute(spark, audit_journal.sources()).as_json()
     out = tmp_path / "report"
     env = {**os.environ, "PYSPARK_PYTHON": str(_python_without_checkout(tmp_path))}
@@ -132,7 +108,7 @@ def test_standalone_cluster_gives_the_same_report_as_local_mode(
     assert report_figures(remote) == report_figures(local)
     assert remote["totals"]["confirmed"] == len(audit_journal.confirmed_statuses)
     # The work ran on the worker's executor, with the shipped code:
-    shipped = list((tmp_path / "work").rglob("mrs-audit-code.zip"))
+    shipped = list(work.rglob("mrs-audit-code.zip"))
     assert shipped, "the executor never received the reader code"
     # And the files a person opens or a script loads:
     page = (out / "report.html").read_text()

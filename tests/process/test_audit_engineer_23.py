@@ -27,7 +27,6 @@ from mrs.audit.report import compute, export
 from tests.audit_fixtures import spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import HOUR_NS, T0_NS, record, write_raw, write_records
-from tests.process.test_audit_cluster import cluster  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.xdist_group("spark")
 """One worker for every test that may use the test session's Spark session."""
@@ -178,13 +177,13 @@ def test_ctrl_c_while_spark_starts_leaves_no_log(tmp_path: Path) -> None:
 
 
 def test_export_on_a_standalone_cluster_reads_the_archive_and_leaves_nothing(
-    cluster, tmp_path: Path  # noqa: F811
+    cluster, tmp_path: Path  # cluster: tests/process/conftest.py
 ) -> None:
     """`mrs audit export --master spark://...`: the executors read the live PCJ with
     the shipped code and the archive's Parquet files; the same six rows as local.
     Before: only the live three, and the shipped code zip (~740 KB) stayed in /tmp
     after every cluster run."""
-    url, _worker = cluster
+    url, _work = cluster
     data_dir = tmp_path / "g1"
     seqs = _partly_archived(data_dir)
     temporary = tmp_path / "tmp"
