@@ -143,6 +143,19 @@ class FieldReader:
     def fail(self, key: str, problem: str) -> NoReturn:
         raise ConfigError(self.path, key, problem)
 
+    @property
+    def base_directory(self) -> Path:
+        """Where the file's relative paths start: its own directory, or the working
+        directory for a file that has none on a disk (`--config <(envsubst <
+        bus.toml)`, a pipe at /dev/fd/N). Why: such a file's "directory" is
+        /proc/PID/fd, where `data_dir = "g1"` can be nothing (and is refused as the
+        kernel's view)."""
+        directory = self.path.absolute().parent
+        with contextlib.suppress(OSError):
+            if any(view in directory.resolve().parents for view in _PSEUDO_FILESYSTEMS):
+                return Path.cwd()
+        return directory
+
     # -- typed values -----------------------------------------------------------
 
     def check_keys(
@@ -256,7 +269,7 @@ class FieldReader:
         lay in another's (`g1/journals`) ran, but journal-repair.md's procedure moves
         the damaged group's whole data_dir aside, taking the other's journals with it,
         and the other then started empty on the rescued copy's directory."""
-        directory = self.file_path(group, "data_dir", where, self.path.absolute().parent)
+        directory = self.file_path(group, "data_dir", where, self.base_directory)
         directory = directory.resolve()
         problem = system_directory_problem(directory)
         if problem is not None:

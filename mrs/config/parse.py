@@ -112,8 +112,8 @@ class _Parser(FieldReader):
         }
         protection = None
         if "protection" in document:
-            protection = self.file_path(document, "protection", "", self.path.absolute().parent)
-        auth = parse_auth(document.get("auth"), self.path.absolute().parent)
+            protection = self.file_path(document, "protection", "", self.base_directory)
+        auth = parse_auth(document.get("auth"), self.base_directory)
         if isinstance(auth, tuple):
             self.fail(_join("auth", auth[0]) if auth[0] else "auth", auth[1])
         coordinator = parse_coordinator(self, document)

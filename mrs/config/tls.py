@@ -274,7 +274,7 @@ def _path(parser: Any, raw: dict[str, Any], key: str, where: str) -> Path:
     except RuntimeError:  # "~nosuchuser/..."
         parser.fail(f"{where}.{key}", f"cannot expand the home directory in {text!r}")
     if not path.is_absolute():
-        path = parser.path.absolute().parent / path
+        path = parser.base_directory / path
     try:
         with path.open("rb"):
             pass

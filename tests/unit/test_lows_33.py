@@ -78,3 +78,19 @@ def test_pcj_archive_after_s_is_bounded_as_its_neighbours_are(tmp_path: Path, af
     assert f"group[0].ops.pcj_archive_after_s: must be in 0..315360000, got {after_s}" in message
     ten_years = GROUP.format(data_dir="g1") + "[group.ops]\npcj_archive_after_s = 315360000\n"
     assert parse_config(ten_years, tmp_path / "bus.toml").group(1).ops.pcj_archive_after_s
+
+
+def test_a_piped_bus_files_relative_paths_start_at_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mrs serve --config <(envsubst < bus.toml)`: the file is a pipe at /dev/fd/N,
+    whose directory is /proc/PID/fd; `data_dir = "g1"` resolved there (no directory
+    can be made there), and is now refused as the kernel's view. It starts at the
+    working directory instead, as the shell's own paths do."""
+    from mrs.config.bus import load_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bus.toml").write_text(GROUP.format(data_dir="g1"))
+    with open(tmp_path / "bus.toml", "rb") as file:
+        piped = load_config(f"/dev/fd/{file.fileno()}")
+    assert piped.groups[1].data_dir == tmp_path / "g1"
