@@ -197,9 +197,9 @@ LONG_TESTS_FIRST = (
     "tests/process/test_crash.py::",
 )
 """The suite's longest tests, longest first (up to minutes on a loaded machine), run
-before all others: under `pytest -n 2`
+before all others: under `pytest -n 3`
 each worker takes the next test as it frees up, so a long test started last would
-leave the other core idle at the end; longest first keeps both busy to the end."""
+leave the others idle at the end; longest first keeps them busy to the end."""
 
 
 def _run_order(item) -> int:

@@ -27,7 +27,7 @@ from tests.audit_fixtures import (  # noqa: F401 - fixtures
 from tests.journal_helpers import record
 
 pytestmark = pytest.mark.xdist_group("spark")
-"""Under `pytest -n 2 --dist loadgroup` these tests share one worker, so the test
+"""Under `pytest -n 3 --dist loadgroup` these tests share one worker, so the test
 session starts one local Spark session, not one per worker."""
 
 
