@@ -123,7 +123,21 @@ def test_a_move_empties_the_browse_table_it_made_stale(acting_page) -> None:
     assert widths[0] <= widths[1], widths
 
 
-class _SlowStatus(http.server.BaseHTTPRequestHandler):
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A fake page server's handler: answers whole bodies, logs no request line."""
+
+    def _send(self, body: bytes, kind: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:  # no request lines on stderr
+        pass
+
+
+class _SlowStatus(QuietHandler):
     """The real page, and a /api/status whose second answer waits for `release`;
     `asked` counts the status requests and `second`/`third` mark their arrival."""
 
@@ -151,15 +165,6 @@ class _SlowStatus(http.server.BaseHTTPRequestHandler):
         else:
             self.send_error(404)
 
-    def _send(self, body: bytes, kind: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:  # no request lines on stderr
-        pass
 
 
 def test_a_page_asks_a_slow_server_one_request_at_a_time() -> None:

@@ -20,6 +20,7 @@ from sim.processes import GroupProcess
 from tests.browser_cdp import Browser
 from tests.process.test_status_recovering_25 import _bus_file, _serving
 from tests.process.test_web_bus_admin import _plain_bus, _web_endpoint, journal_of
+from tests.process.test_web_console_26b import QuietHandler
 from tests.process.test_web_probes import _chromium
 
 
@@ -125,7 +126,7 @@ def _post_purge(port: int) -> tuple[int, str] | None:
         raise
 
 
-class _Unanswered(http.server.BaseHTTPRequestHandler):
+class _Unanswered(QuietHandler):
     """The real page, a session without [auth], and an action answer held until
     `release` (a group paused under the page: SIGSTOP, a stalled disk)."""
 
@@ -144,15 +145,6 @@ class _Unanswered(http.server.BaseHTTPRequestHandler):
         self.release.wait(60)
         self._send(b'{"error": "too late"}', "application/json")
 
-    def _send(self, body: bytes, kind: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:  # no request lines on stderr
-        pass
 
 
 def test_an_action_a_paused_group_never_answers_gives_the_panel_back(tmp_path: Path) -> None:
