@@ -40,11 +40,13 @@ def _held_keyring(*held: Any) -> Any:
     from mrs.protection.errors import PolicyError
     from mrs.protection.keys import Keyring, PublicKeys, check_name
 
+    by_name = {keys.name: keys for keys in held}
+
     class HeldKeyring(Keyring):
         """A Keyring whose keys are given, not read from NAME.pub files."""
 
         def get(self, name: str) -> PublicKeys:
-            keys = {keys.name: keys for keys in held}.get(check_name(name))
+            keys = by_name.get(check_name(name))
             if keys is None:
                 raise PolicyError(f"no public key for {name!r}")
             return keys

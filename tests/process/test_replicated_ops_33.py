@@ -13,8 +13,6 @@ the data directory's lock then refuses while the hung process holds it).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +27,7 @@ from sim.ports import free_port
 from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
 from tests.etcd_helpers import InstanceProcess, etcd, write_replicated_config
-from tests.process.test_replication import wait_in_sync
+from tests.process.test_replication import EXAMPLES, example_client, wait_in_sync
 
 __all__ = ["etcd"]  # the fixture, used by name
 
@@ -85,7 +83,6 @@ def test_admin_and_status_when_the_active_hangs(
         processes[hung].resume()
 
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 def test_the_docs_example_survives_a_kill_of_the_active_while_it_reads_back(
@@ -105,13 +102,7 @@ def test_the_docs_example_survives_a_kill_of_the_active_while_it_reads_back(
         process.start()
     try:
         first = wait_active(processes, WAIT_S)
-        client = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / "replicated_client.py"), str(config), "60"],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-        )
-        assert client.stdout is not None
+        client = example_client(config, 60, tmp_path)
         while "puts answered, " not in (line := client.stdout.readline()):
             assert line, "the example ended before its puts were answered"
         processes[first].kill()

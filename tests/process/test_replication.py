@@ -334,6 +334,19 @@ def test_planned_failover_and_status(instances) -> None:
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
+def example_client(config: Path, puts: int, cwd: Path) -> subprocess.Popen:
+    """docs/examples/replicated_client.py putting `puts` messages to the group of
+    `config`, its stdout read line by line (text)."""
+    client = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "replicated_client.py"), str(config), str(puts)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+    assert client.stdout is not None
+    return client
+
+
 def test_the_docs_example_survives_a_kill_of_the_active(etcd, tmp_path) -> None:
     """docs/replication.md's example as a reader runs it (its bus on free ports, this
     etcd), with the active SIGKILLed a third of the way through its puts."""
@@ -347,13 +360,7 @@ def test_the_docs_example_survives_a_kill_of_the_active(etcd, tmp_path) -> None:
         for process in processes.values():
             process.start()
         first = wait_active(processes, 30)
-        client = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / "replicated_client.py"), str(config), "300"],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-        )
-        assert client.stdout is not None
+        client = example_client(config, 300, tmp_path)
         assert client.stdout.readline().strip() == f"active: {first}"
         assert "so far" in client.stdout.readline()
         processes[first].kill()

@@ -11,6 +11,8 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from clients import PutItem, connect_sync
@@ -24,20 +26,31 @@ from tests.process.test_web_console_26b import QuietHandler
 from tests.process.test_web_probes import _chromium
 
 
+@contextmanager
+def _acting_page(tmp_path: Path, puts: list[PutItem]) -> Iterator[Browser]:
+    """A group with `web_admin` holding `puts` (from 1.1, ORDERS1), and its page open
+    in a real browser, ready to act; both stopped at the end."""
+    group = GroupProcess(_plain_bus(tmp_path, web_admin=True), 1)
+    group.start()
+    browser = Browser(_chromium())
+    try:
+        with connect_sync(group.address, "ORDERS1") as client:
+            client.put_many(puts)
+        browser.open(_web_endpoint(group.address))
+        browser.until("document.body.dataset.admin === 'acting'")
+        yield browser
+    finally:
+        browser.close()
+        group.terminate()
+
+
 def test_a_double_click_on_move_moves_once_and_says_how_many(tmp_path: Path) -> None:
     """A double click on Move sent two moves: the first moved the 30 orders, the
     second none, and its answer replaced the first's: the page said "moved 0 from 1.10
     to 1.11; 0 left" of a queue it had just emptied. The page now does one action at a
     time: the second press does nothing while the first is under way."""
-    config = _plain_bus(tmp_path, web_admin=True)
-    group = GroupProcess(config, 1)
-    group.start()
-    browser = Browser(_chromium())
-    try:
-        with connect_sync(group.address, "ORDERS1") as client:
-            client.put_many([PutItem(b"order", "1.10", delivery=DeliveryMode.WF_DQF)] * 30)
-        browser.open(_web_endpoint(group.address))
-        browser.until("document.body.dataset.admin === 'acting'")
+    orders = [PutItem(b"order", "1.10", delivery=DeliveryMode.WF_DQF)] * 30
+    with _acting_page(tmp_path, orders) as browser:
         browser.evaluate(
             "document.getElementById('act-queue').value = '1.10';"
             "document.getElementById('act-target').value = '1.11';"
@@ -46,9 +59,6 @@ def test_a_double_click_on_move_moves_once_and_says_how_many(tmp_path: Path) -> 
         )
         browser.until("document.body.dataset.acted === '1' && !document.body.dataset.busy")
         said = browser.evaluate("document.getElementById('act-result').textContent")
-    finally:
-        browser.close()
-        group.terminate()
     moves = [r["result"]["moved"] for r in journal_of(tmp_path / "g1") if r["action"] == "move"]
     assert moves == [30], moves
     assert said == "moved 30 from 1.10 to 1.11; 0 left", said
@@ -62,16 +72,9 @@ def test_a_browse_shows_a_cut_or_multi_line_body_as_text(tmp_path: Path) -> None
     """Browsing a queue of Japanese orders or pretty-printed JSON showed every row's
     body as hex (`0xe6b3a8...`): the 64-byte preview cut a character in two, and a line
     break was not "printable". Both are text now, as `mrs dump` shows them."""
-    config = _plain_bus(tmp_path, web_admin=True)
-    group = GroupProcess(config, 1)
-    group.start()
-    browser = Browser(_chromium())
-    try:
-        with connect_sync(group.address, "ORDERS1") as client:
-            for body in (JAPANESE, '{\n  "order": 17\n}', "\x00\x01"):
-                client.put(body.encode(), "1.10", delivery=DeliveryMode.WF_DQF)
-        browser.open(_web_endpoint(group.address))
-        browser.until("document.body.dataset.admin === 'acting'")
+    bodies = (JAPANESE, '{\n  "order": 17\n}', "\x00\x01")
+    puts = [PutItem(body.encode(), "1.10", delivery=DeliveryMode.WF_DQF) for body in bodies]
+    with _acting_page(tmp_path, puts) as browser:
         browser.evaluate(
             "document.getElementById('act-queue').value = '1.10';"
             "document.getElementById('act-browse').click(); true"
@@ -80,9 +83,6 @@ def test_a_browse_shows_a_cut_or_multi_line_body_as_text(tmp_path: Path) -> None
         shown = browser.evaluate(
             "[0, 1, 2].map(i => document.querySelector(`[data-key='browse.${i}']`).textContent)"
         )
-    finally:
-        browser.close()
-        group.terminate()
     assert shown == [
         f"{JAPANESE[:24]} (77 B)",
         '{\n  "order": 17\n} (17 B)',
