@@ -217,9 +217,9 @@ class Authority:
         and across restarts. The file's part is worked out once per load
         (`_decoy_basis`); the rest costs the same for any name. Why: worked out per
         name, an unknown name's challenge came later than a known one's by time
-        growing with the principals (0.04 ms for 2,000; 0.4 ms in a file without
-        `decoy_key`, whose fallback hashes every verifier): a clock told which
-        names exist, which the decoy is there to hide."""
+        growing with the principals (more in a file without `decoy_key`, whose
+        fallback hashes every verifier; figures in benchmarks/README.md): a clock
+        told which names exist, which the decoy is there to hide."""
         basis = self._decoy_basis
         if basis is None or basis[0] is not self.creds:
             creds = self.creds

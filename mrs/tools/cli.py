@@ -485,7 +485,8 @@ subcommand builds that one alone (`build_parser`)."""
 class _VersionAction(argparse.Action):
     """`--version`: the version looked up when asked for. Why not argparse's own
     action: its string is made with the parser, and `mrs.__version__` imports
-    importlib.metadata (12 ms in every `mrs serve` a test or an operator starts)."""
+    importlib.metadata, in every `mrs serve` a test or an operator starts
+    (benchmarks/README.md, "a test server's start-up")."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)  # type: ignore[arg-type]

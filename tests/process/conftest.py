@@ -14,8 +14,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     """A real standalone Spark cluster (one master, one worker of 2 cores), started
     once for the test session: (its spark:// URL, the worker's work directory, where
     each application's executor gets the files shipped to it). Its tests run on one
-    worker (xdist group "spark"), so one cluster serves them all: each start took
-    10-28 s."""
+    worker (xdist group "spark"), so one cluster serves them all (a start is
+    seconds of two JVMs)."""
     from sim.ports import free_port
     from tests.process.test_audit_cluster import Daemon
 
