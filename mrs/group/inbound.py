@@ -65,11 +65,18 @@ class Inbound:
     REFUSAL_LOG_INTERVAL_S (`_held_already`): the peer's drain retries meanwhile."""
     held_resends: RefusalLog = field(init=False)
     """Transfers that only resent what is stored here, at INFO (`_held_already`)."""
+    poison_lines: RefusalLog = field(init=False)
+    """Messages no client could put, one ERROR line per peer per REFUSAL_LOG_INTERVAL_S
+    with the count not shown. Why: a line each let a lying or broken peer write 256
+    ERROR lines per frame, as fast as it could send (1,024 for four frames)."""
 
     def __post_init__(self) -> None:
         self.held_refusals = RefusalLog(log, clock_s=self._clock_s, line_format="{peer} {message}")
         self.held_resends = RefusalLog(
             log, clock_s=self._clock_s, level=logging.INFO, line_format="{peer} {message}"
+        )
+        self.poison_lines = RefusalLog(
+            log, clock_s=self._clock_s, level=logging.ERROR, line_format="{peer} {message}"
         )
 
     def _clock_s(self) -> float:
@@ -200,11 +207,11 @@ class Inbound:
         if ordinal is not None and inbound.inbound_failed_at is not None:
             outcome(Status.LINK_DOWN, entry.seq, "an earlier message of this link failed")
         elif isinstance(entry, PoisonTransfer):
-            log.error(
-                "group %d sent message %d that no client could put (%s): refused BADPARAM",
-                peer_id,
-                entry.seq,
-                entry.problem,
+            self.poison_lines.refused(
+                "poison",
+                f"group {peer_id}",
+                f"sent message {entry.seq} that no client could put ({entry.problem}): "
+                "refused BADPARAM",
             )
             outcome(Status.BADPARAM, entry.seq, entry.problem)
         elif entry.body is not None and len(entry.body) > self.ctx.limits.message_bytes_max:
