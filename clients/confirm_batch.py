@@ -12,8 +12,9 @@ seq not delivered on this connection, already confirmed) never fails the others.
 `confirm_many` returns one result per seq, in order: None when confirmed, else the
 MrsError that `confirm` alone would have raised (returned in its place, not raised).
 It raises only when nothing could be tried (not connected) or when cancelled; a
-connection lost meanwhile answers each unanswered confirm `ConnectionLost` (the
-message is still unconfirmed on the server and comes again marked POSSDUPL). The
+connection lost meanwhile answers each unanswered confirm `ConnectionLost`: one not
+sent yet says so (the message comes again marked POSSDUPL), one sent may still be
+recorded (confirming it again answers BADSEQ once the group has it). The
 batch waits at most `wait_s` (clients.answer_waits): a confirm sent and not answered
 by then is a `ReplyTimeout` (it may still be recorded), one not sent yet an
 `MrsTimeout` (it was not sent).
@@ -49,10 +50,11 @@ CONFIRM_CHUNK = 256
 
 class _ConfirmPending(ItemPending):
     """What the client's table of requests holds for one confirm of a batch: on a
-    lost connection a confirm is ConnectionLost, not a put's PutOutcomeUnknown."""
+    lost connection a confirm sent is ConnectionLost saying it may still be recorded
+    (clients.pending), not a put's PutOutcomeUnknown."""
 
     __slots__ = ()
-    kind = "other"
+    kind = "confirm"
 
 
 async def confirm_many(

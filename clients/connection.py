@@ -594,7 +594,7 @@ class Client:
             left_s = await self._linked_within(wait_s, "confirm")
         request = confirm_request(requests.next_id(), seq, confirm_value, force_j)
         try:
-            reply = await requests.request(request, left_s, "other")
+            reply = await requests.request(request, left_s, "confirm")
         except ReplyTimeout:
             what = f"confirm of message {seq}"
             raise not_answered(what, self.address, wait_s, CONFIRM_OUTCOME) from None

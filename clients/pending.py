@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from clients.answer_waits import CONFIRM_OUTCOME
 from clients.deadlines import ReplyDeadlines
 from clients.errors import (
     ConnectionLost,
@@ -440,6 +441,8 @@ class Requests:
                         "may not be stored",
                     )
                 )
+            elif waiter.kind == "confirm" and not revoked:
+                waiter.answer(_confirm_unanswered(error))
             else:
                 waiter.answer(error if revoked else ConnectionLost(Status.LINK_DOWN, error.message))
         self.gets.lose(error if revoked else ConnectionLost(Status.LINK_DOWN, error.message))
@@ -475,6 +478,18 @@ class Requests:
                 status, f"{what}: not connected to {self.address} (reconnecting in the background)"
             )
         return link
+
+
+def _confirm_unanswered(error: MrsError) -> ConnectionLost:
+    """What a confirm sent and left unanswered by a lost connection raises: the
+    confirm may have been recorded (the group read and committed it, and only its
+    answer was lost), so it says so, as a put's PutOutcomeUnknown does. Why: it read
+    "client closed" or "server closed the connection", and the docs said the message
+    was still unconfirmed and would come again POSSDUPL; an application that undid
+    its work on that word waited for a message the group had already forgotten."""
+    return ConnectionLost(
+        Status.LINK_DOWN, f"{error.message} before the confirm was answered; {CONFIRM_OUTCOME}"
+    )
 
 
 _address = functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)(Address.parse)

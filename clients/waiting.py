@@ -52,7 +52,7 @@ class Pending:
 
     def __init__(self, kind: str, callback: Callable[[object], None] | None = None) -> None:
         self.kind = kind
-        """"put", "get", "drain" or "other": decides what a lost connection answers."""
+        """"put", "get", "confirm", "drain" or "other": decides what a lost connection answers."""
         self.callback = callback
         self.result: object = None
         self.answered = False
