@@ -347,6 +347,13 @@ class Psb(msgspec.Struct, frozen=True, gc=False):
 
 RETURNED_HEADER = "mrs_returned"
 """Header of a message returned to its sender: {"original_target", "reason", "detail"}."""
+REPLY_QUEUE_HEADER = "reply_q"
+"""Header naming where the receiver replies (`Message.resp_q`): the put's `resp_q` as
+"G.Q", written by the sender's group when the put named a queue other than its own,
+or the application's own (MQ's ReplyToQ: "G.Q", "GROUP.QUEUE" or a queue name), which
+the group leaves as it is. Why a header: it travels with the message wherever its
+headers do (journals, links, the DLQ, a replay), and the DLQ handler's REPLYQ reads the
+same one."""
 
 
 @dataclass(slots=True)
@@ -391,6 +398,22 @@ class Message:
         if self._confirm is None:
             raise ValueError("this message was not received through a client connection")
         await self._confirm(self.seq, confirm_value=confirm_value, force_j=force_j, timeout=timeout)
+
+    @property
+    def resp_q(self) -> Address | str:
+        """Where to send the reply (MessageQ's response queue): the `resp_q` the
+        sender's put named, else the queue it was sent from (`source`). A queue name
+        the sender's application wrote in its own `reply_q` header comes as that text;
+        a put's target takes either. Why: `source` is always the sending queue, so a
+        requester that asked for replies on another queue (a reply queue shared by its
+        workers) was answered on its own, and nothing said where it asked."""
+        named = (self.headers or {}).get(REPLY_QUEUE_HEADER)
+        if not isinstance(named, str) or not named:
+            return self.source
+        try:
+            return Address.parse(named)
+        except ValueError:
+            return named
 
     @property
     def original_target(self) -> Address | None:

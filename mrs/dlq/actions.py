@@ -21,6 +21,7 @@ from mrs.group.shapes import DEAD_LETTER_HEADER, IDEMPOTENCY_HEADER
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     POSSIBLE_DUPLICATE_HEADER,
+    REPLY_QUEUE_HEADER,
     Address,
     DeliveryMode,
     Message,
@@ -57,7 +58,7 @@ def target_text(rule: Rule, message: Message) -> str:
     header = message.dead_letter_header or {}
     if rule.action is Action.RETRY:
         return _join(header.get("dest_q_mgr_name"), header.get("dest_q_name"))
-    reply = (message.headers or {}).get("reply_q") or str(message.source)
+    reply = (message.headers or {}).get(REPLY_QUEUE_HEADER) or str(message.source)
     reply_group, _, reply_queue = str(reply).rpartition(".")
     reply_group = reply_group or str(message.source.group)  # MQ: blank = the putter's
     variables: dict[str | None, object] = {

@@ -43,7 +43,7 @@ from mrs.limits import (
     DLQ_HANDLER_WINDOW_DEFAULT,
     PUT_TIMEOUT_S_DEFAULT,
 )
-from mrs.model import DEAD_LETTER_QUEUE, Message, Psb, Status
+from mrs.model import DEAD_LETTER_QUEUE, REPLY_QUEUE_HEADER, Message, Psb, Status
 from mrs.offline.journal_files import GroupJournals
 
 
@@ -648,7 +648,7 @@ def _name(status: object) -> str:
 
 def letter_of(message: Message) -> Letter:
     reply_to = None
-    reply_text = (message.headers or {}).get("reply_q")
+    reply_text = (message.headers or {}).get(REPLY_QUEUE_HEADER)
     if isinstance(reply_text, str):
         group_text, _, queue_text = reply_text.rpartition(".")
         if group_text.isdigit() and queue_text.isdigit():

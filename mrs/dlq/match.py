@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from mrs.dlq.codes import NUMERIC_KEYWORDS, number_for
 from mrs.dlq.table import Rule
 from mrs.limits import DLQ_MATCH_CHARS_MAX
+from mrs.model import REPLY_QUEUE_HEADER
 
 Names = Callable[[int, int | None], str | None]
 """(group, queue or None) -> the configured name of that queue (or group), if any."""
@@ -73,7 +74,7 @@ def _reply_texts(letter: Letter, names: Names) -> tuple[tuple[str, ...], tuple[s
     `&REPLYQ`/`&REPLYQM` forward to the same header, so the pattern must look at it
     too: matched against the sender, a rule took letters by one queue and forwarded
     them to another."""
-    reply_q = (letter.headers or {}).get("reply_q")  # as `mrs.dlq.actions.target_text`
+    reply_q = (letter.headers or {}).get(REPLY_QUEUE_HEADER)  # as mrs.dlq.actions' target
     if letter.reply_to is None and reply_q:
         group_text, _, queue_text = str(reply_q).rpartition(".")
         group_text = group_text or str(letter.source[0])  # MQ: blank = the putter's

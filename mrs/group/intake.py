@@ -41,6 +41,7 @@ from mrs.group.shapes import (
     entry_from_put,
     headers_problem,
     idempotency_key,
+    with_reply_queue,
 )
 from mrs.group.umas import Umas
 from mrs.limits import ACKS_OWED_PER_PEER_MAX, DEDUPE_WAITERS_MAX
@@ -142,8 +143,10 @@ class Intake:
         source = attached_queue(session).address
         mode, action = check_mode_and_uma(delivery, uma)
         target = ctx.resolve(target_text)
-        key, own_header = self._check_put(body, request_headers)
         response_queue = ctx.resolve(resp_q) if resp_q else source
+        if response_queue != source:
+            request_headers = with_reply_queue(request_headers, response_queue)
+        key, own_header = self._check_put(body, request_headers)
         notification = mode.notification
         if notification is _AK:
             self._check_ack_reachable(response_queue)

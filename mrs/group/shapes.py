@@ -72,6 +72,7 @@ from mrs.limits import (
 from mrs.model import (
     MRS_ACK_TYPE,
     MRS_CLASS,
+    REPLY_QUEUE_HEADER,
     Address,
     DeliveryMode,
     InterestPoint,
@@ -416,6 +417,17 @@ def mrs_ack_entry(
 
 PutFields = tuple[int, str, bytes, int, int, int, int, int, int, bytes, str, Any]
 """A wire.Put's fields in order (request_id .. headers), as `astuple` gives them."""
+
+
+def with_reply_queue(headers: dict | None, response_queue: Address) -> dict:
+    """A put's headers with its `resp_q` in them (REPLY_QUEUE_HEADER, "G.Q"), for a put
+    that named a response queue other than its own: the receiver reads it as
+    `Message.resp_q`. An application's own header of that name is kept as it is (it
+    said where to reply). Added before the headers are measured, so a put whose headers
+    it takes past HEADERS_BYTES_MAX is refused here, not by the group it is sent to."""
+    if headers is not None and REPLY_QUEUE_HEADER in headers:
+        return headers
+    return {**(headers or {}), REPLY_QUEUE_HEADER: response_queue.text}
 
 
 def entry_from_put(
