@@ -21,6 +21,7 @@ the way out: restart the owner, which opens a new `lock.mdb` and records it. A
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -29,6 +30,37 @@ from journals.batch import JournalError
 
 LOCK_FILE_NAME = "lock.mdb"
 WRITER_LOCK_NAME = "writer.lock"
+READER_SLOT_BYTES = 64
+LOCK_HEADER_BYTES = 4096
+"""LMDB's lock.mdb: a header (192 bytes on 64-bit Linux) and one 64-byte slot per
+reader. What `allocate_new` gives is at least that; LMDB takes a larger file as is."""
+
+
+def allocate_new(directory: Path, max_readers: int) -> None:
+    """Give a lock.mdb not made yet its disk blocks before LMDB maps it: raise OSError
+    naming the file (ENOSPC) when the disk cannot, as any other file the caller makes.
+
+    Why: LMDB makes a new lock.mdb with ftruncate (a file of holes) and writes its
+    header and reader slots through a shared map. On a full disk the first store to a
+    page with no block killed the process with SIGBUS, unsaid: the first `mrs jplay`
+    of a group whose disk had filled, a new client SAF journal or a new group on a
+    disk with a few KiB free. An existing lock.mdb is left alone: another process may
+    have it mapped, and a larger file would change its count of reader slots."""
+    path = directory / LOCK_FILE_NAME
+    size = LOCK_HEADER_BYTES + max_readers * READER_SLOT_BYTES
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        os.close(fd)
+        os.unlink(path)  # left empty, LMDB would make it again with holes
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # no such call here: as before
+            return
+        raise OSError(error.errno, os.strerror(error.errno or errno.EIO), str(path)) from None
+    os.close(fd)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

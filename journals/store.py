@@ -200,6 +200,7 @@ class JournalStore:
         log_contents = LogContents(None, [])
         if not readonly and not self.guest:
             log_contents = _restore_meta_pages(self.path)
+            lock_file.allocate_new(self.path, _MAX_READERS)  # no SIGBUS on a full disk
         # Unflushed: each commit is made durable by the commit log's one flush
         # (journals.commit_log); a checkpoint flushes LMDB. A guest's are synced.
         self.env = lmdb.open(
@@ -211,7 +212,7 @@ class JournalStore:
             metasync=self.guest,
             readonly=readonly,
             lock=True,
-            max_readers=256,
+            max_readers=_MAX_READERS,
         )
         self._dbs: dict[Journal, Any] = (  # an lmdb database; None: absent (read-only)
             {
@@ -943,6 +944,8 @@ def _disk_full_words(path: Path, free_bytes: int | None = None) -> str:
 
 
 FILE_MODE = 0o600
+_MAX_READERS = 256
+"""LMDB's reader slots in lock.mdb (`lock_file.allocate_new` gives them their blocks)."""
 DIR_MODE = 0o700
 """Journals hold message bodies: owner-only whatever the umask (a umask only removes
 bits), and files left wider by an older version are narrowed when opened for writing."""

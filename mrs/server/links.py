@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import trio
 
+from journals import JournalError
 from mrs import protocol as wire
 from mrs.config.bus import BusConfig, GroupConfig
 from mrs.config.guards import Guards
@@ -213,19 +214,39 @@ class PeerLinks:
                 f"group {self.config.id} {PEER_STARTING}",
                 Status.LINK_DOWN,
             )
-        linked = link.channel is not None
-        if (problem := incarnations.admit(peer_id, hello.incarnation, linked=linked)) is not None:
-            # Each set of journals its own line: a stray process on other journals
-            # and a rebuilt group dialing at once are two things to act on.
-            kind = f"journals {hello.incarnation.hex()}" if hello.incarnation else "no journals"
-            line = f"refused link: {problem} ({session.peer})"
-            self._refuse(kind, peer_id, session, line, problem, Status.LINK_DOWN)
-        if (problem := incarnations.admit_term(peer_id, hello.term)) is not None:
-            line = f"refused link: {problem} ({session.peer})"
-            self._refuse("old term", peer_id, session, line, problem, Status.LINK_DOWN)
+        self._admit_journals(incarnations, session, hello, linked=link.channel is not None)
         session.send(link_welcome(self.config, incarnations, hello))
         session.link = link
         link.up(session)
+
+    def _admit_journals(
+        self,
+        incarnations: PeerIncarnations,
+        session: ServerSession,
+        hello: wire.Hello,
+        *,
+        linked: bool,
+    ) -> None:
+        """Refuse (`_refuse`, LINK_DOWN) a Hello whose journals or term this group
+        does not take, or whose first incarnation or higher term it cannot record.
+        Why the last: on a full disk the commit raised out of the Hello, logged as a
+        traceback at each redial (every 2 s) and answered with no request id, so the
+        dialer said "Failure.request_id must be 1..2**63-1, got 0" and this group
+        "protocol error"; now one line each side says the journal is full, and the
+        link comes up at the first redial after the disk has room."""
+        peer_id = hello.group
+        try:
+            problem = incarnations.admit(peer_id, hello.incarnation, linked=linked)
+            kind = f"journals {hello.incarnation.hex()}" if hello.incarnation else "no journals"
+            if problem is None:
+                problem, kind = incarnations.admit_term(peer_id, hello.term), "old term"
+        except JournalError as error:  # a full disk or map: nothing recorded, none taken
+            problem, kind = f"cannot record group {peer_id}'s journals here: {error}", "journal"
+        if problem is not None:
+            # Each set of journals its own line: a stray process on other journals
+            # and a rebuilt group dialing at once are two things to act on.
+            line = f"refused link: {problem} ({session.peer})"
+            self._refuse(kind, peer_id, session, line, problem, Status.LINK_DOWN)
 
     def _refuse(
         self,

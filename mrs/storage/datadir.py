@@ -92,9 +92,15 @@ class DataDirGuard:
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise DataDirError(f"data_dir {data_dir}: cannot lock: {error.strerror}") from None
             raise data_dir_in_use(data_dir) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        os.fsync(fd)
+        try:  # a full disk: said naming the file ("mrs: No space left on device" named none)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.fsync(fd)
+        except OSError as error:
+            os.close(fd)
+            raise DataDirError(
+                f"data_dir {data_dir}: cannot write {LOCK_FILE_NAME}: {error.strerror}"
+            ) from None
         return cls(data_dir, fd)
 
     def watch_journal(self, journal_file: Path) -> None:

@@ -36,6 +36,7 @@ import lmdb
 import msgpack
 
 from journals import Journal, seq_key
+from journals.lock_file import allocate_new
 from mrs.exit_status import CommandError
 from mrs.offline.journal_files import REPLAY_LEDGER_DIRNAME
 from mrs.storage.atomic_file import create_file, replace_file
@@ -52,6 +53,8 @@ JOURNAL_NAMES = frozenset(journal.value for journal in (Journal.PCJ, Journal.DLJ
 LOCK_FILENAME = "replay.lock"
 """Held (flock) by the one jplay sending from this ledger (`ReplayLedger.hold`)."""
 LEDGER_MAP_BYTES = 1 << 30
+LEDGER_MAX_READERS = 126
+"""LMDB's default count of reader slots, named for `allocate_new`."""
 PENDING = "pending"
 STORED = "stored"
 FAILED = "failed"
@@ -219,6 +222,7 @@ class ReplayLedger:
             return  # nothing replayed yet: an empty ledger, and a dry run creates nothing
         if not readonly:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            allocate_new(self.path, LEDGER_MAX_READERS)  # a full disk: ENOSPC, not SIGBUS
         _refuse_damaged(self.path)
         self.env = lmdb.open(
             str(self.path),
@@ -228,6 +232,7 @@ class ReplayLedger:
             sync=True,
             metasync=True,
             readonly=readonly,
+            max_readers=LEDGER_MAX_READERS,
         )
         for journal in (Journal.PCJ, Journal.DLJ):
             try:
