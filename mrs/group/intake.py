@@ -144,7 +144,7 @@ class Intake:
         mode, action = check_mode_and_uma(delivery, uma)
         target = ctx.resolve(target_text)
         response_queue = ctx.resolve(resp_q) if resp_q else source
-        if response_queue != source:
+        if resp_q and response_queue != source:  # the same queue: nothing to say
             request_headers = with_reply_queue(request_headers, response_queue)
         key, own_header = self._check_put(body, request_headers)
         notification = mode.notification
