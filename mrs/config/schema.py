@@ -37,6 +37,11 @@ PORT_MAX = 65535
 DEAD_LETTER_QUEUE_NAME = "DLQ"
 DEAD_LETTER_QUEUE_MESSAGEQ_NAME = "PAMS_DEAD_LETTER_QUEUE"
 """MessageQ's name for the DLQ: attachable and addressable by it in every group."""
+DEAD_LETTER_QUEUE_MESSAGEQ_NAMES = frozenset({DEAD_LETTER_QUEUE_MESSAGEQ_NAME, "dead_letter_queue"})
+"""The DLQ's MessageQ names: its constant, and the name MessageQ's default group
+configuration gives queue 96 (shared/reference, "dead_letter_queue"). A queue the bus
+file declares under one of them is that queue: the names are a fallback, so no file
+that used one is refused."""
 
 _NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_CHARS_MAX = (QUEUE_NAME_CHARS_MAX - 1) // 2
@@ -170,7 +175,7 @@ class GroupConfig:
         for queue in self.queues.values():
             if queue.name == name:
                 return queue
-        if name == DEAD_LETTER_QUEUE_MESSAGEQ_NAME and DEAD_LETTER_QUEUE in self.queues:
+        if name in DEAD_LETTER_QUEUE_MESSAGEQ_NAMES and DEAD_LETTER_QUEUE in self.queues:
             return self.queues[DEAD_LETTER_QUEUE]
         names = [q.name for q in self.queues.values()]
         raise LookupError(

@@ -54,7 +54,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mrs.config.schema import (
-    DEAD_LETTER_QUEUE_MESSAGEQ_NAME,
+    DEAD_LETTER_QUEUE_MESSAGEQ_NAMES,
     BusConfig,
     GroupConfig,
     queue_shape_problem,
@@ -137,11 +137,18 @@ def spellings(bus: BusConfig, here: int, address: Address) -> tuple[str, ...]:
         if queue is not None:
             queue_texts.append(queue.name)
             if address.queue == DEAD_LETTER_QUEUE:
-                queue_texts.append(DEAD_LETTER_QUEUE_MESSAGEQ_NAME)
+                queue_texts.extend(_dead_letter_queue_names(group))
     texts = [f"{g}.{q}" for g in group_texts for q in queue_texts]
     if address.group == here:  # a queue alone names one of the connected group's
         texts.extend(queue_texts)
     return tuple(dict.fromkeys(texts))
+
+
+def _dead_letter_queue_names(group: GroupConfig) -> list[str]:
+    """The MessageQ names that group's resolver reads as its DLQ: each one no queue of
+    the bus file took (`GroupConfig.queue_by_name`)."""
+    declared = {queue.name for queue in group.queues.values()}
+    return sorted(name for name in DEAD_LETTER_QUEUE_MESSAGEQ_NAMES if name not in declared)
 
 
 def queue_facts(bus: BusConfig, here: int, address: Address) -> tuple[str, tuple[str, ...], bool]:
