@@ -353,7 +353,10 @@ async def _answer(
     if isinstance(received, Response):
         response, head = received, False
     elif received.path in handlers:
-        response, head = await _handled(handlers[received.path], received), False
+        # HEAD is answered as GET is, without the body (RFC 9110): a handler's path
+        # sent its body too, which a client reads as the start of its next answer
+        response = await _handled(handlers[received.path], received)
+        head = received.method == "HEAD"
     else:
         response, head = await _routed(routes, received), received.method == "HEAD"
     with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
