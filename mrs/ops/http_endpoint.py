@@ -361,6 +361,32 @@ async def _answer(
         response, head = await _routed(routes, received), received.method == "HEAD"
     with trio.move_on_after(HTTP_REQUEST_DEADLINE_S):
         await _send(stream, response, head=head)
+    if isinstance(received, Response):
+        await _linger(stream)
+
+
+LINGER_S = 1.0
+LINGER_BYTES_MAX = 1 << 20
+"""What an answer given before the request was read whole (400 too large, 413) waits
+for the rest of it at most, and reads of it at most, before the connection closes."""
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Say this side is done (FIN), then read and drop what the client still sends,
+    for LINGER_S or LINGER_BYTES_MAX at most. Why: closed with bytes of the request
+    unread, the socket sends a TCP reset, and a client across a network may lose the
+    answer it was owed (the 400 saying why) to it before reading it."""
+    with (
+        trio.move_on_after(LINGER_S),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+    ):
+        await stream.send_eof()
+        drained = 0
+        while drained < LINGER_BYTES_MAX:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            drained += len(chunk)
 
 
 async def _receive(

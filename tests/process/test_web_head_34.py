@@ -37,3 +37,22 @@ def test_head_on_the_session_path_sends_headers_only(tmp_path: Path) -> None:
     assert head_headers.startswith(b"HTTP/1.1 200") and head_body == b""
     length = f"Content-Length: {len(got_body)}".encode()
     assert length in got_headers and length in head_headers
+
+
+def test_a_request_too_large_gets_its_400_and_a_clean_close(tmp_path: Path) -> None:
+    """An answer given before the request was read whole (headers over 8 KiB) is
+    followed by a clean close, not a TCP reset that can discard it on its way."""
+    group = GroupProcess(_plain_bus(tmp_path, web_admin=True), 1)
+    group.start()
+    try:
+        where = urlsplit(_web_endpoint(group.address))
+        cookies = "".join(f"Cookie: c{n}={'x' * 100}\r\n" for n in range(200))
+        with socket.create_connection((where.hostname, where.port), timeout=10) as conn:
+            conn.sendall(f"GET /api/admin/session HTTP/1.1\r\n{cookies}\r\n".encode())
+            conn.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := conn.recv(65536):  # ConnectionResetError before the fix
+                answer += chunk
+    finally:
+        group.terminate()
+    assert answer.startswith(b"HTTP/1.1 400") and answer.endswith(b"request too large\n")
