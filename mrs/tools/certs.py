@@ -47,6 +47,8 @@ class Issued:
     ca: Path
     groups: dict[int, tuple[Path, Path]]
     client: tuple[Path, Path]
+    added: tuple[str, ...] | None = None
+    """The certificates issued with a CA already there (file stems); None: all new."""
 
 
 class CertsError(CommandError):
@@ -54,10 +56,12 @@ class CertsError(CommandError):
 
 
 def make_certs(bus: BusConfig, out: Path, *, overwrite: bool = False) -> Issued:
-    """Write ca.pem/ca.key, group-N.pem/.key for each group, client.pem/.key."""
+    """Write ca.pem/ca.key, group-N.pem/.key for each group, client.pem/.key. With a CA
+    in `out` already (and no `overwrite`), issue with it only the certificates missing
+    there (`_missing_with_the_ca`)."""
     out = out.absolute()
     if (out / "ca.pem").exists() and not overwrite:
-        raise CertsError(f"{out}/ca.pem exists; pass --force to make a new CA", EXIT_USAGE)
+        return _missing_with_the_ca(bus, out)
     _private_dir(out)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -77,6 +81,50 @@ def make_certs(bus: BusConfig, out: Path, *, overwrite: bool = False) -> Issued:
     }
     client = _leaf(out, "client", [x509.DNSName(CLIENT_NAME)], ca_cert, ca_key, now)
     return Issued(out / "ca.pem", groups, client)
+
+
+def _missing_with_the_ca(bus: BusConfig, out: Path) -> Issued:
+    """The certificates of the bus that `out` lacks (a group added to the bus since,
+    a file deleted), issued with the CA already there; those present are kept. Why:
+    the only way was `--force`, a new CA, which every client and group of the bus must
+    then be given, to add one group's certificate. CertsError when none is missing
+    (`--force` replaces them all) or the CA's key cannot be read."""
+    ca_cert, ca_key = _existing_ca(out)
+    now = datetime.datetime.now(datetime.UTC)
+    wanted = {f"group-{group.id}": _group_names(group) for group in bus.groups.values()}
+    wanted["client"] = [x509.DNSName(CLIENT_NAME)]
+    missing = [
+        stem
+        for stem in wanted
+        if not ((out / f"{stem}.pem").exists() and (out / f"{stem}.key").exists())
+    ]
+    if not missing:
+        raise CertsError(
+            f"{out} holds the CA and every certificate of the bus already; pass --force to "
+            "make a new CA and new certificates (every group and client then needs it)",
+            EXIT_USAGE,
+        )
+    for stem in missing:
+        _leaf(out, stem, wanted[stem], ca_cert, ca_key, now)
+    paths = {stem: (out / f"{stem}.pem", out / f"{stem}.key") for stem in wanted}
+    groups = {group.id: paths[f"group-{group.id}"] for group in bus.groups.values()}
+    return Issued(out / "ca.pem", groups, paths["client"], tuple(missing))
+
+
+def _existing_ca(out: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA in `out` (ca.pem and ca.key), or CertsError saying what is wrong."""
+    try:
+        ca_cert = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
+        ca_key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), None)
+    except (OSError, ValueError, TypeError) as error:
+        raise CertsError(
+            f"{out}/ca.pem exists but its CA cannot issue certificates ({error}); pass "
+            "--force to make a new CA",
+            EXIT_USAGE,
+        ) from None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise CertsError(f"{out}/ca.key is not an EC key; pass --force to make a new CA")
+    return ca_cert, ca_key
 
 
 def _group_names(group: GroupConfig) -> list[x509.GeneralName]:
@@ -271,7 +319,9 @@ def add_certs_parser(commands: argparse._SubParsersAction) -> None:
     )
     certs.add_argument("--out", type=operator_path, required=True, help="directory for the files")
     certs.add_argument("--apply", action="store_true", help="add the tables to --config")
-    certs.add_argument("--force", action="store_true", help="replace an existing CA in --out")
+    certs.add_argument(
+        "--force", action="store_true", help="a new CA in --out, and every certificate"
+    )
     certs.set_defaults(run=run_certs)
 
 
@@ -281,7 +331,13 @@ def run_certs(args: argparse.Namespace) -> int:
         raise CertsError(f"{bus.path} already has a [group.tls] table; edit it by hand")
     issued = make_certs(bus, args.out, overwrite=args.force)
     tables = config_lines(bus, issued)
-    print(f"wrote a test CA and {len(issued.groups) + 1} certificates to {issued.ca.parent}")
+    if issued.added is None:
+        print(f"wrote a test CA and {len(issued.groups) + 1} certificates to {issued.ca.parent}")
+    else:
+        print(
+            f"issued {', '.join(issued.added)} with the CA in {issued.ca.parent} "
+            "(the certificates there already are kept)"
+        )
     if args.apply:
         text = apply_to_config(bus, tables)
         bus.path.write_text(text)
