@@ -185,12 +185,40 @@ class AdminActions:
         return group
 
     def queue(
-        self, text: Any, what: str, elsewhere: str = "ask its own group's server"
+        self,
+        text: Any,
+        what: str,
+        elsewhere: str = "ask its own group's server",
+        *,
+        session: AdminSession | None = None,
     ) -> TargetQueue:
         """This group's queue named by `text`, or Refused NOSUCHQUEUE (one line;
-        `elsewhere`: what to do about a queue of another group)."""
+        `elsewhere`: what to do about a queue of another group). Given the `session`
+        (under [auth]), NOTAUTHORIZED first to a principal that may manage no queue
+        (`_unmanaged_text`)."""
         if not isinstance(text, str) or not text:
             raise Refused(Status.BADPARAM, f"{what}: give a queue (G.Q or a name)")
+        if session is not None:
+            self._unmanaged_text(session, what.partition(" ")[0], text)
+        return self._queue(text, what, elsewhere)
+
+    def _unmanaged_text(self, session: AdminSession, action: str, text: str) -> None:
+        """Refuse NOTAUTHORIZED, naming the queue as typed, when the principal may
+        manage no queue at all, before the name is looked up. Why: NOSUCHQUEUE for a
+        name the group lacks, and a refusal naming the address of one it has, told a
+        principal without the right which queue names exist. One with a manage grant
+        is still told NOSUCHQUEUE: a grant names addresses ("1.1*"), and an unknown name
+        has none to match it against."""
+        authority = self.server.authority
+        if authority is None or authority.permissions(session.principal).manage:
+            return
+        problem = f"{action} on {text} needs the manage right on it"
+        self.refusal_line(session, action, {"queue": text}, {"refused": problem})
+        self._refusal_journaled = True
+        who = session.principal or "(unauthenticated)"
+        raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+
+    def _queue(self, text: str, what: str, elsewhere: str) -> TargetQueue:
         group = self.group
         try:
             address = group.ctx.resolve(text)
@@ -405,7 +433,7 @@ def _answer_when_durable(
 
 def _browse(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     args = request.args
-    queue = actions.queue(args.get("queue"), "browse")
+    queue = actions.queue(args.get("queue"), "browse", session=session)
     actions.check(session, "browse", queue)
     limit = _count(args.get("limit", ADMIN_BROWSE_DEFAULT), "limit", ADMIN_BROWSE_MESSAGES_MAX)
     wanted = _selection(args.get("select") or {})
@@ -655,7 +683,7 @@ def _name(queue: TargetQueue | None) -> str | None:
 
 def _purge(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     args = request.args
-    queue = actions.queue(args.get("queue"), "purge")
+    queue = actions.queue(args.get("queue"), "purge", session=session)
     actions.check(session, "purge", queue)
     discard = args.get("discard", False)
     if type(discard) is not bool:
@@ -838,7 +866,7 @@ def _put_back(queue: TargetQueue, entries: list[Entry]) -> None:
 
 def _move(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     args = request.args
-    source = actions.queue(args.get("queue"), "move")
+    source = actions.queue(args.get("queue"), "move", session=session)
     # Why its own words: "ask its own group's server" sent the operator to a group
     # that cannot take messages out of this one.
     target = actions.queue(
@@ -846,6 +874,7 @@ def _move(actions: AdminActions, session: AdminSession, request: wire.AdminReque
         "move `to`",
         "a move stays in its group: to send them to another group, purge them to the "
         "DLJ and replay them there with `mrs jplay dlj --to QUEUE`",
+        session=session,
     )
     if target is source:
         raise Refused(Status.BADPARAM, "move: the target is the source queue")
@@ -1114,7 +1143,7 @@ QUEUE_KEYS = ("id", "name", "confirm", "messages_max", "unconfirmed_max", "recov
 
 def _set_limits(actions: AdminActions, session: AdminSession, request: wire.AdminRequest) -> None:
     args = request.args
-    queue = actions.queue(args.get("queue"), "set-limits")
+    queue = actions.queue(args.get("queue"), "set-limits", session=session)
     actions.check(session, "set-limits", queue)
     values = {key: args[key] for key in LIMIT_KEYS if args.get(key) is not None}
     if not values:
