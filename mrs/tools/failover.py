@@ -25,7 +25,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mrs.exit_status import EXIT_USAGE, CommandError
-from mrs.limits import REPLICATION_HANDOVER_WAIT_S, REPLICATION_POLL_S
+from mrs.limits import (
+    REPLICATION_HANDOVER_FALLBACK_S,
+    REPLICATION_HANDOVER_WAIT_S,
+    REPLICATION_POLL_S,
+)
 from mrs.offline.journal_files import operator_path
 from mrs.tools.cli_support import seconds_in
 
@@ -128,15 +132,7 @@ async def _hand_over(coordinator, bus, group, to: str, wait_s: float, asked: lis
             await trio.sleep(REPLICATION_POLL_S)
             now = await coordinator.read()
             if now.leader is not None and now.term > before.term:
-                took_s = time.monotonic() - started_s
-                switched = f"{before.leader} -> {now.leader} (term {now.term})"
-                if to and now.leader != to:  # not this request's switch
-                    raise CommandError(
-                        f"{group.name}: {switched}, not to {to}: the active changed "
-                        "another way (lost, or another failover)",
-                        1,
-                    )
-                return f"{group.name}: {switched} in {took_s:.1f} s"
+                return _switched(group.name, before, now, to, time.monotonic() - started_s)
             if (why := await coordinator.failover_refusal(request)) is not None:
                 raise CommandError(
                     f"{group.name}: {before.leader} refused the failover: {why}; it stays active",
@@ -155,6 +151,33 @@ async def _hand_over(coordinator, bus, group, to: str, wait_s: float, asked: lis
         f"{wait_s:g} s (mrs status --config {bus.path} says where it stands)",
         1,
     )
+
+
+def _switched(group_name: str, before, now, to: str, took_s: float) -> str:
+    """The line for a newer term with a leader: this request's switch, or exit 1 when
+    the active is not the one asked for, or is the old one again.
+
+    Why the old one: a hand-over nobody takes (the chosen replicas lost after their
+    acknowledgement, or no candidate: their client port taken, their credentials
+    unusable) is taken back by the old active after REPLICATION_HANDOVER_FALLBACK_S,
+    in a newer term. Without `--to` that read as a switch (`NYC: a -> a (term 2) in
+    10.9 s`, exit 0): an operator could go on to stop the instance still active."""
+    switched = f"{before.leader} -> {now.leader} (term {now.term})"
+    if now.leader == before.leader:
+        nobody = f"{to} did not take over" if to else "no replica took over"
+        raise CommandError(
+            f"{group_name}: {before.leader} is active again (term {now.term}): {nobody} "
+            f"within {REPLICATION_HANDOVER_FALLBACK_S:g} s of the hand-over (lost, or "
+            "not a candidate: its log says why)",
+            1,
+        )
+    if to and now.leader != to:  # not this request's switch
+        raise CommandError(
+            f"{group_name}: {switched}, not to {to}: the active changed another way "
+            "(lost, or another failover)",
+            1,
+        )
+    return f"{group_name}: {switched} in {took_s:.1f} s"
 
 
 def _etcd_silent(text: str, bus, asked: bool) -> CommandError:
