@@ -12,6 +12,7 @@ by SIGHUP: one line on stderr, then the summary).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -259,6 +260,8 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
             signum = caught[0] if caught else signal.SIGINT
             _interrupted(signum, dlj is not None)
             codes.append(128 + int(signum))
+        except* BrokenPipeError:  # an OSError, but no connection lost: before that
+            codes.append(_reader_gone(dlj is not None))
         except* (ConnectionLost, OSError) as lost:
             reporter.note(_lost_note(handler.connected, group, address, lost))
             codes.append(EXIT_CONNECTION)
@@ -267,6 +270,35 @@ def _run_handler(args: argparse.Namespace, table, bus, dlj) -> int:
             codes.append(EXIT_CONNECTION)
     reporter.summary(handler.summary())
     return max(codes)
+
+
+def _reader_gone(dlj: bool) -> int:
+    """The report's reader went away (`| head`, a log shipper that died): the handler
+    stops, since it can no longer say what it does; one line on stderr, stdout pointed
+    at /dev/null (the summary and the interpreter's last flush go nowhere), and 141,
+    128 + SIGPIPE, as a shell tells a command its pipe's reader ended. Why not 0, as
+    `mrs dump | head` ends: the handler stopped with letters left to work, and 0 says
+    it ended normally (a supervisor did not start it again, a script went on)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (a test's capture)
+        pass
+    finally:
+        os.close(devnull)
+    where = (
+        "the DLJ records it had not finished stay in the DLJ"
+        if dlj
+        else "the letters it held and had not finished go back to the DLQ"
+    )
+    print(
+        f"mrs dlq-handler: stopped: the reader of its report went away (stdout closed); "
+        f"{where}, and the next run repeats any whose put was on its way marked as a "
+        "possible duplicate",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + int(signal.SIGPIPE)
 
 
 def _interrupted(signum: signal.Signals, dlj: bool) -> None:

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import math
+import shlex
 import signal
 import sys
 import time
@@ -42,6 +43,7 @@ from mrs.offline.journal_files import (
     open_store,
     replicated_journals,
 )
+from mrs.offline.scalars import iso_utc
 from mrs.offline.selection import (
     RecordFilter,
     SelectionError,
@@ -127,7 +129,11 @@ def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
             dlj_lock = Path(where.data_dir) / DLJ_HANDLER_LOCK
             ledger.hold(dlj_lock if options.journal is Journal.DLJ else None)
             ledger.claim_scope(
-                options.sender or "", options.to, again=options.again, journal=options.journal
+                options.sender or "",
+                options.to,
+                again=options.again,
+                journal=options.journal,
+                selection=options.described,
             )
             ledger.key_secret()
         except BaseException:
@@ -215,6 +221,7 @@ def _prepare(args: argparse.Namespace):
         json=args.json,
         selects_all=selects_all,
         started_ns=None if args.until else started_ns,
+        described=describe_selection(args, selection),
     )
 
     def target_of(record: Record) -> str:
@@ -222,6 +229,53 @@ def _prepare(args: argparse.Namespace):
 
     return options, where, selection, target_of
 
+
+def describe_selection(args: argparse.Namespace, selection: RecordFilter) -> dict:
+    """What a run selects, as the replay ledger keeps it while the run's records may be
+    in doubt (`ReplayLedger.claim_scope`, `ledger.covers`): its criteria as typed, its
+    seq and time ranges as they resolved (the end of a run without `--until` is its
+    start), and the flags that select it again. Why: the ledger has no entry for a
+    record sent with no answer, so a killed run's doubt was settled only by a run over
+    the whole journal: the same narrow command run again to its end (as the summary
+    advises) left the scope in doubt, and the refusal's way out (`run mrs jplay dlj
+    again with --as 1.16`) replayed every dead letter the operator had kept out."""
+    criteria = {
+        "target": sorted(args.target),
+        "source": sorted(args.source),
+        "class": sorted(selection.classes or ()),
+        "type": sorted(selection.types or ()),
+        "contains": sorted(pattern.hex() for pattern in selection.contains),
+        "not_contains": sorted(pattern.hex() for pattern in selection.not_contains),
+        "reason": sorted(selection.reasons or ()),
+        "confirm": [selection.confirm_min, selection.confirm_max],
+    }
+    flags = [f"--target {shlex.quote(name)}" for name in args.target]
+    flags += [f"--source {shlex.quote(name)}" for name in args.source]
+    flags += [f"--class {','.join(map(str, criteria['class']))}"] if criteria["class"] else []
+    flags += [f"--type {','.join(map(str, criteria['type']))}"] if criteria["type"] else []
+    flags += [f"--contains {shlex.quote(text)}" for text in args.contains]
+    flags += [f"--not-contains {shlex.quote(text)}" for text in args.not_contains]
+    flags += [f"--reason={status_name(reason)}" for reason in criteria["reason"]]
+    if args.confirm_value is not None:
+        flags.append(f"--confirm-value={shlex.quote(args.confirm_value)}")
+    seq = [selection.seq_min, selection.seq_max]
+    if seq != [None, None]:
+        flags.append(
+            f"--seq {'' if seq[0] is None else seq[0]}..{'' if seq[1] is None else seq[1]}"
+        )
+    time_range = [selection.time_min_ns, selection.time_max_ns]
+    for option, end in zip(("--since", "--until"), time_range, strict=True):
+        if end is not None:
+            flags.append(f"{option} {iso_utc(end) or end}")
+    given = {name: value for name, value in criteria.items() if value not in ([], [None, None])}
+    journal = selection.journal.value
+    return {
+        "journal": journal,
+        "criteria": given,
+        "seq": seq,
+        "time": time_range,
+        "flags": " ".join(flags),
+    }
 
 
 def _check_uma(uma: Uma, delivery: DeliveryMode, journal: Journal) -> None:
@@ -473,6 +527,7 @@ def _replay(store, selection, ledger, options, tally, target_of, where) -> int:
         in_doubt=tally.in_doubt > 0,
         again_done=options.again and tally.ok and not planner.cut_by_limit,
         covered_all=options.selects_all and selection.limit is None and not tally.stopped,
+        finished=selection.limit is None and not tally.stopped,
     )
     if tally.stopped:
         tally.not_attempted += planner.count_rest()

@@ -152,6 +152,82 @@ def _is_scope(value: object) -> bool:
         and isinstance(value.get("in_doubt", False), bool)
         and (since is None or (isinstance(since, int) and not isinstance(since, bool)))
         and value.get("journal") in (None, *JOURNAL_NAMES)
+        and (
+            value.get("doubts") is None
+            or (isinstance(value["doubts"], list) and all(map(_is_doubt, value["doubts"])))
+        )
+    )
+
+
+DOUBTS_MAX = 16
+"""Selections in doubt scope.json names at most; beyond, only a run over its whole
+journal settles them (as for a scope.json of an earlier release, which names none)."""
+
+
+def _is_range(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(
+            end is None or (isinstance(end, int) and not isinstance(end, bool)) for end in value
+        )
+    )
+
+
+def _is_doubt(value: object) -> bool:
+    """Whether `value` is one selection in doubt as `mrs jplay` describes its run."""
+    return (
+        isinstance(value, dict)
+        and value.get("journal") in JOURNAL_NAMES
+        and isinstance(value.get("criteria"), dict)
+        and _is_range(value.get("seq"))
+        and _is_range(value.get("time"))
+        and isinstance(value.get("flags"), str)
+    )
+
+
+def _within(outer: list, inner: list) -> bool:
+    """Whether the range `outer` holds the range `inner` (None: no end)."""
+    low, high = outer
+    inner_low, inner_high = inner
+    return (low is None or (inner_low is not None and low <= inner_low)) and (
+        high is None or (inner_high is not None and high >= inner_high)
+    )
+
+
+def covers(run: dict, doubt: dict) -> bool:
+    """Whether a run that selected `run` and ended without a stop or a `--limit` sent
+    again every record of `doubt` (a run left in doubt): the same journal, no criterion
+    or the same ones, and seq and time ranges that hold the other's. Criteria are
+    compared as typed (`ORDERS` and `1.10` are not taken for one another): a wrong
+    "no" only keeps a scope in doubt, whose refusal names the flags that settle it."""
+    return (
+        run["journal"] == doubt["journal"]
+        and (not run["criteria"] or run["criteria"] == doubt["criteria"])
+        and _within(run["seq"], doubt["seq"])
+        and _within(run["time"], doubt["time"])
+    )
+
+
+def _in_doubt_refusal(last: dict, sender: str, to: str | None) -> str:
+    """The one line refusing a run in another scope than the last one's, which left
+    records in doubt: the command that finishes them, with the selection of the first
+    run in doubt when it is known (the scope alone, run again, replayed every record of
+    the journal, also those the operator had kept out of the replay)."""
+    flags = f"--as {last['as']}" + (f" --to {last['to']}" if last["to"] else "")
+    which = f"mrs jplay {last['journal']}" if last.get("journal") else "the last replay"
+    doubts = last.get("doubts") or []
+    if doubts:
+        which = f"mrs jplay {doubts[0]['journal']}"
+        flags += doubts[0]["flags"] and f" {doubts[0]['flags']}"
+        if len(doubts) > 1:
+            flags += f" (the first of {len(doubts)} selections in doubt)"
+    return (
+        f"the last replay from this ledger (--as {last['as']}"
+        + (f" --to {last['to']}" if last["to"] else "")
+        + f") left records in doubt (sent, no answer): run {which} again with {flags} "
+        f"to finish them first; sent as {sender}{' to ' + to if to else ''}, the server "
+        "would store them again"
     )
 
 
@@ -215,6 +291,12 @@ class ReplayLedger:
         self.last_doubt_journal: str | None = None
         """The journal of the records the run before left in doubt; None when not
         known (its scope.json came from an earlier release) or nothing was."""
+        self._own: dict | None = None
+        """This run's selection, as `claim_scope` was given it."""
+        self.doubts: list[dict] | None = []
+        """The selections of runs whose records may be in doubt (`covers`), this run's
+        last while it runs; None when not known (a scope.json of an earlier release,
+        or more than DOUBTS_MAX): only a run over the whole journal settles those."""
         self.again_since_ns: int | None = None
         """When the unfinished `--again` round began (`plan_again`): a record stored
         since then was replayed by this round, and another `--again` run skips it."""
@@ -386,7 +468,13 @@ class ReplayLedger:
         self._lock_fds.append(held)
 
     def claim_scope(
-        self, sender: str, to: str | None, *, again: bool = False, journal: Journal | None = None
+        self,
+        sender: str,
+        to: str | None,
+        *,
+        again: bool = False,
+        journal: Journal | None = None,
+        selection: dict | None = None,
     ) -> None:
         """Record that this run sends as `sender` (to `to`, or each record's target)
         from `journal`, its records in doubt until `scope_settled`; raise LedgerBusy
@@ -397,20 +485,20 @@ class ReplayLedger:
         seqs). The journal is written down for `mrs dlq-handler`, which marks its
         puts possible duplicates only while records of the DLJ may be in doubt
         (mrs.offline.redrive_traces); None: not known (as in a scope.json of an
-        earlier release), which the handler takes as the DLJ."""
+        earlier release), which the handler takes as the DLJ. `selection`: what this
+        run selects (`covers`), kept while its records may be in doubt."""
         last = self._last_scope()
         if last is not None and last.get("in_doubt") and (last["as"], last["to"]) != (sender, to):
-            flags = f"--as {last['as']}" + (f" --to {last['to']}" if last["to"] else "")
-            which = f"mrs jplay {last['journal']}" if last.get("journal") else "the last replay"
-            raise LedgerBusy(
-                f"the last replay from this ledger ({flags}) left records in doubt (sent, "
-                f"no answer): run {which} again with {flags} to finish them first; sent "
-                f"as {sender}{' to ' + to if to else ''}, the server would store them again"
-            )
+            raise LedgerBusy(_in_doubt_refusal(last, sender, to))
         self.plan_again(again, last)
         self.last_in_doubt = bool(last is not None and last.get("in_doubt"))
         self.last_doubt_journal = last.get("journal") if last and self.last_in_doubt else None
         self.journal = None if journal is None else journal.value
+        self.doubts = [] if not self.last_in_doubt else last.get("doubts") if last else None
+        self._own = selection
+        if self.doubts is not None and selection is not None:  # covered: this run settles it
+            self.doubts = [doubt for doubt in self.doubts if not covers(selection, doubt)]
+            self.doubts = [*self.doubts, selection] if len(self.doubts) < DOUBTS_MAX else None
         self._write_scope(sender, to, in_doubt=True)  # until this run says how it ended
 
     def plan_again(self, again: bool, last: dict | None = None) -> None:
@@ -451,6 +539,7 @@ class ReplayLedger:
         *,
         again_done: bool = False,
         covered_all: bool = True,
+        finished: bool = False,
     ) -> None:
         """This run ended: whether it left records in doubt (`claim_scope`), and
         whether it was an `--again` run that replayed everything it selected (the
@@ -461,12 +550,24 @@ class ReplayLedger:
         with another `--as` then stored the first run's unanswered records a second
         time, unmarked (the ledger holds no entry for a record sent with no answer).
         Nor does a run of the other journal settle it: its records are not the ones
-        in doubt (`_doubt_journal`)."""
+        in doubt (`_doubt_journal`). With the selections in doubt known (`doubts`), a
+        run `finished` (not stopped, no `--limit`) over a selection that `covers` one
+        settles it."""
         if again_done:
             self.again_since_ns = None
-        left = in_doubt or (
-            self.last_in_doubt and (not covered_all or self._other_journal_in_doubt())
-        )
+        own = self._own
+        if self.doubts is not None and own is not None:
+            # `claim_scope` let this run's selection stand for the earlier ones it
+            # covers: a run to its end sent every record of them again, so they are
+            # settled once it has no record in doubt of its own (the same narrow
+            # command run again settles its own doubt, not only a whole journal's)
+            settled = finished and not in_doubt
+            self.doubts = [doubt for doubt in self.doubts if not (settled and doubt is own)]
+            left = bool(self.doubts)
+        else:
+            left = in_doubt or (
+                self.last_in_doubt and (not covered_all or self._other_journal_in_doubt())
+            )
         self._write_scope(sender, to, left, own_doubt=in_doubt)
 
     def _other_journal_in_doubt(self) -> bool:
@@ -489,8 +590,13 @@ class ReplayLedger:
     def _write_scope(
         self, sender: str, to: str | None, in_doubt: bool, own_doubt: bool = True
     ) -> None:
-        scope: dict[str, str | bool | int | None] = {"as": sender, "to": to, "in_doubt": in_doubt}
+        scope: dict[str, object] = {"as": sender, "to": to, "in_doubt": in_doubt}
         scope["journal"] = self._doubt_journal(own_doubt) if in_doubt else self.journal
+        if in_doubt:
+            scope["doubts"] = self.doubts
+            journals = {doubt["journal"] for doubt in self.doubts or ()}
+            if self.doubts:  # the journal(s) of the selections still in doubt
+                scope["journal"] = journals.pop() if len(journals) == 1 else None
         if self.again_since_ns is not None:
             scope["again_since_ns"] = self.again_since_ns
         replace_file(self.path / SCOPE_FILENAME, json.dumps(scope).encode("utf-8"))

@@ -102,6 +102,9 @@ class Options:
     started_ns: int | None = None
     """The run's start when it is also its selection's end (no --until): a record of
     a later time is counted (`Tally.later`), not sent."""
+    described: dict | None = None
+    """The selection as the ledger keeps it while the run's records may be in doubt
+    (`mrs.tools.journal.jplay.describe_selection`, `ReplayLedger.claim_scope`)."""
 
 
 @dataclass(slots=True)
