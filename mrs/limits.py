@@ -549,6 +549,12 @@ SELECT_SCAN_MESSAGES_MAX = 10_000
 """Messages a selective get looks at when its keys are not indexed (source, ne, an
 ordering key) or the index is incomplete: it answers from those it saw, never reads
 more per get."""
+SELECT_SCANNED_PER_ROUND_MAX = 2 * SELECT_SCAN_MESSAGES_MAX
+"""Messages the selective gets of one connection's round (one receive,
+RECEIVE_BYTES_MAX) look at before the server lets the other connections go first
+(mrs.server.request_dispatch `Dispatcher.dispatch_all`): about 5 ms. Why: a 10,000
+message look is ~2 ms, and one receive of a thousand selective gets that matched
+nothing held the group's loop, and every other client's answer, for 2 s."""
 # ------------------------------------------------------------------ replicated groups
 REPLICATION_INSTANCES_MIN = 3
 """A replicated group has this many instances at least (one active, two replicas: a

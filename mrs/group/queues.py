@@ -62,6 +62,10 @@ class GetWaiter:
     """Set if its timeout passed while reserved: TIMEOUT if that message never comes."""
     select: Selection | None = None
     """A selective get: woken only by a message this matches (None: any message)."""
+    looked: bool = True
+    """A selective get that looked at the messages waiting when it parked and found
+    none it may take: `serve_waiters` asks it again only once a message came back
+    (`TargetQueue.selective_recheck`). False: parked at the unconfirmed cap unlooked."""
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class GetWaiter:
         reserved: bool = False,
         timed_out: Callable[[], None] | None = None,
         select: Selection | None = None,
+        looked: bool = True,
     ) -> None:
         # written out: a dataclass's generated __init__ stays interpreted (docs/native.md)
         self.deliver = deliver
@@ -81,6 +86,7 @@ class GetWaiter:
         self.reserved = reserved
         self.timed_out = timed_out
         self.select = select
+        self.looked = looked
 
 
 def _always_ready(entry: Entry) -> bool:
@@ -98,6 +104,18 @@ class TargetQueue:
     waiters: deque[GetWaiter] = field(default_factory=deque)
     selective_waiters: int = 0
     """Of `waiters`, those with a selection (0: the first waiter takes any message)."""
+    selective_recheck: bool = False
+    """A message a parked selective get may take may wait unoffered to it: one went
+    back to its place (`put_back`), or came in past the selection index's bound.
+    Why: every confirm served the waiters, and each parked selective get looked
+    again through up to SELECT_SCAN_MESSAGES_MAX messages; 1,000 of them parked
+    beside 10,000 messages they never match stalled the whole group for ~5 s at
+    each confirm. A message that arrives is matched against each (`offer`)."""
+    parked_by: dict[int, int] = field(default_factory=dict)
+    """On the shared DLQ: session id -> its gets in `waiters` (`parked`). Why: the
+    guard parked_gets_max is per connection, and on the DLQ `waiters` holds every
+    reader's: one reader's 1,000 parked gets had every other reader's get (the DLQ
+    handler's) refused EXCEEDQUOTA."""
     index: SelectIndex = field(default_factory=SelectIndex)
     """Attributes of every pending message, for selective gets (mrs.group.select_index)."""
     attached_session: int | None = None
@@ -183,8 +201,10 @@ class TargetQueue:
         """Add an arriving entry: hand it to a parked get that may have it now (nothing
         it could take waits before it, and the unconfirmed cap allows), or queue it
         in its priority lane."""
+        asked = False
         if self.waiters and self.can_deliver():
             waiter = self._waiter_for(entry)
+            asked = True  # every parked get was asked: none that looked may take it
             if waiter is not None:
                 # Numbered as if queued: put back later (its receiver left, its mark
                 # failed, given back), it returns to its place, after what arrived
@@ -198,7 +218,10 @@ class TargetQueue:
                     self.pending.pass_cold(entry, lane_of(entry))
                 self._deliver_to_waiter(entry, waiter)
                 return
+        recheck = self.selective_recheck
         self.put_back(entry, front=False)
+        if asked:
+            self.selective_recheck = recheck
 
     def _waiter_for(self, entry: Entry) -> GetWaiter | None:
         """The first parked get that may take `entry`: a plain get only when nothing
@@ -223,6 +246,8 @@ class TargetQueue:
             self.waiters.popleft()
         else:
             self.waiters.remove(waiter)
+        if self.shared:
+            self._count_parked(waiter.session_id, -1)
         if waiter.select is not None:
             self.selective_waiters -= 1
         if waiter.deliver(entry) is False:  # not delivered (quarantined): still waiting
@@ -235,6 +260,8 @@ class TargetQueue:
             self.waiters.appendleft(waiter)
         else:
             self.waiters.append(waiter)
+        if self.shared:
+            self._count_parked(waiter.session_id, 1)
         if waiter.select is not None:
             self.selective_waiters += 1
 
@@ -256,12 +283,20 @@ class TargetQueue:
             self._deliver_to_waiter(entry, self.waiters[0])
 
     def _serve_selective(self, ready: Callable[[Entry], bool]) -> None:
-        """Each parked get in turn takes the first message it may take, if any."""
+        """Each parked get in turn takes the first message it may take, if any: a
+        selective one that already looked only when one came back since
+        (`selective_recheck`)."""
+        recheck = self.selective_recheck
+        self.selective_recheck = False
         for waiter in list(self.waiters):
             if not self.can_deliver():
+                self.selective_recheck = self.selective_recheck or recheck
                 return
+            if waiter.select is not None and waiter.looked and not recheck:
+                continue
             if waiter.reserved or waiter not in self.waiters:
                 continue
+            waiter.looked = True
             while (entry := self.take(waiter.select)) is not None and not ready(entry):
                 pass
             if entry is not None:
@@ -273,6 +308,8 @@ class TargetQueue:
         its priority that came later, after all that came before and still waits):
         in the cold backlog if it was taken from there (`_restored_cold`), else in
         the window (`_arrival_place`)."""
+        if self.selective_waiters:
+            self.selective_recheck = True
         priority = lane_of(entry)
         self.index.add(entry, priority)
         if front:
@@ -383,6 +420,8 @@ class TargetQueue:
             if order:
                 self._number_passed(taken, order, start)
             pending.took_cold(lane, before)
+        if self.selective_waiters and self.index.overflowed:
+            self.selective_recheck = True  # messages left out of the index came in
 
     def _bodies_bounded(self, load: Loader) -> Loader:
         """`load` for one take of a refill, REFILL_MIN records at a time, each journaled
@@ -468,7 +507,8 @@ class TargetQueue:
     def find(self, select: Selection) -> tuple[int, Lane[Entry]] | None:
         """The seq (and lane) of the first pending message `select` matches (highest
         priority, then first arrived): through the index for an eq key on correlation
-        id or class, else by a scan of at most SELECT_SCAN_MESSAGES_MAX messages."""
+        id or class, else by a scan of at most SELECT_SCAN_MESSAGES_MAX messages
+        (each counted in `SelectIndex.scanned`)."""
         index = self.index
         if not index.enabled:
             self.build_index()
@@ -479,6 +519,7 @@ class TargetQueue:
         if correlation_id:
             best: tuple[int, int] | None = None
             for seq in islice(index.with_correlation_id(correlation_id), SELECT_SCAN_MESSAGES_MAX):  # type: ignore[arg-type]
+                index.scanned += 1
                 held = attributes[seq]
                 if select.matches(held) and (best is None or held.priority > best[0]):
                     best = (held.priority, seq)
@@ -496,7 +537,9 @@ class TargetQueue:
                 budget -= 1
                 found = attributes.get(seq)
                 if found is not None and select.matches(found):
+                    index.scanned += SELECT_SCAN_MESSAGES_MAX - budget
                     return seq, lane
+        index.scanned += SELECT_SCAN_MESSAGES_MAX - budget
         return None
 
     def _take_selected(self, select: Selection) -> Entry | None:
@@ -547,9 +590,27 @@ class TargetQueue:
         self._taken(entry, True)
 
     def park(self, waiter: GetWaiter) -> None:
+        """Park a get that found nothing it may take (at the unconfirmed cap it did
+        not look: `GetWaiter.looked`)."""
         self.waiters.append(waiter)
+        if self.shared:
+            self._count_parked(waiter.session_id, 1)
         if waiter.select is not None:
             self.selective_waiters += 1
+            waiter.looked = self.can_deliver()
+
+    def parked(self, session_id: int) -> int:
+        """The gets of session `session_id` parked here (what parked_gets_max bounds)."""
+        if self.shared:
+            return self.parked_by.get(session_id, 0)
+        return len(self.waiters)  # one session reads a queue that is not shared
+
+    def _count_parked(self, session_id: int, delta: int) -> None:
+        count = self.parked_by.get(session_id, 0) + delta
+        if count > 0:
+            self.parked_by[session_id] = count
+        else:
+            self.parked_by.pop(session_id, None)
 
     def unpark(self, waiter: GetWaiter) -> bool:
         """Take a parked get off the queue; False if it is no longer parked (a message
@@ -559,6 +620,8 @@ class TargetQueue:
         if waiter not in self.waiters:  # identity: GetWaiter compares by id
             return False
         self.waiters.remove(waiter)
+        if self.shared:
+            self._count_parked(waiter.session_id, -1)
         if waiter.select is not None:
             self.selective_waiters -= 1
         return True
@@ -668,6 +731,7 @@ class TargetQueue:
         for waiter in self.waiters:
             waiter.cancel_timer()
         self.waiters.clear()
+        self.parked_by.clear()
         self.selective_waiters = 0
         return returned
 

@@ -63,6 +63,10 @@ class SelectIndex:
         """Kept from the queue's first selective get on (`TargetQueue.build_index`)."""
         self.overflowed = 0
         """Messages left out because the index was full (status, docs)."""
+        self.scanned = 0
+        """Messages selective gets looked at, in all (`TargetQueue.find`): a
+        connection's round of requests ends once its gets looked at
+        SELECT_SCANNED_PER_ROUND_MAX (mrs.server.request_dispatch)."""
 
     def __len__(self) -> int:
         return len(self.attributes)

@@ -332,8 +332,9 @@ class Connections:
             # commit: an AK producer's next get then reaches the server before the
             # commit that makes its MRS_ACKs ends.
             session.write_now()
-            while dispatched < len(events):  # the answers passed their bound mid-read
-                session.wake()  # the send loop writes them
+            while dispatched < len(events):  # the answers passed their bound mid-read,
+                session.wake()  # or its selective gets looked far: the send loop writes,
+                await trio.lowlevel.checkpoint()  # and the other connections go first
                 await self._room_for_answers(session)
                 dispatched = self.dispatcher.dispatch_all(session, events, dispatched)
         except wire.ProtocolError as error:

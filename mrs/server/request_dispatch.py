@@ -23,7 +23,7 @@ from mrs.core.delivery import Refused
 from mrs.core.refusals import RefusalLog, clipped
 from mrs.group import Group
 from mrs.group.confirm_run import ConfirmRun
-from mrs.limits import OUTBOX_BYTES_HIGH
+from mrs.limits import OUTBOX_BYTES_HIGH, SELECT_SCANNED_PER_ROUND_MAX
 from mrs.model import Status
 from mrs.protocol.event_types import CANCEL_GET, CONFIRM, GET, GET_BATCH, PUT, PUT_BATCH
 from mrs.security.gate import Gate
@@ -104,13 +104,15 @@ class Dispatcher:
         queue = session.attached
         parked_max = self.parked_gets_max
         if queue is not None and timeout_ms != 0 and len(queue.waiters) >= parked_max:
-            over_quota(
-                self.refusals,
-                session,
-                "parked_gets_max",
-                f"{len(queue.waiters)} gets parked on {queue.address} "
-                f"(parked_gets_max={parked_max})",
-            )
+            parked = queue.parked(session.id)  # the DLQ's waiters are every reader's
+            if parked >= parked_max:
+                over_quota(
+                    self.refusals,
+                    session,
+                    "parked_gets_max",
+                    f"{parked} gets parked on {queue.address} "
+                    f"(parked_gets_max={parked_max})",
+                )
         self.begin(session, request_id, 0)
 
     def dispatch_all(self, session: ServerSession, events: list, first: int = 0) -> int:
@@ -121,7 +123,9 @@ class Dispatcher:
         answers (`answers_bytes`) pass OUTBOX_BYTES_HIGH (a peer that asks for pages
         of a journal, or for journaled messages, and does not read them): the receive
         loop waits for the peer to read, then dispatches the rest. Answers made later
-        (after a commit) are not held back.
+        (after a commit) are not held back. Also earlier once its selective gets looked
+        at SELECT_SCANNED_PER_ROUND_MAX messages (`_scanned`): the receive loop lets the
+        other connections go first.
 
         Confirms in a row share one write batch (mrs.group.confirm_run), submitted
         before the next other request and at the end: a request that breaks the
@@ -132,24 +136,39 @@ class Dispatcher:
         run: ConfirmRun | None = None
         index = first
         count = len(events)
+        scanned = 0
         try:
             while index < count:
                 event = events[index]
                 index += 1
-                if type(event) is CONFIRM:
+                kind = type(event)
+                if kind is CONFIRM:
                     if run is None:
                         run = ConfirmRun(session)
                     self.dispatch(session, event, run)
                     continue
                 if run is not None:
                     group.end_confirm_run(run)
-                self.dispatch(session, event)
+                if (kind is GET or kind is GET_BATCH) and event.select is not None:
+                    scanned += self._scanned(session, event)
+                else:
+                    self.dispatch(session, event)
                 if self.answers_bytes(session) > OUTBOX_BYTES_HIGH:
+                    return index
+                if scanned > SELECT_SCANNED_PER_ROUND_MAX:
                     return index
         finally:
             if run is not None:
                 group.end_confirm_run(run)
         return index
+
+    def _scanned(self, session: ServerSession, event: object) -> int:
+        """Dispatch a selective get: the messages its look went through (mrs.group.select_index
+        `SelectIndex.scanned`), which a plain get, a put or a confirm never costs."""
+        queue = session.attached
+        before = 0 if queue is None else queue.index.scanned
+        self.dispatch(session, event)
+        return 0 if queue is None else queue.index.scanned - before
 
     def answers_bytes(self, session: ServerSession) -> int:
         """Bytes of answers the session's peer has not read: those queued or being
@@ -222,7 +241,10 @@ class Dispatcher:
             self.begin_get(session, request_id, get.timeout_ms)
             group.get(session, get)
         elif kind is CANCEL_GET:  # no reply of its own: the get's answer ends both
-            group.cancel_get(session, cast(wire.CancelGet, event))
+            # Only a get still in flight may be parked: the look goes through the queue's
+            # parked gets, and 15,000 cancels of gets long answered held the loop 0.5 s.
+            if request_id in session.in_flight:
+                group.cancel_get(session, cast(wire.CancelGet, event))
         else:
             _dispatch_rare(self, session, event, request_id)
 
