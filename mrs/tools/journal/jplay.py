@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
 import shlex
@@ -33,7 +34,7 @@ from clients import ConnectionLost, MrsError, connect
 from journals import CorruptRecord, Journal, JournalError, JournalStore, Record
 from mrs.config.bus import ConfigError
 from mrs.dlq.sources import LOCK_FILE as DLJ_HANDLER_LOCK
-from mrs.exit_status import EXIT_RUNTIME
+from mrs.exit_status import EXIT_RUNTIME, CommandError
 from mrs.limits import CLIENT_REQUESTS_IN_FLIGHT_MAX
 from mrs.model import DEAD_LETTER_QUEUE, DeliveryMode, InterestPoint, Uma
 from mrs.offline.journal_files import (
@@ -120,7 +121,19 @@ def run_jplay(args: argparse.Namespace) -> int:
 def _open_ledger(where: GroupJournals, options: Options) -> ReplayLedger:
     """The group's replay ledger, its key secret checked before anything is sent
     (a damaged one raises LedgerDamaged: the run stops, nothing sent twice)."""
-    ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
+    try:
+        ledger = ReplayLedger(where.data_dir, readonly=options.dry_run)
+    except OSError as error:
+        if error.errno != errno.EROFS:
+            raise
+        # Why: "mrs: .../replay-ledger: Read-only file system" named no way on, for a
+        # replay from a backup mounted read-only
+        raise CommandError(
+            f"{where.data_dir} is on a read-only file system: a replay keeps its ledger "
+            f"there (what it sent, so a re-run sends nothing twice); copy the data "
+            "directory to a writable place and replay from the copy (--dry-run reads it "
+            "as it is)"
+        ) from None
     if options.dry_run:
         ledger.plan_again(options.again)  # as the real run would plan
     else:
