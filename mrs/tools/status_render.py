@@ -151,7 +151,7 @@ def _table(title: str | None, columns: tuple[str, ...]):
         expand=False,
     )
     for column in columns:
-        wrap = column.startswith(("Notes", "Waits"))
+        wrap = column.startswith(("Notes", "Waits")) or column == "Name"  # long names fold
         table.add_column(
             column,
             justify="right" if column in _NUMBER_COLUMNS else "left",
