@@ -108,29 +108,40 @@ async def archive_forever(ops: GroupOps) -> None:
             f"{config.ops.pcj_archive_after_s}s",
             "--json",
         ]
-        try:
-            done = await trio.run_process(
-                command, capture_stdout=True, capture_stderr=True, check=False
-            )
-        except OSError as error:
-            log.error("automatic PCJ archive could not start: %s", error)
-        else:
-            if done.returncode == 0:
-                summary = json.loads(done.stdout.decode() or "{}")
-                ops.last_archive = summary
-                if summary.get("archived"):
-                    log.info(
-                        "automatic PCJ archive: %d records to %s",
-                        summary["archived"],
-                        summary.get("dir"),
-                    )
-            else:
-                log.error(
-                    "automatic PCJ archive failed (exit %d): %s",
-                    done.returncode,
-                    done.stderr.decode(errors="replace").strip()[-500:],
-                )
+        await _child_run(ops, command)
         await trio.sleep(config.ops.pcj_archive_interval_s)
+
+
+async def _child_run(ops: GroupOps, command: list[str]) -> None:
+    """One automatic run as a child process: its summary, or why it failed, becomes
+    `mrs status --json`'s `pcj_archive`. Why the failure too: the last success stayed
+    there while every later run failed (a full disk, a directory gone), so a monitor
+    reading it saw archives going well while the PCJ filled."""
+    config = ops.server.config
+    try:
+        done = await trio.run_process(
+            command, capture_stdout=True, capture_stderr=True, check=False
+        )
+    except OSError as error:
+        log.error("automatic PCJ archive could not start: %s", error)
+        why = f"could not start: {error}"
+    else:
+        if done.returncode == 0:
+            summary = json.loads(done.stdout.decode() or "{}")
+            ops.last_archive = summary
+            if summary.get("archived"):
+                log.info(
+                    "automatic PCJ archive: %d records to %s",
+                    summary["archived"],
+                    summary.get("dir"),
+                )
+            return
+        told = done.stderr.decode(errors="replace").strip()
+        log.error("automatic PCJ archive failed (exit %d): %s", done.returncode, told[-500:])
+        lines = told.splitlines()
+        why = lines[-1].removeprefix("mrs: ") if lines else f"exit {done.returncode}"
+    where = str(config.ops.archive_dir(config.data_dir))
+    ops.last_archive = {"run": AUTOMATIC_RUN, "group": config.id, "dir": where, "error": why}
 
 
 async def _archive_here_forever(ops: GroupOps) -> None:

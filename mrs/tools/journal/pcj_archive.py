@@ -95,6 +95,14 @@ class ArchiveWriteFailed(Exception):
     are. What was written of the chunk is removed and its intent cleared first."""
 
 
+class ArchiveFileUnreadable(Exception):
+    """A file of a killed run's chunk does not read as Parquet (damaged on disk):
+    `str()` is the one line naming it. Nothing is lost: the chunk's deletes never
+    committed (they clear its intent in the same transaction), so its records are
+    all still in the PCJ; once the file is moved out of the archive directory, the
+    next run archives them."""
+
+
 def _kill_point(step: str, kill_at: str | None) -> None:
     if kill_at == step:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -260,8 +268,6 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
     if not intent:
         return 0
     prefix, directory = _read_intent(intent, out_dir)
-    import pyarrow.parquet as pq
-
     seqs: list[int] = []
     files = 0
     if directory.exists():
@@ -270,7 +276,7 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
                 path.unlink(missing_ok=True)  # a temporary file never renamed: not archived
                 continue
             files += 1
-            seqs.extend(pq.read_table(path, columns=["seq"]).column("seq").to_pylist())
+            seqs.extend(_chunk_file_seqs(path, directory))
     from mrs.audit.columns import stored_seq
 
     batch = WriteBatch.empty()
@@ -299,6 +305,23 @@ def finish_intent(store: JournalStore, out_dir: Path) -> int:
             directory,
         )
     return present
+
+
+def _chunk_file_seqs(path: Path, directory: Path) -> list[int]:
+    """The `seq` column of a killed run's file. Why the refusal: pyarrow's error ended
+    every later run as an "unexpected error", the automatic policy's too, and said
+    neither where the records were nor what to do."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path, columns=["seq"]).column("seq").to_pylist()
+    except (pa.ArrowException, OSError) as error:
+        why = " ".join(str(error).split()) or type(error).__name__
+        raise ArchiveFileUnreadable(
+            f"{path}, a file of an interrupted run, does not read as Parquet ({why}); its "
+            f"records are still in the PCJ: move the file out of {directory} and run again"
+        ) from None
 
 
 # ---------------------------------------------------------------------- the command
@@ -364,6 +387,13 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     except SelectionError as error:
         raise CommandError(str(error), EXIT_USAGE) from None
     if (replicated := _replicated_group(args)) is not None:
+        if args.dir is not None:  # else the files went elsewhere, the flag dropped unsaid
+            raise CommandError(
+                f"pcj archive: --dir {args.dir}: a replicated group's active writes the "
+                "archive to its own [group.ops] pcj_archive_dir (docs/replication.md); "
+                "give no --dir, or set pcj_archive_dir",
+                EXIT_USAGE,
+            )
         return _archive_on_the_active(replicated, until_ns, args.closed, args.json)
     try:
         where = locate(args)
@@ -374,7 +404,7 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
     with _one_run_at_a_time(where.data_dir, where.group_id):
         try:
             result = _archive_located(where, out_dir, until_ns, args)
-        except ArchiveWriteFailed as error:
+        except (ArchiveWriteFailed, ArchiveFileUnreadable) as error:
             raise CommandError(f"pcj archive: {error}") from None  # exit 1: failed
     if args.json:
         print(json.dumps({"group": where.group_id, "dir": str(out_dir), **result.as_dict()}))
