@@ -52,15 +52,28 @@ class Notices:
 
     def add_notice(self, batch: WriteBatch, peer_id: int, kind: type[Notice], seq: int) -> bool:
         """Add a durable notice (e.g. ConfNotice) for the origin group to a confirm's
-        batch; call `notice_committed` once that batch is durable."""
-        if peer_id not in self.peers:
-            return False
+        batch; call `notice_committed` once that batch is durable. Journaled for a
+        group the config links no more too, as the SAF keeps what waits for it. Why:
+        left out, a message of that group confirmed while its `[[link]]` was out of
+        the file never told it, and its AK_CONF sender never got the MRS_ACK once the
+        link was back."""
         notice = kind(seq, int(Status.SUCCESS))
         batch.put_raw(Journal.NOTICES, group_key(peer_id, seq), encode_notice(notice))
         return True
 
     def notice_committed(self, peer_id: int) -> None:
-        peer = self.peers[peer_id]
+        peer = self.peers.get(peer_id)
+        if peer is None:  # kept until a [[link]] to it is back (`add_notice`)
+            unlinked = self.peers.unlinked_notices
+            if not unlinked.get(peer_id):
+                log.warning(
+                    "group %d: a confirm notice for group %d, which the config does not link "
+                    "to it, is kept, not sent, until a [[link]] between them is back in the file",
+                    self.ctx.group_id,
+                    peer_id,
+                )
+            unlinked[peer_id] = unlinked.get(peer_id, 0) + 1
+            return
         peer.notices_pending += 1
         if peer.link is not None:
             peer.link.poke()

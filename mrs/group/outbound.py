@@ -84,10 +84,14 @@ class Outbound:
             if peer is None:  # one line per group below, not one per message
                 group_id = item.target_group if peer_group is None else peer_group
                 self.unlinked_saf[group_id] = self.unlinked_saf.get(group_id, 0) + 1
+        unlinked_notices = self.peers.unlinked_notices
         for key, _ in store.raw_items(Journal.NOTICES):
-            peer = self.peers.get(split_key(key)[0])
+            notice_group = split_key(key)[0]
+            peer = self.peers.get(notice_group)
             if peer is not None:
                 peer.notices_pending += 1
+            elif notice_group is not None:
+                unlinked_notices[notice_group] = unlinked_notices.get(notice_group, 0) + 1
         for peer_group, count in sorted(self.unlinked_saf.items()):
             log.warning(
                 "group %d: the SAF keeps %d messages for group %d, which the config does not "
@@ -100,6 +104,36 @@ class Outbound:
             if peer.saf_backlog:
                 log.info("SAF backlog for group %d: %d messages", peer.group_id, peer.saf_backlog)
         self.ack_outbox.recover()
+        self._warn_unlinked_owed()
+
+    def unlinked_owed(self) -> dict[str, dict[str, int]]:
+        """What this group owes groups the config does not link (confirm notices,
+        MRS_ACKs for their queues), per group, for `mrs status` (`owed_unlinked_groups`)."""
+        notices = self.peers.unlinked_notices
+        acks = {peer: n for peer, n in self.ack_outbox.owed.items() if n and peer not in self.peers}
+        return {
+            str(group_id): {
+                "confirm_notices": notices.get(group_id, 0),
+                "mrs_acks": acks.get(group_id, 0),
+            }
+            for group_id in sorted(set(notices) | set(acks))
+        }
+
+    def _warn_unlinked_owed(self) -> None:
+        """One WARNING per group the config does not link that this group owes confirm
+        notices or MRS_ACKs. Why: kept on disk and sent once the link is back, they
+        were shown nowhere (the SAF's line only), so an operator who took a link out
+        of the file saw no reason why AK senders of that group got no MRS_ACK."""
+        for group_id, owed in self.unlinked_owed().items():
+            log.warning(
+                "group %d: %d confirm notices and %d MRS_ACKs are owed to group %s, which "
+                "the config does not link to it: kept, not sent, until a [[link]] between "
+                "them is back in the file",
+                self.ctx.group_id,
+                owed["confirm_notices"],
+                owed["mrs_acks"],
+                group_id,
+            )
 
     def _resend_copies(self) -> None:
         """Move each AK_CONF message copy journaled beside its debt into the SAF, under
@@ -363,7 +397,7 @@ class Outbound:
             reason = (
                 f"link to group {peer.group_id} dropped before it answered"
                 if status == LINK_LOST
-                else f"group {peer.group_id} answered {status}"
+                else f"group {peer.group_id} answered {cause.name}"  # words, not -1004
             )
             if status < 0 and entry.uma != Uma.SAF:  # (a SAF drain's wait says it)
                 self._peer_refused(peer, cause, entry.target)

@@ -175,6 +175,10 @@ class Peers:
     """Receiving side: slots of this group's DQF held for other groups' drains."""
     room_refused_at: dict[int, int] = field(default_factory=dict)
     """Peer -> inbound ordinal of its drain's last DQF_FULL refusal."""
+    unlinked_notices: dict[int, int] = field(default_factory=dict)
+    """Group -> confirm notices journaled for it though the config links it no more
+    (its `[[link]]` taken out of the file): kept, sent once the link is back; `mrs
+    status` shows them (`owed_unlinked_groups`)."""
 
     def __post_init__(self) -> None:
         for peer_id in self.ctx.config.links_to():

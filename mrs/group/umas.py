@@ -172,13 +172,23 @@ class Umas:
             self.outbound.store_in_saf(entry, lambda error: finish(error is None))
         else:
             # Store and forward is for another group's DQF; the local DQF is the store.
-            kind, why = (
-                ("uma-saf-memory-dlq", "that DLQ is memory only: no DQF to forward to")
-                if self.memory_dead_letter_queue(entry.target)
-                else ("uma-saf-own-group", "no SAF towards the sender's own group")
-            )
+            kind, why = self._saf_refusal(entry.target)
             self.failures.refused(kind, "", f"UMA SAF for {entry.target}: {why}")
             finish(False)
+
+    def _saf_refusal(self, target: Address) -> tuple[str, str]:
+        """Why UMA SAF cannot keep a message for `target` (the kind of line, the words).
+        Why a case for a group the config does not link: it was said to be the
+        sender's own group, and the operator looked for a mistake in the put."""
+        if self.memory_dead_letter_queue(target):
+            return "uma-saf-memory-dlq", "that DLQ is memory only: no DQF to forward to"
+        if target.group == self.ctx.group_id:
+            return "uma-saf-own-group", "no SAF towards the sender's own group"
+        return (
+            "uma-saf-unlinked",
+            f"the config has no [[link]] between groups {self.ctx.group_id} and "
+            f"{target.group}: no SAF towards group {target.group}",
+        )
 
     def _other_linked_group(self, target: Address) -> bool:
         """Whether `target` is in another group this one links to (a SAF can hold it)."""

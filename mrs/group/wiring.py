@@ -213,6 +213,7 @@ class Group:
             "saf_unlinked_groups": {
                 str(peer): count for peer, count in sorted(self.outbound.unlinked_saf.items())
             },
+            "owed_unlinked_groups": self.outbound.unlinked_owed(),
             "writer": ctx.writer.stats.as_dict(),
             "links": self.peers.status_info(self.ack_outbox.owed, self.receipts.count),
             "dqf_held_for_drains": self.peers.room.status_info(),

@@ -37,6 +37,7 @@ _GROUP_KEYS_SHOWN = {
     "mrs_acks_sent",
     "dqf_unconfigured_queues",
     "saf_unlinked_groups",
+    "owed_unlinked_groups",
     "dqf_held_for_drains",
     "guards",
     "clients_draining",
@@ -250,6 +251,11 @@ def group_notes(status: dict) -> list[str]:
         notes.append(f"DQF keeps {count} messages for queue {queue}, not in the config")
     for peer, count in (status.get("saf_unlinked_groups") or {}).items():
         notes.append(f"SAF keeps {count} messages for group {peer}, not linked")
+    for peer, owed in (status.get("owed_unlinked_groups") or {}).items():
+        notes.append(
+            f"owes group {peer} {owed['confirm_notices']} confirm notices and "
+            f"{owed['mrs_acks']} MRS_ACKs, not linked"
+        )
     for peer, held in sorted((status.get("dqf_held_for_drains") or {}).items()):
         if held:
             notes.append(f"DQF room held for group {peer}'s drain: {_words(held)}")
