@@ -25,9 +25,11 @@ from typing import Any, Protocol
 import trio
 
 from clients.errors import MrsError
+from mrs.limits import QUEUE_NAME_CHARS_MAX
 from mrs.model import (
     DEAD_LETTER_QUEUE,
     POSSIBLE_DUPLICATE_HEADER,
+    REPLY_QUEUE_HEADER,
     Address,
     DeliveryMode,
     Message,
@@ -220,7 +222,7 @@ class Protection:
         target's policy)."""
         policy = self.policies.for_queue(queue)
         if policy is None:
-            return None
+            return self._own_returned(body) if returned else None
         if not is_protected(body):
             if policy.tolerate:
                 return None
@@ -241,6 +243,21 @@ class Protection:
                 f"signed by {opened.signer!r}, who is not a signer of {queue}'s policy"
             )
         return opened
+
+    def _own_returned(self, body: bytes) -> Opened | None:
+        """A body returned to a queue without a policy: opened when it is an envelope
+        this reader sealed itself (a privacy one is sealed to its sender too), else
+        None (delivered as is, as anything on such a queue). Why: a sender's own queue
+        is seldom protected, and its returned messages came back as envelopes, though
+        it can open them; it had to call `open(message, queue=original_target)`."""
+        identity = self.identity
+        if identity is None or not is_protected(body):
+            return None
+        try:
+            opened = open_envelope(body, self.policies.keyring, identity)
+        except ProtectionError:
+            return None
+        return opened if opened.signer == identity.name else None
 
     def open(self, message: Message, queue: str | Address | None = None) -> Message:
         """`message` with its body verified and opened, checked against the policy of
@@ -401,12 +418,27 @@ def _dead_letter_headers(
         # in-order queue, a lost connection) gets it again, and so may another
         "idempotency_key": f"protection-refused {queue} {message.seq}",
     }
+    if (reply_queue := _reply_queue_text(message)) is not None:
+        headers[REPLY_QUEUE_HEADER] = reply_queue
     if message.delivery_status == Status.POSSDUPL:
         # Delivered before: an earlier reader may have dead-lettered it already. A
         # memory DLQ hands it to the DLJ, where the key does not dedupe, so this copy
         # is marked as the DLQ handler marks its forwards (delivered POSSDUPL).
         headers[POSSIBLE_DUPLICATE_HEADER] = True
     return headers
+
+
+def _reply_queue_text(message: Message) -> str | None:
+    """The refused message's reply queue as its DLQ copy carries it (`reply_q`): the
+    sender's `message.resp_q` (its own source when it named none). Why: the copy is
+    put from the reader's queue, so without it `Message.resp_q` and the DLQ handler's
+    REPLYQ and `&REPLYQ` read the queue that refused the message, and a rule returning
+    dead letters to their senders forwarded it back there to be refused again. A
+    sender's text longer than any queue address is left out (None): carried, it could
+    take the copy's headers past their bound, and the refused message could never be
+    moved."""
+    reply_queue = str(message.resp_q)
+    return reply_queue if 0 < len(reply_queue) <= QUEUE_NAME_CHARS_MAX else None
 
 
 async def _to_dead_letter_queue(
