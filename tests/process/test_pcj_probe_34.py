@@ -88,3 +88,8 @@ def test_dir_for_a_replicated_group_is_refused_not_dropped(tmp_path: Path) -> No
         "--dir", str(tmp_path / "elsewhere"),
     )  # fmt: skip
     one_line(result, 2, "--dir", "pcj_archive_dir", "replicated")
+    chunked = run_mrs(
+        "pcj", "archive", "--config", str(config), "--group", "1", "--until", "now",
+        "--chunk", "7",
+    )  # fmt: skip
+    one_line(chunked, 2, "--chunk 7", "replicated")

@@ -360,9 +360,10 @@ def add_pcj_parser(commands: argparse._SubParsersAction, run) -> None:
     archive.add_argument(
         "--chunk",
         type=int,
-        default=CHUNK_RECORDS,
-        help="records per step (one Parquet write and one delete transaction); a step "
-        "also ends at 64 MiB of records, so large bodies are archived in bounded memory",
+        default=None,
+        help="records per step, default 5000 (one Parquet write and one delete "
+        "transaction); a step also ends at 64 MiB of records, so large bodies are archived "
+        "in bounded memory",
     )
     archive.add_argument("--json", action="store_true", help="the summary as one JSON object")
     add_location_arguments(archive)
@@ -377,7 +378,7 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
 
     if args.until is None and not args.closed:
         raise CommandError("pcj archive: give --until TIME, --closed, or both", EXIT_USAGE)
-    if args.chunk < 1:
+    if args.chunk is not None and args.chunk < 1:
         raise CommandError(
             f"pcj archive: --chunk {args.chunk}: give at least 1 record per step", EXIT_USAGE
         )
@@ -392,6 +393,12 @@ def run_pcj_archive(args: argparse.Namespace) -> int:
                 f"pcj archive: --dir {args.dir}: a replicated group's active writes the "
                 "archive to its own [group.ops] pcj_archive_dir (docs/replication.md); "
                 "give no --dir, or set pcj_archive_dir",
+                EXIT_USAGE,
+            )
+        if args.chunk is not None:  # the active's steps are its own, as --dir
+            raise CommandError(
+                f"pcj archive: --chunk {args.chunk}: a replicated group's active archives "
+                f"in its own steps ({CHUNK_RECORDS} records); give no --chunk",
                 EXIT_USAGE,
             )
         return _archive_on_the_active(replicated, until_ns, args.closed, args.json)
@@ -441,7 +448,7 @@ def _archive_located(
             where.group_id,
             out_dir,
             until_ns,
-            chunk_records=args.chunk,
+            chunk_records=args.chunk or CHUNK_RECORDS,
             kill_at=os.environ.get(KILL_AT_ENV),  # the command's edge: harness only
             closed_only=args.closed,
         )
