@@ -43,6 +43,8 @@ _GROUP_KEYS_SHOWN = {
     "clients_draining",
     "alarms",
     "replication",  # the Replication table shows it; a note only when answers are held
+    "pcj_archive",  # one note (`archive_note`)
+    "pcj_archive_runs",  # runs `mrs pcj archive` waits for: its own answer shows them
 }
 _LINK_KEYS_SHOWN = {"state", "saf_backlog", "drain", "in_flight"}
 _QUEUE_KEYS_SHOWN = {"name", "pending", "unconfirmed", "dqf_depth", "attached"}
@@ -270,9 +272,28 @@ def group_notes(status: dict) -> list[str]:
         notes.append(f"{len(draining)} clients draining their SAF journals")
     if held := replication_held(status.get("replication")):
         notes.append(held)
+    if archived := archive_note(status.get("pcj_archive")):
+        notes.append(archived)
     extras = {k: v for k, v in status.items() if k not in _GROUP_KEYS_SHOWN}
     notes.extend(_described(extras))
     return notes
+
+
+def archive_note(summary: object) -> str | None:
+    """The last PCJ archive run in one line: its failure, or what it archived. Why: the
+    summary went to the Notes column whole, every file's path of a large archive a
+    wall of text, and a run that archived nothing is not news."""
+    if not isinstance(summary, dict):
+        return None
+    run = summary.get("run", "run")
+    if summary.get("error"):
+        return f"PCJ archive ({run}) failed: {summary['error']}"
+    archived = summary.get("archived")
+    if not archived:
+        return None
+    files = summary.get("files")
+    count = len(files) if isinstance(files, list) else files
+    return f"PCJ archive ({run}): {archived} records in {count} files to {summary.get('dir')}"
 
 
 def replication_held(replication: object) -> str | None:

@@ -41,6 +41,8 @@ def test_a_failing_automatic_archive_shows_its_failure_in_status(make_bus) -> No
     assert "cannot write the archive to" in archive["error"], archive
     assert archive["dir"] == str(bus.data_dir / "pcj-archive")
     assert status_json("--address", bus.address)["journal"]["records"]["pcj"] == 1
+    table = run_mrs("status", "--address", bus.address, env={"COLUMNS": "200"}).stdout
+    assert "PCJ archive (automatic) failed: " in table, table  # one note, not the dict
 
 
 def _archived_seqs(directory: Path) -> list[int]:
