@@ -13,10 +13,8 @@ the command reports.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import trio
 
 from clients import connect, instance_addresses
@@ -24,27 +22,13 @@ from mrs.config.bus import load_config
 from mrs.limits import REPLICATION_HANDOVER_FALLBACK_S
 from sim.etcd import wait_active
 from tests.cli_helpers import run_mrs
-from tests.conftest import STANDARD_QUEUES
-from tests.etcd_helpers import InstanceProcess, etcd, write_replicated_config
+from tests.etcd_helpers import InstanceProcess, etcd
+from tests.process.test_replicated_ops_33 import replicated
 from tests.process.test_replication import wait_in_sync
 
-__all__ = ["etcd"]  # the fixture, used by name
+__all__ = ["etcd", "replicated"]  # the fixtures, used by name
 
 WAIT_S = 30.0
-LEASE_TTL_S = 2
-
-
-@pytest.fixture
-def replicated(etcd, tmp_path: Path) -> Iterator[tuple[Path, dict[str, InstanceProcess]]]:
-    config = write_replicated_config(tmp_path, etcd.endpoint, STANDARD_QUEUES, LEASE_TTL_S)
-    processes = {name: InstanceProcess(config, name) for name in ("a", "b", "c")}
-    for process in processes.values():
-        process.start()
-    try:
-        yield config, processes
-    finally:
-        for process in processes.values():
-            process.terminate()
 
 
 def test_a_hand_over_nobody_takes_is_not_reported_as_a_switch(
