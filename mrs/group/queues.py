@@ -65,7 +65,11 @@ class GetWaiter:
     looked: bool = True
     """A selective get that looked at the messages waiting when it parked and found
     none it may take: `serve_waiters` asks it again only once a message came back
-    (`TargetQueue.selective_recheck`). False: parked at the unconfirmed cap unlooked."""
+    (`TargetQueue.selective_recheck`). False: parked at the unconfirmed cap unlooked,
+    or its look stopped at SELECT_SCAN_MESSAGES_MAX (`SelectIndex.cut`): asked again
+    at each serve. Why: a match beyond the messages it saw comes within its reach
+    as the ones before are taken, and nothing else would ask it; it waited out its
+    timeout, or for ever, beside a message it matched."""
 
     def __init__(
         self,
@@ -296,11 +300,12 @@ class TargetQueue:
                 continue
             if waiter.reserved or waiter not in self.waiters:
                 continue
-            waiter.looked = True
             while (entry := self.take(waiter.select)) is not None and not ready(entry):
                 pass
             if entry is not None:
                 self._deliver_to_waiter(entry, waiter)
+            else:
+                waiter.looked = not self.index.cut
 
     def put_back(self, entry: Entry, front: bool = True) -> None:
         """Queue an entry without offering it to waiters. front: it was taken before
@@ -518,11 +523,14 @@ class TargetQueue:
         # Why: the lookup found none, so such a get waited out its timeout beside them.
         if correlation_id:
             best: tuple[int, int] | None = None
+            looked = 0
             for seq in islice(index.with_correlation_id(correlation_id), SELECT_SCAN_MESSAGES_MAX):  # type: ignore[arg-type]
-                index.scanned += 1
+                looked += 1
                 held = attributes[seq]
                 if select.matches(held) and (best is None or held.priority > best[0]):
                     best = (held.priority, seq)
+            index.scanned += looked
+            index.cut = best is None and looked == SELECT_SCAN_MESSAGES_MAX
             return None if best is None else (best[1], self.pending.lane(best[0]))
         msg_class = select.equal_value("msg_class")
         budget = SELECT_SCAN_MESSAGES_MAX
@@ -540,6 +548,7 @@ class TargetQueue:
                     index.scanned += SELECT_SCAN_MESSAGES_MAX - budget
                     return seq, lane
         index.scanned += SELECT_SCAN_MESSAGES_MAX - budget
+        index.cut = budget == 0
         return None
 
     def _take_selected(self, select: Selection) -> Entry | None:
@@ -597,7 +606,7 @@ class TargetQueue:
             self._count_parked(waiter.session_id, 1)
         if waiter.select is not None:
             self.selective_waiters += 1
-            waiter.looked = self.can_deliver()
+            waiter.looked = self.can_deliver() and not self.index.cut  # its look, just now
 
     def parked(self, session_id: int) -> int:
         """The gets of session `session_id` parked here (what parked_gets_max bounds)."""

@@ -67,6 +67,10 @@ class SelectIndex:
         """Messages selective gets looked at, in all (`TargetQueue.find`): a
         connection's round of requests ends once its gets looked at
         SELECT_SCANNED_PER_ROUND_MAX (mrs.server.request_dispatch)."""
+        self.cut = False
+        """The last look found nothing and stopped at SELECT_SCAN_MESSAGES_MAX with
+        messages it never saw (`TargetQueue.find`): its get, parked, looks again at
+        each serve (`GetWaiter.looked`), since a take ahead brings them in reach."""
 
     def __len__(self) -> int:
         return len(self.attributes)

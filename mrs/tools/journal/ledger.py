@@ -293,6 +293,9 @@ class ReplayLedger:
         known (its scope.json came from an earlier release) or nothing was."""
         self._own: dict | None = None
         """This run's selection, as `claim_scope` was given it."""
+        self._stood_for: list[dict] = []
+        """The earlier selections in doubt this run's selection covers (`claim_scope`): in
+        doubt again if it ends unfinished with its own records all answered."""
         self.doubts: list[dict] | None = []
         """The selections of runs whose records may be in doubt (`covers`), this run's
         last while it runs; None when not known (a scope.json of an earlier release,
@@ -497,6 +500,7 @@ class ReplayLedger:
         self.doubts = [] if not self.last_in_doubt else last.get("doubts") if last else None
         self._own = selection
         if self.doubts is not None and selection is not None:  # covered: this run settles it
+            self._stood_for = [doubt for doubt in self.doubts if covers(selection, doubt)]
             self.doubts = [doubt for doubt in self.doubts if not covers(selection, doubt)]
             self.doubts = [*self.doubts, selection] if len(self.doubts) < DOUBTS_MAX else None
         self._write_scope(sender, to, in_doubt=True)  # until this run says how it ended
@@ -560,9 +564,14 @@ class ReplayLedger:
             # `claim_scope` let this run's selection stand for the earlier ones it
             # covers: a run to its end sent every record of them again, so they are
             # settled once it has no record in doubt of its own (the same narrow
-            # command run again settles its own doubt, not only a whole journal's)
-            settled = finished and not in_doubt
-            self.doubts = [doubt for doubt in self.doubts if not (settled and doubt is own)]
+            # command run again settles its own doubt, not only a whole journal's).
+            # Unfinished with none of its own in doubt (a --limit, a stop), only those
+            # earlier ones are: kept, its own was a scope in doubt no record was in.
+            rest = [doubt for doubt in self.doubts if doubt is not own]
+            if in_doubt:
+                self.doubts = [*rest, own]
+            else:
+                self.doubts = rest if finished else [*rest, *self._stood_for]
             left = bool(self.doubts)
         else:
             left = in_doubt or (
