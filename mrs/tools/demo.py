@@ -61,6 +61,8 @@ class Tally:
     ticks_sent: int = 0
     ticks_received: int = 0
     saf_backlog_max: int = 0
+    resent_copies: int = 0
+    """Second copies spotted by correlation id (the table's row; the audit checks it)."""
     refused: dict[str, int] = field(default_factory=dict)
     """Orders NYC answered but did not store, by status name."""
     sender_done: bool = False
@@ -234,6 +236,7 @@ def _report(console: Console, tally: Tally, bus: LinkedBus) -> int:
         stream_of=lambda order_id: ("NYC", int(order_id)),
     )
     lost, unmarked = verdict.lost, len(verdict.unmarked_duplicates)
+    tally.resent_copies = verdict.resent_copies
     order_violations = len(verdict.order_violations)
     store = JournalStore(bus.data_dir(2) / "journals", readonly=True)
     try:
@@ -313,7 +316,9 @@ def _audit(console: Console, bus: LinkedBus, out_dir: Path | None, tally: Tally)
             pcj += store.count(Journal.PCJ)
         finally:
             store.close()
-    return run_demo_audit(console, bus.config_path, out_dir, pcj, tally.ticks_sent)
+    return run_demo_audit(
+        console, bus.config_path, out_dir, pcj, tally.ticks_sent, tally.resent_copies
+    )
 
 
 def _check_scratch(scratch: Path) -> None:
@@ -348,7 +353,8 @@ def run_demo(messages: int = 2000, scratch: Path | None = None) -> int:
             shutil.rmtree(directory, ignore_errors=True)
         raise
     console.rule("MRS demo: recoverable orders through a cut link and a SIGKILL")
-    console.print(f"Scratch directory {directory}; config {bus.config_path}")
+    kept = "" if scratch else " (removed at the end; --scratch DIR keeps it)"
+    console.print(f"Scratch directory {directory}{kept}; config {bus.config_path}")
     try:
         try:
             code, tally = run_stoppable(_run, console, bus, messages)
