@@ -117,10 +117,15 @@ class ColdBacklog(Generic[E]):
         """The entry held in memory for `seq`, or None (cold: on disk only)."""
         return self._held.get(seq)
 
-    def __iter__(self):
-        """The seqs still in the backlog, oldest first (a selective get's scan)."""
+    def __iter__(self) -> Iterator[int]:
+        """The seqs still in the backlog, oldest first (a selective get's scan), one at
+        a time. A generator function, not a generator expression returned: compiled
+        (mypyc), the expression became a list of the whole backlog, up to a million
+        seqs built for a scan that reads SELECT_SCAN_MESSAGES_MAX."""
         skipped = self._skipped
-        return (seq for seq in self._seqs if seq not in skipped)
+        for seq in self._seqs:
+            if seq not in skipped:
+                yield seq
 
     def after(self, seq: int) -> Iterator[tuple[int, E | None]] | None:
         """The (seq, entry held in memory or None) that wait behind `seq`, without
@@ -131,8 +136,15 @@ class ColdBacklog(Generic[E]):
         rest = None if seq in skipped else self._seqs.after(seq)
         if rest is None:
             return None
-        held = self._held
-        return ((one, held.get(one)) for one in rest if one not in skipped)
+        return self._held_of(rest)
+
+    def _held_of(self, seqs: Iterator[int]) -> Iterator[tuple[int, E | None]]:
+        """(seq, entry held or None) for each of `seqs` still here, one at a time (a
+        generator function: see `__iter__`; a browse page reads a few of them)."""
+        held, skipped = self._held, self._skipped
+        for one in seqs:
+            if one not in skipped:
+                yield one, held.get(one)
 
     def take(self, count: int, load: Loader, order: list[int] | None = None) -> list[E]:
         """The next `count` messages, oldest first, cold ones read back with `load`.

@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, islice
+from operator import attrgetter
 from typing import Final
 
 from mrs.config.bus import QueueConfig
@@ -32,6 +33,9 @@ from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, InterestPoint
 
 _ACK_POINT: Final = InterestPoint.ACK
 _RECOVERED_CHUNK: Final = 1024
+_seq_of: Final = attrgetter("seq")
+"""An entry's seq, for a lazy `map` over a lane's window (a generator expression is a
+list once compiled)."""
 """Cold records read at a time when a queue's first selective get builds its index."""
 
 
@@ -540,7 +544,7 @@ class TargetQueue:
             if msg_class is not None:
                 seqs: Iterable[int] = index.of_class(lane.priority, msg_class)  # type: ignore[arg-type]
             else:
-                seqs = chain((entry.seq for entry in lane.window), lane.cold)
+                seqs = chain(map(_seq_of, lane.window), lane.cold)  # lazily (`Backlog`)
             for seq in islice(seqs, budget):
                 budget -= 1
                 found = attributes.get(seq)
