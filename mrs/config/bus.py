@@ -122,7 +122,7 @@ def parse_config(text: str, path: str | os.PathLike[str]) -> BusConfig:
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(path, "(syntax)", str(err)) from None
     except ValueError:  # tomllib's int() of a number too long to convert
-        raise ConfigError(path, *_overlong_number(text)) from None
+        raise ConfigError(path, *overlong_number(text)) from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise ConfigError(
             path, "(syntax)", "arrays or inline tables nested too deeply to read"
@@ -130,9 +130,11 @@ def parse_config(text: str, path: str | os.PathLike[str]) -> BusConfig:
     return _Parser(Path(path)).bus(document)
 
 
-def _overlong_number(text: str) -> tuple[str, str]:
+def overlong_number(text: str) -> tuple[str, str]:
     """(key, problem) for the first number too long for Python to read: tomllib lets
-    int()'s ValueError out without saying where, and the operator needs the line."""
+    int()'s ValueError out without saying where, and the operator needs the line.
+    Every TOML file an operator writes reads it (the bus file, the protection policy
+    file, the credentials file)."""
     for number, line in enumerate(text.splitlines(), start=1):
         run = max((len(digits) for digits in re.findall(r"[0-9_]+", line)), default=0)
         if run > sys.get_int_max_str_digits():

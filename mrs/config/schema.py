@@ -64,7 +64,10 @@ class ConfigError(OperatorError):
         self.path = Path(path)
         self.key = key
         self.problem = " ".join(problem.split())
-        super().__init__(f"{path}: {key}: {self.problem}")
+        # a quoted TOML key may hold a newline or a control character ("a\nb" = 1):
+        # escaped, the unknown key's line stays one line, as this class promises
+        shown = key if key.isprintable() else key.encode("unicode_escape").decode("ascii")
+        super().__init__(f"{path}: {shown}: {self.problem}")
         self.args = (path, key, problem)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -188,7 +188,7 @@ def _fixed_half_problem(rule: Rule, bus) -> str | None:
         if len(manager) > NAME_CHARS_MAX:
             return f"names no group of the bus: a name has at most {NAME_CHARS_MAX} characters"
         try:
-            if manager.isdigit():
+            if manager.isascii() and manager.isdigit():  # not "²", which int() refuses
                 bus.group(int(manager))
             else:
                 bus.group_by_name(manager)

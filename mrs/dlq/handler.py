@@ -13,6 +13,7 @@ an action slot.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from mrs.limits import (
     DLQ_HANDLER_WINDOW_DEFAULT,
     PUT_TIMEOUT_S_DEFAULT,
 )
-from mrs.model import DEAD_LETTER_QUEUE, REPLY_QUEUE_HEADER, Message, Psb, Status
+from mrs.model import DEAD_LETTER_QUEUE, REPLY_QUEUE_HEADER, Address, Message, Psb, Status
 from mrs.offline.journal_files import GroupJournals
 
 
@@ -650,9 +651,12 @@ def letter_of(message: Message) -> Letter:
     reply_to = None
     reply_text = (message.headers or {}).get(REPLY_QUEUE_HEADER)
     if isinstance(reply_text, str):
-        group_text, _, queue_text = reply_text.rpartition(".")
-        if group_text.isdigit() and queue_text.isdigit():
-            reply_to = (int(group_text), int(queue_text))
+        # Address.parse: digits 0-9 only, as many as an id has. Why: "²" is isdigit(),
+        # and a dead letter whose sender wrote reply_q = "².1" (or 5000 digits) raised
+        # int()'s ValueError here and stopped the handler at that letter, every run
+        with contextlib.suppress(ValueError):
+            address = Address.parse(reply_text)
+            reply_to = (address.group, address.queue)
     return Letter(
         seq=message.seq,
         header=message.dead_letter_header,

@@ -29,6 +29,7 @@ from mrs.offline.scalars import (
     parse_int_range,
     parse_reason,
     parse_time_ns,
+    whole_number,
 )
 from mrs.storage.journal_scan import record_time_ns
 
@@ -96,18 +97,24 @@ def resolve_address(
             raise SelectionError(f"{option}: {problem}") from None
         return address.group, address.queue
     group_text, dot, queue_text = text.partition(".")
-    if not dot and group_text.isdigit():
+    if not dot and _is_number(group_text):
         if not group_id:  # `--data-dir` alone: whose queue 10 is it?
             raise SelectionError(
                 f"{option}: {text!r} names a queue by number only: give --group N "
                 "(the group whose journals these are) or write it GROUP.QUEUE"
             )
         group_text, queue_text = str(group_id), group_text
-    if group_text.isdigit() and queue_text.isdigit():
-        return int(group_text), int(queue_text)
+    if _is_number(group_text) and _is_number(queue_text):
+        return whole_number(group_text, option), whole_number(queue_text, option)
     raise SelectionError(
         f"{option}: {text!r}: queue and group names need --config (or give GROUP.QUEUE numbers)"
     )
+
+
+def _is_number(text: str) -> bool:
+    """Digits 0-9 only. Why not isdigit() alone: it takes "²", which int() refuses, and
+    `mrs dump --target ².10` ended as an unexpected error (exit 1, corrupt records)."""
+    return text.isascii() and text.isdigit()
 
 
 def _spellings(bus: BusConfig | None, group_id: int) -> Callable[[int, int], tuple[str, ...]]:
@@ -295,9 +302,10 @@ def filter_from_args(
         confirm_min, confirm_max = parse_int_range(args.confirm_value, "--confirm-value")
     limit = None
     if args.limit is not None:
-        if not INTEGER_PATTERN.fullmatch(args.limit.strip()) or int(args.limit) < 1:
+        if INTEGER_PATTERN.fullmatch(args.limit.strip()):
+            limit = whole_number(args.limit, "--limit")
+        if limit is None or limit < 1:
             raise SelectionError(f"--limit: {args.limit!r} is not a positive integer")
-        limit = int(args.limit)
     return RecordFilter(
         journal=journal,
         seq_min=seq_min,

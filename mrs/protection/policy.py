@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrs.config.bus import overlong_number
 from mrs.model import Address
 from mrs.protection.envelope import Quality
 from mrs.protection.errors import PolicyError
@@ -88,6 +89,8 @@ def parse_policies(text: str, path: Path, bus: Any = None) -> PolicySet:
         raise PolicyError(f"{path}: not valid TOML: {error}") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise PolicyError(f"{path}: not valid TOML: nested too deep") from None
+    except ValueError:  # int() of a number too long; `mrs serve` said "unexpected error"
+        raise PolicyError(f"{path}: {': '.join(overlong_number(text))}") from None
     _check_keys(path, document, "", _TOP_KEYS)
     base = path.absolute().parent
     keys_dir = _string(path, document, "keys_dir", "", default="keys")

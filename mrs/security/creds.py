@@ -36,6 +36,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mrs.config.bus import overlong_number
 from mrs.errors import OperatorError
 from mrs.limits import CREDENTIALS_FILE_BYTES_MAX
 from mrs.security import scram
@@ -142,6 +143,7 @@ def _unb64(text: object, where: str) -> bytes:
 
 def load(path: Path) -> Credentials:
     """Read and check the file; CredsError (one line) on anything unusable."""
+    text = ""  # what the ValueError below reads: tomllib's, after the file was read
     try:
         text = _read_text(path, CREDENTIALS_FILE)
         document = tomllib.loads(text)
@@ -155,6 +157,8 @@ def load(path: Path) -> Credentials:
         raise CredsError(f"credentials file {path}: not valid TOML: {error}") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise CredsError(f"credentials file {path}: not valid TOML: nested too deep") from None
+    except ValueError:  # int() of a number too long: it was an "unexpected error"
+        raise CredsError(f"credentials file {path}: {': '.join(overlong_number(text))}") from None
     if not text.strip():
         # Not a file without principals (`mrs creds` writes its header and decoy_key
         # even then): an empty one is a copy begun, or a mistake, and loaded it would

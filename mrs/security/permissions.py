@@ -177,7 +177,10 @@ def _literal(text: str) -> bool:
 
 
 def _has_queue(group: GroupConfig, text: str) -> bool:
-    if text.isdigit():
+    """Whether `group` has the queue `text` names (a number or a name). A number is
+    0-9 only, as long as an id can be: "²" is isdigit() and int() refused it (and 5000
+    digits), and `mrs creds grant --put 1.²` ended as an unexpected error."""
+    if text.isascii() and text.isdigit() and len(text) <= 19:
         return int(text) in group.queues
     try:
         group.queue_by_name(text)

@@ -331,7 +331,10 @@ def _group_of(args: argparse.Namespace, bus: Any) -> Any:
             return bus.group(args.group)
         if "." in queue:
             head = queue.partition(".")[0]
-            return bus.group(int(head)) if head.isdigit() else bus.group_by_name(head)
+            # 0-9 only, as many as a group id has: "²" is isdigit() and int() refused it,
+            # 5000 digits too, each as an unexpected error (exit 1)
+            number = head.isascii() and head.isdigit() and len(head) <= 19
+            return bus.group(int(head)) if number else bus.group_by_name(head)
     except LookupError as error:
         raise CommandError(f"admin: {error}", EXIT_USAGE) from None
     if len(bus.groups) == 1:

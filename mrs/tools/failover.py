@@ -70,7 +70,9 @@ def run_failover(args: argparse.Namespace) -> int:
     bus = load_config(args.config)
     try:
         group = (
-            bus.group(int(args.group)) if args.group.isdigit() else bus.group_by_name(args.group)
+            bus.group(int(args.group))
+            if args.group.isascii() and args.group.isdigit() and len(args.group) <= 19
+            else bus.group_by_name(args.group)  # "²" is isdigit(), and int() refused it
         )
     except LookupError as error:
         raise CommandError(str(error), EXIT_USAGE) from None

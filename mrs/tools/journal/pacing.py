@@ -10,6 +10,7 @@ window of T seconds at most N*T + burst sends start.
 
 from __future__ import annotations
 
+import math
 import re
 
 import trio
@@ -26,6 +27,11 @@ def parse_rate(text: str) -> float:
     rate = float(match.group(1)) / _PER_SECOND[match.group(2)]
     if rate <= 0:
         raise ValueError(f"--rate: {text!r} must be more than zero")
+    if not math.isfinite(rate):  # 400 digits read as infinity: the Pacer's int(inf)
+        # raised OverflowError once connected, an unexpected error after the checks
+        raise ValueError(
+            f"--rate: a number of {len(text)} characters is too large (leave --rate out: no cap)"
+        )
     return rate
 
 
