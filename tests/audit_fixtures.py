@@ -148,6 +148,14 @@ def make_audit_journal(directory: Path) -> AuditJournal:
     return tally
 
 
+SPARK_SESSION = pytest.mark.xdist_group("spark")
+"""Mark of a test that uses the test session's one Spark session or cluster (`spark`,
+`cluster`, `audit_journal`, `loss_journal`): those run on one worker, which starts
+them once. A test that only runs `mrs audit` starts its own JVM and is left unmarked,
+so it runs on any worker beside that one: with them the group was some 500 s of one
+worker's time on a quiet machine, near the suite's whole run."""
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The one local Spark session of the test session (formats registered)."""

@@ -237,11 +237,38 @@ def _compile_sources(root: Path) -> None:
         compileall.compile_dir(root / package, quiet=2)
 
 
-def pytest_collection_modifyitems(items) -> None:
+def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if MEMORY_BUS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.trio(run=run_under_autojump_clock))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _name_xdist_groups(items)
     items.sort(key=_run_order)  # stable: the rest keep their order
+
+
+def _name_xdist_groups(items) -> None:
+    """Give each test marked `xdist_group(NAME)` the node id `...@NAME` by which
+    `--dist loadgroup` sends a group's tests to one worker, as pytest-xdist itself
+    does on pytest before 9.2.
+
+    Why: pytest 9.2 derives `nodeid` from a structured id, and pytest-xdist 3.8 still
+    writes the old `_nodeid` attribute (pytest-xdist issue 1386), so no group was
+    named: the tests of the "spark" group ran on every worker, each worker starting
+    its own Spark session, standalone cluster (two JVMs) and audit buses."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest before 9.2: xdist names the groups itself
+        return
+    for item in items:
+        nodeid = item.nodeid
+        if nodeid.rfind("@") > nodeid.rfind("]"):  # named already (a fixed xdist)
+            continue
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        if names:
+            item._id = NodeId.parse(f"{nodeid}@{'_'.join(sorted(names))}")
 
 
 @pytest.fixture

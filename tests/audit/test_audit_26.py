@@ -24,12 +24,9 @@ from mrs.audit.report import TABLES, compute, export
 from mrs.offline.scalars import format_time_ns
 from sim.processes import write_single_group_config
 from tests.audit.test_audit_25c import cluster_path  # noqa: F401 - fixture
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import HOUR_NS, T0_NS, record, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 GROUP_1_SEQ = 1 << 49
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -79,6 +76,7 @@ def _window(since_ns: int, until_ns: int):
             parse_time(format_time_ns(until_ns), "--until"))  # fmt: skip
 
 
+@SPARK_SESSION
 @pytest.mark.parametrize("master", ["local", "cluster"])
 def test_until_pasted_from_a_record_keeps_that_record(
     spark, tmp_path: Path, request: pytest.FixtureRequest, master: str  # noqa: F811
@@ -131,6 +129,7 @@ def _sources(*argv: str) -> dict[str, str]:
     return source_options(build_parser().parse_args(["audit", *argv]))
 
 
+@SPARK_SESSION
 @pytest.mark.parametrize("master", ["local", "cluster"])
 def test_data_dir_with_config_reads_the_configured_archive(
     spark, tmp_path: Path, request: pytest.FixtureRequest, master: str  # noqa: F811
@@ -168,6 +167,7 @@ def _history_example() -> str:
     return block
 
 
+@SPARK_SESSION
 def test_the_docs_history_example_counts_each_message_once(spark, tmp_path: Path) -> None:  # noqa: F811
     """Before: docs/audit.md read the live PCJ and the archive with
     `live.unionByName(archived)`, so a record both archived and still live (an
@@ -198,6 +198,7 @@ def _table_schemas(spark, data_dir: Path, out: Path,  # noqa: F811
     return schemas
 
 
+@SPARK_SESSION
 def test_each_table_has_its_columns_with_rows_or_without(spark, tmp_path: Path) -> None:  # noqa: F811
     """Before: a table with no rows (the `gaps` and `duplicates` of a clean audit, the
     `dead_letters` of a group that never dead-lettered) was written as one column

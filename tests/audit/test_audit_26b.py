@@ -19,12 +19,9 @@ from journals import Journal
 from mrs.audit.report import compute
 from sim.processes import write_single_group_config
 from tests.audit.test_audit_26 import _sources
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import T0_NS, record, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 GROUP_1_SEQ = 1 << 49
 GROUP_2_SEQ = 2 << 49
@@ -61,6 +58,7 @@ def _notes(spark, *argv: str) -> list[str]:  # noqa: F811
     return compute(spark, _sources(*argv)).as_json()["notes"]
 
 
+@SPARK_SESSION
 def test_data_dir_with_config_notes_unjournaled_confirms(spark, tmp_path: Path) -> None:  # noqa: F811
     """Before: `mrs audit --data-dir D --config bus.toml` left out the note that D's
     group has `pcj_default = false`, which `--config` alone gives: an auditor saw its
@@ -198,6 +196,7 @@ def _replicated_after_archive_runs(directory: Path, archived_by: dict[str, range
     {"r1b": range(3)},                       # b, active, archived the first three
     {"r1b": range(3), "r1c": range(2, 5)},   # then c, active after a failover that cut
 ])  # fmt: skip                             # b's last chunk before its delete
+@SPARK_SESSION
 def test_each_in_sync_instance_gives_the_same_audit(
     spark, tmp_path: Path, archived_by: dict[str, range]  # noqa: F811
 ) -> None:

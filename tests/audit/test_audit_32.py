@@ -12,18 +12,13 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-import pytest
-
 from journals import Journal, seq_key
 from mrs.audit.output import write_html
 from mrs.audit.report import TABLES, Report, compute
 from sim.processes import write_single_group_config
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import T0_NS, record, write_raw, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 GROUP_1_SEQ = 1 << 49
 SOUND = (0, 1, 3)
@@ -31,6 +26,7 @@ SOUND = (0, 1, 3)
 at offset 4 are damaged."""
 
 
+@SPARK_SESSION
 def test_a_window_counts_damaged_records_and_a_group_named_twice_once(
     spark,  # noqa: F811
     tmp_path: Path,

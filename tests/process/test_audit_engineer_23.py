@@ -19,17 +19,13 @@ import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
-import pytest
 
 from journals import Journal, seq_key
 from mrs.audit.parquet import write_parquet
 from mrs.audit.report import compute, export
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import HOUR_NS, T0_NS, record, write_raw, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 GROUP_1_SEQ = 1 << 49
 CONFIRMED_NS = [T0_NS + (30 * HOUR_NS if i % 2 else 0) for i in range(6)]
@@ -59,6 +55,7 @@ def _exported(out: Path, journal: str) -> list[dict]:
     return sorted(dataset.to_table().to_pylist(), key=lambda row: row["seq"])
 
 
+@SPARK_SESSION
 def test_export_of_a_partly_archived_pcj_has_each_confirmed_message_once(
     spark, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -89,6 +86,7 @@ def test_export_of_a_partly_archived_pcj_has_each_confirmed_message_once(
 
 
 
+@SPARK_SESSION
 def test_a_record_both_archived_and_live_is_exported_once(
     spark, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -106,6 +104,7 @@ def test_a_record_both_archived_and_live_is_exported_once(
     assert [row["seq"] - GROUP_1_SEQ for row in _exported(out, "pcj")] == list(range(6))
 
 
+@SPARK_SESSION
 def test_a_corrupt_record_exports_with_a_null_date_not_a_string_one(
     spark, tmp_path: Path  # noqa: F811
 ) -> None:
@@ -176,6 +175,7 @@ def test_ctrl_c_while_spark_starts_leaves_no_log(tmp_path: Path) -> None:
     assert _leftovers(temporary) == []
 
 
+@SPARK_SESSION
 def test_export_on_a_standalone_cluster_reads_the_archive_and_leaves_nothing(
     cluster, tmp_path: Path  # cluster: tests/process/conftest.py
 ) -> None:

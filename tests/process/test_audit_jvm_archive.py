@@ -10,14 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from benchmarks.audit_scan import make_journal
 from mrs.audit.jvm_archive import java_binary
 from mrs.audit.session import JVM_OPTIONS
 from tests.cli_helpers import run_mrs
 
-pytestmark = pytest.mark.xdist_group("spark")
 BUILD_WAIT_S = 240.0
 
 

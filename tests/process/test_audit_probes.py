@@ -24,12 +24,9 @@ from mrs.audit.columns import signed_seq, stored_seq
 from mrs.audit.load import read_journals
 from mrs.audit.report import compute
 from mrs.audit.source import push
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import record, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 HIGH_GROUP = 20_000
 """A valid group id (1..32000) whose seqs (group << 49 | counter) are 2**63 and up."""
@@ -106,6 +103,7 @@ def _keeps(value: int, flt) -> bool:
     return compare(value, flt.value)
 
 
+@SPARK_SESSION
 def test_the_report_of_a_group_above_16383_counts_its_gap(spark, tmp_path):  # noqa: F811
     data_dir = _high_group_dir(tmp_path / "g")
     report = compute(spark, {"paths": json.dumps([str(data_dir / "journals")])}).as_json()

@@ -22,12 +22,9 @@ import pytest
 from journals import Journal, JournalStore, WriteBatch, seq_key
 from mrs.audit import scan
 from mrs.audit.report import compute, export
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import T0_NS, record, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_1_SEQ = 1 << 49
@@ -128,6 +125,7 @@ def test_an_audit_of_one_mib_bodies_reads_in_bounded_memory(tmp_path: Path) -> N
     assert sum(sizes) == 160 and max(sizes) <= scan.BATCH_BYTES_MAX // (1 << 20)
 
 
+@SPARK_SESSION
 def test_export_of_a_group_that_never_dead_lettered_reads_back(spark, tmp_path: Path) -> None:  # noqa: F811
     """Before: `DIR/dlj` of a group with no dead letters held no Parquet file, so the
     docs' query `spark.read.parquet(DIR/dlj).where("date >= ... AND group = 1")`
@@ -178,6 +176,7 @@ def _archived_middle(data_dir: Path) -> list[int]:
     return [item.seq for item in items]
 
 
+@SPARK_SESSION
 def test_archived_pcj_records_are_confirmed_not_missing(spark, tmp_path: Path) -> None:  # noqa: F811
     """Before: the audit read the live PCJ only, so each message the archive had moved
     was missing (a gap charged to its sender, a missing correlation number) and no
@@ -203,6 +202,7 @@ def test_archived_pcj_records_are_confirmed_not_missing(spark, tmp_path: Path) -
     _one_line(damaged, 1, "PCJ archive", "not readable as Parquet")
 
 
+@SPARK_SESSION
 def test_since_does_not_make_messages_confirmed_before_it_missing(spark, tmp_path: Path) -> None:  # noqa: F811
     """Before: with `--since`, a counter whose record was confirmed before the window
     was "missing": one message still waiting in the DQF from before made every seq
@@ -238,6 +238,7 @@ def test_since_does_not_make_messages_confirmed_before_it_missing(spark, tmp_pat
         ("snapshotSettleMs", "inf", "option snapshotSettleMs: not a number: 'inf'"),
     ],
 )
+@SPARK_SESSION
 def test_a_bad_option_value_of_the_data_source_names_the_option(
     spark,  # noqa: F811
     tmp_path: Path,

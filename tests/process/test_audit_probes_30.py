@@ -17,18 +17,14 @@ import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
-import pytest
 
 import mrs.audit.load
 import mrs.audit.session
 from journals import Journal, seq_key
 from mrs.audit.report import compute, export
-from tests.audit_fixtures import spark  # noqa: F401 - fixture
+from tests.audit_fixtures import SPARK_SESSION, spark  # noqa: F401 - fixture
 from tests.cli_helpers import run_mrs
 from tests.journal_helpers import record, write_raw, write_records
-
-pytestmark = pytest.mark.xdist_group("spark")
-"""One worker for every test that may use the test session's Spark session."""
 
 RECORDS = 6
 
@@ -62,6 +58,7 @@ def _archive_after(monkeypatch, name: str, data_dir: Path) -> None:
     monkeypatch.setattr(mrs.audit.load, name, look_then_archive)
 
 
+@SPARK_SESSION
 def test_an_export_while_the_pcj_is_archived_keeps_every_message(
     spark, tmp_path: Path, monkeypatch  # noqa: F811
 ) -> None:
@@ -79,6 +76,7 @@ def test_an_export_while_the_pcj_is_archived_keeps_every_message(
     assert sorted(table.column("seq").to_pylist()) == seqs
 
 
+@SPARK_SESSION
 def test_a_cluster_report_while_the_pcj_is_archived_counts_every_message(
     spark, tmp_path: Path, monkeypatch  # noqa: F811
 ) -> None:

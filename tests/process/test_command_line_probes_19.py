@@ -106,7 +106,6 @@ def _using(directory: Path) -> list[str]:
     return found
 
 
-@pytest.mark.xdist_group("spark")
 def test_a_demo_interrupted_during_its_spark_audit_says_so_in_one_line(
     tmp_path: Path, reaped: set[int]
 ) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import trio
 
+import clients.requests
 from clients import DeliveryMode, Status, Uma
 from mrs.config.bus import load_config
 from mrs.dlq.command import _names
@@ -153,10 +154,13 @@ class _OnReport(io.StringIO):
         return super().write(text)
 
 
-async def test_a_put_that_timed_out_is_repeated_marked_as_a_possible_duplicate(bus) -> None:
+async def test_a_put_that_timed_out_is_repeated_marked_as_a_possible_duplicate(
+    bus, monkeypatch
+) -> None:
     """The server stalls (SIGSTOP) while the handler puts a memory letter back: the put
     times out, yet the server stores it when it resumes. The handler's next attempt
     stores a second copy; that copy must say it may be a duplicate."""
+    monkeypatch.setattr(clients.requests, "REPLY_GRACE_S", 0.5)  # the put's wait: 1.5 s, not 6
     async with bus.connect(queue="SENDER") as sender:
         for body in (b"a", b"b", b"late"):  # SMALL holds 2: "late" is dead-lettered
             await sender.put(body, target="SMALL", delivery=DeliveryMode.WF_MEM, uma=Uma.DLQ)

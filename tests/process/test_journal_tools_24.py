@@ -115,7 +115,6 @@ def _audit_files(directory: Path) -> list[str]:
     return sorted(path.name for path in directory.iterdir() if path.name.startswith("mrs-audit"))
 
 
-@pytest.mark.xdist_group("spark")
 def test_an_audit_that_ends_leaves_nothing_in_tmpdir(tmp_path: Path) -> None:
     """Every audit wrote `mrs-audit-log4j2.properties` (Spark's log settings) into
     `$TMPDIR` and left it there, shared by every user of the machine. Now the JVM reads
@@ -130,7 +129,6 @@ def test_an_audit_that_ends_leaves_nothing_in_tmpdir(tmp_path: Path) -> None:
     assert _audit_files(temporary) == []
 
 
-@pytest.mark.xdist_group("spark")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_an_audit_stopped_by_a_signal_says_so_and_leaves_no_log(
     tmp_path: Path, signum: signal.Signals

@@ -12,6 +12,8 @@ import trio.testing
 
 import clients
 import clients.connection
+import clients.get_pool
+import clients.requests
 from clients.deadlines import COMPACT_ENTRIES_MIN, ReplyDeadlines
 from clients.pending import _Pending
 from mrs.model import Status
@@ -96,7 +98,8 @@ async def test_stale_entries_are_compacted_away() -> None:
 async def test_unanswered_puts_and_gets_end_in_reply_timeout(monkeypatch) -> None:
     """Many puts and a get at once, none answered: each raises ReplyTimeout (not the
     server's TIMEOUT), and the client is still usable for the next request."""
-    monkeypatch.setattr(clients.connection, "REPLY_GRACE_S", 0.05)
+    for module in (clients.connection, clients.requests, clients.get_pool):  # each reads it
+        monkeypatch.setattr(module, "REPLY_GRACE_S", 0.05)
     outcomes: list[BaseException] = []
 
     async def one(call) -> None:
