@@ -84,7 +84,7 @@ def parse_policies(text: str, path: Path, bus: Any = None) -> PolicySet:
     """The policies in `text`, as if read from `path` (relative paths resolve beside
     it). PolicyError for anything wrong."""
     try:
-        document = tomllib.loads(text)
+        document = tomllib.loads(text.removeprefix("\ufeff"))  # as the bus file's: an editor's BOM
     except tomllib.TOMLDecodeError as error:
         raise PolicyError(f"{path}: not valid TOML: {error}") from None
     except RecursionError:  # tomllib recurses once per nested array or inline table

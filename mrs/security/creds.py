@@ -146,7 +146,7 @@ def load(path: Path) -> Credentials:
     text = ""  # what the ValueError below reads: tomllib's, after the file was read
     try:
         text = _read_text(path, CREDENTIALS_FILE)
-        document = tomllib.loads(text)
+        document = tomllib.loads(text.removeprefix("\ufeff"))  # as the bus file's: a BOM
     except FileNotFoundError:
         raise CredsError(
             f"credentials file {path} does not exist (create it with `mrs creds add`)"
