@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mrs.config.bus import overlong_number
+from mrs.limits import GROUP_ID_MAX
 from mrs.model import Address
 from mrs.protection.envelope import Quality
 from mrs.protection.errors import PolicyError
@@ -113,8 +114,10 @@ def parse_policies(text: str, path: Path, bus: Any = None) -> PolicySet:
                 group = bus.group_by_name(group).id
             except LookupError as error:
                 raise PolicyError(f"{path}: {where}.group: {error}") from None
-        if not isinstance(group, int) or isinstance(group, bool) or group < 1:
-            raise PolicyError(f"{path}: {where}.group must be a group id, got {group!r}")
+        if not isinstance(group, int) or isinstance(group, bool) or not 1 <= group <= GROUP_ID_MAX:
+            raise PolicyError(
+                f"{path}: {where}.group must be a group id (1..{GROUP_ID_MAX}), got {group!r:.40}"
+            )
         group_keys[group] = base / _string(path, raw, "key", where)
     return PolicySet(path.absolute(), Keyring(base / keys_dir), policies, group_keys)
 
