@@ -415,7 +415,7 @@ class GetPool:
     def _compact(self) -> None:
         """Drop callers that left: a caller waiting for ever at the head must not
         keep every caller that timed out behind it."""
-        self._callers = deque(caller for caller in self._callers if not caller.done)
+        self._callers = deque([caller for caller in self._callers if not caller.done])
 
 
 def keep_asked(

@@ -231,7 +231,7 @@ class Drain:
                     dead = {seq for seq, _ in settled or ()}
                     delivered = [seq for seq in stored if seq not in dead]
                     peer.saf_keys.drained(delivered, ctx.clock_ns())
-                peer.saf_keys.forget(split_key(key)[1] for key in keys)
+                peer.saf_keys.forget([split_key(key)[1] for key in keys])
                 forgettable(stored)
                 for seq, cause in settled or ():
                     self._dead_lettered(peer, seq, cause)

@@ -550,7 +550,7 @@ class PeerLink:
             transfer = wire.LinkTransfer(self._next_id(), [message for message, _ in chunk])
             on_results = [on_result for _, on_result in chunk]
             self._send(transfer, Sent.DIRECT, on_results, len(chunk))
-            saf_keys = (_saf_key_of(self.peer_id, message) for message, _ in chunk)
+            saf_keys = [_saf_key_of(self.peer_id, message) for message, _ in chunk]
             self._outstanding[transfer.request_id].saf_keys = [k for k in saf_keys if k]
 
     def _bytes_room(self) -> int:

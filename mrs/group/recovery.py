@@ -187,7 +187,7 @@ def dqf_seqs(store) -> Iterator[tuple[int, array]]:
         if len(blob) != _KEY.size * len(chunk):
             bad = [key for key in chunk if len(key) != _KEY.size]
             log.error("DQF keys not of a queue and a seq skipped: %s", bad[:5])
-            blob = b"".join(key for key in chunk if len(key) == _KEY.size)
+            blob = b"".join([key for key in chunk if len(key) == _KEY.size])
         for queue_id, pairs in groupby(_KEY.iter_unpack(blob), itemgetter(0)):
             yield queue_id, array("Q", map(itemgetter(1), pairs))
 
