@@ -40,6 +40,10 @@ from mrs.protocol.link_events import (
 
 log = logging.getLogger("mrs.forwarding")
 
+_NOTICE_BYTES_MAX = 64
+"""Room a journaled notice takes at most in a read of a peer's (its wire form,
+`[kind, seq, status]`, is under 20 bytes): `pending_notices` reads count_max of them."""
+
 
 @dataclass(eq=False)
 class Notices:
@@ -87,18 +91,26 @@ class Notices:
 
     def pending_notices(self, peer_id: int, count_max: int) -> list[tuple[bytes, AnyNotice]]:
         """Up to count_max journaled notices for a peer, with their keys (one that does
-        not decode is reported and left out)."""
+        not decode is reported and left out). Read from the peer's own keys on: a walk
+        of the whole journal read every other group's notices on each link flush,
+        among them all those kept for a group the config links no more (`add_notice`:
+        as many as its messages confirmed here), 50 ms per flush for 200,000."""
         prefix = group_key(peer_id, 0)[:4]
-        notices = []
-        for key, value in self.ctx.store.raw_items(Journal.NOTICES):
-            if key.startswith(prefix):
+        notices: list[tuple[bytes, AnyNotice]] = []
+        after: bytes | None = None
+        while len(notices) < count_max:
+            wanted = count_max - len(notices)
+            items = self.ctx.store.items_after(
+                Journal.NOTICES, prefix, after, wanted, wanted * _NOTICE_BYTES_MAX
+            )
+            for key, value in items:
                 try:
                     notices.append((key, decode_notice(value)))
                 except msgspec.DecodeError as error:
                     log.error("notice %s for group %d unreadable: %s", key.hex(), peer_id, error)
-                    continue
-                if len(notices) >= count_max:
-                    break
+            if not items:
+                break
+            after = items[-1][0]
         return notices
 
     def notices_delivered(self, peer_id: int, keys: list[bytes], then: Callable[[], None]) -> None:

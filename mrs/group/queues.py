@@ -33,10 +33,10 @@ from mrs.model import DEAD_LETTER_QUEUE, Address, ConfirmStyle, InterestPoint
 
 _ACK_POINT: Final = InterestPoint.ACK
 _RECOVERED_CHUNK: Final = 1024
+"""Cold records read at a time when a queue's first selective get builds its index."""
 _seq_of: Final = attrgetter("seq")
 """An entry's seq, for a lazy `map` over a lane's window (a generator expression is a
 list once compiled)."""
-"""Cold records read at a time when a queue's first selective get builds its index."""
 
 
 def lane_of(entry: Entry) -> int:

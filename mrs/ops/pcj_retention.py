@@ -116,7 +116,9 @@ async def _child_run(ops: GroupOps, command: list[str]) -> None:
     """One automatic run as a child process: its summary, or why it failed, becomes
     `mrs status --json`'s `pcj_archive`. Why the failure too: the last success stayed
     there while every later run failed (a full disk, a directory gone), so a monitor
-    reading it saw archives going well while the PCJ filled."""
+    reading it saw archives going well while the PCJ filled. A summary is marked
+    `run: automatic`, as a replicated group's is: the command's own has no `run`,
+    and `mrs status` called such a run "PCJ archive (run)"."""
     config = ops.server.config
     try:
         done = await trio.run_process(
@@ -127,7 +129,7 @@ async def _child_run(ops: GroupOps, command: list[str]) -> None:
         why = f"could not start: {error}"
     else:
         if done.returncode == 0:
-            summary = json.loads(done.stdout.decode() or "{}")
+            summary = {"run": AUTOMATIC_RUN, **json.loads(done.stdout.decode() or "{}")}
             ops.last_archive = summary
             if summary.get("archived"):
                 log.info(
