@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mrs.dlq.table import DEAD_LETTER_QUEUE_NAMES
 from mrs.transport.dial_reason import dial_reason
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
-DLQ_NAMES = ("", "DLQ", "96", "PAMS_DEAD_LETTER_QUEUE", "SYSTEM.DEAD.LETTER.QUEUE")
+DLQ_NAMES = ("", *DEAD_LETTER_QUEUE_NAMES)
+"""What INPUTQ may say: blank or a name of the group's DLQ."""
 
 
 def add_parser(commands: argparse._SubParsersAction, run) -> None:

@@ -39,8 +39,16 @@ ACTION_KEYWORDS = ("ACTION", "FWDQ", "FWDQM", "HEADER", "PUTAUT", "RETRY")
 CONTROL_KEYWORDS = ("INPUTQ", "INPUTQM", "RETRYINT", "WAIT")
 FORWARD_ONLY_KEYWORDS = ("FWDQ", "FWDQM", "HEADER", "PUTAUT")
 
-DEAD_LETTER_QUEUE_NAMES = ("DLQ", "96", "PAMS_DEAD_LETTER_QUEUE", "SYSTEM.DEAD.LETTER.QUEUE")
-"""What names a group's own DLQ in INPUTQ, and in FWDQ with a blank FWDQM."""
+DEAD_LETTER_QUEUE_NAMES = (
+    "DLQ",
+    "96",
+    "PAMS_DEAD_LETTER_QUEUE",
+    "DEAD_LETTER_QUEUE",
+    "SYSTEM.DEAD.LETTER.QUEUE",
+)
+"""What names a group's own DLQ in INPUTQ, and in FWDQ with a blank FWDQM, compared
+upper-cased: MessageQ's names for it (`dead_letter_queue` too, as the group takes it,
+mrs.config.schema) and IBM MQ's."""
 INPUT_DEAD_LETTER_JOURNAL = "DLJ"
 
 FWDQ_VARIABLES = ("&DESTQ", "&REPLYQ")

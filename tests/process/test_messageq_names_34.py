@@ -6,6 +6,7 @@ queue a bus file declares under the name keeps it."""
 from __future__ import annotations
 
 from clients import Address, DeliveryMode
+from tests.cli_helpers import run_mrs
 from tests.conftest import STANDARD_QUEUES
 
 DECLARED = """
@@ -35,3 +36,17 @@ async def test_a_declared_queue_of_that_name_is_that_queue(make_mem_bus) -> None
     async with group.connect(queue="dead_letter_queue") as declared:
         assert declared.queue == Address(1, 20)
         assert await declared.locate("PAMS_DEAD_LETTER_QUEUE") == Address(1, 96)
+
+
+def test_the_dlq_handler_takes_the_name_as_its_input_and_refuses_it_as_a_loop(
+    tmp_path,
+) -> None:
+    """The DLQ handler reads `dead_letter_queue` as the group's DLQ too: INPUTQ takes
+    it, and FWDQ with a blank FWDQM is refused as a loop (before, INPUTQ refused it,
+    and `--check` without `--config` took the loop)."""
+    rules = tmp_path / "t.rules"
+    rules.write_text("INPUTQ(dead_letter_queue) WAIT(NO)\nACTION(IGNORE)\n")
+    assert run_mrs("dlq-handler", str(rules), "--check").returncode == 0
+    rules.write_text("ACTION(FWD) FWDQ(dead_letter_queue)\n")
+    looped = run_mrs("dlq-handler", str(rules), "--check")
+    assert looped.returncode == 2 and "FWDQ(dead_letter_queue)" in looped.stderr, looped
