@@ -212,7 +212,7 @@ class AdminActions:
         authority = self.server.authority
         if authority is None or authority.permissions(session.principal).manage:
             return
-        problem = f"{action} on {text} needs the manage right on it"
+        problem = f"{action} on {text!r:.80} needs the manage right on it"  # one line
         self.refusal_line(session, action, {"queue": text}, {"refused": problem})
         self._refusal_journaled = True
         who = session.principal or "(unauthenticated)"

@@ -278,7 +278,10 @@ def apply_to_config(bus: BusConfig, tables: dict[int, str]) -> str:
             f"{bus.path}: cannot find one [[group]] line per group; add the tables by hand"
         )
     if any(line.strip() == "[group.tls]" for line in lines):
-        raise CertsError(f"{bus.path} already has a [group.tls] table; edit it by hand")
+        raise CertsError(
+            f"{bus.path} already has a [group.tls] table; edit it by hand (without --apply, "
+            "the certificates --out lacks are issued and their tables printed)"
+        )
     by_position = _groups_in_file_order(bus, lines, group_starts)
     for start, group_id in reversed(list(zip(group_starts, by_position, strict=True))):
         following = [i for i in starts if i > start]
