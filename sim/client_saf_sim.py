@@ -18,6 +18,7 @@ first delivered in client-journal order (FIFO); LINK_UP is reached.
 from __future__ import annotations
 
 import random
+import signal
 import sys
 import tempfile
 import textwrap
@@ -29,7 +30,7 @@ import trio.testing
 
 from clients import DeliveryMode, MrsError, Reconnect, Status, connect
 from mrs.config.bus import parse_config
-from mrs.offline.stop_signals import run_stoppable
+from mrs.offline.stop_signals import run_stoppable, stop_signals_as_ctrl_c
 from sim.membus import SimGroup
 from sim.memnet import MemoryNetwork
 from sim.memstore import MemoryJournalStore
@@ -339,13 +340,53 @@ def run_seed(seed: int) -> Verdict:
     return check(seed, simulate(seed))
 
 
+EXIT_USAGE = 2
+"""The exit status of a seed given wrong (as `mrs sim swarm` exits for one)."""
+
+
+def seeds_in(argv: list[str]) -> list[int] | str:
+    """The seeds the arguments name ([1] for none), or the one line that refuses them.
+    A word that is no number ended in a ValueError traceback, and a negative seed
+    replayed its twin (`random.Random(-7)` seeds as 7), as `mrs sim swarm` refuses."""
+    seeds = []
+    for text in argv:
+        if not text.isascii() or not text.isdigit():
+            return (
+                f"python -m sim.client_saf_sim: {text!r} is not a seed: seeds are whole "
+                "numbers >= 0 (seed -N would replay seed N)"
+            )
+        seeds.append(int(text))
+    return seeds or [1]
+
+
 def main(argv: list[str]) -> int:
-    seeds = [int(text) for text in argv] or [1]
-    failed = 0
-    for seed in seeds:
-        verdict = run_seed(seed)
-        print(verdict.line(), flush=True)
-        failed += not verdict.ok
+    """Run the seeds, one verdict line each. Ctrl-C, SIGTERM or SIGHUP stops it as a
+    swarm stops: the seed under way unwinds (its scratch directory, on /dev/shm where
+    there is one, is removed: SIGTERM left it there, holding memory until reboot), a
+    line says how far it got, and the exit status is 128 + the signal (Ctrl-C was a
+    KeyboardInterrupt traceback, exit 1)."""
+    seeds = seeds_in(argv)
+    if isinstance(seeds, str):
+        print(seeds, file=sys.stderr)
+        return EXIT_USAGE
+    failed = done = 0
+    interrupted: signal.Signals | None = None
+    with stop_signals_as_ctrl_c() as stopped_by:
+        try:
+            for seed in seeds:
+                verdict = run_seed(seed)
+                print(verdict.line(), flush=True)
+                done += 1
+                failed += not verdict.ok
+        except* KeyboardInterrupt:  # also inside the group a trio nursery raises
+            interrupted = stopped_by[0] if stopped_by else signal.SIGINT
+    if interrupted is not None:
+        print(
+            f"interrupted by {interrupted.name}: {done} of {len(seeds)} seeds run, "
+            f"{failed} failed",
+            flush=True,
+        )
+        return 128 + int(interrupted)
     return 1 if failed else 0
 
 
