@@ -11,8 +11,11 @@ stays the way to name it.
 from __future__ import annotations
 
 
-def _ascii_number(text: str) -> bool:
-    """Digits 0-9 only, at most 19 of them (isdigit() alone also accepts "²")."""
+def id_number(text: str) -> bool:
+    """Digits 0-9 only, at most 19 of them: a group or queue number as typed. Why
+    not isdigit() alone: it also accepts "²", which int() refuses, and each such
+    test (an address, an admin or failover group, a grant, a rules table's FWDQM)
+    ended as an unexpected ValueError."""
     return 0 < len(text) <= 19 and text.isascii() and text.isdigit()
 
 
@@ -56,6 +59,6 @@ class Address:
     def parse(cls, text: str) -> Address:
         """Parse 'G.Q'. Names are resolved by the config, not here."""
         group_text, dot, queue_text = text.partition(".")
-        if not (dot and _ascii_number(group_text) and _ascii_number(queue_text)):
+        if not (dot and id_number(group_text) and id_number(queue_text)):
             raise ValueError(f"not a queue address (GROUP.QUEUE): {text[:60]!r}")
         return cls(int(group_text), int(queue_text))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mrs.address import id_number
 from mrs.config.schema import NAME_CHARS_MAX
 from mrs.dlq.parser import shown
 from mrs.dlq.table import FWDQ_VARIABLES, FWDQM_VARIABLES, Action, Rule, RulesTable
@@ -188,7 +189,7 @@ def _fixed_half_problem(rule: Rule, bus) -> str | None:
         if len(manager) > NAME_CHARS_MAX:
             return f"names no group of the bus: a name has at most {NAME_CHARS_MAX} characters"
         try:
-            if manager.isascii() and manager.isdigit():  # not "²", which int() refuses
+            if id_number(manager):  # not "²", which int() refuses
                 bus.group(int(manager))
             else:
                 bus.group_by_name(manager)

@@ -53,6 +53,7 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mrs.address import id_number
 from mrs.config.schema import (
     DEAD_LETTER_QUEUE_MESSAGEQ_NAMES,
     BusConfig,
@@ -180,7 +181,7 @@ def _has_queue(group: GroupConfig, text: str) -> bool:
     """Whether `group` has the queue `text` names (a number or a name). A number is
     0-9 only, as long as an id can be: "²" is isdigit() and int() refused it (and 5000
     digits), and `mrs creds grant --put 1.²` ended as an unexpected error."""
-    if text.isascii() and text.isdigit() and len(text) <= 19:
+    if id_number(text):
         return int(text) in group.queues
     try:
         group.queue_by_name(text)

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mrs.address import id_number
 from mrs.config.schema import QUEUE_FORMS, queue_shape_problem
 from mrs.errors import ConnectionLost, MrsError, NotAuthorized
 from mrs.limits import (
@@ -331,10 +332,7 @@ def _group_of(args: argparse.Namespace, bus: Any) -> Any:
             return bus.group(args.group)
         if "." in queue:
             head = queue.partition(".")[0]
-            # 0-9 only, as many as a group id has: "²" is isdigit() and int() refused it,
-            # 5000 digits too, each as an unexpected error (exit 1)
-            number = head.isascii() and head.isdigit() and len(head) <= 19
-            return bus.group(int(head)) if number else bus.group_by_name(head)
+            return bus.group(int(head)) if id_number(head) else bus.group_by_name(head)
     except LookupError as error:
         raise CommandError(f"admin: {error}", EXIT_USAGE) from None
     if len(bus.groups) == 1:

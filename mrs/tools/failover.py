@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from mrs.address import id_number
 from mrs.exit_status import EXIT_USAGE, CommandError
 from mrs.limits import (
     REPLICATION_HANDOVER_FALLBACK_S,
@@ -71,7 +72,7 @@ def run_failover(args: argparse.Namespace) -> int:
     try:
         group = (
             bus.group(int(args.group))
-            if args.group.isascii() and args.group.isdigit() and len(args.group) <= 19
+            if id_number(args.group)
             else bus.group_by_name(args.group)  # "²" is isdigit(), and int() refused it
         )
     except LookupError as error:
