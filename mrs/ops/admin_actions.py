@@ -212,7 +212,8 @@ class AdminActions:
         authority = self.server.authority
         if authority is None or authority.permissions(session.principal).manage:
             return
-        problem = f"{action} on {text!r:.80} needs the manage right on it"  # one line
+        shown = text[:80] if text.isprintable() else repr(text)[:80]  # one line whatever
+        problem = f"{action} on {shown} needs the manage right on it"
         self.refusal_line(session, action, {"queue": text}, {"refused": problem})
         self._refusal_journaled = True
         who = session.principal or "(unauthenticated)"
