@@ -552,9 +552,9 @@ more per get."""
 SELECT_SCANNED_PER_ROUND_MAX = 2 * SELECT_SCAN_MESSAGES_MAX
 """Messages the selective gets of one connection's round (one receive,
 RECEIVE_BYTES_MAX) look at before the server lets the other connections go first
-(mrs.server.request_dispatch `Dispatcher.dispatch_all`): about 5 ms. Why: a 10,000
-message look is ~2 ms, and one receive of a thousand selective gets that matched
-nothing held the group's loop, and every other client's answer, for 2 s."""
+(mrs.server.request_dispatch `Dispatcher.dispatch_all`): two full looks. Why: one
+receive of a thousand selective gets that matched nothing held the group's loop, and
+every other client's answer, for seconds (benchmarks/README.md)."""
 # ------------------------------------------------------------------ replicated groups
 REPLICATION_INSTANCES_MIN = 3
 """A replicated group has this many instances at least (one active, two replicas: a

@@ -94,7 +94,7 @@ class Notices:
         not decode is reported and left out). Read from the peer's own keys on: a walk
         of the whole journal read every other group's notices on each link flush,
         among them all those kept for a group the config links no more (`add_notice`:
-        as many as its messages confirmed here), 50 ms per flush for 200,000."""
+        as many as its messages confirmed here; figures in benchmarks/README.md)."""
         prefix = group_key(peer_id, 0)[:4]
         notices: list[tuple[bytes, AnyNotice]] = []
         after: bytes | None = None

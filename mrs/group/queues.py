@@ -116,9 +116,9 @@ class TargetQueue:
     """A message a parked selective get may take may wait unoffered to it: one went
     back to its place (`put_back`), or came in past the selection index's bound.
     Why: every confirm served the waiters, and each parked selective get looked
-    again through up to SELECT_SCAN_MESSAGES_MAX messages; 1,000 of them parked
-    beside 10,000 messages they never match stalled the whole group for ~5 s at
-    each confirm. A message that arrives is matched against each (`offer`)."""
+    again through up to SELECT_SCAN_MESSAGES_MAX messages, so a thousand of them
+    parked beside messages they never match stalled the whole group at each confirm
+    (benchmarks/README.md). A message that arrives is matched against each (`offer`)."""
     parked_by: dict[int, int] = field(default_factory=dict)
     """On the shared DLQ: session id -> its gets in `waiters` (`parked`). Why: the
     guard parked_gets_max is per connection, and on the DLQ `waiters` holds every

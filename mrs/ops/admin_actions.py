@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from journals import (
     CorruptRecord,
@@ -210,14 +210,15 @@ class AdminActions:
         is still told NOSUCHQUEUE: a grant names addresses ("1.1*"), and an unknown name
         has none to match it against."""
         authority = self.server.authority
-        if authority is None or authority.permissions(session.principal).manage:
+        if authority is None:
+            return
+        perms = authority.permissions(session.principal)
+        if perms.manage:
             return
         shown = text[:80] if text.isprintable() else repr(text)[:80]  # one line whatever
-        problem = f"{action} on {shown} needs the manage right on it"
-        self.refusal_line(session, action, {"queue": text}, {"refused": problem})
-        self._refusal_journaled = True
-        who = session.principal or "(unauthenticated)"
-        raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+        problem = rules.may_manage(perms, action, shown, None)
+        if problem is not None:  # no manage grant matches anything
+            self._refuse(session, action, {"queue": text}, problem)
 
     def _queue(self, text: str, what: str, elsewhere: str) -> TargetQueue:
         group = self.group
@@ -256,10 +257,16 @@ class AdminActions:
             names = rules.spellings(self.group.ctx.bus, self.group.config.id, queue.address)
             problem = rules.may_manage(perms, action, str(queue.address), names)
         if problem is not None:
-            who = session.principal or "(unauthenticated)"
-            self.refusal_line(session, action, {"queue": _name(queue)}, {"refused": problem})
-            self._refusal_journaled = True
-            raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+            self._refuse(session, action, {"queue": _name(queue)}, problem)
+
+    def _refuse(self, session: AdminSession, action: str, args: dict, problem: str) -> NoReturn:
+        """Refuse an action the principal has no right to: one log line (at most one
+        per interval, `refusal_line`), journaled with the session's refusals, then
+        NOTAUTHORIZED naming who asked and why."""
+        self.refusal_line(session, action, args, {"refused": problem})
+        self._refusal_journaled = True
+        who = session.principal or "(unauthenticated)"
+        raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
 
     def check_right(self, session: AdminSession, action: str, right: str) -> None:
         """Under [auth]: the admin right `right` (e.g. config for add-queue). The
@@ -270,10 +277,7 @@ class AdminActions:
             return
         problem = rules.may_admin(authority.permissions(session.principal), right, action)
         if problem is not None:
-            self.refusal_line(session, action, {}, {"refused": problem})
-            self._refusal_journaled = True
-            who = session.principal or "(unauthenticated)"
-            raise Refused(Status.NOTAUTHORIZED, f"{who}: {problem}")
+            self._refuse(session, action, {}, problem)
 
     def rewrite(self, change: Callable[[str], str]) -> tuple[BusConfig, WriteBatch]:
         """Apply `change` to the bus file's text, check the result with the parser,

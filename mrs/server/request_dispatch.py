@@ -242,7 +242,7 @@ class Dispatcher:
             group.get(session, get)
         elif kind is CANCEL_GET:  # no reply of its own: the get's answer ends both
             # Only a get still in flight may be parked: the look goes through the queue's
-            # parked gets, and 15,000 cancels of gets long answered held the loop 0.5 s.
+            # parked gets, and a flood of cancels of gets long answered held the loop.
             if request_id in session.in_flight:
                 group.cancel_get(session, cast(wire.CancelGet, event))
         else:
