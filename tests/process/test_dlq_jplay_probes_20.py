@@ -226,14 +226,17 @@ async def test_a_dlj_replay_beside_a_dlj_handler_is_refused(replay_bus, tmp_path
     assert code == 0 and summary["sent"] == 3 and summary["removed"] == 3
 
 
-async def _replay_killed_mid_run(bus, receiver, received: list, nursery) -> trio.CancelScope:
-    """Start a paced jplay of the PCJ and SIGKILL it once 10 replayed messages came
-    to `receiver` (collected, confirmed, in `received`): it leaves records sent with
-    no answer. Returns the receiving task's scope, for the caller to cancel."""
+async def replay_killed_mid_run(
+    bus, receiver, received: list, nursery, selection: tuple[str, ...] = ("pcj", "--json")
+) -> trio.CancelScope:
+    """Start a paced jplay (`selection`: the PCJ, all of it) and SIGKILL it once 10
+    replayed messages came to `receiver` (collected, confirmed, in `received`): it
+    leaves records sent with no answer. Returns the receiving task's scope, for the
+    caller to cancel."""
     some = trio.Event()
     receiving = await nursery.start(receive_confirming, receiver, received, some, 10)
-    process = await trio.lowlevel.open_process(
-        jplay_command(bus, "pcj", "--rate", "50/s", "--json"),
+    process = await trio.lowlevel.open_process(  # 50/s: still going at the 10th
+        jplay_command(bus, *selection, "--rate", "50/s"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -255,7 +258,7 @@ async def test_a_replay_killed_mid_run_is_finished_in_its_own_scope(replay_bus) 
     async with connect(bus.address, queue="RESTORE") as receiver:
         received: list = []
         async with trio.open_nursery() as nursery:
-            receiving = await _replay_killed_mid_run(bus, receiver, received, nursery)
+            receiving = await replay_killed_mid_run(bus, receiver, received, nursery)
             refused, _, err = await jplay(bus, "pcj", "--as", "SENDER2")
             finished, first, _ = await jplay(bus, "pcj", "--json")
             later, second, _ = await jplay(bus, "pcj", "--as", "SENDER2", "--json")
@@ -279,7 +282,7 @@ async def test_a_narrower_run_in_the_same_scope_leaves_the_others_in_doubt(repla
     async with connect(bus.address, queue="RESTORE") as receiver:
         received: list = []
         async with trio.open_nursery() as nursery:
-            receiving = await _replay_killed_mid_run(bus, receiver, received, nursery)
+            receiving = await replay_killed_mid_run(bus, receiver, received, nursery)
             narrow, _, _ = await jplay(bus, "pcj", "--limit", "1")
             refused, _, err = await jplay(bus, "pcj", "--as", "SENDER2")
             finished, _, _ = await jplay(bus, "pcj")

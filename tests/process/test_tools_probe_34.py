@@ -16,7 +16,8 @@ from clients import DeliveryMode, Status, Uma, connect
 from journals import Journal
 from tests.client_helpers import take_all
 from tests.journal_helpers import record
-from tests.process.test_jplay import jplay, jplay_command, receive_confirming, replayed_seqs
+from tests.process.test_dlq_jplay_probes_20 import replay_killed_mid_run
+from tests.process.test_jplay import jplay, replayed_seqs
 
 WAIT_S = 30.0
 """Deadline for what another process must do, on a loaded 2-core machine."""
@@ -39,17 +40,7 @@ async def test_a_narrow_replay_killed_then_run_again_to_its_end_settles_its_doub
     async with connect(bus.address, queue="RESTORE") as receiver:
         received: list = []
         async with trio.open_nursery() as nursery:
-            some = trio.Event()
-            receiving = await nursery.start(receive_confirming, receiver, received, some, 10)
-            process = await trio.lowlevel.open_process(  # 50/s: still going at the 10th
-                jplay_command(bus, *narrow, "--rate", "50/s"),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            with trio.fail_after(WAIT_S):
-                await some.wait()
-            process.kill()
-            await process.wait()
+            receiving = await replay_killed_mid_run(bus, receiver, received, nursery, narrow)
             refused, _, err = await jplay(bus, "pcj", "--as", "SENDER2", "--to", "RESTORE")
             finished, _, _ = await jplay(bus, *narrow)
             other, summary, other_err = await jplay(
