@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from clients import DeliveryMode, NoMoreMessages, Status, Uma, connect
+from clients import DeliveryMode, Status, Uma, connect
 from sim.bus import LinkedBus
 from sim.processes import ServerStartError
 from tests.cli_helpers import one_line, run_mrs
+from tests.client_helpers import take_all
 from tests.conftest import STANDARD_QUEUES, Bus
 from tests.disk_helpers import mounted_tmpfs
 from tests.process.test_auth_lifecycle import wait_for_log
@@ -55,16 +56,9 @@ async def _confirmed(address: str, count: int) -> None:
 
 
 async def _drained(address: str, queue: str) -> list[tuple[bytes, bool]]:
-    """Every message of `queue`, confirmed: (body, marked POSSDUPL)."""
-    taken = []
+    """Every message of `queue`, confirmed (`take_all`): (body, marked POSSDUPL)."""
     async with connect(address, queue) as reader:
-        while True:
-            try:
-                message = await reader.get(timeout=0)
-            except NoMoreMessages:
-                return taken
-            await reader.confirm(message.seq)
-            taken.append((message.body, message.possible_duplicate))
+        return [(message.body, message.possible_duplicate) for message in await take_all(reader)]
 
 
 async def test_the_first_jplay_on_a_full_disk_says_so_and_the_next_replays_each_once(
